@@ -1,0 +1,133 @@
+"""The numpy reference interpreter: the oracle every executor is checked against.
+
+It runs nodes in graph order, each through its op's numpy reference, and checks every produced
+value against the declared shape and dtype. Simple and obviously right, not fast.
+
+Example:
+    >>> from planner.zoo import build
+    >>> g = build("mlp", batch=2, hidden=[4], in_features=3, classes=2)
+    >>> values = run(g, random_feeds(g, seed=0), init_params(g, seed=0))
+    >>> values["loss"].shape
+    ()
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from planner.graph.ir import Graph, Tensor
+from planner.ops import get_op
+
+
+class InterpretError(RuntimeError):
+    pass
+
+
+def run(graph: Graph, feeds: Mapping[str, np.ndarray], params: Mapping[str, np.ndarray],
+        keep: str = "all") -> dict[str, np.ndarray]:
+    """Run one step. Returns every tensor's value (keep="all") or only the graph outputs.
+
+    feeds: inputs and labels; params: params, state and optimizer-state tensors.
+    """
+    env: dict[str, np.ndarray] = {}
+    for t in graph.tensors:
+        if t.role in ("input", "label"):
+            env[t.name] = _fetch(feeds, t, "feed")
+        elif t.role in ("param", "state", "optimizer-state"):
+            env[t.name] = _fetch(params, t, "parameter")
+    for n in graph.nodes:
+        opdef = get_op(n.op)
+        outs = opdef.reference([env[i] for i in n.inputs], n.attrs)
+        for name, value in zip(n.outputs, outs, strict=True):
+            t = graph.tensor(name)
+            value = np.asarray(value)
+            if value.shape != t.shape:
+                raise InterpretError(f"node {n.name!r}: reference gave shape {list(value.shape)} "
+                                     f"for {name!r}, declared {list(t.shape)}")
+            env[name] = value.astype(t.dtype, copy=False)
+    if keep == "all":
+        return env
+    return {o: env[o] for o in graph.outputs}
+
+
+def _fetch(values: Mapping[str, np.ndarray], t: Tensor, what: str) -> np.ndarray:
+    if t.name not in values:
+        raise InterpretError(f"missing {what} {t.name!r} (shape {list(t.shape)}, {t.dtype})")
+    v = np.asarray(values[t.name])
+    if v.shape != t.shape:
+        raise InterpretError(f"{what} {t.name!r} has shape {list(v.shape)}, "
+                             f"expected {list(t.shape)}")
+    return v.astype(t.dtype, copy=False)
+
+
+def init_value(t: Tensor, rng: np.random.Generator) -> np.ndarray:
+    """Initial value of a persistent tensor from its `init` hint (zeros when none).
+
+    fan_in is the product of all dims but the first for rank >= 2 (OIHW, or [in, out] for
+    MatMul weights, where the first dim is the fan-in: see `fans`).
+    """
+    fan_in, fan_out = fans(t.shape)
+    kind = t.init or "zeros"
+    if kind == "zeros":
+        v = np.zeros(t.shape)
+    elif kind == "ones":
+        v = np.ones(t.shape)
+    elif kind == "he":
+        v = rng.standard_normal(t.shape) * np.sqrt(2.0 / fan_in)
+    elif kind == "glorot":
+        lim = np.sqrt(6.0 / (fan_in + fan_out))
+        v = rng.uniform(-lim, lim, t.shape)
+    elif kind == "normal":
+        v = rng.standard_normal(t.shape) * 0.02
+    elif kind == "embedding":
+        v = rng.standard_normal(t.shape) / np.sqrt(t.shape[-1])
+    else:
+        raise ValueError(f"tensor {t.name!r}: unknown init {kind!r}")
+    return v.astype(t.dtype)
+
+
+def fans(shape: tuple[int, ...]) -> tuple[int, int]:
+    """(fan_in, fan_out): [in, out] matrices; OIHW / IOHW kernels use receptive field size."""
+    if len(shape) == 0:
+        return 1, 1
+    if len(shape) == 1:
+        return shape[0], shape[0]
+    if len(shape) == 2:
+        return shape[0], shape[1]
+    rf = int(np.prod(shape[2:]))
+    return shape[1] * rf, shape[0] * rf
+
+
+def init_params(graph: Graph, seed: int = 0) -> dict[str, np.ndarray]:
+    """Initial values of every param, state and optimizer-state tensor, in graph order."""
+    rng = np.random.default_rng(seed)
+    return {t.name: init_value(t, rng)
+            for t in graph.by_role("param", "state", "optimizer-state")}
+
+
+def random_feeds(graph: Graph, seed: int = 0) -> dict[str, np.ndarray]:
+    """Random inputs (standard normal) and labels (valid class ids / ids into their table)."""
+    rng = np.random.default_rng(seed)
+    feeds: dict[str, np.ndarray] = {}
+    for t in graph.by_role("input", "label"):
+        if t.dtype.startswith("int"):
+            feeds[t.name] = rng.integers(0, _id_bound(graph, t.name), t.shape).astype(t.dtype)
+        elif t.dtype == "bool":
+            feeds[t.name] = rng.integers(0, 2, t.shape).astype(bool)
+        elif t.role == "label":
+            feeds[t.name] = rng.uniform(0, 1, t.shape).astype(t.dtype)
+        else:
+            feeds[t.name] = rng.standard_normal(t.shape).astype(t.dtype)
+    return feeds
+
+
+def _id_bound(graph: Graph, name: str) -> int:
+    """Exclusive bound of valid integer ids for `name`: its consumer's class or table size."""
+    for n in graph.consumers.get(name, ()):
+        if n.op == "Embedding":
+            return graph.tensor(n.inputs[0]).shape[0]
+        if n.op == "SoftmaxCrossEntropy":
+            return graph.tensor(n.inputs[0]).shape[-1]
+    return 2

@@ -1,0 +1,161 @@
+"""Graph validation: every rule checked the obvious way, errors naming the node and tensor.
+
+`check_graph` re-derives every node's output types from the op registry, so a graph JSON edited
+by hand (or written by another tool) is held to the same rules the builder applies.
+"""
+
+from __future__ import annotations
+
+import networkx as nx
+
+from planner.graph.ir import EXTERNAL_ROLES, Graph, Node
+from planner.ops import OpError, TensorType, get_op
+
+
+class GraphError(ValueError):
+    """The graph breaks a rule; the message names the node and/or tensor."""
+
+
+def normalize_attrs(graph: Graph) -> Graph:
+    """The same graph with every node's attrs spelled out (defaults filled, kinds coerced)."""
+    nodes = []
+    for n in graph.nodes:
+        try:
+            attrs = get_op(n.op).normalize_attrs(n.attrs)
+        except OpError as e:
+            raise GraphError(f"node {n.name!r}: {e}") from None
+        nodes.append(n if attrs == n.attrs else n.model_copy(update={"attrs": attrs}))
+    return graph.model_copy(update={"nodes": tuple(nodes)})
+
+
+def check_graph(graph: Graph) -> Graph:
+    """Raise GraphError on the first broken rule; return the graph unchanged otherwise.
+
+    Rules: unique names; known ops with valid attrs and arity; every input defined before use
+    (a use before definition is reported as a cycle when there is one); each tensor produced
+    once; inferred output shape and dtype equal to the declared tensor; graph outputs defined.
+    """
+    _check_names(graph)
+    _check_acyclic(graph)
+    tensors = graph.tensor_map
+    written: set[str] = set()
+    for n in graph.nodes:
+        for i in n.inputs:
+            if i not in tensors:
+                raise GraphError(f"node {n.name!r}: input tensor {i!r} is not defined")
+            t = tensors[i]
+            if t.role not in EXTERNAL_ROLES and i not in written:
+                raise GraphError(f"node {n.name!r}: input tensor {i!r} is used before the node "
+                                 f"that produces it (nodes must be in topological order)")
+        for o in n.outputs:
+            if o not in tensors:
+                raise GraphError(f"node {n.name!r}: output tensor {o!r} is not declared")
+            if o in written:
+                raise GraphError(f"tensor {o!r} is produced twice (again by node {n.name!r})")
+            if tensors[o].updates is not None:
+                _check_update(graph, n, o, written)
+            elif tensors[o].role in EXTERNAL_ROLES:
+                raise GraphError(f"node {n.name!r}: output tensor {o!r} has role "
+                                 f"{tensors[o].role!r}, which is fed from outside the step")
+            written.add(o)
+        _check_node_types(graph, n)
+    for o in graph.outputs:
+        if o not in tensors:
+            raise GraphError(f"graph output {o!r} is not a tensor of the graph")
+    return graph
+
+
+def _check_update(graph: Graph, node: Node, name: str, written: set[str]) -> None:
+    """An in-place update must match its target and come after every other reader of it."""
+    tensors = graph.tensor_map
+    new = tensors[name]
+    old = tensors.get(new.updates or "")
+    if old is None or old.role not in ("param", "state", "optimizer-state"):
+        raise GraphError(f"tensor {name!r} updates {new.updates!r}, which is not a param, state "
+                         f"or optimizer-state tensor of the graph")
+    if (new.shape, new.dtype, new.role) != (old.shape, old.dtype, old.role):
+        raise GraphError(f"tensor {name!r} updates {old.name!r} but differs in shape, dtype or "
+                         f"role")
+    others = [t for t in written if tensors[t].updates == old.name]
+    if others:
+        raise GraphError(f"tensor {old.name!r} is updated twice ({others[0]!r} and {name!r})")
+    position = {n.name: k for k, n in enumerate(graph.nodes)}
+    for reader in graph.consumers.get(old.name, ()):
+        if reader.name != node.name and position[reader.name] > position[node.name]:
+            raise GraphError(f"node {reader.name!r} reads {old.name!r} after node {node.name!r} "
+                             f"updated it in place")
+
+
+def _check_names(graph: Graph) -> None:
+    seen: set[str] = set()
+    for t in graph.tensors:
+        if t.name in seen:
+            raise GraphError(f"tensor {t.name!r} is declared twice")
+        seen.add(t.name)
+    seen = set()
+    for n in graph.nodes:
+        if n.name in seen:
+            raise GraphError(f"node name {n.name!r} is used twice")
+        seen.add(n.name)
+
+
+def _check_acyclic(graph: Graph) -> None:
+    g = to_networkx(graph)
+    try:
+        cycle = nx.find_cycle(g)
+    except nx.NetworkXNoCycle:
+        return
+    path = " -> ".join([u for u, _v, *_ in cycle] + [cycle[0][0]])
+    raise GraphError(f"graph contains a cycle: {path}")
+
+
+def _check_node_types(graph: Graph, n: Node) -> None:
+    tensors = graph.tensor_map
+    try:
+        opdef = get_op(n.op)
+        opdef.check_arity(len(n.inputs))
+        attrs = opdef.normalize_attrs(n.attrs)
+        ins = [TensorType(tensors[i].shape, tensors[i].dtype) for i in n.inputs]
+        outs = opdef.infer(ins, attrs)
+    except OpError as e:
+        raise GraphError(f"node {n.name!r}: {e}") from None
+    if len(outs) != len(n.outputs):
+        raise GraphError(f"node {n.name!r}: {n.op} produces {len(outs)} output(s), "
+                         f"{len(n.outputs)} declared")
+    for name, t in zip(n.outputs, outs, strict=True):
+        d = tensors[name]
+        if tuple(d.shape) != tuple(t.shape):
+            raise GraphError(f"node {n.name!r}: output tensor {name!r} is declared with shape "
+                             f"{list(d.shape)} but {n.op} gives {list(t.shape)}")
+        if d.dtype != t.dtype:
+            raise GraphError(f"node {n.name!r}: output tensor {name!r} is declared {d.dtype} "
+                             f"but {n.op} gives {t.dtype}")
+
+
+def to_networkx(graph: Graph) -> nx.DiGraph:
+    """Node-level dataflow view: an edge u -> v for every tensor u writes and v reads.
+
+    Edge attribute `tensors` lists those tensors; node attribute `op` is the op type.
+
+    >>> from planner.graph.ir import Graph, Node, Tensor
+    >>> g = Graph(tensors=(Tensor(name="x", shape=(1,), role="input"), Tensor(name="y", shape=(1,)),
+    ...     Tensor(name="z", shape=(1,))), nodes=(Node(name="a", op="Relu", inputs=("x",),
+    ...     outputs=("y",)), Node(name="b", op="Relu", inputs=("y",), outputs=("z",))))
+    >>> list(to_networkx(g).edges)
+    [('a', 'b')]
+    """
+    g = nx.DiGraph()
+    producer: dict[str, str] = {}
+    for n in graph.nodes:
+        g.add_node(n.name, op=n.op)
+        for o in n.outputs:
+            producer.setdefault(o, n.name)
+    for n in graph.nodes:
+        for i in n.inputs:
+            if i in producer:
+                u = producer[i]
+                if g.has_edge(u, n.name):
+                    g.edges[u, n.name]["tensors"].append(i)
+                else:
+                    g.add_edge(u, n.name, tensors=[i])
+    return g

@@ -1,0 +1,1 @@
+"""activation ops (being written)."""

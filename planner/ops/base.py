@@ -1,0 +1,222 @@
+"""The op registry: one `OpDef` per op, holding everything the pipeline knows about it.
+
+An op definition keeps together
+  - its attribute schema (names, kinds, defaults),
+  - its shape and dtype rule (`infer`),
+  - its cost features (`flops`, 2 per multiply-accumulate; `bytes_moved`),
+  - its numpy reference forward (`reference`), the oracle for every executor,
+  - its gradient rule (`gradient`), used by autodiff to build training graphs.
+
+Example (the whole definition of an op):
+    >>> import numpy as np
+    >>> from planner.ops.base import OpDef, TensorType, register, elementwise_flops
+    >>> register(OpDef(
+    ...     name="Square", arity=1,
+    ...     infer=lambda ins, a: [ins[0]],
+    ...     flops=elementwise_flops(1),
+    ...     reference=lambda xs, a: [xs[0] * xs[0]],
+    ... ), replace=True).name
+    'Square'
+
+Conventions shared by every op (the graph JSON contract):
+  - images are NCHW; convolution weights OIHW; transposed-convolution weights IOHW
+    (C_in, C_out / groups, kH, kW), as in ONNX and PyTorch;
+  - spatial `pads` are [top, left, bottom, right]; `strides`, `dilations`, `kernel` are [h, w];
+  - negative axes count from the end, as in numpy;
+  - integer class labels are int64; every float op computes in its input dtype.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+from planner.dtypes import DTYPE_BYTES
+
+
+class OpError(ValueError):
+    """A node's inputs or attributes do not fit its op. The message names what is wrong;
+    graph validation prefixes the node name."""
+
+
+@dataclass(frozen=True)
+class TensorType:
+    """Shape and dtype of a value flowing along an edge."""
+
+    shape: tuple[int, ...]
+    dtype: str = "float32"
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * DTYPE_BYTES[self.dtype]
+
+    @property
+    def rank(self) -> int:
+        return len(self.shape)
+
+
+@dataclass(frozen=True)
+class Attr:
+    """One attribute: its kind and default. `required` attrs have no default.
+
+    kinds: "int", "float", "bool", "str", "ints" (list of int), "floats" (list of float).
+    """
+
+    kind: str
+    default: Any = None
+    required: bool = False
+
+
+Attrs = dict[str, Any]
+Infer = Callable[[list[TensorType], Attrs], list[TensorType]]
+Flops = Callable[[list[TensorType], list[TensorType], Attrs], int]
+Reference = Callable[[list[np.ndarray], Attrs], list[np.ndarray]]
+
+
+class GradBuilder(Protocol):
+    """What a gradient rule may do: emit nodes into the training graph being built.
+
+    `emit(op, inputs, attrs)` adds a node (shapes inferred from the op's rule) and returns the
+    names of its outputs; `needs(tensor)` says whether a gradient for that tensor is wanted;
+    `type(tensor)` gives its TensorType.
+    """
+
+    def emit(self, op: str, inputs: Sequence[str], attrs: Attrs | None = None) -> list[str]: ...
+
+    def needs(self, tensor: str) -> bool: ...
+
+    def type(self, tensor: str) -> TensorType: ...
+
+
+# gradient(builder, node, grad_outputs) -> one gradient tensor name (or None) per node input.
+# grad_outputs holds, per node output, the name of the incoming gradient or None.
+Gradient = Callable[[GradBuilder, Any, list[str | None]], list[str | None]]
+
+
+def default_bytes(ins: list[TensorType], outs: list[TensorType], attrs: Attrs) -> int:
+    """Bytes moved by a kernel that reads every input and writes every output once."""
+    return sum(t.nbytes for t in ins) + sum(t.nbytes for t in outs)
+
+
+@dataclass(frozen=True)
+class OpDef:
+    """Everything about one op. `arity` is the exact number of inputs, or None for variadic
+    (then `min_inputs` applies)."""
+
+    name: str
+    infer: Infer
+    flops: Flops
+    reference: Reference
+    arity: int | None = 1
+    min_inputs: int = 1
+    attrs: dict[str, Attr] = field(default_factory=dict)
+    bytes_moved: Flops = default_bytes
+    gradient: Gradient | None = None
+    # Inputs that never receive a gradient (integer ids, labels, shapes).
+    nondiff_inputs: tuple[int, ...] = ()
+    doc: str = ""
+
+    def normalize_attrs(self, attrs: Attrs) -> Attrs:
+        """Return attrs with defaults filled in and kinds checked; raises OpError naming the field."""
+        unknown = sorted(set(attrs) - set(self.attrs))
+        if unknown:
+            raise OpError(f"{self.name}: unknown attribute(s) {unknown}; "
+                          f"expected some of {sorted(self.attrs)}")
+        out: Attrs = {}
+        for key, spec in sorted(self.attrs.items()):
+            if key in attrs and attrs[key] is not None:
+                out[key] = _coerce(self.name, key, spec.kind, attrs[key])
+            elif spec.required:
+                raise OpError(f"{self.name}: missing required attribute {key!r}")
+            else:
+                out[key] = spec.default
+        return out
+
+    def check_arity(self, n: int) -> None:
+        if self.arity is not None and n != self.arity:
+            raise OpError(f"{self.name} takes {self.arity} input(s), got {n}")
+        if self.arity is None and n < self.min_inputs:
+            raise OpError(f"{self.name} takes at least {self.min_inputs} input(s), got {n}")
+
+
+def _coerce(op: str, key: str, kind: str, value: Any) -> Any:
+    def bad() -> OpError:
+        return OpError(f"{op}: attribute {key!r} must be {kind}, got {value!r}")
+
+    if kind == "int":
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+            raise bad()
+        return int(value)
+    if kind == "float":
+        if isinstance(value, bool) or not isinstance(value, (int, float, np.number)):
+            raise bad()
+        return float(value)
+    if kind == "bool":
+        if not isinstance(value, (bool, np.bool_)):
+            raise bad()
+        return bool(value)
+    if kind == "str":
+        if not isinstance(value, str):
+            raise bad()
+        return value
+    if kind in ("ints", "floats"):
+        if not isinstance(value, (list, tuple)):
+            raise bad()
+        scalar = "int" if kind == "ints" else "float"
+        return [_coerce(op, key, scalar, v) for v in value]
+    raise AssertionError(f"unknown attr kind {kind}")
+
+
+REGISTRY: dict[str, OpDef] = {}
+
+
+def register(op: OpDef, replace: bool = False) -> OpDef:
+    if op.name in REGISTRY and not replace:
+        raise ValueError(f"op {op.name} registered twice")
+    REGISTRY[op.name] = op
+    return op
+
+
+def get_op(name: str) -> OpDef:
+    try:
+        return REGISTRY[name]
+    except KeyError:
+        raise OpError(f"unknown op {name!r}") from None
+
+
+# ---- small helpers shared by op families ----------------------------------------------------
+
+def elementwise_flops(per_element: int) -> Flops:
+    """FLOPs = per_element x output elements (summed over outputs)."""
+    return lambda ins, outs, a: per_element * sum(o.size for o in outs)
+
+
+def zero_flops(ins: list[TensorType], outs: list[TensorType], attrs: Attrs) -> int:
+    return 0
+
+
+def same_as_input(ins: list[TensorType], attrs: Attrs) -> list[TensorType]:
+    return [ins[0]]
+
+
+def require_float(op: str, t: TensorType, what: str = "input") -> None:
+    if not t.dtype.startswith("float"):
+        raise OpError(f"{op}: {what} must be a float tensor, got {t.dtype}")
+
+
+def require_rank(op: str, t: TensorType, rank: int, what: str = "input") -> None:
+    if t.rank != rank:
+        raise OpError(f"{op}: {what} must have rank {rank}, got shape {list(t.shape)}")
+
+
+def norm_axis(op: str, axis: int, rank: int) -> int:
+    if not -rank <= axis < max(rank, 1):
+        raise OpError(f"{op}: axis {axis} out of range for rank {rank}")
+    return axis % max(rank, 1)

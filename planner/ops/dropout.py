@@ -1,0 +1,1 @@
+"""dropout ops (being written)."""

@@ -1,0 +1,1 @@
+"""embedding ops (being written)."""

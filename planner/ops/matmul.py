@@ -1,0 +1,1 @@
+"""matmul ops (being written)."""
