@@ -1,0 +1,143 @@
+"""The `planner` command. Every reporting command takes --json for machine-readable stdout.
+
+Errors caused by the user's input print one line, `planner: error: ...`, and exit 2; the
+traceback of an internal error is shown only with PLANNER_DEBUG=1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from planner.errors import UserError
+
+EXIT_USER_ERROR = 2
+EXIT_INTERNAL_ERROR = 3
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from planner import __version__
+    from planner.target.cli import add_target_commands
+
+    parser = argparse.ArgumentParser(
+        prog="planner",
+        description="Ahead-of-time planner for neural-network training steps.")
+    parser.add_argument("--version", action="version", version=f"planner {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    add_graph_command(sub)
+    add_target_commands(sub)
+    return parser
+
+
+# ---- planner graph --------------------------------------------------------------------------
+
+def add_graph_command(sub: Any) -> None:
+    p = sub.add_parser(
+        "graph", help="summarize a graph, convert it to graph JSON, or build its training graph",
+        description="GRAPH is an ONNX file, a graph JSON file or a zoo spec such as "
+                    "'zoo:resnet?depth=50&batch=32'.")
+    p.add_argument("graph", metavar="GRAPH")
+    p.add_argument("--train", choices=["sgd", "momentum", "adam"],
+                   help="build the training graph (forward, backward, updates) with this optimizer")
+    p.add_argument("--lr", type=float, default=None, help="learning rate of the optimizer")
+    p.add_argument("-o", "--output", metavar="FILE", help="write the graph as canonical JSON")
+    p.add_argument("--force", action="store_true", help="overwrite an existing different FILE")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.set_defaults(run=run_graph)
+
+
+def run_graph(args: argparse.Namespace) -> int:
+    from planner.graph.summary import summarize
+    from planner.load import load_graph, write_text
+
+    graph = load_graph(args.graph)
+    if args.train:
+        from planner.graph.autodiff import Optimizer, make_training_graph
+
+        opt = Optimizer(kind=args.train, **({"lr": args.lr} if args.lr is not None else {}))
+        graph = make_training_graph(graph, opt)
+    elif args.lr is not None:
+        raise UserError("--lr needs --train")
+    if args.output:
+        write_text(args.output, graph.to_json(), force=args.force)
+    summary = summarize(graph)
+    if args.json:
+        print(json.dumps(summary, indent=2, sort_keys=True))
+    else:
+        print(format_summary(summary))
+        if args.output:
+            print(f"wrote {args.output}")
+    return 0
+
+
+def format_summary(s: dict[str, Any]) -> str:
+    """Human-readable text of `summarize`'s dict."""
+    lines = [f"graph {s['name']} ({s['kind']}): {s['nodes']} nodes, {s['tensors']} tensors",
+             f"  parameters   {s['param_count']:,} ({_bytes(s['param_bytes'])})",
+             f"  activations  {_bytes(s['activation_bytes'])}",
+             f"  FLOPs        {_flops(s['flops'])}"]
+    phases = s.get("phases")
+    if phases:
+        for phase, info in phases.items():
+            lines.append(f"  {phase:<12} {info['nodes']} nodes, {_flops(info['flops'])}")
+        if s.get("backward_forward_flop_ratio") is not None:
+            lines.append(f"  backward/forward FLOPs  {s['backward_forward_flop_ratio']:.2f}")
+    lines.append("ops by type:")
+    width = max((len(k) for k in s["op_counts"]), default=0)
+    lines += [f"  {op:<{width}}  {n}" for op, n in sorted(s["op_counts"].items())]
+    return "\n".join(lines)
+
+
+def _bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    raise AssertionError
+
+
+def _flops(n: float) -> str:
+    for unit, scale in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("K", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.2f} {unit}FLOP"
+    return f"{n:.0f} FLOP"
+
+
+# ---- entry point ----------------------------------------------------------------------------
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.run(args) or 0)
+    except (UserError, ValueError, OSError) as e:
+        # ValueError covers GraphError, OpError, ZooError, OnnxImportError and pydantic's
+        # ValidationError: all name the offending node, tensor or field.
+        if os.environ.get("PLANNER_DEBUG"):
+            raise
+        print(f"planner: error: {_one_line(e)}", file=sys.stderr)
+        return EXIT_USER_ERROR
+    except KeyboardInterrupt:
+        print("planner: interrupted", file=sys.stderr)
+        return 130
+    except Exception as e:  # an internal error: say so plainly, traceback on request
+        if os.environ.get("PLANNER_DEBUG"):
+            raise
+        print(f"planner: internal error: {type(e).__name__}: {_one_line(e)} "
+              f"(run with PLANNER_DEBUG=1 for the traceback)", file=sys.stderr)
+        return EXIT_INTERNAL_ERROR
+
+
+def _one_line(e: BaseException) -> str:
+    if isinstance(e, OSError) and e.filename:
+        return f"{e.filename}: {e.strerror}"
+    text = str(e).strip() or type(e).__name__
+    return " ".join(text.split())
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,85 @@
+"""Reading and writing the user's files: the I/O edge of the pipeline.
+
+A GRAPH argument is one of
+  - a zoo spec: `zoo:resnet?depth=50&batch=32`,
+  - an ONNX file (recognised by its `.onnx` suffix, or by failing to parse as JSON),
+  - a graph JSON file as written by `planner graph -o`.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from planner.errors import UserError
+from planner.graph import Graph, check_graph, normalize_attrs
+
+
+def load_graph(spec: str) -> Graph:
+    """Load and validate a graph from a zoo spec, an ONNX file or a graph JSON file."""
+    if spec.startswith("zoo:"):
+        from planner.zoo import from_spec
+
+        return check_graph(from_spec(spec))
+    path = Path(spec)
+    if not path.exists():
+        raise UserError(f"{spec}: no such file (a GRAPH is an .onnx file, a graph .json file "
+                        f"or a zoo spec such as 'zoo:resnet?depth=50&batch=32')")
+    if path.is_dir():
+        raise UserError(f"{spec}: is a directory, not a graph file")
+    data = path.read_bytes()
+    if path.suffix.lower() == ".onnx" or not _looks_like_json(data):
+        from planner.importers import load_onnx
+
+        return check_graph(load_onnx(data, name=path.stem))
+    return graph_from_json(data.decode("utf-8", errors="replace"), source=spec)
+
+
+def graph_from_json(text: str, source: str = "graph JSON") -> Graph:
+    """Parse, normalise and validate graph JSON; errors name the offending field."""
+    try:
+        graph = Graph.model_validate_json(text)
+    except ValidationError as e:
+        raise UserError(f"{source}: {describe_validation_error(e)}") from None
+    return check_graph(normalize_attrs(graph))
+
+
+def describe_validation_error(e: ValidationError) -> str:
+    """One line for a pydantic error: the first problem with its field path, and a count."""
+    errors = e.errors()
+    first = errors[0]
+    where = ".".join(str(p) for p in first["loc"]) or "document"
+    more = f" (and {len(errors) - 1} more problem(s))" if len(errors) > 1 else ""
+    return f"field {where}: {first['msg']}{more}"
+
+
+def _looks_like_json(data: bytes) -> bool:
+    head = data.lstrip()[:1]
+    if head not in (b"{", b"["):
+        return False
+    try:
+        json.loads(data)
+    except (ValueError, UnicodeDecodeError):
+        return False
+    return True
+
+
+def write_text(path: str, text: str, force: bool = False) -> bool:
+    """Write `text` to `path`, refusing to replace a different existing file unless `force`.
+
+    Returns False when the file already holds exactly this text (nothing written, so build
+    tools watching timestamps see no change).
+    """
+    p = Path(path)
+    if p.exists():
+        if p.is_dir():
+            raise UserError(f"{path}: is a directory")
+        if p.read_text(errors="replace") == text:
+            return False
+        if not force:
+            raise UserError(f"{path} exists and differs; pass --force to overwrite it")
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(text)
+    return True
