@@ -1,1 +1,136 @@
-"""dropout ops (being written)."""
+"""Dropout with a counter-based mask, and its gradient, which recomputes the mask.
+
+The mask is a pure function of (seed, flat element index), so the C++ and CUDA executors
+reproduce it bit for bit and the backward pass recomputes it instead of storing it:
+
+    u    = splitmix64(seed * 0x9E3779B97F4A7C15 + index)      (uint64, wrapping)
+    keep = (u >> 11) * 2**-53 >= rate                         (a double in [0, 1))
+    y    = x * keep / (1 - rate)                              (in x's dtype)
+
+`splitmix64(s)` is the first output of Vigna's SplitMix64 generator whose state is s, i.e. the
+mixing function applied to s + 0x9E3779B97F4A7C15 (see `splitmix64`). Hence the mask bit for
+(seed, index 0) is SplitMix64's published output number `seed` from state 0, which the tests
+check. In C:
+
+    uint64_t z = seed * 0x9E3779B97F4A7C15ull + index + 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    bool keep = (double)(z >> 11) * 0x1.0p-53 >= rate;
+    y = x * (T)keep / (T)(1.0 - rate);          // T = float for float32 tensors
+
+A node's mask is the same at every step for a fixed seed; an executor that wants a fresh mask per
+step must change the seed attribute's value (for forward and backward alike).
+
+Example:
+    >>> dropout_mask(seed=0, n=8, rate=0.5).astype(int).tolist()
+    [1, 1, 1, 0, 0, 0, 1, 0]
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from planner.ops.base import (
+    Attr,
+    Attrs,
+    GradBuilder,
+    OpDef,
+    OpError,
+    TensorType,
+    elementwise_flops,
+    register,
+    require_float,
+)
+
+if TYPE_CHECKING:
+    from planner.graph.ir import Node
+
+GOLDEN_GAMMA = 0x9E3779B97F4A7C15  # SplitMix64's increment, 2**64 / golden ratio, odd
+_MASK64 = (1 << 64) - 1
+
+
+def splitmix64(state: np.ndarray | int) -> np.ndarray:
+    """SplitMix64's next output from `state` (uint64, elementwise, wrapping arithmetic).
+
+    z = state + GOLDEN_GAMMA; z = (z ^ z >> 30) * 0xBF58476D1CE4E5B9;
+    z = (z ^ z >> 27) * 0x94D049BB133111EB; return z ^ z >> 31.
+
+    >>> hex(int(splitmix64(0)))     # the published first output of SplitMix64 seeded with 0
+    '0xe220a8397b1dcdaf'
+    """
+    shape = np.shape(state)
+    # At least 1-D: numpy wraps uint64 array arithmetic silently but warns on 0-d scalars.
+    z = np.array(state, dtype=np.uint64, ndmin=1) + np.uint64(GOLDEN_GAMMA)
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return (z ^ (z >> np.uint64(31))).reshape(shape)
+
+
+def dropout_mask(seed: int, n: int, rate: float) -> np.ndarray:
+    """Keep mask (bool, shape (n,)) for flat indices 0..n-1: keep iff (u >> 11) * 2**-53 >= rate,
+    u = splitmix64(seed * GOLDEN_GAMMA + index). A fraction close to 1 - rate is kept.
+
+    >>> bool(dropout_mask(7, 1000, 0.0).all()), int(dropout_mask(7, 1000, 0.3).sum())
+    (True, 705)
+    """
+    if not 0 <= seed <= _MASK64:
+        raise ValueError(f"dropout seed must lie in [0, 2**64), got {seed}")
+    base = np.uint64((seed * GOLDEN_GAMMA) & _MASK64)
+    u = splitmix64(base + np.arange(n, dtype=np.uint64))
+    # The top 53 bits as a double in [0, 1): exact, as a C cast of a 53-bit integer is.
+    return (u >> np.uint64(11)).astype(np.float64) * 2.0**-53 >= rate
+
+
+def _apply_mask(v: np.ndarray, a: Attrs) -> np.ndarray:
+    keep = dropout_mask(a["seed"], v.size, a["rate"]).reshape(v.shape)
+    return v * keep.astype(v.dtype) / v.dtype.type(1.0 - a["rate"])
+
+
+def _check_attrs(op: str, a: Attrs) -> None:
+    if not 0.0 <= a["rate"] < 1.0:
+        raise OpError(f"{op}: rate must lie in [0, 1), got {a['rate']}")
+    if not 0 <= a["seed"] <= _MASK64:
+        raise OpError(f"{op}: seed must lie in [0, 2**64), got {a['seed']}")
+
+
+def _infer(op: str):
+    def infer(ins: list[TensorType], a: Attrs) -> list[TensorType]:
+        _check_attrs(op, a)
+        require_float(op, ins[0], "input" if op == "Dropout" else "dy")
+        return [ins[0]]
+    return infer
+
+
+def _dropout_gradient(g: GradBuilder, node: Node,
+                      grad_outputs: list[str | None]) -> list[str | None]:
+    x, dy = node.inputs[0], grad_outputs[0]
+    if dy is None or not g.needs(x):
+        return [None]
+    return g.emit("DropoutGrad", [dy], {"rate": node.attrs["rate"], "seed": node.attrs["seed"]})
+
+
+_ATTRS = {"rate": Attr("float", 0.5), "seed": Attr("int", 0)}
+
+register(OpDef(
+    name="Dropout",
+    attrs=_ATTRS,
+    infer=_infer("Dropout"),
+    # Per element: the multiply by the mask and the division by (1 - rate); the integer hash
+    # that makes the mask is not counted.
+    flops=elementwise_flops(2),
+    reference=lambda xs, a: [_apply_mask(xs[0], a)],
+    gradient=_dropout_gradient,
+    doc="y = x * mask / (1 - rate) with the counter-based mask of (seed, flat index).",
+))
+
+register(OpDef(
+    name="DropoutGrad",
+    attrs=_ATTRS,
+    infer=_infer("DropoutGrad"),
+    flops=elementwise_flops(2),
+    reference=lambda xs, a: [_apply_mask(xs[0], a)],
+    doc="dx = dy * mask / (1 - rate), recomputing Dropout's mask from the same rate and seed.",
+))

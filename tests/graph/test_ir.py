@@ -110,9 +110,11 @@ def test_out_of_order_nodes_are_reported():
 
 
 def test_producing_a_param_without_updates_is_rejected():
-    g = replace_node(small_graph(), "relu", outputs=("w",))
-    with pytest.raises(GraphError, match=r"'w'"):
-        check_graph(g)
+    g = small_graph()
+    tensors = tuple(t.model_copy(update={"role": "param"}) if t.name == "relu" else t
+                    for t in g.tensors)
+    with pytest.raises(GraphError, match=r"node 'relu': output tensor 'relu' has role 'param'"):
+        check_graph(g.model_copy(update={"tensors": tensors}))
 
 
 def test_graph_output_must_exist():
