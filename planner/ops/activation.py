@@ -1,1 +1,154 @@
-"""activation ops (being written)."""
+"""Activations and their gradients: Relu, LeakyRelu, Tanh, Sigmoid, Softmax, and *Grad ops.
+
+Every op here maps a float tensor to one of the same shape and dtype. Gradient ops take the
+incoming gradient dy and whichever forward value makes the derivative cheapest: the output y
+(Relu, Tanh, Sigmoid, Softmax), or the input x for LeakyRelu, whose output does not tell
+the sign of x when alpha < 0.
+
+    ReluGrad       dx = dy * (y > 0)
+    LeakyReluGrad  dx = dy * (x > 0 ? 1 : alpha)
+    TanhGrad       dx = dy * (1 - y^2)
+    SigmoidGrad    dx = dy * y * (1 - y)
+    SoftmaxGrad    dx = y * (dy - sum(dy * y, axis))
+
+FLOPs per element, counting a transcendental function as one: Relu 1, LeakyRelu 2, Tanh 1,
+Sigmoid 4 (exp, add, divide, select), Softmax 5 (max, subtract, exp, sum, divide); ReluGrad 1,
+LeakyReluGrad 2, TanhGrad 3, SigmoidGrad 3, SoftmaxGrad 4.
+
+Example:
+    >>> import numpy as np
+    >>> from planner.ops import get_op
+    >>> get_op("Relu").reference([np.array([-1.0, 2.0])], {})[0]
+    array([0., 2.])
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from planner.ops.base import (
+    Attr,
+    Attrs,
+    GradBuilder,
+    Infer,
+    OpDef,
+    OpError,
+    Reference,
+    TensorType,
+    elementwise_flops,
+    norm_axis,
+    register,
+    require_float,
+)
+
+if TYPE_CHECKING:
+    from planner.graph.ir import Node
+
+
+def _float_unary(op: str) -> Infer:
+    def infer(ins: list[TensorType], a: Attrs) -> list[TensorType]:
+        require_float(op, ins[0])
+        if op == "Softmax":
+            norm_axis(op, a["axis"], ins[0].rank)
+        return [ins[0]]
+
+    return infer
+
+
+def _grad_infer(op: str, second: str) -> Infer:
+    """[dy, second] -> dx: both float, of one shape and dtype."""
+    def infer(ins: list[TensorType], a: Attrs) -> list[TensorType]:
+        dy, v = ins
+        require_float(op, dy, "input dy")
+        if dy != v:
+            raise OpError(f"{op}: dy is {dy.dtype} {list(dy.shape)} but {second} is "
+                          f"{v.dtype} {list(v.shape)}; they must match")
+        if op == "SoftmaxGrad":
+            norm_axis(op, a["axis"], dy.rank)
+        return [dy]
+
+    return infer
+
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    # exp of a non-positive number only, so large |x| neither overflows nor loses precision.
+    e = np.exp(-np.abs(x))
+    return np.where(x >= 0, 1 / (1 + e), e / (1 + e))
+
+
+def _softmax(x: np.ndarray, axis: int) -> np.ndarray:
+    e = np.exp(x - np.max(x, axis=axis, keepdims=True))
+    return e / np.sum(e, axis=axis, keepdims=True)
+
+
+def _rule(grad_op: str, second: str, attr_names: tuple[str, ...] = ()):
+    """Gradient rule emitting `grad_op(dy, second)`, where second is "x" (the node's input)
+    or "y" (its output), with the node's attrs named in attr_names."""
+    def gradient(g: GradBuilder, node: Node, grads: list[str | None]) -> list[str | None]:
+        dy = grads[0]
+        if dy is None or not g.needs(node.inputs[0]):
+            return [None]
+        value = node.inputs[0] if second == "x" else node.outputs[0]
+        attrs = {k: node.attrs[k] for k in attr_names}
+        return [g.emit(grad_op, [dy, value], attrs)[0]]
+
+    return gradient
+
+
+def _define(name: str, reference: Reference, flops: int, grad_op: str, second: str,
+            grad_reference: Reference, grad_flops: int, attrs: dict[str, Attr],
+            doc: str) -> None:
+    """Register a forward activation and its gradient op."""
+    register(OpDef(
+        name=name, arity=1, attrs=attrs,
+        infer=_float_unary(name),
+        flops=elementwise_flops(flops),
+        reference=reference,
+        gradient=_rule(grad_op, second, tuple(attrs)),
+        doc=doc,
+    ))
+    register(OpDef(
+        name=grad_op, arity=2, attrs=attrs,
+        infer=_grad_infer(grad_op, second),
+        flops=elementwise_flops(grad_flops),
+        reference=grad_reference,
+        doc=f"Gradient of {name}: [dy, {second}] -> dx.",
+    ))
+
+
+def _leaky_relu(xs: list[np.ndarray], a: Attrs) -> list[np.ndarray]:
+    x = xs[0]
+    return [np.where(x > 0, x, x * np.asarray(a["alpha"], dtype=x.dtype))]
+
+
+def _leaky_relu_grad(xs: list[np.ndarray], a: Attrs) -> list[np.ndarray]:
+    dy, x = xs
+    return [np.where(x > 0, dy, dy * np.asarray(a["alpha"], dtype=dy.dtype))]
+
+
+def _softmax_ref(xs: list[np.ndarray], a: Attrs) -> list[np.ndarray]:
+    return [_softmax(xs[0], a["axis"])]
+
+
+def _softmax_grad(xs: list[np.ndarray], a: Attrs) -> list[np.ndarray]:
+    dy, y = xs
+    return [y * (dy - np.sum(dy * y, axis=a["axis"], keepdims=True))]
+
+
+_define("Relu", lambda xs, a: [np.maximum(xs[0], 0)], 1,
+        "ReluGrad", "y", lambda xs, a: [np.where(xs[1] > 0, xs[0], 0)], 1, {},
+        "y = max(x, 0).")
+_define("LeakyRelu", _leaky_relu, 2,
+        "LeakyReluGrad", "x", _leaky_relu_grad, 2, {"alpha": Attr("float", 0.01)},
+        "y = x if x > 0 else alpha * x.")
+_define("Tanh", lambda xs, a: [np.tanh(xs[0])], 1,
+        "TanhGrad", "y", lambda xs, a: [xs[0] * (1 - xs[1] * xs[1])], 3, {},
+        "y = tanh(x).")
+_define("Sigmoid", lambda xs, a: [_sigmoid(xs[0])], 4,
+        "SigmoidGrad", "y", lambda xs, a: [xs[0] * xs[1] * (1 - xs[1])], 3, {},
+        "y = 1 / (1 + exp(-x)).")
+_define("Softmax", _softmax_ref, 5,
+        "SoftmaxGrad", "y", _softmax_grad, 4, {"axis": Attr("int", -1)},
+        "y = exp(x) / sum(exp(x)) along axis.")

@@ -1,1 +1,248 @@
-"""elementwise ops (being written)."""
+"""Element-wise ops: broadcasting Add, Sub, Mul, Div; AddN; Neg, Scale; Expand.
+
+Binary ops broadcast as numpy does (shapes aligned on the right, a dimension of 1 stretches);
+both inputs have the same dtype, which the output keeps. Their gradients flow to each input
+through `sum_to_shape`, which sums away the broadcast axes.
+
+FLOPs: one per output element for every binary op, Neg and Scale; n-1 per element for AddN;
+none for Expand (a copy).
+
+Example:
+    >>> from planner.ops import TensorType, get_op
+    >>> get_op("Add").infer([TensorType((4, 1, 3)), TensorType((5, 1))], {})[0].shape
+    (4, 5, 3)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from planner.ops.base import (
+    Attr,
+    Attrs,
+    GradBuilder,
+    OpDef,
+    OpError,
+    TensorType,
+    elementwise_flops,
+    register,
+    require_float,
+    same_as_input,
+    zero_flops,
+)
+from planner.ops.reduce import sum_to_shape
+
+if TYPE_CHECKING:
+    from planner.graph.ir import Node
+
+
+def broadcast_shapes(op: str, a: Sequence[int], b: Sequence[int]) -> tuple[int, ...]:
+    """numpy's broadcast of two shapes; OpError naming both shapes when they do not fit.
+
+    >>> broadcast_shapes("Mul", (2, 1, 3), (4, 1))
+    (2, 4, 3)
+    """
+    rank = max(len(a), len(b))
+    pa = (1,) * (rank - len(a)) + tuple(a)
+    pb = (1,) * (rank - len(b)) + tuple(b)
+    out = []
+    for k, (da, db) in enumerate(zip(pa, pb, strict=True)):
+        if da != db and 1 not in (da, db):
+            raise OpError(f"{op}: shapes {list(a)} and {list(b)} do not broadcast "
+                          f"(dimension {k - rank}: {da} vs {db})")
+        out.append(db if da == 1 else da)
+    return tuple(out)
+
+
+def _binary_infer(op: str, float_only: bool) -> Callable[[list[TensorType], Attrs],
+                                                           list[TensorType]]:
+    def infer(ins: list[TensorType], a: Attrs) -> list[TensorType]:
+        x, y = ins
+        if x.dtype != y.dtype:
+            raise OpError(f"{op}: input dtypes differ: {x.dtype} (shape {list(x.shape)}) and "
+                          f"{y.dtype} (shape {list(y.shape)})")
+        if float_only:
+            require_float(op, x)
+        elif x.dtype == "bool":
+            raise OpError(f"{op}: inputs must be numeric, got bool")
+        return [TensorType(broadcast_shapes(op, x.shape, y.shape), x.dtype)]
+
+    return infer
+
+
+def _wants(g: GradBuilder, dy: str | None, x: str) -> bool:
+    return dy is not None and g.needs(x)
+
+
+def _sum_to(g: GradBuilder, grad: str, x: str) -> str:
+    """`grad`, a value of the broadcast output's shape, summed down to input x's shape."""
+    return sum_to_shape(g, grad, g.type(x).shape)
+
+
+def _add_grad(g: GradBuilder, node: Node, grads: list[str | None]) -> list[str | None]:
+    a, b = node.inputs
+    dy = grads[0]
+    return [_sum_to(g, dy, a) if _wants(g, dy, a) else None,
+            _sum_to(g, dy, b) if _wants(g, dy, b) else None]
+
+
+def _sub_grad(g: GradBuilder, node: Node, grads: list[str | None]) -> list[str | None]:
+    a, b = node.inputs
+    dy = grads[0]
+    return [_sum_to(g, dy, a) if _wants(g, dy, a) else None,
+            _sum_to(g, g.emit("Neg", [dy])[0], b) if _wants(g, dy, b) else None]
+
+
+def _mul_grad(g: GradBuilder, node: Node, grads: list[str | None]) -> list[str | None]:
+    a, b = node.inputs
+    dy = grads[0]
+    return [_sum_to(g, g.emit("Mul", [dy, b])[0], a) if _wants(g, dy, a) else None,
+            _sum_to(g, g.emit("Mul", [dy, a])[0], b) if _wants(g, dy, b) else None]
+
+
+def _div_grad(g: GradBuilder, node: Node, grads: list[str | None]) -> list[str | None]:
+    # y = a / b: da = dy / b, db = -dy * a / b^2 = -(dy / b) * y; dy / b is shared.
+    a, b = node.inputs
+    dy = grads[0]
+    if not (_wants(g, dy, a) or _wants(g, dy, b)):
+        return [None, None]
+    dy_over_b = g.emit("Div", [dy, b])[0]
+    db = None
+    if _wants(g, dy, b):
+        db = _sum_to(g, g.emit("Neg", [g.emit("Mul", [dy_over_b, node.outputs[0]])[0]])[0], b)
+    return [_sum_to(g, dy_over_b, a) if _wants(g, dy, a) else None, db]
+
+
+def _binary(name: str, fn: Callable[[np.ndarray, np.ndarray], np.ndarray], gradient,
+            doc: str, float_only: bool = False) -> OpDef:
+    return register(OpDef(
+        name=name, arity=2,
+        infer=_binary_infer(name, float_only),
+        flops=elementwise_flops(1),
+        reference=lambda xs, a: [fn(xs[0], xs[1])],
+        gradient=gradient,
+        doc=doc,
+    ))
+
+
+_binary("Add", np.add, _add_grad, "y = a + b, numpy broadcasting.")
+_binary("Sub", np.subtract, _sub_grad, "y = a - b, numpy broadcasting.")
+_binary("Mul", np.multiply, _mul_grad, "y = a * b, numpy broadcasting.")
+_binary("Div", np.divide, _div_grad, "y = a / b, numpy broadcasting (float only).",
+        float_only=True)
+
+
+# ---- AddN -------------------------------------------------------------------------------------
+
+def _addn_infer(ins: list[TensorType], a: Attrs) -> list[TensorType]:
+    first = ins[0]
+    for k, t in enumerate(ins[1:], start=1):
+        if t != first:
+            raise OpError(f"AddN: input {k} is {t.dtype} {list(t.shape)}, input 0 is "
+                          f"{first.dtype} {list(first.shape)}; all inputs must match")
+    return [first]
+
+
+def _addn_reference(xs: list[np.ndarray], a: Attrs) -> list[np.ndarray]:
+    out = xs[0].copy()
+    for x in xs[1:]:
+        out += x
+    return [out]
+
+
+def _addn_grad(g: GradBuilder, node: Node, grads: list[str | None]) -> list[str | None]:
+    dy = grads[0]
+    return [dy if dy is not None and g.needs(x) else None for x in node.inputs]
+
+
+register(OpDef(
+    name="AddN", arity=None, min_inputs=1,
+    infer=_addn_infer,
+    flops=lambda ins, outs, a: (len(ins) - 1) * outs[0].size,
+    reference=_addn_reference,
+    gradient=_addn_grad,
+    doc="y = x1 + ... + xn, all of one shape and dtype (summing gradient contributions).",
+))
+
+
+# ---- unary ------------------------------------------------------------------------------------
+
+def _numeric_same(op: str):
+    def infer(ins: list[TensorType], a: Attrs) -> list[TensorType]:
+        if ins[0].dtype == "bool":
+            raise OpError(f"{op}: input must be numeric, got bool")
+        return same_as_input(ins, a)
+
+    return infer
+
+
+def _neg_grad(g: GradBuilder, node: Node, grads: list[str | None]) -> list[str | None]:
+    dy = grads[0]
+    return [g.emit("Neg", [dy])[0] if dy is not None and g.needs(node.inputs[0]) else None]
+
+
+def _scale_infer(ins: list[TensorType], a: Attrs) -> list[TensorType]:
+    require_float("Scale", ins[0])
+    return same_as_input(ins, a)
+
+
+def _scale_reference(xs: list[np.ndarray], a: Attrs) -> list[np.ndarray]:
+    x = xs[0]
+    return [x * np.asarray(a["factor"], dtype=x.dtype)]
+
+
+def _scale_grad(g: GradBuilder, node: Node, grads: list[str | None]) -> list[str | None]:
+    dy = grads[0]
+    if dy is None or not g.needs(node.inputs[0]):
+        return [None]
+    return [g.emit("Scale", [dy], {"factor": node.attrs["factor"]})[0]]
+
+
+register(OpDef(
+    name="Neg", arity=1,
+    infer=_numeric_same("Neg"),
+    flops=elementwise_flops(1),
+    reference=lambda xs, a: [np.negative(xs[0])],
+    gradient=_neg_grad,
+    doc="y = -x.",
+))
+
+register(OpDef(
+    name="Scale", arity=1, attrs={"factor": Attr("float", required=True)},
+    infer=_scale_infer,
+    flops=elementwise_flops(1),
+    reference=_scale_reference,
+    gradient=_scale_grad,
+    doc="y = factor * x (factor a constant attribute, applied in x's dtype).",
+))
+
+
+# ---- Expand -----------------------------------------------------------------------------------
+
+def _expand_infer(ins: list[TensorType], a: Attrs) -> list[TensorType]:
+    x, shape = ins[0], tuple(a["shape"])
+    lead = len(shape) - x.rank
+    if lead < 0 or any(d not in (1, shape[lead + k]) for k, d in enumerate(x.shape)):
+        raise OpError(f"Expand: cannot broadcast input shape {list(x.shape)} to shape "
+                      f"{list(shape)}")
+    return [TensorType(shape, x.dtype)]
+
+
+def _expand_grad(g: GradBuilder, node: Node, grads: list[str | None]) -> list[str | None]:
+    x, dy = node.inputs[0], grads[0]
+    if dy is None or not g.needs(x):
+        return [None]
+    return [sum_to_shape(g, dy, g.type(x).shape)]
+
+
+register(OpDef(
+    name="Expand", arity=1, attrs={"shape": Attr("ints", required=True)},
+    infer=_expand_infer,
+    flops=zero_flops,
+    reference=lambda xs, a: [np.broadcast_to(xs[0], tuple(a["shape"])).copy()],
+    gradient=_expand_grad,
+    doc="y = x broadcast (numpy rules) to exactly `shape`.",
+))

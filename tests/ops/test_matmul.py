@@ -1,0 +1,152 @@
+"""MatMul, BiasAdd, BiasAddGrad: shape rules and errors, references vs torch, gradient rules vs
+finite differences and torch autograd."""
+
+import numpy as np
+import pytest
+
+from planner.ops import OpError, TensorType, get_op
+from tests.ops.opcheck import apply_rule, check_gradient, reference, rel_error, torch_gradients
+
+# (shape of op(a), shape of op(b)) before transposition: plain, batched, batch x matrix,
+# matrix x batch, broadcast batch axes.
+PRODUCTS = [((3, 4), (4, 5)), ((2, 3, 4), (2, 4, 5)), ((2, 3, 4), (4, 5)), ((3, 4), (2, 4, 5)),
+            ((2, 1, 3, 4), (3, 4, 2))]
+FLAGS = [(False, False), (True, False), (False, True), (True, True)]
+
+
+def _operands(sa, sb, ta, tb, dtype, seed=0):
+    """Random a, b whose op(a), op(b) have shapes sa, sb."""
+    rng = np.random.default_rng(seed)
+    a = rng.standard_normal(sa).astype(dtype)
+    b = rng.standard_normal(sb).astype(dtype)
+    a = np.ascontiguousarray(np.swapaxes(a, -1, -2)) if ta else a
+    b = np.ascontiguousarray(np.swapaxes(b, -1, -2)) if tb else b
+    return a, b
+
+
+def _torch_matmul(ta, tb):
+    import torch
+
+    def fn(a, b):
+        return torch.matmul(a.transpose(-1, -2) if ta else a, b.transpose(-1, -2) if tb else b)
+    return fn
+
+
+def _attrs(ta, tb):
+    return {"transpose_a": ta, "transpose_b": tb}
+
+
+# ---- MatMul -----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("sa,sb", PRODUCTS)
+@pytest.mark.parametrize("ta,tb", FLAGS)
+def test_matmul_shape_and_flops(sa, sb, ta, tb):
+    a, b = _operands(sa, sb, ta, tb, np.float32)
+    ins = [TensorType(a.shape), TensorType(b.shape)]
+    out = get_op("MatMul").infer(ins, _attrs(ta, tb))[0]
+    expected = np.matmul(np.zeros(sa), np.zeros(sb)).shape
+    assert out.shape == expected
+    k = sa[-1]
+    assert get_op("MatMul").flops(ins, [out], _attrs(ta, tb)) == 2 * int(np.prod(expected)) * k
+
+
+def test_matmul_errors():
+    mm = get_op("MatMul")
+    with pytest.raises(OpError, match=r"inner dimensions differ: a \[3, 4\].*K=4.*b \[5, 6\]"
+                                      r".*K=5"):
+        mm.infer([TensorType((3, 4)), TensorType((5, 6))], _attrs(False, False))
+    with pytest.raises(OpError, match="inner dimensions differ"):
+        mm.infer([TensorType((3, 4)), TensorType((6, 4))], _attrs(True, True))
+    with pytest.raises(OpError, match=r"input b must have rank >= 2, got shape \[4\]"):
+        mm.infer([TensorType((3, 4)), TensorType((4,))], _attrs(False, False))
+    with pytest.raises(OpError, match=r"MatMul: shapes \[2\] and \[3\] do not broadcast"):
+        mm.infer([TensorType((2, 3, 4)), TensorType((3, 4, 5))], _attrs(False, False))
+    with pytest.raises(OpError, match="input a must be a float tensor"):
+        mm.infer([TensorType((3, 4), "int64"), TensorType((4, 5), "int64")], _attrs(False, False))
+
+
+@pytest.mark.parametrize("sa,sb", PRODUCTS)
+@pytest.mark.parametrize("ta,tb", FLAGS)
+def test_matmul_reference_matches_torch(sa, sb, ta, tb):
+    torch = pytest.importorskip("torch")
+    a, b = _operands(sa, sb, ta, tb, np.float32)
+    ours = reference("MatMul", [a, b], _attrs(ta, tb))[0]
+    theirs = _torch_matmul(ta, tb)(torch.tensor(a), torch.tensor(b)).numpy()
+    assert ours.dtype == np.float32
+    assert rel_error(ours, theirs) < 1e-5
+
+
+@pytest.mark.parametrize("sa,sb", PRODUCTS)
+@pytest.mark.parametrize("ta,tb", FLAGS)
+def test_matmul_gradient_finite_differences(sa, sb, ta, tb):
+    a, b = _operands(sa, sb, ta, tb, np.float64, seed=1)
+    check_gradient("MatMul", [a, b], _attrs(ta, tb))
+
+
+@pytest.mark.parametrize("sa,sb", PRODUCTS[1:])
+@pytest.mark.parametrize("ta,tb", FLAGS)
+def test_matmul_gradient_matches_torch(sa, sb, ta, tb):
+    pytest.importorskip("torch")
+    a, b = _operands(sa, sb, ta, tb, np.float64, seed=2)
+    grads, dys, _ = apply_rule("MatMul", [a, b], _attrs(ta, tb))
+    expected = torch_gradients(_torch_matmul(ta, tb), [a, b], dys, [0, 1])
+    for ours, theirs in zip(grads, expected, strict=True):
+        assert rel_error(ours, theirs) < 1e-10
+
+
+@pytest.mark.parametrize("tb", [False, True])
+def test_shared_weight_gradient_is_one_gemm(tb):
+    a, b = _operands((2, 3, 4), (4, 5), False, tb, np.float64)
+    _, _, emitted = apply_rule("MatMul", [a, b], _attrs(False, tb), wrt=[1])
+    assert emitted == ["Reshape", "Reshape", "MatMul"]
+
+
+# ---- BiasAdd / BiasAddGrad --------------------------------------------------------------------
+
+BIAS_CASES = [((4, 3), 1), ((2, 3, 4, 5), 1), ((2, 3, 4), -1), ((2, 3, 4), 2)]
+
+
+def _bias_inputs(shape, axis, dtype, seed=0):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal(shape).astype(dtype)
+    return x, rng.standard_normal(shape[axis]).astype(dtype)
+
+
+def _torch_bias_add(axis):
+    def fn(x, b):
+        view = [1] * x.dim()
+        view[axis] = -1
+        return x + b.reshape(view)
+    return fn
+
+
+@pytest.mark.parametrize("shape,axis", BIAS_CASES)
+def test_bias_add_reference_matches_torch(shape, axis):
+    torch = pytest.importorskip("torch")
+    x, b = _bias_inputs(shape, axis, np.float32)
+    ours = reference("BiasAdd", [x, b], {"axis": axis})[0]
+    assert rel_error(ours, _torch_bias_add(axis)(torch.tensor(x), torch.tensor(b)).numpy()) < 1e-5
+    db = reference("BiasAddGrad", [x], {"axis": axis})[0]
+    dims = [d for d in range(len(shape)) if d != axis % len(shape)]
+    assert db.dtype == np.float32
+    assert rel_error(db, torch.tensor(x).sum(dim=dims).numpy()) < 1e-5
+
+
+def test_bias_add_errors():
+    with pytest.raises(OpError, match=r"bias has 4 elements but axis 1 of input \[2, 3, 5, 5\] "
+                                      r"has 3"):
+        get_op("BiasAdd").infer([TensorType((2, 3, 5, 5)), TensorType((4,))], {"axis": 1})
+    with pytest.raises(OpError, match=r"bias must have rank 1, got shape \[1, 3\]"):
+        get_op("BiasAdd").infer([TensorType((2, 3)), TensorType((1, 3))], {"axis": 1})
+    with pytest.raises(OpError, match="axis 4 out of range for rank 2"):
+        get_op("BiasAddGrad").infer([TensorType((2, 3))], {"axis": 4})
+
+
+@pytest.mark.parametrize("shape,axis", BIAS_CASES)
+def test_bias_add_gradient(shape, axis):
+    x, b = _bias_inputs(shape, axis, np.float64, seed=1)
+    grads, dys = check_gradient("BiasAdd", [x, b], {"axis": axis})
+    pytest.importorskip("torch")
+    expected = torch_gradients(_torch_bias_add(axis), [x, b], dys, [0, 1])
+    for ours, theirs in zip(grads, expected, strict=True):
+        assert rel_error(ours, theirs) < 1e-12
