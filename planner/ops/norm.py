@@ -1,1 +1,270 @@
-"""norm ops (being written)."""
+"""Normalisation: BatchNorm and LRN with their backward ops. The channel axis is 1.
+
+BatchNorm (training=True, as PyTorch) normalises with the batch statistics over every axis but
+the channel axis (m = elements per channel), biased variance for y, unbiased for the running
+update:
+
+    saved_mean = mean(x);  var = mean((x - saved_mean)^2);  saved_invstd = 1 / sqrt(var + eps)
+    y = (x - saved_mean) * saved_invstd * scale + bias
+    running_mean_new = (1 - momentum) * running_mean + momentum * saved_mean
+    running_var_new  = (1 - momentum) * running_var  + momentum * var * m / (m - 1)
+
+training=False uses the running statistics and has the single output y.
+
+BatchNormGrad takes one attr beyond the catalogue, `training` (default True, the catalogue's
+op). Like TensorFlow's FusedBatchNormGrad `is_training`, training=False is the gradient of the
+inference form: its last two inputs are then running_mean and running_var, and `epsilon` gives
+the invstd. That is how frozen-statistics BatchNorm gets a gradient without more ops.
+
+LRN follows ONNX: for channel c the window is [c - (size-1)//2, c + size//2], clipped to the
+channels, and y = x / (bias + alpha/size * sum_window x^2)^beta. torch.nn.LocalResponseNorm
+agrees for odd sizes (the usual ones); for even sizes it puts the extra channel before c.
+
+Example:
+    >>> import numpy as np
+    >>> x = np.array([[1.0, 3.0], [3.0, 5.0]])   # N=2, C=2
+    >>> y, *_ = batchnorm_reference([x, np.ones(2), np.zeros(2), np.zeros(2), np.ones(2)],
+    ...     {"epsilon": 0.0, "momentum": 0.1, "training": True})
+    >>> y
+    array([[-1., -1.],
+           [ 1.,  1.]])
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from planner.ops.base import (
+    Attr,
+    Attrs,
+    GradBuilder,
+    OpDef,
+    OpError,
+    TensorType,
+    get_op,
+    register,
+    require_float,
+)
+
+# ---- BatchNorm -------------------------------------------------------------------------------
+
+BN_INPUTS = ("scale", "bias", "running_mean", "running_var")
+
+
+def _channels(op: str, x: TensorType) -> int:
+    if x.rank < 2:
+        raise OpError(f"{op}: input x must have rank >= 2 (N,C,...), got shape {list(x.shape)}")
+    require_float(op, x, "input x")
+    return x.shape[1]
+
+
+def _check_per_channel(op: str, x: TensorType, named: dict[str, TensorType]) -> None:
+    c = x.shape[1]
+    for what, t in named.items():
+        if t.shape != (c,):
+            raise OpError(f"{op}: {what} must have shape [{c}] (the channels of x "
+                          f"{list(x.shape)}), got {list(t.shape)}")
+        if t.dtype != x.dtype:
+            raise OpError(f"{op}: {what} is {t.dtype} but x is {x.dtype}")
+
+
+def _per_channel(x: TensorType) -> int:
+    """m: how many elements each channel's statistics are taken over."""
+    return x.size // x.shape[1] if x.shape[1] else 0
+
+
+def _batchnorm_infer(ins: list[TensorType], a: Attrs) -> list[TensorType]:
+    x = ins[0]
+    c = _channels("BatchNorm", x)
+    _check_per_channel("BatchNorm", x, dict(zip(BN_INPUTS, ins[1:], strict=True)))
+    if not a["training"]:
+        return [x]
+    if _per_channel(x) < 2:
+        raise OpError(f"BatchNorm: training needs more than one value per channel, x has shape "
+                      f"{list(x.shape)}")
+    stat = TensorType((c,), x.dtype)
+    return [x, stat, stat, stat, stat]
+
+
+def _stat_axes(x: np.ndarray) -> tuple[int, ...]:
+    return (0, *range(2, x.ndim))
+
+
+def _bcast(v: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """A per-channel vector shaped to broadcast against x."""
+    return v.reshape(1, -1, *([1] * (x.ndim - 2)))
+
+
+def batchnorm_reference(xs: list[np.ndarray], a: Attrs) -> list[np.ndarray]:
+    x, scale, bias, running_mean, running_var = xs
+    eps, momentum = a["epsilon"], a["momentum"]
+    if not a["training"]:
+        k = scale / np.sqrt(running_var + eps)
+        return [(x - _bcast(running_mean, x)) * _bcast(k, x) + _bcast(bias, x)]
+    axes = _stat_axes(x)
+    m = x.size // x.shape[1]
+    mean = x.mean(axis=axes)
+    xc = x - _bcast(mean, x)
+    var = (xc * xc).mean(axis=axes)
+    invstd = 1.0 / np.sqrt(var + eps)
+    y = xc * _bcast(invstd * scale, x) + _bcast(bias, x)
+    new_mean = (1 - momentum) * running_mean + momentum * mean
+    new_var = (1 - momentum) * running_var + momentum * var * (m / (m - 1))
+    return [y, new_mean, new_var, mean, invstd]
+
+
+def batchnorm_gradient(g: GradBuilder, node, grad_outputs: list[str | None]
+                       ) -> list[str | None]:
+    dy, *stat_grads = grad_outputs
+    for name, grad in zip(node.outputs[1:], stat_grads, strict=True):
+        if grad is not None:
+            # Running and saved statistics only feed state updates and BatchNormGrad.
+            raise OpError(f"BatchNorm: no gradient rule for its statistics output {name!r}")
+    x, scale, bias, running_mean, running_var = node.inputs
+    wanted = [g.needs(t) for t in (x, scale, bias)]
+    if dy is None or not any(wanted):
+        return [None] * 5
+    attrs = get_op("BatchNorm").normalize_attrs(node.attrs)
+    stats = list(node.outputs[3:5]) if attrs["training"] else [running_mean, running_var]
+    grads = g.emit("BatchNormGrad", [dy, x, scale, *stats],
+                   {"epsilon": attrs["epsilon"], "training": attrs["training"]})
+    return [d if w else None for d, w in zip(grads, wanted, strict=True)] + [None, None]
+
+
+register(OpDef(
+    name="BatchNorm", arity=5,
+    attrs={"epsilon": Attr("float", 1e-5), "momentum": Attr("float", 0.1),
+           "training": Attr("bool", True)},
+    infer=_batchnorm_infer,
+    # Per element: training 6 (mean 1, centred square and sum 3, scale and shift 2);
+    # inference 2 (x * k + b with k, b folded per channel).
+    flops=lambda ins, outs, a: ins[0].size * (6 if a["training"] else 2),
+    reference=batchnorm_reference,
+    gradient=batchnorm_gradient,
+    nondiff_inputs=(3, 4),
+    doc="[x, scale, bias, running_mean, running_var] -> training: [y, running_mean_new, "
+        "running_var_new, saved_mean, saved_invstd]; inference: [y].",
+))
+
+
+def _batchnorm_grad_infer(ins: list[TensorType], a: Attrs) -> list[TensorType]:
+    dy, x, scale, mean, last = ins
+    _channels("BatchNormGrad", x)
+    if dy.shape != x.shape or dy.dtype != x.dtype:
+        raise OpError(f"BatchNormGrad: dy is {dy.dtype}{list(dy.shape)} but x is "
+                      f"{x.dtype}{list(x.shape)}")
+    stats = ("saved_mean", "saved_invstd") if a["training"] else BN_INPUTS[2:]
+    _check_per_channel("BatchNormGrad", x, {"scale": scale, stats[0]: mean, stats[1]: last})
+    return [x, scale, scale]
+
+
+def batchnorm_grad_reference(xs: list[np.ndarray], a: Attrs) -> list[np.ndarray]:
+    dy, x, scale, mean, last = xs
+    invstd = last if a["training"] else 1.0 / np.sqrt(last + a["epsilon"])
+    axes = _stat_axes(x)
+    xhat = (x - _bcast(mean, x)) * _bcast(invstd, x)
+    dbias = dy.sum(axis=axes)
+    dscale = (dy * xhat).sum(axis=axes)
+    if not a["training"]:
+        return [dy * _bcast(scale * invstd, x), dscale, dbias]
+    m = x.size // x.shape[1]
+    # The batch statistics depend on x: subtract the mean of dy and its projection on xhat.
+    dx = _bcast(scale * invstd / m, x) * (m * dy - _bcast(dbias, x) - xhat * _bcast(dscale, x))
+    return [dx, dscale, dbias]
+
+
+register(OpDef(
+    name="BatchNormGrad", arity=5,
+    attrs={"epsilon": Attr("float", 1e-5), "training": Attr("bool", True)},
+    infer=_batchnorm_grad_infer,
+    # Per element: training 9 (dbias 1, xhat 2, dscale 2, dx 4); inference 6.
+    flops=lambda ins, outs, a: ins[1].size * (9 if a["training"] else 6),
+    reference=batchnorm_grad_reference,
+    doc="[dy, x, scale, saved_mean, saved_invstd] -> [dx, dscale, dbias]; with training=False "
+        "the last two inputs are running_mean and running_var.",
+))
+
+
+# ---- LRN -------------------------------------------------------------------------------------
+
+LRN_ATTRS: dict[str, Attr] = {
+    "size": Attr("int", 5),
+    "alpha": Attr("float", 1e-4),
+    "beta": Attr("float", 0.75),
+    "bias": Attr("float", 1.0),
+}
+
+
+def _lrn_infer(op: str, x: TensorType, others: dict[str, TensorType], a: Attrs
+               ) -> list[TensorType]:
+    _channels(op, x)
+    if a["size"] < 1:
+        raise OpError(f"{op}: attribute 'size' must be >= 1, got {a['size']}")
+    for what, t in others.items():
+        if t.shape != x.shape or t.dtype != x.dtype:
+            raise OpError(f"{op}: {what} is {t.dtype}{list(t.shape)} but x is "
+                          f"{x.dtype}{list(x.shape)}")
+    return [x]
+
+
+def _channel_window_sum(v: np.ndarray, before: int, after: int) -> np.ndarray:
+    """out[:, c] = sum of v[:, c - before : c + after + 1], clipped to the channels."""
+    c = v.shape[1]
+    padded = np.pad(v, [(0, 0), (before, after)] + [(0, 0)] * (v.ndim - 2))
+    out = padded[:, 0:c].copy()
+    for k in range(1, before + after + 1):
+        out += padded[:, k:k + c]
+    return out
+
+
+def _lrn_denominator(x: np.ndarray, a: Attrs) -> np.ndarray:
+    """D = bias + alpha/size * (sum of x^2 over the channel window)."""
+    size = a["size"]
+    return a["bias"] + (a["alpha"] / size) * _channel_window_sum(x * x, (size - 1) // 2,
+                                                                  size // 2)
+
+
+def lrn_reference(xs: list[np.ndarray], a: Attrs) -> list[np.ndarray]:
+    (x,) = xs
+    return [x * _lrn_denominator(x, a) ** -a["beta"]]
+
+
+def lrn_grad_reference(xs: list[np.ndarray], a: Attrs) -> list[np.ndarray]:
+    """dx_j = dy_j D_j^-beta - 2 alpha beta / size * x_j * sum_{c: j in window(c)} dy_c y_c / D_c.
+    """
+    dy, x, y = xs
+    size, beta = a["size"], a["beta"]
+    d = _lrn_denominator(x, a)
+    # j is in window(c) exactly when c is in [j - size//2, j + (size-1)//2]: the window mirrored.
+    back = _channel_window_sum(dy * y / d, size // 2, (size - 1) // 2)
+    return [dy * d ** -beta - (2 * a["alpha"] * beta / size) * x * back]
+
+
+def lrn_gradient(g: GradBuilder, node, grad_outputs: list[str | None]) -> list[str | None]:
+    (dy,) = grad_outputs
+    (x,) = node.inputs
+    if dy is None or not g.needs(x):
+        return [None]
+    (dx,) = g.emit("LRNGrad", [dy, x, node.outputs[0]],
+                   get_op("LRN").normalize_attrs(node.attrs))
+    return [dx]
+
+
+register(OpDef(
+    name="LRN", arity=1, attrs=LRN_ATTRS,
+    infer=lambda ins, a: _lrn_infer("LRN", ins[0], {}, a),
+    # Per element: square 1, window sum `size`, scale and bias 2, power 1, multiply 1.
+    flops=lambda ins, outs, a: ins[0].size * (a["size"] + 5),
+    reference=lrn_reference,
+    gradient=lrn_gradient,
+    doc="Local response normalisation across channels (ONNX semantics).",
+))
+
+register(OpDef(
+    name="LRNGrad", arity=3, attrs=LRN_ATTRS,
+    infer=lambda ins, a: _lrn_infer("LRNGrad", ins[1], {"dy": ins[0], "y": ins[2]}, a),
+    # Per element: D again (size + 3), power 1, dy*y/D 2, mirrored window sum `size`, dx 4.
+    flops=lambda ins, outs, a: ins[0].size * (2 * a["size"] + 10),
+    reference=lrn_grad_reference,
+    doc="[dy, x, y] -> dx of LRN.",
+))
