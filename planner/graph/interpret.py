@@ -35,7 +35,7 @@ def run(graph: Graph, feeds: Mapping[str, np.ndarray], params: Mapping[str, np.n
     for t in graph.tensors:
         if t.role in ("input", "label"):
             env[t.name] = _fetch(feeds, t, "feed")
-        elif t.role in ("param", "state", "optimizer-state"):
+        elif t.role in ("param", "state", "optimizer-state") and t.updates is None:
             env[t.name] = _fetch(params, t, "parameter")
     for n in graph.nodes:
         opdef = get_op(n.op)
@@ -50,6 +50,36 @@ def run(graph: Graph, feeds: Mapping[str, np.ndarray], params: Mapping[str, np.n
     if keep == "all":
         return env
     return {o: env[o] for o in graph.outputs}
+
+
+def train_step(graph: Graph, feeds: Mapping[str, np.ndarray],
+               state: Mapping[str, np.ndarray]) -> tuple[dict[str, np.ndarray],
+                                                       dict[str, np.ndarray]]:
+    """Run one step of a training graph; return (graph outputs, new persistent state).
+
+    `state` holds every param, state and optimizer-state tensor (as `init_params` gives them);
+    the new state has the same keys, each tensor that some output `updates` replaced by that
+    output's value (updated params, optimizer slots, the step count, BatchNorm running
+    statistics). `state` itself is left untouched. An inference graph returns `state` unchanged
+    (as a copy).
+
+    Example:
+        >>> from planner.graph.autodiff import make_training_graph
+        >>> from planner.graph.optimizer import Optimizer
+        >>> from planner.zoo import build
+        >>> g = make_training_graph(build("mlp", batch=2, hidden=[4], in_features=3, classes=2),
+        ...                         Optimizer(kind="sgd", lr=0.1))
+        >>> state = init_params(g)
+        >>> outputs, new = train_step(g, random_feeds(g), state)
+        >>> bool((new["fc1/weight"] != state["fc1/weight"]).any())
+        True
+    """
+    values = run(graph, feeds, state)
+    new_state = dict(state)
+    for t in graph.tensors:
+        if t.updates is not None:
+            new_state[t.updates] = values[t.name]
+    return {o: values[o] for o in graph.outputs}, new_state
 
 
 def _fetch(values: Mapping[str, np.ndarray], t: Tensor, what: str) -> np.ndarray:
@@ -104,7 +134,7 @@ def init_params(graph: Graph, seed: int = 0) -> dict[str, np.ndarray]:
     """Initial values of every param, state and optimizer-state tensor, in graph order."""
     rng = np.random.default_rng(seed)
     return {t.name: init_value(t, rng)
-            for t in graph.by_role("param", "state", "optimizer-state")}
+            for t in graph.by_role("param", "state", "optimizer-state") if t.updates is None}
 
 
 def random_feeds(graph: Graph, seed: int = 0) -> dict[str, np.ndarray]:

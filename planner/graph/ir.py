@@ -47,9 +47,19 @@ AttrValue = int | float | str | bool | list[Any] | None
 
 
 class Record(BaseModel):
-    """Base of every record: frozen, no unknown fields."""
+    """Base of every record: frozen, no unknown fields.
+
+    Records may memoise derived views with functools.cached_property (they are frozen, so a
+    view never goes stale); `model_copy` drops those memos, since the copy may differ.
+    """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
+
+    def model_copy(self, *, update: dict[str, Any] | None = None, deep: bool = False) -> Any:
+        copy = super().model_copy(update=update, deep=deep)
+        for key in [k for k in copy.__dict__ if k not in type(self).model_fields]:
+            del copy.__dict__[key]
+        return copy
 
 
 class Tensor(Record):

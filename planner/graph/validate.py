@@ -39,6 +39,8 @@ def check_graph(graph: Graph) -> Graph:
     _check_acyclic(graph)
     tensors = graph.tensor_map
     written: set[str] = set()
+    updated: dict[str, str] = {}  # persistent tensor -> the tensor holding its next value
+    position = {n.name: k for k, n in enumerate(graph.nodes)}
     for n in graph.nodes:
         for i in n.inputs:
             if i not in tensors:
@@ -53,7 +55,7 @@ def check_graph(graph: Graph) -> Graph:
             if o in written:
                 raise GraphError(f"tensor {o!r} is produced twice (again by node {n.name!r})")
             if tensors[o].updates is not None:
-                _check_update(graph, n, o, written)
+                _check_update(graph, n, o, updated, position)
             elif tensors[o].role in EXTERNAL_ROLES:
                 raise GraphError(f"node {n.name!r}: output tensor {o!r} has role "
                                  f"{tensors[o].role!r}, which is fed from outside the step")
@@ -65,7 +67,8 @@ def check_graph(graph: Graph) -> Graph:
     return graph
 
 
-def _check_update(graph: Graph, node: Node, name: str, written: set[str]) -> None:
+def _check_update(graph: Graph, node: Node, name: str, updated: dict[str, str],
+                  position: dict[str, int]) -> None:
     """An in-place update must match its target and come after every other reader of it."""
     tensors = graph.tensor_map
     new = tensors[name]
@@ -76,10 +79,10 @@ def _check_update(graph: Graph, node: Node, name: str, written: set[str]) -> Non
     if (new.shape, new.dtype, new.role) != (old.shape, old.dtype, old.role):
         raise GraphError(f"tensor {name!r} updates {old.name!r} but differs in shape, dtype or "
                          f"role")
-    others = [t for t in written if tensors[t].updates == old.name]
-    if others:
-        raise GraphError(f"tensor {old.name!r} is updated twice ({others[0]!r} and {name!r})")
-    position = {n.name: k for k, n in enumerate(graph.nodes)}
+    if old.name in updated:
+        raise GraphError(f"tensor {old.name!r} is updated twice ({updated[old.name]!r} and "
+                         f"{name!r})")
+    updated[old.name] = name
     for reader in graph.consumers.get(old.name, ()):
         if reader.name != node.name and position[reader.name] > position[node.name]:
             raise GraphError(f"node {reader.name!r} reads {old.name!r} after node {node.name!r} "

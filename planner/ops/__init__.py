@@ -2,7 +2,10 @@
 
 Families: conv, pool, norm (BatchNorm, LRN), matmul (MatMul, BiasAdd), activation,
 elementwise (broadcasting binary ops, AddN, unary math), shape (Concat, Split, Slice, Reshape,
-Flatten, Transpose, ...), reduce, embedding, dropout, loss.
+Flatten, Transpose, ...), reduce, embedding, dropout, loss, optim (parameter updates, the
+step counter and the loss seed of training graphs). For the ONNX importer: unary_math (Exp,
+Log, Sqrt, Abs, Softplus, Elu, Selu, Clip, ...), binary_math (Pow, Max, Min, PRelu),
+log_softmax, pad.
 """
 
 from planner.ops.base import (  # noqa: F401
@@ -17,14 +20,19 @@ from planner.ops.base import (  # noqa: F401
 )
 from planner.ops import (  # noqa: F401, E402
     activation,
+    binary_math,
     conv,
     dropout,
     elementwise,
     embedding,
+    log_softmax,
     loss,
     matmul,
     norm,
+    optim,
+    pad,
     pool,
     reduce,
     shape,
+    unary_math,
 )

@@ -1,0 +1,352 @@
+"""Autodiff: a forward graph and an optimizer -> one training graph (reverse mode, graph rewrite).
+
+`make_training_graph` is a short list of passes:
+
+    find_loss        the graph's scalar output written by a loss op (an error names the outputs
+                     when there is none)
+    differentiate    copy the forward nodes, then walk them backwards calling each op's gradient
+                     rule (planner/ops), summing the gradients of a tensor read several times
+    emit_updates     one update node per trainable param (SGD, ApplyMomentum, ApplyAdam)
+    mark_in_place    next values of params, optimizer state and BatchNorm running statistics
+                     carry `updates=<persistent tensor>` and its role
+
+Every node is added through GraphBuilder, so it passes the same shape rules as any graph as it is
+added; in-place order holds by construction (updates come last). The forward graph is validated
+on the way in; the training graph is not re-validated on the way out (tests do that), to keep
+large graphs fast.
+
+Only what is needed is differentiated: a tensor gets a gradient only if it lies on a path from a
+param to the loss, so neither the first layer's input nor the labels get one, and a branch that
+does not reach the loss emits nothing.
+
+Layout of a training graph (node order is a topological order, deterministic for a given input):
+
+    forward nodes        as in the forward graph, same node and tensor names
+    grad/...             backward, role "grad": the seed `grad/<loss>/seed` (Fill, 1.0), then the
+                         gradient nodes of each forward node, in reverse forward order, named
+                         `grad/<forward node>/<op>`; sums of several contributions are AddN nodes
+                         named `grad/<tensor>/sum`
+    update/...           after every backward node, so every reader of a param's old value runs
+                         before it is overwritten: `update/step/increment` (Adam's step count, once,
+                         first) then one node per param in graph order, `update/<param>/<op>`
+
+    tensor                   role              updates
+    optim/<param>/<slot>     optimizer-state   -            (init zeros; slot: velocity | m | v)
+    optim/step               optimizer-state   -            (float32 scalar, Adam only)
+    update/<param>           param             <param>
+    update/<param>/<slot>    optimizer-state   optim/<param>/<slot>
+    update/step              optimizer-state   optim/step
+
+BatchNorm running statistics: a forward BatchNorm with training=True writes new running statistics
+(outputs 1 and 2). This pass, not the zoo, marks them as in-place updates of the running_mean and
+running_var inputs (when those have role "state"), so a forward graph stays a plain inference
+graph and every model builder or importer gets the same treatment. A zoo graph that already marks
+them is kept as it is.
+
+Example:
+    >>> from planner.graph.builder import GraphBuilder
+    >>> b = GraphBuilder("fit")
+    >>> x, y = b.input("x", (4, 3)), b.input("y", (4, 2))
+    >>> w = b.param("w", (3, 2), init="glorot")
+    >>> loss = b.op("MSE", [b.op("MatMul", [x, w]), y], name="loss")
+    >>> g = make_training_graph(b.build(outputs=[loss]), Optimizer(kind="sgd", lr=0.1))
+    >>> [n.op for n in g.nodes]
+    ['MatMul', 'MSE', 'Fill', 'MSEGrad', 'MatMul', 'SGD']
+    >>> g.tensor("update/w").updates, g.tensor("update/w").role
+    ('w', 'param')
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from planner.graph.builder import GraphBuilder
+from planner.graph.ir import Graph, Node, Tensor
+from planner.graph.optimizer import Optimizer
+from planner.graph.validate import check_graph, normalize_attrs
+from planner.ops import TensorType, get_op
+
+# Ops whose scalar output is a training loss (a mean over the batch).
+LOSS_OPS: frozenset[str] = frozenset({"SoftmaxCrossEntropy", "SigmoidBCE", "MSE"})
+
+# Name prefixes the training graph reserves for what this pass adds.
+RESERVED_SCOPES: tuple[str, ...] = ("grad/", "update/", "optim/")
+
+PHASES: tuple[str, ...] = ("forward", "backward", "update")
+
+
+class AutodiffError(ValueError):
+    """The graph cannot be differentiated; the message names the node, tensor or output."""
+
+
+# ---- the passes -------------------------------------------------------------------------------
+
+def make_training_graph(graph: Graph, optimizer: Optimizer) -> Graph:
+    """Forward graph (ending in a loss) + optimizer -> training graph (kind "training").
+
+    Parameters: `graph`, a forward graph whose outputs include one scalar loss; `optimizer`, the
+    update rule applied to every param that receives a gradient (a param the loss does not
+    depend on is left alone, as torch.optim skips parameters whose grad is None).
+    Returns: the training graph laid out as in the module docstring; its outputs are the
+    forward graph's outputs.
+    Raises: AutodiffError (no loss, no param reaches the loss, an op without a gradient rule
+    on the path, reserved names in use), GraphError (the forward graph breaks a rule) and
+    GraphBuildError (a gradient rule emitted a node that breaks its op's shape rule).
+    """
+    graph = _prepare(graph)
+    loss = find_loss(graph)
+    params = [t.name for t in graph.by_role("param")]
+    b = _copy_forward(graph)
+    grads = _differentiate(b, graph, params, {loss: _seed(b, graph.tensor(loss))})
+    if not any(grads.values()):
+        raise AutodiffError(f"graph {graph.name!r}: the loss {loss!r} depends on no param "
+                            f"(params: {params[:5]}{' ...' if len(params) > 5 else ''})")
+    updated = _emit_updates(b, graph, grads, optimizer)
+    marks = {**_running_stat_updates(graph), **updated}
+    return _mark_in_place(b.build(outputs=graph.outputs, kind="training"), graph, marks)
+
+
+def gradients(graph: Graph, wrt: Sequence[str] | None = None,
+              of: Sequence[str] | None = None) -> tuple[Graph, dict[str, str | None]]:
+    """The forward graph plus the backward nodes giving d(loss)/d(t) for each t in `wrt`.
+
+    `wrt` defaults to every param. `of=None` differentiates the loss (seeded with 1.0);
+    `of=[y1, ...]` computes the vector-Jacobian product instead: each y gets its incoming
+    gradient from a new input tensor named `grad/<y>` that the caller feeds (as
+    torch.autograd.grad's grad_outputs). Used by gradient checks; no updates are emitted.
+    Returns (graph, {t: name of its gradient tensor, or None when no gradient reaches it}); the
+    gradients are appended to the graph's outputs.
+
+    >>> from planner.graph.builder import GraphBuilder
+    >>> b = GraphBuilder()
+    >>> x = b.input("x", (2, 3))
+    >>> y = b.op("Relu", [x])
+    >>> g, grads = gradients(b.build(outputs=[y]), wrt=["x"], of=["relu"])
+    >>> [n.op for n in g.nodes], grads
+    (['Relu', 'ReluGrad'], {'x': 'grad/relu/relugrad'})
+    """
+    graph = _prepare(graph)
+    wrt = [t.name for t in graph.by_role("param")] if wrt is None else list(wrt)
+    for t in wrt:
+        if not graph.tensor(t).dtype.startswith("float"):
+            raise AutodiffError(f"cannot differentiate with respect to {t!r}: it is "
+                                f"{graph.tensor(t).dtype}, not a float tensor")
+    b = _copy_forward(graph)
+    if of is None:
+        loss = find_loss(graph)
+        seeds = {loss: _seed(b, graph.tensor(loss))}
+    else:
+        seeds = {y: b.input(f"grad/{y}", graph.tensor(y).shape, graph.tensor(y).dtype)
+                 for y in of}
+    grads = _differentiate(b, graph, wrt, seeds)
+    outputs = list(dict.fromkeys([*graph.outputs, *(g for g in grads.values() if g)]))
+    return _mark_in_place(b.build(outputs=outputs, kind="training"), graph, {}), grads
+
+
+def find_loss(graph: Graph) -> str:
+    """The name of the graph's loss: the one scalar output produced by a loss op (LOSS_OPS)."""
+    losses = [o for o in graph.outputs
+              if o in graph.producer and graph.producer[o].op in LOSS_OPS
+              and graph.tensor(o).shape == ()]
+    if not losses:
+        raise AutodiffError(f"graph {graph.name!r} has no loss: none of its outputs "
+                            f"{list(graph.outputs)} is the scalar output of a loss op "
+                            f"({', '.join(sorted(LOSS_OPS))})")
+    if len(losses) > 1:
+        raise AutodiffError(f"graph {graph.name!r} has several losses {losses}; "
+                            f"combine them into one before training")
+    return losses[0]
+
+
+def node_phase(graph: Graph, node: Node) -> str:
+    """"forward", "backward" or "update": what part of a training step a node belongs to.
+
+    Backward nodes write gradients (role "grad"); update nodes write the next value of a param or
+    of optimizer state; everything else (a BatchNorm updating its running statistics included)
+    is forward.
+    """
+    outs = [graph.tensor(o) for o in node.outputs]
+    if any(t.role == "grad" for t in outs):
+        return "backward"
+    if any(t.updates is not None and t.role in ("param", "optimizer-state") for t in outs):
+        return "update"
+    return "forward"
+
+
+# ---- differentiation --------------------------------------------------------------------------
+
+@dataclass
+class _Tape:
+    """The GradBuilder (planner/ops/base.py) that gradient rules write into: a GraphBuilder whose
+    new tensors have role "grad", and the set of tensors whose gradient is wanted."""
+
+    builder: GraphBuilder
+    wanted: frozenset[str]
+
+    def emit(self, op: str, inputs: Sequence[str], attrs: dict | None = None) -> list[str]:
+        return self.builder.op_n(op, inputs, attrs, role="grad")
+
+    def needs(self, tensor: str) -> bool:
+        return tensor in self.wanted
+
+    def type(self, tensor: str) -> TensorType:
+        return self.builder.type(tensor)
+
+
+@dataclass
+class _Sums:
+    """Gradient contributions per tensor, summed (AddN) the first time the total is asked for."""
+
+    builder: GraphBuilder
+    parts: dict[str, list[str]] = field(default_factory=dict)
+
+    def add(self, tensor: str, grad: str) -> None:
+        self.parts.setdefault(tensor, []).append(grad)
+
+    def total(self, tensor: str) -> str | None:
+        parts = self.parts.get(tensor, [])
+        if len(parts) > 1:
+            with self.builder.scope("grad"):
+                parts[:] = self.builder.op_n("AddN", parts, name=f"{tensor}/sum", role="grad")
+        return parts[0] if parts else None
+
+
+def _differentiate(b: GraphBuilder, graph: Graph, wrt: Sequence[str],
+                   seeds: Mapping[str, str]) -> dict[str, str | None]:
+    """Emit the backward pass into `b`; return the gradient tensor of each `wrt` tensor."""
+    tape = _Tape(b, _wanted(graph, wrt, seeds))
+    sums = _Sums(b)
+    for tensor, grad in seeds.items():
+        sums.add(tensor, grad)
+    for node in reversed(graph.nodes):
+        opdef = get_op(node.op)
+        targets = [i for k, i in enumerate(node.inputs)
+                   if k not in opdef.nondiff_inputs and tape.needs(i)]
+        if not targets:
+            continue
+        grad_outputs = [sums.total(o) for o in node.outputs]
+        if all(g is None for g in grad_outputs):
+            continue
+        if opdef.gradient is None:
+            raise AutodiffError(f"node {node.name!r}: op {node.op} has no gradient rule, and the "
+                                f"loss needs the gradient of its input(s) {targets}")
+        with b.scope("grad"), b.scope(node.name):
+            grad_inputs = opdef.gradient(tape, node, grad_outputs)
+        if len(grad_inputs) != len(node.inputs):
+            raise AutodiffError(f"node {node.name!r}: the {node.op} gradient rule gave "
+                                f"{len(grad_inputs)} gradients for {len(node.inputs)} inputs")
+        for k, (i, g) in enumerate(zip(node.inputs, grad_inputs, strict=True)):
+            if g is not None and k not in opdef.nondiff_inputs and tape.needs(i):
+                sums.add(i, g)
+    return {t: sums.total(t) for t in wrt}
+
+
+def _wanted(graph: Graph, wrt: Sequence[str], seeds: Mapping[str, str]) -> frozenset[str]:
+    """Float tensors on some path from a `wrt` tensor to a seeded one, through inputs that
+    carry gradients (an op's nondiff_inputs do not)."""
+
+    def diff_inputs(n: Node) -> list[str]:
+        skip = get_op(n.op).nondiff_inputs
+        return [i for k, i in enumerate(n.inputs) if k not in skip]
+
+    reached = set(wrt)
+    for n in graph.nodes:
+        if any(i in reached for i in diff_inputs(n)):
+            reached.update(o for o in n.outputs if graph.tensor(o).dtype.startswith("float"))
+    reaches = set(seeds)
+    for n in reversed(graph.nodes):
+        if any(o in reaches for o in n.outputs):
+            reaches.update(diff_inputs(n))
+    return frozenset(reached & reaches)
+
+
+def _seed(b: GraphBuilder, loss: Tensor) -> str:
+    """d loss / d loss = 1, the start of the backward pass."""
+    with b.scope("grad"):
+        return b.op("Fill", [], {"shape": [], "value": 1.0, "dtype": loss.dtype},
+                    name=f"{loss.name}/seed", role="grad")
+
+
+# ---- copying, updates, in-place marks ---------------------------------------------------------
+
+def _prepare(graph: Graph) -> Graph:
+    """The forward graph, validated, with attrs spelled out; reserved names refused."""
+    graph = _replace(check_graph(graph), nodes=normalize_attrs(graph).nodes)
+    if graph.kind == "training" or any(t.role in ("grad", "optimizer-state")
+                                       for t in graph.tensors):
+        raise AutodiffError(f"graph {graph.name!r} is already a training graph")
+    for name in [*(t.name for t in graph.tensors), *(n.name for n in graph.nodes)]:
+        if name.startswith(RESERVED_SCOPES):
+            raise AutodiffError(f"graph {graph.name!r}: name {name!r} is under a scope that "
+                                f"training graphs reserve ({', '.join(RESERVED_SCOPES)})")
+    return graph
+
+
+def _copy_forward(graph: Graph) -> GraphBuilder:
+    """A GraphBuilder holding the forward graph: external tensors first, in graph order, then
+    every node under its own name (shapes re-inferred on the way)."""
+    b = GraphBuilder(graph.name)
+    for t in graph.tensors:
+        if t.updates is None and t.role not in ("activation", "grad"):
+            b.add_tensor(t)
+    for n in graph.nodes:
+        b.op_n(n.op, n.inputs, n.attrs, name=n.name, outputs=n.outputs)
+    return b
+
+
+def _emit_updates(b: GraphBuilder, graph: Graph, grads: Mapping[str, str | None],
+                  optimizer: Optimizer) -> dict[str, str]:
+    """One update node per param with a gradient; returns {next value: persistent tensor}."""
+    marks: dict[str, str] = {}
+    extra: list[str] = []
+    if optimizer.kind == "adam":
+        step = b.add_tensor(Tensor(name="optim/step", shape=(), dtype="float32",
+                                   role="optimizer-state", init="zeros"))
+        with b.scope("update"):
+            extra = b.op_n("Increment", [step], {"by": 1.0}, name="step/increment",
+                           outputs=["update/step"])
+        marks["update/step"] = step
+    for p in (t for t in graph.by_role("param") if grads.get(t.name)):
+        slots = [b.add_tensor(Tensor(name=f"optim/{p.name}/{s}", shape=p.shape, dtype=p.dtype,
+                                     role="optimizer-state", init="zeros"))
+                 for s in optimizer.slots]
+        nexts = [f"update/{p.name}", *(f"update/{p.name}/{s}" for s in optimizer.slots)]
+        with b.scope("update"):
+            b.op_n(optimizer.update_op, [p.name, grads[p.name], *slots, *extra],
+                   optimizer.update_attrs(), name=f"{p.name}/{optimizer.update_op.lower()}",
+                   outputs=nexts)
+        marks.update(zip(nexts, [p.name, *slots], strict=True))
+    return marks
+
+
+def _running_stat_updates(graph: Graph) -> dict[str, str]:
+    """{new running statistic: running_mean / running_var} for training-mode BatchNorms."""
+    marks: dict[str, str] = {}
+    for n in graph.nodes:
+        if n.op != "BatchNorm" or not n.attrs.get("training") or len(n.outputs) < 3:
+            continue
+        for out, old in ((n.outputs[1], n.inputs[3]), (n.outputs[2], n.inputs[4])):
+            if graph.tensor(old).role == "state" and graph.tensor(out).updates is None:
+                marks[out] = old
+    return marks
+
+
+def _mark_in_place(built: Graph, forward: Graph, marks: Mapping[str, str]) -> Graph:
+    """Forward tensors keep their forward records; each `marks` key becomes an in-place update
+    of its value (same role as that persistent tensor)."""
+    tensors = []
+    for t in built.tensors:
+        if t.name in marks:
+            old = built.tensor(marks[t.name])
+            t = t.model_copy(update={"role": old.role, "updates": old.name})
+        elif t.name in forward.tensor_map:
+            t = forward.tensor_map[t.name]
+        tensors.append(t)
+    return _replace(built, tensors=tuple(tensors))
+
+
+def _replace(graph: Graph, **fields: object) -> Graph:
+    """A new Graph with some fields replaced. Not `model_copy`: that would carry over the cached
+    lookups (tensor_map, producer, ...) of the old graph."""
+    return Graph(**{**{f: getattr(graph, f) for f in Graph.model_fields}, **fields})

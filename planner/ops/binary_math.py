@@ -1,0 +1,152 @@
+"""Broadcasting binary math beyond Add/Sub/Mul/Div: Pow, Max, Min; and PRelu with PReluGrad.
+
+Pow, Max and Min broadcast as numpy does; both inputs have one dtype, which the output keeps
+(Pow takes floats only). Max and Min have no gradient rule: which input a tied element's
+gradient goes to is a convention the catalogue has not fixed, and no model we import trains
+through them. Pow has none either (d/db needs log(a), undefined for a <= 0).
+
+PRelu [x, slope]: y = x if x >= 0 else slope * x, where slope broadcasts to x's shape (ONNX's
+unidirectional broadcasting: slope (C, 1, 1) for x (N, C, H, W), or a single slope (1,)).
+PReluGrad [dy, x, slope] -> [dx, dslope]; dslope sums dy * x over the elements where x < 0 back
+down to slope's shape.
+
+FLOPs per output element: Pow 1, Max 1, Min 1, PRelu 2 (compare, multiply), PReluGrad 4.
+
+Example:
+    >>> import numpy as np
+    >>> from planner.ops import get_op
+    >>> x, slope = np.array([[-2.0, 3.0]]), np.array([0.5])
+    >>> get_op("PRelu").reference([x, slope], {})[0]
+    array([[-1.,  3.]])
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from planner.ops.base import (
+    Attrs,
+    GradBuilder,
+    OpDef,
+    OpError,
+    TensorType,
+    elementwise_flops,
+    register,
+    require_float,
+)
+from planner.ops.elementwise import broadcast_shapes
+
+if TYPE_CHECKING:
+    from planner.graph.ir import Node
+
+
+def _binary_infer(op: str, float_only: bool):
+    def infer(ins: list[TensorType], a: Attrs) -> list[TensorType]:
+        x, y = ins
+        if x.dtype != y.dtype:
+            raise OpError(f"{op}: input dtypes differ: {x.dtype} (shape {list(x.shape)}) and "
+                          f"{y.dtype} (shape {list(y.shape)})")
+        if float_only:
+            require_float(op, x)
+        elif x.dtype == "bool":
+            raise OpError(f"{op}: inputs must be numeric, got bool")
+        return [TensorType(broadcast_shapes(op, x.shape, y.shape), x.dtype)]
+
+    return infer
+
+
+def _binary(name: str, fn: Callable[[np.ndarray, np.ndarray], np.ndarray], doc: str,
+            float_only: bool = False) -> None:
+    register(OpDef(
+        name=name, arity=2,
+        infer=_binary_infer(name, float_only),
+        flops=elementwise_flops(1),
+        reference=lambda xs, a: [fn(xs[0], xs[1])],
+        doc=doc,
+    ))
+
+
+_binary("Pow", np.power, "y = a ** b, numpy broadcasting (float only).", float_only=True)
+_binary("Max", np.maximum, "y = max(a, b) element-wise, numpy broadcasting (NaN propagates).")
+_binary("Min", np.minimum, "y = min(a, b) element-wise, numpy broadcasting (NaN propagates).")
+
+
+# ---- PRelu ------------------------------------------------------------------------------------
+
+def _check_slope(op: str, x: TensorType, slope: TensorType) -> None:
+    require_float(op, x)
+    if slope.dtype != x.dtype:
+        raise OpError(f"{op}: slope is {slope.dtype} but x is {x.dtype}")
+    try:
+        fits = broadcast_shapes(op, x.shape, slope.shape) == x.shape
+    except OpError:
+        fits = False
+    if not fits:
+        raise OpError(f"{op}: slope shape {list(slope.shape)} does not broadcast to x's shape "
+                      f"{list(x.shape)} (slope (C, 1, 1) applies per channel)")
+
+
+def _prelu_infer(ins: list[TensorType], a: Attrs) -> list[TensorType]:
+    x, slope = ins
+    _check_slope("PRelu", x, slope)
+    return [x]
+
+
+def _prelu_grad_infer(ins: list[TensorType], a: Attrs) -> list[TensorType]:
+    dy, x, slope = ins
+    _check_slope("PReluGrad", x, slope)
+    if dy != x:
+        raise OpError(f"PReluGrad: dy is {dy.dtype} {list(dy.shape)} but x is {x.dtype} "
+                      f"{list(x.shape)}; they must match")
+    return [x, slope]
+
+
+def _prelu(xs: list[np.ndarray], a: Attrs) -> list[np.ndarray]:
+    x, slope = xs
+    return [np.where(x < 0, slope * x, x)]
+
+
+def _sum_to(value: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """Sum a value broadcast from `shape` back down to `shape`."""
+    lead = value.ndim - len(shape)
+    axes = tuple(range(lead)) + tuple(lead + k for k, d in enumerate(shape)
+                                      if d == 1 and value.shape[lead + k] != 1)
+    return np.sum(value, axis=axes, keepdims=True).reshape(shape)
+
+
+def _prelu_grad(xs: list[np.ndarray], a: Attrs) -> list[np.ndarray]:
+    dy, x, slope = xs
+    neg = x < 0
+    dx = np.where(neg, slope * dy, dy)
+    dslope = _sum_to(np.where(neg, dy * x, np.zeros((), dtype=x.dtype)), slope.shape)
+    return [dx, dslope.astype(slope.dtype, copy=False)]
+
+
+def _prelu_gradient(g: GradBuilder, node: Node, grads: list[str | None]) -> list[str | None]:
+    x, slope = node.inputs
+    dy = grads[0]
+    if dy is None or not (g.needs(x) or g.needs(slope)):
+        return [None, None]
+    dx, dslope = g.emit("PReluGrad", [dy, x, slope])
+    return [dx if g.needs(x) else None, dslope if g.needs(slope) else None]
+
+
+register(OpDef(
+    name="PRelu", arity=2,
+    infer=_prelu_infer,
+    flops=elementwise_flops(2),
+    reference=_prelu,
+    gradient=_prelu_gradient,
+    doc="y = x if x >= 0 else slope * x; slope broadcasts to x (e.g. (C, 1, 1) per channel).",
+))
+
+register(OpDef(
+    name="PReluGrad", arity=3,
+    infer=_prelu_grad_infer,
+    flops=lambda ins, outs, a: 4 * outs[0].size,
+    reference=_prelu_grad,
+    doc="Gradient of PRelu: [dy, x, slope] -> [dx, dslope].",
+))

@@ -1,0 +1,207 @@
+"""One training step of the reference interpreter against PyTorch autograd + torch.optim.
+
+The torch model is built from the same planner Graph (a small translator from planner nodes to
+torch functional calls below) with the same initial parameters and the same batch; after each
+of two steps the loss, every updated parameter and every BatchNorm running statistic must agree
+within 1e-4 relative.
+
+Every model and optimizer is compared in float64, where both sides agree to ~1e-12, so any
+difference in a gradient or update formula shows. The small ResNet's last BatchNorms normalise
+1x1 maps over the batch (4 values per channel), whose variance can come near epsilon; that
+amplifies float32 rounding differences between two correct implementations to ~1e-4 (with a
+batch of 2, even float64 ones after an Adam step), so the float32 comparison runs on the other
+models.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from planner.graph.autodiff import find_loss, make_training_graph
+from planner.graph.interpret import init_params, random_feeds, train_step
+from planner.graph.ir import Graph
+from planner.graph.optimizer import Optimizer
+from planner.ops.dropout import dropout_mask
+
+torch = pytest.importorskip("torch")
+F = torch.nn.functional
+
+MODELS = {
+    "mlp": dict(batch=4, in_features=6, hidden=[5, 4], classes=3),
+    "lenet": dict(batch=4, image=8, width=0.5),
+    "resnet": dict(batch=4, image=32, width=0.0625, depth=18, classes=5),
+    "lstm": dict(batch=2, seq=3, hidden=6, vocab=11, layers=2, dropout=0.3),
+}
+
+OPTIMIZERS = {
+    "sgd": Optimizer(kind="sgd", lr=0.1, weight_decay=1e-3),
+    "momentum": Optimizer(kind="momentum", lr=0.1, momentum=0.9, weight_decay=1e-3),
+    "nesterov": Optimizer(kind="momentum", lr=0.05, momentum=0.8, nesterov=True),
+    "adam": Optimizer(kind="adam", lr=1e-2, beta1=0.8, beta2=0.99, weight_decay=1e-3),
+}
+
+
+# ---- planner nodes as torch calls --------------------------------------------------------------
+
+def _spatial_pad(x, pads, value=0.0):
+    """Pad [top, left, bottom, right]: symmetric pads go to the op, others through F.pad."""
+    top, left, bottom, right = pads
+    if (top, left) == (bottom, right):
+        return x, (top, left)
+    return F.pad(x, (left, right, top, bottom), value=value), (0, 0)
+
+
+def _conv2d(xs, a):
+    x, padding = _spatial_pad(xs[0], a["pads"])
+    return [F.conv2d(x, xs[1], stride=a["strides"], padding=padding, dilation=a["dilations"],
+                     groups=a["groups"])]
+
+
+def _max_pool(xs, a):
+    x, padding = _spatial_pad(xs[0], a["pads"], value=-float("inf"))
+    return [F.max_pool2d(x, a["kernel"], a["strides"], padding, a["dilations"],
+                         ceil_mode=a["ceil_mode"])]
+
+
+def _avg_pool(xs, a):
+    top, left, bottom, right = a["pads"]
+    assert (top, left) == (bottom, right), "asymmetric AvgPool pads are not translated"
+    return [F.avg_pool2d(xs[0], a["kernel"], a["strides"], (top, left), ceil_mode=a["ceil_mode"],
+                         count_include_pad=a["count_include_pad"])]
+
+
+def _batch_norm(xs, a):
+    x, scale, bias, mean, var = xs
+    assert a["training"], "inference-mode BatchNorm is not translated"
+    new_mean, new_var = mean.clone(), var.clone()  # F.batch_norm updates them in place
+    y = F.batch_norm(x, new_mean, new_var, scale, bias, training=True, momentum=a["momentum"],
+                     eps=a["epsilon"])
+    axes = [k for k in range(x.dim()) if k != 1]
+    batch_mean = x.mean(axes)
+    invstd = 1 / torch.sqrt(x.var(axes, unbiased=False) + a["epsilon"])
+    return [y, new_mean, new_var, batch_mean, invstd]
+
+
+def _bias_add(xs, a):
+    x, b = xs
+    axis = a["axis"] % x.dim()
+    return [x + b.reshape([-1] + [1] * (x.dim() - axis - 1))]
+
+
+def _dropout(xs, a):
+    x = xs[0]
+    keep = dropout_mask(a["seed"], x.numel(), a["rate"]).reshape(tuple(x.shape))
+    return [x * torch.from_numpy(keep).to(x.dtype) / (1 - a["rate"])]
+
+
+def _matmul(xs, a):
+    x, w = xs
+    x = x.transpose(-1, -2) if a["transpose_a"] else x
+    w = w.transpose(-1, -2) if a["transpose_b"] else w
+    return [torch.matmul(x, w)]
+
+
+TORCH_OPS = {
+    "MatMul": _matmul,
+    "BiasAdd": _bias_add,
+    "Conv2D": _conv2d,
+    "MaxPool": _max_pool,
+    "AvgPool": _avg_pool,
+    "GlobalAvgPool": lambda xs, a: [xs[0].mean((2, 3), keepdim=True)],
+    "BatchNorm": _batch_norm,
+    "Relu": lambda xs, a: [F.relu(xs[0])],
+    "Sigmoid": lambda xs, a: [torch.sigmoid(xs[0])],
+    "Tanh": lambda xs, a: [torch.tanh(xs[0])],
+    "Add": lambda xs, a: [xs[0] + xs[1]],
+    "Mul": lambda xs, a: [xs[0] * xs[1]],
+    "Flatten": lambda xs, a: [xs[0].reshape(int(np.prod(xs[0].shape[:a["axis"]])), -1)],
+    "Reshape": lambda xs, a: [xs[0].reshape(a["shape"])],
+    "Concat": lambda xs, a: [torch.cat(xs, a["axis"])],
+    "Split": lambda xs, a: list(torch.split(xs[0], a["sizes"], a["axis"])),
+    "Embedding": lambda xs, a: [F.embedding(xs[1], xs[0])],
+    "Dropout": _dropout,
+    "SoftmaxCrossEntropy": lambda xs, a: [F.cross_entropy(xs[0], xs[1])],
+    "MSE": lambda xs, a: [F.mse_loss(xs[0], xs[1])],
+    "SigmoidBCE": lambda xs, a: [F.binary_cross_entropy_with_logits(xs[0], xs[1])],
+}
+
+
+def torch_forward(graph: Graph, values: dict) -> dict:
+    """Every tensor of a forward graph, computed with torch from `values` (feeds, params and
+    state as torch tensors)."""
+    env = dict(values)
+    for n in graph.nodes:
+        if n.op not in TORCH_OPS:
+            pytest.fail(f"the torch translator lacks op {n.op} (node {n.name!r})")
+        outs = TORCH_OPS[n.op]([env[i] for i in n.inputs], n.attrs)
+        env.update(zip(n.outputs, outs, strict=True))
+    return env
+
+
+def torch_optimizer(opt: Optimizer, params: list):
+    if opt.kind == "sgd":
+        return torch.optim.SGD(params, lr=opt.lr, weight_decay=opt.weight_decay)
+    if opt.kind == "momentum":
+        return torch.optim.SGD(params, lr=opt.lr, momentum=opt.momentum, nesterov=opt.nesterov,
+                               weight_decay=opt.weight_decay)
+    return torch.optim.Adam(params, lr=opt.lr, betas=(opt.beta1, opt.beta2), eps=opt.epsilon,
+                            weight_decay=opt.weight_decay)
+
+
+def rel_error(actual, expected) -> float:
+    actual, expected = np.asarray(actual, np.float64), np.asarray(expected, np.float64)
+    scale = float(np.linalg.norm(expected))
+    return float(np.linalg.norm(actual - expected)) / (scale if scale > 0 else 1.0)
+
+
+# ---- the comparison ----------------------------------------------------------------------------
+
+CASES = [(model, opt, "float64") for model in sorted(MODELS) for opt in sorted(OPTIMIZERS)]
+CASES += [(model, "adam", "float32") for model in ("lenet", "lstm", "mlp")]
+
+
+def as_float64(graph: Graph) -> Graph:
+    """The same graph computing in float64."""
+    return Graph(name=graph.name, kind=graph.kind, nodes=graph.nodes, outputs=graph.outputs,
+                 tensors=tuple(t.model_copy(update={"dtype": "float64"})
+                               if t.dtype == "float32" else t for t in graph.tensors))
+
+
+@pytest.mark.parametrize("model,opt,dtype", CASES)
+def test_training_steps_match_pytorch(model, opt, dtype):
+    from planner.zoo import build
+
+    forward = build(model, **MODELS[model])
+    forward = as_float64(forward) if dtype == "float64" else forward
+    optimizer = OPTIMIZERS[opt]
+    graph = make_training_graph(forward, optimizer)
+    loss = find_loss(forward)
+    state = init_params(graph, seed=1)
+    param_names = [t.name for t in forward.by_role("param")]
+    stat_names = [t.name for t in forward.by_role("state")]
+    params = {p: torch.tensor(state[p], requires_grad=True) for p in param_names}
+    stats = {s: torch.tensor(state[s]) for s in stat_names}
+    torch_opt = torch_optimizer(optimizer, list(params.values()))
+    for step in range(2):
+        feeds = random_feeds(forward, seed=10 + step)
+        outputs, state = train_step(graph, feeds, state)
+
+        torch_opt.zero_grad()
+        env = torch_forward(forward, {**{k: torch.from_numpy(v) for k, v in feeds.items()},
+                                      **params, **stats})
+        env[loss].backward()
+        torch_opt.step()
+        # the new running statistics become the next step's state, as in the planner graph
+        stats = {t.updates: env[t.name].detach() for t in graph.tensors
+                 if t.role == "state" and t.updates}
+        stats = {s: stats.get(s, torch.tensor(state[s])) for s in stat_names}
+
+        errors = {loss: rel_error(outputs[loss], env[loss].item())}
+        errors.update({p: rel_error(state[p], params[p].detach().numpy()) for p in param_names})
+        errors.update({s: rel_error(state[s], stats[s].numpy()) for s in stat_names})
+        worst = max(errors, key=errors.get)
+        assert errors[worst] < 1e-4, f"step {step + 1}: {worst} rel. error {errors[worst]:.2e}"
+        # the parameters did move: the comparison is not between two unchanged copies
+        assert any(not np.array_equal(state[p], init_params(graph, seed=1)[p])
+                   for p in param_names)
