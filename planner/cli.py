@@ -21,6 +21,7 @@ EXIT_INTERNAL_ERROR = 3
 
 def build_parser() -> argparse.ArgumentParser:
     from planner import __version__
+    from planner.plan_cli import add_plan_commands
     from planner.target.cli import add_target_commands
 
     parser = argparse.ArgumentParser(
@@ -30,6 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     add_graph_command(sub)
     add_target_commands(sub)
+    add_plan_commands(sub)
     return parser
 
 

@@ -33,7 +33,7 @@ def load_graph(spec: str) -> Graph:
     if path.suffix.lower() == ".onnx" or not _looks_like_json(data):
         from planner.importers import load_onnx
 
-        return check_graph(load_onnx(data, name=path.stem))
+        return check_graph(load_onnx(path, name=path.stem))
     return graph_from_json(data.decode("utf-8", errors="replace"), source=spec)
 
 

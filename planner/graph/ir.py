@@ -25,7 +25,6 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from planner.dtypes import DTYPE_BYTES, DType
 
-
 # Where a tensor's bytes come from and how long they persist:
 #   input, label      fed by the caller each step
 #   param             trainable weights, persistent
@@ -159,21 +158,42 @@ class Graph(Record):
 
 
 def canonical_json(data: Any) -> str:
-    """Deterministic JSON text: sorted keys, compact records, one list item per line at depth 1.
+    """Deterministic JSON text: sorted keys; records with record lists spread over lines.
 
-    Byte-identical for equal data, so that plan and graph files diff well in review.
+    A list of records (dicts) is written one record per line, and a record holding such a list
+    (at any depth) is written one key per line, so that files diff well in review; everything
+    else is compact. Byte-identical for equal data.
+
+    >>> print(canonical_json({"b": [{"y": 1}, {"x": 2}], "a": {"k": [1, 2]}}), end="")
+    {
+      "a": {"k":[1,2]},
+      "b": [
+        {"y":1},
+        {"x":2}
+      ]
+    }
     """
-    if isinstance(data, dict):
-        parts = []
-        for key in sorted(data):
-            value = data[key]
-            if isinstance(value, list) and value and isinstance(value[0], dict):
-                items = ",\n".join("    " + _compact(v) for v in value)
-                parts.append(f"  {json.dumps(key)}: [\n{items}\n  ]")
-            else:
-                parts.append(f"  {json.dumps(key)}: {_compact(value)}")
-        return "{\n" + ",\n".join(parts) + "\n}\n"
-    return _compact(data) + "\n"
+    return _format(data, 0, top=True) + "\n"
+
+
+def _format(value: Any, depth: int, top: bool = False) -> str:
+    pad, inner = "  " * depth, "  " * (depth + 1)
+    if isinstance(value, dict) and (top or _holds_record_list(value)):
+        items = [f"{inner}{json.dumps(k)}: {_format(value[k], depth + 1)}" for k in sorted(value)]
+        return "{\n" + ",\n".join(items) + "\n" + pad + "}" if items else "{}"
+    if _is_record_list(value):
+        items = [inner + _format(v, depth + 1) for v in value]
+        return "[\n" + ",\n".join(items) + "\n" + pad + "]"
+    return _compact(value)
+
+
+def _is_record_list(value: Any) -> bool:
+    return isinstance(value, list) and bool(value) and all(isinstance(v, dict) for v in value)
+
+
+def _holds_record_list(value: dict[str, Any]) -> bool:
+    return any(_is_record_list(v) or (isinstance(v, dict) and _holds_record_list(v))
+               for v in value.values())
 
 
 def _compact(value: Any) -> str:

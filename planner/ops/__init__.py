@@ -8,16 +8,6 @@ Log, Sqrt, Abs, Softplus, Elu, Selu, Clip, ...), binary_math (Pow, Max, Min, PRe
 log_softmax, pad.
 """
 
-from planner.ops.base import (  # noqa: F401
-    REGISTRY,
-    Attr,
-    GradBuilder,
-    OpDef,
-    OpError,
-    TensorType,
-    get_op,
-    register,
-)
 from planner.ops import (  # noqa: F401, E402
     activation,
     binary_math,
@@ -35,4 +25,14 @@ from planner.ops import (  # noqa: F401, E402
     reduce,
     shape,
     unary_math,
+)
+from planner.ops.base import (  # noqa: F401
+    REGISTRY,
+    Attr,
+    GradBuilder,
+    OpDef,
+    OpError,
+    TensorType,
+    get_op,
+    register,
 )

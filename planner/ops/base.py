@@ -124,7 +124,7 @@ class OpDef:
     doc: str = ""
 
     def normalize_attrs(self, attrs: Attrs) -> Attrs:
-        """Return attrs with defaults filled in and kinds checked; raises OpError naming the field."""
+        """Attrs with defaults filled in and kinds checked; OpError names a bad field."""
         unknown = sorted(set(attrs) - set(self.attrs))
         if unknown:
             raise OpError(f"{self.name}: unknown attribute(s) {unknown}; "

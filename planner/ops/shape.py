@@ -111,7 +111,8 @@ def _flatten_shape(shape: tuple[int, ...], axis: int) -> tuple[int, int]:
     if not -rank <= axis <= rank:
         raise OpError(f"Flatten: axis {axis} out of range for input shape {list(shape)} "
                       f"(valid: {-rank}..{rank})")
-    axis %= rank + 1
+    if axis < 0:
+        axis += rank
     return _prod(shape[:axis]), _prod(shape[axis:])
 
 

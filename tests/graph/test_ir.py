@@ -3,6 +3,7 @@
 import json
 
 import pytest
+from pydantic import ValidationError
 
 from planner.graph import Graph, GraphBuilder, GraphError, Node, Tensor, check_graph, to_networkx
 
@@ -44,7 +45,7 @@ def test_canonical_json_does_not_depend_on_attr_insertion_order():
 
 def test_records_are_frozen():
     g = small_graph()
-    with pytest.raises(Exception):
+    with pytest.raises(ValidationError, match="frozen"):
         g.name = "other"  # type: ignore[misc]
 
 

@@ -109,13 +109,14 @@ def test_reshape_matches_torch(shape, target):
 
 
 @pytest.mark.parametrize("shape, axis", [((2, 3, 4, 5), 1), ((2, 3, 4, 5), 2), ((2, 3, 4, 5), 0),
-                                         ((2, 3, 4, 5), 4), ((2, 3, 4), -1)])
+                                         ((2, 3, 4, 5), 4), ((2, 3, 4), -1),
+                                         ((2, 3, 4, 5), -2), ((2, 3, 4), -3)])
 def test_flatten_matches_torch(shape, axis):
     torch = pytest.importorskip("torch")
     x = rand(*shape)
     (y,) = ref("Flatten", [x], axis=axis)
     rank = len(shape)
-    axis %= rank + 1
+    axis = axis + rank if axis < 0 else axis  # ONNX: a negative axis counts from the end
     # ONNX Flatten is torch.flatten on each side of `axis`; an empty side becomes extent 1.
     t = torch.from_numpy(x)
     t = torch.flatten(t, start_dim=axis) if axis < rank else t.unsqueeze(-1)

@@ -1,0 +1,134 @@
+"""The analytical cost model: the fallback for signatures the cost table has not measured.
+
+A roofline gives the parallel work's time at k threads from the op's FLOPs and bytes (its
+`flops` and `bytes_moved` in the op registry) and the target's peaks; a scaling curve per op
+type adds what stops small ops scaling (seed 002, Fig. 1 and Table II): a serial fraction, and a
+thread spawn and synchronisation overhead that grows with the team.
+
+    roofline(k) = max(flops / (k * peak_flops / cores * efficiency),
+                      bytes / min(memory_bandwidth, k * core_bandwidth))
+    t(k) = call + serial * roofline(1) + (1 - serial) * roofline(k)
+           + spawn * (k - 1) + sync * ceil(log2 k)
+
+The optimum lies near k* = sqrt((1 - serial) * roofline(1) / spawn): a 1 ms op peaks at some
+tens of threads, a 10 us op at a few. The model cannot tell the affinities apart; measurements
+can. GPU time is launch overhead plus the roofline on the device.
+
+Example:
+    >>> from planner.target import preset
+    >>> work = Work(flops=1 << 20, bytes=8 << 20)
+    >>> t1, t8 = (cpu_time(work, k, preset("knl-7250"), curve_for("Relu")) for k in (1, 8))
+    >>> 4 < t1 / t8 < 8
+    True
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from pydantic import Field
+
+from planner.costs.signature import OpSignature
+from planner.graph.ir import Record
+from planner.ops import get_op
+from planner.target.records import GPU, Target
+
+
+class ScalingCurve(Record):
+    """How one op type scales with threads. Times in seconds."""
+
+    # Fraction of the machine's peak FLOP/s the op's kernel reaches when compute-bound.
+    efficiency: float = Field(gt=0, le=1)
+    # Fraction of the single-thread time that does not parallelise.
+    serial_fraction: float = Field(ge=0, lt=1)
+    # Per extra thread: waking and binding it (fork), one at a time.
+    spawn_seconds: float = Field(default=0.4e-6, ge=0)
+    # Per doubling of the team: one level of the join barrier's tree.
+    sync_seconds: float = Field(default=1.0e-6, ge=0)
+
+
+DEFAULT_CURVE = ScalingCurve(efficiency=0.3, serial_fraction=0.05)
+
+# Op families sharing a curve. Convolutions and GEMMs reach a good fraction of peak and
+# parallelise well; element-wise ops are bandwidth-bound; reductions, pools and normalisation
+# have a combining step; scatter-adds and losses have more serial work.
+_FAMILIES: tuple[tuple[tuple[str, ...], ScalingCurve], ...] = (
+    (("Conv2D", "Conv2DBackpropInput", "Conv2DBackpropFilter", "ConvTranspose2D"),
+     ScalingCurve(efficiency=0.5, serial_fraction=0.02)),
+    (("MatMul",), ScalingCurve(efficiency=0.6, serial_fraction=0.01)),
+    (("Relu", "LeakyRelu", "Tanh", "Sigmoid", "Add", "Sub", "Mul", "Div", "AddN", "BiasAdd",
+      "ReluGrad", "LeakyReluGrad", "TanhGrad", "SigmoidGrad", "Neg", "Scale", "Expand",
+      "Dropout", "DropoutGrad", "Zeros"),
+     ScalingCurve(efficiency=0.2, serial_fraction=0.01)),
+    (("Softmax", "SoftmaxGrad", "BatchNorm", "BatchNormGrad", "LRN", "LRNGrad", "MaxPool",
+      "MaxPoolGrad", "AvgPool", "AvgPoolGrad", "GlobalAvgPool", "ReduceSum", "ReduceMean",
+      "BiasAddGrad"),
+     ScalingCurve(efficiency=0.2, serial_fraction=0.05)),
+    (("Concat", "Split", "Slice", "SliceGrad", "Transpose", "Reshape", "Flatten"),
+     ScalingCurve(efficiency=0.2, serial_fraction=0.02)),
+    (("Embedding", "EmbeddingGrad", "SoftmaxCrossEntropy", "SoftmaxCrossEntropyGrad",
+      "SigmoidBCE", "SigmoidBCEGrad", "MSE", "MSEGrad"),
+     ScalingCurve(efficiency=0.2, serial_fraction=0.2)),
+)
+CURVES: dict[str, ScalingCurve] = {op: curve for ops, curve in _FAMILIES for op in ops}
+
+
+def curve_for(op: str, curves: dict[str, ScalingCurve] | None = None) -> ScalingCurve:
+    """The op type's scaling curve (DEFAULT_CURVE for types not listed)."""
+    return (curves or CURVES).get(op, DEFAULT_CURVE)
+
+
+@dataclass(frozen=True)
+class Work:
+    """What an op does, for the roofline: FLOPs and bytes moved. `note` says if guessed."""
+
+    flops: int
+    bytes: int
+    note: str = ""
+
+
+def op_work(signature: OpSignature) -> Work:
+    """FLOPs and bytes from the op registry; never raises.
+
+    An op the registry does not know, or inputs its shape rule rejects, gets zero FLOPs and
+    twice its input bytes (read once, an output of that size written), with a note saying why.
+    """
+    ins = signature.input_types
+    try:
+        opdef = get_op(signature.op)
+        outs = opdef.infer(ins, signature.attrs)
+        return Work(flops=int(opdef.flops(ins, outs, signature.attrs)),
+                    bytes=int(opdef.bytes_moved(ins, outs, signature.attrs)))
+    except Exception as e:  # noqa: BLE001 - the fallback must answer for any signature
+        return Work(flops=0, bytes=2 * sum(t.nbytes for t in ins),
+                    note=f"{signature.op}: no FLOP/byte rule ({e}); time from input bytes only")
+
+
+# Fixed cost of any call: dispatching the kernel, touching its descriptors.
+CALL_SECONDS = 1e-6
+# Fixed cost of a GPU kernel launch (the op type's curve gives the fraction of peak it reaches).
+GPU_LAUNCH_SECONDS = 5e-6
+
+
+def cpu_time(work: Work, threads: int, target: Target, curve: ScalingCurve) -> float:
+    """Predicted seconds of one run on `threads` cores of the target's CPU (formula above)."""
+    cpu = target.cpu
+    if cpu is None:
+        raise ValueError(f"target {target.name!r} has no CPU")
+    core_flops = cpu.peak_flops / target.cores * curve.efficiency
+
+    def roofline(k: int) -> float:
+        bandwidth = min(cpu.memory_bandwidth, k * cpu.core_bandwidth)
+        return max(work.flops / (k * core_flops), work.bytes / bandwidth)
+
+    s = curve.serial_fraction
+    return (CALL_SECONDS + s * roofline(1) + (1 - s) * roofline(threads)
+            + curve.spawn_seconds * (threads - 1)
+            + curve.sync_seconds * math.ceil(math.log2(threads)))
+
+
+def gpu_time(work: Work, gpu: GPU, curve: ScalingCurve) -> float:
+    """Predicted seconds of one kernel on the GPU: launch plus the device roofline."""
+    return GPU_LAUNCH_SECONDS + max(work.flops / (gpu.peak_flops * curve.efficiency),
+                                    work.bytes / gpu.memory_bandwidth)

@@ -1,0 +1,215 @@
+"""CostTable records: measured op times on one target, keyed by op signature.
+
+An entry holds, for one signature, CPU samples (seconds per run at a thread count and affinity),
+GPU samples per convolution algorithm (seconds and workspace bytes) and per kernel launch
+configuration (threads per block, blocks). Entries are kept sorted by signature key and samples
+by (affinity, threads), so the canonical JSON (one entry per line) is byte-identical across
+save and load and diffs well. Dates live only in `provenance`.
+
+    {
+      "entries": [
+        {"cpu":[{"affinity":"compact","repeats":3,"seconds":0.0021,"threads":1}, ...],
+         "signature":{"attrs":{...},"dtypes":["float32","float32"],"op":"Conv2D",...}},
+        ...
+      ],
+      "provenance": [{"date":"2025-01-01","source":"profile interval=4","target":"knl-7250",...}],
+      "target": "knl-7250"
+    }
+
+Example:
+    >>> sig = OpSignature(op="Relu", shapes=((8,),), dtypes=("float32",))
+    >>> t = CostTable(target="host", entries=(CostEntry(signature=sig, cpu=(
+    ...     CpuSample(threads=2, affinity="compact", seconds=1e-6),
+    ...     CpuSample(threads=1, affinity="compact", seconds=2e-6))),))
+    >>> [s.threads for s in t.entry(sig).cpu], CostTable.from_json(t.to_json()) == t
+    ([1, 2], True)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field, ValidationError, field_validator, model_validator
+
+from planner.costs.signature import OpSignature
+from planner.errors import UserError
+from planner.graph.ir import Record, canonical_json
+from planner.target.records import Affinity
+
+Seconds = float
+
+
+class CpuSample(Record):
+    """Median seconds of one run with `threads` threads placed with `affinity`."""
+
+    threads: int = Field(ge=1)
+    affinity: Affinity
+    seconds: Seconds = Field(gt=0)
+    repeats: int = Field(default=1, ge=1)
+
+
+class ConvAlgoSample(Record):
+    """A GPU convolution algorithm (cuDNN's name for it), its time and workspace."""
+
+    algorithm: str = Field(min_length=1)
+    seconds: Seconds = Field(gt=0)
+    workspace_bytes: int = Field(ge=0)
+
+
+class LaunchSample(Record):
+    """A GPU kernel launch configuration and its time."""
+
+    threads_per_block: int = Field(ge=1)
+    blocks: int = Field(ge=1)
+    seconds: Seconds = Field(gt=0)
+
+
+class CostEntry(Record):
+    """Everything measured for one signature."""
+
+    signature: OpSignature
+    cpu: tuple[CpuSample, ...] = ()
+    gpu_algorithms: tuple[ConvAlgoSample, ...] = ()
+    gpu_launches: tuple[LaunchSample, ...] = ()
+
+    @field_validator("cpu")
+    @classmethod
+    def _cpu_sorted_unique(cls, v: tuple[CpuSample, ...]) -> tuple[CpuSample, ...]:
+        return _sorted_unique(v, lambda s: (s.affinity, s.threads), "CPU sample")
+
+    @field_validator("gpu_algorithms")
+    @classmethod
+    def _algos_sorted_unique(cls, v: tuple[ConvAlgoSample, ...]) -> tuple[ConvAlgoSample, ...]:
+        return _sorted_unique(v, lambda s: s.algorithm, "GPU algorithm")
+
+    @field_validator("gpu_launches")
+    @classmethod
+    def _launches_sorted_unique(cls, v: tuple[LaunchSample, ...]) -> tuple[LaunchSample, ...]:
+        return _sorted_unique(v, lambda s: (s.threads_per_block, s.blocks), "launch configuration")
+
+    @property
+    def key(self) -> str:
+        return self.signature.key
+
+    def cpu_points(self, affinity: Affinity) -> list[tuple[int, Seconds]]:
+        """(threads, seconds) of one affinity, ascending in threads."""
+        return [(s.threads, s.seconds) for s in self.cpu if s.affinity == affinity]
+
+
+def _sorted_unique(items: tuple[Any, ...], key: Callable[[Any], Any], what: str) -> tuple[Any, ...]:
+    ordered = tuple(sorted(items, key=key))
+    for a, b in zip(ordered, ordered[1:], strict=False):
+        if key(a) == key(b):
+            raise ValueError(f"{what} {key(a)} listed twice")
+    return ordered
+
+
+class Provenance(Record):
+    """Who measured what, where and when."""
+
+    target: str
+    tool: str
+    date: str
+    source: str = ""
+
+
+class CostTable(Record):
+    """Measured costs on one target. Look entries up with `entry(signature)`."""
+
+    target: str = Field(min_length=1)
+    entries: tuple[CostEntry, ...] = ()
+    provenance: tuple[Provenance, ...] = ()
+
+    @field_validator("entries")
+    @classmethod
+    def _entries_sorted_unique(cls, v: tuple[CostEntry, ...]) -> tuple[CostEntry, ...]:
+        return _sorted_unique(v, lambda e: e.key, "signature")
+
+    @field_validator("provenance")
+    @classmethod
+    def _provenance_sorted(cls, v: tuple[Provenance, ...]) -> tuple[Provenance, ...]:
+        return tuple(sorted(set(v), key=lambda p: (p.date, p.target, p.tool, p.source)))
+
+    @model_validator(mode="after")
+    def _provenance_on_this_target(self) -> CostTable:
+        for p in self.provenance:
+            if p.target != self.target:
+                raise ValueError(f"cost table for {self.target!r} has provenance from target "
+                                 f"{p.target!r}")
+        return self
+
+    @cached_property
+    def index(self) -> dict[str, CostEntry]:
+        return {e.key: e for e in self.entries}
+
+    def entry(self, signature: OpSignature) -> CostEntry | None:
+        return self.index.get(signature.key)
+
+    def __contains__(self, signature: object) -> bool:
+        return isinstance(signature, OpSignature) and signature.key in self.index
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    # ---- canonical JSON ------------------------------------------------------------------
+    def to_json(self) -> str:
+        """Canonical JSON: sorted keys, one entry per line."""
+        return canonical_json(self.model_dump(mode="json"))
+
+    @classmethod
+    def from_json(cls, text: str) -> CostTable:
+        return cls.model_validate_json(text)
+
+
+def merge(base: CostTable, update: CostTable) -> CostTable:
+    """Both tables' entries; where both measured the same sample, `update`'s wins.
+
+    Samples are the same when they share (threads, affinity), an algorithm name, or a launch
+    configuration. Raises ValueError when the tables are for different targets.
+    """
+    if base.target != update.target:
+        raise ValueError(f"cannot merge cost tables of different targets: {base.target!r} and "
+                         f"{update.target!r}")
+    entries = dict(base.index)
+    for key, new in update.index.items():
+        old = entries.get(key)
+        if old is None:
+            entries[key] = new
+            continue
+        entries[key] = CostEntry(
+            signature=new.signature,
+            cpu=_union(old.cpu, new.cpu, lambda s: (s.affinity, s.threads)),
+            gpu_algorithms=_union(old.gpu_algorithms, new.gpu_algorithms, lambda s: s.algorithm),
+            gpu_launches=_union(old.gpu_launches, new.gpu_launches,
+                                lambda s: (s.threads_per_block, s.blocks)))
+    return CostTable(target=base.target, entries=tuple(entries.values()),
+                     provenance=base.provenance + update.provenance)
+
+
+def _union(old: tuple[Any, ...], new: tuple[Any, ...],
+           key: Callable[[Any], Hashable]) -> tuple[Any, ...]:
+    merged = {key(s): s for s in old}
+    merged.update({key(s): s for s in new})
+    return tuple(merged.values())
+
+
+def save_table(table: CostTable, path: str | Path) -> None:
+    """Write the canonical JSON (the whole file replaced)."""
+    Path(path).write_text(table.to_json())
+
+
+def load_table(path: str | Path) -> CostTable:
+    """Read a cost table; UserError naming the file and the bad field."""
+    try:
+        text = Path(path).read_text()
+    except OSError as e:
+        raise UserError(f"{path}: cannot read cost table ({e.strerror or e})") from None
+    try:
+        return CostTable.from_json(text)
+    except ValidationError as e:
+        from planner.load import describe_validation_error
+
+        raise UserError(f"{path}: not a valid cost table: {describe_validation_error(e)}") from None

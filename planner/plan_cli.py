@@ -1,0 +1,217 @@
+"""The `plan`, `show`, `diff` and `verify` commands (registered by `add_plan_commands`).
+
+    planner plan GRAPH --target T [--costs C] [--strategy S] [--train OPT] [--intra N --inter M]
+                 [--grid] -o plan.json
+    planner show PLAN [--json] [--timeline out.svg]
+    planner diff A B [--json]          exit 1 when the plans differ, 0 with "no differences"
+    planner verify PLAN [--graph GRAPH] exit 1 when a rule is broken, naming the op
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections import Counter
+from typing import Any
+
+from planner.errors import UserError
+
+
+def add_plan_commands(sub: Any) -> None:
+    p = sub.add_parser("plan", help="schedule a graph on a target and write the plan")
+    p.add_argument("graph", metavar="GRAPH")
+    p.add_argument("--target", required=True, help="preset name or target JSON file")
+    p.add_argument("--costs", help="cost table JSON (default: the analytical model)")
+    p.add_argument("--strategy", choices=["uniform", "paper", "optimized"], default="optimized")
+    p.add_argument("--train", choices=["sgd", "momentum", "adam"],
+                   help="plan the training graph built with this optimizer")
+    p.add_argument("--intra", type=int, help="uniform: threads per op")
+    p.add_argument("--inter", type=int, help="uniform: ops at a time")
+    p.add_argument("--grid", action="store_true", help="uniform: best of an intra x inter grid")
+    p.add_argument("-o", "--output", required=True, metavar="FILE")
+    p.add_argument("--force", action="store_true", help="overwrite an existing different FILE")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.set_defaults(run=run_plan)
+
+    s = sub.add_parser("show", help="summarize a plan; optionally draw its timeline as SVG")
+    s.add_argument("plan", metavar="PLAN")
+    s.add_argument("--json", action="store_true")
+    s.add_argument("--timeline", metavar="SVG", help="write a Gantt chart of cores over time")
+    s.add_argument("--force", action="store_true")
+    s.set_defaults(run=run_show)
+
+    d = sub.add_parser("diff", help="compare two plans; exit 1 when they differ")
+    d.add_argument("a", metavar="A")
+    d.add_argument("b", metavar="B")
+    d.add_argument("--json", action="store_true")
+    d.set_defaults(run=run_diff)
+
+    v = sub.add_parser("verify", help="re-check a plan independently of the planner")
+    v.add_argument("plan", metavar="PLAN")
+    v.add_argument("--graph", metavar="GRAPH", help="also check the ops against this graph")
+    v.add_argument("--json", action="store_true")
+    v.set_defaults(run=run_verify)
+
+
+def run_plan(args: argparse.Namespace) -> int:
+    from pydantic import ValidationError
+
+    from planner.costs import CostModel, load_table
+    from planner.load import load_graph, write_text
+    from planner.schedule import ScheduleOptions, make_plan
+    from planner.target.presets import load_target
+
+    graph = load_graph(args.graph)
+    if args.train:
+        from planner.graph.autodiff import Optimizer, make_training_graph
+
+        graph = make_training_graph(graph, Optimizer(kind=args.train))
+    target = load_target(args.target)
+    table = load_table(args.costs) if args.costs else None
+    try:
+        model = CostModel(target, table)
+        options = ScheduleOptions(strategy=args.strategy, intra=args.intra, inter=args.inter,
+                                  grid=args.grid)
+    except (ValueError, ValidationError) as e:
+        raise UserError(str(e).splitlines()[0] if not isinstance(e, ValidationError)
+                        else e.errors()[0]["msg"]) from None
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        plan = make_plan(graph, model, options)
+    write_text(args.output, plan.to_json(), force=args.force)
+    if args.json:
+        print(json.dumps(plan.summary.model_dump(mode="json"), indent=2, sort_keys=True))
+    else:
+        print(format_summary(plan.model_dump(mode="json", by_alias=True)))
+        print(f"wrote {args.output}")
+    return 0
+
+
+def _read_json(path: str) -> dict[str, Any]:
+    try:
+        text = open(path, encoding="utf-8").read()  # noqa: SIM115
+    except OSError as e:
+        raise UserError(f"{path}: cannot read ({e.strerror or e})") from None
+    try:
+        data = json.loads(text)
+    except ValueError as e:
+        raise UserError(f"{path}: not JSON ({e})") from None
+    if not isinstance(data, dict) or "ops" not in data:
+        raise UserError(f"{path}: not a plan (no 'ops')")
+    return data
+
+
+def run_show(args: argparse.Namespace) -> int:
+    from planner.load import write_text
+    from planner.plan import load_plan
+    from planner.schedule.timeline import timeline_svg
+
+    plan = load_plan(args.plan)
+    data = plan.model_dump(mode="json", by_alias=True)
+    if args.timeline:
+        write_text(args.timeline, timeline_svg(data), force=args.force)
+    if args.json:
+        print(json.dumps({"summary": data["summary"], "by_type": by_type(data)}, indent=2,
+                         sort_keys=True))
+    else:
+        print(format_summary(data))
+        if args.timeline:
+            print(f"wrote {args.timeline}")
+    return 0
+
+
+def by_type(plan: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Per op type: count, busy seconds, thread counts used."""
+    acc: dict[str, dict[str, Any]] = {}
+    for op in plan["ops"]:
+        a = acc.setdefault(op["op"], {"count": 0, "seconds": 0.0, "threads": Counter(),
+                                      "smt": 0})
+        a["count"] += 1
+        a["seconds"] += op["end"] - op["start"]
+        a["threads"][op["threads"]] += 1
+        a["smt"] += int(op["smt"])
+    return {k: {**v, "threads": dict(sorted(v["threads"].items()))} for k, v in acc.items()}
+
+
+def format_summary(plan: dict[str, Any]) -> str:
+    s = plan["summary"]
+    lines = [f"plan of {plan['graph']} on {plan['target']['name']} ({s['strategy']}): "
+             f"{s['ops']} ops",
+             f"  step        {s['step_seconds'] * 1e3:.3f} ms",
+             f"  lower bound {s['lower_bound_seconds'] * 1e3:.3f} ms (critical path "
+             f"{s['critical_path_seconds'] * 1e3:.3f}, area {s['area_bound_seconds'] * 1e3:.3f})"
+             f"; ratio {s['ratio']:.3f}",
+             f"  utilization {s['utilization']:.1%}; mean co-running ops {s['mean_corun']:.2f}"]
+    if s.get("analytical_signatures"):
+        lines.append(f"  {s['analytical_signatures']} signature(s) priced by the analytical "
+                     f"model")
+    lines.append("ops by type (count, busy ms, thread counts):")
+    types = by_type(plan)
+    for op, v in sorted(types.items(), key=lambda kv: -kv[1]["seconds"]):
+        threads = ",".join(f"{k}x{n}" for k, n in v["threads"].items())
+        smt = f", {v['smt']} on SMT" if v["smt"] else ""
+        lines.append(f"  {op:<24} {v['count']:>5} {v['seconds'] * 1e3:>10.3f}  {threads}{smt}")
+    return "\n".join(lines)
+
+
+def run_diff(args: argparse.Namespace) -> int:
+    from planner.diff import diff_plans, format_diff
+
+    d = diff_plans(_read_json(args.a), _read_json(args.b))
+    print(json.dumps(d, indent=2, sort_keys=True) if args.json else format_diff(d))
+    return 1 if d["different"] else 0
+
+
+def _embedded_graph_problems(text: str) -> tuple[list[str], list[str]] | None:
+    """Node names of the plan's embedded graph, and a problem if its digest does not match."""
+    from planner.graph import Graph
+    from planner.plan import digest
+
+    try:
+        data = json.loads(text)
+        graph = Graph.model_validate(data["graph"])
+        recorded = data["provenance"]["graph_sha256"]
+    except (ValueError, KeyError, TypeError):
+        return None  # verify_plan_text reports what is malformed
+    problems = []
+    if digest(graph.to_json()) != recorded:
+        problems.append("the embedded graph does not match provenance.graph_sha256")
+    return [n.name for n in graph.nodes], problems
+
+
+def run_verify(args: argparse.Namespace) -> int:
+    from planner.verify import verify_plan_text
+
+    try:
+        text = open(args.plan, encoding="utf-8").read()  # noqa: SIM115
+    except OSError as e:
+        raise UserError(f"{args.plan}: cannot read ({e.strerror or e})") from None
+    names = None
+    problems: list[str] = []
+    if not args.graph:
+        embedded = _embedded_graph_problems(text)
+        names, problems = embedded if embedded else (None, [])
+    else:
+        from planner.load import load_graph
+        from planner.plan import digest
+
+        graph = load_graph(args.graph)
+        names = [n.name for n in graph.nodes]
+        data = json.loads(text) if text.strip().startswith("{") else {}
+        recorded = data.get("provenance", {}).get("graph_sha256")
+        if recorded and recorded != digest(graph.to_json()):
+            problems.append(f"plan was made for another graph (graph_sha256 {recorded[:12]} != "
+                            f"{digest(graph.to_json())[:12]})")
+    problems += verify_plan_text(text, names)
+    if args.json:
+        print(json.dumps({"ok": not problems, "problems": problems}, indent=2))
+    elif problems:
+        for p in problems[:50]:
+            print(f"{args.plan}: {p}")
+        if len(problems) > 50:
+            print(f"... and {len(problems) - 50} more")
+    else:
+        print(f"{args.plan}: ok")
+    return 1 if problems else 0

@@ -1,0 +1,186 @@
+"""`make_plan`: graph + target + cost model + options -> Plan. The driver, as named steps:
+
+    costs      every op's time at every thread count       (costs.op_costs)
+    deps       data and in-place dependencies              (deps.predecessors)
+    bound      critical path and area lower bound          (bound.lower_bound)
+    schedule   the strategy's placements                    (uniform, paper, optimized)
+    simulate   real start and end times, utilisation        (simulate.simulate)
+    assemble   logical CPU ids, happens-before edges, summary, provenance
+
+Example:
+    >>> from planner.costs import CostModel
+    >>> from planner.target import preset
+    >>> from planner.zoo import build
+    >>> g = build("mlp", batch=2, hidden=[4], in_features=3, classes=2)
+    >>> p = make_plan(g, CostModel(preset("xeon-8180")), ScheduleOptions(strategy="paper"))
+    >>> len(p.ops), round(p.summary.ratio, 6)
+    (6, 1.0)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from planner import __version__
+from planner.costs import CostModel
+from planner.graph.ir import Graph
+from planner.plan import Edge, OpPlan, Plan, PlanProvenance, PlanTarget, Summary, digest
+from planner.schedule.bound import bottom_levels, capacity, lower_bound
+from planner.schedule.costs import OpCosts, op_costs
+from planner.schedule.deps import predecessors
+from planner.schedule.optimized import allot_all, list_moldable
+from planner.schedule.options import ScheduleOptions
+from planner.schedule.paper import paper
+from planner.schedule.placement import Placement, in_order
+from planner.schedule.simulate import SimResult, simulate
+from planner.schedule.uniform import grid_pairs, uniform
+from planner.target.records import Target
+
+# Stretches the optimized search tries (with ScheduleOptions.stretch).
+STRETCHES = (1.0, 1.15, 1.6, 2.5)
+
+
+def make_plan(graph: Graph, model: CostModel, options: ScheduleOptions | None = None) -> Plan:
+    """The plan of `graph` on the model's target (see the module docstring)."""
+    options = options or ScheduleOptions()
+    target = model.target
+    if target.cpu is None:
+        raise ValueError(f"target {target.name!r} has no CPU; GPU plans are not scheduled yet")
+    costs = op_costs(graph, model)
+    preds = predecessors(graph)
+    smt = target.smt_width > 1
+    bound = lower_bound(costs, preds, capacity(target.cores, target.smt_width,
+                                               options.smt_slowdown))
+    placements = schedule(graph, target, costs, preds, options)
+    sim = simulate(placements, preds, target.cores, options.smt_slowdown)
+    return assemble(graph, model, options, costs, preds, placements, sim, bound, smt)
+
+
+def schedule(graph: Graph, target: Target, costs: OpCosts, preds: Sequence[Sequence[int]],
+             options: ScheduleOptions) -> list[Placement]:
+    """Placements in execution order under the options' strategy."""
+    groups = target.cache_groups
+    smt = target.smt_width > 1
+    cores = target.cores
+
+    def timed(ps: list[Placement]) -> tuple[float, list[Placement]]:
+        ps = in_order(ps)
+        return simulate(ps, preds, cores, options.smt_slowdown).step_seconds, ps
+
+    if options.strategy == "uniform":
+        if options.grid:
+            return min((timed(uniform(costs, preds, groups, a, b)) for a, b in grid_pairs(cores)),
+                       key=lambda r: r[0])[1]
+        intra, inter = options.lanes(cores)
+        return in_order(uniform(costs, preds, groups, intra, inter))
+    op_types = [n.op for n in graph.nodes]
+    if options.strategy == "paper":
+        return in_order(paper(costs, preds, op_types, groups, smt, options))
+    return optimized(costs, preds, op_types, groups, smt, cores, options, timed)
+
+
+def optimized(costs: OpCosts, preds: Sequence[Sequence[int]], op_types: Sequence[str],
+              groups: tuple[tuple[int, ...], ...], smt: bool, cores: int,
+              options: ScheduleOptions, timed) -> list[Placement]:
+    """The best simulated schedule of the search described in planner.schedule.optimized."""
+    n = len(preds)
+    fastest = [costs.fastest(i) for i in range(n)]
+    bottom = bottom_levels(fastest, preds)
+    top = [0.0] * n
+    for i in range(n):
+        for p in preds[i]:
+            top[i] = max(top[i], top[p] + fastest[p])
+    cp = max(bottom, default=0.0)
+    critical = [top[i] + bottom[i] >= cp * (1 - 1e-9) for i in range(n)]
+    group_min = options.group_min if options.grouping else None
+    smt_choices = (False, True) if smt and options.smt else (False,)
+
+    def run(stretch: float, use_smt: bool, prio: Sequence[float],
+            crit: Sequence[bool]) -> tuple[float, list[Placement]]:
+        allot = allot_all(costs, stretch, crit)
+        return timed(list_moldable(costs, preds, prio, allot, groups, use_smt,
+                                   options.smt_slowdown, group_min))
+
+    # The baselines go last: on a tie, min keeps the first (our own) schedule.
+    baselines = [timed(uniform(costs, preds, groups, cores, 1)),
+                 timed(paper(costs, preds, op_types, groups, smt, options))]
+    results: list[tuple[float, list[Placement]]] = []
+    settings = []
+    for stretch in sorted({*STRETCHES, options.stretch}):
+        for use_smt in smt_choices:
+            settings.append((stretch, use_smt))
+            results.append(run(stretch, use_smt, bottom, critical))
+    best_at = int(np.argmin([r[0] for r in results]))
+    stretch, use_smt = settings[best_at]
+    # Refinement: ops the best schedule ran late (started after their latest start at the
+    # bound's pace) count as critical and get their fastest allotment.
+    crit = list(critical)
+    for _ in range(options.refine_rounds):
+        step, ps = min(results, key=lambda r: r[0])
+        late = _late_ops(ps, bottom, step)
+        if not late - {i for i in range(n) if crit[i]}:
+            break
+        crit = [c or i in late for i, c in enumerate(crit)]
+        results.append(run(stretch, use_smt, bottom, crit))
+    rng = np.random.default_rng(0)
+    for _ in range(options.search_rounds):
+        jitter = 1.0 + 0.1 * rng.random(n)
+        results.append(run(stretch, use_smt, [b * j for b, j in zip(bottom, jitter,
+                                                                       strict=True)], crit))
+    return min(results + baselines, key=lambda r: r[0])[1]
+
+
+def _late_ops(ps: list[Placement], bottom: Sequence[float], step: float) -> set[int]:
+    # A node's latest start that still meets `step` at its fastest pace is step - bottom.
+    return {v for p in ps for v in p.nodes if p.start > step - bottom[v] + 1e-12}
+
+
+def assemble(graph: Graph, model: CostModel, options: ScheduleOptions, costs: OpCosts,
+             preds: Sequence[Sequence[int]], placements: list[Placement], sim: SimResult,
+             bound, smt: bool) -> Plan:
+    """The Plan record of simulated placements."""
+    target = model.target
+    names = [n.name for n in graph.nodes]
+    ops: list[OpPlan] = []
+    order = 0
+    last_on: dict[int, str] = {}
+    edges: set[tuple[str, str]] = set()
+    rank: dict[str, int] = {}
+    for p, start, end in zip(placements, sim.starts, sim.ends, strict=True):
+        cpus = tuple(sorted(target.core_cpus[c][1 if p.smt else 0] for c in p.cores))
+        for v in sorted(p.nodes):
+            node = graph.nodes[v]
+            deps = tuple(names[u] for u in preds[v])
+            ops.append(OpPlan(name=node.name, op=node.op, order=order, cpus=cpus,
+                              threads=p.threads, affinity=p.affinity, smt=p.smt, group=p.group,
+                              deps=deps, start=start, end=end))
+            rank[node.name] = order
+            order += 1
+            edges.update((d, node.name) for d in deps)
+        first = names[min(p.nodes)]
+        for c in cpus:
+            if c in last_on and last_on[c] not in {names[v] for v in p.nodes}:
+                edges.add((last_on[c], first))
+            last_on[c] = names[max(p.nodes)]
+    happens = tuple(Edge(before=a, after=b)
+                    for a, b in sorted(edges, key=lambda e: (rank[e[1]], rank[e[0]])))
+    step = sim.step_seconds
+    table = model.table
+    summary = Summary(
+        strategy=options.strategy, step_seconds=step, lower_bound_seconds=bound.seconds,
+        ratio=step / bound.seconds if bound.seconds else 1.0,
+        critical_path_seconds=bound.critical_path, area_bound_seconds=bound.area,
+        utilization=sim.utilization, mean_corun=sim.mean_corun, ops=len(ops),
+        analytical_signatures=len(costs.analytical))
+    provenance = PlanProvenance(
+        graph_sha256=digest(graph.to_json()), target_sha256=target.digest(),
+        costs_sha256=digest(table.to_json()) if table is not None else "",
+        options=options.model_dump(mode="json"), tool=f"planner {__version__}")
+    core_of = tuple(c.core for c in target.logical_cpus)
+    if [c.id for c in target.logical_cpus] != list(range(len(core_of))):
+        raise ValueError(f"target {target.name!r}: logical CPU ids must be 0..n-1 for a plan")
+    return Plan(graph=graph, kind=graph.kind, target=PlanTarget(name=target.name,
+                                                                      core_of=core_of),
+                ops=tuple(ops), happens_before=happens, summary=summary, provenance=provenance)

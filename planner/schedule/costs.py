@@ -1,0 +1,105 @@
+"""Per-op time curves: each node's predicted seconds at every thread count, computed once.
+
+The schedulers ask for t(k) for k = 1..cores many times per op; the cost model answers per
+signature, and big graphs repeat signatures (ResNet-1001 has 10,000 ops but a few hundred
+signatures), so curves are computed once per signature. At each k the faster affinity is kept.
+
+    node  conv1   t = [0.150, 0.076, ..., 0.0052]   affinity = [compact, ..., spread]
+                       k=1    k=2          k=68
+
+Example:
+    >>> from planner.costs import CostModel
+    >>> from planner.target import preset
+    >>> from planner.zoo import build
+    >>> g = build("mlp", batch=2, hidden=[4], in_features=3, classes=2)
+    >>> c = op_costs(g, CostModel(preset("knl-7250")))
+    >>> len(c.times), len(c.times[0]), c.best_threads(0) >= 1
+    (6, 68, True)
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+
+from planner.costs import CostModel, MissingCostWarning, graph_signatures
+from planner.costs.analytical import cpu_time, curve_for, op_work
+from planner.graph.ir import Graph
+from planner.target.records import AFFINITIES, Affinity
+
+Seconds = float
+
+
+@dataclass(frozen=True)
+class OpCosts:
+    """Time curves of a graph's nodes, by node index (graph order).
+
+    times[i][k - 1]: seconds of node i on k threads (the faster affinity);
+    affinity[i][k - 1]: that affinity; keys[i]: the node's signature key;
+    analytical: signature keys the cost table lacked (the analytical model answered).
+    """
+
+    times: tuple[np.ndarray, ...]
+    affinity: tuple[tuple[Affinity, ...], ...]
+    keys: tuple[str, ...]
+    analytical: tuple[str, ...]
+
+    @property
+    def cores(self) -> int:
+        return len(self.times[0]) if self.times else 0
+
+    def time(self, i: int, k: int) -> Seconds:
+        return float(self.times[i][k - 1])
+
+    def best_threads(self, i: int, limit: int | None = None) -> int:
+        """Fewest threads reaching node i's shortest time with at most `limit` threads."""
+        t = self.times[i][: limit or self.cores]
+        return int(np.argmin(t)) + 1
+
+    def fastest(self, i: int) -> Seconds:
+        return float(self.times[i].min())
+
+    def min_area(self, i: int) -> Seconds:
+        """min over k of k * t(k): the least core-seconds node i can take."""
+        t = self.times[i]
+        return float((t * np.arange(1, len(t) + 1)).min())
+
+
+def op_costs(graph: Graph, model: CostModel) -> OpCosts:
+    """Time curves of every node of `graph` under `model` (see the module docstring)."""
+    cores = model.max_threads
+    signatures = graph_signatures(graph)
+    curves: dict[str, tuple[np.ndarray, tuple[Affinity, ...], bool]] = {}
+    for sig in signatures.values():
+        if sig.key not in curves:
+            curves[sig.key] = _curve(model, sig, cores)
+    times, affinity, keys = [], [], []
+    for node in graph.nodes:
+        key = signatures[node.name].key
+        t, a, _ = curves[key]
+        times.append(t)
+        affinity.append(a)
+        keys.append(key)
+    missing = tuple(sorted(k for k, (_, _, analytical) in curves.items() if analytical))
+    return OpCosts(times=tuple(times), affinity=tuple(affinity), keys=tuple(keys),
+                   analytical=missing)
+
+
+def _curve(model: CostModel, sig, cores: int) -> tuple[np.ndarray, tuple[Affinity, ...], bool]:
+    entry = model.table.entry(sig) if model.table is not None else None
+    if entry is None or not entry.cpu:
+        # The analytical model cannot tell affinities apart: one roofline per thread count.
+        work = op_work(sig)
+        curve = curve_for(sig.op, model.curves)
+        t = np.array([cpu_time(work, k, model.target, curve) for k in range(1, cores + 1)])
+        return t, ("compact",) * cores, True
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", MissingCostWarning)
+        per = {a: np.array([model.time(sig, k, a).seconds for k in range(1, cores + 1)])
+               for a in AFFINITIES}
+    # Ties go to compact (the first affinity), as CostModel.best does.
+    pick = np.where(per["spread"] < per["compact"], 1, 0)
+    t = np.minimum(per["compact"], per["spread"])
+    return t, tuple(AFFINITIES[p] for p in pick), False

@@ -1,0 +1,120 @@
+"""The event loop every strategy shares: time advances from op end to op end, and at each
+moment a strategy's `decide` starts ops from the ready list on free cores.
+
+    now ──► decide(now, ready, machine) starts some ops ──► jump to the next op end ──► ...
+
+The machine tracks which physical cores are free, which cores' second hardware thread is free
+(for Strategy 4's hyper-thread co-running) and which placements run until when. A strategy's
+timing here is its own guess; the simulator gives the plan's times.
+
+Example:
+    >>> m = Machine(groups=((0, 1),), smt=False)
+    >>> p = m.start((0,), 2, "compact", seconds=1.0, now=0.0)
+    >>> sorted(m.free), p.cores, m.releases(0.0)
+    ([], (0, 1), [(1.0, 2)])
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable, Sequence
+
+from planner.schedule.cores import pick_cores
+from planner.schedule.placement import Placement
+from planner.target.records import Affinity
+
+
+class Machine:
+    """Free cores, free hyper-thread slots and running placements of one list schedule."""
+
+    def __init__(self, groups: tuple[tuple[int, ...], ...], smt: bool) -> None:
+        self.groups = groups
+        self.cores = sum(len(g) for g in groups)
+        self.free: set[int] = set(range(self.cores))
+        self.smt_free: set[int] = set(range(self.cores)) if smt else set()
+        self.running: list[tuple[float, int, Placement]] = []
+        self._seq = 0
+
+    def start(self, nodes: tuple[int, ...], k: int, affinity: Affinity, seconds: float,
+              now: float, smt: bool = False, cores: tuple[int, ...] | None = None,
+              group: str = "") -> Placement:
+        """Start `nodes` on k free cores (or on the SMT slots of k busy cores when smt)."""
+        pool = self.smt_free & (set(range(self.cores)) - self.free) if smt else self.free
+        chosen = cores if cores is not None else pick_cores(self.groups, pool, k, affinity)
+        (self.smt_free if smt else self.free).difference_update(chosen)
+        p = Placement(nodes=nodes, cores=chosen, affinity=affinity, seconds=seconds, start=now,
+                      smt=smt, group=group)
+        heapq.heappush(self.running, (p.end, self._seq, p))
+        self._seq += 1
+        return p
+
+    def finish_next(self) -> tuple[float, list[Placement]]:
+        """Pop every placement ending first; free its cores. Returns (end time, placements)."""
+        end = self.running[0][0]
+        done = []
+        while self.running and self.running[0][0] <= end:
+            _, _, p = heapq.heappop(self.running)
+            (self.smt_free if p.smt else self.free).update(p.cores)
+            done.append(p)
+        return end, done
+
+    def releases(self, now: float) -> list[tuple[float, int]]:
+        """(time, free cores then) at each future end of a non-SMT placement, ascending."""
+        free = len(self.free)
+        out = []
+        for end, _, p in sorted(self.running, key=lambda r: (r[0], r[1])):
+            if not p.smt:
+                free += p.threads
+                out.append((max(end, now), free))
+        return out
+
+    def horizon(self, now: float) -> float:
+        """Seconds until the last running op ends (0 when idle)."""
+        return max((end for end, _, _ in self.running), default=now) - now
+
+    def wide(self) -> list[Placement]:
+        """Running non-SMT placements that hold every core."""
+        return [p for _, _, p in self.running if not p.smt and p.threads == self.cores]
+
+
+Decide = Callable[[float, list[int], Machine], list[Placement]]
+
+
+def list_schedule(preds: Sequence[Sequence[int]], machine: Machine,
+                  decide: Decide) -> list[Placement]:
+    """Run `decide` at time 0 and after every op end until every node is placed.
+
+    `decide` gets the ready node indices ascending and must start at least one op when the
+    machine is idle; ValueError otherwise (a strategy bug, named).
+    """
+    n = len(preds)
+    waiting = [len(set(p)) for p in preds]
+    succ: list[list[int]] = [[] for _ in range(n)]
+    for i, ps in enumerate(preds):
+        for p in set(ps):
+            succ[p].append(i)
+    ready = sorted(i for i in range(n) if waiting[i] == 0)
+    placed: list[Placement] = []
+    now = 0.0
+    finished = 0
+    while finished < n:
+        if ready:
+            started = decide(now, ready, machine)
+            taken = {v for p in started for v in p.nodes}
+            ready = [i for i in ready if i not in taken]
+            placed.extend(started)
+        if not machine.running:
+            raise ValueError(f"strategy started nothing on an idle machine with ready ops "
+                             f"{ready[:5]}")
+        now, done = machine.finish_next()
+        new = []
+        for p in done:
+            for v in p.nodes:
+                finished += 1
+                for s in succ[v]:
+                    waiting[s] -= 1
+                    if waiting[s] == 0:
+                        new.append(s)
+        if new:
+            ready = sorted(ready + new)
+    return placed

@@ -1,0 +1,93 @@
+"""The one record of scheduling switches: which strategy, and every heuristic's knob.
+
+Strategies (`planner plan --strategy`):
+
+    uniform    every op on all physical cores, one at a time (TensorFlow's recommended setting:
+               intra-op = cores, inter-op = 1), or `intra` threads on `inter` lanes, or the best
+               of a grid over both (`grid=True`, the seed's "manual optimization")
+    paper      seed 002, Section III-D, Strategies 1-4 as written
+    optimized  list scheduling of moldable ops by bottom level, allotment refinement, a bounded
+               local search, and one group node per batch of small independent same-type ops
+
+Example:
+    >>> ScheduleOptions(strategy="paper").candidates
+    3
+    >>> ScheduleOptions(strategy="uniform", intra=34, inter=2).lanes(68)
+    (34, 2)
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from planner.graph.ir import Record
+
+Strategy = Literal["uniform", "paper", "optimized"]
+STRATEGIES: tuple[Strategy, ...] = ("uniform", "paper", "optimized")
+
+# Two ops sharing a core through its hyper-threads each run this many times slower than alone
+# on it. Seed 002, Table III: Conv2DBackpropFilter and Conv2DBackpropInput at 68 threads take
+# 41.1 s one after the other and 39.9 s co-run on sibling hyper-threads; the longer of the two
+# takes about 20.9 s alone (Table II's 20.3 : 19.6 split of the serial time), so sharing slows
+# each by 39.9 / 20.9 = 1.91. A core's two hyper-threads then do 2 / 1.9 = 1.05x the work of one.
+SMT_SLOWDOWN = 1.9
+
+
+class ScheduleOptions(Record):
+    """Every switch of every strategy, with its default. Pure data: equal options, equal plans."""
+
+    strategy: Strategy = "optimized"
+
+    # ---- uniform ------------------------------------------------------------------------
+    # Threads per op and concurrent lanes; None means all cores and one lane.
+    intra: int | None = Field(default=None, ge=1)
+    inter: int | None = Field(default=None, ge=1)
+    # Try every (intra, inter) with intra * inter <= cores on a coarse grid; keep the fastest.
+    grid: bool = False
+
+    # ---- paper (seed 002) ---------------------------------------------------------------
+    # Strategy 2: one thread count per op type, from its most expensive instance.
+    per_type_threads: bool = True
+    # Strategy 3: co-run ready ops in idle cores, from their `candidates` fastest thread counts,
+    # kept within `max_thread_change` of Strategy 2's count.
+    corun: bool = True
+    candidates: int = Field(default=3, ge=1)
+    max_thread_change: int = Field(default=2, ge=0)
+    # Strategy 4: small ready ops on the hyper-thread siblings of an op that takes all cores.
+    hyperthreads: bool = True
+
+    # ---- optimized ----------------------------------------------------------------------
+    # Allotment: an op's thread count may be cut until its time is `stretch` x its fastest,
+    # which frees cores for co-running ops off the critical path.
+    stretch: float = Field(default=1.3, ge=1.0)
+    # Rounds of allotment refinement (re-run with the critical path's ops widened).
+    refine_rounds: int = Field(default=3, ge=0)
+    # Local search: list-schedule again under this many perturbed priority orders; keep the best.
+    search_rounds: int = Field(default=2, ge=0)
+    # Group at least this many independent ready ops of one signature into one parallel loop.
+    group_min: int = Field(default=4, ge=2)
+    grouping: bool = True
+    # SMT co-running of small ops beside a wide op, as Strategy 4 but only when it shortens.
+    smt: bool = True
+
+    # ---- cost model ---------------------------------------------------------------------
+    smt_slowdown: float = Field(default=SMT_SLOWDOWN, ge=1.0)
+
+    @model_validator(mode="after")
+    def _uniform_knobs(self) -> ScheduleOptions:
+        if self.strategy != "uniform" and (self.intra or self.inter or self.grid):
+            raise ValueError(f"intra, inter and grid are options of strategy 'uniform', "
+                             f"not of {self.strategy!r}")
+        if self.grid and (self.intra or self.inter):
+            raise ValueError("grid searches intra and inter itself; give neither with it")
+        return self
+
+    def lanes(self, cores: int) -> tuple[int, int]:
+        """(threads per op, concurrent lanes) of the uniform strategy on `cores` cores."""
+        intra = min(self.intra or cores, cores)
+        inter = self.inter or 1
+        if intra * inter > cores:
+            raise ValueError(f"intra {intra} x inter {inter} threads exceed the {cores} cores")
+        return intra, inter

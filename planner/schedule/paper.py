@@ -1,0 +1,106 @@
+"""Seed 002's runtime scheduling (Section III-D), Strategies 1-4 as written, made static.
+
+    Strategy 1  each op instance's best thread count from the cost model
+    Strategy 2  one count per op type: the best count of its most expensive instance
+    Strategy 3  whenever cores idle, each ready op (queue order) tries its `candidates` fastest
+                thread counts (a count further than `max_thread_change` from Strategy 2's is
+                replaced by Strategy 2's); the fewest threads that fit in the idle cores and do
+                not outlast the running ops win. If none fits, the most expensive ready op runs
+                with Strategy 2's count (when it fits; on an idle machine, always).
+    Strategy 4  while an op holds every core, the ready ops with the shortest serial time run on
+                the cores' second hardware threads, if they end before that op (slowed by SMT)
+
+Example:
+    >>> import numpy as np
+    >>> from planner.schedule.costs import OpCosts
+    >>> c = OpCosts(times=(np.array([4.0, 2.0, 1.5]), np.array([3.0, 1.0, 2.0])),
+    ...             affinity=(("compact",) * 3,) * 2, keys=("A(x)", "A(y)"), analytical=())
+    >>> type_threads(c, ["A", "A"])
+    [3, 3]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from planner.schedule.costs import OpCosts
+from planner.schedule.engine import Machine, list_schedule
+from planner.schedule.options import ScheduleOptions
+from planner.schedule.placement import Placement
+
+
+def type_threads(costs: OpCosts, op_types: Sequence[str]) -> list[int]:
+    """Strategy 2: per node, the best thread count of its type's most expensive instance."""
+    heaviest: dict[str, int] = {}
+    for i, t in enumerate(op_types):
+        j = heaviest.get(t)
+        if j is None or costs.fastest(i) > costs.fastest(j):
+            heaviest[t] = i
+    best = {t: costs.best_threads(j) for t, j in heaviest.items()}
+    return [best[t] for t in op_types]
+
+
+def candidate_threads(costs: OpCosts, i: int, k2: int, count: int, max_change: int) -> list[int]:
+    """Strategy 3's candidates of node i: its `count` fastest counts, each within max_change
+    of k2 or replaced by k2; ascending."""
+    order = np.argsort(costs.times[i], kind="stable")[:count] + 1
+    return sorted({int(k) if abs(int(k) - k2) <= max_change else k2 for k in order})
+
+
+def paper(costs: OpCosts, preds: Sequence[Sequence[int]], op_types: Sequence[str],
+          groups: tuple[tuple[int, ...], ...], smt: bool,
+          options: ScheduleOptions) -> list[Placement]:
+    """Placements of Strategies 1-4 (see the module docstring)."""
+    n = len(preds)
+    k1 = [costs.best_threads(i) for i in range(n)]
+    k2 = type_threads(costs, op_types) if options.per_type_threads else k1
+    cands = [candidate_threads(costs, i, k2[i], options.candidates, options.max_thread_change)
+             for i in range(n)]
+    serial = [costs.time(i, 1) for i in range(n)]
+    f = options.smt_slowdown
+
+    def affinity(i: int, k: int) -> str:
+        return costs.affinity[i][k - 1]
+
+    def decide(now: float, ready: list[int], machine: Machine) -> list[Placement]:
+        started: list[Placement] = []
+        queue = list(ready)
+        progress = True
+        while queue and machine.free and progress:
+            progress = False
+            if options.corun and machine.running:
+                horizon = machine.horizon(now)
+                for i in list(queue):
+                    free = len(machine.free)
+                    fit = [k for k in cands[i] if k <= free and costs.time(i, k) <= horizon]
+                    if fit:
+                        k = fit[0]
+                        started.append(machine.start((i,), k, affinity(i, k), costs.time(i, k),
+                                                     now))
+                        queue.remove(i)
+                        progress = True
+            if progress or not queue:
+                continue
+            # Nothing fits: the most expensive ready op runs with Strategy 2's count.
+            i = max(queue, key=lambda j: (costs.time(j, k2[j]), -j))
+            idle = not machine.running
+            if (idle or options.corun) and k2[i] <= len(machine.free) or idle:
+                k = min(k2[i], len(machine.free))
+                started.append(machine.start((i,), k, affinity(i, k), costs.time(i, k), now))
+                queue.remove(i)
+                progress = options.corun
+        if options.hyperthreads and machine.smt_free and queue:
+            for w in machine.wide():
+                left = w.end - now
+                for i in sorted(queue, key=lambda j: (serial[j], j)):
+                    slots = len(machine.smt_free & set(w.cores))
+                    k = min(k2[i], slots)
+                    if k >= 1 and f * costs.time(i, k) <= left:
+                        started.append(machine.start((i,), k, affinity(i, k),
+                                                     f * costs.time(i, k), now, smt=True))
+                        queue.remove(i)
+        return started
+
+    return list_schedule(preds, Machine(groups, smt=smt), decide)

@@ -1,0 +1,58 @@
+"""The uniform baseline: every op with `intra` threads, `inter` ops at a time (TensorFlow).
+
+TensorFlow's recommended setting (seed 002, Table I's baseline) is intra = physical cores and
+inter = 1: ops run one after another, each on every core. With inter = M, M lanes of `intra`
+cores each take ready ops in graph order (TensorFlow's FIFO queue). `grid_pairs` lists the
+settings the seed's "manual optimization" tries.
+
+Example:
+    >>> grid_pairs(68)[:4]
+    [(68, 1), (34, 1), (34, 2), (17, 1)]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from planner.schedule.costs import OpCosts
+from planner.schedule.engine import Machine, list_schedule
+from planner.schedule.placement import Placement
+
+# Lanes the grid tries at most (TensorFlow's inter-op pools are small in practice).
+MAX_INTER = 8
+
+
+def uniform(costs: OpCosts, preds: Sequence[Sequence[int]],
+            groups: tuple[tuple[int, ...], ...], intra: int, inter: int) -> list[Placement]:
+    """Placements of the uniform strategy: lanes of `intra` consecutive cores (compact)."""
+    cores = [c for g in groups for c in g]
+    if intra * inter > len(cores):
+        raise ValueError(f"intra {intra} x inter {inter} exceeds {len(cores)} cores")
+    lanes = [tuple(sorted(cores[j * intra:(j + 1) * intra])) for j in range(inter)]
+
+    def decide(now: float, ready: list[int], machine: Machine) -> list[Placement]:
+        started = []
+        queue = list(ready)  # FIFO: graph order
+        for lane in lanes:
+            if not queue:
+                break
+            if all(c in machine.free for c in lane):
+                i = queue.pop(0)
+                started.append(machine.start((i,), intra, "compact", costs.time(i, intra), now,
+                                             cores=lane))
+        return started
+
+    return list_schedule(preds, Machine(groups, smt=False), decide)
+
+
+def grid_pairs(cores: int) -> list[tuple[int, int]]:
+    """(intra, inter) pairs of the grid: intra = cores / 1, 2, 4, ... and every inter that fits."""
+    pairs = []
+    intra = cores
+    while intra >= 1:
+        for inter in range(1, min(cores // intra, MAX_INTER) + 1):
+            pairs.append((intra, inter))
+        if intra == 1:
+            break
+        intra //= 2
+    return pairs

@@ -1,0 +1,86 @@
+"""Quick host measurements for detection: streaming bandwidth and GEMM FLOP/s, about a second each.
+
+Both use numpy: `np.add(a, b, out=c)` streams three arrays (two read, one written) and releases
+the GIL, so one Python thread per core streams in parallel; `a @ b` on float32 runs the BLAS
+numpy links, multi-threaded on its own. They measure what kernels reach, not datasheet peaks.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+
+import numpy as np
+
+
+def stream_bandwidth(threads: int, array_bytes: int = 64 << 20, budget_s: float = 0.5) -> float:
+    """Bytes/s streamed by `threads` threads each running c = a + b over its own arrays.
+
+    Each thread's three arrays are `array_bytes` each, larger than a server's last-level cache
+    share. Best of the rounds that fit `budget_s` (at least two), counting 3 x array_bytes a pass.
+    """
+    if threads < 1:
+        raise ValueError(f"threads must be >= 1, got {threads}")
+    n = array_bytes // 4
+    arrays = [(np.ones(n, np.float32), np.ones(n, np.float32), np.empty(n, np.float32))
+              for _ in range(threads)]
+    for a, b, c in arrays:  # touch every page before timing
+        np.add(a, b, out=c)
+
+    def one_round() -> float:
+        start = threading.Barrier(threads + 1)
+
+        def work(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> None:
+            start.wait()
+            np.add(a, b, out=c)
+
+        workers = [threading.Thread(target=work, args=abc) for abc in arrays]
+        for w in workers:
+            w.start()
+        start.wait()
+        t0 = time.perf_counter()
+        for w in workers:
+            w.join()
+        return time.perf_counter() - t0
+
+    best, spent, rounds = float("inf"), 0.0, 0
+    while rounds < 2 or spent < budget_s:
+        dt = one_round()
+        best, spent, rounds = min(best, dt), spent + dt, rounds + 1
+    return 3 * array_bytes * threads / best
+
+
+def gemm_flops(n: int = 1024, budget_s: float = 0.5, threads: int | None = None) -> float:
+    """FP32 FLOP/s of an n x n x n matmul through numpy's BLAS (2 n^3 FLOPs), best of rounds.
+
+    threads: BLAS threads (needs threadpoolctl; without it, or with None, BLAS's default).
+    """
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((n, n), dtype=np.float32)
+    b = rng.standard_normal((n, n), dtype=np.float32)
+    with _blas_threads(threads):
+        a @ b  # warm up: BLAS threads started, pages touched
+        best, spent, rounds = float("inf"), 0.0, 0
+        while rounds < 2 or spent < budget_s:
+            t0 = time.perf_counter()
+            a @ b
+            dt = time.perf_counter() - t0
+            best, spent, rounds = min(best, dt), spent + dt, rounds + 1
+    return 2.0 * n**3 / best
+
+
+def can_limit_blas_threads() -> bool:
+    try:
+        import threadpoolctl  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _blas_threads(threads: int | None) -> contextlib.AbstractContextManager[object]:
+    if threads is None or not can_limit_blas_threads():
+        return contextlib.nullcontext()
+    from threadpoolctl import threadpool_limits
+
+    return threadpool_limits(limits=threads, user_api="blas")

@@ -1,0 +1,141 @@
+"""Preset targets: machines from the seed papers and common GPUs, as data.
+
+Peaks are datasheet numbers (FP32; GPU boost clocks; CPU at the AVX-512 base clock where one is
+published), so they are upper bounds that the analytical cost model scales down by per-op
+efficiency. Linux numbers the hardware threads of these CPUs thread-major: logical CPU
+`t * cores + c` is hardware thread t of core c.
+
+Example:
+    >>> t = preset("knl-7250")
+    >>> len(t.logical_cpus), t.cores, len(t.cache_groups), t.smt_width
+    (272, 68, 34, 4)
+    >>> sorted(PRESETS)[:3]
+    ['h100-80gb', 'k40c-12gb', 'knl-7250']
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from planner.errors import UserError
+from planner.target.records import CPU, GPU, LogicalCPU, Target
+
+GiB = 1 << 30
+MiB = 1 << 20
+GB = 1e9  # bandwidths are quoted in decimal units
+
+
+def thread_major_cpus(cores: int, smt: int, cores_per_group: int) -> tuple[LogicalCPU, ...]:
+    """Logical CPUs numbered t * cores + c, cache groups of consecutive cores, one NUMA node."""
+    cpus = []
+    for t in range(smt):
+        for c in range(cores):
+            siblings = tuple(s * cores + c for s in range(smt) if s != t)
+            cpus.append(LogicalCPU(id=t * cores + c, core=c, smt_siblings=siblings,
+                                   cache_group=c // cores_per_group))
+    return tuple(sorted(cpus, key=lambda x: x.id))
+
+
+def knl_7250() -> Target:
+    # Xeon Phi 7250 in cache mode, as in seed 002 (Cori): 68 cores at 1.4 GHz, 2 AVX-512 units
+    # (64 FP32 FLOP/cycle), 34 tiles of 2 cores sharing a 1 MB L2, MCDRAM as a cache in front of
+    # 96 GiB DDR4, quadrant mode (one NUMA node).
+    return Target(
+        name="knl-7250",
+        description="Intel Xeon Phi 7250 (Knights Landing), cache mode, quadrant",
+        host_memory_bytes=96 * GiB,
+        cpu=CPU(model="Intel Xeon Phi 7250", peak_flops=68 * 1.4e9 * 64,
+                memory_bandwidth=400 * GB, core_bandwidth=9 * GB,
+                cache_group_level=2, cache_group_bytes=1 * MiB),
+        logical_cpus=thread_major_cpus(cores=68, smt=4, cores_per_group=2),
+        notes=("memory_bandwidth: MCDRAM in cache mode, STREAM-class",
+               "core_bandwidth: one KNL core streams far less than its share"),
+    )
+
+
+def xeon_8180() -> Target:
+    # One Xeon Platinum 8180: 28 cores x 2 hardware threads, AVX-512 base 1.7 GHz, 2 FMA units;
+    # private 1 MB L2 per core (each core its own cache group; the L3 is shared by all),
+    # 6 channels of DDR4-2666.
+    return Target(
+        name="xeon-8180",
+        description="Intel Xeon Platinum 8180 (Skylake-SP), one socket",
+        host_memory_bytes=192 * GiB,
+        cpu=CPU(model="Intel Xeon Platinum 8180", peak_flops=28 * 1.7e9 * 64,
+                memory_bandwidth=6 * 21.33 * GB, core_bandwidth=12 * GB,
+                cache_group_level=2, cache_group_bytes=1 * MiB),
+        logical_cpus=thread_major_cpus(cores=28, smt=2, cores_per_group=1),
+        notes=("host_memory_bytes: 12 x 16 GiB DIMMs assumed",),
+    )
+
+
+def _gpu_target(name: str, description: str, gpu: GPU) -> Target:
+    # GPU presets describe the device only; the host they sit in is not modelled (cpu=None),
+    # and host memory is taken as 4x the device's so that offload has room to plan with.
+    return Target(name=name, description=description, host_memory_bytes=4 * gpu.memory_bytes,
+                  gpus=(gpu,),
+                  notes=("host: not modelled; host_memory_bytes = 4 x device memory",
+                         "pinned_host_limit_bytes: half of host memory",
+                         "host_link_bandwidth: about 80% of the PCIe link's raw rate"))
+
+
+def _gpu(name: str, memory: int, sms: int, flops: float, bandwidth: float, link: float) -> GPU:
+    return GPU(name=name, memory_bytes=memory, sm_count=sms, peak_flops=flops,
+               memory_bandwidth=bandwidth, host_link_bandwidth=link,
+               pinned_host_limit_bytes=2 * memory)
+
+
+PCIE3 = 12.6 * GB  # 16 lanes x 985 MB/s x 0.8
+PCIE5 = 50.4 * GB  # 16 lanes x 3.94 GB/s x 0.8
+
+PRESETS: dict[str, Callable[[], Target]] = {
+    "knl-7250": knl_7250,
+    "xeon-8180": xeon_8180,
+    "k40c-12gb": lambda: _gpu_target(
+        "k40c-12gb", "NVIDIA Tesla K40c (Kepler), PCIe 3",
+        _gpu("Tesla K40c", 12 * GiB, 15, 2880 * 2 * 0.875e9, 288 * GB, PCIE3)),
+    "titan-xp-12gb": lambda: _gpu_target(
+        "titan-xp-12gb", "NVIDIA TITAN Xp (Pascal), PCIe 3",
+        _gpu("TITAN Xp", 12 * GiB, 30, 3840 * 2 * 1.582e9, 547.7 * GB, PCIE3)),
+    "p100-16gb": lambda: _gpu_target(
+        "p100-16gb", "NVIDIA Tesla P100 PCIe 16 GB (Pascal), as in seed 002 Section VII",
+        _gpu("Tesla P100-PCIE-16GB", 16 * GiB, 56, 3584 * 2 * 1.303e9, 732 * GB, PCIE3)),
+    "v100-16gb": lambda: _gpu_target(
+        "v100-16gb", "NVIDIA Tesla V100 SXM2 16 GB (Volta), PCIe 3 host link",
+        _gpu("Tesla V100-SXM2-16GB", 16 * GiB, 80, 5120 * 2 * 1.53e9, 900 * GB, PCIE3)),
+    "h100-80gb": lambda: _gpu_target(
+        "h100-80gb", "NVIDIA H100 SXM5 80 GB (Hopper), PCIe 5 host link",
+        _gpu("NVIDIA H100 80GB HBM3", 80 * GiB, 132, 16896 * 2 * 1.98e9, 3350 * GB, PCIE5)),
+}
+
+
+def preset(name: str) -> Target:
+    """The preset target called `name`; UserError listing the known names otherwise."""
+    try:
+        make = PRESETS[name]
+    except KeyError:
+        raise UserError(f"unknown target {name!r}; known presets: "
+                        f"{', '.join(sorted(PRESETS))}") from None
+    return make()
+
+
+def load_target(spec: str) -> Target:
+    """A preset name, or the path of a target JSON file (as `planner target detect --json` writes).
+
+    Raises UserError naming the file and field, or listing the presets for an unknown name.
+    """
+    if spec in PRESETS:
+        return preset(spec)
+    path = Path(spec)
+    if not path.is_file():
+        raise UserError(f"unknown target {spec!r}: neither a file nor a preset; known presets: "
+                        f"{', '.join(sorted(PRESETS))}")
+    try:
+        return Target.from_json(path.read_text())
+    except ValidationError as e:
+        from planner.load import describe_validation_error
+
+        raise UserError(f"{spec}: not a valid target: {describe_validation_error(e)}") from None

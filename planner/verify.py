@@ -1,0 +1,126 @@
+"""`planner verify`: re-check a plan without trusting the planner.
+
+Shares no code with the scheduler; checks every pair the obvious way and names the op (or
+ops) and the rule that failed:
+
+    unique       every op name appears once; execution orders are distinct
+    deps         every dependency is an op of the plan (a missing op is named), starts after
+                 its dependency ends and comes later in execution order
+    graph        (with the graph) the plan schedules exactly the graph's nodes, each once
+    cpus         thread count = number of CPUs, CPUs exist on the target, end >= start
+    overlap      two ops running at the same time use disjoint logical CPUs (unless one
+                 parallel-loop group) and share a physical core only if one is marked smt
+    edges        every happens-before edge names plan ops and is respected by the times
+    summary      step time = last end; the lower bound is at most the step time
+
+Example:
+    >>> verify_plan_data({"ops": [], "happens_before": [], "target": {"core_of": []},
+    ...                   "summary": {"step_seconds": 0.0, "lower_bound_seconds": 0.0}})
+    []
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+# Times are compared with this slack (seconds): float sums of predicted times.
+TOLERANCE = 1e-9
+
+
+def verify_plan_data(plan: dict[str, Any], node_names: list[str] | None = None) -> list[str]:
+    """Every rule the plan breaks, one message each naming the op(s); [] when it is sound."""
+    problems: list[str] = []
+    ops = plan.get("ops", [])
+    core_of = plan.get("target", {}).get("core_of", [])
+    by_name: dict[str, dict[str, Any]] = {}
+    for op in ops:
+        if op["name"] in by_name:
+            problems.append(f"op {op['name']!r} is scheduled more than once")
+        by_name[op["name"]] = op
+    orders: dict[int, str] = {}
+    for op in ops:
+        if op["order"] in orders:
+            problems.append(f"ops {orders[op['order']]!r} and {op['name']!r} share execution "
+                            f"order {op['order']}")
+        orders[op["order"]] = op["name"]
+    if node_names is not None:
+        for name in node_names:
+            if name not in by_name:
+                problems.append(f"op {name!r} of the graph is not scheduled")
+        for name in by_name:
+            if name not in node_names:
+                problems.append(f"op {name!r} is not in the graph")
+    for op in ops:
+        name = op["name"]
+        if op["end"] < op["start"]:
+            problems.append(f"op {name!r} ends ({op['end']}) before it starts ({op['start']})")
+        if op["threads"] != len(op["cpus"]) or len(set(op["cpus"])) != len(op["cpus"]):
+            problems.append(f"op {name!r}: {op['threads']} threads but CPUs {op['cpus']}")
+        for c in op["cpus"]:
+            if not 0 <= c < len(core_of):
+                problems.append(f"op {name!r} runs on logical CPU {c}, which the target lacks")
+        for dep in op.get("deps", []):
+            if dep not in by_name:
+                problems.append(f"op {name!r} depends on op {dep!r}, which is not scheduled "
+                                f"(missing op)")
+                continue
+            d = by_name[dep]
+            if op["start"] < d["end"] - TOLERANCE:
+                problems.append(f"op {name!r} starts at {op['start']} before its dependency "
+                                f"{dep!r} ends at {d['end']}")
+            if op["order"] <= d["order"]:
+                problems.append(f"op {name!r} comes before its dependency {dep!r} in "
+                                f"execution order")
+    for a in ops:
+        for b in ops:
+            if a["order"] >= b["order"]:
+                continue
+            overlap = (a["start"] < b["end"] - TOLERANCE and b["start"] < a["end"] - TOLERANCE)
+            if not overlap:
+                continue
+            same_group = a.get("group") and a.get("group") == b.get("group")
+            shared = set(a["cpus"]) & set(b["cpus"])
+            if shared and not same_group:
+                problems.append(f"ops {a['name']!r} and {b['name']!r} run at the same time on "
+                                f"logical CPUs {sorted(shared)}")
+                continue
+            cores_a = {core_of[c] for c in a["cpus"] if 0 <= c < len(core_of)}
+            cores_b = {core_of[c] for c in b["cpus"] if 0 <= c < len(core_of)}
+            if cores_a & cores_b and not same_group and not (a.get("smt") or b.get("smt")):
+                problems.append(f"ops {a['name']!r} and {b['name']!r} share physical cores "
+                                f"{sorted(cores_a & cores_b)} at the same time, and neither is "
+                                f"marked smt")
+    for edge in plan.get("happens_before", []):
+        before, after = edge["before"], edge["after"]
+        missing = [n for n in (before, after) if n not in by_name]
+        if missing:
+            problems.append(f"happens-before edge {before!r} -> {after!r} names op(s) "
+                            f"{missing} that are not scheduled")
+            continue
+        if by_name[after]["start"] < by_name[before]["end"] - TOLERANCE:
+            problems.append(f"op {after!r} starts before op {before!r} ends, against a "
+                            f"happens-before edge")
+    summary = plan.get("summary", {})
+    last = max((op["end"] for op in ops), default=0.0)
+    step = summary.get("step_seconds", 0.0)
+    if abs(step - last) > TOLERANCE + 1e-9 * last:
+        problems.append(f"summary step_seconds {step} is not the last op's end {last}")
+    if summary.get("lower_bound_seconds", 0.0) > step + TOLERANCE:
+        problems.append(f"summary lower bound {summary['lower_bound_seconds']} exceeds the "
+                        f"step time {step}")
+    return problems
+
+
+def verify_plan_text(text: str, node_names: list[str] | None = None) -> list[str]:
+    """verify_plan_data of a plan file's text; a problem list for unreadable JSON too."""
+    try:
+        data = json.loads(text)
+    except ValueError as e:
+        return [f"not JSON: {e}"]
+    if not isinstance(data, dict) or not isinstance(data.get("ops"), list):
+        return ["not a plan: no 'ops' list"]
+    try:
+        return verify_plan_data(data, node_names)
+    except (KeyError, TypeError) as e:
+        return [f"malformed plan: missing or wrong field {e}"]

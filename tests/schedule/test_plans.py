@@ -1,0 +1,119 @@
+"""Plans of every strategy: verified, deterministic, bounded; options combinations; zoo models."""
+
+from __future__ import annotations
+
+import itertools
+import warnings
+
+import pytest
+
+from planner.costs import CostModel
+from planner.plan import Plan
+from planner.schedule import ScheduleOptions, make_plan
+from planner.verify import verify_plan_text
+from tests.schedule.conftest import toy_target, training
+
+SMALL = {
+    "mlp": dict(batch=2, hidden=[4], in_features=3, classes=2),
+    "lenet": dict(batch=2, image=8, width=0.5),
+    "alexnet": dict(batch=1, image=63, width=0.0625, classes=5),
+    "vgg16": dict(batch=1, image=32, width=0.0625, classes=5),
+    "resnet": dict(batch=2, image=32, width=0.125, depth=18, classes=5),
+    "inception_v3": dict(batch=1, image=16, width=0.0625, classes=5),
+    "densenet": dict(batch=2, image=32, width=0.125, classes=5),
+    "wide_deep": dict(batch=4, tables=5, vocab=[7, 3, 5, 2, 9], dim=3, hidden=[8, 4]),
+    "dcgan": dict(batch=2, image=8, width=0.0625, nz=4),
+    "lstm": dict(batch=2, seq=3, hidden=4, vocab=11),
+}
+
+
+def plan(graph, target, **options) -> Plan:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return make_plan(graph, CostModel(target), ScheduleOptions(**options))
+
+
+@pytest.fixture(scope="module")
+def lenet():
+    return training("lenet", batch=8, image=16)
+
+
+@pytest.mark.parametrize("name", sorted(SMALL))
+def test_every_zoo_model_plans_and_verifies(name):
+    g = training(name, **SMALL[name])
+    p = plan(g, toy_target(), search_rounds=0, refine_rounds=1)
+    assert verify_plan_text(p.to_json(), [n.name for n in g.nodes]) == []
+    assert sorted(o.name for o in p.ops) == sorted(n.name for n in g.nodes)
+    assert p.summary.step_seconds >= p.summary.lower_bound_seconds * (1 - 1e-9)
+
+
+@pytest.mark.parametrize("strategy, extra", [
+    ("uniform", {}), ("uniform", {"intra": 2, "inter": 3}), ("uniform", {"grid": True}),
+    ("paper", {}), ("optimized", {})])
+def test_strategies_verify_and_are_deterministic(lenet, strategy, extra):
+    a = plan(lenet, toy_target(), strategy=strategy, **extra)
+    b = plan(lenet, toy_target(), strategy=strategy, **extra)
+    assert a.to_json() == b.to_json()
+    assert Plan.from_json(a.to_json()) == a
+    assert verify_plan_text(a.to_json()) == []
+
+
+def test_uniform_baseline_runs_one_op_at_a_time_on_all_cores(lenet):
+    p = plan(lenet, toy_target(), strategy="uniform")
+    assert {o.threads for o in p.ops} == {8} and p.summary.mean_corun <= 1.0
+    assert p.summary.step_seconds == pytest.approx(sum(o.end - o.start for o in p.ops))
+
+
+def test_grid_is_no_worse_than_the_default_uniform(lenet):
+    default = plan(lenet, toy_target(), strategy="uniform").summary.step_seconds
+    assert plan(lenet, toy_target(), strategy="uniform", grid=True).summary.step_seconds \
+        <= default
+
+
+PAPER_SWITCHES = ["per_type_threads", "corun", "hyperthreads"]
+OPTIMIZED_SWITCHES = ["grouping", "smt"]
+
+
+@pytest.mark.parametrize("values", list(itertools.product([False, True], repeat=3)))
+def test_paper_switch_combinations(lenet, values):
+    p = plan(lenet, toy_target(), strategy="paper", **dict(zip(PAPER_SWITCHES, values,
+                                                              strict=True)))
+    assert verify_plan_text(p.to_json()) == []
+    if not values[1] and not values[2]:  # no co-running at all: one op at a time
+        assert p.summary.mean_corun <= 1.0
+
+
+@pytest.mark.parametrize("values", list(itertools.product([False, True], repeat=2)))
+def test_optimized_switch_combinations_never_lose_to_uniform(lenet, values):
+    opts = dict(zip(OPTIMIZED_SWITCHES, values, strict=True))
+    p = plan(lenet, toy_target(), search_rounds=1, **opts)
+    assert verify_plan_text(p.to_json()) == []
+    assert p.summary.step_seconds <= plan(lenet, toy_target(),
+                                          strategy="uniform").summary.step_seconds
+
+
+def test_optimized_beats_paper_on_a_branchy_graph():
+    g = training("inception_v3", **SMALL["inception_v3"])
+    target = toy_target()
+    paper = plan(g, target, strategy="paper").summary.step_seconds
+    assert plan(g, target).summary.step_seconds < paper
+
+
+def test_embedding_lookups_become_one_group():
+    g = training("wide_deep", batch=4, tables=8, vocab=[5] * 8, dim=3, hidden=[8, 4])
+    p = plan(g, toy_target(16), group_min=4)
+    groups = {o.group for o in p.ops if o.op == "Embedding"}
+    assert verify_plan_text(p.to_json()) == []
+    assert groups != {""}, "independent lookups of one signature should share a loop"
+
+
+def test_plans_of_different_targets_differ():
+    g = training("lenet", batch=8, image=16)
+    assert plan(g, toy_target(8)).to_json() != plan(g, toy_target(4)).to_json()
+
+
+def test_uniform_options_rejected_for_other_strategies():
+    with pytest.raises(ValueError, match="uniform"):
+        ScheduleOptions(strategy="paper", intra=4)
+    with pytest.raises(ValueError, match="exceed"):
+        ScheduleOptions(strategy="uniform", intra=8, inter=2).lanes(8)

@@ -1,0 +1,46 @@
+"""planner plan / show / diff / verify through the command's entry point."""
+
+from __future__ import annotations
+
+import json
+
+import planner.cli as cli
+
+SPEC = "zoo:lenet?batch=2&image=8&width=0.5"
+
+
+def run(*args: str) -> int:
+    return cli.main(list(args))
+
+
+def test_plan_show_verify_diff(tmp_path, capsys):
+    a, b, c = (str(tmp_path / f"{n}.json") for n in "abc")
+    assert run("plan", SPEC, "--train", "sgd", "--target", "knl-7250", "-o", a) == 0
+    assert "step" in capsys.readouterr().out
+    assert run("plan", SPEC, "--train", "sgd", "--target", "knl-7250", "-o", b) == 0
+    assert open(a).read() == open(b).read()  # byte-identical
+    assert run("plan", SPEC, "--train", "sgd", "--target", "xeon-8180", "-o", c) == 0
+    capsys.readouterr()
+    assert run("verify", a, "--graph", SPEC) == 1  # the forward graph is not the one planned
+    capsys.readouterr()
+    assert run("verify", a) == 0
+    assert run("diff", a, b) == 0 and "no differences" in capsys.readouterr().out
+    assert run("diff", a, c, "--json") == 1
+    d = json.loads(capsys.readouterr().out)
+    assert d["different"] and d["by_type"] and d["summary"]["step_seconds"]
+    svg = str(tmp_path / "t.svg")
+    assert run("show", a, "--timeline", svg) == 0
+    assert open(svg).read().startswith("<svg") and "Conv2D" in capsys.readouterr().out
+
+
+def test_uniform_lanes_and_bad_input(tmp_path, capsys):
+    out = str(tmp_path / "u.json")
+    assert run("plan", SPEC, "--target", "knl-7250", "--strategy", "uniform", "--intra", "4",
+               "--inter", "2", "-o", out, "--json") == 0
+    assert json.loads(capsys.readouterr().out)["strategy"] == "uniform"
+    assert run("plan", SPEC, "--target", "knl-7250", "--intra", "4", "-o", out) == 2
+    assert "uniform" in capsys.readouterr().err
+    bad = tmp_path / "bad.json"
+    bad.write_text("{}")
+    assert run("verify", str(bad)) == 1
+    assert run("show", str(bad)) == 2
