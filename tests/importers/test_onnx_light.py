@@ -92,3 +92,15 @@ def test_placeholder_params_take_their_fill_value():
     w = params["conv1_w_0"]
     assert w.shape == imported.graph.tensor("conv1_w_0").shape and w.dtype == np.float32
     assert np.unique(w).size == 1
+
+
+def test_resnet50_matches_the_zoo_in_parameters_and_flops():
+    """The imported real-world ResNet-50 and the zoo's agree (issue acceptance: within 1-2%)."""
+    from planner.graph.summary import summarize
+    from planner.zoo import build
+
+    imported = summarize(light("resnet50"))
+    zoo = summarize(build("resnet", depth=50, batch=1, loss=False))
+    assert imported["param_count"] == zoo["param_count"] == 25_557_032
+    assert abs(imported["flops"] / zoo["flops"] - 1) < 0.02
+    assert abs(zoo["flops"] / 8.2e9 - 1) < 0.05
