@@ -137,7 +137,7 @@ def by_type(plan: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 def format_summary(plan: dict[str, Any]) -> str:
     s = plan["summary"]
-    lines = [f"plan of {plan['graph']} on {plan['target']['name']} ({s['strategy']}): "
+    lines = [f"plan of {plan['graph']['name']} on {plan['target']['name']} ({s['strategy']}): "
              f"{s['ops']} ops",
              f"  step        {s['step_seconds'] * 1e3:.3f} ms",
              f"  lower bound {s['lower_bound_seconds'] * 1e3:.3f} ms (critical path "

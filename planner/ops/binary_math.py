@@ -37,32 +37,17 @@ from planner.ops.base import (
     register,
     require_float,
 )
-from planner.ops.elementwise import broadcast_shapes
+from planner.ops.elementwise import binary_infer, broadcast_shapes
 
 if TYPE_CHECKING:
     from planner.graph.ir import Node
-
-
-def _binary_infer(op: str, float_only: bool):
-    def infer(ins: list[TensorType], a: Attrs) -> list[TensorType]:
-        x, y = ins
-        if x.dtype != y.dtype:
-            raise OpError(f"{op}: input dtypes differ: {x.dtype} (shape {list(x.shape)}) and "
-                          f"{y.dtype} (shape {list(y.shape)})")
-        if float_only:
-            require_float(op, x)
-        elif x.dtype == "bool":
-            raise OpError(f"{op}: inputs must be numeric, got bool")
-        return [TensorType(broadcast_shapes(op, x.shape, y.shape), x.dtype)]
-
-    return infer
 
 
 def _binary(name: str, fn: Callable[[np.ndarray, np.ndarray], np.ndarray], doc: str,
             float_only: bool = False) -> None:
     register(OpDef(
         name=name, arity=2,
-        infer=_binary_infer(name, float_only),
+        infer=binary_infer(name, float_only),
         flops=elementwise_flops(1),
         reference=lambda xs, a: [fn(xs[0], xs[1])],
         doc=doc,

@@ -57,7 +57,7 @@ def broadcast_shapes(op: str, a: Sequence[int], b: Sequence[int]) -> tuple[int, 
     return tuple(out)
 
 
-def _binary_infer(op: str, float_only: bool) -> Callable[[list[TensorType], Attrs],
+def binary_infer(op: str, float_only: bool) -> Callable[[list[TensorType], Attrs],
                                                            list[TensorType]]:
     def infer(ins: list[TensorType], a: Attrs) -> list[TensorType]:
         x, y = ins
@@ -120,7 +120,7 @@ def _binary(name: str, fn: Callable[[np.ndarray, np.ndarray], np.ndarray], gradi
             doc: str, float_only: bool = False) -> OpDef:
     return register(OpDef(
         name=name, arity=2,
-        infer=_binary_infer(name, float_only),
+        infer=binary_infer(name, float_only),
         flops=elementwise_flops(1),
         reference=lambda xs, a: [fn(xs[0], xs[1])],
         gradient=gradient,
