@@ -16,6 +16,9 @@ $(VENV)/.installed: pyproject.toml
 demo: $(VENV)/.installed
 	$(PLANNER) target detect
 	$(PLANNER) graph 'zoo:lenet?image=8&batch=32' --train sgd
+	$(PLANNER) plan 'zoo:lenet?image=8&batch=32' --train sgd --target host \
+		-o generated/lenet-digits.host.plan.json --force
+	$(PLANNER) verify generated/lenet-digits.host.plan.json
 	$(PY) examples/train_digits_reference.py
 
 test: $(VENV)/.installed

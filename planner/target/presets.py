@@ -123,16 +123,21 @@ def preset(name: str) -> Target:
 
 
 def load_target(spec: str) -> Target:
-    """A preset name, or the path of a target JSON file (as `planner target detect --json` writes).
+    """A preset name, `host` (this machine, detected and measured now), or the path of a target
+    JSON file (as `planner target detect --json` writes).
 
     Raises UserError naming the file and field, or listing the presets for an unknown name.
     """
+    if spec == "host":
+        from planner.target.detect import detect
+
+        return detect()
     if spec in PRESETS:
         return preset(spec)
     path = Path(spec)
     if not path.is_file():
-        raise UserError(f"unknown target {spec!r}: neither a file nor a preset; known presets: "
-                        f"{', '.join(sorted(PRESETS))}")
+        raise UserError(f"unknown target {spec!r}: neither a file, 'host' nor a preset; known "
+                        f"presets: {', '.join(sorted(PRESETS))}")
     try:
         return Target.from_json(path.read_text())
     except ValidationError as e:
