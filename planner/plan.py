@@ -66,6 +66,40 @@ class OpPlan(Record):
         return cpu_ranges(self.cpus)
 
 
+Bytes = int
+
+
+class MemorySummary(Record):
+    """What memory planning achieved, in bytes (see planner.memory for the definitions).
+
+    naive: every tensor its own bytes; load: the peak of live bytes under the schedule; arena:
+    the device arena holding every buffer (>= load); fragmentation = arena / load - 1;
+    per_op_bound: the largest single op's inputs + outputs + workspace plus resident state;
+    resident: the persistent state alone (params, optimizer state, statistics); liveness_load:
+    the load before any offload or recompute; host: pinned host bytes of offloaded copies.
+    """
+
+    naive_bytes: Bytes
+    load_bytes: Bytes
+    arena_bytes: Bytes
+    fragmentation: float
+    peak_bytes: Bytes
+    per_op_bound_bytes: Bytes
+    resident_bytes: Bytes
+    liveness_load_bytes: Bytes
+    budget_bytes: Bytes | None = None
+    host_bytes: Bytes = 0
+    allocator: str = ""
+    recompute_ops: int = 0
+    recompute_seconds: Seconds = 0.0
+    offloaded_tensors: int = 0
+    transfer_bytes: Bytes = 0
+    # Compute time lost waiting for transfers (prefetches that could not be hidden).
+    stall_seconds: Seconds = 0.0
+    # Extra happens-before edges that memory reuse needed.
+    reuse_edges: int = 0
+
+
 class Summary(Record):
     """Predicted step time, its lower bound and what the simulator saw."""
 
@@ -76,6 +110,9 @@ class Summary(Record):
     ratio: float
     critical_path_seconds: Seconds
     area_bound_seconds: Seconds
+    # The bound charging path length and work together (planner.schedule.bound); the lower
+    # bound is the largest of the three terms. 0 in plans from before it existed.
+    allotment_bound_seconds: Seconds = 0.0
     # Busy core-seconds / (cores x step) of the physical cores.
     utilization: float
     # Seed 002 Fig. 4: ops running, averaged over the start and finish events.
@@ -83,6 +120,8 @@ class Summary(Record):
     ops: int
     # Signatures the cost table lacked, priced by the analytical model.
     analytical_signatures: int = 0
+    # Memory planning's numbers (planner.memory); None until memory is planned.
+    memory: MemorySummary | None = None
 
 
 class Edge(Record):
@@ -97,6 +136,9 @@ class PlanTarget(Record):
 
     name: str
     core_of: tuple[int, ...]
+    # GPU plans: the name of each stream; an op's `cpus` then holds its stream's index, and
+    # `core_of` maps each stream to itself (one "core" per stream).
+    streams: tuple[str, ...] = ()
 
 
 class PlanProvenance(Record):
@@ -107,6 +149,64 @@ class PlanProvenance(Record):
     costs_sha256: str = ""
     options: dict[str, Any] = Field(default_factory=dict)
     tool: str = "planner"
+
+
+class TensorPlan(Record):
+    """One buffer of the step: which value it holds, where its bytes are, and when.
+
+    It occupies [offset, offset + bytes) of the device arena (placement "device") or of the
+    pinned host pool ("host"). `first` and `last` are the execution orders of its first write
+    and last read (-1: written before the step, by the caller or the previous step; len(ops):
+    read after the step). `writer` and `readers` name those ops ("" for before the step): two
+    buffers may share bytes only when every access of one happens-before the other's write.
+    `alias_of` names the buffer an in-place update writes over (the graph's `updates`).
+
+        {"bytes":4096,"first":3,"last":9,"name":"conv1","offset":0,"placement":"device",
+         "readers":["bn1","grad/bn1/batchnormgrad"],"tensor":"conv1","writer":"conv1", ...}
+    """
+
+    name: str = Field(min_length=1)
+    # The graph tensor whose value the buffer holds ("" for a workspace or scratch buffer).
+    tensor: str = ""
+    bytes: Bytes = Field(ge=0)
+    offset: Bytes = Field(ge=0)
+    placement: Literal["device", "host"] = "device"
+    first: int = Field(ge=-1)
+    last: int = Field(ge=-1)
+    writer: str = ""
+    readers: tuple[str, ...] = ()
+    alias_of: str = ""
+
+
+class MemoryOp(Record):
+    """An op memory planning added: a recompute of a graph node, or a copy between device and
+    host. `inputs` and `outputs` are buffer names (TensorPlan), in the node's input and output
+    order for a recompute (an output written to scratch is named as such)."""
+
+    name: str = Field(min_length=1)
+    kind: Literal["recompute", "offload", "prefetch"]
+    # recompute: the graph node run again.
+    node: str = ""
+    inputs: tuple[str, ...] = ()
+    outputs: tuple[str, ...] = ()
+
+
+class ConvChoice(Record):
+    """A convolution's algorithm (cuDNN's family name) and the workspace it was given."""
+
+    node: str
+    algorithm: str
+    workspace_bytes: Bytes = Field(ge=0)
+    seconds: Seconds = Field(ge=0)
+    # Where the time came from: "measured" (cost table) or "default" (family formula).
+    source: str = "default"
+
+
+class MemoryPlan(Record):
+    """Memory planning's decisions beyond buffers: added ops and per-convolution algorithms."""
+
+    ops: tuple[MemoryOp, ...] = ()
+    convs: tuple[ConvChoice, ...] = ()
 
 
 class Plan(Record):
@@ -120,8 +220,10 @@ class Plan(Record):
     target: PlanTarget
     ops: tuple[OpPlan, ...]
     happens_before: tuple[Edge, ...] = ()
-    # Per-tensor memory decisions (bytes, offset, placement, lifetime): the memory issue.
-    tensors: tuple[dict[str, Any], ...] = ()
+    # Per-buffer memory decisions (bytes, offset, placement, lifetime): planner.memory.
+    tensors: tuple[TensorPlan, ...] = ()
+    # Ops memory planning added and per-convolution algorithms (None until memory is planned).
+    memory: MemoryPlan | None = None
     summary: Summary
     provenance: PlanProvenance
 

@@ -1,19 +1,43 @@
-"""The lower bound on any schedule's step time (DESIGN.md), and the critical path.
+"""Lower bounds on any schedule's step time, and the critical path.
 
-    bound = max(critical path with every op at its fastest time,
-                sum over ops of min_k (k x t(k)) / capacity)
+DESIGN.md's bound is the larger of two terms:
+
+    critical path   the longest path with every op at its fastest time
+    area            sum over ops of min_k (k x t(k)) / capacity
+
+They pull apart: the critical path needs every op on it at its fastest (usually widest, least
+efficient) thread count, the area term at its most efficient (usually one thread). No schedule
+gets both, so the plan also reports a third term that charges both at once, the allotment bound
+(the dual of the linear program of Skutella's and Jansen & Zhang's allotment relaxation):
+
+    for any weights f >= 0 that are (1 - mu) x a mix of source-to-sink paths, 0 <= mu <= 1,
+    step >= (1 - mu) x (some path's length) + mu x (work / capacity)
+         >= sum over ops i of  min over durations x >= t_i,min of  f_i x + mu h_i(x) / capacity
+
+where h_i is the convex minorant of op i's work k x t(k) as a function of its time t(k) (taking
+longer never needs more work than the cheapest count that is at least that fast). Every (f, mu)
+gives a valid bound; Frank-Wolfe steps towards the longest path (or the area term) under the
+durations the inner minimum picks, and the largest value seen is reported. It lands within half
+a percent of the linear program's optimum (solved with HiGHS for comparison) on the bench's
+training graphs: ResNet-50 960 vs 963 ms, Inception-v3 273.4 vs 273.9, DCGAN 71.96 vs 71.97,
+LSTM 26.27 vs 26.32.
+The bound is max of all three terms.
 
 capacity is the number of physical cores, times 2 / SMT_SLOWDOWN (1.05) where the target has
-hyper-threads: two ops sharing a core each run 1.9x slower, so a core does at most 1.05 cores'
-work, and the bound stays a bound for schedules that use Strategy 4.
+hyper-threads: a thread whose core's other hardware thread is busy progresses at 1 / 1.9 of its
+pace (simulate.py), so a core does at most 2 / 1.9 cores' worth of thread work per second, and the
+bounds stay bounds for schedules that use Strategy 4. An op slowed by SMT only takes longer than
+t(k), which the relaxation allows.
 
 Example:
     >>> import numpy as np
     >>> from planner.schedule.costs import OpCosts
-    >>> c = OpCosts(times=(np.array([4.0, 2.0]), np.array([2.0, 1.5])),
-    ...             affinity=(("compact",) * 2,) * 2, keys=("a", "b"), analytical=())
-    >>> lower_bound(c, ((), (0,)), capacity=2.0)
-    Bound(critical_path=3.5, area=3.0, seconds=3.5)
+    >>> t = np.array([2.0, 1.2])  # 2 s on one thread, 1.2 s on two
+    >>> c = OpCosts(times=(t, t, t), affinity=(("compact",) * 2,) * 3, keys=("a",) * 3,
+    ...             analytical=())
+    >>> b = lower_bound(c, ((), (0,), ()), capacity=2.0)  # 0 -> 1, and 2 on its own
+    >>> b.critical_path, b.area, round(b.seconds, 6)  # the best schedule takes 3.2 s
+    (2.4, 3.0, 3.2)
 """
 
 from __future__ import annotations
@@ -21,13 +45,26 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import NamedTuple
 
+import numpy as np
+
 from planner.schedule.costs import OpCosts
+
+# Frank-Wolfe steps of the allotment bound, at most; it stops early once PLATEAU_STEPS steps in
+# a row gain less than PLATEAU_GAIN (relative), as on chain-like graphs whose critical path is
+# the bound from the first step.
+ITERATIONS = 200
+PLATEAU_STEPS = 100
+PLATEAU_GAIN = 1e-5
 
 
 class Bound(NamedTuple):
     critical_path: float
     area: float
     seconds: float
+    allotment: float = 0.0
+    # Per node, the relaxation's duration (mean of the Frank-Wolfe picks): a guide to how long
+    # each op may take, which the optimized strategy turns into thread counts.
+    durations: tuple[float, ...] = ()
 
 
 def capacity(cores: int, smt_width: int, smt_slowdown: float) -> float:
@@ -49,9 +86,114 @@ def bottom_levels(times: Sequence[float], preds: Sequence[Sequence[int]]) -> lis
 
 
 def lower_bound(costs: OpCosts, preds: Sequence[Sequence[int]], capacity: float) -> Bound:
-    """Critical path at fastest times, area bound, and their max (seconds)."""
+    """Critical path at fastest times, area bound, allotment bound, and their max (seconds)."""
     n = len(preds)
-    fastest = [costs.fastest(i) for i in range(n)]
+    fastest = costs.fastest_seconds
     cp = max(bottom_levels(fastest, preds), default=0.0)
     area = sum(costs.min_area(i) for i in range(n)) / capacity
-    return Bound(critical_path=cp, area=area, seconds=max(cp, area))
+    allot, durations = allotment_relaxation(costs, preds, capacity)
+    return Bound(critical_path=cp, area=area, seconds=max(cp, area, allot), allotment=allot,
+                 durations=tuple(durations))
+
+
+def work_hull(times: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Vertices (durations ascending, work descending) of the convex minorant of k x t(k)
+    against t(k), from the fastest count to the least-work one.
+
+    >>> work_hull(np.array([4.0, 2.0, 1.9]))
+    (array([1.9, 2. , 4. ]), array([5.7, 4. , 4. ]))
+    """
+    work = times * np.arange(1, len(times) + 1)
+    pareto: list[tuple[float, float]] = []
+    for j in np.argsort(times, kind="stable"):
+        if not pareto or work[j] < pareto[-1][1]:
+            pareto.append((float(times[j]), float(work[j])))
+    hull: list[tuple[float, float]] = []
+    for x, w in pareto:
+        while len(hull) >= 2:
+            (x1, w1), (x2, w2) = hull[-2], hull[-1]
+            if (w2 - w1) * (x - x1) >= (w - w1) * (x2 - x1):
+                hull.pop()
+            else:
+                break
+        hull.append((x, w))
+    # The work stays at its minimum for longer durations: one more vertex at the slowest time.
+    hull.append((float(times.max()), hull[-1][1]))
+    return np.array([x for x, _ in hull]), np.array([w for _, w in hull])
+
+
+def allotment_bound(costs: OpCosts, preds: Sequence[Sequence[int]], capacity: float,
+                    iterations: int = ITERATIONS) -> float:
+    """The largest dual value Frank-Wolfe finds (see the module docstring); 0 for no ops."""
+    return allotment_relaxation(costs, preds, capacity, iterations)[0]
+
+
+def allotment_relaxation(costs: OpCosts, preds: Sequence[Sequence[int]], capacity: float,
+                         iterations: int = ITERATIONS) -> tuple[float, list[float]]:
+    """(allotment bound, per node the mean duration the inner minimum picked over the steps).
+
+    The mean picks approximate the relaxation's own solution (the op's time in a schedule that
+    balances path length against work)."""
+    n = len(preds)
+    if n == 0:
+        return 0.0, []
+    memo: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+    hulls = [memo.setdefault(id(t), work_hull(t)) for t in costs.times]
+    width = max(len(x) for x, _ in hulls)
+    durations = np.empty((n, width))
+    work = np.empty((n, width))
+    for i, (x, w) in enumerate(hulls):
+        durations[i, :len(x)], durations[i, len(x):] = x, x[-1]
+        work[i, :len(w)], work[i, len(w):] = w, w[-1]
+    work /= capacity
+    rows = np.arange(n)
+    flow = np.zeros(n)
+    flow[longest_path(durations[:, 0].tolist(), preds)] = 1.0
+    mu = 0.0
+    # (f = 0, mu = 1) is the area term; the first step, (critical path, mu = 0), the path term.
+    best = float(work.min(axis=1).sum())
+    since = 0
+    picked = np.zeros(n)
+    steps = 0
+    for step in range(iterations):
+        value = flow[:, None] * durations + mu * work
+        pick = value.argmin(axis=1)
+        x = durations[rows, pick]
+        picked += x
+        steps += 1
+        found = float(value[rows, pick].sum())
+        if found > best * (1 + PLATEAU_GAIN):
+            best, since = found, 0
+        else:
+            best, since = max(best, found), since + 1
+            if since == PLATEAU_STEPS:
+                break
+        path = longest_path(x.tolist(), preds)
+        gamma = 2.0 / (step + 3.0)
+        flow *= 1.0 - gamma
+        mu *= 1.0 - gamma
+        if float(x[path].sum()) >= float(work[rows, pick].sum()):
+            flow[path] += gamma
+        else:
+            mu += gamma
+    return best, (picked / steps).tolist()
+
+
+def longest_path(times: Sequence[float], preds: Sequence[Sequence[int]]) -> list[int]:
+    """Node indices of a longest path (node weights `times`), from its first node."""
+    n = len(preds)
+    dist = [0.0] * n
+    via = [-1] * n
+    for i, ps in enumerate(preds):
+        best, arg = 0.0, -1
+        for p in ps:
+            if dist[p] > best:
+                best, arg = dist[p], p
+        dist[i] = best + times[i]
+        via[i] = arg
+    node = max(range(n), key=dist.__getitem__)
+    path = []
+    while node >= 0:
+        path.append(node)
+        node = via[node]
+    return path[::-1]

@@ -2,8 +2,9 @@
 
     costs      every op's time at every thread count       (costs.op_costs)
     deps       data and in-place dependencies              (deps.predecessors)
-    bound      critical path and area lower bound          (bound.lower_bound)
-    schedule   the strategy's placements                    (uniform, paper, optimized)
+    bound      critical path, area and allotment bounds    (bound.lower_bound)
+    schedule   the strategy's placements                    (uniform, paper, optimized; the
+               optimized search uses the bound's relaxation and keeps each candidate's run)
     simulate   real start and end times, utilisation        (simulate.simulate)
     assemble   logical CPU ids, happens-before edges, summary, provenance
 
@@ -30,7 +31,7 @@ from planner.plan import Edge, OpPlan, Plan, PlanProvenance, PlanTarget, Summary
 from planner.schedule.bound import bottom_levels, capacity, lower_bound
 from planner.schedule.costs import OpCosts, op_costs
 from planner.schedule.deps import predecessors
-from planner.schedule.optimized import allot_all, list_moldable
+from planner.schedule.optimized import Widen, allot_all, list_moldable, relaxed_allotment
 from planner.schedule.options import ScheduleOptions
 from planner.schedule.paper import paper
 from planner.schedule.placement import Placement, in_order
@@ -38,8 +39,13 @@ from planner.schedule.simulate import SimResult, simulate
 from planner.schedule.uniform import grid_pairs, uniform
 from planner.target.records import Target
 
-# Stretches the optimized search tries (with ScheduleOptions.stretch).
-STRETCHES = (1.0, 1.15, 1.6, 2.5)
+# Stretches the optimized search tries besides ScheduleOptions.stretch (none: the relaxation's
+# allotments beat them on the bench's graphs; the option's one stays as a fallback candidate).
+STRETCHES: tuple[float, ...] = ()
+# Scales of the allotment relaxation's durations the optimized search tries: below 1, more
+# threads than the relaxation asks for, which packing losses can call for; above 1, fewer,
+# which widening into idle cores makes up for.
+RELAXED_SCALES = (0.85, 0.95, 1.0, 1.1)
 
 
 def make_plan(graph: Graph, model: CostModel, options: ScheduleOptions | None = None) -> Plan:
@@ -53,21 +59,32 @@ def make_plan(graph: Graph, model: CostModel, options: ScheduleOptions | None = 
     smt = target.smt_width > 1
     bound = lower_bound(costs, preds, capacity(target.cores, target.smt_width,
                                                options.smt_slowdown))
-    placements = schedule(graph, target, costs, preds, options)
-    sim = simulate(placements, preds, target.cores, options.smt_slowdown)
+    sims: dict[int, tuple[list[Placement], SimResult]] = {}
+    placements = schedule(graph, target, costs, preds, options, sims, bound.durations)
+    ran = sims.get(id(placements))
+    sim = ran[1] if ran is not None and ran[0] is placements else simulate(
+        placements, preds, target.cores, options.smt_slowdown)
     return assemble(graph, model, options, costs, preds, placements, sim, bound, smt)
 
 
 def schedule(graph: Graph, target: Target, costs: OpCosts, preds: Sequence[Sequence[int]],
-             options: ScheduleOptions) -> list[Placement]:
-    """Placements in execution order under the options' strategy."""
+             options: ScheduleOptions,
+             sims: dict[int, tuple[list[Placement], SimResult]] | None = None,
+             durations: Sequence[float] = ()) -> list[Placement]:
+    """Placements in execution order under the options' strategy.
+
+    `sims`, when given, receives the simulation of every candidate schedule tried, by the id of
+    its placement list, so the caller need not simulate the winner again."""
+    sims = {} if sims is None else sims
     groups = target.cache_groups
     smt = target.smt_width > 1
     cores = target.cores
 
     def timed(ps: list[Placement]) -> tuple[float, list[Placement]]:
         ps = in_order(ps)
-        return simulate(ps, preds, cores, options.smt_slowdown).step_seconds, ps
+        sim = simulate(ps, preds, cores, options.smt_slowdown)
+        sims[id(ps)] = (ps, sim)
+        return sim.step_seconds, ps
 
     if options.strategy == "uniform":
         if options.grid:
@@ -78,58 +95,76 @@ def schedule(graph: Graph, target: Target, costs: OpCosts, preds: Sequence[Seque
     op_types = [n.op for n in graph.nodes]
     if options.strategy == "paper":
         return in_order(paper(costs, preds, op_types, groups, smt, options))
-    return optimized(costs, preds, op_types, groups, smt, cores, options, timed)
+    return optimized(costs, preds, op_types, groups, smt, cores, options, timed, durations)
 
 
 def optimized(costs: OpCosts, preds: Sequence[Sequence[int]], op_types: Sequence[str],
               groups: tuple[tuple[int, ...], ...], smt: bool, cores: int,
-              options: ScheduleOptions, timed) -> list[Placement]:
-    """The best simulated schedule of the search described in planner.schedule.optimized."""
+              options: ScheduleOptions, timed,
+              durations: Sequence[float] = ()) -> list[Placement]:
+    """The best simulated schedule of the search described in planner.schedule.optimized.
+
+    `durations`: the allotment relaxation's per-node durations (bound.py); none, no
+    relaxation-guided candidates."""
     n = len(preds)
-    fastest = [costs.fastest(i) for i in range(n)]
+    times = costs.time_lists
+    fastest = costs.fastest_seconds
     bottom = bottom_levels(fastest, preds)
-    top = [0.0] * n
-    for i in range(n):
-        for p in preds[i]:
-            top[i] = max(top[i], top[p] + fastest[p])
+    top = top_levels(fastest, preds)
     cp = max(bottom, default=0.0)
     critical = [top[i] + bottom[i] >= cp * (1 - 1e-9) for i in range(n)]
     group_min = options.group_min if options.grouping else None
-    smt_choices = (False, True) if smt and options.smt else (False,)
 
-    def run(stretch: float, use_smt: bool, prio: Sequence[float],
-            crit: Sequence[bool]) -> tuple[float, list[Placement]]:
-        allot = allot_all(costs, stretch, crit)
+    def run(allot: Sequence[int], use_smt: bool, jitter: Sequence[float] | None = None,
+            widen: Widen = "fill") -> tuple[float, list[Placement]]:
+        # Priority: bottom levels at the allotted times (the path the schedule will run).
+        prio = bottom_levels([times[i][allot[i] - 1] for i in range(n)], preds)
+        if jitter is not None:
+            prio = [b * j for b, j in zip(prio, jitter, strict=True)]
         return timed(list_moldable(costs, preds, prio, allot, groups, use_smt,
-                                   options.smt_slowdown, group_min))
+                                   options.smt_slowdown, group_min, widen=widen))
 
     # The baselines go last: on a tie, min keeps the first (our own) schedule.
     baselines = [timed(uniform(costs, preds, groups, cores, 1)),
                  timed(paper(costs, preds, op_types, groups, smt, options))]
-    results: list[tuple[float, list[Placement]]] = []
-    settings = []
-    for stretch in sorted({*STRETCHES, options.stretch}):
-        for use_smt in smt_choices:
-            settings.append((stretch, use_smt))
-            results.append(run(stretch, use_smt, bottom, critical))
-    best_at = int(np.argmin([r[0] for r in results]))
-    stretch, use_smt = settings[best_at]
+    allots = [allot_all(costs, stretch, critical)
+              for stretch in sorted({*STRETCHES, options.stretch})]
+    if len(durations) == n:
+        allots += [relaxed_allotment(costs, durations, scale) for scale in RELAXED_SCALES]
+    results = [run(allot, False) for allot in allots]
+    best_at = min(range(len(results)), key=lambda r: results[r][0])
+    allot, use_smt, widen = allots[best_at], False, "fill"
+    results.append(run(allot, False, widen="last"))
+    if results[-1][0] < results[best_at][0]:
+        best_at, widen = len(results) - 1, "last"
+    if smt and options.smt:
+        results.append(run(allot, True, widen=widen))
+        use_smt = results[-1][0] < results[best_at][0]
     # Refinement: ops the best schedule ran late (started after their latest start at the
-    # bound's pace) count as critical and get their fastest allotment.
-    crit = list(critical)
+    # bound's pace) get their fastest allotment.
+    widened: set[int] = set()
     for _ in range(options.refine_rounds):
         step, ps = min(results, key=lambda r: r[0])
-        late = _late_ops(ps, bottom, step)
-        if not late - {i for i in range(n) if crit[i]}:
+        late = _late_ops(ps, bottom, step) - widened
+        if not late:
             break
-        crit = [c or i in late for i, c in enumerate(crit)]
-        results.append(run(stretch, use_smt, bottom, crit))
+        widened |= late
+        allot = [costs.best_prefix[i][-1] if i in widened else a for i, a in enumerate(allot)]
+        results.append(run(allot, use_smt, widen=widen))
     rng = np.random.default_rng(0)
     for _ in range(options.search_rounds):
-        jitter = 1.0 + 0.1 * rng.random(n)
-        results.append(run(stretch, use_smt, [b * j for b, j in zip(bottom, jitter,
-                                                                       strict=True)], crit))
+        results.append(run(allot, use_smt, 1.0 + 0.1 * rng.random(n), widen))
     return min(results + baselines, key=lambda r: r[0])[1]
+
+
+def top_levels(times: Sequence[float], preds: Sequence[Sequence[int]]) -> list[float]:
+    """Per node, the longest path from the graph's start to the node's start."""
+    top = [0.0] * len(preds)
+    for i, ps in enumerate(preds):
+        for p in ps:
+            if top[i] < top[p] + times[p]:
+                top[i] = top[p] + times[p]
+    return top
 
 
 def _late_ops(ps: list[Placement], bottom: Sequence[float], step: float) -> set[int]:
@@ -172,6 +207,7 @@ def assemble(graph: Graph, model: CostModel, options: ScheduleOptions, costs: Op
         strategy=options.strategy, step_seconds=step, lower_bound_seconds=bound.seconds,
         ratio=step / bound.seconds if bound.seconds else 1.0,
         critical_path_seconds=bound.critical_path, area_bound_seconds=bound.area,
+        allotment_bound_seconds=bound.allotment,
         utilization=sim.utilization, mean_corun=sim.mean_corun, ops=len(ops),
         analytical_signatures=len(costs.analytical))
     provenance = PlanProvenance(

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -60,6 +61,32 @@ class OpCosts:
 
     def fastest(self, i: int) -> Seconds:
         return float(self.times[i].min())
+
+    @cached_property
+    def time_lists(self) -> tuple[list[float], ...]:
+        """times as Python lists (the list schedulers index them many times)."""
+        memo: dict[int, list[float]] = {}
+        return tuple(memo.setdefault(id(t), [float(x) for x in t]) for t in self.times)
+
+    @cached_property
+    def best_prefix(self) -> tuple[list[int], ...]:
+        """best_prefix[i][m - 1] = best_threads(i, limit=m), for every m."""
+        memo: dict[int, list[int]] = {}
+
+        def prefix(t: list[float]) -> list[int]:
+            out, best = [], 0
+            for j, x in enumerate(t):
+                if x < t[best]:
+                    best = j
+                out.append(best + 1)
+            return out
+
+        return tuple(memo.setdefault(id(t), prefix(t)) for t in self.time_lists)
+
+    @cached_property
+    def fastest_seconds(self) -> list[float]:
+        """fastest(i) for every node."""
+        return [min(t) for t in self.time_lists]
 
     def min_area(self, i: int) -> Seconds:
         """min over k of k * t(k): the least core-seconds node i can take."""

@@ -37,14 +37,17 @@ class Machine:
 
     def start(self, nodes: tuple[int, ...], k: int, affinity: Affinity, seconds: float,
               now: float, smt: bool = False, cores: tuple[int, ...] | None = None,
-              group: str = "") -> Placement:
-        """Start `nodes` on k free cores (or on the SMT slots of k busy cores when smt)."""
+              group: str = "", until: float | None = None) -> Placement:
+        """Start `nodes` on k free cores (or on the SMT slots of k busy cores when smt).
+
+        `seconds` is the time alone on those cores (the placement's); `until`, when given, is
+        the strategy's guess of the end instead of now + seconds (an SMT op, slowed)."""
         pool = self.smt_free & (set(range(self.cores)) - self.free) if smt else self.free
         chosen = cores if cores is not None else pick_cores(self.groups, pool, k, affinity)
         (self.smt_free if smt else self.free).difference_update(chosen)
         p = Placement(nodes=nodes, cores=chosen, affinity=affinity, seconds=seconds, start=now,
                       smt=smt, group=group)
-        heapq.heappush(self.running, (p.end, self._seq, p))
+        heapq.heappush(self.running, (p.end if until is None else until, self._seq, p))
         self._seq += 1
         return p
 

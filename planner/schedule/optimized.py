@@ -1,24 +1,36 @@
-"""The default strategy: list scheduling of moldable ops by bottom level, with allotment choice,
-backfilling, optional grouping and hyper-thread co-running, and a bounded search over its knobs.
+"""The default strategy: list scheduling of moldable ops (the two-phase approach of CPA/MCPA,
+Radulescu & van Gemund: choose each op's thread count, then list-schedule by bottom level),
+with backfilling, optional grouping and hyper-thread co-running, and a bounded search.
 
-One list schedule (`list_moldable`):
+Allotments (phase 1), several candidates:
 
-    priority   bottom level: the longest path from the op to the step's end, ops at their
-               fastest times (critical ops first)
-    allotment  a[i] = fewest threads whose time is within `stretch` x the op's fastest; ops on
-               the critical path (no slack) get their fastest count
+    relaxed    from the allotment relaxation (bound.py): its per-op durations balance path
+               length against work as the lower bound does; an op gets the fewest threads whose
+               time is within `scale` x its duration (RELAXED_SCALES in build.py; below 1 leaves
+               room for packing losses)
+    stretch    the fewest threads within `stretch` x the op's fastest time; ops on the critical
+               path (no slack) get their fastest count
+
+One list schedule (`list_moldable`, phase 2):
+
+    priority   bottom level at the allotted times: the longest path from the op to the step's
+               end (critical ops first)
     decision   the first ready op by priority starts now on the best count <= min(a[i], free
                cores), unless waiting for cores that running ops release would finish it
                sooner; then it reserves that moment and later ops may only backfill cores
                they give back before it
+    widen      an op may take more threads than allotted, up to free cores that would idle
+               until the first running op ends (no op can become ready before then)
     grouping   >= group_min ready ops of one signature run as one parallel loop, one op per
                thread (seed 003's 26 embedding lookups)
     smt        ready ops that fit on a wide op's second hardware threads and end before it
+               (slowed by SMT_SLOWDOWN)
 
-The search (`optimized`) runs the list schedule for every stretch in STRETCHES, with and
-without SMT, refines the best by widening the ops its critical path runs through
-(`refine_rounds`), and keeps the best simulated plan; the uniform baseline is one of the
-candidates, so the result never loses to it.
+The search (`optimized` in build.py) list-schedules every candidate allotment, tries SMT on the
+best, refines it by giving ops the best schedule ran late their fastest count
+(`refine_rounds`), perturbs its priorities (`search_rounds`, seeded: plans stay byte-identical),
+and keeps the best simulated plan; the uniform and paper schedules are candidates too, so the
+result never loses to either.
 
 Example:
     >>> allotment(__import__("numpy").array([4.0, 2.0, 1.9, 1.8]), 1.2)
@@ -29,6 +41,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Literal
 
 import numpy as np
 
@@ -47,11 +60,22 @@ def best_upto(times: np.ndarray, limit: int) -> int:
     return int(np.argmin(times[:limit])) + 1
 
 
+Widen = Literal["", "last", "fill"]
+# Ops that take more threads than allotted, up to the free cores that would idle until the first
+# running op ends (no op can become ready before then): "" none, "last" the last ready op only,
+# "fill" any op, leaving the other ready ops their allotments.
+WIDEN: tuple[Widen, ...] = ("", "last", "fill")
+
+
 def list_moldable(costs: OpCosts, preds: Sequence[Sequence[int]], priority: Sequence[float],
                   allot: Sequence[int], groups: tuple[tuple[int, ...], ...], smt: bool,
-                  smt_slowdown: float, group_min: int | None) -> list[Placement]:
-    """One list schedule (see the module docstring). `group_min` None: no grouping."""
-    times = costs.times
+                  smt_slowdown: float, group_min: int | None,
+                  widen: Widen = "fill") -> list[Placement]:
+    """One list schedule (see the module docstring). `group_min` None: no grouping; `widen`:
+    which ops may take more threads than allotted when cores would idle otherwise (WIDEN)."""
+    fill = widen == "fill"
+    times = costs.time_lists
+    best = costs.best_prefix
 
     def loop_time(members: list[int], k: int) -> float:
         # One parallel loop over independent ops, one op per thread at a time.
@@ -69,7 +93,7 @@ def list_moldable(costs: OpCosts, preds: Sequence[Sequence[int]], priority: Sequ
                 if len(members) >= group_min and free >= 1:
                     k = min(len(members), free)
                     grouped = loop_time(members, k)
-                    alone = sum(costs.fastest(i) for i in members)
+                    alone = sum(costs.fastest_seconds[i] for i in members)
                     if grouped < alone:
                         started.append(machine.start(tuple(sorted(members)), k, "compact",
                                                      grouped, now,
@@ -82,7 +106,18 @@ def list_moldable(costs: OpCosts, preds: Sequence[Sequence[int]], priority: Sequ
             if free == 0:
                 break
             t = times[i]
-            k = best_upto(t, min(allot[i], free))
+            limit = min(allot[i], free)
+            k = best[i][limit - 1]
+            if widen and reserved is None and free > limit and (fill or len(queue) == 1):
+                # No op becomes ready before the first running one ends: free cores that the
+                # other ready ops' allotments leave, and that this op can finish on before
+                # then, would idle; it takes them.
+                others = sum(allot[j] for j in queue if j != i) if fill else 0
+                if free - others > limit:
+                    wide = best[i][free - others - 1]
+                    if now + t[wide - 1] <= min((e for e, _, p in machine.running if not p.smt),
+                                                default=math.inf):
+                        k = wide
             finish = now + t[k - 1]
             if reserved is not None:
                 if finish <= reserved:
@@ -92,7 +127,7 @@ def list_moldable(costs: OpCosts, preds: Sequence[Sequence[int]], priority: Sequ
                 continue
             wait_best, wait_at = finish, None
             for at, free_then in machine.releases(now):
-                kw = best_upto(t, min(allot[i], free_then))
+                kw = best[i][min(allot[i], free_then) - 1]
                 if at + t[kw - 1] < wait_best * (1 - 1e-9):
                     wait_best, wait_at = at + t[kw - 1], at
                 if free_then >= allot[i]:
@@ -105,15 +140,16 @@ def list_moldable(costs: OpCosts, preds: Sequence[Sequence[int]], priority: Sequ
         if smt and machine.smt_free and queue:
             for w in machine.wide():
                 left = w.end - now
-                for i in sorted(queue, key=lambda j: (costs.time(j, 1), j)):
+                for i in sorted(queue, key=lambda j: (times[j][0], j)):
                     slots = len(machine.smt_free & set(w.cores))
                     if slots == 0:
                         break
-                    k = best_upto(times[i], slots)
-                    if smt_slowdown * costs.time(i, k) <= left:
+                    k = best[i][slots - 1]
+                    t_alone = times[i][k - 1]
+                    if smt_slowdown * t_alone <= left:
                         started.append(machine.start((i,), k, costs.affinity[i][k - 1],
-                                                     smt_slowdown * costs.time(i, k), now,
-                                                     smt=True))
+                                                     t_alone, now, smt=True,
+                                                     until=now + smt_slowdown * t_alone))
                         queue.remove(i)
         return started
 
@@ -124,3 +160,14 @@ def allot_all(costs: OpCosts, stretch: float, critical: Sequence[bool]) -> list[
     """Per node: its fastest count when critical, else the stretch allotment."""
     return [costs.best_threads(i) if critical[i] else allotment(costs.times[i], stretch)
             for i in range(len(costs.times))]
+
+
+def relaxed_allotment(costs: OpCosts, durations: Sequence[float], scale: float) -> list[int]:
+    """Per node: the fewest threads whose time is within scale x its relaxation duration (its
+    fastest count when none is)."""
+    out = []
+    for i, t in enumerate(costs.time_lists):
+        limit = durations[i] * scale * (1 + 1e-12)
+        out.append(next((k for k, x in enumerate(t, 1) if x <= limit), costs.best_prefix[i][-1]))
+    return out
+

@@ -6,8 +6,9 @@ Strategies (`planner plan --strategy`):
                intra-op = cores, inter-op = 1), or `intra` threads on `inter` lanes, or the best
                of a grid over both (`grid=True`, the seed's "manual optimization")
     paper      seed 002, Section III-D, Strategies 1-4 as written
-    optimized  list scheduling of moldable ops by bottom level, allotment refinement, a bounded
-               local search, and one group node per batch of small independent same-type ops
+    optimized  list scheduling of moldable ops by bottom level with allotments from the lower
+               bound's relaxation (CPA-style), allotment refinement, a bounded local search,
+               and one group node per batch of small independent same-type ops
 
 Example:
     >>> ScheduleOptions(strategy="paper").candidates
@@ -32,6 +33,7 @@ STRATEGIES: tuple[Strategy, ...] = ("uniform", "paper", "optimized")
 # 41.1 s one after the other and 39.9 s co-run on sibling hyper-threads; the longer of the two
 # takes about 20.9 s alone (Table II's 20.3 : 19.6 split of the serial time), so sharing slows
 # each by 39.9 / 20.9 = 1.91. A core's two hyper-threads then do 2 / 1.9 = 1.05x the work of one.
+# The simulator applies it per thread, while the sibling is busy (planner.schedule.simulate).
 SMT_SLOWDOWN = 1.9
 
 
@@ -60,12 +62,13 @@ class ScheduleOptions(Record):
 
     # ---- optimized ----------------------------------------------------------------------
     # Allotment: an op's thread count may be cut until its time is `stretch` x its fastest,
-    # which frees cores for co-running ops off the critical path.
-    stretch: float = Field(default=1.3, ge=1.0)
+    # which frees cores for co-running ops off the critical path (one candidate of the search,
+    # beside build.STRETCHES and the relaxation's allotments).
+    stretch: float = Field(default=2.5, ge=1.0)
     # Rounds of allotment refinement (re-run with the critical path's ops widened).
-    refine_rounds: int = Field(default=3, ge=0)
+    refine_rounds: int = Field(default=2, ge=0)
     # Local search: list-schedule again under this many perturbed priority orders; keep the best.
-    search_rounds: int = Field(default=2, ge=0)
+    search_rounds: int = Field(default=1, ge=0)
     # Group at least this many independent ready ops of one signature into one parallel loop.
     group_min: int = Field(default=4, ge=2)
     grouping: bool = True

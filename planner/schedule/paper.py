@@ -58,49 +58,77 @@ def paper(costs: OpCosts, preds: Sequence[Sequence[int]], op_types: Sequence[str
     k2 = type_threads(costs, op_types) if options.per_type_threads else k1
     cands = [candidate_threads(costs, i, k2[i], options.candidates, options.max_thread_change)
              for i in range(n)]
-    serial = [costs.time(i, 1) for i in range(n)]
+    times = costs.time_lists
+    serial = [t[0] for t in times]
+    at_k2 = [times[i][k2[i] - 1] for i in range(n)]
     f = options.smt_slowdown
 
     def affinity(i: int, k: int) -> str:
         return costs.affinity[i][k - 1]
 
+    # The least threads and least time of each op's candidates: most ops fit nowhere, and
+    # these let the scan skip them without looking at every candidate.
+    low_k = [min(c) for c in cands]
+    low_t = [min(times[i][k - 1] for k in cands[i]) for i in range(n)]
+    # Ranks of the two orders decide sorts ready ops by (precomputed: the queue can be long).
+    cost_rank = _ranks(sorted(range(n), key=lambda j: (-at_k2[j], j)))
+    serial_rank = _ranks(sorted(range(n), key=lambda j: (serial[j], j)))
+
     def decide(now: float, ready: list[int], machine: Machine) -> list[Placement]:
         started: list[Placement] = []
         queue = list(ready)
+        taken: set[int] = set()
+        by_cost: list[int] | None = None
         progress = True
-        while queue and machine.free and progress:
+        while len(taken) < len(queue) and machine.free and progress:
             progress = False
             if options.corun and machine.running:
                 horizon = machine.horizon(now)
-                for i in list(queue):
-                    free = len(machine.free)
-                    fit = [k for k in cands[i] if k <= free and costs.time(i, k) <= horizon]
+                free = len(machine.free)
+                for i in queue:
+                    if i in taken or low_k[i] > free or low_t[i] > horizon:
+                        continue
+                    fit = [k for k in cands[i] if k <= free and times[i][k - 1] <= horizon]
                     if fit:
                         k = fit[0]
-                        started.append(machine.start((i,), k, affinity(i, k), costs.time(i, k),
-                                                     now))
-                        queue.remove(i)
+                        started.append(machine.start((i,), k, affinity(i, k),
+                                                     times[i][k - 1], now))
+                        taken.add(i)
+                        free = len(machine.free)
                         progress = True
-            if progress or not queue:
+            if progress or len(taken) == len(queue):
                 continue
             # Nothing fits: the most expensive ready op runs with Strategy 2's count.
-            i = max(queue, key=lambda j: (costs.time(j, k2[j]), -j))
+            if by_cost is None:
+                by_cost = sorted(queue, key=cost_rank.__getitem__)
+            i = next(j for j in by_cost if j not in taken)
             idle = not machine.running
             if (idle or options.corun) and k2[i] <= len(machine.free) or idle:
                 k = min(k2[i], len(machine.free))
-                started.append(machine.start((i,), k, affinity(i, k), costs.time(i, k), now))
-                queue.remove(i)
+                started.append(machine.start((i,), k, affinity(i, k), times[i][k - 1], now))
+                taken.add(i)
                 progress = options.corun
-        if options.hyperthreads and machine.smt_free and queue:
+        if options.hyperthreads and machine.smt_free and len(taken) < len(queue):
+            by_serial = sorted(queue, key=serial_rank.__getitem__)
             for w in machine.wide():
                 left = w.end - now
-                for i in sorted(queue, key=lambda j: (serial[j], j)):
+                for i in by_serial:
+                    if i in taken:
+                        continue
                     slots = len(machine.smt_free & set(w.cores))
                     k = min(k2[i], slots)
-                    if k >= 1 and f * costs.time(i, k) <= left:
-                        started.append(machine.start((i,), k, affinity(i, k),
-                                                     f * costs.time(i, k), now, smt=True))
-                        queue.remove(i)
+                    if k >= 1 and f * times[i][k - 1] <= left:
+                        t = times[i][k - 1]
+                        started.append(machine.start((i,), k, affinity(i, k), t, now,
+                                                     smt=True, until=now + f * t))
+                        taken.add(i)
         return started
 
     return list_schedule(preds, Machine(groups, smt=smt), decide)
+
+
+def _ranks(order: list[int]) -> list[int]:
+    rank = [0] * len(order)
+    for r, i in enumerate(order):
+        rank[i] = r
+    return rank

@@ -1,17 +1,31 @@
 """Discrete-event run of placements against the cost model: when each op really starts and ends.
 
 Executor semantics (DESIGN.md): an op starts as soon as its dependencies have ended and the
-previous op (in execution order) on each of its logical CPUs has ended. While it runs it makes
-progress at rate 1 / slowdown, where
+previous op (in execution order) on each of its hardware-thread slots has ended (a core has two
+slots: the first hardware thread, and the sibling that `smt` placements use).
 
-    slowdown = 1 + (SMT_SLOWDOWN - 1) x (fraction of its cores that another running op also uses)
+SMT interference, per thread. An op's OpenMP team splits its work statically: each of its
+threads has `seconds` of work (the op's time alone on its cores). A thread whose core's other
+slot is busy with another running op progresses at 1 / SMT_SLOWDOWN (1.9, seed 002 Table III)
+of its pace alone; otherwise at full pace. The op ends when its slowest thread ends, because the
+team joins at a barrier. So
 
-so two ops sharing every core through hyper-threads each run SMT_SLOWDOWN (1.9, seed 002
-Table III) times slower, and an op alone on its cores runs at its cost-model time.
+  - a small op on the hyper-thread siblings of a wide op runs 1.9x slower while they overlap;
+  - the wide op is slowed only on the shared cores and only while they overlap, but its end moves
+    by the lag of its most delayed thread, (1 - 1 / 1.9) x (time that thread was shared): sharing
+    one core for d seconds costs the wide op as much time as sharing all of them for d (its other
+    threads wait at the barrier), while small ops sharing different cores at different times
+    delay it by the worst one, not by their sum;
+  - two all-core ops on sibling threads (Table III's second row) both run 1.9x slower until the
+    shorter ends, then the longer at full pace: t_a + 0.9 t_b, between serial (t_a + t_b) and a
+    split of the cores (Table III's third row) for the seed's two convolutions.
 
-    cores 0-3  |== conv (4 thr) ====|      rate 1, then 1/1.9 on the shared cores' share
-    ht    0-1        |= relu =|            rate 1/1.9
-               0     t1       t2
+A physical core thus does at most 2 / 1.9 = 1.05 cores' worth of thread work per second: the
+area lower bound's capacity (bound.py).
+
+    cores 0-3  |== conv (4 threads) ========|..|      threads 0-1 fall behind while shared
+    ht    0-1        |= relu (2) =|                   1.9x slower
+               0     t1           t2        t3  conv ends at t3 = t_conv + 0.47 (t2 - t1)
 
 Reports: per placement start and end, step time, per-core busy fraction, and seed 002 Fig. 4's
 statistic: ops running just after each start or finish event, averaged over events.
@@ -19,7 +33,7 @@ statistic: ops running just after each start or finish event, averaged over even
 Example:
     >>> from planner.schedule.placement import Placement
     >>> ps = [Placement((0,), (0, 1), "compact", 2.0, 0.0),
-    ...       Placement((1,), (0, 1), "compact", 1.0, 0.0, smt=True)]
+    ...       Placement((1,), (0,), "compact", 1.0, 0.0, smt=True)]
     >>> r = simulate(ps, ((), ()), cores=2, smt_slowdown=2.0)
     >>> r.ends, r.step_seconds
     ((3.0, 2.0), 3.0)
@@ -27,13 +41,14 @@ Example:
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from planner.schedule.placement import Placement
 
-# Work left below this many seconds counts as done (float noise of rate x time).
-EPSILON = 1e-15
+# Ends closer than this (relative) to the earliest one finish in the same event (float noise).
+EPSILON = 1e-12
 
 
 @dataclass(frozen=True)
@@ -49,15 +64,11 @@ class SimResult:
     events: int
 
 
-def simulate(placements: Sequence[Placement], preds: Sequence[Sequence[int]], cores: int,
-             smt_slowdown: float) -> SimResult:
-    """Run placements (in execution order) with node dependencies `preds` (by node index).
-
-    Raises ValueError when the placements cannot all run (a node placed twice or never, or an
-    order that waits on itself).
-    """
-    n = len(placements)
-    where = {}
+def execution_waits(placements: Sequence[Placement],
+                    preds: Sequence[Sequence[int]]) -> list[set[int]]:
+    """Per placement, the placements it waits for: its nodes' producers and the previous
+    placement on each of its (core, slot) pairs. ValueError for a node placed twice or never."""
+    where: dict[int, int] = {}
     for i, p in enumerate(placements):
         for v in p.nodes:
             if v in where:
@@ -66,7 +77,7 @@ def simulate(placements: Sequence[Placement], preds: Sequence[Sequence[int]], co
     if len(where) != len(preds):
         missing = sorted(set(range(len(preds))) - set(where))
         raise ValueError(f"nodes {missing[:5]} are not placed")
-    waits: list[set[int]] = [set() for _ in range(n)]
+    waits: list[set[int]] = [set() for _ in placements]
     last_on: dict[tuple[int, bool], int] = {}
     for i, p in enumerate(placements):
         for v in p.nodes:
@@ -77,62 +88,129 @@ def simulate(placements: Sequence[Placement], preds: Sequence[Sequence[int]], co
                 waits[i].add(last_on[slot])
             last_on[slot] = i
         waits[i].discard(i)
+    return waits
+
+
+def simulate(placements: Sequence[Placement], preds: Sequence[Sequence[int]], cores: int,
+             smt_slowdown: float) -> SimResult:
+    """Run placements (in execution order) with node dependencies `preds` (by node index).
+
+    Raises ValueError when the placements cannot all run (a node placed twice or never, or an
+    order that waits on itself).
+    """
+    n = len(placements)
+    waits = execution_waits(placements, preds)
     blocked = [len(w) for w in waits]
     unblocks: list[list[int]] = [[] for _ in range(n)]
     for i, w in enumerate(waits):
-        for j in w:
+        for j in sorted(w):
             unblocks[j].append(i)
 
+    f = smt_slowdown
+    seconds = [p.seconds for p in placements]
+    slot_of = [1 if p.smt else 0 for p in placements]
     starts = [0.0] * n
     ends = [0.0] * n
-    left = [p.seconds for p in placements]
-    rate = [1.0] * n
-    running: set[int] = set()
-    on_core: list[set[int]] = [set() for _ in range(cores)]
+    # occupant[c][s]: the running placement on slot s of core c, or -1.
+    occupant = [[-1, -1] for _ in range(cores)]
     busy = [0.0] * cores
+    busy_since = [0.0] * cores
+    # Per running placement: progress of its threads that have ever shared their core (the
+    # others progress at full pace since the start), the cores shared now, and when the progress
+    # was last brought up to date.
+    progress: list[dict[int, float]] = [{} for _ in range(n)]
+    shared: list[frozenset[int]] = [frozenset()] * n
+    mark = [0.0] * n
+    version = [0] * n
+    heap: list[tuple[float, int, int]] = []
     counts: list[int] = []
+    running = 0
     now = 0.0
     done = 0
 
-    def rerate(i: int) -> None:
-        shared = sum(1 for c in placements[i].cores if len(on_core[c]) > 1)
-        rate[i] = 1.0 / (1.0 + (smt_slowdown - 1.0) * shared / len(placements[i].cores))
+    def advance(i: int) -> None:
+        # Bring the shared-ever threads' progress up to `now` under the sharing since `mark`.
+        dt = now - mark[i]
+        if dt > 0.0:
+            prog, sh, s = progress[i], shared[i], seconds[i]
+            for c, p in prog.items():
+                prog[c] = min(s, p + (dt / f if c in sh else dt))
+        mark[i] = now
 
-    def touch(i: int) -> None:
-        near = {j for c in placements[i].cores for j in on_core[c]}
-        for j in near:
-            rerate(j)
+    def project(i: int) -> None:
+        # Predicted end if the sharing stays as it is now: the slowest thread's end.
+        prog, sh, s = progress[i], shared[i], seconds[i]
+        end = starts[i] + s if len(prog) < len(placements[i].cores) else now
+        for c, p in prog.items():
+            t = now + (s - p) * (f if c in sh else 1.0)
+            if t > end:
+                end = t
+        version[i] += 1
+        heapq.heappush(heap, (end, i, version[i]))
+
+    def reshare(i: int) -> None:
+        advance(i)
+        other = 1 - slot_of[i]
+        now_shared = frozenset(c for c in placements[i].cores if occupant[c][other] >= 0)
+        prog = progress[i]
+        for c in now_shared:
+            if c not in prog:
+                prog[c] = min(seconds[i], now - starts[i])
+        shared[i] = now_shared
+        project(i)
+
+    def neighbours(i: int) -> list[int]:
+        other = 1 - slot_of[i]
+        return sorted({occupant[c][other] for c in placements[i].cores
+                       if occupant[c][other] >= 0})
 
     def start(i: int) -> None:
-        starts[i] = now
-        running.add(i)
+        nonlocal running
+        starts[i] = mark[i] = now
+        s = slot_of[i]
         for c in placements[i].cores:
-            on_core[c].add(i)
-        touch(i)
-        counts.append(len(running))
+            if occupant[c][0] < 0 and occupant[c][1] < 0:
+                busy_since[c] = now
+            occupant[c][s] = i
+        running += 1
+        reshare(i)
+        for j in neighbours(i):
+            reshare(j)
+        counts.append(running)
 
-    ready = [i for i in range(n) if blocked[i] == 0]
-    for i in ready:
-        start(i)
-    while running:
-        step = min(left[i] / rate[i] for i in running)
-        for c in range(cores):
-            if on_core[c]:
-                busy[c] += step
-        now += step
-        finished = sorted(i for i in running if left[i] - rate[i] * step <= EPSILON
-                          or left[i] / rate[i] <= step)
-        for i in running:
-            left[i] = max(left[i] - rate[i] * step, 0.0)
+    def finish(i: int) -> None:
+        nonlocal running, done
+        ends[i] = now
+        s = slot_of[i]
+        near = neighbours(i)
+        for c in placements[i].cores:
+            occupant[c][s] = -1
+            if occupant[c][0] < 0 and occupant[c][1] < 0:
+                busy[c] += now - busy_since[c]
+        version[i] += 1
+        running -= 1
+        done += 1
+        for j in near:
+            reshare(j)
+        counts.append(running)
+
+    for i in range(n):
+        if blocked[i] == 0:
+            start(i)
+    while heap:
+        end, i, v = heapq.heappop(heap)
+        if v != version[i]:
+            continue
+        now = max(now, end)
+        finished = [i]
+        limit = end + EPSILON * max(abs(end), 1.0)
+        while heap and heap[0][0] <= limit:
+            _, j, w = heapq.heappop(heap)
+            if w == version[j]:
+                finished.append(j)
         newly: list[int] = []
-        for i in finished:
-            running.discard(i)
-            ends[i] = now
-            done += 1
-            for c in placements[i].cores:
-                on_core[c].discard(i)
-            touch(i)
-            counts.append(len(running))
+        for i in sorted(finished):
+            finish(i)
             for j in unblocks[i]:
                 blocked[j] -= 1
                 if blocked[j] == 0:

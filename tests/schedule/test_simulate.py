@@ -53,3 +53,26 @@ def test_table_iii_ordering_on_seed_fixtures():
     # and near the published times (one run of both ops, seconds)
     assert serial == pytest.approx(TABLE_III.serial_seconds, rel=0.05)
     assert split == pytest.approx(TABLE_III.split_seconds, rel=0.2)
+
+
+def test_smt_slows_the_small_op_and_delays_the_wide_op_by_its_worst_thread():
+    wide = Placement((0,), (0, 1, 2, 3), "compact", 4.0, 0.0)
+    small = Placement((1,), (0,), "compact", 1.0, 0.0, smt=True)
+    r = simulate([wide, small], ((), ()), cores=4, smt_slowdown=2.0)
+    # the small op runs at half pace for its whole run; the wide op's thread on core 0 lost
+    # half of those 2 s, and the team waits for it
+    assert r.ends == (5.0, 2.0)
+    # two small ops on different cores, one after the other: the wide op waits for the worse
+    # of its two delayed threads, not for both delays added up
+    late = Placement((2,), (1,), "compact", 1.0, 0.0, smt=True)
+    r = simulate([wide, small, late], ((), (), (1,)), cores=4, smt_slowdown=2.0)
+    assert r.starts[2] == 2.0 and r.ends == (5.0, 2.0, 4.0)
+
+
+def test_smt_op_runs_at_full_pace_once_the_wide_op_ends():
+    wide = Placement((0,), (0, 1), "compact", 1.0, 0.0)
+    small = Placement((1,), (0, 1), "compact", 2.0, 0.0, smt=True)
+    r = simulate([wide, small], ((), ()), cores=2, smt_slowdown=2.0)
+    # both at half pace until the wide op ends at 2 s; the small op then has 1 s left alone
+    assert r.ends == (2.0, 3.0)
+    assert r.utilization == pytest.approx(1.0)
