@@ -11,6 +11,7 @@ Example:
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 SUMMARY_FIELDS = ("step_seconds", "lower_bound_seconds", "ratio", "utilization", "mean_corun")
@@ -22,7 +23,7 @@ def diff_plans(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     only_a, only_b}."""
     sa, sb = a.get("summary", {}), b.get("summary", {})
     summary = {f: [sa.get(f), sb.get(f), (sb.get(f) or 0) - (sa.get(f) or 0)]
-               for f in SUMMARY_FIELDS if sa.get(f) != sb.get(f)}
+               for f in SUMMARY_FIELDS if not _same_number(sa.get(f), sb.get(f))}
     ops_a = {o["name"]: o for o in a.get("ops", [])}
     ops_b = {o["name"]: o for o in b.get("ops", [])}
     by_type: dict[str, list[dict[str, Any]]] = {}
@@ -40,6 +41,13 @@ def diff_plans(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     return {"different": different, "summary": summary, "by_type": by_type,
             "only_a": only_a, "only_b": only_b, "order_changed": len(order_changed),
             "targets": [a.get("target", {}).get("name"), b.get("target", {}).get("name")]}
+
+
+def _same_number(x: Any, y: Any) -> bool:
+    """Equal, or floats equal up to rounding (a ratio of 1 - 3e-16 is no change to review)."""
+    if isinstance(x, (int, float)) and isinstance(y, (int, float)):
+        return math.isclose(x, y, rel_tol=1e-9, abs_tol=1e-15)
+    return x == y
 
 
 def format_diff(d: dict[str, Any]) -> str:
