@@ -1,0 +1,17 @@
+"""Plan -> generated executor: render sources, build them (CMake + Ninja, cached), load.
+
+    render.py    plan -> source tree under generated/NAME/ (jinja2 templates in templates/cpu)
+    layout.py    arena offsets of the tensors (the memory plan's, or one of our own)
+    support.py   which ops and dtypes the CPU executor runs
+    build.py     the cached CPU runtime (per target) and the per-plan schedule library
+    load.py      import a built executor package
+    cli.py       `planner build PLAN [-o DIR]`
+
+Example (what `planner build` does):
+    >>> from codegen import render, build, load            # doctest: +SKIP
+    >>> tree = render.render(plan, "generated/lenet")      # doctest: +SKIP
+    >>> module = load.load(build.build(tree.dir).dir)      # doctest: +SKIP
+    >>> module.Executor().step(feeds)["loss"]              # doctest: +SKIP
+"""
+
+from codegen.errors import BuildError, UnsupportedError  # noqa: F401

@@ -1,0 +1,258 @@
+"""Build generated executors with CMake + Ninja, cached by content hash.
+
+Two stages, each keyed by a sha256 of a canonical encoding of its sources, flags and the
+compiler's identity (the tvm-ffi recipe: a folder per key, a file lock, build output kept):
+
+  runtime   the kernel library + executor + bindings (templates/cpu/runtime), one Python
+            extension module per target and compiler, shared by every plan; built once under
+            the cache folder (PLANNER_CACHE, default ~/.cache/planner) and reused.
+  schedule  a plan's schedule.cpp as build/libschedule-<key>.so inside the generated tree; an
+            unchanged plan finds its stamp and skips CMake entirely.
+
+Compiler failures raise BuildError with the first compiler error and the file it names.
+
+Example:
+    >>> result = build("generated/lenet")          # doctest: +SKIP
+    >>> result.cached, result.dir.name             # doctest: +SKIP
+    (True, 'lenet')
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import sysconfig
+import time
+from collections.abc import Callable
+from contextlib import contextmanager
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+
+from codegen.errors import BuildError
+from codegen.render import RUNTIME_SOURCES
+
+Progress = Callable[[str], None]
+
+# -O2 everywhere; the host's vector ISA for the plain loops (oneDNN dispatches at run time).
+CXX_FLAGS = ("-O2", "-march=native", "-Wall", "-Wno-unused-function")
+SCHEDULE_FLAGS = ("-O1",)
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    """A built executor package: its folder, the runtime module it loads, whether cached."""
+
+    name: str
+    dir: Path
+    runtime: Path
+    schedule: Path
+    cached: bool
+    seconds: float
+
+
+def cache_root() -> Path:
+    """Where runtimes are built: $PLANNER_CACHE, else ~/.cache/planner."""
+    env = os.environ.get("PLANNER_CACHE")
+    return Path(env) if env else Path.home() / ".cache" / "planner"
+
+
+def venv_prefix() -> Path:
+    """The environment holding oneDNN's headers, library and CMake config (sys.prefix)."""
+    return Path(sys.prefix)
+
+
+def tool(name: str) -> str:
+    """A build tool from this environment's bin folder (the PyPI cmake/ninja), else PATH."""
+    local = Path(sys.executable).parent / name
+    if local.exists():
+        return str(local)
+    found = shutil.which(name)
+    if not found:
+        raise BuildError(f"build tool {name!r} not found; install the 'cmake' and 'ninja' "
+                         f"packages from PyPI")
+    return found
+
+
+def compiler_identity() -> str:
+    """First line of `c++ --version` (or $CXX's): part of every cache key."""
+    cxx = os.environ.get("CXX", "c++")
+    try:
+        out = subprocess.run([cxx, "--version"], capture_output=True, text=True, check=True)
+    except (OSError, subprocess.CalledProcessError) as e:
+        raise BuildError(f"no C++ compiler ({cxx}): {e}") from None
+    return out.stdout.splitlines()[0] if out.stdout else cxx
+
+
+def _versions() -> dict[str, str]:
+    out = {"python": sysconfig.get_config_var("EXT_SUFFIX") or sys.version}
+    for pkg in ("onednn-devel-cpu-gomp", "nanobind"):
+        try:
+            out[pkg] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            out[pkg] = "?"
+    return out
+
+
+def digest(parts: dict) -> str:
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
+
+
+def _tree_hashes(root: Path) -> dict[str, str]:
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*")) if p.is_file() and "__pycache__" not in p.parts}
+
+
+def runtime_key(compiler: str | None = None) -> str:
+    """Cache key of the CPU runtime on this host: sources, flags, compiler, package versions."""
+    return digest({"sources": _tree_hashes(RUNTIME_SOURCES), "flags": CXX_FLAGS,
+                   "compiler": compiler or compiler_identity(), "versions": _versions(),
+                   "machine": _host_cpu()})
+
+
+def _host_cpu() -> str:
+    # -march=native ties a runtime to the CPU model it was built on.
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return os.uname().machine
+
+
+@contextmanager
+def _locked(path: Path):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def build_runtime(progress: Progress | None = None) -> Path:
+    """The CPU runtime module for this host, built once into the cache; returns its path."""
+    say = progress or (lambda s: None)
+    compiler = compiler_identity()
+    key = runtime_key(compiler)
+    root = cache_root() / f"cpu-runtime-{key[:16]}"
+    done = root / "module.txt"
+    with _locked(cache_root() / f"cpu-runtime-{key[:16]}.lock"):
+        if done.exists() and Path(done.read_text().strip()).exists():
+            return Path(done.read_text().strip())
+        say(f"building the CPU runtime (kernel library, once per target) in {root}")
+        src = root / "src"
+        if src.exists():
+            shutil.rmtree(src)
+        shutil.copytree(RUNTIME_SOURCES, src)
+        import nanobind
+
+        prefix = venv_prefix()
+        defines = {
+            "CMAKE_BUILD_TYPE": "Release",
+            "Python_EXECUTABLE": sys.executable,
+            "nanobind_DIR": nanobind.cmake_dir(),
+            "dnnl_DIR": str(prefix / "lib" / "cmake" / "dnnl"),
+            "PLANNER_CXX_FLAGS": " ".join(CXX_FLAGS),
+        }
+        _cmake(src, root / "build", defines, say, own=src)
+        modules = sorted((root / "build").glob("planner_cpu_rt*.so"))
+        if not modules:
+            raise BuildError(f"the runtime build in {root} produced no planner_cpu_rt module")
+        done.write_text(str(modules[0]))
+        return modules[0]
+
+
+def build(tree_dir: str | Path, progress: Progress | None = None) -> BuildResult:
+    """Build a rendered tree (see codegen.render) into an importable package; cached."""
+    say = progress or (lambda s: None)
+    start = time.perf_counter()
+    tree = Path(tree_dir).resolve()
+    if not (tree / "schedule.cpp").exists():
+        raise BuildError(f"{tree}: no schedule.cpp; render the plan first")
+    runtime = build_runtime(progress)
+    key = digest({"schedule": hashlib.sha256((tree / "schedule.cpp").read_bytes()).hexdigest(),
+                  "cmake": hashlib.sha256((tree / "CMakeLists.txt").read_bytes()).hexdigest(),
+                  "header": hashlib.sha256((RUNTIME_SOURCES / "schedule.h").read_bytes())
+                  .hexdigest(),
+                  "flags": SCHEDULE_FLAGS, "runtime": str(runtime)})
+    out = tree / "build"
+    info_path = out / "executor.json"
+    lib = out / f"libschedule-{key[:16]}.so"
+    info = {"key": key, "runtime": str(runtime), "schedule": lib.name}
+    if lib.exists() and info_path.exists() and json.loads(info_path.read_text()) == info:
+        say(f"{tree.name}: up to date")
+        return BuildResult(tree.name, tree, runtime, lib, True, time.perf_counter() - start)
+    say(f"{tree.name}: compiling the schedule")
+    defines = {"CMAKE_BUILD_TYPE": "Release",
+               "CMAKE_CXX_FLAGS_RELEASE": " ".join(SCHEDULE_FLAGS),
+               "PLANNER_RUNTIME_INCLUDE": str(RUNTIME_SOURCES)}
+    _cmake(tree, out / "cmake", defines, say, own=tree)
+    for old in out.glob("libschedule-*.so"):
+        old.unlink()
+    # A new name per content: a process that loaded an older build keeps its own copy.
+    shutil.copy2(out / "cmake" / "libschedule.so", lib)
+    info_path.write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")
+    return BuildResult(tree.name, tree, runtime, lib, False, time.perf_counter() - start)
+
+
+def _cmake(src: Path, build_dir: Path, defines: dict[str, str], say: Progress,
+           own: Path) -> None:
+    build_dir.mkdir(parents=True, exist_ok=True)
+    if not (build_dir / "build.ninja").exists():
+        args = [tool("cmake"), "-S", str(src), "-B", str(build_dir), "-G", "Ninja",
+                f"-DCMAKE_MAKE_PROGRAM={tool('ninja')}"]
+        args += [f"-D{k}={v}" for k, v in defines.items()]
+        _run(args, "configure", say, own)
+    _run([tool("cmake"), "--build", str(build_dir)], "compile", say, own)
+
+
+def _run(args: list[str], what: str, say: Progress, own: Path) -> None:
+    t0 = time.perf_counter()
+    proc = subprocess.run(args, capture_output=True, text=True)
+    log = proc.stdout + proc.stderr
+    if proc.returncode != 0:
+        first, path = first_error(log, str(own))
+        where = f" in {path}" if path else ""
+        raise BuildError(f"{what} failed{where}: {first or log.strip().splitlines()[-1:]}",
+                         first_error=first, path=path, log=log)
+    say(f"  {what}: {time.perf_counter() - t0:.1f} s")
+
+
+_ERROR = re.compile(r"^(?P<path>[^\s:][^:]*):(?P<line>\d+):(?:\d+:)? (?:fatal )?error: .*$",
+                    re.MULTILINE)
+
+
+_LOCATION = re.compile(r"(?P<path>/[^\s:]+):\d+:")
+
+
+def first_error(log: str, own: str = "") -> tuple[str, str]:
+    """(first compiler error line, the source file it is about) of a build log.
+
+    The file is the first one under `own` (the generated tree or the runtime sources) named
+    in the error's context, so an error reported inside a system header still points at the
+    line of ours that caused it. ('', '') when the log holds no error.
+
+    >>> first_error("x\\n/a/b.cpp:3:5: error: 'y' was not declared\\nmore")
+    ("/a/b.cpp:3:5: error: 'y' was not declared", '/a/b.cpp')
+    """
+    m = _ERROR.search(log)
+    if m:
+        path = m.group("path")
+        if own and not path.startswith(own):
+            context = log[:m.end()]
+            ours = [p for p in _LOCATION.findall(context) if p.startswith(own)]
+            path = ours[-1] if ours else path
+        return m.group(0), path
+    for line in log.splitlines():
+        if "error" in line.lower():
+            return line.strip(), ""
+    return "", ""

@@ -1,0 +1,67 @@
+"""`planner build PLAN [-o DIR]`: render and compile a plan's executor; prints the import name.
+
+Wiring (planner/cli.py, build_parser):
+
+    from codegen.cli import add_build_commands
+    add_build_commands(sub)
+
+    $ planner build lenet.plan.json
+    rendering generated/lenet (51 ops) ...
+    building the CPU runtime (kernel library, once per target) in ~/.cache/planner/...
+    lenet: compiling the schedule
+    built generated/lenet in 1.2 s; import it with:
+      import sys; sys.path.insert(0, "generated"); import lenet
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def add_build_commands(sub: Any) -> None:
+    p = sub.add_parser("build", help="generate and compile the executor of a plan",
+                       description="Render PLAN's executor sources into DIR (default "
+                                   "generated/<graph name>) and compile them; the CPU kernel "
+                                   "library is built once per target and cached.")
+    p.add_argument("plan", metavar="PLAN")
+    p.add_argument("-o", "--output", metavar="DIR",
+                   help="output folder; its name is the module name")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.set_defaults(run=run_build)
+
+
+def run_build(args: argparse.Namespace) -> int:
+    from codegen.build import build
+    from codegen.render import module_name, render
+    from planner.plan import load_plan
+
+    plan = load_plan(args.plan)
+    out = Path(args.output) if args.output else Path("generated") / module_name(plan.graph.name)
+    quiet = args.json
+
+    def say(line: str) -> None:
+        if not quiet:
+            print(line, flush=True)
+
+    say(f"rendering {out} ({len(plan.ops)} ops) ...")
+    tree = render(plan, out)
+    result = build(tree.dir, progress=say)
+    if args.json:
+        print(json.dumps({"module": tree.name, "dir": str(out), "cached": result.cached,
+                          "seconds": round(result.seconds, 3),
+                          "runtime": str(result.runtime)}, indent=2, sort_keys=True))
+        return 0
+    parent = out.parent if str(out.parent) != "" else Path(".")
+    print(f"built {out} in {result.seconds:.1f} s; import it with:")
+    print(f"  import sys; sys.path.insert(0, {str(parent)!r}); import {tree.name}")
+    return 0
+
+
+if __name__ == "__main__":  # `python -m codegen.cli PLAN` until planner/cli.py wires it in
+    parser = argparse.ArgumentParser(prog="planner")
+    add_build_commands(parser.add_subparsers(dest="command", required=True))
+    sys.exit(run_build(parser.parse_args(["build", *sys.argv[1:]])))

@@ -1,0 +1,260 @@
+"""Plan -> source tree of a CPU executor: `render(plan, out_dir)`.
+
+The tree (a Python package once built):
+
+    generated/NAME/
+      schedule.cpp     the plan as compiled-in data: tensors with arena offsets, ops in plan
+                       order with thread counts and attributes, the plan JSON itself
+      CMakeLists.txt   builds schedule.cpp into build/libschedule-<key>.so
+      __init__.py      Executor(), plan, INPUTS, PARAMS: loads the cached runtime and the schedule
+      plan.json        the plan, as given
+
+Files whose content is unchanged are not rewritten, so Ninja does not rebuild them.
+
+Example:
+    >>> import tempfile
+    >>> from planner.costs import CostModel
+    >>> from planner.schedule import make_plan
+    >>> from planner.target import preset
+    >>> from planner.zoo import build
+    >>> g = build("mlp", batch=2, hidden=[4], in_features=3, classes=2)
+    >>> plan = make_plan(g, CostModel(preset("xeon-8180")))
+    >>> tree = render(plan, tempfile.mkdtemp() + "/mlp")
+    >>> sorted(tree.files)
+    ['CMakeLists.txt', '__init__.py', 'plan.json', 'schedule.cpp']
+"""
+
+from __future__ import annotations
+
+import keyword
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import jinja2
+
+from codegen import support
+from codegen.layout import ArenaLayout, arena_layout, own_layout
+from planner.graph.ir import Graph, Node
+from planner.ops import get_op
+from planner.plan import Plan
+
+TEMPLATES = Path(__file__).resolve().parent.parent / "templates" / "cpu"
+RUNTIME_SOURCES = TEMPLATES / "runtime"
+
+DTYPE_CODES = {"float32": "F32", "float64": "F64", "float16": "F16", "int64": "I64",
+               "int32": "I32", "bool": "BOOL"}
+ROLE_CODES = {"input": "INPUT", "label": "LABEL", "param": "PARAM", "state": "STATE",
+              "optimizer-state": "OPT_STATE", "activation": "ACTIVATION", "grad": "GRAD"}
+MAX_RANK = 8
+
+
+@dataclass(frozen=True)
+class RenderedTree:
+    """What `render` wrote: the package name, its folder and its files (name -> text)."""
+
+    name: str
+    dir: Path
+    files: dict[str, str]
+
+
+def module_name(text: str) -> str:
+    """A Python identifier for a package name: `lenet_batch8` from 'lenet?batch=8'.
+
+    >>> module_name("resnet-18 (small)")
+    'resnet_18_small'
+    """
+    name = re.sub(r"\W+", "_", text).strip("_") or "plan"
+    if name[0].isdigit() or keyword.iskeyword(name):
+        name = "plan_" + name
+    return name
+
+
+def render(plan: Plan, out_dir: str | Path, name: str | None = None,
+           layout: str = "plan") -> RenderedTree:
+    """Write the executor sources of `plan` into `out_dir` (package name: its folder's name
+    unless `name` is given). Raises UnsupportedError naming an op or dtype without a kernel.
+
+    layout: "plan" uses the memory plan's offsets when it has a complete one (see
+    codegen.layout.arena_layout); "own" gives every tensor its own bytes, so that every value
+    of a step can be read back after it (tests, debugging).
+    """
+    out = Path(out_dir)
+    name = module_name(name or out.name)
+    files = render_files(plan, name, layout)
+    out.mkdir(parents=True, exist_ok=True)
+    for fname, text in files.items():
+        write_if_changed(out / fname, text)
+    return RenderedTree(name=name, dir=out, files=files)
+
+
+def render_files(plan: Plan, name: str, layout: str = "plan") -> dict[str, str]:
+    """The tree's files as text (pure: no file is written)."""
+    graph = plan.graph
+    support.check(graph)
+    if layout not in ("plan", "own"):
+        raise ValueError(f"layout must be 'plan' or 'own', got {layout!r}")
+    memory = getattr(plan, "memory", None)
+    added = len(memory.ops) if memory is not None else 0
+    arena = arena_layout(graph, plan.tensors, added) if layout == "plan" else own_layout(graph)
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES / "plan"),
+                             undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
+    index = {t.name: i for i, t in enumerate(graph.tensors)}
+    plan_json = plan.to_json()
+    context = {
+        "name": name,
+        "kind": graph.kind,
+        "num_ops": len(graph.nodes),
+        "tensors": _tensor_rows(graph, arena, index),
+        "ops": _op_rows(plan, index),
+        "arena_bytes": arena.bytes,
+        "outputs": ", ".join(str(index[o]) for o in graph.outputs),
+        "num_outputs": len(graph.outputs),
+        "plan_json": plan_json,
+        "delimiter": _delimiter(plan_json),
+        "inputs": _describe(graph, ("input", "label")),
+        "params": _describe(graph, ("param", "state", "optimizer-state"), skip_updates=True),
+    }
+    context["outputs_py"] = repr(list(graph.outputs))
+    files = {
+        "schedule.cpp": env.get_template("schedule.cpp.j2").render(context),
+        "CMakeLists.txt": env.get_template("CMakeLists.txt.j2").render(context),
+        "__init__.py": env.get_template("__init__.py.j2").render(
+            {**context, "outputs": context["outputs_py"]}),
+        "plan.json": plan_json,
+    }
+    return files
+
+
+def write_if_changed(path: Path, text: str) -> bool:
+    """Write `text` unless the file already holds it (keeps its mtime for Ninja)."""
+    if path.exists() and path.read_text(encoding="utf-8") == text:
+        return False
+    path.write_text(text, encoding="utf-8")
+    return True
+
+
+# ---- tables ---------------------------------------------------------------------------------
+
+def _tensor_rows(graph: Graph, layout: ArenaLayout, index: dict[str, int]) -> list[dict]:
+    rows = []
+    for i, t in enumerate(graph.tensors):
+        if len(t.shape) > MAX_RANK:
+            from codegen.errors import UnsupportedError
+
+            raise UnsupportedError(f"tensor {t.name!r}: rank {len(t.shape)} exceeds the "
+                                   f"executor's {MAX_RANK}")
+        rows.append({
+            "index": i, "name": c_string(t.name), "offset": layout.offsets[t.name],
+            "nbytes": t.nbytes, "rank": len(t.shape),
+            "shape": ", ".join(str(d) for d in t.shape) or "0",
+            "dtype": DTYPE_CODES[t.dtype], "role": ROLE_CODES[t.role],
+            "updates": index[t.updates] if t.updates else -1,
+            "alias_of": index[layout.alias_of[t.name]] if t.name in layout.alias_of else -1,
+        })
+    return rows
+
+
+def _op_rows(plan: Plan, index: dict[str, int]) -> list[dict]:
+    graph = plan.graph
+    threads = {p.name: p.threads for p in plan.ops}
+    order = sorted(plan.ops, key=lambda p: p.order)
+    if {p.name for p in order} != set(graph.node_map):
+        missing = sorted(set(graph.node_map) - {p.name for p in order})
+        raise ValueError(f"plan does not place every node of its graph (missing: {missing[:5]})")
+    rows, at = [], 0
+    for p in order:
+        node = graph.node_map[p.name]
+        args = [index[t] for t in (*node.inputs, *node.outputs)]
+        rows.append({
+            "name": c_string(node.name), "op": node.op, "threads": threads[node.name],
+            "first_input": at, "num_inputs": len(node.inputs),
+            "first_output": at + len(node.inputs), "num_outputs": len(node.outputs),
+            "attrs": c_string(encode_attrs(graph, node)),
+            "args": ", ".join(map(str, args)) if args else "/* none */",
+            "label": _comment(node.name),
+        })
+        at += len(args)
+    return rows
+
+
+def _describe(graph: Graph, roles: tuple[str, ...], skip_updates: bool = False) -> str:
+    items = {t.name: (list(t.shape), t.dtype) for t in graph.by_role(*roles)
+             if not (skip_updates and t.updates)}
+    return repr(items)
+
+
+# ---- attributes -----------------------------------------------------------------------------
+
+def encode_attrs(graph: Graph, node: Node) -> str:
+    """The node's attrs, every one spelled out, as `key=v1,v2;key=v` (sorted keys), plus what
+    the kernels need precomputed (a Slice's per-axis begin and step).
+
+    >>> from planner.graph.ir import Node
+    >>> encode_attrs(None, Node(name="r", op="LeakyRelu", attrs={"alpha": 0.2}))
+    'alpha=0.2'
+    """
+    attrs = get_op(node.op).normalize_attrs(node.attrs)
+    if node.op in ("Slice", "SliceGrad"):
+        attrs = {**attrs, **_slice_geometry(graph, node, attrs)}
+    return ";".join(f"{k}={_value(node, k, v)}" for k, v in sorted(attrs.items()))
+
+
+def _slice_geometry(graph: Graph, node: Node, a: dict[str, Any]) -> dict[str, list[int]]:
+    """Per-axis first index and step of a slice of the full tensor (numpy's clamping)."""
+    full = (tuple(a["input_shape"]) if node.op == "SliceGrad"
+            else graph.tensor(node.inputs[0]).shape)
+    rank = len(full)
+    begin, step = [0] * rank, [1] * rank
+    steps = a["steps"] or [1] * len(a["axes"])
+    for s, e, ax, st in zip(a["starts"], a["ends"], a["axes"], steps, strict=True):
+        k = ax % rank
+        begin[k], _, step[k] = slice(s, e, st).indices(full[k])
+    return {"begin": begin, "step": step}
+
+
+def _value(node: Node, key: str, v: Any) -> str:
+    if isinstance(v, bool):
+        return "1" if v else "0"
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, float):
+        return repr(v)
+    if isinstance(v, (list, tuple)):
+        return ",".join(_value(node, key, x) for x in v)
+    if isinstance(v, str) and not set(v) & set(";=,\"\\"):
+        return v
+    raise ValueError(f"node {node.name!r}: attribute {key!r} = {v!r} cannot be encoded")
+
+
+# ---- C text ---------------------------------------------------------------------------------
+
+def c_string(text: str) -> str:
+    """A C string literal of `text` (UTF-8; quotes, backslashes and non-printables escaped).
+
+    >>> print(c_string('a"b'))
+    "a\\"b"
+    """
+    out = []
+    for b in text.encode("utf-8"):
+        ch = chr(b)
+        if ch in '"\\':
+            out.append("\\" + ch)
+        elif 32 <= b < 127 and ch != "?":  # '?' escaped: no trigraphs
+            out.append(ch)
+        else:
+            out.append(f"\\{b:03o}")
+    return '"' + "".join(out) + '"'
+
+
+def _comment(text: str) -> str:
+    # A line comment: a trailing backslash would swallow the next line.
+    return text.replace("\\", "/").replace("\n", " ")
+
+
+def _delimiter(text: str) -> str:
+    d = "PLAN"
+    while f"){d}\"" in text:
+        d += "_"
+    return d

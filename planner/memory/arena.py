@@ -1,0 +1,201 @@
+"""Arena offsets: place buffers in one block of bytes so that buffers live at the same time
+never overlap. Several greedy heuristics run; the smallest arena wins.
+
+    best-fit-size      largest buffer first, each into the smallest gap that holds it among
+                       the buffers it is live with (TFLite's "greedy by size")
+    best-fit-size-start  the same, equal sizes by first write
+    best-fit-breadth   buffers live at the busiest times first (largest breadth, then size),
+                       each into the smallest fitting gap (TFLite's "greedy by breadth")
+    first-fit-size     largest first, each at the lowest offset that holds it
+    first-fit-start    in order of first write, each at the lowest fitting offset: what a
+                       dynamic allocator would do
+    perturbed-size     a seeded multi-start around greedy by size (noisy size orders, best
+                       and first fit), as many tries as a fixed work budget allows
+
+The result is checked against LOAD, the peak of live bytes (a lower bound on any arena):
+fragmentation = arena / LOAD - 1.
+
+    offset
+      ^   |  c  |           |     d      |
+      |   |-----|  b        |------------|
+      |   |  a              |  e         |
+      +---+-----------------+------------+--> time
+    a and b overlap in time so they stack; d reuses c's bytes after c's last read
+
+Every buffer is a half-open interval in time, [start, end), and in bytes, [offset, offset +
+size); sizes are rounded up to `alignment`.
+
+Example:
+    >>> blocks = [Block(8, 0.0, 2.0), Block(8, 1.0, 3.0), Block(16, 2.0, 4.0)]
+    >>> a = allocate(blocks)
+    >>> a.arena, a.offsets
+    (24, (0, 16, 0))
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+Bytes = int
+Offset = int  # bytes from the arena's start
+
+
+@dataclass(frozen=True)
+class Block:
+    """What the allocator sees of a buffer: its size and its lifetime [start, end)."""
+
+    size: Bytes
+    start: float
+    end: float
+
+
+@dataclass(frozen=True)
+class Allocation:
+    """Offsets per block (in the input order), the arena size and the heuristic that won."""
+
+    offsets: tuple[Offset, ...]
+    arena: Bytes
+    heuristic: str
+
+
+def aligned(size: Bytes, alignment: int) -> Bytes:
+    return -(-size // alignment) * alignment
+
+
+def _place(blocks: Sequence[Block], order: Sequence[int], alignment: int,
+           best_fit: bool) -> tuple[list[Offset], Bytes]:
+    """Place blocks in `order`, each in a gap among the already placed blocks it overlaps in
+    time: the smallest that holds it (best fit) or the lowest (first fit), else on top."""
+    n = len(blocks)
+    starts = np.array([b.start for b in blocks], dtype=float)
+    ends = np.array([b.end for b in blocks], dtype=float)
+    sizes = np.array([aligned(b.size, alignment) for b in blocks], dtype=np.int64)
+    ps, pe = np.empty(n), np.empty(n)
+    po, pz = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)
+    offsets = [0] * n
+    k = 0
+    arena = 0
+    for i in order:
+        size = int(sizes[i])
+        offset = 0
+        if k:
+            live = np.nonzero((ps[:k] < ends[i]) & (starts[i] < pe[:k]))[0]
+            if len(live):
+                offs = po[live]
+                by_offset = np.argsort(offs, kind="stable")
+                offs = offs[by_offset]
+                tops = np.maximum.accumulate(offs + pz[live][by_offset])
+                below = np.concatenate(([0], tops[:-1]))
+                gaps = offs - below
+                fits = np.nonzero(gaps >= size)[0]
+                if len(fits):
+                    pick = fits[np.argmin(gaps[fits])] if best_fit else fits[0]
+                    offset = int(below[pick])
+                else:
+                    offset = int(tops[-1])
+        if starts[i] < ends[i]:  # an empty lifetime conflicts with nothing
+            ps[k], pe[k], po[k], pz[k] = starts[i], ends[i], offset, size
+            k += 1
+        offsets[i] = offset
+        arena = max(arena, offset + size)
+    return offsets, arena
+
+
+def breadths(blocks: Sequence[Block]) -> np.ndarray:
+    """Per block, the most bytes live at any time of its lifetime (its own included)."""
+    if not blocks:
+        return np.zeros(0, dtype=np.int64)
+    times = np.unique(np.array([b.start for b in blocks] + [b.end for b in blocks]))
+    first = np.searchsorted(times, [b.start for b in blocks])
+    last = np.searchsorted(times, [b.end for b in blocks])
+    delta = np.zeros(len(times) + 1, dtype=np.int64)
+    np.add.at(delta, first, [b.size for b in blocks])
+    np.subtract.at(delta, last, [b.size for b in blocks])
+    live = np.cumsum(delta)[:-1]
+    out = np.zeros(len(blocks), dtype=np.int64)
+    for i, (a, z) in enumerate(zip(first, last, strict=True)):
+        out[i] = live[a:z].max() if z > a else blocks[i].size
+    return out
+
+
+def best_fit_size(blocks: Sequence[Block], alignment: int) -> tuple[list[Offset], Bytes]:
+    # Among equal sizes, the longest-lived first: short ones then fill the gaps around them.
+    order = sorted(range(len(blocks)),
+                   key=lambda i: (-blocks[i].size, blocks[i].start - blocks[i].end, i))
+    return _place(blocks, order, alignment, best_fit=True)
+
+
+def best_fit_size_start(blocks: Sequence[Block], alignment: int) -> tuple[list[Offset], Bytes]:
+    order = sorted(range(len(blocks)), key=lambda i: (-blocks[i].size, blocks[i].start, i))
+    return _place(blocks, order, alignment, best_fit=True)
+
+
+def best_fit_breadth(blocks: Sequence[Block], alignment: int) -> tuple[list[Offset], Bytes]:
+    width = breadths(blocks)
+    order = sorted(range(len(blocks)),
+                   key=lambda i: (-int(width[i]), -blocks[i].size, blocks[i].start, i))
+    return _place(blocks, order, alignment, best_fit=True)
+
+
+def first_fit_size(blocks: Sequence[Block], alignment: int) -> tuple[list[Offset], Bytes]:
+    order = sorted(range(len(blocks)),
+                   key=lambda i: (-blocks[i].size, blocks[i].start - blocks[i].end, i))
+    return _place(blocks, order, alignment, best_fit=False)
+
+
+# Work (blocks x orders) the perturbed search may spend; small problems get the most tries.
+SEARCH_WORK = 60_000
+SEARCH_TRIES = 24
+
+
+def perturbed_size(blocks: Sequence[Block], alignment: int) -> tuple[list[Offset], Bytes]:
+    """Best and first fit over size orders with seeded random noise (sizes scaled by up to
+    1.5x before sorting): a small, deterministic multi-start search around greedy by size."""
+    n = len(blocks)
+    tries = min(SEARCH_TRIES, SEARCH_WORK // max(n, 1))
+    best: tuple[list[Offset], Bytes] | None = None
+    rng = np.random.default_rng(n)
+    sizes = np.array([b.size for b in blocks], dtype=float)
+    for k in range(tries):
+        noise = 1.0 + 0.5 * rng.random(n)
+        order = [int(i) for i in np.lexsort((np.arange(n), -sizes * noise))]
+        found = _place(blocks, order, alignment, best_fit=bool(k % 2))
+        if best is None or found[1] < best[1]:
+            best = found
+    return best if best is not None else best_fit_size(blocks, alignment)
+
+
+def first_fit_start(blocks: Sequence[Block], alignment: int) -> tuple[list[Offset], Bytes]:
+    order = sorted(range(len(blocks)), key=lambda i: (blocks[i].start, -blocks[i].size, i))
+    return _place(blocks, order, alignment, best_fit=False)
+
+
+Heuristic = Callable[[Sequence[Block], int], tuple[list[Offset], Bytes]]
+HEURISTICS: dict[str, Heuristic] = {
+    "best-fit-size": best_fit_size,
+    "best-fit-size-start": best_fit_size_start,
+    "best-fit-breadth": best_fit_breadth,
+    "first-fit-size": first_fit_size,
+    "first-fit-start": first_fit_start,
+    "perturbed-size": perturbed_size,
+}
+
+
+def allocate(blocks: Sequence[Block], heuristics: Sequence[str] = tuple(HEURISTICS),
+             alignment: int = 1) -> Allocation:
+    """Offsets for `blocks` from each named heuristic; the smallest arena wins (ties: the
+    first named). Raises ValueError for an unknown heuristic name."""
+    unknown = [h for h in heuristics if h not in HEURISTICS]
+    if unknown or not heuristics:
+        raise ValueError(f"unknown allocation heuristic(s) {unknown}; known: "
+                         f"{sorted(HEURISTICS)}")
+    best: Allocation | None = None
+    for name in heuristics:
+        offsets, arena = HEURISTICS[name](blocks, alignment)
+        if best is None or arena < best.arena:
+            best = Allocation(tuple(offsets), arena, name)
+    assert best is not None
+    return best

@@ -1,0 +1,329 @@
+"""Budgeted decisions on a GPU stream: which checkpoints go to host memory and back, which
+segments are recomputed, chosen one at a time where memory peaks.
+
+The state holds every stashed tensor's mode (kept, offloaded, dropped) and, for offloaded ones,
+the step whose start frees the device copy (`release`: the copy to the host must be done by
+then) and the step before which the copy comes back (`fetch`: the prefetch starts when the
+previous step ends). From it follows the exact live-bytes profile over the stream's keys (see
+planner.memory.stash), kept up to date as decisions change:
+
+    live
+     |        ____                       keep everything (liveness only)
+     |    ___/    \\___
+     |   /  ..........\\..                 + offload: conv outputs leave between their last
+     |  / .'           '.\\                  forward read and their prefetch
+     | /.'  ___________  '.\\              + recompute: cheap segments dropped after forward
+     |/___.'           '.__\\
+     +------ forward ----|---- backward -----> keys
+
+Greedy (`decisions`): take the key where live bytes peak; among the moves that lower it, take
+the one of least cost per byte saved there:
+
+    offload T      seconds the copies cannot hide (release before the copy can finish, or a
+                   prefetch with too little compute ahead of its reader), plus 1% of the copy
+                   time (fewer, larger copies are better)
+    recompute G    seconds of the segment's recompute ops
+
+The order of moves does not depend on the budget, only where it stops does (the caller stops
+at the first state whose arena fits), so a smaller budget never gets a higher peak: it stops
+later in the same sequence, and every state it passes over had an arena above its budget.
+
+Example:
+    >>> from planner.costs import CostModel
+    >>> from planner.target import preset
+    >>> from planner.memory.steps import compute_steps
+    >>> from planner.memory.stash import analyze
+    >>> from planner.graph.autodiff import Optimizer, make_training_graph
+    >>> from planner.zoo import build
+    >>> g = make_training_graph(build("alexnet", batch=8, image=63, classes=4),
+    ...                         Optimizer(kind="sgd"))
+    >>> s = State(analyze(compute_steps(g, CostModel(preset("k40c-12gb")))), 12.6e9)
+    >>> before = s.load()
+    >>> s.apply(s.best_move())
+    >>> s.load() < before
+    True
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from planner.memory.stash import Stash
+
+# Weight of an overlapped copy's time in its cost: offloads are nearly free when hidden.
+OFFLOAD_WEIGHT = 0.01
+# Fixed time of one host transfer (a DMA setup and its event), seconds.
+COPY_LATENCY = 10e-6
+
+
+@dataclass(frozen=True)
+class Move:
+    """One decision: offload `tensor` (release before step `release`, prefetch before
+    step `fetch`), or recompute segment `segment`."""
+
+    kind: str  # "offload" | "recompute"
+    tensor: str = ""
+    segment: int = -1
+    release: int = -1
+    fetch: int = -1
+    cost: float = 0.0
+    saving: int = 0
+
+
+class State:
+    """Modes, offload steps and the live-bytes profile over keys (module docstring)."""
+
+    def __init__(self, stash: Stash, link_bandwidth: float, offload: bool = True,
+                 recompute: bool = True, host_limit: int | None = None) -> None:
+        self.stash = stash
+        st = stash
+        self.bandwidth = link_bandwidth
+        # Pinned host bytes offloads may use (counted without reuse: a safe bound).
+        self.host_limit = host_limit
+        self.host_bytes = 0
+        self.allow_offload, self.allow_recompute = offload, recompute
+        n = len(st.steps.nodes)
+        self.start = np.concatenate(([0.0], np.cumsum(st.steps.seconds)))  # per step (+ end)
+        # Graph step of every key (a slot belongs to the step it precedes).
+        self.step_of_key = np.zeros(st.keys, dtype=np.int64)
+        for s in range(n):
+            self.step_of_key[st.group_start[s]: st.key_of_step[s] + 1] = s
+        self.profile = np.zeros(st.keys, dtype=np.int64)
+        self.mode: dict[str, str] = {}
+        self.release: dict[str, int] = {}
+        self.fetch: dict[str, int] = {}
+        self.extra: dict[str, list[int]] = {}
+        self.active: set[int] = set()
+        self.spans: dict[str, list[tuple[int, int]]] = {}
+        self.log: list[Move] = []
+        for t in st.uses:
+            self._refresh(t)
+        self._offload_table()
+        self._segment_windows()
+
+    # ---- lifetimes ------------------------------------------------------------------------
+    def key(self, step: int) -> int:
+        return self.stash.key(step)
+
+    def writer_key(self, t: str) -> int:
+        u = self.stash.uses[t]
+        return self.key(u.writer) if u.writer >= 0 else 0
+
+    def backward_keys(self, t: str) -> list[int]:
+        u = self.stash.uses[t]
+        return [self.key(r) for r in u.backward_reads] + self.extra.get(t, [])
+
+    def forward_last(self, t: str) -> int:
+        u = self.stash.uses[t]
+        return max([self.writer_key(t)] + [self.key(r) for r in u.forward_reads])
+
+    def lifetime(self, t: str) -> list[tuple[int, int]]:
+        """Key intervals [a, z] during which t's device bytes are live."""
+        st = self.stash
+        u = st.uses[t]
+        w, lf = self.writer_key(t), self.forward_last(t)
+        bwd = self.backward_keys(t)
+        mode = self.mode.get(t, "keep")
+        if mode == "drop":
+            return [(w, lf)]
+        if mode == "offload":
+            return [(w, int(st.group_start[self.release[t]]) - 1),
+                    (int(st.group_start[self.fetch[t]]), max(bwd))]
+        last = max([lf, *bwd, st.keys - 1 if u.output else lf])
+        return [(w, last)]
+
+    def _refresh(self, t: str) -> None:
+        for a, z in self.spans.get(t, []):
+            self.profile[a:z + 1] -= self.stash.uses[t].bytes
+        spans = self.lifetime(t)
+        for a, z in spans:
+            self.profile[a:z + 1] += self.stash.uses[t].bytes
+        self.spans[t] = spans
+
+    def load(self) -> int:
+        """LOAD of the current state: the live-bytes peak plus the persistent state."""
+        return int(self.profile.max(initial=0)) + self.stash.persistent_bytes
+
+    # ---- offload --------------------------------------------------------------------------
+    def copy_seconds(self, t: str) -> float:
+        return self.stash.uses[t].bytes / self.bandwidth + COPY_LATENCY
+
+    def _offload_table(self) -> None:
+        """Per offloadable checkpoint: the earliest release and latest fetch step, and the
+        steps that hide the copies (from the stream's times, recompute ignored)."""
+        st = self.stash
+        names = sorted((t for t in st.checkpoints if st.uses[t].forward_reads
+                        or st.uses[t].writer < 0), key=lambda t: (self.writer_key(t), t))
+        self.off_names = names
+        self.off_index = {t: i for i, t in enumerate(names)}
+        m = len(names)
+        self.off_bytes = np.array([st.uses[t].bytes for t in names], dtype=np.int64)
+        self.off_copy = np.array([self.copy_seconds(t) for t in names])
+        self.off_min_release = np.zeros(m, dtype=np.int64)
+        self.off_max_fetch = np.zeros(m, dtype=np.int64)
+        self.off_hide_release = np.zeros(m, dtype=np.int64)
+        self.off_hide_fetch = np.zeros(m, dtype=np.int64)
+        self.off_ready = np.zeros(m)  # when the copy to the host can be done
+        self.off_need = np.zeros(m)   # when the first backward reader starts
+        for t in names:
+            self._offload_row(t)
+
+    def _offload_row(self, t: str) -> None:
+        i = self.off_index[t]
+        u = self.stash.uses[t]
+        last_fwd_step = int(self.step_of_key[self.forward_last(t)]) if u.forward_reads else -1
+        first_bwd_step = int(self.step_of_key[min(self.backward_keys(t))])
+        written = self.start[u.writer + 1] if u.writer >= 0 else 0.0
+        ready = written + self.off_copy[i]
+        need = self.start[first_bwd_step]
+        lo = last_fwd_step + 1
+        hide_release = max(lo, int(np.searchsorted(self.start[:-1], ready, side="left")))
+        latest = int(np.searchsorted(self.start[:-1], need - self.off_copy[i], side="right")) - 1
+        self.off_min_release[i] = lo
+        self.off_max_fetch[i] = first_bwd_step
+        self.off_hide_release[i] = min(hide_release, first_bwd_step)
+        self.off_hide_fetch[i] = max(min(latest, first_bwd_step), lo)
+        self.off_ready[i], self.off_need[i] = ready, need
+
+    def _stall(self, i: int, release: int, fetch: int) -> float:
+        return (max(0.0, self.off_ready[i] - self.start[release])
+                + max(0.0, self.off_copy[i] - (self.off_need[i] - self.start[fetch])))
+
+    def _offload_move(self, s: int) -> Move | None:
+        if not self.allow_offload or not self.off_names:
+            return None
+        st = self.stash
+        step = int(self.step_of_key[s])
+        gs = st.group_start
+        lo = gs[self.off_min_release]
+        hi = gs[self.off_max_fetch]
+        # Offloaded ones not covering s are moves too (release earlier / fetch later).
+        cur_r = np.array([self.release.get(t, -1) for t in self.off_names])
+        cur_f = np.array([self.fetch.get(t, -1) for t in self.off_names])
+        covered = (cur_r >= 0) & (gs[np.maximum(cur_r, 0)] <= s) & (s < gs[np.maximum(cur_f, 0)])
+        ok = (lo <= s) & (s < hi) & ~covered
+        if self.host_limit is not None:
+            ok &= (cur_r >= 0) | (self.host_bytes + self.off_bytes <= self.host_limit)
+        if not ok.any():
+            return None
+        best: Move | None = None
+        for i in np.nonzero(ok)[0]:
+            t = self.off_names[i]
+            base_r = cur_r[i] if cur_r[i] >= 0 else self.off_hide_release[i]
+            base_f = cur_f[i] if cur_f[i] >= 0 else self.off_hide_fetch[i]
+            release = int(min(base_r, step))
+            fetch = int(max(base_f, step + 1))
+            new = self._stall(i, release, fetch)
+            old = self._stall(i, cur_r[i], cur_f[i]) if cur_r[i] >= 0 else \
+                -OFFLOAD_WEIGHT * self.off_copy[i]
+            move = Move("offload", tensor=t, release=release, fetch=fetch,
+                        cost=max(0.0, new - old), saving=int(self.off_bytes[i]))
+            if best is None or _better(move, best):
+                best = move
+        return best
+
+    # ---- recompute ------------------------------------------------------------------------
+    def _segment_windows(self) -> None:
+        """Static windows (lo, hi, bytes) of each segment's effect on the profile, measured
+        against the state where everything is kept: dropped members save after their last
+        forward read, copies cost while they live, sources cost where they must now last."""
+        st = self.stash
+        lo, hi, size, seg = [], [], [], []
+        for g in st.segments:
+            for t in g.stashed:
+                a, z = self.forward_last(t) + 1, max(self.backward_keys(t))
+                lo.append(a), hi.append(z), size.append(st.uses[t].bytes), seg.append(g.id)
+            for c in g.copies:
+                lo.append(c.first), hi.append(c.last), size.append(-c.bytes), seg.append(g.id)
+            reads: dict[str, int] = {}
+            for op in g.ops:
+                for i in op.inputs:
+                    if i in st.uses and i not in g.members:
+                        reads[i] = max(reads.get(i, -1), op.key)
+            for i, k in reads.items():
+                last = self.lifetime(i)[-1][1]
+                if k > last:
+                    lo.append(last + 1), hi.append(k), size.append(-st.uses[i].bytes)
+                    seg.append(g.id)
+        self.win_lo, self.win_hi = np.array(lo, dtype=np.int64), np.array(hi, dtype=np.int64)
+        self.win_bytes, self.win_seg = np.array(size, dtype=np.int64), np.array(seg)
+
+    def _recompute_move(self, s: int) -> Move | None:
+        st = self.stash
+        if not self.allow_recompute or not st.segments:
+            return None
+        inside = (self.win_lo <= s) & (s <= self.win_hi)
+        saving = np.bincount(self.win_seg[inside], weights=self.win_bytes[inside],
+                             minlength=len(st.segments))
+        best: Move | None = None
+        for sid in np.nonzero(saving > 0)[0]:
+            if int(sid) in self.active:
+                continue
+            g = st.segments[int(sid)]
+            move = Move("recompute", segment=int(sid), cost=g.seconds,
+                        saving=int(saving[sid]))
+            if best is None or _better(move, best):
+                best = move
+        return best
+
+    # ---- the greedy -----------------------------------------------------------------------
+    def peak_key(self) -> int:
+        return int(np.argmax(self.profile)) if len(self.profile) else 0
+
+    def best_move(self) -> Move | None:
+        """The cheapest move per byte saved at the peak key (None: nothing lowers it)."""
+        s = self.peak_key()
+        moves = [m for m in (self._offload_move(s), self._recompute_move(s)) if m is not None]
+        if not moves:
+            return None
+        best = moves[0]
+        for m in moves[1:]:
+            if _better(m, best):
+                best = m
+        return best
+
+    def apply(self, move: Move) -> None:
+        st = self.stash
+        self.log.append(move)
+        if move.kind == "offload":
+            t = move.tensor
+            if self.mode.get(t) != "offload":
+                self.host_bytes += self.stash.uses[t].bytes
+            self.mode[t] = "offload"
+            self.release[t], self.fetch[t] = move.release, move.fetch
+            self._refresh(t)
+            return
+        g = st.segments[move.segment]
+        self.active.add(g.id)
+        for t in g.stashed:
+            self.mode[t] = "drop"
+        touched = set(g.stashed)
+        for op in g.ops:
+            for i in op.inputs:
+                if i in st.uses and i not in g.members:
+                    self.extra.setdefault(i, []).append(op.key)
+                    touched.add(i)
+        for t in sorted(touched):
+            if self.mode.get(t) == "offload":
+                # The prefetch must now land before the first recompute that reads it.
+                first = int(self.step_of_key[min(self.backward_keys(t))])
+                self.fetch[t] = min(self.fetch[t], first)
+                self.release[t] = min(self.release[t], self.fetch[t])
+            if t in self.off_index:
+                self._offload_row(t)
+            self._refresh(t)
+        for c in g.copies:
+            self.profile[c.first:c.last + 1] += c.bytes
+
+    def replay(self, moves: list[Move]) -> None:
+        for m in moves:
+            self.apply(m)
+
+
+def _better(a: Move, b: Move) -> bool:
+    """Least cost per byte saved; then the larger saving; then a fixed order."""
+    ka = (a.cost / a.saving, -a.saving, a.kind, a.tensor, a.segment)
+    kb = (b.cost / b.saving, -b.saving, b.kind, b.tensor, b.segment)
+    return ka < kb

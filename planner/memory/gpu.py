@@ -1,0 +1,289 @@
+"""GPU plans: one compute stream and two copy streams, memory planned under a budget.
+
+`gpu_plan(graph, model, options)` is the whole pass for a GPU target, as named steps:
+
+    steps        graph nodes in stream order, updates as early as they may run (steps.py)
+    stash        checkpoints and recompute segments (stash.py)
+    decide       while the arena exceeds the budget: the cheapest offload or recompute at
+                 the live-bytes peak (budget.py); none needed without a budget
+    materialize  ops, buffers and ordering edges of the decisions (materialize.py)
+    place        offsets by the allocation heuristics (layout.py)
+    workspaces   per convolution, the fastest algorithm whose workspace fits the free bytes
+                 at its step (the widest gap there, or the room above the live buffers up to
+                 the budget), placed there
+    time         when every op starts and ends, waiting on copies where they are late
+    assemble     the Plan (streams compute, d2h, h2d), its buffers and memory summary
+
+An infeasible budget raises InfeasibleBudget naming the smallest budget that fits.
+
+Example:
+    >>> from planner.costs import CostModel
+    >>> from planner.graph.autodiff import Optimizer, make_training_graph
+    >>> from planner.target import preset
+    >>> from planner.zoo import build
+    >>> g = make_training_graph(build("alexnet", batch=8, image=63, classes=4),
+    ...                         Optimizer(kind="sgd"))
+    >>> model = CostModel(preset("k40c-12gb"))
+    >>> free = gpu_plan(g, model).summary.memory
+    >>> budget = (free.per_op_bound_bytes + free.liveness_load_bytes) // 2
+    >>> tight = gpu_plan(g, model, MemoryOptions(budget_bytes=budget)).summary.memory
+    >>> tight.arena_bytes <= budget < free.liveness_load_bytes, tight.offloaded_tensors > 0
+    (True, True)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from planner import __version__
+from planner.costs import CostModel
+from planner.graph.ir import Graph
+from planner.memory.arena import aligned
+from planner.memory.assemble import tensor_plans
+from planner.memory.budget import State
+from planner.memory.convalgo import ConvAlgo, fastest_within
+from planner.memory.driver import InfeasibleBudget
+from planner.memory.layout import Layout, free_at, place
+from planner.memory.liveness import Buffer, live_profile, naive_bytes, per_op_bound
+from planner.memory.materialize import STREAMS, Material, materialize
+from planner.memory.options import MemoryOptions, format_bytes
+from planner.memory.order import HappensBefore
+from planner.memory.reuse import reuse_edges
+from planner.memory.stash import analyze
+from planner.memory.steps import compute_steps
+from planner.plan import (
+    ConvChoice,
+    Edge,
+    MemoryOp,
+    MemoryPlan,
+    MemorySummary,
+    OpPlan,
+    Plan,
+    PlanProvenance,
+    PlanTarget,
+    Summary,
+    digest,
+)
+
+# How many earlier states an infeasible budget re-lays out to find the smallest that fits.
+INFEASIBLE_PROBES = 8
+
+
+@dataclass
+class Placed:
+    """A materialized state with offsets (workspaces not yet given)."""
+
+    material: Material
+    offsets: list[int]
+    arena: int
+    host: int
+    heuristic: str
+
+
+def gpu_plan(graph: Graph, model: CostModel, options: MemoryOptions | None = None,
+             order: list[str] | None = None) -> Plan:
+    """The plan of `graph` on the model's GPU (module docstring). `order`: graph node names
+    in the compute order to keep (default: the graph's, updates moved up)."""
+    options = options or MemoryOptions()
+    target = model.target
+    if not target.gpus:
+        raise ValueError(f"target {target.name!r} has no GPU")
+    gpu = target.gpus[0]
+    steps = compute_steps(graph, model, order)
+    stash = analyze(steps, "cost-aware" if options.recompute == "off" else options.recompute)
+    state = State(stash, gpu.host_link_bandwidth, offload=options.offload,
+                  recompute=options.recompute != "off", host_limit=gpu.pinned_host_limit_bytes)
+    liveness_load = state.load()
+    placed = decide(state, options)
+    return finish(graph, model, options, state, placed, liveness_load)
+
+
+def decide(state: State, options: MemoryOptions) -> Placed:
+    """Apply moves until the laid-out arena fits the budget (at once without one)."""
+    budget = options.budget_bytes
+    loads: list[int] = []
+    while True:
+        load = state.load()
+        loads.append(load)
+        if budget is None or load <= budget:
+            placed = lay(state, options)
+            if budget is None or placed.arena <= budget:
+                return placed
+        move = state.best_move()
+        if move is None:
+            raise infeasible(state, options, loads)
+        state.apply(move)
+
+
+def lay(state: State, options: MemoryOptions) -> Placed:
+    m = materialize(state)
+    offsets, arena, host, heuristic = place(m.buffers, options.alignment, options.heuristics)
+    return Placed(m, offsets, arena, host, heuristic)
+
+
+def infeasible(state: State, options: MemoryOptions, loads: list[int]) -> InfeasibleBudget:
+    """The error for a budget no state fits: the smallest arena among the states visited
+    (laid out in order of their LOAD, a lower bound on their arena, until none can win)."""
+    moves = list(state.log)
+    best = None
+    for k in sorted(range(len(loads)), key=lambda k: (loads[k], -k))[:INFEASIBLE_PROBES]:
+        if best is not None and loads[k] >= best:
+            break
+        probe = State(state.stash, state.bandwidth, state.allow_offload,
+                      state.allow_recompute, state.host_limit)
+        probe.replay(moves[:k])
+        arena = lay(probe, options).arena
+        best = arena if best is None else min(best, arena)
+    assert best is not None
+    budget = options.budget_bytes or 0
+    return InfeasibleBudget(
+        f"memory budget {format_bytes(budget)} ({budget} bytes) is infeasible for "
+        f"{state.stash.steps.graph.name!r}: even with every offload and recompute the peak "
+        f"stays above it; the smallest feasible budget is {best} bytes ({format_bytes(best)})",
+        best)
+
+
+def give_workspaces(placed: Placed, state: State, options: MemoryOptions
+                    ) -> tuple[list[Buffer], list[int], int, dict[int, ConvAlgo]]:
+    """Per convolution, the fastest algorithm whose workspace fits the free bytes at its key,
+    placed there; returns the buffers and offsets with workspaces, the arena, the choices."""
+    m = placed.material
+    budget = options.budget_bytes
+    steps = state.stash.steps
+    if budget is None:
+        return _unbounded_workspaces(placed, state, options)
+    buffers, offsets = list(m.buffers), list(placed.offsets)
+    arena = placed.arena
+    choice: dict[int, ConvAlgo] = {}
+    for i, o in enumerate(m.ops):
+        algos = list(steps.algos[o.step]) if o.kind == "node" else []
+        if not algos:
+            continue
+        gaps, top = free_at(m.buffers, placed.offsets, o.key, options.alignment)
+        room = max([hi - lo for lo, hi in gaps], default=0)
+        limit = max(room, budget - top) if options.workspaces else 0
+        algo = fastest_within(algos, limit)
+        choice[i] = algo
+        if algo.workspace_bytes == 0:
+            continue
+        size = aligned(algo.workspace_bytes, options.alignment)
+        fitting = [(hi - lo, lo) for lo, hi in gaps if hi - lo >= size]
+        offset = min(fitting)[1] if fitting else top
+        buffers.append(Buffer(f"{o.name}@workspace", "", algo.workspace_bytes, o.key,
+                              o.key + 1, i, i, i, (i,), "workspace"))
+        offsets.append(offset)
+        arena = max(arena, offset + size)
+    return buffers, offsets, arena, choice
+
+
+def _unbounded_workspaces(placed: Placed, state: State, options: MemoryOptions
+                          ) -> tuple[list[Buffer], list[int], int, dict[int, ConvAlgo]]:
+    """Without a budget: every convolution's fastest algorithm, its workspace laid out with
+    the other buffers by the allocation heuristics."""
+    m = placed.material
+    steps = state.stash.steps
+    choice = {i: fastest_within(list(steps.algos[o.step]), None if options.workspaces else 0)
+              for i, o in enumerate(m.ops) if o.kind == "node" and steps.algos[o.step]}
+    buffers = list(m.buffers) + [
+        Buffer(f"{m.ops[i].name}@workspace", "", a.workspace_bytes, m.ops[i].key,
+               m.ops[i].key + 1, i, i, i, (i,), "workspace")
+        for i, a in sorted(choice.items()) if a.workspace_bytes]
+    offsets, arena, _, _ = place(buffers, options.alignment, options.heuristics)
+    return buffers, offsets, arena, choice
+
+
+def simulate(m: Material, seconds: list[float], edges: list[tuple[int, int]]
+             ) -> tuple[np.ndarray, np.ndarray]:
+    """Start and end of every op: after its incoming edges' sources end (ops are numbered in
+    a topological order of the edges)."""
+    preds: list[list[int]] = [[] for _ in m.ops]
+    for u, w in edges:
+        preds[w].append(u)
+    start = np.zeros(len(m.ops))
+    end = np.zeros(len(m.ops))
+    for i in range(len(m.ops)):
+        start[i] = max((end[u] for u in preds[i]), default=0.0)
+        end[i] = start[i] + seconds[i]
+    return start, end
+
+
+def finish(graph: Graph, model: CostModel, options: MemoryOptions, state: State,
+           placed: Placed, liveness_load: int) -> Plan:
+    """Workspaces, times and the Plan record of the chosen state."""
+    m = placed.material
+    buffers, offsets, arena, choice = give_workspaces(placed, state, options)
+    hb = HappensBefore(len(m.ops), m.edges)
+    extra = reuse_edges(buffers, offsets, hb)
+    edges = sorted(set(m.edges) | set(extra))
+    seconds = [choice[i].seconds if i in choice else o.seconds for i, o in enumerate(m.ops)]
+    start, end = simulate(m, seconds, edges)
+    layout = Layout(tuple(offsets), arena, placed.host, placed.heuristic, tuple(extra))
+    names = [o.name for o in m.ops]
+    ops = tuple(OpPlan(name=o.name, op=o.op, order=i, cpus=(o.stream,), threads=1,
+                       deps=tuple(names[d] for d in m.deps[i]), start=float(start[i]),
+                       end=float(end[i]))
+                for i, o in enumerate(m.ops))
+    happens = tuple(Edge(before=names[u], after=names[w])
+                    for u, w in sorted(edges, key=lambda e: (e[1], e[0])))
+    step = float(end.max()) if len(end) else 0.0
+    compute = [i for i, o in enumerate(m.ops) if o.stream == 0]
+    busy = float(sum(seconds[i] for i in compute))
+    steps = state.stash.steps
+    bound = float(steps.fastest.sum())
+    recompute = [i for i, o in enumerate(m.ops) if o.kind == "recompute"]
+    copies = [o for o in m.ops if o.kind == "offload"]
+    memory = MemorySummary(
+        naive_bytes=naive_bytes([b for b in buffers if b.kind not in (
+            "workspace", "recompute", "scratch", "prefetch", "host")]),
+        load_bytes=int(live_profile(buffers)[1].max()), arena_bytes=arena,
+        fragmentation=0.0, peak_bytes=arena, per_op_bound_bytes=per_op_bound(graph),
+        resident_bytes=state.stash.persistent_bytes, liveness_load_bytes=liveness_load,
+        budget_bytes=options.budget_bytes, host_bytes=placed.host, allocator=placed.heuristic,
+        recompute_ops=len(recompute), recompute_seconds=float(sum(seconds[i] for i in recompute)),
+        offloaded_tensors=len(copies), transfer_bytes=2 * sum(
+            state.stash.uses[o.tensor].bytes for o in copies),
+        stall_seconds=max(0.0, step - busy), reuse_edges=len(extra))
+    memory = memory.model_copy(update={
+        "fragmentation": arena / memory.load_bytes - 1 if memory.load_bytes else 0.0})
+    summary = Summary(strategy="stream", step_seconds=step, lower_bound_seconds=bound,
+                      ratio=step / bound if bound else 1.0, critical_path_seconds=bound,
+                      area_bound_seconds=bound, utilization=busy / step if step else 0.0,
+                      mean_corun=float(sum(seconds)) / step if step else 0.0, ops=len(ops),
+                      analytical_signatures=steps.analytical, memory=memory)
+    target = model.target
+    table = model.table
+    provenance = PlanProvenance(
+        graph_sha256=digest(graph.to_json()), target_sha256=target.digest(),
+        costs_sha256=digest(table.to_json()) if table is not None else "",
+        options={"schedule": "stream", **options.model_dump(mode="json")},
+        tool=f"planner {__version__}")
+    extra_ops = tuple(_memory_op(o) for o in m.ops if o.kind != "node")
+    convs = tuple(ConvChoice(node=m.ops[i].name, algorithm=a.algorithm,
+                             workspace_bytes=a.workspace_bytes, seconds=a.seconds,
+                             source=a.source) for i, a in sorted(choice.items()))
+    return Plan(graph=graph, kind=graph.kind,
+                target=PlanTarget(name=target.name, core_of=(0, 1, 2), streams=STREAMS),
+                ops=ops, happens_before=happens,
+                tensors=tensor_plans(buffers, layout, ops), summary=summary,
+                provenance=provenance, memory=MemoryPlan(ops=extra_ops, convs=convs))
+
+
+def _memory_op(o) -> MemoryOp:
+    node = o.name.split("/", 1)[1].rsplit("/", 1)[0] if o.kind == "recompute" else ""
+    return MemoryOp(name=o.name, kind=o.kind, node=node, inputs=tuple(o.reads),
+                    outputs=tuple(o.writes))
+
+
+def plan_gpu_memory(plan: Plan, graph: Graph, target, cost_model,
+                    options: MemoryOptions) -> Plan:
+    """Re-plan a GPU plan's memory under `options`, keeping its compute order."""
+    if cost_model is None:
+        if target is None:
+            raise ValueError(f"plan for {plan.target.name!r} is a GPU plan: memory planning "
+                             f"needs its target or cost model")
+        cost_model = CostModel(target)
+    node_names = {n.name for n in graph.nodes}
+    order = [o.name for o in sorted(plan.ops, key=lambda o: o.order) if o.name in node_names]
+    return gpu_plan(graph, cost_model, options, order)

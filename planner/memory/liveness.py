@@ -1,0 +1,190 @@
+"""Liveness under a schedule: every buffer's lifetime, the peak of live bytes (LOAD), naive.
+
+A buffer is live from the start of the op that first writes it to the end of the op that last
+reads it, in the schedule's times (so with co-running ops, lifetimes overlap as the ops do):
+
+    op      conv1 ──── relu1 ─── pool1 ─── ... ─── grad/relu1 ───
+    conv1   [=========================]                            read by relu1 only
+    relu1          [==================================]            read again in backward
+
+Persistent tensors (params, state, optimizer state) are live before, during and after the step;
+inputs and labels are written before the step (by the caller); the step's outputs are read after
+it. An in-place update (a tensor with `updates`) is written over the bytes of the tensor it
+updates: it is an alias, not a buffer of its own, and naive does not count it.
+
+    naive  = sum of every buffer's bytes (each tensor its own bytes)
+    LOAD   = max over time of the bytes of the buffers live at that time
+
+Intervals are half-open in time, [start, end): a buffer whose last reader ends when another's
+writer starts may share bytes with it (if happens-before orders them).
+
+Example:
+    >>> s = Schedule(names=("a", "b"), start=np.array([0.0, 1.0]), end=np.array([1.0, 2.0]))
+    >>> bufs = [Buffer("x", "x", 8, -1.0, 1.0, -1, 0, -1, (0,), "input"),
+    ...         Buffer("y", "y", 4, 0.0, 2.0, 0, 1, 0, (1,), "activation"),
+    ...         Buffer("z", "z", 4, 1.0, 3.0, 1, 2, 1, (), "output")]
+    >>> load_bytes(bufs), naive_bytes(bufs)
+    (12, 16)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from planner.graph.ir import Graph
+
+Bytes = int
+Seconds = float
+
+# Roles whose tensors persist across steps (one buffer each, live the whole step).
+PERSISTENT_ROLES = frozenset({"param", "state", "optimizer-state"})
+EXTERNAL_INPUT_ROLES = frozenset({"input", "label"})
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """The ops of a plan in execution order: names, predicted start and end (seconds)."""
+
+    names: tuple[str, ...]
+    start: np.ndarray
+    end: np.ndarray
+
+    @property
+    def step_seconds(self) -> Seconds:
+        return float(self.end.max()) if len(self.end) else 0.0
+
+    @property
+    def before(self) -> Seconds:
+        """A time before the step: when inputs and persistent state were written."""
+        return -1.0
+
+    @property
+    def after(self) -> Seconds:
+        """A time after the step: when outputs and persistent state are read."""
+        return self.step_seconds + 1.0
+
+
+@dataclass(frozen=True)
+class Buffer:
+    """One buffer's lifetime. Ops are indices into the schedule; -1 is before the step and
+    len(ops) after it. `start`/`end` in seconds, half-open; `kind` says what it holds:
+    persistent, input, activation, output (read after the step), workspace, or a memory op's
+    copy (prefetch, recompute)."""
+
+    name: str
+    tensor: str
+    bytes: Bytes
+    start: Seconds
+    end: Seconds
+    first: int
+    last: int
+    writer: int
+    readers: tuple[int, ...]
+    kind: str
+    alias_of: str = ""
+    placement: str = "device"
+    # Ops that also write it (a recompute writing its scratch outputs does not count).
+    extra: tuple[int, ...] = field(default=())
+
+    @property
+    def accessors(self) -> tuple[int, ...]:
+        """Ops touching it inside the step: its writer (if any) and its readers."""
+        return ((self.writer,) if self.writer >= 0 else ()) + self.readers
+
+
+def graph_buffers(graph: Graph, schedule: Schedule) -> list[Buffer]:
+    """One buffer per graph tensor (aliases for in-place updates), lifetimes from `schedule`.
+
+    Every graph node must be an op of the schedule (KeyError naming it otherwise).
+    """
+    index = {name: i for i, name in enumerate(schedule.names)}
+    n = len(schedule.names)
+    readers: dict[str, list[int]] = {t.name: [] for t in graph.tensors}
+    writer: dict[str, int] = {}
+    for node in graph.nodes:
+        if node.name not in index:
+            raise KeyError(f"graph node {node.name!r} is not an op of the plan")
+        i = index[node.name]
+        for t in dict.fromkeys(node.inputs):
+            readers[t].append(i)
+        for t in node.outputs:
+            writer[t] = i
+    outputs = set(graph.outputs)
+    return [_buffer(t, writer.get(t.name, -1), sorted(readers[t.name]), t.name in outputs,
+                    schedule, n) for t in graph.tensors]
+
+
+def _buffer(t, w: int, rs: list[int], is_output: bool, s: Schedule, n: int) -> Buffer:
+    persistent = t.role in PERSISTENT_ROLES
+    if t.updates is not None:
+        # Written over the bytes of `t.updates` by its writer; lives as long as that does.
+        return Buffer(t.name, t.name, t.nbytes, s.before, s.after, -1, n, w, tuple(rs),
+                      "persistent", alias_of=t.updates)
+    if persistent:
+        return Buffer(t.name, t.name, t.nbytes, s.before, s.after, -1, n, -1, tuple(rs),
+                      "persistent")
+    start = s.before if w < 0 else float(s.start[w])
+    first = -1 if w < 0 else w
+    if is_output:
+        return Buffer(t.name, t.name, t.nbytes, start, s.after, first, n, w, tuple(rs),
+                      "output")
+    end = max([float(s.end[r]) for r in rs], default=start if w < 0 else float(s.end[w]))
+    last = max(rs, default=first)
+    kind = "input" if w < 0 else "activation"
+    return Buffer(t.name, t.name, t.nbytes, start, end, first, last, w, tuple(rs), kind)
+
+
+def owners(buffers: Sequence[Buffer]) -> list[Buffer]:
+    """The buffers that own bytes (every buffer but in-place aliases)."""
+    return [b for b in buffers if not b.alias_of]
+
+
+def naive_bytes(buffers: Sequence[Buffer]) -> Bytes:
+    """Every buffer its own bytes (aliases share their target's)."""
+    return sum(b.bytes for b in owners(buffers) if b.placement == "device")
+
+
+def live_profile(buffers: Sequence[Buffer]) -> tuple[np.ndarray, np.ndarray]:
+    """(times, live bytes from each time to the next), over the device buffers' events."""
+    own = [b for b in owners(buffers) if b.placement == "device" and b.end > b.start]
+    if not own:
+        return np.zeros(1), np.zeros(1, dtype=np.int64)
+    times = np.array([b.start for b in own] + [b.end for b in own])
+    deltas = np.array([b.bytes for b in own] + [-b.bytes for b in own], dtype=np.int64)
+    # Ends before starts at equal times: half-open intervals.
+    order = np.lexsort((deltas, times))
+    live = np.cumsum(deltas[order])
+    return times[order], live
+
+
+def load_bytes(buffers: Sequence[Buffer]) -> Bytes:
+    """LOAD: the peak of live device bytes."""
+    return int(max(0, live_profile(buffers)[1].max()))
+
+
+def resident_bytes(graph: Graph) -> Bytes:
+    """Persistent state: params, state and optimizer state (not their in-place next values),
+    live before, during and after every step."""
+    return sum(t.nbytes for t in graph.tensors
+               if t.role in PERSISTENT_ROLES and t.updates is None)
+
+
+def per_op_bound(graph: Graph, workspace: dict[str, Bytes] | None = None) -> Bytes:
+    """The per-op lower bound: the largest single op's inputs + outputs + workspace, plus the
+    resident state (`resident_bytes`), each tensor counted once.
+
+    No plan can go below it: while an op runs, its operands and workspace are live, and so is
+    the persistent state. Gradients count where an op reads or writes them, not all at once:
+    a schedule that runs each update as soon as its gradient is ready (as the CPU schedulers
+    and the GPU stream plan do) never holds them all (seed 001's l_peak + resident state).
+    """
+    workspace = workspace or {}
+    largest = 0
+    for node in graph.nodes:
+        touched = [graph.tensor(t) for t in dict.fromkeys([*node.inputs, *node.outputs])]
+        own = sum(t.nbytes for t in touched if t.role not in PERSISTENT_ROLES)
+        largest = max(largest, own + workspace.get(node.name, 0))
+    return largest + resident_bytes(graph)

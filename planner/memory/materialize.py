@@ -1,0 +1,224 @@
+"""A budget state -> the ops and buffers of the GPU step, with the edges that order them.
+
+Three streams: `compute` runs graph nodes and the active recompute ops in key order; `d2h`
+copies offloaded checkpoints to pinned host buffers; `h2d` copies them back. Every buffer's
+lifetime is in keys (the compute stream's positions, planner.memory.stash), exactly as the
+state's profile counts it, and the edges make the executor respect it:
+
+    producer ──► offload/T ──────────► first op of the release step   (T's device bytes free)
+    last op before the fetch step ──► prefetch/T ──► T's backward readers
+
+    compute  conv1 relu1 ... fc8 | ... recompute/lrn1 grad/lrn1 ... grad/conv1
+    d2h            offload/relu1 ...
+    h2d                              prefetch/relu1
+
+Buffers: each tensor as itself; an offloaded one also as `T@host` (pinned host) and
+`T@prefetch` (its device copy for backward); a recomputed one as `T@recompute<i>` (instance i
+of its segment's recompute); outputs a recompute writes only because its node has them
+(BatchNorm's statistics) as `T@scratch<i>`.
+
+Example:
+    >>> from planner.costs import CostModel
+    >>> from planner.target import preset
+    >>> from planner.memory.budget import State
+    >>> from planner.memory.steps import compute_steps
+    >>> from planner.memory.stash import analyze
+    >>> from planner.graph.autodiff import Optimizer, make_training_graph
+    >>> from planner.zoo import build
+    >>> g = make_training_graph(build("alexnet", batch=4, image=63, classes=4),
+    ...                         Optimizer(kind="sgd"))
+    >>> state = State(analyze(compute_steps(g, CostModel(preset("k40c-12gb")))), 12.6e9)
+    >>> state.apply(state.best_move())
+    >>> m = materialize(state)
+    >>> sorted({o.kind for o in m.ops}) == sorted({"node", state.log[0].kind} | (
+    ...     {"prefetch"} if state.log[0].kind == "offload" else set()))
+    True
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass, field
+
+from planner.memory.budget import State
+from planner.memory.liveness import PERSISTENT_ROLES, Buffer
+from planner.schedule.deps import predecessors
+
+STREAMS = ("compute", "d2h", "h2d")
+
+
+@dataclass
+class OpSpec:
+    """One op of the step: a graph node, a recompute, or a copy, with its position."""
+
+    name: str
+    op: str
+    kind: str  # node | recompute | offload | prefetch
+    stream: int
+    key: float
+    seconds: float
+    step: int = -1          # the graph step it runs (node, recompute)
+    tensor: str = ""        # the tensor it copies (offload, prefetch)
+    reads: list[str] = field(default_factory=list)    # buffer names, in input order
+    writes: list[str] = field(default_factory=list)   # buffer names, in output order
+
+
+@dataclass
+class Material:
+    """Ops in execution order, buffers (key-space lifetimes), ordering edges, data deps."""
+
+    ops: list[OpSpec]
+    buffers: list[Buffer]
+    edges: list[tuple[int, int]]
+    deps: list[list[int]]
+    keys: int
+
+
+def materialize(state: State) -> Material:
+    """The ops, buffers and edges of `state` (module docstring)."""
+    st = state.stash
+    steps = st.steps
+    graph = steps.graph
+    ops: list[OpSpec] = []
+    # Which buffer each (reader op name, tensor) reads, when it is not the tensor itself.
+    source: dict[tuple[str, str], str] = {}
+    for s, node in enumerate(steps.nodes):
+        ops.append(OpSpec(node.name, node.op, "node", 0, float(st.key(s)),
+                          float(steps.seconds[s]), step=s))
+    for sid in sorted(state.active):
+        seg = st.segments[sid]
+        for op in seg.ops:
+            node = steps.nodes[op.step]
+            name = f"recompute/{node.name}/{op.instance}"
+            writes = [f"{t}@recompute{op.instance}" if t else f"{o}@scratch{op.instance}"
+                      for t, o in zip(op.outputs, node.outputs, strict=True)]
+            reads = [f"{i}@recompute{op.instance}" if i in seg.members else i
+                     for i in op.inputs]
+            ops.append(OpSpec(name, node.op, "recompute", 0, float(op.key),
+                              float(steps.seconds[op.step]), step=op.step, reads=reads,
+                              writes=writes))
+        for c in seg.copies:
+            for r in c.readers:
+                source[(steps.nodes[r].name, c.tensor)] = c.name
+    for t in sorted(state.mode):
+        if state.mode[t] != "offload":
+            continue
+        u = st.uses[t]
+        seconds = state.copy_seconds(t)
+        put = float(st.key(u.writer)) + 0.25 if u.writer >= 0 else -0.5
+        get = float(st.group_start[state.fetch[t]]) - 0.25
+        ops.append(OpSpec(f"offload/{t}", "Offload", "offload", 1, put, seconds, tensor=t,
+                          reads=[t], writes=[f"{t}@host"]))
+        ops.append(OpSpec(f"prefetch/{t}", "Prefetch", "prefetch", 2, get, seconds, tensor=t,
+                          reads=[f"{t}@host"], writes=[f"{t}@prefetch"]))
+        for r in u.backward_reads:
+            source[(steps.nodes[r].name, t)] = f"{t}@prefetch"
+    ops.sort(key=lambda o: (o.key, o.stream, o.name))
+    index = {o.name: i for i, o in enumerate(ops)}
+    # Graph nodes read the tensors themselves unless a copy stands in for them.
+    for o in ops:
+        if o.kind == "node":
+            node = steps.nodes[o.step]
+            o.reads = [source.get((node.name, i), i) for i in node.inputs]
+            o.writes = list(node.outputs)
+        elif o.kind == "recompute":
+            o.reads = [f"{r}@prefetch" if state.mode.get(r) == "offload" else r
+                       for r in o.reads]
+    buffers = _buffers(state, ops, index)
+    writer = {b.name: b.writer for b in buffers}
+    deps = [sorted({writer[r] for r in o.reads if writer.get(r, -1) >= 0}) for o in ops]
+    # In-place updates also follow every other reader of the value they overwrite.
+    preds = predecessors(graph)
+    graph_index = {n.name: i for i, n in enumerate(graph.nodes)}
+    op_of_node = {o.name: i for i, o in enumerate(ops) if o.kind == "node"}
+    for i, o in enumerate(ops):
+        if o.kind == "node":
+            extra = {op_of_node[graph.nodes[p].name] for p in preds[graph_index[o.name]]}
+            deps[i] = sorted(set(deps[i]) | extra)
+    edges = _edges(state, ops, index, deps)
+    return Material(ops=ops, buffers=buffers, edges=edges, deps=deps, keys=st.keys)
+
+
+def _buffers(state: State, ops: list[OpSpec], index: dict[str, int]) -> list[Buffer]:
+    st = state.stash
+    graph = st.steps.graph
+    keys = st.keys
+    readers: dict[str, list[int]] = {}
+    for i, o in enumerate(ops):
+        for r in dict.fromkeys(o.reads):
+            readers.setdefault(r, []).append(i)
+    writers = {w: i for i, o in enumerate(ops) for w in o.writes}
+    before, after = -1.0, float(keys + 1)
+    out: list[Buffer] = []
+
+    def span(name: str, default_first: float) -> tuple[int, list[int], float, float]:
+        w = writers.get(name, -1)
+        rs = sorted(readers.get(name, []))
+        first = ops[w].key if w >= 0 else default_first
+        last = max([ops[r].key for r in rs], default=first)
+        return w, rs, first, last
+
+    for t in graph.tensors:
+        if t.updates is not None or t.role in PERSISTENT_ROLES:
+            w, rs, _, _ = span(t.name, before)
+            out.append(Buffer(t.name, t.name, t.nbytes, before, after, -1, len(ops), w,
+                              tuple(rs), "persistent", alias_of=t.updates or ""))
+            continue
+        u = st.uses[t.name]
+        w, rs, first, last = span(t.name, before)
+        kind = "input" if w < 0 else "activation"
+        end = last + 1
+        if u.output:
+            end, kind = after, "output"
+        if state.mode.get(t.name) == "offload":
+            end = float(st.group_start[state.release[t.name]])
+        out.append(Buffer(t.name, t.name, t.nbytes, first, max(end, first + 1),
+                          -1 if w < 0 else w, len(ops) if u.output else max(rs, default=w),
+                          w, tuple(rs), kind))
+        if state.mode.get(t.name) == "offload":
+            host, dev = f"{t.name}@host", f"{t.name}@prefetch"
+            hw, hrs, hfirst, hlast = span(host, first)
+            out.append(Buffer(host, t.name, t.nbytes, hfirst, hlast + 1, hw, max(hrs), hw,
+                              tuple(hrs), "host", placement="host"))
+            dw, drs, _, dlast = span(dev, first)
+            dfirst = float(st.group_start[state.fetch[t.name]])
+            out.append(Buffer(dev, t.name, t.nbytes, dfirst, dlast + 1, dw, max(drs), dw,
+                              tuple(drs), "prefetch"))
+    for sid in sorted(state.active):
+        seg = st.segments[sid]
+        for op in seg.ops:
+            node = st.steps.nodes[op.step]
+            for t, o in zip(op.outputs, node.outputs, strict=True):
+                name = f"{t}@recompute{op.instance}" if t else f"{o}@scratch{op.instance}"
+                w, rs, first, last = span(name, 0.0)
+                size = graph.tensor(o).nbytes
+                out.append(Buffer(name, o, size, first, last + 1, w, max(rs, default=w), w,
+                                  tuple(rs), "recompute" if t else "scratch"))
+    return out
+
+
+def _edges(state: State, ops: list[OpSpec], index: dict[str, int],
+           deps: list[list[int]]) -> list[tuple[int, int]]:
+    st = state.stash
+    edges: set[tuple[int, int]] = set()
+    last_on: dict[int, int] = {}
+    compute = [i for i, o in enumerate(ops) if o.stream == 0]
+    for i, o in enumerate(ops):
+        if o.stream in last_on:
+            edges.add((last_on[o.stream], i))
+        last_on[o.stream] = i
+        edges.update((d, i) for d in deps[i])
+    keys = [ops[i].key for i in compute]
+    for t, mode in state.mode.items():
+        if mode != "offload":
+            continue
+        off, pre = index[f"offload/{t}"], index[f"prefetch/{t}"]
+        release = float(st.group_start[state.release[t]])
+        k = bisect.bisect_left(keys, release)
+        if k < len(compute):
+            edges.add((off, compute[k]))
+        fetch = float(st.group_start[state.fetch[t]])
+        k = bisect.bisect_left(keys, fetch) - 1
+        if k >= 0:
+            edges.add((compute[k], pre))
+    return sorted(e for e in edges if e[0] != e[1])

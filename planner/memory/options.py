@@ -1,0 +1,71 @@
+"""The one record of memory-planning switches, each with its default.
+
+Example:
+    >>> MemoryOptions(budget_bytes=parse_bytes("11GiB")).budget_bytes
+    11811160064
+    >>> parse_bytes("1.5 MB"), format_bytes(3 << 30)
+    (1500000, '3.00 GiB')
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+from pydantic import Field, field_validator
+
+from planner.graph.ir import Record
+from planner.memory.arena import HEURISTICS
+
+_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+          "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40}
+
+
+class MemoryOptions(Record):
+    """Every switch of memory planning. Pure data: equal options, equal plans."""
+
+    # Device bytes the plan may use (None: no limit, liveness and offsets only).
+    budget_bytes: int | None = Field(default=None, gt=0)
+    # Offsets and sizes are multiples of this (64: a cache line, an AVX-512 vector).
+    alignment: int = Field(default=64, ge=1)
+    # Allocation heuristics to run (planner.memory.arena); the smallest arena wins.
+    heuristics: tuple[str, ...] = tuple(HEURISTICS)
+
+    # ---- under a budget (GPU plans) -------------------------------------------------------
+    # Offload checkpoints to pinned host memory (and prefetch them back) where it helps.
+    offload: bool = True
+    # How dropped segments are recomputed (planner.memory.stash); "off": never recompute.
+    recompute: Literal["cost-aware", "speed-centric", "memory-centric", "off"] = "cost-aware"
+    # Give each convolution the fastest algorithm whose workspace fits the memory free at its
+    # step; False: always the one with the least workspace.
+    workspaces: bool = True
+
+    @field_validator("heuristics")
+    @classmethod
+    def _known(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        unknown = [h for h in v if h not in HEURISTICS]
+        if unknown or not v:
+            raise ValueError(f"unknown allocation heuristic(s) {unknown}; known: "
+                             f"{sorted(HEURISTICS)}")
+        return v
+
+
+def parse_bytes(text: str) -> int:
+    """`11GiB`, `12 GB`, `512MiB`, `1e9` -> bytes. ValueError naming the text otherwise."""
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]*)\s*", text)
+    if not m or m.group(2).lower() not in _UNITS:
+        raise ValueError(f"cannot read {text!r} as a byte count (examples: 11GiB, 12GB, "
+                         f"512MiB, 1e9)")
+    value = float(m.group(1)) * _UNITS[m.group(2).lower()]
+    if value <= 0:
+        raise ValueError(f"byte count {text!r} must be positive")
+    return int(round(value))
+
+
+def format_bytes(n: float) -> str:
+    """Bytes in binary units with two decimals: `3.00 GiB`."""
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n:.0f} B" if unit == "B" else f"{n:.2f} {unit}"
+        n /= 1024
+    raise AssertionError

@@ -1,0 +1,188 @@
+"""Verify a plan's memory without trusting the memory planner: every pair of buffers checked
+the obvious way (O(buffers^2)), sharing no code with the allocator. Each problem names the
+buffer(s) and the rule:
+
+    fields     offsets and sizes are non-negative; placement is device or host; the writer and
+               readers are ops of the plan; first / last match their execution orders
+    coverage   (with the embedded graph) every graph tensor is held by some buffer
+    alias      an in-place alias sits at the offset of the buffer it updates, and the graph says
+               its tensor updates that buffer's tensor
+    arena      device buffers lie inside [0, arena_bytes), host buffers inside the host pool
+    overlap    two buffers sharing bytes are ordered: every access of one (its write, its
+               reads) happens-before the other's write, through the plan's happens-before
+               edges and deps; a buffer written before the step or read after it is never
+               ordered against one live in the step
+    budget     arena_bytes <= budget_bytes; LOAD <= arena
+
+Hook for `planner verify` (planner/verify.py, at the end of verify_plan_data):
+    problems += verify_memory_data(plan)
+
+Example:
+    >>> verify_memory_data({"ops": [], "tensors": [], "happens_before": [],
+    ...                     "summary": {"memory": None}})
+    []
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+
+def verify_memory_data(plan: dict[str, Any]) -> list[str]:
+    """Every memory rule the plan (as JSON data) breaks; [] when sound or not memory-planned."""
+    tensors = plan.get("tensors") or []
+    memory = (plan.get("summary") or {}).get("memory")
+    if not tensors and not memory:
+        return []
+    problems: list[str] = []
+    ops = sorted(plan.get("ops", []), key=lambda o: o["order"])
+    order = {o["name"]: o["order"] for o in ops}
+    after_step = len(ops)
+    by_name: dict[str, dict[str, Any]] = {}
+    for t in tensors:
+        if t["name"] in by_name:
+            problems.append(f"buffer {t['name']!r} is listed twice")
+        by_name[t["name"]] = t
+    for t in tensors:
+        problems += _field_problems(t, order, after_step)
+    problems += _coverage_problems(plan, tensors)
+    problems += _alias_problems(plan, by_name)
+    if memory:
+        problems += _arena_problems(tensors, memory)
+    descendants = _descendants(plan, ops, order, problems)
+    problems += _overlap_problems(tensors, order, descendants, after_step)
+    return problems
+
+
+def _field_problems(t: dict[str, Any], order: dict[str, int], after_step: int) -> list[str]:
+    out = []
+    name = t["name"]
+    if t["bytes"] < 0 or t["offset"] < 0:
+        out.append(f"buffer {name!r}: negative offset or size ({t['offset']}, {t['bytes']})")
+    if t.get("placement", "device") not in ("device", "host"):
+        out.append(f"buffer {name!r}: placement {t['placement']!r} is not device or host")
+    for op in ([t["writer"]] if t.get("writer") else []) + list(t.get("readers", [])):
+        if op not in order:
+            out.append(f"buffer {name!r} names op {op!r}, which is not in the plan")
+    if out:
+        return out
+    first = order[t["writer"]] if t.get("writer") else -1
+    if t.get("alias_of"):
+        return out
+    if t["first"] != first:
+        out.append(f"buffer {name!r}: first {t['first']} is not its writer's order {first}")
+    reads = [order[r] for r in t.get("readers", [])]
+    if reads and t["last"] < max(reads):
+        out.append(f"buffer {name!r}: last {t['last']} comes before its last reader "
+                   f"(order {max(reads)})")
+    if t["last"] > after_step:
+        out.append(f"buffer {name!r}: last {t['last']} is past the step ({after_step})")
+    return out
+
+
+def _coverage_problems(plan: dict[str, Any], tensors: list[dict[str, Any]]) -> list[str]:
+    graph = plan.get("graph")
+    if not isinstance(graph, dict):
+        return []
+    held = {t.get("tensor") for t in tensors}
+    return [f"graph tensor {g['name']!r} is held by no buffer" for g in graph.get("tensors", [])
+            if g["name"] not in held]
+
+
+def _alias_problems(plan: dict[str, Any], by_name: dict[str, dict[str, Any]]) -> list[str]:
+    graph = plan.get("graph") or {}
+    updates = {g["name"]: g.get("updates") for g in graph.get("tensors", [])}
+    out = []
+    for t in by_name.values():
+        target = t.get("alias_of")
+        if not target:
+            continue
+        base = by_name.get(target)
+        if base is None:
+            out.append(f"buffer {t['name']!r} aliases {target!r}, which is not a buffer")
+            continue
+        if (base["offset"], base.get("placement")) != (t["offset"], t.get("placement")) \
+                or base["bytes"] < t["bytes"]:
+            out.append(f"buffer {t['name']!r} aliases {target!r} but does not sit in its bytes")
+        if updates and updates.get(t.get("tensor")) != base.get("tensor"):
+            out.append(f"buffer {t['name']!r} aliases {target!r}, but the graph does not say "
+                       f"tensor {t.get('tensor')!r} updates {base.get('tensor')!r}")
+    return out
+
+
+def _arena_problems(tensors: list[dict[str, Any]], memory: dict[str, Any]) -> list[str]:
+    out = []
+    arena, host = memory["arena_bytes"], memory.get("host_bytes", 0)
+    for t in tensors:
+        limit = arena if t.get("placement", "device") == "device" else host
+        if t["offset"] + t["bytes"] > limit:
+            out.append(f"buffer {t['name']!r} ends at byte {t['offset'] + t['bytes']}, past the "
+                       f"{t.get('placement', 'device')} pool of {limit} bytes")
+    budget = memory.get("budget_bytes")
+    if budget is not None and arena > budget:
+        out.append(f"the arena ({arena} bytes) exceeds the memory budget ({budget} bytes)")
+    if memory["load_bytes"] > arena:
+        out.append(f"LOAD {memory['load_bytes']} exceeds the arena {arena}: some buffers "
+                   f"live at once must overlap")
+    return out
+
+
+def _descendants(plan: dict[str, Any], ops: list[dict[str, Any]], order: dict[str, int],
+                 problems: list[str]) -> dict[int, int]:
+    """Per execution order, the bitset of orders it happens-before (through any path)."""
+    succ: dict[int, set[int]] = {order[o["name"]]: set() for o in ops}
+    edges = [(e["before"], e["after"]) for e in plan.get("happens_before", [])]
+    edges += [(d, o["name"]) for o in ops for d in o.get("deps", [])]
+    for a, b in edges:
+        if a not in order or b not in order:
+            continue  # planner.verify reports edges naming unknown ops
+        if order[a] >= order[b]:
+            problems.append(f"happens-before edge {a!r} -> {b!r} goes against execution order")
+            continue
+        succ[order[a]].add(order[b])
+    desc: dict[int, int] = {}
+    for u in sorted(succ, reverse=True):
+        bits = 0
+        for w in succ[u]:
+            bits |= desc[w] | (1 << w)
+        desc[u] = bits
+    return desc
+
+
+def _overlap_problems(tensors: list[dict[str, Any]], order: dict[str, int],
+                      desc: dict[int, int], after_step: int) -> list[str]:
+    out: list[str] = []
+    for placement in ("device", "host"):
+        group = [t for t in tensors if t.get("placement", "device") == placement
+                 and t["bytes"] > 0]
+        lo = np.array([t["offset"] for t in group], dtype=np.int64)
+        hi = lo + np.array([t["bytes"] for t in group], dtype=np.int64)
+        for i, a in enumerate(group):
+            hits = np.nonzero((lo[i + 1:] < hi[i]) & (lo[i] < hi[i + 1:]))[0] + i + 1
+            for j in hits:
+                b = group[int(j)]
+                if _aliased(a, b) or _ordered(a, b, order, desc, after_step) \
+                        or _ordered(b, a, order, desc, after_step):
+                    continue
+                out.append(f"buffers {a['name']!r} and {b['name']!r} share {placement} bytes "
+                           f"[{max(a['offset'], b['offset'])}, "
+                           f"{min(a['offset'] + a['bytes'], b['offset'] + b['bytes'])}) but "
+                           f"neither's accesses happen-before the other's write")
+    return out
+
+
+def _aliased(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    return a.get("alias_of") == b["name"] or b.get("alias_of") == a["name"]
+
+
+def _ordered(a: dict[str, Any], b: dict[str, Any], order: dict[str, int],
+             desc: dict[int, int], after_step: int) -> bool:
+    """Every access of `a` happens-before the write of `b`."""
+    if not b.get("writer") or a["last"] >= after_step or a.get("alias_of") \
+            or b.get("alias_of"):
+        return False
+    w = order[b["writer"]]
+    accesses = ([a["writer"]] if a.get("writer") else []) + list(a.get("readers", []))
+    return all((desc[order[u]] >> w) & 1 for u in accesses)

@@ -1,0 +1,60 @@
+// Helpers for kernels made of oneDNN primitives: plain (row-major) memory descriptors, and
+// DnnlKernel, which runs one or more primitives with user scratchpads and temporaries placed
+// in the executor's scratch area. Execution goes through the C API with argument arrays built
+// at load, so a run allocates nothing.
+#pragma once
+#include "kernel.h"
+
+namespace planner {
+
+using dnnl::memory;
+using tag = dnnl::memory::format_tag;
+using dt = dnnl::memory::data_type;
+
+memory::data_type dnnl_type(int dtype);
+// Row-major descriptor of `shape` (a scalar becomes {1}).
+memory::desc plain_md(const Shape& shape, int dtype);
+// Row-major descriptor of a tensor viewed with `dims` (same element count).
+memory::desc view_md(const Shape& dims, int dtype);
+// Attributes every primitive gets: user-managed scratchpad.
+dnnl::primitive_attr user_scratchpad();
+
+class DnnlKernel : public Kernel {
+ public:
+  // Where an argument's bytes are: a tensor, a temporary in this kernel's scratch area, or the
+  // primitive's scratchpad.
+  struct Arg {
+    int dnnl_arg;
+    int tensor;          // >= 0: tensor id
+    int64_t temp = -1;   // >= 0: byte offset of a temporary in the scratch area
+  };
+
+  // Add a primitive; its args name tensors or temporaries. Returns its index.
+  size_t add(const dnnl::primitive& prim, const dnnl::primitive_desc_base& pd,
+             std::vector<Arg> args);
+  // Reserve a temporary of `bytes` in the scratch area; returns its offset.
+  int64_t temp(size_t bytes);
+
+  size_t scratch_bytes() const override { return temps_ + scratchpad_; }
+  void run(const Run& r) override { run_all(r); }
+
+ protected:
+  void run_all(const Run& r);
+  void run_one(size_t k, const Run& r);
+
+ private:
+  struct Step {
+    dnnl::primitive prim;
+    std::vector<Arg> args;
+    std::vector<memory> mems;
+    std::vector<dnnl_exec_arg_t> c_args;
+  };
+  std::vector<Step> steps_;
+  size_t temps_ = 0;
+  size_t scratchpad_ = 0;  // the largest of the primitives' (they run one after another)
+};
+
+// oneDNN dilation is "extra gap": 0 means dense.
+memory::dims dnnl_dilation(const std::vector<int64_t>& d);
+
+}  // namespace planner

@@ -1,0 +1,139 @@
+// Broadcasting binary ops (Add, Sub, Mul, Div), BiasAdd and AddN: oneDNN binary and sum
+// primitives. oneDNN broadcasts only the second source, so an op whose first input is the
+// broadcast one swaps its inputs when it commutes, and otherwise runs a plain loop.
+#include <omp.h>
+
+#include <cstring>
+
+#include "../dnnl_kernel.h"
+#include "../loops.h"
+
+namespace planner {
+namespace {
+
+Shape padded(const Shape& s, size_t rank) {
+  Shape d(rank - s.size(), 1);
+  d.insert(d.end(), s.begin(), s.end());
+  return d;
+}
+
+// y = a (op) b with numpy broadcasting, for shapes oneDNN cannot take and for int64 tensors.
+template <class T>
+class BroadcastLoop : public Kernel {
+ public:
+  BroadcastLoop(const Node& n, char op) : op_(op), a_(n.in[0].id), b_(n.in[1].id), y_(n.out[0].id) {
+    out_ = n.out[0].shape;
+    size_t r = out_.size();
+    Shape as = padded(n.in[0].shape, r), bs = padded(n.in[1].shape, r);
+    sa_.assign(r, 0);
+    sb_.assign(r, 0);
+    int64_t ma = 1, mb = 1;
+    for (int k = static_cast<int>(r) - 1; k >= 0; --k) {
+      sa_[k] = as[k] == 1 ? 0 : ma;
+      sb_[k] = bs[k] == 1 ? 0 : mb;
+      ma *= as[k];
+      mb *= bs[k];
+    }
+  }
+  void run(const Run& r) override {
+    const T* a = r.at<T>(a_);
+    const T* b = r.at<T>(b_);
+    T* y = r.at<T>(y_);
+    int64_t n = numel(out_);
+    int rank = static_cast<int>(out_.size());
+#pragma omp parallel for
+    for (int64_t e = 0; e < n; ++e) {
+      int64_t rest = e, ia = 0, ib = 0;
+      for (int k = rank - 1; k >= 0; --k) {
+        int64_t i = rest % out_[k];
+        rest /= out_[k];
+        ia += i * sa_[k];
+        ib += i * sb_[k];
+      }
+      T x = a[ia], z = b[ib];
+      y[e] = op_ == '+' ? x + z : op_ == '-' ? x - z : op_ == '*' ? x * z : x / z;
+    }
+  }
+
+ private:
+  char op_;
+  int a_, b_, y_;
+  Shape out_, sa_, sb_;
+};
+
+// src0 has the output's shape; src1 broadcasts (both seen with the output's rank, >= 1).
+KernelPtr binary_prim(const Node& n, dnnl::algorithm alg, int first, int second) {
+  const TensorRef& y = n.out[0];
+  size_t r = std::max<size_t>(y.shape.size(), 1);
+  auto y_md = view_md(padded(y.shape, r), y.dtype);
+  auto b_md = view_md(padded(n.in[second].shape, r), n.in[second].dtype);
+  dnnl::binary::primitive_desc pd(n.engine, alg, y_md, b_md, y_md, user_scratchpad());
+  auto k = std::make_unique<DnnlKernel>();
+  k->add(dnnl::binary(pd), pd, {{DNNL_ARG_SRC_0, n.in[first].id},
+                                {DNNL_ARG_SRC_1, n.in[second].id}, {DNNL_ARG_DST, y.id}});
+  return k;
+}
+
+KernelPtr binary(const Node& n, dnnl::algorithm alg, char op, bool commutes) {
+  const Shape& y = n.out[0].shape;
+  size_t r = y.size();
+  if (n.in[0].dtype == I64 && n.in[1].dtype == I64 && op != '/')
+    return std::make_unique<BroadcastLoop<int64_t>>(n, op);
+  if (n.in[0].dtype != F32 || n.in[1].dtype != F32)
+    throw std::runtime_error("binary ops take float32 tensors (or int64, but for Div)");
+  if (padded(n.in[0].shape, r) == y) return binary_prim(n, alg, 0, 1);
+  if (commutes && padded(n.in[1].shape, r) == y) return binary_prim(n, alg, 1, 0);
+  return std::make_unique<BroadcastLoop<float>>(n, op);
+}
+
+KernelPtr add(const Node& n) { return binary(n, dnnl::algorithm::binary_add, '+', true); }
+KernelPtr sub(const Node& n) { return binary(n, dnnl::algorithm::binary_sub, '-', false); }
+KernelPtr mul(const Node& n) { return binary(n, dnnl::algorithm::binary_mul, '*', true); }
+KernelPtr div(const Node& n) { return binary(n, dnnl::algorithm::binary_div, '/', false); }
+
+// y = x + b along `axis`: a binary add whose second source is b viewed as [1, .., C, .., 1].
+KernelPtr bias_add(const Node& n) {
+  const Shape& x = n.in[0].shape;
+  int rank = static_cast<int>(x.size());
+  int axis = static_cast<int>((n.attrs.i("axis") % rank + rank) % rank);
+  Shape bdims(rank, 1);
+  bdims[axis] = x[axis];
+  auto x_md = plain_md(x, n.in[0].dtype);
+  auto b_md = view_md(bdims, n.in[1].dtype);
+  dnnl::binary::primitive_desc pd(n.engine, dnnl::algorithm::binary_add, x_md, b_md, x_md,
+                                  user_scratchpad());
+  auto k = std::make_unique<DnnlKernel>();
+  k->add(dnnl::binary(pd), pd, {{DNNL_ARG_SRC_0, n.in[0].id}, {DNNL_ARG_SRC_1, n.in[1].id},
+                                {DNNL_ARG_DST, n.out[0].id}});
+  return k;
+}
+
+// AddN: a oneDNN sum with unit scales (one input: a copy).
+KernelPtr add_n(const Node& n) {
+  const TensorRef& y = n.out[0];
+  if (n.in.size() == 1) return std::make_unique<Copy>(n.in[0].id, y.id, y.size() * dtype_bytes(y.dtype));
+  std::vector<memory::desc> srcs;
+  for (const TensorRef& t : n.in) srcs.push_back(plain_md(t.shape, t.dtype));
+  auto y_md = plain_md(y.shape, y.dtype);
+  dnnl::sum::primitive_desc pd(n.engine, y_md, std::vector<float>(n.in.size(), 1.0f), srcs,
+                               user_scratchpad());
+  std::vector<DnnlKernel::Arg> args;
+  for (size_t k = 0; k < n.in.size(); ++k) args.push_back({DNNL_ARG_MULTIPLE_SRC + static_cast<int>(k), n.in[k].id});
+  args.push_back({DNNL_ARG_DST, y.id});
+  auto k = std::make_unique<DnnlKernel>();
+  k->add(dnnl::sum(pd), pd, args);
+  return k;
+}
+
+}  // namespace
+
+void add_binary_kernels(Registry& r) {
+  r["Add"] = add;
+  r["Sub"] = sub;
+  r["Mul"] = mul;
+  r["Div"] = div;
+  r["BiasAdd"] = bias_add;
+  r["AddN"] = add_n;
+}
+
+}  // namespace planner

@@ -1,0 +1,59 @@
+// Dropout and DropoutGrad with the counter-based mask of planner/ops/dropout.py, recomputed
+// from (seed, flat index) so the forward and backward agree without storing it:
+//   u = splitmix64(seed * 0x9E3779B97F4A7C15 + i)  (uint64 wrap-around)
+//   keep iff (u >> 11) * 2^-53 >= rate;  y = x * keep / (1 - rate)
+#include <omp.h>
+
+#include "../loops.h"
+
+namespace planner {
+namespace {
+
+constexpr uint64_t kGoldenGamma = 0x9E3779B97F4A7C15ull;
+
+inline uint64_t splitmix64(uint64_t state) {
+  uint64_t z = state + kGoldenGamma;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+class Dropout : public Kernel {
+ public:
+  explicit Dropout(const Node& n)
+      : size_(n.in[0].size()), x_(n.in[0].id), y_(n.out[0].id), rate_(n.attrs.f("rate")),
+        base_(n.attrs.u("seed") * kGoldenGamma) {
+    require_f32(n);
+  }
+  void run(const Run& r) override {
+    const float* x = r.at<float>(x_);
+    float* y = r.at<float>(y_);
+    const double rate = rate_;
+    const float scale = static_cast<float>(1.0 - rate_);
+    const uint64_t base = base_;
+    const int64_t size = size_;
+#pragma omp parallel for
+    for (int64_t i = 0; i < size; ++i) {
+      uint64_t u = splitmix64(base + static_cast<uint64_t>(i));
+      float keep = static_cast<double>(u >> 11) * 0x1.0p-53 >= rate ? 1.f : 0.f;
+      y[i] = x[i] * keep / scale;
+    }
+  }
+
+ private:
+  int64_t size_;
+  int x_, y_;
+  double rate_;
+  uint64_t base_;
+};
+
+KernelPtr dropout(const Node& n) { return std::make_unique<Dropout>(n); }
+
+}  // namespace
+
+void add_dropout_kernels(Registry& r) {
+  r["Dropout"] = dropout;
+  r["DropoutGrad"] = dropout;  // [dy] -> dx: the same mask and scale
+}
+
+}  // namespace planner

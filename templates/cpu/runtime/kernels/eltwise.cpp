@@ -1,0 +1,96 @@
+// Activations and their gradients, Neg and Scale (oneDNN eltwise forward/backward), Softmax
+// and SoftmaxGrad (oneDNN softmax forward/backward). Gradients that take the forward output y
+// use oneDNN's *_use_dst_for_bwd algorithms, which read exactly what the graph keeps.
+#include "../dnnl_kernel.h"
+#include "../loops.h"
+
+namespace planner {
+namespace {
+
+using alg = dnnl::algorithm;
+using prop = dnnl::prop_kind;
+
+KernelPtr eltwise_fwd(const Node& n, alg a, float alpha, float beta) {
+  auto md = plain_md(n.in[0].shape, n.in[0].dtype);
+  dnnl::eltwise_forward::primitive_desc pd(n.engine, prop::forward_training, a, md, md, alpha,
+                                           beta, user_scratchpad());
+  auto k = std::make_unique<DnnlKernel>();
+  k->add(dnnl::eltwise_forward(pd), pd, {{DNNL_ARG_SRC, n.in[0].id}, {DNNL_ARG_DST, n.out[0].id}});
+  return k;
+}
+
+// [dy, v] -> dx where v is the forward's dst (use_dst algorithms) or src.
+KernelPtr eltwise_bwd(const Node& n, alg a, float alpha, bool uses_dst) {
+  auto md = plain_md(n.in[0].shape, n.in[0].dtype);
+  dnnl::eltwise_forward::primitive_desc hint(n.engine, prop::forward_training, a, md, md, alpha,
+                                             0.f, user_scratchpad());
+  dnnl::eltwise_backward::primitive_desc pd(n.engine, a, md, md, md, alpha, 0.f, hint,
+                                            user_scratchpad());
+  auto k = std::make_unique<DnnlKernel>();
+  k->add(dnnl::eltwise_backward(pd), pd,
+         {{DNNL_ARG_DIFF_DST, n.in[0].id}, {uses_dst ? DNNL_ARG_DST : DNNL_ARG_SRC, n.in[1].id},
+          {DNNL_ARG_DIFF_SRC, n.out[0].id}});
+  return k;
+}
+
+KernelPtr relu(const Node& n) { return eltwise_fwd(n, alg::eltwise_relu, 0.f, 0.f); }
+KernelPtr leaky_relu(const Node& n) {
+  return eltwise_fwd(n, alg::eltwise_relu, static_cast<float>(n.attrs.f("alpha")), 0.f);
+}
+KernelPtr tanh_(const Node& n) { return eltwise_fwd(n, alg::eltwise_tanh, 0.f, 0.f); }
+KernelPtr sigmoid(const Node& n) { return eltwise_fwd(n, alg::eltwise_logistic, 0.f, 0.f); }
+KernelPtr neg(const Node& n) { return eltwise_fwd(n, alg::eltwise_linear, -1.f, 0.f); }
+KernelPtr scale(const Node& n) {
+  return eltwise_fwd(n, alg::eltwise_linear, static_cast<float>(n.attrs.f("factor")), 0.f);
+}
+
+KernelPtr relu_grad(const Node& n) { return eltwise_bwd(n, alg::eltwise_relu_use_dst_for_bwd, 0.f, true); }
+KernelPtr leaky_relu_grad(const Node& n) {
+  return eltwise_bwd(n, alg::eltwise_relu, static_cast<float>(n.attrs.f("alpha")), false);
+}
+KernelPtr tanh_grad(const Node& n) { return eltwise_bwd(n, alg::eltwise_tanh_use_dst_for_bwd, 0.f, true); }
+KernelPtr sigmoid_grad(const Node& n) {
+  return eltwise_bwd(n, alg::eltwise_logistic_use_dst_for_bwd, 0.f, true);
+}
+
+KernelPtr softmax(const Node& n) {
+  auto md = plain_md(n.in[0].shape, n.in[0].dtype);
+  int axis = norm_axis(n.attrs.i("axis"), n.in[0].shape.size());
+  dnnl::softmax_forward::primitive_desc pd(n.engine, prop::forward_training, alg::softmax_accurate,
+                                           md, md, axis, user_scratchpad());
+  auto k = std::make_unique<DnnlKernel>();
+  k->add(dnnl::softmax_forward(pd), pd, {{DNNL_ARG_SRC, n.in[0].id}, {DNNL_ARG_DST, n.out[0].id}});
+  return k;
+}
+
+KernelPtr softmax_grad(const Node& n) {
+  auto md = plain_md(n.in[0].shape, n.in[0].dtype);
+  int axis = norm_axis(n.attrs.i("axis"), n.in[0].shape.size());
+  dnnl::softmax_forward::primitive_desc hint(n.engine, prop::forward_training,
+                                             alg::softmax_accurate, md, md, axis, user_scratchpad());
+  dnnl::softmax_backward::primitive_desc pd(n.engine, alg::softmax_accurate, md, md, md, axis,
+                                            hint, user_scratchpad());
+  auto k = std::make_unique<DnnlKernel>();
+  k->add(dnnl::softmax_backward(pd), pd, {{DNNL_ARG_DIFF_DST, n.in[0].id}, {DNNL_ARG_DST, n.in[1].id},
+                                          {DNNL_ARG_DIFF_SRC, n.out[0].id}});
+  return k;
+}
+
+}  // namespace
+
+void add_eltwise_kernels(Registry& r) {
+  r["Relu"] = relu;
+  r["LeakyRelu"] = leaky_relu;
+  r["Tanh"] = tanh_;
+  r["Sigmoid"] = sigmoid;
+  r["Neg"] = neg;
+  r["Scale"] = scale;
+  r["ReluGrad"] = relu_grad;
+  r["LeakyReluGrad"] = leaky_relu_grad;
+  r["TanhGrad"] = tanh_grad;
+  r["SigmoidGrad"] = sigmoid_grad;
+  r["Softmax"] = softmax;
+  r["SoftmaxGrad"] = softmax_grad;
+}
+
+}  // namespace planner

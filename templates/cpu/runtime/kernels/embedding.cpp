@@ -1,0 +1,85 @@
+// Embedding gather and its scatter-add gradient, plain OpenMP loops.
+//   Embedding [table (V, D), ids (int64, any shape)] -> (*ids.shape, D)
+//   EmbeddingGrad [ids, dy] num_embeddings -> dtable (V, D): zeros, then dtable[ids[i]] += dy[i]
+// The gradient splits the D columns between threads, so repeated ids never race and each
+// column accumulates in id order, as numpy's add.at does.
+#include <omp.h>
+
+#include <cstring>
+#include <string>
+
+#include "../loops.h"
+
+namespace planner {
+namespace {
+
+void check_ids(const int64_t* ids, int64_t n, int64_t v) {
+  for (int64_t i = 0; i < n; ++i)
+    if (ids[i] < 0 || ids[i] >= v)
+      throw StepError("id " + std::to_string(ids[i]) + " out of range [0, " + std::to_string(v) + ")");
+}
+
+class Embedding : public Kernel {
+ public:
+  explicit Embedding(const Node& n)
+      : v_(n.in[0].shape[0]), d_(n.in[0].shape[1]), count_(n.in[1].size()), table_(n.in[0].id),
+        ids_(n.in[1].id), y_(n.out[0].id) {
+    require_f32(n);
+  }
+  void run(const Run& r) override {
+    const float* table = r.at<float>(table_);
+    const int64_t* ids = r.at<int64_t>(ids_);
+    float* y = r.at<float>(y_);
+    check_ids(ids, count_, v_);
+    const int64_t count = count_, d = d_;
+#pragma omp parallel for
+    for (int64_t i = 0; i < count; ++i) std::memcpy(y + i * d, table + ids[i] * d, d * sizeof(float));
+  }
+
+ private:
+  int64_t v_, d_, count_;
+  int table_, ids_, y_;
+};
+
+class EmbeddingGrad : public Kernel {
+ public:
+  explicit EmbeddingGrad(const Node& n)
+      : v_(n.attrs.i("num_embeddings")), d_(n.out[0].shape[1]), count_(n.in[0].size()),
+        ids_(n.in[0].id), dy_(n.in[1].id), dt_(n.out[0].id) {
+    require_f32(n);
+  }
+  void run(const Run& r) override {
+    const int64_t* ids = r.at<int64_t>(ids_);
+    const float* dy = r.at<float>(dy_);
+    float* dt = r.at<float>(dt_);
+    check_ids(ids, count_, v_);
+    const int64_t count = count_, d = d_, v = v_;
+    std::memset(dt, 0, v * d * sizeof(float));
+#pragma omp parallel
+    {
+      int nt = omp_get_num_threads(), t = omp_get_thread_num();
+      int64_t lo = d * t / nt, hi = d * (t + 1) / nt;
+      for (int64_t i = 0; i < count; ++i) {
+        float* row = dt + ids[i] * d;
+        const float* g = dy + i * d;
+        for (int64_t c = lo; c < hi; ++c) row[c] += g[c];
+      }
+    }
+  }
+
+ private:
+  int64_t v_, d_, count_;
+  int ids_, dy_, dt_;
+};
+
+KernelPtr embedding(const Node& n) { return std::make_unique<Embedding>(n); }
+KernelPtr embedding_grad(const Node& n) { return std::make_unique<EmbeddingGrad>(n); }
+
+}  // namespace
+
+void add_embedding_kernels(Registry& r) {
+  r["Embedding"] = embedding;
+  r["EmbeddingGrad"] = embedding_grad;
+}
+
+}  // namespace planner

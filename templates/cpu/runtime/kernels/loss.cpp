@@ -1,0 +1,137 @@
+// Losses and their gradients as plain OpenMP loops over static shapes. Each loss is a mean
+// (a scalar); sums run in double, as accurate as numpy's pairwise float32 sums or better.
+//   SoftmaxCrossEntropy [logits (N,C), labels (N,) int64]   mean(logsumexp(z) - z[label])
+//   SigmoidBCE [z, t]      mean(max(z,0) - z t + log1p(exp(-|z|)))
+//   MSE [p, t]             mean((p - t)^2)
+// and *Grad [dloss, ...] -> d(first input).
+#include <omp.h>
+
+#include <cmath>
+#include <string>
+
+#include "../loops.h"
+
+namespace planner {
+namespace {
+
+void check_labels(const int64_t* labels, int64_t n, int64_t classes) {
+  for (int64_t i = 0; i < n; ++i)
+    if (labels[i] < 0 || labels[i] >= classes)
+      throw StepError("label " + std::to_string(labels[i]) + " out of range [0, " +
+                      std::to_string(classes) + ")");
+}
+
+class SoftmaxCrossEntropy : public Kernel {
+ public:
+  explicit SoftmaxCrossEntropy(const Node& n)
+      : grad_(n.in.size() == 3), off_(grad_ ? 1 : 0), rows_(n.in[off_].shape[0]),
+        cols_(n.in[off_].shape[1]), logits_(n.in[off_].id), labels_(n.in[off_ + 1].id),
+        dloss_(grad_ ? n.in[0].id : -1), out_(n.out[0].id) {
+    require_f32(n);
+  }
+  void run(const Run& r) override {
+    const float* x = r.at<float>(logits_);
+    const int64_t* lab = r.at<int64_t>(labels_);
+    check_labels(lab, rows_, cols_);
+    const int64_t rows = rows_, cols = cols_;
+    if (!grad_) {
+      double total = 0;
+#pragma omp parallel for reduction(+ : total)
+      for (int64_t i = 0; i < rows; ++i) {
+        const float* z = x + i * cols;
+        float m = z[0];
+        for (int64_t c = 1; c < cols; ++c) m = std::max(m, z[c]);
+        double s = 0;
+        for (int64_t c = 0; c < cols; ++c) s += std::exp(static_cast<double>(z[c] - m));
+        total += std::log(s) - static_cast<double>(z[lab[i]] - m);
+      }
+      *r.at<float>(out_) = static_cast<float>(total / static_cast<double>(rows));
+      return;
+    }
+    const float scale = *r.at<float>(dloss_) / static_cast<float>(rows);
+    float* dx = r.at<float>(out_);
+#pragma omp parallel for
+    for (int64_t i = 0; i < rows; ++i) {
+      const float* z = x + i * cols;
+      float* d = dx + i * cols;
+      float m = z[0];
+      for (int64_t c = 1; c < cols; ++c) m = std::max(m, z[c]);
+      double s = 0;
+      for (int64_t c = 0; c < cols; ++c) s += std::exp(static_cast<double>(z[c] - m));
+      for (int64_t c = 0; c < cols; ++c) {
+        double p = std::exp(static_cast<double>(z[c] - m)) / s;
+        d[c] = static_cast<float>((p - (c == lab[i] ? 1.0 : 0.0)) * scale);
+      }
+    }
+  }
+
+ private:
+  bool grad_;
+  int off_;
+  int64_t rows_, cols_;
+  int logits_, labels_, dloss_, out_;
+};
+
+// Element-pair losses: kind 'b' (SigmoidBCE) or 'm' (MSE); gradient when there is a dloss.
+class PairLoss : public Kernel {
+ public:
+  PairLoss(const Node& n, char kind)
+      : kind_(kind), grad_(n.in.size() == 3), size_(n.in[grad_ ? 1 : 0].size()),
+        x_(n.in[grad_ ? 1 : 0].id), t_(n.in[grad_ ? 2 : 1].id), dloss_(grad_ ? n.in[0].id : -1),
+        out_(n.out[0].id) {
+    require_f32(n);
+  }
+  void run(const Run& r) override {
+    const float* x = r.at<float>(x_);
+    const float* t = r.at<float>(t_);
+    const int64_t size = size_;
+    if (!grad_) {
+      double total = 0;
+#pragma omp parallel for reduction(+ : total)
+      for (int64_t i = 0; i < size; ++i) {
+        double z = x[i], y = t[i];
+        total += kind_ == 'b' ? std::max(z, 0.0) - z * y + std::log1p(std::exp(-std::fabs(z)))
+                              : (z - y) * (z - y);
+      }
+      *r.at<float>(out_) = static_cast<float>(total / static_cast<double>(std::max<int64_t>(size, 1)));
+      return;
+    }
+    const float w = *r.at<float>(dloss_) / static_cast<float>(std::max<int64_t>(size, 1));
+    float* dx = r.at<float>(out_);
+    if (kind_ == 'b') {
+#pragma omp parallel for
+      for (int64_t i = 0; i < size; ++i) {
+        float e = std::exp(-std::fabs(x[i]));
+        float s = x[i] >= 0 ? 1.f / (1.f + e) : e / (1.f + e);
+        dx[i] = (s - t[i]) * w;
+      }
+    } else {
+      const float w2 = 2.f * w;
+#pragma omp parallel for
+      for (int64_t i = 0; i < size; ++i) dx[i] = (x[i] - t[i]) * w2;
+    }
+  }
+
+ private:
+  char kind_;
+  bool grad_;
+  int64_t size_;
+  int x_, t_, dloss_, out_;
+};
+
+KernelPtr sce(const Node& n) { return std::make_unique<SoftmaxCrossEntropy>(n); }
+KernelPtr bce(const Node& n) { return std::make_unique<PairLoss>(n, 'b'); }
+KernelPtr mse(const Node& n) { return std::make_unique<PairLoss>(n, 'm'); }
+
+}  // namespace
+
+void add_loss_kernels(Registry& r) {
+  r["SoftmaxCrossEntropy"] = sce;
+  r["SoftmaxCrossEntropyGrad"] = sce;
+  r["SigmoidBCE"] = bce;
+  r["SigmoidBCEGrad"] = bce;
+  r["MSE"] = mse;
+  r["MSEGrad"] = mse;
+}
+
+}  // namespace planner

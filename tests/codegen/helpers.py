@@ -1,0 +1,103 @@
+"""Shared by the codegen tests: plan a graph for this host, render, build and load it, and
+compare an executor's step with the numpy reference."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from codegen.build import build
+from codegen.load import load
+from codegen.render import render
+from planner.costs import CostModel
+from planner.graph.interpret import init_params, random_feeds
+from planner.graph.ir import Graph
+from planner.ops import get_op
+from planner.plan import Plan
+from planner.schedule import ScheduleOptions, make_plan
+from planner.target.detect import detect
+
+
+def host_plan(graph: Graph, strategy: str = "uniform") -> Plan:
+    """The plan of `graph` for this host (analytical costs)."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return make_plan(graph, CostModel(detect()), ScheduleOptions(strategy=strategy))
+
+
+def build_module(graph: Graph, folder: Path):
+    """Render, build and import the executor of `graph` under `folder` (its name), every
+    tensor with its own bytes so that every value can be read back after a step."""
+    tree = render(host_plan(graph), folder, layout="own")
+    return load(build(tree.dir).dir)
+
+
+def start_state(graph: Graph, seed: int = 1) -> dict[str, np.ndarray]:
+    """init_params, with zero/one-initialised params moved off their constants: a zero BN bias
+    makes its gradient a near-cancelling sum whose float32 value is rounding noise (numpy's
+    own float32 result is percent-level away from float64 there)."""
+    state = init_params(graph, seed=seed)
+    rng = np.random.default_rng(seed + 100)
+    for t in graph.by_role("param"):
+        if t.init in ("zeros", "ones") and t.updates is None:
+            state[t.name] = (state[t.name] + rng.uniform(-0.1, 0.1, t.shape)).astype(t.dtype)
+    return state
+
+
+def rel_error(got: np.ndarray, want: np.ndarray) -> float:
+    """max |got - want| / max |want| (0 for empty or all-zero references that match)."""
+    got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
+    if want.size == 0:
+        return 0.0
+    scale = np.max(np.abs(want))
+    diff = np.max(np.abs(got - want))
+    return float(diff / scale) if scale > 0 else float(diff)
+
+
+def node_errors(graph: Graph, values: dict[str, np.ndarray]) -> list[tuple[float, str]]:
+    """Per node, how far the executor's outputs are from the node's reference applied to the
+    executor's own inputs, so one op's error is not confused with drift from the ops before it
+    (or with a ReLU whose near-zero input rounded to the other side).
+
+    The measure is rel_error against the reference computed in float64, but an op may be as
+    far off as numpy's own float32 result is (times 10): a sum that cancels (BatchNormGrad's
+    dbias, BiasAddGrad) is rounding noise at any precision below float64.
+    """
+    out = []
+    for n in graph.nodes:
+        ins = [values[i] for i in n.inputs]
+        op = get_op(n.op)
+        exact = op.reference([_f64(x) for x in ins], n.attrs)
+        single = op.reference(ins, n.attrs)
+        worst = 0.0
+        for name, want, near in zip(n.outputs, exact, single, strict=True):
+            err = rel_error(values[name], want)
+            floor = 10 * rel_error(near, want)
+            worst = max(worst, err if err > floor else 0.0)
+        out.append((worst, f"{n.name} ({n.op})"))
+    return out
+
+
+def _f64(x: np.ndarray) -> np.ndarray:
+    x = np.asarray(x)
+    return x.astype(np.float64) if x.dtype == np.float32 else x
+
+
+def step_with_values(module, graph: Graph, state, feeds) -> dict[str, np.ndarray]:
+    """One step; the value of every tensor: feeds, the state before the step, and what each
+    producer wrote (under the executor's own layout no two live tensors share bytes but
+    updates, which keep their own names, and views, which hold the same values)."""
+    ex = module.Executor()
+    ex.load_params(state)
+    produced = [t.name for t in graph.tensors if t.name in graph.producer]
+    values = dict(ex.step(feeds, produced))
+    values.update(feeds)
+    values.update(state)  # what the updated tensors held before the step
+    return values
+
+
+__all__ = ["build_module", "host_plan", "node_errors", "random_feeds", "rel_error",
+           "start_state", "step_with_values"]

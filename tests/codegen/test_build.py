@@ -1,0 +1,54 @@
+"""Building rendered trees: the content-hash cache and compiler errors."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from codegen.build import build, first_error
+from codegen.errors import BuildError
+from codegen.render import render
+from tests.codegen.helpers import host_plan
+
+
+def test_unchanged_plan_rebuilds_from_cache_in_under_a_second(mlp_module, mlp_graph, tmp_path):
+    plan = host_plan(mlp_graph)
+    tree = render(plan, tmp_path / "again")
+    first = build(tree.dir)
+    start = time.perf_counter()
+    render(plan, tmp_path / "again")
+    second = build(tree.dir)
+    assert second.cached and not first.cached
+    assert time.perf_counter() - start < 1.0
+    assert second.schedule == first.schedule and second.runtime == mlp_module_runtime(mlp_module)
+
+
+def mlp_module_runtime(module):
+    import json
+    from pathlib import Path
+
+    info = json.loads((Path(module.__file__).parent / "build" / "executor.json").read_text())
+    return Path(info["runtime"])
+
+
+def test_compiler_error_names_the_generated_file(mlp_graph, tmp_path):
+    tree = render(host_plan(mlp_graph), tmp_path / "broken")
+    schedule = tree.dir / "schedule.cpp"
+    schedule.write_text(schedule.read_text().replace("const int kArgs[]", "const int kArgs[] ="
+                                                     " undeclared_symbol; int x[]"))
+    with pytest.raises(BuildError) as info:
+        build(tree.dir)
+    err = info.value
+    assert err.path == str(schedule)
+    assert "error" in err.first_error and "undeclared_symbol" in err.first_error
+    assert str(schedule) in str(err)
+
+
+def test_first_error_prefers_our_file_over_a_system_header():
+    log = ("In file included from /src/ours.cpp:3:\n"
+           "/src/ours.cpp:10:5:   required from here\n"
+           "/usr/include/c++/12/x.h:1:1: error: bad conversion\n")
+    line, path = first_error(log, own="/src")
+    assert line.endswith("error: bad conversion") and path == "/src/ours.cpp"
+    assert first_error("all good\n") == ("", "")

@@ -1,0 +1,108 @@
+"""The generated module's API: Executor(), load_params/params, step/forward, stats, plan, and
+errors that name the tensor."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from planner.graph.interpret import init_params, random_feeds, run, train_step
+
+
+@pytest.fixture()
+def ex(mlp_module, mlp_graph):
+    e = mlp_module.Executor()
+    e.load_params(init_params(mlp_graph, seed=0))
+    return e
+
+
+def test_module_describes_its_plan(mlp_module, mlp_graph):
+    assert json.loads(mlp_module.plan)["graph"]["name"] == mlp_graph.name
+    assert mlp_module.KIND == "training"
+    assert set(mlp_module.INPUTS) == {"x", "labels"}
+    assert mlp_module.Executor().plan == mlp_module.plan
+
+
+def test_step_returns_outputs_and_requested_tensors(ex, mlp_graph):
+    feeds = random_feeds(mlp_graph, seed=1)
+    out = ex.step(feeds, outputs=["relu1"])
+    assert set(out) == set(mlp_graph.outputs) | {"relu1"}
+    assert out["loss"].shape == () and out["loss"].dtype == np.float32
+    assert (out["relu1"] >= 0).all()
+
+
+def test_params_round_trip_and_views(ex, mlp_graph):
+    state = init_params(mlp_graph, seed=5)
+    ex.load_params(state)
+    got = ex.params()
+    assert set(got) == set(state)
+    for k in state:
+        np.testing.assert_array_equal(got[k], state[k])
+    view = ex.params(copy=False)["fc1/weight"]
+    ex.step(random_feeds(mlp_graph, seed=1))
+    assert not np.array_equal(view, state["fc1/weight"])  # the live arena moved on
+    np.testing.assert_array_equal(view, ex.params()["fc1/weight"])
+
+
+def test_non_contiguous_feeds_are_copied_in(ex, mlp_graph):
+    feeds = random_feeds(mlp_graph, seed=1)
+    state = ex.params()
+    wide = np.zeros((feeds["x"].shape[0], feeds["x"].shape[1] * 2), np.float32)
+    wide[:, ::2] = feeds["x"]
+    out = ex.step({"x": wide[:, ::2], "labels": feeds["labels"]})
+    want, _ = train_step(mlp_graph, feeds, state)
+    np.testing.assert_allclose(out["loss"], want["loss"], rtol=1e-5)
+
+
+@pytest.mark.parametrize("feeds, message", [
+    (lambda f: {"x": f["x"]}, "missing feed 'labels'"),
+    (lambda f: {**f, "x": f["x"][:2]}, "feed 'x' has shape"),
+    (lambda f: {**f, "x": f["x"].astype(np.float64)}, "feed 'x' must be float32"),
+    (lambda f: {**f, "labels": f["labels"].astype(np.int32)}, "feed 'labels' must be int64"),
+    (lambda f: {**f, "nope": f["x"]}, "'nope' is not an input"),
+])
+def test_bad_feeds_raise_naming_the_tensor(ex, mlp_graph, feeds, message):
+    with pytest.raises(ValueError, match=message):
+        ex.step(feeds(random_feeds(mlp_graph, seed=1)))
+
+
+def test_bad_params_raise_naming_the_tensor(ex):
+    with pytest.raises(ValueError, match="parameter 'fc1/weight' has shape"):
+        ex.load_params({"fc1/weight": np.zeros((1, 1), np.float32)})
+    with pytest.raises(ValueError, match="'x' is not a parameter"):
+        ex.load_params({"x": np.zeros((1, 1), np.float32)})
+
+
+def test_out_of_range_label_raises_naming_the_op(ex, mlp_graph):
+    feeds = random_feeds(mlp_graph, seed=1)
+    feeds["labels"] = feeds["labels"] + 100
+    with pytest.raises(RuntimeError, match=r"SoftmaxCrossEntropy.*label 10\d out of range"):
+        ex.step(feeds)
+
+
+def test_stats_report_every_op_and_the_arena(ex, mlp_graph):
+    ex.step(random_feeds(mlp_graph, seed=1))
+    ex.step(random_feeds(mlp_graph, seed=2))
+    s = ex.stats()
+    assert [o["name"] for o in s["ops"]] == [n.name for n in mlp_graph.nodes] or \
+        sorted(o["name"] for o in s["ops"]) == sorted(n.name for n in mlp_graph.nodes)
+    assert all(o["calls"] == 2 and o["seconds"] >= 0 for o in s["ops"])
+    assert s["steps"] == 2 and s["arena_bytes"] >= s["tensor_bytes"] > 0
+
+
+def test_forward_runs_inference_plans_only(ex, mlp_inference_module, mlp_graph):
+    fwd = mlp_inference_module.Executor()
+    params = init_params(mlp_graph, seed=0)
+    fwd.load_params({k: params[k] for k in mlp_inference_module.PARAMS})
+    x = random_feeds(mlp_graph, seed=1)["x"]
+    logits = fwd.forward({"x": x})["logits"]
+    from planner.zoo import build
+
+    g = build("mlp", batch=4, hidden=[8], in_features=6, classes=3, loss=False)
+    want = run(g, {"x": x}, {k: params[k] for k in mlp_inference_module.PARAMS},
+               keep="outputs")["logits"]
+    np.testing.assert_allclose(logits, want, rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match="forward\\(\\) runs inference plans"):
+        ex.forward(random_feeds(mlp_graph, seed=1))

@@ -1,0 +1,106 @@
+"""Rendering a plan into executor sources: no compiler needed."""
+
+from __future__ import annotations
+
+import pytest
+
+from codegen.errors import UnsupportedError
+from codegen.layout import arena_layout, own_layout
+from codegen.render import c_string, encode_attrs, module_name, render, render_files
+from planner.graph.autodiff import make_training_graph
+from planner.graph.ir import Graph, Node, Tensor
+from planner.graph.optimizer import Optimizer
+from planner.zoo import build
+from tests.codegen.helpers import host_plan
+
+
+@pytest.fixture(scope="module")
+def mlp_plan():
+    g = make_training_graph(build("mlp", batch=2, hidden=[4], in_features=3, classes=2),
+                            Optimizer(kind="sgd", lr=0.1))
+    return host_plan(g)
+
+
+def test_tree_holds_the_schedule_cmake_package_and_plan(mlp_plan, tmp_path):
+    tree = render(mlp_plan, tmp_path / "mlp-small")
+    assert tree.name == "mlp_small"
+    assert sorted(p.name for p in tree.dir.iterdir()) == sorted(tree.files)
+    schedule = tree.files["schedule.cpp"]
+    for op in mlp_plan.ops:
+        assert f'"{op.name}", "{op.op}", {op.threads},' in schedule
+    assert tree.files["plan.json"] == mlp_plan.to_json()
+    assert "def Executor()" in tree.files["__init__.py"]
+
+
+def test_ops_appear_in_plan_order(mlp_plan):
+    schedule = render_files(mlp_plan, "m")["schedule.cpp"]
+    ops = sorted(mlp_plan.ops, key=lambda p: p.order)
+    positions = [schedule.index(f'{{"{p.name}", "{p.op}"') for p in ops]
+    assert positions == sorted(positions)
+
+
+def test_rendering_is_deterministic_and_unchanged_files_are_not_rewritten(mlp_plan, tmp_path):
+    first = render(mlp_plan, tmp_path / "m")
+    stamp = {f: (tmp_path / "m" / f).stat().st_mtime_ns for f in first.files}
+    second = render(mlp_plan, tmp_path / "m")
+    assert first.files == second.files
+    assert stamp == {f: (tmp_path / "m" / f).stat().st_mtime_ns for f in first.files}
+
+
+def test_updates_share_their_target_bytes_and_views_their_input(mlp_plan):
+    g = mlp_plan.graph
+    lay = own_layout(g)
+    for t in g.tensors:
+        if t.updates:
+            assert lay.offsets[t.name] == lay.offsets[t.updates]
+            assert lay.alias_of[t.name] == t.updates
+    roots = [t for t in g.tensors if t.name not in lay.alias_of]
+    spans = sorted((lay.offsets[t.name], lay.offsets[t.name] + t.nbytes) for t in roots)
+    assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:], strict=False))
+    assert all(lay.offsets[t.name] % 64 == 0 for t in g.tensors)
+    assert lay.bytes >= spans[-1][1]
+
+
+def test_memory_plan_offsets_replace_our_layout(mlp_plan):
+    g = mlp_plan.graph
+    planned = tuple({"tensor": t.name, "offset": 128 * i, "placement": "device"}
+                    for i, t in enumerate(g.tensors))
+    lay = arena_layout(g, planned)
+    assert lay.offsets[g.tensors[3].name] == 384
+    assert arena_layout(g, planned[:-1]) == own_layout(g)  # incomplete: ours
+    assert arena_layout(g, planned, added_ops=1) == own_layout(g)  # recomputes: ours
+
+
+def test_unsupported_op_is_named():
+    g = Graph(name="g", tensors=(Tensor(name="x", shape=(2,), role="input"),
+                                 Tensor(name="y", shape=(2,))),
+              nodes=(Node(name="e", op="Exp", inputs=("x",), outputs=("y",)),), outputs=("y",))
+    with pytest.raises(UnsupportedError, match="node 'e': op Exp has no CPU kernel"):
+        render_files(host_plan(g), "g")
+
+
+def test_unsupported_dtype_is_named():
+    g = Graph(name="g", tensors=(Tensor(name="x", shape=(2,), dtype="float64", role="input"),
+                                 Tensor(name="y", shape=(2,), dtype="float64")),
+              nodes=(Node(name="r", op="Relu", inputs=("x",), outputs=("y",)),), outputs=("y",))
+    with pytest.raises(UnsupportedError, match="tensor 'x': dtype float64"):
+        render_files(host_plan(g), "g")
+
+
+def test_attrs_are_spelled_out_and_slices_resolved():
+    conv = Node(name="c", op="Conv2D", inputs=("x", "w"), outputs=("y",),
+                attrs={"strides": [2, 2]})
+    assert encode_attrs(None, conv) == "dilations=1,1;groups=1;pads=0,0,0,0;strides=2,2"
+    g = Graph(name="g", tensors=(Tensor(name="x", shape=(4, 10), role="input"),
+                                 Tensor(name="y", shape=(4, 3))),
+              nodes=(Node(name="s", op="Slice", inputs=("x",), outputs=("y",),
+                          attrs={"starts": [-4], "ends": [100], "axes": [1],
+                                 "steps": [2]}),), outputs=("y",))
+    text = encode_attrs(g, g.nodes[0])
+    assert "begin=0,6;" in text and "step=1,2" in text
+
+
+def test_names_become_identifiers_and_c_strings():
+    assert module_name("3-layer mlp") == "plan_3_layer_mlp"
+    assert module_name("class") == "plan_class"
+    assert c_string('a"b\\c?\n') == '"a\\"b\\\\c\\077\\012"'

@@ -1,0 +1,88 @@
+"""One training step of the generated CPU executor against the numpy reference, for every zoo
+model at a small size.
+
+Two checks per model:
+  - end to end: the loss and every updated parameter and state tensor after the step, against
+    `train_step` on the same start (rel. error < 1e-4);
+  - per op: every node's outputs against its numpy reference applied to the executor's own
+    inputs, so each kernel is held to 1e-4 on its own.
+Deep BatchNorm nets (inception_v3, densenet) get the per-op check and the loss only: there a
+ReLU input within ~1e-6 of zero rounds to either side in float32, and the flipped gradient
+element legitimately moves a parameter's update by percents (numpy float32 is no closer to
+float64 there than the executor is).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from planner.graph.autodiff import make_training_graph
+from planner.graph.interpret import random_feeds, train_step
+from planner.graph.optimizer import Optimizer
+from planner.zoo import build
+from tests.codegen.helpers import (
+    build_module,
+    node_errors,
+    rel_error,
+    start_state,
+    step_with_values,
+)
+
+TOL = 1e-4
+
+MODELS = {
+    "mlp": dict(batch=4, hidden=[8], in_features=6, classes=3),
+    "lenet": dict(batch=4, image=12),
+    "alexnet": dict(batch=2, image=67, width=0.0625, classes=10),
+    "resnet": dict(batch=4, image=32, depth=18, width=0.125, classes=10),
+    "inception_v3": dict(batch=2, image=75, width=0.0625, classes=10),
+    "densenet": dict(batch=2, image=32, width=0.125, classes=10),
+    "wide_deep": dict(batch=8, tables=3, vocab=[20], dim=4, dense=5, hidden=[16, 8]),
+    "dcgan": dict(batch=4, image=16, nz=8, width=0.125),
+    "lstm": dict(batch=2, seq=3, hidden=8, layers=2, vocab=20),
+}
+END_TO_END = {"mlp", "lenet", "alexnet", "resnet", "wide_deep", "dcgan", "lstm"}
+SLOW = {"inception_v3", "densenet", "alexnet"}
+
+
+@pytest.mark.parametrize("model", [pytest.param(m, marks=pytest.mark.slow) if m in SLOW else m
+                                   for m in MODELS])
+def test_training_step_matches_reference(model, tmp_path_factory):
+    graph = make_training_graph(build(model, **MODELS[model]), Optimizer(kind="sgd", lr=0.1))
+    module = build_module(graph, tmp_path_factory.mktemp("zoo") / model)
+    state = start_state(graph)
+    feeds = random_feeds(graph, seed=2)
+    values = step_with_values(module, graph, state, feeds)
+
+    worst = sorted(node_errors(graph, values))[-3:]
+    assert worst[-1][0] < TOL, f"{model}: ops off the reference: {worst}"
+
+    outputs, new_state = train_step(graph, feeds, state)
+    assert rel_error(values["loss"], outputs["loss"]) < TOL
+    if model in END_TO_END:
+        updated = {t.updates: t.name for t in graph.tensors if t.updates}
+        assert updated, "a training graph updates something"
+        errors = sorted((rel_error(values[name], new_state[target]), target)
+                        for target, name in updated.items())
+        assert errors[-1][0] < TOL, f"{model}: updated tensors off the reference: {errors[-3:]}"
+
+
+def test_second_step_continues_from_the_first(tmp_path_factory):
+    """State stays in the arena between steps: two executor steps equal two reference steps."""
+    graph = make_training_graph(build("mlp", **MODELS["mlp"]),
+                                Optimizer(kind="adam", lr=0.01))
+    module = build_module(graph, tmp_path_factory.mktemp("zoo") / "mlp_adam")
+    ex = module.Executor()
+    state = start_state(graph)
+    ex.load_params(state)
+    feeds = [random_feeds(graph, seed=s) for s in (3, 4)]
+    losses = [float(ex.step(f)["loss"]) for f in feeds]
+    ref_losses = []
+    for f in feeds:
+        outputs, state = train_step(graph, f, state)
+        ref_losses.append(float(outputs["loss"]))
+    np.testing.assert_allclose(losses, ref_losses, rtol=TOL)
+    got = ex.params()
+    for name, want in state.items():
+        assert rel_error(got[name], want) < TOL, name

@@ -1,0 +1,61 @@
+"""plan_memory on co-running CPU plans: buffers placed, verify passes, LOAD <= arena, and
+budget errors that name the smallest feasible budget."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from planner.memory import InfeasibleBudget, MemoryOptions, plan_memory, verify_memory_data
+from planner.plan import Plan
+from planner.verify import verify_plan_data
+from tests.memory.conftest import SMALL, cpu_plan, training
+
+
+@pytest.mark.parametrize("name", sorted(SMALL))
+def test_plans_verify_and_arena_is_close_to_load(small_plans, name):
+    planned = plan_memory(small_plans[name], options=MemoryOptions(alignment=1))
+    data = json.loads(planned.to_json())
+    assert verify_memory_data(data) == []
+    assert verify_plan_data(data) == []  # reuse edges hold in the predicted times
+    m = planned.summary.memory
+    assert m.naive_bytes > m.load_bytes > 0
+    assert m.load_bytes <= m.arena_bytes <= 1.02 * m.load_bytes
+    assert m.fragmentation == pytest.approx(m.arena_bytes / m.load_bytes - 1)
+    assert m.per_op_bound_bytes <= m.load_bytes
+    held = {t.tensor for t in planned.tensors}
+    assert held == {t.name for t in planned.graph.tensors}
+
+
+def test_round_trip_and_determinism(small_plans):
+    a = plan_memory(small_plans["lenet"])
+    assert Plan.from_json(a.to_json()) == a
+    assert plan_memory(small_plans["lenet"]).to_json() == a.to_json()
+
+
+def test_reuse_edges_are_added_only_where_needed(small_plans):
+    plan = small_plans["inception_v3"]
+    planned = plan_memory(plan)
+    old = {(e.before, e.after) for e in plan.happens_before}
+    new = {(e.before, e.after) for e in planned.happens_before} - old
+    assert len(new) == planned.summary.memory.reuse_edges
+    # A serial plan orders everything already: no edge is needed.
+    serial = cpu_plan(training("lenet", batch=4), strategy="uniform")
+    assert plan_memory(serial).summary.memory.reuse_edges == 0
+
+
+def test_alignment_rounds_offsets(small_plans):
+    planned = plan_memory(small_plans["lenet"], options=MemoryOptions(alignment=256))
+    assert all(t.offset % 256 == 0 for t in planned.tensors)
+
+
+def test_budget_below_the_arena_names_the_smallest(small_plans):
+    plan = small_plans["lenet"]
+    arena = plan_memory(plan).summary.memory.arena_bytes
+    assert plan_memory(plan, options=MemoryOptions(budget_bytes=arena)).summary.memory \
+        .budget_bytes == arena
+    with pytest.raises(InfeasibleBudget, match=f"smallest feasible budget is {arena} bytes") \
+            as e:
+        plan_memory(plan, options=MemoryOptions(budget_bytes=arena - 1))
+    assert e.value.smallest_bytes == arena

@@ -1,0 +1,154 @@
+"""GPU stream plans under budgets: sound (verify), correct (replayed on real bytes against the
+reference interpreter), within budget, monotone in the budget, and clear when infeasible."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from planner.costs import CostModel, graph_signatures
+from planner.graph.interpret import init_params, random_feeds, train_step
+from planner.memory import InfeasibleBudget, MemoryOptions, plan_memory, verify_memory_data
+from planner.memory.convalgo import conv_algorithms
+from planner.memory.gpu import gpu_plan
+from planner.memory.replay import replay
+from planner.target import preset
+from planner.verify import verify_plan_data
+from tests.memory.conftest import training
+
+FAST = ("best-fit-size", "best-fit-breadth", "first-fit-start")
+MODEL = CostModel(preset("k40c-12gb"))
+
+
+def options(budget=None, **kw) -> MemoryOptions:
+    return MemoryOptions(budget_bytes=budget, alignment=4, heuristics=FAST, **kw)
+
+
+def smallest(graph, **kw) -> int:
+    with pytest.raises(InfeasibleBudget) as e:
+        gpu_plan(graph, MODEL, options(1, **kw))
+    return e.value.smallest_bytes
+
+
+@pytest.fixture(scope="module")
+def alexnet():
+    return training("alexnet", "momentum", batch=16, image=63, width=0.125, classes=4)
+
+
+@pytest.fixture(scope="module")
+def resnet():
+    return training("resnet", "momentum", batch=4, image=16, width=0.25, depth=18, classes=4)
+
+
+REFERENCE: dict[str, tuple] = {}
+
+
+def same_step(plan, graph) -> bool:
+    """The plan run on real bytes gives the reference interpreter's step, bit for bit."""
+    feeds, state = random_feeds(graph), init_params(graph)
+    if graph.name not in REFERENCE:
+        REFERENCE[graph.name] = train_step(graph, feeds, state)
+    want_out, want_state = REFERENCE[graph.name]
+    out, new = replay(plan, feeds, state)
+    return all(np.array_equal(out[k], want_out[k]) for k in want_out) and \
+        all(np.array_equal(new[k], want_state[k]) for k in want_state)
+
+
+def sound(plan) -> bool:
+    data = json.loads(plan.to_json())
+    return verify_memory_data(data) == [] and verify_plan_data(data) == []
+
+
+def test_unbounded_plan(alexnet):
+    p = gpu_plan(alexnet, MODEL, options())
+    m = p.summary.memory
+    assert p.target.streams == ("compute", "d2h", "h2d")
+    assert sound(p) and same_step(p, alexnet)
+    assert m.naive_bytes > m.liveness_load_bytes
+    assert m.arena_bytes <= 1.02 * m.load_bytes
+    # Without a budget every convolution gets its fastest algorithm.
+    sigs = graph_signatures(alexnet)
+    gpu = MODEL.target.gpus[0]
+    assert p.memory.convs
+    for c in p.memory.convs:
+        assert c.seconds == min(a.seconds for a in conv_algorithms(sigs[c.node], gpu))
+    assert p.summary.step_seconds >= p.summary.lower_bound_seconds
+
+
+@pytest.mark.parametrize("strategy", ["cost-aware", "memory-centric", "speed-centric"])
+def test_budgets_from_tight_to_loose(resnet, strategy):
+    low = smallest(resnet, recompute=strategy)
+    high = gpu_plan(resnet, MODEL, options()).summary.memory.liveness_load_bytes
+    peaks = []
+    for budget in np.linspace(low, high, 4).astype(int):
+        p = gpu_plan(resnet, MODEL, options(int(budget), recompute=strategy))
+        m = p.summary.memory
+        assert m.arena_bytes <= budget and m.budget_bytes == budget
+        assert sound(p) and same_step(p, resnet)
+        peaks.append(m.peak_bytes)
+    assert peaks == sorted(peaks)  # a tighter budget never plans a higher peak
+    tight = gpu_plan(resnet, MODEL, options(low, recompute=strategy)).summary.memory
+    assert tight.recompute_ops > 0 and tight.offloaded_tensors > 0
+    # Every decision is an op whose time shows in the step: more ops, a longer step.
+    assert tight.recompute_seconds > 0 and tight.transfer_bytes > 0
+
+
+def test_memory_centric_recomputes_more(resnet):
+    low = max(smallest(resnet, recompute="memory-centric"),
+              smallest(resnet, recompute="speed-centric"))
+    mem = gpu_plan(resnet, MODEL, options(low, recompute="memory-centric")).summary.memory
+    speed = gpu_plan(resnet, MODEL, options(low, recompute="speed-centric")).summary.memory
+    assert mem.recompute_ops >= speed.recompute_ops > 0
+
+
+def test_batchnorm_recompute_reads_saved_statistics(resnet):
+    p = gpu_plan(resnet, MODEL, options(smallest(resnet)))
+    bn = [m for m in p.memory.ops if m.kind == "recompute"
+          and resnet.node_map[m.node].op == "BatchNorm"]
+    assert bn
+    for m in bn:
+        node = resnet.node_map[m.node]
+        held = {t.name: t.tensor for t in p.tensors}
+        assert [held[b] for b in m.inputs[3:]] == list(node.outputs[3:])
+        # Its running statistics go to scratch, never over the state.
+        assert all(held[b] != node.inputs[k] for b, k in zip(m.outputs[1:3], (3, 4),
+                                                               strict=True))
+
+
+def test_offload_and_recompute_switches(alexnet):
+    low = smallest(alexnet)
+    assert smallest(alexnet, offload=False) >= low
+    assert smallest(alexnet, recompute="off") >= low
+    only = gpu_plan(alexnet, MODEL, options(smallest(alexnet, recompute="off"),
+                                            recompute="off")).summary.memory
+    assert only.recompute_ops == 0
+
+
+def test_workspaces_follow_free_memory(alexnet):
+    loose = gpu_plan(alexnet, MODEL, options(10**10))
+    none = gpu_plan(alexnet, MODEL, options(10**10, workspaces=False))
+    assert any(c.workspace_bytes for c in loose.memory.convs)
+    assert not any(c.workspace_bytes for c in none.memory.convs)
+    assert loose.summary.step_seconds < none.summary.step_seconds
+    workspaces = [t for t in loose.tensors if t.name.endswith("@workspace")]
+    assert workspaces and all(t.first == t.last for t in workspaces)
+
+
+def test_infeasible_budget_names_the_smallest(alexnet):
+    low = smallest(alexnet)
+    with pytest.raises(InfeasibleBudget, match=f"smallest feasible budget is {low} bytes"):
+        gpu_plan(alexnet, MODEL, options(low - 1))
+    assert gpu_plan(alexnet, MODEL, options(low)).summary.memory.arena_bytes <= low
+
+
+def test_plan_memory_keeps_a_gpu_plans_order(alexnet):
+    p = gpu_plan(alexnet, MODEL, options())
+    budget = p.summary.memory.liveness_load_bytes * 9 // 10
+    q = plan_memory(p, cost_model=MODEL, options=options(budget))
+    assert q.summary.memory.arena_bytes <= budget
+    nodes = [o.name for o in q.ops if o.name in alexnet.node_map]
+    assert nodes == [o.name for o in p.ops if o.name in alexnet.node_map]
+    with pytest.raises(ValueError, match="needs its target"):
+        plan_memory(p, options=options(budget))
