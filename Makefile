@@ -1,5 +1,6 @@
 # Two commands on a fresh machine:
-#   make demo   set up .venv, then run the main job on the bundled default model and this host
+#   make demo   set up .venv, then run the main job on the bundled default model and this host:
+#               plan LeNet for this machine, build its executor, train it on sklearn's digits
 #   make test   set up .venv, then run the test suite
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -19,7 +20,7 @@ demo: $(VENV)/.installed
 	$(PLANNER) plan 'zoo:lenet?image=8&batch=32' --train sgd --target host \
 		-o generated/lenet-digits.host.plan.json --force
 	$(PLANNER) verify generated/lenet-digits.host.plan.json
-	$(PY) examples/train_digits_reference.py
+	$(PY) examples/train_digits.py --check
 
 test: $(VENV)/.installed
 	$(PY) -m pytest -q
