@@ -56,6 +56,18 @@ def test_non_contiguous_feeds_are_copied_in(ex, mlp_graph):
     np.testing.assert_allclose(out["loss"], want["loss"], rtol=1e-5)
 
 
+def test_torch_tensors_cross_through_dlpack(ex, mlp_graph):
+    torch = pytest.importorskip("torch")
+    feeds = random_feeds(mlp_graph, seed=1)
+    state = ex.params()
+    ex.load_params({k: torch.from_numpy(v) for k, v in state.items()})
+    out = ex.step({k: torch.from_numpy(v) for k, v in feeds.items()})
+    want, _ = train_step(mlp_graph, feeds, state)
+    np.testing.assert_allclose(out["loss"], want["loss"], rtol=1e-5)
+    with pytest.raises(ValueError, match="feed 'x' has shape"):
+        ex.step({"x": torch.zeros(1, 1), "labels": torch.from_numpy(feeds["labels"])})
+
+
 @pytest.mark.parametrize("feeds, message", [
     (lambda f: {"x": f["x"]}, "missing feed 'labels'"),
     (lambda f: {**f, "x": f["x"][:2]}, "feed 'x' has shape"),
