@@ -20,10 +20,9 @@ import json
 from functools import cached_property
 from typing import Any, Literal
 
-import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from planner.dtypes import DTYPE_BYTES, DType
+from planner.dtypes import DType, num_bytes, num_elements
 
 # Where a tensor's bytes come from and how long they persist:
 #   input, label      fed by the caller each step
@@ -85,11 +84,11 @@ class Tensor(Record):
     @property
     def size(self) -> int:
         """Number of elements."""
-        return int(np.prod(self.shape, dtype=np.int64))
+        return num_elements(self.shape)
 
     @property
     def nbytes(self) -> int:
-        return self.size * DTYPE_BYTES[self.dtype]
+        return num_bytes(self.shape, self.dtype)
 
 
 class Node(Record):

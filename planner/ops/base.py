@@ -34,7 +34,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from planner.dtypes import DTYPE_BYTES
+from planner.dtypes import num_bytes, num_elements
 
 
 class OpError(ValueError):
@@ -51,11 +51,11 @@ class TensorType:
 
     @property
     def size(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64))
+        return num_elements(self.shape)
 
     @property
     def nbytes(self) -> int:
-        return self.size * DTYPE_BYTES[self.dtype]
+        return num_bytes(self.shape, self.dtype)
 
     @property
     def rank(self) -> int:
