@@ -1,10 +1,16 @@
-"""Graph IR, builder, validation, networkx view and the numpy reference interpreter."""
+"""Graph IR, builder, validation, networkx view, autodiff and the numpy reference interpreter."""
 
-from planner.graph.autodiff import make_training_graph  # noqa: F401, E402
-from planner.graph.builder import GraphBuilder, GraphBuildError  # noqa: F401
-from planner.graph.interpret import init_params, random_feeds, run, train_step  # noqa: F401, E402
-from planner.dtypes import DTYPE_BYTES  # noqa: F401
-from planner.graph.ir import Graph, Node, Tensor, canonical_json  # noqa: F401
-from planner.graph.optimizer import Optimizer  # noqa: F401, E402
-from planner.graph.summary import summarize  # noqa: F401, E402
-from planner.graph.validate import GraphError, check_graph, normalize_attrs, to_networkx  # noqa: F401
+from planner.dtypes import DTYPE_BYTES
+from planner.graph.autodiff import make_training_graph
+from planner.graph.builder import GraphBuilder, GraphBuildError
+from planner.graph.interpret import init_params, random_feeds, run, train_step
+from planner.graph.ir import Graph, Node, Tensor, canonical_json
+from planner.graph.optimizer import Optimizer
+from planner.graph.summary import summarize
+from planner.graph.validate import GraphError, check_graph, normalize_attrs, to_networkx
+
+__all__ = [
+    "DTYPE_BYTES", "Graph", "GraphBuildError", "GraphBuilder", "GraphError", "Node", "Optimizer",
+    "Tensor", "canonical_json", "check_graph", "init_params", "make_training_graph",
+    "normalize_attrs", "random_feeds", "run", "summarize", "to_networkx", "train_step",
+]
