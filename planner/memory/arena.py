@@ -65,6 +65,48 @@ def aligned(size: Bytes, alignment: int) -> Bytes:
     return -(-size // alignment) * alignment
 
 
+class _TimeIndex:
+    """Placed blocks by lifetime, so that a query scans only blocks that may overlap it: short
+    ones in fixed time buckets, long ones (spanning many buckets) in one list."""
+
+    def __init__(self, starts: np.ndarray, ends: np.ndarray) -> None:
+        n = len(starts)
+        self.count = max(1, min(4096, n // 8))
+        self.lo = float(starts.min()) if n else 0.0
+        span = (float(ends.max()) - self.lo) if n else 1.0
+        self.width = span / self.count if span > 0 else 1.0
+        self.buckets: list[list[int]] = [[] for _ in range(self.count)]
+        self.sizes = np.zeros(self.count, dtype=np.int64)
+        self.long: list[int] = []
+        self.limit = max(1, self.count // 16)
+
+    def _range(self, start: float, end: float) -> tuple[int, int]:
+        b0 = int((start - self.lo) / self.width)
+        b1 = int((end - self.lo) / self.width)
+        return max(0, min(b0, self.count - 1)), max(0, min(b1, self.count - 1))
+
+    def add(self, i: int, start: float, end: float) -> None:
+        b0, b1 = self._range(start, end)
+        if b1 - b0 >= self.limit:
+            self.long.append(i)
+            return
+        for b in range(b0, b1 + 1):
+            self.buckets[b].append(i)
+        self.sizes[b0:b1 + 1] += 1
+
+    def candidates(self, start: float, end: float, placed: int) -> np.ndarray | None:
+        """Ids of placed blocks that may overlap [start, end) (some twice), or None when
+        that is no fewer than half of all `placed` (scan them all instead)."""
+        b0, b1 = self._range(start, end)
+        count = len(self.long) + int(self.sizes[b0:b1 + 1].sum())
+        if 2 * count >= placed:
+            return None
+        ids = list(self.long)
+        for b in range(b0, b1 + 1):
+            ids.extend(self.buckets[b])
+        return np.array(ids, dtype=np.int64)
+
+
 def _place(blocks: Sequence[Block], order: Sequence[int], alignment: int,
            best_fit: bool) -> tuple[list[Offset], Bytes]:
     """Place blocks in `order`, each in a gap among the already placed blocks it overlaps in
@@ -73,35 +115,39 @@ def _place(blocks: Sequence[Block], order: Sequence[int], alignment: int,
     starts = np.array([b.start for b in blocks], dtype=float)
     ends = np.array([b.end for b in blocks], dtype=float)
     sizes = np.array([aligned(b.size, alignment) for b in blocks], dtype=np.int64)
-    ps, pe = np.empty(n), np.empty(n)
-    po, pz = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)
-    offsets = [0] * n
+    offsets = np.zeros(n, dtype=np.int64)
+    index = _TimeIndex(starts, ends)
+    placed = np.zeros(n, dtype=np.int64)  # ids in placement order
     k = 0
     arena = 0
     for i in order:
         size = int(sizes[i])
         offset = 0
-        if k:
-            live = np.nonzero((ps[:k] < ends[i]) & (starts[i] < pe[:k]))[0]
-            if len(live):
-                offs = po[live]
-                by_offset = np.argsort(offs, kind="stable")
-                offs = offs[by_offset]
-                tops = np.maximum.accumulate(offs + pz[live][by_offset])
-                below = np.concatenate(([0], tops[:-1]))
-                gaps = offs - below
-                fits = np.nonzero(gaps >= size)[0]
-                if len(fits):
-                    pick = fits[np.argmin(gaps[fits])] if best_fit else fits[0]
-                    offset = int(below[pick])
-                else:
-                    offset = int(tops[-1])
+        near = index.candidates(starts[i], ends[i], k)
+        if near is None:
+            near = placed[:k]
+        # Duplicates in `near` are harmless: a repeated block leaves no gap of its own.
+        live = near[(starts[near] < ends[i]) & (starts[i] < ends[near])]
+        if len(live):
+            offs = offsets[live]
+            by_offset = np.argsort(offs, kind="stable")
+            offs = offs[by_offset]
+            tops = np.maximum.accumulate(offs + sizes[live][by_offset])
+            below = np.concatenate(([0], tops[:-1]))
+            gaps = offs - below
+            fits = np.nonzero(gaps >= size)[0]
+            if len(fits):
+                pick = fits[np.argmin(gaps[fits])] if best_fit else fits[0]
+                offset = int(below[pick])
+            else:
+                offset = int(tops[-1])
         if starts[i] < ends[i]:  # an empty lifetime conflicts with nothing
-            ps[k], pe[k], po[k], pz[k] = starts[i], ends[i], offset, size
+            index.add(int(i), starts[i], ends[i])
+            placed[k] = i
             k += 1
         offsets[i] = offset
         arena = max(arena, offset + size)
-    return offsets, arena
+    return [int(o) for o in offsets], arena
 
 
 def breadths(blocks: Sequence[Block]) -> np.ndarray:
@@ -147,7 +193,7 @@ def first_fit_size(blocks: Sequence[Block], alignment: int) -> tuple[list[Offset
 
 
 # Work (blocks x orders) the perturbed search may spend; small problems get the most tries.
-SEARCH_WORK = 60_000
+SEARCH_WORK = 40_000
 SEARCH_TRIES = 24
 
 
@@ -173,6 +219,12 @@ def first_fit_start(blocks: Sequence[Block], alignment: int) -> tuple[list[Offse
     return _place(blocks, order, alignment, best_fit=False)
 
 
+# Above LARGE blocks `allocate` skips the heuristics that vary another one's tie-breaks;
+# above HUGE it runs only the first heuristic asked for (greedy by size by default).
+LARGE = 5000
+HUGE = 20000
+REDUNDANT = frozenset({"best-fit-size-start", "first-fit-size"})
+
 Heuristic = Callable[[Sequence[Block], int], tuple[list[Offset], Bytes]]
 HEURISTICS: dict[str, Heuristic] = {
     "best-fit-size": best_fit_size,
@@ -192,6 +244,11 @@ def allocate(blocks: Sequence[Block], heuristics: Sequence[str] = tuple(HEURISTI
     if unknown or not heuristics:
         raise ValueError(f"unknown allocation heuristic(s) {unknown}; known: "
                          f"{sorted(HEURISTICS)}")
+    if len(blocks) > HUGE:
+        heuristics = list(heuristics[:1])
+    elif len(blocks) > LARGE:
+        # Variants of the same greedy rarely differ on big problems; keep one of each kind.
+        heuristics = [h for h in heuristics if h not in REDUNDANT] or list(heuristics)
     best: Allocation | None = None
     for name in heuristics:
         offsets, arena = HEURISTICS[name](blocks, alignment)

@@ -24,9 +24,14 @@ the one of least cost per byte saved there:
                    time (fewer, larger copies are better)
     recompute G    seconds of the segment's recompute ops
 
-The order of moves does not depend on the budget, only where it stops does (the caller stops
-at the first state whose arena fits), so a smaller budget never gets a higher peak: it stops
-later in the same sequence, and every state it passes over had an arena above its budget.
+The order of moves does not depend on the budget, only where it stops does: at the first state
+where the state itself, or one more move from it, fits; then at the cheapest of those
+(`cheapest_stop`; the last greedy move may free far more than needed, a cheaper one may do).
+So a smaller budget never gets a higher peak: it stops no earlier in the same sequence; if
+later, every state it passed over (and each one-move successor) fits no budget below its own
+arena, so the larger budget's choice peaks above the smaller budget; if at the same state, the
+larger budget chooses the cheapest among more candidates, which either is the smaller budget's
+choice or did not fit the smaller budget.
 
 Example:
     >>> from planner.costs import CostModel
@@ -46,6 +51,8 @@ Example:
 
 from __future__ import annotations
 
+import copy
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -70,6 +77,8 @@ class Move:
     fetch: int = -1
     cost: float = 0.0
     saving: int = 0
+    # No key can drop by more than this (the bytes the move frees at most).
+    bound: int = 0
 
 
 class State:
@@ -167,6 +176,9 @@ class State:
         self.off_hide_fetch = np.zeros(m, dtype=np.int64)
         self.off_ready = np.zeros(m)  # when the copy to the host can be done
         self.off_need = np.zeros(m)   # when the first backward reader starts
+        self.off_release = np.full(m, -1, dtype=np.int64)  # -1: not offloaded
+        self.off_fetch = np.full(m, -1, dtype=np.int64)
+        self.off_name_rank = np.argsort(np.argsort(np.array(names, dtype=object)))
         for t in names:
             self._offload_row(t)
 
@@ -187,42 +199,43 @@ class State:
         self.off_hide_fetch[i] = max(min(latest, first_bwd_step), lo)
         self.off_ready[i], self.off_need[i] = ready, need
 
-    def _stall(self, i: int, release: int, fetch: int) -> float:
-        return (max(0.0, self.off_ready[i] - self.start[release])
-                + max(0.0, self.off_copy[i] - (self.off_need[i] - self.start[fetch])))
+    def _stall(self, i: np.ndarray, release: np.ndarray, fetch: np.ndarray) -> np.ndarray:
+        """Seconds the copies of offloadable tensors `i` cannot hide with these steps."""
+        return (np.maximum(0.0, self.off_ready[i] - self.start[release])
+                + np.maximum(0.0, self.off_copy[i] - (self.off_need[i] - self.start[fetch])))
+
+    def _offload_candidates(self, s: int):
+        """(indices, release, fetch, cost) of the offload moves that lower key s."""
+        gs = self.stash.group_start
+        step = int(self.step_of_key[s])
+        cur_r, cur_f = self.off_release, self.off_fetch
+        offloaded = cur_r >= 0
+        # Offloaded ones not covering s are moves too (release earlier / fetch later).
+        covered = offloaded & (gs[np.maximum(cur_r, 0)] <= s) & (s < gs[np.maximum(cur_f, 0)])
+        ok = (gs[self.off_min_release] <= s) & (s < gs[self.off_max_fetch]) & ~covered
+        if self.host_limit is not None:
+            ok &= offloaded | (self.host_bytes + self.off_bytes <= self.host_limit)
+        i = np.nonzero(ok)[0]
+        was = offloaded[i]
+        release = np.minimum(np.where(was, cur_r[i], self.off_hide_release[i]), step)
+        fetch = np.maximum(np.where(was, cur_f[i], self.off_hide_fetch[i]), step + 1)
+        old = np.where(was, self._stall(i, np.maximum(cur_r[i], 0), np.maximum(cur_f[i], 0)),
+                       -OFFLOAD_WEIGHT * self.off_copy[i])
+        cost = np.maximum(0.0, self._stall(i, release, fetch) - old)
+        return i, release, fetch, cost
 
     def _offload_move(self, s: int) -> Move | None:
         if not self.allow_offload or not self.off_names:
             return None
-        st = self.stash
-        step = int(self.step_of_key[s])
-        gs = st.group_start
-        lo = gs[self.off_min_release]
-        hi = gs[self.off_max_fetch]
-        # Offloaded ones not covering s are moves too (release earlier / fetch later).
-        cur_r = np.array([self.release.get(t, -1) for t in self.off_names])
-        cur_f = np.array([self.fetch.get(t, -1) for t in self.off_names])
-        covered = (cur_r >= 0) & (gs[np.maximum(cur_r, 0)] <= s) & (s < gs[np.maximum(cur_f, 0)])
-        ok = (lo <= s) & (s < hi) & ~covered
-        if self.host_limit is not None:
-            ok &= (cur_r >= 0) | (self.host_bytes + self.off_bytes <= self.host_limit)
-        if not ok.any():
+        i, release, fetch, cost = self._offload_candidates(s)
+        if not len(i):
             return None
-        best: Move | None = None
-        for i in np.nonzero(ok)[0]:
-            t = self.off_names[i]
-            base_r = cur_r[i] if cur_r[i] >= 0 else self.off_hide_release[i]
-            base_f = cur_f[i] if cur_f[i] >= 0 else self.off_hide_fetch[i]
-            release = int(min(base_r, step))
-            fetch = int(max(base_f, step + 1))
-            new = self._stall(i, release, fetch)
-            old = self._stall(i, cur_r[i], cur_f[i]) if cur_r[i] >= 0 else \
-                -OFFLOAD_WEIGHT * self.off_copy[i]
-            move = Move("offload", tensor=t, release=release, fetch=fetch,
-                        cost=max(0.0, new - old), saving=int(self.off_bytes[i]))
-            if best is None or _better(move, best):
-                best = move
-        return best
+        saving = self.off_bytes[i]
+        # Least cost per byte, then the larger saving, then the name (as _better orders).
+        k = np.lexsort((self.off_name_rank[i], -saving, cost / saving))[0]
+        return Move("offload", tensor=self.off_names[int(i[k])], release=int(release[k]),
+                    fetch=int(fetch[k]), cost=float(cost[k]), saving=int(saving[k]),
+                    bound=int(saving[k]))
 
     # ---- recompute ------------------------------------------------------------------------
     def _segment_windows(self) -> None:
@@ -248,25 +261,63 @@ class State:
                     lo.append(last + 1), hi.append(k), size.append(-st.uses[i].bytes)
                     seg.append(g.id)
         self.win_lo, self.win_hi = np.array(lo, dtype=np.int64), np.array(hi, dtype=np.int64)
-        self.win_bytes, self.win_seg = np.array(size, dtype=np.int64), np.array(seg)
+        self.win_bytes, self.win_seg = np.array(size, dtype=np.int64), np.array(seg,
+                                                                                dtype=np.int64)
+        self.seg_seconds = np.array([g.seconds for g in st.segments])
+        # The most a segment can lower any key: the bytes of the members it drops.
+        self.seg_bound = np.array([sum(st.uses[t].bytes for t in g.stashed)
+                                   for g in st.segments], dtype=np.int64)
+        self.seg_active = np.zeros(len(st.segments), dtype=bool)
+
+    def _recompute_saving(self, s: int) -> np.ndarray:
+        """Per segment, the bytes recomputing it saves at key s (0 for active ones)."""
+        inside = (self.win_lo <= s) & (s <= self.win_hi)
+        saving = np.bincount(self.win_seg[inside], weights=self.win_bytes[inside],
+                             minlength=len(self.stash.segments))
+        saving[self.seg_active] = 0
+        return saving
 
     def _recompute_move(self, s: int) -> Move | None:
         st = self.stash
         if not self.allow_recompute or not st.segments:
             return None
-        inside = (self.win_lo <= s) & (s <= self.win_hi)
-        saving = np.bincount(self.win_seg[inside], weights=self.win_bytes[inside],
-                             minlength=len(st.segments))
-        best: Move | None = None
-        for sid in np.nonzero(saving > 0)[0]:
-            if int(sid) in self.active:
-                continue
-            g = st.segments[int(sid)]
-            move = Move("recompute", segment=int(sid), cost=g.seconds,
-                        saving=int(saving[sid]))
-            if best is None or _better(move, best):
-                best = move
-        return best
+        saving = self._recompute_saving(s)
+        ids = np.nonzero(saving > 0)[0]
+        if not len(ids):
+            return None
+        cost = self.seg_seconds[ids]
+        # Least cost per byte, then the larger saving, then the segment id (as _better).
+        k = np.lexsort((ids, -saving[ids], cost / saving[ids]))[0]
+        sid = int(ids[k])
+        return Move("recompute", segment=sid, cost=float(cost[k]), saving=int(saving[sid]),
+                    bound=int(self.seg_bound[sid]))
+
+    def most_at(self, s: int) -> int:
+        """The most bytes any single move can free at key s (a bound, cheap to compute)."""
+        most = 0
+        if self.allow_offload and self.off_names:
+            i = self._offload_candidates(s)[0]
+            most = int(self.off_bytes[i].max(initial=0))
+        if self.allow_recompute and self.stash.segments:
+            ids = np.nonzero(self._recompute_saving(s) > 0)[0]
+            most = max(most, int(self.seg_bound[ids].max(initial=0)))
+        return most
+
+    def moves_at(self, s: int) -> list[Move]:
+        """Every move that lowers key s, cheapest first (then by kind, tensor, segment)."""
+        out = []
+        if self.allow_offload and self.off_names:
+            i, release, fetch, cost = self._offload_candidates(s)
+            out += [Move("offload", tensor=self.off_names[int(k)], release=int(r),
+                         fetch=int(f), cost=float(c), saving=int(self.off_bytes[k]),
+                         bound=int(self.off_bytes[k]))
+                    for k, r, f, c in zip(i, release, fetch, cost, strict=True)]
+        if self.allow_recompute and self.stash.segments:
+            saving = self._recompute_saving(s)
+            out += [Move("recompute", segment=int(g), cost=float(self.seg_seconds[g]),
+                         saving=int(saving[g]), bound=int(self.seg_bound[g]))
+                    for g in np.nonzero(saving > 0)[0]]
+        return sorted(out, key=lambda m: (m.cost, m.kind, m.tensor, m.segment))
 
     # ---- the greedy -----------------------------------------------------------------------
     def peak_key(self) -> int:
@@ -293,10 +344,12 @@ class State:
                 self.host_bytes += self.stash.uses[t].bytes
             self.mode[t] = "offload"
             self.release[t], self.fetch[t] = move.release, move.fetch
+            self._sync_offload(t)
             self._refresh(t)
             return
         g = st.segments[move.segment]
         self.active.add(g.id)
+        self.seg_active[g.id] = True
         for t in g.stashed:
             self.mode[t] = "drop"
         touched = set(g.stashed)
@@ -313,13 +366,58 @@ class State:
                 self.release[t] = min(self.release[t], self.fetch[t])
             if t in self.off_index:
                 self._offload_row(t)
+                self._sync_offload(t)
             self._refresh(t)
         for c in g.copies:
             self.profile[c.first:c.last + 1] += c.bytes
 
+    def _sync_offload(self, t: str) -> None:
+        if t in self.off_index and self.mode.get(t) == "offload":
+            i = self.off_index[t]
+            self.off_release[i], self.off_fetch[i] = self.release[t], self.fetch[t]
+
+    def clone(self) -> State:
+        """An independent copy (far cheaper than building the state again)."""
+        other = copy.copy(self)
+        for name in ("profile", "off_min_release", "off_max_fetch", "off_hide_release",
+                     "off_hide_fetch", "off_ready", "off_need", "off_release", "off_fetch",
+                     "seg_active"):
+            setattr(other, name, getattr(self, name).copy())
+        other.mode, other.release, other.fetch = dict(self.mode), dict(self.release), \
+            dict(self.fetch)
+        other.extra = {k: list(v) for k, v in self.extra.items()}
+        other.spans, other.active, other.log = dict(self.spans), set(self.active), \
+            list(self.log)
+        return other
+
     def replay(self, moves: list[Move]) -> None:
         for m in moves:
             self.apply(m)
+
+
+def cheapest_stop(state: State, budget: int, fits: Callable[[State], bool]) -> State | None:
+    """Where a walk along the moves stops for `budget`: the state itself if it fits, else
+    the cheapest of its one-move successors at the peak that fits (None: keep walking).
+
+    `fits` is checked only where LOAD <= budget already; successors that cannot reach the
+    budget (their move frees too little) are not built. Stopping here keeps the walk
+    monotone in the budget: a larger budget stops no later, and every state it passes over
+    fits no smaller budget (see the module docstring)."""
+    load = state.load()
+    if load <= budget and fits(state):
+        return state
+    need = load - budget
+    peak = state.peak_key()
+    if state.most_at(peak) < need:
+        return None
+    for move in state.moves_at(peak):
+        if move.bound < need:
+            continue
+        trial = state.clone()
+        trial.apply(move)
+        if trial.load() <= budget and fits(trial):
+            return trial
+    return None
 
 
 def _better(a: Move, b: Move) -> bool:

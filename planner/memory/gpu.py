@@ -42,10 +42,10 @@ from planner.costs import CostModel
 from planner.graph.ir import Graph
 from planner.memory.arena import aligned
 from planner.memory.assemble import tensor_plans
-from planner.memory.budget import State
+from planner.memory.budget import State, cheapest_stop
 from planner.memory.convalgo import ConvAlgo, fastest_within
 from planner.memory.driver import InfeasibleBudget
-from planner.memory.layout import Layout, free_at, place
+from planner.memory.layout import FreeBytes, Layout, place
 from planner.memory.liveness import Buffer, live_profile, naive_bytes, per_op_bound
 from planner.memory.materialize import STREAMS, Material, materialize
 from planner.memory.options import MemoryOptions, format_bytes
@@ -75,6 +75,7 @@ INFEASIBLE_PROBES = 8
 class Placed:
     """A materialized state with offsets (workspaces not yet given)."""
 
+    state: State
     material: Material
     offsets: list[int]
     arena: int
@@ -97,22 +98,85 @@ def gpu_plan(graph: Graph, model: CostModel, options: MemoryOptions | None = Non
                   recompute=options.recompute != "off", host_limit=gpu.pinned_host_limit_bytes)
     liveness_load = state.load()
     placed = decide(state, options)
-    return finish(graph, model, options, state, placed, liveness_load)
+    return finish(graph, model, options, solve(placed.state, placed, options, liveness_load))
 
 
-def decide(state: State, options: MemoryOptions) -> Placed:
+@dataclass
+class Solved:
+    """Everything decided, before it becomes a Plan record: the state and its layout, with
+    workspaces, reuse edges and predicted times."""
+
+    state: State
+    placed: Placed
+    buffers: list[Buffer]
+    offsets: list[int]
+    arena: int
+    choice: dict[int, ConvAlgo]
+    edges: list[tuple[int, int]]
+    reuse: list[tuple[int, int]]
+    seconds: list[float]
+    start: np.ndarray
+    end: np.ndarray
+    liveness_load: int
+
+    @property
+    def step_seconds(self) -> float:
+        return float(self.end.max()) if len(self.end) else 0.0
+
+
+def gpu_solve(graph: Graph, model: CostModel, options: MemoryOptions | None = None,
+              order: list[str] | None = None, smallest: bool = True) -> Solved:
+    """What gpu_plan decides, without writing the Plan (for searches over many graphs).
+    `smallest=False`: an infeasible budget's error gives a lower bound on the smallest
+    feasible budget instead of laying out earlier states to find it."""
+    options = options or MemoryOptions()
+    gpu = model.target.gpus[0]
+    steps = compute_steps(graph, model, order)
+    stash = analyze(steps, "cost-aware" if options.recompute == "off" else options.recompute)
+    state = State(stash, gpu.host_link_bandwidth, offload=options.offload,
+                  recompute=options.recompute != "off", host_limit=gpu.pinned_host_limit_bytes)
+    liveness_load = state.load()
+    placed = decide(state, options, smallest)
+    return solve(placed.state, placed, options, liveness_load)
+
+
+def solve(state: State, placed: Placed, options: MemoryOptions, liveness_load: int) -> Solved:
+    """Workspaces, reuse edges and times of a placed state."""
+    m = placed.material
+    buffers, offsets, arena, choice = give_workspaces(placed, state, options)
+    hb = HappensBefore(len(m.ops), m.edges)
+    extra = reuse_edges(buffers, offsets, hb)
+    edges = sorted(set(m.edges) | set(extra))
+    seconds = [choice[i].seconds if i in choice else o.seconds for i, o in enumerate(m.ops)]
+    start, end = simulate(m, seconds, edges)
+    return Solved(state, placed, buffers, offsets, arena, choice, edges, extra, seconds, start,
+                  end, liveness_load)
+
+
+def decide(state: State, options: MemoryOptions, smallest: bool = True) -> Placed:
     """Apply moves until the laid-out arena fits the budget (at once without one)."""
     budget = options.budget_bytes
+    if budget is None:
+        return lay(state, options)
     loads: list[int] = []
+    laid: dict[int, Placed] = {}
+
+    def fits(s: State) -> bool:
+        laid[id(s)] = lay(s, options)
+        return laid[id(s)].arena <= budget
+
     while True:
-        load = state.load()
-        loads.append(load)
-        if budget is None or load <= budget:
-            placed = lay(state, options)
-            if budget is None or placed.arena <= budget:
-                return placed
+        loads.append(state.load())
+        stop = cheapest_stop(state, budget, fits)
+        if stop is not None:
+            return laid[id(stop)]
         move = state.best_move()
         if move is None:
+            if not smallest:
+                low = min(loads)
+                raise InfeasibleBudget(f"memory budget {format_bytes(budget or 0)} is "
+                                       f"infeasible: the smallest feasible budget is at least "
+                                       f"{low} bytes ({format_bytes(low)})", low)
             raise infeasible(state, options, loads)
         state.apply(move)
 
@@ -120,7 +184,7 @@ def decide(state: State, options: MemoryOptions) -> Placed:
 def lay(state: State, options: MemoryOptions) -> Placed:
     m = materialize(state)
     offsets, arena, host, heuristic = place(m.buffers, options.alignment, options.heuristics)
-    return Placed(m, offsets, arena, host, heuristic)
+    return Placed(state, m, offsets, arena, host, heuristic)
 
 
 def infeasible(state: State, options: MemoryOptions, loads: list[int]) -> InfeasibleBudget:
@@ -157,20 +221,24 @@ def give_workspaces(placed: Placed, state: State, options: MemoryOptions
     buffers, offsets = list(m.buffers), list(placed.offsets)
     arena = placed.arena
     choice: dict[int, ConvAlgo] = {}
-    for i, o in enumerate(m.ops):
-        algos = list(steps.algos[o.step]) if o.kind == "node" else []
-        if not algos:
-            continue
-        gaps, top = free_at(m.buffers, placed.offsets, o.key, options.alignment)
-        room = max([hi - lo for lo, hi in gaps], default=0)
+    convs = [i for i, o in enumerate(m.ops) if o.kind == "node" and steps.algos[o.step]]
+    free = FreeBytes(m.buffers, placed.offsets, options.alignment)
+    for i, (gap_lo, gap_hi, top) in zip(convs, free.sweep([m.ops[i].key for i in convs]),
+                                        strict=True):
+        o = m.ops[i]
+        algos = list(steps.algos[o.step])
+        room = int((gap_hi - gap_lo).max(initial=0))
         limit = max(room, budget - top) if options.workspaces else 0
         algo = fastest_within(algos, limit)
         choice[i] = algo
         if algo.workspace_bytes == 0:
             continue
         size = aligned(algo.workspace_bytes, options.alignment)
-        fitting = [(hi - lo, lo) for lo, hi in gaps if hi - lo >= size]
-        offset = min(fitting)[1] if fitting else top
+        # The smallest gap that holds it (the lowest among equals), else above the live ones.
+        width = gap_hi - gap_lo
+        fitting = np.nonzero(width >= size)[0]
+        offset = int(gap_lo[fitting[np.lexsort((gap_lo[fitting], width[fitting]))[0]]]) \
+            if len(fitting) else top
         buffers.append(Buffer(f"{o.name}@workspace", "", algo.workspace_bytes, o.key,
                               o.key + 1, i, i, i, (i,), "workspace"))
         offsets.append(offset)
@@ -209,16 +277,12 @@ def simulate(m: Material, seconds: list[float], edges: list[tuple[int, int]]
     return start, end
 
 
-def finish(graph: Graph, model: CostModel, options: MemoryOptions, state: State,
-           placed: Placed, liveness_load: int) -> Plan:
-    """Workspaces, times and the Plan record of the chosen state."""
-    m = placed.material
-    buffers, offsets, arena, choice = give_workspaces(placed, state, options)
-    hb = HappensBefore(len(m.ops), m.edges)
-    extra = reuse_edges(buffers, offsets, hb)
-    edges = sorted(set(m.edges) | set(extra))
-    seconds = [choice[i].seconds if i in choice else o.seconds for i, o in enumerate(m.ops)]
-    start, end = simulate(m, seconds, edges)
+def finish(graph: Graph, model: CostModel, options: MemoryOptions, solved: Solved) -> Plan:
+    """The Plan record of a solved state."""
+    state, placed, m = solved.state, solved.placed, solved.placed.material
+    buffers, offsets, arena, choice = solved.buffers, solved.offsets, solved.arena, solved.choice
+    extra, edges, seconds = solved.reuse, solved.edges, solved.seconds
+    start, end, liveness_load = solved.start, solved.end, solved.liveness_load
     layout = Layout(tuple(offsets), arena, placed.host, placed.heuristic, tuple(extra))
     names = [o.name for o in m.ops]
     ops = tuple(OpPlan(name=o.name, op=o.op, order=i, cpus=(o.stream,), threads=1,

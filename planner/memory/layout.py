@@ -23,8 +23,11 @@ Example:
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Sequence
 from dataclasses import dataclass
+
+import numpy as np
 
 from planner.memory.arena import HEURISTICS as ALL_HEURISTICS
 from planner.memory.arena import Block, aligned, allocate
@@ -78,7 +81,9 @@ def place(buffers: Sequence[Buffer], alignment: int = 64,
             top += aligned(buffers[i].bytes, alignment)
         rest = [i for i in own if not whole_step(buffers[i], before, after)]
         blocks = [Block(buffers[i].bytes, buffers[i].start, buffers[i].end) for i in rest]
-        placed = allocate(blocks, heuristics, alignment) if blocks else None
+        # The host pool is plentiful: its first heuristic is enough.
+        ask = heuristics if placement == "device" else heuristics[:1]
+        placed = allocate(blocks, ask, alignment) if blocks else None
         if placed is not None:
             for i, off in zip(rest, placed.offsets, strict=True):
                 offsets[i] = top + off
@@ -97,12 +102,61 @@ def free_at(buffers: Sequence[Buffer], offsets: Sequence[int], time: float,
             alignment: int = 1) -> tuple[list[tuple[int, int]], int]:
     """Free device byte ranges [lo, hi) between the buffers live at `time`, and the top of
     them (the first byte above every live buffer)."""
-    live = sorted((offsets[i], offsets[i] + aligned(b.bytes, alignment))
-                  for i, b in enumerate(buffers)
-                  if b.placement == "device" and not b.alias_of and b.start <= time < b.end)
-    gaps, top = [], 0
-    for lo, hi in live:
-        if lo > top:
-            gaps.append((top, lo))
-        top = max(top, hi)
-    return gaps, top
+    gap_lo, gap_hi, top = FreeBytes(buffers, offsets, alignment).at(time)
+    return [(int(a), int(b)) for a, b in zip(gap_lo, gap_hi, strict=True)], top
+
+
+class FreeBytes:
+    """Free device byte ranges at any time, for many queries over one layout. Buffers live
+    for the whole step (stacked at the bottom by `place`) form a floor below every gap."""
+
+    def __init__(self, buffers: Sequence[Buffer], offsets: Sequence[int],
+                 alignment: int = 1) -> None:
+        keep = [i for i, b in enumerate(buffers) if b.placement == "device" and not b.alias_of]
+        before = min((buffers[i].start for i in keep), default=0.0)
+        after = max((buffers[i].end for i in keep), default=0.0)
+        always = [i for i in keep if whole_step(buffers[i], before, after)]
+        self.floor = max((offsets[i] + aligned(buffers[i].bytes, alignment) for i in always),
+                         default=0)
+        if any(offsets[i] >= self.floor for i in always) or \
+                sum(aligned(buffers[i].bytes, alignment) for i in always) != self.floor:
+            self.floor, always = 0, []  # not stacked from 0: treat them like any other
+        floor_set = set(always)
+        keep = [i for i in keep if i not in floor_set]
+        self.start = np.array([buffers[i].start for i in keep], dtype=float)
+        self.end = np.array([buffers[i].end for i in keep], dtype=float)
+        self.lo = np.array([offsets[i] for i in keep], dtype=np.int64)
+        self.hi = self.lo + np.array([aligned(buffers[i].bytes, alignment) for i in keep],
+                                     dtype=np.int64)
+
+    def sweep(self, times: Sequence[float]):
+        """`at(t)` for ascending times, keeping the live set as time advances (fast when few
+        buffers are live at once)."""
+        by_start = np.argsort(self.start, kind="stable")
+        live: set[int] = set()
+        ending: list[tuple[float, int]] = []
+        k = 0
+        for t in times:
+            while k < len(by_start) and self.start[by_start[k]] <= t:
+                i = int(by_start[k])
+                live.add(i)
+                heapq.heappush(ending, (float(self.end[i]), i))
+                k += 1
+            while ending and ending[0][0] <= t:
+                live.discard(heapq.heappop(ending)[1])
+            yield self._gaps(np.fromiter(live, dtype=np.int64, count=len(live)))
+
+    def at(self, time: float) -> tuple[np.ndarray, np.ndarray, int]:
+        """(gap starts, gap ends, top) at `time`: free ranges [lo, hi) between live buffers,
+        and the first byte above them all."""
+        return self._gaps(np.nonzero((self.start <= time) & (time < self.end))[0])
+
+    def _gaps(self, live: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+        order = np.argsort(self.lo[live], kind="stable")
+        lo, hi = self.lo[live][order], self.hi[live][order]
+        if not len(lo):
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), self.floor
+        tops = np.maximum.accumulate(np.maximum(hi, self.floor))
+        below = np.concatenate(([self.floor], tops[:-1]))
+        open_ = lo > below
+        return below[open_], lo[open_], int(tops[-1])

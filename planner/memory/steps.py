@@ -77,7 +77,8 @@ def stream_order(graph: Graph, order: list[str] | None = None) -> list[int]:
     head: list[int] = []
     rest = [i for i in base if i not in updates]
     position = {i: k for k, i in enumerate(rest)}
-    for u in sorted(updates, key=base.index):
+    at = {i: k for k, i in enumerate(base)}
+    for u in sorted(updates, key=at.__getitem__):
         anchors = [position[p] for p in preds[u] if p in position]
         if anchors:
             after.setdefault(rest[max(anchors)], []).append(u)

@@ -1,0 +1,107 @@
+"""Command line of memory planning: `planner fit`, and what `plan` and `show` call.
+
+    planner fit GRAPH --target T --budget 11GiB [--vary batch|depth] [--train OPT]
+                [--costs C] [--multiple N] [--json]
+
+Wiring for the other commands (planner/plan_cli.py):
+
+    plan   --memory-budget BYTES:  plan = plan_with_memory(graph, model, options, budget)
+           (GPU targets get a stream plan; CPU targets the scheduler's plan, buffers placed)
+    show   --json:   {"memory": memory_report(data), ...};  text: format_memory(data)
+           --memory out.svg:  write_text(path, memory_svg(plan))
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import warnings
+from typing import Any
+
+from planner.errors import UserError
+
+
+def add_memory_commands(sub: Any) -> None:
+    f = sub.add_parser(
+        "fit", help="the largest batch (or ResNet depth) whose plan fits a memory budget",
+        description="GRAPH is a zoo spec such as 'zoo:resnet?depth=50'; the parameter named "
+                    "by --vary is searched, the others stay as given.")
+    f.add_argument("graph", metavar="GRAPH")
+    f.add_argument("--target", required=True, help="preset name or target JSON file")
+    f.add_argument("--budget", required=True, help="device bytes, e.g. 11GiB or 12e9")
+    f.add_argument("--vary", choices=["batch", "depth"], default="batch")
+    f.add_argument("--train", choices=["sgd", "momentum", "adam"], default="momentum",
+                   help="optimizer of the training graph (default: momentum)")
+    f.add_argument("--costs", help="cost table JSON (default: the analytical model)")
+    f.add_argument("--multiple", type=int, default=1,
+                   help="search batches in multiples of this (default 1)")
+    f.add_argument("--json", action="store_true")
+    f.set_defaults(run=run_fit)
+
+
+def parse_budget(text: str) -> int:
+    from planner.memory.options import parse_bytes
+
+    try:
+        return parse_bytes(text)
+    except ValueError as e:
+        raise UserError(f"--budget: {e}") from None
+
+
+def run_fit(args: argparse.Namespace) -> int:
+    from planner.costs import load_table
+    from planner.memory.fit import fit
+    from planner.target.presets import load_target
+
+    if not args.graph.startswith("zoo:"):
+        raise UserError(f"fit varies a zoo model's {args.vary}: GRAPH must be a zoo spec such "
+                        f"as 'zoo:resnet?depth=50', not {args.graph!r}")
+    budget = parse_budget(args.budget)
+    target = load_target(args.target)
+    table = load_table(args.costs) if args.costs else None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        result = fit(args.graph, target, budget, args.vary, args.train, args.multiple, table)
+    if args.json:
+        print(json.dumps(result.model_dump(mode="json"), indent=2, sort_keys=True))
+        return 0
+    print(format_fit(result))
+    return 0
+
+
+def format_fit(result) -> str:
+    from planner.memory.options import format_bytes
+
+    lines = [f"fit {result.model} on {result.target} within {format_bytes(result.budget_bytes)}"
+             f", varying {result.vary}:"]
+    for t in result.trials:
+        detail = (f"peak {format_bytes(t.peak_bytes)}, step {t.step_seconds * 1e3:.1f} ms"
+                  if t.fits else f"needs >= {format_bytes(t.smallest_bytes)}")
+        lines.append(f"  {result.vary} {t.value:>6}  {'fits' if t.fits else 'no  '}  {detail}")
+    if result.value:
+        lines.append(f"largest {result.vary}: {result.value} (peak "
+                     f"{format_bytes(result.peak_bytes)}, step "
+                     f"{result.step_seconds * 1e3:.1f} ms)")
+    else:
+        lines.append(f"no {result.vary} fits")
+    return "\n".join(lines)
+
+
+def plan_with_memory(graph, model, schedule_options=None, budget: str | int | None = None,
+                     memory_options=None):
+    """The plan of `graph` with memory planned (`planner plan --memory-budget`): a GPU stream
+    plan for GPU-only targets, else the scheduler's plan with its buffers placed. `budget`
+    is bytes or text such as "11GiB" (None: no budget). Raises InfeasibleBudget (a
+    ValueError naming the smallest feasible budget)."""
+    from planner.memory.driver import plan_memory
+    from planner.memory.gpu import gpu_plan
+    from planner.memory.options import MemoryOptions
+
+    if isinstance(budget, str):
+        budget = parse_budget(budget)
+    options = (memory_options or MemoryOptions()).model_copy(update={"budget_bytes": budget})
+    if model.target.cpu is None:
+        return gpu_plan(graph, model, options)
+    from planner.schedule import make_plan
+
+    return plan_memory(make_plan(graph, model, schedule_options), options=options)

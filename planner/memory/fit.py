@@ -1,0 +1,150 @@
+"""`planner fit`: the largest batch (or ResNet depth) whose plan fits a memory budget, found by
+planning: grow the value until a plan fails, then bisect between the last fit and the first
+failure. A value fits when memory planning under the budget succeeds (offload, recompute and
+workspaces as needed), so the answer is exactly as good as the planner.
+
+    batch   16 ok, 32 ok, 64 ok, 128 ok, 256 ok, 512 fails -> bisect 256..512 -> 384 ok, 448 fails,
+            416 fails, 400 ok, ... -> the largest that fits
+
+`multiple` restricts the search to multiples of it (seed 001's Table 5 reports multiples of 16);
+depth varies n in ResNet's 3 x (10 + n) + 2 bottleneck configuration ([3, 4, n, 3], seed 001's
+Table 4 grows the third stage the same way).
+
+Example:
+    >>> from planner.target import preset
+    >>> r = fit("zoo:mlp?hidden=64&in_features=32&classes=4", preset("k40c-12gb"),
+    ...         budget_bytes=1 << 20, vary="batch", multiple=8)
+    >>> r.value > 0 and r.peak_bytes <= 1 << 20
+    True
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from typing import Any, Literal
+
+from planner.costs import CostModel, CostTable
+from planner.graph.autodiff import Optimizer, make_training_graph
+from planner.graph.ir import Graph, Record
+from planner.memory.driver import InfeasibleBudget, plan_memory
+from planner.memory.gpu import gpu_solve
+from planner.memory.options import MemoryOptions
+from planner.target.records import Target
+from planner.zoo import build, parse_spec
+from planner.zoo.resnet import BASIC
+
+Vary = Literal["batch", "depth"]
+# Search no further than this many multiples (a budget that fits more is a typo).
+LIMIT = 1 << 20
+
+
+class Trial(Record):
+    """One planned value: whether it fit, its peak, or the smallest budget it needs."""
+
+    value: int
+    fits: bool
+    peak_bytes: int = 0
+    smallest_bytes: int = 0
+    step_seconds: float = 0.0
+
+
+class FitResult(Record):
+    """The largest value that fits (0 when none does) and every trial on the way."""
+
+    model: str
+    vary: Vary
+    value: int
+    budget_bytes: int
+    target: str
+    peak_bytes: int
+    step_seconds: float
+    trials: tuple[Trial, ...]
+    params: dict[str, Any]
+
+
+def depth_of(n: int) -> int:
+    """ResNet depth with n blocks in the third stage ([3, 4, n, 3] bottlenecks)."""
+    return 3 * (10 + n) + 2
+
+
+def peak_and_step(graph: Graph, model: CostModel, options: MemoryOptions) -> tuple[int, float]:
+    """Planned peak bytes and step seconds of `graph` on the model's target: the GPU stream
+    plan's decisions, or the scheduler's CPU plan with its buffers placed. Raises
+    InfeasibleBudget when the budget cannot be met."""
+    if model.target.cpu is None:
+        solved = gpu_solve(graph, model, options, smallest=False)
+        return solved.arena, solved.step_seconds
+    from planner.schedule import make_plan
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        plan = plan_memory(make_plan(graph, model), options=options)
+    assert plan.summary.memory is not None
+    return plan.summary.memory.peak_bytes, plan.summary.step_seconds
+
+
+def fit(spec: str, target: Target, budget_bytes: int, vary: Vary = "batch",
+        optimizer: str = "momentum", multiple: int = 1, table: CostTable | None = None,
+        options: MemoryOptions | None = None) -> FitResult:
+    """Search as in the module docstring. `spec` is a zoo spec (`zoo:resnet?batch=16`); its
+    other parameters stay fixed. Raises ValueError for a spec that cannot vary `vary`."""
+    name, params = parse_spec(spec)
+    if vary == "depth" and name != "resnet":
+        raise ValueError(f"--vary depth grows a ResNet; {spec!r} is model {name!r}")
+    if vary not in ("batch", "depth"):
+        raise ValueError(f"vary must be batch or depth, got {vary!r}")
+    if multiple < 1:
+        raise ValueError(f"multiple must be >= 1, got {multiple}")
+    if vary == "depth" and params.get("depth") in BASIC:
+        raise ValueError("--vary depth grows bottleneck ResNets (depth >= 50), not "
+                         f"depth {params['depth']}")
+    options = (options or MemoryOptions()).model_copy(update={"budget_bytes": budget_bytes})
+    model = CostModel(target, table)
+    trials: dict[int, Trial] = {}
+
+    def value_of(k: int) -> int:
+        return depth_of(k) if vary == "depth" else k * multiple
+
+    def fits(k: int) -> bool:
+        if k in trials:
+            return trials[k].fits
+        value = value_of(k)
+        graph = make_training_graph(build(name, **{**params, vary: value}),
+                                    Optimizer(kind=optimizer))
+        try:
+            peak, step = peak_and_step(graph, model, options)
+        except InfeasibleBudget as e:
+            trials[k] = Trial(value=value, fits=False, smallest_bytes=e.smallest_bytes)
+            return False
+        trials[k] = Trial(value=value, fits=True, peak_bytes=peak, step_seconds=step)
+        return True
+
+    first = 6 if vary == "depth" else 1  # ResNet-50's n, or one multiple
+    best = largest(fits, first)
+    ordered = tuple(trials[k] for k in sorted(trials))
+    winner = trials.get(best) if best else None
+    return FitResult(model=name, vary=vary, value=value_of(best) if best else 0,
+                     budget_bytes=budget_bytes, target=target.name,
+                     peak_bytes=winner.peak_bytes if winner else 0,
+                     step_seconds=winner.step_seconds if winner else 0.0, trials=ordered,
+                     params={k: v for k, v in params.items() if k != vary})
+
+
+def largest(fits: Callable[[int], bool], first: int) -> int:
+    """The largest k >= first with fits(k), assuming fits is true up to some k and false
+    after; 0 when fits(first) is false. Doubles, then bisects."""
+    if not fits(first):
+        return 0
+    lo, hi = first, first * 2
+    while fits(hi):
+        lo, hi = hi, hi * 2
+        if hi > LIMIT:
+            return lo
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if fits(mid):
+            lo = mid
+        else:
+            hi = mid
+    return lo

@@ -1,0 +1,205 @@
+"""Reports of a memory-planned plan: the numbers (`memory_report`, `format_memory`) and seed
+001's Fig. 10 as SVG (`memory_svg`): device bytes over the steps of forward and backward.
+
+    GiB
+     |-------------------------------------------  naive (every tensor its own bytes)
+     |          ___
+     |     ____/   \\____                          liveness
+     |   _/  .......    \\_                        + offload
+     |  / ..'       '..   \\                       + recompute
+     | /.'   _______   '.  \\                      this plan (its budget's decisions)
+     +-------- forward ----|---- backward -------> steps
+
+Curves: `plan` is read from the plan's own buffers (live bytes while each op runs). For GPU
+stream plans whose target is a preset, the other three are replayed from the same stream:
+liveness alone, then every offload that lowers the peak, then every recompute too.
+
+Example:
+    >>> from planner.costs import CostModel
+    >>> from planner.graph.autodiff import Optimizer, make_training_graph
+    >>> from planner.memory.gpu import gpu_plan
+    >>> from planner.target import preset
+    >>> from planner.zoo import build
+    >>> g = make_training_graph(build("lenet", batch=8), Optimizer(kind="sgd"))
+    >>> p = gpu_plan(g, CostModel(preset("k40c-12gb")))
+    >>> sorted(memory_curves(p))
+    ['+ offload', '+ recompute', 'liveness', 'naive', 'plan']
+    >>> memory_svg(p).startswith("<svg")
+    True
+"""
+
+from __future__ import annotations
+
+from html import escape
+from typing import Any
+
+import numpy as np
+
+from planner.plan import Plan
+
+MiB = 1 << 20
+
+
+def plan_curve(plan: Plan) -> np.ndarray:
+    """Device bytes live while each op (by execution order) runs, from the plan's buffers."""
+    n = len(plan.ops)
+    delta = np.zeros(n + 2, dtype=np.int64)
+    for t in plan.tensors:
+        if t.placement != "device" or t.alias_of:
+            continue
+        lo, hi = max(t.first, 0), min(t.last, n - 1)
+        if hi < lo:
+            hi = lo
+        delta[lo] += t.bytes
+        delta[hi + 1] -= t.bytes
+    return np.cumsum(delta)[:n]
+
+
+def memory_curves(plan: Plan) -> dict[str, np.ndarray]:
+    """Per curve name, bytes per graph step (the plan's graph nodes in stream order)."""
+    graph = plan.graph
+    ordered = sorted(plan.ops, key=lambda o: o.order)
+    node_at = [k for k, o in enumerate(ordered) if o.name in graph.node_map]
+    curves = {"plan": plan_curve(plan)[node_at]}
+    m = plan.summary.memory
+    if m is not None:
+        curves["naive"] = np.full(len(node_at), m.naive_bytes)
+    replayed = _replayed(plan)
+    if replayed:
+        curves.update(replayed)
+    return curves
+
+
+def _replayed(plan: Plan) -> dict[str, np.ndarray]:
+    """Liveness, + offload, + recompute on a GPU stream plan's order (empty if unknown)."""
+    from planner.costs import CostModel
+    from planner.memory.budget import State
+    from planner.memory.stash import analyze
+    from planner.memory.steps import compute_steps
+    from planner.target.presets import PRESETS, preset
+
+    if not plan.target.streams or plan.target.name not in PRESETS:
+        return {}
+    target = preset(plan.target.name)
+    if not target.gpus:
+        return {}
+    graph = plan.graph
+    order = [o.name for o in sorted(plan.ops, key=lambda o: o.order) if o.name in graph.node_map]
+    stash = analyze(compute_steps(graph, CostModel(target), order))
+    out = {}
+    link = target.gpus[0].host_link_bandwidth
+    for name, offload, recompute in (("liveness", False, False), ("+ offload", True, False),
+                                     ("+ recompute", True, True)):
+        state = State(stash, link, offload=offload, recompute=recompute,
+                      host_limit=target.gpus[0].pinned_host_limit_bytes)
+        while (move := state.best_move()) is not None:
+            state.apply(move)
+        out[name] = state.profile[stash.key_of_step] + stash.persistent_bytes
+    return out
+
+
+def memory_report(plan: dict[str, Any]) -> dict[str, Any]:
+    """The memory block of `planner show --json`: the summary's numbers, added ops by kind,
+    and per-convolution algorithm counts."""
+    m = (plan.get("summary") or {}).get("memory")
+    if not m:
+        return {}
+    extra = (plan.get("memory") or {}).get("ops", [])
+    convs = (plan.get("memory") or {}).get("convs", [])
+    kinds: dict[str, int] = {}
+    for op in extra:
+        kinds[op["kind"]] = kinds.get(op["kind"], 0) + 1
+    algos: dict[str, int] = {}
+    for c in convs:
+        algos[c["algorithm"]] = algos.get(c["algorithm"], 0) + 1
+    return {**m, "added_ops": kinds, "conv_algorithms": algos,
+            "workspace_bytes": sum(c["workspace_bytes"] for c in convs)}
+
+
+def format_memory(plan: dict[str, Any]) -> str:
+    """Text lines for the plan summary ("" when memory was not planned)."""
+    r = memory_report(plan)
+    if not r:
+        return ""
+
+    def mib(key: str) -> str:
+        return f"{r[key] / MiB:,.1f} MiB"
+
+    budget = f"{r['budget_bytes'] / MiB:,.1f} MiB" if r.get("budget_bytes") else "none"
+    lines = [f"  memory      naive {mib('naive_bytes')}; liveness LOAD "
+             f"{mib('liveness_load_bytes')}; LOAD {mib('load_bytes')}",
+             f"              arena {mib('arena_bytes')} (fragmentation "
+             f"{r['fragmentation']:.2%}, {r['allocator']}); budget {budget}",
+             f"              per-op bound {mib('per_op_bound_bytes')} (resident "
+             f"{mib('resident_bytes')}); peak / bound "
+             f"{r['peak_bytes'] / max(r['per_op_bound_bytes'], 1):.3f}"]
+    if r.get("offloaded_tensors") or r.get("recompute_ops"):
+        lines.append(f"              {r['offloaded_tensors']} offloaded ({mib('host_bytes')} "
+                     f"pinned host), {r['recompute_ops']} recompute ops "
+                     f"({r['recompute_seconds'] * 1e3:.3f} ms), stalls "
+                     f"{r['stall_seconds'] * 1e3:.3f} ms")
+    if r["conv_algorithms"]:
+        algos = ", ".join(f"{k} x{v}" for k, v in sorted(r["conv_algorithms"].items()))
+        lines.append(f"              convolutions: {algos}; workspaces "
+                     f"{r['workspace_bytes'] / MiB:,.1f} MiB in all")
+    return "\n".join(lines)
+
+
+COLORS = {"naive": "#888888", "liveness": "#1f77b4", "+ offload": "#ff7f0e",
+          "+ recompute": "#2ca02c", "plan": "#d62728"}
+
+
+def memory_svg(plan: Plan, width: int = 900, height: int = 420) -> str:
+    """Seed 001 Fig. 10: device memory over the steps of forward and backward, per curve."""
+    curves = memory_curves(plan)
+    graph = plan.graph
+    from planner.graph.autodiff import node_phase
+
+    names = [o.name for o in sorted(plan.ops, key=lambda o: o.order) if o.name in graph.node_map]
+    forward = sum(1 for n in names if node_phase(graph, graph.node_map[n]) == "forward")
+    steps = len(names)
+    top = max((float(c.max()) for c in curves.values() if len(c)), default=1.0) * 1.08 or 1.0
+    left, right, up, down = 70, 170, 30, 45
+    w, h = width - left - right, height - up - down
+
+    def x(i: float) -> float:
+        return left + w * i / max(steps - 1, 1)
+
+    def y(v: float) -> float:
+        return up + h * (1 - v / top)
+
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+           f'font-family="sans-serif" font-size="12">',
+           f'<text x="{left}" y="18">{escape(graph.name)} on {escape(plan.target.name)}: '
+           f'device memory per step</text>',
+           f'<line x1="{left}" y1="{up + h}" x2="{left + w}" y2="{up + h}" stroke="black"/>',
+           f'<line x1="{left}" y1="{up}" x2="{left}" y2="{up + h}" stroke="black"/>']
+    for k in range(5):
+        v = top * k / 4
+        out.append(f'<text x="{left - 6}" y="{y(v) + 4:.1f}" text-anchor="end">'
+                   f'{v / (1 << 30):.2f}</text>')
+    out.append(f'<text x="14" y="{up + h / 2}" transform="rotate(-90 14 {up + h / 2})">'
+               f'GiB</text>')
+    if 0 < forward < steps:
+        out.append(f'<line x1="{x(forward - 0.5):.1f}" y1="{up}" x2="{x(forward - 0.5):.1f}" '
+                   f'y2="{up + h}" stroke="#bbb" stroke-dasharray="4 3"/>')
+    out.append(f'<text x="{left + w / 4}" y="{height - 12}">forward</text>')
+    out.append(f'<text x="{left + 3 * w / 4}" y="{height - 12}">backward</text>')
+    for k, (name, curve) in enumerate(sorted(curves.items(), key=lambda c: _rank(c[0]))):
+        points = " ".join(f"{x(i):.1f},{y(float(v)):.1f}" for i, v in enumerate(curve))
+        color = COLORS.get(name, "black")
+        out.append(f'<polyline fill="none" stroke="{color}" stroke-width="1.6" '
+                   f'points="{points}"/>')
+        ly = up + 16 * k + 8
+        out.append(f'<line x1="{left + w + 14}" y1="{ly}" x2="{left + w + 34}" y2="{ly}" '
+                   f'stroke="{color}" stroke-width="2"/>')
+        peak = float(curve.max()) / (1 << 30) if len(curve) else 0.0
+        out.append(f'<text x="{left + w + 40}" y="{ly + 4}">{escape(name)} '
+                   f'({peak:.2f})</text>')
+    out.append("</svg>")
+    return "\n".join(out) + "\n"
+
+
+def _rank(name: str) -> int:
+    order = ["naive", "liveness", "+ offload", "+ recompute", "plan"]
+    return order.index(name) if name in order else len(order)
