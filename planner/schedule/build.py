@@ -46,6 +46,13 @@ STRETCHES: tuple[float, ...] = ()
 # threads than the relaxation asks for, which packing losses can call for; above 1, fewer,
 # which widening into idle cores makes up for.
 RELAXED_SCALES = (0.85, 0.95, 1.0, 1.1)
+# Priorities the search tries on its final allotment besides bottom levels at the allotted
+# times: bottom levels at this blend of those and the relaxation's durations.
+PRIORITY_BLENDS = (0.5,)
+# The allotment moves try ops holding at least this share of the step's work at their
+# allotments (LSTM's softmax MatMuls, DCGAN's largest convolutions; none of ResNet's), so the
+# search stays a few list schedules on graphs of many small ops.
+MOVE_SHARE = 0.05
 
 
 def make_plan(graph: Graph, model: CostModel, options: ScheduleOptions | None = None) -> Plan:
@@ -116,9 +123,13 @@ def optimized(costs: OpCosts, preds: Sequence[Sequence[int]], op_types: Sequence
     group_min = options.group_min if options.grouping else None
 
     def run(allot: Sequence[int], use_smt: bool, jitter: Sequence[float] | None = None,
-            widen: Widen = "fill") -> tuple[float, list[Placement]]:
-        # Priority: bottom levels at the allotted times (the path the schedule will run).
-        prio = bottom_levels([times[i][allot[i] - 1] for i in range(n)], preds)
+            widen: Widen = "fill", blend: float = 0.0) -> tuple[float, list[Placement]]:
+        # Priority: bottom levels at the allotted times (the path the schedule will run), or
+        # at a blend of those and the relaxation's durations (`blend` of the latter).
+        at = [times[i][allot[i] - 1] for i in range(n)]
+        if blend:
+            at = [(1 - blend) * a + blend * d for a, d in zip(at, durations, strict=True)]
+        prio = bottom_levels(at, preds)
         if jitter is not None:
             prio = [b * j for b, j in zip(prio, jitter, strict=True)]
         return timed(list_moldable(costs, preds, prio, allot, groups, use_smt,
@@ -142,6 +153,7 @@ def optimized(costs: OpCosts, preds: Sequence[Sequence[int]], op_types: Sequence
         use_smt = results[-1][0] < results[best_at][0]
     # Refinement: ops the best schedule ran late (started after their latest start at the
     # bound's pace) get their fastest allotment.
+    best_step, best_allot = min(r[0] for r in results), allot
     widened: set[int] = set()
     for _ in range(options.refine_rounds):
         step, ps = min(results, key=lambda r: r[0])
@@ -151,10 +163,56 @@ def optimized(costs: OpCosts, preds: Sequence[Sequence[int]], op_types: Sequence
         widened |= late
         allot = [costs.best_prefix[i][-1] if i in widened else a for i, a in enumerate(allot)]
         results.append(run(allot, use_smt, widen=widen))
+        if results[-1][0] < best_step:
+            best_step, best_allot = results[-1][0], allot
+    # Allotment moves: the heaviest ops' thread counts, one op at a time, kept where the whole
+    # schedule gets shorter (a long op on all cores can leave room for one that would otherwise
+    # run later beside the critical path, as LSTM's two softmax gradient MatMuls).
+    allot = best_allot
+    runs = options.allot_moves
+    for i in heaviest(costs, allot, MOVE_SHARE):
+        if runs <= 0:
+            break
+        for k in moves(costs, i, allot[i])[:runs]:
+            runs -= 1
+            tried = [k if j == i else a for j, a in enumerate(allot)]
+            results.append(run(tried, use_smt, widen="fill"))
+            if results[-1][0] < best_step * (1 - 1e-9):
+                best_step, allot = results[-1][0], tried
+                break
+    if len(durations) == n:
+        for blend in PRIORITY_BLENDS:
+            results.append(run(allot, use_smt, widen="fill", blend=blend))
     rng = np.random.default_rng(0)
     for _ in range(options.search_rounds):
         results.append(run(allot, use_smt, 1.0 + 0.1 * rng.random(n), widen))
     return min(results + baselines, key=lambda r: r[0])[1]
+
+
+def heaviest(costs: OpCosts, allot: Sequence[int], share: float) -> list[int]:
+    """Node indices whose core-seconds at their allotment are at least `share` of all nodes',
+    largest first (ties: lower index)."""
+    work = [costs.time_lists[i][a - 1] * a for i, a in enumerate(allot)]
+    least = share * sum(work)
+    return sorted((i for i in range(len(allot)) if work[i] >= least), key=lambda i: (-work[i], i))
+
+
+def moves(costs: OpCosts, i: int, k: int) -> list[int]:
+    """Thread counts the allotment search tries for node i now on k: half (room for a
+    co-running op), its fastest count, and half again as many; distinct, without k.
+
+    >>> import numpy as np
+    >>> c = OpCosts(times=(np.array([4.0, 2.0, 1.5, 1.4]),), affinity=(("compact",) * 4,),
+    ...             keys=("a",), analytical=())
+    >>> moves(c, 0, 2)
+    [1, 4, 3]
+    """
+    cores = len(costs.time_lists[i])
+    out: list[int] = []
+    for m in (max(1, k // 2), costs.best_prefix[i][-1], min(cores, -(-3 * k // 2))):
+        if m != k and m not in out:
+            out.append(m)
+    return out
 
 
 def top_levels(times: Sequence[float], preds: Sequence[Sequence[int]]) -> list[float]:

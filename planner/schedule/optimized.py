@@ -28,9 +28,12 @@ One list schedule (`list_moldable`, phase 2):
 
 The search (`optimized` in build.py) list-schedules every candidate allotment, tries SMT on the
 best, refines it by giving ops the best schedule ran late their fastest count
-(`refine_rounds`), perturbs its priorities (`search_rounds`, seeded: plans stay byte-identical),
-and keeps the best simulated plan; the uniform and paper schedules are candidates too, so the
-result never loses to either.
+(`refine_rounds`), moves the thread counts of the heaviest ops one at a time (half, fastest,
+half again; `allot_moves` schedules at most, kept where the step shortens: a long op that
+holds every core can leave room for an independent one to run beside it instead of later),
+tries priorities blended with the relaxation's durations, perturbs its priorities
+(`search_rounds`, seeded: plans stay byte-identical), and keeps the best simulated plan; the
+uniform and paper schedules are candidates too, so the result never loses to either.
 
 Example:
     >>> allotment(__import__("numpy").array([4.0, 2.0, 1.9, 1.8]), 1.2)

@@ -7,8 +7,9 @@ Strategies (`planner plan --strategy`):
                of a grid over both (`grid=True`, the seed's "manual optimization")
     paper      seed 002, Section III-D, Strategies 1-4 as written
     optimized  list scheduling of moldable ops by bottom level with allotments from the lower
-               bound's relaxation (CPA-style), allotment refinement, a bounded local search,
-               and one group node per batch of small independent same-type ops
+               bound's relaxation (CPA-style), allotment refinement, moves of the heaviest ops'
+               thread counts, a bounded local search, and one group node per batch of small
+               independent same-type ops
 
 Example:
     >>> ScheduleOptions(strategy="paper").candidates
@@ -67,6 +68,10 @@ class ScheduleOptions(Record):
     stretch: float = Field(default=2.5, ge=1.0)
     # Rounds of allotment refinement (re-run with the critical path's ops widened).
     refine_rounds: int = Field(default=2, ge=0)
+    # Allotment moves: at most this many list schedules, each with the thread count of one op
+    # holding >= 5% of the work (build.MOVE_SHARE) halved, made fastest or raised by half;
+    # a move is kept where the step gets shorter.
+    allot_moves: int = Field(default=8, ge=0)
     # Local search: list-schedule again under this many perturbed priority orders; keep the best.
     search_rounds: int = Field(default=1, ge=0)
     # Group at least this many independent ready ops of one signature into one parallel loop.

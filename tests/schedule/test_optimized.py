@@ -5,8 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from planner.schedule import ScheduleOptions
+from planner.schedule.build import heaviest, moves, optimized
 from planner.schedule.costs import OpCosts
 from planner.schedule.optimized import WIDEN, list_moldable, relaxed_allotment
+from planner.schedule.placement import in_order
+from planner.schedule.simulate import simulate
 
 GROUPS = ((0, 1), (2, 3))
 
@@ -39,3 +43,38 @@ def test_fill_leaves_the_other_ready_ops_their_allotments():
     threads = {p.nodes[0]: p.threads for p in ps}
     # op 0 takes what ops 1 and 2 leave (two cores); they keep one core each
     assert threads == {0: 2, 1: 1, 2: 1}
+
+
+def test_moves_halve_make_fastest_and_raise_by_half_within_the_cores():
+    c = curves([4.0, 2.2, 1.6, 1.3])
+    assert moves(c, 0, 2) == [1, 4, 3]
+    assert moves(c, 0, 4) == [2]  # 4 is already the fastest and 6 threads do not exist
+    assert moves(c, 0, 1) == [4, 2]  # half of one thread is one thread: not a move
+
+
+def test_heaviest_keeps_the_ops_holding_a_share_of_the_work_largest_first():
+    c = curves([4.0, 2.2, 1.6, 1.3], [1.0, 0.6, 0.5, 0.45], [4.0, 2.2, 1.6, 1.3])
+    # core-seconds at allotments [4, 1, 1]: 5.2, 1.0, 4.0 of 10.2
+    assert heaviest(c, [4, 1, 1], 0.2) == [0, 2]
+    assert heaviest(c, [4, 1, 1], 0.0) == [0, 2, 1]
+
+
+def test_allotment_moves_let_two_independent_ops_share_the_cores():
+    # Two independent ops, each fastest on all 4 cores (1.3 s): one after the other take 2.6 s;
+    # halving one lets both run side by side in 2.2 s, which only the moves find here (every
+    # candidate allotment is the fastest one, and uniform and paper run them one at a time).
+    c = curves([4.0, 2.2, 1.6, 1.3], [4.0, 2.2, 1.6, 1.3])
+    preds = ((), ())
+
+    def timed(ps):
+        ps = in_order(ps)
+        return simulate(ps, preds, 4, 1.9).step_seconds, ps
+
+    def step(allot_moves: int) -> float:
+        opts = ScheduleOptions(stretch=1.0, refine_rounds=0, search_rounds=0,
+                               allot_moves=allot_moves, grouping=False)
+        ps = optimized(c, preds, ["A", "B"], GROUPS, False, 4, opts, timed)
+        return simulate(ps, preds, 4, 1.9).step_seconds
+
+    assert step(0) == pytest.approx(2.6)
+    assert step(8) == pytest.approx(2.2)
