@@ -28,6 +28,9 @@ def add_plan_commands(sub: Any) -> None:
     p.add_argument("--intra", type=int, help="uniform: threads per op")
     p.add_argument("--inter", type=int, help="uniform: ops at a time")
     p.add_argument("--grid", action="store_true", help="uniform: best of an intra x inter grid")
+    p.add_argument("--memory-budget", metavar="BYTES",
+                   help="device memory budget, e.g. 11GiB: recompute, offload and convolution "
+                        "workspaces are chosen to fit it (default: no budget)")
     p.add_argument("-o", "--output", required=True, metavar="FILE")
     p.add_argument("--force", action="store_true", help="overwrite an existing different FILE")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
@@ -37,6 +40,9 @@ def add_plan_commands(sub: Any) -> None:
     s.add_argument("plan", metavar="PLAN")
     s.add_argument("--json", action="store_true")
     s.add_argument("--timeline", metavar="SVG", help="write a Gantt chart of cores over time")
+    s.add_argument("--memory", metavar="SVG",
+                   help="write memory over the step's ops: naive, liveness, + offload, "
+                        "+ recompute (seed 001's Fig. 10)")
     s.add_argument("--force", action="store_true")
     s.set_defaults(run=run_show)
 
@@ -58,7 +64,8 @@ def run_plan(args: argparse.Namespace) -> int:
 
     from planner.costs import CostModel, load_table
     from planner.load import load_graph, write_text
-    from planner.schedule import ScheduleOptions, make_plan
+    from planner.memory.cli import plan_with_memory
+    from planner.schedule import ScheduleOptions
     from planner.target.presets import load_target
 
     graph = load_graph(args.graph)
@@ -79,7 +86,7 @@ def run_plan(args: argparse.Namespace) -> int:
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        plan = make_plan(graph, model, options)
+        plan = plan_with_memory(graph, model, options, args.memory_budget)
     write_text(args.output, plan.to_json(), force=args.force)
     if args.json:
         print(json.dumps(plan.summary.model_dump(mode="json"), indent=2, sort_keys=True))
@@ -105,6 +112,7 @@ def _read_json(path: str) -> dict[str, Any]:
 
 def run_show(args: argparse.Namespace) -> int:
     from planner.load import write_text
+    from planner.memory.report import format_memory, memory_report, memory_svg
     from planner.plan import load_plan
     from planner.schedule.timeline import timeline_svg
 
@@ -112,13 +120,19 @@ def run_show(args: argparse.Namespace) -> int:
     data = plan.model_dump(mode="json", by_alias=True)
     if args.timeline:
         write_text(args.timeline, timeline_svg(data), force=args.force)
+    if args.memory:
+        write_text(args.memory, memory_svg(plan), force=args.force)
     if args.json:
-        print(json.dumps({"summary": data["summary"], "by_type": by_type(data)}, indent=2,
-                         sort_keys=True))
+        print(json.dumps({"summary": data["summary"], "by_type": by_type(data),
+                          "memory": memory_report(data)}, indent=2, sort_keys=True))
     else:
         print(format_summary(data))
-        if args.timeline:
-            print(f"wrote {args.timeline}")
+        memory = format_memory(data)
+        if memory:
+            print(memory)
+        for path in (args.timeline, args.memory):
+            if path:
+                print(f"wrote {path}")
     return 0
 
 

@@ -109,6 +109,9 @@ def verify_plan_data(plan: dict[str, Any], node_names: list[str] | None = None) 
     if summary.get("lower_bound_seconds", 0.0) > step + TOLERANCE:
         problems.append(f"summary lower bound {summary['lower_bound_seconds']} exceeds the "
                         f"step time {step}")
+    from planner.memory.verify import verify_memory_data  # arena rules, checked pair by pair
+
+    problems += verify_memory_data(plan)
     return problems
 
 

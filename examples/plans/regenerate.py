@@ -1,4 +1,4 @@
-"""Regenerate the committed example plans: a few zoo models on the CPU presets.
+"""Regenerate the committed example plans: a few zoo models on two CPU presets and a GPU one.
 
     python examples/plans/regenerate.py          # rewrite every plan here
     python examples/plans/regenerate.py --check  # exit 1 if any committed plan is stale
@@ -17,7 +17,7 @@ from pathlib import Path
 from planner.costs import CostModel
 from planner.graph.autodiff import make_training_graph
 from planner.graph.optimizer import Optimizer
-from planner.schedule.build import make_plan
+from planner.memory.cli import plan_with_memory
 from planner.schedule.options import ScheduleOptions
 from planner.target import preset
 from planner.zoo import from_spec
@@ -28,7 +28,7 @@ MODELS = {
     "resnet18-b16": "zoo:resnet?depth=18&batch=16&image=64",
     "dcgan-b8": "zoo:dcgan?batch=8",
 }
-TARGETS = ("knl-7250", "xeon-8180")
+TARGETS = ("knl-7250", "xeon-8180", "k40c-12gb")
 
 
 def plans() -> dict[Path, str]:
@@ -36,7 +36,7 @@ def plans() -> dict[Path, str]:
     for label, spec in MODELS.items():
         graph = make_training_graph(from_spec(spec), Optimizer(kind="sgd"))
         for target in TARGETS:
-            plan = make_plan(graph, CostModel(preset(target)), ScheduleOptions())
+            plan = plan_with_memory(graph, CostModel(preset(target)), ScheduleOptions())
             out[HERE / f"{label}.{target}.plan.json"] = plan.to_json()
     return out
 

@@ -9,8 +9,9 @@ never overlap. Several greedy heuristics run; the smallest arena wins.
     first-fit-size     largest first, each at the lowest offset that holds it
     first-fit-start    in order of first write, each at the lowest fitting offset: what a
                        dynamic allocator would do
-    perturbed-size     a seeded multi-start around greedy by size (noisy size orders, best
-                       and first fit), as many tries as a fixed work budget allows
+    perturbed-size     a seeded multi-start around greedy by size (noisy size, area, size
+                       class and start orders; best and first fit), as many tries as a fixed
+                       work budget allows
 
 The result is checked against LOAD, the peak of live bytes (a lower bound on any arena):
 fragmentation = arena / LOAD - 1.
@@ -194,20 +195,34 @@ def first_fit_size(blocks: Sequence[Block], alignment: int) -> tuple[list[Offset
 
 # Work (blocks x orders) the perturbed search may spend; small problems get the most tries.
 SEARCH_WORK = 40_000
-SEARCH_TRIES = 24
+SEARCH_TRIES = 256
 
 
 def perturbed_size(blocks: Sequence[Block], alignment: int) -> tuple[list[Offset], Bytes]:
-    """Best and first fit over size orders with seeded random noise (sizes scaled by up to
-    1.5x before sorting): a small, deterministic multi-start search around greedy by size."""
+    """A seeded multi-start around greedy by size: orders by size scaled by random noise (up
+    to 2x), by size x lifetime with noise, by coarse size classes in random order, and by
+    first write with jitter, each placed by best and by first fit; the best arena wins."""
     n = len(blocks)
-    tries = min(SEARCH_TRIES, SEARCH_WORK // max(n, 1))
+    tries = min(SEARCH_TRIES, SEARCH_WORK // max(n, 1), 2 * n)
     best: tuple[list[Offset], Bytes] | None = None
     rng = np.random.default_rng(n)
     sizes = np.array([b.size for b in blocks], dtype=float)
+    spans = np.array([b.end - b.start for b in blocks], dtype=float)
+    starts = np.array([b.start for b in blocks], dtype=float)
+    classes = np.round(np.log2(np.maximum(sizes, 1)))
+    span = float(spans.max()) if n else 1.0
     for k in range(tries):
-        noise = 1.0 + 0.5 * rng.random(n)
-        order = [int(i) for i in np.lexsort((np.arange(n), -sizes * noise))]
+        noise = rng.random(n)
+        kind = (k // 2) % 4
+        if kind == 0:
+            key = -sizes * (1.0 + noise)
+        elif kind == 1:
+            key = -sizes * spans * (1.0 + noise)
+        elif kind == 2:
+            key = -classes - 0.999 * noise  # classes in order, random within a class
+        else:
+            key = starts + 0.01 * span * noise
+        order = [int(i) for i in np.lexsort((np.arange(n), key))]
         found = _place(blocks, order, alignment, best_fit=bool(k % 2))
         if best is None or found[1] < best[1]:
             best = found

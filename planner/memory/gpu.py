@@ -159,17 +159,19 @@ def decide(state: State, options: MemoryOptions, smallest: bool = True) -> Place
     if budget is None:
         return lay(state, options)
     loads: list[int] = []
-    laid: dict[int, Placed] = {}
+    # The layout of the state `fits` saw last: cheapest_stop returns right after a fit.
+    last: list[Placed] = []
 
     def fits(s: State) -> bool:
-        laid[id(s)] = lay(s, options)
-        return laid[id(s)].arena <= budget
+        last[:] = [lay(s, options)]
+        return last[0].arena <= budget
 
     while True:
         loads.append(state.load())
         stop = cheapest_stop(state, budget, fits)
         if stop is not None:
-            return laid[id(stop)]
+            assert last and last[0].state is stop
+            return last[0]
         move = state.best_move()
         if move is None:
             if not smallest:
@@ -182,8 +184,13 @@ def decide(state: State, options: MemoryOptions, smallest: bool = True) -> Place
 
 
 def lay(state: State, options: MemoryOptions) -> Placed:
+    """Materialize and place a state. Under a budget this runs inside the search over states,
+    so the seeded multi-start heuristic (the slowest) is left out there."""
     m = materialize(state)
-    offsets, arena, host, heuristic = place(m.buffers, options.alignment, options.heuristics)
+    heuristics = options.heuristics
+    if options.budget_bytes is not None:
+        heuristics = tuple(h for h in heuristics if h != "perturbed-size") or heuristics
+    offsets, arena, host, heuristic = place(m.buffers, options.alignment, heuristics)
     return Placed(state, m, offsets, arena, host, heuristic)
 
 

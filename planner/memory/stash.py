@@ -231,7 +231,7 @@ def analyze(steps: ComputeSteps, strategy: str = "cost-aware") -> Stash:
     operand = [sum(uses[t].bytes for t in dict.fromkeys([*n.inputs, *n.outputs]) if t in uses)
                for n in steps.nodes]
     bottleneck = max(operand, default=0)
-    segments = [_segment(k, sorted(g, key=lambda t: uses[t].writer), stashed, uses, steps,
+    segments = [_segment(k, sorted(g, key=lambda t: (uses[t].writer, t)), stashed, uses, steps,
                          producer, operand, bottleneck, strategy)
                 for k, g in enumerate(groups)]
     stash = Stash(steps=steps, uses=uses, stashed=stashed, checkpoints=checkpoints,

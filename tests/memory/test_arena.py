@@ -48,7 +48,7 @@ def test_every_heuristic_is_sound(blocks, alignment):
                     (name, i, j)
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=15, deadline=None)
 @given(block_lists())
 def test_allocate_keeps_the_smallest(blocks):
     best = allocate(blocks)

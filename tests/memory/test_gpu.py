@@ -152,3 +152,12 @@ def test_plan_memory_keeps_a_gpu_plans_order(alexnet):
     assert nodes == [o.name for o in p.ops if o.name in alexnet.node_map]
     with pytest.raises(ValueError, match="needs its target"):
         plan_memory(p, options=options(budget))
+
+
+def test_plans_are_deterministic_and_round_trip(alexnet):
+    from planner.plan import Plan
+
+    budget = smallest(alexnet)
+    a = gpu_plan(alexnet, MODEL, options(budget))
+    assert a.to_json() == gpu_plan(alexnet, MODEL, options(budget)).to_json()
+    assert Plan.from_json(a.to_json()) == a
