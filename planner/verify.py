@@ -45,12 +45,15 @@ def verify_plan_data(plan: dict[str, Any], node_names: list[str] | None = None) 
                             f"order {op['order']}")
         orders[op["order"]] = op["name"]
     if node_names is not None:
+        # Memory planning adds ops of its own (recompute, offload, prefetch); it declares them.
+        added = {m.get("name") for m in (plan.get("memory") or {}).get("ops", [])}
         for name in node_names:
             if name not in by_name:
                 problems.append(f"op {name!r} of the graph is not scheduled")
         for name in by_name:
-            if name not in node_names:
-                problems.append(f"op {name!r} is not in the graph")
+            if name not in node_names and name not in added:
+                problems.append(f"op {name!r} is neither in the graph nor added by memory "
+                                f"planning")
     for op in ops:
         name = op["name"]
         if op["end"] < op["start"]:

@@ -44,3 +44,25 @@ def test_uniform_lanes_and_bad_input(tmp_path, capsys):
     bad.write_text("{}")
     assert run("verify", str(bad)) == 1
     assert run("show", str(bad)) == 2
+
+
+def test_memory_budget_plan_show_and_fit_through_the_command(tmp_path, capsys):
+    plan, svg = str(tmp_path / "g.plan.json"), str(tmp_path / "m.svg")
+    spec = "zoo:alexnet?batch=8&image=63&classes=4"
+    assert run("plan", spec, "--train", "sgd", "--target", "k40c-12gb", "-o", plan) == 0
+    capsys.readouterr()
+    assert run("show", plan, "--json") == 0
+    free = json.loads(capsys.readouterr().out)["summary"]["memory"]
+    budget = (free["per_op_bound_bytes"] + free["liveness_load_bytes"]) // 2
+    assert run("plan", spec, "--train", "sgd", "--target", "k40c-12gb", "--memory-budget",
+               str(budget), "-o", plan, "--force") == 0
+    assert run("verify", plan) == 0
+    assert run("show", plan, "--memory", svg) == 0
+    assert open(svg).read().startswith("<svg")
+    capsys.readouterr()
+    assert run("show", plan, "--json") == 0
+    tight = json.loads(capsys.readouterr().out)["summary"]["memory"]
+    assert tight["arena_bytes"] <= budget < free["arena_bytes"]
+    code = run("plan", spec, "--train", "sgd", "--target", "k40c-12gb", "--memory-budget",
+               "1KiB", "-o", plan, "--force")
+    assert code == 2 and "smallest" in capsys.readouterr().err
