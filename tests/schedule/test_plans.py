@@ -12,19 +12,7 @@ from planner.plan import Plan
 from planner.schedule import ScheduleOptions, make_plan
 from planner.verify import verify_plan_text
 from tests.schedule.conftest import toy_target, training
-
-SMALL = {
-    "mlp": dict(batch=2, hidden=[4], in_features=3, classes=2),
-    "lenet": dict(batch=2, image=8, width=0.5),
-    "alexnet": dict(batch=1, image=63, width=0.0625, classes=5),
-    "vgg16": dict(batch=1, image=32, width=0.0625, classes=5),
-    "resnet": dict(batch=2, image=32, width=0.125, depth=18, classes=5),
-    "inception_v3": dict(batch=1, image=16, width=0.0625, classes=5),
-    "densenet": dict(batch=2, image=32, width=0.125, classes=5),
-    "wide_deep": dict(batch=4, tables=5, vocab=[7, 3, 5, 2, 9], dim=3, hidden=[8, 4]),
-    "dcgan": dict(batch=2, image=8, width=0.0625, nz=4),
-    "lstm": dict(batch=2, seq=3, hidden=4, vocab=11),
-}
+from tests.zoo.test_models import SMALL  # the zoo's small configurations, shared
 
 
 def plan(graph, target, **options) -> Plan:
