@@ -7,6 +7,9 @@
     differentiate    copy the forward nodes, then walk them backwards calling each op's gradient
                      rule (planner/ops), summing the gradients of a tensor read several times
     emit_updates     one update node per trainable param (SGD, ApplyMomentum, ApplyAdam)
+    batch_weight_gradients
+                     a weight's gradient summed over many GEMMs (an RNN's time steps) becomes
+                     one GEMM over the concatenated rows (planner/graph/weight_grads.py)
     mark_in_place    next values of params, optimizer state and BatchNorm running statistics
                      carry `updates=<persistent tensor>` and its role
 
@@ -65,6 +68,7 @@ from planner.graph.builder import GraphBuilder
 from planner.graph.ir import Graph, Node, Tensor
 from planner.graph.optimizer import Optimizer
 from planner.graph.validate import check_graph, normalize_attrs
+from planner.graph.weight_grads import batch_weight_gradients
 from planner.ops import TensorType, get_op
 
 # Ops whose scalar output is a training loss (a mean over the batch).
@@ -104,7 +108,8 @@ def make_training_graph(graph: Graph, optimizer: Optimizer) -> Graph:
                             f"(params: {params[:5]}{' ...' if len(params) > 5 else ''})")
     updated = _emit_updates(b, graph, grads, optimizer)
     marks = {**_running_stat_updates(graph), **updated}
-    return _mark_in_place(b.build(outputs=graph.outputs, kind="training"), graph, marks)
+    built = batch_weight_gradients(b.build(outputs=graph.outputs, kind="training"))
+    return _mark_in_place(built, graph, marks)
 
 
 def gradients(graph: Graph, wrt: Sequence[str] | None = None,
@@ -141,7 +146,8 @@ def gradients(graph: Graph, wrt: Sequence[str] | None = None,
                  for y in of}
     grads = _differentiate(b, graph, wrt, seeds)
     outputs = list(dict.fromkeys([*graph.outputs, *(g for g in grads.values() if g)]))
-    return _mark_in_place(b.build(outputs=outputs, kind="training"), graph, {}), grads
+    built = batch_weight_gradients(b.build(outputs=outputs, kind="training"))
+    return _mark_in_place(built, graph, {}), grads
 
 
 def find_loss(graph: Graph) -> str:
