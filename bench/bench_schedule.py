@@ -5,8 +5,8 @@ planning time, on knl-7250 with the analytical cost model (training graphs, SGD)
 
 Columns: uniform (68 threads, one op at a time), best uniform grid (intra x inter), paper
 (seed 002 Strategies 1-4), optimized; DESIGN.md's bound max(critical path, area); the plan's
-lower bound (that and the allotment bound, planner.schedule.bound); optimized over each; planning
-seconds of optimized. Times are simulated milliseconds per step.
+lower bound (the largest of that, the allotment bound and the cut bound, planner.schedule.bound);
+optimized over each; planning seconds of optimized. Times are simulated milliseconds per step.
 """
 
 from __future__ import annotations

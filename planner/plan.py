@@ -110,9 +110,11 @@ class Summary(Record):
     ratio: float
     critical_path_seconds: Seconds
     area_bound_seconds: Seconds
-    # The bound charging path length and work together (planner.schedule.bound); the lower
-    # bound is the largest of the three terms. 0 in plans from before it existed.
+    # The bound charging path length and work together, and the one that also keeps a phase's
+    # idle cores from the next (planner.schedule.bound); the lower bound is the largest of the
+    # four terms. 0 in plans from before they existed.
     allotment_bound_seconds: Seconds = 0.0
+    cut_bound_seconds: Seconds = 0.0
     # Busy core-seconds / (cores x step) of the physical cores.
     utilization: float
     # Seed 002 Fig. 4: ops running, averaged over the start and finish events.

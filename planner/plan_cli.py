@@ -156,7 +156,8 @@ def format_summary(plan: dict[str, Any]) -> str:
              f"  step        {s['step_seconds'] * 1e3:.3f} ms",
              f"  lower bound {s['lower_bound_seconds'] * 1e3:.3f} ms (critical path "
              f"{s['critical_path_seconds'] * 1e3:.3f}, area {s['area_bound_seconds'] * 1e3:.3f}"
-             f", allotment {s.get('allotment_bound_seconds', 0.0) * 1e3:.3f})"
+             f", allotment {s.get('allotment_bound_seconds', 0.0) * 1e3:.3f}"
+             f", cut {s.get('cut_bound_seconds', 0.0) * 1e3:.3f})"
              f"; ratio {s['ratio']:.3f}",
              f"  utilization {s['utilization']:.1%}; mean co-running ops {s['mean_corun']:.2f}"]
     if s.get("analytical_signatures"):

@@ -2,7 +2,7 @@
 
     costs      every op's time at every thread count       (costs.op_costs)
     deps       data and in-place dependencies              (deps.predecessors)
-    bound      critical path, area and allotment bounds    (bound.lower_bound)
+    bound      critical path, area, allotment and cut bounds (bound.lower_bound)
     schedule   the strategy's placements                    (uniform, paper, optimized; the
                optimized search uses the bound's relaxation and keeps each candidate's run)
     simulate   real start and end times, utilisation        (simulate.simulate)
@@ -28,7 +28,7 @@ from planner import __version__
 from planner.costs import CostModel
 from planner.graph.ir import Graph
 from planner.plan import Edge, OpPlan, Plan, PlanProvenance, PlanTarget, Summary, digest
-from planner.schedule.bound import bottom_levels, capacity, lower_bound
+from planner.schedule.bound import bottom_levels, capacity, lower_bound, top_levels
 from planner.schedule.costs import OpCosts, op_costs
 from planner.schedule.deps import predecessors
 from planner.schedule.optimized import Widen, allot_all, list_moldable, relaxed_allotment
@@ -215,16 +215,6 @@ def moves(costs: OpCosts, i: int, k: int) -> list[int]:
     return out
 
 
-def top_levels(times: Sequence[float], preds: Sequence[Sequence[int]]) -> list[float]:
-    """Per node, the longest path from the graph's start to the node's start."""
-    top = [0.0] * len(preds)
-    for i, ps in enumerate(preds):
-        for p in ps:
-            if top[i] < top[p] + times[p]:
-                top[i] = top[p] + times[p]
-    return top
-
-
 def _late_ops(ps: list[Placement], bottom: Sequence[float], step: float) -> set[int]:
     # A node's latest start that still meets `step` at its fastest pace is step - bottom.
     return {v for p in ps for v in p.nodes if p.start > step - bottom[v] + 1e-12}
@@ -265,7 +255,7 @@ def assemble(graph: Graph, model: CostModel, options: ScheduleOptions, costs: Op
         strategy=options.strategy, step_seconds=step, lower_bound_seconds=bound.seconds,
         ratio=step / bound.seconds if bound.seconds else 1.0,
         critical_path_seconds=bound.critical_path, area_bound_seconds=bound.area,
-        allotment_bound_seconds=bound.allotment,
+        allotment_bound_seconds=bound.allotment, cut_bound_seconds=bound.cut,
         utilization=sim.utilization, mean_corun=sim.mean_corun, ops=len(ops),
         analytical_signatures=len(costs.analytical))
     provenance = PlanProvenance(

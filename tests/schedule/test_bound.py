@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -48,7 +49,7 @@ def test_bound_is_below_any_list_schedule_and_above_design_terms(instance, smt):
     cap = capacity(CORES, 2, SLOWDOWN)
     b = lower_bound(costs, preds, cap)
     assert b.allotment >= max(b.critical_path, b.area) * (1 - 1e-12)
-    assert b.seconds == max(b.critical_path, b.area, b.allotment)
+    assert b.seconds == max(b.critical_path, b.area, b.allotment, b.cut)
     ps = in_order(list_moldable(costs, preds, priority, allot, GROUPS, smt, SLOWDOWN, None))
     step = simulate(ps, preds, CORES, SLOWDOWN).step_seconds
     assert b.seconds <= step * (1 + 1e-9)
@@ -64,6 +65,18 @@ def test_allotment_bound_charges_path_and_work_together():
     # best: both chains side by side on two cores each, 2 x 2.1 s = 4.2 s; the bound is
     # between the old terms and that
     assert 4.0 < b.seconds <= 4.2 + 1e-9
+
+
+def test_cut_bound_keeps_idle_cores_of_one_phase_from_the_next():
+    # a: 1 s whatever its threads; b after it, 0.1 s; then four independent ops of 1 core-second
+    # each, perfectly parallel. Best: 1 + 0.1 + 4 / 4 = 2.1 s. The global terms let the four
+    # use the cores a leaves idle; the cut at b does not.
+    serial, tiny, parallel = [1.0] * CORES, [0.1] * CORES, [1.0 / k for k in range(1, CORES + 1)]
+    costs = curves([serial, tiny, parallel, parallel, parallel, parallel])
+    preds = ((), (0,), (1,), (1,), (1,), (1,))
+    b = lower_bound(costs, preds, capacity=4.0)
+    assert max(b.critical_path, b.area, b.allotment) < 1.9
+    assert b.cut == pytest.approx(2.1) and b.seconds == b.cut
 
 
 def test_work_hull_is_convex_and_ends_at_least_work():
