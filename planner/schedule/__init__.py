@@ -3,7 +3,7 @@
     options.py     ScheduleOptions: the strategy and every heuristic switch
     costs.py       per-op time curves from the cost model (computed once per signature)
     deps.py        data and in-place dependencies
-    bound.py       lower bounds: critical path, area, and the allotment relaxation
+    bound.py       lower bounds: critical path, area, the allotment relaxation, the cut bound
     cores.py       concrete cores honouring cache groups (compact / spread)
     engine.py      the event loop the strategies share
     uniform.py     TensorFlow's uniform intra/inter setting and its grid
