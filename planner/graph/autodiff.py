@@ -31,14 +31,21 @@ Layout of a training graph (node order is a topological order, deterministic for
                          named `grad/<tensor>/sum`
     update/...           after every backward node, so every reader of a param's old value runs
                          before it is overwritten: `update/step/increment` (Adam's step count, once,
-                         first) then one node per param in graph order, `update/<param>/<op>`
+                         first) then one node per param in graph order, `update/<param>/<op>`,
+                         and last `update/rng/step/increment` when the graph has Dropout
 
     tensor                   role              updates
     optim/<param>/<slot>     optimizer-state   -            (init zeros; slot: velocity | m | v)
     optim/step               optimizer-state   -            (float32 scalar, Adam only)
+    rng/step                 state             -            (int64 scalar, zeros; Dropout only)
     update/<param>           param             <param>
     update/<param>/<slot>    optimizer-state   optim/<param>/<slot>
     update/step              optimizer-state   optim/step
+    update/rng/step          state             rng/step
+
+Dropout: every Dropout node without a step input is given `rng/step`, the count of training
+steps taken, so each step draws a fresh mask (planner/ops/dropout.py) and its DropoutGrad
+recomputes the same one; the count is saved and restored with the rest of the state.
 
 BatchNorm running statistics: a forward BatchNorm with training=True writes new running statistics
 (outputs 1 and 2). This pass, not the zoo, marks them as in-place updates of the running_mean and
@@ -75,7 +82,10 @@ from planner.ops import TensorType, get_op
 LOSS_OPS: frozenset[str] = frozenset({"SoftmaxCrossEntropy", "SigmoidBCE", "MSE"})
 
 # Name prefixes the training graph reserves for what this pass adds.
-RESERVED_SCOPES: tuple[str, ...] = ("grad/", "update/", "optim/")
+RESERVED_SCOPES: tuple[str, ...] = ("grad/", "update/", "optim/", "rng/")
+
+# The training step counter Dropout nodes read for a fresh mask each step (planner/ops/dropout.py).
+DROPOUT_STEP = "rng/step"
 
 PHASES: tuple[str, ...] = ("forward", "backward", "update")
 
@@ -98,7 +108,7 @@ def make_training_graph(graph: Graph, optimizer: Optimizer) -> Graph:
     on the path, reserved names in use), GraphError (the forward graph breaks a rule) and
     GraphBuildError (a gradient rule emitted a node that breaks its op's shape rule).
     """
-    graph = _prepare(graph)
+    graph = add_dropout_step(_prepare(graph))
     loss = find_loss(graph)
     params = [t.name for t in graph.by_role("param")]
     b = _copy_forward(graph)
@@ -107,6 +117,10 @@ def make_training_graph(graph: Graph, optimizer: Optimizer) -> Graph:
         raise AutodiffError(f"graph {graph.name!r}: the loss {loss!r} depends on no param "
                             f"(params: {params[:5]}{' ...' if len(params) > 5 else ''})")
     updated = _emit_updates(b, graph, grads, optimizer)
+    if DROPOUT_STEP in graph.tensor_map:
+        b.op_n("Increment", [DROPOUT_STEP], {"by": 1.0}, name=f"update/{DROPOUT_STEP}/increment",
+               outputs=[f"update/{DROPOUT_STEP}"])
+        updated[f"update/{DROPOUT_STEP}"] = DROPOUT_STEP
     marks = {**_running_stat_updates(graph), **updated}
     built = batch_weight_gradients(b.build(outputs=graph.outputs, kind="training"))
     return _mark_in_place(built, graph, marks)
@@ -168,14 +182,14 @@ def find_loss(graph: Graph) -> str:
 def node_phase(graph: Graph, node: Node) -> str:
     """"forward", "backward" or "update": what part of a training step a node belongs to.
 
-    Backward nodes write gradients (role "grad"); update nodes write the next value of a param or
-    of optimizer state; everything else (a BatchNorm updating its running statistics included)
-    is forward.
+    Backward nodes write gradients (role "grad"); update nodes write nothing but next values of
+    persistent tensors (params, optimizer state, the dropout step); everything else (a BatchNorm
+    updating its running statistics beside its output included) is forward.
     """
     outs = [graph.tensor(o) for o in node.outputs]
     if any(t.role == "grad" for t in outs):
         return "backward"
-    if any(t.updates is not None and t.role in ("param", "optimizer-state") for t in outs):
+    if all(t.updates is not None for t in outs):
         return "update"
     return "forward"
 
@@ -287,6 +301,18 @@ def _prepare(graph: Graph) -> Graph:
             raise AutodiffError(f"graph {graph.name!r}: name {name!r} is under a scope that "
                                 f"training graphs reserve ({', '.join(RESERVED_SCOPES)})")
     return graph
+
+
+def add_dropout_step(graph: Graph) -> Graph:
+    """Dropout nodes without a step input read DROPOUT_STEP (int64 scalar, role state, zeros),
+    so each training step draws a fresh mask; the graph is unchanged when there are none.
+    (make_training_graph's first pass; public so other runtimes can run the same forward.)"""
+    nodes = [n.model_copy(update={"inputs": (*n.inputs, DROPOUT_STEP)})
+             if n.op == "Dropout" and len(n.inputs) == 1 else n for n in graph.nodes]
+    if nodes == list(graph.nodes):
+        return graph
+    counter = Tensor(name=DROPOUT_STEP, shape=(), dtype="int64", role="state", init="zeros")
+    return _replace(graph, nodes=tuple(nodes), tensors=(*graph.tensors, counter))
 
 
 def _copy_forward(graph: Graph) -> GraphBuilder:

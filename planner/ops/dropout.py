@@ -19,8 +19,13 @@ check. In C:
     bool keep = (double)(z >> 11) * 0x1.0p-53 >= rate;
     y = x * (T)keep / (T)(1.0 - rate);          // T = float for float32 tensors
 
-A node's mask is the same at every step for a fixed seed; an executor that wants a fresh mask per
-step must change the seed attribute's value (for forward and backward alike).
+A fresh mask every training step: the optional second input `step` (an int64 scalar, the
+training graph's `rng/step` counter, planner/graph/autodiff.py) moves the seed to
+
+    seed_t = seed + step * 2**32   (mod 2**64)
+
+so step 0, or no step input, gives the mask above, and nodes whose seeds differ (below 2**32)
+never share a mask at any step. DropoutGrad reads the same step as its Dropout.
 
 Example:
     >>> dropout_mask(seed=0, n=8, rate=0.5).astype(int).tolist()
@@ -84,9 +89,23 @@ def dropout_mask(seed: int, n: int, rate: float) -> np.ndarray:
     return (u >> np.uint64(11)).astype(np.float64) * 2.0**-53 >= rate
 
 
-def _apply_mask(v: np.ndarray, a: Attrs) -> np.ndarray:
-    keep = dropout_mask(a["seed"], v.size, a["rate"]).reshape(v.shape)
-    return v * keep.astype(v.dtype) / v.dtype.type(1.0 - a["rate"])
+STEP_STRIDE = 1 << 32  # seed_t = seed + step * STEP_STRIDE: per-node seeds stay apart
+
+
+def step_seed(seed: int, step: int) -> int:
+    """The seed of the mask at training step `step` (mod 2**64).
+
+    >>> step_seed(7, 0), step_seed(7, 1) == 7 + 2**32
+    (7, True)
+    """
+    return (seed + step * STEP_STRIDE) & _MASK64
+
+
+def _apply_mask(xs: list[np.ndarray], a: Attrs) -> list[np.ndarray]:
+    v = xs[0]
+    step = int(xs[1]) if len(xs) > 1 else 0
+    keep = dropout_mask(step_seed(a["seed"], step), v.size, a["rate"]).reshape(v.shape)
+    return [v * keep.astype(v.dtype) / v.dtype.type(1.0 - a["rate"])]
 
 
 def _check_attrs(op: str, a: Attrs) -> None:
@@ -99,7 +118,12 @@ def _check_attrs(op: str, a: Attrs) -> None:
 def _infer(op: str):
     def infer(ins: list[TensorType], a: Attrs) -> list[TensorType]:
         _check_attrs(op, a)
+        if len(ins) > 2:
+            raise OpError(f"{op} takes 1 or 2 inputs ([x] or [x, step]), got {len(ins)}")
         require_float(op, ins[0], "input" if op == "Dropout" else "dy")
+        if len(ins) == 2 and (ins[1].dtype != "int64" or ins[1].shape != ()):
+            raise OpError(f"{op}: step must be an int64 scalar, got {list(ins[1].shape)} "
+                          f"{ins[1].dtype}")
         return [ins[0]]
     return infer
 
@@ -108,29 +132,35 @@ def _dropout_gradient(g: GradBuilder, node: Node,
                       grad_outputs: list[str | None]) -> list[str | None]:
     x, dy = node.inputs[0], grad_outputs[0]
     if dy is None or not g.needs(x):
-        return [None]
-    return g.emit("DropoutGrad", [dy], {"rate": node.attrs["rate"], "seed": node.attrs["seed"]})
+        return [None] * len(node.inputs)
+    dx = g.emit("DropoutGrad", [dy, *node.inputs[1:]],
+                {"rate": node.attrs["rate"], "seed": node.attrs["seed"]})
+    return [*dx, *[None] * (len(node.inputs) - 1)]
 
 
 _ATTRS = {"rate": Attr("float", 0.5), "seed": Attr("int", 0)}
 
 register(OpDef(
-    name="Dropout",
+    name="Dropout", arity=None,
     attrs=_ATTRS,
     infer=_infer("Dropout"),
     # Per element: the multiply by the mask and the division by (1 - rate); the integer hash
     # that makes the mask is not counted.
     flops=elementwise_flops(2),
-    reference=lambda xs, a: [_apply_mask(xs[0], a)],
+    reference=_apply_mask,
     gradient=_dropout_gradient,
-    doc="y = x * mask / (1 - rate) with the counter-based mask of (seed, flat index).",
+    nondiff_inputs=(1,),
+    doc="[x] or [x, step] -> x * mask / (1 - rate), the counter-based mask of (seed at step, "
+        "flat index).",
 ))
 
 register(OpDef(
-    name="DropoutGrad",
+    name="DropoutGrad", arity=None,
     attrs=_ATTRS,
     infer=_infer("DropoutGrad"),
     flops=elementwise_flops(2),
-    reference=lambda xs, a: [_apply_mask(xs[0], a)],
-    doc="dx = dy * mask / (1 - rate), recomputing Dropout's mask from the same rate and seed.",
+    reference=_apply_mask,
+    nondiff_inputs=(1,),
+    doc="[dy] or [dy, step] -> dy * mask / (1 - rate), recomputing Dropout's mask from the "
+        "same rate, seed and step.",
 ))

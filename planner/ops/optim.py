@@ -148,7 +148,11 @@ register(OpDef(
 # ---- step counter and loss seed -----------------------------------------------------------------
 
 def _infer_increment(ins: list[TensorType], a: Attrs) -> list[TensorType]:
-    require_float("Increment", ins[0])
+    if ins[0].dtype == "int64":
+        if a["by"] != int(a["by"]):
+            raise OpError(f"Increment: an int64 counter needs a whole `by`, got {a['by']}")
+    else:
+        require_float("Increment", ins[0])
     return [ins[0]]
 
 
@@ -158,7 +162,8 @@ register(OpDef(
     infer=_infer_increment,
     flops=lambda ins, outs, a: outs[0].size,
     reference=lambda xs, a: [xs[0] + xs[0].dtype.type(a["by"])],
-    doc="Increment [x] -> x + by; the optimizer's step count, updated in place.",
+    doc="Increment [x] -> x + by; a step count (Adam's float32 one, the int64 dropout step), "
+        "updated in place.",
 ))
 
 

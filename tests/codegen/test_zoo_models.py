@@ -86,3 +86,21 @@ def test_second_step_continues_from_the_first(tmp_path_factory):
     got = ex.params()
     for name, want in state.items():
         assert rel_error(got[name], want) < TOL, name
+
+
+def test_dropout_draws_a_fresh_mask_each_step(tmp_path_factory):
+    """The executor reads the training graph's rng/step each step, as the reference does: three
+    steps on the same batch match three reference steps, and the count is saved with the state."""
+    graph = make_training_graph(build("lstm", **MODELS["lstm"]), Optimizer(kind="sgd", lr=0.1))
+    module = build_module(graph, tmp_path_factory.mktemp("zoo") / "lstm_dropout")
+    ex = module.Executor()
+    state = start_state(graph)
+    ex.load_params(state)
+    feeds = random_feeds(graph, seed=5)
+    losses, ref_losses = [], []
+    for _ in range(3):
+        losses.append(float(ex.step(feeds)["loss"]))
+        outputs, state = train_step(graph, feeds, state)
+        ref_losses.append(float(outputs["loss"]))
+    np.testing.assert_allclose(losses, ref_losses, rtol=TOL)
+    assert int(ex.params()["rng/step"]) == int(state["rng/step"]) == 3

@@ -505,3 +505,23 @@ def test_node_phase_of_handwritten_nodes():
                      Node(name="sgd", op="SGD", inputs=("p", "g"), outputs=("p2",),
                           attrs={"lr": 0.1})))
     assert [node_phase(g, n) for n in g.nodes] == ["backward", "update"]
+
+
+def test_dropout_reads_a_step_counter_that_the_update_increments():
+    from planner.zoo import build
+
+    g = make_training_graph(build("lstm", batch=2, seq=3, hidden=4, vocab=11), SGD)
+    counter = g.tensor("rng/step")
+    assert (counter.dtype, counter.shape, counter.role) == ("int64", (), "state")
+    assert all(n.inputs[-1] == "rng/step" for n in g.nodes if n.op in ("Dropout", "DropoutGrad"))
+    last = g.nodes[-1]
+    assert (last.op, last.outputs, node_phase(g, last)) == ("Increment", ("update/rng/step",),
+                                                             "update")
+    state, feeds = init_params(g), random_feeds(g)
+    first = run(g, feeds, state)["embedding/dropout"]
+    _, after = train_step(g, feeds, state)
+    assert int(after["rng/step"]) == 1
+    second = run(g, feeds, {**state, "rng/step": after["rng/step"]})["embedding/dropout"]
+    assert np.mean((first == 0) != (second == 0)) > 0.2
+    # no Dropout, no counter
+    assert "rng/step" not in make_training_graph(build("lenet", batch=2, image=12), SGD).tensor_map

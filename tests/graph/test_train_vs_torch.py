@@ -18,11 +18,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from planner.graph.autodiff import find_loss, make_training_graph
+from planner.graph.autodiff import add_dropout_step, find_loss, make_training_graph
 from planner.graph.interpret import init_params, random_feeds, train_step
 from planner.graph.ir import Graph
 from planner.graph.optimizer import Optimizer
-from planner.ops.dropout import dropout_mask
+from planner.ops.dropout import dropout_mask, step_seed
 
 torch = pytest.importorskip("torch")
 F = torch.nn.functional
@@ -91,7 +91,8 @@ def _bias_add(xs, a):
 
 def _dropout(xs, a):
     x = xs[0]
-    keep = dropout_mask(a["seed"], x.numel(), a["rate"]).reshape(tuple(x.shape))
+    seed = step_seed(a["seed"], int(xs[1]) if len(xs) > 1 else 0)
+    keep = dropout_mask(seed, x.numel(), a["rate"]).reshape(tuple(x.shape))
     return [x * torch.from_numpy(keep).to(x.dtype) / (1 - a["rate"])]
 
 
@@ -188,13 +189,15 @@ def test_training_steps_match_pytorch(model, opt, dtype):
         outputs, state = train_step(graph, feeds, state)
 
         torch_opt.zero_grad()
-        env = torch_forward(forward, {**{k: torch.from_numpy(v) for k, v in feeds.items()},
-                                      **params, **stats})
+        # the same dropout masks as the training graph: its forward reads the step counter
+        env = torch_forward(add_dropout_step(forward),
+                            {**{k: torch.from_numpy(v) for k, v in feeds.items()}, **params,
+                             **stats, "rng/step": torch.tensor(step)})
         env[loss].backward()
         torch_opt.step()
         # the new running statistics become the next step's state, as in the planner graph
         stats = {t.updates: env[t.name].detach() for t in graph.tensors
-                 if t.role == "state" and t.updates}
+                 if t.role == "state" and t.updates in stat_names}
         stats = {s: stats.get(s, torch.tensor(state[s])) for s in stat_names}
 
         errors = {loss: rel_error(outputs[loss], env[loss].item())}

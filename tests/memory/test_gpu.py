@@ -74,7 +74,7 @@ def test_unbounded_plan(alexnet):
     assert p.memory.convs
     for c in p.memory.convs:
         assert c.seconds == min(a.seconds for a in conv_algorithms(sigs[c.node], gpu))
-    assert p.summary.step_seconds >= p.summary.lower_bound_seconds
+    assert p.summary.step_seconds >= p.summary.lower_bound_seconds * (1 - 1e-12)  # rounding
 
 
 @pytest.mark.parametrize("strategy", ["cost-aware", "memory-centric", "speed-centric"])

@@ -98,3 +98,23 @@ def test_dropout_flops_and_errors():
         dropout.infer([TensorType((2,), "int64")], dropout.normalize_attrs({}))
     with pytest.raises(ValueError, match="seed"):
         dropout_mask(2**64, 4, 0.5)
+
+
+def test_step_input_moves_the_seed_and_grad_follows():
+    x = np.random.default_rng(4).standard_normal((8, 9)).astype(np.float32)
+    at = {step: ref("Dropout", [x, np.int64(step)], rate=0.5, seed=3)[0] for step in (0, 1, 2)}
+    # step 0 is the step-less mask; later steps are seed + step * 2**32, each a fresh mask
+    assert np.array_equal(at[0], ref("Dropout", [x], rate=0.5, seed=3)[0])
+    assert np.array_equal(at[2] != 0, dropout_mask(3 + 2 * 2**32, x.size, 0.5).reshape(x.shape))
+    assert np.mean((at[1] != 0) != (at[2] != 0)) > 0.3
+    (dx,) = ref("DropoutGrad", [np.ones_like(x), np.int64(2)], rate=0.5, seed=3)
+    assert np.array_equal(dx != 0, at[2] != 0)
+
+
+def test_step_input_errors():
+    dropout = get_op("Dropout")
+    x = TensorType((2, 8))
+    with pytest.raises(OpError, match="step must be an int64 scalar"):
+        dropout.infer([x, TensorType((1,), "int64")], dropout.normalize_attrs({}))
+    with pytest.raises(OpError, match="1 or 2 inputs"):
+        dropout.infer([x, TensorType((), "int64"), x], dropout.normalize_attrs({}))

@@ -2,6 +2,8 @@
 // from (seed, flat index) so the forward and backward agree without storing it:
 //   u = splitmix64(seed * 0x9E3779B97F4A7C15 + i)  (uint64 wrap-around)
 //   keep iff (u >> 11) * 2^-53 >= rate;  y = x * keep / (1 - rate)
+// With a step input (the training graph's int64 rng/step), the seed is seed + step * 2^32, read
+// each run, so every step draws a fresh mask.
 #include <omp.h>
 
 #include "../loops.h"
@@ -21,16 +23,20 @@ inline uint64_t splitmix64(uint64_t state) {
 class Dropout : public Kernel {
  public:
   explicit Dropout(const Node& n)
-      : size_(n.in[0].size()), x_(n.in[0].id), y_(n.out[0].id), rate_(n.attrs.f("rate")),
-        base_(n.attrs.u("seed") * kGoldenGamma) {
+      : size_(n.in[0].size()), x_(n.in[0].id), y_(n.out[0].id),
+        step_(n.in.size() > 1 ? n.in[1].id : -1), rate_(n.attrs.f("rate")),
+        seed_(n.attrs.u("seed")) {
     require_f32(n);
+    if (step_ >= 0 && (n.in[1].dtype != I64 || n.in[1].size() != 1))
+      throw std::runtime_error("the step input must be an int64 scalar");
   }
   void run(const Run& r) override {
     const float* x = r.at<float>(x_);
     float* y = r.at<float>(y_);
     const double rate = rate_;
     const float scale = static_cast<float>(1.0 - rate_);
-    const uint64_t base = base_;
+    const uint64_t step = step_ >= 0 ? static_cast<uint64_t>(*r.at<int64_t>(step_)) : 0;
+    const uint64_t base = (seed_ + (step << 32)) * kGoldenGamma;
     const int64_t size = size_;
 #pragma omp parallel for
     for (int64_t i = 0; i < size; ++i) {
@@ -42,9 +48,9 @@ class Dropout : public Kernel {
 
  private:
   int64_t size_;
-  int x_, y_;
+  int x_, y_, step_;
   double rate_;
-  uint64_t base_;
+  uint64_t seed_;
 };
 
 KernelPtr dropout(const Node& n) { return std::make_unique<Dropout>(n); }
@@ -53,7 +59,7 @@ KernelPtr dropout(const Node& n) { return std::make_unique<Dropout>(n); }
 
 void add_dropout_kernels(Registry& r) {
   r["Dropout"] = dropout;
-  r["DropoutGrad"] = dropout;  // [dy] -> dx: the same mask and scale
+  r["DropoutGrad"] = dropout;  // [dy(, step)] -> dx: the same mask and scale
 }
 
 }  // namespace planner

@@ -2,7 +2,7 @@
 //   SGD [p, g]                 p' = p - lr (g + wd p)
 //   ApplyMomentum [p, g, v]    g' = g + wd p; v' = m v + g'; p' = p - lr (nesterov ? g' + m v' : v')
 //   ApplyAdam [p, g, m, v, t]  torch.optim.Adam with bias correction by t
-//   Increment [x]              x + by
+//   Increment [x]              x + by (float32 or int64)
 //   Fill [] / Zeros []         constant tensors
 // Updates run in place: the plan gives p' the bytes of p (and v' of v, ...).
 #include <omp.h>
@@ -118,23 +118,31 @@ class Adam : public Kernel {
   float lr_, b1_, b2_, eps_, wd_;
 };
 
+// Adam's float32 step count or the int64 dropout step.
 class Increment : public Kernel {
  public:
   explicit Increment(const Node& n)
-      : size_(n.in[0].size()), x_(n.in[0].id), y_(n.out[0].id),
-        by_(static_cast<float>(n.attrs.f("by"))) {
-    require_f32(n);
+      : size_(n.in[0].size()), x_(n.in[0].id), y_(n.out[0].id), int64_(n.in[0].dtype == I64),
+        by_(n.attrs.f("by")) {
+    if (!int64_) require_f32(n);
   }
   void run(const Run& r) override {
+    if (int64_) {
+      const int64_t* x = r.at<int64_t>(x_);
+      int64_t* y = r.at<int64_t>(y_);
+      for (int64_t i = 0; i < size_; ++i) y[i] = x[i] + static_cast<int64_t>(by_);
+      return;
+    }
     const float* x = r.at<float>(x_);
     float* y = r.at<float>(y_);
-    for (int64_t i = 0; i < size_; ++i) y[i] = x[i] + by_;
+    for (int64_t i = 0; i < size_; ++i) y[i] = x[i] + static_cast<float>(by_);
   }
 
  private:
   int64_t size_;
   int x_, y_;
-  float by_;
+  bool int64_;
+  double by_;
 };
 
 // Fill (value) and Zeros: a constant of any dtype, written every step (cheap, and the bytes
