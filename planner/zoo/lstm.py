@@ -17,8 +17,8 @@ backpropagation through time can carry the state from one batch to the next; the
 layer<l>/step<seq>/h and .../c are graph outputs, after the logits and before the loss.
 
 Defaults are the paper's medium configuration (hidden 650, 35 steps, dropout 0.5, batch 20);
-the small one is `hidden=200, seq=20, dropout=0`. Dropout seeds are fixed and distinct per node (training graphs
-add the step count to them, so each step draws fresh masks).
+the small one is `hidden=200, seq=20, dropout=0`. Dropout seeds are fixed and distinct per node
+(training graphs add the step count to them, so each step draws fresh masks).
 
 Example:
     >>> g = lstm(batch=2, seq=3, hidden=8, vocab=50)
