@@ -2,6 +2,12 @@
 // Conv2DBackpropFilter (backward weights), ConvTranspose2D (deconvolution forward). Tensors are
 // plain NCHW and OIHW (IOHW for transposed weights); grouped weights are the same bytes seen as
 // [G, O/G, I/G, kh, kw]. Attrs: strides, pads [top, left, bottom, right], dilations, groups.
+//
+// Each primitive is created on `any` layouts, so oneDNN picks the blocked layouts its fast
+// kernels want (on plain NCHW it falls back to slow GEMM-based paths: ResNet-18's backward
+// convolutions ran 2x PyTorch's). Operands whose chosen layout is not the plain one are reordered
+// into temporaries in the scratch area before the primitive, results back after it (as PyTorch's
+// eager oneDNN path does); the arena keeps plain tensors, so every other kernel is unchanged.
 #include "../dnnl_kernel.h"
 
 namespace planner {
@@ -26,23 +32,74 @@ memory::desc weights_md(const Shape& w, int64_t groups, int dtype) {
   return view_md({groups, w[0] / groups, w[1], w[2], w[3]}, dtype);
 }
 
+// The same dims with the layout left to the primitive.
+memory::desc any_md(const memory::desc& plain) {
+  return memory::desc(plain.get_dims(), plain.get_data_type(), tag::any);
+}
+
+// One operand: its primitive argument, its tensor and the tensor's plain layout.
+struct Operand {
+  int arg;
+  int tensor;
+  memory::desc plain;
+};
+
+// A kernel running `prim` (made from `pd` on `any` layouts): inputs reordered from their plain
+// tensors into temporaries where the chosen layout differs, outputs reordered back after.
+template <class Prim, class PD>
+KernelPtr on_chosen_layouts(const Node& n, const PD& pd, const std::vector<Operand>& inputs,
+                            const Operand& output) {
+  auto k = std::make_unique<DnnlKernel>();
+  std::vector<DnnlKernel::Arg> args;
+  auto reorder = [&](const memory::desc& from, DnnlKernel::Arg src, const memory::desc& to,
+                     DnnlKernel::Arg dst) {
+    dnnl::reorder::primitive_desc r(n.engine, from, n.engine, to, user_scratchpad());
+    src.dnnl_arg = DNNL_ARG_FROM;
+    dst.dnnl_arg = DNNL_ARG_TO;
+    k->add(dnnl::reorder(r), r, {src, dst});
+  };
+  for (const Operand& in : inputs) {
+    memory::desc chosen = pd.query_md(dnnl::query::exec_arg_md, in.arg);
+    if (chosen == in.plain) {
+      args.push_back({in.arg, in.tensor});
+      continue;
+    }
+    int64_t t = k->temp(chosen.get_size());
+    reorder(in.plain, {0, in.tensor}, chosen, {0, -1, t});
+    args.push_back({in.arg, -1, t});
+  }
+  memory::desc chosen = pd.query_md(dnnl::query::exec_arg_md, output.arg);
+  if (chosen == output.plain) {
+    args.push_back({output.arg, output.tensor});
+    k->add(Prim(pd), pd, args);
+    return k;
+  }
+  int64_t t = k->temp(chosen.get_size());
+  args.push_back({output.arg, -1, t});
+  k->add(Prim(pd), pd, args);
+  reorder(chosen, {0, -1, t}, output.plain, {0, output.tensor});
+  return k;
+}
+
 dnnl::convolution_forward::primitive_desc forward_pd(const Node& n, const Geometry& g,
                                                      const memory::desc& x, const memory::desc& w,
                                                      const memory::desc& y) {
   return dnnl::convolution_forward::primitive_desc(n.engine, prop::forward_training,
-                                                   alg::convolution_direct, x, w, y, g.strides,
-                                                   g.dilation, g.pad_l, g.pad_r, user_scratchpad());
+                                                   alg::convolution_direct, any_md(x), any_md(w),
+                                                   any_md(y), g.strides, g.dilation, g.pad_l,
+                                                   g.pad_r, user_scratchpad());
 }
 
 KernelPtr conv2d(const Node& n) {
   Geometry g = geometry(n);
   const TensorRef &x = n.in[0], &w = n.in[1], &y = n.out[0];
-  auto pd = forward_pd(n, g, plain_md(x.shape, x.dtype), weights_md(w.shape, g.groups, w.dtype),
-                       plain_md(y.shape, y.dtype));
-  auto k = std::make_unique<DnnlKernel>();
-  k->add(dnnl::convolution_forward(pd), pd,
-         {{DNNL_ARG_SRC, x.id}, {DNNL_ARG_WEIGHTS, w.id}, {DNNL_ARG_DST, y.id}});
-  return k;
+  auto x_md = plain_md(x.shape, x.dtype);
+  auto w_md = weights_md(w.shape, g.groups, w.dtype);
+  auto y_md = plain_md(y.shape, y.dtype);
+  auto pd = forward_pd(n, g, x_md, w_md, y_md);
+  return on_chosen_layouts<dnnl::convolution_forward>(
+      n, pd, {{DNNL_ARG_SRC, x.id, x_md}, {DNNL_ARG_WEIGHTS, w.id, w_md}},
+      {DNNL_ARG_DST, y.id, y_md});
 }
 
 // [dy, w] -> dx of shape input_shape.
@@ -53,13 +110,12 @@ KernelPtr conv2d_backprop_input(const Node& n) {
   auto w_md = weights_md(w.shape, g.groups, w.dtype);
   auto y_md = plain_md(dy.shape, dy.dtype);
   auto hint = forward_pd(n, g, x_md, w_md, y_md);
-  dnnl::convolution_backward_data::primitive_desc pd(n.engine, alg::convolution_direct, x_md, w_md,
-                                                     y_md, g.strides, g.dilation, g.pad_l, g.pad_r,
-                                                     hint, user_scratchpad());
-  auto k = std::make_unique<DnnlKernel>();
-  k->add(dnnl::convolution_backward_data(pd), pd,
-         {{DNNL_ARG_DIFF_DST, dy.id}, {DNNL_ARG_WEIGHTS, w.id}, {DNNL_ARG_DIFF_SRC, dx.id}});
-  return k;
+  dnnl::convolution_backward_data::primitive_desc pd(
+      n.engine, alg::convolution_direct, any_md(x_md), any_md(w_md), any_md(y_md), g.strides,
+      g.dilation, g.pad_l, g.pad_r, hint, user_scratchpad());
+  return on_chosen_layouts<dnnl::convolution_backward_data>(
+      n, pd, {{DNNL_ARG_DIFF_DST, dy.id, y_md}, {DNNL_ARG_WEIGHTS, w.id, w_md}},
+      {DNNL_ARG_DIFF_SRC, dx.id, x_md});
 }
 
 // [x, dy] -> dw of shape filter_shape.
@@ -70,13 +126,12 @@ KernelPtr conv2d_backprop_filter(const Node& n) {
   auto w_md = weights_md(dw.shape, g.groups, dw.dtype);
   auto y_md = plain_md(dy.shape, dy.dtype);
   auto hint = forward_pd(n, g, x_md, w_md, y_md);
-  dnnl::convolution_backward_weights::primitive_desc pd(n.engine, alg::convolution_direct, x_md,
-                                                        w_md, y_md, g.strides, g.dilation, g.pad_l,
-                                                        g.pad_r, hint, user_scratchpad());
-  auto k = std::make_unique<DnnlKernel>();
-  k->add(dnnl::convolution_backward_weights(pd), pd,
-         {{DNNL_ARG_SRC, x.id}, {DNNL_ARG_DIFF_DST, dy.id}, {DNNL_ARG_DIFF_WEIGHTS, dw.id}});
-  return k;
+  dnnl::convolution_backward_weights::primitive_desc pd(
+      n.engine, alg::convolution_direct, any_md(x_md), any_md(w_md), any_md(y_md), g.strides,
+      g.dilation, g.pad_l, g.pad_r, hint, user_scratchpad());
+  return on_chosen_layouts<dnnl::convolution_backward_weights>(
+      n, pd, {{DNNL_ARG_SRC, x.id, x_md}, {DNNL_ARG_DIFF_DST, dy.id, y_md}},
+      {DNNL_ARG_DIFF_WEIGHTS, dw.id, w_md});
 }
 
 // [x (N,C,H,W), w (C, O/G, kh, kw)] -> y. oneDNN's deconvolution weights are [O, C, kh, kw]
