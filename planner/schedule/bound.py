@@ -46,6 +46,7 @@ t(k), which the relaxation allows.
 Example:
     >>> import numpy as np
     >>> from planner.schedule.costs import OpCosts
+from planner.schedule.deps import successors
     >>> t = np.array([2.0, 1.2])  # 2 s on one thread, 1.2 s on two
     >>> c = OpCosts(times=(t, t, t), affinity=(("compact",) * 2,) * 3, keys=("a",) * 3,
     ...             analytical=())
@@ -63,6 +64,7 @@ from typing import NamedTuple
 import numpy as np
 
 from planner.schedule.costs import OpCosts
+from planner.schedule.deps import successors
 
 # Frank-Wolfe steps of the allotment bound, at most; it stops early once PLATEAU_STEPS steps in
 # a row gain less than PLATEAU_GAIN (relative), as on chain-like graphs whose critical path is
@@ -283,14 +285,6 @@ def _closure_sums(chain: Sequence[int], edges: Sequence[Sequence[int]],
                     stack.append(u)
         sums.append(total)
     return sums
-
-
-def successors(preds: Sequence[Sequence[int]]) -> list[list[int]]:
-    succs: list[list[int]] = [[] for _ in preds]
-    for i, ps in enumerate(preds):
-        for p in ps:
-            succs[p].append(i)
-    return succs
 
 
 def top_levels(times: Sequence[float], preds: Sequence[Sequence[int]]) -> list[float]:

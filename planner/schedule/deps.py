@@ -15,6 +15,8 @@ Example:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from planner.graph.ir import Graph
 
 
@@ -38,7 +40,7 @@ def predecessors(graph: Graph) -> tuple[tuple[int, ...], ...]:
     return tuple(tuple(sorted(p)) for p in preds)
 
 
-def successors(preds: tuple[tuple[int, ...], ...]) -> tuple[tuple[int, ...], ...]:
+def successors(preds: Sequence[Sequence[int]]) -> tuple[tuple[int, ...], ...]:
     """The reverse of `predecessors`."""
     succ: list[list[int]] = [[] for _ in preds]
     for i, ps in enumerate(preds):
