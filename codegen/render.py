@@ -60,12 +60,13 @@ class RenderedTree:
 
 
 def module_name(text: str) -> str:
-    """A Python identifier for a package name: `lenet_batch8` from 'lenet?batch=8'.
+    """An ASCII Python identifier for a package name: `lenet_batch8` from 'lenet?batch=8'. It
+    is spelled into CMake, C++ and Python sources, so it holds nothing but [A-Za-z0-9_].
 
-    >>> module_name("resnet-18 (small)")
-    'resnet_18_small'
+    >>> module_name("resnet-18 (small)"), module_name("r\u00e9seau")
+    ('resnet_18_small', 'r_seau')
     """
-    name = re.sub(r"\W+", "_", text).strip("_") or "plan"
+    name = re.sub(r"[^A-Za-z0-9_]+", "_", text).strip("_")[:64] or "plan"
     if name[0].isdigit() or keyword.iskeyword(name):
         name = "plan_" + name
     return name
@@ -102,21 +103,24 @@ def render_files(plan: Plan, name: str, layout: str = "plan") -> dict[str, str]:
                              undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
     index = {t.name: i for i, t in enumerate(graph.tensors)}
     plan_json = plan.to_json()
+    strings = StringTable()
     context = {
         "name": name,
+        "name_c": c_string(name),
         "kind": graph.kind,
+        "kind_c": c_string(graph.kind),
         "num_ops": len(graph.nodes),
-        "tensors": _tensor_rows(graph, arena, index),
-        "ops": _op_rows(plan, index),
+        "tensors": _tensor_rows(graph, arena, index, strings),
+        "ops": _op_rows(plan, index, strings),
         "arena_bytes": arena.bytes,
         "outputs": ", ".join(str(index[o]) for o in graph.outputs),
         "num_outputs": len(graph.outputs),
-        "plan_json": plan_json,
-        "delimiter": _delimiter(plan_json),
+        "strings": strings.c_array(),
+        "plan_c": c_string_lines(plan_json),
         "inputs": _describe(graph, ("input", "label")),
         "params": _describe(graph, ("param", "state", "optimizer-state"), skip_updates=True),
     }
-    context["outputs_py"] = repr(list(graph.outputs))
+    context["outputs_py"] = ascii(list(graph.outputs))
     files = {
         "schedule.cpp": env.get_template("schedule.cpp.j2").render(context),
         "CMakeLists.txt": env.get_template("CMakeLists.txt.j2").render(context),
@@ -137,7 +141,8 @@ def write_if_changed(path: Path, text: str) -> bool:
 
 # ---- tables ---------------------------------------------------------------------------------
 
-def _tensor_rows(graph: Graph, layout: ArenaLayout, index: dict[str, int]) -> list[dict]:
+def _tensor_rows(graph: Graph, layout: ArenaLayout, index: dict[str, int],
+                 strings: StringTable) -> list[dict]:
     rows = []
     for i, t in enumerate(graph.tensors):
         if len(t.shape) > MAX_RANK:
@@ -146,7 +151,7 @@ def _tensor_rows(graph: Graph, layout: ArenaLayout, index: dict[str, int]) -> li
             raise UnsupportedError(f"tensor {t.name!r}: rank {len(t.shape)} exceeds the "
                                    f"executor's {MAX_RANK}")
         rows.append({
-            "index": i, "name": c_string(t.name), "offset": layout.offsets[t.name],
+            "index": i, "name": strings.add(t.name), "offset": layout.offsets[t.name],
             "nbytes": t.nbytes, "rank": len(t.shape),
             "shape": ", ".join(str(d) for d in t.shape) or "0",
             "dtype": DTYPE_CODES[t.dtype], "role": ROLE_CODES[t.role],
@@ -156,7 +161,7 @@ def _tensor_rows(graph: Graph, layout: ArenaLayout, index: dict[str, int]) -> li
     return rows
 
 
-def _op_rows(plan: Plan, index: dict[str, int]) -> list[dict]:
+def _op_rows(plan: Plan, index: dict[str, int], strings: StringTable) -> list[dict]:
     graph = plan.graph
     threads = {p.name: p.threads for p in plan.ops}
     order = sorted(plan.ops, key=lambda p: p.order)
@@ -168,12 +173,12 @@ def _op_rows(plan: Plan, index: dict[str, int]) -> list[dict]:
         node = graph.node_map[p.name]
         args = [index[t] for t in (*node.inputs, *node.outputs)]
         rows.append({
-            "name": c_string(node.name), "op": node.op, "threads": threads[node.name],
+            "index": len(rows), "name": strings.add(node.name), "op": strings.add(node.op),
+            "threads": threads[node.name],
             "first_input": at, "num_inputs": len(node.inputs),
             "first_output": at + len(node.inputs), "num_outputs": len(node.outputs),
-            "attrs": c_string(encode_attrs(graph, node)),
+            "attrs": strings.add(encode_attrs(graph, node)),
             "args": ", ".join(map(str, args)) if args else "/* none */",
-            "label": _comment(node.name),
         })
         at += len(args)
     return rows
@@ -182,7 +187,7 @@ def _op_rows(plan: Plan, index: dict[str, int]) -> list[dict]:
 def _describe(graph: Graph, roles: tuple[str, ...], skip_updates: bool = False) -> str:
     items = {t.name: (list(t.shape), t.dtype) for t in graph.by_role(*roles)
              if not (skip_updates and t.updates)}
-    return repr(items)
+    return ascii(items)  # a Python literal: every non-ASCII character escaped
 
 
 # ---- attributes -----------------------------------------------------------------------------
@@ -229,12 +234,48 @@ def _value(node: Node, key: str, v: Any) -> str:
 
 
 # ---- C text ---------------------------------------------------------------------------------
+#
+# No string from the input (graph, node and tensor names, attribute strings) reaches the
+# generated source except as bytes in `kStrings`, written as decimal numbers, so no name can end
+# its context and become code. The plan JSON and the package name go through `c_string`, which
+# escapes everything but printable ASCII. Never put an input string in a comment or a raw string.
+
+
+class StringTable:
+    """Every name and attribute string of a schedule as one NUL-separated byte array; a string
+    is referred to by its offset (`kStrings + 12`).
+
+    >>> t = StringTable(); t.add("ab"), t.add("c"), t.add("ab")
+    ('kStrings + 0', 'kStrings + 3', 'kStrings + 0')
+    >>> t.c_array()
+    '    97, 98, 0, 99, 0'
+    """
+
+    def __init__(self) -> None:
+        self.data = bytearray()
+        self.at: dict[str, int] = {}
+
+    def add(self, text: str) -> str:
+        if "\0" in text:  # graph validation refuses it; a C string would end there
+            raise ValueError(f"string {text!r} holds a NUL byte, which the executor cannot hold")
+        if text not in self.at:
+            self.at[text] = len(self.data)
+            self.data += text.encode("utf-8") + b"\0"
+        return f"kStrings + {self.at[text]}"
+
+    def c_array(self) -> str:
+        data = bytes(self.data) or b"\0"
+        return ",\n".join("    " + ", ".join(str(b) for b in data[k:k + 24])
+                           for k in range(0, len(data), 24))
+
 
 def c_string(text: str) -> str:
-    """A C string literal of `text` (UTF-8; quotes, backslashes and non-printables escaped).
+    """A C string literal of `text` (UTF-8): printable ASCII as itself but for quote, backslash
+    and '?', every other byte as a three-digit octal escape (so no byte can end the literal or
+    the line, and a NUL stays a NUL).
 
-    >>> print(c_string('a"b'))
-    "a\\"b"
+    >>> print(c_string('a"b\\r'))
+    "a\\"b\\015"
     """
     out = []
     for b in text.encode("utf-8"):
@@ -248,13 +289,7 @@ def c_string(text: str) -> str:
     return '"' + "".join(out) + '"'
 
 
-def _comment(text: str) -> str:
-    # A line comment: a trailing backslash would swallow the next line.
-    return text.replace("\\", "/").replace("\n", " ")
-
-
-def _delimiter(text: str) -> str:
-    d = "PLAN"
-    while f"){d}\"" in text:
-        d += "_"
-    return d
+def c_string_lines(text: str, width: int = 4096) -> str:
+    """`text` as adjacent C string literals of at most `width` characters each, one per line."""
+    lines = [c_string(text[k:k + width]) for k in range(0, len(text), width)]
+    return "\n".join(lines) or '""'

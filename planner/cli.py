@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -116,6 +117,16 @@ def _flops(n: float) -> str:
 # ---- entry point ----------------------------------------------------------------------------
 
 def main(argv: Sequence[str] | None = None) -> int:
+    out, err = sys.stdout, sys.stderr
+    # Names come from untrusted files: a control character in one must not drive the terminal.
+    sys.stdout, sys.stderr = EscapingWriter(out), EscapingWriter(err)
+    try:
+        return _main(argv)
+    finally:
+        sys.stdout, sys.stderr = out, err
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
@@ -136,6 +147,28 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"planner: internal error: {type(e).__name__}: {_one_line(e)} "
               f"(run with PLANNER_DEBUG=1 for the traceback)", file=sys.stderr)
         return EXIT_INTERNAL_ERROR
+
+
+class EscapingWriter:
+    """A text stream that writes control characters (but newline and tab) as `\\xNN` escapes.
+
+    >>> import io; buf = io.StringIO(); _ = EscapingWriter(buf).write("a\\x1b[2Jb\\n")
+    >>> buf.getvalue()
+    'a\\\\x1b[2Jb\\n'
+    """
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        self._stream.write(_CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text))
+        return len(text)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
 
 def _one_line(e: BaseException) -> str:

@@ -90,6 +90,16 @@ def _check_update(graph: Graph, node: Node, name: str, updated: dict[str, str],
 
 
 def _check_names(graph: Graph) -> None:
+    bad = control_character(graph.name)
+    if bad:
+        raise GraphError(f"graph name {graph.name!r} holds control character {bad}")
+    for kind, names in (("tensor", [t.name for t in graph.tensors]),
+                        ("node", [n.name for n in graph.nodes])):
+        for name in names:
+            bad = control_character(name)
+            if bad:
+                raise GraphError(f"{kind} name {name!r} holds control character {bad}; names "
+                                 f"must be printable text")
     seen: set[str] = set()
     for t in graph.tensors:
         if t.name in seen:
@@ -100,6 +110,22 @@ def _check_names(graph: Graph) -> None:
         if n.name in seen:
             raise GraphError(f"node name {n.name!r} is used twice")
         seen.add(n.name)
+
+
+def control_character(text: str) -> str:
+    """The first control character of `text` (C0, DEL or C1, which terminals and C tools read
+    as commands or string ends) as U+XXXX, or "" when there is none.
+
+    Names and attribute strings are refused rather than escaped wherever they are shown: a NUL
+    truncates a name in C, a carriage return ends a line for GCC, an ESC drives the terminal.
+
+    >>> control_character("conv1/relu"), control_character("a\\rb")
+    ('', 'U+000D')
+    """
+    for ch in text:
+        if ord(ch) < 0x20 or 0x7F <= ord(ch) < 0xA0:
+            return f"U+{ord(ch):04X}"
+    return ""
 
 
 def _check_acyclic(graph: Graph) -> None:

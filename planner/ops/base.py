@@ -28,6 +28,7 @@ Conventions shared by every op (the graph JSON contract):
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -153,10 +154,14 @@ def _coerce(op: str, key: str, kind: str, value: Any) -> Any:
     if kind == "int":
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
             raise bad()
+        if not -2**63 <= int(value) < 2**63:  # the executor reads attributes as int64
+            raise OpError(f"{op}: attribute {key!r} = {value} does not fit in 64 bits")
         return int(value)
     if kind == "float":
         if isinstance(value, bool) or not isinstance(value, (int, float, np.number)):
             raise bad()
+        if not math.isfinite(float(value)):
+            raise OpError(f"{op}: attribute {key!r} must be a finite number, got {value!r}")
         return float(value)
     if kind == "bool":
         if not isinstance(value, (bool, np.bool_)):
@@ -165,6 +170,8 @@ def _coerce(op: str, key: str, kind: str, value: Any) -> Any:
     if kind == "str":
         if not isinstance(value, str):
             raise bad()
+        if any(ord(c) < 0x20 or 0x7F <= ord(c) < 0xA0 for c in value):
+            raise OpError(f"{op}: attribute {key!r} = {value!r} holds a control character")
         return value
     if kind in ("ints", "floats"):
         if not isinstance(value, (list, tuple)):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from codegen.errors import UnsupportedError
@@ -26,8 +28,7 @@ def test_tree_holds_the_schedule_cmake_package_and_plan(mlp_plan, tmp_path):
     assert tree.name == "mlp_small"
     assert sorted(p.name for p in tree.dir.iterdir()) == sorted(tree.files)
     schedule = tree.files["schedule.cpp"]
-    for op in mlp_plan.ops:
-        assert f'"{op.name}", "{op.op}", {op.threads},' in schedule
+    assert {(p.name, p.op, p.threads) for p in mlp_plan.ops} == set(schedule_ops(schedule))
     assert tree.files["plan.json"] == mlp_plan.to_json()
     assert "def Executor()" in tree.files["__init__.py"]
 
@@ -35,8 +36,21 @@ def test_tree_holds_the_schedule_cmake_package_and_plan(mlp_plan, tmp_path):
 def test_ops_appear_in_plan_order(mlp_plan):
     schedule = render_files(mlp_plan, "m")["schedule.cpp"]
     ops = sorted(mlp_plan.ops, key=lambda p: p.order)
-    positions = [schedule.index(f'{{"{p.name}", "{p.op}"') for p in ops]
-    assert positions == sorted(positions)
+    assert [(p.name, p.op, p.threads) for p in ops] == schedule_ops(schedule)
+
+
+def schedule_ops(source: str) -> list[tuple[str, str, int]]:
+    """(name, op, threads) of every kOps row of a schedule.cpp, its strings read from kBytes."""
+    blob = bytes(int(b) for b in re.findall(r"\d+", source.split("kBytes[] = {")[1]
+                                            .split("}")[0]))
+
+    def at(k: str) -> str:
+        k = int(k)
+        return blob[k:blob.index(b"\0", k)].decode()
+
+    ops = source.split("kOps[] = {")[1].split("};")[0]
+    return [(at(a), at(b), int(c)) for a, b, c in
+            re.findall(r"\{kStrings \+ (\d+), kStrings \+ (\d+), (\d+),", ops)]
 
 
 def test_rendering_is_deterministic_and_unchanged_files_are_not_rewritten(mlp_plan, tmp_path):
