@@ -35,6 +35,7 @@ from typing import Any
 import jinja2
 
 from codegen import support
+from codegen.errors import UnverifiedPlanError
 from codegen.layout import ArenaLayout, arena_layout, own_layout
 from planner.graph.ir import Graph, Node
 from planner.ops import get_op
@@ -91,9 +92,11 @@ def render(plan: Plan, out_dir: str | Path, name: str | None = None,
 
 
 def render_files(plan: Plan, name: str, layout: str = "plan") -> dict[str, str]:
-    """The tree's files as text (pure: no file is written)."""
+    """The tree's files as text (pure: no file is written). Raises UnverifiedPlanError naming
+    the first rule the plan breaks: a plan that does not verify is never compiled."""
     graph = plan.graph
     support.check(graph)
+    refuse_unverified(plan)
     if layout not in ("plan", "own"):
         raise ValueError(f"layout must be 'plan' or 'own', got {layout!r}")
     memory = getattr(plan, "memory", None)
@@ -131,6 +134,17 @@ def render_files(plan: Plan, name: str, layout: str = "plan") -> dict[str, str]:
     return files
 
 
+def refuse_unverified(plan: Plan) -> None:
+    """Raise UnverifiedPlanError when `planner verify` would reject the plan."""
+    from planner.verify import verify_plan
+
+    problems = verify_plan(plan)
+    if problems:
+        more = f" (and {len(problems) - 1} more problem(s))" if len(problems) > 1 else ""
+        raise UnverifiedPlanError(f"plan {plan.graph.name!r} does not verify: {problems[0]}"
+                                  f"{more}; run `planner verify` on it")
+
+
 def write_if_changed(path: Path, text: str) -> bool:
     """Write `text` unless the file already holds it (keeps its mtime for Ninja)."""
     if path.exists() and path.read_text(encoding="utf-8") == text:
@@ -165,9 +179,9 @@ def _op_rows(plan: Plan, index: dict[str, int], strings: StringTable) -> list[di
     graph = plan.graph
     threads = {p.name: p.threads for p in plan.ops}
     order = sorted(plan.ops, key=lambda p: p.order)
-    if {p.name for p in order} != set(graph.node_map):
-        missing = sorted(set(graph.node_map) - {p.name for p in order})
-        raise ValueError(f"plan does not place every node of its graph (missing: {missing[:5]})")
+    if {p.name for p in order} != set(graph.node_map):  # verify refuses such a plan first
+        missing = sorted(set(graph.node_map) ^ {p.name for p in order})
+        raise ValueError(f"plan ops and graph nodes differ (first: {missing[:5]})")
     rows, at = [], 0
     for p in order:
         node = graph.node_map[p.name]

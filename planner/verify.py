@@ -12,6 +12,10 @@ ops) and the rule that failed:
                  parallel-loop group) and share a physical core only if one is marked smt
     edges        every happens-before edge names plan ops and is respected by the times
     summary      step time = last end; the lower bound is at most the step time
+    memory       the arena rules of planner.memory.verify
+    graph        (with an embedded graph) the rules of planner.verify_graph: the graph is
+                 valid, and the data and in-place dependencies, buffer bytes, writers, readers
+                 and aliases the plan declares are the ones the graph implies
 
 Example:
     >>> verify_plan_data({"ops": [], "happens_before": [], "target": {"core_of": []},
@@ -75,25 +79,19 @@ def verify_plan_data(plan: dict[str, Any], node_names: list[str] | None = None) 
             if op["order"] <= d["order"]:
                 problems.append(f"op {name!r} comes before its dependency {dep!r} in "
                                 f"execution order")
-    for a in ops:
-        for b in ops:
-            if a["order"] >= b["order"]:
-                continue
-            overlap = (a["start"] < b["end"] - TOLERANCE and b["start"] < a["end"] - TOLERANCE)
-            if not overlap:
-                continue
-            same_group = a.get("group") and a.get("group") == b.get("group")
-            shared = set(a["cpus"]) & set(b["cpus"])
-            if shared and not same_group:
-                problems.append(f"ops {a['name']!r} and {b['name']!r} run at the same time on "
-                                f"logical CPUs {sorted(shared)}")
-                continue
-            cores_a = {core_of[c] for c in a["cpus"] if 0 <= c < len(core_of)}
-            cores_b = {core_of[c] for c in b["cpus"] if 0 <= c < len(core_of)}
-            if cores_a & cores_b and not same_group and not (a.get("smt") or b.get("smt")):
-                problems.append(f"ops {a['name']!r} and {b['name']!r} share physical cores "
-                                f"{sorted(cores_a & cores_b)} at the same time, and neither is "
-                                f"marked smt")
+    for a, b in _concurrent_pairs(ops):
+        same_group = a.get("group") and a.get("group") == b.get("group")
+        shared = set(a["cpus"]) & set(b["cpus"])
+        if shared and not same_group:
+            problems.append(f"ops {a['name']!r} and {b['name']!r} run at the same time on "
+                            f"logical CPUs {sorted(shared)}")
+            continue
+        cores_a = {core_of[c] for c in a["cpus"] if 0 <= c < len(core_of)}
+        cores_b = {core_of[c] for c in b["cpus"] if 0 <= c < len(core_of)}
+        if cores_a & cores_b and not same_group and not (a.get("smt") or b.get("smt")):
+            problems.append(f"ops {a['name']!r} and {b['name']!r} share physical cores "
+                            f"{sorted(cores_a & cores_b)} at the same time, and neither is "
+                            f"marked smt")
     for edge in plan.get("happens_before", []):
         before, after = edge["before"], edge["after"]
         missing = [n for n in (before, after) if n not in by_name]
@@ -113,9 +111,31 @@ def verify_plan_data(plan: dict[str, Any], node_names: list[str] | None = None) 
         problems.append(f"summary lower bound {summary['lower_bound_seconds']} exceeds the "
                         f"step time {step}")
     from planner.memory.verify import verify_memory_data  # arena rules, checked pair by pair
+    from planner.verify_graph import verify_graph_data  # what the embedded graph implies
 
     problems += verify_memory_data(plan)
+    if "graph" in plan:
+        problems += verify_graph_data(plan)
     return problems
+
+
+def _concurrent_pairs(ops: list[dict[str, Any]]):
+    """Every pair of ops whose time intervals overlap (by more than the slack), earlier order
+    first: a sweep over start times, so the cost follows the pairs, not n^2."""
+    by_start = sorted(ops, key=lambda o: (o["start"], o["order"]))
+    active: list[dict[str, Any]] = []
+    for b in by_start:
+        active = [a for a in active if a["end"] - TOLERANCE > b["start"]]
+        for a in active:
+            if b["start"] < a["end"] - TOLERANCE and a["start"] < b["end"] - TOLERANCE:
+                yield (a, b) if a["order"] < b["order"] else (b, a)
+        active.append(b)
+
+
+def verify_plan(plan) -> list[str]:
+    """verify_plan_data of a Plan record, against its embedded graph's nodes."""
+    data = plan.model_dump(mode="json", by_alias=True)
+    return verify_plan_data(data, [n.name for n in plan.graph.nodes])
 
 
 def verify_plan_text(text: str, node_names: list[str] | None = None) -> list[str]:
@@ -126,6 +146,8 @@ def verify_plan_text(text: str, node_names: list[str] | None = None) -> list[str
         return [f"not JSON: {e}"]
     if not isinstance(data, dict) or not isinstance(data.get("ops"), list):
         return ["not a plan: no 'ops' list"]
+    if not isinstance(data.get("graph"), dict):
+        return ["not a plan: it embeds no graph"]
     try:
         return verify_plan_data(data, node_names)
     except (KeyError, TypeError) as e:

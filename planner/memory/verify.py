@@ -1,6 +1,6 @@
 """Verify a plan's memory without trusting the memory planner: every pair of buffers checked
-the obvious way (O(buffers^2)), sharing no code with the allocator. Each problem names the
-buffer(s) and the rule:
+the obvious way (overlaps found by a sweep over write order, O(buffers log buffers)), sharing
+no code with the allocator. Each problem names the buffer(s) and the rule:
 
     fields     offsets and sizes are non-negative; placement is device or host; the writer and
                readers are ops of the plan; first / last match their execution orders
@@ -25,9 +25,8 @@ Example:
 
 from __future__ import annotations
 
+import bisect
 from typing import Any
-
-import numpy as np
 
 
 def verify_memory_data(plan: dict[str, Any]) -> list[str]:
@@ -153,23 +152,43 @@ def _descendants(plan: dict[str, Any], ops: list[dict[str, Any]], order: dict[st
 
 def _overlap_problems(tensors: list[dict[str, Any]], order: dict[str, int],
                       desc: dict[int, int], after_step: int) -> list[str]:
+    """Buffers sharing bytes, checked in the order they are written: each byte's buffers form
+    a chain, and checking each buffer against the previous holder of every byte it covers is
+    enough, since happens-before is transitive (a buffer's write is one of its accesses). A
+    map of byte segments to their last holder keeps this O(buffers log buffers)."""
     out: list[str] = []
     for placement in ("device", "host"):
         group = [t for t in tensors if t.get("placement", "device") == placement
                  and t["bytes"] > 0]
-        lo = np.array([t["offset"] for t in group], dtype=np.int64)
-        hi = lo + np.array([t["bytes"] for t in group], dtype=np.int64)
-        for i, a in enumerate(group):
-            hits = np.nonzero((lo[i + 1:] < hi[i]) & (lo[i] < hi[i + 1:]))[0] + i + 1
-            for j in hits:
-                b = group[int(j)]
+        group.sort(key=lambda t: (t["first"], t["offset"]))
+        starts: list[int] = [0]   # segment k covers [starts[k], starts[k + 1]) of the pool
+        holder: list[Any] = [None]
+        for b in group:
+            lo, hi = b["offset"], b["offset"] + b["bytes"]
+            i = bisect.bisect_right(starts, lo) - 1
+            j = bisect.bisect_left(starts, hi)
+            seen = set()
+            for a in holder[i:j]:
+                if a is None or id(a) in seen:
+                    continue
+                seen.add(id(a))
                 if _aliased(a, b) or _ordered(a, b, order, desc, after_step) \
                         or _ordered(b, a, order, desc, after_step):
                     continue
                 out.append(f"buffers {a['name']!r} and {b['name']!r} share {placement} bytes "
-                           f"[{max(a['offset'], b['offset'])}, "
-                           f"{min(a['offset'] + a['bytes'], b['offset'] + b['bytes'])}) but "
-                           f"neither's accesses happen-before the other's write")
+                           f"[{max(a['offset'], lo)}, {min(a['offset'] + a['bytes'], hi)}) "
+                           f"but neither's accesses happen-before the other's write")
+            # b now holds [lo, hi); what lies past hi keeps its holder (segment j - 1's).
+            tail = holder[j - 1]
+            new_starts, new_holder = [lo], [b]
+            if starts[i] < lo:
+                new_starts.insert(0, starts[i])
+                new_holder.insert(0, holder[i])
+            if j == len(starts) or starts[j] != hi:
+                new_starts.append(hi)
+                new_holder.append(tail)
+            starts[i:j] = new_starts
+            holder[i:j] = new_holder
     return out
 
 

@@ -105,14 +105,34 @@ nb::object to_numpy(const Executor& ex, int id, bool copy, nb::handle owner) {
                                 dl_dtype(t.dtype)).cast();
 }
 
+// The executor's lock, waited for with the GIL released (the thread holding the lock may need
+// the GIL to finish its call).
+std::unique_lock<std::mutex> hold(const Executor& ex) {
+  std::unique_lock<std::mutex> lock(ex.mutex(), std::defer_lock);
+  if (!lock.try_lock()) {
+    nb::gil_scoped_release release;
+    lock.lock();
+  }
+  return lock;
+}
+
+// A dict key naming a tensor: a str, else TypeError (not a C++ bad_cast).
+std::string key_name(nb::handle key, const char* what) {
+  if (!nb::isinstance<nb::str>(key))
+    throw nb::type_error((std::string(what) + " names must be str, got " +
+                          nb::repr(key).c_str()).c_str());
+  return nb::cast<std::string>(key);
+}
+
 bool persistent(int role) { return role == PARAM || role == STATE || role == OPT_STATE; }
 
 nb::dict run_step(Executor& ex, nb::dict feeds, const std::vector<std::string>& extra) {
+  auto lock = hold(ex);  // two threads stepping one executor take turns
   const Schedule& s = ex.schedule();
   // Check every feed before running anything.
   std::vector<std::pair<int, Array>> bound;
   for (auto [key, value] : feeds) {
-    std::string name = nb::cast<std::string>(key);
+    std::string name = key_name(key, "feed");
     int id = ex.tensor_index(name);
     if (id < 0 || (ex.tensor(id).role != INPUT && ex.tensor(id).role != LABEL))
       throw nb::value_error(("'" + name + "' is not an input of plan '" + s.name + "'").c_str());
@@ -175,9 +195,10 @@ NB_MODULE(planner_cpu_rt, m) {
       .def_prop_ro("kind", [](const Executor& ex) { return std::string(ex.schedule().kind); })
       .def("load_params",
            [](Executor& ex, nb::dict values) {
+             auto lock = planner::hold(ex);
              std::vector<std::pair<int, planner::Array>> checked;
              for (auto [key, value] : values) {
-               std::string name = nb::cast<std::string>(key);
+               std::string name = planner::key_name(key, "parameter");
                int id = ex.tensor_index(name);
                if (id < 0 || !planner::persistent(ex.tensor(id).role) ||
                    ex.tensor(id).updates >= 0)
@@ -196,6 +217,7 @@ NB_MODULE(planner_cpu_rt, m) {
       .def("params",
            [](nb::handle self, bool copy) {
              Executor& ex = nb::cast<Executor&>(self);
+             auto lock = planner::hold(ex);
              nb::dict out;
              const planner::Schedule& s = ex.schedule();
              for (int i = 0; i < s.num_tensors; ++i) {
@@ -223,6 +245,7 @@ NB_MODULE(planner_cpu_rt, m) {
            "feeds"_a, "outputs"_a = std::vector<std::string>())
       .def("stats",
            [](const Executor& ex) {
+             auto lock = planner::hold(ex);
              nb::list ops;
              const planner::Schedule& s = ex.schedule();
              for (int k = 0; k < s.num_ops; ++k) {

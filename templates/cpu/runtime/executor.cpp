@@ -46,6 +46,7 @@ Executor::Executor(const std::string& schedule_path)
   if (!get) throw std::runtime_error(schedule_path + " exports no planner_schedule");
   s_ = get();
   const Schedule& s = *s_;
+  check_schedule(s, omp_get_num_procs());
   for (int i = 0; i < s.num_tensors; ++i) index_[s.tensors[i].name] = i;
   root_.resize(s.num_tensors);
   for (int i = 0; i < s.num_tensors; ++i) {
@@ -80,6 +81,8 @@ Executor::Executor(const std::string& schedule_path)
   // One arena: the tensors at their planned offsets, then the scratch area (ops run one at a
   // time, so they share it).
   int64_t tensors = (s.arena_bytes + 63) / 64 * 64;
+  if (scratch > (size_t{1} << 62))
+    throw std::runtime_error("kernels ask for " + std::to_string(scratch) + " scratch bytes");
   scratch_bytes_ = static_cast<int64_t>(scratch);
   arena_bytes_ = tensors + scratch_bytes_;
   arena_ = static_cast<char*>(std::aligned_alloc(64, std::max<int64_t>(64, (arena_bytes_ + 63) / 64 * 64)));

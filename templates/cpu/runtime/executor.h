@@ -3,6 +3,7 @@
 // and runs the step in plan order. A step allocates nothing.
 #pragma once
 #include <chrono>
+#include <mutex>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -10,6 +11,10 @@
 #include "kernel.h"
 
 namespace planner {
+
+// Range-checks every index, size, offset and thread count of a schedule (check.cpp); throws
+// std::runtime_error naming the tensor or op. Executor() runs it before anything else.
+void check_schedule(const Schedule& s, int host_cpus);
 
 struct OpStats {
   double seconds = 0;  // summed over calls
@@ -41,7 +46,12 @@ class Executor {
   int64_t scratch_bytes() const { return scratch_bytes_; }
   void reset_stats();
 
+  // Held by every binding call that reads or writes the arena (step, load_params, params):
+  // one executor runs one step at a time, whichever thread calls it.
+  std::mutex& mutex() const { return mu_; }
+
  private:
+  mutable std::mutex mu_;
   void* lib_ = nullptr;
   const Schedule* s_ = nullptr;
   dnnl::engine engine_;

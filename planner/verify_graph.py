@@ -1,0 +1,192 @@
+"""Verify a plan against the graph it embeds, trusting nothing the plan says about that graph.
+
+The embedded graph is validated again (names, shape rules, updates; planner.graph.validate),
+and everything the plan derives from it is derived again here and compared:
+
+    graph        the embedded graph passes check_graph; every tensor's size fits in 2^62 bytes
+    ops          a plan op named after a graph node runs that node's op type
+    data         an op that reads a tensor comes after the op writing it in execution order,
+                 and depends on it (directly, or through deps and happens-before edges)
+    in-place     an op writing the next value of a param or state tensor comes after, and
+                 depends on, every other reader of the old value
+    bytes        a buffer holding a graph tensor has at least the tensor's bytes; offsets and
+                 ends fit in 2^62
+    writers      a buffer of a tensor is written by the node producing it (none for inputs and
+                 persistent tensors), or by an op memory planning added
+    readers      every op reading a tensor is listed as a reader of one of its buffers
+    aliases      a buffer of an in-place update aliases a buffer of the tensor it updates, and
+                 a buffer aliases only when its tensor is such an update
+
+Shares no code with the scheduler or the memory planner. Runs in time linear in the plan's size
+(a dependency missing from an op's deps is searched for along forward edges only).
+
+Example:
+    >>> from planner.zoo import build
+    >>> from planner.costs import CostModel
+    >>> from planner.schedule import make_plan
+    >>> from planner.target import preset
+    >>> plan = make_plan(build("mlp", batch=2, hidden=[4], in_features=3, classes=2),
+    ...                  CostModel(preset("xeon-8180"))).model_dump(mode="json", by_alias=True)
+    >>> verify_graph_data(plan)
+    []
+    >>> victim = plan["ops"][1]               # fc1/bias_add reads fc1: drop that dependency
+    >>> victim["deps"] = []
+    >>> plan["happens_before"] = [e for e in plan["happens_before"]
+    ...                           if e["after"] != victim["name"]]
+    >>> for problem in verify_graph_data(plan): print(problem)
+    op 'fc1/bias_add' reads tensor 'fc1' written by op 'fc1', but the plan drops that dependency
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+from pydantic import ValidationError
+
+from planner.graph.ir import Graph
+from planner.graph.validate import check_graph
+
+# No size or offset may come near 2^63, where int64 sums in the executor would wrap.
+MAX_BYTES = 2**62
+
+
+def verify_graph_data(plan: dict[str, Any]) -> list[str]:
+    """Every rule of the module docstring the plan (as JSON data) breaks; [] when it holds."""
+    graph, problems = embedded_graph(plan)
+    if graph is None:
+        return problems
+    ops = {o["name"]: o for o in plan.get("ops", [])}
+    problems += _op_type_problems(graph, ops)
+    problems += _dependency_problems(graph, ops, plan.get("happens_before", []))
+    problems += _buffer_problems(graph, plan)
+    return problems
+
+
+def embedded_graph(plan: dict[str, Any]) -> tuple[Graph | None, list[str]]:
+    """The plan's graph, validated again; (None, [the reason]) when it is not a valid graph."""
+    raw = plan.get("graph")
+    if not isinstance(raw, dict):
+        return None, ["the plan embeds no graph"]
+    try:
+        graph = check_graph(Graph.model_validate(raw))
+    except ValidationError as e:
+        first = e.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        return None, [f"embedded graph: field {where}: {first['msg']}"]
+    except (ValueError, OverflowError, RecursionError) as e:
+        return None, [f"embedded graph: {' '.join(str(e).split())}"]
+    big = [t for t in graph.tensors if t.nbytes > MAX_BYTES]
+    if big:
+        return None, [f"embedded graph: tensor {big[0].name!r} holds {big[0].nbytes} bytes, "
+                      f"more than 2^62"]
+    return graph, []
+
+
+def _op_type_problems(graph: Graph, ops: dict[str, dict[str, Any]]) -> list[str]:
+    return [f"op {n.name!r} runs {ops[n.name].get('op')!r}, but the graph's node is a {n.op}"
+            for n in graph.nodes if n.name in ops and ops[n.name].get("op") != n.op]
+
+
+def required_edges(graph: Graph) -> list[tuple[str, str, str]]:
+    """(before, after, why) for every ordering the graph implies: data and in-place."""
+    producer = {o: n.name for n in graph.nodes for o in n.outputs}
+    out = []
+    for n in graph.nodes:
+        for t in dict.fromkeys(n.inputs):
+            if t in producer:
+                out.append((producer[t], n.name, f"reads tensor {t!r} written by"))
+        for o in n.outputs:
+            old = graph.tensor_map[o].updates
+            for r in graph.consumers.get(old, ()) if old else ():
+                if r.name != n.name:
+                    out.append((r.name, n.name, f"overwrites {old!r} in place, which is read by"))
+    return out
+
+
+def _dependency_problems(graph: Graph, ops: dict[str, dict[str, Any]],
+                         edges: list[dict[str, Any]]) -> list[str]:
+    succ: dict[str, set[str]] = defaultdict(set)
+    for name, op in ops.items():
+        for d in op.get("deps", []):
+            succ[d].add(name)
+    for e in edges:
+        succ[e["before"]].add(e["after"])
+    order = {name: op["order"] for name, op in ops.items()}
+    problems = []
+    for before, after, why in required_edges(graph):
+        if before not in ops or after not in ops:
+            continue  # planner.verify names ops the plan does not schedule
+        if order[before] >= order[after]:
+            problems.append(f"op {after!r} {why} op {before!r}, but comes before it in "
+                            f"execution order")
+        elif after not in succ[before] and not _reaches(before, after, succ, order):
+            problems.append(f"op {after!r} {why} op {before!r}, but the plan drops that "
+                            f"dependency")
+    return problems
+
+
+def _reaches(start: str, goal: str, succ: dict[str, set[str]], order: dict[str, int]) -> bool:
+    """Whether a path of edges leads from `start` to `goal`, following only edges that go
+    forward in execution order and stop at the goal's order."""
+    limit, seen, stack = order[goal], {start}, [start]
+    while stack:
+        for w in succ[stack.pop()]:
+            if w == goal:
+                return True
+            if w not in seen and order.get(w, limit + 1) < limit and order[w] > order[start]:
+                seen.add(w)
+                stack.append(w)
+    return False
+
+
+def _buffer_problems(graph: Graph, plan: dict[str, Any]) -> list[str]:
+    buffers = plan.get("tensors") or []
+    if not buffers:
+        return []
+    added = {m.get("name") for m in (plan.get("memory") or {}).get("ops", [])}
+    producer = {o: n.name for n in graph.nodes for o in n.outputs}
+    tensors = graph.tensor_map
+    of_tensor: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    problems = []
+    for b in buffers:
+        end = b["offset"] + b["bytes"]
+        if end > MAX_BYTES:
+            problems.append(f"buffer {b['name']!r} ends at byte {end}, past 2^62")
+        t = tensors.get(b.get("tensor") or "")
+        if t is None:
+            if b.get("alias_of"):
+                problems.append(f"buffer {b['name']!r} aliases {b['alias_of']!r} but holds no "
+                                f"graph tensor")
+            continue
+        of_tensor[t.name].append(b)
+        if b["bytes"] < t.nbytes:
+            problems.append(f"buffer {b['name']!r} has {b['bytes']} bytes, but tensor "
+                            f"{t.name!r} needs {t.nbytes}")
+        writer = b.get("writer", "")
+        if writer != producer.get(t.name, "") and writer not in added:
+            problems.append(f"buffer {b['name']!r} of tensor {t.name!r} names writer {writer!r}, "
+                            f"but the graph's is {producer.get(t.name, '') or 'none'!r}")
+    memory = (plan.get("summary") or {}).get("memory") or {}
+    for key in ("arena_bytes", "host_bytes", "load_bytes"):
+        if isinstance(memory.get(key), int) and memory[key] > MAX_BYTES:
+            problems.append(f"summary memory {key} {memory[key]} is past 2^62")
+    names = {b["name"]: b for b in buffers}
+    for t in graph.tensors:
+        held = of_tensor.get(t.name, [])
+        if not held:
+            continue  # planner.memory.verify reports a tensor no buffer holds
+        listed = {r for b in held for r in b.get("readers", ())}
+        for reader in graph.consumers.get(t.name, ()):
+            if reader.name not in listed:
+                problems.append(f"op {reader.name!r} reads tensor {t.name!r}, but no buffer of "
+                                f"it lists that reader")
+        for b in held:
+            base = names.get(b.get("alias_of") or "")
+            if t.updates and (base is None or base.get("tensor") != t.updates):
+                problems.append(f"buffer {b['name']!r} holds {t.name!r}, the next value of "
+                                f"{t.updates!r}, but does not alias a buffer of it")
+            elif not t.updates and b.get("alias_of"):
+                problems.append(f"buffer {b['name']!r} aliases {b['alias_of']!r}, but tensor "
+                                f"{t.name!r} updates nothing")
+    return problems
