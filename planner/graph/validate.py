@@ -6,6 +6,8 @@ by hand (or written by another tool) is held to the same rules the builder appli
 
 from __future__ import annotations
 
+import re
+
 import networkx as nx
 
 from planner.graph.ir import EXTERNAL_ROLES, Graph, Node
@@ -36,7 +38,6 @@ def check_graph(graph: Graph) -> Graph:
     once; inferred output shape and dtype equal to the declared tensor; graph outputs defined.
     """
     _check_names(graph)
-    _check_acyclic(graph)
     tensors = graph.tensor_map
     written: set[str] = set()
     updated: dict[str, str] = {}  # persistent tensor -> the tensor holding its next value
@@ -47,6 +48,7 @@ def check_graph(graph: Graph) -> Graph:
                 raise GraphError(f"node {n.name!r}: input tensor {i!r} is not defined")
             t = tensors[i]
             if t.role not in EXTERNAL_ROLES and i not in written:
+                _check_acyclic(graph)  # a cycle explains it better; looked for only here
                 raise GraphError(f"node {n.name!r}: input tensor {i!r} is used before the node "
                                  f"that produces it (nodes must be in topological order)")
         for o in n.outputs:
@@ -122,10 +124,11 @@ def control_character(text: str) -> str:
     >>> control_character("conv1/relu"), control_character("a\\rb")
     ('', 'U+000D')
     """
-    for ch in text:
-        if ord(ch) < 0x20 or 0x7F <= ord(ch) < 0xA0:
-            return f"U+{ord(ch):04X}"
-    return ""
+    m = _CONTROL.search(text)
+    return f"U+{ord(m.group()):04X}" if m else ""
+
+
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
 
 
 def _check_acyclic(graph: Graph) -> None:
