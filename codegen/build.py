@@ -37,6 +37,7 @@ from pathlib import Path
 
 from codegen.errors import BuildError
 from codegen.render import RUNTIME_SOURCES
+from planner.files import atomic_write
 
 Progress = Callable[[str], None]
 
@@ -167,7 +168,7 @@ def build_runtime(progress: Progress | None = None) -> Path:
         modules = sorted((root / "build").glob("planner_cpu_rt*.so"))
         if not modules:
             raise BuildError(f"the runtime build in {root} produced no planner_cpu_rt module")
-        done.write_text(str(modules[0]))
+        atomic_write(done, str(modules[0]))
         return modules[0]
 
 
@@ -200,7 +201,7 @@ def build(tree_dir: str | Path, progress: Progress | None = None) -> BuildResult
         old.unlink()
     # A new name per content: a process that loaded an older build keeps its own copy.
     shutil.copy2(out / "cmake" / "libschedule.so", lib)
-    info_path.write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")
+    atomic_write(info_path, json.dumps(info, indent=2, sort_keys=True) + "\n")
     return BuildResult(tree.name, tree, runtime, lib, False, time.perf_counter() - start)
 
 

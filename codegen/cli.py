@@ -30,13 +30,15 @@ def add_build_commands(sub: Any) -> None:
     p.add_argument("plan", metavar="PLAN")
     p.add_argument("-o", "--output", metavar="DIR",
                    help="output folder; its name is the module name")
+    p.add_argument("--force", action="store_true",
+                   help="replace DIR even when it holds another plan's executor or other files")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(run=run_build)
 
 
 def run_build(args: argparse.Namespace) -> int:
-    from codegen.build import build
-    from codegen.render import module_name, render
+    from codegen.package import build_package
+    from codegen.render import module_name
     from planner.plan import load_plan
 
     plan = load_plan(args.plan)
@@ -48,8 +50,8 @@ def run_build(args: argparse.Namespace) -> int:
             print(line, flush=True)
 
     say(f"rendering {out} ({len(plan.ops)} ops) ...")
-    tree = render(plan, out)
-    result = build(tree.dir, progress=say)
+    tree, result = build_package(plan, out, force=args.force,
+                                 replace_executors=args.output is None, progress=say)
     if args.json:
         print(json.dumps({"module": tree.name, "dir": str(out), "cached": result.cached,
                           "seconds": round(result.seconds, 3),

@@ -147,9 +147,11 @@ def refuse_unverified(plan: Plan) -> None:
 
 def write_if_changed(path: Path, text: str) -> bool:
     """Write `text` unless the file already holds it (keeps its mtime for Ninja)."""
-    if path.exists() and path.read_text(encoding="utf-8") == text:
+    from planner.files import atomic_write, holds
+
+    if holds(path, text):
         return False
-    path.write_text(text, encoding="utf-8")
+    atomic_write(path, text)
     return True
 
 

@@ -159,6 +159,7 @@ class EscapingWriter:
 
     def __init__(self, stream: Any) -> None:
         self._stream = stream
+        self.raw = stream  # for the terminal control the planner itself writes
 
     def write(self, text: str) -> int:
         self._stream.write(_CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text))

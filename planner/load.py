@@ -70,16 +70,16 @@ def write_text(path: str, text: str, force: bool = False) -> bool:
     """Write `text` to `path`, refusing to replace a different existing file unless `force`.
 
     Returns False when the file already holds exactly this text (nothing written, so build
-    tools watching timestamps see no change).
+    tools watching timestamps see no change). The write is atomic (planner.files): a failure
+    leaves the old file whole. A target that is not a regular file (a FIFO, /dev/full, a
+    folder) is refused before anything is read from it.
     """
-    p = Path(path)
-    if p.exists():
-        if p.is_dir():
-            raise UserError(f"{path}: is a directory")
-        if p.read_text(errors="replace") == text:
-            return False
-        if not force:
-            raise UserError(f"{path} exists and differs; pass --force to overwrite it")
-    p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_text(text)
+    from planner.files import atomic_write, check_target, holds
+
+    check_target(path)
+    if holds(path, text):
+        return False
+    if Path(path).exists() and not force:
+        raise UserError(f"{path} exists and differs; pass --force to overwrite it")
+    atomic_write(path, text)
     return True

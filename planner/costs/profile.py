@@ -192,7 +192,9 @@ class _Progress:
         filled = 30 * done // max(self.total, 1)
         line = f"[{'#' * filled}{'.' * (30 - filled)}] {done}/{self.total} {key}"
         if self.tty:
-            self.stream.write("\r\033[K" + line[:200])
+            # Our own terminal control goes around planner.cli's escaping of control characters.
+            getattr(self.stream, "raw", self.stream).write("\r\033[K")
+            self.stream.write(line[:200])
         else:
             self.stream.write(line + "\n")
         self.stream.flush()

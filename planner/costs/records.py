@@ -197,8 +197,10 @@ def _union(old: tuple[Any, ...], new: tuple[Any, ...],
 
 
 def save_table(table: CostTable, path: str | Path) -> None:
-    """Write the canonical JSON (the whole file replaced)."""
-    Path(path).write_text(table.to_json())
+    """Write the canonical JSON (the whole file replaced, atomically)."""
+    from planner.files import atomic_write
+
+    atomic_write(path, table.to_json())
 
 
 def load_table(path: str | Path) -> CostTable:

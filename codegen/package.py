@@ -1,0 +1,95 @@
+"""`planner build -o DIR` without losing anything.
+
+    DIR absent, empty, or holding this plan's executor   build (in place when the plan is the
+                                                         same: the cache makes that instant)
+    DIR holding another plan's executor or other files   refused unless --force
+    DIR not a folder                                     refused
+
+A new plan is rendered and compiled in a sibling temporary folder, which replaces DIR only once
+the build succeeded: a failed build leaves the previous package whole. Builds into one folder
+hold a lock (`.DIR.lock` beside it), so concurrent ones take turns. Nothing in DIR is read
+but through planner.files.holds (regular files of the expected size only).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import stat
+import tempfile
+from pathlib import Path
+
+from codegen.build import BuildResult, Progress, build
+from codegen.render import RenderedTree, module_name, render
+from planner.errors import UserError
+from planner.files import folder_lock, holds
+from planner.plan import Plan
+
+
+def build_package(plan: Plan, out: str | Path, force: bool = False,
+                  replace_executors: bool = False,
+                  progress: Progress | None = None) -> tuple[RenderedTree, BuildResult]:
+    """Render and build `plan`'s executor into `out` (see the module docstring).
+
+    replace_executors: another plan's executor in `out` may be replaced without `force` (the
+    default folder generated/NAME, which only `planner build` writes).
+    """
+    out = Path(out)
+    with folder_lock(out):
+        text = plan.to_json()
+        _check_folder(out, text, force, replace_executors)
+        if holds(out / "plan.json", text):
+            tree = render(plan, out)
+            return tree, build(tree.dir, progress)
+        staging = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.new-"))
+        try:
+            os.chmod(staging, 0o777 & ~_umask())
+            tree = render(plan, staging, name=module_name(out.name))
+            result = build(staging, progress)
+            # CMake's cache names the folder it was configured in; a later build reconfigures.
+            shutil.rmtree(staging / "build" / "cmake", ignore_errors=True)
+            _replace(out, staging)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+    return (dataclasses.replace(tree, dir=out),
+            dataclasses.replace(result, dir=out,
+                                schedule=out / "build" / result.schedule.name))
+
+
+def _check_folder(out: Path, text: str, force: bool, replace_executors: bool) -> None:
+    try:
+        st = out.stat()
+    except FileNotFoundError:
+        return
+    if not stat.S_ISDIR(st.st_mode):
+        raise UserError(f"{out}: exists and is not a folder; not building over it")
+    if not any(out.iterdir()) or holds(out / "plan.json", text) or force:
+        return
+    executor = (out / "plan.json").is_file() and (out / "__init__.py").is_file()
+    if executor and replace_executors:
+        return
+    what = "the executor of another plan" if executor else "files that are not an executor"
+    raise UserError(f"{out}: holds {what}; pass --force to replace it")
+
+
+def _replace(out: Path, new: Path) -> None:
+    """Put folder `new` where `out` is, removing the old `out` only after the move."""
+    if not out.exists():
+        os.rename(new, out)
+        return
+    old = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.old-"))
+    os.rename(out, old / "dir")
+    try:
+        os.rename(new, out)
+    except OSError:
+        os.rename(old / "dir", out)
+        raise
+    finally:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask

@@ -1,0 +1,97 @@
+"""Writing the user's files so that nothing is lost: every write goes to a temporary file in
+the target's folder and is renamed into place (a failed write leaves the old file whole), a
+target that is not a regular file is never read or replaced, and folders are locked while a
+command rebuilds them.
+
+Example:
+    >>> import tempfile, os
+    >>> d = tempfile.mkdtemp()
+    >>> atomic_write(os.path.join(d, "a.json"), "{}\\n")
+    >>> open(os.path.join(d, "a.json")).read(), sorted(os.listdir(d))
+    ('{}\\n', ['a.json'])
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import stat
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+from planner.errors import UserError
+
+
+def atomic_write(path: str | Path, text: str | bytes) -> None:
+    """Write `text` to `path` through a temporary file renamed over it (same folder, so the
+    rename is atomic); the temporary file is removed when anything fails."""
+    p = Path(path)
+    data = text.encode("utf-8") if isinstance(text, str) else text
+    p.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=f".{p.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        if p.exists():
+            os.chmod(tmp, stat.S_IMODE(p.stat().st_mode))
+        else:
+            os.chmod(tmp, 0o666 & ~_umask())
+        os.replace(tmp, p)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def holds(path: str | Path, text: str | bytes) -> bool:
+    """Whether `path` is a regular file holding exactly `text`. Anything else (absent, a FIFO,
+    a device, a folder) is False, and is never opened: its size is compared first."""
+    p = Path(path)
+    data = text.encode("utf-8") if isinstance(text, str) else text
+    try:
+        st = p.lstat()
+    except OSError:
+        return False
+    if not stat.S_ISREG(st.st_mode) or st.st_size != len(data):
+        return False
+    return p.read_bytes() == data
+
+
+def check_target(path: str | Path) -> None:
+    """Refuse an output path that exists but is not a regular file (a folder, a FIFO, a device,
+    a symlink to one): replacing it would be wrong, and reading it may never end."""
+    p = Path(path)
+    try:
+        st = p.stat()
+    except FileNotFoundError:
+        return
+    except OSError as e:
+        raise UserError(f"{path}: cannot use as output ({e.strerror or e})") from None
+    if stat.S_ISDIR(st.st_mode):
+        raise UserError(f"{path}: is a directory")
+    if not stat.S_ISREG(st.st_mode):
+        raise UserError(f"{path}: is not a regular file; not writing over it")
+
+
+@contextlib.contextmanager
+def folder_lock(folder: str | Path) -> Iterator[None]:
+    """Hold an exclusive lock on `folder` (a `.NAME.lock` file beside it) for the block: two
+    commands writing one folder take turns."""
+    f = Path(folder)
+    f.parent.mkdir(parents=True, exist_ok=True)
+    with open(f.parent / f".{f.name}.lock", "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)

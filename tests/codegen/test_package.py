@@ -1,0 +1,108 @@
+"""`planner build -o DIR`: refuses a folder holding something else unless --force, keeps the
+previous package whole when a build fails, and serializes concurrent builds of one folder."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+import codegen.build
+from codegen.errors import BuildError
+from codegen.load import load
+from codegen.package import build_package
+from planner.cli import main
+from planner.graph.autodiff import make_training_graph
+from planner.graph.interpret import init_params, random_feeds
+from planner.graph.optimizer import Optimizer
+from planner.zoo import build
+from tests.codegen.helpers import host_plan
+
+
+def plan_of(batch: int):
+    graph = make_training_graph(build("mlp", batch=batch, hidden=[8], in_features=6, classes=3),
+                                Optimizer(kind="sgd", lr=0.1))
+    return host_plan(graph)
+
+
+@pytest.fixture(scope="module")
+def plans(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("plans")
+    out = {}
+    for batch in (2, 3):
+        path = folder / f"b{batch}.plan.json"
+        path.write_text(plan_of(batch).to_json())
+        out[batch] = str(path)
+    return out
+
+
+def step_ok(folder) -> None:
+    module = load(folder)
+    graph = plan_graph(folder)
+    ex = module.Executor()
+    ex.load_params(init_params(graph, seed=0))
+    assert float(ex.step(random_feeds(graph, seed=1))["loss"]) > 0
+
+
+def plan_graph(folder):
+    from planner.plan import Plan
+
+    return Plan.from_json((folder / "plan.json").read_text()).graph
+
+
+def test_a_folder_of_other_files_or_another_plan_needs_force(plans, tmp_path, capsys):
+    out = tmp_path / "pkg"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    assert main(["build", plans[2], "-o", str(out)]) == 2
+    assert "holds files that are not an executor; pass --force" in capsys.readouterr().err
+    assert (out / "notes.txt").read_text() == "mine"
+    assert main(["build", plans[2], "-o", str(out), "--force"]) == 0
+    assert not (out / "notes.txt").exists()
+    assert main(["build", plans[2], "-o", str(out)]) == 0       # the same plan: up to date
+    assert "up to date" in capsys.readouterr().out
+    assert main(["build", plans[3], "-o", str(out)]) == 2
+    assert "holds the executor of another plan" in capsys.readouterr().err
+    assert json.loads((out / "plan.json").read_text())["graph"]["tensors"][0]["shape"][0] == 2
+    step_ok(out)
+
+
+def test_a_file_in_place_of_the_folder_is_refused(plans, tmp_path, capsys):
+    target = tmp_path / "pkg"
+    target.write_text("not a folder")
+    assert main(["build", plans[2], "-o", str(target), "--force"]) == 2
+    assert "is not a folder" in capsys.readouterr().err
+    assert target.read_text() == "not a folder"
+
+
+def test_a_failed_build_leaves_the_previous_package_whole(plans, tmp_path, monkeypatch):
+    out = tmp_path / "pkg"
+    build_package(plan_of(2), out)
+    before = {p.name: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    # A real compiler failure: the schedule is compiled with a header that does not exist.
+    monkeypatch.setattr(codegen.build, "SCHEDULE_FLAGS",
+                        ("-O1", "-include", str(tmp_path / "missing.h")))
+    with pytest.raises(BuildError):
+        build_package(plan_of(3), out, force=True)
+    after = {p.name: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    assert after == before
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".pkg.")] == [".pkg.lock"]
+    monkeypatch.undo()
+    step_ok(out)
+
+
+def test_concurrent_builds_into_one_folder_take_turns(plans, tmp_path):
+    out = tmp_path / "pkg"
+    procs = [subprocess.Popen([sys.executable, "-m", "planner.cli", "build", plans[b], "-o",
+                               str(out), "--force", "--json"], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for b in (2, 3)]
+    results = [p.communicate(timeout=600) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], results
+    graph = plan_graph(out)
+    assert graph.tensors[0].shape[0] in (2, 3)
+    schedule = (out / "schedule.cpp").read_text()
+    assert f"{graph.tensors[0].shape[0] * 6 * 4}, 2, {{{graph.tensors[0].shape[0]}, 6}}" \
+        in schedule  # the schedule is of the plan beside it
+    step_ok(out)
