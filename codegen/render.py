@@ -13,12 +13,11 @@ Files whose content is unchanged are not rewritten, so Ninja does not rebuild th
 
 Example:
     >>> import tempfile
-    >>> from planner.costs import CostModel
-    >>> from planner.schedule import make_plan
+    >>> from planner.pipeline import plan as make_plan
     >>> from planner.target import preset
     >>> from planner.zoo import build
     >>> g = build("mlp", batch=2, hidden=[4], in_features=3, classes=2)
-    >>> plan = make_plan(g, CostModel(preset("xeon-8180")))
+    >>> plan = make_plan(g, preset("xeon-8180"))
     >>> tree = render(plan, tempfile.mkdtemp() + "/mlp")
     >>> sorted(tree.files)
     ['CMakeLists.txt', '__init__.py', 'plan.json', 'schedule.cpp']

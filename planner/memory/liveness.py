@@ -19,7 +19,7 @@ Intervals are half-open in time, [start, end): a buffer whose last reader ends w
 writer starts may share bytes with it (if happens-before orders them).
 
 Example:
-    >>> s = Schedule(names=("a", "b"), start=np.array([0.0, 1.0]), end=np.array([1.0, 2.0]))
+    >>> s = OpTimes(names=("a", "b"), start=np.array([0.0, 1.0]), end=np.array([1.0, 2.0]))
     >>> bufs = [Buffer("x", "x", 8, -1.0, 1.0, -1, 0, -1, (0,), "input"),
     ...         Buffer("y", "y", 4, 0.0, 2.0, 0, 1, 0, (1,), "activation"),
     ...         Buffer("z", "z", 4, 1.0, 3.0, 1, 2, 1, (), "output")]
@@ -45,7 +45,7 @@ EXTERNAL_INPUT_ROLES = frozenset({"input", "label"})
 
 
 @dataclass(frozen=True)
-class Schedule:
+class OpTimes:
     """The ops of a plan in execution order: names, predicted start and end (seconds)."""
 
     names: tuple[str, ...]
@@ -95,7 +95,7 @@ class Buffer:
         return ((self.writer,) if self.writer >= 0 else ()) + self.readers
 
 
-def graph_buffers(graph: Graph, schedule: Schedule) -> list[Buffer]:
+def graph_buffers(graph: Graph, schedule: OpTimes) -> list[Buffer]:
     """One buffer per graph tensor (aliases for in-place updates), lifetimes from `schedule`.
 
     Every graph node must be an op of the schedule (KeyError naming it otherwise).
@@ -117,7 +117,7 @@ def graph_buffers(graph: Graph, schedule: Schedule) -> list[Buffer]:
                     schedule, n) for t in graph.tensors]
 
 
-def _buffer(t, w: int, rs: list[int], is_output: bool, s: Schedule, n: int) -> Buffer:
+def _buffer(t, w: int, rs: list[int], is_output: bool, s: OpTimes, n: int) -> Buffer:
     persistent = t.role in PERSISTENT_ROLES
     if t.updates is not None:
         # Written over the bytes of `t.updates` by its writer; lives as long as that does.

@@ -37,7 +37,7 @@ is chosen), so positions never move when decisions change.
 Example:
     >>> from planner.costs import CostModel
     >>> from planner.target import preset
-    >>> from planner.memory.steps import compute_steps
+    >>> from planner.schedule.streams import compute_steps
     >>> from planner.graph.autodiff import Optimizer, make_training_graph
     >>> from planner.zoo import build
     >>> g = make_training_graph(build("alexnet", batch=2, image=63, width=0.125, classes=4),
@@ -56,7 +56,7 @@ import numpy as np
 
 from planner.graph.ir import Graph, Node
 from planner.memory.liveness import PERSISTENT_ROLES
-from planner.memory.steps import ComputeSteps
+from planner.schedule.streams import ComputeSteps
 
 Strategy = Literal["speed-centric", "memory-centric"]
 Key = int
