@@ -35,9 +35,10 @@ from functools import cached_property
 import numpy as np
 
 from planner.costs import CostModel, MissingCostWarning, graph_signatures
-from planner.costs.convalgo import CONV_OPS, ConvAlgo, conv_algorithms
+from planner.costs.convalgo import ConvAlgo, conv_algorithms
 from planner.graph.autodiff import node_phase
 from planner.graph.ir import Graph, Node
+from planner.ops import get_op
 from planner.schedule.deps import predecessors
 from planner.schedule.options import ScheduleOptions
 from planner.schedule.record import Bound, Edge, Schedule, ScheduledOp
@@ -118,7 +119,7 @@ def compute_steps(graph: Graph, model: CostModel, order: list[str] | None = None
     for node in nodes:
         sig = sigs[node.name]
         if sig.key not in cache:
-            if node.op in CONV_OPS:
+            if get_op(node.op).convolution:
                 al = tuple(conv_algorithms(sig, device, model.table))
                 cache[sig.key] = (al, al[0].seconds, al[0].source != "measured")
             else:
