@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from planner.schedule.cpu import heaviest, moves, optimized
 
 from planner.schedule import ScheduleOptions
 from planner.schedule.costs import OpCosts
+from planner.schedule.cpu import heaviest, moves, optimized
 from planner.schedule.optimized import WIDEN, list_moldable, relaxed_allotment
 from planner.schedule.placement import in_order
 from planner.schedule.simulate import simulate
