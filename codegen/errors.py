@@ -7,10 +7,6 @@ class UnsupportedError(UserError):
     """The plan holds an op or dtype the CPU executor has no kernel for (names the node)."""
 
 
-class UnverifiedPlanError(UserError):
-    """The plan breaks a rule of `planner verify`: nothing is rendered or compiled from it."""
-
-
 class BuildError(UserError):
     """Compiling generated sources failed.
 

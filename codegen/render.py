@@ -13,12 +13,11 @@ Files whose content is unchanged are not rewritten, so Ninja does not rebuild th
 
 Example:
     >>> import tempfile
-    >>> from planner.costs import CostModel
-    >>> from planner.schedule import make_plan
+    >>> from planner.pipeline import plan as make_plan
     >>> from planner.target import preset
     >>> from planner.zoo import build
     >>> g = build("mlp", batch=2, hidden=[4], in_features=3, classes=2)
-    >>> plan = make_plan(g, CostModel(preset("xeon-8180")))
+    >>> plan = make_plan(g, preset("xeon-8180"))
     >>> tree = render(plan, tempfile.mkdtemp() + "/mlp")
     >>> sorted(tree.files)
     ['CMakeLists.txt', '__init__.py', 'plan.json', 'schedule.cpp']
@@ -35,10 +34,11 @@ from typing import Any
 import jinja2
 
 from codegen import support
-from codegen.errors import UnverifiedPlanError
 from codegen.layout import ArenaLayout, arena_layout, own_layout
+from planner.errors import PlanError
 from planner.graph.ir import Graph, Node
 from planner.ops import get_op
+from planner.ops.base import TensorType
 from planner.plan import Plan
 
 TEMPLATES = Path(__file__).resolve().parent.parent / "templates" / "cpu"
@@ -92,7 +92,7 @@ def render(plan: Plan, out_dir: str | Path, name: str | None = None,
 
 
 def render_files(plan: Plan, name: str, layout: str = "plan") -> dict[str, str]:
-    """The tree's files as text (pure: no file is written). Raises UnverifiedPlanError naming
+    """The tree's files as text (pure: no file is written). Raises PlanError naming
     the first rule the plan breaks: a plan that does not verify is never compiled."""
     graph = plan.graph
     support.check(graph)
@@ -135,13 +135,13 @@ def render_files(plan: Plan, name: str, layout: str = "plan") -> dict[str, str]:
 
 
 def refuse_unverified(plan: Plan) -> None:
-    """Raise UnverifiedPlanError when `planner verify` would reject the plan."""
+    """Raise PlanError when `planner verify` would reject the plan."""
     from planner.verify import verify_plan
 
     problems = verify_plan(plan)
     if problems:
         more = f" (and {len(problems) - 1} more problem(s))" if len(problems) > 1 else ""
-        raise UnverifiedPlanError(f"plan {plan.graph.name!r} does not verify: {problems[0]}"
+        raise PlanError(f"plan {plan.graph.name!r} does not verify: {problems[0]}"
                                   f"{more}; run `planner verify` on it")
 
 
@@ -216,23 +216,12 @@ def encode_attrs(graph: Graph, node: Node) -> str:
     >>> encode_attrs(None, Node(name="r", op="LeakyRelu", attrs={"alpha": 0.2}))
     'alpha=0.2'
     """
-    attrs = get_op(node.op).normalize_attrs(node.attrs)
-    if node.op in ("Slice", "SliceGrad"):
-        attrs = {**attrs, **_slice_geometry(graph, node, attrs)}
+    op = get_op(node.op)
+    attrs = op.normalize_attrs(node.attrs)
+    if op.kernel_attrs is not None:
+        ins = [TensorType(graph.tensor(t).shape, graph.tensor(t).dtype) for t in node.inputs]
+        attrs = {**attrs, **op.kernel_attrs(ins, attrs)}
     return ";".join(f"{k}={_value(node, k, v)}" for k, v in sorted(attrs.items()))
-
-
-def _slice_geometry(graph: Graph, node: Node, a: dict[str, Any]) -> dict[str, list[int]]:
-    """Per-axis first index and step of a slice of the full tensor (numpy's clamping)."""
-    full = (tuple(a["input_shape"]) if node.op == "SliceGrad"
-            else graph.tensor(node.inputs[0]).shape)
-    rank = len(full)
-    begin, step = [0] * rank, [1] * rank
-    steps = a["steps"] or [1] * len(a["axes"])
-    for s, e, ax, st in zip(a["starts"], a["ends"], a["axes"], steps, strict=True):
-        k = ax % rank
-        begin[k], _, step[k] = slice(s, e, st).indices(full[k])
-    return {"begin": begin, "step": step}
 
 
 def _value(node: Node, key: str, v: Any) -> str:

@@ -7,9 +7,12 @@ ops) and the rule that failed:
     deps         every dependency is an op of the plan (a missing op is named), starts after
                  its dependency ends and comes later in execution order
     graph        (with the graph) the plan schedules exactly the graph's nodes, each once
+    backend      a CPU plan's ops have CPUs and no stream, a GPU plan's a stream of the
+                 target's and no CPUs
     cpus         thread count = number of CPUs, CPUs exist on the target, end >= start
     overlap      two ops running at the same time use disjoint logical CPUs (unless one
-                 parallel-loop group) and share a physical core only if one is marked smt
+                 parallel-loop group) and share a physical core only if one is marked smt;
+                 on a GPU, two ops of one stream never run at the same time
     edges        every happens-before edge names plan ops and is respected by the times
     summary      step time = last end; the lower bound is at most the step time
     memory       the arena rules of planner.memory.verify
@@ -18,7 +21,8 @@ ops) and the rule that failed:
                  and aliases the plan declares are the ones the graph implies
 
 Example:
-    >>> verify_plan_data({"ops": [], "happens_before": [], "target": {"core_of": []},
+    >>> verify_plan_data({"backend": "cpu", "ops": [], "happens_before": [],
+    ...                   "target": {"core_of": []},
     ...                   "summary": {"step_seconds": 0.0, "lower_bound_seconds": 0.0}})
     []
 """
@@ -37,6 +41,8 @@ def verify_plan_data(plan: dict[str, Any], node_names: list[str] | None = None) 
     problems: list[str] = []
     ops = plan.get("ops", [])
     core_of = plan.get("target", {}).get("core_of", [])
+    streams = plan.get("target", {}).get("streams", [])
+    gpu = plan.get("backend") == "cuda"
     by_name: dict[str, dict[str, Any]] = {}
     for op in ops:
         if op["name"] in by_name:
@@ -62,7 +68,15 @@ def verify_plan_data(plan: dict[str, Any], node_names: list[str] | None = None) 
         name = op["name"]
         if op["end"] < op["start"]:
             problems.append(f"op {name!r} ends ({op['end']}) before it starts ({op['start']})")
-        if op["threads"] != len(op["cpus"]) or len(set(op["cpus"])) != len(op["cpus"]):
+        if gpu:
+            if op.get("cpus") or op.get("stream") not in streams:
+                problems.append(f"op {name!r} of a GPU plan must run on one of the streams "
+                                f"{streams}, not stream {op.get('stream')!r} / CPUs "
+                                f"{op.get('cpus')}")
+        elif op.get("stream") or not op["cpus"]:
+            problems.append(f"op {name!r} of a CPU plan must run on logical CPUs, not stream "
+                            f"{op.get('stream')!r}")
+        if op["threads"] != max(1, len(op["cpus"])) or len(set(op["cpus"])) != len(op["cpus"]):
             problems.append(f"op {name!r}: {op['threads']} threads but CPUs {op['cpus']}")
         for c in op["cpus"]:
             if not 0 <= c < len(core_of):
@@ -81,6 +95,9 @@ def verify_plan_data(plan: dict[str, Any], node_names: list[str] | None = None) 
                                 f"execution order")
     for a, b in _concurrent_pairs(ops):
         same_group = a.get("group") and a.get("group") == b.get("group")
+        if a.get("stream") and a.get("stream") == b.get("stream"):
+            problems.append(f"ops {a['name']!r} and {b['name']!r} run at the same time on "
+                            f"stream {a['stream']!r}")
         shared = set(a["cpus"]) & set(b["cpus"])
         if shared and not same_group:
             problems.append(f"ops {a['name']!r} and {b['name']!r} run at the same time on "

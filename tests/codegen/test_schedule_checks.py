@@ -11,9 +11,10 @@ import numpy as np
 import pytest
 
 from codegen.build import build
-from codegen.errors import UnverifiedPlanError
 from codegen.load import load
 from codegen.render import render
+from planner.errors import PlanError
+from planner.verify import verify_plan
 from tests.codegen.helpers import host_plan
 
 
@@ -60,8 +61,10 @@ def test_a_plan_that_does_not_verify_is_not_rendered(mlp_graph, tmp_path):
         "ops": tuple(p.model_copy(update={"deps": ()}) if p is victim else p
                      for p in plan.ops),
         "happens_before": tuple(e for e in plan.happens_before if e.after != victim.name)})
-    with pytest.raises(UnverifiedPlanError, match=f"'{victim.name}' reads tensor .* drops"):
+    with pytest.raises(PlanError, match="does not verify: .*; run `planner verify` on it"):
         render(broken, tmp_path / "broken")
+    assert any(f"{victim.name!r} reads tensor" in p and "drops that dependency" in p
+               for p in verify_plan(broken))
     assert not (tmp_path / "broken").exists()
 
 
