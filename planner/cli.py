@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import re
 import sys
@@ -50,11 +51,23 @@ def add_graph_command(sub: Any) -> None:
     p.add_argument("graph", metavar="GRAPH")
     p.add_argument("--train", choices=["sgd", "momentum", "adam"],
                    help="build the training graph (forward, backward, updates) with this optimizer")
-    p.add_argument("--lr", type=float, default=None, help="learning rate of the optimizer")
+    p.add_argument("--lr", type=positive_number, default=None,
+                   help="learning rate of the optimizer")
     p.add_argument("-o", "--output", metavar="FILE", help="write the graph as canonical JSON")
     p.add_argument("--force", action="store_true", help="overwrite an existing different FILE")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.set_defaults(run=run_graph)
+
+
+def positive_number(text: str) -> float:
+    """An argparse type: a finite number > 0 (argparse names the flag when it fails)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"{text!r} must be a finite number > 0")
+    return value
 
 
 def run_graph(args: argparse.Namespace) -> int:

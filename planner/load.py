@@ -29,8 +29,11 @@ def load_graph(spec: str) -> Graph:
                         f"or a zoo spec such as 'zoo:resnet?depth=50&batch=32')")
     if path.is_dir():
         raise UserError(f"{spec}: is a directory, not a graph file")
+    if not path.is_file():
+        raise UserError(f"{spec}: is not a regular file")  # a FIFO would block the read
     data = path.read_bytes()
-    if path.suffix.lower() == ".onnx" or not _looks_like_json(data):
+    suffix = path.suffix.lower()
+    if suffix == ".onnx" or (suffix != ".json" and not _looks_like_json(data)):
         from planner.importers import load_onnx
 
         return check_graph(load_onnx(path, name=path.stem))
@@ -39,11 +42,23 @@ def load_graph(spec: str) -> Graph:
 
 def graph_from_json(text: str, source: str = "graph JSON") -> Graph:
     """Parse, normalise and validate graph JSON; errors name the offending field."""
+    data = parse_json(text, source)
     try:
-        graph = Graph.model_validate_json(text)
+        graph = Graph.model_validate(data)
     except ValidationError as e:
         raise UserError(f"{source}: {describe_validation_error(e)}") from None
     return check_graph(normalize_attrs(graph))
+
+
+def parse_json(text: str, source: str) -> object:
+    """json.loads with one-line errors naming `source` (and the line and column)."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise UserError(f"{source}: not valid JSON (line {e.lineno} column {e.colno}: "
+                        f"{e.msg})") from None
+    except RecursionError:
+        raise UserError(f"{source}: JSON nested too deeply") from None
 
 
 def describe_validation_error(e: ValidationError) -> str:
@@ -63,6 +78,8 @@ def _looks_like_json(data: bytes) -> bool:
         json.loads(data)
     except (ValueError, UnicodeDecodeError):
         return False
+    except RecursionError:
+        return True  # JSON, nested too deeply: graph_from_json says so
     return True
 
 

@@ -91,9 +91,14 @@ def plan(graph: Graph, target: Target, costs: CostTable | None = None,
 
     Raises InfeasibleBudget (a ValueError naming the smallest feasible budget), PlanError when
     the checker rejects the plan (a planner bug: the message names the rule and the op)."""
+    from planner.limits import check_arena_fits, check_graph_fits
+
     options = options or PlanOptions()
+    check_graph_fits(graph, target)  # nothing to plan, or a graph far beyond the machine
     model, schedule, memory = decide(graph, target, costs, options)
     out = assemble(graph, model, options, schedule, memory)
+    if out.summary.memory is not None:
+        check_arena_fits(out.summary.memory.arena_bytes, graph, target)
     if check:
         from planner.verify import verify_plan
 

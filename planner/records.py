@@ -38,13 +38,15 @@ Backend = Literal["cpu", "cuda"]
 
 
 class Record(BaseModel):
-    """Base of every record: frozen, no unknown fields.
+    """Base of every record: frozen, no unknown fields, finite numbers only.
 
     Records may memoise derived views with functools.cached_property (they are frozen, so a
     view never goes stale); `model_copy` drops those memos, since the copy may differ.
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # NaN and infinity are refused where they are read (a target, cost table, plan or option
+    # holding one is invalid), not at write time, where JSON has no spelling for them.
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     def model_copy(self, *, update: dict[str, Any] | None = None, deep: bool = False) -> Any:
         copy = super().model_copy(update=update, deep=deep)

@@ -44,6 +44,10 @@ AttrValue = int | float | str | bool | list[Any] | None
 
 
 
+# Element counts stay far from int64's limit, so sizes and offsets in bytes never wrap.
+MAX_ELEMENTS = 2**56
+
+
 class Tensor(Record):
     """A named, statically shaped tensor. Size in bytes is `nbytes`."""
 
@@ -63,6 +67,8 @@ class Tensor(Record):
     def _non_negative(cls, shape: tuple[int, ...]) -> tuple[int, ...]:
         if any(d < 0 for d in shape):
             raise ValueError(f"dimensions must be >= 0, got {list(shape)}")
+        if num_elements(shape) > MAX_ELEMENTS:
+            raise ValueError(f"shape {list(shape)} holds more than 2^56 elements")
         return shape
 
     @property

@@ -76,7 +76,8 @@ def format_fit(result) -> str:
              f", varying {result.vary}:"]
     for t in result.trials:
         detail = (f"peak {format_bytes(t.peak_bytes)}, step {t.step_seconds * 1e3:.1f} ms"
-                  if t.fits else f"needs >= {format_bytes(t.smallest_bytes)}")
+                  if t.fits else f"needs >= {format_bytes(t.smallest_bytes)}"
+                  if t.smallest_bytes else "beyond the zoo's limits or the target's memory")
         lines.append(f"  {result.vary} {t.value:>6}  {'fits' if t.fits else 'no  '}  {detail}")
     if result.value:
         lines.append(f"largest {result.vary}: {result.value} (peak "

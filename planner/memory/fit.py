@@ -28,9 +28,10 @@ from planner.costs import CostModel, CostTable
 from planner.errors import InfeasibleBudget
 from planner.graph.autodiff import Optimizer, make_training_graph
 from planner.graph.ir import Graph, Record
+from planner.limits import check_graph_fits, memory_of
 from planner.memory.options import MemoryOptions
 from planner.target.records import Target
-from planner.zoo import build, parse_spec
+from planner.zoo import ZooError, build, parse_spec
 from planner.zoo.resnet import BASIC
 
 Vary = Literal["batch", "depth"]
@@ -97,6 +98,9 @@ def fit(spec: str, target: Target, budget_bytes: int, vary: Vary = "batch",
     if vary == "depth" and params.get("depth") in BASIC:
         raise ValueError("--vary depth grows bottleneck ResNets (depth >= 50), not "
                          f"depth {params['depth']}")
+    if budget_bytes > memory_of(target):
+        raise ValueError(f"budget {budget_bytes} bytes is more than the {memory_of(target)} "
+                         f"bytes of memory of target {target.name!r}")
     options = (options or MemoryOptions()).model_copy(update={"budget_bytes": budget_bytes})
     model = CostModel(target, table)
     trials: dict[int, Trial] = {}
@@ -108,8 +112,17 @@ def fit(spec: str, target: Target, budget_bytes: int, vary: Vary = "batch",
         if k in trials:
             return trials[k].fits
         value = value_of(k)
-        graph = make_training_graph(build(name, **{**params, vary: value}),
-                                    Optimizer(kind=optimizer))
+        try:
+            graph = make_training_graph(build(name, **{**params, vary: value}),
+                                        Optimizer(kind=optimizer))
+        except ZooError:  # past the zoo's limits (depth, sizes): too big to consider
+            trials[k] = Trial(value=value, fits=False)
+            return False
+        try:
+            check_graph_fits(graph, target)
+        except ValueError:  # its largest node alone is beyond the target's memory
+            trials[k] = Trial(value=value, fits=False)
+            return False
         try:
             peak, step = peak_and_step(graph, model, options)
         except InfeasibleBudget as e:

@@ -63,6 +63,8 @@ def parse_bytes(text: str) -> int:
     value = float(m.group(1)) * _UNITS[m.group(2).lower()]
     if value <= 0:
         raise ValueError(f"byte count {text!r} must be positive")
+    if not value < 2**62:  # inf too: '1e400'
+        raise ValueError(f"byte count {text!r} is too large (at most 2^62 bytes)")
     return int(round(value))
 
 

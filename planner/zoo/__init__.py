@@ -18,6 +18,7 @@ Example:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -62,6 +63,7 @@ def build(name: str, **params: Any) -> Graph:
             raise ZooError(f"model {name!r} has no parameter {key!r}; it accepts "
                            f"{describe(builder)}")
         checked[key] = _coerce(name, builder, key, value, accepted[key])
+        _check_limit(name, key, checked[key])
     try:
         return builder(**checked)
     except ZooError as e:
@@ -121,6 +123,26 @@ def _parse_value(spec: str, key: str, value: str) -> Any:
             pass
     raise ZooError(f"zoo spec {spec!r}: parameter {key!r} = {value!r} is not an int, float, "
                    f"bool or int list")
+
+
+# Parameters that multiply the node count are bounded (ResNet-1001 and a 1000-step LSTM stay
+# well inside); sizes (batch, image, widths) are bounded by memory when a graph is planned.
+COUNT_LIMITS = {"depth": 2000, "seq": 1000, "layers": 100, "tables": 1000}
+SIZE_LIMIT = 2**40
+
+
+def _check_limit(name: str, key: str, value: Any) -> None:
+    items = value if isinstance(value, (list, tuple)) else [value]
+    if isinstance(value, (list, tuple)) and len(items) > 100:
+        raise ZooError(f"model {name!r}: parameter {key!r} lists {len(items)} values; at most "
+                       f"100")
+    for v in items:
+        if isinstance(v, float) and not math.isfinite(v):
+            raise ZooError(f"model {name!r}: parameter {key!r} must be finite, got {v}")
+        limit = COUNT_LIMITS.get(key, SIZE_LIMIT)
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and abs(v) > limit:
+            raise ZooError(f"model {name!r}: parameter {key!r} = {v} is beyond the limit "
+                           f"{limit}")
 
 
 def _coerce(name: str, builder: Callable[..., Graph], key: str, value: Any, default: Any) -> Any:
