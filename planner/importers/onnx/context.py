@@ -225,7 +225,10 @@ class NodeCtx:
             name = b.unique(self.label)
             out_names = [self.output(k) or self.imp.fresh(f"{self.label}:{k}") for k in outputs]
         results: list[Value]
-        if self._foldable(inputs):
+        # Fold only when the results are small too: an Expand of a folded scalar to 10^9
+        # elements stays an op rather than becoming a 4 GB constant at import.
+        small = sum(int(np.prod(t.shape)) for t in types) <= FOLD_LIMIT
+        if small and self._foldable(inputs):
             arrays = opdef.reference([v.value() for v in inputs], full)
             results = [Const.of(o, np.asarray(a).astype(t.dtype, copy=False).reshape(t.shape))
                        for o, a, t in zip(out_names, arrays, types, strict=True)]

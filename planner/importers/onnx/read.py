@@ -182,7 +182,9 @@ def inferred_shapes(model: onnx.ModelProto,
     for value in probe.graph.output:
         value.type.tensor_type.ClearField("shape")
     try:
-        inferred = onnx.shape_inference.infer_shapes(probe, strict_mode=False, data_prop=True)
+        # No data propagation: it materialises computed values (a Range, ConstantOfShape,
+        # Expand or Tile to 2e8 elements takes gigabytes); the importer folds what it needs.
+        inferred = onnx.shape_inference.infer_shapes(probe, strict_mode=False, data_prop=False)
     except Exception:
         return {}
     out: dict[str, tuple[int, ...]] = {}

@@ -8,11 +8,13 @@ Dropout bind their output to their input.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import onnx
 from onnx import helper
 
-from planner.importers.onnx.context import NodeCtx, rule
+from planner.importers.onnx.context import FOLD_LIMIT, NodeCtx, rule
 from planner.importers.onnx.errors import Unsupported
 from planner.importers.onnx.values import Const, planner_dtype
 
@@ -64,6 +66,12 @@ def size(n: NodeCtx) -> None:
 def range_(n: NodeCtx) -> None:
     start, limit, delta = (n.const_array(k, name).reshape(()) for k, name in
                            enumerate(("start", "limit", "delta")))
+    if delta == 0 or not all(np.isfinite(v) for v in (start, limit, delta)):
+        raise Unsupported(f"Range({start}, {limit}, {delta}): needs a finite, non-zero step")
+    count = max(0, math.ceil((float(limit) - float(start)) / float(delta)))
+    if count > FOLD_LIMIT:  # computed before anything is allocated
+        raise Unsupported(f"Range of {count} elements (values computed at import are limited "
+                          f"to {FOLD_LIMIT} elements)")
     n.fold(0, np.arange(start, limit, delta, dtype=np.result_type(start, limit, delta)))
 
 
