@@ -151,6 +151,13 @@ def _main(argv: Sequence[str] | None) -> int:
             raise
         print(f"planner: error: {_one_line(e)}", file=sys.stderr)
         return EXIT_USER_ERROR
+    except (RecursionError, OverflowError, MemoryError) as e:
+        # Input nested too deeply or sized past what can be held: the input's fault.
+        if os.environ.get("PLANNER_DEBUG"):
+            raise
+        print(f"planner: error: input too deeply nested or too large ({type(e).__name__}: "
+              f"{_one_line(e)})", file=sys.stderr)
+        return EXIT_USER_ERROR
     except KeyboardInterrupt:
         print("planner: interrupted", file=sys.stderr)
         return 130

@@ -183,6 +183,21 @@ def load_plan(path: str) -> Plan:
     return plan
 
 
+def plan_data_problem(data: Any) -> str:
+    """Why `data` (a plan file's parsed JSON) is not a valid plan record, in one line naming
+    the field; "" when it is one."""
+    try:
+        check_schema(data)
+        Plan.model_validate(data)
+    except PlanError as e:
+        return str(e)
+    except ValidationError as e:
+        from planner.load import describe_validation_error
+
+        return f"not a valid plan: {describe_validation_error(e)}"
+    return ""
+
+
 def check_schema(data: Any) -> None:
     """Raise PlanError unless `data` (a plan file's JSON) is of this planner's schema."""
     schema = data.get("schema") if isinstance(data, dict) else None

@@ -105,12 +105,13 @@ def _read_json(path: str) -> dict[str, Any]:
         text = open(path, encoding="utf-8").read()  # noqa: SIM115
     except OSError as e:
         raise UserError(f"{path}: cannot read ({e.strerror or e})") from None
-    try:
-        data = json.loads(text)
-    except ValueError as e:
-        raise UserError(f"{path}: not JSON ({e})") from None
-    if not isinstance(data, dict) or "ops" not in data:
-        raise UserError(f"{path}: not a plan (no 'ops')")
+    from planner.load import parse_json
+    from planner.plan import plan_data_problem
+
+    data = parse_json(text, path)
+    problem = plan_data_problem(data)
+    if problem:
+        raise UserError(f"{path}: {problem}")
     return data
 
 

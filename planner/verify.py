@@ -157,15 +157,18 @@ def verify_plan(plan) -> list[str]:
 
 def verify_plan_text(text: str, node_names: list[str] | None = None) -> list[str]:
     """verify_plan_data of a plan file's text; a problem list for unreadable JSON too."""
+    from planner.plan import plan_data_problem
+
     try:
         data = json.loads(text)
     except ValueError as e:
         return [f"not JSON: {e}"]
-    if not isinstance(data, dict) or not isinstance(data.get("ops"), list):
-        return ["not a plan: no 'ops' list"]
-    if not isinstance(data.get("graph"), dict):
-        return ["not a plan: it embeds no graph"]
+    except RecursionError:
+        return ["not a plan: JSON nested too deeply"]
+    problem = plan_data_problem(data)  # the rules below read fields of the types it checks
+    if problem:
+        return [problem]
     try:
         return verify_plan_data(data, node_names)
-    except (KeyError, TypeError) as e:
+    except (KeyError, TypeError, AttributeError, ValueError) as e:
         return [f"malformed plan: missing or wrong field {e}"]
