@@ -82,6 +82,15 @@ def train_step(graph: Graph, feeds: Mapping[str, np.ndarray],
     return {o: values[o] for o in graph.outputs}, new_state
 
 
+def widened(graph: Graph) -> Graph:
+    """`graph` with every float32 tensor declared float64: `run` on it computes the reference
+    in double precision (feeds and params are cast on the way in). Float32 results are held to
+    it, with the float32 reference's own distance from it as the measure of rounding."""
+    return graph.model_copy(update={"tensors": tuple(
+        t.model_copy(update={"dtype": "float64"}) if t.dtype == "float32" else t
+        for t in graph.tensors)})
+
+
 def _fetch(values: Mapping[str, np.ndarray], t: Tensor, what: str) -> np.ndarray:
     if t.name not in values:
         raise InterpretError(f"missing {what} {t.name!r} (shape {list(t.shape)}, {t.dtype})")

@@ -3,7 +3,8 @@ model at a small size.
 
 Two checks per model:
   - end to end: the loss and every updated parameter and state tensor after the step, against
-    `train_step` on the same start (rel. error < 1e-4);
+    `train_step` in float64 on the same start (rel. error < 1e-4, or 10x what numpy's float32
+    step is off by, where rounding alone moves it further: see `allowed`);
   - per op: every node's outputs against its numpy reference applied to the executor's own
     inputs, so each kernel is held to 1e-4 on its own.
 Deep BatchNorm nets (inception_v3, densenet) get the per-op check and the loss only: there a
@@ -18,7 +19,7 @@ import numpy as np
 import pytest
 
 from planner.graph.autodiff import make_training_graph
-from planner.graph.interpret import random_feeds, train_step
+from planner.graph.interpret import random_feeds, train_step, widened
 from planner.graph.optimizer import Optimizer
 from planner.zoo import build
 from tests.codegen.helpers import (
@@ -59,13 +60,26 @@ def test_training_step_matches_reference(model, tmp_path_factory):
     assert worst[-1][0] < TOL, f"{model}: ops off the reference: {worst}"
 
     outputs, new_state = train_step(graph, feeds, state)
-    assert rel_error(values["loss"], outputs["loss"]) < TOL
+    exact_out, exact_state = train_step(widened(graph), feeds, state)
+    assert rel_error(values["loss"], exact_out["loss"]) < allowed(outputs["loss"],
+                                                                  exact_out["loss"])
     if model in END_TO_END:
         updated = {t.updates: t.name for t in graph.tensors if t.updates}
         assert updated, "a training graph updates something"
-        errors = sorted((rel_error(values[name], new_state[target]), target)
+        errors = sorted((rel_error(values[name], exact_state[target])
+                         / allowed(new_state[target], exact_state[target]), target)
                         for target, name in updated.items())
-        assert errors[-1][0] < TOL, f"{model}: updated tensors off the reference: {errors[-3:]}"
+        assert errors[-1][0] < 1, f"{model}: updated tensors off the reference (error / " \
+                                  f"allowed): {errors[-3:]}"
+
+
+def allowed(single, exact) -> float:
+    """The error a float32 result may have against the float64 reference: TOL, or ten times
+    numpy's own float32 error where that is larger. A float32 sum of n terms is off by up to
+    about n * 2^-24 of the summed magnitudes, and by how much within that depends on the
+    summation order (numpy's pairwise order, a kernel's blocked one): a gradient summed over
+    4096 positions with cancellation legitimately lands 1e-4 away on one CPU and not another."""
+    return max(TOL, 10 * rel_error(single, exact))
 
 
 def test_second_step_continues_from_the_first(tmp_path_factory):
