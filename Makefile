@@ -24,6 +24,7 @@ demo: $(VENV)/.installed
 
 test: $(VENV)/.installed
 	$(PY) -m pytest -q
+	ONEDNN_MAX_CPU_ISA=AVX2 $(PY) -m pytest -q tests/codegen -m "not slow"
 
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check planner codegen tests examples bench

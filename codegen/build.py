@@ -44,6 +44,29 @@ Progress = Callable[[str], None]
 # -O2 everywhere; the host's vector ISA for the plain loops (oneDNN dispatches at run time).
 CXX_FLAGS = ("-O2", "-march=native", "-Wall", "-Wno-unused-function")
 SCHEDULE_FLAGS = ("-O1",)
+# `planner build --sanitize`: compile and link flags per sanitizer (the runtime and the
+# schedule both instrumented; oneDNN and Python are not). ASan's runtime must be the first
+# library of the process: run Python with LD_PRELOAD=$(c++ -print-file-name=libasan.so).
+SANITIZERS = {
+    "address": ("-fsanitize=address", "-fno-omit-frame-pointer", "-g"),
+    "undefined": ("-fsanitize=undefined", "-fno-sanitize-recover=undefined", "-g"),
+    "thread": ("-fsanitize=thread", "-g"),
+}
+
+
+def sanitizer_flags(sanitize: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """Compiler and linker flags of the named sanitizers (deduplicated, in a fixed order).
+
+    >>> sanitizer_flags(("undefined", "address"))[:2]
+    ('-fsanitize=address', '-fno-omit-frame-pointer')
+    """
+    unknown = sorted(set(sanitize) - set(SANITIZERS))
+    if unknown:
+        raise BuildError(f"unknown sanitizer(s) {unknown}; choose from {sorted(SANITIZERS)}")
+    if "thread" in sanitize and "address" in sanitize:
+        raise BuildError("the thread and address sanitizers cannot be combined")
+    flags = [f for name in SANITIZERS if name in sanitize for f in SANITIZERS[name]]
+    return tuple(dict.fromkeys(flags))
 
 
 @dataclass(frozen=True)
@@ -110,9 +133,10 @@ def _tree_hashes(root: Path) -> dict[str, str]:
             for p in sorted(root.rglob("*")) if p.is_file() and "__pycache__" not in p.parts}
 
 
-def runtime_key(compiler: str | None = None) -> str:
+def runtime_key(compiler: str | None = None, sanitize: tuple[str, ...] = ()) -> str:
     """Cache key of the CPU runtime on this host: sources, flags, compiler, package versions."""
-    return digest({"sources": _tree_hashes(RUNTIME_SOURCES), "flags": CXX_FLAGS,
+    extra = {"sanitize": sanitizer_flags(sanitize)} if sanitize else {}
+    return digest({"sources": _tree_hashes(RUNTIME_SOURCES), "flags": CXX_FLAGS, **extra,
                    "compiler": compiler or compiler_identity(), "versions": _versions(),
                    "machine": _host_cpu()})
 
@@ -139,11 +163,11 @@ def _locked(path: Path):
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
-def build_runtime(progress: Progress | None = None) -> Path:
+def build_runtime(progress: Progress | None = None, sanitize: tuple[str, ...] = ()) -> Path:
     """The CPU runtime module for this host, built once into the cache; returns its path."""
     say = progress or (lambda s: None)
     compiler = compiler_identity()
-    key = runtime_key(compiler)
+    key = runtime_key(compiler, sanitize)
     root = cache_root() / f"cpu-runtime-{key[:16]}"
     done = root / "module.txt"
     with _locked(cache_root() / f"cpu-runtime-{key[:16]}.lock"):
@@ -162,7 +186,8 @@ def build_runtime(progress: Progress | None = None) -> Path:
             "Python_EXECUTABLE": sys.executable,
             "nanobind_DIR": nanobind.cmake_dir(),
             "dnnl_DIR": str(prefix / "lib" / "cmake" / "dnnl"),
-            "PLANNER_CXX_FLAGS": " ".join(CXX_FLAGS),
+            "PLANNER_CXX_FLAGS": " ".join(CXX_FLAGS + sanitizer_flags(sanitize)),
+            "PLANNER_LINK_FLAGS": " ".join(sanitizer_flags(sanitize)),
         }
         _cmake(src, root / "build", defines, say, own=src)
         modules = sorted((root / "build").glob("planner_cpu_rt*.so"))
@@ -172,35 +197,42 @@ def build_runtime(progress: Progress | None = None) -> Path:
         return modules[0]
 
 
-def build(tree_dir: str | Path, progress: Progress | None = None) -> BuildResult:
-    """Build a rendered tree (see codegen.render) into an importable package; cached."""
+def build(tree_dir: str | Path, progress: Progress | None = None,
+          sanitize: tuple[str, ...] = ()) -> BuildResult:
+    """Build a rendered tree (see codegen.render) into an importable package; cached.
+    `sanitize` names sanitizers (SANITIZERS) to instrument the runtime and schedule with."""
     say = progress or (lambda s: None)
     start = time.perf_counter()
     tree = Path(tree_dir).resolve()
     if not (tree / "schedule.cpp").exists():
         raise BuildError(f"{tree}: no schedule.cpp; render the plan first")
-    runtime = build_runtime(progress)
+    runtime = build_runtime(progress, sanitize)
+    flags = SCHEDULE_FLAGS + sanitizer_flags(sanitize)
     key = digest({"schedule": hashlib.sha256((tree / "schedule.cpp").read_bytes()).hexdigest(),
                   "cmake": hashlib.sha256((tree / "CMakeLists.txt").read_bytes()).hexdigest(),
                   "header": hashlib.sha256((RUNTIME_SOURCES / "schedule.h").read_bytes())
                   .hexdigest(),
-                  "flags": SCHEDULE_FLAGS, "runtime": str(runtime)})
+                  "flags": flags, "runtime": str(runtime)})
     out = tree / "build"
     info_path = out / "executor.json"
     lib = out / f"libschedule-{key[:16]}.so"
-    info = {"key": key, "runtime": str(runtime), "schedule": lib.name}
+    info = {"key": key, "runtime": str(runtime), "schedule": lib.name,
+            "sanitize": sorted(sanitize)}
     if lib.exists() and info_path.exists() and json.loads(info_path.read_text()) == info:
         say(f"{tree.name}: up to date")
         return BuildResult(tree.name, tree, runtime, lib, True, time.perf_counter() - start)
     say(f"{tree.name}: compiling the schedule")
     defines = {"CMAKE_BUILD_TYPE": "Release",
-               "CMAKE_CXX_FLAGS_RELEASE": " ".join(SCHEDULE_FLAGS),
+               "CMAKE_CXX_FLAGS_RELEASE": " ".join(flags),
+               "CMAKE_SHARED_LINKER_FLAGS": " ".join(sanitizer_flags(sanitize)),
                "PLANNER_RUNTIME_INCLUDE": str(RUNTIME_SOURCES)}
-    _cmake(tree, out / "cmake", defines, say, own=tree)
+    # One CMake folder per flag set: CMake configures once and would keep old flags.
+    cmake_dir = out / "cmake" / digest(defines)[:12]
+    _cmake(tree, cmake_dir, defines, say, own=tree)
     for old in out.glob("libschedule-*.so"):
         old.unlink()
     # A new name per content: a process that loaded an older build keeps its own copy.
-    shutil.copy2(out / "cmake" / "libschedule.so", lib)
+    shutil.copy2(cmake_dir / "libschedule.so", lib)
     atomic_write(info_path, json.dumps(info, indent=2, sort_keys=True) + "\n")
     return BuildResult(tree.name, tree, runtime, lib, False, time.perf_counter() - start)
 

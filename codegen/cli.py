@@ -32,8 +32,27 @@ def add_build_commands(sub: Any) -> None:
                    help="output folder; its name is the module name")
     p.add_argument("--force", action="store_true",
                    help="replace DIR even when it holds another plan's executor or other files")
+    p.add_argument("--sanitize", metavar="NAMES", type=sanitizers, default=(),
+                   help="instrument the runtime and schedule: address, undefined or thread, "
+                        "or a comma list (address,undefined); run an address-sanitized "
+                        "executor with LD_PRELOAD=$(c++ -print-file-name=libasan.so)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(run=run_build)
+
+
+def sanitizers(text: str) -> tuple[str, ...]:
+    """argparse type of --sanitize: known sanitizer names, comma-separated."""
+    from codegen.build import SANITIZERS, sanitizer_flags
+    from codegen.errors import BuildError
+
+    names = tuple(sorted({n.strip() for n in text.split(",") if n.strip()}))
+    try:
+        sanitizer_flags(names)
+    except BuildError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    if not names:
+        raise argparse.ArgumentTypeError(f"name one of {sorted(SANITIZERS)}")
+    return names
 
 
 def run_build(args: argparse.Namespace) -> int:
@@ -51,7 +70,8 @@ def run_build(args: argparse.Namespace) -> int:
 
     say(f"rendering {out} ({len(plan.ops)} ops) ...")
     tree, result = build_package(plan, out, force=args.force,
-                                 replace_executors=args.output is None, progress=say)
+                                 replace_executors=args.output is None, progress=say,
+                                 sanitize=args.sanitize)
     if args.json:
         print(json.dumps({"module": tree.name, "dir": str(out), "cached": result.cached,
                           "seconds": round(result.seconds, 3),
