@@ -35,9 +35,12 @@ from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
+from codegen.backends import BACKENDS, COMMON, TEMPLATES
 from codegen.errors import BuildError
-from codegen.render import RUNTIME_SOURCES
 from planner.files import atomic_write
+
+# The CPU runtime: templates/common plus templates/cpu/runtime.
+RUNTIME_SOURCES = BACKENDS["cpu"].runtime
 
 Progress = Callable[[str], None]
 
@@ -136,7 +139,8 @@ def _tree_hashes(root: Path) -> dict[str, str]:
 def runtime_key(compiler: str | None = None, sanitize: tuple[str, ...] = ()) -> str:
     """Cache key of the CPU runtime on this host: sources, flags, compiler, package versions."""
     extra = {"sanitize": sanitizer_flags(sanitize)} if sanitize else {}
-    return digest({"sources": _tree_hashes(RUNTIME_SOURCES), "flags": CXX_FLAGS, **extra,
+    return digest({"sources": _tree_hashes(RUNTIME_SOURCES), "common": _tree_hashes(COMMON),
+                   "flags": CXX_FLAGS, **extra,
                    "compiler": compiler or compiler_identity(), "versions": _versions(),
                    "machine": _host_cpu()})
 
@@ -177,7 +181,9 @@ def build_runtime(progress: Progress | None = None, sanitize: tuple[str, ...] = 
         src = root / "src"
         if src.exists():
             shutil.rmtree(src)
-        shutil.copytree(RUNTIME_SOURCES, src)
+        # The runtime's CMakeLists finds the shared sources at ../../common.
+        shutil.copytree(COMMON, src / "common")
+        shutil.copytree(RUNTIME_SOURCES, src / RUNTIME_SOURCES.relative_to(TEMPLATES))
         import nanobind
 
         prefix = venv_prefix()
@@ -189,7 +195,8 @@ def build_runtime(progress: Progress | None = None, sanitize: tuple[str, ...] = 
             "PLANNER_CXX_FLAGS": " ".join(CXX_FLAGS + sanitizer_flags(sanitize)),
             "PLANNER_LINK_FLAGS": " ".join(sanitizer_flags(sanitize)),
         }
-        _cmake(src, root / "build", defines, say, own=src)
+        _cmake(src / RUNTIME_SOURCES.relative_to(TEMPLATES), root / "build", defines, say,
+               own=src)
         modules = sorted((root / "build").glob("planner_cpu_rt*.so"))
         if not modules:
             raise BuildError(f"the runtime build in {root} produced no planner_cpu_rt module")
@@ -210,7 +217,7 @@ def build(tree_dir: str | Path, progress: Progress | None = None,
     flags = SCHEDULE_FLAGS + sanitizer_flags(sanitize)
     key = digest({"schedule": hashlib.sha256((tree / "schedule.cpp").read_bytes()).hexdigest(),
                   "cmake": hashlib.sha256((tree / "CMakeLists.txt").read_bytes()).hexdigest(),
-                  "header": hashlib.sha256((RUNTIME_SOURCES / "schedule.h").read_bytes())
+                  "header": hashlib.sha256((COMMON / "schedule.h").read_bytes())
                   .hexdigest(),
                   "flags": flags, "runtime": str(runtime)})
     out = tree / "build"
@@ -225,7 +232,7 @@ def build(tree_dir: str | Path, progress: Progress | None = None,
     defines = {"CMAKE_BUILD_TYPE": "Release",
                "CMAKE_CXX_FLAGS_RELEASE": " ".join(flags),
                "CMAKE_SHARED_LINKER_FLAGS": " ".join(sanitizer_flags(sanitize)),
-               "PLANNER_RUNTIME_INCLUDE": str(RUNTIME_SOURCES)}
+               "PLANNER_RUNTIME_INCLUDE": str(COMMON)}
     # One CMake folder per flag set: CMake configures once and would keep old flags.
     cmake_dir = out / "cmake" / digest(defines)[:12]
     _cmake(tree, cmake_dir, defines, say, own=tree)

@@ -38,8 +38,8 @@ def test_thread_count_beyond_this_machine_is_refused(mlp_graph, tmp_path):
                              1_000_000)
 
     module = tampered(host_plan(mlp_graph), tmp_path / "threads", edit)
-    with pytest.raises(RuntimeError, match="schedule refused: op .* plans 1000000 threads; "
-                                           "this machine has \\d+ logical CPUs"):
+    with pytest.raises(RuntimeError, match="op .*: 1000000 threads on a host of \\d+ CPUs; "
+                                           "plan it for this host"):
         module.Executor()
 
 
@@ -49,7 +49,7 @@ def test_offset_near_two_to_the_63_is_refused(mlp_graph, tmp_path):
                              2**63 - 64)
 
     module = tampered(host_plan(mlp_graph), tmp_path / "offset", edit)
-    with pytest.raises(RuntimeError, match="schedule refused: tensor 'x': bytes "
+    with pytest.raises(RuntimeError, match="tensor 'x': bytes "
                                            "\\[9223372036854775744, \\+\\d+\\) lie outside"):
         module.Executor()
 
