@@ -125,3 +125,11 @@ def test_gpu_plan_dropped_dependency_fails():
     drop_dependency(data, producer, node["name"])
     assert any(f"{node['name']!r} reads tensor" in p and "drops that dependency" in p
                for p in problems(data))
+
+
+def test_a_shrunk_label_shape_fails_on_the_loss_shape_rule():
+    data = plan_data()
+    labels = next(t for t in data["graph"]["tensors"] if t["role"] == "label")
+    labels["shape"] = [labels["shape"][0] // 2]
+    assert any("embedded graph: node 'loss': SoftmaxCrossEntropy: labels must have shape"
+               in p for p in problems(data))
