@@ -87,7 +87,9 @@ def executor_step(graph, target, folder: Path, steps: int) -> float:
     return float(np.median(times))
 
 
-def torch_step(forward, steps: int) -> float:
+def torch_stepper(forward):
+    """One SGD training step of `forward` in PyTorch eager (autograd + torch.optim.SGD), with
+    every core, as a function to call."""
     import torch
 
     from tests.graph.test_train_vs_torch import torch_forward
@@ -106,6 +108,11 @@ def torch_step(forward, steps: int) -> float:
         torch_forward(forward, values)["loss"].backward()
         opt.step()
 
+    return step
+
+
+def torch_step(forward, steps: int) -> float:
+    step = torch_stepper(forward)
     step()
     times = []
     for _ in range(steps):

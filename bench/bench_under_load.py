@@ -55,7 +55,7 @@ def busy(n: int) -> list[mp.Process]:
 
 def child(folder: str, rounds: int, steps: int) -> dict:
     """Runs in the policy's process: alternating quiet / loaded rounds, both engines."""
-    from bench.bench_executor import SGD
+    from bench.bench_executor import SGD, torch_stepper
     from codegen.load import load
     from planner.graph.autodiff import make_training_graph
     from planner.graph.interpret import init_params, random_feeds
@@ -92,30 +92,6 @@ def child(folder: str, rounds: int, steps: int) -> dict:
                     p.kill()
                     p.join()
     return {"steps": results, "load": loads}
-
-
-def torch_stepper(forward):
-    import torch
-
-    from bench.bench_executor import SGD
-    from planner.graph.interpret import init_params, random_feeds
-    from tests.graph.test_train_vs_torch import torch_forward
-
-    torch.set_num_threads(os.cpu_count() or 1)
-    state = init_params(forward, seed=0)
-    feeds = random_feeds(forward, seed=1)
-    params = {t.name: torch.tensor(state[t.name], requires_grad=True)
-              for t in forward.by_role("param")}
-    values = {**{k: torch.tensor(v) for k, v in state.items()},
-              **{k: torch.tensor(v) for k, v in feeds.items()}, **params}
-    opt = torch.optim.SGD(list(params.values()), lr=SGD.lr)
-
-    def step() -> None:
-        opt.zero_grad()
-        torch_forward(forward, values)["loss"].backward()
-        opt.step()
-
-    return step
 
 
 def build_executor(folder: Path) -> None:
