@@ -81,7 +81,7 @@ void Lanes::finish(int op, std::exception_ptr error) {
     remaining_ -= 1;
     if (error && !error_) {
       error_ = error;
-      error_op_ = s_.ops[op].name;
+      error_op_ = std::string("op '") + s_.ops[op].name + "' (" + s_.ops[op].op + ")";
     }
   }
   cv_.notify_all();
@@ -212,7 +212,7 @@ void Lanes::step(double watchdog_seconds) {
     try {
       std::rethrow_exception(e);
     } catch (const std::exception& ex) {
-      throw std::runtime_error("op '" + op + "': " + ex.what());
+      throw std::runtime_error(op + ": " + ex.what());
     }
   }
 }
