@@ -189,7 +189,8 @@ def _describe(graph: Graph, roles: tuple[str, ...], skip_updates: bool = False) 
 
 def encode_attrs(graph: Graph, node: Node) -> str:
     """The node's attrs, every one spelled out, as `key=v1,v2;key=v` (sorted keys), plus what
-    the kernels need precomputed (a Slice's per-axis begin and step).
+    the kernels need precomputed (a Slice's per-axis begin and step). An absent optional attr
+    (None: Clip's missing bound, CausalMask's -inf) is left out; kernels test `has(key)`.
 
     >>> from planner.graph.ir import Node
     >>> encode_attrs(None, Node(name="r", op="LeakyRelu", attrs={"alpha": 0.2}))
@@ -198,7 +199,8 @@ def encode_attrs(graph: Graph, node: Node) -> str:
     attrs = get_op(node.op).normalize_attrs(node.attrs)
     if node.op in ("Slice", "SliceGrad"):
         attrs = {**attrs, **_slice_geometry(graph, node, attrs)}
-    return ";".join(f"{k}={_value(node, k, v)}" for k, v in sorted(attrs.items()))
+    return ";".join(f"{k}={_value(node, k, v)}" for k, v in sorted(attrs.items())
+                    if v is not None)
 
 
 def _slice_geometry(graph: Graph, node: Node, a: dict[str, Any]) -> dict[str, list[int]]:
