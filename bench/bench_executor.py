@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from codegen.build import build  # noqa: E402
 from codegen.load import load  # noqa: E402
@@ -87,33 +88,10 @@ def executor_step(graph, target, folder: Path, steps: int) -> float:
     return float(np.median(times))
 
 
-def torch_stepper(forward):
-    """One SGD training step of `forward` in PyTorch eager (autograd + torch.optim.SGD), with
-    every core, as a function to call."""
-    import torch
-
-    from tests.graph.test_train_vs_torch import torch_forward
-
-    torch.set_num_threads(os.cpu_count() or 1)
-    state = init_params(forward, seed=0)
-    feeds = random_feeds(forward, seed=1)
-    params = {t.name: torch.tensor(state[t.name], requires_grad=True)
-              for t in forward.by_role("param")}
-    values = {**{k: torch.tensor(v) for k, v in state.items()},
-              **{k: torch.tensor(v) for k, v in feeds.items()}, **params}
-    opt = torch.optim.SGD(list(params.values()), lr=SGD.lr)
-
-    def step() -> None:
-        opt.zero_grad()
-        torch_forward(forward, values)["loss"].backward()
-        opt.step()
-
-    return step
-
-
 def torch_step(forward, steps: int) -> float:
-    step = torch_stepper(forward)
-    step()
+    from torch_baseline import torch_trainer
+
+    step = torch_trainer(forward, SGD.lr, os.cpu_count() or 1)
     times = []
     for _ in range(steps):
         t0 = time.perf_counter()

@@ -55,7 +55,8 @@ def busy(n: int) -> list[mp.Process]:
 
 def child(folder: str, rounds: int, steps: int) -> dict:
     """Runs in the policy's process: alternating quiet / loaded rounds, both engines."""
-    from bench.bench_executor import SGD, torch_stepper
+    from bench.bench_executor import SGD
+    from bench.torch_baseline import torch_trainer
     from codegen.load import load
     from planner.graph.autodiff import make_training_graph
     from planner.graph.interpret import init_params, random_feeds
@@ -66,7 +67,7 @@ def child(folder: str, rounds: int, steps: int) -> dict:
     ex = load(folder).Executor()
     ex.load_params(init_params(graph, seed=0))
     feeds = random_feeds(graph, seed=1)
-    torch_step = torch_stepper(forward)
+    torch_step = torch_trainer(forward, SGD.lr, os.cpu_count() or 1)
     engines = {"executor": lambda: ex.step(feeds), "torch": torch_step}
     for run in engines.values():
         run()

@@ -46,6 +46,7 @@ Executor::Executor(const std::string& schedule_path, bool concurrent, int jitter
   ptr_.resize(s.num_tensors);
   for (int i = 0; i < s.num_tensors; ++i) ptr_[i] = arena_.base() + s.tensors[i].offset;
   stats_.assign(s.num_ops, OpStats{});
+  written_.assign(s.num_tensors, 0);
   kernels_.resize(s.num_ops);
   scratch_.assign(s.num_ops, nullptr);
   overflow_.resize(s.num_ops);
@@ -119,12 +120,39 @@ void Executor::bind(int id, char* p) {
     if (loaded_.root(i) == id) ptr_[i] = target;
 }
 
+std::vector<std::string> Executor::missing(const std::vector<int>& also_given) const {
+  std::vector<std::string> out;
+  const Schedule& s = schedule();
+  for (int i = 0; i < s.num_tensors; ++i) {
+    if (!required(s.tensors[i]) || written_[i]) continue;
+    if (std::find(also_given.begin(), also_given.end(), i) == also_given.end())
+      out.push_back(s.tensors[i].name);
+  }
+  return out;
+}
+
+std::string name_list(const std::vector<std::string>& names) {
+  std::string out;
+  for (size_t k = 0; k < names.size() && k < 5; ++k) out += (k ? ", '" : "'") + names[k] + "'";
+  if (names.size() > 5) out += ", ... (" + std::to_string(names.size()) + " in all)";
+  return out;
+}
+
+void Executor::check_loaded() const {
+  const std::vector<std::string> absent = missing();
+  if (!absent.empty())
+    throw std::runtime_error("parameters not loaded: " + name_list(absent) +
+                             "; call load_params first (or create the executor with "
+                             "Executor(init=True) to start from the graph's init hints)");
+}
+
 Executor::~Executor() {
   if (async_.joinable()) async_.join();
 }
 
 void Executor::start_async() {
   if (in_flight_) throw std::runtime_error("a step is already in flight: wait() for it first");
+  check_loaded();
   in_flight_ = true;
   async_error_ = nullptr;
   async_ = std::thread([this] {
@@ -146,6 +174,7 @@ void Executor::join_async() {
 void Executor::step() {
   if (in_flight_)
     throw std::runtime_error("a step is in flight (step_async): wait() for it before step()");
+  check_loaded();
   run_step();
 }
 

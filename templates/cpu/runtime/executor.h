@@ -23,6 +23,9 @@ struct OpStats {
   int64_t calls = 0;
 };
 
+// "'a', 'b', ... (n in all)": names for an error message.
+std::string name_list(const std::vector<std::string>& names);
+
 class Executor {
  public:
   // Loads the schedule library at `path` (a shared library exporting planner_schedule).
@@ -55,6 +58,17 @@ class Executor {
   bool concurrent() const { return static_cast<bool>(lanes_); }
   int lanes() const { return schedule().num_lanes; }
 
+  // Parameters and state (roles param, state) must be loaded before the first step; optimizer
+  // state may be left out: it starts at zero (every optimizer's initial value), like the arena.
+  static bool required(const TensorSpec& t) {
+    return (t.role == PARAM || t.role == STATE) && t.updates < 0;
+  }
+  void mark_loaded(int id) { written_[id] = 1; }
+  // Names of required tensors not loaded yet, in schedule order.
+  std::vector<std::string> missing(const std::vector<int>& also_given = {}) const;
+  // Throws naming them (step and step_async call it before running anything).
+  void check_loaded() const;
+
   const std::vector<OpStats>& op_stats() const { return stats_; }
   // Per op: the scratch bytes its kernel needs, and whether the plan's area held them (else it
   // got a block of its own at load: the plan under-estimated the library's scratchpad).
@@ -82,6 +96,7 @@ class Executor {
   int64_t unplanned_ = 0;
   std::vector<char*> ptr_;                     // current address of every tensor
   std::vector<OpStats> stats_;
+  std::vector<char> written_;       // per tensor: written by load_params
   int64_t steps_ = 0;
   double watchdog_seconds_;
   std::unique_ptr<Lanes> lanes_;  // its threads stop before the rest is destroyed
