@@ -14,7 +14,8 @@ and everything the plan derives from it is derived again here and compared:
     writers      a buffer of a tensor is written by the node producing it (none for inputs and
                  persistent tensors), or by an op memory planning added
     readers      every op reading a tensor is listed as a reader of one of its buffers
-    aliases      a buffer of an in-place update aliases a buffer of the tensor it updates
+    aliases      the buffer the graph's node writes an in-place update into aliases a buffer
+                 of the tensor it updates (a recompute's copy goes to scratch)
                  (planner.memory.verify: an alias is one the graph says, update or view)
 
 Shares no code with the scheduler or the memory planner. Runs in time linear in the plan's size
@@ -179,7 +180,9 @@ def _buffer_problems(graph: Graph, plan: dict[str, Any]) -> list[str]:
                                 f"it lists that reader")
         for b in held:  # planner.memory.verify checks that every alias is one the graph says
             base = names.get(b.get("alias_of") or "")
-            if t.updates and (base is None or base.get("tensor") != t.updates):
+            # A recompute's copy of an update is scratch: only the graph's write is in place.
+            if t.updates and b.get("writer") == producer.get(t.name) and \
+                    (base is None or base.get("tensor") != t.updates):
                 problems.append(f"buffer {b['name']!r} holds {t.name!r}, the next value of "
                                 f"{t.updates!r}, but does not alias a buffer of it")
     return problems
