@@ -103,9 +103,10 @@ def list_schedule(preds: Sequence[Sequence[int]], machine: Machine,
     while finished < n:
         if ready:
             started = decide(now, ready, machine)
-            taken = {v for p in started for v in p.nodes}
-            ready = [i for i in ready if i not in taken]
-            placed.extend(started)
+            if started:
+                taken = {v for p in started for v in p.nodes}
+                ready = [i for i in ready if i not in taken]
+                placed.extend(started)
         if not machine.running:
             raise ValueError(f"strategy started nothing on an idle machine with ready ops "
                              f"{ready[:5]}")
