@@ -72,11 +72,19 @@ def schedule(graph: Graph, target: Target, costs: OpCosts, preds: Sequence[Seque
     smt = target.smt_width > 1
     cores = target.cores
 
+    # Candidates of the search often repeat an earlier one's placements (another allotment
+    # that leads to the same schedule): simulated once.
+    seen: dict[tuple[Placement, ...], tuple[float, list[Placement]]] = {}
+
     def timed(ps: list[Placement]) -> tuple[float, list[Placement]]:
         ps = in_order(ps)
+        key = tuple(ps)
+        if key in seen:
+            return seen[key]
         sim = simulate(ps, preds, cores, options.smt_slowdown)
         sims[id(ps)] = (ps, sim)
-        return sim.step_seconds, ps
+        seen[key] = sim.step_seconds, ps
+        return seen[key]
 
     if options.strategy == "uniform":
         if options.grid:
@@ -107,8 +115,14 @@ def optimized(costs: OpCosts, preds: Sequence[Sequence[int]], op_types: Sequence
     critical = [top[i] + bottom[i] >= cp * (1 - 1e-9) for i in range(n)]
     group_min = options.group_min if options.grouping else None
 
+    ran: dict[tuple, tuple[float, list[Placement]]] = {}
+
     def run(allot: Sequence[int], use_smt: bool, jitter: Sequence[float] | None = None,
             widen: Widen = "fill", blend: float = 0.0) -> tuple[float, list[Placement]]:
+        # A list schedule is a function of these: the same candidate twice runs once.
+        key = (tuple(allot), use_smt, widen, blend)
+        if jitter is None and key in ran:
+            return ran[key]
         # Priority: bottom levels at the allotted times (the path the schedule will run), or
         # at a blend of those and the relaxation's durations (`blend` of the latter).
         at = [times[i][allot[i] - 1] for i in range(n)]
@@ -117,8 +131,11 @@ def optimized(costs: OpCosts, preds: Sequence[Sequence[int]], op_types: Sequence
         prio = bottom_levels(at, preds)
         if jitter is not None:
             prio = [b * j for b, j in zip(prio, jitter, strict=True)]
-        return timed(list_moldable(costs, preds, prio, allot, groups, use_smt,
-                                   options.smt_slowdown, group_min, widen=widen))
+        out = timed(list_moldable(costs, preds, prio, allot, groups, use_smt,
+                                  options.smt_slowdown, group_min, widen=widen))
+        if jitter is None:
+            ran[key] = out
+        return out
 
     # The baselines go last: on a tie, min keeps the first (our own) schedule.
     baselines = [timed(uniform(costs, preds, groups, cores, 1)),

@@ -65,7 +65,7 @@ class Machine:
         """(time, free cores then) at each future end of a non-SMT placement, ascending."""
         free = len(self.free)
         out = []
-        for end, _, p in sorted(self.running, key=lambda r: (r[0], r[1])):
+        for end, _, p in sorted(self.running):  # (end, unique sequence number, placement)
             if not p.smt:
                 free += p.threads
                 out.append((max(end, now), free))
