@@ -46,7 +46,9 @@ def pick_cores(groups: tuple[tuple[int, ...], ...], free: Set[int], k: int,
             members[gi].append(c)
         else:
             members[gi] = [c]
-    ranked = sorted(members.values(), key=lambda g: (-len(g), g[0]))
+    # Groups entered `members` in order of their first free core: a stable sort by size alone
+    # ranks them by (most free cores, lowest first free core).
+    ranked = sorted(members.values(), key=len, reverse=True)
     if affinity == "compact":
         order = [c for g in ranked for c in g]
     else:
