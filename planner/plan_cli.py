@@ -91,11 +91,12 @@ def run_plan(args: argparse.Namespace) -> int:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         out = plan(graph, target, table, options)
-    write_text(args.output, out.to_json(), force=args.force)
+    text = out.to_json()
+    write_text(args.output, text, force=args.force)
     if args.json:
         print(json.dumps(out.summary.model_dump(mode="json"), indent=2, sort_keys=True))
     else:
-        print(format_summary(out.model_dump(mode="json", by_alias=True)))
+        print(format_summary(json.loads(text)))  # the file's data: no second model dump
         print(f"wrote {args.output}")
     return 0
 
