@@ -116,6 +116,7 @@ def _read_json(path: str) -> dict[str, Any]:
 
 
 def run_show(args: argparse.Namespace) -> int:
+    from planner.diff import decisions_line
     from planner.load import write_text
     from planner.memory.report import format_memory, memory_report, memory_svg
     from planner.plan import load_plan
@@ -135,6 +136,7 @@ def run_show(args: argparse.Namespace) -> int:
         memory = format_memory(data)
         if memory:
             print(memory)
+        print(decisions_line(data))
         for path in (args.timeline, args.memory):
             if path:
                 print(f"wrote {path}")
