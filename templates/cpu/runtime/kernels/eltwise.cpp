@@ -78,7 +78,7 @@ KernelPtr softmax_grad(const Node& n) {
 
 }  // namespace
 
-void add_eltwise_kernels(Registry& r) {
+PLANNER_REGISTER_KERNELS(eltwise) {
   r["Relu"] = relu;
   r["LeakyRelu"] = leaky_relu;
   r["Tanh"] = tanh_;

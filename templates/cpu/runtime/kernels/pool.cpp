@@ -87,7 +87,7 @@ KernelPtr avg_pool_grad(const Node& n) {
 
 }  // namespace
 
-void add_pool_kernels(Registry& r) {
+PLANNER_REGISTER_KERNELS(pool) {
   r["MaxPool"] = max_pool;
   r["AvgPool"] = avg_pool;
   r["MaxPoolGrad"] = max_pool_grad;
