@@ -2,7 +2,8 @@
 
 Every decision a plan records is compared, so that review by diff misses none of them:
 
-    inputs      backend, target (name, cores, streams), the embedded graph, provenance
+    inputs      schema, backend, kind, target (name, cores, streams), the embedded graph,
+                provenance
     summary     predicted times (step, bound, ratio, ...) and memory numbers (arena, LOAD, ...)
     ops         per op: threads, CPUs, stream, group, SMT flag, affinity, dependencies; the
                 execution order; ops in one plan only
@@ -40,6 +41,7 @@ TENSOR_FIELDS = ("offset", "bytes", "placement", "first", "last", "alias_of", "t
                  "writer", "readers")
 MEMORY_OP_FIELDS = ("kind", "node", "inputs", "outputs")
 CONV_FIELDS = ("algorithm", "workspace_bytes", "seconds", "source")
+HEADER_FIELDS = ("schema", "kind")
 PROVENANCE_FIELDS = ("graph_sha256", "target_sha256", "costs_sha256", "options", "tool")
 # Items listed per section in the text form (the JSON form lists them all).
 SHOWN = 10
@@ -48,7 +50,8 @@ SHOWN = 10
 def diff_plans(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     """Every difference between two plans' JSON data (module docstring).
 
-    Returns {different, backends, targets, target_changed, graph_changed, provenance,
+    Returns {different, backends, header: {schema / kind: [a, b]}, targets, target_changed,
+    graph_changed, provenance,
     summary: {field: [a, b, b - a]}, memory_summary: {field: [a, b]},
     by_type: {op: [{name, field: [a, b]}]}, order_changed, only_a, only_b,
     tensors / memory_ops / convs: {changed: [{name, field: [a, b]}], only_a, only_b},
@@ -80,6 +83,7 @@ def diff_plans(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     pa, pb = a.get("provenance") or {}, b.get("provenance") or {}
     provenance = _changed(pa, pb, PROVENANCE_FIELDS)
     backends = [a.get("backend", "cpu"), b.get("backend", "cpu")]
+    header = {f: [a.get(f), b.get(f)] for f in HEADER_FIELDS if a.get(f) != b.get(f)}
     target_changed = ta != tb
     graph_changed = a.get("graph") != b.get("graph")
     only_a = sorted(ops_a.keys() - ops_b.keys())
@@ -87,8 +91,9 @@ def diff_plans(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     different = bool(
         summary or memory_summary or by_type or order_changed or only_a or only_b
         or any(_any(s) for s in (tensors, memory_ops, convs, edges))
-        or provenance or backends[0] != backends[1] or target_changed or graph_changed)
-    return {"different": different, "backends": backends,
+        or provenance or backends[0] != backends[1] or target_changed or graph_changed
+        or header)
+    return {"different": different, "backends": backends, "header": header,
             "targets": [ta.get("name"), tb.get("name")], "target_changed": target_changed,
             "graph_changed": graph_changed, "provenance": provenance,
             "summary": summary, "memory_summary": memory_summary, "by_type": by_type,
@@ -143,6 +148,8 @@ def format_diff(d: dict[str, Any]) -> str:
         lines.append(f"target: {d['targets'][0]} -> {d['targets'][1]}")
     elif d["target_changed"]:
         lines.append(f"target {d['targets'][0]}: cores or streams changed")
+    for f, (x, y) in d["header"].items():
+        lines.append(f"{f}: {x} -> {y}")
     if d["graph_changed"]:
         lines.append("graph: the embedded graphs differ")
     for f, (x, y) in d["provenance"].items():
