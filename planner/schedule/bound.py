@@ -46,7 +46,6 @@ t(k), which the relaxation allows.
 Example:
     >>> import numpy as np
     >>> from planner.schedule.costs import OpCosts
-from planner.schedule.deps import successors
     >>> t = np.array([2.0, 1.2])  # 2 s on one thread, 1.2 s on two
     >>> c = OpCosts(times=(t, t, t), affinity=(("compact",) * 2,) * 3, keys=("a",) * 3,
     ...             analytical=())
