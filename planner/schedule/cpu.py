@@ -62,11 +62,13 @@ def cpu_schedule(graph: Graph, model: CostModel, options: ScheduleOptions | None
 def schedule(graph: Graph, target: Target, costs: OpCosts, preds: Sequence[Sequence[int]],
              options: ScheduleOptions,
              sims: dict[int, tuple[list[Placement], SimResult]] | None = None,
-             durations: Sequence[float] = ()) -> list[Placement]:
+             durations: Sequence[float] = (), baselines: bool = True) -> list[Placement]:
     """Placements in execution order under the options' strategy.
 
     `sims`, when given, receives the simulation of every candidate schedule tried, by the id of
-    its placement list, so the caller need not simulate the winner again."""
+    its placement list, so the caller need not simulate the winner again. `baselines=False`
+    leaves the uniform and paper schedules out of the optimized search's candidates (its own
+    best, as tests measure it)."""
     sims = {} if sims is None else sims
     groups = target.cache_groups
     smt = target.smt_width > 1
@@ -95,13 +97,14 @@ def schedule(graph: Graph, target: Target, costs: OpCosts, preds: Sequence[Seque
     op_types = [n.op for n in graph.nodes]
     if options.strategy == "paper":
         return in_order(paper(costs, preds, op_types, groups, smt, options))
-    return optimized(costs, preds, op_types, groups, smt, cores, options, timed, durations)
+    return optimized(costs, preds, op_types, groups, smt, cores, options, timed, durations,
+                     baselines)
 
 
 def optimized(costs: OpCosts, preds: Sequence[Sequence[int]], op_types: Sequence[str],
               groups: tuple[tuple[int, ...], ...], smt: bool, cores: int,
               options: ScheduleOptions, timed,
-              durations: Sequence[float] = ()) -> list[Placement]:
+              durations: Sequence[float] = (), baselines: bool = True) -> list[Placement]:
     """The best simulated schedule of the search described in planner.schedule.optimized.
 
     `durations`: the allotment relaxation's per-node durations (bound.py); none, no
@@ -138,8 +141,8 @@ def optimized(costs: OpCosts, preds: Sequence[Sequence[int]], op_types: Sequence
         return out
 
     # The baselines go last: on a tie, min keeps the first (our own) schedule.
-    baselines = [timed(uniform(costs, preds, groups, cores, 1)),
-                 timed(paper(costs, preds, op_types, groups, smt, options))]
+    fallbacks = [timed(uniform(costs, preds, groups, cores, 1)),
+                 timed(paper(costs, preds, op_types, groups, smt, options))] if baselines else []
     allots = [allot_all(costs, stretch, critical)
               for stretch in sorted({*options.stretches, options.stretch})]
     if len(durations) == n:
@@ -188,7 +191,7 @@ def optimized(costs: OpCosts, preds: Sequence[Sequence[int]], op_types: Sequence
     rng = np.random.default_rng(0)
     for _ in range(options.search_rounds):
         results.append(run(allot, use_smt, 1.0 + 0.1 * rng.random(n), widen))
-    return min(results + baselines, key=lambda r: r[0])[1]
+    return min(results + fallbacks, key=lambda r: r[0])[1]
 
 
 def heaviest(costs: OpCosts, allot: Sequence[int], share: float) -> list[int]:
