@@ -174,6 +174,16 @@ def _overlap_problems(tensors: list[dict[str, Any]], order: dict[str, int],
                       desc: dict[int, int], after_step: int) -> list[str]:
     out: list[str] = []
     roots = {t["name"]: t for t in tensors}
+    # Per buffer, once (a pair check is then one bit test; thousands of pairs share bytes):
+    # the ops every access of it happens-before, and the op that writes its bytes.
+    before = {t["name"]: _accesses_before(t, order, desc, after_step) for t in tensors}
+    written = {t["name"]: _written_at(t, order, roots) for t in tensors}
+
+    def ordered(a: dict[str, Any], b: dict[str, Any]) -> bool:
+        # Every access of `a` happens-before the write of `b`'s bytes.
+        w = written[b["name"]]
+        return w is not None and (before[a["name"]] >> w) & 1 == 1
+
     for placement in ("device", "host"):
         group = [t for t in tensors if t.get("placement", "device") == placement
                  and t["bytes"] > 0]
@@ -183,8 +193,7 @@ def _overlap_problems(tensors: list[dict[str, Any]], order: dict[str, int],
             hits = np.nonzero((lo[i + 1:] < hi[i]) & (lo[i] < hi[i + 1:]))[0] + i + 1
             for j in hits:
                 b = group[int(j)]
-                if _root(a) == _root(b) or _ordered(a, b, order, desc, after_step, roots) \
-                        or _ordered(b, a, order, desc, after_step, roots):
+                if _root(a) == _root(b) or ordered(a, b) or ordered(b, a):
                     continue
                 out.append(f"buffers {a['name']!r} and {b['name']!r} share {placement} bytes "
                            f"[{max(a['offset'], b['offset'])}, "
@@ -197,14 +206,26 @@ def _root(t: dict[str, Any]) -> str:
     return t.get("alias_of") or t["name"]
 
 
-def _ordered(a: dict[str, Any], b: dict[str, Any], order: dict[str, int],
-             desc: dict[int, int], after_step: int, roots: dict[str, dict[str, Any]]) -> bool:
-    """Every access of `a` happens-before the write of `b`'s bytes (by the writer of the
-    buffer `b` aliases, for an alias: a view's bytes are written when its input is)."""
+def _written_at(b: dict[str, Any], order: dict[str, int],
+                roots: dict[str, dict[str, Any]]) -> int | None:
+    """Execution order of the op that writes `b`'s bytes: its writer, or for an alias the
+    writer of the buffer it aliases (a view's bytes are written when its input is); None if
+    none is in the plan."""
     writer = roots.get(_root(b), b).get("writer")
-    if not writer or a["last"] >= after_step or writer not in order:
-        return False
-    w = order[writer]
+    return order[writer] if writer and writer in order else None
+
+
+def _accesses_before(a: dict[str, Any], order: dict[str, int], desc: dict[int, int],
+                     after_step: int) -> int:
+    """Bitset of the execution orders that every access of `a` (its writer and readers)
+    happens-before: 0 when `a` is read after the step or an access is by an op the plan lacks
+    (reported by the field rules; it orders nothing), every bit when it has no access."""
+    if a["last"] >= after_step:
+        return 0
     accesses = ([a["writer"]] if a.get("writer") else []) + list(a.get("readers", []))
-    # An access by an op the plan lacks is reported by the field rules; it orders nothing.
-    return all(u in order and (desc[order[u]] >> w) & 1 for u in accesses)
+    bits = -1  # all ones
+    for u in accesses:
+        if u not in order:
+            return 0
+        bits &= desc[order[u]]
+    return bits
