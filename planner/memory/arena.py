@@ -102,14 +102,14 @@ def _place(blocks: Sequence[Block], order: Sequence[int], alignment: int, best_f
                 tops = np.maximum.accumulate(hi[:k][live])
                 below = np.concatenate(([0], tops[:-1]))
                 gaps = bottoms - below
-                fits = np.nonzero(gaps >= size)[0]
+                fits = (gaps >= size).nonzero()[0]
                 if len(fits):
-                    pick = fits[np.argmin(gaps[fits])] if best_fit else fits[0]
+                    pick = fits[gaps[fits].argmin()] if best_fit else fits[0]
                     offset = int(below[pick])
                 else:
                     offset = int(tops[-1])
         if start < end:  # an empty lifetime conflicts with nothing
-            at = int(np.searchsorted(lo[:k], offset, side="right"))
+            at = int(lo[:k].searchsorted(offset, side="right"))
             for column, value in ((first, start), (last, end), (lo, offset),
                                   (hi, offset + size)):
                 column[at + 1:k + 1] = column[at:k]
