@@ -75,18 +75,20 @@ def schedule(graph: Graph, target: Target, costs: OpCosts, preds: Sequence[Seque
     cores = target.cores
 
     # Candidates of the search often repeat an earlier one's placements (another allotment
-    # that leads to the same schedule): simulated once.
-    seen: dict[tuple[Placement, ...], tuple[float, list[Placement]]] = {}
+    # that leads to the same schedule): simulated once. Keyed by the planned starts (cheap to
+    # hash), confirmed by comparing the placements.
+    seen: dict[tuple[float, ...], list[tuple[float, list[Placement]]]] = {}
 
     def timed(ps: list[Placement]) -> tuple[float, list[Placement]]:
         ps = in_order(ps)
-        key = tuple(ps)
-        if key in seen:
-            return seen[key]
+        same_starts = seen.setdefault(tuple(p.start for p in ps), [])
+        for done in same_starts:
+            if done[1] == ps:
+                return done
         sim = simulate(ps, preds, cores, options.smt_slowdown)
         sims[id(ps)] = (ps, sim)
-        seen[key] = sim.step_seconds, ps
-        return seen[key]
+        same_starts.append((sim.step_seconds, ps))
+        return same_starts[-1]
 
     if options.strategy == "uniform":
         if options.grid:
