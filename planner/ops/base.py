@@ -224,19 +224,21 @@ def elementwise_flops(per_element: int) -> Flops:
     return lambda ins, outs, a: per_element * sum(o.size for o in outs)
 
 
-def reorder_scratch(copies: int, per_thread: int = 32 << 10):
+def reorder_scratch(copies: int, per_thread: int = 4096):
     """A `scratch` rule for kernels of oneDNN primitives: `copies` x the operands' bytes
     with channels (axis 1, and a 4-D weight's axis 0) padded to oneDNN's blocks of 16, plus
     `per_thread` bytes per thread for the primitive's own scratchpad.
 
     Measured on the zoo's small training graphs (2 threads, AVX-512): convolutions and GEMMs
-    need 0.27x of reorder_scratch(3) in all and at most 1.08x of it for one op (a
-    convolution of 4 to 6 channels), pools at most 0.6x of reorder_scratch(2, 4096),
-    normalisation and concatenation at most 0.2x of reorder_scratch(1, 4096).
+    need 0.43x of reorder_scratch(2) in all, more than it for 12 of 439 ops (which then get
+    blocks of their own: 3% of the bytes); pools at most 0.6x of reorder_scratch(2), normalisation and
+    concatenation at most 0.2x of reorder_scratch(1). How much a library asks for per thread
+    (oneDNN's per-thread weight-gradient partials, say) is not known before it runs on the
+    machine: measured values belong in the cost table.
 
-    >>> reorder_scratch(3)([TensorType((2, 3, 8, 8)), TensorType((8, 3, 3, 3))],
+    >>> reorder_scratch(2)([TensorType((2, 3, 8, 8)), TensorType((8, 3, 3, 3))],
     ...                    [TensorType((2, 8, 8, 8))], {}, 2)
-    99904
+    31104
     """
     def padded(t: TensorType, weight: bool) -> int:
         # Fewer than 8 channels (a first layer's image) stay in plain layouts.

@@ -275,7 +275,7 @@ def _conv_flops(y: TensorType, w_shape: tuple[int, ...]) -> int:
 
 register(OpDef(
     name="Conv2D",
-    scratch=reorder_scratch(3),
+    scratch=reorder_scratch(2),
     cost_class="conv",
     convolution=True,
     recompute="expensive", arity=2, attrs=dict(CONV_ATTRS),
@@ -297,7 +297,7 @@ def _backprop_input_infer(ins: list[TensorType], a: Attrs) -> list[TensorType]:
 
 register(OpDef(
     name="Conv2DBackpropInput",
-    scratch=reorder_scratch(3),
+    scratch=reorder_scratch(2),
     cost_class="conv",
     convolution=True, arity=2,
     attrs={**CONV_ATTRS, "input_shape": Attr("ints", required=True)},
@@ -319,7 +319,7 @@ def _backprop_filter_infer(ins: list[TensorType], a: Attrs) -> list[TensorType]:
 
 register(OpDef(
     name="Conv2DBackpropFilter",
-    scratch=reorder_scratch(3),
+    scratch=reorder_scratch(2),
     cost_class="conv",
     convolution=True, arity=2,
     attrs={**CONV_ATTRS, "filter_shape": Attr("ints", required=True)},
@@ -395,7 +395,7 @@ def conv_transpose2d_gradient(g: GradBuilder, node, grad_outputs: list[str | Non
 
 register(OpDef(
     name="ConvTranspose2D",
-    scratch=reorder_scratch(3),
+    scratch=reorder_scratch(2),
     cost_class="conv",
     convolution=True,
     recompute="expensive", arity=2, attrs=TRANSPOSE_ATTRS,

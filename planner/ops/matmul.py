@@ -121,7 +121,7 @@ def _flat_weight_grad(g: GradBuilder, a: str, dy: str, tb: bool) -> str:
 
 register(OpDef(
     name="MatMul",
-    scratch=reorder_scratch(3),
+    scratch=reorder_scratch(2),
     cost_class="gemm",
     recompute="expensive", arity=2,
     attrs={"transpose_a": Attr("bool", False), "transpose_b": Attr("bool", False)},

@@ -152,7 +152,7 @@ def _maxpool_grad_infer(ins: list[TensorType], a: Attrs) -> list[TensorType]:
 
 register(OpDef(
     name="MaxPool",
-    scratch=reorder_scratch(2, 4096),
+    scratch=reorder_scratch(2),
     cost_class="reduction", arity=1, attrs=MAXPOOL_ATTRS,
     infer=lambda ins, a: [_pool_type("MaxPool", ins[0], a)],
     flops=lambda ins, outs, a: outs[0].size * _window_flops(a, 0),
@@ -163,7 +163,7 @@ register(OpDef(
 
 register(OpDef(
     name="MaxPoolGrad",
-    scratch=reorder_scratch(2, 4096),
+    scratch=reorder_scratch(2),
     cost_class="reduction", arity=2, attrs=MAXPOOL_ATTRS,
     infer=_maxpool_grad_infer,
     flops=lambda ins, outs, a: ins[0].size * _window_flops(a, 1),
@@ -223,7 +223,7 @@ def _avgpool_grad_infer(ins: list[TensorType], a: Attrs) -> list[TensorType]:
 
 register(OpDef(
     name="AvgPool",
-    scratch=reorder_scratch(2, 4096),
+    scratch=reorder_scratch(2),
     cost_class="reduction", arity=1, attrs=AVGPOOL_ATTRS,
     infer=lambda ins, a: [_pool_type("AvgPool", ins[0], a)],
     flops=lambda ins, outs, a: outs[0].size * _window_flops(a, 1),
@@ -234,7 +234,7 @@ register(OpDef(
 
 register(OpDef(
     name="AvgPoolGrad",
-    scratch=reorder_scratch(2, 4096),
+    scratch=reorder_scratch(2),
     cost_class="reduction", arity=1,
     attrs={**AVGPOOL_ATTRS, "input_shape": Attr("ints", required=True)},
     infer=_avgpool_grad_infer,
@@ -268,7 +268,7 @@ def global_avgpool_gradient(g: GradBuilder, node, grad_outputs: list[str | None]
 
 register(OpDef(
     name="GlobalAvgPool",
-    scratch=reorder_scratch(2, 4096),
+    scratch=reorder_scratch(2),
     cost_class="reduction", arity=1,
     infer=_global_type,
     flops=lambda ins, outs, a: ins[0].size + outs[0].size,

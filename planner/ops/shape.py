@@ -220,7 +220,7 @@ def _concat_gradient(g: GradBuilder, node: Node, grad_outputs: Grads) -> Grads:
 
 register(OpDef(
     name="Concat",
-    scratch=reorder_scratch(1, 4096),
+    scratch=reorder_scratch(1),
     cost_class="data-movement",
     arity=None,
     min_inputs=1,
