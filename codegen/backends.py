@@ -56,7 +56,8 @@ class Backend:
 
 BACKENDS: dict[str, Backend] = {
     "cpu": Backend("cpu", "CPU", TEMPLATES / "cpu" / "runtime", TEMPLATES / "cpu" / "plan",
-                   frozenset({"float32", "int64"})),
+                   # float32 math, int64 ids and labels, bool conditions (Where)
+                   frozenset({"float32", "int64", "bool"})),
 }
 
 

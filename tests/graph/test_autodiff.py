@@ -192,6 +192,15 @@ OP_CASES: dict[str, list[tuple]] = {
             ([F(2, 4)], {"pads": [0, 2, 1, 3], "mode": "reflect"}, None, None),
             ([F(2, 3)], {"pads": [1, 2, 0, 2], "mode": "edge"}, None, None)],
     "Relu": [([F(3, 4)], {}, None, None)],
+    "Pow": [([P(2, 3), F(3)], {}, None, None)],
+    "Max": [([F(2, 3), F(2, 1)], {}, None, None)],
+    "Min": [([F(2, 3), F(3)], {}, None, None)],
+    "Erf": [([F(3, 4)], {}, None, None)],
+    "Gelu": [([F(3, 4)], {}, None, None), ([F(3, 4)], {"approximate": "tanh"}, None, None)],
+    "LayerNorm": [([F(2, 3, 4), F(4), F(4)], {}, [0], None),
+                  ([F(2, 3, 4), F(3, 4)], {"axis": 1, "epsilon": 0.1}, [0], None)],
+    "Where": [([I(2, 2, 3), F(2, 3), F(3)], {}, None, None)],
+    "CausalMask": [([F(2, 3, 3)], {"value": -5.0}, None, None)],
     "PRelu": [([F(2, 3, 2, 2), F(3, 1, 1)], {}, None, None)],
     "Elu": [([F(3, 4)], {"alpha": 0.7}, None, None)],
     "Selu": [([F(3, 4)], {}, None, None)],
@@ -321,6 +330,8 @@ SMALL_MODELS = {
     "wide_deep": dict(batch=4, tables=3, vocab=[10], dim=2, dense=3, hidden=[4]),
     "dcgan": dict(batch=2, image=8, nz=4, width=0.0625),
     "lstm": dict(batch=2, seq=3, hidden=4, vocab=7, layers=2, dropout=0.3),
+    "gpt": dict(batch=2, seq=4, dim=8, heads=2, layers=2, vocab=7),
+    "bert": dict(batch=2, seq=4, dim=8, heads=2, layers=2, vocab=7),
 }
 
 
