@@ -1,19 +1,22 @@
 """Rules for values known at import time and for nodes that vanish: Constant, ConstantOfShape,
 Shape, Size, Range, Cast, Identity, Dropout.
 
-Nothing here emits a planner op: constants become Consts (params or state tensors only if a
-compute op reads them), Shape and Size read the static shapes, and Identity and inference-mode
-Dropout bind their output to their input.
+Nothing here emits a planner op but training-mode Dropout: constants become Consts (params or
+state tensors only if a compute op reads them), Shape and Size read the static shapes, and
+Identity and inference-mode Dropout bind their output to their input.
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 import onnx
 from onnx import helper
 
 from planner.importers.onnx.context import NodeCtx, rule
-from planner.importers.onnx.errors import Unsupported
+from planner.importers.onnx.errors import OnnxImportError, Unsupported
+from planner.importers.onnx.fold import FOLD_OUTPUT_LIMIT
 from planner.importers.onnx.values import Const, planner_dtype
 
 
@@ -64,6 +67,14 @@ def size(n: NodeCtx) -> None:
 def range_(n: NodeCtx) -> None:
     start, limit, delta = (n.const_array(k, name).reshape(()) for k, name in
                            enumerate(("start", "limit", "delta")))
+    if delta == 0:
+        raise OnnxImportError(f"node {n.label!r} (Range): delta is 0")
+    # ONNX's count: max(ceil((limit - start) / delta), 0), checked before anything is made.
+    count = max(math.ceil((float(limit) - float(start)) / float(delta)), 0)
+    if count > FOLD_OUTPUT_LIMIT:
+        raise OnnxImportError(f"node {n.label!r} (Range): {count} values from {start} to "
+                              f"{limit} by {delta}, more than the {FOLD_OUTPUT_LIMIT} an "
+                              f"import computes")
     n.fold(0, np.arange(start, limit, delta, dtype=np.result_type(start, limit, delta)))
 
 
@@ -93,6 +104,30 @@ def identity(n: NodeCtx) -> None:
 
 @rule("Dropout")
 def dropout(n: NodeCtx) -> None:
-    # The import is an inference graph: Dropout passes its input through. Its mask output,
-    # if some node reads it, is reported unsupported by the driver (it is never bound).
-    n.bind(0, n.value(0))
+    """Inference-mode Dropout passes its input through; training-mode Dropout (what PyTorch's
+    training-mode export writes) becomes the planner's Dropout with the same ratio and a seed
+    of its own per node. Its mask output, if some node reads it, is reported unsupported by
+    the driver (it is never bound)."""
+    rate = _dropout_ratio(n)
+    if not _dropout_training(n) or rate == 0.0:
+        n.bind(0, n.value(0))
+        return
+    if not 0.0 < rate < 1.0:
+        raise OnnxImportError(f"node {n.label!r} (Dropout): ratio {rate} is not in [0, 1)")
+    n.imp.dropouts += 1
+    n.emit1("Dropout", [n.value(0)], {"rate": rate, "seed": n.imp.dropouts}, output=0)
+
+
+def _dropout_ratio(n: NodeCtx) -> float:
+    if n.opset >= 12:
+        return float(n.const_array(1, "ratio").reshape(())) if n.has_input(1) else 0.5
+    return float(n.attr("ratio", 0.5))
+
+
+def _dropout_training(n: NodeCtx) -> bool:
+    """Opset 12+: the training_mode input (a constant; default false). Before opset 12 ONNX
+    has no such flag, and converters name the mask output of inference models too (onnx's
+    bvlc_alexnet), so an older Dropout is taken as inference: export at opset 12+ to keep it."""
+    if n.opset < 12 or not n.has_input(2):
+        return False
+    return bool(n.const_array(2, "training_mode").reshape(()))
