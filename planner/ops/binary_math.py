@@ -1,16 +1,23 @@
-"""Broadcasting binary math beyond Add/Sub/Mul/Div: Pow, Max, Min; and PRelu with PReluGrad.
+"""Broadcasting binary math beyond Add/Sub/Mul/Div: Pow, Max, Min with MaxGrad, MinGrad; and
+PRelu with PReluGrad.
 
 Pow, Max and Min broadcast as numpy does; both inputs have one dtype, which the output keeps
-(Pow takes floats only). Max and Min have no gradient rule: which input a tied element's
-gradient goes to is a convention the catalogue has not fixed, and no model we import trains
-through them. Pow has none either (d/db needs log(a), undefined for a <= 0).
+(Pow takes floats only). Gradients, as PyTorch's:
+
+    Pow   da = dy * b * a^(b - 1);   db = dy * y * log(a)   (NaN where a < 0, as log; torch
+          instead gives 0 for a == 0, b >= 0 there, and for b == 0 in da)
+    Max   MaxGrad [dy, a, b] -> [da, db] in the output's shape: dy goes to the larger input,
+          half to each on a tie (torch.maximum's rule; a NaN compares neither way, so both
+          inputs get dy), then summed down to each input's shape
+    Min   MinGrad likewise, dy going to the smaller input
 
 PRelu [x, slope]: y = x if x >= 0 else slope * x, where slope broadcasts to x's shape (ONNX's
 unidirectional broadcasting: slope (C, 1, 1) for x (N, C, H, W), or a single slope (1,)).
 PReluGrad [dy, x, slope] -> [dx, dslope]; dslope sums dy * x over the elements where x < 0 back
 down to slope's shape.
 
-FLOPs per output element: Pow 1, Max 1, Min 1, PRelu 2 (compare, multiply), PReluGrad 4.
+FLOPs per output element: Pow 1, Max 1, Min 1, MaxGrad/MinGrad 3 (two compares, a halving),
+PRelu 2 (compare, multiply), PReluGrad 4.
 
 Example:
     >>> import numpy as np
@@ -38,25 +45,92 @@ from planner.ops.base import (
     require_float,
 )
 from planner.ops.elementwise import binary_infer, broadcast_shapes
+from planner.ops.reduce import sum_to_shape
 
 if TYPE_CHECKING:
     from planner.graph.ir import Node
 
 
-def _binary(name: str, fn: Callable[[np.ndarray, np.ndarray], np.ndarray], doc: str,
-            float_only: bool = False) -> None:
+def _binary(name: str, fn: Callable[[np.ndarray, np.ndarray], np.ndarray], gradient,
+            doc: str, float_only: bool = False) -> None:
     register(OpDef(
         name=name, arity=2,
         infer=binary_infer(name, float_only),
         flops=elementwise_flops(1),
         reference=lambda xs, a: [fn(xs[0], xs[1])],
+        gradient=gradient,
         doc=doc,
     ))
 
 
-_binary("Pow", np.power, "y = a ** b, numpy broadcasting (float only).", float_only=True)
-_binary("Max", np.maximum, "y = max(a, b) element-wise, numpy broadcasting (NaN propagates).")
-_binary("Min", np.minimum, "y = min(a, b) element-wise, numpy broadcasting (NaN propagates).")
+def _pow_gradient(g: GradBuilder, node: Node, grads: list[str | None]) -> list[str | None]:
+    a, b = node.inputs
+    dy = grads[0]
+    da = db = None
+    if dy is not None and g.needs(a):
+        one = g.emit("Fill", [], {"shape": [], "value": 1.0, "dtype": g.type(b).dtype})[0]
+        power = g.emit("Pow", [a, g.emit("Sub", [b, one])[0]])[0]
+        slope = g.emit("Mul", [b, power])[0]
+        da = sum_to_shape(g, g.emit("Mul", [dy, slope])[0], g.type(a).shape)
+    if dy is not None and g.needs(b):
+        slope = g.emit("Mul", [node.outputs[0], g.emit("Log", [a])[0]])[0]
+        db = sum_to_shape(g, g.emit("Mul", [dy, slope])[0], g.type(b).shape)
+    return [da, db]
+
+
+def _extremum_gradient(grad_op: str):
+    def gradient(g: GradBuilder, node: Node, grads: list[str | None]) -> list[str | None]:
+        a, b = node.inputs
+        dy = grads[0]
+        if dy is None or not (g.needs(a) or g.needs(b)):
+            return [None, None]
+        da, db = g.emit(grad_op, [dy, a, b])
+        return [sum_to_shape(g, da, g.type(a).shape) if g.needs(a) else None,
+                sum_to_shape(g, db, g.type(b).shape) if g.needs(b) else None]
+
+    return gradient
+
+
+_binary("Pow", np.power, _pow_gradient, "y = a ** b, numpy broadcasting (float only).",
+        float_only=True)
+_binary("Max", np.maximum, _extremum_gradient("MaxGrad"),
+        "y = max(a, b) element-wise, numpy broadcasting (NaN propagates).")
+_binary("Min", np.minimum, _extremum_gradient("MinGrad"),
+        "y = min(a, b) element-wise, numpy broadcasting (NaN propagates).")
+
+
+def _extremum_grad_infer(op: str):
+    def infer(ins: list[TensorType], a: Attrs) -> list[TensorType]:
+        dy, x, y = ins
+        out = binary_infer(op, True)([x, y], a)[0]
+        if dy != out:
+            raise OpError(f"{op}: dy is {dy.dtype} {list(dy.shape)} but the inputs broadcast to "
+                          f"{out.dtype} {list(out.shape)}")
+        return [dy, dy]
+
+    return infer
+
+
+def _extremum_grad(larger: bool):
+    """[dy, a, b] -> [da, db] in dy's shape, torch.maximum's (minimum's) rule."""
+    def reference(xs: list[np.ndarray], a: Attrs) -> list[np.ndarray]:
+        dy, x, y = xs
+        zero = np.zeros((), dtype=dy.dtype)
+        shared = np.where(x == y, dy / dy.dtype.type(2), dy)
+        x_loses, y_loses = (x < y, x > y) if larger else (x > y, x < y)
+        return [np.where(x_loses, zero, shared), np.where(y_loses, zero, shared)]
+
+    return reference
+
+
+for _name, _larger in (("MaxGrad", True), ("MinGrad", False)):
+    register(OpDef(
+        name=_name, arity=3,
+        infer=_extremum_grad_infer(_name),
+        flops=elementwise_flops(3),
+        reference=_extremum_grad(_larger),
+        doc=f"Gradient of {_name[:3]}: [dy, a, b] -> [da, db] in dy's (the output's) shape.",
+    ))
 
 
 # ---- PRelu ------------------------------------------------------------------------------------

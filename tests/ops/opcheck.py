@@ -57,18 +57,20 @@ def reference(op: str, inputs: Sequence[np.ndarray], attrs: dict[str, Any] | Non
 
 
 def apply_rule(op: str, inputs: Sequence[np.ndarray], attrs: dict[str, Any] | None = None,
-               wrt: Sequence[int] | None = None, seed: int = 0
+               wrt: Sequence[int] | None = None, seed: int = 0, of: Sequence[int] | None = None
                ) -> tuple[list[np.ndarray | None], list[np.ndarray], list[str]]:
     """Differentiate a one-node graph of `op` (planner.graph.autodiff.gradients, which calls the
     op's gradient rule); return (gradient per input or None, the dy fed per output, the ops the
     rule emitted).
 
     wrt: indices of the inputs whose gradient is wanted (default: every float input the op does
-    not mark as non-differentiable).
+    not mark as non-differentiable); of: indices of the outputs differentiated (default: all).
     """
     b = GraphBuilder(f"{op.lower()}_grad")
     names = [b.input(f"x{k}", x.shape, str(x.dtype)) for k, x in enumerate(inputs)]
     outs = b.op_n(op, names, attrs)
+    if of is not None:
+        outs = [outs[k] for k in of]
     if wrt is None:
         wrt = [k for k, x in enumerate(inputs)
                if x.dtype.kind == "f" and k not in get_op(op).nondiff_inputs]
@@ -84,13 +86,15 @@ def apply_rule(op: str, inputs: Sequence[np.ndarray], attrs: dict[str, Any] | No
 
 
 def numeric_gradient(op: str, inputs: Sequence[np.ndarray], attrs: dict[str, Any] | None,
-                     dys: Sequence[np.ndarray], k: int, eps: float = 1e-6) -> np.ndarray:
-    """Central differences of sum_k <output_k, dy_k> with respect to input k."""
+                     dys: Sequence[np.ndarray], k: int, eps: float = 1e-6,
+                     of: Sequence[int] | None = None) -> np.ndarray:
+    """Central differences of sum_k <output_k, dy_k> with respect to input k (outputs `of`)."""
     xs = [np.array(x, copy=True) for x in inputs]
 
     def f() -> float:
-        return sum(float(np.sum(o * dy)) for o, dy in zip(reference(op, xs, attrs), dys,
-                                                          strict=True))
+        outs = reference(op, xs, attrs)
+        outs = outs if of is None else [outs[j] for j in of]
+        return sum(float(np.sum(o * dy)) for o, dy in zip(outs, dys, strict=True))
 
     grad = np.zeros_like(xs[k], dtype=np.float64)
     for idx in np.ndindex(xs[k].shape):
@@ -105,16 +109,17 @@ def numeric_gradient(op: str, inputs: Sequence[np.ndarray], attrs: dict[str, Any
 
 
 def check_gradient(op: str, inputs: Sequence[np.ndarray], attrs: dict[str, Any] | None = None,
-                   wrt: Sequence[int] | None = None, tol: float = 1e-4, seed: int = 0
+                   wrt: Sequence[int] | None = None, tol: float = 1e-4, seed: int = 0,
+                   of: Sequence[int] | None = None
                    ) -> tuple[list[np.ndarray | None], list[np.ndarray]]:
     """Assert the rule's gradients match finite differences for every wanted input (float64
     inputs); return (gradients, dys) for further comparisons."""
-    grads, dys, _ = apply_rule(op, inputs, attrs, wrt, seed)
+    grads, dys, _ = apply_rule(op, inputs, attrs, wrt, seed, of)
     wanted = wrt if wrt is not None else [k for k, g in enumerate(grads) if g is not None]
     assert wanted, f"{op}: the rule gave no gradient at all"
     for k in wanted:
         assert grads[k] is not None, f"{op}: no gradient for input {k}"
-        expected = numeric_gradient(op, inputs, attrs, dys, k)
+        expected = numeric_gradient(op, inputs, attrs, dys, k, of=of)
         err = rel_error(grads[k], expected)
         assert err < tol, f"{op}: input {k} gradient rel. error {err:.2e}"
     return grads, dys
