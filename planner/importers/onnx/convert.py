@@ -29,7 +29,9 @@ from planner.importers.onnx import (  # noqa: F401  (registering the rules)
     rules_math,
     rules_nn,
     rules_norm,
+    rules_rnn,
     rules_shape,
+    rules_transformer,
 )
 from planner.importers.onnx.context import POISONED, RULES, Importer, NodeCtx
 from planner.importers.onnx.errors import OnnxImportError, Unsupported
@@ -186,10 +188,15 @@ def _used(g: onnx.GraphProto) -> set[str]:
     return {i for node in g.node for i in node.input if i} | {o.name for o in g.output}
 
 
+# Inputs that are persistent but not trained: BatchNorm's running statistics, and the
+# initial states of recurrent layers (PyTorch's are no parameters).
+STATE_INPUTS = {"BatchNormalization": (3, 4), "LSTM": (5, 6), "GRU": (5,)}
+
+
 def _running_stats(g: onnx.GraphProto) -> set[str]:
-    """Values read as BatchNorm running mean and variance: state, not trained."""
-    return {node.input[k] for node in g.node if node.op_type == "BatchNormalization"
-            for k in (3, 4) if k < len(node.input)}
+    """Initializers read as STATE_INPUTS: state, not trained."""
+    return {node.input[k] for node in g.node for k in STATE_INPUTS.get(node.op_type, ())
+            if k < len(node.input) and node.input[k]}
 
 
 def _init_hints(g: onnx.GraphProto) -> dict[str, str]:

@@ -41,7 +41,7 @@ FOLDABLE: frozenset[str] = frozenset({
     "Add", "Sub", "Mul", "Div", "Mod", "Pow", "Neg", "Abs", "Sign", "Floor", "Ceil", "Round",
     "Sqrt", "Reciprocal", "Exp", "Log", "Min", "Max", "Sum", "Mean",
     "Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual", "Not", "And", "Or", "Xor",
-    "Where", "Cast", "CastLike", "Identity",
+    "Where", "Cast", "Identity",
     "Gather", "GatherElements", "GatherND", "Concat", "Split", "Slice", "Squeeze", "Unsqueeze",
     "Reshape", "Flatten", "Transpose", "Expand", "Tile", "Trilu", "ScatterND", "ScatterElements",
     "ReduceProd", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceMean", "ArgMax", "ArgMin",

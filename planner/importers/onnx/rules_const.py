@@ -1,5 +1,5 @@
 """Rules for values known at import time and for nodes that vanish: Constant, ConstantOfShape,
-Shape, Size, Range, Cast, Identity, Dropout.
+Shape, Size, Range, Cast, CastLike, Identity, Dropout.
 
 Nothing here emits a planner op but training-mode Dropout: constants become Consts (params or
 state tensors only if a compute op reads them), Shape and Size read the static shapes, and
@@ -95,6 +95,20 @@ def cast(n: NodeCtx) -> None:
     except ValueError:
         name = target.name
     raise Unsupported(f"Cast (of a computed {n.type(0).dtype} tensor to {name})")
+
+
+@rule("CastLike")
+def cast_like(n: NodeCtx) -> None:
+    """Cast to the dtype of input 1, which only lends its type (dynamo exports cast every
+    Python scalar like the tensor it meets)."""
+    target = np.dtype(n.type(1).dtype)
+    c = n.const(0)
+    if c is not None:
+        n.fold(0, c.value().astype(target))
+    elif n.type(0).dtype == target.name:
+        n.bind(0, n.value(0))
+    else:
+        raise Unsupported(f"CastLike (of a computed {n.type(0).dtype} tensor to {target.name})")
 
 
 @rule("Identity")

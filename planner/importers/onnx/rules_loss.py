@@ -11,9 +11,9 @@ make_training_graph finds as the loss; the labels input gets role "label".
                                  reaching x through the LogSoftmax is softmax(x) - onehot, as
                                  through NLL
 
-Not supported: class weights, reduction "sum" or "none", an ignore_index that is a class id (a negative
-one, PyTorch's default -100, names no class: labels holding it are refused, not skipped), and
-NLL of anything but a LogSoftmax over the class axis.
+Not supported: class weights, reduction "sum" or "none", an ignore_index that is a class id
+(a negative one, PyTorch's default -100, names no class: labels holding it are refused, not
+skipped), and NLL of anything but a LogSoftmax over the class axis.
 """
 
 from __future__ import annotations
