@@ -28,11 +28,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from codegen.build import build  # noqa: E402
 from codegen.load import load  # noqa: E402
 from codegen.render import render  # noqa: E402
-from planner.costs import CostModel  # noqa: E402
 from planner.graph.autodiff import make_training_graph  # noqa: E402
 from planner.graph.interpret import init_params, random_feeds  # noqa: E402
 from planner.graph.optimizer import Optimizer  # noqa: E402
-from planner.schedule import ScheduleOptions, make_plan  # noqa: E402
+from planner.pipeline import PlanOptions, plan  # noqa: E402
+from planner.schedule import ScheduleOptions  # noqa: E402
 from planner.target.detect import detect  # noqa: E402
 from planner.zoo import build as zoo  # noqa: E402
 
@@ -48,7 +48,8 @@ SGD = Optimizer(kind="sgd", lr=0.01)
 def plan_for(graph, target):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return make_plan(graph, CostModel(target), ScheduleOptions(strategy="uniform"))
+        return plan(graph, target, options=PlanOptions(
+            schedule=ScheduleOptions(strategy="uniform")))
 
 
 def bench_build(target) -> None:

@@ -31,14 +31,13 @@ import numpy as np
 
 from planner.costs import CostModel
 from planner.graph.autodiff import Optimizer, make_training_graph
-from planner.memory import InfeasibleBudget, MemoryOptions, plan_memory
+from planner.memory import InfeasibleBudget, MemoryOptions
 from planner.memory.budget import State
 from planner.memory.fit import fit
-from planner.memory.gpu import gpu_plan
 from planner.memory.milp import greedy_recompute, profile_with, recompute_milp
 from planner.memory.stash import analyze
-from planner.memory.steps import compute_steps
-from planner.schedule import make_plan
+from planner.pipeline import PlanOptions, plan
+from planner.schedule.streams import compute_steps
 from planner.target import preset
 from planner.zoo import MODELS, build
 
@@ -69,10 +68,7 @@ def arena() -> None:
             if train:
                 g = make_training_graph(g, Optimizer(kind="momentum"))
             for label, model in (("knl-7250", cpu), (GPU, gpu)):
-                if label == "knl-7250":
-                    p = plan_memory(make_plan(g, model))
-                else:
-                    p = gpu_plan(g, model)
+                p = plan(g, model.target)
                 m = p.summary.memory
                 worst = max(worst, m.arena_bytes / m.load_bytes)
                 kind = "train" if train else "infer"
@@ -96,16 +92,17 @@ def alexnet() -> None:
     print("AlexNet, batch 200, k40c-12gb (seed 001 Fig. 10); MB = 10^6 bytes")
     for optimizer in ("sgd", "momentum"):
         g = make_training_graph(build("alexnet", batch=200), Optimizer(kind=optimizer))
-        free = gpu_plan(g, model).summary.memory
+        free = plan(g, model.target).summary.memory
         stash = analyze(compute_steps(g, model))
         live = State(stash, 1.0).load()
         off = exhausted(stash, True, False).load()
         rec = exhausted(stash, True, True).load()
         try:
-            gpu_plan(g, model, MemoryOptions(budget_bytes=1))
+            plan(g, model.target, options=PlanOptions(memory=MemoryOptions(budget_bytes=1)))
         except InfeasibleBudget as e:
             low = e.smallest_bytes
-        best = gpu_plan(g, model, MemoryOptions(budget_bytes=low)).summary.memory
+        best = plan(g, model.target, options=PlanOptions(
+            memory=MemoryOptions(budget_bytes=low))).summary.memory
         bound = free.per_op_bound_bytes
         print(f"  {optimizer}: params + optimizer state {stash.persistent_bytes / MB:,.1f} MB")
         print(f"  {'':<30}{'ours MB':>10}{'vs naive':>10}{'/ bound':>9}{'seed MB':>10}"
@@ -127,7 +124,7 @@ def alexnet() -> None:
 def sweep() -> None:
     model = CostModel(preset(GPU))
     g = make_training_graph(build("alexnet", batch=200), Optimizer(kind="momentum"))
-    free = gpu_plan(g, model)
+    free = plan(g, model.target)
     print("AlexNet, batch 200, momentum, k40c-12gb: tightening the budget")
     print(f"{'budget MiB':>11}{'peak MiB':>10}{'step ms':>9}{'stall ms':>9}{'offloads':>9}"
           f"{'recomp':>7}{'ws MiB':>8}")
@@ -137,7 +134,8 @@ def sweep() -> None:
     peaks = []
     for budget_mib in (2048, 1600, 1400, 1300, 1200, 1100, 1060, 1040, 1020, 1000):
         try:
-            p = gpu_plan(g, model, MemoryOptions(budget_bytes=budget_mib * MiB))
+            p = plan(g, model.target, options=PlanOptions(
+                memory=MemoryOptions(budget_bytes=budget_mib * MiB)))
         except InfeasibleBudget as e:
             print(f"{budget_mib:>11}  infeasible: smallest feasible "
                   f"{e.smallest_bytes / MiB:.1f} MiB")

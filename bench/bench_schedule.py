@@ -17,7 +17,8 @@ import warnings
 
 from planner.costs import CostModel
 from planner.graph.autodiff import Optimizer, make_training_graph
-from planner.schedule import ScheduleOptions, make_plan
+from planner.pipeline import PlanOptions, plan
+from planner.schedule import ScheduleOptions
 from planner.target import preset
 from planner.zoo import build
 
@@ -38,9 +39,10 @@ def main() -> None:
         for opts in (ScheduleOptions(strategy="uniform"),
                      ScheduleOptions(strategy="uniform", grid=True),
                      ScheduleOptions(strategy="paper")):
-            row.append(make_plan(g, model, opts).summary.step_seconds * 1e3)
+            row.append(plan(g, model.target, model.table, PlanOptions(schedule=opts))
+                       .summary.step_seconds * 1e3)
         t0 = time.perf_counter()
-        p = make_plan(g, model, ScheduleOptions())
+        p = plan(g, model.target, model.table)
         seconds = time.perf_counter() - t0
         s = p.summary
         design = max(s.critical_path_seconds, s.area_bound_seconds)
@@ -52,7 +54,7 @@ def main() -> None:
         g = make_training_graph(build("resnet", depth=1001, batch=2, image=32),
                                 Optimizer(kind="sgd"))
         t0 = time.perf_counter()
-        p = make_plan(g, model, ScheduleOptions())
+        p = plan(g, model.target, model.table)
         print(f"resnet-1001 training ({len(g.nodes)} ops): optimized planned in "
               f"{time.perf_counter() - t0:.1f} s; ratio {p.summary.ratio:.3f}")
 

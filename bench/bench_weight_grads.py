@@ -25,7 +25,7 @@ import bench_executor  # noqa: E402
 
 from planner.costs import CostModel  # noqa: E402
 from planner.graph import autodiff  # noqa: E402
-from planner.schedule import ScheduleOptions, make_plan  # noqa: E402
+from planner.pipeline import plan  # noqa: E402
 from planner.target import preset  # noqa: E402
 from planner.target.detect import detect  # noqa: E402
 from planner.zoo import build as zoo  # noqa: E402
@@ -61,7 +61,7 @@ def main() -> None:
                 for name, g in graphs.items():
                     folder = Path(tmp) / f"{label.replace(' ', '_')}_{name}"
                     times[name].append(bench_executor.executor_step(g, host, folder, steps))
-            planned = {name: make_plan(g, knl, ScheduleOptions()).summary.step_seconds
+            planned = {name: plan(g, knl.target).summary.step_seconds
                        for name, g in graphs.items()}
             for name, g in graphs.items():
                 ms = float(np.median(times[name])) * 1e3

@@ -5,8 +5,9 @@ decides where, when it gives every tensor a device offset; otherwise (no memory 
 that adds recompute or offload ops this executor does not run yet) `own_layout` gives every
 tensor its own 64-byte-aligned bytes, except that
   - an in-place update (`updates=p`) shares p's bytes (the executor writes it over p), and
-  - the output of a Reshape or Flatten of a non-persistent tensor shares its input's bytes
-    (the kernel then copies nothing).
+  - the output of a view op (Reshape, Flatten) of a non-persistent tensor shares its input's
+    bytes (the kernel then copies nothing): the rule memory planning follows too
+    (planner.memory.liveness.view_aliases), so both layouts alias the same tensors.
 Sharing is recorded as `alias_of`, so the executor can re-point an alias when it reads an
 input straight from the caller's array.
 
@@ -24,11 +25,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from planner.graph.ir import Graph
+from planner.memory.liveness import view_aliases
 
 Offset = int  # bytes from the arena's start
 ALIGN = 64
-PERSISTENT = frozenset({"param", "state", "optimizer-state"})
-VIEW_OPS = frozenset({"Reshape", "Flatten"})
 
 
 @dataclass(frozen=True)
@@ -51,16 +51,20 @@ def arena_layout(graph: Graph, planned: tuple[Any, ...] = (),
     executor sizes library scratchpads itself at load).
     """
     offsets: dict[str, Offset] = {}
+    aliases: dict[str, str] = {}
+    holder: dict[str, str] = {}
     for e in planned:
         get = e.get if isinstance(e, dict) else lambda k, e=e: getattr(e, k, None)
         tensor = get("tensor") or get("name")
         if tensor and get("offset") is not None and get("placement") in (None, "device"):
             offsets[tensor] = int(get("offset"))
+            holder[get("name")] = tensor
+            if get("alias_of"):
+                aliases[tensor] = get("alias_of")
     if planned and not added_ops and all(t.name in offsets for t in graph.tensors):
-        aliases = _aliases(graph)
         end = max((offsets[t.name] + t.nbytes for t in graph.tensors), default=0)
-        return ArenaLayout(offsets, {k: v for k, v in aliases.items()
-                                     if offsets[k] == offsets[v]}, _align(end))
+        return ArenaLayout(offsets, {k: holder.get(v, v) for k, v in aliases.items()},
+                           _align(end))
     return own_layout(graph)
 
 
@@ -80,16 +84,9 @@ def own_layout(graph: Graph) -> ArenaLayout:
 
 
 def _aliases(graph: Graph) -> dict[str, str]:
-    """tensor -> the tensor whose bytes it takes over (its update target, or a view's input)."""
-    out: dict[str, str] = {}
-    roles = {t.name: t.role for t in graph.tensors}
-    for t in graph.tensors:
-        if t.updates is not None:
-            out[t.name] = t.updates
-    for n in graph.nodes:
-        if n.op in VIEW_OPS and roles.get(n.inputs[0]) not in PERSISTENT:
-            out[n.outputs[0]] = n.inputs[0]
-    return out
+    """tensor -> the tensor whose bytes it takes over (its update target, or a view's root)."""
+    out = {t.name: t.updates for t in graph.tensors if t.updates is not None}
+    return out | view_aliases(graph)
 
 
 def _root(aliases: dict[str, str], name: str) -> str:

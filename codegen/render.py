@@ -13,12 +13,11 @@ Files whose content is unchanged are not rewritten, so Ninja does not rebuild th
 
 Example:
     >>> import tempfile
-    >>> from planner.costs import CostModel
-    >>> from planner.schedule import make_plan
+    >>> from planner.pipeline import plan as make_plan
     >>> from planner.target import preset
     >>> from planner.zoo import build
     >>> g = build("mlp", batch=2, hidden=[4], in_features=3, classes=2)
-    >>> plan = make_plan(g, CostModel(preset("xeon-8180")))
+    >>> plan = make_plan(g, preset("xeon-8180"))
     >>> tree = render(plan, tempfile.mkdtemp() + "/mlp")
     >>> sorted(tree.files)
     ['CMakeLists.txt', '__init__.py', 'plan.json', 'schedule.cpp']
@@ -38,6 +37,7 @@ from codegen import support
 from codegen.layout import ArenaLayout, arena_layout, own_layout
 from planner.graph.ir import Graph, Node
 from planner.ops import get_op
+from planner.ops.base import TensorType
 from planner.plan import Plan
 
 TEMPLATES = Path(__file__).resolve().parent.parent / "templates" / "cpu"
@@ -195,23 +195,12 @@ def encode_attrs(graph: Graph, node: Node) -> str:
     >>> encode_attrs(None, Node(name="r", op="LeakyRelu", attrs={"alpha": 0.2}))
     'alpha=0.2'
     """
-    attrs = get_op(node.op).normalize_attrs(node.attrs)
-    if node.op in ("Slice", "SliceGrad"):
-        attrs = {**attrs, **_slice_geometry(graph, node, attrs)}
+    op = get_op(node.op)
+    attrs = op.normalize_attrs(node.attrs)
+    if op.kernel_attrs is not None:
+        ins = [TensorType(graph.tensor(t).shape, graph.tensor(t).dtype) for t in node.inputs]
+        attrs = {**attrs, **op.kernel_attrs(ins, attrs)}
     return ";".join(f"{k}={_value(node, k, v)}" for k, v in sorted(attrs.items()))
-
-
-def _slice_geometry(graph: Graph, node: Node, a: dict[str, Any]) -> dict[str, list[int]]:
-    """Per-axis first index and step of a slice of the full tensor (numpy's clamping)."""
-    full = (tuple(a["input_shape"]) if node.op == "SliceGrad"
-            else graph.tensor(node.inputs[0]).shape)
-    rank = len(full)
-    begin, step = [0] * rank, [1] * rank
-    steps = a["steps"] or [1] * len(a["axes"])
-    for s, e, ax, st in zip(a["starts"], a["ends"], a["axes"], steps, strict=True):
-        k = ax % rank
-        begin[k], _, step[k] = slice(s, e, st).indices(full[k])
-    return {"begin": begin, "step": step}
 
 
 def _value(node: Node, key: str, v: Any) -> str:

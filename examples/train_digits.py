@@ -34,12 +34,11 @@ import numpy as np
 from codegen.build import build as build_tree
 from codegen.load import load
 from codegen.render import render
-from planner.costs import CostModel
 from planner.graph.autodiff import make_training_graph
 from planner.graph.interpret import init_params
 from planner.graph.ir import Graph
 from planner.graph.optimizer import Optimizer
-from planner.schedule import ScheduleOptions, make_plan
+from planner.pipeline import plan as make_plan
 from planner.target.detect import detect
 from planner.zoo import build
 
@@ -64,7 +63,7 @@ def executor_module(graph: Graph, out: Path, say=print):
 
     with warnings.catch_warnings():  # costs come from the analytical model: no profile here
         warnings.simplefilter("ignore")
-        plan = make_plan(graph, CostModel(detect()), ScheduleOptions(strategy="optimized"))
+        plan = make_plan(graph, detect())
     tree = render(plan, out)
     result = build_tree(tree.dir, progress=say)
     say(f"{tree.name}: {len(plan.ops)} ops, built in {result.seconds:.1f} s"

@@ -66,9 +66,11 @@ def add_plan_commands(sub: Any) -> None:
 def run_plan(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
-    from planner.costs import CostModel, load_table
+    from planner.costs import load_table
     from planner.load import load_graph, with_loss, write_text
-    from planner.memory.cli import plan_with_memory
+    from planner.memory.cli import parse_budget
+    from planner.memory.options import MemoryOptions
+    from planner.pipeline import PlanOptions, plan
     from planner.schedule import ScheduleOptions
     from planner.target.presets import load_target
 
@@ -79,23 +81,25 @@ def run_plan(args: argparse.Namespace) -> int:
         graph = make_training_graph(graph, Optimizer(kind=args.train))
     target = load_target(args.target)
     table = load_table(args.costs) if args.costs else None
+    budget = (parse_budget(args.memory_budget, "--memory-budget")
+              if args.memory_budget is not None else None)
     try:
-        model = CostModel(target, table)
-        options = ScheduleOptions(strategy=args.strategy, intra=args.intra, inter=args.inter,
-                                  grid=args.grid)
-    except (ValueError, ValidationError) as e:
-        raise UserError(str(e).splitlines()[0] if not isinstance(e, ValidationError)
-                        else e.errors()[0]["msg"]) from None
+        options = PlanOptions(
+            schedule=ScheduleOptions(strategy=args.strategy, intra=args.intra,
+                                     inter=args.inter, grid=args.grid),
+            memory=MemoryOptions(budget_bytes=budget))
+    except ValidationError as e:
+        raise UserError(e.errors()[0]["msg"]) from None
     import warnings
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        plan = plan_with_memory(graph, model, options, args.memory_budget)
-    write_text(args.output, plan.to_json(), force=args.force)
+        out = plan(graph, target, table, options)
+    write_text(args.output, out.to_json(), force=args.force)
     if args.json:
-        print(json.dumps(plan.summary.model_dump(mode="json"), indent=2, sort_keys=True))
+        print(json.dumps(out.summary.model_dump(mode="json"), indent=2, sort_keys=True))
     else:
-        print(format_summary(plan.model_dump(mode="json", by_alias=True)))
+        print(format_summary(out.model_dump(mode="json", by_alias=True)))
         print(f"wrote {args.output}")
     return 0
 
@@ -155,8 +159,8 @@ def by_type(plan: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 def format_summary(plan: dict[str, Any]) -> str:
     s = plan["summary"]
-    lines = [f"plan of {plan['graph']['name']} on {plan['target']['name']} ({s['strategy']}): "
-             f"{s['ops']} ops",
+    lines = [f"plan of {plan['graph']['name']} on {plan['target']['name']} "
+             f"({plan.get('backend', 'cpu')}, {s['strategy']}): {s['ops']} ops",
              f"  step        {s['step_seconds'] * 1e3:.3f} ms",
              f"  lower bound {s['lower_bound_seconds'] * 1e3:.3f} ms (critical path "
              f"{s['critical_path_seconds'] * 1e3:.3f}, area {s['area_bound_seconds'] * 1e3:.3f}"

@@ -7,14 +7,18 @@ ops) and the rule that failed:
     deps         every dependency is an op of the plan (a missing op is named), starts after
                  its dependency ends and comes later in execution order
     graph        (with the graph) the plan schedules exactly the graph's nodes, each once
+    backend      a CPU plan's ops have CPUs and no stream, a GPU plan's a stream of the
+                 target's and no CPUs
     cpus         thread count = number of CPUs, CPUs exist on the target, end >= start
     overlap      two ops running at the same time use disjoint logical CPUs (unless one
-                 parallel-loop group) and share a physical core only if one is marked smt
+                 parallel-loop group) and share a physical core only if one is marked smt;
+                 on a GPU, two ops of one stream never run at the same time
     edges        every happens-before edge names plan ops and is respected by the times
     summary      step time = last end; the lower bound is at most the step time
 
 Example:
-    >>> verify_plan_data({"ops": [], "happens_before": [], "target": {"core_of": []},
+    >>> verify_plan_data({"backend": "cpu", "ops": [], "happens_before": [],
+    ...                   "target": {"core_of": []},
     ...                   "summary": {"step_seconds": 0.0, "lower_bound_seconds": 0.0}})
     []
 """
@@ -33,6 +37,8 @@ def verify_plan_data(plan: dict[str, Any], node_names: list[str] | None = None) 
     problems: list[str] = []
     ops = plan.get("ops", [])
     core_of = plan.get("target", {}).get("core_of", [])
+    streams = plan.get("target", {}).get("streams", [])
+    gpu = plan.get("backend") == "cuda"
     by_name: dict[str, dict[str, Any]] = {}
     for op in ops:
         if op["name"] in by_name:
@@ -58,7 +64,15 @@ def verify_plan_data(plan: dict[str, Any], node_names: list[str] | None = None) 
         name = op["name"]
         if op["end"] < op["start"]:
             problems.append(f"op {name!r} ends ({op['end']}) before it starts ({op['start']})")
-        if op["threads"] != len(op["cpus"]) or len(set(op["cpus"])) != len(op["cpus"]):
+        if gpu:
+            if op.get("cpus") or op.get("stream") not in streams:
+                problems.append(f"op {name!r} of a GPU plan must run on one of the streams "
+                                f"{streams}, not stream {op.get('stream')!r} / CPUs "
+                                f"{op.get('cpus')}")
+        elif op.get("stream") or not op["cpus"]:
+            problems.append(f"op {name!r} of a CPU plan must run on logical CPUs, not stream "
+                            f"{op.get('stream')!r}")
+        if op["threads"] != max(1, len(op["cpus"])) or len(set(op["cpus"])) != len(op["cpus"]):
             problems.append(f"op {name!r}: {op['threads']} threads but CPUs {op['cpus']}")
         for c in op["cpus"]:
             if not 0 <= c < len(core_of):
@@ -75,25 +89,22 @@ def verify_plan_data(plan: dict[str, Any], node_names: list[str] | None = None) 
             if op["order"] <= d["order"]:
                 problems.append(f"op {name!r} comes before its dependency {dep!r} in "
                                 f"execution order")
-    for a in ops:
-        for b in ops:
-            if a["order"] >= b["order"]:
-                continue
-            overlap = (a["start"] < b["end"] - TOLERANCE and b["start"] < a["end"] - TOLERANCE)
-            if not overlap:
-                continue
-            same_group = a.get("group") and a.get("group") == b.get("group")
-            shared = set(a["cpus"]) & set(b["cpus"])
-            if shared and not same_group:
-                problems.append(f"ops {a['name']!r} and {b['name']!r} run at the same time on "
-                                f"logical CPUs {sorted(shared)}")
-                continue
-            cores_a = {core_of[c] for c in a["cpus"] if 0 <= c < len(core_of)}
-            cores_b = {core_of[c] for c in b["cpus"] if 0 <= c < len(core_of)}
-            if cores_a & cores_b and not same_group and not (a.get("smt") or b.get("smt")):
-                problems.append(f"ops {a['name']!r} and {b['name']!r} share physical cores "
-                                f"{sorted(cores_a & cores_b)} at the same time, and neither is "
-                                f"marked smt")
+    for a, b in _concurrent_pairs(ops):
+        same_group = a.get("group") and a.get("group") == b.get("group")
+        if a.get("stream") and a.get("stream") == b.get("stream"):
+            problems.append(f"ops {a['name']!r} and {b['name']!r} run at the same time on "
+                            f"stream {a['stream']!r}")
+        shared = set(a["cpus"]) & set(b["cpus"])
+        if shared and not same_group:
+            problems.append(f"ops {a['name']!r} and {b['name']!r} run at the same time on "
+                            f"logical CPUs {sorted(shared)}")
+            continue
+        cores_a = {core_of[c] for c in a["cpus"] if 0 <= c < len(core_of)}
+        cores_b = {core_of[c] for c in b["cpus"] if 0 <= c < len(core_of)}
+        if cores_a & cores_b and not same_group and not (a.get("smt") or b.get("smt")):
+            problems.append(f"ops {a['name']!r} and {b['name']!r} share physical cores "
+                            f"{sorted(cores_a & cores_b)} at the same time, and neither is "
+                            f"marked smt")
     for edge in plan.get("happens_before", []):
         before, after = edge["before"], edge["after"]
         missing = [n for n in (before, after) if n not in by_name]
@@ -116,6 +127,25 @@ def verify_plan_data(plan: dict[str, Any], node_names: list[str] | None = None) 
 
     problems += verify_memory_data(plan)
     return problems
+
+
+def _concurrent_pairs(ops: list[dict[str, Any]]):
+    """Every pair of ops whose time intervals overlap (by more than the slack), earlier order
+    first: a sweep over start times, so the cost follows the pairs, not n^2."""
+    by_start = sorted(ops, key=lambda o: (o["start"], o["order"]))
+    active: list[dict[str, Any]] = []
+    for b in by_start:
+        active = [a for a in active if a["end"] - TOLERANCE > b["start"]]
+        for a in active:
+            if b["start"] < a["end"] - TOLERANCE and a["start"] < b["end"] - TOLERANCE:
+                yield (a, b) if a["order"] < b["order"] else (b, a)
+        active.append(b)
+
+
+def verify_plan(plan) -> list[str]:
+    """verify_plan_data of a Plan record, against its embedded graph's nodes."""
+    data = plan.model_dump(mode="json", by_alias=True)
+    return verify_plan_data(data, [n.name for n in plan.graph.nodes])
 
 
 def verify_plan_text(text: str, node_names: list[str] | None = None) -> list[str]:

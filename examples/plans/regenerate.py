@@ -14,11 +14,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from planner.costs import CostModel
 from planner.graph.autodiff import make_training_graph
 from planner.graph.optimizer import Optimizer
-from planner.memory.cli import plan_with_memory
-from planner.schedule.options import ScheduleOptions
+from planner.pipeline import plan
 from planner.target import preset
 from planner.zoo import from_spec
 
@@ -36,8 +34,7 @@ def plans() -> dict[Path, str]:
     for label, spec in MODELS.items():
         graph = make_training_graph(from_spec(spec), Optimizer(kind="sgd"))
         for target in TARGETS:
-            plan = plan_with_memory(graph, CostModel(preset(target)), ScheduleOptions())
-            out[HERE / f"{label}.{target}.plan.json"] = plan.to_json()
+            out[HERE / f"{label}.{target}.plan.json"] = plan(graph, preset(target)).to_json()
     return out
 
 

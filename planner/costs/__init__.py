@@ -11,7 +11,7 @@ analytical fallback, the hill-climbing profiling driver, and seed 002's publishe
 """
 
 from planner.costs.accuracy import holdout_accuracy, prediction_accuracy  # noqa: F401
-from planner.costs.analytical import CURVES, ScalingCurve, Work, op_work  # noqa: F401
+from planner.costs.analytical import CLASS_CURVES, ScalingCurve, Work, op_work  # noqa: F401
 from planner.costs.model import (  # noqa: F401
     CostModel,
     GpuPrediction,

@@ -50,33 +50,29 @@ class ScalingCurve(Record):
 
 DEFAULT_CURVE = ScalingCurve(efficiency=0.3, serial_fraction=0.05)
 
-# Op families sharing a curve. Convolutions and GEMMs reach a good fraction of peak and
-# parallelise well; element-wise ops are bandwidth-bound; reductions, pools and normalisation
-# have a combining step; scatter-adds and losses have more serial work.
-_FAMILIES: tuple[tuple[tuple[str, ...], ScalingCurve], ...] = (
-    (("Conv2D", "Conv2DBackpropInput", "Conv2DBackpropFilter", "ConvTranspose2D"),
-     ScalingCurve(efficiency=0.5, serial_fraction=0.02)),
-    (("MatMul",), ScalingCurve(efficiency=0.6, serial_fraction=0.01)),
-    (("Relu", "LeakyRelu", "Tanh", "Sigmoid", "Add", "Sub", "Mul", "Div", "AddN", "BiasAdd",
-      "ReluGrad", "LeakyReluGrad", "TanhGrad", "SigmoidGrad", "Neg", "Scale", "Expand",
-      "Dropout", "DropoutGrad", "Zeros"),
-     ScalingCurve(efficiency=0.2, serial_fraction=0.01)),
-    (("Softmax", "SoftmaxGrad", "BatchNorm", "BatchNormGrad", "LRN", "LRNGrad", "MaxPool",
-      "MaxPoolGrad", "AvgPool", "AvgPoolGrad", "GlobalAvgPool", "ReduceSum", "ReduceMean",
-      "BiasAddGrad"),
-     ScalingCurve(efficiency=0.2, serial_fraction=0.05)),
-    (("Concat", "Split", "Slice", "SliceGrad", "Transpose", "Reshape", "Flatten"),
-     ScalingCurve(efficiency=0.2, serial_fraction=0.02)),
-    (("Embedding", "EmbeddingGrad", "SoftmaxCrossEntropy", "SoftmaxCrossEntropyGrad",
-      "SigmoidBCE", "SigmoidBCEGrad", "MSE", "MSEGrad"),
-     ScalingCurve(efficiency=0.2, serial_fraction=0.2)),
-)
-CURVES: dict[str, ScalingCurve] = {op: curve for ops, curve in _FAMILIES for op in ops}
+# One curve per cost class (an op's `cost_class`, planner.ops). Convolutions and GEMMs reach a
+# good fraction of peak and parallelise well; element-wise ops are bandwidth-bound;
+# reductions, pools and normalisation have a combining step; scatter-adds and losses have more
+# serial work.
+CLASS_CURVES: dict[str, ScalingCurve] = {
+    "conv": ScalingCurve(efficiency=0.5, serial_fraction=0.02),
+    "gemm": ScalingCurve(efficiency=0.6, serial_fraction=0.01),
+    "elementwise": ScalingCurve(efficiency=0.2, serial_fraction=0.01),
+    "reduction": ScalingCurve(efficiency=0.2, serial_fraction=0.05),
+    "data-movement": ScalingCurve(efficiency=0.2, serial_fraction=0.02),
+    "scatter": ScalingCurve(efficiency=0.2, serial_fraction=0.2),
+}
 
 
 def curve_for(op: str, curves: dict[str, ScalingCurve] | None = None) -> ScalingCurve:
-    """The op type's scaling curve (DEFAULT_CURVE for types not listed)."""
-    return (curves or CURVES).get(op, DEFAULT_CURVE)
+    """The op type's scaling curve: `curves[op]` where given (a calibrated model), else its
+    cost class's (DEFAULT_CURVE for unknown ops and ops of no class)."""
+    if curves and op in curves:
+        return curves[op]
+    from planner.ops import REGISTRY
+
+    opdef = REGISTRY.get(op)
+    return CLASS_CURVES.get(opdef.cost_class, DEFAULT_CURVE) if opdef else DEFAULT_CURVE
 
 
 @dataclass(frozen=True)

@@ -39,7 +39,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from planner.costs.analytical import CURVES, ScalingCurve, cpu_time, curve_for, gpu_time, op_work
+from planner.costs.analytical import ScalingCurve, cpu_time, curve_for, gpu_time, op_work
 from planner.costs.records import CostTable
 from planner.costs.signature import OpSignature
 from planner.graph.ir import Record
@@ -129,7 +129,8 @@ class CostModel:
 
     target: Target
     table: CostTable | None = None
-    curves: dict[str, ScalingCurve] = field(default_factory=lambda: dict(CURVES))
+    # Per-op-type curves that override the cost classes' (a model calibrated to a machine).
+    curves: dict[str, ScalingCurve] = field(default_factory=dict)
     interpolation: Interpolation = "linear"
 
     def __post_init__(self) -> None:

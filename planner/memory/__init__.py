@@ -1,23 +1,24 @@
 """Memory planning (seed 001): where every buffer of a step lives, and what a budget makes the
-plan add (offloads, prefetches, recomputes, convolution algorithms and workspaces).
+plan add (offloads, prefetches, recomputes, convolution algorithms and workspaces). It takes a
+Schedule and returns a MemoryDecision (decision.py); it never builds a Plan.
 
-Any plan (liveness and offsets):
+Any schedule (liveness and offsets):
     order.py       happens-before reachability over the plan's edges (chain cover)
     liveness.py    buffers and lifetimes under the schedule; LOAD, naive, the per-op bound
     arena.py       offset heuristics (best fit by size, by breadth, first fit, a seeded search)
     reuse.py       the ordering edges that sharing bytes needs
     layout.py      persistent state at the bottom, the rest by the heuristics, aliases
-    assemble.py    TensorPlan records, edges and the memory summary into the Plan
+    decision.py    MemoryDecision and its records (TensorPlan, MemoryOp, ConvChoice, summary)
+    assemble.py    TensorPlan records and named edges of placed buffers
     driver.py      plan_memory: the pass, as named steps
     verify.py      an independent O(n^2) check of a plan's buffers
 
-GPU stream plans under a budget:
-    steps.py       the compute stream: order (updates as early as they may run) and op times
-    convalgo.py    convolution algorithms: measured, or cuDNN family defaults + workspace
+GPU stream schedules under a budget (the compute order and prices: planner.schedule.streams;
+convolution algorithms: planner.costs.convalgo):
     stash.py       checkpoints and recompute segments (speed-, memory-centric, cost-aware)
     budget.py      the state (modes, exact live-bytes profile) and the greedy over moves
     materialize.py the ops, buffers and edges of a state (compute, d2h, h2d streams)
-    gpu.py         gpu_plan: decide, place, workspaces, times, the Plan
+    gpu.py         gpu_memory: decide, place, workspaces, times, the MemoryDecision
     milp.py        the exact MILP (HiGHS) that cross-checks the greedy's recomputation
     replay.py      run a plan on real bytes against the reference interpreter (the oracle)
 
@@ -28,6 +29,8 @@ Searches and reports:
     options.py     MemoryOptions, byte counts as text
 """
 
-from planner.memory.driver import InfeasibleBudget, plan_memory  # noqa: F401
+from planner.errors import InfeasibleBudget  # noqa: F401
+from planner.memory.decision import MemoryDecision  # noqa: F401
+from planner.memory.driver import plan_memory  # noqa: F401
 from planner.memory.options import MemoryOptions, format_bytes, parse_bytes  # noqa: F401
 from planner.memory.verify import verify_memory_data  # noqa: F401

@@ -36,7 +36,7 @@ choice or did not fit the smaller budget.
 Example:
     >>> from planner.costs import CostModel
     >>> from planner.target import preset
-    >>> from planner.memory.steps import compute_steps
+    >>> from planner.schedule.streams import compute_steps
     >>> from planner.memory.stash import analyze
     >>> from planner.graph.autodiff import Optimizer, make_training_graph
     >>> from planner.zoo import build

@@ -5,8 +5,8 @@
 
 Wiring for the other commands (planner/plan_cli.py):
 
-    plan   --memory-budget BYTES:  plan = plan_with_memory(graph, model, options, budget)
-           (GPU targets get a stream plan; CPU targets the scheduler's plan, buffers placed)
+    plan   --memory-budget BYTES:  MemoryOptions(budget_bytes=parse_budget(...)) into
+           planner.pipeline.plan
     show   --json:   {"memory": memory_report(data), ...};  text: format_memory(data)
            --memory out.svg:  write_text(path, memory_svg(plan))
 """
@@ -39,13 +39,13 @@ def add_memory_commands(sub: Any) -> None:
     f.set_defaults(run=run_fit)
 
 
-def parse_budget(text: str) -> int:
+def parse_budget(text: str, flag: str = "--budget") -> int:
     from planner.memory.options import parse_bytes
 
     try:
         return parse_bytes(text)
     except ValueError as e:
-        raise UserError(f"--budget: {e}") from None
+        raise UserError(f"{flag}: {e}") from None
 
 
 def run_fit(args: argparse.Namespace) -> int:
@@ -85,23 +85,3 @@ def format_fit(result) -> str:
     else:
         lines.append(f"no {result.vary} fits")
     return "\n".join(lines)
-
-
-def plan_with_memory(graph, model, schedule_options=None, budget: str | int | None = None,
-                     memory_options=None):
-    """The plan of `graph` with memory planned (`planner plan --memory-budget`): a GPU stream
-    plan for GPU-only targets, else the scheduler's plan with its buffers placed. `budget`
-    is bytes or text such as "11GiB" (None: no budget). Raises InfeasibleBudget (a
-    ValueError naming the smallest feasible budget)."""
-    from planner.memory.driver import plan_memory
-    from planner.memory.gpu import gpu_plan
-    from planner.memory.options import MemoryOptions
-
-    if isinstance(budget, str):
-        budget = parse_budget(budget)
-    options = (memory_options or MemoryOptions()).model_copy(update={"budget_bytes": budget})
-    if model.target.cpu is None:
-        return gpu_plan(graph, model, options)
-    from planner.schedule import make_plan
-
-    return plan_memory(make_plan(graph, model, schedule_options), options=options)

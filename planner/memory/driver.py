@@ -1,25 +1,25 @@
-"""`plan_memory`: a scheduled Plan -> the same Plan with every buffer placed. The driver, as
-named steps:
+"""`plan_memory`: a Schedule -> the MemoryDecision that places every buffer. The CPU pass, as
+named steps (GPU schedules go to planner.memory.gpu, which adds offload, recompute and
+convolution workspaces under a budget):
 
-    schedule    the plan's ops in execution order, with their predicted times
-    order       happens-before reachability from the plan's edges       (order.HappensBefore)
+    order       happens-before reachability from the schedule's edges  (order.HappensBefore)
     liveness    one buffer per tensor, lifetimes from the schedule       (liveness.graph_buffers)
     layout      offsets: persistent at the bottom, the rest by the best heuristic, plus the
                 ordering edges reuse needs                               (layout.lay_out)
     budget      when the arena exceeds the budget: a clear error with the smallest feasible
-                budget (GPU plans get offload, recompute and workspaces: planner.memory.gpu)
-    assemble    TensorPlan records, edges, the summary's memory block    (assemble.with_memory)
+                budget
+    decide      TensorPlan records, edges, the memory summary            (assemble.decision)
 
 Example:
     >>> from planner.costs import CostModel
-    >>> from planner.schedule import ScheduleOptions, make_plan
+    >>> from planner.schedule import ScheduleOptions, cpu_schedule
     >>> from planner.target import preset
     >>> from planner.zoo import build
     >>> g = build("mlp", batch=2, hidden=[4], in_features=3, classes=2)
-    >>> p = plan_memory(make_plan(g, CostModel(preset("xeon-8180")),
-    ...                           ScheduleOptions(strategy="paper")))
-    >>> m = p.summary.memory
-    >>> m.arena_bytes >= m.load_bytes, len(p.tensors) == len(g.tensors)
+    >>> model = CostModel(preset("xeon-8180"))
+    >>> d = plan_memory(g, cpu_schedule(g, model, ScheduleOptions(strategy="paper")), model)
+    >>> m = d.summary
+    >>> m.arena_bytes >= m.load_bytes, len(d.tensors) == len(g.tensors)
     (True, True)
 """
 
@@ -27,12 +27,15 @@ from __future__ import annotations
 
 import numpy as np
 
+from planner.costs import CostModel
+from planner.errors import InfeasibleBudget  # noqa: F401 - re-exported
 from planner.graph.ir import Graph
-from planner.memory.assemble import with_memory
+from planner.memory.assemble import decision
+from planner.memory.decision import MemoryDecision, MemorySummary
 from planner.memory.layout import Layout, lay_out
 from planner.memory.liveness import (
     Buffer,
-    Schedule,
+    OpTimes,
     graph_buffers,
     load_bytes,
     naive_bytes,
@@ -41,37 +44,29 @@ from planner.memory.liveness import (
 )
 from planner.memory.options import MemoryOptions, format_bytes
 from planner.memory.order import HappensBefore, plan_edges
-from planner.plan import MemorySummary, OpPlan, Plan
+from planner.schedule.record import Schedule, ScheduledOp
 
 
-class InfeasibleBudget(ValueError):
-    """No plan fits the budget; `smallest_bytes` is the smallest budget that would fit."""
+def plan_memory(graph: Graph, schedule: Schedule, model: CostModel | None = None,
+                options: MemoryOptions | None = None) -> MemoryDecision:
+    """Where every buffer of `schedule` lives (module docstring).
 
-    def __init__(self, message: str, smallest_bytes: int) -> None:
-        super().__init__(message)
-        self.smallest_bytes = smallest_bytes
-
-
-def plan_memory(plan: Plan, graph: Graph | None = None, target=None, cost_model=None,
-                options: MemoryOptions | None = None) -> Plan:
-    """`plan` with its buffers placed and the memory summary filled (module docstring).
-
-    Parameters: `plan` from the scheduler; `graph` defaults to the plan's embedded graph;
-    `target` and `cost_model` price what a budget makes memory planning add (GPU plans).
+    `model` prices what a budget makes GPU memory planning add (recompute, offload, algorithms).
     Raises InfeasibleBudget (a ValueError naming the smallest feasible budget).
     """
     options = options or MemoryOptions()
-    graph = graph or plan.graph
-    ops = sorted(plan.ops, key=lambda o: o.order)
-    if plan.target.streams:
-        from planner.memory.gpu import plan_gpu_memory
+    if schedule.backend == "cuda":
+        from planner.memory.gpu import gpu_memory
 
-        return plan_gpu_memory(plan, graph, target, cost_model, options)
-    schedule = schedule_of(ops)
+        if model is None:
+            raise ValueError("GPU memory planning needs the cost model of its target")
+        return gpu_memory(graph, schedule, model, options)
+    ops = list(schedule.ops)
+    times = schedule_of(ops)
     hb = HappensBefore(len(ops), plan_edges(
-        [o.name for o in ops], [(e.before, e.after) for e in plan.happens_before],
+        [o.name for o in ops], [(e.before, e.after) for e in schedule.edges],
         [(o.name, o.deps) for o in ops]))
-    buffers = graph_buffers(graph, schedule)
+    buffers = graph_buffers(graph, times)
     layout = lay_out(buffers, hb, options.alignment, options.heuristics)
     budget = options.budget_bytes
     if budget is not None and layout.arena > budget:
@@ -81,11 +76,11 @@ def plan_memory(plan: Plan, graph: Graph | None = None, target=None, cost_model=
             f"); the smallest feasible budget is {layout.arena} bytes "
             f"({format_bytes(layout.arena)})", layout.arena)
     memory = summarize(graph, buffers, layout, budget)
-    return with_memory(plan, ops, buffers, layout, memory)
+    return decision(ops, buffers, layout, memory)
 
 
-def schedule_of(ops: list[OpPlan]) -> Schedule:
-    return Schedule(names=tuple(o.name for o in ops),
+def schedule_of(ops: list[ScheduledOp]) -> OpTimes:
+    return OpTimes(names=tuple(o.name for o in ops),
                     start=np.array([o.start for o in ops], dtype=float),
                     end=np.array([o.end for o in ops], dtype=float))
 

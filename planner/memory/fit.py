@@ -25,10 +25,9 @@ from collections.abc import Callable
 from typing import Any, Literal
 
 from planner.costs import CostModel, CostTable
+from planner.errors import InfeasibleBudget
 from planner.graph.autodiff import Optimizer, make_training_graph
 from planner.graph.ir import Graph, Record
-from planner.memory.driver import InfeasibleBudget, plan_memory
-from planner.memory.gpu import gpu_solve
 from planner.memory.options import MemoryOptions
 from planner.target.records import Target
 from planner.zoo import build, parse_spec
@@ -69,19 +68,18 @@ def depth_of(n: int) -> int:
 
 
 def peak_and_step(graph: Graph, model: CostModel, options: MemoryOptions) -> tuple[int, float]:
-    """Planned peak bytes and step seconds of `graph` on the model's target: the GPU stream
-    plan's decisions, or the scheduler's CPU plan with its buffers placed. Raises
-    InfeasibleBudget when the budget cannot be met."""
-    if model.target.cpu is None:
-        solved = gpu_solve(graph, model, options, smallest=False)
-        return solved.arena, solved.step_seconds
-    from planner.schedule import make_plan
+    """Planned peak bytes and step seconds of `graph` on the model's target, by the pipeline's
+    decisions (no Plan is assembled). Raises InfeasibleBudget when the budget cannot be met;
+    its smallest budget is a lower bound (fit needs only "does not fit")."""
+    from planner.pipeline import PlanOptions, decide
 
+    options = options.model_copy(update={"infeasible_probes": 0})
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        plan = plan_memory(make_plan(graph, model), options=options)
-    assert plan.summary.memory is not None
-    return plan.summary.memory.peak_bytes, plan.summary.step_seconds
+        _, schedule, memory = decide(graph, model.target, model.table,
+                                     PlanOptions(memory=options))
+    step = max((op.end for op in memory.ops or schedule.ops), default=0.0)
+    return memory.summary.peak_bytes, step
 
 
 def fit(spec: str, target: Target, budget_bytes: int, vary: Vary = "batch",

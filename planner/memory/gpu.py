@@ -1,8 +1,10 @@
-"""GPU plans: one compute stream and two copy streams, memory planned under a budget.
+"""GPU memory planning: a stream schedule's buffers, under a budget with offloads to the host,
+recomputes and per-convolution workspaces, on one compute stream and two copy streams.
 
-`gpu_plan(graph, model, options)` is the whole pass for a GPU target, as named steps:
+`gpu_memory(graph, schedule, model, options)` is the whole pass, as named steps:
 
-    steps        graph nodes in stream order, updates as early as they may run (steps.py)
+    steps        the schedule's compute order, priced per conv algorithm
+                 (planner.schedule.streams.compute_steps)
     stash        checkpoints and recompute segments (stash.py)
     decide       while the arena exceeds the budget: the cheapest offload or recompute at
                  the live-bytes peak (budget.py); none needed without a budget
@@ -12,21 +14,24 @@
                  at its step (the widest gap there, or the room above the live buffers up to
                  the budget), placed there
     time         when every op starts and ends, waiting on copies where they are late
-    assemble     the Plan (streams compute, d2h, h2d), its buffers and memory summary
+    decide       the MemoryDecision: the re-timed ops on their streams, the buffers, the
+                 inserted ops, the convolution choices, the memory summary
 
 An infeasible budget raises InfeasibleBudget naming the smallest budget that fits.
 
 Example:
     >>> from planner.costs import CostModel
     >>> from planner.graph.autodiff import Optimizer, make_training_graph
+    >>> from planner.schedule.streams import stream_schedule
     >>> from planner.target import preset
     >>> from planner.zoo import build
     >>> g = make_training_graph(build("alexnet", batch=8, image=63, classes=4),
     ...                         Optimizer(kind="sgd"))
     >>> model = CostModel(preset("k40c-12gb"))
-    >>> free = gpu_plan(g, model).summary.memory
+    >>> s = stream_schedule(g, model)
+    >>> free = gpu_memory(g, s, model, MemoryOptions()).summary
     >>> budget = (free.per_op_bound_bytes + free.liveness_load_bytes) // 2
-    >>> tight = gpu_plan(g, model, MemoryOptions(budget_bytes=budget)).summary.memory
+    >>> tight = gpu_memory(g, s, model, MemoryOptions(budget_bytes=budget)).summary
     >>> tight.arena_bytes <= budget < free.liveness_load_bytes, tight.offloaded_tensors > 0
     (True, True)
 """
@@ -37,38 +42,23 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from planner import __version__
 from planner.costs import CostModel
+from planner.costs.convalgo import ConvAlgo, fastest_within
+from planner.errors import InfeasibleBudget
 from planner.graph.ir import Graph
 from planner.memory.arena import aligned
 from planner.memory.assemble import tensor_plans
 from planner.memory.budget import State, cheapest_stop
-from planner.memory.convalgo import ConvAlgo, fastest_within
-from planner.memory.driver import InfeasibleBudget
+from planner.memory.decision import ConvChoice, MemoryDecision, MemoryOp, MemorySummary
 from planner.memory.layout import FreeBytes, Layout, place
 from planner.memory.liveness import Buffer, live_profile, naive_bytes, per_op_bound
-from planner.memory.materialize import STREAMS, Material, materialize
+from planner.memory.materialize import Material, materialize
 from planner.memory.options import MemoryOptions, format_bytes
 from planner.memory.order import HappensBefore
 from planner.memory.reuse import reuse_edges
 from planner.memory.stash import analyze
-from planner.memory.steps import compute_steps
-from planner.plan import (
-    ConvChoice,
-    Edge,
-    MemoryOp,
-    MemoryPlan,
-    MemorySummary,
-    OpPlan,
-    Plan,
-    PlanProvenance,
-    PlanTarget,
-    Summary,
-    digest,
-)
-
-# How many earlier states an infeasible budget re-lays out to find the smallest that fits.
-INFEASIBLE_PROBES = 8
+from planner.schedule.record import Edge, Schedule, ScheduledOp
+from planner.schedule.streams import STREAMS, compute_steps
 
 
 @dataclass
@@ -83,28 +73,21 @@ class Placed:
     heuristic: str
 
 
-def gpu_plan(graph: Graph, model: CostModel, options: MemoryOptions | None = None,
-             order: list[str] | None = None) -> Plan:
-    """The plan of `graph` on the model's GPU (module docstring). `order`: graph node names
-    in the compute order to keep (default: the graph's, updates moved up)."""
-    options = options or MemoryOptions()
-    target = model.target
-    if not target.gpus:
-        raise ValueError(f"target {target.name!r} has no GPU")
-    gpu = target.gpus[0]
-    steps = compute_steps(graph, model, order)
-    stash = analyze(steps, "cost-aware" if options.recompute == "off" else options.recompute)
-    state = State(stash, gpu.host_link_bandwidth, offload=options.offload,
-                  recompute=options.recompute != "off", host_limit=gpu.pinned_host_limit_bytes)
-    liveness_load = state.load()
-    placed = decide(state, options)
-    return finish(graph, model, options, solve(placed.state, placed, options, liveness_load))
+def gpu_memory(graph: Graph, schedule: Schedule, model: CostModel,
+               options: MemoryOptions) -> MemoryDecision:
+    """The memory decision of a stream schedule on the model's GPU (module docstring)."""
+    return decide_memory(graph, gpu_solve(graph, model, options, compute_order(schedule)))
+
+
+def compute_order(schedule: Schedule) -> list[str]:
+    """Graph node names in the schedule's compute-stream order."""
+    return [op.name for op in schedule.ops if op.stream == STREAMS[0]]
 
 
 @dataclass
 class Solved:
-    """Everything decided, before it becomes a Plan record: the state and its layout, with
-    workspaces, reuse edges and predicted times."""
+    """Everything decided, before it becomes records: the state and its layout, with
+    workspaces, reuse edges and predicted times, under `budget` bytes (None: no budget)."""
 
     state: State
     placed: Placed
@@ -118,6 +101,7 @@ class Solved:
     start: np.ndarray
     end: np.ndarray
     liveness_load: int
+    budget: int | None
 
     @property
     def step_seconds(self) -> float:
@@ -125,18 +109,19 @@ class Solved:
 
 
 def gpu_solve(graph: Graph, model: CostModel, options: MemoryOptions | None = None,
-              order: list[str] | None = None, smallest: bool = True) -> Solved:
-    """What gpu_plan decides, without writing the Plan (for searches over many graphs).
-    `smallest=False`: an infeasible budget's error gives a lower bound on the smallest
-    feasible budget instead of laying out earlier states to find it."""
+              order: list[str] | None = None) -> Solved:
+    """Everything gpu_memory decides, before it becomes records. `order`: graph node names in
+    the compute order to keep (default: the graph's, updates moved up)."""
     options = options or MemoryOptions()
+    if not model.target.gpus:
+        raise ValueError(f"target {model.target.name!r} has no GPU")
     gpu = model.target.gpus[0]
     steps = compute_steps(graph, model, order)
     stash = analyze(steps, "cost-aware" if options.recompute == "off" else options.recompute)
     state = State(stash, gpu.host_link_bandwidth, offload=options.offload,
                   recompute=options.recompute != "off", host_limit=gpu.pinned_host_limit_bytes)
     liveness_load = state.load()
-    placed = decide(state, options, smallest)
+    placed = decide(state, options)
     return solve(placed.state, placed, options, liveness_load)
 
 
@@ -150,10 +135,10 @@ def solve(state: State, placed: Placed, options: MemoryOptions, liveness_load: i
     seconds = [choice[i].seconds if i in choice else o.seconds for i, o in enumerate(m.ops)]
     start, end = simulate(m, seconds, edges)
     return Solved(state, placed, buffers, offsets, arena, choice, edges, extra, seconds, start,
-                  end, liveness_load)
+                  end, liveness_load, options.budget_bytes)
 
 
-def decide(state: State, options: MemoryOptions, smallest: bool = True) -> Placed:
+def decide(state: State, options: MemoryOptions) -> Placed:
     """Apply moves until the laid-out arena fits the budget (at once without one)."""
     budget = options.budget_bytes
     if budget is None:
@@ -174,7 +159,7 @@ def decide(state: State, options: MemoryOptions, smallest: bool = True) -> Place
             return last[0]
         move = state.best_move()
         if move is None:
-            if not smallest:
+            if not options.infeasible_probes:
                 low = min(loads)
                 raise InfeasibleBudget(f"memory budget {format_bytes(budget or 0)} is "
                                        f"infeasible: the smallest feasible budget is at least "
@@ -199,7 +184,7 @@ def infeasible(state: State, options: MemoryOptions, loads: list[int]) -> Infeas
     (laid out in order of their LOAD, a lower bound on their arena, until none can win)."""
     moves = list(state.log)
     best = None
-    for k in sorted(range(len(loads)), key=lambda k: (loads[k], -k))[:INFEASIBLE_PROBES]:
+    for k in sorted(range(len(loads)), key=lambda k: (loads[k], -k))[:options.infeasible_probes]:
         if best is not None and loads[k] >= best:
             break
         probe = State(state.stash, state.bandwidth, state.allow_offload,
@@ -284,77 +269,47 @@ def simulate(m: Material, seconds: list[float], edges: list[tuple[int, int]]
     return start, end
 
 
-def finish(graph: Graph, model: CostModel, options: MemoryOptions, solved: Solved) -> Plan:
-    """The Plan record of a solved state."""
+def decide_memory(graph: Graph, solved: Solved) -> MemoryDecision:
+    """The MemoryDecision of a solved state: ops on their streams, re-timed; buffers; the
+    inserted ops; each convolution's choice; the summary."""
     state, placed, m = solved.state, solved.placed, solved.placed.material
     buffers, offsets, arena, choice = solved.buffers, solved.offsets, solved.arena, solved.choice
     extra, edges, seconds = solved.reuse, solved.edges, solved.seconds
     start, end, liveness_load = solved.start, solved.end, solved.liveness_load
     layout = Layout(tuple(offsets), arena, placed.host, placed.heuristic, tuple(extra))
     names = [o.name for o in m.ops]
-    ops = tuple(OpPlan(name=o.name, op=o.op, order=i, cpus=(o.stream,), threads=1,
-                       deps=tuple(names[d] for d in m.deps[i]), start=float(start[i]),
-                       end=float(end[i]))
+    ops = tuple(ScheduledOp(name=o.name, op=o.op, stream=STREAMS[o.stream],
+                            deps=tuple(names[d] for d in m.deps[i]), start=float(start[i]),
+                            end=float(end[i]))
                 for i, o in enumerate(m.ops))
-    happens = tuple(Edge(before=names[u], after=names[w])
-                    for u, w in sorted(edges, key=lambda e: (e[1], e[0])))
     step = float(end.max()) if len(end) else 0.0
     compute = [i for i, o in enumerate(m.ops) if o.stream == 0]
     busy = float(sum(seconds[i] for i in compute))
-    steps = state.stash.steps
-    bound = float(steps.fastest.sum())
     recompute = [i for i, o in enumerate(m.ops) if o.kind == "recompute"]
     copies = [o for o in m.ops if o.kind == "offload"]
+    load = int(live_profile(buffers)[1].max())
     memory = MemorySummary(
         naive_bytes=naive_bytes([b for b in buffers if b.kind not in (
             "workspace", "recompute", "scratch", "prefetch", "host")]),
-        load_bytes=int(live_profile(buffers)[1].max()), arena_bytes=arena,
-        fragmentation=0.0, peak_bytes=arena, per_op_bound_bytes=per_op_bound(graph),
+        load_bytes=load, arena_bytes=arena, fragmentation=arena / load - 1 if load else 0.0,
+        peak_bytes=arena, per_op_bound_bytes=per_op_bound(graph),
         resident_bytes=state.stash.persistent_bytes, liveness_load_bytes=liveness_load,
-        budget_bytes=options.budget_bytes, host_bytes=placed.host, allocator=placed.heuristic,
+        budget_bytes=solved.budget, host_bytes=placed.host, allocator=placed.heuristic,
         recompute_ops=len(recompute), recompute_seconds=float(sum(seconds[i] for i in recompute)),
         offloaded_tensors=len(copies), transfer_bytes=2 * sum(
             state.stash.uses[o.tensor].bytes for o in copies),
         stall_seconds=max(0.0, step - busy), reuse_edges=len(extra))
-    memory = memory.model_copy(update={
-        "fragmentation": arena / memory.load_bytes - 1 if memory.load_bytes else 0.0})
-    summary = Summary(strategy="stream", step_seconds=step, lower_bound_seconds=bound,
-                      ratio=step / bound if bound else 1.0, critical_path_seconds=bound,
-                      area_bound_seconds=bound, utilization=busy / step if step else 0.0,
-                      mean_corun=float(sum(seconds)) / step if step else 0.0, ops=len(ops),
-                      analytical_signatures=steps.analytical, memory=memory)
-    target = model.target
-    table = model.table
-    provenance = PlanProvenance(
-        graph_sha256=digest(graph.to_json()), target_sha256=target.digest(),
-        costs_sha256=digest(table.to_json()) if table is not None else "",
-        options={"schedule": "stream", **options.model_dump(mode="json")},
-        tool=f"planner {__version__}")
-    extra_ops = tuple(_memory_op(o) for o in m.ops if o.kind != "node")
-    convs = tuple(ConvChoice(node=m.ops[i].name, algorithm=a.algorithm,
-                             workspace_bytes=a.workspace_bytes, seconds=a.seconds,
-                             source=a.source) for i, a in sorted(choice.items()))
-    return Plan(graph=graph, kind=graph.kind,
-                target=PlanTarget(name=target.name, core_of=(0, 1, 2), streams=STREAMS),
-                ops=ops, happens_before=happens,
-                tensors=tensor_plans(buffers, layout, ops), summary=summary,
-                provenance=provenance, memory=MemoryPlan(ops=extra_ops, convs=convs))
+    return MemoryDecision(
+        tensors=tensor_plans(buffers, layout, ops), summary=memory, ops=ops,
+        inserted=tuple(_memory_op(o) for o in m.ops if o.kind != "node"),
+        convs=tuple(ConvChoice(node=m.ops[i].name, algorithm=a.algorithm,
+                               workspace_bytes=a.workspace_bytes, seconds=a.seconds,
+                               source=a.source) for i, a in sorted(choice.items())),
+        edges=tuple(Edge(before=names[u], after=names[w])
+                    for u, w in sorted(edges, key=lambda e: (e[1], e[0]))))
 
 
 def _memory_op(o) -> MemoryOp:
     node = o.name.split("/", 1)[1].rsplit("/", 1)[0] if o.kind == "recompute" else ""
     return MemoryOp(name=o.name, kind=o.kind, node=node, inputs=tuple(o.reads),
                     outputs=tuple(o.writes))
-
-
-def plan_gpu_memory(plan: Plan, graph: Graph, target, cost_model,
-                    options: MemoryOptions) -> Plan:
-    """Re-plan a GPU plan's memory under `options`, keeping its compute order."""
-    if cost_model is None:
-        if target is None:
-            raise ValueError(f"plan for {plan.target.name!r} is a GPU plan: memory planning "
-                             f"needs its target or cost model")
-        cost_model = CostModel(target)
-    node_names = {n.name for n in graph.nodes}
-    order = [o.name for o in sorted(plan.ops, key=lambda o: o.order) if o.name in node_names]
-    return gpu_plan(graph, cost_model, options, order)

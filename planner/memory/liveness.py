@@ -10,7 +10,10 @@ reads it, in the schedule's times (so with co-running ops, lifetimes overlap as 
 Persistent tensors (params, state, optimizer state) are live before, during and after the step;
 inputs and labels are written before the step (by the caller); the step's outputs are read after
 it. An in-place update (a tensor with `updates`) is written over the bytes of the tensor it
-updates: it is an alias, not a buffer of its own, and naive does not count it.
+updates: it is an alias, not a buffer of its own, and naive does not count it. So is the output of a
+view op (Reshape, Flatten: `OpDef.view`) of a non-persistent tensor: it shares its input's bytes,
+whose buffer then lives until the view's last reader (its readers count as the input buffer's
+readers too). Codegen follows the same rule (`view_aliases`), so the executor copies nothing.
 
     naive  = sum of every buffer's bytes (each tensor its own bytes)
     LOAD   = max over time of the bytes of the buffers live at that time
@@ -19,7 +22,7 @@ Intervals are half-open in time, [start, end): a buffer whose last reader ends w
 writer starts may share bytes with it (if happens-before orders them).
 
 Example:
-    >>> s = Schedule(names=("a", "b"), start=np.array([0.0, 1.0]), end=np.array([1.0, 2.0]))
+    >>> s = OpTimes(names=("a", "b"), start=np.array([0.0, 1.0]), end=np.array([1.0, 2.0]))
     >>> bufs = [Buffer("x", "x", 8, -1.0, 1.0, -1, 0, -1, (0,), "input"),
     ...         Buffer("y", "y", 4, 0.0, 2.0, 0, 1, 0, (1,), "activation"),
     ...         Buffer("z", "z", 4, 1.0, 3.0, 1, 2, 1, (), "output")]
@@ -30,7 +33,7 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -45,7 +48,7 @@ EXTERNAL_INPUT_ROLES = frozenset({"input", "label"})
 
 
 @dataclass(frozen=True)
-class Schedule:
+class OpTimes:
     """The ops of a plan in execution order: names, predicted start and end (seconds)."""
 
     names: tuple[str, ...]
@@ -95,8 +98,27 @@ class Buffer:
         return ((self.writer,) if self.writer >= 0 else ()) + self.readers
 
 
-def graph_buffers(graph: Graph, schedule: Schedule) -> list[Buffer]:
-    """One buffer per graph tensor (aliases for in-place updates), lifetimes from `schedule`.
+def view_aliases(graph: Graph) -> dict[str, str]:
+    """View outputs -> the tensor whose bytes they share (the root of a chain of views):
+    every output of a view op (`OpDef.view`) whose input is not persistent state.
+
+    >>> from planner.zoo import build
+    >>> view_aliases(build("lenet", batch=2))
+    {'flatten': 'pool2'}
+    """
+    from planner.ops import get_op
+
+    roles = {t.name: t.role for t in graph.tensors}
+    out: dict[str, str] = {}
+    for n in graph.nodes:
+        if get_op(n.op).view and roles.get(n.inputs[0]) not in PERSISTENT_ROLES:
+            out[n.outputs[0]] = out.get(n.inputs[0], n.inputs[0])
+    return out
+
+
+def graph_buffers(graph: Graph, schedule: OpTimes) -> list[Buffer]:
+    """One buffer per graph tensor (aliases for in-place updates and views), lifetimes from
+    `schedule`.
 
     Every graph node must be an op of the schedule (KeyError naming it otherwise).
     """
@@ -113,11 +135,18 @@ def graph_buffers(graph: Graph, schedule: Schedule) -> list[Buffer]:
         for t in node.outputs:
             writer[t] = i
     outputs = set(graph.outputs)
-    return [_buffer(t, writer.get(t.name, -1), sorted(readers[t.name]), t.name in outputs,
-                    schedule, n) for t in graph.tensors]
+    views = view_aliases(graph)
+    for view, root in views.items():
+        readers[root] += readers[view]
+        if view in outputs:
+            outputs.add(root)
+    buffers = [_buffer(t, writer.get(t.name, -1), sorted(set(readers[t.name])),
+                       t.name in outputs, schedule, n) for t in graph.tensors]
+    return [replace(b, kind="view", alias_of=views[b.tensor]) if b.tensor in views else b
+            for b in buffers]
 
 
-def _buffer(t, w: int, rs: list[int], is_output: bool, s: Schedule, n: int) -> Buffer:
+def _buffer(t, w: int, rs: list[int], is_output: bool, s: OpTimes, n: int) -> Buffer:
     persistent = t.role in PERSISTENT_ROLES
     if t.updates is not None:
         # Written over the bytes of `t.updates` by its writer; lives as long as that does.

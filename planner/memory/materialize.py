@@ -21,7 +21,7 @@ Example:
     >>> from planner.costs import CostModel
     >>> from planner.target import preset
     >>> from planner.memory.budget import State
-    >>> from planner.memory.steps import compute_steps
+    >>> from planner.schedule.streams import compute_steps
     >>> from planner.memory.stash import analyze
     >>> from planner.graph.autodiff import Optimizer, make_training_graph
     >>> from planner.zoo import build
@@ -43,8 +43,6 @@ from dataclasses import dataclass, field
 from planner.memory.budget import State
 from planner.memory.liveness import PERSISTENT_ROLES, Buffer
 from planner.schedule.deps import predecessors
-
-STREAMS = ("compute", "d2h", "h2d")
 
 
 @dataclass

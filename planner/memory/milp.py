@@ -21,7 +21,7 @@ solves it within a time limit; `status` says whether the optimum was proven.
 Example:
     >>> from planner.costs import CostModel
     >>> from planner.target import preset
-    >>> from planner.memory.steps import compute_steps
+    >>> from planner.schedule.streams import compute_steps
     >>> from planner.memory.stash import analyze
     >>> from planner.graph.autodiff import Optimizer, make_training_graph
     >>> from planner.zoo import build

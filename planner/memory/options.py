@@ -39,6 +39,10 @@ class MemoryOptions(Record):
     # Give each convolution the fastest algorithm whose workspace fits the memory free at its
     # step; False: always the one with the least workspace.
     workspaces: bool = True
+    # An infeasible budget's error names the smallest feasible budget by laying out up to this
+    # many earlier states of the search (those of least LOAD); 0 names a lower bound on it
+    # instead, at no cost (`planner fit`, which only needs "does not fit").
+    infeasible_probes: int = Field(default=8, ge=0)
 
     @field_validator("heuristics")
     @classmethod

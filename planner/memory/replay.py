@@ -13,13 +13,13 @@ Example:
     >>> from planner.costs import CostModel
     >>> from planner.graph.autodiff import Optimizer, make_training_graph
     >>> from planner.graph.interpret import init_params, random_feeds, train_step
-    >>> from planner.memory.gpu import gpu_plan
+    >>> from planner.pipeline import plan
     >>> from planner.target import preset
     >>> from planner.zoo import build
     >>> g = make_training_graph(build("mlp", batch=2, hidden=[4], in_features=3, classes=2),
     ...                         Optimizer(kind="sgd"))
     >>> feeds, state = random_feeds(g), init_params(g)
-    >>> out, new = replay(gpu_plan(g, CostModel(preset("k40c-12gb"))), feeds, state)
+    >>> out, new = replay(plan(g, preset("k40c-12gb")), feeds, state)
     >>> bool(out["loss"] == train_step(g, feeds, state)[0]["loss"])
     True
 """

@@ -17,11 +17,11 @@ liveness alone, then every offload that lowers the peak, then every recompute to
 Example:
     >>> from planner.costs import CostModel
     >>> from planner.graph.autodiff import Optimizer, make_training_graph
-    >>> from planner.memory.gpu import gpu_plan
+    >>> from planner.pipeline import plan
     >>> from planner.target import preset
     >>> from planner.zoo import build
     >>> g = make_training_graph(build("lenet", batch=8), Optimizer(kind="sgd"))
-    >>> p = gpu_plan(g, CostModel(preset("k40c-12gb")))
+    >>> p = plan(g, preset("k40c-12gb"))
     >>> sorted(memory_curves(p))
     ['+ offload', '+ recompute', 'liveness', 'naive', 'plan']
     >>> memory_svg(p).startswith("<svg")
@@ -75,10 +75,10 @@ def _replayed(plan: Plan) -> dict[str, np.ndarray]:
     from planner.costs import CostModel
     from planner.memory.budget import State
     from planner.memory.stash import analyze
-    from planner.memory.steps import compute_steps
+    from planner.schedule.streams import compute_steps
     from planner.target.presets import PRESETS, preset
 
-    if not plan.target.streams or plan.target.name not in PRESETS:
+    if plan.backend != "cuda" or plan.target.name not in PRESETS:
         return {}
     target = preset(plan.target.name)
     if not target.gpus:

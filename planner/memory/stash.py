@@ -37,7 +37,7 @@ is chosen), so positions never move when decisions change.
 Example:
     >>> from planner.costs import CostModel
     >>> from planner.target import preset
-    >>> from planner.memory.steps import compute_steps
+    >>> from planner.schedule.streams import compute_steps
     >>> from planner.graph.autodiff import Optimizer, make_training_graph
     >>> from planner.zoo import build
     >>> g = make_training_graph(build("alexnet", batch=2, image=63, width=0.125, classes=4),
@@ -56,16 +56,12 @@ import numpy as np
 
 from planner.graph.ir import Graph, Node
 from planner.memory.liveness import PERSISTENT_ROLES
-from planner.memory.steps import ComputeSteps
+from planner.ops import get_op
+from planner.schedule.streams import ComputeSteps
 
 Strategy = Literal["speed-centric", "memory-centric"]
 Key = int
 
-# Ops whose recomputation is as costly as the pass itself: their outputs are checkpoints.
-EXPENSIVE_OPS = frozenset({"Conv2D", "ConvTranspose2D", "MatMul", "Embedding"})
-# Ops never run twice: ones that write persistent state in place (BatchNorm is the exception
-# handled above), and fills of constants (nothing to save).
-NOT_RECOMPUTED = frozenset({"Fill", "Zeros", "Increment"})
 
 
 @dataclass(frozen=True)
@@ -172,7 +168,10 @@ def tensor_uses(steps: ComputeSteps) -> dict[str, TensorUse]:
 
 
 def _recomputable(graph: Graph, node: Node, output: str) -> bool:
-    if node.op in EXPENSIVE_OPS or node.op in NOT_RECOMPUTED:
+    # Ops as costly as the pass itself keep their outputs as checkpoints; ops that write
+    # persistent state in place (BatchNorm is the exception below) or fill constants never run
+    # twice (planner.ops: OpDef.recompute).
+    if get_op(node.op).recompute != "cheap":
         return False
     if node.op == "BatchNorm":
         return bool(node.attrs.get("training")) and output == node.outputs[0] \

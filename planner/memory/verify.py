@@ -5,8 +5,9 @@ buffer(s) and the rule:
     fields     offsets and sizes are non-negative; placement is device or host; the writer and
                readers are ops of the plan; first / last match their execution orders
     coverage   (with the embedded graph) every graph tensor is held by some buffer
-    alias      an in-place alias sits at the offset of the buffer it updates, and the graph says
-               its tensor updates that buffer's tensor
+    alias      an alias sits at the offset of the buffer it shares, and the graph says so: its
+               tensor updates that buffer's tensor in place, or is a view of it (a chain of
+               view ops, OpDef.view)
     arena      device buffers lie inside [0, arena_bytes), host buffers inside the host pool
     overlap    two buffers sharing bytes are ordered: every access of one (its write, its
                reads) happens-before the other's write, through the plan's happens-before
@@ -94,6 +95,7 @@ def _coverage_problems(plan: dict[str, Any], tensors: list[dict[str, Any]]) -> l
 def _alias_problems(plan: dict[str, Any], by_name: dict[str, dict[str, Any]]) -> list[str]:
     graph = plan.get("graph") or {}
     updates = {g["name"]: g.get("updates") for g in graph.get("tensors", [])}
+    views = _view_roots(graph)
     out = []
     for t in by_name.values():
         target = t.get("alias_of")
@@ -106,10 +108,27 @@ def _alias_problems(plan: dict[str, Any], by_name: dict[str, dict[str, Any]]) ->
         if (base["offset"], base.get("placement")) != (t["offset"], t.get("placement")) \
                 or base["bytes"] < t["bytes"]:
             out.append(f"buffer {t['name']!r} aliases {target!r} but does not sit in its bytes")
-        if updates and updates.get(t.get("tensor")) != base.get("tensor"):
+        if updates and base.get("tensor") not in (updates.get(t.get("tensor")),
+                                                  views.get(t.get("tensor"))):
             out.append(f"buffer {t['name']!r} aliases {target!r}, but the graph does not say "
-                       f"tensor {t.get('tensor')!r} updates {base.get('tensor')!r}")
+                       f"tensor {t.get('tensor')!r} updates {base.get('tensor')!r} or is a "
+                       f"view of it")
     return out
+
+
+def _view_roots(graph: dict[str, Any]) -> dict[str, str]:
+    """View outputs -> the tensor at the start of their chain of views, from the graph's
+    nodes and each op's `view` fact (persistent inputs are copied, not viewed)."""
+    from planner.ops import REGISTRY
+
+    persistent = {"param", "state", "optimizer-state"}
+    roles = {g["name"]: g.get("role") for g in graph.get("tensors", [])}
+    roots: dict[str, str] = {}
+    for n in graph.get("nodes", []):
+        op = REGISTRY.get(n.get("op"))
+        if op is not None and op.view and roles.get(n["inputs"][0]) not in persistent:
+            roots[n["outputs"][0]] = roots.get(n["inputs"][0], n["inputs"][0])
+    return roots
 
 
 def _arena_problems(tensors: list[dict[str, Any]], memory: dict[str, Any]) -> list[str]:
@@ -154,6 +173,7 @@ def _descendants(plan: dict[str, Any], ops: list[dict[str, Any]], order: dict[st
 def _overlap_problems(tensors: list[dict[str, Any]], order: dict[str, int],
                       desc: dict[int, int], after_step: int) -> list[str]:
     out: list[str] = []
+    roots = {t["name"]: t for t in tensors}
     for placement in ("device", "host"):
         group = [t for t in tensors if t.get("placement", "device") == placement
                  and t["bytes"] > 0]
@@ -163,8 +183,8 @@ def _overlap_problems(tensors: list[dict[str, Any]], order: dict[str, int],
             hits = np.nonzero((lo[i + 1:] < hi[i]) & (lo[i] < hi[i + 1:]))[0] + i + 1
             for j in hits:
                 b = group[int(j)]
-                if _aliased(a, b) or _ordered(a, b, order, desc, after_step) \
-                        or _ordered(b, a, order, desc, after_step):
+                if _root(a) == _root(b) or _ordered(a, b, order, desc, after_step, roots) \
+                        or _ordered(b, a, order, desc, after_step, roots):
                     continue
                 out.append(f"buffers {a['name']!r} and {b['name']!r} share {placement} bytes "
                            f"[{max(a['offset'], b['offset'])}, "
@@ -173,16 +193,17 @@ def _overlap_problems(tensors: list[dict[str, Any]], order: dict[str, int],
     return out
 
 
-def _aliased(a: dict[str, Any], b: dict[str, Any]) -> bool:
-    return a.get("alias_of") == b["name"] or b.get("alias_of") == a["name"]
+def _root(t: dict[str, Any]) -> str:
+    return t.get("alias_of") or t["name"]
 
 
 def _ordered(a: dict[str, Any], b: dict[str, Any], order: dict[str, int],
-             desc: dict[int, int], after_step: int) -> bool:
-    """Every access of `a` happens-before the write of `b`."""
-    if not b.get("writer") or a["last"] >= after_step or a.get("alias_of") \
-            or b.get("alias_of"):
+             desc: dict[int, int], after_step: int, roots: dict[str, dict[str, Any]]) -> bool:
+    """Every access of `a` happens-before the write of `b`'s bytes (by the writer of the
+    buffer `b` aliases, for an alias: a view's bytes are written when its input is)."""
+    writer = roots.get(_root(b), b).get("writer")
+    if not writer or a["last"] >= after_step or writer not in order:
         return False
-    w = order[b["writer"]]
+    w = order[writer]
     accesses = ([a["writer"]] if a.get("writer") else []) + list(a.get("readers", []))
     return all((desc[order[u]] >> w) & 1 for u in accesses)

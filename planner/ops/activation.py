@@ -99,10 +99,10 @@ def _rule(grad_op: str, second: str, attr_names: tuple[str, ...] = ()):
 
 def _define(name: str, reference: Reference, flops: int, grad_op: str, second: str,
             grad_reference: Reference, grad_flops: int, attrs: dict[str, Attr],
-            doc: str) -> None:
+            doc: str, cost_class: str = "elementwise") -> None:
     """Register a forward activation and its gradient op."""
     register(OpDef(
-        name=name, arity=1, attrs=attrs,
+        name=name, arity=1, attrs=attrs, cost_class=cost_class,
         infer=_float_unary(name),
         flops=elementwise_flops(flops),
         reference=reference,
@@ -110,7 +110,7 @@ def _define(name: str, reference: Reference, flops: int, grad_op: str, second: s
         doc=doc,
     ))
     register(OpDef(
-        name=grad_op, arity=2, attrs=attrs,
+        name=grad_op, arity=2, attrs=attrs, cost_class=cost_class,
         infer=_grad_infer(grad_op, second),
         flops=elementwise_flops(grad_flops),
         reference=grad_reference,
@@ -151,4 +151,4 @@ _define("Sigmoid", lambda xs, a: [_sigmoid(xs[0])], 4,
         "y = 1 / (1 + exp(-x)).")
 _define("Softmax", _softmax_ref, 5,
         "SoftmaxGrad", "y", _softmax_grad, 4, {"axis": Attr("int", -1)},
-        "y = exp(x) / sum(exp(x)) along axis.")
+        "y = exp(x) / sum(exp(x)) along axis.", cost_class="reduction")

@@ -5,7 +5,12 @@ An op definition keeps together
   - its shape and dtype rule (`infer`),
   - its cost features (`flops`, 2 per multiply-accumulate; `bytes_moved`),
   - its numpy reference forward (`reference`), the oracle for every executor,
-  - its gradient rule (`gradient`), used by autodiff to build training graphs.
+  - its gradient rule (`gradient`), used by autodiff to build training graphs,
+  - what the planner's stages need to know of it: its cost class (the analytical model's
+    scaling curve), whether it is a convolution (priced per algorithm, with a workspace),
+    whether recomputing it is worth it, whether its output is a view of its input (no bytes
+    of its own, no copy), and the attributes its kernels need precomputed (`kernel_attrs`).
+    Which backends have a kernel for it is the backends' own registry (codegen.backends).
 
 Example (the whole definition of an op):
     >>> import numpy as np
@@ -122,6 +127,22 @@ class OpDef:
     # Inputs that never receive a gradient (integer ids, labels, shapes).
     nondiff_inputs: tuple[int, ...] = ()
     doc: str = ""
+    # The analytical model's scaling curve (planner.costs.analytical.CLASS_CURVES): "conv",
+    # "gemm", "elementwise", "reduction", "data-movement", "scatter", or "" for the default.
+    cost_class: str = ""
+    # A convolution (forward, backward data or filter): priced per algorithm, with a workspace
+    # (planner.costs.convalgo).
+    convolution: bool = False
+    # Memory planning's recompute policy for its outputs: "cheap" (recompute rather than keep),
+    # "expensive" (as costly as the pass itself: its outputs are checkpoints) or "never" (it
+    # writes persistent state or fills constants: never run twice).
+    recompute: str = "cheap"
+    # Output 0 is input 0's bytes under another shape: memory planning gives it no bytes of its
+    # own (an alias), and kernels copy nothing.
+    view: bool = False
+    # Attributes the kernels need precomputed from the input types (a slice's per-axis first
+    # index and step), merged into the node's attrs when a backend renders it.
+    kernel_attrs: Callable[[list[TensorType], Attrs], Attrs] | None = None
 
     def normalize_attrs(self, attrs: Attrs) -> Attrs:
         """Attrs with defaults filled in and kinds checked; OpError names a bad field."""

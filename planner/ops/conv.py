@@ -273,7 +273,10 @@ def _conv_flops(y: TensorType, w_shape: tuple[int, ...]) -> int:
 
 
 register(OpDef(
-    name="Conv2D", arity=2, attrs=dict(CONV_ATTRS),
+    name="Conv2D",
+    cost_class="conv",
+    convolution=True,
+    recompute="expensive", arity=2, attrs=dict(CONV_ATTRS),
     infer=lambda ins, a: [conv_out_type("Conv2D", ins[0], ins[1], a)],
     flops=lambda ins, outs, a: _conv_flops(outs[0], ins[1].shape),
     reference=conv2d_reference,
@@ -291,7 +294,9 @@ def _backprop_input_infer(ins: list[TensorType], a: Attrs) -> list[TensorType]:
 
 
 register(OpDef(
-    name="Conv2DBackpropInput", arity=2,
+    name="Conv2DBackpropInput",
+    cost_class="conv",
+    convolution=True, arity=2,
     attrs={**CONV_ATTRS, "input_shape": Attr("ints", required=True)},
     infer=_backprop_input_infer,
     flops=lambda ins, outs, a: _conv_flops(ins[0], ins[1].shape),
@@ -310,7 +315,9 @@ def _backprop_filter_infer(ins: list[TensorType], a: Attrs) -> list[TensorType]:
 
 
 register(OpDef(
-    name="Conv2DBackpropFilter", arity=2,
+    name="Conv2DBackpropFilter",
+    cost_class="conv",
+    convolution=True, arity=2,
     attrs={**CONV_ATTRS, "filter_shape": Attr("ints", required=True)},
     infer=_backprop_filter_infer,
     flops=lambda ins, outs, a: _conv_flops(ins[1], tuple(a["filter_shape"])),
@@ -383,7 +390,10 @@ def conv_transpose2d_gradient(g: GradBuilder, node, grad_outputs: list[str | Non
 
 
 register(OpDef(
-    name="ConvTranspose2D", arity=2, attrs=TRANSPOSE_ATTRS,
+    name="ConvTranspose2D",
+    cost_class="conv",
+    convolution=True,
+    recompute="expensive", arity=2, attrs=TRANSPOSE_ATTRS,
     infer=_transpose_out_type,
     flops=lambda ins, outs, a: _conv_flops(ins[0], ins[1].shape),
     reference=conv_transpose2d_reference,

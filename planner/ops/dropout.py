@@ -141,7 +141,8 @@ def _dropout_gradient(g: GradBuilder, node: Node,
 _ATTRS = {"rate": Attr("float", 0.5), "seed": Attr("int", 0)}
 
 register(OpDef(
-    name="Dropout", arity=None,
+    name="Dropout",
+    cost_class="elementwise", arity=None,
     attrs=_ATTRS,
     infer=_infer("Dropout"),
     # Per element: the multiply by the mask and the division by (1 - rate); the integer hash
@@ -155,7 +156,8 @@ register(OpDef(
 ))
 
 register(OpDef(
-    name="DropoutGrad", arity=None,
+    name="DropoutGrad",
+    cost_class="elementwise", arity=None,
     attrs=_ATTRS,
     infer=_infer("DropoutGrad"),
     flops=elementwise_flops(2),

@@ -119,7 +119,7 @@ def _div_grad(g: GradBuilder, node: Node, grads: list[str | None]) -> list[str |
 def _binary(name: str, fn: Callable[[np.ndarray, np.ndarray], np.ndarray], gradient,
             doc: str, float_only: bool = False) -> OpDef:
     return register(OpDef(
-        name=name, arity=2,
+        name=name, arity=2, cost_class="elementwise",
         infer=binary_infer(name, float_only),
         flops=elementwise_flops(1),
         reference=lambda xs, a: [fn(xs[0], xs[1])],
@@ -159,7 +159,8 @@ def _addn_grad(g: GradBuilder, node: Node, grads: list[str | None]) -> list[str 
 
 
 register(OpDef(
-    name="AddN", arity=None, min_inputs=1,
+    name="AddN",
+    cost_class="elementwise", arity=None, min_inputs=1,
     infer=_addn_infer,
     flops=lambda ins, outs, a: (len(ins) - 1) * outs[0].size,
     reference=_addn_reference,
@@ -202,7 +203,8 @@ def _scale_grad(g: GradBuilder, node: Node, grads: list[str | None]) -> list[str
 
 
 register(OpDef(
-    name="Neg", arity=1,
+    name="Neg",
+    cost_class="elementwise", arity=1,
     infer=_numeric_same("Neg"),
     flops=elementwise_flops(1),
     reference=lambda xs, a: [np.negative(xs[0])],
@@ -211,7 +213,8 @@ register(OpDef(
 ))
 
 register(OpDef(
-    name="Scale", arity=1, attrs={"factor": Attr("float", required=True)},
+    name="Scale",
+    cost_class="elementwise", arity=1, attrs={"factor": Attr("float", required=True)},
     infer=_scale_infer,
     flops=elementwise_flops(1),
     reference=_scale_reference,
@@ -239,7 +242,8 @@ def _expand_grad(g: GradBuilder, node: Node, grads: list[str | None]) -> list[st
 
 
 register(OpDef(
-    name="Expand", arity=1, attrs={"shape": Attr("ints", required=True)},
+    name="Expand",
+    cost_class="elementwise", arity=1, attrs={"shape": Attr("ints", required=True)},
     infer=_expand_infer,
     flops=zero_flops,
     reference=lambda xs, a: [np.broadcast_to(xs[0], tuple(a["shape"])).copy()],

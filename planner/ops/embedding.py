@@ -80,6 +80,8 @@ def _embedding_gradient(g: GradBuilder, node: Node,
 
 register(OpDef(
     name="Embedding",
+    cost_class="scatter",
+    recompute="expensive",
     arity=2,
     infer=_embedding_infer,
     flops=zero_flops,
@@ -116,6 +118,7 @@ def _embedding_grad_reference(xs: list[np.ndarray], a: Attrs) -> list[np.ndarray
 
 register(OpDef(
     name="EmbeddingGrad",
+    cost_class="scatter",
     arity=2,
     attrs={"num_embeddings": Attr("int", required=True)},
     infer=_embedding_grad_infer,

@@ -118,7 +118,8 @@ def _sce_grad(g: GradBuilder, node: Node, grads: list[str | None]) -> list[str |
 
 
 register(OpDef(
-    name="SoftmaxCrossEntropy", arity=2,
+    name="SoftmaxCrossEntropy",
+    cost_class="scatter", arity=2,
     infer=_sce_infer,
     flops=lambda ins, outs, a: 5 * ins[0].size,
     reference=_sce_reference,
@@ -128,7 +129,8 @@ register(OpDef(
 ))
 
 register(OpDef(
-    name="SoftmaxCrossEntropyGrad", arity=3,
+    name="SoftmaxCrossEntropyGrad",
+    cost_class="scatter", arity=3,
     infer=_sce_grad_infer,
     flops=lambda ins, outs, a: 6 * ins[1].size,
     reference=_sce_grad_reference,
@@ -217,7 +219,8 @@ _BCE = ("logits", "targets")
 _MSE = ("pred", "target")
 
 register(OpDef(
-    name="SigmoidBCE", arity=2,
+    name="SigmoidBCE",
+    cost_class="scatter", arity=2,
     infer=_pair_loss_infer("SigmoidBCE", _BCE),
     flops=lambda ins, outs, a: 6 * ins[0].size,
     reference=_bce_reference,
@@ -226,7 +229,8 @@ register(OpDef(
 ))
 
 register(OpDef(
-    name="SigmoidBCEGrad", arity=3,
+    name="SigmoidBCEGrad",
+    cost_class="scatter", arity=3,
     infer=_pair_grad_infer("SigmoidBCEGrad", _BCE),
     flops=elementwise_flops(6),
     reference=_bce_grad_reference,
@@ -234,7 +238,8 @@ register(OpDef(
 ))
 
 register(OpDef(
-    name="MSE", arity=2,
+    name="MSE",
+    cost_class="scatter", arity=2,
     infer=_pair_loss_infer("MSE", _MSE),
     flops=lambda ins, outs, a: 3 * ins[0].size,
     reference=_mse_reference,
@@ -243,7 +248,8 @@ register(OpDef(
 ))
 
 register(OpDef(
-    name="MSEGrad", arity=3,
+    name="MSEGrad",
+    cost_class="scatter", arity=3,
     infer=_pair_grad_infer("MSEGrad", _MSE),
     flops=elementwise_flops(3),
     reference=_mse_grad_reference,

@@ -119,7 +119,9 @@ def _flat_weight_grad(g: GradBuilder, a: str, dy: str, tb: bool) -> str:
 
 
 register(OpDef(
-    name="MatMul", arity=2,
+    name="MatMul",
+    cost_class="gemm",
+    recompute="expensive", arity=2,
     attrs={"transpose_a": Attr("bool", False), "transpose_b": Attr("bool", False)},
     infer=_matmul_infer,
     flops=_matmul_flops,
@@ -183,7 +185,8 @@ def _bias_add_grad_reference(xs: list[np.ndarray], a: Attrs) -> list[np.ndarray]
 
 
 register(OpDef(
-    name="BiasAdd", arity=2, attrs={"axis": Attr("int", 1)},
+    name="BiasAdd",
+    cost_class="elementwise", arity=2, attrs={"axis": Attr("int", 1)},
     infer=_bias_add_infer,
     flops=elementwise_flops(1),
     reference=_bias_add_reference,
@@ -192,7 +195,8 @@ register(OpDef(
 ))
 
 register(OpDef(
-    name="BiasAddGrad", arity=1, attrs={"axis": Attr("int", 1)},
+    name="BiasAddGrad",
+    cost_class="reduction", arity=1, attrs={"axis": Attr("int", 1)},
     infer=_bias_add_grad_infer,
     # one addition per dy element
     flops=lambda ins, outs, a: ins[0].size,

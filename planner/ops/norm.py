@@ -132,7 +132,8 @@ def batchnorm_gradient(g: GradBuilder, node, grad_outputs: list[str | None]
 
 
 register(OpDef(
-    name="BatchNorm", arity=5,
+    name="BatchNorm",
+    cost_class="reduction", arity=5,
     attrs={"epsilon": Attr("float", 1e-5), "momentum": Attr("float", 0.1),
            "training": Attr("bool", True)},
     infer=_batchnorm_infer,
@@ -174,7 +175,8 @@ def batchnorm_grad_reference(xs: list[np.ndarray], a: Attrs) -> list[np.ndarray]
 
 
 register(OpDef(
-    name="BatchNormGrad", arity=5,
+    name="BatchNormGrad",
+    cost_class="reduction", arity=5,
     attrs={"epsilon": Attr("float", 1e-5), "training": Attr("bool", True)},
     infer=_batchnorm_grad_infer,
     # Per element: training 9 (dbias 1, xhat 2, dscale 2, dx 4); inference 6.
@@ -251,7 +253,8 @@ def lrn_gradient(g: GradBuilder, node, grad_outputs: list[str | None]) -> list[s
 
 
 register(OpDef(
-    name="LRN", arity=1, attrs=LRN_ATTRS,
+    name="LRN",
+    cost_class="reduction", arity=1, attrs=LRN_ATTRS,
     infer=lambda ins, a: _lrn_infer("LRN", ins[0], {}, a),
     # Per element: square 1, window sum `size`, scale and bias 2, power 1, multiply 1.
     flops=lambda ins, outs, a: ins[0].size * (a["size"] + 5),
@@ -261,7 +264,8 @@ register(OpDef(
 ))
 
 register(OpDef(
-    name="LRNGrad", arity=3, attrs=LRN_ATTRS,
+    name="LRNGrad",
+    cost_class="reduction", arity=3, attrs=LRN_ATTRS,
     infer=lambda ins, a: _lrn_infer("LRNGrad", ins[1], {"dy": ins[0], "y": ins[2]}, a),
     # Per element: D again (size + 3), power 1, dy*y/D 2, mirrored window sum `size`, dx 4.
     flops=lambda ins, outs, a: ins[0].size * (2 * a["size"] + 10),

@@ -157,7 +157,8 @@ def _infer_increment(ins: list[TensorType], a: Attrs) -> list[TensorType]:
 
 
 register(OpDef(
-    name="Increment", arity=1,
+    name="Increment",
+    recompute="never", arity=1,
     attrs={"by": Attr("float", 1.0)},
     infer=_infer_increment,
     flops=lambda ins, outs, a: outs[0].size,
@@ -177,7 +178,8 @@ def _infer_fill(ins: list[TensorType], a: Attrs) -> list[TensorType]:
 
 
 register(OpDef(
-    name="Fill", arity=0,
+    name="Fill",
+    recompute="never", arity=0,
     attrs={"shape": Attr("ints", required=True), "value": Attr("float", required=True),
            "dtype": Attr("str", "float32")},
     infer=_infer_fill,

@@ -150,7 +150,8 @@ def _maxpool_grad_infer(ins: list[TensorType], a: Attrs) -> list[TensorType]:
 
 
 register(OpDef(
-    name="MaxPool", arity=1, attrs=MAXPOOL_ATTRS,
+    name="MaxPool",
+    cost_class="reduction", arity=1, attrs=MAXPOOL_ATTRS,
     infer=lambda ins, a: [_pool_type("MaxPool", ins[0], a)],
     flops=lambda ins, outs, a: outs[0].size * _window_flops(a, 0),
     reference=maxpool_reference,
@@ -159,7 +160,8 @@ register(OpDef(
 ))
 
 register(OpDef(
-    name="MaxPoolGrad", arity=2, attrs=MAXPOOL_ATTRS,
+    name="MaxPoolGrad",
+    cost_class="reduction", arity=2, attrs=MAXPOOL_ATTRS,
     infer=_maxpool_grad_infer,
     flops=lambda ins, outs, a: ins[0].size * _window_flops(a, 1),
     reference=maxpool_grad_reference,
@@ -217,7 +219,8 @@ def _avgpool_grad_infer(ins: list[TensorType], a: Attrs) -> list[TensorType]:
 
 
 register(OpDef(
-    name="AvgPool", arity=1, attrs=AVGPOOL_ATTRS,
+    name="AvgPool",
+    cost_class="reduction", arity=1, attrs=AVGPOOL_ATTRS,
     infer=lambda ins, a: [_pool_type("AvgPool", ins[0], a)],
     flops=lambda ins, outs, a: outs[0].size * _window_flops(a, 1),
     reference=avgpool_reference,
@@ -226,7 +229,8 @@ register(OpDef(
 ))
 
 register(OpDef(
-    name="AvgPoolGrad", arity=1,
+    name="AvgPoolGrad",
+    cost_class="reduction", arity=1,
     attrs={**AVGPOOL_ATTRS, "input_shape": Attr("ints", required=True)},
     infer=_avgpool_grad_infer,
     flops=lambda ins, outs, a: ins[0].size * _window_flops(a, 1),
@@ -258,7 +262,8 @@ def global_avgpool_gradient(g: GradBuilder, node, grad_outputs: list[str | None]
 
 
 register(OpDef(
-    name="GlobalAvgPool", arity=1,
+    name="GlobalAvgPool",
+    cost_class="reduction", arity=1,
     infer=_global_type,
     flops=lambda ins, outs, a: ins[0].size + outs[0].size,
     reference=lambda xs, a: [xs[0].mean(axis=(2, 3), keepdims=True)],

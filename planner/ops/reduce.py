@@ -141,7 +141,8 @@ def _reduce_mean_grad(g: GradBuilder, node: Node, grads: list[str | None]) -> li
 _ATTRS = {"axes": Attr("ints", []), "keepdims": Attr("bool", False)}
 
 register(OpDef(
-    name="ReduceSum", arity=1, attrs=_ATTRS,
+    name="ReduceSum",
+    cost_class="reduction", arity=1, attrs=_ATTRS,
     infer=_infer("ReduceSum"),
     # one addition per input element
     flops=lambda ins, outs, a: ins[0].size,
@@ -151,7 +152,8 @@ register(OpDef(
 ))
 
 register(OpDef(
-    name="ReduceMean", arity=1, attrs=_ATTRS,
+    name="ReduceMean",
+    cost_class="reduction", arity=1, attrs=_ATTRS,
     infer=_infer("ReduceMean"),
     # one addition per input element, one division per output element
     flops=lambda ins, outs, a: ins[0].size + outs[0].size,

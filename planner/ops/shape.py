@@ -95,6 +95,8 @@ def _reshape_back(g: GradBuilder, node: Node, grad_outputs: Grads) -> Grads:
 
 register(OpDef(
     name="Reshape",
+    cost_class="data-movement",
+    view=True,
     attrs={"shape": Attr("ints", required=True)},
     infer=_reshape_infer,
     flops=zero_flops,
@@ -126,6 +128,8 @@ def _flatten_reference(xs: list[np.ndarray], a: Attrs) -> list[np.ndarray]:
 
 register(OpDef(
     name="Flatten",
+    cost_class="data-movement",
+    view=True,
     attrs={"axis": Attr("int", 1)},
     infer=_flatten_infer,
     flops=zero_flops,
@@ -165,6 +169,7 @@ def _transpose_gradient(g: GradBuilder, node: Node, grad_outputs: Grads) -> Grad
 
 register(OpDef(
     name="Transpose",
+    cost_class="data-movement",
     attrs={"perm": Attr("ints", required=True)},
     infer=_transpose_infer,
     flops=zero_flops,
@@ -214,6 +219,7 @@ def _concat_gradient(g: GradBuilder, node: Node, grad_outputs: Grads) -> Grads:
 
 register(OpDef(
     name="Concat",
+    cost_class="data-movement",
     arity=None,
     min_inputs=1,
     attrs={"axis": Attr("int", required=True)},
@@ -265,6 +271,7 @@ def _split_gradient(g: GradBuilder, node: Node, grad_outputs: Grads) -> Grads:
 
 register(OpDef(
     name="Split",
+    cost_class="data-movement",
     attrs={"axis": Attr("int", 0), "sizes": Attr("ints", required=True)},
     infer=_split_infer,
     flops=zero_flops,
@@ -336,14 +343,32 @@ _SLICE_ATTRS = {
     "steps": Attr("ints", []),
 }
 
+def _slice_geometry(full: tuple[int, ...], a: Attrs) -> Attrs:
+    """Per-axis first index and step of the slice of a tensor of shape `full` (numpy's
+    clamping): what a kernel needs to walk it.
+
+    >>> _slice_geometry((4, 6), {"starts": [1], "ends": [100], "axes": [1], "steps": [2]})
+    {'begin': [0, 1], 'step': [1, 2]}
+    """
+    rank = len(full)
+    begin, step = [0] * rank, [1] * rank
+    steps = a["steps"] or [1] * len(a["axes"])
+    for s, e, ax, st in zip(a["starts"], a["ends"], a["axes"], steps, strict=True):
+        k = ax % rank
+        begin[k], _, step[k] = slice(s, e, st).indices(full[k])
+    return {"begin": begin, "step": step}
+
+
 register(OpDef(
     name="Slice",
+    cost_class="data-movement",
     attrs=_SLICE_ATTRS,
     infer=_slice_infer,
     flops=zero_flops,
     bytes_moved=_slice_bytes,
     reference=_slice_reference,
     gradient=_slice_gradient,
+    kernel_attrs=lambda ins, a: _slice_geometry(ins[0].shape, a),
     doc="x[starts:ends:steps] on the listed axes, numpy clamping; other axes whole.",
 ))
 
@@ -368,10 +393,12 @@ def _slice_grad_reference(xs: list[np.ndarray], a: Attrs) -> list[np.ndarray]:
 
 register(OpDef(
     name="SliceGrad",
+    cost_class="data-movement",
     attrs={**_SLICE_ATTRS, "input_shape": Attr("ints", required=True)},
     infer=_slice_grad_infer,
     flops=zero_flops,
     reference=_slice_grad_reference,
+    kernel_attrs=lambda ins, a: _slice_geometry(tuple(a["input_shape"]), a),
     doc="dx of Slice: zeros of input_shape with dy written where the slice selected.",
 ))
 
@@ -389,6 +416,8 @@ def _zeros_infer(ins: list[TensorType], a: Attrs) -> list[TensorType]:
 
 register(OpDef(
     name="Zeros",
+    cost_class="elementwise",
+    recompute="never",
     arity=0,
     min_inputs=0,
     attrs={"shape": Attr("ints", required=True), "dtype": Attr("str", "float32")},

@@ -1,5 +1,7 @@
-"""Scheduling: which cores and how many threads each op gets, and when it runs.
+"""Scheduling: where each op runs (logical CPUs and a thread count, or a GPU stream) and when.
+Both schedulers return a Schedule record (record.py).
 
+    record.py      Schedule, ScheduledOp, Edge, Bound: what either scheduler decides
     options.py     ScheduleOptions: the strategy and every heuristic switch
     costs.py       per-op time curves from the cost model (computed once per signature)
     deps.py        data and in-place dependencies
@@ -10,8 +12,11 @@
     paper.py       seed 002's Strategies 1-4
     optimized.py   moldable list scheduling, CPA-style (the default)
     simulate.py    discrete-event run with per-thread SMT interference
-    build.py       make_plan: the driver
+    cpu.py         cpu_schedule: the CPU scheduler, as named steps
+    streams.py     stream_schedule: the GPU scheduler (compute-stream order and times)
 """
 
-from planner.schedule.build import make_plan  # noqa: F401
+from planner.schedule.cpu import cpu_schedule  # noqa: F401
 from planner.schedule.options import STRATEGIES, ScheduleOptions  # noqa: F401
+from planner.schedule.record import Schedule, ScheduledOp  # noqa: F401
+from planner.schedule.streams import stream_schedule  # noqa: F401

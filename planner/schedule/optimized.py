@@ -6,7 +6,7 @@ Allotments (phase 1), several candidates:
 
     relaxed    from the allotment relaxation (bound.py): its per-op durations balance path
                length against work as the lower bound does; an op gets the fewest threads whose
-               time is within `scale` x its duration (RELAXED_SCALES in build.py; below 1 leaves
+               time is within `scale` x its duration (ScheduleOptions.relaxed_scales; below 1 leaves
                room for packing losses)
     stretch    the fewest threads within `stretch` x the op's fastest time; ops on the critical
                path (no slack) get their fastest count

@@ -64,14 +64,27 @@ class ScheduleOptions(Record):
     # ---- optimized ----------------------------------------------------------------------
     # Allotment: an op's thread count may be cut until its time is `stretch` x its fastest,
     # which frees cores for co-running ops off the critical path (one candidate of the search,
-    # beside build.STRETCHES and the relaxation's allotments).
+    # beside `stretches` and the relaxation's allotments).
     stretch: float = Field(default=2.5, ge=1.0)
+    # Further stretches to try (none: the relaxation's allotments beat them on the bench's
+    # graphs; `stretch` stays as a fallback candidate).
+    stretches: tuple[float, ...] = ()
+    # Scales of the allotment relaxation's durations to try: below 1, more threads than the
+    # relaxation asks for, which packing losses can call for; above 1, fewer, which widening
+    # into idle cores makes up for.
+    relaxed_scales: tuple[float, ...] = (0.85, 0.95, 1.0, 1.1)
+    # Priorities to try on the final allotment besides bottom levels at the allotted times:
+    # bottom levels at this blend of those and the relaxation's durations.
+    priority_blends: tuple[float, ...] = (0.5,)
     # Rounds of allotment refinement (re-run with the critical path's ops widened).
     refine_rounds: int = Field(default=2, ge=0)
     # Allotment moves: at most this many list schedules, each with the thread count of one op
-    # holding >= 5% of the work (build.MOVE_SHARE) halved, made fastest or raised by half;
-    # a move is kept where the step gets shorter.
+    # holding >= `move_share` of the work halved, made fastest or raised by half; a move is
+    # kept where the step gets shorter. 5% picks LSTM's softmax MatMuls and DCGAN's largest
+    # convolutions, none of ResNet's, so the search stays a few list schedules on graphs of
+    # many small ops.
     allot_moves: int = Field(default=8, ge=0)
+    move_share: float = Field(default=0.05, gt=0.0, le=1.0)
     # Local search: list-schedule again under this many perturbed priority orders; keep the best.
     search_rounds: int = Field(default=1, ge=0)
     # Group at least this many independent ready ops of one signature into one parallel loop.

@@ -28,10 +28,8 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from planner.graph.ir import Record, canonical_json
+from planner.records import Backend, CpuId, Record, canonical_json
 
-# Logical CPU number as the operating system numbers it (what sched_setaffinity takes).
-CpuId = int
 # How the threads of one op are placed on cores (seed 002, Section III-C):
 #   compact  fill one cache group's cores before the next (threads share the group's cache)
 #   spread   one core per cache group in turn (no two threads share a cache while groups remain)
@@ -137,6 +135,12 @@ class Target(Record):
         return self
 
     # ---- views (cached: records are frozen) ----------------------------------------------
+    @property
+    def backend(self) -> Backend:
+        """The executor that runs plans for this target: its CPUs when it has any (a GPU-only
+        preset such as k40c-12gb: its first GPU)."""
+        return "cpu" if self.cpu is not None else "cuda"
+
     @property
     def cores(self) -> int:
         """Number of physical cores."""

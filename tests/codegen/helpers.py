@@ -10,12 +10,12 @@ import numpy as np
 from codegen.build import build
 from codegen.load import load
 from codegen.render import render
-from planner.costs import CostModel
 from planner.graph.interpret import init_params, random_feeds
 from planner.graph.ir import Graph
 from planner.ops import get_op
+from planner.pipeline import PlanOptions, plan
 from planner.plan import Plan
-from planner.schedule import ScheduleOptions, make_plan
+from planner.schedule import ScheduleOptions
 from planner.target.detect import detect
 
 
@@ -25,7 +25,8 @@ def host_plan(graph: Graph, strategy: str = "uniform") -> Plan:
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return make_plan(graph, CostModel(detect()), ScheduleOptions(strategy=strategy))
+        return plan(graph, detect(), options=PlanOptions(
+            schedule=ScheduleOptions(strategy=strategy)))
 
 
 def build_module(graph: Graph, folder: Path):

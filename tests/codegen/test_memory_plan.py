@@ -10,14 +10,13 @@ from codegen.render import render
 from planner.graph.autodiff import make_training_graph
 from planner.graph.interpret import random_feeds, train_step
 from planner.graph.optimizer import Optimizer
-from planner.memory import plan_memory
 from planner.zoo import build as zoo
 from tests.codegen.helpers import host_plan, rel_error, start_state
 
 
 def test_memory_planned_lenet_shares_bytes_and_matches_reference(tmp_path):
     graph = make_training_graph(zoo("lenet", batch=4, image=12), Optimizer(kind="sgd", lr=0.1))
-    plan = plan_memory(host_plan(graph))
+    plan = host_plan(graph)
     module = load(build(render(plan, tmp_path / "lenet_mem").dir).dir)
     ex = module.Executor()
     state = start_state(graph)

@@ -7,10 +7,11 @@ import warnings
 
 import pytest
 
-from planner.costs import CostModel
 from planner.graph.autodiff import Optimizer, make_training_graph
+from planner.memory import MemoryOptions
+from planner.pipeline import PlanOptions, plan
 from planner.plan import Plan
-from planner.schedule import ScheduleOptions, make_plan
+from planner.schedule import ScheduleOptions
 from planner.target.presets import thread_major_cpus
 from planner.target.records import CPU, Target
 from planner.zoo import build
@@ -27,10 +28,16 @@ def training(name: str, optimizer: str = "sgd", **params):
     return make_training_graph(build(name, **params), Optimizer(kind=optimizer))
 
 
-def cpu_plan(graph, strategy: str = "optimized") -> Plan:
+def cpu_plan(graph, strategy: str = "optimized", memory: MemoryOptions | None = None) -> Plan:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return make_plan(graph, CostModel(toy_target()), ScheduleOptions(strategy=strategy))
+        return plan(graph, toy_target(), options=PlanOptions(
+            schedule=ScheduleOptions(strategy=strategy), memory=memory or MemoryOptions()))
+
+
+def replan(p: Plan, memory: MemoryOptions | None = None) -> Plan:
+    """The plan of `p`'s graph by `p`'s strategy, under other memory options."""
+    return cpu_plan(p.graph, p.summary.strategy, memory)
 
 
 SMALL = {

@@ -7,15 +7,17 @@ import json
 
 import pytest
 
+from planner.costs import CostModel
 from planner.memory import InfeasibleBudget, MemoryOptions, plan_memory, verify_memory_data
 from planner.plan import Plan
+from planner.schedule import cpu_schedule
 from planner.verify import verify_plan_data
-from tests.memory.conftest import SMALL, cpu_plan, training
+from tests.memory.conftest import SMALL, cpu_plan, replan, toy_target, training
 
 
 @pytest.mark.parametrize("name", sorted(SMALL))
 def test_plans_verify_and_arena_is_close_to_load(small_plans, name):
-    planned = plan_memory(small_plans[name], options=MemoryOptions(alignment=1))
+    planned = replan(small_plans[name], MemoryOptions(alignment=1))
     data = json.loads(planned.to_json())
     assert verify_memory_data(data) == []
     assert verify_plan_data(data) == []  # reuse edges hold in the predicted times
@@ -29,33 +31,35 @@ def test_plans_verify_and_arena_is_close_to_load(small_plans, name):
 
 
 def test_round_trip_and_determinism(small_plans):
-    a = plan_memory(small_plans["lenet"])
+    a = replan(small_plans["lenet"])
     assert Plan.from_json(a.to_json()) == a
-    assert plan_memory(small_plans["lenet"]).to_json() == a.to_json()
+    assert replan(small_plans["lenet"]).to_json() == a.to_json()
 
 
 def test_reuse_edges_are_added_only_where_needed(small_plans):
-    plan = small_plans["inception_v3"]
-    planned = plan_memory(plan)
-    old = {(e.before, e.after) for e in plan.happens_before}
-    new = {(e.before, e.after) for e in planned.happens_before} - old
-    assert len(new) == planned.summary.memory.reuse_edges
+    graph = small_plans["inception_v3"].graph
+    model = CostModel(toy_target())
+    schedule = cpu_schedule(graph, model)
+    decision = plan_memory(graph, schedule, model)
+    old = {(e.before, e.after) for e in schedule.edges}
+    new = {(e.before, e.after) for e in decision.edges} - old
+    assert len(new) == decision.summary.reuse_edges > 0
     # A serial plan orders everything already: no edge is needed.
     serial = cpu_plan(training("lenet", batch=4), strategy="uniform")
-    assert plan_memory(serial).summary.memory.reuse_edges == 0
+    assert replan(serial).summary.memory.reuse_edges == 0
 
 
 def test_alignment_rounds_offsets(small_plans):
-    planned = plan_memory(small_plans["lenet"], options=MemoryOptions(alignment=256))
+    planned = replan(small_plans["lenet"], MemoryOptions(alignment=256))
     assert all(t.offset % 256 == 0 for t in planned.tensors)
 
 
 def test_budget_below_the_arena_names_the_smallest(small_plans):
     plan = small_plans["lenet"]
-    arena = plan_memory(plan).summary.memory.arena_bytes
-    assert plan_memory(plan, options=MemoryOptions(budget_bytes=arena)).summary.memory \
+    arena = replan(plan).summary.memory.arena_bytes
+    assert replan(plan, MemoryOptions(budget_bytes=arena)).summary.memory \
         .budget_bytes == arena
     with pytest.raises(InfeasibleBudget, match=f"smallest feasible budget is {arena} bytes") \
             as e:
-        plan_memory(plan, options=MemoryOptions(budget_bytes=arena - 1))
+        replan(plan, MemoryOptions(budget_bytes=arena - 1))
     assert e.value.smallest_bytes == arena

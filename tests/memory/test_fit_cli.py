@@ -10,10 +10,11 @@ import pytest
 
 from planner.costs import CostModel
 from planner.errors import UserError
-from planner.memory import InfeasibleBudget, parse_bytes
-from planner.memory.cli import add_memory_commands, plan_with_memory
+from planner.memory import InfeasibleBudget, MemoryOptions, parse_bytes
+from planner.memory.cli import add_memory_commands
 from planner.memory.fit import fit, largest
 from planner.memory.report import format_memory, memory_curves, memory_report, memory_svg
+from planner.pipeline import PlanOptions, plan
 from planner.target import preset
 from tests.memory.conftest import toy_target, training
 
@@ -83,12 +84,20 @@ def test_byte_counts():
         parse_bytes("11 parsecs")
 
 
+def plan_with_memory(graph, model, budget=None):
+    """The pipeline's plan under a memory budget (bytes, or text as --memory-budget takes)."""
+    if isinstance(budget, str):
+        budget = parse_bytes(budget)
+    return plan(graph, model.target, model.table,
+                PlanOptions(memory=MemoryOptions(budget_bytes=budget)))
+
+
 def test_plan_hook_for_gpu_and_cpu_targets():
     g = training("alexnet", "sgd", batch=8, image=63, width=0.125, classes=4)
     gpu = plan_with_memory(g, CostModel(GPU), budget="64MiB")
-    assert gpu.target.streams and gpu.summary.memory.arena_bytes <= 64 << 20
+    assert gpu.backend == "cuda" and gpu.summary.memory.arena_bytes <= 64 << 20
     cpu = plan_with_memory(g, CostModel(toy_target()))
-    assert not cpu.target.streams and cpu.summary.memory.budget_bytes is None
+    assert cpu.backend == "cpu" and cpu.summary.memory.budget_bytes is None
     with pytest.raises(InfeasibleBudget, match="smallest feasible budget"):
         plan_with_memory(g, CostModel(GPU), budget=1024)
 

@@ -9,17 +9,23 @@ import numpy as np
 import pytest
 
 from planner.costs import CostModel, graph_signatures
+from planner.costs.convalgo import conv_algorithms
 from planner.graph.interpret import init_params, random_feeds, train_step
 from planner.memory import InfeasibleBudget, MemoryOptions, plan_memory, verify_memory_data
-from planner.memory.convalgo import conv_algorithms
-from planner.memory.gpu import gpu_plan
 from planner.memory.replay import replay
+from planner.pipeline import PlanOptions, plan
+from planner.schedule import ScheduleOptions, stream_schedule
 from planner.target import preset
 from planner.verify import verify_plan_data
 from tests.memory.conftest import training
 
 FAST = ("best-fit-size", "best-fit-breadth", "first-fit-start")
 MODEL = CostModel(preset("k40c-12gb"))
+
+
+def gpu_plan(graph, model, memory):
+    """The pipeline's plan of `graph` on the model's GPU under memory options."""
+    return plan(graph, model.target, model.table, PlanOptions(memory=memory))
 
 
 def options(budget=None, **kw) -> MemoryOptions:
@@ -143,15 +149,26 @@ def test_infeasible_budget_names_the_smallest(alexnet):
     assert gpu_plan(alexnet, MODEL, options(low)).summary.memory.arena_bytes <= low
 
 
-def test_plan_memory_keeps_a_gpu_plans_order(alexnet):
-    p = gpu_plan(alexnet, MODEL, options())
-    budget = p.summary.memory.liveness_load_bytes * 9 // 10
-    q = plan_memory(p, cost_model=MODEL, options=options(budget))
-    assert q.summary.memory.arena_bytes <= budget
-    nodes = [o.name for o in q.ops if o.name in alexnet.node_map]
-    assert nodes == [o.name for o in p.ops if o.name in alexnet.node_map]
-    with pytest.raises(ValueError, match="needs its target"):
-        plan_memory(p, options=options(budget))
+def test_plan_memory_keeps_the_stream_schedules_order(alexnet):
+    schedule = stream_schedule(alexnet, MODEL)
+    free = plan_memory(alexnet, schedule, MODEL, options())
+    budget = free.summary.liveness_load_bytes * 9 // 10
+    tight = plan_memory(alexnet, schedule, MODEL, options(budget))
+    assert tight.summary.arena_bytes <= budget and tight.inserted
+    nodes = [o.name for o in tight.ops if o.name in alexnet.node_map]
+    assert nodes == [o.name for o in schedule.ops]
+    with pytest.raises(ValueError, match="needs the cost model"):
+        plan_memory(alexnet, schedule, None, options(budget))
+
+
+def test_gpu_plans_name_their_backend_and_streams(alexnet):
+    p = gpu_plan(alexnet, MODEL, options(smallest(alexnet)))
+    assert p.backend == "cuda" and p.target.core_of == ()
+    assert all(not o.cpus and o.stream in p.target.streams for o in p.ops)
+    assert {o.stream for o in p.ops} == {"compute", "d2h", "h2d"}
+    with pytest.raises(ValueError, match="scheduling options .* are for CPU targets"):
+        plan(alexnet, MODEL.target, options=PlanOptions(
+            schedule=ScheduleOptions(strategy="uniform")))
 
 
 def test_plans_are_deterministic_and_round_trip(alexnet):

@@ -8,7 +8,7 @@ import pytest
 from planner.graph.builder import GraphBuilder
 from planner.graph.ir import Graph
 from planner.memory.liveness import (
-    Schedule,
+    OpTimes,
     graph_buffers,
     load_bytes,
     naive_bytes,
@@ -27,9 +27,9 @@ def chain() -> Graph:
     return b.build(outputs=[b.op("Relu", [z], name="c")])
 
 
-def serial(names, seconds=1.0) -> Schedule:
+def serial(names, seconds=1.0) -> OpTimes:
     n = len(names)
-    return Schedule(names=tuple(names), start=np.arange(n) * seconds,
+    return OpTimes(names=tuple(names), start=np.arange(n) * seconds,
                     end=(np.arange(n) + 1) * seconds)
 
 
@@ -47,7 +47,7 @@ def test_lifetimes_follow_the_schedule():
 def test_co_running_ops_overlap_lifetimes():
     g = chain()
     # b is stretched over c's time: a's buffer lives as long as b runs.
-    s = Schedule(names=("a", "b", "c"), start=np.array([0.0, 1.0, 2.0]),
+    s = OpTimes(names=("a", "b", "c"), start=np.array([0.0, 1.0, 2.0]),
                  end=np.array([1.0, 3.0, 3.0]))
     bufs = {b.name: b for b in graph_buffers(g, s)}
     assert bufs["a"].end == 3.0

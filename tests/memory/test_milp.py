@@ -10,7 +10,7 @@ from planner.costs import CostModel
 from planner.memory.budget import State
 from planner.memory.milp import greedy_recompute, profile_with, recompute_milp
 from planner.memory.stash import analyze
-from planner.memory.steps import compute_steps
+from planner.schedule.streams import compute_steps
 from planner.target import preset
 from tests.memory.conftest import training
 

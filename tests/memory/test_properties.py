@@ -14,12 +14,17 @@ from planner.graph.autodiff import Optimizer, make_training_graph
 from planner.graph.builder import GraphBuilder
 from planner.graph.interpret import init_params, random_feeds, train_step
 from planner.memory import InfeasibleBudget, MemoryOptions, verify_memory_data
-from planner.memory.gpu import gpu_plan
 from planner.memory.replay import replay
+from planner.pipeline import PlanOptions, plan
 from planner.target import preset
 from planner.verify import verify_plan_data
 
 MODEL = CostModel(preset("k40c-12gb"))
+
+
+def gpu_plan(graph, model, memory):
+    """The pipeline's plan of `graph` on the model's GPU under memory options."""
+    return plan(graph, model.target, model.table, PlanOptions(memory=memory))
 FAST = ("best-fit-size", "best-fit-breadth", "first-fit-start")
 LAYERS = ("linear", "relu", "tanh", "sigmoid", "add", "dropout", "mul")
 

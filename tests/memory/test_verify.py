@@ -6,14 +6,14 @@ import json
 
 import pytest
 
-from planner.memory import plan_memory, verify_memory_data
-from tests.memory.conftest import cpu_plan, training
+from planner.memory import verify_memory_data
+from tests.memory.conftest import cpu_plan, replan, training
 
 
 @pytest.fixture(scope="module")
 def data() -> dict:
     plan = cpu_plan(training("resnet", batch=2, image=16, width=0.125, depth=18, classes=5))
-    return json.loads(plan_memory(plan).to_json())
+    return json.loads(replan(plan).to_json())
 
 
 def copy(d: dict) -> dict:

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from planner.schedule import ScheduleOptions
-from planner.schedule.build import heaviest, moves, optimized
 from planner.schedule.costs import OpCosts
+from planner.schedule.cpu import heaviest, moves, optimized
 from planner.schedule.optimized import WIDEN, list_moldable, relaxed_allotment
 from planner.schedule.placement import in_order
 from planner.schedule.simulate import simulate

@@ -7,9 +7,10 @@ import warnings
 
 import pytest
 
-from planner.costs import CostModel
+from planner.pipeline import PlanOptions
+from planner.pipeline import plan as pipeline_plan
 from planner.plan import Plan
-from planner.schedule import ScheduleOptions, make_plan
+from planner.schedule import ScheduleOptions
 from planner.verify import verify_plan_text
 from tests.schedule.conftest import toy_target, training
 from tests.zoo.test_models import SMALL  # the zoo's small configurations, shared
@@ -18,7 +19,8 @@ from tests.zoo.test_models import SMALL  # the zoo's small configurations, share
 def plan(graph, target, **options) -> Plan:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return make_plan(graph, CostModel(target), ScheduleOptions(**options))
+        return pipeline_plan(graph, target, options=PlanOptions(
+            schedule=ScheduleOptions(**options)))
 
 
 @pytest.fixture(scope="module")

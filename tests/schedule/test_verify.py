@@ -7,8 +7,7 @@ import warnings
 
 import pytest
 
-from planner.costs import CostModel
-from planner.schedule import ScheduleOptions, make_plan
+from planner.pipeline import plan
 from planner.verify import verify_plan_data
 from tests.schedule.conftest import toy_target, training
 
@@ -18,7 +17,7 @@ def data() -> dict:
     g = training("resnet", batch=2, image=16, width=0.125, depth=18, classes=5)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        p = make_plan(g, CostModel(toy_target()), ScheduleOptions())
+        p = plan(g, toy_target())
     return json.loads(p.to_json())
 
 

@@ -1,4 +1,6 @@
-"""The compute stream of a GPU plan: graph nodes in one order, each with its predicted time.
+"""`stream_schedule`: the GPU scheduler. Graph nodes on the compute stream in one order, each
+with its predicted time; memory planning (planner.memory.gpu) then adds the copy streams'
+offloads and prefetches, recomputes, and each convolution's algorithm, and re-times the step.
 
 Order: the graph's order (forward, backward), except that each update runs as soon as it may,
 right after the last op it must follow (its gradient's producer and every other reader of the
@@ -8,7 +10,7 @@ update instead of to the end of the step, so the gradients are never all residen
     graph order   fwd ... bwd(fc8) bwd(fc7) ... bwd(conv1) | upd(fc8) upd(fc7) ... upd(conv1)
     stream order  fwd ... bwd(fc8) upd(fc8) bwd(fc7) upd(fc7) ... bwd(conv1) upd(conv1)
 
-Times: convolutions by algorithm (planner.memory.convalgo; the least-workspace candidate is the
+Times: convolutions by algorithm (planner.costs.convalgo; the least-workspace candidate is the
 planning baseline, the chosen one comes later), every other op from the cost model's GPU time
 (measured launch configuration, else the analytical roofline).
 
@@ -33,10 +35,17 @@ from functools import cached_property
 import numpy as np
 
 from planner.costs import CostModel, MissingCostWarning, graph_signatures
+from planner.costs.convalgo import ConvAlgo, conv_algorithms
 from planner.graph.autodiff import node_phase
 from planner.graph.ir import Graph, Node
-from planner.memory.convalgo import CONV_OPS, ConvAlgo, conv_algorithms
+from planner.ops import get_op
 from planner.schedule.deps import predecessors
+from planner.schedule.options import ScheduleOptions
+from planner.schedule.record import Bound, Edge, Schedule, ScheduledOp
+
+# The streams of a GPU plan: graph nodes and recomputes run on `compute`; offloads copy device
+# to host on `d2h`, prefetches host to device on `h2d` (planner.memory.materialize).
+STREAMS = ("compute", "d2h", "h2d")
 
 Seconds = float
 
@@ -110,7 +119,7 @@ def compute_steps(graph: Graph, model: CostModel, order: list[str] | None = None
     for node in nodes:
         sig = sigs[node.name]
         if sig.key not in cache:
-            if node.op in CONV_OPS:
+            if get_op(node.op).convolution:
                 al = tuple(conv_algorithms(sig, device, model.table))
                 cache[sig.key] = (al, al[0].seconds, al[0].source != "measured")
             else:
@@ -125,3 +134,40 @@ def compute_steps(graph: Graph, model: CostModel, order: list[str] | None = None
     return ComputeSteps(graph=graph, nodes=tuple(nodes),
                         phase=tuple(node_phase(graph, n) for n in nodes), algos=tuple(algos),
                         seconds=np.array(seconds, dtype=float), analytical=analytical)
+
+
+def stream_schedule(graph: Graph, model: CostModel, options: ScheduleOptions | None = None
+                    ) -> Schedule:
+    """The compute stream of `graph` on the model's GPU: nodes in stream order, one after
+    another at their least-workspace algorithm's time; edges are the data and in-place
+    dependencies plus the stream's own order. `options.strategy` is recorded; the stream
+    order itself has no knobs yet (one compute stream), so CPU options are refused rather
+    than dropped."""
+    if options is not None and options != ScheduleOptions():
+        raise ValueError(f"target {model.target.name!r} is a GPU: its plan is one compute "
+                         f"stream, and the scheduling options (strategy "
+                         f"{options.strategy!r}, thread counts, co-running) are for CPU targets")
+    steps = compute_steps(graph, model)
+    names = [n.name for n in graph.nodes]
+    preds = predecessors(graph)
+    where = {n.name: i for i, n in enumerate(graph.nodes)}
+    ops: list[ScheduledOp] = []
+    edges: set[tuple[str, str]] = set()
+    t = 0.0
+    for k, (node, seconds) in enumerate(zip(steps.nodes, steps.seconds, strict=True)):
+        deps = tuple(names[u] for u in preds[where[node.name]])
+        ops.append(ScheduledOp(name=node.name, op=node.op, stream=STREAMS[0], deps=deps,
+                               start=t, end=t + float(seconds)))
+        t += float(seconds)
+        edges.update((d, node.name) for d in deps)
+        if k:
+            edges.add((steps.nodes[k - 1].name, node.name))
+    rank = {op.name: k for k, op in enumerate(ops)}
+    fastest = float(steps.fastest.sum())
+    return Schedule(
+        backend="cuda", strategy="stream", ops=tuple(ops),
+        edges=tuple(Edge(before=a, after=b)
+                    for a, b in sorted(edges, key=lambda e: (rank[e[1]], rank[e[0]]))),
+        bound=Bound(seconds=fastest, critical_path=fastest, area=fastest),
+        utilization=1.0 if ops else 0.0, mean_corun=1.0 if ops else 0.0,
+        analytical_signatures=steps.analytical)

@@ -1,4 +1,5 @@
-"""`make_plan`: graph + target + cost model + options -> Plan. The driver, as named steps:
+"""`cpu_schedule`: graph + cost model + options -> Schedule on the target's logical CPUs, as
+named steps:
 
     costs      every op's time at every thread count       (costs.op_costs)
     deps       data and in-place dependencies              (deps.predecessors)
@@ -6,16 +7,16 @@
     schedule   the strategy's placements                    (uniform, paper, optimized; the
                optimized search uses the bound's relaxation and keeps each candidate's run)
     simulate   real start and end times, utilisation        (simulate.simulate)
-    assemble   logical CPU ids, happens-before edges, summary, provenance
+    record     logical CPU ids, happens-before edges        (the Schedule record)
 
 Example:
     >>> from planner.costs import CostModel
     >>> from planner.target import preset
     >>> from planner.zoo import build
     >>> g = build("mlp", batch=2, hidden=[4], in_features=3, classes=2)
-    >>> p = make_plan(g, CostModel(preset("xeon-8180")), ScheduleOptions(strategy="paper"))
-    >>> len(p.ops), round(p.summary.ratio, 6)
-    (6, 1.0)
+    >>> s = cpu_schedule(g, CostModel(preset("xeon-8180")), ScheduleOptions(strategy="paper"))
+    >>> len(s.ops), s.backend, round(s.step_seconds / s.bound.seconds, 6)
+    (6, 'cpu', 1.0)
 """
 
 from __future__ import annotations
@@ -24,10 +25,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from planner import __version__
 from planner.costs import CostModel
 from planner.graph.ir import Graph
-from planner.plan import Edge, OpPlan, Plan, PlanProvenance, PlanTarget, Summary, digest
 from planner.schedule.bound import bottom_levels, capacity, lower_bound, top_levels
 from planner.schedule.costs import OpCosts, op_costs
 from planner.schedule.deps import predecessors
@@ -35,35 +34,21 @@ from planner.schedule.optimized import Widen, allot_all, list_moldable, relaxed_
 from planner.schedule.options import ScheduleOptions
 from planner.schedule.paper import paper
 from planner.schedule.placement import Placement, in_order
+from planner.schedule.record import Bound, Edge, Schedule, ScheduledOp
 from planner.schedule.simulate import SimResult, simulate
 from planner.schedule.uniform import grid_pairs, uniform
 from planner.target.records import Target
 
-# Stretches the optimized search tries besides ScheduleOptions.stretch (none: the relaxation's
-# allotments beat them on the bench's graphs; the option's one stays as a fallback candidate).
-STRETCHES: tuple[float, ...] = ()
-# Scales of the allotment relaxation's durations the optimized search tries: below 1, more
-# threads than the relaxation asks for, which packing losses can call for; above 1, fewer,
-# which widening into idle cores makes up for.
-RELAXED_SCALES = (0.85, 0.95, 1.0, 1.1)
-# Priorities the search tries on its final allotment besides bottom levels at the allotted
-# times: bottom levels at this blend of those and the relaxation's durations.
-PRIORITY_BLENDS = (0.5,)
-# The allotment moves try ops holding at least this share of the step's work at their
-# allotments (LSTM's softmax MatMuls, DCGAN's largest convolutions; none of ResNet's), so the
-# search stays a few list schedules on graphs of many small ops.
-MOVE_SHARE = 0.05
 
-
-def make_plan(graph: Graph, model: CostModel, options: ScheduleOptions | None = None) -> Plan:
-    """The plan of `graph` on the model's target (see the module docstring)."""
+def cpu_schedule(graph: Graph, model: CostModel, options: ScheduleOptions | None = None
+                 ) -> Schedule:
+    """The schedule of `graph` on the model's target's CPUs (see the module docstring)."""
     options = options or ScheduleOptions()
     target = model.target
     if target.cpu is None:
-        raise ValueError(f"target {target.name!r} has no CPU; GPU plans are not scheduled yet")
+        raise ValueError(f"target {target.name!r} has no CPU to schedule on")
     costs = op_costs(graph, model)
     preds = predecessors(graph)
-    smt = target.smt_width > 1
     bound = lower_bound(costs, preds, capacity(target.cores, target.smt_width,
                                                options.smt_slowdown))
     sims: dict[int, tuple[list[Placement], SimResult]] = {}
@@ -71,7 +56,7 @@ def make_plan(graph: Graph, model: CostModel, options: ScheduleOptions | None = 
     ran = sims.get(id(placements))
     sim = ran[1] if ran is not None and ran[0] is placements else simulate(
         placements, preds, target.cores, options.smt_slowdown)
-    return assemble(graph, model, options, costs, preds, placements, sim, bound, smt)
+    return record(graph, target, options, costs, preds, placements, sim, bound)
 
 
 def schedule(graph: Graph, target: Target, costs: OpCosts, preds: Sequence[Sequence[int]],
@@ -139,9 +124,9 @@ def optimized(costs: OpCosts, preds: Sequence[Sequence[int]], op_types: Sequence
     baselines = [timed(uniform(costs, preds, groups, cores, 1)),
                  timed(paper(costs, preds, op_types, groups, smt, options))]
     allots = [allot_all(costs, stretch, critical)
-              for stretch in sorted({*STRETCHES, options.stretch})]
+              for stretch in sorted({*options.stretches, options.stretch})]
     if len(durations) == n:
-        allots += [relaxed_allotment(costs, durations, scale) for scale in RELAXED_SCALES]
+        allots += [relaxed_allotment(costs, durations, scale) for scale in options.relaxed_scales]
     results = [run(allot, False) for allot in allots]
     best_at = min(range(len(results)), key=lambda r: results[r][0])
     allot, use_smt, widen = allots[best_at], False, "fill"
@@ -170,7 +155,7 @@ def optimized(costs: OpCosts, preds: Sequence[Sequence[int]], op_types: Sequence
     # run later beside the critical path, as LSTM's two softmax gradient MatMuls).
     allot = best_allot
     runs = options.allot_moves
-    for i in heaviest(costs, allot, MOVE_SHARE):
+    for i in heaviest(costs, allot, options.move_share):
         if runs <= 0:
             break
         for k in moves(costs, i, allot[i])[:runs]:
@@ -181,7 +166,7 @@ def optimized(costs: OpCosts, preds: Sequence[Sequence[int]], op_types: Sequence
                 best_step, allot = results[-1][0], tried
                 break
     if len(durations) == n:
-        for blend in PRIORITY_BLENDS:
+        for blend in options.priority_blends:
             results.append(run(allot, use_smt, widen="fill", blend=blend))
     rng = np.random.default_rng(0)
     for _ in range(options.search_rounds):
@@ -220,14 +205,12 @@ def _late_ops(ps: list[Placement], bottom: Sequence[float], step: float) -> set[
     return {v for p in ps for v in p.nodes if p.start > step - bottom[v] + 1e-12}
 
 
-def assemble(graph: Graph, model: CostModel, options: ScheduleOptions, costs: OpCosts,
-             preds: Sequence[Sequence[int]], placements: list[Placement], sim: SimResult,
-             bound, smt: bool) -> Plan:
-    """The Plan record of simulated placements."""
-    target = model.target
+def record(graph: Graph, target: Target, options: ScheduleOptions, costs: OpCosts,
+           preds: Sequence[Sequence[int]], placements: list[Placement], sim: SimResult,
+           bound) -> Schedule:
+    """The Schedule record of simulated placements: logical CPUs, edges, bounds."""
     names = [n.name for n in graph.nodes]
-    ops: list[OpPlan] = []
-    order = 0
+    ops: list[ScheduledOp] = []
     last_on: dict[int, str] = {}
     edges: set[tuple[str, str]] = set()
     rank: dict[str, int] = {}
@@ -236,35 +219,23 @@ def assemble(graph: Graph, model: CostModel, options: ScheduleOptions, costs: Op
         for v in sorted(p.nodes):
             node = graph.nodes[v]
             deps = tuple(names[u] for u in preds[v])
-            ops.append(OpPlan(name=node.name, op=node.op, order=order, cpus=cpus,
-                              threads=p.threads, affinity=p.affinity, smt=p.smt, group=p.group,
-                              deps=deps, start=start, end=end))
-            rank[node.name] = order
-            order += 1
+            ops.append(ScheduledOp(name=node.name, op=node.op, cpus=cpus, threads=p.threads,
+                                   affinity=p.affinity, smt=p.smt, group=p.group, deps=deps,
+                                   start=start, end=end))
+            rank[node.name] = len(rank)
             edges.update((d, node.name) for d in deps)
         first = names[min(p.nodes)]
         for c in cpus:
             if c in last_on and last_on[c] not in {names[v] for v in p.nodes}:
                 edges.add((last_on[c], first))
             last_on[c] = names[max(p.nodes)]
-    happens = tuple(Edge(before=a, after=b)
-                    for a, b in sorted(edges, key=lambda e: (rank[e[1]], rank[e[0]])))
-    step = sim.step_seconds
-    table = model.table
-    summary = Summary(
-        strategy=options.strategy, step_seconds=step, lower_bound_seconds=bound.seconds,
-        ratio=step / bound.seconds if bound.seconds else 1.0,
-        critical_path_seconds=bound.critical_path, area_bound_seconds=bound.area,
-        allotment_bound_seconds=bound.allotment, cut_bound_seconds=bound.cut,
-        utilization=sim.utilization, mean_corun=sim.mean_corun, ops=len(ops),
-        analytical_signatures=len(costs.analytical))
-    provenance = PlanProvenance(
-        graph_sha256=digest(graph.to_json()), target_sha256=target.digest(),
-        costs_sha256=digest(table.to_json()) if table is not None else "",
-        options=options.model_dump(mode="json"), tool=f"planner {__version__}")
-    core_of = tuple(c.core for c in target.logical_cpus)
-    if [c.id for c in target.logical_cpus] != list(range(len(core_of))):
+    if [c.id for c in target.logical_cpus] != list(range(len(target.logical_cpus))):
         raise ValueError(f"target {target.name!r}: logical CPU ids must be 0..n-1 for a plan")
-    return Plan(graph=graph, kind=graph.kind, target=PlanTarget(name=target.name,
-                                                                      core_of=core_of),
-                ops=tuple(ops), happens_before=happens, summary=summary, provenance=provenance)
+    return Schedule(
+        backend="cpu", strategy=options.strategy, ops=tuple(ops),
+        edges=tuple(Edge(before=a, after=b)
+                    for a, b in sorted(edges, key=lambda e: (rank[e[1]], rank[e[0]]))),
+        bound=Bound(seconds=bound.seconds, critical_path=bound.critical_path, area=bound.area,
+                    allotment=bound.allotment, cut=bound.cut),
+        utilization=sim.utilization, mean_corun=sim.mean_corun,
+        analytical_signatures=len(costs.analytical))

@@ -43,9 +43,6 @@ from planner.costs.records import CostTable
 from planner.costs.signature import OpSignature
 from planner.target.records import GPU
 
-CONV_OPS = frozenset({"Conv2D", "Conv2DBackpropInput", "Conv2DBackpropFilter",
-                      "ConvTranspose2D"})
-
 # Fraction of the GPU's FP32 peak each family's arithmetic reaches (modelled defaults).
 EFFICIENCY = {"IMPLICIT_GEMM": 0.25, "IMPLICIT_PRECOMP_GEMM": 0.45, "GEMM": 0.55,
               "WINOGRAD": 0.35, "WINOGRAD_NONFUSED": 0.5, "FFT": 0.5}

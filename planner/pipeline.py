@@ -1,0 +1,147 @@
+"""The planner, as one function: graph + target + cost table + options -> Plan.
+
+    plan(graph, target, costs, options):
+        model    = CostModel(target, costs)               # price: every op's time per thread
+                                                          # count, per conv algorithm
+        backend  = BACKENDS[target.backend]               # CPU or GPU: decided here only
+        schedule = backend.schedule(graph, model, ...)    # a Schedule record
+        memory   = plan_memory(graph, schedule, ...)      # a MemoryDecision, never a Plan
+        plan     = assemble(graph, model, ...)            # summary, bounds, provenance: once
+        verify(plan)                                      # the independent checker, always
+
+`decide` is the same without assembly and verification, for searches that plan many graphs
+and keep none (`planner fit`).
+
+Example:
+    >>> from planner.target import preset
+    >>> from planner.zoo import build
+    >>> g = build("mlp", batch=2, hidden=[4], in_features=3, classes=2)
+    >>> p = plan(g, preset("xeon-8180"))
+    >>> p.backend, len(p.ops), p.summary.memory.arena_bytes >= p.summary.memory.load_bytes
+    ('cpu', 6, True)
+    >>> plan(g, preset("k40c-12gb")).ops[0].stream
+    'compute'
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from planner import __version__
+from planner.costs import CostModel, CostTable
+from planner.errors import PlanError
+from planner.graph.ir import Graph
+from planner.memory.decision import MemoryDecision
+from planner.memory.driver import plan_memory
+from planner.memory.options import MemoryOptions
+from planner.plan import MemoryPlan, OpPlan, Plan, PlanProvenance, PlanTarget, Summary, digest
+from planner.records import Backend, Record
+from planner.schedule.cpu import cpu_schedule
+from planner.schedule.options import ScheduleOptions
+from planner.schedule.record import Edge, Schedule
+from planner.schedule.streams import STREAMS, stream_schedule
+from planner.target.records import Target
+
+
+class PlanOptions(Record):
+    """Every switch of planning: the scheduler's and memory planning's."""
+
+    schedule: ScheduleOptions = ScheduleOptions()
+    memory: MemoryOptions = MemoryOptions()
+
+
+@dataclass(frozen=True)
+class BackendPlanner:
+    """What differs between backends in planning: the scheduler, and the target's resources
+    a plan names (logical CPUs' cores, or streams)."""
+
+    schedule: Callable[[Graph, CostModel, ScheduleOptions], Schedule]
+    resources: Callable[[Target], PlanTarget]
+
+
+def _cpu_resources(target: Target) -> PlanTarget:
+    return PlanTarget(name=target.name, core_of=tuple(c.core for c in target.logical_cpus))
+
+
+def _gpu_resources(target: Target) -> PlanTarget:
+    return PlanTarget(name=target.name, streams=STREAMS)
+
+
+BACKENDS: dict[Backend, BackendPlanner] = {
+    "cpu": BackendPlanner(cpu_schedule, _cpu_resources),
+    "cuda": BackendPlanner(stream_schedule, _gpu_resources),
+}
+
+
+def decide(graph: Graph, target: Target, costs: CostTable | None = None,
+           options: PlanOptions | None = None) -> tuple[CostModel, Schedule, MemoryDecision]:
+    """Price, schedule and plan memory: every decision of a plan, not yet a Plan record.
+    Raises InfeasibleBudget when no plan fits options.memory.budget_bytes."""
+    options = options or PlanOptions()
+    model = CostModel(target, costs)
+    schedule = BACKENDS[target.backend].schedule(graph, model, options.schedule)
+    return model, schedule, plan_memory(graph, schedule, model, options.memory)
+
+
+def plan(graph: Graph, target: Target, costs: CostTable | None = None,
+         options: PlanOptions | None = None, check: bool = True) -> Plan:
+    """The verified plan of `graph` on `target` (module docstring). `check=False` skips the
+    independent verification (tests that corrupt plans on purpose build them this way).
+
+    Raises InfeasibleBudget (a ValueError naming the smallest feasible budget), PlanError when
+    the checker rejects the plan (a planner bug: the message names the rule and the op)."""
+    options = options or PlanOptions()
+    model, schedule, memory = decide(graph, target, costs, options)
+    out = assemble(graph, model, options, schedule, memory)
+    if check:
+        from planner.verify import verify_plan
+
+        problems = verify_plan(out)
+        if problems:
+            raise PlanError(f"the planner made a plan that does not verify: {problems[0]}"
+                            + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""))
+    return out
+
+
+def assemble(graph: Graph, model: CostModel, options: PlanOptions, schedule: Schedule,
+             memory: MemoryDecision) -> Plan:
+    """The Plan record of a schedule and its memory decision: ops in execution order (memory
+    planning's, when it re-timed them), every ordering edge, the summary, provenance."""
+    target = model.target
+    ops = tuple(OpPlan(order=k, **op.model_dump())
+                for k, op in enumerate(memory.ops or schedule.ops))
+    rank = {op.name: op.order for op in ops}
+    named = {(e.before, e.after) for e in (*schedule.edges, *memory.edges)}
+    happens = tuple(Edge(before=a, after=b)
+                    for a, b in sorted(named, key=lambda e: (rank[e[1]], rank[e[0]])))
+    step = max((op.end for op in ops), default=0.0)
+    bound = schedule.bound
+    busy = {op.name: op.end - op.start for op in ops if op.name in rank}
+    retimed = bool(memory.ops)
+    summary = Summary(
+        strategy=schedule.strategy, step_seconds=step, lower_bound_seconds=bound.seconds,
+        ratio=step / bound.seconds if bound.seconds else 1.0,
+        critical_path_seconds=bound.critical_path, area_bound_seconds=bound.area,
+        allotment_bound_seconds=bound.allotment, cut_bound_seconds=bound.cut,
+        utilization=(_stream_busy(ops, busy) / step if step else 0.0) if retimed
+        else schedule.utilization,
+        mean_corun=(sum(busy.values()) / step if step else 0.0) if retimed
+        else schedule.mean_corun,
+        ops=len(ops), analytical_signatures=schedule.analytical_signatures,
+        memory=memory.summary)
+    table = model.table
+    provenance = PlanProvenance(
+        graph_sha256=digest(graph.to_json()), target_sha256=target.digest(),
+        costs_sha256=digest(table.to_json()) if table is not None else "",
+        options=options.model_dump(mode="json"), tool=f"planner {__version__}")
+    return Plan(graph=graph, kind=graph.kind, backend=schedule.backend,
+                target=BACKENDS[schedule.backend].resources(target), ops=ops,
+                happens_before=happens, tensors=memory.tensors,
+                memory=MemoryPlan(ops=memory.inserted, convs=memory.convs), summary=summary,
+                provenance=provenance)
+
+
+def _stream_busy(ops: tuple[OpPlan, ...], busy: dict[str, float]) -> float:
+    # A re-timed GPU step: the compute stream's busy time.
+    return sum(busy[op.name] for op in ops if op.stream == STREAMS[0])

@@ -1,0 +1,131 @@
+"""The Schedule record: what either scheduler decides, before memory planning.
+
+Both schedulers return one: `cpu_schedule` (planner.schedule.cpu) places every op on logical
+CPUs with a thread count, `stream_schedule` (planner.schedule.streams) on a GPU stream. An op
+has `cpus` *or* a `stream`, never both, and the record says which backend it is for:
+
+    Schedule(backend="cpu", strategy="optimized",
+             ops=(ScheduledOp(name="conv1", op="Conv2D", cpus=(0, 1), threads=2, start=0.0,
+                              end=3e-3, ...), ...),
+             edges=(Edge(before="conv1", after="relu1"), ...),      # what the executor enforces
+             bound=Bound(seconds=..., critical_path=..., ...))
+
+Times are predicted seconds from the step's start (half-open intervals). `edges` hold every
+ordering the executor enforces (data and in-place dependencies, and "the previous op on one of
+my CPUs" or "on my stream"): memory planning relies on them, never on predicted times.
+
+Example:
+    >>> op = ScheduledOp(name="a", op="Relu", cpus=(0, 2), threads=2, start=0.0, end=1e-6)
+    >>> op.cores_text, op.lane
+    ('0,2', 'cpus 0,2')
+    >>> ScheduledOp(name="b", op="Relu", stream="compute", start=0.0, end=1e-6).lane
+    'stream compute'
+"""
+
+from __future__ import annotations
+
+from pydantic import Field, model_validator
+
+from planner.records import Backend, CpuId, Record, Seconds, Stream
+from planner.target.records import Affinity
+
+
+class Edge(Record):
+    """`before` ends before `after` starts; the executor enforces it."""
+
+    before: str
+    after: str
+
+
+class ScheduledOp(Record):
+    """One op's placement: on logical CPUs (CPU backend) or on a stream (GPU)."""
+
+    name: str = Field(min_length=1)
+    op: str = Field(min_length=1)
+    # CPU: the logical CPUs its threads run on, one per thread (sibling hyper-threads when
+    # `smt`). GPU: () and the stream it is issued to.
+    cpus: tuple[CpuId, ...] = ()
+    stream: Stream = ""
+    threads: int = Field(default=1, ge=1)
+    affinity: Affinity = "compact"
+    # Runs on hyper-thread siblings of cores that another concurrent op also uses (Strategy 4).
+    smt: bool = False
+    # Ops of one group run as one parallel loop over the group's CPUs ("" = on its own).
+    group: str = ""
+    # Ops that must end before this one starts, by name (data and in-place dependencies).
+    deps: tuple[str, ...] = ()
+    start: Seconds = Field(ge=0)
+    end: Seconds = Field(ge=0)
+
+    @model_validator(mode="after")
+    def _one_place(self) -> ScheduledOp:
+        if bool(self.cpus) == bool(self.stream):
+            raise ValueError(f"op {self.name!r}: give either cpus (CPU) or stream (GPU), "
+                             f"not {'both' if self.cpus else 'neither'}")
+        return self
+
+    @property
+    def cores_text(self) -> str:
+        """CPU ids as ranges: `0-3,8`."""
+        return cpu_ranges(self.cpus)
+
+    @property
+    def lane(self) -> str:
+        """Where it runs, for people: `cpus 0-3` or `stream compute`."""
+        return f"cpus {self.cores_text}" if self.cpus else f"stream {self.stream}"
+
+
+class Bound(Record):
+    """Lower bounds on the step time (seconds); `seconds` is the largest, a proven bound.
+    CPU schedules: planner.schedule.bound's four terms. Stream schedules: every compute op at
+    its fastest algorithm, one after another (one compute stream)."""
+
+    seconds: Seconds
+    critical_path: Seconds
+    area: Seconds
+    allotment: Seconds = 0.0
+    cut: Seconds = 0.0
+
+
+class Schedule(Record):
+    """Ops in execution order with their places and predicted times (module docstring)."""
+
+    backend: Backend
+    strategy: str
+    ops: tuple[ScheduledOp, ...]
+    edges: tuple[Edge, ...] = ()
+    bound: Bound
+    # Busy core-seconds / (cores x step) of the physical cores (GPU: of the compute stream).
+    utilization: float = 0.0
+    # Seed 002 Fig. 4: ops running, averaged over the start and finish events.
+    mean_corun: float = 0.0
+    # Signatures the cost table lacked, priced by the analytical model.
+    analytical_signatures: int = 0
+
+    @model_validator(mode="after")
+    def _placed_for_backend(self) -> Schedule:
+        field = "cpus" if self.backend == "cpu" else "stream"
+        for op in self.ops:
+            if not getattr(op, field):
+                raise ValueError(f"{self.backend} schedule: op {op.name!r} has no {field}")
+        return self
+
+    @property
+    def step_seconds(self) -> Seconds:
+        return max((op.end for op in self.ops), default=0.0)
+
+
+def cpu_ranges(cpus: tuple[int, ...]) -> str:
+    """`(0, 1, 2, 5)` -> `'0-2,5'`."""
+    parts: list[str] = []
+    run: list[int] = []
+    for c in sorted(cpus):
+        if run and c == run[-1] + 1:
+            run.append(c)
+            continue
+        if run:
+            parts.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
+        run = [c]
+    if run:
+        parts.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
+    return ",".join(parts)
