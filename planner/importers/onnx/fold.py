@@ -120,7 +120,7 @@ def _one_node_model(node: onnx.NodeProto, arrays: Sequence[np.ndarray | None],
 def _output_sizes(model: onnx.ModelProto, count: int) -> list[int | None]:
     """Element counts of the node's outputs by onnx's shape inference (None: unknown)."""
     try:
-        inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
+        inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False)
     except Exception:
         return [None] * count
     sizes: list[int | None] = []

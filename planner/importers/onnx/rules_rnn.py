@@ -155,11 +155,14 @@ def _pick(n: NodeCtx, v: Value, d: int, shape: list[int]) -> Value:
 
 
 def _initial(n: NodeCtx, k: int, d: int, batch: int, hidden: int) -> Value:
-    """Initial H or C of direction d: input k (D, N, H), or zeros."""
+    """Initial H or C of direction d: input k (D, N, H; layout=1: N, D, H), or zeros."""
     if not n.has_input(k):
         return Const.of(n.imp.fresh(f"{n.label}/initial_{k}"),
                         np.zeros((batch, hidden), dtype=n.type(0).dtype), origin="constant")
-    return _pick(n, n.value(k), d, [batch, hidden])
+    v = n.value(k)
+    if n.attr("layout", 0):
+        v = n.emit1("Transpose", [v], {"perm": [1, 0, 2]})
+    return _pick(n, v, d, [batch, hidden])
 
 
 def _bind_stacked(n: NodeCtx, k: int, parts: list[Value | None], axis: int,
