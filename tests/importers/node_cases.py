@@ -57,6 +57,7 @@ class Outcome:
     worst: float = np.inf                  # largest |got - want| / (rtol |want| + atol)
     graph: Graph | None = field(default=None, repr=False, compare=False)
     params: dict = field(default_factory=dict, repr=False, compare=False)
+    feeds: dict = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def imported(self) -> bool:
@@ -124,7 +125,7 @@ def outcome(case: NodeCase) -> Outcome:
                            f"{list(value.shape)}, expected {want.dtype}{list(want.shape)}",
                            graph=graph, params=params)
         worst = max(worst, excess(value, want, RTOL.get(case.name, 1e-5)))
-    return Outcome(case.name, worst=worst, graph=graph, params=params)
+    return Outcome(case.name, worst=worst, graph=graph, params=params, feeds=feeds)
 
 
 def excess(got: np.ndarray, want: np.ndarray, rtol: float = 1e-5) -> float:
