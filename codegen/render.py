@@ -189,7 +189,8 @@ def _describe(graph: Graph, roles: tuple[str, ...], skip_updates: bool = False) 
 
 def encode_attrs(graph: Graph, node: Node) -> str:
     """The node's attrs, every one spelled out, as `key=v1,v2;key=v` (sorted keys), plus what
-    the kernels need precomputed (a Slice's per-axis begin and step).
+    the kernels need precomputed (a Slice's per-axis begin and step). An absent optional attr
+    (None: Clip's missing bound, CausalMask's -inf) is left out; kernels test `has(key)`.
 
     >>> from planner.graph.ir import Node
     >>> encode_attrs(None, Node(name="r", op="LeakyRelu", attrs={"alpha": 0.2}))
@@ -200,7 +201,8 @@ def encode_attrs(graph: Graph, node: Node) -> str:
     if op.kernel_attrs is not None:
         ins = [TensorType(graph.tensor(t).shape, graph.tensor(t).dtype) for t in node.inputs]
         attrs = {**attrs, **op.kernel_attrs(ins, attrs)}
-    return ";".join(f"{k}={_value(node, k, v)}" for k, v in sorted(attrs.items()))
+    return ";".join(f"{k}={_value(node, k, v)}" for k, v in sorted(attrs.items())
+                    if v is not None)
 
 
 def _value(node: Node, key: str, v: Any) -> str:

@@ -54,7 +54,7 @@ if TYPE_CHECKING:
 def _binary(name: str, fn: Callable[[np.ndarray, np.ndarray], np.ndarray], gradient,
             doc: str, float_only: bool = False) -> None:
     register(OpDef(
-        name=name, arity=2,
+        name=name, arity=2, cost_class="elementwise",
         infer=binary_infer(name, float_only),
         flops=elementwise_flops(1),
         reference=lambda xs, a: [fn(xs[0], xs[1])],
@@ -125,7 +125,7 @@ def _extremum_grad(larger: bool):
 
 for _name, _larger in (("MaxGrad", True), ("MinGrad", False)):
     register(OpDef(
-        name=_name, arity=3,
+        name=_name, arity=3, cost_class="elementwise",
         infer=_extremum_grad_infer(_name),
         flops=elementwise_flops(3),
         reference=_extremum_grad(_larger),
@@ -194,7 +194,7 @@ def _prelu_gradient(g: GradBuilder, node: Node, grads: list[str | None]) -> list
 
 
 register(OpDef(
-    name="PRelu", arity=2,
+    name="PRelu", arity=2, cost_class="elementwise",
     infer=_prelu_infer,
     flops=elementwise_flops(2),
     reference=_prelu,
@@ -203,7 +203,7 @@ register(OpDef(
 ))
 
 register(OpDef(
-    name="PReluGrad", arity=3,
+    name="PReluGrad", arity=3, cost_class="reduction",
     infer=_prelu_grad_infer,
     flops=lambda ins, outs, a: 4 * outs[0].size,
     reference=_prelu_grad,

@@ -130,7 +130,7 @@ def _erf_gradient(g: GradBuilder, node: Node, grads: list[str | None]) -> list[s
 _APPROXIMATE = {"approximate": Attr("str", "none")}
 
 register(OpDef(
-    name="Erf", arity=1,
+    name="Erf", arity=1, cost_class="elementwise",
     infer=_erf_infer,
     flops=elementwise_flops(1),
     reference=lambda xs, a: [erf(xs[0])],
@@ -139,7 +139,7 @@ register(OpDef(
 ))
 
 register(OpDef(
-    name="Gelu", arity=1, attrs=_APPROXIMATE,
+    name="Gelu", arity=1, attrs=_APPROXIMATE, cost_class="elementwise",
     infer=_gelu_infer,
     flops=elementwise_flops(5),
     reference=_gelu,
@@ -148,7 +148,7 @@ register(OpDef(
 ))
 
 register(OpDef(
-    name="GeluGrad", arity=2, attrs=_APPROXIMATE,
+    name="GeluGrad", arity=2, attrs=_APPROXIMATE, cost_class="elementwise",
     infer=_gelu_grad_infer,
     flops=elementwise_flops(9),
     reference=_gelu_grad,

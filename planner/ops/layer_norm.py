@@ -140,7 +140,7 @@ def _gradient(g: GradBuilder, node: Node, grads: list[str | None]) -> list[str |
 
 
 register(OpDef(
-    name="LayerNorm", arity=None, min_inputs=2, attrs=LN_ATTRS,
+    name="LayerNorm", arity=None, min_inputs=2, attrs=LN_ATTRS, cost_class="reduction",
     infer=_infer,
     flops=lambda ins, outs, a: 8 * ins[0].size,
     reference=_reference,
@@ -150,7 +150,7 @@ register(OpDef(
 ))
 
 register(OpDef(
-    name="LayerNormGrad", arity=5, attrs=LN_ATTRS,
+    name="LayerNormGrad", arity=5, attrs=LN_ATTRS, cost_class="reduction",
     infer=_grad_infer,
     flops=lambda ins, outs, a: 11 * ins[0].size,
     reference=_grad_reference,

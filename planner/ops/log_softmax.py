@@ -58,7 +58,7 @@ def _gradient(g: GradBuilder, node: Node, grads: list[str | None]) -> list[str |
 
 
 register(OpDef(
-    name="LogSoftmax", arity=1, attrs={"axis": Attr("int", -1)},
+    name="LogSoftmax", arity=1, attrs={"axis": Attr("int", -1)}, cost_class="reduction",
     infer=_infer,
     flops=elementwise_flops(5),
     reference=_reference,

@@ -79,7 +79,7 @@ def _where_gradient(g: GradBuilder, node: Node, grads: list[str | None]) -> list
 
 
 register(OpDef(
-    name="Where", arity=3,
+    name="Where", arity=3, cost_class="elementwise",
     infer=_where_infer,
     flops=elementwise_flops(1),
     reference=_where,
@@ -115,7 +115,7 @@ def _mask_gradient(g: GradBuilder, node: Node, grads: list[str | None]) -> list[
 
 
 register(OpDef(
-    name="CausalMask", arity=1, attrs={"value": Attr("float", None)},
+    name="CausalMask", arity=1, attrs={"value": Attr("float", None)}, cost_class="elementwise",
     infer=_mask_infer,
     flops=elementwise_flops(1),
     reference=_mask,

@@ -120,7 +120,7 @@ def _grad_reference(xs: list[np.ndarray], a: Attrs) -> list[np.ndarray]:
 
 
 register(OpDef(
-    name="Pad", arity=1, attrs=PAD_ATTRS,
+    name="Pad", arity=1, attrs=PAD_ATTRS, cost_class="data-movement",
     infer=_pad_infer,
     flops=zero_flops,
     reference=_pad_reference,
@@ -129,7 +129,7 @@ register(OpDef(
 ))
 
 register(OpDef(
-    name="PadGrad", arity=1,
+    name="PadGrad", arity=1, cost_class="scatter",
     attrs={**PAD_ATTRS, "input_shape": Attr("ints", required=True)},
     infer=_grad_infer,
     flops=lambda ins, outs, a: ins[0].size,

@@ -187,7 +187,7 @@ def _grad_op_rule(grad_op: str):
 def _unary(name: str, reference: Reference, flops: int, gradient, doc: str,
            attrs: dict[str, Attr] | None = None, float_only: bool = True) -> None:
     register(OpDef(
-        name=name, arity=1, attrs=attrs or {},
+        name=name, arity=1, attrs=attrs or {}, cost_class="elementwise",
         infer=_unary_infer(name, float_only),
         flops=elementwise_flops(flops),
         reference=reference,
@@ -199,7 +199,7 @@ def _unary(name: str, reference: Reference, flops: int, gradient, doc: str,
 def _grad_op(name: str, reference: Reference, flops: int, attrs: dict[str, Attr],
              doc: str) -> None:
     register(OpDef(
-        name=name, arity=2, attrs=attrs,
+        name=name, arity=2, attrs=attrs, cost_class="elementwise",
         infer=_grad_infer(name),
         flops=elementwise_flops(flops),
         reference=reference,

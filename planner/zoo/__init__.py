@@ -31,6 +31,7 @@ from planner.zoo.lenet import lenet
 from planner.zoo.lstm import lstm
 from planner.zoo.mlp import mlp
 from planner.zoo.resnet import resnet
+from planner.zoo.transformer import bert, gpt
 from planner.zoo.vgg import vgg16
 from planner.zoo.wide_deep import wide_deep
 
@@ -38,7 +39,7 @@ __all__ = ["MODELS", "ZooError", "build", "from_spec", "parse_spec"]
 
 MODELS: dict[str, Callable[..., Graph]] = {
     f.__name__: f for f in (mlp, lenet, alexnet, vgg16, resnet, inception_v3, densenet,
-                            wide_deep, dcgan, lstm)
+                            wide_deep, dcgan, lstm, gpt, bert)
 }
 
 PREFIX = "zoo:"

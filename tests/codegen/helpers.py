@@ -49,8 +49,14 @@ def start_state(graph: Graph, seed: int = 1) -> dict[str, np.ndarray]:
 
 
 def rel_error(got: np.ndarray, want: np.ndarray) -> float:
-    """max |got - want| / max |want| (0 for empty or all-zero references that match)."""
+    """max |got - want| / max |want| (0 for empty or all-zero references that match), over the
+    finite elements of `want`; inf where NaN or infinities differ (a masked score is -inf)."""
     got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
+    special = ~np.isfinite(want)
+    if special.any():
+        if not np.array_equal(got[special], want[special], equal_nan=True):
+            return float("inf")
+        got, want = got[~special], want[~special]
     if want.size == 0:
         return 0.0
     scale = np.max(np.abs(want))

@@ -118,3 +118,35 @@ def test_forward_runs_inference_plans_only(ex, mlp_inference_module, mlp_graph):
     np.testing.assert_allclose(logits, want, rtol=1e-5, atol=1e-6)
     with pytest.raises(ValueError, match="forward\\(\\) runs inference plans"):
         ex.forward(random_feeds(mlp_graph, seed=1))
+
+
+def test_step_before_parameters_are_loaded_raises(mlp_module, mlp_graph):
+    ex = mlp_module.Executor()
+    with pytest.raises(RuntimeError, match=r"parameters not loaded: 'fc1/weight'.*"
+                                           r"Executor\(init=True\)"):
+        ex.step(random_feeds(mlp_graph, seed=1))
+
+
+def test_load_params_requires_every_parameter_unless_partial(mlp_module, mlp_graph):
+    state = init_params(mlp_graph, seed=0)
+    ex = mlp_module.Executor()
+    partial = {k: v for k, v in state.items() if k != "fc2/bias"}
+    with pytest.raises(ValueError, match="load_params: missing 'fc2/bias'.*partial=True"):
+        ex.load_params(partial)
+    ex.load_params(partial, partial=True)
+    with pytest.raises(RuntimeError, match="parameters not loaded: 'fc2/bias'"):
+        ex.step(random_feeds(mlp_graph, seed=1))
+    ex.load_params({"fc2/bias": state["fc2/bias"]}, partial=True)
+    feeds = random_feeds(mlp_graph, seed=1)
+    want, _ = train_step(mlp_graph, feeds, state)
+    np.testing.assert_allclose(ex.step(feeds)["loss"], want["loss"], rtol=1e-5)
+
+
+def test_executor_init_draws_from_the_graph_init_hints(mlp_module, mlp_graph):
+    ex = mlp_module.Executor(init=True, seed=3)
+    state = init_params(mlp_graph, seed=3)
+    for name, value in ex.params().items():
+        np.testing.assert_array_equal(value, state[name])
+    feeds = random_feeds(mlp_graph, seed=1)
+    want, _ = train_step(mlp_graph, feeds, state)
+    np.testing.assert_allclose(ex.step(feeds)["loss"], want["loss"], rtol=1e-5)

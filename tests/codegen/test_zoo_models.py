@@ -41,8 +41,10 @@ MODELS = {
     "wide_deep": dict(batch=8, tables=3, vocab=[20], dim=4, dense=5, hidden=[16, 8]),
     "dcgan": dict(batch=4, image=16, nz=8, width=0.125),
     "lstm": dict(batch=2, seq=3, hidden=8, layers=2, vocab=20),
+    "gpt": dict(batch=2, seq=8, dim=16, heads=2, layers=2, vocab=23),
+    "bert": dict(batch=2, seq=8, dim=16, heads=2, layers=2, vocab=23),
 }
-END_TO_END = {"mlp", "lenet", "alexnet", "resnet", "wide_deep", "dcgan", "lstm"}
+END_TO_END = {"mlp", "lenet", "alexnet", "resnet", "wide_deep", "dcgan", "lstm", "gpt", "bert"}
 SLOW = {"inception_v3", "densenet", "alexnet"}
 
 

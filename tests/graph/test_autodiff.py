@@ -330,6 +330,8 @@ SMALL_MODELS = {
     "wide_deep": dict(batch=4, tables=3, vocab=[10], dim=2, dense=3, hidden=[4]),
     "dcgan": dict(batch=2, image=8, nz=4, width=0.0625),
     "lstm": dict(batch=2, seq=3, hidden=4, vocab=7, layers=2, dropout=0.3),
+    "gpt": dict(batch=2, seq=4, dim=8, heads=2, layers=2, vocab=7),
+    "bert": dict(batch=2, seq=4, dim=8, heads=2, layers=2, vocab=7),
 }
 
 

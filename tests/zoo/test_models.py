@@ -21,6 +21,8 @@ SMALL = {
     "wide_deep": dict(batch=4, tables=5, vocab=[7, 3, 5, 2, 9], dim=3, hidden=[8, 4]),
     "dcgan": dict(batch=2, image=8, width=0.0625, nz=4),
     "lstm": dict(batch=2, seq=3, hidden=4, vocab=11),
+    "gpt": dict(batch=2, seq=4, dim=8, heads=2, layers=1, vocab=11),
+    "bert": dict(batch=2, seq=4, dim=8, heads=2, layers=1, vocab=11),
 }
 EXTRA_SMALL = [
     ("resnet", dict(batch=2, image=16, width=0.0625, depth=50, classes=5)),

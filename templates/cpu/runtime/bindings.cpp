@@ -174,8 +174,9 @@ NB_MODULE(planner_cpu_rt, m) {
       .def_prop_ro("name", [](const Executor& ex) { return std::string(ex.schedule().name); })
       .def_prop_ro("kind", [](const Executor& ex) { return std::string(ex.schedule().kind); })
       .def("load_params",
-           [](Executor& ex, nb::dict values) {
+           [](Executor& ex, nb::dict values, bool partial) {
              std::vector<std::pair<int, planner::Array>> checked;
+             std::vector<int> given;
              for (auto [key, value] : values) {
                std::string name = nb::cast<std::string>(key);
                int id = ex.tensor_index(name);
@@ -188,11 +189,23 @@ NB_MODULE(planner_cpu_rt, m) {
                  throw nb::value_error(("parameter '" + name + "' is not an array").c_str());
                planner::check(ex, id, a, "parameter");
                checked.emplace_back(id, a);
+               given.push_back(id);
              }
-             for (auto& [id, a] : checked)
+             const std::vector<std::string> absent = ex.missing(given);
+             if (!partial && !absent.empty())
+               throw nb::value_error(("load_params: missing " + planner::name_list(absent) +
+                                      "; pass every parameter and state tensor, or "
+                                      "partial=True to load some now and the rest later")
+                                         .c_str());
+             for (auto& [id, a] : checked) {
                planner::copy_in(ex.data(id), a, planner::dtype_bytes(ex.tensor(id).dtype));
+               ex.mark_loaded(id);
+             }
            },
-           "values"_a, "Copy parameters (and state) in; every name and shape is checked first.")
+           "values"_a, "partial"_a = false,
+           "Copy parameters (and state) in; every name and shape is checked first. Every "
+           "parameter and state tensor is required unless partial=True; optimizer state may be "
+           "left out (it starts at zero).")
       .def("params",
            [](nb::handle self, bool copy) {
              Executor& ex = nb::cast<Executor&>(self);
@@ -245,4 +258,11 @@ NB_MODULE(planner_cpu_rt, m) {
            },
            "Per-op mean measured seconds and call counts, arena and scratch bytes.")
       .def("reset_stats", &Executor::reset_stats);
+  m.def("kernel_ops",
+        []() {
+          std::vector<std::string> names;
+          for (const auto& kv : planner::registry()) names.push_back(kv.first);
+          return names;
+        },
+        "The op types this runtime has kernels for (sorted).");
 }

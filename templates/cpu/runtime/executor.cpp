@@ -3,6 +3,7 @@
 #include <dlfcn.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
@@ -23,6 +24,12 @@ const Registry& registry() {
     add_loss_kernels(reg);
     add_optim_kernels(reg);
     add_dropout_kernels(reg);
+    add_math_kernels(reg);
+    add_broadcast_kernels(reg);
+    add_pad_kernels(reg);
+    add_layer_norm_kernels(reg);
+    add_max_pool_kernels(reg);
+    add_softmax_kernels(reg);
     return reg;
   }();
   return r;
@@ -89,6 +96,17 @@ Executor::Executor(const std::string& schedule_path)
   ptr_.resize(s.num_tensors);
   for (int i = 0; i < s.num_tensors; ++i) ptr_[i] = arena_ + s.tensors[i].offset;
   stats_.assign(s.num_ops, OpStats{});
+  loaded_.assign(s.num_tensors, 0);
+}
+
+std::vector<std::string> Executor::missing(const std::vector<int>& also_given) const {
+  std::vector<std::string> out;
+  for (int i = 0; i < s_->num_tensors; ++i) {
+    if (!required(s_->tensors[i]) || loaded_[i]) continue;
+    if (std::find(also_given.begin(), also_given.end(), i) == also_given.end())
+      out.push_back(s_->tensors[i].name);
+  }
+  return out;
 }
 
 Executor::~Executor() {
@@ -113,8 +131,20 @@ void Executor::bind(int id, char* p) {
     if (root_[i] == id) ptr_[i] = target;
 }
 
+std::string name_list(const std::vector<std::string>& names) {
+  std::string out;
+  for (size_t k = 0; k < names.size() && k < 5; ++k) out += (k ? ", '" : "'") + names[k] + "'";
+  if (names.size() > 5) out += ", ... (" + std::to_string(names.size()) + " in all)";
+  return out;
+}
+
 void Executor::step() {
   const Schedule& s = *s_;
+  const std::vector<std::string> absent = missing();
+  if (!absent.empty())
+    throw std::runtime_error("parameters not loaded: " + name_list(absent) +
+                             "; call load_params first (or create the executor with "
+                             "Executor(init=True) to start from the graph's init hints)");
   char* scratch = arena_ + (arena_bytes_ - scratch_bytes_);
   int saved_threads = omp_get_max_threads();
   for (int k = 0; k < s.num_ops; ++k) {

@@ -16,6 +16,9 @@ struct OpStats {
   int64_t calls = 0;
 };
 
+// "'a', 'b', ... (n in all)": names for an error message.
+std::string name_list(const std::vector<std::string>& names);
+
 class Executor {
  public:
   // Loads the schedule library at `path` (a shared library exporting planner_schedule).
@@ -34,6 +37,15 @@ class Executor {
   void bind(int id, char* p);
   // Run every op in plan order; per-op times go to stats. Throws naming the op on failure.
   void step();
+
+  // Parameters and state (roles param, state) must be loaded before the first step; optimizer
+  // state may be left out: it starts at zero (every optimizer's initial value), like the arena.
+  static bool required(const TensorSpec& t) {
+    return (t.role == PARAM || t.role == STATE) && t.updates < 0;
+  }
+  void mark_loaded(int id) { loaded_[id] = 1; }
+  // Names of required tensors not loaded yet, in schedule order.
+  std::vector<std::string> missing(const std::vector<int>& also_given = {}) const;
 
   const std::vector<OpStats>& op_stats() const { return stats_; }
   int64_t steps() const { return steps_; }
@@ -54,6 +66,7 @@ class Executor {
   int64_t arena_bytes_ = 0;         // tensors + scratch
   int64_t scratch_bytes_ = 0;
   std::vector<OpStats> stats_;
+  std::vector<char> loaded_;        // per tensor: written by load_params
   int64_t steps_ = 0;
 };
 

@@ -89,6 +89,12 @@ void add_embedding_kernels(Registry& r);
 void add_loss_kernels(Registry& r);
 void add_optim_kernels(Registry& r);
 void add_dropout_kernels(Registry& r);
+void add_math_kernels(Registry& r);
+void add_broadcast_kernels(Registry& r);
+void add_pad_kernels(Registry& r);
+void add_layer_norm_kernels(Registry& r);
+void add_max_pool_kernels(Registry& r);
+void add_softmax_kernels(Registry& r);
 
 const Registry& registry();
 

@@ -1,5 +1,6 @@
 // Small pieces shared by the plain-loop kernels.
 #pragma once
+#include <algorithm>
 #include <cstring>
 
 #include "kernel.h"
@@ -30,6 +31,105 @@ inline void require_f32(const Node& n) {
 inline int norm_axis(int64_t axis, size_t rank) {
   int r = static_cast<int>(rank == 0 ? 1 : rank);
   return static_cast<int>((axis % r + r) % r);
+}
+
+}  // namespace planner
+
+namespace planner {
+
+// y[i] = f(x[i]): a float32 element-wise loop. The functors here follow the numpy reference
+// element by element, NaN and infinities included (what oneDNN's eltwise does not promise).
+template <class F>
+class Map1 : public Kernel {
+ public:
+  Map1(const Node& n, F f) : x_(n.in[0].id), y_(n.out[0].id), size_(n.out[0].size()), f_(f) {
+    require_f32(n);
+  }
+  void run(const Run& r) override {
+    const float* x = r.at<float>(x_);
+    float* y = r.at<float>(y_);
+    const int64_t size = size_;
+#pragma omp parallel for
+    for (int64_t i = 0; i < size; ++i) y[i] = f_(x[i]);
+  }
+
+ private:
+  int x_, y_;
+  int64_t size_;
+  F f_;
+};
+
+// dx[i] = f(dy[i], x[i]) for two inputs of one shape (the gradient ops taking [dy, x]).
+template <class F>
+class Map2 : public Kernel {
+ public:
+  Map2(const Node& n, F f)
+      : a_(n.in[0].id), b_(n.in[1].id), y_(n.out[0].id), size_(n.out[0].size()), f_(f) {
+    require_f32(n);
+  }
+  void run(const Run& r) override {
+    const float* a = r.at<float>(a_);
+    const float* b = r.at<float>(b_);
+    float* y = r.at<float>(y_);
+    const int64_t size = size_;
+#pragma omp parallel for
+    for (int64_t i = 0; i < size; ++i) y[i] = f_(a[i], b[i]);
+  }
+
+ private:
+  int a_, b_, y_;
+  int64_t size_;
+  F f_;
+};
+
+template <class F> KernelPtr map1(const Node& n, F f) { return std::make_unique<Map1<F>>(n, f); }
+template <class F> KernelPtr map2(const Node& n, F f) { return std::make_unique<Map2<F>>(n, f); }
+
+// numpy broadcasting of several inputs to one output shape, walked row by row: the output is
+// `rows` rows of `inner` elements (its last axis); per input, the element offset of a row's
+// start and the step along the row (0 where that input broadcasts along the last axis).
+class Broadcast {
+ public:
+  Broadcast(const Shape& out, const std::vector<Shape>& ins) : out_(out.empty() ? Shape{1} : out) {
+    const size_t rank = out_.size();
+    for (const Shape& s : ins) {
+      Shape padded(rank - std::min(rank, s.size()), 1);
+      padded.insert(padded.end(), s.begin(), s.end());
+      Shape strides(rank, 0);
+      int64_t m = 1;
+      for (int k = static_cast<int>(rank) - 1; k >= 0; --k) {
+        strides[k] = padded[k] == 1 ? 0 : m;
+        m *= padded[k];
+      }
+      strides_.push_back(strides);
+    }
+    inner_ = out_.back();
+    rows_ = inner_ ? numel(out_) / inner_ : 0;
+  }
+  int64_t rows() const { return rows_; }
+  int64_t inner() const { return inner_; }
+  // Step along the last axis of input k: 0 or 1.
+  int64_t step(size_t k) const { return strides_[k].back(); }
+  // Offset of input k's element at the start of output row `row`.
+  int64_t offset(size_t k, int64_t row) const {
+    int64_t off = 0;
+    for (int a = static_cast<int>(out_.size()) - 2; a >= 0; --a) {
+      off += (row % out_[a]) * strides_[k][a];
+      row /= out_[a];
+    }
+    return off;
+  }
+
+ private:
+  Shape out_;
+  std::vector<Shape> strides_;
+  int64_t rows_ = 0, inner_ = 1;
+};
+
+inline std::vector<Shape> shapes_of(const std::vector<TensorRef>& ts) {
+  std::vector<Shape> out;
+  for (const TensorRef& t : ts) out.push_back(t.shape);
+  return out;
 }
 
 }  // namespace planner

@@ -1,6 +1,10 @@
-// Activations and their gradients, Neg and Scale (oneDNN eltwise forward/backward), Softmax
-// and SoftmaxGrad (oneDNN softmax forward/backward). Gradients that take the forward output y
-// use oneDNN's *_use_dst_for_bwd algorithms, which read exactly what the graph keeps.
+// Activations and their gradients, Neg, Scale and unary math with oneDNN eltwise forward /
+// backward (Log, Sqrt, Abs, Softplus = soft_relu with alpha 1, Elu), SoftmaxGrad with oneDNN's
+// softmax backward. Gradients that take the forward output y use oneDNN's *_use_dst_for_bwd
+// algorithms, which read exactly what the graph keeps.
+// Where oneDNN's answer for NaN or +-inf differs from the numpy reference, the op is a loop
+// instead: Relu, ReluGrad, LeakyReluGrad, Exp, EluGrad, Gelu, GeluGrad (math.cpp), Softmax and
+// LogSoftmax (softmax.cpp); tests/codegen/test_op_kernels.py checks every kernel on NaN and inf.
 #include "../dnnl_kernel.h"
 #include "../loops.h"
 
@@ -33,7 +37,6 @@ KernelPtr eltwise_bwd(const Node& n, alg a, float alpha, bool uses_dst) {
   return k;
 }
 
-KernelPtr relu(const Node& n) { return eltwise_fwd(n, alg::eltwise_relu, 0.f, 0.f); }
 KernelPtr leaky_relu(const Node& n) {
   return eltwise_fwd(n, alg::eltwise_relu, static_cast<float>(n.attrs.f("alpha")), 0.f);
 }
@@ -44,23 +47,17 @@ KernelPtr scale(const Node& n) {
   return eltwise_fwd(n, alg::eltwise_linear, static_cast<float>(n.attrs.f("factor")), 0.f);
 }
 
-KernelPtr relu_grad(const Node& n) { return eltwise_bwd(n, alg::eltwise_relu_use_dst_for_bwd, 0.f, true); }
-KernelPtr leaky_relu_grad(const Node& n) {
-  return eltwise_bwd(n, alg::eltwise_relu, static_cast<float>(n.attrs.f("alpha")), false);
-}
 KernelPtr tanh_grad(const Node& n) { return eltwise_bwd(n, alg::eltwise_tanh_use_dst_for_bwd, 0.f, true); }
 KernelPtr sigmoid_grad(const Node& n) {
   return eltwise_bwd(n, alg::eltwise_logistic_use_dst_for_bwd, 0.f, true);
 }
 
-KernelPtr softmax(const Node& n) {
-  auto md = plain_md(n.in[0].shape, n.in[0].dtype);
-  int axis = norm_axis(n.attrs.i("axis"), n.in[0].shape.size());
-  dnnl::softmax_forward::primitive_desc pd(n.engine, prop::forward_training, alg::softmax_accurate,
-                                           md, md, axis, user_scratchpad());
-  auto k = std::make_unique<DnnlKernel>();
-  k->add(dnnl::softmax_forward(pd), pd, {{DNNL_ARG_SRC, n.in[0].id}, {DNNL_ARG_DST, n.out[0].id}});
-  return k;
+KernelPtr log_(const Node& n) { return eltwise_fwd(n, alg::eltwise_log, 0.f, 0.f); }
+KernelPtr sqrt_(const Node& n) { return eltwise_fwd(n, alg::eltwise_sqrt, 0.f, 0.f); }
+KernelPtr abs_(const Node& n) { return eltwise_fwd(n, alg::eltwise_abs, 0.f, 0.f); }
+KernelPtr softplus(const Node& n) { return eltwise_fwd(n, alg::eltwise_soft_relu, 1.f, 0.f); }
+KernelPtr elu(const Node& n) {
+  return eltwise_fwd(n, alg::eltwise_elu, static_cast<float>(n.attrs.f("alpha")), 0.f);
 }
 
 KernelPtr softmax_grad(const Node& n) {
@@ -79,18 +76,19 @@ KernelPtr softmax_grad(const Node& n) {
 }  // namespace
 
 void add_eltwise_kernels(Registry& r) {
-  r["Relu"] = relu;
   r["LeakyRelu"] = leaky_relu;
   r["Tanh"] = tanh_;
   r["Sigmoid"] = sigmoid;
   r["Neg"] = neg;
   r["Scale"] = scale;
-  r["ReluGrad"] = relu_grad;
-  r["LeakyReluGrad"] = leaky_relu_grad;
   r["TanhGrad"] = tanh_grad;
   r["SigmoidGrad"] = sigmoid_grad;
-  r["Softmax"] = softmax;
   r["SoftmaxGrad"] = softmax_grad;
+  r["Log"] = log_;
+  r["Sqrt"] = sqrt_;
+  r["Abs"] = abs_;
+  r["Softplus"] = softplus;
+  r["Elu"] = elu;
 }
 
 }  // namespace planner

@@ -1,5 +1,5 @@
-// Pooling with oneDNN: MaxPool, AvgPool (forward), MaxPoolGrad (forward again, to get the
-// argmax workspace the graph does not keep, then backward), AvgPoolGrad (backward).
+// Average pooling with oneDNN: AvgPool (forward), AvgPoolGrad (backward). MaxPool and
+// MaxPoolGrad are loops in max_pool.cpp.
 // Right/bottom padding is taken from the declared output size, which covers ceil_mode.
 #include "../dnnl_kernel.h"
 
@@ -47,28 +47,7 @@ KernelPtr pool_forward(const Node& n, alg a) {
   return k;
 }
 
-KernelPtr max_pool(const Node& n) { return pool_forward(n, alg::pooling_max); }
 KernelPtr avg_pool(const Node& n) { return pool_forward(n, avg_alg(n)); }
-
-// [dy, x] -> dx: forward (training, into temporaries: y and the argmax workspace), backward.
-KernelPtr max_pool_grad(const Node& n) {
-  const TensorRef &dy = n.in[0], &x = n.in[1], &dx = n.out[0];
-  Window w = window(n, x.shape, dy.shape);
-  auto x_md = plain_md(x.shape, x.dtype);
-  auto y_md = plain_md(dy.shape, dy.dtype);
-  auto fwd = forward_pd(n, alg::pooling_max, prop::forward_training, w, x_md, y_md);
-  dnnl::pooling_backward::primitive_desc bwd(n.engine, alg::pooling_max, x_md, y_md, w.strides,
-                                             w.kernel, w.dilation, w.pad_l, w.pad_r, fwd,
-                                             user_scratchpad());
-  auto k = std::make_unique<DnnlKernel>();
-  int64_t y_tmp = k->temp(fwd.dst_desc().get_size());
-  int64_t ws = k->temp(fwd.workspace_desc().get_size());
-  k->add(dnnl::pooling_forward(fwd), fwd,
-         {{DNNL_ARG_SRC, x.id}, {DNNL_ARG_DST, -1, y_tmp}, {DNNL_ARG_WORKSPACE, -1, ws}});
-  k->add(dnnl::pooling_backward(bwd), bwd,
-         {{DNNL_ARG_DIFF_DST, dy.id}, {DNNL_ARG_WORKSPACE, -1, ws}, {DNNL_ARG_DIFF_SRC, dx.id}});
-  return k;
-}
 
 // [dy] -> dx of shape input_shape.
 KernelPtr avg_pool_grad(const Node& n) {
@@ -88,9 +67,7 @@ KernelPtr avg_pool_grad(const Node& n) {
 }  // namespace
 
 void add_pool_kernels(Registry& r) {
-  r["MaxPool"] = max_pool;
   r["AvgPool"] = avg_pool;
-  r["MaxPoolGrad"] = max_pool_grad;
   r["AvgPoolGrad"] = avg_pool_grad;
 }
 

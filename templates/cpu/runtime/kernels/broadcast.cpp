@@ -1,0 +1,196 @@
+// Broadcasting ops as plain OpenMP loops, row by row over the output (see Broadcast in
+// loops.h): Pow, Max, Min (NaN propagates, as numpy's maximum/minimum; oneDNN's binary max
+// drops it), MaxGrad, MinGrad (torch's tie rule), Where (bool, float32 or int64 condition),
+// PRelu and PReluGrad.
+#include <omp.h>
+
+#include <cmath>
+
+#include "../loops.h"
+
+namespace planner {
+namespace {
+
+// y = f(a, b), numpy broadcasting, float32.
+template <class F>
+class Binary : public Kernel {
+ public:
+  Binary(const Node& n, F f)
+      : a_(n.in[0].id), b_(n.in[1].id), y_(n.out[0].id), bc_(n.out[0].shape, shapes_of(n.in)), f_(f) {
+    require_f32(n);
+  }
+  void run(const Run& r) override {
+    const float* a = r.at<float>(a_);
+    const float* b = r.at<float>(b_);
+    float* y = r.at<float>(y_);
+    const int64_t inner = bc_.inner(), sa = bc_.step(0), sb = bc_.step(1);
+#pragma omp parallel for
+    for (int64_t row = 0; row < bc_.rows(); ++row) {
+      const float* pa = a + bc_.offset(0, row);
+      const float* pb = b + bc_.offset(1, row);
+      float* py = y + row * inner;
+      for (int64_t i = 0; i < inner; ++i) py[i] = f_(pa[i * sa], pb[i * sb]);
+    }
+  }
+
+ private:
+  int a_, b_, y_;
+  Broadcast bc_;
+  F f_;
+};
+
+template <class F> KernelPtr binary(const Node& n, F f) { return std::make_unique<Binary<F>>(n, f); }
+
+KernelPtr pow_(const Node& n) { return binary(n, [](float a, float b) { return std::pow(a, b); }); }
+KernelPtr max_(const Node& n) {
+  return binary(n, [](float a, float b) { return a != a || a > b ? a : b; });
+}
+KernelPtr min_(const Node& n) {
+  return binary(n, [](float a, float b) { return a != a || a < b ? a : b; });
+}
+
+// [dy, a, b] -> [da, db] in dy's shape: dy to the winner, half to each on a tie; a NaN compares
+// neither way, so both get dy (torch.maximum's backward).
+class Extremum : public Kernel {
+ public:
+  Extremum(const Node& n, bool larger)
+      : dy_(n.in[0].id), a_(n.in[1].id), b_(n.in[2].id), da_(n.out[0].id), db_(n.out[1].id),
+        larger_(larger), bc_(n.out[0].shape, shapes_of(n.in)) {
+    require_f32(n);
+  }
+  void run(const Run& r) override {
+    const float* dy = r.at<float>(dy_);
+    const float* a = r.at<float>(a_);
+    const float* b = r.at<float>(b_);
+    float* da = r.at<float>(da_);
+    float* db = r.at<float>(db_);
+    const int64_t inner = bc_.inner(), sa = bc_.step(1), sb = bc_.step(2);
+    const bool larger = larger_;
+#pragma omp parallel for
+    for (int64_t row = 0; row < bc_.rows(); ++row) {
+      const float* pa = a + bc_.offset(1, row);
+      const float* pb = b + bc_.offset(2, row);
+      const int64_t o = row * inner;
+      for (int64_t i = 0; i < inner; ++i) {
+        const float x = pa[i * sa], z = pb[i * sb], g = dy[o + i];
+        const float shared = x == z ? g / 2.f : g;
+        const bool a_loses = larger ? x < z : x > z, b_loses = larger ? x > z : x < z;
+        da[o + i] = a_loses ? 0.f : shared;
+        db[o + i] = b_loses ? 0.f : shared;
+      }
+    }
+  }
+
+ private:
+  int dy_, a_, b_, da_, db_;
+  bool larger_;
+  Broadcast bc_;
+};
+
+KernelPtr max_grad(const Node& n) { return std::make_unique<Extremum>(n, true); }
+KernelPtr min_grad(const Node& n) { return std::make_unique<Extremum>(n, false); }
+
+// y = a where cond != 0 else b; T is the condition's element type, V the branches'.
+template <class T, class V>
+class Where : public Kernel {
+ public:
+  explicit Where(const Node& n)
+      : c_(n.in[0].id), a_(n.in[1].id), b_(n.in[2].id), y_(n.out[0].id),
+        bc_(n.out[0].shape, shapes_of(n.in)) {}
+  void run(const Run& r) override {
+    const T* c = r.at<T>(c_);
+    const V* a = r.at<V>(a_);
+    const V* b = r.at<V>(b_);
+    V* y = r.at<V>(y_);
+    const int64_t inner = bc_.inner(), sc = bc_.step(0), sa = bc_.step(1), sb = bc_.step(2);
+#pragma omp parallel for
+    for (int64_t row = 0; row < bc_.rows(); ++row) {
+      const T* pc = c + bc_.offset(0, row);
+      const V* pa = a + bc_.offset(1, row);
+      const V* pb = b + bc_.offset(2, row);
+      V* py = y + row * inner;
+      for (int64_t i = 0; i < inner; ++i) py[i] = pc[i * sc] != T(0) ? pa[i * sa] : pb[i * sb];
+    }
+  }
+
+ private:
+  int c_, a_, b_, y_;
+  Broadcast bc_;
+};
+
+template <class V>
+KernelPtr where_of(const Node& n) {
+  switch (n.in[0].dtype) {
+    case BOOL: return std::make_unique<Where<bool, V>>(n);
+    case F32: return std::make_unique<Where<float, V>>(n);
+    case I64: return std::make_unique<Where<int64_t, V>>(n);
+  }
+  throw std::runtime_error("Where: the condition must be bool, float32 or int64");
+}
+
+KernelPtr where(const Node& n) {
+  if (n.in[1].dtype == F32) return where_of<float>(n);
+  if (n.in[1].dtype == I64) return where_of<int64_t>(n);
+  throw std::runtime_error("Where: the branches must be float32 or int64");
+}
+
+KernelPtr prelu(const Node& n) {
+  return binary(n, [](float x, float slope) { return x < 0.f ? slope * x : x; });
+}
+
+// [dy, x, slope] -> [dx, dslope]. dslope sums dy * x where x < 0 over the elements each slope
+// value covers: one pass in double in the scratch area, serial (a few parameters, summed in a
+// fixed order), then dx in parallel.
+class PReluGrad : public Kernel {
+ public:
+  explicit PReluGrad(const Node& n)
+      : dy_(n.in[0].id), x_(n.in[1].id), s_(n.in[2].id), dx_(n.out[0].id), ds_(n.out[1].id),
+        slopes_(n.in[2].size()), bc_(n.in[1].shape, {n.in[1].shape, n.in[2].shape}) {
+    require_f32(n);
+  }
+  size_t scratch_bytes() const override { return sizeof(double) * slopes_; }
+  void run(const Run& r) override {
+    const float* dy = r.at<float>(dy_);
+    const float* x = r.at<float>(x_);
+    const float* s = r.at<float>(s_);
+    float* dx = r.at<float>(dx_);
+    float* ds = r.at<float>(ds_);
+    double* acc = reinterpret_cast<double*>(r.scratch);
+    std::fill(acc, acc + slopes_, 0.0);
+    const int64_t inner = bc_.inner(), ss = bc_.step(1);
+    for (int64_t row = 0; row < bc_.rows(); ++row) {
+      const int64_t o = row * inner, so = bc_.offset(1, row);
+      for (int64_t i = 0; i < inner; ++i)
+        if (x[o + i] < 0.f) acc[so + i * ss] += static_cast<double>(dy[o + i]) * x[o + i];
+    }
+    for (int64_t k = 0; k < slopes_; ++k) ds[k] = static_cast<float>(acc[k]);
+#pragma omp parallel for
+    for (int64_t row = 0; row < bc_.rows(); ++row) {
+      const int64_t o = row * inner, so = bc_.offset(1, row);
+      for (int64_t i = 0; i < inner; ++i)
+        dx[o + i] = x[o + i] < 0.f ? s[so + i * ss] * dy[o + i] : dy[o + i];
+    }
+  }
+
+ private:
+  int dy_, x_, s_, dx_, ds_;
+  int64_t slopes_;
+  Broadcast bc_;
+};
+
+KernelPtr prelu_grad(const Node& n) { return std::make_unique<PReluGrad>(n); }
+
+}  // namespace
+
+void add_broadcast_kernels(Registry& r) {
+  r["Pow"] = pow_;
+  r["Max"] = max_;
+  r["Min"] = min_;
+  r["MaxGrad"] = max_grad;
+  r["MinGrad"] = min_grad;
+  r["Where"] = where;
+  r["PRelu"] = prelu;
+  r["PReluGrad"] = prelu_grad;
+}
+
+}  // namespace planner

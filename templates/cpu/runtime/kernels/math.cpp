@@ -1,0 +1,170 @@
+// Element-wise math as plain OpenMP loops, where oneDNN has no algorithm or where its answer for
+// NaN or +-inf differs from the numpy reference: Relu and ReluGrad (oneDNN's relu maps NaN to 0,
+// hiding a diverged run), LeakyReluGrad, Exp (oneDNN's gives NaN for -inf), EluGrad, Gelu and
+// GeluGrad (both forms), Sign, Selu, SeluGrad, Clip, ClipGrad, Erf, CausalMask. Each functor is
+// the reference's formula element by element, in float.
+#include <cmath>
+#include <limits>
+#include <string>
+
+#include "../loops.h"
+
+namespace planner {
+namespace {
+
+KernelPtr relu(const Node& n) {
+  // np.maximum(x, 0): NaN stays NaN.
+  return map1(n, [](float x) { return x > 0.f || x != x ? x : 0.f; });
+}
+
+KernelPtr relu_grad(const Node& n) {
+  // np.where(y > 0, dy, 0)
+  return map2(n, [](float dy, float y) { return y > 0.f ? dy : 0.f; });
+}
+
+KernelPtr leaky_relu_grad(const Node& n) {
+  const float a = static_cast<float>(n.attrs.f("alpha"));
+  return map2(n, [a](float dy, float x) { return x > 0.f ? dy : dy * a; });
+}
+
+KernelPtr exp_(const Node& n) { return map1(n, [](float x) { return std::exp(x); }); }
+
+KernelPtr elu_grad(const Node& n) {
+  const float a = static_cast<float>(n.attrs.f("alpha"));
+  return map2(n, [a](float dy, float x) { return x > 0.f ? dy : dy * a * std::exp(x); });
+}
+
+constexpr float kSqrtHalf = 0.70710678118654752f;     // 1 / sqrt(2)
+constexpr float kInvSqrt2Pi = 0.39894228040143268f;   // 1 / sqrt(2 pi)
+constexpr float kSqrt2OverPi = 0.79788456080286536f;  // sqrt(2 / pi)
+constexpr float kCubic = 0.044715f;
+
+bool tanh_form(const Node& n) {
+  const std::string form = n.attrs.s("approximate");
+  if (form != "none" && form != "tanh")
+    throw std::runtime_error("Gelu: approximate must be none or tanh, got " + form);
+  return form == "tanh";
+}
+
+KernelPtr gelu(const Node& n) {
+  if (tanh_form(n))
+    return map1(n, [](float x) {
+      return 0.5f * x * (1.f + std::tanh(kSqrt2OverPi * (x + kCubic * x * x * x)));
+    });
+  return map1(n, [](float x) { return x * (0.5f * (1.f + std::erf(x * kSqrtHalf))); });
+}
+
+KernelPtr gelu_grad(const Node& n) {
+  if (tanh_form(n))
+    return map2(n, [](float dy, float x) {
+      const float t = std::tanh(kSqrt2OverPi * (x + kCubic * x * x * x));
+      return dy * (0.5f * (1.f + t) +
+                   0.5f * x * (1.f - t * t) * kSqrt2OverPi * (1.f + 3.f * kCubic * x * x));
+    });
+  return map2(n, [](float dy, float x) {
+    const float cdf = 0.5f * (1.f + std::erf(x * kSqrtHalf));
+    return dy * (cdf + x * (std::exp(-0.5f * x * x) * kInvSqrt2Pi));
+  });
+}
+
+KernelPtr sign(const Node& n) {
+  return map1(n, [](float x) { return x > 0.f ? 1.f : x < 0.f ? -1.f : x; });
+}
+
+// Selu's negative branch sees x <= 0 or NaN only, so exp(x) cannot overflow there.
+KernelPtr selu(const Node& n) {
+  const float a = static_cast<float>(n.attrs.f("alpha")), g = static_cast<float>(n.attrs.f("gamma"));
+  return map1(n, [a, g](float x) { return g * (x > 0.f ? x : a * std::expm1(x)); });
+}
+
+KernelPtr selu_grad(const Node& n) {
+  const float a = static_cast<float>(n.attrs.f("alpha")), g = static_cast<float>(n.attrs.f("gamma"));
+  return map2(n, [a, g](float dy, float x) {
+    return g * dy * (x > 0.f ? 1.f : a * std::exp(x));
+  });
+}
+
+// An absent bound is no bound; the flags keep ClipGrad's NaN answer that of the reference
+// (which compares only against bounds that exist).
+struct Bounds {
+  bool has_lo, has_hi;
+  float lo, hi;
+  explicit Bounds(const Node& n)
+      : has_lo(n.attrs.has("min")), has_hi(n.attrs.has("max")),
+        lo(has_lo ? static_cast<float>(n.attrs.f("min")) : 0.f),
+        hi(has_hi ? static_cast<float>(n.attrs.f("max")) : 0.f) {}
+};
+
+KernelPtr clip(const Node& n) {
+  const Bounds b(n);
+  return map1(n, [b](float x) {
+    if (b.has_lo && x < b.lo) return b.lo;
+    if (b.has_hi && x > b.hi) return b.hi;
+    return x;  // NaN too, as np.clip
+  });
+}
+
+KernelPtr clip_grad(const Node& n) {
+  const Bounds b(n);
+  return map2(n, [b](float dy, float x) {
+    const bool keep = (!b.has_lo || x >= b.lo) && (!b.has_hi || x <= b.hi);
+    return keep ? dy : 0.f;
+  });
+}
+
+KernelPtr erf_(const Node& n) { return map1(n, [](float x) { return std::erf(x); }); }
+
+// y = x where column <= row over the last two axes, else `value` (absent: -inf).
+class CausalMask : public Kernel {
+ public:
+  explicit CausalMask(const Node& n) : x_(n.in[0].id), y_(n.out[0].id) {
+    require_f32(n);
+    const Shape& s = n.in[0].shape;
+    rows_ = s[s.size() - 2];
+    cols_ = s[s.size() - 1];
+    mats_ = rows_ * cols_ ? n.in[0].size() / (rows_ * cols_) : 0;
+    value_ = n.attrs.has("value") ? static_cast<float>(n.attrs.f("value"))
+                                  : -std::numeric_limits<float>::infinity();
+  }
+  void run(const Run& r) override {
+    const float* x = r.at<float>(x_);
+    float* y = r.at<float>(y_);
+    const int64_t rows = rows_, cols = cols_, all = mats_ * rows_;
+    const float value = value_;
+#pragma omp parallel for
+    for (int64_t m = 0; m < all; ++m) {
+      const int64_t i = m % rows;
+      const float* xr = x + m * cols;
+      float* yr = y + m * cols;
+      for (int64_t j = 0; j < cols; ++j) yr[j] = j <= i ? xr[j] : value;
+    }
+  }
+
+ private:
+  int x_, y_;
+  int64_t rows_, cols_, mats_;
+  float value_;
+};
+
+KernelPtr causal_mask(const Node& n) { return std::make_unique<CausalMask>(n); }
+
+}  // namespace
+
+void add_math_kernels(Registry& r) {
+  r["Relu"] = relu;
+  r["ReluGrad"] = relu_grad;
+  r["LeakyReluGrad"] = leaky_relu_grad;
+  r["Exp"] = exp_;
+  r["EluGrad"] = elu_grad;
+  r["Gelu"] = gelu;
+  r["GeluGrad"] = gelu_grad;
+  r["Sign"] = sign;
+  r["Selu"] = selu;
+  r["SeluGrad"] = selu_grad;
+  r["Clip"] = clip;
+  r["ClipGrad"] = clip_grad;
+  r["Erf"] = erf_;
+  r["CausalMask"] = causal_mask;
+}
+
+}  // namespace planner

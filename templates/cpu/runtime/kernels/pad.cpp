@@ -1,0 +1,116 @@
+// Pad and PadGrad as plain loops. Per axis, a table built at load gives the input index each
+// output position copies (-1: the constant), the same mapping the numpy reference takes from
+// np.pad of an index range; rows along the last axis then read through it.
+//   Pad      out = in[src] (or value), rows in parallel
+//   PadGrad  dx = 0, then dx[src] += dy for every copied element: serial, since reflect and
+//            edge copy one input element to several outputs (a rarely large op)
+#include <omp.h>
+
+#include <cstring>
+
+#include "../loops.h"
+
+namespace planner {
+namespace {
+
+std::vector<int64_t> source_table(int64_t n, int64_t before, int64_t after, const std::string& mode) {
+  std::vector<int64_t> src(n + before + after);
+  for (int64_t o = 0; o < static_cast<int64_t>(src.size()); ++o) {
+    int64_t i = o - before;
+    if (mode == "constant") {
+      src[o] = i >= 0 && i < n ? i : -1;
+    } else if (mode == "edge") {
+      src[o] = i < 0 ? 0 : i >= n ? n - 1 : i;
+    } else if (mode == "reflect") {  // the shape rule keeps pads below n: one reflection
+      src[o] = i < 0 ? -i : i >= n ? 2 * (n - 1) - i : i;
+    } else {
+      throw std::runtime_error("Pad: unknown mode " + mode);
+    }
+  }
+  return src;
+}
+
+class Pad : public Kernel {
+ public:
+  Pad(const Node& n, bool grad)
+      : grad_(grad), in_(n.in[0].id), out_(n.out[0].id) {
+    require_f32(n);
+    small_ = grad ? n.out[0].shape : n.in[0].shape;
+    big_ = grad ? n.in[0].shape : n.out[0].shape;
+    if (small_.empty()) small_ = big_ = {1};
+    const size_t rank = small_.size();
+    const std::vector<int64_t> pads = n.attrs.ints("pads");
+    const std::string mode = n.attrs.s("mode");
+    value_ = static_cast<float>(n.attrs.f("value"));
+    for (size_t a = 0; a < rank; ++a) {
+      const int64_t before = a < pads.size() ? pads[a] : 0;
+      const int64_t after = rank + a < pads.size() ? pads[rank + a] : 0;
+      table_.push_back(source_table(small_[a], before, after, mode));
+    }
+    strides_.assign(rank, 1);
+    for (int a = static_cast<int>(rank) - 2; a >= 0; --a) strides_[a] = strides_[a + 1] * small_[a + 1];
+    inner_ = big_.back();
+    rows_ = inner_ ? numel(big_) / inner_ : 0;
+  }
+  void run(const Run& r) override {
+    if (grad_) {
+      scatter(r.at<float>(in_), r.at<float>(out_));
+    } else {
+      gather(r.at<float>(in_), r.at<float>(out_));
+    }
+  }
+
+ private:
+  // Offset of the input row that big row `row` copies, or -1 when the row is all constant.
+  int64_t base(int64_t row) const {
+    int64_t off = 0;
+    bool constant = false;
+    for (int a = static_cast<int>(big_.size()) - 2; a >= 0; --a) {
+      const int64_t s = table_[a][row % big_[a]];
+      row /= big_[a];
+      if (s < 0) constant = true;
+      off += s * strides_[a];
+    }
+    return constant ? -1 : off;
+  }
+  void gather(const float* x, float* y) const {
+    const std::vector<int64_t>& last = table_.back();
+    const int64_t inner = inner_;
+#pragma omp parallel for
+    for (int64_t row = 0; row < rows_; ++row) {
+      const int64_t b = base(row);
+      float* py = y + row * inner;
+      for (int64_t i = 0; i < inner; ++i) py[i] = b < 0 || last[i] < 0 ? value_ : x[b + last[i]];
+    }
+  }
+  void scatter(const float* dy, float* dx) const {
+    std::memset(dx, 0, sizeof(float) * numel(small_));
+    const std::vector<int64_t>& last = table_.back();
+    for (int64_t row = 0; row < rows_; ++row) {
+      const int64_t b = base(row);
+      if (b < 0) continue;
+      const float* p = dy + row * inner_;
+      for (int64_t i = 0; i < inner_; ++i)
+        if (last[i] >= 0) dx[b + last[i]] += p[i];
+    }
+  }
+
+  bool grad_;
+  int in_, out_;
+  Shape small_, big_, strides_;
+  std::vector<std::vector<int64_t>> table_;
+  int64_t inner_ = 1, rows_ = 0;
+  float value_ = 0.f;
+};
+
+KernelPtr pad(const Node& n) { return std::make_unique<Pad>(n, false); }
+KernelPtr pad_grad(const Node& n) { return std::make_unique<Pad>(n, true); }
+
+}  // namespace
+
+void add_pad_kernels(Registry& r) {
+  r["Pad"] = pad;
+  r["PadGrad"] = pad_grad;
+}
+
+}  // namespace planner

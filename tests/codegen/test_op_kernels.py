@@ -1,0 +1,275 @@
+"""Every CPU kernel against its op's numpy reference, one op at a time, on clean inputs and on
+inputs holding NaN, +inf and -inf: the executor must give NaN, inf and finite values exactly
+where the float32 reference does (a kernel that turns NaN into a number hides a diverged run),
+and the finite values within float32 error of the float64 reference.
+
+All cases are nodes of one inference graph (inputs named per case), so one plan and one build
+cover them. The table must cover every op the CPU executor supports, and the built runtime's
+kernel registry must list exactly codegen.support.CPU_OPS.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from codegen.support import CPU_OPS
+from planner.graph import GraphBuilder, check_graph
+from planner.ops import get_op
+from tests.codegen.helpers import build_module
+
+# Input kinds: N normal, P positive (variances, counts), U in (0, 1), ("ids", bound), B bool.
+N, P, U, B = "normal", "positive", "unit", "bool"
+
+
+def ids(bound):
+    return ("ids", bound)
+
+
+X4 = (2, 3, 4, 5)
+POOL = {"kernel": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}
+CONV = {"strides": [2, 1], "pads": [1, 0, 1, 1], "groups": 1}
+LN = {"axis": -1, "epsilon": 1e-5}
+
+# op -> list of (input (shape, kind) pairs, attrs)
+CASES: dict[str, list[tuple]] = {
+    "Abs": [([((3, 8), N)], {})],
+    "Exp": [([((3, 8), N)], {})],
+    "Log": [([((3, 8), N)], {})],      # negative inputs: NaN in both
+    "Sqrt": [([((3, 8), N)], {})],
+    "Sign": [([((3, 8), N)], {})],
+    "Softplus": [([((3, 8), N)], {})],
+    "Elu": [([((3, 8), N)], {"alpha": 0.7})],
+    "EluGrad": [([((3, 8), N), ((3, 8), N)], {"alpha": 0.7})],
+    "Selu": [([((3, 8), N)], {})],
+    "SeluGrad": [([((3, 8), N), ((3, 8), N)], {})],
+    "Clip": [([((3, 8), N)], {"min": -0.5, "max": 0.6}), ([((3, 8), N)], {"max": 0.1})],
+    "ClipGrad": [([((3, 8), N), ((3, 8), N)], {"min": -0.5, "max": 0.6}),
+                 ([((3, 8), N), ((3, 8), N)], {"min": 0.0})],
+    "Erf": [([((3, 8), N)], {})],
+    "Gelu": [([((3, 8), N)], {}), ([((3, 8), N)], {"approximate": "tanh"})],
+    "GeluGrad": [([((3, 8), N), ((3, 8), N)], {}),
+                 ([((3, 8), N), ((3, 8), N)], {"approximate": "tanh"})],
+    "Relu": [([((3, 8), N)], {})],
+    "ReluGrad": [([((3, 8), N), ((3, 8), N)], {})],
+    "LeakyRelu": [([((3, 8), N)], {"alpha": 0.2})],
+    "LeakyReluGrad": [([((3, 8), N), ((3, 8), N)], {"alpha": 0.2})],
+    "Tanh": [([((3, 8), N)], {})],
+    "TanhGrad": [([((3, 8), N), ((3, 8), N)], {})],
+    "Sigmoid": [([((3, 8), N)], {})],
+    "SigmoidGrad": [([((3, 8), N), ((3, 8), N)], {})],
+    "Neg": [([((3, 8), N)], {})],
+    "Scale": [([((3, 8), N)], {"factor": -1.5})],
+    "Softmax": [([((3, 8), N)], {}), ([((2, 5, 3), N)], {"axis": 1})],
+    "SoftmaxGrad": [([((3, 8), N), ((3, 8), U)], {})],
+    "LogSoftmax": [([((3, 8), N)], {}), ([((2, 5, 3), N)], {"axis": 1})],
+    "Add": [([((3, 8), N), ((8,), N)], {}), ([((3, 1), N), ((3, 8), N)], {})],
+    "Sub": [([((3, 8), N), ((3, 1), N)], {})],
+    "Mul": [([((2, 3, 8), N), ((3, 1), N)], {})],
+    "Div": [([((3, 8), N), ((3, 8), N)], {})],
+    "AddN": [([((3, 8), N), ((3, 8), N), ((3, 8), N)], {})],
+    "BiasAdd": [([(X4, N), ((3,), N)], {})],
+    "BiasAddGrad": [([(X4, N)], {})],
+    "Pow": [([((3, 8), P), ((8,), N)], {}), ([((3, 8), N), ((1,), N)], {})],
+    "Max": [([((3, 8), N), ((3, 1), N)], {})],
+    "Min": [([((3, 8), N), ((8,), N)], {})],
+    "MaxGrad": [([((3, 8), N), ((3, 8), N), ((3, 1), N)], {})],
+    "MinGrad": [([((3, 8), N), ((8,), N), ((3, 8), N)], {})],
+    "Where": [([((3, 8), B), ((3, 8), N), ((8,), N)], {}),
+              ([((3, 1), ids(2)), ((3, 8), N), ((3, 8), N)], {}),
+              ([((8,), N), ((3, 8), N), ((1,), N)], {})],
+    "PRelu": [([(X4, N), ((3, 1, 1), N)], {})],
+    "PReluGrad": [([(X4, N), (X4, N), ((3, 1, 1), N)], {})],
+    "Pad": [([((3, 4), N)], {"pads": [1, 0, 2, 3], "value": 0.5}),
+            ([((3, 4), N)], {"pads": [2, 1, 1, 3], "mode": "reflect"}),
+            ([((2, 3, 4), N)], {"pads": [0, 1, 2, 1, 0, 3], "mode": "edge"})],
+    "PadGrad": [([((6, 7), N)], {"pads": [1, 0, 2, 3], "input_shape": [3, 4]}),
+                ([((6, 8), N)], {"pads": [2, 1, 1, 3], "mode": "reflect",
+                                 "input_shape": [3, 4]}),
+                ([((3, 7), N)], {"pads": [0, 2, 0, 1], "mode": "edge", "input_shape": [3, 4]})],
+    "LayerNorm": [([((2, 3, 8), N), ((8,), N), ((8,), N)], LN),
+                  ([((2, 3, 4), N), ((3, 4), N)], {"axis": 1, "epsilon": 1e-3})],
+    "LayerNormGrad": [([((2, 3, 8), N), ((2, 3, 8), N), ((8,), N), ((2, 3, 1), N),
+                        ((2, 3, 1), P)], LN)],
+    "CausalMask": [([((2, 4, 4), N)], {}), ([((3, 5), N)], {"value": -2.0})],
+    "MatMul": [([((3, 4), N), ((4, 5), N)], {}),
+               ([((2, 3, 4, 5), N), ((3, 6, 5), N)], {"transpose_b": True}),
+               ([((2, 4, 3), N), ((2, 4, 5), N)], {"transpose_a": True})],
+    "ReduceSum": [([((2, 3, 4), N)], {"axes": [1]})],
+    "ReduceMean": [([((2, 3, 4), N)], {"axes": [0, 2], "keepdims": True})],
+    "GlobalAvgPool": [([(X4, N)], {})],
+    "MaxPool": [([(X4, N)], POOL), ([((1, 2, 5, 5), N)], {"kernel": [2, 2], "strides": [2, 2],
+                                                          "ceil_mode": True})],
+    "MaxPoolGrad": [([((2, 3, 2, 3), N), (X4, N)], POOL)],
+    "AvgPool": [([(X4, N)], POOL)],
+    "AvgPoolGrad": [([((2, 3, 2, 3), N)], {**POOL, "input_shape": list(X4)})],
+    "Conv2D": [([(X4, N), ((4, 3, 3, 2), N)], CONV)],
+    "Conv2DBackpropInput": [([((2, 4, 2, 5), N), ((4, 3, 3, 2), N)],
+                             {**CONV, "input_shape": list(X4)})],
+    "Conv2DBackpropFilter": [([(X4, N), ((2, 4, 2, 5), N)],
+                              {**CONV, "filter_shape": [4, 3, 3, 2]})],
+    "ConvTranspose2D": [([((1, 4, 3, 3), N), ((4, 3, 3, 3), N)],
+                         {"strides": [2, 2], "pads": [1, 0, 1, 1]})],
+    "BatchNorm": [([(X4, N), ((3,), N), ((3,), N), ((3,), N), ((3,), P)], {}),
+                  ([(X4, N), ((3,), N), ((3,), N), ((3,), N), ((3,), P)], {"training": False})],
+    "BatchNormGrad": [([(X4, N), (X4, N), ((3,), N), ((3,), N), ((3,), P)], {})],
+    "LRN": [([((1, 5, 2, 2), N)], {"size": 3, "alpha": 0.5, "bias": 2.0})],
+    "LRNGrad": [([((1, 5, 2, 2), N), ((1, 5, 2, 2), N), ((1, 5, 2, 2), N)],
+                 {"size": 3, "alpha": 0.5, "bias": 2.0})],
+    "Reshape": [([((2, 6), N)], {"shape": [3, -1]})],
+    "Flatten": [([(X4, N)], {})],
+    "Transpose": [([((2, 3, 4), N)], {"perm": [2, 0, 1]})],
+    "Expand": [([((3, 1), N)], {"shape": [2, 3, 4]})],
+    "Slice": [([((4, 5), N)], {"starts": [1, 0], "ends": [3, 10], "axes": [0, 1],
+                               "steps": [1, 2]})],
+    "SliceGrad": [([((2, 3), N)], {"starts": [1, 0], "ends": [3, 10], "axes": [0, 1],
+                                   "steps": [1, 2], "input_shape": [4, 5]})],
+    "Split": [([((2, 5), N)], {"axis": 1, "sizes": [2, 3]})],
+    "Concat": [([((2, 3), N), ((2, 1), N)], {"axis": 1})],
+    "Embedding": [([((6, 4), N), ((2, 3), ids(6))], {})],
+    "EmbeddingGrad": [([((2, 3), ids(6)), ((2, 3, 4), N)], {"num_embeddings": 6})],
+    "SoftmaxCrossEntropy": [([((4, 5), N), ((4,), ids(5))], {})],
+    "SoftmaxCrossEntropyGrad": [([((), N), ((4, 5), N), ((4,), ids(5))], {})],
+    "SigmoidBCE": [([((4, 5), N), ((4, 5), U)], {})],
+    "SigmoidBCEGrad": [([((), N), ((4, 5), N), ((4, 5), U)], {})],
+    "MSE": [([((4, 5), N), ((4, 5), N)], {})],
+    "MSEGrad": [([((), N), ((4, 5), N), ((4, 5), N)], {})],
+    "SGD": [([((3, 4), N), ((3, 4), N)], {"lr": 0.1, "weight_decay": 0.01})],
+    "ApplyMomentum": [([((3, 4), N), ((3, 4), N), ((3, 4), N)], {"lr": 0.1})],
+    "ApplyAdam": [([((3, 4), N), ((3, 4), N), ((3, 4), N), ((3, 4), U), ((), P)],
+                  {"lr": 0.1})],
+    "Increment": [([((), N)], {})],
+    "Fill": [([], {"shape": [2, 3], "value": 1.5})],
+    "Zeros": [([], {"shape": [2, 3]})],
+    "Dropout": [([((4, 8), N)], {"rate": 0.3, "seed": 5}),
+                ([((4, 8), N), ((), ids(7))], {"rate": 0.5})],
+    "DropoutGrad": [([((4, 8), N)], {"rate": 0.3, "seed": 5})],
+}
+
+POISON = (np.nan, np.inf, -np.inf)
+
+# Inputs not poisoned, and why:
+UNPOISONED = {
+    # The reference multiplies the zero padding by every weight (dy), so a NaN or inf there
+    # reaches border outputs that a convolution skipping the padding (oneDNN, PyTorch) never
+    # computes from it.
+    "Conv2D": {1},
+    "Conv2DBackpropFilter": {1},
+    # The kernel hands oneDNN the variance 1 / invstd^2 - eps, which has no value for an
+    # infinite invstd (a saved statistic, never a user's input).
+    "BatchNormGrad": {4},
+}
+
+
+def _derived(op, attrs, xs):
+    """Inputs that must be consistent with the others: LRNGrad's y is LRN(x), which its kernel
+    recomputes from x."""
+    if op == "LRNGrad":
+        opdef = get_op("LRN")
+        with np.errstate(all="ignore"):
+            xs[2] = opdef.reference([xs[1]], opdef.normalize_attrs(attrs))[0]
+    return xs
+
+
+def _value(shape, kind, rng):
+    if kind == N:
+        return rng.standard_normal(shape).astype(np.float32)
+    if kind == P:
+        return rng.uniform(0.5, 2.0, shape).astype(np.float32)
+    if kind == U:
+        return rng.uniform(0.05, 0.95, shape).astype(np.float32)
+    if kind == B:
+        return rng.integers(0, 2, shape).astype(bool)
+    return rng.integers(0, kind[1], shape).astype(np.int64)
+
+
+def _poisoned(x, rng):
+    """x with NaN, +inf and -inf at random positions (as many as fit)."""
+    x = x.copy()
+    spots = rng.permutation(x.size)[:len(POISON)]
+    for spot, v in zip(spots, POISON, strict=False):
+        x.reshape(-1)[spot] = v
+    return x
+
+
+def _variants():
+    """(label, op, attrs, inputs): each case clean, then with each float input poisoned."""
+    rng = np.random.default_rng(0)
+    out = []
+    for op, cases in sorted(CASES.items()):
+        for k, (specs, attrs) in enumerate(cases):
+            xs = _derived(op, attrs, [_value(s, kind, rng) for s, kind in specs])
+            out.append((f"{op}.{k}", op, attrs, xs))
+            for j, x in enumerate(xs):
+                if x.dtype == np.float32 and x.size and j not in UNPOISONED.get(op, ()):
+                    bad = list(xs)
+                    bad[j] = _poisoned(x, rng)
+                    out.append((f"{op}.{k}.nan{j}", op, attrs, _derived(op, attrs, bad)))
+    return out
+
+
+VARIANTS = _variants()
+
+
+@pytest.fixture(scope="module")
+def executed(tmp_path_factory):
+    """Every variant's outputs from one executor; and the runtime module's kernel list."""
+    b = GraphBuilder("op_kernels")
+    outs: dict[str, list[str]] = {}
+    feeds = {}
+    for label, op, attrs, xs in VARIANTS:
+        names = []
+        for j, x in enumerate(xs):
+            names.append(b.input(f"{label}/x{j}", x.shape, str(x.dtype)))
+            feeds[names[-1]] = x
+        with b.scope(label):
+            outs[label] = b.op_n(op, names, attrs)
+    graph = check_graph(b.build(outputs=[o for v in outs.values() for o in v]))
+    module = build_module(graph, tmp_path_factory.mktemp("ops") / "op_kernels")
+    got = module.Executor().forward(feeds)
+    return {label: [got[o] for o in names] for label, names in outs.items()}, module
+
+
+def test_the_cases_cover_every_cpu_op():
+    assert set(CASES) == set(CPU_OPS), sorted(set(CPU_OPS) ^ set(CASES))
+
+
+def test_runtime_registers_exactly_the_supported_ops(executed):
+    _, module = executed
+    assert sorted(module.kernel_ops()) == sorted(CPU_OPS)
+
+
+def _f64(x):
+    return x.astype(np.float64) if x.dtype == np.float32 else x
+
+
+@pytest.mark.parametrize("label,op,attrs,xs", VARIANTS, ids=[v[0] for v in VARIANTS])
+def test_kernel_matches_reference(label, op, attrs, xs, executed):
+    results, _ = executed
+    opdef = get_op(op)
+    full = opdef.normalize_attrs(attrs)
+    with np.errstate(all="ignore"):
+        single = opdef.reference(list(xs), full)
+        exact = opdef.reference([_f64(x) for x in xs], full)
+    for k, (got, near, want) in enumerate(zip(results[label], single, exact, strict=True)):
+        got, near = np.asarray(got), np.asarray(near)
+        assert got.shape == near.shape and got.dtype == near.dtype, f"output {k}"
+        if got.dtype.kind != "f":
+            assert np.array_equal(got, near), f"output {k}"
+            continue
+        # NaN and infinities exactly where the float32 reference has them
+        assert np.array_equal(np.isnan(got), np.isnan(near)), \
+            f"output {k}: NaN at {np.argwhere(np.isnan(got) != np.isnan(near))[:4].tolist()}"
+        inf = np.isinf(near)
+        assert np.array_equal(got[inf], near[inf]), f"output {k}: infinities differ"
+        finite = np.isfinite(near) & np.isfinite(want)
+        if not finite.any():
+            continue
+        want = np.asarray(want, np.float64)[finite]
+        scale = max(float(np.abs(want).max()), 1e-30)
+        err = float(np.abs(got[finite] - want).max()) / scale
+        floor = 10 * float(np.abs(near[finite] - want).max()) / scale
+        # float32 kernels: a few ulps per element, more where a sum or a library's polynomial
+        # approximation (oneDNN's exp, erf, tanh) enters; numpy's own float32 error x 10 where
+        # that is larger (sums that cancel).
+        assert err <= max(floor, 2e-6 * 8), f"output {k}: rel. error {err:.2e}"
