@@ -19,6 +19,7 @@ from functools import cache
 
 import numpy as np
 import onnx
+import onnx.numpy_helper
 
 from planner.graph import Graph, check_graph
 from planner.graph.interpret import run
@@ -96,13 +97,19 @@ def float32_cases() -> tuple[NodeCase, ...]:
 
 
 @cache
-def outcome(case: NodeCase) -> Outcome:
-    names = [i.name for i in case.model.graph.input
-             if i.name not in {t.name for t in case.model.graph.initializer}]
+def outcome(case: NodeCase, static_ints: bool = False) -> Outcome:
+    """How the case fares. `static_ints`: its small integer inputs (axes, shapes, pads,
+    repeats: at most MAX_STATIC elements) become initializers first, as exporters write
+    them; the planner needs those at import time, and the cases feed them at run time."""
+    model = case.model
+    names = [i.name for i in model.graph.input
+             if i.name not in {t.name for t in model.graph.initializer}]
     feeds = dict(zip(names, case.inputs, strict=False))
+    if static_ints:
+        model, feeds = _ints_as_initializers(model, feeds)
     shapes = {n: list(v.shape) for n, v in feeds.items()}
     try:
-        imported = import_onnx(case.model, input_shapes=shapes)
+        imported = import_onnx(model, input_shapes=shapes)
         graph = check_graph(imported.graph)
         params = imported.params()
     except OnnxImportError as e:
@@ -128,6 +135,21 @@ def outcome(case: NodeCase) -> Outcome:
     return Outcome(case.name, worst=worst, graph=graph, params=params, feeds=feeds)
 
 
+MAX_STATIC = 16
+
+
+def _ints_as_initializers(model: onnx.ModelProto, feeds: dict[str, np.ndarray]
+                          ) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+    static = {n: v for n, v in feeds.items()
+              if v.dtype.kind in "iu" and v.size <= MAX_STATIC}
+    if not static:
+        return model, feeds
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    copy.graph.initializer.extend(onnx.numpy_helper.from_array(v, n) for n, v in static.items())
+    return copy, {n: v for n, v in feeds.items() if n not in static}
+
+
 def excess(got: np.ndarray, want: np.ndarray, rtol: float = 1e-5) -> float:
     """max |got - want| / (rtol |want| + atol): <= 1 passes; atol a few float32 ulps of the
     output's scale; NaNs must sit where expected, infinities must be equal."""
@@ -148,6 +170,7 @@ def excess(got: np.ndarray, want: np.ndarray, rtol: float = 1e-5) -> float:
 
 
 def summary(results: list[Outcome]) -> dict[str, int]:
+    """Counts: cases, imported, pass on the reference."""
     return {"cases": len(results),
             "imported": sum(r.imported for r in results),
             "reference": sum(r.passed for r in results)}

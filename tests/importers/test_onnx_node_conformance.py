@@ -6,6 +6,8 @@ many cases import and pass (bench/bench_onnx_node.py adds the executor's count).
 
 from __future__ import annotations
 
+import pytest
+
 from tests.importers.node_cases import DEVIATIONS, float32_cases, outcome, summary
 
 # Cases that must import and pass: the ops of the CNNs, transformers and RNNs of issue 12.
@@ -19,16 +21,19 @@ REQUIRED = [
     "test_split_equal_parts_1d_opset18",
     "test_transpose_default", "test_lstm_defaults", "test_lstm_with_initial_bias",
     "test_gru_defaults", "test_gru_seq_length", "test_dropout_default",
-    "test_batchnorm_epsilon_training_mode", "test_sce_mean",
+    "test_batchnorm_epsilon_training_mode", "test_sce_mean", "test_hardswish",
+    "test_softsign", "test_reciprocal", "test_mish", "test_celu", "test_hardsigmoid",
 ]
 
 
-def results():
-    return [outcome(c) for c in float32_cases()]
+def results(static_ints: bool = False):
+    return [outcome(c, static_ints) for c in float32_cases()]
 
 
-def test_every_imported_case_matches_its_expected_outputs():
-    failed = [f"{r.case}: {r.error or f'{r.worst:.3g}x the tolerance'}" for r in results()
+@pytest.mark.parametrize("static_ints", [False, True])
+def test_every_imported_case_matches_its_expected_outputs(static_ints):
+    failed = [f"{r.case}: {r.error or f'{r.worst:.3g}x the tolerance'}"
+              for r in results(static_ints)
               if r.imported and not r.passed and r.case not in DEVIATIONS]
     assert failed == []
 
@@ -42,8 +47,11 @@ def test_the_cnn_transformer_and_rnn_cases_pass():
 
 
 def test_summary(capsys):
-    counts = summary(results())
+    counts, static = summary(results()), summary(results(static_ints=True))
     with capsys.disabled():
         print(f"\nONNX node conformance (float32): {counts['cases']} cases, "
-              f"{counts['imported']} import, {counts['reference']} pass on the reference")
+              f"{counts['imported']} import, {counts['reference']} pass on the reference; "
+              f"with small integer inputs as constants {static['imported']} import, "
+              f"{static['reference']} pass")
     assert counts["cases"] > 1000  # onnx 1.23 generates 1224
+    assert static["imported"] >= counts["imported"]

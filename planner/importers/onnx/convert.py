@@ -23,6 +23,7 @@ import onnx
 
 from planner.graph.ir import Graph
 from planner.importers.onnx import (  # noqa: F401  (registering the rules)
+    rules_composite,
     rules_const,
     rules_dense,
     rules_loss,

@@ -298,13 +298,20 @@ def _gather_constant(n: NodeCtx, axis: int, shape: Sequence[int], ids: np.ndarra
         reshape_to(n, sliced, [d for k, d in enumerate(shape) if k != axis])
 
 
+def reduce_attrs(n: NodeCtx) -> dict | None:
+    """The planner attrs of a Reduce* node (axes non-negative, sorted; [] for all), or None
+    when it reduces nothing (no axes and noop_with_empty_axes)."""
+    axes = _axes_input(n, "axes") or []
+    if not axes and n.attr("noop_with_empty_axes", 0):
+        return None
+    return {"axes": sorted(_axes(n, axes, len(n.shape(0)))),
+            "keepdims": bool(n.attr("keepdims", 1))}
+
+
 @rule("ReduceSum", "ReduceMean")
 def reduce(n: NodeCtx) -> None:
-    shape = n.shape(0)
-    axes = _axes_input(n, "axes") or []
-    keepdims = bool(n.attr("keepdims", 1))
-    if not axes and n.attr("noop_with_empty_axes", 0):
+    attrs = reduce_attrs(n)
+    if attrs is None:
         n.bind(0, n.value(0))
-        return
-    attrs = {"axes": sorted(_axes(n, axes, len(shape))), "keepdims": keepdims}
-    n.emit1(n.op_type, [n.value(0)], attrs, output=0)
+    else:
+        n.emit1(n.op_type, [n.value(0)], attrs, output=0)
