@@ -12,9 +12,11 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from planner.graph.interpret import train_step  # noqa: E402
 from tests.importers.torch_models import CLASSES, MODELS  # noqa: E402
 from tests.importers.torch_step import (  # noqa: E402
     export,
+    feeds_of,
     mismatches,
     planner_step,
     torch_step,
@@ -69,6 +71,36 @@ def test_dynamo_export_matches_pytorch(name):
     assert mismatches(ours, f32, f64, compared) == []
 
 
+# Opsets 7-21 through the legacy exporter, for models it exports there: the transformer needs
+# opset 14 (unflatten, scaled_dot_product_attention), the LSTM 9 (opset 7 writes the retired
+# ConstantFill); Dropout says it trains only from opset 12, so models with Dropout are left
+# out below it.
+OPSETS = [(m, o) for m in ("resnet", "shufflenet", "densenet") for o in (7, 9, 11, 13, 15, 21)]
+OPSETS += [("lstm", 9), ("lstm", 21), ("transformer", 14), ("transformer", 21),
+           ("vgg_bn", 12), ("mobilenet", 21)]
+
+
+@pytest.mark.parametrize(("name", "opset"), OPSETS)
+def test_opsets(name, opset):
+    model, x, labels = _case(name)
+    ours, start = planner_step(export(model, torch.from_numpy(x), opset=opset), x, labels)
+    f32 = torch_step(model, x, labels, torch.float32, start)
+    f64 = torch_step(model, x, labels, torch.float64, start)
+    assert mismatches(ours, f32, f64) == []
+
+
+@pytest.mark.parametrize("name", sorted(set(MODELS) - set(DYNAMO_MODELS)))
+def test_dynamo_exports_of_batchnorm_models_train(name):
+    # Their BatchNorm comes out folded into the convolutions: they import and train, as the
+    # inference-mode networks the exporter wrote.
+    pytest.importorskip("onnxscript")
+    model, x, labels = _case(name)
+    graph, state = training_graph(export(model, torch.from_numpy(x), dynamo=True, opset=18))
+    outputs, new = train_step(graph, feeds_of(graph, x, labels), state)
+    assert np.isfinite(outputs["loss"])
+    assert any(not np.array_equal(new[k], state[k]) for k in state)
+
+
 def test_batchnorm_running_statistics_follow_pytorch_train():
     model, x, labels = _case("resnet")
     graph, _ = training_graph(export(model, torch.from_numpy(x)))
@@ -95,3 +127,39 @@ def test_inference_export_trains_with_frozen_statistics():
     graph, _ = training_graph(f.getvalue())
     assert all(not n.attrs["training"] for n in graph.nodes if n.op == "BatchNorm")
     assert not any(t.updates and "running" in t.updates for t in graph.tensors)
+
+
+class _WithLoss(torch.nn.Module):
+    """A model whose forward ends in its loss, as some training exports do."""
+
+    def __init__(self, net):
+        super().__init__()
+        self.net = net
+
+    def forward(self, x, labels):
+        return torch.nn.functional.cross_entropy(self.net(x), labels)
+
+
+def test_export_with_its_loss_trains_without_attaching_one():
+    import io
+
+    from planner.graph import Optimizer, init_params, make_training_graph
+    from planner.importers import import_onnx
+
+    model, x, labels = _case("resnet")
+    f = io.BytesIO()
+    torch.onnx.export(_WithLoss(model).train(), (torch.from_numpy(x), torch.from_numpy(labels)),
+                      f, dynamo=False, opset_version=17, input_names=["images", "labels"],
+                      training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False)
+    imported = import_onnx(f.getvalue())
+    assert [n.op for n in imported.graph.nodes][-1] == "SoftmaxCrossEntropy"
+    assert imported.graph.tensor("labels").role == "label"
+    graph = make_training_graph(imported.graph, Optimizer(kind="sgd", lr=0.1))
+    start = {**init_params(graph), **imported.params()}
+    outputs, new = train_step(graph, {"images": x, "labels": labels}, start)
+    plain = {k.removeprefix("net."): v for k, v in start.items()}
+    f32 = torch_step(model, x, labels, torch.float32, plain)
+    f64 = torch_step(model, x, labels, torch.float64, plain)
+    ours = type(f32)(float(outputs[graph.outputs[0]]),
+                     {k.removeprefix("net."): v for k, v in new.items()})
+    assert mismatches(ours, f32, f64) == []
