@@ -42,11 +42,9 @@ def with_loss(graph: Graph, spec: str | None) -> Graph:
     spec is None); see planner.graph.loss.
 
     >>> from planner.zoo import build
-    >>> g = build("mlp", batch=2, hidden=[4], in_features=3, classes=2)
-    >>> with_loss(g, "cross-entropy:logits")
-    Traceback (most recent call last):
-    ...
-    planner.graph.loss.LossError: graph 'mlp' already has a loss, 'loss'
+    >>> g = build("mlp", batch=2, hidden=[4], in_features=3, classes=2, loss=False)
+    >>> with_loss(g, "cross-entropy:logits").outputs
+    ('loss', 'logits')
     """
     if spec is None:
         return graph
