@@ -253,3 +253,14 @@ def test_layer_normalization_and_gelu():
                                           {"s": rand(8, seed=1), "b": rand(8, seed=2)},
                                           opset=20), {"x": x})
     assert [n.op for n in check_graph(graph).nodes] == ["LayerNorm", "Gelu"]
+
+
+def test_overlong_sequence_is_refused_not_unrolled():
+    from planner.importers.onnx.rules_rnn import MAX_STEPS
+
+    x = (["T", 1, 2], TensorProto.FLOAT)
+    inits = {"w": rand(1, 8, 2), "r": rand(1, 8, 2)}
+    lstm = node("LSTM", ["x", "w", "r"], ["y"], hidden_size=2, name="long")
+    model = make_model([lstm], {"x": x}, ["y"], inits)
+    with pytest.raises(OnnxImportError, match=f"node 'long' \\(LSTM\\): {MAX_STEPS + 1} steps"):
+        load_onnx(model, input_shapes={"x": [MAX_STEPS + 1, 1, 2]})

@@ -27,6 +27,10 @@ from planner.importers.onnx.errors import OnnxImportError, Unsupported
 from planner.importers.onnx.values import Const
 
 GATES = {"LSTM": 4, "GRU": 3}
+
+# Longest unrolling (steps x directions): about 15 ops a cell, so a graph of ~60k ops at most;
+# a sequence declared longer (a hostile or a streaming model) is refused, not unrolled.
+MAX_STEPS = 4096
 DEFAULT_ACTIVATIONS = {"LSTM": ["Sigmoid", "Tanh", "Tanh"], "GRU": ["Sigmoid", "Tanh"]}
 
 
@@ -43,6 +47,9 @@ def recurrent(n: NodeCtx) -> None:
     if n.attr("layout", 0):
         x = n.emit1("Transpose", [x], {"perm": [1, 0, 2]})  # (N, T, I) -> (T, N, I)
     steps, batch, _ = n.type_of(x).shape
+    if steps * len(dirs) > MAX_STEPS:
+        raise OnnxImportError(f"node {n.label!r} ({n.op_type}): {steps} steps x {len(dirs)} "
+                              f"direction(s) would unroll into more than {MAX_STEPS} cells")
     _check_lengths(n, steps, batch)
     ys, hs, cs = [], [], []
     for d, backwards in enumerate(dirs):
