@@ -161,6 +161,10 @@ def test_cli_trains_an_onnx_model_with_a_loss(capsys, tmp_path):
     assert '"SoftmaxCrossEntropy"' in out.read_text() and '"ApplyAdam"' in out.read_text()
     assert main(["graph", str(path), "--train", "sgd", "--loss", "cross-entropy:x"]) == 2
     assert "'x' is not an output" in capsys.readouterr().err
+    plan = tmp_path / "p.plan.json"
+    assert main(["plan", str(path), "--train", "sgd", "--loss", "mse", "--target", "xeon-8180",
+                 "-o", str(plan)]) == 0, capsys.readouterr().err
+    assert '"MSEGrad"' in plan.read_text()
 
 
 def test_integer_shape_arithmetic_is_folded():
