@@ -134,8 +134,11 @@ def dropout(n: NodeCtx) -> None:
 
 def _dropout_ratio(n: NodeCtx) -> float:
     if n.opset >= 12:
-        return float(n.const_array(1, "ratio").reshape(())) if n.has_input(1) else 0.5
-    return float(n.attr("ratio", 0.5))
+        ratio = float(n.const_array(1, "ratio").reshape(())) if n.has_input(1) else 0.5
+    else:
+        ratio = float(n.attr("ratio", 0.5))
+    # 7 significant digits: ONNX stores the ratio as float32 (0.3 arrives as 0.30000001).
+    return float(f"{ratio:.7g}")
 
 
 def _dropout_training(n: NodeCtx) -> bool:
