@@ -2,9 +2,16 @@
 // backward (Log, Sqrt, Abs, Softplus = soft_relu with alpha 1, Elu), SoftmaxGrad with oneDNN's
 // softmax backward. Gradients that take the forward output y use oneDNN's *_use_dst_for_bwd
 // algorithms, which read exactly what the graph keeps.
+// Gelu and GeluGrad (erf or tanh form) read x; Gelu's non-finite inputs are then given the
+// reference's answer (oneDNN's gelu(+inf) is NaN).
 // Where oneDNN's answer for NaN or +-inf differs from the numpy reference, the op is a loop
-// instead: Relu, ReluGrad, LeakyReluGrad, Exp, EluGrad, Gelu, GeluGrad (math.cpp), Softmax and
-// LogSoftmax (softmax.cpp); tests/codegen/test_op_kernels.py checks every kernel on NaN and inf.
+// instead: Relu, ReluGrad, LeakyReluGrad, Exp, EluGrad (math.cpp); Softmax and LogSoftmax fix
+// non-finite rows after oneDNN (softmax.cpp); tests/codegen/test_op_kernels.py checks every
+// kernel on NaN and inf.
+#include <cmath>
+#include <limits>
+#include <string>
+
 #include "../dnnl_kernel.h"
 #include "../loops.h"
 
@@ -60,6 +67,41 @@ KernelPtr elu(const Node& n) {
   return eltwise_fwd(n, alg::eltwise_elu, static_cast<float>(n.attrs.f("alpha")), 0.f);
 }
 
+alg gelu_alg(const Node& n) {
+  const std::string form = n.attrs.s("approximate");
+  if (form == "none") return alg::eltwise_gelu_erf;
+  if (form == "tanh") return alg::eltwise_gelu_tanh;
+  throw std::runtime_error("Gelu: approximate must be none or tanh, got " + form);
+}
+
+// oneDNN's Gelu, then the reference's value where x is not finite: NaN stays NaN, +inf gives
+// +inf (x * 1), -inf gives NaN (-inf * 0).
+class Gelu : public DnnlKernel {
+ public:
+  explicit Gelu(const Node& n) : x_(n.in[0].id), y_(n.out[0].id), size_(n.in[0].size()) {
+    auto md = plain_md(n.in[0].shape, n.in[0].dtype);
+    dnnl::eltwise_forward::primitive_desc pd(n.engine, prop::forward_training, gelu_alg(n), md,
+                                             md, 0.f, 0.f, user_scratchpad());
+    add(dnnl::eltwise_forward(pd), pd, {{DNNL_ARG_SRC, x_}, {DNNL_ARG_DST, y_}});
+  }
+  void run(const Run& r) override {
+    run_all(r);
+    const float* x = r.at<float>(x_);
+    float* y = r.at<float>(y_);
+    const int64_t size = size_;
+#pragma omp parallel for
+    for (int64_t i = 0; i < size; ++i)
+      if (!std::isfinite(x[i])) y[i] = x[i] > 0.f ? x[i] : std::numeric_limits<float>::quiet_NaN();
+  }
+
+ private:
+  int x_, y_;
+  int64_t size_;
+};
+
+KernelPtr gelu(const Node& n) { return std::make_unique<Gelu>(n); }
+KernelPtr gelu_grad(const Node& n) { return eltwise_bwd(n, gelu_alg(n), 0.f, false); }
+
 KernelPtr softmax_grad(const Node& n) {
   auto md = plain_md(n.in[0].shape, n.in[0].dtype);
   int axis = norm_axis(n.attrs.i("axis"), n.in[0].shape.size());
@@ -89,6 +131,8 @@ void add_eltwise_kernels(Registry& r) {
   r["Abs"] = abs_;
   r["Softplus"] = softplus;
   r["Elu"] = elu;
+  r["Gelu"] = gelu;
+  r["GeluGrad"] = gelu_grad;
 }
 
 }  // namespace planner

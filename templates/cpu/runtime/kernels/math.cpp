@@ -1,11 +1,10 @@
 // Element-wise math as plain OpenMP loops, where oneDNN has no algorithm or where its answer for
 // NaN or +-inf differs from the numpy reference: Relu and ReluGrad (oneDNN's relu maps NaN to 0,
-// hiding a diverged run), LeakyReluGrad, Exp (oneDNN's gives NaN for -inf), EluGrad, Gelu and
-// GeluGrad (both forms), Sign, Selu, SeluGrad, Clip, ClipGrad, Erf, CausalMask. Each functor is
-// the reference's formula element by element, in float.
+// hiding a diverged run), LeakyReluGrad, Exp (oneDNN's gives inf for NaN), EluGrad, Sign, Selu,
+// SeluGrad, Clip, ClipGrad, Erf, CausalMask. Each functor is the reference's formula element by
+// element, in float.
 #include <cmath>
 #include <limits>
-#include <string>
 
 #include "../loops.h"
 
@@ -32,39 +31,6 @@ KernelPtr exp_(const Node& n) { return map1(n, [](float x) { return std::exp(x);
 KernelPtr elu_grad(const Node& n) {
   const float a = static_cast<float>(n.attrs.f("alpha"));
   return map2(n, [a](float dy, float x) { return x > 0.f ? dy : dy * a * std::exp(x); });
-}
-
-constexpr float kSqrtHalf = 0.70710678118654752f;     // 1 / sqrt(2)
-constexpr float kInvSqrt2Pi = 0.39894228040143268f;   // 1 / sqrt(2 pi)
-constexpr float kSqrt2OverPi = 0.79788456080286536f;  // sqrt(2 / pi)
-constexpr float kCubic = 0.044715f;
-
-bool tanh_form(const Node& n) {
-  const std::string form = n.attrs.s("approximate");
-  if (form != "none" && form != "tanh")
-    throw std::runtime_error("Gelu: approximate must be none or tanh, got " + form);
-  return form == "tanh";
-}
-
-KernelPtr gelu(const Node& n) {
-  if (tanh_form(n))
-    return map1(n, [](float x) {
-      return 0.5f * x * (1.f + std::tanh(kSqrt2OverPi * (x + kCubic * x * x * x)));
-    });
-  return map1(n, [](float x) { return x * (0.5f * (1.f + std::erf(x * kSqrtHalf))); });
-}
-
-KernelPtr gelu_grad(const Node& n) {
-  if (tanh_form(n))
-    return map2(n, [](float dy, float x) {
-      const float t = std::tanh(kSqrt2OverPi * (x + kCubic * x * x * x));
-      return dy * (0.5f * (1.f + t) +
-                   0.5f * x * (1.f - t * t) * kSqrt2OverPi * (1.f + 3.f * kCubic * x * x));
-    });
-  return map2(n, [](float dy, float x) {
-    const float cdf = 0.5f * (1.f + std::erf(x * kSqrtHalf));
-    return dy * (cdf + x * (std::exp(-0.5f * x * x) * kInvSqrt2Pi));
-  });
 }
 
 KernelPtr sign(const Node& n) {
@@ -156,8 +122,6 @@ void add_math_kernels(Registry& r) {
   r["LeakyReluGrad"] = leaky_relu_grad;
   r["Exp"] = exp_;
   r["EluGrad"] = elu_grad;
-  r["Gelu"] = gelu;
-  r["GeluGrad"] = gelu_grad;
   r["Sign"] = sign;
   r["Selu"] = selu;
   r["SeluGrad"] = selu_grad;

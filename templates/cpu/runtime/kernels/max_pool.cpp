@@ -1,12 +1,18 @@
-// MaxPool and MaxPoolGrad as plain OpenMP loops over NCHW planes (oneDNN's pooling drops NaN,
-// and its backward must first rerun the forward for an argmax workspace the graph does not
-// keep: 2-4x PyTorch's time on googlenet's pools).
+// MaxPool and MaxPoolGrad as plain OpenMP loops (oneDNN's pooling drops NaN, and its backward
+// must first rerun the forward for an argmax workspace the graph does not keep: 2-4x PyTorch's
+// time on googlenet's pools). Semantics are the numpy reference's: padding never wins, a NaN in
+// the window gives NaN, and the gradient goes to the first maximum in row-major tap order (the
+// first NaN if any).
 //
-// Both walk a plane's output row by row with the output column innermost: per kernel tap
-// (kh, kw), the columns whose tap falls inside the input form one contiguous range, found at
-// load, so the inner loop has no bounds checks and vectorizes (stride 1) or strides (stride 2).
-// Semantics are the numpy reference's: padding never wins, a NaN in the window gives NaN, and
-// the gradient goes to the first maximum in row-major tap order (the first NaN if any).
+// Two loop orders, chosen at load by the output width:
+//   rows (ow >= 16)   NCHW planes, output row by row with the column innermost: per kernel tap,
+//                     the columns whose tap is inside the input form one contiguous range found
+//                     at load, so the inner loop has no bounds checks and vectorizes (stride 1)
+//                     or strides (stride 2);
+//   channels (small maps, many channels: googlenet's 14x14 and 7x7 stages) x (and dy) are
+//                     transposed to NHWC in the scratch area, the window loop runs with the
+//                     channel innermost (contiguous, vectorized), and the result is transposed
+//                     back; a 7-wide row would leave the vector units idle.
 #include <omp.h>
 
 #include <algorithm>
@@ -18,16 +24,21 @@
 namespace planner {
 namespace {
 
+constexpr int64_t kWideRow = 16;
+constexpr int64_t kChannelBlock = 64;  // channels per task in the channels-last backward
+constexpr float kLowest = -std::numeric_limits<float>::infinity();
+
 struct Geometry {
-  int64_t planes, ih, iw, oh, ow, kh, kw, sh, sw, dh, dw, pt, pl;
+  int64_t n, c, ih, iw, oh, ow, kh, kw, sh, sw, dh, dw, pt, pl;
   // per tap column kw: the output columns [lo, hi) whose tap is inside the input
   std::vector<int64_t> col_lo, col_hi;
 
-  Geometry(const Node& n, const Shape& x, const Shape& y) {
-    const auto k = n.attrs.ints("kernel"), s = n.attrs.ints("strides"), p = n.attrs.ints("pads");
-    const auto d = n.attrs.has("dilations") ? n.attrs.ints("dilations") : std::vector<int64_t>{1, 1};
-    planes = x[0] * x[1];
-    ih = x[2], iw = x[3], oh = y[2], ow = y[3];
+  Geometry(const Node& node, const Shape& x, const Shape& y) {
+    const auto k = node.attrs.ints("kernel"), s = node.attrs.ints("strides");
+    const auto p = node.attrs.ints("pads");
+    const auto d = node.attrs.has("dilations") ? node.attrs.ints("dilations")
+                                               : std::vector<int64_t>{1, 1};
+    n = x[0], c = x[1], ih = x[2], iw = x[3], oh = y[2], ow = y[3];
     kh = k[0], kw = k[1], sh = s[0], sw = s[1], dh = d[0], dw = d[1], pt = p[0], pl = p[1];
     for (int64_t t = 0; t < kw; ++t) {
       int64_t lo = 0, hi = ow;
@@ -37,109 +48,246 @@ struct Geometry {
       col_hi.push_back(hi);
     }
   }
+  bool channels_last() const { return ow < kWideRow; }
+  int64_t in_area() const { return ih * iw; }
+  int64_t out_area() const { return oh * ow; }
   // Input row of tap row t for output row r, or -1 outside the input.
   int64_t row(int64_t r, int64_t t) const {
     const int64_t h = r * sh - pt + t * dh;
     return h >= 0 && h < ih ? h : -1;
   }
+  int64_t col(int64_t q, int64_t t) const {
+    const int64_t w = q * sw - pl + t * dw;
+    return w >= 0 && w < iw ? w : -1;
+  }
 };
 
 // NaN-propagating max: a NaN, once taken, stays.
 inline float nan_max(float m, float v) { return v > m || v != v ? v : m; }
+// Argmax step: strictly larger keeps the first maximum; a NaN wins once, then stays; the first
+// tap inside the input is taken whatever it holds (-inf too).
+inline bool takes(float v, float best, bool first) {
+  return (v > best) | ((v != v) & (best == best)) | first;
+}
+
+// (n, c, s) <-> (n, s, c) for s in [0, area): NCHW <-> NHWC.
+void to_channels_last(const float* src, float* dst, int64_t n, int64_t c, int64_t area) {
+#pragma omp parallel for collapse(2)
+  for (int64_t b = 0; b < n; ++b)
+    for (int64_t s = 0; s < area; ++s) {
+      const float* from = src + b * c * area + s;
+      float* to = dst + (b * area + s) * c;
+      for (int64_t k = 0; k < c; ++k) to[k] = from[k * area];
+    }
+}
+
+void to_channels_first(const float* src, float* dst, int64_t n, int64_t c, int64_t area) {
+#pragma omp parallel for collapse(2)
+  for (int64_t b = 0; b < n; ++b)
+    for (int64_t k = 0; k < c; ++k) {
+      const float* from = src + b * area * c + k;
+      float* to = dst + (b * c + k) * area;
+      for (int64_t s = 0; s < area; ++s) to[s] = from[s * c];
+    }
+}
 
 class MaxPool : public Kernel {
  public:
-  explicit MaxPool(const Node& n) : x_(n.in[0].id), y_(n.out[0].id), g_(n, n.in[0].shape, n.out[0].shape) {
+  explicit MaxPool(const Node& n)
+      : x_(n.in[0].id), y_(n.out[0].id), g_(n, n.in[0].shape, n.out[0].shape) {
     require_f32(n);
+  }
+  size_t scratch_bytes() const override {
+    if (!g_.channels_last()) return 0;
+    return sizeof(float) * g_.n * g_.c * (g_.in_area() + g_.out_area()) + 64;
   }
   void run(const Run& r) override {
     const float* x = r.at<float>(x_);
     float* y = r.at<float>(y_);
+    if (g_.channels_last()) {
+      float* xt = reinterpret_cast<float*>(r.scratch);
+      float* yt = xt + g_.n * g_.c * g_.in_area();
+      to_channels_last(x, xt, g_.n, g_.c, g_.in_area());
+      channels(xt, yt);
+      to_channels_first(yt, y, g_.n, g_.c, g_.out_area());
+    } else {
+      rows(x, y);
+    }
+  }
+
+ private:
+  void rows(const float* x, float* y) const {
     const Geometry& g = g_;
-    const float lowest = -std::numeric_limits<float>::infinity();
 #pragma omp parallel for collapse(2)
-    for (int64_t p = 0; p < g.planes; ++p) {
+    for (int64_t p = 0; p < g.n * g.c; ++p) {
       for (int64_t orow = 0; orow < g.oh; ++orow) {
-        const float* plane = x + p * g.ih * g.iw;
+        const float* plane = x + p * g.in_area();
         float* out = y + (p * g.oh + orow) * g.ow;
-        std::fill(out, out + g.ow, lowest);
+        std::fill(out, out + g.ow, kLowest);
         for (int64_t th = 0; th < g.kh; ++th) {
           const int64_t h = g.row(orow, th);
           if (h < 0) continue;
-          const float* in = plane + h * g.iw;
           for (int64_t tw = 0; tw < g.kw; ++tw) {
             const int64_t lo = g.col_lo[tw], hi = g.col_hi[tw], sw = g.sw;
-            const float* src = in - g.pl + tw * g.dw;
+            const float* src = plane + h * g.iw - g.pl + tw * g.dw;
 #pragma omp simd
-            for (int64_t c = lo; c < hi; ++c) out[c] = nan_max(out[c], src[c * sw]);
+            for (int64_t q = lo; q < hi; ++q) out[q] = nan_max(out[q], src[q * sw]);
+          }
+        }
+      }
+    }
+  }
+  void channels(const float* xt, float* yt) const {
+    const Geometry& g = g_;
+    const int64_t c = g.c;
+#pragma omp parallel for collapse(2)
+    for (int64_t b = 0; b < g.n; ++b) {
+      for (int64_t o = 0; o < g.out_area(); ++o) {
+        const int64_t orow = o / g.ow, q = o % g.ow;
+        float* out = yt + (b * g.out_area() + o) * c;
+        std::fill(out, out + c, kLowest);
+        for (int64_t th = 0; th < g.kh; ++th) {
+          const int64_t h = g.row(orow, th);
+          if (h < 0) continue;
+          for (int64_t tw = 0; tw < g.kw; ++tw) {
+            const int64_t w = g.col(q, tw);
+            if (w < 0) continue;
+            const float* src = xt + ((b * g.ih + h) * g.iw + w) * c;
+#pragma omp simd
+            for (int64_t k = 0; k < c; ++k) out[k] = nan_max(out[k], src[k]);
           }
         }
       }
     }
   }
 
- private:
   int x_, y_;
   Geometry g_;
 };
 
-// [dy, x] -> dx. Per output row: the first maximum's input offset for every column (per thread
-// buffers in the scratch area), then dy added there; each plane belongs to one thread, so the
-// adds of overlapping windows never race.
+// [dy, x] -> dx: per output, the first maximum's position, then dy added there. Each task owns
+// whole planes (rows) or a block of channels of one sample (channels), so the adds of
+// overlapping windows never race; it zeroes its part of dx first.
 class MaxPoolGrad : public Kernel {
  public:
   explicit MaxPoolGrad(const Node& n)
       : dy_(n.in[0].id), x_(n.in[1].id), dx_(n.out[0].id), team_(std::max(1, n.threads)),
         g_(n, n.in[1].shape, n.in[0].shape) {
     require_f32(n);
+    if (g_.in_area() >= (int64_t{1} << 31)) throw std::runtime_error("MaxPoolGrad: plane too large");
   }
+  // rows: per thread, the best value and its offset for one output row; channels: x, dy and
+  // dx channels-last, then per thread a block's best values and positions.
   size_t scratch_bytes() const override {
-    return static_cast<size_t>(team_) * g_.ow * (sizeof(float) + sizeof(int64_t));
+    const size_t per_thread = g_.channels_last() ? kChannelBlock : g_.ow;
+    size_t bytes = team_ * per_thread * (sizeof(float) + sizeof(int32_t)) + 64;
+    if (g_.channels_last())
+      bytes += sizeof(float) * g_.n * g_.c * (2 * g_.in_area() + g_.out_area());
+    return bytes;
   }
   void run(const Run& r) override {
     const float* dy = r.at<float>(dy_);
     const float* x = r.at<float>(x_);
     float* dx = r.at<float>(dx_);
-    const Geometry& g = g_;
     const int team = std::min(team_, std::max(1, r.threads));
-    std::memset(dx, 0, sizeof(float) * g.planes * g.ih * g.iw);
+    const int64_t per_thread = g_.channels_last() ? kChannelBlock : g_.ow;
+    int32_t* at = reinterpret_cast<int32_t*>(r.scratch);
+    float* best = reinterpret_cast<float*>(at + team * per_thread);
+    if (!g_.channels_last()) return rows(dy, x, dx, team, at, best);
+    const Geometry& g = g_;
+    float* xt = best + team * per_thread;
+    float* dxt = xt + g.n * g.c * g.in_area();
+    float* dyt = dxt + g.n * g.c * g.in_area();
+    to_channels_last(x, xt, g.n, g.c, g.in_area());
+    to_channels_last(dy, dyt, g.n, g.c, g.out_area());
+    channels(dyt, xt, dxt, team, at, best);
+    to_channels_first(dxt, dx, g.n, g.c, g.in_area());
+  }
+
+ private:
+  void rows(const float* dy, const float* x, float* dx, int team, int32_t* at_all,
+            float* best_all) const {
+    const Geometry& g = g_;
 #pragma omp parallel num_threads(team)
     {
       const int t = omp_get_thread_num();
-      int64_t* at = reinterpret_cast<int64_t*>(r.scratch) + static_cast<int64_t>(t) * g.ow;
-      float* best = reinterpret_cast<float*>(r.scratch + sizeof(int64_t) * team * g.ow) +
-                    static_cast<int64_t>(t) * g.ow;
+      int32_t* at = at_all + static_cast<int64_t>(t) * g.ow;
+      float* best = best_all + static_cast<int64_t>(t) * g.ow;
 #pragma omp for schedule(static)
-      for (int64_t p = 0; p < g.planes; ++p) {
-        const float* plane = x + p * g.ih * g.iw;
-        float* dplane = dx + p * g.ih * g.iw;
+      for (int64_t p = 0; p < g.n * g.c; ++p) {
+        const float* plane = x + p * g.in_area();
+        float* dplane = dx + p * g.in_area();
+        std::memset(dplane, 0, sizeof(float) * g.in_area());
         for (int64_t orow = 0; orow < g.oh; ++orow) {
-          std::fill(at, at + g.ow, int64_t{-1});
+          std::fill(at, at + g.ow, -1);
+          std::fill(best, best + g.ow, kLowest);
           for (int64_t th = 0; th < g.kh; ++th) {
             const int64_t h = g.row(orow, th);
             if (h < 0) continue;
             for (int64_t tw = 0; tw < g.kw; ++tw) {
               const int64_t lo = g.col_lo[tw], hi = g.col_hi[tw], sw = g.sw;
-              const int64_t base = h * g.iw - g.pl + tw * g.dw;
+              const int32_t base = static_cast<int32_t>(h * g.iw - g.pl + tw * g.dw);
               const float* src = plane + base;
-              for (int64_t c = lo; c < hi; ++c) {
-                const float v = src[c * sw];
-                // strictly larger keeps the first maximum; a NaN wins once, then stays
-                if (at[c] < 0 || v > best[c] || (v != v && best[c] == best[c])) {
-                  best[c] = v;
-                  at[c] = base + c * sw;
-                }
+#pragma omp simd
+              for (int64_t q = lo; q < hi; ++q) {
+                const float v = src[q * sw];
+                const bool take = takes(v, best[q], at[q] < 0);
+                best[q] = take ? v : best[q];
+                at[q] = take ? base + static_cast<int32_t>(q * sw) : at[q];
               }
             }
           }
-          const float* g_row = dy + (p * g.oh + orow) * g.ow;
-          for (int64_t c = 0; c < g.ow; ++c) dplane[at[c]] += g_row[c];
+          const float* grad = dy + (p * g.oh + orow) * g.ow;
+          for (int64_t q = 0; q < g.ow; ++q) dplane[at[q]] += grad[q];
         }
       }
     }
   }
 
- private:
+  void channels(const float* dyt, const float* xt, float* dxt, int team, int32_t* at_all,
+                float* best_all) const {
+    const Geometry& g = g_;
+    const int64_t c = g.c, blocks = (c + kChannelBlock - 1) / kChannelBlock;
+#pragma omp parallel num_threads(team)
+    {
+      const int t = omp_get_thread_num();
+      int32_t* at = at_all + static_cast<int64_t>(t) * kChannelBlock;
+      float* best = best_all + static_cast<int64_t>(t) * kChannelBlock;
+#pragma omp for schedule(static)
+      for (int64_t task = 0; task < g.n * blocks; ++task) {
+        const int64_t b = task / blocks, k0 = (task % blocks) * kChannelBlock;
+        const int64_t width = std::min(kChannelBlock, c - k0);
+        const float* xs = xt + b * g.in_area() * c + k0;
+        float* dxs = dxt + b * g.in_area() * c + k0;
+        for (int64_t s = 0; s < g.in_area(); ++s) std::fill(dxs + s * c, dxs + s * c + width, 0.f);
+        for (int64_t o = 0; o < g.out_area(); ++o) {
+          const int64_t orow = o / g.ow, q = o % g.ow;
+          std::fill(at, at + width, -1);
+          std::fill(best, best + width, kLowest);
+          for (int64_t th = 0; th < g.kh; ++th) {
+            const int64_t h = g.row(orow, th);
+            if (h < 0) continue;
+            for (int64_t tw = 0; tw < g.kw; ++tw) {
+              const int64_t w = g.col(q, tw);
+              if (w < 0) continue;
+              const int32_t pos = static_cast<int32_t>(h * g.iw + w);
+              const float* src = xs + pos * c;
+#pragma omp simd
+              for (int64_t k = 0; k < width; ++k) {
+                const float v = src[k];
+                const bool take = takes(v, best[k], at[k] < 0);
+                best[k] = take ? v : best[k];
+                at[k] = take ? pos : at[k];
+              }
+            }
+          }
+          const float* grad = dyt + (b * g.out_area() + o) * c + k0;
+          for (int64_t k = 0; k < width; ++k) dxs[at[k] * c + k] += grad[k];
+        }
+      }
+    }
+  }
+
   int dy_, x_, dx_, team_;
   Geometry g_;
 };

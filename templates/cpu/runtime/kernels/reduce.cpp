@@ -1,7 +1,8 @@
 // Reductions with oneDNN's reduction primitive: ReduceSum, ReduceMean and GlobalAvgPool (a mean
 // over H and W). The destination is the source's shape with 1 on every reduced axis; keepdims
 // only changes the declared shape, not the bytes. A "reduction" that reduces nothing is a copy.
-// BiasAddGrad (a sum over every axis but the channel) is a plain loop: oneDNN 3.2's reduction
+// BiasAddGrad (a sum over every axis but the channel) is a plain loop (channels-last inputs,
+// a transformer's (..., C), add whole C-vectors): oneDNN 3.2's reduction
 // over the outer and inner axes of a plain NCHW tensor at once runs its reference path, 12 ms for
 // LeNet's first convolution (64 x 6 x 28 x 28) where the loop takes a fraction of one.
 #include <omp.h>
@@ -71,12 +72,21 @@ class BiasAddGrad : public Kernel {
 #pragma omp parallel num_threads(team)
     {
       double* mine = partial + static_cast<int64_t>(omp_get_thread_num()) * c;
+      if (inner == 1) {  // channels last ((..., C), a transformer's bias): add whole C-vectors
 #pragma omp for schedule(static)
-      for (int64_t row = 0; row < rows; ++row) {
-        const float* p = x + row * inner;
-        double sum = 0.0;
-        for (int64_t i = 0; i < inner; ++i) sum += p[i];
-        mine[row % c] += sum;
+        for (int64_t o = 0; o < outer_; ++o) {
+          const float* p = x + o * c;
+#pragma omp simd
+          for (int64_t k = 0; k < c; ++k) mine[k] += p[k];
+        }
+      } else {
+#pragma omp for schedule(static)
+        for (int64_t row = 0; row < rows; ++row) {
+          const float* p = x + row * inner;
+          double sum = 0.0;
+          for (int64_t i = 0; i < inner; ++i) sum += p[i];
+          mine[row % c] += sum;
+        }
       }
     }
     for (int64_t k = 0; k < c; ++k) {

@@ -1,64 +1,65 @@
-// Softmax and LogSoftmax along any axis as plain OpenMP loops: x seen as (outer, n, inner), one
-// row of n elements (stride inner) per (outer, inner) pair, rows in parallel. The formulas are
-// the reference's, with a NaN-propagating max: a row holding NaN or +inf, or only -inf, is all
-// NaN, as in numpy and PyTorch (oneDNN's softmax differs there), and -inf entries (masked
-// attention scores) get probability 0. Sums are in double. SoftmaxGrad is oneDNN's (eltwise.cpp).
+// Softmax and LogSoftmax along any axis: oneDNN's softmax (softmax_accurate, softmax_log), then a
+// pass that gives non-finite rows the reference's answer. x is seen as (outer, n, inner): one row
+// of n elements (stride inner) per (outer, inner) pair.
+//
+// oneDNN handles -inf entries (masked attention scores get probability 0, log-probability -inf)
+// but puts NaN only where the input is NaN or +inf and 0 elsewhere in that row; numpy and
+// PyTorch make the whole row NaN (x - max is NaN there), as they do for a row of only -inf. The
+// pass scans each row (vectorized) and fills such rows with NaN. SoftmaxGrad is in eltwise.cpp.
 #include <omp.h>
 
 #include <cmath>
 #include <limits>
 
+#include "../dnnl_kernel.h"
 #include "../loops.h"
 
 namespace planner {
 namespace {
 
-class Softmax : public Kernel {
+class Softmax : public DnnlKernel {
  public:
-  Softmax(const Node& n, bool log) : x_(n.in[0].id), y_(n.out[0].id), log_(log) {
+  Softmax(const Node& n, bool log) : x_(n.in[0].id), y_(n.out[0].id) {
     require_f32(n);
     const Shape& s = n.in[0].shape;
-    const size_t axis = static_cast<size_t>(norm_axis(n.attrs.i("axis"), s.size()));
+    const int axis = norm_axis(n.attrs.i("axis"), s.size());
     for (size_t k = 0; k < s.size(); ++k) {
-      if (k < axis) outer_ *= s[k];
-      if (k > axis) inner_ *= s[k];
+      if (static_cast<int>(k) < axis) outer_ *= s[k];
+      if (static_cast<int>(k) > axis) inner_ *= s[k];
     }
     len_ = s.empty() ? 1 : s[axis];
+    auto md = plain_md(s, n.in[0].dtype);
+    dnnl::softmax_forward::primitive_desc pd(
+        n.engine, dnnl::prop_kind::forward_training,
+        log ? dnnl::algorithm::softmax_log : dnnl::algorithm::softmax_accurate, md, md,
+        s.empty() ? 0 : axis, user_scratchpad());
+    add(dnnl::softmax_forward(pd), pd, {{DNNL_ARG_SRC, x_}, {DNNL_ARG_DST, y_}});
   }
   void run(const Run& r) override {
+    run_all(r);
     const float* x = r.at<float>(x_);
     float* y = r.at<float>(y_);
     const int64_t len = len_, inner = inner_, rows = outer_ * inner_;
-    const bool log = log_;
+    const float inf = std::numeric_limits<float>::infinity();
+    const float nan = std::numeric_limits<float>::quiet_NaN();
 #pragma omp parallel for
     for (int64_t row = 0; row < rows; ++row) {
       const int64_t base = (row / inner) * len * inner + row % inner;
       const float* xr = x + base;
-      float* yr = y + base;
-      float m = -std::numeric_limits<float>::infinity();
+      int bad = 0, finite_or_inf = 0;
+#pragma omp simd reduction(| : bad, finite_or_inf)
       for (int64_t j = 0; j < len; ++j) {
         const float v = xr[j * inner];
-        m = v > m || v != v ? v : m;
+        bad |= (v != v) | (v == inf);
+        finite_or_inf |= v != -inf;
       }
-      double sum = 0.0;
-      for (int64_t j = 0; j < len; ++j) {
-        const float e = std::exp(xr[j * inner] - m);
-        if (!log) yr[j * inner] = e;
-        sum += e;
-      }
-      if (log) {
-        const float lse = static_cast<float>(std::log(sum));
-        for (int64_t j = 0; j < len; ++j) yr[j * inner] = (xr[j * inner] - m) - lse;
-      } else {
-        const float inv = static_cast<float>(1.0 / sum);
-        for (int64_t j = 0; j < len; ++j) yr[j * inner] *= inv;
-      }
+      if (bad || !finite_or_inf)
+        for (int64_t j = 0; j < len; ++j) y[base + j * inner] = nan;
     }
   }
 
  private:
   int x_, y_;
-  bool log_;
   int64_t outer_ = 1, inner_ = 1, len_ = 1;
 };
 
