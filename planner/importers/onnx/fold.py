@@ -85,7 +85,8 @@ def fold_node(node: onnx.NodeProto, inputs: Sequence[Const | None], opset: int,
     from onnx.reference import ReferenceEvaluator
 
     try:
-        results = ReferenceEvaluator(model).run(None, {})
+        with np.errstate(all="ignore"):  # integer division by 0 and the like: as numpy gives
+            results = ReferenceEvaluator(model).run(None, {})
     except Exception as e:  # the reference rejecting a malformed node: one line naming it
         raise OnnxImportError(f"node {label!r} ({node.op_type}): cannot compute it at import: "
                               f"{type(e).__name__}: {e}") from None

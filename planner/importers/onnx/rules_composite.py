@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from planner.importers.onnx.context import NodeCtx, Value, rule
-from planner.importers.onnx.errors import Unsupported
+from planner.importers.onnx.errors import OnnxImportError, Unsupported
 from planner.importers.onnx.rules_shape import reduce_attrs
 from planner.importers.onnx.values import Const
 
@@ -73,6 +73,8 @@ def mish(n: NodeCtx) -> None:
 @rule("Celu")
 def celu(n: NodeCtx) -> None:
     alpha = float(n.attr("alpha", 1.0))
+    if alpha == 0.0:
+        raise OnnxImportError(f"node {n.label!r} (Celu): alpha is 0")
     inner = n.emit1("Elu", [n.emit1("Scale", [n.value(0)], {"factor": 1.0 / alpha})],
                     {"alpha": 1.0})
     n.emit1("Scale", [inner], {"factor": alpha}, output=0)

@@ -43,6 +43,10 @@ def recurrent(n: NodeCtx) -> None:
         raise OnnxImportError(f"node {n.label!r} ({n.op_type}): unknown direction "
                               f"{direction!r}")
     _check_supported(n, len(dirs))
+    if len(n.shape(0)) != 3 or hidden <= 0:
+        raise OnnxImportError(f"node {n.label!r} ({n.op_type}): needs a rank-3 input and "
+                              f"hidden_size > 0, got input shape {list(n.shape(0))} and "
+                              f"hidden_size {hidden}")
     x = n.value(0)
     if n.attr("layout", 0):
         x = n.emit1("Transpose", [x], {"perm": [1, 0, 2]})  # (N, T, I) -> (T, N, I)
