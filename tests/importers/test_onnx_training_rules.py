@@ -268,3 +268,23 @@ def test_overlong_sequence_is_refused_not_unrolled():
     model = make_model([lstm], {"x": x}, ["y"], inits)
     with pytest.raises(OnnxImportError, match=f"node 'long' \\(LSTM\\): {MAX_STEPS + 1} steps"):
         load_onnx(model, input_shapes={"x": [MAX_STEPS + 1, 1, 2]})
+
+
+_X = rand(3, 2, 4)
+BAD = [
+    ("LSTM", dict(hidden_size=5), {"w": rand(1, 19, 4), "r": rand(1, 20, 5)}, "cannot reshape"),
+    ("GRU", dict(hidden_size=5, direction="sideways"), {"w": rand(1, 15, 4), "r": rand(1, 15, 5)},
+     "unknown direction 'sideways'"),
+    ("GRU", dict(hidden_size=0), {"w": rand(1, 15, 4), "r": rand(1, 15, 5)}, "hidden_size > 0"),
+    ("LSTM", dict(hidden_size=5, direction="bidirectional"),
+     {"w": rand(1, 20, 4), "r": rand(1, 20, 5)}, "has no direction 1"),
+    ("Celu", dict(alpha=0.0), {}, "alpha is 0"),
+]
+
+
+@pytest.mark.parametrize(("op", "attrs", "inits", "message"), BAD)
+def test_bad_nodes_get_one_line_errors_naming_them(op, attrs, inits, message):
+    inputs = ["x", *inits]
+    model = make_model([node(op, inputs, ["y"], name="bad", **attrs)], {"x": _X}, ["y"], inits)
+    with pytest.raises(OnnxImportError, match=f"node 'bad' \\({op}\\): .*{message}"):
+        load_onnx(model)
