@@ -288,3 +288,16 @@ def test_bad_nodes_get_one_line_errors_naming_them(op, attrs, inits, message):
     model = make_model([node(op, inputs, ["y"], name="bad", **attrs)], {"x": _X}, ["y"], inits)
     with pytest.raises(OnnxImportError, match=f"node 'bad' \\({op}\\): .*{message}"):
         load_onnx(model)
+
+
+@pytest.mark.parametrize(("shape", "axis", "ids"), [
+    ((5,), 0, [[1, 4], [0, 0]]),
+    ((2, 5, 3), 1, [4, 0, 2]),
+    ((2, 3, 4), 2, [[3], [1]]),
+    ((4, 3), 0, [2, 2, 1]),
+])
+def test_gather_with_computed_indices_on_any_axis(shape, axis, ids):
+    ids = np.array(ids, np.int64)
+    model = make_model([node("Gather", ["x", "i"], ["y"], axis=axis)], {"x": rand(*shape),
+                                                                      "i": ids}, ["y"])
+    check_against_onnx(model, {"x": rand(*shape), "i": ids})
