@@ -301,3 +301,10 @@ def test_gather_with_computed_indices_on_any_axis(shape, axis, ids):
     model = make_model([node("Gather", ["x", "i"], ["y"], axis=axis)], {"x": rand(*shape),
                                                                       "i": ids}, ["y"])
     check_against_onnx(model, {"x": rand(*shape), "i": ids})
+
+
+def test_training_without_a_loss_says_how_to_attach_one(capsys, tmp_path):
+    path = tmp_path / "m.onnx"
+    path.write_bytes(_logits_model().SerializeToString())
+    assert main(["graph", str(path), "--train", "sgd"]) == 2
+    assert "--loss cross-entropy[:OUTPUT]" in capsys.readouterr().err
