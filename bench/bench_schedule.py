@@ -25,7 +25,9 @@ from planner.zoo import build
 MODELS = [("resnet-50", "resnet", dict(depth=50, batch=64)),
           ("inception_v3", "inception_v3", dict(batch=16)),
           ("dcgan", "dcgan", dict(batch=64)),
-          ("lstm", "lstm", dict(batch=20))]
+          ("lstm", "lstm", dict(batch=20)),
+          ("gpt", "gpt", dict(batch=16, seq=128, dim=256, heads=8, layers=4)),
+          ("bert", "bert", dict(batch=16, seq=128, dim=256, heads=8, layers=4))]
 
 
 def main() -> None:

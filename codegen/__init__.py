@@ -1,9 +1,10 @@
 """Plan -> generated executor: render sources, build them (CMake + Ninja, cached), load.
 
-    render.py    plan -> source tree under generated/NAME/ (jinja2 templates in templates/cpu)
-    layout.py    arena offsets of the tensors (the memory plan's, or one of our own)
-    support.py   which ops and dtypes the CPU executor runs
-    build.py     the cached CPU runtime (per target) and the per-plan schedule library
+    backends.py  the backends (templates/common + templates/<backend>), chosen from the plan
+    render.py    plan -> source tree under generated/NAME/ (jinja2 templates)
+    layout.py    arena offsets of the tensors and scratch areas (the memory plan's, or our own)
+    support.py   which ops and dtypes a backend's executor runs
+    build.py     the cached runtime (per backend and host) and the per-plan schedule library
     load.py      import a built executor package
     cli.py       `planner build PLAN [-o DIR]`
 

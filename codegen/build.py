@@ -35,8 +35,11 @@ from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
+from codegen.backends import BACKENDS, COMMON, TEMPLATES
 from codegen.errors import BuildError
-from codegen.render import RUNTIME_SOURCES
+
+# The CPU runtime: templates/common plus templates/cpu/runtime.
+RUNTIME_SOURCES = BACKENDS["cpu"].runtime
 
 Progress = Callable[[str], None]
 
@@ -111,7 +114,8 @@ def _tree_hashes(root: Path) -> dict[str, str]:
 
 def runtime_key(compiler: str | None = None) -> str:
     """Cache key of the CPU runtime on this host: sources, flags, compiler, package versions."""
-    return digest({"sources": _tree_hashes(RUNTIME_SOURCES), "flags": CXX_FLAGS,
+    return digest({"sources": _tree_hashes(RUNTIME_SOURCES), "common": _tree_hashes(COMMON),
+                   "flags": CXX_FLAGS,
                    "compiler": compiler or compiler_identity(), "versions": _versions(),
                    "machine": _host_cpu()})
 
@@ -152,7 +156,9 @@ def build_runtime(progress: Progress | None = None) -> Path:
         src = root / "src"
         if src.exists():
             shutil.rmtree(src)
-        shutil.copytree(RUNTIME_SOURCES, src)
+        # The runtime's CMakeLists finds the shared sources at ../../common.
+        shutil.copytree(COMMON, src / "common")
+        shutil.copytree(RUNTIME_SOURCES, src / RUNTIME_SOURCES.relative_to(TEMPLATES))
         import nanobind
 
         prefix = venv_prefix()
@@ -163,7 +169,8 @@ def build_runtime(progress: Progress | None = None) -> Path:
             "dnnl_DIR": str(prefix / "lib" / "cmake" / "dnnl"),
             "PLANNER_CXX_FLAGS": " ".join(CXX_FLAGS),
         }
-        _cmake(src, root / "build", defines, say, own=src)
+        _cmake(src / RUNTIME_SOURCES.relative_to(TEMPLATES), root / "build", defines, say,
+               own=src)
         modules = sorted((root / "build").glob("planner_cpu_rt*.so"))
         if not modules:
             raise BuildError(f"the runtime build in {root} produced no planner_cpu_rt module")
@@ -181,7 +188,7 @@ def build(tree_dir: str | Path, progress: Progress | None = None) -> BuildResult
     runtime = build_runtime(progress)
     key = digest({"schedule": hashlib.sha256((tree / "schedule.cpp").read_bytes()).hexdigest(),
                   "cmake": hashlib.sha256((tree / "CMakeLists.txt").read_bytes()).hexdigest(),
-                  "header": hashlib.sha256((RUNTIME_SOURCES / "schedule.h").read_bytes())
+                  "header": hashlib.sha256((COMMON / "schedule.h").read_bytes())
                   .hexdigest(),
                   "flags": SCHEDULE_FLAGS, "runtime": str(runtime)})
     out = tree / "build"
@@ -194,7 +201,7 @@ def build(tree_dir: str | Path, progress: Progress | None = None) -> BuildResult
     say(f"{tree.name}: compiling the schedule")
     defines = {"CMAKE_BUILD_TYPE": "Release",
                "CMAKE_CXX_FLAGS_RELEASE": " ".join(SCHEDULE_FLAGS),
-               "PLANNER_RUNTIME_INCLUDE": str(RUNTIME_SOURCES)}
+               "PLANNER_RUNTIME_INCLUDE": str(COMMON)}
     _cmake(tree, out / "cmake", defines, say, own=tree)
     for old in out.glob("libschedule-*.so"):
         old.unlink()

@@ -1,22 +1,24 @@
-"""Where every tensor lives in the executor's one arena.
+"""Where every tensor and every op's scratch area lives in the executor's one arena.
 
-The memory plan (`plan.tensors`: buffers with the graph `tensor` they hold and an `offset`)
-decides where, when it gives every tensor a device offset; otherwise (no memory plan, or one
-that adds recompute or offload ops this executor does not run yet) `own_layout` gives every
-tensor its own 64-byte-aligned bytes, except that
+The memory plan (`plan.tensors`: buffers with the graph `tensor` they hold and an `offset`;
+per-op scratch areas and convolution workspaces are buffers that hold no tensor, written and
+read by their op alone) decides where, when it gives every tensor a device offset; otherwise
+(no memory plan, or one that adds recompute or offload ops this executor does not run yet)
+`own_layout` gives every tensor its own 64-byte-aligned bytes, except that
   - an in-place update (`updates=p`) shares p's bytes (the executor writes it over p), and
   - the output of a view op (Reshape, Flatten) of a non-persistent tensor shares its input's
     bytes (the kernel then copies nothing): the rule memory planning follows too
-    (planner.memory.liveness.view_aliases), so both layouts alias the same tensors.
-Sharing is recorded as `alias_of`, so the executor can re-point an alias when it reads an
-input straight from the caller's array.
+    (planner.memory.liveness.view_aliases), so both layouts alias the same tensors;
+and every op's planned scratch area its own bytes after them (never shared, so ops may run
+at the same time). Sharing is recorded as `alias_of`, so the executor can re-point an alias
+when it reads an input straight from the caller's array.
 
 Example:
     >>> from planner.zoo import build
     >>> g = build("mlp", batch=2, hidden=[4], in_features=3, classes=2)
     >>> lay = own_layout(g)
-    >>> lay.offsets["x"], lay.offsets["fc1/weight"]
-    (0, 64)
+    >>> lay.offsets["x"], lay.offsets["fc1/weight"], lay.scratch
+    (0, 64, {})
 """
 
 from __future__ import annotations
@@ -34,11 +36,30 @@ ALIGN = 64
 @dataclass(frozen=True)
 class ArenaLayout:
     """offsets: tensor -> byte offset; alias_of: tensor -> the tensor whose bytes it shares;
-    bytes: the arena size the tensors need (scratchpads are added at load)."""
+    scratch: op -> (offset, bytes) of its scratch area; bytes: the arena size they need."""
 
     offsets: dict[str, Offset]
     alias_of: dict[str, str]
     bytes: int
+    scratch: dict[str, tuple[Offset, int]]
+
+
+def _fields(e: Any) -> dict[str, Any]:
+    if isinstance(e, dict):
+        return e
+    return {k: getattr(e, k, None) for k in ("name", "tensor", "offset", "bytes", "placement",
+                                            "writer", "alias_of")}
+
+
+def scratch_areas(planned: tuple[Any, ...]) -> dict[str, tuple[Offset, int]]:
+    """op -> (offset, bytes) of the device buffers that hold no graph tensor (an op's scratch
+    area or workspace, written by that op)."""
+    out: dict[str, tuple[Offset, int]] = {}
+    for e in map(_fields, planned):
+        if not e.get("tensor") and e.get("writer") and e.get("placement") in (None, "device") \
+                and e.get("bytes"):
+            out[e["writer"]] = (int(e["offset"]), int(e["bytes"]))
+    return out
 
 
 def arena_layout(graph: Graph, planned: tuple[Any, ...] = (),
@@ -47,30 +68,32 @@ def arena_layout(graph: Graph, planned: tuple[Any, ...] = (),
     adds no op (recompute, offload) the executor would have to run; else `own_layout`.
 
     `planned` holds the plan's buffers (planner.plan.TensorPlan records, or dicts with the
-    same fields); a buffer names its graph tensor in `tensor` (workspaces name none: the
-    executor sizes library scratchpads itself at load).
+    same fields).
     """
     offsets: dict[str, Offset] = {}
     aliases: dict[str, str] = {}
     holder: dict[str, str] = {}
-    for e in planned:
-        get = e.get if isinstance(e, dict) else lambda k, e=e: getattr(e, k, None)
-        tensor = get("tensor") or get("name")
-        if tensor and get("offset") is not None and get("placement") in (None, "device"):
-            offsets[tensor] = int(get("offset"))
-            holder[get("name")] = tensor
-            if get("alias_of"):
-                aliases[tensor] = get("alias_of")
+    for e in map(_fields, planned):
+        tensor = e.get("tensor")
+        if tensor and e.get("offset") is not None and e.get("placement") in (None, "device"):
+            offsets[tensor] = int(e["offset"])
+            holder[e.get("name") or tensor] = tensor
+            if e.get("alias_of"):
+                aliases[tensor] = e["alias_of"]
     if planned and not added_ops and all(t.name in offsets for t in graph.tensors):
-        end = max((offsets[t.name] + t.nbytes for t in graph.tensors), default=0)
+        scratch = scratch_areas(planned)
+        end = max([offsets[t.name] + t.nbytes for t in graph.tensors]
+                  + [o + b for o, b in scratch.values()], default=0)
         return ArenaLayout(offsets, {k: holder.get(v, v) for k, v in aliases.items()},
-                           _align(end))
-    return own_layout(graph)
+                           _align(end), scratch)
+    return own_layout(graph, planned)
 
 
-def own_layout(graph: Graph) -> ArenaLayout:
-    """Every tensor its own bytes, in graph order, but for updates and views (see above)."""
-    aliases = _aliases(graph)
+def own_layout(graph: Graph, planned: tuple[Any, ...] = ()) -> ArenaLayout:
+    """Every tensor its own bytes in graph order, but for updates and views (see above), then
+    every planned scratch area its own bytes."""
+    aliases = {t.name: t.updates for t in graph.tensors if t.updates is not None}
+    aliases |= view_aliases(graph)
     offsets: dict[str, Offset] = {}
     end = 0
     for t in graph.tensors:
@@ -80,13 +103,11 @@ def own_layout(graph: Graph) -> ArenaLayout:
         end += _align(max(t.nbytes, 1))
     for name in aliases:
         offsets[name] = offsets[_root(aliases, name)]
-    return ArenaLayout(offsets, aliases, end)
-
-
-def _aliases(graph: Graph) -> dict[str, str]:
-    """tensor -> the tensor whose bytes it takes over (its update target, or a view's root)."""
-    out = {t.name: t.updates for t in graph.tensors if t.updates is not None}
-    return out | view_aliases(graph)
+    scratch: dict[str, tuple[Offset, int]] = {}
+    for op, (_, nbytes) in sorted(scratch_areas(planned).items()):
+        scratch[op] = (end, nbytes)
+        end += _align(nbytes)
+    return ArenaLayout(offsets, aliases, end, scratch)
 
 
 def _root(aliases: dict[str, str], name: str) -> str:

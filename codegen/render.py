@@ -3,8 +3,9 @@
 The tree (a Python package once built):
 
     generated/NAME/
-      schedule.cpp     the plan as compiled-in data: tensors with arena offsets, ops in plan
-                       order with thread counts and attributes, the plan JSON itself
+      schedule.cpp     the plan as compiled-in data (templates/common/schedule.h): tensors with
+                       arena offsets, ops in plan order with thread counts, lanes, CPUs, the
+                       ops each waits for, scratch areas and attributes, the plan JSON itself
       CMakeLists.txt   builds schedule.cpp into build/libschedule-<key>.so
       __init__.py      Executor(), plan, INPUTS, PARAMS: loads the cached runtime and the schedule
       plan.json        the plan, as given
@@ -34,14 +35,13 @@ from typing import Any
 import jinja2
 
 from codegen import support
+from codegen.backends import COMMON, backend_for
+from codegen.errors import UnsupportedError
 from codegen.layout import ArenaLayout, arena_layout, own_layout
 from planner.graph.ir import Graph, Node
 from planner.ops import get_op
 from planner.ops.base import TensorType
 from planner.plan import Plan
-
-TEMPLATES = Path(__file__).resolve().parent.parent / "templates" / "cpu"
-RUNTIME_SOURCES = TEMPLATES / "runtime"
 
 DTYPE_CODES = {"float32": "F32", "float64": "F64", "float16": "F16", "int64": "I64",
                "int32": "I32", "bool": "BOOL"}
@@ -74,7 +74,8 @@ def module_name(text: str) -> str:
 def render(plan: Plan, out_dir: str | Path, name: str | None = None,
            layout: str = "plan") -> RenderedTree:
     """Write the executor sources of `plan` into `out_dir` (package name: its folder's name
-    unless `name` is given). Raises UnsupportedError naming an op or dtype without a kernel.
+    unless `name` is given), for the plan's backend. Raises UnsupportedError naming every op
+    and dtype without a kernel, or a backend this planner cannot generate.
 
     layout: "plan" uses the memory plan's offsets when it has a complete one (see
     codegen.layout.arena_layout); "own" gives every tensor its own bytes, so that every value
@@ -91,23 +92,30 @@ def render(plan: Plan, out_dir: str | Path, name: str | None = None,
 
 def render_files(plan: Plan, name: str, layout: str = "plan") -> dict[str, str]:
     """The tree's files as text (pure: no file is written)."""
+    backend = backend_for(plan)
     graph = plan.graph
-    support.check(graph)
+    support.check(graph, backend)
     if layout not in ("plan", "own"):
         raise ValueError(f"layout must be 'plan' or 'own', got {layout!r}")
-    memory = getattr(plan, "memory", None)
-    added = len(memory.ops) if memory is not None else 0
-    arena = arena_layout(graph, plan.tensors, added) if layout == "plan" else own_layout(graph)
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES / "plan"),
+    ops = ordered_ops(plan)
+    arena = (arena_layout(graph, plan.tensors, len(plan.memory.ops)) if layout == "plan"
+             else own_layout(graph, plan.tensors))
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader([backend.package, COMMON]),
                              undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
     index = {t.name: i for i, t in enumerate(graph.tensors)}
     plan_json = plan.to_json()
+    rows, cpus, waits, lanes = _op_rows(plan, ops, index, arena)
     context = {
         "name": name,
         "kind": graph.kind,
+        "backend": backend.name,
+        "backend_code": backend.code,
         "num_ops": len(graph.nodes),
         "tensors": _tensor_rows(graph, arena, index),
-        "ops": _op_rows(plan, index),
+        "ops": rows,
+        "cpus": cpus,
+        "waits": waits,
+        "num_lanes": lanes,
         "arena_bytes": arena.bytes,
         "outputs": ", ".join(str(index[o]) for o in graph.outputs),
         "num_outputs": len(graph.outputs),
@@ -141,8 +149,6 @@ def _tensor_rows(graph: Graph, layout: ArenaLayout, index: dict[str, int]) -> li
     rows = []
     for i, t in enumerate(graph.tensors):
         if len(t.shape) > MAX_RANK:
-            from codegen.errors import UnsupportedError
-
             raise UnsupportedError(f"tensor {t.name!r}: rank {len(t.shape)} exceeds the "
                                    f"executor's {MAX_RANK}")
         rows.append({
@@ -156,27 +162,73 @@ def _tensor_rows(graph: Graph, layout: ArenaLayout, index: dict[str, int]) -> li
     return rows
 
 
-def _op_rows(plan: Plan, index: dict[str, int]) -> list[dict]:
+def ordered_ops(plan: Plan) -> list:
+    """The plan's ops in execution order, after checking they are exactly its graph's nodes
+    (the executor runs graph nodes; recompute and offload ops are not run yet)."""
     graph = plan.graph
-    threads = {p.name: p.threads for p in plan.ops}
     order = sorted(plan.ops, key=lambda p: p.order)
-    if {p.name for p in order} != set(graph.node_map):
-        missing = sorted(set(graph.node_map) - {p.name for p in order})
-        raise ValueError(f"plan does not place every node of its graph (missing: {missing[:5]})")
-    rows, at = [], 0
-    for p in order:
+    placed = {p.name for p in order}
+    if placed != set(graph.node_map) or len(order) != len(placed):
+        missing = sorted(set(graph.node_map) - placed)
+        extra = sorted(placed - set(graph.node_map))
+        raise UnsupportedError(
+            "the executor runs each graph node once; this plan "
+            + (f"does not place node(s) {missing[:5]}" if missing else "")
+            + ("; " if missing and extra else "")
+            + (f"adds op(s) {extra[:5]} (recompute / offload), which it does not run yet"
+               if extra else "")
+            + ("places a node twice" if not missing and not extra else ""))
+    return order
+
+
+def lanes_of(ops: list) -> list[int]:
+    """Each op's lane: CPU ops by their first logical CPU (two ops sharing it never overlap in
+    time, the plan orders them), GPU ops by stream; numbered densely in order of first use.
+
+    >>> from planner.plan import OpPlan
+    >>> ops = [OpPlan(name=n, op="Relu", order=k, cpus=c, threads=len(c), start=0, end=1)
+    ...        for k, (n, c) in enumerate([("a", (0, 1)), ("b", (2,)), ("c", (0,))])]
+    >>> lanes_of(ops)
+    [0, 1, 0]
+    """
+    keys = [min(p.cpus) if p.cpus else p.stream for p in ops]
+    dense = {k: i for i, k in enumerate(dict.fromkeys(keys))}
+    return [dense[k] for k in keys]
+
+
+def _op_rows(plan: Plan, order: list, index: dict[str, int], arena: ArenaLayout
+             ) -> tuple[list[dict], str, str, int]:
+    graph = plan.graph
+    at_order = {p.name: k for k, p in enumerate(order)}
+    waits: dict[str, set[int]] = {p.name: set() for p in order}
+    for e in plan.happens_before:
+        if e.before in at_order and e.after in waits:
+            waits[e.after].add(at_order[e.before])
+    lanes = lanes_of(order)
+    groups = {g: i for i, g in enumerate(dict.fromkeys(p.group for p in order if p.group))}
+    rows, at, cpus, wait_list = [], 0, [], []
+    for k, p in enumerate(order):
         node = graph.node_map[p.name]
         args = [index[t] for t in (*node.inputs, *node.outputs)]
+        before = sorted(waits[p.name])
+        offset, nbytes = arena.scratch.get(p.name, (-1, 0))
         rows.append({
-            "name": c_string(node.name), "op": node.op, "threads": threads[node.name],
+            "name": c_string(node.name), "op": node.op, "threads": p.threads,
             "first_input": at, "num_inputs": len(node.inputs),
             "first_output": at + len(node.inputs), "num_outputs": len(node.outputs),
             "attrs": c_string(encode_attrs(graph, node)),
             "args": ", ".join(map(str, args)) if args else "/* none */",
             "label": _comment(node.name),
+            "lane": lanes[k], "first_cpu": len(cpus), "num_cpus": len(p.cpus),
+            "smt": "true" if p.smt else "false", "group": groups.get(p.group, -1),
+            "first_wait": len(wait_list), "num_waits": len(before),
+            "scratch_offset": offset, "scratch_bytes": nbytes,
         })
+        cpus.extend(p.cpus)
+        wait_list.extend(before)
         at += len(args)
-    return rows
+    return rows, ", ".join(map(str, cpus)), ", ".join(map(str, wait_list)), \
+        max(lanes, default=-1) + 1
 
 
 def _describe(graph: Graph, roles: tuple[str, ...], skip_updates: bool = False) -> str:

@@ -66,3 +66,19 @@ def test_memory_budget_plan_show_and_fit_through_the_command(tmp_path, capsys):
     code = run("plan", spec, "--train", "sgd", "--target", "k40c-12gb", "--memory-budget",
                "1KiB", "-o", plan, "--force")
     assert code == 2 and "smallest" in capsys.readouterr().err
+
+
+def test_old_plans_and_bad_budgets_get_one_line_errors(tmp_path, capsys):
+    path = tmp_path / "p.json"
+    assert run("plan", SPEC, "--target", "knl-7250", "-o", str(path)) == 0
+    data = json.loads(path.read_text())
+    data.pop("schema")
+    data.pop("backend")
+    path.write_text(json.dumps(data))
+    capsys.readouterr()
+    assert run("show", str(path)) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "re-plan it" in err
+    assert run("plan", SPEC, "--target", "knl-7250", "--memory-budget", "abc", "-o",
+               str(tmp_path / "q.json")) == 2
+    assert "--memory-budget" in capsys.readouterr().err

@@ -4,6 +4,8 @@ convolution workspaces under a budget):
 
     order       happens-before reachability from the schedule's edges  (order.HappensBefore)
     liveness    one buffer per tensor, lifetimes from the schedule       (liveness.graph_buffers)
+    scratch     one buffer per op whose kernel needs scratch, live while it runs
+                                                                         (scratch_buffers)
     layout      offsets: persistent at the bottom, the rest by the best heuristic, plus the
                 ordering edges reuse needs                               (layout.lay_out)
     budget      when the arena exceeds the budget: a clear error with the smallest feasible
@@ -44,6 +46,8 @@ from planner.memory.liveness import (
 )
 from planner.memory.options import MemoryOptions, format_bytes
 from planner.memory.order import HappensBefore, plan_edges
+from planner.ops import get_op
+from planner.ops.base import TensorType
 from planner.schedule.record import Schedule, ScheduledOp
 
 
@@ -66,7 +70,8 @@ def plan_memory(graph: Graph, schedule: Schedule, model: CostModel | None = None
     hb = HappensBefore(len(ops), plan_edges(
         [o.name for o in ops], [(e.before, e.after) for e in schedule.edges],
         [(o.name, o.deps) for o in ops]))
-    buffers = graph_buffers(graph, times)
+    scratch = scratch_buffers(graph, ops)
+    buffers = graph_buffers(graph, times) + scratch
     layout = lay_out(buffers, hb, options.alignment, options.heuristics)
     budget = options.budget_bytes
     if budget is not None and layout.arena > budget:
@@ -75,8 +80,28 @@ def plan_memory(graph: Graph, schedule: Schedule, model: CostModel | None = None
             f"this CPU plan needs with liveness alone (LOAD {format_bytes(load_bytes(buffers))}"
             f"); the smallest feasible budget is {layout.arena} bytes "
             f"({format_bytes(layout.arena)})", layout.arena)
-    memory = summarize(graph, buffers, layout, budget)
+    memory = summarize(graph, buffers, layout, budget,
+                       workspace={ops[b.writer].name: b.bytes for b in scratch})
     return decision(ops, buffers, layout, memory)
+
+
+def scratch_buffers(graph: Graph, ops: list[ScheduledOp]) -> list[Buffer]:
+    """A buffer `<op>@scratch` for every op whose CPU kernel may need scratch (OpDef.scratch,
+    at its planned thread count), written and read by that op alone, live while it runs: ops
+    running at the same time never share scratch."""
+    out = []
+    for i, op in enumerate(ops):
+        node = graph.node_map[op.name]
+        rule = get_op(node.op).scratch
+        if rule is None:
+            continue
+        ins = [TensorType(graph.tensor(t).shape, graph.tensor(t).dtype) for t in node.inputs]
+        outs = [TensorType(graph.tensor(t).shape, graph.tensor(t).dtype) for t in node.outputs]
+        nbytes = rule(ins, outs, node.attrs, op.threads)
+        if nbytes > 0:
+            out.append(Buffer(f"{op.name}@scratch", "", nbytes, op.start, op.end, i, i, i, (i,),
+                              "scratch"))
+    return out
 
 
 def schedule_of(ops: list[ScheduledOp]) -> OpTimes:

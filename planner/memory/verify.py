@@ -206,4 +206,5 @@ def _ordered(a: dict[str, Any], b: dict[str, Any], order: dict[str, int],
         return False
     w = order[writer]
     accesses = ([a["writer"]] if a.get("writer") else []) + list(a.get("readers", []))
-    return all((desc[order[u]] >> w) & 1 for u in accesses)
+    # An access by an op the plan lacks is reported by the field rules; it orders nothing.
+    return all(u in order and (desc[order[u]] >> w) & 1 for u in accesses)

@@ -204,6 +204,8 @@ register(OpDef(
 
 register(OpDef(
     name="PReluGrad", arity=3, cost_class="reduction",
+    # the kernel sums dslope in double
+    scratch=lambda ins, outs, a, threads: 8 * ins[2].size + 64,
     infer=_prelu_grad_infer,
     flops=lambda ins, outs, a: 4 * outs[0].size,
     reference=_prelu_grad,

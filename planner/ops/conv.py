@@ -37,6 +37,7 @@ from planner.ops.base import (
     TensorType,
     get_op,
     register,
+    reorder_scratch,
     require_float,
     require_rank,
 )
@@ -274,6 +275,7 @@ def _conv_flops(y: TensorType, w_shape: tuple[int, ...]) -> int:
 
 register(OpDef(
     name="Conv2D",
+    scratch=reorder_scratch(2),
     cost_class="conv",
     convolution=True,
     recompute="expensive", arity=2, attrs=dict(CONV_ATTRS),
@@ -295,6 +297,7 @@ def _backprop_input_infer(ins: list[TensorType], a: Attrs) -> list[TensorType]:
 
 register(OpDef(
     name="Conv2DBackpropInput",
+    scratch=reorder_scratch(2),
     cost_class="conv",
     convolution=True, arity=2,
     attrs={**CONV_ATTRS, "input_shape": Attr("ints", required=True)},
@@ -316,6 +319,7 @@ def _backprop_filter_infer(ins: list[TensorType], a: Attrs) -> list[TensorType]:
 
 register(OpDef(
     name="Conv2DBackpropFilter",
+    scratch=reorder_scratch(2),
     cost_class="conv",
     convolution=True, arity=2,
     attrs={**CONV_ATTRS, "filter_shape": Attr("ints", required=True)},
@@ -391,6 +395,7 @@ def conv_transpose2d_gradient(g: GradBuilder, node, grad_outputs: list[str | Non
 
 register(OpDef(
     name="ConvTranspose2D",
+    scratch=reorder_scratch(2),
     cost_class="conv",
     convolution=True,
     recompute="expensive", arity=2, attrs=TRANSPOSE_ATTRS,

@@ -44,6 +44,7 @@ from planner.ops.base import (
     TensorType,
     norm_axis,
     register,
+    reorder_scratch,
     require_float,
 )
 
@@ -141,6 +142,7 @@ def _gradient(g: GradBuilder, node: Node, grads: list[str | None]) -> list[str |
 
 register(OpDef(
     name="LayerNorm", arity=None, min_inputs=2, attrs=LN_ATTRS, cost_class="reduction",
+    scratch=reorder_scratch(1, 4096),
     infer=_infer,
     flops=lambda ins, outs, a: 8 * ins[0].size,
     reference=_reference,
@@ -151,6 +153,7 @@ register(OpDef(
 
 register(OpDef(
     name="LayerNormGrad", arity=5, attrs=LN_ATTRS, cost_class="reduction",
+    scratch=reorder_scratch(1, 4096),
     infer=_grad_infer,
     flops=lambda ins, outs, a: 11 * ins[0].size,
     reference=_grad_reference,

@@ -28,6 +28,7 @@ from planner.ops.base import (
     elementwise_flops,
     norm_axis,
     register,
+    reorder_scratch,
     require_float,
 )
 
@@ -59,6 +60,7 @@ def _gradient(g: GradBuilder, node: Node, grads: list[str | None]) -> list[str |
 
 register(OpDef(
     name="LogSoftmax", arity=1, attrs={"axis": Attr("int", -1)}, cost_class="reduction",
+    scratch=reorder_scratch(0, 4096),
     infer=_infer,
     flops=elementwise_flops(5),
     reference=_reference,

@@ -33,6 +33,7 @@ from planner.ops.base import (
     elementwise_flops,
     norm_axis,
     register,
+    reorder_scratch,
     require_float,
 )
 from planner.ops.elementwise import broadcast_shapes
@@ -120,6 +121,7 @@ def _flat_weight_grad(g: GradBuilder, a: str, dy: str, tb: bool) -> str:
 
 register(OpDef(
     name="MatMul",
+    scratch=reorder_scratch(2),
     cost_class="gemm",
     recompute="expensive", arity=2,
     attrs={"transpose_a": Attr("bool", False), "transpose_b": Attr("bool", False)},
@@ -196,6 +198,8 @@ register(OpDef(
 
 register(OpDef(
     name="BiasAddGrad",
+    # Per-thread float64 partial sums of every channel (bias axis 1).
+    scratch=lambda ins, outs, a, threads: 8 * ins[0].shape[1] * threads + 4096,
     cost_class="reduction", arity=1, attrs={"axis": Attr("int", 1)},
     infer=_bias_add_grad_infer,
     # one addition per dy element

@@ -43,6 +43,7 @@ from planner.ops.base import (
     TensorType,
     get_op,
     register,
+    reorder_scratch,
     require_float,
 )
 
@@ -133,6 +134,7 @@ def batchnorm_gradient(g: GradBuilder, node, grad_outputs: list[str | None]
 
 register(OpDef(
     name="BatchNorm",
+    scratch=reorder_scratch(1),
     cost_class="reduction", arity=5,
     attrs={"epsilon": Attr("float", 1e-5), "momentum": Attr("float", 0.1),
            "training": Attr("bool", True)},
@@ -176,6 +178,7 @@ def batchnorm_grad_reference(xs: list[np.ndarray], a: Attrs) -> list[np.ndarray]
 
 register(OpDef(
     name="BatchNormGrad",
+    scratch=reorder_scratch(1),
     cost_class="reduction", arity=5,
     attrs={"epsilon": Attr("float", 1e-5), "training": Attr("bool", True)},
     infer=_batchnorm_grad_infer,
@@ -254,6 +257,7 @@ def lrn_gradient(g: GradBuilder, node, grad_outputs: list[str | None]) -> list[s
 
 register(OpDef(
     name="LRN",
+    scratch=reorder_scratch(1),
     cost_class="reduction", arity=1, attrs=LRN_ATTRS,
     infer=lambda ins, a: _lrn_infer("LRN", ins[0], {}, a),
     # Per element: square 1, window sum `size`, scale and bias 2, power 1, multiply 1.
@@ -265,6 +269,7 @@ register(OpDef(
 
 register(OpDef(
     name="LRNGrad",
+    scratch=reorder_scratch(1),
     cost_class="reduction", arity=3, attrs=LRN_ATTRS,
     infer=lambda ins, a: _lrn_infer("LRNGrad", ins[1], {"dy": ins[0], "y": ins[2]}, a),
     # Per element: D again (size + 3), power 1, dy*y/D 2, mirrored window sum `size`, dx 4.

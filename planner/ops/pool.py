@@ -30,6 +30,7 @@ from planner.ops.base import (
     TensorType,
     get_op,
     register,
+    reorder_scratch,
     require_float,
     require_rank,
 )
@@ -151,6 +152,7 @@ def _maxpool_grad_infer(ins: list[TensorType], a: Attrs) -> list[TensorType]:
 
 register(OpDef(
     name="MaxPool",
+    scratch=reorder_scratch(2),
     cost_class="reduction", arity=1, attrs=MAXPOOL_ATTRS,
     infer=lambda ins, a: [_pool_type("MaxPool", ins[0], a)],
     flops=lambda ins, outs, a: outs[0].size * _window_flops(a, 0),
@@ -161,6 +163,7 @@ register(OpDef(
 
 register(OpDef(
     name="MaxPoolGrad",
+    scratch=reorder_scratch(2),
     cost_class="reduction", arity=2, attrs=MAXPOOL_ATTRS,
     infer=_maxpool_grad_infer,
     flops=lambda ins, outs, a: ins[0].size * _window_flops(a, 1),
@@ -220,6 +223,7 @@ def _avgpool_grad_infer(ins: list[TensorType], a: Attrs) -> list[TensorType]:
 
 register(OpDef(
     name="AvgPool",
+    scratch=reorder_scratch(2),
     cost_class="reduction", arity=1, attrs=AVGPOOL_ATTRS,
     infer=lambda ins, a: [_pool_type("AvgPool", ins[0], a)],
     flops=lambda ins, outs, a: outs[0].size * _window_flops(a, 1),
@@ -230,6 +234,7 @@ register(OpDef(
 
 register(OpDef(
     name="AvgPoolGrad",
+    scratch=reorder_scratch(2),
     cost_class="reduction", arity=1,
     attrs={**AVGPOOL_ATTRS, "input_shape": Attr("ints", required=True)},
     infer=_avgpool_grad_infer,
@@ -263,6 +268,7 @@ def global_avgpool_gradient(g: GradBuilder, node, grad_outputs: list[str | None]
 
 register(OpDef(
     name="GlobalAvgPool",
+    scratch=reorder_scratch(2),
     cost_class="reduction", arity=1,
     infer=_global_type,
     flops=lambda ins, outs, a: ins[0].size + outs[0].size,

@@ -39,6 +39,7 @@ from planner.ops.base import (
     TensorType,
     norm_axis,
     register,
+    reorder_scratch,
     zero_flops,
 )
 
@@ -219,6 +220,7 @@ def _concat_gradient(g: GradBuilder, node: Node, grad_outputs: Grads) -> Grads:
 
 register(OpDef(
     name="Concat",
+    scratch=reorder_scratch(1),
     cost_class="data-movement",
     arity=None,
     min_inputs=1,

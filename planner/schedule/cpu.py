@@ -208,13 +208,20 @@ def _late_ops(ps: list[Placement], bottom: Sequence[float], step: float) -> set[
 def record(graph: Graph, target: Target, options: ScheduleOptions, costs: OpCosts,
            preds: Sequence[Sequence[int]], placements: list[Placement], sim: SimResult,
            bound) -> Schedule:
-    """The Schedule record of simulated placements: logical CPUs, edges, bounds."""
+    """The Schedule record of simulated placements: logical CPUs, edges, bounds.
+
+    Execution order is the simulated start order (ties: the shorter first, then the planned
+    order), so that everything later in time is later in order: memory planning's reuse edges
+    (one buffer's last use before another's write, in time) then always point forward, and
+    every edge the executor waits on names an earlier op."""
     names = [n.name for n in graph.nodes]
     ops: list[ScheduledOp] = []
     last_on: dict[int, str] = {}
     edges: set[tuple[str, str]] = set()
     rank: dict[str, int] = {}
-    for p, start, end in zip(placements, sim.starts, sim.ends, strict=True):
+    timed = sorted(zip(placements, sim.starts, sim.ends, range(len(placements)), strict=True),
+                   key=lambda r: (r[1], r[2], r[3]))
+    for p, start, end, _ in timed:
         cpus = tuple(sorted(target.core_cpus[c][1 if p.smt else 0] for c in p.cores))
         for v in sorted(p.nodes):
             node = graph.nodes[v]

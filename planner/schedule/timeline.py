@@ -28,7 +28,14 @@ def _colour(op: str) -> str:
 def timeline_svg(plan: dict[str, Any]) -> str:
     """The SVG text (see the module docstring)."""
     ops = plan["ops"]
-    cpus = sorted({c for op in ops for c in op["cpus"]})
+    # Rows: logical CPUs (CPU plans), or streams in the target's order (GPU plans).
+    streams = list(plan.get("target", {}).get("streams", []))
+
+    def lanes(op: dict[str, Any]) -> list:
+        return op.get("cpus") or [op.get("stream", "")]
+
+    cpus = sorted({c for op in ops for c in lanes(op)},
+                  key=lambda c: (streams.index(c), 0) if c in streams else (len(streams), c))
     row = {c: i for i, c in enumerate(cpus)}
     span = max((op["end"] for op in ops), default=0.0) or 1.0
     scale = (WIDTH - LEFT - 10) / span
@@ -40,12 +47,13 @@ def timeline_svg(plan: dict[str, Any]) -> str:
            f'{escape(plan.get("target", {}).get("name", ""))}: {span * 1e3:.3f} ms</text>']
     for c in cpus:
         if row[c] % 8 == 0:
-            out.append(f'<text x="2" y="{TOP + row[c] * ROW + ROW}">cpu {c}</text>')
+            label = f"cpu {c}" if isinstance(c, int) else escape(str(c))
+            out.append(f'<text x="2" y="{TOP + row[c] * ROW + ROW}">{label}</text>')
     for op in ops:
         x = LEFT + op["start"] * scale
         w = max((op["end"] - op["start"]) * scale, 0.5)
         fill = _colour(op["op"])
-        for c in op["cpus"]:
+        for c in lanes(op):
             out.append(f'<rect x="{x:.2f}" y="{TOP + row[c] * ROW}" width="{w:.2f}" '
                        f'height="{ROW - 1}" fill="{fill}"><title>{escape(op["name"])} '
                        f'({escape(op["op"])})</title></rect>')

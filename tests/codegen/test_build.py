@@ -52,3 +52,23 @@ def test_first_error_prefers_our_file_over_a_system_header():
     line, path = first_error(log, own="/src")
     assert line.endswith("error: bad conversion") and path == "/src/ours.cpp"
     assert first_error("all good\n") == ("", "")
+
+
+def test_the_runtimes_kernel_registry_is_the_list_codegen_reads(mlp_module):
+    import sys
+
+    from codegen.backends import BACKENDS
+
+    runtime = sys.modules["planner_cpu_rt"]
+    assert set(runtime.registered_ops()) == BACKENDS["cpu"].ops
+
+
+def test_the_executor_refuses_a_schedule_of_another_backend(mlp_graph, tmp_path):
+    import sys
+
+    tree = render(host_plan(mlp_graph), tmp_path / "other")
+    schedule = tree.dir / "schedule.cpp"
+    schedule.write_text(schedule.read_text().replace("planner::CPU,", "planner::CUDA,"))
+    result = build(tree.dir)
+    with pytest.raises(RuntimeError, match="plan is for the cuda backend, this runtime is the cpu"):
+        sys.modules["planner_cpu_rt"].Executor(str(result.schedule))

@@ -150,3 +150,12 @@ def test_executor_init_draws_from_the_graph_init_hints(mlp_module, mlp_graph):
     feeds = random_feeds(mlp_graph, seed=1)
     want, _ = train_step(mlp_graph, feeds, state)
     np.testing.assert_allclose(ex.step(feeds)["loss"], want["loss"], rtol=1e-5)
+
+
+def test_a_nan_input_gives_a_nan_loss(ex, mlp_graph):
+    """One NaN feature reaches the loss through MatMul, BiasAdd and Relu, as in the reference
+    (a kernel mapping NaN to a number would hide a diverged run)."""
+    feeds = random_feeds(mlp_graph, seed=1)
+    feeds["x"][0, 0] = np.nan
+    want, _ = train_step(mlp_graph, feeds, ex.params())
+    assert np.isnan(want["loss"]) and np.isnan(ex.step(feeds)["loss"])

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from codegen import support
+from codegen.backends import Backend
 from codegen.errors import UnsupportedError
 from codegen.layout import arena_layout, own_layout
 from codegen.render import c_string, encode_attrs, module_name, render, render_files
@@ -71,30 +73,40 @@ def test_memory_plan_offsets_replace_our_layout(mlp_plan):
     assert arena_layout(g, planned, added_ops=1) == own_layout(g)  # recomputes: ours
 
 
-def test_every_unsupported_op_is_named_at_once(monkeypatch):
-    # Every registered op has a kernel today: take two away to see the check name both.
-    from codegen import support
-
-    ops = {k: v for k, v in support.CPU_OPS.items() if k not in ("Exp", "Log")}
-    monkeypatch.setattr(support, "CPU_OPS", ops)
+def test_every_unsupported_op_and_dtype_is_named_at_once(tmp_path):
+    (tmp_path / "kernels").mkdir()
+    (tmp_path / "kernels" / "eltwise.cpp").write_text(
+        'PLANNER_REGISTER_KERNELS(eltwise) {\n  r["Relu"] = relu;\n}\n')
+    only_relu = Backend("cpu", "CPU", tmp_path, tmp_path, frozenset({"float32"}))
     g = Graph(name="g", tensors=(Tensor(name="x", shape=(2,), role="input"),
                                  Tensor(name="y", shape=(2,)), Tensor(name="z", shape=(2,)),
-                                 Tensor(name="w", shape=(2,))),
+                                 Tensor(name="w", shape=(2,), dtype="int64")),
               nodes=(Node(name="e", op="Exp", inputs=("x",), outputs=("y",)),
-                     Node(name="l", op="Log", inputs=("y",), outputs=("z",)),
-                     Node(name="e2", op="Exp", inputs=("z",), outputs=("w",))), outputs=("w",))
-    with pytest.raises(UnsupportedError, match=r"op Exp has no CPU kernel \(node 'e' and 1 "
-                                               r"more\); op Log has no CPU kernel \(node 'l'\)"):
-        render_files(host_plan(g), "g")
+                     Node(name="s", op="Sqrt", inputs=("y",), outputs=("z",)),
+                     Node(name="r", op="Relu", inputs=("z",), outputs=("w",))),
+              outputs=("w",))
+    assert only_relu.ops == {"Relu"}
+    with pytest.raises(UnsupportedError) as e:
+        support.check(g, only_relu)
+    assert "op Exp (node 'e')" in str(e.value) and "op Sqrt (node 's')" in str(e.value)
+    assert "dtype int64 not supported (tensor 'w')" in str(e.value)
 
 
 def test_unsupported_dtype_is_named():
     g = Graph(name="g", tensors=(Tensor(name="x", shape=(2,), dtype="float64", role="input"),
                                  Tensor(name="y", shape=(2,), dtype="float64")),
               nodes=(Node(name="r", op="Relu", inputs=("x",), outputs=("y",)),), outputs=("y",))
-    with pytest.raises(UnsupportedError,
-                       match=r"dtype float64 is not supported by the CPU executor \(tensor 'x'"):
+    with pytest.raises(UnsupportedError, match="dtype float64 not supported .tensor 'x'"):
         render_files(host_plan(g), "g")
+
+
+def test_a_gpu_plan_is_refused_naming_its_backend():
+    from planner.pipeline import plan
+    from planner.target import preset
+
+    p = plan(build("mlp", batch=2, hidden=[4], in_features=3, classes=2), preset("k40c-12gb"))
+    with pytest.raises(UnsupportedError, match="is a cuda plan.*CPU target"):
+        render_files(p, "mlp")
 
 
 def test_attrs_are_spelled_out_and_slices_resolved():

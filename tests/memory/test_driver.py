@@ -9,6 +9,7 @@ import pytest
 
 from planner.costs import CostModel
 from planner.memory import InfeasibleBudget, MemoryOptions, plan_memory, verify_memory_data
+from planner.ops import get_op
 from planner.plan import Plan
 from planner.schedule import cpu_schedule
 from planner.verify import verify_plan_data
@@ -26,8 +27,14 @@ def test_plans_verify_and_arena_is_close_to_load(small_plans, name):
     assert m.load_bytes <= m.arena_bytes <= 1.02 * m.load_bytes
     assert m.fragmentation == pytest.approx(m.arena_bytes / m.load_bytes - 1)
     assert m.per_op_bound_bytes <= m.load_bytes
-    held = {t.tensor for t in planned.tensors}
+    held = {t.tensor for t in planned.tensors if t.tensor}
     assert held == {t.name for t in planned.graph.tensors}
+    # Every op whose kernel needs scratch has an area of its own, live while it alone runs.
+    scratch = {t.writer: t for t in planned.tensors if not t.tensor}
+    g = planned.graph
+    assert set(scratch) == {n.name for n in g.nodes if get_op(n.op).scratch}
+    for op, t in scratch.items():
+        assert t.name == f"{op}@scratch" and t.readers == (op,) and t.first == t.last
 
 
 def test_round_trip_and_determinism(small_plans):

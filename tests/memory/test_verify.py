@@ -21,7 +21,7 @@ def copy(d: dict) -> dict:
 
 
 def activation(d: dict, rank: int = 0) -> dict:
-    acts = sorted((t for t in d["tensors"] if t["writer"] and not t["alias_of"]
+    acts = sorted((t for t in d["tensors"] if t["writer"] and t["tensor"] and not t["alias_of"]
                    and t["last"] < len(d["ops"])), key=lambda t: (-t["bytes"], t["name"]))
     return acts[rank]
 
@@ -38,7 +38,8 @@ def test_unplanned_plans_pass_untouched(data):
 
 def test_overlap_of_buffers_live_together(data):
     d = copy(data)
-    writes = {t["writer"]: t for t in d["tensors"] if t["writer"] and not t["alias_of"]}
+    writes = {t["writer"]: t for t in d["tensors"]
+              if t["writer"] and t["tensor"] and not t["alias_of"]}
     a = next(activation(d, k) for k in range(20) if activation(d, k)["readers"][0] in writes)
     b = writes[a["readers"][0]]  # written while `a` is read: both live then
     b["offset"] = a["offset"]

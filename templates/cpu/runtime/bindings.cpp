@@ -12,8 +12,10 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include <algorithm>
 #include <cstring>
 
+#include "arrays.h"
 #include "executor.h"
 
 namespace nb = nanobind;
@@ -21,91 +23,6 @@ using namespace nb::literals;
 
 namespace planner {
 namespace {
-
-using Array = nb::ndarray<nb::ro, nb::device::cpu>;
-
-const char* dtype_name(int d) {
-  switch (d) {
-    case F32: return "float32";
-    case F64: return "float64";
-    case F16: return "float16";
-    case I64: return "int64";
-    case I32: return "int32";
-    case BOOL: return "bool";
-  }
-  return "?";
-}
-
-nb::dlpack::dtype dl_dtype(int d) {
-  switch (d) {
-    case F32: return nb::dtype<float>();
-    case F64: return nb::dtype<double>();
-    case I64: return nb::dtype<int64_t>();
-    case I32: return nb::dtype<int32_t>();
-    case BOOL: return nb::dtype<bool>();
-    case F16: return nb::dlpack::dtype{static_cast<uint8_t>(nb::dlpack::dtype_code::Float), 16, 1};
-  }
-  throw std::runtime_error("unknown dtype");
-}
-
-std::string array_text(const Array& a) {
-  std::string s = "[";
-  for (size_t k = 0; k < a.ndim(); ++k) s += (k ? ", " : "") + std::to_string(a.shape(k));
-  return s + "]";
-}
-
-// Checks `a` against tensor `id`; returns true when it is C-contiguous (readable in place).
-bool check(const Executor& ex, int id, const Array& a, const char* what) {
-  const TensorSpec& t = ex.tensor(id);
-  Shape want = ex.shape(id);
-  bool same = a.ndim() == want.size();
-  for (size_t k = 0; same && k < want.size(); ++k) same = a.shape(k) == static_cast<size_t>(want[k]);
-  if (!same)
-    throw nb::value_error((std::string(what) + " '" + t.name + "' has shape " + array_text(a) +
-                           ", expected " + shape_text(want)).c_str());
-  if (a.dtype() != dl_dtype(t.dtype))
-    throw nb::value_error((std::string(what) + " '" + t.name + "' must be " +
-                           dtype_name(t.dtype) + " " + shape_text(want) +
-                           "; got another dtype").c_str());
-  int64_t expect = 1;
-  for (int k = static_cast<int>(a.ndim()) - 1; k >= 0; --k) {
-    if (a.shape(k) != 1 && a.stride(k) != expect) return false;
-    expect *= static_cast<int64_t>(a.shape(k));
-  }
-  return true;
-}
-
-// Copies any-strided `a` into contiguous `dst` (element size from the tensor's dtype).
-void copy_in(char* dst, const Array& a, int esize) {
-  size_t n = a.size();
-  const char* base = static_cast<const char*>(a.data());
-  std::vector<size_t> idx(a.ndim(), 0);
-  for (size_t e = 0; e < n; ++e) {
-    int64_t off = 0;
-    for (size_t k = 0; k < a.ndim(); ++k) off += static_cast<int64_t>(idx[k]) * a.stride(k);
-    std::memcpy(dst + e * esize, base + off * esize, esize);
-    for (int k = static_cast<int>(a.ndim()) - 1; k >= 0; --k) {
-      if (++idx[k] < a.shape(k)) break;
-      idx[k] = 0;
-    }
-  }
-}
-
-nb::object to_numpy(const Executor& ex, int id, bool copy, nb::handle owner) {
-  const TensorSpec& t = ex.tensor(id);
-  std::vector<size_t> shape(t.shape, t.shape + t.rank);
-  char* data = ex.data(id);
-  if (!copy)
-    return nb::ndarray<nb::numpy>(data, shape.size(), shape.data(), owner, nullptr,
-                                  dl_dtype(t.dtype)).cast();
-  char* buf = new char[std::max<int64_t>(t.nbytes, 1)];
-  std::memcpy(buf, data, t.nbytes);
-  nb::capsule own(buf, [](void* p) noexcept { delete[] static_cast<char*>(p); });
-  return nb::ndarray<nb::numpy>(buf, shape.size(), shape.data(), own, nullptr,
-                                dl_dtype(t.dtype)).cast();
-}
-
-bool persistent(int role) { return role == PARAM || role == STATE || role == OPT_STATE; }
 
 nb::dict run_step(Executor& ex, nb::dict feeds, const std::vector<std::string>& extra) {
   const Schedule& s = ex.schedule();
@@ -138,7 +55,7 @@ nb::dict run_step(Executor& ex, nb::dict feeds, const std::vector<std::string>& 
     wanted.push_back(id);
   }
   for (auto& [id, a] : bound) {
-    if (check(ex, id, a, "feed")) {
+    if (check(ex.tensor(id), a, "feed")) {
       ex.bind(id, static_cast<char*>(const_cast<void*>(a.data())));
     } else {
       ex.bind(id, nullptr);
@@ -157,7 +74,7 @@ nb::dict run_step(Executor& ex, nb::dict feeds, const std::vector<std::string>& 
   }
   // Copy the results out first: an output may be a view of a feed read in place.
   nb::dict out;
-  for (int id : wanted) out[ex.tensor(id).name] = to_numpy(ex, id, true, nb::handle());
+  for (int id : wanted) out[ex.tensor(id).name] = to_numpy(ex.tensor(id), ex.data(id), true, nb::handle());
   for (auto& b : bound) ex.bind(b.first, nullptr);  // never keep caller memory past the call
   return out;
 }
@@ -168,6 +85,11 @@ nb::dict run_step(Executor& ex, nb::dict feeds, const std::vector<std::string>& 
 NB_MODULE(planner_cpu_rt, m) {
   using planner::Executor;
   m.doc() = "planner CPU runtime: oneDNN + OpenMP kernels driven by a compiled schedule";
+  m.def("registered_ops", [] {
+    std::vector<std::string> names;
+    for (const auto& kv : planner::registry()) names.push_back(kv.first);
+    return names;
+  }, "The op names this runtime has kernels for (codegen's supported list must agree).");
   nb::class_<Executor>(m, "Executor")
       .def(nb::init<const std::string&>(), "schedule_path"_a)
       .def_prop_ro("plan", [](const Executor& ex) { return std::string(ex.schedule().plan_json); })
@@ -187,7 +109,7 @@ NB_MODULE(planner_cpu_rt, m) {
                planner::Array a;
                if (!nb::try_cast(value, a))
                  throw nb::value_error(("parameter '" + name + "' is not an array").c_str());
-               planner::check(ex, id, a, "parameter");
+               planner::check(ex.tensor(id), a, "parameter");
                checked.emplace_back(id, a);
                given.push_back(id);
              }
@@ -214,7 +136,7 @@ NB_MODULE(planner_cpu_rt, m) {
              for (int i = 0; i < s.num_tensors; ++i) {
                const planner::TensorSpec& t = s.tensors[i];
                if (planner::persistent(t.role) && t.updates < 0)
-                 out[t.name] = planner::to_numpy(ex, i, copy, self);
+                 out[t.name] = planner::to_numpy(t, ex.data(i), copy, self);
              }
              return out;
            },
@@ -244,6 +166,9 @@ NB_MODULE(planner_cpu_rt, m) {
                d["name"] = s.ops[k].name;
                d["op"] = s.ops[k].op;
                d["threads"] = s.ops[k].threads;
+               d["lane"] = s.ops[k].lane;
+               d["scratch_bytes"] = ex.scratch_needed(k);
+               d["scratch_planned"] = ex.scratch_planned(k);
                d["calls"] = st.calls;
                d["seconds"] = st.calls ? st.seconds / st.calls : 0.0;
                ops.append(d);
@@ -251,18 +176,18 @@ NB_MODULE(planner_cpu_rt, m) {
              nb::dict out;
              out["ops"] = ops;
              out["steps"] = ex.steps();
+             int64_t tensor_bytes = 0, scratch = 0;
+             for (int i = 0; i < s.num_tensors; ++i)
+               tensor_bytes = std::max(tensor_bytes, s.tensors[i].offset + s.tensors[i].nbytes);
+             for (int k = 0; k < s.num_ops; ++k)
+               scratch += static_cast<int64_t>(ex.scratch_needed(k));
              out["arena_bytes"] = ex.arena_bytes();
-             out["scratch_bytes"] = ex.scratch_bytes();
-             out["tensor_bytes"] = ex.arena_bytes() - ex.scratch_bytes();
+             out["tensor_bytes"] = tensor_bytes;
+             out["scratch_bytes"] = scratch;
+             out["unplanned_scratch_bytes"] = ex.unplanned_scratch_bytes();
              return out;
            },
-           "Per-op mean measured seconds and call counts, arena and scratch bytes.")
+           "Per-op mean measured seconds, call counts, lanes and scratch bytes (what the kernel "
+           "needs, and whether the plan's area held it); arena, tensor and scratch bytes.")
       .def("reset_stats", &Executor::reset_stats);
-  m.def("kernel_ops",
-        []() {
-          std::vector<std::string> names;
-          for (const auto& kv : planner::registry()) names.push_back(kv.first);
-          return names;
-        },
-        "The op types this runtime has kernels for (sorted).");
 }

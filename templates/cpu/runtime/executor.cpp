@@ -1,39 +1,19 @@
 #include "executor.h"
 
-#include <dlfcn.h>
 #include <omp.h>
 
 #include <algorithm>
-#include <cstdlib>
-#include <cstring>
 
 namespace planner {
 
-const Registry& registry() {
-  static const Registry r = [] {
-    Registry reg;
-    add_conv_kernels(reg);
-    add_matmul_kernels(reg);
-    add_pool_kernels(reg);
-    add_norm_kernels(reg);
-    add_eltwise_kernels(reg);
-    add_binary_kernels(reg);
-    add_reduce_kernels(reg);
-    add_shape_kernels(reg);
-    add_embedding_kernels(reg);
-    add_loss_kernels(reg);
-    add_optim_kernels(reg);
-    add_dropout_kernels(reg);
-    add_math_kernels(reg);
-    add_broadcast_kernels(reg);
-    add_pad_kernels(reg);
-    add_layer_norm_kernels(reg);
-    add_max_pool_kernels(reg);
-    add_softmax_kernels(reg);
-    return reg;
-  }();
+static Registry& mutable_registry() {
+  static Registry r;
   return r;
 }
+
+KernelFamily::KernelFamily(void (*add)(Registry&)) { add(mutable_registry()); }
+
+const Registry& registry() { return mutable_registry(); }
 
 static TensorRef ref(const Schedule& s, int id) {
   const TensorSpec& t = s.tensors[id];
@@ -44,31 +24,25 @@ static std::string op_label(const OpSpec& op) {
   return std::string("op '") + op.name + "' (" + op.op + ")";
 }
 
-Executor::Executor(const std::string& schedule_path)
-    : engine_(dnnl::engine::kind::cpu, 0), stream_(engine_) {
-  lib_ = dlopen(schedule_path.c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (!lib_) throw std::runtime_error("cannot load schedule " + schedule_path + ": " + dlerror());
-  using Get = const Schedule* (*)();
-  auto get = reinterpret_cast<Get>(dlsym(lib_, "planner_schedule"));
-  if (!get) throw std::runtime_error(schedule_path + " exports no planner_schedule");
-  s_ = get();
-  const Schedule& s = *s_;
-  for (int i = 0; i < s.num_tensors; ++i) index_[s.tensors[i].name] = i;
-  root_.resize(s.num_tensors);
-  for (int i = 0; i < s.num_tensors; ++i) {
-    int r = i;
-    while (s.tensors[r].alias_of >= 0) r = s.tensors[r].alias_of;
-    root_[i] = r;
-  }
 
+Executor::Executor(const std::string& schedule_path)
+    : loaded_(schedule_path, CPU),
+      engine_(dnnl::engine::kind::cpu, 0),
+      stream_(engine_),
+      arena_(loaded_.get().arena_bytes) {
+  const Schedule& s = loaded_.get();
+  int host_cpus = omp_get_num_procs();
   // Kernels, each created with its planned team size on this (the running) thread.
   const Registry& reg = registry();
   int saved_threads = omp_get_max_threads();
-  size_t scratch = 0;
   for (int k = 0; k < s.num_ops; ++k) {
     const OpSpec& op = s.ops[k];
     auto it = reg.find(op.op);
     if (it == reg.end()) throw std::runtime_error(op_label(op) + ": no CPU kernel for this op");
+    if (op.threads > std::max(host_cpus, 1) * 4)
+      throw std::runtime_error(op_label(op) + ": " + std::to_string(op.threads) +
+                               " threads on a host of " + std::to_string(host_cpus) +
+                               " CPUs; plan it for this host");
     std::vector<TensorRef> in, out;
     for (int a = 0; a < op.num_inputs; ++a) in.push_back(ref(s, s.args[op.first_input + a]));
     for (int a = 0; a < op.num_outputs; ++a) out.push_back(ref(s, s.args[op.first_output + a]));
@@ -80,55 +54,50 @@ Executor::Executor(const std::string& schedule_path)
       omp_set_num_threads(saved_threads);
       throw std::runtime_error(op_label(op) + ": " + e.what());
     }
-    scratch = std::max(scratch, kernels_.back()->scratch_bytes());
   }
   omp_set_num_threads(saved_threads);
 
-  // One arena: the tensors at their planned offsets, then the scratch area (ops run one at a
-  // time, so they share it).
-  int64_t tensors = (s.arena_bytes + 63) / 64 * 64;
-  scratch_bytes_ = static_cast<int64_t>(scratch);
-  arena_bytes_ = tensors + scratch_bytes_;
-  arena_ = static_cast<char*>(std::aligned_alloc(64, std::max<int64_t>(64, (arena_bytes_ + 63) / 64 * 64)));
-  if (!arena_) throw std::runtime_error("cannot allocate the arena (" +
-                                        std::to_string(arena_bytes_) + " bytes)");
-  std::memset(arena_, 0, arena_bytes_);
+  // Each op's scratch: its planned area when that holds what the kernel asks for, else a block
+  // of its own (never shared: ops may run at the same time).
+  overflow_.resize(s.num_ops);
+  for (int k = 0; k < s.num_ops; ++k) {
+    const OpSpec& op = s.ops[k];
+    int64_t need = static_cast<int64_t>(kernels_[k]->scratch_bytes());
+    if (need <= std::max<int64_t>(op.scratch_bytes, 0)) {
+      scratch_.push_back(op.scratch_bytes > 0 ? arena_.base() + op.scratch_offset : nullptr);
+    } else {
+      overflow_[k] = std::make_unique<Arena>(need);
+      unplanned_ += need;
+      scratch_.push_back(overflow_[k]->base());
+    }
+  }
   ptr_.resize(s.num_tensors);
-  for (int i = 0; i < s.num_tensors; ++i) ptr_[i] = arena_ + s.tensors[i].offset;
+  for (int i = 0; i < s.num_tensors; ++i) ptr_[i] = arena_.base() + s.tensors[i].offset;
   stats_.assign(s.num_ops, OpStats{});
-  loaded_.assign(s.num_tensors, 0);
+  written_.assign(s.num_tensors, 0);
 }
 
 std::vector<std::string> Executor::missing(const std::vector<int>& also_given) const {
   std::vector<std::string> out;
-  for (int i = 0; i < s_->num_tensors; ++i) {
-    if (!required(s_->tensors[i]) || loaded_[i]) continue;
+  const Schedule& s = schedule();
+  for (int i = 0; i < s.num_tensors; ++i) {
+    if (!required(s.tensors[i]) || written_[i]) continue;
     if (std::find(also_given.begin(), also_given.end(), i) == also_given.end())
-      out.push_back(s_->tensors[i].name);
+      out.push_back(s.tensors[i].name);
   }
   return out;
 }
 
-Executor::~Executor() {
-  kernels_.clear();
-  std::free(arena_);
-  // The schedule library stays loaded: its data may back strings handed to Python.
-}
-
-int Executor::tensor_index(const std::string& name) const {
-  auto it = index_.find(name);
-  return it == index_.end() ? -1 : it->second;
-}
-
 Shape Executor::shape(int id) const {
-  const TensorSpec& t = s_->tensors[id];
+  const TensorSpec& t = tensor(id);
   return Shape(t.shape, t.shape + t.rank);
 }
 
 void Executor::bind(int id, char* p) {
-  char* target = p ? p : arena_ + s_->tensors[id].offset;
-  for (int i = 0; i < s_->num_tensors; ++i)
-    if (root_[i] == id) ptr_[i] = target;
+  const Schedule& s = schedule();
+  char* target = p ? p : arena_.base() + s.tensors[id].offset;
+  for (int i = 0; i < s.num_tensors; ++i)
+    if (loaded_.root(i) == id) ptr_[i] = target;
 }
 
 std::string name_list(const std::vector<std::string>& names) {
@@ -139,18 +108,17 @@ std::string name_list(const std::vector<std::string>& names) {
 }
 
 void Executor::step() {
-  const Schedule& s = *s_;
+  const Schedule& s = schedule();
   const std::vector<std::string> absent = missing();
   if (!absent.empty())
     throw std::runtime_error("parameters not loaded: " + name_list(absent) +
                              "; call load_params first (or create the executor with "
                              "Executor(init=True) to start from the graph's init hints)");
-  char* scratch = arena_ + (arena_bytes_ - scratch_bytes_);
   int saved_threads = omp_get_max_threads();
   for (int k = 0; k < s.num_ops; ++k) {
     const OpSpec& op = s.ops[k];
     omp_set_num_threads(op.threads);
-    Run r{ptr_.data(), scratch, stream_.get(), op.threads};
+    Run r{ptr_.data(), scratch_[k], stream_.get(), op.threads};
     auto t0 = std::chrono::steady_clock::now();
     try {
       kernels_[k]->run(r);
@@ -167,7 +135,7 @@ void Executor::step() {
 }
 
 void Executor::reset_stats() {
-  stats_.assign(s_->num_ops, OpStats{});
+  stats_.assign(schedule().num_ops, OpStats{});
   steps_ = 0;
 }
 

@@ -1,13 +1,15 @@
-// The executor: creates every op's kernel once at load (with the op's planned thread count set
-// on the creating thread), allocates one arena for every tensor and every kernel's scratch area,
-// and runs the step in plan order. A step allocates nothing.
+// The CPU executor: loads a schedule (common/loader.h), creates every op's kernel once at load
+// (with the op's planned thread count set on the creating thread), places every tensor and
+// every op's scratch area in one arena, and runs the step in plan order. A step allocates
+// nothing.
 #pragma once
 #include <chrono>
+#include <memory>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "kernel.h"
+#include "loader.h"
 
 namespace planner {
 
@@ -23,13 +25,12 @@ class Executor {
  public:
   // Loads the schedule library at `path` (a shared library exporting planner_schedule).
   explicit Executor(const std::string& schedule_path);
-  ~Executor();
   Executor(const Executor&) = delete;
   Executor& operator=(const Executor&) = delete;
 
-  const Schedule& schedule() const { return *s_; }
-  int tensor_index(const std::string& name) const;  // -1 when absent
-  const TensorSpec& tensor(int id) const { return s_->tensors[id]; }
+  const Schedule& schedule() const { return loaded_.get(); }
+  int tensor_index(const std::string& name) const { return loaded_.tensor_index(name); }
+  const TensorSpec& tensor(int id) const { return schedule().tensors[id]; }
   char* data(int id) const { return ptr_[id]; }
   Shape shape(int id) const;
 
@@ -43,30 +44,32 @@ class Executor {
   static bool required(const TensorSpec& t) {
     return (t.role == PARAM || t.role == STATE) && t.updates < 0;
   }
-  void mark_loaded(int id) { loaded_[id] = 1; }
+  void mark_loaded(int id) { written_[id] = 1; }
   // Names of required tensors not loaded yet, in schedule order.
   std::vector<std::string> missing(const std::vector<int>& also_given = {}) const;
 
   const std::vector<OpStats>& op_stats() const { return stats_; }
+  // Per op: the scratch bytes its kernel needs, and whether the plan's area held them (else it
+  // got a block of its own at load: the plan under-estimated the library's scratchpad).
+  size_t scratch_needed(int op) const { return kernels_[op]->scratch_bytes(); }
+  bool scratch_planned(int op) const { return overflow_[op] == nullptr; }
   int64_t steps() const { return steps_; }
-  int64_t arena_bytes() const { return arena_bytes_; }
-  int64_t scratch_bytes() const { return scratch_bytes_; }
+  int64_t arena_bytes() const { return arena_.bytes(); }
+  int64_t unplanned_scratch_bytes() const { return unplanned_; }
   void reset_stats();
 
  private:
-  void* lib_ = nullptr;
-  const Schedule* s_ = nullptr;
+  LoadedSchedule loaded_;
   dnnl::engine engine_;
   dnnl::stream stream_;
   std::vector<KernelPtr> kernels_;
-  std::vector<char*> ptr_;          // current address of every tensor
-  std::vector<int> root_;           // the tensor whose bytes each one shares
-  std::unordered_map<std::string, int> index_;
-  char* arena_ = nullptr;
-  int64_t arena_bytes_ = 0;         // tensors + scratch
-  int64_t scratch_bytes_ = 0;
+  Arena arena_;
+  std::vector<char*> scratch_;                 // each op's scratch area
+  std::vector<std::unique_ptr<Arena>> overflow_;
+  int64_t unplanned_ = 0;
+  std::vector<char*> ptr_;                     // current address of every tensor
   std::vector<OpStats> stats_;
-  std::vector<char> loaded_;        // per tensor: written by load_params
+  std::vector<char> written_;       // per tensor: written by load_params
   int64_t steps_ = 0;
 };
 

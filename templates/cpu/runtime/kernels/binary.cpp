@@ -127,7 +127,7 @@ KernelPtr add_n(const Node& n) {
 
 }  // namespace
 
-void add_binary_kernels(Registry& r) {
+PLANNER_REGISTER_KERNELS(binary) {
   r["Add"] = add;
   r["Sub"] = sub;
   r["Mul"] = mul;

@@ -182,7 +182,7 @@ KernelPtr prelu_grad(const Node& n) { return std::make_unique<PReluGrad>(n); }
 
 }  // namespace
 
-void add_broadcast_kernels(Registry& r) {
+PLANNER_REGISTER_KERNELS(broadcast) {
   r["Pow"] = pow_;
   r["Max"] = max_;
   r["Min"] = min_;

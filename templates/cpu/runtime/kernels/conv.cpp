@@ -163,7 +163,7 @@ KernelPtr conv_transpose2d(const Node& n) {
 
 }  // namespace
 
-void add_conv_kernels(Registry& r) {
+PLANNER_REGISTER_KERNELS(conv) {
   r["Conv2D"] = conv2d;
   r["Conv2DBackpropInput"] = conv2d_backprop_input;
   r["Conv2DBackpropFilter"] = conv2d_backprop_filter;

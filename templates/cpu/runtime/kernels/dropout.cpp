@@ -57,7 +57,7 @@ KernelPtr dropout(const Node& n) { return std::make_unique<Dropout>(n); }
 
 }  // namespace
 
-void add_dropout_kernels(Registry& r) {
+PLANNER_REGISTER_KERNELS(dropout) {
   r["Dropout"] = dropout;
   r["DropoutGrad"] = dropout;  // [dy(, step)] -> dx: the same mask and scale
 }

@@ -117,7 +117,7 @@ KernelPtr softmax_grad(const Node& n) {
 
 }  // namespace
 
-void add_eltwise_kernels(Registry& r) {
+PLANNER_REGISTER_KERNELS(eltwise) {
   r["LeakyRelu"] = leaky_relu;
   r["Tanh"] = tanh_;
   r["Sigmoid"] = sigmoid;

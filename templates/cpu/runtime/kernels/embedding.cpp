@@ -77,7 +77,7 @@ KernelPtr embedding_grad(const Node& n) { return std::make_unique<EmbeddingGrad>
 
 }  // namespace
 
-void add_embedding_kernels(Registry& r) {
+PLANNER_REGISTER_KERNELS(embedding) {
   r["Embedding"] = embedding;
   r["EmbeddingGrad"] = embedding_grad;
 }

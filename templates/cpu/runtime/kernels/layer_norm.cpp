@@ -66,7 +66,7 @@ KernelPtr layer_norm_grad(const Node& n) {
 
 }  // namespace
 
-void add_layer_norm_kernels(Registry& r) {
+PLANNER_REGISTER_KERNELS(layer_norm) {
   r["LayerNorm"] = layer_norm;
   r["LayerNormGrad"] = layer_norm_grad;
 }

@@ -125,7 +125,7 @@ KernelPtr mse(const Node& n) { return std::make_unique<PairLoss>(n, 'm'); }
 
 }  // namespace
 
-void add_loss_kernels(Registry& r) {
+PLANNER_REGISTER_KERNELS(loss) {
   r["SoftmaxCrossEntropy"] = sce;
   r["SoftmaxCrossEntropyGrad"] = sce;
   r["SigmoidBCE"] = bce;

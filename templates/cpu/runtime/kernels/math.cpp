@@ -116,7 +116,7 @@ KernelPtr causal_mask(const Node& n) { return std::make_unique<CausalMask>(n); }
 
 }  // namespace
 
-void add_math_kernels(Registry& r) {
+PLANNER_REGISTER_KERNELS(math) {
   r["Relu"] = relu;
   r["ReluGrad"] = relu_grad;
   r["LeakyReluGrad"] = leaky_relu_grad;

@@ -35,6 +35,6 @@ KernelPtr matmul(const Node& n) {
 
 }  // namespace
 
-void add_matmul_kernels(Registry& r) { r["MatMul"] = matmul; }
+PLANNER_REGISTER_KERNELS(matmul) { r["MatMul"] = matmul; }
 
 }  // namespace planner

@@ -297,7 +297,7 @@ KernelPtr max_pool_grad(const Node& n) { return std::make_unique<MaxPoolGrad>(n)
 
 }  // namespace
 
-void add_max_pool_kernels(Registry& r) {
+PLANNER_REGISTER_KERNELS(max_pool) {
   r["MaxPool"] = max_pool;
   r["MaxPoolGrad"] = max_pool_grad;
 }

@@ -209,7 +209,7 @@ KernelPtr lrn_grad(const Node& n) {
 
 }  // namespace
 
-void add_norm_kernels(Registry& r) {
+PLANNER_REGISTER_KERNELS(norm) {
   r["BatchNorm"] = batch_norm;
   r["BatchNormGrad"] = batch_norm_grad;
   r["LRN"] = lrn;

@@ -180,7 +180,7 @@ KernelPtr zeros(const Node& n) { return std::make_unique<Constant>(n, 0.0); }
 
 }  // namespace
 
-void add_optim_kernels(Registry& r) {
+PLANNER_REGISTER_KERNELS(optim) {
   r["SGD"] = sgd;
   r["ApplyMomentum"] = momentum;
   r["ApplyAdam"] = adam;

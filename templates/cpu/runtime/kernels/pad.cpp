@@ -108,7 +108,7 @@ KernelPtr pad_grad(const Node& n) { return std::make_unique<Pad>(n, true); }
 
 }  // namespace
 
-void add_pad_kernels(Registry& r) {
+PLANNER_REGISTER_KERNELS(pad) {
   r["Pad"] = pad;
   r["PadGrad"] = pad_grad;
 }

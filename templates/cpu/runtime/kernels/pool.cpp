@@ -66,7 +66,7 @@ KernelPtr avg_pool_grad(const Node& n) {
 
 }  // namespace
 
-void add_pool_kernels(Registry& r) {
+PLANNER_REGISTER_KERNELS(pool) {
   r["AvgPool"] = avg_pool;
   r["AvgPoolGrad"] = avg_pool_grad;
 }

@@ -109,7 +109,7 @@ KernelPtr global_avg_pool(const Node& n) {
 
 }  // namespace
 
-void add_reduce_kernels(Registry& r) {
+PLANNER_REGISTER_KERNELS(reduce) {
   r["ReduceSum"] = reduce_sum;
   r["ReduceMean"] = reduce_mean;
   r["BiasAddGrad"] = bias_add_grad;

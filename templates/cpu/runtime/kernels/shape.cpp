@@ -184,7 +184,7 @@ KernelPtr concat(const Node& n) {
 
 }  // namespace
 
-void add_shape_kernels(Registry& r) {
+PLANNER_REGISTER_KERNELS(shape) {
   r["Reshape"] = reshape;
   r["Flatten"] = reshape;
   r["Transpose"] = transpose;

@@ -68,7 +68,7 @@ KernelPtr log_softmax(const Node& n) { return std::make_unique<Softmax>(n, true)
 
 }  // namespace
 
-void add_softmax_kernels(Registry& r) {
+PLANNER_REGISTER_KERNELS(softmax) {
   r["Softmax"] = softmax;
   r["LogSoftmax"] = log_softmax;
 }

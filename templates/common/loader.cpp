@@ -1,0 +1,117 @@
+#include "loader.h"
+
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <stdexcept>
+
+namespace planner {
+
+static std::string op_label(const OpSpec& op) {
+  return std::string("op '") + op.name + "' (" + op.op + ")";
+}
+
+LoadedSchedule::LoadedSchedule(const std::string& path, int backend) {
+  lib_ = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!lib_) throw std::runtime_error("cannot load schedule " + path + ": " + dlerror());
+  using Get = const Schedule* (*)();
+  auto get = reinterpret_cast<Get>(dlsym(lib_, "planner_schedule"));
+  if (!get) throw std::runtime_error(path + " exports no planner_schedule");
+  s_ = get();
+  validate(path, backend);
+  const Schedule& s = *s_;
+  for (int i = 0; i < s.num_tensors; ++i) index_[s.tensors[i].name] = i;
+  root_.resize(s.num_tensors);
+  for (int i = 0; i < s.num_tensors; ++i) {
+    int r = i;
+    for (int hops = 0; s.tensors[r].alias_of >= 0; ++hops) {
+      if (hops > s.num_tensors)
+        throw std::runtime_error(std::string("tensor '") + s.tensors[i].name +
+                                 "': its aliases form a cycle");
+      r = s.tensors[r].alias_of;
+    }
+    root_[i] = r;
+  }
+}
+
+int LoadedSchedule::tensor_index(const std::string& name) const {
+  auto it = index_.find(name);
+  return it == index_.end() ? -1 : it->second;
+}
+
+// [offset, offset + bytes) inside [0, arena) without overflow.
+static bool inside(int64_t offset, int64_t bytes, int64_t arena) {
+  return offset >= 0 && bytes >= 0 && offset <= arena && bytes <= arena - offset;
+}
+
+void LoadedSchedule::validate(const std::string& path, int backend) const {
+  const Schedule& s = *s_;
+  const char* names[] = {"cpu", "cuda"};
+  if (s.backend != backend)
+    throw std::runtime_error(path + ": the plan is for the " +
+                             std::string(s.backend == CUDA ? names[1] : names[0]) +
+                             " backend, this runtime is the " + names[backend == CUDA] + " one");
+  if (s.num_tensors < 0 || s.num_ops < 0 || s.num_outputs < 0 || s.num_lanes < 0 ||
+      s.arena_bytes < 0)
+    throw std::runtime_error(path + ": negative counts in the schedule");
+  for (int i = 0; i < s.num_tensors; ++i) {
+    const TensorSpec& t = s.tensors[i];
+    std::string label = std::string("tensor '") + t.name + "'";
+    if (!inside(t.offset, t.nbytes, s.arena_bytes))
+      throw std::runtime_error(label + ": bytes [" + std::to_string(t.offset) + ", +" +
+                               std::to_string(t.nbytes) + ") lie outside the " +
+                               std::to_string(s.arena_bytes) + "-byte arena");
+    if (t.rank < 0 || t.rank > kMaxRank) throw std::runtime_error(label + ": bad rank");
+    int64_t n = 1;
+    for (int k = 0; k < t.rank; ++k) {
+      if (t.shape[k] < 0 || (t.shape[k] && n > std::numeric_limits<int64_t>::max() / 8 / t.shape[k]))
+        throw std::runtime_error(label + ": shape out of range");
+      n *= t.shape[k];
+    }
+    if (t.alias_of >= s.num_tensors || t.updates >= s.num_tensors || t.alias_of < -1 ||
+        t.updates < -1)
+      throw std::runtime_error(label + ": alias or update index out of range");
+  }
+  int args = 0;
+  for (int k = 0; k < s.num_ops; ++k) {
+    const OpSpec& op = s.ops[k];
+    if (op.threads < 1 || op.lane < 0 || op.lane >= s.num_lanes || op.num_inputs < 0 ||
+        op.num_outputs < 0 || op.num_cpus < 0 || op.num_waits < 0)
+      throw std::runtime_error(op_label(op) + ": bad thread count, lane or counts");
+    if (op.first_input != args || op.first_output != args + op.num_inputs)
+      throw std::runtime_error(op_label(op) + ": arguments out of order");
+    for (int a = 0; a < op.num_inputs + op.num_outputs; ++a) {
+      int id = s.args[args + a];
+      if (id < 0 || id >= s.num_tensors)
+        throw std::runtime_error(op_label(op) + ": argument tensor index out of range");
+    }
+    args += op.num_inputs + op.num_outputs;
+    for (int w = 0; w < op.num_waits; ++w) {
+      int before = s.waits[op.first_wait + w];
+      if (before < 0 || before >= k)
+        throw std::runtime_error(op_label(op) + ": waits on an op that does not come before "
+                                 "it in plan order");
+    }
+    if (op.scratch_bytes > 0 && !inside(op.scratch_offset, op.scratch_bytes, s.arena_bytes))
+      throw std::runtime_error(op_label(op) + ": scratch bytes lie outside the arena");
+  }
+  if (s.args[args] != -1) throw std::runtime_error(path + ": argument list is malformed");
+  for (int o = 0; o < s.num_outputs; ++o)
+    if (s.outputs[o] < 0 || s.outputs[o] >= s.num_tensors)
+      throw std::runtime_error(path + ": output index out of range");
+}
+
+Arena::Arena(int64_t bytes) : bytes_(bytes) {
+  int64_t rounded = (std::max<int64_t>(bytes, 64) + 63) / 64 * 64;
+  base_ = static_cast<char*>(std::aligned_alloc(64, static_cast<size_t>(rounded)));
+  if (!base_)
+    throw std::runtime_error("cannot allocate the arena (" + std::to_string(bytes) + " bytes)");
+  std::memset(base_, 0, static_cast<size_t>(rounded));
+}
+
+Arena::~Arena() { std::free(base_); }
+
+}  // namespace planner

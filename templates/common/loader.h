@@ -1,0 +1,49 @@
+// Loading a schedule library, every backend alike: dlopen it, check the plan-as-data against
+// itself before anything is allocated (indices in range, offsets and sizes inside the arena
+// without overflow, waits on earlier ops, the backend), and index its tensors by name.
+#pragma once
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "schedule.h"
+
+namespace planner {
+
+class LoadedSchedule {
+ public:
+  // Throws std::runtime_error naming the library, op or tensor when it is not usable by a
+  // runtime of `backend`.
+  LoadedSchedule(const std::string& path, int backend);
+  LoadedSchedule(const LoadedSchedule&) = delete;
+  LoadedSchedule& operator=(const LoadedSchedule&) = delete;
+
+  const Schedule& get() const { return *s_; }
+  int tensor_index(const std::string& name) const;  // -1 when absent
+  // The tensor whose bytes tensor `id` shares (itself when it owns them).
+  int root(int id) const { return root_[id]; }
+
+ private:
+  void validate(const std::string& path, int backend) const;
+  void* lib_ = nullptr;  // stays loaded: its data backs strings handed to callers
+  const Schedule* s_ = nullptr;
+  std::unordered_map<std::string, int> index_;
+  std::vector<int> root_;
+};
+
+// One 64-byte-aligned, zeroed block for the whole step, allocated at load.
+class Arena {
+ public:
+  explicit Arena(int64_t bytes);
+  ~Arena();
+  Arena(const Arena&) = delete;
+  Arena& operator=(const Arena&) = delete;
+  char* base() const { return base_; }
+  int64_t bytes() const { return bytes_; }
+
+ private:
+  char* base_ = nullptr;
+  int64_t bytes_ = 0;
+};
+
+}  // namespace planner

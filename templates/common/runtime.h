@@ -1,0 +1,52 @@
+// What every backend's runtime shares: shapes, dtype sizes, the attribute parser, the errors a
+// step raises. No oneDNN, no CUDA: the CPU (templates/cpu) and CUDA (templates/cuda) kernel
+// contexts build on it.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "schedule.h"
+
+namespace planner {
+
+using Shape = std::vector<int64_t>;
+
+int64_t numel(const Shape& s);
+int dtype_bytes(int dtype);
+std::string shape_text(const Shape& s);
+
+// An op's attributes, parsed from the schedule's "key=v1,v2;..." text. Every accessor throws
+// std::runtime_error naming the key when it is missing or malformed.
+class Attrs {
+ public:
+  explicit Attrs(const char* text);
+  bool has(const std::string& key) const { return values_.count(key) > 0; }
+  int64_t i(const std::string& key) const;
+  uint64_t u(const std::string& key) const;
+  double f(const std::string& key) const;
+  bool b(const std::string& key) const { return i(key) != 0; }
+  std::string s(const std::string& key) const;
+  std::vector<int64_t> ints(const std::string& key) const;
+
+ private:
+  const std::string& raw(const std::string& key) const;
+  std::map<std::string, std::string> values_;
+};
+
+struct TensorRef {
+  int id;        // index into the schedule's tensors
+  Shape shape;
+  int dtype;
+  int64_t size() const { return numel(shape); }
+};
+
+// Thrown by kernels for bad inputs found while running (an id out of range): the executor
+// adds the op's name.
+struct StepError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+}  // namespace planner

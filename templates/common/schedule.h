@@ -1,0 +1,81 @@
+// The schedule of one plan as plain data: what the per-plan source (schedule.cpp) defines and
+// every backend's runtime reads at load. No oneDNN, no CUDA, no Python: the per-plan source
+// compiles in well under a second. Offsets are bytes from the arena's start; shapes are
+// row-major (NCHW for images).
+//
+// Names (tensor, op, plan) are data: byte arrays the renderer escapes, never source text (the
+// rule in templates/README.md).
+#pragma once
+#include <cstdint>
+
+namespace planner {
+
+enum DType : int { F32 = 0, F64 = 1, F16 = 2, I64 = 3, I32 = 4, BOOL = 5 };
+enum Role : int { INPUT = 0, LABEL = 1, PARAM = 2, STATE = 3, OPT_STATE = 4, ACTIVATION = 5,
+                  GRAD = 6 };
+enum Backend : int { CPU = 0, CUDA = 1 };
+
+constexpr int kMaxRank = 8;
+
+struct TensorSpec {
+  const char* name;
+  int64_t offset;        // byte offset in the arena
+  int64_t nbytes;
+  int rank;
+  int64_t shape[kMaxRank];
+  int dtype;             // DType
+  int role;              // Role
+  int updates;           // index of the persistent tensor this one overwrites, or -1
+  int alias_of;          // index of the tensor whose bytes this one shares (updates, views), or -1
+};
+
+struct OpSpec {
+  const char* name;
+  const char* op;        // op type, as in the graph (Conv2D, MatMul, ...)
+  int threads;           // CPU: OpenMP team size the plan chose (GPU: 1)
+  int first_input;       // index into Schedule::args
+  int num_inputs;
+  int first_output;      // index into Schedule::args
+  int num_outputs;
+  const char* attrs;     // "key=v1,v2;key2=v" with every attr spelled out (see runtime.cpp)
+  // Where it runs. CPU: the lane (one host thread per lane: the ops whose first logical CPU
+  // is the lane's, which the plan never overlaps in time) and its logical CPUs,
+  // Schedule::cpus[first_cpu, first_cpu + num_cpus). GPU: `lane` is its stream's index.
+  int lane;
+  int first_cpu;
+  int num_cpus;
+  bool smt;              // on hyper-thread siblings of cores another running op uses
+  int group;             // parallel-loop group (ops run as one loop), or -1
+  // Ops that must end before it starts (indices into ops, all earlier in plan order):
+  // Schedule::waits[first_wait, first_wait + num_waits).
+  int first_wait;
+  int num_waits;
+  // Its own scratch bytes in the arena (library scratchpads, reorder temporaries, a
+  // convolution's workspace): a plan tensor with this op's lifetime, or -1 / 0 for none.
+  int64_t scratch_offset;
+  int64_t scratch_bytes;
+};
+
+struct Schedule {
+  const char* name;
+  const char* kind;      // "training" | "inference"
+  int backend;           // Backend the plan was made for
+  int num_tensors;
+  const TensorSpec* tensors;
+  int num_ops;
+  const OpSpec* ops;     // in plan order (a topological order of every wait)
+  const int* args;       // tensor indices of every op's inputs and outputs
+  int num_outputs;
+  const int* outputs;    // the graph's outputs
+  int num_lanes;         // CPU lanes, or GPU streams
+  const int* cpus;       // logical CPU ids, per op (see OpSpec)
+  const int* waits;      // op indices, per op (see OpSpec)
+  int64_t arena_bytes;   // every tensor and every planned scratch area
+  const char* plan_json; // the plan this schedule was rendered from
+  int64_t plan_json_bytes;
+};
+
+}  // namespace planner
+
+// The one symbol a schedule library exports.
+extern "C" const planner::Schedule* planner_schedule();
