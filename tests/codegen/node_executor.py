@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from codegen import support
+from codegen.backends import BACKENDS
 from codegen.errors import UnsupportedError
 from planner.graph import check_graph
 from planner.graph.ir import Graph
@@ -31,7 +32,7 @@ def runnable(results: list[Outcome]) -> list[int]:
         if not r.passed:
             continue
         try:
-            support.check(r.graph)
+            support.check(r.graph, BACKENDS["cpu"])
         except UnsupportedError:
             continue
         out.append(k)
