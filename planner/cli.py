@@ -22,6 +22,7 @@ EXIT_INTERNAL_ERROR = 3
 def build_parser() -> argparse.ArgumentParser:
     from codegen.cli import add_build_commands
     from planner import __version__
+    from planner.costs.cli import add_cost_commands
     from planner.memory.cli import add_memory_commands
     from planner.plan_cli import add_plan_commands
     from planner.target.cli import add_target_commands
@@ -36,6 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_plan_commands(sub)
     add_build_commands(sub)
     add_memory_commands(sub)
+    add_cost_commands(sub)
     return parser
 
 

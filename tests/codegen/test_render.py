@@ -31,7 +31,8 @@ def test_tree_holds_the_schedule_cmake_package_and_plan(mlp_plan, tmp_path):
     for op in mlp_plan.ops:
         assert f'"{op.name}", "{op.op}", {op.threads},' in schedule
     assert tree.files["plan.json"] == mlp_plan.to_json()
-    assert "def Executor(init=False, seed=0)" in tree.files["__init__.py"]
+    assert "def Executor(concurrent=True, init=False, seed=0, **options)" in \
+        tree.files["__init__.py"]
 
 
 def test_ops_appear_in_plan_order(mlp_plan):

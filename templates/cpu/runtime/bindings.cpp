@@ -91,7 +91,13 @@ NB_MODULE(planner_cpu_rt, m) {
     return names;
   }, "The op names this runtime has kernels for (codegen's supported list must agree).");
   nb::class_<Executor>(m, "Executor")
-      .def(nb::init<const std::string&>(), "schedule_path"_a)
+      .def(nb::init<const std::string&, bool, int, double>(), "schedule_path"_a,
+           "concurrent"_a = true, "jitter_us"_a = 0, "watchdog_seconds"_a = 600.0,
+           "Load a schedule. concurrent: run ops on the plan's lanes (False: one at a time in "
+           "plan order); jitter_us: lanes sleep up to that long before each op (tests); a "
+           "step with no progress for watchdog_seconds raises, naming the ops not finished.")
+      .def_prop_ro("concurrent", &Executor::concurrent)
+      .def_prop_ro("lanes", &Executor::lanes)
       .def_prop_ro("plan", [](const Executor& ex) { return std::string(ex.schedule().plan_json); })
       .def_prop_ro("name", [](const Executor& ex) { return std::string(ex.schedule().name); })
       .def_prop_ro("kind", [](const Executor& ex) { return std::string(ex.schedule().kind); })

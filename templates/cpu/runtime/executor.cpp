@@ -25,67 +25,87 @@ static std::string op_label(const OpSpec& op) {
 }
 
 
-Executor::Executor(const std::string& schedule_path)
+Executor::Executor(const std::string& schedule_path, bool concurrent, int jitter_us,
+                   double watchdog_seconds)
     : loaded_(schedule_path, CPU),
       engine_(dnnl::engine::kind::cpu, 0),
       stream_(engine_),
-      arena_(loaded_.get().arena_bytes) {
+      arena_(loaded_.get().arena_bytes),
+      watchdog_seconds_(watchdog_seconds) {
   const Schedule& s = loaded_.get();
   int host_cpus = omp_get_num_procs();
-  // Kernels, each created with its planned team size on this (the running) thread.
-  const Registry& reg = registry();
-  int saved_threads = omp_get_max_threads();
   for (int k = 0; k < s.num_ops; ++k) {
     const OpSpec& op = s.ops[k];
-    auto it = reg.find(op.op);
-    if (it == reg.end()) throw std::runtime_error(op_label(op) + ": no CPU kernel for this op");
+    if (registry().find(op.op) == registry().end())
+      throw std::runtime_error(op_label(op) + ": no CPU kernel for this op");
     if (op.threads > std::max(host_cpus, 1) * 4)
       throw std::runtime_error(op_label(op) + ": " + std::to_string(op.threads) +
                                " threads on a host of " + std::to_string(host_cpus) +
                                " CPUs; plan it for this host");
-    std::vector<TensorRef> in, out;
-    for (int a = 0; a < op.num_inputs; ++a) in.push_back(ref(s, s.args[op.first_input + a]));
-    for (int a = 0; a < op.num_outputs; ++a) out.push_back(ref(s, s.args[op.first_output + a]));
-    omp_set_num_threads(op.threads);
-    try {
-      Node node{&op, in, out, Attrs(op.attrs), engine_, op.threads};
-      kernels_.push_back(it->second(node));
-    } catch (const std::exception& e) {
-      omp_set_num_threads(saved_threads);
-      throw std::runtime_error(op_label(op) + ": " + e.what());
-    }
-  }
-  omp_set_num_threads(saved_threads);
-
-  // Each op's scratch: its planned area when that holds what the kernel asks for, else a block
-  // of its own (never shared: ops may run at the same time).
-  overflow_.resize(s.num_ops);
-  for (int k = 0; k < s.num_ops; ++k) {
-    const OpSpec& op = s.ops[k];
-    int64_t need = static_cast<int64_t>(kernels_[k]->scratch_bytes());
-    if (need <= std::max<int64_t>(op.scratch_bytes, 0)) {
-      scratch_.push_back(op.scratch_bytes > 0 ? arena_.base() + op.scratch_offset : nullptr);
-    } else {
-      overflow_[k] = std::make_unique<Arena>(need);
-      unplanned_ += need;
-      scratch_.push_back(overflow_[k]->base());
-    }
   }
   ptr_.resize(s.num_tensors);
   for (int i = 0; i < s.num_tensors; ++i) ptr_[i] = arena_.base() + s.tensors[i].offset;
   stats_.assign(s.num_ops, OpStats{});
   written_.assign(s.num_tensors, 0);
+  kernels_.resize(s.num_ops);
+  scratch_.assign(s.num_ops, nullptr);
+  overflow_.resize(s.num_ops);
+  if (concurrent && s.num_lanes > 0) {
+    for (int lane = 0; lane < s.num_lanes; ++lane) lane_streams_.emplace_back(engine_);
+    // Each kernel is created on the lane that runs it, with the op's planned team size.
+    lanes_ = std::make_unique<Lanes>(s, [this](int k) { create(k); }, [this](int k) { run(k); },
+                                     jitter_us);
+  } else {
+    int saved_threads = omp_get_max_threads();
+    try {
+      for (int k = 0; k < s.num_ops; ++k) {
+        omp_set_num_threads(s.ops[k].threads);
+        create(k);
+      }
+    } catch (...) {
+      omp_set_num_threads(saved_threads);
+      throw;
+    }
+    omp_set_num_threads(saved_threads);
+  }
+  // Each op's scratch: its planned area when that holds what the kernel asks for, else a block
+  // of its own (never shared: ops may run at the same time).
+  for (int k = 0; k < s.num_ops; ++k) {
+    const OpSpec& op = s.ops[k];
+    int64_t need = static_cast<int64_t>(kernels_[k]->scratch_bytes());
+    if (need <= std::max<int64_t>(op.scratch_bytes, 0)) {
+      scratch_[k] = op.scratch_bytes > 0 ? arena_.base() + op.scratch_offset : nullptr;
+    } else {
+      overflow_[k] = std::make_unique<Arena>(need);
+      unplanned_ += need;
+      scratch_[k] = overflow_[k]->base();
+    }
+  }
 }
 
-std::vector<std::string> Executor::missing(const std::vector<int>& also_given) const {
-  std::vector<std::string> out;
+void Executor::create(int k) {
   const Schedule& s = schedule();
-  for (int i = 0; i < s.num_tensors; ++i) {
-    if (!required(s.tensors[i]) || written_[i]) continue;
-    if (std::find(also_given.begin(), also_given.end(), i) == also_given.end())
-      out.push_back(s.tensors[i].name);
+  const OpSpec& op = s.ops[k];
+  std::vector<TensorRef> in, out;
+  for (int a = 0; a < op.num_inputs; ++a) in.push_back(ref(s, s.args[op.first_input + a]));
+  for (int a = 0; a < op.num_outputs; ++a) out.push_back(ref(s, s.args[op.first_output + a]));
+  try {
+    Node node{&op, in, out, Attrs(op.attrs), engine_, op.threads};
+    kernels_[k] = registry().at(op.op)(node);
+  } catch (const std::exception& e) {
+    throw std::runtime_error(op_label(op) + ": " + e.what());
   }
-  return out;
+}
+
+void Executor::run(int k) {
+  const OpSpec& op = schedule().ops[k];
+  dnnl::stream& stream = lane_streams_.empty() ? stream_ : lane_streams_[op.lane];
+  Run r{ptr_.data(), scratch_[k], stream.get(), op.threads};
+  auto t0 = std::chrono::steady_clock::now();
+  kernels_[k]->run(r);
+  auto t1 = std::chrono::steady_clock::now();
+  stats_[k].seconds += std::chrono::duration<double>(t1 - t0).count();
+  stats_[k].calls += 1;
 }
 
 Shape Executor::shape(int id) const {
@@ -100,6 +120,17 @@ void Executor::bind(int id, char* p) {
     if (loaded_.root(i) == id) ptr_[i] = target;
 }
 
+std::vector<std::string> Executor::missing(const std::vector<int>& also_given) const {
+  std::vector<std::string> out;
+  const Schedule& s = schedule();
+  for (int i = 0; i < s.num_tensors; ++i) {
+    if (!required(s.tensors[i]) || written_[i]) continue;
+    if (std::find(also_given.begin(), also_given.end(), i) == also_given.end())
+      out.push_back(s.tensors[i].name);
+  }
+  return out;
+}
+
 std::string name_list(const std::vector<std::string>& names) {
   std::string out;
   for (size_t k = 0; k < names.size() && k < 5; ++k) out += (k ? ", '" : "'") + names[k] + "'";
@@ -108,27 +139,30 @@ std::string name_list(const std::vector<std::string>& names) {
 }
 
 void Executor::step() {
-  const Schedule& s = schedule();
   const std::vector<std::string> absent = missing();
   if (!absent.empty())
     throw std::runtime_error("parameters not loaded: " + name_list(absent) +
                              "; call load_params first (or create the executor with "
                              "Executor(init=True) to start from the graph's init hints)");
+  if (lanes_) {
+    try {
+      lanes_->step(watchdog_seconds_);
+    } catch (const std::exception& e) {
+      throw StepError(e.what());
+    }
+    steps_ += 1;
+    return;
+  }
+  const Schedule& s = schedule();
   int saved_threads = omp_get_max_threads();
   for (int k = 0; k < s.num_ops; ++k) {
-    const OpSpec& op = s.ops[k];
-    omp_set_num_threads(op.threads);
-    Run r{ptr_.data(), scratch_[k], stream_.get(), op.threads};
-    auto t0 = std::chrono::steady_clock::now();
+    omp_set_num_threads(s.ops[k].threads);
     try {
-      kernels_[k]->run(r);
+      run(k);
     } catch (const std::exception& e) {
       omp_set_num_threads(saved_threads);
-      throw StepError(op_label(op) + ": " + e.what());
+      throw StepError(op_label(s.ops[k]) + ": " + e.what());
     }
-    auto t1 = std::chrono::steady_clock::now();
-    stats_[k].seconds += std::chrono::duration<double>(t1 - t0).count();
-    stats_[k].calls += 1;
   }
   omp_set_num_threads(saved_threads);
   steps_ += 1;

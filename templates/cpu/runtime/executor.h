@@ -1,7 +1,9 @@
 // The CPU executor: loads a schedule (common/loader.h), creates every op's kernel once at load
-// (with the op's planned thread count set on the creating thread), places every tensor and
-// every op's scratch area in one arena, and runs the step in plan order. A step allocates
-// nothing.
+// (on the lane that runs it, with the op's planned thread count), places every tensor and
+// every op's scratch area in one arena, and runs the step on the plan's lanes (lanes.h): ops
+// co-run on their planned CPUs as the plan placed them. `concurrent=false` runs the ops one
+// at a time in plan order on the calling thread instead (the reference the concurrent run
+// must match). A step allocates nothing.
 #pragma once
 #include <chrono>
 #include <memory>
@@ -9,6 +11,7 @@
 #include <vector>
 
 #include "kernel.h"
+#include "lanes.h"
 #include "loader.h"
 
 namespace planner {
@@ -24,7 +27,10 @@ std::string name_list(const std::vector<std::string>& names);
 class Executor {
  public:
   // Loads the schedule library at `path` (a shared library exporting planner_schedule).
-  explicit Executor(const std::string& schedule_path);
+  // jitter_us > 0 makes every lane sleep up to that long before each op (tests: adversarial
+  // interleavings); a step that makes no progress for watchdog_seconds throws.
+  explicit Executor(const std::string& schedule_path, bool concurrent = true,
+                    int jitter_us = 0, double watchdog_seconds = 600.0);
   Executor(const Executor&) = delete;
   Executor& operator=(const Executor&) = delete;
 
@@ -36,8 +42,10 @@ class Executor {
 
   // Point an input's bytes at caller memory for the next step (nullptr: back to its arena slot).
   void bind(int id, char* p);
-  // Run every op in plan order; per-op times go to stats. Throws naming the op on failure.
+  // Run every op; per-op times go to stats. Throws naming the op on failure.
   void step();
+  bool concurrent() const { return static_cast<bool>(lanes_); }
+  int lanes() const { return schedule().num_lanes; }
 
   // Parameters and state (roles param, state) must be loaded before the first step; optimizer
   // state may be left out: it starts at zero (every optimizer's initial value), like the arena.
@@ -62,6 +70,7 @@ class Executor {
   LoadedSchedule loaded_;
   dnnl::engine engine_;
   dnnl::stream stream_;
+  std::vector<dnnl::stream> lane_streams_;  // one per lane: lanes never share a stream
   std::vector<KernelPtr> kernels_;
   Arena arena_;
   std::vector<char*> scratch_;                 // each op's scratch area
@@ -71,6 +80,11 @@ class Executor {
   std::vector<OpStats> stats_;
   std::vector<char> written_;       // per tensor: written by load_params
   int64_t steps_ = 0;
+  double watchdog_seconds_;
+  std::unique_ptr<Lanes> lanes_;  // last: its threads stop before the rest is destroyed
+
+  void create(int k);
+  void run(int k);
 };
 
 }  // namespace planner

@@ -1,0 +1,142 @@
+"""Measuring op kernels on this machine: the `time_op` the profiling driver
+(planner.costs.profile) calls, backed by the generated executor itself.
+
+For each signature, one executor is built whose plan holds one copy of the op per placement
+the hill climb may ask for (every thread count of its grid, compact and spread): each copy is
+an op of the plan with exactly those logical CPUs, the copies ordered one after another, so
+the lanes pin every copy's OpenMP team to its CPUs and nothing co-runs. A few steps later,
+every placement's median time is known; `time_op` answers from it. One compile per
+signature, whatever the thread grid.
+
+    timer = KernelTimer(detect(), work_dir)
+    run = profile(graph_signatures(graph).values(), target, timer, options)
+
+Example (kernels run for real: built and measured here):
+    >>> timer = KernelTimer(detect(), tempfile.mkdtemp())               # doctest: +SKIP
+    >>> sig = OpSignature(op="Relu", shapes=((64, 64),), dtypes=("float32",))
+    >>> timer(sig, 1, (0,)) > 0                                         # doctest: +SKIP
+    True
+"""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+
+import numpy as np
+
+from codegen.build import build
+from codegen.load import load
+from codegen.render import module_name, render
+from planner import __version__
+from planner.costs.profile import ProfileOptions
+from planner.costs.signature import OpSignature
+from planner.graph.ir import Graph, Node, Tensor
+from planner.graph.validate import check_graph
+from planner.plan import Edge, OpPlan, Plan, PlanProvenance, PlanTarget, Summary, digest
+from planner.records import CpuId
+from planner.target.records import AFFINITIES, Target, affinity_cpus
+
+
+def copies_graph(sig: OpSignature, copies: int) -> Graph:
+    """`copies` independent nodes of the signature's op reading the same inputs (graph
+    inputs of its shapes and dtypes, integer ones valid ids for their consumer)."""
+    inputs = tuple(Tensor(name=f"in{i}", shape=s, dtype=d, role="input")
+                   for i, (s, d) in enumerate(zip(sig.shapes, sig.dtypes, strict=True)))
+    from planner.ops import get_op
+    from planner.ops.base import TensorType
+
+    op = get_op(sig.op)
+    attrs = op.normalize_attrs(dict(sig.attrs))
+    outs = op.infer([TensorType(t.shape, t.dtype) for t in inputs], attrs)
+    tensors, nodes = list(inputs), []
+    for k in range(copies):
+        names = tuple(f"out{k}_{j}" for j in range(len(outs)))
+        tensors += [Tensor(name=n, shape=t.shape, dtype=t.dtype) for n, t in zip(names, outs,
+                                                                                   strict=True)]
+        nodes.append(Node(name=f"copy{k}", op=sig.op, attrs=dict(sig.attrs),
+                          inputs=tuple(t.name for t in inputs), outputs=names))
+    graph = Graph(name=f"profile_{sig.op}", kind="inference", tensors=tuple(tensors),
+                  nodes=tuple(nodes), outputs=tuple(t.name for t in tensors[len(inputs):]))
+    return check_graph(graph)
+
+
+def placements_plan(graph: Graph, target: Target,
+                    placements: list[tuple[int, tuple[CpuId, ...]]]) -> Plan:
+    """A plan running node k of `graph` on placements[k] (threads, CPUs), one after another."""
+    ops, t = [], 0.0
+    for k, (node, (threads, cpus)) in enumerate(zip(graph.nodes, placements, strict=True)):
+        ops.append(OpPlan(name=node.name, op=node.op, order=k, cpus=cpus, threads=threads,
+                          start=t, end=t + 1.0))
+        t += 1.0
+    chain = tuple(Edge(before=a.name, after=b.name) for a, b in zip(ops, ops[1:], strict=False))
+    summary = Summary(strategy="profile", step_seconds=t, lower_bound_seconds=t, ratio=1.0,
+                      critical_path_seconds=t, area_bound_seconds=t, utilization=0.0,
+                      mean_corun=1.0, ops=len(ops))
+    return Plan(graph=graph, kind=graph.kind, backend="cpu",
+                target=PlanTarget(name=target.name,
+                                  core_of=tuple(c.core for c in target.logical_cpus)),
+                ops=tuple(ops), happens_before=chain, summary=summary,
+                provenance=PlanProvenance(graph_sha256=digest(graph.to_json()),
+                                          target_sha256=target.digest(),
+                                          tool=f"planner {__version__}"))
+
+
+class KernelTimer:
+    """time_op(signature, threads, cpus) -> seconds, by the generated executor on this host.
+
+    `options` fixes the thread grid measured per signature (the hill climb's: 1, 1 + interval,
+    ..., the last core; both affinities); `steps` executor steps after one warm-up give each
+    placement's median. Kernels are built under `work_dir`, one folder per signature.
+    """
+
+    def __init__(self, target: Target, work_dir: str | Path,
+                 options: ProfileOptions | None = None, steps: int = 5) -> None:
+        if target.cpu is None:
+            raise ValueError(f"target {target.name!r} has no CPU to measure on")
+        self.target, self.dir, self.steps = target, Path(work_dir), steps
+        self.options = options or ProfileOptions()
+        self._times: dict[str, dict[tuple[CpuId, ...], float]] = {}
+
+    def grid(self) -> list[tuple[int, tuple[CpuId, ...]]]:
+        """Every (threads, CPUs) the hill climb may ask for, each once."""
+        cores = min(self.options.max_threads or self.target.cores, self.target.cores)
+        counts = sorted({*range(1, cores + 1, self.options.interval), cores})
+        out: dict[tuple[CpuId, ...], int] = {}
+        for k in counts:
+            for affinity in self.options.affinities or AFFINITIES:
+                out.setdefault(affinity_cpus(self.target, k, affinity), k)
+        return [(k, cpus) for cpus, k in out.items()]
+
+    def __call__(self, sig: OpSignature, threads: int, cpus: tuple[CpuId, ...]) -> float:
+        if sig.key not in self._times:
+            self._times[sig.key] = self._measure(sig)
+        times = self._times[sig.key]
+        if cpus not in times:
+            raise ValueError(f"placement {threads} thread(s) on CPUs {list(cpus)} is not in the "
+                             f"measured grid")
+        return times[cpus]
+
+    def _measure(self, sig: OpSignature) -> dict[tuple[CpuId, ...], float]:
+        placements = self.grid()
+        graph = copies_graph(sig, len(placements))
+        plan = placements_plan(graph, self.target, placements)
+        folder = self.dir / module_name(f"{sig.op}_{digest(sig.key)[:12]}")
+        module = load(build(render(plan, folder).dir).dir)
+        ex = module.Executor()
+        feeds = _feeds(graph)
+        ex.step(feeds)  # warm-up: first-touch pages, caches, thread pools
+        samples: list[list[float]] = [[] for _ in placements]
+        for _ in range(self.steps):
+            ex.reset_stats()
+            ex.step(feeds)
+            for k, op in enumerate(ex.stats()["ops"]):
+                samples[k].append(op["seconds"])
+        return {cpus: statistics.median(s) for (_, cpus), s in zip(placements, samples,
+                                                                  strict=True)}
+
+
+def _feeds(graph: Graph) -> dict[str, np.ndarray]:
+    from planner.graph.interpret import random_feeds
+
+    return random_feeds(graph, seed=0)

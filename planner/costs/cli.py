@@ -1,0 +1,125 @@
+"""`planner profile` (measure this machine's kernels into a cost table) and `planner costs
+update` (fold an executor's measured op times back into one).
+
+    planner profile GRAPH --target host -o costs.json [--train OPT] [--interval N]
+                    [--repeats N] [--max-threads N]
+    planner costs update COSTS --from-stats STATS.json --plan PLAN [-o OUT]
+
+Profiling runs the generated kernels of every op signature of GRAPH on this machine's CPUs
+(codegen.profiling), hill climbing over thread counts with compact and spread placements
+(planner.costs.profile). The table is written after every signature, so an interrupted run
+keeps what it measured and a second run resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from typing import Any
+
+from planner.errors import UserError
+
+
+def add_cost_commands(sub: Any) -> None:
+    p = sub.add_parser("profile", help="measure the op kernels of a graph on this machine",
+                       description="Runs the generated executor's kernels of every op "
+                                   "signature of GRAPH on this machine's CPUs and writes the "
+                                   "cost table that `planner plan --costs` reads.")
+    p.add_argument("graph", metavar="GRAPH")
+    p.add_argument("--target", default="host",
+                   help="must be 'host' (or a target JSON of this machine): kernels run here")
+    p.add_argument("--train", choices=["sgd", "momentum", "adam"],
+                   help="profile the training graph built with this optimizer")
+    p.add_argument("-o", "--output", required=True, metavar="FILE",
+                   help="the cost table; an existing table of this target is resumed")
+    p.add_argument("--interval", type=int, default=None, help="thread-count step of the climb")
+    p.add_argument("--repeats", type=int, default=5, help="measured steps per placement")
+    p.add_argument("--max-threads", type=int, default=None)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(run=run_profile)
+
+    c = sub.add_parser("costs", help="cost tables: fold measured times back in")
+    csub = c.add_subparsers(dest="costs_command", required=True, metavar="ACTION")
+    u = csub.add_parser("update", help="fold an executor's stats() into a cost table")
+    u.add_argument("costs", metavar="COSTS", help="the cost table to update (created if absent)")
+    u.add_argument("--from-stats", required=True, metavar="STATS",
+                   help="JSON of an executor's stats() after some steps")
+    u.add_argument("--plan", required=True, metavar="PLAN", help="the plan those steps ran")
+    u.add_argument("-o", "--output", metavar="FILE", help="default: COSTS itself")
+    u.set_defaults(run=run_update)
+
+
+def run_profile(args: argparse.Namespace) -> int:
+    from codegen.profiling import KernelTimer
+    from planner.costs.profile import ProfileOptions, profile
+    from planner.costs.records import CostTable, load_table
+    from planner.costs.signature import graph_signatures
+    from planner.load import load_graph, write_text
+    from planner.target.presets import load_target
+
+    target = load_target(args.target)
+    if target.name != "host" and args.target != "host":
+        raise UserError(f"--target {args.target}: profiling runs kernels on this machine; "
+                        f"use --target host")
+    graph = load_graph(args.graph)
+    if args.train:
+        from planner.graph.autodiff import Optimizer, make_training_graph
+
+        graph = make_training_graph(graph, Optimizer(kind=args.train))
+    try:
+        options = ProfileOptions(interval=args.interval or max(1, target.cores // 8),
+                                 repeats=1, max_threads=args.max_threads)
+    except ValueError as e:
+        raise UserError(f"profile options: {e}") from None
+    table = CostTable(target=target.name)
+    from pathlib import Path
+
+    if Path(args.output).exists():
+        table = load_table(args.output)
+        if table.target != target.name:
+            raise UserError(f"{args.output}: a cost table of {table.target!r}, not of this "
+                            f"machine's target {target.name!r}")
+
+    def save(t: CostTable) -> None:
+        write_text(args.output, t.to_json(), force=True)
+
+    with tempfile.TemporaryDirectory(prefix="planner-profile-") as work:
+        timer = KernelTimer(target, work, options, steps=max(1, args.repeats))
+        run = profile(list(graph_signatures(graph).values()), target, timer, options,
+                      table=table, progress=None if args.json else sys.stderr,
+                      checkpoint=save)
+    save(run.table)
+    result = {"output": args.output, "measured": run.measured, "skipped": run.skipped,
+              "complete": run.complete, "failures": [list(f) for f in run.failures]}
+    if args.json:
+        print(json.dumps(result, indent=2, sort_keys=True))
+    else:
+        for key, why in run.failures:
+            print(f"not measured: {key}: {why}", file=sys.stderr)
+        print(f"wrote {args.output}: {run.measured} signature(s) measured, {run.skipped} "
+              f"already there" + ("" if run.complete else " (interrupted: run again to resume)"))
+    return 0 if run.complete else 130
+
+
+def run_update(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from planner.costs.feedback import fold_stats
+    from planner.costs.records import CostTable, load_table
+    from planner.load import write_text
+    from planner.plan import load_plan
+
+    plan = load_plan(args.plan)
+    try:
+        stats = json.loads(Path(args.from_stats).read_text())
+    except (OSError, ValueError) as e:
+        raise UserError(f"{args.from_stats}: cannot read stats JSON ({e})") from None
+    table = (load_table(args.costs) if Path(args.costs).exists()
+             else CostTable(target=plan.target.name))
+    updated = fold_stats(table, plan, stats)
+    out = args.output or args.costs
+    write_text(out, updated.to_json(), force=True)
+    print(f"wrote {out}: {len(updated.entries)} signature(s)")
+    return 0

@@ -1,0 +1,75 @@
+"""Feedback: an executor's measured op times folded into the cost table, so that re-planning
+prices ops by what they took in the real step (co-running neighbours included), not by what
+they took alone or by the analytical model.
+
+`fold_stats(table, plan, stats)`: per op of the plan that ran (stats["ops"][k] with calls > 0),
+its signature and placement (threads, and the affinity its CPUs form) get the measured mean
+seconds; ops of one signature and placement are averaged, weighted by their calls. Samples
+the table already has for that signature and placement are replaced (the latest run wins,
+as in planner.costs.records.merge).
+
+Example:
+    >>> from planner.pipeline import plan
+    >>> from planner.target import preset
+    >>> from planner.zoo import build
+    >>> p = plan(build("mlp", batch=2, hidden=[4], in_features=3, classes=2), preset("xeon-8180"))
+    >>> stats = {"ops": [{"name": o.name, "calls": 3, "seconds": 1e-5} for o in p.ops]}
+    >>> t = fold_stats(CostTable(target="xeon-8180"), p, stats)
+    >>> len(t.entries) > 0, t.entries[0].cpu[0].seconds
+    (True, 1e-05)
+"""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any
+
+from planner import __version__
+from planner.costs.records import CostEntry, CostTable, CpuSample, Provenance, merge
+from planner.costs.signature import graph_signatures
+from planner.errors import UserError
+
+
+def fold_stats(table: CostTable, plan, stats: dict[str, Any], date: str | None = None
+               ) -> CostTable:
+    """`table` with the measured times of `stats` (an executor's stats() of `plan`)."""
+    if table.target != plan.target.name:
+        raise UserError(f"cost table is for {table.target!r}, the plan for "
+                        f"{plan.target.name!r}")
+    if plan.backend != "cpu":
+        raise UserError("only CPU plans' measured times fold into a cost table so far")
+    ops = {o.name: o for o in plan.ops}
+    sigs = graph_signatures(plan.graph)
+    acc: dict[tuple[str, int, str], list[float]] = {}
+    for row in stats.get("ops", []):
+        if not isinstance(row, dict) or row.get("name") not in ops:
+            raise UserError(f"stats row {row!r} names no op of the plan (stats of another "
+                            f"plan?)")
+        calls, seconds = int(row.get("calls", 0)), float(row.get("seconds", 0.0))
+        if calls <= 0 or not seconds > 0:
+            continue
+        op = ops[row["name"]]
+        key = (sigs[op.name].key, op.threads, _affinity(plan, op.cpus))
+        total = acc.setdefault(key, [0.0, 0.0])
+        total[0] += seconds * calls
+        total[1] += calls
+    by_sig = {s.key: s for s in sigs.values()}
+    entries: dict[str, list[CpuSample]] = {}
+    for (sig, threads, affinity), (seconds, calls) in sorted(acc.items()):
+        entries.setdefault(sig, []).append(CpuSample(
+            threads=threads, affinity=affinity, seconds=seconds / calls, repeats=int(calls)))
+    stamp = date or datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    update = CostTable(
+        target=table.target,
+        provenance=(Provenance(target=table.target, tool=f"planner {__version__}", date=stamp,
+                               source="executor stats() of a run of the plan"),),
+        entries=tuple(CostEntry(signature=by_sig[k], cpu=tuple(v)) for k, v in entries.items()))
+    return merge(table, update)
+
+
+def _affinity(plan, cpus: tuple[int, ...]) -> str:
+    # Compact: the CPUs' physical cores are as few cache groups as can hold them; a spread
+    # placement uses more. Without the cache-group map in the plan, cores decide: CPUs on
+    # consecutive physical cores are compact.
+    cores = sorted({plan.target.core_of[c] for c in cpus if c < len(plan.target.core_of)})
+    return "compact" if not cores or cores[-1] - cores[0] == len(cores) - 1 else "spread"

@@ -1,0 +1,220 @@
+#include "lanes.h"
+
+#include <omp.h>
+#include <pthread.h>
+#include <sched.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <random>
+#include <stdexcept>
+
+namespace planner {
+
+Lanes::Lanes(const Schedule& s, OpFn create, OpFn run, int jitter_us)
+    : s_(s), create_(std::move(create)), run_(std::move(run)), jitter_us_(jitter_us) {
+  ops_.resize(s.num_lanes);
+  pinned_.resize(s.num_lanes);
+  for (int k = 0; k < s.num_ops; ++k) ops_[s.ops[k].lane].push_back(k);
+  done_.assign(s.num_ops, -1);
+  for (int lane = 0; lane < s.num_lanes; ++lane)
+    threads_.emplace_back([this, lane] { lane_main(lane); });
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [&] { return created_ == s_.num_lanes; });
+  if (error_) {
+    std::exception_ptr e = error_;
+    lock.unlock();
+    shutdown();  // join the lanes before the error leaves the constructor
+    std::rethrow_exception(e);
+  }
+}
+
+Lanes::~Lanes() { shutdown(); }
+
+void Lanes::shutdown() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  // A lane stuck in a kernel that never returns keeps this waiting: its memory stays in use.
+  for (std::thread& t : threads_)
+    if (t.joinable()) t.join();
+}
+
+void Lanes::pin(int lane, int op) {
+  const OpSpec& o = s_.ops[op];
+  std::vector<int> cpus(s_.cpus + o.first_cpu, s_.cpus + o.first_cpu + o.num_cpus);
+  if (cpus.empty() || cpus == pinned_[lane]) return;
+  static const long host = sysconf(_SC_NPROCESSORS_ONLN);
+  for (int c : cpus)
+    if (c < 0 || c >= host) return;  // a plan for another machine: leave placement to the OS
+  pinned_[lane] = cpus;
+  const int n = static_cast<int>(cpus.size());
+#pragma omp parallel num_threads(n)
+  {
+    int t = omp_get_thread_num();
+    if (t < n) {
+      cpu_set_t set;
+      CPU_ZERO(&set);
+      CPU_SET(cpus[t], &set);
+      pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
+    }
+  }
+}
+
+void Lanes::wait_for(int op) {
+  const OpSpec& o = s_.ops[op];
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [&] {
+    if (error_ || stop_) return true;
+    for (int w = 0; w < o.num_waits; ++w)
+      if (done_[s_.waits[o.first_wait + w]] != epoch_) return false;
+    return true;
+  });
+}
+
+void Lanes::finish(int op, std::exception_ptr error) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    done_[op] = epoch_;
+    remaining_ -= 1;
+    if (error && !error_) {
+      error_ = error;
+      error_op_ = std::string("op '") + s_.ops[op].name + "' (" + s_.ops[op].op + ")";
+    }
+  }
+  cv_.notify_all();
+}
+
+// Whether op `k` waits on one of mine[from, to) (then it cannot share their loop).
+bool Lanes::waits_within(int k, const std::vector<int>& mine, size_t from, size_t to) const {
+  const OpSpec& o = s_.ops[k];
+  for (int w = 0; w < o.num_waits; ++w)
+    for (size_t j = from; j < to; ++j)
+      if (s_.waits[o.first_wait + w] == mine[j]) return true;
+  return false;
+}
+
+void Lanes::lane_main(int lane) {
+  const std::vector<int>& mine = ops_[lane];
+  // Load: this lane's kernels, created on the thread that will run them.
+  std::exception_ptr failed;
+  for (int k : mine) {
+    try {
+      omp_set_num_threads(s_.ops[k].threads);
+      create_(k);
+    } catch (...) {
+      failed = std::current_exception();
+      break;
+    }
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (failed && !error_) error_ = failed;
+    created_ += 1;
+  }
+  cv_.notify_all();
+  std::minstd_rand rng(1234567u + static_cast<unsigned>(lane));
+  int64_t seen = 0;
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return stop_ || epoch_ > seen; });
+      if (stop_) return;
+      seen = epoch_;
+    }
+    for (size_t i = 0; i < mine.size();) {
+      int k = mine[i];
+      // A group: the consecutive ops of this lane in one parallel-loop group.
+      size_t end = i + 1;
+      if (s_.ops[k].group >= 0)
+        while (end < mine.size() && s_.ops[mine[end]].group == s_.ops[k].group &&
+               !waits_within(mine[end], mine, i, end))
+          ++end;
+      for (size_t j = i; j < end; ++j) wait_for(mine[j]);
+      bool failed_before;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        failed_before = static_cast<bool>(error_) || stop_;
+      }
+      if (failed_before) {  // an op of this step failed: skip the rest, finishing them
+        for (size_t j = i; j < end; ++j) finish(mine[j], nullptr);
+        i = end;
+        continue;
+      }
+      if (jitter_us_ > 0)
+        std::this_thread::sleep_for(std::chrono::microseconds(rng() % jitter_us_));
+      pin(lane, k);
+      if (end - i == 1) {
+        std::exception_ptr error;
+        try {
+          omp_set_num_threads(s_.ops[k].threads);
+          run_(k);
+        } catch (...) {
+          error = std::current_exception();
+        }
+        finish(k, error);
+      } else {
+        // Members are independent (the scheduler groups ready ops of one signature): one
+        // loop over them, each member on one thread of the group's team.
+        const int members = static_cast<int>(end - i);
+        std::vector<std::exception_ptr> errors(members);
+#pragma omp parallel for num_threads(s_.ops[k].threads) schedule(dynamic, 1)
+        for (int m = 0; m < members; ++m) {
+          try {
+            run_(mine[i + m]);
+          } catch (...) {
+            errors[m] = std::current_exception();
+          }
+        }
+        for (int m = 0; m < members; ++m) finish(mine[i + m], errors[m]);
+      }
+      i = end;
+    }
+  }
+}
+
+void Lanes::step(double watchdog_seconds) {
+  if (broken_) throw std::runtime_error("a previous step stalled; create a new executor");
+  std::unique_lock<std::mutex> lock(mu_);
+  epoch_ += 1;
+  remaining_ = s_.num_ops;
+  error_ = nullptr;
+  error_op_.clear();
+  cv_.notify_all();
+  auto last = std::chrono::steady_clock::now();
+  int seen = remaining_;
+  while (remaining_ > 0) {
+    cv_.wait_for(lock, std::chrono::milliseconds(200));
+    auto now = std::chrono::steady_clock::now();
+    if (remaining_ != seen) {
+      seen = remaining_;
+      last = now;
+    } else if (std::chrono::duration<double>(now - last).count() > watchdog_seconds) {
+      broken_ = true;
+      std::string waiting;
+      int named = 0;
+      for (int k = 0; k < s_.num_ops && named < 5; ++k) {
+        if (done_[k] == epoch_) continue;
+        waiting += std::string(named ? ", " : "") + "'" + s_.ops[k].name + "'";
+        ++named;
+      }
+      throw std::runtime_error("the step stalled: no op finished in " +
+                               std::to_string(watchdog_seconds) + " s; ops not finished: " +
+                               waiting);
+    }
+  }
+  if (error_) {
+    std::exception_ptr e = error_;
+    std::string op = error_op_;
+    lock.unlock();
+    try {
+      std::rethrow_exception(e);
+    } catch (const std::exception& ex) {
+      throw std::runtime_error(op + ": " + ex.what());
+    }
+  }
+}
+
+}  // namespace planner

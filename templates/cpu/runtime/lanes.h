@@ -1,0 +1,76 @@
+// Lanes: the host threads that run a plan's ops concurrently, as the plan placed them.
+//
+// One host thread per lane (OpSpec::lane: the ops whose first logical CPU is the lane's,
+// which the plan never runs at the same time). Each lane runs its ops in plan order; an op
+// starts once every op it waits for (OpSpec waits: data and in-place dependencies, the
+// previous op on one of its CPUs, the ordering memory reuse needs) has finished in this step.
+// Its OpenMP team has the planned size and its threads are pinned to the planned logical
+// CPUs (re-pinned only when the lane's set changes). Ops of one parallel-loop group run as
+// one loop over the group's threads, one member per iteration.
+//
+// Deadlock-free by construction: every wait names an earlier op in plan order and every lane
+// runs its ops in plan order, so the earliest unfinished op never waits.
+//
+// Waiting blocks on a condition variable rather than spinning, so a waiting lane leaves its
+// cores to the ops that run.
+#pragma once
+#include <condition_variable>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "schedule.h"
+
+namespace planner {
+
+class Lanes {
+ public:
+  // run(k): run op k on the calling lane thread (its team size already set); create(k): make
+  // op k's kernel there at load. Both may throw; the first error of a step is rethrown by
+  // `step` naming the op.
+  using OpFn = std::function<void(int)>;
+
+  Lanes(const Schedule& s, OpFn create, OpFn run, int jitter_us);
+  ~Lanes();
+  Lanes(const Lanes&) = delete;
+  Lanes& operator=(const Lanes&) = delete;
+
+  // Runs one step on every lane; returns when every op has finished. A step that makes no
+  // progress for `watchdog_seconds` throws naming the ops still waited on (the executor is
+  // then unusable).
+  void step(double watchdog_seconds);
+  int count() const { return static_cast<int>(ops_.size()); }
+  bool broken() const { return broken_; }
+
+ private:
+  void lane_main(int lane);
+  void shutdown();
+  bool waits_within(int k, const std::vector<int>& mine, size_t from, size_t to) const;
+  void wait_for(int op);
+  void pin(int lane, int op);
+  void finish(int op, std::exception_ptr error);
+
+  const Schedule& s_;
+  OpFn create_, run_;
+  int jitter_us_;
+  std::vector<std::vector<int>> ops_;      // per lane, op indices in plan order
+  std::vector<std::vector<int>> pinned_;   // per lane, the CPUs its team is pinned to
+  std::vector<std::thread> threads_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<int64_t> done_;              // per op: the last step it finished in
+  int64_t epoch_ = 0;                      // the step being run (0: loading)
+  int64_t started_ = 0;                    // lanes wait for epoch_ > the step they ran last
+  int remaining_ = 0;                      // ops of this step not yet finished
+  int created_ = 0;                        // lanes done creating their kernels
+  bool stop_ = false;
+  bool broken_ = false;
+  std::exception_ptr error_;
+  std::string error_op_;
+};
+
+}  // namespace planner

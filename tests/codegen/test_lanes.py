@@ -1,0 +1,81 @@
+"""The executor runs the plan as planned: ops on their lanes, co-running, and the results of
+the one-at-a-time run of the same plan, bit for bit, under adversarial interleavings too."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from codegen.build import build
+from codegen.load import load
+from codegen.render import render
+from planner.graph.autodiff import make_training_graph
+from planner.graph.interpret import random_feeds
+from planner.graph.optimizer import Optimizer
+from planner.pipeline import PlanOptions, plan
+from planner.schedule import ScheduleOptions
+from planner.target.detect import detect
+from planner.verify import verify_plan
+from planner.zoo import build as zoo
+from tests.codegen.helpers import start_state
+
+# Small training graphs with independent branches (inception's towers, resnet's shortcuts,
+# the LSTM's gates and batched weight gradients, wide_deep's embeddings).
+MODELS = {
+    "lenet": dict(batch=4, image=12),
+    "resnet": dict(depth=18, batch=2, image=16, width=0.125, classes=5),
+    "inception_v3": dict(batch=2, image=75, width=0.0625, classes=5),
+    "lstm": dict(batch=2, seq=4, hidden=16, vocab=30),
+}
+
+
+def two_lane_plan(graph):
+    """Two lanes of one thread each: ops co-run whenever the graph lets them."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return plan(graph, detect(), options=PlanOptions(
+            schedule=ScheduleOptions(strategy="uniform", intra=1, inter=2)))
+
+
+def steps(module, state, feeds, n=2, **options):
+    ex = module.Executor(**options)
+    ex.load_params(state)
+    losses = [ex.step(feeds)["loss"] for _ in range(n)]
+    return ex, losses, ex.params()
+
+
+@pytest.mark.skipif(detect().cores < 2, reason="co-running needs two cores")
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_co_running_lanes_give_the_sequential_results(name, tmp_path):
+    graph = make_training_graph(zoo(name, **MODELS[name]), Optimizer(kind="sgd", lr=0.05))
+    p = two_lane_plan(graph)
+    assert verify_plan(p) == []
+    corun = sum(1 for a in p.ops for b in p.ops if a.order < b.order
+                and a.start < b.end and b.start < a.end)
+    assert corun > 0, "the plan co-runs nothing"
+    module = load(build(render(p, tmp_path / name).dir).dir)
+    state, feeds = start_state(graph), random_feeds(graph, seed=3)
+    seq, want_losses, want = steps(module, state, feeds, concurrent=False)
+    assert not seq.concurrent
+    for options in ({}, {"jitter_us": 300}):
+        ex, losses, got = steps(module, state, feeds, **options)
+        assert ex.concurrent and ex.lanes == 2
+        assert [float(x) for x in losses] == [float(x) for x in want_losses]
+        for k in want:
+            assert np.array_equal(got[k], want[k]), (options, k)
+    lanes = {o["lane"] for o in ex.stats()["ops"]}
+    assert lanes == {0, 1}
+
+
+def test_a_stalled_step_raises_naming_the_ops_not_finished(tmp_path):
+    graph = make_training_graph(zoo("mlp", batch=2, hidden=[4], in_features=3, classes=2),
+                                Optimizer(kind="sgd"))
+    module = load(build(render(two_lane_plan(graph), tmp_path / "mlp").dir).dir)
+    ex = module.Executor(jitter_us=1_500_000, watchdog_seconds=0.3)
+    ex.load_params(start_state(graph))
+    with pytest.raises(RuntimeError, match="stalled: no op finished in .* ops not finished: '"):
+        ex.step(random_feeds(graph))
+    with pytest.raises(RuntimeError, match="stalled; create a new executor"):
+        ex.step(random_feeds(graph))

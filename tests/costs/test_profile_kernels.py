@@ -1,0 +1,75 @@
+"""`planner profile` measures the generated kernels on this machine; plans priced by the
+table use it; an executor's stats fold back in."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import planner.cli as cli
+from codegen.profiling import KernelTimer, copies_graph
+from planner.costs import CostTable, load_table
+from planner.costs.feedback import fold_stats
+from planner.costs.profile import ProfileOptions
+from planner.costs.signature import OpSignature, graph_signatures
+from planner.target.detect import detect
+
+SPEC = "zoo:mlp?batch=8&hidden=16&in_features=12&classes=3"
+
+
+def test_copies_of_an_op_compute_the_reference():
+    sig = OpSignature(op="MatMul", shapes=((4, 6), (6, 5)), dtypes=("float32", "float32"))
+    g = copies_graph(sig, 3)
+    assert [n.op for n in g.nodes] == ["MatMul"] * 3 and len(g.outputs) == 3
+
+
+def test_the_timer_measures_every_placement_of_the_grid(tmp_path):
+    target = detect()
+    timer = KernelTimer(target, tmp_path, ProfileOptions(interval=1), steps=2)
+    sig = OpSignature(op="Relu", shapes=((256, 256),), dtypes=("float32",))
+    grid = timer.grid()
+    assert (1, grid[0][1]) == grid[0] and max(k for k, _ in grid) == target.cores
+    times = [timer(sig, k, cpus) for k, cpus in grid]
+    assert all(t > 0 for t in times)
+    with pytest.raises(ValueError, match="not in the measured grid"):
+        timer(sig, 1, (10_000,))
+
+
+def test_profile_then_plan_with_the_measured_table_and_resume(tmp_path, capsys):
+    costs = str(tmp_path / "costs.json")
+    assert cli.main(["profile", SPEC, "--train", "sgd", "--target", "host", "-o", costs,
+                     "--repeats", "2", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    table = load_table(costs)
+    assert result["complete"] and result["measured"] == len(table.entries) > 0
+    assert not result["failures"]
+    # A second run finds every signature measured.
+    assert cli.main(["profile", SPEC, "--train", "sgd", "--target", "host", "-o", costs,
+                     "--json"]) == 0
+    again = json.loads(capsys.readouterr().out)
+    assert again["measured"] == 0 and again["skipped"] == result["measured"]
+    plan = str(tmp_path / "p.json")
+    assert cli.main(["plan", SPEC, "--train", "sgd", "--target", "host", "--costs", costs,
+                     "-o", plan, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["analytical_signatures"] == 0
+
+
+def test_stats_of_a_run_fold_into_the_table():
+    from planner.graph.autodiff import Optimizer, make_training_graph
+    from planner.pipeline import plan
+    from planner.target import preset
+    from planner.zoo import build
+
+    g = make_training_graph(build("mlp", batch=2, hidden=[4], in_features=3, classes=2),
+                            Optimizer(kind="sgd"))
+    p = plan(g, preset("xeon-8180"))
+    stats = {"ops": [{"name": o.name, "calls": 2, "seconds": 3e-5} for o in p.ops]}
+    table = fold_stats(CostTable(target="xeon-8180"), p, stats)
+    sigs = graph_signatures(g)
+    for o in p.ops:
+        entry = table.entry(sigs[o.name])
+        assert any(s.threads == o.threads and s.seconds == pytest.approx(3e-5)
+                   for s in entry.cpu)
+    repriced = plan(g, preset("xeon-8180"), table)
+    assert repriced.summary.analytical_signatures == 0
