@@ -93,8 +93,21 @@ def train(steps: int, batch: int, optimizer: Optimizer, seed: int, out: Path, sa
     losses: list[float] = []
     half = steps // 2
     start = time.perf_counter()
-    for step, pick in enumerate(batches(len(digits.train_labels), batch, steps, seed), 1):
-        out_ = ex.step({"images": digits.train_images[pick], "labels": digits.train_labels[pick]})
+    picks = batches(len(digits.train_labels), batch, steps, seed)
+    feeds = {"images": np.empty((batch, 1, 8, 8), np.float32), "labels": np.empty(batch, np.int64)}
+
+    def prepare(pick) -> None:  # gather the next batch into the feed arrays
+        np.take(digits.train_images, pick, axis=0, out=feeds["images"])
+        np.take(digits.train_labels, pick, axis=0, out=feeds["labels"])
+
+    prepare(next(picks))
+    for step in range(1, steps + 1):
+        # step_async copies the feeds and returns at once: the next batch is gathered into the
+        # same arrays while this step runs (seed 004's asynchronous execution).
+        ex.step_async(feeds)
+        if step < steps:
+            prepare(next(picks))
+        out_ = ex.wait()
         losses.append(float(out_["loss"]))
         if every and (step % every == 0 or step == 1):
             say(f"step {step:4d}  loss {losses[-1]:.4f}")

@@ -125,6 +125,8 @@ def test_step_before_parameters_are_loaded_raises(mlp_module, mlp_graph):
     with pytest.raises(RuntimeError, match=r"parameters not loaded: 'fc1/weight'.*"
                                            r"Executor\(init=True\)"):
         ex.step(random_feeds(mlp_graph, seed=1))
+    with pytest.raises(RuntimeError, match="parameters not loaded"):
+        ex.step_async(random_feeds(mlp_graph, seed=1))
 
 
 def test_load_params_requires_every_parameter_unless_partial(mlp_module, mlp_graph):

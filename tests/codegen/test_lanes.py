@@ -79,3 +79,36 @@ def test_a_stalled_step_raises_naming_the_ops_not_finished(tmp_path):
         ex.step(random_feeds(graph))
     with pytest.raises(RuntimeError, match="stalled; create a new executor"):
         ex.step(random_feeds(graph))
+
+
+def test_async_steps_match_step_and_let_the_caller_refill_its_feeds(tmp_path):
+    graph = make_training_graph(zoo("lenet", **MODELS["lenet"]), Optimizer(kind="sgd", lr=0.05))
+    module = load(build(render(two_lane_plan(graph), tmp_path / "lenet").dir).dir)
+    state = start_state(graph)
+    batches = [random_feeds(graph, seed=s) for s in (5, 6, 7)]
+    sync = module.Executor()
+    sync.load_params(state)
+    want = [float(sync.step(b)["loss"]) for b in batches]
+    ex = module.Executor()
+    ex.load_params(state)
+    assert ex.wait_for_all() is None
+    feeds = {k: v.copy() for k, v in batches[0].items()}
+    got = []
+    for k in range(3):
+        ex.step_async(feeds)
+        with pytest.raises(ValueError, match="already in flight"):
+            ex.step_async(feeds)
+        with pytest.raises(ValueError, match="in flight"):
+            ex.params()
+        if k < 2:  # the next batch goes into the same arrays while the step runs
+            for name, value in batches[k + 1].items():
+                feeds[name][...] = value
+        got.append(float(ex.wait()["loss"]))
+    assert got == want
+    with pytest.raises(RuntimeError, match="no step in flight"):
+        ex.wait()
+    bad = {k: v.copy() for k, v in batches[0].items()}
+    bad["labels"][0] = 10_000
+    ex.step_async(bad)
+    with pytest.raises(RuntimeError, match="SoftmaxCrossEntropy.*out of range"):
+        ex.wait()

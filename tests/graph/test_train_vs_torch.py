@@ -22,6 +22,7 @@ from planner.graph.autodiff import add_dropout_step, find_loss, make_training_gr
 from planner.graph.interpret import init_params, random_feeds, train_step
 from planner.graph.ir import Graph
 from planner.graph.optimizer import Optimizer
+from planner.ops import get_op
 from planner.ops.dropout import dropout_mask, step_seed
 
 torch = pytest.importorskip("torch")
@@ -56,6 +57,14 @@ def _conv2d(xs, a):
     x, padding = _spatial_pad(xs[0], a["pads"])
     return [F.conv2d(x, xs[1], stride=a["strides"], padding=padding, dilation=a["dilations"],
                      groups=a["groups"])]
+
+
+def _conv_transpose2d(xs, a):
+    top, left, bottom, right = a["pads"]
+    assert (top, left) == (bottom, right), "asymmetric ConvTranspose2D pads are not translated"
+    return [F.conv_transpose2d(xs[0], xs[1], stride=a["strides"], padding=(top, left),
+                               output_padding=a["output_padding"], groups=a["groups"],
+                               dilation=a["dilations"])]
 
 
 def _max_pool(xs, a):
@@ -107,11 +116,13 @@ TORCH_OPS = {
     "MatMul": _matmul,
     "BiasAdd": _bias_add,
     "Conv2D": _conv2d,
+    "ConvTranspose2D": _conv_transpose2d,
     "MaxPool": _max_pool,
     "AvgPool": _avg_pool,
     "GlobalAvgPool": lambda xs, a: [xs[0].mean((2, 3), keepdim=True)],
     "BatchNorm": _batch_norm,
     "Relu": lambda xs, a: [F.relu(xs[0])],
+    "LeakyRelu": lambda xs, a: [F.leaky_relu(xs[0], a["alpha"])],
     "Sigmoid": lambda xs, a: [torch.sigmoid(xs[0])],
     "Tanh": lambda xs, a: [torch.tanh(xs[0])],
     "Add": lambda xs, a: [xs[0] + xs[1]],
@@ -135,7 +146,8 @@ def torch_forward(graph: Graph, values: dict) -> dict:
     for n in graph.nodes:
         if n.op not in TORCH_OPS:
             pytest.fail(f"the torch translator lacks op {n.op} (node {n.name!r})")
-        outs = TORCH_OPS[n.op]([env[i] for i in n.inputs], n.attrs)
+        attrs = get_op(n.op).normalize_attrs(n.attrs)
+        outs = TORCH_OPS[n.op]([env[i] for i in n.inputs], attrs)
         env.update(zip(n.outputs, outs, strict=True))
     return env
 

@@ -24,7 +24,11 @@ using namespace nb::literals;
 namespace planner {
 namespace {
 
-nb::dict run_step(Executor& ex, nb::dict feeds, const std::vector<std::string>& extra) {
+// Checks every feed and requested output before anything runs; binds the feeds (C-contiguous
+// ones read in place unless `copy`, the others copied into their arena slots). Returns the
+// ids to return after the step and the feeds bound.
+std::vector<int> prepare(Executor& ex, nb::dict feeds, const std::vector<std::string>& extra,
+                         bool copy, std::vector<int>* bound_ids) {
   const Schedule& s = ex.schedule();
   // Check every feed before running anything.
   std::vector<std::pair<int, Array>> bound;
@@ -55,29 +59,43 @@ nb::dict run_step(Executor& ex, nb::dict feeds, const std::vector<std::string>& 
     wanted.push_back(id);
   }
   for (auto& [id, a] : bound) {
-    if (check(ex.tensor(id), a, "feed")) {
+    if (check(ex.tensor(id), a, "feed") && !copy) {
       ex.bind(id, static_cast<char*>(const_cast<void*>(a.data())));
     } else {
       ex.bind(id, nullptr);
       copy_in(ex.data(id), a, dtype_bytes(ex.tensor(id).dtype));
     }
+    bound_ids->push_back(id);
   }
+  return wanted;
+}
+
+nb::dict results(Executor& ex, const std::vector<int>& wanted) {
+  nb::dict out;
+  for (int id : wanted)
+    out[ex.tensor(id).name] = to_numpy(ex.tensor(id), ex.data(id), true, nb::handle());
+  return out;
+}
+
+nb::dict run_step(Executor& ex, nb::dict feeds, const std::vector<std::string>& extra) {
+  std::vector<int> bound;
+  std::vector<int> wanted = prepare(ex, feeds, extra, false, &bound);
   {
     nb::gil_scoped_release release;
     try {
       ex.step();
     } catch (...) {
       nb::gil_scoped_acquire acquire;
-      for (auto& b : bound) ex.bind(b.first, nullptr);
+      for (int id : bound) ex.bind(id, nullptr);
       throw;
     }
   }
   // Copy the results out first: an output may be a view of a feed read in place.
-  nb::dict out;
-  for (int id : wanted) out[ex.tensor(id).name] = to_numpy(ex.tensor(id), ex.data(id), true, nb::handle());
-  for (auto& b : bound) ex.bind(b.first, nullptr);  // never keep caller memory past the call
+  nb::dict out = results(ex, wanted);
+  for (int id : bound) ex.bind(id, nullptr);  // never keep caller memory past the call
   return out;
 }
+
 
 }  // namespace
 }  // namespace planner
@@ -103,6 +121,8 @@ NB_MODULE(planner_cpu_rt, m) {
       .def_prop_ro("kind", [](const Executor& ex) { return std::string(ex.schedule().kind); })
       .def("load_params",
            [](Executor& ex, nb::dict values, bool partial) {
+             if (ex.in_flight())
+               throw nb::value_error("a step is in flight (step_async): wait() first");
              std::vector<std::pair<int, planner::Array>> checked;
              std::vector<int> given;
              for (auto [key, value] : values) {
@@ -137,6 +157,8 @@ NB_MODULE(planner_cpu_rt, m) {
       .def("params",
            [](nb::handle self, bool copy) {
              Executor& ex = nb::cast<Executor&>(self);
+             if (ex.in_flight())
+               throw nb::value_error("a step is in flight (step_async): wait() first");
              nb::dict out;
              const planner::Schedule& s = ex.schedule();
              for (int i = 0; i < s.num_tensors; ++i) {
@@ -154,6 +176,39 @@ NB_MODULE(planner_cpu_rt, m) {
            },
            "feeds"_a, "outputs"_a = std::vector<std::string>(),
            "Run one step; returns the graph's outputs (the loss, ...) and `outputs` by name.")
+      .def("step_async",
+           [](Executor& ex, nb::dict feeds, std::vector<std::string> outputs) {
+             if (ex.in_flight())
+               throw nb::value_error("a step is already in flight: wait() for it first");
+             std::vector<int> bound;
+             // Feeds are copied into the arena: the caller may refill its arrays at once.
+             ex.pending_outputs = planner::prepare(ex, feeds, outputs, true, &bound);
+             ex.start_async();
+           },
+           "feeds"_a, "outputs"_a = std::vector<std::string>(),
+           "Start one step and return at once; the feeds are copied first, so their arrays "
+           "may be refilled (the next batch prepared) while it runs. wait() returns its "
+           "outputs.")
+      .def("wait",
+           [](Executor& ex) {
+             {
+               nb::gil_scoped_release release;
+               ex.join_async();
+             }
+             return planner::results(ex, ex.pending_outputs);
+           },
+           "Wait for the step in flight; its outputs as step() returns them (its error, "
+           "naming the op, if it failed).")
+      .def("wait_for_all",
+           [](Executor& ex) -> nb::object {
+             if (!ex.in_flight()) return nb::none();
+             {
+               nb::gil_scoped_release release;
+               ex.join_async();
+             }
+             return nb::object(planner::results(ex, ex.pending_outputs));
+           },
+           "Wait until no step is in flight: the outputs of the one that was, else None.")
       .def("forward",
            [](Executor& ex, nb::dict feeds, std::vector<std::string> outputs) {
              if (std::string(ex.schedule().kind) != "inference")

@@ -138,12 +138,47 @@ std::string name_list(const std::vector<std::string>& names) {
   return out;
 }
 
-void Executor::step() {
+void Executor::check_loaded() const {
   const std::vector<std::string> absent = missing();
   if (!absent.empty())
     throw std::runtime_error("parameters not loaded: " + name_list(absent) +
                              "; call load_params first (or create the executor with "
                              "Executor(init=True) to start from the graph's init hints)");
+}
+
+Executor::~Executor() {
+  if (async_.joinable()) async_.join();
+}
+
+void Executor::start_async() {
+  if (in_flight_) throw std::runtime_error("a step is already in flight: wait() for it first");
+  check_loaded();
+  in_flight_ = true;
+  async_error_ = nullptr;
+  async_ = std::thread([this] {
+    try {
+      run_step();
+    } catch (...) {
+      async_error_ = std::current_exception();
+    }
+  });
+}
+
+void Executor::join_async() {
+  if (!in_flight_) throw std::runtime_error("no step in flight: step_async() first");
+  async_.join();
+  in_flight_ = false;
+  if (async_error_) std::rethrow_exception(async_error_);
+}
+
+void Executor::step() {
+  if (in_flight_)
+    throw std::runtime_error("a step is in flight (step_async): wait() for it before step()");
+  check_loaded();
+  run_step();
+}
+
+void Executor::run_step() {
   if (lanes_) {
     try {
       lanes_->step(watchdog_seconds_);

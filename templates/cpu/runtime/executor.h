@@ -8,6 +8,7 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "kernel.h"
@@ -44,6 +45,15 @@ class Executor {
   void bind(int id, char* p);
   // Run every op; per-op times go to stats. Throws naming the op on failure.
   void step();
+  // Asynchronous steps (seed 004): start_async runs step() on a worker thread and returns at
+  // once; join_async waits for it and rethrows its error. One step is in flight at a time:
+  // step() or start_async() while one is throws, naming wait().
+  void start_async();
+  void join_async();
+  bool in_flight() const { return in_flight_; }
+  // The tensors the step in flight returns (set by the bindings with start_async).
+  std::vector<int> pending_outputs;
+  ~Executor();
   bool concurrent() const { return static_cast<bool>(lanes_); }
   int lanes() const { return schedule().num_lanes; }
 
@@ -55,6 +65,8 @@ class Executor {
   void mark_loaded(int id) { written_[id] = 1; }
   // Names of required tensors not loaded yet, in schedule order.
   std::vector<std::string> missing(const std::vector<int>& also_given = {}) const;
+  // Throws naming them (step and step_async call it before running anything).
+  void check_loaded() const;
 
   const std::vector<OpStats>& op_stats() const { return stats_; }
   // Per op: the scratch bytes its kernel needs, and whether the plan's area held them (else it
@@ -81,7 +93,11 @@ class Executor {
   std::vector<char> written_;       // per tensor: written by load_params
   int64_t steps_ = 0;
   double watchdog_seconds_;
-  std::unique_ptr<Lanes> lanes_;  // last: its threads stop before the rest is destroyed
+  std::unique_ptr<Lanes> lanes_;  // its threads stop before the rest is destroyed
+  std::thread async_;
+  std::exception_ptr async_error_;
+  bool in_flight_ = false;
+  void run_step();
 
   void create(int k);
   void run(int k);

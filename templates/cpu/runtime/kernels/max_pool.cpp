@@ -178,8 +178,13 @@ class MaxPoolGrad : public Kernel {
   }
   // rows: per thread, the best value and its offset for one output row; channels: x, dy and
   // dx channels-last, then per thread a block's best values and positions.
+  // Per-thread buffers start on their own cache line: threads writing neighbouring slices of
+  // one line would share it back and forth on every tap (2 threads ran slower than 1).
+  int64_t per_thread() const {
+    return g_.channels_last() ? kChannelBlock : (g_.ow + 15) / 16 * 16;
+  }
   size_t scratch_bytes() const override {
-    const size_t per_thread = g_.channels_last() ? kChannelBlock : g_.ow;
+    const size_t per_thread = this->per_thread();
     size_t bytes = team_ * per_thread * (sizeof(float) + sizeof(int32_t)) + 64;
     if (g_.channels_last())
       bytes += sizeof(float) * g_.n * g_.c * (2 * g_.in_area() + g_.out_area());
@@ -190,7 +195,7 @@ class MaxPoolGrad : public Kernel {
     const float* x = r.at<float>(x_);
     float* dx = r.at<float>(dx_);
     const int team = std::min(team_, std::max(1, r.threads));
-    const int64_t per_thread = g_.channels_last() ? kChannelBlock : g_.ow;
+    const int64_t per_thread = this->per_thread();
     int32_t* at = reinterpret_cast<int32_t*>(r.scratch);
     float* best = reinterpret_cast<float*>(at + team * per_thread);
     if (!g_.channels_last()) return rows(dy, x, dx, team, at, best);
@@ -211,8 +216,8 @@ class MaxPoolGrad : public Kernel {
 #pragma omp parallel num_threads(team)
     {
       const int t = omp_get_thread_num();
-      int32_t* at = at_all + static_cast<int64_t>(t) * g.ow;
-      float* best = best_all + static_cast<int64_t>(t) * g.ow;
+      int32_t* at = at_all + static_cast<int64_t>(t) * per_thread();
+      float* best = best_all + static_cast<int64_t>(t) * per_thread();
 #pragma omp for schedule(static)
       for (int64_t p = 0; p < g.n * g.c; ++p) {
         const float* plane = x + p * g.in_area();

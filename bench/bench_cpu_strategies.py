@@ -1,0 +1,225 @@
+"""CPU strategies measured (issue 13): the plans' step times on this machine's cores, against
+PyTorch eager and torch.compile on the same cores.
+
+    python bench/bench_cpu_strategies.py [--models lstm,dcgan,...] [--steps 5] [--rounds 3]
+                                         [--no-compile] [--json]
+
+Per model (zoo training graphs, SGD, sizes that run in minutes on a small machine):
+
+1. Profile: `planner profile` of the training graph on this host (the generated kernels of
+   every op signature, hill climbing over thread counts); cached in bench/.costs/ per model
+   and host, resumed when interrupted.
+2. Plan with the profiled costs: uniform (every op on all cores, one at a time), every uniform
+   grid configuration (intra x inter; the best measured one is reported), paper and optimized.
+3. Build each plan's executor; measure steps in alternating rounds (every variant once per
+   round, `steps` steps each), report the median over rounds of each round's median.
+4. PyTorch: the same graph translated node by node (tests/graph/test_train_vs_torch.py) with
+   torch.autograd and SGD, eager and under torch.compile (inductor), torch.set_num_threads =
+   the host's cores.
+5. The guard: `kept` is the faster of optimized and uniform as measured, never the slower.
+
+Printed per model: measured ms, predicted ms (the plan's simulated step) and their ratio,
+and each variant's speed-up over uniform; the load average before and after.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from codegen.build import build  # noqa: E402
+from codegen.load import load  # noqa: E402
+from codegen.render import render  # noqa: E402
+from planner.costs import CostTable, load_table  # noqa: E402
+from planner.graph.autodiff import make_training_graph  # noqa: E402
+from planner.graph.interpret import init_params, random_feeds  # noqa: E402
+from planner.graph.optimizer import Optimizer  # noqa: E402
+from planner.pipeline import PlanOptions, plan  # noqa: E402
+from planner.schedule import ScheduleOptions  # noqa: E402
+from planner.schedule.uniform import grid_pairs  # noqa: E402
+from planner.target.detect import detect  # noqa: E402
+from planner.zoo import build as zoo  # noqa: E402
+
+MODELS = {
+    "lstm": dict(batch=32, seq=20, hidden=256, layers=2, vocab=2000),
+    "dcgan": dict(batch=32),
+    "inception_v3": dict(batch=32, image=107, width=0.25, classes=100),
+    "resnet-50": dict(depth=50, batch=32, image=64, width=0.25, classes=100),
+    "wide_deep": dict(batch=64),
+}
+SGD = Optimizer(kind="sgd", lr=0.01)
+HERE = Path(__file__).resolve().parent
+
+
+def zoo_name(label: str) -> str:
+    return "resnet" if label.startswith("resnet") else label
+
+
+def profiled_costs(label: str, graph, target) -> CostTable:
+    """The cost table of `graph` on this host, profiled once and kept in bench/.costs/."""
+    from codegen.profiling import KernelTimer
+    from planner.costs.profile import ProfileOptions, profile
+    from planner.costs.signature import graph_signatures
+
+    folder = HERE / ".costs"
+    folder.mkdir(exist_ok=True)
+    path = folder / f"{label}.{target.cores}cores.json"
+    table = load_table(path) if path.exists() else CostTable(target=target.name)
+    options = ProfileOptions(interval=max(1, target.cores // 8), repeats=1)
+    with tempfile.TemporaryDirectory(prefix="planner-profile-") as work:
+        run = profile(list(graph_signatures(graph).values()), target,
+                      KernelTimer(target, work, options, steps=3), options, table=table,
+                      checkpoint=lambda t: path.write_text(t.to_json()))
+    path.write_text(run.table.to_json())
+    return run.table
+
+
+def variants(graph, target, table) -> dict[str, object]:
+    """The plans to measure, by name."""
+    def planned(**options):
+        return plan(graph, target, table, PlanOptions(schedule=ScheduleOptions(**options)))
+
+    out = {"uniform": planned(strategy="uniform")}
+    for intra, inter in grid_pairs(target.cores):
+        if (intra, inter) != (target.cores, 1):
+            out[f"grid {intra}x{inter}"] = planned(strategy="uniform", intra=intra, inter=inter)
+    out["paper"] = planned(strategy="paper")
+    out["optimized"] = planned(strategy="optimized")
+    return out
+
+
+def executor_runner(p, folder: Path, graph):
+    ex = load(build(render(p, folder).dir).dir).Executor()
+    ex.load_params(init_params(graph, seed=0))
+    feeds = random_feeds(graph, seed=1)
+    ex.step(feeds)  # warm-up
+    return lambda: ex.step(feeds)
+
+
+def torch_runner(forward, compiled: bool):
+    import torch
+
+    from tests.graph.test_train_vs_torch import torch_forward
+
+    torch.set_num_threads(detect().cores)
+    state = init_params(forward, seed=0)
+    feeds = random_feeds(forward, seed=1)
+    params = {t.name: torch.tensor(state[t.name], requires_grad=True)
+              for t in forward.by_role("param")}
+    values = {**{k: torch.tensor(v) for k, v in state.items()},
+              **{k: torch.tensor(v) for k, v in feeds.items()}, **params}
+    opt = torch.optim.SGD(list(params.values()), lr=SGD.lr)
+
+    def loss(vals):
+        return torch_forward(forward, vals)["loss"]
+
+    fn = torch.compile(loss, dynamic=False) if compiled else loss
+
+    def step() -> None:
+        opt.zero_grad()
+        fn(values).backward()
+        opt.step()
+
+    step()  # warm-up (and compilation)
+    step()
+    return step
+
+
+def measure(runners: dict[str, object], steps: int, rounds: int) -> dict[str, float]:
+    """Median over alternating rounds of each round's median step seconds."""
+    per_round: dict[str, list[float]] = {k: [] for k in runners}
+    for _ in range(rounds):
+        for name, run in runners.items():
+            times = []
+            for _ in range(steps):
+                t0 = time.perf_counter()
+                run()
+                times.append(time.perf_counter() - t0)
+            per_round[name].append(statistics.median(times))
+    return {k: statistics.median(v) for k, v in per_round.items()}
+
+
+def bench_model(label: str, target, steps: int, rounds: int, compiled: bool) -> dict:
+    forward = zoo(zoo_name(label), **MODELS[label])
+    graph = make_training_graph(forward, SGD)
+    t0 = time.perf_counter()
+    table = profiled_costs(label, graph, target)
+    profile_s = time.perf_counter() - t0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        plans = variants(graph, target, table)
+    runners: dict[str, object] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, p in plans.items():
+            runners[name] = executor_runner(p, Path(tmp) / name.replace(" ", "_"), graph)
+        runners["torch eager"] = torch_runner(forward, False)
+        if compiled:
+            runners["torch.compile"] = torch_runner(forward, True)
+        measured = measure(runners, steps, rounds)
+    grid = {k: v for k, v in measured.items() if k.startswith("grid") or k == "uniform"}
+    best_grid = min(grid, key=grid.get)
+    kept = min(("optimized", "uniform"), key=measured.get)
+    return {
+        "model": label, "ops": len(graph.nodes), "params": MODELS[label],
+        "profile_seconds": round(profile_s, 1), "signatures": len(table.entries),
+        "measured_ms": {k: v * 1e3 for k, v in measured.items()},
+        "predicted_ms": {k: p.summary.step_seconds * 1e3 for k, p in plans.items()},
+        "best_grid": best_grid, "kept": kept,
+    }
+
+
+def report(rows: list[dict], target, load: tuple[str, str]) -> str:
+    lines = [f"host {target.name}: {target.cores} cores, {len(target.logical_cpus)} logical "
+             f"CPUs ({target.cpu.model if target.cpu else '?'}); load average before "
+             f"{load[0]}, after {load[1]}"]
+    for r in rows:
+        m, p = r["measured_ms"], r["predicted_ms"]
+        base = m["uniform"]
+        lines.append(f"\n{r['model']} ({r['ops']} ops, {r['signatures']} signatures profiled "
+                     f"in {r['profile_seconds']} s); best grid: {r['best_grid']}; kept: "
+                     f"{r['kept']}")
+        lines.append(f"  {'variant':<16}{'measured ms':>12}{'predicted ms':>14}"
+                     f"{'pred/meas':>11}{'uniform/x':>11}")
+        for name, ms in m.items():
+            pred = p.get(name)
+            pred_text = f"{pred:>14.2f}{pred / ms:>11.3f}" if pred else f"{'':>14}{'':>11}"
+            lines.append(f"  {name:<16}{ms:>12.2f}{pred_text}{base / ms:>11.3f}")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", default=",".join(MODELS))
+    parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--no-compile", action="store_true", help="skip torch.compile")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    target = detect()
+    before = os.getloadavg()
+    rows = []
+    for label in args.models.split(","):
+        if label not in MODELS:
+            raise SystemExit(f"unknown model {label!r}; known: {', '.join(MODELS)}")
+        rows.append(bench_model(label, target, args.steps, args.rounds, not args.no_compile))
+        print(f"done: {label}", file=sys.stderr, flush=True)
+    after = os.getloadavg()
+    load = (" ".join(f"{x:.2f}" for x in before), " ".join(f"{x:.2f}" for x in after))
+    if args.json:
+        print(json.dumps({"host": target.name, "cores": target.cores, "load": load,
+                          "models": rows}, indent=2, sort_keys=True))
+    else:
+        print(report(rows, target, load))
+
+
+if __name__ == "__main__":
+    main()
