@@ -35,6 +35,9 @@ import warnings
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from torch_baseline import torch_trainer  # noqa: E402
 
 from codegen.build import build  # noqa: E402
 from codegen.load import load  # noqa: E402
@@ -105,35 +108,6 @@ def executor_runner(p, folder: Path, graph):
     return lambda: ex.step(feeds)
 
 
-def torch_runner(forward, compiled: bool):
-    import torch
-
-    from tests.graph.test_train_vs_torch import torch_forward
-
-    torch.set_num_threads(detect().cores)
-    state = init_params(forward, seed=0)
-    feeds = random_feeds(forward, seed=1)
-    params = {t.name: torch.tensor(state[t.name], requires_grad=True)
-              for t in forward.by_role("param")}
-    values = {**{k: torch.tensor(v) for k, v in state.items()},
-              **{k: torch.tensor(v) for k, v in feeds.items()}, **params}
-    opt = torch.optim.SGD(list(params.values()), lr=SGD.lr)
-
-    def loss(vals):
-        return torch_forward(forward, vals)["loss"]
-
-    fn = torch.compile(loss, dynamic=False) if compiled else loss
-
-    def step() -> None:
-        opt.zero_grad()
-        fn(values).backward()
-        opt.step()
-
-    step()  # warm-up (and compilation)
-    step()
-    return step
-
-
 def measure(runners: dict[str, object], steps: int, rounds: int) -> dict[str, float]:
     """Median over alternating rounds of each round's median step seconds."""
     per_round: dict[str, list[float]] = {k: [] for k in runners}
@@ -161,9 +135,9 @@ def bench_model(label: str, target, steps: int, rounds: int, compiled: bool) -> 
     with tempfile.TemporaryDirectory() as tmp:
         for name, p in plans.items():
             runners[name] = executor_runner(p, Path(tmp) / name.replace(" ", "_"), graph)
-        runners["torch eager"] = torch_runner(forward, False)
+        runners["torch eager"] = torch_trainer(forward, SGD.lr, target.cores)
         if compiled:
-            runners["torch.compile"] = torch_runner(forward, True)
+            runners["torch.compile"] = torch_trainer(forward, SGD.lr, target.cores, True)
         measured = measure(runners, steps, rounds)
     grid = {k: v for k, v in measured.items() if k.startswith("grid") or k == "uniform"}
     best_grid = min(grid, key=grid.get)

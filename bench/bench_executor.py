@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from codegen.build import build  # noqa: E402
 from codegen.load import load  # noqa: E402
@@ -88,25 +89,9 @@ def executor_step(graph, target, folder: Path, steps: int) -> float:
 
 
 def torch_step(forward, steps: int) -> float:
-    import torch
+    from torch_baseline import torch_trainer
 
-    from tests.graph.test_train_vs_torch import torch_forward
-
-    torch.set_num_threads(os.cpu_count() or 1)
-    state = init_params(forward, seed=0)
-    feeds = random_feeds(forward, seed=1)
-    params = {t.name: torch.tensor(state[t.name], requires_grad=True)
-              for t in forward.by_role("param")}
-    values = {**{k: torch.tensor(v) for k, v in state.items()},
-              **{k: torch.tensor(v) for k, v in feeds.items()}, **params}
-    opt = torch.optim.SGD(list(params.values()), lr=SGD.lr)
-
-    def step() -> None:
-        opt.zero_grad()
-        torch_forward(forward, values)["loss"].backward()
-        opt.step()
-
-    step()
+    step = torch_trainer(forward, SGD.lr, os.cpu_count() or 1)
     times = []
     for _ in range(steps):
         t0 = time.perf_counter()

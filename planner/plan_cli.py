@@ -95,11 +95,12 @@ def run_plan(args: argparse.Namespace) -> int:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         out = plan(graph, target, table, options)
-    write_text(args.output, out.to_json(), force=args.force)
+    text = out.to_json()
+    write_text(args.output, text, force=args.force)
     if args.json:
         print(json.dumps(out.summary.model_dump(mode="json"), indent=2, sort_keys=True))
     else:
-        print(format_summary(out.model_dump(mode="json", by_alias=True)))
+        print(format_summary(json.loads(text)))  # the file's data: no second model dump
         print(f"wrote {args.output}")
     return 0
 
@@ -119,6 +120,7 @@ def _read_json(path: str) -> dict[str, Any]:
 
 
 def run_show(args: argparse.Namespace) -> int:
+    from planner.diff import decisions_line
     from planner.load import write_text
     from planner.memory.report import format_memory, memory_report, memory_svg
     from planner.plan import load_plan
@@ -138,6 +140,7 @@ def run_show(args: argparse.Namespace) -> int:
         memory = format_memory(data)
         if memory:
             print(memory)
+        print(decisions_line(data))
         for path in (args.timeline, args.memory):
             if path:
                 print(f"wrote {path}")

@@ -177,15 +177,32 @@ def _overlap_problems(tensors: list[dict[str, Any]], order: dict[str, int],
     for placement in ("device", "host"):
         group = [t for t in tensors if t.get("placement", "device") == placement
                  and t["bytes"] > 0]
+        if not group:
+            continue
         lo = np.array([t["offset"] for t in group], dtype=np.int64)
         hi = lo + np.array([t["bytes"] for t in group], dtype=np.int64)
+        # Per buffer, once: its root, the order of the op writing its bytes (-1: none) and,
+        # as a row of bits, the orders every access of it happens-before. A pair sharing
+        # bytes is then a few array lookups: ResNet-1001 has 15 million such pairs.
+        root_ids: dict[str, int] = {}
+        root = np.array([root_ids.setdefault(_root(t), len(root_ids)) for t in group])
+        writes = [_written_at(t, order, roots) for t in group]
+        written = np.array([-1 if w is None or w < 0 else w for w in writes], dtype=np.int64)
+        before = [_accesses_before(t, order, desc, after_step) for t in group]
+        width = max([int(written.max()) + 1] + [x.bit_length() for x in before if x > 0]) // 8 + 1
+        bits = np.frombuffer(b"".join(b"\xff" * width if x < 0 else x.to_bytes(width, "little")
+                                      for x in before), dtype=np.uint8).reshape(len(group), width)
+        at = np.maximum(written, 0)
         for i, a in enumerate(group):
             hits = np.nonzero((lo[i + 1:] < hi[i]) & (lo[i] < hi[i + 1:]))[0] + i + 1
-            for j in hits:
+            if not len(hits):
+                continue
+            # Every access of a happens-before b's write, or every access of b a's write.
+            w = at[hits]
+            a_first = (written[hits] >= 0) & ((bits[i, w >> 3] >> (w & 7)) & 1 == 1)
+            b_first = ((bits[hits, at[i] >> 3] >> (at[i] & 7)) & 1 == 1) & (written[i] >= 0)
+            for j in hits[~((root[hits] == root[i]) | a_first | b_first)]:
                 b = group[int(j)]
-                if _root(a) == _root(b) or _ordered(a, b, order, desc, after_step, roots) \
-                        or _ordered(b, a, order, desc, after_step, roots):
-                    continue
                 out.append(f"buffers {a['name']!r} and {b['name']!r} share {placement} bytes "
                            f"[{max(a['offset'], b['offset'])}, "
                            f"{min(a['offset'] + a['bytes'], b['offset'] + b['bytes'])}) but "
@@ -197,14 +214,26 @@ def _root(t: dict[str, Any]) -> str:
     return t.get("alias_of") or t["name"]
 
 
-def _ordered(a: dict[str, Any], b: dict[str, Any], order: dict[str, int],
-             desc: dict[int, int], after_step: int, roots: dict[str, dict[str, Any]]) -> bool:
-    """Every access of `a` happens-before the write of `b`'s bytes (by the writer of the
-    buffer `b` aliases, for an alias: a view's bytes are written when its input is)."""
+def _written_at(b: dict[str, Any], order: dict[str, int],
+                roots: dict[str, dict[str, Any]]) -> int | None:
+    """Execution order of the op that writes `b`'s bytes: its writer, or for an alias the
+    writer of the buffer it aliases (a view's bytes are written when its input is); None if
+    none is in the plan."""
     writer = roots.get(_root(b), b).get("writer")
-    if not writer or a["last"] >= after_step or writer not in order:
-        return False
-    w = order[writer]
+    return order[writer] if writer and writer in order else None
+
+
+def _accesses_before(a: dict[str, Any], order: dict[str, int], desc: dict[int, int],
+                     after_step: int) -> int:
+    """Bitset of the execution orders that every access of `a` (its writer and readers)
+    happens-before: 0 when `a` is read after the step or an access is by an op the plan lacks
+    (reported by the field rules; it orders nothing), every bit when it has no access."""
+    if a["last"] >= after_step:
+        return 0
     accesses = ([a["writer"]] if a.get("writer") else []) + list(a.get("readers", []))
-    # An access by an op the plan lacks is reported by the field rules; it orders nothing.
-    return all(u in order and (desc[order[u]] >> w) & 1 for u in accesses)
+    bits = -1  # all ones
+    for u in accesses:
+        if u not in order:
+            return 0
+        bits &= desc[order[u]]
+    return bits
