@@ -181,8 +181,13 @@ def inferred_shapes(model: onnx.ModelProto,
     del probe.graph.value_info[:]
     for value in probe.graph.output:
         value.type.tensor_type.ClearField("shape")
+    # Data propagation computes shape values through the graph, and onnx's computes a Range
+    # in full: Range(0, 10**12) would allocate terabytes. Without it, inference still reads
+    # initializer values; only shapes computed through a Range go unchecked.
+    data_prop = not any(node.op_type == "Range" for node in probe.graph.node)
     try:
-        inferred = onnx.shape_inference.infer_shapes(probe, strict_mode=False, data_prop=True)
+        inferred = onnx.shape_inference.infer_shapes(probe, strict_mode=False,
+                                                     data_prop=data_prop)
     except Exception:
         return {}
     out: dict[str, tuple[int, ...]] = {}
