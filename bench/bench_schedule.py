@@ -7,11 +7,22 @@ Columns: uniform (68 threads, one op at a time), best uniform grid (intra x inte
 (seed 002 Strategies 1-4), optimized; DESIGN.md's bound max(critical path, area); the plan's
 lower bound (the largest of that, the allotment bound and the cut bound, planner.schedule.bound);
 optimized over each; planning seconds of optimized. Times are simulated milliseconds per step.
+
+Planning time, last: `planner plan` as a whole command (a fresh interpreter: start-up, imports,
+graph, planning, verification, writing the plan), median wall and CPU seconds of 5 runs
+(3 for ResNet-1001), and `pipeline.plan` in-process (median of 3; 1 for ResNet-1001), for
+Inception-v3 b16 and ResNet-1001 training; with the CPU model and load average (shared machine).
 """
 
 from __future__ import annotations
 
+import os
+import platform
+import resource
+import statistics
+import subprocess
 import sys
+import tempfile
 import time
 import warnings
 
@@ -61,5 +72,73 @@ def main() -> None:
               f"{time.perf_counter() - t0:.1f} s; ratio {p.summary.ratio:.3f}")
 
 
+# (label, zoo spec, targets in seconds: whole command, in-process) of the planning-time table
+TIMED = [("inception_v3 b16", "zoo:inception_v3?batch=16", 1.5, None),
+         ("resnet-1001 b2", "zoo:resnet?depth=1001&batch=2&image=32", None, 8.0)]
+
+
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def load_average() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def command_seconds(spec: str, runs: int) -> tuple[float, float]:
+    """Median wall and CPU (user + system) seconds of `planner plan SPEC --train sgd --target
+    knl-7250` in a fresh interpreter."""
+    walls, cpus = [], []
+    with tempfile.TemporaryDirectory() as tmp:
+        for _ in range(runs):
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
+            t0 = time.perf_counter()
+            subprocess.run([sys.executable, "-m", "planner.cli", "plan", spec, "--train", "sgd",
+                            "--target", "knl-7250", "-o", os.path.join(tmp, "p.plan.json"),
+                            "--force"], check=True, stdout=subprocess.DEVNULL)
+            walls.append(time.perf_counter() - t0)
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            cpus.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
+    return statistics.median(walls), statistics.median(cpus)
+
+
+def in_process_seconds(spec: str, runs: int) -> float:
+    from planner.zoo import from_spec
+
+    graph = make_training_graph(from_spec(spec), Optimizer(kind="sgd"))
+    target = preset("knl-7250")
+    seconds = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        plan(graph, target)
+        seconds.append(time.perf_counter() - t0)
+    return statistics.median(seconds)
+
+
+def planning_time(quick: bool) -> None:
+    print(f"\nplanning time on {cpu_model()}, {os.cpu_count()} logical CPUs; "
+          f"load average {load_average()} before")
+    print(f"{'graph':<18}{'command s':>10}{'cpu s':>8}{'target':>8}"
+          f"{'in-process s':>14}{'target':>8}")
+    for label, spec, command_target, inner_target in TIMED:
+        if quick and "1001" in spec:
+            continue
+        runs = 5 if command_target else 3
+        wall, cpu = command_seconds(spec, runs)
+        inner = in_process_seconds(spec, 3 if command_target else 1)
+        print(f"{label:<18}{wall:>10.2f}{cpu:>8.2f}"
+              f"{(f'< {command_target}' if command_target else ''):>8}{inner:>14.2f}"
+              f"{(f'< {inner_target}' if inner_target else ''):>8}")
+    print(f"load average {load_average()} after")
+
+
 if __name__ == "__main__":
     main()
+    planning_time("--quick" in sys.argv)

@@ -267,7 +267,7 @@ def _run(args: list[str], what: str, say: Progress, own: Path) -> None:
     say(f"  {what}: {time.perf_counter() - t0:.1f} s")
 
 
-_ERROR = re.compile(r"^(?P<path>[^\s:][^:]*):(?P<line>\d+):(?:\d+:)? (?:fatal )?error: .*$",
+_ERROR = re.compile(r"^(?P<path>[^\s:][^:\n]*):(?P<line>\d+):(?:\d+:)? (?:fatal )?error: .*$",
                     re.MULTILINE)
 
 

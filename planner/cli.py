@@ -46,6 +46,8 @@ def build_parser() -> argparse.ArgumentParser:
 # ---- planner graph --------------------------------------------------------------------------
 
 def add_graph_command(sub: Any) -> None:
+    from planner.load import LOSS_HELP
+
     p = sub.add_parser(
         "graph", help="summarize a graph, convert it to graph JSON, or build its training graph",
         description="GRAPH is an ONNX file, a graph JSON file or a zoo spec such as "
@@ -55,6 +57,7 @@ def add_graph_command(sub: Any) -> None:
                    help="build the training graph (forward, backward, updates) with this optimizer")
     p.add_argument("--lr", type=positive_number, default=None,
                    help="learning rate of the optimizer")
+    p.add_argument("--loss", metavar="KIND[:OUTPUT]", help=LOSS_HELP)
     p.add_argument("-o", "--output", metavar="FILE", help="write the graph as canonical JSON")
     p.add_argument("--force", action="store_true", help="overwrite an existing different FILE")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
@@ -74,9 +77,9 @@ def positive_number(text: str) -> float:
 
 def run_graph(args: argparse.Namespace) -> int:
     from planner.graph.summary import summarize
-    from planner.load import load_graph, write_text
+    from planner.load import load_graph, with_loss, write_text
 
-    graph = load_graph(args.graph)
+    graph = with_loss(load_graph(args.graph), args.loss)
     if args.train:
         from planner.graph.autodiff import Optimizer, make_training_graph
 

@@ -1,88 +1,248 @@
 """Plan diff: what changed between two plans of one model, for code review.
 
-First the predicted times (step, bound, ratio), then the ops whose thread count, CPUs, group
-or SMT flag changed, grouped by op type, then ops present in only one plan.
+Every decision a plan records is compared, so that review by diff misses none of them:
+
+    inputs      schema, backend, kind, target (name, cores, streams), the embedded graph,
+                provenance
+    summary     predicted times (step, bound, ratio, ...) and memory numbers (arena, LOAD, ...)
+    ops         per op: threads, CPUs, stream, group, SMT flag, affinity, dependencies; the
+                execution order; ops in one plan only
+    tensors     per buffer: offset, bytes, placement (device / host), lifetime, alias
+    memory ops  recomputes, offloads and prefetches memory planning added
+    convs       per convolution: algorithm, workspace bytes, time and its source
+    edges       happens-before edges added or removed
+
+Integers (bytes, offsets, counts) compare exactly; floats (seconds, ratios) up to rounding
+(relative 1e-9), so that a replanned file that differs only in the last digits of a predicted
+time is no change to review. Predicted per-op start and end times are not compared one by
+one: the summary's step time says whether the timing moved.
 
 Example:
     >>> diff_plans({"summary": {"step_seconds": 1.0}, "ops": []},
-    ...            {"summary": {"step_seconds": 1.0}, "ops": []})["different"]
+    ...            {"summary": {"step_seconds": 1.0 + 1e-15}, "ops": []})["different"]
     False
+    >>> d = diff_plans({"ops": [], "tensors": [{"name": "x", "offset": 0, "bytes": 64}]},
+    ...                {"ops": [], "tensors": [{"name": "x", "offset": 64, "bytes": 64}]})
+    >>> d["different"], d["tensors"]["changed"]
+    (True, [{'name': 'x', 'offset': [0, 64]}])
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 SUMMARY_FIELDS = ("step_seconds", "lower_bound_seconds", "ratio", "utilization", "mean_corun")
-OP_FIELDS = ("threads", "cpus", "group", "smt")
+OP_FIELDS = ("threads", "cpus", "stream", "group", "smt", "affinity", "deps")
+TENSOR_FIELDS = ("offset", "bytes", "placement", "first", "last", "alias_of", "tensor",
+                 "writer", "readers")
+MEMORY_OP_FIELDS = ("kind", "node", "inputs", "outputs")
+CONV_FIELDS = ("algorithm", "workspace_bytes", "seconds", "source")
+HEADER_FIELDS = ("schema", "kind")
+PROVENANCE_FIELDS = ("graph_sha256", "target_sha256", "costs_sha256", "options", "tool")
+# Items listed per section in the text form (the JSON form lists them all).
+SHOWN = 10
 
 
 def diff_plans(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
-    """{different, summary: {field: [a, b, b - a]}, by_type: {op: [{name, field: [a, b]}]},
-    only_a, only_b}."""
-    sa, sb = a.get("summary", {}), b.get("summary", {})
+    """Every difference between two plans' JSON data (module docstring).
+
+    Returns {different, backends, header: {schema / kind: [a, b]}, targets, target_changed,
+    graph_changed, provenance,
+    summary: {field: [a, b, b - a]}, memory_summary: {field: [a, b]},
+    by_type: {op: [{name, field: [a, b]}]}, order_changed, only_a, only_b,
+    tensors / memory_ops / convs: {changed: [{name, field: [a, b]}], only_a, only_b},
+    edges: {added: [[before, after]], removed: [...]}}."""
+    sa, sb = a.get("summary") or {}, b.get("summary") or {}
     summary = {f: [sa.get(f), sb.get(f), (sb.get(f) or 0) - (sa.get(f) or 0)]
-               for f in SUMMARY_FIELDS if not _same_number(sa.get(f), sb.get(f))}
-    ops_a = {o["name"]: o for o in a.get("ops", [])}
-    ops_b = {o["name"]: o for o in b.get("ops", [])}
+               for f in SUMMARY_FIELDS if not _same(sa.get(f), sb.get(f))}
+    ma, mb = sa.get("memory") or {}, sb.get("memory") or {}
+    memory_summary = {f: [ma.get(f), mb.get(f)] for f in sorted(ma.keys() | mb.keys())
+                      if not _same(ma.get(f), mb.get(f))}
+    ops_a = _by_name(a.get("ops"), "name")
+    ops_b = _by_name(b.get("ops"), "name")
     by_type: dict[str, list[dict[str, Any]]] = {}
     for name in sorted(ops_a.keys() & ops_b.keys()):
-        oa, ob = ops_a[name], ops_b[name]
-        changed = {f: [oa.get(f), ob.get(f)] for f in OP_FIELDS if oa.get(f) != ob.get(f)}
+        changed = _changed(ops_a[name], ops_b[name], OP_FIELDS)
         if changed:
-            by_type.setdefault(oa["op"], []).append({"name": name, **changed})
-    only_a = sorted(ops_a.keys() - ops_b.keys())
-    only_b = sorted(ops_b.keys() - ops_a.keys())
-    other = a.get("target") != b.get("target") or a.get("graph") != b.get("graph")
+            by_type.setdefault(ops_a[name]["op"], []).append({"name": name, **changed})
     order_changed = [n for n in sorted(ops_a.keys() & ops_b.keys())
                      if ops_a[n].get("order") != ops_b[n].get("order")]
-    different = bool(summary or by_type or only_a or only_b or other or order_changed)
-    return {"different": different, "summary": summary, "by_type": by_type,
-            "only_a": only_a, "only_b": only_b, "order_changed": len(order_changed),
-            "targets": [a.get("target", {}).get("name"), b.get("target", {}).get("name")]}
+    mem_a, mem_b = a.get("memory") or {}, b.get("memory") or {}
+    tensors = _records(a.get("tensors"), b.get("tensors"), "name", TENSOR_FIELDS)
+    memory_ops = _records(mem_a.get("ops"), mem_b.get("ops"), "name", MEMORY_OP_FIELDS)
+    convs = _records(mem_a.get("convs"), mem_b.get("convs"), "node", CONV_FIELDS)
+    edges_a = {(e["before"], e["after"]) for e in a.get("happens_before") or ()}
+    edges_b = {(e["before"], e["after"]) for e in b.get("happens_before") or ()}
+    edges = {"added": [list(e) for e in sorted(edges_b - edges_a)],
+             "removed": [list(e) for e in sorted(edges_a - edges_b)]}
+    ta, tb = a.get("target") or {}, b.get("target") or {}
+    pa, pb = a.get("provenance") or {}, b.get("provenance") or {}
+    provenance = _changed(pa, pb, PROVENANCE_FIELDS)
+    backends = [a.get("backend", "cpu"), b.get("backend", "cpu")]
+    header = {f: [a.get(f), b.get(f)] for f in HEADER_FIELDS if a.get(f) != b.get(f)}
+    target_changed = ta != tb
+    graph_changed = a.get("graph") != b.get("graph")
+    only_a = sorted(ops_a.keys() - ops_b.keys())
+    only_b = sorted(ops_b.keys() - ops_a.keys())
+    different = bool(
+        summary or memory_summary or by_type or order_changed or only_a or only_b
+        or any(_any(s) for s in (tensors, memory_ops, convs, edges))
+        or provenance or backends[0] != backends[1] or target_changed or graph_changed
+        or header)
+    return {"different": different, "backends": backends, "header": header,
+            "targets": [ta.get("name"), tb.get("name")], "target_changed": target_changed,
+            "graph_changed": graph_changed, "provenance": provenance,
+            "summary": summary, "memory_summary": memory_summary, "by_type": by_type,
+            "order_changed": len(order_changed), "only_a": only_a, "only_b": only_b,
+            "tensors": tensors, "memory_ops": memory_ops, "convs": convs, "edges": edges}
 
 
-def _same_number(x: Any, y: Any) -> bool:
-    """Equal, or floats equal up to rounding (a ratio of 1 - 3e-16 is no change to review)."""
-    if isinstance(x, (int, float)) and isinstance(y, (int, float)):
-        return math.isclose(x, y, rel_tol=1e-9, abs_tol=1e-15)
+def _same(x: Any, y: Any) -> bool:
+    """Equal; floats up to rounding (a ratio of 1 - 3e-16 is no change to review). Integers
+    (bytes, offsets, counts) compare exactly: a one-byte move is a change."""
+    if isinstance(x, float) or isinstance(y, float):
+        if isinstance(x, (int, float)) and isinstance(y, (int, float)) \
+                and not isinstance(x, bool) and not isinstance(y, bool):
+            return math.isclose(x, y, rel_tol=1e-9, abs_tol=1e-15)
     return x == y
 
 
+def _by_name(records: Iterable[dict[str, Any]] | None, key: str) -> dict[str, dict[str, Any]]:
+    return {r[key]: r for r in records or ()}
+
+
+def _changed(a: dict[str, Any], b: dict[str, Any], fields: Sequence[str]) -> dict[str, list]:
+    return {f: [a.get(f), b.get(f)] for f in fields if not _same(a.get(f), b.get(f))}
+
+
+def _records(a: Iterable[dict[str, Any]] | None, b: Iterable[dict[str, Any]] | None, key: str,
+             fields: Sequence[str]) -> dict[str, list]:
+    """Records of one kind matched by `key`: the changed fields of each, and the unmatched."""
+    ra, rb = _by_name(a, key), _by_name(b, key)
+    changed = []
+    for name in sorted(ra.keys() & rb.keys()):
+        fields_changed = _changed(ra[name], rb[name], fields)
+        if fields_changed:
+            changed.append({"name": name, **fields_changed})
+    return {"changed": changed, "only_a": sorted(ra.keys() - rb.keys()),
+            "only_b": sorted(rb.keys() - ra.keys())}
+
+
+def _any(section: dict[str, list]) -> bool:
+    return any(section.values())
+
+
 def format_diff(d: dict[str, Any]) -> str:
-    """Text form of diff_plans' dict."""
+    """Text form of diff_plans' dict: a line per kind of change, the first SHOWN items of each
+    (`--json` lists them all)."""
     if not d["different"]:
         return "no differences"
     lines = []
+    if d["backends"][0] != d["backends"][1]:
+        lines.append(f"backend: {d['backends'][0]} -> {d['backends'][1]}")
     if d["targets"][0] != d["targets"][1]:
         lines.append(f"target: {d['targets'][0]} -> {d['targets'][1]}")
+    elif d["target_changed"]:
+        lines.append(f"target {d['targets'][0]}: cores or streams changed")
+    for f, (x, y) in d["header"].items():
+        lines.append(f"{f}: {x} -> {y}")
+    if d["graph_changed"]:
+        lines.append("graph: the embedded graphs differ")
+    for f, (x, y) in d["provenance"].items():
+        if f != "graph_sha256" or not d["graph_changed"]:
+            lines.append(f"provenance {f}: {_short(x)} -> {_short(y)}")
     for f, (x, y, delta) in d["summary"].items():
         lines.append(f"{f}: {_num(x)} -> {_num(y)} ({delta:+.6g})")
+    for f, (x, y) in d["memory_summary"].items():
+        change = f" ({y - x:+,})" if isinstance(x, int) and isinstance(y, int) else ""
+        lines.append(f"memory {f}: {_num(x)} -> {_num(y)}{change}")
     for op, changes in sorted(d["by_type"].items()):
         fields = sorted({k for c in changes for k in c if k != "name"})
         lines.append(f"{op}: {len(changes)} op(s) changed ({', '.join(fields)})")
-        for c in changes[:10]:
-            parts = [f"{k} {_short(v[0])} -> {_short(v[1])}" for k, v in c.items() if k != "name"]
-            lines.append(f"  {c['name']}: " + "; ".join(parts))
-        if len(changes) > 10:
-            lines.append(f"  ... and {len(changes) - 10} more")
+        lines += _items(changes)
     if d["order_changed"]:
         lines.append(f"execution order changed for {d['order_changed']} op(s)")
-    for side, key in (("only in A", "only_a"), ("only in B", "only_b")):
-        if d[key]:
-            lines.append(f"{side}: {', '.join(d[key][:10])}"
-                         + (f" ... ({len(d[key])})" if len(d[key]) > 10 else ""))
+    lines += _unmatched("ops", d["only_a"], d["only_b"])
+    for label, key in (("tensors", "tensors"), ("memory ops", "memory_ops"),
+                       ("convolutions", "convs")):
+        section = d[key]
+        if section["changed"]:
+            fields = sorted({k for c in section["changed"] for k in c if k != "name"})
+            lines.append(f"{label}: {len(section['changed'])} changed ({', '.join(fields)})")
+            lines += _items(section["changed"])
+        lines += _unmatched(label, section["only_a"], section["only_b"])
+    for verb, sign in (("removed", "-"), ("added", "+")):
+        edges = d["edges"][verb]
+        if edges:
+            lines.append(f"happens-before: {len(edges)} edge(s) {verb}")
+            lines += [f"  {sign} {x} -> {y}" for x, y in edges[:SHOWN]]
+            lines += _more(edges)
     return "\n".join(lines)
 
 
+def _items(changes: list[dict[str, Any]]) -> list[str]:
+    out = []
+    for c in changes[:SHOWN]:
+        parts = [f"{k} {_short(v[0])} -> {_short(v[1])}" for k, v in c.items() if k != "name"]
+        out.append(f"  {c['name']}: " + "; ".join(parts))
+    return out + _more(changes)
+
+
+def _unmatched(label: str, only_a: list[str], only_b: list[str]) -> list[str]:
+    out = []
+    for side, names in (("only in A", only_a), ("only in B", only_b)):
+        if names:
+            out.append(f"{label} {side}: {', '.join(names[:SHOWN])}"
+                       + (f" ... ({len(names)})" if len(names) > SHOWN else ""))
+    return out
+
+
+def _more(items: list[Any]) -> list[str]:
+    return [f"  ... and {len(items) - SHOWN} more"] if len(items) > SHOWN else []
+
+
 def _num(x: Any) -> str:
-    return f"{x:.6g}" if isinstance(x, float) else str(x)
+    if isinstance(x, bool) or x is None:
+        return str(x)
+    if isinstance(x, float):
+        return f"{x:.6g}"
+    return f"{x:,}" if isinstance(x, int) else str(x)
 
 
 def _short(v: Any) -> str:
     if isinstance(v, list):
-        from planner.plan import cpu_ranges
+        if v and all(isinstance(x, int) and not isinstance(x, bool) for x in v):
+            from planner.plan import cpu_ranges
 
-        return cpu_ranges(tuple(v)) if v else "[]"
-    return repr(v) if isinstance(v, str) else str(v)
+            return cpu_ranges(tuple(v))
+        return "[" + ", ".join(_short(x) for x in v) + "]"
+    if isinstance(v, dict):
+        return "{...}"
+    if isinstance(v, str):
+        return repr(v[:12] + "...") if len(v) > 40 else repr(v)
+    return _num(v)
+
+
+def decisions_line(plan: dict[str, Any]) -> str:
+    """One line for `planner show` fingerprinting the decisions too many to list there (every
+    tensor's offset and placement, every happens-before edge), so that a plan diff read
+    through `planner show` as git's textconv still shows that they moved; `planner diff` says
+    which.
+
+    >>> print(decisions_line({"tensors": [], "happens_before": [], "memory": {}}))
+      decisions   0 tensors (layout 4f53cda18c2b), 0 edges (4f53cda18c2b), 0 added ops
+    """
+    tensors = plan.get("tensors") or []
+    edges = plan.get("happens_before") or []
+    added = (plan.get("memory") or {}).get("ops") or []
+    return (f"  decisions   {len(tensors)} tensors (layout {_digest(tensors)}), {len(edges)} "
+            f"edges ({_digest(edges)}), {len(added)} added ops")
+
+
+def _digest(data: Any) -> str:
+    text = json.dumps(data, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:12]

@@ -40,6 +40,28 @@ def load_graph(spec: str) -> Graph:
     return graph_from_json(data.decode("utf-8", errors="replace"), source=spec)
 
 
+def with_loss(graph: Graph, spec: str | None) -> Graph:
+    """The graph with the loss a `--loss KIND[:OUTPUT]` option names attached (unchanged when
+    spec is None); see planner.graph.loss.
+
+    >>> from planner.zoo import build
+    >>> g = build("mlp", batch=2, hidden=[4], in_features=3, classes=2, loss=False)
+    >>> with_loss(g, "cross-entropy:logits").outputs
+    ('loss', 'logits')
+    """
+    if spec is None:
+        return graph
+    from planner.graph.loss import attach_loss
+
+    kind, _, output = spec.partition(":")
+    return attach_loss(graph, kind, output or None)
+
+
+LOSS_HELP = ("attach a loss to an output (default: the only one) with a new label input: "
+             "cross-entropy (int64 class ids) or mse (float targets), e.g. "
+             "--loss cross-entropy:logits")
+
+
 def graph_from_json(text: str, source: str = "graph JSON") -> Graph:
     """Parse, normalise and validate graph JSON; errors name the offending field."""
     data = parse_json(text, source)

@@ -1,6 +1,7 @@
 """The `plan`, `show`, `diff` and `verify` commands (registered by `add_plan_commands`).
 
-    planner plan GRAPH --target T [--costs C] [--strategy S] [--train OPT] [--intra N --inter M]
+    planner plan GRAPH --target T [--costs C] [--strategy S] [--train OPT] [--loss KIND[:OUT]]
+                 [--intra N --inter M]
                  [--grid] -o plan.json
     planner show PLAN [--json] [--timeline out.svg]
     planner diff A B [--json]          exit 1 when the plans differ, 0 with "no differences"
@@ -18,6 +19,8 @@ from planner.errors import UserError
 
 
 def add_plan_commands(sub: Any) -> None:
+    from planner.load import LOSS_HELP
+
     p = sub.add_parser("plan", help="schedule a graph on a target and write the plan")
     p.add_argument("graph", metavar="GRAPH")
     p.add_argument("--target", required=True, help="preset name or target JSON file")
@@ -25,6 +28,7 @@ def add_plan_commands(sub: Any) -> None:
     p.add_argument("--strategy", choices=["uniform", "paper", "optimized"], default="optimized")
     p.add_argument("--train", choices=["sgd", "momentum", "adam"],
                    help="plan the training graph built with this optimizer")
+    p.add_argument("--loss", metavar="KIND[:OUTPUT]", help=LOSS_HELP)
     p.add_argument("--intra", type=int, help="uniform: threads per op")
     p.add_argument("--inter", type=int, help="uniform: ops at a time")
     p.add_argument("--grid", action="store_true", help="uniform: best of an intra x inter grid")
@@ -63,14 +67,14 @@ def run_plan(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
     from planner.costs import load_table
-    from planner.load import load_graph, write_text
+    from planner.load import load_graph, with_loss, write_text
     from planner.memory.cli import parse_budget
     from planner.memory.options import MemoryOptions
     from planner.pipeline import PlanOptions, plan
     from planner.schedule import ScheduleOptions
     from planner.target.presets import load_target
 
-    graph = load_graph(args.graph)
+    graph = with_loss(load_graph(args.graph), args.loss)
     if args.train:
         from planner.graph.autodiff import Optimizer, make_training_graph
 
@@ -91,11 +95,12 @@ def run_plan(args: argparse.Namespace) -> int:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         out = plan(graph, target, table, options)
-    write_text(args.output, out.to_json(), force=args.force)
+    text = out.to_json()
+    write_text(args.output, text, force=args.force)
     if args.json:
         print(json.dumps(out.summary.model_dump(mode="json"), indent=2, sort_keys=True))
     else:
-        print(format_summary(out.model_dump(mode="json", by_alias=True)))
+        print(format_summary(json.loads(text)))  # the file's data: no second model dump
         print(f"wrote {args.output}")
     return 0
 
@@ -116,6 +121,7 @@ def _read_json(path: str) -> dict[str, Any]:
 
 
 def run_show(args: argparse.Namespace) -> int:
+    from planner.diff import decisions_line
     from planner.load import write_text
     from planner.memory.report import format_memory, memory_report, memory_svg
     from planner.plan import load_plan
@@ -135,6 +141,7 @@ def run_show(args: argparse.Namespace) -> int:
         memory = format_memory(data)
         if memory:
             print(memory)
+        print(decisions_line(data))
         for path in (args.timeline, args.memory):
             if path:
                 print(f"wrote {path}")

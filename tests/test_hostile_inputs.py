@@ -76,7 +76,7 @@ GRAPHS = [
     ("field.json", graph_with(nodes__0__extra=1), ["graph", "FILE"], "nodes.0.extra"),
     ("garbage.onnx", b"\x08\x07garbage\xff\xff", ["graph", "FILE"], "garbage.onnx"),
     ("empty.onnx", b"", ["graph", "FILE"], "empty.onnx"),
-    ("range.onnx", range_bomb(), ["graph", "FILE"], "Range of 200000000 elements"),
+    ("range.onnx", range_bomb(), ["graph", "FILE"], "(Range): 200000000 values"),
 ]
 TARGETS = [
     ("t.json", json.dumps({"name": "t", "host_memory_bytes": -1}),

@@ -84,6 +84,17 @@ class GraphBuilder:
     def has(self, name: str) -> bool:
         return name in self._tensors
 
+    def tensor(self, name: str) -> Tensor:
+        return self._tensors[name]
+
+    def set_role(self, name: str, role: str) -> None:
+        """Change a tensor's role (an importer learning that an input holds labels)."""
+        self._tensors[name] = self._tensors[name].model_copy(update={"role": role})
+
+    def producer(self, tensor: str) -> Node | None:
+        """The node writing `tensor`, or None for a tensor from outside the step."""
+        return next((n for n in reversed(self._nodes) if tensor in n.outputs), None)
+
     # ---- nodes --------------------------------------------------------------------------------
     def op(self, op: str, inputs: Sequence[str], attrs: dict[str, Any] | None = None, *,
            name: str | None = None, outputs: Sequence[str] | None = None,

@@ -7,11 +7,13 @@ by hand (or written by another tool) is held to the same rules the builder appli
 from __future__ import annotations
 
 import re
-
-import networkx as nx
+from typing import TYPE_CHECKING
 
 from planner.graph.ir import EXTERNAL_ROLES, Graph, Node
 from planner.ops import OpError, TensorType, get_op
+
+if TYPE_CHECKING:  # networkx is imported where it is used: most commands never need it
+    import networkx as nx
 
 
 class GraphError(ValueError):
@@ -132,6 +134,10 @@ _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
 
 
 def _check_acyclic(graph: Graph) -> None:
+    if _acyclic(graph):
+        return
+    import networkx as nx
+
     g = to_networkx(graph)
     try:
         cycle = nx.find_cycle(g)
@@ -139,6 +145,34 @@ def _check_acyclic(graph: Graph) -> None:
         return
     path = " -> ".join([u for u, _v, *_ in cycle] + [cycle[0][0]])
     raise GraphError(f"graph contains a cycle: {path}")
+
+
+def _acyclic(graph: Graph) -> bool:
+    """True when the node-level dataflow has no cycle (Kahn's algorithm; a cycle is then found
+    and named by networkx, which is slower to import than this is to run)."""
+    producer: dict[str, int] = {}
+    for i, n in enumerate(graph.nodes):
+        for o in n.outputs:
+            producer.setdefault(o, i)
+    succs: list[set[int]] = [set() for _ in graph.nodes]
+    for i, n in enumerate(graph.nodes):
+        for t in n.inputs:
+            if t in producer:
+                succs[producer[t]].add(i)
+    waiting = [0] * len(succs)
+    for out in succs:
+        for j in out:
+            waiting[j] += 1
+    ready = [i for i, w in enumerate(waiting) if w == 0]
+    done = 0
+    while ready:
+        i = ready.pop()
+        done += 1
+        for j in succs[i]:
+            waiting[j] -= 1
+            if waiting[j] == 0:
+                ready.append(j)
+    return done == len(succs)
 
 
 def _check_node_types(graph: Graph, n: Node) -> None:
@@ -176,6 +210,8 @@ def to_networkx(graph: Graph) -> nx.DiGraph:
     >>> list(to_networkx(g).edges)
     [('a', 'b')]
     """
+    import networkx as nx
+
     g = nx.DiGraph()
     producer: dict[str, str] = {}
     for n in graph.nodes:

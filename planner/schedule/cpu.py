@@ -62,21 +62,33 @@ def cpu_schedule(graph: Graph, model: CostModel, options: ScheduleOptions | None
 def schedule(graph: Graph, target: Target, costs: OpCosts, preds: Sequence[Sequence[int]],
              options: ScheduleOptions,
              sims: dict[int, tuple[list[Placement], SimResult]] | None = None,
-             durations: Sequence[float] = ()) -> list[Placement]:
+             durations: Sequence[float] = (), baselines: bool = True) -> list[Placement]:
     """Placements in execution order under the options' strategy.
 
     `sims`, when given, receives the simulation of every candidate schedule tried, by the id of
-    its placement list, so the caller need not simulate the winner again."""
+    its placement list, so the caller need not simulate the winner again. `baselines=False`
+    leaves the uniform and paper schedules out of the optimized search's candidates (its own
+    best, as tests measure it)."""
     sims = {} if sims is None else sims
     groups = target.cache_groups
     smt = target.smt_width > 1
     cores = target.cores
 
+    # Candidates of the search often repeat an earlier one's placements (another allotment
+    # that leads to the same schedule): simulated once. Keyed by the planned starts (cheap to
+    # hash), confirmed by comparing the placements.
+    seen: dict[tuple[float, ...], list[tuple[float, list[Placement]]]] = {}
+
     def timed(ps: list[Placement]) -> tuple[float, list[Placement]]:
         ps = in_order(ps)
+        same_starts = seen.setdefault(tuple(p.start for p in ps), [])
+        for done in same_starts:
+            if done[1] == ps:
+                return done
         sim = simulate(ps, preds, cores, options.smt_slowdown)
         sims[id(ps)] = (ps, sim)
-        return sim.step_seconds, ps
+        same_starts.append((sim.step_seconds, ps))
+        return same_starts[-1]
 
     if options.strategy == "uniform":
         if options.grid:
@@ -87,13 +99,14 @@ def schedule(graph: Graph, target: Target, costs: OpCosts, preds: Sequence[Seque
     op_types = [n.op for n in graph.nodes]
     if options.strategy == "paper":
         return in_order(paper(costs, preds, op_types, groups, smt, options))
-    return optimized(costs, preds, op_types, groups, smt, cores, options, timed, durations)
+    return optimized(costs, preds, op_types, groups, smt, cores, options, timed, durations,
+                     baselines)
 
 
 def optimized(costs: OpCosts, preds: Sequence[Sequence[int]], op_types: Sequence[str],
               groups: tuple[tuple[int, ...], ...], smt: bool, cores: int,
               options: ScheduleOptions, timed,
-              durations: Sequence[float] = ()) -> list[Placement]:
+              durations: Sequence[float] = (), baselines: bool = True) -> list[Placement]:
     """The best simulated schedule of the search described in planner.schedule.optimized.
 
     `durations`: the allotment relaxation's per-node durations (bound.py); none, no
@@ -107,8 +120,14 @@ def optimized(costs: OpCosts, preds: Sequence[Sequence[int]], op_types: Sequence
     critical = [top[i] + bottom[i] >= cp * (1 - 1e-9) for i in range(n)]
     group_min = options.group_min if options.grouping else None
 
+    ran: dict[tuple, tuple[float, list[Placement]]] = {}
+
     def run(allot: Sequence[int], use_smt: bool, jitter: Sequence[float] | None = None,
             widen: Widen = "fill", blend: float = 0.0) -> tuple[float, list[Placement]]:
+        # A list schedule is a function of these: the same candidate twice runs once.
+        key = (tuple(allot), use_smt, widen, blend)
+        if jitter is None and key in ran:
+            return ran[key]
         # Priority: bottom levels at the allotted times (the path the schedule will run), or
         # at a blend of those and the relaxation's durations (`blend` of the latter).
         at = [times[i][allot[i] - 1] for i in range(n)]
@@ -117,12 +136,15 @@ def optimized(costs: OpCosts, preds: Sequence[Sequence[int]], op_types: Sequence
         prio = bottom_levels(at, preds)
         if jitter is not None:
             prio = [b * j for b, j in zip(prio, jitter, strict=True)]
-        return timed(list_moldable(costs, preds, prio, allot, groups, use_smt,
-                                   options.smt_slowdown, group_min, widen=widen))
+        out = timed(list_moldable(costs, preds, prio, allot, groups, use_smt,
+                                  options.smt_slowdown, group_min, widen=widen))
+        if jitter is None:
+            ran[key] = out
+        return out
 
     # The baselines go last: on a tie, min keeps the first (our own) schedule.
-    baselines = [timed(uniform(costs, preds, groups, cores, 1)),
-                 timed(paper(costs, preds, op_types, groups, smt, options))]
+    fallbacks = [timed(uniform(costs, preds, groups, cores, 1)),
+                 timed(paper(costs, preds, op_types, groups, smt, options))] if baselines else []
     allots = [allot_all(costs, stretch, critical)
               for stretch in sorted({*options.stretches, options.stretch})]
     if len(durations) == n:
@@ -171,7 +193,7 @@ def optimized(costs: OpCosts, preds: Sequence[Sequence[int]], op_types: Sequence
     rng = np.random.default_rng(0)
     for _ in range(options.search_rounds):
         results.append(run(allot, use_smt, 1.0 + 0.1 * rng.random(n), widen))
-    return min(results + baselines, key=lambda r: r[0])[1]
+    return min(results + fallbacks, key=lambda r: r[0])[1]
 
 
 def heaviest(costs: OpCosts, allot: Sequence[int], share: float) -> list[int]:

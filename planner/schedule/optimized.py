@@ -79,6 +79,11 @@ def list_moldable(costs: OpCosts, preds: Sequence[Sequence[int]], priority: Sequ
     fill = widen == "fill"
     times = costs.time_lists
     best = costs.best_prefix
+    # Rank of each node in priority order (highest first, ties by index): ready lists sort by
+    # it without a Python key function per comparison (they can hold thousands of ops).
+    rank = [0] * len(priority)
+    for r, i in enumerate(sorted(range(len(priority)), key=lambda i: (-priority[i], i))):
+        rank[i] = r
 
     def loop_time(members: list[int], k: int) -> float:
         # One parallel loop over independent ops, one op per thread at a time.
@@ -86,7 +91,7 @@ def list_moldable(costs: OpCosts, preds: Sequence[Sequence[int]], priority: Sequ
 
     def decide(now: float, ready: list[int], machine: Machine) -> list[Placement]:
         started: list[Placement] = []
-        queue = sorted(ready, key=lambda i: (-priority[i], i))
+        queue = sorted(ready, key=rank.__getitem__)
         if group_min is not None:
             by_key: dict[str, list[int]] = {}
             for i in queue:
@@ -104,6 +109,7 @@ def list_moldable(costs: OpCosts, preds: Sequence[Sequence[int]], priority: Sequ
                         taken = set(members)
                         queue = [i for i in queue if i not in taken]
         reserved: float | None = None
+        queued = sum(allot[j] for j in queue) if fill else 0  # allotments still in the queue
         for i in list(queue):
             free = len(machine.free)
             if free == 0:
@@ -115,7 +121,7 @@ def list_moldable(costs: OpCosts, preds: Sequence[Sequence[int]], priority: Sequ
                 # No op becomes ready before the first running one ends: free cores that the
                 # other ready ops' allotments leave, and that this op can finish on before
                 # then, would idle; it takes them.
-                others = sum(allot[j] for j in queue if j != i) if fill else 0
+                others = queued - allot[i] if fill else 0
                 if free - others > limit:
                     wide = best[i][free - others - 1]
                     if now + t[wide - 1] <= min((e for e, _, p in machine.running if not p.smt),
@@ -127,6 +133,7 @@ def list_moldable(costs: OpCosts, preds: Sequence[Sequence[int]], priority: Sequ
                     started.append(machine.start((i,), k, costs.affinity[i][k - 1], t[k - 1],
                                                  now))
                     queue.remove(i)
+                    queued -= allot[i]
                 continue
             wait_best, wait_at = finish, None
             for at, free_then in machine.releases(now):
@@ -138,6 +145,7 @@ def list_moldable(costs: OpCosts, preds: Sequence[Sequence[int]], priority: Sequ
             if wait_at is None or not machine.running:
                 started.append(machine.start((i,), k, costs.affinity[i][k - 1], t[k - 1], now))
                 queue.remove(i)
+                queued -= allot[i]
             else:
                 reserved = wait_at
         if smt and machine.smt_free and queue:

@@ -108,9 +108,10 @@ def paper(costs: OpCosts, preds: Sequence[Sequence[int]], op_types: Sequence[str
                 started.append(machine.start((i,), k, affinity(i, k), times[i][k - 1], now))
                 taken.add(i)
                 progress = options.corun
-        if options.hyperthreads and machine.smt_free and len(taken) < len(queue):
+        wide = machine.wide() if options.hyperthreads and machine.smt_free else []
+        if wide and len(taken) < len(queue):
             by_serial = sorted(queue, key=serial_rank.__getitem__)
-            for w in machine.wide():
+            for w in wide:
                 left = w.end - now
                 for i in by_serial:
                     if i in taken:

@@ -19,6 +19,7 @@ from onnx import numpy_helper
 from planner.graph import check_graph
 from planner.graph.interpret import run
 from planner.importers import OnnxImportError, import_onnx
+from tests.importers.node_cases import excess
 from tests.importers.onnx_models import ONNX_DATA
 
 CASE_DIRS = sorted(p for sub in ("pytorch-converted", "pytorch-operator")
@@ -63,23 +64,8 @@ def outcome(case_dir: Path) -> Outcome:
         assert value.shape == want.shape and value.dtype == want.dtype, (
             f"{case_dir.name}: output {name!r} is {value.dtype}{list(value.shape)}, expected "
             f"{want.dtype}{list(want.shape)}")
-        worst = max(worst, _excess(value, want))
+        worst = max(worst, excess(value, want))
     return Outcome(case_dir.name, worst=worst)
-
-
-def _excess(got: np.ndarray, want: np.ndarray) -> float:
-    """max |got - want| / (rtol |want| + atol): <= 1 passes. rtol 1e-5; atol a few float32 ulps
-    of the output's scale, for elements that cancel to near zero (sums of products)."""
-    if want.size == 0:
-        return 0.0
-    if want.dtype.kind != "f":
-        return 0.0 if np.array_equal(got, want) else np.inf
-    nan = np.isnan(want)
-    if not np.array_equal(np.isnan(got), nan):
-        return np.inf
-    g, w = got[~nan].astype(np.float64), want[~nan].astype(np.float64)
-    atol = 1e-6 * max(1.0, float(np.abs(w).max(initial=0.0)))
-    return float(np.max(np.abs(g - w) / (1e-5 * np.abs(w) + atol), initial=0.0))
 
 
 @pytest.mark.parametrize("case_dir", CASE_DIRS, ids=[p.name for p in CASE_DIRS])

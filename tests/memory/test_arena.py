@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from planner.memory.arena import HEURISTICS, Block, aligned, allocate, breadths
+from planner.memory.arena import HEURISTICS, Block, _place, aligned, allocate, breadths, load
 
 
 @st.composite
@@ -69,3 +69,50 @@ def test_breadth_is_the_busiest_time_of_a_lifetime():
 def test_unknown_heuristic():
     with pytest.raises(ValueError, match="unknown allocation heuristic"):
         allocate([Block(1, 0.0, 1.0)], heuristics=("magic",))
+
+
+def reference_place(blocks: list[Block], order: list[int], alignment: int,
+                    best_fit: bool) -> tuple[list[int], int]:
+    """The placement rule the obvious way: each block into the smallest (best fit) or lowest
+    (first fit) gap among the placed blocks live with it, else on top of them."""
+    offsets: dict[int, int] = {}
+    for i in order:
+        size = aligned(blocks[i].size, alignment)
+        live = sorted((offsets[j], offsets[j] + aligned(blocks[j].size, alignment))
+                      for j in offsets
+                      if blocks[j].start < blocks[j].end
+                      and blocks[j].start < blocks[i].end and blocks[i].start < blocks[j].end)
+        gaps, top = [], 0
+        for lo, hi in live:
+            if lo - top >= size:
+                gaps.append((lo - top, top))
+            top = max(top, hi)
+        if gaps:
+            offsets[i] = min(gaps)[1] if best_fit else gaps[0][1]
+        else:
+            offsets[i] = top
+    out = [offsets[i] for i in range(len(blocks))]
+    return out, max((o + aligned(b.size, alignment) for o, b in zip(out, blocks, strict=True)),
+                    default=0)
+
+
+@settings(max_examples=80, deadline=None)
+@given(block_lists(), st.sampled_from([1, 8]), st.booleans(), st.randoms(use_true_random=False))
+def test_place_matches_the_reference(blocks, alignment, best_fit, rnd):
+    order = list(range(len(blocks)))
+    rnd.shuffle(order)
+    assert _place(blocks, order, alignment, best_fit) == \
+        reference_place(blocks, order, alignment, best_fit)
+
+
+@settings(max_examples=40, deadline=None)
+@given(block_lists(), st.sampled_from([1, 8]))
+def test_pruned_search_picks_what_running_every_heuristic_picks(blocks, alignment):
+    # allocate stops heuristics early (limits, LOAD); the winner must be the first named of
+    # those with the smallest arena when each runs to the end.
+    full = [(h(blocks, alignment), name) for name, h in HEURISTICS.items()]
+    smallest = min(arena for (_, arena), _ in full)
+    (offsets, arena), name = next(f for f in full if f[0][1] == smallest)
+    best = allocate(blocks, alignment=alignment)
+    assert (best.offsets, best.arena, best.heuristic) == (tuple(offsets), arena, name)
+    assert load(blocks, alignment) == peak(blocks, alignment) <= arena

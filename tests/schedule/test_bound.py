@@ -7,7 +7,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from planner.schedule.bound import allotment_bound, capacity, longest_path, lower_bound, work_hull
+from planner.schedule.bound import (
+    ITERATIONS,
+    PLATEAU_GAIN,
+    PLATEAU_STEPS,
+    Hulls,
+    allotment_bound,
+    capacity,
+    longest_path,
+    lower_bound,
+    work_hull,
+)
 from planner.schedule.costs import OpCosts
 from planner.schedule.optimized import list_moldable
 from planner.schedule.placement import in_order
@@ -90,3 +100,55 @@ def test_work_hull_is_convex_and_ends_at_least_work():
 def test_longest_path_and_empty_graph():
     assert longest_path([1.0, 5.0, 1.0], ((), (), (0, 1))) == [1, 2]
     assert allotment_bound(curves([]), (), 4.0) == 0.0
+
+
+def padded_relax(hulls: Hulls, preds, capacity: float) -> tuple[float, list[float]]:
+    """Frank-Wolfe over the padded (nodes x vertices) matrices, written the direct way."""
+    n = len(preds)
+    durations, work = hulls.durations, hulls.work / capacity
+    rows = np.arange(n)
+    flow = np.zeros(n)
+    flow[longest_path(durations[:, 0].tolist(), preds)] = 1.0
+    mu, best, since, steps, picked = 0.0, float(work.min(axis=1).sum()), 0, 0, np.zeros(n)
+    for step in range(ITERATIONS):
+        value = flow[:, None] * durations + mu * work
+        pick = value.argmin(axis=1)
+        x = durations[rows, pick]
+        picked += x
+        steps += 1
+        found = float(value[rows, pick].sum())
+        if found > best * (1 + PLATEAU_GAIN):
+            best, since = found, 0
+        else:
+            best, since = max(best, found), since + 1
+            if since == PLATEAU_STEPS:
+                break
+        path = longest_path(x.tolist(), preds)
+        gamma = 2.0 / (step + 3.0)
+        flow *= 1.0 - gamma
+        mu *= 1.0 - gamma
+        if float(x[path].sum()) >= float(work[rows, pick].sum()):
+            flow[path] += gamma
+        else:
+            mu += gamma
+    return best, (picked / steps).tolist()
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(2, 40), st.integers(0, 2**32 - 1))
+def test_banded_relaxation_is_the_padded_one(n, seed):
+    # relax groups nodes by hull length and skips the padding; every pick and sum must be the
+    # padded computation's, bit for bit (plans embed the bound and its durations).
+    rng = np.random.default_rng(seed)
+    cores = int(rng.integers(2, 70))
+    times = []
+    for _ in range(n):
+        k = np.arange(1, cores + 1)
+        serial, fraction, overhead = rng.uniform(0.1, 10), rng.uniform(0, 0.95), rng.uniform(0, 1)
+        times.append(serial * (fraction + (1 - fraction) / k) + overhead * 1e-2 * (k - 1))
+    costs = OpCosts(times=tuple(times), affinity=(("compact",) * cores,) * n,
+                    keys=tuple(f"op{i}" for i in range(n)), analytical=())
+    preds = tuple(tuple(sorted({int(p) for p in rng.integers(0, i, size=2)})) if i else ()
+                  for i in range(n))
+    hulls = Hulls.of(costs)
+    assert hulls.relax(preds, 3.0) == padded_relax(hulls, preds, 3.0)

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from planner.costs import CostModel
 from planner.costs.fixtures import TABLE_III, table_ii
 from planner.schedule.options import SMT_SLOWDOWN
 from planner.schedule.placement import Placement
-from planner.schedule.simulate import simulate
+from planner.schedule.simulate import _exclusive, _shared, execution_waits, simulate
 from planner.target import preset
 
 
@@ -76,3 +78,36 @@ def test_smt_op_runs_at_full_pace_once_the_wide_op_ends():
     # both at half pace until the wide op ends at 2 s; the small op then has 1 s left alone
     assert r.ends == (2.0, 3.0)
     assert r.utilization == pytest.approx(1.0)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.sets(st.integers(0, 5), min_size=1), st.sampled_from(
+    [0.5, 1.0, 1.0 + 1e-13, 2.0, 3.25])), min_size=1, max_size=12), st.randoms())
+def test_fast_path_without_smt_is_the_event_loop(ops, rnd):
+    # Schedules that never use a second hardware thread take a shortcut; it must give the
+    # general loop's floats exactly (near-equal ends included: they finish in one event).
+    placements = [Placement((i,), tuple(sorted(cores)), "compact", seconds, 0.0)
+                  for i, (cores, seconds) in enumerate(ops)]
+    preds = tuple(tuple(sorted(rnd.sample(range(i), rnd.randint(0, min(i, 2)))))
+                  for i in range(len(ops)))
+    waits = execution_waits(placements, preds)
+    unblocks: list[list[int]] = [[] for _ in placements]
+    for i, w in enumerate(waits):
+        for j in sorted(w):
+            unblocks[j].append(i)
+    fast = _exclusive(placements, [len(w) for w in waits], unblocks, 6)
+    slow = _shared(placements, [len(w) for w in waits], unblocks, 6, SMT_SLOWDOWN)
+    assert fast == slow
+    assert simulate(placements, preds, 6, SMT_SLOWDOWN) == fast
+
+
+def test_near_equal_ends_finish_in_one_event_on_both_paths():
+    ps = [Placement((0,), (0,), "compact", 1.0, 0.0),
+          Placement((1,), (1,), "compact", 1.0 + 1e-13, 0.0),
+          Placement((2,), (2,), "compact", 1.0, 0.0)]
+    preds = ((), (), (1,))
+    fast = simulate(ps, preds, 3, SMT_SLOWDOWN)
+    smt = simulate(ps + [Placement((3,), (2,), "compact", 1.0, 0.0, smt=True)],
+                   preds + ((),), 3, SMT_SLOWDOWN)
+    assert fast.ends == (1.0, 1.0, 2.0) and fast.events == 6
+    assert smt.ends[:2] == fast.ends[:2]

@@ -18,8 +18,13 @@ Contract:
     tensors; graph inputs that are not initializers become inputs;
   - tensors keep their ONNX names; the planner op writing an ONNX node's output takes the
     node's name (its first output's when it has none), ops before it `<node>/<op>`;
-  - the graph is an inference graph: Dropout and Identity vanish, BatchNormalization uses its
-    running statistics;
+  - the graph is a forward graph, in the mode it was exported in: inference exports lose
+    Dropout and use BatchNormalization's running statistics; training-mode exports
+    (`training=torch.onnx.TrainingMode.TRAINING`) keep Dropout with its ratio and normalize
+    with batch statistics, updating the running ones as PyTorch's train() (rules_norm.py);
+    Identity vanishes; SoftmaxCrossEntropyLoss / NegativeLogLikelihoodLoss become the planner's
+    loss, and `planner.graph.attach_loss` adds one to a model exported without;
+  - subgraphs whose inputs are all known (shape arithmetic) are computed at import (fold.py);
   - errors are one OnnxImportError: every unsupported op at once, or one line saying what is
     wrong with the file or which node does not fit.
 

@@ -27,6 +27,7 @@ import onnx
 from planner.graph.builder import GraphBuilder, GraphBuildError
 from planner.graph.ir import Tensor
 from planner.importers.onnx.errors import OnnxImportError, Unsupported
+from planner.importers.onnx.fold import FOLD_INPUT_LIMIT, FOLD_OUTPUT_LIMIT
 from planner.importers.onnx.values import Const, read_attributes
 from planner.ops import OpError, TensorType, get_op
 
@@ -41,10 +42,6 @@ class _Poisoned:
 POISONED = _Poisoned()
 
 Value = str | Const | _Poisoned
-
-# Largest total input size (elements) of an op evaluated at import time when all its inputs
-# are known; shape computations are tiny, and anything larger stays a node.
-FOLD_LIMIT = 1 << 16
 
 Rule = Callable[["NodeCtx"], None]
 
@@ -83,6 +80,7 @@ class Importer:
         self.init_hints = init_hints
         self.used = used
         self.consts: dict[str, Const] = {}
+        self.dropouts = 0  # training-mode Dropouts so far: each gets its own mask seed
 
     def fresh(self, base: str) -> str:
         """A name no ONNX value, planner tensor or node, and no earlier fresh name has: base,
@@ -94,6 +92,11 @@ class Importer:
             name = f"{base}_{k}"
         self.reserved.add(name)
         return name
+
+    def mark_label(self, name: str) -> None:
+        """A graph input read as class labels by a loss gets role "label"."""
+        if self.builder.has(name) and self.builder.tensor(name).role == "input":
+            self.builder.set_role(name, "label")
 
     def type_of(self, value: Value, what: str) -> TensorType:
         if isinstance(value, Const):
@@ -202,9 +205,10 @@ class NodeCtx:
 
     # ---- writing ----------------------------------------------------------------------------
     def emit(self, op: str, inputs: Sequence[Value], attrs: dict[str, Any] | None = None, *,
-             outputs: Sequence[int] | None = None) -> list[Value]:
-        """Add a planner op. With `outputs` (indices of this node's ONNX outputs) its outputs
-        take those names and are bound; otherwise they get fresh intermediate names.
+             outputs: Sequence[int | None] | None = None) -> list[Value]:
+        """Add a planner op. With `outputs` (indices of this node's ONNX outputs, None for a
+        planner output no ONNX output stands for) its outputs take those names and are bound;
+        otherwise they get fresh intermediate names.
 
         When every input is a foldable Const (a shape computation), the op runs now, through
         its numpy reference, and its outputs are Consts instead of a node.
@@ -223,12 +227,10 @@ class NodeCtx:
                          else [self.imp.fresh(f"{name}:{k}") for k in range(len(types))])
         else:
             name = b.unique(self.label)
-            out_names = [self.output(k) or self.imp.fresh(f"{self.label}:{k}") for k in outputs]
+            out_names = [(None if k is None else self.output(k))
+                         or self.imp.fresh(f"{self.label}:{j}") for j, k in enumerate(outputs)]
         results: list[Value]
-        # Fold only when the results are small too: an Expand of a folded scalar to 10^9
-        # elements stays an op rather than becoming a 4 GB constant at import.
-        small = sum(int(np.prod(t.shape)) for t in types) <= FOLD_LIMIT
-        if small and self._foldable(inputs):
+        if self._foldable(inputs) and sum(t.size for t in types) <= FOLD_OUTPUT_LIMIT:
             arrays = opdef.reference([v.value() for v in inputs], full)
             results = [Const.of(o, np.asarray(a).astype(t.dtype, copy=False).reshape(t.shape))
                        for o, a, t in zip(out_names, arrays, types, strict=True)]
@@ -239,7 +241,7 @@ class NodeCtx:
             except GraphBuildError as e:
                 raise OnnxImportError(f"node {self.label!r} ({self.op_type}): {e}") from None
         for k, value in zip(outputs or (), results, strict=False):
-            if self.output(k) is not None:
+            if k is not None and self.output(k) is not None:
                 self.imp.values[self.output(k)] = value
         return results
 
@@ -249,7 +251,7 @@ class NodeCtx:
         return (bool(inputs)
                 and all(isinstance(v, Const) and v.foldable and v.is_planner_dtype
                         for v in inputs)
-                and sum(int(np.prod(v.shape)) for v in inputs) <= FOLD_LIMIT)
+                and sum(int(np.prod(v.shape)) for v in inputs) <= FOLD_INPUT_LIMIT)
 
     def emit1(self, op: str, inputs: Sequence[Value], attrs: dict[str, Any] | None = None, *,
               output: int | None = None) -> Value:

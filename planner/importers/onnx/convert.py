@@ -4,7 +4,8 @@
     input_types       static shapes of the graph inputs (input_shapes fills symbolic dims)
     bind_sources      initializers -> Consts, graph inputs -> "input" tensors
     convert_nodes     each node through its rule (rules_*.py); ops whose inputs are all known
-                      (shape computations) run at import time instead of becoming nodes; an
+                      (shape computations) run at import time instead of becoming nodes
+                      (fold.py, or the rule's own planner op through its reference); an
                       unsupported node poisons what it feeds, so that one pass finds every
                       unsupported op
     cross_check       each converted value's shape against onnx's shape inference
@@ -22,15 +23,20 @@ import onnx
 
 from planner.graph.ir import Graph
 from planner.importers.onnx import (  # noqa: F401  (registering the rules)
+    rules_composite,
     rules_const,
     rules_dense,
+    rules_loss,
     rules_math,
     rules_nn,
     rules_norm,
+    rules_rnn,
     rules_shape,
+    rules_transformer,
 )
 from planner.importers.onnx.context import POISONED, RULES, Importer, NodeCtx
 from planner.importers.onnx.errors import OnnxImportError, Unsupported
+from planner.importers.onnx.fold import FOLDABLE, can_fold, fold_node
 from planner.importers.onnx.read import (
     DEFAULT_DOMAINS,
     Source,
@@ -94,7 +100,8 @@ def _convert_nodes(imp: Importer, g: onnx.GraphProto,
     first_error: OnnxImportError | None = None
     for k, node in enumerate(g.node):
         label = node.name or next((o for o in node.output if o), f"{node.op_type}_{k}")
-        known = node.domain in DEFAULT_DOMAINS and node.op_type in RULES
+        known = node.domain in DEFAULT_DOMAINS and (node.op_type in RULES
+                                                    or node.op_type in FOLDABLE)
         poisoned = any(imp.values.get(i) is POISONED for i in node.input if i)
         if not known or poisoned:
             if not known:
@@ -105,7 +112,10 @@ def _convert_nodes(imp: Importer, g: onnx.GraphProto,
             continue
         ctx = NodeCtx(imp, node, label)
         try:
-            RULES[node.op_type](ctx)
+            if not _fold(imp, node, label):
+                if node.op_type not in RULES:
+                    raise Unsupported(f"{node.op_type} (of computed tensors)")
+                RULES[node.op_type](ctx)
             _check_outputs(ctx, inferred)
         except Unsupported as e:
             unsupported.setdefault(e.what, label)
@@ -124,6 +134,23 @@ def _convert_nodes(imp: Importer, g: onnx.GraphProto,
         raise OnnxImportError.unsupported_ops(unsupported)
     if first_error is not None:
         raise first_error
+
+
+def _fold(imp: Importer, node: onnx.NodeProto, label: str) -> bool:
+    """Compute the node now when all its inputs are known (fold.py); False when it is not."""
+    if node.op_type not in FOLDABLE:
+        return False
+    inputs = [imp.values.get(i) if i else None for i in node.input]
+    if not can_fold(node.op_type, [v for v in inputs if v is not None]) or \
+            any(v is None for i, v in zip(node.input, inputs, strict=True) if i):
+        return False
+    outputs = fold_node(node, inputs, imp.opset, label)
+    if outputs is None:
+        return False
+    for name, value in zip(node.output, outputs, strict=True):
+        if name:
+            imp.values[name] = value
+    return True
 
 
 def _poison(imp: Importer, node: onnx.NodeProto) -> None:
@@ -162,10 +189,15 @@ def _used(g: onnx.GraphProto) -> set[str]:
     return {i for node in g.node for i in node.input if i} | {o.name for o in g.output}
 
 
+# Inputs that are persistent but not trained: BatchNorm's running statistics, and the
+# initial states of recurrent layers (PyTorch's are no parameters).
+STATE_INPUTS = {"BatchNormalization": (3, 4), "LSTM": (5, 6), "GRU": (5,)}
+
+
 def _running_stats(g: onnx.GraphProto) -> set[str]:
-    """Values read as BatchNorm running mean and variance: state, not trained."""
-    return {node.input[k] for node in g.node if node.op_type == "BatchNormalization"
-            for k in (3, 4) if k < len(node.input)}
+    """Initializers read as STATE_INPUTS: state, not trained."""
+    return {node.input[k] for node in g.node for k in STATE_INPUTS.get(node.op_type, ())
+            if k < len(node.input) and node.input[k]}
 
 
 def _init_hints(g: onnx.GraphProto) -> dict[str, str]:

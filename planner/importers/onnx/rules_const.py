@@ -1,9 +1,9 @@
 """Rules for values known at import time and for nodes that vanish: Constant, ConstantOfShape,
-Shape, Size, Range, Cast, Identity, Dropout.
+Shape, Size, Range, Cast, CastLike, Identity, Dropout.
 
-Nothing here emits a planner op: constants become Consts (params or state tensors only if a
-compute op reads them), Shape and Size read the static shapes, and Identity and inference-mode
-Dropout bind their output to their input.
+Nothing here emits a planner op but training-mode Dropout: constants become Consts (params or
+state tensors only if a compute op reads them), Shape and Size read the static shapes, and
+Identity and inference-mode Dropout bind their output to their input.
 """
 
 from __future__ import annotations
@@ -14,8 +14,9 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from planner.importers.onnx.context import FOLD_LIMIT, NodeCtx, rule
-from planner.importers.onnx.errors import Unsupported
+from planner.importers.onnx.context import NodeCtx, rule
+from planner.importers.onnx.errors import OnnxImportError, Unsupported
+from planner.importers.onnx.fold import FOLD_OUTPUT_LIMIT
 from planner.importers.onnx.values import Const, planner_dtype
 
 
@@ -66,12 +67,14 @@ def size(n: NodeCtx) -> None:
 def range_(n: NodeCtx) -> None:
     start, limit, delta = (n.const_array(k, name).reshape(()) for k, name in
                            enumerate(("start", "limit", "delta")))
-    if delta == 0 or not all(np.isfinite(v) for v in (start, limit, delta)):
-        raise Unsupported(f"Range({start}, {limit}, {delta}): needs a finite, non-zero step")
-    count = max(0, math.ceil((float(limit) - float(start)) / float(delta)))
-    if count > FOLD_LIMIT:  # computed before anything is allocated
-        raise Unsupported(f"Range of {count} elements (values computed at import are limited "
-                          f"to {FOLD_LIMIT} elements)")
+    if delta == 0:
+        raise OnnxImportError(f"node {n.label!r} (Range): delta is 0")
+    # ONNX's count: max(ceil((limit - start) / delta), 0), checked before anything is made.
+    count = max(math.ceil((float(limit) - float(start)) / float(delta)), 0)
+    if count > FOLD_OUTPUT_LIMIT:
+        raise OnnxImportError(f"node {n.label!r} (Range): {count} values from {start} to "
+                              f"{limit} by {delta}, more than the {FOLD_OUTPUT_LIMIT} an "
+                              f"import computes")
     n.fold(0, np.arange(start, limit, delta, dtype=np.result_type(start, limit, delta)))
 
 
@@ -94,6 +97,20 @@ def cast(n: NodeCtx) -> None:
     raise Unsupported(f"Cast (of a computed {n.type(0).dtype} tensor to {name})")
 
 
+@rule("CastLike")
+def cast_like(n: NodeCtx) -> None:
+    """Cast to the dtype of input 1, which only lends its type (dynamo exports cast every
+    Python scalar like the tensor it meets)."""
+    target = np.dtype(n.type(1).dtype)
+    c = n.const(0)
+    if c is not None:
+        n.fold(0, c.value().astype(target))
+    elif n.type(0).dtype == target.name:
+        n.bind(0, n.value(0))
+    else:
+        raise Unsupported(f"CastLike (of a computed {n.type(0).dtype} tensor to {target.name})")
+
+
 @rule("Identity")
 def identity(n: NodeCtx) -> None:
     n.bind(0, n.value(0))
@@ -101,6 +118,33 @@ def identity(n: NodeCtx) -> None:
 
 @rule("Dropout")
 def dropout(n: NodeCtx) -> None:
-    # The import is an inference graph: Dropout passes its input through. Its mask output,
-    # if some node reads it, is reported unsupported by the driver (it is never bound).
-    n.bind(0, n.value(0))
+    """Inference-mode Dropout passes its input through; training-mode Dropout (what PyTorch's
+    training-mode export writes) becomes the planner's Dropout with the same ratio and a seed
+    of its own per node. Its mask output, if some node reads it, is reported unsupported by
+    the driver (it is never bound)."""
+    rate = _dropout_ratio(n)
+    if not _dropout_training(n) or rate == 0.0:
+        n.bind(0, n.value(0))
+        return
+    if not 0.0 < rate < 1.0:
+        raise OnnxImportError(f"node {n.label!r} (Dropout): ratio {rate} is not in [0, 1)")
+    n.imp.dropouts += 1
+    n.emit1("Dropout", [n.value(0)], {"rate": rate, "seed": n.imp.dropouts}, output=0)
+
+
+def _dropout_ratio(n: NodeCtx) -> float:
+    if n.opset >= 12:
+        ratio = float(n.const_array(1, "ratio").reshape(())) if n.has_input(1) else 0.5
+    else:
+        ratio = float(n.attr("ratio", 0.5))
+    # 7 significant digits: ONNX stores the ratio as float32 (0.3 arrives as 0.30000001).
+    return float(f"{ratio:.7g}")
+
+
+def _dropout_training(n: NodeCtx) -> bool:
+    """Opset 12+: the training_mode input (a constant; default false). Before opset 12 ONNX
+    has no such flag, and converters name the mask output of inference models too (onnx's
+    bvlc_alexnet), so an older Dropout is taken as inference: export at opset 12+ to keep it."""
+    if n.opset < 12 or not n.has_input(2):
+        return False
+    return bool(n.const_array(2, "training_mode").reshape(()))

@@ -1,10 +1,19 @@
-"""Rules for normalization: BatchNormalization (inference form) and LRN.
+"""Rules for normalization: BatchNormalization and LRN.
 
-BatchNormalization normalizes with the running statistics (the planner's training=False);
-those two inputs become "state" tensors, not params. ONNX's momentum weights the old running
-value (running = momentum * running + (1 - momentum) * batch), the planner's (PyTorch's) the
-batch, so the planner's momentum is 1 - ONNX's: a training graph built on the import updates
-the statistics as the model's authors meant.
+BatchNormalization's running mean and variance become "state" tensors, not params. An
+inference-mode node (what `torch.onnx.export` writes by default, and `model.eval()`) normalizes
+with them (the planner's training=False): a training graph built on it trains with frozen
+statistics, as PyTorch does in eval mode. A training-mode node normalizes with the batch's
+statistics and updates the running ones (the planner's training=True, which make_training_graph
+turns into in-place state updates); ONNX marks one by `training_mode=1` (opset 14+) or, before
+opset 14, by naming the optional running-statistics outputs, which is what PyTorch writes for
+`torch.onnx.export(..., training=torch.onnx.TrainingMode.TRAINING)`.
+
+The update follows PyTorch's train(), not ONNX's text: ONNX's momentum weights the old running
+value (running = momentum * running + (1 - momentum) * batch), PyTorch's the batch, so the
+planner's momentum is 1 - ONNX's; and the running variance takes the batch's unbiased variance
+(m / (m - 1) times the biased one, m the values per channel), as PyTorch's does, where ONNX's
+reference takes the biased one.
 """
 
 from __future__ import annotations
@@ -17,14 +26,27 @@ from planner.importers.onnx.errors import Unsupported
 def batch_norm(n: NodeCtx) -> None:
     if n.opset < 9 and n.attr("spatial", 1) == 0:
         raise Unsupported("BatchNormalization (spatial=0)")
-    if n.attr("training_mode", 0):
-        raise Unsupported("BatchNormalization (training_mode=1)")
+    training = _training_mode(n)
     momentum = float(n.attr("momentum", 0.9))
     attrs = {"epsilon": float(n.attr("epsilon", 1e-5)),
              # 7 significant digits: ONNX stores momentum as float32.
              "momentum": float(f"{1.0 - momentum:.7g}"),
-             "training": False}
-    n.emit1("BatchNorm", [n.value(k) for k in range(5)], attrs, output=0)
+             "training": training}
+    inputs = [n.value(k) for k in range(5)]
+    if not training:
+        n.emit1("BatchNorm", inputs, attrs, output=0)
+        return
+    # Planner outputs: y, running mean, running var, saved mean, saved invstd. ONNX's outputs
+    # 1-3 are the first four of those; its saved variance (output 4) has no planner value.
+    n.emit("BatchNorm", inputs, attrs, outputs=[0, 1, 2, 3, None])
+
+
+def _training_mode(n: NodeCtx) -> bool:
+    if n.opset >= 14:
+        return bool(n.attr("training_mode", 0))
+    if n.opset < 7:
+        return not n.attr("is_test", 0) and bool(n.output(1))
+    return bool(n.output(1))
 
 
 @rule("LRN")

@@ -9,9 +9,10 @@ nothing (a Reshape to the same shape, an identity Transpose) binds its output to
 
 Tile is a Reshape that puts a 1 before every axis, an Expand of those 1s to the repeat counts,
 and a Reshape merging each pair: (d0, d1) -> (1, d0, 1, d1) -> (r0, d0, r1, d1) -> (r0*d0, r1*d1).
-Gather is an Embedding (axis 0 of a 2-D table, computed ids), a Slice (constant indices that
-form a contiguous range, or one index, followed by a Reshape dropping the axis), or is folded
-when data and indices are both known.
+Gather is an Embedding (computed int64 ids: axis 0 of a 2-D table as it is, any other axis
+moved first and the rest flattened into rows), a Slice (constant indices that form a
+contiguous range, or one index, followed by a Reshape dropping the axis), or is folded when
+data and indices are both known.
 """
 
 from __future__ import annotations
@@ -274,13 +275,35 @@ def gather(n: NodeCtx) -> None:
     if ids is not None:
         _gather_constant(n, axis, data_shape, ids.value())
         return
+    if n.type(1).dtype != "int64":
+        raise Unsupported(f"Gather ({n.type(1).dtype} indices)")
+    if not n.type(0).dtype.startswith("float"):
+        raise Unsupported(f"Gather (of a computed {n.type(0).dtype} tensor)")
     if axis == 0 and len(data_shape) == 2:
-        if n.type(1).dtype != "int64":
-            raise Unsupported(f"Gather ({n.type(1).dtype} indices)")
         n.emit1("Embedding", [n.value(0), n.value(1)], output=0)
+    else:
+        _gather_rows(n, axis, data_shape)
+
+
+def _gather_rows(n: NodeCtx, axis: int, shape: Sequence[int]) -> None:
+    """Computed indices on any axis: the axis moved first and the rest flattened make a
+    (D[axis], rest) table for an Embedding, whose (*ids, rest) result is reshaped and moved
+    back to D[:axis] + ids + D[axis+1:]. Negative ids are refused by Embedding's range check."""
+    rank, ids = len(shape), n.shape(1)
+    others = [k for k in range(rank) if k != axis]
+    data = n.value(0)
+    if axis != 0:
+        data = n.emit1("Transpose", [data], {"perm": [axis, *others]})
+    table = n.emit1("Reshape", [data], {"shape": [shape[axis], _prod([shape[k] for k in others])]})
+    rows = n.emit1("Embedding", [table, n.value(1)])
+    rest = [shape[k] for k in others]
+    perm = [*(len(ids) + k for k in range(axis)), *range(len(ids)),
+            *(len(ids) + k for k in range(axis, rank - 1))]
+    if perm == list(range(len(perm))):
+        reshape_to(n, rows, [*ids, *rest])
         return
-    raise Unsupported(f"Gather (axis {axis} of a rank-{len(data_shape)} tensor, computed "
-                      f"indices)")
+    grouped = n.emit1("Reshape", [rows], {"shape": [*ids, *rest]})
+    n.emit1("Transpose", [grouped], {"perm": perm}, output=0)
 
 
 def _gather_constant(n: NodeCtx, axis: int, shape: Sequence[int], ids: np.ndarray) -> None:
@@ -298,13 +321,20 @@ def _gather_constant(n: NodeCtx, axis: int, shape: Sequence[int], ids: np.ndarra
         reshape_to(n, sliced, [d for k, d in enumerate(shape) if k != axis])
 
 
+def reduce_attrs(n: NodeCtx) -> dict | None:
+    """The planner attrs of a Reduce* node (axes non-negative, sorted; [] for all), or None
+    when it reduces nothing (no axes and noop_with_empty_axes)."""
+    axes = _axes_input(n, "axes") or []
+    if not axes and n.attr("noop_with_empty_axes", 0):
+        return None
+    return {"axes": sorted(_axes(n, axes, len(n.shape(0)))),
+            "keepdims": bool(n.attr("keepdims", 1))}
+
+
 @rule("ReduceSum", "ReduceMean")
 def reduce(n: NodeCtx) -> None:
-    shape = n.shape(0)
-    axes = _axes_input(n, "axes") or []
-    keepdims = bool(n.attr("keepdims", 1))
-    if not axes and n.attr("noop_with_empty_axes", 0):
+    attrs = reduce_attrs(n)
+    if attrs is None:
         n.bind(0, n.value(0))
-        return
-    attrs = {"axes": sorted(_axes(n, axes, len(shape))), "keepdims": keepdims}
-    n.emit1(n.op_type, [n.value(0)], attrs, output=0)
+    else:
+        n.emit1(n.op_type, [n.value(0)], attrs, output=0)

@@ -1,0 +1,130 @@
+"""planner diff: every recorded decision is compared; rounding noise is not a change."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+
+import planner.cli as cli
+from planner.graph.autodiff import Optimizer, make_training_graph
+from planner.pipeline import plan
+from planner.target import preset
+from planner.zoo import from_spec
+
+SPEC = "zoo:lenet?batch=2&image=8&width=0.5"
+
+
+@pytest.fixture(scope="module")
+def plans() -> dict[str, dict]:
+    graph = make_training_graph(from_spec(SPEC), Optimizer(kind="sgd"))
+    return {kind: json.loads(plan(graph, preset(target)).to_json())
+            for kind, target in (("cpu", "knl-7250"), ("gpu", "k40c-12gb"))}
+
+
+def diff(tmp_path, capsys, a: dict, b: dict) -> tuple[int, str]:
+    pa, pb = tmp_path / "a.plan.json", tmp_path / "b.plan.json"
+    pa.write_text(json.dumps(a))
+    pb.write_text(json.dumps(b))
+    capsys.readouterr()
+    code = cli.main(["diff", str(pa), str(pb)])
+    return code, capsys.readouterr().out
+
+
+def test_identical_plans(tmp_path, capsys, plans):
+    for data in plans.values():
+        assert diff(tmp_path, capsys, data, copy.deepcopy(data)) == (0, "no differences\n")
+
+
+def test_rounding_noise_in_summary_numbers_is_no_change(tmp_path, capsys, plans):
+    b = copy.deepcopy(plans["cpu"])
+    for field in ("step_seconds", "lower_bound_seconds", "ratio", "utilization", "mean_corun"):
+        b["summary"][field] *= 1 + 3e-16
+    b["summary"]["memory"]["fragmentation"] += 1e-17
+    assert diff(tmp_path, capsys, plans["cpu"], b) == (0, "no differences\n")
+
+
+def test_changed_tensor_offset(tmp_path, capsys, plans):
+    b = copy.deepcopy(plans["cpu"])
+    tensor = next(t for t in b["tensors"] if t["offset"] > 0)
+    tensor["offset"] -= 64
+    code, out = diff(tmp_path, capsys, plans["cpu"], b)
+    assert code == 1
+    assert "tensors: 1 changed (offset)" in out and tensor["name"] in out
+
+
+def test_changed_placement_and_arena(tmp_path, capsys, plans):
+    b = copy.deepcopy(plans["cpu"])
+    b["tensors"][0]["placement"] = "host"
+    b["summary"]["memory"]["arena_bytes"] += 1  # one byte: integers compare exactly
+    code, out = diff(tmp_path, capsys, plans["cpu"], b)
+    assert code == 1
+    assert "placement 'device' -> 'host'" in out and "memory arena_bytes" in out
+
+
+def test_changed_conv_algorithm_and_workspace(tmp_path, capsys, plans):
+    a = plans["gpu"]
+    assert a["memory"]["convs"], "the GPU plan chooses convolution algorithms"
+    b = copy.deepcopy(a)
+    conv = b["memory"]["convs"][0]
+    conv["algorithm"] = "FFT" if conv["algorithm"] != "FFT" else "GEMM"
+    conv["workspace_bytes"] += 4096
+    code, out = diff(tmp_path, capsys, a, b)
+    assert code == 1
+    assert "convolutions: 1 changed (algorithm, workspace_bytes)" in out and conv["node"] in out
+
+
+def test_changed_happens_before_edge(tmp_path, capsys, plans):
+    b = copy.deepcopy(plans["cpu"])
+    edge = b["happens_before"].pop(3)
+    code, out = diff(tmp_path, capsys, plans["cpu"], b)
+    assert code == 1
+    assert "happens-before: 1 edge(s) removed" in out
+    assert f"- {edge['before']} -> {edge['after']}" in out
+    b["happens_before"].append({"before": edge["after"], "after": edge["before"]})
+    code, out = diff(tmp_path, capsys, plans["cpu"], b)
+    assert code == 1 and f"+ {edge['after']} -> {edge['before']}" in out
+
+
+def test_inserted_ops_stream_and_backend(tmp_path, capsys, plans):
+    a = plans["gpu"]
+    b = copy.deepcopy(a)
+    b["memory"]["ops"].append({"name": "recompute/x", "kind": "recompute", "node": "conv1",
+                               "inputs": [], "outputs": []})
+    b["ops"][0]["stream"] = "copy"
+    b["backend"] = "cpu"
+    code, out = diff(tmp_path, capsys, a, b)
+    assert code == 1
+    assert "memory ops only in B: recompute/x" in out
+    assert "stream 'compute' -> 'copy'" in out and "backend: cuda -> cpu" in out
+
+
+def test_json_lists_every_change(tmp_path, capsys, plans):
+    b = copy.deepcopy(plans["cpu"])
+    for t in b["tensors"]:
+        t["offset"] += 64
+    pa, pb = tmp_path / "a.plan.json", tmp_path / "b.plan.json"
+    pa.write_text(json.dumps(plans["cpu"]))
+    pb.write_text(json.dumps(b))
+    capsys.readouterr()
+    assert cli.main(["diff", str(pa), str(pb), "--json"]) == 1
+    d = json.loads(capsys.readouterr().out)
+    assert len(d["tensors"]["changed"]) == len(b["tensors"])
+
+
+def test_show_as_textconv_names_memory_decisions(tmp_path, capsys, plans):
+    # git diff through `planner show` (README): a moved offset or edge changes its text.
+    texts = []
+    b = copy.deepcopy(plans["cpu"])
+    b["tensors"][-1]["offset"] += 64
+    c = copy.deepcopy(plans["cpu"])
+    c["happens_before"].pop()
+    for data in (plans["cpu"], b, c):
+        path = tmp_path / "p.plan.json"
+        path.write_text(json.dumps(data))
+        capsys.readouterr()
+        assert cli.main(["show", str(path)]) == 0
+        texts.append(capsys.readouterr().out)
+    assert "decisions" in texts[0] and len(texts[0].splitlines()) < 80
+    assert len({t for t in texts}) == 3
