@@ -136,8 +136,12 @@ def bench_model(label: str, target, steps: int, rounds: int, compiled: bool) -> 
         for name, p in plans.items():
             runners[name] = executor_runner(p, Path(tmp) / name.replace(" ", "_"), graph)
         runners["torch eager"] = torch_trainer(forward, SGD.lr, target.cores)
+        failed = {}
         if compiled:
-            runners["torch.compile"] = torch_trainer(forward, SGD.lr, target.cores, True)
+            try:
+                runners["torch.compile"] = torch_trainer(forward, SGD.lr, target.cores, True)
+            except Exception as e:  # noqa: BLE001 - a compiler bug must not lose the table
+                failed["torch.compile"] = f"{type(e).__name__}: {str(e).splitlines()[0][:120]}"
         measured = measure(runners, steps, rounds)
     grid = {k: v for k, v in measured.items() if k.startswith("grid") or k == "uniform"}
     best_grid = min(grid, key=grid.get)
@@ -147,7 +151,7 @@ def bench_model(label: str, target, steps: int, rounds: int, compiled: bool) -> 
         "profile_seconds": round(profile_s, 1), "signatures": len(table.entries),
         "measured_ms": {k: v * 1e3 for k, v in measured.items()},
         "predicted_ms": {k: p.summary.step_seconds * 1e3 for k, p in plans.items()},
-        "best_grid": best_grid, "kept": kept,
+        "best_grid": best_grid, "kept": kept, "failed": failed,
     }
 
 
@@ -167,6 +171,8 @@ def report(rows: list[dict], target, load: tuple[str, str]) -> str:
             pred = p.get(name)
             pred_text = f"{pred:>14.2f}{pred / ms:>11.3f}" if pred else f"{'':>14}{'':>11}"
             lines.append(f"  {name:<16}{ms:>12.2f}{pred_text}{base / ms:>11.3f}")
+        for name, why in r["failed"].items():
+            lines.append(f"  {name:<16} failed: {why}")
     return "\n".join(lines)
 
 
