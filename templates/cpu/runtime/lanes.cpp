@@ -63,15 +63,17 @@ void Lanes::pin(int lane, int op) {
   }
 }
 
-void Lanes::wait_for(int op) {
+// Whether every op `op` waits for has finished in this step (mu_ held).
+bool Lanes::ready_now(int op) const {
   const OpSpec& o = s_.ops[op];
+  for (int w = 0; w < o.num_waits; ++w)
+    if (done_[s_.waits[o.first_wait + w]] != epoch_) return false;
+  return true;
+}
+
+void Lanes::wait_for(int op) {
   std::unique_lock<std::mutex> lock(mu_);
-  cv_.wait(lock, [&] {
-    if (error_ || stop_) return true;
-    for (int w = 0; w < o.num_waits; ++w)
-      if (done_[s_.waits[o.first_wait + w]] != epoch_) return false;
-    return true;
-  });
+  cv_.wait(lock, [&] { return error_ || stop_ || ready_now(op); });
 }
 
 void Lanes::finish(int op, std::exception_ptr error) {
@@ -132,7 +134,17 @@ void Lanes::lane_main(int lane) {
         while (end < mine.size() && s_.ops[mine[end]].group == s_.ops[k].group &&
                !waits_within(mine[end], mine, i, end))
           ++end;
-      for (size_t j = i; j < end; ++j) wait_for(mine[j]);
+      // Block only on the first member's waits (what keeps the lanes deadlock-free: the
+      // earliest unfinished op can always run); the others join the loop if they are ready
+      // now, else run later on their own. A member may wait, through another lane, on an op
+      // that waits on the first one.
+      wait_for(k);
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        size_t ready = i + 1;
+        while (ready < end && ready_now(mine[ready])) ++ready;
+        end = ready;
+      }
       bool failed_before;
       {
         std::lock_guard<std::mutex> lock(mu_);

@@ -6,7 +6,8 @@
 // previous op on one of its CPUs, the ordering memory reuse needs) has finished in this step.
 // Its OpenMP team has the planned size and its threads are pinned to the planned logical
 // CPUs (re-pinned only when the lane's set changes). Ops of one parallel-loop group run as
-// one loop over the group's threads, one member per iteration.
+// one loop over the group's threads, one member per iteration: the members ready when the
+// first one is (a member that is not yet runs on its own after them).
 //
 // Deadlock-free by construction: every wait names an earlier op in plan order and every lane
 // runs its ops in plan order, so the earliest unfinished op never waits.
@@ -51,6 +52,7 @@ class Lanes {
   void shutdown();
   bool waits_within(int k, const std::vector<int>& mine, size_t from, size_t to) const;
   void wait_for(int op);
+  bool ready_now(int op) const;
   void pin(int lane, int op);
   void finish(int op, std::exception_ptr error);
 
