@@ -223,16 +223,7 @@ def _shared(placements: Sequence[Placement], blocked: list[int], unblocks: list[
                     newly.append(j)
         for j in sorted(newly):
             start(j)
-    if done != n:
-        stuck = [i for i in range(n) if blocked[i] > 0]
-        raise ValueError(f"execution order deadlocks: placements {stuck[:5]} never start")
-    step_seconds = max(ends, default=0.0)
-    core_busy = tuple(b / step_seconds if step_seconds else 0.0 for b in busy)
-    return SimResult(starts=tuple(starts), ends=tuple(ends), step_seconds=step_seconds,
-                     core_busy=core_busy,
-                     utilization=sum(core_busy) / cores if cores else 0.0,
-                     mean_corun=sum(counts) / len(counts) if counts else 0.0,
-                     events=len(counts))
+    return _result(starts, ends, busy, counts, cores, blocked, done == n)
 
 
 def _exclusive(placements: Sequence[Placement], blocked: list[int],
@@ -281,8 +272,14 @@ def _exclusive(placements: Sequence[Placement], blocked: list[int],
             heapq.heappush(heap, (now + seconds[j], j))
             running += 1
             counts.append(running)
-    if done != n:
-        stuck = [i for i in range(n) if blocked[i] > 0]
+    return _result(starts, ends, busy, counts, cores, blocked, done == n)
+
+
+def _result(starts, ends, busy, counts, cores: int, blocked: list[int],
+            finished: bool) -> SimResult:
+    """The SimResult of a finished run (both event loops end here)."""
+    if not finished:
+        stuck = [i for i in range(len(blocked)) if blocked[i] > 0]
         raise ValueError(f"execution order deadlocks: placements {stuck[:5]} never start")
     step_seconds = max(ends, default=0.0)
     core_busy = tuple(b / step_seconds if step_seconds else 0.0 for b in busy)
