@@ -1,0 +1,129 @@
+// The kernel interface of the CUDA runtime (its cuDNN / cuBLAS kernel context): a Kernel is
+// created once at load for one op of the schedule (descriptors, launch geometry, the plan's
+// convolution algorithm), and run every step on the op's stream with the tensors' current
+// device addresses. Kernels allocate nothing when they run and never synchronize: library
+// workspaces and temporaries live in the op's own scratch area (`scratch_bytes`, the plan's
+// workspace tensor with the op's lifetime), so ops on different streams never share one.
+//
+// Adding a kernel is one file in kernels/ with its registrations, as on the CPU:
+//
+//   PLANNER_REGISTER_KERNELS(myfamily) {
+//     r["MyOp"] = make_my_op;      // the op's name, as in planner/ops
+//   }
+//
+// codegen reads the same `r["..."] =` lines to know which ops the CUDA backend runs.
+#pragma once
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <cudnn.h>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "runtime.h"
+
+namespace planner {
+
+// Throw std::runtime_error naming the failed call and the library's message.
+void check_cuda(cudaError_t e, const char* what);
+void check_cudnn(cudnnStatus_t s, const char* what);
+void check_cublas(cublasStatus_t s, const char* what);
+#define PLANNER_CUDA(call) ::planner::check_cuda((call), #call)
+#define PLANNER_CUDNN(call) ::planner::check_cudnn((call), #call)
+#define PLANNER_CUBLAS(call) ::planner::check_cublas((call), #call)
+// After a kernel launch: the launch error, if any (never synchronizes).
+#define PLANNER_LAUNCHED(what) ::planner::check_cuda(cudaGetLastError(), what)
+
+// What a kernel factory sees: the op, its tensors, attrs, and the library handles (for
+// descriptor queries at load; running uses Run's, bound to the op's stream).
+//
+// Plan decisions reach a kernel as attrs the renderer adds for CUDA plans:
+//   conv_algo=IMPLICIT_GEMM   a convolution's algorithm (cuDNN family name, plan.memory.convs)
+//   block=256                 threads per block of a generated kernel (absent: the kernel's
+//                             default); blocks follow from the size
+struct Node {
+  const OpSpec* spec;
+  std::vector<TensorRef> in, out;
+  Attrs attrs;
+  cudnnHandle_t cudnn;
+  cublasHandle_t cublas;
+  int64_t planned_scratch;  // the plan's scratch / workspace bytes for this op (0: none)
+};
+
+// What a running kernel sees: every tensor's current device address, its scratch area, the
+// stream and the handles bound to it.
+struct Run {
+  char* const* ptr;         // per tensor id: device addresses
+  char* scratch;            // scratch_bytes() bytes of device memory, 256-byte aligned
+  cudaStream_t stream;
+  cudnnHandle_t cudnn;      // cudnnSetStream(cudnn, stream) done
+  cublasHandle_t cublas;    // cublasSetStream(cublas, stream) done, TF32 off
+  template <class T> T* at(int id) const { return reinterpret_cast<T*>(ptr[id]); }
+};
+
+class Kernel {
+ public:
+  virtual ~Kernel() = default;
+  // Device scratch the kernel needs (workspace + temporaries), known at load.
+  virtual size_t scratch_bytes() const { return 0; }
+  virtual void run(const Run& r) = 0;
+};
+
+using KernelPtr = std::unique_ptr<Kernel>;
+using Factory = KernelPtr (*)(const Node&);
+using Registry = std::map<std::string, Factory>;
+
+const Registry& registry();
+
+struct KernelFamily {
+  explicit KernelFamily(void (*add)(Registry&));
+};
+
+#define PLANNER_REGISTER_KERNELS(family)                                          \
+  static void planner_add_##family##_kernels(::planner::Registry& r);             \
+  static const ::planner::KernelFamily planner_##family##_family(                 \
+      planner_add_##family##_kernels);                                            \
+  static void planner_add_##family##_kernels(::planner::Registry& r)
+
+// ---- small helpers shared by the kernel families ----------------------------------------
+
+// Blocks of `threads` covering n elements (at least 1), capped so a grid-stride loop covers
+// the rest.
+inline unsigned blocks_for(int64_t n, int threads) {
+  int64_t b = (n + threads - 1) / threads;
+  if (b < 1) b = 1;
+  if (b > (int64_t{1} << 20)) b = int64_t{1} << 20;
+  return static_cast<unsigned>(b);
+}
+
+inline int norm_axis(int64_t axis, size_t rank) {
+  int r = static_cast<int>(rank == 0 ? 1 : rank);
+  return static_cast<int>((axis % r + r) % r);
+}
+
+inline void require_f32(const Node& n) {
+  for (const TensorRef& t : n.in)
+    if (t.dtype != F32 && t.dtype != I64)
+      throw std::runtime_error("this kernel takes float32 (and int64 index) tensors");
+  for (const TensorRef& t : n.out)
+    if (t.dtype != F32) throw std::runtime_error("this kernel writes float32 tensors");
+}
+
+// Copies `bytes` between two tensors on the op's stream; nothing when they share bytes.
+class Copy : public Kernel {
+ public:
+  Copy(int from, int to, int64_t bytes) : from_(from), to_(to), bytes_(bytes) {}
+  void run(const Run& r) override {
+    if (r.ptr[from_] != r.ptr[to_] && bytes_ > 0)
+      PLANNER_CUDA(cudaMemcpyAsync(r.ptr[to_], r.ptr[from_], bytes_, cudaMemcpyDeviceToDevice,
+                                   r.stream));
+  }
+
+ private:
+  int from_, to_;
+  int64_t bytes_;
+};
+
+}  // namespace planner
