@@ -11,7 +11,7 @@ PLANNER := $(VENV)/bin/planner
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m pip install --quiet -e '.[dev,cuda]'
 	touch $@
 
 demo: $(VENV)/.installed

@@ -9,12 +9,12 @@ runtime's `registered_ops()`.
 
     templates/common/   schedule data, attrs parser, loader, arena, array checks: every backend
     templates/cpu/      oneDNN + OpenMP kernels, the CPU executor, its bindings
-    templates/cuda/     the CUDA executor's seam (empty until it exists)
+    templates/cuda/     cuDNN, cuBLAS and TVM-generated kernels, the CUDA executor, its bindings
 
 Example:
-    >>> cpu = BACKENDS["cpu"]
-    >>> "Conv2D" in cpu.ops and "float32" in cpu.dtypes
-    True
+    >>> cpu, cuda = BACKENDS["cpu"], BACKENDS["cuda"]
+    >>> "Conv2D" in cpu.ops and "float32" in cpu.dtypes, cuda.module
+    (True, 'planner_cuda_rt')
 """
 
 from __future__ import annotations
@@ -39,6 +39,8 @@ class Backend:
     name: str
     # The enumerator of schedule.h's Backend that its schedules carry.
     code: str
+    # The runtime's Python extension module.
+    module: str
     runtime: Path
     package: Path
     dtypes: frozenset[str]
@@ -50,14 +52,17 @@ class Backend:
     @cached_property
     def ops(self) -> frozenset[str]:
         """Op names its kernel files register."""
-        return frozenset(m.group(1) for f in sorted(self.kernels.glob("*.cpp"))
+        return frozenset(m.group(1) for f in sorted(self.kernels.glob("*.c[pu]*"))
                          for m in _REGISTRATION.finditer(f.read_text(encoding="utf-8")))
 
 
 BACKENDS: dict[str, Backend] = {
-    "cpu": Backend("cpu", "CPU", TEMPLATES / "cpu" / "runtime", TEMPLATES / "cpu" / "plan",
+    "cpu": Backend("cpu", "CPU", "planner_cpu_rt", TEMPLATES / "cpu" / "runtime",
+                   TEMPLATES / "cpu" / "plan",
                    # float32 math, int64 ids and labels, bool conditions (Where)
                    frozenset({"float32", "int64", "bool"})),
+    "cuda": Backend("cuda", "CUDA", "planner_cuda_rt", TEMPLATES / "cuda" / "runtime",
+                    TEMPLATES / "cuda" / "plan", frozenset({"float32", "int64", "bool"})),
 }
 
 
@@ -67,7 +72,5 @@ def backend_for(plan) -> Backend:
     if backend is None:
         raise UnsupportedError(
             f"plan for target {plan.target.name!r} is a {plan.backend} plan, and this planner "
-            f"generates executors for {', '.join(sorted(BACKENDS))} only (templates/cuda is "
-            f"the CUDA executor's seam, still empty): plan the graph for a CPU target to "
-            f"build it")
+            f"generates executors for {', '.join(sorted(BACKENDS))} only")
     return backend

@@ -41,6 +41,9 @@ from planner.files import atomic_write
 
 # The CPU runtime: templates/common plus templates/cpu/runtime.
 RUNTIME_SOURCES = BACKENDS["cpu"].runtime
+# The GPU architecture CUDA runtimes are built for (sm_90: H100 and H200), unless
+# $PLANNER_CUDA_ARCH names another ("80", "90a", ...).
+CUDA_ARCH = "90"
 
 Progress = Callable[[str], None]
 
@@ -136,13 +139,62 @@ def _tree_hashes(root: Path) -> dict[str, str]:
             for p in sorted(root.rglob("*")) if p.is_file() and "__pycache__" not in p.parts}
 
 
-def runtime_key(compiler: str | None = None, sanitize: tuple[str, ...] = ()) -> str:
-    """Cache key of the CPU runtime on this host: sources, flags, compiler, package versions."""
+def runtime_key(compiler: str | None = None, sanitize: tuple[str, ...] = (),
+                backend: str = "cpu") -> str:
+    """Cache key of a backend's runtime on this host: sources, flags, compiler, package
+    versions (and for CUDA the toolkit and the GPU architecture)."""
     extra = {"sanitize": sanitizer_flags(sanitize)} if sanitize else {}
-    return digest({"sources": _tree_hashes(RUNTIME_SOURCES), "common": _tree_hashes(COMMON),
-                   "flags": CXX_FLAGS, **extra,
+    if backend == "cuda":
+        extra["cuda"] = cuda_toolchain()
+    return digest({"sources": _tree_hashes(BACKENDS[backend].runtime),
+                   "common": _tree_hashes(COMMON), "flags": CXX_FLAGS, **extra,
                    "compiler": compiler or compiler_identity(), "versions": _versions(),
                    "machine": _host_cpu()})
+
+
+def cuda_toolchain() -> dict[str, str]:
+    """What a CUDA runtime build uses: nvcc (and its version), the architecture, and the cuDNN
+    and cuBLAS wheels' folders and libraries (the `cuda` extra). BuildError naming what is
+    missing."""
+    nvcc = os.environ.get("CUDACXX") or shutil.which("nvcc")
+    if not nvcc and Path("/usr/local/cuda/bin/nvcc").exists():
+        nvcc = "/usr/local/cuda/bin/nvcc"
+    if not nvcc:
+        raise BuildError("no CUDA compiler: put nvcc on PATH (or set CUDACXX) to build a CUDA "
+                         "executor")
+    try:
+        version = subprocess.run([nvcc, "--version"], capture_output=True, text=True,
+                                 check=True).stdout.strip().splitlines()[-1]
+    except (OSError, subprocess.CalledProcessError, IndexError) as e:
+        raise BuildError(f"nvcc ({nvcc}) does not run: {e}") from None
+    out = {"nvcc": nvcc, "nvcc_version": version,
+           "arch": os.environ.get("PLANNER_CUDA_ARCH", CUDA_ARCH)}
+    for lib, package, names in (("cudnn", "nvidia.cudnn", ("libcudnn.so.9",)),
+                                ("cublas", "nvidia.cu13", ("libcublas.so.13",))):
+        root = _wheel_root(package, names)
+        if root is None and lib == "cublas":
+            root = _wheel_root("nvidia.cublas", ("libcublas.so.13", "libcublas.so.12"))
+        if root is None:
+            raise BuildError(f"{lib} not found: install the cuda extra "
+                             f"(pip install -e '.[cuda]') to build a CUDA executor")
+        out[f"{lib}_root"] = str(root[0])
+        out[f"{lib}_lib"] = str(root[1])
+    return out
+
+
+def _wheel_root(package: str, names: tuple[str, ...]) -> tuple[Path, Path] | None:
+    """(folder, library) of an NVIDIA wheel's package, e.g. nvidia.cudnn, if installed."""
+    import importlib
+
+    try:
+        paths = list(importlib.import_module(package).__path__)
+    except ImportError:
+        return None
+    for p in map(Path, paths):
+        for name in names:
+            if (p / "lib" / name).exists() and (p / "include").is_dir():
+                return p, p / "lib" / name
+    return None
 
 
 def _host_cpu() -> str:
@@ -167,41 +219,55 @@ def _locked(path: Path):
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
-def build_runtime(progress: Progress | None = None, sanitize: tuple[str, ...] = ()) -> Path:
-    """The CPU runtime module for this host, built once into the cache; returns its path."""
+def build_runtime(progress: Progress | None = None, sanitize: tuple[str, ...] = (),
+                  backend: str = "cpu") -> Path:
+    """A backend's runtime module for this host, built once into the cache; returns its path."""
     say = progress or (lambda s: None)
     compiler = compiler_identity()
-    key = runtime_key(compiler, sanitize)
-    root = cache_root() / f"cpu-runtime-{key[:16]}"
+    if backend == "cuda" and sanitize:
+        raise BuildError("sanitizers instrument the CPU runtime; use compute-sanitizer for "
+                         "the CUDA one")
+    key = runtime_key(compiler, sanitize, backend)
+    sources = BACKENDS[backend].runtime
+    root = cache_root() / f"{backend}-runtime-{key[:16]}"
     done = root / "module.txt"
-    with _locked(cache_root() / f"cpu-runtime-{key[:16]}.lock"):
+    with _locked(cache_root() / f"{backend}-runtime-{key[:16]}.lock"):
         if done.exists() and Path(done.read_text().strip()).exists():
             return Path(done.read_text().strip())
-        say(f"building the CPU runtime (kernel library, once per target) in {root}")
+        say(f"building the {backend.upper()} runtime (kernel library, once per target) in {root}")
         src = root / "src"
         if src.exists():
             shutil.rmtree(src)
         # The runtime's CMakeLists finds the shared sources at ../../common.
         shutil.copytree(COMMON, src / "common")
-        shutil.copytree(RUNTIME_SOURCES, src / RUNTIME_SOURCES.relative_to(TEMPLATES))
+        shutil.copytree(sources, src / sources.relative_to(TEMPLATES))
         import nanobind
 
-        prefix = venv_prefix()
         defines = {
             "CMAKE_BUILD_TYPE": "Release",
             "Python_EXECUTABLE": sys.executable,
             "nanobind_DIR": nanobind.cmake_dir(),
-            "dnnl_DIR": str(prefix / "lib" / "cmake" / "dnnl"),
-            "PLANNER_CXX_FLAGS": " ".join(CXX_FLAGS + sanitizer_flags(sanitize)),
-            "PLANNER_LINK_FLAGS": " ".join(sanitizer_flags(sanitize)),
+            **_runtime_defines(backend, sanitize),
         }
-        _cmake(src / RUNTIME_SOURCES.relative_to(TEMPLATES), root / "build", defines, say,
-               own=src)
-        modules = sorted((root / "build").glob("planner_cpu_rt*.so"))
+        _cmake(src / sources.relative_to(TEMPLATES), root / "build", defines, say, own=src)
+        module = BACKENDS[backend].module
+        modules = sorted((root / "build").glob(f"{module}*.so"))
         if not modules:
-            raise BuildError(f"the runtime build in {root} produced no planner_cpu_rt module")
+            raise BuildError(f"the runtime build in {root} produced no {module} module")
         atomic_write(done, str(modules[0]))
         return modules[0]
+
+
+def _runtime_defines(backend: str, sanitize: tuple[str, ...]) -> dict[str, str]:
+    if backend == "cuda":
+        cuda = cuda_toolchain()
+        return {"CMAKE_CUDA_COMPILER": cuda["nvcc"], "PLANNER_CUDA_ARCH": cuda["arch"],
+                "PLANNER_CUDNN_ROOT": cuda["cudnn_root"], "PLANNER_CUDNN_LIB": cuda["cudnn_lib"],
+                "PLANNER_CUBLAS_ROOT": cuda["cublas_root"],
+                "PLANNER_CUBLAS_LIB": cuda["cublas_lib"]}
+    return {"dnnl_DIR": str(venv_prefix() / "lib" / "cmake" / "dnnl"),
+            "PLANNER_CXX_FLAGS": " ".join(CXX_FLAGS + sanitizer_flags(sanitize)),
+            "PLANNER_LINK_FLAGS": " ".join(sanitizer_flags(sanitize))}
 
 
 def build(tree_dir: str | Path, progress: Progress | None = None,
@@ -213,7 +279,7 @@ def build(tree_dir: str | Path, progress: Progress | None = None,
     tree = Path(tree_dir).resolve()
     if not (tree / "schedule.cpp").exists():
         raise BuildError(f"{tree}: no schedule.cpp; render the plan first")
-    runtime = build_runtime(progress, sanitize)
+    runtime = build_runtime(progress, sanitize, tree_backend(tree))
     flags = SCHEDULE_FLAGS + sanitizer_flags(sanitize)
     key = digest({"schedule": hashlib.sha256((tree / "schedule.cpp").read_bytes()).hexdigest(),
                   "cmake": hashlib.sha256((tree / "CMakeLists.txt").read_bytes()).hexdigest(),
@@ -242,6 +308,17 @@ def build(tree_dir: str | Path, progress: Progress | None = None,
     shutil.copy2(cmake_dir / "libschedule.so", lib)
     atomic_write(info_path, json.dumps(info, indent=2, sort_keys=True) + "\n")
     return BuildResult(tree.name, tree, runtime, lib, False, time.perf_counter() - start)
+
+
+def tree_backend(tree: Path) -> str:
+    """The backend a rendered tree is for (its plan's `backend`)."""
+    try:
+        backend = json.loads((tree / "plan.json").read_text(encoding="utf-8")).get("backend")
+    except (OSError, ValueError) as e:
+        raise BuildError(f"{tree}: cannot read plan.json ({e}); render the plan again") from None
+    if backend not in BACKENDS:
+        raise BuildError(f"{tree}: plan.json names backend {backend!r}; render the plan again")
+    return backend
 
 
 def _cmake(src: Path, build_dir: Path, defines: dict[str, str], say: Progress,

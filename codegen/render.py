@@ -116,6 +116,8 @@ def render_files(plan: Plan, name: str, layout: str = "plan") -> dict[str, str]:
         "kind": graph.kind,
         "kind_c": c_string(graph.kind),
         "backend": backend.name,
+        "runtime_module": backend.module,
+        "backend_title": backend.code,
         "backend_code": backend.code,
         "num_ops": len(graph.nodes),
         "tensors": _tensor_rows(graph, arena, index, strings),
@@ -227,6 +229,7 @@ def _op_rows(plan: Plan, order: list, index: dict[str, int], arena: ArenaLayout,
             waits[e.after].add(at_order[e.before])
     lanes = lanes_of(order)
     groups = {g: i for i, g in enumerate(dict.fromkeys(p.group for p in order if p.group))}
+    planned = plan_attrs(plan)
     rows, at, cpus, wait_list = [], 0, [], []
     for k, p in enumerate(order):
         node = graph.node_map[p.name]
@@ -238,7 +241,7 @@ def _op_rows(plan: Plan, order: list, index: dict[str, int], arena: ArenaLayout,
             "threads": p.threads,
             "first_input": at, "num_inputs": len(node.inputs),
             "first_output": at + len(node.inputs), "num_outputs": len(node.outputs),
-            "attrs": strings.add(encode_attrs(graph, node)),
+            "attrs": strings.add(encode_attrs(graph, node, planned.get(node.name))),
             "args": ", ".join(map(str, args)) if args else "/* none */",
             "lane": lanes[k], "first_cpu": len(cpus), "num_cpus": len(p.cpus),
             "smt": "true" if p.smt else "false", "group": groups.get(p.group, -1),
@@ -260,10 +263,23 @@ def _describe(graph: Graph, roles: tuple[str, ...], skip_updates: bool = False) 
 
 # ---- attributes -----------------------------------------------------------------------------
 
-def encode_attrs(graph: Graph, node: Node) -> str:
+def plan_attrs(plan: Plan) -> dict[str, dict[str, Any]]:
+    """Per node, the plan's decisions a kernel reads as attrs: a convolution's algorithm
+    (`conv_algo`, GPU plans: plan.memory.convs).
+
+    >>> from types import SimpleNamespace as NS
+    >>> conv = NS(node="c1", algorithm="WINOGRAD")
+    >>> plan_attrs(NS(memory=NS(convs=(conv,))))
+    {'c1': {'conv_algo': 'WINOGRAD'}}
+    """
+    return {c.node: {"conv_algo": c.algorithm} for c in plan.memory.convs}
+
+
+def encode_attrs(graph: Graph, node: Node, planned: dict[str, Any] | None = None) -> str:
     """The node's attrs, every one spelled out, as `key=v1,v2;key=v` (sorted keys), plus what
-    the kernels need precomputed (a Slice's per-axis begin and step). An absent optional attr
-    (None: Clip's missing bound, CausalMask's -inf) is left out; kernels test `has(key)`.
+    the kernels need precomputed (a Slice's per-axis begin and step) and the plan's decisions
+    for it (`planned`, see plan_attrs). An absent optional attr (None: Clip's missing bound,
+    CausalMask's -inf) is left out; kernels test `has(key)`.
 
     >>> from planner.graph.ir import Node
     >>> encode_attrs(None, Node(name="r", op="LeakyRelu", attrs={"alpha": 0.2}))
@@ -274,6 +290,7 @@ def encode_attrs(graph: Graph, node: Node) -> str:
     if op.kernel_attrs is not None:
         ins = [TensorType(graph.tensor(t).shape, graph.tensor(t).dtype) for t in node.inputs]
         attrs = {**attrs, **op.kernel_attrs(ins, attrs)}
+    attrs = {**attrs, **(planned or {})}
     return ";".join(f"{k}={_value(node, k, v)}" for k, v in sorted(attrs.items())
                     if v is not None)
 

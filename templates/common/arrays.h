@@ -41,14 +41,17 @@ inline nb::dlpack::dtype dl_dtype(int d) {
   throw std::runtime_error("unknown dtype");
 }
 
-inline std::string array_text(const Array& a) {
+template <class A>
+inline std::string array_text(const A& a) {
   std::string s = "[";
   for (size_t k = 0; k < a.ndim(); ++k) s += (k ? ", " : "") + std::to_string(a.shape(k));
   return s + "]";
 }
 
-// Checks `a` against tensor `t`; returns true when it is C-contiguous (readable in place).
-inline bool check(const TensorSpec& t, const Array& a, const char* what) {
+// Checks `a` (a host or device ndarray) against tensor `t`; returns true when it is
+// C-contiguous (readable in place).
+template <class A>
+inline bool check(const TensorSpec& t, const A& a, const char* what) {
   Shape want(t.shape, t.shape + t.rank);
   bool same = a.ndim() == want.size();
   for (size_t k = 0; same && k < want.size(); ++k) same = a.shape(k) == static_cast<size_t>(want[k]);

@@ -1,0 +1,282 @@
+// The Python API every backend's executor shares (nanobind): load_params, params, step,
+// step_async / wait / wait_for_all, forward, stats, reset_stats, plan. Each backend's
+// bindings.cpp defines its module, the constructor, and an `Io` of how arrays cross:
+//
+//   struct Io {
+//     // Check `value` against tensor `id` and make it the feed of the next step (read in
+//     // place unless `copy`); raise ValueError naming the tensor.
+//     static void feed(Executor&, int id, nb::handle value, bool copy);
+//     static void unbind(Executor&, int id);               // after the step: its arena slot
+//     static void load(Executor&, int id, const Array& a); // a checked host array in
+//     static nb::object fetch(Executor&, int id, bool copy, nb::handle owner);  // one out
+//     static void op_stats(const Executor&, int k, nb::dict& d);   // backend's per-op fields
+//     static void stats(const Executor&, nb::dict& d);             // and overall ones
+//   };
+#pragma once
+#include <nanobind/nanobind.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include <algorithm>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "arrays.h"
+
+namespace planner {
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+// The executor's lock, waited for with the GIL released (the thread holding the lock may need
+// the GIL to finish its call).
+template <class Ex>
+std::unique_lock<std::mutex> hold(const Ex& ex) {
+  std::unique_lock<std::mutex> lock(ex.mutex(), std::defer_lock);
+  if (!lock.try_lock()) {
+    nb::gil_scoped_release release;
+    lock.lock();
+  }
+  return lock;
+}
+
+// A dict key naming a tensor: a str, else TypeError (not a C++ bad_cast).
+inline std::string key_name(nb::handle key, const char* what) {
+  if (!nb::isinstance<nb::str>(key))
+    throw nb::type_error((std::string(what) + " names must be str, got " +
+                          nb::repr(key).c_str()).c_str());
+  return nb::cast<std::string>(key);
+}
+
+template <class Ex>
+void refuse_in_flight(const Ex& ex) {
+  if (ex.in_flight()) throw nb::value_error("a step is in flight (step_async): wait() first");
+}
+
+// Checks every feed name and requested output before anything runs, then binds the feeds
+// (Io::feed checks each array). Returns the ids to return after the step.
+template <class Ex, class Io>
+std::vector<int> prepare(Ex& ex, nb::dict feeds, const std::vector<std::string>& extra,
+                         bool copy, std::vector<int>* bound_ids) {
+  const Schedule& s = ex.schedule();
+  std::vector<std::pair<int, nb::handle>> given;
+  for (auto [key, value] : feeds) {
+    std::string name = key_name(key, "feed");
+    int id = ex.tensor_index(name);
+    if (id < 0 || (ex.tensor(id).role != INPUT && ex.tensor(id).role != LABEL))
+      throw nb::value_error(("'" + name + "' is not an input of plan '" + s.name + "'").c_str());
+    given.emplace_back(id, value);
+  }
+  for (int i = 0; i < s.num_tensors; ++i) {
+    const TensorSpec& t = s.tensors[i];
+    if (t.role != INPUT && t.role != LABEL) continue;
+    bool found = false;
+    for (auto& g : given) found |= g.first == i;
+    if (!found)
+      throw nb::value_error((std::string("missing feed '") + t.name + "' (" + dtype_name(t.dtype) +
+                             " " + shape_text(ex.shape(i)) + ")").c_str());
+  }
+  std::vector<int> wanted(s.outputs, s.outputs + s.num_outputs);
+  for (const std::string& name : extra) {
+    int id = ex.tensor_index(name);
+    if (id < 0) throw nb::value_error(("plan '" + std::string(s.name) + "' has no tensor '" +
+                                       name + "'").c_str());
+    wanted.push_back(id);
+  }
+  try {
+    for (auto& [id, value] : given) {
+      Io::feed(ex, id, value, copy);
+      bound_ids->push_back(id);
+    }
+  } catch (...) {
+    for (int id : *bound_ids) Io::unbind(ex, id);
+    throw;
+  }
+  return wanted;
+}
+
+template <class Ex, class Io>
+nb::dict results(Ex& ex, const std::vector<int>& wanted) {
+  nb::dict out;
+  for (int id : wanted) out[ex.tensor(id).name] = Io::fetch(ex, id, true, nb::handle());
+  return out;
+}
+
+template <class Ex, class Io>
+nb::dict run_step(Ex& ex, nb::dict feeds, const std::vector<std::string>& extra) {
+  auto lock = hold(ex);  // two threads stepping one executor take turns
+  refuse_in_flight(ex);
+  std::vector<int> bound;
+  std::vector<int> wanted = prepare<Ex, Io>(ex, feeds, extra, false, &bound);
+  {
+    nb::gil_scoped_release release;
+    try {
+      ex.step();
+    } catch (...) {
+      nb::gil_scoped_acquire acquire;
+      for (int id : bound) Io::unbind(ex, id);
+      throw;
+    }
+  }
+  // Copy the results out first: an output may be a view of a feed read in place.
+  nb::dict out = results<Ex, Io>(ex, wanted);
+  for (int id : bound) Io::unbind(ex, id);  // never keep caller memory past the call
+  return out;
+}
+
+template <class Ex, class Io>
+void define_executor(nb::class_<Ex>& cls) {
+  cls.def_prop_ro("concurrent", &Ex::concurrent)
+      .def_prop_ro("lanes", &Ex::lanes)
+      .def_prop_ro("plan", [](const Ex& ex) { return std::string(ex.schedule().plan_json); })
+      .def_prop_ro("name", [](const Ex& ex) { return std::string(ex.schedule().name); })
+      .def_prop_ro("kind", [](const Ex& ex) { return std::string(ex.schedule().kind); })
+      .def("load_params",
+           [](Ex& ex, nb::dict values, bool partial) {
+             auto lock = hold(ex);
+             refuse_in_flight(ex);
+             std::vector<std::pair<int, Array>> checked;
+             std::vector<int> given;
+             for (auto [key, value] : values) {
+               std::string name = key_name(key, "parameter");
+               int id = ex.tensor_index(name);
+               if (id < 0 || !persistent(ex.tensor(id).role) || ex.tensor(id).updates >= 0)
+                 throw nb::value_error(("'" + name + "' is not a parameter or state tensor of "
+                                        "plan '" + ex.schedule().name + "'").c_str());
+               Array a;
+               if (!nb::try_cast(value, a))
+                 throw nb::value_error(("parameter '" + name + "' is not an array").c_str());
+               check(ex.tensor(id), a, "parameter");
+               checked.emplace_back(id, a);
+               given.push_back(id);
+             }
+             const std::vector<std::string> absent = ex.missing(given);
+             if (!partial && !absent.empty())
+               throw nb::value_error(("load_params: missing " + name_list(absent) +
+                                      "; pass every parameter and state tensor, or "
+                                      "partial=True to load some now and the rest later")
+                                         .c_str());
+             for (auto& [id, a] : checked) {
+               Io::load(ex, id, a);
+               ex.mark_loaded(id);
+             }
+           },
+           "values"_a, "partial"_a = false,
+           "Copy parameters (and state) in; every name and shape is checked first. Every "
+           "parameter and state tensor is required unless partial=True; optimizer state may be "
+           "left out (it starts at zero).")
+      .def("params",
+           [](nb::handle self, bool copy) {
+             Ex& ex = nb::cast<Ex&>(self);
+             auto lock = hold(ex);
+             refuse_in_flight(ex);
+             nb::dict out;
+             const Schedule& s = ex.schedule();
+             for (int i = 0; i < s.num_tensors; ++i) {
+               const TensorSpec& t = s.tensors[i];
+               if (persistent(t.role) && t.updates < 0) out[t.name] = Io::fetch(ex, i, copy, self);
+             }
+             return out;
+           },
+           "copy"_a = true,
+           "Parameters and state by name: copies, or (copy=False) live views of the arena.")
+      .def("step",
+           [](Ex& ex, nb::dict feeds, std::vector<std::string> outputs) {
+             return run_step<Ex, Io>(ex, feeds, outputs);
+           },
+           "feeds"_a, "outputs"_a = std::vector<std::string>(),
+           "Run one step; returns the graph's outputs (the loss, ...) and `outputs` by name.")
+      .def("step_async",
+           [](Ex& ex, nb::dict feeds, std::vector<std::string> outputs) {
+             auto lock = hold(ex);
+             if (ex.in_flight())
+               throw nb::value_error("a step is already in flight: wait() for it first");
+             std::vector<int> bound;
+             // Feeds are copied into the arena: the caller may refill its arrays at once.
+             ex.pending_outputs = prepare<Ex, Io>(ex, feeds, outputs, true, &bound);
+             ex.start_async();
+           },
+           "feeds"_a, "outputs"_a = std::vector<std::string>(),
+           "Start one step and return at once; the feeds are copied first, so their arrays "
+           "may be refilled (the next batch prepared) while it runs. wait() returns its "
+           "outputs.")
+      .def("wait",
+           [](Ex& ex) {
+             auto lock = hold(ex);
+             {
+               nb::gil_scoped_release release;
+               ex.join_async();
+             }
+             return results<Ex, Io>(ex, ex.pending_outputs);
+           },
+           "Wait for the step in flight; its outputs as step() returns them (its error, "
+           "naming the op, if it failed).")
+      .def("wait_for_all",
+           [](Ex& ex) -> nb::object {
+             auto lock = hold(ex);
+             if (!ex.in_flight()) return nb::none();
+             {
+               nb::gil_scoped_release release;
+               ex.join_async();
+             }
+             return nb::object(results<Ex, Io>(ex, ex.pending_outputs));
+           },
+           "Wait until no step is in flight: the outputs of the one that was, else None.")
+      .def("forward",
+           [](Ex& ex, nb::dict feeds, std::vector<std::string> outputs) {
+             if (std::string(ex.schedule().kind) != "inference")
+               throw nb::value_error("forward() runs inference plans; this is a training plan: "
+                                     "use step()");
+             return run_step<Ex, Io>(ex, feeds, outputs);
+           },
+           "feeds"_a, "outputs"_a = std::vector<std::string>())
+      .def("stats",
+           [](const Ex& ex) {
+             auto lock = hold(ex);
+             nb::list ops;
+             const Schedule& s = ex.schedule();
+             for (int k = 0; k < s.num_ops; ++k) {
+               const auto& st = ex.op_stats()[k];
+               nb::dict d;
+               d["name"] = s.ops[k].name;
+               d["op"] = s.ops[k].op;
+               d["threads"] = s.ops[k].threads;
+               d["lane"] = s.ops[k].lane;
+               d["scratch_bytes"] = ex.scratch_needed(k);
+               d["scratch_planned"] = ex.scratch_planned(k);
+               d["calls"] = st.calls;
+               d["seconds"] = st.calls ? st.seconds / st.calls : 0.0;
+               Io::op_stats(ex, k, d);
+               ops.append(d);
+             }
+             nb::dict out;
+             out["ops"] = ops;
+             out["steps"] = ex.steps();
+             int64_t tensor_bytes = 0, scratch = 0;
+             for (int i = 0; i < s.num_tensors; ++i)
+               tensor_bytes = std::max(tensor_bytes, s.tensors[i].offset + s.tensors[i].nbytes);
+             for (int k = 0; k < s.num_ops; ++k)
+               scratch += static_cast<int64_t>(ex.scratch_needed(k));
+             out["arena_bytes"] = ex.arena_bytes();
+             out["tensor_bytes"] = tensor_bytes;
+             out["scratch_bytes"] = scratch;
+             out["unplanned_scratch_bytes"] = ex.unplanned_scratch_bytes();
+             Io::stats(ex, out);
+             return out;
+           },
+           "Per-op mean measured seconds, call counts, lanes and scratch bytes (what the kernel "
+           "needs, and whether the plan's area held it); arena, tensor and scratch bytes.")
+      .def("reset_stats", &Ex::reset_stats);
+}
+
+// The op names a runtime has kernels for (codegen's supported list must agree).
+template <class Registry>
+std::vector<std::string> registered_names(const Registry& r) {
+  std::vector<std::string> names;
+  for (const auto& kv : r) names.push_back(kv.first);
+  return names;
+}
+
+}  // namespace planner

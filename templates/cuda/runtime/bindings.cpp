@@ -1,0 +1,120 @@
+// Python bindings of the CUDA runtime (nanobind): the Executor of one schedule library, with
+// the CPU executor's API (templates/common/bindings.h).
+//
+//   ex = Executor("/path/to/libschedule.so", streams=True, cuda_graph=False)
+//   ex.load_params({"fc1/weight": w, ...});  ex.params()      # numpy in, numpy copies out
+//   out = ex.step({"x": x, "labels": y})                      # feeds: numpy or CUDA arrays
+//   ex.params(copy=False)["fc1/weight"]                       # DLPack view of the arena
+//
+// Feeds may be host arrays (copied in) or CUDA arrays of any DLPack producer (torch, cupy:
+// copied device-to-device into their arena slots on the step's stream, so a captured CUDA
+// graph keeps its addresses). params(copy=False) hands out zero-copy device views.
+#include <nanobind/ndarray.h>
+
+#include <cstring>
+
+// executor.h first: the shared bindings use its name_list.
+#include "executor.h"
+#include "bindings.h"
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace planner {
+namespace {
+
+using DeviceArray = nb::ndarray<nb::ro, nb::device::cuda>;
+
+// A contiguous host copy of `a` when it is strided; `a`'s own bytes otherwise.
+const void* host_bytes(const TensorSpec& t, const Array& a, bool contiguous,
+                       std::vector<char>* staging) {
+  if (contiguous) return a.data();
+  staging->resize(static_cast<size_t>(t.nbytes));
+  copy_in(staging->data(), a, dtype_bytes(t.dtype));
+  return staging->data();
+}
+
+struct Io {
+  static void feed(Executor& ex, int id, nb::handle value, bool /*copy*/) {
+    const TensorSpec& t = ex.tensor(id);
+    DeviceArray d;
+    if (nb::try_cast(value, d)) {
+      if (!check(t, d, "feed"))
+        throw nb::value_error((std::string("feed '") + t.name + "' is a strided CUDA array; "
+                               "pass a contiguous one").c_str());
+      ex.write_device(id, d.data(), t.nbytes);
+      return;
+    }
+    Array a;
+    if (!nb::try_cast(value, a))
+      throw nb::value_error((std::string("feed '") + t.name + "' is not a host or CUDA array")
+                                .c_str());
+    std::vector<char> staging;
+    ex.write(id, host_bytes(t, a, check(t, a, "feed"), &staging), t.nbytes);
+  }
+  static void unbind(Executor&, int) {}  // feeds are always copied into the arena
+  static void load(Executor& ex, int id, const Array& a) {
+    const TensorSpec& t = ex.tensor(id);
+    std::vector<char> staging;
+    ex.write(id, host_bytes(t, a, check(t, a, "parameter"), &staging), t.nbytes);
+  }
+  static nb::object fetch(Executor& ex, int id, bool copy, nb::handle owner) {
+    const TensorSpec& t = ex.tensor(id);
+    std::vector<size_t> shape(t.shape, t.shape + t.rank);
+    if (!copy) {
+      int device = 0;
+      check_cuda(cudaGetDevice(&device), "cudaGetDevice");
+      return nb::ndarray<>(ex.device_data(id), shape.size(), shape.data(), owner, nullptr,
+                           dl_dtype(t.dtype), nb::device::cuda::value, device).cast();
+    }
+    char* buf = new char[std::max<int64_t>(t.nbytes, 1)];
+    try {
+      ex.read(id, buf, t.nbytes);
+    } catch (...) {
+      delete[] buf;
+      throw;
+    }
+    nb::capsule own(buf, [](void* p) noexcept { delete[] static_cast<char*>(p); });
+    return nb::ndarray<nb::numpy>(buf, shape.size(), shape.data(), own, nullptr,
+                                  dl_dtype(t.dtype)).cast();
+  }
+  static void op_stats(const Executor&, int, nb::dict&) {}
+  static void stats(const Executor& ex, nb::dict& d) {
+    d["step_seconds"] = ex.last_step_seconds();
+    d["cuda_graph"] = ex.cuda_graph();
+  }
+};
+
+}  // namespace
+}  // namespace planner
+
+NB_MODULE(planner_cuda_rt, m) {
+  using planner::Executor;
+  m.doc() = "planner CUDA runtime: cuDNN, cuBLAS and generated kernels on the plan's streams";
+  m.def("registered_ops", [] { return planner::registered_names(planner::registry()); },
+        "The op names this runtime has kernels for (codegen's supported list must agree).");
+  m.def("device_memory", [](int device) {
+    planner::check_cuda(cudaSetDevice(device), "cudaSetDevice");
+    size_t free_bytes = 0, total = 0;
+    planner::check_cuda(cudaMemGetInfo(&free_bytes, &total), "cudaMemGetInfo");
+    return std::make_pair(free_bytes, total);
+  }, "device"_a = 0, "(free, total) bytes of the device's memory (cudaMemGetInfo).");
+  m.def("device_info", [](int device) {
+    cudaDeviceProp p;
+    planner::check_cuda(cudaGetDeviceProperties(&p, device), "cudaGetDeviceProperties");
+    nb::dict d;
+    d["name"] = std::string(p.name);
+    d["sms"] = p.multiProcessorCount;
+    d["memory_bytes"] = static_cast<int64_t>(p.totalGlobalMem);
+    d["capability"] = std::to_string(p.major) + std::to_string(p.minor);
+    d["l2_bytes"] = p.l2CacheSize;
+    return d;
+  }, "device"_a = 0, "The device's name, SM count, memory, compute capability and L2 size.");
+  nb::class_<Executor> cls(m, "Executor");
+  cls.def(nb::init<const std::string&, bool, bool, bool, int>(), "schedule_path"_a,
+          "streams"_a = true, "cuda_graph"_a = false, "op_timing"_a = false, "device"_a = 0,
+          "Load a schedule onto a GPU. streams: run ops on the plan's streams (False: one "
+          "stream, plan order); cuda_graph: capture the step at its first run and replay it; "
+          "op_timing: time every op with events (stats()).");
+  planner::define_executor<Executor, planner::Io>(cls);
+}

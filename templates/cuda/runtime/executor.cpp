@@ -1,0 +1,336 @@
+#include "executor.h"
+
+#include <algorithm>
+
+namespace planner {
+
+// ---- errors and the kernel registry ---------------------------------------------------------
+
+void check_cuda(cudaError_t e, const char* what) {
+  if (e != cudaSuccess)
+    throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
+}
+
+void check_cudnn(cudnnStatus_t s, const char* what) {
+  if (s != CUDNN_STATUS_SUCCESS)
+    throw std::runtime_error(std::string(what) + ": " + cudnnGetErrorString(s));
+}
+
+void check_cublas(cublasStatus_t s, const char* what) {
+  if (s != CUBLAS_STATUS_SUCCESS)
+    throw std::runtime_error(std::string(what) + ": cuBLAS status " + std::to_string(s));
+}
+
+static Registry& mutable_registry() {
+  static Registry r;
+  return r;
+}
+
+KernelFamily::KernelFamily(void (*add)(Registry&)) { add(mutable_registry()); }
+
+const Registry& registry() { return mutable_registry(); }
+
+// ---- device memory --------------------------------------------------------------------------
+
+// Library workspaces ask for 256-byte alignment at most; cudaMalloc gives more.
+constexpr int64_t kAlign = 256;
+
+DeviceBlock::DeviceBlock(int64_t bytes) : bytes_(std::max<int64_t>(bytes, kAlign)) {
+  cudaError_t e = cudaMalloc(reinterpret_cast<void**>(&base_), bytes_);
+  if (e != cudaSuccess)
+    throw std::runtime_error("cannot allocate the " + std::to_string(bytes_) +
+                             " bytes of device memory the plan needs: " +
+                             cudaGetErrorString(e));
+  check_cuda(cudaMemset(base_, 0, bytes_), "cudaMemset (arena)");
+}
+
+DeviceBlock::~DeviceBlock() { cudaFree(base_); }
+
+// ---- load -----------------------------------------------------------------------------------
+
+static TensorRef ref(const Schedule& s, int id) {
+  const TensorSpec& t = s.tensors[id];
+  return TensorRef{id, Shape(t.shape, t.shape + t.rank), t.dtype};
+}
+
+static std::string op_label(const OpSpec& op) {
+  return std::string("op '") + op.name + "' (" + op.op + ")";
+}
+
+Executor::Executor(const std::string& schedule_path, bool streams, bool cuda_graph,
+                   bool op_timing, int device)
+    : loaded_(schedule_path, CUDA), device_(device), use_graph_(cuda_graph),
+      op_timing_(op_timing) {
+  if (cuda_graph && op_timing)
+    throw std::runtime_error("op_timing times every op with events on the host's schedule; "
+                             "a replayed CUDA graph has none: choose one");
+  const Schedule& s = loaded_.get();
+  for (int k = 0; k < s.num_ops; ++k)
+    if (registry().find(s.ops[k].op) == registry().end())
+      throw std::runtime_error(op_label(s.ops[k]) + ": no CUDA kernel for this op");
+  int count = 0;
+  check_cuda(cudaGetDeviceCount(&count), "cudaGetDeviceCount");
+  if (device < 0 || device >= count)
+    throw std::runtime_error("no CUDA device " + std::to_string(device) + " (this machine has " +
+                             std::to_string(count) + ")");
+  check_cuda(cudaSetDevice(device), "cudaSetDevice");
+  arena_ = std::make_unique<DeviceBlock>(s.arena_bytes);
+
+  int num_streams = streams ? std::max(s.num_lanes, 1) : 1;
+  for (int l = 0; l < num_streams; ++l) {
+    cudaStream_t st;
+    check_cuda(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking), "cudaStreamCreate");
+    streams_.push_back(st);
+    cudnnHandle_t dnn;
+    check_cudnn(cudnnCreate(&dnn), "cudnnCreate");
+    check_cudnn(cudnnSetStream(dnn, st), "cudnnSetStream");
+    cudnn_.push_back(dnn);
+    cublasHandle_t blas;
+    check_cublas(cublasCreate(&blas), "cublasCreate");
+    check_cublas(cublasSetStream(blas, st), "cublasSetStream");
+    // float32 stays float32: no TF32 tensor-core rounding (the reference checks 1e-3).
+    check_cublas(cublasSetMathMode(blas, CUBLAS_DEFAULT_MATH), "cublasSetMathMode");
+    cublas_.push_back(blas);
+    cudaEvent_t join;
+    check_cuda(cudaEventCreateWithFlags(&join, cudaEventDisableTiming), "cudaEventCreate");
+    joins_.push_back(join);
+  }
+  check_cuda(cudaEventCreate(&step_begin_), "cudaEventCreate");
+  check_cuda(cudaEventCreate(&step_end_), "cudaEventCreate");
+
+  ptr_.resize(s.num_tensors);
+  for (int i = 0; i < s.num_tensors; ++i) ptr_[i] = arena_->base() + s.tensors[i].offset;
+  stats_.assign(s.num_ops, OpStats{});
+  written_.assign(s.num_tensors, 0);
+  kernels_.resize(s.num_ops);
+  scratch_.assign(s.num_ops, nullptr);
+  overflow_.resize(s.num_ops);
+  lane_.resize(s.num_ops);
+  done_.assign(s.num_ops, nullptr);
+  for (int k = 0; k < s.num_ops; ++k)
+    lane_[k] = streams ? std::min(std::max(s.ops[k].lane, 0), num_streams - 1) : 0;
+  // An event per op that an op on another stream waits for.
+  for (int k = 0; k < s.num_ops; ++k) {
+    const OpSpec& op = s.ops[k];
+    for (int w = 0; w < op.num_waits; ++w) {
+      int before = s.waits[op.first_wait + w];
+      if (lane_[before] != lane_[k] && !done_[before])
+        check_cuda(cudaEventCreateWithFlags(&done_[before], cudaEventDisableTiming),
+                   "cudaEventCreate");
+    }
+  }
+  if (op_timing) {
+    timing_.resize(s.num_ops);
+    for (auto& [a, b] : timing_) {
+      check_cuda(cudaEventCreate(&a), "cudaEventCreate");
+      check_cuda(cudaEventCreate(&b), "cudaEventCreate");
+    }
+  }
+  for (int k = 0; k < s.num_ops; ++k) create(k);
+  // Each op's scratch: its planned area when that holds what the kernel asks for, else a block
+  // of its own, allocated now (never shared: ops on other streams may run at the same time).
+  for (int k = 0; k < s.num_ops; ++k) {
+    const OpSpec& op = s.ops[k];
+    int64_t need = static_cast<int64_t>(kernels_[k]->scratch_bytes());
+    if (need <= std::max<int64_t>(op.scratch_bytes, 0)) {
+      scratch_[k] = op.scratch_bytes > 0 ? arena_->base() + op.scratch_offset : nullptr;
+    } else {
+      overflow_[k] = std::make_unique<DeviceBlock>(need);
+      unplanned_ += overflow_[k]->bytes();
+      scratch_[k] = overflow_[k]->base();
+    }
+  }
+  check_cuda(cudaDeviceSynchronize(), "loading the executor");
+}
+
+void Executor::create(int k) {
+  const Schedule& s = schedule();
+  const OpSpec& op = s.ops[k];
+  std::vector<TensorRef> in, out;
+  for (int a = 0; a < op.num_inputs; ++a) in.push_back(ref(s, s.args[op.first_input + a]));
+  for (int a = 0; a < op.num_outputs; ++a) out.push_back(ref(s, s.args[op.first_output + a]));
+  try {
+    Node node{&op, in, out, Attrs(op.attrs), cudnn_[lane_[k]], cublas_[lane_[k]],
+              std::max<int64_t>(op.scratch_bytes, 0)};
+    kernels_[k] = registry().at(op.op)(node);
+  } catch (const std::exception& e) {
+    throw std::runtime_error(op_label(op) + ": " + e.what());
+  }
+}
+
+Executor::~Executor() {
+  if (async_.joinable()) async_.join();
+  cudaDeviceSynchronize();
+  if (graph_) cudaGraphExecDestroy(graph_);
+  for (cudaEvent_t e : done_)
+    if (e) cudaEventDestroy(e);
+  for (auto& [a, b] : timing_) {
+    cudaEventDestroy(a);
+    cudaEventDestroy(b);
+  }
+  for (cudaEvent_t e : joins_) cudaEventDestroy(e);
+  if (step_begin_) cudaEventDestroy(step_begin_);
+  if (step_end_) cudaEventDestroy(step_end_);
+  kernels_.clear();  // descriptors before their handles
+  for (cudnnHandle_t h : cudnn_) cudnnDestroy(h);
+  for (cublasHandle_t h : cublas_) cublasDestroy(h);
+  for (cudaStream_t st : streams_) cudaStreamDestroy(st);
+}
+
+// ---- tensors --------------------------------------------------------------------------------
+
+Shape Executor::shape(int id) const {
+  const TensorSpec& t = tensor(id);
+  return Shape(t.shape, t.shape + t.rank);
+}
+
+void Executor::write(int id, const void* host, int64_t bytes) {
+  check_cuda(cudaMemcpy(ptr_[id], host, bytes, cudaMemcpyHostToDevice), "copying in");
+}
+
+void Executor::read(int id, void* host, int64_t bytes) const {
+  check_cuda(cudaMemcpy(host, ptr_[id], bytes, cudaMemcpyDeviceToHost), "copying out");
+}
+
+void Executor::write_device(int id, const void* device, int64_t bytes) {
+  check_cuda(cudaMemcpyAsync(ptr_[id], device, bytes, cudaMemcpyDeviceToDevice, streams_[0]),
+             "copying a device feed in");
+}
+
+std::vector<std::string> Executor::missing(const std::vector<int>& also_given) const {
+  std::vector<std::string> out;
+  const Schedule& s = schedule();
+  for (int i = 0; i < s.num_tensors; ++i) {
+    if (!required(s.tensors[i]) || written_[i]) continue;
+    if (std::find(also_given.begin(), also_given.end(), i) == also_given.end())
+      out.push_back(s.tensors[i].name);
+  }
+  return out;
+}
+
+std::string name_list(const std::vector<std::string>& names) {
+  std::string out;
+  for (size_t k = 0; k < names.size() && k < 5; ++k) out += (k ? ", '" : "'") + names[k] + "'";
+  if (names.size() > 5) out += ", ... (" + std::to_string(names.size()) + " in all)";
+  return out;
+}
+
+void Executor::check_loaded() const {
+  const std::vector<std::string> absent = missing();
+  if (!absent.empty())
+    throw std::runtime_error("parameters not loaded: " + name_list(absent) +
+                             "; call load_params first (or create the executor with "
+                             "Executor(init=True) to start from the graph's init hints)");
+}
+
+// ---- the step -------------------------------------------------------------------------------
+
+void Executor::issue_ops() {
+  const Schedule& s = schedule();
+  cudaStream_t main = streams_[0];
+  // Fork: every stream starts after what stream 0 holds (the feeds, the previous step).
+  check_cuda(cudaEventRecord(joins_[0], main), "cudaEventRecord");
+  for (size_t l = 1; l < streams_.size(); ++l)
+    check_cuda(cudaStreamWaitEvent(streams_[l], joins_[0], 0), "cudaStreamWaitEvent");
+  for (int k = 0; k < s.num_ops; ++k) {
+    const OpSpec& op = s.ops[k];
+    cudaStream_t st = streams_[lane_[k]];
+    for (int w = 0; w < op.num_waits; ++w) {
+      int before = s.waits[op.first_wait + w];
+      if (lane_[before] != lane_[k])
+        check_cuda(cudaStreamWaitEvent(st, done_[before], 0), "cudaStreamWaitEvent");
+    }
+    Run r{ptr_.data(), scratch_[k], st, cudnn_[lane_[k]], cublas_[lane_[k]]};
+    try {
+      if (op_timing_) check_cuda(cudaEventRecord(timing_[k].first, st), "cudaEventRecord");
+      kernels_[k]->run(r);
+      if (op_timing_) check_cuda(cudaEventRecord(timing_[k].second, st), "cudaEventRecord");
+      if (done_[k]) check_cuda(cudaEventRecord(done_[k], st), "cudaEventRecord");
+    } catch (const std::exception& e) {
+      throw StepError(op_label(op) + ": " + e.what());
+    }
+  }
+  // Join: stream 0 ends after every stream's last op.
+  for (size_t l = 1; l < streams_.size(); ++l) {
+    check_cuda(cudaEventRecord(joins_[l], streams_[l]), "cudaEventRecord");
+    check_cuda(cudaStreamWaitEvent(main, joins_[l], 0), "cudaStreamWaitEvent");
+  }
+}
+
+void Executor::run_step() {
+  check_cuda(cudaSetDevice(device_), "cudaSetDevice");
+  cudaStream_t main = streams_[0];
+  check_cuda(cudaEventRecord(step_begin_, main), "cudaEventRecord");
+  if (use_graph_) {
+    if (!graph_) {
+      cudaGraph_t g;
+      check_cuda(cudaStreamBeginCapture(main, cudaStreamCaptureModeThreadLocal),
+                 "cudaStreamBeginCapture");
+      try {
+        issue_ops();
+      } catch (...) {
+        cudaStreamEndCapture(main, &g);
+        if (g) cudaGraphDestroy(g);
+        throw;
+      }
+      check_cuda(cudaStreamEndCapture(main, &g), "cudaStreamEndCapture");
+      cudaError_t e = cudaGraphInstantiate(&graph_, g, 0);
+      cudaGraphDestroy(g);
+      check_cuda(e, "cudaGraphInstantiate");
+    }
+    check_cuda(cudaGraphLaunch(graph_, main), "cudaGraphLaunch");
+  } else {
+    issue_ops();
+  }
+  check_cuda(cudaEventRecord(step_end_, main), "cudaEventRecord");
+  cudaError_t e = cudaStreamSynchronize(main);
+  if (e != cudaSuccess) throw StepError(std::string("the step failed on the GPU: ") +
+                                        cudaGetErrorString(e));
+  float ms = 0;
+  check_cuda(cudaEventElapsedTime(&ms, step_begin_, step_end_), "cudaEventElapsedTime");
+  last_step_seconds_ = ms * 1e-3;
+  if (op_timing_) {
+    for (size_t k = 0; k < timing_.size(); ++k) {
+      check_cuda(cudaEventElapsedTime(&ms, timing_[k].first, timing_[k].second),
+                 "cudaEventElapsedTime");
+      stats_[k].seconds += ms * 1e-3;
+      stats_[k].calls += 1;
+    }
+  }
+  steps_ += 1;
+}
+
+void Executor::step() {
+  if (in_flight_)
+    throw std::runtime_error("a step is in flight (step_async): wait() for it before step()");
+  check_loaded();
+  run_step();
+}
+
+void Executor::start_async() {
+  if (in_flight_) throw std::runtime_error("a step is already in flight: wait() for it first");
+  check_loaded();
+  in_flight_ = true;
+  async_error_ = nullptr;
+  async_ = std::thread([this] {
+    try {
+      run_step();
+    } catch (...) {
+      async_error_ = std::current_exception();
+    }
+  });
+}
+
+void Executor::join_async() {
+  if (!in_flight_) throw std::runtime_error("no step in flight: step_async() first");
+  async_.join();
+  in_flight_ = false;
+  if (async_error_) std::rethrow_exception(async_error_);
+}
+
+void Executor::reset_stats() {
+  stats_.assign(schedule().num_ops, OpStats{});
+  steps_ = 0;
+}
+
+}  // namespace planner
