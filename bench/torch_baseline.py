@@ -1,6 +1,7 @@
 """The PyTorch baseline of the benches: one SGD training step of a forward graph translated
 node by node to torch calls (tests/graph/test_train_vs_torch.py), with torch.autograd and
-torch.optim.SGD, eagerly or under torch.compile (inductor)."""
+torch.optim.SGD, eagerly or under torch.compile (inductor), on the CPU or a GPU (there also
+captured whole as one CUDA graph and replayed, PyTorch's recipe for launch-bound steps)."""
 
 from __future__ import annotations
 
@@ -13,20 +14,26 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from planner.graph.interpret import init_params, random_feeds  # noqa: E402
 
 
-def torch_trainer(forward, lr: float, threads: int, compiled: bool = False) -> Callable[[], None]:
-    """A function running one training step of `forward`'s loss on `threads` threads; warmed
-    up (and compiled) before it is returned."""
+def torch_trainer(forward, lr: float, threads: int, compiled: bool = False,
+                  device: str = "cpu", cuda_graph: bool = False) -> Callable[[], None]:
+    """A function running one training step of `forward`'s loss on `threads` threads (or the
+    GPU `device`, returning once the step has finished there); warmed up (and compiled, or
+    captured as one CUDA graph) before it is returned."""
     import torch
 
     from tests.graph.test_train_vs_torch import torch_forward
 
     torch.set_num_threads(threads)
+    if device != "cpu":
+        # float32 as the executor computes it: no TF32 rounding in either.
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
     state = init_params(forward, seed=0)
     feeds = random_feeds(forward, seed=1)
-    params = {t.name: torch.tensor(state[t.name], requires_grad=True)
+    params = {t.name: torch.tensor(state[t.name], device=device, requires_grad=True)
               for t in forward.by_role("param")}
-    values = {**{k: torch.tensor(v) for k, v in state.items()},
-              **{k: torch.tensor(v) for k, v in feeds.items()}, **params}
+    values = {**{k: torch.tensor(v, device=device) for k, v in state.items()},
+              **{k: torch.tensor(v, device=device) for k, v in feeds.items()}, **params}
     opt = torch.optim.SGD(list(params.values()), lr=lr)
 
     def loss(vals):
@@ -35,10 +42,33 @@ def torch_trainer(forward, lr: float, threads: int, compiled: bool = False) -> C
     fn = torch.compile(loss, dynamic=False) if compiled else loss
 
     def step() -> None:
-        opt.zero_grad()
+        opt.zero_grad(set_to_none=not cuda_graph)
         fn(values).backward()
         opt.step()
 
-    step()
-    step()
-    return step
+    sync = torch.cuda.synchronize if device != "cpu" else (lambda: None)
+    if cuda_graph:
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(3):  # warm-up on a side stream, as the capture recipe asks
+                step()
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            step()
+
+        def replay() -> None:
+            graph.replay()
+            sync()
+
+        replay()
+        return replay
+
+    def run() -> None:
+        step()
+        sync()
+
+    run()
+    run()
+    return run

@@ -29,10 +29,23 @@ def host_plan(graph: Graph, strategy: str = "uniform") -> Plan:
             schedule=ScheduleOptions(strategy=strategy)))
 
 
-def build_module(graph: Graph, folder: Path):
-    """Render, build and import the executor of `graph` under `folder` (its name), every
-    tensor with its own bytes so that every value can be read back after a step."""
-    tree = render(host_plan(graph), folder, layout="own")
+# The GPU target CUDA executors are planned for in tests (planning needs no GPU).
+GPU_TARGET = "h100-80gb"
+
+
+def gpu_plan(graph: Graph) -> Plan:
+    """The plan of `graph` for the GPU preset (stream schedule, conv algorithms, workspaces)."""
+    from planner.target import preset
+
+    return plan(graph, preset(GPU_TARGET))
+
+
+def build_module(graph: Graph, folder: Path, backend: str = "cpu", layout: str = "own"):
+    """Render, build and import the executor of `graph` under `folder` (its name) for this
+    host's CPUs or (backend "cuda") the GPU preset; by default every tensor with its own
+    bytes, so that every value can be read back after a step."""
+    planned = gpu_plan(graph) if backend == "cuda" else host_plan(graph)
+    tree = render(planned, folder, layout=layout)
     return load(build(tree.dir).dir)
 
 
@@ -93,11 +106,11 @@ def _f64(x: np.ndarray) -> np.ndarray:
     return x.astype(np.float64) if x.dtype == np.float32 else x
 
 
-def step_with_values(module, graph: Graph, state, feeds) -> dict[str, np.ndarray]:
+def step_with_values(module, graph: Graph, state, feeds, **options) -> dict[str, np.ndarray]:
     """One step; the value of every tensor: feeds, the state before the step, and what each
     producer wrote (under the executor's own layout no two live tensors share bytes but
     updates, which keep their own names, and views, which hold the same values)."""
-    ex = module.Executor()
+    ex = module.Executor(**options)
     ex.load_params(state)
     produced = [t.name for t in graph.tensors if t.name in graph.producer]
     values = dict(ex.step(feeds, produced))
@@ -106,5 +119,5 @@ def step_with_values(module, graph: Graph, state, feeds) -> dict[str, np.ndarray
     return values
 
 
-__all__ = ["build_module", "host_plan", "node_errors", "random_feeds", "rel_error",
+__all__ = ["build_module", "gpu_plan", "host_plan", "node_errors", "random_feeds", "rel_error",
            "start_state", "step_with_values"]

@@ -219,7 +219,11 @@ VARIANTS = _variants()
 
 @pytest.fixture(scope="module")
 def executed(tmp_path_factory):
-    """Every variant's outputs from one executor."""
+    return run_variants(tmp_path_factory.mktemp("ops") / "op_kernels", "cpu")
+
+
+def run_variants(folder, backend: str) -> dict[str, list]:
+    """Every variant's outputs from one executor of `backend`."""
     b = GraphBuilder("op_kernels")
     outs: dict[str, list[str]] = {}
     feeds = {}
@@ -231,7 +235,7 @@ def executed(tmp_path_factory):
         with b.scope(label):
             outs[label] = b.op_n(op, names, attrs)
     graph = check_graph(b.build(outputs=[o for v in outs.values() for o in v]))
-    module = build_module(graph, tmp_path_factory.mktemp("ops") / "op_kernels")
+    module = build_module(graph, folder, backend)
     got = module.Executor().forward(feeds)
     return {label: [got[o] for o in names] for label, names in outs.items()}
 
@@ -245,15 +249,26 @@ def _f64(x):
     return x.astype(np.float64) if x.dtype == np.float32 else x
 
 
+# float32 kernels: a few ulps per element, more where a sum or a library's polynomial
+# approximation (oneDNN's exp, erf, tanh) enters.
+CPU_TOL = 2e-6 * 8
+
+
 @pytest.mark.parametrize("label,op,attrs,xs", VARIANTS, ids=[v[0] for v in VARIANTS])
 def test_kernel_matches_reference(label, op, attrs, xs, executed):
-    results = executed
+    check_variant(op, attrs, xs, executed[label], CPU_TOL)
+
+
+def check_variant(op, attrs, xs, outputs, tol: float) -> None:
+    """One variant's outputs against the op's reference: NaN and infinities exactly where the
+    float32 reference has them, finite values within `tol` of the float64 reference (or 10x
+    numpy's own float32 error where that is larger: sums that cancel)."""
     opdef = get_op(op)
     full = opdef.normalize_attrs(attrs)
     with np.errstate(all="ignore"):
         single = opdef.reference(list(xs), full)
         exact = opdef.reference([_f64(x) for x in xs], full)
-    for k, (got, near, want) in enumerate(zip(results[label], single, exact, strict=True)):
+    for k, (got, near, want) in enumerate(zip(outputs, single, exact, strict=True)):
         got, near = np.asarray(got), np.asarray(near)
         assert got.shape == near.shape and got.dtype == near.dtype, f"output {k}"
         if got.dtype.kind != "f":
@@ -271,7 +286,4 @@ def test_kernel_matches_reference(label, op, attrs, xs, executed):
         scale = max(float(np.abs(want).max()), 1e-30)
         err = float(np.abs(got[finite] - want).max()) / scale
         floor = 10 * float(np.abs(near[finite] - want).max()) / scale
-        # float32 kernels: a few ulps per element, more where a sum or a library's polynomial
-        # approximation (oneDNN's exp, erf, tanh) enters; numpy's own float32 error x 10 where
-        # that is larger (sums that cancel).
-        assert err <= max(floor, 2e-6 * 8), f"output {k}: rel. error {err:.2e}"
+        assert err <= max(floor, tol), f"output {k}: rel. error {err:.2e}"

@@ -1,0 +1,129 @@
+"""The generated CUDA executor against PyTorch on one GPU: step time of a training step (SGD)
+for zoo models, the executor on the plan's streams, on one stream and replayed as a CUDA graph,
+against PyTorch eager, PyTorch with the whole step captured as a CUDA graph, and torch.compile
+(inductor). Float32 everywhere, TF32 off in both. Medians of alternating rounds.
+
+    python bench/bench_gpu.py [--models inception_v3,resnet50,lstm,wide_deep] [--json]
+
+Needs an NVIDIA GPU, nvcc and the cuda extra (cuDNN, cuBLAS); PyTorch with CUDA for the
+baselines. Plans are made for the `h100-80gb` preset unless --target names another.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import warnings
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_cpu_strategies import measure  # noqa: E402
+from torch_baseline import torch_trainer  # noqa: E402
+from codegen.build import build  # noqa: E402
+from codegen.load import load  # noqa: E402
+from codegen.render import render  # noqa: E402
+from planner.graph.autodiff import make_training_graph  # noqa: E402
+from planner.graph.interpret import init_params, random_feeds  # noqa: E402
+from planner.graph.optimizer import Optimizer  # noqa: E402
+from planner.pipeline import plan  # noqa: E402
+from planner.target import preset  # noqa: E402
+from planner.zoo import build as zoo  # noqa: E402
+
+# The issue's sizes: inception_v3 batch 16, resnet-50 batch 64, lstm batch 20, wide_deep.
+MODELS = {
+    "inception_v3": ("inception_v3", dict(batch=16)),
+    "resnet50": ("resnet", dict(batch=64, depth=50)),
+    "lstm": ("lstm", dict(batch=20)),
+    "wide_deep": ("wide_deep", dict(batch=256)),
+}
+SGD = Optimizer(kind="sgd", lr=0.01)
+
+
+def executor_runner(module, graph, **options):
+    ex = module.Executor(**options)
+    ex.load_params(init_params(graph, seed=0))
+    feeds = random_feeds(graph, seed=1)
+    ex.step(feeds)  # warm-up (and the graph's capture)
+    return lambda: ex.step(feeds)
+
+
+def bench_model(label: str, target, steps: int, rounds: int, compiled: bool) -> dict:
+    name, size = MODELS[label]
+    forward = zoo(name, **size)
+    graph = make_training_graph(forward, SGD)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        p = plan(graph, target)
+    runners, failed = {}, {}
+    with tempfile.TemporaryDirectory() as tmp:
+        module = load(build(render(p, Path(tmp) / label).dir).dir)
+        runners["ours streams"] = executor_runner(module, graph)
+        runners["ours 1 stream"] = executor_runner(module, graph, streams=False)
+        runners["ours graph"] = executor_runner(module, graph, cuda_graph=True)
+        baselines = {"torch eager": {}, "torch graph": dict(cuda_graph=True)}
+        if compiled:
+            baselines["torch.compile"] = dict(compiled=True)
+        for key, options in baselines.items():
+            try:
+                runners[key] = torch_trainer(forward, SGD.lr, 1, device="cuda", **options)
+            except Exception as e:  # noqa: BLE001 - a baseline's failure must not lose the table
+                failed[key] = f"{type(e).__name__}: {str(e).splitlines()[0][:120]}"
+        measured = measure(runners, steps, rounds)
+    return {"model": label, "ops": len(graph.nodes), "size": size,
+            "streams": len(p.target.streams), "arena_mib": p.summary.memory.arena_bytes / 2**20,
+            "measured_ms": {k: v * 1e3 for k, v in measured.items()},
+            "predicted_ms": p.summary.step_seconds * 1e3, "failed": failed}
+
+
+def report(rows: list[dict], device: str, load: tuple[str, str]) -> str:
+    lines = [f"GPU {device}; load average before {load[0]}, after {load[1]}"]
+    for r in rows:
+        m = r["measured_ms"]
+        eager = m.get("torch eager")
+        lines.append(f"\n{r['model']} {r['size']} ({r['ops']} ops, {r['streams']} streams, "
+                     f"arena {r['arena_mib']:.0f} MiB, predicted {r['predicted_ms']:.2f} ms)")
+        lines.append(f"  {'variant':<16}{'measured ms':>12}{'eager/x':>10}")
+        for k, ms in m.items():
+            ratio = f"{eager / ms:>10.2f}" if eager else ""
+            lines.append(f"  {k:<16}{ms:>12.3f}{ratio}")
+        for k, why in r["failed"].items():
+            lines.append(f"  {k:<16} failed: {why}")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", default=",".join(MODELS))
+    parser.add_argument("--target", default="h100-80gb")
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--no-compile", action="store_true", help="skip torch.compile")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    target = preset(args.target)
+    import torch
+
+    device = torch.cuda.get_device_name(0)
+    before = os.getloadavg()
+    rows = []
+    for label in args.models.split(","):
+        if label not in MODELS:
+            raise SystemExit(f"unknown model {label!r}; known: {', '.join(MODELS)}")
+        rows.append(bench_model(label, target, args.steps, args.rounds, not args.no_compile))
+        print(f"done: {label}", file=sys.stderr, flush=True)
+    after = os.getloadavg()
+    load = (" ".join(f"{x:.2f}" for x in before), " ".join(f"{x:.2f}" for x in after))
+    if args.json:
+        print(json.dumps({"device": device, "load": load, "models": rows}, indent=2,
+                         sort_keys=True))
+    else:
+        print(report(rows, device, load))
+
+
+if __name__ == "__main__":
+    main()

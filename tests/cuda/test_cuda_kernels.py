@@ -1,0 +1,30 @@
+"""Every CUDA kernel against its op's numpy reference, on clean inputs and on inputs holding
+NaN, +inf and -inf (tests/codegen/test_op_kernels.py's cases, run by the CUDA executor)."""
+
+from __future__ import annotations
+
+import pytest
+
+from codegen.backends import BACKENDS
+from tests.codegen.test_op_kernels import CASES, VARIANTS, check_variant, run_variants
+
+pytestmark = pytest.mark.gpu
+
+# float32 kernels: a few ulps per element; CUDA's expf / erff / tanhf are within 2 ulps and
+# cuDNN's convolution and pooling sums run in another order than numpy's (still float32,
+# TF32 off), so the same bound as the CPU's oneDNN kernels.
+CUDA_TOL = 2e-6 * 8
+
+
+def test_the_cases_cover_every_cuda_op():
+    assert set(BACKENDS["cuda"].ops) <= set(CASES), sorted(set(BACKENDS["cuda"].ops) - set(CASES))
+
+
+@pytest.fixture(scope="module")
+def executed(tmp_path_factory):
+    return run_variants(tmp_path_factory.mktemp("ops") / "cuda_op_kernels", "cuda")
+
+
+@pytest.mark.parametrize("label,op,attrs,xs", VARIANTS, ids=[v[0] for v in VARIANTS])
+def test_kernel_matches_reference(label, op, attrs, xs, executed):
+    check_variant(op, attrs, xs, executed[label], CUDA_TOL)
