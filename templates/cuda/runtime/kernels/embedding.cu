@@ -5,9 +5,9 @@
 // Why it is built this way:
 // - An id outside [0, V) is a StepError on the CPU; here that would need a host read of the ids
 //   (a sync), so a bad id poisons instead, visibly and without a branch on the host:
-//   Embedding writes a NaN row for it; EmbeddingGrad makes the whole table gradient NaN (each
-//   thread of the bad position stores NaN down its column; a NaN store and an atomic add to
-//   the same word end NaN in either order), so the parameter update cannot silently skip it.
+//   Embedding writes a NaN row for it (so the loss goes NaN); EmbeddingGrad writes NaN over
+//   row (position % V) of dtable (a NaN store and an atomic add to the same word end NaN in
+//   either order), so the update cannot silently drop it either.
 // - The gradient adds with float atomics: repeated ids then sum in an unspecified order, so
 //   dtable is within rounding of numpy's add.at but not bitwise reproducible (the CPU kernel's
 //   column split is). Rows of four floats go as one float4 atomic on sm_90 when aligned.
@@ -54,8 +54,9 @@ __device__ __forceinline__ void add_to(float4* p, float4 x) {
 #endif
 }
 
-// dtable[ids[i], c] += dy[i, c]; dtable was zeroed on the stream before. A bad id's threads
-// store NaN down their column c of every row of dtable.
+// dtable[ids[i], c] += dy[i, c]; dtable was zeroed on the stream before. The threads of a
+// position i with a bad id store NaN over row i % V instead (bounded work however many ids
+// are bad).
 template <class T, class I>
 __global__ void scatter_rows(const int64_t* __restrict__ ids, const T* __restrict__ dy, I count,
                              I d, int64_t v, T* __restrict__ dt) {
@@ -67,10 +68,8 @@ __global__ void scatter_rows(const int64_t* __restrict__ ids, const T* __restric
     if (id >= 0 && id < v) {
       add_to(dt + id * d + c, dy[k]);
     } else {
-      float* col = reinterpret_cast<float*>(dt + c);
-      const int64_t row = static_cast<int64_t>(d) * (sizeof(T) / sizeof(float));
-      for (int64_t r = 0; r < v; ++r)
-        for (unsigned j = 0; j < sizeof(T) / sizeof(float); ++j) col[r * row + j] = NAN;
+      float* w = reinterpret_cast<float*>(dt + (static_cast<int64_t>(i) % v) * d + c);
+      for (unsigned j = 0; j < sizeof(T) / sizeof(float); ++j) w[j] = NAN;
     }
   }
 }
@@ -140,6 +139,7 @@ class EmbeddingGrad : public Rows {
         ids_(n.in[0].id), dy_(n.in[1].id), dt_(n.out[0].id) {
     if (n.in[0].dtype != I64 || n.in[1].dtype != F32)
       throw std::runtime_error("EmbeddingGrad takes int64 ids and a float32 dy");
+    if (v_ <= 0) throw std::runtime_error("EmbeddingGrad: num_embeddings must be positive");
     if (n.out[0].shape.at(0) != v_)
       throw std::runtime_error("EmbeddingGrad: num_embeddings does not match dtable's rows");
   }
