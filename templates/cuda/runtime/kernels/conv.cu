@@ -120,7 +120,7 @@ struct Roles {
 class CudnnConv : public Kernel {
  public:
   CudnnConv(const Node& n, Dir dir, const Roles& ids, const Shape& image, const Shape& output,
-       const Shape& filter)
+            const Shape& filter)
       : dir_(dir), ids_(ids) {
     require_f32(n);
     if (image.size() != 4 || output.size() != 4 || filter.size() != 4)
