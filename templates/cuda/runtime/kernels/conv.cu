@@ -1,0 +1,354 @@
+// Convolutions with cuDNN's legacy convolution API, running the algorithm the plan chose.
+//
+// Why it looks like this: the plan picked each convolution's algorithm family and sized its
+// workspace (plan.memory.convs), so the kernel honours that family instead of asking cuDNN
+// again; only when cuDNN does not support the family for this shape (or the plan named none)
+// does it fall back, deterministically, to the heuristics' fastest algorithm whose workspace
+// fits the planned bytes, and finally to the zero-workspace ALGO_0 / IMPLICIT_GEMM. Which one
+// runs is kept (`algorithm()`), so a fallback is visible.
+//
+// All four ops are one cuDNN convolution seen from three directions: Conv2D is forward,
+// Conv2DBackpropInput and ConvTranspose2D are backward data (a transposed convolution is the
+// data gradient of the convolution from its output back to its input, with the same IOHW
+// weight bytes as that convolution's OIHW filter), Conv2DBackpropFilter is backward filter.
+//
+// cuDNN's legacy API pads symmetrically; our pads are [top, left, bottom, right]. Asymmetric
+// pads go through a zero-padded copy of the image in the scratch area (forward / filter), or
+// a padded data gradient that is cropped after (backward data), with the convolution itself
+// unpadded: exact, at the cost of that temporary.
+//
+// Math is CUDNN_FMA_MATH: float32 stays float32 (no TF32), as the float64 references expect.
+#include <vector>
+
+#include "../cudnn_kernel.h"
+
+namespace planner {
+namespace {
+
+enum class Dir { Forward, Data, Filter };
+
+struct Algo {
+  const char* family;  // the plan's name
+  int value;           // the direction's cuDNN enum
+  const char* name;    // cuDNN's name, for algorithm()
+};
+
+// The plan's families mapped per direction (backward: the nearest cuDNN has), and every
+// algorithm cuDNN has for the direction (family nullptr), in fallback order.
+const std::vector<Algo>& algos(Dir d) {
+  static const std::vector<Algo> fwd = {
+      {"IMPLICIT_GEMM", CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM, "FWD_IMPLICIT_GEMM"},
+      {"IMPLICIT_PRECOMP_GEMM", CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM,
+       "FWD_IMPLICIT_PRECOMP_GEMM"},
+      {"GEMM", CUDNN_CONVOLUTION_FWD_ALGO_GEMM, "FWD_GEMM"},
+      {"DIRECT", CUDNN_CONVOLUTION_FWD_ALGO_DIRECT, "FWD_DIRECT"},
+      {"FFT", CUDNN_CONVOLUTION_FWD_ALGO_FFT, "FWD_FFT"},
+      {"FFT_TILING", CUDNN_CONVOLUTION_FWD_ALGO_FFT_TILING, "FWD_FFT_TILING"},
+      {"WINOGRAD", CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD, "FWD_WINOGRAD"},
+      {"WINOGRAD_NONFUSED", CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD_NONFUSED,
+       "FWD_WINOGRAD_NONFUSED"},
+  };
+  static const std::vector<Algo> data = {
+      {"IMPLICIT_GEMM", CUDNN_CONVOLUTION_BWD_DATA_ALGO_0, "BWD_DATA_ALGO_0"},
+      {"IMPLICIT_PRECOMP_GEMM", CUDNN_CONVOLUTION_BWD_DATA_ALGO_1, "BWD_DATA_ALGO_1"},
+      {"GEMM", CUDNN_CONVOLUTION_BWD_DATA_ALGO_1, "BWD_DATA_ALGO_1"},
+      {"FFT", CUDNN_CONVOLUTION_BWD_DATA_ALGO_FFT, "BWD_DATA_FFT"},
+      {"FFT_TILING", CUDNN_CONVOLUTION_BWD_DATA_ALGO_FFT_TILING, "BWD_DATA_FFT_TILING"},
+      {"WINOGRAD", CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD, "BWD_DATA_WINOGRAD"},
+      {"WINOGRAD_NONFUSED", CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD_NONFUSED,
+       "BWD_DATA_WINOGRAD_NONFUSED"},
+  };
+  // cuDNN has no fused Winograd for the filter gradient: WINOGRAD maps to the non-fused one.
+  static const std::vector<Algo> filter = {
+      {"IMPLICIT_GEMM", CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0, "BWD_FILTER_ALGO_0"},
+      {"IMPLICIT_PRECOMP_GEMM", CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1, "BWD_FILTER_ALGO_1"},
+      {"GEMM", CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1, "BWD_FILTER_ALGO_1"},
+      {"", CUDNN_CONVOLUTION_BWD_FILTER_ALGO_3, "BWD_FILTER_ALGO_3"},
+      {"FFT", CUDNN_CONVOLUTION_BWD_FILTER_ALGO_FFT, "BWD_FILTER_FFT"},
+      {"FFT_TILING", CUDNN_CONVOLUTION_BWD_FILTER_ALGO_FFT_TILING, "BWD_FILTER_FFT_TILING"},
+      {"WINOGRAD", CUDNN_CONVOLUTION_BWD_FILTER_ALGO_WINOGRAD_NONFUSED,
+       "BWD_FILTER_WINOGRAD_NONFUSED"},
+      {"WINOGRAD_NONFUSED", CUDNN_CONVOLUTION_BWD_FILTER_ALGO_WINOGRAD_NONFUSED,
+       "BWD_FILTER_WINOGRAD_NONFUSED"},
+  };
+  return d == Dir::Forward ? fwd : d == Dir::Data ? data : filter;
+}
+
+const char* algo_name(Dir d, int value) {
+  for (const Algo& a : algos(d))
+    if (a.value == value) return a.name;
+  return "UNKNOWN";
+}
+
+// ---- explicit padding for asymmetric pads ------------------------------------------------
+
+// xp (planes, Hp, Wp) = x (planes, H, W) placed at (top, left), zeros around it.
+__global__ void pad_planes(const float* __restrict__ x, float* __restrict__ xp, int64_t total,
+                           int H, int W, int Hp, int Wp, int top, int left) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const int w = static_cast<int>(i % Wp), h = static_cast<int>(i / Wp % Hp);
+    const int64_t p = i / (int64_t{Wp} * Hp);
+    const int ih = h - top, iw = w - left;
+    xp[i] = (ih >= 0 && ih < H && iw >= 0 && iw < W) ? x[(p * H + ih) * W + iw] : 0.f;
+  }
+}
+
+// x (planes, H, W) = the region of xp (planes, Hp, Wp) at (top, left).
+__global__ void crop_planes(const float* __restrict__ xp, float* __restrict__ x, int64_t total,
+                            int H, int W, int Hp, int Wp, int top, int left) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const int w = static_cast<int>(i % W), h = static_cast<int>(i / W % H);
+    const int64_t p = i / (int64_t{W} * H);
+    x[i] = xp[(p * Hp + h + top) * Wp + w + left];
+  }
+}
+
+}  // namespace
+
+// ---- the kernel ----------------------------------------------------------------------------
+// Outside the anonymous namespace so that a caller holding the Kernel can ask which algorithm
+// runs (dynamic_cast<CudnnConv*>, algorithm()).
+
+// Tensors by role in the equivalent forward convolution: the image (its input), the output
+// and the filter (O, C/groups, kh, kw).
+struct Roles {
+  int image, output, filter;
+};
+
+class CudnnConv : public Kernel {
+ public:
+  CudnnConv(const Node& n, Dir dir, const Roles& ids, const Shape& image, const Shape& output,
+            const Shape& filter)
+      : dir_(dir), ids_(ids) {
+    require_f32(n);
+    if (image.size() != 4 || output.size() != 4 || filter.size() != 4)
+      throw std::runtime_error("convolution tensors must be 4-D (NCHW, OIHW), got image " +
+                               shape_text(image) + ", output " + shape_text(output) +
+                               ", filter " + shape_text(filter));
+    auto s = n.attrs.ints("strides"), p = n.attrs.ints("pads");
+    std::vector<int64_t> d = n.attrs.has("dilations") ? n.attrs.ints("dilations")
+                                                       : std::vector<int64_t>{1, 1};
+    const int64_t groups = n.attrs.has("groups") ? n.attrs.i("groups") : 1;
+    if (s.size() != 2 || p.size() != 4 || d.size() != 2 || groups < 1)
+      throw std::runtime_error("convolution attrs need strides[2], pads[4], dilations[2] and "
+                               "groups >= 1");
+    if (filter[1] * groups != image[1] || filter[0] % groups || filter[0] != output[1])
+      throw std::runtime_error("filter " + shape_text(filter) + " with groups=" +
+                               std::to_string(groups) + " does not map image " +
+                               shape_text(image) + " to output " + shape_text(output));
+
+    // Symmetric pads go to cuDNN; asymmetric ones make the image explicitly padded.
+    padded_ = p[0] != p[2] || p[1] != p[3];
+    H_ = to_int(image[2], "H");
+    W_ = to_int(image[3], "W");
+    top_ = to_int(p[0], "pad top");
+    left_ = to_int(p[1], "pad left");
+    Hp_ = padded_ ? to_int(image[2] + p[0] + p[2], "padded H") : H_;
+    Wp_ = padded_ ? to_int(image[3] + p[1] + p[3], "padded W") : W_;
+    planes_ = image[0] * image[1];
+    if (padded_) temp_bytes_ = align256(sizeof(float) * planes_ * Hp_ * Wp_);
+
+    set_nchw(image_, image[0], image[1], Hp_, Wp_);
+    set_nchw(output_, output[0], output[1], output[2], output[3]);
+    PLANNER_CUDNN(cudnnSetFilter4dDescriptor(filter_, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW,
+                                             to_int(filter[0], "O"), to_int(filter[1], "C/g"),
+                                             to_int(filter[2], "kh"), to_int(filter[3], "kw")));
+    PLANNER_CUDNN(cudnnSetConvolution2dDescriptor(
+        conv_, padded_ ? 0 : top_, padded_ ? 0 : left_, to_int(s[0], "stride"),
+        to_int(s[1], "stride"), to_int(d[0], "dilation"), to_int(d[1], "dilation"),
+        CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
+    PLANNER_CUDNN(cudnnSetConvolutionGroupCount(conv_, static_cast<int>(groups)));
+    PLANNER_CUDNN(cudnnSetConvolutionMathType(conv_, CUDNN_FMA_MATH));
+
+    int on, oc, oh, ow;
+    PLANNER_CUDNN(cudnnGetConvolution2dForwardOutputDim(conv_, image_, filter_, &on, &oc, &oh,
+                                                        &ow));
+    if (Shape{on, oc, oh, ow} != output)
+      throw std::runtime_error("cuDNN computes output " + shape_text(Shape{on, oc, oh, ow}) +
+                               " for image " + shape_text(image) + ", the op has " +
+                               shape_text(output));
+    choose(n);
+  }
+
+  size_t scratch_bytes() const override { return temp_bytes_ + workspace_; }
+  const char* algorithm() const { return algo_name(dir_, algo_); }
+
+  void run(const Run& r) override {
+    const float one = 1.f, zero = 0.f;
+    float* temp = reinterpret_cast<float*>(r.scratch);
+    void* ws = workspace_ ? r.scratch + temp_bytes_ : nullptr;
+    const unsigned threads = 256;
+    if (dir_ == Dir::Data) {
+      float* dx = padded_ ? temp : r.at<float>(ids_.image);
+      PLANNER_CUDNN(cudnnConvolutionBackwardData(
+          r.cudnn, &one, filter_, r.at<float>(ids_.filter), output_, r.at<float>(ids_.output),
+          conv_, static_cast<cudnnConvolutionBwdDataAlgo_t>(algo_), ws, workspace_, &zero,
+          image_, dx));
+      if (padded_) {
+        const int64_t total = planes_ * H_ * W_;
+        crop_planes<<<blocks_for(total, threads), threads, 0, r.stream>>>(
+            temp, r.at<float>(ids_.image), total, H_, W_, Hp_, Wp_, top_, left_);
+        PLANNER_LAUNCHED("crop_planes");
+      }
+      return;
+    }
+    const float* x = r.at<float>(ids_.image);
+    if (padded_) {
+      const int64_t total = planes_ * Hp_ * Wp_;
+      pad_planes<<<blocks_for(total, threads), threads, 0, r.stream>>>(x, temp, total, H_, W_,
+                                                                       Hp_, Wp_, top_, left_);
+      PLANNER_LAUNCHED("pad_planes");
+      x = temp;
+    }
+    if (dir_ == Dir::Forward) {
+      PLANNER_CUDNN(cudnnConvolutionForward(
+          r.cudnn, &one, image_, x, filter_, r.at<float>(ids_.filter), conv_,
+          static_cast<cudnnConvolutionFwdAlgo_t>(algo_), ws, workspace_, &zero, output_,
+          r.at<float>(ids_.output)));
+    } else {
+      PLANNER_CUDNN(cudnnConvolutionBackwardFilter(
+          r.cudnn, &one, image_, x, output_, r.at<float>(ids_.output), conv_,
+          static_cast<cudnnConvolutionBwdFilterAlgo_t>(algo_), ws, workspace_, &zero, filter_,
+          r.at<float>(ids_.filter)));
+    }
+  }
+
+ private:
+  // The workspace `algo` needs here, or cuDNN's status when it does not support it.
+  cudnnStatus_t query(cudnnHandle_t h, int algo, size_t* bytes) const {
+    *bytes = 0;
+    switch (dir_) {
+      case Dir::Forward:
+        return cudnnGetConvolutionForwardWorkspaceSize(
+            h, image_, filter_, conv_, output_, static_cast<cudnnConvolutionFwdAlgo_t>(algo),
+            bytes);
+      case Dir::Data:
+        return cudnnGetConvolutionBackwardDataWorkspaceSize(
+            h, filter_, output_, conv_, image_, static_cast<cudnnConvolutionBwdDataAlgo_t>(algo),
+            bytes);
+      default:
+        return cudnnGetConvolutionBackwardFilterWorkspaceSize(
+            h, image_, output_, conv_, filter_,
+            static_cast<cudnnConvolutionBwdFilterAlgo_t>(algo), bytes);
+    }
+  }
+
+  // cuDNN's heuristic ranking (no timing, nothing allocated): FMA-math algorithms only.
+  std::vector<int> ranked(cudnnHandle_t h) const {
+    std::vector<int> out;
+    int count = 0, got = 0;
+    auto keep = [&](auto& perf) {
+      for (int i = 0; i < got; ++i)
+        if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].mathType != CUDNN_TENSOR_OP_MATH &&
+            perf[i].mathType != CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION)
+          out.push_back(static_cast<int>(perf[i].algo));
+    };
+    if (dir_ == Dir::Forward) {
+      PLANNER_CUDNN(cudnnGetConvolutionForwardAlgorithmMaxCount(h, &count));
+      std::vector<cudnnConvolutionFwdAlgoPerf_t> perf(count);
+      PLANNER_CUDNN(cudnnGetConvolutionForwardAlgorithm_v7(h, image_, filter_, conv_, output_,
+                                                           count, &got, perf.data()));
+      keep(perf);
+    } else if (dir_ == Dir::Data) {
+      PLANNER_CUDNN(cudnnGetConvolutionBackwardDataAlgorithmMaxCount(h, &count));
+      std::vector<cudnnConvolutionBwdDataAlgoPerf_t> perf(count);
+      PLANNER_CUDNN(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, filter_, output_, conv_,
+                                                                image_, count, &got,
+                                                                perf.data()));
+      keep(perf);
+    } else {
+      PLANNER_CUDNN(cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(h, &count));
+      std::vector<cudnnConvolutionBwdFilterAlgoPerf_t> perf(count);
+      PLANNER_CUDNN(cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, image_, output_, conv_,
+                                                                  filter_, count, &got,
+                                                                  perf.data()));
+      keep(perf);
+    }
+    return out;
+  }
+
+  // The plan's family when cuDNN supports it here; else the heuristics' first supported one
+  // whose workspace fits the planned bytes; else ALGO_0 / IMPLICIT_GEMM (no workspace).
+  void choose(const Node& n) {
+    size_t bytes = 0;
+    if (n.attrs.has("conv_algo")) {
+      const std::string family = n.attrs.s("conv_algo");
+      const Algo* mapped = nullptr;
+      for (const Algo& a : algos(dir_))
+        if (a.family[0] && family == a.family) mapped = &a;
+      if (!mapped)
+        throw std::runtime_error("unknown conv_algo '" + family + "' (expected a cuDNN family: "
+                                 "IMPLICIT_GEMM, IMPLICIT_PRECOMP_GEMM, GEMM, WINOGRAD, "
+                                 "WINOGRAD_NONFUSED, FFT, FFT_TILING)");
+      if (query(n.cudnn, mapped->value, &bytes) == CUDNN_STATUS_SUCCESS) {
+        algo_ = mapped->value;
+        workspace_ = bytes;
+        return;
+      }
+    }
+    const size_t budget = n.planned_scratch > 0 ? static_cast<size_t>(n.planned_scratch) : 0;
+    for (int a : ranked(n.cudnn)) {
+      if (query(n.cudnn, a, &bytes) == CUDNN_STATUS_SUCCESS && bytes <= budget) {
+        algo_ = a;
+        workspace_ = bytes;
+        return;
+      }
+    }
+    algo_ = 0;  // FWD_IMPLICIT_GEMM, BWD_DATA_ALGO_0, BWD_FILTER_ALGO_0
+    PLANNER_CUDNN(query(n.cudnn, algo_, &bytes));
+    workspace_ = bytes;
+  }
+
+  Dir dir_;
+  Roles ids_;
+  TensorDesc image_, output_;
+  FilterDesc filter_;
+  ConvDesc conv_;
+  int algo_ = 0;
+  size_t workspace_ = 0, temp_bytes_ = 0;
+  bool padded_ = false;
+  int H_ = 0, W_ = 0, Hp_ = 0, Wp_ = 0, top_ = 0, left_ = 0;
+  int64_t planes_ = 0;
+};
+
+namespace {
+
+// [x, w] -> y
+KernelPtr conv2d(const Node& n) {
+  return std::make_unique<CudnnConv>(n, Dir::Forward, Roles{n.in[0].id, n.out[0].id, n.in[1].id},
+                                n.in[0].shape, n.out[0].shape, n.in[1].shape);
+}
+
+// [dy, w] -> dx of shape input_shape
+KernelPtr conv2d_backprop_input(const Node& n) {
+  return std::make_unique<CudnnConv>(n, Dir::Data, Roles{n.out[0].id, n.in[0].id, n.in[1].id},
+                                n.out[0].shape, n.in[0].shape, n.in[1].shape);
+}
+
+// [x, dy] -> dw of shape filter_shape
+KernelPtr conv2d_backprop_filter(const Node& n) {
+  return std::make_unique<CudnnConv>(n, Dir::Filter, Roles{n.in[0].id, n.in[1].id, n.out[0].id},
+                                n.in[0].shape, n.in[1].shape, n.out[0].shape);
+}
+
+// [x (N,C,H,W), w (C,O/g,kh,kw)] -> y: the data gradient of the convolution y -> x whose
+// filter is w (C outputs, O/g inputs per group). output_padding needs nothing more: cuDNN
+// sizes the backward pass by floor division, so the extra bottom/right rows get zeros, as the
+// reference's (they are reached by no window).
+KernelPtr conv_transpose2d(const Node& n) {
+  return std::make_unique<CudnnConv>(n, Dir::Data, Roles{n.out[0].id, n.in[0].id, n.in[1].id},
+                                n.out[0].shape, n.in[0].shape, n.in[1].shape);
+}
+
+}  // namespace
+
+PLANNER_REGISTER_KERNELS(conv) {
+  r["Conv2D"] = conv2d;
+  r["Conv2DBackpropInput"] = conv2d_backprop_input;
+  r["Conv2DBackpropFilter"] = conv2d_backprop_filter;
+  r["ConvTranspose2D"] = conv_transpose2d;
+}
+
+}  // namespace planner
