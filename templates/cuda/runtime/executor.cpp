@@ -90,6 +90,9 @@ Executor::Executor(const std::string& schedule_path, bool streams, bool cuda_gra
     check_cublas(cublasSetStream(blas, st), "cublasSetStream");
     // float32 stays float32: no TF32 tensor-core rounding (the reference checks 1e-3).
     check_cublas(cublasSetMathMode(blas, CUBLAS_DEFAULT_MATH), "cublasSetMathMode");
+    // No workspace of cuBLAS's own: it would allocate device memory outside the plan's arena
+    // on the first GEMM of each stream.
+    check_cublas(cublasSetWorkspace(blas, nullptr, 0), "cublasSetWorkspace");
     cublas_.push_back(blas);
     cudaEvent_t join;
     check_cuda(cudaEventCreateWithFlags(&join, cudaEventDisableTiming), "cudaEventCreate");
