@@ -9,6 +9,11 @@ never overlap. Several greedy heuristics run; the smallest arena wins.
     first-fit-size     largest first, each at the lowest offset that holds it
     first-fit-start    in order of first write, each at the lowest fitting offset: what a
                        dynamic allocator would do
+    skyline-*          bottom-up: the lowest stretch of time (by the highest block placed over
+                       it) takes the unplaced block, by a priority (lifetime, area, size x
+                       sqrt(lifetime), sqrt(size) x lifetime, the last also with a rule against
+                       slivers), whose lifetime lies within it; none fits: it rises to its
+                       lower neighbour. Short scratch areas go where their op's time has room.
     perturbed-size     a seeded multi-start around greedy by size (noisy size, area, size
                        class and start orders; best and first fit), as many tries as a fixed
                        work budget allows
