@@ -9,6 +9,11 @@ never overlap. Several greedy heuristics run; the smallest arena wins.
     first-fit-size     largest first, each at the lowest offset that holds it
     first-fit-start    in order of first write, each at the lowest fitting offset: what a
                        dynamic allocator would do
+    skyline-*          bottom-up: the lowest stretch of time (by the highest block placed over
+                       it) takes the unplaced block, by a priority (lifetime, area, size x
+                       sqrt(lifetime), sqrt(size) x lifetime, the last also with a rule against
+                       slivers), whose lifetime lies within it; none fits: it rises to its
+                       lower neighbour. Short scratch areas go where their op's time has room.
     perturbed-size     a seeded multi-start around greedy by size (noisy size, area, size
                        class and start orders; best and first fit), as many tries as a fixed
                        work budget allows
@@ -37,6 +42,7 @@ Example:
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -216,6 +222,105 @@ def perturbed_size(blocks: Sequence[Block], alignment: int,
     return best
 
 
+def _skyline(blocks: Sequence[Block], alignment: int, key: np.ndarray, fill: bool,
+             limit: Bytes | None = None) -> Placed | None:
+    """Skyline placement (bottom-up, the blocks' times fixed): the time axis is cut into
+    segments, each with the height of the highest block placed over it. The lowest segment
+    (the earliest on ties) takes the unplaced block of largest `key` whose lifetime lies
+    within it, at the segment's height; when none does, the segment rises to its lower
+    neighbour (the bytes it leaves are the waste). With `fill`, a block that would leave a
+    sliver of the segment no other block fits in comes after one that leaves none. Every
+    placed block rests on what is below it, so nothing is left to fill afterwards; short
+    scratch areas go where their op's time has room instead of splitting long lifetimes.
+    None as soon as the arena reaches `limit`."""
+    n = len(blocks)
+    sizes = [aligned(b.size, alignment) for b in blocks]
+    times = np.unique(np.array([b.start for b in blocks] + [b.end for b in blocks], dtype=float))
+    s_col = np.searchsorted(times, [b.start for b in blocks])
+    e_col = np.searchsorted(times, [b.end for b in blocks])
+    offsets = [0] * n
+    # Blocks by start column; `ptr[c]` is the first with start column >= c.
+    by_start = np.lexsort((np.arange(n), s_col))
+    live = [int(i) for i in by_start if s_col[i] < e_col[i]]  # empty lifetimes stay at 0
+    order = np.array(live, dtype=np.int64)
+    o_start, o_end, o_key = s_col[order], e_col[order], key[order]
+    ptr = np.searchsorted(o_start, np.arange(len(times) + 1))
+    unplaced = np.ones(len(order), dtype=bool)
+    # Segments partition [0, columns): keyed by first column, each with its end and height.
+    columns = len(times) - 1
+    end = {0: columns}
+    prev: dict[int, int | None] = {0: None}
+    height = {0: 0}
+    heap = [(0, 0)]
+    arena = max((sizes[i] for i in range(n) if s_col[i] >= e_col[i]), default=0)
+    if limit is not None and arena >= limit:
+        return None
+    left = len(order)
+    while left:
+        h, a = heapq.heappop(heap)
+        if height.get(a) != h:
+            continue  # a stale entry: the segment rose or merged since
+        b = end[a]
+        lo, hi = int(ptr[a]), int(ptr[b])
+        pick = -1
+        if lo < hi:
+            window = np.arange(lo, hi)
+            ok = unplaced[lo:hi] & (o_end[lo:hi] <= b)
+            cand = window[ok]
+            if len(cand):
+                k = o_key[cand]
+                if fill and len(cand) > 1:
+                    starts, ends = o_start[cand], o_end[cand]
+                    tidy = (((starts == a) | (starts >= ends.min()))
+                            & ((ends == b) | (ends <= starts.max())))
+                    k = np.where(tidy, k, k - np.inf) if tidy.any() else k
+                pick = int(cand[int(np.argmax(k))])
+        if pick >= 0:
+            i = int(order[pick])
+            unplaced[pick] = False
+            left -= 1
+            offsets[i] = h
+            top = h + sizes[i]
+            arena = max(arena, top)
+            if limit is not None and arena >= limit:
+                return None
+            s, e = int(o_start[pick]), int(o_end[pick])
+            pieces = [(a, s, h)] if s > a else []
+            pieces.append((s, e, top))
+            if e < b:
+                pieces.append((e, b, h))
+            after = b if b < columns else None
+            before = prev[a]
+            for x, y, z in pieces:
+                end[x], height[x], prev[x] = y, z, before
+                before = x
+                heapq.heappush(heap, (z, x))
+            if after is not None:
+                prev[after] = before
+            continue
+        # Nothing fits: rise to the lower neighbour and merge with it (and with both when
+        # they are equally high).
+        before = prev[a]
+        after = b if b < columns else None
+        rise = min(height[x] for x in (before, after) if x is not None)
+        height[a] = rise
+        start = a
+        if before is not None and height[before] == rise:
+            end[before] = end[a]
+            del end[a], height[a], prev[a]
+            start = before
+        if after is not None and height[after] == rise:
+            end[start] = end[after]
+            nxt = end[after]
+            del end[after], height[after], prev[after]
+            if nxt < columns:
+                prev[nxt] = start
+        elif after is not None:
+            prev[after] = start
+        heapq.heappush(heap, (rise, start))
+    return offsets, arena
+
+
 def load(blocks: Sequence[Block], alignment: int = 1) -> Bytes:
     """LOAD: the most bytes (sizes aligned) live at any one time, a lower bound on any arena."""
     if not blocks:
@@ -234,11 +339,34 @@ def first_fit_start(blocks: Sequence[Block], alignment: int,
     return _place(blocks, order, alignment, False, limit)
 
 
+def _skyline_keys(blocks: Sequence[Block], alignment: int) -> dict[str, np.ndarray]:
+    """Priorities of the skyline heuristics: lifetimes in columns (the distinct start and end
+    times a lifetime spans) and seconds, sizes aligned."""
+    sizes = np.array([aligned(b.size, alignment) for b in blocks], dtype=float)
+    starts = np.array([b.start for b in blocks], dtype=float)
+    ends = np.array([b.end for b in blocks], dtype=float)
+    times = np.unique(np.concatenate([starts, ends]))
+    columns = (np.searchsorted(times, ends) - np.searchsorted(times, starts)).astype(float)
+    seconds = np.maximum(ends - starts, 0.0)
+    return {"lifetime": columns * (sizes.max(initial=0.0) + 1.0) + sizes,
+            "area": sizes * columns, "tall": sizes * np.sqrt(seconds),
+            "wide": np.sqrt(sizes) * seconds}
+
+
+def _skyline_heuristic(kind: str, fill: bool = False) -> Callable[..., Placed | None]:
+    def heuristic(blocks: Sequence[Block], alignment: int,
+                  limit: Bytes | None = None) -> Placed | None:
+        return _skyline(blocks, alignment, _skyline_keys(blocks, alignment)[kind], fill, limit)
+    heuristic.__name__ = f"skyline_{kind}{'_fill' if fill else ''}"
+    return heuristic
+
+
 # Above LARGE blocks `allocate` skips the heuristics that vary another one's tie-breaks;
 # above HUGE it runs only the first heuristic asked for (greedy by size by default).
 LARGE = 5000
 HUGE = 20000
-REDUNDANT = frozenset({"best-fit-size-start", "first-fit-size"})
+REDUNDANT = frozenset({"best-fit-size-start", "first-fit-size", "skyline-area", "skyline-tall",
+                       "skyline-wide-fill"})
 
 # A heuristic: (blocks, alignment, limit) -> (offsets, arena), or None when it stops early
 # because its arena would reach `limit` (None: no limit).
@@ -249,6 +377,11 @@ HEURISTICS: dict[str, Heuristic] = {
     "best-fit-breadth": best_fit_breadth,
     "first-fit-size": first_fit_size,
     "first-fit-start": first_fit_start,
+    "skyline-lifetime": _skyline_heuristic("lifetime"),
+    "skyline-area": _skyline_heuristic("area"),
+    "skyline-tall": _skyline_heuristic("tall"),
+    "skyline-wide": _skyline_heuristic("wide"),
+    "skyline-wide-fill": _skyline_heuristic("wide", fill=True),
     "perturbed-size": perturbed_size,
 }
 

@@ -170,11 +170,12 @@ def decide(state: State, options: MemoryOptions) -> Placed:
 
 def lay(state: State, options: MemoryOptions) -> Placed:
     """Materialize and place a state. Under a budget this runs inside the search over states,
-    so the seeded multi-start heuristic (the slowest) is left out there."""
+    so the seeded multi-start heuristic and the skyline ones (the slowest) are left out there."""
     m = materialize(state)
     heuristics = options.heuristics
     if options.budget_bytes is not None:
-        heuristics = tuple(h for h in heuristics if h != "perturbed-size") or heuristics
+        heuristics = tuple(h for h in heuristics if h != "perturbed-size"
+                           and not h.startswith("skyline-")) or heuristics
     offsets, arena, host, heuristic = place(m.buffers, options.alignment, heuristics)
     return Placed(state, m, offsets, arena, host, heuristic)
 

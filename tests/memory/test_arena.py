@@ -116,3 +116,17 @@ def test_pruned_search_picks_what_running_every_heuristic_picks(blocks, alignmen
     best = allocate(blocks, alignment=alignment)
     assert (best.offsets, best.arena, best.heuristic) == (tuple(offsets), arena, name)
     assert load(blocks, alignment) == peak(blocks, alignment) <= arena
+
+
+def test_skyline_fills_around_short_scratch():
+    # Long activations and a short scratch area: the skyline reaches LOAD (every placed
+    # block rests on what is below it), skips empty lifetimes and honours the limit.
+    blocks = [Block(40, 0.0, 1.0), Block(60, 0.0, 4.0), Block(30, 1.0, 4.0),
+              Block(10, 2.0, 3.0), Block(40, 0.0, 0.0)]
+    for name in ("skyline-lifetime", "skyline-area", "skyline-tall", "skyline-wide",
+                 "skyline-wide-fill"):
+        offsets, arena = HEURISTICS[name](blocks, 1)
+        assert arena == load(blocks) == 100, name
+        assert offsets[4] == 0  # an empty lifetime conflicts with nothing
+        assert HEURISTICS[name](blocks, 1, 100) is None  # stops once it reaches the limit
+        assert HEURISTICS[name](blocks, 1) == (offsets, arena)
