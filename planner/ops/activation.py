@@ -35,6 +35,7 @@ from planner.ops.base import (
     Infer,
     OpDef,
     OpError,
+    Pointwise,
     Reference,
     TensorType,
     elementwise_flops,
@@ -99,7 +100,8 @@ def _rule(grad_op: str, second: str, attr_names: tuple[str, ...] = ()):
 
 def _define(name: str, reference: Reference, flops: int, grad_op: str, second: str,
             grad_reference: Reference, grad_flops: int, attrs: dict[str, Attr],
-            doc: str, cost_class: str = "elementwise") -> None:
+            doc: str, cost_class: str = "elementwise", pointwise=None,
+            grad_pointwise=None) -> None:
     """Register a forward activation and its gradient op."""
     register(OpDef(
         name=name, arity=1, attrs=attrs, cost_class=cost_class,
@@ -108,6 +110,7 @@ def _define(name: str, reference: Reference, flops: int, grad_op: str, second: s
         reference=reference,
         gradient=_rule(grad_op, second, tuple(attrs)),
         doc=doc,
+        pointwise=pointwise and Pointwise(pointwise, params=_params(attrs)),
     ))
     register(OpDef(
         name=grad_op, arity=2, attrs=attrs, cost_class=cost_class,
@@ -115,7 +118,13 @@ def _define(name: str, reference: Reference, flops: int, grad_op: str, second: s
         flops=elementwise_flops(grad_flops),
         reference=grad_reference,
         doc=f"Gradient of {name}: [dy, {second}] -> dx.",
+        pointwise=grad_pointwise and Pointwise(
+            grad_pointwise, signatures=("float32,float32->float32",), params=_params(attrs)),
     ))
+
+
+def _params(attrs: dict[str, Attr]) -> tuple[tuple[str, str, float], ...]:
+    return tuple((k, "float32", a.default) for k, a in attrs.items())
 
 
 def _leaky_relu(xs: list[np.ndarray], a: Attrs) -> list[np.ndarray]:
@@ -137,18 +146,33 @@ def _softmax_grad(xs: list[np.ndarray], a: Attrs) -> list[np.ndarray]:
     return [y * (dy - np.sum(dy * y, axis=a["axis"], keepdims=True))]
 
 
+def _sigmoid_pw(m, xs, p):
+    x = xs[0]
+    e = m.exp(-m.abs(x))
+    return [m.where(x >= 0, 1.0 / (1.0 + e), e / (1.0 + e))]
+
+
+# Scalar formulas (generated kernels): np.maximum(x, 0) keeps NaN, so Relu is where(x < 0, 0, x).
 _define("Relu", lambda xs, a: [np.maximum(xs[0], 0)], 1,
         "ReluGrad", "y", lambda xs, a: [np.where(xs[1] > 0, xs[0], 0)], 1, {},
-        "y = max(x, 0).")
+        "y = max(x, 0).",
+        pointwise=lambda m, xs, p: [m.where(xs[0] < 0, 0.0, xs[0])],
+        grad_pointwise=lambda m, xs, p: [m.where(xs[1] > 0, xs[0], 0.0)])
 _define("LeakyRelu", _leaky_relu, 2,
         "LeakyReluGrad", "x", _leaky_relu_grad, 2, {"alpha": Attr("float", 0.01)},
-        "y = x if x > 0 else alpha * x.")
+        "y = x if x > 0 else alpha * x.",
+        pointwise=lambda m, xs, p: [m.where(xs[0] > 0, xs[0], xs[0] * p["alpha"])],
+        grad_pointwise=lambda m, xs, p: [m.where(xs[1] > 0, xs[0], xs[0] * p["alpha"])])
 _define("Tanh", lambda xs, a: [np.tanh(xs[0])], 1,
         "TanhGrad", "y", lambda xs, a: [xs[0] * (1 - xs[1] * xs[1])], 3, {},
-        "y = tanh(x).")
+        "y = tanh(x).",
+        pointwise=lambda m, xs, p: [m.tanh(xs[0])],
+        grad_pointwise=lambda m, xs, p: [xs[0] * (1.0 - xs[1] * xs[1])])
 _define("Sigmoid", lambda xs, a: [_sigmoid(xs[0])], 4,
         "SigmoidGrad", "y", lambda xs, a: [xs[0] * xs[1] * (1 - xs[1])], 3, {},
-        "y = 1 / (1 + exp(-x)).")
+        "y = 1 / (1 + exp(-x)).",
+        pointwise=_sigmoid_pw,
+        grad_pointwise=lambda m, xs, p: [xs[0] * xs[1] * (1.0 - xs[1])])
 _define("Softmax", _softmax_ref, 5,
         "SoftmaxGrad", "y", _softmax_grad, 4, {"axis": Attr("int", -1)},
         "y = exp(x) / sum(exp(x)) along axis.", cost_class="reduction")

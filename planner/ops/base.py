@@ -106,6 +106,42 @@ class GradBuilder(Protocol):
 Gradient = Callable[[GradBuilder, Any, list[str | None]], list[str | None]]
 
 
+@dataclass(frozen=True)
+class Pointwise:
+    """An op computed element by element: its scalar formula, from which backends generate
+    kernels (codegen/tvm_kernels.py builds TVM computes of it for the CUDA backend).
+
+    `formula(m, xs, p)` returns the op's outputs at one element, given `xs`, its inputs there,
+    and `p`, the runtime parameters (and `structural` attrs) by name. `m` is a math namespace
+    (the generator's): m.exp, m.log, m.sqrt, m.abs, m.tanh, m.erf, m.erfc, m.expm1, m.log1p,
+    m.pow, m.where(cond, a, b) (both evaluated), m.isnan, m.any, m.all, m.cast(x, dtype),
+    m.u64(constant), and m.index, the element's flat index (int64). Operators + - * / < > ==
+    ^ >> work on its values; a Python number takes the dtype of the value it meets.
+    The formula is the reference's, NaN and infinities included (the tests compare the two).
+
+    params       (attr, dtype, value when the attr is absent) of the attrs passed to the kernel
+                 at run time: float32, float64, uint64 (a seed)
+    signatures   the kernels to generate, as dtypes "in,in->out,out" (int64 Add, say)
+    structural   (attr, values): an attr fixed per kernel (Gelu's approximate); p holds its value
+    broadcast    inputs broadcast to the output as numpy (per-dim strides passed at run time)
+    scalar_inputs  inputs read at element 0 whatever the index (a step counter)
+    arities      for variadic ops, the input counts to generate (the kernel chains for more)
+    reduce_to    (output, input): that output is a per-element contribution the kernel sums
+                 down to the input's shape (PReluGrad's dslope)
+    extents      (name, axis): input 0's extent along axis, an int64 parameter in p
+    """
+
+    formula: Callable[[Any, list[Any], dict[str, Any]], list[Any]]
+    signatures: tuple[str, ...] = ("float32->float32",)
+    params: tuple[tuple[str, str, float], ...] = ()
+    structural: tuple[tuple[str, tuple[Any, ...]], ...] = ()
+    broadcast: bool = False
+    scalar_inputs: tuple[int, ...] = ()
+    arities: tuple[int, ...] = ()
+    reduce_to: tuple[tuple[int, int], ...] = ()
+    extents: tuple[tuple[str, int], ...] = ()
+
+
 def default_bytes(ins: list[TensorType], outs: list[TensorType], attrs: Attrs) -> int:
     """Bytes moved by a kernel that reads every input and writes every output once."""
     return sum(t.nbytes for t in ins) + sum(t.nbytes for t in outs)
@@ -149,6 +185,8 @@ class OpDef:
     # area of this size with the op's lifetime. An estimate from the operand sizes; a kernel
     # that needs more gets a block of its own at load, which the executor's stats() report.
     scratch: Callable[[list[TensorType], list[TensorType], Attrs, int], int] | None = None
+    # Its scalar formula, when it is computed element by element (generated GPU kernels).
+    pointwise: Pointwise | None = None
 
     def normalize_attrs(self, attrs: Attrs) -> Attrs:
         """Attrs with defaults filled in and kinds checked; OpError names a bad field."""

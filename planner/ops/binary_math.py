@@ -39,12 +39,13 @@ from planner.ops.base import (
     GradBuilder,
     OpDef,
     OpError,
+    Pointwise,
     TensorType,
     elementwise_flops,
     register,
     require_float,
 )
-from planner.ops.elementwise import binary_infer, broadcast_shapes
+from planner.ops.elementwise import F32_BINARY, binary_infer, broadcast_shapes
 from planner.ops.reduce import sum_to_shape
 
 if TYPE_CHECKING:
@@ -52,7 +53,7 @@ if TYPE_CHECKING:
 
 
 def _binary(name: str, fn: Callable[[np.ndarray, np.ndarray], np.ndarray], gradient,
-            doc: str, float_only: bool = False) -> None:
+            doc: str, float_only: bool = False, formula=None) -> None:
     register(OpDef(
         name=name, arity=2, cost_class="elementwise",
         infer=binary_infer(name, float_only),
@@ -60,6 +61,7 @@ def _binary(name: str, fn: Callable[[np.ndarray, np.ndarray], np.ndarray], gradi
         reference=lambda xs, a: [fn(xs[0], xs[1])],
         gradient=gradient,
         doc=doc,
+        pointwise=Pointwise(formula, signatures=(F32_BINARY,), broadcast=True),
     ))
 
 
@@ -92,11 +94,13 @@ def _extremum_gradient(grad_op: str):
 
 
 _binary("Pow", np.power, _pow_gradient, "y = a ** b, numpy broadcasting (float only).",
-        float_only=True)
+        float_only=True, formula=lambda m, xs, p: [m.pow(xs[0], xs[1])])
 _binary("Max", np.maximum, _extremum_gradient("MaxGrad"),
-        "y = max(a, b) element-wise, numpy broadcasting (NaN propagates).")
+        "y = max(a, b) element-wise, numpy broadcasting (NaN propagates).",
+        formula=lambda m, xs, p: [m.where(m.any(m.isnan(xs[0]), xs[0] > xs[1]), xs[0], xs[1])])
 _binary("Min", np.minimum, _extremum_gradient("MinGrad"),
-        "y = min(a, b) element-wise, numpy broadcasting (NaN propagates).")
+        "y = min(a, b) element-wise, numpy broadcasting (NaN propagates).",
+        formula=lambda m, xs, p: [m.where(m.any(m.isnan(xs[0]), xs[0] < xs[1]), xs[0], xs[1])])
 
 
 def _extremum_grad_infer(op: str):
@@ -123,12 +127,24 @@ def _extremum_grad(larger: bool):
     return reference
 
 
+def _extremum_grad_pw(larger: bool):
+    def formula(m, xs, p):
+        dy, x, y = xs
+        shared = m.where(x == y, dy / 2.0, dy)
+        x_loses, y_loses = (x < y, x > y) if larger else (x > y, x < y)
+        return [m.where(x_loses, 0.0, shared), m.where(y_loses, 0.0, shared)]
+
+    return formula
+
+
 for _name, _larger in (("MaxGrad", True), ("MinGrad", False)):
     register(OpDef(
         name=_name, arity=3, cost_class="elementwise",
         infer=_extremum_grad_infer(_name),
         flops=elementwise_flops(3),
         reference=_extremum_grad(_larger),
+        pointwise=Pointwise(_extremum_grad_pw(_larger), broadcast=True,
+                            signatures=("float32,float32,float32->float32,float32",)),
         doc=f"Gradient of {_name[:3]}: [dy, a, b] -> [da, db] in dy's (the output's) shape.",
     ))
 
@@ -199,6 +215,8 @@ register(OpDef(
     flops=elementwise_flops(2),
     reference=_prelu,
     gradient=_prelu_gradient,
+    pointwise=Pointwise(lambda m, xs, p: [m.where(xs[0] < 0, xs[1] * xs[0], xs[0])],
+                        signatures=(F32_BINARY,), broadcast=True),
     doc="y = x if x >= 0 else slope * x; slope broadcasts to x (e.g. (C, 1, 1) per channel).",
 ))
 
@@ -209,5 +227,11 @@ register(OpDef(
     infer=_prelu_grad_infer,
     flops=lambda ins, outs, a: 4 * outs[0].size,
     reference=_prelu_grad,
+    # per element of x: dx and dy * x where x < 0, which the kernel sums to slope's shape
+    pointwise=Pointwise(
+        lambda m, xs, p: [m.where(xs[1] < 0, xs[2] * xs[0], xs[0]),
+                          m.where(xs[1] < 0, xs[0] * xs[1], 0.0)],
+        signatures=("float32,float32,float32->float32,float32",), broadcast=True,
+        reduce_to=((1, 2),)),
     doc="Gradient of PRelu: [dy, x, slope] -> [dx, dslope].",
 ))

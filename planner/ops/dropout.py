@@ -44,6 +44,7 @@ from planner.ops.base import (
     GradBuilder,
     OpDef,
     OpError,
+    Pointwise,
     TensorType,
     elementwise_flops,
     register,
@@ -140,6 +141,25 @@ def _dropout_gradient(g: GradBuilder, node: Node,
 
 _ATTRS = {"rate": Attr("float", 0.5), "seed": Attr("int", 0)}
 
+
+def _mask_pointwise(m, xs, p):
+    """The scalar formula: the step is read from its tensor (element 0) inside the kernel."""
+    x = xs[0]
+    step = m.cast(xs[1], "uint64") if len(xs) > 1 else m.u64(0)
+    z = ((p["seed"] + (step << m.u64(32))) * m.u64(GOLDEN_GAMMA) + m.cast(m.index, "uint64")
+         + m.u64(GOLDEN_GAMMA))
+    z = (z ^ (z >> m.u64(30))) * m.u64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> m.u64(27))) * m.u64(0x94D049BB133111EB)
+    z = z ^ (z >> m.u64(31))
+    # (u >> 11) * 2**-53 >= rate, scaled by 2**53 (exact): keep
+    keep = m.cast(z >> m.u64(11), "float64") >= p["rate"] * 2.0**53
+    return [x * m.where(keep, 1.0, 0.0) / m.cast(1.0 - p["rate"], "float32")]
+
+
+_POINTWISE = Pointwise(_mask_pointwise, signatures=("float32->float32", "float32,int64->float32"),
+                       params=(("rate", "float64", 0.5), ("seed", "uint64", 0)),
+                       scalar_inputs=(1,))
+
 register(OpDef(
     name="Dropout",
     cost_class="elementwise", arity=None,
@@ -150,6 +170,7 @@ register(OpDef(
     flops=elementwise_flops(2),
     reference=_apply_mask,
     gradient=_dropout_gradient,
+    pointwise=_POINTWISE,
     nondiff_inputs=(1,),
     doc="[x] or [x, step] -> x * mask / (1 - rate), the counter-based mask of (seed at step, "
         "flat index).",
@@ -162,6 +183,7 @@ register(OpDef(
     infer=_infer("DropoutGrad"),
     flops=elementwise_flops(2),
     reference=_apply_mask,
+    pointwise=_POINTWISE,
     nondiff_inputs=(1,),
     doc="[dy] or [dy, step] -> dy * mask / (1 - rate), recomputing Dropout's mask from the "
         "same rate, seed and step.",

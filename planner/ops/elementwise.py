@@ -26,6 +26,7 @@ from planner.ops.base import (
     GradBuilder,
     OpDef,
     OpError,
+    Pointwise,
     TensorType,
     elementwise_flops,
     register,
@@ -116,8 +117,12 @@ def _div_grad(g: GradBuilder, node: Node, grads: list[str | None]) -> list[str |
     return [_sum_to(g, dy_over_b, a) if _wants(g, dy, a) else None, db]
 
 
+F32_BINARY = "float32,float32->float32"
+I64_BINARY = "int64,int64->int64"
+
+
 def _binary(name: str, fn: Callable[[np.ndarray, np.ndarray], np.ndarray], gradient,
-            doc: str, float_only: bool = False) -> OpDef:
+            doc: str, float_only: bool = False, pointwise: Pointwise | None = None) -> OpDef:
     return register(OpDef(
         name=name, arity=2, cost_class="elementwise",
         infer=binary_infer(name, float_only),
@@ -125,14 +130,23 @@ def _binary(name: str, fn: Callable[[np.ndarray, np.ndarray], np.ndarray], gradi
         reference=lambda xs, a: [fn(xs[0], xs[1])],
         gradient=gradient,
         doc=doc,
+        pointwise=pointwise,
     ))
 
 
-_binary("Add", np.add, _add_grad, "y = a + b, numpy broadcasting.")
-_binary("Sub", np.subtract, _sub_grad, "y = a - b, numpy broadcasting.")
-_binary("Mul", np.multiply, _mul_grad, "y = a * b, numpy broadcasting.")
+def _arith(formula, int64: bool = True) -> Pointwise:
+    return Pointwise(formula, broadcast=True,
+                     signatures=(F32_BINARY, I64_BINARY) if int64 else (F32_BINARY,))
+
+
+_binary("Add", np.add, _add_grad, "y = a + b, numpy broadcasting.",
+        pointwise=_arith(lambda m, xs, p: [xs[0] + xs[1]]))
+_binary("Sub", np.subtract, _sub_grad, "y = a - b, numpy broadcasting.",
+        pointwise=_arith(lambda m, xs, p: [xs[0] - xs[1]]))
+_binary("Mul", np.multiply, _mul_grad, "y = a * b, numpy broadcasting.",
+        pointwise=_arith(lambda m, xs, p: [xs[0] * xs[1]]))
 _binary("Div", np.divide, _div_grad, "y = a / b, numpy broadcasting (float only).",
-        float_only=True)
+        float_only=True, pointwise=_arith(lambda m, xs, p: [xs[0] / xs[1]], int64=False))
 
 
 # ---- AddN -------------------------------------------------------------------------------------
@@ -153,6 +167,13 @@ def _addn_reference(xs: list[np.ndarray], a: Attrs) -> list[np.ndarray]:
     return [out]
 
 
+def _addn_pointwise(m, xs, p):
+    out = xs[0]
+    for x in xs[1:]:
+        out = out + x
+    return [out]
+
+
 def _addn_grad(g: GradBuilder, node: Node, grads: list[str | None]) -> list[str | None]:
     dy = grads[0]
     return [dy if dy is not None and g.needs(x) else None for x in node.inputs]
@@ -165,6 +186,8 @@ register(OpDef(
     flops=lambda ins, outs, a: (len(ins) - 1) * outs[0].size,
     reference=_addn_reference,
     gradient=_addn_grad,
+    # summed in input order, as the reference; more inputs chain kernels over the output
+    pointwise=Pointwise(_addn_pointwise, signatures=("float32->float32",), arities=(2, 3, 4)),
     doc="y = x1 + ... + xn, all of one shape and dtype (summing gradient contributions).",
 ))
 
@@ -209,6 +232,7 @@ register(OpDef(
     flops=elementwise_flops(1),
     reference=lambda xs, a: [np.negative(xs[0])],
     gradient=_neg_grad,
+    pointwise=Pointwise(lambda m, xs, p: [-xs[0]]),
     doc="y = -x.",
 ))
 
@@ -219,6 +243,8 @@ register(OpDef(
     flops=elementwise_flops(1),
     reference=_scale_reference,
     gradient=_scale_grad,
+    pointwise=Pointwise(lambda m, xs, p: [xs[0] * p["factor"]],
+                        params=(("factor", "float32", 1.0),)),
     doc="y = factor * x (factor a constant attribute, applied in x's dtype).",
 ))
 

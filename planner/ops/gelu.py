@@ -36,6 +36,7 @@ from planner.ops.base import (
     GradBuilder,
     OpDef,
     OpError,
+    Pointwise,
     TensorType,
     elementwise_flops,
     register,
@@ -129,12 +130,42 @@ def _erf_gradient(g: GradBuilder, node: Node, grads: list[str | None]) -> list[s
 
 _APPROXIMATE = {"approximate": Attr("str", "none")}
 
+
+# ---- scalar formulas (generated kernels), in float32 without cancellation: Phi(x) as
+# erfc(-x / sqrt 2) / 2 (1 + erf underflows for x << 0), and the tanh form's 1 + t as
+# 2 sigmoid(2u), 1 - t^2 as 4 sigmoid(2u) sigmoid(-2u). Non-finite x gives the reference's
+# answer: +inf -> +inf, -inf -> NaN (-inf * 0); GeluGrad NaN at both (inf * 0).
+
+def _gelu_pw(m, xs, p):
+    x = xs[0]
+    if p["approximate"] == "tanh":
+        u = _SQRT_2_OVER_PI * (x + _GELU_CUBIC * x * x * x)
+        return [x / (1.0 + m.exp(-2.0 * u))]
+    return [0.5 * x * m.erfc(x * -math.sqrt(0.5))]
+
+
+def _gelu_grad_pw(m, xs, p):
+    dy, x = xs
+    if p["approximate"] == "tanh":
+        u = _SQRT_2_OVER_PI * (x + _GELU_CUBIC * x * x * x)
+        s_pos = 1.0 / (1.0 + m.exp(-2.0 * u))
+        s_neg = 1.0 / (1.0 + m.exp(2.0 * u))
+        slope = s_pos + 2.0 * x * s_pos * s_neg * _SQRT_2_OVER_PI * (1.0 + 3 * _GELU_CUBIC * x * x)
+        return [dy * slope]
+    cdf = 0.5 * m.erfc(x * -math.sqrt(0.5))
+    pdf = m.exp(-0.5 * x * x) * (1.0 / math.sqrt(2 * math.pi))
+    return [dy * (cdf + x * pdf)]
+
+
+_GELU_FORMS = (("approximate", APPROXIMATIONS),)
+
 register(OpDef(
     name="Erf", arity=1, cost_class="elementwise",
     infer=_erf_infer,
     flops=elementwise_flops(1),
     reference=lambda xs, a: [erf(xs[0])],
     gradient=_erf_gradient,
+    pointwise=Pointwise(lambda m, xs, p: [m.erf(xs[0])]),
     doc="y = erf(x).",
 ))
 
@@ -144,6 +175,7 @@ register(OpDef(
     flops=elementwise_flops(5),
     reference=_gelu,
     gradient=_gelu_gradient,
+    pointwise=Pointwise(_gelu_pw, structural=_GELU_FORMS),
     doc="y = x * Phi(x) (approximate='none') or its tanh approximation (approximate='tanh').",
 ))
 
@@ -152,5 +184,7 @@ register(OpDef(
     infer=_gelu_grad_infer,
     flops=elementwise_flops(9),
     reference=_gelu_grad,
+    pointwise=Pointwise(_gelu_grad_pw, signatures=("float32,float32->float32",),
+                        structural=_GELU_FORMS),
     doc="Gradient of Gelu: [dy, x] -> dx.",
 ))

@@ -21,6 +21,7 @@ Example:
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -31,6 +32,7 @@ from planner.ops.base import (
     GradBuilder,
     OpDef,
     OpError,
+    Pointwise,
     TensorType,
     elementwise_flops,
     register,
@@ -84,6 +86,11 @@ register(OpDef(
     flops=elementwise_flops(1),
     reference=_where,
     gradient=_where_gradient,
+    # a condition of any dtype is true where non-zero (NaN too)
+    pointwise=Pointwise(
+        lambda m, xs, p: [m.where(xs[0] != 0, xs[1], xs[2])], broadcast=True,
+        signatures=tuple(f"{c},{v},{v}->{v}" for c in ("bool", "float32", "int64")
+                         for v in ("float32", "int64"))),
     nondiff_inputs=(0,),
     doc="y = a where cond else b, numpy broadcasting; cond bool or numeric (non-zero is true).",
 ))
@@ -107,6 +114,12 @@ def _mask(xs: list[np.ndarray], a: Attrs) -> list[np.ndarray]:
     return [np.where(keep, x, np.asarray(value, dtype=x.dtype))]
 
 
+def _mask_pw(m, xs, p):
+    col = m.index % p["cols"]
+    row = (m.index // p["cols"]) % p["rows"]
+    return [m.where(col <= row, xs[0], p["value"])]
+
+
 def _mask_gradient(g: GradBuilder, node: Node, grads: list[str | None]) -> list[str | None]:
     dy = grads[0]
     if dy is None or not g.needs(node.inputs[0]):
@@ -120,5 +133,7 @@ register(OpDef(
     flops=elementwise_flops(1),
     reference=_mask,
     gradient=_mask_gradient,
+    pointwise=Pointwise(_mask_pw, params=(("value", "float32", -math.inf),),
+                        extents=(("rows", -2), ("cols", -1))),
     doc="y = x where column <= row over the last two axes, else value (default -inf).",
 ))

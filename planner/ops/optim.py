@@ -32,6 +32,7 @@ from planner.ops.base import (
     Attrs,
     OpDef,
     OpError,
+    Pointwise,
     TensorType,
     register,
     require_float,
@@ -62,6 +63,38 @@ def _decayed(p: np.ndarray, g: np.ndarray, weight_decay: float) -> np.ndarray:
     return g + p.dtype.type(weight_decay) * p if weight_decay else g
 
 
+# Scalar formulas (generated kernels): weight decay only where it is non-zero, as the reference
+# (0 * inf would be NaN); nesterov arrives as 0 or 1.
+
+def _decayed_pw(m, p, g, wd):
+    return m.where(wd != 0, g + wd * p, g)
+
+
+def _sgd_pw(m, xs, a):
+    p, g = xs
+    return [p - a["lr"] * _decayed_pw(m, p, g, a["weight_decay"])]
+
+
+def _momentum_pw(m, xs, a):
+    p, g, v = xs
+    mom = a["momentum"]
+    g = _decayed_pw(m, p, g, a["weight_decay"])
+    v_next = mom * v + g
+    step = m.where(a["nesterov"] != 0, g + mom * v_next, v_next)
+    return [p - a["lr"] * step, v_next]
+
+
+def _adam_pw(m, xs, a):
+    p, g, mo, v, t = xs
+    b1, b2 = a["beta1"], a["beta2"]
+    g = _decayed_pw(m, p, g, a["weight_decay"])
+    m_next = b1 * mo + (1.0 - b1) * g
+    v_next = b2 * v + (1.0 - b2) * g * g
+    step_size = a["lr"] / (1.0 - m.pow(b1, t))
+    denom = m.sqrt(v_next) / m.sqrt(1.0 - m.pow(b2, t)) + a["epsilon"]
+    return [p - step_size * (m_next / denom), m_next, v_next]
+
+
 # ---- SGD --------------------------------------------------------------------------------------
 
 def _sgd(xs: list[np.ndarray], a: Attrs) -> list[np.ndarray]:
@@ -77,6 +110,8 @@ register(OpDef(
     # per element: multiply-add for the step, one more for weight decay
     flops=lambda ins, outs, a: ins[0].size * (2 + (2 if a["weight_decay"] else 0)),
     reference=_sgd,
+    pointwise=Pointwise(_sgd_pw, signatures=("float32,float32->float32",),
+                        params=(("lr", "float32", 0.0), ("weight_decay", "float32", 0.0))),
     doc="SGD [param, grad] -> param_next = param - lr * (grad + weight_decay * param).",
 ))
 
@@ -101,6 +136,9 @@ register(OpDef(
     flops=lambda ins, outs, a: ins[0].size * (4 + (2 if a["weight_decay"] else 0)
                                               + (2 if a["nesterov"] else 0)),
     reference=_momentum,
+    pointwise=Pointwise(_momentum_pw, signatures=("float32,float32,float32->float32,float32",),
+                        params=(("lr", "float32", 0.0), ("momentum", "float32", 0.9),
+                                ("weight_decay", "float32", 0.0), ("nesterov", "float32", 0.0))),
     doc="ApplyMomentum [param, grad, velocity] -> [param_next, velocity_next], PyTorch's "
         "v = momentum * v + g; param -= lr * v (or g + momentum * v with nesterov).",
 ))
@@ -140,6 +178,11 @@ register(OpDef(
     # plus 2 for weight decay
     flops=lambda ins, outs, a: ins[0].size * (13 + (2 if a["weight_decay"] else 0)),
     reference=_adam,
+    pointwise=Pointwise(
+        _adam_pw, signatures=("float32,float32,float32,float32,float32->float32,float32,float32",),
+        params=(("lr", "float32", 0.0), ("beta1", "float32", 0.9), ("beta2", "float32", 0.999),
+                ("epsilon", "float32", 1e-8), ("weight_decay", "float32", 0.0)),
+        scalar_inputs=(4,)),
     doc="ApplyAdam [param, grad, m, v, step] -> [param_next, m_next, v_next], torch.optim.Adam "
         "with bias correction by the step count t (already incremented for this step).",
 ))
@@ -163,6 +206,9 @@ register(OpDef(
     infer=_infer_increment,
     flops=lambda ins, outs, a: outs[0].size,
     reference=lambda xs, a: [xs[0] + xs[0].dtype.type(a["by"])],
+    pointwise=Pointwise(lambda m, xs, p: [xs[0] + m.cast(p["by"], m.out_dtypes[0])],
+                        signatures=("float32->float32", "int64->int64"),
+                        params=(("by", "float64", 1.0),)),
     doc="Increment [x] -> x + by; a step count (Adam's float32 one, the int64 dropout step), "
         "updated in place.",
 ))
@@ -185,6 +231,8 @@ register(OpDef(
     infer=_infer_fill,
     flops=lambda ins, outs, a: 0,
     reference=lambda xs, a: [np.full(tuple(a["shape"]), a["value"], dtype=a["dtype"])],
+    pointwise=Pointwise(lambda m, xs, p: [m.cast(p["value"], m.out_dtypes[0])],
+                        signatures=("->float32", "->int64"), params=(("value", "float64", 0.0),)),
     doc="Fill [] -> a tensor of `shape` holding `value`; seeds the backward pass with "
         "d loss / d loss = 1.",
 ))

@@ -25,6 +25,7 @@ Example:
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -36,6 +37,7 @@ from planner.ops.base import (
     Infer,
     OpDef,
     OpError,
+    Pointwise,
     Reference,
     TensorType,
     elementwise_flops,
@@ -182,10 +184,63 @@ def _grad_op_rule(grad_op: str):
     return gradient
 
 
+# ---- scalar formulas (generated kernels) ------------------------------------------------------
+# np.minimum(x, 0) keeps NaN: where(x > 0, 0, x). An absent Clip bound arrives as NaN.
+
+def _min0(m, x):
+    return m.where(x > 0, 0.0, x)
+
+
+def _elu_pw(m, xs, p):
+    x = xs[0]
+    return [m.where(x > 0, x, p["alpha"] * m.expm1(_min0(m, x)))]
+
+
+def _elu_grad_pw(m, xs, p):
+    dy, x = xs
+    return [m.where(x > 0, dy, dy * p["alpha"] * m.exp(_min0(m, x)))]
+
+
+def _selu_pw(m, xs, p):
+    x = xs[0]
+    return [p["gamma"] * m.where(x > 0, x, p["alpha"] * m.expm1(_min0(m, x)))]
+
+
+def _selu_grad_pw(m, xs, p):
+    dy, x = xs
+    return [p["gamma"] * dy * m.where(x > 0, 1.0, p["alpha"] * m.exp(_min0(m, x)))]
+
+
+def _clip_pw(m, xs, p):
+    x, lo, hi = xs[0], p["min"], p["max"]
+    return [m.where(x < lo, lo, m.where(x > hi, hi, x))]  # a NaN bound compares false
+
+
+def _clip_grad_pw(m, xs, p):
+    dy, x = xs
+    lo, hi = p["min"], p["max"]
+    keep = m.all(m.any(m.isnan(lo), x >= lo), m.any(m.isnan(hi), x <= hi))
+    return [m.where(keep, dy, 0.0)]
+
+
+def _pw(formula, params=()) -> Pointwise:
+    return Pointwise(formula, params=params)
+
+
+def _pw2(formula, params=()) -> Pointwise:
+    return Pointwise(formula, signatures=("float32,float32->float32",), params=params)
+
+
+_ELU_P = (("alpha", "float32", 1.0),)
+_SELU_P = (("alpha", "float32", SELU_ALPHA), ("gamma", "float32", SELU_GAMMA))
+_CLIP_P = (("min", "float32", math.nan), ("max", "float32", math.nan))
+
+
 # ---- registration -----------------------------------------------------------------------------
 
 def _unary(name: str, reference: Reference, flops: int, gradient, doc: str,
-           attrs: dict[str, Attr] | None = None, float_only: bool = True) -> None:
+           attrs: dict[str, Attr] | None = None, float_only: bool = True,
+           pointwise: Pointwise | None = None) -> None:
     register(OpDef(
         name=name, arity=1, attrs=attrs or {}, cost_class="elementwise",
         infer=_unary_infer(name, float_only),
@@ -193,17 +248,19 @@ def _unary(name: str, reference: Reference, flops: int, gradient, doc: str,
         reference=reference,
         gradient=gradient,
         doc=doc,
+        pointwise=pointwise,
     ))
 
 
 def _grad_op(name: str, reference: Reference, flops: int, attrs: dict[str, Attr],
-             doc: str) -> None:
+             doc: str, pointwise: Pointwise | None = None) -> None:
     register(OpDef(
         name=name, arity=2, attrs=attrs, cost_class="elementwise",
         infer=_grad_infer(name),
         flops=elementwise_flops(flops),
         reference=reference,
         doc=doc,
+        pointwise=pointwise,
     ))
 
 
@@ -212,21 +269,33 @@ _SELU_ATTRS = {"alpha": Attr("float", SELU_ALPHA), "gamma": Attr("float", SELU_G
 # min/max absent (None) means unbounded on that side; JSON has no infinities.
 _CLIP_ATTRS = {"min": Attr("float", None), "max": Attr("float", None)}
 
-_unary("Exp", lambda xs, a: [np.exp(xs[0])], 1, _exp_grad, "y = exp(x).")
-_unary("Log", lambda xs, a: [np.log(xs[0])], 1, _log_grad, "y = log(x) (natural).")
-_unary("Sqrt", lambda xs, a: [np.sqrt(xs[0])], 1, _sqrt_grad, "y = sqrt(x).")
-_unary("Abs", lambda xs, a: [np.abs(xs[0])], 1, _abs_grad, "y = |x|.", float_only=False)
+_unary("Exp", lambda xs, a: [np.exp(xs[0])], 1, _exp_grad, "y = exp(x).",
+       pointwise=_pw(lambda m, xs, p: [m.exp(xs[0])]))
+_unary("Log", lambda xs, a: [np.log(xs[0])], 1, _log_grad, "y = log(x) (natural).",
+       pointwise=_pw(lambda m, xs, p: [m.log(xs[0])]))
+_unary("Sqrt", lambda xs, a: [np.sqrt(xs[0])], 1, _sqrt_grad, "y = sqrt(x).",
+       pointwise=_pw(lambda m, xs, p: [m.sqrt(xs[0])]))
+_unary("Abs", lambda xs, a: [np.abs(xs[0])], 1, _abs_grad, "y = |x|.", float_only=False,
+       pointwise=_pw(lambda m, xs, p: [m.abs(xs[0])]))
 _unary("Sign", lambda xs, a: [np.sign(xs[0])], 1, _sign_grad, "y = -1, 0 or 1 as x's sign.",
-       float_only=False)
-_unary("Softplus", _softplus, 4, _softplus_grad, "y = log(1 + exp(x)).")
+       float_only=False,
+       pointwise=_pw(lambda m, xs, p: [m.where(xs[0] > 0, 1.0,
+                                               m.where(xs[0] < 0, -1.0, xs[0]))]))
+_unary("Softplus", _softplus, 4, _softplus_grad, "y = log(1 + exp(x)).",
+       pointwise=_pw(lambda m, xs, p: [m.where(xs[0] > 0, xs[0], 0.0)
+                                       + m.log1p(m.exp(-m.abs(xs[0])))]))
 _unary("Elu", _elu, 3, _grad_op_rule("EluGrad"),
-       "y = x if x > 0 else alpha * (exp(x) - 1).", _ELU_ATTRS)
+       "y = x if x > 0 else alpha * (exp(x) - 1).", _ELU_ATTRS, pointwise=_pw(_elu_pw, _ELU_P))
 _unary("Selu", _selu, 4, _grad_op_rule("SeluGrad"),
-       "y = gamma * (x if x > 0 else alpha * (exp(x) - 1)).", _SELU_ATTRS)
+       "y = gamma * (x if x > 0 else alpha * (exp(x) - 1)).", _SELU_ATTRS,
+       pointwise=_pw(_selu_pw, _SELU_P))
 _unary("Clip", _clip, 2, _grad_op_rule("ClipGrad"),
        "y = min(max(x, min), max); an absent bound is no bound (Relu6 is Clip(0, 6)).",
-       _CLIP_ATTRS, float_only=False)
+       _CLIP_ATTRS, float_only=False, pointwise=_pw(_clip_pw, _CLIP_P))
 
-_grad_op("EluGrad", _elu_grad, 3, _ELU_ATTRS, "Gradient of Elu: [dy, x] -> dx.")
-_grad_op("SeluGrad", _selu_grad, 4, _SELU_ATTRS, "Gradient of Selu: [dy, x] -> dx.")
-_grad_op("ClipGrad", _clip_grad, 2, _CLIP_ATTRS, "Gradient of Clip: [dy, x] -> dx.")
+_grad_op("EluGrad", _elu_grad, 3, _ELU_ATTRS, "Gradient of Elu: [dy, x] -> dx.",
+         pointwise=_pw2(_elu_grad_pw, _ELU_P))
+_grad_op("SeluGrad", _selu_grad, 4, _SELU_ATTRS, "Gradient of Selu: [dy, x] -> dx.",
+         pointwise=_pw2(_selu_grad_pw, _SELU_P))
+_grad_op("ClipGrad", _clip_grad, 2, _CLIP_ATTRS, "Gradient of Clip: [dy, x] -> dx.",
+         pointwise=_pw2(_clip_grad_pw, _CLIP_P))

@@ -1,0 +1,452 @@
+"""CUDA kernels of the element-wise ops, generated with TVM from each op's scalar formula.
+
+Every op with a `pointwise` formula (planner/ops/base.py, Pointwise) becomes TE computes with
+symbolic sizes, so one kernel serves every shape:
+
+  flat       y[i] = f(x0[i], x1[i], ...) over n elements (int64 indices); scalar inputs (a step
+             counter) are read at element 0
+  broadcast  y[i] = f(x0[off0(i)], ...): the output as R collapsed dims (d0..d{R-1}), input k's
+             element at sum_j coord_j(i) * s{k}_{j} (its per-dim strides, 0 where it broadcasts);
+             R = 1 (int64 indices, no division) or 2, 3, 4, 8 (int32 index math: the kernel
+             checks n < 2**31 at load)
+
+Each input is first loaded into a register stage (computed at the thread's element), so every
+load of an element happens before any store: update ops run in place (p' over p) safely. Each
+compute is scheduled once per threads-per-block variant (BLOCKS): the flat loop split by the
+block size and bound to blockIdx.x / threadIdx.x, blocks = ceil(n / block).
+
+The generated file, templates/cuda/runtime/kernels/generated/tvm_pointwise.cuh, holds the
+`extern "C" __global__` kernels (TVM's CUDA source, its preamble replaced by one include and
+`__restrict__` dropped, since outputs may alias inputs) and a table, `kTvmKernels`, naming for
+each the op, dtypes, form, rank, block and argument list, which pointwise.cu launches from.
+
+    python -m codegen.tvm_kernels --write    regenerate the file
+    python -m codegen.tvm_kernels --check    exit 1 if it differs from what would be generated
+
+The output depends only on the ops' formulas and the TVM version (no time, no path).
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import math
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from planner.ops import REGISTRY
+from planner.ops.base import Pointwise
+
+OUT = (Path(__file__).resolve().parent.parent / "templates" / "cuda" / "runtime" / "kernels"
+       / "generated" / "tvm_pointwise.cuh")
+# Threads per block. 256 is the default; 128 and 512 let the plan trade occupancy for blocks.
+BLOCKS = (128, 256, 512)
+BROADCAST_RANKS = (1, 2, 3, 4, 8)
+# kernels of several outputs (MaxGrad, MinGrad, PReluGrad): the common ranks
+MULTI_RANKS = (1, 2, 3, 4)
+CODES = {"float32": "f", "float64": "d", "int64": "l", "int32": "i", "uint64": "u",
+         "bool": "b"}
+
+
+@dataclass(frozen=True)
+class Spec:
+    """One generated compute (before its block variants)."""
+
+    ops: tuple[str, ...]      # ops sharing the formula (Dropout, DropoutGrad)
+    pointwise: Pointwise
+    ins: tuple[str, ...]      # input dtypes
+    outs: tuple[str, ...]     # output dtypes
+    form: tuple[tuple[str, Any], ...]  # structural attr values
+    rank: int                 # 0 flat, else broadcast over `rank` dims
+
+    @property
+    def sig(self) -> str:
+        return "".join(CODES[d] for d in self.ins) + "_" + "".join(CODES[d] for d in self.outs)
+
+    @property
+    def form_text(self) -> str:
+        return ",".join(f"{k}={v}" for k, v in self.form)
+
+    def symbol(self, block: int) -> str:
+        form = "".join("_" + re.sub(r"\W", "", str(v)) for _, v in self.form)
+        return f"tvm_{self.ops[0]}_{self.sig}{form}_r{self.rank}_b{block}"
+
+
+def _parse_signature(sig: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    ins, outs = sig.split("->")
+    return tuple(d for d in ins.split(",") if d), tuple(outs.split(","))
+
+
+def specs() -> list[Spec]:
+    """Every compute to generate, in a fixed order (ops sorted by name)."""
+    out: list[Spec] = []
+    seen: dict[int, int] = {}
+    groups: list[tuple[list[str], Pointwise]] = []
+    for name in sorted(REGISTRY):
+        pw = REGISTRY[name].pointwise
+        if pw is None:
+            continue
+        if id(pw) in seen:
+            groups[seen[id(pw)]][0].append(name)
+            continue
+        seen[id(pw)] = len(groups)
+        groups.append(([name], pw))
+    for names, pw in groups:
+        forms = [[(k, v) for v in values] for k, values in pw.structural]
+        for sig in pw.signatures:
+            ins, outs = _parse_signature(sig)
+            for arity in pw.arities or (None,):
+                dtypes = ins if arity is None else ins * arity
+                for form in itertools.product(*forms):
+                    ranks = (BROADCAST_RANKS if len(outs) == 1 else MULTI_RANKS) \
+                        if pw.broadcast else (0,)
+                    for rank in ranks:
+                        out.append(Spec(tuple(names), pw, dtypes, outs, tuple(form), rank))
+    return out
+
+
+# ---- TE computes ------------------------------------------------------------------------------
+
+def _dtype_of(e) -> str:
+    return str(e.ty)
+
+
+class _Math:
+    """The math namespace a formula sees, over TVM expressions."""
+
+    def __init__(self, tirx, index, out_dtypes):
+        self._t = tirx
+        self.index = index
+        self.out_dtypes = out_dtypes
+
+    def _expr(self, v, like="float32"):
+        t = self._t
+        if isinstance(v, (t.expr.EqualOp, t.expr.NotEqualOp)):
+            return v.asobject()
+        if isinstance(v, (bool, int, float)):
+            return t.const(v, like)
+        return v
+
+    def _dtype(self, *vs) -> str:
+        for v in vs:
+            if not isinstance(v, (bool, int, float)):
+                return _dtype_of(self._expr(v))
+        return "float32"
+
+    def where(self, c, a, b):
+        d = self._dtype(a, b)
+        return self._t.Select(self._expr(c), self._expr(a, d), self._expr(b, d))
+
+    def any(self, a, b):
+        return self._t.Or(self._expr(a), self._expr(b))
+
+    def all(self, a, b):
+        return self._t.And(self._expr(a), self._expr(b))
+
+    def isnan(self, x):
+        return self._t.isnan(self._expr(x))
+
+    def cast(self, x, dtype):
+        x = self._expr(x, dtype)
+        return x if _dtype_of(x) == dtype else x.astype(dtype)
+
+    def u64(self, v):
+        return self._t.const(v, "uint64")
+
+    def _extern(self, name, *xs):
+        xs = [self._expr(x) for x in xs]
+        assert _dtype_of(xs[0]) == "float32", name
+        return self._t.call_pure_extern("float32", name + "f", *xs)
+
+    def exp(self, x): return self._t.exp(x)
+    def log(self, x): return self._t.log(x)
+    def log1p(self, x): return self._t.log1p(x)
+    def sqrt(self, x): return self._t.sqrt(x)
+    def tanh(self, x): return self._t.tanh(x)
+    def erf(self, x): return self._t.erf(x)
+    def abs(self, x): return self._t.abs(x)
+    def pow(self, a, b): return self._t.power(a, b)
+    # no TVM intrinsic: the C library's (CUDA's device erfcf / expm1f; libm's on the host)
+    def erfc(self, x): return self._extern("erfc", x)
+    def expm1(self, x): return self._extern("expm1", x)
+
+
+def _offset(tirx, dims, ss):
+    """Element offset of an input at output index i: its strides ss over the output's dims
+    (coordinates by truncated division: indices are never negative)."""
+    def offset(i):
+        if len(ss) == 1:
+            return i * ss[0]
+        off = post = None
+        for j in reversed(range(len(ss))):
+            q = i if post is None else tirx.truncdiv(i, post)
+            coord = q if j == 0 else tirx.truncmod(q, dims[j])
+            off = coord * ss[j] if off is None else off + coord * ss[j]
+            post = dims[j] if post is None else post * dims[j]
+        return off
+
+    return offset
+
+
+def _reader(x, offset):
+    """fcompute of a load stage (TE takes no default arguments)."""
+    if offset is None:
+        return lambda i: x[i]
+    return lambda i: x[offset(i)]
+
+
+def build_compute(spec: Spec):
+    """(PrimFunc, main block name, load block names) of one spec, unscheduled. Argument
+    names say what each is: in{k} out{k} (buffers), p{k} (params), e{k} (extents), n, d{j},
+    s{k}_{j} (input k's stride along dim j)."""
+    from tvm import te, tirx
+
+    pw = spec.pointwise
+    wide = spec.rank <= 1
+    idx = "int64" if wide else "int32"
+    n = te.var("n", idx)
+    params = [te.var(f"p{k}", dtype) for k, (_, dtype, _) in enumerate(pw.params)]
+    p: dict[str, Any] = {name: v for (name, _, _), v in zip(pw.params, params, strict=True)}
+    p.update(dict(spec.form))
+    extents = [te.var(f"e{k}", "int64") for k in range(len(pw.extents))]
+    p.update({name: v for (name, _), v in zip(pw.extents, extents, strict=True)})
+    dims = [te.var(f"d{j}", idx) for j in range(spec.rank)] if spec.rank > 1 else []
+    strides: list[list[Any]] = []
+    ins, loads = [], []
+    for k, dtype in enumerate(spec.ins):
+        scalar = k in pw.scalar_inputs
+        if scalar:
+            ins.append(te.placeholder((1,), dtype, name=f"in{k}"))
+            strides.append([])
+            continue
+        if spec.rank == 0:
+            x = te.placeholder((n,), dtype, name=f"in{k}")
+            ins.append(x)
+            loads.append((k, te.compute((n,), _reader(x, None), name=f"ld{k}")))
+            strides.append([])
+            continue
+        length = te.var(f"len{k}", idx)  # its own size (host side only)
+        x = te.placeholder((length,), dtype, name=f"in{k}")
+        ins.append(x)
+        ss = [te.var(f"s{k}_{j}", idx) for j in range(spec.rank)]
+        strides.append(ss)
+
+        loads.append((k, te.compute((n,), _reader(x, _offset(tirx, dims, ss)), name=f"ld{k}")))
+    loaded = dict(loads)
+
+    def body(i):
+        m = _Math(tirx, i.astype("int64") if not wide else i, spec.outs)
+        xs = [(ins[k][0] if k in pw.scalar_inputs else loaded[k][i]).asobject()
+              for k in range(len(ins))]
+        ys = pw.formula(m, xs, p)
+        assert len(ys) == len(spec.outs), spec
+        return [m.cast(y, d) for y, d in zip(ys, spec.outs, strict=True)]
+
+    outs = te.compute((n,), body, name="out")
+    outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
+    scalars = [*params, *extents, n, *dims, *[s for ss in strides for s in ss]]
+    func = te.create_prim_func([*ins, *outs, *scalars])
+    return func, [f"ld{k}" for k, _ in loads]
+
+
+def build_multi(spec: Spec, block: int):
+    """A kernel of several outputs as TIR scheduled by hand, with the same split and binding:
+    TE makes one block per output, and TVM 0.27's `merge` of their loops crashes on symbolic
+    extents. Each input is loaded once (a let) before the first store. Broadcasting: as
+    build_compute, ranks MULTI_RANKS."""
+    import tvm
+    from tvm import te, tirx
+
+    pw = spec.pointwise
+    idx = "int64" if spec.rank <= 1 else "int32"
+    n = tirx.Var("n", idx)
+    dims = [tirx.Var(f"d{j}", idx) for j in range(spec.rank)] if spec.rank > 1 else []
+    params = [tirx.Var(f"p{k}", dtype) for k, (_, dtype, _) in enumerate(pw.params)]
+    p: dict[str, Any] = {name: v for (name, _, _), v in zip(pw.params, params, strict=True)}
+    p.update(dict(spec.form))
+    bufs, strides = [], []
+    for k, dtype in enumerate(spec.ins):
+        shape = (1,) if k in pw.scalar_inputs else (tirx.Var(f"len{k}", idx),)
+        bufs.append(tirx.decl_buffer(shape, dtype, name=f"in{k}"))
+        strides.append([tirx.Var(f"s{k}_{j}", idx) for j in range(spec.rank)]
+                       if spec.rank and k not in pw.scalar_inputs else None)
+    outs = [tirx.decl_buffer((n,), d, name=f"out{k}") for k, d in enumerate(spec.outs)]
+    bx, tx = te.thread_axis("blockIdx.x"), te.thread_axis("threadIdx.x")
+    i = bx.var.astype(idx) * block + tx.var.astype(idx) if idx == "int64" else \
+        bx.var * block + tx.var
+    lets, xs = [], []
+    for k, b in enumerate(bufs):
+        if k in pw.scalar_inputs:
+            xs.append(tirx.BufferLoad(b, [tirx.const(0, idx)]))
+            continue
+        v = tirx.Var(f"x{k}", spec.ins[k])
+        at = i if strides[k] is None else _offset(tirx, dims, strides[k])(i)
+        lets.append((v, tirx.BufferLoad(b, [at])))
+        xs.append(v)
+    m = _Math(tirx, i.astype("int64"), spec.outs)
+    ys = pw.formula(m, xs, p)
+    stmt = tirx.SeqStmt([*[tirx.LetStmt(v, value) for v, value in lets],
+                         *[tirx.BufferStore(o, m.cast(y, o.dtype), [i])
+                           for o, y in zip(outs, ys, strict=True)]])
+    stmt = tirx.IfThenElse(i < n, stmt, None)
+    stmt = tirx.AttrStmt(tx, "thread_extent", block, stmt)
+    stmt = tirx.AttrStmt(bx, "thread_extent",
+                         tirx.truncdiv(n + (block - 1), block).astype("int32"), stmt)
+    args = [*bufs, *outs]
+    scalars = [*params, n, *dims, *[x for ss in strides if ss is not None for x in ss]]
+    func = tirx.PrimFunc(args + scalars, stmt)
+    return func.with_attr({"global_symbol": spec.symbol(block), "tirx.noalias": False})
+
+
+def schedule(spec: Spec, block: int):
+    """The spec's PrimFunc split by `block` threads and bound to blockIdx.x / threadIdx.x."""
+    import tvm
+
+    if len(spec.outs) > 1:
+        return build_multi(spec, block)
+    func, load_names = build_compute(spec)
+    sch = tvm.s_tir.Schedule(func.with_attr("global_symbol", spec.symbol(block)))
+    (loop,) = sch.get_loops(sch.get_sblock("out"))
+    bx, tx = sch.split(loop, factors=[None, block])
+    sch.bind(bx, "blockIdx.x")
+    sch.bind(tx, "threadIdx.x")
+    for name in load_names:
+        ld = sch.get_sblock(name)
+        sch.set_scope(ld, 0, "local")
+        sch.compute_at(ld, tx)
+    return sch.mod["main"].with_attr("global_symbol", spec.symbol(block))
+
+
+# ---- the generated file -----------------------------------------------------------------------
+
+_KERNEL = re.compile(r'extern "C" __global__ void __launch_bounds__\((\d+)\) (\w+)_kernel\(([^)]*)\)')
+_CTYPES = {"float": "f", "double": "d", "int64_t": "l", "int": "i", "uint64_t": "u"}
+
+
+def _args(params: str) -> str:
+    """The kernel's argument list as `name:code` (p a device pointer, else a scalar code)."""
+    out = []
+    for param in params.split(","):
+        words = param.replace("__restrict__", "").split()
+        ctype, name = " ".join(words[:-1]), words[-1]
+        if ctype.endswith("*"):
+            name = name.removesuffix("_ptr")
+            m = re.fullmatch(r"out_v(\d+)", name)
+            out.append(("out" + m.group(1) if m else "out0" if name == "out" else name) + ":p")
+        else:
+            out.append(f"{name}:{_CTYPES[ctype]}")
+    return ",".join(out)
+
+
+def _c_double(v: float) -> str:
+    if math.isnan(v):
+        return "nan"
+    if math.isinf(v):
+        return "inf" if v > 0 else "-inf"
+    return repr(float(v))
+
+
+def generate() -> str:
+    """The whole generated file's text."""
+    import tvm
+
+    all_specs = specs()
+    funcs = {}
+    for spec in all_specs:
+        for block in BLOCKS:
+            funcs[spec.symbol(block)] = schedule(spec, block)
+    mod = tvm.build(tvm.IRModule(funcs), target=tvm.target.Target({"kind": "cuda",
+                                                                  "arch": "sm_90"}))
+    source = mod.imports[0].inspect_source()
+    body = source[source.index('extern "C"'):]
+    lines, signatures = [], {}
+    for line in body.splitlines():
+        m = _KERNEL.match(line)
+        if m and line.endswith(";"):
+            continue  # TVM's forward declaration
+        if m:
+            signatures[m.group(2)] = _args(m.group(3))
+        lines.append(line.replace(" __restrict__", ""))
+    kernels = "\n".join(lines).strip() + "\n"
+
+    table = []
+    for spec in all_specs:
+        pw = spec.pointwise
+        params = "|".join(f"{name} {CODES[d]} {_c_double(default)}"
+                          for name, d, default in pw.params)
+        extents = "|".join(f"{name} {axis}" for name, axis in pw.extents)
+        for op in spec.ops:
+            for block in BLOCKS:
+                sym = spec.symbol(block)
+                table.append(
+                    f'    {{"{op}", "{spec.sig}", "{spec.form_text}", {spec.rank}, {block}, '
+                    f'(const void*){sym}_kernel, "{signatures[sym]}", "{params}", '
+                    f'"{extents}"}},')
+    version = tvm.__version__
+    return f"""\
+// GENERATED by `python -m codegen.tvm_kernels --write` (TVM {version}) from the ops' pointwise
+// formulas (planner/ops); do not edit. `python -m codegen.tvm_kernels --check` says if stale.
+// {len(all_specs)} computes x {len(BLOCKS)} threads-per-block variants {list(BLOCKS)}.
+#pragma once
+#include <cstdint>
+
+// TVM's source: float32 constants printed with double's digits (#1046), unused `cse_v` (#177)
+#pragma nv_diagnostic push
+#pragma nv_diag_suppress 177
+#pragma nv_diag_suppress 1046
+
+{kernels}
+#pragma nv_diagnostic pop
+
+namespace planner {{
+
+// One generated kernel: op, dtypes ("<inputs>_<outputs>", f float32, d float64, l int64,
+// b bool, u uint64), structural form ("approximate=tanh"), rank (0 flat, else broadcast over
+// that many dims), threads per block, the function, its arguments in order ("name:code", p a
+// device pointer), its params ("attr code value-when-absent", by index p0, p1, ...) and
+// extents ("name axis" of input 0, by index e0, ...).
+struct TvmKernel {{
+  const char* op;
+  const char* sig;
+  const char* form;
+  int rank;
+  int block;
+  const void* fn;
+  const char* args;
+  const char* params;
+  const char* extents;
+}};
+
+inline const TvmKernel kTvmKernels[] = {{
+{chr(10).join(table)}
+}};
+
+}}  // namespace planner
+"""
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m codegen.tvm_kernels", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    mode = ap.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--write", action="store_true", help="regenerate the file")
+    mode.add_argument("--check", action="store_true", help="exit 1 if the file is stale")
+    args = ap.parse_args(argv)
+    text = generate()
+    if args.write:
+        OUT.parent.mkdir(parents=True, exist_ok=True)
+        OUT.write_text(text, encoding="utf-8")
+        print(f"wrote {OUT.name}: {text.count('__global__')} kernels")
+        return 0
+    current = OUT.read_text(encoding="utf-8") if OUT.exists() else ""
+    if current != text:
+        print(f"{OUT.name} is stale: run python -m codegen.tvm_kernels --write", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,390 @@
+// Element-wise, broadcast, dropout and optimizer kernels: the TVM-generated kernels of
+// generated/tvm_pointwise.cuh (python -m codegen.tvm_kernels; the formulas are the ops'
+// `pointwise` in planner/ops), chosen at load by op, dtypes, form and rank, and launched on the
+// op's stream with cudaLaunchKernel: threads per block = the plan's `block` attr (default 256,
+// the nearest generated variant), blocks = ceil(n / block). Broadcasting inputs: the output's
+// shape is collapsed (size-1 dims dropped, dims merged where every input is contiguous or
+// broadcast across both) and each input passes its per-dim strides (0 where it broadcasts).
+// The step of Dropout and Adam is read by the kernel from device memory (capturable in a CUDA
+// graph); nothing here synchronizes or allocates while running.
+//
+// Not generated: BiasAdd (Add's kernel with the bias's strides), AddN over more than 4 inputs
+// (chained over the output), Zeros (cudaMemsetAsync), PReluGrad's dslope (reduce.cu's sum of
+// the per-element contributions, kept in scratch).
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <string>
+
+#include "../kernel.h"
+#include "generated/tvm_pointwise.cuh"
+#include "pointwise.h"
+
+namespace planner {
+
+namespace {
+
+char code_of(int dtype) {
+  switch (dtype) {
+    case F32: return 'f';
+    case F64: return 'd';
+    case I64: return 'l';
+    case I32: return 'i';
+    case BOOL: return 'b';
+  }
+  return '?';
+}
+
+std::vector<std::string> split(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  if (s.empty()) return out;
+  size_t start = 0;
+  for (;;) {
+    size_t end = s.find(sep, start);
+    out.push_back(s.substr(start, end == std::string::npos ? std::string::npos : end - start));
+    if (end == std::string::npos) return out;
+    start = end + 1;
+  }
+}
+
+// Does the entry's structural form ("approximate=tanh") match the node's attrs? An absent attr
+// reads as its default, "none".
+bool form_matches(const char* form, const Attrs& attrs) {
+  for (const std::string& kv : split(form, ',')) {
+    size_t eq = kv.find('=');
+    std::string key = kv.substr(0, eq), value = kv.substr(eq + 1);
+    if ((attrs.has(key) ? attrs.s(key) : std::string("none")) != value) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+Geometry Geometry::flat(int64_t n) {
+  Geometry g;
+  g.n = n;
+  return g;
+}
+
+Geometry Geometry::broadcast(const Shape& out, const std::vector<Shape>& ins) {
+  Geometry g;
+  g.n = numel(out);
+  const size_t rank = out.size();
+  // per input: padded strides, 0 where it broadcasts
+  std::vector<Shape> strides;
+  for (const Shape& s : ins) {
+    if (s.size() > rank) throw std::runtime_error("an input has more dims than the output");
+    Shape padded(rank - s.size(), 1);
+    padded.insert(padded.end(), s.begin(), s.end());
+    Shape st(rank, 0);
+    int64_t m = 1;
+    for (int k = static_cast<int>(rank) - 1; k >= 0; --k) {
+      if (padded[k] != 1 && padded[k] != out[k])
+        throw std::runtime_error("an input does not broadcast to the output");
+      st[k] = padded[k] == 1 ? 0 : m;
+      m *= padded[k];
+    }
+    strides.push_back(st);
+  }
+  // drop size-1 dims, then merge a dim into the next (inner) one where every input allows
+  for (size_t k = 0; k < rank; ++k) {
+    if (out[k] == 1) continue;
+    bool merge = !g.dims.empty();
+    for (size_t i = 0; merge && i < ins.size(); ++i) {
+      const int64_t outer = g.strides[i].back(), inner = strides[i][k];
+      merge = outer == inner * out[k];  // contiguous across both, or 0 and 0
+    }
+    if (merge) {
+      g.dims.back() *= out[k];
+      for (size_t i = 0; i < ins.size(); ++i) g.strides[i].back() = strides[i][k];
+    } else {
+      g.dims.push_back(out[k]);
+      g.strides.resize(ins.size());
+      for (size_t i = 0; i < ins.size(); ++i) g.strides[i].push_back(strides[i][k]);
+    }
+  }
+  g.strides.resize(ins.size());
+  if (g.dims.empty()) {  // one element (or none)
+    g.dims.push_back(g.n);
+    for (auto& st : g.strides) st.push_back(0);
+    for (size_t i = 0; i < ins.size(); ++i) g.strides[i][0] = numel(ins[i]) > 1 ? 1 : 0;
+  }
+  return g;
+}
+
+GeneratedLaunch::GeneratedLaunch(const Node& n, const char* op, const std::vector<TensorRef>& in,
+                                 const std::vector<TensorRef>& out, const Geometry& geometry,
+                                 bool broadcast) {
+  std::string sig;
+  for (const TensorRef& t : in) sig += code_of(t.dtype);
+  sig += '_';
+  for (const TensorRef& t : out) sig += code_of(t.dtype);
+  const int want_rank = broadcast ? static_cast<int>(geometry.dims.size()) : 0;
+  const int want_block = n.attrs.has("block") ? static_cast<int>(n.attrs.i("block")) : 256;
+  const TvmKernel* best = nullptr;
+  for (const TvmKernel& k : kTvmKernels) {
+    if (std::strcmp(k.op, op) != 0 || sig != k.sig || !form_matches(k.form, n.attrs)) continue;
+    if (broadcast ? k.rank < want_rank : k.rank != 0) continue;
+    if (!best || k.rank < best->rank ||
+        (k.rank == best->rank && std::abs(k.block - want_block) < std::abs(best->block - want_block)))
+      best = &k;
+  }
+  if (!best)
+    throw std::runtime_error(std::string(op) + ": no generated CUDA kernel for dtypes " + sig +
+                             (broadcast ? " at rank " + std::to_string(want_rank) : ""));
+  fn_ = best->fn;
+  block_ = best->block;
+  n_ = geometry.n;
+  const int rank = best->rank;
+  if (rank > 1 && n_ >= (int64_t{1} << 31))
+    throw std::runtime_error(std::string(op) + ": a broadcast of 2^31 elements or more");
+  // the geometry padded with leading dims of 1 to the kernel's rank
+  Shape dims = geometry.dims;
+  std::vector<Shape> strides = geometry.strides;
+  if (rank > 0) {
+    while (static_cast<int>(dims.size()) < rank) {
+      dims.insert(dims.begin(), 1);
+      for (auto& st : strides) st.insert(st.begin(), 0);
+    }
+  }
+  const std::vector<std::string> params = split(best->params, '|');
+  const std::vector<std::string> extents = split(best->extents, '|');
+  const std::vector<std::string> args = split(best->args, ',');
+  slots_.resize(args.size());
+  for (size_t a = 0; a < args.size(); ++a) {
+    const std::string name = args[a].substr(0, args[a].find(':'));
+    const char type = args[a].back();
+    Slot& s = slots_[a];
+    auto set_int = [&](int64_t v) {
+      if (type == 'i') s.i = static_cast<int32_t>(v);
+      else s.l = v;
+    };
+    if (type == 'p') {
+      const bool is_in = name.compare(0, 2, "in") == 0;
+      const size_t k = std::stoul(name.substr(is_in ? 2 : 3));
+      pointers_.push_back({a, is_in ? in.at(k).id : out.at(k).id});
+    } else if (name == "n") {
+      set_int(n_);
+    } else if (name[0] == 'd') {
+      set_int(dims.at(std::stoul(name.substr(1))));
+    } else if (name[0] == 's') {
+      const size_t us = name.find('_');
+      set_int(strides.at(std::stoul(name.substr(1, us - 1))).at(std::stoul(name.substr(us + 1))));
+    } else if (name[0] == 'e') {
+      const std::vector<std::string> e = split(extents.at(std::stoul(name.substr(1))), ' ');
+      const Shape& shape = in.at(0).shape;
+      s.l = shape.at(shape.size() + std::stol(e[1]));
+    } else if (name[0] == 'p') {
+      const std::vector<std::string> p = split(params.at(std::stoul(name.substr(1))), ' ');
+      const std::string& key = p[0];
+      if (type == 'u') {
+        s.u = n.attrs.has(key) ? n.attrs.u(key) : std::strtoull(p[2].c_str(), nullptr, 10);
+      } else {
+        const double v = n.attrs.has(key) ? n.attrs.f(key) : std::strtod(p[2].c_str(), nullptr);
+        if (type == 'f') s.f = static_cast<float>(v);
+        else s.d = v;
+      }
+    } else {
+      throw std::runtime_error(std::string(op) + ": generated kernel argument " + name);
+    }
+  }
+  for (Slot& s : slots_) argv_.push_back(&s);
+}
+
+void GeneratedLaunch::run(const Run& r) {
+  if (n_ == 0) return;
+  for (const auto& [slot, id] : pointers_) slots_[slot].p = id < 0 ? r.scratch : r.ptr[id];
+  const int64_t blocks = (n_ + block_ - 1) / block_;
+  PLANNER_CUDA(cudaLaunchKernel(fn_, dim3(static_cast<unsigned>(blocks)), dim3(block_),
+                                argv_.data(), 0, r.stream));
+}
+
+namespace {
+
+// One generated kernel over the op's own inputs and outputs.
+class Pointwise : public Kernel {
+ public:
+  Pointwise(const Node& n, const char* op, bool broadcast)
+      : launch_(n, op, n.in, n.out,
+                broadcast ? Geometry::broadcast(n.out[0].shape, shapes(n.in))
+                          : Geometry::flat(n.out[0].size()),
+                broadcast) {}
+  void run(const Run& r) override { launch_.run(r); }
+  static std::vector<Shape> shapes(const std::vector<TensorRef>& ts) {
+    std::vector<Shape> out;
+    for (const TensorRef& t : ts) out.push_back(t.shape);
+    return out;
+  }
+
+ private:
+  GeneratedLaunch launch_;
+};
+
+template <const char* Op> KernelPtr flat(const Node& n) {
+  return std::make_unique<Pointwise>(n, Op, false);
+}
+template <const char* Op> KernelPtr broadcast(const Node& n) {
+  return std::make_unique<Pointwise>(n, Op, true);
+}
+
+// y = x + b along `axis`: Add's kernel, b seen as [1, .., C, .., 1].
+KernelPtr bias_add(const Node& n) {
+  const Shape& x = n.in[0].shape;
+  const int axis = norm_axis(n.attrs.i("axis"), x.size());
+  Shape b(x.size(), 1);
+  b[axis] = x[axis];
+  class BiasAdd : public Kernel {
+   public:
+    BiasAdd(const Node& n, const Shape& b)
+        : launch_(n, "Add", n.in, n.out, Geometry::broadcast(n.out[0].shape, {n.in[0].shape, b}),
+                  true) {}
+    void run(const Run& r) override { launch_.run(r); }
+
+   private:
+    GeneratedLaunch launch_;
+  };
+  return std::make_unique<BiasAdd>(n, b);
+}
+
+// AddN: up to 4 inputs in one kernel, then y = y + the next up to 3 (inputs in order, as the
+// reference sums them). One input: a copy.
+class AddN : public Kernel {
+ public:
+  explicit AddN(const Node& n) {
+    const TensorRef& y = n.out[0];
+    if (n.in.size() == 1) {
+      copy_ = std::make_unique<Copy>(n.in[0].id, y.id, y.size() * dtype_bytes(y.dtype));
+      return;
+    }
+    const Geometry g = Geometry::flat(y.size());
+    size_t k = std::min<size_t>(4, n.in.size());
+    parts_.emplace_back(n, "AddN", std::vector<TensorRef>(n.in.begin(), n.in.begin() + k),
+                        n.out, g, false);
+    while (k < n.in.size()) {
+      const size_t take = std::min<size_t>(3, n.in.size() - k);
+      std::vector<TensorRef> ins{y};
+      ins.insert(ins.end(), n.in.begin() + k, n.in.begin() + k + take);
+      parts_.emplace_back(n, "AddN", ins, n.out, g, false);
+      k += take;
+    }
+  }
+  void run(const Run& r) override {
+    if (copy_) return copy_->run(r);
+    for (GeneratedLaunch& p : parts_) p.run(r);
+  }
+
+ private:
+  std::unique_ptr<Copy> copy_;
+  std::vector<GeneratedLaunch> parts_;
+};
+
+KernelPtr add_n(const Node& n) { return std::make_unique<AddN>(n); }
+
+class Zeros : public Kernel {
+ public:
+  explicit Zeros(const Node& n) : y_(n.out[0].id), bytes_(n.out[0].size() * dtype_bytes(n.out[0].dtype)) {}
+  void run(const Run& r) override {
+    if (bytes_ > 0) PLANNER_CUDA(cudaMemsetAsync(r.ptr[y_], 0, bytes_, r.stream));
+  }
+
+ private:
+  int y_;
+  int64_t bytes_;
+};
+
+KernelPtr zeros(const Node& n) { return std::make_unique<Zeros>(n); }
+
+// PReluGrad [dy, x, slope] -> [dx, dslope]: the generated kernel writes dx and each element's
+// contribution dy * x (where x < 0) into scratch, which SumTo (reduce.cu) takes down to slope's
+// shape.
+class PReluGrad : public Kernel {
+ public:
+  explicit PReluGrad(const Node& n)
+      : bytes_(sizeof(float) * n.in[1].size()), ds_(n.out[1].id),
+        launch_(n, "PReluGrad", n.in, {n.out[0], TensorRef{-1, n.in[1].shape, F32}},
+                Geometry::broadcast(n.out[0].shape, Pointwise::shapes(n.in)), true),
+        sum_(n.in[1].shape, n.in[2].shape, 1.0,
+             n.attrs.has("block") ? static_cast<int>(n.attrs.i("block")) : 256) {}
+  size_t scratch_bytes() const override { return bytes_; }
+  void run(const Run& r) override {
+    launch_.run(r);
+    sum_.run(reinterpret_cast<const float*>(r.scratch), r.at<float>(ds_), r.stream);
+  }
+
+ private:
+  size_t bytes_;
+  int ds_;
+  GeneratedLaunch launch_;
+  SumTo sum_;
+};
+
+KernelPtr prelu_grad(const Node& n) { return std::make_unique<PReluGrad>(n); }
+
+#define PLANNER_OP(name) constexpr char k##name[] = #name;
+PLANNER_OP(Abs) PLANNER_OP(Exp) PLANNER_OP(Log) PLANNER_OP(Sqrt) PLANNER_OP(Sign)
+PLANNER_OP(Softplus) PLANNER_OP(Elu) PLANNER_OP(EluGrad) PLANNER_OP(Selu) PLANNER_OP(SeluGrad)
+PLANNER_OP(Clip) PLANNER_OP(ClipGrad) PLANNER_OP(Erf) PLANNER_OP(Gelu) PLANNER_OP(GeluGrad)
+PLANNER_OP(Relu) PLANNER_OP(ReluGrad) PLANNER_OP(LeakyRelu) PLANNER_OP(LeakyReluGrad)
+PLANNER_OP(Tanh) PLANNER_OP(TanhGrad) PLANNER_OP(Sigmoid) PLANNER_OP(SigmoidGrad) PLANNER_OP(Neg)
+PLANNER_OP(Scale) PLANNER_OP(Add) PLANNER_OP(Sub) PLANNER_OP(Mul) PLANNER_OP(Div) PLANNER_OP(Pow)
+PLANNER_OP(Max) PLANNER_OP(Min) PLANNER_OP(MaxGrad) PLANNER_OP(MinGrad) PLANNER_OP(Where)
+PLANNER_OP(PRelu) PLANNER_OP(Dropout) PLANNER_OP(DropoutGrad) PLANNER_OP(SGD)
+PLANNER_OP(ApplyMomentum) PLANNER_OP(ApplyAdam) PLANNER_OP(Increment) PLANNER_OP(Fill)
+PLANNER_OP(CausalMask)
+#undef PLANNER_OP
+
+}  // namespace
+
+PLANNER_REGISTER_KERNELS(pointwise) {
+  r["Abs"] = flat<kAbs>;
+  r["Exp"] = flat<kExp>;
+  r["Log"] = flat<kLog>;
+  r["Sqrt"] = flat<kSqrt>;
+  r["Sign"] = flat<kSign>;
+  r["Softplus"] = flat<kSoftplus>;
+  r["Elu"] = flat<kElu>;
+  r["EluGrad"] = flat<kEluGrad>;
+  r["Selu"] = flat<kSelu>;
+  r["SeluGrad"] = flat<kSeluGrad>;
+  r["Clip"] = flat<kClip>;
+  r["ClipGrad"] = flat<kClipGrad>;
+  r["Erf"] = flat<kErf>;
+  r["Gelu"] = flat<kGelu>;
+  r["GeluGrad"] = flat<kGeluGrad>;
+  r["Relu"] = flat<kRelu>;
+  r["ReluGrad"] = flat<kReluGrad>;
+  r["LeakyRelu"] = flat<kLeakyRelu>;
+  r["LeakyReluGrad"] = flat<kLeakyReluGrad>;
+  r["Tanh"] = flat<kTanh>;
+  r["TanhGrad"] = flat<kTanhGrad>;
+  r["Sigmoid"] = flat<kSigmoid>;
+  r["SigmoidGrad"] = flat<kSigmoidGrad>;
+  r["Neg"] = flat<kNeg>;
+  r["Scale"] = flat<kScale>;
+  r["Add"] = broadcast<kAdd>;
+  r["Sub"] = broadcast<kSub>;
+  r["Mul"] = broadcast<kMul>;
+  r["Div"] = broadcast<kDiv>;
+  r["Pow"] = broadcast<kPow>;
+  r["Max"] = broadcast<kMax>;
+  r["Min"] = broadcast<kMin>;
+  r["MaxGrad"] = broadcast<kMaxGrad>;
+  r["MinGrad"] = broadcast<kMinGrad>;
+  r["Where"] = broadcast<kWhere>;
+  r["PRelu"] = broadcast<kPRelu>;
+  r["PReluGrad"] = prelu_grad;
+  r["BiasAdd"] = bias_add;
+  r["AddN"] = add_n;
+  r["Dropout"] = flat<kDropout>;
+  r["DropoutGrad"] = flat<kDropoutGrad>;
+  r["SGD"] = flat<kSGD>;
+  r["ApplyMomentum"] = flat<kApplyMomentum>;
+  r["ApplyAdam"] = flat<kApplyAdam>;
+  r["Increment"] = flat<kIncrement>;
+  r["Fill"] = flat<kFill>;
+  r["Zeros"] = zeros;
+  r["CausalMask"] = flat<kCausalMask>;
+}
+
+}  // namespace planner
