@@ -92,7 +92,7 @@ def test_every_unsupported_op_and_dtype_is_named_at_once(tmp_path):
     (tmp_path / "kernels").mkdir()
     (tmp_path / "kernels" / "eltwise.cpp").write_text(
         'PLANNER_REGISTER_KERNELS(eltwise) {\n  r["Relu"] = relu;\n}\n')
-    only_relu = Backend("cpu", "CPU", tmp_path, tmp_path, frozenset({"float32"}))
+    only_relu = Backend("cpu", "CPU", "planner_cpu_rt", tmp_path, tmp_path, frozenset({"float32"}))
     g = Graph(name="g", tensors=(Tensor(name="x", shape=(2,), role="input"),
                                  Tensor(name="y", shape=(2,)), Tensor(name="z", shape=(2,)),
                                  Tensor(name="w", shape=(2,), dtype="int64")),
