@@ -94,8 +94,9 @@ def cache_root() -> Path:
 
 
 def venv_prefix() -> Path:
-    """The environment holding oneDNN's headers, library and CMake config (sys.prefix)."""
-    return Path(sys.prefix)
+    """The environment holding oneDNN's headers, library and CMake config: sys.prefix, or
+    $PLANNER_PREFIX where the wheels were installed under another prefix."""
+    return Path(os.environ.get("PLANNER_PREFIX") or sys.prefix)
 
 
 def tool(name: str) -> str:
