@@ -147,7 +147,10 @@ class _Math:
         return self._t.And(self._expr(a), self._expr(b))
 
     def isnan(self, x):
-        return self._t.isnan(self._expr(x))
+        x = self._expr(x)
+        if not _dtype_of(x).startswith("float"):
+            return self._t.const(False, "bool")  # an integer or bool is never NaN
+        return self._t.isnan(x)
 
     def cast(self, x, dtype):
         x = self._expr(x, dtype)
@@ -252,12 +255,11 @@ def build_compute(spec: Spec):
     return func, [f"ld{k}" for k, _ in loads]
 
 
-def build_multi(spec: Spec, block: int):
+def build_multi(spec: Spec, block: int, cpu: bool = False):
     """A kernel of several outputs as TIR scheduled by hand, with the same split and binding:
     TE makes one block per output, and TVM 0.27's `merge` of their loops crashes on symbolic
     extents. Each input is loaded once (a let) before the first store. Broadcasting: as
     build_compute, ranks MULTI_RANKS."""
-    import tvm
     from tvm import te, tirx
 
     pw = spec.pointwise
@@ -275,8 +277,12 @@ def build_multi(spec: Spec, block: int):
                        if spec.rank and k not in pw.scalar_inputs else None)
     outs = [tirx.decl_buffer((n,), d, name=f"out{k}") for k, d in enumerate(spec.outs)]
     bx, tx = te.thread_axis("blockIdx.x"), te.thread_axis("threadIdx.x")
-    i = bx.var.astype(idx) * block + tx.var.astype(idx) if idx == "int64" else \
-        bx.var * block + tx.var
+    if cpu:  # a serial loop, for the tests' "llvm" build
+        i = tirx.Var("i", idx)
+    elif idx == "int64":
+        i = bx.var.astype(idx) * block + tx.var.astype(idx)
+    else:
+        i = bx.var * block + tx.var
     lets, xs = [], []
     for k, b in enumerate(bufs):
         if k in pw.scalar_inputs:
@@ -291,14 +297,24 @@ def build_multi(spec: Spec, block: int):
     stmt = tirx.SeqStmt([*[tirx.LetStmt(v, value) for v, value in lets],
                          *[tirx.BufferStore(o, m.cast(y, o.dtype), [i])
                            for o, y in zip(outs, ys, strict=True)]])
-    stmt = tirx.IfThenElse(i < n, stmt, None)
-    stmt = tirx.AttrStmt(tx, "thread_extent", block, stmt)
-    stmt = tirx.AttrStmt(bx, "thread_extent",
-                         tirx.truncdiv(n + (block - 1), block).astype("int32"), stmt)
+    if cpu:
+        stmt = tirx.For(i, tirx.const(0, idx), n, tirx.ForKind.SERIAL, stmt)
+    else:
+        stmt = tirx.IfThenElse(i < n, stmt, None)
+        stmt = tirx.AttrStmt(tx, "thread_extent", block, stmt)
+        stmt = tirx.AttrStmt(bx, "thread_extent",
+                             tirx.truncdiv(n + (block - 1), block).astype("int32"), stmt)
     args = [*bufs, *outs]
     scalars = [*params, n, *dims, *[x for ss in strides if ss is not None for x in ss]]
     func = tirx.PrimFunc(args + scalars, stmt)
     return func.with_attr({"global_symbol": spec.symbol(block), "tirx.noalias": False})
+
+
+def cpu_func(spec: Spec):
+    """The spec's computation unscheduled (one serial loop), to build for "llvm" in tests."""
+    if len(spec.outs) > 1:
+        return build_multi(spec, 1, cpu=True)
+    return build_compute(spec)[0]
 
 
 def schedule(spec: Spec, block: int):
@@ -322,7 +338,8 @@ def schedule(spec: Spec, block: int):
 
 # ---- the generated file -----------------------------------------------------------------------
 
-_KERNEL = re.compile(r'extern "C" __global__ void __launch_bounds__\((\d+)\) (\w+)_kernel\(([^)]*)\)')
+_KERNEL = re.compile(
+    r'extern "C" __global__ void __launch_bounds__\((\d+)\) (\w+)_kernel\(([^)]*)\)')
 _CTYPES = {"float": "f", "double": "d", "int64_t": "l", "int": "i", "uint64_t": "u"}
 
 

@@ -86,9 +86,11 @@ register(OpDef(
     flops=elementwise_flops(1),
     reference=_where,
     gradient=_where_gradient,
-    # a condition of any dtype is true where non-zero (NaN too)
+    # a condition of any dtype is true where non-zero, NaN too (said outright: an ordered
+    # float compare would call NaN zero)
     pointwise=Pointwise(
-        lambda m, xs, p: [m.where(xs[0] != 0, xs[1], xs[2])], broadcast=True,
+        lambda m, xs, p: [m.where(m.any(xs[0] != 0, m.isnan(xs[0])), xs[1], xs[2])],
+        broadcast=True,
         signatures=tuple(f"{c},{v},{v}->{v}" for c in ("bool", "float32", "int64")
                          for v in ("float32", "int64"))),
     nondiff_inputs=(0,),

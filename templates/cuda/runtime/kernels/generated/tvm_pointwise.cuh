@@ -6838,7 +6838,7 @@ extern "C" __global__ void __launch_bounds__(128) tvm_Where_fff_f_r1_b128_kernel
   }
   if (((((int64_t)blockIdx.x) * (int64_t)128) + ((int64_t)threadIdx.x)) < n) {
     float condval;
-    if (ld0_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) {
+    if ((ld0_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) || (ld0_local_ptr[0] != ld0_local_ptr[0])) {
       condval = ld1_local_ptr[0];
     } else {
       condval = ld2_local_ptr[0];
@@ -6863,7 +6863,7 @@ extern "C" __global__ void __launch_bounds__(256) tvm_Where_fff_f_r1_b256_kernel
   }
   if (((((int64_t)blockIdx.x) * (int64_t)256) + ((int64_t)threadIdx.x)) < n) {
     float condval;
-    if (ld0_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) {
+    if ((ld0_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) || (ld0_local_ptr[0] != ld0_local_ptr[0])) {
       condval = ld1_local_ptr[0];
     } else {
       condval = ld2_local_ptr[0];
@@ -6888,7 +6888,7 @@ extern "C" __global__ void __launch_bounds__(512) tvm_Where_fff_f_r1_b512_kernel
   }
   if (((((int64_t)blockIdx.x) * (int64_t)512) + ((int64_t)threadIdx.x)) < n) {
     float condval;
-    if (ld0_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) {
+    if ((ld0_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) || (ld0_local_ptr[0] != ld0_local_ptr[0])) {
       condval = ld1_local_ptr[0];
     } else {
       condval = ld2_local_ptr[0];
@@ -6915,7 +6915,7 @@ extern "C" __global__ void __launch_bounds__(128) tvm_Where_fff_f_r2_b128_kernel
   }
   if (((((int)blockIdx.x) * 128) + ((int)threadIdx.x)) < n) {
     float condval;
-    if (ld0_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) {
+    if ((ld0_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) || (ld0_local_ptr[0] != ld0_local_ptr[0])) {
       condval = ld1_local_ptr[0];
     } else {
       condval = ld2_local_ptr[0];
@@ -6942,7 +6942,7 @@ extern "C" __global__ void __launch_bounds__(256) tvm_Where_fff_f_r2_b256_kernel
   }
   if (((((int)blockIdx.x) * 256) + ((int)threadIdx.x)) < n) {
     float condval;
-    if (ld0_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) {
+    if ((ld0_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) || (ld0_local_ptr[0] != ld0_local_ptr[0])) {
       condval = ld1_local_ptr[0];
     } else {
       condval = ld2_local_ptr[0];
@@ -6969,7 +6969,7 @@ extern "C" __global__ void __launch_bounds__(512) tvm_Where_fff_f_r2_b512_kernel
   }
   if (((((int)blockIdx.x) * 512) + ((int)threadIdx.x)) < n) {
     float condval;
-    if (ld0_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) {
+    if ((ld0_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) || (ld0_local_ptr[0] != ld0_local_ptr[0])) {
       condval = ld1_local_ptr[0];
     } else {
       condval = ld2_local_ptr[0];
@@ -6997,7 +6997,7 @@ extern "C" __global__ void __launch_bounds__(128) tvm_Where_fff_f_r3_b128_kernel
   }
   if (((((int)blockIdx.x) * 128) + ((int)threadIdx.x)) < n) {
     float condval;
-    if (ld0_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) {
+    if ((ld0_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) || (ld0_local_ptr[0] != ld0_local_ptr[0])) {
       condval = ld1_local_ptr[0];
     } else {
       condval = ld2_local_ptr[0];
@@ -7025,7 +7025,7 @@ extern "C" __global__ void __launch_bounds__(256) tvm_Where_fff_f_r3_b256_kernel
   }
   if (((((int)blockIdx.x) * 256) + ((int)threadIdx.x)) < n) {
     float condval;
-    if (ld0_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) {
+    if ((ld0_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) || (ld0_local_ptr[0] != ld0_local_ptr[0])) {
       condval = ld1_local_ptr[0];
     } else {
       condval = ld2_local_ptr[0];
@@ -7053,7 +7053,7 @@ extern "C" __global__ void __launch_bounds__(512) tvm_Where_fff_f_r3_b512_kernel
   }
   if (((((int)blockIdx.x) * 512) + ((int)threadIdx.x)) < n) {
     float condval;
-    if (ld0_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) {
+    if ((ld0_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) || (ld0_local_ptr[0] != ld0_local_ptr[0])) {
       condval = ld1_local_ptr[0];
     } else {
       condval = ld2_local_ptr[0];
@@ -7083,7 +7083,7 @@ extern "C" __global__ void __launch_bounds__(128) tvm_Where_fff_f_r4_b128_kernel
   }
   if (((((int)blockIdx.x) * 128) + ((int)threadIdx.x)) < n) {
     float condval;
-    if (ld0_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) {
+    if ((ld0_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) || (ld0_local_ptr[0] != ld0_local_ptr[0])) {
       condval = ld1_local_ptr[0];
     } else {
       condval = ld2_local_ptr[0];
@@ -7113,7 +7113,7 @@ extern "C" __global__ void __launch_bounds__(256) tvm_Where_fff_f_r4_b256_kernel
   }
   if (((((int)blockIdx.x) * 256) + ((int)threadIdx.x)) < n) {
     float condval;
-    if (ld0_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) {
+    if ((ld0_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) || (ld0_local_ptr[0] != ld0_local_ptr[0])) {
       condval = ld1_local_ptr[0];
     } else {
       condval = ld2_local_ptr[0];
@@ -7143,7 +7143,7 @@ extern "C" __global__ void __launch_bounds__(512) tvm_Where_fff_f_r4_b512_kernel
   }
   if (((((int)blockIdx.x) * 512) + ((int)threadIdx.x)) < n) {
     float condval;
-    if (ld0_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) {
+    if ((ld0_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) || (ld0_local_ptr[0] != ld0_local_ptr[0])) {
       condval = ld1_local_ptr[0];
     } else {
       condval = ld2_local_ptr[0];
@@ -7181,7 +7181,7 @@ extern "C" __global__ void __launch_bounds__(128) tvm_Where_fff_f_r8_b128_kernel
   }
   if (((((int)blockIdx.x) * 128) + ((int)threadIdx.x)) < n) {
     float condval;
-    if (ld0_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) {
+    if ((ld0_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) || (ld0_local_ptr[0] != ld0_local_ptr[0])) {
       condval = ld1_local_ptr[0];
     } else {
       condval = ld2_local_ptr[0];
@@ -7219,7 +7219,7 @@ extern "C" __global__ void __launch_bounds__(256) tvm_Where_fff_f_r8_b256_kernel
   }
   if (((((int)blockIdx.x) * 256) + ((int)threadIdx.x)) < n) {
     float condval;
-    if (ld0_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) {
+    if ((ld0_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) || (ld0_local_ptr[0] != ld0_local_ptr[0])) {
       condval = ld1_local_ptr[0];
     } else {
       condval = ld2_local_ptr[0];
@@ -7257,7 +7257,7 @@ extern "C" __global__ void __launch_bounds__(512) tvm_Where_fff_f_r8_b512_kernel
   }
   if (((((int)blockIdx.x) * 512) + ((int)threadIdx.x)) < n) {
     float condval;
-    if (ld0_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) {
+    if ((ld0_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) || (ld0_local_ptr[0] != ld0_local_ptr[0])) {
       condval = ld1_local_ptr[0];
     } else {
       condval = ld2_local_ptr[0];
@@ -7282,7 +7282,7 @@ extern "C" __global__ void __launch_bounds__(128) tvm_Where_fll_l_r1_b128_kernel
   }
   if (((((int64_t)blockIdx.x) * (int64_t)128) + ((int64_t)threadIdx.x)) < n) {
     int64_t condval;
-    if (ld0_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) {
+    if ((ld0_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) || (ld0_local_ptr[0] != ld0_local_ptr[0])) {
       condval = ld1_local_ptr[0];
     } else {
       condval = ld2_local_ptr[0];
@@ -7307,7 +7307,7 @@ extern "C" __global__ void __launch_bounds__(256) tvm_Where_fll_l_r1_b256_kernel
   }
   if (((((int64_t)blockIdx.x) * (int64_t)256) + ((int64_t)threadIdx.x)) < n) {
     int64_t condval;
-    if (ld0_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) {
+    if ((ld0_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) || (ld0_local_ptr[0] != ld0_local_ptr[0])) {
       condval = ld1_local_ptr[0];
     } else {
       condval = ld2_local_ptr[0];
@@ -7332,7 +7332,7 @@ extern "C" __global__ void __launch_bounds__(512) tvm_Where_fll_l_r1_b512_kernel
   }
   if (((((int64_t)blockIdx.x) * (int64_t)512) + ((int64_t)threadIdx.x)) < n) {
     int64_t condval;
-    if (ld0_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) {
+    if ((ld0_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) || (ld0_local_ptr[0] != ld0_local_ptr[0])) {
       condval = ld1_local_ptr[0];
     } else {
       condval = ld2_local_ptr[0];
@@ -7359,7 +7359,7 @@ extern "C" __global__ void __launch_bounds__(128) tvm_Where_fll_l_r2_b128_kernel
   }
   if (((((int)blockIdx.x) * 128) + ((int)threadIdx.x)) < n) {
     int64_t condval;
-    if (ld0_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) {
+    if ((ld0_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) || (ld0_local_ptr[0] != ld0_local_ptr[0])) {
       condval = ld1_local_ptr[0];
     } else {
       condval = ld2_local_ptr[0];
@@ -7386,7 +7386,7 @@ extern "C" __global__ void __launch_bounds__(256) tvm_Where_fll_l_r2_b256_kernel
   }
   if (((((int)blockIdx.x) * 256) + ((int)threadIdx.x)) < n) {
     int64_t condval;
-    if (ld0_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) {
+    if ((ld0_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) || (ld0_local_ptr[0] != ld0_local_ptr[0])) {
       condval = ld1_local_ptr[0];
     } else {
       condval = ld2_local_ptr[0];
@@ -7413,7 +7413,7 @@ extern "C" __global__ void __launch_bounds__(512) tvm_Where_fll_l_r2_b512_kernel
   }
   if (((((int)blockIdx.x) * 512) + ((int)threadIdx.x)) < n) {
     int64_t condval;
-    if (ld0_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) {
+    if ((ld0_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) || (ld0_local_ptr[0] != ld0_local_ptr[0])) {
       condval = ld1_local_ptr[0];
     } else {
       condval = ld2_local_ptr[0];
@@ -7441,7 +7441,7 @@ extern "C" __global__ void __launch_bounds__(128) tvm_Where_fll_l_r3_b128_kernel
   }
   if (((((int)blockIdx.x) * 128) + ((int)threadIdx.x)) < n) {
     int64_t condval;
-    if (ld0_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) {
+    if ((ld0_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) || (ld0_local_ptr[0] != ld0_local_ptr[0])) {
       condval = ld1_local_ptr[0];
     } else {
       condval = ld2_local_ptr[0];
@@ -7469,7 +7469,7 @@ extern "C" __global__ void __launch_bounds__(256) tvm_Where_fll_l_r3_b256_kernel
   }
   if (((((int)blockIdx.x) * 256) + ((int)threadIdx.x)) < n) {
     int64_t condval;
-    if (ld0_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) {
+    if ((ld0_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) || (ld0_local_ptr[0] != ld0_local_ptr[0])) {
       condval = ld1_local_ptr[0];
     } else {
       condval = ld2_local_ptr[0];
@@ -7497,7 +7497,7 @@ extern "C" __global__ void __launch_bounds__(512) tvm_Where_fll_l_r3_b512_kernel
   }
   if (((((int)blockIdx.x) * 512) + ((int)threadIdx.x)) < n) {
     int64_t condval;
-    if (ld0_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) {
+    if ((ld0_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) || (ld0_local_ptr[0] != ld0_local_ptr[0])) {
       condval = ld1_local_ptr[0];
     } else {
       condval = ld2_local_ptr[0];
@@ -7527,7 +7527,7 @@ extern "C" __global__ void __launch_bounds__(128) tvm_Where_fll_l_r4_b128_kernel
   }
   if (((((int)blockIdx.x) * 128) + ((int)threadIdx.x)) < n) {
     int64_t condval;
-    if (ld0_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) {
+    if ((ld0_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) || (ld0_local_ptr[0] != ld0_local_ptr[0])) {
       condval = ld1_local_ptr[0];
     } else {
       condval = ld2_local_ptr[0];
@@ -7557,7 +7557,7 @@ extern "C" __global__ void __launch_bounds__(256) tvm_Where_fll_l_r4_b256_kernel
   }
   if (((((int)blockIdx.x) * 256) + ((int)threadIdx.x)) < n) {
     int64_t condval;
-    if (ld0_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) {
+    if ((ld0_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) || (ld0_local_ptr[0] != ld0_local_ptr[0])) {
       condval = ld1_local_ptr[0];
     } else {
       condval = ld2_local_ptr[0];
@@ -7587,7 +7587,7 @@ extern "C" __global__ void __launch_bounds__(512) tvm_Where_fll_l_r4_b512_kernel
   }
   if (((((int)blockIdx.x) * 512) + ((int)threadIdx.x)) < n) {
     int64_t condval;
-    if (ld0_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) {
+    if ((ld0_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) || (ld0_local_ptr[0] != ld0_local_ptr[0])) {
       condval = ld1_local_ptr[0];
     } else {
       condval = ld2_local_ptr[0];
@@ -7625,7 +7625,7 @@ extern "C" __global__ void __launch_bounds__(128) tvm_Where_fll_l_r8_b128_kernel
   }
   if (((((int)blockIdx.x) * 128) + ((int)threadIdx.x)) < n) {
     int64_t condval;
-    if (ld0_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) {
+    if ((ld0_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) || (ld0_local_ptr[0] != ld0_local_ptr[0])) {
       condval = ld1_local_ptr[0];
     } else {
       condval = ld2_local_ptr[0];
@@ -7663,7 +7663,7 @@ extern "C" __global__ void __launch_bounds__(256) tvm_Where_fll_l_r8_b256_kernel
   }
   if (((((int)blockIdx.x) * 256) + ((int)threadIdx.x)) < n) {
     int64_t condval;
-    if (ld0_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) {
+    if ((ld0_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) || (ld0_local_ptr[0] != ld0_local_ptr[0])) {
       condval = ld1_local_ptr[0];
     } else {
       condval = ld2_local_ptr[0];
@@ -7701,7 +7701,7 @@ extern "C" __global__ void __launch_bounds__(512) tvm_Where_fll_l_r8_b512_kernel
   }
   if (((((int)blockIdx.x) * 512) + ((int)threadIdx.x)) < n) {
     int64_t condval;
-    if (ld0_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) {
+    if ((ld0_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) || (ld0_local_ptr[0] != ld0_local_ptr[0])) {
       condval = ld1_local_ptr[0];
     } else {
       condval = ld2_local_ptr[0];
