@@ -15,6 +15,11 @@ pytestmark = pytest.mark.gpu
 # TF32 off), so the same bound as the CPU's oneDNN kernels.
 CUDA_TOL = 2e-6 * 8
 
+# Inputs whose infinities may come out as NaN, and why: cuDNN's batch norm folds the scale into
+# one multiply-add per element (x * (scale * invstd) + (bias - mean * scale * invstd)), so an
+# infinite scale meets inf - inf where the reference's scale * (x - mean) * invstd gives +-inf.
+INF_OR_NAN = {"BatchNorm.0.nan1", "BatchNormGrad.0.nan2"}
+
 
 def test_the_cases_cover_every_cuda_op():
     assert set(BACKENDS["cuda"].ops) <= set(CASES), sorted(set(BACKENDS["cuda"].ops) - set(CASES))
@@ -27,4 +32,4 @@ def executed(tmp_path_factory):
 
 @pytest.mark.parametrize("label,op,attrs,xs", VARIANTS, ids=[v[0] for v in VARIANTS])
 def test_kernel_matches_reference(label, op, attrs, xs, executed):
-    check_variant(op, attrs, xs, executed[label], CUDA_TOL)
+    check_variant(op, attrs, xs, executed[label], CUDA_TOL, inf_or_nan=label in INF_OR_NAN)

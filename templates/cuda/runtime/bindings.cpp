@@ -10,6 +10,7 @@
 // copied device-to-device into their arena slots on the step's stream, so a captured CUDA
 // graph keeps its addresses). params(copy=False) hands out zero-copy device views.
 #include <nanobind/ndarray.h>
+#include <nanobind/stl/pair.h>
 
 #include <cstring>
 
