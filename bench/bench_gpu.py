@@ -52,6 +52,21 @@ def executor_runner(module, graph, **options):
     return lambda: ex.step(feeds)
 
 
+def op_type_times(module, graph, steps: int = 5) -> dict[str, float]:
+    """Per op type, the summed mean time of its ops in a step (each op timed with events on
+    one stream), largest first; a convolution type also names the algorithms that ran."""
+    ex = module.Executor(streams=False, op_timing=True)
+    ex.load_params(init_params(graph, seed=0))
+    feeds = random_feeds(graph, seed=1)
+    for _ in range(steps):
+        ex.step(feeds)
+    totals: dict[str, float] = {}
+    for op in ex.stats()["ops"]:
+        key = op["op"] + (f" [{op['algorithm']}]" if "algorithm" in op else "")
+        totals[key] = totals.get(key, 0.0) + op["seconds"] * 1e3
+    return dict(sorted(totals.items(), key=lambda kv: -kv[1]))
+
+
 def bench_model(label: str, target, steps: int, rounds: int, compiled: bool,
                 torch_graph: bool = False) -> dict:
     name, size = MODELS[label]
@@ -77,7 +92,8 @@ def bench_model(label: str, target, steps: int, rounds: int, compiled: bool,
             except Exception as e:  # noqa: BLE001 - a baseline's failure must not lose the table
                 failed[key] = f"{type(e).__name__}: {str(e).splitlines()[0][:120]}"
         measured = measure(runners, steps, rounds)
-    return {"model": label, "ops": len(graph.nodes), "size": size,
+        by_type = op_type_times(module, graph)
+    return {"model": label, "op_types_ms": by_type, "ops": len(graph.nodes), "size": size,
             "streams": len(p.target.streams), "arena_mib": p.summary.memory.arena_bytes / 2**20,
             "measured_ms": {k: v * 1e3 for k, v in measured.items()},
             "predicted_ms": p.summary.step_seconds * 1e3, "failed": failed}
@@ -96,6 +112,9 @@ def report(rows: list[dict], device: str, load: tuple[str, str]) -> str:
             lines.append(f"  {k:<16}{ms:>12.3f}{ratio}")
         for k, why in r["failed"].items():
             lines.append(f"  {k:<16} failed: {why}")
+        top = list(r["op_types_ms"].items())[:10]
+        lines.append("  one stream, per op type (ms): " +
+                     ", ".join(f"{k} {v:.2f}" for k, v in top))
     return "\n".join(lines)
 
 

@@ -98,11 +98,18 @@ def _bias_add(xs, a):
     return [x + b.reshape([-1] + [1] * (x.dim() - axis - 1))]
 
 
+@torch.compiler.disable
+def _keep_mask(seed: int, x, rate: float):
+    # The planner's counter-based mask, made outside the compiled graph (it is numpy) and
+    # moved to x's device.
+    keep = dropout_mask(seed, x.numel(), rate).reshape(tuple(x.shape))
+    return torch.from_numpy(keep).to(device=x.device, dtype=x.dtype)
+
+
 def _dropout(xs, a):
     x = xs[0]
     seed = step_seed(a["seed"], int(xs[1]) if len(xs) > 1 else 0)
-    keep = dropout_mask(seed, x.numel(), a["rate"]).reshape(tuple(x.shape))
-    return [x * torch.from_numpy(keep).to(x.dtype) / (1 - a["rate"])]
+    return [x * _keep_mask(seed, x, a["rate"]) / (1 - a["rate"])]
 
 
 def _matmul(xs, a):

@@ -79,7 +79,10 @@ struct Io {
     return nb::ndarray<nb::numpy>(buf, shape.size(), shape.data(), own, nullptr,
                                   dl_dtype(t.dtype)).cast();
   }
-  static void op_stats(const Executor&, int, nb::dict&) {}
+  static void op_stats(const Executor& ex, int k, nb::dict& d) {
+    std::string detail = ex.detail(k);
+    if (!detail.empty()) d["algorithm"] = detail;
+  }
   static void stats(const Executor& ex, nb::dict& d) {
     d["step_seconds"] = ex.last_step_seconds();
     d["cuda_graph"] = ex.cuda_graph();

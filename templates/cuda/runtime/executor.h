@@ -79,6 +79,7 @@ class Executor {
   bool cuda_graph() const { return use_graph_; }
   const std::vector<OpStats>& op_stats() const { return stats_; }
   size_t scratch_needed(int op) const { return kernels_[op]->scratch_bytes(); }
+  std::string detail(int op) const { return kernels_[op]->detail(); }
   bool scratch_planned(int op) const { return overflow_[op] == nullptr; }
   int64_t steps() const { return steps_; }
   int64_t arena_bytes() const { return arena_->bytes(); }

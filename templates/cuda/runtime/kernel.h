@@ -69,6 +69,8 @@ class Kernel {
   // Device scratch the kernel needs (workspace + temporaries), known at load.
   virtual size_t scratch_bytes() const { return 0; }
   virtual void run(const Run& r) = 0;
+  // What the kernel chose at load that stats() should show (a convolution's algorithm).
+  virtual std::string detail() const { return ""; }
 };
 
 using KernelPtr = std::unique_ptr<Kernel>;

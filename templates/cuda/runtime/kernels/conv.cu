@@ -174,6 +174,7 @@ class CudnnConv : public Kernel {
 
   size_t scratch_bytes() const override { return temp_bytes_ + workspace_; }
   const char* algorithm() const { return algo_name(dir_, algo_); }
+  std::string detail() const override { return algorithm(); }
 
   void run(const Run& r) override {
     const float one = 1.f, zero = 0.f;
@@ -269,10 +270,13 @@ class CudnnConv : public Kernel {
     return out;
   }
 
-  // The plan's family when cuDNN supports it here; else the heuristics' first supported one
-  // whose workspace fits the planned bytes; else ALGO_0 / IMPLICIT_GEMM (no workspace).
+  // The plan's family when cuDNN supports it here and its workspace fits the planned bytes
+  // (the plan's modelled workspace may be smaller than cuDNN's real one: the memory plan is
+  // kept, the algorithm gives way); else the heuristics' first supported one whose workspace
+  // fits; else ALGO_0 / IMPLICIT_GEMM (no workspace).
   void choose(const Node& n) {
     size_t bytes = 0;
+    const size_t budget = n.planned_scratch > 0 ? static_cast<size_t>(n.planned_scratch) : 0;
     if (n.attrs.has("conv_algo")) {
       const std::string family = n.attrs.s("conv_algo");
       const Algo* mapped = nullptr;
@@ -282,15 +286,15 @@ class CudnnConv : public Kernel {
         throw std::runtime_error("unknown conv_algo '" + family + "' (expected a cuDNN family: "
                                  "IMPLICIT_GEMM, IMPLICIT_PRECOMP_GEMM, GEMM, WINOGRAD, "
                                  "WINOGRAD_NONFUSED, FFT, FFT_TILING)");
-      if (query(n.cudnn, mapped->value, &bytes) == CUDNN_STATUS_SUCCESS) {
+      if (query(n.cudnn, mapped->value, &bytes) == CUDNN_STATUS_SUCCESS &&
+          bytes + temp_bytes_ <= budget) {
         algo_ = mapped->value;
         workspace_ = bytes;
         return;
       }
     }
-    const size_t budget = n.planned_scratch > 0 ? static_cast<size_t>(n.planned_scratch) : 0;
     for (int a : ranked(n.cudnn)) {
-      if (query(n.cudnn, a, &bytes) == CUDNN_STATUS_SUCCESS && bytes <= budget) {
+      if (query(n.cudnn, a, &bytes) == CUDNN_STATUS_SUCCESS && bytes + temp_bytes_ <= budget) {
         algo_ = a;
         workspace_ = bytes;
         return;
