@@ -69,6 +69,11 @@ def test_device_memory_is_the_planned_arena(tmp_path_factory):
     ex.step(random_feeds(graph, seed=1))
     free_after, _ = rt.device_memory()
     used = free_before - free_after
-    arena = ex.stats()["arena_bytes"]
-    assert ex.stats()["unplanned_scratch_bytes"] == 0
+    stats = ex.stats()
+    arena = stats["arena_bytes"]
     assert abs(used - arena) <= 0.02 * arena, (used, arena)
+    # Kernels that need scratch the plan did not give them get it at load, counted: here only
+    # the losses' few bytes of partial sums (the plan keeps every convolution's workspace).
+    assert stats["unplanned_scratch_bytes"] <= 2**20, stats["unplanned_scratch_bytes"]
+    print(f"device memory used {used} bytes for an arena of {arena} "
+          f"({(used - arena) / arena:+.2%}); unplanned scratch {stats['unplanned_scratch_bytes']}")
