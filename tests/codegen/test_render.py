@@ -115,13 +115,15 @@ def test_unsupported_dtype_is_named():
         render_files(host_plan(g), "g")
 
 
-def test_a_gpu_plan_is_refused_naming_its_backend():
+def test_a_gpu_plan_renders_for_cuda_and_an_unknown_backend_is_refused():
+    from codegen.backends import backend_for
     from planner.pipeline import plan
     from planner.target import preset
 
     p = plan(build("mlp", batch=2, hidden=[4], in_features=3, classes=2), preset("k40c-12gb"))
-    with pytest.raises(UnsupportedError, match="is a cuda plan.*CPU target"):
-        render_files(p, "mlp")
+    assert "planner_cuda_rt" in render_files(p, "mlp")["__init__.py"]
+    with pytest.raises(UnsupportedError, match="is a tpu plan"):
+        backend_for(p.model_copy(update={"backend": "tpu"}))
 
 
 def test_attrs_are_spelled_out_and_slices_resolved():
