@@ -3,31 +3,13 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <chrono>
 
 namespace planner {
 
-static Registry& mutable_registry() {
-  static Registry r;
-  return r;
-}
-
-KernelFamily::KernelFamily(void (*add)(Registry&)) { add(mutable_registry()); }
-
-const Registry& registry() { return mutable_registry(); }
-
-static TensorRef ref(const Schedule& s, int id) {
-  const TensorSpec& t = s.tensors[id];
-  return TensorRef{id, Shape(t.shape, t.shape + t.rank), t.dtype};
-}
-
-static std::string op_label(const OpSpec& op) {
-  return std::string("op '") + op.name + "' (" + op.op + ")";
-}
-
-
 Executor::Executor(const std::string& schedule_path, bool concurrent, int jitter_us,
                    double watchdog_seconds)
-    : loaded_(schedule_path, CPU),
+    : ExecutorCore(schedule_path, CPU),
       engine_(dnnl::engine::kind::cpu, 0),
       stream_(engine_),
       arena_(loaded_.get().arena_bytes),
@@ -45,8 +27,6 @@ Executor::Executor(const std::string& schedule_path, bool concurrent, int jitter
   }
   ptr_.resize(s.num_tensors);
   for (int i = 0; i < s.num_tensors; ++i) ptr_[i] = arena_.base() + s.tensors[i].offset;
-  stats_.assign(s.num_ops, OpStats{});
-  written_.assign(s.num_tensors, 0);
   kernels_.resize(s.num_ops);
   scratch_.assign(s.num_ops, nullptr);
   overflow_.resize(s.num_ops);
@@ -87,8 +67,8 @@ void Executor::create(int k) {
   const Schedule& s = schedule();
   const OpSpec& op = s.ops[k];
   std::vector<TensorRef> in, out;
-  for (int a = 0; a < op.num_inputs; ++a) in.push_back(ref(s, s.args[op.first_input + a]));
-  for (int a = 0; a < op.num_outputs; ++a) out.push_back(ref(s, s.args[op.first_output + a]));
+  for (int a = 0; a < op.num_inputs; ++a) in.push_back(tensor_ref(s, s.args[op.first_input + a]));
+  for (int a = 0; a < op.num_outputs; ++a) out.push_back(tensor_ref(s, s.args[op.first_output + a]));
   try {
     Node node{&op, in, out, Attrs(op.attrs), engine_, op.threads};
     kernels_[k] = registry().at(op.op)(node);
@@ -108,11 +88,6 @@ void Executor::run(int k) {
   stats_[k].calls += 1;
 }
 
-Shape Executor::shape(int id) const {
-  const TensorSpec& t = tensor(id);
-  return Shape(t.shape, t.shape + t.rank);
-}
-
 void Executor::bind(int id, char* p) {
   const Schedule& s = schedule();
   char* target = p ? p : arena_.base() + s.tensors[id].offset;
@@ -120,63 +95,7 @@ void Executor::bind(int id, char* p) {
     if (loaded_.root(i) == id) ptr_[i] = target;
 }
 
-std::vector<std::string> Executor::missing(const std::vector<int>& also_given) const {
-  std::vector<std::string> out;
-  const Schedule& s = schedule();
-  for (int i = 0; i < s.num_tensors; ++i) {
-    if (!required(s.tensors[i]) || written_[i]) continue;
-    if (std::find(also_given.begin(), also_given.end(), i) == also_given.end())
-      out.push_back(s.tensors[i].name);
-  }
-  return out;
-}
-
-std::string name_list(const std::vector<std::string>& names) {
-  std::string out;
-  for (size_t k = 0; k < names.size() && k < 5; ++k) out += (k ? ", '" : "'") + names[k] + "'";
-  if (names.size() > 5) out += ", ... (" + std::to_string(names.size()) + " in all)";
-  return out;
-}
-
-void Executor::check_loaded() const {
-  const std::vector<std::string> absent = missing();
-  if (!absent.empty())
-    throw std::runtime_error("parameters not loaded: " + name_list(absent) +
-                             "; call load_params first (or create the executor with "
-                             "Executor(init=True) to start from the graph's init hints)");
-}
-
-Executor::~Executor() {
-  if (async_.joinable()) async_.join();
-}
-
-void Executor::start_async() {
-  if (in_flight_) throw std::runtime_error("a step is already in flight: wait() for it first");
-  check_loaded();
-  in_flight_ = true;
-  async_error_ = nullptr;
-  async_ = std::thread([this] {
-    try {
-      run_step();
-    } catch (...) {
-      async_error_ = std::current_exception();
-    }
-  });
-}
-
-void Executor::join_async() {
-  if (!in_flight_) throw std::runtime_error("no step in flight: step_async() first");
-  async_.join();
-  in_flight_ = false;
-  if (async_error_) std::rethrow_exception(async_error_);
-}
-
-void Executor::step() {
-  if (in_flight_)
-    throw std::runtime_error("a step is in flight (step_async): wait() for it before step()");
-  check_loaded();
-  run_step();
-}
+Executor::~Executor() { finish_async(); }
 
 void Executor::run_step() {
   if (lanes_) {
@@ -201,11 +120,6 @@ void Executor::run_step() {
   }
   omp_set_num_threads(saved_threads);
   steps_ += 1;
-}
-
-void Executor::reset_stats() {
-  stats_.assign(schedule().num_ops, OpStats{});
-  steps_ = 0;
 }
 
 }  // namespace planner

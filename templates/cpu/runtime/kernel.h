@@ -51,20 +51,8 @@ class Kernel {
 
 using KernelPtr = std::unique_ptr<Kernel>;
 using Factory = KernelPtr (*)(const Node&);
-using Registry = std::map<std::string, Factory>;
-
-// Every registered kernel, by op name (filled by the families' static registrations).
-const Registry& registry();
-
-// Registers a family's kernels when the runtime library loads.
-struct KernelFamily {
-  explicit KernelFamily(void (*add)(Registry&));
-};
-
-#define PLANNER_REGISTER_KERNELS(family)                                          \
-  static void planner_add_##family##_kernels(::planner::Registry& r);             \
-  static const ::planner::KernelFamily planner_##family##_family(                 \
-      planner_add_##family##_kernels);                                            \
-  static void planner_add_##family##_kernels(::planner::Registry& r)
 
 }  // namespace planner
+
+// Registry, KernelFamily, PLANNER_REGISTER_KERNELS (common to every backend).
+#include "registry.h"

@@ -36,7 +36,7 @@ const void* host_bytes(const TensorSpec& t, const Array& a, bool contiguous,
 }
 
 struct Io {
-  static void feed(Executor& ex, int id, nb::handle value, bool /*copy*/) {
+  static void feed(CudaExecutor& ex, int id, nb::handle value, bool /*copy*/) {
     const TensorSpec& t = ex.tensor(id);
     DeviceArray d;
     if (nb::try_cast(value, d)) {
@@ -53,13 +53,13 @@ struct Io {
     std::vector<char> staging;
     ex.write(id, host_bytes(t, a, check(t, a, "feed"), &staging), t.nbytes);
   }
-  static void unbind(Executor&, int) {}  // feeds are always copied into the arena
-  static void load(Executor& ex, int id, const Array& a) {
+  static void unbind(CudaExecutor&, int) {}  // feeds are always copied into the arena
+  static void load(CudaExecutor& ex, int id, const Array& a) {
     const TensorSpec& t = ex.tensor(id);
     std::vector<char> staging;
     ex.write(id, host_bytes(t, a, check(t, a, "parameter"), &staging), t.nbytes);
   }
-  static nb::object fetch(Executor& ex, int id, bool copy, nb::handle owner) {
+  static nb::object fetch(CudaExecutor& ex, int id, bool copy, nb::handle owner) {
     const TensorSpec& t = ex.tensor(id);
     std::vector<size_t> shape(t.shape, t.shape + t.rank);
     if (!copy) {
@@ -79,11 +79,11 @@ struct Io {
     return nb::ndarray<nb::numpy>(buf, shape.size(), shape.data(), own, nullptr,
                                   dl_dtype(t.dtype)).cast();
   }
-  static void op_stats(const Executor& ex, int k, nb::dict& d) {
+  static void op_stats(const CudaExecutor& ex, int k, nb::dict& d) {
     std::string detail = ex.detail(k);
     if (!detail.empty()) d["algorithm"] = detail;
   }
-  static void stats(const Executor& ex, nb::dict& d) {
+  static void stats(const CudaExecutor& ex, nb::dict& d) {
     d["step_seconds"] = ex.last_step_seconds();
     d["cuda_graph"] = ex.cuda_graph();
   }
@@ -93,7 +93,7 @@ struct Io {
 }  // namespace planner
 
 NB_MODULE(planner_cuda_rt, m) {
-  using planner::Executor;
+  using planner::CudaExecutor;
   m.doc() = "planner CUDA runtime: cuDNN, cuBLAS and generated kernels on the plan's streams";
   m.def("registered_ops", [] { return planner::registered_names(planner::registry()); },
         "The op names this runtime has kernels for (codegen's supported list must agree).");
@@ -114,11 +114,11 @@ NB_MODULE(planner_cuda_rt, m) {
     d["l2_bytes"] = p.l2CacheSize;
     return d;
   }, "device"_a = 0, "The device's name, SM count, memory, compute capability and L2 size.");
-  nb::class_<Executor> cls(m, "Executor");
+  nb::class_<CudaExecutor> cls(m, "Executor");
   cls.def(nb::init<const std::string&, bool, bool, bool, int>(), "schedule_path"_a,
           "streams"_a = true, "cuda_graph"_a = false, "op_timing"_a = false, "device"_a = 0,
           "Load a schedule onto a GPU. streams: run ops on the plan's streams (False: one "
           "stream, plan order); cuda_graph: capture the step at its first run and replay it; "
           "op_timing: time every op with events (stats()).");
-  planner::define_executor<Executor, planner::Io>(cls);
+  planner::define_executor<CudaExecutor, planner::Io>(cls);
 }

@@ -4,7 +4,7 @@
 
 namespace planner {
 
-// ---- errors and the kernel registry ---------------------------------------------------------
+// ---- library errors -----------------------------------------------------------------------------
 
 void check_cuda(cudaError_t e, const char* what) {
   if (e != cudaSuccess)
@@ -20,15 +20,6 @@ void check_cublas(cublasStatus_t s, const char* what) {
   if (s != CUBLAS_STATUS_SUCCESS)
     throw std::runtime_error(std::string(what) + ": cuBLAS status " + std::to_string(s));
 }
-
-static Registry& mutable_registry() {
-  static Registry r;
-  return r;
-}
-
-KernelFamily::KernelFamily(void (*add)(Registry&)) { add(mutable_registry()); }
-
-const Registry& registry() { return mutable_registry(); }
 
 // ---- device memory --------------------------------------------------------------------------
 
@@ -48,18 +39,9 @@ DeviceBlock::~DeviceBlock() { cudaFree(base_); }
 
 // ---- load -----------------------------------------------------------------------------------
 
-static TensorRef ref(const Schedule& s, int id) {
-  const TensorSpec& t = s.tensors[id];
-  return TensorRef{id, Shape(t.shape, t.shape + t.rank), t.dtype};
-}
-
-static std::string op_label(const OpSpec& op) {
-  return std::string("op '") + op.name + "' (" + op.op + ")";
-}
-
-Executor::Executor(const std::string& schedule_path, bool streams, bool cuda_graph,
+CudaExecutor::CudaExecutor(const std::string& schedule_path, bool streams, bool cuda_graph,
                    bool op_timing, int device)
-    : loaded_(schedule_path, CUDA), device_(device), use_graph_(cuda_graph),
+    : ExecutorCore(schedule_path, CUDA), device_(device), use_graph_(cuda_graph),
       op_timing_(op_timing) {
   if (cuda_graph && op_timing)
     throw std::runtime_error("op_timing times every op with events on the host's schedule; "
@@ -103,8 +85,6 @@ Executor::Executor(const std::string& schedule_path, bool streams, bool cuda_gra
 
   ptr_.resize(s.num_tensors);
   for (int i = 0; i < s.num_tensors; ++i) ptr_[i] = arena_->base() + s.tensors[i].offset;
-  stats_.assign(s.num_ops, OpStats{});
-  written_.assign(s.num_tensors, 0);
   kernels_.resize(s.num_ops);
   scratch_.assign(s.num_ops, nullptr);
   overflow_.resize(s.num_ops);
@@ -146,12 +126,12 @@ Executor::Executor(const std::string& schedule_path, bool streams, bool cuda_gra
   check_cuda(cudaDeviceSynchronize(), "loading the executor");
 }
 
-void Executor::create(int k) {
+void CudaExecutor::create(int k) {
   const Schedule& s = schedule();
   const OpSpec& op = s.ops[k];
   std::vector<TensorRef> in, out;
-  for (int a = 0; a < op.num_inputs; ++a) in.push_back(ref(s, s.args[op.first_input + a]));
-  for (int a = 0; a < op.num_outputs; ++a) out.push_back(ref(s, s.args[op.first_output + a]));
+  for (int a = 0; a < op.num_inputs; ++a) in.push_back(tensor_ref(s, s.args[op.first_input + a]));
+  for (int a = 0; a < op.num_outputs; ++a) out.push_back(tensor_ref(s, s.args[op.first_output + a]));
   try {
     Node node{&op, in, out, Attrs(op.attrs), cudnn_[lane_[k]], cublas_[lane_[k]],
               std::max<int64_t>(op.scratch_bytes, 0)};
@@ -161,8 +141,8 @@ void Executor::create(int k) {
   }
 }
 
-Executor::~Executor() {
-  if (async_.joinable()) async_.join();
+CudaExecutor::~CudaExecutor() {
+  finish_async();
   cudaDeviceSynchronize();
   if (graph_) cudaGraphExecDestroy(graph_);
   for (cudaEvent_t e : done_)
@@ -182,53 +162,22 @@ Executor::~Executor() {
 
 // ---- tensors --------------------------------------------------------------------------------
 
-Shape Executor::shape(int id) const {
-  const TensorSpec& t = tensor(id);
-  return Shape(t.shape, t.shape + t.rank);
-}
-
-void Executor::write(int id, const void* host, int64_t bytes) {
+void CudaExecutor::write(int id, const void* host, int64_t bytes) {
   check_cuda(cudaMemcpy(ptr_[id], host, bytes, cudaMemcpyHostToDevice), "copying in");
 }
 
-void Executor::read(int id, void* host, int64_t bytes) const {
+void CudaExecutor::read(int id, void* host, int64_t bytes) const {
   check_cuda(cudaMemcpy(host, ptr_[id], bytes, cudaMemcpyDeviceToHost), "copying out");
 }
 
-void Executor::write_device(int id, const void* device, int64_t bytes) {
+void CudaExecutor::write_device(int id, const void* device, int64_t bytes) {
   check_cuda(cudaMemcpyAsync(ptr_[id], device, bytes, cudaMemcpyDeviceToDevice, streams_[0]),
              "copying a device feed in");
 }
 
-std::vector<std::string> Executor::missing(const std::vector<int>& also_given) const {
-  std::vector<std::string> out;
-  const Schedule& s = schedule();
-  for (int i = 0; i < s.num_tensors; ++i) {
-    if (!required(s.tensors[i]) || written_[i]) continue;
-    if (std::find(also_given.begin(), also_given.end(), i) == also_given.end())
-      out.push_back(s.tensors[i].name);
-  }
-  return out;
-}
-
-std::string name_list(const std::vector<std::string>& names) {
-  std::string out;
-  for (size_t k = 0; k < names.size() && k < 5; ++k) out += (k ? ", '" : "'") + names[k] + "'";
-  if (names.size() > 5) out += ", ... (" + std::to_string(names.size()) + " in all)";
-  return out;
-}
-
-void Executor::check_loaded() const {
-  const std::vector<std::string> absent = missing();
-  if (!absent.empty())
-    throw std::runtime_error("parameters not loaded: " + name_list(absent) +
-                             "; call load_params first (or create the executor with "
-                             "Executor(init=True) to start from the graph's init hints)");
-}
-
 // ---- the step -------------------------------------------------------------------------------
 
-void Executor::issue_ops() {
+void CudaExecutor::issue_ops() {
   const Schedule& s = schedule();
   cudaStream_t main = streams_[0];
   // Fork: every stream starts after what stream 0 holds (the feeds, the previous step).
@@ -260,7 +209,7 @@ void Executor::issue_ops() {
   }
 }
 
-void Executor::run_step() {
+void CudaExecutor::run_step() {
   check_cuda(cudaSetDevice(device_), "cudaSetDevice");
   cudaStream_t main = streams_[0];
   check_cuda(cudaEventRecord(step_begin_, main), "cudaEventRecord");
@@ -301,39 +250,6 @@ void Executor::run_step() {
     }
   }
   steps_ += 1;
-}
-
-void Executor::step() {
-  if (in_flight_)
-    throw std::runtime_error("a step is in flight (step_async): wait() for it before step()");
-  check_loaded();
-  run_step();
-}
-
-void Executor::start_async() {
-  if (in_flight_) throw std::runtime_error("a step is already in flight: wait() for it first");
-  check_loaded();
-  in_flight_ = true;
-  async_error_ = nullptr;
-  async_ = std::thread([this] {
-    try {
-      run_step();
-    } catch (...) {
-      async_error_ = std::current_exception();
-    }
-  });
-}
-
-void Executor::join_async() {
-  if (!in_flight_) throw std::runtime_error("no step in flight: step_async() first");
-  async_.join();
-  in_flight_ = false;
-  if (async_error_) std::rethrow_exception(async_error_);
-}
-
-void Executor::reset_stats() {
-  stats_.assign(schedule().num_ops, OpStats{});
-  steps_ = 0;
 }
 
 }  // namespace planner

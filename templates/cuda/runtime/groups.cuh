@@ -1,7 +1,6 @@
-// What the hand-written CUDA kernels share: the threads per block a plan chose, and row
-// reductions by a warp or a whole block. The reductions are fixed trees over a fixed number of
-// threads (xor butterflies, then one value per warp), so a result depends on the launch geometry
-// only, never on timing: losses and normalisation statistics come out bitwise the same every
+// What the hand-written CUDA kernels share: row reductions by a warp or a whole block. The
+// reductions are fixed trees over a fixed number of threads (xor butterflies, then one value
+// per warp), so a result depends on the launch geometry only, never on timing: losses and normalisation statistics come out bitwise the same every
 // step, which atomics would not give.
 #pragma once
 #include <cuda_runtime.h>
@@ -13,16 +12,6 @@
 #include "kernel.h"
 
 namespace planner {
-
-// Threads per block: the plan's `block` attr, else 256. Whole warps only, since the
-// reductions below assume every lane of every warp takes part.
-inline int block_threads(const Node& n) {
-  const int64_t t = n.attrs.has("block") ? n.attrs.i("block") : 256;
-  if (t < 32 || t > 1024 || t % 32)
-    throw std::runtime_error("block=" + std::to_string(t) +
-                             ": threads per block must be a multiple of 32 in [32, 1024]");
-  return static_cast<int>(t);
-}
 
 struct SumOp {
   template <class T> __device__ T operator()(T a, T b) const { return a + b; }

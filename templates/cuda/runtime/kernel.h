@@ -75,19 +75,12 @@ class Kernel {
 
 using KernelPtr = std::unique_ptr<Kernel>;
 using Factory = KernelPtr (*)(const Node&);
-using Registry = std::map<std::string, Factory>;
+}  // namespace planner
 
-const Registry& registry();
+// Registry, KernelFamily, PLANNER_REGISTER_KERNELS (common to every backend).
+#include "registry.h"
 
-struct KernelFamily {
-  explicit KernelFamily(void (*add)(Registry&));
-};
-
-#define PLANNER_REGISTER_KERNELS(family)                                          \
-  static void planner_add_##family##_kernels(::planner::Registry& r);             \
-  static const ::planner::KernelFamily planner_##family##_family(                 \
-      planner_add_##family##_kernels);                                            \
-  static void planner_add_##family##_kernels(::planner::Registry& r)
+namespace planner {
 
 // ---- small helpers shared by the kernel families ----------------------------------------
 
@@ -98,6 +91,16 @@ inline unsigned blocks_for(int64_t n, int threads) {
   if (b < 1) b = 1;
   if (b > (int64_t{1} << 20)) b = int64_t{1} << 20;
   return static_cast<unsigned>(b);
+}
+
+// Threads per block of a kernel: the plan's `block` attr, else 256. Whole warps only, since
+// the block reductions (groups.cuh) assume every lane of every warp takes part.
+inline int block_threads(const Node& n) {
+  const int64_t t = n.attrs.has("block") ? n.attrs.i("block") : 256;
+  if (t < 32 || t > 1024 || t % 32)
+    throw std::runtime_error("block=" + std::to_string(t) +
+                             ": threads per block must be a multiple of 32 in [32, 1024]");
+  return static_cast<int>(t);
 }
 
 inline int norm_axis(int64_t axis, size_t rank) {

@@ -121,7 +121,7 @@ GeneratedLaunch::GeneratedLaunch(const Node& n, const char* op, const std::vecto
   sig += '_';
   for (const TensorRef& t : out) sig += code_of(t.dtype);
   const int want_rank = broadcast ? static_cast<int>(geometry.dims.size()) : 0;
-  const int want_block = n.attrs.has("block") ? static_cast<int>(n.attrs.i("block")) : 256;
+  const int want_block = block_threads(n);
   const TvmKernel* best = nullptr;
   for (const TvmKernel& k : kTvmKernels) {
     if (std::strcmp(k.op, op) != 0 || sig != k.sig || !form_matches(k.form, n.attrs)) continue;
@@ -304,8 +304,7 @@ class PReluGrad : public Kernel {
       : bytes_(sizeof(float) * n.in[1].size()), ds_(n.out[1].id),
         launch_(n, "PReluGrad", n.in, {n.out[0], TensorRef{-1, n.in[1].shape, F32}},
                 Geometry::broadcast(n.out[0].shape, Pointwise::shapes(n.in)), true),
-        sum_(n.in[1].shape, n.in[2].shape, 1.0,
-             n.attrs.has("block") ? static_cast<int>(n.attrs.i("block")) : 256) {}
+        sum_(n.in[1].shape, n.in[2].shape, 1.0, block_threads(n)) {}
   size_t scratch_bytes() const override { return bytes_; }
   void run(const Run& r) override {
     launch_.run(r);

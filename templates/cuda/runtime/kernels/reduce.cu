@@ -2,9 +2,11 @@
 // rfactor and cross-thread schedule that was not worth its time here): ReduceSum, ReduceMean,
 // BiasAddGrad, and PReluGrad's dslope (pointwise.cu). The input is seen as kept and summed
 // dims (adjacent dims of one kind merged); one block per output element sums its elements in
-// double, threads striding over them, then a shared-memory tree: deterministic for a plan.
+// double, threads striding over them, then groups.cuh's fixed block tree: deterministic for a
+// plan.
 #include <algorithm>
 
+#include "../groups.cuh"
 #include "../kernel.h"
 #include "pointwise.h"
 
@@ -23,27 +25,19 @@ __device__ int64_t offset_of(int64_t index, const SumTo::Dims& d) {
 
 __global__ void sum_to_kernel(const float* x, float* y, int64_t outputs, int64_t reduced,
                               SumTo::Dims kept, SumTo::Dims summed, double scale) {
-  extern __shared__ double partial[];
   for (int64_t o = blockIdx.x; o < outputs; o += gridDim.x) {
     const int64_t base = offset_of(o, kept);
     double acc = 0.0;
     for (int64_t r = threadIdx.x; r < reduced; r += blockDim.x) acc += x[base + offset_of(r, summed)];
-    partial[threadIdx.x] = acc;
-    __syncthreads();
-    for (int half = blockDim.x / 2; half > 0; half /= 2) {
-      if (threadIdx.x < half) partial[threadIdx.x] += partial[threadIdx.x + half];
-      __syncthreads();
-    }
-    if (threadIdx.x == 0) y[o] = static_cast<float>(partial[0] * scale);
-    __syncthreads();
+    acc = block_reduce(acc, SumOp{}, 0.0);
+    if (threadIdx.x == 0) y[o] = static_cast<float>(acc * scale);
   }
 }
 
 }  // namespace
 
 SumTo::SumTo(const Shape& from, const Shape& to, double scale, int block)
-    : scale_(scale), block_(1) {
-  while (block_ * 2 <= std::min(block, 1024)) block_ *= 2;  // a power of two for the tree
+    : scale_(scale), block_(block) {
   const size_t rank = from.size();
   if (to.size() > rank) throw std::runtime_error("SumTo: target has more dims than the source");
   Shape padded(rank - to.size(), 1);
@@ -81,8 +75,7 @@ void SumTo::run(const float* x, float* y, cudaStream_t stream) const {
     return;
   }
   const unsigned grid = static_cast<unsigned>(std::min<int64_t>(outputs_, int64_t{1} << 20));
-  sum_to_kernel<<<grid, block_, sizeof(double) * block_, stream>>>(x, y, outputs_, reduced_,
-                                                                   kept_, summed_, scale_);
+  sum_to_kernel<<<grid, block_, 0, stream>>>(x, y, outputs_, reduced_, kept_, summed_, scale_);
   PLANNER_LAUNCHED("sum_to_kernel");
 }
 
@@ -97,12 +90,10 @@ Shape reduced_to(const Node& n) {
   return to;
 }
 
-int block_of(const Node& n) { return n.attrs.has("block") ? static_cast<int>(n.attrs.i("block")) : 256; }
-
 class Sum : public Kernel {
  public:
   Sum(const Node& n, const Shape& to, double scale)
-      : x_(n.in[0].id), y_(n.out[0].id), sum_(n.in[0].shape, to, scale, block_of(n)) {
+      : x_(n.in[0].id), y_(n.out[0].id), sum_(n.in[0].shape, to, scale, block_threads(n)) {
     require_f32(n);
   }
   void run(const Run& r) override { sum_.run(r.at<float>(x_), r.at<float>(y_), r.stream); }

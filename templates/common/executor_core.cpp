@@ -1,0 +1,92 @@
+#include "executor_core.h"
+
+#include <algorithm>
+
+namespace planner {
+
+std::string name_list(const std::vector<std::string>& names) {
+  std::string out;
+  for (size_t k = 0; k < names.size() && k < 5; ++k) out += (k ? ", '" : "'") + names[k] + "'";
+  if (names.size() > 5) out += ", ... (" + std::to_string(names.size()) + " in all)";
+  return out;
+}
+
+std::string op_label(const OpSpec& op) {
+  return std::string("op '") + op.name + "' (" + op.op + ")";
+}
+
+TensorRef tensor_ref(const Schedule& s, int id) {
+  const TensorSpec& t = s.tensors[id];
+  return TensorRef{id, Shape(t.shape, t.shape + t.rank), t.dtype};
+}
+
+ExecutorCore::ExecutorCore(const std::string& schedule_path, int backend)
+    : loaded_(schedule_path, backend) {
+  stats_.assign(schedule().num_ops, OpStats{});
+  written_.assign(schedule().num_tensors, 0);
+}
+
+ExecutorCore::~ExecutorCore() { finish_async(); }
+
+void ExecutorCore::finish_async() {
+  if (async_.joinable()) async_.join();
+}
+
+Shape ExecutorCore::shape(int id) const {
+  const TensorSpec& t = tensor(id);
+  return Shape(t.shape, t.shape + t.rank);
+}
+
+std::vector<std::string> ExecutorCore::missing(const std::vector<int>& also_given) const {
+  std::vector<std::string> out;
+  const Schedule& s = schedule();
+  for (int i = 0; i < s.num_tensors; ++i) {
+    if (!required(s.tensors[i]) || written_[i]) continue;
+    if (std::find(also_given.begin(), also_given.end(), i) == also_given.end())
+      out.push_back(s.tensors[i].name);
+  }
+  return out;
+}
+
+void ExecutorCore::check_loaded() const {
+  const std::vector<std::string> absent = missing();
+  if (!absent.empty())
+    throw std::runtime_error("parameters not loaded: " + name_list(absent) +
+                             "; call load_params first (or create the executor with "
+                             "Executor(init=True) to start from the graph's init hints)");
+}
+
+void ExecutorCore::step() {
+  if (in_flight_)
+    throw std::runtime_error("a step is in flight (step_async): wait() for it before step()");
+  check_loaded();
+  run_step();
+}
+
+void ExecutorCore::start_async() {
+  if (in_flight_) throw std::runtime_error("a step is already in flight: wait() for it first");
+  check_loaded();
+  in_flight_ = true;
+  async_error_ = nullptr;
+  async_ = std::thread([this] {
+    try {
+      run_step();
+    } catch (...) {
+      async_error_ = std::current_exception();
+    }
+  });
+}
+
+void ExecutorCore::join_async() {
+  if (!in_flight_) throw std::runtime_error("no step in flight: step_async() first");
+  async_.join();
+  in_flight_ = false;
+  if (async_error_) std::rethrow_exception(async_error_);
+}
+
+void ExecutorCore::reset_stats() {
+  stats_.assign(schedule().num_ops, OpStats{});
+  steps_ = 0;
+}
+
+}  // namespace planner

@@ -1,0 +1,90 @@
+// What every backend's executor shares: the loaded schedule, which required tensors were
+// loaded, per-op stats, and the step protocol: a step refuses to start before the parameters
+// are loaded, and one step is in flight at a time, run on the calling thread (step) or on a
+// worker (start_async / join_async, seed 004). A backend's Executor derives from it and runs
+// the ops (run_step).
+#pragma once
+#include <exception>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "loader.h"
+#include "runtime.h"
+
+namespace planner {
+
+struct OpStats {
+  double seconds = 0;  // summed over calls
+  int64_t calls = 0;
+};
+
+// "'a', 'b', ... (n in all)": names for an error message.
+std::string name_list(const std::vector<std::string>& names);
+// "op 'name' (Type)": how errors name an op.
+std::string op_label(const OpSpec& op);
+// Tensor `id` of the schedule as a kernel factory sees it.
+TensorRef tensor_ref(const Schedule& s, int id);
+
+class ExecutorCore {
+ public:
+  ExecutorCore(const std::string& schedule_path, int backend);
+  ExecutorCore(const ExecutorCore&) = delete;
+  ExecutorCore& operator=(const ExecutorCore&) = delete;
+  virtual ~ExecutorCore();
+
+  const Schedule& schedule() const { return loaded_.get(); }
+  int tensor_index(const std::string& name) const { return loaded_.tensor_index(name); }
+  const TensorSpec& tensor(int id) const { return schedule().tensors[id]; }
+  Shape shape(int id) const;
+
+  // Parameters and state (roles param, state) must be loaded before the first step; optimizer
+  // state may be left out: it starts at zero (every optimizer's initial value), like the arena.
+  static bool required(const TensorSpec& t) {
+    return (t.role == PARAM || t.role == STATE) && t.updates < 0;
+  }
+  void mark_loaded(int id) { written_[id] = 1; }
+  // Names of required tensors not loaded yet, in schedule order.
+  std::vector<std::string> missing(const std::vector<int>& also_given = {}) const;
+  // Throws naming them (step and step_async call it before running anything).
+  void check_loaded() const;
+
+  // Run every op; throws naming the op on failure.
+  void step();
+  // start_async runs a step on a worker thread and returns at once; join_async waits for it
+  // and rethrows its error. step() or start_async() while one is in flight throws.
+  void start_async();
+  void join_async();
+  bool in_flight() const { return in_flight_; }
+  // The tensors the step in flight returns (set by the bindings with start_async).
+  std::vector<int> pending_outputs;
+
+  const std::vector<OpStats>& op_stats() const { return stats_; }
+  int64_t steps() const { return steps_; }
+  void reset_stats();
+
+  // Held by every binding call that reads or writes the arena (step, load_params, params):
+  // one executor runs one step at a time, whichever thread calls it.
+  std::mutex& mutex() const { return mu_; }
+
+ protected:
+  // One step of every op (the backend's); counts it in steps_ and its ops in stats_.
+  virtual void run_step() = 0;
+  // Waits for a step in flight: a derived executor calls it first in its destructor, before
+  // the members the step uses are gone.
+  void finish_async();
+
+  LoadedSchedule loaded_;
+  std::vector<OpStats> stats_;
+  int64_t steps_ = 0;
+
+ private:
+  mutable std::mutex mu_;
+  std::vector<char> written_;  // per tensor: written by load_params
+  std::thread async_;
+  std::exception_ptr async_error_;
+  bool in_flight_ = false;
+};
+
+}  // namespace planner
