@@ -82,6 +82,7 @@ CudaExecutor::CudaExecutor(const std::string& schedule_path, bool streams, bool 
   }
   check_cuda(cudaEventCreate(&step_begin_), "cudaEventCreate");
   check_cuda(cudaEventCreate(&step_end_), "cudaEventCreate");
+  check_cuda(cudaEventCreateWithFlags(&feed_ready_, cudaEventDisableTiming), "cudaEventCreate");
 
   ptr_.resize(s.num_tensors);
   for (int i = 0; i < s.num_tensors; ++i) ptr_[i] = arena_->base() + s.tensors[i].offset;
@@ -154,6 +155,7 @@ CudaExecutor::~CudaExecutor() {
   for (cudaEvent_t e : joins_) cudaEventDestroy(e);
   if (step_begin_) cudaEventDestroy(step_begin_);
   if (step_end_) cudaEventDestroy(step_end_);
+  if (feed_ready_) cudaEventDestroy(feed_ready_);
   kernels_.clear();  // descriptors before their handles
   for (cudnnHandle_t h : cudnn_) cudnnDestroy(h);
   for (cublasHandle_t h : cublas_) cublasDestroy(h);
@@ -171,8 +173,13 @@ void CudaExecutor::read(int id, void* host, int64_t bytes) const {
 }
 
 void CudaExecutor::write_device(int id, const void* device, int64_t bytes) {
-  check_cuda(cudaMemcpyAsync(ptr_[id], device, bytes, cudaMemcpyDeviceToDevice, streams_[0]),
-             "copying a device feed in");
+  // A DLPack producer asked for no stream makes its data ready on the legacy default stream
+  // (the protocol's rule); the executor's streams do not wait for that one by themselves, so
+  // the copy runs there and stream 0 waits for it.
+  check_cuda(cudaMemcpyAsync(ptr_[id], device, bytes, cudaMemcpyDeviceToDevice,
+                             cudaStreamLegacy), "copying a device feed in");
+  check_cuda(cudaEventRecord(feed_ready_, cudaStreamLegacy), "cudaEventRecord");
+  check_cuda(cudaStreamWaitEvent(streams_[0], feed_ready_, 0), "cudaStreamWaitEvent");
 }
 
 // ---- the step -------------------------------------------------------------------------------

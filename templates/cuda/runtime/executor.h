@@ -69,6 +69,7 @@ class CudaExecutor : public ExecutorCore {
   std::vector<cudaEvent_t> done_;          // per op waited on from another stream, else null
   std::vector<std::pair<cudaEvent_t, cudaEvent_t>> timing_;  // per op, with op_timing
   cudaEvent_t step_begin_ = nullptr, step_end_ = nullptr;
+  cudaEvent_t feed_ready_ = nullptr;       // the last device feed's copy, for stream 0
   std::vector<cudaEvent_t> joins_;         // per stream: its last op, for the join
   cudaGraphExec_t graph_ = nullptr;
   std::vector<KernelPtr> kernels_;
