@@ -69,6 +69,32 @@ def test_co_running_lanes_give_the_sequential_results(name, tmp_path):
     assert lanes == {0, 1}
 
 
+@pytest.mark.skipif(detect().cores < 2, reason="parallel-loop groups need two cores")
+def test_parallel_loop_groups_give_the_sequential_results(tmp_path):
+    # The optimized plan runs ready ops of one signature as one loop, one member per thread of
+    # a team of two (Inception's batch-norm and ReLU gradients, convolution weight gradients
+    # when the detected peaks favour it): each member's kernel must be made for the one thread
+    # it gets (made for the team, a oneDNN backward-weights convolution of Inception-v3 waited
+    # at its reduction barrier for a thread that never came).
+    name = "inception_v3"
+    import warnings
+
+    graph = make_training_graph(zoo(name, **MODELS[name]), Optimizer(kind="sgd", lr=0.05))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        p = plan(graph, detect(), options=PlanOptions(
+            schedule=ScheduleOptions(strategy="optimized")))
+    assert verify_plan(p) == []
+    assert any(o.group and o.threads >= 2 for o in p.ops), "no group of two threads"
+    module = load(build(render(p, tmp_path / name).dir).dir)
+    state, feeds = start_state(graph), random_feeds(graph, seed=3)
+    _, want_losses, want = steps(module, state, feeds, concurrent=False)
+    ex, losses, got = steps(module, state, feeds, watchdog_seconds=60.0)
+    assert [float(x) for x in losses] == [float(x) for x in want_losses]
+    for k in want:
+        assert np.array_equal(got[k], want[k]), k
+
+
 def test_a_stalled_step_raises_naming_the_ops_not_finished(tmp_path):
     graph = make_training_graph(zoo("mlp", batch=2, hidden=[4], in_features=3, classes=2),
                                 Optimizer(kind="sgd"))

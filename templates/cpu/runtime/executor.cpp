@@ -39,7 +39,7 @@ Executor::Executor(const std::string& schedule_path, bool concurrent, int jitter
     int saved_threads = omp_get_max_threads();
     try {
       for (int k = 0; k < s.num_ops; ++k) {
-        omp_set_num_threads(s.ops[k].threads);
+        omp_set_num_threads(kernel_threads(s.ops[k]));
         create(k);
       }
     } catch (...) {
@@ -70,7 +70,7 @@ void Executor::create(int k) {
   for (int a = 0; a < op.num_inputs; ++a) in.push_back(tensor_ref(s, s.args[op.first_input + a]));
   for (int a = 0; a < op.num_outputs; ++a) out.push_back(tensor_ref(s, s.args[op.first_output + a]));
   try {
-    Node node{&op, in, out, Attrs(op.attrs), engine_, op.threads};
+    Node node{&op, in, out, Attrs(op.attrs), engine_, kernel_threads(op)};
     kernels_[k] = registry().at(op.op)(node);
   } catch (const std::exception& e) {
     throw std::runtime_error(op_label(op) + ": " + e.what());
@@ -80,7 +80,7 @@ void Executor::create(int k) {
 void Executor::run(int k) {
   const OpSpec& op = schedule().ops[k];
   dnnl::stream& stream = lane_streams_.empty() ? stream_ : lane_streams_[op.lane];
-  Run r{ptr_.data(), scratch_[k], stream.get(), op.threads};
+  Run r{ptr_.data(), scratch_[k], stream.get(), kernel_threads(op)};
   auto t0 = std::chrono::steady_clock::now();
   kernels_[k]->run(r);
   auto t1 = std::chrono::steady_clock::now();
@@ -110,7 +110,7 @@ void Executor::run_step() {
   const Schedule& s = schedule();
   int saved_threads = omp_get_max_threads();
   for (int k = 0; k < s.num_ops; ++k) {
-    omp_set_num_threads(s.ops[k].threads);
+    omp_set_num_threads(kernel_threads(s.ops[k]));
     try {
       run(k);
     } catch (const std::exception& e) {

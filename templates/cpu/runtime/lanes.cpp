@@ -104,7 +104,7 @@ void Lanes::lane_main(int lane) {
   std::exception_ptr failed;
   for (int k : mine) {
     try {
-      omp_set_num_threads(s_.ops[k].threads);
+      omp_set_num_threads(kernel_threads(s_.ops[k]));
       create_(k);
     } catch (...) {
       failed = std::current_exception();
@@ -161,7 +161,7 @@ void Lanes::lane_main(int lane) {
       if (end - i == 1) {
         std::exception_ptr error;
         try {
-          omp_set_num_threads(s_.ops[k].threads);
+          omp_set_num_threads(kernel_threads(s_.ops[k]));
           run_(k);
         } catch (...) {
           error = std::current_exception();

@@ -28,6 +28,13 @@
 
 namespace planner {
 
+// The threads one op's kernel is created for and runs on: its planned OpenMP team, except in
+// a parallel-loop group, whose team runs the members one per thread. A member's kernel must be
+// made for one thread: oneDNN sizes its work split (and the barriers between a backward-weights
+// convolution's reduction phases) for the team it was created under, and a kernel made for two
+// threads that runs nested inside the group's loop, on one, spins at such a barrier forever.
+inline int kernel_threads(const OpSpec& op) { return op.group >= 0 ? 1 : op.threads; }
+
 class Lanes {
  public:
   // run(k): run op k on the calling lane thread (its team size already set); create(k): make
