@@ -15,12 +15,14 @@ Lanes::Lanes(const Schedule& s, OpFn create, OpFn run, int jitter_us)
     : s_(s), create_(std::move(create)), run_(std::move(run)), jitter_us_(jitter_us) {
   ops_.resize(s.num_lanes);
   pinned_.resize(s.num_lanes);
+  lane_cv_ = std::vector<std::condition_variable>(s.num_lanes);
+  waiting_on_.assign(s.num_lanes, -1);
   for (int k = 0; k < s.num_ops; ++k) ops_[s.ops[k].lane].push_back(k);
   done_.assign(s.num_ops, -1);
   for (int lane = 0; lane < s.num_lanes; ++lane)
     threads_.emplace_back([this, lane] { lane_main(lane); });
   std::unique_lock<std::mutex> lock(mu_);
-  cv_.wait(lock, [&] { return created_ == s_.num_lanes; });
+  load_cv_.wait(lock, [&] { return created_ == s_.num_lanes; });
   if (error_) {
     std::exception_ptr e = error_;
     lock.unlock();
@@ -36,7 +38,7 @@ void Lanes::shutdown() {
     std::lock_guard<std::mutex> lock(mu_);
     stop_ = true;
   }
-  cv_.notify_all();
+  for (std::condition_variable& cv : lane_cv_) cv.notify_all();
   // A lane stuck in a kernel that never returns keeps this waiting: its memory stays in use.
   for (std::thread& t : threads_)
     if (t.joinable()) t.join();
@@ -71,22 +73,28 @@ bool Lanes::ready_now(int op) const {
   return true;
 }
 
-void Lanes::wait_for(int op) {
-  std::unique_lock<std::mutex> lock(mu_);
-  cv_.wait(lock, [&] { return error_ || stop_ || ready_now(op); });
+// Blocks lane `lane` until op `op` may start (or the step failed, or the lanes stop); `lock`
+// holds mu_ throughout but while blocked.
+void Lanes::wait_for(int lane, int op, std::unique_lock<std::mutex>& lock) {
+  if (error_ || stop_ || ready_now(op)) return;
+  waiting_on_[lane] = op;
+  lane_cv_[lane].wait(lock, [&] { return error_ || stop_ || ready_now(op); });
+  waiting_on_[lane] = -1;
 }
 
 void Lanes::finish(int op, std::exception_ptr error) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    done_[op] = epoch_;
-    remaining_ -= 1;
-    if (error && !error_) {
-      error_ = error;
-      error_op_ = std::string("op '") + s_.ops[op].name + "' (" + s_.ops[op].op + ")";
-    }
+  std::lock_guard<std::mutex> lock(mu_);
+  done_[op] = epoch_;
+  remaining_ -= 1;
+  bool failed = error && !error_;
+  if (failed) {
+    error_ = error;
+    error_op_ = std::string("op '") + s_.ops[op].name + "' (" + s_.ops[op].op + ")";
   }
-  cv_.notify_all();
+  // Wake the lanes this finish lets go (all of them when the step failed: they skip the rest).
+  for (size_t l = 0; l < waiting_on_.size(); ++l)
+    if (waiting_on_[l] >= 0 && (failed || ready_now(waiting_on_[l]))) lane_cv_[l].notify_one();
+  if (remaining_ == 0 || failed) step_cv_.notify_one();
 }
 
 // Whether op `k` waits on one of mine[from, to) (then it cannot share their loop).
@@ -116,13 +124,13 @@ void Lanes::lane_main(int lane) {
     if (failed && !error_) error_ = failed;
     created_ += 1;
   }
-  cv_.notify_all();
+  load_cv_.notify_one();
   std::minstd_rand rng(1234567u + static_cast<unsigned>(lane));
   int64_t seen = 0;
   for (;;) {
     {
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return stop_ || epoch_ > seen; });
+      lane_cv_[lane].wait(lock, [&] { return stop_ || epoch_ > seen; });
       if (stop_) return;
       seen = epoch_;
     }
@@ -138,16 +146,13 @@ void Lanes::lane_main(int lane) {
       // earliest unfinished op can always run); the others join the loop if they are ready
       // now, else run later on their own. A member may wait, through another lane, on an op
       // that waits on the first one.
-      wait_for(k);
+      bool failed_before;
       {
-        std::lock_guard<std::mutex> lock(mu_);
+        std::unique_lock<std::mutex> lock(mu_);
+        wait_for(lane, k, lock);
         size_t ready = i + 1;
         while (ready < end && ready_now(mine[ready])) ++ready;
         end = ready;
-      }
-      bool failed_before;
-      {
-        std::lock_guard<std::mutex> lock(mu_);
         failed_before = static_cast<bool>(error_) || stop_;
       }
       if (failed_before) {  // an op of this step failed: skip the rest, finishing them
@@ -194,11 +199,11 @@ void Lanes::step(double watchdog_seconds) {
   remaining_ = s_.num_ops;
   error_ = nullptr;
   error_op_.clear();
-  cv_.notify_all();
+  for (std::condition_variable& cv : lane_cv_) cv.notify_one();
   auto last = std::chrono::steady_clock::now();
   int seen = remaining_;
   while (remaining_ > 0) {
-    cv_.wait_for(lock, std::chrono::milliseconds(200));
+    step_cv_.wait_for(lock, std::chrono::milliseconds(200));
     auto now = std::chrono::steady_clock::now();
     if (remaining_ != seen) {
       seen = remaining_;

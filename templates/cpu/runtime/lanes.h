@@ -13,7 +13,10 @@
 // runs its ops in plan order, so the earliest unfinished op never waits.
 //
 // Waiting blocks on a condition variable rather than spinning, so a waiting lane leaves its
-// cores to the ops that run.
+// cores to the ops that run. Each lane has its own, woken only when the op it waits for can
+// start (or a step begins), and the caller of `step` only when the step ends: a finishing op
+// wakes no thread that has nothing to do (with one condition variable for all, every finish
+// woke every lane and the caller, which then took cores from the running teams).
 #pragma once
 #include <condition_variable>
 #include <cstdint>
@@ -58,7 +61,7 @@ class Lanes {
   void lane_main(int lane);
   void shutdown();
   bool waits_within(int k, const std::vector<int>& mine, size_t from, size_t to) const;
-  void wait_for(int op);
+  void wait_for(int lane, int op, std::unique_lock<std::mutex>& lock);
   bool ready_now(int op) const;
   void pin(int lane, int op);
   void finish(int op, std::exception_ptr error);
@@ -70,7 +73,10 @@ class Lanes {
   std::vector<std::vector<int>> pinned_;   // per lane, the CPUs its team is pinned to
   std::vector<std::thread> threads_;
   std::mutex mu_;
-  std::condition_variable cv_;
+  std::vector<std::condition_variable> lane_cv_;  // per lane: its op may start, or a new step
+  std::vector<int> waiting_on_;                   // per lane: the op it blocks on, or -1
+  std::condition_variable step_cv_;               // the caller of step(): the step ended
+  std::condition_variable load_cv_;               // the constructor: every lane made its kernels
   std::vector<int64_t> done_;              // per op: the last step it finished in
   int64_t epoch_ = 0;                      // the step being run (0: loading)
   int64_t started_ = 0;                    // lanes wait for epoch_ > the step they ran last
