@@ -2,13 +2,14 @@
 PyTorch eager and torch.compile on the same cores.
 
     python bench/bench_cpu_strategies.py [--models lstm,dcgan,...] [--steps 5] [--rounds 3]
-                                         [--no-compile] [--json]
+                                         [--costs in-step|kernels] [--no-compile] [--json]
 
 Per model (zoo training graphs, SGD, sizes that run in minutes on a small machine):
 
-1. Profile: `planner profile` of the training graph on this host (the generated kernels of
-   every op signature, hill climbing over thread counts); cached in bench/.costs/ per model
-   and host, resumed when interrupted.
+1. Profile: `planner profile --in-step` of the training graph on this host (every op timed
+   inside the step, one uniform plan per thread count; `--costs kernels`: each signature's
+   kernel alone, hill climbing over thread counts); cached in bench/.costs/ per model, host
+   and method.
 2. Plan with the profiled costs: uniform (every op on all cores, one at a time), every uniform
    grid configuration (intra x inter; the best measured one is reported), paper and optimized.
 3. Build each plan's executor; measure steps in alternating rounds (every variant once per
@@ -67,17 +68,25 @@ def zoo_name(label: str) -> str:
     return "resnet" if label.startswith("resnet") else label
 
 
-def profiled_costs(label: str, graph, target) -> CostTable:
+def profiled_costs(label: str, graph, target, method: str = "in-step") -> CostTable:
     """The cost table of `graph` on this host, profiled once and kept in bench/.costs/."""
-    from codegen.profiling import KernelTimer
+    from codegen.profiling import KernelTimer, profile_in_step
     from planner.costs.profile import ProfileOptions, profile
     from planner.costs.signature import graph_signatures
 
     folder = HERE / ".costs"
     folder.mkdir(exist_ok=True)
-    path = folder / f"{label}.{target.cores}cores.json"
+    suffix = "" if method == "kernels" else f".{method}"
+    path = folder / f"{label}.{target.cores}cores{suffix}.json"
     table = load_table(path) if path.exists() else CostTable(target=target.name)
     options = ProfileOptions(interval=max(1, target.cores // 8), repeats=1)
+    if method == "in-step":
+        if not path.exists():
+            with tempfile.TemporaryDirectory(prefix="planner-profile-") as work:
+                table = profile_in_step(graph, target, work, options, steps=3,
+                                        progress=sys.stderr)
+            path.write_text(table.to_json())
+        return table
     with tempfile.TemporaryDirectory(prefix="planner-profile-") as work:
         run = profile(list(graph_signatures(graph).values()), target,
                       KernelTimer(target, work, options, steps=3), options, table=table,
@@ -122,11 +131,12 @@ def measure(runners: dict[str, object], steps: int, rounds: int) -> dict[str, fl
     return {k: statistics.median(v) for k, v in per_round.items()}
 
 
-def bench_model(label: str, target, steps: int, rounds: int, compiled: bool) -> dict:
+def bench_model(label: str, target, steps: int, rounds: int, compiled: bool,
+                costs: str = "in-step") -> dict:
     forward = zoo(zoo_name(label), **MODELS[label])
     graph = make_training_graph(forward, SGD)
     t0 = time.perf_counter()
-    table = profiled_costs(label, graph, target)
+    table = profiled_costs(label, graph, target, costs)
     profile_s = time.perf_counter() - t0
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -147,7 +157,7 @@ def bench_model(label: str, target, steps: int, rounds: int, compiled: bool) -> 
     best_grid = min(grid, key=grid.get)
     kept = min(("optimized", "uniform"), key=measured.get)
     return {
-        "model": label, "ops": len(graph.nodes), "params": MODELS[label],
+        "model": label, "ops": len(graph.nodes), "params": MODELS[label], "costs": costs,
         "profile_seconds": round(profile_s, 1), "signatures": len(table.entries),
         "measured_ms": {k: v * 1e3 for k, v in measured.items()},
         "predicted_ms": {k: p.summary.step_seconds * 1e3 for k, p in plans.items()},
@@ -163,8 +173,8 @@ def report(rows: list[dict], target, load: tuple[str, str]) -> str:
         m, p = r["measured_ms"], r["predicted_ms"]
         base = m["uniform"]
         lines.append(f"\n{r['model']} ({r['ops']} ops, {r['signatures']} signatures profiled "
-                     f"in {r['profile_seconds']} s); best grid: {r['best_grid']}; kept: "
-                     f"{r['kept']}")
+                     f"({r['costs']}) in {r['profile_seconds']} s); best grid: "
+                     f"{r['best_grid']}; kept: {r['kept']}")
         lines.append(f"  {'variant':<16}{'measured ms':>12}{'predicted ms':>14}"
                      f"{'pred/meas':>11}{'uniform/x':>11}")
         for name, ms in m.items():
@@ -181,6 +191,9 @@ def main() -> None:
     parser.add_argument("--models", default=",".join(MODELS))
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--costs", choices=["in-step", "kernels"], default="in-step",
+                        help="how ops are profiled: inside the step (default) or each "
+                             "signature's kernel alone")
     parser.add_argument("--no-compile", action="store_true", help="skip torch.compile")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
@@ -190,7 +203,8 @@ def main() -> None:
     for label in args.models.split(","):
         if label not in MODELS:
             raise SystemExit(f"unknown model {label!r}; known: {', '.join(MODELS)}")
-        rows.append(bench_model(label, target, args.steps, args.rounds, not args.no_compile))
+        rows.append(bench_model(label, target, args.steps, args.rounds, not args.no_compile,
+                                args.costs))
         print(f"done: {label}", file=sys.stderr, flush=True)
     after = os.getloadavg()
     load = (" ".join(f"{x:.2f}" for x in before), " ".join(f"{x:.2f}" for x in after))

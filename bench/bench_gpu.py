@@ -24,6 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_cpu_strategies import measure  # noqa: E402
 from torch_baseline import torch_trainer  # noqa: E402
+
 from codegen.build import build  # noqa: E402
 from codegen.load import load  # noqa: E402
 from codegen.render import render  # noqa: E402

@@ -11,6 +11,10 @@ signature, whatever the thread grid.
     timer = KernelTimer(detect(), work_dir)
     run = profile(graph_signatures(graph).values(), target, timer, options)
 
+or every op inside the real step, one uniform plan per thread count:
+
+    table = profile_in_step(graph, detect(), work_dir)
+
 Example (kernels run for real: built and measured here):
     >>> timer = KernelTimer(detect(), tempfile.mkdtemp())               # doctest: +SKIP
     >>> sig = OpSignature(op="Relu", shapes=((64, 64),), dtypes=("float32",))
@@ -21,7 +25,9 @@ Example (kernels run for real: built and measured here):
 from __future__ import annotations
 
 import statistics
+import warnings
 from pathlib import Path
+from typing import TextIO
 
 import numpy as np
 
@@ -29,7 +35,9 @@ from codegen.build import build
 from codegen.load import load
 from codegen.render import module_name, render
 from planner import __version__
+from planner.costs.model import MissingCostWarning
 from planner.costs.profile import ProfileOptions
+from planner.costs.records import CostTable
 from planner.costs.signature import OpSignature
 from planner.graph.ir import Graph, Node, Tensor
 from planner.graph.validate import check_graph
@@ -140,3 +148,52 @@ def _feeds(graph: Graph) -> dict[str, np.ndarray]:
     from planner.graph.interpret import random_feeds
 
     return random_feeds(graph, seed=0)
+
+
+def in_step_counts(target: Target, options: ProfileOptions) -> list[int]:
+    """The thread counts `profile_in_step` measures: the hill climb's grid (1, 1 + interval,
+    ..., the last core), every point of it, since a whole step measures every op at once."""
+    cores = min(options.max_threads or target.cores, target.cores)
+    return sorted({*range(1, cores + 1, options.interval), cores})
+
+
+def profile_in_step(graph: Graph, target: Target, work_dir: str | Path,
+                    options: ProfileOptions | None = None, steps: int = 3,
+                    table: CostTable | None = None, progress: TextIO | None = None,
+                    date: str | None = None) -> CostTable:
+    """Every op's seconds inside the step, at each thread count of the grid: per count k, the
+    uniform plan (each op on k compact CPUs, one op at a time) is built and run `steps` steps
+    after a warm-up, and its stats() fold into `table` (planner.costs.feedback), replacing the
+    samples of the same signature, thread count and placement.
+
+    Why: an op measured alone (KernelTimer) reads inputs that stay in its cores' caches from
+    one run to the next; inside the step it reads what the previous op just wrote, on the
+    previous op's cores, and a team of several threads first pulls those lines across. On small
+    ops that is most of the time: the 2-core development machine ran LSTM's ops on two threads
+    1.8x slower in the step than alone. The step's own measurement prices what the plans run.
+    """
+    from planner.costs.feedback import fold_stats
+    from planner.graph.interpret import init_params, random_feeds
+    from planner.pipeline import PlanOptions, plan
+    from planner.schedule import ScheduleOptions
+
+    options = options or ProfileOptions()
+    table = table or CostTable(target=target.name)
+    state, feeds = init_params(graph, seed=0), random_feeds(graph, seed=1)
+    for k in in_step_counts(target, options):
+        if progress is not None:
+            print(f"in-step profile: {len(graph.nodes)} ops on {k} thread(s): building",
+                  file=progress, flush=True)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", MissingCostWarning)
+            p = plan(graph, target, table, PlanOptions(schedule=ScheduleOptions(
+                strategy="uniform", intra=k, inter=1)))
+        module = load(build(render(p, Path(work_dir) / f"uniform_{k}").dir).dir)
+        ex = module.Executor()
+        ex.load_params(state)
+        ex.step(feeds)  # warm-up: first-touch pages, caches, thread pools
+        ex.reset_stats()
+        for _ in range(max(1, steps)):
+            ex.step(feeds)
+        table = fold_stats(table, p, ex.stats(), date=date)
+    return table

@@ -2,13 +2,17 @@
 update` (fold an executor's measured op times back into one).
 
     planner profile GRAPH --target host -o costs.json [--train OPT] [--interval N]
-                    [--repeats N] [--max-threads N]
+                    [--repeats N] [--max-threads N] [--in-step]
     planner costs update COSTS --from-stats STATS.json --plan PLAN [-o OUT]
 
 Profiling runs the generated kernels of every op signature of GRAPH on this machine's CPUs
 (codegen.profiling), hill climbing over thread counts with compact and spread placements
 (planner.costs.profile). The table is written after every signature, so an interrupted run
-keeps what it measured and a second run resumes where it stopped.
+keeps what it measured and a second run resumes where it stopped. `--in-step` measures every
+op inside the real step instead: one uniform plan per thread count of the grid, built and run,
+its per-op times folded in (codegen.profiling.profile_in_step); a few builds however many
+signatures, and the times include what running among the step's other ops costs (inputs
+arriving from other cores' caches).
 """
 
 from __future__ import annotations
@@ -37,6 +41,9 @@ def add_cost_commands(sub: Any) -> None:
     p.add_argument("--interval", type=int, default=None, help="thread-count step of the climb")
     p.add_argument("--repeats", type=int, default=5, help="measured steps per placement")
     p.add_argument("--max-threads", type=int, default=None)
+    p.add_argument("--in-step", action="store_true",
+                   help="measure every op inside the training step (one uniform plan per "
+                        "thread count) rather than each signature's kernel alone")
     p.add_argument("--json", action="store_true")
     p.set_defaults(run=run_profile)
 
@@ -85,6 +92,19 @@ def run_profile(args: argparse.Namespace) -> int:
     def save(t: CostTable) -> None:
         write_text(args.output, t.to_json(), force=True)
 
+    if args.in_step:
+        from codegen.profiling import profile_in_step
+
+        with tempfile.TemporaryDirectory(prefix="planner-profile-") as work:
+            table = profile_in_step(graph, target, work, options, steps=max(1, args.repeats),
+                                    table=table, progress=None if args.json else sys.stderr)
+        save(table)
+        if args.json:
+            print(json.dumps({"output": args.output, "signatures": len(table.entries),
+                              "complete": True}, indent=2, sort_keys=True))
+        else:
+            print(f"wrote {args.output}: {len(table.entries)} signature(s) measured in the step")
+        return 0
     with tempfile.TemporaryDirectory(prefix="planner-profile-") as work:
         timer = KernelTimer(target, work, options, steps=max(1, args.repeats))
         run = profile(list(graph_signatures(graph).values()), target, timer, options,

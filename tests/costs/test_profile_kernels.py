@@ -73,3 +73,26 @@ def test_stats_of_a_run_fold_into_the_table():
                    for s in entry.cpu)
     repriced = plan(g, preset("xeon-8180"), table)
     assert repriced.summary.analytical_signatures == 0
+
+
+def test_in_step_profile_measures_every_op_at_every_thread_count(tmp_path, capsys):
+    from planner.graph.autodiff import Optimizer, make_training_graph
+    from planner.load import load_graph
+
+    costs = str(tmp_path / "in-step.json")
+    assert cli.main(["profile", SPEC, "--train", "sgd", "--target", "host", "-o", costs,
+                     "--in-step", "--interval", "1", "--repeats", "2", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["complete"]
+    table = load_table(costs)
+    graph = make_training_graph(load_graph(SPEC), Optimizer(kind="sgd"))
+    cores = detect().cores
+    for sig in graph_signatures(graph).values():
+        entry = table.entry(sig)
+        assert entry is not None, sig.key
+        # Every count of the grid, measured in the step (times are means of real runs).
+        assert {s.threads for s in entry.cpu} == set(range(1, cores + 1)), sig.key
+        assert all(s.seconds > 0 and s.repeats >= 2 for s in entry.cpu)
+    plan = str(tmp_path / "p.json")
+    assert cli.main(["plan", SPEC, "--train", "sgd", "--target", "host", "--costs", costs,
+                     "-o", plan, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["analytical_signatures"] == 0
