@@ -171,6 +171,11 @@ def profile_in_step(graph: Graph, target: Target, work_dir: str | Path,
     previous op's cores, and a team of several threads first pulls those lines across. On small
     ops that is most of the time: the 2-core development machine ran LSTM's ops on two threads
     1.8x slower in the step than alone. The step's own measurement prices what the plans run.
+
+    With two cores or more, the uniform plan of one-thread lanes on every core (ops co-running
+    wherever the graph lets them) is run too: how much slower each op ran there than alone
+    gives the table's `contention` (planner.schedule.contention.fit_kappa), which the
+    simulator then charges co-running ops for the memory bandwidth they share.
     """
     from planner.costs.feedback import fold_stats
     from planner.graph.interpret import init_params, random_feeds
@@ -180,20 +185,51 @@ def profile_in_step(graph: Graph, target: Target, work_dir: str | Path,
     options = options or ProfileOptions()
     table = table or CostTable(target=target.name)
     state, feeds = init_params(graph, seed=0), random_feeds(graph, seed=1)
-    for k in in_step_counts(target, options):
+
+    def measured(intra: int, inter: int, costs: CostTable) -> tuple[Plan, dict[str, float]]:
         if progress is not None:
-            print(f"in-step profile: {len(graph.nodes)} ops on {k} thread(s): building",
-                  file=progress, flush=True)
+            print(f"in-step profile: {len(graph.nodes)} ops, {inter} lane(s) of {intra} "
+                  f"thread(s): building and running", file=progress, flush=True)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", MissingCostWarning)
-            p = plan(graph, target, table, PlanOptions(schedule=ScheduleOptions(
-                strategy="uniform", intra=k, inter=1)))
-        module = load(build(render(p, Path(work_dir) / f"uniform_{k}").dir).dir)
+            p = plan(graph, target, costs, PlanOptions(schedule=ScheduleOptions(
+                strategy="uniform", intra=intra, inter=inter)))
+        module = load(build(render(p, Path(work_dir) / f"uniform_{intra}x{inter}").dir).dir)
         ex = module.Executor()
         ex.load_params(state)
         ex.step(feeds)  # warm-up: first-touch pages, caches, thread pools
         ex.reset_stats()
         for _ in range(max(1, steps)):
             ex.step(feeds)
-        table = fold_stats(table, p, ex.stats(), date=date)
+        return p, {o["name"]: o["seconds"] for o in ex.stats()["ops"]}
+
+    alone: dict[str, float] = {}
+    for k in in_step_counts(target, options):
+        p, seconds = measured(k, 1, table)
+        alone = seconds if k == 1 else alone
+        table = fold_stats(table, p, {"ops": [{"name": n, "calls": max(1, steps), "seconds": t}
+                                              for n, t in seconds.items()]}, date=date)
+    if target.cores >= 2 and target.cpu is not None:
+        corun, seconds = measured(1, target.cores, table)
+        table = CostTable(target=table.target, entries=table.entries,
+                          provenance=table.provenance,
+                          contention=_fit_contention(graph, target, corun, alone, seconds))
     return table
+
+
+def _fit_contention(graph: Graph, target: Target, corun: Plan, alone: dict[str, float],
+                    measured: dict[str, float]) -> float:
+    """kappa from the co-running plan's ops: planned intervals, bandwidth demands from their
+    roofline bytes and one-thread times alone, and the times they took co-running."""
+    from planner.costs.analytical import op_work
+    from planner.costs.signature import graph_signatures
+    from planner.schedule.contention import fit_kappa
+
+    sigs = graph_signatures(graph)
+    ops = [o for o in corun.ops if alone.get(o.name, 0) > 0 and measured.get(o.name, 0) > 0]
+    bandwidth, per_core = target.cpu.memory_bandwidth, target.cpu.core_bandwidth
+    demand = [op_work(sigs[o.name]).bytes / alone[o.name] for o in ops]
+    ceiling = min(bandwidth, per_core)
+    return round(fit_kappa([alone[o.name] for o in ops], [measured[o.name] for o in ops],
+                           [o.start for o in ops], [o.end for o in ops], demand,
+                           [min(1.0, d / ceiling) for d in demand], bandwidth), 6)

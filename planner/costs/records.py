@@ -122,6 +122,10 @@ class CostTable(Record):
     target: str = Field(min_length=1)
     entries: tuple[CostEntry, ...] = ()
     provenance: tuple[Provenance, ...] = ()
+    # How strongly co-running ops slow each other by sharing memory bandwidth and caches: the
+    # simulator's kappa (planner.schedule.contention), fitted to a step measured with every
+    # lane co-running. None: not measured, plans simulate without contention.
+    contention: float | None = Field(default=None, ge=0)
 
     @field_validator("entries")
     @classmethod
@@ -157,7 +161,7 @@ class CostTable(Record):
     # ---- canonical JSON ------------------------------------------------------------------
     def to_json(self) -> str:
         """Canonical JSON: sorted keys, one entry per line."""
-        return canonical_json(self.model_dump(mode="json"))
+        return canonical_json(self.model_dump(mode="json", exclude_none=True))
 
     @classmethod
     def from_json(cls, text: str) -> CostTable:
@@ -186,7 +190,9 @@ def merge(base: CostTable, update: CostTable) -> CostTable:
             gpu_launches=_union(old.gpu_launches, new.gpu_launches,
                                 lambda s: (s.threads_per_block, s.blocks)))
     return CostTable(target=base.target, entries=tuple(entries.values()),
-                     provenance=base.provenance + update.provenance)
+                     provenance=base.provenance + update.provenance,
+                     contention=base.contention if update.contention is None
+                     else update.contention)
 
 
 def _union(old: tuple[Any, ...], new: tuple[Any, ...],

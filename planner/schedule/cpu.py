@@ -6,7 +6,9 @@ named steps:
     bound      critical path, area, allotment and cut bounds (bound.lower_bound)
     schedule   the strategy's placements                    (uniform, paper, optimized; the
                optimized search uses the bound's relaxation and keeps each candidate's run)
-    simulate   real start and end times, utilisation        (simulate.simulate)
+    simulate   real start and end times, utilisation        (simulate.simulate; with the
+               memory bandwidth shared by co-running ops when the cost table carries a
+               measured contention: contention.simulate_contended)
     record     logical CPU ids, happens-before edges        (the Schedule record)
 
 Example:
@@ -26,8 +28,11 @@ from collections.abc import Sequence
 import numpy as np
 
 from planner.costs import CostModel
+from planner.costs.analytical import op_work
+from planner.costs.signature import graph_signatures
 from planner.graph.ir import Graph
 from planner.schedule.bound import bottom_levels, capacity, lower_bound, top_levels
+from planner.schedule.contention import Contention, simulate_contended
 from planner.schedule.costs import OpCosts, op_costs
 from planner.schedule.deps import predecessors
 from planner.schedule.optimized import Widen, allot_all, list_moldable, relaxed_allotment
@@ -52,17 +57,41 @@ def cpu_schedule(graph: Graph, model: CostModel, options: ScheduleOptions | None
     bound = lower_bound(costs, preds, capacity(target.cores, target.smt_width,
                                                options.smt_slowdown))
     sims: dict[int, tuple[list[Placement], SimResult]] = {}
-    placements = schedule(graph, target, costs, preds, options, sims, bound.durations)
+    contention = measured_contention(graph, model)
+    placements = schedule(graph, target, costs, preds, options, sims, bound.durations,
+                          contention=contention)
     ran = sims.get(id(placements))
-    sim = ran[1] if ran is not None and ran[0] is placements else simulate(
-        placements, preds, target.cores, options.smt_slowdown)
+    sim = ran[1] if ran is not None and ran[0] is placements else run_placements(
+        placements, preds, target.cores, options.smt_slowdown, contention)
     return record(graph, target, options, costs, preds, placements, sim, bound)
+
+
+def measured_contention(graph: Graph, model: CostModel) -> Contention | None:
+    """The bandwidth sharing the simulator charges co-running ops: only where the cost table
+    measured it on this machine (CostTable.contention); None, the contention-free simulator."""
+    kappa = model.table.contention if model.table is not None else None
+    cpu = model.target.cpu
+    if not kappa or cpu is None:
+        return None
+    sigs = graph_signatures(graph)
+    return Contention(node_bytes=tuple(float(op_work(sigs[n.name]).bytes) for n in graph.nodes),
+                      memory=cpu.memory_bandwidth, per_core=cpu.core_bandwidth, kappa=kappa)
+
+
+def run_placements(placements: Sequence[Placement], preds: Sequence[Sequence[int]], cores: int,
+                   smt_slowdown: float, contention: Contention | None = None) -> SimResult:
+    """The simulator for these placements: bandwidth shared when `contention` is given and no
+    placement uses SMT (the contended model does not combine with SMT interference yet)."""
+    if contention is not None and not any(p.smt for p in placements):
+        return simulate_contended(placements, preds, cores, contention)
+    return simulate(placements, preds, cores, smt_slowdown)
 
 
 def schedule(graph: Graph, target: Target, costs: OpCosts, preds: Sequence[Sequence[int]],
              options: ScheduleOptions,
              sims: dict[int, tuple[list[Placement], SimResult]] | None = None,
-             durations: Sequence[float] = (), baselines: bool = True) -> list[Placement]:
+             durations: Sequence[float] = (), baselines: bool = True,
+             contention: Contention | None = None) -> list[Placement]:
     """Placements in execution order under the options' strategy.
 
     `sims`, when given, receives the simulation of every candidate schedule tried, by the id of
@@ -85,7 +114,7 @@ def schedule(graph: Graph, target: Target, costs: OpCosts, preds: Sequence[Seque
         for done in same_starts:
             if done[1] == ps:
                 return done
-        sim = simulate(ps, preds, cores, options.smt_slowdown)
+        sim = run_placements(ps, preds, cores, options.smt_slowdown, contention)
         sims[id(ps)] = (ps, sim)
         same_starts.append((sim.step_seconds, ps))
         return same_starts[-1]

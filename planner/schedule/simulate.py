@@ -223,7 +223,7 @@ def _shared(placements: Sequence[Placement], blocked: list[int], unblocks: list[
                     newly.append(j)
         for j in sorted(newly):
             start(j)
-    return _result(starts, ends, busy, counts, cores, blocked, done == n)
+    return sim_result(starts, ends, busy, counts, cores, blocked, done == n)
 
 
 def _exclusive(placements: Sequence[Placement], blocked: list[int],
@@ -272,10 +272,10 @@ def _exclusive(placements: Sequence[Placement], blocked: list[int],
             heapq.heappush(heap, (now + seconds[j], j))
             running += 1
             counts.append(running)
-    return _result(starts, ends, busy, counts, cores, blocked, done == n)
+    return sim_result(starts, ends, busy, counts, cores, blocked, done == n)
 
 
-def _result(starts, ends, busy, counts, cores: int, blocked: list[int],
+def sim_result(starts, ends, busy, counts, cores: int, blocked: list[int],
             finished: bool) -> SimResult:
     """The SimResult of a finished run (both event loops end here)."""
     if not finished:

@@ -92,6 +92,9 @@ def test_in_step_profile_measures_every_op_at_every_thread_count(tmp_path, capsy
         # Every count of the grid, measured in the step (times are means of real runs).
         assert {s.threads for s in entry.cpu} == set(range(1, cores + 1)), sig.key
         assert all(s.seconds > 0 and s.repeats >= 2 for s in entry.cpu)
+    # The co-running step was measured too, and its slowdowns fitted (a single core: nothing
+    # co-runs, nothing to fit).
+    assert (table.contention is not None and table.contention >= 0) == (cores >= 2)
     plan = str(tmp_path / "p.json")
     assert cli.main(["plan", SPEC, "--train", "sgd", "--target", "host", "--costs", costs,
                      "-o", plan, "--json"]) == 0

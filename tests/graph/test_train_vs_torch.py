@@ -99,17 +99,19 @@ def _bias_add(xs, a):
 
 
 @torch.compiler.disable
-def _keep_mask(seed: int, x, rate: float):
+def _keep_mask(seed: int, step, x, rate: float):
     # The planner's counter-based mask, made outside the compiled graph (it is numpy) and
-    # moved to x's device.
+    # moved to x's device. The step's seed too: traced, each node's seed constant specialised
+    # a compiled frame of its own, past torch.compile's recompile limit on LSTM.
+    seed = step_seed(seed, int(step) if step is not None else 0)
     keep = dropout_mask(seed, x.numel(), rate).reshape(tuple(x.shape))
     return torch.from_numpy(keep).to(device=x.device, dtype=x.dtype)
 
 
 def _dropout(xs, a):
     x = xs[0]
-    seed = step_seed(a["seed"], int(xs[1]) if len(xs) > 1 else 0)
-    return [x * _keep_mask(seed, x, a["rate"]) / (1 - a["rate"])]
+    step = xs[1] if len(xs) > 1 else None
+    return [x * _keep_mask(a["seed"], step, x, a["rate"]) / (1 - a["rate"])]
 
 
 def _matmul(xs, a):

@@ -1,0 +1,79 @@
+"""Co-running ops sharing memory bandwidth: the contended simulator and its calibration."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from planner.costs import CostModel, CostTable
+from planner.graph.autodiff import make_training_graph
+from planner.graph.optimizer import Optimizer
+from planner.schedule import ScheduleOptions, cpu_schedule
+from planner.schedule.contention import Contention, fit_kappa, simulate_contended
+from planner.schedule.placement import Placement
+from planner.schedule.simulate import simulate
+from planner.target import preset
+from planner.zoo import build
+
+
+def random_dag(n: int, seed: int) -> tuple[list[Placement], list[tuple[int, ...]]]:
+    rng = random.Random(seed)
+    preds = [tuple(sorted(rng.sample(range(i), min(i, rng.randint(0, 2))))) for i in range(n)]
+    placements = [Placement((i,), (rng.randrange(4),), "compact", rng.uniform(0.1, 2.0), 0.0)
+                  for i in range(n)]
+    return placements, preds
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_without_contention_it_is_the_simulator(seed):
+    placements, preds = random_dag(40, seed)
+    free = Contention(node_bytes=(1e9,) * 40, memory=1e9, per_core=1e9, kappa=0.0)
+    a, b = simulate_contended(placements, preds, 4, free), simulate(placements, preds, 4, 1.9)
+    assert a.starts == pytest.approx(b.starts) and a.ends == pytest.approx(b.ends)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_contention_only_ever_delays_and_never_slows_compute_bound_ops(seed):
+    placements, preds = random_dag(40, seed)
+    free = simulate(placements, preds, 4, 1.9)
+    busy = simulate_contended(placements, preds, 4, Contention(
+        node_bytes=(2e9,) * 40, memory=1e9, per_core=1e9, kappa=1.0))
+    assert all(e >= f - 1e-12 for e, f in zip(busy.ends, free.ends, strict=True))
+    assert busy.step_seconds > free.step_seconds
+    cached = simulate_contended(placements, preds, 4, Contention(
+        node_bytes=(0.0,) * 40, memory=1e9, per_core=1e9, kappa=1.0))
+    assert cached.ends == pytest.approx(free.ends)
+
+
+def test_two_streaming_ops_share_the_bandwidth():
+    # Each alone asks for all of it: together each gets half until the shorter ends.
+    ps = [Placement((0,), (0,), "compact", 1.0, 0.0), Placement((1,), (1,), "compact", 1.0, 0.0)]
+    r = simulate_contended(ps, ((), ()), 2, Contention(
+        node_bytes=(1e9, 1e9), memory=1e9, per_core=1e9, kappa=0.5))
+    assert r.ends == pytest.approx((1.5, 1.5))  # stretched by 1 + 0.5 x (2 - 1)
+
+
+def test_the_fit_recovers_the_kappa_that_made_the_times():
+    # Three streaming ops over the same interval, D = 3B: with kappa k each runs 1 + 2k slower.
+    for kappa in (0.0, 0.3, 1.2):
+        measured = [1 + 2 * kappa] * 3
+        assert fit_kappa([1.0] * 3, measured, [0.0] * 3, [1.0] * 3, [1.0] * 3, [1.0] * 3,
+                         1.0) == pytest.approx(kappa)
+    # Ops that ran alone (nothing to share) say nothing about kappa.
+    assert fit_kappa([1.0], [1.4], [0.0], [1.0], [1.0], [1.0], 1.0) == 0.0
+
+
+def test_a_measured_contention_makes_co_running_plans_slower_than_predicted_without():
+    graph = make_training_graph(build("mlp", batch=64, hidden=[256, 256], in_features=256,
+                                      classes=10), Optimizer(kind="sgd"))
+    target = preset("xeon-8180")
+    lanes = ScheduleOptions(strategy="uniform", intra=1, inter=4)
+    free = cpu_schedule(graph, CostModel(target), lanes)
+    shared = cpu_schedule(graph, CostModel(target, CostTable(target=target.name,
+                                                             contention=1.0)), lanes)
+    assert shared.step_seconds > free.step_seconds
+    one = ScheduleOptions(strategy="uniform")  # one op at a time: nothing co-runs
+    assert (cpu_schedule(graph, CostModel(target, CostTable(target=target.name, contention=1.0)),
+                         one).step_seconds == cpu_schedule(graph, CostModel(target), one)
+            .step_seconds)
