@@ -23,7 +23,9 @@ def add_plan_commands(sub: Any) -> None:
 
     p = sub.add_parser("plan", help="schedule a graph on a target and write the plan")
     p.add_argument("graph", metavar="GRAPH")
-    p.add_argument("--target", required=True, help="preset name or target JSON file")
+    p.add_argument("--target", required=True,
+                   help="preset name, 'host' (this machine's CPUs), 'gpu' (its first NVIDIA GPU) "
+                        "or target JSON file")
     p.add_argument("--costs", help="cost table JSON (default: the analytical model)")
     p.add_argument("--strategy", choices=["uniform", "paper", "optimized"], default="optimized")
     p.add_argument("--train", choices=["sgd", "momentum", "adam"],

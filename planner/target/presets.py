@@ -112,6 +112,26 @@ PRESETS: dict[str, Callable[[], Target]] = {
 }
 
 
+def gpu_target(host: Target) -> Target:
+    """`host`'s first GPU as a target of its own, named "gpu" (its backend: the CUDA executor):
+    SMs, memory, bandwidths and host link as detection read them, the host's memory for
+    offload. UserError when detection found no GPU, with its notes saying why.
+
+    >>> from planner.target.detect import parse_nvidia_smi
+    >>> gpus, _ = parse_nvidia_smi("0, NVIDIA H100 80GB HBM3, 81559, 1980, 5, 16", 1 << 36)
+    >>> t = gpu_target(preset("xeon-8180").model_copy(update={"gpus": tuple(gpus)}))
+    >>> t.name, t.backend, t.gpus[0].sm_count
+    ('gpu', 'cuda', 132)
+    """
+    if not host.gpus:
+        why = "; ".join(n for n in host.notes if "GPU" in n or "nvidia-smi" in n) or "none listed"
+        raise UserError(f"--target gpu: no NVIDIA GPU detected on this machine ({why})")
+    gpu = host.gpus[0]
+    return Target(name="gpu", description=f"detected: {gpu.name}",
+                  host_memory_bytes=host.host_memory_bytes, gpus=(gpu,),
+                  notes=tuple(n for n in host.notes if "GPU" in n), provenance=host.provenance)
+
+
 def preset(name: str) -> Target:
     """The preset target called `name`; UserError listing the known names otherwise."""
     try:
@@ -123,8 +143,9 @@ def preset(name: str) -> Target:
 
 
 def load_target(spec: str) -> Target:
-    """A preset name, `host` (this machine, detected and measured now), or the path of a target
-    JSON file (as `planner target detect --json` writes).
+    """A preset name, `host` (this machine, detected and measured now), `gpu` (this machine's
+    first GPU: plans for the CUDA executor), or the path of a target JSON file (as `planner
+    target detect --json` writes).
 
     Raises UserError naming the file and field, or listing the presets for an unknown name.
     """
@@ -132,12 +153,16 @@ def load_target(spec: str) -> Target:
         from planner.target.detect import detect
 
         return detect()
+    if spec == "gpu":
+        from planner.target.detect import detect
+
+        return gpu_target(detect(measure=False))
     if spec in PRESETS:
         return preset(spec)
     path = Path(spec)
     if not path.is_file():
-        raise UserError(f"unknown target {spec!r}: neither a file, 'host' nor a preset; known "
-                        f"presets: {', '.join(sorted(PRESETS))}")
+        raise UserError(f"unknown target {spec!r}: neither a file, 'host', 'gpu' nor a preset; "
+                        f"known presets: {', '.join(sorted(PRESETS))}")
     try:
         return Target.from_json(path.read_text())
     except ValidationError as e:

@@ -178,3 +178,24 @@ def test_detect_measures_plausible_peaks_quickly():
     assert 1e8 < t.cpu.core_bandwidth <= t.cpu.memory_bandwidth < 1e13
     assert 1e8 < t.cpu.peak_flops < 1e15
     assert t.provenance.method == "measured"
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="fake nvidia-smi is a shell script")
+def test_the_gpu_target_is_the_detected_device_and_plans_for_cuda(tmp_path):
+    from planner.errors import UserError
+    from planner.pipeline import plan
+    from planner.target.presets import gpu_target
+    from planner.zoo import build
+
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text("#!/bin/sh\necho '0, NVIDIA H100 80GB HBM3, 81559, 1980, 5, 16, 9.0'\n")
+    smi.chmod(smi.stat().st_mode | stat.S_IEXEC)
+    host = detect(measure=False, nvidia_smi=str(smi))
+    t = gpu_target(host)
+    assert (t.name, t.backend, t.cpu) == ("gpu", "cuda", None)
+    assert t.gpus[0].sm_count == 132 and t.gpus[0].memory_bytes == 81559 << 20
+    assert t.host_memory_bytes == host.host_memory_bytes
+    p = plan(build("mlp", batch=2, hidden=[4], in_features=3, classes=2), t)
+    assert p.backend == "cuda" and p.target.name == "gpu"
+    with pytest.raises(UserError, match="no NVIDIA GPU detected.*no GPUs listed"):
+        gpu_target(detect(measure=False, nvidia_smi=str(tmp_path / "absent")))
