@@ -171,9 +171,14 @@ def optimized(costs: OpCosts, preds: Sequence[Sequence[int]], op_types: Sequence
             ran[key] = out
         return out
 
-    # The baselines go last: on a tie, min keeps the first (our own) schedule.
-    fallbacks = [timed(uniform(costs, preds, groups, cores, 1)),
-                 timed(paper(costs, preds, op_types, groups, smt, options))] if baselines else []
+    # The baselines go last: on a tie, min keeps the first (our own) schedule. They are the
+    # uniform grid's whole-machine lanes (intra x inter = cores: TensorFlow's recommendation
+    # and its inter-op variants) and the paper's strategy, so the optimized plan is never
+    # predicted slower than any of them.
+    fallbacks = ([timed(uniform(costs, preds, groups, a, b)) for a, b in grid_pairs(cores)
+                  if a * b == cores]
+                 + [timed(paper(costs, preds, op_types, groups, smt, options))]
+                 if baselines else [])
     allots = [allot_all(costs, stretch, critical)
               for stretch in sorted({*options.stretches, options.stretch})]
     if len(durations) == n:

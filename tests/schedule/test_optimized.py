@@ -61,8 +61,9 @@ def test_heaviest_keeps_the_ops_holding_a_share_of_the_work_largest_first():
 
 def test_allotment_moves_let_two_independent_ops_share_the_cores():
     # Two independent ops, each fastest on all 4 cores (1.3 s): one after the other take 2.6 s;
-    # halving one lets both run side by side in 2.2 s, which only the moves find here (every
-    # candidate allotment is the fastest one, and uniform and paper run them one at a time).
+    # halving one lets both run side by side in 2.2 s, which only the moves find among the
+    # search's own candidates (every candidate allotment is the fastest one); of the baselines,
+    # the uniform grid's two lanes of two cores find it too.
     c = curves([4.0, 2.2, 1.6, 1.3], [4.0, 2.2, 1.6, 1.3])
     preds = ((), ())
 
@@ -73,8 +74,12 @@ def test_allotment_moves_let_two_independent_ops_share_the_cores():
     def step(allot_moves: int) -> float:
         opts = ScheduleOptions(stretch=1.0, refine_rounds=0, search_rounds=0,
                                allot_moves=allot_moves, grouping=False)
-        ps = optimized(c, preds, ["A", "B"], GROUPS, False, 4, opts, timed)
+        ps = optimized(c, preds, ["A", "B"], GROUPS, False, 4, opts, timed, baselines=False)
         return simulate(ps, preds, 4, 1.9).step_seconds
 
     assert step(0) == pytest.approx(2.6)
     assert step(8) == pytest.approx(2.2)
+    with_baselines = optimized(c, preds, ["A", "B"], GROUPS, False, 4, ScheduleOptions(
+        stretch=1.0, refine_rounds=0, search_rounds=0, allot_moves=0, grouping=False), timed)
+    assert simulate(with_baselines, preds, 4, 1.9).step_seconds == pytest.approx(2.2)
+    assert {p.threads for p in with_baselines} == {2}
