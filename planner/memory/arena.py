@@ -265,7 +265,8 @@ def _skyline(blocks: Sequence[Block], alignment: int, key: np.ndarray, rule: str
     order = np.array(live, dtype=np.int64)
     o_start, o_end, o_key = s_col[order], e_col[order], key[order]
     o_size = np.array(sizes, dtype=np.int64)[order]
-    ptr = np.searchsorted(o_start, np.arange(len(times) + 1))
+    ptr = np.searchsorted(o_start, np.arange(len(times) + 1)).tolist()
+    order_at, start_at, end_at = order.tolist(), o_start.tolist(), o_end.tolist()
     unplaced = np.ones(len(order), dtype=bool)
     # Segments partition [0, columns): keyed by first column, each with its end and height.
     columns = len(times) - 1
@@ -289,7 +290,7 @@ def _skyline(blocks: Sequence[Block], alignment: int, key: np.ndarray, rule: str
         if height.get(a) != h:
             continue  # a stale entry: the segment rose or merged since
         b = end[a]
-        lo, hi = int(ptr[a]), int(ptr[b])
+        lo, hi = ptr[a], ptr[b]
         pick = -1
         if lo < hi:
             cand = (unplaced[lo:hi] & (o_end[lo:hi] <= b)).nonzero()[0] + lo
@@ -310,9 +311,9 @@ def _skyline(blocks: Sequence[Block], alignment: int, key: np.ndarray, rule: str
                         k = np.where(_sliver_cost(a, b, h, starts, ends, o_size[cand], left_ok,
                                                   right_ok, height, prev, columns, pending,
                                                   bound), -np.inf, k)
-                pick = int(cand[int(np.argmax(k))])
+                pick = int(cand[int(np.argmax(k))]) if len(cand) > 1 else int(cand[0])
         if pick >= 0:
-            i = int(order[pick])
+            i = order_at[pick]
             unplaced[pick] = False
             left -= 1
             offsets[i] = h
@@ -320,7 +321,7 @@ def _skyline(blocks: Sequence[Block], alignment: int, key: np.ndarray, rule: str
             arena = max(arena, top)
             if limit is not None and arena >= limit:
                 return None
-            s, e = int(o_start[pick]), int(o_end[pick])
+            s, e = start_at[pick], end_at[pick]
             pending[s:e] -= sizes[i]
             pieces = [(a, s, h)] if s > a else []
             pieces.append((s, e, top))
