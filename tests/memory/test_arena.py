@@ -123,10 +123,32 @@ def test_skyline_fills_around_short_scratch():
     # block rests on what is below it), skips empty lifetimes and honours the limit.
     blocks = [Block(40, 0.0, 1.0), Block(60, 0.0, 4.0), Block(30, 1.0, 4.0),
               Block(10, 2.0, 3.0), Block(40, 0.0, 0.0)]
-    for name in ("skyline-lifetime", "skyline-area", "skyline-tall", "skyline-wide",
-                 "skyline-wide-fill"):
+    for name in (h for h in HEURISTICS if h.startswith("skyline-")):
         offsets, arena = HEURISTICS[name](blocks, 1)
         assert arena == load(blocks) == 100, name
         assert offsets[4] == 0  # an empty lifetime conflicts with nothing
         assert HEURISTICS[name](blocks, 1, 100) is None  # stops once it reaches the limit
         assert HEURISTICS[name](blocks, 1) == (offsets, arena)
+
+
+@settings(max_examples=40, deadline=None)
+@given(block_lists(), st.sampled_from([1, 8]), st.integers(1, 400))
+def test_a_skyline_stops_only_when_it_cannot_beat_the_limit(blocks, alignment, limit):
+    # The skyline heuristics stop once their bound (height + unplaced bytes, per column)
+    # reaches the limit: only when the full run's arena would too.
+    for name in (h for h in HEURISTICS if h.startswith("skyline-")):
+        full = HEURISTICS[name](blocks, alignment)
+        stopped = HEURISTICS[name](blocks, alignment, limit)
+        assert stopped == (None if full[1] >= limit else full), name
+
+
+def test_tight_skyline_keeps_slivers_out_of_the_peak():
+    # Every block spans two columns, so by lifetime the largest come first: 8 at the start and
+    # 6 at the end leave the column between them a sliver nothing fits in; it rises, and the
+    # 5 and the 4 stack above (15 bytes). The tight rule sees that the sliver's waste would
+    # raise the bound, places the 5 first and reaches LOAD.
+    blocks = [Block(6, 4.0, 6.0), Block(8, 1.0, 3.0), Block(5, 3.0, 5.0), Block(4, 2.0, 4.0)]
+    assert load(blocks) == 12
+    assert HEURISTICS["skyline-lifetime"](blocks, 1) == ([0, 0, 6, 11], 15)
+    assert HEURISTICS["skyline-lifetime-tight"](blocks, 1) == ([5, 0, 0, 8], 12)
+    assert allocate(blocks).arena == 12
