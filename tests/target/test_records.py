@@ -62,7 +62,7 @@ def test_load_target_reads_a_file_and_names_a_bad_field(tmp_path):
                                                          '"host_memory_bytes": -'))
     with pytest.raises(UserError, match="host_memory_bytes"):
         load_target(str(bad))
-    with pytest.raises(UserError, match="neither a file, .host. nor a preset"):
+    with pytest.raises(UserError, match="neither a file, .host., .gpu. nor a preset"):
         load_target(str(tmp_path / "missing.json"))
 
 
