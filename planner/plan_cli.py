@@ -64,6 +64,13 @@ def add_plan_commands(sub: Any) -> None:
 
 
 def run_plan(args: argparse.Namespace) -> int:
+    from planner.collection import fewer_collections
+
+    with fewer_collections():  # the whole command: graph, plan and its JSON
+        return _run_plan(args)
+
+
+def _run_plan(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
     from planner.costs import load_table
