@@ -60,8 +60,9 @@ def verify_plan_data(plan: dict[str, Any], node_names: list[str] | None = None) 
         for name in node_names:
             if name not in by_name:
                 problems.append(f"op {name!r} of the graph is not scheduled")
+        graph_names = set(node_names)
         for name in by_name:
-            if name not in node_names and name not in added:
+            if name not in graph_names and name not in added:
                 problems.append(f"op {name!r} is neither in the graph nor added by memory "
                                 f"planning")
     for op in ops:
