@@ -84,6 +84,11 @@ class OpCosts:
         return tuple(memo.setdefault(id(t), prefix(t)) for t in self.time_lists)
 
     @cached_property
+    def matrix(self) -> np.ndarray:
+        """times as one (nodes x cores) array."""
+        return np.vstack(self.times) if self.times else np.zeros((0, 0))
+
+    @cached_property
     def fastest_seconds(self) -> list[float]:
         """fastest(i) for every node."""
         return [min(t) for t in self.time_lists]
