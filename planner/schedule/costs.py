@@ -66,7 +66,10 @@ class OpCosts:
     def time_lists(self) -> tuple[list[float], ...]:
         """times as Python lists (the list schedulers index them many times)."""
         memo: dict[int, list[float]] = {}
-        return tuple(memo.setdefault(id(t), [float(x) for x in t]) for t in self.times)
+        for t in self.times:  # once per signature's curve (nodes share them)
+            if id(t) not in memo:
+                memo[id(t)] = np.asarray(t, dtype=np.float64).tolist()
+        return tuple(memo[id(t)] for t in self.times)
 
     @cached_property
     def best_prefix(self) -> tuple[list[int], ...]:
@@ -81,7 +84,10 @@ class OpCosts:
                 out.append(best + 1)
             return out
 
-        return tuple(memo.setdefault(id(t), prefix(t)) for t in self.time_lists)
+        for t in self.time_lists:  # once per shared curve
+            if id(t) not in memo:
+                memo[id(t)] = prefix(t)
+        return tuple(memo[id(t)] for t in self.time_lists)
 
     @cached_property
     def matrix(self) -> np.ndarray:

@@ -109,7 +109,8 @@ def list_moldable(costs: OpCosts, preds: Sequence[Sequence[int]], priority: Sequ
                         taken = set(members)
                         queue = [i for i in queue if i not in taken]
         reserved: float | None = None
-        queued = sum(allot[j] for j in queue) if fill else 0  # allotments still in the queue
+        # Allotments still in the queue (integers: any order sums the same).
+        queued = sum(map(allot.__getitem__, queue)) if fill else 0
         for i in list(queue):
             free = len(machine.free)
             if free == 0:
