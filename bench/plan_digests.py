@@ -14,15 +14,19 @@ plan: the digest of its canonical JSON, the graph, the target and the seconds it
 from __future__ import annotations
 
 import hashlib
+import os
 import sys
 import time
 import warnings
 
-from planner.graph.autodiff import make_training_graph
-from planner.graph.optimizer import Optimizer
-from planner.pipeline import plan
-from planner.target import preset
-from planner.zoo import MODELS, build
+# This checkout's planner, whatever else is installed.
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from planner.graph.autodiff import make_training_graph  # noqa: E402
+from planner.graph.optimizer import Optimizer  # noqa: E402
+from planner.pipeline import plan  # noqa: E402
+from planner.target import preset  # noqa: E402
+from planner.zoo import MODELS, build  # noqa: E402
 
 TARGETS = ("knl-7250", "k40c-12gb")
 
