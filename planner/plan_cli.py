@@ -107,7 +107,7 @@ def _run_plan(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(out.summary.model_dump(mode="json"), indent=2, sort_keys=True))
     else:
-        print(format_summary(json.loads(text)))  # the file's data: no second model dump
+        print(format_summary(out.json_data))  # the file's data: no second model dump
         print(f"wrote {args.output}")
     return 0
 

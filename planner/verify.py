@@ -152,8 +152,8 @@ def _concurrent_pairs(ops: list[dict[str, Any]]):
 
 def verify_plan(plan) -> list[str]:
     """verify_plan_data of a Plan record, against its embedded graph's nodes."""
-    data = plan.model_dump(mode="json", by_alias=True)
-    return verify_plan_data(data, [n.name for n in plan.graph.nodes])
+    # The same data the plan's file holds (made once per plan: writing it reuses them).
+    return verify_plan_data(plan.json_data, [n.name for n in plan.graph.nodes])
 
 
 def verify_plan_text(text: str, node_names: list[str] | None = None) -> list[str]:
