@@ -118,13 +118,12 @@ def assemble(graph: Graph, model: CostModel, options: PlanOptions, schedule: Sch
     """The Plan record of a schedule and its memory decision: ops in execution order (memory
     planning's, when it re-timed them), every ordering edge, the summary, provenance."""
     target = model.target
-    # Built from validated records (every ScheduledOp and Edge was checked when made): not
-    # validated again, field by field (an order is a non-negative index).
-    ops = tuple(OpPlan.model_construct(order=k, **op.__dict__)
+    # A ScheduledOp's __dict__ holds its fields (no dump to copy them).
+    ops = tuple(OpPlan(order=k, **op.__dict__)
                 for k, op in enumerate(memory.ops or schedule.ops))
     rank = {op.name: op.order for op in ops}
     named = {(e.before, e.after) for e in (*schedule.edges, *memory.edges)}
-    happens = tuple(Edge.model_construct(before=a, after=b)
+    happens = tuple(Edge(before=a, after=b)
                     for a, b in sorted(named, key=lambda e: (rank[e[1]], rank[e[0]])))
     step = max((op.end for op in ops), default=0.0)
     bound = schedule.bound

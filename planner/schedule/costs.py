@@ -109,13 +109,14 @@ def op_costs(graph: Graph, model: CostModel) -> OpCosts:
     """Time curves of every node of `graph` under `model` (see the module docstring)."""
     cores = model.max_threads
     signatures = graph_signatures(graph)
+    key_of = {name: sig.key for name, sig in signatures.items()}  # each key written once
     curves: dict[str, tuple[np.ndarray, tuple[Affinity, ...], bool]] = {}
-    for sig in signatures.values():
-        if sig.key not in curves:
-            curves[sig.key] = _curve(model, sig, cores)
+    for name, sig in signatures.items():
+        if key_of[name] not in curves:
+            curves[key_of[name]] = _curve(model, sig, cores)
     times, affinity, keys = [], [], []
     for node in graph.nodes:
-        key = signatures[node.name].key
+        key = key_of[node.name]
         t, a, _ = curves[key]
         times.append(t)
         affinity.append(a)

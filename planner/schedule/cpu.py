@@ -263,7 +263,7 @@ def record(graph: Graph, target: Target, options: ScheduleOptions, costs: OpCost
         raise ValueError(f"target {target.name!r}: logical CPU ids must be 0..n-1 for a plan")
     return Schedule(
         backend="cpu", strategy=options.strategy, ops=tuple(ops),
-        edges=tuple(Edge.model_construct(before=a, after=b)  # two node names: nothing to check
+        edges=tuple(Edge(before=a, after=b)
                     for a, b in sorted(edges, key=lambda e: (rank[e[1]], rank[e[0]]))),
         bound=Bound(seconds=bound.seconds, critical_path=bound.critical_path, area=bound.area,
                     allotment=bound.allotment, cut=bound.cut),
