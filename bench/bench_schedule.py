@@ -9,9 +9,10 @@ lower bound (the largest of that, the allotment bound and the cut bound, planner
 optimized over each; planning seconds of optimized. Times are simulated milliseconds per step.
 
 Planning time, last: `planner plan` as a whole command (a fresh interpreter: start-up, imports,
-graph, planning, verification, writing the plan), median wall and CPU seconds of 5 runs
-(3 for ResNet-1001), and `pipeline.plan` in-process (median of 3; 1 for ResNet-1001), for
-Inception-v3 b16 and ResNet-1001 training; with the CPU model and load average (shared machine).
+graph, planning, verification, writing the plan; this checkout's planner), median wall and CPU
+seconds of 5 runs (3 for ResNet-1001), as the environment runs it and with bytecode cached,
+and `pipeline.plan` in-process (median of 3; 1 for ResNet-1001), for Inception-v3 b16 and
+ResNet-1001 training; with the CPU model and load average (shared machine).
 """
 
 from __future__ import annotations
@@ -26,12 +27,16 @@ import tempfile
 import time
 import warnings
 
-from planner.costs import CostModel
-from planner.graph.autodiff import Optimizer, make_training_graph
-from planner.pipeline import PlanOptions, plan
-from planner.schedule import ScheduleOptions
-from planner.target import preset
-from planner.zoo import build
+# This checkout's planner, whatever else is installed (the timed commands below use it too).
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from planner.costs import CostModel  # noqa: E402
+from planner.graph.autodiff import Optimizer, make_training_graph  # noqa: E402
+from planner.pipeline import PlanOptions, plan  # noqa: E402
+from planner.schedule import ScheduleOptions  # noqa: E402
+from planner.target import preset  # noqa: E402
+from planner.zoo import build  # noqa: E402
 
 MODELS = [("resnet-50", "resnet", dict(depth=50, batch=64)),
           ("inception_v3", "inception_v3", dict(batch=16)),
@@ -92,17 +97,26 @@ def load_average() -> str:
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
-def command_seconds(spec: str, runs: int) -> tuple[float, float]:
+def command_seconds(spec: str, runs: int, cached: bool = False) -> tuple[float, float]:
     """Median wall and CPU (user + system) seconds of `planner plan SPEC --train sgd --target
-    knl-7250` in a fresh interpreter."""
+    knl-7250` in a fresh interpreter, running this checkout's planner. `cached`: with the
+    modules' bytecode cached (in a temporary folder, after one run to fill it), as an
+    installed package has it, even where PYTHONDONTWRITEBYTECODE is set."""
     walls, cpus = [], []
     with tempfile.TemporaryDirectory() as tmp:
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+            [ROOT, *filter(None, [os.environ.get("PYTHONPATH")])]))
+        if cached:
+            env.pop("PYTHONDONTWRITEBYTECODE", None)
+            env["PYTHONPYCACHEPREFIX"] = os.path.join(tmp, "pycache")
+        command = [sys.executable, "-m", "planner.cli", "plan", spec, "--train", "sgd",
+                   "--target", "knl-7250", "-o", os.path.join(tmp, "p.plan.json"), "--force"]
+        if cached:
+            subprocess.run(command, check=True, stdout=subprocess.DEVNULL, env=env)
         for _ in range(runs):
             before = resource.getrusage(resource.RUSAGE_CHILDREN)
             t0 = time.perf_counter()
-            subprocess.run([sys.executable, "-m", "planner.cli", "plan", spec, "--train", "sgd",
-                            "--target", "knl-7250", "-o", os.path.join(tmp, "p.plan.json"),
-                            "--force"], check=True, stdout=subprocess.DEVNULL)
+            subprocess.run(command, check=True, stdout=subprocess.DEVNULL, env=env)
             walls.append(time.perf_counter() - t0)
             after = resource.getrusage(resource.RUSAGE_CHILDREN)
             cpus.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
@@ -125,15 +139,16 @@ def in_process_seconds(spec: str, runs: int) -> float:
 def planning_time(quick: bool) -> None:
     print(f"\nplanning time on {cpu_model()}, {os.cpu_count()} logical CPUs; "
           f"load average {load_average()} before")
-    print(f"{'graph':<18}{'command s':>10}{'cpu s':>8}{'target':>8}"
+    print(f"{'graph':<18}{'command s':>10}{'cpu s':>8}{'cached s':>10}{'cpu s':>8}{'target':>8}"
           f"{'in-process s':>14}{'target':>8}")
     for label, spec, command_target, inner_target in TIMED:
         if quick and "1001" in spec:
             continue
         runs = 5 if command_target else 3
         wall, cpu = command_seconds(spec, runs)
+        cached_wall, cached_cpu = command_seconds(spec, runs, cached=True)
         inner = in_process_seconds(spec, 3 if command_target else 1)
-        print(f"{label:<18}{wall:>10.2f}{cpu:>8.2f}"
+        print(f"{label:<18}{wall:>10.2f}{cpu:>8.2f}{cached_wall:>10.2f}{cached_cpu:>8.2f}"
               f"{(f'< {command_target}' if command_target else ''):>8}{inner:>14.2f}"
               f"{(f'< {inner_target}' if inner_target else ''):>8}")
     print(f"load average {load_average()} after")

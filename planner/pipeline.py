@@ -29,6 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from planner import __version__
+from planner.collection import fewer_collections
 from planner.costs import CostModel, CostTable
 from planner.errors import PlanError
 from planner.graph.ir import Graph
@@ -79,9 +80,10 @@ def decide(graph: Graph, target: Target, costs: CostTable | None = None,
     """Price, schedule and plan memory: every decision of a plan, not yet a Plan record.
     Raises InfeasibleBudget when no plan fits options.memory.budget_bytes."""
     options = options or PlanOptions()
-    model = CostModel(target, costs)
-    schedule = BACKENDS[target.backend].schedule(graph, model, options.schedule)
-    return model, schedule, plan_memory(graph, schedule, model, options.memory)
+    with fewer_collections():
+        model = CostModel(target, costs)
+        schedule = BACKENDS[target.backend].schedule(graph, model, options.schedule)
+        return model, schedule, plan_memory(graph, schedule, model, options.memory)
 
 
 def plan(graph: Graph, target: Target, costs: CostTable | None = None,
@@ -95,17 +97,19 @@ def plan(graph: Graph, target: Target, costs: CostTable | None = None,
 
     options = options or PlanOptions()
     check_graph_fits(graph, target)  # nothing to plan, or a graph far beyond the machine
-    model, schedule, memory = decide(graph, target, costs, options)
-    out = assemble(graph, model, options, schedule, memory)
-    if out.summary.memory is not None:
-        check_arena_fits(out.summary.memory.arena_bytes, graph, target)
-    if check:
-        from planner.verify import verify_plan
+    with fewer_collections():
+        model, schedule, memory = decide(graph, target, costs, options)
+        out = assemble(graph, model, options, schedule, memory)
+        if out.summary.memory is not None:
+            check_arena_fits(out.summary.memory.arena_bytes, graph, target)
+        if check:
+            from planner.verify import verify_plan
 
-        problems = verify_plan(out)
-        if problems:
-            raise PlanError(f"the planner made a plan that does not verify: {problems[0]}"
-                            + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""))
+            problems = verify_plan(out)
+            if problems:
+                raise PlanError(f"the planner made a plan that does not verify: {problems[0]}"
+                                + (f" (and {len(problems) - 1} more)" if len(problems) > 1
+                                   else ""))
     return out
 
 
@@ -114,7 +118,8 @@ def assemble(graph: Graph, model: CostModel, options: PlanOptions, schedule: Sch
     """The Plan record of a schedule and its memory decision: ops in execution order (memory
     planning's, when it re-timed them), every ordering edge, the summary, provenance."""
     target = model.target
-    ops = tuple(OpPlan(order=k, **op.model_dump())
+    # A ScheduledOp's __dict__ holds its fields (no dump to copy them).
+    ops = tuple(OpPlan(order=k, **op.__dict__)
                 for k, op in enumerate(memory.ops or schedule.ops))
     rank = {op.name: op.order for op in ops}
     named = {(e.before, e.after) for e in (*schedule.edges, *memory.edges)}

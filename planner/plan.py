@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from functools import cached_property
 from typing import Any, Literal
 
 from pydantic import Field, ValidationError
@@ -144,9 +145,15 @@ class Plan(Record):
                 return p
         raise KeyError(f"plan has no op {name!r}")
 
+    @cached_property
+    def json_data(self) -> dict[str, Any]:
+        """The plan as JSON data (model_dump in JSON mode, by alias), made once: what to_json
+        writes and planner.verify reads. Read it; never change it."""
+        return self.model_dump(mode="json", by_alias=True)
+
     def to_json(self) -> str:
         """Canonical JSON: sorted keys, ops in execution order, one op or edge per line."""
-        return canonical_json(self.model_dump(mode="json", by_alias=True))
+        return canonical_json(self.json_data)
 
     @classmethod
     def from_json(cls, text: str) -> Plan:

@@ -66,6 +66,13 @@ def add_plan_commands(sub: Any) -> None:
 
 
 def run_plan(args: argparse.Namespace) -> int:
+    from planner.collection import fewer_collections
+
+    with fewer_collections():  # the whole command: graph, plan and its JSON
+        return _run_plan(args)
+
+
+def _run_plan(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
     from planner.costs import load_table
@@ -102,7 +109,7 @@ def run_plan(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(out.summary.model_dump(mode="json"), indent=2, sort_keys=True))
     else:
-        print(format_summary(json.loads(text)))  # the file's data: no second model dump
+        print(format_summary(out.json_data))  # the file's data: no second model dump
         print(f"wrote {args.output}")
     return 0
 

@@ -78,22 +78,50 @@ def canonical_json(data: Any) -> str:
 def _format(value: Any, depth: int, top: bool = False) -> str:
     pad, inner = "  " * depth, "  " * (depth + 1)
     if isinstance(value, dict) and (top or _holds_record_list(value)):
-        items = [f"{inner}{json.dumps(k)}: {_format(value[k], depth + 1)}" for k in sorted(value)]
+        items = [f"{inner}{_key(k)}: {_format(value[k], depth + 1)}" for k in sorted(value)]
         return "{\n" + ",\n".join(items) + "\n" + pad + "}" if items else "{}"
     if _is_record_list(value):
-        items = [inner + _format(v, depth + 1) for v in value]
+        # Most records hold no record list: those are written compact, without recursing.
+        items = [inner + (_format(v, depth + 1) if _holds_record_list(v) else _compact(v))
+                 for v in value]
         return "[\n" + ",\n".join(items) + "\n" + pad + "]"
     return _compact(value)
 
 
 def _is_record_list(value: Any) -> bool:
-    return isinstance(value, list) and bool(value) and all(isinstance(v, dict) for v in value)
+    if not isinstance(value, list) or not value:
+        return False
+    for v in value:
+        if not isinstance(v, dict):
+            return False
+    return True
 
 
 def _holds_record_list(value: dict[str, Any]) -> bool:
-    return any(_is_record_list(v) or (isinstance(v, dict) and _holds_record_list(v))
-               for v in value.values())
+    for v in value.values():
+        if isinstance(v, list):
+            if v and _is_record_list(v):
+                return True
+        elif isinstance(v, dict) and _holds_record_list(v):
+            return True
+    return False
+
+
+_KEY = json.JSONEncoder()
+_COMPACT = json.JSONEncoder(sort_keys=True, separators=(",", ":"), allow_nan=False)
+# json.dumps with options builds a new encoder (and its C encoder) per call; the C encoder,
+# made once, writes the same text (json.encoder's own one-shot path, without the set-up;
+# no circular-reference markers: record dumps are trees).
+_C_COMPACT = None if json.encoder.c_make_encoder is None else json.encoder.c_make_encoder(
+    None, _COMPACT.default, json.encoder.encode_basestring_ascii, None, ":", ",", True, False,
+    False)
+
+
+def _key(k: Any) -> str:
+    return json.encoder.encode_basestring_ascii(k) if type(k) is str else _KEY.encode(k)
 
 
 def _compact(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    if _C_COMPACT is None or isinstance(value, (str, int, float)) or value is None:
+        return _COMPACT.encode(value)
+    return "".join(_C_COMPACT(value, 0))

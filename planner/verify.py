@@ -60,8 +60,9 @@ def verify_plan_data(plan: dict[str, Any], node_names: list[str] | None = None) 
         for name in node_names:
             if name not in by_name:
                 problems.append(f"op {name!r} of the graph is not scheduled")
+        graph_names = set(node_names)
         for name in by_name:
-            if name not in node_names and name not in added:
+            if name not in graph_names and name not in added:
                 problems.append(f"op {name!r} is neither in the graph nor added by memory "
                                 f"planning")
     for op in ops:
@@ -93,18 +94,21 @@ def verify_plan_data(plan: dict[str, Any], node_names: list[str] | None = None) 
             if op["order"] <= d["order"]:
                 problems.append(f"op {name!r} comes before its dependency {dep!r} in "
                                 f"execution order")
+    # Each op's logical CPUs and physical cores, as sets once (an op meets many others).
+    cpu_sets = {id(op): set(op["cpus"]) for op in ops}
+    core_sets = {id(op): {core_of[c] for c in op["cpus"] if 0 <= c < len(core_of)}
+                 for op in ops}
     for a, b in _concurrent_pairs(ops):
         same_group = a.get("group") and a.get("group") == b.get("group")
         if a.get("stream") and a.get("stream") == b.get("stream"):
             problems.append(f"ops {a['name']!r} and {b['name']!r} run at the same time on "
                             f"stream {a['stream']!r}")
-        shared = set(a["cpus"]) & set(b["cpus"])
+        shared = cpu_sets[id(a)] & cpu_sets[id(b)]
         if shared and not same_group:
             problems.append(f"ops {a['name']!r} and {b['name']!r} run at the same time on "
                             f"logical CPUs {sorted(shared)}")
             continue
-        cores_a = {core_of[c] for c in a["cpus"] if 0 <= c < len(core_of)}
-        cores_b = {core_of[c] for c in b["cpus"] if 0 <= c < len(core_of)}
+        cores_a, cores_b = core_sets[id(a)], core_sets[id(b)]
         if cores_a & cores_b and not same_group and not (a.get("smt") or b.get("smt")):
             problems.append(f"ops {a['name']!r} and {b['name']!r} share physical cores "
                             f"{sorted(cores_a & cores_b)} at the same time, and neither is "
@@ -151,8 +155,8 @@ def _concurrent_pairs(ops: list[dict[str, Any]]):
 
 def verify_plan(plan) -> list[str]:
     """verify_plan_data of a Plan record, against its embedded graph's nodes."""
-    data = plan.model_dump(mode="json", by_alias=True)
-    return verify_plan_data(data, [n.name for n in plan.graph.nodes])
+    # The same data the plan's file holds (made once per plan: writing it reuses them).
+    return verify_plan_data(plan.json_data, [n.name for n in plan.graph.nodes])
 
 
 def verify_plan_text(text: str, node_names: list[str] | None = None) -> list[str]:

@@ -4,16 +4,15 @@ The plan's `happens_before` edges and each op's `deps` are the orders the execut
 `u` happens-before `w` when a path of such edges leads from u to w (u ends before w starts, on
 every run, whatever the op times). Memory reuse may only rely on that order.
 
-Queries are answered through a chain cover: ops split into chains whose consecutive ops are
-joined by an edge (one chain per stream of a GPU plan, roughly one per lane of a CPU plan), and
-for every op the earliest position reachable in each chain. Then
+Queries are answered from every op's set of descendants, a bit set (a Python int: bit w set
+when u reaches w), built once in reverse order, each op's set the union of its successors'
+and the successors themselves. ResNet-1001's 10,713 ops take 14 MB and a few hundredths of a
+second. Ops are also split into chains whose consecutive ops are joined by an edge (one chain
+per stream of a GPU plan, roughly one per lane of a CPU plan): within a chain, what an op
+reaches is a suffix, which is what `add` extends.
 
-    before(u, w)  <=>  earliest[u][chain(w)] <= position(w)
-
-which is exact for any DAG and costs ops x chains integers, not ops^2 bits.
-
-    chain 0:  a ──► b ──► c ──► d          earliest[a] = [1, 1]: a reaches b (pos 1 in
-                     ╲                      chain 0) and f (pos 1 in chain 1)
+    chain 0:  a ──► b ──► c ──► d          a reaches b, c, d (chain 0) and f, g (chain 1)
+                     ╲
     chain 1:  e ──► f ──► g
 
 Example:
@@ -31,9 +30,6 @@ import numpy as np
 # An op index: its position in the plan's execution order.
 OpIndex = int
 
-# Larger than any chain position: "this chain is not reachable".
-_NEVER = np.iinfo(np.int64).max
-
 
 class HappensBefore:
     """Reachability over `n` ops numbered in a topological order, from direct edges (u, w).
@@ -48,8 +44,8 @@ class HappensBefore:
                 raise ValueError(f"happens-before edge {u} -> {w} does not follow the "
                                  f"execution order of {n} ops")
             succ[u].append(w)
-        self.chain = np.zeros(n, dtype=np.int64)
-        self.position = np.zeros(n, dtype=np.int64)
+        chain = [0] * n
+        position = [0] * n
         tails: list[int] = []  # chain -> its current last op
         preds: list[list[int]] = [[] for _ in range(n)]
         for u, ws in enumerate(succ):
@@ -59,40 +55,42 @@ class HappensBefore:
             # Extend a chain whose tail is a direct predecessor; else start a new chain.
             chosen = -1
             for u in sorted(preds[v], reverse=True):
-                c = int(self.chain[u])
-                if tails[c] == u:
-                    chosen = c
+                if tails[chain[u]] == u:
+                    chosen = chain[u]
                     break
             if chosen < 0:
                 chosen = len(tails)
                 tails.append(v)
-                self.position[v] = 0
             else:
-                self.position[v] = self.position[tails[chosen]] + 1
+                position[v] = position[tails[chosen]] + 1
                 tails[chosen] = v
-            self.chain[v] = chosen
+            chain[v] = chosen
+        self.chain = np.array(chain, dtype=np.int64)
+        self.position = np.array(position, dtype=np.int64)
         self.chains = len(tails)
-        earliest = np.full((n, max(self.chains, 1)), _NEVER, dtype=np.int64)
+        self._chain = chain
+        # Per chain, its ops as a bit set (ops of a chain ascend with their positions).
+        self._members = [0] * self.chains
+        for v, c in enumerate(chain):
+            self._members[c] |= 1 << v
+        reach = [0] * n
         for u in range(n - 1, -1, -1):
-            row = earliest[u]
+            r = 0
             for w in succ[u]:
-                np.minimum(row, earliest[w], out=row)
-                c = self.chain[w]
-                if self.position[w] < row[c]:
-                    row[c] = self.position[w]
-        self.earliest = earliest
+                r |= reach[w] | 1 << w
+            reach[u] = r
+        self._reach = reach
         self.n = n
 
     def before(self, u: OpIndex, w: OpIndex) -> bool:
         """Whether op u happens-before op w (False for u == w)."""
-        return bool(self.earliest[u, self.chain[w]] <= self.position[w])
+        return bool(self._reach[u] >> w & 1)
 
     def add(self, u: OpIndex, w: OpIndex) -> None:
-        """Record a new edge u -> w for later queries from u itself (ancestors of u are not
-        updated, so a query may miss the new order and ask for a redundant edge, never the
-        reverse)."""
-        c = self.chain[w]
-        self.earliest[u, c] = min(self.earliest[u, c], self.position[w])
+        """Record a new edge u -> w for later queries from u itself: u then reaches w and the
+        ops after w in w's chain (ancestors of u are not updated, so a query may miss the new
+        order and ask for a redundant edge, never the reverse)."""
+        self._reach[u] |= self._members[self._chain[w]] >> w << w
 
 
 def plan_edges(names: Sequence[str], happens_before: Iterable[tuple[str, str]],

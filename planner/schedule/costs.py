@@ -66,7 +66,10 @@ class OpCosts:
     def time_lists(self) -> tuple[list[float], ...]:
         """times as Python lists (the list schedulers index them many times)."""
         memo: dict[int, list[float]] = {}
-        return tuple(memo.setdefault(id(t), [float(x) for x in t]) for t in self.times)
+        for t in self.times:  # once per signature's curve (nodes share them)
+            if id(t) not in memo:
+                memo[id(t)] = np.asarray(t, dtype=np.float64).tolist()
+        return tuple(memo[id(t)] for t in self.times)
 
     @cached_property
     def best_prefix(self) -> tuple[list[int], ...]:
@@ -81,7 +84,15 @@ class OpCosts:
                 out.append(best + 1)
             return out
 
-        return tuple(memo.setdefault(id(t), prefix(t)) for t in self.time_lists)
+        for t in self.time_lists:  # once per shared curve
+            if id(t) not in memo:
+                memo[id(t)] = prefix(t)
+        return tuple(memo[id(t)] for t in self.time_lists)
+
+    @cached_property
+    def matrix(self) -> np.ndarray:
+        """times as one (nodes x cores) array."""
+        return np.vstack(self.times) if self.times else np.zeros((0, 0))
 
     @cached_property
     def fastest_seconds(self) -> list[float]:
@@ -98,13 +109,14 @@ def op_costs(graph: Graph, model: CostModel) -> OpCosts:
     """Time curves of every node of `graph` under `model` (see the module docstring)."""
     cores = model.max_threads
     signatures = graph_signatures(graph)
+    key_of = {name: sig.key for name, sig in signatures.items()}  # each key written once
     curves: dict[str, tuple[np.ndarray, tuple[Affinity, ...], bool]] = {}
-    for sig in signatures.values():
-        if sig.key not in curves:
-            curves[sig.key] = _curve(model, sig, cores)
+    for name, sig in signatures.items():
+        if key_of[name] not in curves:
+            curves[key_of[name]] = _curve(model, sig, cores)
     times, affinity, keys = [], [], []
     for node in graph.nodes:
-        key = signatures[node.name].key
+        key = key_of[node.name]
         t, a, _ = curves[key]
         times.append(t)
         affinity.append(a)

@@ -287,11 +287,12 @@ def record(graph: Graph, target: Target, options: ScheduleOptions, costs: OpCost
                                    start=start, end=end))
             rank[node.name] = len(rank)
             edges.update((d, node.name) for d in deps)
-        first = names[min(p.nodes)]
+        first, last = names[min(p.nodes)], names[max(p.nodes)]
+        own = {names[v] for v in p.nodes}
         for c in cpus:
-            if c in last_on and last_on[c] not in {names[v] for v in p.nodes}:
+            if c in last_on and last_on[c] not in own:
                 edges.add((last_on[c], first))
-            last_on[c] = names[max(p.nodes)]
+            last_on[c] = last
     if [c.id for c in target.logical_cpus] != list(range(len(target.logical_cpus))):
         raise ValueError(f"target {target.name!r}: logical CPU ids must be 0..n-1 for a plan")
     return Schedule(

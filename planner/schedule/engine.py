@@ -139,6 +139,7 @@ def list_schedule(preds: Sequence[Sequence[int]], machine: Machine,
                     waiting[s] -= 1
                     if waiting[s] == 0:
                         new.append(s)
-        if new:
-            ready = sorted(ready + new)
+        if new:  # a few new nodes into a long sorted list: inserted, not sorted again
+            for v in sorted(new):
+                bisect.insort(ready, v)
     return placed

@@ -109,7 +109,8 @@ def list_moldable(costs: OpCosts, preds: Sequence[Sequence[int]], priority: Sequ
                         taken = set(members)
                         queue = [i for i in queue if i not in taken]
         reserved: float | None = None
-        queued = sum(allot[j] for j in queue) if fill else 0  # allotments still in the queue
+        # Allotments still in the queue (integers: any order sums the same).
+        queued = sum(map(allot.__getitem__, queue)) if fill else 0
         for i in list(queue):
             free = len(machine.free)
             if free == 0:
@@ -176,9 +177,13 @@ def allot_all(costs: OpCosts, stretch: float, critical: Sequence[bool]) -> list[
 def relaxed_allotment(costs: OpCosts, durations: Sequence[float], scale: float) -> list[int]:
     """Per node: the fewest threads whose time is within scale x its relaxation duration (its
     fastest count when none is)."""
-    out = []
-    for i, t in enumerate(costs.time_lists):
-        limit = durations[i] * scale * (1 + 1e-12)
-        out.append(next((k for k, x in enumerate(t, 1) if x <= limit), costs.best_prefix[i][-1]))
-    return out
+    if not costs.times:
+        return []
+    # Per node (row), the first count whose time is within the limit (the same float
+    # products and comparisons as one node at a time).
+    limit = np.asarray(durations, dtype=np.float64) * scale * (1 + 1e-12)
+    fits = costs.matrix <= limit[:, None]
+    first = fits.argmax(axis=1) + 1
+    fastest = np.array([b[-1] for b in costs.best_prefix])
+    return np.where(fits.any(axis=1), first, fastest).tolist()
 

@@ -45,6 +45,8 @@ import heapq
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 from planner.schedule.placement import Placement
 
 # Ends closer than this (relative) to the earliest one finish in the same event (float noise).
@@ -236,7 +238,11 @@ def _exclusive(placements: Sequence[Placement], blocked: list[int],
     seconds = [p.seconds for p in placements]
     starts = [0.0] * n
     ends = [0.0] * n
-    busy = [0.0] * cores
+    # Each finished op's busy time, added to its cores at the end in finish order (the same
+    # sums, in the same order, as adding them one op at a time).
+    on_cores: list[int] = []
+    ran: list[float] = []
+    widths: list[int] = []
     heap: list[tuple[float, int]] = []
     counts: list[int] = []
     running = 0
@@ -258,8 +264,10 @@ def _exclusive(placements: Sequence[Placement], blocked: list[int],
         for i in sorted(finished):
             ends[i] = now
             # A core is busy from each op's start to its end (one op at a time on it).
-            for c in placements[i].cores:
-                busy[c] += now - starts[i]
+            held = placements[i].cores
+            on_cores.extend(held)
+            ran.append(now - starts[i])
+            widths.append(len(held))
             running -= 1
             done += 1
             counts.append(running)
@@ -272,7 +280,10 @@ def _exclusive(placements: Sequence[Placement], blocked: list[int],
             heapq.heappush(heap, (now + seconds[j], j))
             running += 1
             counts.append(running)
-    return sim_result(starts, ends, busy, counts, cores, blocked, done == n)
+    total = np.zeros(cores)
+    # ufunc.at adds unbuffered, element by element in index order: per core, the same sums.
+    np.add.at(total, np.array(on_cores, dtype=np.intp), np.repeat(ran, widths))
+    return sim_result(starts, ends, total.tolist(), counts, cores, blocked, done == n)
 
 
 def sim_result(starts, ends, busy, counts, cores: int, blocked: list[int],

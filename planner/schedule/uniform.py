@@ -32,12 +32,13 @@ def uniform(costs: OpCosts, preds: Sequence[Sequence[int]],
 
     def decide(now: float, ready: list[int], machine: Machine) -> list[Placement]:
         started = []
-        queue = list(ready)  # FIFO: graph order
+        taken = 0  # FIFO: ready is in graph order; the first `taken` of it start now
         for lane in lanes:
-            if not queue:
+            if taken == len(ready):
                 break
-            if all(c in machine.free for c in lane):
-                i = queue.pop(0)
+            if machine.free.issuperset(lane):
+                i = ready[taken]
+                taken += 1
                 started.append(machine.start((i,), intra, "compact", costs.time(i, intra), now,
                                              cores=lane))
         return started
