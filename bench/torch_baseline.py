@@ -21,7 +21,12 @@ def torch_trainer(forward, lr: float, threads: int, compiled: bool = False,
     captured as one CUDA graph) before it is returned."""
     import torch
 
-    from tests.graph.test_train_vs_torch import torch_forward
+    from tests.graph.test_train_vs_torch import TORCH_OPS, torch_forward
+
+    # Timing, not numerics: torch's own dropout (its RNG, in the compiled graph), as a PyTorch
+    # user runs it, rather than the translator's bit-exact copy of the planner's mask (numpy).
+    ops = {**TORCH_OPS, "Dropout": lambda xs, a: [
+        torch.nn.functional.dropout(xs[0], a["rate"], training=True)]}
 
     torch.set_num_threads(threads)
     if device != "cpu":
@@ -37,7 +42,7 @@ def torch_trainer(forward, lr: float, threads: int, compiled: bool = False,
     opt = torch.optim.SGD(list(params.values()), lr=lr)
 
     def loss(vals):
-        return torch_forward(forward, vals)["loss"]
+        return torch_forward(forward, vals, ops)["loss"]
 
     fn = torch.compile(loss, dynamic=False) if compiled else loss
 
