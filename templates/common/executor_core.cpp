@@ -20,6 +20,13 @@ TensorRef tensor_ref(const Schedule& s, int id) {
   return TensorRef{id, Shape(t.shape, t.shape + t.rank), t.dtype};
 }
 
+void op_tensors(const Schedule& s, const OpSpec& op, std::vector<TensorRef>* in,
+                std::vector<TensorRef>* out) {
+  for (int a = 0; a < op.num_inputs; ++a) in->push_back(tensor_ref(s, s.args[op.first_input + a]));
+  for (int a = 0; a < op.num_outputs; ++a)
+    out->push_back(tensor_ref(s, s.args[op.first_output + a]));
+}
+
 ExecutorCore::ExecutorCore(const std::string& schedule_path, int backend)
     : loaded_(schedule_path, backend) {
   stats_.assign(schedule().num_ops, OpStats{});

@@ -26,6 +26,9 @@ std::string name_list(const std::vector<std::string>& names);
 std::string op_label(const OpSpec& op);
 // Tensor `id` of the schedule as a kernel factory sees it.
 TensorRef tensor_ref(const Schedule& s, int id);
+// Op `op`'s inputs and outputs as its kernel factory sees them.
+void op_tensors(const Schedule& s, const OpSpec& op, std::vector<TensorRef>* in,
+                std::vector<TensorRef>* out);
 
 class ExecutorCore {
  public:

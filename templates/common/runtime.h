@@ -43,6 +43,23 @@ struct TensorRef {
   int64_t size() const { return numel(shape); }
 };
 
+// An axis attr (negative counts from the end) as an index into a shape of `rank` dims.
+inline int norm_axis(int64_t axis, size_t rank) {
+  int r = static_cast<int>(rank == 0 ? 1 : rank);
+  return static_cast<int>((axis % r + r) % r);
+}
+
+// For kernels written for float32 alone: refuses any other tensor (int64 indices may come in).
+// `N` is a backend's kernel-factory Node (its `in` and `out` TensorRefs).
+template <class N>
+void require_f32(const N& n) {
+  for (const TensorRef& t : n.in)
+    if (t.dtype != F32 && t.dtype != I64)
+      throw std::runtime_error("this kernel takes float32 (and int64 index) tensors");
+  for (const TensorRef& t : n.out)
+    if (t.dtype != F32) throw std::runtime_error("this kernel writes float32 tensors");
+}
+
 // Thrown by kernels for bad inputs found while running (an id out of range): the executor
 // adds the op's name.
 struct StepError : std::runtime_error {

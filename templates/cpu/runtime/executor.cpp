@@ -67,8 +67,7 @@ void Executor::create(int k) {
   const Schedule& s = schedule();
   const OpSpec& op = s.ops[k];
   std::vector<TensorRef> in, out;
-  for (int a = 0; a < op.num_inputs; ++a) in.push_back(tensor_ref(s, s.args[op.first_input + a]));
-  for (int a = 0; a < op.num_outputs; ++a) out.push_back(tensor_ref(s, s.args[op.first_output + a]));
+  op_tensors(s, op, &in, &out);
   try {
     Node node{&op, in, out, Attrs(op.attrs), engine_, kernel_threads(op)};
     kernels_[k] = registry().at(op.op)(node);

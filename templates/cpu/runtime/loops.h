@@ -20,19 +20,6 @@ class Copy : public Kernel {
   int64_t bytes_;
 };
 
-inline void require_f32(const Node& n) {
-  for (const TensorRef& t : n.in)
-    if (t.dtype != F32 && t.dtype != I64)
-      throw std::runtime_error("this kernel takes float32 (and int64 index) tensors");
-  for (const TensorRef& t : n.out)
-    if (t.dtype != F32) throw std::runtime_error("this kernel writes float32 tensors");
-}
-
-inline int norm_axis(int64_t axis, size_t rank) {
-  int r = static_cast<int>(rank == 0 ? 1 : rank);
-  return static_cast<int>((axis % r + r) % r);
-}
-
 }  // namespace planner
 
 namespace planner {

@@ -131,8 +131,7 @@ void CudaExecutor::create(int k) {
   const Schedule& s = schedule();
   const OpSpec& op = s.ops[k];
   std::vector<TensorRef> in, out;
-  for (int a = 0; a < op.num_inputs; ++a) in.push_back(tensor_ref(s, s.args[op.first_input + a]));
-  for (int a = 0; a < op.num_outputs; ++a) out.push_back(tensor_ref(s, s.args[op.first_output + a]));
+  op_tensors(s, op, &in, &out);
   try {
     Node node{&op, in, out, Attrs(op.attrs), cudnn_[lane_[k]], cublas_[lane_[k]],
               std::max<int64_t>(op.scratch_bytes, 0)};

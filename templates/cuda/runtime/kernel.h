@@ -103,19 +103,6 @@ inline int block_threads(const Node& n) {
   return static_cast<int>(t);
 }
 
-inline int norm_axis(int64_t axis, size_t rank) {
-  int r = static_cast<int>(rank == 0 ? 1 : rank);
-  return static_cast<int>((axis % r + r) % r);
-}
-
-inline void require_f32(const Node& n) {
-  for (const TensorRef& t : n.in)
-    if (t.dtype != F32 && t.dtype != I64)
-      throw std::runtime_error("this kernel takes float32 (and int64 index) tensors");
-  for (const TensorRef& t : n.out)
-    if (t.dtype != F32) throw std::runtime_error("this kernel writes float32 tensors");
-}
-
 // Copies `bytes` between two tensors on the op's stream; nothing when they share bytes.
 class Copy : public Kernel {
  public:
