@@ -43,9 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from torch_baseline import torch_trainer  # noqa: E402
 
-from codegen.build import build  # noqa: E402
-from codegen.load import load  # noqa: E402
-from codegen.render import render  # noqa: E402
+from codegen.profiling import warmed_executor  # noqa: E402
 from planner.costs import CostTable, load_table  # noqa: E402
 from planner.graph.autodiff import make_training_graph  # noqa: E402
 from planner.graph.interpret import init_params, random_feeds  # noqa: E402
@@ -113,10 +111,8 @@ def variants(graph, target, table) -> dict[str, object]:
 
 
 def executor_runner(p, folder: Path, graph):
-    ex = load(build(render(p, folder).dir).dir).Executor()
-    ex.load_params(init_params(graph, seed=0))
     feeds = random_feeds(graph, seed=1)
-    ex.step(feeds)  # warm-up
+    ex = warmed_executor(p, folder, init_params(graph, seed=0), feeds)
     return lambda: ex.step(feeds)
 
 
@@ -124,10 +120,8 @@ def replanned(p, folder: Path, graph, target, table):
     """The plan made again with `p`'s measured op times folded into `table`."""
     from planner.costs.feedback import fold_stats
 
-    ex = load(build(render(p, folder).dir).dir).Executor()
-    ex.load_params(init_params(graph, seed=0))
     feeds = random_feeds(graph, seed=1)
-    ex.step(feeds)
+    ex = warmed_executor(p, folder, init_params(graph, seed=0), feeds)
     ex.reset_stats()
     for _ in range(3):
         ex.step(feeds)

@@ -130,10 +130,8 @@ class KernelTimer:
         graph = copies_graph(sig, len(placements))
         plan = placements_plan(graph, self.target, placements)
         folder = self.dir / module_name(f"{sig.op}_{digest(sig.key)[:12]}")
-        module = load(build(render(plan, folder).dir).dir)
-        ex = module.Executor()
         feeds = _feeds(graph)
-        ex.step(feeds)  # warm-up: first-touch pages, caches, thread pools
+        ex = warmed_executor(plan, folder, None, feeds)
         samples: list[list[float]] = [[] for _ in placements]
         for _ in range(self.steps):
             ex.reset_stats()
@@ -142,6 +140,17 @@ class KernelTimer:
                 samples[k].append(op["seconds"])
         return {cpus: statistics.median(s) for (_, cpus), s in zip(placements, samples,
                                                                   strict=True)}
+
+
+def warmed_executor(plan: Plan, folder: str | Path, state: dict | None,
+                    feeds: dict[str, np.ndarray]):
+    """`plan`'s executor, built under `folder` and loaded, with `state` as its parameters (None:
+    a graph without any), after one warm-up step: first-touch pages, caches, thread pools."""
+    ex = load(build(render(plan, folder).dir).dir).Executor()
+    if state is not None:
+        ex.load_params(state)
+    ex.step(feeds)
+    return ex
 
 
 def _feeds(graph: Graph) -> dict[str, np.ndarray]:
@@ -186,7 +195,7 @@ def profile_in_step(graph: Graph, target: Target, work_dir: str | Path,
     table = table or CostTable(target=target.name)
     state, feeds = init_params(graph, seed=0), random_feeds(graph, seed=1)
 
-    def measured(intra: int, inter: int, costs: CostTable) -> tuple[Plan, dict[str, float]]:
+    def measured(intra: int, inter: int, costs: CostTable) -> tuple[Plan, dict]:
         if progress is not None:
             print(f"in-step profile: {len(graph.nodes)} ops, {inter} lane(s) of {intra} "
                   f"thread(s): building and running", file=progress, flush=True)
@@ -194,42 +203,42 @@ def profile_in_step(graph: Graph, target: Target, work_dir: str | Path,
             warnings.simplefilter("ignore", MissingCostWarning)
             p = plan(graph, target, costs, PlanOptions(schedule=ScheduleOptions(
                 strategy="uniform", intra=intra, inter=inter)))
-        module = load(build(render(p, Path(work_dir) / f"uniform_{intra}x{inter}").dir).dir)
-        ex = module.Executor()
-        ex.load_params(state)
-        ex.step(feeds)  # warm-up: first-touch pages, caches, thread pools
+        ex = warmed_executor(p, Path(work_dir) / f"uniform_{intra}x{inter}", state, feeds)
         ex.reset_stats()
         for _ in range(max(1, steps)):
             ex.step(feeds)
-        return p, {o["name"]: o["seconds"] for o in ex.stats()["ops"]}
+        return p, ex.stats()
+
+    def seconds(stats: dict) -> dict[str, float]:
+        return {o["name"]: o["seconds"] for o in stats["ops"]}
 
     alone: dict[str, float] = {}
     for k in in_step_counts(target, options):
-        p, seconds = measured(k, 1, table)
-        alone = seconds if k == 1 else alone
-        table = fold_stats(table, p, {"ops": [{"name": n, "calls": max(1, steps), "seconds": t}
-                                              for n, t in seconds.items()]}, date=date)
+        p, stats = measured(k, 1, table)
+        alone = seconds(stats) if k == 1 else alone
+        table = fold_stats(table, p, stats, date=date)
     if target.cores >= 2 and target.cpu is not None:
-        corun, seconds = measured(1, target.cores, table)
+        corun, stats = measured(1, target.cores, table)
         table = CostTable(target=table.target, entries=table.entries,
                           provenance=table.provenance,
-                          contention=_fit_contention(graph, target, corun, alone, seconds))
+                          contention=_fit_contention(graph, target, corun, alone,
+                                                     seconds(stats)))
     return table
 
 
 def _fit_contention(graph: Graph, target: Target, corun: Plan, alone: dict[str, float],
                     measured: dict[str, float]) -> float:
-    """kappa from the co-running plan's ops: planned intervals, bandwidth demands from their
-    roofline bytes and one-thread times alone, and the times they took co-running."""
-    from planner.costs.analytical import op_work
-    from planner.costs.signature import graph_signatures
-    from planner.schedule.contention import fit_kappa
+    """kappa from the co-running plan's ops: planned intervals, bandwidth demands and
+    memory-boundness at their times alone (Contention.demands), and the times they took
+    co-running."""
+    from planner.schedule.contention import Contention, fit_kappa
+    from planner.schedule.placement import Placement
 
-    sigs = graph_signatures(graph)
+    index = {n.name: i for i, n in enumerate(graph.nodes)}
     ops = [o for o in corun.ops if alone.get(o.name, 0) > 0 and measured.get(o.name, 0) > 0]
-    bandwidth, per_core = target.cpu.memory_bandwidth, target.cpu.core_bandwidth
-    demand = [op_work(sigs[o.name]).bytes / alone[o.name] for o in ops]
-    ceiling = min(bandwidth, per_core)
+    shared = Contention.of(graph, target.cpu, kappa=1.0)
+    demand, mu = shared.demands([Placement((index[o.name],), tuple(o.cpus), "compact",
+                                           alone[o.name], o.start) for o in ops])
     return round(fit_kappa([alone[o.name] for o in ops], [measured[o.name] for o in ops],
-                           [o.start for o in ops], [o.end for o in ops], demand,
-                           [min(1.0, d / ceiling) for d in demand], bandwidth), 6)
+                           [o.start for o in ops], [o.end for o in ops], demand, mu,
+                           shared.memory), 6)

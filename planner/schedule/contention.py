@@ -33,8 +33,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from planner.costs.analytical import op_work
+from planner.costs.signature import graph_signatures
+from planner.graph.ir import Graph
 from planner.schedule.placement import Placement
-from planner.schedule.simulate import EPSILON, SimResult, execution_waits, sim_result
+from planner.schedule.simulate import EPSILON, SimResult, sim_result, unblocking
+from planner.target.records import CPU
 
 
 @dataclass(frozen=True)
@@ -46,6 +50,13 @@ class Contention:
     memory: float
     per_core: float
     kappa: float
+
+    @classmethod
+    def of(cls, graph: Graph, cpu: CPU, kappa: float) -> Contention:
+        """For `graph`'s nodes (their roofline bytes) on `cpu`'s bandwidths."""
+        sigs = graph_signatures(graph)
+        return cls(node_bytes=tuple(float(op_work(sigs[n.name]).bytes) for n in graph.nodes),
+                   memory=cpu.memory_bandwidth, per_core=cpu.core_bandwidth, kappa=kappa)
 
     def demands(self, placements: Sequence[Placement]) -> tuple[list[float], list[float]]:
         """Per placement: bandwidth asked for alone (bytes/s) and memory-boundness mu."""
@@ -65,12 +76,7 @@ def simulate_contended(placements: Sequence[Placement], preds: Sequence[Sequence
     if any(p.smt for p in placements):
         raise ValueError("the contended simulator does not model SMT placements")
     n = len(placements)
-    waits = execution_waits(placements, preds)
-    blocked = [len(w) for w in waits]
-    unblocks: list[list[int]] = [[] for _ in range(n)]
-    for i, w in enumerate(waits):
-        for j in sorted(w):
-            unblocks[j].append(i)
+    blocked, unblocks = unblocking(placements, preds)
     demand, mu = contention.demands(placements)
     kappa, bandwidth = contention.kappa, contention.memory
     left = [p.seconds for p in placements]

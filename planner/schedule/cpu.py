@@ -28,8 +28,6 @@ from collections.abc import Sequence
 import numpy as np
 
 from planner.costs import CostModel
-from planner.costs.analytical import op_work
-from planner.costs.signature import graph_signatures
 from planner.graph.ir import Graph
 from planner.schedule.bound import bottom_levels, capacity, lower_bound, top_levels
 from planner.schedule.contention import Contention, simulate_contended
@@ -70,12 +68,9 @@ def measured_contention(graph: Graph, model: CostModel) -> Contention | None:
     """The bandwidth sharing the simulator charges co-running ops: only where the cost table
     measured it on this machine (CostTable.contention); None, the contention-free simulator."""
     kappa = model.table.contention if model.table is not None else None
-    cpu = model.target.cpu
-    if not kappa or cpu is None:
+    if not kappa or model.target.cpu is None:
         return None
-    sigs = graph_signatures(graph)
-    return Contention(node_bytes=tuple(float(op_work(sigs[n.name]).bytes) for n in graph.nodes),
-                      memory=cpu.memory_bandwidth, per_core=cpu.core_bandwidth, kappa=kappa)
+    return Contention.of(graph, model.target.cpu, kappa)
 
 
 def run_placements(placements: Sequence[Placement], preds: Sequence[Sequence[int]], cores: int,

@@ -92,6 +92,18 @@ def execution_waits(placements: Sequence[Placement],
     return waits
 
 
+def unblocking(placements: Sequence[Placement], preds: Sequence[Sequence[int]]
+               ) -> tuple[list[int], list[list[int]]]:
+    """What every event loop starts from: per placement, how many placements it waits for,
+    and which placements each one's end lets go (execution_waits, inverted)."""
+    waits = execution_waits(placements, preds)
+    unblocks: list[list[int]] = [[] for _ in range(len(placements))]
+    for i, w in enumerate(waits):
+        for j in sorted(w):
+            unblocks[j].append(i)
+    return [len(w) for w in waits], unblocks
+
+
 def simulate(placements: Sequence[Placement], preds: Sequence[Sequence[int]], cores: int,
              smt_slowdown: float) -> SimResult:
     """Run placements (in execution order) with node dependencies `preds` (by node index).
@@ -99,13 +111,7 @@ def simulate(placements: Sequence[Placement], preds: Sequence[Sequence[int]], co
     Raises ValueError when the placements cannot all run (a node placed twice or never, or an
     order that waits on itself).
     """
-    n = len(placements)
-    waits = execution_waits(placements, preds)
-    blocked = [len(w) for w in waits]
-    unblocks: list[list[int]] = [[] for _ in range(n)]
-    for i, w in enumerate(waits):
-        for j in sorted(w):
-            unblocks[j].append(i)
+    blocked, unblocks = unblocking(placements, preds)
     if not any(p.smt for p in placements):
         return _exclusive(placements, blocked, unblocks, cores)
     return _shared(placements, blocked, unblocks, cores, smt_slowdown)
