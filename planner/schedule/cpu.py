@@ -166,10 +166,10 @@ def optimized(costs: OpCosts, preds: Sequence[Sequence[int]], op_types: Sequence
             ran[key] = out
         return out
 
-    # The baselines go last: on a tie, min keeps the first (our own) schedule. They are the
-    # uniform grid's whole-machine lanes (intra x inter = cores: TensorFlow's recommendation
-    # and its inter-op variants) and the paper's strategy, so the optimized plan is never
-    # predicted slower than any of them.
+    # The baselines: the uniform grid's whole-machine lanes (intra x inter = cores:
+    # TensorFlow's recommendation and its inter-op variants) and the paper's strategy. The
+    # optimized plan is never predicted slower than any of them, and is one of them unless
+    # the search's own schedule wins by options.min_gain.
     fallbacks = ([timed(uniform(costs, preds, groups, a, b)) for a, b in grid_pairs(cores)
                   if a * b == cores]
                  + [timed(paper(costs, preds, op_types, groups, smt, options))]
@@ -222,7 +222,11 @@ def optimized(costs: OpCosts, preds: Sequence[Sequence[int]], op_types: Sequence
     rng = np.random.default_rng(0)
     for _ in range(options.search_rounds):
         results.append(run(allot, use_smt, 1.0 + 0.1 * rng.random(n), widen))
-    return min(results + fallbacks, key=lambda r: r[0])[1]
+    own = min(results, key=lambda r: r[0])
+    if not fallbacks:
+        return own[1]
+    base = min(fallbacks, key=lambda r: r[0])
+    return own[1] if own[0] <= base[0] * (1.0 - options.min_gain) else base[1]
 
 
 def heaviest(costs: OpCosts, allot: Sequence[int], share: float) -> list[int]:

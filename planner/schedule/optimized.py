@@ -32,8 +32,10 @@ best, refines it by giving ops the best schedule ran late their fastest count
 half again; `allot_moves` schedules at most, kept where the step shortens: a long op that
 holds every core can leave room for an independent one to run beside it instead of later),
 tries priorities blended with the relaxation's durations, perturbs its priorities
-(`search_rounds`, seeded: plans stay byte-identical), and keeps the best simulated plan; the
-uniform and paper schedules are candidates too, so the result never loses to either.
+(`search_rounds`, seeded: plans stay byte-identical), and keeps the best simulated plan. The
+whole-machine uniform lanes and the paper schedule are its baselines: the result never loses
+to them in the simulator, and is the best of them unless the search's own plan is predicted
+faster by `min_gain` (a measured cost table's noise: a predicted win within it is no win).
 
 Example:
     >>> allotment(__import__("numpy").array([4.0, 2.0, 1.9, 1.8]), 1.2)
