@@ -84,7 +84,7 @@ def profiled_costs(label: str, graph, target, method: str = "in-step") -> CostTa
     if method == "in-step":
         if not path.exists():
             with tempfile.TemporaryDirectory(prefix="planner-profile-") as work:
-                table = profile_in_step(graph, target, work, options, steps=3,
+                table = profile_in_step(graph, target, work, options, steps=5,
                                         progress=sys.stderr)
             path.write_text(table.to_json())
         return table

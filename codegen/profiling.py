@@ -159,6 +159,26 @@ def _feeds(graph: Graph) -> dict[str, np.ndarray]:
     return random_feeds(graph, seed=0)
 
 
+def median_stats(executor, feeds: dict[str, np.ndarray], steps: int) -> dict:
+    """`steps` steps of a warm executor; its stats() with each op's median seconds over the
+    steps. Why the median: a step a neighbour's burst of work slows (a shared machine, a page
+    the kernel reclaims) would otherwise move every op of that step in the cost table, and
+    the plans made from it by as much."""
+    per_step = []
+    for _ in range(max(1, steps)):
+        executor.reset_stats()
+        executor.step(feeds)
+        per_step.append(executor.stats())
+    seconds: dict[str, list[float]] = {}
+    for stats in per_step:
+        for row in stats["ops"]:
+            seconds.setdefault(row["name"], []).append(row["seconds"])
+    out = dict(per_step[-1])
+    out["ops"] = [dict(row, calls=len(per_step), seconds=statistics.median(seconds[row["name"]]))
+                  for row in per_step[-1]["ops"]]
+    return out
+
+
 def in_step_counts(target: Target, options: ProfileOptions) -> list[int]:
     """The thread counts `profile_in_step` measures: the hill climb's grid (1, 1 + interval,
     ..., the last core), every point of it, since a whole step measures every op at once."""
@@ -167,12 +187,13 @@ def in_step_counts(target: Target, options: ProfileOptions) -> list[int]:
 
 
 def profile_in_step(graph: Graph, target: Target, work_dir: str | Path,
-                    options: ProfileOptions | None = None, steps: int = 3,
+                    options: ProfileOptions | None = None, steps: int = 5,
                     table: CostTable | None = None, progress: TextIO | None = None,
                     date: str | None = None) -> CostTable:
     """Every op's seconds inside the step, at each thread count of the grid: per count k, the
     uniform plan (each op on k compact CPUs, one op at a time) is built and run `steps` steps
-    after a warm-up, and its stats() fold into `table` (planner.costs.feedback), replacing the
+    after a warm-up, and its stats() (each op's median over the steps: `median_stats`) fold
+    into `table` (planner.costs.feedback), replacing the
     samples of the same signature, thread count and placement.
 
     Why: an op measured alone (KernelTimer) reads inputs that stay in its cores' caches from
@@ -204,10 +225,7 @@ def profile_in_step(graph: Graph, target: Target, work_dir: str | Path,
             p = plan(graph, target, costs, PlanOptions(schedule=ScheduleOptions(
                 strategy="uniform", intra=intra, inter=inter)))
         ex = warmed_executor(p, Path(work_dir) / f"uniform_{intra}x{inter}", state, feeds)
-        ex.reset_stats()
-        for _ in range(max(1, steps)):
-            ex.step(feeds)
-        return p, ex.stats()
+        return p, median_stats(ex, feeds, steps)
 
     def seconds(stats: dict) -> dict[str, float]:
         return {o["name"]: o["seconds"] for o in stats["ops"]}

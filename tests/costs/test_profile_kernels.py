@@ -89,7 +89,7 @@ def test_in_step_profile_measures_every_op_at_every_thread_count(tmp_path, capsy
     for sig in graph_signatures(graph).values():
         entry = table.entry(sig)
         assert entry is not None, sig.key
-        # Every count of the grid, measured in the step (times are means of real runs).
+        # Every count of the grid, measured in the step (medians over the steps of real runs).
         assert {s.threads for s in entry.cpu} == set(range(1, cores + 1)), sig.key
         assert all(s.seconds > 0 and s.repeats >= 2 for s in entry.cpu)
     # The co-running step was measured too, and its slowdowns fitted (a single core: nothing
