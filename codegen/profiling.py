@@ -204,8 +204,9 @@ def profile_in_step(graph: Graph, target: Target, work_dir: str | Path,
 
     With two cores or more, the uniform plan of one-thread lanes on every core (ops co-running
     wherever the graph lets them) is run too: how much slower each op ran there than alone
-    gives the table's `contention` (planner.schedule.contention.fit_kappa), which the
-    simulator then charges co-running ops for the memory bandwidth they share.
+    gives the table's `contention` and `corun_slowdown` (planner.schedule.contention.
+    fit_contention), which the simulator then charges co-running ops for the memory bandwidth
+    and the rest of the machine they share.
     """
     from planner.costs.feedback import fold_stats
     from planner.graph.interpret import init_params, random_feeds
@@ -237,19 +238,18 @@ def profile_in_step(graph: Graph, target: Target, work_dir: str | Path,
         table = fold_stats(table, p, stats, date=date)
     if target.cores >= 2 and target.cpu is not None:
         corun, stats = measured(1, target.cores, table)
+        kappa, sigma = _fit_contention(graph, target, corun, alone, seconds(stats))
         table = CostTable(target=table.target, entries=table.entries,
-                          provenance=table.provenance,
-                          contention=_fit_contention(graph, target, corun, alone,
-                                                     seconds(stats)))
+                          provenance=table.provenance, contention=kappa, corun_slowdown=sigma)
     return table
 
 
 def _fit_contention(graph: Graph, target: Target, corun: Plan, alone: dict[str, float],
-                    measured: dict[str, float]) -> float:
-    """kappa from the co-running plan's ops: planned intervals, bandwidth demands and
-    memory-boundness at their times alone (Contention.demands), and the times they took
-    co-running."""
-    from planner.schedule.contention import Contention, fit_kappa
+                    measured: dict[str, float]) -> tuple[float, float]:
+    """(kappa, sigma) from the co-running plan's ops: planned intervals, cores, bandwidth
+    demands and memory-boundness at their times alone (Contention.demands), and the times
+    they took co-running."""
+    from planner.schedule.contention import Contention, fit_contention
     from planner.schedule.placement import Placement
 
     index = {n.name: i for i, n in enumerate(graph.nodes)}
@@ -257,6 +257,8 @@ def _fit_contention(graph: Graph, target: Target, corun: Plan, alone: dict[str, 
     shared = Contention.of(graph, target.cpu, kappa=1.0)
     demand, mu = shared.demands([Placement((index[o.name],), tuple(o.cpus), "compact",
                                            alone[o.name], o.start) for o in ops])
-    return round(fit_kappa([alone[o.name] for o in ops], [measured[o.name] for o in ops],
-                           [o.start for o in ops], [o.end for o in ops], demand, mu,
-                           shared.memory), 6)
+    kappa, sigma = fit_contention(
+        [alone[o.name] for o in ops], [measured[o.name] for o in ops],
+        [o.start for o in ops], [o.end for o in ops], demand, mu, shared.memory,
+        [len(o.cpus) for o in ops], target.cores)
+    return round(kappa, 6), round(sigma, 6)

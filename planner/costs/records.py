@@ -126,6 +126,10 @@ class CostTable(Record):
     # simulator's kappa (planner.schedule.contention), fitted to a step measured with every
     # lane co-running. None: not measured, plans simulate without contention.
     contention: float | None = Field(default=None, ge=0)
+    # How much slower any op runs while ops run on all the other cores, whatever it moves
+    # (shared last-level cache, clocks, a VM's host hyper-threads): the simulator's sigma,
+    # fitted with kappa. None: not measured.
+    corun_slowdown: float | None = Field(default=None, ge=0)
 
     @field_validator("entries")
     @classmethod
@@ -192,7 +196,9 @@ def merge(base: CostTable, update: CostTable) -> CostTable:
     return CostTable(target=base.target, entries=tuple(entries.values()),
                      provenance=base.provenance + update.provenance,
                      contention=base.contention if update.contention is None
-                     else update.contention)
+                     else update.contention,
+                     corun_slowdown=base.corun_slowdown if update.corun_slowdown is None
+                     else update.corun_slowdown)
 
 
 def _union(old: tuple[Any, ...], new: tuple[Any, ...],

@@ -65,12 +65,15 @@ def cpu_schedule(graph: Graph, model: CostModel, options: ScheduleOptions | None
 
 
 def measured_contention(graph: Graph, model: CostModel) -> Contention | None:
-    """The bandwidth sharing the simulator charges co-running ops: only where the cost table
-    measured it on this machine (CostTable.contention); None, the contention-free simulator."""
-    kappa = model.table.contention if model.table is not None else None
-    if not kappa or model.target.cpu is None:
+    """The sharing the simulator charges co-running ops: only where the cost table measured it
+    on this machine (CostTable.contention, corun_slowdown); None, the contention-free
+    simulator."""
+    table = model.table
+    kappa = table.contention if table is not None else None
+    sigma = table.corun_slowdown if table is not None else None
+    if not (kappa or sigma) or model.target.cpu is None:
         return None
-    return Contention.of(graph, model.target.cpu, kappa)
+    return Contention.of(graph, model.target.cpu, kappa or 0.0, sigma or 0.0)
 
 
 def run_placements(placements: Sequence[Placement], preds: Sequence[Sequence[int]], cores: int,

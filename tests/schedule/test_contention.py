@@ -10,7 +10,7 @@ from planner.costs import CostModel, CostTable
 from planner.graph.autodiff import make_training_graph
 from planner.graph.optimizer import Optimizer
 from planner.schedule import ScheduleOptions, cpu_schedule
-from planner.schedule.contention import Contention, fit_kappa, simulate_contended
+from planner.schedule.contention import Contention, fit_contention, simulate_contended
 from planner.schedule.placement import Placement
 from planner.schedule.simulate import simulate
 from planner.target import preset
@@ -54,14 +54,32 @@ def test_two_streaming_ops_share_the_bandwidth():
     assert r.ends == pytest.approx((1.5, 1.5))  # stretched by 1 + 0.5 x (2 - 1)
 
 
-def test_the_fit_recovers_the_kappa_that_made_the_times():
-    # Three streaming ops over the same interval, D = 3B: with kappa k each runs 1 + 2k slower.
-    for kappa in (0.0, 0.3, 1.2):
-        measured = [1 + 2 * kappa] * 3
-        assert fit_kappa([1.0] * 3, measured, [0.0] * 3, [1.0] * 3, [1.0] * 3, [1.0] * 3,
-                         1.0) == pytest.approx(kappa)
-    # Ops that ran alone (nothing to share) say nothing about kappa.
-    assert fit_kappa([1.0], [1.4], [0.0], [1.0], [1.0], [1.0], 1.0) == 0.0
+def test_the_fit_recovers_the_kappa_and_sigma_that_made_the_times():
+    # On 4 cores over [0, 1]: three streaming ops (D = 3B, each slowed by kappa x 2 for the
+    # bandwidth) and a compute-bound one (mu 0); each sees the other three cores busy (f = 1).
+    for kappa, sigma in ((0.0, 0.0), (0.3, 0.0), (0.0, 0.25), (1.2, 0.1)):
+        measured = [1 + 2 * kappa + sigma] * 3 + [1 + sigma]
+        got = fit_contention([1.0] * 4, measured, [0.0] * 4, [1.0] * 4, [1.0] * 3 + [0.0],
+                             [1.0] * 3 + [0.0], 1.0, [1] * 4, 4)
+        assert got == pytest.approx((kappa, sigma), abs=1e-12)
+    # Ops that ran alone (nothing to share) say nothing about either.
+    assert fit_contention([1.0], [1.4], [0.0], [1.0], [1.0], [1.0], 1.0, [1], 2) == (0.0, 0.0)
+    # Ops that ran faster than alone do not make a negative slowdown.
+    assert fit_contention([1.0, 1.0], [0.9, 0.9], [0.0] * 2, [1.0] * 2, [0.0] * 2, [0.0] * 2,
+                          1.0, [1, 1], 2) == (0.0, 0.0)
+
+
+def test_busy_neighbours_slow_compute_bound_ops_by_sigma():
+    ps = [Placement((0,), (0,), "compact", 1.0, 0.0), Placement((1,), (1,), "compact", 0.5, 0.0)]
+    r = simulate_contended(ps, ((), ()), 2, Contention(
+        node_bytes=(0.0, 0.0), memory=1e9, per_core=1e9, kappa=1.0, sigma=0.25))
+    # Both at pace 1 / 1.25 until b ends at 0.625 (a has 0.5 s left), then a alone.
+    assert r.ends == pytest.approx((1.125, 0.625))
+    # An op on every core has no neighbours to share with.
+    wide = simulate_contended([Placement((0,), (0, 1), "compact", 1.0, 0.0)], ((),), 2,
+                              Contention(node_bytes=(0.0,), memory=1e9, per_core=1e9,
+                                         kappa=1.0, sigma=0.25))
+    assert wide.ends == pytest.approx((1.0,))
 
 
 def test_a_measured_contention_makes_co_running_plans_slower_than_predicted_without():
