@@ -120,10 +120,11 @@ def _place(blocks: Sequence[Block], order: Sequence[int], alignment: int, best_f
         start, end = starts[i], ends[i]
         offset = 0
         if k:
-            live = (first[:k] < end) & (start < last[:k])
-            bottoms = lo[:k][live]
-            if len(bottoms):
-                tops = np.maximum.accumulate(hi[:k][live])
+            # Indices, then two gathers: boolean-mask indexing each column is 3x slower.
+            live = ((first[:k] < end) & (start < last[:k])).nonzero()[0]
+            if len(live):
+                bottoms = lo.take(live)
+                tops = np.maximum.accumulate(hi.take(live))
                 below = np.concatenate(([0], tops[:-1]))
                 gaps = bottoms - below
                 fits = (gaps >= size).nonzero()[0]
@@ -273,10 +274,10 @@ def _skyline(blocks: Sequence[Block], alignment: int, key: np.ndarray, rule: str
     offsets = [0] * n
     # Blocks by start column; `ptr[c]` is the first with start column >= c.
     by_start = np.lexsort((np.arange(n), s_col))
-    live = [int(i) for i in by_start if s_col[i] < e_col[i]]  # empty lifetimes stay at 0
-    order = np.array(live, dtype=np.int64)
+    order = by_start[s_col[by_start] < e_col[by_start]]  # empty lifetimes stay at 0
     o_start, o_end, o_key = s_col[order], e_col[order], key[order]
-    o_size = np.array(sizes, dtype=np.int64)[order]
+    size_of = np.array(sizes, dtype=np.int64)
+    o_size = size_of[order]
     ptr = np.searchsorted(o_start, np.arange(len(times) + 1)).tolist()
     order_at, start_at, end_at = order.tolist(), o_start.tolist(), o_end.tolist()
     # Segments partition [0, columns): keyed by first column, each with its end and height.
@@ -295,7 +296,7 @@ def _skyline(blocks: Sequence[Block], alignment: int, key: np.ndarray, rule: str
     prev: dict[int, int | None] = {0: None}
     height = {0: 0}
     heap = [(0, 0)]
-    arena = max((sizes[i] for i in range(n) if s_col[i] >= e_col[i]), default=0)
+    arena = int(size_of[s_col >= e_col].max(initial=0))
     if limit is not None and max(arena, bound) >= limit:
         return None
     left = len(order)
