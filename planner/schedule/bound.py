@@ -351,11 +351,12 @@ def longest_path(times: Sequence[float], preds: Sequence[Sequence[int]]) -> list
     for i, ps in enumerate(preds):
         best, arg = 0.0, -1
         for p in ps:
-            if dist[p] > best:
-                best, arg = dist[p], p
+            d = dist[p]
+            if d > best:
+                best, arg = d, p
         dist[i] = best + times[i]
         via[i] = arg
-    node = max(range(n), key=dist.__getitem__)
+    node = dist.index(max(dist))  # the first longest, as max with a key would pick
     path = []
     while node >= 0:
         path.append(node)
