@@ -123,14 +123,14 @@ def _place(blocks: Sequence[Block], order: Sequence[int], alignment: int, best_f
             # Indices, then two gathers: boolean-mask indexing each column is 3x slower.
             live = ((first[:k] < end) & (start < last[:k])).nonzero()[0]
             if len(live):
-                bottoms = lo.take(live)
                 tops = np.maximum.accumulate(hi.take(live))
-                below = np.concatenate(([0], tops[:-1]))
-                gaps = bottoms - below
+                # The gap below each live block: from the highest top under it (0 at first).
+                gaps = lo.take(live)
+                gaps[1:] -= tops[:-1]
                 fits = (gaps >= size).nonzero()[0]
                 if len(fits):
-                    pick = fits[gaps[fits].argmin()] if best_fit else fits[0]
-                    offset = int(below[pick])
+                    pick = int(fits[gaps[fits].argmin()] if best_fit else fits[0])
+                    offset = int(tops[pick - 1]) if pick else 0
                 else:
                     offset = int(tops[-1])
         if start < end:  # an empty lifetime conflicts with nothing
