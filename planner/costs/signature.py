@@ -77,7 +77,19 @@ def node_signature(node: Node, input_types: Sequence[TensorType]) -> OpSignature
 def graph_signatures(graph: Graph) -> dict[str, OpSignature]:
     """Node name -> signature, for every node of the graph, in graph order."""
     types = {t.name: TensorType(t.shape, t.dtype) for t in graph.tensors}
-    return {n.name: node_signature(n, [types[i] for i in n.inputs]) for n in graph.nodes}
+    # Nodes alike (op, input types, attributes) share one signature: a deep graph repeats a
+    # few hundred, and building one (attributes normalized, a validated record) is the cost.
+    # Attribute values are JSON data, so equal reprs mean equal attributes.
+    made: dict[tuple, OpSignature] = {}
+    out = {}
+    for n in graph.nodes:
+        inputs = [types[i] for i in n.inputs]
+        alike = (n.op, tuple(inputs), repr(n.attrs))
+        sig = made.get(alike)
+        if sig is None:
+            sig = made[alike] = node_signature(n, inputs)
+        out[n.name] = sig
+    return out
 
 
 def unique_signatures(signatures: Sequence[OpSignature]) -> list[OpSignature]:

@@ -44,6 +44,7 @@ def check_graph(graph: Graph) -> Graph:
     written: set[str] = set()
     updated: dict[str, str] = {}  # persistent tensor -> the tensor holding its next value
     position = {n.name: k for k, n in enumerate(graph.nodes)}
+    inferred: dict[tuple, list[TensorType]] = {}
     for n in graph.nodes:
         for i in n.inputs:
             if i not in tensors:
@@ -64,7 +65,7 @@ def check_graph(graph: Graph) -> Graph:
                 raise GraphError(f"node {n.name!r}: output tensor {o!r} has role "
                                  f"{tensors[o].role!r}, which is fed from outside the step")
             written.add(o)
-        _check_node_types(graph, n)
+        _check_node_types(graph, n, inferred)
     for o in graph.outputs:
         if o not in tensors:
             raise GraphError(f"graph output {o!r} is not a tensor of the graph")
@@ -175,16 +176,20 @@ def _acyclic(graph: Graph) -> bool:
     return done == len(succs)
 
 
-def _check_node_types(graph: Graph, n: Node) -> None:
+def _check_node_types(graph: Graph, n: Node, inferred: dict[tuple, list[TensorType]]) -> None:
     tensors = graph.tensor_map
-    try:
-        opdef = get_op(n.op)
-        opdef.check_arity(len(n.inputs))
-        attrs = opdef.normalize_attrs(n.attrs)
-        ins = [TensorType(tensors[i].shape, tensors[i].dtype) for i in n.inputs]
-        outs = opdef.infer(ins, attrs)
-    except OpError as e:
-        raise GraphError(f"node {n.name!r}: {e}") from None
+    ins = [TensorType(tensors[i].shape, tensors[i].dtype) for i in n.inputs]
+    # Nodes alike (op, input types, attributes: JSON data, so equal reprs mean equal values)
+    # infer alike: once per kind of node (a deep graph repeats a few hundred).
+    alike = (n.op, tuple(ins), repr(n.attrs))
+    outs = inferred.get(alike)
+    if outs is None:
+        try:
+            opdef = get_op(n.op)
+            opdef.check_arity(len(n.inputs))
+            outs = inferred[alike] = opdef.infer(ins, opdef.normalize_attrs(n.attrs))
+        except OpError as e:
+            raise GraphError(f"node {n.name!r}: {e}") from None
     if len(outs) != len(n.outputs):
         raise GraphError(f"node {n.name!r}: {n.op} produces {len(outs)} output(s), "
                          f"{len(n.outputs)} declared")

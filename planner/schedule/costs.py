@@ -109,7 +109,12 @@ def op_costs(graph: Graph, model: CostModel) -> OpCosts:
     """Time curves of every node of `graph` under `model` (see the module docstring)."""
     cores = model.max_threads
     signatures = graph_signatures(graph)
-    key_of = {name: sig.key for name, sig in signatures.items()}  # each key written once
+    # Each key written once per signature object (alike nodes share one, graph_signatures).
+    key_by_id: dict[int, str] = {}
+    for sig in signatures.values():
+        if id(sig) not in key_by_id:
+            key_by_id[id(sig)] = sig.key
+    key_of = {name: key_by_id[id(sig)] for name, sig in signatures.items()}
     curves: dict[str, tuple[np.ndarray, tuple[Affinity, ...], bool]] = {}
     for name, sig in signatures.items():
         if key_of[name] not in curves:
