@@ -24,9 +24,9 @@ Example:
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
+import numpy as np
 from pydantic import Field
 
 from planner.costs.signature import OpSignature
@@ -109,19 +109,27 @@ GPU_LAUNCH_SECONDS = 5e-6
 
 def cpu_time(work: Work, threads: int, target: Target, curve: ScalingCurve) -> float:
     """Predicted seconds of one run on `threads` cores of the target's CPU (formula above)."""
+    return float(cpu_times(work, threads, target, curve)[-1])
+
+
+def cpu_times(work: Work, cores: int, target: Target, curve: ScalingCurve) -> np.ndarray:
+    """`cpu_time` on 1, 2, ..., `cores` threads, as one array (a scheduler prices every thread
+    count of every signature: Inception-v3 on 68 cores, 21,000 of them)."""
     cpu = target.cpu
     if cpu is None:
         raise ValueError(f"target {target.name!r} has no CPU")
     core_flops = cpu.peak_flops / target.cores * curve.efficiency
+    k = np.arange(1, cores + 1, dtype=np.float64)
 
-    def roofline(k: int) -> float:
-        bandwidth = min(cpu.memory_bandwidth, k * cpu.core_bandwidth)
-        return max(work.flops / (k * core_flops), work.bytes / bandwidth)
+    def roofline(k: np.ndarray) -> np.ndarray:
+        bandwidth = np.minimum(cpu.memory_bandwidth, k * cpu.core_bandwidth)
+        return np.maximum(work.flops / (k * core_flops), work.bytes / bandwidth)
 
     s = curve.serial_fraction
-    return (CALL_SECONDS + s * roofline(1) + (1 - s) * roofline(threads)
-            + curve.spawn_seconds * (threads - 1)
-            + curve.sync_seconds * math.ceil(math.log2(threads)))
+    # ceil(log2(k)) exactly, from the integers: the depth of a reduction tree over k threads.
+    depth = np.array([(j - 1).bit_length() for j in range(1, cores + 1)], dtype=np.float64)
+    return (CALL_SECONDS + s * roofline(k[:1]) + (1 - s) * roofline(k)
+            + curve.spawn_seconds * (k - 1) + curve.sync_seconds * depth)
 
 
 def gpu_time(work: Work, gpu: GPU, curve: ScalingCurve) -> float:

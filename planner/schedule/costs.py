@@ -26,7 +26,7 @@ from functools import cached_property
 import numpy as np
 
 from planner.costs import CostModel, MissingCostWarning, graph_signatures
-from planner.costs.analytical import cpu_time, curve_for, op_work
+from planner.costs.analytical import cpu_times, curve_for, op_work
 from planner.graph.ir import Graph
 from planner.target.records import AFFINITIES, Affinity
 
@@ -137,7 +137,7 @@ def _curve(model: CostModel, sig, cores: int) -> tuple[np.ndarray, tuple[Affinit
         # The analytical model cannot tell affinities apart: one roofline per thread count.
         work = op_work(sig)
         curve = curve_for(sig.op, model.curves)
-        t = np.array([cpu_time(work, k, model.target, curve) for k in range(1, cores + 1)])
+        t = cpu_times(work, cores, model.target, curve)
         return t, ("compact",) * cores, True
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", MissingCostWarning)
