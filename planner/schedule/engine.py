@@ -10,15 +10,14 @@ timing here is its own guess; the simulator gives the plan's times.
 Example:
     >>> m = Machine(groups=((0, 1),), smt=False)
     >>> p = m.start((0,), 2, "compact", seconds=1.0, now=0.0)
-    >>> sorted(m.free), p.cores, m.releases(0.0)
+    >>> sorted(m.free), p.cores, list(m.releases(0.0))
     ([], (0, 1), [(1.0, 2)])
 """
 
 from __future__ import annotations
 
 import bisect
-import heapq
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 from planner.schedule.cores import pick_cores
 from planner.schedule.placement import Placement
@@ -36,6 +35,8 @@ class Machine:
         self.cores = sum(len(g) for g in groups)
         self.free: set[int] = set(range(self.cores))
         self.smt_free: set[int] = set(range(self.cores)) if smt else set()
+        # Running placements as (end, start sequence, placement), kept sorted: the strategies
+        # read them in end order at nearly every decision (`releases`), and only a few run.
         self.running: list[tuple[float, int, Placement]] = []
         self._seq = 0
         # pick_cores by (free cores, k, affinity): a list schedule meets the same few free
@@ -54,7 +55,7 @@ class Machine:
         (self.smt_free if smt else self.free).difference_update(chosen)
         p = Placement(nodes=nodes, cores=chosen, affinity=affinity, seconds=seconds, start=now,
                       smt=smt, group=group)
-        heapq.heappush(self.running, (p.end if until is None else until, self._seq, p))
+        bisect.insort(self.running, (p.end if until is None else until, self._seq, p))
         self._seq += 1
         return p
 
@@ -70,22 +71,23 @@ class Machine:
     def finish_next(self) -> tuple[float, list[Placement]]:
         """Pop every placement ending first; free its cores. Returns (end time, placements)."""
         end = self.running[0][0]
-        done = []
-        while self.running and self.running[0][0] <= end:
-            _, _, p = heapq.heappop(self.running)
+        count = 1
+        while count < len(self.running) and self.running[count][0] <= end:
+            count += 1
+        done = [p for _, _, p in self.running[:count]]
+        del self.running[:count]
+        for p in done:
             (self.smt_free if p.smt else self.free).update(p.cores)
-            done.append(p)
         return end, done
 
-    def releases(self, now: float) -> list[tuple[float, int]]:
-        """(time, free cores then) at each future end of a non-SMT placement, ascending."""
+    def releases(self, now: float) -> Iterator[tuple[float, int]]:
+        """(time, free cores then) at each future end of a non-SMT placement, ascending
+        (lazily: a strategy stops reading once enough cores come free)."""
         free = len(self.free)
-        out = []
-        for end, _, p in sorted(self.running):  # (end, unique sequence number, placement)
+        for end, _, p in self.running:
             if not p.smt:
                 free += p.threads
-                out.append((max(end, now), free))
-        return out
+                yield max(end, now), free
 
     def horizon(self, now: float) -> float:
         """Seconds until the last running op ends (0 when idle)."""
