@@ -4,7 +4,9 @@ they took alone or by the analytical model.
 
 `fold_stats(table, plan, stats)`: per op of the plan that ran (stats["ops"][k] with calls > 0),
 its signature and placement (threads, and the affinity its CPUs form) get the measured mean
-seconds; ops of one signature and placement are averaged, weighted by their calls. Samples
+seconds, less the co-running slowdown the plan's simulator charged it (`_alone_share`: the
+table holds times alone); ops of one signature and placement are averaged, weighted by their
+calls. Samples
 the table already has for that signature and placement are replaced (the latest run wins,
 as in planner.costs.records.merge).
 
@@ -49,9 +51,10 @@ def fold_stats(table: CostTable, plan, stats: dict[str, Any], date: str | None =
         if calls <= 0 or not seconds > 0:
             continue
         op = ops[row["name"]]
-        key = (sigs[op.name].key, op.threads, _affinity(plan, op.cpus))
+        affinity = _affinity(plan, op.cpus)
+        key = (sigs[op.name].key, op.threads, affinity)
         total = acc.setdefault(key, [0.0, 0.0])
-        total[0] += seconds * calls
+        total[0] += seconds * _alone_share(table, sigs[op.name], op, affinity) * calls
         total[1] += calls
     by_sig = {s.key: s for s in sigs.values()}
     entries: dict[str, list[CpuSample]] = {}
@@ -65,6 +68,24 @@ def fold_stats(table: CostTable, plan, stats: dict[str, Any], date: str | None =
                                source="executor stats() of a run of the plan"),),
         entries=tuple(CostEntry(signature=by_sig[k], cpu=tuple(v)) for k, v in entries.items()))
     return merge(table, update)
+
+
+def _alone_share(table: CostTable, signature, op, affinity: str) -> float:
+    """The share of `op`'s measured time that it would have taken alone, as the plan's
+    simulator saw it: its time alone in `table` over its planned span (longer where the
+    simulator charged co-running ops for the memory and cores they share, or an SMT sibling).
+    The table holds times alone and the simulator adds the sharing, so a co-running op's
+    measured time, which carries its slowdown already, is scaled back by what the simulator
+    charged; else re-planning would charge it twice (DCGAN's re-planned step predicted 1.27x
+    what it measured). 1 where the plan charged nothing or the table has no such sample."""
+    span = op.end - op.start
+    entry = table.entry(signature)
+    if op.group or span <= 0 or entry is None:
+        return 1.0
+    for sample in entry.cpu:
+        if sample.threads == op.threads and sample.affinity == affinity:
+            return min(1.0, sample.seconds / span)
+    return 1.0
 
 
 def _affinity(plan, cpus: tuple[int, ...]) -> str:

@@ -75,6 +75,40 @@ def test_stats_of_a_run_fold_into_the_table():
     assert repriced.summary.analytical_signatures == 0
 
 
+def test_folded_co_running_times_are_times_alone_again():
+    # A plan whose simulator charged co-running ops for what they share, measured exactly as
+    # predicted: folding its run gives back the table's times alone (charged once when the
+    # graph is planned again, not twice).
+    from planner.graph.autodiff import Optimizer, make_training_graph
+    from planner.pipeline import PlanOptions, plan
+    from planner.schedule import ScheduleOptions
+    from planner.target import preset
+    from planner.zoo import build
+
+    target = preset("xeon-8180")
+    g = make_training_graph(build("mlp", batch=64, hidden=[64, 64], in_features=32,
+                                  classes=4), Optimizer(kind="sgd"))
+
+    def lanes(inter, table):
+        return plan(g, target, table, PlanOptions(schedule=ScheduleOptions(
+            strategy="uniform", intra=1, inter=inter)))
+
+    one_at_a_time = lanes(1, None)
+    alone = fold_stats(CostTable(target=target.name), one_at_a_time,
+                       {"ops": [{"name": o.name, "calls": 1, "seconds": 1e-4}
+                                for o in one_at_a_time.ops]})
+    shared = alone.model_copy(update={"corun_slowdown": 1.0})
+    p = lanes(4, shared)
+    stretched = [o for o in p.ops if o.end - o.start > 1e-4 * (1 + 1e-9)]
+    assert stretched, "nothing co-ran"
+    stats = {"ops": [{"name": o.name, "calls": 1, "seconds": o.end - o.start} for o in p.ops]}
+    folded = fold_stats(shared, p, stats)
+    sigs = graph_signatures(g)
+    for o in p.ops:
+        (sample,) = [s for s in folded.entry(sigs[o.name]).cpu if s.threads == 1]
+        assert sample.seconds == pytest.approx(1e-4, rel=1e-9), o.name
+
+
 def test_in_step_profile_measures_every_op_at_every_thread_count(tmp_path, capsys):
     from planner.graph.autodiff import Optimizer, make_training_graph
     from planner.load import load_graph
