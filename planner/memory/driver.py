@@ -36,6 +36,7 @@ import numpy as np
 from planner.costs import CostModel
 from planner.errors import InfeasibleBudget  # noqa: F401 - re-exported
 from planner.graph.ir import Graph
+from planner.memory.arena import CPU_FIRST
 from planner.memory.assemble import decision
 from planner.memory.decision import MemoryDecision, MemorySummary
 from planner.memory.layout import Layout, lay_out
@@ -76,7 +77,7 @@ def plan_memory(graph: Graph, schedule: Schedule, model: CostModel | None = None
         [(o.name, o.deps) for o in ops]))
     scratch = scratch_buffers(graph, ops)
     buffers = graph_buffers(graph, times) + scratch
-    layout = lay_out(buffers, hb, options.alignment, options.heuristics)
+    layout = lay_out(buffers, hb, options.alignment, options.heuristics, CPU_FIRST)
     budget = options.budget_bytes
     if budget is not None and layout.arena > budget:
         raise InfeasibleBudget(

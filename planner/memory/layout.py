@@ -55,16 +55,18 @@ def whole_step(b: Buffer, before: float, after: float) -> bool:
 
 
 def lay_out(buffers: Sequence[Buffer], hb: HappensBefore, alignment: int = 64,
-            heuristics: Sequence[str] = tuple(ALL_HEURISTICS)) -> Layout:
-    """Offsets for every buffer (see the module docstring). `hb` gains the reuse edges."""
-    offsets, arena, host, heuristic = place(buffers, alignment, heuristics)
+            heuristics: Sequence[str] = tuple(ALL_HEURISTICS), first: Sequence[str] = ()
+            ) -> Layout:
+    """Offsets for every buffer (see the module docstring). `hb` gains the reuse edges.
+    `first`: heuristics to try first, for speed only (arena.allocate)."""
+    offsets, arena, host, heuristic = place(buffers, alignment, heuristics, first)
     edges = reuse_edges(buffers, offsets, hb)
     return Layout(tuple(offsets), arena, host, heuristic, tuple(edges))
 
 
 def place(buffers: Sequence[Buffer], alignment: int = 64,
-          heuristics: Sequence[str] = tuple(ALL_HEURISTICS)) -> tuple[list[int], Bytes, Bytes,
-                                                                       str]:
+          heuristics: Sequence[str] = tuple(ALL_HEURISTICS), first: Sequence[str] = ()
+          ) -> tuple[list[int], Bytes, Bytes, str]:
     """(offsets, device arena bytes, host pool bytes, winning heuristic), without edges."""
     offsets = [0] * len(buffers)
     index = {b.name: i for i, b in enumerate(buffers)}
@@ -83,7 +85,7 @@ def place(buffers: Sequence[Buffer], alignment: int = 64,
         blocks = [Block(buffers[i].bytes, buffers[i].start, buffers[i].end) for i in rest]
         # The host pool is plentiful: its first heuristic is enough.
         ask = heuristics if placement == "device" else heuristics[:1]
-        placed = allocate(blocks, ask, alignment) if blocks else None
+        placed = allocate(blocks, ask, alignment, first) if blocks else None
         if placed is not None:
             for i, off in zip(rest, placed.offsets, strict=True):
                 offsets[i] = top + off

@@ -6,7 +6,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from planner.memory.arena import HEURISTICS, Block, _place, aligned, allocate, breadths, load
+from planner.memory.arena import (
+    CPU_FIRST,
+    HEURISTICS,
+    Block,
+    _place,
+    aligned,
+    allocate,
+    breadths,
+    load,
+)
 
 
 @st.composite
@@ -116,6 +125,12 @@ def test_pruned_search_picks_what_running_every_heuristic_picks(blocks, alignmen
     best = allocate(blocks, alignment=alignment)
     assert (best.offsets, best.arena, best.heuristic) == (tuple(offsets), arena, name)
     assert load(blocks, alignment) == peak(blocks, alignment) <= arena
+    # Heuristics tried first (for speed) change nothing: ties still go to the first named,
+    # also when one tried early reaches LOAD.
+    names = list(HEURISTICS)
+    for first in (CPU_FIRST, names[::-1], [name], names[-3:]):
+        again = allocate(blocks, alignment=alignment, first=first)
+        assert (again.offsets, again.arena, again.heuristic) == (tuple(offsets), arena, name)
 
 
 def test_skyline_fills_around_short_scratch():
