@@ -17,7 +17,7 @@ Per model (zoo training graphs, SGD, sizes that run in minutes on a small machin
 4. PyTorch: the same graph translated node by node (tests/graph/test_train_vs_torch.py) with
    torch.autograd and SGD, eager and under torch.compile (inductor), torch.set_num_threads =
    the host's cores.
-5. Feedback: the optimized plan's measured op times (stats() of its warm-up steps) fold into
+5. Feedback: the optimized plan's measured op times (medians of 3 steps' stats()) fold into
    the cost table (planner.costs.feedback) and the graph is planned again: `re-planned`.
 6. The guard: `kept` is the fastest of optimized, re-planned and uniform as measured, never
    a plan slower than uniform.
@@ -43,7 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from torch_baseline import torch_trainer  # noqa: E402
 
-from codegen.profiling import warmed_executor  # noqa: E402
+from codegen.profiling import median_stats, warmed_executor  # noqa: E402
 from planner.costs import CostTable, load_table  # noqa: E402
 from planner.graph.autodiff import make_training_graph  # noqa: E402
 from planner.graph.interpret import init_params, random_feeds  # noqa: E402
@@ -122,10 +122,7 @@ def replanned(p, folder: Path, graph, target, table):
 
     feeds = random_feeds(graph, seed=1)
     ex = warmed_executor(p, folder, init_params(graph, seed=0), feeds)
-    ex.reset_stats()
-    for _ in range(3):
-        ex.step(feeds)
-    folded = fold_stats(table, p, ex.stats())
+    folded = fold_stats(table, p, median_stats(ex, feeds, 3))
     return plan(graph, target, folded, PlanOptions(schedule=ScheduleOptions(
         strategy="optimized")))
 

@@ -193,8 +193,8 @@ def profile_in_step(graph: Graph, target: Target, work_dir: str | Path,
     """Every op's seconds inside the step, at each thread count of the grid: per count k, the
     uniform plan (each op on k compact CPUs, one op at a time) is built and run `steps` steps
     after a warm-up, and its stats() (each op's median over the steps: `median_stats`) fold
-    into `table` (planner.costs.feedback), replacing the
-    samples of the same signature, thread count and placement.
+    into `table` (planner.costs.feedback), replacing the samples of the same signature,
+    thread count and placement.
 
     Why: an op measured alone (KernelTimer) reads inputs that stay in its cores' caches from
     one run to the next; inside the step it reads what the previous op just wrote, on the

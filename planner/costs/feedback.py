@@ -6,9 +6,8 @@ they took alone or by the analytical model.
 its signature and placement (threads, and the affinity its CPUs form) get the measured mean
 seconds, less the co-running slowdown the plan's simulator charged it (`_alone_share`: the
 table holds times alone); ops of one signature and placement are averaged, weighted by their
-calls. Samples
-the table already has for that signature and placement are replaced (the latest run wins,
-as in planner.costs.records.merge).
+calls. Samples the table already has for that signature and placement are replaced (the
+latest run wins, as in planner.costs.records.merge).
 
 Example:
     >>> from planner.pipeline import plan

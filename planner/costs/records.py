@@ -122,9 +122,9 @@ class CostTable(Record):
     target: str = Field(min_length=1)
     entries: tuple[CostEntry, ...] = ()
     provenance: tuple[Provenance, ...] = ()
-    # How strongly co-running ops slow each other by sharing memory bandwidth and caches: the
-    # simulator's kappa (planner.schedule.contention), fitted to a step measured with every
-    # lane co-running. None: not measured, plans simulate without contention.
+    # How strongly co-running ops slow each other by sharing memory bandwidth: the simulator's
+    # kappa (planner.schedule.contention), fitted to a step measured with every lane
+    # co-running. None: not measured, plans simulate without contention.
     contention: float | None = Field(default=None, ge=0)
     # How much slower any op runs while ops run on all the other cores, whatever it moves
     # (shared last-level cache, clocks, a VM's host hyper-threads): the simulator's sigma,

@@ -78,7 +78,8 @@ class Contention:
 
 def simulate_contended(placements: Sequence[Placement], preds: Sequence[Sequence[int]],
                        cores: int, contention: Contention) -> SimResult:
-    """`simulate` with bandwidth sharing (module docstring); no placement may use SMT."""
+    """`simulate` with co-running ops sharing bandwidth and cores (module docstring); no
+    placement may use SMT."""
     if any(p.smt for p in placements):
         raise ValueError("the contended simulator does not model SMT placements")
     n = len(placements)

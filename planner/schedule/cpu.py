@@ -7,8 +7,8 @@ named steps:
     schedule   the strategy's placements                    (uniform, paper, optimized; the
                optimized search uses the bound's relaxation and keeps each candidate's run)
     simulate   real start and end times, utilisation        (simulate.simulate; with the
-               memory bandwidth shared by co-running ops when the cost table carries a
-               measured contention: contention.simulate_contended)
+               memory bandwidth and cores shared by co-running ops when the cost table
+               carries a measured contention: contention.simulate_contended)
     record     logical CPU ids, happens-before edges        (the Schedule record)
 
 Example:
@@ -78,7 +78,7 @@ def measured_contention(graph: Graph, model: CostModel) -> Contention | None:
 
 def run_placements(placements: Sequence[Placement], preds: Sequence[Sequence[int]], cores: int,
                    smt_slowdown: float, contention: Contention | None = None) -> SimResult:
-    """The simulator for these placements: bandwidth shared when `contention` is given and no
+    """The simulator for these placements: the contended one when `contention` is given and no
     placement uses SMT (the contended model does not combine with SMT interference yet)."""
     if contention is not None and not any(p.smt for p in placements):
         return simulate_contended(placements, preds, cores, contention)
