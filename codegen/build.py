@@ -143,10 +143,15 @@ def _tree_hashes(root: Path) -> dict[str, str]:
 def runtime_key(compiler: str | None = None, sanitize: tuple[str, ...] = (),
                 backend: str = "cpu") -> str:
     """Cache key of a backend's runtime on this host: sources, flags, compiler, package
-    versions (and for CUDA the toolkit and the GPU architecture)."""
+    versions, the environment it links against (for CUDA the toolkit, the wheels and the GPU
+    architecture)."""
     extra = {"sanitize": sanitizer_flags(sanitize)} if sanitize else {}
     if backend == "cuda":
         extra["cuda"] = cuda_toolchain()
+    else:
+        # The module's RUNPATH names this environment's lib folder, so a runtime built in
+        # another environment (since deleted, perhaps) must not be reused here.
+        extra["prefix"] = str(venv_prefix().resolve())
     return digest({"sources": _tree_hashes(BACKENDS[backend].runtime),
                    "common": _tree_hashes(COMMON), "flags": CXX_FLAGS, **extra,
                    "compiler": compiler or compiler_identity(), "versions": _versions(),

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from codegen.build import build, first_error
+from codegen.build import build, first_error, runtime_key
 from codegen.errors import BuildError
 from codegen.render import render
 from tests.codegen.helpers import host_plan
@@ -30,6 +30,18 @@ def mlp_module_runtime(module):
 
     info = json.loads((Path(module.__file__).parent / "build" / "executor.json").read_text())
     return Path(info["runtime"])
+
+
+def test_a_runtime_built_in_another_environment_is_not_reused(monkeypatch, tmp_path):
+    # The runtime's RUNPATH names the environment's lib folder: one built by another checkout's
+    # .venv (deleted since) would fail to import with "libdnnl.so.3: cannot open".
+    here = runtime_key(compiler="c++ 1")
+    monkeypatch.setenv("PLANNER_PREFIX", str(tmp_path))
+    there = runtime_key(compiler="c++ 1")
+    assert there != here
+    (tmp_path / "lib").mkdir()
+    monkeypatch.setenv("PLANNER_PREFIX", str(tmp_path / "lib" / ".."))
+    assert runtime_key(compiler="c++ 1") == there  # the same folder, spelled otherwise
 
 
 def test_compiler_error_names_the_generated_file(mlp_graph, tmp_path):
