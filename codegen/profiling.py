@@ -262,3 +262,43 @@ def _fit_contention(graph: Graph, target: Target, corun: Plan, alone: dict[str, 
         [o.start for o in ops], [o.end for o in ops], demand, mu, shared.memory,
         [len(o.cpus) for o in ops], target.cores)
     return round(kappa, 6), round(sigma, 6)
+
+
+def waits_between_ops(plan: Plan, stats: dict) -> tuple[list[float], list[float]]:
+    """From a step's measured timeline (stats() start and end per op): how long each op
+    started after it could, split by what let it go last — the previous op of its own lane,
+    or an op of another lane (a hand-off: that lane's thread has to be woken). The plan's
+    simulator starts an op the moment it can; these are what it leaves out.
+
+    Returns (same-lane waits, cross-lane waits) in seconds, one per op that waits on anything.
+
+    Example (b on lane 1 waits for a on lane 0; c follows a on lane 0):
+        >>> from planner.plan import Edge
+        >>> class P:
+        ...     ops = [OpPlan(name=n, op="Relu", order=k, cpus=c, threads=1, start=0, end=1)
+        ...            for k, (n, c) in enumerate([("a", (0,)), ("b", (1,)), ("c", (0,))])]
+        ...     happens_before = (Edge(before="a", after="b"),)
+        >>> stats = {"ops": [{"name": "a", "start": 0.0, "end": 1.0},
+        ...                  {"name": "b", "start": 1.5, "end": 2.0},
+        ...                  {"name": "c", "start": 1.25, "end": 2.0}]}
+        >>> waits_between_ops(P, stats)
+        ([0.25], [0.5])
+    """
+    from codegen.render import lanes_of
+
+    order = sorted(plan.ops, key=lambda o: o.order)
+    lane = dict(zip((o.name for o in order), lanes_of(order), strict=True))
+    span = {o["name"]: (o["start"], o["end"]) for o in stats["ops"]}
+    before: dict[str, list[str]] = {o.name: [] for o in order}
+    for e in plan.happens_before:
+        before[e.after].append(e.before)
+    same, cross, last = [], [], {}
+    for o in order:
+        free = [(span[b][1], lane[b] != lane[o.name]) for b in before[o.name]]
+        if lane[o.name] in last:
+            free.append((span[last[lane[o.name]]][1], False))
+        last[lane[o.name]] = o.name
+        if free:
+            at, handed = max(free)
+            (cross if handed else same).append(span[o.name][0] - at)
+    return same, cross

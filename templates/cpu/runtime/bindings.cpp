@@ -3,7 +3,8 @@
 //   ex = Executor("/path/to/libschedule.so")   # what a generated package's Executor() does
 //   ex.load_params({"fc1/weight": w, ...});  ex.params()
 //   out = ex.step({"x": x, "labels": y})       # {"loss": array(..), ...}
-//   ex.stats()                                 # per-op measured seconds, arena bytes
+//   ex.stats()                                 # per-op measured seconds (and the last
+//                                              # step's start and end), arena bytes
 //
 // Arrays cross without copies where the layout allows: a C-contiguous feed of the right dtype
 // is read in place for the step; other layouts are copied into the feed's arena slot.
@@ -39,8 +40,11 @@ struct Io {
   static nb::object fetch(Executor& ex, int id, bool copy, nb::handle owner) {
     return to_numpy(ex.tensor(id), ex.data(id), copy, owner);
   }
-  static void op_stats(const Executor&, int, nb::dict&) {}
-  static void stats(const Executor&, nb::dict&) {}
+  static void op_stats(const Executor& ex, int k, nb::dict& d) {
+    d["start"] = ex.last_span(k).first;
+    d["end"] = ex.last_span(k).second;
+  }
+  static void stats(const Executor& ex, nb::dict& d) { d["pinnings"] = ex.pinnings(); }
 };
 
 }  // namespace

@@ -29,6 +29,7 @@ Executor::Executor(const std::string& schedule_path, bool concurrent, int jitter
   for (int i = 0; i < s.num_tensors; ++i) ptr_[i] = arena_.base() + s.tensors[i].offset;
   kernels_.resize(s.num_ops);
   scratch_.assign(s.num_ops, nullptr);
+  span_.assign(s.num_ops, {0.0, 0.0});
   overflow_.resize(s.num_ops);
   if (concurrent && s.num_lanes > 0) {
     for (int lane = 0; lane < s.num_lanes; ++lane) lane_streams_.emplace_back(engine_);
@@ -85,6 +86,8 @@ void Executor::run(int k) {
   auto t1 = std::chrono::steady_clock::now();
   stats_[k].seconds += std::chrono::duration<double>(t1 - t0).count();
   stats_[k].calls += 1;
+  span_[k] = {std::chrono::duration<double>(t0 - step_began_).count(),
+              std::chrono::duration<double>(t1 - step_began_).count()};
 }
 
 void Executor::bind(int id, char* p) {
@@ -97,6 +100,7 @@ void Executor::bind(int id, char* p) {
 Executor::~Executor() { finish_async(); }
 
 void Executor::run_step() {
+  step_began_ = std::chrono::steady_clock::now();
   if (lanes_) {
     try {
       lanes_->step(watchdog_seconds_);

@@ -5,8 +5,10 @@
 // at a time in plan order on the calling thread instead (the reference the concurrent run
 // must match). A step allocates nothing.
 #pragma once
+#include <chrono>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "executor_core.h"
@@ -36,6 +38,10 @@ class Executor : public ExecutorCore {
   bool scratch_planned(int op) const { return overflow_[op] == nullptr; }
   int64_t arena_bytes() const { return arena_.bytes(); }
   int64_t unplanned_scratch_bytes() const { return unplanned_; }
+  int64_t pinnings() const { return lanes_ ? lanes_->pinnings() : 0; }
+  // When op k started and ended in the last step, in seconds from the step's start: the
+  // timeline that shows what the plan's simulator leaves out (the lanes' hand-offs).
+  std::pair<double, double> last_span(int k) const { return span_[k]; }
 
  private:
   dnnl::engine engine_;
@@ -48,6 +54,8 @@ class Executor : public ExecutorCore {
   int64_t unplanned_ = 0;
   std::vector<char*> ptr_;                     // current address of every tensor
   double watchdog_seconds_;
+  std::chrono::steady_clock::time_point step_began_;
+  std::vector<std::pair<double, double>> span_;  // per op: (start, end) in the last step
   std::unique_ptr<Lanes> lanes_;  // its threads stop before the rest is destroyed
   // Runs every op: on the lanes, or one at a time in plan order; per-op times go to stats.
   void run_step() override;

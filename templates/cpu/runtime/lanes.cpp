@@ -5,6 +5,7 @@
 #include <sched.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <random>
 #include <stdexcept>
@@ -15,6 +16,7 @@ Lanes::Lanes(const Schedule& s, OpFn create, OpFn run, int jitter_us)
     : s_(s), create_(std::move(create)), run_(std::move(run)), jitter_us_(jitter_us) {
   ops_.resize(s.num_lanes);
   pinned_.resize(s.num_lanes);
+  pinnings_.assign(s.num_lanes, 0);
   lane_cv_ = std::vector<std::condition_variable>(s.num_lanes);
   waiting_on_.assign(s.num_lanes, -1);
   for (int k = 0; k < s.num_ops; ++k) ops_[s.ops[k].lane].push_back(k);
@@ -44,15 +46,30 @@ void Lanes::shutdown() {
     if (t.joinable()) t.join();
 }
 
+int64_t Lanes::pinnings() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  int64_t all = 0;
+  for (int64_t p : pinnings_) all += p;
+  return all;
+}
+
 void Lanes::pin(int lane, int op) {
   const OpSpec& o = s_.ops[op];
-  std::vector<int> cpus(s_.cpus + o.first_cpu, s_.cpus + o.first_cpu + o.num_cpus);
-  if (cpus.empty() || cpus == pinned_[lane]) return;
+  const int* cpus = s_.cpus + o.first_cpu;
+  const int n = o.num_cpus;
+  std::vector<int>& pinned = pinned_[lane];
+  // Only when a thread of the team is not on its CPU yet: a lane whose ops go from one
+  // thread to two and back re-pins nothing after the first time (each pinning is a parallel
+  // region of its own, and waking the team for it cost ~10 us on every such op).
+  bool same = n <= static_cast<int>(pinned.size());
+  for (int t = 0; same && t < n; ++t) same = pinned[t] == cpus[t];
+  if (n == 0 || same) return;
   static const long host = sysconf(_SC_NPROCESSORS_ONLN);
-  for (int c : cpus)
-    if (c < 0 || c >= host) return;  // a plan for another machine: leave placement to the OS
-  pinned_[lane] = cpus;
-  const int n = static_cast<int>(cpus.size());
+  for (int t = 0; t < n; ++t)
+    if (cpus[t] < 0 || cpus[t] >= host) return;  // a plan for another machine: the OS places
+  if (static_cast<int>(pinned.size()) < n) pinned.resize(n, -1);
+  std::copy(cpus, cpus + n, pinned.begin());
+  pinnings_[lane] += 1;
 #pragma omp parallel num_threads(n)
   {
     int t = omp_get_thread_num();

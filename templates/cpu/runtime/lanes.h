@@ -5,9 +5,10 @@
 // starts once every op it waits for (OpSpec waits: data and in-place dependencies, the
 // previous op on one of its CPUs, the ordering memory reuse needs) has finished in this step.
 // Its OpenMP team has the planned size and its threads are pinned to the planned logical
-// CPUs (re-pinned only when the lane's set changes). Ops of one parallel-loop group run as
-// one loop over the group's threads, one member per iteration: the members ready when the
-// first one is (a member that is not yet runs on its own after them).
+// CPUs (re-pinned only when one of its threads is on another CPU: OpenMP keeps a lane's
+// threads, numbered alike, from one parallel region to the next). Ops of one parallel-loop
+// group run as one loop over the group's threads, one member per iteration: the members ready
+// when the first one is (a member that is not yet runs on its own after them).
 //
 // Deadlock-free by construction: every wait names an earlier op in plan order and every lane
 // runs its ops in plan order, so the earliest unfinished op never waits.
@@ -56,6 +57,8 @@ class Lanes {
   void step(double watchdog_seconds);
   int count() const { return static_cast<int>(ops_.size()); }
   bool broken() const { return broken_; }
+  // How many times a lane re-pinned its team, over all steps (between steps only).
+  int64_t pinnings() const;
 
  private:
   void lane_main(int lane);
@@ -70,9 +73,10 @@ class Lanes {
   OpFn create_, run_;
   int jitter_us_;
   std::vector<std::vector<int>> ops_;      // per lane, op indices in plan order
-  std::vector<std::vector<int>> pinned_;   // per lane, the CPUs its team is pinned to
+  std::vector<std::vector<int>> pinned_;   // per lane: the CPU each thread of its pool is on
+  std::vector<int64_t> pinnings_;          // per lane: its re-pinnings so far
   std::vector<std::thread> threads_;
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::vector<std::condition_variable> lane_cv_;  // per lane: its op may start, or a new step
   std::vector<int> waiting_on_;                   // per lane: the op it blocks on, or -1
   std::condition_variable step_cv_;               // the caller of step(): the step ended
