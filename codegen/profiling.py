@@ -270,7 +270,8 @@ def waits_between_ops(plan: Plan, stats: dict) -> tuple[list[float], list[float]
     or an op of another lane (a hand-off: that lane's thread has to be woken). The plan's
     simulator starts an op the moment it can; these are what it leaves out.
 
-    Returns (same-lane waits, cross-lane waits) in seconds, one per op that waits on anything.
+    Returns (same-lane waits, cross-lane waits) in seconds, one per op that waits on anything;
+    of a parallel-loop group's members, the first (the others queue for the loop's threads).
 
     Example (b on lane 1 waits for a on lane 0; c follows a on lane 0):
         >>> from planner.plan import Edge
@@ -292,12 +293,15 @@ def waits_between_ops(plan: Plan, stats: dict) -> tuple[list[float], list[float]
     before: dict[str, list[str]] = {o.name: [] for o in order}
     for e in plan.happens_before:
         before[e.after].append(e.before)
+    group = {o.name: o.group for o in order}
     same, cross, last = [], [], {}
     for o in order:
         free = [(span[b][1], lane[b] != lane[o.name]) for b in before[o.name]]
-        if lane[o.name] in last:
-            free.append((span[last[lane[o.name]]][1], False))
-        last[lane[o.name]] = o.name
+        previous, last[lane[o.name]] = last.get(lane[o.name]), o.name
+        if o.group and group.get(previous) == o.group:
+            continue
+        if previous is not None:
+            free.append((span[previous][1], False))
         if free:
             at, handed = max(free)
             (cross if handed else same).append(span[o.name][0] - at)
