@@ -202,6 +202,20 @@ def report(rows: list[dict], target, load: tuple[str, str]) -> str:
     return "\n".join(lines)
 
 
+def each_model(names: str, run) -> tuple[list[dict], tuple[str, str]]:
+    """run(label) for each of the comma-separated model names, with progress on stderr; the
+    rows and the load averages before and after."""
+    before = os.getloadavg()
+    rows = []
+    for label in names.split(","):
+        if label not in MODELS:
+            raise SystemExit(f"unknown model {label!r}; known: {', '.join(MODELS)}")
+        rows.append(run(label))
+        print(f"done: {label}", file=sys.stderr, flush=True)
+    after = os.getloadavg()
+    return rows, (" ".join(f"{x:.2f}" for x in before), " ".join(f"{x:.2f}" for x in after))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default=",".join(MODELS))
@@ -214,16 +228,8 @@ def main() -> None:
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     target = detect()
-    before = os.getloadavg()
-    rows = []
-    for label in args.models.split(","):
-        if label not in MODELS:
-            raise SystemExit(f"unknown model {label!r}; known: {', '.join(MODELS)}")
-        rows.append(bench_model(label, target, args.steps, args.rounds, not args.no_compile,
-                                args.costs))
-        print(f"done: {label}", file=sys.stderr, flush=True)
-    after = os.getloadavg()
-    load = (" ".join(f"{x:.2f}" for x in before), " ".join(f"{x:.2f}" for x in after))
+    rows, load = each_model(args.models, lambda label: bench_model(
+        label, target, args.steps, args.rounds, not args.no_compile, args.costs))
     if args.json:
         print(json.dumps({"host": target.name, "cores": target.cores, "load": load,
                           "models": rows}, indent=2, sort_keys=True))

@@ -15,7 +15,6 @@ the step time, the waits' count, median and sum, and the lanes' re-pinnings per 
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
 import tempfile
@@ -25,7 +24,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_cpu_strategies import MODELS, SGD, profiled_costs, zoo_name  # noqa: E402
+from bench_cpu_strategies import (  # noqa: E402
+    MODELS,
+    SGD,
+    each_model,
+    profiled_costs,
+    zoo_name,
+)
 
 from codegen.profiling import waits_between_ops, warmed_executor  # noqa: E402
 from planner.graph.autodiff import make_training_graph  # noqa: E402
@@ -74,16 +79,10 @@ def main() -> None:
                         choices=["uniform", "paper", "optimized"])
     args = parser.parse_args()
     target = detect()
-    before = os.getloadavg()
-    rows = []
-    for label in args.models.split(","):
-        if label not in MODELS:
-            raise SystemExit(f"unknown model {label!r}; known: {', '.join(MODELS)}")
-        rows.append(bench_model(label, target, args.steps, args.strategy))
-        print(f"done: {label}", file=sys.stderr, flush=True)
-    after = os.getloadavg()
+    rows, load = each_model(args.models, lambda label: bench_model(label, target, args.steps,
+                                                                   args.strategy))
     print(f"host {target.name}: {target.cores} cores; {args.strategy} plans; medians of "
-          f"{args.steps} steps; load average before {before[0]:.2f}, after {after[0]:.2f}")
+          f"{args.steps} steps; load average before {load[0]}, after {load[1]}")
     print(f"{'model':<14}{'lanes':>6}{'pred ms':>9}{'meas ms':>9}{'same-lane':>18}"
           f"{'hand-offs':>26}{'pins/step':>10}")
     print(f"{'':<14}{'':>6}{'':>9}{'':>9}{'n':>8}{'sum ms':>10}{'n':>7}{'median us':>10}"
