@@ -273,16 +273,15 @@ def waits_between_ops(plan: Plan, stats: dict) -> tuple[list[float], list[float]
     Returns (same-lane waits, cross-lane waits) in seconds, one per op that waits on anything;
     of a parallel-loop group's members, the first (the others queue for the loop's threads).
 
-    Example (b on lane 1 waits for a on lane 0; c follows a on lane 0):
-        >>> from planner.plan import Edge
-        >>> class P:
-        ...     ops = [OpPlan(name=n, op="Relu", order=k, cpus=c, threads=1, start=0, end=1)
-        ...            for k, (n, c) in enumerate([("a", (0,)), ("b", (1,)), ("c", (0,))])]
-        ...     happens_before = (Edge(before="a", after="b"),)
-        >>> stats = {"ops": [{"name": "a", "start": 0.0, "end": 1.0},
-        ...                  {"name": "b", "start": 1.5, "end": 2.0},
-        ...                  {"name": "c", "start": 1.25, "end": 2.0}]}
-        >>> waits_between_ops(P, stats)
+    Example (a chain of three ops: copy0 on CPU 0, copy1 and copy2 on CPU 1; copy1 is handed
+    over from lane 0, copy2 follows copy1 on lane 1):
+        >>> from planner.target.presets import preset
+        >>> graph = copies_graph(OpSignature(op="Relu", shapes=((4,),), dtypes=("float32",)), 3)
+        >>> p = placements_plan(graph, preset("xeon-8180"), [(1, (0,)), (1, (1,)), (1, (1,))])
+        >>> stats = {"ops": [{"name": "copy0", "start": 0.0, "end": 1.0},
+        ...                  {"name": "copy1", "start": 1.5, "end": 2.0},
+        ...                  {"name": "copy2", "start": 2.25, "end": 3.0}]}
+        >>> waits_between_ops(p, stats)
         ([0.25], [0.5])
     """
     from codegen.render import lanes_of

@@ -57,7 +57,7 @@ class Lanes {
   void step(double watchdog_seconds);
   int count() const { return static_cast<int>(ops_.size()); }
   bool broken() const { return broken_; }
-  // How many times a lane re-pinned its team, over all steps (between steps only).
+  // How many times a lane pinned its team's threads, over all steps (read between steps).
   int64_t pinnings() const;
 
  private:
@@ -74,7 +74,7 @@ class Lanes {
   int jitter_us_;
   std::vector<std::vector<int>> ops_;      // per lane, op indices in plan order
   std::vector<std::vector<int>> pinned_;   // per lane: the CPU each thread of its pool is on
-  std::vector<int64_t> pinnings_;          // per lane: its re-pinnings so far
+  std::vector<int64_t> pinnings_;          // per lane: its pinnings so far
   std::vector<std::thread> threads_;
   mutable std::mutex mu_;
   std::vector<std::condition_variable> lane_cv_;  // per lane: its op may start, or a new step
