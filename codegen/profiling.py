@@ -43,6 +43,7 @@ from planner.graph.ir import Graph, Node, Tensor
 from planner.graph.validate import check_graph
 from planner.plan import Edge, OpPlan, Plan, PlanProvenance, PlanTarget, Summary, digest
 from planner.records import CpuId
+from planner.schedule.record import lane_numbers
 from planner.target.records import AFFINITIES, Target, affinity_cpus
 
 
@@ -74,9 +75,11 @@ def placements_plan(graph: Graph, target: Target,
     """A plan running node k of `graph` on placements[k] (threads, CPUs), one after another."""
     ops, t = [], 0.0
     for k, (node, (threads, cpus)) in enumerate(zip(graph.nodes, placements, strict=True)):
-        ops.append(OpPlan(name=node.name, op=node.op, order=k, cpus=cpus, threads=threads,
-                          start=t, end=t + 1.0))
+        ops.append(OpPlan(name=node.name, op=node.op, order=k, lane=0, cpus=cpus,
+                          threads=threads, start=t, end=t + 1.0))
         t += 1.0
+    ops = [op.model_copy(update={"lane": lane}) for op, lane in zip(ops, lane_numbers(ops),
+                                                                   strict=True)]
     chain = tuple(Edge(before=a.name, after=b.name) for a, b in zip(ops, ops[1:], strict=False))
     summary = Summary(strategy="profile", step_seconds=t, lower_bound_seconds=t, ratio=1.0,
                       critical_path_seconds=t, area_bound_seconds=t, utilization=0.0,
@@ -284,10 +287,8 @@ def waits_between_ops(plan: Plan, stats: dict) -> tuple[list[float], list[float]
         >>> waits_between_ops(p, stats)
         ([0.25], [0.5])
     """
-    from codegen.render import lanes_of
-
     order = sorted(plan.ops, key=lambda o: o.order)
-    lane = dict(zip((o.name for o in order), lanes_of(order), strict=True))
+    lane = {o.name: o.lane for o in order}
     span = {o["name"]: (o["start"], o["end"]) for o in stats["ops"]}
     before: dict[str, list[str]] = {o.name: [] for o in order}
     for e in plan.happens_before:

@@ -204,30 +204,16 @@ def ordered_ops(plan: Plan) -> list:
     return order
 
 
-def lanes_of(ops: list) -> list[int]:
-    """Each op's lane: CPU ops by their first logical CPU (two ops sharing it never overlap in
-    time, the plan orders them), GPU ops by stream; numbered densely in order of first use.
-
-    >>> from planner.plan import OpPlan
-    >>> ops = [OpPlan(name=n, op="Relu", order=k, cpus=c, threads=len(c), start=0, end=1)
-    ...        for k, (n, c) in enumerate([("a", (0, 1)), ("b", (2,)), ("c", (0,))])]
-    >>> lanes_of(ops)
-    [0, 1, 0]
-    """
-    keys = [min(p.cpus) if p.cpus else p.stream for p in ops]
-    dense = {k: i for i, k in enumerate(dict.fromkeys(keys))}
-    return [dense[k] for k in keys]
-
-
 def _op_rows(plan: Plan, order: list, index: dict[str, int], arena: ArenaLayout,
              strings: StringTable) -> tuple[list[dict], str, str, int]:
     graph = plan.graph
+    # The plan's ordering and nothing else (planner.plan): each op runs on its lane, after
+    # the ops before it there, and waits for the ops of its happens-before edges.
     at_order = {p.name: k for k, p in enumerate(order)}
     waits: dict[str, set[int]] = {p.name: set() for p in order}
     for e in plan.happens_before:
-        if e.before in at_order and e.after in waits:
-            waits[e.after].add(at_order[e.before])
-    lanes = lanes_of(order)
+        waits[e.after].add(at_order[e.before])
+    lanes = [p.lane for p in order]
     groups = {g: i for i, g in enumerate(dict.fromkeys(p.group for p in order if p.group))}
     planned = plan_attrs(plan)
     rows, at, cpus, wait_list = [], 0, [], []

@@ -40,7 +40,7 @@ from planner.plan import MemoryPlan, OpPlan, Plan, PlanProvenance, PlanTarget, S
 from planner.records import Backend, Record
 from planner.schedule.cpu import cpu_schedule
 from planner.schedule.options import ScheduleOptions
-from planner.schedule.record import Edge, Schedule
+from planner.schedule.record import Edge, Schedule, lane_numbers
 from planner.schedule.streams import STREAMS, stream_schedule
 from planner.target.records import Target
 
@@ -119,8 +119,9 @@ def assemble(graph: Graph, model: CostModel, options: PlanOptions, schedule: Sch
     planning's, when it re-timed them), every ordering edge, the summary, provenance."""
     target = model.target
     # A ScheduledOp's __dict__ holds its fields (no dump to copy them).
-    ops = tuple(OpPlan(order=k, **op.__dict__)
-                for k, op in enumerate(memory.ops or schedule.ops))
+    placed = memory.ops or schedule.ops
+    ops = tuple(OpPlan(order=k, lane=lane, **op.__dict__)
+                for k, (op, lane) in enumerate(zip(placed, lane_numbers(placed), strict=True)))
     rank = {op.name: op.order for op in ops}
     # Each distinct edge once, the records the schedule and memory planning made (building
     # tens of thousands again was a tenth of assembly on ResNet-1001).

@@ -1,14 +1,23 @@
 """The Plan: every decision about one training (or inference) step, as reviewable data.
 
 A plan names its backend (`cpu` or `cuda`, the target's kind) and lists, per op, where and when
-it runs: its execution order; on a CPU its logical CPUs (one per thread; sibling hyper-threads
-when `smt`), thread count, affinity and parallel-loop group; on a GPU its stream; and its
-predicted start and end (seconds from the step's start). `happens_before` holds every ordering
-edge the executor enforces (data and in-place dependencies, the previous op on one of my CPUs
-or on my stream, and what memory reuse needs), so memory planning relies on it rather than on
-predicted times. `tensors` places every buffer (graph tensors, per-op scratchpads and
-convolution workspaces) in the arena with its lifetime; `memory` lists the ops memory planning
-added and each convolution's algorithm.
+it runs: its execution order; its lane; on a CPU its logical CPUs (one per thread; sibling
+hyper-threads when `smt`), thread count, affinity and parallel-loop group; on a GPU its stream;
+and its predicted start and end (seconds from the step's start). `tensors` places every buffer
+(graph tensors, per-op scratchpads and convolution workspaces) in the arena with its lifetime;
+`memory` lists the ops memory planning added and each convolution's algorithm.
+
+The ordering, stated once: the executor orders two ops by exactly these, and nothing else:
+  lanes           the ops of one lane (a host thread on a CPU, a stream on a GPU) run in
+                  execution order, each after the previous one ends; on a CPU, consecutive
+                  ops of one lane in one parallel-loop group may run at the same time (one loop)
+  happens_before  an op starts after every op with an edge into it ends (data and in-place
+                  dependencies, the previous op on one of its CPUs or on its stream, what memory
+                  reuse needs)
+`u` happens-before `w` when a path of these leads from u to w. Memory planning relies on that
+order, never on predicted times; an op's `deps` are the graph's dependencies for people, not an
+ordering. `planner verify` derives every pair that must be ordered from the embedded graph and
+checks that this ordering implies it (planner.verify_order).
 
     {
       "backend": "cpu",
@@ -16,22 +25,23 @@ added and each convolution's algorithm.
       "memory": {"convs": [], "ops": []},
       "ops": [
         {"affinity":"compact","cpus":[0,1,...],"deps":[],"end":0.0031,"group":"",
-         "name":"conv1","op":"Conv2D","order":0,"smt":false,"start":0.0,"stream":"",
+         "lane":0,"name":"conv1","op":"Conv2D","order":0,"smt":false,"start":0.0,"stream":"",
          "threads":68}, ...
       ],
       "provenance": {"costs_sha256": "...", "graph_sha256": "...", "target_sha256": "..."},
-      "schema": "planner.plan/2",
+      "schema": "planner.plan/3",
       "summary": {"lower_bound_seconds": ..., "ratio": ..., "step_seconds": ..., ...},
       "target": {"core_of": [0, 1, ...], "name": "knl-7250", "streams": []},
       "tensors": [{"bytes":4096,"first":3,"last":9,"name":"conv1","offset":0, ...}, ...]
     }
 
 Schema history: planner.plan/1 had no backend, put a GPU op's stream index into `cpus` and
-kept library scratchpads out of the arena; such a plan is refused with a one-line error saying
-to re-plan it.
+kept library scratchpads out of the arena; planner.plan/2 had no lanes (the code generator
+derived them). Such a plan is refused with a one-line error saying to re-plan it.
 
 Example:
-    >>> p = OpPlan(name="a", op="Relu", order=0, cpus=(0,), threads=1, start=0.0, end=1e-6)
+    >>> p = OpPlan(name="a", op="Relu", order=0, lane=0, cpus=(0,), threads=1, start=0.0,
+    ...            end=1e-6)
     >>> p.cores_text
     '0'
 """
@@ -56,13 +66,15 @@ from planner.memory.decision import (  # noqa: F401 - the plan's memory records,
 from planner.records import Backend, Record, Seconds, Stream, canonical_json
 from planner.schedule.record import Edge, ScheduledOp, cpu_ranges  # noqa: F401 - re-exported
 
-SCHEMA = "planner.plan/2"
+SCHEMA = "planner.plan/3"
 
 
 class OpPlan(ScheduledOp):
-    """One op of the plan: its placement (planner.schedule.record) and execution order."""
+    """One op of the plan: its placement (planner.schedule.record), execution order and lane
+    (the module docstring: the ops of one lane run in execution order)."""
 
     order: int = Field(ge=0)
+    lane: int = Field(ge=0)
 
 
 class Summary(Record):
@@ -120,7 +132,7 @@ class PlanProvenance(Record):
 class Plan(Record):
     """A schedule for one graph on one target (see the module docstring)."""
 
-    schema_: Literal["planner.plan/2"] = Field(default=SCHEMA, alias="schema")
+    schema_: Literal["planner.plan/3"] = Field(default=SCHEMA, alias="schema")
     # Which executor runs it: the target's kind, chosen once by planner.pipeline.
     backend: Backend
     # The graph the plan schedules, embedded so that a plan file alone is enough to build an

@@ -5,10 +5,10 @@ and everything the plan derives from it is derived again here and compared:
 
     graph        the embedded graph passes check_graph; every tensor's size fits in 2^62 bytes
     ops          a plan op named after a graph node runs that node's op type
-    data         an op that reads a tensor comes after the op writing it in execution order,
-                 and depends on it (directly, or through deps and happens-before edges)
-    in-place     an op writing the next value of a param or state tensor comes after, and
-                 depends on, every other reader of the old value
+    ordering     the plan's stated ordering (lanes and happens-before edges) implies every
+                 pair the graph and the inserted ops need ordered: data, in-place, buffers an
+                 inserted op writes or reads (planner.verify_order); the plan's deps are not
+                 trusted
     bytes        a buffer holding a graph tensor has at least the tensor's bytes; offsets and
                  ends fit in 2^62
     writers      a buffer of a tensor is written by the node producing it (none for inputs and
@@ -18,8 +18,7 @@ and everything the plan derives from it is derived again here and compared:
                  of the tensor it updates (a recompute's copy goes to scratch)
                  (planner.memory.verify: an alias is one the graph says, update or view)
 
-Shares no code with the scheduler or the memory planner. Runs in time linear in the plan's size
-(a dependency missing from an op's deps is searched for along forward edges only).
+Shares no code with the scheduler or the memory planner.
 
 Example:
     >>> from planner.pipeline import plan as make_plan
@@ -29,12 +28,13 @@ Example:
     ...                  preset("xeon-8180")).model_dump(mode="json", by_alias=True)
     >>> verify_graph_data(plan)
     []
-    >>> victim = plan["ops"][1]               # fc1/bias_add reads fc1: drop that dependency
-    >>> victim["deps"] = []
+    >>> victim = plan["ops"][1]               # fc1/bias_add reads fc1: drop that edge
     >>> plan["happens_before"] = [e for e in plan["happens_before"]
     ...                           if e["after"] != victim["name"]]
-    >>> for problem in verify_graph_data(plan): print(problem)
-    op 'fc1/bias_add' reads tensor 'fc1' written by op 'fc1', but the plan drops that dependency
+    >>> victim["lane"] = 1                    # and the lane that ordered them
+    >>> for problem in verify_graph_data(plan): print(problem)  # doctest: +NORMALIZE_WHITESPACE
+    op 'fc1/bias_add' reads tensor 'fc1' written by op 'fc1', but nothing the executor enforces
+    orders them: no lane or chain of happens-before edges leads from 'fc1' to 'fc1/bias_add'
 """
 
 from __future__ import annotations
@@ -46,19 +46,21 @@ from pydantic import ValidationError
 
 from planner.graph.ir import Graph
 from planner.graph.validate import check_graph
+from planner.verify_order import StatedOrder, ordering_problems
 
 # No size or offset may come near 2^63, where int64 sums in the executor would wrap.
 MAX_BYTES = 2**62
 
 
-def verify_graph_data(plan: dict[str, Any]) -> list[str]:
-    """Every rule of the module docstring the plan (as JSON data) breaks; [] when it holds."""
+def verify_graph_data(plan: dict[str, Any], hb: StatedOrder | None = None) -> list[str]:
+    """Every rule of the module docstring the plan (as JSON data) breaks; [] when it holds.
+    `hb`: the plan's StatedOrder, when the caller has it."""
     graph, problems = embedded_graph(plan)
     if graph is None:
         return problems
     ops = {o["name"]: o for o in plan.get("ops", [])}
     problems += _op_type_problems(graph, ops)
-    problems += _dependency_problems(graph, ops, plan.get("happens_before", []))
+    problems += ordering_problems(graph, plan, hb)
     problems += _buffer_problems(graph, plan)
     return problems
 
@@ -86,58 +88,6 @@ def embedded_graph(plan: dict[str, Any]) -> tuple[Graph | None, list[str]]:
 def _op_type_problems(graph: Graph, ops: dict[str, dict[str, Any]]) -> list[str]:
     return [f"op {n.name!r} runs {ops[n.name].get('op')!r}, but the graph's node is a {n.op}"
             for n in graph.nodes if n.name in ops and ops[n.name].get("op") != n.op]
-
-
-def required_edges(graph: Graph) -> list[tuple[str, str, str]]:
-    """(before, after, why) for every ordering the graph implies: data and in-place."""
-    producer = {o: n.name for n in graph.nodes for o in n.outputs}
-    out = []
-    for n in graph.nodes:
-        for t in dict.fromkeys(n.inputs):
-            if t in producer:
-                out.append((producer[t], n.name, f"reads tensor {t!r} written by"))
-        for o in n.outputs:
-            old = graph.tensor_map[o].updates
-            for r in graph.consumers.get(old, ()) if old else ():
-                if r.name != n.name:
-                    out.append((r.name, n.name, f"overwrites {old!r} in place, which is read by"))
-    return out
-
-
-def _dependency_problems(graph: Graph, ops: dict[str, dict[str, Any]],
-                         edges: list[dict[str, Any]]) -> list[str]:
-    succ: dict[str, set[str]] = defaultdict(set)
-    for name, op in ops.items():
-        for d in op.get("deps", []):
-            succ[d].add(name)
-    for e in edges:
-        succ[e["before"]].add(e["after"])
-    order = {name: op["order"] for name, op in ops.items()}
-    problems = []
-    for before, after, why in required_edges(graph):
-        if before not in ops or after not in ops:
-            continue  # planner.verify names ops the plan does not schedule
-        if order[before] >= order[after]:
-            problems.append(f"op {after!r} {why} op {before!r}, but comes before it in "
-                            f"execution order")
-        elif after not in succ[before] and not _reaches(before, after, succ, order):
-            problems.append(f"op {after!r} {why} op {before!r}, but the plan drops that "
-                            f"dependency")
-    return problems
-
-
-def _reaches(start: str, goal: str, succ: dict[str, set[str]], order: dict[str, int]) -> bool:
-    """Whether a path of edges leads from `start` to `goal`, following only edges that go
-    forward in execution order and stop at the goal's order."""
-    limit, seen, stack = order[goal], {start}, [start]
-    while stack:
-        for w in succ[stack.pop()]:
-            if w == goal:
-                return True
-            if w not in seen and order.get(w, limit + 1) < limit and order[w] > order[start]:
-                seen.add(w)
-                stack.append(w)
-    return False
 
 
 def _buffer_problems(graph: Graph, plan: dict[str, Any]) -> list[str]:

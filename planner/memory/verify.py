@@ -10,9 +10,10 @@ no code with the allocator. Each problem names the buffer(s) and the rule:
                view ops, OpDef.view)
     arena      device buffers lie inside [0, arena_bytes), host buffers inside the host pool
     overlap    two buffers sharing bytes are ordered: every access of one (its write, its
-               reads) happens-before the other's write, through the plan's happens-before
-               edges and deps; a buffer written before the step or read after it is never
-               ordered against one live in the step
+               reads) happens-before the other's write, through the plan's stated ordering
+               (lanes and happens-before edges, planner.verify_order; never `deps`); a buffer
+               written before the step or read after it is never ordered against one live in
+               the step. This covers arena reuse and per-op scratch (a buffer its op writes)
     budget     arena_bytes <= budget_bytes; LOAD <= arena
 
 Hook for `planner verify` (planner/verify.py, at the end of verify_plan_data):
@@ -29,9 +30,12 @@ from __future__ import annotations
 import bisect
 from typing import Any
 
+from planner.verify_order import StatedOrder
 
-def verify_memory_data(plan: dict[str, Any]) -> list[str]:
-    """Every memory rule the plan (as JSON data) breaks; [] when sound or not memory-planned."""
+
+def verify_memory_data(plan: dict[str, Any], hb: StatedOrder | None = None) -> list[str]:
+    """Every memory rule the plan (as JSON data) breaks; [] when sound or not memory-planned.
+    `hb`: the plan's StatedOrder (lanes and happens-before edges), when the caller has it."""
     tensors = plan.get("tensors") or []
     memory = (plan.get("summary") or {}).get("memory")
     if not tensors and not memory:
@@ -51,8 +55,7 @@ def verify_memory_data(plan: dict[str, Any]) -> list[str]:
     problems += _alias_problems(plan, by_name)
     if memory:
         problems += _arena_problems(tensors, memory)
-    descendants = _descendants(plan, ops, order, problems)
-    problems += _overlap_problems(tensors, order, descendants, after_step)
+    problems += _overlap_problems(tensors, hb or StatedOrder(plan), after_step)
     return problems
 
 
@@ -147,30 +150,8 @@ def _arena_problems(tensors: list[dict[str, Any]], memory: dict[str, Any]) -> li
     return out
 
 
-def _descendants(plan: dict[str, Any], ops: list[dict[str, Any]], order: dict[str, int],
-                 problems: list[str]) -> dict[int, int]:
-    """Per execution order, the bitset of orders it happens-before (through any path)."""
-    succ: dict[int, set[int]] = {order[o["name"]]: set() for o in ops}
-    edges = [(e["before"], e["after"]) for e in plan.get("happens_before", [])]
-    edges += [(d, o["name"]) for o in ops for d in o.get("deps", [])]
-    for a, b in edges:
-        if a not in order or b not in order:
-            continue  # planner.verify reports edges naming unknown ops
-        if order[a] >= order[b]:
-            problems.append(f"happens-before edge {a!r} -> {b!r} goes against execution order")
-            continue
-        succ[order[a]].add(order[b])
-    desc: dict[int, int] = {}
-    for u in sorted(succ, reverse=True):
-        bits = 0
-        for w in succ[u]:
-            bits |= desc[w] | (1 << w)
-        desc[u] = bits
-    return desc
-
-
-def _overlap_problems(tensors: list[dict[str, Any]], order: dict[str, int],
-                      desc: dict[int, int], after_step: int) -> list[str]:
+def _overlap_problems(tensors: list[dict[str, Any]], hb: StatedOrder,
+                      after_step: int) -> list[str]:
     """Buffers sharing bytes, checked in the order their bytes are written: each byte's buffers
     form a chain, and checking each buffer against the previous holders of every byte it covers
     is enough, since happens-before is transitive (a buffer's write is one of its accesses). An
@@ -197,8 +178,8 @@ def _overlap_problems(tensors: list[dict[str, Any]], order: dict[str, int],
                 for a in held:
                     if _root(a) == _root(b):
                         joined = held
-                    elif not (_ordered(a, b, order, desc, after_step, roots)
-                              or _ordered(b, a, order, desc, after_step, roots)):
+                    elif not (_ordered(a, b, hb, after_step, roots)
+                              or _ordered(b, a, hb, after_step, roots)):
                         out.append(f"buffers {a['name']!r} and {b['name']!r} share {placement} "
                                    f"bytes [{max(a['offset'], lo)}, "
                                    f"{min(a['offset'] + a['bytes'], hi)}) but neither's "
@@ -221,39 +202,13 @@ def _root(t: dict[str, Any]) -> str:
     return t.get("alias_of") or t["name"]
 
 
-def _written_at(b: dict[str, Any], order: dict[str, int],
-                roots: dict[str, dict[str, Any]]) -> int | None:
-    """Execution order of the op that writes `b`'s bytes: its writer, or for an alias the
-    writer of the buffer it aliases (a view's bytes are written when its input is); None if
-    none is in the plan."""
-    writer = roots.get(_root(b), b).get("writer")
-    return order[writer] if writer and writer in order else None
-
-
-def _accesses_before(a: dict[str, Any], order: dict[str, int], desc: dict[int, int],
-                     after_step: int) -> int:
-    """Bitset of the execution orders that every access of `a` (its writer and readers)
-    happens-before: 0 when `a` is read after the step or an access is by an op the plan lacks
-    (reported by the field rules; it orders nothing), every bit when it has no access."""
-    if a["last"] >= after_step:
-        return 0
-    accesses = ([a["writer"]] if a.get("writer") else []) + list(a.get("readers", []))
-    bits = -1  # all ones
-    for u in accesses:
-        if u not in order:
-            return 0
-        bits &= desc[order[u]]
-    return bits
-
-
-def _ordered(a: dict[str, Any], b: dict[str, Any], order: dict[str, int],
-             desc: dict[int, int], after_step: int, roots: dict[str, dict[str, Any]]) -> bool:
+def _ordered(a: dict[str, Any], b: dict[str, Any], hb: StatedOrder, after_step: int,
+             roots: dict[str, dict[str, Any]]) -> bool:
     """Every access of `a` happens-before the write of `b`'s bytes (by the writer of the
     buffer `b` aliases, for an alias: a view's bytes are written when its input is)."""
     writer = roots.get(_root(b), b).get("writer")
-    if not writer or a["last"] >= after_step or writer not in order:
+    if not writer or a["last"] >= after_step:
         return False
-    w = order[writer]
     accesses = ([a["writer"]] if a.get("writer") else []) + list(a.get("readers", []))
     # An access by an op the plan lacks is reported by the field rules; it orders nothing.
-    return all(u in order and (desc[order[u]] >> w) & 1 for u in accesses)
+    return all(hb.before(u, writer) for u in accesses)

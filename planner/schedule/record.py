@@ -16,13 +16,15 @@ my CPUs" or "on my stream"): memory planning relies on them, never on predicted 
 
 Example:
     >>> op = ScheduledOp(name="a", op="Relu", cpus=(0, 2), threads=2, start=0.0, end=1e-6)
-    >>> op.cores_text, op.lane
+    >>> op.cores_text, op.where
     ('0,2', 'cpus 0,2')
-    >>> ScheduledOp(name="b", op="Relu", stream="compute", start=0.0, end=1e-6).lane
+    >>> ScheduledOp(name="b", op="Relu", stream="compute", start=0.0, end=1e-6).where
     'stream compute'
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 from pydantic import Field, model_validator
 
@@ -52,7 +54,8 @@ class ScheduledOp(Record):
     smt: bool = False
     # Ops of one group run as one parallel loop over the group's CPUs ("" = on its own).
     group: str = ""
-    # Ops that must end before this one starts, by name (data and in-place dependencies).
+    # The graph's data and in-place dependencies, by name: for people. No ordering comes from
+    # them: the executor orders ops by lanes and happens-before edges only (planner.plan).
     deps: tuple[str, ...] = ()
     start: Seconds = Field(ge=0)
     end: Seconds = Field(ge=0)
@@ -70,7 +73,7 @@ class ScheduledOp(Record):
         return cpu_ranges(self.cpus)
 
     @property
-    def lane(self) -> str:
+    def where(self) -> str:
         """Where it runs, for people: `cpus 0-3` or `stream compute`."""
         return f"cpus {self.cores_text}" if self.cpus else f"stream {self.stream}"
 
@@ -113,6 +116,22 @@ class Schedule(Record):
     @property
     def step_seconds(self) -> Seconds:
         return max((op.end for op in self.ops), default=0.0)
+
+
+def lane_numbers(ops: Sequence[ScheduledOp]) -> list[int]:
+    """Each op's lane, for ops in execution order: the executor thread (CPU) or stream (GPU)
+    that runs it, numbered densely in order of first use. A CPU op's lane is its first logical
+    CPU's (two ops sharing a CPU never run at the same time, so a lane's ops follow each other
+    as planned); a GPU op's is its stream's.
+
+    >>> ops = [ScheduledOp(name=n, op="Relu", cpus=c, threads=len(c), start=0, end=1)
+    ...        for n, c in [("a", (2, 3)), ("b", (0,)), ("c", (2,))]]
+    >>> lane_numbers(ops)
+    [0, 1, 0]
+    """
+    keys = [min(op.cpus) if op.cpus else op.stream for op in ops]
+    dense = {k: i for i, k in enumerate(dict.fromkeys(keys))}
+    return [dense[k] for k in keys]
 
 
 def cpu_ranges(cpus: tuple[int, ...]) -> str:
