@@ -114,8 +114,9 @@ def graph_nodes(f: Facts) -> list[str]:
     """With the graph's node names: every node is scheduled, and every op is a node or an op
     memory planning declares it added (recompute, offload, prefetch).
 
-    >>> graph_nodes(Facts({"ops": [{"name": "x", "order": 0}]}, ["a"]))
-    ["op 'a' of the graph is not scheduled", "op 'x' is neither in the graph nor added by memory planning"]
+    >>> for p in graph_nodes(Facts({"ops": [{"name": "x", "order": 0}]}, ["a"])): print(p)
+    op 'a' of the graph is not scheduled
+    op 'x' is neither in the graph nor added by memory planning
     """
     if f.node_names is None:
         return []
