@@ -38,16 +38,17 @@ struct OpSpec {
   int first_output;      // index into Schedule::args
   int num_outputs;
   const char* attrs;     // "key=v1,v2;key2=v" with every attr spelled out (see runtime.cpp)
-  // Where it runs. CPU: the lane (one host thread per lane: the ops whose first logical CPU
-  // is the lane's, which the plan never overlaps in time) and its logical CPUs,
-  // Schedule::cpus[first_cpu, first_cpu + num_cpus). GPU: `lane` is its stream's index.
+  // Where it runs: the plan's lane (CPU: one host thread per lane; GPU: one stream per lane).
+  // A lane runs its ops in plan order; with the waits below, that is every ordering the
+  // executor enforces (planner/plan.py). CPU: its logical CPUs,
+  // Schedule::cpus[first_cpu, first_cpu + num_cpus).
   int lane;
   int first_cpu;
   int num_cpus;
   bool smt;              // on hyper-thread siblings of cores another running op uses
   int group;             // parallel-loop group (ops run as one loop), or -1
-  // Ops that must end before it starts (indices into ops, all earlier in plan order):
-  // Schedule::waits[first_wait, first_wait + num_waits).
+  // Ops that must end before it starts, the plan's happens-before edges into it (indices
+  // into ops, all earlier in plan order): Schedule::waits[first_wait, first_wait + num_waits).
   int first_wait;
   int num_waits;
   // Its own scratch bytes in the arena (library scratchpads, reorder temporaries, a

@@ -1,9 +1,9 @@
 // Lanes: the host threads that run a plan's ops concurrently, as the plan placed them.
 //
-// One host thread per lane (OpSpec::lane: the ops whose first logical CPU is the lane's,
-// which the plan never runs at the same time). Each lane runs its ops in plan order; an op
-// starts once every op it waits for (OpSpec waits: data and in-place dependencies, the
-// previous op on one of its CPUs, the ordering memory reuse needs) has finished in this step.
+// One host thread per lane (OpSpec::lane, the plan's). Each lane runs its ops in plan order;
+// an op starts once every op it waits for (OpSpec waits: the plan's happens-before edges) has
+// finished in this step. Those two are every ordering the executor enforces, and exactly what
+// `planner verify` checks (planner/verify_order.py).
 // Its OpenMP team has the planned size and its threads are pinned to the planned logical
 // CPUs (re-pinned only when one of its threads is on another CPU: OpenMP keeps a lane's
 // threads, numbered alike, from one parallel region to the next). Ops of one parallel-loop
