@@ -4,16 +4,17 @@ The embedded graph is validated again (names, shape rules, updates; planner.grap
 and everything the plan derives from it is derived again here and compared:
 
     graph        the embedded graph passes check_graph; every tensor's size fits in 2^62 bytes
-    ops          a plan op named after a graph node runs that node's op type
+    op_types     a plan op named after a graph node runs that node's op type
     ordering     the plan's stated ordering (lanes and happens-before edges) implies every
                  pair the graph and the inserted ops need ordered: data, in-place, buffers an
                  inserted op writes or reads (planner.verify_order); the plan's deps are not
                  trusted
     bytes        a buffer holding a graph tensor has at least the tensor's bytes; offsets and
                  ends fit in 2^62
-    writers      a buffer of a tensor is written by the node producing it (none for inputs and
-                 persistent tensors), or by an op memory planning added
-    readers      every op reading a tensor is listed as a reader of one of its buffers
+    writers      a buffer is written by the inserted op the memory section says writes it, else
+                 by the node producing its tensor (none for inputs and persistent tensors)
+    readers      every op reading a tensor is listed as a reader of one of its buffers, and
+                 every inserted op as a reader of the buffers it reads
     aliases      the buffer the graph's node writes an in-place update into aliases a buffer
                  of the tensor it updates (a recompute's copy goes to scratch)
                  (planner.memory.verify: an alias is one the graph says, update or view)
@@ -58,10 +59,10 @@ def verify_graph_data(plan: dict[str, Any], hb: StatedOrder | None = None) -> li
     graph, problems = embedded_graph(plan)
     if graph is None:
         return problems
-    ops = {o["name"]: o for o in plan.get("ops", [])}
-    problems += _op_type_problems(graph, ops)
+    problems += op_types(graph, plan)
     problems += ordering_problems(graph, plan, hb)
-    problems += _buffer_problems(graph, plan)
+    for rule in (buffer_bytes, buffer_writers, buffer_readers, update_aliases):
+        problems += rule(graph, plan)
     return problems
 
 
@@ -85,54 +86,92 @@ def embedded_graph(plan: dict[str, Any]) -> tuple[Graph | None, list[str]]:
     return graph, []
 
 
-def _op_type_problems(graph: Graph, ops: dict[str, dict[str, Any]]) -> list[str]:
+def op_types(graph: Graph, plan: dict[str, Any]) -> list[str]:
+    """A plan op named after a graph node runs that node's op type."""
+    ops = {o["name"]: o for o in plan.get("ops", [])}
     return [f"op {n.name!r} runs {ops[n.name].get('op')!r}, but the graph's node is a {n.op}"
             for n in graph.nodes if n.name in ops and ops[n.name].get("op") != n.op]
 
 
-def _buffer_problems(graph: Graph, plan: dict[str, Any]) -> list[str]:
-    buffers = plan.get("tensors") or []
-    if not buffers:
-        return []
-    added = {m.get("name") for m in (plan.get("memory") or {}).get("ops", [])}
-    producer = {o: n.name for n in graph.nodes for o in n.outputs}
-    tensors = graph.tensor_map
-    of_tensor: dict[str, list[dict[str, Any]]] = defaultdict(list)
+def buffer_bytes(graph: Graph, plan: dict[str, Any]) -> list[str]:
+    """A buffer holding a graph tensor has at least its bytes; no buffer ends past 2^62, nor
+    does a pool size of the summary."""
     problems = []
-    for b in buffers:
+    for b in plan.get("tensors") or []:
         end = b["offset"] + b["bytes"]
         if end > MAX_BYTES:
             problems.append(f"buffer {b['name']!r} ends at byte {end}, past 2^62")
-        t = tensors.get(b.get("tensor") or "")
-        if t is None:
-            continue
-        of_tensor[t.name].append(b)
-        if b["bytes"] < t.nbytes:
+        t = graph.tensor_map.get(b.get("tensor") or "")
+        if t is not None and b["bytes"] < t.nbytes:
             problems.append(f"buffer {b['name']!r} has {b['bytes']} bytes, but tensor "
                             f"{t.name!r} needs {t.nbytes}")
-        writer = b.get("writer", "")
-        if writer != producer.get(t.name, "") and writer not in added:
-            problems.append(f"buffer {b['name']!r} of tensor {t.name!r} names writer {writer!r}, "
-                            f"but the graph's is {producer.get(t.name, '') or 'none'!r}")
     memory = (plan.get("summary") or {}).get("memory") or {}
     for key in ("arena_bytes", "host_bytes", "load_bytes"):
         if isinstance(memory.get(key), int) and memory[key] > MAX_BYTES:
             problems.append(f"summary memory {key} {memory[key]} is past 2^62")
-    names = {b["name"]: b for b in buffers}
+    return problems
+
+
+def buffer_writers(graph: Graph, plan: dict[str, Any]) -> list[str]:
+    """A buffer is written by the op the memory section declares writes it (an inserted op's
+    output), else by the graph's node producing its tensor (none for inputs and persistent
+    tensors): what the executor writes is what verify reasons about."""
+    declared = {b: m["name"] for m in (plan.get("memory") or {}).get("ops", [])
+                for b in m.get("outputs", ())}
+    producer = {o: n.name for n in graph.nodes for o in n.outputs}
+    problems = []
+    for b in plan.get("tensors") or []:
+        t = b.get("tensor") or ""
+        if b["name"] not in declared and t not in graph.tensor_map:
+            continue  # a scratch area or workspace: its op's own (planner.memory.verify)
+        want = declared.get(b["name"], producer.get(t, ""))
+        if b.get("writer", "") != want:
+            problems.append(f"buffer {b['name']!r} of tensor {t!r} names writer "
+                            f"{b.get('writer', '')!r}, but the "
+                            f"{'memory section' if b['name'] in declared else 'graph'}'s is "
+                            f"{want or 'none'!r}")
+    return problems
+
+
+def buffer_readers(graph: Graph, plan: dict[str, Any]) -> list[str]:
+    """Every op reading a tensor is listed as a reader of one of its buffers, and every
+    inserted op as a reader of each buffer it reads (planner.memory.verify orders a buffer's
+    listed accesses)."""
+    buffers = plan.get("tensors") or []
+    of_tensor: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for b in buffers:
+        of_tensor[b.get("tensor") or ""].append(b)
+    problems = []
     for t in graph.tensors:
         held = of_tensor.get(t.name, [])
         if not held:
             continue  # planner.memory.verify reports a tensor no buffer holds
         listed = {r for b in held for r in b.get("readers", ())}
-        for reader in graph.consumers.get(t.name, ()):
-            if reader.name not in listed:
-                problems.append(f"op {reader.name!r} reads tensor {t.name!r}, but no buffer of "
-                                f"it lists that reader")
-        for b in held:  # planner.memory.verify checks that every alias is one the graph says
-            base = names.get(b.get("alias_of") or "")
-            # A recompute's copy of an update is scratch: only the graph's write is in place.
-            if t.updates and b.get("writer") == producer.get(t.name) and \
-                    (base is None or base.get("tensor") != t.updates):
-                problems.append(f"buffer {b['name']!r} holds {t.name!r}, the next value of "
-                                f"{t.updates!r}, but does not alias a buffer of it")
+        problems += [f"op {reader.name!r} reads tensor {t.name!r}, but no buffer of it lists "
+                     f"that reader" for reader in graph.consumers.get(t.name, ())
+                     if reader.name not in listed]
+    readers = {b["name"]: set(b.get("readers", ())) for b in buffers}
+    for m in (plan.get("memory") or {}).get("ops", []):
+        problems += [f"inserted op {m['name']!r} reads buffer {b!r}, which does not list it "
+                     f"as a reader" for b in m.get("inputs", ())
+                     if b in readers and m["name"] not in readers[b]]
+    return problems
+
+
+def update_aliases(graph: Graph, plan: dict[str, Any]) -> list[str]:
+    """The buffer the graph's node writes an in-place update into aliases a buffer of the
+    tensor it updates (a recompute's copy goes to scratch). planner.memory.verify checks that
+    every alias is one the graph says."""
+    buffers = plan.get("tensors") or []
+    names = {b["name"]: b for b in buffers}
+    producer = {o: n.name for n in graph.nodes for o in n.outputs}
+    problems = []
+    for b in buffers:
+        t = graph.tensor_map.get(b.get("tensor") or "")
+        if t is None or not t.updates or b.get("writer") != producer.get(t.name):
+            continue
+        base = names.get(b.get("alias_of") or "")
+        if base is None or base.get("tensor") != t.updates:
+            problems.append(f"buffer {b['name']!r} holds {t.name!r}, the next value of "
+                            f"{t.updates!r}, but does not alias a buffer of it")
     return problems

@@ -21,6 +21,7 @@ import pytest
 
 from planner.cli import main
 from planner.verify import verify_plan_data
+from tests.offloading import offloading_plan
 
 PLANS = Path(__file__).resolve().parent.parent / "examples" / "plans"
 BEFORE, AFTER = "layer1/block2/relu", "layer2/block1/downsample/conv"
@@ -85,6 +86,40 @@ def test_a_plan_of_the_previous_schema_is_refused_in_one_line(resnet_plan, tmp_p
     out = capsys.readouterr()
     lines = (out.out + out.err).strip().splitlines()
     assert len(lines) == 1 and "'planner.plan/2' is not 'planner.plan/3'" in lines[0]
+
+
+# ---- inserted ops, as the memory section declares them ----------------------------------------
+
+def test_a_prefetch_no_edge_orders_before_its_readers_is_named_with_them():
+    data = offloading_plan()
+    assert problems(data) == []
+    prefetches = {m["name"]: m for m in data["memory"]["ops"] if m["kind"] == "prefetch"}
+    # The prefetches run on their own stream; with no edge out of any of them, nothing orders
+    # one before the ops reading the buffer it fills.
+    racing = without_edges(data, {(e["before"], e["after"]) for e in data["happens_before"]
+                                  if e["before"] in prefetches})
+    found = problems(racing)
+    buffers = {b["name"]: b for b in data["tensors"]}
+    for name, m in prefetches.items():
+        (filled,) = m["outputs"]
+        for reader in buffers[filled]["readers"]:
+            assert f"op {reader!r} reads buffer {filled!r} written by op {name!r}, but " \
+                   f"nothing the executor enforces orders them" in "\n".join(found)
+
+
+def test_an_inserted_op_the_buffers_do_not_account_for_is_named():
+    data = offloading_plan()
+    offload = next(m for m in data["memory"]["ops"] if m["kind"] == "offload")
+    (source,) = offload["inputs"]
+    buffer = next(b for b in data["tensors"] if b["name"] == source)
+    buffer["readers"] = [r for r in buffer["readers"] if r != offload["name"]]
+    host = next(b for b in data["tensors"] if b["name"] == offload["outputs"][0])
+    host["writer"] = buffer["writer"]
+    found = "\n".join(problems(data))
+    assert f"inserted op {offload['name']!r} reads buffer {source!r}, which does not list it " \
+           f"as a reader" in found
+    assert f"buffer {host['name']!r} of tensor {host['tensor']!r} names writer " \
+           f"{buffer['writer']!r}, but the memory section's is {offload['name']!r}" in found
 
 
 # ---- the fuzz test: an independent answer ------------------------------------------------------
@@ -165,6 +200,9 @@ def two_stream_gpu_plan() -> dict:
     for o in data["ops"]:
         if o["order"] % 3 == 1:
             o["stream"], o["lane"] = "d2h", 1
+    # Its summary restated: the compute stream's work no longer fills the step.
+    busy = sum(o["end"] - o["start"] for o in data["ops"] if o["stream"] == "compute")
+    data["summary"]["memory"]["stall_seconds"] = data["summary"]["step_seconds"] - busy
     assert problems(data) == []
     return data
 

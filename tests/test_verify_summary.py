@@ -5,43 +5,22 @@ offloads and recomputes too, verify."""
 from __future__ import annotations
 
 import json
-import warnings
 from pathlib import Path
 
 import pytest
 
 from planner.cli import main
-from planner.errors import InfeasibleBudget
 from planner.graph import Graph
-from planner.graph.autodiff import Optimizer, make_training_graph
-from planner.memory import MemoryOptions
-from planner.pipeline import PlanOptions, plan
 from planner.plan import digest
-from planner.target import preset
 from planner.verify import verify_plan_data
-from planner.zoo import build
+from tests.offloading import offloading_plan
 
 PLANS = Path(__file__).resolve().parent.parent / "examples" / "plans"
 
 
 @pytest.fixture(scope="module")
 def offloading() -> dict:
-    """A GPU plan under a budget tight enough for offloads and recomputes."""
-    g = make_training_graph(build("resnet", depth=18, batch=16, image=32, classes=4),
-                            Optimizer(kind="sgd"))
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        free = plan(g, preset("k40c-12gb")).summary.memory.arena_bytes
-        with pytest.raises(InfeasibleBudget) as e:
-            plan(g, preset("k40c-12gb"), options=PlanOptions(memory=MemoryOptions(
-                budget_bytes=1)))
-        budget = e.value.smallest_bytes + (free - e.value.smallest_bytes) * 6 // 10
-        p = plan(g, preset("k40c-12gb"), options=PlanOptions(memory=MemoryOptions(
-            budget_bytes=budget)))
-    data = json.loads(p.to_json())
-    kinds = {m["kind"] for m in data["memory"]["ops"]}
-    assert {"offload", "prefetch"} <= kinds, kinds
-    return data
+    return offloading_plan()
 
 
 def problems(data: dict) -> list[str]:
