@@ -60,6 +60,8 @@ def verify_memory_data(plan: dict[str, Any], hb: StatedOrder | None = None) -> l
 
 
 def _field_problems(t: dict[str, Any], order: dict[str, int], after_step: int) -> list[str]:
+    """`fields`: offset and size non-negative, placement device or host, writer and readers
+    ops of the plan, first / last the orders of its writer / last reader (not for an alias)."""
     out = []
     name = t["name"]
     if t["bytes"] < 0 or t["offset"] < 0:
@@ -86,6 +88,7 @@ def _field_problems(t: dict[str, Any], order: dict[str, int], after_step: int) -
 
 
 def _coverage_problems(plan: dict[str, Any], tensors: list[dict[str, Any]]) -> list[str]:
+    """`coverage`: every tensor of the embedded graph is held by some buffer."""
     graph = plan.get("graph")
     if not isinstance(graph, dict):
         return []
@@ -95,6 +98,8 @@ def _coverage_problems(plan: dict[str, Any], tensors: list[dict[str, Any]]) -> l
 
 
 def _alias_problems(plan: dict[str, Any], by_name: dict[str, dict[str, Any]]) -> list[str]:
+    """`alias`: an alias sits in the bytes of the buffer it names, and the graph says its
+    tensor updates or views that buffer's tensor."""
     graph = plan.get("graph") or {}
     updates = {g["name"]: g.get("updates") for g in graph.get("tensors", [])}
     views = _view_roots(graph)
@@ -134,6 +139,7 @@ def _view_roots(graph: dict[str, Any]) -> dict[str, str]:
 
 
 def _arena_problems(tensors: list[dict[str, Any]], memory: dict[str, Any]) -> list[str]:
+    """`arena` and `budget`: buffers lie inside their pool; arena <= budget; LOAD <= arena."""
     out = []
     arena, host = memory["arena_bytes"], memory.get("host_bytes", 0)
     for t in tensors:
