@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import warnings
+from pathlib import Path
 
 import pytest
 
@@ -73,3 +74,32 @@ def test_rejects_wrong_thread_count_and_step(data):
     problems = verify_plan_data(d)
     assert any(d["ops"][0]["name"] in p and "threads" in p for p in problems)
     assert any("step_seconds" in p for p in problems)
+
+
+def test_rejects_lanes_the_executor_cannot_run(data):
+    d = corrupt(data)
+    lanes = sorted({o["lane"] for o in d["ops"]})
+    for o in d["ops"]:
+        if o["lane"] == lanes[-1]:
+            o["lane"] = lanes[-1] + 5  # a gap in the numbering
+    assert any("the plan's lanes are" in p for p in verify_plan_data(d))
+
+
+def test_rejects_a_lane_whose_ops_overlap_in_time(data):
+    d = corrupt(data)
+    ops = sorted(d["ops"], key=lambda o: o["order"])
+    a = ops[0]
+    b = next(o for o in ops[1:] if o["lane"] != a["lane"] and not o["group"]
+             and o["start"] < a["end"])
+    b["lane"] = a["lane"]  # the executor would run b after a: not when the plan says
+    assert any(f"op {b['name']!r} starts at" in p and f"before op {a['name']!r} ends" in p
+               for p in verify_plan_data(d))
+
+
+def test_rejects_a_gpu_lane_with_two_streams():
+    d = json.loads((Path(__file__).resolve().parents[2] / "examples" / "plans"
+                    / "lenet-digits.k40c-12gb.plan.json").read_text())
+    op = sorted(d["ops"], key=lambda o: o["order"])[3]
+    op["stream"] = "d2h"  # on lane 0, which is the compute stream
+    assert any(f"op {op['name']!r} is on lane 0 with stream 'd2h'" in p
+               for p in verify_plan_data(d))
