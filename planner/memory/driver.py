@@ -72,9 +72,9 @@ def plan_memory(graph: Graph, schedule: Schedule, model: CostModel | None = None
         return gpu_memory(graph, schedule, model, options)
     ops = list(schedule.ops)
     times = schedule_of(ops)
+    # The schedule's edges alone: the executor waits on them, not on deps (planner.plan).
     hb = HappensBefore(len(ops), plan_edges(
-        [o.name for o in ops], [(e.before, e.after) for e in schedule.edges],
-        [(o.name, o.deps) for o in ops]))
+        [o.name for o in ops], [(e.before, e.after) for e in schedule.edges]))
     scratch = scratch_buffers(graph, ops)
     buffers = graph_buffers(graph, times) + scratch
     layout = lay_out(buffers, hb, options.alignment, options.heuristics, CPU_FIRST)

@@ -1,6 +1,7 @@
 """Happens-before: which ops of a plan the executor orders, as a reachability query.
 
-The plan's `happens_before` edges and each op's `deps` are the orders the executor enforces.
+The schedule's happens-before edges are orders the executor enforces (with its lanes, which
+memory planning does not rely on; an op's `deps` order nothing: planner.plan).
 `u` happens-before `w` when a path of such edges leads from u to w (u ends before w starts, on
 every run, whatever the op times). Memory reuse may only rely on that order.
 
@@ -93,10 +94,9 @@ class HappensBefore:
         self._reach[u] |= self._members[self._chain[w]] >> w << w
 
 
-def plan_edges(names: Sequence[str], happens_before: Iterable[tuple[str, str]],
-               deps: Iterable[tuple[str, Sequence[str]]]) -> list[tuple[OpIndex, OpIndex]]:
-    """Edges (before, after) as op indices, from named happens-before edges and op deps."""
+def plan_edges(names: Sequence[str], happens_before: Iterable[tuple[str, str]]
+               ) -> list[tuple[OpIndex, OpIndex]]:
+    """Edges (before, after) as op indices, from named happens-before edges (never from an
+    op's deps: the executor does not wait on those)."""
     index = {name: i for i, name in enumerate(names)}
-    edges = [(index[a], index[b]) for a, b in happens_before]
-    edges += [(index[d], index[op]) for op, ds in deps for d in ds]
-    return edges
+    return [(index[a], index[b]) for a, b in happens_before]

@@ -50,4 +50,4 @@ def test_added_edges_answer_from_their_source():
 
 
 def test_plan_edges_names_to_indices():
-    assert sorted(plan_edges(["a", "b", "c"], [("a", "c")], [("b", ("a",))])) == [(0, 1), (0, 2)]
+    assert sorted(plan_edges(["a", "b", "c"], [("a", "c"), ("a", "b")])) == [(0, 1), (0, 2)]
