@@ -87,6 +87,14 @@ def test_changed_happens_before_edge(tmp_path, capsys, plans):
     assert code == 1 and f"+ {edge['after']} -> {edge['before']}" in out
 
 
+def test_changed_lane(tmp_path, capsys, plans):
+    b = copy.deepcopy(plans["cpu"])
+    op = b["ops"][5]
+    op["lane"] += 1  # an ordering the executor enforces: a review must see it
+    code, out = diff(tmp_path, capsys, plans["cpu"], b)
+    assert code == 1 and op["name"] in out and "lane" in out
+
+
 def test_inserted_ops_stream_and_backend(tmp_path, capsys, plans):
     a = plans["gpu"]
     b = copy.deepcopy(a)
