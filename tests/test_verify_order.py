@@ -3,8 +3,9 @@ against every pair the graph needs ordered, never trusting the plan's deps:
 
 - the issue's reproduction: a ResNet-18 plan with one cross-lane edge removed (the consumer's
   deps kept) is refused by `verify` and `build`, naming both ops;
-- a fuzz test removes random happens-before edges from real co-running CPU plans and from a
-  hand-made two-stream GPU plan, and checks that verify rejects exactly the plans in which some
+- a fuzz test removes random happens-before edges from real co-running CPU plans, a real GPU
+  plan with offloads and prefetches on their own streams and a hand-made two-stream GPU plan,
+  and checks that verify rejects exactly the plans in which some
   required pair is no longer ordered, the expected answer computed here independently with
   networkx reachability over the stated ordering and pairs read off the embedded graph.
 """
@@ -163,6 +164,21 @@ def required_pairs(data: dict) -> set[tuple[str, str]]:
     return pairs
 
 
+def inserted_pairs(data: dict) -> set[tuple[str, str]]:
+    """Each buffer's writer (the inserted op the memory section says writes it, else the
+    graph's producer of its tensor) before each op reading it (the buffer's readers and the
+    inserted ops naming it as an input)."""
+    producer = {t: n["name"] for n in data["graph"]["nodes"] for t in n["outputs"]}
+    inserted = data["memory"]["ops"]
+    writer = {b: m["name"] for m in inserted for b in m["outputs"]}
+    pairs = set()
+    for b in data["tensors"]:
+        w = writer.get(b["name"]) or producer.get(b["tensor"])
+        readers = set(b["readers"]) | {m["name"] for m in inserted if b["name"] in m["inputs"]}
+        pairs |= {(w, r) for r in readers if w and r != w}
+    return pairs
+
+
 def sharing_pairs(data: dict) -> list[tuple[dict, dict]]:
     """Every two buffers of different roots whose bytes intersect, the dumb O(n^2) way."""
     bufs = [b for b in data["tensors"] if b["bytes"] > 0]
@@ -211,6 +227,7 @@ CASES = {
     "resnet18 xeon-8180": lambda: load("resnet18-b16.xeon-8180"),
     "dcgan knl-7250": lambda: load("dcgan-b8.knl-7250"),
     "resnet18 two-stream gpu": two_stream_gpu_plan,
+    "resnet18 offloading gpu": offloading_plan,
 }
 
 
@@ -219,7 +236,7 @@ def test_verify_rejects_exactly_the_removals_that_unorder_a_required_pair(case):
     data = CASES[case]()
     if data["backend"] == "cpu":
         assert len({o["lane"] for o in data["ops"]}) > 1, "the plan co-runs nothing"
-    pairs, sharing = required_pairs(data), sharing_pairs(data)
+    pairs, sharing = required_pairs(data) | inserted_pairs(data), sharing_pairs(data)
     lane = {o["name"]: o["lane"] for o in data["ops"]}
     edges = [(e["before"], e["after"]) for e in data["happens_before"]]
     # Half the trials drop an edge that is a data or in-place pair across lanes (often the
