@@ -75,7 +75,8 @@ class NodeCtx:
     what it became; `shape`/`dtype` are the node's own (from its FakeTensor metadata)."""
 
     def __init__(self, imp: Importer, label: str, op: str, args: Sequence[Any],
-                 kwargs: dict[str, Any], shape: tuple[int, ...] | None, dropouts: list[int]) -> None:
+                 kwargs: dict[str, Any], shape: tuple[int, ...] | None,
+                 dropouts: list[int]) -> None:
         self.imp = imp
         self.label = label
         self.op = op

@@ -77,7 +77,7 @@ def convert(program: Any, name: str = "torch") -> TorchImport:
     except Exception as e:  # a program torch itself cannot decompose
         raise TorchImportError(f"cannot decompose the program: {type(e).__name__}: "
                                f"{str(e).splitlines()[0] if str(e) else ''}") from None
-    from torch.export.graph_signature import InputKind, OutputKind
+    from torch.export.graph_signature import InputKind
 
     sig = program.graph_signature
     gm = program.graph_module
