@@ -18,6 +18,7 @@ torch is imported only when one of these runs; without it they raise a UserError
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -43,12 +44,16 @@ def load_pt2(path: str | Path, name: str | None = None) -> Graph:
     torch = require_torch()
     from planner.torch.convert import convert
 
+    log = logging.getLogger("torch.export")  # logs a traceback before raising: one line here
+    quiet, log.disabled = log.disabled, True
     try:
         program = torch.export.load(str(path))
     except Exception as e:  # not a .pt2 archive, a truncated one, ...
         first = str(e).splitlines()[0] if str(e) else ""
         raise UserError(f"{path}: not a saved torch.export program ({type(e).__name__}: "
                         f"{first})") from None
+    finally:
+        log.disabled = quiet
     return convert(program, name=name or Path(path).stem).graph
 
 
