@@ -60,7 +60,7 @@ class Trainer:
         self.executor = executor
         self.steps = 0
         self._keys = list(module_keys)
-        self._start = dict(start)  # counters' starting values
+        self._start = dict(start)  # what the executor does not hold: counters, unread buffers
         feeds = [t for t in graph.tensors if t.role in ("input", "label")]
         by_name = {t.name: t for t in feeds}
         self._feeds = [by_name[n] for n in imported.inputs if n in by_name]
@@ -86,7 +86,9 @@ class Trainer:
             if name in held:
                 out[key] = held[name]
             elif name in self.imported.counters:
-                out[key] = np.asarray(self._start[key] + self.steps * self.imported.counters[name])
+                out[key] = self._start[key] + self.steps * self.imported.counters[name]
+            elif key in self._start:  # a buffer no op reads (eval-mode num_batches_tracked)
+                out[key] = self._start[key].copy()
         return out
 
     def load_into(self, module: Any, copy: bool = False) -> None:
@@ -151,5 +153,7 @@ def trainer(module: Any, example_inputs: Sequence[Any], loss: Callable, labels: 
     executor = module_py.Executor()
     state = module.state_dict()
     executor.load_params({**init_params(graph), **imported.params()})
-    start = {k: int(v) for k, v in state.items() if PREFIX + k in imported.counters}
+    held = {t.name for t in graph.by_role("param", "state")}
+    start = {k: v.detach().cpu().numpy().copy() for k, v in state.items()
+             if PREFIX + k not in held}
     return Trainer(imported, graph, executor, list(state), start)

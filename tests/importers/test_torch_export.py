@@ -255,3 +255,21 @@ def test_planner_graph_refuses_a_broken_program(tmp_path):
     assert out.returncode == 2
     assert len(out.stderr.strip().splitlines()) == 1
     assert "not a saved torch.export program" in out.stderr
+
+
+def test_eval_mode_module_keeps_its_buffers(tmp_path):
+    """A module in eval() trains with frozen BatchNorm statistics, as PyTorch's eval() does;
+    buffers no op updates come back unchanged under their state_dict names."""
+    model, loss, batches = _case("depthwise")
+    model.eval()
+    x0, y0 = batches[0]
+    t = trainer(model, (x0,), loss=loss, labels=y0, optimizer="sgd", lr=LR["sgd"],
+                out_dir=tmp_path)
+    losses = [t.step(x, y) for x, y in batches]
+    ours = Step(losses[-1], t.params())
+    f32 = _torch_run(model, loss, batches, "sgd", torch.float32)
+    f64 = _torch_run(model, loss, batches, "sgd", torch.float64)
+    assert set(ours.state) == set(model.state_dict())
+    assert mismatches(ours, f32, f64) == []
+    np.testing.assert_array_equal(ours.state["bn1.running_mean"],
+                                  model.state_dict()["bn1.running_mean"].numpy())
