@@ -181,7 +181,7 @@ def test_trains_like_pytorch(name, optimizer, tmp_path):
     fresh = copy.deepcopy(model)
     t.load_into(fresh)
     trained = fresh.state_dict()
-    for key, value in f32.state.items():
+    for key in f32.state:
         np.testing.assert_allclose(trained[key].numpy(), ours.state[key])
     weight = next(k for k, v in trained.items() if v.dtype == torch.float32)
     view = t.params(copy=False)[weight]
