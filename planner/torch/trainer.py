@@ -54,13 +54,14 @@ class Trainer:
     """A built training executor for one module (see `trainer`)."""
 
     def __init__(self, imported: TorchImport, graph: Any, executor: Any, module_keys: Sequence[str],
-                 start: Mapping[str, Any]) -> None:
+                 start: Mapping[str, Any], aliases: Mapping[str, str] | None = None) -> None:
         self.imported = imported
         self.graph = graph
         self.executor = executor
         self.steps = 0
         self._keys = list(module_keys)
         self._start = dict(start)  # what the executor does not hold: counters, unread buffers
+        self._aliases = dict(aliases or {})  # a tied weight's second key -> the key exported
         feeds = [t for t in graph.tensors if t.role in ("input", "label")]
         by_name = {t.name: t for t in feeds}
         self._feeds = [by_name[n] for n in imported.inputs if n in by_name]
@@ -82,7 +83,7 @@ class Trainer:
         held = self.executor.params(copy=copy)
         out: dict[str, np.ndarray] = {}
         for key in self._keys:
-            name = PREFIX + key
+            name = PREFIX + self._aliases.get(key, key)
             if name in held:
                 out[key] = held[name]
             elif name in self.imported.counters:
@@ -154,6 +155,16 @@ def trainer(module: Any, example_inputs: Sequence[Any], loss: Callable, labels: 
     state = module.state_dict()
     executor.load_params({**init_params(graph), **imported.params()})
     held = {t.name for t in graph.by_role("param", "state")}
+    # Tied weights (one tensor under two keys) are one placeholder in the export.
+    def storage(v: Any) -> tuple:
+        return v.data_ptr(), tuple(v.shape), tuple(v.stride()), v.dtype
+
+    first: dict[tuple, str] = {}
+    for k, v in state.items():
+        if PREFIX + k in held:
+            first.setdefault(storage(v), k)
+    aliases = {k: first[storage(v)] for k, v in state.items()
+               if PREFIX + k not in held and storage(v) in first}
     start = {k: v.detach().cpu().numpy().copy() for k, v in state.items()
-             if PREFIX + k not in held}
-    return Trainer(imported, graph, executor, list(state), start)
+             if PREFIX + k not in held and k not in aliases}
+    return Trainer(imported, graph, executor, list(state), start, aliases)

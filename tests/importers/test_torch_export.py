@@ -154,7 +154,8 @@ def _torch_run(model, loss, batches, optimizer: str, dtype) -> Step:
     losses = []
     for x, y in batches:
         opt.zero_grad()
-        value = loss(model(x.to(dtype)), y.to(dtype) if y.is_floating_point() else y)
+        value = loss(model(x.to(dtype) if x.is_floating_point() else x),
+                     y.to(dtype) if y.is_floating_point() else y)
         value.backward()
         opt.step()
         losses.append(float(value))
@@ -273,3 +274,35 @@ def test_eval_mode_module_keeps_its_buffers(tmp_path):
     assert mismatches(ours, f32, f64) == []
     np.testing.assert_array_equal(ours.state["bn1.running_mean"],
                                   model.state_dict()["bn1.running_mean"].numpy())
+
+
+class TiedLM(nn.Module):
+    """An embedding tied to the output layer: one tensor under two state_dict keys."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(7, 6)
+        self.mix = nn.Linear(6, 6)
+        self.out = nn.Linear(6, 7, bias=False)
+        self.out.weight = self.embed.weight
+
+    def forward(self, ids):
+        return self.out(torch.tanh(self.mix(self.embed(ids))))
+
+
+def test_tied_weights_train_as_one(tmp_path):
+    torch.manual_seed(0)
+    model = TiedLM().train()
+    g = torch.Generator().manual_seed(1)
+    batches = [(torch.randint(0, 7, (3, 4), generator=g), torch.randint(0, 7, (3, 4), generator=g))
+               for _ in range(STEPS)]
+    loss = lambda z, y: F.cross_entropy(z.reshape(-1, 7), y.reshape(-1))  # noqa: E731
+    t = trainer(model, (batches[0][0],), loss=loss, labels=batches[0][1], optimizer="sgd",
+                lr=LR["sgd"], out_dir=tmp_path)
+    losses = [t.step(x, y) for x, y in batches]
+    ours = Step(losses[-1], t.params())
+    f32 = _torch_run(model, loss, batches, "sgd", torch.float32)
+    f64 = _torch_run(model, loss, batches, "sgd", torch.float64)
+    assert set(ours.state) == set(model.state_dict())
+    assert mismatches(ours, f32, f64) == []
+    np.testing.assert_array_equal(ours.state["out.weight"], ours.state["embed.weight"])
