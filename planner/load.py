@@ -3,7 +3,8 @@
 A GRAPH argument is one of
   - a zoo spec: `zoo:resnet?depth=50&batch=32`,
   - an ONNX file (recognised by its `.onnx` suffix, or by failing to parse as JSON),
-  - a graph JSON file as written by `planner graph -o`.
+  - a graph JSON file as written by `planner graph -o`,
+  - a PyTorch ExportedProgram saved by `torch.export.save` (`.pt2`, planner.torch).
 """
 
 from __future__ import annotations
@@ -33,6 +34,10 @@ def load_graph(spec: str) -> Graph:
         raise UserError(f"{spec}: is not a regular file")  # a FIFO would block the read
     data = path.read_bytes()
     suffix = path.suffix.lower()
+    if suffix == ".pt2":
+        from planner.torch import load_pt2
+
+        return check_graph(load_pt2(path, name=path.stem))
     if suffix == ".onnx" or (suffix != ".json" and not _looks_like_json(data)):
         from planner.importers import load_onnx
 

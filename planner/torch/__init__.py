@@ -1,0 +1,70 @@
+"""PyTorch models in directly, through torch.export (not ONNX).
+
+    from planner.torch import trainer
+    t = trainer(model, (images,), loss=F.cross_entropy, labels=labels, optimizer="sgd", lr=0.1)
+    t.step(images, labels); t.params(); t.load_into(model)
+
+    planner graph module.pt2 --train adam        # a program saved with torch.export.save
+
+- `convert(program)`: an ExportedProgram to a planner Graph with parameters and buffers under
+  their state_dict names (convert.py; one rule per ATen op family in rules.py);
+- `load_pt2(path)`: the Graph of a saved ExportedProgram (`planner graph` and every command
+  taking a GRAPH accept a `.pt2` file);
+- `trainer(module, example_inputs, loss, labels, ...)`: plan, build and load a training
+  executor for a module and PyTorch's own loss (trainer.py).
+
+torch is imported only when one of these runs; without it they raise a UserError saying so.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from planner.errors import UserError
+from planner.graph.ir import Graph
+from planner.torch.context import TorchImportError
+
+__all__ = ["TorchImportError", "convert", "load_pt2", "require_torch", "trainer"]
+
+
+def require_torch() -> Any:
+    try:
+        import torch
+    except ImportError:
+        raise UserError("PyTorch is not installed: a .pt2 program needs torch "
+                        "(pip install torch)") from None
+    return torch
+
+
+def load_pt2(path: str | Path, name: str | None = None) -> Graph:
+    """The forward Graph of an ExportedProgram saved with torch.export.save. Raises UserError
+    (no torch, unreadable file) or TorchImportError (an op the planner lacks)."""
+    torch = require_torch()
+    from planner.torch.convert import convert
+
+    log = logging.getLogger("torch.export")  # logs a traceback before raising: one line here
+    quiet, log.disabled = log.disabled, True
+    try:
+        program = torch.export.load(str(path))
+    except Exception as e:  # not a .pt2 archive, a truncated one, ...
+        first = str(e).splitlines()[0] if str(e) else ""
+        raise UserError(f"{path}: not a saved torch.export program ({type(e).__name__}: "
+                        f"{first})") from None
+    finally:
+        log.disabled = quiet
+    return convert(program, name=name or Path(path).stem).graph
+
+
+def convert(program: Any, name: str = "torch") -> Any:
+    from planner.torch.convert import convert as _convert
+
+    return _convert(program, name)
+
+
+def trainer(*args: Any, **kwargs: Any) -> Any:
+    require_torch()
+    from planner.torch.trainer import trainer as _trainer
+
+    return _trainer(*args, **kwargs)

@@ -1,0 +1,537 @@
+"""ATen ops (the graph torch.export gives after `run_decompositions`, see convert.py) to
+planner ops, one rule per op family.
+
+Views and copies (view, reshape, flatten, squeeze, unsqueeze, clone, alias, ...) become a
+Reshape to the node's own static shape, or nothing when the shape is unchanged. Linear layers
+become MatMul with transpose_b (no Transpose of the weight) and a BiasAdd; convolutions Conv2D
+(1-D ones over (N, C, 1, L)); BatchNorm in training mode the planner's BatchNorm with
+training=True, whose running statistics make_training_graph turns into in-place updates
+(PyTorch's momentum and unbiased running variance); Dropout in training mode the planner's
+Dropout (its own counter-based mask, same rate and scaling); scaled_dot_product_attention
+MatMul, Scale, CausalMask / Add of the mask, Softmax, Dropout, MatMul. The losses PyTorch traces
+with the model become the planner's: F.cross_entropy (classes on axis 1, as PyTorch's) a
+SoftmaxCrossEntropy over rows (axis 1 moved last when the logits have rank > 2), F.mse_loss MSE.
+"""
+
+from __future__ import annotations
+
+import math
+
+from planner.importers.onnx.errors import Unsupported
+from planner.importers.onnx.values import Const
+from planner.torch.context import UNAVAILABLE, NodeCtx, Value, rule
+
+
+def _reshape_to(n: NodeCtx, x: str | Const, shape: tuple[int, ...]) -> Value:
+    return x if n.shape(x) == tuple(shape) else n.emit1("Reshape", [x], {"shape": list(shape)})
+
+
+def _axis(n: NodeCtx, axis: int, rank: int) -> int:
+    if not -max(rank, 1) <= axis < max(rank, 1):
+        raise n.fail(f"dim {axis} out of range for rank {rank}")
+    return axis % max(rank, 1)
+
+
+# ---- views and copies ----------------------------------------------------------------------
+
+@rule("aten.view.default", "aten._unsafe_view.default", "aten.reshape.default",
+      "aten.flatten.using_ints", "aten.unsqueeze.default", "aten.squeeze.dims",
+      "aten.squeeze.dim", "aten.squeeze.default", "aten.unflatten.int", "aten.view_as.default")
+def view(n: NodeCtx) -> Value:
+    return _reshape_to(n, n.tensor(0), n.out_shape)
+
+
+@rule("aten.clone.default", "aten.alias.default", "aten.contiguous.default",
+      "aten.lift_fresh_copy.default", "aten._to_copy.default", "aten.to.dtype")
+def copy(n: NodeCtx) -> Value:
+    x = n.tensor(0)
+    dtype = n.kwargs.get("dtype", n.arg(1, "dtype") if n.op == "aten.to.dtype" else None)
+    if dtype is not None and _dtype_name(dtype) != n.dtype(x):
+        raise Unsupported(f"{n.op} (cast to {_dtype_name(dtype)})")
+    return x
+
+
+def _dtype_name(dtype: object) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+@rule("aten.expand.default")
+def expand(n: NodeCtx) -> Value:
+    x = n.tensor(0)
+    if n.shape(x) == n.out_shape:
+        return x
+    return n.emit1("Expand", [x], {"shape": list(n.out_shape)})
+
+
+@rule("aten.permute.default", "aten.t.default", "aten.transpose.int", "aten.numpy_T.default")
+def permute(n: NodeCtx) -> Value:
+    x = n.tensor(0)
+    rank = len(n.shape(x))
+    if n.op == "aten.permute.default":
+        perm = [_axis(n, a, rank) for a in n.ints(1, "dims")]
+    else:
+        a, b = ((0, 1) if n.op == "aten.t.default" and rank == 2 else
+                (rank - 1, 0) if n.op == "aten.numpy_T.default" else
+                (_axis(n, n.arg(1, "dim0", 0), rank), _axis(n, n.arg(2, "dim1", 1), rank)))
+        perm = list(range(rank))
+        if n.op == "aten.numpy_T.default":
+            perm = perm[::-1]
+        elif rank >= 2:
+            perm[a], perm[b] = perm[b], perm[a]
+    if perm == sorted(perm):
+        return x
+    return n.emit1("Transpose", [x], {"perm": perm})
+
+
+@rule("aten.select.int")
+def select(n: NodeCtx) -> Value:
+    x = n.tensor(0)
+    shape = n.shape(x)
+    axis = _axis(n, n.arg(1, "dim"), len(shape))
+    index = int(n.arg(2, "index"))
+    index = index + shape[axis] if index < 0 else index
+    if not 0 <= index < shape[axis]:
+        raise n.fail(f"index {index} out of range for dim {axis} of size {shape[axis]}")
+    y = n.emit1("Slice", [x], {"starts": [index], "ends": [index + 1], "axes": [axis]})
+    return _reshape_to(n, y, n.out_shape)
+
+
+@rule("aten.slice.Tensor")
+def slice_(n: NodeCtx) -> Value:
+    x = n.tensor(0)
+    shape = n.shape(x)
+    axis = _axis(n, n.arg(1, "dim", 0), len(shape))
+    size = shape[axis]
+    start, end, step = n.arg(2, "start"), n.arg(3, "end"), int(n.arg(4, "step", 1) or 1)
+    start = 0 if start is None else int(start)
+    end = size if end is None else int(end)
+    start, end = (max(0, min(size, v + size if v < 0 else v)) for v in (start, end))
+    if (start, end, step) == (0, size, 1):
+        return x
+    return n.emit1("Slice", [x], {"starts": [start], "ends": [end], "axes": [axis],
+                                  "steps": [step]})
+
+
+@rule("aten.split_with_sizes.default", "aten.split.Tensor")
+def split(n: NodeCtx) -> Value:
+    x = n.tensor(0)
+    shape = n.shape(x)
+    axis = _axis(n, n.arg(2, "dim", 0), len(shape))
+    if n.op == "aten.split.Tensor":
+        each = int(n.arg(1, "split_size"))
+        sizes = [min(each, shape[axis] - s) for s in range(0, shape[axis], max(each, 1))]
+    else:
+        sizes = n.ints(1, "split_sizes")
+    if len(sizes) == 1:
+        return (x,)
+    return tuple(n.emit("Split", [x], {"axis": axis, "sizes": sizes}, n_out=len(sizes)))
+
+
+@rule("aten.cat.default")
+def cat(n: NodeCtx) -> Value:
+    parts = [v for v in n.arg(0, "tensors") if 0 not in n.shape(v)]
+    if len(parts) == 1:
+        return parts[0]
+    axis = _axis(n, n.arg(1, "dim", 0), len(n.out_shape))
+    return n.emit1("Concat", parts, {"axis": axis})
+
+
+@rule("aten.stack.default")
+def stack(n: NodeCtx) -> Value:
+    axis = _axis(n, n.arg(1, "dim", 0), len(n.out_shape))
+    parts = []
+    for v in n.arg(0, "tensors"):
+        shape = list(n.shape(v))
+        parts.append(_reshape_to(n, v, tuple(shape[:axis] + [1] + shape[axis:])))
+    return parts[0] if len(parts) == 1 else n.emit1("Concat", parts, {"axis": axis})
+
+
+# ---- element-wise ----------------------------------------------------------------------------
+
+UNARY = {"relu": "Relu", "sigmoid": "Sigmoid", "tanh": "Tanh", "neg": "Neg", "exp": "Exp",
+         "log": "Log", "sqrt": "Sqrt", "abs": "Abs", "erf": "Erf"}
+
+
+@rule(*(f"aten.{k}.default" for k in UNARY))
+def unary(n: NodeCtx) -> Value:
+    return n.emit1(UNARY[n.op.split(".")[1]], [n.tensor(0)])
+
+
+def _number(v: object) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+@rule("aten.add.Tensor", "aten.sub.Tensor", "aten.add.Scalar", "aten.sub.Scalar",
+      "aten.rsub.Scalar", "aten.rsub.Tensor")
+def add_sub(n: NodeCtx) -> Value:
+    a = n.tensor(0)
+    other, alpha = n.arg(1, "other"), n.arg(2, "alpha", 1)
+    b = n.const(other, n.dtype(a)) if _number(other) else n.tensor(1, "other")
+    if n.op.startswith("aten.rsub"):  # other - alpha * a
+        if alpha != 1:
+            a = n.emit1("Scale", [a], {"factor": float(alpha)})
+        return n.emit1("Sub", [b, a])
+    if _number(other) and other * alpha == 0:
+        return a
+    if _number(other):
+        b = n.const(other * alpha, n.dtype(a))
+    elif alpha != 1:
+        b = n.emit1("Scale", [b], {"factor": float(alpha)})
+    return n.emit1("Sub" if n.op.startswith("aten.sub") else "Add", [a, b])
+
+
+@rule("aten.mul.Tensor", "aten.mul.Scalar", "aten.div.Tensor", "aten.div.Scalar")
+def mul_div(n: NodeCtx) -> Value:
+    a, other = n.tensor(0), n.arg(1, "other")
+    div = n.op.startswith("aten.div")
+    if div and n.kwargs.get("rounding_mode") is not None:
+        raise Unsupported(f"{n.op} (rounding_mode)")
+    if _number(other):
+        return n.emit1("Scale", [a], {"factor": 1.0 / other if div else float(other)})
+    return n.emit1("Div" if div else "Mul", [a, n.tensor(1, "other")])
+
+
+@rule("aten.pow.Tensor_Scalar")
+def pow_(n: NodeCtx) -> Value:
+    x, e = n.tensor(0), n.arg(1, "exponent")
+    if e == 1:
+        return x
+    if e == 2:
+        return n.emit1("Mul", [x, x])
+    return n.emit1("Pow", [x, n.const(e, n.dtype(x))])
+
+
+@rule("aten.rsqrt.default")
+def rsqrt(n: NodeCtx) -> Value:
+    x = n.tensor(0)
+    return n.emit1("Pow", [x, n.const(-0.5, n.dtype(x))])
+
+
+@rule("aten.where.self")
+def where(n: NodeCtx) -> Value:
+    return n.emit1("Where", [n.tensor(0), n.tensor(1), n.tensor(2)])
+
+
+# ---- activations -----------------------------------------------------------------------------
+
+@rule("aten.gelu.default")
+def gelu(n: NodeCtx) -> Value:
+    return n.emit1("Gelu", [n.tensor(0)], {"approximate": n.arg(1, "approximate", "none")})
+
+
+@rule("aten.hardtanh.default", "aten.clamp.default")
+def hardtanh(n: NodeCtx) -> Value:
+    low, high = (n.arg(1, "min_val", -1.0), n.arg(2, "max_val", 1.0)) \
+        if n.op == "aten.hardtanh.default" else (n.arg(1, "min"), n.arg(2, "max"))
+    bounds = {"min": None if low is None else float(low),
+              "max": None if high is None else float(high)}
+    return n.emit1("Clip", [n.tensor(0)], bounds)
+
+
+@rule("aten.leaky_relu.default")
+def leaky_relu(n: NodeCtx) -> Value:
+    return n.emit1("LeakyRelu", [n.tensor(0)], {"alpha": float(n.arg(1, "negative_slope", 0.01))})
+
+
+@rule("aten.elu.default")
+def elu(n: NodeCtx) -> Value:
+    if n.arg(2, "scale", 1) != 1 or n.arg(3, "input_scale", 1) != 1:
+        raise Unsupported(f"{n.op} (scale)")
+    return n.emit1("Elu", [n.tensor(0)], {"alpha": float(n.arg(1, "alpha", 1.0))})
+
+
+@rule("aten.silu.default")
+def silu(n: NodeCtx) -> Value:
+    x = n.tensor(0)
+    return n.emit1("Mul", [x, n.emit1("Sigmoid", [x])])
+
+
+@rule("aten._softmax.default", "aten._log_softmax.default", "aten.softmax.int",
+      "aten.log_softmax.int")
+def softmax(n: NodeCtx) -> Value:
+    x = n.tensor(0)
+    op = "LogSoftmax" if "log_softmax" in n.op else "Softmax"
+    return n.emit1(op, [x], {"axis": _axis(n, n.arg(1, "dim"), len(n.shape(x)))})
+
+
+# ---- reductions ------------------------------------------------------------------------------
+
+@rule("aten.mean.dim", "aten.sum.dim_IntList", "aten.mean.default", "aten.sum.default")
+def reduce(n: NodeCtx) -> Value:
+    x = n.tensor(0)
+    rank = len(n.shape(x))
+    dims = n.arg(1, "dim") if n.op.endswith((".dim", ".dim_IntList")) else None
+    axes = sorted({_axis(n, d, rank) for d in dims}) if dims else list(range(rank))
+    keep = bool(n.arg(2, "keepdim", False)) if dims is not None else False
+    op = "ReduceMean" if ".mean." in n.op else "ReduceSum"
+    return n.emit1(op, [x], {"axes": axes, "keepdims": keep})
+
+
+# ---- dense layers ----------------------------------------------------------------------------
+
+def _matmul_rank(n: NodeCtx, *vs: str | Const) -> None:
+    if any(len(n.shape(v)) < 2 for v in vs):
+        raise Unsupported(f"{n.op} (rank-1 operand)")
+
+
+@rule("aten.linear.default")
+def linear(n: NodeCtx) -> Value:
+    x, w, b = n.tensor(0), n.tensor(1), n.arg(2, "bias")
+    _matmul_rank(n, x, w)
+    y = n.emit1("MatMul", [x, w], {"transpose_a": False, "transpose_b": True})
+    return y if b is None else n.emit1("BiasAdd", [y, b], {"axis": len(n.shape(y)) - 1})
+
+
+@rule("aten.addmm.default")
+def addmm(n: NodeCtx) -> Value:
+    bias, a, b = n.tensor(0), n.tensor(1), n.tensor(2)
+    beta, alpha = n.kwargs.get("beta", 1), n.kwargs.get("alpha", 1)
+    y = n.emit1("MatMul", [a, b])
+    if alpha != 1:
+        y = n.emit1("Scale", [y], {"factor": float(alpha)})
+    if beta == 0:
+        return y
+    if beta != 1:
+        bias = n.emit1("Scale", [bias], {"factor": float(beta)})
+    if n.shape(bias) == n.shape(y)[-1:]:
+        return n.emit1("BiasAdd", [y, bias], {"axis": 1})
+    return n.emit1("Add", [y, bias])
+
+
+@rule("aten.mm.default", "aten.bmm.default", "aten.matmul.default")
+def matmul(n: NodeCtx) -> Value:
+    a, b = n.tensor(0), n.tensor(1)
+    _matmul_rank(n, a, b)
+    return n.emit1("MatMul", [a, b])
+
+
+@rule("aten.embedding.default")
+def embedding(n: NodeCtx) -> Value:
+    if n.arg(2, "padding_idx", -1) not in (-1, None):
+        raise Unsupported(f"{n.op} (padding_idx)")
+    return n.emit1("Embedding", [n.tensor(0), n.tensor(1)])
+
+
+# ---- convolution and pooling -----------------------------------------------------------------
+
+def _pair(n: NodeCtx, k: int, name: str, default: list[int], dims: int) -> list[int]:
+    v = n.ints(k, name, default) or default
+    v = v * dims if len(v) == 1 else v
+    if len(v) != dims:
+        raise n.fail(f"{name} {v} does not fit a {dims}-D window")
+    return v
+
+
+@rule("aten.convolution.default")
+def convolution(n: NodeCtx) -> Value:
+    x, w, b = n.tensor(0), n.tensor(1), n.arg(2, "bias")
+    rank = len(n.shape(x))
+    if rank not in (3, 4):
+        raise Unsupported(f"{n.op} ({rank - 2}-D)")
+    dims = rank - 2
+    strides = _pair(n, 3, "stride", [1], dims)
+    pads = _pair(n, 4, "padding", [0], dims)
+    dilations = _pair(n, 5, "dilation", [1], dims)
+    transposed, groups = bool(n.arg(6, "transposed", False)), int(n.arg(8, "groups", 1))
+    out_pad = _pair(n, 7, "output_padding", [0], dims)
+    if dims == 1:
+        xs, ws = n.shape(x), n.shape(w)
+        x = _reshape_to(n, x, (xs[0], xs[1], 1, xs[2]))
+        w = _reshape_to(n, w, (ws[0], ws[1], 1, ws[2]))
+        strides, pads, dilations, out_pad = ([1, *strides], [0, *pads], [1, *dilations],
+                                             [0, *out_pad])
+    attrs = {"strides": strides, "pads": pads + pads, "dilations": dilations, "groups": groups}
+    if transposed:
+        y = n.emit1("ConvTranspose2D", [x, w], {**attrs, "output_padding": out_pad})
+    else:
+        if any(out_pad):
+            raise n.fail("output_padding on a convolution that is not transposed")
+        y = n.emit1("Conv2D", [x, w], attrs)
+    if dims == 1:
+        ys = n.shape(y)
+        y = _reshape_to(n, y, (ys[0], ys[1], ys[3]))
+    return y if b is None else n.emit1("BiasAdd", [y, b], {"axis": 1})
+
+
+@rule("aten.max_pool2d_with_indices.default", "aten.max_pool2d.default")
+def max_pool(n: NodeCtx) -> Value:
+    x = n.tensor(0)
+    if len(n.shape(x)) != 4:
+        raise Unsupported(f"{n.op} (rank {len(n.shape(x))})")
+    kernel = _pair(n, 1, "kernel_size", [1], 2)
+    strides = _pair(n, 2, "stride", kernel, 2)
+    pads = _pair(n, 3, "padding", [0], 2)
+    attrs = {"kernel": kernel, "strides": strides, "pads": pads + pads,
+             "dilations": _pair(n, 4, "dilation", [1], 2),
+             "ceil_mode": bool(n.arg(5, "ceil_mode", False))}
+    y = n.emit1("MaxPool", [x], attrs)
+    return (y, UNAVAILABLE) if n.op.endswith("with_indices.default") else y
+
+
+@rule("aten.avg_pool2d.default")
+def avg_pool(n: NodeCtx) -> Value:
+    x = n.tensor(0)
+    if len(n.shape(x)) != 4:
+        raise Unsupported(f"{n.op} (rank {len(n.shape(x))})")
+    if n.arg(6, "divisor_override") is not None:
+        raise Unsupported(f"{n.op} (divisor_override)")
+    kernel = _pair(n, 1, "kernel_size", [1], 2)
+    attrs = {"kernel": kernel, "strides": _pair(n, 2, "stride", kernel, 2),
+             "pads": _pair(n, 3, "padding", [0], 2) * 2,
+             "ceil_mode": bool(n.arg(4, "ceil_mode", False)),
+             "count_include_pad": bool(n.arg(5, "count_include_pad", True))}
+    return n.emit1("AvgPool", [x], attrs)
+
+
+@rule("aten.adaptive_avg_pool2d.default", "aten._adaptive_avg_pool2d.default")
+def adaptive_avg_pool(n: NodeCtx) -> Value:
+    x = n.tensor(0)
+    if len(n.shape(x)) != 4 or tuple(n.out_shape[2:]) != (1, 1):
+        raise Unsupported(f"{n.op} (output size other than 1x1)")
+    return n.emit1("GlobalAvgPool", [x])
+
+
+# ---- normalization and dropout ---------------------------------------------------------------
+
+def _affine(n: NodeCtx, v: object, shape: tuple[int, ...], fill: float, like: str) -> str | Const:
+    """An optional scale/shift: absent (affine=False) is a constant of ones / zeros."""
+    import numpy as np
+
+    return v if v is not None else n.const(np.full(shape, fill), n.dtype(like))  # type: ignore
+
+
+@rule("aten._native_batch_norm_legit_functional.default",
+      "aten._native_batch_norm_legit_no_training.default")
+def batch_norm(n: NodeCtx) -> Value:
+    x = n.tensor(0)
+    channels = (n.shape(x)[1],)
+    w = _affine(n, n.arg(1, "weight"), channels, 1.0, x)
+    b = _affine(n, n.arg(2, "bias"), channels, 0.0, x)
+    mean, var = n.tensor(3, "running_mean"), n.tensor(4, "running_var")
+    functional = n.op.startswith("aten._native_batch_norm_legit_functional")
+    training = bool(n.arg(5, "training")) if functional else False
+    momentum = n.arg(6 if functional else 5, "momentum")
+    eps = n.arg(7 if functional else 6, "eps")
+    attrs = {"epsilon": float(eps), "momentum": float(momentum), "training": training}
+    if not training:
+        y = n.emit1("BatchNorm", [x, w, b, mean, var], attrs)
+        return (y, UNAVAILABLE, UNAVAILABLE) + ((mean, var) if functional else ())
+    # Planner outputs: y, new running mean, new running var, saved mean, saved invstd.
+    y, new_mean, new_var, _, _ = n.emit("BatchNorm", [x, w, b, mean, var], attrs, n_out=5)
+    return (y, UNAVAILABLE, UNAVAILABLE, new_mean, new_var)
+
+
+@rule("aten.native_layer_norm.default")
+def layer_norm(n: NodeCtx) -> Value:
+    x = n.tensor(0)
+    shape = tuple(n.ints(1, "normalized_shape"))
+    w = _affine(n, n.arg(2, "weight"), shape, 1.0, x)
+    b = n.arg(3, "bias")
+    inputs = [x, w] if b is None else [x, w, b]
+    attrs = {"axis": len(n.shape(x)) - len(shape), "epsilon": float(n.arg(4, "eps"))}
+    y = n.emit("LayerNorm", inputs, attrs, n_out=3)[0]
+    return (y, UNAVAILABLE, UNAVAILABLE)
+
+
+@rule("aten.native_dropout.default", "aten.dropout.default")
+def dropout(n: NodeCtx) -> Value:
+    x, p, train = n.tensor(0), float(n.arg(1, "p")), n.arg(2, "train")
+    y = x if not train or p == 0 else _dropout(n, x, p)
+    return (y, UNAVAILABLE) if n.op.startswith("aten.native_dropout") else y
+
+
+def _dropout(n: NodeCtx, x: str | Const, p: float) -> str:
+    if p >= 1:
+        raise Unsupported(f"{n.op} (p = 1)")
+    return n.emit1("Dropout", [x], {"rate": p, "seed": n.next_dropout_seed()})
+
+
+@rule("aten.scaled_dot_product_attention.default")
+def attention(n: NodeCtx) -> Value:
+    q, k, v = n.tensor(0), n.tensor(1), n.tensor(2)
+    mask, p = n.arg(3, "attn_mask"), float(n.arg(4, "dropout_p", 0.0))
+    causal, scale = bool(n.arg(5, "is_causal", False)), n.arg(6, "scale")
+    if n.kwargs.get("enable_gqa") and n.shape(q)[-3:-2] != n.shape(k)[-3:-2]:
+        raise Unsupported(f"{n.op} (grouped-query heads)")
+    scale = 1.0 / math.sqrt(n.shape(q)[-1]) if scale is None else float(scale)
+    scores = n.emit1("MatMul", [q, k], {"transpose_a": False, "transpose_b": True})
+    scores = n.emit1("Scale", [scores], {"factor": scale})
+    if causal:
+        scores = n.emit1("CausalMask", [scores])
+    if mask is not None:
+        if n.dtype(mask) == "bool":
+            raise Unsupported(f"{n.op} (boolean attn_mask)")
+        scores = n.emit1("Add", [scores, mask])
+    weights = n.emit1("Softmax", [scores], {"axis": -1})
+    # PyTorch applies dropout_p whenever it is given (nn.MultiheadAttention passes 0 in eval).
+    if p > 0:
+        weights = _dropout(n, weights, p)
+    return n.emit1("MatMul", [weights, v])
+
+
+# ---- constants -------------------------------------------------------------------------------
+
+@rule("aten.full.default", "aten.zeros.default", "aten.ones.default", "aten.scalar_tensor.default",
+      "aten.full_like.default", "aten.zeros_like.default", "aten.ones_like.default")
+def full(n: NodeCtx) -> Value:
+    import numpy as np
+
+    name = n.op.split(".")[1]
+    value = {"zeros": 0, "ones": 1, "zeros_like": 0, "ones_like": 1}.get(name)
+    if value is None:
+        value = n.arg(0 if name == "scalar_tensor" else 1, "fill_value")
+    dtype = n.kwargs.get("dtype")
+    if dtype is None and name.endswith("_like"):
+        dtype = n.dtype(n.tensor(0))
+    dtype = _dtype_name(dtype) if dtype is not None else "float32"
+    return Const.of(n.imp.fresh(n.label), np.full(n.out_shape, value, dtype=dtype),
+                    origin="constant")
+
+
+# ---- losses ----------------------------------------------------------------------------------
+
+MEAN = 1  # at::Reduction::Mean
+
+
+@rule("aten.cross_entropy_loss.default")
+def cross_entropy(n: NodeCtx) -> Value:
+    logits, labels = n.tensor(0), n.tensor(1)
+    weight, reduction = n.arg(2, "weight"), n.arg(3, "reduction", MEAN)
+    ignore, smoothing = int(n.arg(4, "ignore_index", -100)), float(n.arg(5, "label_smoothing", 0.0))
+    shape = n.shape(logits)
+    if weight is not None:
+        raise Unsupported(f"{n.op} (class weights)")
+    if reduction != MEAN:
+        raise Unsupported(f"{n.op} (reduction other than mean)")
+    if smoothing != 0:
+        raise Unsupported(f"{n.op} (label_smoothing)")
+    if n.dtype(labels) not in ("int64", "int32") or len(shape) < 2:
+        raise Unsupported(f"{n.op} (class probabilities as targets, or unbatched logits)")
+    classes = shape[1]
+    # A label equal to ignore_index is left out of the mean in PyTorch. The planner's loss has
+    # no ignore_index yet: a negative one (PyTorch's default, -100) cannot be a class, and the
+    # planner refuses such a label at step time; one inside [0, C) would train differently.
+    if 0 <= ignore <= classes - 1:
+        raise Unsupported(f"{n.op} (ignore_index {ignore} inside the class range)")
+    if len(shape) > 2:
+        # PyTorch's classes are on axis 1: move them last, then one row per position.
+        rows = shape[0] * math.prod(shape[2:])
+        perm = [0, *range(2, len(shape)), 1]
+        logits = n.emit1("Transpose", [logits], {"perm": perm})
+        logits = n.emit1("Reshape", [logits], {"shape": [rows, classes]})
+        labels = _reshape_to(n, labels, (rows,))
+    if isinstance(labels, str):
+        n.imp.mark_label(labels)
+    return n.emit1("SoftmaxCrossEntropy", [logits, labels])
+
+
+@rule("aten.mse_loss.default")
+def mse(n: NodeCtx) -> Value:
+    pred, target = n.tensor(0), n.tensor(1)
+    if n.arg(2, "reduction", MEAN) != MEAN:
+        raise Unsupported(f"{n.op} (reduction other than mean)")
+    if n.shape(pred) != n.shape(target):
+        raise Unsupported(f"{n.op} (broadcast target)")
+    if isinstance(target, str):
+        n.imp.mark_label(target)
+    return n.emit1("MSE", [pred, target])

@@ -1,0 +1,170 @@
+"""Train an nn.Module through a planned, generated executor: `trainer(module, ...)`.
+
+    t = trainer(model, (x,), loss=F.cross_entropy, labels=y, optimizer="adam", lr=1e-3)
+    for x, y in data:
+        loss = t.step(x, y)
+    t.load_into(model)            # the module's parameters now are the executor's
+
+The module and its loss are traced together by torch.export (as `loss(module(*inputs),
+labels)`, in the module's own train()/eval() mode), imported (convert.py), made a training
+graph for the optimizer, planned for `target`, rendered, built (cached by content) and loaded.
+The executor starts from the module's own parameters and buffers. `params()` is keyed like
+`module.state_dict()`; `num_batches_tracked` counts the steps taken, as PyTorch's does.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import tempfile
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from planner.torch.convert import TorchImport, convert
+
+PREFIX = "model."  # the wrapped module's attribute: its state_dict keys gain this prefix
+
+
+def export(module: Any, inputs: Sequence[Any], loss: Callable | None, labels: Any) -> Any:
+    """torch.export of `loss(module(*inputs), labels)` (or of the module alone without a
+    loss), in the module's current train()/eval() mode."""
+    import torch
+
+    class WithLoss(torch.nn.Module):
+        def __init__(self, model: torch.nn.Module) -> None:
+            super().__init__()
+            self.model = model
+
+        def forward(self, *args: Any) -> Any:
+            if loss is None:
+                return self.model(*args)
+            return loss(self.model(*args[:-1]), args[-1])
+
+    wrapped = WithLoss(module).train(module.training)
+    args = (*inputs, labels) if loss is not None else tuple(inputs)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return torch.export.export(wrapped, args)
+
+
+class Trainer:
+    """A built training executor for one module (see `trainer`)."""
+
+    def __init__(self, imported: TorchImport, graph: Any, executor: Any, module_keys: Sequence[str],
+                 start: Mapping[str, Any], aliases: Mapping[str, str] | None = None) -> None:
+        self.imported = imported
+        self.graph = graph
+        self.executor = executor
+        self.steps = 0
+        self._keys = list(module_keys)
+        self._start = dict(start)  # what the executor does not hold: counters, unread buffers
+        self._aliases = dict(aliases or {})  # a tied weight's second key -> the key exported
+        feeds = [t for t in graph.tensors if t.role in ("input", "label")]
+        by_name = {t.name: t for t in feeds}
+        self._feeds = [by_name[n] for n in imported.inputs if n in by_name]
+
+    def step(self, *inputs: Any) -> float:
+        """One training step on the module's inputs followed by the labels (torch tensors or
+        numpy arrays); returns the loss."""
+        if len(inputs) != len(self._feeds):
+            raise ValueError(f"step takes {len(self._feeds)} arrays (the module's inputs, then "
+                             f"the labels), got {len(inputs)}")
+        feeds = {t.name: _numpy(v, t.dtype) for t, v in zip(self._feeds, inputs, strict=True)}
+        out = self.executor.step(feeds)
+        self.steps += 1
+        return float(np.asarray(out[self.graph.outputs[0]]))
+
+    def params(self, copy: bool = True) -> dict[str, np.ndarray]:
+        """Parameters and buffers keyed like `module.state_dict()`: copies, or (copy=False)
+        live views of the executor's memory, which the next step updates."""
+        held = self.executor.params(copy=copy)
+        out: dict[str, np.ndarray] = {}
+        for key in self._keys:
+            name = PREFIX + self._aliases.get(key, key)
+            if name in held:
+                out[key] = held[name]
+            elif name in self.imported.counters:
+                out[key] = self._start[key] + self.steps * self.imported.counters[name]
+            elif key in self._start:  # a buffer no op reads (eval-mode num_batches_tracked)
+                out[key] = self._start[key].copy()
+        return out
+
+    def load_into(self, module: Any, copy: bool = False) -> None:
+        """Write `params()` into `module`'s parameters and buffers. Without `copy`, float
+        tensors become views of the executor's memory (no copy: the module then follows
+        every later step, and keeps the executor alive); counters are copied."""
+        import torch
+
+        own = dict(module.named_parameters()) | dict(module.named_buffers())
+        for key, value in self.params(copy=copy).items():
+            target = own.get(key)
+            if target is None:
+                continue
+            array = np.asarray(value)
+            if (not copy and array.dtype == np.float32 and array.flags.writeable
+                    and tuple(array.shape) == tuple(target.shape)):
+                target.data = torch.from_numpy(array)
+            else:
+                with torch.no_grad():
+                    target.copy_(torch.from_numpy(np.array(array)))
+
+
+def _numpy(v: Any, dtype: str) -> np.ndarray:
+    if hasattr(v, "detach"):
+        v = v.detach().cpu().numpy()
+    return np.ascontiguousarray(np.asarray(v), dtype=dtype)
+
+
+def trainer(module: Any, example_inputs: Sequence[Any], loss: Callable, labels: Any, *,
+            optimizer: str = "sgd", lr: float | None = None, target: str = "host",
+            out_dir: str | Path | None = None, **optimizer_settings: Any) -> Trainer:
+    """Plan, build and load a training executor for `module`.
+
+    example_inputs: the module's inputs for one step (their shapes are the executor's);
+    loss: PyTorch's own loss function, traced with the module, e.g. `F.cross_entropy` (classes
+    on axis 1, as PyTorch defines it) or `F.mse_loss`, called as `loss(module(*inputs), labels)`;
+    labels: an example of the loss's target. optimizer: sgd | momentum | adam with `lr` and
+    further settings (momentum, weight_decay, beta1, beta2, epsilon, nesterov) as
+    planner.graph.Optimizer; target: `host` or a CPU target preset; out_dir: where the
+    executor's sources go (default: a fresh temporary folder).
+
+    Raises TorchImportError (an op the planner lacks, in one line naming the node), UserError
+    or ValueError for bad settings.
+    """
+    from codegen.build import build
+    from codegen.load import load
+    from codegen.render import render
+    from planner.graph import Optimizer, init_params, make_training_graph
+    from planner.pipeline import plan
+    from planner.target.presets import load_target
+
+    settings = Optimizer.parse(optimizer, lr=lr, **optimizer_settings)
+    imported = convert(export(module, example_inputs, loss, labels),
+                       name=type(module).__name__)
+    graph = make_training_graph(imported.graph, settings)
+    with warnings.catch_warnings():  # costs from the analytical model unless profiled
+        warnings.simplefilter("ignore")
+        planned = plan(graph, load_target(target))
+    name = "torch_" + hashlib.sha256(planned.to_json().encode()).hexdigest()[:16]
+    folder = Path(out_dir) if out_dir is not None else Path(tempfile.mkdtemp(prefix="planner-"))
+    module_py = load(build(render(planned, folder / name).dir).dir)
+    executor = module_py.Executor()
+    state = module.state_dict()
+    executor.load_params({**init_params(graph), **imported.params()})
+    held = {t.name for t in graph.by_role("param", "state")}
+    # Tied weights (one tensor under two keys) are one placeholder in the export.
+    def storage(v: Any) -> tuple:
+        return v.data_ptr(), tuple(v.shape), tuple(v.stride()), v.dtype
+
+    first: dict[tuple, str] = {}
+    for k, v in state.items():
+        if PREFIX + k in held:
+            first.setdefault(storage(v), k)
+    aliases = {k: first[storage(v)] for k, v in state.items()
+               if PREFIX + k not in held and storage(v) in first}
+    start = {k: v.detach().cpu().numpy().copy() for k, v in state.items()
+             if PREFIX + k not in held and k not in aliases}
+    return Trainer(imported, graph, executor, list(state), start, aliases)
