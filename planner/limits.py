@@ -4,7 +4,9 @@ machine is refused with the number, not planned, verified and built without a wo
 
     nodes      a graph with no nodes has nothing to schedule
     operands   the largest node's inputs and outputs (which must be in memory together, on
-               any plan) fit in the target's memory: host memory on a CPU, the GPU's on a GPU
+               any plan) fit in the memory of the target's backend: host memory for a CPU
+               target (even one that lists a GPU: its plans run on the CPUs), the first
+               GPU's for a CUDA target
     arena      a CPU plan's arena fits in host memory (GPU plans meet their budget instead)
 
 Example:
@@ -27,8 +29,9 @@ from planner.target.records import Target
 
 
 def memory_of(target: Target) -> int:
-    """Bytes one step may use: the first GPU's memory, else the host's."""
-    return target.gpus[0].memory_bytes if target.gpus else target.host_memory_bytes
+    """Bytes one step may use on the target's backend: the first GPU's memory for a CUDA
+    target, the host's for a CPU target."""
+    return target.gpus[0].memory_bytes if target.backend == "cuda" else target.host_memory_bytes
 
 
 def check_graph_fits(graph: Graph, target: Target) -> None:
@@ -47,7 +50,7 @@ def check_graph_fits(graph: Graph, target: Target) -> None:
 
 def check_arena_fits(arena_bytes: int, graph: Graph, target: Target) -> None:
     """ValueError when a CPU plan's arena is larger than the host's memory."""
-    if not target.gpus and arena_bytes > target.host_memory_bytes:
+    if target.backend == "cpu" and arena_bytes > target.host_memory_bytes:
         raise ValueError(f"graph {graph.name!r} needs a {arena_bytes}-byte arena, more than the "
                          f"{target.host_memory_bytes} bytes of memory of target "
                          f"{target.name!r}")
