@@ -39,8 +39,6 @@ from codegen.backends import BACKENDS, COMMON, TEMPLATES
 from codegen.errors import BuildError
 from planner.files import atomic_write
 
-# The CPU runtime: templates/common plus templates/cpu/runtime.
-RUNTIME_SOURCES = BACKENDS["cpu"].runtime
 # The GPU architecture CUDA runtimes are built for (sm_90: H100 and H200), unless
 # $PLANNER_CUDA_ARCH names another ("80", "90a", ...).
 CUDA_ARCH = "90"
