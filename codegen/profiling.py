@@ -146,7 +146,7 @@ def warmed_executor(plan: Plan, folder: str | Path, state: dict | None,
                     feeds: dict[str, np.ndarray]):
     """`plan`'s executor, built under `folder` and loaded, with `state` as its parameters (None:
     a graph without any), after one warm-up step: first-touch pages, caches, thread pools."""
-    ex = load(build(render(plan, folder).dir).dir).Executor()
+    ex = load(build(render(plan, folder)).dir).Executor()
     if state is not None:
         ex.load_params(state)
     ex.step(feeds)

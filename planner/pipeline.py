@@ -5,12 +5,13 @@
                                                           # count, per conv algorithm
         backend  = BACKENDS[target.backend]               # CPU or GPU: decided here only
         schedule = backend.schedule(graph, model, ...)    # a Schedule record
-        memory   = plan_memory(graph, schedule, ...)      # a MemoryDecision, never a Plan
+        memory   = backend.memory(graph, schedule, ...)   # a MemoryDecision, never a Plan
         plan     = assemble(graph, model, ...)            # summary, bounds, provenance: once
         verify(plan)                                      # the independent checker, always
 
 `decide` is the same without assembly and verification, for searches that plan many graphs
-and keep none (`planner fit`).
+and keep none (`planner fit`); `place` is memory planning alone, for a schedule made
+elsewhere (profiling's placements).
 
 Example:
     >>> from planner.target import preset
@@ -34,7 +35,8 @@ from planner.costs import CostModel, CostTable
 from planner.errors import PlanError
 from planner.graph.ir import Graph
 from planner.memory.decision import MemoryDecision
-from planner.memory.driver import plan_memory
+from planner.memory.driver import cpu_memory
+from planner.memory.gpu import gpu_memory
 from planner.memory.options import MemoryOptions
 from planner.plan import MemoryPlan, OpPlan, Plan, PlanProvenance, PlanTarget, Summary, digest
 from planner.records import Backend, Record
@@ -54,10 +56,11 @@ class PlanOptions(Record):
 
 @dataclass(frozen=True)
 class BackendPlanner:
-    """What differs between backends in planning: the scheduler, and the target's resources
-    a plan names (logical CPUs' cores, or streams)."""
+    """What differs between backends in planning: the scheduler, memory planning, and the
+    target's resources a plan names (logical CPUs' cores, or streams)."""
 
     schedule: Callable[[Graph, CostModel, ScheduleOptions], Schedule]
+    memory: Callable[[Graph, Schedule, CostModel, MemoryOptions], MemoryDecision]
     resources: Callable[[Target], PlanTarget]
 
 
@@ -70,8 +73,8 @@ def _gpu_resources(target: Target) -> PlanTarget:
 
 
 BACKENDS: dict[Backend, BackendPlanner] = {
-    "cpu": BackendPlanner(cpu_schedule, _cpu_resources),
-    "cuda": BackendPlanner(stream_schedule, _gpu_resources),
+    "cpu": BackendPlanner(cpu_schedule, cpu_memory, _cpu_resources),
+    "cuda": BackendPlanner(stream_schedule, gpu_memory, _gpu_resources),
 }
 
 
@@ -83,7 +86,13 @@ def decide(graph: Graph, target: Target, costs: CostTable | None = None,
     with fewer_collections():
         model = CostModel(target, costs)
         schedule = BACKENDS[target.backend].schedule(graph, model, options.schedule)
-        return model, schedule, plan_memory(graph, schedule, model, options.memory)
+        return model, schedule, place(graph, model, schedule, options.memory)
+
+
+def place(graph: Graph, model: CostModel, schedule: Schedule,
+          options: MemoryOptions | None = None) -> MemoryDecision:
+    """Memory planning of `schedule` by its backend's planner. Raises InfeasibleBudget."""
+    return BACKENDS[schedule.backend].memory(graph, schedule, model, options or MemoryOptions())
 
 
 def plan(graph: Graph, target: Target, costs: CostTable | None = None,

@@ -10,7 +10,7 @@ Any schedule (liveness and offsets):
     layout.py      persistent state at the bottom, the rest by the heuristics, aliases
     decision.py    MemoryDecision and its records (TensorPlan, MemoryOp, ConvChoice, summary)
     assemble.py    TensorPlan records and named edges of placed buffers
-    driver.py      plan_memory: the pass, as named steps
+    driver.py      cpu_memory: the CPU pass, as named steps
     verify.py      an independent O(n^2) check of a plan's buffers
 
 GPU stream schedules under a budget (the compute order and prices: planner.schedule.streams;
@@ -31,6 +31,6 @@ Searches and reports:
 
 from planner.errors import InfeasibleBudget  # noqa: F401
 from planner.memory.decision import MemoryDecision  # noqa: F401
-from planner.memory.driver import plan_memory  # noqa: F401
+from planner.memory.driver import cpu_memory  # noqa: F401
 from planner.memory.options import MemoryOptions, format_bytes, parse_bytes  # noqa: F401
 from planner.memory.verify import verify_memory_data  # noqa: F401

@@ -7,7 +7,7 @@ import re
 import pytest
 
 from codegen import support
-from codegen.backends import Backend
+from codegen.backends import Runtime
 from codegen.errors import UnsupportedError
 from codegen.layout import arena_layout, own_layout
 from codegen.render import c_string, encode_attrs, module_name, render, render_files
@@ -92,7 +92,7 @@ def test_every_unsupported_op_and_dtype_is_named_at_once(tmp_path):
     (tmp_path / "kernels").mkdir()
     (tmp_path / "kernels" / "eltwise.cpp").write_text(
         'PLANNER_REGISTER_KERNELS(eltwise) {\n  r["Relu"] = relu;\n}\n')
-    only_relu = Backend("cpu", "CPU", "planner_cpu_rt", tmp_path, tmp_path, frozenset({"float32"}))
+    only_relu = Runtime("cpu", "CPU", "planner_cpu_rt", tmp_path, tmp_path, frozenset({"float32"}))
     g = Graph(name="g", tensors=(Tensor(name="x", shape=(2,), role="input"),
                                  Tensor(name="y", shape=(2,)), Tensor(name="z", shape=(2,)),
                                  Tensor(name="w", shape=(2,), dtype="int64")),
@@ -116,14 +116,14 @@ def test_unsupported_dtype_is_named():
 
 
 def test_a_gpu_plan_renders_for_cuda_and_an_unknown_backend_is_refused():
-    from codegen.backends import backend_for
+    from codegen.backends import runtime_for
     from planner.pipeline import plan
     from planner.target import preset
 
     p = plan(build("mlp", batch=2, hidden=[4], in_features=3, classes=2), preset("k40c-12gb"))
     assert "planner_cuda_rt" in render_files(p, "mlp")["__init__.py"]
     with pytest.raises(UnsupportedError, match="is a tpu plan"):
-        backend_for(p.model_copy(update={"backend": "tpu"}))
+        runtime_for(p.model_copy(update={"backend": "tpu"}))
 
 
 def test_attrs_are_spelled_out_and_slices_resolved():
