@@ -76,8 +76,8 @@ def _run_plan(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
     from planner.costs import load_table
+    from planner.fit_cli import parse_budget
     from planner.load import load_graph, with_loss, write_text
-    from planner.memory.cli import parse_budget
     from planner.memory.options import MemoryOptions
     from planner.pipeline import PlanOptions, plan
     from planner.schedule import ScheduleOptions
@@ -132,7 +132,7 @@ def _read_json(path: str) -> dict[str, Any]:
 def run_show(args: argparse.Namespace) -> int:
     from planner.diff import decisions_line
     from planner.load import write_text
-    from planner.memory.report import format_memory, memory_report, memory_svg
+    from planner.memory_report import format_memory, memory_report, memory_svg
     from planner.plan import load_plan
     from planner.schedule.timeline import timeline_svg
 

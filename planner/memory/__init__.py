@@ -20,13 +20,14 @@ convolution algorithms: planner.costs.convalgo):
     materialize.py the ops, buffers and edges of a state (compute, d2h, h2d streams)
     gpu.py         gpu_memory: decide, place, workspaces, times, the MemoryDecision
     milp.py        the exact MILP (HiGHS) that cross-checks the greedy's recomputation
-    replay.py      run a plan on real bytes against the reference interpreter (the oracle)
 
-Searches and reports:
-    fit.py         `planner fit`: the largest batch or ResNet depth within a budget
-    report.py      summary numbers and seed 001's Fig. 10 as SVG
-    cli.py         the `fit` command and the hooks `plan` and `show` call
+Options:
     options.py     MemoryOptions, byte counts as text
+
+What reads finished plans sits above the stages, beside planner/plan.py: the reports and
+seed 001's Fig. 10 (planner/memory_report.py), running a plan on real bytes against the
+reference interpreter (planner/replay.py); so does `planner fit`, which plans many graphs
+through the whole pipeline (planner/fit.py, its command planner/fit_cli.py).
 """
 
 from planner.errors import InfeasibleBudget  # noqa: F401

@@ -10,10 +10,10 @@ import pytest
 
 from planner.costs import CostModel
 from planner.errors import UserError
+from planner.fit import fit, largest
+from planner.fit_cli import add_memory_commands
 from planner.memory import InfeasibleBudget, MemoryOptions, parse_bytes
-from planner.memory.cli import add_memory_commands
-from planner.memory.fit import fit, largest
-from planner.memory.report import format_memory, memory_curves, memory_report, memory_svg
+from planner.memory_report import format_memory, memory_curves, memory_report, memory_svg
 from planner.pipeline import PlanOptions, plan
 from planner.target import preset
 from tests.memory.conftest import toy_target, training
