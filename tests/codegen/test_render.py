@@ -11,6 +11,7 @@ from codegen.backends import Runtime
 from codegen.errors import UnsupportedError
 from codegen.layout import arena_layout, own_layout
 from codegen.render import c_string, encode_attrs, module_name, render, render_files
+from planner.errors import PlanError
 from planner.graph.autodiff import make_training_graph
 from planner.graph.ir import Graph, Node, Tensor
 from planner.graph.optimizer import Optimizer
@@ -84,8 +85,18 @@ def test_memory_plan_offsets_replace_our_layout(mlp_plan):
                     for i, t in enumerate(g.tensors))
     lay = arena_layout(g, planned)
     assert lay.offsets[g.tensors[3].name] == 384
-    assert arena_layout(g, planned[:-1]) == own_layout(g)  # incomplete: ours
     assert arena_layout(g, planned, added_ops=1) == own_layout(g)  # recomputes: ours
+
+
+def test_an_incomplete_memory_plan_is_refused_naming_the_tensor(mlp_plan):
+    g = mlp_plan.graph
+    last = g.tensors[-1].name
+    planned = tuple({"tensor": t.name, "offset": 128 * i, "placement": "device"}
+                    for i, t in enumerate(g.tensors))
+    with pytest.raises(PlanError, match=f"gives tensor '{re.escape(last)}' no device offset"):
+        arena_layout(g, planned[:-1])
+    with pytest.raises(PlanError, match="no memory plan"):
+        arena_layout(g, ())
 
 
 def test_every_unsupported_op_and_dtype_is_named_at_once(tmp_path):
