@@ -1,11 +1,12 @@
-"""Plan -> source tree of a CPU executor: `render(plan, out_dir)`.
+"""Plan -> source tree of its backend's executor (CPU or CUDA): `render(plan, out_dir)`.
 
 The tree (a Python package once built):
 
     generated/NAME/
       schedule.cpp     the plan as compiled-in data (templates/common/schedule.h): tensors with
-                       arena offsets, ops in plan order with thread counts, lanes, CPUs, the
-                       ops each waits for, scratch areas and attributes, the plan JSON itself
+                       arena offsets, ops in plan order with thread counts, lanes, CPUs (or
+                       streams), the ops each waits for, scratch areas and attributes, the
+                       plan JSON itself
       CMakeLists.txt   builds schedule.cpp into build/libschedule-<key>.so
       __init__.py      Executor(), plan, INPUTS, PARAMS: loads the cached runtime and the schedule
       plan.json        the plan, as given
