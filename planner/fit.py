@@ -29,9 +29,9 @@ from planner.costs import CostModel, CostTable
 from planner.errors import InfeasibleBudget
 from planner.graph.autodiff import Optimizer, make_training_graph
 from planner.graph.ir import Graph, Record
-from planner.limits import check_graph_fits, memory_of
+from planner.limits import check_graph_fits
 from planner.memory.options import MemoryOptions
-from planner.pipeline import PlanOptions, decide
+from planner.pipeline import PlanOptions, decide, memory_of
 from planner.target.records import Target
 from planner.zoo import ZooError, build, parse_spec
 from planner.zoo.resnet import BASIC
@@ -119,7 +119,7 @@ def fit(spec: str, target: Target, budget_bytes: int, vary: Vary = "batch",
             trials[k] = Trial(value=value, fits=False)
             return False
         try:
-            check_graph_fits(graph, target)
+            check_graph_fits(graph, target, memory_of(target))
         except ValueError:  # its largest node alone is beyond the target's memory
             trials[k] = Trial(value=value, fits=False)
             return False

@@ -62,6 +62,10 @@ class BackendPlanner:
     schedule: Callable[[Graph, CostModel, ScheduleOptions], Schedule]
     memory: Callable[[Graph, Schedule, CostModel, MemoryOptions], MemoryDecision]
     resources: Callable[[Target], PlanTarget]
+    # The bytes a step may use: host memory, or the GPU's.
+    memory_bytes: Callable[[Target], int]
+    # Whether the arena is held to memory_bytes (a GPU plan meets its budget instead).
+    arena_limited: bool
 
 
 def _cpu_resources(target: Target) -> PlanTarget:
@@ -73,9 +77,17 @@ def _gpu_resources(target: Target) -> PlanTarget:
 
 
 BACKENDS: dict[Backend, BackendPlanner] = {
-    "cpu": BackendPlanner(cpu_schedule, cpu_memory, _cpu_resources),
-    "cuda": BackendPlanner(stream_schedule, gpu_memory, _gpu_resources),
+    "cpu": BackendPlanner(cpu_schedule, cpu_memory, _cpu_resources,
+                          lambda t: t.host_memory_bytes, arena_limited=True),
+    "cuda": BackendPlanner(stream_schedule, gpu_memory, _gpu_resources,
+                           lambda t: t.gpus[0].memory_bytes, arena_limited=False),
 }
+
+
+def memory_of(target: Target) -> int:
+    """Bytes one step may use on the target's backend: host memory for a CPU target (even one
+    that lists a GPU), the first GPU's for a CUDA target."""
+    return BACKENDS[target.backend].memory_bytes(target)
 
 
 def decide(graph: Graph, target: Target, costs: CostTable | None = None,
@@ -105,11 +117,12 @@ def plan(graph: Graph, target: Target, costs: CostTable | None = None,
     from planner.limits import check_arena_fits, check_graph_fits
 
     options = options or PlanOptions()
-    check_graph_fits(graph, target)  # nothing to plan, or a graph far beyond the machine
+    # Nothing to plan, or a graph far beyond the machine.
+    check_graph_fits(graph, target, memory_of(target))
     with fewer_collections():
         model, schedule, memory = decide(graph, target, costs, options)
         out = assemble(graph, model, options, schedule, memory)
-        if out.summary.memory is not None:
+        if out.summary.memory is not None and BACKENDS[out.backend].arena_limited:
             check_arena_fits(out.summary.memory.arena_bytes, graph, target)
         if check:
             from planner.verify import verify_plan
