@@ -221,31 +221,6 @@ def _root(t: dict[str, Any]) -> str:
     return t.get("alias_of") or t["name"]
 
 
-def _written_at(b: dict[str, Any], order: dict[str, int],
-                roots: dict[str, dict[str, Any]]) -> int | None:
-    """Execution order of the op that writes `b`'s bytes: its writer, or for an alias the
-    writer of the buffer it aliases (a view's bytes are written when its input is); None if
-    none is in the plan."""
-    writer = roots.get(_root(b), b).get("writer")
-    return order[writer] if writer and writer in order else None
-
-
-def _accesses_before(a: dict[str, Any], order: dict[str, int], desc: dict[int, int],
-                     after_step: int) -> int:
-    """Bitset of the execution orders that every access of `a` (its writer and readers)
-    happens-before: 0 when `a` is read after the step or an access is by an op the plan lacks
-    (reported by the field rules; it orders nothing), every bit when it has no access."""
-    if a["last"] >= after_step:
-        return 0
-    accesses = ([a["writer"]] if a.get("writer") else []) + list(a.get("readers", []))
-    bits = -1  # all ones
-    for u in accesses:
-        if u not in order:
-            return 0
-        bits &= desc[order[u]]
-    return bits
-
-
 def _ordered(a: dict[str, Any], b: dict[str, Any], order: dict[str, int],
              desc: dict[int, int], after_step: int, roots: dict[str, dict[str, Any]]) -> bool:
     """Every access of `a` happens-before the write of `b`'s bytes (by the writer of the
