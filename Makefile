@@ -1,20 +1,31 @@
 # Two commands on a fresh machine:
-#   make demo   set up .venv, then run the main job on the bundled default model and this host:
-#               plan LeNet for this machine, build its executor, train it on sklearn's digits
-#   make test   set up .venv, then run the test suite
+#   make demo   set up .venv with what the demo needs (the planner and scikit-learn), then run
+#               the main job on the bundled default model and this host: plan LeNet for this
+#               machine, build its executor, train it on sklearn's digits
+#   make test   add the test suite's packages (PyTorch, the CUDA wheels), then run it
+# Each install has its own stamp, so `make demo` never pulls in what only the tests need;
+# `make demo DEMO_EXTRAS=demo,cuda` adds the CUDA wheels on request.
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PLANNER := $(VENV)/bin/planner
+DEMO_EXTRAS ?= demo
 
 .PHONY: demo test lint bench
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.created:
 	python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
+	touch $@
+
+$(VENV)/.installed-demo: pyproject.toml $(VENV)/.created
+	$(PY) -m pip install --quiet -e '.[$(DEMO_EXTRAS)]'
+	touch $@
+
+$(VENV)/.installed-test: pyproject.toml $(VENV)/.created
 	$(PY) -m pip install --quiet -e '.[dev,cuda]'
 	touch $@
 
-demo: $(VENV)/.installed
+demo: $(VENV)/.installed-demo
 	$(PLANNER) target detect
 	$(PLANNER) graph 'zoo:lenet?image=8&batch=32' --train sgd
 	$(PLANNER) plan 'zoo:lenet?image=8&batch=32' --train sgd --target host \
@@ -22,12 +33,12 @@ demo: $(VENV)/.installed
 	$(PLANNER) verify generated/lenet-digits.host.plan.json
 	$(PY) examples/train_digits.py --check
 
-test: $(VENV)/.installed
+test: $(VENV)/.installed-test
 	$(PY) -m pytest -q
 	ONEDNN_MAX_CPU_ISA=AVX2 $(PY) -m pytest -q tests/codegen -m "not slow"
 
-lint: $(VENV)/.installed
+lint: $(VENV)/.installed-test
 	$(VENV)/bin/ruff check planner codegen tests examples bench
 
-bench: $(VENV)/.installed
+bench: $(VENV)/.installed-test
 	for b in bench/bench_*.py; do echo "== $$b"; $(PY) $$b || exit 1; done

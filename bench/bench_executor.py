@@ -61,11 +61,11 @@ def bench_build(target) -> None:
         try:
             t0 = time.perf_counter()
             tree = render(plan, Path(tmp) / "resnet50")
-            build(tree.dir)
+            build(tree)
             cold = time.perf_counter() - t0
             t0 = time.perf_counter()
             tree = render(plan, Path(tmp) / "resnet50")
-            result = build(tree.dir)
+            result = build(tree)
             cached = time.perf_counter() - t0
         finally:
             del os.environ["PLANNER_CACHE"]
@@ -75,7 +75,7 @@ def bench_build(target) -> None:
 
 
 def executor_step(graph, target, folder: Path, steps: int) -> float:
-    module = load(build(render(plan_for(graph, target), folder).dir).dir)
+    module = load(build(render(plan_for(graph, target), folder)).dir)
     ex = module.Executor()
     ex.load_params(init_params(graph, seed=0))
     feeds = random_feeds(graph, seed=1)

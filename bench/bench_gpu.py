@@ -78,7 +78,7 @@ def bench_model(label: str, target, steps: int, rounds: int, compiled: bool,
         p = plan(graph, target)
     runners, failed = {}, {}
     with tempfile.TemporaryDirectory() as tmp:
-        module = load(build(render(p, Path(tmp) / label).dir).dir)
+        module = load(build(render(p, Path(tmp) / label)).dir)
         runners["ours streams"] = executor_runner(module, graph)
         runners["ours 1 stream"] = executor_runner(module, graph, streams=False)
         runners["ours graph"] = executor_runner(module, graph, cuda_graph=True)

@@ -87,7 +87,7 @@ def main() -> None:
         p = plan(graph, target, options=PlanOptions(schedule=ScheduleOptions(strategy="uniform")))
     aten = torch.ops.aten
     with tempfile.TemporaryDirectory() as tmp:
-        ex = load(build(render(p, Path(tmp) / "pools").dir).dir).Executor()
+        ex = load(build(render(p, Path(tmp) / "pools")).dir).Executor()
         ex.forward(feeds)
         ours: dict[str, list[float]] = {}
         theirs: dict[str, list[float]] = {}

@@ -30,10 +30,10 @@ import warnings
 import numpy as np
 
 from planner.costs import CostModel
+from planner.fit import fit
 from planner.graph.autodiff import Optimizer, make_training_graph
 from planner.memory import InfeasibleBudget, MemoryOptions
 from planner.memory.budget import State
-from planner.memory.fit import fit
 from planner.memory.milp import greedy_recompute, profile_with, recompute_milp
 from planner.memory.stash import analyze
 from planner.pipeline import PlanOptions, plan

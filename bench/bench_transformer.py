@@ -116,7 +116,7 @@ def main() -> None:
                 warnings.simplefilter("ignore")
                 p = plan(graph, target,
                          options=PlanOptions(schedule=ScheduleOptions(strategy="uniform")))
-            ex = load(build(render(p, Path(tmp) / kind).dir).dir).Executor(init=True)
+            ex = load(build(render(p, Path(tmp) / kind)).dir).Executor(init=True)
             feeds = random_feeds(graph, seed=1)
             model = torch_model(kind)
             opt = torch.optim.SGD(model.parameters(), lr=LR)

@@ -11,7 +11,7 @@
 Example (what `planner build` does):
     >>> from codegen import render, build, load            # doctest: +SKIP
     >>> tree = render.render(plan, "generated/lenet")      # doctest: +SKIP
-    >>> module = load.load(build.build(tree.dir).dir)      # doctest: +SKIP
+    >>> module = load.load(build.build(tree).dir)      # doctest: +SKIP
     >>> module.Executor().step(feeds)["loss"]              # doctest: +SKIP
 """
 

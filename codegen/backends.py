@@ -1,6 +1,7 @@
-"""The executor backends codegen renders for, chosen once from the plan's `backend`.
+"""The runtime of each executor backend codegen renders for, looked up by the plan's `backend`
+(the backend itself is chosen once, by the planner's pipeline: planner.pipeline.BACKENDS).
 
-A backend is one folder of templates/ behind one interface: its runtime sources (built once
+A runtime is one folder of templates/ behind one interface: its runtime sources (built once
 per host and cached), its per-plan package template, the element types it moves, and the ops
 it has kernels for. That list is read from the kernel registrations themselves
 (`r["Op"] = factory;` inside PLANNER_REGISTER_KERNELS, templates/cpu/runtime/kernel.h), so
@@ -12,7 +13,7 @@ runtime's `registered_ops()`.
     templates/cuda/     cuDNN, cuBLAS and TVM-generated kernels, the CUDA executor, its bindings
 
 Example:
-    >>> cpu, cuda = BACKENDS["cpu"], BACKENDS["cuda"]
+    >>> cpu, cuda = RUNTIMES["cpu"], RUNTIMES["cuda"]
     >>> "Conv2D" in cpu.ops and "float32" in cpu.dtypes, cuda.module
     (True, 'planner_cuda_rt')
 """
@@ -25,6 +26,7 @@ from functools import cached_property
 from pathlib import Path
 
 from codegen.errors import UnsupportedError
+from planner.records import Backend
 
 TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
 COMMON = TEMPLATES / "common"
@@ -33,21 +35,22 @@ _REGISTRATION = re.compile(r'\br\["([A-Za-z0-9_]+)"\]\s*=')
 
 
 @dataclass(frozen=True)
-class Backend:
-    """One executor backend: where its templates are and what it runs."""
+class Runtime:
+    """The executor of one backend: where its templates are and what it runs."""
 
     name: str
     # The enumerator of schedule.h's Backend that its schedules carry.
     code: str
     # The runtime's Python extension module.
     module: str
-    runtime: Path
+    # Its runtime's sources (the kernel library, built once per host).
+    sources: Path
     package: Path
     dtypes: frozenset[str]
     kernels: Path = field(init=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "kernels", self.runtime / "kernels")
+        object.__setattr__(self, "kernels", self.sources / "kernels")
 
     @cached_property
     def ops(self) -> frozenset[str]:
@@ -56,21 +59,22 @@ class Backend:
                          for m in _REGISTRATION.finditer(f.read_text(encoding="utf-8")))
 
 
-BACKENDS: dict[str, Backend] = {
-    "cpu": Backend("cpu", "CPU", "planner_cpu_rt", TEMPLATES / "cpu" / "runtime",
+RUNTIMES: dict[Backend, Runtime] = {
+    "cpu": Runtime("cpu", "CPU", "planner_cpu_rt", TEMPLATES / "cpu" / "runtime",
                    TEMPLATES / "cpu" / "plan",
                    # float32 math, int64 ids and labels, bool conditions (Where)
                    frozenset({"float32", "int64", "bool"})),
-    "cuda": Backend("cuda", "CUDA", "planner_cuda_rt", TEMPLATES / "cuda" / "runtime",
+    "cuda": Runtime("cuda", "CUDA", "planner_cuda_rt", TEMPLATES / "cuda" / "runtime",
                     TEMPLATES / "cuda" / "plan", frozenset({"float32", "int64", "bool"})),
 }
 
 
-def backend_for(plan) -> Backend:
-    """The backend that runs `plan`; UnsupportedError for one this planner cannot generate."""
-    backend = BACKENDS.get(plan.backend)
-    if backend is None:
+def runtime_for(plan) -> Runtime:
+    """The runtime that runs `plan` (by its `backend`); UnsupportedError for one this planner
+    cannot generate."""
+    runtime = RUNTIMES.get(plan.backend)
+    if runtime is None:
         raise UnsupportedError(
             f"plan for target {plan.target.name!r} is a {plan.backend} plan, and this planner "
-            f"generates executors for {', '.join(sorted(BACKENDS))} only")
-    return backend
+            f"generates executors for {', '.join(sorted(RUNTIMES))} only")
+    return runtime

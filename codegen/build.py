@@ -12,7 +12,7 @@ compiler's identity (the tvm-ffi recipe: a folder per key, a file lock, build ou
 Compiler failures raise BuildError with the first compiler error and the file it names.
 
 Example:
-    >>> result = build("generated/lenet")          # doctest: +SKIP
+    >>> result = build(render(plan, "generated/lenet"))  # doctest: +SKIP
     >>> result.cached, result.dir.name             # doctest: +SKIP
     (True, 'lenet')
 """
@@ -35,12 +35,11 @@ from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
-from codegen.backends import BACKENDS, COMMON, TEMPLATES
+from codegen.backends import COMMON, RUNTIMES, TEMPLATES
 from codegen.errors import BuildError
+from codegen.render import RenderedTree
 from planner.files import atomic_write
 
-# The CPU runtime: templates/common plus templates/cpu/runtime.
-RUNTIME_SOURCES = BACKENDS["cpu"].runtime
 # The GPU architecture CUDA runtimes are built for (sm_90: H100 and H200), unless
 # $PLANNER_CUDA_ARCH names another ("80", "90a", ...).
 CUDA_ARCH = "90"
@@ -152,7 +151,7 @@ def runtime_key(compiler: str | None = None, sanitize: tuple[str, ...] = (),
         # The module's RUNPATH names this environment's lib folder, so a runtime built in
         # another environment (since deleted, perhaps) must not be reused here.
         extra["prefix"] = str(venv_prefix().resolve())
-    return digest({"sources": _tree_hashes(BACKENDS[backend].runtime),
+    return digest({"sources": _tree_hashes(RUNTIMES[backend].sources),
                    "common": _tree_hashes(COMMON), "flags": CXX_FLAGS, **extra,
                    "compiler": compiler or compiler_identity(), "versions": _versions(),
                    "machine": _host_cpu()})
@@ -234,7 +233,7 @@ def build_runtime(progress: Progress | None = None, sanitize: tuple[str, ...] = 
         raise BuildError("sanitizers instrument the CPU runtime; use compute-sanitizer for "
                          "the CUDA one")
     key = runtime_key(compiler, sanitize, backend)
-    sources = BACKENDS[backend].runtime
+    sources = RUNTIMES[backend].sources
     root = cache_root() / f"{backend}-runtime-{key[:16]}"
     done = root / "module.txt"
     with _locked(cache_root() / f"{backend}-runtime-{key[:16]}.lock"):
@@ -256,7 +255,7 @@ def build_runtime(progress: Progress | None = None, sanitize: tuple[str, ...] = 
             **_runtime_defines(backend, sanitize),
         }
         _cmake(src / sources.relative_to(TEMPLATES), root / "build", defines, say, own=src)
-        module = BACKENDS[backend].module
+        module = RUNTIMES[backend].module
         modules = sorted((root / "build").glob(f"{module}*.so"))
         if not modules:
             raise BuildError(f"the runtime build in {root} produced no {module} module")
@@ -276,16 +275,17 @@ def _runtime_defines(backend: str, sanitize: tuple[str, ...]) -> dict[str, str]:
             "PLANNER_LINK_FLAGS": " ".join(sanitizer_flags(sanitize))}
 
 
-def build(tree_dir: str | Path, progress: Progress | None = None,
+def build(rendered: RenderedTree, progress: Progress | None = None,
           sanitize: tuple[str, ...] = ()) -> BuildResult:
-    """Build a rendered tree (see codegen.render) into an importable package; cached.
-    `sanitize` names sanitizers (SANITIZERS) to instrument the runtime and schedule with."""
+    """Build a rendered tree (see codegen.render) into an importable package, linked against
+    the runtime of its plan's backend; cached. `sanitize` names sanitizers (SANITIZERS) to
+    instrument the runtime and schedule with."""
     say = progress or (lambda s: None)
     start = time.perf_counter()
-    tree = Path(tree_dir).resolve()
+    tree = rendered.dir.resolve()
     if not (tree / "schedule.cpp").exists():
         raise BuildError(f"{tree}: no schedule.cpp; render the plan first")
-    runtime = build_runtime(progress, sanitize, tree_backend(tree))
+    runtime = build_runtime(progress, sanitize, rendered.backend)
     flags = SCHEDULE_FLAGS + sanitizer_flags(sanitize)
     key = digest({"schedule": hashlib.sha256((tree / "schedule.cpp").read_bytes()).hexdigest(),
                   "cmake": hashlib.sha256((tree / "CMakeLists.txt").read_bytes()).hexdigest(),
@@ -314,17 +314,6 @@ def build(tree_dir: str | Path, progress: Progress | None = None,
     shutil.copy2(cmake_dir / "libschedule.so", lib)
     atomic_write(info_path, json.dumps(info, indent=2, sort_keys=True) + "\n")
     return BuildResult(tree.name, tree, runtime, lib, False, time.perf_counter() - start)
-
-
-def tree_backend(tree: Path) -> str:
-    """The backend a rendered tree is for (its plan's `backend`)."""
-    try:
-        backend = json.loads((tree / "plan.json").read_text(encoding="utf-8")).get("backend")
-    except (OSError, ValueError) as e:
-        raise BuildError(f"{tree}: cannot read plan.json ({e}); render the plan again") from None
-    if backend not in BACKENDS:
-        raise BuildError(f"{tree}: plan.json names backend {backend!r}; render the plan again")
-    return backend
 
 
 def _cmake(src: Path, build_dir: Path, defines: dict[str, str], say: Progress,

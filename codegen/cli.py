@@ -25,7 +25,7 @@ from typing import Any
 def add_build_commands(sub: Any) -> None:
     p = sub.add_parser("build", help="generate and compile the executor of a plan",
                        description="Render PLAN's executor sources into DIR (default "
-                                   "generated/<graph name>) and compile them; the CPU kernel "
+                                   "generated/<graph name>) and compile them; the backend's kernel "
                                    "library is built once per target and cached.")
     p.add_argument("plan", metavar="PLAN")
     p.add_argument("-o", "--output", metavar="DIR",

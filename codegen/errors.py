@@ -4,7 +4,7 @@ from planner.errors import UserError
 
 
 class UnsupportedError(UserError):
-    """The plan holds an op or dtype the CPU executor has no kernel for (names the node)."""
+    """The plan holds an op or dtype its backend's executor has no kernel for (names the node)."""
 
 
 class BuildError(UserError):

@@ -2,9 +2,11 @@
 
 The memory plan (`plan.tensors`: buffers with the graph `tensor` they hold and an `offset`;
 per-op scratch areas and convolution workspaces are buffers that hold no tensor, written and
-read by their op alone) decides where, when it gives every tensor a device offset; otherwise
-(no memory plan, or one that adds recompute or offload ops this executor does not run yet)
-`own_layout` gives every tensor its own 64-byte-aligned bytes, except that
+read by their op alone) decides where; a memory plan that leaves a tensor without a device
+offset is refused (PlanError naming it), never silently replaced. `own_layout` (render's
+layout="own", for tests and debugging, and plans whose memory plan adds recompute or offload
+ops this executor does not run yet) gives every tensor its own 64-byte-aligned bytes, except
+that
   - an in-place update (`updates=p`) shares p's bytes (the executor writes it over p), and
   - the output of a view op (Reshape, Flatten) of a non-persistent tensor shares its input's
     bytes (the kernel then copies nothing): the rule memory planning follows too
@@ -26,6 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from planner.errors import PlanError
 from planner.graph.ir import Graph
 from planner.memory.liveness import view_aliases
 
@@ -64,12 +67,15 @@ def scratch_areas(planned: tuple[Any, ...]) -> dict[str, tuple[Offset, int]]:
 
 def arena_layout(graph: Graph, planned: tuple[Any, ...] = (),
                  added_ops: int = 0) -> ArenaLayout:
-    """The memory plan's offsets when it places every tensor of the graph on the device and
-    adds no op (recompute, offload) the executor would have to run; else `own_layout`.
+    """The memory plan's offsets, which must place every tensor of the graph on the device;
+    `own_layout` when the plan adds ops (recompute, offload) the executor would have to run.
 
     `planned` holds the plan's buffers (planner.plan.TensorPlan records, or dicts with the
-    same fields).
+    same fields). Raises PlanError naming the first tensor without a device offset (or saying
+    there is no memory plan at all).
     """
+    if added_ops:
+        return own_layout(graph, planned)
     offsets: dict[str, Offset] = {}
     aliases: dict[str, str] = {}
     holder: dict[str, str] = {}
@@ -80,13 +86,17 @@ def arena_layout(graph: Graph, planned: tuple[Any, ...] = (),
             holder[e.get("name") or tensor] = tensor
             if e.get("alias_of"):
                 aliases[tensor] = e["alias_of"]
-    if planned and not added_ops and all(t.name in offsets for t in graph.tensors):
-        scratch = scratch_areas(planned)
-        end = max([offsets[t.name] + t.nbytes for t in graph.tensors]
-                  + [o + b for o, b in scratch.values()], default=0)
-        return ArenaLayout(offsets, {k: holder.get(v, v) for k, v in aliases.items()},
-                           _align(end), scratch)
-    return own_layout(graph, planned)
+    if not planned:
+        raise PlanError(f"plan of graph {graph.name!r} has no memory plan (no tensors): plan "
+                        f"it again")
+    missing = next((t.name for t in graph.tensors if t.name not in offsets), None)
+    if missing is not None:
+        raise PlanError(f"the memory plan gives tensor {missing!r} no device offset")
+    scratch = scratch_areas(planned)
+    end = max([offsets[t.name] + t.nbytes for t in graph.tensors]
+              + [o + b for o, b in scratch.values()], default=0)
+    return ArenaLayout(offsets, {k: holder.get(v, v) for k, v in aliases.items()},
+                       _align(end), scratch)
 
 
 def own_layout(graph: Graph, planned: tuple[Any, ...] = ()) -> ArenaLayout:

@@ -41,12 +41,12 @@ def build_package(plan: Plan, out: str | Path, force: bool = False,
         _check_folder(out, text, force, replace_executors)
         if holds(out / "plan.json", text):
             tree = render(plan, out)
-            return tree, build(tree.dir, progress, sanitize)
+            return tree, build(tree, progress, sanitize)
         staging = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.new-"))
         try:
             os.chmod(staging, 0o777 & ~_umask())
             tree = render(plan, staging, name=module_name(out.name))
-            result = build(staging, progress, sanitize)
+            result = build(tree, progress, sanitize)
             # CMake's cache names the folder it was configured in; a later build reconfigures.
             shutil.rmtree(staging / "build" / "cmake", ignore_errors=True)
             _replace(out, staging)

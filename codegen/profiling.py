@@ -34,16 +34,16 @@ import numpy as np
 from codegen.build import build
 from codegen.load import load
 from codegen.render import module_name, render
-from planner import __version__
-from planner.costs.model import MissingCostWarning
+from planner.costs.model import CostModel, MissingCostWarning
 from planner.costs.profile import ProfileOptions
 from planner.costs.records import CostTable
 from planner.costs.signature import OpSignature
 from planner.graph.ir import Graph, Node, Tensor
 from planner.graph.validate import check_graph
-from planner.plan import Edge, OpPlan, Plan, PlanProvenance, PlanTarget, Summary, digest
+from planner.pipeline import PlanOptions, assemble, place
+from planner.plan import Plan, digest
 from planner.records import CpuId
-from planner.schedule.record import lane_numbers
+from planner.schedule.record import Bound, Edge, Schedule, ScheduledOp
 from planner.target.records import AFFINITIES, Target, affinity_cpus
 
 
@@ -72,25 +72,24 @@ def copies_graph(sig: OpSignature, copies: int) -> Graph:
 
 def placements_plan(graph: Graph, target: Target,
                     placements: list[tuple[int, tuple[CpuId, ...]]]) -> Plan:
-    """A plan running node k of `graph` on placements[k] (threads, CPUs), one after another."""
-    ops, t = [], 0.0
-    for k, (node, (threads, cpus)) in enumerate(zip(graph.nodes, placements, strict=True)):
-        ops.append(OpPlan(name=node.name, op=node.op, order=k, lane=0, cpus=cpus,
-                          threads=threads, start=t, end=t + 1.0))
-        t += 1.0
-    ops = [op.model_copy(update={"lane": lane}) for op, lane in zip(ops, lane_numbers(ops),
-                                                                   strict=True)]
-    chain = tuple(Edge(before=a.name, after=b.name) for a, b in zip(ops, ops[1:], strict=False))
-    summary = Summary(strategy="profile", step_seconds=t, lower_bound_seconds=t, ratio=1.0,
-                      critical_path_seconds=t, area_bound_seconds=t, utilization=0.0,
-                      mean_corun=1.0, ops=len(ops))
-    return Plan(graph=graph, kind=graph.kind, backend="cpu",
-                target=PlanTarget(name=target.name,
-                                  core_of=tuple(c.core for c in target.logical_cpus)),
-                ops=tuple(ops), happens_before=chain, summary=summary,
-                provenance=PlanProvenance(graph_sha256=digest(graph.to_json()),
-                                          target_sha256=target.digest(),
-                                          tool=f"planner {__version__}"))
+    """A plan running node k of `graph` on placements[k] (threads, CPUs), one after another:
+    a schedule of one op per second, memory planned and assembled as any plan of a CPU
+    target. ValueError for a target whose plans do not run on its CPUs."""
+    if target.backend != "cpu":
+        raise ValueError(f"target {target.name!r}: kernels are timed on its CPUs, and its "
+                         f"plans run on the {target.backend} backend")
+    ops = tuple(ScheduledOp(name=node.name, op=node.op, cpus=cpus, threads=threads,
+                            start=float(k), end=float(k + 1))
+                for k, (node, (threads, cpus)) in enumerate(zip(graph.nodes, placements,
+                                                                strict=True)))
+    seconds = float(len(ops))
+    schedule = Schedule(
+        backend=target.backend, strategy="profile", ops=ops,
+        edges=tuple(Edge(before=a.name, after=b.name)
+                    for a, b in zip(ops, ops[1:], strict=False)),
+        bound=Bound(seconds=seconds, critical_path=seconds, area=seconds), mean_corun=1.0)
+    model = CostModel(target)
+    return assemble(graph, model, PlanOptions(), schedule, place(graph, model, schedule))
 
 
 class KernelTimer:
@@ -103,8 +102,8 @@ class KernelTimer:
 
     def __init__(self, target: Target, work_dir: str | Path,
                  options: ProfileOptions | None = None, steps: int = 5) -> None:
-        if target.cpu is None:
-            raise ValueError(f"target {target.name!r} has no CPU to measure on")
+        if target.backend != "cpu":
+            raise ValueError(f"target {target.name!r} has no CPU executor to measure on")
         self.target, self.dir, self.steps = target, Path(work_dir), steps
         self.options = options or ProfileOptions()
         self._times: dict[str, dict[tuple[CpuId, ...], float]] = {}
@@ -149,7 +148,7 @@ def warmed_executor(plan: Plan, folder: str | Path, state: dict | None,
                     feeds: dict[str, np.ndarray]):
     """`plan`'s executor, built under `folder` and loaded, with `state` as its parameters (None:
     a graph without any), after one warm-up step: first-touch pages, caches, thread pools."""
-    ex = load(build(render(plan, folder).dir).dir).Executor()
+    ex = load(build(render(plan, folder)).dir).Executor()
     if state is not None:
         ex.load_params(state)
     ex.step(feeds)

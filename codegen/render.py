@@ -1,4 +1,4 @@
-"""Plan -> source tree of a CPU executor: `render(plan, out_dir)`.
+"""Plan -> source tree of its backend's executor (CPU or CUDA): `render(plan, out_dir)`.
 
 The tree (a Python package once built):
 
@@ -36,7 +36,7 @@ from typing import Any
 import jinja2
 
 from codegen import support
-from codegen.backends import COMMON, backend_for
+from codegen.backends import COMMON, runtime_for
 from codegen.errors import UnsupportedError
 from codegen.layout import ArenaLayout, arena_layout, own_layout
 from planner.errors import PlanError
@@ -44,6 +44,7 @@ from planner.graph.ir import Graph, Node
 from planner.ops import get_op
 from planner.ops.base import TensorType
 from planner.plan import Plan
+from planner.records import Backend
 
 DTYPE_CODES = {"float32": "F32", "float64": "F64", "float16": "F16", "int64": "I64",
                "int32": "I32", "bool": "BOOL"}
@@ -54,11 +55,13 @@ MAX_RANK = 8
 
 @dataclass(frozen=True)
 class RenderedTree:
-    """What `render` wrote: the package name, its folder and its files (name -> text)."""
+    """What `render` wrote: the package name, its folder, its files (name -> text) and the
+    plan's backend (whose runtime `build` links it against)."""
 
     name: str
     dir: Path
     files: dict[str, str]
+    backend: Backend
 
 
 def module_name(text: str) -> str:
@@ -90,13 +93,13 @@ def render(plan: Plan, out_dir: str | Path, name: str | None = None,
     out.mkdir(parents=True, exist_ok=True)
     for fname, text in files.items():
         write_if_changed(out / fname, text)
-    return RenderedTree(name=name, dir=out, files=files)
+    return RenderedTree(name=name, dir=out, files=files, backend=plan.backend)
 
 
 def render_files(plan: Plan, name: str, layout: str = "plan") -> dict[str, str]:
     """The tree's files as text (pure: no file is written). Raises PlanError naming the first
     rule the plan breaks: a plan that does not verify is never compiled."""
-    backend = backend_for(plan)
+    backend = runtime_for(plan)
     graph = plan.graph
     support.check(graph, backend)
     refuse_unverified(plan)

@@ -4,19 +4,19 @@
 compiled (codegen.backends reads the ops from the kernel registrations).
 
 Example:
-    >>> from codegen.backends import BACKENDS
+    >>> from codegen.backends import RUNTIMES
     >>> from planner.zoo import build
-    >>> check(build("mlp", batch=2, hidden=[4], in_features=3, classes=2), BACKENDS["cpu"])
+    >>> check(build("mlp", batch=2, hidden=[4], in_features=3, classes=2), RUNTIMES["cpu"])
 """
 
 from __future__ import annotations
 
-from codegen.backends import Backend
+from codegen.backends import Runtime
 from codegen.errors import UnsupportedError
 from planner.graph.ir import Graph
 
 
-def check(graph: Graph, backend: Backend) -> None:
+def check(graph: Graph, backend: Runtime) -> None:
     """Raise UnsupportedError naming every op type and dtype the backend cannot run (with the
     first node or tensor of each)."""
     if not graph.nodes:

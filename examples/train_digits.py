@@ -65,7 +65,7 @@ def executor_module(graph: Graph, out: Path, say=print):
         warnings.simplefilter("ignore")
         plan = make_plan(graph, detect())
     tree = render(plan, out)
-    result = build_tree(tree.dir, progress=say)
+    result = build_tree(tree, progress=say)
     say(f"{tree.name}: {len(plan.ops)} ops, built in {result.seconds:.1f} s"
         f"{' (cached)' if result.cached else ''}")
     return load(result.dir)

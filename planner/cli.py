@@ -22,10 +22,12 @@ EXIT_INTERNAL_ERROR = 3
 
 
 def build_parser() -> argparse.ArgumentParser:
+    # The one place the planner's commands and code generation's meet: `build`, and the
+    # executors that `profile` measures kernels with (the stages never import codegen).
     from codegen.cli import add_build_commands
     from planner import __version__
     from planner.costs.cli import add_cost_commands
-    from planner.memory.cli import add_memory_commands
+    from planner.fit_cli import add_memory_commands
     from planner.plan_cli import add_plan_commands
     from planner.target.cli import add_target_commands
 
@@ -39,8 +41,16 @@ def build_parser() -> argparse.ArgumentParser:
     add_plan_commands(sub)
     add_build_commands(sub)
     add_memory_commands(sub)
-    add_cost_commands(sub)
+    add_cost_commands(sub, executor_measurers)
     return parser
+
+
+def executor_measurers():
+    """The Measurers `planner profile` runs kernels with: the generated executors."""
+    from codegen.profiling import KernelTimer, profile_in_step
+    from planner.costs.profile import Measurers
+
+    return Measurers(kernel_timer=KernelTimer, in_step=profile_in_step)
 
 
 # ---- planner graph --------------------------------------------------------------------------

@@ -5,12 +5,13 @@
                                                           # count, per conv algorithm
         backend  = BACKENDS[target.backend]               # CPU or GPU: decided here only
         schedule = backend.schedule(graph, model, ...)    # a Schedule record
-        memory   = plan_memory(graph, schedule, ...)      # a MemoryDecision, never a Plan
+        memory   = backend.memory(graph, schedule, ...)   # a MemoryDecision, never a Plan
         plan     = assemble(graph, model, ...)            # summary, bounds, provenance: once
         verify(plan)                                      # the independent checker, always
 
 `decide` is the same without assembly and verification, for searches that plan many graphs
-and keep none (`planner fit`).
+and keep none (`planner fit`); `place` is memory planning alone, for a schedule made
+elsewhere (profiling's placements).
 
 Example:
     >>> from planner.target import preset
@@ -34,7 +35,8 @@ from planner.costs import CostModel, CostTable
 from planner.errors import PlanError
 from planner.graph.ir import Graph
 from planner.memory.decision import MemoryDecision
-from planner.memory.driver import plan_memory
+from planner.memory.driver import cpu_memory
+from planner.memory.gpu import gpu_memory
 from planner.memory.options import MemoryOptions
 from planner.plan import MemoryPlan, OpPlan, Plan, PlanProvenance, PlanTarget, Summary, digest
 from planner.records import Backend, Record
@@ -54,11 +56,16 @@ class PlanOptions(Record):
 
 @dataclass(frozen=True)
 class BackendPlanner:
-    """What differs between backends in planning: the scheduler, and the target's resources
-    a plan names (logical CPUs' cores, or streams)."""
+    """What differs between backends in planning: the scheduler, memory planning, and the
+    target's resources a plan names (logical CPUs' cores, or streams)."""
 
     schedule: Callable[[Graph, CostModel, ScheduleOptions], Schedule]
+    memory: Callable[[Graph, Schedule, CostModel, MemoryOptions], MemoryDecision]
     resources: Callable[[Target], PlanTarget]
+    # The bytes a step may use: host memory, or the GPU's.
+    memory_bytes: Callable[[Target], int]
+    # Whether the arena is held to memory_bytes (a GPU plan meets its budget instead).
+    arena_limited: bool
 
 
 def _cpu_resources(target: Target) -> PlanTarget:
@@ -70,9 +77,17 @@ def _gpu_resources(target: Target) -> PlanTarget:
 
 
 BACKENDS: dict[Backend, BackendPlanner] = {
-    "cpu": BackendPlanner(cpu_schedule, _cpu_resources),
-    "cuda": BackendPlanner(stream_schedule, _gpu_resources),
+    "cpu": BackendPlanner(cpu_schedule, cpu_memory, _cpu_resources,
+                          lambda t: t.host_memory_bytes, arena_limited=True),
+    "cuda": BackendPlanner(stream_schedule, gpu_memory, _gpu_resources,
+                           lambda t: t.gpus[0].memory_bytes, arena_limited=False),
 }
+
+
+def memory_of(target: Target) -> int:
+    """Bytes one step may use on the target's backend: host memory for a CPU target (even one
+    that lists a GPU), the first GPU's for a CUDA target."""
+    return BACKENDS[target.backend].memory_bytes(target)
 
 
 def decide(graph: Graph, target: Target, costs: CostTable | None = None,
@@ -83,7 +98,13 @@ def decide(graph: Graph, target: Target, costs: CostTable | None = None,
     with fewer_collections():
         model = CostModel(target, costs)
         schedule = BACKENDS[target.backend].schedule(graph, model, options.schedule)
-        return model, schedule, plan_memory(graph, schedule, model, options.memory)
+        return model, schedule, place(graph, model, schedule, options.memory)
+
+
+def place(graph: Graph, model: CostModel, schedule: Schedule,
+          options: MemoryOptions | None = None) -> MemoryDecision:
+    """Memory planning of `schedule` by its backend's planner. Raises InfeasibleBudget."""
+    return BACKENDS[schedule.backend].memory(graph, schedule, model, options or MemoryOptions())
 
 
 def plan(graph: Graph, target: Target, costs: CostTable | None = None,
@@ -96,11 +117,12 @@ def plan(graph: Graph, target: Target, costs: CostTable | None = None,
     from planner.limits import check_arena_fits, check_graph_fits
 
     options = options or PlanOptions()
-    check_graph_fits(graph, target)  # nothing to plan, or a graph far beyond the machine
+    # Nothing to plan, or a graph far beyond the machine.
+    check_graph_fits(graph, target, memory_of(target))
     with fewer_collections():
         model, schedule, memory = decide(graph, target, costs, options)
         out = assemble(graph, model, options, schedule, memory)
-        if out.summary.memory is not None:
+        if out.summary.memory is not None and BACKENDS[out.backend].arena_limited:
             check_arena_fits(out.summary.memory.arena_bytes, graph, target)
         if check:
             from planner.verify import verify_plan

@@ -76,8 +76,8 @@ def _run_plan(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
     from planner.costs import load_table
+    from planner.fit_cli import parse_budget
     from planner.load import load_graph, with_loss, write_text
-    from planner.memory.cli import parse_budget
     from planner.memory.options import MemoryOptions
     from planner.pipeline import PlanOptions, plan
     from planner.schedule import ScheduleOptions
@@ -129,10 +129,25 @@ def _read_json(path: str) -> dict[str, Any]:
     return data
 
 
+def technique_curves_of(plan) -> dict | None:
+    """Fig. 10's counterfactual curves for `show --memory`: liveness, + offload, + recompute
+    on the plan's order, replayed by memory planning on the plan's target, for a GPU plan
+    whose target is a preset (a plan names its target, not its whole description); else
+    None (the chart shows the plan's own curve and naive)."""
+    from planner.costs import CostModel
+    from planner.memory.gpu import technique_curves
+    from planner.memory_report import graph_order
+    from planner.target.presets import PRESETS, preset
+
+    if plan.backend != "cuda" or plan.target.name not in PRESETS:
+        return None
+    return technique_curves(plan.graph, graph_order(plan), CostModel(preset(plan.target.name)))
+
+
 def run_show(args: argparse.Namespace) -> int:
     from planner.diff import decisions_line
     from planner.load import write_text
-    from planner.memory.report import format_memory, memory_report, memory_svg
+    from planner.memory_report import format_memory, memory_report, memory_svg
     from planner.plan import load_plan
     from planner.schedule.timeline import timeline_svg
 
@@ -141,7 +156,7 @@ def run_show(args: argparse.Namespace) -> int:
     if args.timeline:
         write_text(args.timeline, timeline_svg(data), force=args.force)
     if args.memory:
-        write_text(args.memory, memory_svg(plan), force=args.force)
+        write_text(args.memory, memory_svg(plan, technique_curves_of(plan)), force=args.force)
     if args.json:
         print(json.dumps({"summary": data["summary"], "by_type": by_type(data),
                           "memory": memory_report(data)}, indent=2, sort_keys=True))

@@ -11,8 +11,7 @@ from pydantic import ValidationError
 
 from planner.errors import PlanError, UserError
 from planner.graph.autodiff import Optimizer, make_training_graph
-from planner.memory import plan_memory
-from planner.pipeline import PlanOptions, decide, plan
+from planner.pipeline import PlanOptions, decide, place, plan
 from planner.plan import SCHEMA, Plan, load_plan
 from planner.schedule import ScheduledOp, ScheduleOptions, cpu_schedule, stream_schedule
 from planner.target import preset
@@ -61,7 +60,7 @@ def test_the_plan_is_the_schedule_and_the_memory_decision_assembled(graph):
     assert p.summary.lower_bound_seconds == schedule.bound.seconds
     assert p.summary.memory == memory.summary
     # The memory planner only decides: the same call gives the same decision.
-    assert plan_memory(graph, schedule, model) == memory
+    assert place(graph, model, schedule) == memory
     assert cpu_schedule(graph, model) == schedule
 
 

@@ -6,7 +6,8 @@ update` (fold an executor's measured op times back into one).
     planner costs update COSTS --from-stats STATS.json --plan PLAN [-o OUT]
 
 Profiling runs the generated kernels of every op signature of GRAPH on this machine's CPUs
-(codegen.profiling), hill climbing over thread counts with compact and spread placements
+(codegen.profiling, which planner/cli.py passes in as the Measurers: the planner's stages
+never import code generation), hill climbing over thread counts with compact and spread placements
 (planner.costs.profile). The table is written after every signature, so an interrupted run
 keeps what it measured and a second run resumes where it stopped. `--in-step` measures every
 op inside the real step instead: one uniform plan per thread count of the grid, built and run,
@@ -21,12 +22,16 @@ import argparse
 import json
 import sys
 import tempfile
+from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from planner.errors import UserError
 
 
-def add_cost_commands(sub: Any) -> None:
+def add_cost_commands(sub: Any, measurers: Callable[[], Any]) -> None:
+    """`planner profile` and `planner costs update`; `measurers()` gives the
+    planner.costs.profile.Measurers that run kernels (called only when profiling)."""
     p = sub.add_parser("profile", help="measure the op kernels of a graph on this machine",
                        description="Runs the generated executor's kernels of every op "
                                    "signature of GRAPH on this machine's CPUs and writes the "
@@ -45,7 +50,7 @@ def add_cost_commands(sub: Any) -> None:
                    help="measure every op inside the training step (one uniform plan per "
                         "thread count) rather than each signature's kernel alone")
     p.add_argument("--json", action="store_true")
-    p.set_defaults(run=run_profile)
+    p.set_defaults(run=partial(run_profile, measurers=measurers))
 
     c = sub.add_parser("costs", help="cost tables: fold measured times back in")
     csub = c.add_subparsers(dest="costs_command", required=True, metavar="ACTION")
@@ -58,12 +63,24 @@ def add_cost_commands(sub: Any) -> None:
     u.set_defaults(run=run_update)
 
 
-def run_profile(args: argparse.Namespace) -> int:
-    from codegen.profiling import KernelTimer
-    from planner.costs.profile import ProfileOptions, profile
+def run_profile(args: argparse.Namespace, measurers: Callable[[], Any]) -> int:
+    """`planner profile`: its inputs, then one of the two ways of measuring (module
+    docstring), the table written and reported."""
+    target, graph, options, table = _profile_inputs(args)
+    measure = measurers()
+    if args.in_step:
+        return _measure_in_step(args, measure, graph, target, options, table)
+    return _measure_kernels(args, measure, graph, target, options, table)
+
+
+def _profile_inputs(args: argparse.Namespace):
+    """(target, graph, options, table to resume) of `planner profile`; UserError for a target
+    that is not this machine, bad options or a table of another target."""
+    from pathlib import Path
+
+    from planner.costs.profile import ProfileOptions
     from planner.costs.records import CostTable, load_table
-    from planner.costs.signature import graph_signatures
-    from planner.load import load_graph, write_text
+    from planner.load import load_graph
     from planner.target.presets import load_target
 
     target = load_target(args.target)
@@ -81,36 +98,46 @@ def run_profile(args: argparse.Namespace) -> int:
     except ValueError as e:
         raise UserError(f"profile options: {e}") from None
     table = CostTable(target=target.name)
-    from pathlib import Path
-
     if Path(args.output).exists():
         table = load_table(args.output)
         if table.target != target.name:
             raise UserError(f"{args.output}: a cost table of {table.target!r}, not of this "
                             f"machine's target {target.name!r}")
+    return target, graph, options, table
 
-    def save(t: CostTable) -> None:
-        write_text(args.output, t.to_json(), force=True)
 
-    if args.in_step:
-        from codegen.profiling import profile_in_step
+def _save(path: str, table) -> None:
+    from planner.load import write_text
 
-        with tempfile.TemporaryDirectory(prefix="planner-profile-") as work:
-            table = profile_in_step(graph, target, work, options, steps=max(1, args.repeats),
-                                    table=table, progress=None if args.json else sys.stderr)
-        save(table)
-        if args.json:
-            print(json.dumps({"output": args.output, "signatures": len(table.entries),
-                              "complete": True}, indent=2, sort_keys=True))
-        else:
-            print(f"wrote {args.output}: {len(table.entries)} signature(s) measured in the step")
-        return 0
+    write_text(path, table.to_json(), force=True)
+
+
+def _measure_in_step(args: argparse.Namespace, measure, graph, target, options, table) -> int:
+    """Every op inside the real step (measure.in_step), the table written once at the end."""
     with tempfile.TemporaryDirectory(prefix="planner-profile-") as work:
-        timer = KernelTimer(target, work, options, steps=max(1, args.repeats))
+        table = measure.in_step(graph, target, work, options, steps=max(1, args.repeats),
+                                table=table, progress=None if args.json else sys.stderr)
+    _save(args.output, table)
+    if args.json:
+        print(json.dumps({"output": args.output, "signatures": len(table.entries),
+                          "complete": True}, indent=2, sort_keys=True))
+    else:
+        print(f"wrote {args.output}: {len(table.entries)} signature(s) measured in the step")
+    return 0
+
+
+def _measure_kernels(args: argparse.Namespace, measure, graph, target, options, table) -> int:
+    """Each signature's kernel alone, hill climbing (planner.costs.profile), the table written
+    after every signature; 130 when interrupted (a second run resumes)."""
+    from planner.costs.profile import profile
+    from planner.costs.signature import graph_signatures
+
+    with tempfile.TemporaryDirectory(prefix="planner-profile-") as work:
+        timer = measure.kernel_timer(target, work, options, steps=max(1, args.repeats))
         run = profile(list(graph_signatures(graph).values()), target, timer, options,
                       table=table, progress=None if args.json else sys.stderr,
-                      checkpoint=save)
-    save(run.table)
+                      checkpoint=partial(_save, args.output))
+    _save(args.output, run.table)
     result = {"output": args.output, "measured": run.measured, "skipped": run.skipped,
               "complete": run.complete, "failures": [list(f) for f in run.failures]}
     if args.json:

@@ -50,6 +50,20 @@ from planner.target.records import AFFINITIES, Affinity, CpuId, Target, affinity
 TimeOp = Callable[[OpSignature, int, tuple[CpuId, ...]], float]
 
 
+@dataclass(frozen=True)
+class Measurers:
+    """What runs kernels for `planner profile`: code generation's executors, which this
+    package does not import (planner/cli.py wires codegen.profiling in).
+
+    kernel_timer(target, work_dir, options, steps) -> a TimeOp measuring each signature alone
+    in_step(graph, target, work_dir, options, steps=, table=, progress=) -> the table with
+        every op measured inside the real step (codegen.profiling.profile_in_step)
+    """
+
+    kernel_timer: Callable[..., TimeOp]
+    in_step: Callable[..., CostTable]
+
+
 class ProfileOptions(Record):
     """How to measure. max_threads=None means every core of the target."""
 

@@ -10,7 +10,7 @@ Any schedule (liveness and offsets):
     layout.py      persistent state at the bottom, the rest by the heuristics, aliases
     decision.py    MemoryDecision and its records (TensorPlan, MemoryOp, ConvChoice, summary)
     assemble.py    TensorPlan records and named edges of placed buffers
-    driver.py      plan_memory: the pass, as named steps
+    driver.py      cpu_memory: the CPU pass, as named steps
     verify.py      an independent O(n^2) check of a plan's buffers
 
 GPU stream schedules under a budget (the compute order and prices: planner.schedule.streams;
@@ -20,17 +20,18 @@ convolution algorithms: planner.costs.convalgo):
     materialize.py the ops, buffers and edges of a state (compute, d2h, h2d streams)
     gpu.py         gpu_memory: decide, place, workspaces, times, the MemoryDecision
     milp.py        the exact MILP (HiGHS) that cross-checks the greedy's recomputation
-    replay.py      run a plan on real bytes against the reference interpreter (the oracle)
 
-Searches and reports:
-    fit.py         `planner fit`: the largest batch or ResNet depth within a budget
-    report.py      summary numbers and seed 001's Fig. 10 as SVG
-    cli.py         the `fit` command and the hooks `plan` and `show` call
+Options:
     options.py     MemoryOptions, byte counts as text
+
+What reads finished plans sits above the stages, beside planner/plan.py: the reports and
+seed 001's Fig. 10 (planner/memory_report.py), running a plan on real bytes against the
+reference interpreter (planner/replay.py); so does `planner fit`, which plans many graphs
+through the whole pipeline (planner/fit.py, its command planner/fit_cli.py).
 """
 
 from planner.errors import InfeasibleBudget  # noqa: F401
 from planner.memory.decision import MemoryDecision  # noqa: F401
-from planner.memory.driver import plan_memory  # noqa: F401
+from planner.memory.driver import cpu_memory  # noqa: F401
 from planner.memory.options import MemoryOptions, format_bytes, parse_bytes  # noqa: F401
 from planner.memory.verify import verify_memory_data  # noqa: F401

@@ -57,7 +57,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from planner.memory.stash import Stash
+from planner.memory.stash import Segment, Stash
 
 # Weight of an overlapped copy's time in its cost: offloads are nearly free when hidden.
 OFFLOAD_WEIGHT = 0.01
@@ -79,6 +79,18 @@ class Move:
     saving: int = 0
     # No key can drop by more than this (the bytes the move frees at most).
     bound: int = 0
+
+
+def source_reads(stash: Stash, segment: Segment) -> dict[str, list[int]]:
+    """Per source of `segment` (a tensor its ops read that is not one of its members), the
+    keys at which recomputing the segment reads it, in op order: what keeps the source live
+    (State.kept_longer)."""
+    out: dict[str, list[int]] = {}
+    for op in segment.ops:
+        for i in op.inputs:
+            if i in stash.uses and i not in segment.members:
+                out.setdefault(i, []).append(op.key)
+    return out
 
 
 class State:
@@ -142,6 +154,13 @@ class State:
                     (int(st.group_start[self.fetch[t]]), max(bwd))]
         last = max([lf, *bwd, st.keys - 1 if u.output else lf])
         return [(w, last)]
+
+    def kept_longer(self, t: str, read_key: int) -> tuple[int, int] | None:
+        """The segment-lifetime rule: a recompute that reads source t at `read_key` keeps t's
+        bytes live past its lifetime in this state, over keys [a, z] (None: within it). The
+        greedy's windows, `apply` and the MILP that cross-checks them all use this."""
+        last = self.lifetime(t)[-1][1]
+        return (last + 1, read_key) if read_key > last else None
 
     def _refresh(self, t: str) -> None:
         for a, z in self.spans.get(t, []):
@@ -250,15 +269,10 @@ class State:
                 lo.append(a), hi.append(z), size.append(st.uses[t].bytes), seg.append(g.id)
             for c in g.copies:
                 lo.append(c.first), hi.append(c.last), size.append(-c.bytes), seg.append(g.id)
-            reads: dict[str, int] = {}
-            for op in g.ops:
-                for i in op.inputs:
-                    if i in st.uses and i not in g.members:
-                        reads[i] = max(reads.get(i, -1), op.key)
-            for i, k in reads.items():
-                last = self.lifetime(i)[-1][1]
-                if k > last:
-                    lo.append(last + 1), hi.append(k), size.append(-st.uses[i].bytes)
+            for i, keys in source_reads(st, g).items():
+                span = self.kept_longer(i, max(keys))
+                if span is not None:
+                    lo.append(span[0]), hi.append(span[1]), size.append(-st.uses[i].bytes)
                     seg.append(g.id)
         self.win_lo, self.win_hi = np.array(lo, dtype=np.int64), np.array(hi, dtype=np.int64)
         self.win_bytes, self.win_seg = np.array(size, dtype=np.int64), np.array(seg,
@@ -353,11 +367,9 @@ class State:
         for t in g.stashed:
             self.mode[t] = "drop"
         touched = set(g.stashed)
-        for op in g.ops:
-            for i in op.inputs:
-                if i in st.uses and i not in g.members:
-                    self.extra.setdefault(i, []).append(op.key)
-                    touched.add(i)
+        for i, keys in source_reads(st, g).items():
+            self.extra.setdefault(i, []).extend(keys)
+            touched.add(i)
         for t in sorted(touched):
             if self.mode.get(t) == "offload":
                 # The prefetch must now land before the first recompute that reads it.

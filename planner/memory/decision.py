@@ -1,6 +1,7 @@
 """The memory decision: what memory planning decides for a Schedule, before Plan assembly.
 
-`plan_memory` (planner.memory.driver) returns one; it never builds a Plan. It holds
+`cpu_memory` and `gpu_memory` (planner.memory.driver, planner.memory.gpu) return one; neither
+ever builds a Plan. It holds
 
     tensors    every buffer: the graph tensor it holds (or "" for a workspace or scratch),
                bytes, arena offset, placement (device / host) and lifetime

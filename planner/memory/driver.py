@@ -1,6 +1,6 @@
-"""`plan_memory`: a Schedule -> the MemoryDecision that places every buffer. The CPU pass, as
-named steps (GPU schedules go to planner.memory.gpu, which adds offload, recompute and
-convolution workspaces under a budget):
+"""`cpu_memory`: a CPU Schedule -> the MemoryDecision that places every buffer, as named steps
+(the pipeline's backend table sends GPU schedules to planner.memory.gpu instead, which adds
+offload, recompute and convolution workspaces under a budget):
 
     order       happens-before reachability from the schedule's edges  (order.HappensBefore)
     liveness    one buffer per tensor, lifetimes from the schedule       (liveness.graph_buffers)
@@ -19,7 +19,7 @@ Example:
     >>> from planner.zoo import build
     >>> g = build("mlp", batch=2, hidden=[4], in_features=3, classes=2)
     >>> model = CostModel(preset("xeon-8180"))
-    >>> d = plan_memory(g, cpu_schedule(g, model, ScheduleOptions(strategy="paper")), model)
+    >>> d = cpu_memory(g, cpu_schedule(g, model, ScheduleOptions(strategy="paper")), model)
     >>> m = d.summary
     >>> m.arena_bytes >= m.load_bytes
     True
@@ -56,20 +56,13 @@ from planner.ops.base import TensorType
 from planner.schedule.record import Schedule, ScheduledOp
 
 
-def plan_memory(graph: Graph, schedule: Schedule, model: CostModel | None = None,
-                options: MemoryOptions | None = None) -> MemoryDecision:
-    """Where every buffer of `schedule` lives (module docstring).
-
-    `model` prices what a budget makes GPU memory planning add (recompute, offload, algorithms).
+def cpu_memory(graph: Graph, schedule: Schedule, model: CostModel | None = None,
+               options: MemoryOptions | None = None) -> MemoryDecision:
+    """Where every buffer of the CPU `schedule` lives (module docstring). `model` is unused: the
+    signature is the pipeline's backend table's (GPU memory planning prices what it adds).
     Raises InfeasibleBudget (a ValueError naming the smallest feasible budget).
     """
     options = options or MemoryOptions()
-    if schedule.backend == "cuda":
-        from planner.memory.gpu import gpu_memory
-
-        if model is None:
-            raise ValueError("GPU memory planning needs the cost model of its target")
-        return gpu_memory(graph, schedule, model, options)
     ops = list(schedule.ops)
     times = schedule_of(ops)
     # The schedule's edges alone: the executor waits on them, not on deps (planner.plan).

@@ -79,6 +79,24 @@ def gpu_memory(graph: Graph, schedule: Schedule, model: CostModel,
     return decide_memory(graph, gpu_solve(graph, model, options, compute_order(schedule)))
 
 
+def technique_curves(graph: Graph, order: list[str], model: CostModel) -> dict[str, np.ndarray]:
+    """Seed 001's Fig. 10 counterfactuals: live device bytes per step of `order` (graph node
+    names) with liveness alone, then with every offload that lowers the peak, then with every
+    recompute too, by the same greedy that plans GPU memory (no budget: each technique until
+    it lowers the peak no more)."""
+    stash = analyze(compute_steps(graph, model, order))
+    gpu = model.target.gpus[0]
+    out = {}
+    for name, offload, recompute in (("liveness", False, False), ("+ offload", True, False),
+                                     ("+ recompute", True, True)):
+        state = State(stash, gpu.host_link_bandwidth, offload=offload, recompute=recompute,
+                      host_limit=gpu.pinned_host_limit_bytes)
+        while (move := state.best_move()) is not None:
+            state.apply(move)
+        out[name] = state.profile[stash.key_of_step] + stash.persistent_bytes
+    return out
+
+
 def compute_order(schedule: Schedule) -> list[str]:
     """Graph node names in the schedule's compute-stream order."""
     return [op.name for op in schedule.ops if op.stream == STREAMS[0]]

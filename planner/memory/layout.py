@@ -100,14 +100,6 @@ def place(buffers: Sequence[Buffer], alignment: int = 64,
     return offsets, arena, host, heuristic
 
 
-def free_at(buffers: Sequence[Buffer], offsets: Sequence[int], time: float,
-            alignment: int = 1) -> tuple[list[tuple[int, int]], int]:
-    """Free device byte ranges [lo, hi) between the buffers live at `time`, and the top of
-    them (the first byte above every live buffer)."""
-    gap_lo, gap_hi, top = FreeBytes(buffers, offsets, alignment).at(time)
-    return [(int(a), int(b)) for a, b in zip(gap_lo, gap_hi, strict=True)], top
-
-
 class FreeBytes:
     """Free device byte ranges at any time, for many queries over one layout. Buffers live
     for the whole step (stacked at the bottom by `place`) form a floor below every gap."""

@@ -42,7 +42,7 @@ from dataclasses import dataclass
 import highspy
 import numpy as np
 
-from planner.memory.budget import Move, State, cheapest_stop
+from planner.memory.budget import Move, State, cheapest_stop, source_reads
 from planner.memory.stash import Stash
 
 
@@ -95,17 +95,13 @@ def recompute_milp(stash: Stash, budget: int, time_limit: float = 10.0) -> Recom
         # The segment's own effect, without the sources it keeps alive (modelled by z).
         alone.apply(Move("recompute", segment=g.id, cost=0.0, saving=1))
         delta = alone.profile - base.profile
-        ext: dict[str, int] = {}
-        for op in g.ops:
-            for i in op.inputs:
-                if i in stash.uses and i not in g.members:
-                    ext[i] = max(ext.get(i, -1), op.key)
-        for src, last in ext.items():
-            own = base.lifetime(src)[-1][1]
-            if last > own:
-                delta[own + 1:last + 1] -= stash.uses[src].bytes
+        # The sources the recompute keeps live longer: z's, so taken out of its own delta.
+        longer = {src: span for src, keys in source_reads(stash, g).items()
+                  if (span := base.kept_longer(src, max(keys))) is not None}
+        for src, (first, last) in longer.items():
+            delta[first:last + 1] -= stash.uses[src].bytes
         deltas.append(delta)
-        reads.append({s: k for s, k in ext.items() if k > base.lifetime(s)[-1][1]})
+        reads.append(longer)
     h = highspy.Highs()
     h.setOptionValue("output_flag", False)
     h.setOptionValue("time_limit", float(time_limit))
@@ -118,9 +114,8 @@ def recompute_milp(stash: Stash, budget: int, time_limit: float = 10.0) -> Recom
         h.changeColCost(g.id, g.seconds * 1e6)  # microseconds: well above the tolerances
     z: dict[tuple[str, int], int] = {}
     for gid, r in enumerate(reads):
-        for src, last in r.items():
-            own = base.lifetime(src)[-1][1]
-            for k in range(own + 1, last + 1):
+        for src, (first, last) in r.items():
+            for k in range(first, last + 1):
                 if (src, k) not in z:
                     z[(src, k)] = h.getNumCol()
                     h.addVar(0.0, 1.0)

@@ -2,7 +2,7 @@
 
 Where [cond, a, b] -> y = a where cond else b, all three broadcasting as numpy. cond may be bool,
 or a number (float32, int64: non-zero is true, so a NaN condition is true, as numpy's) since the
-CPU executor moves float32 and int64 (and reads bool inputs). a and b share a dtype, which y keeps.
+executors move float32 and int64 (and read bool inputs). a and b share a dtype, which y keeps.
 Gradients: da = sum_to(Where(cond, dy, 0)), db = sum_to(Where(cond, 0, dy)); cond gets none.
 
 CausalMask [x] attrs value -> y: over the last two axes (rows i, columns j), y = x where j <= i,

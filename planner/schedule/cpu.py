@@ -134,102 +134,157 @@ def optimized(costs: OpCosts, preds: Sequence[Sequence[int]], op_types: Sequence
               groups: tuple[tuple[int, ...], ...], smt: bool, cores: int,
               options: ScheduleOptions, timed,
               durations: Sequence[float] = (), baselines: bool = True) -> list[Placement]:
-    """The best simulated schedule of the search described in planner.schedule.optimized.
+    """The best simulated schedule of the search described in planner.schedule.optimized, as
+    named phases; every candidate is kept in one list, in the order tried (ties: the first).
 
     `durations`: the allotment relaxation's per-node durations (bound.py); none, no
     relaxation-guided candidates."""
-    n = len(preds)
-    times = costs.time_lists
-    fastest = costs.fastest_seconds
-    bottom = bottom_levels(fastest, preds)
-    top = top_levels(fastest, preds)
-    cp = max(bottom, default=0.0)
-    critical = [top[i] + bottom[i] >= cp * (1 - 1e-9) for i in range(n)]
-    group_min = options.group_min if options.grouping else None
-
-    ran: dict[tuple, tuple[float, list[Placement]]] = {}
-
-    def run(allot: Sequence[int], use_smt: bool, jitter: Sequence[float] | None = None,
-            widen: Widen = "fill", blend: float = 0.0) -> tuple[float, list[Placement]]:
-        # A list schedule is a function of these: the same candidate twice runs once.
-        key = (tuple(allot), use_smt, widen, blend)
-        if jitter is None and key in ran:
-            return ran[key]
-        # Priority: bottom levels at the allotted times (the path the schedule will run), or
-        # at a blend of those and the relaxation's durations (`blend` of the latter).
-        at = [times[i][allot[i] - 1] for i in range(n)]
-        if blend:
-            at = [(1 - blend) * a + blend * d for a, d in zip(at, durations, strict=True)]
-        prio = bottom_levels(at, preds)
-        if jitter is not None:
-            prio = [b * j for b, j in zip(prio, jitter, strict=True)]
-        out = timed(list_moldable(costs, preds, prio, allot, groups, use_smt,
-                                  options.smt_slowdown, group_min, widen=widen))
-        if jitter is None:
-            ran[key] = out
-        return out
-
-    # The baselines: the uniform grid's whole-machine lanes (intra x inter = cores:
-    # TensorFlow's recommendation and its inter-op variants) and the paper's strategy. The
-    # optimized plan is never predicted slower than any of them, and is one of them unless
-    # the search's own schedule wins by options.min_gain.
-    fallbacks = ([timed(uniform(costs, preds, groups, a, b)) for a, b in grid_pairs(cores)
-                  if a * b == cores]
-                 + [timed(paper(costs, preds, op_types, groups, smt, options))]
+    search = Search(costs, preds, groups, options, timed, durations)
+    fallbacks = (baseline_runs(costs, preds, op_types, groups, smt, cores, options, timed)
                  if baselines else [])
-    allots = [allot_all(costs, stretch, critical)
-              for stretch in sorted({*options.stretches, options.stretch})]
-    if len(durations) == n:
-        allots += [relaxed_allotment(costs, durations, scale) for scale in options.relaxed_scales]
-    results = [run(allot, False) for allot in allots]
-    best_at = min(range(len(results)), key=lambda r: results[r][0])
-    allot, use_smt, widen = allots[best_at], False, "fill"
-    results.append(run(allot, False, widen="last"))
-    if results[-1][0] < results[best_at][0]:
-        best_at, widen = len(results) - 1, "last"
-    if smt and options.smt:
-        results.append(run(allot, True, widen=widen))
-        use_smt = results[-1][0] < results[best_at][0]
-    # Refinement: ops the best schedule ran late (started after their latest start at the
-    # bound's pace) get their fastest allotment.
-    best_step, best_allot = min(r[0] for r in results), allot
-    widened: set[int] = set()
-    for _ in range(options.refine_rounds):
-        step, ps = min(results, key=lambda r: r[0])
-        late = _late_ops(ps, bottom, step) - widened
-        if not late:
-            break
-        widened |= late
-        allot = [costs.best_prefix[i][-1] if i in widened else a for i, a in enumerate(allot)]
-        results.append(run(allot, use_smt, widen=widen))
-        if results[-1][0] < best_step:
-            best_step, best_allot = results[-1][0], allot
-    # Allotment moves: the heaviest ops' thread counts, one op at a time, kept where the whole
-    # schedule gets shorter (a long op on all cores can leave room for one that would otherwise
-    # run later beside the critical path, as LSTM's two softmax gradient MatMuls).
-    allot = best_allot
-    runs = options.allot_moves
-    for i in heaviest(costs, allot, options.move_share):
-        if runs <= 0:
-            break
-        for k in moves(costs, i, allot[i])[:runs]:
-            runs -= 1
-            tried = [k if j == i else a for j, a in enumerate(allot)]
-            results.append(run(tried, use_smt, widen="fill"))
-            if results[-1][0] < best_step * (1 - 1e-9):
-                best_step, allot = results[-1][0], tried
-                break
-    if len(durations) == n:
-        for blend in options.priority_blends:
-            results.append(run(allot, use_smt, widen="fill", blend=blend))
-    rng = np.random.default_rng(0)
-    for _ in range(options.search_rounds):
-        results.append(run(allot, use_smt, 1.0 + 0.1 * rng.random(n), widen))
-    own = min(results, key=lambda r: r[0])
+    allot, use_smt, widen = search.first_allotment(smt and options.smt)
+    allot, best_step = search.widen_late_ops(allot, use_smt, widen)
+    allot = search.move_heaviest(allot, use_smt, best_step)
+    search.blend_priorities(allot, use_smt)
+    search.jitter_priorities(allot, use_smt, widen)
+    own = min(search.results, key=lambda r: r[0])
     if not fallbacks:
         return own[1]
     base = min(fallbacks, key=lambda r: r[0])
     return own[1] if own[0] <= base[0] * (1.0 - options.min_gain) else base[1]
+
+
+Run = tuple[float, list[Placement]]
+
+
+def baseline_runs(costs: OpCosts, preds: Sequence[Sequence[int]], op_types: Sequence[str],
+                  groups: tuple[tuple[int, ...], ...], smt: bool, cores: int,
+                  options: ScheduleOptions, timed) -> list[Run]:
+    """The baselines: the uniform grid's whole-machine lanes (intra x inter = cores:
+    TensorFlow's recommendation and its inter-op variants) and the paper's strategy. The
+    optimized plan is never predicted slower than any of them, and is one of them unless the
+    search's own schedule wins by options.min_gain."""
+    return ([timed(uniform(costs, preds, groups, a, b)) for a, b in grid_pairs(cores)
+             if a * b == cores]
+            + [timed(paper(costs, preds, op_types, groups, smt, options))])
+
+
+class Search:
+    """The optimized search's candidates: `run` list-schedules and simulates one (each distinct
+    candidate once), `results` holds every run in the order tried; each phase is a method."""
+
+    def __init__(self, costs: OpCosts, preds: Sequence[Sequence[int]],
+                 groups: tuple[tuple[int, ...], ...], options: ScheduleOptions, timed,
+                 durations: Sequence[float]) -> None:
+        self.costs, self.preds, self.groups, self.options = costs, preds, groups, options
+        self.timed, self.durations = timed, durations
+        self.n = len(preds)
+        self.relaxed = len(durations) == self.n
+        fastest = costs.fastest_seconds
+        self.bottom = bottom_levels(fastest, preds)
+        top = top_levels(fastest, preds)
+        cp = max(self.bottom, default=0.0)
+        self.critical = [top[i] + self.bottom[i] >= cp * (1 - 1e-9) for i in range(self.n)]
+        self.group_min = options.group_min if options.grouping else None
+        self.results: list[Run] = []
+        self._ran: dict[tuple, Run] = {}
+
+    def run(self, allot: Sequence[int], use_smt: bool, jitter: Sequence[float] | None = None,
+            widen: Widen = "fill", blend: float = 0.0) -> Run:
+        """The simulated list schedule of an allotment, appended to `results`."""
+        # A list schedule is a function of these: the same candidate twice runs once.
+        key = (tuple(allot), use_smt, widen, blend)
+        if jitter is None and key in self._ran:
+            self.results.append(self._ran[key])
+            return self._ran[key]
+        # Priority: bottom levels at the allotted times (the path the schedule will run), or
+        # at a blend of those and the relaxation's durations (`blend` of the latter).
+        times = self.costs.time_lists
+        at = [times[i][allot[i] - 1] for i in range(self.n)]
+        if blend:
+            at = [(1 - blend) * a + blend * d for a, d in zip(at, self.durations, strict=True)]
+        prio = bottom_levels(at, self.preds)
+        if jitter is not None:
+            prio = [b * j for b, j in zip(prio, jitter, strict=True)]
+        out = self.timed(list_moldable(self.costs, self.preds, prio, allot, self.groups,
+                                       use_smt, self.options.smt_slowdown, self.group_min,
+                                       widen=widen))
+        if jitter is None:
+            self._ran[key] = out
+        self.results.append(out)
+        return out
+
+    def first_allotment(self, try_smt: bool) -> tuple[list[int], bool, Widen]:
+        """Every candidate allotment (each stretch over the critical path, each scale of the
+        relaxation); the best, then widened at its last ready op instead of any, then on SMT
+        siblings. Returns (allotment, SMT or not, widening) of the best."""
+        costs, options = self.costs, self.options
+        allots = [allot_all(costs, stretch, self.critical)
+                  for stretch in sorted({*options.stretches, options.stretch})]
+        if self.relaxed:
+            allots += [relaxed_allotment(costs, self.durations, scale)
+                       for scale in options.relaxed_scales]
+        steps = [self.run(allot, False)[0] for allot in allots]
+        best_at = min(range(len(steps)), key=lambda r: steps[r])
+        allot, use_smt, widen, best = allots[best_at], False, "fill", steps[best_at]
+        last = self.run(allot, False, widen="last")[0]
+        if last < best:
+            best, widen = last, "last"
+        if try_smt:
+            use_smt = self.run(allot, True, widen=widen)[0] < best
+        return allot, use_smt, widen
+
+    def widen_late_ops(self, allot: list[int], use_smt: bool, widen: Widen
+                       ) -> tuple[list[int], float]:
+        """Refinement: ops the best schedule so far ran late (started after their latest start
+        at the bound's pace) get their fastest allotment, for options.refine_rounds rounds.
+        Returns the best allotment and the best step of every run so far."""
+        best_step, best_allot = min(r[0] for r in self.results), allot
+        widened: set[int] = set()
+        for _ in range(self.options.refine_rounds):
+            step, ps = min(self.results, key=lambda r: r[0])
+            late = _late_ops(ps, self.bottom, step) - widened
+            if not late:
+                break
+            widened |= late
+            allot = [self.costs.best_prefix[i][-1] if i in widened else a
+                     for i, a in enumerate(allot)]
+            tried = self.run(allot, use_smt, widen=widen)[0]
+            if tried < best_step:
+                best_step, best_allot = tried, allot
+        return best_allot, best_step
+
+    def move_heaviest(self, allot: list[int], use_smt: bool, best_step: float) -> list[int]:
+        """Allotment moves: the heaviest ops' thread counts, one op at a time, kept where the
+        whole schedule gets shorter (a long op on all cores can leave room for one that would
+        otherwise run later beside the critical path, as LSTM's two softmax gradient
+        MatMuls); options.allot_moves runs at most."""
+        runs = self.options.allot_moves
+        for i in heaviest(self.costs, allot, self.options.move_share):
+            if runs <= 0:
+                break
+            for k in moves(self.costs, i, allot[i])[:runs]:
+                runs -= 1
+                tried = [k if j == i else a for j, a in enumerate(allot)]
+                step = self.run(tried, use_smt, widen="fill")[0]
+                if step < best_step * (1 - 1e-9):
+                    best_step, allot = step, tried
+                    break
+        return allot
+
+    def blend_priorities(self, allot: list[int], use_smt: bool) -> None:
+        """The allotment with priorities blended toward the relaxation's durations
+        (options.priority_blends), when there is a relaxation."""
+        if self.relaxed:
+            for blend in self.options.priority_blends:
+                self.run(allot, use_smt, widen="fill", blend=blend)
+
+    def jitter_priorities(self, allot: list[int], use_smt: bool, widen: Widen) -> None:
+        """options.search_rounds runs with priorities jittered by up to 10%, seeded (plans
+        stay byte-identical)."""
+        rng = np.random.default_rng(0)
+        for _ in range(self.options.search_rounds):
+            self.run(allot, use_smt, 1.0 + 0.1 * rng.random(self.n), widen)
 
 
 def heaviest(costs: OpCosts, allot: Sequence[int], share: float) -> list[int]:

@@ -60,11 +60,6 @@ def allotment(times: np.ndarray, stretch: float) -> int:
     return int(np.argmax(times <= times.min() * stretch)) + 1
 
 
-def best_upto(times: np.ndarray, limit: int) -> int:
-    """Fewest threads reaching the shortest time with at most `limit` threads."""
-    return int(np.argmin(times[:limit])) + 1
-
-
 Widen = Literal["", "last", "fill"]
 # Ops that take more threads than allotted, up to the free cores that would idle until the first
 # running op ends (no op can become ready before then): "" none, "last" the last ready op only,

@@ -119,119 +119,147 @@ def simulate(placements: Sequence[Placement], preds: Sequence[Sequence[int]], co
 
 def _shared(placements: Sequence[Placement], blocked: list[int], unblocks: list[list[int]],
             cores: int, f: float) -> SimResult:
-    """The event loop with SMT interference (module docstring)."""
-    n = len(placements)
-    seconds = [p.seconds for p in placements]
-    slot_of = [1 if p.smt else 0 for p in placements]
-    starts = [0.0] * n
-    ends = [0.0] * n
-    # occupant[c][s]: the running placement on slot s of core c, or -1.
-    occupant = [[-1, -1] for _ in range(cores)]
-    busy = [0.0] * cores
-    busy_since = [0.0] * cores
-    # Per running placement: progress of its threads that have ever shared their core (the
-    # others progress at full pace since the start), the cores shared now, and when the progress
-    # was last brought up to date.
-    progress: list[dict[int, float]] = [{} for _ in range(n)]
-    shared: list[frozenset[int]] = [frozenset()] * n
-    mark = [0.0] * n
-    version = [0] * n
-    heap: list[tuple[float, int, int]] = []
-    counts: list[int] = []
-    running = 0
-    now = 0.0
-    done = 0
-
-    def advance(i: int) -> None:
-        # Bring the shared-ever threads' progress up to `now` under the sharing since `mark`.
-        dt = now - mark[i]
-        if dt > 0.0:
-            prog, sh, s = progress[i], shared[i], seconds[i]
-            for c, p in prog.items():
-                prog[c] = min(s, p + (dt / f if c in sh else dt))
-        mark[i] = now
-
-    def project(i: int) -> None:
-        # Predicted end if the sharing stays as it is now: the slowest thread's end.
-        prog, sh, s = progress[i], shared[i], seconds[i]
-        end = starts[i] + s if len(prog) < len(placements[i].cores) else now
-        for c, p in prog.items():
-            t = now + (s - p) * (f if c in sh else 1.0)
-            if t > end:
-                end = t
-        version[i] += 1
-        heapq.heappush(heap, (end, i, version[i]))
-
-    def reshare(i: int) -> None:
-        advance(i)
-        other = 1 - slot_of[i]
-        now_shared = frozenset(c for c in placements[i].cores if occupant[c][other] >= 0)
-        prog = progress[i]
-        for c in now_shared:
-            if c not in prog:
-                prog[c] = min(seconds[i], now - starts[i])
-        shared[i] = now_shared
-        project(i)
-
-    def neighbours(i: int) -> list[int]:
-        other = 1 - slot_of[i]
-        return sorted({occupant[c][other] for c in placements[i].cores
-                       if occupant[c][other] >= 0})
-
-    def start(i: int) -> None:
-        nonlocal running
-        starts[i] = mark[i] = now
-        s = slot_of[i]
-        for c in placements[i].cores:
-            if occupant[c][0] < 0 and occupant[c][1] < 0:
-                busy_since[c] = now
-            occupant[c][s] = i
-        running += 1
-        reshare(i)
-        for j in neighbours(i):
-            reshare(j)
-        counts.append(running)
-
-    def finish(i: int) -> None:
-        nonlocal running, done
-        ends[i] = now
-        s = slot_of[i]
-        near = neighbours(i)
-        for c in placements[i].cores:
-            occupant[c][s] = -1
-            if occupant[c][0] < 0 and occupant[c][1] < 0:
-                busy[c] += now - busy_since[c]
-        version[i] += 1
-        running -= 1
-        done += 1
-        for j in near:
-            reshare(j)
-        counts.append(running)
-
-    for i in range(n):
+    """The event loop with SMT interference (module docstring): start what is unblocked, then
+    finish the earliest projected ends (those within EPSILON together) and start what they
+    unblock, until nothing runs."""
+    sim = SharedCores(placements, cores, f)
+    for i in range(len(placements)):
         if blocked[i] == 0:
-            start(i)
-    while heap:
-        end, i, v = heapq.heappop(heap)
-        if v != version[i]:
-            continue
-        now = max(now, end)
-        finished = [i]
-        limit = end + EPSILON * max(abs(end), 1.0)
-        while heap and heap[0][0] <= limit:
-            _, j, w = heapq.heappop(heap)
-            if w == version[j]:
-                finished.append(j)
+            sim.start(i)
+    while (finished := sim.next_ends()):
         newly: list[int] = []
         for i in sorted(finished):
-            finish(i)
+            sim.finish(i)
             for j in unblocks[i]:
                 blocked[j] -= 1
                 if blocked[j] == 0:
                     newly.append(j)
         for j in sorted(newly):
-            start(j)
-    return sim_result(starts, ends, busy, counts, cores, blocked, done == n)
+            sim.start(j)
+    return sim_result(sim.starts, sim.ends, sim.busy, sim.counts, cores, blocked,
+                      sim.done == len(placements))
+
+
+class SharedCores:
+    """The state of the SMT event loop: which placement runs on each hardware thread of each
+    core, each running placement's progress, and its projected end (a heap entry per
+    projection; a newer projection makes the older stale by `version`)."""
+
+    def __init__(self, placements: Sequence[Placement], cores: int, f: float) -> None:
+        n = len(placements)
+        self.placements, self.f = placements, f
+        self.seconds = [p.seconds for p in placements]
+        self.slot_of = [1 if p.smt else 0 for p in placements]
+        self.starts = [0.0] * n
+        self.ends = [0.0] * n
+        # occupant[c][s]: the running placement on slot s of core c, or -1.
+        self.occupant = [[-1, -1] for _ in range(cores)]
+        self.busy = [0.0] * cores
+        self.busy_since = [0.0] * cores
+        # Per running placement: progress of its threads that have ever shared their core
+        # (the others progress at full pace since the start), the cores shared now, and when
+        # the progress was last brought up to date.
+        self.progress: list[dict[int, float]] = [{} for _ in range(n)]
+        self.shared: list[frozenset[int]] = [frozenset()] * n
+        self.mark = [0.0] * n
+        self.version = [0] * n
+        self.heap: list[tuple[float, int, int]] = []
+        self.counts: list[int] = []
+        self.running = 0
+        self.now = 0.0
+        self.done = 0
+
+    def next_ends(self) -> list[int]:
+        """The placements whose projected end is the earliest (within EPSILON of it), `now`
+        moved there; [] when nothing runs."""
+        heap, version = self.heap, self.version
+        while heap:
+            end, i, v = heapq.heappop(heap)
+            if v != version[i]:
+                continue
+            self.now = max(self.now, end)
+            finished = [i]
+            limit = end + EPSILON * max(abs(end), 1.0)
+            while heap and heap[0][0] <= limit:
+                _, j, w = heapq.heappop(heap)
+                if w == version[j]:
+                    finished.append(j)
+            return finished
+        return []
+
+    def advance(self, i: int) -> None:
+        """Bring i's shared-ever threads' progress up to `now` under the sharing since its
+        mark."""
+        now = self.now
+        dt = now - self.mark[i]
+        if dt > 0.0:
+            prog, sh, s, f = self.progress[i], self.shared[i], self.seconds[i], self.f
+            for c, p in prog.items():
+                prog[c] = min(s, p + (dt / f if c in sh else dt))
+        self.mark[i] = now
+
+    def project(self, i: int) -> None:
+        """Push i's predicted end if the sharing stays as it is now: its slowest thread's."""
+        now, f = self.now, self.f
+        prog, sh, s = self.progress[i], self.shared[i], self.seconds[i]
+        end = self.starts[i] + s if len(prog) < len(self.placements[i].cores) else now
+        for c, p in prog.items():
+            t = now + (s - p) * (f if c in sh else 1.0)
+            if t > end:
+                end = t
+        self.version[i] += 1
+        heapq.heappush(self.heap, (end, i, self.version[i]))
+
+    def reshare(self, i: int) -> None:
+        """i's sharing changed: its progress so far, the cores it shares now, its new end."""
+        self.advance(i)
+        now, occupant = self.now, self.occupant
+        other = 1 - self.slot_of[i]
+        now_shared = frozenset(c for c in self.placements[i].cores if occupant[c][other] >= 0)
+        prog = self.progress[i]
+        for c in now_shared:
+            if c not in prog:
+                prog[c] = min(self.seconds[i], now - self.starts[i])
+        self.shared[i] = now_shared
+        self.project(i)
+
+    def neighbours(self, i: int) -> list[int]:
+        """The placements on the other hardware thread of i's cores."""
+        other, occupant = 1 - self.slot_of[i], self.occupant
+        return sorted({occupant[c][other] for c in self.placements[i].cores
+                       if occupant[c][other] >= 0})
+
+    def start(self, i: int) -> None:
+        """i starts now; it and its neighbours reshare their cores."""
+        now, occupant = self.now, self.occupant
+        self.starts[i] = self.mark[i] = now
+        s = self.slot_of[i]
+        for c in self.placements[i].cores:
+            if occupant[c][0] < 0 and occupant[c][1] < 0:
+                self.busy_since[c] = now
+            occupant[c][s] = i
+        self.running += 1
+        self.reshare(i)
+        for j in self.neighbours(i):
+            self.reshare(j)
+        self.counts.append(self.running)
+
+    def finish(self, i: int) -> None:
+        """i ends now; its cores' busy time, and its neighbours reshare."""
+        now, occupant = self.now, self.occupant
+        self.ends[i] = now
+        s = self.slot_of[i]
+        near = self.neighbours(i)
+        for c in self.placements[i].cores:
+            occupant[c][s] = -1
+            if occupant[c][0] < 0 and occupant[c][1] < 0:
+                self.busy[c] += now - self.busy_since[c]
+        self.version[i] += 1
+        self.running -= 1
+        self.done += 1
+        for j in near:
+            self.reshare(j)
+        self.counts.append(self.running)
 
 
 def _exclusive(placements: Sequence[Placement], blocked: list[int],

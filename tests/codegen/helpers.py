@@ -46,7 +46,7 @@ def build_module(graph: Graph, folder: Path, backend: str = "cpu", layout: str =
     bytes, so that every value can be read back after a step."""
     planned = gpu_plan(graph) if backend == "cuda" else host_plan(graph)
     tree = render(planned, folder, layout=layout)
-    return load(build(tree.dir).dir)
+    return load(build(tree).dir)
 
 
 def start_state(graph: Graph, seed: int = 1) -> dict[str, np.ndarray]:

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from codegen import support
-from codegen.backends import BACKENDS
+from codegen.backends import RUNTIMES
 from codegen.errors import UnsupportedError
 from planner.graph import check_graph
 from planner.graph.ir import Graph
@@ -32,7 +32,7 @@ def runnable(results: list[Outcome]) -> list[int]:
         if not r.passed:
             continue
         try:
-            support.check(r.graph, BACKENDS["cpu"])
+            support.check(r.graph, RUNTIMES["cpu"])
         except UnsupportedError:
             continue
         out.append(k)

@@ -15,10 +15,10 @@ from tests.codegen.helpers import host_plan
 def test_unchanged_plan_rebuilds_from_cache_in_under_a_second(mlp_module, mlp_graph, tmp_path):
     plan = host_plan(mlp_graph)
     tree = render(plan, tmp_path / "again")
-    first = build(tree.dir)
+    first = build(tree)
     start = time.perf_counter()
     render(plan, tmp_path / "again")
-    second = build(tree.dir)
+    second = build(tree)
     assert second.cached and not first.cached
     assert time.perf_counter() - start < 1.0
     assert second.schedule == first.schedule and second.runtime == mlp_module_runtime(mlp_module)
@@ -50,7 +50,7 @@ def test_compiler_error_names_the_generated_file(mlp_graph, tmp_path):
     schedule.write_text(schedule.read_text().replace("const int kArgs[]", "const int kArgs[] ="
                                                      " undeclared_symbol; int x[]"))
     with pytest.raises(BuildError) as info:
-        build(tree.dir)
+        build(tree)
     err = info.value
     assert err.path == str(schedule)
     assert "error" in err.first_error and "undeclared_symbol" in err.first_error
@@ -69,10 +69,10 @@ def test_first_error_prefers_our_file_over_a_system_header():
 def test_the_runtimes_kernel_registry_is_the_list_codegen_reads(mlp_module):
     import sys
 
-    from codegen.backends import BACKENDS
+    from codegen.backends import RUNTIMES
 
     runtime = sys.modules["planner_cpu_rt"]
-    assert set(runtime.registered_ops()) == BACKENDS["cpu"].ops
+    assert set(runtime.registered_ops()) == RUNTIMES["cpu"].ops
 
 
 def test_the_executor_refuses_a_schedule_of_another_backend(mlp_graph, tmp_path):
@@ -81,6 +81,6 @@ def test_the_executor_refuses_a_schedule_of_another_backend(mlp_graph, tmp_path)
     tree = render(host_plan(mlp_graph), tmp_path / "other")
     schedule = tree.dir / "schedule.cpp"
     schedule.write_text(schedule.read_text().replace("planner::CPU,", "planner::CUDA,"))
-    result = build(tree.dir)
+    result = build(tree)
     with pytest.raises(RuntimeError, match="plan is for the cuda backend, this runtime is the cpu"):
         sys.modules["planner_cpu_rt"].Executor(str(result.schedule))

@@ -55,7 +55,7 @@ def test_co_running_lanes_give_the_sequential_results(name, tmp_path):
     corun = sum(1 for a in p.ops for b in p.ops if a.order < b.order
                 and a.start < b.end and b.start < a.end)
     assert corun > 0, "the plan co-runs nothing"
-    module = load(build(render(p, tmp_path / name).dir).dir)
+    module = load(build(render(p, tmp_path / name)).dir)
     state, feeds = start_state(graph), random_feeds(graph, seed=3)
     seq, want_losses, want = steps(module, state, feeds, concurrent=False)
     assert not seq.concurrent
@@ -97,7 +97,7 @@ def test_parallel_loop_groups_give_the_sequential_results(tmp_path):
             schedule=ScheduleOptions(strategy="optimized", min_gain=0.0)))
     assert verify_plan(p) == []
     assert any(o.group and o.threads >= 2 for o in p.ops), "no group of two threads"
-    module = load(build(render(p, tmp_path / name).dir).dir)
+    module = load(build(render(p, tmp_path / name)).dir)
     state, feeds = start_state(graph), random_feeds(graph, seed=3)
     _, want_losses, want = steps(module, state, feeds, concurrent=False)
     ex, losses, got = steps(module, state, feeds, watchdog_seconds=60.0)
@@ -120,7 +120,7 @@ def test_a_lane_re_pins_its_team_only_when_a_thread_moves(tmp_path):
     assert two[0] == one[0]
     graph = copies_graph(OpSignature(op="Relu", shapes=((64, 64),), dtypes=("float32",)), 8)
     p = placements_plan(graph, target, [(1, one), (2, two)] * 4)
-    module = load(build(render(p, tmp_path / "relu").dir).dir)
+    module = load(build(render(p, tmp_path / "relu")).dir)
     ex = module.Executor()
     feeds = random_feeds(graph, seed=0)
     for _ in range(3):
@@ -134,7 +134,7 @@ def test_a_lane_re_pins_its_team_only_when_a_thread_moves(tmp_path):
 def test_a_stalled_step_raises_naming_the_ops_not_finished(tmp_path):
     graph = make_training_graph(zoo("mlp", batch=2, hidden=[4], in_features=3, classes=2),
                                 Optimizer(kind="sgd"))
-    module = load(build(render(two_lane_plan(graph), tmp_path / "mlp").dir).dir)
+    module = load(build(render(two_lane_plan(graph), tmp_path / "mlp")).dir)
     ex = module.Executor(jitter_us=1_500_000, watchdog_seconds=0.3)
     ex.load_params(start_state(graph))
     with pytest.raises(RuntimeError, match="stalled: no op finished in .* ops not finished: '"):
@@ -145,7 +145,7 @@ def test_a_stalled_step_raises_naming_the_ops_not_finished(tmp_path):
 
 def test_async_steps_match_step_and_let_the_caller_refill_its_feeds(tmp_path):
     graph = make_training_graph(zoo("lenet", **MODELS["lenet"]), Optimizer(kind="sgd", lr=0.05))
-    module = load(build(render(two_lane_plan(graph), tmp_path / "lenet").dir).dir)
+    module = load(build(render(two_lane_plan(graph), tmp_path / "lenet")).dir)
     state = start_state(graph)
     batches = [random_feeds(graph, seed=s) for s in (5, 6, 7)]
     sync = module.Executor()

@@ -17,7 +17,7 @@ from tests.codegen.helpers import host_plan, rel_error, start_state
 def test_memory_planned_lenet_shares_bytes_and_matches_reference(tmp_path):
     graph = make_training_graph(zoo("lenet", batch=4, image=12), Optimizer(kind="sgd", lr=0.1))
     plan = host_plan(graph)
-    module = load(build(render(plan, tmp_path / "lenet_mem").dir).dir)
+    module = load(build(render(plan, tmp_path / "lenet_mem")).dir)
     ex = module.Executor()
     state = start_state(graph)
     ex.load_params(state)
@@ -43,7 +43,7 @@ def test_each_op_runs_in_its_planned_scratch_area_or_one_of_its_own(tmp_path):
     want, _ = train_step(graph, feeds, state)
     results = {}
     for label, p in (("planned", plan), ("bare", bare)):
-        ex = load(build(render(p, tmp_path / f"lenet_{label}").dir).dir).Executor()
+        ex = load(build(render(p, tmp_path / f"lenet_{label}")).dir).Executor()
         ex.load_params(state)
         assert rel_error(ex.step(feeds)["loss"], want["loss"]) < 1e-4
         results[label] = ex.stats()

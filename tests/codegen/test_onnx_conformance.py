@@ -16,7 +16,7 @@ import onnx
 import pytest
 
 from codegen import support
-from codegen.backends import BACKENDS
+from codegen.backends import RUNTIMES
 from codegen.errors import UnsupportedError
 from planner.graph import check_graph
 from planner.graph.ir import Graph
@@ -47,7 +47,7 @@ def case(index: int) -> Case:
         return Case(d.name, skipped=f"import: {e}".splitlines()[0])
     graph = check_graph(imported.graph)
     try:
-        support.check(graph, BACKENDS["cpu"])
+        support.check(graph, RUNTIMES["cpu"])
     except UnsupportedError as e:
         return Case(d.name, skipped=str(e).split(";")[0])
     data = d / "test_data_set_0"

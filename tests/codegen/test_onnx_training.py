@@ -14,7 +14,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from codegen.backends import BACKENDS  # noqa: E402
+from codegen.backends import RUNTIMES  # noqa: E402
 from tests.codegen.helpers import build_module  # noqa: E402
 from tests.importers.test_torch_training import _case  # noqa: E402
 from tests.importers.torch_models import MODELS  # noqa: E402
@@ -32,7 +32,7 @@ from tests.importers.torch_step import (  # noqa: E402
 def test_executor_step_matches_pytorch(name, tmp_path_factory):
     model, x, labels = _case(name)
     graph, start = training_graph(export(model, torch.from_numpy(x)))
-    missing = sorted({n.op for n in graph.nodes if n.op not in BACKENDS["cpu"].ops})
+    missing = sorted({n.op for n in graph.nodes if n.op not in RUNTIMES["cpu"].ops})
     if missing:
         pytest.skip(f"no CPU kernel for {', '.join(missing)}")
     module = build_module(graph, tmp_path_factory.mktemp("onnx_train") / name)

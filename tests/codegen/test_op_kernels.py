@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from codegen.backends import BACKENDS
+from codegen.backends import RUNTIMES
 from planner.graph import GraphBuilder, check_graph
 from planner.ops import get_op
 from tests.codegen.helpers import build_module
@@ -241,7 +241,7 @@ def run_variants(folder, backend: str) -> dict[str, list]:
 
 
 def test_the_cases_cover_every_cpu_op():
-    ops = BACKENDS["cpu"].ops
+    ops = RUNTIMES["cpu"].ops
     assert set(CASES) == set(ops), sorted(set(ops) ^ set(CASES))
 
 

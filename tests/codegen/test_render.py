@@ -7,10 +7,11 @@ import re
 import pytest
 
 from codegen import support
-from codegen.backends import Backend
+from codegen.backends import Runtime
 from codegen.errors import UnsupportedError
 from codegen.layout import arena_layout, own_layout
 from codegen.render import c_string, encode_attrs, module_name, render, render_files
+from planner.errors import PlanError
 from planner.graph.autodiff import make_training_graph
 from planner.graph.ir import Graph, Node, Tensor
 from planner.graph.optimizer import Optimizer
@@ -84,15 +85,25 @@ def test_memory_plan_offsets_replace_our_layout(mlp_plan):
                     for i, t in enumerate(g.tensors))
     lay = arena_layout(g, planned)
     assert lay.offsets[g.tensors[3].name] == 384
-    assert arena_layout(g, planned[:-1]) == own_layout(g)  # incomplete: ours
     assert arena_layout(g, planned, added_ops=1) == own_layout(g)  # recomputes: ours
+
+
+def test_an_incomplete_memory_plan_is_refused_naming_the_tensor(mlp_plan):
+    g = mlp_plan.graph
+    last = g.tensors[-1].name
+    planned = tuple({"tensor": t.name, "offset": 128 * i, "placement": "device"}
+                    for i, t in enumerate(g.tensors))
+    with pytest.raises(PlanError, match=f"gives tensor '{re.escape(last)}' no device offset"):
+        arena_layout(g, planned[:-1])
+    with pytest.raises(PlanError, match="no memory plan"):
+        arena_layout(g, ())
 
 
 def test_every_unsupported_op_and_dtype_is_named_at_once(tmp_path):
     (tmp_path / "kernels").mkdir()
     (tmp_path / "kernels" / "eltwise.cpp").write_text(
         'PLANNER_REGISTER_KERNELS(eltwise) {\n  r["Relu"] = relu;\n}\n')
-    only_relu = Backend("cpu", "CPU", "planner_cpu_rt", tmp_path, tmp_path, frozenset({"float32"}))
+    only_relu = Runtime("cpu", "CPU", "planner_cpu_rt", tmp_path, tmp_path, frozenset({"float32"}))
     g = Graph(name="g", tensors=(Tensor(name="x", shape=(2,), role="input"),
                                  Tensor(name="y", shape=(2,)), Tensor(name="z", shape=(2,)),
                                  Tensor(name="w", shape=(2,), dtype="int64")),
@@ -116,14 +127,14 @@ def test_unsupported_dtype_is_named():
 
 
 def test_a_gpu_plan_renders_for_cuda_and_an_unknown_backend_is_refused():
-    from codegen.backends import backend_for
+    from codegen.backends import runtime_for
     from planner.pipeline import plan
     from planner.target import preset
 
     p = plan(build("mlp", batch=2, hidden=[4], in_features=3, classes=2), preset("k40c-12gb"))
     assert "planner_cuda_rt" in render_files(p, "mlp")["__init__.py"]
     with pytest.raises(UnsupportedError, match="is a tpu plan"):
-        backend_for(p.model_copy(update={"backend": "tpu"}))
+        runtime_for(p.model_copy(update={"backend": "tpu"}))
 
 
 def test_attrs_are_spelled_out_and_slices_resolved():

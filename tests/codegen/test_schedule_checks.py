@@ -22,7 +22,7 @@ def tampered(plan, folder, edit):
     tree = render(plan, folder, layout="own")
     path = tree.dir / "schedule.cpp"
     path.write_text(edit(path.read_text()))
-    return load(build(tree.dir).dir)
+    return load(build(tree).dir)
 
 
 def replace_first(source: str, table: str, row: str, value: int) -> str:

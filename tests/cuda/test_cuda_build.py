@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from codegen.backends import BACKENDS
+from codegen.backends import RUNTIMES
 from codegen.build import build, build_runtime
 from codegen.render import render
 from planner.graph.autodiff import make_training_graph
@@ -33,7 +33,7 @@ def _import(path):
 
 def test_runtime_registers_the_ops_codegen_reads():
     runtime = _import(build_runtime(backend="cuda"))
-    assert set(runtime.registered_ops()) == set(BACKENDS["cuda"].ops)
+    assert set(runtime.registered_ops()) == set(RUNTIMES["cuda"].ops)
 
 
 @pytest.mark.parametrize("model,size", [("lenet", dict(batch=8, image=28)),
@@ -43,7 +43,7 @@ def test_training_executor_builds(model, size, tmp_path):
     plan = gpu_plan(graph)
     tree = render(plan, tmp_path / model, layout="plan")
     assert json.loads(tree.files["plan.json"])["backend"] == "cuda"
-    result = build(tree.dir)
+    result = build(tree)
     assert result.runtime.name.startswith("planner_cuda_rt")
     assert "planner_cuda_rt" in tree.files["__init__.py"]
     # Convolutions carry the plan's algorithm to their kernels.
@@ -65,7 +65,7 @@ def test_every_zoo_training_plan_is_supported(model):
     from codegen import support
 
     graph = make_training_graph(zoo(model, **MODELS[model]), Optimizer(kind="sgd", lr=0.1))
-    support.check(graph, BACKENDS["cuda"])
+    support.check(graph, RUNTIMES["cuda"])
 
 
 def test_each_plan_renders_for_its_own_backend(tmp_path):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from codegen.backends import BACKENDS
+from codegen.backends import RUNTIMES
 from tests.codegen.test_op_kernels import CASES, VARIANTS, check_variant, run_variants
 
 pytestmark = pytest.mark.gpu
@@ -22,7 +22,7 @@ INF_OR_NAN = {"BatchNorm.0.nan1", "BatchNormGrad.0.nan2"}
 
 
 def test_the_cases_cover_every_cuda_op():
-    assert set(BACKENDS["cuda"].ops) <= set(CASES), sorted(set(BACKENDS["cuda"].ops) - set(CASES))
+    assert set(RUNTIMES["cuda"].ops) <= set(CASES), sorted(set(RUNTIMES["cuda"].ops) - set(CASES))
 
 
 @pytest.fixture(scope="module")

@@ -7,20 +7,25 @@ float64; see torch_step.py). Skipped where torch is not installed.
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
+from torch import nn  # noqa: E402
 
 from planner.graph.interpret import train_step  # noqa: E402
 from tests.importers.torch_models import CLASSES, MODELS  # noqa: E402
 from tests.importers.torch_step import (  # noqa: E402
+    LR,
     export,
     feeds_of,
     mismatches,
     planner_step,
     torch_step,
     training_graph,
+    with_planner_dropout,
 )
 
 # The dynamo exporter writes BatchNormalization in inference form even from a train()-mode
@@ -91,14 +96,44 @@ def test_opsets(name, opset):
 
 @pytest.mark.parametrize("name", sorted(set(MODELS) - set(DYNAMO_MODELS)))
 def test_dynamo_exports_of_batchnorm_models_train(name):
-    # Their BatchNorm comes out folded into the convolutions: they import and train, as the
-    # inference-mode networks the exporter wrote.
+    # Their BatchNorm comes out folded into the convolutions: they import and train as the
+    # inference-mode networks the exporter wrote. So the loss is PyTorch's eval() loss with
+    # the planner's dropout masks (in float64; 1e-5 relative: float32 rounding through the
+    # network), and the SGD step moves each parameter by -lr times the loss's gradient:
+    # checked, for the four parameters with the largest step, against central differences of
+    # the loss along that step.
     pytest.importorskip("onnxscript")
     model, x, labels = _case(name)
     graph, state = training_graph(export(model, torch.from_numpy(x), dynamo=True, opset=18))
-    outputs, new = train_step(graph, feeds_of(graph, x, labels), state)
-    assert np.isfinite(outputs["loss"])
-    assert any(not np.array_equal(new[k], state[k]) for k in state)
+    feeds = feeds_of(graph, x, labels)
+    outputs, new = train_step(graph, feeds, state)
+    loss = float(outputs["loss"])
+    reference = with_planner_dropout(copy.deepcopy(model).eval().double())
+    with torch.no_grad():
+        want = nn.functional.cross_entropy(reference(torch.from_numpy(x).double()),
+                                           torch.from_numpy(labels)).item()
+    assert loss == pytest.approx(want, rel=1e-5)
+
+    def loss_at(name: str, shift: np.ndarray) -> float:
+        moved = {**state, name: (state[name] + shift).astype(np.float32)}
+        return float(train_step(graph, feeds, moved)[0]["loss"])
+
+    params = sorted({t.updates for t in graph.tensors
+                     if t.updates and graph.tensor(t.updates).role == "param"})
+    grads = {k: (state[k].astype(np.float64) - new[k]) / LR for k in params}
+    for k in sorted(params, key=lambda k: -np.linalg.norm(grads[k]))[:4]:
+        norm = np.linalg.norm(grads[k])
+        assert norm > 0, k
+        # Steps that change the loss by 1e-3, 3e-4 and 1e-4 of itself: float32 rounding of
+        # the loss (~1e-7 relative) is then at most ~1e-3 of the difference, the curvature
+        # less; the median, since one step may cross a ReLU's or a max pool's kink (vgg_bn's
+        # second convolution does at 1e-3); 1e-2 allowed.
+        along = grads[k] / norm
+        slopes = []
+        for change in (1e-3, 3e-4, 1e-4):
+            eps = change * abs(loss) / norm
+            slopes.append((loss_at(k, eps * along) - loss_at(k, -eps * along)) / (2 * eps))
+        assert float(np.median(slopes)) == pytest.approx(norm, rel=1e-2), (k, slopes)
 
 
 def test_batchnorm_running_statistics_follow_pytorch_train():

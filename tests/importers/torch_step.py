@@ -75,12 +75,7 @@ def torch_step(model: nn.Module, x: np.ndarray, labels: np.ndarray, dtype: torch
     own = model.state_dict()
     model.load_state_dict({k: torch.from_numpy(np.array(v)) for k, v in start.items()
                            if k in own}, strict=False)
-    model = model.to(dtype)
-    seeds = iter(range(1, 1 << 16))
-    for name, m in list(model.named_modules()):
-        if isinstance(m, nn.Dropout) and m.p > 0:
-            parent = model.get_submodule(name.rpartition(".")[0]) if "." in name else model
-            setattr(parent, name.rpartition(".")[2], PlannerDropout(m.p, next(seeds)))
+    model = with_planner_dropout(model.to(dtype))
     opt = torch.optim.SGD(model.parameters(), lr=LR)
     loss = nn.functional.cross_entropy(model(torch.from_numpy(x).to(dtype)),
                                        torch.from_numpy(labels))
@@ -89,6 +84,16 @@ def torch_step(model: nn.Module, x: np.ndarray, labels: np.ndarray, dtype: torch
     opt.step()
     state = {k: v.detach().numpy().copy() for k, v in model.state_dict().items()}
     return Step(float(loss.detach()), state)
+
+
+def with_planner_dropout(model: nn.Module) -> nn.Module:
+    """`model` with each nn.Dropout replaced by PlannerDropout (the k-th: seed k), in place."""
+    seeds = iter(range(1, 1 << 16))
+    for name, m in list(model.named_modules()):
+        if isinstance(m, nn.Dropout) and m.p > 0:
+            parent = model.get_submodule(name.rpartition(".")[0]) if "." in name else model
+            setattr(parent, name.rpartition(".")[2], PlannerDropout(m.p, next(seeds)))
+    return model
 
 
 def training_graph(onnx_bytes: bytes) -> tuple[Graph, dict[str, np.ndarray]]:

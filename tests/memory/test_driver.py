@@ -1,4 +1,4 @@
-"""plan_memory on co-running CPU plans: buffers placed, verify passes, LOAD <= arena, and
+"""cpu_memory on co-running CPU plans: buffers placed, verify passes, LOAD <= arena, and
 budget errors that name the smallest feasible budget."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import json
 import pytest
 
 from planner.costs import CostModel
-from planner.memory import InfeasibleBudget, MemoryOptions, plan_memory, verify_memory_data
+from planner.memory import InfeasibleBudget, MemoryOptions, cpu_memory, verify_memory_data
 from planner.ops import get_op
 from planner.plan import Plan
 from planner.schedule import cpu_schedule
@@ -47,7 +47,7 @@ def test_reuse_edges_are_added_only_where_needed(small_plans):
     graph = small_plans["inception_v3"].graph
     model = CostModel(toy_target())
     schedule = cpu_schedule(graph, model)
-    decision = plan_memory(graph, schedule, model)
+    decision = cpu_memory(graph, schedule, model)
     old = {(e.before, e.after) for e in schedule.edges}
     new = {(e.before, e.after) for e in decision.edges} - old
     assert len(new) == decision.summary.reuse_edges > 0

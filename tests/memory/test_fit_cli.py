@@ -10,10 +10,17 @@ import pytest
 
 from planner.costs import CostModel
 from planner.errors import UserError
+from planner.fit import fit, largest
+from planner.fit_cli import add_memory_commands
 from planner.memory import InfeasibleBudget, MemoryOptions, parse_bytes
-from planner.memory.cli import add_memory_commands
-from planner.memory.fit import fit, largest
-from planner.memory.report import format_memory, memory_curves, memory_report, memory_svg
+from planner.memory.gpu import technique_curves
+from planner.memory_report import (
+    format_memory,
+    graph_order,
+    memory_curves,
+    memory_report,
+    memory_svg,
+)
 from planner.pipeline import PlanOptions, plan
 from planner.target import preset
 from tests.memory.conftest import toy_target, training
@@ -112,10 +119,15 @@ def test_reports_and_chart():
     assert report["arena_bytes"] == plan.summary.memory.arena_bytes
     assert report["added_ops"].get("offload", 0) == plan.summary.memory.offloaded_tensors
     assert "per-op bound" in format_memory(data)
-    curves = memory_curves(plan)
+    # The report reads the plan: its own curve and naive; the counterfactuals come from
+    # memory planning, passed in.
+    assert sorted(memory_curves(plan)) == ["naive", "plan"]
+    replayed = technique_curves(g, graph_order(plan), CostModel(GPU))
+    curves = memory_curves(plan, replayed)
     # Each technique lowers the peak of the one before; the plan stays within its budget.
     peaks = [int(curves[k].max()) for k in ("naive", "liveness", "+ offload", "+ recompute")]
     assert peaks == sorted(peaks, reverse=True)
     assert curves["plan"].max() <= plan.summary.memory.budget_bytes
-    svg = memory_svg(plan)
+    svg = memory_svg(plan, replayed)
     assert svg.count("<polyline") == 5 and "backward" in svg
+    assert memory_svg(plan).count("<polyline") == 2

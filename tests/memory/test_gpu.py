@@ -11,9 +11,9 @@ import pytest
 from planner.costs import CostModel, graph_signatures
 from planner.costs.convalgo import conv_algorithms
 from planner.graph.interpret import init_params, random_feeds, train_step
-from planner.memory import InfeasibleBudget, MemoryOptions, plan_memory, verify_memory_data
-from planner.memory.replay import replay
-from planner.pipeline import PlanOptions, plan
+from planner.memory import InfeasibleBudget, MemoryOptions, verify_memory_data
+from planner.pipeline import PlanOptions, place, plan
+from planner.replay import replay
 from planner.schedule import ScheduleOptions, stream_schedule
 from planner.target import preset
 from planner.verify import verify_plan_data
@@ -149,16 +149,14 @@ def test_infeasible_budget_names_the_smallest(alexnet):
     assert gpu_plan(alexnet, MODEL, options(low)).summary.memory.arena_bytes <= low
 
 
-def test_plan_memory_keeps_the_stream_schedules_order(alexnet):
+def test_gpu_memory_keeps_the_stream_schedules_order(alexnet):
     schedule = stream_schedule(alexnet, MODEL)
-    free = plan_memory(alexnet, schedule, MODEL, options())
+    free = place(alexnet, MODEL, schedule, options())
     budget = free.summary.liveness_load_bytes * 9 // 10
-    tight = plan_memory(alexnet, schedule, MODEL, options(budget))
+    tight = place(alexnet, MODEL, schedule, options(budget))
     assert tight.summary.arena_bytes <= budget and tight.inserted
     nodes = [o.name for o in tight.ops if o.name in alexnet.node_map]
     assert nodes == [o.name for o in schedule.ops]
-    with pytest.raises(ValueError, match="needs the cost model"):
-        plan_memory(alexnet, schedule, None, options(budget))
 
 
 def test_gpu_plans_name_their_backend_and_streams(alexnet):

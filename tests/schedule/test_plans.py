@@ -147,9 +147,16 @@ def test_embedding_lookups_become_one_group():
     # min_gain 0: the search's own schedule, whose grouping this checks, even where its win
     # over the baselines on so small a graph is slight.
     p = plan(g, toy_target(16), group_min=4, min_gain=0.0)
-    groups = {o.group for o in p.ops if o.op == "Embedding"}
     assert verify_plan_text(p.to_json()) == []
-    assert groups != {""}, "independent lookups of one signature should share a loop"
+    lookups = [o for o in p.ops if o.op == "Embedding"]
+    assert len(lookups) == 8
+    # All eight independent lookups of one signature: one group (one parallel loop), which
+    # runs them together on the same CPUs.
+    assert len({o.group for o in lookups}) == 1 and lookups[0].group
+    assert len({(o.start, o.end, o.cpus) for o in lookups}) == 1
+    # Fewer lookups than group_min: none is grouped.
+    fewer = plan(g, toy_target(16), group_min=9, min_gain=0.0)
+    assert {o.group for o in fewer.ops if o.op == "Embedding"} == {""}
 
 
 def test_plans_of_different_targets_differ():

@@ -1,5 +1,5 @@
 // Python bindings of the CUDA runtime (nanobind): the Executor of one schedule library, with
-// the CPU executor's API (templates/common/bindings.h).
+// the API every backend's executor shares (templates/common/bindings.h).
 //
 //   ex = Executor("/path/to/libschedule.so", streams=True, cuda_graph=False)
 //   ex.load_params({"fc1/weight": w, ...});  ex.params()      # numpy in, numpy copies out

@@ -10,21 +10,27 @@
      | /.'   _______   '.  \\                      this plan (its budget's decisions)
      +-------- forward ----|---- backward -------> steps
 
-Curves: `plan` is read from the plan's own buffers (live bytes while each op runs). For GPU
-stream plans whose target is a preset, the other three are replayed from the same stream:
-liveness alone, then every offload that lowers the peak, then every recompute too.
+Curves: `plan` is read from the plan's own buffers (live bytes while each op runs), `naive`
+from its summary. A report reads the plan and plans nothing: the other three (liveness alone,
+then every offload that lowers the peak, then every recompute too, on the plan's order) are
+counterfactuals that memory planning computes (planner.memory.gpu.technique_curves) and the
+caller passes in (`planner show --memory` does, for a GPU plan of a preset target).
 
 Example:
     >>> from planner.costs import CostModel
     >>> from planner.graph.autodiff import Optimizer, make_training_graph
+    >>> from planner.memory.gpu import technique_curves
     >>> from planner.pipeline import plan
     >>> from planner.target import preset
     >>> from planner.zoo import build
     >>> g = make_training_graph(build("lenet", batch=8), Optimizer(kind="sgd"))
     >>> p = plan(g, preset("k40c-12gb"))
     >>> sorted(memory_curves(p))
+    ['naive', 'plan']
+    >>> replayed = technique_curves(g, graph_order(p), CostModel(preset("k40c-12gb")))
+    >>> sorted(memory_curves(p, replayed))
     ['+ offload', '+ recompute', 'liveness', 'naive', 'plan']
-    >>> memory_svg(p).startswith("<svg")
+    >>> memory_svg(p, replayed).startswith("<svg")
     True
 """
 
@@ -55,8 +61,11 @@ def plan_curve(plan: Plan) -> np.ndarray:
     return np.cumsum(delta)[:n]
 
 
-def memory_curves(plan: Plan) -> dict[str, np.ndarray]:
-    """Per curve name, bytes per graph step (the plan's graph nodes in stream order)."""
+def memory_curves(plan: Plan, replayed: dict[str, np.ndarray] | None = None
+                  ) -> dict[str, np.ndarray]:
+    """Per curve name, bytes per graph step (the plan's graph nodes in stream order): the plan's
+    own and naive, read from the plan, and `replayed`, the counterfactual curves a caller
+    computed (planner.memory.gpu.technique_curves: reports never plan)."""
     graph = plan.graph
     ordered = sorted(plan.ops, key=lambda o: o.order)
     node_at = [k for k, o in enumerate(ordered) if o.name in graph.node_map]
@@ -64,38 +73,13 @@ def memory_curves(plan: Plan) -> dict[str, np.ndarray]:
     m = plan.summary.memory
     if m is not None:
         curves["naive"] = np.full(len(node_at), m.naive_bytes)
-    replayed = _replayed(plan)
-    if replayed:
-        curves.update(replayed)
-    return curves
+    return curves | (replayed or {})
 
 
-def _replayed(plan: Plan) -> dict[str, np.ndarray]:
-    """Liveness, + offload, + recompute on a GPU stream plan's order (empty if unknown)."""
-    from planner.costs import CostModel
-    from planner.memory.budget import State
-    from planner.memory.stash import analyze
-    from planner.schedule.streams import compute_steps
-    from planner.target.presets import PRESETS, preset
-
-    if plan.backend != "cuda" or plan.target.name not in PRESETS:
-        return {}
-    target = preset(plan.target.name)
-    if not target.gpus:
-        return {}
-    graph = plan.graph
-    order = [o.name for o in sorted(plan.ops, key=lambda o: o.order) if o.name in graph.node_map]
-    stash = analyze(compute_steps(graph, CostModel(target), order))
-    out = {}
-    link = target.gpus[0].host_link_bandwidth
-    for name, offload, recompute in (("liveness", False, False), ("+ offload", True, False),
-                                     ("+ recompute", True, True)):
-        state = State(stash, link, offload=offload, recompute=recompute,
-                      host_limit=target.gpus[0].pinned_host_limit_bytes)
-        while (move := state.best_move()) is not None:
-            state.apply(move)
-        out[name] = state.profile[stash.key_of_step] + stash.persistent_bytes
-    return out
+def graph_order(plan: Plan) -> list[str]:
+    """The plan's graph nodes in execution order (what technique_curves replays)."""
+    return [o.name for o in sorted(plan.ops, key=lambda o: o.order)
+            if o.name in plan.graph.node_map]
 
 
 def memory_report(plan: dict[str, Any]) -> dict[str, Any]:
@@ -149,13 +133,15 @@ COLORS = {"naive": "#888888", "liveness": "#1f77b4", "+ offload": "#ff7f0e",
           "+ recompute": "#2ca02c", "plan": "#d62728"}
 
 
-def memory_svg(plan: Plan, width: int = 900, height: int = 420) -> str:
-    """Seed 001 Fig. 10: device memory over the steps of forward and backward, per curve."""
-    curves = memory_curves(plan)
+def memory_svg(plan: Plan, replayed: dict[str, np.ndarray] | None = None, width: int = 900,
+               height: int = 420) -> str:
+    """Seed 001 Fig. 10: device memory over the steps of forward and backward, per curve (the
+    plan's, naive, and `replayed`: see memory_curves)."""
+    curves = memory_curves(plan, replayed)
     graph = plan.graph
     from planner.graph.autodiff import node_phase
 
-    names = [o.name for o in sorted(plan.ops, key=lambda o: o.order) if o.name in graph.node_map]
+    names = graph_order(plan)
     forward = sum(1 for n in names if node_phase(graph, graph.node_map[n]) == "forward")
     steps = len(names)
     top = max((float(c.max()) for c in curves.values() if len(c)), default=1.0) * 1.08 or 1.0

@@ -1,7 +1,8 @@
 """`planner fit`: the largest batch (or ResNet depth) whose plan fits a memory budget, found by
 planning: grow the value until a plan fails, then bisect between the last fit and the first
-failure. A value fits when memory planning under the budget succeeds (offload, recompute and
-workspaces as needed), so the answer is exactly as good as the planner.
+failure (a search over whole plans, so it sits beside the pipeline, above the stages). A value
+fits when memory planning under the budget succeeds (offload, recompute and workspaces as
+needed), so the answer is exactly as good as the planner.
 
     batch   16 ok, 32 ok, 64 ok, 128 ok, 256 ok, 512 fails -> bisect 256..512 -> 384 ok, 448 fails,
             416 fails, 400 ok, ... -> the largest that fits
@@ -28,8 +29,9 @@ from planner.costs import CostModel, CostTable
 from planner.errors import InfeasibleBudget
 from planner.graph.autodiff import Optimizer, make_training_graph
 from planner.graph.ir import Graph, Record
-from planner.limits import check_graph_fits, memory_of
+from planner.limits import check_graph_fits
 from planner.memory.options import MemoryOptions
+from planner.pipeline import PlanOptions, decide, memory_of
 from planner.target.records import Target
 from planner.zoo import ZooError, build, parse_spec
 from planner.zoo.resnet import BASIC
@@ -72,8 +74,6 @@ def peak_and_step(graph: Graph, model: CostModel, options: MemoryOptions) -> tup
     """Planned peak bytes and step seconds of `graph` on the model's target, by the pipeline's
     decisions (no Plan is assembled). Raises InfeasibleBudget when the budget cannot be met;
     its smallest budget is a lower bound (fit needs only "does not fit")."""
-    from planner.pipeline import PlanOptions, decide
-
     options = options.model_copy(update={"infeasible_probes": 0})
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -119,7 +119,7 @@ def fit(spec: str, target: Target, budget_bytes: int, vary: Vary = "batch",
             trials[k] = Trial(value=value, fits=False)
             return False
         try:
-            check_graph_fits(graph, target)
+            check_graph_fits(graph, target, memory_of(target))
         except ValueError:  # its largest node alone is beyond the target's memory
             trials[k] = Trial(value=value, fits=False)
             return False

@@ -1,4 +1,4 @@
-"""Command line of memory planning: `planner fit`, and what `plan` and `show` call.
+"""`planner fit` (planner.fit), and the memory options `plan` and `show` read.
 
     planner fit GRAPH --target T --budget 11GiB [--vary batch|depth] [--train OPT]
                 [--costs C] [--multiple N] [--json]
@@ -50,7 +50,7 @@ def parse_budget(text: str, flag: str = "--budget") -> int:
 
 def run_fit(args: argparse.Namespace) -> int:
     from planner.costs import load_table
-    from planner.memory.fit import fit
+    from planner.fit import fit
     from planner.target.presets import load_target
 
     if not args.graph.startswith("zoo:"):

@@ -1,0 +1,130 @@
+"""The import graph of planner/ and codegen/ points down the pipeline, and has no cycle.
+
+Layers, lowest first (a module may import its own layer or a lower one):
+
+    base      records, errors, files, loading; graph/, ops/, target/, zoo/, importers/
+    costs     planner/costs/
+    schedule  planner/schedule/
+    memory    planner/memory/
+    plan      the Plan record and what reads finished plans: plan.py, verify*.py, diff.py,
+              memory_report.py, replay.py
+    driver    the pipeline and the searches that run it: pipeline.py, fit.py
+    codegen   codegen/ (its profiling plans the placements it times through the driver)
+    command   planner/cli.py, the one place planner's commands and codegen's meet, and the
+              other command modules (*cli.py), which may not import codegen
+
+Every import counts, at module level or inside a function: an import deferred into a
+function is still a dependency.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import networkx as nx
+
+ROOT = Path(__file__).resolve().parent.parent
+LAYERS = ("base", "costs", "schedule", "memory", "plan", "driver", "codegen", "command")
+FOLDERS = {"planner.costs": "costs", "planner.schedule": "schedule", "planner.memory": "memory"}
+PLAN = {"planner.plan", "planner.verify", "planner.verify_graph", "planner.diff",
+        "planner.memory_report", "planner.replay"}
+DRIVER = {"planner.pipeline", "planner.fit"}
+
+
+def modules() -> dict[str, Path]:
+    """Module name -> file, for every module of planner/ and codegen/."""
+    out = {}
+    for package in ("planner", "codegen"):
+        for f in sorted((ROOT / package).rglob("*.py")):
+            parts = f.relative_to(ROOT).with_suffix("").parts
+            out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = f
+    return out
+
+
+def layer(module: str) -> str:
+    """The layer of a module (module docstring)."""
+    last = module.rsplit(".", 1)[-1]
+    if module.startswith("codegen"):
+        return "codegen"
+    if last == "cli" or last.endswith("_cli"):
+        return "command"
+    if module in DRIVER:
+        return "driver"
+    if module in PLAN:
+        return "plan"
+    for folder, name in FOLDERS.items():
+        if module == folder or module.startswith(folder + "."):
+            return name
+    return "base"
+
+
+def imports(module: str, path: Path, known: dict[str, Path]) -> set[str]:
+    """The modules of `known` that `module` imports, anywhere in its file."""
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    named: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            named.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                up = package.split(".")[:len(package.split(".")) - node.level + 1]
+                base = ".".join(up + ([node.module] if node.module else []))
+            named.add(base)
+            named.update(f"{base}.{a.name}" for a in node.names)
+    out = set()
+    for name in named:
+        while name and name not in known:
+            name = name.rpartition(".")[0]
+        if name and name != module:
+            out.add(name)
+    return out
+
+
+def import_graph() -> nx.DiGraph:
+    known = modules()
+    g = nx.DiGraph()
+    g.add_nodes_from(known)
+    for module, path in known.items():
+        g.add_edges_from((module, m) for m in imports(module, path, known))
+    return g
+
+
+def upward(g: nx.DiGraph) -> list[str]:
+    """Imports of a higher layer, and command modules other than planner.cli importing
+    codegen."""
+    rank = {name: k for k, name in enumerate(LAYERS)}
+    bad = []
+    for a, b in sorted(g.edges):
+        if rank[layer(b)] > rank[layer(a)]:
+            bad.append(f"{a} ({layer(a)}) imports {b} ({layer(b)})")
+        elif a.startswith("planner") and b.startswith("codegen") and a != "planner.cli":
+            bad.append(f"{a} imports {b}: only planner.cli wires codegen in")
+    return bad
+
+
+def test_no_module_imports_a_later_layer():
+    assert upward(import_graph()) == []
+
+
+def test_no_import_cycles_between_modules():
+    g = import_graph()
+    # A package's __init__ re-exports its modules: the package importing its own module is
+    # not a cycle of the layering.
+    g.remove_edges_from([(a, b) for a, b in list(g.edges) if b.startswith(a + ".")])
+    assert list(nx.simple_cycles(g)) == []
+
+
+def test_the_checks_see_function_level_and_upward_imports(tmp_path):
+    (tmp_path / "a.py").write_text("def f():\n    from codegen.render import render\n"
+                                   "    from planner.pipeline import plan\n")
+    known = modules()
+    found = imports("planner.schedule.a", tmp_path / "a.py", known)
+    assert found == {"codegen.render", "planner.pipeline"}
+    g = nx.DiGraph([("planner.schedule.a", m) for m in sorted(found)])
+    assert upward(g) == ["planner.schedule.a (schedule) imports codegen.render (codegen)",
+                         "planner.schedule.a (schedule) imports planner.pipeline (driver)"]
+    assert upward(nx.DiGraph([("planner.fit_cli", "codegen.build")])) == [
+        "planner.fit_cli imports codegen.build: only planner.cli wires codegen in"]
+    assert layer("planner.memory.gpu") == "memory" and layer("planner.memory_report") == "plan"
