@@ -35,7 +35,7 @@ def load_graph(spec: str) -> Graph:
     data = path.read_bytes()
     suffix = path.suffix.lower()
     if suffix == ".pt2":
-        from planner.torch import load_pt2
+        from planner.torch.program import load_pt2
 
         return check_graph(load_pt2(path, name=path.stem))
     if suffix == ".onnx" or (suffix != ".json" and not _looks_like_json(data)):

@@ -11,7 +11,8 @@ Any schedule (liveness and offsets):
     decision.py    MemoryDecision and its records (TensorPlan, MemoryOp, ConvChoice, summary)
     assemble.py    TensorPlan records and named edges of placed buffers
     driver.py      cpu_memory: the CPU pass, as named steps
-    verify.py      an independent O(n^2) check of a plan's buffers
+    verify.py      an independent check of a plan's buffers (a plan checker: not re-exported
+                   here, since checkers sit above the stages they check)
 
 GPU stream schedules under a budget (the compute order and prices: planner.schedule.streams;
 convolution algorithms: planner.costs.convalgo):
@@ -34,4 +35,3 @@ from planner.errors import InfeasibleBudget  # noqa: F401
 from planner.memory.decision import MemoryDecision  # noqa: F401
 from planner.memory.driver import cpu_memory  # noqa: F401
 from planner.memory.options import MemoryOptions, format_bytes, parse_bytes  # noqa: F401
-from planner.memory.verify import verify_memory_data  # noqa: F401

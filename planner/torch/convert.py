@@ -30,12 +30,12 @@ from typing import Any
 
 import numpy as np
 
+import planner.torch.rules  # noqa: F401  (registering the rules)
 from planner.graph.ir import Graph
 from planner.graph.validate import check_graph
 from planner.importers.onnx.context import Importer
 from planner.importers.onnx.errors import Unsupported
 from planner.importers.onnx.values import Const
-from planner.torch import rules  # noqa: F401  (registering the rules)
 from planner.torch.context import RULES, UNAVAILABLE, NodeCtx, TorchImportError
 
 PRESERVED = ("linear.default", "cross_entropy_loss.default", "mse_loss.default",

@@ -8,7 +8,8 @@ import json
 import pytest
 
 from planner.costs import CostModel
-from planner.memory import InfeasibleBudget, MemoryOptions, cpu_memory, verify_memory_data
+from planner.memory import InfeasibleBudget, MemoryOptions, cpu_memory
+from planner.memory.verify import verify_memory_data
 from planner.ops import get_op
 from planner.plan import Plan
 from planner.schedule import cpu_schedule

@@ -11,7 +11,8 @@ import pytest
 from planner.costs import CostModel, graph_signatures
 from planner.costs.convalgo import conv_algorithms
 from planner.graph.interpret import init_params, random_feeds, train_step
-from planner.memory import InfeasibleBudget, MemoryOptions, verify_memory_data
+from planner.memory import InfeasibleBudget, MemoryOptions
+from planner.memory.verify import verify_memory_data
 from planner.pipeline import PlanOptions, place, plan
 from planner.replay import replay
 from planner.schedule import ScheduleOptions, stream_schedule

@@ -13,7 +13,8 @@ from planner.costs import CostModel
 from planner.graph.autodiff import Optimizer, make_training_graph
 from planner.graph.builder import GraphBuilder
 from planner.graph.interpret import init_params, random_feeds, train_step
-from planner.memory import InfeasibleBudget, MemoryOptions, verify_memory_data
+from planner.memory import InfeasibleBudget, MemoryOptions
+from planner.memory.verify import verify_memory_data
 from planner.pipeline import PlanOptions, plan
 from planner.replay import replay
 from planner.target import preset
