@@ -115,14 +115,10 @@ def _run_plan(args: argparse.Namespace) -> int:
 
 
 def _read_json(path: str) -> dict[str, Any]:
-    try:
-        text = open(path, encoding="utf-8").read()  # noqa: SIM115
-    except OSError as e:
-        raise UserError(f"{path}: cannot read ({e.strerror or e})") from None
-    from planner.load import parse_json
+    from planner.load import read_json
     from planner.plan import plan_data_problem
 
-    data = parse_json(text, path)
+    data = read_json(path, "plan")
     problem = plan_data_problem(data)
     if problem:
         raise UserError(f"{path}: {problem}")
@@ -219,12 +215,15 @@ def _embedded_graph_problems(text: str) -> tuple[list[str], list[str]] | None:
 
 
 def run_verify(args: argparse.Namespace) -> int:
+    from planner.load import read_json
     from planner.verify import verify_plan_text
 
     try:
-        text = open(args.plan, encoding="utf-8").read()  # noqa: SIM115
-    except OSError as e:
-        raise UserError(f"{args.plan}: cannot read ({e.strerror or e})") from None
+        read_json(args.plan, "plan")  # what every command reads, refused alike
+    except UserError as e:
+        return _report(args, [str(e).removeprefix(f"{args.plan}: ")])
+    with open(args.plan, encoding="utf-8") as f:
+        text = f.read()
     names = None
     problems: list[str] = []
     if not args.graph:
@@ -242,6 +241,10 @@ def run_verify(args: argparse.Namespace) -> int:
             problems.append(f"plan was made for another graph (graph_sha256 {recorded[:12]} != "
                             f"{digest(graph.to_json())[:12]})")
     problems += verify_plan_text(text, names)
+    return _report(args, problems)
+
+
+def _report(args: argparse.Namespace, problems: list[str]) -> int:
     if args.json:
         print(json.dumps({"ok": not problems, "problems": problems}, indent=2))
     elif problems:

@@ -217,12 +217,11 @@ def save_table(table: CostTable, path: str | Path) -> None:
 
 def load_table(path: str | Path) -> CostTable:
     """Read a cost table; UserError naming the file and the bad field."""
+    from planner.load import read_json
+
+    data = read_json(path, "cost table")
     try:
-        text = Path(path).read_text()
-    except OSError as e:
-        raise UserError(f"{path}: cannot read cost table ({e.strerror or e})") from None
-    try:
-        return CostTable.from_json(text)
+        return CostTable.model_validate(data)
     except ValidationError as e:
         from planner.load import describe_validation_error
 
