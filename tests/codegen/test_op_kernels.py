@@ -136,7 +136,8 @@ CASES: dict[str, list[tuple]] = {
     "SliceGrad": [([((2, 3), N)], {"starts": [1, 0], "ends": [3, 10], "axes": [0, 1],
                                    "steps": [1, 2], "input_shape": [4, 5]})],
     "Split": [([((2, 5), N)], {"axis": 1, "sizes": [2, 3]})],
-    "Concat": [([((2, 3), N), ((2, 1), N)], {"axis": 1})],
+    "Concat": [([((2, 3), N), ((2, 1), N)], {"axis": 1}),
+               ([((2, 3, 2), ids(9)), ((2, 1, 2), ids(9))], {"axis": 1})],  # int64
     "Embedding": [([((6, 4), N), ((2, 3), ids(6))], {})],
     "EmbeddingGrad": [([((2, 3), ids(6)), ((2, 3, 4), N)], {"num_embeddings": 6})],
     "SoftmaxCrossEntropy": [([((4, 5), N), ((4,), ids(5))], {})],
