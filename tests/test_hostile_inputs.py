@@ -83,6 +83,15 @@ GRAPHS = [
                                                 "OUT"], "lone.json: field name: '\\ud800'"),
     ("key.json", graph_with(nodes__0__attrs={"alpha\udc80": 1.0}), ["graph", "FILE"],
      "key.json: field nodes.0.attrs.'alpha\\udc80': '\\udc80' is a lone surrogate"),
+    # What a kernel cannot run is refused with the graph, not when the executor loads.
+    ("classes.json", json.dumps({
+        "name": "g", "tensors": [{"name": "z", "shape": [2, 0], "role": "input"},
+                                 {"name": "l", "shape": [2], "dtype": "int64", "role": "label"},
+                                 {"name": "loss", "shape": []}],
+        "nodes": [{"name": "ce", "op": "SoftmaxCrossEntropy", "inputs": ["z", "l"],
+                   "outputs": ["loss"], "attrs": {}}], "outputs": ["loss"]}),
+     ["plan", "FILE", "--target", "xeon-8180", "-o", "OUT"],
+     "classes.json: node 'ce': SoftmaxCrossEntropy: logits must have at least one class"),
     ("op.onnx", onnx_bytes([helper.make_node("Bogus", [], ["y"], name="n1")]),
      ["graph", "FILE"], "op.onnx: unsupported ONNX ops: Bogus (node 'n1')"),
 ]
