@@ -63,6 +63,31 @@ def with_loss(graph: Graph, spec: str | None) -> Graph:
     return attach_loss(graph, kind, output or None)
 
 
+def with_kept(graph: Graph, names: list[str] | None) -> Graph:
+    """The graph with tensors `names` added to its outputs, which the plan keeps to the end of
+    the step (no later tensor reuses their bytes), so that an executor's step returns them;
+    UserError naming a tensor the graph does not have.
+
+    >>> from planner.zoo import build
+    >>> g = build("mlp", batch=2, hidden=[4], in_features=3, classes=2)
+    >>> with_kept(g, ["relu1"]).outputs
+    ('logits', 'loss', 'relu1')
+    """
+    if not names:
+        return graph
+    tensors = graph.tensor_map
+    for name in names:
+        if name not in tensors:
+            raise UserError(f"--keep: graph {graph.name!r} has no tensor {name!r}")
+    kept = tuple(dict.fromkeys((*graph.outputs, *names)))
+    return check_graph(graph.model_copy(update={"outputs": kept}))
+
+
+def kept_names(text: str) -> list[str]:
+    """argparse type of --keep: comma-separated tensor names."""
+    return [n for n in (part.strip() for part in text.split(",")) if n]
+
+
 LOSS_HELP = ("attach a loss to an output (default: the only one) with a new label input: "
              "cross-entropy (int64 class ids) or mse (float targets), e.g. "
              "--loss cross-entropy:logits")

@@ -19,7 +19,7 @@ from planner.errors import UserError
 
 
 def add_plan_commands(sub: Any) -> None:
-    from planner.load import LOSS_HELP
+    from planner.load import LOSS_HELP, kept_names
 
     p = sub.add_parser("plan", help="schedule a graph on a target and write the plan")
     p.add_argument("graph", metavar="GRAPH")
@@ -31,6 +31,9 @@ def add_plan_commands(sub: Any) -> None:
     p.add_argument("--train", choices=["sgd", "momentum", "adam"],
                    help="plan the training graph built with this optimizer")
     p.add_argument("--loss", metavar="KIND[:OUTPUT]", help=LOSS_HELP)
+    p.add_argument("--keep", metavar="NAMES", type=kept_names,
+                   help="tensors (comma-separated) to keep to the step's end, so that the "
+                        "executor's step returns them: graph outputs, never reused memory")
     p.add_argument("--intra", type=int, help="uniform: threads per op")
     p.add_argument("--inter", type=int, help="uniform: ops at a time")
     p.add_argument("--grid", action="store_true", help="uniform: best of an intra x inter grid")
@@ -76,7 +79,7 @@ def _run_plan(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
     from planner.costs import load_table
-    from planner.load import load_graph, with_loss, write_text
+    from planner.load import load_graph, with_kept, with_loss, write_text
     from planner.memory.cli import parse_budget
     from planner.memory.options import MemoryOptions
     from planner.pipeline import PlanOptions, plan
@@ -88,6 +91,7 @@ def _run_plan(args: argparse.Namespace) -> int:
         from planner.graph.autodiff import Optimizer, make_training_graph
 
         graph = make_training_graph(graph, Optimizer(kind=args.train))
+    graph = with_kept(graph, args.keep)
     target = load_target(args.target)
     table = load_table(args.costs) if args.costs else None
     budget = (parse_budget(args.memory_budget, "--memory-budget")

@@ -131,6 +131,8 @@ SPECS = [
     (None, None, ["graph", "zoo:resnet?depth=3000000"], "beyond the limit 2000"),
     (None, None, ["graph", "zoo:lenet?width=nan"], "'width' must be finite"),
     (None, None, ["graph", "zoo:mlp?batch=-3"], "batch"),
+    (None, None, ["plan", "zoo:mlp?batch=2", "--target", "xeon-8180", "--keep", "relu1,nope",
+                  "-o", "OUT"], "--keep: graph 'mlp_batch2' has no tensor 'nope'"),
     (None, None, ["plan", "zoo:mlp?batch=2", "--target", "xeon-8180", "--memory-budget", "abc",
                   "-o", "OUT"], "--memory-budget: cannot read 'abc'"),
     (None, None, ["plan", "zoo:mlp?batch=2", "--target", "xeon-8180", "--memory-budget",

@@ -89,8 +89,8 @@ std::vector<int> prepare(Ex& ex, nb::dict feeds, const std::vector<std::string>&
     if (k >= 0)
       throw nb::value_error(("cannot return '" + name + "': op '" + s.ops[k].name + "' (" +
                              s.ops[k].op + ") writes over its bytes later in the step (the " +
-                             "plan reuses them); request tensors no later op overwrites, or " +
-                             "make it an output of the graph").c_str());
+                             "plan reuses them); plan with --keep " + name + " to keep it")
+                                .c_str());
     wanted.push_back(id);
   }
   try {

@@ -12,6 +12,7 @@ from planner.graph.autodiff import make_training_graph
 from planner.graph.builder import GraphBuilder
 from planner.graph.interpret import random_feeds, run
 from planner.graph.optimizer import Optimizer
+from planner.load import with_kept
 from planner.zoo import build
 from planner.zoo.layers import batch_norm, conv2d, head, relu
 from tests.codegen.helpers import build_module, rel_error, start_state
@@ -56,7 +57,8 @@ def test_a_requested_tensor_is_its_reference_value_or_refused_naming_it(lenet):
             got = ex.step(feeds, outputs=[t.name])[t.name]
         except ValueError as e:
             assert str(e).startswith(f"cannot return '{t.name}': op '"), e
-            assert "writes over its bytes later in the step" in str(e)
+            assert f"writes over its bytes later in the step (the plan reuses them); plan with " \
+                   f"--keep {t.name} to keep it" in str(e)
             refused.append(t.name)
             continue
         # float32 kernels against the float32 reference: reordered sums, a few ulps per term
@@ -65,6 +67,25 @@ def test_a_requested_tensor_is_its_reference_value_or_refused_naming_it(lenet):
         returned.append(t.name)
     # The plan reuses bytes (else this test would not test the refusal) but not all of them.
     assert refused and returned, (refused, returned)
+
+
+def test_tensors_the_plan_keeps_are_returned(lenet, tmp_path):
+    graph, module = lenet
+    state, feeds = start_state(graph), random_feeds(graph, seed=3)
+    want = run(graph, feeds, state)
+    ex = module.Executor()
+    refused = []
+    for name in ("conv1", "relu1", "grad/relu2/relugrad"):
+        ex.load_params(state)
+        with pytest.raises(ValueError, match=f"plan with --keep {name} to keep it"):
+            ex.step(feeds, outputs=[name])
+        refused.append(name)
+    kept = with_kept(graph, refused)
+    ex = build_module(kept, tmp_path / "lenet_kept", layout="plan").Executor()
+    ex.load_params(state)
+    got = ex.step(feeds)
+    for name in refused:
+        assert rel_error(got[name], want[name]) < 1e-4, name
 
 
 @pytest.mark.parametrize("model", ["lenet", "conv_bn"])
