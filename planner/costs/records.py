@@ -169,7 +169,9 @@ class CostTable(Record):
 
     @classmethod
     def from_json(cls, text: str) -> CostTable:
-        return cls.model_validate_json(text)
+        from planner.load import parse_json  # every command's reader
+
+        return cls.model_validate(parse_json(text, "cost table"))
 
 
 def merge(base: CostTable, update: CostTable) -> CostTable:
