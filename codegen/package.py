@@ -14,6 +14,7 @@ but through planner.files.holds (regular files of the expected size only).
 from __future__ import annotations
 
 import dataclasses
+import keyword
 import os
 import shutil
 import stat
@@ -21,7 +22,7 @@ import tempfile
 from pathlib import Path
 
 from codegen.build import BuildResult, Progress, build
-from codegen.render import RenderedTree, module_name, render
+from codegen.render import RenderedTree, module_name, render, shadows
 from planner.errors import UserError
 from planner.files import folder_lock, holds
 from planner.plan import Plan
@@ -36,6 +37,7 @@ def build_package(plan: Plan, out: str | Path, force: bool = False,
     default folder generated/NAME, which only `planner build` writes).
     """
     out = Path(out)
+    name = package_name(out)
     with folder_lock(out):
         text = plan.to_json()
         _check_folder(out, text, force, replace_executors)
@@ -45,7 +47,7 @@ def build_package(plan: Plan, out: str | Path, force: bool = False,
         staging = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.new-"))
         try:
             os.chmod(staging, 0o777 & ~_umask())
-            tree = render(plan, staging, name=module_name(out.name))
+            tree = render(plan, staging, name=name)
             result = build(tree, progress, sanitize)
             # CMake's cache names the folder it was configured in; a later build reconfigures.
             shutil.rmtree(staging / "build" / "cmake", ignore_errors=True)
@@ -55,6 +57,36 @@ def build_package(plan: Plan, out: str | Path, force: bool = False,
     return (dataclasses.replace(tree, dir=out),
             dataclasses.replace(result, dir=out,
                                 schedule=out / "build" / result.schedule.name))
+
+
+def package_name(out: Path) -> str:
+    """The module name of a package built into folder `out`: the folder's name, which must be
+    an ASCII identifier, not a keyword, and not the name of a module it would shadow when
+    imported (the standard library's, numpy, torch, this project's, any installed package's).
+    UserError in one line, suggesting a name, before anything is configured.
+
+    >>> package_name(Path("generated/lenet")), package_name(Path("gen/lenet_2"))
+    ('lenet', 'lenet_2')
+    >>> package_name(Path("gen/json"))  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    planner.errors.UserError: gen/json: 'json' would shadow the module json when imported; ...
+    """
+    name = out.name
+    if not (name.isascii() and name.isidentifier()):
+        why = "is not a Python module name (ASCII letters, digits and _, not first a digit)"
+    elif keyword.iskeyword(name):
+        why = "is a Python keyword"
+    elif shadows(name) or name in _installed_packages():
+        why = f"would shadow the module {name} when imported"
+    else:
+        return name
+    raise UserError(f"{out}: {name!r} {why}; use e.g. -o {out.parent / module_name(name)}")
+
+
+def _installed_packages() -> frozenset[str]:
+    from importlib.metadata import packages_distributions
+
+    return frozenset(packages_distributions())
 
 
 def _check_folder(out: Path, text: str, force: bool, replace_executors: bool) -> None:

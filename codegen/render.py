@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import keyword
 import re
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -66,15 +67,27 @@ class RenderedTree:
 
 def module_name(text: str) -> str:
     """An ASCII Python identifier for a package name: `lenet_batch8` from 'lenet?batch=8'. It
-    is spelled into CMake, C++ and Python sources, so it holds nothing but [A-Za-z0-9_].
+    is spelled into CMake, C++ and Python sources, so it holds nothing but [A-Za-z0-9_]; one
+    that would shadow a standard or the executor's own module when imported gets `plan_`.
 
-    >>> module_name("resnet-18 (small)"), module_name("r\u00e9seau")
-    ('resnet_18_small', 'r_seau')
+    >>> module_name("resnet-18 (small)"), module_name("r\u00e9seau"), module_name("json")
+    ('resnet_18_small', 'r_seau', 'plan_json')
     """
     name = re.sub(r"[^A-Za-z0-9_]+", "_", text).strip("_")[:64] or "plan"
-    if name[0].isdigit() or keyword.iskeyword(name):
+    if name[0].isdigit() or keyword.iskeyword(name) or shadows(name):
         name = "plan_" + name
     return name
+
+
+def shadows(name: str) -> bool:
+    """Whether importing a package called `name` would hide a module the executor or its
+    user imports: the standard library's, numpy, torch, or this project's."""
+    return name in sys.stdlib_module_names or name in sys.builtin_module_names \
+        or name in _IMPORTED
+
+
+_IMPORTED = frozenset({"numpy", "torch", "planner", "codegen", "jinja2", "pydantic", "nanobind",
+                       "onnx", "tvm"})
 
 
 def render(plan: Plan, out_dir: str | Path, name: str | None = None,

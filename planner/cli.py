@@ -197,14 +197,20 @@ class EscapingWriter:
         self.raw = stream  # for the terminal control the planner itself writes
 
     def write(self, text: str) -> int:
-        self._stream.write(_CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text))
+        self._stream.write(_CONTROL.sub(_escape, text))
         return len(text)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._stream, name)
 
 
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+# Lone surrogates too (a path from argv that is not UTF-8): no stream can encode them.
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff]")
+
+
+def _escape(m: re.Match[str]) -> str:
+    code = ord(m.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 
 def _one_line(e: BaseException) -> str:

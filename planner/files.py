@@ -28,7 +28,7 @@ def atomic_write(path: str | Path, text: str | bytes) -> None:
     """Write `text` to `path` through a temporary file renamed over it (same folder, so the
     rename is atomic); the temporary file is removed when anything fails."""
     p = Path(path)
-    data = text.encode("utf-8") if isinstance(text, str) else text
+    data = _utf8(path, text) if isinstance(text, str) else text
     p.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=f".{p.name}.", suffix=".tmp")
     try:
@@ -45,6 +45,16 @@ def atomic_write(path: str | Path, text: str | bytes) -> None:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+def _utf8(path: str | Path, text: str) -> bytes:
+    """`text` as UTF-8, or UserError before anything is written (readers refuse what cannot be
+    encoded, naming the field; this names the file for text made some other way)."""
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise UserError(f"{path}: not written: {ascii(text[e.start])} at character {e.start} is "
+                        f"a lone surrogate, not text") from None
 
 
 def _umask() -> int:

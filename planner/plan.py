@@ -49,7 +49,6 @@ Example:
 from __future__ import annotations
 
 import hashlib
-import json
 from functools import cached_property
 from typing import Any, Literal
 
@@ -169,9 +168,18 @@ class Plan(Record):
 
     @classmethod
     def from_json(cls, text: str) -> Plan:
-        """The plan of a file's text; PlanError for another schema, ValidationError else."""
-        check_schema(json.loads(text))
-        return cls.model_validate_json(text)
+        """The plan of a file's text; PlanError for another schema, ValidationError else
+        (UserError for text that is not JSON: planner.load.parse_json, every command's reader)."""
+        from planner.load import parse_json
+
+        return cls.from_data(parse_json(text, "plan"))
+
+    @classmethod
+    def from_data(cls, data: Any) -> Plan:
+        """The plan of a file's parsed JSON; PlanError for another schema, ValidationError
+        else."""
+        check_schema(data)
+        return cls.model_validate(data)
 
 
 def digest(text: str) -> str:
@@ -181,17 +189,14 @@ def digest(text: str) -> str:
 
 def load_plan(path: str) -> Plan:
     """Read a plan file; UserError naming the file and the bad field."""
+    from planner.load import read_json
+
+    data = read_json(path, "plan")
     try:
-        text = open(path, encoding="utf-8").read()  # noqa: SIM115 - read whole, close at once
-    except OSError as e:
-        raise UserError(f"{path}: cannot read plan ({e.strerror or e})") from None
-    try:
-        plan = Plan.from_json(text)
+        plan = Plan.from_data(data)
     except PlanError as e:
         raise UserError(f"{path}: {e}") from None
-    except ValueError as e:
-        if not isinstance(e, ValidationError):
-            raise UserError(f"{path}: not JSON ({e})") from None
+    except ValidationError as e:
         from planner.load import describe_validation_error
 
         raise UserError(f"{path}: not a valid plan: {describe_validation_error(e)}") from None

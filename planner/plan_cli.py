@@ -19,7 +19,7 @@ from planner.errors import UserError
 
 
 def add_plan_commands(sub: Any) -> None:
-    from planner.load import LOSS_HELP
+    from planner.load import LOSS_HELP, kept_names
 
     p = sub.add_parser("plan", help="schedule a graph on a target and write the plan")
     p.add_argument("graph", metavar="GRAPH")
@@ -31,6 +31,9 @@ def add_plan_commands(sub: Any) -> None:
     p.add_argument("--train", choices=["sgd", "momentum", "adam"],
                    help="plan the training graph built with this optimizer")
     p.add_argument("--loss", metavar="KIND[:OUTPUT]", help=LOSS_HELP)
+    p.add_argument("--keep", metavar="NAMES", type=kept_names,
+                   help="tensors (comma-separated) to keep to the step's end, so that the "
+                        "executor's step returns them: graph outputs, never reused memory")
     p.add_argument("--intra", type=int, help="uniform: threads per op")
     p.add_argument("--inter", type=int, help="uniform: ops at a time")
     p.add_argument("--grid", action="store_true", help="uniform: best of an intra x inter grid")
@@ -77,7 +80,7 @@ def _run_plan(args: argparse.Namespace) -> int:
 
     from planner.costs import load_table
     from planner.fit_cli import parse_budget
-    from planner.load import load_graph, with_loss, write_text
+    from planner.load import load_graph, with_kept, with_loss, write_text
     from planner.memory.options import MemoryOptions
     from planner.pipeline import PlanOptions, plan
     from planner.schedule import ScheduleOptions
@@ -88,6 +91,7 @@ def _run_plan(args: argparse.Namespace) -> int:
         from planner.graph.autodiff import Optimizer, make_training_graph
 
         graph = make_training_graph(graph, Optimizer(kind=args.train))
+    graph = with_kept(graph, args.keep)
     target = load_target(args.target)
     table = load_table(args.costs) if args.costs else None
     budget = (parse_budget(args.memory_budget, "--memory-budget")
@@ -115,14 +119,10 @@ def _run_plan(args: argparse.Namespace) -> int:
 
 
 def _read_json(path: str) -> dict[str, Any]:
-    try:
-        text = open(path, encoding="utf-8").read()  # noqa: SIM115
-    except OSError as e:
-        raise UserError(f"{path}: cannot read ({e.strerror or e})") from None
-    from planner.load import parse_json
+    from planner.load import read_json
     from planner.plan import plan_data_problem
 
-    data = parse_json(text, path)
+    data = read_json(path, "plan")
     problem = plan_data_problem(data)
     if problem:
         raise UserError(f"{path}: {problem}")
@@ -234,12 +234,15 @@ def _embedded_graph_problems(text: str) -> tuple[list[str], list[str]] | None:
 
 
 def run_verify(args: argparse.Namespace) -> int:
+    from planner.load import read_json
     from planner.verify import verify_plan_text
 
     try:
-        text = open(args.plan, encoding="utf-8").read()  # noqa: SIM115
-    except OSError as e:
-        raise UserError(f"{args.plan}: cannot read ({e.strerror or e})") from None
+        read_json(args.plan, "plan")  # what every command reads, refused alike
+    except UserError as e:
+        return _report(args, [str(e).removeprefix(f"{args.plan}: ")])
+    with open(args.plan, encoding="utf-8") as f:
+        text = f.read()
     names = None
     problems: list[str] = []
     if not args.graph:
@@ -257,6 +260,10 @@ def run_verify(args: argparse.Namespace) -> int:
             problems.append(f"plan was made for another graph (graph_sha256 {recorded[:12]} != "
                             f"{digest(graph.to_json())[:12]})")
     problems += verify_plan_text(text, names)
+    return _report(args, problems)
+
+
+def _report(args: argparse.Namespace, problems: list[str]) -> int:
     if args.json:
         print(json.dumps({"ok": not problems, "problems": problems}, indent=2))
     elif problems:

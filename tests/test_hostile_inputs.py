@@ -77,6 +77,23 @@ GRAPHS = [
     ("garbage.onnx", b"\x08\x07garbage\xff\xff", ["graph", "FILE"], "garbage.onnx"),
     ("empty.onnx", b"", ["graph", "FILE"], "empty.onnx"),
     ("range.onnx", range_bomb(), ["graph", "FILE"], "(Range): 200000000 values"),
+    ("latin1.json", graph_with(name="caf").encode().replace(b'"caf"', b'"caf\xe9"'),
+     ["graph", "FILE"], "latin1.json: not UTF-8 text (byte 0xe9 at offset"),
+    ("lone.json", graph_with(name="g\ud800"), ["plan", "FILE", "--target", "xeon-8180", "-o",
+                                                "OUT"], "lone.json: field name: '\\ud800'"),
+    ("key.json", graph_with(nodes__0__attrs={"alpha\udc80": 1.0}), ["graph", "FILE"],
+     "key.json: field nodes.0.attrs.'alpha\\udc80': '\\udc80' is a lone surrogate"),
+    # What a kernel cannot run is refused with the graph, not when the executor loads.
+    ("classes.json", json.dumps({
+        "name": "g", "tensors": [{"name": "z", "shape": [2, 0], "role": "input"},
+                                 {"name": "l", "shape": [2], "dtype": "int64", "role": "label"},
+                                 {"name": "loss", "shape": []}],
+        "nodes": [{"name": "ce", "op": "SoftmaxCrossEntropy", "inputs": ["z", "l"],
+                   "outputs": ["loss"], "attrs": {}}], "outputs": ["loss"]}),
+     ["plan", "FILE", "--target", "xeon-8180", "-o", "OUT"],
+     "classes.json: node 'ce': SoftmaxCrossEntropy: logits must have at least one class"),
+    ("op.onnx", onnx_bytes([helper.make_node("Bogus", [], ["y"], name="n1")]),
+     ["graph", "FILE"], "op.onnx: unsupported ONNX ops: Bogus (node 'n1')"),
 ]
 TARGETS = [
     ("t.json", json.dumps({"name": "t", "host_memory_bytes": -1}),
@@ -86,6 +103,13 @@ TARGETS = [
     ("costs.json", '{"target": "t", "entries": [{"signature": NaN}]}',
      ["plan", "zoo:mlp?batch=2", "--target", "xeon-8180", "--costs", "FILE", "-o", "OUT"],
      "costs.json"),
+    ("t8.json", b'{"name": "t\xd4"}', ["plan", "zoo:mlp?batch=2", "--target", "FILE", "-o", "OUT"],
+     "t8.json: not UTF-8 text (byte 0xd4 at offset 11)"),
+    ("c8.json", b'{"target": "t", "entries": [], "note": "\xd4"}',
+     ["plan", "zoo:mlp?batch=2", "--target", "xeon-8180", "--costs", "FILE", "-o", "OUT"],
+     "c8.json: not UTF-8 text (byte 0xd4 at offset 40)"),
+    ("stats.json", b"\xd4", ["costs", "update", "OUT", "--from-stats", "FILE", "--plan",
+                             str(PLANS / PLAN)], "stats.json: not UTF-8 text (byte 0xd4 at"),
 ]
 PLANS_BAD = [
     ("host.json", plan_with(lambda d: d.update(target="host")), ["build", "FILE"], "target"),
@@ -96,12 +120,19 @@ PLANS_BAD = [
      ["diff", "FILE", "FILE"], "ops.0.end"),
     ("deep.json", "[" * 100_000 + "]" * 100_000, ["diff", "FILE", "FILE"], "nested too deep"),
     ("ops.json", plan_with(lambda d: d.update(ops=5)), ["diff", "FILE", "FILE"], "ops"),
+    ("p8.json", plan_with(lambda d: d.update(note="caf")).encode().replace(b'"caf"', b'"caf\xe9"'),
+     ["show", "FILE"], "p8.json: not UTF-8 text (byte 0xe9"),
+    *[(f"lone-{c}.json", plan_with(lambda d: d["graph"].update(name="g\ud800")),
+       [c, "FILE", *(["FILE"] if c == "diff" else [])], "field graph.name: '\\ud800'")
+      for c in ("show", "build", "diff")],
 ]
 SPECS = [
     (None, None, ["graph", "zoo:lstm?seq=100000"], "'seq' = 100000 is beyond the limit"),
     (None, None, ["graph", "zoo:resnet?depth=3000000"], "beyond the limit 2000"),
     (None, None, ["graph", "zoo:lenet?width=nan"], "'width' must be finite"),
     (None, None, ["graph", "zoo:mlp?batch=-3"], "batch"),
+    (None, None, ["plan", "zoo:mlp?batch=2", "--target", "xeon-8180", "--keep", "relu1,nope",
+                  "-o", "OUT"], "--keep: graph 'mlp_batch2' has no tensor 'nope'"),
     (None, None, ["plan", "zoo:mlp?batch=2", "--target", "xeon-8180", "--memory-budget", "abc",
                   "-o", "OUT"], "--memory-budget: cannot read 'abc'"),
     (None, None, ["plan", "zoo:mlp?batch=2", "--target", "xeon-8180", "--memory-budget",
@@ -136,6 +167,22 @@ def test_verify_reports_a_malformed_plan_as_a_problem(tmp_path, capsys):
     path.write_text(plan_with(lambda d: d.update(target="host")))
     assert main(["verify", str(path)]) == 1
     assert "not a valid plan: field target" in capsys.readouterr().out
+
+
+def test_verify_refuses_what_every_other_command_refuses(tmp_path, capsys):
+    path = tmp_path / "p.json"
+    path.write_text(plan_with(lambda d: d["graph"].update(name="g\ud800")))
+    assert main(["verify", str(path)]) == 1
+    assert "field graph.name: '\\ud800' is a lone surrogate" in capsys.readouterr().out
+
+
+def test_text_that_cannot_be_utf8_is_refused_before_anything_is_written(tmp_path):
+    from planner.errors import UserError
+    from planner.files import atomic_write
+
+    with pytest.raises(UserError, match="'\\\\udc80' at character 1 is a lone surrogate"):
+        atomic_write(tmp_path / "out.json", "a\udc80")
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_nan_learning_rate_blames_the_flag(capsys):

@@ -155,14 +155,11 @@ def run_update(args: argparse.Namespace) -> int:
 
     from planner.costs.feedback import fold_stats
     from planner.costs.records import CostTable, load_table
-    from planner.load import write_text
+    from planner.load import read_json, write_text
     from planner.plan import load_plan
 
     plan = load_plan(args.plan)
-    try:
-        stats = json.loads(Path(args.from_stats).read_text())
-    except (OSError, ValueError) as e:
-        raise UserError(f"{args.from_stats}: cannot read stats JSON ({e})") from None
+    stats = read_json(args.from_stats, "stats JSON")
     table = (load_table(args.costs) if Path(args.costs).exists()
              else CostTable(target=plan.target.name))
     updated = fold_stats(table, plan, stats)

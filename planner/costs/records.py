@@ -169,7 +169,9 @@ class CostTable(Record):
 
     @classmethod
     def from_json(cls, text: str) -> CostTable:
-        return cls.model_validate_json(text)
+        from planner.load import parse_json  # every command's reader
+
+        return cls.model_validate(parse_json(text, "cost table"))
 
 
 def merge(base: CostTable, update: CostTable) -> CostTable:
@@ -217,12 +219,11 @@ def save_table(table: CostTable, path: str | Path) -> None:
 
 def load_table(path: str | Path) -> CostTable:
     """Read a cost table; UserError naming the file and the bad field."""
+    from planner.load import read_json
+
+    data = read_json(path, "cost table")
     try:
-        text = Path(path).read_text()
-    except OSError as e:
-        raise UserError(f"{path}: cannot read cost table ({e.strerror or e})") from None
-    try:
-        return CostTable.from_json(text)
+        return CostTable.model_validate(data)
     except ValidationError as e:
         from planner.load import describe_validation_error
 

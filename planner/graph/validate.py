@@ -123,15 +123,19 @@ def control_character(text: str) -> str:
 
     Names and attribute strings are refused rather than escaped wherever they are shown: a NUL
     truncates a name in C, a carriage return ends a line for GCC, an ESC drives the terminal.
+    A lone UTF-16 surrogate (from a JSON escape) is refused too: no file can hold it as UTF-8.
 
-    >>> control_character("conv1/relu"), control_character("a\\rb")
-    ('', 'U+000D')
+    >>> control_character("conv1/relu"), control_character("a\\rb"), control_character("\\udc80")
+    ('', 'U+000D', 'U+DC80 (a lone surrogate)')
     """
     m = _CONTROL.search(text)
-    return f"U+{ord(m.group()):04X}" if m else ""
+    if not m:
+        return ""
+    code = ord(m.group())
+    return f"U+{code:04X}" + (" (a lone surrogate)" if code >= 0xD800 else "")
 
 
-_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
 
 
 def _check_acyclic(graph: Graph) -> None:

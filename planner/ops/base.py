@@ -234,8 +234,10 @@ def _coerce(op: str, key: str, kind: str, value: Any) -> Any:
     if kind == "str":
         if not isinstance(value, str):
             raise bad()
-        if any(ord(c) < 0x20 or 0x7F <= ord(c) < 0xA0 for c in value):
-            raise OpError(f"{op}: attribute {key!r} = {value!r} holds a control character")
+        if any(ord(c) < 0x20 or 0x7F <= ord(c) < 0xA0 or 0xD800 <= ord(c) < 0xE000
+               for c in value):
+            raise OpError(f"{op}: attribute {key!r} = {value!r} holds a control character or "
+                          f"a lone surrogate")
         return value
     if kind in ("ints", "floats"):
         if not isinstance(value, (list, tuple)):

@@ -62,6 +62,8 @@ def _check_sce(op: str, logits: TensorType, labels: TensorType) -> None:
     require_float(op, logits, "logits")
     if logits.rank != 2:
         raise OpError(f"{op}: logits must have shape (N, C), got {list(logits.shape)}")
+    if logits.shape[1] < 1:  # no class for any label (the kernels read z[0])
+        raise OpError(f"{op}: logits must have at least one class, got {list(logits.shape)}")
     if labels.dtype != "int64":
         raise OpError(f"{op}: labels must be int64 class ids, got {labels.dtype}")
     if labels.shape != logits.shape[:1]:

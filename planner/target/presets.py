@@ -163,8 +163,11 @@ def load_target(spec: str) -> Target:
     if not path.is_file():
         raise UserError(f"unknown target {spec!r}: neither a file, 'host', 'gpu' nor a preset; "
                         f"known presets: {', '.join(sorted(PRESETS))}")
+    from planner.load import read_json
+
+    data = read_json(path, "target")
     try:
-        return Target.from_json(path.read_text())
+        return Target.model_validate(data)
     except ValidationError as e:
         from planner.load import describe_validation_error
 

@@ -180,7 +180,9 @@ class Target(Record):
 
     @classmethod
     def from_json(cls, text: str) -> Target:
-        return cls.model_validate_json(text)
+        from planner.load import parse_json  # every command's reader
+
+        return cls.model_validate(parse_json(text, "target"))
 
     def digest(self) -> str:
         """sha256 of the canonical JSON without provenance: equal machines, equal digests."""

@@ -83,6 +83,14 @@ std::vector<int> prepare(Ex& ex, nb::dict feeds, const std::vector<std::string>&
     int id = ex.tensor_index(name);
     if (id < 0) throw nb::value_error(("plan '" + std::string(s.name) + "' has no tensor '" +
                                        name + "'").c_str());
+    // The graph's outputs are kept to the step's end; another tensor's bytes may be reused.
+    int k = std::find(wanted.begin(), wanted.begin() + s.num_outputs, id) !=
+                    wanted.begin() + s.num_outputs ? -1 : ex.overwritten_by(id);
+    if (k >= 0)
+      throw nb::value_error(("cannot return '" + name + "': op '" + s.ops[k].name + "' (" +
+                             s.ops[k].op + ") writes over its bytes later in the step (the " +
+                             "plan reuses them); plan with --keep " + name + " to keep it")
+                                .c_str());
     wanted.push_back(id);
   }
   try {

@@ -67,12 +67,37 @@ void ExecutorCore::step() {
   if (in_flight_)
     throw std::runtime_error("a step is in flight (step_async): wait() for it before step()");
   check_loaded();
+  check_feeds();
   run_step();
+}
+
+int ExecutorCore::overwritten_by(int id) const {
+  const Schedule& s = schedule();
+  const TensorSpec& t = s.tensors[id];
+  auto overlaps = [&t](int64_t offset, int64_t bytes) {
+    return bytes > 0 && t.nbytes > 0 && offset < t.offset + t.nbytes && t.offset < offset + bytes;
+  };
+  // Tensors sharing its root share its bytes on purpose (views of it, a parameter's update).
+  const int root = loaded_.root(id);
+  int written = -1;  // the last op writing it or a view of it
+  for (int k = 0; k < s.num_ops; ++k)
+    for (int a = s.ops[k].first_output; a < s.ops[k].first_output + s.ops[k].num_outputs; ++a)
+      if (loaded_.root(s.args[a]) == root) written = k;
+  for (int k = written + 1; k < s.num_ops; ++k) {
+    const OpSpec& op = s.ops[k];
+    if (overlaps(op.scratch_offset, op.scratch_bytes)) return k;
+    for (int a = op.first_output; a < op.first_output + op.num_outputs; ++a) {
+      const TensorSpec& u = s.tensors[s.args[a]];
+      if (loaded_.root(s.args[a]) != root && overlaps(u.offset, u.nbytes)) return k;
+    }
+  }
+  return -1;
 }
 
 void ExecutorCore::start_async() {
   if (in_flight_) throw std::runtime_error("a step is already in flight: wait() for it first");
   check_loaded();
+  check_feeds();
   in_flight_ = true;
   async_error_ = nullptr;
   async_ = std::thread([this] {

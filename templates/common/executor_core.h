@@ -53,7 +53,12 @@ class ExecutorCore {
   // Throws naming them (step and step_async call it before running anything).
   void check_loaded() const;
 
-  // Run every op; throws naming the op on failure.
+  // The op that writes over tensor `id`'s bytes later in the step than the op that writes it
+  // (the memory plan reuses them, or places a scratch area there), or -1: a tensor that op
+  // overwrites cannot be returned after the step.
+  int overwritten_by(int id) const;
+
+  // Run every op; throws naming the op on failure. The feeds are checked first (check_feeds).
   void step();
   // start_async runs a step on a worker thread and returns at once; join_async waits for it
   // and rethrows its error. step() or start_async() while one is in flight throws.
@@ -74,6 +79,9 @@ class ExecutorCore {
  protected:
   // One step of every op (the backend's); counts it in steps_ and its ops in stats_.
   virtual void run_step() = 0;
+  // Throws naming the op for a feed value an op would refuse while running (a label out of
+  // range), before any op runs: a step that fails there changed no state. The backend's.
+  virtual void check_feeds() {}
   // Waits for a step in flight: a derived executor calls it first in its destructor, before
   // the members the step uses are gone.
   void finish_async();

@@ -171,6 +171,7 @@ def test_async_steps_match_step_and_let_the_caller_refill_its_feeds(tmp_path):
         ex.wait()
     bad = {k: v.copy() for k, v in batches[0].items()}
     bad["labels"][0] = 10_000
-    ex.step_async(bad)
+    # Feeds are checked before the step starts: it raises at once, and nothing is in flight.
     with pytest.raises(RuntimeError, match="SoftmaxCrossEntropy.*out of range"):
-        ex.wait()
+        ex.step_async(bad)
+    assert ex.wait_for_all() is None

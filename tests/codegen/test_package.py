@@ -10,6 +10,7 @@ import sys
 import pytest
 
 import codegen.build
+import codegen.package
 from codegen.errors import BuildError
 from codegen.load import load
 from codegen.package import build_package
@@ -75,6 +76,27 @@ def test_a_file_in_place_of_the_folder_is_refused(plans, tmp_path, capsys):
     assert main(["build", plans[2], "-o", str(target), "--force"]) == 2
     assert "is not a folder" in capsys.readouterr().err
     assert target.read_text() == "not a folder"
+
+
+@pytest.mark.parametrize("name, why", [
+    ("-rf", "is not a Python module name"), ("a b", "is not a Python module name"),
+    ("9lives", "is not a Python module name"), ("x\ny", "is not a Python module name"),
+    ("a'b;c", "is not a Python module name"), ("caf\u00e9", "is not a Python module name"),
+    ("class", "is a Python keyword"), ("json", "would shadow the module json"),
+    ("os", "would shadow the module os"), ("numpy", "would shadow the module numpy"),
+    ("planner", "would shadow the module planner"), ("pytest", "would shadow the module pytest"),
+])
+def test_a_folder_name_that_cannot_be_imported_as_printed_is_refused(plans, tmp_path, capsys,
+                                                                      monkeypatch, name, why):
+    def configure(*args, **kwargs):
+        raise AssertionError("configured a package that cannot be imported as printed")
+
+    monkeypatch.setattr(codegen.build, "build", configure)
+    monkeypatch.setattr(codegen.package, "build", configure)
+    assert main(["build", plans[2], "-o", str(tmp_path / name)]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and why in lines[0] and "use e.g. -o " in lines[0], lines
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_a_failed_build_leaves_the_previous_package_whole(plans, tmp_path, monkeypatch):

@@ -26,7 +26,10 @@ struct Io {
     if (!nb::try_cast(value, a))
       throw nb::value_error((std::string("feed '") + ex.tensor(id).name + "' is not an array")
                                 .c_str());
-    if (check(ex.tensor(id), a, "feed") && !copy) {
+    // A view of the executor's own memory (ex.params(copy=False)[...]) would be read after
+    // an op wrote over it: copied in before the step instead.
+    if (check(ex.tensor(id), a, "feed") && !copy &&
+        !ex.holds(a.data(), ex.tensor(id).nbytes)) {
       ex.bind(id, static_cast<char*>(const_cast<void*>(a.data())));
     } else {
       ex.bind(id, nullptr);

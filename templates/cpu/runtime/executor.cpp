@@ -97,6 +97,34 @@ void Executor::bind(int id, char* p) {
     if (loaded_.root(i) == id) ptr_[i] = target;
 }
 
+bool Executor::holds(const void* p, int64_t bytes) const {
+  auto within = [p, bytes](const Arena& a) {
+    const char* c = static_cast<const char*>(p);
+    return bytes > 0 && c < a.base() + a.bytes() && a.base() < c + bytes;
+  };
+  if (within(arena_)) return true;
+  for (const auto& block : overflow_)
+    if (block && within(*block)) return true;
+  return false;
+}
+
+void Executor::check_feeds() {
+  const Schedule& s = schedule();
+  std::vector<char> fed(s.num_tensors);
+  for (int i = 0; i < s.num_tensors; ++i) {
+    int role = s.tensors[loaded_.root(i)].role;
+    fed[i] = role == INPUT || role == LABEL || role == PARAM || role == STATE;
+  }
+  Run r{ptr_.data(), nullptr, stream_.get(), 1};
+  for (int k = 0; k < s.num_ops; ++k) {
+    try {
+      kernels_[k]->check_feeds(r, fed);
+    } catch (const std::exception& e) {
+      throw StepError(op_label(s.ops[k]) + ": " + e.what());
+    }
+  }
+}
+
 Executor::~Executor() { finish_async(); }
 
 void Executor::run_step() {

@@ -37,6 +37,9 @@ class Executor : public ExecutorCore {
   size_t scratch_needed(int op) const { return kernels_[op]->scratch_bytes(); }
   bool scratch_planned(int op) const { return overflow_[op] == nullptr; }
   int64_t arena_bytes() const { return arena_.bytes(); }
+  // Whether [p, p + bytes) overlaps memory the step writes (the arena, unplanned scratch): a
+  // feed there is copied in before the step, never read in place.
+  bool holds(const void* p, int64_t bytes) const;
   int64_t unplanned_scratch_bytes() const { return unplanned_; }
   int64_t pinnings() const { return lanes_ ? lanes_->pinnings() : 0; }
   // When op k started and ended in the last step, in seconds from the step's start: the
@@ -59,6 +62,7 @@ class Executor : public ExecutorCore {
   std::unique_ptr<Lanes> lanes_;  // its threads stop before the rest is destroyed
   // Runs every op: on the lanes, or one at a time in plan order; per-op times go to stats.
   void run_step() override;
+  void check_feeds() override;
 
   void create(int k);
   void run(int k);

@@ -47,6 +47,11 @@ class Kernel {
   virtual ~Kernel() = default;
   virtual size_t scratch_bytes() const { return 0; }
   virtual void run(const Run& r) = 0;
+  // Throws StepError for input values run() would refuse (a label or id out of range), for
+  // the inputs whose values are known before the step (fed[id]: a feed, a parameter or
+  // state): the executor calls it for every op before any op runs, so a step that would fail
+  // on them fails having changed nothing.
+  virtual void check_feeds(const Run& /*r*/, const std::vector<char>& /*fed*/) const {}
 };
 
 using KernelPtr = std::unique_ptr<Kernel>;

@@ -26,6 +26,9 @@ class Embedding : public Kernel {
         ids_(n.in[1].id), y_(n.out[0].id) {
     require_f32(n);
   }
+  void check_feeds(const Run& r, const std::vector<char>& fed) const override {
+    if (fed[ids_]) check_ids(r.at<int64_t>(ids_), count_, v_);
+  }
   void run(const Run& r) override {
     const float* table = r.at<float>(table_);
     const int64_t* ids = r.at<int64_t>(ids_);
@@ -47,6 +50,9 @@ class EmbeddingGrad : public Kernel {
       : v_(n.attrs.i("num_embeddings")), d_(n.out[0].shape[1]), count_(n.in[0].size()),
         ids_(n.in[0].id), dy_(n.in[1].id), dt_(n.out[0].id) {
     require_f32(n);
+  }
+  void check_feeds(const Run& r, const std::vector<char>& fed) const override {
+    if (fed[ids_]) check_ids(r.at<int64_t>(ids_), count_, v_);
   }
   void run(const Run& r) override {
     const int64_t* ids = r.at<int64_t>(ids_);

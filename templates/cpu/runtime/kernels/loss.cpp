@@ -29,6 +29,9 @@ class SoftmaxCrossEntropy : public Kernel {
         dloss_(grad_ ? n.in[0].id : -1), out_(n.out[0].id) {
     require_f32(n);
   }
+  void check_feeds(const Run& r, const std::vector<char>& fed) const override {
+    if (fed[labels_]) check_labels(r.at<int64_t>(labels_), rows_, cols_);
+  }
   void run(const Run& r) override {
     const float* x = r.at<float>(logits_);
     const int64_t* lab = r.at<int64_t>(labels_);

@@ -1,11 +1,13 @@
 // Normalisations with oneDNN: BatchNorm (forward training with batch statistics, or inference
-// with the running ones), BatchNormGrad, LRN and LRNGrad. Inputs (N, C, ...) are seen as
+// with the running ones), BatchNormGrad, LRN and LRNGrad (plain loops for an even size). Inputs (N, C, ...) are seen as
 // (N, C, rest, 1), the same bytes. The running-statistics update (PyTorch's: unbiased variance,
 // new = (1 - momentum) old + momentum batch) and saved_invstd are small loops after the
 // primitive; BatchNormGrad gives oneDNN the variance back from saved_invstd.
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "../dnnl_kernel.h"
 
@@ -161,13 +163,72 @@ struct LrnParams {
 };
 
 LrnParams lrn_params(const Node& n) {
-  LrnParams p{n.attrs.i("size"), static_cast<float>(n.attrs.f("alpha")),
-              static_cast<float>(n.attrs.f("beta")), static_cast<float>(n.attrs.f("bias"))};
-  if (p.size % 2 == 0)
-    throw std::runtime_error("LRN with an even size (" + std::to_string(p.size) +
-                             ") is not supported by the oneDNN kernel");
-  return p;
+  return LrnParams{n.attrs.i("size"), static_cast<float>(n.attrs.f("alpha")),
+                   static_cast<float>(n.attrs.f("beta")), static_cast<float>(n.attrs.f("bias"))};
 }
+
+// LRN and LRNGrad of an even size, which oneDNN's symmetric window cannot express: ONNX's
+// window for channel c is [c - (size-1)/2, c + size/2]. Plain loops over (N, C, rest), as the
+// CUDA kernel; sums of squares in double.
+//   y_j  = x_j D_j^-beta,  D_c = bias + alpha / size * sum over c's window of x^2
+//   dx_j = dy_j D_j^-beta - 2 alpha beta / size * x_j * sum over [j - size/2, j + (size-1)/2]
+//          (the window mirrored) of dy_c y_c / D_c
+class LrnEven : public Kernel {
+ public:
+  LrnEven(const Node& n, bool grad) : grad_(grad), p_(lrn_params(n)) {
+    require_f32(n);
+    const Shape& s = n.in[grad ? 1 : 0].shape;
+    n_ = s[0];
+    c_ = s[1];
+    for (size_t a = 2; a < s.size(); ++a) inner_ *= s[a];
+    for (const TensorRef& t : n.in) ids_.push_back(t.id);
+    ids_.push_back(n.out[0].id);
+  }
+  void run(const Run& r) override {
+    const int64_t total = n_ * c_ * inner_, C = c_, inner = inner_;
+    const LrnParams p = p_;
+    // D of channel c at the position whose channel 0 is xs.
+    auto den = [&p, C, inner](const float* xs, int64_t c) {
+      const int64_t lo = std::max<int64_t>(c - (p.size - 1) / 2, 0);
+      const int64_t hi = std::min<int64_t>(c + p.size / 2, C - 1);
+      double s = 0;
+      for (int64_t k = lo; k <= hi; ++k) s += static_cast<double>(xs[k * inner]) * xs[k * inner];
+      return p.bias + static_cast<double>(p.alpha) / p.size * s;
+    };
+    if (!grad_) {
+      const float* x = r.at<float>(ids_[0]);
+      float* y = r.at<float>(ids_[1]);
+#pragma omp parallel for
+      for (int64_t i = 0; i < total; ++i) {
+        const float* xs = x + (i / (inner * C)) * C * inner + i % inner;
+        y[i] = static_cast<float>(x[i] * std::pow(den(xs, i / inner % C), -p.beta));
+      }
+      return;
+    }
+    const float* dy = r.at<float>(ids_[0]);
+    const float* x = r.at<float>(ids_[1]);
+    const float* y = r.at<float>(ids_[2]);
+    float* dx = r.at<float>(ids_[3]);
+#pragma omp parallel for
+    for (int64_t i = 0; i < total; ++i) {
+      const int64_t j = i / inner % C, base = (i / (inner * C)) * C * inner + i % inner;
+      const int64_t lo = std::max<int64_t>(j - p.size / 2, 0);
+      const int64_t hi = std::min<int64_t>(j + (p.size - 1) / 2, C - 1);
+      double back = 0;
+      for (int64_t c = lo; c <= hi; ++c)
+        back += static_cast<double>(dy[base + c * inner]) * y[base + c * inner] /
+                den(x + base, c);
+      dx[i] = static_cast<float>(dy[i] * std::pow(den(x + base, j), -p.beta) -
+                                 2.0 * p.alpha * p.beta / p.size * x[i] * back);
+    }
+  }
+
+ private:
+  bool grad_;
+  LrnParams p_;
+  int64_t n_ = 0, c_ = 0, inner_ = 1;
+  std::vector<int> ids_;
+};
 
 dnnl::lrn_forward::primitive_desc lrn_forward_pd(const Node& n, prop pk, const memory::desc& md) {
   LrnParams p = lrn_params(n);
@@ -176,6 +237,7 @@ dnnl::lrn_forward::primitive_desc lrn_forward_pd(const Node& n, prop pk, const m
 }
 
 KernelPtr lrn(const Node& n) {
+  if (lrn_params(n).size % 2 == 0) return std::make_unique<LrnEven>(n, false);
   auto md = view_md(as4d(n.in[0].shape), n.in[0].dtype);
   auto pd = lrn_forward_pd(n, prop::forward_inference, md);
   auto k = std::make_unique<DnnlKernel>();
@@ -185,6 +247,7 @@ KernelPtr lrn(const Node& n) {
 
 // [dy, x, y] -> dx: the forward runs again (training) for the workspace oneDNN's backward reads.
 KernelPtr lrn_grad(const Node& n) {
+  if (lrn_params(n).size % 2 == 0) return std::make_unique<LrnEven>(n, true);
   auto md = view_md(as4d(n.in[1].shape), n.in[1].dtype);
   auto fwd = lrn_forward_pd(n, prop::forward_training, md);
   LrnParams p = lrn_params(n);

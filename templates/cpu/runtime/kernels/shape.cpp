@@ -164,10 +164,48 @@ class Split : public Kernel {
 
 KernelPtr split(const Node& n) { return std::make_unique<Split>(n); }
 
+// Concat of any dtype (oneDNN's concat takes float32 only): Split backwards, each input's
+// share of every `outer` row copied into place.
+class ConcatBytes : public Kernel {
+ public:
+  explicit ConcatBytes(const Node& n) : y_(n.out[0].id) {
+    const Shape& y = n.out[0].shape;
+    int axis = norm_axis(n.attrs.i("axis"), y.size());
+    int64_t inner = dtype_bytes(n.out[0].dtype);
+    for (size_t k = axis + 1; k < y.size(); ++k) inner *= y[k];
+    outer_ = 1;
+    for (int k = 0; k < axis; ++k) outer_ *= y[k];
+    row_ = y[axis] * inner;
+    int64_t at = 0;
+    for (const TensorRef& x : n.in) {
+      parts_.push_back(Part{x.id, at, x.shape[axis] * inner});
+      at += x.shape[axis] * inner;
+    }
+  }
+  void run(const Run& r) override {
+    char* y = r.ptr[y_];
+    for (const Part& p : parts_) {
+      const char* x = r.ptr[p.id];
+      const int64_t outer = outer_, row = row_;
+#pragma omp parallel for
+      for (int64_t o = 0; o < outer; ++o) std::memcpy(y + o * row + p.at, x + o * p.bytes, p.bytes);
+    }
+  }
+
+ private:
+  struct Part {
+    int id;
+    int64_t at, bytes;
+  };
+  int y_;
+  int64_t outer_, row_;
+  std::vector<Part> parts_;
+};
+
 KernelPtr concat(const Node& n) {
   const TensorRef& y = n.out[0];
   int axis = norm_axis(n.attrs.i("axis"), y.shape.size());
-  if (y.dtype != F32) throw std::runtime_error("Concat takes float32 tensors");
+  if (y.dtype != F32) return std::make_unique<ConcatBytes>(n);
   if (n.in.size() == 1) return std::make_unique<Copy>(n.in[0].id, y.id, y.size() * 4);
   std::vector<memory::desc> srcs;
   for (const TensorRef& t : n.in) srcs.push_back(plain_md(t.shape, t.dtype));
