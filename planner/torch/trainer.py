@@ -150,7 +150,7 @@ def trainer(module: Any, example_inputs: Sequence[Any], loss: Callable, labels: 
         planned = plan(graph, load_target(target))
     name = "torch_" + hashlib.sha256(planned.to_json().encode()).hexdigest()[:16]
     folder = Path(out_dir) if out_dir is not None else Path(tempfile.mkdtemp(prefix="planner-"))
-    module_py = load(build(render(planned, folder / name).dir).dir)
+    module_py = load(build(render(planned, folder / name)).dir)
     executor = module_py.Executor()
     state = module.state_dict()
     executor.load_params({**init_params(graph), **imported.params()})
