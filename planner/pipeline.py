@@ -36,6 +36,13 @@ from planner.graph.ir import Graph
 from planner.memory.decision import MemoryDecision
 from planner.memory.driver import plan_memory
 from planner.memory.options import MemoryOptions
+from planner.parallel import (
+    DataParallelOptions,
+    comm_lane,
+    compute_graph,
+    data_parallel_graph,
+    interconnect,
+)
 from planner.plan import MemoryPlan, OpPlan, Plan, PlanProvenance, PlanTarget, Summary, digest
 from planner.records import Backend, Record
 from planner.schedule.cpu import cpu_schedule
@@ -46,10 +53,11 @@ from planner.target.records import Target
 
 
 class PlanOptions(Record):
-    """Every switch of planning: the scheduler's and memory planning's."""
+    """Every switch of planning: the scheduler's, memory planning's, data parallelism's."""
 
     schedule: ScheduleOptions = ScheduleOptions()
     memory: MemoryOptions = MemoryOptions()
+    data_parallel: DataParallelOptions = DataParallelOptions()
 
 
 @dataclass(frozen=True)
@@ -82,7 +90,10 @@ def decide(graph: Graph, target: Target, costs: CostTable | None = None,
     options = options or PlanOptions()
     with fewer_collections():
         model = CostModel(target, costs)
-        schedule = BACKENDS[target.backend].schedule(graph, model, options.schedule)
+        # The compute lanes' schedule, then the gradients' all-reduces on the comm lane.
+        schedule = BACKENDS[target.backend].schedule(compute_graph(graph), model,
+                                                     options.schedule)
+        schedule = comm_lane(graph, schedule, interconnect(target))
         return model, schedule, plan_memory(graph, schedule, model, options.memory)
 
 
@@ -96,6 +107,7 @@ def plan(graph: Graph, target: Target, costs: CostTable | None = None,
     from planner.limits import check_arena_fits, check_graph_fits
 
     options = options or PlanOptions()
+    graph = data_parallel_graph(graph, target, options.data_parallel)
     check_graph_fits(graph, target)  # nothing to plan, or a graph far beyond the machine
     with fewer_collections():
         model, schedule, memory = decide(graph, target, costs, options)

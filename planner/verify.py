@@ -74,6 +74,8 @@ def verify_plan_data(plan: dict[str, Any], node_names: list[str] | None = None) 
                 problems.append(f"op {name!r} of a GPU plan must run on one of the streams "
                                 f"{streams}, not stream {op.get('stream')!r} / CPUs "
                                 f"{op.get('cpus')}")
+        elif op.get("op") == "AllReduce" and op.get("stream") == "comm" and not op["cpus"]:
+            pass  # a collective on the communication lane (planner.parallel)
         elif op.get("stream") or not op["cpus"]:
             problems.append(f"op {name!r} of a CPU plan must run on logical CPUs, not stream "
                             f"{op.get('stream')!r}")
