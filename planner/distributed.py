@@ -67,6 +67,12 @@ def join(ex: Any, plan_json: str, group: Any = None) -> None:
             "one plan file)")
 
     def all_reduce(bucket: Any) -> None:
-        dist.all_reduce(torch.from_numpy(bucket), group=group)
+        try:
+            dist.all_reduce(torch.from_numpy(bucket), group=group)
+        except RuntimeError as e:  # gloo: a peer closed the connection, or the timeout passed
+            lines = str(e).strip().splitlines()
+            raise RuntimeError(f"rank {me}: the all-reduce on the process group failed (a "
+                               f"rank died or timed out): {lines[0] if lines else e!r}"
+                               ) from None
 
     ex.set_all_reduce(all_reduce)

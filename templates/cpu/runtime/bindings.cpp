@@ -76,10 +76,8 @@ NB_MODULE(planner_cpu_rt, m) {
             (*shared)(nb::ndarray<nb::numpy, float, nb::ndim<1>>(data, 1, shape, nb::handle())
                           .cast(nb::rv_policy::reference));
           } catch (nb::python_error& e) {
-            std::string what = e.what();
-            e.restore();
-            PyErr_Clear();
-            throw std::runtime_error(what);
+            // Its message without the traceback: the step's error is one line.
+            throw std::runtime_error(nb::str(e.value()).c_str());
           }
         });
       },
