@@ -159,7 +159,9 @@ def assemble(graph: Graph, model: CostModel, options: PlanOptions, schedule: Sch
     provenance = PlanProvenance(
         graph_sha256=digest(graph.to_json()), target_sha256=target.digest(),
         costs_sha256=digest(table.to_json()) if table is not None else "",
-        options=options.model_dump(mode="json"), tool=f"planner {__version__}")
+        # Data parallelism is named only when used: one-process plans read as they did.
+        options=options.model_dump(mode="json", exclude=None if options.data_parallel.ranks > 1
+                                   else {"data_parallel"}), tool=f"planner {__version__}")
     return Plan(graph=graph, kind=graph.kind, backend=schedule.backend,
                 target=BACKENDS[schedule.backend].resources(target), ops=ops,
                 happens_before=happens, tensors=memory.tensors,

@@ -1,5 +1,5 @@
-"""Data-parallel training through generated CPU executors on a gloo process group of 2
-processes on this machine (127.0.0.1, bounded timeouts): the parameters after 20 SGD and 20
+"""Data-parallel training through generated CPU executors on a gloo process group of 2 (and
+4) processes on this machine (127.0.0.1, bounded timeouts): the parameters after 20 SGD and 20
 Adam steps equal PyTorch stepping the global batch in one process, every rank holds
 bit-identical parameters, and a group of the wrong size, ranks with different plans and a
 killed rank each fail with a clear error on every surviving rank instead of hanging.
@@ -47,12 +47,13 @@ def _graph(kind: str, batch: int):
 
 
 def _build(kind: str, folder: Path, ranks: int = RANKS) -> Path:
+    """Plan the MLP (per-rank batch SHARD) for `ranks` processes, render and build it."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         p = plan(_graph(kind, SHARD), detect(), options=PlanOptions(
             data_parallel=DataParallelOptions(ranks=ranks, bucket_bytes=BUCKET_BYTES)))
     assert sum(op.op == "AllReduce" for op in p.ops) >= 2
-    return build(render(p, folder / f"mlp_dp_{kind}").dir).dir
+    return build(render(p, folder / f"mlp_dp_{kind}_{ranks}").dir).dir
 
 
 @pytest.fixture(scope="module")
@@ -61,11 +62,11 @@ def packages(tmp_path_factory) -> dict[str, Path]:
     return {kind: _build(kind, folder) for kind in ("sgd", "adam")}
 
 
-def _data(folder: Path, seed: int = 0) -> tuple[Path, dict[str, np.ndarray], np.ndarray,
-                                                np.ndarray]:
+def _data(folder: Path, seed: int = 0, ranks: int = RANKS
+          ) -> tuple[Path, dict[str, np.ndarray], np.ndarray, np.ndarray]:
     rng = np.random.default_rng(seed)
-    x = rng.standard_normal((STEPS, RANKS * SHARD, MLP["in_features"])).astype(np.float32)
-    labels = rng.integers(0, MLP["classes"], (STEPS, RANKS * SHARD)).astype(np.int64)
+    x = rng.standard_normal((STEPS, ranks * SHARD, MLP["in_features"])).astype(np.float32)
+    labels = rng.integers(0, MLP["classes"], (STEPS, ranks * SHARD)).astype(np.int64)
     params = init_params(_graph("sgd", SHARD), seed=seed)
     path = folder / "data.npz"
     np.savez(path, x=x, labels=labels, **{f"param:{k}": v for k, v in params.items()})
@@ -127,27 +128,29 @@ def _torch_reference(kind: str, params: dict[str, np.ndarray], x: np.ndarray,
     return {n: t.detach().numpy() for n, t in ts.items()}, gmax
 
 
-@pytest.mark.parametrize("kind", ["sgd", "adam"])
-def test_ranks_match_one_process_on_the_global_batch(packages, tmp_path, kind):
-    data, params, x, labels = _data(tmp_path)
-    outs = [tmp_path / f"rank{r}.npz" for r in range(RANKS)]
-    runs = _launch([packages[kind]] * RANKS, data, outs)
+@pytest.mark.parametrize("kind,ranks", [("sgd", 2), ("adam", 2), ("sgd", 4)])
+def test_ranks_match_one_process_on_the_global_batch(packages, tmp_path, kind, ranks):
+    package = packages[kind] if ranks == RANKS else _build(kind, tmp_path, ranks)
+    data, params, x, labels = _data(tmp_path, ranks=ranks)
+    outs = [tmp_path / f"rank{r}.npz" for r in range(ranks)]
+    runs = _launch([package] * ranks, data, outs)
     for r in runs:
         assert r.returncode == 0, r.stdout[-2000:]
     got = [dict(np.load(o)) for o in outs]
     for name in got[0]:  # every rank holds the same bits
-        assert np.array_equal(got[0][name], got[1][name]), name
+        assert all(np.array_equal(got[0][name], g[name]) for g in got[1:]), name
     want, gmax = _torch_reference(kind, params, x, labels)
-    # Float32 error: each step's gradient is a sum over the global batch of n = 16 rows (and
-    # the layers' inner dimensions, at most 16), which the ranks and PyTorch add in different
-    # orders: each side is within gamma = 2 * 32 * eps of the exact sum, relative to the
-    # largest gradient gmax. SGD moves a parameter by lr * g per step, so 20 steps differ by at
-    # most steps * lr * 2 * gamma * gmax, times the growth a perturbation sees through 20
-    # steps of a contraction-free map (<= e^(steps * lr) for Hessian norms below 1 here).
+    # Float32 error: each step's gradient is a sum over the global batch of n = ranks x 8 rows
+    # (and the layers' inner dimensions, at most 16), which the ranks and PyTorch add in
+    # different orders: each side is within gamma = 2 (n + 16) eps of the exact sum, relative
+    # to the largest gradient gmax. SGD moves a parameter by lr * g per step, so 20 steps
+    # differ by at most steps * lr * 2 * gamma * gmax, times the growth a perturbation sees
+    # through 20 steps of a contraction-free map (<= e^(steps * lr) for Hessian norms below 1
+    # here).
     # Adam divides by sqrt(v): a relative gradient error gamma moves the step lr * m / sqrt(v)
     # by at most about 2 * gamma * lr where |g| dominates its rounding; we allow that per step.
     eps = float(np.finfo(np.float32).eps)
-    gamma = 2 * 32 * eps
+    gamma = 2 * (ranks * SHARD + 16) * eps
     lr = LR[kind]
     tol = (STEPS * lr * 2 * gamma * gmax * np.exp(STEPS * lr) if kind == "sgd"
            else STEPS * lr * 4 * gamma * np.exp(STEPS * lr))
