@@ -6,7 +6,7 @@ WORLD_SIZE, the test's timeout in DP_TIMEOUT seconds), loads the initial paramet
 DATA.npz, steps its shard of every global batch there (rows rank*B .. (rank+1)*B), and
 writes its parameters to OUT.npz. A UserError (or a failed step) is printed on one line
 prefixed `rank R error:` and exits 3. With `die_after` k it exits abruptly after k steps (a
-killed rank)."""
+killed rank). DP_GROUP=new passes a new group of every rank as `process_group`."""
 
 from __future__ import annotations
 
@@ -29,7 +29,10 @@ def main(package: str, data_path: str, out_path: str, die_after: int = -1) -> in
     data = np.load(data_path)
     try:
         module = load(package)
-        ex = module.Executor()
+        if os.environ.get("DP_GROUP") == "new":  # a group of its own, passed explicitly
+            ex = module.Executor(process_group=dist.new_group(list(range(world))))
+        else:  # torch.distributed's default group
+            ex = module.Executor()
         ex.load_params({k[len("param:"):]: data[k] for k in data.files
                         if k.startswith("param:")})
         x, labels = data["x"], data["labels"]

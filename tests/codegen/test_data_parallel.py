@@ -80,7 +80,7 @@ def _free_port() -> int:
 
 
 def _launch(packages: list[Path], data: Path, outs: list[Path], die_after: int | None = None,
-            world: int | None = None, timeout_s: float = 30.0
+            world: int | None = None, timeout_s: float = 30.0, group: str = ""
             ) -> list[subprocess.CompletedProcess]:
     """Run one worker per package (rank = position) and wait for all, bounded."""
     port, world = _free_port(), world or len(packages)
@@ -88,7 +88,7 @@ def _launch(packages: list[Path], data: Path, outs: list[Path], die_after: int |
     for rank, (pkg, out) in enumerate(zip(packages, outs, strict=True)):
         env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
                "RANK": str(rank), "WORLD_SIZE": str(world), "DP_TIMEOUT": str(timeout_s),
-               "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+               "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "DP_GROUP": group}
         args = [sys.executable, "-m", "tests.codegen.dp_worker", str(pkg), str(data), str(out)]
         if die_after is not None and rank == len(packages) - 1:
             args.append(str(die_after))
@@ -133,7 +133,8 @@ def test_ranks_match_one_process_on_the_global_batch(packages, tmp_path, kind, r
     package = packages[kind] if ranks == RANKS else _build(kind, tmp_path, ranks)
     data, params, x, labels = _data(tmp_path, ranks=ranks)
     outs = [tmp_path / f"rank{r}.npz" for r in range(ranks)]
-    runs = _launch([package] * ranks, data, outs)
+    # Adam's ranks get their group passed explicitly (Executor(process_group=...)).
+    runs = _launch([package] * ranks, data, outs, group="new" if kind == "adam" else "")
     for r in runs:
         assert r.returncode == 0, r.stdout[-2000:]
     got = [dict(np.load(o)) for o in outs]
