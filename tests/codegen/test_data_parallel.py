@@ -187,3 +187,17 @@ def test_a_killed_rank_fails_the_others_within_the_timeout(packages, tmp_path):
     assert runs[0].returncode == 3, runs[0].stdout[-2000:]
     line = next(s for s in runs[0].stdout.splitlines() if s.startswith("rank 0 error:"))
     assert "allreduce/" in line, line  # the step's error names the all-reduce op
+
+
+def test_train_digits_ddp_example_runs_under_torchrun(tmp_path):
+    torchrun = Path(sys.executable).with_name("torchrun")
+    if not torchrun.exists():
+        pytest.skip("torchrun is not installed beside this Python")
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    r = subprocess.run([str(torchrun), "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
+                        "--master-port", str(_free_port()), "examples/train_digits_ddp.py",
+                        "--every", "0", "--out", str(tmp_path)],
+                       cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    # It exits 1 unless the ranks' parameters are identical and test accuracy beats 95%.
+    assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
+    assert "parameters identical on all 2 ranks" in r.stdout
