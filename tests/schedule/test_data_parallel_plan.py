@@ -84,6 +84,13 @@ def test_the_all_reduces_overlap_the_rest_of_backward():
         op.end - op.start for op in comm) + 1e-12
 
 
+def test_the_timeline_draws_the_comm_lane_as_a_row():
+    from planner.schedule.timeline import timeline_svg
+
+    svg = timeline_svg(_dp_plan(_lenet()).json_data)
+    assert ">comm</text>" in svg and "(AllReduce)</title>" in svg
+
+
 def test_verify_finds_an_update_not_ordered_after_its_all_reduce():
     p = _dp_plan(_lenet())
     ar = next(op.name for op in p.ops if op.op == "AllReduce")
