@@ -38,6 +38,13 @@ from planner.memory.decision import MemoryDecision
 from planner.memory.driver import cpu_memory
 from planner.memory.gpu import gpu_memory
 from planner.memory.options import MemoryOptions
+from planner.parallel import (
+    DataParallelOptions,
+    comm_lane,
+    compute_graph,
+    data_parallel_graph,
+    interconnect,
+)
 from planner.plan import MemoryPlan, OpPlan, Plan, PlanProvenance, PlanTarget, Summary, digest
 from planner.records import Backend, Record
 from planner.schedule.cpu import cpu_schedule
@@ -48,10 +55,11 @@ from planner.target.records import Target
 
 
 class PlanOptions(Record):
-    """Every switch of planning: the scheduler's and memory planning's."""
+    """Every switch of planning: the scheduler's, memory planning's, data parallelism's."""
 
     schedule: ScheduleOptions = ScheduleOptions()
     memory: MemoryOptions = MemoryOptions()
+    data_parallel: DataParallelOptions = DataParallelOptions()
 
 
 @dataclass(frozen=True)
@@ -97,7 +105,10 @@ def decide(graph: Graph, target: Target, costs: CostTable | None = None,
     options = options or PlanOptions()
     with fewer_collections():
         model = CostModel(target, costs)
-        schedule = BACKENDS[target.backend].schedule(graph, model, options.schedule)
+        # The compute lanes' schedule, then the gradients' all-reduces on the comm lane.
+        schedule = BACKENDS[target.backend].schedule(compute_graph(graph), model,
+                                                     options.schedule)
+        schedule = comm_lane(graph, schedule, interconnect(target))
         return model, schedule, place(graph, model, schedule, options.memory)
 
 
@@ -117,8 +128,8 @@ def plan(graph: Graph, target: Target, costs: CostTable | None = None,
     from planner.limits import check_arena_fits, check_graph_fits
 
     options = options or PlanOptions()
-    # Nothing to plan, or a graph far beyond the machine.
-    check_graph_fits(graph, target, memory_of(target))
+    graph = data_parallel_graph(graph, target, options.data_parallel)
+    check_graph_fits(graph, target, memory_of(target))  # nothing to plan, or far too large
     with fewer_collections():
         model, schedule, memory = decide(graph, target, costs, options)
         out = assemble(graph, model, options, schedule, memory)
@@ -170,7 +181,9 @@ def assemble(graph: Graph, model: CostModel, options: PlanOptions, schedule: Sch
     provenance = PlanProvenance(
         graph_sha256=digest(graph.to_json()), target_sha256=target.digest(),
         costs_sha256=digest(table.to_json()) if table is not None else "",
-        options=options.model_dump(mode="json"), tool=f"planner {__version__}")
+        # Data parallelism is named only when used: one-process plans read as they did.
+        options=options.model_dump(mode="json", exclude=None if options.data_parallel.ranks > 1
+                                   else {"data_parallel"}), tool=f"planner {__version__}")
     return Plan(graph=graph, kind=graph.kind, backend=schedule.backend,
                 target=BACKENDS[schedule.backend].resources(target), ops=ops,
                 happens_before=happens, tensors=memory.tensors,

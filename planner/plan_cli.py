@@ -40,6 +40,11 @@ def add_plan_commands(sub: Any) -> None:
     p.add_argument("--memory-budget", metavar="BYTES",
                    help="device memory budget, e.g. 11GiB: recompute, offload and convolution "
                         "workspaces are chosen to fit it (default: no budget)")
+    p.add_argument("--data-parallel", type=int, default=1, metavar="N",
+                   help="N processes each train on a shard of the batch; the plan averages "
+                        "the gradients over them (planner.parallel)")
+    p.add_argument("--bucket-bytes", type=int, metavar="BYTES",
+                   help="--data-parallel: gradient bucket size (default: from the cost model)")
     p.add_argument("-o", "--output", required=True, metavar="FILE")
     p.add_argument("--force", action="store_true", help="overwrite an existing different FILE")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
@@ -82,6 +87,7 @@ def _run_plan(args: argparse.Namespace) -> int:
     from planner.fit_cli import parse_budget
     from planner.load import load_graph, with_kept, with_loss, write_text
     from planner.memory.options import MemoryOptions
+    from planner.parallel import DataParallelOptions
     from planner.pipeline import PlanOptions, plan
     from planner.schedule import ScheduleOptions
     from planner.target.presets import load_target
@@ -100,7 +106,9 @@ def _run_plan(args: argparse.Namespace) -> int:
         options = PlanOptions(
             schedule=ScheduleOptions(strategy=args.strategy, intra=args.intra,
                                      inter=args.inter, grid=args.grid),
-            memory=MemoryOptions(budget_bytes=budget))
+            memory=MemoryOptions(budget_bytes=budget),
+            data_parallel=DataParallelOptions(ranks=args.data_parallel,
+                                              bucket_bytes=args.bucket_bytes))
     except ValidationError as e:
         raise UserError(e.errors()[0]["msg"]) from None
     import warnings

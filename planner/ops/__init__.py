@@ -11,6 +11,7 @@ log_softmax, pad. For transformers: layer_norm, gelu (Gelu, Erf), mask (Where, C
 from planner.ops import (  # noqa: F401, E402
     activation,
     binary_math,
+    collective,
     conv,
     dropout,
     elementwise,

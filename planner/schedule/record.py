@@ -109,7 +109,8 @@ class Schedule(Record):
     def _placed_for_backend(self) -> Schedule:
         field = "cpus" if self.backend == "cpu" else "stream"
         for op in self.ops:
-            if not getattr(op, field):
+            # A CPU plan's collectives run on the communication lane (planner.parallel).
+            if not getattr(op, field) and not (op.op == "AllReduce" and op.stream == "comm"):
                 raise ValueError(f"{self.backend} schedule: op {op.name!r} has no {field}")
         return self
 

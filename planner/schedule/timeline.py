@@ -34,8 +34,11 @@ def timeline_svg(plan: dict[str, Any]) -> str:
     def lanes(op: dict[str, Any]) -> list:
         return op.get("cpus") or [op.get("stream", "")]
 
+    # A CPU plan's comm lane (data-parallel all-reduces) is a row below its CPUs.
     cpus = sorted({c for op in ops for c in lanes(op)},
-                  key=lambda c: (streams.index(c), 0) if c in streams else (len(streams), c))
+                  key=lambda c: (streams.index(c), 0, "") if c in streams
+                  else (len(streams), c, "") if isinstance(c, int)
+                  else (len(streams) + 1, 0, str(c)))
     row = {c: i for i, c in enumerate(cpus)}
     span = max((op["end"] for op in ops), default=0.0) or 1.0
     scale = (WIDTH - LEFT - 10) / span
@@ -46,7 +49,7 @@ def timeline_svg(plan: dict[str, Any]) -> str:
            f'<text x="{LEFT}" y="16">{escape(plan.get("graph", {}).get("name", ""))} on '
            f'{escape(plan.get("target", {}).get("name", ""))}: {span * 1e3:.3f} ms</text>']
     for c in cpus:
-        if row[c] % 8 == 0:
+        if row[c] % 8 == 0 or not isinstance(c, int):
             label = f"cpu {c}" if isinstance(c, int) else escape(str(c))
             out.append(f'<text x="2" y="{TOP + row[c] * ROW + ROW}">{label}</text>')
     for op in ops:

@@ -65,4 +65,27 @@ NB_MODULE(planner_cpu_rt, m) {
            "plan order); jitter_us: lanes sleep up to that long before each op (tests); a "
            "step with no progress for watchdog_seconds raises, naming the ops not finished.");
   planner::define_executor<Executor, planner::Io>(cls);
+  cls.def(
+      "set_all_reduce",
+      [](Executor& ex, nb::callable fn) {
+        // Called on the comm lane's thread while a step runs (the GIL released by step):
+        // takes the GIL for the call only; a Python error becomes the step's error.
+        auto shared = std::make_shared<nb::callable>(std::move(fn));
+        ex.set_collective([shared](float* data, int64_t count) {
+          nb::gil_scoped_acquire acquire;
+          try {
+            size_t shape[1] = {static_cast<size_t>(count)};
+            // A view of the arena, not a copy (no owner: valid for this call only).
+            (*shared)(nb::ndarray<nb::numpy, float, nb::ndim<1>>(data, 1, shape, nb::handle())
+                          .cast(nb::rv_policy::reference));
+          } catch (nb::python_error& e) {
+            // Its message without the traceback: the step's error is one line.
+            throw std::runtime_error(nb::str(e.value()).c_str());
+          }
+        });
+      },
+      "fn"_a,
+      "fn(bucket) sums a float32 numpy view of a gradient bucket in place over the process "
+      "group (data-parallel plans); it runs on the comm lane, holding the GIL only for the "
+      "call.");
 }

@@ -80,7 +80,7 @@ void Executor::create(int k) {
 void Executor::run(int k) {
   const OpSpec& op = schedule().ops[k];
   dnnl::stream& stream = lane_streams_.empty() ? stream_ : lane_streams_[op.lane];
-  Run r{ptr_.data(), scratch_[k], stream.get(), kernel_threads(op)};
+  Run r{ptr_.data(), scratch_[k], stream.get(), kernel_threads(op), &collective_};
   auto t0 = std::chrono::steady_clock::now();
   kernels_[k]->run(r);
   auto t1 = std::chrono::steady_clock::now();

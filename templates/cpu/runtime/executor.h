@@ -45,6 +45,8 @@ class Executor : public ExecutorCore {
   // When op k started and ended in the last step, in seconds from the step's start: the
   // timeline that shows what the plan's simulator leaves out (the lanes' hand-offs).
   std::pair<double, double> last_span(int k) const { return span_[k]; }
+  // The all-reduce of a data-parallel plan's AllReduce ops (set between steps).
+  void set_collective(Collective c) { collective_ = std::move(c); }
 
  private:
   dnnl::engine engine_;
@@ -59,6 +61,7 @@ class Executor : public ExecutorCore {
   double watchdog_seconds_;
   std::chrono::steady_clock::time_point step_began_;
   std::vector<std::pair<double, double>> span_;  // per op: (start, end) in the last step
+  Collective collective_;
   std::unique_ptr<Lanes> lanes_;  // its threads stop before the rest is destroyed
   // Runs every op: on the lanes, or one at a time in plan order; per-op times go to stats.
   void run_step() override;

@@ -15,6 +15,7 @@
 #pragma once
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -33,12 +34,17 @@ struct Node {
   int threads;
 };
 
+// Sums `count` floats in place over the process group of a data-parallel plan (every rank
+// calls it with its own bucket and gets the same sum back); set through the bindings.
+using Collective = std::function<void(float* data, int64_t count)>;
+
 // What a running kernel sees: every tensor's current address, its scratch area, the stream.
 struct Run {
   char* const* ptr;   // per tensor id
   char* scratch;      // scratch_bytes() bytes, 64-byte aligned, this op's alone
   dnnl_stream_t stream;
   int threads;
+  const Collective* collective = nullptr;  // the executor's, for collective ops
   template <class T> T* at(int id) const { return reinterpret_cast<T*>(ptr[id]); }
 };
 

@@ -1,0 +1,59 @@
+"""Collectives of data-parallel training: the all-reduce of a bucket of gradients.
+
+`AllReduce` reads one rank's gradients g_1..g_k (a bucket, planner.parallel) and writes their
+average over the `ranks` processes of the group, r_j = (1/ranks) * sum over ranks of g_j: the
+executor copies the bucket into its scratch area (one contiguous buffer in the arena), runs a
+sum all-reduce on it through the process group (torch.distributed) and scales by 1/ranks
+while copying out. The reference interpreter runs one process: it models every rank holding
+the same gradients, so its output is its input.
+
+Example:
+    >>> import numpy as np
+    >>> from planner.ops import get_op
+    >>> get_op("AllReduce").reference([np.ones(2, np.float32)], {"ranks": 2})[0].tolist()
+    [1.0, 1.0]
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from planner.ops.base import Attr, Attrs, OpDef, OpError, TensorType, register
+
+
+def _infer(ins: list[TensorType], a: Attrs) -> list[TensorType]:
+    if a["ranks"] < 1:
+        raise OpError(f"AllReduce: ranks must be >= 1, got {a['ranks']}")
+    for t in ins:
+        if t.dtype != "float32":
+            raise OpError(f"AllReduce: gradients must be float32, got {t.dtype}")
+    return list(ins)
+
+
+def _reference(xs: list[np.ndarray], a: Attrs) -> list[np.ndarray]:
+    return [x.copy() for x in xs]
+
+
+def _bytes(ins: list[TensorType], outs: list[TensorType], a: Attrs) -> int:
+    # Copy in, the reduction's reads and writes, copy out: four passes over the bucket.
+    return 4 * sum(t.nbytes for t in ins)
+
+
+def _scratch(ins: list[TensorType], outs: list[TensorType], a: Attrs, threads: int) -> int:
+    # The bucket: the gradients side by side, the buffer the process group reduces in place.
+    return sum(t.nbytes for t in ins)
+
+
+register(OpDef(
+    name="AllReduce",
+    cost_class="data-movement",
+    arity=None,
+    attrs={"ranks": Attr("int", required=True)},
+    infer=_infer,
+    flops=lambda ins, outs, a: sum(t.size for t in ins),
+    bytes_moved=_bytes,
+    reference=_reference,
+    recompute="never",
+    scratch=_scratch,
+    doc="r_j = mean over the process group's ranks of g_j (a sum all-reduce, then 1/ranks).",
+))

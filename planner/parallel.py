@@ -1,0 +1,235 @@
+"""Data-parallel training: gradient buckets, their all-reduce, and the communication lane.
+
+Every rank runs the same plan on its shard of the batch; after backward, each bucket of
+gradients is averaged over the process group by one `AllReduce` op (planner.ops.collective)
+before the optimizer updates read it. The planner decides the buckets and where the
+all-reduces run, as steps of `planner.pipeline.plan`:
+
+    graph    = with_all_reduce(graph, buckets(graph, bucket_bytes(...)), ranks)
+                 # AllReduce nodes; updates read the averaged gradients
+    schedule = cpu_schedule(compute_graph(graph), ...)      # backward as without them
+    schedule = comm_lane(graph, schedule, link, ranks)      # the all-reduces on lane "comm",
+                 # each after its bucket's last gradient, before the updates that read it,
+                 # one at a time; the rest of backward keeps running meanwhile
+
+Averaging: a sum all-reduce, then 1/ranks applied as the executor copies the bucket out (not
+folded into the loss gradient, so a one-rank run of the plan is the single-process step).
+
+The cost model is alpha-beta: a ring all-reduce of b bytes over r ranks takes
+2 (r - 1) (alpha + b / (r * bandwidth)). Buckets follow the order backward writes the
+gradients (the graph's node order) and close once they hold `bucket_bytes`: the size at which
+the latency terms are at most a tenth of the bucket's time, b >= 9 r alpha bandwidth; smaller
+buckets would pay mostly latency, larger ones start their transfer later than needed.
+
+Example:
+    >>> from planner.graph.autodiff import make_training_graph
+    >>> from planner.graph.optimizer import Optimizer
+    >>> from planner.zoo import build
+    >>> g = make_training_graph(build("mlp", batch=4, hidden=[8], in_features=3, classes=2),
+    ...                         Optimizer(kind="sgd"))
+    >>> [len(b) for b in buckets(g, 64)]           # bytes: 8 + 64 | 32 + 96 of fc2, fc1
+    [2, 2]
+    >>> dp = with_all_reduce(g, buckets(g, 64), ranks=2)
+    >>> [n.name for n in dp.nodes if n.op == "AllReduce"]
+    ['allreduce/0', 'allreduce/1']
+"""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from planner.errors import UserError
+from planner.graph.ir import Graph, Node, Tensor
+from planner.graph.optimizer import UPDATE_OPS
+from planner.graph.validate import check_graph
+from planner.records import Record
+from planner.schedule.deps import predecessors
+from planner.schedule.record import Edge, Schedule, ScheduledOp
+from planner.target.records import Target
+
+COMM_LANE = "comm"
+_UPDATES = frozenset(op for op, _ in UPDATE_OPS.values())
+
+
+class Interconnect(Record):
+    """The link between ranks, alpha-beta: `latency_seconds` per message, `bandwidth` in
+    bytes/s, and where the numbers come from."""
+
+    bandwidth: float = Field(gt=0)
+    latency_seconds: float = Field(ge=0)
+    source: str = ""
+
+
+# Per preset. Estimates until `planner profile` measures the process group: gloo over
+# loopback TCP between processes of one host (the "host" target and any unknown CPU target),
+# 100 Gb/s InfiniBand-class links between the presets' cluster nodes.
+_LOOPBACK = Interconnect(bandwidth=2e9, latency_seconds=50e-6,
+                         source="estimate: gloo over loopback TCP on one host")
+_CLUSTER = Interconnect(bandwidth=12.5e9, latency_seconds=5e-6,
+                        source="estimate: 100 Gb/s InfiniBand between nodes")
+INTERCONNECTS: dict[str, Interconnect] = {"knl-7250": _CLUSTER, "xeon-8180": _CLUSTER}
+
+
+def interconnect(target: Target) -> Interconnect:
+    """The target's link between ranks (loopback on one host unless its preset says more)."""
+    return INTERCONNECTS.get(target.name, _LOOPBACK)
+
+
+class DataParallelOptions(Record):
+    """`ranks` processes each step a shard of the batch (1: no data parallelism);
+    `bucket_bytes` overrides the bucket size the cost model chooses."""
+
+    ranks: int = Field(default=1, ge=1, le=4096)
+    bucket_bytes: int | None = Field(default=None, ge=1)
+
+
+def all_reduce_seconds(nbytes: int, ranks: int, link: Interconnect) -> float:
+    """A ring all-reduce's time: 2 (r - 1) (alpha + b / (r beta)); 0 for one rank.
+
+    >>> round(all_reduce_seconds(10**6, 2, Interconnect(bandwidth=1e9, latency_seconds=1e-5)), 6)
+    0.00102
+    """
+    if ranks <= 1:
+        return 0.0
+    return 2 * (ranks - 1) * (link.latency_seconds + nbytes / (ranks * link.bandwidth))
+
+
+def bucket_bytes(ranks: int, link: Interconnect) -> int:
+    """The bucket size whose latency terms are a tenth of its all-reduce: 9 r alpha beta
+    (at least one float)."""
+    return max(4, int(9 * ranks * link.latency_seconds * link.bandwidth))
+
+
+def reduced_gradients(graph: Graph) -> list[str]:
+    """The gradients the optimizer updates read, in the order backward writes them."""
+    read = {t for n in graph.nodes if n.op in _UPDATES for t in n.inputs
+            if graph.tensor_map[t].role == "grad"}
+    return [t for n in graph.nodes for t in n.outputs if t in read]
+
+
+def buckets(graph: Graph, limit: int) -> list[list[str]]:
+    """The gradients in backward order, cut into buckets of at least `limit` bytes (the last
+    one may hold less)."""
+    out: list[list[str]] = [[]]
+    size = 0
+    for g in reduced_gradients(graph):
+        out[-1].append(g)
+        size += graph.tensor_map[g].nbytes
+        if size >= limit:
+            out.append([])
+            size = 0
+    return [b for b in out if b]
+
+
+def with_all_reduce(graph: Graph, bucket_list: list[list[str]], ranks: int) -> Graph:
+    """`graph` with one AllReduce node per bucket, right after the bucket's last gradient's
+    writer; every reader of a gradient but the AllReduce reads `allreduce/<gradient>`."""
+    reduced = {g: f"allreduce/{g}" for b in bucket_list for g in b}
+    taken = sorted(set(reduced.values()) & set(graph.tensor_map))
+    if taken or any(n.name.startswith("allreduce/") for n in graph.nodes):
+        raise UserError(f"graph {graph.name!r}: the names allreduce/... are reserved for "
+                        f"data-parallel training ({taken[:1] or 'a node'})")
+    last = {b[-1]: k for k, b in enumerate(bucket_list)}
+    tensors = list(graph.tensors) + [
+        Tensor(name=reduced[g], shape=graph.tensor_map[g].shape,
+               dtype=graph.tensor_map[g].dtype, role="grad")
+        for b in bucket_list for g in b]
+    nodes: list[Node] = []
+    for n in graph.nodes:
+        nodes.append(n.model_copy(update={"inputs": tuple(reduced.get(t, t) for t in n.inputs)})
+                     if n.op in _UPDATES else n)
+        for out in n.outputs:
+            if out in last:
+                b = bucket_list[last[out]]
+                nodes.append(Node(name=f"allreduce/{last[out]}", op="AllReduce", inputs=tuple(b),
+                                  outputs=tuple(reduced[g] for g in b),
+                                  attrs={"ranks": ranks}))
+    return check_graph(graph.model_copy(update={"tensors": tuple(tensors),
+                                                "nodes": tuple(nodes)}))
+
+
+def compute_graph(graph: Graph) -> Graph:
+    """`graph` without its AllReduce nodes, the updates reading the gradients again: what the
+    compute lanes run (the inverse of with_all_reduce)."""
+    ar = [n for n in graph.nodes if n.op == "AllReduce"]
+    if not ar:
+        return graph
+    back = {r: g for n in ar for g, r in zip(n.inputs, n.outputs, strict=True)}
+    nodes = tuple(n.model_copy(update={"inputs": tuple(back.get(t, t) for t in n.inputs)})
+                  for n in graph.nodes if n.op != "AllReduce")
+    tensors = tuple(t for t in graph.tensors if t.name not in back)
+    return graph.model_copy(update={"tensors": tensors, "nodes": nodes})
+
+
+def comm_lane(graph: Graph, schedule: Schedule, link: Interconnect) -> Schedule:
+    """`schedule` (of compute_graph(graph)) with graph's AllReduce ops on lane "comm".
+
+    Order: the compute ops keep theirs, but the updates that read averaged gradients move
+    after the rest of backward (a lane never holds backward up waiting for the network); an
+    all-reduce comes right after its bucket's last gradient's writer. Edges: every data and
+    in-place dependency of `graph`, the previous op on each of an op's CPUs, the previous
+    all-reduce on the comm lane. Times: each op starts when the last op ordered before it
+    ends (the executor's rule), an all-reduce taking all_reduce_seconds of its bucket."""
+    ar = [n for n in graph.nodes if n.op == "AllReduce"]
+    if not ar:
+        return schedule
+    writer = {t: n.name for n in graph.nodes for t in n.outputs}
+    reduced = {r for n in ar for r in n.outputs}
+    late = {n.name for n in graph.nodes if n.op != "AllReduce" and set(n.inputs) & reduced}
+    rank = {op.name: k + (len(schedule.ops) if op.name in late else 0)
+            for k, op in enumerate(schedule.ops)}
+    for n in ar:
+        rank[n.name] = max(rank[writer[g]] for g in n.inputs) + 0.5
+    names = [n.name for n in graph.nodes]
+    deps = {names[i]: tuple(names[p] for p in ps) for i, ps in enumerate(predecessors(graph))}
+    order = sorted(rank, key=rank.__getitem__)  # topological: data edges point forward
+    at = {op.name: op for op in schedule.ops}
+    seconds = {n.name: all_reduce_seconds(sum(graph.tensor_map[g].nbytes for g in n.inputs),
+                                          n.attrs["ranks"], link) for n in ar}
+    edges: list[Edge] = []
+    last_on: dict[int | str, ScheduledOp] = {}
+    end: dict[str, float] = {}
+    ops: list[ScheduledOp] = []
+    for name in order:
+        before = set(deps[name])
+        places: tuple[int | str, ...] = at[name].cpus if name in at else (COMM_LANE,)
+        group = at[name].group if name in at else ""
+        before.update(last_on[c].name for c in places
+                      if c in last_on and not (group and last_on[c].group == group))
+        ready = max((end[p] for p in before), default=0.0)
+        if name in seconds:
+            op = ScheduledOp(name=name, op="AllReduce", stream=COMM_LANE, deps=deps[name],
+                             start=ready, end=ready + seconds[name])
+        else:
+            old = at[name]
+            op = old.model_copy(update={"start": ready, "end": ready + old.end - old.start,
+                                        "deps": deps[name]})
+        edges += [Edge(before=b, after=name) for b in sorted(before, key=rank.__getitem__)]
+        for c in places:
+            last_on[c] = op
+        end[name] = op.end
+        ops.append(op)
+    # Execution order is start order (as cpu_schedule's), so memory planning's reuse edges
+    # point forward; every edge does already (a successor starts when its predecessor ends).
+    ops.sort(key=lambda op: (op.start, op.end, rank[op.name]))
+    step = max(end.values())
+    busy = sum(op.end - op.start for op in ops if op.cpus)
+    return schedule.model_copy(update={
+        "ops": tuple(ops), "edges": tuple(edges),
+        "utilization": schedule.utilization * schedule.step_seconds / step if step else 0.0,
+        "mean_corun": busy / step if step else 0.0})
+
+
+def data_parallel_graph(graph: Graph, target: Target, options: DataParallelOptions) -> Graph:
+    """The graph every rank runs: `graph` itself for one rank, else with its gradient
+    buckets' all-reduces (UserError for an inference graph or a GPU target)."""
+    if options.ranks == 1:
+        return graph
+    if graph.kind != "training":
+        raise UserError(f"graph {graph.name!r}: --data-parallel needs a training graph "
+                        f"(--train sgd|momentum|adam)")
+    if target.backend != "cpu":
+        raise UserError(f"target {target.name!r}: data-parallel plans run on CPU targets "
+                        f"(gloo) so far")
+    limit = options.bucket_bytes or bucket_bytes(options.ranks, interconnect(target))
+    return with_all_reduce(graph, buckets(graph, limit), options.ranks)

@@ -1,0 +1,55 @@
+"""One rank of the data-parallel tests (tests/codegen/test_data_parallel.py), run as its own
+process: `python -m tests.codegen.dp_worker PACKAGE_DIR DATA.npz OUT.npz [die_after]`.
+
+It joins the gloo group from the environment (MASTER_ADDR 127.0.0.1, MASTER_PORT, RANK,
+WORLD_SIZE, the test's timeout in DP_TIMEOUT seconds), loads the initial parameters from
+DATA.npz, steps its shard of every global batch there (rows rank*B .. (rank+1)*B), and
+writes its parameters to OUT.npz. A UserError (or a failed step) is printed on one line
+prefixed `rank R error:` and exits 3. With `die_after` k it exits abruptly after k steps (a
+killed rank). DP_GROUP=new passes a new group of every rank as `process_group`."""
+
+from __future__ import annotations
+
+import datetime
+import os
+import sys
+
+import numpy as np
+
+
+def main(package: str, data_path: str, out_path: str, die_after: int = -1) -> int:
+    import torch.distributed as dist
+
+    from codegen.load import load
+    from planner.errors import UserError
+
+    dist.init_process_group("gloo", timeout=datetime.timedelta(
+        seconds=float(os.environ.get("DP_TIMEOUT", "30"))))
+    rank, world = dist.get_rank(), dist.get_world_size()
+    data = np.load(data_path)
+    try:
+        module = load(package)
+        if os.environ.get("DP_GROUP") == "new":  # a group of its own, passed explicitly
+            ex = module.Executor(process_group=dist.new_group(list(range(world))))
+        else:  # torch.distributed's default group
+            ex = module.Executor()
+        ex.load_params({k[len("param:"):]: data[k] for k in data.files
+                        if k.startswith("param:")})
+        x, labels = data["x"], data["labels"]
+        shard = x.shape[1] // world
+        rows = slice(rank * shard, (rank + 1) * shard)
+        for step in range(x.shape[0]):
+            if step == die_after:
+                os._exit(9)  # noqa: SLF001 - a rank killed mid-training, no clean-up
+            ex.step({"x": x[step, rows], "labels": labels[step, rows]})
+    except (UserError, RuntimeError) as e:
+        print(f"rank {rank} error: {str(e).splitlines()[0] if str(e) else type(e).__name__}",
+              flush=True)
+        os._exit(3)  # noqa: SLF001 - the group may be broken: do not wait in its teardown
+    np.savez(out_path, **ex.params())
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(*sys.argv[1:4], *map(int, sys.argv[4:5])))

@@ -1,0 +1,203 @@
+"""Data-parallel training through generated CPU executors on a gloo process group of 2 (and
+4) processes on this machine (127.0.0.1, bounded timeouts): the parameters after 20 SGD and 20
+Adam steps equal PyTorch stepping the global batch in one process, every rank holds
+bit-identical parameters, and a group of the wrong size, ranks with different plans and a
+killed rank each fail with a clear error on every surviving rank instead of hanging.
+
+The ranks are separate processes (tests/codegen/dp_worker.py) rendezvousing through the
+environment (MASTER_ADDR/PORT, RANK, WORLD_SIZE)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from codegen.build import build
+from codegen.render import render
+from planner.graph.autodiff import make_training_graph
+from planner.graph.interpret import init_params
+from planner.graph.optimizer import Optimizer
+from planner.parallel import DataParallelOptions
+from planner.pipeline import PlanOptions, plan
+from planner.target.detect import detect
+from planner.zoo import build as zoo
+
+dist = pytest.importorskip("torch.distributed")
+torch = pytest.importorskip("torch")
+if not (dist.is_available() and dist.is_gloo_available()):
+    pytest.skip("torch.distributed with gloo is not available", allow_module_level=True)
+
+RANKS, SHARD, STEPS = 2, 8, 20     # 2 processes x 8 rows: a global batch of 16
+MLP = dict(hidden=[16, 12], in_features=10, classes=4)
+LR = {"sgd": 0.1, "adam": 0.01}
+# Small buckets, so the plan has several all-reduces that overlap the rest of backward.
+BUCKET_BYTES = 256
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _graph(kind: str, batch: int):
+    return make_training_graph(zoo("mlp", batch=batch, **MLP), Optimizer(kind=kind, lr=LR[kind]))
+
+
+def _build(kind: str, folder: Path, ranks: int = RANKS) -> Path:
+    """Plan the MLP (per-rank batch SHARD) for `ranks` processes, render and build it."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        p = plan(_graph(kind, SHARD), detect(), options=PlanOptions(
+            data_parallel=DataParallelOptions(ranks=ranks, bucket_bytes=BUCKET_BYTES)))
+    assert sum(op.op == "AllReduce" for op in p.ops) >= 2
+    return build(render(p, folder / f"mlp_dp_{kind}_{ranks}").dir).dir
+
+
+@pytest.fixture(scope="module")
+def packages(tmp_path_factory) -> dict[str, Path]:
+    folder = tmp_path_factory.mktemp("dp")
+    return {kind: _build(kind, folder) for kind in ("sgd", "adam")}
+
+
+def _data(folder: Path, seed: int = 0, ranks: int = RANKS
+          ) -> tuple[Path, dict[str, np.ndarray], np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((STEPS, ranks * SHARD, MLP["in_features"])).astype(np.float32)
+    labels = rng.integers(0, MLP["classes"], (STEPS, ranks * SHARD)).astype(np.int64)
+    params = init_params(_graph("sgd", SHARD), seed=seed)
+    path = folder / "data.npz"
+    np.savez(path, x=x, labels=labels, **{f"param:{k}": v for k, v in params.items()})
+    return path, params, x, labels
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _launch(packages: list[Path], data: Path, outs: list[Path], die_after: int | None = None,
+            world: int | None = None, timeout_s: float = 30.0, group: str = ""
+            ) -> list[subprocess.CompletedProcess]:
+    """Run one worker per package (rank = position) and wait for all, bounded."""
+    port, world = _free_port(), world or len(packages)
+    procs = []
+    for rank, (pkg, out) in enumerate(zip(packages, outs, strict=True)):
+        env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
+               "RANK": str(rank), "WORLD_SIZE": str(world), "DP_TIMEOUT": str(timeout_s),
+               "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "DP_GROUP": group}
+        args = [sys.executable, "-m", "tests.codegen.dp_worker", str(pkg), str(data), str(out)]
+        if die_after is not None and rank == len(packages) - 1:
+            args.append(str(die_after))
+        procs.append(subprocess.Popen(args, env=env, cwd=ROOT, stdout=subprocess.PIPE,
+                                      stderr=subprocess.STDOUT, text=True))
+    results = []
+    for p in procs:
+        try:
+            stdout, _ = p.communicate(timeout=timeout_s * 4 + 60)
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                q.kill()
+            pytest.fail("a rank hung past the process group's timeout")
+        results.append(subprocess.CompletedProcess(p.args, p.returncode, stdout, ""))
+    return results
+
+
+def _torch_reference(kind: str, params: dict[str, np.ndarray], x: np.ndarray,
+                     labels: np.ndarray) -> tuple[dict[str, np.ndarray], float]:
+    """PyTorch stepping the global batch in one process; also the largest gradient seen."""
+    names = [n for n in params if n.endswith("/weight") or n.endswith("/bias")]
+    ts = {n: torch.tensor(params[n], requires_grad=True) for n in names}
+    layers = sorted({n.rsplit("/", 1)[0] for n in names}, key=lambda s: int(s[2:]))
+    opt = (torch.optim.SGD if kind == "sgd" else torch.optim.Adam)(ts.values(), lr=LR[kind])
+    gmax = 0.0
+    for step in range(x.shape[0]):
+        h = torch.from_numpy(x[step])
+        for k, layer in enumerate(layers):
+            h = h @ ts[f"{layer}/weight"] + ts[f"{layer}/bias"]
+            if k < len(layers) - 1:
+                h = torch.relu(h)
+        loss = torch.nn.functional.cross_entropy(h, torch.from_numpy(labels[step]))
+        opt.zero_grad()
+        loss.backward()
+        gmax = max(gmax, max(float(t.grad.abs().max()) for t in ts.values()))
+        opt.step()
+    return {n: t.detach().numpy() for n, t in ts.items()}, gmax
+
+
+@pytest.mark.parametrize("kind,ranks", [("sgd", 2), ("adam", 2), ("sgd", 4)])
+def test_ranks_match_one_process_on_the_global_batch(packages, tmp_path, kind, ranks):
+    package = packages[kind] if ranks == RANKS else _build(kind, tmp_path, ranks)
+    data, params, x, labels = _data(tmp_path, ranks=ranks)
+    outs = [tmp_path / f"rank{r}.npz" for r in range(ranks)]
+    # Adam's ranks get their group passed explicitly (Executor(process_group=...)).
+    runs = _launch([package] * ranks, data, outs, group="new" if kind == "adam" else "")
+    for r in runs:
+        assert r.returncode == 0, r.stdout[-2000:]
+    got = [dict(np.load(o)) for o in outs]
+    for name in got[0]:  # every rank holds the same bits
+        assert all(np.array_equal(got[0][name], g[name]) for g in got[1:]), name
+    want, gmax = _torch_reference(kind, params, x, labels)
+    # Float32 error: each step's gradient is a sum over the global batch of n = ranks x 8 rows
+    # (and the layers' inner dimensions, at most 16), which the ranks and PyTorch add in
+    # different orders: each side is within gamma = 2 (n + 16) eps of the exact sum, relative
+    # to the largest gradient gmax. SGD moves a parameter by lr * g per step, so 20 steps
+    # differ by at most steps * lr * 2 * gamma * gmax, times the growth a perturbation sees
+    # through 20 steps of a contraction-free map (<= e^(steps * lr) for Hessian norms below 1
+    # here).
+    # Adam divides by sqrt(v): a relative gradient error gamma moves the step lr * m / sqrt(v)
+    # by at most about 2 * gamma * lr where |g| dominates its rounding; we allow that per step.
+    eps = float(np.finfo(np.float32).eps)
+    gamma = 2 * (ranks * SHARD + 16) * eps
+    lr = LR[kind]
+    tol = (STEPS * lr * 2 * gamma * gmax * np.exp(STEPS * lr) if kind == "sgd"
+           else STEPS * lr * 4 * gamma * np.exp(STEPS * lr))
+    worst = max(float(np.max(np.abs(got[0][n] - want[n]))) for n in want)
+    moved = max(float(np.max(np.abs(want[n] - params[n]))) for n in want)
+    assert moved > 100 * tol  # the steps did move the parameters
+    assert worst <= tol, (worst, tol)
+
+
+def test_ranks_with_different_plans_are_refused_on_every_rank(packages, tmp_path):
+    data = _data(tmp_path)[0]
+    runs = _launch([packages["sgd"], packages["adam"]], data,
+                   [tmp_path / "a.npz", tmp_path / "b.npz"])
+    for rank, r in enumerate(runs):
+        assert r.returncode == 3, r.stdout[-2000:]
+        line = next(s for s in r.stdout.splitlines() if s.startswith(f"rank {rank} error:"))
+        assert "run different plans" in line and "ranks [0]" in line and "ranks [1]" in line
+
+
+def test_a_group_of_the_wrong_size_is_refused(packages, tmp_path):
+    data = _data(tmp_path)[0]
+    (r,) = _launch([packages["sgd"]], data, [tmp_path / "a.npz"])
+    assert r.returncode == 3, r.stdout[-2000:]
+    assert ("rank 0 error: rank 0: the plan was made for 2 processes (--data-parallel 2) but "
+            "the process group has 1") in r.stdout
+
+
+def test_a_killed_rank_fails_the_others_within_the_timeout(packages, tmp_path):
+    data = _data(tmp_path)[0]
+    runs = _launch([packages["sgd"]] * RANKS, data, [tmp_path / "a.npz", tmp_path / "b.npz"],
+                   die_after=3, timeout_s=10.0)
+    assert runs[1].returncode == 9
+    assert runs[0].returncode == 3, runs[0].stdout[-2000:]
+    line = next(s for s in runs[0].stdout.splitlines() if s.startswith("rank 0 error:"))
+    assert "allreduce/" in line, line  # the step's error names the all-reduce op
+
+
+def test_train_digits_ddp_example_runs_under_torchrun(tmp_path):
+    torchrun = Path(sys.executable).with_name("torchrun")
+    if not torchrun.exists():
+        pytest.skip("torchrun is not installed beside this Python")
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    r = subprocess.run([str(torchrun), "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
+                        "--master-port", str(_free_port()), "examples/train_digits_ddp.py",
+                        "--every", "0", "--out", str(tmp_path)],
+                       cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    # It exits 1 unless the ranks' parameters are identical and test accuracy beats 95%.
+    assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
+    assert "parameters identical on all 2 ranks" in r.stdout

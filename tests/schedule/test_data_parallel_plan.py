@@ -1,0 +1,126 @@
+"""Planning data-parallel training (planner.parallel): gradient buckets, the all-reduce ops on
+the comm lane, their ordering edges (checked by planner verify), the simulated overlap with
+backward, and one-line refusals."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import planner.cli as cli
+from planner.errors import UserError
+from planner.graph.autodiff import make_training_graph
+from planner.graph.optimizer import Optimizer
+from planner.parallel import (
+    DataParallelOptions,
+    all_reduce_seconds,
+    buckets,
+    interconnect,
+    reduced_gradients,
+)
+from planner.pipeline import PlanOptions, plan
+from planner.target import preset
+from planner.verify import verify_plan
+from planner.zoo import build
+
+TARGET = "xeon-8180"
+
+
+def _lenet(kind: str = "sgd"):
+    return make_training_graph(build("lenet", image=8, batch=8), Optimizer(kind=kind))
+
+
+def _dp_plan(graph, ranks: int = 2, bucket_bytes: int | None = 4096):
+    return plan(graph, preset(TARGET), options=PlanOptions(
+        data_parallel=DataParallelOptions(ranks=ranks, bucket_bytes=bucket_bytes)))
+
+
+def test_buckets_cut_the_gradients_in_backward_order():
+    g = _lenet()
+    grads = reduced_gradients(g)
+    cut = buckets(g, 4096)
+    assert [t for b in cut for t in b] == grads  # each once, in the order backward writes them
+    assert len(grads) == sum(t.updates is None for t in g.by_role("param"))
+    sizes = [sum(g.tensor_map[t].nbytes for t in b) for b in cut]
+    assert all(s >= 4096 for s in sizes[:-1]) and len(cut) > 1
+    # each bucket closes at the first gradient that brings it to the limit
+    assert all(s - g.tensor_map[b[-1]].nbytes < 4096 for s, b in zip(sizes, cut, strict=True))
+
+
+@pytest.mark.parametrize("kind", ["sgd", "adam"])
+def test_all_reduces_run_on_the_comm_lane_between_gradients_and_updates(kind):
+    p = _dp_plan(_lenet(kind))
+    assert verify_plan(p) == []
+    edges = {(e.before, e.after) for e in p.happens_before}
+    writer = {t: n.name for n in p.graph.nodes for t in n.outputs}
+    ar = [n for n in p.graph.nodes if n.op == "AllReduce"]
+    assert len(ar) > 1
+    for k, n in enumerate(ar):
+        op = p.op(n.name)
+        assert op.stream == "comm" and op.cpus == () and n.attrs["ranks"] == 2
+        assert all((writer[g], n.name) in edges for g in n.inputs)
+        readers = [m for m in p.graph.nodes if set(m.inputs) & set(n.outputs)]
+        assert readers and all(m.op in ("SGD", "ApplyAdam") for m in readers)
+        assert all((n.name, m.name) in edges for m in readers)
+        assert all(p.op(m.name).start >= op.end for m in readers)
+        if k:
+            assert (ar[k - 1].name, n.name) in edges  # one at a time on the comm lane
+        link = interconnect(preset(TARGET))
+        assert op.end - op.start == pytest.approx(all_reduce_seconds(
+            sum(p.graph.tensor_map[t].nbytes for t in n.inputs), 2, link))
+
+
+def test_the_all_reduces_overlap_the_rest_of_backward():
+    p = _dp_plan(_lenet())
+    comm = [op for op in p.ops if op.stream == "comm"]
+    backward = [op for op in p.ops if op.cpus and op.name.startswith("grad/")]
+    overlap = sum(max(0.0, min(a.end, b.end) - max(a.start, b.start))
+                  for a in comm[:-1] for b in backward)
+    assert overlap > 0
+    alone = plan(_lenet(), preset(TARGET))
+    assert alone.summary.step_seconds <= p.summary.step_seconds
+    assert p.summary.step_seconds <= alone.summary.step_seconds + sum(
+        op.end - op.start for op in comm) + 1e-12
+
+
+def test_the_timeline_draws_the_comm_lane_as_a_row():
+    from planner.schedule.timeline import timeline_svg
+
+    svg = timeline_svg(_dp_plan(_lenet()).json_data)
+    assert ">comm</text>" in svg and "(AllReduce)</title>" in svg
+
+
+def test_verify_finds_an_update_not_ordered_after_its_all_reduce():
+    p = _dp_plan(_lenet())
+    ar = next(op.name for op in p.ops if op.op == "AllReduce")
+    cut = tuple(e for e in p.happens_before if e.before != ar)
+    problems = verify_plan(p.model_copy(update={"happens_before": cut}))
+    assert problems and any(ar in s for s in problems)
+
+
+def test_one_rank_plans_the_graph_as_it_is():
+    g = _lenet()
+    assert not any(op.op == "AllReduce" for op in _dp_plan(g, ranks=1).ops)
+
+
+def test_refusals_are_one_line():
+    forward = build("lenet", image=8, batch=8)
+    with pytest.raises(UserError, match="needs a training graph"):
+        _dp_plan(forward)
+    with pytest.raises(UserError, match="CPU targets"):
+        plan(_lenet(), preset("k40c-12gb"), options=PlanOptions(
+            data_parallel=DataParallelOptions(ranks=2)))
+
+
+def test_plan_command_takes_data_parallel(tmp_path, capsys):
+    out = tmp_path / "p.json"
+    assert cli.main(["plan", "zoo:mlp?batch=4&hidden=8&in_features=6&classes=3",
+                     "--train", "sgd", "--target", TARGET, "--data-parallel", "2",
+                     "-o", str(out)]) == 0
+    data = json.loads(out.read_text())
+    ar = [op for op in data["ops"] if op["op"] == "AllReduce"]
+    # The default bucket (9 r alpha beta, megabytes) holds this small model's gradients.
+    assert len(ar) == 1 and ar[0]["stream"] == "comm"
+    assert data["provenance"]["options"]["data_parallel"]["ranks"] == 2
+    assert cli.main(["verify", str(out)]) == 0
