@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
         dist.broadcast_object_list(shared, src=0)
         out = Path(shared[0])
         if rank == 0:
-            result = build_tree(render(plan, out / "lenet_digits_ddp").dir, progress=say)
+            result = build_tree(render(plan, out / "lenet_digits_ddp"), progress=say)
             say(f"{plan.graph.name}: {len(plan.ops)} ops "
                 f"({sum(op.op == 'AllReduce' for op in plan.ops)} all-reduces) for {world} "
                 f"ranks, built in {result.seconds:.1f} s")

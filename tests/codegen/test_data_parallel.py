@@ -53,7 +53,7 @@ def _build(kind: str, folder: Path, ranks: int = RANKS) -> Path:
         p = plan(_graph(kind, SHARD), detect(), options=PlanOptions(
             data_parallel=DataParallelOptions(ranks=ranks, bucket_bytes=BUCKET_BYTES)))
     assert sum(op.op == "AllReduce" for op in p.ops) >= 2
-    return build(render(p, folder / f"mlp_dp_{kind}_{ranks}").dir).dir
+    return build(render(p, folder / f"mlp_dp_{kind}_{ranks}")).dir
 
 
 @pytest.fixture(scope="module")
