@@ -92,6 +92,17 @@ def render(plan: Plan, out_dir: str | Path, name: str | None = None,
     return RenderedTree(name=name, dir=out, files=files)
 
 
+def _capability_code(capability: str) -> int:
+    """ "9.0" -> 90, as the executor compares it with cudaDeviceProp major * 10 + minor; 0 when
+    the plan names none.
+
+    >>> _capability_code("8.9"), _capability_code("")
+    (89, 0)
+    """
+    major, _, minor = capability.partition(".")
+    return int(major) * 10 + int(minor) if capability else 0
+
+
 def render_files(plan: Plan, name: str, layout: str = "plan") -> dict[str, str]:
     """The tree's files as text (pure: no file is written). Raises PlanError naming the first
     rule the plan breaks: a plan that does not verify is never compiled."""
@@ -126,6 +137,9 @@ def render_files(plan: Plan, name: str, layout: str = "plan") -> dict[str, str]:
         "waits": waits,
         "num_lanes": lanes,
         "arena_bytes": arena.bytes,
+        # The GPU the plan was made for (0 for a CPU plan): the CUDA executor checks the device.
+        "compute_capability": _capability_code(plan.target.compute_capability),
+        "device_memory_bytes": plan.target.gpu_memory_bytes,
         "outputs": ", ".join(str(index[o]) for o in graph.outputs),
         "num_outputs": len(graph.outputs),
         "strings": strings.c_array(),

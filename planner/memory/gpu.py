@@ -38,6 +38,7 @@ Example:
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -59,6 +60,21 @@ from planner.memory.reuse import reuse_edges
 from planner.memory.stash import analyze
 from planner.schedule.record import Edge, Schedule, ScheduledOp
 from planner.schedule.streams import STREAMS, compute_steps
+
+# cuDNN workspaces and the CUDA kernels' scratch are promised 256-byte alignment
+# (templates/cuda/runtime/kernel.h), as cudaMalloc gives it: every device offset is a multiple.
+DEVICE_ALIGNMENT = 256
+
+
+def device_aligned(options: MemoryOptions) -> MemoryOptions:
+    """`options` with its alignment a multiple of DEVICE_ALIGNMENT.
+
+    >>> [device_aligned(MemoryOptions(alignment=a)).alignment for a in (64, 512, 3)]
+    [256, 512, 768]
+    """
+    if options.alignment % DEVICE_ALIGNMENT == 0:
+        return options
+    return options.model_copy(update={"alignment": math.lcm(options.alignment, DEVICE_ALIGNMENT)})
 
 
 @dataclass
@@ -112,7 +128,7 @@ def gpu_solve(graph: Graph, model: CostModel, options: MemoryOptions | None = No
               order: list[str] | None = None) -> Solved:
     """Everything gpu_memory decides, before it becomes records. `order`: graph node names in
     the compute order to keep (default: the graph's, updates moved up)."""
-    options = options or MemoryOptions()
+    options = device_aligned(options or MemoryOptions())
     if not model.target.gpus:
         raise ValueError(f"target {model.target.name!r} has no GPU")
     gpu = model.target.gpus[0]

@@ -142,6 +142,23 @@ def test_workspaces_follow_free_memory(alexnet):
     assert workspaces and all(t.first == t.last for t in workspaces)
 
 
+@pytest.mark.parametrize("budget", [None, 10**10])
+def test_every_device_buffer_is_256_byte_aligned(alexnet, budget):
+    """cuDNN workspaces and the CUDA kernels' scratch are promised 256-byte-aligned bytes
+    (templates/cuda/runtime/kernel.h), whatever alignment the options ask for (4 here)."""
+    p = gpu_plan(alexnet, MODEL, options(budget))
+    device = [t for t in p.tensors if t.placement == "device"]
+    assert any(t.name.endswith("@workspace") for t in device)
+    assert [t.name for t in device if t.offset % 256] == []
+
+
+def test_own_layout_aligns_scratch_areas_to_256_bytes(alexnet):
+    from codegen.layout import own_layout
+
+    lay = own_layout(alexnet, gpu_plan(alexnet, MODEL, options(10**10)).tensors)
+    assert lay.scratch and [op for op, (o, _) in lay.scratch.items() if o % 256] == []
+
+
 def test_infeasible_budget_names_the_smallest(alexnet):
     low = smallest(alexnet)
     with pytest.raises(InfeasibleBudget, match=f"smallest feasible budget is {low} bytes"):
