@@ -31,11 +31,13 @@ def _import(path):
     return module
 
 
+@pytest.mark.nvcc
 def test_runtime_registers_the_ops_codegen_reads():
     runtime = _import(build_runtime(backend="cuda"))
     assert set(runtime.registered_ops()) == set(BACKENDS["cuda"].ops)
 
 
+@pytest.mark.nvcc
 @pytest.mark.parametrize("model,size", [("lenet", dict(batch=8, image=28)),
                                         ("resnet", dict(batch=4, image=32, depth=18))])
 def test_training_executor_builds(model, size, tmp_path):
