@@ -195,3 +195,31 @@ def test_plans_are_deterministic_and_round_trip(alexnet):
     a = gpu_plan(alexnet, MODEL, options(budget))
     assert a.to_json() == gpu_plan(alexnet, MODEL, options(budget)).to_json()
     assert Plan.from_json(a.to_json()) == a
+
+
+def test_an_asymmetric_pad_convolutions_padded_copy_is_planned_with_its_workspace():
+    """The CUDA kernel copies the image into an explicitly padded buffer (cuDNN takes symmetric
+    pads only): OpDef.gpu_scratch, planned in the convolution's workspace area, so that the
+    kernel gets no block outside the arena at load. 2 x 3 x (7+1) x (7+1) floats = 1536 bytes."""
+    from planner.graph.ir import Graph, Node, Tensor
+
+    def conv_graph(pads):
+        side = 7 + pads[0] + pads[2] - 1  # a 2 x 2 kernel, stride 1
+        return Graph(name="c", tensors=(Tensor(name="x", shape=(2, 3, 7, 7), role="input"),
+                                        Tensor(name="w", shape=(4, 3, 2, 2), role="param"),
+                                        Tensor(name="y", shape=(2, 4, side, side))),
+                     nodes=(Node(name="conv", op="Conv2D", inputs=("x", "w"), outputs=("y",),
+                                 attrs={"pads": pads}),), outputs=("y",), kind="inference")
+
+    def workspace(pads, **kw):
+        p = plan(conv_graph(pads), preset("h100-80gb"),
+                 options=PlanOptions(memory=MemoryOptions(**kw)))
+        (choice,) = p.memory.convs
+        area = [t.bytes for t in p.tensors if t.name == "conv@workspace"]
+        return choice.workspace_bytes, area
+
+    plain, none = workspace([0, 0, 0, 0], workspaces=False)  # symmetric: cuDNN pads itself
+    padded, area = workspace([0, 0, 1, 1], workspaces=False)
+    assert (plain, none, padded, area) == (0, [], 1536, [1536])
+    fastest, area = workspace([0, 0, 1, 1])
+    assert fastest >= 1536 and area == [fastest]
