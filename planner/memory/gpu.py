@@ -231,28 +231,45 @@ def give_workspaces(placed: Placed, state: State, options: MemoryOptions
     arena = placed.arena
     choice: dict[int, ConvAlgo] = {}
     convs = [i for i, o in enumerate(m.ops) if o.kind == "node" and steps.algos[o.step]]
+    needy = sorted(convs + scratch_ops(m, steps))
     free = FreeBytes(m.buffers, placed.offsets, options.alignment)
-    for i, (gap_lo, gap_hi, top) in zip(convs, free.sweep([m.ops[i].key for i in convs]),
+    for i, (gap_lo, gap_hi, top) in zip(needy, free.sweep([m.ops[i].key for i in needy]),
                                         strict=True):
         o = m.ops[i]
-        algos = list(steps.algos[o.step])
-        room = int((gap_hi - gap_lo).max(initial=0))
-        limit = max(room, budget - top) if options.workspaces else 0
-        algo = fastest_within(algos, limit)
-        choice[i] = algo
-        if algo.workspace_bytes == 0:
+        if steps.algos[o.step]:
+            algos = list(steps.algos[o.step])
+            room = int((gap_hi - gap_lo).max(initial=0))
+            limit = max(room, budget - top) if options.workspaces else 0
+            algo = fastest_within(algos, limit)
+            choice[i] = algo
+            nbytes = algo.workspace_bytes
+        else:  # the kernel's own scratch: not optional
+            nbytes = steps.scratch[o.step]
+        if nbytes == 0:
             continue
-        size = aligned(algo.workspace_bytes, options.alignment)
+        size = aligned(nbytes, options.alignment)
         # The smallest gap that holds it (the lowest among equals), else above the live ones.
         width = gap_hi - gap_lo
         fitting = np.nonzero(width >= size)[0]
         offset = int(gap_lo[fitting[np.lexsort((gap_lo[fitting], width[fitting]))[0]]]) \
             if len(fitting) else top
-        buffers.append(Buffer(f"{o.name}@workspace", "", algo.workspace_bytes, o.key,
+        buffers.append(Buffer(f"{o.name}@workspace", "", nbytes, o.key,
                               o.key + 1, i, i, i, (i,), "workspace"))
         offsets.append(offset)
         arena = max(arena, offset + size)
+    if arena > budget:
+        raise InfeasibleBudget(
+            f"memory budget {format_bytes(budget)} ({budget} bytes) is infeasible for "
+            f"{steps.graph.name!r}: its kernels' scratch areas need {arena} bytes "
+            f"({format_bytes(arena)})", arena)
     return buffers, offsets, arena, choice
+
+
+def scratch_ops(m: Material, steps) -> list[int]:
+    """The graph-node ops whose CUDA kernel needs scratch of its own (OpDef.gpu_scratch)."""
+    return [i for i, o in enumerate(m.ops)
+            if o.kind == "node" and not steps.algos[o.step] and steps.scratch
+            and steps.scratch[o.step]]
 
 
 def _unbounded_workspaces(placed: Placed, state: State, options: MemoryOptions
@@ -263,10 +280,12 @@ def _unbounded_workspaces(placed: Placed, state: State, options: MemoryOptions
     steps = state.stash.steps
     choice = {i: fastest_within(list(steps.algos[o.step]), None if options.workspaces else 0)
               for i, o in enumerate(m.ops) if o.kind == "node" and steps.algos[o.step]}
+    need = {i: a.workspace_bytes for i, a in choice.items()}
+    need |= {i: steps.scratch[m.ops[i].step] for i in scratch_ops(m, steps)}
     buffers = list(m.buffers) + [
-        Buffer(f"{m.ops[i].name}@workspace", "", a.workspace_bytes, m.ops[i].key,
+        Buffer(f"{m.ops[i].name}@workspace", "", nbytes, m.ops[i].key,
                m.ops[i].key + 1, i, i, i, (i,), "workspace")
-        for i, a in sorted(choice.items()) if a.workspace_bytes]
+        for i, nbytes in sorted(need.items()) if nbytes]
     offsets, arena, _, _ = place(buffers, options.alignment, options.heuristics)
     return buffers, offsets, arena, choice
 

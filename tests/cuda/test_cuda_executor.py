@@ -43,6 +43,8 @@ def check_planned_step(model: str, plan: Plan, module, **options) -> None:
     ex = module.Executor(**options)
     ex.load_params(state)
     loss = ex.step(feeds)["loss"]
+    # Every kernel's scratch is a plan tensor (OpDef.gpu_scratch): nothing allocated at load.
+    assert ex.stats()["unplanned_scratch_bytes"] == 0
     outputs, new_state = train_step(graph, feeds, state)
     exact_out, exact_state = train_step(widened(graph), feeds, state)
     assert rel_error(loss, exact_out["loss"]) < allowed(outputs["loss"], exact_out["loss"], TOL)

@@ -13,6 +13,7 @@ from planner.costs.convalgo import conv_algorithms
 from planner.graph.interpret import init_params, random_feeds, train_step
 from planner.memory import InfeasibleBudget, MemoryOptions, plan_memory, verify_memory_data
 from planner.memory.replay import replay
+from planner.ops import get_op
 from planner.pipeline import PlanOptions, plan
 from planner.schedule import ScheduleOptions, stream_schedule
 from planner.target import preset
@@ -223,3 +224,25 @@ def test_an_asymmetric_pad_convolutions_padded_copy_is_planned_with_its_workspac
     assert (plain, none, padded, area) == (0, [], 1536, [1536])
     fastest, area = workspace([0, 0, 1, 1])
     assert fastest >= 1536 and area == [fastest]
+
+
+@pytest.mark.parametrize("model", ["lenet", "gpt"])  # a loss's partials; LayerNormGrad's too
+def test_kernel_scratch_is_planned_for_every_op_that_needs_it(model):
+    """The CUDA kernels' temporaries (OpDef.gpu_scratch: loss partial sums, LayerNormGrad's
+    column partials, PReluGrad's contributions) are plan tensors with the op's lifetime, not
+    blocks the executor allocates at load outside the arena and the budget."""
+    from planner.costs import graph_signatures
+    from planner.costs.convalgo import kernel_scratch
+    from tests.codegen.test_zoo_models import MODELS
+
+    graph = training(model, "sgd", **MODELS[model])
+    sigs = graph_signatures(graph)
+    need = {n.name: kernel_scratch(sigs[n.name]) for n in graph.nodes
+            if not get_op(n.op).convolution}
+    need = {k: v for k, v in need.items() if v}
+    assert need
+    for budget in (None, 10**10):
+        p = gpu_plan(graph, MODEL, options(budget))
+        areas = {t.writer: t.bytes for t in p.tensors if t.name.endswith("@workspace")}
+        assert {k: areas.get(k) for k in need} == need
+        assert sound(p)
