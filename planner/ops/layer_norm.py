@@ -32,7 +32,6 @@ Example:
 from __future__ import annotations
 
 import math
-
 from typing import TYPE_CHECKING
 
 import numpy as np
