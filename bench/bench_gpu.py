@@ -6,7 +6,8 @@ against PyTorch eager, PyTorch with the whole step captured as a CUDA graph, and
     python bench/bench_gpu.py [--models inception_v3,resnet50,lstm,wide_deep] [--json]
 
 Needs an NVIDIA GPU, nvcc and the cuda extra (cuDNN, cuBLAS); PyTorch with CUDA for the
-baselines. Plans are made for the `h100-80gb` preset unless --target names another.
+baselines. Plans are made for this machine's GPU (`--target gpu`, detected: the executor
+refuses a plan for another architecture) unless --target names a preset or target file.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from planner.graph.autodiff import make_training_graph  # noqa: E402
 from planner.graph.interpret import init_params, random_feeds  # noqa: E402
 from planner.graph.optimizer import Optimizer  # noqa: E402
 from planner.pipeline import plan  # noqa: E402
-from planner.target import preset  # noqa: E402
+from planner.target.presets import load_target  # noqa: E402
 from planner.zoo import build as zoo  # noqa: E402
 
 # The issue's sizes: inception_v3 batch 16, resnet-50 batch 64, lstm batch 20, wide_deep.
@@ -122,7 +123,7 @@ def report(rows: list[dict], device: str, load: tuple[str, str]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default=",".join(MODELS))
-    parser.add_argument("--target", default="h100-80gb")
+    parser.add_argument("--target", default="gpu")
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--no-compile", action="store_true", help="skip torch.compile")
@@ -132,7 +133,7 @@ def main() -> None:
                              "off by default, since that ends the process's CUDA context)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    target = preset(args.target)
+    target = load_target(args.target)
     import torch
 
     device = torch.cuda.get_device_name(0)

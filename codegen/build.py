@@ -40,9 +40,8 @@ from codegen.errors import BuildError
 from codegen.render import RenderedTree
 from planner.files import atomic_write
 
-# The GPU architecture CUDA runtimes are built for (sm_90: H100 and H200), unless
-# $PLANNER_CUDA_ARCH names another ("80", "90a", ...).
-CUDA_ARCH = "90"
+# The oldest GPU architecture nvcc 13 builds for (Turing, compute capability 7.5).
+OLDEST_CUDA_ARCH = (7, 5)
 
 Progress = Callable[[str], None]
 
@@ -140,13 +139,13 @@ def _tree_hashes(root: Path) -> dict[str, str]:
 
 
 def runtime_key(compiler: str | None = None, sanitize: tuple[str, ...] = (),
-                backend: str = "cpu") -> str:
+                backend: str = "cpu", arch: str = "") -> str:
     """Cache key of a backend's runtime on this host: sources, flags, compiler, package
     versions, the environment it links against (for CUDA the toolkit, the wheels and the GPU
-    architecture)."""
+    architecture `arch`, so each architecture has its own runtime)."""
     extra = {"sanitize": sanitizer_flags(sanitize)} if sanitize else {}
     if backend == "cuda":
-        extra["cuda"] = cuda_toolchain()
+        extra["cuda"] = cuda_toolchain(arch)
     else:
         # The module's RUNPATH names this environment's lib folder, so a runtime built in
         # another environment (since deleted, perhaps) must not be reused here.
@@ -157,10 +156,35 @@ def runtime_key(compiler: str | None = None, sanitize: tuple[str, ...] = (),
                    "machine": _host_cpu()})
 
 
-def cuda_toolchain() -> dict[str, str]:
-    """What a CUDA runtime build uses: nvcc (and its version), the architecture, and the cuDNN
-    and cuBLAS wheels' folders and libraries (the `cuda` extra). BuildError naming what is
-    missing."""
+def cuda_arch(capability: str, target: str) -> str:
+    """The nvcc architecture ("90") a plan for a GPU of compute capability `capability`
+    ("9.0") is built for; BuildError in one line when nvcc 13 cannot build for it (such a
+    target still plans and fits) or the plan does not say.
+
+    >>> cuda_arch("8.9", "l4-24gb")
+    '89'
+    >>> cuda_arch("3.5", "k40c-12gb")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    codegen.errors.BuildError: target k40c-12gb is compute capability 3.5: nvcc 13 builds ...
+    """
+    m = re.fullmatch(r"(\d{1,2})\.(\d)", capability)
+    if not m:
+        raise BuildError(f"target {target}: the plan names no GPU compute capability (a plan "
+                         f"from before targets carried one, or detection could not read it); "
+                         f"re-plan it for a preset or a detected GPU")
+    if (int(m[1]), int(m[2])) < OLDEST_CUDA_ARCH:
+        oldest = ".".join(map(str, OLDEST_CUDA_ARCH))
+        raise BuildError(f"target {target} is compute capability {capability}: nvcc 13 builds "
+                         f"for {oldest} and newer, so its plans can be made and fitted "
+                         f"(planner plan, planner fit) but not built")
+    return m[1] + m[2]
+
+
+def cuda_toolchain(arch: str = "90") -> dict[str, str]:
+    """What a CUDA runtime build for architecture `arch` uses: nvcc (and its version), the
+    architecture, and the cuDNN and cuBLAS wheels' folders and libraries (the `cuda` extra).
+    BuildError naming what is missing."""
     nvcc = os.environ.get("CUDACXX") or shutil.which("nvcc")
     if not nvcc and Path("/usr/local/cuda/bin/nvcc").exists():
         nvcc = "/usr/local/cuda/bin/nvcc"
@@ -172,8 +196,7 @@ def cuda_toolchain() -> dict[str, str]:
                                  check=True).stdout.strip().splitlines()[-1]
     except (OSError, subprocess.CalledProcessError, IndexError) as e:
         raise BuildError(f"nvcc ({nvcc}) does not run: {e}") from None
-    out = {"nvcc": nvcc, "nvcc_version": version,
-           "arch": os.environ.get("PLANNER_CUDA_ARCH", CUDA_ARCH)}
+    out = {"nvcc": nvcc, "nvcc_version": version, "arch": arch}
     for lib, package, names in (("cudnn", "nvidia.cudnn", ("libcudnn.so.9",)),
                                 ("cublas", "nvidia.cu13", ("libcublas.so.13",))):
         root = _wheel_root(package, names)
@@ -225,18 +248,21 @@ def _locked(path: Path):
 
 
 def build_runtime(progress: Progress | None = None, sanitize: tuple[str, ...] = (),
-                  backend: str = "cpu") -> Path:
-    """A backend's runtime module for this host, built once into the cache; returns its path."""
+                  backend: str = "cpu", arch: str = "90") -> Path:
+    """A backend's runtime module for this host, built once into the cache; returns its path.
+    `arch`: the GPU architecture a CUDA runtime is built for (cuda_arch of the plan's target);
+    each has its own folder, `cuda-sm90-runtime-KEY`."""
     say = progress or (lambda s: None)
     compiler = compiler_identity()
     if backend == "cuda" and sanitize:
         raise BuildError("sanitizers instrument the CPU runtime; use compute-sanitizer for "
                          "the CUDA one")
-    key = runtime_key(compiler, sanitize, backend)
+    key = runtime_key(compiler, sanitize, backend, arch)
     sources = RUNTIMES[backend].sources
-    root = cache_root() / f"{backend}-runtime-{key[:16]}"
+    kind = f"cuda-sm{arch}" if backend == "cuda" else backend
+    root = cache_root() / f"{kind}-runtime-{key[:16]}"
     done = root / "module.txt"
-    with _locked(cache_root() / f"{backend}-runtime-{key[:16]}.lock"):
+    with _locked(cache_root() / f"{kind}-runtime-{key[:16]}.lock"):
         if done.exists() and Path(done.read_text().strip()).exists():
             return Path(done.read_text().strip())
         say(f"building the {backend.upper()} runtime (kernel library, once per target) in {root}")
@@ -252,7 +278,7 @@ def build_runtime(progress: Progress | None = None, sanitize: tuple[str, ...] = 
             "CMAKE_BUILD_TYPE": "Release",
             "Python_EXECUTABLE": sys.executable,
             "nanobind_DIR": nanobind.cmake_dir(),
-            **_runtime_defines(backend, sanitize),
+            **_runtime_defines(backend, sanitize, arch),
         }
         _cmake(src / sources.relative_to(TEMPLATES), root / "build", defines, say, own=src)
         module = RUNTIMES[backend].module
@@ -263,9 +289,9 @@ def build_runtime(progress: Progress | None = None, sanitize: tuple[str, ...] = 
         return modules[0]
 
 
-def _runtime_defines(backend: str, sanitize: tuple[str, ...]) -> dict[str, str]:
+def _runtime_defines(backend: str, sanitize: tuple[str, ...], arch: str) -> dict[str, str]:
     if backend == "cuda":
-        cuda = cuda_toolchain()
+        cuda = cuda_toolchain(arch)
         return {"CMAKE_CUDA_COMPILER": cuda["nvcc"], "PLANNER_CUDA_ARCH": cuda["arch"],
                 "PLANNER_CUDNN_ROOT": cuda["cudnn_root"], "PLANNER_CUDNN_LIB": cuda["cudnn_lib"],
                 "PLANNER_CUBLAS_ROOT": cuda["cublas_root"],
@@ -285,7 +311,10 @@ def build(rendered: RenderedTree, progress: Progress | None = None,
     tree = rendered.dir.resolve()
     if not (tree / "schedule.cpp").exists():
         raise BuildError(f"{tree}: no schedule.cpp; render the plan first")
-    runtime = build_runtime(progress, sanitize, rendered.backend)
+    backend = rendered.backend
+    arch = (cuda_arch(rendered.compute_capability, rendered.target) if backend == "cuda"
+            else "")
+    runtime = build_runtime(progress, sanitize, backend, arch)
     flags = SCHEDULE_FLAGS + sanitizer_flags(sanitize)
     key = digest({"schedule": hashlib.sha256((tree / "schedule.cpp").read_bytes()).hexdigest(),
                   "cmake": hashlib.sha256((tree / "CMakeLists.txt").read_bytes()).hexdigest(),

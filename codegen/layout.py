@@ -11,9 +11,9 @@ that
   - the output of a view op (Reshape, Flatten) of a non-persistent tensor shares its input's
     bytes (the kernel then copies nothing): the rule memory planning follows too
     (planner.memory.liveness.view_aliases), so both layouts alias the same tensors;
-and every op's planned scratch area its own bytes after them (never shared, so ops may run
-at the same time). Sharing is recorded as `alias_of`, so the executor can re-point an alias
-when it reads an input straight from the caller's array.
+and every op's planned scratch area its own 256-byte-aligned bytes after them (never shared,
+so ops may run at the same time). Sharing is recorded as `alias_of`, so the executor can
+re-point an alias when it reads an input straight from the caller's array.
 
 Example:
     >>> from planner.zoo import build
@@ -34,6 +34,9 @@ from planner.memory.liveness import view_aliases
 
 Offset = int  # bytes from the arena's start
 ALIGN = 64
+# Scratch areas and workspaces: what the CUDA kernels are promised (planner.memory.gpu's
+# DEVICE_ALIGNMENT; cuDNN asks for 256 bytes at most).
+SCRATCH_ALIGN = 256
 
 
 @dataclass(frozen=True)
@@ -115,9 +118,10 @@ def own_layout(graph: Graph, planned: tuple[Any, ...] = ()) -> ArenaLayout:
         offsets[name] = offsets[_root(aliases, name)]
     scratch: dict[str, tuple[Offset, int]] = {}
     for op, (_, nbytes) in sorted(scratch_areas(planned).items()):
+        end = _align(end, SCRATCH_ALIGN)
         scratch[op] = (end, nbytes)
-        end += _align(nbytes)
-    return ArenaLayout(offsets, aliases, end, scratch)
+        end += nbytes
+    return ArenaLayout(offsets, aliases, _align(end), scratch)
 
 
 def _root(aliases: dict[str, str], name: str) -> str:
@@ -126,5 +130,5 @@ def _root(aliases: dict[str, str], name: str) -> str:
     return name
 
 
-def _align(n: int) -> int:
-    return (n + ALIGN - 1) // ALIGN * ALIGN
+def _align(n: int, alignment: int = ALIGN) -> int:
+    return (n + alignment - 1) // alignment * alignment

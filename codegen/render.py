@@ -56,13 +56,16 @@ MAX_RANK = 8
 
 @dataclass(frozen=True)
 class RenderedTree:
-    """What `render` wrote: the package name, its folder, its files (name -> text) and the
-    plan's backend (whose runtime `build` links it against)."""
+    """What `render` wrote: the package name, its folder, its files (name -> text), the
+    plan's backend (whose runtime `build` links it against), and its target's name and GPU
+    compute capability (the architecture a CUDA runtime is built for; "" on a CPU)."""
 
     name: str
     dir: Path
     files: dict[str, str]
     backend: Backend
+    target: str = ""
+    compute_capability: str = ""
 
 
 def module_name(text: str) -> str:
@@ -106,7 +109,20 @@ def render(plan: Plan, out_dir: str | Path, name: str | None = None,
     out.mkdir(parents=True, exist_ok=True)
     for fname, text in files.items():
         write_if_changed(out / fname, text)
-    return RenderedTree(name=name, dir=out, files=files, backend=plan.backend)
+    return RenderedTree(name=name, dir=out, files=files, backend=plan.backend,
+                        target=plan.target.name,
+                        compute_capability=plan.target.compute_capability)
+
+
+def _capability_code(capability: str) -> int:
+    """ "9.0" -> 90, as the executor compares it with cudaDeviceProp major * 10 + minor; 0 when
+    the plan names none.
+
+    >>> _capability_code("8.9"), _capability_code("")
+    (89, 0)
+    """
+    major, _, minor = capability.partition(".")
+    return int(major) * 10 + int(minor) if capability else 0
 
 
 def render_files(plan: Plan, name: str, layout: str = "plan") -> dict[str, str]:
@@ -143,6 +159,9 @@ def render_files(plan: Plan, name: str, layout: str = "plan") -> dict[str, str]:
         "waits": waits,
         "num_lanes": lanes,
         "arena_bytes": arena.bytes,
+        # The GPU the plan was made for (0 for a CPU plan): the CUDA executor checks the device.
+        "compute_capability": _capability_code(plan.target.compute_capability),
+        "device_memory_bytes": plan.target.gpu_memory_bytes,
         "outputs": ", ".join(str(index[o]) for o in graph.outputs),
         "num_outputs": len(graph.outputs),
         "strings": strings.c_array(),

@@ -81,7 +81,9 @@ def _cpu_resources(target: Target) -> PlanTarget:
 
 
 def _gpu_resources(target: Target) -> PlanTarget:
-    return PlanTarget(name=target.name, streams=STREAMS)
+    gpu = target.gpus[0]
+    return PlanTarget(name=target.name, streams=STREAMS, compute_capability=gpu.compute_capability,
+                      gpu_memory_bytes=gpu.memory_bytes)
 
 
 BACKENDS: dict[Backend, BackendPlanner] = {

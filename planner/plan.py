@@ -104,11 +104,14 @@ class Summary(Record):
 
 class PlanTarget(Record):
     """What verify and the executor need of the target: its name, the physical core of every
-    logical CPU (CPU plans), the streams (GPU plans)."""
+    logical CPU (CPU plans), the streams, the GPU's compute capability and memory (GPU plans:
+    the runtime is built for that architecture, and the executor refuses another device)."""
 
     name: str
     core_of: tuple[int, ...] = ()
     streams: tuple[Stream, ...] = ()
+    compute_capability: str = Field(default="", pattern=r"^(\d{1,2}\.\d)?$")
+    gpu_memory_bytes: int = Field(default=0, ge=0)
 
 
 class MemoryPlan(Record):

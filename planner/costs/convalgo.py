@@ -35,6 +35,7 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -171,7 +172,25 @@ def conv_algorithms(sig: OpSignature, gpu: GPU, table: CostTable | None = None
                  for a in entry.gpu_algorithms]
     else:
         algos = default_algorithms(sig, gpu)
+    # The kernel's own scratch (OpDef.gpu_scratch) shares the workspace area: it is planned
+    # with it, so that the kernel gets no block outside the arena at load.
+    extra = kernel_scratch(sig)
+    if extra:
+        algos = [dataclasses.replace(a, workspace_bytes=a.workspace_bytes + extra) for a in algos]
     return sorted(algos, key=lambda a: (a.workspace_bytes, a.seconds, a.algorithm))
+
+
+def kernel_scratch(sig: OpSignature) -> int:
+    """Bytes of OpDef.gpu_scratch for a signature (0 without a rule)."""
+    from planner.ops import get_op
+    from planner.ops.base import TensorType
+
+    op = get_op(sig.op)
+    if op.gpu_scratch is None:
+        return 0
+    ins = [TensorType(tuple(s), d) for s, d in zip(sig.shapes, sig.dtypes, strict=True)]
+    attrs = op.normalize_attrs(dict(sig.attrs))
+    return op.gpu_scratch(ins, op.infer(ins, attrs), attrs)
 
 
 def fastest_within(algos: list[ConvAlgo], free_bytes: int | None) -> ConvAlgo:

@@ -38,6 +38,7 @@ Example:
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -59,6 +60,21 @@ from planner.memory.reuse import reuse_edges
 from planner.memory.stash import analyze
 from planner.schedule.record import Edge, Schedule, ScheduledOp
 from planner.schedule.streams import STREAMS, compute_steps
+
+# cuDNN workspaces and the CUDA kernels' scratch are promised 256-byte alignment
+# (templates/cuda/runtime/kernel.h), as cudaMalloc gives it: every device offset is a multiple.
+DEVICE_ALIGNMENT = 256
+
+
+def device_aligned(options: MemoryOptions) -> MemoryOptions:
+    """`options` with its alignment a multiple of DEVICE_ALIGNMENT.
+
+    >>> [device_aligned(MemoryOptions(alignment=a)).alignment for a in (64, 512, 3)]
+    [256, 512, 768]
+    """
+    if options.alignment % DEVICE_ALIGNMENT == 0:
+        return options
+    return options.model_copy(update={"alignment": math.lcm(options.alignment, DEVICE_ALIGNMENT)})
 
 
 @dataclass
@@ -130,7 +146,7 @@ def gpu_solve(graph: Graph, model: CostModel, options: MemoryOptions | None = No
               order: list[str] | None = None) -> Solved:
     """Everything gpu_memory decides, before it becomes records. `order`: graph node names in
     the compute order to keep (default: the graph's, updates moved up)."""
-    options = options or MemoryOptions()
+    options = device_aligned(options or MemoryOptions())
     if not model.target.gpus:
         raise ValueError(f"target {model.target.name!r} has no GPU")
     gpu = model.target.gpus[0]
@@ -233,28 +249,45 @@ def give_workspaces(placed: Placed, state: State, options: MemoryOptions
     arena = placed.arena
     choice: dict[int, ConvAlgo] = {}
     convs = [i for i, o in enumerate(m.ops) if o.kind == "node" and steps.algos[o.step]]
+    needy = sorted(convs + scratch_ops(m, steps))
     free = FreeBytes(m.buffers, placed.offsets, options.alignment)
-    for i, (gap_lo, gap_hi, top) in zip(convs, free.sweep([m.ops[i].key for i in convs]),
+    for i, (gap_lo, gap_hi, top) in zip(needy, free.sweep([m.ops[i].key for i in needy]),
                                         strict=True):
         o = m.ops[i]
-        algos = list(steps.algos[o.step])
-        room = int((gap_hi - gap_lo).max(initial=0))
-        limit = max(room, budget - top) if options.workspaces else 0
-        algo = fastest_within(algos, limit)
-        choice[i] = algo
-        if algo.workspace_bytes == 0:
+        if steps.algos[o.step]:
+            algos = list(steps.algos[o.step])
+            room = int((gap_hi - gap_lo).max(initial=0))
+            limit = max(room, budget - top) if options.workspaces else 0
+            algo = fastest_within(algos, limit)
+            choice[i] = algo
+            nbytes = algo.workspace_bytes
+        else:  # the kernel's own scratch: not optional
+            nbytes = steps.scratch[o.step]
+        if nbytes == 0:
             continue
-        size = aligned(algo.workspace_bytes, options.alignment)
+        size = aligned(nbytes, options.alignment)
         # The smallest gap that holds it (the lowest among equals), else above the live ones.
         width = gap_hi - gap_lo
         fitting = np.nonzero(width >= size)[0]
         offset = int(gap_lo[fitting[np.lexsort((gap_lo[fitting], width[fitting]))[0]]]) \
             if len(fitting) else top
-        buffers.append(Buffer(f"{o.name}@workspace", "", algo.workspace_bytes, o.key,
+        buffers.append(Buffer(f"{o.name}@workspace", "", nbytes, o.key,
                               o.key + 1, i, i, i, (i,), "workspace"))
         offsets.append(offset)
         arena = max(arena, offset + size)
+    if arena > budget:
+        raise InfeasibleBudget(
+            f"memory budget {format_bytes(budget)} ({budget} bytes) is infeasible for "
+            f"{steps.graph.name!r}: its kernels' scratch areas need {arena} bytes "
+            f"({format_bytes(arena)})", arena)
     return buffers, offsets, arena, choice
+
+
+def scratch_ops(m: Material, steps) -> list[int]:
+    """The graph-node ops whose CUDA kernel needs scratch of its own (OpDef.gpu_scratch)."""
+    return [i for i, o in enumerate(m.ops)
+            if o.kind == "node" and not steps.algos[o.step] and steps.scratch
+            and steps.scratch[o.step]]
 
 
 def _unbounded_workspaces(placed: Placed, state: State, options: MemoryOptions
@@ -265,10 +298,12 @@ def _unbounded_workspaces(placed: Placed, state: State, options: MemoryOptions
     steps = state.stash.steps
     choice = {i: fastest_within(list(steps.algos[o.step]), None if options.workspaces else 0)
               for i, o in enumerate(m.ops) if o.kind == "node" and steps.algos[o.step]}
+    need = {i: a.workspace_bytes for i, a in choice.items()}
+    need |= {i: steps.scratch[m.ops[i].step] for i in scratch_ops(m, steps)}
     buffers = list(m.buffers) + [
-        Buffer(f"{m.ops[i].name}@workspace", "", a.workspace_bytes, m.ops[i].key,
+        Buffer(f"{m.ops[i].name}@workspace", "", nbytes, m.ops[i].key,
                m.ops[i].key + 1, i, i, i, (i,), "workspace")
-        for i, a in sorted(choice.items()) if a.workspace_bytes]
+        for i, nbytes in sorted(need.items()) if nbytes]
     offsets, arena, _, _ = place(buffers, options.alignment, options.heuristics)
     return buffers, offsets, arena, choice
 

@@ -185,6 +185,9 @@ class OpDef:
     # area of this size with the op's lifetime. An estimate from the operand sizes; a kernel
     # that needs more gets a block of its own at load, which the executor's stats() report.
     scratch: Callable[[list[TensorType], list[TensorType], Attrs, int], int] | None = None
+    # Bytes of device scratch its CUDA kernel needs beside any library workspace (a padded
+    # copy of a convolution's image): memory planning adds them to the op's workspace area.
+    gpu_scratch: Callable[[list[TensorType], list[TensorType], Attrs], int] | None = None
     # Its scalar formula, when it is computed element by element (generated GPU kernels).
     pointwise: Pointwise | None = None
 

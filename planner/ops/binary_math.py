@@ -224,6 +224,8 @@ register(OpDef(
     name="PReluGrad", arity=3, cost_class="reduction",
     # the kernel sums dslope in double
     scratch=lambda ins, outs, a, threads: 8 * ins[2].size + 64,
+    # the CUDA kernel's per-element contributions dy * x (floats), then summed to slope's shape
+    gpu_scratch=lambda ins, outs, a: 4 * ins[1].size,
     infer=_prelu_grad_infer,
     flops=lambda ins, outs, a: 4 * outs[0].size,
     reference=_prelu_grad,

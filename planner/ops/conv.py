@@ -268,6 +268,25 @@ def conv2d_gradient(g: GradBuilder, node, grad_outputs: list[str | None]) -> lis
     return [dx, dw]
 
 
+def padded_image_bytes(image: int):
+    """A `gpu_scratch` rule: the CUDA kernel (cuDNN takes symmetric pads only) copies the
+    image (input `image`, or the output when negative: the data gradient's) into an explicitly
+    padded float32 buffer when the pads are asymmetric, rounded up to 256 bytes.
+
+    >>> rule = padded_image_bytes(0)
+    >>> x, w = TensorType((2, 3, 7, 7)), TensorType((4, 3, 2, 2))
+    >>> rule([x, w], [], {"pads": [0, 0, 1, 1]}), rule([x, w], [], {"pads": [1, 1, 1, 1]})
+    (1536, 0)
+    """
+    def rule(ins: list[TensorType], outs: list[TensorType], attrs: Attrs) -> int:
+        top, left, bottom, right = attrs.get("pads") or (0, 0, 0, 0)
+        if (top, left) == (bottom, right):
+            return 0
+        n, c, h, w = (ins[image] if image >= 0 else outs[0]).shape
+        return -(-4 * n * c * (h + top + bottom) * (w + left + right) // 256) * 256
+    return rule
+
+
 def _conv_flops(y: TensorType, w_shape: tuple[int, ...]) -> int:
     """2 per multiply-accumulate: every output element sums C/groups*kh*kw products."""
     return 2 * y.size * int(np.prod(w_shape[1:]))
@@ -276,6 +295,7 @@ def _conv_flops(y: TensorType, w_shape: tuple[int, ...]) -> int:
 register(OpDef(
     name="Conv2D",
     scratch=reorder_scratch(2),
+    gpu_scratch=padded_image_bytes(0),
     cost_class="conv",
     convolution=True,
     recompute="expensive", arity=2, attrs=dict(CONV_ATTRS),
@@ -298,6 +318,7 @@ def _backprop_input_infer(ins: list[TensorType], a: Attrs) -> list[TensorType]:
 register(OpDef(
     name="Conv2DBackpropInput",
     scratch=reorder_scratch(2),
+    gpu_scratch=padded_image_bytes(-1),
     cost_class="conv",
     convolution=True, arity=2,
     attrs={**CONV_ATTRS, "input_shape": Attr("ints", required=True)},
@@ -320,6 +341,7 @@ def _backprop_filter_infer(ins: list[TensorType], a: Attrs) -> list[TensorType]:
 register(OpDef(
     name="Conv2DBackpropFilter",
     scratch=reorder_scratch(2),
+    gpu_scratch=padded_image_bytes(0),
     cost_class="conv",
     convolution=True, arity=2,
     attrs={**CONV_ATTRS, "filter_shape": Attr("ints", required=True)},
@@ -396,6 +418,7 @@ def conv_transpose2d_gradient(g: GradBuilder, node, grad_outputs: list[str | Non
 register(OpDef(
     name="ConvTranspose2D",
     scratch=reorder_scratch(2),
+    gpu_scratch=padded_image_bytes(-1),
     cost_class="conv",
     convolution=True,
     recompute="expensive", arity=2, attrs=TRANSPOSE_ATTRS,

@@ -31,6 +31,7 @@ Example:
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -151,9 +152,29 @@ register(OpDef(
         "scale and shift.",
 ))
 
+def column_partials(ins: list[TensorType], outs: list[TensorType], a: Attrs) -> int:
+    """The CUDA kernel's partial sums of dscale and dbias (floats): rows are cut into about
+    1024 / ceil(n / 32) chunks, one row of n partials each, none when one chunk writes them
+    (templates/cuda/runtime/kernels/layer_norm.cu, LayerNormGrad).
+
+    >>> x = TensorType((64, 16))
+    >>> column_partials([x, x], [], {"axis": -1}), column_partials([x, x], [], {"axis": 0})
+    (8192, 0)
+    """
+    shape = ins[1].shape
+    axis = a.get("axis", -1) % len(shape)
+    rows, n = math.prod(shape[:axis]), math.prod(shape[axis:])
+    tiles = -(-n // 32)
+    want = min(max(1, -(-1024 // max(tiles, 1))), max(rows, 1))
+    chunk = max(1, -(-rows // want))
+    chunks = max(1, -(-rows // chunk))
+    return 2 * 4 * chunks * n if chunks > 1 else 0
+
+
 register(OpDef(
     name="LayerNormGrad", arity=5, attrs=LN_ATTRS, cost_class="reduction",
     scratch=reorder_scratch(1, 4096),
+    gpu_scratch=column_partials,
     infer=_grad_infer,
     flops=lambda ins, outs, a: 11 * ins[0].size,
     reference=_grad_reference,

@@ -119,8 +119,16 @@ def _sce_grad(g: GradBuilder, node: Node, grads: list[str | None]) -> list[str |
     return [g.emit("SoftmaxCrossEntropyGrad", [dloss, logits, labels])[0], None]
 
 
+def _pair_partials(ins: list[TensorType], outs: list[TensorType], a: Attrs) -> int:
+    """The CUDA kernel's per-block partial sums (doubles): one per block of at least 32
+    threads, at most 1024 (templates/cuda/runtime/kernels/loss.cu)."""
+    return 8 * max(1, min(-(-ins[0].size // 32), 1024))
+
+
 register(OpDef(
     name="SoftmaxCrossEntropy",
+    # the CUDA kernel's per-row loss terms, summed in a fixed order (doubles)
+    gpu_scratch=lambda ins, outs, a: 8 * ins[0].shape[0],
     cost_class="scatter", arity=2,
     infer=_sce_infer,
     flops=lambda ins, outs, a: 5 * ins[0].size,
@@ -222,6 +230,7 @@ _MSE = ("pred", "target")
 
 register(OpDef(
     name="SigmoidBCE",
+    gpu_scratch=_pair_partials,
     cost_class="scatter", arity=2,
     infer=_pair_loss_infer("SigmoidBCE", _BCE),
     flops=lambda ins, outs, a: 6 * ins[0].size,
@@ -241,6 +250,7 @@ register(OpDef(
 
 register(OpDef(
     name="MSE",
+    gpu_scratch=_pair_partials,
     cost_class="scatter", arity=2,
     infer=_pair_loss_infer("MSE", _MSE),
     flops=lambda ins, outs, a: 3 * ins[0].size,

@@ -35,7 +35,7 @@ from functools import cached_property
 import numpy as np
 
 from planner.costs import CostModel, MissingCostWarning, graph_signatures
-from planner.costs.convalgo import ConvAlgo, conv_algorithms
+from planner.costs.convalgo import ConvAlgo, conv_algorithms, kernel_scratch
 from planner.graph.autodiff import node_phase
 from planner.graph.ir import Graph, Node
 from planner.ops import get_op
@@ -62,6 +62,9 @@ class ComputeSteps:
     seconds: np.ndarray
     # Signatures the cost table lacked (priced by the analytical model or family defaults).
     analytical: int
+    # Per step, the device scratch its CUDA kernel needs (OpDef.gpu_scratch; a convolution's
+    # is in each of its algorithms' workspace instead, so 0 there).
+    scratch: tuple[int, ...] = ()
 
     @cached_property
     def index(self) -> dict[str, int]:
@@ -115,25 +118,28 @@ def compute_steps(graph: Graph, model: CostModel, order: list[str] | None = None
     nodes = [graph.nodes[i] for i in stream_order(graph, order)]
     algos, seconds = [], []
     analytical = 0
-    cache: dict[str, tuple[tuple[ConvAlgo, ...], float, bool]] = {}
+    scratch: list[int] = []
+    cache: dict[str, tuple[tuple[ConvAlgo, ...], float, bool, int]] = {}
     for node in nodes:
         sig = sigs[node.name]
         if sig.key not in cache:
             if get_op(node.op).convolution:
                 al = tuple(conv_algorithms(sig, device, model.table))
-                cache[sig.key] = (al, al[0].seconds, al[0].source != "measured")
+                cache[sig.key] = (al, al[0].seconds, al[0].source != "measured", 0)
             else:
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore", MissingCostWarning)
                     p = model.gpu_time(sig, gpu=gpu)
-                cache[sig.key] = ((), p.seconds, p.source == "analytical")
-        al, t, missing = cache[sig.key]
+                cache[sig.key] = ((), p.seconds, p.source == "analytical", kernel_scratch(sig))
+        al, t, missing, extra = cache[sig.key]
         algos.append(al)
         seconds.append(t)
-    analytical = sum(1 for _, _, missing in cache.values() if missing)
+        scratch.append(extra)
+    analytical = sum(1 for _, _, missing, _ in cache.values() if missing)
     return ComputeSteps(graph=graph, nodes=tuple(nodes),
                         phase=tuple(node_phase(graph, n) for n in nodes), algos=tuple(algos),
-                        seconds=np.array(seconds, dtype=float), analytical=analytical)
+                        seconds=np.array(seconds, dtype=float), analytical=analytical,
+                        scratch=tuple(scratch))
 
 
 def stream_schedule(graph: Graph, model: CostModel, options: ScheduleOptions | None = None

@@ -88,7 +88,9 @@ def describe(t: Target) -> str:
             f"{t.cpu.memory_bandwidth / 1e9:,.1f} GB/s (one core {t.cpu.core_bandwidth / 1e9:.1f})",
         ]
     for i, g in enumerate(t.gpus):
-        lines.append(f"  GPU {i}         {g.name}: {_gib(g.memory_bytes)}, {g.sm_count} SMs, "
+        cc = f"compute capability {g.compute_capability or 'unknown'}"
+        lines.append(f"  GPU {i}         {g.name} ({cc}): {_gib(g.memory_bytes)}, "
+                     f"{g.sm_count} SMs, "
                      f"{g.peak_flops / 1e12:.2f} TFLOP/s FP32, "
                      f"{g.memory_bandwidth / 1e9:,.0f} GB/s, "
                      f"host link {g.host_link_bandwidth / 1e9:.1f} GB/s, "

@@ -245,8 +245,14 @@ def parse_nvidia_smi(text: str, host_memory: int, cuda: dict[str, CudaProps] | N
     """GPU records from `nvidia-smi --query-gpu=SMI_FIELDS --format=csv,noheader,nounits`.
 
     SM count and bandwidth come from `cuda` (libcuda attributes by device name: CUDA and
-    nvidia-smi may number devices differently) or else the KNOWN_GPUS table; peak FP32 =
-    SMs x FP32 lanes per SM x 2 x max SM clock.
+    nvidia-smi may number devices differently) or else the KNOWN_GPUS table; the compute
+    capability from `cuda`, else nvidia-smi's compute_cap column (`compute_caps`, by index);
+    peak FP32 = SMs x FP32 lanes per SM x 2 x max SM clock.
+
+    >>> gpus, _ = parse_nvidia_smi("0, NVIDIA L4, 23034, 2040, 4, 16", 1 << 36,
+    ...                            compute_caps={0: "8.9"})
+    >>> gpus[0].compute_capability, gpus[0].sm_count
+    ('8.9', 58)
     """
     gpus, notes = [], []
     lines = [ln for ln in text.splitlines() if ln.strip()]
@@ -276,9 +282,12 @@ def parse_nvidia_smi(text: str, host_memory: int, cuda: dict[str, CudaProps] | N
         clock = _number(cells[3]) or 1000.0
         gen, width = int(_number(cells[4]) or 3), int(_number(cells[5]) or 16)
         link = PCIE_LANE.get(gen, PCIE_LANE[3]) * width * 0.8
+        if cap and not re.fullmatch(r"\d{1,2}\.\d", cap):
+            notes.append(f"GPU {index} ({name}): cannot read compute capability {cap!r}")
+            cap = ""
         gpus.append(GPU(name=name, memory_bytes=memory, sm_count=sms,
                         peak_flops=sms * lanes * 2 * clock * 1e6, memory_bandwidth=bandwidth,
-                        host_link_bandwidth=link,
+                        host_link_bandwidth=link, compute_capability=cap,
                         pinned_host_limit_bytes=host_memory // 2 // max(len(lines), 1)))
     if gpus:
         notes.append("GPU host_link_bandwidth: 80% of the PCIe link's raw rate; "

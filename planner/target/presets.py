@@ -9,8 +9,10 @@ Example:
     >>> t = preset("knl-7250")
     >>> len(t.logical_cpus), t.cores, len(t.cache_groups), t.smt_width
     (272, 68, 34, 4)
-    >>> sorted(PRESETS)[:3]
-    ['h100-80gb', 'k40c-12gb', 'knl-7250']
+    >>> sorted(PRESETS)[:4]
+    ['a100-80gb', 'h100-80gb', 'h200-141gb', 'k40c-12gb']
+    >>> preset("l4-24gb").gpus[0].compute_capability
+    '8.9'
 """
 
 from __future__ import annotations
@@ -82,33 +84,49 @@ def _gpu_target(name: str, description: str, gpu: GPU) -> Target:
                          "host_link_bandwidth: about 80% of the PCIe link's raw rate"))
 
 
-def _gpu(name: str, memory: int, sms: int, flops: float, bandwidth: float, link: float) -> GPU:
+def _gpu(name: str, capability: str, memory: int, sms: int, flops: float, bandwidth: float,
+         link: float) -> GPU:
     return GPU(name=name, memory_bytes=memory, sm_count=sms, peak_flops=flops,
                memory_bandwidth=bandwidth, host_link_bandwidth=link,
-               pinned_host_limit_bytes=2 * memory)
+               pinned_host_limit_bytes=2 * memory, compute_capability=capability)
 
 
 PCIE3 = 12.6 * GB  # 16 lanes x 985 MB/s x 0.8
+PCIE4 = 25.2 * GB  # 16 lanes x 1.97 GB/s x 0.8
 PCIE5 = 50.4 * GB  # 16 lanes x 3.94 GB/s x 0.8
 
 PRESETS: dict[str, Callable[[], Target]] = {
     "knl-7250": knl_7250,
     "xeon-8180": xeon_8180,
+    # Names as nvidia-smi prints them; memory as the datasheet gives it (GiB where the part
+    # has a power-of-two size, decimal GB where the sheet quotes one: the L4's 24 GB and the
+    # H200's 141 GB), so a preset never promises more than the device reports.
     "k40c-12gb": lambda: _gpu_target(
         "k40c-12gb", "NVIDIA Tesla K40c (Kepler), PCIe 3",
-        _gpu("Tesla K40c", 12 * GiB, 15, 2880 * 2 * 0.875e9, 288 * GB, PCIE3)),
+        _gpu("Tesla K40c", "3.5", 12 * GiB, 15, 2880 * 2 * 0.875e9, 288 * GB, PCIE3)),
     "titan-xp-12gb": lambda: _gpu_target(
         "titan-xp-12gb", "NVIDIA TITAN Xp (Pascal), PCIe 3",
-        _gpu("TITAN Xp", 12 * GiB, 30, 3840 * 2 * 1.582e9, 547.7 * GB, PCIE3)),
+        _gpu("TITAN Xp", "6.1", 12 * GiB, 30, 3840 * 2 * 1.582e9, 547.7 * GB, PCIE3)),
     "p100-16gb": lambda: _gpu_target(
         "p100-16gb", "NVIDIA Tesla P100 PCIe 16 GB (Pascal), as in seed 002 Section VII",
-        _gpu("Tesla P100-PCIE-16GB", 16 * GiB, 56, 3584 * 2 * 1.303e9, 732 * GB, PCIE3)),
+        _gpu("Tesla P100-PCIE-16GB", "6.0", 16 * GiB, 56, 3584 * 2 * 1.303e9, 732 * GB, PCIE3)),
     "v100-16gb": lambda: _gpu_target(
         "v100-16gb", "NVIDIA Tesla V100 SXM2 16 GB (Volta), PCIe 3 host link",
-        _gpu("Tesla V100-SXM2-16GB", 16 * GiB, 80, 5120 * 2 * 1.53e9, 900 * GB, PCIE3)),
+        _gpu("Tesla V100-SXM2-16GB", "7.0", 16 * GiB, 80, 5120 * 2 * 1.53e9, 900 * GB, PCIE3)),
+    "a100-80gb": lambda: _gpu_target(
+        "a100-80gb", "NVIDIA A100 SXM4 80 GB (Ampere), PCIe 4 host link",
+        _gpu("NVIDIA A100-SXM4-80GB", "8.0", 80 * GiB, 108, 6912 * 2 * 1.41e9, 2039 * GB,
+             PCIE4)),
+    "l4-24gb": lambda: _gpu_target(
+        "l4-24gb", "NVIDIA L4 24 GB (Ada Lovelace), PCIe 4",
+        _gpu("NVIDIA L4", "8.9", 24 * 10**9, 58, 7424 * 2 * 2.04e9, 300 * GB, PCIE4)),
     "h100-80gb": lambda: _gpu_target(
         "h100-80gb", "NVIDIA H100 SXM5 80 GB (Hopper), PCIe 5 host link",
-        _gpu("NVIDIA H100 80GB HBM3", 80 * GiB, 132, 16896 * 2 * 1.98e9, 3350 * GB, PCIE5)),
+        _gpu("NVIDIA H100 80GB HBM3", "9.0", 80 * GiB, 132, 16896 * 2 * 1.98e9, 3350 * GB,
+             PCIE5)),
+    "h200-141gb": lambda: _gpu_target(
+        "h200-141gb", "NVIDIA H200 SXM 141 GB (Hopper), PCIe 5 host link",
+        _gpu("NVIDIA H200", "9.0", 141 * 10**9, 132, 16896 * 2 * 1.98e9, 4800 * GB, PCIE5)),
 }
 
 

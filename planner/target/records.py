@@ -81,6 +81,19 @@ class GPU(Record):
     pinned_host_limit_bytes: int = Field(ge=0)
     # DMA engines: 2 lets a host-to-device and a device-to-host copy overlap with each other.
     copy_engines: int = Field(default=2, ge=1)
+    # "major.minor" (9.0 for Hopper): the architecture the CUDA runtime is built for and the
+    # executor checks at load; "" when detection could not read it.
+    compute_capability: str = Field(default="", pattern=r"^(\d{1,2}\.\d)?$")
+
+    @property
+    def sm_arch(self) -> str:
+        """The compute capability as nvcc names the architecture ("90" for 9.0); "" unknown.
+
+        >>> GPU(name="g", memory_bytes=1, sm_count=1, peak_flops=1, memory_bandwidth=1,
+        ...     host_link_bandwidth=1, pinned_host_limit_bytes=0, compute_capability="8.9").sm_arch
+        '89'
+        """
+        return self.compute_capability.replace(".", "")
 
 
 class TargetProvenance(Record):

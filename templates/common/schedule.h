@@ -74,6 +74,10 @@ struct Schedule {
   int64_t arena_bytes;   // every tensor and every planned scratch area
   const char* plan_json; // the plan this schedule was rendered from
   int64_t plan_json_bytes;
+  // The GPU the plan was made for (major * 10 + minor, and its memory in bytes; 0 for a CPU
+  // plan): the CUDA executor refuses a device of another architecture or with less memory.
+  int compute_capability;
+  int64_t device_memory_bytes;
 };
 
 }  // namespace planner

@@ -17,7 +17,7 @@ from planner.graph.autodiff import make_training_graph
 from planner.graph.interpret import init_params, random_feeds, train_step
 from planner.graph.optimizer import Optimizer
 from planner.zoo import build
-from tests.codegen.helpers import build_module, host_plan
+from tests.codegen.helpers import build_module, gpu_plan, host_plan
 
 MLP = dict(batch=4, hidden=[8], in_features=6, classes=3)
 
@@ -78,10 +78,16 @@ def test_hostile_names_build_run_and_round_trip(hostile):
     assert not marker.exists()
 
 
-def test_hostile_names_reach_the_source_only_as_bytes(hostile):
+@pytest.mark.parametrize("backend", ["cpu", "cuda"])
+def test_hostile_names_reach_the_source_only_as_bytes(hostile, backend):
     graph, _, _ = hostile
-    source = render_files(host_plan(graph), "hostile")["schedule.cpp"]
+    planned = host_plan(graph) if backend == "cpu" else gpu_plan(graph)
+    assert planned.backend == backend
+    files = render_files(planned, "hostile")
+    source = files["schedule.cpp"]
     assert source.isascii()
+    package = files["__init__.py"]  # names reach Python only as ascii() literals
+    assert "system(" not in re.sub(r"'(?:[^'\\\n]|\\.)*'", "''", package)
     code = re.sub(r'"(?:[^"\\\n]|\\.)*"', '""', source)  # the plan JSON's escaped literal
     assert "system" not in code and "PLAN" not in code and "*/ /*" not in code
     for line in code.splitlines():

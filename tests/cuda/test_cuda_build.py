@@ -31,11 +31,13 @@ def _import(path):
     return module
 
 
+@pytest.mark.nvcc
 def test_runtime_registers_the_ops_codegen_reads():
     runtime = _import(build_runtime(backend="cuda"))
     assert set(runtime.registered_ops()) == set(RUNTIMES["cuda"].ops)
 
 
+@pytest.mark.nvcc
 @pytest.mark.parametrize("model,size", [("lenet", dict(batch=8, image=28)),
                                         ("resnet", dict(batch=4, image=32, depth=18))])
 def test_training_executor_builds(model, size, tmp_path):
@@ -49,6 +51,30 @@ def test_training_executor_builds(model, size, tmp_path):
     # Convolutions carry the plan's algorithm to their kernels.
     convs = {c.node: c.algorithm for c in plan.memory.convs}
     assert convs and all(f"conv_algo={a}".encode() in _strings(tree) for a in convs.values())
+
+
+@pytest.mark.nvcc
+@pytest.mark.slow
+@pytest.mark.parametrize("target", ["a100-80gb", "h100-80gb"])  # sm_80 and sm_90
+@pytest.mark.parametrize("streams", ["one", "two"])
+@pytest.mark.parametrize("model", sorted(MODELS))
+def test_every_zoo_plan_generates_and_compiles(model, streams, target, tmp_path):
+    """What CI checks without a GPU: each zoo model's GPU plan, on one stream and on two (the
+    hand-made plan of tests/cuda/test_cuda_executor.py), renders and builds against the
+    runtime of its target's architecture."""
+    from planner.pipeline import plan as make_plan
+    from planner.target import preset
+    from tests.cuda.test_cuda_executor import two_stream_plan
+
+    graph = make_training_graph(zoo(model, **MODELS[model]), Optimizer(kind="sgd", lr=0.1))
+    plan = make_plan(graph, preset(target))
+    if streams == "two":
+        plan = two_stream_plan(plan)
+    tree = render(plan, tmp_path / model, layout="plan")
+    assert f"on {1 if streams == 'one' else 2} lane(s)" in tree.files["schedule.cpp"]
+    result = build(tree.dir)
+    arch = {"a100-80gb": "sm80", "h100-80gb": "sm90"}[target]
+    assert result.runtime.parent.parent.name.startswith(f"cuda-{arch}-runtime-")
 
 
 def _strings(tree) -> bytes:

@@ -8,8 +8,6 @@ import pytest
 from codegen.backends import RUNTIMES
 from tests.codegen.test_op_kernels import CASES, VARIANTS, check_variant, run_variants
 
-pytestmark = pytest.mark.gpu
-
 # float32 kernels: a few ulps per element; CUDA's expf / erff / tanhf are within 2 ulps and
 # cuDNN's convolution and pooling sums run in another order than numpy's (still float32,
 # TF32 off), so the same bound as the CPU's oneDNN kernels.
@@ -30,6 +28,7 @@ def executed(tmp_path_factory):
     return run_variants(tmp_path_factory.mktemp("ops") / "cuda_op_kernels", "cuda")
 
 
+@pytest.mark.gpu
 @pytest.mark.parametrize("label,op,attrs,xs", VARIANTS, ids=[v[0] for v in VARIANTS])
 def test_kernel_matches_reference(label, op, attrs, xs, executed):
     check_variant(op, attrs, xs, executed[label], CUDA_TOL, inf_or_nan=label in INF_OR_NAN)

@@ -13,6 +13,7 @@ from planner.costs.convalgo import conv_algorithms
 from planner.graph.interpret import init_params, random_feeds, train_step
 from planner.memory import InfeasibleBudget, MemoryOptions
 from planner.memory.verify import verify_memory_data
+from planner.ops import get_op
 from planner.pipeline import PlanOptions, place, plan
 from planner.replay import replay
 from planner.schedule import ScheduleOptions, stream_schedule
@@ -143,6 +144,23 @@ def test_workspaces_follow_free_memory(alexnet):
     assert workspaces and all(t.first == t.last for t in workspaces)
 
 
+@pytest.mark.parametrize("budget", [None, 10**10])
+def test_every_device_buffer_is_256_byte_aligned(alexnet, budget):
+    """cuDNN workspaces and the CUDA kernels' scratch are promised 256-byte-aligned bytes
+    (templates/cuda/runtime/kernel.h), whatever alignment the options ask for (4 here)."""
+    p = gpu_plan(alexnet, MODEL, options(budget))
+    device = [t for t in p.tensors if t.placement == "device"]
+    assert any(t.name.endswith("@workspace") for t in device)
+    assert [t.name for t in device if t.offset % 256] == []
+
+
+def test_own_layout_aligns_scratch_areas_to_256_bytes(alexnet):
+    from codegen.layout import own_layout
+
+    lay = own_layout(alexnet, gpu_plan(alexnet, MODEL, options(10**10)).tensors)
+    assert lay.scratch and [op for op, (o, _) in lay.scratch.items() if o % 256] == []
+
+
 def test_infeasible_budget_names_the_smallest(alexnet):
     low = smallest(alexnet)
     with pytest.raises(InfeasibleBudget, match=f"smallest feasible budget is {low} bytes"):
@@ -177,3 +195,53 @@ def test_plans_are_deterministic_and_round_trip(alexnet):
     a = gpu_plan(alexnet, MODEL, options(budget))
     assert a.to_json() == gpu_plan(alexnet, MODEL, options(budget)).to_json()
     assert Plan.from_json(a.to_json()) == a
+
+
+def test_an_asymmetric_pad_convolutions_padded_copy_is_planned_with_its_workspace():
+    """The CUDA kernel copies the image into an explicitly padded buffer (cuDNN takes symmetric
+    pads only): OpDef.gpu_scratch, planned in the convolution's workspace area, so that the
+    kernel gets no block outside the arena at load. 2 x 3 x (7+1) x (7+1) floats = 1536 bytes."""
+    from planner.graph.ir import Graph, Node, Tensor
+
+    def conv_graph(pads):
+        side = 7 + pads[0] + pads[2] - 1  # a 2 x 2 kernel, stride 1
+        return Graph(name="c", tensors=(Tensor(name="x", shape=(2, 3, 7, 7), role="input"),
+                                        Tensor(name="w", shape=(4, 3, 2, 2), role="param"),
+                                        Tensor(name="y", shape=(2, 4, side, side))),
+                     nodes=(Node(name="conv", op="Conv2D", inputs=("x", "w"), outputs=("y",),
+                                 attrs={"pads": pads}),), outputs=("y",), kind="inference")
+
+    def workspace(pads, **kw):
+        p = plan(conv_graph(pads), preset("h100-80gb"),
+                 options=PlanOptions(memory=MemoryOptions(**kw)))
+        (choice,) = p.memory.convs
+        area = [t.bytes for t in p.tensors if t.name == "conv@workspace"]
+        return choice.workspace_bytes, area
+
+    plain, none = workspace([0, 0, 0, 0], workspaces=False)  # symmetric: cuDNN pads itself
+    padded, area = workspace([0, 0, 1, 1], workspaces=False)
+    assert (plain, none, padded, area) == (0, [], 1536, [1536])
+    fastest, area = workspace([0, 0, 1, 1])
+    assert fastest >= 1536 and area == [fastest]
+
+
+@pytest.mark.parametrize("model", ["lenet", "gpt"])  # a loss's partials; LayerNormGrad's too
+def test_kernel_scratch_is_planned_for_every_op_that_needs_it(model):
+    """The CUDA kernels' temporaries (OpDef.gpu_scratch: loss partial sums, LayerNormGrad's
+    column partials, PReluGrad's contributions) are plan tensors with the op's lifetime, not
+    blocks the executor allocates at load outside the arena and the budget."""
+    from planner.costs import graph_signatures
+    from planner.costs.convalgo import kernel_scratch
+    from tests.codegen.test_zoo_models import MODELS
+
+    graph = training(model, "sgd", **MODELS[model])
+    sigs = graph_signatures(graph)
+    need = {n.name: kernel_scratch(sigs[n.name]) for n in graph.nodes
+            if not get_op(n.op).convolution}
+    need = {k: v for k, v in need.items() if v}
+    assert need
+    for budget in (None, 10**10):
+        p = gpu_plan(graph, MODEL, options(budget))
+        areas = {t.writer: t.bytes for t in p.tensors if t.name.endswith("@workspace")}
+        assert {k: areas.get(k) for k in need} == need
+        assert sound(p)

@@ -14,6 +14,7 @@ from planner.graph.autodiff import Optimizer, make_training_graph
 from planner.graph.builder import GraphBuilder
 from planner.graph.interpret import init_params, random_feeds, train_step
 from planner.memory import InfeasibleBudget, MemoryOptions
+from planner.memory.gpu import DEVICE_ALIGNMENT
 from planner.memory.verify import verify_memory_data
 from planner.pipeline import PlanOptions, plan
 from planner.replay import replay
@@ -70,7 +71,10 @@ def plan_or_none(graph, budget: int):
 def test_budgets_hold_and_peaks_are_monotone(graph, fractions):
     free = gpu_plan(graph, MODEL, MemoryOptions(alignment=4, heuristics=FAST)).summary.memory
     low, high = free.per_op_bound_bytes, free.liveness_load_bytes
-    budgets = sorted({int(low + f * (high - low)) for f in fractions} | {2 * high})
+    # Device buffers start at multiples of 256 bytes (what CUDA kernels are promised), which
+    # the liveness load does not count: up to 255 bytes per buffer (tensor or op scratch).
+    slack = DEVICE_ALIGNMENT * (len(graph.tensors) + len(graph.nodes))
+    budgets = sorted({int(low + f * (high - low)) for f in fractions} | {2 * high + slack})
     feeds, state = random_feeds(graph), init_params(graph)
     want_out, want_state = train_step(graph, feeds, state)
     peaks = []
@@ -88,7 +92,7 @@ def test_budgets_hold_and_peaks_are_monotone(graph, fractions):
         assert all(np.array_equal(new[k], want_state[k]) for k in want_state)
         peaks.append(m.peak_bytes)
     assert peaks == sorted(peaks)
-    assert peaks, "twice the liveness load must be a feasible budget"
+    assert peaks, "twice the liveness load (plus alignment) must be a feasible budget"
 
 
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])

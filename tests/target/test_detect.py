@@ -132,6 +132,7 @@ def test_nvidia_smi_with_libcuda_properties():
                                                compute_capability="9.0")}
     (gpu,), notes = parse_nvidia_smi(H100_SMI, host_memory=256 << 30, cuda=cuda)
     assert gpu.memory_bytes == 81559 << 20 and gpu.sm_count == 132
+    assert gpu.compute_capability == "9.0" and gpu.sm_arch == "90"
     assert gpu.peak_flops == pytest.approx(132 * 128 * 2 * 1.98e9)
     assert gpu.host_link_bandwidth == pytest.approx(16 * 3.938e9 * 0.8)
     assert gpu.pinned_host_limit_bytes == 128 << 30
@@ -142,6 +143,9 @@ def test_nvidia_smi_without_libcuda_uses_the_known_table_and_says_so():
     assert gpu.sm_count == 132 and "known-GPU table" in " ".join(notes)
     (odd,), notes = parse_nvidia_smi("0, Mystery GPU, 1024, [N/A], 3, 16\n", 1 << 30)
     assert odd.sm_count == 1 and "describe it by hand" in " ".join(notes)
+    assert gpu.compute_capability == "9.0" and odd.compute_capability == ""
+    (bad,), notes = parse_nvidia_smi(H100_SMI, 1 << 30, compute_caps={0: "[N/A]"})
+    assert bad.compute_capability == "" and "cannot read compute capability" in " ".join(notes)
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="fake nvidia-smi is a shell script")
@@ -152,6 +156,7 @@ def test_gpus_are_read_through_an_nvidia_smi_program(tmp_path):
     gpus, _ = detect_gpus(64 << 30, str(smi))
     assert [g.name for g in gpus] == ["Tesla V100-SXM2-16GB"]
     assert gpus[0].peak_flops > 1e13
+    assert gpus[0].compute_capability == "7.0"  # nvidia-smi's compute_cap column
     none, notes = detect_gpus(64 << 30, str(tmp_path / "absent"))
     assert none == [] and "no GPUs" in notes[0]
 

@@ -37,11 +37,14 @@ def test_xeon_has_56_threads_on_28_private_l2_cores():
 
 
 def test_gpu_presets_describe_their_device():
-    sms = {"k40c-12gb": 15, "titan-xp-12gb": 30, "p100-16gb": 56, "v100-16gb": 80,
-           "h100-80gb": 132}
-    for name, count in sms.items():
+    # SMs and compute capability from each part's datasheet (NVIDIA's CUDA GPUs table).
+    sms = {"k40c-12gb": (15, "3.5"), "titan-xp-12gb": (30, "6.1"), "p100-16gb": (56, "6.0"),
+           "v100-16gb": (80, "7.0"), "a100-80gb": (108, "8.0"), "l4-24gb": (58, "8.9"),
+           "h100-80gb": (132, "9.0"), "h200-141gb": (132, "9.0")}
+    assert sms.keys() == {n for n in PRESETS if preset(n).gpus}
+    for name, (count, capability) in sms.items():
         (gpu,) = preset(name).gpus
-        assert gpu.sm_count == count
+        assert (gpu.sm_count, gpu.compute_capability) == (count, capability)
         assert gpu.memory_bytes >= 12 << 30
         assert gpu.peak_flops > 1e12 and gpu.memory_bandwidth > 1e11
         assert 0 < gpu.pinned_host_limit_bytes <= preset(name).host_memory_bytes

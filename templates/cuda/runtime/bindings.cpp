@@ -36,14 +36,16 @@ const void* host_bytes(const TensorSpec& t, const Array& a, bool contiguous,
 }
 
 struct Io {
-  static void feed(CudaExecutor& ex, int id, nb::handle value, bool /*copy*/) {
+  // `copy` (step_async): the caller may refill its arrays once the call returns, so a device
+  // feed's copy is waited for, not only queued.
+  static void feed(CudaExecutor& ex, int id, nb::handle value, bool copy) {
     const TensorSpec& t = ex.tensor(id);
     DeviceArray d;
     if (nb::try_cast(value, d)) {
       if (!check(t, d, "feed"))
         throw nb::value_error((std::string("feed '") + t.name + "' is a strided CUDA array; "
                                "pass a contiguous one").c_str());
-      ex.write_device(id, d.data(), t.nbytes);
+      ex.write_device(id, d.data(), t.nbytes, copy);
       return;
     }
     Array a;
@@ -63,10 +65,9 @@ struct Io {
     const TensorSpec& t = ex.tensor(id);
     std::vector<size_t> shape(t.shape, t.shape + t.rank);
     if (!copy) {
-      int device = 0;
-      check_cuda(cudaGetDevice(&device), "cudaGetDevice");
+      // The executor's device, not the calling thread's current one: they may differ.
       return nb::ndarray<>(ex.device_data(id), shape.size(), shape.data(), owner, nullptr,
-                           dl_dtype(t.dtype), nb::device::cuda::value, device).cast();
+                           dl_dtype(t.dtype), nb::device::cuda::value, ex.device()).cast();
     }
     char* buf = new char[std::max<int64_t>(t.nbytes, 1)];
     try {

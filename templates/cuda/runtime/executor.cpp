@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "device_check.h"
+
 namespace planner {
 
 // ---- library errors -----------------------------------------------------------------------------
@@ -37,6 +39,51 @@ DeviceBlock::DeviceBlock(int64_t bytes) : bytes_(std::max<int64_t>(bytes, kAlign
 
 DeviceBlock::~DeviceBlock() { cudaFree(base_); }
 
+// ---- streams, handles, events ---------------------------------------------------------------
+
+cudaStream_t CudaResources::stream() {
+  cudaStream_t st;
+  check_cuda(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking), "cudaStreamCreate");
+  streams.push_back(st);
+  return st;
+}
+
+cudnnHandle_t CudaResources::cudnn(cudaStream_t st) {
+  cudnnHandle_t h;
+  check_cudnn(cudnnCreate(&h), "cudnnCreate");
+  cudnns.push_back(h);
+  check_cudnn(cudnnSetStream(h, st), "cudnnSetStream");
+  return h;
+}
+
+cublasHandle_t CudaResources::cublas(cudaStream_t st) {
+  cublasHandle_t h;
+  check_cublas(cublasCreate(&h), "cublasCreate");
+  cublases.push_back(h);
+  check_cublas(cublasSetStream(h, st), "cublasSetStream");
+  // float32 stays float32: no TF32 tensor-core rounding (the reference checks 1e-3).
+  check_cublas(cublasSetMathMode(h, CUBLAS_DEFAULT_MATH), "cublasSetMathMode");
+  // No workspace of cuBLAS's own: it would allocate device memory outside the plan's arena
+  // on the first GEMM of each stream.
+  check_cublas(cublasSetWorkspace(h, nullptr, 0), "cublasSetWorkspace");
+  return h;
+}
+
+cudaEvent_t CudaResources::event(unsigned flags) {
+  cudaEvent_t e;
+  check_cuda(cudaEventCreateWithFlags(&e, flags), "cudaEventCreate");
+  events.push_back(e);
+  return e;
+}
+
+CudaResources::~CudaResources() {
+  if (graph) cudaGraphExecDestroy(graph);
+  for (cudaEvent_t e : events) cudaEventDestroy(e);
+  for (cudnnHandle_t h : cudnns) cudnnDestroy(h);
+  for (cublasHandle_t h : cublases) cublasDestroy(h);
+  for (cudaStream_t st : streams) cudaStreamDestroy(st);
+}
+
 // ---- load -----------------------------------------------------------------------------------
 
 CudaExecutor::CudaExecutor(const std::string& schedule_path, bool streams, bool cuda_graph,
@@ -56,33 +103,21 @@ CudaExecutor::CudaExecutor(const std::string& schedule_path, bool streams, bool 
     throw std::runtime_error("no CUDA device " + std::to_string(device) + " (this machine has " +
                              std::to_string(count) + ")");
   check_cuda(cudaSetDevice(device), "cudaSetDevice");
+  check_device(device);
   arena_ = std::make_unique<DeviceBlock>(s.arena_bytes);
 
+  // Every stream, handle and event is owned by res_ from the moment it exists.
   int num_streams = streams ? std::max(s.num_lanes, 1) : 1;
   for (int l = 0; l < num_streams; ++l) {
-    cudaStream_t st;
-    check_cuda(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking), "cudaStreamCreate");
+    cudaStream_t st = res_.stream();
     streams_.push_back(st);
-    cudnnHandle_t dnn;
-    check_cudnn(cudnnCreate(&dnn), "cudnnCreate");
-    check_cudnn(cudnnSetStream(dnn, st), "cudnnSetStream");
-    cudnn_.push_back(dnn);
-    cublasHandle_t blas;
-    check_cublas(cublasCreate(&blas), "cublasCreate");
-    check_cublas(cublasSetStream(blas, st), "cublasSetStream");
-    // float32 stays float32: no TF32 tensor-core rounding (the reference checks 1e-3).
-    check_cublas(cublasSetMathMode(blas, CUBLAS_DEFAULT_MATH), "cublasSetMathMode");
-    // No workspace of cuBLAS's own: it would allocate device memory outside the plan's arena
-    // on the first GEMM of each stream.
-    check_cublas(cublasSetWorkspace(blas, nullptr, 0), "cublasSetWorkspace");
-    cublas_.push_back(blas);
-    cudaEvent_t join;
-    check_cuda(cudaEventCreateWithFlags(&join, cudaEventDisableTiming), "cudaEventCreate");
-    joins_.push_back(join);
+    cudnn_.push_back(res_.cudnn(st));
+    cublas_.push_back(res_.cublas(st));
+    joins_.push_back(res_.event(cudaEventDisableTiming));
   }
-  check_cuda(cudaEventCreate(&step_begin_), "cudaEventCreate");
-  check_cuda(cudaEventCreate(&step_end_), "cudaEventCreate");
-  check_cuda(cudaEventCreateWithFlags(&feed_ready_, cudaEventDisableTiming), "cudaEventCreate");
+  step_begin_ = res_.event(cudaEventDefault);
+  step_end_ = res_.event(cudaEventDefault);
+  feed_ready_ = res_.event(cudaEventDisableTiming);
 
   ptr_.resize(s.num_tensors);
   for (int i = 0; i < s.num_tensors; ++i) ptr_[i] = arena_->base() + s.tensors[i].offset;
@@ -99,15 +134,14 @@ CudaExecutor::CudaExecutor(const std::string& schedule_path, bool streams, bool 
     for (int w = 0; w < op.num_waits; ++w) {
       int before = s.waits[op.first_wait + w];
       if (lane_[before] != lane_[k] && !done_[before])
-        check_cuda(cudaEventCreateWithFlags(&done_[before], cudaEventDisableTiming),
-                   "cudaEventCreate");
+        done_[before] = res_.event(cudaEventDisableTiming);
     }
   }
   if (op_timing) {
     timing_.resize(s.num_ops);
     for (auto& [a, b] : timing_) {
-      check_cuda(cudaEventCreate(&a), "cudaEventCreate");
-      check_cuda(cudaEventCreate(&b), "cudaEventCreate");
+      a = res_.event(cudaEventDefault);
+      b = res_.event(cudaEventDefault);
     }
   }
   for (int k = 0; k < s.num_ops; ++k) create(k);
@@ -118,6 +152,11 @@ CudaExecutor::CudaExecutor(const std::string& schedule_path, bool streams, bool 
     int64_t need = static_cast<int64_t>(kernels_[k]->scratch_bytes());
     if (need <= std::max<int64_t>(op.scratch_bytes, 0)) {
       scratch_[k] = op.scratch_bytes > 0 ? arena_->base() + op.scratch_offset : nullptr;
+      // Kernels and cuDNN are promised kAlign-aligned scratch (kernel.h); plans place it so.
+      if (op.scratch_bytes > 0 && op.scratch_offset % kAlign)
+        throw std::runtime_error(op_label(op) + ": its scratch area at arena offset " +
+                                 std::to_string(op.scratch_offset) + " is not " +
+                                 std::to_string(kAlign) + "-byte aligned; re-plan it");
     } else {
       overflow_[k] = std::make_unique<DeviceBlock>(need);
       unplanned_ += overflow_[k]->bytes();
@@ -125,6 +164,16 @@ CudaExecutor::CudaExecutor(const std::string& schedule_path, bool streams, bool 
     }
   }
   check_cuda(cudaDeviceSynchronize(), "loading the executor");
+}
+
+void CudaExecutor::check_device(int device) const {
+  cudaDeviceProp p;
+  check_cuda(cudaGetDeviceProperties(&p, device), "cudaGetDeviceProperties");
+  const Schedule& s = schedule();
+  std::string why = device_mismatch(s.compute_capability, s.device_memory_bytes, p.name,
+                                    p.major * 10 + p.minor,
+                                    static_cast<int64_t>(p.totalGlobalMem));
+  if (!why.empty()) throw std::runtime_error(why);
 }
 
 void CudaExecutor::create(int k) {
@@ -143,35 +192,33 @@ void CudaExecutor::create(int k) {
 
 CudaExecutor::~CudaExecutor() {
   finish_async();
+  cudaSetDevice(device_);
   cudaDeviceSynchronize();
-  if (graph_) cudaGraphExecDestroy(graph_);
-  for (cudaEvent_t e : done_)
-    if (e) cudaEventDestroy(e);
-  for (auto& [a, b] : timing_) {
-    cudaEventDestroy(a);
-    cudaEventDestroy(b);
-  }
-  for (cudaEvent_t e : joins_) cudaEventDestroy(e);
-  if (step_begin_) cudaEventDestroy(step_begin_);
-  if (step_end_) cudaEventDestroy(step_end_);
-  if (feed_ready_) cudaEventDestroy(feed_ready_);
-  kernels_.clear();  // descriptors before their handles
-  for (cudnnHandle_t h : cudnn_) cudnnDestroy(h);
-  for (cublasHandle_t h : cublas_) cublasDestroy(h);
-  for (cudaStream_t st : streams_) cudaStreamDestroy(st);
+  // Then the members go in reverse order: kernels (descriptors) before res_ (their handles).
 }
 
 // ---- tensors --------------------------------------------------------------------------------
 
+// Not cudaMemcpy: that runs on the legacy default stream, which the executor's non-blocking
+// streams do not wait for (nor it for them), so a copy could overlap a step still running.
+// On stream 0 it follows the previous step (which ends there, every stream joined) and comes
+// before the next; waiting for it lets the caller free or refill pageable host memory.
 void CudaExecutor::write(int id, const void* host, int64_t bytes) {
-  check_cuda(cudaMemcpy(ptr_[id], host, bytes, cudaMemcpyHostToDevice), "copying in");
+  check_cuda(cudaSetDevice(device_), "cudaSetDevice");
+  check_cuda(cudaMemcpyAsync(ptr_[id], host, bytes, cudaMemcpyHostToDevice, streams_[0]),
+             "copying in");
+  check_cuda(cudaStreamSynchronize(streams_[0]), "copying in");
 }
 
 void CudaExecutor::read(int id, void* host, int64_t bytes) const {
-  check_cuda(cudaMemcpy(host, ptr_[id], bytes, cudaMemcpyDeviceToHost), "copying out");
+  check_cuda(cudaSetDevice(device_), "cudaSetDevice");
+  check_cuda(cudaMemcpyAsync(host, ptr_[id], bytes, cudaMemcpyDeviceToHost, streams_[0]),
+             "copying out");
+  check_cuda(cudaStreamSynchronize(streams_[0]), "copying out");
 }
 
-void CudaExecutor::write_device(int id, const void* device, int64_t bytes) {
+void CudaExecutor::write_device(int id, const void* device, int64_t bytes, bool wait) {
+  check_cuda(cudaSetDevice(device_), "cudaSetDevice");
   // A DLPack producer asked for no stream makes its data ready on the legacy default stream
   // (the protocol's rule); the executor's streams do not wait for that one by themselves, so
   // the copy runs there and stream 0 waits for it.
@@ -179,6 +226,7 @@ void CudaExecutor::write_device(int id, const void* device, int64_t bytes) {
                              cudaStreamLegacy), "copying a device feed in");
   check_cuda(cudaEventRecord(feed_ready_, cudaStreamLegacy), "cudaEventRecord");
   check_cuda(cudaStreamWaitEvent(streams_[0], feed_ready_, 0), "cudaStreamWaitEvent");
+  if (wait) check_cuda(cudaEventSynchronize(feed_ready_), "copying a device feed in");
 }
 
 // ---- the step -------------------------------------------------------------------------------
@@ -205,13 +253,24 @@ void CudaExecutor::issue_ops() {
       if (op_timing_) check_cuda(cudaEventRecord(timing_[k].second, st), "cudaEventRecord");
       if (done_[k]) check_cuda(cudaEventRecord(done_[k], st), "cudaEventRecord");
     } catch (const std::exception& e) {
+      // What the other streams already hold must still end before stream 0 does: the next
+      // copy in or step starts there (and a capture cannot end with a stream left forked).
+      try {
+        join_streams();
+      } catch (const std::exception&) {
+        // the op's error is the one to report
+      }
       throw StepError(op_label(op) + ": " + e.what());
     }
   }
+  join_streams();
+}
+
+void CudaExecutor::join_streams() {
   // Join: stream 0 ends after every stream's last op.
   for (size_t l = 1; l < streams_.size(); ++l) {
     check_cuda(cudaEventRecord(joins_[l], streams_[l]), "cudaEventRecord");
-    check_cuda(cudaStreamWaitEvent(main, joins_[l], 0), "cudaStreamWaitEvent");
+    check_cuda(cudaStreamWaitEvent(streams_[0], joins_[l], 0), "cudaStreamWaitEvent");
   }
 }
 
@@ -220,7 +279,7 @@ void CudaExecutor::run_step() {
   cudaStream_t main = streams_[0];
   check_cuda(cudaEventRecord(step_begin_, main), "cudaEventRecord");
   if (use_graph_) {
-    if (!graph_) {
+    if (!res_.graph) {
       cudaGraph_t g;
       check_cuda(cudaStreamBeginCapture(main, cudaStreamCaptureModeThreadLocal),
                  "cudaStreamBeginCapture");
@@ -232,11 +291,11 @@ void CudaExecutor::run_step() {
         throw;
       }
       check_cuda(cudaStreamEndCapture(main, &g), "cudaStreamEndCapture");
-      cudaError_t e = cudaGraphInstantiate(&graph_, g, 0);
+      cudaError_t e = cudaGraphInstantiate(&res_.graph, g, 0);
       cudaGraphDestroy(g);
       check_cuda(e, "cudaGraphInstantiate");
     }
-    check_cuda(cudaGraphLaunch(graph_, main), "cudaGraphLaunch");
+    check_cuda(cudaGraphLaunch(res_.graph, main), "cudaGraphLaunch");
   } else {
     issue_ops();
   }

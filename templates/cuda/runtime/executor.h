@@ -30,6 +30,26 @@ class DeviceBlock {
   int64_t bytes_ = 0;
 };
 
+// The executor's streams, library handles, events and captured graph, each recorded here the
+// moment it is created and released when this is destroyed: also when the executor's
+// constructor throws halfway (a member, so destroyed with the members built before the throw).
+struct CudaResources {
+  CudaResources() = default;
+  CudaResources(const CudaResources&) = delete;
+  CudaResources& operator=(const CudaResources&) = delete;
+  ~CudaResources();
+  cudaStream_t stream();
+  cudnnHandle_t cudnn(cudaStream_t st);
+  cublasHandle_t cublas(cudaStream_t st);
+  cudaEvent_t event(unsigned flags);
+
+  std::vector<cudaStream_t> streams;
+  std::vector<cudnnHandle_t> cudnns;
+  std::vector<cublasHandle_t> cublases;
+  std::vector<cudaEvent_t> events;
+  cudaGraphExec_t graph = nullptr;
+};
+
 // Named apart from the CPU runtime's planner::Executor: both runtimes may be loaded in one
 // process, and nanobind registers a bound class by its C++ type.
 class CudaExecutor : public ExecutorCore {
@@ -41,12 +61,17 @@ class CudaExecutor : public ExecutorCore {
   ~CudaExecutor() override;
 
   char* device_data(int id) const { return ptr_[id]; }
+  // The CUDA device the executor runs on (what its zero-copy views are tagged with).
+  int device() const { return device_; }
 
-  // Host <-> tensor copies (synchronous with respect to the executor's streams).
+  // Host <-> tensor copies on the executor's first stream, so ordered after the step before
+  // (a step ends there, every stream joined); they return when the copy is done.
   void write(int id, const void* host, int64_t bytes);
   void read(int id, void* host, int64_t bytes) const;
-  // Device-to-device copy into tensor `id` (a feed given as a CUDA array), on the feed stream.
-  void write_device(int id, const void* device, int64_t bytes);
+  // Device-to-device copy into tensor `id` (a feed given as a CUDA array), queued before the
+  // next step; with `wait`, returns once the copy is done (step_async: the caller may refill
+  // the array on any stream at once).
+  void write_device(int id, const void* device, int64_t bytes, bool wait = false);
 
   bool concurrent() const { return streams_.size() > 1; }
   int lanes() const { return static_cast<int>(streams_.size()); }
@@ -62,6 +87,8 @@ class CudaExecutor : public ExecutorCore {
   int device_;
   bool use_graph_, op_timing_;
   std::unique_ptr<DeviceBlock> arena_;
+  // Declared before the kernels: their descriptors go first, then the handles.
+  CudaResources res_;
   std::vector<cudaStream_t> streams_;      // one per plan stream (one in all when streams=false)
   std::vector<cudnnHandle_t> cudnn_;       // one per stream, bound to it
   std::vector<cublasHandle_t> cublas_;
@@ -71,7 +98,6 @@ class CudaExecutor : public ExecutorCore {
   cudaEvent_t step_begin_ = nullptr, step_end_ = nullptr;
   cudaEvent_t feed_ready_ = nullptr;       // the last device feed's copy, for stream 0
   std::vector<cudaEvent_t> joins_;         // per stream: its last op, for the join
-  cudaGraphExec_t graph_ = nullptr;
   std::vector<KernelPtr> kernels_;
   std::vector<char*> scratch_;
   std::vector<std::unique_ptr<DeviceBlock>> overflow_;
@@ -79,8 +105,10 @@ class CudaExecutor : public ExecutorCore {
   std::vector<char*> ptr_;
   double last_step_seconds_ = 0;
 
+  void check_device(int device) const;
   void create(int k);
   void issue_ops();   // every op onto its stream, with the cross-stream waits and the join
+  void join_streams();  // stream 0 waits for every other stream's work so far
   void run_step() override;
 };
 

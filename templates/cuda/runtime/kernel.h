@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "indexing.h"
 #include "runtime.h"
 
 namespace planner {

@@ -86,9 +86,10 @@ class Rows : public Kernel {
         throw std::runtime_error("Embedding kernels take float32 tensors and int64 ids");
     if (n.out[0].dtype != F32) throw std::runtime_error("Embedding kernels write float32");
     vec_ = d_ % 4 == 0;
-    small_ = count_ * d_ < (int64_t{1} << 31);
     blocks_ = blocks_for(count_ * d_, threads_);
     blocks4_ = blocks_for(count_ * (d_ / 4), threads_);
+    // The float4 loop covers fewer elements with fewer blocks: the float one decides.
+    small_ = index32(count_ * d_, blocks_, threads_);
   }
   int threads_;
   int64_t v_, d_, count_;

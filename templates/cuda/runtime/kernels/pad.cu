@@ -10,6 +10,7 @@
 // - The per-axis mapping is closed-form arithmetic on a small struct passed by value (no
 //   tables in device memory, nothing allocated); axes without padding are merged at load, so
 //   an NCHW pad of H and W walks three axes, and indices are 32-bit when the sizes allow.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -169,7 +170,8 @@ class Pad : public Kernel {
     big_size_ = bs;
     const int64_t total = grad_ ? small_size_ : big_size_;
     blocks_ = blocks_for(total, threads_);
-    narrow_ = big_size_ < (int64_t{1} << 31);
+    // Offsets reach the larger of the two shapes (negative pads crop).
+    narrow_ = index32(std::max(big_size_, small_size_), blocks_, threads_);
   }
   void run(const Run& r) override {
     const float* in = r.at<float>(in_);

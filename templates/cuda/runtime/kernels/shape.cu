@@ -160,7 +160,8 @@ class Move {
   template <class T>
   void pick(const Run& r, const Geom& g, char* view, char* dense) const {
     const int64_t total = total_of(g);
-    const bool small = total < (int64_t{1} << 31) && view_extent(g) < (int64_t{1} << 31);
+    const bool small = index32(total, blocks_for(total, threads_), threads_) &&
+                       view_extent(g) < (int64_t{1} << 31);
     if (small)
       launch<T, int32_t>(r, g, total, view, dense);
     else
@@ -333,8 +334,8 @@ class SliceGrad : public Kernel {
       fs *= g_.full[a];
     }
     total_ = fs;
-    small_ = fs < (int64_t{1} << 31);
     blocks_ = blocks_for(fs, threads_);
+    small_ = index32(fs, blocks_, threads_);
   }
   void run(const Run& r) override {
     if (total_ == 0) return;
