@@ -3,7 +3,7 @@
     torchrun --nproc-per-node 2 examples/train_digits_ddp.py     # 2 ranks x batch 16
     torchrun --nproc-per-node 2 examples/train_digits_ddp.py --steps 300 --batch 32
 
-Every rank plans the same training graph with `--data-parallel N` (planner.parallel: the
+Every rank plans the same training graph with `--data-parallel N` (planner.schedule.parallel: the
 gradients' all-reduces on a communication lane, overlapped with backward); rank 0 renders
 and builds the executor while the others wait, then every rank imports it. Executor() joins
 torch.distributed's default group (the generated package checks the group's size and that
@@ -37,9 +37,9 @@ from codegen.render import render
 from planner.graph.autodiff import make_training_graph
 from planner.graph.interpret import init_params
 from planner.graph.optimizer import Optimizer
-from planner.parallel import DataParallelOptions
 from planner.pipeline import PlanOptions
 from planner.pipeline import plan as make_plan
+from planner.schedule.parallel import DataParallelOptions
 from planner.target.detect import detect
 from planner.zoo import build
 

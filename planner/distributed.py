@@ -1,7 +1,7 @@
 """A data-parallel executor joins its process group (torch.distributed) at load.
 
 `join(ex, plan_json, group)` is what a generated CPU package's `Executor(process_group=...)`
-calls for a plan with AllReduce ops (planner.parallel): it refuses a group of another size
+calls for a plan with AllReduce ops (planner.schedule.parallel): it refuses a group of another size
 than the plan's ranks, checks that every rank loaded the same plan (the sha256 of its JSON,
 all-gathered; a mismatch names the ranks on every rank), and hands the executor the
 all-reduce its comm lane runs: `dist.all_reduce` (a sum) on a torch view of the bucket in the

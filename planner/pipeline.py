@@ -38,17 +38,17 @@ from planner.memory.decision import MemoryDecision
 from planner.memory.driver import cpu_memory
 from planner.memory.gpu import gpu_memory
 from planner.memory.options import MemoryOptions
-from planner.parallel import (
+from planner.plan import MemoryPlan, OpPlan, Plan, PlanProvenance, PlanTarget, Summary, digest
+from planner.records import Backend, Record
+from planner.schedule.cpu import cpu_schedule
+from planner.schedule.options import ScheduleOptions
+from planner.schedule.parallel import (
     DataParallelOptions,
     comm_lane,
     compute_graph,
     data_parallel_graph,
     interconnect,
 )
-from planner.plan import MemoryPlan, OpPlan, Plan, PlanProvenance, PlanTarget, Summary, digest
-from planner.records import Backend, Record
-from planner.schedule.cpu import cpu_schedule
-from planner.schedule.options import ScheduleOptions
 from planner.schedule.record import Edge, Schedule, lane_numbers
 from planner.schedule.streams import STREAMS, stream_schedule
 from planner.target.records import Target

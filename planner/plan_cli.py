@@ -42,7 +42,7 @@ def add_plan_commands(sub: Any) -> None:
                         "workspaces are chosen to fit it (default: no budget)")
     p.add_argument("--data-parallel", type=int, default=1, metavar="N",
                    help="N processes each train on a shard of the batch; the plan averages "
-                        "the gradients over them (planner.parallel)")
+                        "the gradients over them (planner.schedule.parallel)")
     p.add_argument("--bucket-bytes", type=int, metavar="BYTES",
                    help="--data-parallel: gradient bucket size (default: from the cost model)")
     p.add_argument("-o", "--output", required=True, metavar="FILE")
@@ -87,9 +87,9 @@ def _run_plan(args: argparse.Namespace) -> int:
     from planner.fit_cli import parse_budget
     from planner.load import load_graph, with_kept, with_loss, write_text
     from planner.memory.options import MemoryOptions
-    from planner.parallel import DataParallelOptions
     from planner.pipeline import PlanOptions, plan
     from planner.schedule import ScheduleOptions
+    from planner.schedule.parallel import DataParallelOptions
     from planner.target.presets import load_target
 
     graph = with_loss(load_graph(args.graph), args.loss)

@@ -145,7 +145,7 @@ def placement(f: Facts) -> list[str]:
                                 f"streams {f.streams}, not stream {op.get('stream')!r} / CPUs "
                                 f"{op.get('cpus')}")
         elif op.get("op") == "AllReduce" and op.get("stream") == "comm" and not op["cpus"]:
-            pass  # a collective on the communication lane (planner.parallel)
+            pass  # a collective on the communication lane (planner.schedule.parallel)
         elif op.get("stream") or not op["cpus"]:
             problems.append(f"op {op['name']!r} of a CPU plan must run on logical CPUs, not "
                             f"stream {op.get('stream')!r}")

@@ -1,11 +1,11 @@
 """Collectives of data-parallel training: the all-reduce of a bucket of gradients.
 
-`AllReduce` reads one rank's gradients g_1..g_k (a bucket, planner.parallel) and writes their
-average over the `ranks` processes of the group, r_j = (1/ranks) * sum over ranks of g_j: the
-executor copies the bucket into its scratch area (one contiguous buffer in the arena), runs a
-sum all-reduce on it through the process group (torch.distributed) and scales by 1/ranks
-while copying out. The reference interpreter runs one process: it models every rank holding
-the same gradients, so its output is its input.
+`AllReduce` reads one rank's gradients g_1..g_k (a bucket, planner.schedule.parallel) and
+writes their average over the `ranks` processes of the group, r_j = (1/ranks) * sum over ranks
+of g_j: the executor copies the bucket into its scratch area (one contiguous buffer in the
+arena), runs a sum all-reduce on it through the process group (torch.distributed) and scales
+by 1/ranks while copying out. The reference interpreter runs one process: it models every
+rank holding the same gradients, so its output is its input.
 
 Example:
     >>> import numpy as np

@@ -109,7 +109,7 @@ class Schedule(Record):
     def _placed_for_backend(self) -> Schedule:
         field = "cpus" if self.backend == "cpu" else "stream"
         for op in self.ops:
-            # A CPU plan's collectives run on the communication lane (planner.parallel).
+            # A CPU plan's collectives run on the communication lane (planner.schedule.parallel).
             if not getattr(op, field) and not (op.op == "AllReduce" and op.stream == "comm"):
                 raise ValueError(f"{self.backend} schedule: op {op.name!r} has no {field}")
         return self

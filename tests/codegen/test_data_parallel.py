@@ -24,8 +24,8 @@ from codegen.render import render
 from planner.graph.autodiff import make_training_graph
 from planner.graph.interpret import init_params
 from planner.graph.optimizer import Optimizer
-from planner.parallel import DataParallelOptions
 from planner.pipeline import PlanOptions, plan
+from planner.schedule.parallel import DataParallelOptions
 from planner.target.detect import detect
 from planner.zoo import build as zoo
 

@@ -1,6 +1,6 @@
-"""Planning data-parallel training (planner.parallel): gradient buckets, the all-reduce ops on
-the comm lane, their ordering edges (checked by planner verify), the simulated overlap with
-backward, and one-line refusals."""
+"""Planning data-parallel training (planner.schedule.parallel): gradient buckets, the
+all-reduce ops on the comm lane, their ordering edges (checked by planner verify), the
+simulated overlap with backward, and one-line refusals."""
 
 from __future__ import annotations
 
@@ -12,14 +12,14 @@ import planner.cli as cli
 from planner.errors import UserError
 from planner.graph.autodiff import make_training_graph
 from planner.graph.optimizer import Optimizer
-from planner.parallel import (
+from planner.pipeline import PlanOptions, plan
+from planner.schedule.parallel import (
     DataParallelOptions,
     all_reduce_seconds,
     buckets,
     interconnect,
     reduced_gradients,
 )
-from planner.pipeline import PlanOptions, plan
 from planner.target import preset
 from planner.verify import verify_plan
 from planner.zoo import build
