@@ -22,6 +22,7 @@ inline const char* dtype_name(int d) {
     case F32: return "float32";
     case F64: return "float64";
     case F16: return "float16";
+    case BF16: return "bfloat16";
     case I64: return "int64";
     case I32: return "int32";
     case BOOL: return "bool";
@@ -37,6 +38,7 @@ inline nb::dlpack::dtype dl_dtype(int d) {
     case I32: return nb::dtype<int32_t>();
     case BOOL: return nb::dtype<bool>();
     case F16: return nb::dlpack::dtype{static_cast<uint8_t>(nb::dlpack::dtype_code::Float), 16, 1};
+    case BF16: return nb::dlpack::dtype{static_cast<uint8_t>(nb::dlpack::dtype_code::Bfloat), 16, 1};
   }
   throw std::runtime_error("unknown dtype");
 }

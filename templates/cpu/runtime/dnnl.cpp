@@ -11,9 +11,10 @@ memory::data_type dnnl_type(int dtype) {
   switch (dtype) {
     case F32: return dt::f32;
     case F16: return dt::f16;
+    case BF16: return dt::bf16;
     case I32: return dt::s32;
   }
-  throw std::runtime_error("oneDNN kernels take float32 tensors, got dtype code " +
+  throw std::runtime_error("oneDNN kernels take float32, bfloat16 and float16 tensors, got dtype code " +
                            std::to_string(dtype));
 }
 
