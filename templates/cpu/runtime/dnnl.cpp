@@ -53,6 +53,7 @@ int64_t DnnlKernel::temp(size_t bytes) {
 size_t DnnlKernel::add(const dnnl::primitive& prim, const dnnl::primitive_desc_base& pd,
                        std::vector<Arg> args) {
   Step s{prim, std::move(args), {}, {}};
+  impl_ += (impl_.empty() ? "" : " + ") + std::string(pd.impl_info_str());
   dnnl::engine eng = pd.get_engine();
   for (const Arg& a : s.args) {
     memory::desc md = pd.query_md(dnnl::query::exec_arg_md, a.dnnl_arg);
