@@ -15,6 +15,13 @@ Prints the loss curve and the test accuracy; with --check, the largest differenc
 executor's loss curve and the numpy reference interpreter's (same data, same order). Exits 1 if
 test accuracy is 95% or less (or, with --check, the curves differ by 1e-3 or more).
 
+Mixed precision (`--precision bf16-mixed`): with --check, the two test accuracies must agree
+within 2 points instead of the curves within 1e-3. This run is chaotic at that scale: moving
+every float32 parameter by one ulp at the start moves the loss by 1e-2 within five steps, and
+a bfloat16 rounding that goes the other way (the executor and numpy sum in different orders)
+moves a value by 2^-8 of itself. One step of the executor matches the reference's emulated
+bfloat16 step to a few bfloat16 units (tests/codegen/test_mixed_precision.py).
+
 SGD is the default because its loss curve is reproducible across implementations: Adam divides
 by sqrt(v) + 1e-8, so a parameter whose gradient is float32 rounding noise still moves by about
 lr, and two correct float32 implementations drift apart after a hundred steps (try
@@ -172,7 +179,10 @@ def main(argv: list[str] | None = None) -> int:
         gap = float(np.max(np.abs(np.array(losses) - np.array(ref.losses))))
         print(f"reference interpreter: test accuracy {ref.test_accuracy:.1%}; largest loss "
               f"difference over {len(losses)} steps {gap:.2e}")
-        ok = ok and gap < 1e-3
+        if args.precision in ("fp32", "tf32"):
+            ok = ok and gap < 1e-3
+        else:
+            ok = ok and abs(acc - ref.test_accuracy) <= 0.02
     return 0 if ok else 1
 
 

@@ -16,6 +16,11 @@ test_tolerance_detects_unrounded_operands).
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -64,3 +69,24 @@ def test_bf16_mixed_step_matches_emulated_reference(model, tmp_path_factory):
     assert abs(loss - float(outputs["loss"])) <= 4 * U * abs(float(outputs["loss"]))
     errors = update_errors(graph, state, got, want)
     assert errors and max(errors.values()) <= 4 * U, errors
+    # stats() names what oneDNN runs for each low-precision op (a bf16 kernel, or the float32
+    # fallback's reorders around a float32 one)
+    impls = {d["name"]: d.get("impl", "") for d in ex.stats()["ops"]
+             if d["op"] in ("Conv2D", "MatMul")}
+    assert impls and all(impls.values()), impls
+    if os.environ.get("ONEDNN_MAX_CPU_ISA") == "AVX2":  # the fallback below: no bf16 kernels
+        assert not any("bf16" in v or "amx" in v for v in impls.values()), impls
+
+
+def test_float32_fallback_where_the_isa_has_no_bf16(tmp_path):
+    """On a CPU without bf16 support (oneDNN limited to AVX2 here, as on an AVX2-only or older
+    AMD machine), the same step still matches the emulated reference: the convolutions and
+    matmuls compute in float32 between converting reorders (templates/cpu/runtime/kernels)."""
+    env = {**os.environ, "ONEDNN_MAX_CPU_ISA": "AVX2"}
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--basetemp",
+         str(tmp_path / "t"), f"{Path(__file__)}::test_bf16_mixed_step_matches_emulated_reference",
+         "-k", "lenet"], cwd=root, env=env, capture_output=True, text=True, timeout=1200)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "1 passed" in done.stdout
