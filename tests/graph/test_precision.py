@@ -120,3 +120,29 @@ def test_cli_needs_train_for_precision(capsys):
 
     assert main(["graph", "zoo:mlp", "--precision", "bf16-mixed"]) != 0
     assert "--precision needs --train" in capsys.readouterr().err
+
+
+def test_plans_count_the_low_type_bytes(tmp_path):
+    """`planner plan --precision bf16-mixed`: the plan's buffers of bfloat16 tensors hold 2 bytes
+    per element, the float32 masters 4, and the plan verifies (casts are planned ops)."""
+    import json
+
+    from planner.cli import main
+
+    out = tmp_path / "lenet.plan.json"
+    assert main(["plan", "zoo:lenet?image=12&batch=8", "--train", "sgd", "--precision",
+                 "bf16-mixed", "--target", "xeon-8180", "-o", str(out)]) == 0
+    plan = json.loads(out.read_text())
+    types = {t["name"]: t for t in plan["graph"]["tensors"]}
+    sizes = {"bfloat16": 2, "float32": 4}
+    checked = 0
+    for b in plan["tensors"]:
+        t = types.get(b["tensor"])
+        if t and b["name"] == b["tensor"] and not b["alias_of"] and t["dtype"] in sizes:
+            elements = 1
+            for d in t["shape"]:
+                elements *= d
+            assert b["bytes"] == elements * sizes[t["dtype"]], b["name"]
+            checked += t["dtype"] == "bfloat16"
+    assert checked > 10
+    assert main(["verify", str(out)]) == 0
