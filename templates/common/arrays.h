@@ -89,16 +89,22 @@ inline void copy_in(char* dst, const Array& a, int esize) {
 }
 
 // A numpy array of tensor `t` at host address `data`: a copy, or a view kept alive by `owner`.
+// numpy takes no bfloat16 over DLPack: those bytes go out as uint16 and come back as a view
+// of dtype ml_dtypes.bfloat16 (the same bits).
 inline nb::object to_numpy(const TensorSpec& t, char* data, bool copy, nb::handle owner) {
   std::vector<size_t> shape(t.shape, t.shape + t.rank);
-  if (!copy)
-    return nb::ndarray<nb::numpy>(data, shape.size(), shape.data(), owner, nullptr,
-                                  dl_dtype(t.dtype)).cast();
-  char* buf = new char[std::max<int64_t>(t.nbytes, 1)];
-  std::memcpy(buf, data, t.nbytes);
-  nb::capsule own(buf, [](void* p) noexcept { delete[] static_cast<char*>(p); });
-  return nb::ndarray<nb::numpy>(buf, shape.size(), shape.data(), own, nullptr,
-                                dl_dtype(t.dtype)).cast();
+  nb::dlpack::dtype dt = t.dtype == BF16 ? nb::dtype<uint16_t>() : dl_dtype(t.dtype);
+  nb::object out;
+  if (!copy) {
+    out = nb::ndarray<nb::numpy>(data, shape.size(), shape.data(), owner, nullptr, dt).cast();
+  } else {
+    char* buf = new char[std::max<int64_t>(t.nbytes, 1)];
+    std::memcpy(buf, data, t.nbytes);
+    nb::capsule own(buf, [](void* p) noexcept { delete[] static_cast<char*>(p); });
+    out = nb::ndarray<nb::numpy>(buf, shape.size(), shape.data(), own, nullptr, dt).cast();
+  }
+  if (t.dtype == BF16) out = out.attr("view")(nb::module_::import_("ml_dtypes").attr("bfloat16"));
+  return out;
 }
 
 inline bool persistent(int role) { return role == PARAM || role == STATE || role == OPT_STATE; }

@@ -90,3 +90,41 @@ def test_float32_fallback_where_the_isa_has_no_bf16(tmp_path):
          "-k", "lenet"], cwd=root, env=env, capture_output=True, text=True, timeout=1200)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "1 passed" in done.stdout
+
+
+def test_cast_kernels_round_as_ml_dtypes(tmp_path):
+    """Cast float32 -> bfloat16 / float16 -> float32 through the executor: bit-identical to
+    numpy's (ml_dtypes') round to nearest even, ties, overflow, NaN and infinities included;
+    the bfloat16 value comes back to Python as a numpy bfloat16 array. One exception: a
+    float32 subnormal (below 2^-126) may become a zero of its sign, as the AVX512_BF16
+    conversion instruction (VCVTNEPS2BF16) flushes denormal inputs where ml_dtypes keeps a
+    bfloat16 subnormal; training never meets values that small."""
+    import ml_dtypes
+
+    from planner.graph.builder import GraphBuilder
+
+    rng = np.random.default_rng(0)
+    x = np.concatenate([
+        rng.standard_normal(200).astype(np.float32) * 10.0 ** rng.integers(-6, 6, 200),
+        np.float32([1 + 2**-8, 1 + 3 * 2**-8, -(1 + 2**-8), 1e-40, 3.4e38, 7e4, 1e-8,
+                    np.inf, -np.inf, np.nan, 0.0, -0.0]),  # ties to even, subnormal, overflow
+    ]).astype(np.float32)
+    b = GraphBuilder("casts")
+    xin = b.input("x", x.shape)
+    outs = []
+    for low in ("bfloat16", "float16"):
+        y = b.op("Cast", [xin], {"to": low}, name=f"to_{low}")
+        outs += [y, b.op("Cast", [y], {"to": "float32"}, name=f"from_{low}")]
+    module = build_module(b.build(outputs=outs), tmp_path / "casts")
+    got = module.Executor().forward({"x": x})
+    tiny = (x != 0) & (np.abs(x) < np.finfo(np.float32).tiny)
+    assert tiny.any()
+    for low, dtype in (("bfloat16", ml_dtypes.bfloat16), ("float16", np.float16)):
+        with np.errstate(over="ignore"):  # 3.4e38 and 7e4 overflow float16 on purpose
+            want = x.astype(dtype).astype(np.float32)
+        back = got[f"from_{low}"]
+        assert np.array_equal(back[~tiny].view(np.uint32), want[~tiny].view(np.uint32)), low
+        assert all(v in (w, 0.0) for v, w in zip(back[tiny], want[tiny], strict=True)), low
+        if low == "bfloat16":
+            assert got[f"to_{low}"].dtype == np.dtype(dtype)
+            assert np.array_equal(got[f"to_{low}"].astype(np.float32), back, equal_nan=True)
