@@ -38,9 +38,13 @@ MODELS = {
 }
 
 
-def mixed_graph(model: str):
+# unit roundoff of each low type: bfloat16's 8-bit significand, float16's 11-bit
+UNIT = {"bf16-mixed": U, "fp16-mixed": 2.0 ** -11}
+
+
+def mixed_graph(model: str, precision: str = "bf16-mixed"):
     return make_training_graph(build(model, **MODELS[model]), Optimizer(kind="sgd", lr=0.1),
-                               precision="bf16-mixed")
+                               precision=precision)
 
 
 def update_errors(graph, before, got, want) -> dict[str, float]:
@@ -55,20 +59,23 @@ def update_errors(graph, before, got, want) -> dict[str, float]:
     return out
 
 
+@pytest.mark.parametrize("precision", sorted(UNIT))
 @pytest.mark.parametrize("model", sorted(MODELS))
-def test_bf16_mixed_step_matches_emulated_reference(model, tmp_path_factory):
-    graph = mixed_graph(model)
+def test_bf16_mixed_step_matches_emulated_reference(model, precision, tmp_path_factory):
+    """(and fp16-mixed, with float16's unit roundoff in the same bounds)"""
+    u = UNIT[precision]
+    graph = mixed_graph(model, precision)
     assert sum(n.op == "Cast" for n in graph.nodes) > 0
-    module = build_module(graph, tmp_path_factory.mktemp("bf16") / model, layout="plan")
+    module = build_module(graph, tmp_path_factory.mktemp("mixed") / model, layout="plan")
     state, feeds = start_state(graph), random_feeds(graph, seed=2)
     ex = module.Executor()
     ex.load_params(state)
     loss = float(np.asarray(ex.step(feeds, ["loss"])["loss"]))
     got = {k: np.asarray(v) for k, v in ex.params().items()}
     outputs, want = train_step(graph, feeds, state)
-    assert abs(loss - float(outputs["loss"])) <= 4 * U * abs(float(outputs["loss"]))
+    assert abs(loss - float(outputs["loss"])) <= 4 * u * abs(float(outputs["loss"]))
     errors = update_errors(graph, state, got, want)
-    assert errors and max(errors.values()) <= 4 * U, errors
+    assert errors and max(errors.values()) <= 4 * u, errors
     # stats() names what oneDNN runs for each low-precision op (a bf16 kernel, or the float32
     # fallback's reorders around a float32 one)
     impls = {d["name"]: d.get("impl", "") for d in ex.stats()["ops"]
@@ -87,7 +94,7 @@ def test_float32_fallback_where_the_isa_has_no_bf16(tmp_path):
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--basetemp",
          str(tmp_path / "t"), f"{Path(__file__)}::test_bf16_mixed_step_matches_emulated_reference",
-         "-k", "lenet"], cwd=root, env=env, capture_output=True, text=True, timeout=1200)
+         "-k", "lenet and bf16"], cwd=root, env=env, capture_output=True, text=True, timeout=1200)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "1 passed" in done.stdout
 
