@@ -135,3 +135,23 @@ def test_cast_kernels_round_as_ml_dtypes(tmp_path):
         if low == "bfloat16":
             assert got[f"to_{low}"].dtype == np.dtype(dtype)
             assert np.array_equal(got[f"to_{low}"].astype(np.float32), back, equal_nan=True)
+
+
+def test_bfloat16_feeds_from_torch_over_dlpack(tmp_path):
+    """A bfloat16 input takes a torch.bfloat16 tensor (DLPack); a numpy bfloat16 array cannot
+    cross (numpy exports no bfloat16 over DLPack or the buffer protocol) and is refused, naming
+    the feed, rather than misread (pass torch tensors, or feed float32 and cast in the graph)."""
+    import ml_dtypes
+    torch = pytest.importorskip("torch")
+
+    from planner.graph.builder import GraphBuilder
+
+    b = GraphBuilder("bf16_feed")
+    x = b.input("x", (3, 5), "bfloat16")
+    module = build_module(b.build(outputs=[b.op("Cast", [x], {"to": "float32"}, name="y")]),
+                          tmp_path / "feed")
+    t = torch.randn(3, 5).to(torch.bfloat16)
+    got = module.Executor().forward({"x": t})["y"]
+    assert np.array_equal(got, t.float().numpy())
+    with pytest.raises(ValueError, match="feed 'x'"):
+        module.Executor().forward({"x": np.zeros((3, 5), ml_dtypes.bfloat16)})
