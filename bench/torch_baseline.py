@@ -15,10 +15,12 @@ from planner.graph.interpret import init_params, random_feeds  # noqa: E402
 
 
 def torch_trainer(forward, lr: float, threads: int, compiled: bool = False,
-                  device: str = "cpu", cuda_graph: bool = False) -> Callable[[], None]:
+                  device: str = "cpu", cuda_graph: bool = False,
+                  autocast: str | None = None) -> Callable[[], None]:
     """A function running one training step of `forward`'s loss on `threads` threads (or the
     GPU `device`, returning once the step has finished there); warmed up (and compiled, or
-    captured as one CUDA graph) before it is returned."""
+    captured as one CUDA graph) before it is returned. `autocast` ("bfloat16", "float16"):
+    the forward runs under torch.autocast with that dtype (PyTorch's mixed precision)."""
     import torch
 
     from tests.graph.test_train_vs_torch import TORCH_OPS, torch_forward
@@ -42,7 +44,10 @@ def torch_trainer(forward, lr: float, threads: int, compiled: bool = False,
     opt = torch.optim.SGD(list(params.values()), lr=lr)
 
     def loss(vals):
-        return torch_forward(forward, vals, ops)["loss"]
+        if autocast is None:
+            return torch_forward(forward, vals, ops)["loss"]
+        with torch.autocast(device.split(":")[0], dtype=getattr(torch, autocast)):
+            return torch_forward(forward, vals, ops)["loss"]
 
     fn = torch.compile(loss, dynamic=False) if compiled else loss
 

@@ -47,6 +47,10 @@ class Runtime:
     sources: Path
     package: Path
     dtypes: frozenset[str]
+    # Low-precision float types (mixed precision) and the ops whose kernels read and write
+    # them; every other kernel of the backend is float32-only.
+    low_dtypes: frozenset[str] = frozenset()
+    low_precision_ops: frozenset[str] = frozenset()
     kernels: Path = field(init=False)
 
     def __post_init__(self) -> None:
@@ -63,7 +67,11 @@ RUNTIMES: dict[Backend, Runtime] = {
     "cpu": Runtime("cpu", "CPU", "planner_cpu_rt", TEMPLATES / "cpu" / "runtime",
                    TEMPLATES / "cpu" / "plan",
                    # float32 math, int64 ids and labels, bool conditions (Where)
-                   frozenset({"float32", "int64", "bool"})),
+                   frozenset({"float32", "int64", "bool"}),
+                   # oneDNN bf16 / f16 primitives (a float32 fallback where the ISA has none)
+                   frozenset({"bfloat16", "float16"}),
+                   frozenset({"Cast", "Conv2D", "Conv2DBackpropInput", "Conv2DBackpropFilter",
+                              "MatMul"})),
     "cuda": Runtime("cuda", "CUDA", "planner_cuda_rt", TEMPLATES / "cuda" / "runtime",
                     TEMPLATES / "cuda" / "plan", frozenset({"float32", "int64", "bool"})),
 }

@@ -27,8 +27,13 @@ def check(graph: Graph, backend: Runtime) -> None:
             ops.setdefault(n.op, n.name)
     dtypes: dict[str, str] = {}
     for t in graph.tensors:
-        if t.dtype not in backend.dtypes:
+        if t.dtype not in backend.dtypes | backend.low_dtypes:
             dtypes.setdefault(t.dtype, t.name)
+    for n in graph.nodes:
+        low = [t for t in (*n.inputs, *n.outputs) if graph.tensor(t).dtype in backend.low_dtypes]
+        if low and n.op not in backend.low_precision_ops:
+            d = graph.tensor(low[0]).dtype
+            ops.setdefault(f"{n.op} in {d}", n.name)
     problems = [f"no kernel for op {op} (node {node!r})" for op, node in sorted(ops.items())]
     problems += [f"dtype {d} not supported (tensor {t!r})" for d, t in sorted(dtypes.items())]
     if problems:

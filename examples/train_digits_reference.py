@@ -56,14 +56,16 @@ def load_digits(test_fraction: float = 0.25, seed: int = 0) -> Digits:
 
 
 def train(steps: int = 300, batch: int = 32, optimizer: Optimizer | None = None,
-          seed: int = 0, every: int = 0) -> Result:
+          seed: int = 0, every: int = 0, precision: str = "fp32") -> Result:
     """Train LeNet for `steps` steps on shuffled mini-batches; return losses and test accuracy.
 
-    `every` > 0 prints the loss every that many steps.
+    `every` > 0 prints the loss every that many steps; `precision` is the training graph's
+    policy (bf16-mixed: bfloat16 emulated exactly, planner/graph/precision.py).
     """
     optimizer = optimizer or Optimizer(kind="adam", lr=0.01)
     digits = load_digits(seed=seed)
-    graph = make_training_graph(build("lenet", batch=batch, image=8), optimizer)
+    graph = make_training_graph(build("lenet", batch=batch, image=8), optimizer,
+                                precision=precision)
     state = init_params(graph, seed=seed)
     rng = np.random.default_rng(seed)
     order = rng.permutation(len(digits.train_labels))

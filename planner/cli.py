@@ -56,6 +56,7 @@ def executor_measurers():
 # ---- planner graph --------------------------------------------------------------------------
 
 def add_graph_command(sub: Any) -> None:
+    from planner.graph.precision import PRECISIONS
     from planner.load import LOSS_HELP
 
     p = sub.add_parser(
@@ -65,6 +66,10 @@ def add_graph_command(sub: Any) -> None:
     p.add_argument("graph", metavar="GRAPH")
     p.add_argument("--train", choices=["sgd", "momentum", "adam"],
                    help="build the training graph (forward, backward, updates) with this optimizer")
+    p.add_argument("--precision", choices=PRECISIONS, default="fp32",
+                   help="precision policy of the training graph (planner/graph/precision.py): "
+                        "bf16-mixed and fp16-mixed run convolutions and matrix products in the "
+                        "low type with float32 master weights (default: fp32)")
     p.add_argument("--lr", type=positive_number, default=None,
                    help="learning rate of the optimizer")
     p.add_argument("--loss", metavar="KIND[:OUTPUT]", help=LOSS_HELP)
@@ -94,9 +99,11 @@ def run_graph(args: argparse.Namespace) -> int:
         from planner.graph.autodiff import Optimizer, make_training_graph
 
         opt = Optimizer(kind=args.train, **({"lr": args.lr} if args.lr is not None else {}))
-        graph = make_training_graph(graph, opt)
+        graph = make_training_graph(graph, opt, precision=args.precision)
     elif args.lr is not None:
         raise UserError("--lr needs --train")
+    elif args.precision != "fp32":
+        raise UserError("--precision needs --train (a policy for training graphs)")
     if args.output:
         write_text(args.output, graph.to_json(), force=args.force)
     summary = summarize(graph)

@@ -85,7 +85,7 @@ def peak_and_step(graph: Graph, model: CostModel, options: MemoryOptions) -> tup
 
 def fit(spec: str, target: Target, budget_bytes: int, vary: Vary = "batch",
         optimizer: str = "momentum", multiple: int = 1, table: CostTable | None = None,
-        options: MemoryOptions | None = None) -> FitResult:
+        options: MemoryOptions | None = None, precision: str = "fp32") -> FitResult:
     """Search as in the module docstring. `spec` is a zoo spec (`zoo:resnet?batch=16`); its
     other parameters stay fixed. Raises ValueError for a spec that cannot vary `vary`."""
     name, params = parse_spec(spec)
@@ -114,7 +114,7 @@ def fit(spec: str, target: Target, budget_bytes: int, vary: Vary = "batch",
         value = value_of(k)
         try:
             graph = make_training_graph(build(name, **{**params, vary: value}),
-                                        Optimizer(kind=optimizer))
+                                        Optimizer(kind=optimizer), precision=precision)
         except ZooError:  # past the zoo's limits (depth, sizes): too big to consider
             trials[k] = Trial(value=value, fits=False)
             return False

@@ -1,6 +1,7 @@
 """`planner fit` (planner.fit), and the memory options `plan` and `show` read.
 
     planner fit GRAPH --target T --budget 11GiB [--vary batch|depth] [--train OPT]
+                [--precision P]
                 [--costs C] [--multiple N] [--json]
 
 Wiring for the other commands (planner/plan_cli.py):
@@ -22,6 +23,8 @@ from planner.errors import UserError
 
 
 def add_memory_commands(sub: Any) -> None:
+    from planner.graph.precision import PRECISIONS
+
     f = sub.add_parser(
         "fit", help="the largest batch (or ResNet depth) whose plan fits a memory budget",
         description="GRAPH is a zoo spec such as 'zoo:resnet?depth=50'; the parameter named "
@@ -32,6 +35,10 @@ def add_memory_commands(sub: Any) -> None:
     f.add_argument("--vary", choices=["batch", "depth"], default="batch")
     f.add_argument("--train", choices=["sgd", "momentum", "adam"], default="momentum",
                    help="optimizer of the training graph (default: momentum)")
+    f.add_argument("--precision", choices=PRECISIONS, default="fp32",
+                   help="precision policy of the training graph (planner/graph/precision.py): "
+                        "bf16-mixed and fp16-mixed run convolutions and matrix products in the "
+                        "low type with float32 master weights (default: fp32)")
     f.add_argument("--costs", help="cost table JSON (default: the analytical model)")
     f.add_argument("--multiple", type=int, default=1,
                    help="search batches in multiples of this (default 1)")
@@ -61,7 +68,8 @@ def run_fit(args: argparse.Namespace) -> int:
     table = load_table(args.costs) if args.costs else None
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        result = fit(args.graph, target, budget, args.vary, args.train, args.multiple, table)
+        result = fit(args.graph, target, budget, args.vary, args.train, args.multiple, table,
+                     precision=args.precision)
     if args.json:
         print(json.dumps(result.model_dump(mode="json"), indent=2, sort_keys=True))
         return 0

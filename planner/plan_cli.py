@@ -1,6 +1,7 @@
 """The `plan`, `show`, `diff` and `verify` commands (registered by `add_plan_commands`).
 
-    planner plan GRAPH --target T [--costs C] [--strategy S] [--train OPT] [--loss KIND[:OUT]]
+    planner plan GRAPH --target T [--costs C] [--strategy S] [--train OPT] [--precision P]
+                 [--loss KIND[:OUT]]
                  [--intra N --inter M]
                  [--grid] -o plan.json
     planner show PLAN [--json] [--timeline out.svg]
@@ -19,6 +20,7 @@ from planner.errors import UserError
 
 
 def add_plan_commands(sub: Any) -> None:
+    from planner.graph.precision import PRECISIONS
     from planner.load import LOSS_HELP, kept_names
 
     p = sub.add_parser("plan", help="schedule a graph on a target and write the plan")
@@ -30,6 +32,10 @@ def add_plan_commands(sub: Any) -> None:
     p.add_argument("--strategy", choices=["uniform", "paper", "optimized"], default="optimized")
     p.add_argument("--train", choices=["sgd", "momentum", "adam"],
                    help="plan the training graph built with this optimizer")
+    p.add_argument("--precision", choices=PRECISIONS, default="fp32",
+                   help="precision policy of the training graph (planner/graph/precision.py): "
+                        "bf16-mixed and fp16-mixed run convolutions and matrix products in the "
+                        "low type with float32 master weights (default: fp32)")
     p.add_argument("--loss", metavar="KIND[:OUTPUT]", help=LOSS_HELP)
     p.add_argument("--keep", metavar="NAMES", type=kept_names,
                    help="tensors (comma-separated) to keep to the step's end, so that the "
@@ -96,7 +102,9 @@ def _run_plan(args: argparse.Namespace) -> int:
     if args.train:
         from planner.graph.autodiff import Optimizer, make_training_graph
 
-        graph = make_training_graph(graph, Optimizer(kind=args.train))
+        graph = make_training_graph(graph, Optimizer(kind=args.train), precision=args.precision)
+    elif args.precision != "fp32":
+        raise UserError("--precision needs --train (a policy for training graphs)")
     graph = with_kept(graph, args.keep)
     target = load_target(args.target)
     table = load_table(args.costs) if args.costs else None

@@ -131,7 +131,8 @@ def memory_figures(plan: dict[str, Any], m: dict[str, Any]) -> list[str]:
 
 
 def _nbytes(t: dict[str, Any]) -> int:
-    size = {"float64": 8, "int64": 8, "float32": 4, "int32": 4, "float16": 2, "bool": 1}
+    size = {"float64": 8, "int64": 8, "float32": 4, "int32": 4, "float16": 2, "bfloat16": 2,
+            "bool": 1}
     return size.get(t.get("dtype"), 0) * math.prod(t.get("shape", ()))
 
 

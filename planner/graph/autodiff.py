@@ -12,6 +12,7 @@
                      one GEMM over the concatenated rows (planner/graph/weight_grads.py)
     mark_in_place    next values of params, optimizer state and BatchNorm running statistics
                      carry `updates=<persistent tensor>` and its role
+    apply_precision  the precision policy's casts (planner/graph/precision.py; fp32: none)
 
 Every node is added through GraphBuilder, so it passes the same shape rules as any graph as it is
 added; in-place order holds by construction (updates come last). The forward graph is validated
@@ -71,9 +72,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from planner.dtypes import is_float
 from planner.graph.builder import GraphBuilder
 from planner.graph.ir import Graph, Node, Tensor
 from planner.graph.optimizer import Optimizer
+from planner.graph.precision import apply_precision
 from planner.graph.validate import check_graph, normalize_attrs
 from planner.graph.weight_grads import batch_weight_gradients
 from planner.ops import TensorType, get_op
@@ -96,12 +99,13 @@ class AutodiffError(ValueError):
 
 # ---- the passes -------------------------------------------------------------------------------
 
-def make_training_graph(graph: Graph, optimizer: Optimizer) -> Graph:
+def make_training_graph(graph: Graph, optimizer: Optimizer, precision: str = "fp32") -> Graph:
     """Forward graph (ending in a loss) + optimizer -> training graph (kind "training").
 
     Parameters: `graph`, a forward graph whose outputs include one scalar loss; `optimizer`, the
     update rule applied to every param that receives a gradient (a param the loss does not
-    depend on is left alone, as torch.optim skips parameters whose grad is None).
+    depend on is left alone, as torch.optim skips parameters whose grad is None); `precision`,
+    one of planner.graph.precision.PRECISIONS.
     Returns: the training graph laid out as in the module docstring; its outputs are the
     forward graph's outputs.
     Raises: AutodiffError (no loss, no param reaches the loss, an op without a gradient rule
@@ -123,7 +127,7 @@ def make_training_graph(graph: Graph, optimizer: Optimizer) -> Graph:
         updated[f"update/{DROPOUT_STEP}"] = DROPOUT_STEP
     marks = {**_running_stat_updates(graph), **updated}
     built = batch_weight_gradients(b.build(outputs=graph.outputs, kind="training"))
-    return _mark_in_place(built, graph, marks)
+    return apply_precision(_mark_in_place(built, graph, marks), precision)
 
 
 def gradients(graph: Graph, wrt: Sequence[str] | None = None,
@@ -148,7 +152,7 @@ def gradients(graph: Graph, wrt: Sequence[str] | None = None,
     graph = _prepare(graph)
     wrt = [t.name for t in graph.by_role("param")] if wrt is None else list(wrt)
     for t in wrt:
-        if not graph.tensor(t).dtype.startswith("float"):
+        if not is_float(graph.tensor(t).dtype):
             raise AutodiffError(f"cannot differentiate with respect to {t!r}: it is "
                                 f"{graph.tensor(t).dtype}, not a float tensor")
     b = _copy_forward(graph)
@@ -274,7 +278,7 @@ def _wanted(graph: Graph, wrt: Sequence[str], seeds: Mapping[str, str]) -> froze
     reached = set(wrt)
     for n in graph.nodes:
         if any(i in reached for i in diff_inputs(n)):
-            reached.update(o for o in n.outputs if graph.tensor(o).dtype.startswith("float"))
+            reached.update(o for o in n.outputs if is_float(graph.tensor(o).dtype))
     reaches = set(seeds)
     for n in reversed(graph.nodes):
         if any(o in reaches for o in n.outputs):

@@ -29,6 +29,7 @@ Example:
 
 from __future__ import annotations
 
+from planner.dtypes import is_float
 from planner.graph.builder import GraphBuilder
 from planner.graph.ir import Graph
 from planner.graph.validate import check_graph
@@ -60,7 +61,7 @@ def attach_loss(graph: Graph, kind: str = "cross-entropy", output: str | None = 
         raise LossError(f"graph {graph.name!r} already has a loss, {existing!r}")
     output = _pick_output(graph, output)
     y = graph.tensor(output)
-    if not y.dtype.startswith("float"):
+    if not is_float(y.dtype):
         raise LossError(f"output {output!r} is {y.dtype}; a loss needs a float output")
     b = _copy(graph)
     if kind == "mse":

@@ -1,16 +1,18 @@
 """Op definitions, one module per family. Importing this package registers every op.
 
-Families: conv, pool, norm (BatchNorm, LRN), matmul (MatMul, BiasAdd), activation,
-elementwise (broadcasting binary ops, AddN, unary math), shape (Concat, Split, Slice, Reshape,
-Flatten, Transpose, ...), reduce, embedding, dropout, loss, optim (parameter updates, the
-step counter and the loss seed of training graphs). For the ONNX importer: unary_math (Exp,
-Log, Sqrt, Abs, Softplus, Elu, Selu, Clip, ...), binary_math (Pow, Max, Min, PRelu),
-log_softmax, pad. For transformers: layer_norm, gelu (Gelu, Erf), mask (Where, CausalMask).
+Families: cast (dtype conversion), conv, pool, norm (BatchNorm, LRN), matmul (MatMul, BiasAdd),
+activation, elementwise (broadcasting binary ops, AddN, unary math), shape (Concat, Split,
+Slice, Reshape, Flatten, Transpose, ...), reduce, embedding, dropout, loss, optim (parameter
+updates, the step counter and the loss seed of training graphs). For the ONNX importer:
+unary_math (Exp, Log, Sqrt, Abs, Softplus, Elu, Selu, Clip, ...), binary_math (Pow, Max, Min,
+PRelu), log_softmax, pad. For transformers: layer_norm, gelu (Gelu, Erf), mask (Where,
+CausalMask).
 """
 
 from planner.ops import (  # noqa: F401, E402
     activation,
     binary_math,
+    cast,
     collective,
     conv,
     dropout,

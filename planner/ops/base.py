@@ -40,7 +40,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from planner.dtypes import num_bytes, num_elements
+from planner.dtypes import is_float, num_bytes, num_elements
 
 
 class OpError(ValueError):
@@ -316,7 +316,7 @@ def same_as_input(ins: list[TensorType], attrs: Attrs) -> list[TensorType]:
 
 
 def require_float(op: str, t: TensorType, what: str = "input") -> None:
-    if not t.dtype.startswith("float"):
+    if not is_float(t.dtype):
         raise OpError(f"{op}: {what} must be a float tensor, got {t.dtype}")
 
 

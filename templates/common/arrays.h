@@ -22,6 +22,7 @@ inline const char* dtype_name(int d) {
     case F32: return "float32";
     case F64: return "float64";
     case F16: return "float16";
+    case BF16: return "bfloat16";
     case I64: return "int64";
     case I32: return "int32";
     case BOOL: return "bool";
@@ -37,6 +38,7 @@ inline nb::dlpack::dtype dl_dtype(int d) {
     case I32: return nb::dtype<int32_t>();
     case BOOL: return nb::dtype<bool>();
     case F16: return nb::dlpack::dtype{static_cast<uint8_t>(nb::dlpack::dtype_code::Float), 16, 1};
+    case BF16: return nb::dlpack::dtype{static_cast<uint8_t>(nb::dlpack::dtype_code::Bfloat), 16, 1};
   }
   throw std::runtime_error("unknown dtype");
 }
@@ -87,16 +89,22 @@ inline void copy_in(char* dst, const Array& a, int esize) {
 }
 
 // A numpy array of tensor `t` at host address `data`: a copy, or a view kept alive by `owner`.
+// numpy takes no bfloat16 over DLPack: those bytes go out as uint16 and come back as a view
+// of dtype ml_dtypes.bfloat16 (the same bits).
 inline nb::object to_numpy(const TensorSpec& t, char* data, bool copy, nb::handle owner) {
   std::vector<size_t> shape(t.shape, t.shape + t.rank);
-  if (!copy)
-    return nb::ndarray<nb::numpy>(data, shape.size(), shape.data(), owner, nullptr,
-                                  dl_dtype(t.dtype)).cast();
-  char* buf = new char[std::max<int64_t>(t.nbytes, 1)];
-  std::memcpy(buf, data, t.nbytes);
-  nb::capsule own(buf, [](void* p) noexcept { delete[] static_cast<char*>(p); });
-  return nb::ndarray<nb::numpy>(buf, shape.size(), shape.data(), own, nullptr,
-                                dl_dtype(t.dtype)).cast();
+  nb::dlpack::dtype dt = t.dtype == BF16 ? nb::dtype<uint16_t>() : dl_dtype(t.dtype);
+  nb::object out;
+  if (!copy) {
+    out = nb::ndarray<nb::numpy>(data, shape.size(), shape.data(), owner, nullptr, dt).cast();
+  } else {
+    char* buf = new char[std::max<int64_t>(t.nbytes, 1)];
+    std::memcpy(buf, data, t.nbytes);
+    nb::capsule own(buf, [](void* p) noexcept { delete[] static_cast<char*>(p); });
+    out = nb::ndarray<nb::numpy>(buf, shape.size(), shape.data(), own, nullptr, dt).cast();
+  }
+  if (t.dtype == BF16) out = out.attr("view")(nb::module_::import_("ml_dtypes").attr("bfloat16"));
+  return out;
 }
 
 inline bool persistent(int role) { return role == PARAM || role == STATE || role == OPT_STATE; }

@@ -10,7 +10,7 @@
 
 namespace planner {
 
-enum DType : int { F32 = 0, F64 = 1, F16 = 2, I64 = 3, I32 = 4, BOOL = 5 };
+enum DType : int { F32 = 0, F64 = 1, F16 = 2, I64 = 3, I32 = 4, BOOL = 5, BF16 = 6 };
 enum Role : int { INPUT = 0, LABEL = 1, PARAM = 2, STATE = 3, OPT_STATE = 4, ACTIVATION = 5,
                   GRAD = 6 };
 enum Backend : int { CPU = 0, CUDA = 1 };

@@ -60,6 +60,8 @@ CASES: dict[str, list[tuple]] = {
     "SigmoidGrad": [([((3, 8), N), ((3, 8), N)], {})],
     "Neg": [([((3, 8), N)], {})],
     "Scale": [([((3, 8), N)], {"factor": -1.5})],
+    # float32 -> float32 here (a copy); the low types in tests/codegen/test_mixed_precision.py
+    "Cast": [([((3, 8), N)], {"to": "float32"})],
     "Softmax": [([((3, 8), N)], {}), ([((2, 5, 3), N)], {"axis": 1})],
     "SoftmaxGrad": [([((3, 8), N), ((3, 8), U)], {})],
     "LogSoftmax": [([((3, 8), N)], {}), ([((2, 5, 3), N)], {"axis": 1})],

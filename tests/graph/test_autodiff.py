@@ -175,6 +175,8 @@ OP_CASES: dict[str, list[tuple]] = {
     "AddN": [([F(2, 3), F(2, 3), F(2, 3)], {}, None, None)],
     "Neg": [([F(2, 3)], {}, None, None)],
     "Scale": [([F(2, 3)], {"factor": -1.5}, None, None)],
+    # Cast: identity in value at float64 (the widened check); bf16 rounding has derivative 1 a.e.
+    "Cast": [([F(2, 3)], {"to": "float64"}, None, None)],
     "Expand": [([F(3, 1)], {"shape": [2, 3, 4]}, None, None)],
     "MatMul": [([F(3, 4), F(4, 2)], {}, None, None),
                ([F(4, 3), F(2, 4)], {"transpose_a": True, "transpose_b": True}, None, None),

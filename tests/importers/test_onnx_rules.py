@@ -554,3 +554,23 @@ def test_params_hold_initializer_values_in_graph_order():
     assert list(params) == ["w", "b"]
     np.testing.assert_array_equal(params["w"], w)
     assert imported.graph.tensor("w").init == "he" and imported.graph.tensor("b").init == "zeros"
+
+
+# ---- casts and low-precision tensors (a mixed-precision export) -------------------------------
+
+def test_mixed_precision_casts_and_bfloat16_weights():
+    """x (float32) -> Cast bf16 -> MatMul with a bfloat16 initializer -> Cast float32: the casts
+    become Cast ops, the weight keeps its type, and the reference rounds as bfloat16 does (the
+    product accumulated in float32, rounded once to bfloat16)."""
+    import ml_dtypes
+
+    x, w = rand(3, 8), rand(8, 4, seed=1).astype(ml_dtypes.bfloat16)
+    model = make_model([node("Cast", ["x"], ["xb"], to=TensorProto.BFLOAT16),
+                        node("MatMul", ["xb", "w"], ["yb"]),
+                        node("Cast", ["yb"], ["y"], to=TensorProto.FLOAT)],
+                       {"x": x}, ["y"], {"w": w})
+    xb = x.astype(ml_dtypes.bfloat16).astype(np.float32)
+    want = (xb @ w.astype(np.float32)).astype(ml_dtypes.bfloat16).astype(np.float32)
+    graph = check_against_onnx(model, {"x": x}, rtol=0, expected=[want])
+    assert ops_of(graph) == ["Cast", "MatMul", "Cast"]
+    assert graph.tensor("w").dtype == "bfloat16"

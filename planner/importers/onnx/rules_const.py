@@ -14,6 +14,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
+from planner.dtypes import is_float
 from planner.importers.onnx.context import NodeCtx, rule
 from planner.importers.onnx.errors import OnnxImportError, Unsupported
 from planner.importers.onnx.fold import FOLD_OUTPUT_LIMIT
@@ -94,6 +95,9 @@ def cast(n: NodeCtx) -> None:
         name = planner_dtype(to, "the cast's result")
     except ValueError:
         name = target.name
+    if is_float(n.type(0).dtype) and is_float(name):  # a mixed-precision model's casts
+        n.emit1("Cast", [value], {"to": name}, output=0)
+        return
     raise Unsupported(f"Cast (of a computed {n.type(0).dtype} tensor to {name})")
 
 

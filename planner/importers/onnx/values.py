@@ -34,6 +34,7 @@ PLANNER_DTYPES: dict[int, str] = {
     onnx.TensorProto.FLOAT: "float32",
     onnx.TensorProto.DOUBLE: "float64",
     onnx.TensorProto.FLOAT16: "float16",
+    onnx.TensorProto.BFLOAT16: "bfloat16",
     onnx.TensorProto.INT64: "int64",
     onnx.TensorProto.INT32: "int32",
     onnx.TensorProto.BOOL: "bool",

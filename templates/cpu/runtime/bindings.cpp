@@ -46,6 +46,8 @@ struct Io {
   static void op_stats(const Executor& ex, int k, nb::dict& d) {
     d["start"] = ex.last_span(k).first;
     d["end"] = ex.last_span(k).second;
+    std::string impl = ex.impl(k);
+    if (!impl.empty()) d["impl"] = impl;
   }
   static void stats(const Executor& ex, nb::dict& d) { d["pinnings"] = ex.pinnings(); }
 };

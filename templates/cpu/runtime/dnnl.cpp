@@ -11,9 +11,10 @@ memory::data_type dnnl_type(int dtype) {
   switch (dtype) {
     case F32: return dt::f32;
     case F16: return dt::f16;
+    case BF16: return dt::bf16;
     case I32: return dt::s32;
   }
-  throw std::runtime_error("oneDNN kernels take float32 tensors, got dtype code " +
+  throw std::runtime_error("oneDNN kernels take float32, bfloat16 and float16 tensors, got dtype code " +
                            std::to_string(dtype));
 }
 
@@ -52,6 +53,7 @@ int64_t DnnlKernel::temp(size_t bytes) {
 size_t DnnlKernel::add(const dnnl::primitive& prim, const dnnl::primitive_desc_base& pd,
                        std::vector<Arg> args) {
   Step s{prim, std::move(args), {}, {}};
+  impl_ += (impl_.empty() ? "" : " + ") + std::string(pd.impl_info_str());
   dnnl::engine eng = pd.get_engine();
   for (const Arg& a : s.args) {
     memory::desc md = pd.query_md(dnnl::query::exec_arg_md, a.dnnl_arg);

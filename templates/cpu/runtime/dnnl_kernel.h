@@ -36,6 +36,9 @@ class DnnlKernel : public Kernel {
   int64_t temp(size_t bytes);
 
   size_t scratch_bytes() const override { return temps_ + scratchpad_; }
+  // oneDNN's implementation names of its primitives in run order, " + "-joined (which ISA a
+  // bf16 convolution got, or the reorders of the float32 fallback around it).
+  std::string impl() const override { return impl_; }
   void run(const Run& r) override { run_all(r); }
 
  protected:
@@ -52,6 +55,7 @@ class DnnlKernel : public Kernel {
   std::vector<Step> steps_;
   size_t temps_ = 0;
   size_t scratchpad_ = 0;  // the largest of the primitives' (they run one after another)
+  std::string impl_;
 };
 
 // oneDNN dilation is "extra gap": 0 means dense.

@@ -35,6 +35,7 @@ class Executor : public ExecutorCore {
   // Per op: the scratch bytes its kernel needs, and whether the plan's area held them (else it
   // got a block of its own at load: the plan under-estimated the library's scratchpad).
   size_t scratch_needed(int op) const { return kernels_[op]->scratch_bytes(); }
+  std::string impl(int op) const { return kernels_[op] ? kernels_[op]->impl() : ""; }
   bool scratch_planned(int op) const { return overflow_[op] == nullptr; }
   int64_t arena_bytes() const { return arena_.bytes(); }
   // Whether [p, p + bytes) overlaps memory the step writes (the arena, unplanned scratch): a

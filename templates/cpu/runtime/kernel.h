@@ -52,6 +52,8 @@ class Kernel {
  public:
   virtual ~Kernel() = default;
   virtual size_t scratch_bytes() const { return 0; }
+  // The library implementation(s) it runs, for stats() (oneDNN's impl info, "" for loops).
+  virtual std::string impl() const { return ""; }
   virtual void run(const Run& r) = 0;
   // Throws StepError for input values run() would refuse (a label or id out of range), for
   // the inputs whose values are known before the step (fed[id]: a feed, a parameter or

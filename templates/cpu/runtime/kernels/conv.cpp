@@ -8,6 +8,13 @@
 // convolutions ran 2x PyTorch's). Operands whose chosen layout is not the plain one are reordered
 // into temporaries in the scratch area before the primitive, results back after it (as PyTorch's
 // eager oneDNN path does); the arena keeps plain tensors, so every other kernel is unchanged.
+//
+// bfloat16 / float16 operands (mixed precision): the primitive reads and writes the low type and
+// accumulates in float32. On a CPU where oneDNN has no implementation for the low type (bf16
+// needs AVX512_CORE or AVX2_VNNI_2, f16 AVX512_FP16 or AVX2_VNNI_2), the primitive is created on
+// float32 instead: the layout reorders above then also convert, so the low operands are widened
+// exactly, the product accumulates in float32 as the native kernel's does, and the result is
+// rounded once to the low type. Same numbers up to summation order; slower.
 #include "../dnnl_kernel.h"
 
 namespace planner {
@@ -32,9 +39,30 @@ memory::desc weights_md(const Shape& w, int64_t groups, int dtype) {
   return view_md({groups, w[0] / groups, w[1], w[2], w[3]}, dtype);
 }
 
-// The same dims with the layout left to the primitive.
-memory::desc any_md(const memory::desc& plain) {
-  return memory::desc(plain.get_dims(), plain.get_data_type(), tag::any);
+// The same dims with the layout left to the primitive, in the compute type (`dt::undef`: the
+// tensor's own).
+memory::desc any_md(const memory::desc& plain, dt compute) {
+  return memory::desc(plain.get_dims(), compute == dt::undef ? plain.get_data_type() : compute,
+                      tag::any);
+}
+
+bool low_precision(const Node& n) {
+  for (const auto* side : {&n.in, &n.out})
+    for (const TensorRef& t : *side)
+      if (t.dtype == BF16 || t.dtype == F16) return true;
+  return false;
+}
+
+// `make(dt::undef)`, the primitive on the tensors' own types; for low-precision operands that
+// this CPU's oneDNN cannot compute in, `make(dt::f32)` (the fallback in the header comment).
+template <class Make>
+auto on_compute_type(const Node& n, Make make) -> decltype(make(dt::undef)) {
+  try {
+    return make(dt::undef);
+  } catch (const dnnl::error& e) {
+    if (e.status != dnnl_unimplemented || !low_precision(n)) throw;
+    return make(dt::f32);
+  }
 }
 
 // One operand: its primitive argument, its tensor and the tensor's plain layout.
@@ -83,11 +111,10 @@ KernelPtr on_chosen_layouts(const Node& n, const PD& pd, const std::vector<Opera
 
 dnnl::convolution_forward::primitive_desc forward_pd(const Node& n, const Geometry& g,
                                                      const memory::desc& x, const memory::desc& w,
-                                                     const memory::desc& y) {
-  return dnnl::convolution_forward::primitive_desc(n.engine, prop::forward_training,
-                                                   alg::convolution_direct, any_md(x), any_md(w),
-                                                   any_md(y), g.strides, g.dilation, g.pad_l,
-                                                   g.pad_r, user_scratchpad());
+                                                     const memory::desc& y, dt c) {
+  return dnnl::convolution_forward::primitive_desc(
+      n.engine, prop::forward_training, alg::convolution_direct, any_md(x, c), any_md(w, c),
+      any_md(y, c), g.strides, g.dilation, g.pad_l, g.pad_r, user_scratchpad());
 }
 
 KernelPtr conv2d(const Node& n) {
@@ -96,7 +123,7 @@ KernelPtr conv2d(const Node& n) {
   auto x_md = plain_md(x.shape, x.dtype);
   auto w_md = weights_md(w.shape, g.groups, w.dtype);
   auto y_md = plain_md(y.shape, y.dtype);
-  auto pd = forward_pd(n, g, x_md, w_md, y_md);
+  auto pd = on_compute_type(n, [&](dt c) { return forward_pd(n, g, x_md, w_md, y_md, c); });
   return on_chosen_layouts<dnnl::convolution_forward>(
       n, pd, {{DNNL_ARG_SRC, x.id, x_md}, {DNNL_ARG_WEIGHTS, w.id, w_md}},
       {DNNL_ARG_DST, y.id, y_md});
@@ -109,10 +136,12 @@ KernelPtr conv2d_backprop_input(const Node& n) {
   auto x_md = plain_md(dx.shape, dx.dtype);
   auto w_md = weights_md(w.shape, g.groups, w.dtype);
   auto y_md = plain_md(dy.shape, dy.dtype);
-  auto hint = forward_pd(n, g, x_md, w_md, y_md);
-  dnnl::convolution_backward_data::primitive_desc pd(
-      n.engine, alg::convolution_direct, any_md(x_md), any_md(w_md), any_md(y_md), g.strides,
-      g.dilation, g.pad_l, g.pad_r, hint, user_scratchpad());
+  auto pd = on_compute_type(n, [&](dt c) {
+    auto hint = forward_pd(n, g, x_md, w_md, y_md, c);
+    return dnnl::convolution_backward_data::primitive_desc(
+        n.engine, alg::convolution_direct, any_md(x_md, c), any_md(w_md, c), any_md(y_md, c),
+        g.strides, g.dilation, g.pad_l, g.pad_r, hint, user_scratchpad());
+  });
   return on_chosen_layouts<dnnl::convolution_backward_data>(
       n, pd, {{DNNL_ARG_DIFF_DST, dy.id, y_md}, {DNNL_ARG_WEIGHTS, w.id, w_md}},
       {DNNL_ARG_DIFF_SRC, dx.id, x_md});
@@ -125,10 +154,12 @@ KernelPtr conv2d_backprop_filter(const Node& n) {
   auto x_md = plain_md(x.shape, x.dtype);
   auto w_md = weights_md(dw.shape, g.groups, dw.dtype);
   auto y_md = plain_md(dy.shape, dy.dtype);
-  auto hint = forward_pd(n, g, x_md, w_md, y_md);
-  dnnl::convolution_backward_weights::primitive_desc pd(
-      n.engine, alg::convolution_direct, any_md(x_md), any_md(w_md), any_md(y_md), g.strides,
-      g.dilation, g.pad_l, g.pad_r, hint, user_scratchpad());
+  auto pd = on_compute_type(n, [&](dt c) {
+    auto hint = forward_pd(n, g, x_md, w_md, y_md, c);
+    return dnnl::convolution_backward_weights::primitive_desc(
+        n.engine, alg::convolution_direct, any_md(x_md, c), any_md(w_md, c), any_md(y_md, c),
+        g.strides, g.dilation, g.pad_l, g.pad_r, hint, user_scratchpad());
+  });
   return on_chosen_layouts<dnnl::convolution_backward_weights>(
       n, pd, {{DNNL_ARG_SRC, x.id, x_md}, {DNNL_ARG_DIFF_DST, dy.id, y_md}},
       {DNNL_ARG_DIFF_WEIGHTS, dw.id, w_md});

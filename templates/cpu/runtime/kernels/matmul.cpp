@@ -1,5 +1,9 @@
 // MatMul: one oneDNN matmul primitive. Transposes are strided views (no copies); batch axes
 // broadcast as in numpy.matmul (oneDNN broadcasts size-1 batch dims of either side).
+// bfloat16 / float16 operands accumulate in float32 inside the primitive. Where this CPU's oneDNN
+// has no matmul for the low type, the operands are widened into float32 temporaries (exact), the
+// product runs in float32 and the result is rounded once into the low-type output: the native
+// kernel's numbers up to summation order (conv.cpp does the same for convolutions).
 #include "../dnnl_kernel.h"
 
 namespace planner {
@@ -26,10 +30,36 @@ KernelPtr matmul(const Node& n) {
   auto a_md = matrix_md(a.shape, rank, n.attrs.b("transpose_a"), a.dtype);
   auto b_md = matrix_md(b.shape, rank, n.attrs.b("transpose_b"), b.dtype);
   auto y_md = plain_md(y.shape, y.dtype);
-  dnnl::matmul::primitive_desc pd(n.engine, a_md, b_md, y_md, user_scratchpad());
   auto k = std::make_unique<DnnlKernel>();
-  k->add(dnnl::matmul(pd), pd, {{DNNL_ARG_SRC, a.id}, {DNNL_ARG_WEIGHTS, b.id},
-                                {DNNL_ARG_DST, y.id}});
+  try {
+    dnnl::matmul::primitive_desc pd(n.engine, a_md, b_md, y_md, user_scratchpad());
+    k->add(dnnl::matmul(pd), pd, {{DNNL_ARG_SRC, a.id}, {DNNL_ARG_WEIGHTS, b.id},
+                                  {DNNL_ARG_DST, y.id}});
+    return k;
+  } catch (const dnnl::error& e) {
+    bool low = y.dtype == BF16 || y.dtype == F16;
+    if (e.status != dnnl_unimplemented || !low) throw;
+  }
+  // The float32 fallback: each operand's bytes reordered into a float32 temporary of the
+  // same strides, the product, then the result reordered (rounded) into y.
+  auto widened = [](const memory::desc& md) {
+    return memory::desc(md.get_dims(), dt::f32, md.get_strides());
+  };
+  auto reorder = [&](const memory::desc& from, DnnlKernel::Arg src, const memory::desc& to,
+                     DnnlKernel::Arg dst) {
+    dnnl::reorder::primitive_desc r(n.engine, from, n.engine, to, user_scratchpad());
+    src.dnnl_arg = DNNL_ARG_FROM;
+    dst.dnnl_arg = DNNL_ARG_TO;
+    k->add(dnnl::reorder(r), r, {src, dst});
+  };
+  auto a32 = widened(a_md), b32 = widened(b_md), y32 = widened(y_md);
+  int64_t ta = k->temp(a32.get_size()), tb = k->temp(b32.get_size()), ty = k->temp(y32.get_size());
+  reorder(a_md, {0, a.id}, a32, {0, -1, ta});
+  reorder(b_md, {0, b.id}, b32, {0, -1, tb});
+  dnnl::matmul::primitive_desc pd(n.engine, a32, b32, y32, user_scratchpad());
+  k->add(dnnl::matmul(pd), pd, {{DNNL_ARG_SRC, -1, ta}, {DNNL_ARG_WEIGHTS, -1, tb},
+                                {DNNL_ARG_DST, -1, ty}});
+  reorder(y32, {0, -1, ty}, y_md, {0, y.id});
   return k;
 }
 

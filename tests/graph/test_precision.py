@@ -1,0 +1,148 @@
+"""The precision policies (planner/graph/precision.py) on training graphs, and bf16-mixed
+training in the reference interpreter (bfloat16 emulated exactly with ml_dtypes) against
+float32: the loss curves of 30 SGD steps."""
+
+from __future__ import annotations
+
+import pytest
+
+from planner.graph.autodiff import make_training_graph
+from planner.graph.interpret import init_params, random_feeds, train_step
+from planner.graph.optimizer import Optimizer
+from planner.graph.precision import LOW_PRECISION_OPS, apply_precision
+from planner.graph.validate import check_graph
+from planner.zoo import build
+
+U = 2.0 ** -8  # bfloat16's unit roundoff
+
+SMALL = {
+    "mlp": dict(batch=16, hidden=[32], in_features=24, classes=5),
+    "lenet": dict(batch=8, image=16, classes=4),
+    "resnet": dict(batch=4, image=16, depth=18, width=0.125, classes=4),
+    "lstm": dict(batch=2, seq=3, hidden=8, layers=1, vocab=11),
+}
+
+
+def training(model: str, precision: str, lr: float = 0.05):
+    return make_training_graph(build(model, **SMALL[model]), Optimizer(kind="sgd", lr=lr),
+                               precision=precision)
+
+
+@pytest.mark.parametrize("precision", ["fp32", "tf32"])
+def test_fp32_and_tf32_leave_the_graph_alone(precision):
+    assert training("lenet", precision) == training("lenet", "fp32")
+
+
+@pytest.mark.parametrize("model", sorted(SMALL))
+@pytest.mark.parametrize("low", [("bf16-mixed", "bfloat16"), ("fp16-mixed", "float16")])
+def test_mixed_policy(model, low):
+    precision, dtype = low
+    g = training(model, precision)
+    check_graph(g)
+    types = {t.name: t.dtype for t in g.tensors}
+    producer = g.producer
+    # master weights, optimizer state and the loss stay float32
+    assert all(t.dtype == "float32" for t in g.by_role("param", "optimizer-state"))
+    assert types["loss"] == "float32"
+    low_ops = [n for n in g.nodes if n.op in LOW_PRECISION_OPS]
+    assert low_ops
+    for n in g.nodes:
+        dtypes = {types[t] for t in (*n.inputs, *n.outputs) if types[t].startswith(("float", "bf"))}
+        if n.op in LOW_PRECISION_OPS:
+            assert dtypes == {dtype}, n.name
+        elif n.op != "Cast":  # softmax, losses, statistics, reductions, updates: float32
+            assert dtype not in dtypes, n.name
+    casts = [(n.inputs[0], n.attrs["to"]) for n in g.nodes if n.op == "Cast"]
+    assert len(casts) == len(set(casts)), "a tensor is cast to one type at most once"
+    for x, to in casts:  # casts of casts are elided: low -> float32 -> low never happens
+        assert not (to == dtype and x in producer and producer[x].op == "Cast")
+
+
+def test_the_saved_low_copy_serves_forward_and_backward():
+    g = training("lenet", "bf16-mixed")
+    readers = [n.op for n in g.nodes if "conv2/weight/bfloat16" in n.inputs]
+    assert readers == ["Conv2D", "Conv2DBackpropInput"]
+    assert g.tensor("conv2/weight/bfloat16").nbytes == g.tensor("conv2/weight").nbytes // 2
+
+
+def test_unknown_policy_and_taken_names_are_refused():
+    g = training("mlp", "fp32")
+    with pytest.raises(ValueError, match="precision 'bf16' is not one of"):
+        apply_precision(g, "bf16")
+    taken = g.model_copy(update={"tensors": (*g.tensors, g.tensor("x").model_copy(
+        update={"name": "x/bfloat16", "role": "input"}))})
+    with pytest.raises(ValueError, match="'x/bfloat16'.* already has it"):
+        apply_precision(taken, "bf16-mixed")
+
+
+# Learning rates at which 30 steps on one batch halve the loss or more but do not drive it near
+# zero (memorising one batch: a relative gap of two vanishing losses measures nothing).
+CURVE_LR = {"mlp": 0.05, "lenet": 0.005, "lstm": 0.05}
+
+
+def curve(model: str, precision: str, steps: int = 30) -> list[float]:
+    g = training(model, precision, CURVE_LR[model])
+    state, feeds = init_params(g, seed=0), random_feeds(g, seed=0)
+    losses = []
+    for _ in range(steps):
+        out, state = train_step(g, feeds, state)
+        losses.append(float(out["loss"]))
+    return losses
+
+
+@pytest.mark.parametrize("model", sorted(CURVE_LR))
+def test_bf16_mixed_tracks_the_float32_loss_curve(model):
+    """30 SGD steps on one batch from the same start: the bfloat16 operands perturb each step's
+    gradient by a few u (2^-8) relative, which SGD carries along without amplifying it at these
+    learning rates; the last loss stays within 2% of float32's."""
+    f32, bf16 = curve(model, "fp32"), curve(model, "bf16-mixed")
+    assert f32[-1] < 0.9 * f32[0], "the float32 run itself must learn"
+    assert abs(bf16[-1] - f32[-1]) / f32[-1] < 0.02, (f32[-1], bf16[-1])
+
+
+def test_tolerance_sees_bfloat16_rounding():
+    """The executor test's bound (4u of each update, tests/codegen/test_mixed_precision.py) is
+    tight enough to tell a bfloat16 step from a float32 one: on that test's LeNet and start,
+    the two reference steps differ by more than it."""
+    from tests.codegen.helpers import start_state
+    from tests.codegen.test_mixed_precision import MODELS, mixed_graph, update_errors
+
+    g16 = mixed_graph("lenet")
+    g32 = make_training_graph(build("lenet", **MODELS["lenet"]), Optimizer(kind="sgd", lr=0.1))
+    state, feeds = start_state(g16), random_feeds(g16, seed=2)
+    _, want16 = train_step(g16, feeds, state)
+    _, want32 = train_step(g32, feeds, state)
+    assert max(update_errors(g16, state, want32, want16).values()) > 4 * U
+
+
+def test_cli_needs_train_for_precision(capsys):
+    from planner.cli import main
+
+    assert main(["graph", "zoo:mlp", "--precision", "bf16-mixed"]) != 0
+    assert "--precision needs --train" in capsys.readouterr().err
+
+
+def test_plans_count_the_low_type_bytes(tmp_path):
+    """`planner plan --precision bf16-mixed`: the plan's buffers of bfloat16 tensors hold 2 bytes
+    per element, the float32 masters 4, and the plan verifies (casts are planned ops)."""
+    import json
+
+    from planner.cli import main
+
+    out = tmp_path / "lenet.plan.json"
+    assert main(["plan", "zoo:lenet?image=12&batch=8", "--train", "sgd", "--precision",
+                 "bf16-mixed", "--target", "xeon-8180", "-o", str(out)]) == 0
+    plan = json.loads(out.read_text())
+    types = {t["name"]: t for t in plan["graph"]["tensors"]}
+    sizes = {"bfloat16": 2, "float32": 4}
+    checked = 0
+    for b in plan["tensors"]:
+        t = types.get(b["tensor"])
+        if t and b["name"] == b["tensor"] and not b["alias_of"] and t["dtype"] in sizes:
+            elements = 1
+            for d in t["shape"]:
+                elements *= d
+            assert b["bytes"] == elements * sizes[t["dtype"]], b["name"]
+            checked += t["dtype"] == "bfloat16"
+    assert checked > 10
+    assert main(["verify", str(out)]) == 0
