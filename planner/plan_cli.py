@@ -30,7 +30,7 @@ def add_plan_commands(sub: Any) -> None:
     p.add_argument("--strategy", choices=["uniform", "paper", "optimized"], default="optimized")
     p.add_argument("--train", choices=["sgd", "momentum", "adam"],
                    help="plan the training graph built with this optimizer")
-    p.add_argument("--loss", metavar="KIND[:OUTPUT]", help=LOSS_HELP)
+    p.add_argument("--loss", metavar="KIND[:OUTPUT][?OPTIONS]", help=LOSS_HELP)
     p.add_argument("--intra", type=int, help="uniform: threads per op")
     p.add_argument("--inter", type=int, help="uniform: ops at a time")
     p.add_argument("--grid", action="store_true", help="uniform: best of an intra x inter grid")
