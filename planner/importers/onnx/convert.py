@@ -16,6 +16,7 @@ Raises OnnxImportError listing every unsupported op (with one node each) at once
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -87,6 +88,11 @@ def convert(source: Source, name: str | None = None,
     # GraphBuilder applied every op's rules; the order is topological by construction, so
     # check_graph (which callers run, e.g. planner.load) would find nothing new here.
     graph = imp.builder.build(outputs=outputs)
+    if imp.constant_state:
+        warnings.warn(f"{label}: constant(s) {imp.constant_state[:5]}"
+                      f"{' and more' if len(imp.constant_state) > 5 else ''} are state tensors: "
+                      f"their values are in the import's params(), not in the graph "
+                      f"(Executor(init=True) starts them at 0)", stacklevel=3)
     return Converted(graph, {t.name: imp.consts[t.name] for t in graph.tensors
                              if t.name in imp.consts})
 
