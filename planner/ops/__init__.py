@@ -5,7 +5,8 @@ elementwise (broadcasting binary ops, AddN, unary math), shape (Concat, Split, S
 Flatten, Transpose, ...), reduce, embedding, dropout, loss, optim (parameter updates, the
 step counter and the loss seed of training graphs). For the ONNX importer: unary_math (Exp,
 Log, Sqrt, Abs, Softplus, Elu, Selu, Clip, ...), binary_math (Pow, Max, Min, PRelu),
-log_softmax, pad. For transformers: layer_norm, gelu (Gelu, Erf), mask (Where, CausalMask).
+log_softmax, pad, resize (Resize: nn.Upsample, F.interpolate). For transformers: layer_norm,
+gelu (Gelu, Erf), mask (Where, CausalMask).
 """
 
 from planner.ops import (  # noqa: F401, E402
@@ -26,6 +27,7 @@ from planner.ops import (  # noqa: F401, E402
     pad,
     pool,
     reduce,
+    resize,
     shape,
     unary_math,
 )
