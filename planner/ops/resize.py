@@ -178,6 +178,12 @@ def _gradient(g: GradBuilder, node: Node, grads: list[str | None]) -> list[str |
     return [g.emit("ResizeGrad", [dy], attrs)[0]]
 
 
+def _kernel_scales(ins: tuple[int, int], a: Attrs) -> Attrs:
+    """The per-axis scales as two floats (kernels read no float lists)."""
+    scale_h, scale_w = _scales(a, ins, tuple(a["sizes"]))
+    return {"scale_h": scale_h, "scale_w": scale_w}
+
+
 _ATTRS = {"sizes": Attr("ints", required=True), "scales": Attr("floats", []),
           "mode": Attr("str", "nearest"), "coordinate_mode": Attr("str", "half_pixel"),
           "nearest_mode": Attr("str", "round_prefer_floor")}
@@ -188,6 +194,7 @@ register(OpDef(
     flops=lambda ins, outs, a: (7 if a["mode"] == "linear" else 1) * outs[0].size,
     reference=_reference,
     gradient=_gradient,
+    kernel_attrs=lambda ins, a: _kernel_scales(ins[0].shape[2:], a),
     doc="Nearest or bilinear resampling of NCHW's H and W to `sizes`, as ONNX Resize.",
 ))
 
@@ -197,5 +204,6 @@ register(OpDef(
     infer=_grad_infer,
     flops=lambda ins, outs, a: (7 if a["mode"] == "linear" else 1) * ins[0].size,
     reference=_grad_reference,
+    kernel_attrs=lambda ins, a: _kernel_scales(tuple(a["input_sizes"]), a),
     doc="dx of Resize: each dy scattered onto the inputs it read, with the same weights.",
 ))
