@@ -6,7 +6,7 @@ Flatten, Transpose, ...), reduce, embedding, dropout, loss, optim (parameter upd
 step counter and the loss seed of training graphs). For the ONNX importer: unary_math (Exp,
 Log, Sqrt, Abs, Softplus, Elu, Selu, Clip, ...), binary_math (Pow, Max, Min, PRelu),
 log_softmax, pad, resize (Resize: nn.Upsample, F.interpolate). For transformers: layer_norm,
-gelu (Gelu, Erf), mask (Where, CausalMask).
+gelu (Gelu, Erf), mask (Where, CausalMask). group_norm: GroupNorm, InstanceNormalization.
 """
 
 from planner.ops import (  # noqa: F401, E402
@@ -17,6 +17,7 @@ from planner.ops import (  # noqa: F401, E402
     elementwise,
     embedding,
     gelu,
+    group_norm,
     layer_norm,
     log_softmax,
     loss,
