@@ -21,11 +21,11 @@ FLOPs per element: GroupNorm 8 (as LayerNorm), GroupNormGrad 11.
 Example:
     >>> import numpy as np
     >>> from planner.ops import get_op
-    >>> x = np.array([[[1.0], [3.0], [5.0], [5.0]]])   # N=1, C=4, L=1; two groups
+    >>> x = np.array([[[1.0], [3.0], [5.0], [9.0]]])   # N=1, C=4, L=1; two groups
     >>> y, mean, invstd = get_op("GroupNorm").reference(
     ...     [x, np.ones(4), np.zeros(4)], {"groups": 2, "epsilon": 0.0})
     >>> y[0, :, 0], mean, invstd
-    (array([-1.,  1.,  0.,  0.]), array([[2., 5.]]), array([[ 1., inf]]))
+    (array([-1.,  1., -1.,  1.]), array([[2., 7.]]), array([[1. , 0.5]]))
 """
 
 from __future__ import annotations
