@@ -7,12 +7,14 @@ step counter and the loss seed of training graphs). For the ONNX importer: unary
 Log, Sqrt, Abs, Softplus, Elu, Selu, Clip, ...), binary_math (Pow, Max, Min, PRelu),
 log_softmax, pad, resize (Resize: nn.Upsample, F.interpolate). For transformers: layer_norm,
 gelu (Gelu, Erf), mask (Where, CausalMask). group_norm: GroupNorm, InstanceNormalization.
+depth_to_space: DepthToSpace, SpaceToDepth (nn.PixelShuffle, nn.PixelUnshuffle).
 """
 
 from planner.ops import (  # noqa: F401, E402
     activation,
     binary_math,
     conv,
+    depth_to_space,
     dropout,
     elementwise,
     embedding,
