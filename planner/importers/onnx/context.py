@@ -83,6 +83,8 @@ class Importer:
         self.dropouts = 0  # training-mode Dropouts so far: each gets its own mask seed
         self.constant_state: list[str] = []  # constants that became state tensors
         self.filled: set[str] = set()  # constants that became Fill nodes
+        self.inference_dropouts: list[str] = []  # Dropouts with a ratio > 0 but no training flag
+        self.train_dropout = False  # train those too (import_onnx's train_dropout)
 
     def fresh(self, base: str) -> str:
         """A name no ONNX value, planner tensor or node, and no earlier fresh name has: base,

@@ -58,7 +58,8 @@ class Converted:
 
 
 def convert(source: Source, name: str | None = None,
-            input_shapes: Mapping[str, Sequence[int]] | None = None) -> Converted:
+            input_shapes: Mapping[str, Sequence[int]] | None = None,
+            train_dropout: bool = False) -> Converted:
     model, label = read_model(source)
     g = model.graph
     initializers = {t.name for t in g.initializer}
@@ -66,6 +67,7 @@ def convert(source: Source, name: str | None = None,
     imp = Importer(graph_name=name or g.name or "onnx", opset=opset_version(model) or 1,
                    reserved=_value_names(g), state_names=_running_stats(g),
                    init_hints=_init_hints(g), used=_used(g))
+    imp.train_dropout = train_dropout
     for t in g.initializer:
         imp.values[t.name] = Const.from_proto(t)
     for input_name, t in inputs.items():
@@ -88,6 +90,15 @@ def convert(source: Source, name: str | None = None,
     # GraphBuilder applied every op's rules; the order is topological by construction, so
     # check_graph (which callers run, e.g. planner.load) would find nothing new here.
     graph = imp.builder.build(outputs=outputs)
+    training = imp.dropouts > 0 or any(n.op == "BatchNorm" and n.attrs.get("training")
+                                       for n in graph.nodes)
+    if imp.inference_dropouts and training and not train_dropout:
+        names = imp.inference_dropouts
+        warnings.warn(f"{label}: Dropout node(s) {names[:5]}{' and more' if len(names) > 5 else ''}"
+                      f" have no training flag in this training-mode export, so they pass "
+                      f"their input through where PyTorch's train() drops (nn.MultiheadAttention's "
+                      f"attention dropout is exported this way); import with "
+                      f"train_dropout=True to train them", stacklevel=3)
     if imp.constant_state:
         warnings.warn(f"{label}: constant(s) {imp.constant_state[:5]}"
                       f"{' and more' if len(imp.constant_state) > 5 else ''} are state tensors: "
