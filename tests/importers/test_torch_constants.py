@@ -59,3 +59,26 @@ def test_constants_survive_init_and_a_partial_state_dict_load():
         theirs = model.eval()(torch.from_numpy(x)).numpy()
     # float32 through four layers of width 8: a few hundred ulps of values of order 1.
     np.testing.assert_allclose(ours, theirs, rtol=1e-4, atol=1e-5)
+
+
+def test_dynamo_export_scalars_are_constants_and_unmapped_params_are_named():
+    pytest.importorskip("onnxscript")  # the dynamo exporter's translator
+    torch.manual_seed(0)
+    model = Constants()
+    x = np.random.default_rng(0).standard_normal((2, 5, 8)).astype(np.float32)
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        try:
+            onnx_bytes = export(model, torch.from_numpy(x), dynamo=True, opset=18)
+        except Exception as e:  # the exporter's own failures are not the importer's
+            pytest.skip(f"dynamo export failed: {type(e).__name__}")
+        imported = import_onnx(onnx_bytes)
+    graph, state = imported.graph, model.state_dict()
+    params = {t.name for t in graph.by_role("param")}
+    # GELU's sqrt(2), Hardswish's constants, the attention scale: carried, never trained.
+    assert all(graph.tensor(p).shape not in ((), (1,)) for p in params)
+    fills = [n.attrs["value"] for n in graph.nodes if n.op == "Fill"]
+    assert any(abs(v - np.sqrt(2)) < 1e-6 for v in fills)
+    unmapped = sorted(params - set(state))
+    (message,) = [str(w.message) for w in record if "no parameter or buffer" in str(w.message)]
+    assert all(repr(u) in message for u in unmapped[:5]) and "dynamo=False" in message
