@@ -72,7 +72,7 @@ def add_graph_command(sub: Any) -> None:
                         "low type with float32 master weights (default: fp32)")
     p.add_argument("--lr", type=positive_number, default=None,
                    help="learning rate of the optimizer")
-    p.add_argument("--loss", metavar="KIND[:OUTPUT]", help=LOSS_HELP)
+    p.add_argument("--loss", metavar="KIND[:OUTPUT][?OPTIONS]", help=LOSS_HELP)
     p.add_argument("-o", "--output", metavar="FILE", help="write the graph as canonical JSON")
     p.add_argument("--force", action="store_true", help="overwrite an existing different FILE")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")

@@ -62,10 +62,10 @@ def with_loss(graph: Graph, spec: str | None) -> Graph:
     """
     if spec is None:
         return graph
-    from planner.graph.loss import attach_loss
+    from planner.graph.loss import attach_loss, parse_loss_spec
 
-    kind, _, output = spec.partition(":")
-    return attach_loss(graph, kind, output or None)
+    kind, output, options = parse_loss_spec(spec)
+    return attach_loss(graph, kind, output, **options)
 
 
 def with_kept(graph: Graph, names: list[str] | None) -> Graph:
@@ -94,7 +94,8 @@ def kept_names(text: str) -> list[str]:
 
 
 LOSS_HELP = ("attach a loss to an output (default: the only one) with a new label input: "
-             "cross-entropy (int64 class ids) or mse (float targets), e.g. "
+             "cross-entropy (int64 class ids; classes on axis 1 as PyTorch's; options "
+             "?axis=A&ignore_index=I&label_smoothing=S) or mse (float targets), e.g. "
              "--loss cross-entropy:logits")
 
 

@@ -36,7 +36,7 @@ def add_plan_commands(sub: Any) -> None:
                    help="precision policy of the training graph (planner/graph/precision.py): "
                         "bf16-mixed and fp16-mixed run convolutions and matrix products in the "
                         "low type with float32 master weights (default: fp32)")
-    p.add_argument("--loss", metavar="KIND[:OUTPUT]", help=LOSS_HELP)
+    p.add_argument("--loss", metavar="KIND[:OUTPUT][?OPTIONS]", help=LOSS_HELP)
     p.add_argument("--keep", metavar="NAMES", type=kept_names,
                    help="tensors (comma-separated) to keep to the step's end, so that the "
                         "executor's step returns them: graph outputs, never reused memory")

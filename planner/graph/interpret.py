@@ -174,5 +174,5 @@ def _id_bound(graph: Graph, name: str) -> int:
         if n.op == "Embedding":
             return graph.tensor(n.inputs[0]).shape[0]
         if n.op == "SoftmaxCrossEntropy":
-            return graph.tensor(n.inputs[0]).shape[-1]
+            return graph.tensor(n.inputs[0]).shape[n.attrs["axis"]]
     return 2

@@ -1,12 +1,14 @@
 """Op definitions, one module per family. Importing this package registers every op.
 
-Families: cast (dtype conversion), conv, pool, norm (BatchNorm, LRN), matmul (MatMul, BiasAdd),
-activation, elementwise (broadcasting binary ops, AddN, unary math), shape (Concat, Split,
-Slice, Reshape, Flatten, Transpose, ...), reduce, embedding, dropout, loss, optim (parameter
-updates, the step counter and the loss seed of training graphs). For the ONNX importer:
-unary_math (Exp, Log, Sqrt, Abs, Softplus, Elu, Selu, Clip, ...), binary_math (Pow, Max, Min,
-PRelu), log_softmax, pad. For transformers: layer_norm, gelu (Gelu, Erf), mask (Where,
-CausalMask).
+Families: cast (dtype conversion), conv, pool, norm (BatchNorm, LRN), matmul (MatMul,
+BiasAdd), activation, elementwise (broadcasting binary ops, AddN, unary math), shape (Concat,
+Split, Slice, Reshape, Flatten, Transpose, ...), reduce, embedding, dropout, loss, optim
+(parameter updates, the step counter and the loss seed of training graphs), collective
+(AllReduce of data-parallel training). For the ONNX importer: unary_math (Exp, Log, Sqrt, Abs,
+Softplus, Elu, Selu, Clip, ...), binary_math (Pow, Max, Min, PRelu), log_softmax, pad, resize
+(Resize: nn.Upsample, F.interpolate). For transformers: layer_norm, gelu (Gelu, Erf), mask
+(Where, CausalMask). group_norm: GroupNorm, InstanceNormalization. depth_to_space:
+DepthToSpace, SpaceToDepth (nn.PixelShuffle, nn.PixelUnshuffle).
 """
 
 from planner.ops import (  # noqa: F401, E402
@@ -15,10 +17,12 @@ from planner.ops import (  # noqa: F401, E402
     cast,
     collective,
     conv,
+    depth_to_space,
     dropout,
     elementwise,
     embedding,
     gelu,
+    group_norm,
     layer_norm,
     log_softmax,
     loss,
@@ -29,6 +33,7 @@ from planner.ops import (  # noqa: F401, E402
     pad,
     pool,
     reduce,
+    resize,
     shape,
     unary_math,
 )

@@ -1,8 +1,14 @@
 """Losses, each the mean over its elements as a scalar (shape ()), and their gradient ops.
 
-    SoftmaxCrossEntropy [logits (N, C), labels (N,) int64]
-        loss = mean_n (logsumexp(logits[n]) - logits[n, labels[n]])
-        SoftmaxCrossEntropyGrad [dloss, logits, labels] -> dloss * (softmax(logits) - onehot) / N
+    SoftmaxCrossEntropy [logits (N, C, d1, ...), labels (N, d1, ...) int64]
+        as PyTorch's F.cross_entropy(logits, labels, ignore_index=, label_smoothing=eps):
+        classes on `axis` (default 1), per position n
+            l_n = (1 - eps) (logsumexp(z_n) - z_n[labels_n]) + eps mean_c (logsumexp(z_n) - z_n[c])
+        loss = sum of l_n over the positions whose label is not ignore_index (default -100),
+        divided by their count (NaN when every label is ignored)
+        SoftmaxCrossEntropyGrad [dloss, logits, labels] (same attrs)
+            -> dloss * (softmax(z_n) - (1 - eps) onehot(labels_n) - eps / C) / count, 0 where
+               ignored
     SigmoidBCE [logits, targets] (same shape, float; targets in [0, 1])
         loss = mean(max(z, 0) - z * t + log1p(exp(-|z|)))     (never overflows)
         SigmoidBCEGrad [dloss, logits, targets] -> dloss * (sigmoid(z) - t) / size
@@ -20,8 +26,8 @@ Grad 3.
 Example:
     >>> import numpy as np
     >>> from planner.ops import get_op
-    >>> logits, labels = np.zeros((2, 4)), np.array([0, 3])
-    >>> float(get_op("SoftmaxCrossEntropy").reference([logits, labels], {})[0])  # log(4)
+    >>> sce, logits, labels = get_op("SoftmaxCrossEntropy"), np.zeros((2, 4)), np.array([0, 3])
+    >>> float(sce.reference([logits, labels], sce.normalize_attrs({}))[0])  # log(4)
     1.3862943611198906
 """
 
@@ -32,12 +38,14 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from planner.ops.base import (
+    Attr,
     Attrs,
     GradBuilder,
     OpDef,
     OpError,
     TensorType,
     elementwise_flops,
+    norm_axis,
     register,
     require_float,
 )
@@ -58,57 +66,82 @@ def _mean(x: np.ndarray) -> np.ndarray:
 
 # ---- SoftmaxCrossEntropy ----------------------------------------------------------------------
 
-def _check_sce(op: str, logits: TensorType, labels: TensorType) -> None:
+def _check_sce(op: str, logits: TensorType, labels: TensorType, a: Attrs) -> int:
+    """The class axis of logits, normalised; OpError when the labels do not fit."""
     require_float(op, logits, "logits")
-    if logits.rank != 2:
-        raise OpError(f"{op}: logits must have shape (N, C), got {list(logits.shape)}")
-    if logits.shape[1] < 1:  # no class for any label (the kernels read z[0])
-        raise OpError(f"{op}: logits must have at least one class, got {list(logits.shape)}")
+    if logits.rank < 2:
+        raise OpError(f"{op}: logits must have shape (N, C) or (N, C, d1, ...), got "
+                      f"{list(logits.shape)}")
+    axis = norm_axis(op, a["axis"], logits.rank)
+    if logits.shape[axis] < 1:  # no class for any label (the kernels read z[0])
+        raise OpError(f"{op}: logits must have at least one class on axis {axis}, got "
+                      f"{list(logits.shape)}")
     if labels.dtype != "int64":
         raise OpError(f"{op}: labels must be int64 class ids, got {labels.dtype}")
-    if labels.shape != logits.shape[:1]:
-        raise OpError(f"{op}: labels must have shape [{logits.shape[0]}] to match logits "
-                      f"{list(logits.shape)}, got {list(labels.shape)}")
+    want = logits.shape[:axis] + logits.shape[axis + 1:]
+    if labels.shape != want:
+        raise OpError(f"{op}: labels must have shape {list(want)} to match logits "
+                      f"{list(logits.shape)} with classes on axis {axis}, got "
+                      f"{list(labels.shape)}")
+    if not 0.0 <= a["label_smoothing"] <= 1.0:
+        raise OpError(f"{op}: label_smoothing must be in [0, 1], got {a['label_smoothing']}")
+    return axis
 
 
 def _sce_infer(ins: list[TensorType], a: Attrs) -> list[TensorType]:
-    _check_sce("SoftmaxCrossEntropy", *ins)
+    _check_sce("SoftmaxCrossEntropy", *ins, a)
     return [TensorType((), ins[0].dtype)]
 
 
-def _checked_labels(op: str, labels: np.ndarray, classes: int) -> np.ndarray:
-    bad = (labels < 0) | (labels >= classes)
+def _rows(op: str, logits: np.ndarray, labels: np.ndarray, a: Attrs
+          ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(log-probabilities with classes last, labels with ignored ones as 0, the mask of
+    counted labels, their count in logits' dtype); OpError on a label out of range."""
+    z = np.moveaxis(logits, a["axis"], -1)
+    classes = z.shape[-1]
+    counted = labels != a["ignore_index"]
+    bad = counted & ((labels < 0) | (labels >= classes))
     if bad.any():
-        raise OpError(f"{op}: label {int(labels[bad][0])} out of range [0, {classes})")
-    return labels
+        raise OpError(f"{op}: label {int(labels[bad][0])} out of range [0, {classes}) "
+                      f"(ignore_index {a['ignore_index']})")
+    z = z - np.max(z, axis=-1, keepdims=True)
+    logp = z - np.log(np.sum(np.exp(z), axis=-1, keepdims=True))
+    return logp, np.where(counted, labels, 0), counted, np.asarray(counted.sum(),
+                                                                      dtype=logits.dtype)
 
 
-def _shifted(logits: np.ndarray) -> np.ndarray:
-    return logits - np.max(logits, axis=1, keepdims=True)
+def _per_count(x: np.ndarray, count: np.ndarray) -> np.ndarray:
+    """x / count; the mean of no labels (all ignored) is NaN, as in PyTorch."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return x / count
 
 
 def _sce_reference(xs: list[np.ndarray], a: Attrs) -> list[np.ndarray]:
     logits, labels = xs
-    labels = _checked_labels("SoftmaxCrossEntropy", labels, logits.shape[1])
-    z = _shifted(logits)
-    per_row = np.log(np.sum(np.exp(z), axis=1)) - z[np.arange(len(z)), labels]
-    return [_mean(per_row)]
+    logp, ids, counted, count = _rows("SoftmaxCrossEntropy", logits, labels, a)
+    eps = a["label_smoothing"]
+    nll = -np.take_along_axis(logp, ids[..., None], axis=-1)[..., 0]
+    per = (1 - eps) * nll - eps * np.mean(logp, axis=-1) if eps else nll
+    total = np.sum(np.where(counted, per, 0), dtype=logits.dtype)
+    return [np.asarray(_per_count(total, count), dtype=logits.dtype)]
 
 
 def _sce_grad_infer(ins: list[TensorType], a: Attrs) -> list[TensorType]:
     dloss, logits, labels = ins
-    _check_sce("SoftmaxCrossEntropyGrad", logits, labels)
+    _check_sce("SoftmaxCrossEntropyGrad", logits, labels, a)
     _check_dloss("SoftmaxCrossEntropyGrad", dloss, logits)
     return [logits]
 
 
 def _sce_grad_reference(xs: list[np.ndarray], a: Attrs) -> list[np.ndarray]:
     dloss, logits, labels = xs
-    labels = _checked_labels("SoftmaxCrossEntropyGrad", labels, logits.shape[1])
-    e = np.exp(_shifted(logits))
-    p = e / np.sum(e, axis=1, keepdims=True)
-    p[np.arange(len(p)), labels] -= 1
-    return [p * (dloss / np.asarray(len(p), dtype=logits.dtype))]
+    logp, ids, counted, count = _rows("SoftmaxCrossEntropyGrad", logits, labels, a)
+    eps = a["label_smoothing"]
+    d = np.exp(logp) - eps / logp.shape[-1]
+    np.put_along_axis(d, ids[..., None],
+                      np.take_along_axis(d, ids[..., None], axis=-1) - (1 - eps), axis=-1)
+    d = np.where(counted[..., None], d, 0) * _per_count(dloss, count)
+    return [np.moveaxis(d.astype(logits.dtype), -1, a["axis"])]
 
 
 def _sce_grad(g: GradBuilder, node: Node, grads: list[str | None]) -> list[str | None]:
@@ -116,7 +149,8 @@ def _sce_grad(g: GradBuilder, node: Node, grads: list[str | None]) -> list[str |
     dloss = grads[0]
     if dloss is None or not g.needs(logits):
         return [None, None]
-    return [g.emit("SoftmaxCrossEntropyGrad", [dloss, logits, labels])[0], None]
+    return [g.emit("SoftmaxCrossEntropyGrad", [dloss, logits, labels], dict(node.attrs))[0],
+            None]
 
 
 def _pair_partials(ins: list[TensorType], outs: list[TensorType], a: Attrs) -> int:
@@ -125,26 +159,33 @@ def _pair_partials(ins: list[TensorType], outs: list[TensorType], a: Attrs) -> i
     return 8 * max(1, min(-(-ins[0].size // 32), 1024))
 
 
+_SCE_ATTRS = {"axis": Attr("int", 1), "ignore_index": Attr("int", -100),
+              "label_smoothing": Attr("float", 0.0)}
+
 register(OpDef(
     name="SoftmaxCrossEntropy",
-    # the CUDA kernel's per-row loss terms, summed in a fixed order (doubles)
-    gpu_scratch=lambda ins, outs, a: 8 * ins[0].shape[0],
-    cost_class="scatter", arity=2,
+    # the CUDA kernel's count of labels not ignored and per-row loss terms, summed in a fixed
+    # order (doubles; templates/cuda/runtime/kernels/loss.cu)
+    gpu_scratch=lambda ins, outs, a: 8 * (1 + ins[0].size // max(1, ins[0].shape[a["axis"]])),
+    cost_class="scatter", arity=2, attrs=_SCE_ATTRS,
     infer=_sce_infer,
     flops=lambda ins, outs, a: 5 * ins[0].size,
     reference=_sce_reference,
     gradient=_sce_grad,
     nondiff_inputs=(1,),
-    doc="Mean softmax cross-entropy of logits (N, C) against int64 labels (N,).",
+    doc="Mean softmax cross-entropy of logits (classes on `axis`) against int64 labels, as "
+        "F.cross_entropy: labels equal to ignore_index skipped, label_smoothing.",
 ))
 
 register(OpDef(
     name="SoftmaxCrossEntropyGrad",
-    cost_class="scatter", arity=3,
+    gpu_scratch=lambda ins, outs, a: 8,  # the CUDA kernel's count of labels not ignored
+    cost_class="scatter", arity=3, attrs=_SCE_ATTRS,
     infer=_sce_grad_infer,
     flops=lambda ins, outs, a: 6 * ins[1].size,
     reference=_sce_grad_reference,
-    doc="dlogits = dloss * (softmax(logits) - onehot(labels)) / N.",
+    doc="dlogits = dloss * (softmax(logits) - (1 - eps) onehot(labels) - eps / C) / count, "
+        "0 on ignored labels.",
 ))
 
 

@@ -102,8 +102,9 @@ def float32_cases() -> tuple[NodeCase, ...]:
 @cache
 def outcome(case: NodeCase, static_ints: bool = False) -> Outcome:
     """How the case fares. `static_ints`: its small integer inputs (axes, shapes, pads,
-    repeats: at most MAX_STATIC elements) become initializers first, as exporters write
-    them; the planner needs those at import time, and the cases feed them at run time."""
+    repeats: at most MAX_STATIC elements) and Resize's scales become initializers first, as
+    exporters write them; the planner needs those at import time, and the cases feed them at
+    run time."""
     model = case.model
     names = [i.name for i in model.graph.input
              if i.name not in {t.name for t in model.graph.initializer}]
@@ -143,14 +144,27 @@ MAX_STATIC = 16
 
 def _ints_as_initializers(model: onnx.ModelProto, feeds: dict[str, np.ndarray]
                           ) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+    scales = _float_parameters(model)
     static = {n: v for n, v in feeds.items()
-              if v.dtype.kind in "iu" and v.size <= MAX_STATIC}
+              if (v.dtype.kind in "iu" or n in scales) and v.size <= MAX_STATIC}
     if not static:
         return model, feeds
     copy = onnx.ModelProto()
     copy.CopyFrom(model)
     copy.graph.initializer.extend(onnx.numpy_helper.from_array(v, n) for n, v in static.items())
     return copy, {n: v for n, v in feeds.items() if n not in static}
+
+
+def _float_parameters(model: onnx.ModelProto) -> set[str]:
+    """Float inputs that are parameters of the op rather than data: Resize's roi and scales,
+    Upsample's scales (exporters write them as initializers or Constants)."""
+    names = set()
+    for node in model.graph.node:
+        if node.op_type == "Resize":
+            names.update(node.input[1:3])
+        elif node.op_type == "Upsample":
+            names.update(node.input[1:2])
+    return names - {""}
 
 
 def excess(got: np.ndarray, want: np.ndarray, rtol: float = 1e-5) -> float:

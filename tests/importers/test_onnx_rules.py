@@ -197,8 +197,10 @@ def test_pow_with_an_integer_exponent():
     model = make_model([node("Pow", ["x", "e"], ["y"])], {"x": x}, ["y"], {"e": np.array(3)},
                        opset=15)
     graph = check_against_onnx(model, {"x": x})
-    (exponent,) = graph.by_role("state")
-    assert exponent.dtype == "float32"
+    # The exponent, cast to x's dtype at import, is a constant the graph carries.
+    (exponent,) = [n for n in graph.nodes if n.op == "Fill"]
+    assert exponent.attrs == {"dtype": "float32", "shape": [], "value": 3.0}
+    assert graph.by_role("state") == ()
 
 
 def test_variadic_ops_with_broadcasting():
@@ -489,16 +491,19 @@ def test_identity_dropout_and_cast_vanish():
     assert graph.tensor("kf").role == "state"  # a folded constant read by a compute op
 
 
-def test_constant_node_values_become_state_and_initializers_params():
+def test_constant_node_values_are_carried_and_initializers_are_params():
     x = rand(2, 3)
     c = helper.make_tensor("c", TensorProto.FLOAT, [3], [1.0, 2.0, 3.0])
     nodes = [node("Constant", [], ["k"], value=c), node("Mul", ["x", "k"], ["m"]),
              node("Constant", [], ["half"], value_float=0.5), node("Mul", ["m", "half"], ["h"]),
              node("Add", ["h", "w"], ["y"])]
     model = make_model(nodes, {"x": x}, ["y"], {"w": rand(3, seed=1)})
-    imported = import_onnx(model)
+    with pytest.warns(UserWarning, match=r"constant\(s\) \['k'\] are state tensors"):
+        imported = import_onnx(model)
     roles = {t.name: t.role for t in imported.graph.tensors}
-    assert (roles["k"], roles["half"], roles["w"]) == ("state", "state", "param")
+    # A uniform constant is a Fill node (its value in the graph); another one is state.
+    assert (roles["k"], roles["half"], roles["w"]) == ("state", "activation", "param")
+    assert imported.graph.producer["half"].attrs["value"] == 0.5
     np.testing.assert_array_equal(imported.params()["k"], [1.0, 2.0, 3.0])
     check_against_onnx(model, {"x": x})
 

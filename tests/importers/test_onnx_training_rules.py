@@ -131,10 +131,13 @@ def test_attach_loss_then_train_one_step_moves_the_loss():
     assert second["loss"] < first["loss"]
 
 
-def test_attach_loss_views_sequence_logits_as_rows():
+def test_attach_loss_takes_sequence_logits_with_classes_last_when_told():
     b = load_onnx(make_model([node("Reshape", ["x", "s"], ["logits"])], {"x": rand(6, 4)},
                              ["logits"], {"s": np.array([2, 3, 4])}))
-    g = attach_loss(b, "cross-entropy", "logits")
+    with pytest.raises(LossError, match=r"'logits' has shape \[2, 3, 4\]: are the classes on "
+                                        r"axis 1 .* or last .*\?axis=-1"):
+        attach_loss(b, "cross-entropy", "logits")
+    g = attach_loss(b, "cross-entropy", "logits", axis=-1)
     assert g.tensor("labels").shape == (2, 3)
     x, labels = rand(6, 4), np.array([[0, 1, 2], [3, 0, 1]])
     loss = run(g, {"x": x, "labels": labels}, {})["loss"]

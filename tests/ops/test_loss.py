@@ -118,12 +118,13 @@ def test_label_errors():
     sce = get_op("SoftmaxCrossEntropy")
     with pytest.raises(OpError, match="SoftmaxCrossEntropy: labels must be int64 class ids, "
                                       "got float32"):
-        sce.infer([TensorType((4, 5)), TensorType((4,), "float32")], {})
-    with pytest.raises(OpError, match=r"labels must have shape \[4\] to match logits \[4, 5\], "
-                                      r"got \[3\]"):
-        sce.infer([TensorType((4, 5)), TensorType((3,), "int64")], {})
-    with pytest.raises(OpError, match=r"logits must have shape \(N, C\), got \[4\]"):
-        sce.infer([TensorType((4,)), TensorType((4,), "int64")], {})
+        sce.infer([TensorType((4, 5)), TensorType((4,), "float32")], sce.normalize_attrs({}))
+    with pytest.raises(OpError, match=r"labels must have shape \[4\] to match logits \[4, 5\] "
+                                      r"with classes on axis 1, got \[3\]"):
+        sce.infer([TensorType((4, 5)), TensorType((3,), "int64")], sce.normalize_attrs({}))
+    with pytest.raises(OpError, match=r"logits must have shape \(N, C\) or \(N, C, d1, ...\), "
+                                      r"got \[4\]"):
+        sce.infer([TensorType((4,)), TensorType((4,), "int64")], sce.normalize_attrs({}))
     with pytest.raises(OpError, match=r"label 5 out of range \[0, 5\)"):
         reference("SoftmaxCrossEntropy", [np.zeros((2, 5)), np.array([0, 5])])
     b = GraphBuilder()
@@ -143,7 +144,8 @@ def test_pair_and_dloss_errors():
         get_op("MSEGrad").infer([TensorType((1,)), TensorType((2,)), TensorType((2,))], {})
     with pytest.raises(OpError, match="SoftmaxCrossEntropyGrad: dloss must be a float32 scalar"):
         get_op("SoftmaxCrossEntropyGrad").infer(
-            [TensorType((), "float64"), TensorType((4, 5)), TensorType((4,), "int64")], {})
+            [TensorType((), "float64"), TensorType((4, 5)), TensorType((4,), "int64")],
+            get_op("SoftmaxCrossEntropyGrad").normalize_attrs({}))
 
 
 def test_flops_scale_with_elements():

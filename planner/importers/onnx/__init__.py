@@ -66,18 +66,22 @@ class OnnxImport:
 
 
 def import_onnx(source: Source, *, name: str | None = None,
-                input_shapes: Mapping[str, Sequence[int]] | None = None) -> OnnxImport:
+                input_shapes: Mapping[str, Sequence[int]] | None = None,
+                train_dropout: bool = False) -> OnnxImport:
     """Import an ONNX model (file path, bytes or onnx.ModelProto) with its weights.
 
     `name` names the graph (default: the ONNX graph's name); `input_shapes` gives the static
     shape of inputs whose declared shape is symbolic or unknown (or replaces a declared one).
-    Raises OnnxImportError.
+    `train_dropout`: Dropout nodes with a ratio but no training flag train too (a training-mode
+    export writes nn.MultiheadAttention's attention dropout so; the import warns naming them
+    when the rest of the export is in training mode). Raises OnnxImportError.
     """
-    converted = convert(source, name, input_shapes)
+    converted = convert(source, name, input_shapes, train_dropout)
     return OnnxImport(converted.graph, converted.consts)
 
 
 def load_onnx(source: Source, *, name: str | None = None,
-              input_shapes: Mapping[str, Sequence[int]] | None = None) -> Graph:
+              input_shapes: Mapping[str, Sequence[int]] | None = None,
+              train_dropout: bool = False) -> Graph:
     """The inference Graph of an ONNX model (see `import_onnx`; weights are not read)."""
-    return convert(source, name, input_shapes).graph
+    return convert(source, name, input_shapes, train_dropout).graph

@@ -81,6 +81,10 @@ class Importer:
         self.used = used
         self.consts: dict[str, Const] = {}
         self.dropouts = 0  # training-mode Dropouts so far: each gets its own mask seed
+        self.constant_state: list[str] = []  # constants that became state tensors
+        self.filled: set[str] = set()  # constants that became Fill nodes
+        self.inference_dropouts: list[str] = []  # Dropouts with a ratio > 0 but no training flag
+        self.train_dropout = False  # train those too (import_onnx's train_dropout)
 
     def fresh(self, base: str) -> str:
         """A name no ONNX value, planner tensor or node, and no earlier fresh name has: base,
@@ -114,12 +118,23 @@ class Importer:
         return value
 
     def materialize(self, c: Const) -> str:
-        """The planner tensor holding Const c: a param (initializers) or state tensor (BatchNorm
-        running statistics, Constant nodes, folded values), made on first use."""
-        if c.name in self.consts:
+        """The planner tensor holding Const c, made on first use: a param (initializers), a
+        state tensor (BatchNorm running statistics), or, for a Constant node or a folded value,
+        a Fill node when every element is one finite number (Hardswish's 0.5, GELU's sqrt(2),
+        an attention scale) so the graph itself carries the value; other constants are state
+        tensors whose values only the import's params() holds (listed in `constant_state`)."""
+        if c.name in self.consts or c.name in self.filled:
             return c.name
         if not c.is_planner_dtype:
             raise Unsupported(f"tensor of type {c.dtype}")
+        if c.origin != "initializer":
+            value = _uniform_value(c)
+            if value is not None:
+                self.builder.op("Fill", [], {"shape": list(c.shape), "value": value,
+                                             "dtype": c.dtype}, name=c.name, outputs=[c.name])
+                self.filled.add(c.name)
+                return c.name
+            self.constant_state.append(c.name)
         role, init = "state", None
         if c.origin == "initializer":
             role = "state" if c.name in self.state_names else "param"
@@ -269,3 +284,20 @@ class NodeCtx:
         out = self.output(k)
         if out is not None:
             self.imp.values[out] = Const.of(out, np.asarray(array), origin="folded")
+
+
+def _uniform_value(c: Const) -> float | None:
+    """The one value every element of c holds, when a Fill attribute states it exactly (a
+    finite float32, or an int64 that a double holds); None otherwise."""
+    if c.dtype not in ("float32", "int64"):
+        return None
+    array = c.value()
+    if array.size == 0:
+        return 0.0
+    first = array.flat[0]
+    if not np.all(array == first) or not np.isfinite(first):
+        return None
+    value = float(first)
+    if c.dtype == "int64" and int(value) != int(first):
+        return None
+    return value

@@ -16,6 +16,7 @@ Raises OnnxImportError listing every unsupported op (with one node each) at once
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -57,16 +58,28 @@ class Converted:
 
 
 def convert(source: Source, name: str | None = None,
-            input_shapes: Mapping[str, Sequence[int]] | None = None) -> Converted:
+            input_shapes: Mapping[str, Sequence[int]] | None = None,
+            train_dropout: bool = False) -> Converted:
     model, label = read_model(source)
     g = model.graph
     initializers = {t.name for t in g.initializer}
     inputs = input_types(model, initializers, input_shapes or {})
+    kinds = _export_kinds(g)
+    buffers = {k for k, v in kinds.items() if v == "BUFFER"}
     imp = Importer(graph_name=name or g.name or "onnx", opset=opset_version(model) or 1,
-                   reserved=_value_names(g), state_names=_running_stats(g),
+                   reserved=_value_names(g), state_names=_running_stats(g) | buffers,
                    init_hints=_init_hints(g), used=_used(g))
+    imp.train_dropout = train_dropout
+    unnamed = []
     for t in g.initializer:
-        imp.values[t.name] = Const.from_proto(t)
+        origin = "initializer"
+        if kinds and t.name not in kinds:
+            # A dynamo export: what the program's signature does not name is the exporter's.
+            if _size(t) <= 1:
+                origin = "constant"  # a scalar of the computation (GELU's sqrt(2)), not trained
+            else:
+                unnamed.append(t.name)
+        imp.values[t.name] = Const.from_proto(t, origin=origin)
     for input_name, t in inputs.items():
         if input_name in imp.values:
             raise OnnxImportError(f"{label}: graph input {input_name!r} is declared twice")
@@ -87,6 +100,29 @@ def convert(source: Source, name: str | None = None,
     # GraphBuilder applied every op's rules; the order is topological by construction, so
     # check_graph (which callers run, e.g. planner.load) would find nothing new here.
     graph = imp.builder.build(outputs=outputs)
+    training = imp.dropouts > 0 or any(n.op == "BatchNorm" and n.attrs.get("training")
+                                       for n in graph.nodes)
+    if imp.inference_dropouts and training and not train_dropout:
+        names = imp.inference_dropouts
+        warnings.warn(f"{label}: Dropout node(s) {names[:5]}{' and more' if len(names) > 5 else ''}"
+                      f" have no training flag in this training-mode export, so they pass "
+                      f"their input through where PyTorch's train() drops (nn.MultiheadAttention's "
+                      f"attention dropout is exported this way); import with "
+                      f"train_dropout=True to train them", stacklevel=3)
+    trained = {t.name for t in graph.by_role("param")}
+    unnamed = [u for u in unnamed if u in trained]
+    if unnamed:
+        warnings.warn(f"{label}: param(s) {unnamed[:5]}{' and more' if len(unnamed) > 5 else ''}"
+                      f" are no parameter or buffer of the exported program (the dynamo "
+                      f"exporter folded or merged them: a transposed weight, equal-valued "
+                      f"weights shared); they train under these names, which map back to no "
+                      f"state_dict key: export with dynamo=False to keep state_dict names",
+                      stacklevel=3)
+    if imp.constant_state:
+        warnings.warn(f"{label}: constant(s) {imp.constant_state[:5]}"
+                      f"{' and more' if len(imp.constant_state) > 5 else ''} are state tensors: "
+                      f"their values are in the import's params(), not in the graph "
+                      f"(Executor(init=True) starts them at 0)", stacklevel=3)
     return Converted(graph, {t.name: imp.consts[t.name] for t in graph.tensors
                              if t.name in imp.consts})
 
@@ -192,6 +228,27 @@ def _used(g: onnx.GraphProto) -> set[str]:
 # Inputs that are persistent but not trained: BatchNorm's running statistics, and the
 # initial states of recurrent layers (PyTorch's are no parameters).
 STATE_INPUTS = {"BatchNormalization": (3, 4), "LSTM": (5, 6), "GRU": (5,)}
+
+
+_KIND = "pkg.torch.export.graph_signature.InputSpec.kind"
+
+
+def _export_kinds(g: onnx.GraphProto) -> dict[str, str]:
+    """What torch.export's graph signature says each named value is (PARAMETER, BUFFER,
+    USER_INPUT, ...), as the dynamo exporter records it in metadata; empty for other models."""
+    kinds = {}
+    for info in (*g.value_info, *g.input, *g.initializer):
+        for prop in info.metadata_props:
+            if prop.key == _KIND:
+                kinds[info.name] = prop.value
+    return kinds
+
+
+def _size(t: onnx.TensorProto) -> int:
+    size = 1
+    for d in t.dims:
+        size *= d
+    return size
 
 
 def _running_stats(g: onnx.GraphProto) -> set[str]:

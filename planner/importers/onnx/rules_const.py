@@ -122,12 +122,17 @@ def identity(n: NodeCtx) -> None:
 
 @rule("Dropout")
 def dropout(n: NodeCtx) -> None:
-    """Inference-mode Dropout passes its input through; training-mode Dropout (what PyTorch's
-    training-mode export writes) becomes the planner's Dropout with the same ratio and a seed
-    of its own per node. Its mask output, if some node reads it, is reported unsupported by
+    """Inference-mode Dropout passes its input through (or, with the import's train_dropout,
+    trains like a training-mode one); training-mode Dropout (what PyTorch's training-mode
+    export writes) becomes the planner's Dropout with the same ratio and a seed of its own per
+    node. Its mask output, if some node reads it, is reported unsupported by
     the driver (it is never bound)."""
     rate = _dropout_ratio(n)
-    if not _dropout_training(n) or rate == 0.0:
+    training = _dropout_training(n)
+    if not training and rate > 0.0:
+        n.imp.inference_dropouts.append(n.label)
+        training = n.imp.train_dropout
+    if not training or rate == 0.0:
         n.bind(0, n.value(0))
         return
     if not 0.0 < rate < 1.0:

@@ -4,16 +4,16 @@
 Both become the planner's SoftmaxCrossEntropy (mean over rows), whose scalar output
 make_training_graph finds as the loss; the labels input gets role "label".
 
-    scores (N, C)             -> SoftmaxCrossEntropy(scores, labels)
-    scores (N, C, d1, ...)    -> classes moved last and rows flattened: (N * d1 * ..., C)
+    scores (N, C, d1, ...)    -> SoftmaxCrossEntropy(scores, labels) with classes on axis 1
+                                 and ONNX's ignore_index (absent: PyTorch's -100, which names
+                                 no class)
     NLL of LogSoftmax(x)      -> SoftmaxCrossEntropy(log_probs, labels): the log-probabilities'
                                  own logsumexp is 0, so the value is NLL's, and the gradient
                                  reaching x through the LogSoftmax is softmax(x) - onehot, as
                                  through NLL
 
-Not supported: class weights, reduction "sum" or "none", an ignore_index that is a class id
-(a negative one, PyTorch's default -100, names no class: labels holding it are refused, not
-skipped), and NLL of anything but a LogSoftmax over the class axis.
+Not supported: class weights, reduction "sum" or "none", and NLL of anything but a LogSoftmax
+over the class axis.
 """
 
 from __future__ import annotations
@@ -49,9 +49,6 @@ def _check(n: NodeCtx) -> None:
         raise Unsupported(f"{n.op_type} (class weights)")
     if n.attr("reduction", "mean") != "mean":
         raise Unsupported(f"{n.op_type} (reduction {n.attr('reduction')})")
-    ignore = n.attr("ignore_index")
-    if ignore is not None and int(ignore) >= 0:
-        raise Unsupported(f"{n.op_type} (ignore_index {int(ignore)})")
     scores, labels = n.type(0), n.type(1)
     if len(scores.shape) < 2 or labels.shape != scores.shape[:1] + scores.shape[2:]:
         raise OnnxImportError(f"node {n.label!r} ({n.op_type}): labels of shape "
@@ -64,15 +61,11 @@ def _check(n: NodeCtx) -> None:
 
 def _loss(n: NodeCtx, scores: Value, labels: Value) -> None:
     """Output 0: the mean cross-entropy of scores (N, C, ...) against labels."""
-    shape = n.shape(0)
-    classes, rows = shape[1], n.type(1).size
     if isinstance(labels, str):
         n.imp.mark_label(labels)
     if n.type(1).dtype != "int64":
         raise Unsupported(f"{n.op_type} (int32 labels)")
-    if len(shape) > 2:
-        perm = [0, *range(2, len(shape)), 1]
-        scores = n.emit1("Transpose", [scores], {"perm": perm})
-        scores = n.emit1("Reshape", [scores], {"shape": [rows, classes]})
-        labels = n.emit1("Reshape", [labels], {"shape": [rows]})
-    n.emit1("SoftmaxCrossEntropy", [scores, labels], output=0)
+    attrs = {"axis": 1}
+    if n.attr("ignore_index") is not None:
+        attrs["ignore_index"] = int(n.attr("ignore_index"))
+    n.emit1("SoftmaxCrossEntropy", [scores, labels], attrs, output=0)

@@ -208,3 +208,80 @@ def global_max_pool(n: NodeCtx) -> None:
     y = n.emit1("MaxPool", [x], {"kernel": hw}, output=0 if dims == 2 else None)
     if dims == 1:
         finish(n, dims, y)
+
+
+# ---- Resize and Upsample: the planner's Resize over the last two axes ------------------------
+
+_RESIZE_MODES = {"nearest": "nearest", "linear": "linear", "bilinear": "linear"}
+
+
+@rule("Resize", "Upsample")
+def resize(n: NodeCtx) -> None:
+    """Resize (opset 10: X, scales; 11+: X, roi, scales, sizes) and Upsample (X, scales) of
+    an (N, C, L) or (N, C, H, W) input: N and C keep their size."""
+    shape = n.shape(0)
+    dims = spatial_dims(n, len(shape))
+    mode = _RESIZE_MODES.get(n.attr("mode", "nearest"))
+    if mode is None:
+        raise Unsupported(f"{n.op_type} (mode {n.attr('mode')})")
+    old = n.op_type == "Upsample" or n.opset < 11
+    coordinate_mode = "asymmetric" if old else n.attr("coordinate_transformation_mode",
+                                                      "half_pixel")
+    if coordinate_mode not in ("half_pixel", "pytorch_half_pixel", "align_corners",
+                               "asymmetric"):
+        raise Unsupported(f"{n.op_type} (coordinate_transformation_mode {coordinate_mode})")
+    nearest_mode = "floor" if old else n.attr("nearest_mode", "round_prefer_floor")
+    if n.attr("keep_aspect_ratio_policy", "stretch") != "stretch":
+        raise Unsupported(f"{n.op_type} (keep_aspect_ratio_policy "
+                          f"{n.attr('keep_aspect_ratio_policy')})")
+    scales, sizes = _resize_targets(n, shape)
+    if scales[:2] != [1.0, 1.0] or sizes[:2] != list(shape[:2]):
+        raise Unsupported(f"{n.op_type} (of the batch or channel axis)")
+    if n.attr("antialias", 0) and mode == "linear" and any(s < 1 for s in scales[2:]):
+        raise Unsupported(f"{n.op_type} (antialias when downsampling)")
+    if sizes == list(shape) and scales == [1.0] * len(shape):
+        n.bind(0, n.value(0))
+        return
+    x = to_2d(n, n.value(0)) if dims == 1 else n.value(0)
+    attrs = {"sizes": as_2d(dims, sizes[2:], 1),
+             "scales": [1.0, *scales[2:]] if dims == 1 else scales[2:],
+             "mode": mode, "coordinate_mode": coordinate_mode, "nearest_mode": nearest_mode}
+    y = n.emit1("Resize", [x], attrs, output=0 if dims == 2 else None)
+    finish(n, dims, y)
+
+
+def _resize_targets(n: NodeCtx, shape: Sequence[int]) -> tuple[list[float], list[int]]:
+    """(scale per axis, output size per axis) from the node's scales or sizes input."""
+    rank = len(shape)
+    if n.op_type == "Upsample" or n.opset < 11:
+        scales = [float(s) for s in n.const_array(1, "scales").reshape(-1)] \
+            if n.has_input(1) else [float(s) for s in n.require_attr("scales")]
+        sizes = None
+    else:
+        scales = [float(s) for s in n.const_array(2, "scales").reshape(-1)] \
+            if n.has_input(2) else []
+        sizes = [int(s) for s in n.const_array(3, "sizes").reshape(-1)] \
+            if n.has_input(3) else []
+        if (not scales) == (not sizes):
+            raise OnnxImportError(f"node {n.label!r} (Resize): give exactly one of scales "
+                                  f"and sizes")
+    axes = [int(a) % rank for a in n.attr("axes") or range(rank)]
+    given = scales or sizes
+    if len(given) != len(axes):
+        raise OnnxImportError(f"node {n.label!r} ({n.op_type}): {len(given)} scales or sizes "
+                              f"for {len(axes)} axes")
+    full_scales, full_sizes = [1.0] * rank, list(shape)
+    for k, a in enumerate(axes):
+        if scales:
+            if not scales[k] > 0:
+                raise OnnxImportError(f"node {n.label!r} ({n.op_type}): scale {scales[k]} "
+                                      f"must be > 0")
+            full_scales[a] = scales[k]
+            full_sizes[a] = int(shape[a] * scales[k])
+        else:
+            full_sizes[a] = sizes[k]
+            full_scales[a] = sizes[k] / shape[a] if shape[a] else 1.0
+    if any(s < 1 for s in full_sizes):
+        raise OnnxImportError(f"node {n.label!r} ({n.op_type}): output sizes {full_sizes} "
+                              f"must be >= 1")
+    return full_scales, full_sizes

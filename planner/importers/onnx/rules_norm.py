@@ -1,4 +1,5 @@
-"""Rules for normalization: BatchNormalization and LRN.
+"""Rules for normalization: BatchNormalization, LRN, InstanceNormalization and
+GroupNormalization (the planner's GroupNorm).
 
 BatchNormalization's running mean and variance become "state" tensors, not params. An
 inference-mode node (what `torch.onnx.export` writes by default, and `model.eval()`) normalizes
@@ -19,7 +20,7 @@ reference takes the biased one.
 from __future__ import annotations
 
 from planner.importers.onnx.context import NodeCtx, rule
-from planner.importers.onnx.errors import Unsupported
+from planner.importers.onnx.errors import OnnxImportError, Unsupported
 
 
 @rule("BatchNormalization")
@@ -54,3 +55,33 @@ def lrn(n: NodeCtx) -> None:
     attrs = {"size": int(n.require_attr("size")), "alpha": float(n.attr("alpha", 1e-4)),
              "beta": float(n.attr("beta", 0.75)), "bias": float(n.attr("bias", 1.0))}
     n.emit1("LRN", [n.value(0)], attrs, output=0)
+
+
+@rule("InstanceNormalization")
+def instance_normalization(n: NodeCtx) -> None:
+    """InstanceNormalization(x (N, C, ...), scale, bias) is GroupNorm with one group per
+    channel. Both exporters write nn.GroupNorm as Reshape (N, G, -1) -> InstanceNormalization
+    with scale ones and bias zeros -> Reshape back -> Mul, Add: the G "channels" of the
+    reshaped tensor are the groups, so that is this op's statistics exactly, and the constant
+    scale and bias are Fill nodes (not trained)."""
+    shape = n.shape(0)
+    if len(shape) < 3:
+        raise OnnxImportError(f"node {n.label!r} (InstanceNormalization): input of shape "
+                              f"{list(shape)}; expected (N, C, d1, ...)")
+    attrs = {"groups": shape[1], "epsilon": float(n.attr("epsilon", 1e-5))}
+    n.emit("GroupNorm", [n.value(0), n.value(1), n.value(2)], attrs, outputs=[0, None, None])
+
+
+@rule("GroupNormalization")
+def group_normalization(n: NodeCtx) -> None:
+    """GroupNormalization (opset 21: scale and bias per channel) is the planner's GroupNorm;
+    opset 18's per-group scale and bias only where groups == channels."""
+    shape = n.shape(0)
+    groups = int(n.require_attr("num_groups"))
+    if len(shape) < 3 or groups < 1 or shape[1] % groups:
+        raise OnnxImportError(f"node {n.label!r} (GroupNormalization): {groups} groups do not "
+                              f"divide the channels of an input of shape {list(shape)}")
+    if n.shape(1) != (shape[1],):
+        raise Unsupported("GroupNormalization (scale and bias per group)")
+    attrs = {"groups": groups, "epsilon": float(n.attr("epsilon", 1e-5))}
+    n.emit("GroupNorm", [n.value(0), n.value(1), n.value(2)], attrs, outputs=[0, None, None])

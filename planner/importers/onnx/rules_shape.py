@@ -338,3 +338,13 @@ def reduce(n: NodeCtx) -> None:
         n.bind(0, n.value(0))
     else:
         n.emit1(n.op_type, [n.value(0)], attrs, output=0)
+
+
+@rule("DepthToSpace", "SpaceToDepth")
+def depth_to_space(n: NodeCtx) -> None:
+    """The planner's ops of the same names (mode DCR unless the node says CRD)."""
+    if len(n.shape(0)) != 4:
+        raise Unsupported(f"{n.op_type} (rank {len(n.shape(0))})")
+    mode = n.attr("mode", "DCR")
+    n.emit1(n.op_type, [n.value(0)], {"blocksize": int(n.require_attr("blocksize")),
+                                      "mode": mode}, output=0)

@@ -1,6 +1,7 @@
 // Losses and their gradients as plain OpenMP loops over static shapes. Each loss is a mean
 // (a scalar); sums run in double, as accurate as numpy's pairwise float32 sums or better.
-//   SoftmaxCrossEntropy [logits (N,C), labels (N,) int64]   mean(logsumexp(z) - z[label])
+//   SoftmaxCrossEntropy [logits (N,C,...), labels (N,...) int64]   F.cross_entropy: classes on
+//       `axis`, labels equal to ignore_index skipped, label_smoothing; mean over the counted
 //   SigmoidBCE [z, t]      mean(max(z,0) - z t + log1p(exp(-|z|)))
 //   MSE [p, t]             mean((p - t)^2)
 // and *Grad [dloss, ...] -> d(first input).
@@ -14,20 +15,22 @@
 namespace planner {
 namespace {
 
-void check_labels(const int64_t* labels, int64_t n, int64_t classes) {
-  for (int64_t i = 0; i < n; ++i)
-    if (labels[i] < 0 || labels[i] >= classes)
-      throw StepError("label " + std::to_string(labels[i]) + " out of range [0, " +
-                      std::to_string(classes) + ")");
-}
-
+// The logits viewed as (outer, C, inner) with the classes on the node's axis: position r
+// (outer * inner of them, one label each) reads its class c at base(r) + c * inner.
 class SoftmaxCrossEntropy : public Kernel {
  public:
   explicit SoftmaxCrossEntropy(const Node& n)
-      : grad_(n.in.size() == 3), off_(grad_ ? 1 : 0), rows_(n.in[off_].shape[0]),
-        cols_(n.in[off_].shape[1]), logits_(n.in[off_].id), labels_(n.in[off_ + 1].id),
-        dloss_(grad_ ? n.in[0].id : -1), out_(n.out[0].id) {
+      : grad_(n.in.size() == 3), off_(grad_ ? 1 : 0), logits_(n.in[off_].id),
+        labels_(n.in[off_ + 1].id), dloss_(grad_ ? n.in[0].id : -1), out_(n.out[0].id),
+        ignore_(n.attrs.i("ignore_index")), eps_(n.attrs.f("label_smoothing")) {
     require_f32(n);
+    const auto& s = n.in[off_].shape;
+    const int axis = norm_axis(n.attrs.i("axis"), s.size());
+    for (size_t k = 0; k < s.size(); ++k) {
+      if (static_cast<int>(k) < axis) outer_ *= s[k];
+      if (static_cast<int>(k) > axis) inner_ *= s[k];
+    }
+    classes_ = s[axis];
   }
   void check_feeds(const Run& r, const std::vector<char>& fed) const override {
     if (fed[labels_]) check_labels(r.at<int64_t>(labels_), rows_, cols_);
@@ -35,35 +38,60 @@ class SoftmaxCrossEntropy : public Kernel {
   void run(const Run& r) override {
     const float* x = r.at<float>(logits_);
     const int64_t* lab = r.at<int64_t>(labels_);
-    check_labels(lab, rows_, cols_);
-    const int64_t rows = rows_, cols = cols_;
+    const int64_t positions = outer_ * inner_, classes = classes_, inner = inner_;
+    int64_t count = 0;
+    for (int64_t i = 0; i < positions; ++i) {
+      if (lab[i] == ignore_) continue;
+      if (lab[i] < 0 || lab[i] >= classes)
+        throw StepError("label " + std::to_string(lab[i]) + " out of range [0, " +
+                        std::to_string(classes) + ") (ignore_index " + std::to_string(ignore_) +
+                        ")");
+      ++count;
+    }
+    const double eps = eps_, keep = 1.0 - eps;
+    auto base = [&](int64_t p) { return (p / inner) * classes * inner + p % inner; };
     if (!grad_) {
       double total = 0;
 #pragma omp parallel for reduction(+ : total)
-      for (int64_t i = 0; i < rows; ++i) {
-        const float* z = x + i * cols;
+      for (int64_t p = 0; p < positions; ++p) {
+        if (lab[p] == ignore_) continue;
+        const float* z = x + base(p);
         float m = z[0];
-        for (int64_t c = 1; c < cols; ++c) m = std::max(m, z[c]);
-        double s = 0;
-        for (int64_t c = 0; c < cols; ++c) s += std::exp(static_cast<double>(z[c] - m));
-        total += std::log(s) - static_cast<double>(z[lab[i]] - m);
+        for (int64_t c = 1; c < classes; ++c) m = std::max(m, z[c * inner]);
+        double s = 0, sum_z = 0;
+        for (int64_t c = 0; c < classes; ++c) {
+          const double zc = static_cast<double>(z[c * inner] - m);
+          s += std::exp(zc);
+          sum_z += zc;
+        }
+        const double lse = std::log(s);
+        const double nll = lse - static_cast<double>(z[lab[p] * inner] - m);
+        total += eps == 0 ? nll : keep * nll + eps * (lse - sum_z / static_cast<double>(classes));
       }
-      *r.at<float>(out_) = static_cast<float>(total / static_cast<double>(rows));
+      // The mean of no labels (all ignored) is NaN, as in PyTorch.
+      *r.at<float>(out_) = static_cast<float>(total / static_cast<double>(count));
       return;
     }
-    const float scale = *r.at<float>(dloss_) / static_cast<float>(rows);
+    // As the reference: the weight dloss / count rounded to float first.
+    const float scale = *r.at<float>(dloss_) / static_cast<float>(count);
+    const double spread = eps / static_cast<double>(classes);
     float* dx = r.at<float>(out_);
 #pragma omp parallel for
-    for (int64_t i = 0; i < rows; ++i) {
-      const float* z = x + i * cols;
-      float* d = dx + i * cols;
+    for (int64_t p = 0; p < positions; ++p) {
+      const float* z = x + base(p);
+      float* d = dx + base(p);
+      if (lab[p] == ignore_) {
+        for (int64_t c = 0; c < classes; ++c) d[c * inner] = 0.f * scale;  // NaN if count is 0
+        continue;
+      }
       float m = z[0];
-      for (int64_t c = 1; c < cols; ++c) m = std::max(m, z[c]);
+      for (int64_t c = 1; c < classes; ++c) m = std::max(m, z[c * inner]);
       double s = 0;
-      for (int64_t c = 0; c < cols; ++c) s += std::exp(static_cast<double>(z[c] - m));
-      for (int64_t c = 0; c < cols; ++c) {
-        double p = std::exp(static_cast<double>(z[c] - m)) / s;
-        d[c] = static_cast<float>((p - (c == lab[i] ? 1.0 : 0.0)) * scale);
+      for (int64_t c = 0; c < classes; ++c) s += std::exp(static_cast<double>(z[c * inner] - m));
+      for (int64_t c = 0; c < classes; ++c) {
+        const double prob = std::exp(static_cast<double>(z[c * inner] - m)) / s;
+        d[c * inner] =
+            static_cast<float>((prob - spread - (c == lab[p] ? keep : 0.0)) * scale);
       }
     }
   }
@@ -71,8 +99,10 @@ class SoftmaxCrossEntropy : public Kernel {
  private:
   bool grad_;
   int off_;
-  int64_t rows_, cols_;
+  int64_t outer_ = 1, inner_ = 1, classes_ = 0;
   int logits_, labels_, dloss_, out_;
+  int64_t ignore_;
+  double eps_;
 };
 
 // Element-pair losses: kind 'b' (SigmoidBCE) or 'm' (MSE); gradient when there is a dloss.

@@ -1,5 +1,6 @@
 // Losses and their gradients on the GPU, following planner/ops/loss.py (every loss is a mean):
-//   SoftmaxCrossEntropy [logits (N,C), labels (N,) int64]   mean(logsumexp(z) - z[label])
+//   SoftmaxCrossEntropy [logits (N,C,...), labels (N,...) int64]   F.cross_entropy: classes on
+//       `axis`, labels equal to ignore_index skipped, label_smoothing; mean over the counted
 //   SigmoidBCE [z, t]      mean(max(z,0) - z t + log1p(exp(-|z|)))
 //   MSE [p, t]             mean((p - t)^2)
 // and *Grad [dloss, ...] -> d(first input).
@@ -11,6 +12,7 @@
 // - dloss is a device scalar: the gradients read it in the kernel, never on the host.
 // - A label outside [0, C) cannot raise StepError as on the CPU without a host read (a sync),
 //   so it poisons instead: that row's loss term, hence the loss, and its gradient row are NaN.
+// - The count of labels not ignore_index is computed on the device each step (labels change).
 // - logsumexp subtracts the row max first, so large logits never overflow exp.
 #include <cmath>
 
@@ -19,35 +21,77 @@
 namespace planner {
 namespace {
 
-// One row of logits per group: the loss term of the row (term) or its gradient row (dx).
+// One position per group (outer * inner of them, classes strided by inner, as the CPU
+// kernel): the loss term of the position (term; 0 where its label is ignored) or its gradient
+// row (dx), with count (a device scalar) the number of labels not ignored.
 template <bool kWarp>
 __global__ void sce_rows(const float* __restrict__ x, const int64_t* __restrict__ labels,
-                         int64_t rows, int64_t cols, const float* __restrict__ dloss,
-                         double* __restrict__ term, float* __restrict__ dx) {
+                         int64_t positions, int64_t cols, int64_t inner, int64_t ignore,
+                         float eps, const float* __restrict__ dloss,
+                         const double* __restrict__ count, double* __restrict__ term,
+                         float* __restrict__ dx) {
   const RowGroup<kWarp> g;
-  for (int64_t row = g.first(); row < rows; row += g.stride()) {
-    const float* z = x + row * cols;
-    float m = -INFINITY;
-    for (int64_t c = g.lane(); c < cols; c += g.size()) m = fmaxf(m, z[c]);
-    m = g.max(m);
-    float s = 0.f;
-    for (int64_t c = g.lane(); c < cols; c += g.size()) s += expf(z[c] - m);
-    s = g.sum(s);
+  for (int64_t row = g.first(); row < positions; row += g.stride()) {
+    const int64_t base = (row / inner) * cols * inner + row % inner;
+    const float* z = x + base;
     const int64_t label = labels[row];
-    const bool bad = label < 0 || label >= cols;
-    if (dx == nullptr) {
-      if (g.lane() == 0)
-        term[row] = bad ? NAN : static_cast<double>(logf(s)) - static_cast<double>(z[label] - m);
+    if (label == ignore) {
+      if (dx == nullptr) {
+        if (g.lane() == 0) term[row] = 0.0;
+      } else {
+        // 0, or NaN when every label is ignored (the mean of nothing, as the reference).
+        const float scale = *dloss / static_cast<float>(*count);
+        for (int64_t c = g.lane(); c < cols; c += g.size()) dx[base + c * inner] = 0.f * scale;
+      }
       continue;
     }
-    // As the reference: (softmax - onehot) * (dloss / N), the scale rounded to float first.
-    const float scale = *dloss / static_cast<float>(rows);
-    float* d = dx + row * cols;
+    float m = -INFINITY;
+    for (int64_t c = g.lane(); c < cols; c += g.size()) m = fmaxf(m, z[c * inner]);
+    m = g.max(m);
+    float s = 0.f, sum_z = 0.f;
     for (int64_t c = g.lane(); c < cols; c += g.size()) {
-      const float p = expf(z[c] - m) / s;
-      d[c] = bad ? NAN : (p - (c == label ? 1.f : 0.f)) * scale;
+      s += expf(z[c * inner] - m);
+      sum_z += z[c * inner] - m;
+    }
+    s = g.sum(s);
+    sum_z = g.sum(sum_z);
+    const bool bad = label < 0 || label >= cols;
+    if (dx == nullptr) {
+      if (g.lane() == 0) {
+        const double lse = logf(s);
+        const double nll = bad ? NAN : lse - static_cast<double>(z[label * inner] - m);
+        term[row] = eps == 0.f ? nll
+                               : (1.0 - eps) * nll + eps * (lse - sum_z / static_cast<double>(cols));
+      }
+      continue;
+    }
+    // As the reference: (softmax - (1 - eps) onehot - eps / C) * (dloss / count), the scale
+    // rounded to float first.
+    const float scale = *dloss / static_cast<float>(*count);
+    const float spread = eps / static_cast<float>(cols);
+    for (int64_t c = g.lane(); c < cols; c += g.size()) {
+      const float p = expf(z[c * inner] - m) / s;
+      dx[base + c * inner] = bad ? NAN : (p - spread - (c == label ? 1.f - eps : 0.f)) * scale;
     }
   }
+}
+
+// One block: the number of labels not equal to ignore, in a fixed order.
+__global__ void count_labels(const int64_t* __restrict__ labels, int64_t n, int64_t ignore,
+                             double* __restrict__ count) {
+  double acc = 0;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) acc += labels[i] != ignore ? 1.0 : 0.0;
+  acc = block_reduce(acc, SumOp{}, 0.0);
+  if (threadIdx.x == 0) *count = acc;
+}
+
+// One block: out = sum(term[0..n)) / *count, summed in a fixed order (NaN when count is 0).
+__global__ void finish_ce(const double* __restrict__ term, int64_t n,
+                          const double* __restrict__ count, float* __restrict__ out) {
+  double acc = 0;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) acc += term[i];
+  acc = block_reduce(acc, SumOp{}, 0.0);
+  if (threadIdx.x == 0) *out = static_cast<float>(acc / *count);
 }
 
 // Per-block partial sums (double) of a pair loss's element terms, grid-stride.
@@ -111,13 +155,20 @@ void require_loss_types(const Node& n, bool labels) {
 class SoftmaxCrossEntropy : public Kernel {
  public:
   explicit SoftmaxCrossEntropy(const Node& n)
-      : grad_(n.in.size() == 3), threads_(block_threads(n)) {
+      : grad_(n.in.size() == 3), threads_(block_threads(n)), ignore_(n.attrs.i("ignore_index")),
+        eps_(static_cast<float>(n.attrs.f("label_smoothing"))) {
     require_loss_types(n, true);
     const int off = grad_ ? 1 : 0;
     const TensorRef& x = n.in[off];
-    if (x.shape.size() != 2) throw std::runtime_error("SoftmaxCrossEntropy: logits must be (N, C)");
-    rows_ = x.shape[0];
-    cols_ = x.shape[1];
+    if (x.shape.size() < 2)
+      throw std::runtime_error("SoftmaxCrossEntropy: logits must be (N, C, ...)");
+    const int axis = norm_axis(n.attrs.i("axis"), x.shape.size());
+    for (size_t k = 0; k < x.shape.size(); ++k) {
+      if (static_cast<int>(k) < axis) outer_ *= x.shape[k];
+      if (static_cast<int>(k) > axis) inner_ *= x.shape[k];
+    }
+    cols_ = x.shape[axis];
+    rows_ = outer_ * inner_;
     if (cols_ == 0 && rows_ > 0)
       throw std::runtime_error("SoftmaxCrossEntropy: logits with no classes");
     logits_ = x.id;
@@ -127,23 +178,30 @@ class SoftmaxCrossEntropy : public Kernel {
     warp_ = cols_ <= kWarpRowMax;
     blocks_ = row_blocks(rows_, warp_, threads_);
   }
-  size_t scratch_bytes() const override { return grad_ ? 0 : sizeof(double) * rows_; }
+  // The count of labels not ignored (a double), then the forward's per-position terms.
+  size_t scratch_bytes() const override {
+    return sizeof(double) * (grad_ ? 1 : 1 + rows_);
+  }
   void run(const Run& r) override {
     const float* x = r.at<float>(logits_);
     const int64_t* lab = r.at<int64_t>(labels_);
     const float* dloss = grad_ ? r.at<float>(dloss_) : nullptr;
-    double* term = grad_ ? nullptr : reinterpret_cast<double*>(r.scratch);
+    double* count = reinterpret_cast<double*>(r.scratch);
+    double* term = grad_ ? nullptr : count + 1;
     float* dx = grad_ ? r.at<float>(out_) : nullptr;
+    count_labels<<<1, threads_, 0, r.stream>>>(lab, rows_, ignore_, count);
+    PLANNER_LAUNCHED("SoftmaxCrossEntropy count");
     if (rows_ > 0) {
       if (warp_)
-        sce_rows<true><<<blocks_, threads_, 0, r.stream>>>(x, lab, rows_, cols_, dloss, term, dx);
+        sce_rows<true><<<blocks_, threads_, 0, r.stream>>>(x, lab, rows_, cols_, inner_, ignore_,
+                                                           eps_, dloss, count, term, dx);
       else
-        sce_rows<false><<<blocks_, threads_, 0, r.stream>>>(x, lab, rows_, cols_, dloss, term, dx);
+        sce_rows<false><<<blocks_, threads_, 0, r.stream>>>(x, lab, rows_, cols_, inner_, ignore_,
+                                                            eps_, dloss, count, term, dx);
       PLANNER_LAUNCHED("SoftmaxCrossEntropy rows");
     }
     if (!grad_) {
-      finish_mean<<<1, threads_, 0, r.stream>>>(term, rows_, static_cast<double>(rows_),
-                                                r.at<float>(out_));
+      finish_ce<<<1, threads_, 0, r.stream>>>(term, rows_, count, r.at<float>(out_));
       PLANNER_LAUNCHED("SoftmaxCrossEntropy mean");
     }
   }
@@ -151,7 +209,9 @@ class SoftmaxCrossEntropy : public Kernel {
  private:
   bool grad_;
   int threads_;
-  int64_t rows_ = 0, cols_ = 0;
+  int64_t ignore_;
+  float eps_;
+  int64_t outer_ = 1, inner_ = 1, rows_ = 0, cols_ = 0;
   int logits_ = -1, labels_ = -1, dloss_ = -1, out_ = -1;
   bool warp_ = true;
   unsigned blocks_ = 1;
