@@ -1,16 +1,16 @@
-"""docs/ops.md is the table planner.ops.table generates from the registries (regenerate with
-`python -m planner.ops.table -o docs/ops.md`)."""
+"""docs/ops.md is the table codegen.ops_table generates from the registries (regenerate with
+`python -m codegen.ops_table -o docs/ops.md`)."""
 
 from pathlib import Path
 
-from planner.ops.table import ops_table
+from codegen.ops_table import ops_table
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "ops.md"
 
 
 def test_docs_ops_table_is_current():
     assert DOC.read_text(encoding="utf-8") == ops_table(), (
-        "docs/ops.md is stale: run python -m planner.ops.table -o docs/ops.md")
+        "docs/ops.md is stale: run python -m codegen.ops_table -o docs/ops.md")
 
 
 def test_table_lists_the_issue_25_ops_with_their_kernels():
