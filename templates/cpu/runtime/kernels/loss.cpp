@@ -32,22 +32,15 @@ class SoftmaxCrossEntropy : public Kernel {
     }
     classes_ = s[axis];
   }
+  // Fed labels are checked before any op runs, so a step that raises changes no state.
   void check_feeds(const Run& r, const std::vector<char>& fed) const override {
-    if (fed[labels_]) check_labels(r.at<int64_t>(labels_), rows_, cols_);
+    if (fed[labels_]) counted(r.at<int64_t>(labels_));
   }
   void run(const Run& r) override {
     const float* x = r.at<float>(logits_);
     const int64_t* lab = r.at<int64_t>(labels_);
     const int64_t positions = outer_ * inner_, classes = classes_, inner = inner_;
-    int64_t count = 0;
-    for (int64_t i = 0; i < positions; ++i) {
-      if (lab[i] == ignore_) continue;
-      if (lab[i] < 0 || lab[i] >= classes)
-        throw StepError("label " + std::to_string(lab[i]) + " out of range [0, " +
-                        std::to_string(classes) + ") (ignore_index " + std::to_string(ignore_) +
-                        ")");
-      ++count;
-    }
+    const int64_t count = counted(lab);
     const double eps = eps_, keep = 1.0 - eps;
     auto base = [&](int64_t p) { return (p / inner) * classes * inner + p % inner; };
     if (!grad_) {
@@ -97,6 +90,20 @@ class SoftmaxCrossEntropy : public Kernel {
   }
 
  private:
+  // The labels not ignored; StepError for one out of [0, classes).
+  int64_t counted(const int64_t* lab) const {
+    int64_t count = 0;
+    for (int64_t i = 0; i < outer_ * inner_; ++i) {
+      if (lab[i] == ignore_) continue;
+      if (lab[i] < 0 || lab[i] >= classes_)
+        throw StepError("label " + std::to_string(lab[i]) + " out of range [0, " +
+                        std::to_string(classes_) + ") (ignore_index " +
+                        std::to_string(ignore_) + ")");
+      ++count;
+    }
+    return count;
+  }
+
   bool grad_;
   int off_;
   int64_t outer_ = 1, inner_ = 1, classes_ = 0;
