@@ -95,7 +95,11 @@ CASES: dict[str, list[tuple]] = {
     "MatMul": [([((3, 4), N), ((4, 5), N)], {}),
                ([((2, 3, 4, 5), N), ((3, 6, 5), N)], {"transpose_b": True}),
                ([((2, 4, 3), N), ((2, 4, 5), N)], {"transpose_a": True})],
-    "ReduceSum": [([((2, 3, 4), N)], {"axes": [1]})],
+    # leading axes (a broadcast bias's gradient) run a plain loop: one block, and two blocks of
+    # columns (256 each) with a ragged end; axis 1 of size 1 between reduced leading axes
+    "ReduceSum": [([((2, 3, 4), N)], {"axes": [1]}),
+                  ([((5, 3, 4), N)], {"axes": [0, 1]}),
+                  ([((3, 1, 2, 300), N)], {"axes": [0, 2], "keepdims": True})],
     "ReduceMean": [([((2, 3, 4), N)], {"axes": [0, 2], "keepdims": True})],
     "GlobalAvgPool": [([(X4, N)], {})],
     # small maps run channels-last, rows of 16 or more outputs run row by row (max_pool.cpp)
@@ -135,7 +139,8 @@ CASES: dict[str, list[tuple]] = {
     "Embedding": [([((6, 4), N), ((2, 3), ids(6))], {})],
     "EmbeddingGrad": [([((2, 3), ids(6)), ((2, 3, 4), N)], {"num_embeddings": 6})],
     "SoftmaxCrossEntropy": [([((4, 5), N), ((4,), ids(5))], {})],
-    "SoftmaxCrossEntropyGrad": [([((), N), ((4, 5), N), ((4,), ids(5))], {})],
+    "SoftmaxCrossEntropyGrad": [([((), N), ((4, 5), N), ((4,), ids(5))], {}),
+                                ([((), N), ((6, 37), N), ((6,), ids(37))], {})],
     "SigmoidBCE": [([((4, 5), N), ((4, 5), U)], {})],
     "SigmoidBCEGrad": [([((), N), ((4, 5), N), ((4, 5), U)], {})],
     "MSE": [([((4, 5), N), ((4, 5), N)], {})],
