@@ -7,9 +7,12 @@
 // SoftmaxCrossEntropyGrad's softmax is oneDNN's (vectorized; a scalar exp loop in double took
 // 40% of a small GPT's step), then one pass per row subtracts the one-hot label and scales; a
 // row holding NaN or +inf, or only -inf, becomes NaN, as the reference's (as in softmax.cpp).
+// The forward's log-sum-exp runs a vectorizable float exp (exp_nonpositive) summed in double.
 #include <omp.h>
 
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <limits>
 #include <string>
 
@@ -24,6 +27,40 @@ void check_labels(const int64_t* labels, int64_t n, int64_t classes) {
     if (labels[i] < 0 || labels[i] >= classes)
       throw StepError("label " + std::to_string(labels[i]) + " out of range [0, " +
                       std::to_string(classes) + ")");
+}
+
+// exp(x) for a shifted logit x <= 0, in plain float arithmetic a loop vectorizes (libm's expf
+// does not): x = n ln2 + r with |r| <= ln2 / 2, exp(r) by Cephes' expf polynomial (about 1 ulp),
+// 2^n written into the exponent bits. Below -87 (and -inf) it gives exp(-87) ~ 1.6e-38, not 0:
+// next to the row maximum's term 1 that changes a sum by less than float's rounding.
+inline float exp_nonpositive(float x) {
+  x = x < -87.f ? -87.f : x;
+  const int n = static_cast<int>(x * 1.44269504088896341f - 0.5f);  // round to nearest, x <= 0
+  const float fn = static_cast<float>(n);
+  const float r = (x - fn * 0.693359375f) + fn * 2.12194440e-4f;  // x - n ln2 in two parts
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  const float e = p * r * r + r + 1.f;
+  const int32_t bits = (n + 127) << 23;
+  float scale;
+  std::memcpy(&scale, &bits, sizeof scale);
+  return e * scale;
+}
+
+// True where a row's softmax is NaN in the reference: it holds NaN or +inf, or only -inf.
+inline bool nan_row(const float* z, int64_t cols) {
+  const float inf = std::numeric_limits<float>::infinity();
+  int bad = 0, finite_or_inf = 0;
+#pragma omp simd reduction(| : bad, finite_or_inf)
+  for (int64_t c = 0; c < cols; ++c) {
+    bad |= (z[c] != z[c]) | (z[c] == inf);
+    finite_or_inf |= z[c] != -inf;
+  }
+  return bad || !finite_or_inf;
 }
 
 class SoftmaxCrossEntropy : public DnnlKernel {
@@ -45,15 +82,22 @@ class SoftmaxCrossEntropy : public DnnlKernel {
     const int64_t* lab = r.at<int64_t>(labels_);
     check_labels(lab, rows_, cols_);
     const int64_t rows = rows_, cols = cols_;
+    const float nan = std::numeric_limits<float>::quiet_NaN();
     if (!grad_) {
       double total = 0;
 #pragma omp parallel for reduction(+ : total)
       for (int64_t i = 0; i < rows; ++i) {
         const float* z = x + i * cols;
+        if (nan_row(z, cols)) {
+          total += nan;
+          continue;
+        }
         float m = z[0];
+#pragma omp simd reduction(max : m)
         for (int64_t c = 1; c < cols; ++c) m = std::max(m, z[c]);
         double s = 0;
-        for (int64_t c = 0; c < cols; ++c) s += std::exp(static_cast<double>(z[c] - m));
+#pragma omp simd reduction(+ : s)
+        for (int64_t c = 0; c < cols; ++c) s += exp_nonpositive(z[c] - m);
         total += std::log(s) - static_cast<double>(z[lab[i]] - m);
       }
       *r.at<float>(out_) = static_cast<float>(total / static_cast<double>(rows));
@@ -62,19 +106,10 @@ class SoftmaxCrossEntropy : public DnnlKernel {
     const float scale = *r.at<float>(dloss_) / static_cast<float>(rows);
     run_all(r);  // dx = softmax(logits)
     float* dx = r.at<float>(out_);
-    const float inf = std::numeric_limits<float>::infinity();
-    const float nan = std::numeric_limits<float>::quiet_NaN();
 #pragma omp parallel for
     for (int64_t i = 0; i < rows; ++i) {
-      const float* z = x + i * cols;
       float* d = dx + i * cols;
-      int bad = 0, finite_or_inf = 0;
-#pragma omp simd reduction(| : bad, finite_or_inf)
-      for (int64_t c = 0; c < cols; ++c) {
-        bad |= (z[c] != z[c]) | (z[c] == inf);
-        finite_or_inf |= z[c] != -inf;
-      }
-      if (bad || !finite_or_inf) {
+      if (nan_row(x + i * cols, cols)) {
         for (int64_t c = 0; c < cols; ++c) d[c] = nan;
         continue;
       }
