@@ -29,12 +29,25 @@ void check_labels(const int64_t* labels, int64_t n, int64_t classes) {
                       std::to_string(classes) + ")");
 }
 
+// c ? a : b without a branch: g++ -O2 does not if-convert a branch inside a loop, which keeps
+// the loop scalar even under omp simd (checked with -fopt-info-vec).
+inline float select(bool c, float a, float b) {
+  int32_t ab, bb;
+  std::memcpy(&ab, &a, sizeof ab);
+  std::memcpy(&bb, &b, sizeof bb);
+  const int32_t mask = -static_cast<int32_t>(c);
+  const int32_t bits = (ab & mask) | (bb & ~mask);
+  float out;
+  std::memcpy(&out, &bits, sizeof out);
+  return out;
+}
+
 // exp(x) for a shifted logit x <= 0, in plain float arithmetic a loop vectorizes (libm's expf
 // does not): x = n ln2 + r with |r| <= ln2 / 2, exp(r) by Cephes' expf polynomial (about 1 ulp),
 // 2^n written into the exponent bits. Below -87 (and -inf) it gives exp(-87) ~ 1.6e-38, not 0:
 // next to the row maximum's term 1 that changes a sum by less than float's rounding.
 inline float exp_nonpositive(float x) {
-  x = x < -87.f ? -87.f : x;
+  x = select(x < -87.f, -87.f, x);
   const int n = static_cast<int>(x * 1.44269504088896341f - 0.5f);  // round to nearest, x <= 0
   const float fn = static_cast<float>(n);
   const float r = (x - fn * 0.693359375f) + fn * 2.12194440e-4f;  // x - n ln2 in two parts
@@ -94,7 +107,7 @@ class SoftmaxCrossEntropy : public DnnlKernel {
         }
         float m = z[0];
 #pragma omp simd reduction(max : m)
-        for (int64_t c = 1; c < cols; ++c) m = std::max(m, z[c]);
+        for (int64_t c = 1; c < cols; ++c) m = select(z[c] > m, z[c], m);
         double s = 0;
 #pragma omp simd reduction(+ : s)
         for (int64_t c = 0; c < cols; ++c) s += exp_nonpositive(z[c] - m);
