@@ -257,9 +257,10 @@ def main() -> None:
         for kind in args.models.split(","):
             rows.append(measure(kind, target, Path(tmp), args.rounds, not args.no_compile))
     load_avg = os.getloadavg()[0]
-    config = ",".join(f"{k}={v}" for k, v in CONFIG.items())
-    print(f"host: {target.name}; {threads} threads; gpt/bert {config}; vit {VIT}; "
-          f"bilstm {BILSTM}; {args.rounds} alternating rounds; load average {load_avg:.2f}")
+    config = "; ".join(f"{name} " + ",".join(f"{k}={v}" for k, v in c.items())
+                       for name, c in (("gpt/bert", CONFIG), ("vit", VIT), ("bilstm", BILSTM)))
+    print(f"host: {target.name}; {threads} threads; {args.rounds} alternating rounds; "
+          f"load average {load_avg:.2f}\n{config}")
     print(f"{'model':<8}{'ops':>6}{'executor ms':>13}{'eager ms':>10}{'ratio':>7}"
           f"{'compiled ms':>13}{'ratio':>7}")
     for kind, ops, med, note in rows:
