@@ -95,12 +95,15 @@ CASES: dict[str, list[tuple]] = {
     "MatMul": [([((3, 4), N), ((4, 5), N)], {}),
                ([((2, 3, 4, 5), N), ((3, 6, 5), N)], {"transpose_b": True}),
                ([((2, 4, 3), N), ((2, 4, 5), N)], {"transpose_a": True})],
-    # leading axes (a broadcast bias's gradient) run a plain loop: one block, and two blocks of
-    # columns (256 each) with a ragged end; axis 1 of size 1 between reduced leading axes
+    # a run of axes leaving >= 8 trailing elements runs a plain loop: leading axes (a broadcast
+    # bias's gradient), one block and two blocks of columns (256 each) with a ragged end, axis 1
+    # of size 1 inside the run; middle axes with an outer axis
     "ReduceSum": [([((2, 3, 4), N)], {"axes": [1]}),
-                  ([((5, 3, 4), N)], {"axes": [0, 1]}),
-                  ([((3, 1, 2, 300), N)], {"axes": [0, 2], "keepdims": True})],
-    "ReduceMean": [([((2, 3, 4), N)], {"axes": [0, 2], "keepdims": True})],
+                  ([((5, 3, 9), N)], {"axes": [0, 1]}),
+                  ([((3, 1, 2, 300), N)], {"axes": [0, 2], "keepdims": True}),
+                  ([((2, 5, 3, 10), N)], {"axes": [1, 2]})],
+    "ReduceMean": [([((2, 3, 4), N)], {"axes": [0, 2], "keepdims": True}),
+                   ([((3, 7, 9), N)], {"axes": [1]})],
     "GlobalAvgPool": [([(X4, N)], {})],
     # small maps run channels-last, rows of 16 or more outputs run row by row (max_pool.cpp)
     "MaxPool": [([(X4, N)], POOL), ([((1, 2, 5, 5), N)], {"kernel": [2, 2], "strides": [2, 2],
