@@ -1,20 +1,30 @@
-"""zoo:gpt and zoo:bert training steps: the generated CPU executor against PyTorch eager (issue 12).
+"""Transformer (and BiLSTM) training steps: the generated CPU executor against PyTorch eager and
+torch.compile (issues 12, 25).
 
-    python bench/bench_transformer.py [--rounds 15] [--threads N]
+    python bench/bench_transformer.py [--rounds 15] [--threads N] [--models gpt,bert,vit,bilstm]
+                                      [--no-compile]
 
 One SGD step (forward, backward, update) of each model at the size below, the executor on a
 uniform plan (every op on every core, or the first N logical CPUs with --threads) against the
-same model in PyTorch eager (float32, torch.optim.SGD, as many threads): gpt as a GPT-2 style
-module (pre-LN, causal attention, GELU MLP, tied head), bert as nn.TransformerEncoder over
-nn.TransformerEncoderLayer (post-LN, GELU) with embeddings and a tied head. The numerics of the
-two are checked against each other in tests/codegen/test_transformer_vs_torch.py. Rounds
-alternate (an executor step, then a torch step) so load changes hit both alike; the table gives
-medians over rounds.
+same model as an nn.Module in PyTorch eager (float32, torch.optim.SGD, as many threads) and the
+same nn.Module under torch.compile (what a user runs; "n/a" with the reason where it does not
+compile):
+- gpt: zoo:gpt against a GPT-2 style module (pre-LN, causal attention, GELU MLP, tied head);
+- bert: zoo:bert against nn.TransformerEncoder over nn.TransformerEncoderLayer (post-LN, GELU)
+  with embeddings and a tied head (the numerics of these two pairs are checked against each
+  other in tests/codegen/test_transformer_vs_torch.py);
+- vit: a small ViT nn.Module (patch convolution, class token, pre-LN nn.TransformerEncoder)
+  brought in through planner.torch (torch.export) with F.cross_entropy;
+- bilstm: an embedding, a bidirectional nn.LSTM, mean over time and a linear head, through its
+  ONNX export (planner.torch has no aten.flip yet) with `--loss cross-entropy`.
+Rounds alternate (an executor step, an eager step, a compiled step) so load changes hit all
+alike; the table gives medians over rounds.
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import math
 import os
 import sys
@@ -90,10 +100,142 @@ def torch_model(kind: str):
     return Model()
 
 
-def torch_step(model, opt, tokens, labels) -> None:
+VIT = dict(batch=8, image=32, patch=4, dim=128, heads=4, layers=2, classes=10)
+BILSTM = dict(batch=8, seq=32, vocab=512, dim=128, hidden=128, classes=10)
+
+
+def vit_module():
+    """A small ViT: 4x4 patches by a strided convolution, a class token, learned positions,
+    pre-LN nn.TransformerEncoder (GELU), a linear head on the class token."""
+    import torch
+    from torch import nn
+
+    c = VIT
+
+    class ViT(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            dim = c["dim"]
+            self.patch = nn.Conv2d(3, dim, c["patch"], stride=c["patch"])
+            self.cls = nn.Parameter(torch.zeros(1, 1, dim))
+            self.pos = nn.Parameter(torch.randn(1, (c["image"] // c["patch"]) ** 2 + 1, dim) * 0.02)
+            layer = nn.TransformerEncoderLayer(dim, c["heads"], 4 * dim, dropout=0.0,
+                                               activation="gelu", batch_first=True,
+                                               norm_first=True)
+            self.blocks = nn.TransformerEncoder(layer, c["layers"], enable_nested_tensor=False)
+            self.norm = nn.LayerNorm(dim)
+            self.head = nn.Linear(dim, c["classes"])
+
+        def forward(self, x):
+            x = self.patch(x).flatten(2).transpose(1, 2)
+            x = torch.cat([self.cls.expand(x.shape[0], -1, -1), x], dim=1) + self.pos
+            return self.head(self.norm(self.blocks(x))[:, 0])
+
+    images = torch.randn(c["batch"], 3, c["image"], c["image"])
+    return ViT(), (images,), torch.randint(0, c["classes"], (c["batch"],))
+
+
+def bilstm_module():
+    """Embedding, bidirectional nn.LSTM, mean over time, linear head."""
+    import torch
+    from torch import nn
+
+    c = BILSTM
+
+    class BiLSTM(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.embed = nn.Embedding(c["vocab"], c["dim"])
+            self.lstm = nn.LSTM(c["dim"], c["hidden"], batch_first=True, bidirectional=True)
+            self.head = nn.Linear(2 * c["hidden"], c["classes"])
+
+        def forward(self, tokens):
+            y, _ = self.lstm(self.embed(tokens))
+            return self.head(y.mean(1))
+
+    tokens = torch.randint(0, c["vocab"], (c["batch"], c["seq"]))
+    return BiLSTM(), (tokens,), torch.randint(0, c["classes"], (c["batch"],))
+
+
+def case(kind: str):
+    """(training graph, its parameters or None for the planner's init, the nn.Module, the
+    module's inputs, the labels, the loss function)."""
+    import io
+
+    import torch
+    import torch.nn.functional as F
+
+    sgd = Optimizer(kind="sgd", lr=LR)
+    if kind in ("gpt", "bert"):
+        graph = make_training_graph(zoo(kind, **CONFIG), sgd)
+        feeds = random_feeds(graph, seed=1)
+        tokens, labels = torch.from_numpy(feeds["tokens"]), torch.from_numpy(feeds["labels"])
+        return graph, None, torch_model(kind), (tokens, labels), None, None
+    if kind == "vit":
+        from planner.torch.convert import convert
+        from planner.torch.trainer import export
+
+        module, inputs, labels = vit_module()
+        imported = convert(export(module, inputs, F.cross_entropy, labels), name="vit")
+        return (make_training_graph(imported.graph, sgd), imported.params(), module, inputs,
+                labels, F.cross_entropy)
+    if kind == "bilstm":
+        from planner.graph.loss import attach_loss
+        from planner.importers.onnx import import_onnx
+
+        module, inputs, labels = bilstm_module()
+        buf = io.BytesIO()
+        torch.onnx.export(module, inputs, buf, dynamo=False, input_names=["tokens"],
+                          output_names=["logits"])
+        imported = import_onnx(buf.getvalue(), name="bilstm")
+        graph = make_training_graph(attach_loss(imported.graph, "cross-entropy"), sgd)
+        return graph, imported.params(), module, inputs, labels, F.cross_entropy
+    raise SystemExit(f"unknown model {kind!r}: gpt, bert, vit or bilstm")
+
+
+def torch_step(model, opt, inputs, labels, loss) -> None:
     opt.zero_grad()
-    model(tokens, labels).backward()
+    out = model(*inputs) if loss is None else loss(model(*inputs), labels)
+    out.backward()
     opt.step()
+
+
+def measure(kind: str, target, tmp: Path, rounds: int, compile_too: bool):
+    """(model, ops, median seconds per contender, why torch.compile is missing) of one model."""
+    import torch
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        graph, params, model, inputs, labels, loss = case(kind)
+        p = plan(graph, target, options=PlanOptions(schedule=ScheduleOptions(strategy="uniform")))
+    ex = load(build(render(p, tmp / kind)).dir).Executor(init=True)
+    if params is not None:
+        ex.load_params(params)
+    feeds = random_feeds(graph, seed=1)
+    opt = torch.optim.SGD(model.parameters(), lr=LR)
+    steps = {"ours": lambda: ex.step(feeds),
+             "eager": lambda: torch_step(model, opt, inputs, labels, loss)}
+    note = "skipped"
+    if compile_too:
+        twin = copy.deepcopy(model)
+        twin_opt = torch.optim.SGD(twin.parameters(), lr=LR)
+        fast = torch.compile(twin)
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                torch_step(fast, twin_opt, inputs, labels, loss)
+            steps["compiled"] = lambda: torch_step(fast, twin_opt, inputs, labels, loss)
+        except Exception as e:  # report it in the table, go on with the other models
+            note = f"n/a ({type(e).__name__})"
+    for step in steps.values():
+        step()
+    times: dict[str, list[float]] = {k: [] for k in steps}
+    for _ in range(rounds):
+        for name, step in steps.items():
+            t0 = time.perf_counter()
+            step()
+            times[name].append(time.perf_counter() - t0)
+    return kind, len(graph.nodes), {k: float(np.median(v)) for k, v in times.items()}, note
 
 
 def main() -> None:
@@ -102,6 +244,8 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--threads", type=int, default=0, help="0: every logical CPU")
+    parser.add_argument("--models", default="gpt,bert,vit,bilstm")
+    parser.add_argument("--no-compile", action="store_true", help="leave out torch.compile")
     args = parser.parse_args()
     target = detect()
     if args.threads:
@@ -110,38 +254,23 @@ def main() -> None:
     torch.set_num_threads(threads)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        for kind in ("gpt", "bert"):
-            graph = make_training_graph(zoo(kind, **CONFIG), Optimizer(kind="sgd", lr=LR))
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                p = plan(graph, target,
-                         options=PlanOptions(schedule=ScheduleOptions(strategy="uniform")))
-            ex = load(build(render(p, Path(tmp) / kind)).dir).Executor(init=True)
-            feeds = random_feeds(graph, seed=1)
-            model = torch_model(kind)
-            opt = torch.optim.SGD(model.parameters(), lr=LR)
-            tokens = torch.from_numpy(feeds["tokens"])
-            labels = torch.from_numpy(feeds["labels"])
-            ex.step(feeds)
-            torch_step(model, opt, tokens, labels)
-            ours, theirs = [], []
-            for _ in range(args.rounds):
-                t0 = time.perf_counter()
-                ex.step(feeds)
-                t1 = time.perf_counter()
-                torch_step(model, opt, tokens, labels)
-                t2 = time.perf_counter()
-                ours.append(t1 - t0)
-                theirs.append(t2 - t1)
-            rows.append((kind, len(graph.nodes), float(np.median(ours)),
-                         float(np.median(theirs))))
+        for kind in args.models.split(","):
+            rows.append(measure(kind, target, Path(tmp), args.rounds, not args.no_compile))
     load_avg = os.getloadavg()[0]
-    config = ",".join(f"{k}={v}" for k, v in CONFIG.items())
-    print(f"host: {target.name}; {threads} threads; {config}; {args.rounds} alternating rounds; "
-          f"load average {load_avg:.2f}")
-    print(f"{'model':<8}{'ops':>6}{'executor ms':>13}{'torch ms':>10}{'ratio':>8}")
-    for kind, ops, ours, theirs in rows:
-        print(f"{kind:<8}{ops:>6}{ours * 1e3:>13.2f}{theirs * 1e3:>10.2f}{ours / theirs:>8.2f}")
+    config = "; ".join(f"{name} " + ",".join(f"{k}={v}" for k, v in c.items())
+                       for name, c in (("gpt/bert", CONFIG), ("vit", VIT), ("bilstm", BILSTM)))
+    print(f"host: {target.name}; {threads} threads; {args.rounds} alternating rounds; "
+          f"load average {load_avg:.2f}\n{config}")
+    print(f"{'model':<8}{'ops':>6}{'executor ms':>13}{'eager ms':>10}{'ratio':>7}"
+          f"{'compiled ms':>13}{'ratio':>7}")
+    for kind, ops, med, note in rows:
+        ours, eager = med["ours"] * 1e3, med["eager"] * 1e3
+        line = f"{kind:<8}{ops:>6}{ours:>13.2f}{eager:>10.2f}{ours / eager:>7.2f}"
+        if "compiled" in med:
+            line += f"{med['compiled'] * 1e3:>13.2f}{ours / (med['compiled'] * 1e3):>7.2f}"
+        else:
+            line += f"{note:>20}"
+        print(line)
 
 
 if __name__ == "__main__":

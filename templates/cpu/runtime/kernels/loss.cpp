@@ -5,19 +5,77 @@
 //   SigmoidBCE [z, t]      mean(max(z,0) - z t + log1p(exp(-|z|)))
 //   MSE [p, t]             mean((p - t)^2)
 // and *Grad [dloss, ...] -> d(first input).
+// With the classes last, SoftmaxCrossEntropyGrad's softmax is oneDNN's (vectorized; a scalar
+// exp loop in double took 40% of a small GPT's step), then one pass per row subtracts the
+// label and the smoothing and scales; a row holding NaN or +inf, or only -inf, becomes NaN, as
+// the reference's (as in softmax.cpp). The forward's log-sum-exp runs a vectorizable float exp
+// (exp_nonpositive) summed in double. Classes on another axis run strided loops in double.
 #include <omp.h>
 
 #include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
 #include <string>
 
+#include "../dnnl_kernel.h"
 #include "../loops.h"
 
 namespace planner {
 namespace {
 
-// The logits viewed as (outer, C, inner) with the classes on the node's axis: position r
-// (outer * inner of them, one label each) reads its class c at base(r) + c * inner.
-class SoftmaxCrossEntropy : public Kernel {
+// c ? a : b without a branch: g++ -O2 does not if-convert a branch inside a loop, which keeps
+// the loop scalar even under omp simd (checked with -fopt-info-vec).
+inline float select(bool c, float a, float b) {
+  int32_t ab, bb;
+  std::memcpy(&ab, &a, sizeof ab);
+  std::memcpy(&bb, &b, sizeof bb);
+  const int32_t mask = -static_cast<int32_t>(c);
+  const int32_t bits = (ab & mask) | (bb & ~mask);
+  float out;
+  std::memcpy(&out, &bits, sizeof out);
+  return out;
+}
+
+// exp(x) for a shifted logit x <= 0, in plain float arithmetic a loop vectorizes (libm's expf
+// does not): x = n ln2 + r with |r| <= ln2 / 2, exp(r) by Cephes' expf polynomial (about 1 ulp),
+// 2^n written into the exponent bits. Below -87 (and -inf) it gives exp(-87) ~ 1.6e-38, not 0:
+// next to the row maximum's term 1 that changes a sum by less than float's rounding.
+inline float exp_nonpositive(float x) {
+  x = select(x < -87.f, -87.f, x);
+  const int n = static_cast<int>(x * 1.44269504088896341f - 0.5f);  // round to nearest, x <= 0
+  const float fn = static_cast<float>(n);
+  const float r = (x - fn * 0.693359375f) + fn * 2.12194440e-4f;  // x - n ln2 in two parts
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  const float e = p * r * r + r + 1.f;
+  const int32_t bits = (n + 127) << 23;
+  float scale;
+  std::memcpy(&scale, &bits, sizeof scale);
+  return e * scale;
+}
+
+// True where a row's softmax is NaN in the reference: it holds NaN or +inf, or only -inf.
+inline bool nan_row(const float* z, int64_t cols) {
+  const float inf = std::numeric_limits<float>::infinity();
+  int bad = 0, finite_or_inf = 0;
+#pragma omp simd reduction(| : bad, finite_or_inf)
+  for (int64_t c = 0; c < cols; ++c) {
+    bad |= (z[c] != z[c]) | (z[c] == inf);
+    finite_or_inf |= z[c] != -inf;
+  }
+  return bad || !finite_or_inf;
+}
+
+// The logits viewed as (outer, C, inner) with the classes on the node's axis: position p
+// (outer * inner of them, one label each) reads its class c at base(p) + c * inner. With the
+// classes last (inner 1: classifiers, language models) rows are contiguous and take the
+// vectorized path; other layouts (segmentation's N, C, H, W) take the strided loops.
+class SoftmaxCrossEntropy : public DnnlKernel {
  public:
   explicit SoftmaxCrossEntropy(const Node& n)
       : grad_(n.in.size() == 3), off_(grad_ ? 1 : 0), logits_(n.in[off_].id),
@@ -31,16 +89,103 @@ class SoftmaxCrossEntropy : public Kernel {
       if (static_cast<int>(k) > axis) inner_ *= s[k];
     }
     classes_ = s[axis];
+    if (!grad_ || inner_ != 1) return;
+    auto md = plain_md(s, n.in[off_].dtype);
+    dnnl::softmax_forward::primitive_desc pd(n.engine, dnnl::prop_kind::forward_inference,
+                                             dnnl::algorithm::softmax_accurate, md, md, axis,
+                                             user_scratchpad());
+    add(dnnl::softmax_forward(pd), pd, {{DNNL_ARG_SRC, logits_}, {DNNL_ARG_DST, out_}});
   }
   // Fed labels are checked before any op runs, so a step that raises changes no state.
   void check_feeds(const Run& r, const std::vector<char>& fed) const override {
     if (fed[labels_]) counted(r.at<int64_t>(labels_));
   }
   void run(const Run& r) override {
+    const int64_t count = counted(r.at<int64_t>(labels_));
+    if (inner_ == 1)
+      contiguous(r, count);
+    else
+      strided(r, count);
+  }
+
+ private:
+  // The labels not ignored; StepError for one out of [0, classes).
+  int64_t counted(const int64_t* lab) const {
+    int64_t count = 0;
+    for (int64_t i = 0; i < outer_ * inner_; ++i) {
+      if (lab[i] == ignore_) continue;
+      if (lab[i] < 0 || lab[i] >= classes_)
+        throw StepError("label " + std::to_string(lab[i]) + " out of range [0, " +
+                        std::to_string(classes_) + ") (ignore_index " +
+                        std::to_string(ignore_) + ")");
+      ++count;
+    }
+    return count;
+  }
+
+  // Rows of C contiguous logits: a vectorizable float exp summed in double (forward); oneDNN's
+  // softmax, then one pass per row for the label and the smoothing (gradient).
+  void contiguous(const Run& r, int64_t count) {
+    const float* x = r.at<float>(logits_);
+    const int64_t* lab = r.at<int64_t>(labels_);
+    const int64_t rows = outer_, cols = classes_;
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    const double eps = eps_, keep = 1.0 - eps;
+    if (!grad_) {
+      double total = 0;
+#pragma omp parallel for reduction(+ : total)
+      for (int64_t i = 0; i < rows; ++i) {
+        if (lab[i] == ignore_) continue;
+        const float* z = x + i * cols;
+        if (nan_row(z, cols)) {
+          total += nan;
+          continue;
+        }
+        float m = z[0];
+#pragma omp simd reduction(max : m)
+        for (int64_t c = 1; c < cols; ++c) m = select(z[c] > m, z[c], m);
+        double s = 0, sum_z = 0;
+#pragma omp simd reduction(+ : s, sum_z)
+        for (int64_t c = 0; c < cols; ++c) {
+          s += exp_nonpositive(z[c] - m);
+          sum_z += z[c] - m;
+        }
+        const double lse = std::log(s);
+        const double nll = lse - static_cast<double>(z[lab[i]] - m);
+        total += eps == 0 ? nll : keep * nll + eps * (lse - sum_z / static_cast<double>(cols));
+      }
+      // The mean of no labels (all ignored) is NaN, as in PyTorch.
+      *r.at<float>(out_) = static_cast<float>(total / static_cast<double>(count));
+      return;
+    }
+    // As the reference: the weight dloss / count rounded to float first.
+    const float scale = *r.at<float>(dloss_) / static_cast<float>(count);
+    const float spread = static_cast<float>(eps / static_cast<double>(cols));
+    const float hit = static_cast<float>(keep) * scale;
+    run_all(r);  // dx = softmax(logits)
+    float* dx = r.at<float>(out_);
+#pragma omp parallel for
+    for (int64_t i = 0; i < rows; ++i) {
+      float* d = dx + i * cols;
+      if (lab[i] == ignore_) {
+        for (int64_t c = 0; c < cols; ++c) d[c] = 0.f * scale;  // NaN if count is 0
+        continue;
+      }
+      if (nan_row(x + i * cols, cols)) {
+        for (int64_t c = 0; c < cols; ++c) d[c] = nan;
+        continue;
+      }
+#pragma omp simd
+      for (int64_t c = 0; c < cols; ++c) d[c] = (d[c] - spread) * scale;
+      d[lab[i]] -= hit;
+    }
+  }
+
+  // Classes strided by `inner` (scalar loops in double).
+  void strided(const Run& r, int64_t count) {
     const float* x = r.at<float>(logits_);
     const int64_t* lab = r.at<int64_t>(labels_);
     const int64_t positions = outer_ * inner_, classes = classes_, inner = inner_;
-    const int64_t count = counted(lab);
     const double eps = eps_, keep = 1.0 - eps;
     auto base = [&](int64_t p) { return (p / inner) * classes * inner + p % inner; };
     if (!grad_) {
@@ -61,11 +206,9 @@ class SoftmaxCrossEntropy : public Kernel {
         const double nll = lse - static_cast<double>(z[lab[p] * inner] - m);
         total += eps == 0 ? nll : keep * nll + eps * (lse - sum_z / static_cast<double>(classes));
       }
-      // The mean of no labels (all ignored) is NaN, as in PyTorch.
       *r.at<float>(out_) = static_cast<float>(total / static_cast<double>(count));
       return;
     }
-    // As the reference: the weight dloss / count rounded to float first.
     const float scale = *r.at<float>(dloss_) / static_cast<float>(count);
     const double spread = eps / static_cast<double>(classes);
     float* dx = r.at<float>(out_);
@@ -89,27 +232,12 @@ class SoftmaxCrossEntropy : public Kernel {
     }
   }
 
- private:
-  // The labels not ignored; StepError for one out of [0, classes).
-  int64_t counted(const int64_t* lab) const {
-    int64_t count = 0;
-    for (int64_t i = 0; i < outer_ * inner_; ++i) {
-      if (lab[i] == ignore_) continue;
-      if (lab[i] < 0 || lab[i] >= classes_)
-        throw StepError("label " + std::to_string(lab[i]) + " out of range [0, " +
-                        std::to_string(classes_) + ") (ignore_index " +
-                        std::to_string(ignore_) + ")");
-      ++count;
-    }
-    return count;
-  }
-
   bool grad_;
   int off_;
-  int64_t outer_ = 1, inner_ = 1, classes_ = 0;
   int logits_, labels_, dloss_, out_;
   int64_t ignore_;
   double eps_;
+  int64_t outer_ = 1, inner_ = 1, classes_ = 0;
 };
 
 // Element-pair losses: kind 'b' (SigmoidBCE) or 'm' (MSE); gradient when there is a dloss.

@@ -63,7 +63,9 @@ class Strided : public Kernel {
       }
       T* v = view + off;
       T* d = dense + row * inner;
-      if (scatter)
+      if (inner_stride == 1)  // whole rows (attention's head transposes keep the last axis)
+        std::memcpy(scatter ? v : d, scatter ? d : v, sizeof(T) * inner);
+      else if (scatter)
         for (int64_t i = 0; i < inner; ++i) v[i * inner_stride] = d[i];
       else
         for (int64_t i = 0; i < inner; ++i) d[i] = v[i * inner_stride];
