@@ -49,7 +49,7 @@ def executor(forward, precision: str, target, folder: Path):
         warnings.simplefilter("ignore")
         planned = plan(graph, target, options=PlanOptions(
             schedule=ScheduleOptions(strategy="uniform")))
-    ex = load(build(render(planned, folder).dir).dir).Executor()
+    ex = load(build(render(planned, folder)).dir).Executor()
     ex.load_params(init_params(graph, seed=0))
     feeds = random_feeds(graph, seed=1)
     ex.step(feeds)

@@ -32,7 +32,7 @@ def _graph(model: str):
 
 
 def _module(plan: Plan, folder):
-    return load(build(render(plan, folder, layout="plan").dir).dir)
+    return load(build(render(plan, folder, layout="plan")).dir)
 
 
 def check_planned_step(model: str, plan: Plan, module, **options) -> None:
@@ -107,7 +107,7 @@ def _patched_module(folder, pattern: str, replacement: str):
     patched = re.sub(pattern, replacement, text)
     assert patched != text
     schedule.write_text(patched)
-    return load(build(tree.dir).dir)
+    return load(build(tree).dir)
 
 
 @pytest.mark.gpu
