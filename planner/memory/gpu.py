@@ -38,6 +38,7 @@ Example:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -59,6 +60,10 @@ from planner.memory.reuse import reuse_edges
 from planner.memory.stash import analyze
 from planner.schedule.record import Edge, Schedule, ScheduledOp
 from planner.schedule.streams import STREAMS, compute_steps
+
+# Buffers a backend's kernels need besides the tensors: per op of a materialized state (graph
+# nodes and recomputes alike), e.g. the CPU kernels' scratch areas (planner.memory.cpu).
+ExtraBuffers = Callable[[Material], list[Buffer]]
 
 
 @dataclass
@@ -138,17 +143,18 @@ def solve(state: State, placed: Placed, options: MemoryOptions, liveness_load: i
                   end, liveness_load, options.budget_bytes)
 
 
-def decide(state: State, options: MemoryOptions) -> Placed:
-    """Apply moves until the laid-out arena fits the budget (at once without one)."""
+def decide(state: State, options: MemoryOptions, extra: ExtraBuffers | None = None) -> Placed:
+    """Apply moves until the laid-out arena fits the budget (at once without one); `extra`
+    adds the buffers the ops' kernels need besides the tensors."""
     budget = options.budget_bytes
     if budget is None:
-        return lay(state, options)
+        return lay(state, options, extra)
     loads: list[int] = []
     # The layout of the state `fits` saw last: cheapest_stop returns right after a fit.
     last: list[Placed] = []
 
     def fits(s: State) -> bool:
-        last[:] = [lay(s, options)]
+        last[:] = [lay(s, options, extra)]
         return last[0].arena <= budget
 
     while True:
@@ -164,14 +170,16 @@ def decide(state: State, options: MemoryOptions) -> Placed:
                 raise InfeasibleBudget(f"memory budget {format_bytes(budget or 0)} is "
                                        f"infeasible: the smallest feasible budget is at least "
                                        f"{low} bytes ({format_bytes(low)})", low)
-            raise infeasible(state, options, loads)
+            raise infeasible(state, options, loads, extra)
         state.apply(move)
 
 
-def lay(state: State, options: MemoryOptions) -> Placed:
+def lay(state: State, options: MemoryOptions, extra: ExtraBuffers | None = None) -> Placed:
     """Materialize and place a state. Under a budget this runs inside the search over states,
     so the seeded multi-start heuristic and the skyline ones (the slowest) are left out there."""
     m = materialize(state)
+    if extra is not None:
+        m.buffers = m.buffers + extra(m)
     heuristics = options.heuristics
     if options.budget_bytes is not None:
         heuristics = tuple(h for h in heuristics if h != "perturbed-size"
@@ -180,7 +188,8 @@ def lay(state: State, options: MemoryOptions) -> Placed:
     return Placed(state, m, offsets, arena, host, heuristic)
 
 
-def infeasible(state: State, options: MemoryOptions, loads: list[int]) -> InfeasibleBudget:
+def infeasible(state: State, options: MemoryOptions, loads: list[int],
+               extra: ExtraBuffers | None = None) -> InfeasibleBudget:
     """The error for a budget no state fits: the smallest arena among the states visited
     (laid out in order of their LOAD, a lower bound on their arena, until none can win)."""
     moves = list(state.log)
@@ -191,7 +200,7 @@ def infeasible(state: State, options: MemoryOptions, loads: list[int]) -> Infeas
         probe = State(state.stash, state.bandwidth, state.allow_offload,
                       state.allow_recompute, state.host_limit)
         probe.replay(moves[:k])
-        arena = lay(probe, options).arena
+        arena = lay(probe, options, extra).arena
         best = arena if best is None else min(best, arena)
     assert best is not None
     budget = options.budget_bytes or 0
