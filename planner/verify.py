@@ -135,6 +135,9 @@ def verify_plan_data(plan: dict[str, Any], node_names: list[str] | None = None) 
     from planner.verify_graph import verify_graph_data  # what the embedded graph implies
 
     problems += verify_memory_data(plan)
+    from planner.memory.verify_inserted import inserted_op_problems  # what added ops run on
+
+    problems += inserted_op_problems(plan)
     if "graph" in plan:
         problems += verify_graph_data(plan)
     return problems

@@ -37,6 +37,8 @@ class Executor : public ExecutorCore {
   size_t scratch_needed(int op) const { return kernels_[op]->scratch_bytes(); }
   bool scratch_planned(int op) const { return overflow_[op] == nullptr; }
   int64_t arena_bytes() const { return arena_.bytes(); }
+  // The host store: offloaded copies, a block of its own beside the arena (plan: host_bytes).
+  int64_t host_store_bytes() const { return host_store_.bytes(); }
   int64_t unplanned_scratch_bytes() const { return unplanned_; }
   int64_t pinnings() const { return lanes_ ? lanes_->pinnings() : 0; }
   // When op k started and ended in the last step, in seconds from the step's start: the
@@ -49,6 +51,7 @@ class Executor : public ExecutorCore {
   std::vector<dnnl::stream> lane_streams_;  // one per lane: lanes never share a stream
   std::vector<KernelPtr> kernels_;
   Arena arena_;
+  Arena host_store_;
   std::vector<char*> scratch_;                 // each op's scratch area
   std::vector<std::unique_ptr<Arena>> overflow_;
   int64_t unplanned_ = 0;
@@ -60,6 +63,7 @@ class Executor : public ExecutorCore {
   // Runs every op: on the lanes, or one at a time in plan order; per-op times go to stats.
   void run_step() override;
 
+  char* home(int id) const;  // tensor id's bytes in the arena or the host store
   void create(int k);
   void run(int k);
 };
