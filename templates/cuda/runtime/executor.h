@@ -30,6 +30,22 @@ class DeviceBlock {
   int64_t bytes_ = 0;
 };
 
+// The host store: pinned host memory for offloaded copies (Schedule::host_bytes), allocated
+// once at load, so that offloads and prefetches are asynchronous copies on their streams.
+class PinnedBlock {
+ public:
+  explicit PinnedBlock(int64_t bytes);
+  ~PinnedBlock();
+  PinnedBlock(const PinnedBlock&) = delete;
+  PinnedBlock& operator=(const PinnedBlock&) = delete;
+  char* base() const { return base_; }
+  int64_t bytes() const { return bytes_; }
+
+ private:
+  char* base_ = nullptr;
+  int64_t bytes_ = 0;
+};
+
 // Named apart from the CPU runtime's planner::Executor: both runtimes may be loaded in one
 // process, and nanobind registers a bound class by its C++ type.
 class CudaExecutor : public ExecutorCore {
@@ -55,6 +71,7 @@ class CudaExecutor : public ExecutorCore {
   std::string detail(int op) const { return kernels_[op]->detail(); }
   bool scratch_planned(int op) const { return overflow_[op] == nullptr; }
   int64_t arena_bytes() const { return arena_->bytes(); }
+  int64_t host_store_bytes() const { return host_store_ ? host_store_->bytes() : 0; }
   int64_t unplanned_scratch_bytes() const { return unplanned_; }
   double last_step_seconds() const { return last_step_seconds_; }
 
@@ -62,6 +79,7 @@ class CudaExecutor : public ExecutorCore {
   int device_;
   bool use_graph_, op_timing_;
   std::unique_ptr<DeviceBlock> arena_;
+  std::unique_ptr<PinnedBlock> host_store_;  // null when the plan offloads nothing
   std::vector<cudaStream_t> streams_;      // one per plan stream (one in all when streams=false)
   std::vector<cudnnHandle_t> cudnn_;       // one per stream, bound to it
   std::vector<cublasHandle_t> cublas_;
