@@ -79,7 +79,7 @@ def test_each_plan_renders_for_its_own_backend(tmp_path):
 
 @pytest.mark.parametrize("model,size,budget", [
     ("alexnet", dict(batch=256), 1 << 30),
-    ("resnet", dict(batch=32, depth=50), 4 << 30)])
+    ("resnet", dict(batch=64, depth=50), 4 << 30)])
 def test_plans_under_a_budget_build(model, size, budget, tmp_path):
     """Offloads, prefetches and recomputes compile into the CUDA executor (pinned host store,
     copies on their streams)."""
