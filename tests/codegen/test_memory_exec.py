@@ -5,6 +5,7 @@ plans: every op, and every recompute of it, at the same thread count) and the re
 
 from __future__ import annotations
 
+import functools
 import json
 import resource
 
@@ -16,7 +17,7 @@ from codegen.load import load
 from codegen.render import render
 from planner.errors import InfeasibleBudget, PlanError
 from planner.graph.autodiff import make_training_graph
-from planner.graph.interpret import random_feeds, train_step
+from planner.graph.interpret import random_feeds, train_step, widened
 from planner.graph.optimizer import Optimizer
 from planner.memory.options import MemoryOptions
 from planner.pipeline import PlanOptions, plan
@@ -26,12 +27,20 @@ from planner.target.detect import detect
 from planner.verify import verify_plan
 from planner.zoo import build as zoo
 from tests.codegen.helpers import rel_error, start_state
+from tests.codegen.test_zoo_models import END_TO_END, MODELS, SLOW, allowed
 
-# Small configs (2-core CI): (zoo model, kwargs).
-MODELS = {
-    "lenet": ("lenet", {"batch": 4, "image": 12}),
-    "alexnet": ("alexnet", {"batch": 2, "image": 63, "classes": 4}),
-}
+# Models whose smallest budget needs recompute or transfers at these sizes (on the others,
+# running one op at a time with updates moved up reaches it alone).
+ADDS_OPS = {"lenet", "alexnet", "resnet", "bert", "gpt"}
+SMALL = {"lenet": ("lenet", {"batch": 4, "image": 12}),
+         "alexnet": ("alexnet", {"batch": 2, "image": 63, "classes": 4})}
+
+
+@functools.cache
+def host():
+    """This host, detected once: detection measures it, so each call may differ a little, and
+    plans of one graph compared here must be made for one target."""
+    return detect()
 
 
 def budget_plan(graph, budget: int | None) -> Plan:
@@ -39,7 +48,7 @@ def budget_plan(graph, budget: int | None) -> Plan:
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return plan(graph, detect(), options=PlanOptions(
+        return plan(graph, host(), options=PlanOptions(
             schedule=ScheduleOptions(strategy="uniform"),
             memory=MemoryOptions(budget_bytes=budget)))
 
@@ -53,7 +62,7 @@ def smallest_feasible(graph) -> int:
 
 
 def graph_of(key: str):
-    name, kwargs = MODELS[key]
+    name, kwargs = SMALL[key]
     return make_training_graph(zoo(name, **kwargs), Optimizer(kind="sgd", lr=0.1))
 
 
@@ -64,32 +73,46 @@ def run_steps(p: Plan, where, state, feeds, steps: int = 1):
     return ex, outs
 
 
-@pytest.mark.parametrize("key", sorted(MODELS))
-def test_budget_plans_match_unconstrained_bit_for_bit_and_reference(key, tmp_path):
-    graph = graph_of(key)
+# Every zoo model at the zoo test's small size; the larger ones `slow` (2-core CI).
+@pytest.mark.parametrize("model", [pytest.param(m, marks=pytest.mark.slow) if m in SLOW else m
+                                   for m in MODELS])
+def test_budget_plans_match_unconstrained_bit_for_bit_and_reference(model, tmp_path):
+    """At the budget halfway between the per-op bound and the unconstrained arena, and at the
+    smallest feasible one: the step equals the unconstrained plan's bit for bit (uniform plans:
+    a recompute reruns its node's kernel at the same thread count) and the float64 reference
+    as the zoo test holds it; the executor holds exactly the plan's arena and host store."""
+    graph = make_training_graph(zoo(model, **MODELS[model]), Optimizer(kind="sgd", lr=0.1))
     free = budget_plan(graph, None)
     m = free.summary.memory
     small = smallest_feasible(graph)
     mid = (m.per_op_bound_bytes + m.arena_bytes) // 2
     state, feeds = start_state(graph), random_feeds(graph, seed=2)
-    want, new_state = train_step(graph, feeds, state)
+    single, single_state = train_step(graph, feeds, state)
+    exact, exact_state = train_step(widened(graph), feeds, state)
     ex0, (out0,) = run_steps(free, tmp_path / "free", state, feeds)
     params0 = ex0.params()
+    added = set()
     for label, budget in (("mid", max(mid, small)), ("small", small)):
         p = budget_plan(graph, budget)
         assert p.summary.memory.arena_bytes <= budget
+        added |= {op.kind for op in p.memory.ops}
         ex, (out,) = run_steps(p, tmp_path / label, state, feeds)
         assert np.array_equal(out["loss"], out0["loss"]), label
         got = ex.params()
-        assert all(np.array_equal(got[k], params0[k]) for k in params0), label
-        assert rel_error(out["loss"], want["loss"]) < 1e-4
-        assert max(rel_error(got[k], new_state[k]) for k in new_state) < 1e-4
+        assert [k for k in params0 if not np.array_equal(got[k], params0[k])] == [], label
+        assert rel_error(out["loss"], exact["loss"]) < allowed(single["loss"], exact["loss"])
         stats = ex.stats()
         # Measured = planned: the arena and the host store are the plan's sizes.
         assert stats["arena_bytes"] == p.summary.memory.arena_bytes
         assert stats["host_store_bytes"] == p.summary.memory.host_bytes
         assert stats["held_bytes"] == (stats["arena_bytes"] + stats["host_store_bytes"]
                                        + stats["unplanned_scratch_bytes"])
+    if model in ADDS_OPS:
+        assert added, "the smallest budget adds recompute or transfer ops"
+    if model in END_TO_END:
+        off = [k for k in exact_state if k in params0 and rel_error(params0[k], exact_state[k])
+               >= allowed(single_state[k], exact_state[k])]
+        assert off == []
 
 
 def test_smallest_budget_plan_adds_ops_that_run(tmp_path):
