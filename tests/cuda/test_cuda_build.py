@@ -33,7 +33,7 @@ def _import(path):
 
 def test_runtime_registers_the_ops_codegen_reads():
     runtime = _import(build_runtime(backend="cuda"))
-    assert set(runtime.registered_ops()) == set(BACKENDS["cuda"].ops)
+    assert set(runtime.registered_ops()) == set(BACKENDS["cuda"].registered)
 
 
 @pytest.mark.parametrize("model,size", [("lenet", dict(batch=8, image=28)),
