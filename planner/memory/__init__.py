@@ -12,6 +12,8 @@ Any schedule (liveness and offsets):
     assemble.py    TensorPlan records and named edges of placed buffers
     driver.py      plan_memory: the pass, as named steps
     verify.py      an independent O(n^2) check of a plan's buffers
+    verify_inserted.py  the added ops an executor runs: their buffers exist, transfers fit
+                   their host slots, inputs are live
 
 GPU stream schedules under a budget (the compute order and prices: planner.schedule.streams;
 convolution algorithms: planner.costs.convalgo):
@@ -20,6 +22,8 @@ convolution algorithms: planner.costs.convalgo):
     materialize.py the ops, buffers and edges of a state (compute, d2h, h2d streams)
     gpu.py         gpu_memory: decide, place, workspaces, times, the MemoryDecision
     milp.py        the exact MILP (HiGHS) that cross-checks the greedy's recomputation
+    cpu.py         CPU schedules below their liveness arena: the same decisions, one op at a
+                   time, every op's kernel scratch laid out, offloads to a host store
     replay.py      run a plan on real bytes against the reference interpreter (the oracle)
 
 Searches and reports:
