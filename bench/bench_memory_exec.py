@@ -38,15 +38,17 @@ MODELS = {
 LR = 0.01
 
 CHILD = r"""
-import json, resource, sys, time
+import json, sys, time
 sys.path.insert(0, sys.argv[2])
 spec = json.loads(sys.argv[1])
-def rss():
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * 4096
+def status(key):
+    with open("/proc/self/status") as f:
+        return next(int(l.split()[1]) * 1024 for l in f if l.startswith(key + ":"))
 from planner.graph.interpret import init_params, random_feeds
 import torch  # both sides import it: the baseline resident memory is the same
-base = rss()
+with open("/proc/self/clear_refs", "w") as f:
+    f.write("5")  # reset the peak (VmHWM) to what is resident now
+base = status("VmRSS")
 if spec["kind"] == "ours":
     from codegen.load import load
     from planner.graph import Graph
@@ -68,7 +70,7 @@ for _ in sys.stdin:
     t0 = time.perf_counter()
     run()
     print(time.perf_counter() - t0, flush=True)
-peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - base
+peak = status("VmHWM") - base
 print(json.dumps({"peak": peak, "held": held()}), flush=True)
 """
 
@@ -92,7 +94,16 @@ def torch_step(spec: dict):
     from planner.zoo import build
     from tests.graph.test_train_vs_torch import TORCH_OPS
 
-    ops = {**TORCH_OPS, "Dropout": lambda xs, a: [
+    def layer_norm(xs, a):
+        x = xs[0]
+        axis = a["axis"] % x.dim()
+        dims = tuple(range(axis, x.dim()))
+        y = torch.nn.functional.layer_norm(x, x.shape[axis:], xs[1],
+                                           xs[2] if len(xs) > 2 else None, a["epsilon"])
+        # The statistics outputs, as the graph has them (nothing reads them in forward).
+        return [y, x.mean(dims, keepdim=True), x.var(dims, keepdim=True, unbiased=False)]
+
+    ops = {**TORCH_OPS, "LayerNorm": layer_norm, "Dropout": lambda xs, a: [
         torch.nn.functional.dropout(xs[0], a["rate"], training=True)]}
     torch.set_num_threads(spec["threads"])
     name, kwargs = MODELS[spec["model"]]
