@@ -190,3 +190,20 @@ def test_hostile_added_ops_are_refused_naming_the_op(offload_plan, edit, words, 
     with pytest.raises(PlanError, match="added op '") as e:
         render(bad, tmp_path / "bad")
     assert "\n" not in str(e.value)
+
+
+def test_a_host_slot_outside_the_host_store_is_refused_at_load(offload_plan, tmp_path):
+    """The loader holds every copy to its own block: a schedule edited to shrink the host
+    store below its slots is refused, naming the slot."""
+    import re
+
+    tree = render(offload_plan, tmp_path / "shrunk")
+    path = tree.dir / "schedule.cpp"
+    src = path.read_text()
+    m = re.search(r"\n    \d+, (?P<v>\d+),\n    kPlan", src)
+    assert int(m.group("v")) == offload_plan.summary.memory.host_bytes > 0
+    path.write_text(src[:m.start("v")] + "0" + src[m.end("v"):])
+    module = load(build(tree.dir).dir)
+    with pytest.raises(RuntimeError, match=r"tensor '.*@host': bytes \[\d+, \+\d+\) lie "
+                                           r"outside the 0-byte host store"):
+        module.Executor()
