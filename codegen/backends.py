@@ -57,10 +57,18 @@ class Runtime:
         object.__setattr__(self, "kernels", self.sources / "kernels")
 
     @cached_property
-    def ops(self) -> frozenset[str]:
-        """Op names its kernel files register."""
+    def registered(self) -> frozenset[str]:
+        """Op names its kernel files register (the runtime's `registered_ops()`)."""
         return frozenset(m.group(1) for f in sorted(self.kernels.glob("*.c[pu]*"))
                          for m in _REGISTRATION.finditer(f.read_text(encoding="utf-8")))
+
+    @cached_property
+    def ops(self) -> frozenset[str]:
+        """The graph ops it runs: its registrations but the transfers memory planning adds
+        (planner.memory.decision.TRANSFER_OPS), which no graph node may name."""
+        from planner.memory.decision import TRANSFER_OPS
+
+        return self.registered - frozenset(TRANSFER_OPS.values())
 
 
 RUNTIMES: dict[Backend, Runtime] = {

@@ -3,10 +3,11 @@
 The memory plan (`plan.tensors`: buffers with the graph `tensor` they hold and an `offset`;
 per-op scratch areas and convolution workspaces are buffers that hold no tensor, written and
 read by their op alone) decides where; a memory plan that leaves a tensor without a device
-offset is refused (PlanError naming it), never silently replaced. `own_layout` (render's
-layout="own", for tests and debugging, and plans whose memory plan adds recompute or offload
-ops this executor does not run yet) gives every tensor its own 64-byte-aligned bytes, except
-that
+offset is refused (PlanError naming it), never silently replaced. Buffers named other than the
+tensor they hold are its copies, which the ops memory planning added write: a recompute's or a
+prefetch's in the arena, an offload's in the host store (a block of its own, `host_bytes`).
+`own_layout` (render's layout="own", for tests and debugging) gives every tensor and every
+copy its own 64-byte-aligned bytes, except that
   - an in-place update (`updates=p`) shares p's bytes (the executor writes it over p), and
   - the output of a view op (Reshape, Flatten) of a non-persistent tensor shares its input's
     bytes (the kernel then copies nothing): the rule memory planning follows too
@@ -40,14 +41,29 @@ SCRATCH_ALIGN = 256
 
 
 @dataclass(frozen=True)
+class Copy:
+    """A buffer holding a copy of graph tensor `tensor` at `offset` of the arena, or of the
+    host store when `host`."""
+
+    name: str
+    tensor: str
+    offset: Offset
+    host: bool
+
+
+@dataclass(frozen=True)
 class ArenaLayout:
     """offsets: tensor -> byte offset; alias_of: tensor -> the tensor whose bytes it shares;
-    scratch: op -> (offset, bytes) of its scratch area; bytes: the arena size they need."""
+    scratch: op -> (offset, bytes) of its scratch area; bytes: the arena size they need;
+    copies: the buffers holding copies of tensors, in plan order; host_bytes: the host
+    store's size."""
 
     offsets: dict[str, Offset]
     alias_of: dict[str, str]
     bytes: int
     scratch: dict[str, tuple[Offset, int]]
+    copies: tuple[Copy, ...] = ()
+    host_bytes: int = 0
 
 
 def _fields(e: Any) -> dict[str, Any]:
@@ -68,25 +84,29 @@ def scratch_areas(planned: tuple[Any, ...]) -> dict[str, tuple[Offset, int]]:
     return out
 
 
-def arena_layout(graph: Graph, planned: tuple[Any, ...] = (),
-                 added_ops: int = 0) -> ArenaLayout:
-    """The memory plan's offsets, which must place every tensor of the graph on the device;
-    `own_layout` when the plan adds ops (recompute, offload) the executor would have to run.
+def copies_of(planned: tuple[Any, ...]) -> list[dict[str, Any]]:
+    """The planned buffers that hold a copy of a graph tensor (named other than it)."""
+    return [e for e in map(_fields, planned)
+            if e.get("tensor") and e.get("name") and e["name"] != e["tensor"]]
+
+
+def arena_layout(graph: Graph, planned: tuple[Any, ...] = ()) -> ArenaLayout:
+    """The memory plan's offsets, which must place every tensor of the graph on the device,
+    and its copies where it says.
 
     `planned` holds the plan's buffers (planner.plan.TensorPlan records, or dicts with the
     same fields). Raises PlanError naming the first tensor without a device offset (or saying
     there is no memory plan at all).
     """
-    if added_ops:
-        return own_layout(graph, planned)
     offsets: dict[str, Offset] = {}
     aliases: dict[str, str] = {}
     holder: dict[str, str] = {}
     for e in map(_fields, planned):
         tensor = e.get("tensor")
-        if tensor and e.get("offset") is not None and e.get("placement") in (None, "device"):
+        if tensor and (e.get("name") or tensor) == tensor and e.get("offset") is not None \
+                and e.get("placement") in (None, "device"):
             offsets[tensor] = int(e["offset"])
-            holder[e.get("name") or tensor] = tensor
+            holder[tensor] = tensor
             if e.get("alias_of"):
                 aliases[tensor] = e["alias_of"]
     if not planned:
@@ -96,10 +116,15 @@ def arena_layout(graph: Graph, planned: tuple[Any, ...] = (),
     if missing is not None:
         raise PlanError(f"the memory plan gives tensor {missing!r} no device offset")
     scratch = scratch_areas(planned)
+    copies = tuple(Copy(e["name"], e["tensor"], int(e["offset"]), e.get("placement") == "host")
+                   for e in copies_of(planned))
+    size = {t.name: t.nbytes for t in graph.tensors}
     end = max([offsets[t.name] + t.nbytes for t in graph.tensors]
-              + [o + b for o, b in scratch.values()], default=0)
+              + [o + b for o, b in scratch.values()]
+              + [c.offset + size[c.tensor] for c in copies if not c.host], default=0)
+    host = max([c.offset + size[c.tensor] for c in copies if c.host], default=0)
     return ArenaLayout(offsets, {k: holder.get(v, v) for k, v in aliases.items()},
-                       _align(end), scratch)
+                       _align(end), scratch, copies, _align(host))
 
 
 def own_layout(graph: Graph, planned: tuple[Any, ...] = ()) -> ArenaLayout:
@@ -121,7 +146,17 @@ def own_layout(graph: Graph, planned: tuple[Any, ...] = ()) -> ArenaLayout:
         end = _align(end, SCRATCH_ALIGN)
         scratch[op] = (end, nbytes)
         end += nbytes
-    return ArenaLayout(offsets, aliases, _align(end), scratch)
+    end = _align(end)
+    copies, host = [], 0
+    size = {t.name: t.nbytes for t in graph.tensors}
+    for e in copies_of(planned):
+        on_host = e.get("placement") == "host"
+        copies.append(Copy(e["name"], e["tensor"], host if on_host else end, on_host))
+        if on_host:
+            host += _align(max(size[e["tensor"]], 1))
+        else:
+            end += _align(max(size[e["tensor"]], 1))
+    return ArenaLayout(offsets, aliases, end, scratch, tuple(copies), host)
 
 
 def _root(aliases: dict[str, str], name: str) -> str:

@@ -135,14 +135,16 @@ def render_files(plan: Plan, name: str, layout: str = "plan") -> dict[str, str]:
     if layout not in ("plan", "own"):
         raise ValueError(f"layout must be 'plan' or 'own', got {layout!r}")
     ops = ordered_ops(plan)
-    arena = (arena_layout(graph, plan.tensors, len(plan.memory.ops)) if layout == "plan"
+    arena = (arena_layout(graph, plan.tensors) if layout == "plan"
              else own_layout(graph, plan.tensors))
     env = jinja2.Environment(loader=jinja2.FileSystemLoader([backend.package, COMMON]),
                              undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
     index = {t.name: i for i, t in enumerate(graph.tensors)}
+    # Copies follow the graph's tensors: their rows are indexed by buffer name.
+    buffers = index | {c.name: len(index) + k for k, c in enumerate(arena.copies)}
     plan_json = plan.to_json()
     strings = StringTable()
-    rows, cpus, waits, lanes = _op_rows(plan, ops, index, arena, strings)
+    rows, cpus, waits, lanes = _op_rows(plan, ops, buffers, arena, strings)
     context = {
         "name": name,
         "name_c": c_string(name),
@@ -162,6 +164,7 @@ def render_files(plan: Plan, name: str, layout: str = "plan") -> dict[str, str]:
         # The GPU the plan was made for (0 for a CPU plan): the CUDA executor checks the device.
         "compute_capability": _capability_code(plan.target.compute_capability),
         "device_memory_bytes": plan.target.gpu_memory_bytes,
+        "host_bytes": arena.host_bytes,
         "outputs": ", ".join(str(index[o]) for o in graph.outputs),
         "num_outputs": len(graph.outputs),
         "strings": strings.c_array(),
@@ -217,27 +220,51 @@ def _tensor_rows(graph: Graph, layout: ArenaLayout, index: dict[str, int],
             "dtype": DTYPE_CODES[t.dtype], "role": ROLE_CODES[t.role],
             "updates": index[t.updates] if t.updates else -1,
             "alias_of": index[layout.alias_of[t.name]] if t.name in layout.alias_of else -1,
+            "store": "ARENA",
         })
+    for c in layout.copies:
+        t = graph.tensor(c.tensor)
+        rows.append({**rows[index[c.tensor]], "index": len(rows), "name": strings.add(c.name),
+                     "offset": c.offset, "role": ROLE_CODES["activation"], "updates": -1,
+                     "alias_of": -1, "store": "HOST_STORE" if c.host else "ARENA"})
     return rows
 
 
 def ordered_ops(plan: Plan) -> list:
     """The plan's ops in execution order, after checking they are exactly its graph's nodes
-    (the executor runs graph nodes; recompute and offload ops are not run yet)."""
+    and the ops memory planning added (plan.memory.ops), each once."""
     graph = plan.graph
     order = sorted(plan.ops, key=lambda p: p.order)
     placed = {p.name for p in order}
-    if placed != set(graph.node_map) or len(order) != len(placed):
-        missing = sorted(set(graph.node_map) - placed)
-        extra = sorted(placed - set(graph.node_map))
+    runs = set(graph.node_map) | {m.name for m in plan.memory.ops}
+    if placed != runs or len(order) != len(placed):
+        missing = sorted(runs - placed)
+        extra = sorted(placed - runs)
         raise UnsupportedError(
-            "the executor runs each graph node once; this plan "
-            + (f"does not place node(s) {missing[:5]}" if missing else "")
+            "the executor runs each graph node and each added op once; this plan "
+            + (f"does not place {missing[:5]}" if missing else "")
             + ("; " if missing and extra else "")
-            + (f"adds op(s) {extra[:5]} (recompute / offload), which it does not run yet"
-               if extra else "")
-            + ("places a node twice" if not missing and not extra else ""))
+            + (f"places op(s) {extra[:5]} that are neither graph nodes nor added by memory "
+               f"planning" if extra else "")
+            + ("places an op twice" if not missing and not extra else ""))
     return order
+
+
+def op_buffers(plan: Plan) -> dict[str, tuple[str, str, tuple[str, ...], tuple[str, ...]]]:
+    """Per op of the plan: the node whose kernel and attrs it runs ("" for a transfer), its op
+    type, and the buffers it reads and writes. A graph node reads the copy memory planning
+    made for it where a buffer holding a copy of its input lists it as a reader, else the
+    tensor itself."""
+    graph = plan.graph
+    copy_for = {(r, t.tensor): t.name for t in plan.tensors
+                if t.tensor and t.name != t.tensor for r in t.readers}
+    out = {n.name: (n.name, n.op, tuple(copy_for.get((n.name, i), i) for i in n.inputs),
+                    tuple(n.outputs)) for n in graph.nodes}
+    node_ops = {n.name: n.op for n in graph.nodes}
+    for m in plan.memory.ops:
+        out[m.name] = (m.node if m.kind == "recompute" else "", m.op_type(node_ops), m.inputs,
+                       m.outputs)
+    return out
 
 
 def _op_rows(plan: Plan, order: list, index: dict[str, int], arena: ArenaLayout,
@@ -252,18 +279,22 @@ def _op_rows(plan: Plan, order: list, index: dict[str, int], arena: ArenaLayout,
     lanes = [p.lane for p in order]
     groups = {g: i for i, g in enumerate(dict.fromkeys(p.group for p in order if p.group))}
     planned = plan_attrs(plan)
+    runs = op_buffers(plan)
     rows, at, cpus, wait_list = [], 0, [], []
     for k, p in enumerate(order):
-        node = graph.node_map[p.name]
-        args = [index[t] for t in (*node.inputs, *node.outputs)]
+        kernel, op_type, reads, writes = runs[p.name]
+        node = graph.node_map[kernel] if kernel else None
+        args = [index[t] for t in (*reads, *writes)]
         before = sorted(waits[p.name])
         offset, nbytes = arena.scratch.get(p.name, (-1, 0))
         rows.append({
-            "index": k, "name": strings.add(node.name), "op": strings.add(node.op),
+            "index": k, "name": strings.add(p.name),
+            "op": strings.add(op_type),
             "threads": p.threads,
-            "first_input": at, "num_inputs": len(node.inputs),
-            "first_output": at + len(node.inputs), "num_outputs": len(node.outputs),
-            "attrs": strings.add(encode_attrs(graph, node, planned.get(node.name))),
+            "first_input": at, "num_inputs": len(reads),
+            "first_output": at + len(reads), "num_outputs": len(writes),
+            "attrs": strings.add(encode_attrs(graph, node, planned.get(node.name))
+                                 if node is not None else ""),
             "args": ", ".join(map(str, args)) if args else "/* none */",
             "lane": lanes[k], "first_cpu": len(cpus), "num_cpus": len(p.cpus),
             "smt": "true" if p.smt else "false", "group": groups.get(p.group, -1),

@@ -74,6 +74,7 @@ class Facts:
 def verify_plan_data(plan: dict[str, Any], node_names: list[str] | None = None) -> list[str]:
     """Every rule the plan breaks, one message each naming the op(s); [] when it is sound."""
     from planner.memory.verify import verify_memory_data
+    from planner.memory.verify_inserted import inserted_op_problems
     from planner.verify_graph import verify_graph_data
     from planner.verify_summary import summary_problems
 
@@ -83,6 +84,7 @@ def verify_plan_data(plan: dict[str, Any], node_names: list[str] | None = None) 
         problems += rule(facts)
     problems += summary_problems(plan)
     problems += verify_memory_data(plan, facts.hb)
+    problems += inserted_op_problems(plan)  # what the added ops (recompute, transfers) run on
     if "graph" in plan:
         problems += verify_graph_data(plan, facts.hb)
     return problems

@@ -29,7 +29,8 @@ import networkx as nx
 ROOT = Path(__file__).resolve().parent.parent
 LAYERS = ("base", "costs", "schedule", "memory", "plan", "driver", "codegen", "command")
 FOLDERS = {"planner.costs": "costs", "planner.schedule": "schedule", "planner.memory": "memory"}
-PLAN = {"planner.plan", "planner.memory.verify", "planner.verify", "planner.verify_graph",
+PLAN = {"planner.plan", "planner.memory.verify", "planner.memory.verify_inserted",
+        "planner.verify", "planner.verify_graph",
         "planner.verify_order", "planner.verify_summary", "planner.diff", "planner.memory_report",
         "planner.replay"}
 ENTRY_POINTS = {"planner.cli", "planner.torch", "planner.torch.trainer"}

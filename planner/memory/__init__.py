@@ -13,6 +13,8 @@ Any schedule (liveness and offsets):
     driver.py      cpu_memory: the CPU pass, as named steps
     verify.py      an independent check of a plan's buffers (a plan checker: not re-exported
                    here, since checkers sit above the stages they check)
+    verify_inserted.py  the added ops an executor runs: their buffers exist, transfers fit
+                   their host slots, inputs are live (a plan checker too)
 
 GPU stream schedules under a budget (the compute order and prices: planner.schedule.streams;
 convolution algorithms: planner.costs.convalgo):
@@ -21,6 +23,8 @@ convolution algorithms: planner.costs.convalgo):
     materialize.py the ops, buffers and edges of a state (compute, d2h, h2d streams)
     gpu.py         gpu_memory: decide, place, workspaces, times, the MemoryDecision
     milp.py        the exact MILP (HiGHS) that cross-checks the greedy's recomputation
+    cpu.py         CPU schedules below their liveness arena: the same decisions, one op at a
+                   time, every op's kernel scratch laid out, offloads to a host store
 
 Options:
     options.py     MemoryOptions, byte counts as text

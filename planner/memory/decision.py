@@ -89,10 +89,27 @@ class TensorPlan(Record):
     alias_of: str = ""
 
 
+# What each transfer is, for everything that reads a plan (planner, verify, render, both
+# runtimes): the op type its executor kernel is registered under, and the placement
+# (TensorPlan.placement) of the buffer it reads and of the one it writes.
+TRANSFER_OPS: dict[str, str] = {"offload": "Offload", "prefetch": "Prefetch"}
+TRANSFER_PLACEMENTS: dict[str, tuple[str, str]] = {"offload": ("device", "host"),
+                                                   "prefetch": ("host", "device")}
+
+
 class MemoryOp(Record):
     """An op memory planning added: a recompute of a graph node, or a copy between device and
     host. `inputs` and `outputs` are buffer names (TensorPlan), in the node's input and output
-    order for a recompute (an output written to scratch is named as such)."""
+    order for a recompute (an output written to scratch is named as such).
+
+    An executor runs it like a graph node (`op_type`): a recompute runs its node's kernel,
+    with the node's attrs, on these buffers; a transfer copies its one input buffer into its
+    one output buffer (TRANSFER_PLACEMENTS says which side is the host store).
+
+        >>> MemoryOp(name="offload/x", kind="offload", inputs=("x",),
+        ...          outputs=("x@host",)).op_type({})
+        'Offload'
+    """
 
     name: str = Field(min_length=1)
     kind: Literal["recompute", "offload", "prefetch"]
@@ -100,6 +117,11 @@ class MemoryOp(Record):
     node: str = ""
     inputs: tuple[str, ...] = ()
     outputs: tuple[str, ...] = ()
+
+    def op_type(self, node_ops: dict[str, str]) -> str:
+        """The op type an executor runs for it: its node's (node name -> op type in
+        `node_ops`) for a recompute, the transfer's kernel otherwise."""
+        return node_ops[self.node] if self.kind == "recompute" else TRANSFER_OPS[self.kind]
 
 
 class ConvChoice(Record):

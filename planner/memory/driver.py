@@ -72,6 +72,14 @@ def cpu_memory(graph: Graph, schedule: Schedule, model: CostModel | None = None,
     buffers = graph_buffers(graph, times) + scratch
     layout = lay_out(buffers, hb, options.alignment, options.heuristics, CPU_FIRST)
     budget = options.budget_bytes
+    if budget is not None and layout.arena > budget and (options.offload
+                                                         or options.recompute != "off"):
+        from planner.memory.cpu import cpu_budget_memory
+
+        if model is None:
+            raise ValueError("CPU memory planning under a budget needs the cost model of its "
+                             "target")
+        return cpu_budget_memory(graph, schedule, model, options)
     if budget is not None and layout.arena > budget:
         raise InfeasibleBudget(
             f"memory budget {format_bytes(budget)} is below the {format_bytes(layout.arena)} "

@@ -39,6 +39,7 @@ Example:
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -75,6 +76,11 @@ def device_aligned(options: MemoryOptions) -> MemoryOptions:
     if options.alignment % DEVICE_ALIGNMENT == 0:
         return options
     return options.model_copy(update={"alignment": math.lcm(options.alignment, DEVICE_ALIGNMENT)})
+
+
+# Buffers a backend's kernels need besides the tensors: per op of a materialized state (graph
+# nodes and recomputes alike), e.g. the CPU kernels' scratch areas (planner.memory.cpu).
+ExtraBuffers = Callable[[Material], list[Buffer]]
 
 
 @dataclass
@@ -172,17 +178,18 @@ def solve(state: State, placed: Placed, options: MemoryOptions, liveness_load: i
                   end, liveness_load, options.budget_bytes)
 
 
-def decide(state: State, options: MemoryOptions) -> Placed:
-    """Apply moves until the laid-out arena fits the budget (at once without one)."""
+def decide(state: State, options: MemoryOptions, extra: ExtraBuffers | None = None) -> Placed:
+    """Apply moves until the laid-out arena fits the budget (at once without one); `extra`
+    adds the buffers the ops' kernels need besides the tensors."""
     budget = options.budget_bytes
     if budget is None:
-        return lay(state, options)
+        return lay(state, options, extra)
     loads: list[int] = []
     # The layout of the state `fits` saw last: cheapest_stop returns right after a fit.
     last: list[Placed] = []
 
     def fits(s: State) -> bool:
-        last[:] = [lay(s, options)]
+        last[:] = [lay(s, options, extra)]
         return last[0].arena <= budget
 
     while True:
@@ -198,14 +205,16 @@ def decide(state: State, options: MemoryOptions) -> Placed:
                 raise InfeasibleBudget(f"memory budget {format_bytes(budget or 0)} is "
                                        f"infeasible: the smallest feasible budget is at least "
                                        f"{low} bytes ({format_bytes(low)})", low)
-            raise infeasible(state, options, loads)
+            raise infeasible(state, options, loads, extra)
         state.apply(move)
 
 
-def lay(state: State, options: MemoryOptions) -> Placed:
+def lay(state: State, options: MemoryOptions, extra: ExtraBuffers | None = None) -> Placed:
     """Materialize and place a state. Under a budget this runs inside the search over states,
     so the seeded multi-start heuristic and the skyline ones (the slowest) are left out there."""
     m = materialize(state)
+    if extra is not None:
+        m.buffers = m.buffers + extra(m)
     heuristics = options.heuristics
     if options.budget_bytes is not None:
         heuristics = tuple(h for h in heuristics if h != "perturbed-size"
@@ -214,7 +223,8 @@ def lay(state: State, options: MemoryOptions) -> Placed:
     return Placed(state, m, offsets, arena, host, heuristic)
 
 
-def infeasible(state: State, options: MemoryOptions, loads: list[int]) -> InfeasibleBudget:
+def infeasible(state: State, options: MemoryOptions, loads: list[int],
+               extra: ExtraBuffers | None = None) -> InfeasibleBudget:
     """The error for a budget no state fits: the smallest arena among the states visited
     (laid out in order of their LOAD, a lower bound on their arena, until none can win)."""
     moves = list(state.log)
@@ -225,7 +235,7 @@ def infeasible(state: State, options: MemoryOptions, loads: list[int]) -> Infeas
         probe = State(state.stash, state.bandwidth, state.allow_offload,
                       state.allow_recompute, state.host_limit)
         probe.replay(moves[:k])
-        arena = lay(probe, options).arena
+        arena = lay(probe, options, extra).arena
         best = arena if best is None else min(best, arena)
     assert best is not None
     budget = options.budget_bytes or 0

@@ -41,6 +41,7 @@ import bisect
 from dataclasses import dataclass, field
 
 from planner.memory.budget import State
+from planner.memory.decision import TRANSFER_OPS
 from planner.memory.liveness import PERSISTENT_ROLES, Buffer
 from planner.schedule.deps import predecessors
 
@@ -105,9 +106,10 @@ def materialize(state: State) -> Material:
         seconds = state.copy_seconds(t)
         put = float(st.key(u.writer)) + 0.25 if u.writer >= 0 else -0.5
         get = float(st.group_start[state.fetch[t]]) - 0.25
-        ops.append(OpSpec(f"offload/{t}", "Offload", "offload", 1, put, seconds, tensor=t,
-                          reads=[t], writes=[f"{t}@host"]))
-        ops.append(OpSpec(f"prefetch/{t}", "Prefetch", "prefetch", 2, get, seconds, tensor=t,
+        ops.append(OpSpec(f"offload/{t}", TRANSFER_OPS["offload"], "offload", 1, put, seconds,
+                          tensor=t, reads=[t], writes=[f"{t}@host"]))
+        ops.append(OpSpec(f"prefetch/{t}", TRANSFER_OPS["prefetch"], "prefetch", 2, get, seconds,
+                          tensor=t,
                           reads=[f"{t}@host"], writes=[f"{t}@prefetch"]))
         for r in u.backward_reads:
             source[(steps.nodes[r].name, t)] = f"{t}@prefetch"

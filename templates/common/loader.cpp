@@ -65,18 +65,25 @@ void LoadedSchedule::validate(const std::string& path, int backend) const {
                              std::string(s.backend == CUDA ? names[1] : names[0]) +
                              " backend, this runtime is the " + names[backend == CUDA] + " one");
   if (s.num_tensors < 0 || s.num_ops < 0 || s.num_outputs < 0 || s.num_lanes < 0 ||
-      s.arena_bytes < 0)
+      s.arena_bytes < 0 || s.host_bytes < 0)
     throw std::runtime_error(path + ": negative counts in the schedule");
-  if (s.arena_bytes > kMaxBytes)  // planner/verify_graph.py holds plans to the same bound
-    throw std::runtime_error(path + ": an arena of " + std::to_string(s.arena_bytes) +
+  if (s.arena_bytes > kMaxBytes || s.host_bytes > kMaxBytes)  // as planner/verify_graph.py
+    throw std::runtime_error(path + ": an arena or host store of " +
+                             std::to_string(std::max(s.arena_bytes, s.host_bytes)) +
                              " bytes is past 2^62");
   for (int i = 0; i < s.num_tensors; ++i) {
     const TensorSpec& t = s.tensors[i];
     std::string label = std::string("tensor '") + t.name + "'";
-    if (!inside(t.offset, t.nbytes, s.arena_bytes))
+    if (t.store != ARENA && t.store != HOST_STORE)
+      throw std::runtime_error(label + ": bad store");
+    const int64_t room = t.store == HOST_STORE ? s.host_bytes : s.arena_bytes;
+    if (!inside(t.offset, t.nbytes, room))
       throw std::runtime_error(label + ": bytes [" + std::to_string(t.offset) + ", +" +
                                std::to_string(t.nbytes) + ") lie outside the " +
-                               std::to_string(s.arena_bytes) + "-byte arena");
+                               std::to_string(room) + "-byte " +
+                               (t.store == HOST_STORE ? "host store" : "arena"));
+    if (t.store == HOST_STORE && t.alias_of >= 0)
+      throw std::runtime_error(label + ": a host store copy aliases another tensor");
     if (t.rank < 0 || t.rank > kMaxRank) throw std::runtime_error(label + ": bad rank");
     if (t.dtype < F32 || t.dtype > BF16) throw std::runtime_error(label + ": bad dtype");
     int64_t n = 1;
@@ -92,6 +99,8 @@ void LoadedSchedule::validate(const std::string& path, int backend) const {
     if (t.alias_of >= s.num_tensors || t.updates >= s.num_tensors || t.alias_of < -1 ||
         t.updates < -1)
       throw std::runtime_error(label + ": alias or update index out of range");
+    if (t.alias_of >= 0 && s.tensors[t.alias_of].store != t.store)
+      throw std::runtime_error(label + ": aliases a tensor in another store");
   }
   int args = 0;
   for (int k = 0; k < s.num_ops; ++k) {

@@ -14,6 +14,7 @@ enum DType : int { F32 = 0, F64 = 1, F16 = 2, I64 = 3, I32 = 4, BOOL = 5, BF16 =
 enum Role : int { INPUT = 0, LABEL = 1, PARAM = 2, STATE = 3, OPT_STATE = 4, ACTIVATION = 5,
                   GRAD = 6 };
 enum Backend : int { CPU = 0, CUDA = 1 };
+enum Store : int { ARENA = 0, HOST_STORE = 1 };
 
 constexpr int kMaxRank = 8;
 
@@ -27,6 +28,11 @@ struct TensorSpec {
   int role;              // Role
   int updates;           // index of the persistent tensor this one overwrites, or -1
   int alias_of;          // index of the tensor whose bytes this one shares (updates, views), or -1
+  // Where its bytes are: the arena (ARENA) or the host store (HOST_STORE: a separate block
+  // of Schedule::host_bytes, where offloaded copies wait for their prefetch). Tensors past
+  // the graph's are copies memory planning added: a recomputed or prefetched value, or an
+  // offloaded one in the host store, with the shape and dtype of the graph tensor it holds.
+  int store;
 };
 
 struct OpSpec {
@@ -72,6 +78,7 @@ struct Schedule {
   const int* cpus;       // logical CPU ids, per op (see OpSpec)
   const int* waits;      // op indices, per op (see OpSpec)
   int64_t arena_bytes;   // every tensor and every planned scratch area
+  int64_t host_bytes;    // the host store (offloaded copies), 0 when the plan offloads nothing
   const char* plan_json; // the plan this schedule was rendered from
   int64_t plan_json_bytes;
   // The GPU the plan was made for (major * 10 + minor, and its memory in bytes; 0 for a CPU

@@ -85,7 +85,17 @@ def test_memory_plan_offsets_replace_our_layout(mlp_plan):
                     for i, t in enumerate(g.tensors))
     lay = arena_layout(g, planned)
     assert lay.offsets[g.tensors[3].name] == 384
-    assert arena_layout(g, planned, added_ops=1) == own_layout(g)  # recomputes: ours
+    # A copy of a tensor (a recompute's, a prefetch's, an offload's host slot) is a row of its
+    # own at its planned offset, in the arena or the host store.
+    x = g.tensors[0]
+    copies = ({"name": f"{x.name}@host", "tensor": x.name, "offset": 0, "placement": "host"},
+              {"name": f"{x.name}@prefetch", "tensor": x.name, "offset": 4096,
+               "placement": "device"})
+    lay = arena_layout(g, planned + copies)
+    assert [(c.name, c.offset, c.host) for c in lay.copies] == [
+        (f"{x.name}@host", 0, True), (f"{x.name}@prefetch", 4096, False)]
+    assert lay.host_bytes == -(-x.nbytes // 64) * 64
+    assert lay.bytes >= 4096 + x.nbytes
 
 
 def test_an_incomplete_memory_plan_is_refused_naming_the_tensor(mlp_plan):

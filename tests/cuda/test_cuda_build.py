@@ -34,7 +34,7 @@ def _import(path):
 @pytest.mark.nvcc
 def test_runtime_registers_the_ops_codegen_reads():
     runtime = _import(build_runtime(backend="cuda"))
-    assert set(runtime.registered_ops()) == set(RUNTIMES["cuda"].ops)
+    assert set(runtime.registered_ops()) == set(RUNTIMES["cuda"].registered)
 
 
 @pytest.mark.nvcc
@@ -101,3 +101,22 @@ def test_each_plan_renders_for_its_own_backend(tmp_path):
     # Each renders for its own backend only (codegen picks it from the plan).
     assert "planner_cpu_rt" in render(cpu, tmp_path / "a").files["__init__.py"]
     assert "planner_cuda_rt" in render(gpu, tmp_path / "b").files["__init__.py"]
+
+
+@pytest.mark.parametrize("model,size,budget", [
+    ("alexnet", dict(batch=256), 1 << 30),
+    ("resnet", dict(batch=64, depth=50), 4 << 30)])
+def test_plans_under_a_budget_build(model, size, budget, tmp_path):
+    """Offloads, prefetches and recomputes compile into the CUDA executor (pinned host store,
+    copies on their streams)."""
+    from planner.memory.options import MemoryOptions
+    from planner.pipeline import PlanOptions, plan
+    from planner.target import preset
+
+    graph = make_training_graph(zoo(model, **size), Optimizer(kind="sgd", lr=0.01))
+    p = plan(graph, preset("k40c-12gb"),
+             options=PlanOptions(memory=MemoryOptions(budget_bytes=budget)))
+    assert p.summary.memory.arena_bytes <= budget and p.memory.ops
+    tree = render(p, tmp_path / model, layout="plan")
+    assert "planner::HOST_STORE" in tree.files["schedule.cpp"]
+    assert build(tree.dir).runtime.name.startswith("planner_cuda_rt")

@@ -49,7 +49,13 @@ struct Io {
     std::string impl = ex.impl(k);
     if (!impl.empty()) d["impl"] = impl;
   }
-  static void stats(const Executor& ex, nb::dict& d) { d["pinnings"] = ex.pinnings(); }
+  static void stats(const Executor& ex, nb::dict& d) {
+    d["pinnings"] = ex.pinnings();
+    // Every byte the executor holds for tensors: the arena, the host store, and scratch
+    // blocks of its own where the plan's area was too small (kernels allocate nothing else).
+    d["host_store_bytes"] = ex.host_store_bytes();
+    d["held_bytes"] = ex.arena_bytes() + ex.host_store_bytes() + ex.unplanned_scratch_bytes();
+  }
 };
 
 }  // namespace

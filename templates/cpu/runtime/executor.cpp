@@ -13,6 +13,7 @@ Executor::Executor(const std::string& schedule_path, bool concurrent, int jitter
       engine_(dnnl::engine::kind::cpu, 0),
       stream_(engine_),
       arena_(loaded_.get().arena_bytes),
+      host_store_(loaded_.get().host_bytes),
       watchdog_seconds_(watchdog_seconds) {
   const Schedule& s = loaded_.get();
   int host_cpus = omp_get_num_procs();
@@ -26,7 +27,7 @@ Executor::Executor(const std::string& schedule_path, bool concurrent, int jitter
                                " CPUs; plan it for this host");
   }
   ptr_.resize(s.num_tensors);
-  for (int i = 0; i < s.num_tensors; ++i) ptr_[i] = arena_.base() + s.tensors[i].offset;
+  for (int i = 0; i < s.num_tensors; ++i) ptr_[i] = home(i);
   kernels_.resize(s.num_ops);
   scratch_.assign(s.num_ops, nullptr);
   span_.assign(s.num_ops, {0.0, 0.0});
@@ -90,9 +91,14 @@ void Executor::run(int k) {
               std::chrono::duration<double>(t1 - step_began_).count()};
 }
 
+char* Executor::home(int id) const {
+  const TensorSpec& t = schedule().tensors[id];
+  return (t.store == HOST_STORE ? host_store_.base() : arena_.base()) + t.offset;
+}
+
 void Executor::bind(int id, char* p) {
   const Schedule& s = schedule();
-  char* target = p ? p : arena_.base() + s.tensors[id].offset;
+  char* target = p ? p : home(id);
   for (int i = 0; i < s.num_tensors; ++i)
     if (loaded_.root(i) == id) ptr_[i] = target;
 }

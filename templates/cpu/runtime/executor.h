@@ -41,6 +41,8 @@ class Executor : public ExecutorCore {
   // Whether [p, p + bytes) overlaps memory the step writes (the arena, unplanned scratch): a
   // feed there is copied in before the step, never read in place.
   bool holds(const void* p, int64_t bytes) const;
+  // The host store: offloaded copies, a block of its own beside the arena (plan: host_bytes).
+  int64_t host_store_bytes() const { return host_store_.bytes(); }
   int64_t unplanned_scratch_bytes() const { return unplanned_; }
   int64_t pinnings() const { return lanes_ ? lanes_->pinnings() : 0; }
   // When op k started and ended in the last step, in seconds from the step's start: the
@@ -55,6 +57,7 @@ class Executor : public ExecutorCore {
   std::vector<dnnl::stream> lane_streams_;  // one per lane: lanes never share a stream
   std::vector<KernelPtr> kernels_;
   Arena arena_;
+  Arena host_store_;
   std::vector<char*> scratch_;                 // each op's scratch area
   std::vector<std::unique_ptr<Arena>> overflow_;
   int64_t unplanned_ = 0;
@@ -68,6 +71,7 @@ class Executor : public ExecutorCore {
   void run_step() override;
   void check_feeds() override;
 
+  char* home(int id) const;  // tensor id's bytes in the arena or the host store
   void create(int k);
   void run(int k);
 };

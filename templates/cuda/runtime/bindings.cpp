@@ -87,6 +87,8 @@ struct Io {
   static void stats(const CudaExecutor& ex, nb::dict& d) {
     d["step_seconds"] = ex.last_step_seconds();
     d["cuda_graph"] = ex.cuda_graph();
+    d["host_store_bytes"] = ex.host_store_bytes();
+    d["held_bytes"] = ex.arena_bytes() + ex.host_store_bytes() + ex.unplanned_scratch_bytes();
   }
 };
 

@@ -1,6 +1,7 @@
 #include "executor.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "device_check.h"
 
@@ -38,6 +39,17 @@ DeviceBlock::DeviceBlock(int64_t bytes) : bytes_(std::max<int64_t>(bytes, kAlign
 }
 
 DeviceBlock::~DeviceBlock() { cudaFree(base_); }
+
+PinnedBlock::PinnedBlock(int64_t bytes) : bytes_(bytes) {
+  cudaError_t e = cudaHostAlloc(reinterpret_cast<void**>(&base_), bytes_, cudaHostAllocDefault);
+  if (e != cudaSuccess)
+    throw std::runtime_error("cannot allocate the " + std::to_string(bytes_) +
+                             " bytes of pinned host memory the plan's offloads need: " +
+                             cudaGetErrorString(e));
+  std::memset(base_, 0, static_cast<size_t>(bytes_));
+}
+
+PinnedBlock::~PinnedBlock() { cudaFreeHost(base_); }
 
 // ---- streams, handles, events ---------------------------------------------------------------
 
@@ -105,6 +117,7 @@ CudaExecutor::CudaExecutor(const std::string& schedule_path, bool streams, bool 
   check_cuda(cudaSetDevice(device), "cudaSetDevice");
   check_device(device);
   arena_ = std::make_unique<DeviceBlock>(s.arena_bytes);
+  if (s.host_bytes > 0) host_store_ = std::make_unique<PinnedBlock>(s.host_bytes);
 
   // Every stream, handle and event is owned by res_ from the moment it exists.
   int num_streams = streams ? std::max(s.num_lanes, 1) : 1;
@@ -120,7 +133,9 @@ CudaExecutor::CudaExecutor(const std::string& schedule_path, bool streams, bool 
   feed_ready_ = res_.event(cudaEventDisableTiming);
 
   ptr_.resize(s.num_tensors);
-  for (int i = 0; i < s.num_tensors; ++i) ptr_[i] = arena_->base() + s.tensors[i].offset;
+  for (int i = 0; i < s.num_tensors; ++i)
+    ptr_[i] = (s.tensors[i].store == HOST_STORE ? host_store_->base() : arena_->base()) +
+              s.tensors[i].offset;
   kernels_.resize(s.num_ops);
   scratch_.assign(s.num_ops, nullptr);
   overflow_.resize(s.num_ops);

@@ -50,6 +50,22 @@ struct CudaResources {
   cudaGraphExec_t graph = nullptr;
 };
 
+// The host store: pinned host memory for offloaded copies (Schedule::host_bytes), allocated
+// once at load, so that offloads and prefetches are asynchronous copies on their streams.
+class PinnedBlock {
+ public:
+  explicit PinnedBlock(int64_t bytes);
+  ~PinnedBlock();
+  PinnedBlock(const PinnedBlock&) = delete;
+  PinnedBlock& operator=(const PinnedBlock&) = delete;
+  char* base() const { return base_; }
+  int64_t bytes() const { return bytes_; }
+
+ private:
+  char* base_ = nullptr;
+  int64_t bytes_ = 0;
+};
+
 // Named apart from the CPU runtime's planner::Executor: both runtimes may be loaded in one
 // process, and nanobind registers a bound class by its C++ type.
 class CudaExecutor : public ExecutorCore {
@@ -80,6 +96,7 @@ class CudaExecutor : public ExecutorCore {
   std::string detail(int op) const { return kernels_[op]->detail(); }
   bool scratch_planned(int op) const { return overflow_[op] == nullptr; }
   int64_t arena_bytes() const { return arena_->bytes(); }
+  int64_t host_store_bytes() const { return host_store_ ? host_store_->bytes() : 0; }
   int64_t unplanned_scratch_bytes() const { return unplanned_; }
   double last_step_seconds() const { return last_step_seconds_; }
 
@@ -87,6 +104,7 @@ class CudaExecutor : public ExecutorCore {
   int device_;
   bool use_graph_, op_timing_;
   std::unique_ptr<DeviceBlock> arena_;
+  std::unique_ptr<PinnedBlock> host_store_;  // null when the plan offloads nothing
   // Declared before the kernels: their descriptors go first, then the handles.
   CudaResources res_;
   std::vector<cudaStream_t> streams_;      // one per plan stream (one in all when streams=false)

@@ -1,0 +1,278 @@
+"""Memory plans carried out on the CPU: step time and measured peak of the generated executor at
+four memory budgets, from the unconstrained arena down to the smallest feasible one, against
+PyTorch (eager) plain, with activation checkpointing over every block / layer
+(torch.utils.checkpoint, what a user would wrap) and with torch.autograd.graph.save_on_cpu.
+
+    python bench/bench_memory_exec.py [--models resnet50,inception_v3,gpt,lstm] [--rounds 5]
+
+Each configuration runs in a process of its own, warm (3 steps), and the configurations of a
+model take turns step by step for `rounds` rounds (the machine is shared: alternating rounds
+see the same load); printed: the median step and the process's peak resident memory above
+what it held before it built its model (params, arena, host store, library scratch, torch's
+saved tensors: everything the step needs), with the executor's own count (arena + host
+store) beside it, and the load average.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import warnings
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+# Small sizes: a 2-core machine shared with other work.
+MODELS = {
+    "resnet50": ("resnet", {"batch": 2, "image": 64, "depth": 50}),
+    "inception_v3": ("inception_v3", {"batch": 2, "image": 75, "width": 0.25}),
+    "gpt": ("gpt", {"batch": 2, "seq": 32, "dim": 64, "heads": 2, "layers": 4, "vocab": 100}),
+    "lstm": ("lstm", {"batch": 4, "seq": 16, "hidden": 64, "layers": 2, "vocab": 100}),
+}
+LR = 0.01
+
+CHILD = r"""
+import json, sys, time
+sys.path.insert(0, sys.argv[2])
+spec = json.loads(sys.argv[1])
+def status(key):
+    with open("/proc/self/status") as f:
+        return next(int(l.split()[1]) * 1024 for l in f if l.startswith(key + ":"))
+from planner.graph.interpret import init_params, random_feeds
+import torch  # both sides import it: the baseline resident memory is the same
+with open("/proc/self/clear_refs", "w") as f:
+    f.write("5")  # reset the peak (VmHWM) to what is resident now
+base = status("VmRSS")
+if spec["kind"] == "ours":
+    from codegen.load import load
+    from planner.graph import Graph
+    module = load(spec["package"])
+    graph = Graph.model_validate(json.loads(module.plan)["graph"])
+    ex = module.Executor()
+    ex.load_params(init_params(graph, seed=0))
+    feeds = random_feeds(graph, seed=1)
+    run = lambda: ex.step(feeds)
+    held = lambda: ex.stats()["held_bytes"]
+else:
+    from bench.bench_memory_exec import torch_step
+    run = torch_step(spec)
+    held = lambda: 0
+for _ in range(3):
+    run()
+print("ready", flush=True)
+for _ in sys.stdin:
+    t0 = time.perf_counter()
+    run()
+    print(time.perf_counter() - t0, flush=True)
+peak = status("VmHWM") - base
+print(json.dumps({"peak": peak, "held": held()}), flush=True)
+"""
+
+
+def block_of(name: str) -> str:
+    """The block a forward node belongs to: `layer1/block2` (ResNet), else its first scope
+    (`block3` of a GPT, `layer1` of an LSTM, `mixed6b` of Inception)."""
+    parts = name.split("/")
+    if len(parts) > 2 and parts[1].startswith("block"):
+        return "/".join(parts[:2])
+    return parts[0]
+
+
+def torch_step(spec: dict):
+    """One eager PyTorch SGD step of the zoo model, plain or under a memory technique."""
+    import torch
+    from torch.utils.checkpoint import checkpoint
+
+    from planner.graph.interpret import init_params, random_feeds
+    from planner.ops import get_op
+    from planner.zoo import build
+    from tests.graph.test_train_vs_torch import TORCH_OPS
+
+    def layer_norm(xs, a):
+        x = xs[0]
+        axis = a["axis"] % x.dim()
+        dims = tuple(range(axis, x.dim()))
+        y = torch.nn.functional.layer_norm(x, x.shape[axis:], xs[1],
+                                           xs[2] if len(xs) > 2 else None, a["epsilon"])
+        # The statistics outputs, as the graph has them (nothing reads them in forward).
+        return [y, x.mean(dims, keepdim=True), x.var(dims, keepdim=True, unbiased=False)]
+
+    ops = {**TORCH_OPS, "LayerNorm": layer_norm, "Dropout": lambda xs, a: [
+        torch.nn.functional.dropout(xs[0], a["rate"], training=True)]}
+    torch.set_num_threads(spec["threads"])
+    name, kwargs = MODELS[spec["model"]]
+    forward = build(name, **kwargs)
+    state = init_params(forward, seed=0)
+    feeds = random_feeds(forward, seed=1)
+    params = {t.name: torch.tensor(state[t.name], requires_grad=True)
+              for t in forward.by_role("param")}
+    values = {**{k: torch.tensor(v) for k, v in state.items()},
+              **{k: torch.tensor(v) for k, v in feeds.items()}, **params}
+    opt = torch.optim.SGD(list(params.values()), lr=LR)
+    # Consecutive nodes of one block; what each block reads from before it and what is read
+    # after it (only those leave a checkpointed block: the rest is recomputed in backward).
+    blocks: list[list] = []
+    for n in forward.nodes:
+        if blocks and block_of(blocks[-1][0].name) == block_of(n.name):
+            blocks[-1].append(n)
+        else:
+            blocks.append([n])
+    later: set[str] = set(forward.outputs)
+    needs = []
+    for nodes in reversed(blocks):
+        made = {o for n in nodes for o in n.outputs}
+        needs.append(sorted(t for t in made if t in later))
+        later |= {i for n in nodes for i in n.inputs}
+    needs.reverse()
+
+    def run_nodes(nodes, env):
+        for n in nodes:
+            attrs = get_op(n.op).normalize_attrs(n.attrs)
+            env.update(zip(n.outputs, ops[n.op]([env[i] for i in n.inputs], attrs),
+                           strict=True))
+
+    def loss():
+        env = dict(values)
+        for nodes, out in zip(blocks, needs, strict=True):
+            if spec["mode"] != "checkpoint" or len(nodes) < 2:
+                run_nodes(nodes, env)
+                continue
+            reads = sorted({i for n in nodes for i in n.inputs}
+                           - {o for n in nodes for o in n.outputs})
+
+            def block(*xs, nodes=nodes, reads=reads, out=out):
+                inner = dict(zip(reads, xs, strict=True))
+                run_nodes(nodes, inner)
+                return tuple(inner[t] for t in out)
+
+            env.update(zip(out, checkpoint(block, *[env[r] for r in reads],
+                                           use_reentrant=False), strict=True))
+        return env["loss"]
+
+    def step() -> None:
+        opt.zero_grad(set_to_none=True)
+        if spec["mode"] == "save_on_cpu":
+            with torch.autograd.graph.save_on_cpu():
+                value = loss()
+        else:
+            value = loss()
+        value.backward()
+        opt.step()
+
+    return step
+
+
+def torch_lacks(model: str) -> list[str]:
+    """The forward ops of `model` torch_step cannot translate."""
+    from planner.zoo import build
+    from tests.graph.test_train_vs_torch import TORCH_OPS
+
+    name, kwargs = MODELS[model]
+    have = set(TORCH_OPS) | {"LayerNorm", "Dropout"}
+    return sorted({n.op for n in build(name, **kwargs).nodes} - have)
+
+
+def plans(model: str, work: Path) -> list[tuple[str, Path, int]]:
+    """Build the executor at four budgets: (label, package, budget)."""
+    from codegen.build import build as build_package
+    from codegen.render import render
+    from planner.errors import InfeasibleBudget
+    from planner.graph.autodiff import make_training_graph
+    from planner.graph.optimizer import Optimizer
+    from planner.memory.options import MemoryOptions
+    from planner.pipeline import PlanOptions, plan
+    from planner.target.detect import detect
+    from planner.zoo import build
+
+    name, kwargs = MODELS[model]
+    graph = make_training_graph(build(name, **kwargs), Optimizer(kind="sgd", lr=LR))
+    target = detect()
+
+    def at(budget):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return plan(graph, target, options=PlanOptions(
+                memory=MemoryOptions(budget_bytes=budget)))
+
+    free = at(None)
+    arena = free.summary.memory.arena_bytes
+    try:
+        at(64)
+        raise SystemExit(f"{model}: 64 bytes fit")
+    except InfeasibleBudget as e:
+        small = e.smallest_bytes
+    out = []
+    for k, label in enumerate(("free", "2/3", "1/3", "smallest")):
+        budget = None if k == 0 else small + (arena - small) * (3 - k) // 3
+        p = free if budget is None else at(budget)
+        tree = render(p, work / f"{model}_{k}")
+        out.append((label, build_package(tree.dir).dir, p.summary.memory.arena_bytes))
+    return out
+
+
+def measure(configs: list[tuple[str, dict]], rounds: int) -> dict[str, dict]:
+    procs = {}
+    for label, spec in configs:
+        procs[label] = subprocess.Popen([sys.executable, "-c", CHILD, json.dumps(spec),
+                                         str(ROOT)], stdin=subprocess.PIPE,
+                                        stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    try:
+        for label, p in procs.items():
+            if p.stdout.readline().strip() != "ready":
+                raise SystemExit(f"{label}: the child failed to start")
+        times: dict[str, list[float]] = {label: [] for label in procs}
+        for r in range(rounds):
+            order = list(procs) if r % 2 == 0 else list(reversed(procs))
+            for label in order:
+                procs[label].stdin.write("\n")
+                procs[label].stdin.flush()
+                times[label].append(float(procs[label].stdout.readline()))
+        out = {}
+        for label, p in procs.items():
+            p.stdin.close()
+            last = json.loads(p.stdout.readline())
+            out[label] = {"median": statistics.median(times[label]), **last}
+        return out
+    finally:
+        for p in procs.values():
+            p.wait(timeout=600)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--models", default=",".join(MODELS))
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    args = ap.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="bench-memory-exec-"))
+    print(f"load average before: {os.getloadavg()}")
+    print(f"{'model':<13} {'run':<22} {'budget MiB':>10} {'step ms':>9} {'peak MiB':>9} "
+          f"{'held MiB':>9}")
+    for model in args.models.split(","):
+        built = plans(model, work)
+        configs = [(f"ours {label}", {"kind": "ours", "package": str(pkg)})
+                   for label, pkg, _ in built]
+        lacks = torch_lacks(model)
+        if lacks:
+            print(f"{model:<13} torch: the translator lacks {', '.join(lacks)}", flush=True)
+        else:
+            configs += [(f"torch {mode}", {"kind": "torch", "mode": mode, "model": model,
+                                           "threads": args.threads})
+                        for mode in ("plain", "checkpoint", "save_on_cpu")]
+        budgets = {f"ours {label}": arena for label, _, arena in built}
+        for label, r in measure(configs, args.rounds).items():
+            b = f"{budgets[label] / 2**20:10.1f}" if label in budgets else f"{'':>10}"
+            held = f"{r['held'] / 2**20:9.1f}" if r["held"] else f"{'':>9}"
+            print(f"{model:<13} {label:<22} {b} {r['median'] * 1e3:9.1f} "
+                  f"{r['peak'] / 2**20:9.1f} {held}", flush=True)
+    print(f"load average after: {os.getloadavg()}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,131 @@
+"""CPU memory planning under a budget the liveness layout does not meet: the GPU pass's
+decisions (planner.memory.gpu: cost-aware recompute segments first where they are cheap,
+offload to a host store where recompute cannot reach the budget) on the CPU schedule's op
+order, carried out by the CPU executor's lanes.
+
+    steps        the schedule's ops in plan order, updates moved up as on a stream, each at
+                 its scheduled time (`cpu_steps`)
+    decide       stash, moves and layout as on a GPU, with every op's kernel scratch area
+                 (driver.scratch_buffers' rule, at the op's thread count) laid out with it:
+                 a recompute of a node gets a scratch area of its own too
+    serialize    one op at a time in the materialized order: a graph node keeps its planned
+                 CPUs and thread count (a recompute runs its node's kernel at the same thread
+                 count, so it writes the same bits), a transfer runs on one thread of the
+                 first CPU. On a CPU a copy takes cores like any op, so none is hidden: the
+                 step's predicted time includes every copy.
+
+The host store is a separate allocation (placement "host", offsets in
+MemorySummary.host_bytes); the arena alone is what the budget bounds.
+
+Example:
+    >>> from planner.costs import CostModel
+    >>> from planner.graph.autodiff import Optimizer, make_training_graph
+    >>> from planner.memory.driver import cpu_memory
+    >>> from planner.schedule import ScheduleOptions, cpu_schedule
+    >>> from planner.target import preset
+    >>> from planner.zoo import build
+    >>> g = make_training_graph(build("lenet", batch=8, image=16), Optimizer(kind="sgd"))
+    >>> model = CostModel(preset("xeon-8180"))
+    >>> s = cpu_schedule(g, model, ScheduleOptions(strategy="paper"))
+    >>> free = cpu_memory(g, s, model).summary
+    >>> budget = free.per_op_bound_bytes + (free.arena_bytes - free.per_op_bound_bytes) // 10
+    >>> d = cpu_memory(g, s, model, MemoryOptions(budget_bytes=budget))
+    >>> d.summary.arena_bytes <= budget < free.arena_bytes, len(d.inserted) > 0
+    (True, True)
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from planner.costs import CostModel
+from planner.graph.autodiff import node_phase
+from planner.graph.ir import Graph
+from planner.memory.budget import State
+from planner.memory.decision import MemoryDecision
+from planner.memory.gpu import decide, decide_memory, solve
+from planner.memory.liveness import Buffer, per_op_bound
+from planner.memory.materialize import Material
+from planner.memory.options import MemoryOptions
+from planner.memory.stash import analyze
+from planner.ops import get_op
+from planner.ops.base import TensorType
+from planner.schedule.record import Schedule, ScheduledOp
+from planner.schedule.streams import ComputeSteps, stream_order
+
+
+def cpu_budget_memory(graph: Graph, schedule: Schedule, model: CostModel,
+                      options: MemoryOptions) -> MemoryDecision:
+    """The memory decision of a CPU schedule under options.budget_bytes (module docstring).
+    Raises InfeasibleBudget naming the smallest feasible budget."""
+    placed_on = {o.name: o for o in schedule.ops}
+    steps = cpu_steps(graph, schedule)
+    stash = analyze(steps, "cost-aware" if options.recompute == "off" else options.recompute)
+    # A copy to the host store is a memcpy on one core.
+    state = State(stash, model.target.cpu.core_bandwidth, offload=options.offload,
+                  recompute=options.recompute != "off")
+    liveness_load = state.load()
+
+    def scratch(m: Material) -> list[Buffer]:
+        return op_scratch(steps, m, placed_on)
+
+    placed = decide(state, options, scratch)
+    m = placed.material
+    # One op at a time, in the materialized order (a topological order of its edges).
+    m.edges = sorted(set(m.edges) | {(i - 1, i) for i in range(1, len(m.ops))})
+    solved = solve(placed.state, placed, options, liveness_load)
+    d = decide_memory(graph, solved)
+    first_cpu = min(c for o in schedule.ops for c in o.cpus)
+    ops = []
+    for o, spec in zip(d.ops, m.ops, strict=True):
+        node = steps.nodes[spec.step].name if spec.step >= 0 else ""
+        at = placed_on.get(node)
+        if at is not None:
+            where = {"cpus": at.cpus, "threads": at.threads, "affinity": at.affinity}
+        else:
+            where = {"cpus": (first_cpu,), "threads": 1}
+        ops.append(ScheduledOp(name=o.name, op=o.op, deps=o.deps, start=o.start, end=o.end,
+                               **where))
+    workspace = {b.name.removesuffix("@scratch"): b.bytes for b in m.buffers
+                 if b.kind == "scratch" and not b.tensor}
+    summary = d.summary.model_copy(update={
+        "per_op_bound_bytes": per_op_bound(graph, workspace)})
+    # These ops and edges replace the schedule's (planner.pipeline.assemble): the serial order
+    # moves updates past the lanes' order.
+    return d.model_copy(update={"ops": tuple(ops), "summary": summary})
+
+
+def cpu_steps(graph: Graph, schedule: Schedule) -> ComputeSteps:
+    """The schedule's ops in plan order, each update moved up to right after its last
+    predecessor (as on a stream: gradients then never all live at once), each at its
+    scheduled time."""
+    order = stream_order(graph, [o.name for o in schedule.ops])
+    seconds = {o.name: o.end - o.start for o in schedule.ops}
+    nodes = tuple(graph.nodes[i] for i in order)
+    return ComputeSteps(graph=graph, nodes=nodes,
+                        phase=tuple(node_phase(graph, n) for n in nodes),
+                        algos=tuple(() for _ in nodes),
+                        seconds=np.array([seconds[n.name] for n in nodes], dtype=float),
+                        analytical=0)
+
+
+def op_scratch(steps: ComputeSteps, m: Material, placed_on: dict[str, ScheduledOp]
+               ) -> list[Buffer]:
+    """`<op>@scratch` for every node and recompute of `m` whose CPU kernel needs scratch at
+    its node's planned thread count, live while it runs (as driver.scratch_buffers)."""
+    graph = steps.graph
+    out = []
+    for i, o in enumerate(m.ops):
+        if o.kind not in ("node", "recompute"):
+            continue
+        node = steps.nodes[o.step]
+        rule = get_op(node.op).scratch
+        if rule is None:
+            continue
+        ins = [TensorType(graph.tensor(t).shape, graph.tensor(t).dtype) for t in node.inputs]
+        outs = [TensorType(graph.tensor(t).shape, graph.tensor(t).dtype) for t in node.outputs]
+        nbytes = rule(ins, outs, node.attrs, placed_on[node.name].threads)
+        if nbytes > 0:
+            out.append(Buffer(f"{o.name}@scratch", "", nbytes, o.key, o.key + 1, i, i, i, (i,),
+                              "scratch"))
+    return out

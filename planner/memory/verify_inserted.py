@@ -1,0 +1,104 @@
+"""The rules an op memory planning added (plan.memory.ops, planner.memory.decision.MemoryOp)
+must follow for an executor to run it as it runs a graph node:
+
+    buffers     every buffer it reads or writes is one of the plan's (plan.tensors)
+    recompute   its node exists, and it reads one buffer per input of the node and writes
+                one per output, each holding that output's value
+    transfer    one buffer in, one out, holding the same tensor, the source on the side and the
+                slot on the other that TRANSFER_PLACEMENTS names; the slot holds the tensor's
+                bytes
+    live        it writes each output (the buffer's writer) and each input is live when it
+                runs: the buffer lists it as a reader and its lifetime reaches the op, so
+                nothing else may have its bytes yet
+
+Example:
+    >>> plan = {"graph": {"nodes": [], "tensors": [{"name": "x", "shape": [4],
+    ...         "dtype": "float32"}]}, "ops": [{"name": "offload/x", "order": 0}],
+    ...         "tensors": [], "memory": {"ops": [{"name": "offload/x", "kind": "offload",
+    ...         "inputs": ["x"], "outputs": ["x@host"]}]}}
+    >>> inserted_op_problems(plan)[0]
+    "added op 'offload/x' reads buffer 'x', which the plan does not have"
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from planner.dtypes import DTYPE_BYTES
+from planner.memory.decision import TRANSFER_PLACEMENTS
+
+
+def inserted_op_problems(plan: dict[str, Any]) -> list[str]:
+    """Every rule an added op of the plan (as JSON data) breaks, one line each naming it."""
+    added = (plan.get("memory") or {}).get("ops") or []
+    if not added:
+        return []
+    graph = plan.get("graph") or {}
+    nodes = {n.get("name"): n for n in graph.get("nodes", [])}
+    sizes = {t.get("name"): _nbytes(t) for t in graph.get("tensors", [])}
+    buffers = {t.get("name"): t for t in plan.get("tensors") or []}
+    order = {o.get("name"): o.get("order") for o in plan.get("ops", [])}
+    problems: list[str] = []
+    for m in added:
+        problems += _op_problems(m, nodes, sizes, buffers, order)
+    return problems
+
+
+def _op_problems(m: dict[str, Any], nodes: dict[str, Any], sizes: dict[str, int],
+                 buffers: dict[str, Any], order: dict[str, Any]) -> list[str]:
+    name, kind = m.get("name"), m.get("kind")
+    label = f"added op {name!r}"
+    ins, outs = list(m.get("inputs") or []), list(m.get("outputs") or [])
+    out = [f"{label} {verb} buffer {b!r}, which the plan does not have"
+           for verb, bs in (("reads", ins), ("writes", outs)) for b in bs if b not in buffers]
+    if out:
+        return out
+    if kind == "recompute":
+        node = nodes.get(m.get("node"))
+        if node is None:
+            return [f"{label} recomputes node {m.get('node')!r}, which the graph does not have"]
+        # Inputs by count only: a BatchNorm recompute reads the saved batch statistics where
+        # the node reads its running ones (planner.memory.stash).
+        held = [buffers[b].get("tensor") for b in outs]
+        if len(ins) != len(node.get("inputs", [])) or held != list(node.get("outputs", [])):
+            out.append(f"{label} does not read one buffer per input of node "
+                       f"{m.get('node')!r} and write copies of its outputs, in order")
+    elif kind in TRANSFER_PLACEMENTS:
+        if len(ins) != 1 or len(outs) != 1:
+            return [f"{label} copies {len(ins)} buffer(s) into {len(outs)}; a transfer copies "
+                    f"one into one"]
+        src, dst = buffers[ins[0]], buffers[outs[0]]
+        sides = (src.get("placement", "device"), dst.get("placement", "device"))
+        if sides != TRANSFER_PLACEMENTS[kind]:
+            out.append(f"{label} copies {sides[0]} to {sides[1]}; an {kind} copies "
+                       f"{TRANSFER_PLACEMENTS[kind][0]} to {TRANSFER_PLACEMENTS[kind][1]}")
+        if src.get("tensor") != dst.get("tensor") or not src.get("tensor"):
+            out.append(f"{label} copies {ins[0]!r} into {outs[0]!r}, which hold different "
+                       f"values")
+        need = sizes.get(src.get("tensor"), 0)
+        for b in (src, dst):
+            if b.get("bytes", 0) < need:
+                out.append(f"{label} copies {need} bytes of {src.get('tensor')!r} through "
+                           f"{b.get('name')!r}, a slot of {b.get('bytes', 0)} bytes")
+    else:
+        return [f"{label} is of unknown kind {kind!r}"]
+    at = order.get(name)
+    if at is None:
+        return out + [f"{label} is not scheduled"]
+    for b in outs:
+        if buffers[b].get("writer") != name:
+            out.append(f"{label} writes buffer {b!r}, whose writer is "
+                       f"{buffers[b].get('writer')!r}")
+    for b in ins:
+        t = buffers[b]
+        if name not in (t.get("readers") or ()) or not t.get("first", 0) <= at <= t.get("last", -1):
+            out.append(f"{label} reads buffer {b!r}, which is not live when it runs (its "
+                       f"bytes are free from op {t.get('last')} on, it runs at {at})")
+    return out
+
+
+def _nbytes(t: dict[str, Any]) -> int:
+    n = DTYPE_BYTES.get(t.get("dtype"), 0)
+    for d in t.get("shape") or []:
+        n *= int(d)
+    return n

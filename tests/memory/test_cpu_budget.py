@@ -1,0 +1,84 @@
+"""CPU plans under a memory budget (planner.memory.cpu): below the liveness arena the plan runs
+one op at a time and adds recomputes and offloads to a host store; what it states is what the
+executor needs (tests/codegen/test_memory_exec.py runs them)."""
+
+from __future__ import annotations
+
+import pytest
+
+from planner.errors import InfeasibleBudget
+from planner.fit import fit
+from planner.graph.autodiff import make_training_graph
+from planner.graph.optimizer import Optimizer
+from planner.memory.options import MemoryOptions
+from planner.pipeline import PlanOptions, plan
+from planner.target import preset
+from planner.verify import verify_plan
+from planner.zoo import build
+
+TARGET = preset("xeon-8180")
+
+
+def cpu_plan(graph, budget=None, **memory):
+    return plan(graph, TARGET, options=PlanOptions(
+        memory=MemoryOptions(budget_bytes=budget, **memory)))
+
+
+@pytest.fixture(scope="module")
+def alexnet():
+    return make_training_graph(build("alexnet", batch=4, image=63, classes=4),
+                               Optimizer(kind="sgd"))
+
+
+def smallest(graph, **memory) -> int:
+    with pytest.raises(InfeasibleBudget) as e:
+        cpu_plan(graph, 64, **memory)
+    return e.value.smallest_bytes
+
+
+def test_budget_plans_fit_verify_and_keep_the_host_store_apart(alexnet):
+    free = cpu_plan(alexnet).summary.memory
+    low = smallest(alexnet)
+    assert low < free.arena_bytes
+    p = cpu_plan(alexnet, low)
+    m = p.summary.memory
+    assert m.arena_bytes <= low and verify_plan(p) == []
+    kinds = {op.kind for op in p.memory.ops}
+    assert "offload" in kinds and "recompute" in kinds
+    host = [t for t in p.tensors if t.placement == "host"]
+    assert host and m.host_bytes == max(t.offset + t.bytes for t in host)
+    # The arena holds no host slot: its size is the device buffers' extent.
+    device = [t for t in p.tensors if t.placement == "device"]
+    assert m.arena_bytes >= max(t.offset + t.bytes for t in device)
+    # Every op, added ones too, on CPUs of the target, one at a time.
+    ops = sorted(p.ops, key=lambda o: o.order)
+    assert all(o.cpus for o in ops)
+    assert all(a.end <= b.start + 1e-12 for a, b in zip(ops, ops[1:], strict=False))
+    # A recompute runs its node at the node's thread count (the same kernel, the same bits).
+    threads = {o.name: o.threads for o in ops}
+    assert all(threads[r.name] == threads[r.node] for r in p.memory.ops if r.kind == "recompute")
+
+
+def test_without_recompute_and_offload_liveness_is_the_floor(alexnet):
+    free = cpu_plan(alexnet).summary.memory
+    assert smallest(alexnet, offload=False, recompute="off") == free.arena_bytes
+    assert smallest(alexnet, offload=False) <= free.arena_bytes
+    only = cpu_plan(alexnet, smallest(alexnet, offload=False), offload=False)
+    assert {op.kind for op in only.memory.ops} <= {"recompute"}
+
+
+def test_a_smaller_budget_never_plans_a_larger_arena(alexnet):
+    free = cpu_plan(alexnet).summary.memory
+    low = smallest(alexnet)
+    arenas = [cpu_plan(alexnet, low + (free.arena_bytes - low) * k // 4).summary.memory
+              .arena_bytes for k in range(5)]
+    assert arenas == sorted(arenas)
+
+
+def test_fit_on_a_cpu_target():
+    r = fit("zoo:lenet?image=16", TARGET, budget_bytes=2 << 20, vary="batch",
+            optimizer="sgd", multiple=8)
+    assert r.value > 0 and r.peak_bytes <= 2 << 20
+    g = make_training_graph(build("lenet", image=16, batch=r.value + 8), Optimizer(kind="sgd"))
+    with pytest.raises(InfeasibleBudget):
+        cpu_plan(g, 2 << 20)
