@@ -25,6 +25,10 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from planner.memory.decision import TRANSFER_OPS
+
+TRANSFERS = frozenset(TRANSFER_OPS.values())  # the copies' op types (Offload, Prefetch)
+
 # Times are compared with this slack (seconds, plus a relative part): float sums.
 TOLERANCE = 1e-9
 PAGE = 4096  # the largest alignment a pool's end is rounded up to
@@ -164,12 +168,17 @@ def inserted_figures(plan: dict[str, Any], m: dict[str, Any]) -> list[str]:
     if not _close(m.get("recompute_seconds", 0.0), seconds):
         out.append(f"summary memory recompute_seconds {m.get('recompute_seconds')} is not the "
                    f"recompute ops' {seconds} s")
-    stall = 0.0
+    # The compute work: a GPU plan's compute stream; on a CPU, every op but the transfers
+    # (a CPU plan under a budget runs its copies between the compute ops, not beside them).
+    ops = plan.get("ops", [])
+    step = max((o["end"] for o in ops), default=0.0)
     if plan.get("backend") == "cuda":
-        step = max((o["end"] for o in plan.get("ops", [])), default=0.0)
-        busy = sum(o["end"] - o["start"] for o in plan.get("ops", [])
-                   if o.get("stream") == "compute")
-        stall = max(0.0, step - busy)
+        busy = sum(o["end"] - o["start"] for o in ops if o.get("stream") == "compute")
+    elif any(o.get("op") in TRANSFERS for o in ops):
+        busy = sum(o["end"] - o["start"] for o in ops if o.get("op") not in TRANSFERS)
+    else:
+        busy = step
+    stall = max(0.0, step - busy)
     if not _close(m.get("stall_seconds", 0.0), stall):
         out.append(f"summary memory stall_seconds {m.get('stall_seconds')} is not the step's "
                    f"time beyond the compute stream's work ({stall} s)")

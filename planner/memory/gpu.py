@@ -161,8 +161,19 @@ def gpu_solve(graph: Graph, model: CostModel, options: MemoryOptions | None = No
     state = State(stash, gpu.host_link_bandwidth, offload=options.offload,
                   recompute=options.recompute != "off", host_limit=gpu.pinned_host_limit_bytes)
     liveness_load = state.load()
-    placed = decide(state, options)
+    placed = decide(state, options, kernel_scratch(steps))
     return solve(placed.state, placed, options, liveness_load)
+
+
+def kernel_scratch(steps) -> ExtraBuffers:
+    """The CUDA kernels' own scratch (OpDef.gpu_scratch) as buffers live during their op, laid
+    out with the tensors: not optional, so the budget search and the smallest feasible budget
+    count them (placed after the layout, a state that fits could leave them no room)."""
+    def extra(m: Material) -> list[Buffer]:
+        return [Buffer(f"{m.ops[i].name}@workspace", "", steps.scratch[m.ops[i].step],
+                       m.ops[i].key, m.ops[i].key + 1, i, i, i, (i,), "workspace")
+                for i in scratch_ops(m, steps)]
+    return extra
 
 
 def solve(state: State, placed: Placed, options: MemoryOptions, liveness_load: int) -> Solved:
@@ -259,20 +270,17 @@ def give_workspaces(placed: Placed, state: State, options: MemoryOptions
     arena = placed.arena
     choice: dict[int, ConvAlgo] = {}
     convs = [i for i, o in enumerate(m.ops) if o.kind == "node" and steps.algos[o.step]]
-    needy = sorted(convs + scratch_ops(m, steps))
+    needy = sorted(convs)  # the kernels' own scratch is laid out already (kernel_scratch)
     free = FreeBytes(m.buffers, placed.offsets, options.alignment)
     for i, (gap_lo, gap_hi, top) in zip(needy, free.sweep([m.ops[i].key for i in needy]),
                                         strict=True):
         o = m.ops[i]
-        if steps.algos[o.step]:
-            algos = list(steps.algos[o.step])
-            room = int((gap_hi - gap_lo).max(initial=0))
-            limit = max(room, budget - top) if options.workspaces else 0
-            algo = fastest_within(algos, limit)
-            choice[i] = algo
-            nbytes = algo.workspace_bytes
-        else:  # the kernel's own scratch: not optional
-            nbytes = steps.scratch[o.step]
+        algos = list(steps.algos[o.step])
+        room = int((gap_hi - gap_lo).max(initial=0))
+        limit = max(room, budget - top) if options.workspaces else 0
+        algo = fastest_within(algos, limit)
+        choice[i] = algo
+        nbytes = algo.workspace_bytes
         if nbytes == 0:
             continue
         size = aligned(nbytes, options.alignment)
@@ -288,7 +296,7 @@ def give_workspaces(placed: Placed, state: State, options: MemoryOptions
     if arena > budget:
         raise InfeasibleBudget(
             f"memory budget {format_bytes(budget)} ({budget} bytes) is infeasible for "
-            f"{steps.graph.name!r}: its kernels' scratch areas need {arena} bytes "
+            f"{steps.graph.name!r}: its convolutions' workspaces need {arena} bytes "
             f"({format_bytes(arena)})", arena)
     return buffers, offsets, arena, choice
 
@@ -309,7 +317,6 @@ def _unbounded_workspaces(placed: Placed, state: State, options: MemoryOptions
     choice = {i: fastest_within(list(steps.algos[o.step]), None if options.workspaces else 0)
               for i, o in enumerate(m.ops) if o.kind == "node" and steps.algos[o.step]}
     need = {i: a.workspace_bytes for i, a in choice.items()}
-    need |= {i: steps.scratch[m.ops[i].step] for i in scratch_ops(m, steps)}
     buffers = list(m.buffers) + [
         Buffer(f"{m.ops[i].name}@workspace", "", nbytes, m.ops[i].key,
                m.ops[i].key + 1, i, i, i, (i,), "workspace")
