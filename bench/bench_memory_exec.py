@@ -212,7 +212,7 @@ def plans(model: str, work: Path) -> list[tuple[str, Path, int]]:
         budget = None if k == 0 else small + (arena - small) * (3 - k) // 3
         p = free if budget is None else at(budget)
         tree = render(p, work / f"{model}_{k}")
-        out.append((label, build_package(tree.dir).dir, p.summary.memory.arena_bytes))
+        out.append((label, build_package(tree).dir, p.summary.memory.arena_bytes))
     return out
 
 

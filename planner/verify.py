@@ -82,9 +82,9 @@ def verify_plan_data(plan: dict[str, Any], node_names: list[str] | None = None) 
     problems: list[str] = []
     for rule in (unique_names, graph_nodes, placement, cpus, deps, overlap, edges, lanes):
         problems += rule(facts)
+    problems += inserted_op_problems(plan)  # what the added ops (recompute, transfers) run on
     problems += summary_problems(plan)
     problems += verify_memory_data(plan, facts.hb)
-    problems += inserted_op_problems(plan)  # what the added ops (recompute, transfers) run on
     if "graph" in plan:
         problems += verify_graph_data(plan, facts.hb)
     return problems

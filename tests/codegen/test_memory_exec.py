@@ -67,7 +67,7 @@ def graph_of(key: str):
 
 
 def run_steps(p: Plan, where, state, feeds, steps: int = 1):
-    ex = load(build(render(p, where).dir).dir).Executor()
+    ex = load(build(render(p, where)).dir).Executor()
     ex.load_params(state)
     outs = [ex.step(feeds) for _ in range(steps)]
     return ex, outs
@@ -203,7 +203,7 @@ def test_a_host_slot_outside_the_host_store_is_refused_at_load(offload_plan, tmp
     m = re.search(r"\n    \d+, (?P<v>\d+),\n    kPlan", src)
     assert int(m.group("v")) == offload_plan.summary.memory.host_bytes > 0
     path.write_text(src[:m.start("v")] + "0" + src[m.end("v"):])
-    module = load(build(tree.dir).dir)
+    module = load(build(tree).dir)
     with pytest.raises(RuntimeError, match=r"tensor '.*@host': bytes \[\d+, \+\d+\) lie "
                                            r"outside the 0-byte host store"):
         module.Executor()

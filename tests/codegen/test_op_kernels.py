@@ -290,7 +290,8 @@ def run_variants(folder, backend: str) -> dict[str, list]:
 
 
 def test_the_cases_cover_every_cpu_op():
-    ops = RUNTIMES["cpu"].ops
+    # AllReduce needs a process group: tests/codegen/test_data_parallel.py runs it over gloo.
+    ops = RUNTIMES["cpu"].ops - {"AllReduce"}
     assert set(CASES) == set(ops), sorted(set(ops) ^ set(CASES))
 
 

@@ -72,7 +72,7 @@ def test_every_zoo_plan_generates_and_compiles(model, streams, target, tmp_path)
         plan = two_stream_plan(plan)
     tree = render(plan, tmp_path / model, layout="plan")
     assert f"on {1 if streams == 'one' else 2} lane(s)" in tree.files["schedule.cpp"]
-    result = build(tree.dir)
+    result = build(tree)
     arch = {"a100-80gb": "sm80", "h100-80gb": "sm90"}[target]
     assert result.runtime.parent.parent.name.startswith(f"cuda-{arch}-runtime-")
 
@@ -119,4 +119,4 @@ def test_plans_under_a_budget_build(model, size, budget, tmp_path):
     assert p.summary.memory.arena_bytes <= budget and p.memory.ops
     tree = render(p, tmp_path / model, layout="plan")
     assert "planner::HOST_STORE" in tree.files["schedule.cpp"]
-    assert build(tree.dir).runtime.name.startswith("planner_cuda_rt")
+    assert build(tree).runtime.name.startswith("planner_cuda_rt")

@@ -18,6 +18,7 @@ from planner.graph.autodiff import make_training_graph
 from planner.graph.interpret import random_feeds, train_step, widened
 from planner.graph.optimizer import Optimizer
 from planner.plan import Plan
+from planner.schedule.record import lane_numbers
 from planner.verify import verify_plan
 from planner.zoo import build as zoo
 from tests.codegen.helpers import gpu_plan, rel_error, start_state
@@ -71,9 +72,17 @@ def two_stream_plan(plan: Plan) -> Plan:
     its ordering edges stay, so each update waits for its gradient through an event and the
     next op on the compute stream for it. Times are the plan's, so the updates, which never
     overlapped on one stream, do not on theirs either."""
-    ops = tuple(p.model_copy(update={"stream": "d2h"}) if p.op in ("SGD", "Momentum", "Adam")
-                else p for p in plan.ops)
-    return plan.model_copy(update={"ops": ops})
+    ops = [p.model_copy(update={"stream": "d2h"}) if p.op in ("SGD", "Momentum", "Adam")
+           else p for p in plan.ops]
+    # A lane is a stream: the updates' stream is a lane of its own.
+    ops = tuple(p.model_copy(update={"lane": lane})
+                for p, lane in zip(ops, lane_numbers(ops), strict=True))
+    # The compute stream now idles while updates run: that is stall (verify re-derives it).
+    step = max(p.end for p in ops)
+    busy = sum(p.end - p.start for p in ops if p.stream == "compute")
+    memory = plan.summary.memory.model_copy(update={"stall_seconds": max(0.0, step - busy)})
+    return plan.model_copy(update={
+        "ops": ops, "summary": plan.summary.model_copy(update={"memory": memory})})
 
 
 def test_the_two_stream_plan_verifies_and_crosses_streams():
