@@ -49,6 +49,10 @@ class ScheduledOp(Record):
     cpus: tuple[CpuId, ...] = ()
     stream: Stream = ""
     threads: int = Field(default=1, ge=1)
+    # GPU: threads per block of the op's generated kernel, the fastest launch configuration
+    # the cost table measured (planner.schedule.launches); 0: the kernel's default. Left out
+    # of the plan's JSON when 0, so plans without a measured launch read as before.
+    block: int = Field(default=0, ge=0, exclude_if=lambda v: v == 0)
     affinity: Affinity = "compact"
     # Runs on hyper-thread siblings of cores that another concurrent op also uses (Strategy 4).
     smt: bool = False
