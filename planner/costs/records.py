@@ -3,9 +3,9 @@
 An entry holds, for one signature, CPU samples (seconds per run at a thread count and affinity),
 GPU samples per convolution algorithm (seconds and workspace bytes) and per kernel launch
 configuration (threads per block, blocks), and the op's GPU time alone where its kernel offers
-the plan no choice (`gpu_seconds`: cuBLAS, pooling, norms). Entries are kept sorted by signature key and samples
-by (affinity, threads), so the canonical JSON (one entry per line) is byte-identical across
-save and load and diffs well. Dates live only in `provenance`.
+the plan no choice (`gpu_seconds`: cuBLAS, pooling, norms). Entries are kept sorted by
+signature key and samples by (affinity, threads), so the canonical JSON (one entry per line) is
+byte-identical across save and load and diffs well. Dates live only in `provenance`.
 
     {
       "entries": [

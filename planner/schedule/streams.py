@@ -12,7 +12,8 @@ update instead of to the end of the step, so the gradients are never all residen
 
 Times: convolutions by algorithm (planner.costs.convalgo; the least-workspace candidate is the
 planning baseline, the chosen one comes later), every other op from the cost model's GPU time
-(measured launch configuration, else the analytical roofline).
+(measured launch configuration, whose threads per block the op then carries as its `block`;
+else its measured time alone; else the analytical roofline).
 
 Example:
     >>> from planner.costs import CostModel
