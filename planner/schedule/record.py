@@ -69,6 +69,10 @@ class ScheduledOp(Record):
         if bool(self.cpus) == bool(self.stream):
             raise ValueError(f"op {self.name!r}: give either cpus (CPU) or stream (GPU), "
                              f"not {'both' if self.cpus else 'neither'}")
+        # The CUDA kernels' rule (kernel.h block_threads): whole warps, at most 1024.
+        if self.block and (self.cpus or self.block % 32 or self.block > 1024):
+            raise ValueError(f"op {self.name!r}: block={self.block}: threads per block are "
+                             f"for GPU ops, a multiple of 32 in [32, 1024]")
         return self
 
     @property

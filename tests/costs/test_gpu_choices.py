@@ -120,3 +120,14 @@ def test_plans_without_measured_launches_keep_their_json(graph):
     p = plan(graph, TARGET)
     assert all(op.block == 0 for op in p.ops)
     assert all("block" not in op for op in json.loads(p.to_json())["ops"])
+
+
+@pytest.mark.parametrize("block,cpus", [(48, ()), (2048, ()), (256, (0,))])
+def test_a_plan_op_refuses_a_block_no_kernel_takes(block, cpus):
+    from pydantic import ValidationError
+
+    from planner.schedule.record import ScheduledOp
+
+    where = {"cpus": cpus} if cpus else {"stream": "compute"}
+    with pytest.raises(ValidationError, match="threads per block are for GPU ops"):
+        ScheduledOp(name="r", op="Relu", block=block, start=0.0, end=1.0, **where)
