@@ -53,7 +53,8 @@ def profiled(label: str, graph, target, costs_dir: Path, steps: int) -> tuple[Co
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="profile-") as work:
         run = profile_gpu(list(graph_signatures(graph).values()), target,
-                          GpuProfiler(target, work, steps=steps), table=table,
+                          GpuProfiler(target, work, steps=steps, progress=sys.stderr),
+                          table=table,
                           progress=sys.stderr, checkpoint=lambda t: save_table(t, path))
     save_table(run.table, path)
     for key, why in run.failures:

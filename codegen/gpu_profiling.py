@@ -24,6 +24,7 @@ import statistics
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TextIO
 
 from codegen.backends import RUNTIMES
 from codegen.build import build
@@ -77,15 +78,23 @@ def profile_plan(batch: Sequence[OpSignature], target: Target) -> Plan:
 
 class GpuProfiler:
     """measure(batch) -> {signature key: GpuMeasurement or why not}, on GPU `device` of this
-    machine (module docstring). Plans of `target` are built under `work_dir`."""
+    machine (module docstring). Plans of `target` are built under `work_dir`; each stage of a
+    batch (build, timing, each convolution's find) is a line on `progress` (None: silent)."""
 
     def __init__(self, target: Target, work_dir: str | Path, steps: int = 5, repeats: int = 3,
-                 max_workspace_bytes: int = DEFAULT_MAX_WORKSPACE, device: int = 0) -> None:
+                 max_workspace_bytes: int = DEFAULT_MAX_WORKSPACE, device: int = 0,
+                 progress: TextIO | None = None) -> None:
         if target.backend != "cuda":
             raise ValueError(f"target {target.name!r} has no GPU to measure on")
         self.target, self.dir = target, Path(work_dir)
         self.steps, self.repeats, self.device = max(1, steps), max(1, repeats), device
         self.max_workspace_bytes = max_workspace_bytes
+        self.progress = progress
+
+    def _say(self, text: str) -> None:
+        if self.progress is not None:
+            self.progress.write(f"  {text}\n")
+            self.progress.flush()
 
     def __call__(self, batch: Sequence[OpSignature]) -> dict[str, GpuMeasurement | str]:
         runnable = set(RUNTIMES["cuda"].registered)
@@ -97,17 +106,24 @@ class GpuProfiler:
             return out
         plan = profile_plan(batch, self.target)
         folder = self.dir / f"profile_{digest('|'.join(s.key for s in batch))[:12]}"
+        self._say(f"building the profiling executor: {len(plan.ops)} op(s) for "
+                  f"{len(batch)} signature(s)")
         module = load(build(render(plan, folder)).dir)
         ex = module.Executor(op_timing=True, device=self.device)
         from planner.graph.interpret import random_feeds
 
         feeds = random_feeds(plan.graph, seed=0)
+        self._say(f"timing every op: {self.steps} step(s) after a warm-up")
         ex.step(feeds)  # warm-up: cuDNN's and the kernels' first-launch costs
         seconds = {row["name"]: row["seconds"]
                    for row in median_stats(ex, feeds, self.steps)["ops"]}
         free, _ = module._rt.device_memory(self.device)
         workspace = min(self.max_workspace_bytes, free // 2)
+        convs = [k for k, s in enumerate(batch) if kind(s) == "algorithms"]
         for k, sig in enumerate(batch):
+            if k in convs:
+                self._say(f"cuDNN find {convs.index(k) + 1}/{len(convs)}: {sig.op} "
+                          f"{' '.join('x'.join(map(str, s)) for s in sig.shapes)}")
             try:
                 out[sig.key] = self._measured(ex, sig, k, seconds, workspace)
             except Exception as e:  # noqa: BLE001 - the others of the batch still count

@@ -171,10 +171,11 @@ def _measure_gpu(args: argparse.Namespace, measurers: Callable[[], Any], target)
     if gpu is None:
         raise UserError("this planner has no GPU profiler (codegen is not installed)")
     with tempfile.TemporaryDirectory(prefix="planner-profile-") as work:
-        measure = gpu(target, work, steps=max(1, args.repeats), max_workspace_bytes=workspace)
+        progress = None if args.json else sys.stderr
+        measure = gpu(target, work, steps=max(1, args.repeats), max_workspace_bytes=workspace,
+                      progress=progress)
         run = profile_gpu(list(graph_signatures(graph).values()), target, measure, table=table,
-                          progress=None if args.json else sys.stderr,
-                          checkpoint=partial(_save, args.output))
+                          progress=progress, checkpoint=partial(_save, args.output))
     _save(args.output, run.table)
     return _report(args, run)
 

@@ -58,7 +58,7 @@ class Measurers:
     kernel_timer(target, work_dir, options, steps) -> a TimeOp measuring each signature alone
     in_step(graph, target, work_dir, options, steps=, table=, progress=) -> the table with
         every op measured inside the real step (codegen.profiling.profile_in_step)
-    gpu(target, work_dir, steps=, repeats=, max_workspace_bytes=) -> the measure of
+    gpu(target, work_dir, steps=, max_workspace_bytes=, progress=) -> the measure of
         planner.costs.gpu_profile on this machine's GPU (codegen.gpu_profiling.GpuProfiler)
     """
 
