@@ -52,10 +52,10 @@ def profiled(label: str, graph, target, costs_dir: Path, steps: int) -> tuple[Co
     table = load_table(path) if path.exists() else CostTable(target=target.name)
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="profile-") as work:
-        run = profile_gpu(list(graph_signatures(graph).values()), target,
-                          GpuProfiler(target, work, steps=steps, progress=sys.stderr),
-                          table=table,
-                          progress=sys.stderr, checkpoint=lambda t: save_table(t, path))
+        measure = GpuProfiler(target, work, steps=steps, progress=sys.stderr)
+        run = profile_gpu(list(graph_signatures(graph).values()), target, measure, table=table,
+                          progress=sys.stderr, checkpoint=lambda t: save_table(t, path),
+                          bytes_of=measure.bytes_of)
     save_table(run.table, path)
     for key, why in run.failures:
         print(f"not measured: {key}: {why}", file=sys.stderr)

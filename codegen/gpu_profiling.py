@@ -32,7 +32,7 @@ from codegen.load import load
 from codegen.profiling import median_stats, signatures_graph
 from codegen.render import render
 from codegen.tvm_kernels import BLOCKS
-from planner.costs.gpu_profile import GpuMeasurement, launch_blocks
+from planner.costs.gpu_profile import GpuMeasurement, launch_blocks, signature_bytes
 from planner.costs.model import MissingCostWarning
 from planner.costs.records import ConvAlgoSample, LaunchSample
 from planner.costs.signature import OpSignature
@@ -90,6 +90,11 @@ class GpuProfiler:
         self.steps, self.repeats, self.device = max(1, steps), max(1, repeats), device
         self.max_workspace_bytes = max_workspace_bytes
         self.progress = progress
+
+    def bytes_of(self, sig: OpSignature) -> int:
+        """The bytes the signature's inputs and copies hold in a profiling plan (the
+        driver's batches)."""
+        return signature_bytes(sig, len(BLOCKS) if kind(sig) == "launches" else 1)
 
     def _say(self, text: str) -> None:
         if self.progress is not None:

@@ -59,7 +59,8 @@ class Measurers:
     in_step(graph, target, work_dir, options, steps=, table=, progress=) -> the table with
         every op measured inside the real step (codegen.profiling.profile_in_step)
     gpu(target, work_dir, steps=, max_workspace_bytes=, progress=) -> the measure of
-        planner.costs.gpu_profile on this machine's GPU (codegen.gpu_profiling.GpuProfiler)
+        planner.costs.gpu_profile on this machine's GPU, with its bytes_of(signature) for the
+        driver's batches (codegen.gpu_profiling.GpuProfiler)
     """
 
     kernel_timer: Callable[..., TimeOp]

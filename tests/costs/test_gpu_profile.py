@@ -143,3 +143,42 @@ def test_profile_gpu_without_a_gpu_is_refused_in_one_line(capsys, tmp_path, monk
     err = capsys.readouterr().err
     assert code == 2 and "--target gpu: no NVIDIA GPU detected" in err
     assert len(err.strip().splitlines()) == 1
+
+
+def test_profile_cli_on_a_gpu_target_writes_the_measurers_table(tmp_path, capsys):
+    """`planner profile --target FILE` (this machine's GPU target, saved as `planner target
+    detect` would give it) through the GPU measurer it is handed: what the CLI passes it and
+    what it writes. The measurer is Measurer above, in codegen's place."""
+    import argparse
+    import json
+
+    from planner.costs import load_table
+    from planner.costs.cli import add_cost_commands
+    from planner.costs.profile import Measurers
+
+    gpu_file = tmp_path / "gpu.json"
+    gpu_file.write_text(TARGET.model_copy(update={"name": "gpu"}).model_dump_json())
+    made = {}
+
+    def gpu(target, work, **kw):
+        made.update(kw, target=target.name)
+        m = Measurer()
+        m.bytes_of = lambda sig: 1
+        return m
+
+    parser = argparse.ArgumentParser()
+    add_cost_commands(parser.add_subparsers(dest="command"),
+                      lambda: Measurers(kernel_timer=None, in_step=None, gpu=gpu))
+    out = tmp_path / "t.json"
+    args = parser.parse_args(["profile", "zoo:mlp?batch=2&hidden=4", "--target", str(gpu_file),
+                              "-o", str(out), "--repeats", "2", "--max-workspace", "1MiB",
+                              "--json"])
+    assert args.run(args) == 0
+    report = json.loads(capsys.readouterr().out)
+    table = load_table(out)
+    assert table.target == "gpu" and report["measured"] == len(table.entries) > 0
+    assert made == {"target": "gpu", "steps": 2, "max_workspace_bytes": 1 << 20,
+                    "progress": None}
+    assert any(e.gpu_launches for e in table.entries)
+    assert any(e.gpu_seconds for e in table.entries)
+    assert out.read_text() == table.to_json()
