@@ -182,3 +182,17 @@ def test_profile_cli_on_a_gpu_target_writes_the_measurers_table(tmp_path, capsys
     assert any(e.gpu_launches for e in table.entries)
     assert any(e.gpu_seconds for e in table.entries)
     assert out.read_text() == table.to_json()
+
+
+def test_merge_keeps_a_time_alone_unless_the_update_measured_one():
+    from planner.costs.records import CostEntry, merge
+
+    sig = matmul(4)
+
+    def table(**kw):
+        return CostTable(target=TARGET.name, entries=(CostEntry(signature=sig, **kw),))
+
+    launch = (LaunchSample(threads_per_block=128, blocks=1, seconds=1e-6),)
+    assert merge(table(gpu_seconds=1e-6), table(gpu_launches=launch)).entry(sig) == \
+        CostEntry(signature=sig, gpu_seconds=1e-6, gpu_launches=launch)
+    assert merge(table(gpu_seconds=1e-6), table(gpu_seconds=2e-6)).entry(sig).gpu_seconds == 2e-6
