@@ -4,6 +4,16 @@ against PyTorch eager, PyTorch with the whole step captured as a CUDA graph, and
 (inductor). Float32 everywhere, TF32 off in both. Medians of alternating rounds.
 
     python bench/bench_gpu.py [--models inception_v3,resnet50,lstm,wide_deep] [--json]
+    python bench/bench_gpu.py --modules tv_resnet50,tv_inception_v3,bert_block,gpt_block
+    python bench/bench_gpu.py --modules ... --dry-run      # what it would run; no GPU needed
+
+--models compares with the zoo graph translated node by node to torch calls; --modules with
+the models a PyTorch user has (bench/torch_modules.py: torchvision's resnet50 and
+inception_v3, BERT and GPT blocks as nn.Modules), exported through ONNX for our side and
+trained by PyTorch as they are: eager, the whole step as one CUDA graph, and
+torch.compile(mode="max-autotune"). --dry-run exports, imports and plans each module (for
+--target, by default the h100-80gb preset) and prints the runs it would time, measuring
+nothing.
 
 Needs an NVIDIA GPU, nvcc and the cuda extra (cuDNN, cuBLAS); PyTorch with CUDA for the
 baselines. Plans are made for this machine's GPU (`--target gpu`, detected: the executor
@@ -18,6 +28,7 @@ import os
 import sys
 import tempfile
 import warnings
+from collections import Counter
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -25,6 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_cpu_strategies import measure  # noqa: E402
 from torch_baseline import torch_trainer  # noqa: E402
+from torch_modules import MODULES  # noqa: E402
 
 from codegen.build import build  # noqa: E402
 from codegen.load import load  # noqa: E402
@@ -120,10 +132,75 @@ def report(rows: list[dict], device: str, load: tuple[str, str]) -> str:
     return "\n".join(lines)
 
 
+def bench_module(label: str, target, steps: int, rounds: int, compiled: bool) -> dict:
+    """One nn.Module (bench/torch_modules.py): our executor on its ONNX export against
+    PyTorch training the module itself."""
+    from torch_modules import module_trainer, onnx_graph
+
+    with tempfile.TemporaryDirectory() as tmp:
+        graph = onnx_graph(label, Path(tmp))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            p = plan(graph, target)
+        module = load(build(render(p, Path(tmp) / label)).dir)
+        runners = {"ours streams": executor_runner(module, graph),
+                   "ours 1 stream": executor_runner(module, graph, streams=False),
+                   "ours graph": executor_runner(module, graph, cuda_graph=True)}
+        failed = {}
+        modes = {"torch eager": "eager", "torch graph": "graph"}
+        if compiled:
+            modes["torch.compile"] = "compile"
+        for key, mode in modes.items():
+            try:
+                runners[key] = module_trainer(label, mode)
+            except Exception as e:  # noqa: BLE001 - a baseline's failure must not lose the table
+                failed[key] = f"{type(e).__name__}: {str(e).splitlines()[0][:120]}"
+        measured = measure(runners, steps, rounds)
+        by_type = op_type_times(module, graph)
+    return {"model": label, "op_types_ms": by_type, "ops": len(graph.nodes),
+            "size": {"input": list(MODULES[label].input_shape)},
+            "streams": len(p.target.streams), "arena_mib": p.summary.memory.arena_bytes / 2**20,
+            "measured_ms": {k: v * 1e3 for k, v in measured.items()},
+            "predicted_ms": p.summary.step_seconds * 1e3, "failed": failed}
+
+
+def dry_run(labels: list[str], target, compiled: bool) -> str:
+    """What --modules would run, each module exported, imported and planned here."""
+    lines = [f"dry run for target {target.name}: nothing is measured"]
+    for label in labels:
+        from torch_modules import onnx_graph
+
+        spec = MODULES[label]
+        head = f"{label} input {list(spec.input_shape)}, loss {spec.loss}"
+        try:
+            with tempfile.TemporaryDirectory() as tmp:
+                graph = onnx_graph(label, Path(tmp))
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                p = plan(graph, target)
+        except Exception as e:  # noqa: BLE001 - say which module cannot run, and go on
+            lines.append(f"{head}: cannot run: {type(e).__name__}: {str(e).splitlines()[0]}")
+            continue
+        ops = ", ".join(f"{k} x{v}" for k, v in sorted(
+            Counter(n.op for n in graph.nodes).items(), key=lambda kv: -kv[1])[:6])
+        lines.append(f"{head}: {len(graph.nodes)} ops in the training step ({ops}, ...); "
+                     f"plan predicts {p.summary.step_seconds * 1e3:.2f} ms, arena "
+                     f"{p.summary.memory.arena_bytes / 2**20:.0f} MiB")
+        variants = ["ours streams", "ours 1 stream", "ours graph", "torch eager",
+                    "torch graph"] + (["torch.compile max-autotune"] if compiled else [])
+        lines.append("  would time: " + ", ".join(variants))
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default=",".join(MODELS))
-    parser.add_argument("--target", default="gpu")
+    parser.add_argument("--modules", default="",
+                        help=f"nn.Modules instead of zoo graphs: {','.join(MODULES)}")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="--modules: export, import and plan each; print what would run")
+    parser.add_argument("--target", default=None,
+                        help="default: this machine's GPU (`gpu`); h100-80gb for --dry-run")
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--no-compile", action="store_true", help="skip torch.compile")
@@ -133,17 +210,30 @@ def main() -> None:
                              "off by default, since that ends the process's CUDA context)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    target = load_target(args.target)
+    modules = [m for m in args.modules.split(",") if m]
+    unknown = [m for m in modules if m not in MODULES]
+    if unknown:
+        raise SystemExit(f"unknown module(s) {', '.join(unknown)}; known: {', '.join(MODULES)}")
+    if args.dry_run:
+        if not modules:
+            raise SystemExit("--dry-run is for --modules")
+        print(dry_run(modules, load_target(args.target or "h100-80gb"), not args.no_compile))
+        return
+    target = load_target(args.target or "gpu")
     import torch
 
     device = torch.cuda.get_device_name(0)
     before = os.getloadavg()
     rows = []
-    for label in args.models.split(","):
-        if label not in MODELS:
-            raise SystemExit(f"unknown model {label!r}; known: {', '.join(MODELS)}")
-        rows.append(bench_model(label, target, args.steps, args.rounds, not args.no_compile,
-                                args.torch_graph))
+    for label in modules or args.models.split(","):
+        if modules:
+            rows.append(bench_module(label, target, args.steps, args.rounds,
+                                     not args.no_compile))
+        else:
+            if label not in MODELS:
+                raise SystemExit(f"unknown model {label!r}; known: {', '.join(MODELS)}")
+            rows.append(bench_model(label, target, args.steps, args.rounds,
+                                    not args.no_compile, args.torch_graph))
         print(report(rows[-1:], device, ("", "")), file=sys.stderr, flush=True)
     after = os.getloadavg()
     load = (" ".join(f"{x:.2f}" for x in before), " ".join(f"{x:.2f}" for x in after))

@@ -50,24 +50,44 @@ from planner.target.records import AFFINITIES, Target, affinity_cpus
 def copies_graph(sig: OpSignature, copies: int) -> Graph:
     """`copies` independent nodes of the signature's op reading the same inputs (graph
     inputs of its shapes and dtypes, integer ones valid ids for their consumer)."""
-    inputs = tuple(Tensor(name=f"in{i}", shape=s, dtype=d, role="input")
-                   for i, (s, d) in enumerate(zip(sig.shapes, sig.dtypes, strict=True)))
+    tensors, nodes = _copies(sig, copies, "")
+    graph = Graph(name=f"profile_{sig.op}", kind="inference", tensors=tensors, nodes=nodes,
+                  outputs=tuple(t.name for t in tensors if t.role != "input"))
+    return check_graph(graph)
+
+
+def signatures_graph(runs: list[tuple[OpSignature, int]]) -> Graph:
+    """copies_graph of several signatures in one graph: for run k, its inputs and copies
+    named `s{k}_in{i}`, `s{k}_copy{j}` (its nodes in the order given)."""
+    tensors: list[Tensor] = []
+    nodes: list[Node] = []
+    for k, (sig, copies) in enumerate(runs):
+        ts, ns = _copies(sig, copies, f"s{k}_")
+        tensors += ts
+        nodes += ns
+    graph = Graph(name="profile", kind="inference", tensors=tuple(tensors), nodes=tuple(nodes),
+                  outputs=tuple(t.name for t in tensors if t.role != "input"))
+    return check_graph(graph)
+
+
+def _copies(sig: OpSignature, copies: int, prefix: str
+            ) -> tuple[tuple[Tensor, ...], tuple[Node, ...]]:
     from planner.ops import get_op
     from planner.ops.base import TensorType
 
+    inputs = tuple(Tensor(name=f"{prefix}in{i}", shape=s, dtype=d, role="input")
+                   for i, (s, d) in enumerate(zip(sig.shapes, sig.dtypes, strict=True)))
     op = get_op(sig.op)
     attrs = op.normalize_attrs(dict(sig.attrs))
     outs = op.infer([TensorType(t.shape, t.dtype) for t in inputs], attrs)
     tensors, nodes = list(inputs), []
     for k in range(copies):
-        names = tuple(f"out{k}_{j}" for j in range(len(outs)))
+        names = tuple(f"{prefix}out{k}_{j}" for j in range(len(outs)))
         tensors += [Tensor(name=n, shape=t.shape, dtype=t.dtype) for n, t in zip(names, outs,
                                                                                    strict=True)]
-        nodes.append(Node(name=f"copy{k}", op=sig.op, attrs=dict(sig.attrs),
+        nodes.append(Node(name=f"{prefix}copy{k}", op=sig.op, attrs=dict(sig.attrs),
                           inputs=tuple(t.name for t in inputs), outputs=names))
-    graph = Graph(name=f"profile_{sig.op}", kind="inference", tensors=tuple(tensors),
-                  nodes=tuple(nodes), outputs=tuple(t.name for t in tensors[len(inputs):]))
-    return check_graph(graph)
+    return tuple(tensors), tuple(nodes)
 
 
 def placements_plan(graph: Graph, target: Target,

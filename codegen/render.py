@@ -318,14 +318,21 @@ def _describe(graph: Graph, roles: tuple[str, ...], skip_updates: bool = False) 
 
 def plan_attrs(plan: Plan) -> dict[str, dict[str, Any]]:
     """Per node, the plan's decisions a kernel reads as attrs: a convolution's algorithm
-    (`conv_algo`, GPU plans: plan.memory.convs).
+    (`conv_algo`, GPU plans: plan.memory.convs) and a generated kernel's threads per block
+    (`block`, GPU plans: the op's `block`, when the cost table measured its launches).
 
     >>> from types import SimpleNamespace as NS
     >>> conv = NS(node="c1", algorithm="WINOGRAD")
-    >>> plan_attrs(NS(memory=NS(convs=(conv,))))
-    {'c1': {'conv_algo': 'WINOGRAD'}}
+    >>> ops = (NS(name="c1", block=0), NS(name="r1", block=512))
+    >>> plan_attrs(NS(memory=NS(convs=(conv,)), ops=ops))
+    {'c1': {'conv_algo': 'WINOGRAD'}, 'r1': {'block': 512}}
     """
-    return {c.node: {"conv_algo": c.algorithm} for c in plan.memory.convs}
+    out: dict[str, dict[str, Any]] = {c.node: {"conv_algo": c.algorithm}
+                                      for c in plan.memory.convs}
+    for op in plan.ops:
+        if op.block:
+            out.setdefault(op.name, {})["block"] = op.block
+    return out
 
 
 def encode_attrs(graph: Graph, node: Node, planned: dict[str, Any] | None = None) -> str:

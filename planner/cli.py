@@ -47,10 +47,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def executor_measurers():
     """The Measurers `planner profile` runs kernels with: the generated executors."""
+    from codegen.gpu_profiling import GpuProfiler
     from codegen.profiling import KernelTimer, profile_in_step
     from planner.costs.profile import Measurers
 
-    return Measurers(kernel_timer=KernelTimer, in_step=profile_in_step)
+    return Measurers(kernel_timer=KernelTimer, in_step=profile_in_step, gpu=GpuProfiler)
 
 
 # ---- planner graph --------------------------------------------------------------------------

@@ -136,3 +136,13 @@ def test_show_as_textconv_names_memory_decisions(tmp_path, capsys, plans):
         texts.append(capsys.readouterr().out)
     assert "decisions" in texts[0] and len(texts[0].splitlines()) < 80
     assert len({t for t in texts}) == 3
+
+
+def test_changed_launch_configuration(tmp_path, capsys, plans):
+    a = plans["gpu"]
+    b = copy.deepcopy(a)
+    op = next(o for o in b["ops"] if o["op"] == "Relu")
+    op["block"] = 512  # the plan with a measured launch; absent (the default) in the other
+    code, out = diff(tmp_path, capsys, a, b)
+    assert code == 1
+    assert op["name"] in out and "block" in out

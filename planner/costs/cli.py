@@ -3,13 +3,18 @@ update` (fold an executor's measured op times back into one).
 
     planner profile GRAPH --target host -o costs.json [--train OPT] [--interval N]
                     [--repeats N] [--max-threads N] [--in-step]
+    planner profile GRAPH --target gpu -o costs.json [--train OPT] [--repeats N]
+                    [--max-workspace BYTES]
     planner costs update COSTS --from-stats STATS.json --plan PLAN [-o OUT]
 
 Profiling runs the generated kernels of every op signature of GRAPH on this machine's CPUs
 (codegen.profiling, which planner/cli.py passes in as the Measurers: the planner's stages
 never import code generation), hill climbing over thread counts with compact and spread placements
 (planner.costs.profile). The table is written after every signature, so an interrupted run
-keeps what it measured and a second run resumes where it stopped. `--in-step` measures every
+keeps what it measured and a second run resumes where it stopped. `--target gpu` measures on
+this machine's first GPU instead (planner.costs.gpu_profile, codegen.gpu_profiling): every
+cuDNN algorithm of each convolution, each generated kernel at every threads-per-block variant,
+every other op alone; refused in one line where there is no GPU. `--in-step` measures every
 op inside the real step instead: one uniform plan per thread count of the grid, built and run,
 its per-op times folded in (codegen.profiling.profile_in_step); a few builds however many
 signatures, and the times include what running among the step's other ops costs (inputs
@@ -38,7 +43,8 @@ def add_cost_commands(sub: Any, measurers: Callable[[], Any]) -> None:
                                    "cost table that `planner plan --costs` reads.")
     p.add_argument("graph", metavar="GRAPH")
     p.add_argument("--target", default="host",
-                   help="must be 'host' (or a target JSON of this machine): kernels run here")
+                   help="'host' (or a target JSON of this machine) for its CPUs, 'gpu' for its "
+                        "first GPU: kernels run here")
     p.add_argument("--train", choices=["sgd", "momentum", "adam"],
                    help="profile the training graph built with this optimizer")
     p.add_argument("-o", "--output", required=True, metavar="FILE",
@@ -49,6 +55,9 @@ def add_cost_commands(sub: Any, measurers: Callable[[], Any]) -> None:
     p.add_argument("--in-step", action="store_true",
                    help="measure every op inside the training step (one uniform plan per "
                         "thread count) rather than each signature's kernel alone")
+    p.add_argument("--max-workspace", metavar="BYTES", default="4GiB",
+                   help="--target gpu: most workspace a convolution algorithm may use while "
+                        "cuDNN times it (default 4GiB)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(run=partial(run_profile, measurers=measurers))
 
@@ -66,44 +75,60 @@ def add_cost_commands(sub: Any, measurers: Callable[[], Any]) -> None:
 def run_profile(args: argparse.Namespace, measurers: Callable[[], Any]) -> int:
     """`planner profile`: its inputs, then one of the two ways of measuring (module
     docstring), the table written and reported."""
-    target, graph, options, table = _profile_inputs(args)
+    from planner.target.presets import load_target
+
+    target = load_target(args.target)  # `gpu` without a GPU: UserError, one line
+    if target.backend == "cuda":
+        return _measure_gpu(args, measurers, target)
+    target, graph, options, table = _profile_inputs(args, target)
     measure = measurers()
     if args.in_step:
         return _measure_in_step(args, measure, graph, target, options, table)
     return _measure_kernels(args, measure, graph, target, options, table)
 
 
-def _profile_inputs(args: argparse.Namespace):
-    """(target, graph, options, table to resume) of `planner profile`; UserError for a target
-    that is not this machine, bad options or a table of another target."""
-    from pathlib import Path
-
+def _profile_inputs(args: argparse.Namespace, target):
+    """(target, graph, options, table to resume) of `planner profile` on the CPUs; UserError
+    for a target that is not this machine, bad options or a table of another target."""
     from planner.costs.profile import ProfileOptions
-    from planner.costs.records import CostTable, load_table
-    from planner.load import load_graph
-    from planner.target.presets import load_target
 
-    target = load_target(args.target)
     if target.name != "host" and args.target != "host":
         raise UserError(f"--target {args.target}: profiling runs kernels on this machine; "
-                        f"use --target host")
-    graph = load_graph(args.graph)
-    if args.train:
-        from planner.graph.autodiff import Optimizer, make_training_graph
-
-        graph = make_training_graph(graph, Optimizer(kind=args.train))
+                        f"use --target host (its CPUs) or --target gpu (its GPU)")
+    graph = _graph(args)
     try:
         options = ProfileOptions(interval=args.interval or max(1, target.cores // 8),
                                  repeats=1, max_threads=args.max_threads)
     except ValueError as e:
         raise UserError(f"profile options: {e}") from None
-    table = CostTable(target=target.name)
-    if Path(args.output).exists():
-        table = load_table(args.output)
-        if table.target != target.name:
-            raise UserError(f"{args.output}: a cost table of {table.target!r}, not of this "
-                            f"machine's target {target.name!r}")
-    return target, graph, options, table
+    return target, graph, options, _resumed(args.output, target)
+
+
+def _graph(args: argparse.Namespace):
+    from planner.load import load_graph
+
+    graph = load_graph(args.graph)
+    if args.train:
+        from planner.graph.autodiff import Optimizer, make_training_graph
+
+        graph = make_training_graph(graph, Optimizer(kind=args.train))
+    return graph
+
+
+def _resumed(output: str, target):
+    """The table at `output` to resume (an empty one if none); UserError for another
+    target's."""
+    from pathlib import Path
+
+    from planner.costs.records import CostTable, load_table
+
+    if not Path(output).exists():
+        return CostTable(target=target.name)
+    table = load_table(output)
+    if table.target != target.name:
+        raise UserError(f"{output}: a cost table of {table.target!r}, not of this machine's "
+                        f"target {target.name!r}")
+    return table
 
 
 def _save(path: str, table) -> None:
@@ -126,6 +151,36 @@ def _measure_in_step(args: argparse.Namespace, measure, graph, target, options, 
     return 0
 
 
+def _measure_gpu(args: argparse.Namespace, measurers: Callable[[], Any], target) -> int:
+    """`planner profile --target gpu`: planner.costs.gpu_profile with codegen's GpuProfiler on
+    this machine's GPU, the table written after every batch; 130 when interrupted."""
+    from planner.costs.gpu_profile import profile_gpu
+    from planner.costs.signature import graph_signatures
+    from planner.fit_cli import parse_budget
+
+    if args.target != "gpu" and target.name != "gpu":
+        raise UserError(f"--target {args.target}: profiling runs kernels on this machine's "
+                        f"GPU; use --target gpu (plans for it then use --target gpu too)")
+    if args.in_step or args.interval is not None or args.max_threads is not None:
+        raise UserError("--in-step, --interval and --max-threads are for CPU targets; "
+                        "--target gpu measures each signature's kernels alone")
+    workspace = parse_budget(args.max_workspace, "--max-workspace")
+    graph = _graph(args)
+    table = _resumed(args.output, target)
+    gpu = measurers().gpu
+    if gpu is None:
+        raise UserError("this planner has no GPU profiler (codegen is not installed)")
+    with tempfile.TemporaryDirectory(prefix="planner-profile-") as work:
+        progress = None if args.json else sys.stderr
+        measure = gpu(target, work, steps=max(1, args.repeats), max_workspace_bytes=workspace,
+                      progress=progress)
+        run = profile_gpu(list(graph_signatures(graph).values()), target, measure, table=table,
+                          progress=progress, checkpoint=partial(_save, args.output),
+                          bytes_of=measure.bytes_of)
+    _save(args.output, run.table)
+    return _report(args, run)
+
+
 def _measure_kernels(args: argparse.Namespace, measure, graph, target, options, table) -> int:
     """Each signature's kernel alone, hill climbing (planner.costs.profile), the table written
     after every signature; 130 when interrupted (a second run resumes)."""
@@ -138,6 +193,10 @@ def _measure_kernels(args: argparse.Namespace, measure, graph, target, options, 
                       table=table, progress=None if args.json else sys.stderr,
                       checkpoint=partial(_save, args.output))
     _save(args.output, run.table)
+    return _report(args, run)
+
+
+def _report(args: argparse.Namespace, run) -> int:
     result = {"output": args.output, "measured": run.measured, "skipped": run.skipped,
               "complete": run.complete, "failures": [list(f) for f in run.failures]}
     if args.json:

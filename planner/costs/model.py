@@ -191,7 +191,8 @@ class CostModel:
                  gpu: int = 0) -> GpuPrediction:
         """Seconds on GPU `gpu`: the fastest measured algorithm whose workspace fits
         `workspace_limit` (any, if None), else the fastest launch configuration, else the
-        analytical model (with a MissingCostWarning)."""
+        op's measured time alone (`gpu_seconds`), else the analytical model (with a
+        MissingCostWarning)."""
         if not 0 <= gpu < len(self.target.gpus):
             raise ValueError(f"target {self.target.name!r} has {len(self.target.gpus)} GPU(s); "
                              f"no GPU {gpu}")
@@ -209,6 +210,8 @@ class CostModel:
             s = min(entry.gpu_launches, key=lambda s: (s.seconds, s.threads_per_block, s.blocks))
             return GpuPrediction(seconds=s.seconds, source="measured",
                                  threads_per_block=s.threads_per_block, blocks=s.blocks)
+        if entry is not None and entry.gpu_seconds is not None and not note:
+            return GpuPrediction(seconds=entry.gpu_seconds, source="measured")
         work = op_work(signature)
         note = "; ".join(n for n in (note or "not in the cost table", work.note) if n)
         _warn_missing(signature, self.target.name, note)

@@ -58,10 +58,14 @@ class Measurers:
     kernel_timer(target, work_dir, options, steps) -> a TimeOp measuring each signature alone
     in_step(graph, target, work_dir, options, steps=, table=, progress=) -> the table with
         every op measured inside the real step (codegen.profiling.profile_in_step)
+    gpu(target, work_dir, steps=, max_workspace_bytes=, progress=) -> the measure of
+        planner.costs.gpu_profile on this machine's GPU, with its bytes_of(signature) for the
+        driver's batches (codegen.gpu_profiling.GpuProfiler)
     """
 
     kernel_timer: Callable[..., TimeOp]
     in_step: Callable[..., CostTable]
+    gpu: Callable[..., Callable] | None = None
 
 
 class ProfileOptions(Record):
@@ -143,7 +147,7 @@ def profile(signatures: Sequence[OpSignature], target: Target, time_op: TimeOp,
     provenance = Provenance(target=target.name, tool=f"planner {__version__}", date=stamp,
                             source=f"hill climbing interval={options.interval} "
                                    f"repeats={options.repeats} tolerance={options.tolerance}")
-    bar = _Progress(progress, len(todo))
+    bar = Progress(progress, len(todo))
     measured, calls, failures = 0, 0, []
     complete = True
     try:
@@ -193,7 +197,7 @@ def _measure_signature(sig: OpSignature, target: Target, time_op: TimeOp,
     return tuple(samples), calls
 
 
-class _Progress:
+class Progress:
     """A one-line bar on a terminal, a line per signature elsewhere (logs stay readable)."""
 
     def __init__(self, stream: TextIO | None, total: int) -> None:

@@ -2,9 +2,10 @@
 
 An entry holds, for one signature, CPU samples (seconds per run at a thread count and affinity),
 GPU samples per convolution algorithm (seconds and workspace bytes) and per kernel launch
-configuration (threads per block, blocks). Entries are kept sorted by signature key and samples
-by (affinity, threads), so the canonical JSON (one entry per line) is byte-identical across
-save and load and diffs well. Dates live only in `provenance`.
+configuration (threads per block, blocks), and the op's GPU time alone where its kernel offers
+the plan no choice (`gpu_seconds`: cuBLAS, pooling, norms). Entries are kept sorted by
+signature key and samples by (affinity, threads), so the canonical JSON (one entry per line) is
+byte-identical across save and load and diffs well. Dates live only in `provenance`.
 
     {
       "entries": [
@@ -74,6 +75,9 @@ class CostEntry(Record):
     cpu: tuple[CpuSample, ...] = ()
     gpu_algorithms: tuple[ConvAlgoSample, ...] = ()
     gpu_launches: tuple[LaunchSample, ...] = ()
+    # Median seconds of the op alone on the GPU, run as its kernel chooses (no algorithm or
+    # launch configuration for a plan to pick); None: not measured.
+    gpu_seconds: Seconds | None = Field(default=None, gt=0)
 
     @field_validator("cpu")
     @classmethod
@@ -178,7 +182,8 @@ def merge(base: CostTable, update: CostTable) -> CostTable:
     """Both tables' entries; where both measured the same sample, `update`'s wins.
 
     Samples are the same when they share (threads, affinity), an algorithm name, or a launch
-    configuration. Raises ValueError when the tables are for different targets.
+    configuration; `gpu_seconds` is update's when it has one. Raises ValueError when the tables
+    are for different targets.
     """
     if base.target != update.target:
         raise ValueError(f"cannot merge cost tables of different targets: {base.target!r} and "
@@ -194,7 +199,8 @@ def merge(base: CostTable, update: CostTable) -> CostTable:
             cpu=_union(old.cpu, new.cpu, lambda s: (s.affinity, s.threads)),
             gpu_algorithms=_union(old.gpu_algorithms, new.gpu_algorithms, lambda s: s.algorithm),
             gpu_launches=_union(old.gpu_launches, new.gpu_launches,
-                                lambda s: (s.threads_per_block, s.blocks)))
+                                lambda s: (s.threads_per_block, s.blocks)),
+            gpu_seconds=old.gpu_seconds if new.gpu_seconds is None else new.gpu_seconds)
     return CostTable(target=base.target, entries=tuple(entries.values()),
                      provenance=base.provenance + update.provenance,
                      contention=base.contention if update.contention is None

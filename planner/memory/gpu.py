@@ -349,9 +349,11 @@ def decide_memory(graph: Graph, solved: Solved) -> MemoryDecision:
     start, end, liveness_load = solved.start, solved.end, solved.liveness_load
     layout = Layout(tuple(offsets), arena, placed.host, placed.heuristic, tuple(extra))
     names = [o.name for o in m.ops]
+    blocks = state.stash.steps.blocks
     ops = tuple(ScheduledOp(name=o.name, op=o.op, stream=STREAMS[o.stream],
-                            deps=tuple(names[d] for d in m.deps[i]), start=float(start[i]),
-                            end=float(end[i]))
+                            deps=tuple(names[d] for d in m.deps[i]),
+                            block=blocks[o.step] if blocks and o.step >= 0 else 0,
+                            start=float(start[i]), end=float(end[i]))
                 for i, o in enumerate(m.ops))
     step = float(end.max()) if len(end) else 0.0
     compute = [i for i, o in enumerate(m.ops) if o.stream == 0]

@@ -49,6 +49,10 @@ class ScheduledOp(Record):
     cpus: tuple[CpuId, ...] = ()
     stream: Stream = ""
     threads: int = Field(default=1, ge=1)
+    # GPU: threads per block of the op's generated kernel, the fastest launch configuration
+    # the cost table measured (planner.schedule.launches); 0: the kernel's default. Left out
+    # of the plan's JSON when 0, so plans without a measured launch read as before.
+    block: int = Field(default=0, ge=0, exclude_if=lambda v: v == 0)
     affinity: Affinity = "compact"
     # Runs on hyper-thread siblings of cores that another concurrent op also uses (Strategy 4).
     smt: bool = False
@@ -65,6 +69,10 @@ class ScheduledOp(Record):
         if bool(self.cpus) == bool(self.stream):
             raise ValueError(f"op {self.name!r}: give either cpus (CPU) or stream (GPU), "
                              f"not {'both' if self.cpus else 'neither'}")
+        # The CUDA kernels' rule (kernel.h block_threads): whole warps, at most 1024.
+        if self.block and (self.cpus or self.block % 32 or self.block > 1024):
+            raise ValueError(f"op {self.name!r}: block={self.block}: threads per block are "
+                             f"for GPU ops, a multiple of 32 in [32, 1024]")
         return self
 
     @property

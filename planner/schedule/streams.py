@@ -12,7 +12,8 @@ update instead of to the end of the step, so the gradients are never all residen
 
 Times: convolutions by algorithm (planner.costs.convalgo; the least-workspace candidate is the
 planning baseline, the chosen one comes later), every other op from the cost model's GPU time
-(measured launch configuration, else the analytical roofline).
+(measured launch configuration, whose threads per block the op then carries as its `block`;
+else its measured time alone; else the analytical roofline).
 
 Example:
     >>> from planner.costs import CostModel
@@ -65,6 +66,9 @@ class ComputeSteps:
     # Per step, the device scratch its CUDA kernel needs (OpDef.gpu_scratch; a convolution's
     # is in each of its algorithms' workspace instead, so 0 there).
     scratch: tuple[int, ...] = ()
+    # Per step, the threads per block of its generated kernel: the measured launch
+    # configuration its time is (0: none measured, the kernel's default).
+    blocks: tuple[int, ...] = ()
 
     @cached_property
     def index(self) -> dict[str, int]:
@@ -119,27 +123,30 @@ def compute_steps(graph: Graph, model: CostModel, order: list[str] | None = None
     algos, seconds = [], []
     analytical = 0
     scratch: list[int] = []
-    cache: dict[str, tuple[tuple[ConvAlgo, ...], float, bool, int]] = {}
+    blocks: list[int] = []
+    cache: dict[str, tuple[tuple[ConvAlgo, ...], float, bool, int, int]] = {}
     for node in nodes:
         sig = sigs[node.name]
         if sig.key not in cache:
             if get_op(node.op).convolution:
                 al = tuple(conv_algorithms(sig, device, model.table))
-                cache[sig.key] = (al, al[0].seconds, al[0].source != "measured", 0)
+                cache[sig.key] = (al, al[0].seconds, al[0].source != "measured", 0, 0)
             else:
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore", MissingCostWarning)
                     p = model.gpu_time(sig, gpu=gpu)
-                cache[sig.key] = ((), p.seconds, p.source == "analytical", kernel_scratch(sig))
-        al, t, missing, extra = cache[sig.key]
+                cache[sig.key] = ((), p.seconds, p.source == "analytical", kernel_scratch(sig),
+                                  p.threads_per_block)
+        al, t, missing, extra, block = cache[sig.key]
         algos.append(al)
         seconds.append(t)
         scratch.append(extra)
-    analytical = sum(1 for _, _, missing, _ in cache.values() if missing)
+        blocks.append(block)
+    analytical = sum(1 for _, _, missing, _, _ in cache.values() if missing)
     return ComputeSteps(graph=graph, nodes=tuple(nodes),
                         phase=tuple(node_phase(graph, n) for n in nodes), algos=tuple(algos),
                         seconds=np.array(seconds, dtype=float), analytical=analytical,
-                        scratch=tuple(scratch))
+                        scratch=tuple(scratch), blocks=tuple(blocks))
 
 
 def stream_schedule(graph: Graph, model: CostModel, options: ScheduleOptions | None = None
@@ -163,7 +170,7 @@ def stream_schedule(graph: Graph, model: CostModel, options: ScheduleOptions | N
     for k, (node, seconds) in enumerate(zip(steps.nodes, steps.seconds, strict=True)):
         deps = tuple(names[u] for u in preds[where[node.name]])
         ops.append(ScheduledOp(name=node.name, op=node.op, stream=STREAMS[0], deps=deps,
-                               start=t, end=t + float(seconds)))
+                               block=steps.blocks[k], start=t, end=t + float(seconds)))
         t += float(seconds)
         edges.update((d, node.name) for d in deps)
         if k:

@@ -124,4 +124,23 @@ NB_MODULE(planner_cuda_rt, m) {
           "stream, plan order); cuda_graph: capture the step at its first run and replay it; "
           "op_timing: time every op with events (stats()).");
   planner::define_executor<CudaExecutor, planner::Io>(cls);
+  cls.def("find", [](CudaExecutor& ex, const std::string& op, int64_t workspace_bytes) {
+    const planner::Schedule& s = ex.schedule();
+    int k = 0;
+    while (k < s.num_ops && op != s.ops[k].name) ++k;
+    if (k == s.num_ops) throw nb::key_error(("no op '" + op + "' in the plan").c_str());
+    nb::list out;
+    for (const planner::Measured& m : ex.find(k, workspace_bytes)) {
+      nb::dict d;
+      d["algorithm"] = m.family;
+      d["library_name"] = m.name;
+      d["seconds"] = m.seconds;
+      d["workspace_bytes"] = static_cast<int64_t>(m.workspace_bytes);
+      out.append(d);
+    }
+    return out;
+  }, "op"_a, "workspace_bytes"_a,
+     "Profiling, between steps: every way op `op` runs with at most `workspace_bytes` of "
+     "workspace, timed by its library (a convolution's cuDNN algorithms, by the plan's "
+     "family names); [] for an op that offers no choice.");
 }

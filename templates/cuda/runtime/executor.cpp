@@ -244,6 +244,28 @@ void CudaExecutor::write_device(int id, const void* device, int64_t bytes, bool 
   if (wait) check_cuda(cudaEventSynchronize(feed_ready_), "copying a device feed in");
 }
 
+// ---- profiling ------------------------------------------------------------------------------
+
+std::vector<Measured> CudaExecutor::find(int op, int64_t workspace_bytes) {
+  const Schedule& s = schedule();
+  if (op < 0 || op >= s.num_ops) throw std::runtime_error("no op " + std::to_string(op));
+  if (workspace_bytes < 0) throw std::runtime_error("workspace bytes must be >= 0");
+  check_cuda(cudaSetDevice(device_), "cudaSetDevice");
+  const int lane = lane_[op];
+  Kernel& kernel = *kernels_[op];
+  const int64_t temp = static_cast<int64_t>(kernel.temp_bytes());
+  DeviceBlock block(temp + workspace_bytes);
+  Run r{ptr_.data(), block.base(), streams_[lane], cudnn_[lane], cublas_[lane]};
+  std::vector<Measured> out;
+  try {
+    out = kernel.find(r, static_cast<size_t>(workspace_bytes));
+    check_cuda(cudaStreamSynchronize(streams_[lane]), "finding algorithms");
+  } catch (const std::exception& e) {
+    throw std::runtime_error(op_label(s.ops[op]) + ": " + e.what());
+  }
+  return out;
+}
+
 // ---- the step -------------------------------------------------------------------------------
 
 void CudaExecutor::issue_ops() {

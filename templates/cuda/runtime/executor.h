@@ -99,6 +99,10 @@ class CudaExecutor : public ExecutorCore {
   int64_t host_store_bytes() const { return host_store_ ? host_store_->bytes() : 0; }
   int64_t unplanned_scratch_bytes() const { return unplanned_; }
   double last_step_seconds() const { return last_step_seconds_; }
+  // Profiling, between steps: every way op `op` can run with at most `workspace_bytes` of
+  // workspace, each timed by its library (Kernel::find; a convolution's cuDNN algorithms).
+  // Allocates that workspace for the call, so a step's arena is untouched.
+  std::vector<Measured> find(int op, int64_t workspace_bytes);
 
  private:
   int device_;

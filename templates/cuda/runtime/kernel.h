@@ -64,6 +64,15 @@ struct Run {
   template <class T> T* at(int id) const { return reinterpret_cast<T*>(ptr[id]); }
 };
 
+// One way a kernel can run, timed by its library's own benchmark (cuDNN's find): what
+// `planner profile --target gpu` writes into the cost table. `family` is the plan's name for
+// it (the conv_algo a plan may choose); `name` the library's.
+struct Measured {
+  std::string family, name;
+  double seconds;
+  size_t workspace_bytes;
+};
+
 class Kernel {
  public:
   virtual ~Kernel() = default;
@@ -72,6 +81,16 @@ class Kernel {
   virtual void run(const Run& r) = 0;
   // What the kernel chose at load that stats() should show (a convolution's algorithm).
   virtual std::string detail() const { return ""; }
+  // Profiling, never in a step: every way it can run here with a workspace of at most
+  // `workspace_bytes`, each timed on r.stream (r.scratch holds scratch_bytes() of the
+  // kernel's own temporaries, then the workspace). Empty: the kernel offers no choice.
+  virtual std::vector<Measured> find(const Run& r, size_t workspace_bytes) {
+    (void)r;
+    (void)workspace_bytes;
+    return {};
+  }
+  // The bytes of scratch_bytes() that are temporaries rather than a library workspace.
+  virtual size_t temp_bytes() const { return 0; }
 };
 
 using KernelPtr = std::unique_ptr<Kernel>;

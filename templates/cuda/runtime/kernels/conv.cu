@@ -18,6 +18,12 @@
 // unpadded: exact, at the cost of that temporary.
 //
 // Math is CUDNN_FMA_MATH: float32 stays float32 (no TF32), as the float64 references expect.
+//
+// Profiling (`planner profile --target gpu`, Kernel::find) asks cuDNN's find
+// (cudnnFind*AlgorithmEx, the legacy API's benchmark) to run every algorithm on the kernel's
+// own descriptors and tensors, and names each by the plan's family for this direction, so
+// the cost table's names are the conv_algo values this kernel honours.
+#include <string>
 #include <vector>
 
 #include "../cudnn_kernel.h"
@@ -63,7 +69,7 @@ const std::vector<Algo>& algos(Dir d) {
       {"IMPLICIT_GEMM", CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0, "BWD_FILTER_ALGO_0"},
       {"IMPLICIT_PRECOMP_GEMM", CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1, "BWD_FILTER_ALGO_1"},
       {"GEMM", CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1, "BWD_FILTER_ALGO_1"},
-      {"", CUDNN_CONVOLUTION_BWD_FILTER_ALGO_3, "BWD_FILTER_ALGO_3"},
+      {"ALGO_3", CUDNN_CONVOLUTION_BWD_FILTER_ALGO_3, "BWD_FILTER_ALGO_3"},
       {"FFT", CUDNN_CONVOLUTION_BWD_FILTER_ALGO_FFT, "BWD_FILTER_FFT"},
       {"FFT_TILING", CUDNN_CONVOLUTION_BWD_FILTER_ALGO_FFT_TILING, "BWD_FILTER_FFT_TILING"},
       {"WINOGRAD", CUDNN_CONVOLUTION_BWD_FILTER_ALGO_WINOGRAD_NONFUSED,
@@ -78,6 +84,48 @@ const char* algo_name(Dir d, int value) {
   for (const Algo& a : algos(d))
     if (a.value == value) return a.name;
   return "UNKNOWN";
+}
+
+// The plan's family for a cuDNN algorithm of the direction: the one spelled like cuDNN's
+// name when there is one (BWD_FILTER_WINOGRAD_NONFUSED is WINOGRAD_NONFUSED, not WINOGRAD),
+// else the first that maps to it (BWD_DATA_ALGO_1 is IMPLICIT_PRECOMP_GEMM); "" for none.
+std::string algo_family(Dir d, int value) {
+  const Algo* first = nullptr;
+  for (const Algo& a : algos(d)) {
+    if (a.value != value || !a.family[0]) continue;
+    const std::string name = a.name, family = a.family;
+    if (name.size() > family.size() &&
+        name.compare(name.size() - family.size(), family.size(), family) == 0 &&
+        name[name.size() - family.size() - 1] == '_')
+      return family;
+    if (!first) first = &a;
+  }
+  return first ? first->family : "";
+}
+
+// cuDNN's find results that the plan could run: measured successfully, in FMA math (the
+// kernel never enables tensor-op math), named by a family. cuDNN's times are in ms.
+template <class Perf>
+std::vector<Measured> kept(Dir d, const std::vector<Perf>& perf, int got) {
+  std::vector<Measured> out;
+  for (int i = 0; i < got; ++i) {
+    const Perf& p = perf[i];
+    if (p.status != CUDNN_STATUS_SUCCESS || p.mathType == CUDNN_TENSOR_OP_MATH ||
+        p.mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION || !(p.time > 0))
+      continue;
+    const int value = static_cast<int>(p.algo);
+    const std::string family = algo_family(d, value);
+    if (family.empty()) continue;
+    const Measured m{family, algo_name(d, value), p.time * 1e-3, p.memory};
+    bool seen = false;  // an algorithm may come back once per math type: keep the faster
+    for (Measured& o : out)
+      if (o.family == family) {
+        seen = true;
+        if (m.seconds < o.seconds) o = m;
+      }
+    if (!seen) out.push_back(m);
+  }
+  return out;
 }
 
 // ---- explicit padding for asymmetric pads ------------------------------------------------
@@ -173,6 +221,7 @@ class CudnnConv : public Kernel {
   }
 
   size_t scratch_bytes() const override { return temp_bytes_ + workspace_; }
+  size_t temp_bytes() const override { return temp_bytes_; }
   const char* algorithm() const { return algo_name(dir_, algo_); }
   std::string detail() const override { return algorithm(); }
 
@@ -214,6 +263,47 @@ class CudnnConv : public Kernel {
           static_cast<cudnnConvolutionBwdFilterAlgo_t>(algo_), ws, workspace_, &zero, filter_,
           r.at<float>(ids_.filter)));
     }
+  }
+
+  // Every algorithm cuDNN's find runs here within `workspace_bytes` (Kernel::find). Writes
+  // the op's output (as a step would); the image of an asymmetric-pad convolution is padded
+  // into the temporaries first, as run() does.
+  std::vector<Measured> find(const Run& r, size_t workspace_bytes) override {
+    float* temp = reinterpret_cast<float*>(r.scratch);
+    void* ws = workspace_bytes ? r.scratch + temp_bytes_ : nullptr;
+    const unsigned threads = 256;
+    int count = 0, got = 0;
+    if (dir_ == Dir::Data) {
+      float* dx = padded_ ? temp : r.at<float>(ids_.image);
+      PLANNER_CUDNN(cudnnGetConvolutionBackwardDataAlgorithmMaxCount(r.cudnn, &count));
+      std::vector<cudnnConvolutionBwdDataAlgoPerf_t> perf(count);
+      PLANNER_CUDNN(cudnnFindConvolutionBackwardDataAlgorithmEx(
+          r.cudnn, filter_, r.at<float>(ids_.filter), output_, r.at<float>(ids_.output), conv_,
+          image_, dx, count, &got, perf.data(), ws, workspace_bytes));
+      return kept(dir_, perf, got);
+    }
+    const float* x = r.at<float>(ids_.image);
+    if (padded_) {
+      const int64_t total = planes_ * Hp_ * Wp_;
+      pad_planes<<<blocks_for(total, threads), threads, 0, r.stream>>>(x, temp, total, H_, W_,
+                                                                       Hp_, Wp_, top_, left_);
+      PLANNER_LAUNCHED("pad_planes");
+      x = temp;
+    }
+    if (dir_ == Dir::Forward) {
+      PLANNER_CUDNN(cudnnGetConvolutionForwardAlgorithmMaxCount(r.cudnn, &count));
+      std::vector<cudnnConvolutionFwdAlgoPerf_t> perf(count);
+      PLANNER_CUDNN(cudnnFindConvolutionForwardAlgorithmEx(
+          r.cudnn, image_, x, filter_, r.at<float>(ids_.filter), conv_, output_,
+          r.at<float>(ids_.output), count, &got, perf.data(), ws, workspace_bytes));
+      return kept(dir_, perf, got);
+    }
+    PLANNER_CUDNN(cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(r.cudnn, &count));
+    std::vector<cudnnConvolutionBwdFilterAlgoPerf_t> perf(count);
+    PLANNER_CUDNN(cudnnFindConvolutionBackwardFilterAlgorithmEx(
+        r.cudnn, image_, x, output_, r.at<float>(ids_.output), conv_, filter_,
+        r.at<float>(ids_.filter), count, &got, perf.data(), ws, workspace_bytes));
+    return kept(dir_, perf, got);
   }
 
  private:
@@ -285,7 +375,8 @@ class CudnnConv : public Kernel {
       if (!mapped)
         throw std::runtime_error("unknown conv_algo '" + family + "' (expected a cuDNN family: "
                                  "IMPLICIT_GEMM, IMPLICIT_PRECOMP_GEMM, GEMM, WINOGRAD, "
-                                 "WINOGRAD_NONFUSED, FFT, FFT_TILING)");
+                                 "WINOGRAD_NONFUSED, FFT, FFT_TILING; ALGO_3 for a "
+                                 "filter gradient)");
       if (query(n.cudnn, mapped->value, &bytes) == CUDNN_STATUS_SUCCESS &&
           bytes + temp_bytes_ <= budget) {
         algo_ = mapped->value;

@@ -1,0 +1,27 @@
+"""bench_gpu.py --modules, without a GPU: a module a PyTorch user has (the GPT block of
+bench/torch_modules.py) is exported through ONNX, imported, given its loss and planned, and
+the dry run says what it would time, measuring nothing."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_dry_run_plans_an_exported_module_and_lists_the_runs():
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    out = subprocess.run([sys.executable, str(ROOT / "bench" / "bench_gpu.py"), "--modules",
+                          "gpt_block", "--dry-run"], capture_output=True, text=True, env=env,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    lines = out.stdout.splitlines()
+    assert lines[0] == "dry run for target h100-80gb: nothing is measured"
+    assert lines[1].startswith("gpt_block input [8, 128, 768], loss mse: ")
+    # Six in the forward (qkv, scores, weighted values, proj, fc, out), two each backward.
+    assert "MatMul x18" in lines[1] and "plan predicts" in lines[1]
+    assert lines[2] == ("  would time: ours streams, ours 1 stream, ours graph, torch eager, "
+                        "torch graph, torch.compile max-autotune")
