@@ -3,7 +3,7 @@
     planner plan GRAPH --target T [--costs C] [--strategy S] [--train OPT] [--precision P]
                  [--loss KIND[:OUT]]
                  [--intra N --inter M]
-                 [--grid] -o plan.json
+                 [--grid] [--min-team-us US] -o plan.json
     planner show PLAN [--json] [--timeline out.svg]
     planner diff A B [--json]          exit 1 when the plans differ, 0 with "no differences"
     planner verify PLAN [--graph GRAPH] exit 1 when a rule is broken, naming the op
@@ -43,6 +43,9 @@ def add_plan_commands(sub: Any) -> None:
     p.add_argument("--intra", type=int, help="uniform: threads per op")
     p.add_argument("--inter", type=int, help="uniform: ops at a time")
     p.add_argument("--grid", action="store_true", help="uniform: best of an intra x inter grid")
+    p.add_argument("--min-team-us", type=float, default=0.0, metavar="US",
+                   help="uniform: ops predicted under US microseconds on one thread run on one "
+                        "(default 0: every op on its lane's cores)")
     p.add_argument("--memory-budget", metavar="BYTES",
                    help="device memory budget, e.g. 11GiB: recompute, offload and convolution "
                         "workspaces are chosen to fit it (default: no budget)")
@@ -113,7 +116,8 @@ def _run_plan(args: argparse.Namespace) -> int:
     try:
         options = PlanOptions(
             schedule=ScheduleOptions(strategy=args.strategy, intra=args.intra,
-                                     inter=args.inter, grid=args.grid),
+                                     inter=args.inter, grid=args.grid,
+                                     min_team_seconds=args.min_team_us * 1e-6),
             memory=MemoryOptions(budget_bytes=budget),
             data_parallel=DataParallelOptions(ranks=args.data_parallel,
                                               bucket_bytes=args.bucket_bytes))
