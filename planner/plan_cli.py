@@ -1,7 +1,7 @@
 """The `plan`, `show`, `diff` and `verify` commands (registered by `add_plan_commands`).
 
     planner plan GRAPH --target T [--costs C] [--strategy S] [--train OPT] [--precision P]
-                 [--loss KIND[:OUT]]
+                 [--loss KIND[:OUT]] [--train-dropout]
                  [--intra N --inter M]
                  [--grid] [--min-team-us US] -o plan.json
     planner show PLAN [--json] [--timeline out.svg]
@@ -40,6 +40,9 @@ def add_plan_commands(sub: Any) -> None:
     p.add_argument("--keep", metavar="NAMES", type=kept_names,
                    help="tensors (comma-separated) to keep to the step's end, so that the "
                         "executor's step returns them: graph outputs, never reused memory")
+    p.add_argument("--train-dropout", action="store_true",
+                   help="ONNX: train the Dropouts a training-mode export wrote without a "
+                        "training flag (the import warns naming them)")
     p.add_argument("--intra", type=int, help="uniform: threads per op")
     p.add_argument("--inter", type=int, help="uniform: ops at a time")
     p.add_argument("--grid", action="store_true", help="uniform: best of an intra x inter grid")
@@ -101,7 +104,7 @@ def _run_plan(args: argparse.Namespace) -> int:
     from planner.schedule.parallel import DataParallelOptions
     from planner.target.presets import load_target
 
-    graph = with_loss(load_graph(args.graph), args.loss)
+    graph = with_loss(load_graph(args.graph, args.train_dropout), args.loss)
     if args.train:
         from planner.graph.autodiff import Optimizer, make_training_graph
 
