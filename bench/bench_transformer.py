@@ -2,10 +2,12 @@
 torch.compile (issues 12, 25).
 
     python bench/bench_transformer.py [--rounds 15] [--threads N] [--models gpt,bert,vit,bilstm]
-                                      [--no-compile]
+                                      [--no-compile] [--min-team-us 50]
 
 One SGD step (forward, backward, update) of each model at the size below, the executor on a
-uniform plan (every op on every core, or the first N logical CPUs with --threads) against the
+uniform plan (every op on every core, or the first N logical CPUs with --threads; an op the
+cost model gives under --min-team-us on one thread runs on one, as PyTorch runs an intra-op
+loop under 32768 elements inline; 0: every op on every core) against the
 same model as an nn.Module in PyTorch eager (float32, torch.optim.SGD, as many threads) and the
 same nn.Module under torch.compile (what a user runs; "n/a" with the reason where it does not
 compile):
@@ -16,7 +18,8 @@ compile):
 - vit: a small ViT nn.Module (patch convolution, class token, pre-LN nn.TransformerEncoder)
   brought in through planner.torch (torch.export) with F.cross_entropy;
 - bilstm: an embedding, a bidirectional nn.LSTM, mean over time and a linear head, through its
-  ONNX export (planner.torch has no aten.flip yet) with `--loss cross-entropy`.
+  ONNX export (planner.torch has no aten.flip yet) with `--loss cross-entropy`; the import
+  unrolls it into ~2200 small ops, so it is the model that --min-team-us matters most to.
 Rounds alternate (an executor step, an eager step, a compiled step) so load changes hit all
 alike; the table gives medians over rounds.
 """
@@ -200,14 +203,16 @@ def torch_step(model, opt, inputs, labels, loss) -> None:
     opt.step()
 
 
-def measure(kind: str, target, tmp: Path, rounds: int, compile_too: bool):
+def measure(kind: str, target, tmp: Path, rounds: int, compile_too: bool,
+            min_team_seconds: float):
     """(model, ops, median seconds per contender, why torch.compile is missing) of one model."""
     import torch
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         graph, params, model, inputs, labels, loss = case(kind)
-        p = plan(graph, target, options=PlanOptions(schedule=ScheduleOptions(strategy="uniform")))
+        p = plan(graph, target, options=PlanOptions(schedule=ScheduleOptions(
+            strategy="uniform", min_team_seconds=min_team_seconds)))
     ex = load(build(render(p, tmp / kind)).dir).Executor(init=True)
     if params is not None:
         ex.load_params(params)
@@ -246,6 +251,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=0, help="0: every logical CPU")
     parser.add_argument("--models", default="gpt,bert,vit,bilstm")
     parser.add_argument("--no-compile", action="store_true", help="leave out torch.compile")
+    parser.add_argument("--min-team-us", type=float, default=50.0,
+                        help="ops predicted under this on one thread run on one (0: none)")
     args = parser.parse_args()
     target = detect()
     if args.threads:
@@ -255,12 +262,13 @@ def main() -> None:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for kind in args.models.split(","):
-            rows.append(measure(kind, target, Path(tmp), args.rounds, not args.no_compile))
+            rows.append(measure(kind, target, Path(tmp), args.rounds, not args.no_compile,
+                                args.min_team_us * 1e-6))
     load_avg = os.getloadavg()[0]
     config = "; ".join(f"{name} " + ",".join(f"{k}={v}" for k, v in c.items())
                        for name, c in (("gpt/bert", CONFIG), ("vit", VIT), ("bilstm", BILSTM)))
-    print(f"host: {target.name}; {threads} threads; {args.rounds} alternating rounds; "
-          f"load average {load_avg:.2f}\n{config}")
+    print(f"host: {target.name}; {threads} threads; ops under {args.min_team_us:g} us on one "
+          f"thread; {args.rounds} alternating rounds; load average {load_avg:.2f}\n{config}")
     print(f"{'model':<8}{'ops':>6}{'executor ms':>13}{'eager ms':>10}{'ratio':>7}"
           f"{'compiled ms':>13}{'ratio':>7}")
     for kind, ops, med, note in rows:
