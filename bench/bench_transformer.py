@@ -2,10 +2,12 @@
 torch.compile (issues 12, 25).
 
     python bench/bench_transformer.py [--rounds 15] [--threads N] [--models gpt,bert,vit,bilstm]
-                                      [--no-compile]
+                                      [--no-compile] [--min-team-us 50] [--apart]
 
 One SGD step (forward, backward, update) of each model at the size below, the executor on a
-uniform plan (every op on every core, or the first N logical CPUs with --threads) against the
+uniform plan (every op on every core, or the first N logical CPUs with --threads; an op the
+cost model gives under --min-team-us on one thread runs on one, as PyTorch runs an intra-op
+loop under 32768 elements inline; 0: every op on every core) against the
 same model as an nn.Module in PyTorch eager (float32, torch.optim.SGD, as many threads) and the
 same nn.Module under torch.compile (what a user runs; "n/a" with the reason where it does not
 compile):
@@ -16,9 +18,13 @@ compile):
 - vit: a small ViT nn.Module (patch convolution, class token, pre-LN nn.TransformerEncoder)
   brought in through planner.torch (torch.export) with F.cross_entropy;
 - bilstm: an embedding, a bidirectional nn.LSTM, mean over time and a linear head, through its
-  ONNX export (planner.torch has no aten.flip yet) with `--loss cross-entropy`.
+  ONNX export (planner.torch has no aten.flip yet) with `--loss cross-entropy`; the import
+  unrolls it into ~2200 small ops, so it is the model that --min-team-us matters most to.
 Rounds alternate (an executor step, an eager step, a compiled step) so load changes hit all
-alike; the table gives medians over rounds.
+alike; the table gives medians over rounds. With --apart each contender steps in a process of
+its own (the order rotating per round): in one process PyTorch and the executor share one
+OpenMP runtime (torch's libgomp.so.1 is loaded first and serves both), which changes
+PyTorch's multi-threaded step under load (bench/RESULTS.md, issue 25).
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ import argparse
 import copy
 import math
 import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -200,23 +207,29 @@ def torch_step(model, opt, inputs, labels, loss) -> None:
     opt.step()
 
 
-def measure(kind: str, target, tmp: Path, rounds: int, compile_too: bool):
-    """(model, ops, median seconds per contender, why torch.compile is missing) of one model."""
+def contenders(kind: str, target, tmp: Path, names: tuple[str, ...], min_team_seconds: float):
+    """(ops, {name: one step}, why torch.compile is missing) of one model, for the contenders
+    in `names` ("ours", "eager", "compiled"), each warmed up."""
     import torch
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         graph, params, model, inputs, labels, loss = case(kind)
-        p = plan(graph, target, options=PlanOptions(schedule=ScheduleOptions(strategy="uniform")))
-    ex = load(build(render(p, tmp / kind)).dir).Executor(init=True)
-    if params is not None:
-        ex.load_params(params)
-    feeds = random_feeds(graph, seed=1)
-    opt = torch.optim.SGD(model.parameters(), lr=LR)
-    steps = {"ours": lambda: ex.step(feeds),
-             "eager": lambda: torch_step(model, opt, inputs, labels, loss)}
-    note = "skipped"
-    if compile_too:
+    steps, note = {}, "skipped"
+    if "ours" in names:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            p = plan(graph, target, options=PlanOptions(schedule=ScheduleOptions(
+                strategy="uniform", min_team_seconds=min_team_seconds)))
+        ex = load(build(render(p, tmp / kind)).dir).Executor(init=True)
+        if params is not None:
+            ex.load_params(params)
+        feeds = random_feeds(graph, seed=1)
+        steps["ours"] = lambda: ex.step(feeds)
+    if "eager" in names:
+        opt = torch.optim.SGD(model.parameters(), lr=LR)
+        steps["eager"] = lambda: torch_step(model, opt, inputs, labels, loss)
+    if "compiled" in names:
         twin = copy.deepcopy(model)
         twin_opt = torch.optim.SGD(twin.parameters(), lr=LR)
         fast = torch.compile(twin)
@@ -229,13 +242,64 @@ def measure(kind: str, target, tmp: Path, rounds: int, compile_too: bool):
             note = f"n/a ({type(e).__name__})"
     for step in steps.values():
         step()
+    return len(graph.nodes), steps, note
+
+
+def measure(kind: str, target, tmp: Path, rounds: int, names: tuple[str, ...],
+            min_team_seconds: float):
+    """(model, ops, median seconds per contender, why torch.compile is missing) of one model,
+    the contenders taking turns in this process."""
+    ops, steps, note = contenders(kind, target, tmp, names, min_team_seconds)
     times: dict[str, list[float]] = {k: [] for k in steps}
     for _ in range(rounds):
         for name, step in steps.items():
             t0 = time.perf_counter()
             step()
             times[name].append(time.perf_counter() - t0)
-    return kind, len(graph.nodes), {k: float(np.median(v)) for k, v in times.items()}, note
+    return kind, ops, {k: float(np.median(v)) for k, v in times.items()}, note
+
+
+def measure_apart(kind: str, threads: int, rounds: int, names: tuple[str, ...],
+                  min_team_us: float):
+    """As `measure`, each contender in a process of its own (this script with --serve), as a
+    user runs one framework: a step of each per round, the order rotating from round to
+    round. (In one process the executor and PyTorch share one OpenMP runtime, and PyTorch's
+    2-thread step then depends on what our teams left behind.)"""
+    procs = {name: subprocess.Popen(
+        [sys.executable, __file__, "--serve", name, "--models", kind, "--threads", str(threads),
+         "--min-team-us", str(min_team_us)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        text=True) for name in names}
+    try:
+        ready = {name: p.stdout.readline().split() for name, p in procs.items()}
+        live = [n for n in names if ready[n] and ready[n][0] == "ready"]
+        note = next((" ".join(ready[n][1:]) for n in names if ready[n] and ready[n][0] == "n/a"),
+                    "skipped")
+        ops = int(ready[live[0]][1])
+        times: dict[str, list[float]] = {n: [] for n in live}
+        for r in range(rounds):
+            for name in live[r % len(live):] + live[:r % len(live)]:
+                procs[name].stdin.write("step\n")
+                procs[name].stdin.flush()
+                times[name].append(float(procs[name].stdout.readline()))
+    finally:
+        for p in procs.values():
+            p.stdin.close()
+            p.wait()
+    return kind, ops, {k: float(np.median(v)) for k, v in times.items()}, note
+
+
+def serve(name: str, kind: str, target, min_team_seconds: float) -> None:
+    """The --serve child: one contender of one model, a step per line read."""
+    with tempfile.TemporaryDirectory() as tmp:
+        ops, steps, note = contenders(kind, target, Path(tmp), (name,), min_team_seconds)
+        if name not in steps:
+            print(note, flush=True)
+            return
+        print("ready", ops, flush=True)
+        for _ in sys.stdin:
+            t0 = time.perf_counter()
+            steps[name]()
+            print(time.perf_counter() - t0, flush=True)
 
 
 def main() -> None:
@@ -246,21 +310,36 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=0, help="0: every logical CPU")
     parser.add_argument("--models", default="gpt,bert,vit,bilstm")
     parser.add_argument("--no-compile", action="store_true", help="leave out torch.compile")
+    parser.add_argument("--min-team-us", type=float, default=50.0,
+                        help="ops predicted under this on one thread run on one (0: none)")
+    parser.add_argument("--apart", action="store_true",
+                        help="each contender in a process of its own (see measure_apart)")
+    parser.add_argument("--serve", choices=["ours", "eager", "compiled"],
+                        help=argparse.SUPPRESS)  # measure_apart's children
     args = parser.parse_args()
     target = detect()
     if args.threads:
         target = target.model_copy(update={"logical_cpus": target.logical_cpus[:args.threads]})
     threads = len(target.logical_cpus)
     torch.set_num_threads(threads)
+    if args.serve:
+        serve(args.serve, args.models, target, args.min_team_us * 1e-6)
+        return
+    names = ("ours", "eager") if args.no_compile else ("ours", "eager", "compiled")
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for kind in args.models.split(","):
-            rows.append(measure(kind, target, Path(tmp), args.rounds, not args.no_compile))
+            rows.append(measure_apart(kind, threads, args.rounds, names, args.min_team_us)
+                        if args.apart else
+                        measure(kind, target, Path(tmp), args.rounds, names,
+                                args.min_team_us * 1e-6))
     load_avg = os.getloadavg()[0]
     config = "; ".join(f"{name} " + ",".join(f"{k}={v}" for k, v in c.items())
                        for name, c in (("gpt/bert", CONFIG), ("vit", VIT), ("bilstm", BILSTM)))
-    print(f"host: {target.name}; {threads} threads; {args.rounds} alternating rounds; "
-          f"load average {load_avg:.2f}\n{config}")
+    where = "a process each" if args.apart else "one process"
+    print(f"host: {target.name}; {threads} threads; ops under {args.min_team_us:g} us on one "
+          f"thread; {args.rounds} alternating rounds, {where}; load average {load_avg:.2f}\n"
+          f"{config}")
     print(f"{'model':<8}{'ops':>6}{'executor ms':>13}{'eager ms':>10}{'ratio':>7}"
           f"{'compiled ms':>13}{'ratio':>7}")
     for kind, ops, med, note in rows:

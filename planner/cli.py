@@ -67,6 +67,9 @@ def add_graph_command(sub: Any) -> None:
     p.add_argument("graph", metavar="GRAPH")
     p.add_argument("--train", choices=["sgd", "momentum", "adam"],
                    help="build the training graph (forward, backward, updates) with this optimizer")
+    p.add_argument("--train-dropout", action="store_true",
+                   help="ONNX: train the Dropouts a training-mode export wrote without a "
+                        "training flag (the import warns naming them)")
     p.add_argument("--precision", choices=PRECISIONS, default="fp32",
                    help="precision policy of the training graph (planner/graph/precision.py): "
                         "bf16-mixed and fp16-mixed run convolutions and matrix products in the "
@@ -95,7 +98,7 @@ def run_graph(args: argparse.Namespace) -> int:
     from planner.graph.summary import summarize
     from planner.load import load_graph, with_loss, write_text
 
-    graph = with_loss(load_graph(args.graph), args.loss)
+    graph = with_loss(load_graph(args.graph, args.train_dropout), args.loss)
     if args.train:
         from planner.graph.autodiff import Optimizer, make_training_graph
 

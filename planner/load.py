@@ -19,8 +19,11 @@ from planner.errors import UserError
 from planner.graph import Graph, check_graph, normalize_attrs
 
 
-def load_graph(spec: str) -> Graph:
-    """Load and validate a graph from a zoo spec, an ONNX file or a graph JSON file."""
+def load_graph(spec: str, train_dropout: bool = False) -> Graph:
+    """Load and validate a graph from a zoo spec, an ONNX file or a graph JSON file.
+
+    `train_dropout`: an ONNX file's Dropouts without a training flag train too (see
+    planner.importers.onnx.import_onnx); other sources ignore it."""
     if spec.startswith("zoo:"):
         from planner.zoo import from_spec
 
@@ -43,7 +46,7 @@ def load_graph(spec: str) -> Graph:
         if suffix == ".onnx" or (suffix != ".json" and not _looks_like_json(data)):
             from planner.importers import load_onnx
 
-            return check_graph(load_onnx(path, name=path.stem))
+            return check_graph(load_onnx(path, name=path.stem, train_dropout=train_dropout))
         return graph_from_data(parse_json_bytes(data, spec), source=spec)
     except ValueError as e:  # GraphError, OpError, OnnxImportError: name the file too
         if str(e).startswith(spec):

@@ -1,9 +1,9 @@
 """The `plan`, `show`, `diff` and `verify` commands (registered by `add_plan_commands`).
 
     planner plan GRAPH --target T [--costs C] [--strategy S] [--train OPT] [--precision P]
-                 [--loss KIND[:OUT]]
+                 [--loss KIND[:OUT]] [--train-dropout]
                  [--intra N --inter M]
-                 [--grid] -o plan.json
+                 [--grid] [--min-team-us US] -o plan.json
     planner show PLAN [--json] [--timeline out.svg]
     planner diff A B [--json]          exit 1 when the plans differ, 0 with "no differences"
     planner verify PLAN [--graph GRAPH] exit 1 when a rule is broken, naming the op
@@ -40,9 +40,15 @@ def add_plan_commands(sub: Any) -> None:
     p.add_argument("--keep", metavar="NAMES", type=kept_names,
                    help="tensors (comma-separated) to keep to the step's end, so that the "
                         "executor's step returns them: graph outputs, never reused memory")
+    p.add_argument("--train-dropout", action="store_true",
+                   help="ONNX: train the Dropouts a training-mode export wrote without a "
+                        "training flag (the import warns naming them)")
     p.add_argument("--intra", type=int, help="uniform: threads per op")
     p.add_argument("--inter", type=int, help="uniform: ops at a time")
     p.add_argument("--grid", action="store_true", help="uniform: best of an intra x inter grid")
+    p.add_argument("--min-team-us", type=float, default=0.0, metavar="US",
+                   help="uniform: ops predicted under US microseconds on one thread run on one "
+                        "(default 0: every op on its lane's cores)")
     p.add_argument("--memory-budget", metavar="BYTES",
                    help="device memory budget, e.g. 11GiB: recompute, offload and convolution "
                         "workspaces are chosen to fit it (default: no budget)")
@@ -98,7 +104,7 @@ def _run_plan(args: argparse.Namespace) -> int:
     from planner.schedule.parallel import DataParallelOptions
     from planner.target.presets import load_target
 
-    graph = with_loss(load_graph(args.graph), args.loss)
+    graph = with_loss(load_graph(args.graph, args.train_dropout), args.loss)
     if args.train:
         from planner.graph.autodiff import Optimizer, make_training_graph
 
@@ -113,7 +119,8 @@ def _run_plan(args: argparse.Namespace) -> int:
     try:
         options = PlanOptions(
             schedule=ScheduleOptions(strategy=args.strategy, intra=args.intra,
-                                     inter=args.inter, grid=args.grid),
+                                     inter=args.inter, grid=args.grid,
+                                     min_team_seconds=args.min_team_us * 1e-6),
             memory=MemoryOptions(budget_bytes=budget),
             data_parallel=DataParallelOptions(ranks=args.data_parallel,
                                               bucket_bytes=args.bucket_bytes))

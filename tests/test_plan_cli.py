@@ -40,6 +40,11 @@ def test_uniform_lanes_and_bad_input(tmp_path, capsys):
     assert json.loads(capsys.readouterr().out)["strategy"] == "uniform"
     assert run("plan", SPEC, "--target", "knl-7250", "--intra", "4", "-o", out) == 2
     assert "uniform" in capsys.readouterr().err
+    assert run("plan", SPEC, "--target", "knl-7250", "--strategy", "uniform",
+               "--min-team-us", "1e9", "-o", str(tmp_path / "alone.json")) == 0
+    assert {o["threads"] for o in json.loads((tmp_path / "alone.json").read_text())["ops"]} == {1}
+    assert run("plan", SPEC, "--target", "knl-7250", "--min-team-us", "5", "-o", out) == 2
+    assert "min_team_seconds" in capsys.readouterr().err
     bad = tmp_path / "bad.json"
     bad.write_text("{}")
     assert run("verify", str(bad)) == 1

@@ -345,11 +345,11 @@ _SLICE_ATTRS = {
     "steps": Attr("ints", []),
 }
 
-def _slice_geometry(full: tuple[int, ...], a: Attrs) -> Attrs:
+def slice_geometry(full: tuple[int, ...], a: Attrs) -> Attrs:
     """Per-axis first index and step of the slice of a tensor of shape `full` (numpy's
     clamping): what a kernel needs to walk it.
 
-    >>> _slice_geometry((4, 6), {"starts": [1], "ends": [100], "axes": [1], "steps": [2]})
+    >>> slice_geometry((4, 6), {"starts": [1], "ends": [100], "axes": [1], "steps": [2]})
     {'begin': [0, 1], 'step': [1, 2]}
     """
     rank = len(full)
@@ -370,7 +370,7 @@ register(OpDef(
     bytes_moved=_slice_bytes,
     reference=_slice_reference,
     gradient=_slice_gradient,
-    kernel_attrs=lambda ins, a: _slice_geometry(ins[0].shape, a),
+    kernel_attrs=lambda ins, a: slice_geometry(ins[0].shape, a),
     doc="x[starts:ends:steps] on the listed axes, numpy clamping; other axes whole.",
 ))
 
@@ -400,7 +400,7 @@ register(OpDef(
     infer=_slice_grad_infer,
     flops=zero_flops,
     reference=_slice_grad_reference,
-    kernel_attrs=lambda ins, a: _slice_geometry(tuple(a["input_shape"]), a),
+    kernel_attrs=lambda ins, a: slice_geometry(tuple(a["input_shape"]), a),
     doc="dx of Slice: zeros of input_shape with dy written where the slice selected.",
 ))
 

@@ -119,10 +119,10 @@ def schedule(graph: Graph, target: Target, costs: OpCosts, preds: Sequence[Seque
 
     if options.strategy == "uniform":
         if options.grid:
-            return min((timed(uniform(costs, preds, groups, a, b)) for a, b in grid_pairs(cores)),
-                       key=lambda r: r[0])[1]
+            return min((timed(uniform(costs, preds, groups, a, b, options.min_team_seconds))
+                        for a, b in grid_pairs(cores)), key=lambda r: r[0])[1]
         intra, inter = options.lanes(cores)
-        return in_order(uniform(costs, preds, groups, intra, inter))
+        return in_order(uniform(costs, preds, groups, intra, inter, options.min_team_seconds))
     op_types = [n.op for n in graph.nodes]
     if options.strategy == "paper":
         return in_order(paper(costs, preds, op_types, groups, smt, options))

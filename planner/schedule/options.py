@@ -49,6 +49,8 @@ class ScheduleOptions(Record):
     inter: int | None = Field(default=None, ge=1)
     # Try every (intra, inter) with intra * inter <= cores on a coarse grid; keep the fastest.
     grid: bool = False
+    # An op the cost model gives less than this on one thread runs on one thread (0: none do).
+    min_team_seconds: float = Field(default=0.0, ge=0.0)
 
     # ---- paper (seed 002) ---------------------------------------------------------------
     # Strategy 2: one thread count per op type, from its most expensive instance.
@@ -104,9 +106,10 @@ class ScheduleOptions(Record):
 
     @model_validator(mode="after")
     def _uniform_knobs(self) -> ScheduleOptions:
-        if self.strategy != "uniform" and (self.intra or self.inter or self.grid):
-            raise ValueError(f"intra, inter and grid are options of strategy 'uniform', "
-                             f"not of {self.strategy!r}")
+        if self.strategy != "uniform" and (self.intra or self.inter or self.grid
+                                           or self.min_team_seconds):
+            raise ValueError(f"intra, inter, grid and min_team_seconds are options of strategy "
+                             f"'uniform', not of {self.strategy!r}")
         if self.grid and (self.intra or self.inter):
             raise ValueError("grid searches intra and inter itself; give neither with it")
         return self

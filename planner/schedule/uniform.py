@@ -2,7 +2,11 @@
 
 TensorFlow's recommended setting (seed 002, Table I's baseline) is intra = physical cores and
 inter = 1: ops run one after another, each on every core. With inter = M, M lanes of `intra`
-cores each take ready ops in graph order (TensorFlow's FIFO queue). `grid_pairs` lists the
+cores each take ready ops in graph order (TensorFlow's FIFO queue). With `min_team_seconds`,
+ops too small to pay for a team run on one thread, as PyTorch's intra-op loops run inline
+below a grain of 32768 elements: every team op is a fork and a join, and on a machine shared
+with other processes a join waits for a descheduled partner's next time slice (milliseconds;
+bench/RESULTS.md, issue 25). `grid_pairs` lists the
 settings the seed's "manual optimization" tries.
 
 Example:
@@ -23,8 +27,11 @@ MAX_INTER = 8
 
 
 def uniform(costs: OpCosts, preds: Sequence[Sequence[int]],
-            groups: tuple[tuple[int, ...], ...], intra: int, inter: int) -> list[Placement]:
-    """Placements of the uniform strategy: lanes of `intra` consecutive cores (compact)."""
+            groups: tuple[tuple[int, ...], ...], intra: int, inter: int,
+            min_team_seconds: float = 0.0) -> list[Placement]:
+    """Placements of the uniform strategy: lanes of `intra` consecutive cores (compact); an op
+    predicted to take less than `min_team_seconds` on one thread runs on its lane's first core
+    alone (the lane still runs one op at a time)."""
     cores = [c for g in groups for c in g]
     if intra * inter > len(cores):
         raise ValueError(f"intra {intra} x inter {inter} exceeds {len(cores)} cores")
@@ -39,8 +46,10 @@ def uniform(costs: OpCosts, preds: Sequence[Sequence[int]],
             if machine.free.issuperset(lane):
                 i = ready[taken]
                 taken += 1
-                started.append(machine.start((i,), intra, "compact", costs.time(i, intra), now,
-                                             cores=lane))
+                alone = intra > 1 and costs.time(i, 1) < min_team_seconds
+                k = 1 if alone else intra
+                started.append(machine.start((i,), k, "compact", costs.time(i, k), now,
+                                             cores=lane[:k]))
         return started
 
     return list_schedule(preds, Machine(groups, smt=False), decide)

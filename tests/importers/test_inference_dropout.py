@@ -51,3 +51,28 @@ def test_train_dropout_trains_it_with_a_seed_of_its_own():
 def test_an_inference_export_stays_quiet():
     imported, messages = _import(_model((False, False)))
     assert messages == [] and [n.op for n in imported.graph.nodes] == []
+
+
+def test_the_commands_train_it_with_train_dropout(tmp_path, capsys):
+    import json
+
+    import onnx
+
+    import planner.cli as cli
+
+    path = tmp_path / "drops.onnx"
+    onnx.save(_model((True, False)), str(path))
+    for flag, drops in (([], 1), (["--train-dropout"], 2)):
+        out = tmp_path / f"g{len(flag)}.json"
+        plan = tmp_path / f"p{len(flag)}.json"
+        with warnings.catch_warnings(record=True) as record:
+            warnings.simplefilter("always")
+            assert cli.main(["graph", str(path), *flag, "-o", str(out)]) == 0
+            assert cli.main(["plan", str(path), *flag, "--target", "knl-7250",
+                             "-o", str(plan)]) == 0
+        warned = sum("--train-dropout" in str(w.message) for w in record)
+        assert warned == (0 if flag else 2)  # graph and plan each name the node
+        nodes = json.loads(out.read_text())["nodes"]
+        assert [n["op"] for n in nodes] == ["Dropout"] * drops
+        ops = [o["op"] for o in json.loads(plan.read_text())["ops"]]
+        assert ops.count("Dropout") == drops

@@ -60,6 +60,29 @@ def test_uniform_baseline_runs_one_op_at_a_time_on_all_cores(lenet):
     assert p.summary.step_seconds == pytest.approx(sum(o.end - o.start for o in p.ops))
 
 
+@pytest.mark.parametrize("extra", [{}, {"intra": 2, "inter": 3}], ids=["all-cores", "lanes"])
+def test_uniform_ops_below_min_team_seconds_run_alone_on_their_lanes_first_core(lenet, extra):
+    target = toy_target()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        costs = op_costs(lenet, CostModel(target))
+    single = [costs.time(i, 1) for i in range(len(lenet.nodes))]
+    cut = sorted(single)[len(single) // 2]  # half of LeNet's ops fall below it
+    alone = {n.name for n, t in zip(lenet.nodes, single, strict=True) if t < cut}
+    assert 0 < len(alone) < len(lenet.nodes)
+    full = plan(lenet, target, strategy="uniform", **extra)
+    p = plan(lenet, target, strategy="uniform", min_team_seconds=cut, **extra)
+    assert verify_plan_text(p.to_json(), [n.name for n in lenet.nodes]) == []
+    lanes = {o.cpus for o in full.ops}
+    intra = extra.get("intra", target.cores)
+    assert {len(c) for c in lanes} == {intra}
+    for o in p.ops:
+        if o.name in alone:
+            assert o.threads == 1 and any(o.cpus == lane[:1] for lane in lanes)
+        else:
+            assert o.threads == intra and o.cpus in lanes
+
+
 def test_grid_picks_the_best_lanes_and_beats_the_default(lenet):
     # Not "min over a grid that holds the default is <= the default": the grid's choice must
     # be the best of the same configurations planned one by one, and on LeNet's many small ops
@@ -167,6 +190,8 @@ def test_plans_of_different_targets_differ():
 def test_uniform_options_rejected_for_other_strategies():
     with pytest.raises(ValueError, match="uniform"):
         ScheduleOptions(strategy="paper", intra=4)
+    with pytest.raises(ValueError, match="min_team_seconds"):
+        ScheduleOptions(strategy="optimized", min_team_seconds=1e-5)
     with pytest.raises(ValueError, match="exceed"):
         ScheduleOptions(strategy="uniform", intra=8, inter=2).lanes(8)
 

@@ -108,7 +108,8 @@ def convert(source: Source, name: str | None = None,
                       f" have no training flag in this training-mode export, so they pass "
                       f"their input through where PyTorch's train() drops (nn.MultiheadAttention's "
                       f"attention dropout is exported this way); import with "
-                      f"train_dropout=True to train them", stacklevel=3)
+                      f"train_dropout=True (planner graph/plan --train-dropout) to train them",
+                      stacklevel=3)
     trained = {t.name for t in graph.by_role("param")}
     unnamed = [u for u in unnamed if u in trained]
     if unnamed:
