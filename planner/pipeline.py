@@ -41,6 +41,7 @@ from planner.memory.options import MemoryOptions
 from planner.plan import MemoryPlan, OpPlan, Plan, PlanProvenance, PlanTarget, Summary, digest
 from planner.records import Backend, Record
 from planner.schedule.cpu import cpu_schedule
+from planner.schedule.gpu_share import busy_seconds
 from planner.schedule.options import ScheduleOptions
 from planner.schedule.parallel import (
     DataParallelOptions,
@@ -50,7 +51,7 @@ from planner.schedule.parallel import (
     interconnect,
 )
 from planner.schedule.record import Edge, Schedule, lane_numbers
-from planner.schedule.streams import STREAMS, stream_schedule
+from planner.schedule.streams import COMPUTE_STREAMS, STREAMS, is_compute, stream_schedule
 from planner.target.records import Target
 
 
@@ -69,20 +70,24 @@ class BackendPlanner:
 
     schedule: Callable[[Graph, CostModel, ScheduleOptions], Schedule]
     memory: Callable[[Graph, Schedule, CostModel, MemoryOptions], MemoryDecision]
-    resources: Callable[[Target], PlanTarget]
+    resources: Callable[[Target, tuple[OpPlan, ...]], PlanTarget]
     # The bytes a step may use: host memory, or the GPU's.
     memory_bytes: Callable[[Target], int]
     # Whether the arena is held to memory_bytes (a GPU plan meets its budget instead).
     arena_limited: bool
 
 
-def _cpu_resources(target: Target) -> PlanTarget:
+def _cpu_resources(target: Target, ops: tuple[OpPlan, ...] = ()) -> PlanTarget:
     return PlanTarget(name=target.name, core_of=tuple(c.core for c in target.logical_cpus))
 
 
-def _gpu_resources(target: Target) -> PlanTarget:
+def _gpu_resources(target: Target, ops: tuple[OpPlan, ...] = ()) -> PlanTarget:
     gpu = target.gpus[0]
-    return PlanTarget(name=target.name, streams=STREAMS, compute_capability=gpu.compute_capability,
+    # A co-running plan also names the compute streams it uses beyond `compute`.
+    used = {op.stream for op in ops}
+    return PlanTarget(name=target.name,
+                      streams=STREAMS + tuple(s for s in COMPUTE_STREAMS[1:] if s in used),
+                      compute_capability=gpu.compute_capability,
                       gpu_memory_bytes=gpu.memory_bytes)
 
 
@@ -163,7 +168,9 @@ def assemble(graph: Graph, model: CostModel, options: PlanOptions, schedule: Sch
     named: dict[tuple[str, str], Edge] = {}
     # A CPU plan under a budget runs one op at a time in memory planning's order, which moves
     # updates up past the lanes' order: its edges replace the schedule's.
-    stated = () if memory.ops and schedule.backend == "cpu" else schedule.edges
+    # A co-running GPU plan's memory edges hold the schedule's, transitively reduced anew.
+    stated = () if memory.ops and (schedule.backend == "cpu" or schedule.strategy == "streams") \
+        else schedule.edges
     for e in (*stated, *memory.edges):
         named.setdefault((e.before, e.after), e)
     happens = tuple(named[k] for k in sorted(named, key=lambda e: (rank[e[1]], rank[e[0]])))
@@ -190,12 +197,14 @@ def assemble(graph: Graph, model: CostModel, options: PlanOptions, schedule: Sch
         options=options.model_dump(mode="json", exclude=None if options.data_parallel.ranks > 1
                                    else {"data_parallel"}), tool=f"planner {__version__}")
     return Plan(graph=graph, kind=graph.kind, backend=schedule.backend,
-                target=BACKENDS[schedule.backend].resources(target), ops=ops,
+                target=BACKENDS[schedule.backend].resources(target, ops), ops=ops,
                 happens_before=happens, tensors=memory.tensors,
                 memory=MemoryPlan(ops=memory.inserted, convs=memory.convs), summary=summary,
                 provenance=provenance)
 
 
 def _stream_busy(ops: tuple[OpPlan, ...], busy: dict[str, float]) -> float:
-    # A re-timed GPU step: the compute stream's busy time.
+    # A re-timed GPU step: the compute stream's busy time (several: while any runs a kernel).
+    if len({op.stream for op in ops if is_compute(op.stream)}) > 1:
+        return busy_seconds((op.start, op.end) for op in ops if is_compute(op.stream))
     return sum(busy[op.name] for op in ops if op.stream == STREAMS[0])
