@@ -72,7 +72,8 @@ def sound(plan) -> bool:
 def test_unbounded_plan(alexnet):
     p = gpu_plan(alexnet, MODEL, options())
     m = p.summary.memory
-    assert p.target.streams == ("compute", "d2h", "h2d")
+    # The copy streams, then the compute streams co-running kernels use besides `compute`.
+    assert p.target.streams == ("compute", "d2h", "h2d", "compute1", "compute2", "compute3")
     assert sound(p) and same_step(p, alexnet)
     assert m.naive_bytes > m.liveness_load_bytes
     assert m.arena_bytes <= 1.02 * m.load_bytes
@@ -182,10 +183,15 @@ def test_gpu_plans_name_their_backend_and_streams(alexnet):
     p = gpu_plan(alexnet, MODEL, options(smallest(alexnet)))
     assert p.backend == "cuda" and p.target.core_of == ()
     assert all(not o.cpus and o.stream in p.target.streams for o in p.ops)
-    assert {o.stream for o in p.ops} == {"compute", "d2h", "h2d"}
+    assert {o.stream for o in p.ops} >= {"compute", "compute1", "d2h", "h2d"}
     with pytest.raises(ValueError, match="scheduling options .* are for CPU targets"):
         plan(alexnet, MODEL.target, options=PlanOptions(
-            schedule=ScheduleOptions(strategy="uniform")))
+            schedule=ScheduleOptions(strategy="paper")))
+    # Strategy uniform: one compute stream.
+    one = plan(alexnet, MODEL.target, options=PlanOptions(
+        schedule=ScheduleOptions(strategy="uniform"), memory=options(smallest(alexnet))))
+    assert {o.stream for o in one.ops} == {"compute", "d2h", "h2d"}
+    assert one.target.streams == ("compute", "d2h", "h2d")
 
 
 def test_plans_are_deterministic_and_round_trip(alexnet):
