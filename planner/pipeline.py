@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from planner import __version__
 from planner.collection import fewer_collections
 from planner.costs import CostModel, CostTable
-from planner.errors import PlanError
+from planner.errors import InfeasibleBudget, PlanError
 from planner.graph.ir import Graph
 from planner.memory.decision import MemoryDecision
 from planner.memory.driver import cpu_memory
@@ -116,7 +116,38 @@ def decide(graph: Graph, target: Target, costs: CostTable | None = None,
         schedule = BACKENDS[target.backend].schedule(compute_graph(graph), model,
                                                      options.schedule)
         schedule = comm_lane(graph, schedule, interconnect(target))
+        if schedule.strategy == "streams":
+            return model, *_streams_if_faster(graph, model, schedule, options)
         return model, schedule, place(graph, model, schedule, options.memory)
+
+
+def _streams_if_faster(graph: Graph, model: CostModel, schedule: Schedule,
+                       options: PlanOptions) -> tuple[Schedule, MemoryDecision]:
+    """The co-running GPU schedule and its memory decision when the planned step (conv
+    algorithms, workspaces, reuse edges and copies included) is still at least
+    `min_gain` shorter than one stream's, else the one-stream plan: the scheduler's guard,
+    again after memory planning (which may order ops that the schedule let co-run)."""
+    one = comm_lane(graph, stream_schedule(compute_graph(graph), model, ScheduleOptions(
+        strategy="uniform")), interconnect(model.target))
+    # A budget one order fits may not fit the other's peak: then the one that fits; when
+    # neither does, one stream's error (its smallest feasible budget).
+    try:
+        one_memory = place(graph, model, one, options.memory)
+    except InfeasibleBudget as e:
+        one_error, one_memory = e, None
+    try:
+        memory = place(graph, model, schedule, options.memory)
+    except InfeasibleBudget:
+        if one_memory is None:
+            raise one_error from None
+        return one, one_memory
+
+    def step(m: MemoryDecision) -> float:
+        return max((op.end for op in m.ops), default=0.0)
+
+    if one_memory is None or step(memory) <= step(one_memory) * (1 - options.schedule.min_gain):
+        return schedule, memory
+    return one, one_memory
 
 
 def place(graph: Graph, model: CostModel, schedule: Schedule,

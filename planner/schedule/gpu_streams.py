@@ -21,7 +21,12 @@ model's occupancies (planner.schedule.gpu_share):
                      and no other path implies it
     guard            the plan keeps several streams only when the simulated step (SMs and
                      bandwidth shared, gpu_share.simulate_streams) is at least `min_gain`
-                     shorter than one stream's, as the CPU side keeps co-running
+                     shorter than one stream's, as the CPU side keeps co-running; and again
+                     after memory planning (planner.pipeline), whose conv algorithms and
+                     reuse edges change the step
+
+The table uses each op's fastest time (its fastest algorithm: what a plan without a budget
+runs); the simulation, like the one-stream schedule, the least-workspace one.
 
     one stream   |a||b||c||d|----------------------e----------------------|
     four         |a|                                                         a..d: small

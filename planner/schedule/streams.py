@@ -1,6 +1,8 @@
-"""`stream_schedule`: the GPU scheduler. Graph nodes on the compute stream in one order, each
-with its predicted time; memory planning (planner.memory.gpu) then adds the copy streams'
-offloads and prefetches, recomputes, and each convolution's algorithm, and re-times the step.
+"""`stream_schedule`: the GPU scheduler. Graph nodes in one order, each with its predicted
+time, on the compute stream or, when independent kernels that do not fill the GPU gain enough
+from running side by side, on several compute streams (planner.schedule.gpu_streams); memory
+planning (planner.memory.gpu) then adds the copy streams' offloads and prefetches, recomputes,
+and each convolution's algorithm, and re-times the step.
 
 Order: the graph's order (forward, backward), except that each update runs as soon as it may,
 right after the last op it must follow (its gradient's producer and every other reader of the
@@ -262,7 +264,7 @@ def co_running(graph: Graph, steps: ComputeSteps, bandwidth: float) -> Schedule 
     preds = [tuple(sorted(step_of[names[u]] for u in graph_preds[where[n.name]]))
              for n in steps.nodes]
     occ = steps.occupancy
-    a = assign_streams(steps.seconds, preds, occ, len(COMPUTE_STREAMS))
+    a = assign_streams(steps.fastest, preds, occ, len(COMPUTE_STREAMS))
     if a.streams < 2:
         return None
     pos = {j: k for k, j in enumerate(a.order)}
