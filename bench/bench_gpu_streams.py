@@ -5,6 +5,8 @@ measurements: the measured comparison is bench_gpu.py's "1-stream plan" row on a
 
     python bench/bench_gpu_streams.py [--targets h100-80gb,h200-141gb] [--models ...] [--json]
 
+`--targets gpu` plans for this machine's GPU (detected), as bench_gpu.py does.
+
 Columns: the one-stream and co-running plans' predicted steps (after memory planning: conv
 algorithms, workspaces, reuse edges), their ratio, the compute streams the default plan
 uses, its cross-stream events, and the planning time of both plans (one run each).
@@ -27,7 +29,7 @@ from planner.graph.optimizer import Optimizer  # noqa: E402
 from planner.pipeline import PlanOptions, plan  # noqa: E402
 from planner.schedule import ScheduleOptions  # noqa: E402
 from planner.schedule.streams import is_compute  # noqa: E402
-from planner.target import preset  # noqa: E402
+from planner.target.presets import load_target  # noqa: E402
 from planner.zoo import build  # noqa: E402
 
 # The sizes bench_gpu.py measures (the issue's), and the transformer blocks at a small size.
@@ -50,9 +52,9 @@ def compare(label: str, target: str) -> dict:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         t0 = time.perf_counter()
-        one = plan(graph, preset(target), options=UNIFORM)
+        one = plan(graph, load_target(target), options=UNIFORM)
         t1 = time.perf_counter()
-        several = plan(graph, preset(target))
+        several = plan(graph, load_target(target))
         t2 = time.perf_counter()
     streams = {op.name: op.stream for op in several.ops}
     events = sum(1 for e in several.happens_before if streams[e.before] != streams[e.after])
