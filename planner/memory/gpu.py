@@ -59,7 +59,12 @@ from planner.memory.options import MemoryOptions, format_bytes
 from planner.memory.order import HappensBefore
 from planner.memory.reuse import reuse_edges
 from planner.memory.stash import analyze
-from planner.schedule.gpu_share import busy_seconds, simulate_streams, transitive_reduction
+from planner.schedule.gpu_share import (
+    busy_seconds,
+    issue_times,
+    simulate_streams,
+    transitive_reduction,
+)
 from planner.schedule.record import Edge, Schedule, ScheduledOp
 from planner.schedule.streams import ALL_STREAMS, compute_steps, is_compute
 
@@ -380,7 +385,8 @@ def shared_times(m: Material, seconds: list[float], edges: list[tuple[int, int]]
     occ = [0.0 if o.stream in COPY_STREAMS else steps.occupancy[o.step] for o in m.ops]
     demand = [0.0 if o.stream in COPY_STREAMS or s <= 0 else steps.moved[o.step] / s
               for o, s in zip(m.ops, seconds, strict=True)]
-    run = simulate_streams(seconds, into, occ, demand, bandwidth)
+    run = simulate_streams(seconds, into, occ, demand, bandwidth,
+                           issue_times([o.stream for o in m.ops], edges))
     return np.array(run.start), np.array(run.end)
 
 

@@ -26,6 +26,12 @@ gains nothing. Bandwidth is shared as on the CPU side (planner.schedule.contenti
 
 Copies on the copy streams use the copy engines and the host link, not SMs: occupancy 0.
 
+One host thread issues the whole step in plan order (templates/cuda/runtime/executor.cpp):
+a kernel launch call, and per cross-stream dependency an event wait, and per op waited on an
+event record. On one stream the kernels' own launch cost (planner.costs.analytical) keeps
+the host ahead; on several, small kernels can run faster than the host issues them, so an op
+starts no earlier than the host has issued the ops before it (`issue_times`).
+
 Example:
     >>> r = simulate_streams([1.0, 1.0, 1.0], [[], [], [1]], [0.5, 0.5, 0.5], [0.0] * 3, 1.0)
     >>> r.start, r.end
@@ -36,6 +42,7 @@ Example:
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -52,6 +59,33 @@ GEMM_INTENSITY = 64
 SPLIT_K = 512
 # Shares and times closer than this are equal (floating-point slack of the event loop).
 EPSILON = 1e-12
+# Host seconds of one launch call (cuDNN and cuBLAS calls included) and of one event call
+# (cudaEventRecord or cudaStreamWaitEvent): published microbenchmarks put them at 2-5 us and
+# about 1 us.
+HOST_LAUNCH_SECONDS = 3e-6
+HOST_EVENT_SECONDS = 1e-6
+
+
+def issue_times(streams: Sequence[int], edges: Iterable[tuple[int, int]]) -> list[float]:
+    """When the host has issued each op's launch, ops in plan order on `streams` with
+    happens-before `edges` (u, w): the launches before it, its own waits for ops on other
+    streams, and a record after each op another stream waits for.
+
+    >>> issue_times([0, 1, 0], [(0, 2), (1, 2)])   # op 2 waits for op 1 on stream 1
+    [0.0, 3e-06, 8e-06]
+    """
+    waits = [0] * len(streams)
+    recorded = [False] * len(streams)
+    for u, w in edges:
+        if streams[u] != streams[w]:
+            waits[w] += 1
+            recorded[u] = True
+    out, t = [], 0.0
+    for k in range(len(streams)):
+        t += HOST_EVENT_SECONDS * waits[k]
+        out.append(t)
+        t += HOST_LAUNCH_SECONDS + (HOST_EVENT_SECONDS if recorded[k] else 0.0)
+    return out
 
 
 def occupancy(flops: float, outputs: int, inputs: int, sm_count: int,
@@ -89,12 +123,12 @@ class StreamRun:
 
 
 def simulate_streams(seconds: Sequence[float], preds: Sequence[Sequence[int]],
-                     occ: Sequence[float], demand: Sequence[float], bandwidth: float
-                     ) -> StreamRun:
+                     occ: Sequence[float], demand: Sequence[float], bandwidth: float,
+                     issue: Sequence[float] | None = None) -> StreamRun:
     """When each op runs on the GPU: it is issued when its predecessors (its stream's previous
-    op and the ops it waits for) end, gets SMs in issue order and shares the bandwidth
-    (module docstring). `occ` 0 is a copy (no SMs); `demand` is bytes/s alone. Ops are
-    numbered in a topological order."""
+    op and the ops it waits for) end and, with `issue`, not before the host issued it; it
+    gets SMs in issue order and shares the bandwidth (module docstring). `occ` 0 is a copy
+    (no SMs); `demand` is bytes/s alone. Ops are numbered in a topological order."""
     n = len(seconds)
     waiting = [len(set(p)) for p in preds]
     after: list[list[int]] = [[] for _ in range(n)]
@@ -109,14 +143,26 @@ def simulate_streams(seconds: Sequence[float], preds: Sequence[Sequence[int]],
     running: list[int] = []  # in issue order
     now = 0.0
 
-    def issue(batch: Iterable[int]) -> None:
+    # Ops whose predecessors ended but the host has not issued yet: (issue time, op).
+    held: list[tuple[float, int]] = []
+
+    def release(batch: Iterable[int]) -> None:
         for j in sorted(batch):
+            if issue is not None and issue[j] > now + EPSILON:
+                heapq.heappush(held, (issue[j], j))
+                continue
             issued[j] = now
             running.append(j)
 
-    issue(j for j in range(n) if waiting[j] == 0)
+    release(j for j in range(n) if waiting[j] == 0)
     done = 0
-    while running:
+    while running or held:
+        if not running:
+            now = max(now, held[0][0])
+        while held and held[0][0] <= now + EPSILON:
+            _, j = heapq.heappop(held)
+            issued[j] = now
+            running.append(j)
         free = 1.0
         pace: dict[int, float] = {}
         for j in running:
@@ -137,6 +183,13 @@ def simulate_streams(seconds: Sequence[float], preds: Sequence[Sequence[int]],
                 pace[j] = 0.0
         moving = [j for j in running if pace[j] > 0]
         dt = min(left[j] / pace[j] for j in moving)
+        if held and held[0][0] - now < dt:
+            # The host issues an op first: advance to it, nobody finishes.
+            dt = held[0][0] - now
+            for j in moving:
+                left[j] = max(0.0, left[j] - dt * pace[j])
+            now = held[0][0]
+            continue
         now += dt
         finished = [j for j in moving if left[j] / pace[j] <= dt * (1 + 1e-9) + EPSILON]
         for j in moving:
@@ -150,7 +203,7 @@ def simulate_streams(seconds: Sequence[float], preds: Sequence[Sequence[int]],
                 waiting[k] -= 1
                 if waiting[k] == 0:
                     ready.append(k)
-        issue(ready)
+        release(ready)
     if done != n:
         raise ValueError("the ops' waits form a cycle")
     return StreamRun(start=[s if s is not None else 0.0 for s in start], end=end)

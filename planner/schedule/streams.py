@@ -45,6 +45,7 @@ from planner.ops import get_op
 from planner.schedule.deps import predecessors
 from planner.schedule.gpu_share import (
     busy_seconds,
+    issue_times,
     occupancy,
     simulate_streams,
     transitive_reduction,
@@ -284,7 +285,8 @@ def co_running(graph: Graph, steps: ComputeSteps, bandwidth: float) -> Schedule 
     seconds = [float(steps.seconds[j]) for j in a.order]
     run = simulate_streams(seconds, into, [occ[j] for j in a.order],
                            [steps.moved[j] / s if s > 0 else 0.0
-                            for j, s in zip(a.order, seconds, strict=True)], bandwidth)
+                            for j, s in zip(a.order, seconds, strict=True)], bandwidth,
+                           issue_times([a.stream[j] for j in a.order], reduced))
     ops = tuple(ScheduledOp(name=steps.nodes[j].name, op=steps.nodes[j].op,
                             stream=COMPUTE_STREAMS[a.stream[j]],
                             deps=tuple(names[u] for u in graph_preds[where[steps.nodes[j].name]]),

@@ -18,7 +18,12 @@ from planner.memory import MemoryOptions
 from planner.pipeline import PlanOptions, plan
 from planner.schedule import ScheduleOptions
 from planner.schedule.deps import predecessors
-from planner.schedule.gpu_share import simulate_streams, transitive_reduction
+from planner.schedule.gpu_share import (
+    HOST_LAUNCH_SECONDS,
+    issue_times,
+    simulate_streams,
+    transitive_reduction,
+)
 from planner.schedule.streams import compute_steps, is_compute, stream_schedule
 from planner.target import preset
 from planner.verify import verify_plan
@@ -44,15 +49,19 @@ def convs(small: int, big_at: int | None = None):
 
 def test_independent_small_convolutions_share_the_gpu():
     """k equal convolutions that each fill a sliver of the SMs run four at a time on the four
-    compute streams: ceil(k / 4) of them one after another, with no event between them."""
-    g = convs(6)
+    compute streams, with no event between them: the step is ceil(k / 4) of them one after
+    another, or the host's k - 1 launch calls and one convolution, whichever is longer."""
+    k = 6
+    g = convs(k)
     steps = compute_steps(g, MODEL)
     t = float(steps.seconds[0])
     assert set(steps.seconds) == {t} and max(steps.occupancy) < 0.01
     s = stream_schedule(g, MODEL)
     assert s.strategy == "streams"
     assert sorted({op.stream for op in s.ops}) == ["compute", "compute1", "compute2", "compute3"]
-    assert s.step_seconds == pytest.approx(math.ceil(6 / 4) * t, rel=1e-9)
+    want = max(math.ceil(k / 4) * t, (k - 1) * HOST_LAUNCH_SECONDS + t)
+    assert s.step_seconds == pytest.approx(want, rel=1e-9)
+    assert s.step_seconds < 0.95 * k * t  # one stream: k t
     assert not [e for e in s.edges if stream_of(s, e.before) != stream_of(s, e.after)]
     # The bound: the longest path (networkx) at the fastest algorithm's time.
     dag = nx.DiGraph([(a, b) for b, ps in enumerate(predecessors(g)) for a in ps])
@@ -63,7 +72,7 @@ def test_independent_small_convolutions_share_the_gpu():
 
 def test_an_op_that_fills_the_gpu_never_co_runs():
     """Two small convolutions, one filling the GPU, two more: the big one waits for the first
-    two (joins) and the last two wait for it, so the step is t + T + t."""
+    two (joins) and the last two wait for it: nothing runs beside it."""
     g = convs(4, big_at=2)
     steps = compute_steps(g, MODEL)
     occ = dict(zip((n.name for n in steps.nodes), steps.occupancy, strict=True))
@@ -75,9 +84,10 @@ def test_an_op_that_fills_the_gpu_never_co_runs():
     assert not [op.name for op in s.ops if op is not big
                 and op.start < big.end and big.start < op.end]
     t, big_t = seconds["conv0"], seconds["conv2"]
-    assert s.step_seconds == pytest.approx(2 * t + big_t, rel=1e-9)
-    # One stream takes 4 t + T: co-running saves 2 t, below the guard's 5% here, so the
-    # default plan is one stream.
+    assert big.end - big.start == pytest.approx(big_t, rel=1e-9)
+    assert 2 * t + big_t <= s.step_seconds < 4 * t + big_t
+    # One stream takes 4 t + T: co-running saves at most 2 t, below the guard's 5% here, so
+    # the default plan is one stream.
     assert 2 * t / (4 * t + big_t) < 0.05
     assert stream_schedule(g, MODEL).strategy == "stream"
 
@@ -110,6 +120,16 @@ def test_the_guard_keeps_one_stream_unless_several_win_by_min_gain():
 def test_the_contended_simulator_against_hand_computed_times(case, want):
     seconds, preds, occ, demand = case
     assert simulate_streams(seconds, preds, occ, demand, 1.0).end == pytest.approx(want)
+
+
+def test_the_host_issues_kernels_no_faster_than_its_launch_calls():
+    """Three tiny independent kernels on three streams: each starts when the host has issued
+    it (0, L, 2 L), not at 0."""
+    issue = issue_times([0, 1, 2], [])
+    run = simulate_streams([1e-6] * 3, [[], [], []], [0.01] * 3, [0.0] * 3, 1.0, issue)
+    L = HOST_LAUNCH_SECONDS
+    assert run.start == pytest.approx([0.0, L, 2 * L])
+    assert run.end == pytest.approx([1e-6, L + 1e-6, 2 * L + 1e-6])
 
 
 def test_transitive_reduction_is_networkx():
@@ -173,7 +193,7 @@ def test_multi_stream_plans_fit_a_memory_budget():
     from planner.memory.verify import verify_memory_data
     from tests.memory.test_gpu import same_step
 
-    g = make_training_graph(build("gpt", **MODELS["gpt"]), Optimizer(kind="sgd", lr=0.1))
+    g = make_training_graph(build("resnet", **MODELS["resnet"]), Optimizer(kind="sgd", lr=0.1))
     free = plan(g, H100).summary.memory
     budget = (free.per_op_bound_bytes + free.arena_bytes) // 2
     p = plan(g, H100, options=PlanOptions(memory=MemoryOptions(budget_bytes=budget)))
