@@ -129,23 +129,19 @@ def _streams_if_faster(graph: Graph, model: CostModel, schedule: Schedule,
     again after memory planning (which may order ops that the schedule let co-run)."""
     one = comm_lane(graph, stream_schedule(compute_graph(graph), model, ScheduleOptions(
         strategy="uniform")), interconnect(model.target))
-    # A budget one order fits may not fit the other's peak: then the one that fits; when
-    # neither does, one stream's error (its smallest feasible budget).
-    try:
-        one_memory = place(graph, model, one, options.memory)
-    except InfeasibleBudget as e:
-        one_error, one_memory = e, None
+    # A budget one stream cannot meet is refused with its smallest feasible budget, as
+    # before co-running; one that the co-running order's higher peak cannot meet gets one
+    # stream.
+    one_memory = place(graph, model, one, options.memory)
     try:
         memory = place(graph, model, schedule, options.memory)
     except InfeasibleBudget:
-        if one_memory is None:
-            raise one_error from None
         return one, one_memory
 
     def step(m: MemoryDecision) -> float:
         return max((op.end for op in m.ops), default=0.0)
 
-    if one_memory is None or step(memory) <= step(one_memory) * (1 - options.schedule.min_gain):
+    if step(memory) <= step(one_memory) * (1 - options.schedule.min_gain):
         return schedule, memory
     return one, one_memory
 
