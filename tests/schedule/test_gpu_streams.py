@@ -203,3 +203,18 @@ def test_multi_stream_plans_fit_a_memory_budget():
     assert len({op.stream for op in p.ops if is_compute(op.stream)}) > 1
     assert verify_plan(p) == [] and verify_memory_data(json.loads(p.to_json())) == []
     assert same_step(p, g)
+
+
+def test_weight_gradients_run_beside_backward_data():
+    """A small ResNet's backward: a convolution's weight gradient and its input gradient
+    read the same tensors and neither fills the GPU, so they co-run on two streams."""
+    g = make_training_graph(build("resnet", **MODELS["resnet"]), Optimizer(kind="sgd", lr=0.1))
+    p = plan(g, H100)
+    ops = {o.name: o for o in p.ops}
+    pairs = [(n.name, n.name.replace("backpropfilter", "backpropinput")) for n in g.nodes
+             if n.op == "Conv2DBackpropFilter"
+             and n.name.replace("backpropfilter", "backpropinput") in ops]
+    assert pairs
+    beside = [(a, b) for a, b in pairs if ops[a].stream != ops[b].stream
+              and ops[a].start < ops[b].end and ops[b].start < ops[a].end]
+    assert len(beside) >= len(pairs) // 2
