@@ -1,5 +1,10 @@
 """GPU memory planning: a stream schedule's buffers, under a budget with offloads to the host,
-recomputes and per-convolution workspaces, on one compute stream and two copy streams.
+recomputes and per-convolution workspaces, on the schedule's compute stream(s) and two copy
+streams. With co-running compute streams (planner.schedule.gpu_streams) each node keeps its
+stream and the schedule's order; lifetimes are still positions in that order, and reuse of
+bytes between ops on different streams gets the happens-before edge it needs (reuse.py), the
+edges are transitively reduced, and the step is timed with the kernels sharing the SMs
+(planner.schedule.gpu_share).
 
 `gpu_memory(graph, schedule, model, options)` is the whole pass, as named steps:
 

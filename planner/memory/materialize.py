@@ -1,6 +1,7 @@
 """A budget state -> the ops and buffers of the GPU step, with the edges that order them.
 
-Three streams: `compute` runs graph nodes and the active recompute ops in key order; `d2h`
+Three streams (and a co-running schedule's other compute streams, each node on its own):
+`compute` runs graph nodes and the active recompute ops in key order; `d2h`
 copies offloaded checkpoints to pinned host buffers; `h2d` copies them back. Every buffer's
 lifetime is in keys (the compute stream's positions, planner.memory.stash), exactly as the
 state's profile counts it, and the edges make the executor respect it:
