@@ -1,5 +1,6 @@
 """The generated CUDA executor against PyTorch on one GPU: step time of a training step (SGD)
 for zoo models, the executor on the plan's streams, on one stream and replayed as a CUDA graph,
+and the one-stream plan (strategy uniform) where the planner kept co-running streams,
 against PyTorch eager, PyTorch with the whole step captured as a CUDA graph, and torch.compile
 (inductor). Float32 everywhere, TF32 off in both. Medians of alternating rounds.
 
@@ -44,7 +45,9 @@ from codegen.render import render  # noqa: E402
 from planner.graph.autodiff import make_training_graph  # noqa: E402
 from planner.graph.interpret import init_params, random_feeds  # noqa: E402
 from planner.graph.optimizer import Optimizer  # noqa: E402
-from planner.pipeline import plan  # noqa: E402
+from planner.pipeline import PlanOptions, plan  # noqa: E402
+from planner.schedule import ScheduleOptions  # noqa: E402
+from planner.schedule.streams import is_compute  # noqa: E402
 from planner.target.presets import load_target  # noqa: E402
 from planner.zoo import build as zoo  # noqa: E402
 
@@ -89,11 +92,17 @@ def bench_model(label: str, target, steps: int, rounds: int, compiled: bool,
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         p = plan(graph, target)
+        # The one-stream plan (strategy uniform) the co-running guard compared with.
+        one = plan(graph, target, options=PlanOptions(schedule=ScheduleOptions(
+            strategy="uniform")))
     runners, failed = {}, {}
     with tempfile.TemporaryDirectory() as tmp:
         module = load(build(render(p, Path(tmp) / label)).dir)
         runners["ours streams"] = executor_runner(module, graph)
         runners["ours 1 stream"] = executor_runner(module, graph, streams=False)
+        if one.to_json() != p.to_json():
+            single = load(build(render(one, Path(tmp) / f"{label}_one")).dir)
+            runners["1-stream plan"] = executor_runner(single, graph)
         runners["ours graph"] = executor_runner(module, graph, cuda_graph=True)
         baselines = {"torch eager": {}}
         if torch_graph:
@@ -110,7 +119,10 @@ def bench_model(label: str, target, steps: int, rounds: int, compiled: bool,
     return {"model": label, "op_types_ms": by_type, "ops": len(graph.nodes), "size": size,
             "streams": len(p.target.streams), "arena_mib": p.summary.memory.arena_bytes / 2**20,
             "measured_ms": {k: v * 1e3 for k, v in measured.items()},
-            "predicted_ms": p.summary.step_seconds * 1e3, "failed": failed}
+            "predicted_ms": p.summary.step_seconds * 1e3,
+            "predicted_one_stream_ms": one.summary.step_seconds * 1e3,
+            "compute_streams": len({o.stream for o in p.ops if is_compute(o.stream)}),
+            "failed": failed}
 
 
 def report(rows: list[dict], device: str, load: tuple[str, str]) -> str:
@@ -119,7 +131,9 @@ def report(rows: list[dict], device: str, load: tuple[str, str]) -> str:
         m = r["measured_ms"]
         eager = m.get("torch eager")
         lines.append(f"\n{r['model']} {r['size']} ({r['ops']} ops, {r['streams']} streams, "
-                     f"arena {r['arena_mib']:.0f} MiB, predicted {r['predicted_ms']:.2f} ms)")
+                     f"arena {r['arena_mib']:.0f} MiB, predicted {r['predicted_ms']:.2f} ms "
+                     f"on {r['compute_streams']} compute stream(s), "
+                     f"{r['predicted_one_stream_ms']:.2f} ms on one)")
         lines.append(f"  {'variant':<16}{'measured ms':>12}{'eager/x':>10}")
         for k, ms in m.items():
             ratio = f"{eager / ms:>10.2f}" if eager else ""

@@ -32,6 +32,7 @@ from planner.graph.ir import Graph, Record
 from planner.limits import check_graph_fits
 from planner.memory.options import MemoryOptions
 from planner.pipeline import PlanOptions, decide, memory_of
+from planner.schedule.options import ScheduleOptions
 from planner.target.records import Target
 from planner.zoo import ZooError, build, parse_spec
 from planner.zoo.resnet import BASIC
@@ -75,10 +76,15 @@ def peak_and_step(graph: Graph, model: CostModel, options: MemoryOptions) -> tup
     decisions (no Plan is assembled). Raises InfeasibleBudget when the budget cannot be met;
     its smallest budget is a lower bound (fit needs only "does not fit")."""
     options = options.model_copy(update={"infeasible_probes": 0})
+    # A GPU plan meets a budget whenever its one-stream plan does (co-running streams are
+    # kept only where they meet it too: planner.pipeline), so fit plans one stream: the
+    # same answer without the co-running candidate's second memory plan per trial.
+    schedule_options = ScheduleOptions(strategy="uniform") if model.target.backend == "cuda" \
+        else ScheduleOptions()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         _, schedule, memory = decide(graph, model.target, model.table,
-                                     PlanOptions(memory=options))
+                                     PlanOptions(memory=options, schedule=schedule_options))
     step = max((op.end for op in memory.ops or schedule.ops), default=0.0)
     return memory.summary.peak_bytes, step
 

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from planner import __version__
 from planner.collection import fewer_collections
 from planner.costs import CostModel, CostTable
-from planner.errors import PlanError
+from planner.errors import InfeasibleBudget, PlanError
 from planner.graph.ir import Graph
 from planner.memory.decision import MemoryDecision
 from planner.memory.driver import cpu_memory
@@ -41,6 +41,7 @@ from planner.memory.options import MemoryOptions
 from planner.plan import MemoryPlan, OpPlan, Plan, PlanProvenance, PlanTarget, Summary, digest
 from planner.records import Backend, Record
 from planner.schedule.cpu import cpu_schedule
+from planner.schedule.gpu_share import busy_seconds
 from planner.schedule.options import ScheduleOptions
 from planner.schedule.parallel import (
     DataParallelOptions,
@@ -50,7 +51,7 @@ from planner.schedule.parallel import (
     interconnect,
 )
 from planner.schedule.record import Edge, Schedule, lane_numbers
-from planner.schedule.streams import STREAMS, stream_schedule
+from planner.schedule.streams import COMPUTE_STREAMS, STREAMS, is_compute, stream_schedule
 from planner.target.records import Target
 
 
@@ -69,20 +70,24 @@ class BackendPlanner:
 
     schedule: Callable[[Graph, CostModel, ScheduleOptions], Schedule]
     memory: Callable[[Graph, Schedule, CostModel, MemoryOptions], MemoryDecision]
-    resources: Callable[[Target], PlanTarget]
+    resources: Callable[[Target, tuple[OpPlan, ...]], PlanTarget]
     # The bytes a step may use: host memory, or the GPU's.
     memory_bytes: Callable[[Target], int]
     # Whether the arena is held to memory_bytes (a GPU plan meets its budget instead).
     arena_limited: bool
 
 
-def _cpu_resources(target: Target) -> PlanTarget:
+def _cpu_resources(target: Target, ops: tuple[OpPlan, ...] = ()) -> PlanTarget:
     return PlanTarget(name=target.name, core_of=tuple(c.core for c in target.logical_cpus))
 
 
-def _gpu_resources(target: Target) -> PlanTarget:
+def _gpu_resources(target: Target, ops: tuple[OpPlan, ...] = ()) -> PlanTarget:
     gpu = target.gpus[0]
-    return PlanTarget(name=target.name, streams=STREAMS, compute_capability=gpu.compute_capability,
+    # A co-running plan also names the compute streams it uses beyond `compute`.
+    used = {op.stream for op in ops}
+    return PlanTarget(name=target.name,
+                      streams=STREAMS + tuple(s for s in COMPUTE_STREAMS[1:] if s in used),
+                      compute_capability=gpu.compute_capability,
                       gpu_memory_bytes=gpu.memory_bytes)
 
 
@@ -111,7 +116,34 @@ def decide(graph: Graph, target: Target, costs: CostTable | None = None,
         schedule = BACKENDS[target.backend].schedule(compute_graph(graph), model,
                                                      options.schedule)
         schedule = comm_lane(graph, schedule, interconnect(target))
+        if schedule.strategy == "streams":
+            return model, *_streams_if_faster(graph, model, schedule, options)
         return model, schedule, place(graph, model, schedule, options.memory)
+
+
+def _streams_if_faster(graph: Graph, model: CostModel, schedule: Schedule,
+                       options: PlanOptions) -> tuple[Schedule, MemoryDecision]:
+    """The co-running GPU schedule and its memory decision when the planned step (conv
+    algorithms, workspaces, reuse edges and copies included) is still at least
+    `min_gain` shorter than one stream's, else the one-stream plan: the scheduler's guard,
+    again after memory planning (which may order ops that the schedule let co-run)."""
+    one = comm_lane(graph, stream_schedule(compute_graph(graph), model, ScheduleOptions(
+        strategy="uniform")), interconnect(model.target))
+    # A budget one stream cannot meet is refused with its smallest feasible budget, as
+    # before co-running; one that the co-running order's higher peak cannot meet gets one
+    # stream.
+    one_memory = place(graph, model, one, options.memory)
+    try:
+        memory = place(graph, model, schedule, options.memory)
+    except InfeasibleBudget:
+        return one, one_memory
+
+    def step(m: MemoryDecision) -> float:
+        return max((op.end for op in m.ops), default=0.0)
+
+    if step(memory) <= step(one_memory) * (1 - options.schedule.min_gain):
+        return schedule, memory
+    return one, one_memory
 
 
 def place(graph: Graph, model: CostModel, schedule: Schedule,
@@ -163,7 +195,9 @@ def assemble(graph: Graph, model: CostModel, options: PlanOptions, schedule: Sch
     named: dict[tuple[str, str], Edge] = {}
     # A CPU plan under a budget runs one op at a time in memory planning's order, which moves
     # updates up past the lanes' order: its edges replace the schedule's.
-    stated = () if memory.ops and schedule.backend == "cpu" else schedule.edges
+    # A co-running GPU plan's memory edges hold the schedule's, transitively reduced anew.
+    stated = () if memory.ops and (schedule.backend == "cpu" or schedule.strategy == "streams") \
+        else schedule.edges
     for e in (*stated, *memory.edges):
         named.setdefault((e.before, e.after), e)
     happens = tuple(named[k] for k in sorted(named, key=lambda e: (rank[e[1]], rank[e[0]])))
@@ -190,12 +224,14 @@ def assemble(graph: Graph, model: CostModel, options: PlanOptions, schedule: Sch
         options=options.model_dump(mode="json", exclude=None if options.data_parallel.ranks > 1
                                    else {"data_parallel"}), tool=f"planner {__version__}")
     return Plan(graph=graph, kind=graph.kind, backend=schedule.backend,
-                target=BACKENDS[schedule.backend].resources(target), ops=ops,
+                target=BACKENDS[schedule.backend].resources(target, ops), ops=ops,
                 happens_before=happens, tensors=memory.tensors,
                 memory=MemoryPlan(ops=memory.inserted, convs=memory.convs), summary=summary,
                 provenance=provenance)
 
 
 def _stream_busy(ops: tuple[OpPlan, ...], busy: dict[str, float]) -> float:
-    # A re-timed GPU step: the compute stream's busy time.
+    # A re-timed GPU step: the compute stream's busy time (several: while any runs a kernel).
+    if len({op.stream for op in ops if is_compute(op.stream)}) > 1:
+        return busy_seconds((op.start, op.end) for op in ops if is_compute(op.stream))
     return sum(busy[op.name] for op in ops if op.stream == STREAMS[0])

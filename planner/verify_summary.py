@@ -172,7 +172,11 @@ def inserted_figures(plan: dict[str, Any], m: dict[str, Any]) -> list[str]:
     # (a CPU plan under a budget runs its copies between the compute ops, not beside them).
     ops = plan.get("ops", [])
     step = max((o["end"] for o in ops), default=0.0)
-    if plan.get("backend") == "cuda":
+    compute = {o.get("stream") for o in ops if str(o.get("stream", "")).startswith("compute")}
+    if plan.get("backend") == "cuda" and len(compute) > 1:
+        # Co-running compute streams: the time at least one of them runs a kernel.
+        busy = _union([(o["start"], o["end"]) for o in ops if o.get("stream") in compute])
+    elif plan.get("backend") == "cuda":
         busy = sum(o["end"] - o["start"] for o in ops if o.get("stream") == "compute")
     elif any(o.get("op") in TRANSFERS for o in ops):
         busy = sum(o["end"] - o["start"] for o in ops if o.get("op") not in TRANSFERS)
@@ -186,3 +190,19 @@ def inserted_figures(plan: dict[str, Any], m: dict[str, Any]) -> list[str]:
         out.append(f"summary memory reuse_edges {m.get('reuse_edges')} exceeds the plan's "
                    f"{len(plan.get('happens_before', []))} happens-before edges")
     return out
+
+
+def _union(intervals: list[tuple[float, float]]) -> float:
+    """The length of the union of intervals.
+
+    >>> _union([(0.0, 2.0), (1.0, 3.0), (5.0, 6.0)])
+    4.0
+    """
+    total, lo, hi = 0.0, 0.0, 0.0
+    for a, b in sorted(intervals):
+        if a > hi:
+            total += hi - lo
+            lo, hi = a, b
+        else:
+            hi = max(hi, b)
+    return total + hi - lo

@@ -12,5 +12,8 @@ python -m pytest -q -p no:cacheprovider -o addopts="-ra" \
 python -m pytest -q -p no:cacheprovider -o addopts="-ra" tests/cuda 2>&1 \
   | tee "$OUT/gpu_tests.log" | tail -40
 if [ "$models" != "none" ]; then
+  # Co-running streams: the predicted one- vs several-stream steps for this GPU, then the
+  # measured ones (bench_gpu.py's "ours streams" and "1-stream plan" rows).
+  python bench/bench_gpu_streams.py --targets gpu 2>&1 | tee "$OUT/bench_gpu_streams.txt"
   python bench/bench_gpu.py --models "$models" ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench_gpu.txt"
 fi

@@ -1,5 +1,10 @@
 """GPU memory planning: a stream schedule's buffers, under a budget with offloads to the host,
-recomputes and per-convolution workspaces, on one compute stream and two copy streams.
+recomputes and per-convolution workspaces, on the schedule's compute stream(s) and two copy
+streams. With co-running compute streams (planner.schedule.gpu_streams) each node keeps its
+stream and the schedule's order; lifetimes are still positions in that order, and reuse of
+bytes between ops on different streams gets the happens-before edge it needs (reuse.py), the
+edges are transitively reduced, and the step is timed with the kernels sharing the SMs
+(planner.schedule.gpu_share).
 
 `gpu_memory(graph, schedule, model, options)` is the whole pass, as named steps:
 
@@ -54,13 +59,19 @@ from planner.memory.budget import State, cheapest_stop
 from planner.memory.decision import ConvChoice, MemoryDecision, MemoryOp, MemorySummary
 from planner.memory.layout import FreeBytes, Layout, place
 from planner.memory.liveness import Buffer, live_profile, naive_bytes, per_op_bound
-from planner.memory.materialize import Material, materialize
+from planner.memory.materialize import COPY_STREAMS, Material, materialize
 from planner.memory.options import MemoryOptions, format_bytes
 from planner.memory.order import HappensBefore
 from planner.memory.reuse import reuse_edges
 from planner.memory.stash import analyze
+from planner.schedule.gpu_share import (
+    busy_seconds,
+    issue_times,
+    simulate_streams,
+    transitive_reduction,
+)
 from planner.schedule.record import Edge, Schedule, ScheduledOp
-from planner.schedule.streams import STREAMS, compute_steps
+from planner.schedule.streams import ALL_STREAMS, compute_steps, is_compute
 
 # cuDNN workspaces and the CUDA kernels' scratch are promised 256-byte alignment
 # (templates/cuda/runtime/kernel.h), as cudaMalloc gives it: every device offset is a multiple.
@@ -98,7 +109,15 @@ class Placed:
 def gpu_memory(graph: Graph, schedule: Schedule, model: CostModel,
                options: MemoryOptions) -> MemoryDecision:
     """The memory decision of a stream schedule on the model's GPU (module docstring)."""
-    return decide_memory(graph, gpu_solve(graph, model, options, compute_order(schedule)))
+    order, streams, joins = compute_order(schedule), None, ()
+    if len({op.stream for op in schedule.ops if is_compute(op.stream)}) > 1:
+        # Co-running streams: each node keeps its stream, the order is kept as it is, and
+        # the schedule's edges between streams hold (its joins; the data ones come again).
+        streams = {op.name: op.stream for op in schedule.ops if is_compute(op.stream)}
+        joins = tuple((e.before, e.after) for e in schedule.edges
+                      if e.before in streams and e.after in streams
+                      and streams[e.before] != streams[e.after])
+    return decide_memory(graph, gpu_solve(graph, model, options, order, streams, joins))
 
 
 def technique_curves(graph: Graph, order: list[str], model: CostModel) -> dict[str, np.ndarray]:
@@ -120,8 +139,8 @@ def technique_curves(graph: Graph, order: list[str], model: CostModel) -> dict[s
 
 
 def compute_order(schedule: Schedule) -> list[str]:
-    """Graph node names in the schedule's compute-stream order."""
-    return [op.name for op in schedule.ops if op.stream == STREAMS[0]]
+    """Graph node names in the schedule's order on its compute streams."""
+    return [op.name for op in schedule.ops if is_compute(op.stream)]
 
 
 @dataclass
@@ -149,14 +168,16 @@ class Solved:
 
 
 def gpu_solve(graph: Graph, model: CostModel, options: MemoryOptions | None = None,
-              order: list[str] | None = None) -> Solved:
+              order: list[str] | None = None, streams: dict[str, str] | None = None,
+              joins: tuple[tuple[str, str], ...] = ()) -> Solved:
     """Everything gpu_memory decides, before it becomes records. `order`: graph node names in
-    the compute order to keep (default: the graph's, updates moved up)."""
+    the compute order to keep (default: the graph's, updates moved up); `streams` and
+    `joins`: a co-running schedule's compute stream per node and edges between streams."""
     options = device_aligned(options or MemoryOptions())
     if not model.target.gpus:
         raise ValueError(f"target {model.target.name!r} has no GPU")
     gpu = model.target.gpus[0]
-    steps = compute_steps(graph, model, order)
+    steps = compute_steps(graph, model, order, streams=streams, joins=joins)
     stash = analyze(steps, "cost-aware" if options.recompute == "off" else options.recompute)
     state = State(stash, gpu.host_link_bandwidth, offload=options.offload,
                   recompute=options.recompute != "off", host_limit=gpu.pinned_host_limit_bytes)
@@ -184,7 +205,15 @@ def solve(state: State, placed: Placed, options: MemoryOptions, liveness_load: i
     extra = reuse_edges(buffers, offsets, hb)
     edges = sorted(set(m.edges) | set(extra))
     seconds = [choice[i].seconds if i in choice else o.seconds for i, o in enumerate(m.ops)]
-    start, end = simulate(m, seconds, edges)
+    steps = state.stash.steps
+    if steps.stream:
+        # Several compute streams: an event only where no other path orders the two ops,
+        # and kernels timed as they share the SMs and the bandwidth.
+        chain = stream_chains(m)
+        edges = transitive_reduction(len(m.ops), set(edges) | chain, keep=chain)
+        start, end = shared_times(m, seconds, edges, steps, steps.bandwidth)
+    else:
+        start, end = simulate(m, seconds, edges)
     return Solved(state, placed, buffers, offsets, arena, choice, edges, extra, seconds, start,
                   end, liveness_load, options.budget_bytes)
 
@@ -340,6 +369,32 @@ def simulate(m: Material, seconds: list[float], edges: list[tuple[int, int]]
     return start, end
 
 
+def stream_chains(m: Material) -> set[tuple[int, int]]:
+    """Each stream's consecutive ops, as edges (the stream orders them without an event)."""
+    chain: set[tuple[int, int]] = set()
+    last: dict[int, int] = {}
+    for i, o in enumerate(m.ops):
+        if o.stream in last:
+            chain.add((last[o.stream], i))
+        last[o.stream] = i
+    return chain
+
+
+def shared_times(m: Material, seconds: list[float], edges: list[tuple[int, int]], steps,
+                 bandwidth: float) -> tuple[np.ndarray, np.ndarray]:
+    """Start and end of every op with kernels on several compute streams sharing the SMs and
+    bandwidth (planner.schedule.gpu_share); copies use neither."""
+    into: list[list[int]] = [[] for _ in m.ops]
+    for u, w in edges:
+        into[w].append(u)
+    occ = [0.0 if o.stream in COPY_STREAMS else steps.occupancy[o.step] for o in m.ops]
+    demand = [0.0 if o.stream in COPY_STREAMS or s <= 0 else steps.moved[o.step] / s
+              for o, s in zip(m.ops, seconds, strict=True)]
+    run = simulate_streams(seconds, into, occ, demand, bandwidth,
+                           issue_times([o.stream for o in m.ops], edges))
+    return np.array(run.start), np.array(run.end)
+
+
 def decide_memory(graph: Graph, solved: Solved) -> MemoryDecision:
     """The MemoryDecision of a solved state: ops on their streams, re-timed; buffers; the
     inserted ops; each convolution's choice; the summary."""
@@ -350,7 +405,7 @@ def decide_memory(graph: Graph, solved: Solved) -> MemoryDecision:
     layout = Layout(tuple(offsets), arena, placed.host, placed.heuristic, tuple(extra))
     names = [o.name for o in m.ops]
     blocks = state.stash.steps.blocks
-    ops = tuple(ScheduledOp(name=o.name, op=o.op, stream=STREAMS[o.stream],
+    ops = tuple(ScheduledOp(name=o.name, op=o.op, stream=ALL_STREAMS[o.stream],
                             deps=tuple(names[d] for d in m.deps[i]),
                             block=blocks[o.step] if blocks and o.step >= 0 else 0,
                             start=float(start[i]), end=float(end[i]))
@@ -358,6 +413,9 @@ def decide_memory(graph: Graph, solved: Solved) -> MemoryDecision:
     step = float(end.max()) if len(end) else 0.0
     compute = [i for i, o in enumerate(m.ops) if o.stream == 0]
     busy = float(sum(seconds[i] for i in compute))
+    if state.stash.steps.stream:  # co-running: the time some compute stream is busy
+        busy = busy_seconds((float(start[i]), float(end[i])) for i, o in enumerate(m.ops)
+                            if o.stream not in COPY_STREAMS)
     recompute = [i for i, o in enumerate(m.ops) if o.kind == "recompute"]
     copies = [o for o in m.ops if o.kind == "offload"]
     load = int(live_profile(buffers)[1].max())

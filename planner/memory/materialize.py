@@ -1,6 +1,7 @@
 """A budget state -> the ops and buffers of the GPU step, with the edges that order them.
 
-Three streams: `compute` runs graph nodes and the active recompute ops in key order; `d2h`
+Three streams (and a co-running schedule's other compute streams, each node on its own):
+`compute` runs graph nodes and the active recompute ops in key order; `d2h`
 copies offloaded checkpoints to pinned host buffers; `h2d` copies them back. Every buffer's
 lifetime is in keys (the compute stream's positions, planner.memory.stash), exactly as the
 state's profile counts it, and the edges make the executor respect it:
@@ -45,6 +46,10 @@ from planner.memory.decision import TRANSFER_OPS
 from planner.memory.liveness import PERSISTENT_ROLES, Buffer
 from planner.schedule.deps import predecessors
 
+# The copy streams' indices (planner.schedule.streams.ALL_STREAMS: d2h, h2d); every other
+# stream is a compute stream.
+COPY_STREAMS = (1, 2)
+
 
 @dataclass
 class OpSpec:
@@ -82,8 +87,9 @@ def materialize(state: State) -> Material:
     # Which buffer each (reader op name, tensor) reads, when it is not the tensor itself.
     source: dict[tuple[str, str], str] = {}
     for s, node in enumerate(steps.nodes):
-        ops.append(OpSpec(node.name, node.op, "node", 0, float(st.key(s)),
-                          float(steps.seconds[s]), step=s))
+        # A co-running schedule's node keeps its compute stream (ComputeSteps.stream).
+        ops.append(OpSpec(node.name, node.op, "node", steps.stream[s] if steps.stream else 0,
+                          float(st.key(s)), float(steps.seconds[s]), step=s))
     for sid in sorted(state.active):
         seg = st.segments[sid]
         for op in seg.ops:
@@ -202,7 +208,10 @@ def _edges(state: State, ops: list[OpSpec], index: dict[str, int],
     st = state.stash
     edges: set[tuple[int, int]] = set()
     last_on: dict[int, int] = {}
-    compute = [i for i, o in enumerate(ops) if o.stream == 0]
+    compute = [i for i, o in enumerate(ops) if o.stream not in COPY_STREAMS]
+    # A co-running schedule's joins (around ops that fill the GPU) hold between its nodes.
+    op_of_step = {o.step: i for i, o in enumerate(ops) if o.kind == "node"}
+    edges.update((op_of_step[u], op_of_step[w]) for u, w in st.steps.joins)
     for i, o in enumerate(ops):
         if o.stream in last_on:
             edges.add((last_on[o.stream], i))

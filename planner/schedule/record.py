@@ -89,7 +89,9 @@ class ScheduledOp(Record):
 class Bound(Record):
     """Lower bounds on the step time (seconds); `seconds` is the largest, a proven bound.
     CPU schedules: planner.schedule.bound's four terms. Stream schedules: every compute op at
-    its fastest algorithm, one after another (one compute stream)."""
+    its fastest algorithm, one after another (one compute stream); on several compute
+    streams, the longest path at those times and the SM-seconds (occupancy x time) over the
+    whole GPU."""
 
     seconds: Seconds
     critical_path: Seconds
@@ -106,7 +108,8 @@ class Schedule(Record):
     ops: tuple[ScheduledOp, ...]
     edges: tuple[Edge, ...] = ()
     bound: Bound
-    # Busy core-seconds / (cores x step) of the physical cores (GPU: of the compute stream).
+    # Busy core-seconds / (cores x step) of the physical cores (GPU: the share of the step
+    # some compute stream runs a kernel).
     utilization: float = 0.0
     # Seed 002 Fig. 4: ops running, averaged over the start and finish events.
     mean_corun: float = 0.0

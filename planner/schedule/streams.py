@@ -1,6 +1,8 @@
-"""`stream_schedule`: the GPU scheduler. Graph nodes on the compute stream in one order, each
-with its predicted time; memory planning (planner.memory.gpu) then adds the copy streams'
-offloads and prefetches, recomputes, and each convolution's algorithm, and re-times the step.
+"""`stream_schedule`: the GPU scheduler. Graph nodes in one order, each with its predicted
+time, on the compute stream or, when independent kernels that do not fill the GPU gain enough
+from running side by side, on several compute streams (planner.schedule.gpu_streams); memory
+planning (planner.memory.gpu) then adds the copy streams' offloads and prefetches, recomputes,
+and each convolution's algorithm, and re-times the step.
 
 Order: the graph's order (forward, backward), except that each update runs as soon as it may,
 right after the last op it must follow (its gradient's producer and every other reader of the
@@ -36,17 +38,39 @@ from functools import cached_property
 import numpy as np
 
 from planner.costs import CostModel, MissingCostWarning, graph_signatures
+from planner.costs.analytical import op_work
 from planner.costs.convalgo import ConvAlgo, conv_algorithms, kernel_scratch
 from planner.graph.autodiff import node_phase
 from planner.graph.ir import Graph, Node
 from planner.ops import get_op
 from planner.schedule.deps import predecessors
+from planner.schedule.gpu_share import (
+    busy_seconds,
+    issue_times,
+    occupancy,
+    simulate_streams,
+    transitive_reduction,
+)
+from planner.schedule.gpu_streams import assign_streams
 from planner.schedule.options import ScheduleOptions
 from planner.schedule.record import Bound, Edge, Schedule, ScheduledOp
 
 # The streams of a GPU plan: graph nodes and recomputes run on `compute`; offloads copy device
 # to host on `d2h`, prefetches host to device on `h2d` (planner.memory.materialize).
 STREAMS = ("compute", "d2h", "h2d")
+# Compute streams of a co-running plan (planner.schedule.gpu_streams): `compute` and these.
+COMPUTE_STREAMS = ("compute", "compute1", "compute2", "compute3")
+# Every stream by its index in a plan's ops (planner.memory.materialize's OpSpec.stream).
+ALL_STREAMS = STREAMS + COMPUTE_STREAMS[1:]
+
+
+def is_compute(stream: str) -> bool:
+    """Whether ops on `stream` use the SMs (a compute stream, not a copy or comm stream).
+
+    >>> [is_compute(s) for s in ALL_STREAMS]
+    [True, False, False, True, True, True]
+    """
+    return stream in COMPUTE_STREAMS
 
 Seconds = float
 
@@ -69,6 +93,16 @@ class ComputeSteps:
     # Per step, the threads per block of its generated kernel: the measured launch
     # configuration its time is (0: none measured, the kernel's default).
     blocks: tuple[int, ...] = ()
+    # Per step: the share of the SMs its kernel fills alone and the bytes it moves
+    # (planner.schedule.gpu_share).
+    occupancy: tuple[float, ...] = ()
+    moved: tuple[float, ...] = ()
+    # Per step, its stream's index in ALL_STREAMS (empty: every step on `compute`), and the
+    # ordering edges (step, step) a co-running schedule adds besides data and stream order.
+    stream: tuple[int, ...] = ()
+    joins: tuple[tuple[int, int], ...] = ()
+    # The GPU's memory bandwidth (bytes/s), which co-running kernels share.
+    bandwidth: float = 0.0
 
     @cached_property
     def index(self) -> dict[str, int]:
@@ -113,54 +147,97 @@ def _settle(us: list[int], preds, updates: set[int], after: dict[int, list[int]]
 
 
 def compute_steps(graph: Graph, model: CostModel, order: list[str] | None = None,
-                  gpu: int = 0) -> ComputeSteps:
-    """The stream of `graph` on the model's GPU (module docstring)."""
+                  gpu: int = 0, streams: dict[str, str] | None = None,
+                  joins: tuple[tuple[str, str], ...] = ()) -> ComputeSteps:
+    """The stream of `graph` on the model's GPU (module docstring). With `streams` (node name
+    -> compute stream, a co-running schedule's) `order` is kept as it is, updates included,
+    and `joins` are its edges besides data and stream order."""
     if not model.target.gpus:
         raise ValueError(f"target {model.target.name!r} has no GPU")
     device = model.target.gpus[gpu]
     sigs = graph_signatures(graph)
-    nodes = [graph.nodes[i] for i in stream_order(graph, order)]
+    if streams is not None and order is not None:
+        where = {n.name: i for i, n in enumerate(graph.nodes)}
+        nodes = [graph.nodes[where[name]] for name in order]
+    else:
+        nodes = [graph.nodes[i] for i in stream_order(graph, order)]
     algos, seconds = [], []
     analytical = 0
     scratch: list[int] = []
     blocks: list[int] = []
-    cache: dict[str, tuple[tuple[ConvAlgo, ...], float, bool, int, int]] = {}
+    occ: list[float] = []
+    moved: list[float] = []
+    cache: dict[str, tuple[tuple[ConvAlgo, ...], float, bool, int, int, float, float]] = {}
     for node in nodes:
         sig = sigs[node.name]
         if sig.key not in cache:
+            work = op_work(sig)
+            launch = None
             if get_op(node.op).convolution:
                 al = tuple(conv_algorithms(sig, device, model.table))
-                cache[sig.key] = (al, al[0].seconds, al[0].source != "measured", 0, 0)
+                t, missing, extra, block = al[0].seconds, al[0].source != "measured", 0, 0
             else:
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore", MissingCostWarning)
                     p = model.gpu_time(sig, gpu=gpu)
-                cache[sig.key] = ((), p.seconds, p.source == "analytical", kernel_scratch(sig),
-                                  p.threads_per_block)
-        al, t, missing, extra, block = cache[sig.key]
+                al, t, missing, extra = (), p.seconds, p.source == "analytical", \
+                    kernel_scratch(sig)
+                block = p.threads_per_block
+                if p.blocks:
+                    launch = (p.threads_per_block, p.blocks)
+            outputs = sum(graph.tensor(o).size for o in node.outputs if o)
+            inputs = max((graph.tensor(i).size for i in node.inputs if i), default=0)
+            cache[sig.key] = (al, t, missing, extra, block,
+                              occupancy(work.flops, outputs, inputs, device.sm_count, launch),
+                              float(work.bytes))
+        al, t, missing, extra, block, share, nbytes = cache[sig.key]
         algos.append(al)
         seconds.append(t)
         scratch.append(extra)
         blocks.append(block)
-    analytical = sum(1 for _, _, missing, _, _ in cache.values() if missing)
+        occ.append(share)
+        moved.append(nbytes)
+    analytical = sum(1 for entry in cache.values() if entry[2])
+    index = {n.name: i for i, n in enumerate(nodes)}
+    lane = {s: ALL_STREAMS.index(s) for s in COMPUTE_STREAMS}
     return ComputeSteps(graph=graph, nodes=tuple(nodes),
                         phase=tuple(node_phase(graph, n) for n in nodes), algos=tuple(algos),
                         seconds=np.array(seconds, dtype=float), analytical=analytical,
-                        scratch=tuple(scratch), blocks=tuple(blocks))
+                        scratch=tuple(scratch), blocks=tuple(blocks), occupancy=tuple(occ),
+                        moved=tuple(moved),
+                        stream=tuple(lane[streams[n.name]] for n in nodes) if streams else (),
+                        joins=tuple((index[a], index[b]) for a, b in joins),
+                        bandwidth=device.memory_bandwidth)
 
 
 def stream_schedule(graph: Graph, model: CostModel, options: ScheduleOptions | None = None
                     ) -> Schedule:
-    """The compute stream of `graph` on the model's GPU: nodes in stream order, one after
-    another at their least-workspace algorithm's time; edges are the data and in-place
-    dependencies plus the stream's own order. `options.strategy` is recorded; the stream
-    order itself has no knobs yet (one compute stream), so CPU options are refused rather
-    than dropped."""
-    if options is not None and options != ScheduleOptions():
+    """The GPU schedule of `graph`: with strategy `optimized` (the default) the co-running
+    streams of planner.schedule.gpu_streams when the simulation predicts them at least
+    `options.min_gain` faster than one stream, else (and with `uniform`) one compute stream.
+    The other CPU options (strategy `paper`, thread counts, SMT) are refused, not dropped."""
+    options = options or ScheduleOptions()
+    known = ScheduleOptions(strategy="uniform" if options.strategy == "uniform" else "optimized",
+                            min_gain=options.min_gain)
+    if options != known:
         raise ValueError(f"target {model.target.name!r} is a GPU: its plan is one compute "
-                         f"stream, and the scheduling options (strategy "
-                         f"{options.strategy!r}, thread counts, co-running) are for CPU targets")
+                         f"stream or several (strategy 'optimized' or 'uniform', min_gain), "
+                         f"and the scheduling options (strategy {options.strategy!r}, thread "
+                         f"counts, co-running on cores) are for CPU targets")
     steps = compute_steps(graph, model)
+    one = one_stream(graph, steps)
+    if options.strategy == "uniform" or len(steps.nodes) < 2:
+        return one
+    several = co_running(graph, steps, model.target.gpus[0].memory_bandwidth)
+    if several is None or several.step_seconds > one.step_seconds * (1.0 - options.min_gain):
+        return one
+    return several
+
+
+def one_stream(graph: Graph, steps: ComputeSteps) -> Schedule:
+    """Every node on the compute stream in stream order, one after another at its
+    least-workspace algorithm's time; edges are the data and in-place dependencies plus the
+    stream's own order."""
     names = [n.name for n in graph.nodes]
     preds = predecessors(graph)
     where = {n.name: i for i, n in enumerate(graph.nodes)}
@@ -183,4 +260,59 @@ def stream_schedule(graph: Graph, model: CostModel, options: ScheduleOptions | N
                     for a, b in sorted(edges, key=lambda e: (rank[e[1]], rank[e[0]]))),
         bound=Bound(seconds=fastest, critical_path=fastest, area=fastest),
         utilization=1.0 if ops else 0.0, mean_corun=1.0 if ops else 0.0,
+        analytical_signatures=steps.analytical)
+
+
+def co_running(graph: Graph, steps: ComputeSteps, bandwidth: float) -> Schedule | None:
+    """The co-running schedule of `steps` (planner.schedule.gpu_streams), timed by the
+    contended simulation; None when it uses one stream."""
+    names = [n.name for n in graph.nodes]
+    graph_preds = predecessors(graph)
+    where = {n.name: i for i, n in enumerate(graph.nodes)}
+    step_of = {n.name: k for k, n in enumerate(steps.nodes)}
+    preds = [tuple(sorted(step_of[names[u]] for u in graph_preds[where[n.name]]))
+             for n in steps.nodes]
+    occ = steps.occupancy
+    a = assign_streams(steps.fastest, preds, occ, len(COMPUTE_STREAMS))
+    if a.streams < 2:
+        return None
+    pos = {j: k for k, j in enumerate(a.order)}
+    edges = {(pos[p], pos[j]) for j in range(len(preds)) for p in preds[j]}
+    edges.update((pos[u], pos[w]) for u, w in a.joins)
+    chain: set[tuple[int, int]] = set()
+    last: dict[int, int] = {}
+    for k, j in enumerate(a.order):
+        if a.stream[j] in last:
+            chain.add((last[a.stream[j]], k))
+        last[a.stream[j]] = k
+    n = len(a.order)
+    reduced = transitive_reduction(n, edges | chain, keep=chain)
+    into: list[list[int]] = [[] for _ in range(n)]
+    for u, w in reduced:
+        into[w].append(u)
+    seconds = [float(steps.seconds[j]) for j in a.order]
+    run = simulate_streams(seconds, into, [occ[j] for j in a.order],
+                           [steps.moved[j] / s if s > 0 else 0.0
+                            for j, s in zip(a.order, seconds, strict=True)], bandwidth,
+                           issue_times([a.stream[j] for j in a.order], reduced))
+    ops = tuple(ScheduledOp(name=steps.nodes[j].name, op=steps.nodes[j].op,
+                            stream=COMPUTE_STREAMS[a.stream[j]],
+                            deps=tuple(names[u] for u in graph_preds[where[steps.nodes[j].name]]),
+                            block=steps.blocks[j], start=run.start[k], end=run.end[k])
+                  for k, j in enumerate(a.order))
+    step = run.step
+    fastest = steps.fastest
+    critical = [0.0] * len(preds)
+    for j in range(len(preds)):  # steps are in a topological order
+        critical[j] = max((critical[p] for p in preds[j]), default=0.0) + float(fastest[j])
+    path = max(critical, default=0.0)
+    area = float(sum(min(o, 1.0) * f for o, f in zip(occ, fastest, strict=True)))
+    busy = busy_seconds((o.start, o.end) for o in ops)
+    return Schedule(
+        backend="cuda", strategy="streams", ops=ops,
+        edges=tuple(Edge(before=ops[u].name, after=ops[w].name)
+                    for u, w in sorted(reduced, key=lambda e: (e[1], e[0]))),
+        bound=Bound(seconds=max(path, area), critical_path=path, area=area),
+        utilization=busy / step if step else 0.0,
+        mean_corun=sum(o.end - o.start for o in ops) / step if step else 0.0,
         analytical_signatures=steps.analytical)

@@ -48,9 +48,11 @@ def gpu_test_target():
         return preset(GPU_TARGET)
 
 
-def gpu_plan(graph: Graph) -> Plan:
-    """The plan of `graph` for the test GPU (stream schedule, conv algorithms, workspaces)."""
-    return plan(graph, gpu_test_target())
+def gpu_plan(graph: Graph, strategy: str = "optimized") -> Plan:
+    """The plan of `graph` for the test GPU (stream schedule, conv algorithms, workspaces):
+    co-running streams where they win (strategy optimized), or one stream (uniform)."""
+    return plan(graph, gpu_test_target(), options=PlanOptions(
+        schedule=ScheduleOptions(strategy=strategy)))
 
 
 def build_module(graph: Graph, folder: Path, backend: str = "cpu", layout: str = "own"):

@@ -68,10 +68,10 @@ def test_planned_layout_matches_reference(model, option, tmp_path_factory):
 
 
 def two_stream_plan(plan: Plan) -> Plan:
-    """`plan` with every update on a second stream ("d2h", free in plans without offload):
-    its ordering edges stay, so each update waits for its gradient through an event and the
-    next op on the compute stream for it. Times are the plan's, so the updates, which never
-    overlapped on one stream, do not on theirs either."""
+    """`plan` (one compute stream) with every update on a second stream ("d2h", free in plans
+    without offload): its ordering edges stay, so each update waits for its gradient through
+    an event and the next op on the compute stream for it. Times are the plan's, so the
+    updates, which never overlapped on one stream, do not on theirs either."""
     ops = [p.model_copy(update={"stream": "d2h"}) if p.op in ("SGD", "Momentum", "Adam")
            else p for p in plan.ops]
     # A lane is a stream: the updates' stream is a lane of its own.
@@ -89,7 +89,7 @@ def test_the_two_stream_plan_verifies_and_crosses_streams():
     """No GPU: the hand-made plan is a valid plan whose waits cross streams (render)."""
     from codegen.render import render_files
 
-    plan = two_stream_plan(gpu_plan(_graph("lenet")))
+    plan = two_stream_plan(gpu_plan(_graph("lenet"), "uniform"))
     assert verify_plan(plan) == []
     assert {p.stream for p in plan.ops} == {"compute", "d2h"}
     schedule = render_files(plan, "lenet2")["schedule.cpp"]
@@ -99,7 +99,7 @@ def test_the_two_stream_plan_verifies_and_crosses_streams():
 @pytest.mark.gpu
 @pytest.mark.parametrize("model", ["lenet", "resnet", "lstm", "gpt"])
 def test_a_two_stream_plan_matches_reference(model, tmp_path_factory):
-    plan = two_stream_plan(gpu_plan(_graph(model)))
+    plan = two_stream_plan(gpu_plan(_graph(model), "uniform"))
     module = _module(plan, tmp_path_factory.mktemp("two") / model)
     assert module.Executor().lanes == 2
     check_planned_step(model, plan, module)

@@ -25,9 +25,12 @@ FAST = ("best-fit-size", "best-fit-breadth", "first-fit-start")
 MODEL = CostModel(preset("k40c-12gb"))
 
 
-def gpu_plan(graph, model, memory):
-    """The pipeline's plan of `graph` on the model's GPU under memory options."""
-    return plan(graph, model.target, model.table, PlanOptions(memory=memory))
+def gpu_plan(graph, model, memory, strategy="uniform"):
+    """The pipeline's plan of `graph` on the model's GPU under memory options: one compute
+    stream unless asked (co-running plans under budgets: tests/schedule/test_gpu_streams.py;
+    each would plan memory twice, for the guard)."""
+    return plan(graph, model.target, model.table, PlanOptions(
+        memory=memory, schedule=ScheduleOptions(strategy=strategy)))
 
 
 def options(budget=None, **kw) -> MemoryOptions:
@@ -179,13 +182,20 @@ def test_gpu_memory_keeps_the_stream_schedules_order(alexnet):
 
 
 def test_gpu_plans_name_their_backend_and_streams(alexnet):
-    p = gpu_plan(alexnet, MODEL, options(smallest(alexnet)))
+    p = gpu_plan(alexnet, MODEL, options(smallest(alexnet)), "optimized")
     assert p.backend == "cuda" and p.target.core_of == ()
     assert all(not o.cpus and o.stream in p.target.streams for o in p.ops)
-    assert {o.stream for o in p.ops} == {"compute", "d2h", "h2d"}
+    # The copy streams, then the compute streams co-running kernels use besides `compute`.
+    assert p.target.streams == ("compute", "d2h", "h2d", "compute1", "compute2", "compute3")
+    assert {o.stream for o in p.ops} >= {"compute", "compute1", "d2h", "h2d"}
     with pytest.raises(ValueError, match="scheduling options .* are for CPU targets"):
         plan(alexnet, MODEL.target, options=PlanOptions(
-            schedule=ScheduleOptions(strategy="uniform")))
+            schedule=ScheduleOptions(strategy="paper")))
+    # Strategy uniform: one compute stream.
+    one = plan(alexnet, MODEL.target, options=PlanOptions(
+        schedule=ScheduleOptions(strategy="uniform"), memory=options(smallest(alexnet))))
+    assert {o.stream for o in one.ops} == {"compute", "d2h", "h2d"}
+    assert one.target.streams == ("compute", "d2h", "h2d")
 
 
 def test_plans_are_deterministic_and_round_trip(alexnet):
