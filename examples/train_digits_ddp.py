@@ -21,6 +21,7 @@ import argparse
 import datetime
 import hashlib
 import importlib.util
+import os
 import sys
 import tempfile
 import time
@@ -98,6 +99,8 @@ def main(argv: list[str] | None = None) -> int:
     # The group's timeout bounds how long a rank waits for a dead peer in an all-reduce.
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))
     rank, world = dist.get_rank(), dist.get_world_size()
+    # torchrun's ranks on this host: each plans for, and runs on, its share of the cores.
+    per_host = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
     say = print if rank == 0 else (lambda *a, **k: None)
     single = single_process_example()
     digits = single.reference_example().load_digits(seed=args.seed)
@@ -106,7 +109,8 @@ def main(argv: list[str] | None = None) -> int:
     with warnings.catch_warnings():  # analytical costs: no profile here
         warnings.simplefilter("ignore")
         plan = make_plan(graph, detect(), options=PlanOptions(
-            data_parallel=DataParallelOptions(ranks=world, bucket_bytes=args.bucket_bytes)))
+            data_parallel=DataParallelOptions(ranks=world, bucket_bytes=args.bucket_bytes,
+                                              ranks_per_host=per_host)))
     with tempfile.TemporaryDirectory() as tmp:
         # Every rank needs the folder: rank 0's temporary one, broadcast.
         shared = [str(args.out or tmp)]

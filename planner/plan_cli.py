@@ -49,6 +49,10 @@ def add_plan_commands(sub: Any) -> None:
     p.add_argument("--data-parallel", type=int, default=1, metavar="N",
                    help="N processes each train on a shard of the batch; the plan averages "
                         "the gradients over them (planner.schedule.parallel)")
+    p.add_argument("--ranks-per-host", type=int, default=1, metavar="L",
+                   help="--data-parallel: L of the N processes share one host (torchrun "
+                        "--nproc-per-node L); each plans for and runs on its 1/L of the cores "
+                        "(planner.schedule.ranks)")
     p.add_argument("--bucket-bytes", type=int, metavar="BYTES",
                    help="--data-parallel: gradient bucket size (default: from the cost model)")
     p.add_argument("-o", "--output", required=True, metavar="FILE")
@@ -116,7 +120,8 @@ def _run_plan(args: argparse.Namespace) -> int:
                                      inter=args.inter, grid=args.grid),
             memory=MemoryOptions(budget_bytes=budget),
             data_parallel=DataParallelOptions(ranks=args.data_parallel,
-                                              bucket_bytes=args.bucket_bytes))
+                                              bucket_bytes=args.bucket_bytes,
+                                              ranks_per_host=args.ranks_per_host))
     except ValidationError as e:
         raise UserError(e.errors()[0]["msg"]) from None
     import warnings

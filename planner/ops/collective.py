@@ -24,6 +24,9 @@ from planner.ops.base import Attr, Attrs, OpDef, OpError, TensorType, register
 def _infer(ins: list[TensorType], a: Attrs) -> list[TensorType]:
     if a["ranks"] < 1:
         raise OpError(f"AllReduce: ranks must be >= 1, got {a['ranks']}")
+    if not 1 <= a["ranks_per_host"] <= a["ranks"] or a["ranks"] % a["ranks_per_host"]:
+        raise OpError(f"AllReduce: ranks_per_host must divide ranks ({a['ranks']}), got "
+                      f"{a['ranks_per_host']}")
     for t in ins:
         if t.dtype != "float32":
             raise OpError(f"AllReduce: gradients must be float32, got {t.dtype}")
@@ -48,7 +51,9 @@ register(OpDef(
     name="AllReduce",
     cost_class="data-movement",
     arity=None,
-    attrs={"ranks": Attr("int", required=True)},
+    # ranks_per_host: of the ranks, how many share one host, each on its own cores
+    # (planner.schedule.ranks); the executor's placement at load, not the arithmetic.
+    attrs={"ranks": Attr("int", required=True), "ranks_per_host": Attr("int", default=1)},
     infer=_infer,
     flops=lambda ins, outs, a: sum(t.size for t in ins),
     bytes_moved=_bytes,

@@ -36,7 +36,7 @@ Example:
 
 from __future__ import annotations
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from planner.errors import UserError
 from planner.graph.ir import Graph, Node, Tensor
@@ -77,10 +77,19 @@ def interconnect(target: Target) -> Interconnect:
 
 class DataParallelOptions(Record):
     """`ranks` processes each step a shard of the batch (1: no data parallelism);
-    `bucket_bytes` overrides the bucket size the cost model chooses."""
+    `bucket_bytes` overrides the bucket size the cost model chooses; `ranks_per_host` of
+    them share one host, each on its own cores (planner.schedule.ranks)."""
 
     ranks: int = Field(default=1, ge=1, le=4096)
     bucket_bytes: int | None = Field(default=None, ge=1)
+    ranks_per_host: int = Field(default=1, ge=1, le=4096)
+
+    @model_validator(mode="after")
+    def _hosts(self) -> DataParallelOptions:
+        if self.ranks % self.ranks_per_host:
+            raise ValueError(f"--ranks-per-host {self.ranks_per_host} does not divide "
+                             f"--data-parallel {self.ranks} (every host runs as many ranks)")
+        return self
 
 
 def all_reduce_seconds(nbytes: int, ranks: int, link: Interconnect) -> float:
@@ -121,9 +130,13 @@ def buckets(graph: Graph, limit: int) -> list[list[str]]:
     return [b for b in out if b]
 
 
-def with_all_reduce(graph: Graph, bucket_list: list[list[str]], ranks: int) -> Graph:
+def with_all_reduce(graph: Graph, bucket_list: list[list[str]], ranks: int,
+                    ranks_per_host: int = 1) -> Graph:
     """`graph` with one AllReduce node per bucket, right after the bucket's last gradient's
     writer; every reader of a gradient but the AllReduce reads `allreduce/<gradient>`."""
+    attrs: dict[str, int] = {"ranks": ranks}
+    if ranks_per_host > 1:  # named only when used: plans of one rank per host read as before
+        attrs["ranks_per_host"] = ranks_per_host
     reduced = {g: f"allreduce/{g}" for b in bucket_list for g in b}
     taken = sorted(set(reduced.values()) & set(graph.tensor_map))
     if taken or any(n.name.startswith("allreduce/") for n in graph.nodes):
@@ -143,7 +156,7 @@ def with_all_reduce(graph: Graph, bucket_list: list[list[str]], ranks: int) -> G
                 b = bucket_list[last[out]]
                 nodes.append(Node(name=f"allreduce/{last[out]}", op="AllReduce", inputs=tuple(b),
                                   outputs=tuple(reduced[g] for g in b),
-                                  attrs={"ranks": ranks}))
+                                  attrs=attrs))
     return check_graph(graph.model_copy(update={"tensors": tuple(tensors),
                                                 "nodes": tuple(nodes)}))
 
@@ -232,4 +245,4 @@ def data_parallel_graph(graph: Graph, target: Target, options: DataParallelOptio
         raise UserError(f"target {target.name!r}: data-parallel plans run on CPU targets "
                         f"(gloo) so far")
     limit = options.bucket_bytes or bucket_bytes(options.ranks, interconnect(target))
-    return with_all_reduce(graph, buckets(graph, limit), options.ranks)
+    return with_all_reduce(graph, buckets(graph, limit), options.ranks, options.ranks_per_host)

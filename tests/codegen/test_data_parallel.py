@@ -9,6 +9,7 @@ environment (MASTER_ADDR/PORT, RANK, WORLD_SIZE)."""
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -26,6 +27,7 @@ from planner.graph.interpret import init_params
 from planner.graph.optimizer import Optimizer
 from planner.pipeline import PlanOptions, plan
 from planner.schedule.parallel import DataParallelOptions
+from planner.schedule.ranks import rank_cpus
 from planner.target.detect import detect
 from planner.zoo import build as zoo
 
@@ -46,14 +48,16 @@ def _graph(kind: str, batch: int):
     return make_training_graph(zoo("mlp", batch=batch, **MLP), Optimizer(kind=kind, lr=LR[kind]))
 
 
-def _build(kind: str, folder: Path, ranks: int = RANKS) -> Path:
-    """Plan the MLP (per-rank batch SHARD) for `ranks` processes, render and build it."""
+def _build(kind: str, folder: Path, ranks: int = RANKS, per_host: int = 1) -> Path:
+    """Plan the MLP (per-rank batch SHARD) for `ranks` processes, `per_host` of them sharing
+    a host, render and build it."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         p = plan(_graph(kind, SHARD), detect(), options=PlanOptions(
-            data_parallel=DataParallelOptions(ranks=ranks, bucket_bytes=BUCKET_BYTES)))
+            data_parallel=DataParallelOptions(ranks=ranks, bucket_bytes=BUCKET_BYTES,
+                                              ranks_per_host=per_host)))
     assert sum(op.op == "AllReduce" for op in p.ops) >= 2
-    return build(render(p, folder / f"mlp_dp_{kind}_{ranks}")).dir
+    return build(render(p, folder / f"mlp_dp_{kind}_{ranks}_{per_host}")).dir
 
 
 @pytest.fixture(scope="module")
@@ -80,15 +84,18 @@ def _free_port() -> int:
 
 
 def _launch(packages: list[Path], data: Path, outs: list[Path], die_after: int | None = None,
-            world: int | None = None, timeout_s: float = 30.0, group: str = ""
-            ) -> list[subprocess.CompletedProcess]:
-    """Run one worker per package (rank = position) and wait for all, bounded."""
+            world: int | None = None, timeout_s: float = 30.0, group: str = "",
+            local: list[dict[str, str]] | None = None) -> list[subprocess.CompletedProcess]:
+    """Run one worker per package (rank = position) and wait for all, bounded; `local`: per
+    rank, more environment (torchrun's LOCAL_RANK and LOCAL_WORLD_SIZE)."""
     port, world = _free_port(), world or len(packages)
     procs = []
     for rank, (pkg, out) in enumerate(zip(packages, outs, strict=True)):
-        env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
-               "RANK": str(rank), "WORLD_SIZE": str(world), "DP_TIMEOUT": str(timeout_s),
-               "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "DP_GROUP": group}
+        env = {k: v for k, v in os.environ.items() if not k.startswith("LOCAL_")}
+        env.update({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
+                    "RANK": str(rank), "WORLD_SIZE": str(world), "DP_TIMEOUT": str(timeout_s),
+                    "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "DP_GROUP": group,
+                    **(local[rank] if local else {})})
         args = [sys.executable, "-m", "tests.codegen.dp_worker", str(pkg), str(data), str(out)]
         if die_after is not None and rank == len(packages) - 1:
             args.append(str(die_after))
@@ -135,6 +142,38 @@ def test_ranks_match_one_process_on_the_global_batch(packages, tmp_path, kind, r
     outs = [tmp_path / f"rank{r}.npz" for r in range(ranks)]
     # Adam's ranks get their group passed explicitly (Executor(process_group=...)).
     runs = _launch([package] * ranks, data, outs, group="new" if kind == "adam" else "")
+    _check_numbers(kind, ranks, runs, outs, params, x, labels)
+
+
+def test_ranks_sharing_a_host_run_on_disjoint_cpus(tmp_path):
+    # Two ranks of one host (torchrun's LOCAL_RANK / LOCAL_WORLD_SIZE, numbered against
+    # their global ranks, so the placement follows LOCAL_RANK): every thread of each rank,
+    # the process group's included, may run only on that rank's share of the cores, the
+    # shares are disjoint, and the numbers are those of the global batch as before.
+    host = detect(measure=False)
+    if host.cores < 2 or len(os.sched_getaffinity(0)) < len(host.logical_cpus):
+        pytest.skip("needs two cores this process may use")
+    package = _build("sgd", tmp_path, RANKS, per_host=RANKS)
+    data, params, x, labels = _data(tmp_path)
+    outs = [tmp_path / f"rank{r}.npz" for r in range(RANKS)]
+    local = [{"LOCAL_RANK": str(RANKS - 1 - r), "LOCAL_WORLD_SIZE": str(RANKS)}
+             for r in range(RANKS)]
+    runs = _launch([package] * RANKS, data, outs, local=local)
+    _check_numbers("sgd", RANKS, runs, outs, params, x, labels)
+    core_of = tuple(c.core for c in host.logical_cpus)
+    used = []
+    for r, out in enumerate(outs):
+        threads = json.loads(Path(f"{out}.cpus.json").read_text())
+        mine = rank_cpus(core_of, RANKS, RANKS - 1 - r)
+        assert len(threads) > 2  # the lanes, OpenMP's and gloo's threads
+        cpus = {c for t in threads.values() for c in t}
+        assert cpus <= set(mine.compute) | set(mine.comm), (r, threads)
+        used.append(cpus)
+    assert not used[0] & used[1], used
+
+
+def _check_numbers(kind, ranks, runs, outs, params, x, labels):
+    """Every rank ran, holds the same bits, and they equal PyTorch on the global batch."""
     for r in runs:
         assert r.returncode == 0, r.stdout[-2000:]
     got = [dict(np.load(o)) for o in outs]

@@ -96,4 +96,13 @@ NB_MODULE(planner_cpu_rt, m) {
       "fn(bucket) sums a float32 numpy view of a gradient bucket in place over the process "
       "group (data-parallel plans); it runs on the comm lane, holding the GIL only for the "
       "call.");
+  cls.def(
+      "place",
+      [](Executor& ex, std::vector<int> cpu_map, std::vector<int> loose) {
+        auto lock = planner::hold(ex);  // not while a step runs
+        ex.place(std::move(cpu_map), std::move(loose));
+      },
+      "cpu_map"_a, "loose"_a,
+      "Run the plan's logical CPU c on cpu_map[c] and lanes without CPUs (the comm lane) on "
+      "`loose` (a rank sharing its host: planner.schedule.ranks); between steps.");
 }

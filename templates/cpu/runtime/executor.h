@@ -50,6 +50,11 @@ class Executor : public ExecutorCore {
   std::pair<double, double> last_span(int k) const { return span_[k]; }
   // The all-reduce of a data-parallel plan's AllReduce ops (set between steps).
   void set_collective(Collective c) { collective_ = std::move(c); }
+  // Where the plan's CPUs and its comm lane run in this process (Lanes::place; a rank that
+  // shares its host). Between steps; nothing to place when ops run one at a time.
+  void place(std::vector<int> cpu_map, std::vector<int> loose) {
+    if (lanes_) lanes_->place(std::move(cpu_map), std::move(loose));
+  }
 
  private:
   dnnl::engine engine_;
