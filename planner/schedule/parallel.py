@@ -14,6 +14,9 @@ all-reduces run, as steps of `planner.pipeline.plan`:
 
 Averaging: a sum all-reduce, then 1/ranks applied as the executor copies the bucket out (not
 folded into the loss gradient, so a one-rank run of the plan is the single-process step).
+A bucket whose gradients nothing but its all-reduce reads is summed in place (`in_place`):
+memory planning lays its gradients out side by side, and the all-reduce runs on that view
+of the arena, copying nothing in.
 
 The cost model is alpha-beta: a ring all-reduce of b bytes over r ranks takes
 2 (r - 1) (alpha + b / (r * bandwidth)). Buckets follow the order backward writes the
@@ -42,6 +45,7 @@ from planner.errors import UserError
 from planner.graph.ir import Graph, Node, Tensor
 from planner.graph.optimizer import UPDATE_OPS
 from planner.graph.validate import check_graph
+from planner.ops import get_op
 from planner.records import Record
 from planner.schedule.deps import predecessors
 from planner.schedule.record import Edge, Schedule, ScheduledOp
@@ -143,6 +147,11 @@ def with_all_reduce(graph: Graph, bucket_list: list[list[str]], ranks: int,
         raise UserError(f"graph {graph.name!r}: the names allreduce/... are reserved for "
                         f"data-parallel training ({taken[:1] or 'a node'})")
     last = {b[-1]: k for k, b in enumerate(bucket_list)}
+    # A bucket the all-reduce may sum in place, where memory planning lays it out side by
+    # side (planner.memory.layout): one whose gradients nothing else reads.
+    # (A view's bytes are another tensor's: not its own to place.)
+    others = {t for n in graph.nodes if n.op not in _UPDATES for t in n.inputs}
+    others |= set(graph.outputs) | {n.outputs[0] for n in graph.nodes if get_op(n.op).view}
     tensors = list(graph.tensors) + [
         Tensor(name=reduced[g], shape=graph.tensor_map[g].shape,
                dtype=graph.tensor_map[g].dtype, role="grad")
@@ -156,7 +165,7 @@ def with_all_reduce(graph: Graph, bucket_list: list[list[str]], ranks: int,
                 b = bucket_list[last[out]]
                 nodes.append(Node(name=f"allreduce/{last[out]}", op="AllReduce", inputs=tuple(b),
                                   outputs=tuple(reduced[g] for g in b),
-                                  attrs=attrs))
+                                  attrs={**attrs, "in_place": int(not set(b) & others)}))
     return check_graph(graph.model_copy(update={"tensors": tuple(tensors),
                                                 "nodes": tuple(nodes)}))
 

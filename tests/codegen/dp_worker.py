@@ -5,7 +5,8 @@ It joins the gloo group from the environment (MASTER_ADDR 127.0.0.1, MASTER_PORT
 WORLD_SIZE, the test's timeout in DP_TIMEOUT seconds), loads the initial parameters from
 DATA.npz, steps its shard of every global batch there (rows rank*B .. (rank+1)*B), and
 writes its parameters to OUT.npz and the CPUs each of its threads may run on (the OS's
-affinity, /proc/self/task) to OUT.npz.cpus.json. A UserError (or a failed step) is printed
+affinity, /proc/self/task), the address and length of every bucket the all-reduce summed, and
+the executor's stats() to OUT.npz.json. A UserError (or a failed step) is printed
 on one line prefixed `rank R error:` and exits 3. With `die_after` k it exits abruptly after
 k steps (a killed rank). DP_GROUP=new passes a new group of every rank as `process_group`."""
 
@@ -44,6 +45,14 @@ def main(package: str, data_path: str, out_path: str, die_after: int = -1) -> in
         seconds=float(os.environ.get("DP_TIMEOUT", "30"))))
     rank, world = dist.get_rank(), dist.get_world_size()
     data = np.load(data_path)
+    summed: list[tuple[int, int]] = []  # (address, floats) of each bucket all-reduced
+    all_reduce = dist.all_reduce
+
+    def recording(tensor, *args, **kwargs):
+        summed.append((tensor.data_ptr(), tensor.numel()))
+        return all_reduce(tensor, *args, **kwargs)
+
+    dist.all_reduce = recording
     try:
         module = load(package)
         if os.environ.get("DP_GROUP") == "new":  # a group of its own, passed explicitly
@@ -64,8 +73,9 @@ def main(package: str, data_path: str, out_path: str, die_after: int = -1) -> in
               flush=True)
         os._exit(3)  # noqa: SLF001 - the group may be broken: do not wait in its teardown
     np.savez(out_path, **ex.params())
-    with open(out_path + ".cpus.json", "w") as f:
-        json.dump(thread_cpus(), f)
+    with open(out_path + ".json", "w") as f:
+        json.dump({"threads": thread_cpus(), "summed": summed[-8:], "stats": ex.stats()}, f,
+                  default=str)
     dist.destroy_process_group()
     return 0
 

@@ -143,6 +143,21 @@ def test_ranks_match_one_process_on_the_global_batch(packages, tmp_path, kind, r
     # Adam's ranks get their group passed explicitly (Executor(process_group=...)).
     runs = _launch([package] * ranks, data, outs, group="new" if kind == "adam" else "")
     _check_numbers(kind, ranks, runs, outs, params, x, labels)
+    # The buckets were summed where backward wrote them (the plan laid each out side by
+    # side in the arena): every view handed to the process group starts at a bucket's first
+    # gradient in the arena, not in a scratch copy, and spans the bucket.
+    data = json.loads((package / "plan.json").read_text())
+    offset = {t["name"]: t["offset"] for t in data["tensors"]}
+    size = {t["name"]: t["bytes"] for t in data["tensors"]}
+    spans = {(offset[n["inputs"][0]], offset[n["inputs"][-1]] + size[n["inputs"][-1]])
+             for n in data["graph"]["nodes"] if n["op"] == "AllReduce"}
+    for out in outs:
+        facts = json.loads(Path(f"{out}.json").read_text())
+        stats = facts["stats"]
+        base = stats["arena_address"]
+        assert facts["summed"]
+        assert {(a - base, a - base + 4 * n) for a, n in facts["summed"]} <= spans
+        assert {o["impl"] for o in stats["ops"] if o["op"] == "AllReduce"} == {"in place"}
 
 
 def test_ranks_sharing_a_host_run_on_disjoint_cpus(tmp_path):
@@ -163,7 +178,7 @@ def test_ranks_sharing_a_host_run_on_disjoint_cpus(tmp_path):
     core_of = tuple(c.core for c in host.logical_cpus)
     used = []
     for r, out in enumerate(outs):
-        threads = json.loads(Path(f"{out}.cpus.json").read_text())
+        threads = json.loads(Path(f"{out}.json").read_text())["threads"]
         mine = rank_cpus(core_of, RANKS, RANKS - 1 - r)
         assert len(threads) > 2  # the lanes, OpenMP's and gloo's threads
         cpus = {c for t in threads.values() for c in t}

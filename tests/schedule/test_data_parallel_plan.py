@@ -180,3 +180,49 @@ def test_ranks_per_host_refusals_are_one_line(tmp_path):
                      "--train", "sgd", "--target", TARGET, "--data-parallel", "2",
                      "--ranks-per-host", "2", "-o", str(out)]) == 0
     assert cli.main(["verify", str(out)]) == 0
+
+
+def test_buckets_lie_side_by_side_in_the_arena():
+    # Each bucket's gradients, in order, each at the previous one's end rounded up to 64
+    # bytes: the all-reduce sums that span of the arena, and needs no scratch copy.
+    p = _dp_plan(_lenet())
+    at = {t.name: t for t in p.tensors}
+    ar = [n for n in p.graph.nodes if n.op == "AllReduce"]
+    assert ar and all(n.attrs["in_place"] == 1 for n in ar)
+    for n in ar:
+        for a, b in zip(n.inputs, n.inputs[1:], strict=False):
+            assert at[b].offset == -(-(at[a].offset + at[a].bytes) // 64) * 64
+        assert f"{n.name}@scratch" not in at
+    assert verify_plan(p) == []
+
+
+def test_verify_finds_a_bucket_not_side_by_side():
+    p = _dp_plan(_lenet())
+    n = next(n for n in p.graph.nodes if n.op == "AllReduce" and len(n.inputs) > 1)
+    moved = n.inputs[1]
+    tensors = tuple(t.model_copy(update={"offset": t.offset + 64}) if t.name == moved else t
+                    for t in p.tensors)
+    problems = verify_plan(p.model_copy(update={"tensors": tensors}))
+    assert any(f"bucket of {n.name!r}: gradient {moved!r}" in s and "side by side" in s
+               for s in problems), problems
+
+
+def test_a_bucket_read_by_another_op_is_copied_not_summed_in_place():
+    g = _lenet()
+    grad = reduced_gradients(g)[0]
+    kept = g.model_copy(update={"outputs": (*g.outputs, grad)})  # the step returns it
+    p = _dp_plan(kept)
+    n = next(n for n in p.graph.nodes if n.op == "AllReduce" and grad in n.inputs)
+    assert n.attrs["in_place"] == 0
+    assert f"{n.name}@scratch" in {t.name for t in p.tensors}
+    assert verify_plan(p) == []
+
+
+def test_a_budget_below_liveness_is_refused_in_one_line():
+    from planner.memory.options import MemoryOptions
+
+    arena = _dp_plan(_lenet()).summary.memory.arena_bytes
+    with pytest.raises(UserError, match="by liveness alone so far"):
+        plan(_lenet(), preset(TARGET), options=PlanOptions(
+            memory=MemoryOptions(budget_bytes=arena * 9 // 10),
+            data_parallel=DataParallelOptions(ranks=2, bucket_bytes=4096)))

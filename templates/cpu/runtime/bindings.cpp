@@ -51,6 +51,9 @@ struct Io {
   }
   static void stats(const Executor& ex, nb::dict& d) {
     d["pinnings"] = ex.pinnings();
+    // Where the arena starts in this process (with arena_bytes: whether a view handed to a
+    // collective lies in it, i.e. was not copied out).
+    d["arena_address"] = reinterpret_cast<uintptr_t>(ex.arena_base());
     // Every byte the executor holds for tensors: the arena, the host store, and scratch
     // blocks of its own where the plan's area was too small (kernels allocate nothing else).
     d["host_store_bytes"] = ex.host_store_bytes();

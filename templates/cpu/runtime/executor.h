@@ -38,6 +38,7 @@ class Executor : public ExecutorCore {
   std::string impl(int op) const { return kernels_[op] ? kernels_[op]->impl() : ""; }
   bool scratch_planned(int op) const { return overflow_[op] == nullptr; }
   int64_t arena_bytes() const { return arena_.bytes(); }
+  const char* arena_base() const { return arena_.base(); }
   // Whether [p, p + bytes) overlaps memory the step writes (the arena, unplanned scratch): a
   // feed there is copied in before the step, never read in place.
   bool holds(const void* p, int64_t bytes) const;
