@@ -11,8 +11,9 @@ median step. Communication hidden behind compute:
          ran (examples/train_digits_ddp.hidden_communication), last step of each round;
   DDP    from timing: 1 - (step - step under no_sync()) / (one all-reduce of all gradients,
          flat), clipped to [0, 1] (exposed communication over the communication alone).
-P = 4 on a 2-core host would give each rank half a core: not a meaningful scaling point, and
-not run. Each process is started by this script (`--worker`), rendezvous on 127.0.0.1.
+Both sides' OpenMP threads wait passively (OMP_WAIT_POLICY=passive, the generated package's
+default). P = 4 on a 2-core host would give each rank half a core: not a meaningful scaling
+point, and not run. Each process is started by this script (`--worker`), rendezvous on 127.0.0.1.
 """
 
 from __future__ import annotations
@@ -35,6 +36,9 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench_transformer import CONFIG as GPT  # noqa: E402
+from bench_transformer import torch_model  # noqa: E402
+
 from codegen.build import build  # noqa: E402
 from codegen.load import load  # noqa: E402
 from codegen.render import render  # noqa: E402
@@ -45,9 +49,6 @@ from planner.pipeline import PlanOptions, plan  # noqa: E402
 from planner.schedule.parallel import DataParallelOptions  # noqa: E402
 from planner.target.detect import detect  # noqa: E402
 from planner.zoo import build as zoo  # noqa: E402
-
-from bench_transformer import CONFIG as GPT  # noqa: E402
-from bench_transformer import torch_model  # noqa: E402
 
 # Small configurations (this 2-core host); `batch` is the global batch. The GPT is
 # bench_transformer's, whose nn.Module is the torch side (the graph translator lacks
@@ -184,6 +185,9 @@ def launch(kind: str, pkg: Path | str, model: str, ranks: int, steps: int, out: 
     procs = []
     for rank in range(ranks):
         env = {k: v for k, v in os.environ.items() if not k.startswith("LOCAL_")}
+        # Both sides' OpenMP threads sleep while waiting (the generated package's default:
+        # spinning teams collapse with other processes on the cores, bench_under_load.py).
+        env.update(OMP_WAIT_POLICY="passive")
         env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
                    WORLD_SIZE=str(ranks), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(ranks),
                    PYTHONPATH=str(ROOT), OMP_NUM_THREADS=str(max(1, (os.cpu_count() or 1)
