@@ -1,7 +1,12 @@
-"""Train LeNet on scikit-learn's digits data-parallel: N processes, one gloo process group.
+r"""Train LeNet on scikit-learn's digits data-parallel: N processes, one gloo process group.
 
     torchrun --nproc-per-node 2 examples/train_digits_ddp.py     # 2 ranks x batch 16
     torchrun --nproc-per-node 2 examples/train_digits_ddp.py --steps 300 --batch 32
+    # two nodes, one process each (here both on this host, rendezvous over loopback):
+    torchrun --nnodes 2 --node-rank 0 --nproc-per-node 1 --master-addr 127.0.0.1 \
+        --master-port 29500 examples/train_digits_ddp.py &
+    torchrun --nnodes 2 --node-rank 1 --nproc-per-node 1 --master-addr 127.0.0.1 \
+        --master-port 29500 examples/train_digits_ddp.py
 
 Every rank plans the same training graph with `--data-parallel N` (planner.schedule.parallel: the
 gradients' all-reduces on a communication lane, overlapped with backward); rank 0 renders

@@ -254,15 +254,31 @@ def test_a_killed_rank_fails_the_others_within_the_timeout(packages, tmp_path):
     assert "allreduce/" in line, line  # the step's error names the all-reduce op
 
 
-def test_train_digits_ddp_example_runs_under_torchrun(tmp_path):
+@pytest.mark.parametrize("nodes", [1, 2])
+def test_train_digits_ddp_example_runs_under_torchrun(tmp_path, nodes):
+    # One node of 2 processes (each on its own core), or 2 nodes of one process each
+    # rendezvousing over loopback (two torchrun launchers, as on two hosts).
     torchrun = Path(sys.executable).with_name("torchrun")
     if not torchrun.exists():
         pytest.skip("torchrun is not installed beside this Python")
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    r = subprocess.run([str(torchrun), "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
-                        "--master-port", str(_free_port()), "examples/train_digits_ddp.py",
-                        "--every", "0", "--out", str(tmp_path)],
-                       cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LOCAL_")}
+    env.update(PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
+    port = str(_free_port())
+    procs = [subprocess.Popen(
+        [str(torchrun), "--nnodes", str(nodes), "--node-rank", str(node), "--nproc-per-node",
+         str(2 // nodes), "--master-addr", "127.0.0.1", "--master-port", port,
+         "examples/train_digits_ddp.py", "--every", "0", "--out", str(tmp_path)],
+        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        for node in range(nodes)]
+    outs = []
+    for p in procs:
+        try:
+            outs.append(p.communicate(timeout=900)[0])
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                q.kill()
+            pytest.fail("the example hung")
     # It exits 1 unless the ranks' parameters are identical and test accuracy beats 95%.
-    assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
-    assert "parameters identical on all 2 ranks" in r.stdout
+    for p, out in zip(procs, outs, strict=True):
+        assert p.returncode == 0, out[-3000:]
+    assert "parameters identical on all 2 ranks" in outs[0]
