@@ -9,7 +9,7 @@ arena, no copy. A rank that dies makes the others' all-reduce fail within the gr
 (gloo raises), which the step raises as its error.
 
 Ranks that share a host (a plan with --ranks-per-host L) each take their own cores
-(planner.schedule.ranks): the rank's place among its host's is torchrun's LOCAL_RANK (its
+(planner.target.shares): the rank's place among its host's is torchrun's LOCAL_RANK (its
 LOCAL_WORLD_SIZE must be L), else its rank modulo L (launchers number a host's ranks
 consecutively). Every thread of the process, the process group's included, is confined to
 the rank's share; the executor maps the plan's CPUs onto it and keeps its comm lane on the
@@ -34,7 +34,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from planner.errors import UserError
-from planner.schedule.ranks import RankCpus, placement, rank_cpus
+from planner.target.shares import RankCpus, placement, rank_cpus
 
 
 def plan_ranks(plan_json: str) -> int:

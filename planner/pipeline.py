@@ -49,7 +49,7 @@ from planner.schedule.parallel import (
     data_parallel_graph,
     interconnect,
 )
-from planner.schedule.ranks import on_host, share_cpus, share_target
+from planner.schedule.ranks import share_cpus, share_target
 from planner.schedule.record import Edge, Schedule, lane_numbers
 from planner.schedule.streams import STREAMS, stream_schedule
 from planner.target.records import Target
@@ -111,7 +111,8 @@ def decide(graph: Graph, target: Target, costs: CostTable | None = None,
         # The compute lanes' schedule, then the gradients' all-reduces on the comm lane.
         schedule = BACKENDS[target.backend].schedule(compute_graph(graph), model,
                                                      options.schedule)
-        schedule = comm_lane(graph, schedule, interconnect(target))
+        schedule = comm_lane(graph, schedule,
+                             options.data_parallel.link or interconnect(target))
         return model, schedule, place(graph, model, schedule, options.memory)
 
 
@@ -141,7 +142,7 @@ def plan(graph: Graph, target: Target, costs: CostTable | None = None,
         model, schedule, memory = decide(graph, share, costs, options)
         out = assemble(graph, model, options, schedule, memory, host=target)
         if share is not target:
-            out = out.model_copy(update={"ops": on_host(
+            out = out.model_copy(update={"ops": _on_host(
                 out.ops, share_cpus(target, options.data_parallel.ranks_per_host))})
         if out.summary.memory is not None and BACKENDS[out.backend].arena_limited:
             check_arena_fits(out.summary.memory.arena_bytes, graph, share)
@@ -203,6 +204,13 @@ def assemble(graph: Graph, model: CostModel, options: PlanOptions, schedule: Sch
                 happens_before=happens, tensors=memory.tensors,
                 memory=MemoryPlan(ops=memory.inserted, convs=memory.convs), summary=summary,
                 provenance=provenance)
+
+
+def _on_host(ops: tuple[OpPlan, ...], ids: tuple[int, ...]) -> tuple[OpPlan, ...]:
+    # Ops planned on a share of the host (planner.schedule.ranks.share_target), on the host's
+    # CPUs: CPU i becomes ids[i] (ascending, so lanes and orders stay as they were).
+    return tuple(op.model_copy(update={"cpus": tuple(ids[c] for c in op.cpus)})
+                 if op.cpus else op for op in ops)
 
 
 def _stream_busy(ops: tuple[OpPlan, ...], busy: dict[str, float]) -> float:

@@ -57,7 +57,7 @@ register(OpDef(
     cost_class="data-movement",
     arity=None,
     # ranks_per_host: of the ranks, how many share one host, each on its own cores
-    # (planner.schedule.ranks); the executor's placement at load, not the arithmetic.
+    # (planner.target.shares); the executor's placement at load, not the arithmetic.
     # in_place: the gradients lie side by side in the arena (planner.memory.layout) and
     # nothing else reads them: the all-reduce sums them where they are, no copy in.
     attrs={"ranks": Attr("int", required=True), "ranks_per_host": Attr("int", default=1),

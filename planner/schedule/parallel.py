@@ -49,44 +49,23 @@ from planner.ops import get_op
 from planner.records import Record
 from planner.schedule.deps import predecessors
 from planner.schedule.record import Edge, Schedule, ScheduledOp
+from planner.target.interconnect import Interconnect, interconnect
 from planner.target.records import Target
 
 COMM_LANE = "comm"
 _UPDATES = frozenset(op for op, _ in UPDATE_OPS.values())
 
 
-class Interconnect(Record):
-    """The link between ranks, alpha-beta: `latency_seconds` per message, `bandwidth` in
-    bytes/s, and where the numbers come from."""
-
-    bandwidth: float = Field(gt=0)
-    latency_seconds: float = Field(ge=0)
-    source: str = ""
-
-
-# Per preset. Estimates until `planner profile` measures the process group: gloo over
-# loopback TCP between processes of one host (the "host" target and any unknown CPU target),
-# 100 Gb/s InfiniBand-class links between the presets' cluster nodes.
-_LOOPBACK = Interconnect(bandwidth=2e9, latency_seconds=50e-6,
-                         source="estimate: gloo over loopback TCP on one host")
-_CLUSTER = Interconnect(bandwidth=12.5e9, latency_seconds=5e-6,
-                        source="estimate: 100 Gb/s InfiniBand between nodes")
-INTERCONNECTS: dict[str, Interconnect] = {"knl-7250": _CLUSTER, "xeon-8180": _CLUSTER}
-
-
-def interconnect(target: Target) -> Interconnect:
-    """The target's link between ranks (loopback on one host unless its preset says more)."""
-    return INTERCONNECTS.get(target.name, _LOOPBACK)
-
-
 class DataParallelOptions(Record):
     """`ranks` processes each step a shard of the batch (1: no data parallelism);
     `bucket_bytes` overrides the bucket size the cost model chooses; `ranks_per_host` of
-    them share one host, each on its own cores (planner.schedule.ranks)."""
+    them share one host, each on its own cores (planner.target.shares); `link` replaces the
+    target's estimated interconnect (a measured one: planner.costs.link)."""
 
     ranks: int = Field(default=1, ge=1, le=4096)
     bucket_bytes: int | None = Field(default=None, ge=1)
     ranks_per_host: int = Field(default=1, ge=1, le=4096)
+    link: Interconnect | None = None
 
     @model_validator(mode="after")
     def _hosts(self) -> DataParallelOptions:
@@ -253,5 +232,6 @@ def data_parallel_graph(graph: Graph, target: Target, options: DataParallelOptio
     if target.backend != "cpu":
         raise UserError(f"target {target.name!r}: data-parallel plans run on CPU targets "
                         f"(gloo) so far")
-    limit = options.bucket_bytes or bucket_bytes(options.ranks, interconnect(target))
+    limit = options.bucket_bytes or bucket_bytes(options.ranks,
+                                                 options.link or interconnect(target))
     return with_all_reduce(graph, buckets(graph, limit), options.ranks, options.ranks_per_host)

@@ -29,8 +29,8 @@ from planner.graph.interpret import init_params
 from planner.graph.optimizer import Optimizer
 from planner.pipeline import PlanOptions, plan
 from planner.schedule.parallel import DataParallelOptions
-from planner.schedule.ranks import rank_cpus
 from planner.target.detect import detect
+from planner.target.shares import rank_cpus
 from planner.zoo import build as zoo
 
 dist = pytest.importorskip("torch.distributed")

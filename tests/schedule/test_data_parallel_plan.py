@@ -21,8 +21,8 @@ from planner.schedule.parallel import (
     interconnect,
     reduced_gradients,
 )
-from planner.schedule.ranks import placement, rank_cpus
 from planner.target import preset
+from planner.target.shares import placement, rank_cpus
 from planner.verify import verify_plan
 from planner.zoo import build
 

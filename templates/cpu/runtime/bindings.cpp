@@ -107,5 +107,5 @@ NB_MODULE(planner_cpu_rt, m) {
       },
       "cpu_map"_a, "loose"_a,
       "Run the plan's logical CPU c on cpu_map[c] and lanes without CPUs (the comm lane) on "
-      "`loose` (a rank sharing its host: planner.schedule.ranks); between steps.");
+      "`loose` (a rank sharing its host: planner.target.shares); between steps.");
 }

@@ -60,7 +60,7 @@ class Lanes {
   // How many times a lane pinned its team's threads, over all steps (read between steps).
   int64_t pinnings() const;
   // Where the plan's logical CPUs run in this process: plan CPU c on cpu_map[c] (a rank that
-  // shares its host runs on its own share, planner/schedule/ranks.py), and the threads of
+  // shares its host runs on its own share, planner/target/shares.py), and the threads of
   // lanes whose ops name no CPUs (the comm lane) on `loose`. Set between steps; throws when
   // the map misses a CPU of the plan.
   void place(std::vector<int> cpu_map, std::vector<int> loose);
