@@ -31,9 +31,9 @@ SIZES = tuple(1 << k for k in range(12, 23, 2))  # 4 KiB .. 4 MiB
 
 def fit_link(sizes: Sequence[int], seconds: Sequence[float], ranks: int,
              source: str = "") -> Interconnect:
-    """Least-squares alpha and beta (in relative error) of measured all-reduce times (seconds
-    per size in bytes) over `ranks` processes; UserError when the times do not grow with size (no bandwidth to
-    fit)."""
+    """Least-squares alpha and beta (in relative error) of measured all-reduce times
+    (seconds per size in bytes) over `ranks` processes; UserError when the times do not grow
+    with size (no bandwidth to fit)."""
     if ranks < 2 or len(sizes) < 2:
         raise UserError("fitting a link needs 2 or more ranks and 2 or more message sizes")
     a = np.array([[2 * (ranks - 1), 2 * (ranks - 1) / ranks * b] for b in sizes], float)
