@@ -57,3 +57,11 @@ def test_a_bad_interconnect_file_is_one_line(tmp_path, capsys):
                      "--interconnect", str(bad), "-o", str(tmp_path / "p.json")]) != 0
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--interconnect" in err[0] and "bandwidth" in err[0], err
+
+
+def test_profile_needs_a_graph_or_all_reduce_not_both(tmp_path, capsys):
+    out = str(tmp_path / "x.json")
+    assert cli.main(["profile", "-o", out]) != 0
+    assert cli.main(["profile", "zoo:mlp", "--all-reduce", "2", "-o", out]) != 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 2 and "GRAPH" in err[0] and "no GRAPH" in err[1], err
