@@ -91,7 +91,9 @@ def place(buffers: Sequence[Buffer], alignment: int = 64,
         for i in rest:
             units.setdefault(buffers[i].bucket or f"\0{i}", []).append(i)
         members = [sorted(m, key=lambda i: buffers[i].bucket_at) for m in units.values()]
-        blocks = [Block(sum(aligned(buffers[i].bytes, alignment) for i in m),
+        # (a bucket: every member but the last rounded up, as laid out below)
+        blocks = [Block(sum(aligned(buffers[i].bytes, alignment) for i in m[:-1])
+                        + buffers[m[-1]].bytes,
                         min(buffers[i].start for i in m), max(buffers[i].end for i in m))
                   for m in members]
         # The host pool is plentiful: its first heuristic is enough.
