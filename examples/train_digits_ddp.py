@@ -1,7 +1,12 @@
-"""Train LeNet on scikit-learn's digits data-parallel: N processes, one gloo process group.
+r"""Train LeNet on scikit-learn's digits data-parallel: N processes, one gloo process group.
 
     torchrun --nproc-per-node 2 examples/train_digits_ddp.py     # 2 ranks x batch 16
     torchrun --nproc-per-node 2 examples/train_digits_ddp.py --steps 300 --batch 32
+    # two nodes, one process each (here both on this host, rendezvous over loopback):
+    torchrun --nnodes 2 --node-rank 0 --nproc-per-node 1 --master-addr 127.0.0.1 \
+        --master-port 29500 examples/train_digits_ddp.py &
+    torchrun --nnodes 2 --node-rank 1 --nproc-per-node 1 --master-addr 127.0.0.1 \
+        --master-port 29500 examples/train_digits_ddp.py
 
 Every rank plans the same training graph with `--data-parallel N` (planner.schedule.parallel: the
 gradients' all-reduces on a communication lane, overlapped with backward); rank 0 renders
@@ -21,6 +26,7 @@ import argparse
 import datetime
 import hashlib
 import importlib.util
+import os
 import sys
 import tempfile
 import time
@@ -98,6 +104,8 @@ def main(argv: list[str] | None = None) -> int:
     # The group's timeout bounds how long a rank waits for a dead peer in an all-reduce.
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))
     rank, world = dist.get_rank(), dist.get_world_size()
+    # torchrun's ranks on this host: each plans for, and runs on, its share of the cores.
+    per_host = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
     say = print if rank == 0 else (lambda *a, **k: None)
     single = single_process_example()
     digits = single.reference_example().load_digits(seed=args.seed)
@@ -106,7 +114,8 @@ def main(argv: list[str] | None = None) -> int:
     with warnings.catch_warnings():  # analytical costs: no profile here
         warnings.simplefilter("ignore")
         plan = make_plan(graph, detect(), options=PlanOptions(
-            data_parallel=DataParallelOptions(ranks=world, bucket_bytes=args.bucket_bytes)))
+            data_parallel=DataParallelOptions(ranks=world, bucket_bytes=args.bucket_bytes,
+                                              ranks_per_host=per_host)))
     with tempfile.TemporaryDirectory() as tmp:
         # Every rank needs the folder: rank 0's temporary one, broadcast.
         shared = [str(args.out or tmp)]

@@ -8,6 +8,13 @@ all-reduce its comm lane runs: `dist.all_reduce` (a sum) on a torch view of the 
 arena, no copy. A rank that dies makes the others' all-reduce fail within the group's timeout
 (gloo raises), which the step raises as its error.
 
+Ranks that share a host (a plan with --ranks-per-host L) each take their own cores
+(planner.target.shares): the rank's place among its host's is torchrun's LOCAL_RANK (its
+LOCAL_WORLD_SIZE must be L), else its rank modulo L (launchers number a host's ranks
+consecutively). Every thread of the process, the process group's included, is confined to
+the rank's share; the executor maps the plan's CPUs onto it and keeps its comm lane on the
+comm engine's CPUs.
+
     import torch.distributed as dist
     dist.init_process_group("gloo")            # torchrun sets the rendezvous environment
     ex = mymodel.Executor()                    # joins the default group
@@ -19,24 +26,81 @@ Example (a plan without AllReduce ops joins nothing):
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+import os
+from collections.abc import Mapping
 from typing import Any
 
 from planner.errors import UserError
+from planner.target.shares import RankCpus, placement, rank_cpus
 
 
 def plan_ranks(plan_json: str) -> int:
     """The process count a plan's all-reduces average over (1: not data-parallel)."""
-    nodes = json.loads(plan_json)["graph"]["nodes"]
-    return max((int(n["attrs"]["ranks"]) for n in nodes if n["op"] == "AllReduce"), default=1)
+    return _ranks(json.loads(plan_json))[0]
+
+
+def _ranks(plan: dict[str, Any]) -> tuple[int, int]:
+    # (ranks, ranks per host) of a plan's all-reduces; (1, 1) when it has none.
+    attrs = [n["attrs"] for n in plan["graph"]["nodes"] if n["op"] == "AllReduce"]
+    return (max((int(a["ranks"]) for a in attrs), default=1),
+            max((int(a.get("ranks_per_host", 1)) for a in attrs), default=1))
+
+
+def local_rank(rank: int, per_host: int, environ: Mapping[str, str] = os.environ) -> int:
+    """This process's place among the `per_host` ranks of its host: torchrun's LOCAL_RANK,
+    else `rank` modulo per_host. UserError when torchrun started another number of ranks on
+    this host than the plan shares it among.
+
+    >>> local_rank(3, 2, {}), local_rank(3, 2, {"LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "2"})
+    (1, 0)
+    """
+    size = environ.get("LOCAL_WORLD_SIZE")
+    if size is not None and size.strip() != str(per_host):
+        raise UserError(f"rank {rank}: the plan shares a host among {per_host} ranks "
+                        f"(--ranks-per-host {per_host}) but {size.strip()[:20]} run on this "
+                        f"one (LOCAL_WORLD_SIZE): plan with --ranks-per-host "
+                        f"{size.strip()[:20]}, else ranks pin the same CPUs")
+    here = environ.get("LOCAL_RANK")
+    if here is None:
+        return rank % per_host
+    if not here.strip().isdigit() or int(here) >= per_host:
+        raise UserError(f"rank {rank}: LOCAL_RANK={here.strip()[:20]!r} is not one of "
+                        f"0..{per_host - 1}")
+    return int(here)
+
+
+def settle(ex: Any, plan: dict[str, Any], rank: int) -> RankCpus | None:
+    """Put executor `ex` of data-parallel `plan` on this rank's CPUs (module docstring); the
+    CPUs, or None where the plan names CPUs this host lacks (the OS places the threads)."""
+    ranks, per_host = _ranks(plan)
+    core_of = plan["target"]["core_of"]
+    if ranks == 1 or not core_of:
+        return None
+    here = local_rank(rank, per_host)
+    cpus = rank_cpus(core_of, per_host, here)
+    if per_host == 1 and cpus.comm == cpus.compute:
+        return None  # the whole host, every thread anywhere on it: as without placement
+    mine = set(cpus.compute) | set(cpus.comm)
+    if not hasattr(os, "sched_setaffinity") or not mine <= os.sched_getaffinity(0):
+        return None
+    # Every thread there is now (the process group's among them; threads made later inherit
+    # their maker's), then the executor's teams and comm lane within it.
+    for tid in os.listdir("/proc/self/task"):
+        with contextlib.suppress(OSError):  # a thread that ended meanwhile
+            os.sched_setaffinity(int(tid), mine)
+    ex.place(placement(core_of, per_host, here), list(cpus.comm))
+    return cpus
 
 
 def join(ex: Any, plan_json: str, group: Any = None) -> None:
     """Connect executor `ex` of plan `plan_json` to `group` (default: torch.distributed's
     default group); UserError for a group of the wrong size, no group, or ranks whose plans
     differ."""
-    ranks = plan_ranks(plan_json)
+    plan = json.loads(plan_json)
+    ranks = _ranks(plan)[0]
     if ranks == 1:
         return
     try:
@@ -76,3 +140,4 @@ def join(ex: Any, plan_json: str, group: Any = None) -> None:
                                ) from None
 
     ex.set_all_reduce(all_reduce)
+    settle(ex, plan, me)

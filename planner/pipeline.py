@@ -50,6 +50,7 @@ from planner.schedule.parallel import (
     data_parallel_graph,
     interconnect,
 )
+from planner.schedule.ranks import share_cpus, share_target
 from planner.schedule.record import Edge, Schedule, lane_numbers
 from planner.schedule.streams import COMPUTE_STREAMS, STREAMS, is_compute, stream_schedule
 from planner.target.records import Target
@@ -115,7 +116,8 @@ def decide(graph: Graph, target: Target, costs: CostTable | None = None,
         # The compute lanes' schedule, then the gradients' all-reduces on the comm lane.
         schedule = BACKENDS[target.backend].schedule(compute_graph(graph), model,
                                                      options.schedule)
-        schedule = comm_lane(graph, schedule, interconnect(target))
+        schedule = comm_lane(graph, schedule,
+                             options.data_parallel.link or interconnect(target))
         if schedule.strategy == "streams":
             return model, *_streams_if_faster(graph, model, schedule, options)
         return model, schedule, place(graph, model, schedule, options.memory)
@@ -163,12 +165,19 @@ def plan(graph: Graph, target: Target, costs: CostTable | None = None,
 
     options = options or PlanOptions()
     graph = data_parallel_graph(graph, target, options.data_parallel)
-    check_graph_fits(graph, target, memory_of(target))  # nothing to plan, or far too large
+    # Ranks that share a host: each plans for its share of the cores and memory
+    # (planner.schedule.ranks); the plan still names the whole host's CPUs.
+    share = (share_target(target, options.data_parallel.ranks_per_host)
+             if options.data_parallel.ranks > 1 else target)
+    check_graph_fits(graph, share, memory_of(share))  # nothing to plan, or far too large
     with fewer_collections():
-        model, schedule, memory = decide(graph, target, costs, options)
-        out = assemble(graph, model, options, schedule, memory)
+        model, schedule, memory = decide(graph, share, costs, options)
+        out = assemble(graph, model, options, schedule, memory, host=target)
+        if share is not target:
+            out = out.model_copy(update={"ops": _on_host(
+                out.ops, share_cpus(target, options.data_parallel.ranks_per_host))})
         if out.summary.memory is not None and BACKENDS[out.backend].arena_limited:
-            check_arena_fits(out.summary.memory.arena_bytes, graph, target)
+            check_arena_fits(out.summary.memory.arena_bytes, graph, share)
         if check:
             from planner.verify import verify_plan
 
@@ -181,10 +190,11 @@ def plan(graph: Graph, target: Target, costs: CostTable | None = None,
 
 
 def assemble(graph: Graph, model: CostModel, options: PlanOptions, schedule: Schedule,
-             memory: MemoryDecision) -> Plan:
+             memory: MemoryDecision, host: Target | None = None) -> Plan:
     """The Plan record of a schedule and its memory decision: ops in execution order (memory
-    planning's, when it re-timed them), every ordering edge, the summary, provenance."""
-    target = model.target
+    planning's, when it re-timed them), every ordering edge, the summary, provenance. `host`:
+    the machine the plan names when the model priced a share of it (ranks per host)."""
+    target = host or model.target
     # A ScheduledOp's __dict__ holds its fields (no dump to copy them).
     placed = memory.ops or schedule.ops
     ops = tuple(OpPlan(order=k, lane=lane, **op.__dict__)
@@ -228,6 +238,13 @@ def assemble(graph: Graph, model: CostModel, options: PlanOptions, schedule: Sch
                 happens_before=happens, tensors=memory.tensors,
                 memory=MemoryPlan(ops=memory.inserted, convs=memory.convs), summary=summary,
                 provenance=provenance)
+
+
+def _on_host(ops: tuple[OpPlan, ...], ids: tuple[int, ...]) -> tuple[OpPlan, ...]:
+    # Ops planned on a share of the host (planner.schedule.ranks.share_target), on the host's
+    # CPUs: CPU i becomes ids[i] (ascending, so lanes and orders stay as they were).
+    return tuple(op.model_copy(update={"cpus": tuple(ids[c] for c in op.cpus)})
+                 if op.cpus else op for op in ops)
 
 
 def _stream_busy(ops: tuple[OpPlan, ...], busy: dict[str, float]) -> float:

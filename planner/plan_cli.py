@@ -55,6 +55,13 @@ def add_plan_commands(sub: Any) -> None:
     p.add_argument("--data-parallel", type=int, default=1, metavar="N",
                    help="N processes each train on a shard of the batch; the plan averages "
                         "the gradients over them (planner.schedule.parallel)")
+    p.add_argument("--ranks-per-host", type=int, default=1, metavar="L",
+                   help="--data-parallel: L of the N processes share one host (torchrun "
+                        "--nproc-per-node L); each plans for and runs on its 1/L of the cores "
+                        "(planner.target.shares)")
+    p.add_argument("--interconnect", metavar="FILE",
+                   help="--data-parallel: the link between ranks, measured (planner profile "
+                        "--all-reduce N -o FILE); default: the target's estimate")
     p.add_argument("--bucket-bytes", type=int, metavar="BYTES",
                    help="--data-parallel: gradient bucket size (default: from the cost model)")
     p.add_argument("-o", "--output", required=True, metavar="FILE")
@@ -83,6 +90,23 @@ def add_plan_commands(sub: Any) -> None:
     v.add_argument("--graph", metavar="GRAPH", help="also check the ops against this graph")
     v.add_argument("--json", action="store_true")
     v.set_defaults(run=run_verify)
+
+
+def _link(path: str | None):
+    """The Interconnect record in file `path` (planner profile --all-reduce), or None."""
+    if path is None:
+        return None
+    from pydantic import ValidationError
+
+    from planner.load import read_json
+    from planner.target.interconnect import Interconnect
+
+    try:
+        return Interconnect.model_validate(read_json(path, "interconnect"))
+    except ValidationError as e:
+        first = e.errors()[0]
+        raise UserError(f"--interconnect {path}: {'.'.join(map(str, first['loc']))}: "
+                        f"{first['msg']}") from None
 
 
 def run_plan(args: argparse.Namespace) -> int:
@@ -123,7 +147,9 @@ def _run_plan(args: argparse.Namespace) -> int:
                                      min_team_seconds=args.min_team_us * 1e-6),
             memory=MemoryOptions(budget_bytes=budget),
             data_parallel=DataParallelOptions(ranks=args.data_parallel,
-                                              bucket_bytes=args.bucket_bytes))
+                                              bucket_bytes=args.bucket_bytes,
+                                              ranks_per_host=args.ranks_per_host,
+                                              link=_link(args.interconnect)))
     except ValidationError as e:
         raise UserError(e.errors()[0]["msg"]) from None
     import warnings

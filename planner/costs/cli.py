@@ -41,7 +41,12 @@ def add_cost_commands(sub: Any, measurers: Callable[[], Any]) -> None:
                        description="Runs the generated executor's kernels of every op "
                                    "signature of GRAPH on this machine's CPUs and writes the "
                                    "cost table that `planner plan --costs` reads.")
-    p.add_argument("graph", metavar="GRAPH")
+    p.add_argument("graph", metavar="GRAPH", nargs="?")
+    p.add_argument("--all-reduce", type=int, metavar="N",
+                   help="instead of a graph's kernels: all-reduce time against message size "
+                        "on a gloo group of N processes on this host, fitted to alpha-beta; "
+                        "writes the link `planner plan --interconnect` reads "
+                        "(planner.costs.link)")
     p.add_argument("--target", default="host",
                    help="'host' (or a target JSON of this machine) for its CPUs, 'gpu' for its "
                         "first GPU: kernels run here")
@@ -75,6 +80,10 @@ def add_cost_commands(sub: Any, measurers: Callable[[], Any]) -> None:
 def run_profile(args: argparse.Namespace, measurers: Callable[[], Any]) -> int:
     """`planner profile`: its inputs, then one of the two ways of measuring (module
     docstring), the table written and reported."""
+    if args.all_reduce is not None:
+        return _profile_link(args)
+    if args.graph is None:
+        raise UserError("planner profile: give a GRAPH (or --all-reduce N)")
     from planner.target.presets import load_target
 
     target = load_target(args.target)  # `gpu` without a GPU: UserError, one line
@@ -85,6 +94,28 @@ def run_profile(args: argparse.Namespace, measurers: Callable[[], Any]) -> int:
     if args.in_step:
         return _measure_in_step(args, measure, graph, target, options, table)
     return _measure_kernels(args, measure, graph, target, options, table)
+
+
+def _profile_link(args: argparse.Namespace) -> int:
+    """`planner profile --all-reduce N`: the measured link, written and reported."""
+    import json
+
+    from planner.costs.link import profile_link
+    from planner.load import write_text
+
+    if args.graph is not None:
+        raise UserError("planner profile --all-reduce measures the process group: no GRAPH")
+    if not 2 <= args.all_reduce <= 64:
+        raise UserError(f"--all-reduce {args.all_reduce}: 2 to 64 processes")
+    link = profile_link(args.all_reduce)
+    write_text(args.output, link.model_dump_json(indent=2) + "\n")
+    if args.json:
+        print(json.dumps(link.model_dump(mode="json"), indent=2, sort_keys=True))
+    else:
+        print(f"all-reduce over {args.all_reduce} processes: alpha "
+              f"{link.latency_seconds * 1e6:.1f} us, beta {link.bandwidth / 1e9:.2f} GB/s "
+              f"-> {args.output}")
+    return 0
 
 
 def _profile_inputs(args: argparse.Namespace, target):

@@ -34,7 +34,10 @@ from __future__ import annotations
 import numpy as np
 
 from planner.costs import CostModel
-from planner.errors import InfeasibleBudget  # noqa: F401 - re-exported
+from planner.errors import (
+    InfeasibleBudget,  # noqa: F401 - re-exported
+    UserError,
+)
 from planner.graph.ir import Graph
 from planner.memory.arena import CPU_FIRST
 from planner.memory.assemble import decision
@@ -76,6 +79,12 @@ def cpu_memory(graph: Graph, schedule: Schedule, model: CostModel | None = None,
                                                          or options.recompute != "off"):
         from planner.memory.cpu import cpu_budget_memory
 
+        if any(n.op == "AllReduce" for n in graph.nodes):
+            # Its one-op-at-a-time order has no comm lane (nor side-by-side buckets) yet.
+            raise UserError(f"graph {graph.name!r}: a data-parallel plan fits a memory budget "
+                            f"by liveness alone so far: {format_bytes(layout.arena)} "
+                            f"({layout.arena} bytes) or more, not {format_bytes(budget)} "
+                            f"(recompute needs one process)")
         if model is None:
             raise ValueError("CPU memory planning under a budget needs the cost model of its "
                              "target")

@@ -5,6 +5,9 @@ edges their reuse needs.
                  everything; stacked at the bottom of the arena, largest first
     the rest     placed above them by the allocation heuristics (planner.memory.arena)
     aliases      an in-place update takes the offset of the buffer it updates
+    buckets      an in-place all-reduce's gradients lie side by side, in order, each at the
+                 previous one's end rounded up to the alignment: one block to the heuristics,
+                 live from its first gradient's write to its last use
     host         offloaded copies, in their own pool, by the same heuristics
 
     arena  [ persistent ... | transient buffers, reused over time ...              ]
@@ -82,13 +85,26 @@ def place(buffers: Sequence[Buffer], alignment: int = 64,
             offsets[i] = top
             top += aligned(buffers[i].bytes, alignment)
         rest = [i for i in own if not whole_step(buffers[i], before, after)]
-        blocks = [Block(buffers[i].bytes, buffers[i].start, buffers[i].end) for i in rest]
+        # One block per bucket (its members, in order, at their offsets within it), one per
+        # other buffer.
+        units: dict[str, list[int]] = {}
+        for i in rest:
+            units.setdefault(buffers[i].bucket or f"\0{i}", []).append(i)
+        members = [sorted(m, key=lambda i: buffers[i].bucket_at) for m in units.values()]
+        # (a bucket: every member but the last rounded up, as laid out below)
+        blocks = [Block(sum(aligned(buffers[i].bytes, alignment) for i in m[:-1])
+                        + buffers[m[-1]].bytes,
+                        min(buffers[i].start for i in m), max(buffers[i].end for i in m))
+                  for m in members]
         # The host pool is plentiful: its first heuristic is enough.
         ask = heuristics if placement == "device" else heuristics[:1]
         placed = allocate(blocks, ask, alignment, first) if blocks else None
         if placed is not None:
-            for i, off in zip(rest, placed.offsets, strict=True):
-                offsets[i] = top + off
+            for m, off in zip(members, placed.offsets, strict=True):
+                at = top + off
+                for i in m:
+                    offsets[i] = at
+                    at += aligned(buffers[i].bytes, alignment)
             top += placed.arena
         if placement == "device":
             arena, heuristic = top, placed.heuristic if placed else ""

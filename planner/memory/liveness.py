@@ -91,6 +91,10 @@ class Buffer:
     placement: str = "device"
     # Ops that also write it (a recompute writing its scratch outputs does not count).
     extra: tuple[int, ...] = field(default=())
+    # The gradient bucket it lies in, side by side with the bucket's other gradients in
+    # order (an in-place AllReduce's inputs: planner.ops.collective), or "".
+    bucket: str = ""
+    bucket_at: int = 0  # its place in the bucket
 
     @property
     def accessors(self) -> tuple[int, ...]:
@@ -114,6 +118,20 @@ def view_aliases(graph: Graph) -> dict[str, str]:
         if get_op(n.op).view and roles.get(n.inputs[0]) not in PERSISTENT_ROLES:
             out[n.outputs[0]] = out.get(n.inputs[0], n.inputs[0])
     return out
+
+
+def buckets(graph: Graph) -> dict[str, tuple[str, int]]:
+    """Gradient -> (the in-place AllReduce whose bucket holds it, its place there): the
+    buffers layout places side by side, in that order (planner.memory.layout.place)."""
+    return {t: (n.name, k) for n in graph.nodes
+            if n.op == "AllReduce" and n.attrs.get("in_place") for k, t in enumerate(n.inputs)}
+
+
+def in_buckets(graph: Graph, buffers: list[Buffer]) -> list[Buffer]:
+    """`buffers` with their bucket named (buckets(graph))."""
+    of = buckets(graph)
+    return [replace(b, bucket=of[b.tensor][0], bucket_at=of[b.tensor][1])
+            if b.tensor in of else b for b in buffers]
 
 
 def graph_buffers(graph: Graph, schedule: OpTimes) -> list[Buffer]:
@@ -142,8 +160,8 @@ def graph_buffers(graph: Graph, schedule: OpTimes) -> list[Buffer]:
             outputs.add(root)
     buffers = [_buffer(t, writer.get(t.name, -1), sorted(set(readers[t.name])),
                        t.name in outputs, schedule, n) for t in graph.tensors]
-    return [replace(b, kind="view", alias_of=views[b.tensor]) if b.tensor in views else b
-            for b in buffers]
+    return in_buckets(graph, [replace(b, kind="view", alias_of=views[b.tensor])
+                              if b.tensor in views else b for b in buffers])
 
 
 def _buffer(t, w: int, rs: list[int], is_output: bool, s: OpTimes, n: int) -> Buffer:

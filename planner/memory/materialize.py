@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 
 from planner.memory.budget import State
 from planner.memory.decision import TRANSFER_OPS
-from planner.memory.liveness import PERSISTENT_ROLES, Buffer
+from planner.memory.liveness import PERSISTENT_ROLES, Buffer, in_buckets
 from planner.schedule.deps import predecessors
 
 # The copy streams' indices (planner.schedule.streams.ALL_STREAMS: d2h, h2d); every other
@@ -130,7 +130,7 @@ def materialize(state: State) -> Material:
         elif o.kind == "recompute":
             o.reads = [f"{r}@prefetch" if state.mode.get(r) == "offload" else r
                        for r in o.reads]
-    buffers = _buffers(state, ops, index)
+    buffers = in_buckets(state.stash.steps.graph, _buffers(state, ops, index))
     writer = {b.name: b.writer for b in buffers}
     deps = [sorted({writer[r] for r in o.reads if writer.get(r, -1) >= 0}) for o in ops]
     # In-place updates also follow every other reader of the value they overwrite.

@@ -8,6 +8,10 @@ no code with the allocator. Each problem names the buffer(s) and the rule:
     alias      an alias sits at the offset of the buffer it shares, and the graph says so: its
                tensor updates that buffer's tensor in place, or is a view of it (a chain of
                view ops, OpDef.view)
+    bucket     an in-place AllReduce's gradients (planner.ops.collective) lie side by side in
+               input order, each at the previous one's end rounded up to 64 bytes (what its
+               kernel sums as one span), no other buffer starts in the padding between them,
+               and the all-reduce is their only reader (it writes them)
     arena      device buffers lie inside [0, arena_bytes), host buffers inside the host pool
     overlap    two buffers sharing bytes are ordered: every access of one (its write, its
                reads) happens-before the other's write, through the plan's stated ordering
@@ -53,6 +57,7 @@ def verify_memory_data(plan: dict[str, Any], hb: StatedOrder | None = None) -> l
         problems += _field_problems(t, order, after_step)
     problems += _coverage_problems(plan, tensors)
     problems += _alias_problems(plan, by_name)
+    problems += _bucket_problems(plan, by_name)
     if memory:
         problems += _arena_problems(tensors, memory)
     problems += _overlap_problems(tensors, hb or StatedOrder(plan), after_step)
@@ -136,6 +141,46 @@ def _view_roots(graph: dict[str, Any]) -> dict[str, str]:
         if op is not None and op.view and roles.get(n["inputs"][0]) not in persistent:
             roots[n["outputs"][0]] = roots.get(n["inputs"][0], n["inputs"][0])
     return roots
+
+
+BUCKET_ALIGNMENT = 64  # the CPU AllReduce kernel's rounding between a bucket's gradients
+
+
+def _bucket_problems(plan: dict[str, Any], by_name: dict[str, dict[str, Any]]) -> list[str]:
+    """`bucket`: the layout an in-place all-reduce's kernel relies on (module docstring)."""
+    graph = plan.get("graph")
+    if not isinstance(graph, dict):
+        return []
+    out = []
+    starts = sorted((t["offset"], t["name"]) for t in by_name.values()
+                    if t.get("placement", "device") == "device" and t["bytes"] > 0)
+    for n in graph.get("nodes", []):
+        if n.get("op") != "AllReduce" or not (n.get("attrs") or {}).get("in_place"):
+            continue
+        end = None
+        for g in n["inputs"]:
+            t = by_name.get(g)
+            if t is None or t.get("alias_of") or t.get("placement", "device") != "device":
+                out.append(f"bucket of {n['name']!r}: gradient {g!r} has no device buffer "
+                           f"of its own")
+                break
+            if end is not None:
+                want = -(-end // BUCKET_ALIGNMENT) * BUCKET_ALIGNMENT
+                if t["offset"] != want:
+                    out.append(f"bucket of {n['name']!r}: gradient {g!r} is at offset "
+                               f"{t['offset']}, not side by side at {want}")
+                    break
+                k = bisect.bisect_right(starts, (end, ""))
+                inside = [name for off, name in starts[k:k + 2] if end <= off < want]
+                if inside:
+                    out.append(f"bucket of {n['name']!r}: buffer {inside[0]!r} lies in the "
+                               f"padding the all-reduce sums")
+            if list(t.get("readers", [])) != [n["name"]]:
+                out.append(f"bucket of {n['name']!r}: gradient {g!r} is read by "
+                           f"{sorted(set(t.get('readers', [])) - {n['name']})[:2]} too, "
+                           f"but the all-reduce sums it in place")
+            end = t["offset"] + t["bytes"]
+    return out
 
 
 def _arena_problems(tensors: list[dict[str, Any]], memory: dict[str, Any]) -> list[str]:

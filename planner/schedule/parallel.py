@@ -14,6 +14,9 @@ all-reduces run, as steps of `planner.pipeline.plan`:
 
 Averaging: a sum all-reduce, then 1/ranks applied as the executor copies the bucket out (not
 folded into the loss gradient, so a one-rank run of the plan is the single-process step).
+A bucket whose gradients nothing but its all-reduce reads is summed in place (`in_place`):
+memory planning lays its gradients out side by side, and the all-reduce runs on that view
+of the arena, copying nothing in.
 
 The cost model is alpha-beta: a ring all-reduce of b bytes over r ranks takes
 2 (r - 1) (alpha + b / (r * bandwidth)). Buckets follow the order backward writes the
@@ -36,51 +39,40 @@ Example:
 
 from __future__ import annotations
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from planner.errors import UserError
 from planner.graph.ir import Graph, Node, Tensor
 from planner.graph.optimizer import UPDATE_OPS
 from planner.graph.validate import check_graph
+from planner.ops import get_op
 from planner.records import Record
 from planner.schedule.deps import predecessors
 from planner.schedule.record import Edge, Schedule, ScheduledOp
+from planner.target.interconnect import Interconnect, interconnect
 from planner.target.records import Target
 
 COMM_LANE = "comm"
 _UPDATES = frozenset(op for op, _ in UPDATE_OPS.values())
 
 
-class Interconnect(Record):
-    """The link between ranks, alpha-beta: `latency_seconds` per message, `bandwidth` in
-    bytes/s, and where the numbers come from."""
-
-    bandwidth: float = Field(gt=0)
-    latency_seconds: float = Field(ge=0)
-    source: str = ""
-
-
-# Per preset. Estimates until `planner profile` measures the process group: gloo over
-# loopback TCP between processes of one host (the "host" target and any unknown CPU target),
-# 100 Gb/s InfiniBand-class links between the presets' cluster nodes.
-_LOOPBACK = Interconnect(bandwidth=2e9, latency_seconds=50e-6,
-                         source="estimate: gloo over loopback TCP on one host")
-_CLUSTER = Interconnect(bandwidth=12.5e9, latency_seconds=5e-6,
-                        source="estimate: 100 Gb/s InfiniBand between nodes")
-INTERCONNECTS: dict[str, Interconnect] = {"knl-7250": _CLUSTER, "xeon-8180": _CLUSTER}
-
-
-def interconnect(target: Target) -> Interconnect:
-    """The target's link between ranks (loopback on one host unless its preset says more)."""
-    return INTERCONNECTS.get(target.name, _LOOPBACK)
-
-
 class DataParallelOptions(Record):
     """`ranks` processes each step a shard of the batch (1: no data parallelism);
-    `bucket_bytes` overrides the bucket size the cost model chooses."""
+    `bucket_bytes` overrides the bucket size the cost model chooses; `ranks_per_host` of
+    them share one host, each on its own cores (planner.target.shares); `link` replaces the
+    target's estimated interconnect (a measured one: planner.costs.link)."""
 
     ranks: int = Field(default=1, ge=1, le=4096)
     bucket_bytes: int | None = Field(default=None, ge=1)
+    ranks_per_host: int = Field(default=1, ge=1, le=4096)
+    link: Interconnect | None = None
+
+    @model_validator(mode="after")
+    def _hosts(self) -> DataParallelOptions:
+        if self.ranks % self.ranks_per_host:
+            raise ValueError(f"--ranks-per-host {self.ranks_per_host} does not divide "
+                             f"--data-parallel {self.ranks} (every host runs as many ranks)")
+        return self
 
 
 def all_reduce_seconds(nbytes: int, ranks: int, link: Interconnect) -> float:
@@ -121,15 +113,24 @@ def buckets(graph: Graph, limit: int) -> list[list[str]]:
     return [b for b in out if b]
 
 
-def with_all_reduce(graph: Graph, bucket_list: list[list[str]], ranks: int) -> Graph:
+def with_all_reduce(graph: Graph, bucket_list: list[list[str]], ranks: int,
+                    ranks_per_host: int = 1) -> Graph:
     """`graph` with one AllReduce node per bucket, right after the bucket's last gradient's
     writer; every reader of a gradient but the AllReduce reads `allreduce/<gradient>`."""
+    attrs: dict[str, int] = {"ranks": ranks}
+    if ranks_per_host > 1:  # named only when used: plans of one rank per host read as before
+        attrs["ranks_per_host"] = ranks_per_host
     reduced = {g: f"allreduce/{g}" for b in bucket_list for g in b}
     taken = sorted(set(reduced.values()) & set(graph.tensor_map))
     if taken or any(n.name.startswith("allreduce/") for n in graph.nodes):
         raise UserError(f"graph {graph.name!r}: the names allreduce/... are reserved for "
                         f"data-parallel training ({taken[:1] or 'a node'})")
     last = {b[-1]: k for k, b in enumerate(bucket_list)}
+    # A bucket the all-reduce may sum in place, where memory planning lays it out side by
+    # side (planner.memory.layout): one whose gradients nothing else reads.
+    # (A view's bytes are another tensor's: not its own to place.)
+    others = {t for n in graph.nodes if n.op not in _UPDATES for t in n.inputs}
+    others |= set(graph.outputs) | {n.outputs[0] for n in graph.nodes if get_op(n.op).view}
     tensors = list(graph.tensors) + [
         Tensor(name=reduced[g], shape=graph.tensor_map[g].shape,
                dtype=graph.tensor_map[g].dtype, role="grad")
@@ -143,7 +144,7 @@ def with_all_reduce(graph: Graph, bucket_list: list[list[str]], ranks: int) -> G
                 b = bucket_list[last[out]]
                 nodes.append(Node(name=f"allreduce/{last[out]}", op="AllReduce", inputs=tuple(b),
                                   outputs=tuple(reduced[g] for g in b),
-                                  attrs={"ranks": ranks}))
+                                  attrs={**attrs, "in_place": int(not set(b) & others)}))
     return check_graph(graph.model_copy(update={"tensors": tuple(tensors),
                                                 "nodes": tuple(nodes)}))
 
@@ -231,5 +232,6 @@ def data_parallel_graph(graph: Graph, target: Target, options: DataParallelOptio
     if target.backend != "cpu":
         raise UserError(f"target {target.name!r}: data-parallel plans run on CPU targets "
                         f"(gloo) so far")
-    limit = options.bucket_bytes or bucket_bytes(options.ranks, interconnect(target))
-    return with_all_reduce(graph, buckets(graph, limit), options.ranks)
+    limit = options.bucket_bytes or bucket_bytes(options.ranks,
+                                                 options.link or interconnect(target))
+    return with_all_reduce(graph, buckets(graph, limit), options.ranks, options.ranks_per_host)

@@ -4,17 +4,35 @@ process: `python -m tests.codegen.dp_worker PACKAGE_DIR DATA.npz OUT.npz [die_af
 It joins the gloo group from the environment (MASTER_ADDR 127.0.0.1, MASTER_PORT, RANK,
 WORLD_SIZE, the test's timeout in DP_TIMEOUT seconds), loads the initial parameters from
 DATA.npz, steps its shard of every global batch there (rows rank*B .. (rank+1)*B), and
-writes its parameters to OUT.npz. A UserError (or a failed step) is printed on one line
-prefixed `rank R error:` and exits 3. With `die_after` k it exits abruptly after k steps (a
-killed rank). DP_GROUP=new passes a new group of every rank as `process_group`."""
+writes its parameters to OUT.npz and the CPUs each of its threads may run on (the OS's
+affinity, /proc/self/task), the address and length of every bucket the all-reduce summed, and
+the executor's stats() to OUT.npz.json. A UserError (or a failed step) is printed
+on one line prefixed `rank R error:` and exits 3. With `die_after` k it exits abruptly after
+k steps (a killed rank). DP_GROUP=new passes a new group of every rank as `process_group`."""
 
 from __future__ import annotations
 
 import datetime
+import json
 import os
 import sys
 
 import numpy as np
+
+
+def thread_cpus() -> dict[str, list[int]]:
+    """Per thread of this process (by id): the logical CPUs the OS lets it run on."""
+    from planner.target.detect import parse_cpu_list
+
+    out = {}
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/status") as f:
+                line = next(x for x in f if x.startswith("Cpus_allowed_list:"))
+        except (OSError, StopIteration):
+            continue  # a thread that ended meanwhile
+        out[tid] = parse_cpu_list(line.split(":", 1)[1].strip())
+    return out
 
 
 def main(package: str, data_path: str, out_path: str, die_after: int = -1) -> int:
@@ -27,6 +45,14 @@ def main(package: str, data_path: str, out_path: str, die_after: int = -1) -> in
         seconds=float(os.environ.get("DP_TIMEOUT", "30"))))
     rank, world = dist.get_rank(), dist.get_world_size()
     data = np.load(data_path)
+    summed: list[tuple[int, int]] = []  # (address, floats) of each bucket all-reduced
+    all_reduce = dist.all_reduce
+
+    def recording(tensor, *args, **kwargs):
+        summed.append((tensor.data_ptr(), tensor.numel()))
+        return all_reduce(tensor, *args, **kwargs)
+
+    dist.all_reduce = recording
     try:
         module = load(package)
         if os.environ.get("DP_GROUP") == "new":  # a group of its own, passed explicitly
@@ -47,6 +73,9 @@ def main(package: str, data_path: str, out_path: str, die_after: int = -1) -> in
               flush=True)
         os._exit(3)  # noqa: SLF001 - the group may be broken: do not wait in its teardown
     np.savez(out_path, **ex.params())
+    with open(out_path + ".json", "w") as f:
+        json.dump({"threads": thread_cpus(), "summed": summed[-8:], "stats": ex.stats()}, f,
+                  default=str)
     dist.destroy_process_group()
     return 0
 

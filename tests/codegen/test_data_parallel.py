@@ -2,13 +2,16 @@
 4) processes on this machine (127.0.0.1, bounded timeouts): the parameters after 20 SGD and 20
 Adam steps equal PyTorch stepping the global batch in one process, every rank holds
 bit-identical parameters, and a group of the wrong size, ranks with different plans and a
-killed rank each fail with a clear error on every surviving rank instead of hanging.
+killed rank each fail with a clear error on every surviving rank instead of hanging. The
+buckets are summed in place in the arena (no copy), and two ranks sharing this host run on
+disjoint CPUs.
 
 The ranks are separate processes (tests/codegen/dp_worker.py) rendezvousing through the
 environment (MASTER_ADDR/PORT, RANK, WORLD_SIZE)."""
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -27,6 +30,7 @@ from planner.graph.optimizer import Optimizer
 from planner.pipeline import PlanOptions, plan
 from planner.schedule.parallel import DataParallelOptions
 from planner.target.detect import detect
+from planner.target.shares import rank_cpus
 from planner.zoo import build as zoo
 
 dist = pytest.importorskip("torch.distributed")
@@ -46,20 +50,25 @@ def _graph(kind: str, batch: int):
     return make_training_graph(zoo("mlp", batch=batch, **MLP), Optimizer(kind=kind, lr=LR[kind]))
 
 
-def _build(kind: str, folder: Path, ranks: int = RANKS) -> Path:
-    """Plan the MLP (per-rank batch SHARD) for `ranks` processes, render and build it."""
+def _build(kind: str, folder: Path, ranks: int = RANKS, per_host: int = 1) -> Path:
+    """Plan the MLP (per-rank batch SHARD) for `ranks` processes, `per_host` of them sharing
+    a host, render and build it."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         p = plan(_graph(kind, SHARD), detect(), options=PlanOptions(
-            data_parallel=DataParallelOptions(ranks=ranks, bucket_bytes=BUCKET_BYTES)))
+            data_parallel=DataParallelOptions(ranks=ranks, bucket_bytes=BUCKET_BYTES,
+                                              ranks_per_host=per_host)))
     assert sum(op.op == "AllReduce" for op in p.ops) >= 2
-    return build(render(p, folder / f"mlp_dp_{kind}_{ranks}")).dir
+    return build(render(p, folder / f"mlp_dp_{kind}_{ranks}_{per_host}")).dir
 
 
 @pytest.fixture(scope="module")
 def packages(tmp_path_factory) -> dict[str, Path]:
+    # SGD's two ranks share this host, each on its own core (one host of two cores or more);
+    # Adam's take the whole host each.
     folder = tmp_path_factory.mktemp("dp")
-    return {kind: _build(kind, folder) for kind in ("sgd", "adam")}
+    per_host = RANKS if detect(measure=False).cores >= RANKS else 1
+    return {"sgd": _build("sgd", folder, per_host=per_host), "adam": _build("adam", folder)}
 
 
 def _data(folder: Path, seed: int = 0, ranks: int = RANKS
@@ -80,15 +89,18 @@ def _free_port() -> int:
 
 
 def _launch(packages: list[Path], data: Path, outs: list[Path], die_after: int | None = None,
-            world: int | None = None, timeout_s: float = 30.0, group: str = ""
-            ) -> list[subprocess.CompletedProcess]:
-    """Run one worker per package (rank = position) and wait for all, bounded."""
+            world: int | None = None, timeout_s: float = 30.0, group: str = "",
+            local: list[dict[str, str]] | None = None) -> list[subprocess.CompletedProcess]:
+    """Run one worker per package (rank = position) and wait for all, bounded; `local`: per
+    rank, more environment (torchrun's LOCAL_RANK and LOCAL_WORLD_SIZE)."""
     port, world = _free_port(), world or len(packages)
     procs = []
     for rank, (pkg, out) in enumerate(zip(packages, outs, strict=True)):
-        env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
-               "RANK": str(rank), "WORLD_SIZE": str(world), "DP_TIMEOUT": str(timeout_s),
-               "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "DP_GROUP": group}
+        env = {k: v for k, v in os.environ.items() if not k.startswith("LOCAL_")}
+        env.update({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
+                    "RANK": str(rank), "WORLD_SIZE": str(world), "DP_TIMEOUT": str(timeout_s),
+                    "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "DP_GROUP": group,
+                    **(local[rank] if local else {})})
         args = [sys.executable, "-m", "tests.codegen.dp_worker", str(pkg), str(data), str(out)]
         if die_after is not None and rank == len(packages) - 1:
             args.append(str(die_after))
@@ -128,13 +140,66 @@ def _torch_reference(kind: str, params: dict[str, np.ndarray], x: np.ndarray,
     return {n: t.detach().numpy() for n, t in ts.items()}, gmax
 
 
-@pytest.mark.parametrize("kind,ranks", [("sgd", 2), ("adam", 2), ("sgd", 4)])
+@pytest.mark.parametrize("kind,ranks", [("adam", 2), ("sgd", 4)])
 def test_ranks_match_one_process_on_the_global_batch(packages, tmp_path, kind, ranks):
+    # (SGD on 2 ranks: the test below.)
     package = packages[kind] if ranks == RANKS else _build(kind, tmp_path, ranks)
     data, params, x, labels = _data(tmp_path, ranks=ranks)
     outs = [tmp_path / f"rank{r}.npz" for r in range(ranks)]
     # Adam's ranks get their group passed explicitly (Executor(process_group=...)).
     runs = _launch([package] * ranks, data, outs, group="new" if kind == "adam" else "")
+    _check_numbers(kind, ranks, runs, outs, params, x, labels)
+    _check_summed_in_place(package, outs)
+
+
+def test_ranks_sharing_a_host_run_on_disjoint_cpus(packages, tmp_path):
+    # Two ranks of one host (torchrun's LOCAL_RANK / LOCAL_WORLD_SIZE, numbered against
+    # their global ranks, so the placement follows LOCAL_RANK): every thread of each rank,
+    # the process group's included, may run only on that rank's share of the cores, the
+    # shares are disjoint, and the numbers are those of the global batch (SGD, 2 ranks).
+    host = detect(measure=False)
+    if host.cores < 2 or len(os.sched_getaffinity(0)) < len(host.logical_cpus):
+        pytest.skip("needs two cores this process may use")
+    package = packages["sgd"]
+    data, params, x, labels = _data(tmp_path)
+    outs = [tmp_path / f"rank{r}.npz" for r in range(RANKS)]
+    local = [{"LOCAL_RANK": str(RANKS - 1 - r), "LOCAL_WORLD_SIZE": str(RANKS)}
+             for r in range(RANKS)]
+    runs = _launch([package] * RANKS, data, outs, local=local)
+    _check_numbers("sgd", RANKS, runs, outs, params, x, labels)
+    _check_summed_in_place(package, outs)
+    core_of = tuple(c.core for c in host.logical_cpus)
+    used = []
+    for r, out in enumerate(outs):
+        threads = json.loads(Path(f"{out}.json").read_text())["threads"]
+        mine = rank_cpus(core_of, RANKS, RANKS - 1 - r)
+        assert len(threads) > 2  # the lanes, OpenMP's and gloo's threads
+        cpus = {c for t in threads.values() for c in t}
+        assert cpus <= set(mine.compute) | set(mine.comm), (r, threads)
+        used.append(cpus)
+    assert not used[0] & used[1], used
+
+
+def _check_summed_in_place(package: Path, outs: list[Path]) -> None:
+    """The buckets were summed where backward wrote them (the plan laid each out side by
+    side in the arena): every view handed to the process group starts at a bucket's first
+    gradient in the arena, not in a scratch copy, and spans the bucket."""
+    data = json.loads((package / "plan.json").read_text())
+    offset = {t["name"]: t["offset"] for t in data["tensors"]}
+    size = {t["name"]: t["bytes"] for t in data["tensors"]}
+    spans = {(offset[n["inputs"][0]], offset[n["inputs"][-1]] + size[n["inputs"][-1]])
+             for n in data["graph"]["nodes"] if n["op"] == "AllReduce"}
+    for out in outs:
+        facts = json.loads(Path(f"{out}.json").read_text())
+        stats = facts["stats"]
+        base = stats["arena_address"]
+        assert facts["summed"]
+        assert {(a - base, a - base + 4 * n) for a, n in facts["summed"]} <= spans
+        assert {o["impl"] for o in stats["ops"] if o["op"] == "AllReduce"} == {"in place"}
+
+
+def _check_numbers(kind, ranks, runs, outs, params, x, labels):
+    """Every rank ran, holds the same bits, and they equal PyTorch on the global batch."""
     for r in runs:
         assert r.returncode == 0, r.stdout[-2000:]
     got = [dict(np.load(o)) for o in outs]
@@ -189,15 +254,31 @@ def test_a_killed_rank_fails_the_others_within_the_timeout(packages, tmp_path):
     assert "allreduce/" in line, line  # the step's error names the all-reduce op
 
 
-def test_train_digits_ddp_example_runs_under_torchrun(tmp_path):
+@pytest.mark.parametrize("nodes", [1, 2])
+def test_train_digits_ddp_example_runs_under_torchrun(tmp_path, nodes):
+    # One node of 2 processes (each on its own core), or 2 nodes of one process each
+    # rendezvousing over loopback (two torchrun launchers, as on two hosts).
     torchrun = Path(sys.executable).with_name("torchrun")
     if not torchrun.exists():
         pytest.skip("torchrun is not installed beside this Python")
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    r = subprocess.run([str(torchrun), "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
-                        "--master-port", str(_free_port()), "examples/train_digits_ddp.py",
-                        "--every", "0", "--out", str(tmp_path)],
-                       cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LOCAL_")}
+    env.update(PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
+    port = str(_free_port())
+    procs = [subprocess.Popen(
+        [str(torchrun), "--nnodes", str(nodes), "--node-rank", str(node), "--nproc-per-node",
+         str(2 // nodes), "--master-addr", "127.0.0.1", "--master-port", port,
+         "examples/train_digits_ddp.py", "--every", "0", "--out", str(tmp_path)],
+        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        for node in range(nodes)]
+    outs = []
+    for p in procs:
+        try:
+            outs.append(p.communicate(timeout=900)[0])
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                q.kill()
+            pytest.fail("the example hung")
     # It exits 1 unless the ranks' parameters are identical and test accuracy beats 95%.
-    assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
-    assert "parameters identical on all 2 ranks" in r.stdout
+    for p, out in zip(procs, outs, strict=True):
+        assert p.returncode == 0, out[-3000:]
+    assert "parameters identical on all 2 ranks" in outs[0]

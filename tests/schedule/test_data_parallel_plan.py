@@ -9,6 +9,7 @@ import json
 import pytest
 
 import planner.cli as cli
+from planner.distributed import local_rank
 from planner.errors import UserError
 from planner.graph.autodiff import make_training_graph
 from planner.graph.optimizer import Optimizer
@@ -21,6 +22,7 @@ from planner.schedule.parallel import (
     reduced_gradients,
 )
 from planner.target import preset
+from planner.target.shares import placement, rank_cpus
 from planner.verify import verify_plan
 from planner.zoo import build
 
@@ -124,3 +126,103 @@ def test_plan_command_takes_data_parallel(tmp_path, capsys):
     assert len(ar) == 1 and ar[0]["stream"] == "comm"
     assert data["provenance"]["options"]["data_parallel"]["ranks"] == 2
     assert cli.main(["verify", str(out)]) == 0
+
+
+def test_ranks_sharing_a_host_plan_for_their_share_and_place_disjointly():
+    # 4 ranks, 2 per host, on hosts of 28 cores (56 logical CPUs): the plan's ops use share
+    # 0's compute cores (13; core 13 is the comm engine's), which local rank 1 maps onto its
+    # own: no CPU of one rank is another's.
+    target = preset(TARGET)
+    p = plan(_lenet(), target, options=PlanOptions(data_parallel=DataParallelOptions(
+        ranks=4, ranks_per_host=2, bucket_bytes=4096)))
+    assert verify_plan(p) == []
+    core_of = p.target.core_of
+    assert core_of == tuple(c.core for c in target.logical_cpus)  # the whole host, named
+    shares = [rank_cpus(core_of, 2, k) for k in (0, 1)]
+    assert [len({core_of[c] for c in s.compute}) for s in shares] == [13, 13]
+    assert [len({core_of[c] for c in s.comm}) for s in shares] == [1, 1]
+    used = {c for op in p.ops for c in op.cpus}
+    assert used and used <= set(shares[0].compute)
+    assert all(n.attrs["ranks_per_host"] == 2 for n in p.graph.nodes if n.op == "AllReduce")
+    moved = placement(core_of, 2, 1)
+    there = {moved[c] for c in used}
+    assert there <= set(shares[1].compute)
+    every = [set(s.compute) | set(s.comm) for s in shares]
+    assert not every[0] & every[1] and not set(shares[0].compute) & set(shares[0].comm)
+    # each rank's share of the host's peaks: slower per step than one rank on the host
+    whole = plan(_lenet(), target, options=PlanOptions(data_parallel=DataParallelOptions(
+        ranks=4, bucket_bytes=4096)))
+    assert p.summary.lower_bound_seconds >= whole.summary.lower_bound_seconds
+
+
+def test_a_small_share_keeps_its_cores_for_compute():
+    # 2 cores, 2 ranks: a core each, the comm threads beside the lanes on it.
+    cpus = rank_cpus((0, 1), 2, 1)
+    assert cpus.compute == cpus.comm == (1,)
+    assert placement((0, 1), 2, 1) == [1, 1]
+    assert rank_cpus((0, 1, 0, 1), 2, 0).compute == (0, 2)  # SMT siblings stay together
+
+
+def test_ranks_per_host_refusals_are_one_line(tmp_path):
+    with pytest.raises(UserError, match="need a core each; the host has 2"):
+        rank_cpus((0, 1), 3, 0)
+    with pytest.raises(ValueError, match="does not divide"):
+        DataParallelOptions(ranks=4, ranks_per_host=3)
+    with pytest.raises(UserError, match=r"LOCAL_WORLD_SIZE\): plan with --ranks-per-host 4"):
+        local_rank(0, 2, {"LOCAL_WORLD_SIZE": "4", "LOCAL_RANK": "0"})
+    with pytest.raises(UserError, match="LOCAL_RANK='x' is not one of 0..1"):
+        local_rank(0, 2, {"LOCAL_RANK": "x"})
+    out = tmp_path / "p.json"
+    assert cli.main(["plan", "zoo:mlp?batch=4&hidden=8&in_features=6&classes=3",
+                     "--train", "sgd", "--target", TARGET, "--data-parallel", "3",
+                     "--ranks-per-host", "2", "-o", str(out)]) != 0
+    assert cli.main(["plan", "zoo:mlp?batch=4&hidden=8&in_features=6&classes=3",
+                     "--train", "sgd", "--target", TARGET, "--data-parallel", "2",
+                     "--ranks-per-host", "2", "-o", str(out)]) == 0
+    assert cli.main(["verify", str(out)]) == 0
+
+
+def test_buckets_lie_side_by_side_in_the_arena():
+    # Each bucket's gradients, in order, each at the previous one's end rounded up to 64
+    # bytes: the all-reduce sums that span of the arena, and needs no scratch copy.
+    p = _dp_plan(_lenet())
+    at = {t.name: t for t in p.tensors}
+    ar = [n for n in p.graph.nodes if n.op == "AllReduce"]
+    assert ar and all(n.attrs["in_place"] == 1 for n in ar)
+    for n in ar:
+        for a, b in zip(n.inputs, n.inputs[1:], strict=False):
+            assert at[b].offset == -(-(at[a].offset + at[a].bytes) // 64) * 64
+        assert f"{n.name}@scratch" not in at
+    assert verify_plan(p) == []
+
+
+def test_verify_finds_a_bucket_not_side_by_side():
+    p = _dp_plan(_lenet())
+    n = next(n for n in p.graph.nodes if n.op == "AllReduce" and len(n.inputs) > 1)
+    moved = n.inputs[1]
+    tensors = tuple(t.model_copy(update={"offset": t.offset + 64}) if t.name == moved else t
+                    for t in p.tensors)
+    problems = verify_plan(p.model_copy(update={"tensors": tensors}))
+    assert any(f"bucket of {n.name!r}: gradient {moved!r}" in s and "side by side" in s
+               for s in problems), problems
+
+
+def test_a_bucket_read_by_another_op_is_copied_not_summed_in_place():
+    g = _lenet()
+    grad = reduced_gradients(g)[0]
+    kept = g.model_copy(update={"outputs": (*g.outputs, grad)})  # the step returns it
+    p = _dp_plan(kept)
+    n = next(n for n in p.graph.nodes if n.op == "AllReduce" and grad in n.inputs)
+    assert n.attrs["in_place"] == 0
+    assert f"{n.name}@scratch" in {t.name for t in p.tensors}
+    assert verify_plan(p) == []
+
+
+def test_a_budget_below_liveness_is_refused_in_one_line():
+    from planner.memory.options import MemoryOptions
+
+    arena = _dp_plan(_lenet()).summary.memory.arena_bytes
+    with pytest.raises(UserError, match="by liveness alone so far"):
+        plan(_lenet(), preset(TARGET), options=PlanOptions(
+            memory=MemoryOptions(budget_bytes=arena * 9 // 10),
+            data_parallel=DataParallelOptions(ranks=2, bucket_bytes=4096)))

@@ -51,6 +51,9 @@ struct Io {
   }
   static void stats(const Executor& ex, nb::dict& d) {
     d["pinnings"] = ex.pinnings();
+    // Where the arena starts in this process (with arena_bytes: whether a view handed to a
+    // collective lies in it, i.e. was not copied out).
+    d["arena_address"] = reinterpret_cast<uintptr_t>(ex.arena_base());
     // Every byte the executor holds for tensors: the arena, the host store, and scratch
     // blocks of its own where the plan's area was too small (kernels allocate nothing else).
     d["host_store_bytes"] = ex.host_store_bytes();
@@ -96,4 +99,13 @@ NB_MODULE(planner_cpu_rt, m) {
       "fn(bucket) sums a float32 numpy view of a gradient bucket in place over the process "
       "group (data-parallel plans); it runs on the comm lane, holding the GIL only for the "
       "call.");
+  cls.def(
+      "place",
+      [](Executor& ex, std::vector<int> cpu_map, std::vector<int> loose) {
+        auto lock = planner::hold(ex);  // not while a step runs
+        ex.place(std::move(cpu_map), std::move(loose));
+      },
+      "cpu_map"_a, "loose"_a,
+      "Run the plan's logical CPU c on cpu_map[c] and lanes without CPUs (the comm lane) on "
+      "`loose` (a rank sharing its host: planner.target.shares); between steps.");
 }

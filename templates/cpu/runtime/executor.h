@@ -38,6 +38,7 @@ class Executor : public ExecutorCore {
   std::string impl(int op) const { return kernels_[op] ? kernels_[op]->impl() : ""; }
   bool scratch_planned(int op) const { return overflow_[op] == nullptr; }
   int64_t arena_bytes() const { return arena_.bytes(); }
+  const char* arena_base() const { return arena_.base(); }
   // Whether [p, p + bytes) overlaps memory the step writes (the arena, unplanned scratch): a
   // feed there is copied in before the step, never read in place.
   bool holds(const void* p, int64_t bytes) const;
@@ -50,6 +51,11 @@ class Executor : public ExecutorCore {
   std::pair<double, double> last_span(int k) const { return span_[k]; }
   // The all-reduce of a data-parallel plan's AllReduce ops (set between steps).
   void set_collective(Collective c) { collective_ = std::move(c); }
+  // Where the plan's CPUs and its comm lane run in this process (Lanes::place; a rank that
+  // shares its host). Between steps; nothing to place when ops run one at a time.
+  void place(std::vector<int> cpu_map, std::vector<int> loose) {
+    if (lanes_) lanes_->place(std::move(cpu_map), std::move(loose));
+  }
 
  private:
   dnnl::engine engine_;

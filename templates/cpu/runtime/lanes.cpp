@@ -17,6 +17,7 @@ Lanes::Lanes(const Schedule& s, OpFn create, OpFn run, int jitter_us)
   ops_.resize(s.num_lanes);
   pinned_.resize(s.num_lanes);
   pinnings_.assign(s.num_lanes, 0);
+  loose_pinned_.assign(s.num_lanes, 0);
   lane_cv_ = std::vector<std::condition_variable>(s.num_lanes);
   waiting_on_.assign(s.num_lanes, -1);
   for (int k = 0; k < s.num_ops; ++k) ops_[s.ops[k].lane].push_back(k);
@@ -53,10 +54,50 @@ int64_t Lanes::pinnings() const {
   return all;
 }
 
+void Lanes::place(std::vector<int> cpu_map, std::vector<int> loose) {
+  for (int k = 0; k < s_.num_ops; ++k)
+    for (int c = 0; c < s_.ops[k].num_cpus; ++c)
+      if (s_.cpus[s_.ops[k].first_cpu + c] >= static_cast<int>(cpu_map.size()))
+        throw std::runtime_error(std::string("op '") + s_.ops[k].name + "' runs on CPU " +
+                                 std::to_string(s_.cpus[s_.ops[k].first_cpu + c]) +
+                                 ", which the placement does not map");
+  std::lock_guard<std::mutex> lock(mu_);
+  int widest = 0;
+  for (int k = 0; k < s_.num_ops; ++k) widest = std::max(widest, s_.ops[k].num_cpus);
+  mapped_.assign(s_.num_lanes, std::vector<int>(widest));
+  cpu_map_ = std::move(cpu_map);
+  loose_ = std::move(loose);
+  // Every team re-pins at its next op, every comm thread once.
+  for (std::vector<int>& p : pinned_) p.clear();
+  std::fill(loose_pinned_.begin(), loose_pinned_.end(), 0);
+}
+
+// Sets the calling thread's affinity to `cpus` (ids this host has; else leaves it to the OS).
+static void pin_self(const int* cpus, int n) {
+  static const long host = sysconf(_SC_NPROCESSORS_ONLN);
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  for (int t = 0; t < n; ++t) {
+    if (cpus[t] < 0 || cpus[t] >= host || cpus[t] >= CPU_SETSIZE) return;
+    CPU_SET(cpus[t], &set);
+  }
+  pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
+}
+
 void Lanes::pin(int lane, int op) {
   const OpSpec& o = s_.ops[op];
-  const int* cpus = s_.cpus + o.first_cpu;
   const int n = o.num_cpus;
+  if (n == 0 && !loose_.empty() && !loose_pinned_[lane]) {
+    // A lane without CPUs (the comm lane) waits on the network: anywhere in the rank's share.
+    pin_self(loose_.data(), static_cast<int>(loose_.size()));
+    loose_pinned_[lane] = 1;
+  }
+  const int* cpus = s_.cpus + o.first_cpu;
+  if (!cpu_map_.empty()) {  // the lane's buffer, sized by place(): a step allocates nothing
+    std::vector<int>& mapped = mapped_[lane];
+    for (int t = 0; t < n; ++t) mapped[t] = cpu_map_[cpus[t]];
+    cpus = mapped.data();
+  }
   std::vector<int>& pinned = pinned_[lane];
   // Only when a thread of the team is not on its CPU yet: a lane whose ops go from one
   // thread to two and back re-pins nothing after the first time (each pinning is a parallel

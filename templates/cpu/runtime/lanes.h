@@ -59,6 +59,11 @@ class Lanes {
   bool broken() const { return broken_; }
   // How many times a lane pinned its team's threads, over all steps (read between steps).
   int64_t pinnings() const;
+  // Where the plan's logical CPUs run in this process: plan CPU c on cpu_map[c] (a rank that
+  // shares its host runs on its own share, planner/target/shares.py), and the threads of
+  // lanes whose ops name no CPUs (the comm lane) on `loose`. Set between steps; throws when
+  // the map misses a CPU of the plan.
+  void place(std::vector<int> cpu_map, std::vector<int> loose);
 
  private:
   void lane_main(int lane);
@@ -75,6 +80,10 @@ class Lanes {
   std::vector<std::vector<int>> ops_;      // per lane, op indices in plan order
   std::vector<std::vector<int>> pinned_;   // per lane: the CPU each thread of its pool is on
   std::vector<int64_t> pinnings_;          // per lane: its pinnings so far
+  std::vector<int> cpu_map_;               // plan CPU -> this process's CPU (empty: same id)
+  std::vector<int> loose_;                 // CPUs of lanes without CPUs (empty: the OS's)
+  std::vector<char> loose_pinned_;         // per lane: its own thread is on loose_
+  std::vector<std::vector<int>> mapped_;   // per lane: an op's CPUs through cpu_map_
   std::vector<std::thread> threads_;
   mutable std::mutex mu_;
   std::vector<std::condition_variable> lane_cv_;  // per lane: its op may start, or a new step
