@@ -58,6 +58,14 @@ class DnnlKernel : public Kernel {
   std::string impl_;
 };
 
+// The float32 kernel `make` builds, run on an op whose tensors include bfloat16 / float16 ones
+// (mixed precision's ops between convolutions: Relu, MaxPool and their gradients): oneDNN
+// reorders widen the low inputs into float32 temporaries (exact), the float32 kernel runs on
+// them, and reorders round its float32 results once into the low outputs (to nearest even),
+// the reference interpreter's semantics to the bit. An op without low tensors gets make(n)
+// itself. The temporaries are the op's scratch (planner.ops.base.widening_scratch plans them).
+KernelPtr widened(const Node& n, Factory make);
+
 // oneDNN dilation is "extra gap": 0 means dense.
 memory::dims dnnl_dilation(const std::vector<int64_t>& d);
 

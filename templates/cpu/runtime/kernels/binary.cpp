@@ -79,8 +79,13 @@ KernelPtr binary(const Node& n, dnnl::algorithm alg, char op, bool commutes) {
   size_t r = y.size();
   if (n.in[0].dtype == I64 && n.in[1].dtype == I64 && op != '/')
     return std::make_unique<BroadcastLoop<int64_t>>(n, op);
+  const bool low = (n.in[0].dtype == BF16 || n.in[0].dtype == F16) &&
+                   n.in[1].dtype == n.in[0].dtype && n.out[0].dtype == n.in[0].dtype;
+  if (low && padded(n.in[0].shape, r) == y && padded(n.in[1].shape, r) == y)
+    return binary_prim(n, alg, 0, 1);  // mixed precision's residual adds: float32 math inside
   if (n.in[0].dtype != F32 || n.in[1].dtype != F32)
-    throw std::runtime_error("binary ops take float32 tensors (or int64, but for Div)");
+    throw std::runtime_error("binary ops take float32 tensors (or int64, but for Div; or "
+                             "two bfloat16 / float16 tensors of the output's shape)");
   if (padded(n.in[0].shape, r) == y) return binary_prim(n, alg, 0, 1);
   if (commutes && padded(n.in[1].shape, r) == y) return binary_prim(n, alg, 1, 0);
   return std::make_unique<BroadcastLoop<float>>(n, op);

@@ -3,6 +3,9 @@
 // (N, C, rest, 1), the same bytes. The running-statistics update (PyTorch's: unbiased variance,
 // new = (1 - momentum) old + momentum batch) and saved_invstd are small loops after the
 // primitive; BatchNormGrad gives oneDNN the variance back from saved_invstd.
+// bfloat16 / float16 x, y, dy and dx (mixed precision) with float32 parameters and statistics
+// are oneDNN's own mixed batch norm (float32 math inside); the inference form's gradient loop
+// runs on widened copies.
 #include <omp.h>
 
 #include <algorithm>
@@ -152,9 +155,13 @@ class BatchNormGradInference : public Kernel {
   int dy_, x_, scale_, mean_, var_, dx_, dscale_, dbias_;
 };
 
+KernelPtr batch_norm_grad_inference(const Node& n) {
+  return std::make_unique<BatchNormGradInference>(n);
+}
+
 KernelPtr batch_norm_grad(const Node& n) {
   if (n.attrs.b("training")) return std::make_unique<BatchNormGradTraining>(n);
-  return std::make_unique<BatchNormGradInference>(n);
+  return widened(n, batch_norm_grad_inference);
 }
 
 struct LrnParams {
