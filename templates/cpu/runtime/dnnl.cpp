@@ -95,6 +95,12 @@ void DnnlKernel::run_all(const Run& r) {
 namespace {
 
 bool is_low(int dtype) { return dtype == BF16 || dtype == F16; }
+bool has_low(const Node& n) {
+  for (const auto* ts : {&n.in, &n.out})
+    for (const TensorRef& t : *ts)
+      if (is_low(t.dtype)) return true;
+  return false;
+}
 
 class Widened : public DnnlKernel {
  public:
@@ -151,10 +157,17 @@ class Widened : public DnnlKernel {
 }  // namespace
 
 KernelPtr widened(const Node& n, Factory make) {
-  for (const auto* ts : {&n.in, &n.out})
-    for (const TensorRef& t : *ts)
-      if (is_low(t.dtype)) return std::make_unique<Widened>(n, make);
+  if (has_low(n)) return std::make_unique<Widened>(n, make);
   return make(n);
+}
+
+KernelPtr native_or_widened(const Node& n, Factory make) {
+  try {
+    return make(n);
+  } catch (const dnnl::error& e) {
+    if (e.status != dnnl_unimplemented || !has_low(n)) throw;
+    return std::make_unique<Widened>(n, make);
+  }
 }
 
 }  // namespace planner

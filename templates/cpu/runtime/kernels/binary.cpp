@@ -91,7 +91,9 @@ KernelPtr binary(const Node& n, dnnl::algorithm alg, char op, bool commutes) {
   return std::make_unique<BroadcastLoop<float>>(n, op);
 }
 
-KernelPtr add(const Node& n) { return binary(n, dnnl::algorithm::binary_add, '+', true); }
+KernelPtr add_any(const Node& n) { return binary(n, dnnl::algorithm::binary_add, '+', true); }
+// bfloat16 / float16 operands: oneDNN's low-type binary, or float32 on widened copies.
+KernelPtr add(const Node& n) { return native_or_widened(n, add_any); }
 KernelPtr sub(const Node& n) { return binary(n, dnnl::algorithm::binary_sub, '-', false); }
 KernelPtr mul(const Node& n) { return binary(n, dnnl::algorithm::binary_mul, '*', true); }
 KernelPtr div(const Node& n) { return binary(n, dnnl::algorithm::binary_div, '/', false); }
@@ -114,7 +116,7 @@ KernelPtr bias_add(const Node& n) {
 }
 
 // AddN: a oneDNN sum with unit scales (one input: a copy).
-KernelPtr add_n(const Node& n) {
+KernelPtr add_n_any(const Node& n) {
   const TensorRef& y = n.out[0];
   if (n.in.size() == 1) return std::make_unique<Copy>(n.in[0].id, y.id, y.size() * dtype_bytes(y.dtype));
   std::vector<memory::desc> srcs;
@@ -129,6 +131,8 @@ KernelPtr add_n(const Node& n) {
   k->add(dnnl::sum(pd), pd, args);
   return k;
 }
+
+KernelPtr add_n(const Node& n) { return native_or_widened(n, add_n_any); }
 
 }  // namespace
 

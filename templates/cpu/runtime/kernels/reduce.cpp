@@ -166,9 +166,12 @@ class BiasAddGrad : public Kernel {
 
 KernelPtr bias_add_grad(const Node& n) { return std::make_unique<BiasAddGrad>(n); }
 
-KernelPtr global_avg_pool(const Node& n) {
+KernelPtr global_avg_pool_any(const Node& n) {
   return reduction(n, dnnl::algorithm::reduction_mean, {false, false, true, true});
 }
+// A bfloat16 / float16 x (mixed precision) with its float32 mean: oneDNN's mixed reduction, or
+// float32 on a widened copy where the ISA has none.
+KernelPtr global_avg_pool(const Node& n) { return native_or_widened(n, global_avg_pool_any); }
 
 }  // namespace
 
