@@ -113,6 +113,39 @@ def test_bf16_mixed_tracks_the_float32_loss_curve(model):
     assert abs(bf16[-1] - f32[-1]) / f32[-1] < 0.02, (f32[-1], bf16[-1])
 
 
+# More zoo models: (small configuration, learning rate) at which 30 SGD steps on one batch
+# learn (the float32 loss falls by >= 10%). Measured but not here (the bfloat16 gap at the
+# last step, under load): ResNet-18 at 64x64, batch 8 tracks within 1.5% but takes 80 s in the
+# reference; at 32x32 its last stage normalises 1x1 maps over 4-8 values per channel, where
+# BatchNorm amplifies the per-layer rounding (relative error 0.3% after the stem, 20% in the
+# last stage) and the gap is 15%; DenseNet (9%) and Inception likewise at sizes that run in
+# seconds.
+ZOO_CURVES = {
+    "gpt": (dict(batch=2, seq=4, dim=8, heads=2, layers=1, vocab=11), 0.1),
+    "bert": (dict(batch=2, seq=4, dim=8, heads=2, layers=1, vocab=11), 0.1),
+    "wide_deep": (dict(batch=4, tables=5, vocab=[7, 3, 5, 2, 9], dim=3, hidden=[8, 4]), 0.1),
+    "vgg16": (dict(batch=4, image=32, width=0.0625, classes=5), 0.001),
+}
+
+
+@pytest.mark.parametrize("model", sorted(ZOO_CURVES))
+def test_zoo_models_track_the_float32_loss_curve_in_bf16_mixed(model):
+    """As test_bf16_mixed_tracks_the_float32_loss_curve, on the zoo's transformer, wide & deep
+    and VGG graphs (bfloat16 activations between the convolutions, BatchNorm-free)."""
+    cfg, lr = ZOO_CURVES[model]
+    losses = {}
+    for precision in ("fp32", "bf16-mixed"):
+        g = make_training_graph(build(model, **cfg), Optimizer(kind="sgd", lr=lr),
+                                precision=precision)
+        state, feeds = init_params(g, seed=0), random_feeds(g, seed=0)
+        for _ in range(30):
+            out, state = train_step(g, feeds, state)
+            losses.setdefault(precision, []).append(float(out["loss"]))
+    f32, bf16 = losses["fp32"], losses["bf16-mixed"]
+    assert f32[-1] < 0.9 * f32[0], "the float32 run itself must learn"
+    assert abs(bf16[-1] - f32[-1]) / f32[-1] < 0.02, (f32[-1], bf16[-1])
+
+
 def test_tolerance_sees_bfloat16_rounding():
     """The executor test's bound (4u of each update, tests/codegen/test_mixed_precision.py) is
     tight enough to tell a bfloat16 step from a float32 one: on that test's LeNet and start,
