@@ -81,8 +81,9 @@ RUNTIMES: dict[Backend, Runtime] = {
                    # and the ops mixed precision runs between them
                    # (planner.graph.precision.FOLLOW_OPS)
                    frozenset({"Cast", "Conv2D", "Conv2DBackpropInput", "Conv2DBackpropFilter",
-                              "MatMul", "Relu", "ReluGrad", "BatchNorm", "BatchNormGrad",
-                              "MaxPool", "MaxPoolGrad", "AvgPool", "AvgPoolGrad", "Add", "AddN",
+                              "MatMul", "Relu", "ReluGrad", "BiasAdd", "BiasAddGrad",
+                              "BatchNorm", "BatchNormGrad", "MaxPool", "MaxPoolGrad",
+                              "AvgPool", "AvgPoolGrad", "Add", "AddN",
                               "Reshape", "Flatten", "Concat", "GlobalAvgPool"})),
     "cuda": Runtime("cuda", "CUDA", "planner_cuda_rt", TEMPLATES / "cuda" / "runtime",
                     TEMPLATES / "cuda" / "plan", frozenset({"float32", "int64", "bool"})),

@@ -77,6 +77,8 @@ LOW_PRECISION_OPS: frozenset[str] = frozenset(
 # kernels compute in float32 and round each data output once.
 FOLLOW_OPS: dict[str, tuple[tuple[int, ...] | None, tuple[int, ...]]] = {
     "Relu": ((0,), (0,)),
+    "BiasAdd": ((0,), (0,)),          # its bias is cast to the low type (LOW_PARAMS)
+    "BiasAddGrad": ((0,), ()),        # a reduction: a low dy, a float32 db
     "ReluGrad": ((0, 1), (0,)),
     "BatchNorm": ((0,), (0,)),
     "BatchNormGrad": ((0, 1), (0,)),
@@ -92,6 +94,11 @@ FOLLOW_OPS: dict[str, tuple[tuple[int, ...] | None, tuple[int, ...]]] = {
     # a reduction: a low x, a float32 mean
     "GlobalAvgPool": ((0,), ()),
 }
+
+
+# Parameter inputs a FOLLOW op reads in the low type when it runs there (autocast casts a
+# linear or convolution's bias with its weight).
+LOW_PARAMS: dict[str, tuple[int, ...]] = {"BiasAdd": (1,)}
 
 
 def apply_precision(graph: Graph, precision: str) -> Graph:
@@ -167,7 +174,7 @@ def _mixed(graph: Graph, low: str) -> Graph:
             data_in, data_out = _data_positions(n)
             if data_in and all(n.inputs[i] in low_of for i in data_in) and all(
                     tensors[n.outputs[k]].dtype == "float32" for k in data_out):
-                run_low(n, data_in, data_out)
+                run_low(n, [*data_in, *LOW_PARAMS.get(n.op, ())], data_out)
                 continue
         nodes.append(n.model_copy(update={"inputs": tuple(as_float32(x) for x in n.inputs)}))
     for y in graph.outputs:

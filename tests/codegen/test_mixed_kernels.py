@@ -9,8 +9,8 @@ for a K-term sum (BatchNorm's statistics over 4 * 6 * 6 = 144 values, a pooling 
 below 2^-16 of the output's largest element M. The one rounding to bfloat16 can then go the
 other way at a boundary: one ulp, at most 2u|want|. So each element is held to
 2u|want| + 2^-16 M; float32 outputs (statistics, parameter gradients, the mean) to 2^-16 M.
-Ops that only select or compare (Relu, ReluGrad, MaxPool) and Add of two bfloat16 values (exact
-in float32) are bit-identical.
+Ops that only select, compare or move (Relu, ReluGrad, MaxPool, Concat, Flatten) and adds of two
+bfloat16 values (Add, BiasAdd: exact in float32 for these magnitudes) are bit-identical.
 """
 
 from __future__ import annotations
@@ -60,11 +60,19 @@ def graph_and_feeds():
     outs["add"] = [b.op("Add", [x, dy], name="add")]
     outs["add_n"] = [b.op("AddN", [x, dy, y], name="add_n")]
     outs["global_avg_pool"] = [b.op("GlobalAvgPool", [x], name="global_avg_pool")]
+    feeds["b"] = rng.standard_normal(8).astype(np.float32)
+    bias = b.op("Cast", [b.input("b", (8,))], {"to": "bfloat16"}, name="b16")
+    outs["bias_add"] = [b.op("BiasAdd", [x, bias], name="bias_add")]
+    outs["bias_add_grad"] = [b.op("BiasAddGrad", [dy], name="bias_add_grad")]
+    outs["concat"] = [b.op("Concat", [x, dy], {"axis": 1}, name="concat")]
+    outs["flatten"] = [b.op("Flatten", [x], name="flatten")]
     names = [t for ts in outs.values() for t in ts]
     return b.build(outputs=names), feeds, outs
 
 
-EXACT = {"relu", "relu_grad", "max_pool", "max_pool_rows", "add"}
+EXACT = {"relu", "relu_grad", "max_pool", "max_pool_rows", "add", "bias_add", "concat",
+         "flatten"}
+FLOAT32 = {"global_avg_pool", "bias_add_grad"}  # reductions: float32 results
 
 
 @pytest.fixture(scope="module")
@@ -78,7 +86,8 @@ def results(tmp_path_factory):
 
 @pytest.mark.parametrize("op", ["bn", "bn_grad", "relu", "relu_grad", "max_pool", "max_pool_grad",
                                 "max_pool_rows", "max_pool_rows_grad", "avg_pool",
-                                "avg_pool_grad", "add", "add_n", "global_avg_pool"])
+                                "avg_pool_grad", "add", "add_n", "global_avg_pool", "bias_add",
+                                "bias_add_grad", "concat", "flatten"])
 def test_bf16_kernel_matches_emulated_reference(op, results):
     graph, outs, got, want = results
     for name in outs[op]:
@@ -93,5 +102,4 @@ def test_bf16_kernel_matches_emulated_reference(op, results):
         bound = (2 * U * np.abs(w64) if dtype == "bfloat16" else 0.0) + SUM * m
         assert np.all(np.abs(g64 - w64) <= bound), (name, float(np.max(np.abs(g64 - w64))))
     # the low outputs are bfloat16 (half the bytes), the statistics float32
-    assert graph.tensor(outs[op][0]).dtype == ("float32" if op == "global_avg_pool"
-                                               else "bfloat16")
+    assert graph.tensor(outs[op][0]).dtype == ("float32" if op in FLOAT32 else "bfloat16")

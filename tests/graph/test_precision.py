@@ -9,7 +9,12 @@ import pytest
 from planner.graph.autodiff import make_training_graph
 from planner.graph.interpret import init_params, random_feeds, train_step
 from planner.graph.optimizer import Optimizer
-from planner.graph.precision import FOLLOW_OPS, LOW_PRECISION_OPS, apply_precision
+from planner.graph.precision import (
+    FOLLOW_OPS,
+    LOW_PARAMS,
+    LOW_PRECISION_OPS,
+    apply_precision,
+)
 from planner.graph.validate import check_graph
 from planner.zoo import build
 
@@ -57,7 +62,8 @@ def test_mixed_policy(model, low):
             # in the low type: its data inputs and outputs; parameters, statistics and a
             # reduction's result stay float32
             ins, outs = FOLLOW_OPS[n.op]
-            data_in = range(len(n.inputs)) if ins is None else ins
+            data_in = [*(range(len(n.inputs)) if ins is None else ins),
+                       *LOW_PARAMS.get(n.op, ())]
             assert floats(n.inputs[i] for i in data_in) == {dtype}, n.name
             assert floats(n.outputs[k] for k in outs) <= {dtype}, n.name
             others = [y for k, y in enumerate(n.outputs) if k not in outs]
@@ -204,8 +210,8 @@ def test_no_float32_copy_of_an_activation_is_kept():
     producers = {y: n for n in g.nodes for y in n.outputs}
     for y in back:
         made_by = producers[g.node_map[f"{y}/cast_float32"].inputs[0]].op
-        assert made_by in ("Conv2DBackpropFilter", "MatMul"), (y, made_by)
-        if made_by == "MatMul":  # the classifier: its logits, or its weight gradient
+        assert made_by in ("Conv2DBackpropFilter", "MatMul", "BiasAdd"), (y, made_by)
+        if made_by != "Conv2DBackpropFilter":  # the classifier: logits, or weight gradient
             assert g.tensor(y).shape[-1] == SMALL["resnet"]["classes"] or y.startswith("grad/")
     for op in ("Relu", "ReluGrad", "BatchNorm", "BatchNormGrad", "Add", "MaxPool",
                "MaxPoolGrad"):

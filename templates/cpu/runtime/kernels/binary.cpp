@@ -99,7 +99,7 @@ KernelPtr mul(const Node& n) { return binary(n, dnnl::algorithm::binary_mul, '*'
 KernelPtr div(const Node& n) { return binary(n, dnnl::algorithm::binary_div, '/', false); }
 
 // y = x + b along `axis`: a binary add whose second source is b viewed as [1, .., C, .., 1].
-KernelPtr bias_add(const Node& n) {
+KernelPtr bias_add_any(const Node& n) {
   const Shape& x = n.in[0].shape;
   int rank = static_cast<int>(x.size());
   int axis = static_cast<int>((n.attrs.i("axis") % rank + rank) % rank);
@@ -133,6 +133,7 @@ KernelPtr add_n_any(const Node& n) {
 }
 
 KernelPtr add_n(const Node& n) { return native_or_widened(n, add_n_any); }
+KernelPtr bias_add(const Node& n) { return native_or_widened(n, bias_add_any); }
 
 }  // namespace
 

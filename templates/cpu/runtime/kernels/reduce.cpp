@@ -164,7 +164,9 @@ class BiasAddGrad : public Kernel {
   int64_t outer_ = 1, inner_ = 1, channels_ = 1;
 };
 
-KernelPtr bias_add_grad(const Node& n) { return std::make_unique<BiasAddGrad>(n); }
+KernelPtr bias_add_grad_f32(const Node& n) { return std::make_unique<BiasAddGrad>(n); }
+// A bfloat16 / float16 dy (mixed precision; db stays float32): the loop on a widened copy.
+KernelPtr bias_add_grad(const Node& n) { return widened(n, bias_add_grad_f32); }
 
 KernelPtr global_avg_pool_any(const Node& n) {
   return reduction(n, dnnl::algorithm::reduction_mean, {false, false, true, true});
