@@ -31,7 +31,8 @@ def graph_and_feeds():
     b = GraphBuilder("bf16_kernels")
     feeds, low = {}, {}
     for name, shape in (("x", (4, 8, 6, 6)), ("dy", (4, 8, 6, 6)), ("dp", (4, 8, 3, 3)),
-                        ("w", (2, 3, 10, 36)), ("dw", (2, 3, 5, 18))):
+                        ("w", (2, 3, 10, 36)), ("dw", (2, 3, 5, 18)),
+                        ("one", (2, 16, 1, 1))):
         feeds[name] = rng.standard_normal(shape).astype(np.float32)
         low[name] = b.op("Cast", [b.input(name, shape)], {"to": "bfloat16"}, name=f"{name}16")
     stats = {}
@@ -59,7 +60,9 @@ def graph_and_feeds():
                                   name="avg_pool_grad")]
     outs["add"] = [b.op("Add", [x, dy], name="add")]
     outs["add_n"] = [b.op("AddN", [x, dy, y], name="add_n")]
-    outs["global_avg_pool"] = [b.op("GlobalAvgPool", [x], name="global_avg_pool")]
+    outs["global_avg_pool"] = [b.op("GlobalAvgPool", [x], name="global_avg_pool"),
+                               # a 1x1 map: nothing to reduce, the values widened
+                               b.op("GlobalAvgPool", [low["one"]], name="global_avg_pool_1x1")]
     feeds["b"] = rng.standard_normal(8).astype(np.float32)
     bias = b.op("Cast", [b.input("b", (8,))], {"to": "bfloat16"}, name="b16")
     outs["bias_add"] = [b.op("BiasAdd", [x, bias], name="bias_add")]

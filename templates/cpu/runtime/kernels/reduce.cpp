@@ -79,7 +79,15 @@ KernelPtr reduction(const Node& n, dnnl::algorithm a, const std::vector<bool>& r
       dst[k] = 1;
       any = true;
     }
-  if (!any) return std::make_unique<Copy>(x.id, y.id, y.size() * dtype_bytes(y.dtype));
+  if (!any && x.dtype == y.dtype)
+    return std::make_unique<Copy>(x.id, y.id, y.size() * dtype_bytes(y.dtype));
+  if (!any) {  // nothing to reduce, but a low x to widen (a 1x1 map's GlobalAvgPool)
+    auto pd = dnnl::reorder::primitive_desc(n.engine, view_md(src, x.dtype), n.engine,
+                                            view_md(dst, y.dtype), user_scratchpad());
+    auto k = std::make_unique<DnnlKernel>();
+    k->add(dnnl::reorder(pd), pd, {{DNNL_ARG_FROM, x.id}, {DNNL_ARG_TO, y.id}});
+    return k;
+  }
   const bool mean = a == dnnl::algorithm::reduction_mean;
   if ((mean || a == dnnl::algorithm::reduction_sum) && x.dtype == F32 && y.dtype == F32) {
     auto [first, last] = reduced_run(src, reduced);
