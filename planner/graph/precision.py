@@ -47,8 +47,8 @@ Example:
     >>> from planner.zoo import build
     >>> g = make_training_graph(build("mlp", batch=2, hidden=[4], in_features=3, classes=2),
     ...                         Optimizer(kind="sgd"), precision="bf16-mixed")
-    >>> [(n.op, n.attrs.get("to", "")) for n in g.nodes][:4]
-    [('Cast', 'bfloat16'), ('Cast', 'bfloat16'), ('MatMul', ''), ('Cast', 'float32')]
+    >>> [(n.op, g.tensor(n.outputs[0]).dtype) for n in g.nodes][2:6]
+    [('MatMul', 'bfloat16'), ('Cast', 'bfloat16'), ('BiasAdd', 'bfloat16'), ('Relu', 'bfloat16')]
     >>> g.tensor("fc1/weight").dtype, g.tensor("fc1/weight/bfloat16").dtype
     ('float32', 'bfloat16')
 """
