@@ -78,8 +78,13 @@ RUNTIMES: dict[Backend, Runtime] = {
                    frozenset({"float32", "int64", "bool"}),
                    # oneDNN bf16 / f16 primitives (a float32 fallback where the ISA has none)
                    frozenset({"bfloat16", "float16"}),
+                   # and the ops mixed precision runs between them
+                   # (planner.graph.precision.FOLLOW_OPS)
                    frozenset({"Cast", "Conv2D", "Conv2DBackpropInput", "Conv2DBackpropFilter",
-                              "MatMul"})),
+                              "MatMul", "Relu", "ReluGrad", "BiasAdd", "BiasAddGrad",
+                              "BatchNorm", "BatchNormGrad", "MaxPool", "MaxPoolGrad",
+                              "AvgPool", "AvgPoolGrad", "Add", "AddN",
+                              "Reshape", "Flatten", "Concat", "GlobalAvgPool"})),
     "cuda": Runtime("cuda", "CUDA", "planner_cuda_rt", TEMPLATES / "cuda" / "runtime",
                     TEMPLATES / "cuda" / "plan", frozenset({"float32", "int64", "bool"})),
 }

@@ -7,9 +7,11 @@ rules written into the graph, where the scheduler and memory planner see them).
                  kernels, not a change of dtypes: the graph is unchanged (a CPU runs float32)
     bf16-mixed   convolutions, matrix products and their gradients (LOW_PRECISION_OPS) read
                  bfloat16 operands and write bfloat16 results, accumulating in float32 inside
-                 the kernel; everything else (softmax, losses, normalization statistics,
-                 reductions, bias gradients, the optimizer update) stays float32; params and
-                 optimizer state stay float32 (master weights)
+                 the kernel; the ops between them (FOLLOW_OPS: ReLU, BatchNorm's normalisation,
+                 pooling, residual adds, reshapes and their gradients) run in bfloat16 when
+                 their inputs are, computing in float32 and rounding once; softmax, losses,
+                 normalization statistics, reductions, bias gradients and the optimizer update
+                 stay float32; params and optimizer state stay float32 (master weights)
     fp16-mixed   the same with float16. Without loss scaling (not planned yet), gradients
                  below float16's smallest subnormal (6e-8) flush to zero
 
@@ -23,19 +25,21 @@ cast once serves every low-precision reader, forward and backward alike: a convo
 bfloat16 input and weight, cast for the forward op, are what its filter and data gradients read
 (the activation saved for backward is the bfloat16 copy, at half the bytes).
 
-Memory, as it stands: the low copies are planned tensors at their real bytes (2 per element),
-but only convolutions and matrix products run in the low type, so the float32 values that
-float32 ops still read in backward (ReLU's output for ReluGrad, a convolution's output for
-BatchNorm's gradient) stay alive next to the low copies the low-precision gradients read: a
-bf16-mixed step's peak is above float32's (ResNet-18, batch 16, 64x64 on h100-80gb: 108 MB
-against 83 MB). autocast's memory saving needs the ops between convolutions (bias, ReLU,
-pooling, BatchNorm's normalisation with float32 statistics) to run in the low type as well.
+Memory: the activations saved for backward are the low copies (2 bytes per element), and no
+float32 copy of an activation is kept: the ops between convolutions run in the low type, so
+ReLU's output (ReluGrad reads it), a convolution's output (BatchNormGrad reads it) and the
+residual path exist in bfloat16 only; BatchNorm takes its low x with float32 scale, bias and
+statistics, as cuDNN's and oneDNN's batch norms and torch.autocast do. ResNet-50 on h100-80gb in
+11 GiB (`planner fit ... --vary batch`) fits 1.9x float32's batch.
 
 The rewrite, in graph order: a low-precision op's float32 inputs are read through a Cast to
-the low type (one per tensor, inserted before its first reader); its output, renamed
-`<output>/<low type>`, is cast back to float32 under its old name for the float32 readers.
-Casts of casts are elided: a low-precision reader of a cast-back value reads the low value
-itself (low -> float32 -> low is the identity), and a cast-back nobody reads is dropped.
+the low type (one per tensor, inserted before its first reader); its output is renamed
+`<output>/<low type>`. A FOLLOW op whose data inputs all have low values runs on them and
+writes low data outputs the same way (autocast's rule for ops on neither of its lists: the
+widest input type). A float32 reader of a value that exists only in the low type gets a Cast
+back to float32 under the value's old name, inserted before the first such reader. Casts of
+casts never happen: a low reader of a value that has a low copy reads the copy (low -> float32
+-> low would be the identity).
 
 Example:
     >>> from planner.graph.autodiff import make_training_graph
@@ -43,8 +47,8 @@ Example:
     >>> from planner.zoo import build
     >>> g = make_training_graph(build("mlp", batch=2, hidden=[4], in_features=3, classes=2),
     ...                         Optimizer(kind="sgd"), precision="bf16-mixed")
-    >>> [(n.op, n.attrs.get("to", "")) for n in g.nodes][:4]
-    [('Cast', 'bfloat16'), ('Cast', 'bfloat16'), ('MatMul', ''), ('Cast', 'float32')]
+    >>> [(n.op, g.tensor(n.outputs[0]).dtype) for n in g.nodes][2:6]
+    [('MatMul', 'bfloat16'), ('Cast', 'bfloat16'), ('BiasAdd', 'bfloat16'), ('Relu', 'bfloat16')]
     >>> g.tensor("fc1/weight").dtype, g.tensor("fc1/weight/bfloat16").dtype
     ('float32', 'bfloat16')
 """
@@ -66,6 +70,36 @@ LOW_TYPE: dict[str, str] = {"bf16-mixed": "bfloat16", "fp16-mixed": "float16"}
 LOW_PRECISION_OPS: frozenset[str] = frozenset(
     {"Conv2D", "Conv2DBackpropInput", "Conv2DBackpropFilter", "MatMul"})
 
+# Ops that run in the low type when every one of their data inputs is already there (autocast's
+# "widest input type" rule for ops on neither of its lists): op -> (data input positions or
+# None for all, data output positions). Their other inputs stay float32 (BatchNorm's scale,
+# bias and running statistics) and so do their other outputs (the batch statistics). Their
+# kernels compute in float32 and round each data output once.
+FOLLOW_OPS: dict[str, tuple[tuple[int, ...] | None, tuple[int, ...]]] = {
+    "Relu": ((0,), (0,)),
+    "BiasAdd": ((0,), (0,)),          # its bias is cast to the low type (LOW_PARAMS)
+    "BiasAddGrad": ((0,), ()),        # a reduction: a low dy, a float32 db
+    "ReluGrad": ((0, 1), (0,)),
+    "BatchNorm": ((0,), (0,)),
+    "BatchNormGrad": ((0, 1), (0,)),
+    "MaxPool": ((0,), (0,)),
+    "MaxPoolGrad": ((0, 1), (0,)),
+    "AvgPool": ((0,), (0,)),
+    "AvgPoolGrad": ((0,), (0,)),
+    "Add": ((0, 1), (0,)),
+    "AddN": (None, (0,)),
+    "Reshape": ((0,), (0,)),
+    "Flatten": ((0,), (0,)),
+    "Concat": (None, (0,)),
+    # a reduction: a low x, a float32 mean
+    "GlobalAvgPool": ((0,), ()),
+}
+
+
+# Parameter inputs a FOLLOW op reads in the low type when it runs there (autocast casts a
+# linear or convolution's bias with its weight).
+LOW_PARAMS: dict[str, tuple[int, ...]] = {"BiasAdd": (1,)}
+
 
 def apply_precision(graph: Graph, precision: str) -> Graph:
     """`graph` under `precision` (one of PRECISIONS); fp32 and tf32 return it unchanged.
@@ -80,13 +114,19 @@ def apply_precision(graph: Graph, precision: str) -> Graph:
     return _mixed(graph, LOW_TYPE[precision])
 
 
+def _data_positions(node: Node) -> tuple[list[int], tuple[int, ...]]:
+    ins, outs = FOLLOW_OPS[node.op]
+    return (list(range(len(node.inputs))) if ins is None else [i for i in ins
+                                                                if i < len(node.inputs)]), outs
+
+
 def _mixed(graph: Graph, low: str) -> Graph:
     tensors = graph.tensor_map
     added: dict[str, list[Tensor]] = {}   # original tensor -> tensors derived from it
     low_of: dict[str, str] = {}           # float32 tensor -> its low-type copy
-    cast_back: dict[str, str] = {}        # float32 output of a cast-back -> its node's name
+    low_only: set[str] = set()            # produced in the low type; no float32 value yet
+    renamed: dict[str, str] = {}          # outputs produced in the low type -> their low name
     nodes: list[Node] = []
-    renamed: dict[str, str] = {}          # the ops' outputs renamed to their low-type copies
 
     def new_tensor(source: str, name: str, dtype: str) -> str:
         if name in tensors or any(name == t.name for ts in added.values() for t in ts):
@@ -98,33 +138,51 @@ def _mixed(graph: Graph, low: str) -> Graph:
                                                    role=role))
         return name
 
+    def as_low(x: str) -> str:
+        if x not in low_of:
+            low_of[x] = new_tensor(x, f"{x}/{low}", low)
+            nodes.append(Node(name=f"{x}/cast_{low}", op="Cast", inputs=(x,),
+                              outputs=(low_of[x],), attrs={"to": low}))
+        return low_of[x]
+
+    def as_float32(x: str) -> str:
+        # The float32 value of a tensor produced in the low type, cast back where a float32
+        # op first reads it (widening is exact).
+        if x in low_only:
+            low_only.discard(x)
+            nodes.append(Node(name=f"{x}/cast_float32", op="Cast", inputs=(low_of[x],),
+                              outputs=(x,), attrs={"to": "float32"}))
+        return x
+
+    def run_low(n: Node, data_in: list[int], data_out: tuple[int, ...]) -> None:
+        inputs = list(n.inputs)
+        for i in data_in:
+            inputs[i] = as_low(inputs[i])
+        outputs = list(n.outputs)
+        for k in data_out:
+            y = outputs[k]
+            outputs[k] = renamed[y] = low_of[y] = new_tensor(y, f"{y}/{low}", low)
+            low_only.add(y)
+        nodes.append(n.model_copy(update={"inputs": tuple(inputs), "outputs": tuple(outputs)}))
+
     for n in graph.nodes:
         floats = [tensors[i].dtype == "float32" for i in n.inputs]
-        if n.op not in LOW_PRECISION_OPS or not all(floats) or n.inputs == ():
-            nodes.append(n)
+        if n.op in LOW_PRECISION_OPS and all(floats) and n.inputs:
+            run_low(n, list(range(len(n.inputs))), (0,))
             continue
-        inputs = []
-        for x in n.inputs:
-            if x not in low_of:
-                low_of[x] = new_tensor(x, f"{x}/{low}", low)
-                nodes.append(Node(name=f"{x}/cast_{low}", op="Cast", inputs=(x,),
-                                  outputs=(low_of[x],), attrs={"to": low}))
-            inputs.append(low_of[x])
-        (y,) = n.outputs
-        y_low = new_tensor(y, f"{y}/{low}", low)
-        renamed[y] = y_low
-        nodes.append(n.model_copy(update={"inputs": tuple(inputs), "outputs": (y_low,)}))
-        nodes.append(Node(name=f"{y}/cast_float32", op="Cast", inputs=(y_low,), outputs=(y,),
-                          attrs={"to": "float32"}))
-        low_of[y] = y_low
-        cast_back[y] = nodes[-1].name
+        if n.op in FOLLOW_OPS:
+            data_in, data_out = _data_positions(n)
+            if data_in and all(n.inputs[i] in low_of for i in data_in) and all(
+                    tensors[n.outputs[k]].dtype == "float32" for k in data_out):
+                run_low(n, [*data_in, *LOW_PARAMS.get(n.op, ())], data_out)
+                continue
+        nodes.append(n.model_copy(update={"inputs": tuple(as_float32(x) for x in n.inputs)}))
+    for y in graph.outputs:
+        as_float32(y)
 
-    read = {i for n in nodes for i in n.inputs} | set(graph.outputs)
-    dead = {cast_back[y] for y in cast_back if y not in read}
-    nodes = [n for n in nodes if n.name not in dead]
     kept: list[Tensor] = []
     for t in graph.tensors:
-        if t.name in renamed and cast_back[t.name] in dead:
+        if t.name in renamed and t.name in low_only:   # never needed in float32
             kept += [x for x in added.get(t.name, ()) if x.name == renamed[t.name]]
             kept += [x for x in added.get(t.name, ()) if x.name != renamed[t.name]]
             continue

@@ -42,6 +42,7 @@ from planner.ops.base import (
     norm_axis,
     register,
     require_float,
+    widening_scratch,
 )
 
 if TYPE_CHECKING:
@@ -105,7 +106,7 @@ def _define(name: str, reference: Reference, flops: int, grad_op: str, second: s
     """Register a forward activation and its gradient op."""
     register(OpDef(
         name=name, arity=1, attrs=attrs, cost_class=cost_class,
-        infer=_float_unary(name),
+        infer=_float_unary(name), scratch=widening_scratch(),
         flops=elementwise_flops(flops),
         reference=reference,
         gradient=_rule(grad_op, second, tuple(attrs)),
@@ -114,7 +115,7 @@ def _define(name: str, reference: Reference, flops: int, grad_op: str, second: s
     ))
     register(OpDef(
         name=grad_op, arity=2, attrs=attrs, cost_class=cost_class,
-        infer=_grad_infer(grad_op, second),
+        infer=_grad_infer(grad_op, second), scratch=widening_scratch(),
         flops=elementwise_flops(grad_flops),
         reference=grad_reference,
         doc=f"Gradient of {name}: [dy, {second}] -> dx.",

@@ -40,7 +40,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from planner.dtypes import is_float, num_bytes, num_elements
+from planner.dtypes import LOW_FLOATS, is_float, num_bytes, num_elements
 
 
 class OpError(ValueError):
@@ -272,6 +272,31 @@ def get_op(name: str) -> OpDef:
 def elementwise_flops(per_element: int) -> Flops:
     """FLOPs = per_element x output elements (summed over outputs)."""
     return lambda ins, outs, a: per_element * sum(o.size for o in outs)
+
+
+Scratch = Callable[[list[TensorType], list[TensorType], Attrs, int], int]
+
+
+def widening_scratch(rule: Scratch | None = None) -> Scratch:
+    """A `scratch` rule for a float32 loop kernel that also runs on bfloat16 / float16 tensors
+    by widening them (the CPU runtime's `widened()`): `rule`'s bytes (none if None) plus a
+    float32 copy of every low operand, each rounded up to 64 bytes.
+
+    >>> widening_scratch()([TensorType((3, 5), "bfloat16")], [TensorType((3, 5), "bfloat16")],
+    ...                    {}, 2)
+    128
+    >>> widening_scratch()([TensorType((3, 5))], [TensorType((3, 5))], {}, 2)
+    0
+    """
+    def scratch(ins: list[TensorType], outs: list[TensorType], a: Attrs, threads: int) -> int:
+        low = [t for t in (*ins, *outs) if t.dtype in LOW_FLOATS]
+        copies = sum(-(-num_bytes(t.shape, "float32") // 64) * 64 for t in low)
+        # the float32 kernel is sized on the float32 operands it then sees
+        wide = [[TensorType(t.shape, "float32" if t.dtype in LOW_FLOATS else t.dtype)
+                 for t in ts] for ts in (ins, outs)]
+        return copies + (rule(wide[0], wide[1], a, threads) if rule else 0)
+
+    return scratch
 
 
 def reorder_scratch(copies: int, per_thread: int = 4096):

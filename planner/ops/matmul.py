@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from planner.dtypes import LOW_FLOATS
 from planner.ops.base import (
     Attr,
     Attrs,
@@ -35,6 +36,7 @@ from planner.ops.base import (
     register,
     reorder_scratch,
     require_float,
+    widening_scratch,
 )
 from planner.ops.elementwise import broadcast_shapes
 from planner.ops.reduce import sum_to_shape
@@ -176,7 +178,8 @@ def _bias_add_grad_infer(ins: list[TensorType], a: Attrs) -> list[TensorType]:
     if dy.rank == 0:
         raise OpError("BiasAddGrad: dy must have rank >= 1, got a scalar")
     axis = norm_axis("BiasAddGrad", a["axis"], dy.rank)
-    return [TensorType((dy.shape[axis],), dy.dtype)]
+    # a sum: over a bfloat16 / float16 dy it accumulates and answers in float32
+    return [TensorType((dy.shape[axis],), "float32" if dy.dtype in LOW_FLOATS else dy.dtype)]
 
 
 def _bias_add_grad_reference(xs: list[np.ndarray], a: Attrs) -> list[np.ndarray]:
@@ -199,7 +202,7 @@ register(OpDef(
 register(OpDef(
     name="BiasAddGrad",
     # Per-thread float64 partial sums of every channel (bias axis 1).
-    scratch=lambda ins, outs, a, threads: 8 * ins[0].shape[1] * threads + 4096,
+    scratch=widening_scratch(lambda ins, outs, a, threads: 8 * ins[0].shape[1] * threads + 4096),
     cost_class="reduction", arity=1, attrs={"axis": Attr("int", 1)},
     infer=_bias_add_grad_infer,
     # one addition per dy element

@@ -11,6 +11,10 @@ update:
 
 training=False uses the running statistics and has the single output y.
 
+A bfloat16 / float16 x (mixed precision, planner/graph/precision.py) gives y (and BatchNormGrad's
+dx) in x's type while scale, bias and every statistic stay float32 (`stat_dtype`): the
+statistics are computed in float32 from the widened x, as cuDNN, oneDNN and torch.autocast do.
+
 BatchNormGrad takes one attr beyond the catalogue, `training` (default True, the catalogue's
 op). Like TensorFlow's FusedBatchNormGrad `is_training`, training=False is the gradient of the
 inference form: its last two inputs are then running_mean and running_var, and `epsilon` gives
@@ -34,6 +38,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from planner.dtypes import LOW_FLOATS
 from planner.ops.base import (
     Attr,
     Attrs,
@@ -65,8 +70,16 @@ def _check_per_channel(op: str, x: TensorType, named: dict[str, TensorType]) -> 
         if t.shape != (c,):
             raise OpError(f"{op}: {what} must have shape [{c}] (the channels of x "
                           f"{list(x.shape)}), got {list(t.shape)}")
-        if t.dtype != x.dtype:
-            raise OpError(f"{op}: {what} is {t.dtype} but x is {x.dtype}")
+        if t.dtype != stat_dtype(x.dtype):
+            raise OpError(f"{op}: {what} is {t.dtype} but x is {x.dtype} (its statistics and "
+                          f"parameters are {stat_dtype(x.dtype)})")
+
+
+def stat_dtype(x_dtype: str) -> str:
+    """The dtype of a normalisation's parameters and statistics for input dtype `x_dtype`:
+    float32 for a low-precision x (bfloat16 or float16 activations are normalised with float32
+    statistics, as cuDNN's and oneDNN's batch norms and torch.autocast do), else x's own."""
+    return "float32" if x_dtype in LOW_FLOATS else x_dtype
 
 
 def _per_channel(x: TensorType) -> int:
@@ -83,7 +96,7 @@ def _batchnorm_infer(ins: list[TensorType], a: Attrs) -> list[TensorType]:
     if _per_channel(x) < 2:
         raise OpError(f"BatchNorm: training needs more than one value per channel, x has shape "
                       f"{list(x.shape)}")
-    stat = TensorType((c,), x.dtype)
+    stat = TensorType((c,), stat_dtype(x.dtype))
     return [x, stat, stat, stat, stat]
 
 

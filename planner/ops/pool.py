@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from planner.dtypes import LOW_FLOATS
 from planner.ops.base import (
     Attr,
     Attrs,
@@ -33,6 +34,7 @@ from planner.ops.base import (
     reorder_scratch,
     require_float,
     require_rank,
+    widening_scratch,
 )
 from planner.ops.conv import Window, crop_nchw, pad_nchw, read_window, scatter_windows, windows
 
@@ -152,7 +154,7 @@ def _maxpool_grad_infer(ins: list[TensorType], a: Attrs) -> list[TensorType]:
 
 register(OpDef(
     name="MaxPool",
-    scratch=reorder_scratch(2),
+    scratch=widening_scratch(reorder_scratch(2)),
     cost_class="reduction", arity=1, attrs=MAXPOOL_ATTRS,
     infer=lambda ins, a: [_pool_type("MaxPool", ins[0], a)],
     flops=lambda ins, outs, a: outs[0].size * _window_flops(a, 0),
@@ -163,7 +165,7 @@ register(OpDef(
 
 register(OpDef(
     name="MaxPoolGrad",
-    scratch=reorder_scratch(2),
+    scratch=widening_scratch(reorder_scratch(2)),
     cost_class="reduction", arity=2, attrs=MAXPOOL_ATTRS,
     infer=_maxpool_grad_infer,
     flops=lambda ins, outs, a: ins[0].size * _window_flops(a, 1),
@@ -251,7 +253,8 @@ def _global_type(ins: list[TensorType], a: Attrs) -> list[TensorType]:
     (x,) = ins
     require_rank("GlobalAvgPool", x, 4, "input x (N,C,H,W)")
     require_float("GlobalAvgPool", x, "input x")
-    return [TensorType((*x.shape[:2], 1, 1), x.dtype)]
+    # A mean is a reduction: over a bfloat16 / float16 x it accumulates and answers in float32.
+    return [TensorType((*x.shape[:2], 1, 1), "float32" if x.dtype in LOW_FLOATS else x.dtype)]
 
 
 def global_avgpool_gradient(g: GradBuilder, node, grad_outputs: list[str | None]

@@ -35,6 +35,8 @@ U = 2.0 ** -8  # bfloat16's unit roundoff (8-bit significand)
 MODELS = {
     "mlp": dict(batch=8, hidden=[32], in_features=24, classes=5),
     "lenet": dict(batch=4, image=12),
+    # BatchNorm, pooling and residual adds in bfloat16 between the convolutions
+    "resnet": dict(batch=4, image=16, depth=18, width=0.125, classes=4),
 }
 
 
@@ -59,8 +61,15 @@ def update_errors(graph, before, got, want) -> dict[str, float]:
     return out
 
 
-@pytest.mark.parametrize("precision", sorted(UNIT))
-@pytest.mark.parametrize("model", sorted(MODELS))
+# ResNet in bf16-mixed only: its last stages normalise 1x1 maps over the batch's 4 values, where
+# BatchNorm multiplies a one-ulp rounding flip of its input (a float32 summation-order
+# difference in the convolution before it) by |x| / std; float16's unit roundoff is 8x smaller
+# than bfloat16's, and so is the bound, while the flips' size is set by the float32 sums.
+CASES = [(m, p) for m in sorted(MODELS) for p in sorted(UNIT)
+         if (m, p) != ("resnet", "fp16-mixed")]
+
+
+@pytest.mark.parametrize(("model", "precision"), CASES)
 def test_bf16_mixed_step_matches_emulated_reference(model, precision, tmp_path_factory):
     """(and fp16-mixed, with float16's unit roundoff in the same bounds)"""
     u = UNIT[precision]

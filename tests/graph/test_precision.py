@@ -9,7 +9,12 @@ import pytest
 from planner.graph.autodiff import make_training_graph
 from planner.graph.interpret import init_params, random_feeds, train_step
 from planner.graph.optimizer import Optimizer
-from planner.graph.precision import LOW_PRECISION_OPS, apply_precision
+from planner.graph.precision import (
+    FOLLOW_OPS,
+    LOW_PARAMS,
+    LOW_PRECISION_OPS,
+    apply_precision,
+)
 from planner.graph.validate import check_graph
 from planner.zoo import build
 
@@ -46,10 +51,24 @@ def test_mixed_policy(model, low):
     assert types["loss"] == "float32"
     low_ops = [n for n in g.nodes if n.op in LOW_PRECISION_OPS]
     assert low_ops
+    def floats(names):
+        return {types[t] for t in names if types[t].startswith(("float", "bf"))}
+
     for n in g.nodes:
-        dtypes = {types[t] for t in (*n.inputs, *n.outputs) if types[t].startswith(("float", "bf"))}
+        dtypes = floats((*n.inputs, *n.outputs))
         if n.op in LOW_PRECISION_OPS:
             assert dtypes == {dtype}, n.name
+        elif n.op in FOLLOW_OPS and dtype in dtypes:
+            # in the low type: its data inputs and outputs; parameters, statistics and a
+            # reduction's result stay float32
+            ins, outs = FOLLOW_OPS[n.op]
+            data_in = [*(range(len(n.inputs)) if ins is None else ins),
+                       *LOW_PARAMS.get(n.op, ())]
+            assert floats(n.inputs[i] for i in data_in) == {dtype}, n.name
+            assert floats(n.outputs[k] for k in outs) <= {dtype}, n.name
+            others = [y for k, y in enumerate(n.outputs) if k not in outs]
+            others += [x for i, x in enumerate(n.inputs) if i not in data_in]
+            assert floats(others) <= {"float32"}, n.name
         elif n.op != "Cast":  # softmax, losses, statistics, reductions, updates: float32
             assert dtype not in dtypes, n.name
     casts = [(n.inputs[0], n.attrs["to"]) for n in g.nodes if n.op == "Cast"]
@@ -100,6 +119,39 @@ def test_bf16_mixed_tracks_the_float32_loss_curve(model):
     assert abs(bf16[-1] - f32[-1]) / f32[-1] < 0.02, (f32[-1], bf16[-1])
 
 
+# More zoo models: (small configuration, learning rate) at which 30 SGD steps on one batch
+# learn (the float32 loss falls by >= 10%). Measured but not here (the bfloat16 gap at the
+# last step, under load): ResNet-18 at 64x64, batch 8 tracks within 1.5% but takes 80 s in the
+# reference; at 32x32 its last stage normalises 1x1 maps over 4-8 values per channel, where
+# BatchNorm amplifies the per-layer rounding (relative error 0.3% after the stem, 20% in the
+# last stage) and the gap is 15%; DenseNet (9%) and Inception likewise at sizes that run in
+# seconds.
+ZOO_CURVES = {
+    "gpt": (dict(batch=2, seq=4, dim=8, heads=2, layers=1, vocab=11), 0.1),
+    "bert": (dict(batch=2, seq=4, dim=8, heads=2, layers=1, vocab=11), 0.1),
+    "wide_deep": (dict(batch=4, tables=5, vocab=[7, 3, 5, 2, 9], dim=3, hidden=[8, 4]), 0.1),
+    "vgg16": (dict(batch=4, image=32, width=0.0625, classes=5), 0.001),
+}
+
+
+@pytest.mark.parametrize("model", sorted(ZOO_CURVES))
+def test_zoo_models_track_the_float32_loss_curve_in_bf16_mixed(model):
+    """As test_bf16_mixed_tracks_the_float32_loss_curve, on the zoo's transformer, wide & deep
+    and VGG graphs (bfloat16 activations between the convolutions, BatchNorm-free)."""
+    cfg, lr = ZOO_CURVES[model]
+    losses = {}
+    for precision in ("fp32", "bf16-mixed"):
+        g = make_training_graph(build(model, **cfg), Optimizer(kind="sgd", lr=lr),
+                                precision=precision)
+        state, feeds = init_params(g, seed=0), random_feeds(g, seed=0)
+        for _ in range(30):
+            out, state = train_step(g, feeds, state)
+            losses.setdefault(precision, []).append(float(out["loss"]))
+    f32, bf16 = losses["fp32"], losses["bf16-mixed"]
+    assert f32[-1] < 0.9 * f32[0], "the float32 run itself must learn"
+    assert abs(bf16[-1] - f32[-1]) / f32[-1] < 0.02, (f32[-1], bf16[-1])
+
+
 def test_tolerance_sees_bfloat16_rounding():
     """The executor test's bound (4u of each update, tests/codegen/test_mixed_precision.py) is
     tight enough to tell a bfloat16 step from a float32 one: on that test's LeNet and start,
@@ -146,3 +198,40 @@ def test_plans_count_the_low_type_bytes(tmp_path):
             checked += t["dtype"] == "bfloat16"
     assert checked > 10
     assert main(["verify", str(out)]) == 0
+
+
+def test_no_float32_copy_of_an_activation_is_kept():
+    """bf16-mixed ResNet: the only values cast back to float32 are what float32 ops need by
+    design (the logits for the loss, the weight gradients for the master update); every
+    activation and activation gradient between the convolutions exists in bfloat16 only."""
+    g = training("resnet", "bf16-mixed")
+    back = [n.outputs[0] for n in g.nodes if n.op == "Cast" and n.attrs["to"] == "float32"]
+    assert back
+    producers = {y: n for n in g.nodes for y in n.outputs}
+    for y in back:
+        made_by = producers[g.node_map[f"{y}/cast_float32"].inputs[0]].op
+        assert made_by in ("Conv2DBackpropFilter", "MatMul", "BiasAdd"), (y, made_by)
+        if made_by != "Conv2DBackpropFilter":  # the classifier: logits, or weight gradient
+            assert g.tensor(y).shape[-1] == SMALL["resnet"]["classes"] or y.startswith("grad/")
+    for op in ("Relu", "ReluGrad", "BatchNorm", "BatchNormGrad", "Add", "MaxPool",
+               "MaxPoolGrad"):
+        assert all(g.tensor(n.outputs[0]).dtype == "bfloat16" for n in g.nodes if n.op == op), op
+
+
+def test_fit_holds_about_twice_the_float32_batch():
+    """`planner fit 'zoo:resnet?depth=50' --vary batch` in bf16-mixed holds >= 1.8x float32's
+    batch (issue 23's acceptance, there at 224x224 in 11 GiB on h100-80gb: 814 -> 1555). Here
+    the same ResNet-50 at 32x32 and a quarter of the width in 64 MiB (96 -> 192), without
+    recompute and
+    offload (which would find room in both precisions at a search cost of minutes): saved
+    activations dominate, and bfloat16 halves them."""
+    from planner.fit import fit
+    from planner.memory.options import MemoryOptions
+    from planner.target import preset
+
+    spec = "zoo:resnet?depth=50&image=32&width=0.25"
+    options = MemoryOptions(offload=False, recompute="off")
+    batch = {p: fit(spec, preset("h100-80gb"), 64 << 20, "batch", multiple=16, precision=p,
+                    options=options).value for p in ("fp32", "bf16-mixed")}
+    assert batch["fp32"] >= 64, batch
+    assert batch["bf16-mixed"] >= 1.8 * batch["fp32"], batch

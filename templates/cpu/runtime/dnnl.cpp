@@ -90,4 +90,84 @@ void DnnlKernel::run_all(const Run& r) {
   for (size_t k = 0; k < steps_.size(); ++k) run_one(k, r);
 }
 
+// ---- Widened ---------------------------------------------------------------------------------
+
+namespace {
+
+bool is_low(int dtype) { return dtype == BF16 || dtype == F16; }
+bool has_low(const Node& n) {
+  for (const auto* ts : {&n.in, &n.out})
+    for (const TensorRef& t : *ts)
+      if (is_low(t.dtype)) return true;
+  return false;
+}
+
+class Widened : public DnnlKernel {
+ public:
+  Widened(const Node& n, Factory make) {
+    Node wide{n.spec, n.in, n.out, n.attrs, n.engine, n.threads};
+    int top = 0;
+    for (const TensorRef& t : n.in) top = std::max(top, t.id);
+    for (const TensorRef& t : n.out) top = std::max(top, t.id);
+    ptrs_.assign(static_cast<size_t>(top) + 1, nullptr);
+    auto convert = [&](const TensorRef& t, bool in) {
+      int64_t at = temp(static_cast<size_t>(t.size()) * sizeof(float));
+      auto low = plain_md(t.shape, t.dtype), f32 = plain_md(t.shape, F32);
+      auto pd = in ? dnnl::reorder::primitive_desc(n.engine, low, n.engine, f32, user_scratchpad())
+                   : dnnl::reorder::primitive_desc(n.engine, f32, n.engine, low, user_scratchpad());
+      std::vector<Arg> args = in ? std::vector<Arg>{{DNNL_ARG_FROM, t.id}, {DNNL_ARG_TO, -1, at}}
+                                 : std::vector<Arg>{{DNNL_ARG_FROM, -1, at}, {DNNL_ARG_TO, t.id}};
+      (in ? widen_ : narrow_).push_back(add(dnnl::reorder(pd), pd, args));
+      wide_.push_back({t.id, at});
+    };
+    for (TensorRef& t : wide.in)
+      if (is_low(t.dtype)) convert(t, true), t.dtype = F32;
+    for (TensorRef& t : wide.out)
+      if (is_low(t.dtype)) convert(t, false), t.dtype = F32;
+    for (const TensorRef& t : wide.in) ids_.push_back(t.id);
+    for (const TensorRef& t : wide.out) ids_.push_back(t.id);
+    inner_ = make(wide);
+  }
+  size_t scratch_bytes() const override {
+    return DnnlKernel::scratch_bytes() + inner_->scratch_bytes();
+  }
+  std::string impl() const override {
+    std::string inner = inner_->impl();
+    return DnnlKernel::impl() + (inner.empty() ? "" : " + " + inner);
+  }
+  void run(const Run& r) override {
+    for (size_t k : widen_) run_one(k, r);
+    for (int id : ids_) ptrs_[id] = r.ptr[id];
+    for (const auto& [id, at] : wide_) ptrs_[id] = r.scratch + at;
+    // DnnlKernel's own scratch (temporaries, then the reorders' scratchpad) comes first.
+    Run wide{ptrs_.data(), r.scratch + DnnlKernel::scratch_bytes(), r.stream, r.threads,
+             r.collective};
+    inner_->run(wide);
+    for (size_t k : narrow_) run_one(k, r);
+  }
+
+ private:
+  KernelPtr inner_;
+  std::vector<size_t> widen_, narrow_;
+  std::vector<std::pair<int, int64_t>> wide_;  // tensor id -> its float32 temporary
+  std::vector<int> ids_;
+  std::vector<char*> ptrs_;
+};
+
+}  // namespace
+
+KernelPtr widened(const Node& n, Factory make) {
+  if (has_low(n)) return std::make_unique<Widened>(n, make);
+  return make(n);
+}
+
+KernelPtr native_or_widened(const Node& n, Factory make) {
+  try {
+    return make(n);
+  } catch (const dnnl::error& e) {
+    if (e.status != dnnl_unimplemented || !has_low(n)) throw;
+    return std::make_unique<Widened>(n, make);
+  }
+}
+
 }  // namespace planner

@@ -58,6 +58,18 @@ class DnnlKernel : public Kernel {
   std::string impl_;
 };
 
+// The float32 kernel `make` builds, run on an op whose tensors include bfloat16 / float16 ones
+// (mixed precision's ops between convolutions: Relu, MaxPool and their gradients): oneDNN
+// reorders widen the low inputs into float32 temporaries (exact), the float32 kernel runs on
+// them, and reorders round its float32 results once into the low outputs (to nearest even),
+// the reference interpreter's semantics to the bit. An op without low tensors gets make(n)
+// itself. The temporaries are the op's scratch (planner.ops.base.widening_scratch plans them).
+KernelPtr widened(const Node& n, Factory make);
+// make(n), a oneDNN kernel on the tensors' own types; where this CPU's oneDNN has no
+// implementation for an op's bfloat16 / float16 tensors (bf16 batch norm, pooling and binary
+// need AVX512_CORE or AVX2_VNNI_2), the same kernel in float32 on widened copies.
+KernelPtr native_or_widened(const Node& n, Factory make);
+
 // oneDNN dilation is "extra gap": 0 means dense.
 memory::dims dnnl_dilation(const std::vector<int64_t>& d);
 

@@ -79,20 +79,27 @@ KernelPtr binary(const Node& n, dnnl::algorithm alg, char op, bool commutes) {
   size_t r = y.size();
   if (n.in[0].dtype == I64 && n.in[1].dtype == I64 && op != '/')
     return std::make_unique<BroadcastLoop<int64_t>>(n, op);
+  const bool low = (n.in[0].dtype == BF16 || n.in[0].dtype == F16) &&
+                   n.in[1].dtype == n.in[0].dtype && n.out[0].dtype == n.in[0].dtype;
+  if (low && padded(n.in[0].shape, r) == y && padded(n.in[1].shape, r) == y)
+    return binary_prim(n, alg, 0, 1);  // mixed precision's residual adds: float32 math inside
   if (n.in[0].dtype != F32 || n.in[1].dtype != F32)
-    throw std::runtime_error("binary ops take float32 tensors (or int64, but for Div)");
+    throw std::runtime_error("binary ops take float32 tensors (or int64, but for Div; or "
+                             "two bfloat16 / float16 tensors of the output's shape)");
   if (padded(n.in[0].shape, r) == y) return binary_prim(n, alg, 0, 1);
   if (commutes && padded(n.in[1].shape, r) == y) return binary_prim(n, alg, 1, 0);
   return std::make_unique<BroadcastLoop<float>>(n, op);
 }
 
-KernelPtr add(const Node& n) { return binary(n, dnnl::algorithm::binary_add, '+', true); }
+KernelPtr add_any(const Node& n) { return binary(n, dnnl::algorithm::binary_add, '+', true); }
+// bfloat16 / float16 operands: oneDNN's low-type binary, or float32 on widened copies.
+KernelPtr add(const Node& n) { return native_or_widened(n, add_any); }
 KernelPtr sub(const Node& n) { return binary(n, dnnl::algorithm::binary_sub, '-', false); }
 KernelPtr mul(const Node& n) { return binary(n, dnnl::algorithm::binary_mul, '*', true); }
 KernelPtr div(const Node& n) { return binary(n, dnnl::algorithm::binary_div, '/', false); }
 
 // y = x + b along `axis`: a binary add whose second source is b viewed as [1, .., C, .., 1].
-KernelPtr bias_add(const Node& n) {
+KernelPtr bias_add_any(const Node& n) {
   const Shape& x = n.in[0].shape;
   int rank = static_cast<int>(x.size());
   int axis = static_cast<int>((n.attrs.i("axis") % rank + rank) % rank);
@@ -109,7 +116,7 @@ KernelPtr bias_add(const Node& n) {
 }
 
 // AddN: a oneDNN sum with unit scales (one input: a copy).
-KernelPtr add_n(const Node& n) {
+KernelPtr add_n_any(const Node& n) {
   const TensorRef& y = n.out[0];
   if (n.in.size() == 1) return std::make_unique<Copy>(n.in[0].id, y.id, y.size() * dtype_bytes(y.dtype));
   std::vector<memory::desc> srcs;
@@ -124,6 +131,9 @@ KernelPtr add_n(const Node& n) {
   k->add(dnnl::sum(pd), pd, args);
   return k;
 }
+
+KernelPtr add_n(const Node& n) { return native_or_widened(n, add_n_any); }
+KernelPtr bias_add(const Node& n) { return native_or_widened(n, bias_add_any); }
 
 }  // namespace
 

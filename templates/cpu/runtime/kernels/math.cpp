@@ -2,24 +2,29 @@
 // NaN or +-inf differs from the numpy reference: Relu and ReluGrad (oneDNN's relu maps NaN to 0,
 // hiding a diverged run), LeakyReluGrad, Exp (oneDNN's gives inf for NaN), EluGrad, Sign, Selu,
 // SeluGrad, Clip, ClipGrad, Erf, CausalMask. Each functor is the reference's formula element by
-// element, in float.
+// element, in float. Relu and ReluGrad also take bfloat16 / float16 tensors (widened()).
 #include <cmath>
 #include <limits>
 
+#include "../dnnl_kernel.h"
 #include "../loops.h"
 
 namespace planner {
 namespace {
 
-KernelPtr relu(const Node& n) {
+KernelPtr relu_f32(const Node& n) {
   // np.maximum(x, 0): NaN stays NaN.
   return map1(n, [](float x) { return x > 0.f || x != x ? x : 0.f; });
 }
 
-KernelPtr relu_grad(const Node& n) {
+KernelPtr relu_grad_f32(const Node& n) {
   // np.where(y > 0, dy, 0)
   return map2(n, [](float dy, float y) { return y > 0.f ? dy : 0.f; });
 }
+
+// bfloat16 / float16 (mixed precision's activations): the same loops on widened copies.
+KernelPtr relu(const Node& n) { return widened(n, relu_f32); }
+KernelPtr relu_grad(const Node& n) { return widened(n, relu_grad_f32); }
 
 KernelPtr leaky_relu_grad(const Node& n) {
   const float a = static_cast<float>(n.attrs.f("alpha"));

@@ -19,6 +19,7 @@
 #include <cstring>
 #include <limits>
 
+#include "../dnnl_kernel.h"
 #include "../loops.h"
 
 namespace planner {
@@ -297,8 +298,12 @@ class MaxPoolGrad : public Kernel {
   Geometry g_;
 };
 
-KernelPtr max_pool(const Node& n) { return std::make_unique<MaxPool>(n); }
-KernelPtr max_pool_grad(const Node& n) { return std::make_unique<MaxPoolGrad>(n); }
+KernelPtr max_pool_f32(const Node& n) { return std::make_unique<MaxPool>(n); }
+KernelPtr max_pool_grad_f32(const Node& n) { return std::make_unique<MaxPoolGrad>(n); }
+// bfloat16 / float16 (mixed precision): the float32 loops on widened copies, so a window's
+// overlapping gradients add in float32 and dx is rounded once, as the reference does.
+KernelPtr max_pool(const Node& n) { return widened(n, max_pool_f32); }
+KernelPtr max_pool_grad(const Node& n) { return widened(n, max_pool_grad_f32); }
 
 }  // namespace
 

@@ -3,6 +3,9 @@
 // (N, C, rest, 1), the same bytes. The running-statistics update (PyTorch's: unbiased variance,
 // new = (1 - momentum) old + momentum batch) and saved_invstd are small loops after the
 // primitive; BatchNormGrad gives oneDNN the variance back from saved_invstd.
+// bfloat16 / float16 x, y, dy and dx (mixed precision) with float32 parameters and statistics
+// are oneDNN's own mixed batch norm (float32 math inside; on widened copies where the ISA has
+// no bf16 batch norm); the inference form's gradient loop runs on widened copies.
 #include <omp.h>
 
 #include <algorithm>
@@ -78,10 +81,12 @@ KernelPtr batch_norm_inference(const Node& n) {
   return k;
 }
 
-KernelPtr batch_norm(const Node& n) {
+KernelPtr batch_norm_any(const Node& n) {
   if (n.attrs.b("training")) return std::make_unique<BatchNormTraining>(n);
   return batch_norm_inference(n);
 }
+
+KernelPtr batch_norm(const Node& n) { return native_or_widened(n, batch_norm_any); }
 
 // [dy, x, scale, saved_mean, saved_invstd] -> [dx, dscale, dbias].
 class BatchNormGradTraining : public DnnlKernel {
@@ -152,9 +157,17 @@ class BatchNormGradInference : public Kernel {
   int dy_, x_, scale_, mean_, var_, dx_, dscale_, dbias_;
 };
 
-KernelPtr batch_norm_grad(const Node& n) {
-  if (n.attrs.b("training")) return std::make_unique<BatchNormGradTraining>(n);
+KernelPtr batch_norm_grad_inference(const Node& n) {
   return std::make_unique<BatchNormGradInference>(n);
+}
+
+KernelPtr batch_norm_grad_training(const Node& n) {
+  return std::make_unique<BatchNormGradTraining>(n);
+}
+
+KernelPtr batch_norm_grad(const Node& n) {
+  if (n.attrs.b("training")) return native_or_widened(n, batch_norm_grad_training);
+  return widened(n, batch_norm_grad_inference);
 }
 
 struct LrnParams {

@@ -1,6 +1,8 @@
 // Average pooling with oneDNN: AvgPool (forward), AvgPoolGrad (backward). MaxPool and
 // MaxPoolGrad are loops in max_pool.cpp.
 // Right/bottom padding is taken from the declared output size, which covers ceil_mode.
+// bfloat16 / float16 tensors: oneDNN's low-type pooling, or float32 on widened copies where the
+// ISA has none (native_or_widened).
 #include "../dnnl_kernel.h"
 
 namespace planner {
@@ -47,10 +49,11 @@ KernelPtr pool_forward(const Node& n, alg a) {
   return k;
 }
 
-KernelPtr avg_pool(const Node& n) { return pool_forward(n, avg_alg(n)); }
+KernelPtr avg_pool_any(const Node& n) { return pool_forward(n, avg_alg(n)); }
+KernelPtr avg_pool(const Node& n) { return native_or_widened(n, avg_pool_any); }
 
 // [dy] -> dx of shape input_shape.
-KernelPtr avg_pool_grad(const Node& n) {
+KernelPtr avg_pool_grad_any(const Node& n) {
   const TensorRef &dy = n.in[0], &dx = n.out[0];
   Window w = window(n, dx.shape, dy.shape);
   auto x_md = plain_md(dx.shape, dx.dtype);
@@ -63,6 +66,8 @@ KernelPtr avg_pool_grad(const Node& n) {
   k->add(dnnl::pooling_backward(bwd), bwd, {{DNNL_ARG_DIFF_DST, dy.id}, {DNNL_ARG_DIFF_SRC, dx.id}});
   return k;
 }
+
+KernelPtr avg_pool_grad(const Node& n) { return native_or_widened(n, avg_pool_grad_any); }
 
 }  // namespace
 

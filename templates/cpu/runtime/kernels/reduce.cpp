@@ -79,7 +79,15 @@ KernelPtr reduction(const Node& n, dnnl::algorithm a, const std::vector<bool>& r
       dst[k] = 1;
       any = true;
     }
-  if (!any) return std::make_unique<Copy>(x.id, y.id, y.size() * dtype_bytes(y.dtype));
+  if (!any && x.dtype == y.dtype)
+    return std::make_unique<Copy>(x.id, y.id, y.size() * dtype_bytes(y.dtype));
+  if (!any) {  // nothing to reduce, but a low x to widen (a 1x1 map's GlobalAvgPool)
+    auto pd = dnnl::reorder::primitive_desc(n.engine, view_md(src, x.dtype), n.engine,
+                                            view_md(dst, y.dtype), user_scratchpad());
+    auto k = std::make_unique<DnnlKernel>();
+    k->add(dnnl::reorder(pd), pd, {{DNNL_ARG_FROM, x.id}, {DNNL_ARG_TO, y.id}});
+    return k;
+  }
   const bool mean = a == dnnl::algorithm::reduction_mean;
   if ((mean || a == dnnl::algorithm::reduction_sum) && x.dtype == F32 && y.dtype == F32) {
     auto [first, last] = reduced_run(src, reduced);
@@ -164,11 +172,16 @@ class BiasAddGrad : public Kernel {
   int64_t outer_ = 1, inner_ = 1, channels_ = 1;
 };
 
-KernelPtr bias_add_grad(const Node& n) { return std::make_unique<BiasAddGrad>(n); }
+KernelPtr bias_add_grad_f32(const Node& n) { return std::make_unique<BiasAddGrad>(n); }
+// A bfloat16 / float16 dy (mixed precision; db stays float32): the loop on a widened copy.
+KernelPtr bias_add_grad(const Node& n) { return widened(n, bias_add_grad_f32); }
 
-KernelPtr global_avg_pool(const Node& n) {
+KernelPtr global_avg_pool_any(const Node& n) {
   return reduction(n, dnnl::algorithm::reduction_mean, {false, false, true, true});
 }
+// A bfloat16 / float16 x (mixed precision) with its float32 mean: oneDNN's mixed reduction, or
+// float32 on a widened copy where the ISA has none.
+KernelPtr global_avg_pool(const Node& n) { return native_or_widened(n, global_avg_pool_any); }
 
 }  // namespace
 
