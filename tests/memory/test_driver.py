@@ -10,7 +10,7 @@ import pytest
 from planner.costs import CostModel
 from planner.memory import InfeasibleBudget, MemoryOptions, cpu_memory
 from planner.memory.verify import verify_memory_data
-from planner.ops import get_op
+from planner.ops import TensorType, get_op
 from planner.plan import Plan
 from planner.schedule import cpu_schedule
 from planner.verify import verify_plan_data
@@ -30,10 +30,20 @@ def test_plans_verify_and_arena_is_close_to_load(small_plans, name):
     assert m.per_op_bound_bytes <= m.load_bytes
     held = {t.tensor for t in planned.tensors if t.tensor}
     assert held == {t.name for t in planned.graph.tensors}
-    # Every op whose kernel needs scratch has an area of its own, live while it alone runs.
+    # Every op whose kernel needs scratch (its rule, at its planned threads, gives bytes; the
+    # widening rule of a float32 op gives none) has an area of its own, live while it alone
+    # runs.
     scratch = {t.writer: t for t in planned.tensors if not t.tensor}
     g = planned.graph
-    assert set(scratch) == {n.name for n in g.nodes if get_op(n.op).scratch}
+    threads = {op.name: op.threads for op in planned.ops}
+
+    def needs_scratch(n) -> bool:
+        rule = get_op(n.op).scratch
+        types = [[TensorType(g.tensor(t).shape, g.tensor(t).dtype) for t in ts]
+                 for ts in (n.inputs, n.outputs)]
+        return rule is not None and rule(*types, n.attrs, threads[n.name]) > 0
+
+    assert set(scratch) == {n.name for n in g.nodes if needs_scratch(n)}
     for op, t in scratch.items():
         assert t.name == f"{op}@scratch" and t.readers == (op,) and t.first == t.last
 
