@@ -68,8 +68,8 @@ from planner.schedule.gpu_share import (
     busy_seconds,
     issue_times,
     simulate_streams,
-    transitive_reduction,
 )
+from planner.schedule.reach import transitive_reduction
 from planner.schedule.record import Edge, Schedule, ScheduledOp
 from planner.schedule.streams import ALL_STREAMS, compute_steps, is_compute
 

@@ -28,6 +28,8 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
+from planner.schedule.reach import descendants
+
 # An op index: its position in the plan's execution order.
 OpIndex = int
 
@@ -74,13 +76,7 @@ class HappensBefore:
         self._members = [0] * self.chains
         for v, c in enumerate(chain):
             self._members[c] |= 1 << v
-        reach = [0] * n
-        for u in range(n - 1, -1, -1):
-            r = 0
-            for w in succ[u]:
-                r |= reach[w] | 1 << w
-            reach[u] = r
-        self._reach = reach
+        self._reach = descendants(succ)
         self.n = n
 
     def before(self, u: OpIndex, w: OpIndex) -> bool:

@@ -209,35 +209,6 @@ def simulate_streams(seconds: Sequence[float], preds: Sequence[Sequence[int]],
     return StreamRun(start=[s if s is not None else 0.0 for s in start], end=end)
 
 
-def transitive_reduction(n: int, edges: Iterable[tuple[int, int]],
-                         keep: Iterable[tuple[int, int]] = ()) -> list[tuple[int, int]]:
-    """`edges` (u < w) without those another path implies, but for the ones in `keep`.
-
-    >>> transitive_reduction(3, [(0, 1), (1, 2), (0, 2)])
-    [(0, 1), (1, 2)]
-    >>> transitive_reduction(3, [(0, 1), (1, 2), (0, 2)], keep=[(0, 2)])
-    [(0, 1), (0, 2), (1, 2)]
-    """
-    succ: list[set[int]] = [set() for _ in range(n)]
-    for u, w in edges:
-        succ[u].add(w)
-    reach = [0] * n
-    for u in range(n - 1, -1, -1):
-        r = 0
-        for w in succ[u]:
-            r |= reach[w] | 1 << w
-        reach[u] = r
-    kept = set(keep)
-    out = []
-    for u in range(n):
-        # What u reaches through a path of two or more edges.
-        longer = 0
-        for w in succ[u]:
-            longer |= reach[w]
-        out.extend((u, w) for w in succ[u] if (u, w) in kept or not longer >> w & 1)
-    return sorted(out)
-
-
 def busy_seconds(intervals: Iterable[tuple[float, float]]) -> float:
     """The time covered by the union of half-open intervals (overlaps counted once).
 

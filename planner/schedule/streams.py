@@ -49,10 +49,10 @@ from planner.schedule.gpu_share import (
     issue_times,
     occupancy,
     simulate_streams,
-    transitive_reduction,
 )
 from planner.schedule.gpu_streams import assign_streams
 from planner.schedule.options import ScheduleOptions
+from planner.schedule.reach import transitive_reduction
 from planner.schedule.record import Bound, Edge, Schedule, ScheduledOp
 
 # The streams of a GPU plan: graph nodes and recomputes run on `compute`; offloads copy device

@@ -22,8 +22,8 @@ from planner.schedule.gpu_share import (
     HOST_LAUNCH_SECONDS,
     issue_times,
     simulate_streams,
-    transitive_reduction,
 )
+from planner.schedule.reach import transitive_reduction
 from planner.schedule.streams import compute_steps, is_compute, stream_schedule
 from planner.target import preset
 from planner.verify import verify_plan
