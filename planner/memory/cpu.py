@@ -8,11 +8,14 @@ order, carried out by the CPU executor's lanes.
     decide       stash, moves and layout as on a GPU, with every op's kernel scratch area
                  (driver.scratch_buffers' rule, at the op's thread count) laid out with it:
                  a recompute of a node gets a scratch area of its own too
-    serialize    one op at a time in the materialized order: a graph node keeps its planned
-                 CPUs and thread count (a recompute runs its node's kernel at the same thread
-                 count, so it writes the same bits), a transfer runs on one thread of the
-                 first CPU. On a CPU a copy takes cores like any op, so none is hidden: the
-                 step's predicted time includes every copy.
+    lanes        in the materialized order (a topological order), every op on its planned
+                 CPUs: a graph node keeps its CPUs, thread count and smt mark (a recompute
+                 runs its node's kernel at the same thread count, so it writes the same
+                 bits), a transfer runs on one thread of the first CPU. Ops on other CPUs
+                 run at the same time where their data and the arena's reuse allow
+                 (`lane_edges`, then the reuse edges): the schedule's co-running lanes are
+                 kept, its parallel-loop groups are not (their ops run one after another).
+                 On a CPU a copy takes a core like any op, so none is hidden.
 
 The host store is a separate allocation (placement "host", offsets in
 MemorySummary.host_bytes); the arena alone is what the budget bounds.
@@ -71,21 +74,17 @@ def cpu_budget_memory(graph: Graph, schedule: Schedule, model: CostModel,
 
     placed = decide(state, options, scratch)
     m = placed.material
-    # One op at a time, in the materialized order (a topological order of its edges).
-    m.edges = sorted(set(m.edges) | {(i - 1, i) for i in range(1, len(m.ops))})
+    first_cpu = min(c for o in schedule.ops for c in o.cpus)
+    where = []
+    for spec in m.ops:
+        at = placed_on.get(steps.nodes[spec.step].name) if spec.step >= 0 else None
+        where.append({"cpus": at.cpus, "threads": at.threads, "affinity": at.affinity,
+                      "smt": at.smt} if at is not None else {"cpus": (first_cpu,), "threads": 1})
+    m.edges = lane_edges(m, where, {c.id: c.core for c in model.target.logical_cpus})
     solved = solve(placed.state, placed, options, liveness_load)
     d = decide_memory(graph, solved)
-    first_cpu = min(c for o in schedule.ops for c in o.cpus)
-    ops = []
-    for o, spec in zip(d.ops, m.ops, strict=True):
-        node = steps.nodes[spec.step].name if spec.step >= 0 else ""
-        at = placed_on.get(node)
-        if at is not None:
-            where = {"cpus": at.cpus, "threads": at.threads, "affinity": at.affinity}
-        else:
-            where = {"cpus": (first_cpu,), "threads": 1}
-        ops.append(ScheduledOp(name=o.name, op=o.op, deps=o.deps, start=o.start, end=o.end,
-                               **where))
+    ops = [ScheduledOp(name=o.name, op=o.op, deps=o.deps, start=o.start, end=o.end, **at)
+           for o, at in zip(d.ops, where, strict=True)]
     workspace = {b.name.removesuffix("@scratch"): b.bytes for b in m.buffers
                  if b.kind == "scratch" and not b.tensor}
     summary = d.summary.model_copy(update={
@@ -93,6 +92,29 @@ def cpu_budget_memory(graph: Graph, schedule: Schedule, model: CostModel,
     # These ops and edges replace the schedule's (planner.pipeline.assemble): the serial order
     # moves updates past the lanes' order.
     return d.model_copy(update={"ops": tuple(ops), "summary": summary})
+
+
+def lane_edges(m: Material, where: list[dict], core_of: dict[int, int]
+               ) -> list[tuple[int, int]]:
+    """The ordering edges of `m` on CPUs: its data, in-place and transfer edges (not the
+    compute stream's chain: ops on other CPUs may run at the same time, as the schedule's
+    lanes ran them), and on every logical CPU, and every physical core of an op not marked
+    smt, each op after the previous one using it (ops never share a CPU at once, nor a core
+    unless one is marked smt). Memory reuse between ops that may now co-run is ordered by the
+    reuse edges `solve` adds over these."""
+    transfer = [o.kind in ("offload", "prefetch") for o in m.ops]
+    edges = {(u, w) for u, w in m.edges if transfer[u] or transfer[w]}
+    edges |= {(d, i) for i, ds in enumerate(m.deps) for d in ds}
+    last: dict[tuple[str, int], int] = {}
+    for i, at in enumerate(where):
+        keys = [("cpu", c) for c in at["cpus"]]
+        if not at.get("smt"):
+            keys += [("core", core_of.get(c, -1 - c)) for c in at["cpus"]]
+        for k in keys:
+            if k in last:
+                edges.add((last[k], i))
+            last[k] = i
+    return sorted(e for e in edges if e[0] != e[1])
 
 
 def cpu_steps(graph: Graph, schedule: Schedule) -> ComputeSteps:
