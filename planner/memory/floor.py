@@ -101,8 +101,19 @@ class ArenaFloor:
             for a, z in state.spans[t]:
                 delta[a] += pad
                 delta[z + 1] -= pad
-        live = state.profile + self.base + np.cumsum(delta[:-1])
+        return int((self._unpadded(state) + np.cumsum(delta[:-1])).max(initial=0)) \
+            + self.persistent
+
+    def above(self, state: State, budget: int) -> bool:
+        """floor(state) > budget, the padding (a pass over the tensors) counted only where
+        the rest does not exceed the budget already."""
+        if int(self._unpadded(state).max(initial=0)) + self.persistent > budget:
+            return True
+        return self(state) > budget
+
+    def _unpadded(self, state: State) -> np.ndarray:
+        live = state.profile + self.base
         for sid in state.active:
             at, nbytes = self.segment[sid]
             live[at] += nbytes
-        return int(live.max(initial=0)) + self.persistent
+        return live

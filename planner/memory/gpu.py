@@ -202,7 +202,7 @@ def decide(state: State, options: MemoryOptions, extra: ExtraBuffers | None = No
     floor = ArenaFloor(state.stash, extra, options.alignment)
 
     def fits(s: State) -> bool:
-        if floor(s) > budget:  # cannot fit: no layout needed (planner.memory.floor)
+        if floor.above(s, budget):  # cannot fit: no layout needed (planner.memory.floor)
             return False
         placed = lay(s, options, extra, limit=budget)
         last[:] = [placed] if placed is not None else []

@@ -55,11 +55,15 @@ def whole_step(b: Buffer, before: float, after: float) -> bool:
 
 
 def lay_out(buffers: Sequence[Buffer], hb: HappensBefore, alignment: int = 64,
-            heuristics: Sequence[str] = tuple(ALL_HEURISTICS), first: Sequence[str] = ()
-            ) -> Layout:
+            heuristics: Sequence[str] = tuple(ALL_HEURISTICS), first: Sequence[str] = (),
+            limit: Bytes | None = None) -> Layout | None:
     """Offsets for every buffer (see the module docstring). `hb` gains the reuse edges.
-    `first`: heuristics to try first, for speed only (arena.allocate)."""
-    offsets, arena, host, heuristic = place(buffers, alignment, heuristics, first)
+    `first`: heuristics to try first, for speed only (arena.allocate). `limit`: None when
+    the arena would exceed it (found early), else the same layout."""
+    placed = place(buffers, alignment, heuristics, first, limit)
+    if placed is None:
+        return None
+    offsets, arena, host, heuristic = placed
     edges = reuse_edges(buffers, offsets, hb)
     return Layout(tuple(offsets), arena, host, heuristic, tuple(edges))
 

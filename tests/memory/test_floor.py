@@ -66,22 +66,22 @@ def test_the_cpu_search_lays_out_only_states_that_may_fit(resnet, monkeypatch):
     """On a CPU plan the scratch areas are much of the peak: a state whose floor exceeds the
     budget is never laid out, and there are such states (the tensors' LOAD alone fits)."""
     laid, skipped = [], []
-    lay, call = gpu.lay, ArenaFloor.__call__
+    lay, above = gpu.lay, ArenaFloor.above
 
     def counting_lay(state, options, extra=None, limit=None):
         laid.append(ArenaFloor(state.stash, extra, options.alignment)(state))
         return lay(state, options, extra, limit)
 
-    def counting_floor(self, state):
-        f = call(self, state)
-        if state.load() <= budget < f:
-            skipped.append(f)
-        return f
+    def counting_above(self, state, limit):
+        out = above(self, state, limit)
+        assert out == (self(state) > limit)
+        if out and state.load() <= limit:
+            skipped.append(state)
+        return out
 
     monkeypatch.setattr(gpu, "lay", counting_lay)
-    monkeypatch.setattr(ArenaFloor, "__call__", counting_floor)
+    monkeypatch.setattr(ArenaFloor, "above", counting_above)
     options = PlanOptions(memory=MemoryOptions(budget_bytes=64))
-    budget = 64
     with pytest.raises(InfeasibleBudget) as e:
         plan(resnet, CPU, options=options)
     budget = e.value.smallest_bytes
