@@ -5,6 +5,8 @@ feasible one, on the memory test's DenseNet and Inception-v3 and on a ResNet-50.
     python bench/bench_budget_search.py [--models densenet,inception_v3,resnet50]
                                         [--rounds 3] [--tree DIR ...]
 
+This host is detected once and written to a target file every command plans for (`--target
+host` measures the machine anew each time, and its costs, hence its plans, vary a little).
 Budgets come from this tree (its unconstrained plan, and the smallest feasible budget its
 error names); each `--tree` (a checkout of the planner, default this one) then plans them
 with its own `planner plan` in a process of its own, the trees taking turns for `rounds`
@@ -37,18 +39,16 @@ MODELS = {
 }
 
 
-def budgets(spec: str) -> dict[str, int]:
-    """The midpoint and the smallest feasible budget of `spec`'s uniform host plan."""
+def budgets(spec: str, target) -> dict[str, int]:
+    """The midpoint and the smallest feasible budget of `spec`'s uniform plan on `target`."""
     from planner.errors import InfeasibleBudget
     from planner.graph.autodiff import Optimizer, make_training_graph
     from planner.load import load_graph
     from planner.memory.options import MemoryOptions
     from planner.pipeline import PlanOptions, plan
     from planner.schedule import ScheduleOptions
-    from planner.target.presets import load_target
 
     graph = make_training_graph(load_graph(spec), Optimizer(kind="sgd"))
-    target = load_target("host")
 
     def planned(budget):
         with warnings.catch_warnings():
@@ -66,11 +66,11 @@ def budgets(spec: str) -> dict[str, int]:
     return {"mid": max((m.per_op_bound_bytes + m.arena_bytes) // 2, small), "small": small}
 
 
-def timed(tree: Path, spec: str, budget: int, out: Path) -> tuple[float, dict]:
+def timed(tree: Path, spec: str, target: Path, budget: int, out: Path) -> tuple[float, dict]:
     env = dict(os.environ, PYTHONPATH=str(tree))
     t = time.perf_counter()
     subprocess.run([sys.executable, "-m", "planner.cli", "plan", spec, "--train", "sgd",
-                    "--target", "host", "--strategy", "uniform", "--memory-budget",
+                    "--target", str(target), "--strategy", "uniform", "--memory-budget",
                     str(budget), "-o", str(out), "--force", "--json"],
                    cwd=tree, env=env, check=True, capture_output=True)
     seconds = time.perf_counter() - t
@@ -91,15 +91,20 @@ def main() -> None:
     print("| model | budget | bytes | tree | plan s (median) | arena | recompute ops | "
           "offloads |")
     print("|---|---|---|---|---|---|---|---|")
+    from planner.target.detect import detect
+
     with tempfile.TemporaryDirectory() as tmp:
+        host = detect()
+        target = Path(tmp) / "host.json"
+        target.write_text(host.to_json())
         for model in args.models.split(","):
             spec = MODELS[model]
-            for label, budget in budgets(spec).items():
+            for label, budget in budgets(spec, host).items():
                 runs: dict[int, list[float]] = {k: [] for k in range(len(trees))}
                 mem: dict[int, dict] = {}
                 for _ in range(args.rounds):
                     for k, tree in enumerate(trees):
-                        s, mem[k] = timed(tree, spec, budget, Path(tmp) / f"{k}.json")
+                        s, mem[k] = timed(tree, spec, target, budget, Path(tmp) / f"{k}.json")
                         runs[k].append(s)
                 for k, tree in enumerate(trees):
                     m = mem[k]

@@ -39,14 +39,18 @@ Example:
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from planner.costs import CostModel
 from planner.graph.autodiff import node_phase
 from planner.graph.ir import Graph
+from planner.memory.arena import CPU_FIRST
 from planner.memory.budget import State
 from planner.memory.decision import MemoryDecision
-from planner.memory.gpu import decide, decide_memory, solve
+from planner.memory.gpu import Placed, decide, decide_memory, simulate, solve
+from planner.memory.layout import place
 from planner.memory.liveness import Buffer, per_op_bound
 from planner.memory.materialize import Material
 from planner.memory.options import MemoryOptions
@@ -81,6 +85,7 @@ def cpu_budget_memory(graph: Graph, schedule: Schedule, model: CostModel,
         where.append({"cpus": at.cpus, "threads": at.threads, "affinity": at.affinity,
                       "smt": at.smt} if at is not None else {"cpus": (first_cpu,), "threads": 1})
     m.edges = lane_edges(m, where, {c.id: c.core for c in model.target.logical_cpus})
+    placed = timed_layout(placed, options) or placed
     solved = solve(placed.state, placed, options, liveness_load)
     d = decide_memory(graph, solved)
     ops = [ScheduledOp(name=o.name, op=o.op, deps=o.deps, start=o.start, end=o.end, **at)
@@ -92,6 +97,31 @@ def cpu_budget_memory(graph: Graph, schedule: Schedule, model: CostModel,
     # These ops and edges replace the schedule's (planner.pipeline.assemble): the serial order
     # moves updates past the lanes' order.
     return d.model_copy(update={"ops": tuple(ops), "summary": summary})
+
+
+def timed_layout(placed: Placed, options: MemoryOptions) -> Placed | None:
+    """The decided state laid out over the times its ops run at on their lanes (ordered by
+    `m.edges` alone) rather than over keys, as an unconstrained CPU plan is: buffers of ops
+    that co-run never share bytes, so sharing needs no edge that would delay an op (each
+    reuse edge joins ops that run one after the other already). None when that arena exceeds
+    the budget: the keys' layout stands, and its reuse edges order what it shares."""
+    m = placed.material
+    n = len(m.ops)
+    start, end = simulate(m, [o.seconds for o in m.ops], m.edges)
+    before, after = float(start.min(initial=0.0)) - 1.0, float(end.max(initial=0.0)) + 1.0
+    timed = []
+    for b in m.buffers:
+        touch = list(b.accessors)
+        first = before if b.first < 0 or not touch else min(float(start[i]) for i in touch)
+        last = after if b.last >= n or not touch else max(float(end[i]) for i in touch)
+        timed.append(replace(b, start=first, end=max(last, float(np.nextafter(first, np.inf)))))
+    heuristics = tuple(h for h in options.heuristics if h != "perturbed-size") \
+        or options.heuristics
+    got = place(timed, options.alignment, heuristics, CPU_FIRST, limit=options.budget_bytes)
+    if got is None:
+        return None
+    offsets, arena, host, heuristic = got
+    return Placed(placed.state, replace(m, buffers=timed), offsets, arena, host, heuristic)
 
 
 def lane_edges(m: Material, where: list[dict], core_of: dict[int, int]
