@@ -79,13 +79,20 @@ def cpu_budget_memory(graph: Graph, schedule: Schedule, model: CostModel,
     placed = decide(state, options, scratch)
     m = placed.material
     first_cpu = min(c for o in schedule.ops for c in o.cpus)
-    where = []
-    for spec in m.ops:
-        at = placed_on.get(steps.nodes[spec.step].name) if spec.step >= 0 else None
-        where.append({"cpus": at.cpus, "threads": at.threads, "affinity": at.affinity,
-                      "smt": at.smt} if at is not None else {"cpus": (first_cpu,), "threads": 1})
-    m.edges = lane_edges(m, where, {c.id: c.core for c in model.target.logical_cpus})
+
+    def where_of(m: Material) -> list[dict]:
+        out = []
+        for spec in m.ops:
+            at = placed_on.get(steps.nodes[spec.step].name) if spec.step >= 0 else None
+            out.append({"cpus": at.cpus, "threads": at.threads, "affinity": at.affinity,
+                        "smt": at.smt} if at is not None else {"cpus": (first_cpu,),
+                                                               "threads": 1})
+        return out
+
+    m.edges = lane_edges(m, where_of(m), {c.id: c.core for c in model.target.logical_cpus})
     placed = timed_layout(placed, options) or placed
+    m = placed.material
+    where = where_of(m)
     solved = solve(placed.state, placed, options, liveness_load)
     d = decide_memory(graph, solved)
     ops = [ScheduledOp(name=o.name, op=o.op, deps=o.deps, start=o.start, end=o.end, **at)
@@ -121,7 +128,31 @@ def timed_layout(placed: Placed, options: MemoryOptions) -> Placed | None:
     if got is None:
         return None
     offsets, arena, host, heuristic = got
-    return Placed(placed.state, replace(m, buffers=timed), offsets, arena, host, heuristic)
+    # Execution order by start time: every edge, reuse ones too, then goes forward in it.
+    order = sorted(range(n), key=lambda i: (float(start[i]), float(end[i]), i))
+    return Placed(placed.state, renumbered(replace(m, buffers=timed), order), offsets, arena,
+                  host, heuristic)
+
+
+def renumbered(m: Material, order: list[int]) -> Material:
+    """`m` with its ops in `order` (old indices), every index into them renumbered; a
+    buffer's first and last op are its accessors' earliest and latest in the new order."""
+    n = len(m.ops)
+    at = [0] * n
+    for k, i in enumerate(order):
+        at[i] = k
+    buffers = []
+    for b in m.buffers:
+        touch = [at[i] for i in b.accessors]
+        first = b.first if b.first < 0 or not touch else min(touch)
+        last = b.last if b.last >= n or not touch else max(touch)
+        buffers.append(replace(b, first=first, last=last,
+                               writer=at[b.writer] if b.writer >= 0 else b.writer,
+                               readers=tuple(at[r] for r in b.readers),
+                               extra=tuple(at[x] for x in b.extra)))
+    return replace(m, ops=[m.ops[i] for i in order], buffers=buffers,
+                   edges=sorted((at[u], at[w]) for u, w in m.edges),
+                   deps=[sorted(at[d] for d in m.deps[i]) for i in order])
 
 
 def lane_edges(m: Material, where: list[dict], core_of: dict[int, int]
