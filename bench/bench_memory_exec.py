@@ -4,6 +4,7 @@ PyTorch (eager) plain, with activation checkpointing over every block / layer
 (torch.utils.checkpoint, what a user would wrap) and with torch.autograd.graph.save_on_cpu.
 
     python bench/bench_memory_exec.py [--models resnet50,inception_v3,gpt,lstm] [--rounds 5]
+                                      [--no-torch]
 
 Each configuration runs in a process of its own, warm (3 steps), and the configurations of a
 model take turns step by step for `rounds` rounds (the machine is shared: alternating rounds
@@ -249,6 +250,7 @@ def main() -> None:
     ap.add_argument("--models", default=",".join(MODELS))
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--no-torch", action="store_true", help="our executor's runs only")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench-memory-exec-"))
     print(f"load average before: {os.getloadavg()}")
@@ -259,7 +261,9 @@ def main() -> None:
         configs = [(f"ours {label}", {"kind": "ours", "package": str(pkg)})
                    for label, pkg, _ in built]
         lacks = torch_lacks(model)
-        if lacks:
+        if args.no_torch:
+            pass
+        elif lacks:
             print(f"{model:<13} torch: the translator lacks {', '.join(lacks)}", flush=True)
         else:
             configs += [(f"torch {mode}", {"kind": "torch", "mode": mode, "model": model,

@@ -203,9 +203,9 @@ def assemble(graph: Graph, model: CostModel, options: PlanOptions, schedule: Sch
     # Each distinct edge once, the records the schedule and memory planning made (building
     # tens of thousands again was a tenth of assembly on ResNet-1001).
     named: dict[tuple[str, str], Edge] = {}
-    # A CPU plan under a budget runs one op at a time in memory planning's order, which moves
-    # updates up past the lanes' order: its edges replace the schedule's.
-    # A co-running GPU plan's memory edges hold the schedule's, transitively reduced anew.
+    # A CPU plan under a budget runs in memory planning's order, which moves updates up past
+    # the lanes' order: its edges replace the schedule's. A co-running GPU plan's memory edges
+    # hold the schedule's, transitively reduced anew.
     stated = () if memory.ops and (schedule.backend == "cpu" or schedule.strategy == "streams") \
         else schedule.edges
     for e in (*stated, *memory.edges):

@@ -508,9 +508,12 @@ HEURISTICS: dict[str, Heuristic] = {
 
 
 def allocate(blocks: Sequence[Block], heuristics: Sequence[str] = tuple(HEURISTICS),
-             alignment: int = 1, first: Sequence[str] = ()) -> Allocation:
+             alignment: int = 1, first: Sequence[str] = (), limit: Bytes | None = None
+             ) -> Allocation | None:
     """Offsets for `blocks` from each named heuristic; the smallest arena wins (ties: the
-    first named). Raises ValueError for an unknown heuristic name.
+    first named). Raises ValueError for an unknown heuristic name. With `limit`: None when no
+    heuristic's arena is at most `limit` (each stops as soon as it exceeds it), else the same
+    allocation as without (a budget search only asks whether a state fits).
 
     Each heuristic after the first gets the best arena so far as its limit (one named later
     than the best so far wins only with a strictly smaller arena, so one that reaches it stops
@@ -534,10 +537,12 @@ def allocate(blocks: Sequence[Block], heuristics: Sequence[str] = tuple(HEURISTI
     for name in early + [h for h in heuristics if h not in early]:
         if best is not None and best.arena <= floor and rank[name] > rank[best.heuristic]:
             continue  # nothing beats LOAD; only one named earlier may tie it
-        limit = None if best is None else best.arena + (rank[name] < rank[best.heuristic])
-        found = HEURISTICS[name](blocks, alignment, limit)
+        stop = None if limit is None else limit + 1
+        if best is not None:
+            stop = best.arena + (rank[name] < rank[best.heuristic])
+        found = HEURISTICS[name](blocks, alignment, stop)
         if found is not None and (best is None or (found[1], rank[name])
                                   < (best.arena, rank[best.heuristic])):
             best = Allocation(tuple(found[0]), found[1], name)
-    assert best is not None
+    assert best is not None or limit is not None
     return best

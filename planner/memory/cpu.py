@@ -8,11 +8,14 @@ order, carried out by the CPU executor's lanes.
     decide       stash, moves and layout as on a GPU, with every op's kernel scratch area
                  (driver.scratch_buffers' rule, at the op's thread count) laid out with it:
                  a recompute of a node gets a scratch area of its own too
-    serialize    one op at a time in the materialized order: a graph node keeps its planned
-                 CPUs and thread count (a recompute runs its node's kernel at the same thread
-                 count, so it writes the same bits), a transfer runs on one thread of the
-                 first CPU. On a CPU a copy takes cores like any op, so none is hidden: the
-                 step's predicted time includes every copy.
+    lanes        in the materialized order (a topological order), every op on its planned
+                 CPUs: a graph node keeps its CPUs, thread count and smt mark (a recompute
+                 runs its node's kernel at the same thread count, so it writes the same
+                 bits), a transfer runs on one thread of the first CPU. Ops on other CPUs
+                 run at the same time where their data and the arena's reuse allow
+                 (`lane_edges`, then the reuse edges): the schedule's co-running lanes are
+                 kept, its parallel-loop groups are not (their ops run one after another).
+                 On a CPU a copy takes a core like any op, so none is hidden.
 
 The host store is a separate allocation (placement "host", offsets in
 MemorySummary.host_bytes); the arena alone is what the budget bounds.
@@ -36,14 +39,18 @@ Example:
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from planner.costs import CostModel
 from planner.graph.autodiff import node_phase
 from planner.graph.ir import Graph
+from planner.memory.arena import CPU_FIRST
 from planner.memory.budget import State
 from planner.memory.decision import MemoryDecision
-from planner.memory.gpu import decide, decide_memory, solve
+from planner.memory.gpu import Placed, decide, decide_memory, simulate, solve
+from planner.memory.layout import place
 from planner.memory.liveness import Buffer, per_op_bound
 from planner.memory.materialize import Material
 from planner.memory.options import MemoryOptions
@@ -71,21 +78,25 @@ def cpu_budget_memory(graph: Graph, schedule: Schedule, model: CostModel,
 
     placed = decide(state, options, scratch)
     m = placed.material
-    # One op at a time, in the materialized order (a topological order of its edges).
-    m.edges = sorted(set(m.edges) | {(i - 1, i) for i in range(1, len(m.ops))})
+    first_cpu = min(c for o in schedule.ops for c in o.cpus)
+
+    def where_of(m: Material) -> list[dict]:
+        out = []
+        for spec in m.ops:
+            at = placed_on.get(steps.nodes[spec.step].name) if spec.step >= 0 else None
+            out.append({"cpus": at.cpus, "threads": at.threads, "affinity": at.affinity,
+                        "smt": at.smt} if at is not None else {"cpus": (first_cpu,),
+                                                               "threads": 1})
+        return out
+
+    m.edges = lane_edges(m, where_of(m), {c.id: c.core for c in model.target.logical_cpus})
+    placed = timed_layout(placed, options) or placed
+    m = placed.material
+    where = where_of(m)
     solved = solve(placed.state, placed, options, liveness_load)
     d = decide_memory(graph, solved)
-    first_cpu = min(c for o in schedule.ops for c in o.cpus)
-    ops = []
-    for o, spec in zip(d.ops, m.ops, strict=True):
-        node = steps.nodes[spec.step].name if spec.step >= 0 else ""
-        at = placed_on.get(node)
-        if at is not None:
-            where = {"cpus": at.cpus, "threads": at.threads, "affinity": at.affinity}
-        else:
-            where = {"cpus": (first_cpu,), "threads": 1}
-        ops.append(ScheduledOp(name=o.name, op=o.op, deps=o.deps, start=o.start, end=o.end,
-                               **where))
+    ops = [ScheduledOp(name=o.name, op=o.op, deps=o.deps, start=o.start, end=o.end, **at)
+           for o, at in zip(d.ops, where, strict=True)]
     workspace = {b.name.removesuffix("@scratch"): b.bytes for b in m.buffers
                  if b.kind == "scratch" and not b.tensor}
     summary = d.summary.model_copy(update={
@@ -93,6 +104,78 @@ def cpu_budget_memory(graph: Graph, schedule: Schedule, model: CostModel,
     # These ops and edges replace the schedule's (planner.pipeline.assemble): the serial order
     # moves updates past the lanes' order.
     return d.model_copy(update={"ops": tuple(ops), "summary": summary})
+
+
+def timed_layout(placed: Placed, options: MemoryOptions) -> Placed | None:
+    """The decided state laid out over the times its ops run at on their lanes (ordered by
+    `m.edges` alone) rather than over keys, as an unconstrained CPU plan is: buffers of ops
+    that co-run never share bytes, so sharing needs no edge that would delay an op (each
+    reuse edge joins ops that run one after the other already). None when that arena exceeds
+    the budget: the keys' layout stands, and its reuse edges order what it shares."""
+    m = placed.material
+    n = len(m.ops)
+    start, end = simulate(m, [o.seconds for o in m.ops], m.edges)
+    before, after = float(start.min(initial=0.0)) - 1.0, float(end.max(initial=0.0)) + 1.0
+    timed = []
+    for b in m.buffers:
+        touch = list(b.accessors)
+        first = before if b.first < 0 or not touch else min(float(start[i]) for i in touch)
+        last = after if b.last >= n or not touch else max(float(end[i]) for i in touch)
+        timed.append(replace(b, start=first, end=max(last, float(np.nextafter(first, np.inf)))))
+    heuristics = tuple(h for h in options.heuristics if h != "perturbed-size") \
+        or options.heuristics
+    got = place(timed, options.alignment, heuristics, CPU_FIRST, limit=options.budget_bytes)
+    if got is None:
+        return None
+    offsets, arena, host, heuristic = got
+    # Execution order by start time: every edge, reuse ones too, then goes forward in it.
+    order = sorted(range(n), key=lambda i: (float(start[i]), float(end[i]), i))
+    return Placed(placed.state, renumbered(replace(m, buffers=timed), order), offsets, arena,
+                  host, heuristic)
+
+
+def renumbered(m: Material, order: list[int]) -> Material:
+    """`m` with its ops in `order` (old indices), every index into them renumbered; a
+    buffer's first and last op are its accessors' earliest and latest in the new order."""
+    n = len(m.ops)
+    at = [0] * n
+    for k, i in enumerate(order):
+        at[i] = k
+    buffers = []
+    for b in m.buffers:
+        touch = [at[i] for i in b.accessors]
+        first = b.first if b.first < 0 or not touch else min(touch)
+        last = b.last if b.last >= n or not touch else max(touch)
+        buffers.append(replace(b, first=first, last=last,
+                               writer=at[b.writer] if b.writer >= 0 else b.writer,
+                               readers=tuple(at[r] for r in b.readers),
+                               extra=tuple(at[x] for x in b.extra)))
+    return replace(m, ops=[m.ops[i] for i in order], buffers=buffers,
+                   edges=sorted((at[u], at[w]) for u, w in m.edges),
+                   deps=[sorted(at[d] for d in m.deps[i]) for i in order])
+
+
+def lane_edges(m: Material, where: list[dict], core_of: dict[int, int]
+               ) -> list[tuple[int, int]]:
+    """The ordering edges of `m` on CPUs: its data, in-place and transfer edges (not the
+    compute stream's chain: ops on other CPUs may run at the same time, as the schedule's
+    lanes ran them), and on every logical CPU, and every physical core of an op not marked
+    smt, each op after the previous one using it (ops never share a CPU at once, nor a core
+    unless one is marked smt). Memory reuse between ops that may now co-run is ordered by the
+    reuse edges `solve` adds over these."""
+    transfer = [o.kind in ("offload", "prefetch") for o in m.ops]
+    edges = {(u, w) for u, w in m.edges if transfer[u] or transfer[w]}
+    edges |= {(d, i) for i, ds in enumerate(m.deps) for d in ds}
+    last: dict[tuple[str, int], int] = {}
+    for i, at in enumerate(where):
+        keys = [("cpu", c) for c in at["cpus"]]
+        if not at.get("smt"):
+            keys += [("core", core_of.get(c, -1 - c)) for c in at["cpus"]]
+        for k in keys:
+            if k in last:
+                edges.add((last[k], i))
+            last[k] = i
+    return sorted(e for e in edges if e[0] != e[1])
 
 
 def cpu_steps(graph: Graph, schedule: Schedule) -> ComputeSteps:

@@ -73,10 +73,12 @@ def cpu_memory(graph: Graph, schedule: Schedule, model: CostModel | None = None,
         [o.name for o in ops], [(e.before, e.after) for e in schedule.edges]))
     scratch = scratch_buffers(graph, ops)
     buffers = graph_buffers(graph, times) + scratch
-    layout = lay_out(buffers, hb, options.alignment, options.heuristics, CPU_FIRST)
     budget = options.budget_bytes
-    if budget is not None and layout.arena > budget and (options.offload
-                                                         or options.recompute != "off"):
+    budgeted = budget is not None and (options.offload or options.recompute != "off")
+    # Under a budget the layout stops as soon as it exceeds it (the same layout if it fits).
+    layout = lay_out(buffers, hb, options.alignment, options.heuristics, CPU_FIRST,
+                     limit=budget if budgeted else None)
+    if layout is None:
         from planner.memory.cpu import cpu_budget_memory
 
         if any(n.op == "AllReduce" for n in graph.nodes):

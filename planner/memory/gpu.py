@@ -57,6 +57,7 @@ from planner.memory.arena import aligned
 from planner.memory.assemble import tensor_plans
 from planner.memory.budget import State, cheapest_stop
 from planner.memory.decision import ConvChoice, MemoryDecision, MemoryOp, MemorySummary
+from planner.memory.floor import ArenaFloor
 from planner.memory.layout import FreeBytes, Layout, place
 from planner.memory.liveness import Buffer, live_profile, naive_bytes, per_op_bound
 from planner.memory.materialize import COPY_STREAMS, Material, materialize
@@ -227,10 +228,14 @@ def decide(state: State, options: MemoryOptions, extra: ExtraBuffers | None = No
     loads: list[int] = []
     # The layout of the state `fits` saw last: cheapest_stop returns right after a fit.
     last: list[Placed] = []
+    floor = ArenaFloor(state.stash, extra, options.alignment)
 
     def fits(s: State) -> bool:
-        last[:] = [lay(s, options, extra)]
-        return last[0].arena <= budget
+        if floor.above(s, budget):  # cannot fit: no layout needed (planner.memory.floor)
+            return False
+        placed = lay(s, options, extra, limit=budget)
+        last[:] = [placed] if placed is not None else []
+        return placed is not None
 
     while True:
         loads.append(state.load())
@@ -249,9 +254,11 @@ def decide(state: State, options: MemoryOptions, extra: ExtraBuffers | None = No
         state.apply(move)
 
 
-def lay(state: State, options: MemoryOptions, extra: ExtraBuffers | None = None) -> Placed:
+def lay(state: State, options: MemoryOptions, extra: ExtraBuffers | None = None,
+        limit: int | None = None) -> Placed | None:
     """Materialize and place a state. Under a budget this runs inside the search over states,
-    so the seeded multi-start heuristic and the skyline ones (the slowest) are left out there."""
+    so the seeded multi-start heuristic and the skyline ones (the slowest) are left out there.
+    With `limit`: None when the arena would exceed it (the heuristics stop early)."""
     m = materialize(state)
     if extra is not None:
         m.buffers = m.buffers + extra(m)
@@ -259,7 +266,10 @@ def lay(state: State, options: MemoryOptions, extra: ExtraBuffers | None = None)
     if options.budget_bytes is not None:
         heuristics = tuple(h for h in heuristics if h != "perturbed-size"
                            and not h.startswith("skyline-")) or heuristics
-    offsets, arena, host, heuristic = place(m.buffers, options.alignment, heuristics)
+    placed = place(m.buffers, options.alignment, heuristics, limit=limit)
+    if placed is None:
+        return None
+    offsets, arena, host, heuristic = placed
     return Placed(state, m, offsets, arena, host, heuristic)
 
 
@@ -269,14 +279,18 @@ def infeasible(state: State, options: MemoryOptions, loads: list[int],
     (laid out in order of their LOAD, a lower bound on their arena, until none can win)."""
     moves = list(state.log)
     best = None
+    floor = ArenaFloor(state.stash, extra, options.alignment)
     for k in sorted(range(len(loads)), key=lambda k: (loads[k], -k))[:options.infeasible_probes]:
         if best is not None and loads[k] >= best:
             break
         probe = State(state.stash, state.bandwidth, state.allow_offload,
                       state.allow_recompute, state.host_limit)
         probe.replay(moves[:k])
-        arena = lay(probe, options, extra).arena
-        best = arena if best is None else min(best, arena)
+        if best is not None and floor(probe) >= best:
+            continue  # its arena cannot be smaller
+        placed = lay(probe, options, extra, limit=None if best is None else best - 1)
+        if placed is not None:
+            best = placed.arena
     assert best is not None
     budget = options.budget_bytes or 0
     return InfeasibleBudget(

@@ -58,19 +58,25 @@ def whole_step(b: Buffer, before: float, after: float) -> bool:
 
 
 def lay_out(buffers: Sequence[Buffer], hb: HappensBefore, alignment: int = 64,
-            heuristics: Sequence[str] = tuple(ALL_HEURISTICS), first: Sequence[str] = ()
-            ) -> Layout:
+            heuristics: Sequence[str] = tuple(ALL_HEURISTICS), first: Sequence[str] = (),
+            limit: Bytes | None = None) -> Layout | None:
     """Offsets for every buffer (see the module docstring). `hb` gains the reuse edges.
-    `first`: heuristics to try first, for speed only (arena.allocate)."""
-    offsets, arena, host, heuristic = place(buffers, alignment, heuristics, first)
+    `first`: heuristics to try first, for speed only (arena.allocate). `limit`: None when
+    the arena would exceed it (found early), else the same layout."""
+    placed = place(buffers, alignment, heuristics, first, limit)
+    if placed is None:
+        return None
+    offsets, arena, host, heuristic = placed
     edges = reuse_edges(buffers, offsets, hb)
     return Layout(tuple(offsets), arena, host, heuristic, tuple(edges))
 
 
 def place(buffers: Sequence[Buffer], alignment: int = 64,
-          heuristics: Sequence[str] = tuple(ALL_HEURISTICS), first: Sequence[str] = ()
-          ) -> tuple[list[int], Bytes, Bytes, str]:
-    """(offsets, device arena bytes, host pool bytes, winning heuristic), without edges."""
+          heuristics: Sequence[str] = tuple(ALL_HEURISTICS), first: Sequence[str] = (),
+          limit: Bytes | None = None) -> tuple[list[int], Bytes, Bytes, str] | None:
+    """(offsets, device arena bytes, host pool bytes, winning heuristic), without edges.
+    With `limit`: None when the device arena would exceed it, else the same result (the
+    heuristics stop early: a budget search laying out states that do not fit)."""
     offsets = [0] * len(buffers)
     index = {b.name: i for i, b in enumerate(buffers)}
     before = min((b.start for b in buffers), default=0.0)
@@ -98,7 +104,12 @@ def place(buffers: Sequence[Buffer], alignment: int = 64,
                   for m in members]
         # The host pool is plentiful: its first heuristic is enough.
         ask = heuristics if placement == "device" else heuristics[:1]
-        placed = allocate(blocks, ask, alignment, first) if blocks else None
+        cap = None if limit is None or placement == "host" else limit - top
+        if cap is not None and cap < 0:
+            return None
+        placed = allocate(blocks, ask, alignment, first, cap) if blocks else None
+        if cap is not None and blocks and placed is None:
+            return None
         if placed is not None:
             for m, off in zip(members, placed.offsets, strict=True):
                 at = top + off

@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 from planner.memory.budget import State
 from planner.memory.decision import TRANSFER_OPS
 from planner.memory.liveness import PERSISTENT_ROLES, Buffer, in_buckets
+from planner.memory.stash import Segment, Stash
 from planner.schedule.deps import predecessors
 
 # The copy streams' indices (planner.schedule.streams.ALL_STREAMS: d2h, h2d); every other
@@ -83,25 +84,12 @@ def materialize(state: State) -> Material:
     st = state.stash
     steps = st.steps
     graph = steps.graph
-    ops: list[OpSpec] = []
+    ops = node_specs(st)
     # Which buffer each (reader op name, tensor) reads, when it is not the tensor itself.
     source: dict[tuple[str, str], str] = {}
-    for s, node in enumerate(steps.nodes):
-        # A co-running schedule's node keeps its compute stream (ComputeSteps.stream).
-        ops.append(OpSpec(node.name, node.op, "node", steps.stream[s] if steps.stream else 0,
-                          float(st.key(s)), float(steps.seconds[s]), step=s))
     for sid in sorted(state.active):
         seg = st.segments[sid]
-        for op in seg.ops:
-            node = steps.nodes[op.step]
-            name = f"recompute/{node.name}/{op.instance}"
-            writes = [f"{t}@recompute{op.instance}" if t else f"{o}@scratch{op.instance}"
-                      for t, o in zip(op.outputs, node.outputs, strict=True)]
-            reads = [f"{i}@recompute{op.instance}" if i in seg.members else i
-                     for i in op.inputs]
-            ops.append(OpSpec(name, node.op, "recompute", 0, float(op.key),
-                              float(steps.seconds[op.step]), step=op.step, reads=reads,
-                              writes=writes))
+        ops += recompute_specs(st, seg)
         for c in seg.copies:
             for r in c.readers:
                 source[(steps.nodes[r].name, c.tensor)] = c.name
@@ -143,6 +131,31 @@ def materialize(state: State) -> Material:
             deps[i] = sorted(set(deps[i]) | extra)
     edges = _edges(state, ops, index, deps)
     return Material(ops=ops, buffers=buffers, edges=edges, deps=deps, keys=st.keys)
+
+
+def node_specs(st: Stash) -> list[OpSpec]:
+    """The graph nodes' ops, in step order (reads and writes filled in by `materialize`)."""
+    steps = st.steps
+    # A co-running schedule's node keeps its compute stream (ComputeSteps.stream).
+    return [OpSpec(node.name, node.op, "node", steps.stream[s] if steps.stream else 0,
+                   float(st.key(s)), float(steps.seconds[s]), step=s)
+            for s, node in enumerate(steps.nodes)]
+
+
+def recompute_specs(st: Stash, seg: Segment) -> list[OpSpec]:
+    """The ops recomputing segment `seg`, at their slots: each node run again into
+    `T@recompute<i>` (a scratch output as `T@scratch<i>`), reading the segment's own copies."""
+    steps = st.steps
+    out = []
+    for op in seg.ops:
+        node = steps.nodes[op.step]
+        writes = [f"{t}@recompute{op.instance}" if t else f"{o}@scratch{op.instance}"
+                  for t, o in zip(op.outputs, node.outputs, strict=True)]
+        reads = [f"{i}@recompute{op.instance}" if i in seg.members else i for i in op.inputs]
+        out.append(OpSpec(f"recompute/{node.name}/{op.instance}", node.op, "recompute", 0,
+                          float(op.key), float(steps.seconds[op.step]), step=op.step,
+                          reads=reads, writes=writes))
+    return out
 
 
 def _buffers(state: State, ops: list[OpSpec], index: dict[str, int]) -> list[Buffer]:

@@ -125,6 +125,40 @@ def test_smallest_budget_plan_adds_ops_that_run(tmp_path):
     assert all(calls[m.name] == 1 for m in p.memory.ops)
 
 
+def test_co_running_budget_plan_runs_and_matches_the_reference(tmp_path):
+    """The schedule's lanes kept under a budget (planner.memory.cpu): an LSTM whose plan
+    co-runs ops on two lanes, at its smallest budget, still co-runs, verifies and trains as the
+    reference does."""
+    graph = make_training_graph(zoo("lstm", **MODELS["lstm"]), Optimizer(kind="sgd", lr=0.1))
+
+    def planned(budget):
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return plan(graph, host(), options=PlanOptions(
+                schedule=ScheduleOptions(strategy="optimized"),
+                memory=MemoryOptions(budget_bytes=budget)))
+
+    free = planned(None)
+    if len({o.lane for o in free.ops}) < 2:
+        pytest.skip("this host's plan does not co-run ops")
+    with pytest.raises(InfeasibleBudget) as e:
+        planned(64)
+    p = planned(e.value.smallest_bytes)
+    assert p.summary.memory.arena_bytes < free.summary.memory.arena_bytes
+    assert p.summary.mean_corun > 1.0 and verify_plan(p) == []
+    state, feeds = start_state(graph), random_feeds(graph, seed=2)
+    single, single_state = train_step(graph, feeds, state)
+    exact, exact_state = train_step(widened(graph), feeds, state)
+    ex, (out,) = run_steps(p, tmp_path / "lanes", state, feeds)
+    assert rel_error(out["loss"], exact["loss"]) < allowed(single["loss"], exact["loss"])
+    got = ex.params()
+    off = [k for k in exact_state if k in got and rel_error(got[k], exact_state[k])
+           >= allowed(single_state[k], exact_state[k])]
+    assert off == []
+
+
 def test_a_step_allocates_nothing(tmp_path):
     graph = graph_of("alexnet")
     p = budget_plan(graph, smallest_feasible(graph))

@@ -64,6 +64,17 @@ def test_allocate_keeps_the_smallest(blocks):
     assert best.arena == min(h(blocks, 1)[1] for h in HEURISTICS.values())
 
 
+@settings(max_examples=40, deadline=None)
+@given(block_lists(), st.sampled_from([1, 8]), st.integers(-20, 20))
+def test_a_limit_changes_only_whether_an_allocation_is_returned(blocks, alignment, slack):
+    """allocate(limit=L): None when the arena exceeds L, else the allocation without it (the
+    budget search's fits check)."""
+    full = allocate(blocks, alignment=alignment)
+    limit = max(full.arena + slack, 1)
+    got = allocate(blocks, alignment=alignment, first=CPU_FIRST, limit=limit)
+    assert got == (full if full.arena <= limit else None)
+
+
 def test_reuse_after_last_read():
     # b starts exactly when a ends: half-open lifetimes share bytes.
     a = allocate([Block(10, 0.0, 1.0), Block(10, 1.0, 2.0)])

@@ -1,6 +1,6 @@
-"""CPU plans under a memory budget (planner.memory.cpu): below the liveness arena the plan runs
-one op at a time and adds recomputes and offloads to a host store; what it states is what the
-executor needs (tests/codegen/test_memory_exec.py runs them)."""
+"""CPU plans under a memory budget (planner.memory.cpu): below the liveness arena the plan adds
+recomputes and offloads to a host store and keeps the schedule's co-running lanes; what it
+states is what the executor needs (tests/codegen/test_memory_exec.py runs them)."""
 
 from __future__ import annotations
 
@@ -50,13 +50,31 @@ def test_budget_plans_fit_verify_and_keep_the_host_store_apart(alexnet):
     # The arena holds no host slot: its size is the device buffers' extent.
     device = [t for t in p.tensors if t.placement == "device"]
     assert m.arena_bytes >= max(t.offset + t.bytes for t in device)
-    # Every op, added ones too, on CPUs of the target, one at a time.
+    # Every op, added ones too, on CPUs of the target (verify: never two at once on one).
     ops = sorted(p.ops, key=lambda o: o.order)
     assert all(o.cpus for o in ops)
-    assert all(a.end <= b.start + 1e-12 for a, b in zip(ops, ops[1:], strict=False))
     # A recompute runs its node at the node's thread count (the same kernel, the same bits).
     threads = {o.name: o.threads for o in ops}
     assert all(threads[r.name] == threads[r.node] for r in p.memory.ops if r.kind == "recompute")
+
+
+def test_budget_plans_keep_the_lanes_co_running(alexnet):
+    """The unconstrained plan co-runs ops on its lanes; at the midpoint budget ops still run
+    at the same time (ordered by data and by the arena's reuse alone), and the plan verifies:
+    never two ops on one CPU at once, every byte shared in order."""
+    free = cpu_plan(alexnet).summary
+    low = smallest(alexnet)
+    mid = cpu_plan(alexnet, (free.memory.per_op_bound_bytes + free.memory.arena_bytes) // 2)
+    assert mid.summary.memory.arena_bytes < free.memory.arena_bytes and verify_plan(mid) == []
+    assert free.mean_corun > 1.5 and mid.summary.mean_corun > 1.3
+    ops = sorted(mid.ops, key=lambda o: o.start)
+    assert any(b.start < a.end - 1e-12 for a, b in zip(ops, ops[1:], strict=False))
+    # Less memory, more order: the step is no faster than unconstrained, and the smallest
+    # budget's plan (with added ops) runs no more ops at once than the midpoint's.
+    tight = cpu_plan(alexnet, low)
+    assert tight.memory.ops and verify_plan(tight) == []
+    assert mid.summary.step_seconds >= free.step_seconds
+    assert 1.0 < tight.summary.mean_corun <= mid.summary.mean_corun
 
 
 def test_without_recompute_and_offload_liveness_is_the_floor(alexnet):
