@@ -112,6 +112,21 @@ def slice_(n: NodeCtx) -> Value:
                                   "steps": [step]})
 
 
+@rule("aten.flip.default")
+def flip(n: NodeCtx) -> Value:
+    """A Slice walking each flipped axis backwards (step -1 from the last element to before the
+    first, whose numpy spelling is an end below -extent)."""
+    x = n.tensor(0)
+    shape = n.shape(x)
+    axes = sorted({_axis(n, a, len(shape)) for a in n.ints(1, "dims")})
+    axes = [a for a in axes if shape[a] > 1]
+    if not axes:
+        return x
+    return n.emit1("Slice", [x], {"starts": [-1] * len(axes),
+                                  "ends": [-shape[a] - 1 for a in axes], "axes": axes,
+                                  "steps": [-1] * len(axes)})
+
+
 @rule("aten.split_with_sizes.default", "aten.split.Tensor")
 def split(n: NodeCtx) -> Value:
     x = n.tensor(0)

@@ -174,6 +174,21 @@ def split(n: NodeCtx) -> None:
     n.emit("Split", [n.value(0)], {"axis": axis, "sizes": sizes}, outputs=list(range(count)))
 
 
+def _slice_end(bound: tuple[int, int, int], extent: int) -> int:
+    """The end of a normalised slice (start, stop, step) as the planner's Slice reads it: never
+    before start for a forward step; for a backward one, "before the first element" (stop -1)
+    spelled as an end below -extent, since numpy reads -1 as the last element.
+
+    >>> _slice_end((3, -1, -1), 4), _slice_end((1, 3, 1), 4), _slice_end((2, 0, 1), 4)
+    (-5, 3, 2)
+    """
+    start, stop, step = bound
+    if step > 0:
+        return max(stop, start)
+    stop = min(stop, start)
+    return stop if stop >= 0 else -extent - 1
+
+
 @rule("Slice")
 def slice_(n: NodeCtx) -> None:
     shape = n.shape(0)
@@ -191,8 +206,6 @@ def slice_(n: NodeCtx) -> None:
     if not len(starts) == len(ends) == len(axes) == len(steps):
         raise _fail(n, f"starts {starts}, ends {ends}, axes {axes} and steps {steps} differ in "
                        f"length")
-    if any(s < 0 for s in steps):
-        raise Unsupported("Slice (negative steps)")
     if any(s == 0 for s in steps):
         raise _fail(n, f"steps {steps} hold a 0")
     bounds = [slice(s, e, st).indices(shape[a])
@@ -200,7 +213,8 @@ def slice_(n: NodeCtx) -> None:
     if all(b == (0, shape[a], 1) for b, a in zip(bounds, axes, strict=True)):
         n.bind(0, n.value(0))
         return
-    attrs = {"starts": [b[0] for b in bounds], "ends": [max(b[1], b[0]) for b in bounds],
+    attrs = {"starts": [b[0] for b in bounds],
+             "ends": [_slice_end(b, shape[a]) for b, a in zip(bounds, axes, strict=True)],
              "axes": axes, "steps": [] if all(s == 1 for s in steps) else steps}
     n.emit1("Slice", [n.value(0)], attrs, output=0)
 

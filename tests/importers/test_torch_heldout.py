@@ -1,0 +1,68 @@
+"""planner.torch on held-out models (torch_heldout.py: flip, GRU LM, MobileNetV3 and ConvNeXt
+blocks, a ViT with a class token): each trains through torch.export, the planner and a built
+CPU executor, and after three SGD steps on fixed batches its params(), keyed by state_dict()
+names, equal PyTorch's within float32 noise (the tolerance argument of test_torch_export.py,
+tests/importers/torch_step.py `mismatches`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from planner.ops.base import get_op  # noqa: E402
+from planner.torch.convert import convert  # noqa: E402
+from planner.torch.trainer import export, trainer  # noqa: E402
+from tests.importers.test_torch_export import LR, STEPS, _torch_run  # noqa: E402
+from tests.importers.torch_heldout import MODELS  # noqa: E402
+from tests.importers.torch_step import Step, mismatches  # noqa: E402
+
+
+def _case(name: str):
+    make, inputs, loss, labels = MODELS[name]
+    torch.manual_seed(0)
+    model = make().train()
+    with torch.no_grad():  # off the init constants (norms' ones and zeros)
+        for p in model.parameters():
+            p.add_(0.1 * torch.randn_like(p))
+    g = torch.Generator().manual_seed(1)
+    batches = [(inputs(g), labels(g)) for _ in range(STEPS)]
+    return model, loss, batches
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_trains_like_pytorch_with_sgd(name, tmp_path):
+    model, loss, batches = _case(name)
+    x0, y0 = batches[0]
+    t = trainer(model, (x0,), loss=loss, labels=y0, optimizer="sgd", lr=LR["sgd"],
+                out_dir=tmp_path)
+    losses = [t.step(x, y) for x, y in batches]
+    ours = Step(losses[-1], t.params())
+    f32 = _torch_run(model, loss, batches, "sgd", torch.float32)
+    f64 = _torch_run(model, loss, batches, "sgd", torch.float64)
+    assert set(ours.state) == set(model.state_dict())
+    assert mismatches(ours, f32, f64) == []
+
+
+def test_flip_is_a_backward_slice():
+    """torch.flip over two axes: one Slice with step -1 on each (size-1 axes left alone), whose
+    numpy reference and gradient (SliceGrad) are torch.flip's."""
+
+    class Flip(torch.nn.Module):
+        def forward(self, x):
+            return torch.flip(x, [0, -1, 1])
+
+    x = torch.randn(3, 1, 4)
+    graph = convert(export(Flip(), (x,), None, None)).graph
+    (node,) = graph.nodes
+    assert node.op == "Slice"
+    assert (node.attrs["axes"], node.attrs["steps"]) == ([0, 2], [-1, -1])
+    slice_op = get_op("Slice")
+    (y,) = slice_op.reference([x.numpy()], node.attrs)
+    np.testing.assert_array_equal(y, torch.flip(x, [0, 2]).numpy())
+    dy = np.random.default_rng(0).standard_normal(y.shape).astype(np.float32)
+    (dx,) = get_op("SliceGrad").reference(
+        [dy], {**slice_op.normalize_attrs(node.attrs), "input_shape": [3, 1, 4]})
+    np.testing.assert_array_equal(dx, torch.flip(torch.from_numpy(dy), [0, 2]).numpy())
