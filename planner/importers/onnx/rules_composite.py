@@ -10,6 +10,8 @@ wherever those run), written as ONNX's own function bodies define them:
     Celu              alpha * elu(x / alpha)
     ReduceSumSquare   sum(x * x);  ReduceL1  sum(|x|);  ReduceL2  sqrt(sum(x * x))
     ReduceLogSum      log(sum(x))
+    ReduceMax         a MaxPool whose one window spans the reduced axes (moved last, flattened)
+    ReduceMin         -ReduceMax(-x)
 
 Scalars (1, beta) become constant state tensors of the input's dtype.
 """
@@ -20,7 +22,7 @@ import numpy as np
 
 from planner.importers.onnx.context import NodeCtx, Value, rule
 from planner.importers.onnx.errors import OnnxImportError, Unsupported
-from planner.importers.onnx.rules_shape import reduce_attrs
+from planner.importers.onnx.rules_shape import reduce_attrs, reshape_to
 from planner.importers.onnx.values import Const
 
 
@@ -92,3 +94,40 @@ def reduce_composite(n: NodeCtx) -> None:
     total = n.emit1("ReduceSum", [term], attrs, output=0 if last else None)
     if not last:
         n.emit1("Sqrt" if n.op_type == "ReduceL2" else "Log", [total], output=0)
+
+
+@rule("ReduceMax", "ReduceMin")
+def reduce_max(n: NodeCtx) -> None:
+    """Of computed tensors (constant ones fold at import): the kept axes flattened into
+    MaxPool's batch and the reduced ones into its width, one window of that width. Forward
+    values are exact; the gradient goes to one maximal element (MaxPoolGrad's choice) where
+    ties share it in PyTorch's amax."""
+    attrs = reduce_attrs(n)
+    if attrs is None:
+        n.bind(0, n.value(0))
+        return
+    x, shape = n.value(0), n.shape(0)
+    if n.type(0).dtype not in ("float32", "float64", "float16", "bfloat16"):
+        raise Unsupported(f"{n.op_type} (of {n.type(0).dtype} tensors)")
+    axes = attrs["axes"] or list(range(len(shape)))
+    kept = [k for k in range(len(shape)) if k not in axes]
+    rows = int(np.prod([shape[k] for k in kept], dtype=np.int64))
+    width = int(np.prod([shape[k] for k in axes], dtype=np.int64))
+    out = [1 if k in axes else d for k, d in enumerate(shape)] if attrs["keepdims"] else \
+        [shape[k] for k in kept]
+    if rows == 0 or width == 0:  # the max of nothing is -inf (ONNX), whatever x holds
+        empty = -np.inf if n.op_type == "ReduceMax" else np.inf
+        n.fold(0, np.full(out, empty, dtype=n.type(0).dtype))
+        return
+    if width == 1:
+        reshape_to(n, x, out)
+        return
+    if n.op_type == "ReduceMin":
+        x = n.emit1("Neg", [x])
+    if kept + axes != sorted(kept + axes):
+        x = n.emit1("Transpose", [x], {"perm": kept + axes})
+    x = n.emit1("Reshape", [x], {"shape": [rows, 1, 1, width]})
+    pooled = n.emit1("MaxPool", [x], {"kernel": [1, width], "strides": [1, width]})
+    if n.op_type == "ReduceMin":
+        pooled = n.emit1("Neg", [pooled])
+    reshape_to(n, pooled, out)
