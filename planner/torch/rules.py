@@ -19,6 +19,7 @@ import math
 
 from planner.importers.onnx.errors import Unsupported
 from planner.importers.onnx.values import Const
+from planner.importers.reduce_max import pool_max
 from planner.torch.context import UNAVAILABLE, NodeCtx, Value, rule
 
 
@@ -140,6 +141,24 @@ def split(n: NodeCtx) -> Value:
     if len(sizes) == 1:
         return (x,)
     return tuple(n.emit("Split", [x], {"axis": axis, "sizes": sizes}, n_out=len(sizes)))
+
+
+@rule("aten.repeat.default")
+def repeat(n: NodeCtx) -> Value:
+    """x.repeat(r0, r1, ...): each axis i becomes (r_i, s_i) by an Expand of (1, s_i), then the
+    pairs merge (x's shape padded with leading 1s to the repeats' length)."""
+    x = n.tensor(0)
+    reps = n.ints(1, "repeats")
+    shape = n.shape(x)
+    if len(reps) < len(shape) or any(r < 0 for r in reps):
+        raise n.fail(f"repeats {reps} for a tensor of shape {list(shape)}")
+    padded = (1,) * (len(reps) - len(shape)) + tuple(shape)
+    if all(r == 1 for r in reps):
+        return _reshape_to(n, x, padded)
+    pairs = [d for s in padded for d in (1, s)]
+    y = n.emit1("Expand", [_reshape_to(n, x, tuple(pairs))],
+                {"shape": [d for r, s in zip(reps, padded, strict=True) for d in (r, s)]})
+    return _reshape_to(n, y, n.out_shape)
 
 
 @rule("aten.cat.default")
@@ -269,6 +288,31 @@ def softmax(n: NodeCtx) -> Value:
     return n.emit1(op, [x], {"axis": _axis(n, n.arg(1, "dim"), len(n.shape(x)))})
 
 
+@rule("aten.upsample_nearest2d.vec", "aten.upsample_bilinear2d.vec",
+      "aten.upsample_nearest2d.default", "aten.upsample_bilinear2d.default")
+def upsample(n: NodeCtx) -> Value:
+    """nn.Upsample / F.interpolate on (N, C, H, W): the planner's Resize. PyTorch's nearest is
+    ONNX's asymmetric floor; bilinear without align_corners is pytorch_half_pixel. A given
+    scale factor is used as given (PyTorch samples with 1 / scale, not in / out)."""
+    x = n.tensor(0)
+    bilinear = "bilinear" in n.op
+    if n.op.endswith(".vec"):
+        scales = n.arg(3 if bilinear else 2, "scale_factors")
+    else:
+        scales = [n.arg(3 if bilinear else 2, "scales_h"), n.arg(4 if bilinear else 3, "scales_w")]
+        scales = None if None in scales else scales
+    align = bool(n.arg(2, "align_corners", False)) if bilinear else False
+    sizes = list(n.out_shape[2:])
+    if sizes == list(n.shape(x)[2:]) and (not scales or list(scales) == [1.0, 1.0]):
+        return x
+    return n.emit1("Resize", [x], {
+        "sizes": sizes, "scales": [float(s) for s in scales] if scales else [],
+        "mode": "linear" if bilinear else "nearest",
+        "coordinate_mode": ("align_corners" if align else "pytorch_half_pixel") if bilinear
+        else "asymmetric",
+        "nearest_mode": "floor"})
+
+
 # ---- reductions ------------------------------------------------------------------------------
 
 @rule("aten.mean.dim", "aten.sum.dim_IntList", "aten.mean.default", "aten.sum.default")
@@ -280,6 +324,28 @@ def reduce(n: NodeCtx) -> Value:
     keep = bool(n.arg(2, "keepdim", False)) if dims is not None else False
     op = "ReduceMean" if ".mean." in n.op else "ReduceSum"
     return n.emit1(op, [x], {"axes": axes, "keepdims": keep})
+
+
+@rule("aten.amax.default", "aten.amin.default", "aten.max.dim", "aten.min.dim")
+def amax(n: NodeCtx) -> Value:
+    """One MaxPool window over the reduced axes (planner/importers/reduce_max.py); max.dim's
+    indices are not computed."""
+    x = n.tensor(0)
+    shape = n.shape(x)
+    if not n.dtype(x).startswith(("float", "bfloat")):
+        raise Unsupported(f"{n.op} (of {n.dtype(x)} tensors)")
+    dims = n.arg(1, "dim", [])
+    dims = [dims] if isinstance(dims, int) else list(dims)
+    axes = sorted({_axis(n, d, len(shape)) for d in dims}) if dims else list(range(len(shape)))
+    keep = bool(n.arg(2, "keepdim", False))
+    out = tuple(1 if k in axes else d for k, d in enumerate(shape)) if keep else \
+        tuple(d for k, d in enumerate(shape) if k not in axes)
+    if 0 in shape:
+        raise n.fail(f"a max over an empty tensor of shape {list(shape)}")
+    y = x if all(shape[k] == 1 for k in axes) else \
+        pool_max(n.emit1, x, shape, axes, minimum=n.op.startswith(("aten.amin", "aten.min")))
+    y = _reshape_to(n, y, out)
+    return (y, UNAVAILABLE) if n.op.endswith(".dim") else y
 
 
 # ---- dense layers ----------------------------------------------------------------------------
@@ -434,6 +500,34 @@ def batch_norm(n: NodeCtx) -> Value:
     # Planner outputs: y, new running mean, new running var, saved mean, saved invstd.
     y, new_mean, new_var, _, _ = n.emit("BatchNorm", [x, w, b, mean, var], attrs, n_out=5)
     return (y, UNAVAILABLE, UNAVAILABLE, new_mean, new_var)
+
+
+@rule("aten.native_group_norm.default")
+def group_norm(n: NodeCtx) -> Value:
+    """nn.GroupNorm: the planner's GroupNorm (statistics of the batch, as PyTorch always)."""
+    x = n.tensor(0)
+    channels = (n.shape(x)[1],)
+    w = _affine(n, n.arg(1, "weight"), channels, 1.0, x)
+    b = _affine(n, n.arg(2, "bias"), channels, 0.0, x)
+    attrs = {"groups": int(n.arg(6, "group")), "epsilon": float(n.arg(7, "eps"))}
+    y = n.emit("GroupNorm", [x, w, b], attrs, n_out=3)[0]
+    return (y, UNAVAILABLE, UNAVAILABLE)
+
+
+@rule("aten._native_batch_norm_legit.no_stats")
+def batch_norm_no_stats(n: NodeCtx) -> Value:
+    """Batch statistics without running ones: nn.InstanceNorm decomposes to this over
+    (1, N * C, ...) (its affine weight repeated N times), which is GroupNorm with a group per
+    channel, as there is one sample."""
+    x = n.tensor(0)
+    shape = n.shape(x)
+    if len(shape) < 3 or shape[0] != 1 or not n.arg(3, "training", True):
+        raise Unsupported(f"{n.op} (batch statistics over more than one sample)")
+    w = _affine(n, n.arg(1, "weight"), shape[1:2], 1.0, x)
+    b = _affine(n, n.arg(2, "bias"), shape[1:2], 0.0, x)
+    attrs = {"groups": shape[1], "epsilon": float(n.arg(5, "eps"))}
+    y = n.emit("GroupNorm", [x, w, b], attrs, n_out=3)[0]
+    return (y, UNAVAILABLE, UNAVAILABLE)
 
 
 @rule("aten.native_layer_norm.default")

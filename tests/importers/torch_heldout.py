@@ -1,8 +1,11 @@
 """Small PyTorch models of common families that no other planner.torch test uses: a Conv1d
 audio net that reads time both ways (torch.flip), a GRU language model, a MobileNetV3 block
 (Hardswish, squeeze-and-excitation with Hardsigmoid), a ConvNeXt block (depthwise conv, LayerNorm
-over channels-last permutes, a layer-scale parameter) and a ViT with a class token and learned
-position embeddings. Tiny sizes: each trains in seconds.
+over channels-last permutes, a layer-scale parameter), a ViT with a class token and learned
+position embeddings, a UNet (GroupNorm, InstanceNorm, PixelShuffle, nearest and bilinear
+upsampling, per-pixel classes), an EfficientNet-like block (SiLU, sigmoid squeeze-and-excitation,
+grouped conv, a global max pool by amax) and a causal LM whose output layer is its embedding.
+Tiny sizes: each trains in seconds.
 
 MODELS maps a name to (module class, input maker, loss, labels maker); inputs and labels are
 drawn from a torch.Generator.
@@ -22,13 +25,14 @@ class FlipAudio(nn.Module):
         super().__init__()
         self.conv = nn.Conv1d(2, 6, 5, stride=2, padding=2)
         self.bn = nn.BatchNorm1d(6)
-        self.back = nn.Conv1d(6, 6, 3, padding=1)
+        self.pool = nn.MaxPool1d(2)
+        self.back = nn.Conv1d(6, 6, 3, padding=2, dilation=2)
         self.head = nn.Linear(6, 4)
 
     def forward(self, x):
-        h = F.relu(self.bn(self.conv(x)))
-        h = h + torch.flip(self.back(torch.flip(h, [2])), [-1])
-        return self.head(h.mean(-1))
+        h = self.pool(F.leaky_relu(self.bn(self.conv(x)), 0.1))
+        h = h + torch.flip(F.elu(self.back(torch.flip(h, [2]))), [-1])
+        return self.head(F.adaptive_avg_pool1d(h, 1).squeeze(-1))
 
 
 class GRULM(nn.Module):
@@ -103,6 +107,70 @@ class TinyViT(nn.Module):
         return self.head(self.norm(self.block(p))[:, 0])
 
 
+class UNet(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.down1 = nn.Conv2d(3, 4, 3, padding=1)
+        self.gn = nn.GroupNorm(2, 4)
+        self.down2 = nn.Conv2d(4, 8, 3, stride=2, padding=1)
+        self.inorm = nn.InstanceNorm2d(8, affine=True)
+        self.up = nn.Upsample(scale_factor=2, mode="bilinear", align_corners=False)
+        self.shuffle = nn.Sequential(nn.Conv2d(8, 16, 1), nn.PixelShuffle(2))
+        self.mix = nn.Conv2d(4 + 8 + 4, 4, 3, padding=1)
+        self.head = nn.Conv2d(4, 5, 1)
+
+    def forward(self, x):
+        a = F.silu(self.gn(self.down1(x)))
+        b = F.relu(self.inorm(self.down2(a)))
+        c = F.interpolate(self.shuffle(b), scale_factor=0.5, mode="nearest")
+        c = F.interpolate(c, size=(8, 8), mode="nearest")
+        return self.head(F.relu(self.mix(torch.cat([a, self.up(b), c], 1))))
+
+
+class EfficientBlock(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = nn.Conv2d(3, 8, 3, stride=2, padding=1)
+        self.bn = nn.BatchNorm2d(8)
+        self.dw = nn.Conv2d(8, 8, 3, padding=1, groups=8)
+        self.se_reduce = nn.Linear(8, 2)
+        self.se_expand = nn.Linear(2, 8)
+        self.grouped = nn.Conv2d(8, 8, 3, padding=1, groups=2)
+        self.head = nn.Linear(8, 4)
+
+    def forward(self, x):
+        x = F.silu(self.bn(self.stem(x)))
+        y = F.silu(self.dw(x))
+        w = torch.sigmoid(self.se_expand(F.silu(self.se_reduce(y.mean((2, 3))))))
+        y = self.grouped(y * w[:, :, None, None]) + x
+        return self.head(torch.amax(y, dim=(2, 3)))
+
+
+class CausalLM(nn.Module):
+    VOCAB = 13
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(self.VOCAB, 16)
+        self.pos = nn.Parameter(0.02 * torch.randn(6, 16))
+        self.qkv = nn.Linear(16, 48)
+        self.proj = nn.Linear(16, 16)
+        self.norm1 = nn.LayerNorm(16)
+        self.norm2 = nn.LayerNorm(16)
+        self.fc1 = nn.Linear(16, 32)
+        self.fc2 = nn.Linear(32, 16)
+
+    def forward(self, ids):
+        x = self.embed(ids) + self.pos
+        b, t, c = x.shape
+        q, k, v = (z.view(b, t, 2, 8).transpose(1, 2)
+                   for z in self.qkv(self.norm1(x)).split(16, dim=-1))
+        a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.proj(a.transpose(1, 2).reshape(b, t, c))
+        x = x + self.fc2(F.gelu(self.fc1(self.norm2(x)), approximate="tanh"))
+        return x @ self.embed.weight.t()
+
+
 def _image(shape):
     return lambda g: torch.randn(*shape, generator=g)
 
@@ -112,7 +180,7 @@ def _classes(n: int, shape: tuple[int, ...]):
 
 
 def _lm_loss(logits, labels):
-    return F.cross_entropy(logits.reshape(-1, GRULM.VOCAB), labels.reshape(-1))
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1))
 
 
 MODELS = {
@@ -121,4 +189,8 @@ MODELS = {
     "mobilenetv3": (MobileNetV3Block, _image((2, 4, 6, 6)), F.cross_entropy, _classes(5, (2,))),
     "convnext": (ConvNeXtBlock, _image((2, 3, 8, 8)), F.cross_entropy, _classes(5, (2,))),
     "vit": (TinyViT, _image((2, 3, 8, 8)), F.cross_entropy, _classes(3, (2,))),
+    "unet": (UNet, _image((2, 3, 8, 8)), F.cross_entropy, _classes(5, (2, 8, 8))),
+    "efficient": (EfficientBlock, _image((2, 3, 8, 8)), F.cross_entropy, _classes(4, (2,))),
+    "causal_lm": (CausalLM, _classes(CausalLM.VOCAB, (2, 6)), _lm_loss,
+                  _classes(CausalLM.VOCAB, (2, 6))),
 }

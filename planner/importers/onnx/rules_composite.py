@@ -10,7 +10,7 @@ wherever those run), written as ONNX's own function bodies define them:
     Celu              alpha * elu(x / alpha)
     ReduceSumSquare   sum(x * x);  ReduceL1  sum(|x|);  ReduceL2  sqrt(sum(x * x))
     ReduceLogSum      log(sum(x))
-    ReduceMax         a MaxPool whose one window spans the reduced axes (moved last, flattened)
+    ReduceMax         a MaxPool whose one window spans the reduced axes (reduce_max.py)
     ReduceMin         -ReduceMax(-x)
 
 Scalars (1, beta) become constant state tensors of the input's dtype.
@@ -24,6 +24,7 @@ from planner.importers.onnx.context import NodeCtx, Value, rule
 from planner.importers.onnx.errors import OnnxImportError, Unsupported
 from planner.importers.onnx.rules_shape import reduce_attrs, reshape_to
 from planner.importers.onnx.values import Const
+from planner.importers.reduce_max import pool_max
 
 
 def _scalar(n: NodeCtx, value: float, what: str) -> Const:
@@ -98,10 +99,7 @@ def reduce_composite(n: NodeCtx) -> None:
 
 @rule("ReduceMax", "ReduceMin")
 def reduce_max(n: NodeCtx) -> None:
-    """Of computed tensors (constant ones fold at import): the kept axes flattened into
-    MaxPool's batch and the reduced ones into its width, one window of that width. Forward
-    values are exact; the gradient goes to one maximal element (MaxPoolGrad's choice) where
-    ties share it in PyTorch's amax."""
+    """Of computed tensors (constant ones fold at import): planner/importers/reduce_max.py."""
     attrs = reduce_attrs(n)
     if attrs is None:
         n.bind(0, n.value(0))
@@ -110,24 +108,13 @@ def reduce_max(n: NodeCtx) -> None:
     if n.type(0).dtype not in ("float32", "float64", "float16", "bfloat16"):
         raise Unsupported(f"{n.op_type} (of {n.type(0).dtype} tensors)")
     axes = attrs["axes"] or list(range(len(shape)))
-    kept = [k for k in range(len(shape)) if k not in axes]
-    rows = int(np.prod([shape[k] for k in kept], dtype=np.int64))
-    width = int(np.prod([shape[k] for k in axes], dtype=np.int64))
     out = [1 if k in axes else d for k, d in enumerate(shape)] if attrs["keepdims"] else \
-        [shape[k] for k in kept]
-    if rows == 0 or width == 0:  # the max of nothing is -inf (ONNX), whatever x holds
+        [d for k, d in enumerate(shape) if k not in axes]
+    if 0 in shape:  # the max of nothing is -inf (ONNX); an empty result is empty
         empty = -np.inf if n.op_type == "ReduceMax" else np.inf
         n.fold(0, np.full(out, empty, dtype=n.type(0).dtype))
         return
-    if width == 1:
+    if all(shape[k] == 1 for k in axes):
         reshape_to(n, x, out)
         return
-    if n.op_type == "ReduceMin":
-        x = n.emit1("Neg", [x])
-    if kept + axes != sorted(kept + axes):
-        x = n.emit1("Transpose", [x], {"perm": kept + axes})
-    x = n.emit1("Reshape", [x], {"shape": [rows, 1, 1, width]})
-    pooled = n.emit1("MaxPool", [x], {"kernel": [1, width], "strides": [1, width]})
-    if n.op_type == "ReduceMin":
-        pooled = n.emit1("Neg", [pooled])
-    reshape_to(n, pooled, out)
+    reshape_to(n, pool_max(n.emit1, x, shape, axes, minimum=n.op_type == "ReduceMin"), out)
