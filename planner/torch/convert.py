@@ -9,8 +9,10 @@
 2. The graph signature names every placeholder: a PARAMETER becomes a param tensor under its
    state_dict name, a BUFFER a state tensor (BatchNorm's running statistics), a lifted constant
    a state tensor holding its value, a USER_INPUT an input.
-3. Every call_function node goes through its rule (rules.py); the planner's shape for each
-   result is checked against the node's own FakeTensor shape.
+3. Every call_function node goes through its rule (rules.py), or, when it reads only
+   constants (a mask built in forward by arange, tril, comparisons), torch evaluates it now
+   and the result is a constant; the planner's shape for each result is checked against the
+   node's own FakeTensor shape.
 4. Outputs: USER_OUTPUTs are the graph's outputs. A BUFFER_MUTATION must be what the planner
    updates itself (the new running statistics of a training BatchNorm reading that buffer), or
    an integer counter incremented by a constant (`num_batches_tracked += 1`), which the graph
@@ -35,6 +37,7 @@ from planner.graph.ir import Graph
 from planner.graph.validate import check_graph
 from planner.importers.onnx.context import Importer
 from planner.importers.onnx.errors import Unsupported
+from planner.importers.onnx.fold import FOLD_OUTPUT_LIMIT
 from planner.importers.onnx.values import Const
 from planner.torch.context import RULES, UNAVAILABLE, NodeCtx, TorchImportError
 
@@ -181,6 +184,8 @@ def _convert_nodes(imp: Importer, nodes: list, env: dict[str, Any], skip: set[st
         try:
             if node.target is operator.getitem:
                 value = env[node.args[0].name][node.args[1]]
+            elif _foldable(node, env):
+                value = _fold(imp, node, env)
             else:
                 if op not in RULES:
                     raise Unsupported(op)
@@ -205,6 +210,39 @@ def _convert_nodes(imp: Importer, nodes: list, env: dict[str, Any], skip: set[st
         raise TorchImportError.unsupported_ops(unsupported)
     if first_error is not None:
         raise first_error
+
+
+def _foldable(node: Any, env: Mapping[str, Any]) -> bool:
+    """Is the node a computation on constants alone (a causal mask built in forward from
+    arange, tril, comparisons), which torch itself evaluates now? Not on float parameters or
+    buffers (they stay tensors the planner trains or updates), not a random op, and not an
+    output past FOLD_OUTPUT_LIMIT elements."""
+    import torch
+
+    reads = [env.get(a.name) for a in node.all_input_nodes]
+    if not all(isinstance(v, Const) and v.foldable for v in reads):
+        return False
+    if not isinstance(node.target, torch._ops.OpOverload) or \
+            torch.Tag.nondeterministic_seeded in node.target.tags:
+        return False
+    val = node.meta.get("val")
+    return hasattr(val, "numel") and val.numel() <= FOLD_OUTPUT_LIMIT
+
+
+def _fold(imp: Importer, node: Any, env: Mapping[str, Any]) -> Const:
+    import torch
+    import torch.fx
+
+    def tensor(a: Any) -> Any:
+        return torch.from_numpy(np.ascontiguousarray(env[a.name].value()))
+
+    args = torch.fx.node.map_arg(node.args, tensor)
+    kwargs = torch.fx.node.map_arg(node.kwargs, tensor)
+    with torch.no_grad():
+        out = node.target(*args, **kwargs)
+    if not isinstance(out, torch.Tensor):
+        raise Unsupported(f"{node.target} (of constants, giving {type(out).__name__})")
+    return Const.of(imp.fresh(node.name), out.detach().cpu().numpy(), origin="constant")
 
 
 def _check(imp: Importer, node: Any, value: Any) -> None:

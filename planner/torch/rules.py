@@ -246,6 +246,12 @@ def where(n: NodeCtx) -> Value:
     return n.emit1("Where", [n.tensor(0), n.tensor(1), n.tensor(2)])
 
 
+@rule("aten.masked_fill.Scalar")
+def masked_fill(n: NodeCtx) -> Value:
+    x = n.tensor(0)
+    return n.emit1("Where", [n.tensor(1), n.const(n.arg(2, "value"), n.dtype(x)), x])
+
+
 # ---- activations -----------------------------------------------------------------------------
 
 @rule("aten.gelu.default")

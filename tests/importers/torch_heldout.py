@@ -4,7 +4,9 @@ audio net that reads time both ways (torch.flip), a GRU language model, a Mobile
 over channels-last permutes, a layer-scale parameter), a ViT with a class token and learned
 position embeddings, a UNet (GroupNorm, InstanceNorm, PixelShuffle, nearest and bilinear
 upsampling, per-pixel classes), an EfficientNet-like block (SiLU, sigmoid squeeze-and-excitation,
-grouped conv, a global max pool by amax) and a causal LM whose output layer is its embedding.
+grouped conv, a global max pool by amax), a causal LM whose output layer is its embedding, and
+attention written out by hand (a causal mask built in forward by torch.tril, masked_fill with
+-inf, a max over time by max(dim).values).
 Tiny sizes: each trains in seconds.
 
 MODELS maps a name to (module class, input maker, loss, labels maker); inputs and labels are
@@ -12,6 +14,8 @@ drawn from a torch.Generator.
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 from torch import nn
@@ -171,6 +175,21 @@ class CausalLM(nn.Module):
         return x @ self.embed.weight.t()
 
 
+class MaskedAttention(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.q = nn.Linear(8, 8)
+        self.k = nn.Linear(8, 8)
+        self.v = nn.Linear(8, 8)
+        self.head = nn.Linear(8, 3)
+
+    def forward(self, x):
+        att = (self.q(x) @ self.k(x).transpose(-2, -1)) / math.sqrt(8)
+        mask = torch.tril(torch.ones(x.shape[1], x.shape[1], dtype=torch.bool))
+        att = att.masked_fill(~mask, float("-inf")).softmax(-1)
+        return self.head((att @ self.v(x)).max(dim=1).values)
+
+
 def _image(shape):
     return lambda g: torch.randn(*shape, generator=g)
 
@@ -191,6 +210,8 @@ MODELS = {
     "vit": (TinyViT, _image((2, 3, 8, 8)), F.cross_entropy, _classes(3, (2,))),
     "unet": (UNet, _image((2, 3, 8, 8)), F.cross_entropy, _classes(5, (2, 8, 8))),
     "efficient": (EfficientBlock, _image((2, 3, 8, 8)), F.cross_entropy, _classes(4, (2,))),
+    "masked_attention": (MaskedAttention, _image((2, 5, 8)), F.cross_entropy,
+                         _classes(3, (2,))),
     "causal_lm": (CausalLM, _classes(CausalLM.VOCAB, (2, 6)), _lm_loss,
                   _classes(CausalLM.VOCAB, (2, 6))),
 }
