@@ -12,7 +12,10 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from torch.nn import functional as F  # noqa: E402
+
 from planner.ops.base import get_op  # noqa: E402
+from planner.torch import TorchImportError  # noqa: E402
 from planner.torch.convert import convert  # noqa: E402
 from planner.torch.trainer import export, trainer  # noqa: E402
 from tests.importers.test_torch_export import LR, STEPS, _torch_run  # noqa: E402
@@ -66,3 +69,33 @@ def test_flip_is_a_backward_slice():
     (dx,) = get_op("SliceGrad").reference(
         [dy], {**slice_op.normalize_attrs(node.attrs), "input_shape": [3, 1, 4]})
     np.testing.assert_array_equal(dx, torch.flip(torch.from_numpy(dy), [0, 2]).numpy())
+
+
+def test_a_mask_built_in_forward_is_a_constant():
+    """tril(ones) and its negation read only constants: torch evaluates them at import, and
+    the Where reads the mask's value; no op of the graph computes it."""
+    model, loss, batches = _case("masked_attention")
+    imported = convert(export(model, (batches[0][0],), loss, batches[0][1]))
+    (where,) = [n for n in imported.graph.nodes if n.op == "Where"]
+    mask = imported.params()[where.inputs[0]]
+    np.testing.assert_array_equal(mask, ~np.tril(np.ones((5, 5), dtype=bool)))
+    assert imported.graph.tensor(where.inputs[0]).role == "state"
+
+
+def test_random_ops_are_not_folded():
+    class Noisy(torch.nn.Module):
+        def forward(self, x):
+            return x + torch.rand(3)
+
+    with pytest.raises(TorchImportError, match=r"aten\.rand\.default"):
+        convert(export(Noisy(), (torch.randn(2, 3),), None, None))
+
+
+def test_batch_statistics_without_running_ones_over_a_batch_are_refused():
+    class BatchStats(torch.nn.Module):
+        def forward(self, x):
+            return F.batch_norm(x, None, None, training=True)
+
+    with pytest.raises(TorchImportError, match=r"_native_batch_norm_legit\.no_stats "
+                                               r"\(batch statistics over more than one sample\)"):
+        convert(export(BatchStats(), (torch.randn(2, 3, 4),), None, None))
