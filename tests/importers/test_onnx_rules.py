@@ -473,9 +473,18 @@ def test_gather_embedding_and_constant_indices():
 def test_gather_scattered_constant_indices_are_unsupported():
     x = rand(3, 5)
     model = make_model([node("Gather", ["x", "ids"], ["y"], axis=1, name="g")], {"x": x}, ["y"],
-                       {"ids": np.array([0, 3])})
+                       {"ids": np.array([0, 3, 1])})
     with pytest.raises(OnnxImportError, match="Gather"):
         load_onnx(model)
+
+
+@pytest.mark.parametrize("ids", [[4, 3, 2, 1, 0], [0, 2, 4], [-1, -3], [3, 1]])
+def test_gather_evenly_spaced_constant_indices_are_a_slice(ids):
+    x = rand(3, 5)
+    model = make_model([node("Gather", ["x", "ids"], ["y"], axis=1)], {"x": x}, ["y"],
+                       {"ids": np.array(ids)})
+    graph = check_against_onnx(model, {"x": x}, rtol=0.0)
+    assert ops_of(graph) == ["Slice"]
 
 
 def test_constant_computations_fold_into_one_state_tensor():
@@ -552,12 +561,11 @@ def test_every_unsupported_op_is_listed_once():
              node("Hardmax", ["x"], ["d"], name="hm2"),
              node("Gather", ["x", "ids"], ["e"], axis=1, name="g1"),
              node("Relu", ["x"], ["f"])]
-    model = make_model(nodes, {"x": x}, ["c", "d", "e", "f"], {"ids": np.array([0, 2])})
+    model = make_model(nodes, {"x": x}, ["c", "d", "e", "f"], {"ids": np.array([0, 2, 1])})
     with pytest.raises(OnnxImportError) as e:
         load_onnx(model)
     assert set(e.value.unsupported) == {"com.example.Foo", "Hardmax",
-                                        "Gather (constant indices that are not one contiguous "
-                                        "range)"}
+                                        "Gather (constant indices that are not evenly spaced)"}
     assert e.value.unsupported["Hardmax"] == "hm1"
     assert "\n" not in str(e.value)
 

@@ -321,15 +321,19 @@ def _gather_rows(n: NodeCtx, axis: int, shape: Sequence[int]) -> None:
 
 
 def _gather_constant(n: NodeCtx, axis: int, shape: Sequence[int], ids: np.ndarray) -> None:
-    """Constant indices: one index or a contiguous ascending range is a Slice."""
+    """Constant indices: one index, or evenly spaced ones (a range, every k-th, reversed:
+    torch.flip as the dynamo exporter writes it) is a Slice."""
     flat = [int(i) % shape[axis] if -shape[axis] <= int(i) < shape[axis] else None
             for i in ids.reshape(-1)]
     if None in flat:
         raise _fail(n, f"indices {ids.reshape(-1).tolist()} out of range for dim {shape[axis]}")
-    if ids.ndim > 1 or not flat or flat != list(range(flat[0], flat[0] + len(flat))):
-        raise Unsupported("Gather (constant indices that are not one contiguous range)")
-    sliced = n.emit1("Slice", [n.value(0)], {"starts": [flat[0]], "ends": [flat[-1] + 1],
-                                              "axes": [axis], "steps": []},
+    step = flat[1] - flat[0] if len(flat) > 1 else 1
+    if ids.ndim > 1 or not flat or step == 0 or \
+            flat != list(range(flat[0], flat[0] + step * len(flat), step)):
+        raise Unsupported("Gather (constant indices that are not evenly spaced)")
+    end = _slice_end((flat[0], flat[-1] + step, step), shape[axis])
+    sliced = n.emit1("Slice", [n.value(0)], {"starts": [flat[0]], "ends": [end],
+                                              "axes": [axis], "steps": [] if step == 1 else [step]},
                      output=None if ids.ndim == 0 else 0)
     if ids.ndim == 0:
         reshape_to(n, sliced, [d for k, d in enumerate(shape) if k != axis])
