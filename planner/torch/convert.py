@@ -226,23 +226,28 @@ def _foldable(node: Any, env: Mapping[str, Any]) -> bool:
             torch.Tag.nondeterministic_seeded in node.target.tags:
         return False
     val = node.meta.get("val")
-    return hasattr(val, "numel") and val.numel() <= FOLD_OUTPUT_LIMIT
+    vals = val if isinstance(val, (tuple, list)) else (val,)
+    return all(hasattr(v, "numel") for v in vals) and \
+        sum(v.numel() for v in vals) <= FOLD_OUTPUT_LIMIT
 
 
-def _fold(imp: Importer, node: Any, env: Mapping[str, Any]) -> Const:
+def _fold(imp: Importer, node: Any, env: Mapping[str, Any]) -> Const | tuple[Const, ...]:
     import torch
     import torch.fx
 
     def tensor(a: Any) -> Any:
         return torch.from_numpy(np.ascontiguousarray(env[a.name].value()))
 
+    def const(t: Any) -> Const:
+        if not isinstance(t, torch.Tensor):
+            raise Unsupported(f"{node.target} (of constants, giving {type(t).__name__})")
+        return Const.of(imp.fresh(node.name), t.detach().cpu().numpy(), origin="constant")
+
     args = torch.fx.node.map_arg(node.args, tensor)
     kwargs = torch.fx.node.map_arg(node.kwargs, tensor)
     with torch.no_grad():
         out = node.target(*args, **kwargs)
-    if not isinstance(out, torch.Tensor):
-        raise Unsupported(f"{node.target} (of constants, giving {type(out).__name__})")
-    return Const.of(imp.fresh(node.name), out.detach().cpu().numpy(), origin="constant")
+    return tuple(const(t) for t in out) if isinstance(out, (tuple, list)) else const(out)
 
 
 def _check(imp: Importer, node: Any, value: Any) -> None:

@@ -52,6 +52,12 @@ def copy(n: NodeCtx) -> Value:
     return x
 
 
+@rule("aten._assert_tensor_metadata.default")
+def assert_metadata(n: NodeCtx) -> Value:
+    """The dtype check export writes before a `.to()`: the planner checks dtypes itself."""
+    return UNAVAILABLE
+
+
 def _dtype_name(dtype: object) -> str:
     return str(dtype).removeprefix("torch.")
 

@@ -14,6 +14,7 @@ torch = pytest.importorskip("torch")
 
 from torch.nn import functional as F  # noqa: E402
 
+from planner.graph import run  # noqa: E402
 from planner.ops.base import get_op  # noqa: E402
 from planner.torch import TorchImportError  # noqa: E402
 from planner.torch.convert import convert  # noqa: E402
@@ -99,3 +100,17 @@ def test_batch_statistics_without_running_ones_over_a_batch_are_refused():
     with pytest.raises(TorchImportError, match=r"_native_batch_norm_legit\.no_stats "
                                                r"\(batch statistics over more than one sample\)"):
         convert(export(BatchStats(), (torch.randn(2, 3, 4),), None, None))
+
+
+def test_ops_of_constants_with_several_outputs_fold():
+    class MaxOfConstants(torch.nn.Module):
+        def forward(self, x):
+            values, indices = torch.arange(6.0).reshape(2, 3).flip(1).max(dim=1)
+            return x * values + indices.to(torch.float32)
+
+    imported = convert(export(MaxOfConstants(), (torch.randn(4, 2),), None, None))
+    assert {n.op for n in imported.graph.nodes} <= {"Mul", "Add", "Fill"}  # no max computed
+    x = torch.randn(4, 2)
+    out = run(imported.graph, {imported.inputs[0]: x.numpy()}, imported.params())
+    np.testing.assert_array_equal(out[imported.graph.outputs[0]],
+                                  MaxOfConstants()(x).numpy())
