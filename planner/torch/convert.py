@@ -3,7 +3,8 @@
     convert(program) -> TorchImport(graph, consts, inputs, counters)
 
 1. `run_decompositions` to core ATen, keeping the ops the planner has as one op
-   (PRESERVED: F.linear, F.cross_entropy, F.mse_loss, dropout, scaled_dot_product_attention),
+   (PRESERVED: F.linear, F.cross_entropy, F.mse_loss, dropout, scaled_dot_product_attention,
+   PReLU and Softplus, whose decompositions compare, which no planner op does),
    so a linear layer is one GEMM with its weight transposed in place and the loss is the
    planner's loss op, whose gradient make_training_graph knows.
 2. The graph signature names every placeholder: a PARAMETER becomes a param tensor under its
@@ -42,7 +43,8 @@ from planner.importers.onnx.values import Const
 from planner.torch.context import RULES, UNAVAILABLE, NodeCtx, TorchImportError
 
 PRESERVED = ("linear.default", "cross_entropy_loss.default", "mse_loss.default",
-             "dropout.default", "scaled_dot_product_attention.default")
+             "dropout.default", "scaled_dot_product_attention.default", "prelu.default",
+             "softplus.default")
 
 
 @dataclass(frozen=True)

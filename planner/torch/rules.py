@@ -197,6 +197,32 @@ def unary(n: NodeCtx) -> Value:
     return n.emit1(UNARY[n.op.split(".")[1]], [n.tensor(0)])
 
 
+@rule("aten.prelu.default")
+def prelu(n: NodeCtx) -> Value:
+    """nn.PReLU: one slope, or one per channel (axis 1), broadcast as PRelu's slope."""
+    x, w = n.tensor(0), n.tensor(1)
+    rank, size = len(n.shape(x)), n.shape(w)
+    if size not in ((1,), ()) and (rank < 2 or size != (n.shape(x)[1],)):
+        raise n.fail(f"slope of shape {list(size)} for an input of shape {list(n.shape(x))}")
+    if size == (n.shape(x)[1:2]) and rank > 2:
+        w = _reshape_to(n, w, size + (1,) * (rank - 2))
+    return n.emit1("PRelu", [x, w])
+
+
+@rule("aten.softplus.default")
+def softplus(n: NodeCtx) -> Value:
+    """log(1 + exp(beta x)) / beta; PyTorch's x above threshold / beta is that value to float32
+    for the default threshold 20."""
+    x = n.tensor(0)
+    beta, threshold = float(n.arg(1, "beta", 1.0)), float(n.arg(2, "threshold", 20.0))
+    if threshold < 15.0:  # below it, x and log1p(exp(x)) differ in float32
+        raise Unsupported(f"{n.op} (threshold {threshold})")
+    if beta == 1.0:
+        return n.emit1("Softplus", [x])
+    y = n.emit1("Softplus", [n.emit1("Scale", [x], {"factor": beta})])
+    return n.emit1("Scale", [y], {"factor": 1.0 / beta})
+
+
 def _number(v: object) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
@@ -336,6 +362,26 @@ def reduce(n: NodeCtx) -> Value:
     keep = bool(n.arg(2, "keepdim", False)) if dims is not None else False
     op = "ReduceMean" if ".mean." in n.op else "ReduceSum"
     return n.emit1(op, [x], {"axes": axes, "keepdims": keep})
+
+
+@rule("aten.var.correction")
+def var(n: NodeCtx) -> Value:
+    """mean((x - mean(x))^2) with n - correction in the divisor (Bessel's by default)."""
+    x = n.tensor(0)
+    shape = n.shape(x)
+    dims = n.arg(1, "dim")
+    dims = [dims] if isinstance(dims, int) else list(dims or [])
+    axes = sorted({_axis(n, d, len(shape)) for d in dims}) if dims else list(range(len(shape)))
+    correction = n.kwargs.get("correction", n.arg(2, "correction"))
+    correction = 1.0 if correction is None else float(correction)
+    count = math.prod(shape[k] for k in axes)
+    if count - correction <= 0:
+        raise n.fail(f"variance of {count} elements with correction {correction}")
+    keep = bool(n.kwargs.get("keepdim", n.arg(3, "keepdim", False)))
+    mean = n.emit1("ReduceMean", [x], {"axes": axes, "keepdims": True})
+    d = n.emit1("Sub", [x, mean])
+    total = n.emit1("ReduceSum", [n.emit1("Mul", [d, d])], {"axes": axes, "keepdims": keep})
+    return n.emit1("Scale", [total], {"factor": 1.0 / (count - correction)})
 
 
 @rule("aten.amax.default", "aten.amin.default", "aten.max.dim", "aten.min.dim")

@@ -6,7 +6,8 @@ position embeddings, a UNet (GroupNorm, InstanceNorm, PixelShuffle, nearest and 
 upsampling, per-pixel classes), an EfficientNet-like block (SiLU, sigmoid squeeze-and-excitation,
 grouped conv, a global max pool by amax), a causal LM whose output layer is its embedding, and
 attention written out by hand (a causal mask built in forward by torch.tril, masked_fill with
--inf, a max over time by max(dim).values).
+-inf, a max over time by max(dim).values), and an x-vector-like speaker net (PReLU, Mish,
+Softplus, statistics pooling by mean and std over time).
 Tiny sizes: each trains in seconds.
 
 MODELS maps a name to (module class, input maker, loss, labels maker); inputs and labels are
@@ -190,6 +191,22 @@ class MaskedAttention(nn.Module):
         return self.head((att @ self.v(x)).max(dim=1).values)
 
 
+class XVector(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.frame1 = nn.Conv1d(3, 6, 3, padding=1)
+        self.act1 = nn.PReLU(6)
+        self.frame2 = nn.Conv1d(6, 6, 3, dilation=2, padding=2)
+        self.act2 = nn.PReLU()
+        self.segment = nn.Linear(12, 8)
+        self.head = nn.Linear(8, 4)
+
+    def forward(self, x):
+        h = self.act2(self.frame2(F.mish(self.act1(self.frame1(x)))))
+        stats = torch.cat([h.mean(-1), h.std(-1)], dim=1)
+        return self.head(F.softplus(self.segment(stats), beta=2.0))
+
+
 def _image(shape):
     return lambda g: torch.randn(*shape, generator=g)
 
@@ -212,6 +229,7 @@ MODELS = {
     "efficient": (EfficientBlock, _image((2, 3, 8, 8)), F.cross_entropy, _classes(4, (2,))),
     "masked_attention": (MaskedAttention, _image((2, 5, 8)), F.cross_entropy,
                          _classes(3, (2,))),
+    "xvector": (XVector, _image((3, 3, 10)), F.cross_entropy, _classes(4, (3,))),
     "causal_lm": (CausalLM, _classes(CausalLM.VOCAB, (2, 6)), _lm_loss,
                   _classes(CausalLM.VOCAB, (2, 6))),
 }
