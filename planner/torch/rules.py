@@ -291,7 +291,7 @@ def gelu(n: NodeCtx) -> Value:
     return n.emit1("Gelu", [n.tensor(0)], {"approximate": n.arg(1, "approximate", "none")})
 
 
-@rule("aten.hardtanh.default", "aten.clamp.default")
+@rule("aten.hardtanh.default", "aten.clamp.default", "aten.clamp_min.default")
 def hardtanh(n: NodeCtx) -> Value:
     low, high = (n.arg(1, "min_val", -1.0), n.arg(2, "max_val", 1.0)) \
         if n.op == "aten.hardtanh.default" else (n.arg(1, "min"), n.arg(2, "max"))
@@ -382,6 +382,21 @@ def var(n: NodeCtx) -> Value:
     d = n.emit1("Sub", [x, mean])
     total = n.emit1("ReduceSum", [n.emit1("Mul", [d, d])], {"axes": axes, "keepdims": keep})
     return n.emit1("Scale", [total], {"factor": 1.0 / (count - correction)})
+
+
+@rule("aten.linalg_vector_norm.default")
+def vector_norm(n: NodeCtx) -> Value:
+    """The 2-norm (F.normalize, torch.norm): sqrt(sum(x * x)); other orders are refused."""
+    x = n.tensor(0)
+    if float(n.arg(1, "ord", 2)) != 2.0 or n.kwargs.get("dtype") is not None:
+        raise Unsupported(f"{n.op} (ord {n.arg(1, 'ord', 2)})")
+    shape = n.shape(x)
+    dims = n.arg(2, "dim")
+    dims = [dims] if isinstance(dims, int) else list(dims or [])
+    axes = sorted({_axis(n, d, len(shape)) for d in dims}) if dims else list(range(len(shape)))
+    keep = bool(n.arg(3, "keepdim", False))
+    total = n.emit1("ReduceSum", [n.emit1("Mul", [x, x])], {"axes": axes, "keepdims": keep})
+    return n.emit1("Sqrt", [total])
 
 
 @rule("aten.amax.default", "aten.amin.default", "aten.max.dim", "aten.min.dim")

@@ -7,7 +7,7 @@ upsampling, per-pixel classes), an EfficientNet-like block (SiLU, sigmoid squeez
 grouped conv, a global max pool by amax), a causal LM whose output layer is its embedding, and
 attention written out by hand (a causal mask built in forward by torch.tril, masked_fill with
 -inf, a max over time by max(dim).values), and an x-vector-like speaker net (PReLU, Mish,
-Softplus, statistics pooling by mean and std over time).
+Softplus, statistics pooling by mean and std over time, an F.normalize'd embedding).
 Tiny sizes: each trains in seconds.
 
 MODELS maps a name to (module class, input maker, loss, labels maker); inputs and labels are
@@ -204,7 +204,7 @@ class XVector(nn.Module):
     def forward(self, x):
         h = self.act2(self.frame2(F.mish(self.act1(self.frame1(x)))))
         stats = torch.cat([h.mean(-1), h.std(-1)], dim=1)
-        return self.head(F.softplus(self.segment(stats), beta=2.0))
+        return self.head(F.normalize(F.softplus(self.segment(stats), beta=2.0), dim=1))
 
 
 def _image(shape):
