@@ -4,7 +4,8 @@
 
 1. `run_decompositions` to core ATen, keeping the ops the planner has as one op
    (PRESERVED: F.linear, F.cross_entropy, F.mse_loss, dropout, scaled_dot_product_attention,
-   PReLU and Softplus, whose decompositions compare, which no planner op does),
+   PReLU and Softplus, whose decompositions compare, which no planner op does, and reflect and
+   replicate padding, which decompose to gathers; the planner's Pad has those modes),
    so a linear layer is one GEMM with its weight transposed in place and the loss is the
    planner's loss op, whose gradient make_training_graph knows.
 2. The graph signature names every placeholder: a PARAMETER becomes a param tensor under its
@@ -44,7 +45,8 @@ from planner.torch.context import RULES, UNAVAILABLE, NodeCtx, TorchImportError
 
 PRESERVED = ("linear.default", "cross_entropy_loss.default", "mse_loss.default",
              "dropout.default", "scaled_dot_product_attention.default", "prelu.default",
-             "softplus.default")
+             "softplus.default", "reflection_pad1d.default", "reflection_pad2d.default",
+             "replication_pad1d.default", "replication_pad2d.default")
 
 
 @dataclass(frozen=True)

@@ -167,6 +167,27 @@ def repeat(n: NodeCtx) -> Value:
     return _reshape_to(n, y, n.out_shape)
 
 
+@rule("aten.constant_pad_nd.default", "aten.reflection_pad1d.default",
+      "aten.reflection_pad2d.default", "aten.replication_pad1d.default",
+      "aten.replication_pad2d.default")
+def pad(n: NodeCtx) -> Value:
+    """F.pad: PyTorch lists (before, after) pairs from the last axis backwards; the planner's
+    Pad all befores, then all afters, from the first axis (numpy's modes: reflect, edge)."""
+    x = n.tensor(0)
+    rank = len(n.shape(x))
+    flat = n.ints(1, "padding" if "constant" not in n.op else "pad")
+    if len(flat) % 2 or len(flat) // 2 > rank or any(p < 0 for p in flat):
+        raise Unsupported(f"{n.op} (padding {flat})")
+    before, after = [0] * rank, [0] * rank
+    for k in range(len(flat) // 2):
+        before[rank - 1 - k], after[rank - 1 - k] = flat[2 * k], flat[2 * k + 1]
+    if not any(flat):
+        return x
+    mode = "constant" if "constant" in n.op else "reflect" if "reflection" in n.op else "edge"
+    value = float(n.arg(2, "value", 0.0)) if mode == "constant" else 0.0
+    return n.emit1("Pad", [x], {"pads": before + after, "mode": mode, "value": value})
+
+
 @rule("aten.cat.default")
 def cat(n: NodeCtx) -> Value:
     parts = [v for v in n.arg(0, "tensors") if 0 not in n.shape(v)]

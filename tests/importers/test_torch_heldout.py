@@ -114,3 +114,21 @@ def test_ops_of_constants_with_several_outputs_fold():
     out = run(imported.graph, {imported.inputs[0]: x.numpy()}, imported.params())
     np.testing.assert_array_equal(out[imported.graph.outputs[0]],
                                   MaxOfConstants()(x).numpy())
+
+
+@pytest.mark.parametrize("mode", ["constant", "reflect", "replicate"])
+def test_padding_is_pytorchs(mode):
+    """F.pad's (before, after) pairs run from the last axis backwards; the planner's Pad takes
+    ONNX's layout. 1-D and 2-D, asymmetric, on the numpy reference."""
+
+    class Padded(torch.nn.Module):
+        def forward(self, x):
+            value = {"value": 0.5} if mode == "constant" else {}
+            return F.pad(x, (1, 2, 2, 1), mode=mode, **value) + \
+                F.pad(x[:, :, 0], (2, 1), mode=mode, **value)[:, :, None, :]
+
+    x = torch.randn(2, 3, 4, 5)
+    imported = convert(export(Padded(), (x,), None, None))
+    assert {n.op for n in imported.graph.nodes} >= {"Pad"}
+    out = run(imported.graph, {imported.inputs[0]: x.numpy()}, imported.params())
+    np.testing.assert_array_equal(out[imported.graph.outputs[0]], Padded()(x).numpy())

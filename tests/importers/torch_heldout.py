@@ -3,12 +3,12 @@ audio net that reads time both ways (torch.flip), a GRU language model, a Mobile
 (Hardswish, squeeze-and-excitation with Hardsigmoid), a ConvNeXt block (depthwise conv, LayerNorm
 over channels-last permutes, a layer-scale parameter), a ViT with a class token and learned
 position embeddings, a UNet (GroupNorm, InstanceNorm, PixelShuffle, nearest and bilinear
-upsampling, per-pixel classes), an EfficientNet-like block (SiLU, sigmoid squeeze-and-excitation,
-grouped conv, a global max pool by amax), a causal LM whose output layer is its embedding, and
-attention written out by hand (a causal mask built in forward by torch.tril, masked_fill with
--inf, a max over time by max(dim).values), and an x-vector-like speaker net (PReLU, Mish,
-Softplus, statistics pooling by mean and std over time, an F.normalize'd embedding).
-Tiny sizes: each trains in seconds.
+upsampling, reflect and replicate padding, per-pixel classes), an EfficientNet-like block
+(SiLU, sigmoid squeeze-and-excitation, grouped conv, a global max pool by amax), a causal LM
+whose output layer is its embedding, attention written out by hand (a causal mask built in
+forward by torch.tril, masked_fill with -inf, a max over time by max(dim).values), and an
+x-vector-like speaker net (PReLU, Mish, Softplus, statistics pooling by mean and std over time,
+an F.normalize'd embedding). Tiny sizes: each trains in seconds.
 
 MODELS maps a name to (module class, input maker, loss, labels maker); inputs and labels are
 drawn from a torch.Generator.
@@ -115,13 +115,13 @@ class TinyViT(nn.Module):
 class UNet(nn.Module):
     def __init__(self) -> None:
         super().__init__()
-        self.down1 = nn.Conv2d(3, 4, 3, padding=1)
+        self.down1 = nn.Conv2d(3, 4, 3, padding=1, padding_mode="reflect")
         self.gn = nn.GroupNorm(2, 4)
         self.down2 = nn.Conv2d(4, 8, 3, stride=2, padding=1)
         self.inorm = nn.InstanceNorm2d(8, affine=True)
         self.up = nn.Upsample(scale_factor=2, mode="bilinear", align_corners=False)
         self.shuffle = nn.Sequential(nn.Conv2d(8, 16, 1), nn.PixelShuffle(2))
-        self.mix = nn.Conv2d(4 + 8 + 4, 4, 3, padding=1)
+        self.mix = nn.Conv2d(4 + 8 + 4, 4, 3, padding=1, padding_mode="replicate")
         self.head = nn.Conv2d(4, 5, 1)
 
     def forward(self, x):
