@@ -21,6 +21,9 @@ Example:
     >>> get_op("Slice").reference([np.arange(10)], {"starts": [-3], "ends": [100], "axes": [0],
     ...                                             "steps": []})[0].tolist()
     [7, 8, 9]
+    >>> get_op("Slice").reference([np.arange(4)], {"starts": [-1], "ends": [-5], "axes": [0],
+    ...                                            "steps": [-1]})[0].tolist()
+    [3, 2, 1, 0]
 """
 
 from __future__ import annotations
@@ -289,7 +292,9 @@ def slice_index(op: str, shape: tuple[int, ...], a: Attrs) -> tuple[slice, ...]:
     """The numpy index that Slice attrs select from a tensor of `shape`: one slice per dim.
 
     starts and ends count from the end when negative and are clamped to the extent, as numpy
-    does (so ONNX's INT64_MAX "to the end" works); steps are positive, empty meaning all 1.
+    does (so ONNX's INT64_MAX "to the end" works); steps are non-zero, empty meaning all 1. A
+    negative step walks the axis backwards (numpy's x[::-1], torch.flip); its "before the first
+    element" end is any end below -extent, as numpy has no other spelling for it.
 
     >>> slice_index("Slice", (4, 5), {"starts": [1], "ends": [-1], "axes": [-1], "steps": []})
     (slice(None, None, None), slice(1, -1, 1))
@@ -299,8 +304,8 @@ def slice_index(op: str, shape: tuple[int, ...], a: Attrs) -> tuple[slice, ...]:
     if not len(starts) == len(ends) == len(axes) == len(steps):
         raise OpError(f"{op}: starts {starts}, ends {ends}, axes {axes} and steps {a['steps']} "
                       f"must have the same length (steps may be empty)")
-    if any(s <= 0 for s in steps):
-        raise OpError(f"{op}: steps {steps} must be positive")
+    if any(s == 0 for s in steps):
+        raise OpError(f"{op}: steps {steps} hold a 0")
     index = [slice(None)] * len(shape)
     seen: set[int] = set()
     for start, end, axis, step in zip(starts, ends, axes, steps, strict=True):
@@ -351,6 +356,8 @@ def slice_geometry(full: tuple[int, ...], a: Attrs) -> Attrs:
 
     >>> slice_geometry((4, 6), {"starts": [1], "ends": [100], "axes": [1], "steps": [2]})
     {'begin': [0, 1], 'step': [1, 2]}
+    >>> _slice_geometry((4, 6), {"starts": [-1], "ends": [-7], "axes": [0], "steps": [-1]})
+    {'begin': [3, 0], 'step': [-1, 1]}
     """
     rank = len(full)
     begin, step = [0] * rank, [1] * rank

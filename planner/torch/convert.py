@@ -3,14 +3,18 @@
     convert(program) -> TorchImport(graph, consts, inputs, counters)
 
 1. `run_decompositions` to core ATen, keeping the ops the planner has as one op
-   (PRESERVED: F.linear, F.cross_entropy, F.mse_loss, dropout, scaled_dot_product_attention),
+   (PRESERVED: F.linear, F.cross_entropy, F.mse_loss, dropout, scaled_dot_product_attention,
+   PReLU and Softplus, whose decompositions compare, which no planner op does, and reflect and
+   replicate padding, which decompose to gathers; the planner's Pad has those modes),
    so a linear layer is one GEMM with its weight transposed in place and the loss is the
    planner's loss op, whose gradient make_training_graph knows.
 2. The graph signature names every placeholder: a PARAMETER becomes a param tensor under its
    state_dict name, a BUFFER a state tensor (BatchNorm's running statistics), a lifted constant
    a state tensor holding its value, a USER_INPUT an input.
-3. Every call_function node goes through its rule (rules.py); the planner's shape for each
-   result is checked against the node's own FakeTensor shape.
+3. Every call_function node goes through its rule (rules.py), or, when it reads only
+   constants (a mask built in forward by arange, tril, comparisons), torch evaluates it now
+   and the result is a constant; the planner's shape for each result is checked against the
+   node's own FakeTensor shape.
 4. Outputs: USER_OUTPUTs are the graph's outputs. A BUFFER_MUTATION must be what the planner
    updates itself (the new running statistics of a training BatchNorm reading that buffer), or
    an integer counter incremented by a constant (`num_batches_tracked += 1`), which the graph
@@ -35,11 +39,14 @@ from planner.graph.ir import Graph
 from planner.graph.validate import check_graph
 from planner.importers.onnx.context import Importer
 from planner.importers.onnx.errors import Unsupported
+from planner.importers.onnx.fold import FOLD_OUTPUT_LIMIT
 from planner.importers.onnx.values import Const
 from planner.torch.context import RULES, UNAVAILABLE, NodeCtx, TorchImportError
 
 PRESERVED = ("linear.default", "cross_entropy_loss.default", "mse_loss.default",
-             "dropout.default", "scaled_dot_product_attention.default")
+             "dropout.default", "scaled_dot_product_attention.default", "prelu.default",
+             "softplus.default", "reflection_pad1d.default", "reflection_pad2d.default",
+             "replication_pad1d.default", "replication_pad2d.default")
 
 
 @dataclass(frozen=True)
@@ -181,6 +188,8 @@ def _convert_nodes(imp: Importer, nodes: list, env: dict[str, Any], skip: set[st
         try:
             if node.target is operator.getitem:
                 value = env[node.args[0].name][node.args[1]]
+            elif _foldable(node, env):
+                value = _fold(imp, node, env)
             else:
                 if op not in RULES:
                     raise Unsupported(op)
@@ -205,6 +214,44 @@ def _convert_nodes(imp: Importer, nodes: list, env: dict[str, Any], skip: set[st
         raise TorchImportError.unsupported_ops(unsupported)
     if first_error is not None:
         raise first_error
+
+
+def _foldable(node: Any, env: Mapping[str, Any]) -> bool:
+    """Is the node a computation on constants alone (a causal mask built in forward from
+    arange, tril, comparisons), which torch itself evaluates now? Not on float parameters or
+    buffers (they stay tensors the planner trains or updates), not a random op, and not an
+    output past FOLD_OUTPUT_LIMIT elements."""
+    import torch
+
+    reads = [env.get(a.name) for a in node.all_input_nodes]
+    if not all(isinstance(v, Const) and v.foldable for v in reads):
+        return False
+    if not isinstance(node.target, torch._ops.OpOverload) or \
+            torch.Tag.nondeterministic_seeded in node.target.tags:
+        return False
+    val = node.meta.get("val")
+    vals = val if isinstance(val, (tuple, list)) else (val,)
+    return all(hasattr(v, "numel") for v in vals) and \
+        sum(v.numel() for v in vals) <= FOLD_OUTPUT_LIMIT
+
+
+def _fold(imp: Importer, node: Any, env: Mapping[str, Any]) -> Const | tuple[Const, ...]:
+    import torch
+    import torch.fx
+
+    def tensor(a: Any) -> Any:
+        return torch.from_numpy(np.ascontiguousarray(env[a.name].value()))
+
+    def const(t: Any) -> Const:
+        if not isinstance(t, torch.Tensor):
+            raise Unsupported(f"{node.target} (of constants, giving {type(t).__name__})")
+        return Const.of(imp.fresh(node.name), t.detach().cpu().numpy(), origin="constant")
+
+    args = torch.fx.node.map_arg(node.args, tensor)
+    kwargs = torch.fx.node.map_arg(node.kwargs, tensor)
+    with torch.no_grad():
+        out = node.target(*args, **kwargs)
+    return tuple(const(t) for t in out) if isinstance(out, (tuple, list)) else const(out)
 
 
 def _check(imp: Importer, node: Any, value: Any) -> None:

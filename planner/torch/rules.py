@@ -19,6 +19,7 @@ import math
 
 from planner.importers.onnx.errors import Unsupported
 from planner.importers.onnx.values import Const
+from planner.importers.reduce_max import pool_max
 from planner.torch.context import UNAVAILABLE, NodeCtx, Value, rule
 
 
@@ -49,6 +50,12 @@ def copy(n: NodeCtx) -> Value:
     if dtype is not None and _dtype_name(dtype) != n.dtype(x):
         raise Unsupported(f"{n.op} (cast to {_dtype_name(dtype)})")
     return x
+
+
+@rule("aten._assert_tensor_metadata.default")
+def assert_metadata(n: NodeCtx) -> Value:
+    """The dtype check export writes before a `.to()`: the planner checks dtypes itself."""
+    return UNAVAILABLE
 
 
 def _dtype_name(dtype: object) -> str:
@@ -112,6 +119,21 @@ def slice_(n: NodeCtx) -> Value:
                                   "steps": [step]})
 
 
+@rule("aten.flip.default")
+def flip(n: NodeCtx) -> Value:
+    """A Slice walking each flipped axis backwards (step -1 from the last element to before the
+    first, whose numpy spelling is an end below -extent)."""
+    x = n.tensor(0)
+    shape = n.shape(x)
+    axes = sorted({_axis(n, a, len(shape)) for a in n.ints(1, "dims")})
+    axes = [a for a in axes if shape[a] > 1]
+    if not axes:
+        return x
+    return n.emit1("Slice", [x], {"starts": [-1] * len(axes),
+                                  "ends": [-shape[a] - 1 for a in axes], "axes": axes,
+                                  "steps": [-1] * len(axes)})
+
+
 @rule("aten.split_with_sizes.default", "aten.split.Tensor")
 def split(n: NodeCtx) -> Value:
     x = n.tensor(0)
@@ -125,6 +147,45 @@ def split(n: NodeCtx) -> Value:
     if len(sizes) == 1:
         return (x,)
     return tuple(n.emit("Split", [x], {"axis": axis, "sizes": sizes}, n_out=len(sizes)))
+
+
+@rule("aten.repeat.default")
+def repeat(n: NodeCtx) -> Value:
+    """x.repeat(r0, r1, ...): each axis i becomes (r_i, s_i) by an Expand of (1, s_i), then the
+    pairs merge (x's shape padded with leading 1s to the repeats' length)."""
+    x = n.tensor(0)
+    reps = n.ints(1, "repeats")
+    shape = n.shape(x)
+    if len(reps) < len(shape) or any(r < 0 for r in reps):
+        raise n.fail(f"repeats {reps} for a tensor of shape {list(shape)}")
+    padded = (1,) * (len(reps) - len(shape)) + tuple(shape)
+    if all(r == 1 for r in reps):
+        return _reshape_to(n, x, padded)
+    pairs = [d for s in padded for d in (1, s)]
+    y = n.emit1("Expand", [_reshape_to(n, x, tuple(pairs))],
+                {"shape": [d for r, s in zip(reps, padded, strict=True) for d in (r, s)]})
+    return _reshape_to(n, y, n.out_shape)
+
+
+@rule("aten.constant_pad_nd.default", "aten.reflection_pad1d.default",
+      "aten.reflection_pad2d.default", "aten.replication_pad1d.default",
+      "aten.replication_pad2d.default")
+def pad(n: NodeCtx) -> Value:
+    """F.pad: PyTorch lists (before, after) pairs from the last axis backwards; the planner's
+    Pad all befores, then all afters, from the first axis (numpy's modes: reflect, edge)."""
+    x = n.tensor(0)
+    rank = len(n.shape(x))
+    flat = n.ints(1, "padding" if "constant" not in n.op else "pad")
+    if len(flat) % 2 or len(flat) // 2 > rank or any(p < 0 for p in flat):
+        raise Unsupported(f"{n.op} (padding {flat})")
+    before, after = [0] * rank, [0] * rank
+    for k in range(len(flat) // 2):
+        before[rank - 1 - k], after[rank - 1 - k] = flat[2 * k], flat[2 * k + 1]
+    if not any(flat):
+        return x
+    mode = "constant" if "constant" in n.op else "reflect" if "reflection" in n.op else "edge"
+    value = float(n.arg(2, "value", 0.0)) if mode == "constant" else 0.0
+    return n.emit1("Pad", [x], {"pads": before + after, "mode": mode, "value": value})
 
 
 @rule("aten.cat.default")
@@ -155,6 +216,32 @@ UNARY = {"relu": "Relu", "sigmoid": "Sigmoid", "tanh": "Tanh", "neg": "Neg", "ex
 @rule(*(f"aten.{k}.default" for k in UNARY))
 def unary(n: NodeCtx) -> Value:
     return n.emit1(UNARY[n.op.split(".")[1]], [n.tensor(0)])
+
+
+@rule("aten.prelu.default")
+def prelu(n: NodeCtx) -> Value:
+    """nn.PReLU: one slope, or one per channel (axis 1), broadcast as PRelu's slope."""
+    x, w = n.tensor(0), n.tensor(1)
+    rank, size = len(n.shape(x)), n.shape(w)
+    if size not in ((1,), ()) and (rank < 2 or size != (n.shape(x)[1],)):
+        raise n.fail(f"slope of shape {list(size)} for an input of shape {list(n.shape(x))}")
+    if size == (n.shape(x)[1:2]) and rank > 2:
+        w = _reshape_to(n, w, size + (1,) * (rank - 2))
+    return n.emit1("PRelu", [x, w])
+
+
+@rule("aten.softplus.default")
+def softplus(n: NodeCtx) -> Value:
+    """log(1 + exp(beta x)) / beta; PyTorch's x above threshold / beta is that value to float32
+    for the default threshold 20."""
+    x = n.tensor(0)
+    beta, threshold = float(n.arg(1, "beta", 1.0)), float(n.arg(2, "threshold", 20.0))
+    if threshold < 15.0:  # below it, x and log1p(exp(x)) differ in float32
+        raise Unsupported(f"{n.op} (threshold {threshold})")
+    if beta == 1.0:
+        return n.emit1("Softplus", [x])
+    y = n.emit1("Softplus", [n.emit1("Scale", [x], {"factor": beta})])
+    return n.emit1("Scale", [y], {"factor": 1.0 / beta})
 
 
 def _number(v: object) -> bool:
@@ -212,6 +299,12 @@ def where(n: NodeCtx) -> Value:
     return n.emit1("Where", [n.tensor(0), n.tensor(1), n.tensor(2)])
 
 
+@rule("aten.masked_fill.Scalar")
+def masked_fill(n: NodeCtx) -> Value:
+    x = n.tensor(0)
+    return n.emit1("Where", [n.tensor(1), n.const(n.arg(2, "value"), n.dtype(x)), x])
+
+
 # ---- activations -----------------------------------------------------------------------------
 
 @rule("aten.gelu.default")
@@ -219,7 +312,7 @@ def gelu(n: NodeCtx) -> Value:
     return n.emit1("Gelu", [n.tensor(0)], {"approximate": n.arg(1, "approximate", "none")})
 
 
-@rule("aten.hardtanh.default", "aten.clamp.default")
+@rule("aten.hardtanh.default", "aten.clamp.default", "aten.clamp_min.default")
 def hardtanh(n: NodeCtx) -> Value:
     low, high = (n.arg(1, "min_val", -1.0), n.arg(2, "max_val", 1.0)) \
         if n.op == "aten.hardtanh.default" else (n.arg(1, "min"), n.arg(2, "max"))
@@ -254,6 +347,31 @@ def softmax(n: NodeCtx) -> Value:
     return n.emit1(op, [x], {"axis": _axis(n, n.arg(1, "dim"), len(n.shape(x)))})
 
 
+@rule("aten.upsample_nearest2d.vec", "aten.upsample_bilinear2d.vec",
+      "aten.upsample_nearest2d.default", "aten.upsample_bilinear2d.default")
+def upsample(n: NodeCtx) -> Value:
+    """nn.Upsample / F.interpolate on (N, C, H, W): the planner's Resize. PyTorch's nearest is
+    ONNX's asymmetric floor; bilinear without align_corners is pytorch_half_pixel. A given
+    scale factor is used as given (PyTorch samples with 1 / scale, not in / out)."""
+    x = n.tensor(0)
+    bilinear = "bilinear" in n.op
+    if n.op.endswith(".vec"):
+        scales = n.arg(3 if bilinear else 2, "scale_factors")
+    else:
+        scales = [n.arg(3 if bilinear else 2, "scales_h"), n.arg(4 if bilinear else 3, "scales_w")]
+        scales = None if None in scales else scales
+    align = bool(n.arg(2, "align_corners", False)) if bilinear else False
+    sizes = list(n.out_shape[2:])
+    if sizes == list(n.shape(x)[2:]) and (not scales or list(scales) == [1.0, 1.0]):
+        return x
+    return n.emit1("Resize", [x], {
+        "sizes": sizes, "scales": [float(s) for s in scales] if scales else [],
+        "mode": "linear" if bilinear else "nearest",
+        "coordinate_mode": ("align_corners" if align else "pytorch_half_pixel") if bilinear
+        else "asymmetric",
+        "nearest_mode": "floor"})
+
+
 # ---- reductions ------------------------------------------------------------------------------
 
 @rule("aten.mean.dim", "aten.sum.dim_IntList", "aten.mean.default", "aten.sum.default")
@@ -265,6 +383,63 @@ def reduce(n: NodeCtx) -> Value:
     keep = bool(n.arg(2, "keepdim", False)) if dims is not None else False
     op = "ReduceMean" if ".mean." in n.op else "ReduceSum"
     return n.emit1(op, [x], {"axes": axes, "keepdims": keep})
+
+
+@rule("aten.var.correction")
+def var(n: NodeCtx) -> Value:
+    """mean((x - mean(x))^2) with n - correction in the divisor (Bessel's by default)."""
+    x = n.tensor(0)
+    shape = n.shape(x)
+    dims = n.arg(1, "dim")
+    dims = [dims] if isinstance(dims, int) else list(dims or [])
+    axes = sorted({_axis(n, d, len(shape)) for d in dims}) if dims else list(range(len(shape)))
+    correction = n.kwargs.get("correction", n.arg(2, "correction"))
+    correction = 1.0 if correction is None else float(correction)
+    count = math.prod(shape[k] for k in axes)
+    if count - correction <= 0:
+        raise n.fail(f"variance of {count} elements with correction {correction}")
+    keep = bool(n.kwargs.get("keepdim", n.arg(3, "keepdim", False)))
+    mean = n.emit1("ReduceMean", [x], {"axes": axes, "keepdims": True})
+    d = n.emit1("Sub", [x, mean])
+    total = n.emit1("ReduceSum", [n.emit1("Mul", [d, d])], {"axes": axes, "keepdims": keep})
+    return n.emit1("Scale", [total], {"factor": 1.0 / (count - correction)})
+
+
+@rule("aten.linalg_vector_norm.default")
+def vector_norm(n: NodeCtx) -> Value:
+    """The 2-norm (F.normalize, torch.norm): sqrt(sum(x * x)); other orders are refused."""
+    x = n.tensor(0)
+    if float(n.arg(1, "ord", 2)) != 2.0 or n.kwargs.get("dtype") is not None:
+        raise Unsupported(f"{n.op} (ord {n.arg(1, 'ord', 2)})")
+    shape = n.shape(x)
+    dims = n.arg(2, "dim")
+    dims = [dims] if isinstance(dims, int) else list(dims or [])
+    axes = sorted({_axis(n, d, len(shape)) for d in dims}) if dims else list(range(len(shape)))
+    keep = bool(n.arg(3, "keepdim", False))
+    total = n.emit1("ReduceSum", [n.emit1("Mul", [x, x])], {"axes": axes, "keepdims": keep})
+    return n.emit1("Sqrt", [total])
+
+
+@rule("aten.amax.default", "aten.amin.default", "aten.max.dim", "aten.min.dim")
+def amax(n: NodeCtx) -> Value:
+    """One MaxPool window over the reduced axes (planner/importers/reduce_max.py); max.dim's
+    indices are not computed."""
+    x = n.tensor(0)
+    shape = n.shape(x)
+    if not n.dtype(x).startswith(("float", "bfloat")):
+        raise Unsupported(f"{n.op} (of {n.dtype(x)} tensors)")
+    dims = n.arg(1, "dim", [])
+    dims = [dims] if isinstance(dims, int) else list(dims)
+    axes = sorted({_axis(n, d, len(shape)) for d in dims}) if dims else list(range(len(shape)))
+    keep = bool(n.arg(2, "keepdim", False))
+    out = tuple(1 if k in axes else d for k, d in enumerate(shape)) if keep else \
+        tuple(d for k, d in enumerate(shape) if k not in axes)
+    if 0 in shape:
+        raise n.fail(f"a max over an empty tensor of shape {list(shape)}")
+    y = x if all(shape[k] == 1 for k in axes) else \
+        pool_max(n.emit1, x, shape, axes, minimum=n.op.startswith(("aten.amin", "aten.min")))
+    y = _reshape_to(n, y, out)
+    return (y, UNAVAILABLE) if n.op.endswith(".dim") else y
 
 
 # ---- dense layers ----------------------------------------------------------------------------
@@ -419,6 +594,34 @@ def batch_norm(n: NodeCtx) -> Value:
     # Planner outputs: y, new running mean, new running var, saved mean, saved invstd.
     y, new_mean, new_var, _, _ = n.emit("BatchNorm", [x, w, b, mean, var], attrs, n_out=5)
     return (y, UNAVAILABLE, UNAVAILABLE, new_mean, new_var)
+
+
+@rule("aten.native_group_norm.default")
+def group_norm(n: NodeCtx) -> Value:
+    """nn.GroupNorm: the planner's GroupNorm (statistics of the batch, as PyTorch always)."""
+    x = n.tensor(0)
+    channels = (n.shape(x)[1],)
+    w = _affine(n, n.arg(1, "weight"), channels, 1.0, x)
+    b = _affine(n, n.arg(2, "bias"), channels, 0.0, x)
+    attrs = {"groups": int(n.arg(6, "group")), "epsilon": float(n.arg(7, "eps"))}
+    y = n.emit("GroupNorm", [x, w, b], attrs, n_out=3)[0]
+    return (y, UNAVAILABLE, UNAVAILABLE)
+
+
+@rule("aten._native_batch_norm_legit.no_stats")
+def batch_norm_no_stats(n: NodeCtx) -> Value:
+    """Batch statistics without running ones: nn.InstanceNorm decomposes to this over
+    (1, N * C, ...) (its affine weight repeated N times), which is GroupNorm with a group per
+    channel, as there is one sample."""
+    x = n.tensor(0)
+    shape = n.shape(x)
+    if len(shape) < 3 or shape[0] != 1 or not n.arg(3, "training", True):
+        raise Unsupported(f"{n.op} (batch statistics over more than one sample)")
+    w = _affine(n, n.arg(1, "weight"), shape[1:2], 1.0, x)
+    b = _affine(n, n.arg(2, "bias"), shape[1:2], 0.0, x)
+    attrs = {"groups": shape[1], "epsilon": float(n.arg(5, "eps"))}
+    y = n.emit("GroupNorm", [x, w, b], attrs, n_out=3)[0]
+    return (y, UNAVAILABLE, UNAVAILABLE)
 
 
 @rule("aten.native_layer_norm.default")

@@ -361,16 +361,27 @@ def test_slice_bounds_are_resolved(starts, ends, axes, steps):
         assert all(0 <= v for v in n.attrs["starts"] + n.attrs["ends"])
 
 
-def test_slice_opset_9_attributes_and_negative_steps():
+def test_slice_opset_9_attributes():
     x = rand(3, 4)
     model = make_model([node("Slice", ["x"], ["y"], starts=[1], ends=[-1], axes=[1])],
                        {"x": x}, ["y"], opset=9)
     check_against_onnx(model, {"x": x})
-    model = make_model([node("Slice", ["x", "s", "e", "a", "st"], ["y"], name="rev")], {"x": x},
-                       ["y"], {"s": np.array([-1]), "e": np.array([-10]), "a": np.array([0]),
-                               "st": np.array([-1])}, opset=13)
-    with pytest.raises(OnnxImportError, match=r"Slice \(negative steps\) \(node 'rev'\)"):
-        load_onnx(model)
+
+
+@pytest.mark.parametrize("starts,ends,axes,steps", [
+    ([-1], [-10], [0], [-1]),                      # a flip, its end before the first element
+    ([2**63 - 1, 4], [-2**63, 0], [1, 2], [-1, -2]),  # torch.onnx's flip; every 2nd, backwards
+    ([1], [3], [2], [-1]),                         # empty: the end is after the start
+    ([10], [1], [1], [-2]),
+])
+def test_slice_negative_steps_walk_backwards(starts, ends, axes, steps):
+    x = rand(3, 4, 5)
+    inits = {"s": np.array(starts), "e": np.array(ends), "a": np.array(axes),
+             "st": np.array(steps)}
+    model = make_model([node("Slice", ["x", "s", "e", "a", "st"], ["y"])], {"x": x}, ["y"],
+                       inits, opset=13)
+    graph = check_against_onnx(model, {"x": x}, rtol=0.0)
+    assert [n.attrs["steps"] for n in graph.nodes] == [steps]
 
 
 @pytest.mark.parametrize("mode", ["constant", "reflect", "edge"])
@@ -462,9 +473,18 @@ def test_gather_embedding_and_constant_indices():
 def test_gather_scattered_constant_indices_are_unsupported():
     x = rand(3, 5)
     model = make_model([node("Gather", ["x", "ids"], ["y"], axis=1, name="g")], {"x": x}, ["y"],
-                       {"ids": np.array([0, 3])})
+                       {"ids": np.array([0, 3, 1])})
     with pytest.raises(OnnxImportError, match="Gather"):
         load_onnx(model)
+
+
+@pytest.mark.parametrize("ids", [[4, 3, 2, 1, 0], [0, 2, 4], [-1, -3], [3, 1]])
+def test_gather_evenly_spaced_constant_indices_are_a_slice(ids):
+    x = rand(3, 5)
+    model = make_model([node("Gather", ["x", "ids"], ["y"], axis=1)], {"x": x}, ["y"],
+                       {"ids": np.array(ids)})
+    graph = check_against_onnx(model, {"x": x}, rtol=0.0)
+    assert ops_of(graph) == ["Slice"]
 
 
 def test_constant_computations_fold_into_one_state_tensor():
@@ -541,12 +561,11 @@ def test_every_unsupported_op_is_listed_once():
              node("Hardmax", ["x"], ["d"], name="hm2"),
              node("Gather", ["x", "ids"], ["e"], axis=1, name="g1"),
              node("Relu", ["x"], ["f"])]
-    model = make_model(nodes, {"x": x}, ["c", "d", "e", "f"], {"ids": np.array([0, 2])})
+    model = make_model(nodes, {"x": x}, ["c", "d", "e", "f"], {"ids": np.array([0, 2, 1])})
     with pytest.raises(OnnxImportError) as e:
         load_onnx(model)
     assert set(e.value.unsupported) == {"com.example.Foo", "Hardmax",
-                                        "Gather (constant indices that are not one contiguous "
-                                        "range)"}
+                                        "Gather (constant indices that are not evenly spaced)"}
     assert e.value.unsupported["Hardmax"] == "hm1"
     assert "\n" not in str(e.value)
 

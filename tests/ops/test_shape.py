@@ -170,6 +170,25 @@ def test_slice_matches_torch_indexing(starts, ends, axes, steps):
     assert np.array_equal(y, torch.from_numpy(x)[tuple(index)].numpy())
 
 
+@pytest.mark.parametrize("starts, ends, axes, steps", [
+    ([-1], [-100], [1], [-1]),                   # a flip: from the last to before the first
+    ([-1, 4], [-7, 0], [2, 0], [-2, -1]),       # every 2nd backwards; the end excluded
+    ([1], [3], [0], [-1]),                       # empty: the end lies after the start
+])
+def test_slice_with_negative_steps_walks_backwards(starts, ends, axes, steps):
+    x = rand(4, 5, 6)
+    (y,) = ref("Slice", [x], starts=starts, ends=ends, axes=axes, steps=steps)
+    index = [slice(None)] * 3
+    for s, e, a, st in zip(starts, ends, axes, steps, strict=True):
+        index[a] = slice(s, e, st)
+    assert np.array_equal(y, x[tuple(index)])
+    (dx,) = ref("SliceGrad", [y], starts=starts, ends=ends, axes=axes, steps=steps,
+                input_shape=list(x.shape))
+    want = np.zeros_like(x)
+    want[tuple(index)] = y
+    assert np.array_equal(dx, want)
+
+
 def test_zeros_and_slice_grad():
     (z,) = ref("Zeros", [], shape=[2, 3], dtype="float64")
     assert z.dtype == np.float64 and z.shape == (2, 3) and not z.any()
@@ -277,8 +296,8 @@ def test_split_sizes_must_sum_to_the_dim():
 def test_slice_and_flatten_errors():
     with pytest.raises(OpError, match="same length"):
         infer("Slice", [(3, 5)], starts=[0], ends=[1, 2], axes=[0])
-    with pytest.raises(OpError, match="positive"):
-        infer("Slice", [(3, 5)], starts=[0], ends=[1], axes=[0], steps=[-1])
+    with pytest.raises(OpError, match="hold a 0"):
+        infer("Slice", [(3, 5)], starts=[0], ends=[1], axes=[0], steps=[0])
     with pytest.raises(OpError, match="twice"):
         infer("Slice", [(3, 5)], starts=[0, 0], ends=[1, 1], axes=[1, -1])
     with pytest.raises(OpError, match="axis 3 out of range"):

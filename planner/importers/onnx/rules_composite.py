@@ -10,6 +10,8 @@ wherever those run), written as ONNX's own function bodies define them:
     Celu              alpha * elu(x / alpha)
     ReduceSumSquare   sum(x * x);  ReduceL1  sum(|x|);  ReduceL2  sqrt(sum(x * x))
     ReduceLogSum      log(sum(x))
+    ReduceMax         a MaxPool whose one window spans the reduced axes (reduce_max.py)
+    ReduceMin         -ReduceMax(-x)
 
 Scalars (1, beta) become constant state tensors of the input's dtype.
 """
@@ -20,8 +22,9 @@ import numpy as np
 
 from planner.importers.onnx.context import NodeCtx, Value, rule
 from planner.importers.onnx.errors import OnnxImportError, Unsupported
-from planner.importers.onnx.rules_shape import reduce_attrs
+from planner.importers.onnx.rules_shape import reduce_attrs, reshape_to
 from planner.importers.onnx.values import Const
+from planner.importers.reduce_max import pool_max
 
 
 def _scalar(n: NodeCtx, value: float, what: str) -> Const:
@@ -92,3 +95,26 @@ def reduce_composite(n: NodeCtx) -> None:
     total = n.emit1("ReduceSum", [term], attrs, output=0 if last else None)
     if not last:
         n.emit1("Sqrt" if n.op_type == "ReduceL2" else "Log", [total], output=0)
+
+
+@rule("ReduceMax", "ReduceMin")
+def reduce_max(n: NodeCtx) -> None:
+    """Of computed tensors (constant ones fold at import): planner/importers/reduce_max.py."""
+    attrs = reduce_attrs(n)
+    if attrs is None:
+        n.bind(0, n.value(0))
+        return
+    x, shape = n.value(0), n.shape(0)
+    if n.type(0).dtype not in ("float32", "float64", "float16", "bfloat16"):
+        raise Unsupported(f"{n.op_type} (of {n.type(0).dtype} tensors)")
+    axes = attrs["axes"] or list(range(len(shape)))
+    out = [1 if k in axes else d for k, d in enumerate(shape)] if attrs["keepdims"] else \
+        [d for k, d in enumerate(shape) if k not in axes]
+    if 0 in shape:  # the max of nothing is -inf (ONNX); an empty result is empty
+        empty = -np.inf if n.op_type == "ReduceMax" else np.inf
+        n.fold(0, np.full(out, empty, dtype=n.type(0).dtype))
+        return
+    if all(shape[k] == 1 for k in axes):
+        reshape_to(n, x, out)
+        return
+    reshape_to(n, pool_max(n.emit1, x, shape, axes, minimum=n.op_type == "ReduceMin"), out)

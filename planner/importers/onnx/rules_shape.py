@@ -174,6 +174,21 @@ def split(n: NodeCtx) -> None:
     n.emit("Split", [n.value(0)], {"axis": axis, "sizes": sizes}, outputs=list(range(count)))
 
 
+def _slice_end(bound: tuple[int, int, int], extent: int) -> int:
+    """The end of a normalised slice (start, stop, step) as the planner's Slice reads it: never
+    before start for a forward step; for a backward one, "before the first element" (stop -1)
+    spelled as an end below -extent, since numpy reads -1 as the last element.
+
+    >>> _slice_end((3, -1, -1), 4), _slice_end((1, 3, 1), 4), _slice_end((2, 0, 1), 4)
+    (-5, 3, 2)
+    """
+    start, stop, step = bound
+    if step > 0:
+        return max(stop, start)
+    stop = min(stop, start)
+    return stop if stop >= 0 else -extent - 1
+
+
 @rule("Slice")
 def slice_(n: NodeCtx) -> None:
     shape = n.shape(0)
@@ -191,8 +206,6 @@ def slice_(n: NodeCtx) -> None:
     if not len(starts) == len(ends) == len(axes) == len(steps):
         raise _fail(n, f"starts {starts}, ends {ends}, axes {axes} and steps {steps} differ in "
                        f"length")
-    if any(s < 0 for s in steps):
-        raise Unsupported("Slice (negative steps)")
     if any(s == 0 for s in steps):
         raise _fail(n, f"steps {steps} hold a 0")
     bounds = [slice(s, e, st).indices(shape[a])
@@ -200,7 +213,8 @@ def slice_(n: NodeCtx) -> None:
     if all(b == (0, shape[a], 1) for b, a in zip(bounds, axes, strict=True)):
         n.bind(0, n.value(0))
         return
-    attrs = {"starts": [b[0] for b in bounds], "ends": [max(b[1], b[0]) for b in bounds],
+    attrs = {"starts": [b[0] for b in bounds],
+             "ends": [_slice_end(b, shape[a]) for b, a in zip(bounds, axes, strict=True)],
              "axes": axes, "steps": [] if all(s == 1 for s in steps) else steps}
     n.emit1("Slice", [n.value(0)], attrs, output=0)
 
@@ -307,15 +321,19 @@ def _gather_rows(n: NodeCtx, axis: int, shape: Sequence[int]) -> None:
 
 
 def _gather_constant(n: NodeCtx, axis: int, shape: Sequence[int], ids: np.ndarray) -> None:
-    """Constant indices: one index or a contiguous ascending range is a Slice."""
+    """Constant indices: one index, or evenly spaced ones (a range, every k-th, reversed:
+    torch.flip as the dynamo exporter writes it) is a Slice."""
     flat = [int(i) % shape[axis] if -shape[axis] <= int(i) < shape[axis] else None
             for i in ids.reshape(-1)]
     if None in flat:
         raise _fail(n, f"indices {ids.reshape(-1).tolist()} out of range for dim {shape[axis]}")
-    if ids.ndim > 1 or not flat or flat != list(range(flat[0], flat[0] + len(flat))):
-        raise Unsupported("Gather (constant indices that are not one contiguous range)")
-    sliced = n.emit1("Slice", [n.value(0)], {"starts": [flat[0]], "ends": [flat[-1] + 1],
-                                              "axes": [axis], "steps": []},
+    step = flat[1] - flat[0] if len(flat) > 1 else 1
+    if ids.ndim > 1 or not flat or step == 0 or \
+            flat != list(range(flat[0], flat[0] + step * len(flat), step)):
+        raise Unsupported("Gather (constant indices that are not evenly spaced)")
+    end = _slice_end((flat[0], flat[-1] + step, step), shape[axis])
+    sliced = n.emit1("Slice", [n.value(0)], {"starts": [flat[0]], "ends": [end],
+                                              "axes": [axis], "steps": [] if step == 1 else [step]},
                      output=None if ids.ndim == 0 else 0)
     if ids.ndim == 0:
         reshape_to(n, sliced, [d for k, d in enumerate(shape) if k != axis])

@@ -19,6 +19,7 @@
 //   then a scatter: one pass, no ordering between two launches to get wrong.
 // - Transposes gather (writes coalesced, reads strided through L1/L2), not a shared-memory tile
 //   transpose: simple and generic; a tiled path is the thing to add if profiles show them.
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -112,10 +113,10 @@ int64_t total_of(const Geom& g) {
   return t;
 }
 
-// Largest view offset + 1 (strides are never negative here).
+// Largest view offset + 1 (a flip's Slice walks an axis with a negative stride from its end).
 int64_t view_extent(const Geom& g) {
   int64_t e = g.base + 1;
-  for (int a = 0; a < g.rank; ++a) e += (g.dims[a] - 1) * g.stride[a];
+  for (int a = 0; a < g.rank; ++a) e += (g.dims[a] - 1) * std::max<int64_t>(g.stride[a], 0);
   return e;
 }
 
@@ -242,7 +243,7 @@ void slice_attrs(const Node& n, const Shape& full, std::vector<int64_t>& begin,
   if (begin.size() != full.size() || step.size() != full.size())
     throw std::runtime_error("Slice: begin and step must give every axis");
   for (int64_t s : step)
-    if (s <= 0) throw std::runtime_error("Slice: steps must be positive");
+    if (s == 0) throw std::runtime_error("Slice: a step is 0");
 }
 
 KernelPtr slice(const Node& n) {
@@ -266,7 +267,8 @@ KernelPtr slice(const Node& n) {
 }
 
 // SliceGrad over dx (shape full): where every axis's coordinate c is begin + step * j with
-// j < part, dy's element j (row-major over part), else zero.
+// 0 <= j < part, dy's element j (row-major over part), else zero. A negative step (a flip)
+// gives d and s of equal signs inside the slice; truncating division makes j < 0 outside.
 struct SliceGradGeom {
   int rank = 0;
   int64_t full[kMaxRank] = {}, begin[kMaxRank] = {}, step[kMaxRank] = {}, part[kMaxRank] = {},
@@ -287,7 +289,7 @@ __global__ void slice_grad(const T* __restrict__ dy, T* __restrict__ dx, I total
       rest = q;
       const I s = static_cast<I>(g.step[a]);
       const I j = d / s;
-      if (d < 0 || d - j * s != 0 || j >= static_cast<I>(g.part[a])) inside = false;
+      if (j < 0 || d - j * s != 0 || j >= static_cast<I>(g.part[a])) inside = false;
       else off += j * static_cast<I>(g.pstride[a]);
     }
     dx[k] = inside ? dy[off] : T{};
