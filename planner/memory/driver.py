@@ -82,7 +82,8 @@ def cpu_memory(graph: Graph, schedule: Schedule, model: CostModel | None = None,
         from planner.memory.cpu import cpu_budget_memory
 
         if any(n.op == "AllReduce" for n in graph.nodes):
-            # Its one-op-at-a-time order has no comm lane (nor side-by-side buckets) yet.
+            # The budget search plans no comm lane (nor side-by-side buckets) yet.
+            layout = lay_out(buffers, hb, options.alignment, options.heuristics, CPU_FIRST)
             raise UserError(f"graph {graph.name!r}: a data-parallel plan fits a memory budget "
                             f"by liveness alone so far: {format_bytes(layout.arena)} "
                             f"({layout.arena} bytes) or more, not {format_bytes(budget)} "
