@@ -356,7 +356,7 @@ def slice_geometry(full: tuple[int, ...], a: Attrs) -> Attrs:
 
     >>> slice_geometry((4, 6), {"starts": [1], "ends": [100], "axes": [1], "steps": [2]})
     {'begin': [0, 1], 'step': [1, 2]}
-    >>> _slice_geometry((4, 6), {"starts": [-1], "ends": [-7], "axes": [0], "steps": [-1]})
+    >>> slice_geometry((4, 6), {"starts": [-1], "ends": [-7], "axes": [0], "steps": [-1]})
     {'begin': [3, 0], 'step': [-1, 1]}
     """
     rank = len(full)
