@@ -47,6 +47,15 @@ Layout of a training graph (node order is a topological order, deterministic for
     update/step              optimizer-state   optim/step
     update/rng/step          state             rng/step
 
+fp16-mixed loss scaling (LossScaling; planner/ops/loss_scale.py): the backward seed is the
+scale itself, `optim/loss_scale` (float32 scalar, init "loss-scale": 2^16), instead of the Fill;
+`grad/unscale` (UnscaleGrads) divides every param's gradient by it into `grad/<param>/unscaled`
+and writes `grad/found_inf`; each update writes `<next value>/unchecked` and a SkipOnOverflow
+`update/<...>/skip_on_overflow` writes the next value over the old one, or keeps the old one
+on an overflowing step (Adam's step count too: the skipped step is not counted); last,
+`update/optim/loss_scale/update` (UpdateLossScale) writes the scale and its clean-step count
+`optim/loss_scale/clean_steps`. The Dropout step still counts every step, as PyTorch's RNG.
+
 Dropout: every Dropout node without a step input is given `rng/step`, the count of training
 steps taken, so each step draws a fresh mask (planner/ops/dropout.py) and its DropoutGrad
 recomputes the same one; the count is saved and restored with the rest of the state.

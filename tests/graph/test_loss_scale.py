@@ -112,3 +112,17 @@ def test_clean_steps_match_unscaled_fp16_mixed(kind):
             update = np.max(np.abs(want[p].astype(np.float64) - before[p]))
             gap = np.max(np.abs(got[p].astype(np.float64) - want[p]))
             assert gap <= U16 * update, (p, gap, update)
+
+
+def test_shape_rules_name_the_bad_input():
+    from planner.ops import OpError, TensorType, get_op
+
+    scalar, vec = TensorType(()), TensorType((3,))
+    with pytest.raises(OpError, match="UnscaleGrads: scale"):
+        get_op("UnscaleGrads").infer([vec, vec], {})
+    with pytest.raises(OpError, match="gradient 0 must be float32"):
+        get_op("UnscaleGrads").infer([TensorType((3,), "float16"), scalar], {})
+    with pytest.raises(OpError, match="growth_interval must be >= 1"):
+        get_op("UpdateLossScale").infer([scalar] * 3, {"growth_interval": 0})
+    with pytest.raises(OpError, match="SkipOnOverflow: next value"):
+        get_op("SkipOnOverflow").infer([scalar, TensorType((2,)), vec], {})
