@@ -126,3 +126,37 @@ def test_shape_rules_name_the_bad_input():
         get_op("UpdateLossScale").infer([scalar] * 3, {"growth_interval": 0})
     with pytest.raises(OpError, match="SkipOnOverflow: next value"):
         get_op("SkipOnOverflow").infer([scalar, TensorType((2,)), vec], {})
+
+
+ZOO = {"lenet": dict(batch=4, image=12),
+       "resnet": dict(batch=4, image=16, depth=18, width=0.125, classes=4)}
+
+
+@pytest.mark.parametrize("model", sorted(ZOO))
+def test_zoo_models_skip_overflowing_steps(model):
+    """Convolutions and BatchNorm: every step that overflows (the forced one, and any the first
+    scale of 2^16 overflows on its own) leaves params and optimizer state bit-identical, every
+    other step updates them, and the scales follow PyTorch's rule over the same flags. BatchNorm
+    running statistics are forward state: they move on a skipped step, as in PyTorch (its
+    forward ran before GradScaler saw the gradients)."""
+    g = make_training_graph(build(model, **ZOO[model]), Optimizer(kind="momentum", lr=0.01),
+                            precision="fp16-mixed", loss_scaling=LossScaling(growth_interval=2))
+    state = init_params(g, seed=1)
+    x = next(t for t in g.by_role("input") if t.dtype == "float32")
+    kept = [t.updates for t in g.tensors
+            if t.updates and t.role in ("param", "optimizer-state")
+            and not t.updates.startswith(LOSS_SCALE)]
+    flags, scales = [], []
+    for step in range(10):   # the small ResNet backs off from 2^16 to 2^10 in its first steps
+        f = random_feeds(g, seed=step)
+        if step == 8:
+            f[x.name] = (f[x.name] * 1e4).astype(np.float32)
+        values = run(g, f, state)
+        new = {**state, **{t.updates: values[t.name] for t in g.tensors if t.updates}}
+        flags.append(bool(values[FOUND_INF]))
+        same = [np.array_equal(new[k].view(np.uint32), state[k].view(np.uint32)) for k in kept]
+        assert all(same) if flags[-1] else not all(same), (step, flags)
+        scales.append(float(new[LOSS_SCALE]))
+        state = new
+    assert flags[8] and not flags[7] and not all(flags)
+    assert scales == torch_scales(flags, 2)
