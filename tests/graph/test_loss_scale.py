@@ -22,6 +22,7 @@ from planner.graph.autodiff import FOUND_INF, LOSS_SCALE, make_training_graph
 from planner.graph.interpret import INIT_LOSS_SCALE, init_params, random_feeds, run
 from planner.graph.optimizer import LossScaling, Optimizer
 from planner.zoo import build
+from tests.graph.test_autodiff import SMALL_MODELS
 
 U16 = 2.0 ** -11
 GROWTH_INTERVAL = 3
@@ -160,3 +161,29 @@ def test_zoo_models_skip_overflowing_steps(model):
         state = new
     assert flags[8] and not flags[7] and not all(flags)
     assert scales == torch_scales(flags, 2)
+
+
+@pytest.mark.parametrize("model", sorted(SMALL_MODELS))
+def test_every_zoo_model_skips_a_step_forced_to_overflow(model):
+    """Every zoo model (small sizes): a loss scale of 2^40 set before step 1 overflows float16
+    (any gradient element above 2^-24 scales past 65504); that step keeps params and optimizer
+    state bit-identical and halves the scale; every step keeps them exactly when it is flagged.
+    (Models whose inputs are token ids take no large input: the scale forces the overflow.)"""
+    g = make_training_graph(build(model, **SMALL_MODELS[model]),
+                            Optimizer(kind="momentum", lr=0.01), precision="fp16-mixed")
+    state = init_params(g, seed=1)
+    kept = [t.updates for t in g.tensors
+            if t.updates and t.role in ("param", "optimizer-state")
+            and not t.updates.startswith(LOSS_SCALE)]
+    for step in range(3):
+        if step == 1:
+            state = {**state, LOSS_SCALE: np.array(2.0 ** 40, np.float32)}
+        values = run(g, random_feeds(g, seed=step), state)
+        new = {**state, **{t.updates: values[t.name] for t in g.tensors if t.updates}}
+        found = bool(values[FOUND_INF])
+        same = [np.array_equal(new[k].view(np.uint32), state[k].view(np.uint32)) for k in kept]
+        assert all(same) if found else not all(same), (step, found)
+        want = state[LOSS_SCALE] * (np.float32(0.5) if found else np.float32(1))
+        assert new[LOSS_SCALE] == want
+        assert found or step != 1
+        state = new
