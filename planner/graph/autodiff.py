@@ -47,6 +47,15 @@ Layout of a training graph (node order is a topological order, deterministic for
     update/step              optimizer-state   optim/step
     update/rng/step          state             rng/step
 
+fp16-mixed loss scaling (LossScaling; planner/ops/loss_scale.py): the backward seed is the
+scale itself, `optim/loss_scale` (float32 scalar, init "loss-scale": 2^16), instead of the Fill;
+`grad/unscale` (UnscaleGrads) divides every param's gradient by it into `grad/<param>/unscaled`
+and writes `grad/found_inf`; each update writes `<next value>/unchecked` and a SkipOnOverflow
+`update/<...>/skip_on_overflow` writes the next value over the old one, or keeps the old one
+on an overflowing step (Adam's step count too: the skipped step is not counted); last,
+`update/optim/loss_scale/update` (UpdateLossScale) writes the scale and its clean-step count
+`optim/loss_scale/clean_steps`. The Dropout step still counts every step, as PyTorch's RNG.
+
 Dropout: every Dropout node without a step input is given `rng/step`, the count of training
 steps taken, so each step draws a fresh mask (planner/ops/dropout.py) and its DropoutGrad
 recomputes the same one; the count is saved and restored with the rest of the state.
@@ -78,7 +87,7 @@ from dataclasses import dataclass, field
 from planner.dtypes import is_float
 from planner.graph.builder import GraphBuilder
 from planner.graph.ir import Graph, Node, Tensor
-from planner.graph.optimizer import Optimizer
+from planner.graph.optimizer import LossScaling, Optimizer
 from planner.graph.precision import apply_precision
 from planner.graph.slice_grads import join_slice_gradients
 from planner.graph.validate import check_graph, normalize_attrs
@@ -96,6 +105,11 @@ DROPOUT_STEP = "rng/step"
 
 PHASES: tuple[str, ...] = ("forward", "backward", "update")
 
+# fp16-mixed's dynamic loss scale (float32 scalar state; the backward seed) and the overflow
+# flag of each step's gradients (planner/ops/loss_scale.py).
+LOSS_SCALE = "optim/loss_scale"
+FOUND_INF = "grad/found_inf"
+
 
 class AutodiffError(ValueError):
     """The graph cannot be differentiated; the message names the node, tensor or output."""
@@ -103,13 +117,15 @@ class AutodiffError(ValueError):
 
 # ---- the passes -------------------------------------------------------------------------------
 
-def make_training_graph(graph: Graph, optimizer: Optimizer, precision: str = "fp32") -> Graph:
+def make_training_graph(graph: Graph, optimizer: Optimizer, precision: str = "fp32",
+                        loss_scaling: LossScaling | None = None) -> Graph:
     """Forward graph (ending in a loss) + optimizer -> training graph (kind "training").
 
     Parameters: `graph`, a forward graph whose outputs include one scalar loss; `optimizer`, the
     update rule applied to every param that receives a gradient (a param the loss does not
     depend on is left alone, as torch.optim skips parameters whose grad is None); `precision`,
-    one of planner.graph.precision.PRECISIONS.
+    one of planner.graph.precision.PRECISIONS; `loss_scaling`, fp16-mixed's dynamic loss
+    scaling (LossScaling() when None; ignored by the other policies).
     Returns: the training graph laid out as in the module docstring; its outputs are the
     forward graph's outputs.
     Raises: AutodiffError (no loss, no param reaches the loss, an op without a gradient rule
@@ -120,11 +136,19 @@ def make_training_graph(graph: Graph, optimizer: Optimizer, precision: str = "fp
     loss = find_loss(graph)
     params = [t.name for t in graph.by_role("param")]
     b = _copy_forward(graph)
-    grads = _differentiate(b, graph, params, {loss: _seed(b, graph.tensor(loss))})
+    scaling = (loss_scaling or LossScaling()) if precision == "fp16-mixed" else None
+    scaled = scaling is not None and scaling.enabled
+    seed = b.add_tensor(Tensor(name=LOSS_SCALE, shape=(), dtype="float32",
+                               role="optimizer-state", init="loss-scale")) if scaled else \
+        _seed(b, graph.tensor(loss))
+    grads = _differentiate(b, graph, params, {loss: seed})
     if not any(grads.values()):
         raise AutodiffError(f"graph {graph.name!r}: the loss {loss!r} depends on no param "
                             f"(params: {params[:5]}{' ...' if len(params) > 5 else ''})")
-    updated = _emit_updates(b, graph, grads, optimizer)
+    found_inf = _unscale(b, grads) if scaled else None
+    updated = _emit_updates(b, graph, grads, optimizer, found_inf)
+    if scaling is not None and found_inf is not None:
+        updated.update(_update_loss_scale(b, scaling, found_inf))
     if DROPOUT_STEP in graph.tensor_map:
         b.op_n("Increment", [DROPOUT_STEP], {"by": 1.0}, name=f"update/{DROPOUT_STEP}/increment",
                outputs=[f"update/{DROPOUT_STEP}"])
@@ -338,17 +362,53 @@ def _copy_forward(graph: Graph) -> GraphBuilder:
     return b
 
 
+def _unscale(b: GraphBuilder, grads: dict[str, str | None]) -> str:
+    """fp16-mixed: every param's gradient divided by the loss scale (one UnscaleGrads over
+    all, as GradScaler.unscale_); `grads` now names the unscaled ones. Returns found_inf."""
+    params = [p for p, g in grads.items() if g]
+    outs = [f"grad/{p}/unscaled" for p in params]
+    with b.scope("grad"):
+        *_, found = b.op_n("UnscaleGrads", [*(grads[p] for p in params), LOSS_SCALE], {},
+                           name="unscale", outputs=[*outs, FOUND_INF])
+    grads.update(zip(params, outs, strict=True))
+    return found
+
+
+def _update_loss_scale(b: GraphBuilder, scaling: LossScaling, found_inf: str) -> dict[str, str]:
+    """The loss scale's next value and clean-step count (UpdateLossScale), last."""
+    clean = b.add_tensor(Tensor(name=f"{LOSS_SCALE}/clean_steps", shape=(), dtype="float32",
+                                role="optimizer-state", init="zeros"))
+    nexts = [f"update/{LOSS_SCALE}", f"update/{clean}"]
+    with b.scope("update"):
+        b.op_n("UpdateLossScale", [LOSS_SCALE, clean, found_inf], scaling.update_attrs(),
+               name=f"{LOSS_SCALE}/update", outputs=nexts)
+    return dict(zip(nexts, [LOSS_SCALE, clean], strict=True))
+
+
 def _emit_updates(b: GraphBuilder, graph: Graph, grads: Mapping[str, str | None],
-                  optimizer: Optimizer) -> dict[str, str]:
-    """One update node per param with a gradient; returns {next value: persistent tensor}."""
+                  optimizer: Optimizer, found_inf: str | None = None) -> dict[str, str]:
+    """One update node per param with a gradient; returns {next value: persistent tensor}.
+    With `found_inf` (fp16-mixed's overflow flag) each update writes `<next>/unchecked` and a
+    SkipOnOverflow keeps the old value on an overflowing step."""
     marks: dict[str, str] = {}
     extra: list[str] = []
+
+    def checked(nexts: list[str], olds: list[str]) -> list[str]:
+        if found_inf is None:
+            return nexts
+        for nxt, old in zip(nexts, olds, strict=True):
+            b.op_n("SkipOnOverflow", [found_inf, f"{nxt}/unchecked", old], {},
+                   name=f"{nxt.removeprefix('update/')}/skip_on_overflow", outputs=[nxt])
+        return [f"{n}/unchecked" for n in nexts]
+
     if optimizer.kind == "adam":
         step = b.add_tensor(Tensor(name="optim/step", shape=(), dtype="float32",
                                    role="optimizer-state", init="zeros"))
         with b.scope("update"):
+            outs = ["update/step/unchecked"] if found_inf else ["update/step"]
             extra = b.op_n("Increment", [step], {"by": 1.0}, name="step/increment",
-                           outputs=["update/step"])
+                           outputs=outs)
+            checked(["update/step"], [step])
         marks["update/step"] = step
     for p in (t for t in graph.by_role("param") if grads.get(t.name)):
         slots = [b.add_tensor(Tensor(name=f"optim/{p.name}/{s}", shape=p.shape, dtype=p.dtype,
@@ -358,7 +418,8 @@ def _emit_updates(b: GraphBuilder, graph: Graph, grads: Mapping[str, str | None]
         with b.scope("update"):
             b.op_n(optimizer.update_op, [p.name, grads[p.name], *slots, *extra],
                    optimizer.update_attrs(), name=f"{p.name}/{optimizer.update_op.lower()}",
-                   outputs=nexts)
+                   outputs=[f"{n}/unchecked" for n in nexts] if found_inf else nexts)
+            checked(nexts, [p.name, *slots])
         marks.update(zip(nexts, [p.name, *slots], strict=True))
     return marks
 

@@ -107,6 +107,10 @@ def _fetch(values: Mapping[str, np.ndarray], t: Tensor, what: str) -> np.ndarray
     return v.astype(t.dtype, copy=False)
 
 
+# The first loss scale of fp16-mixed training (torch.amp.GradScaler's init_scale).
+INIT_LOSS_SCALE = 2.0**16
+
+
 def init_value(t: Tensor, rng: np.random.Generator) -> np.ndarray:
     """Initial value of a persistent tensor from its `init` hint (zeros when none).
 
@@ -128,6 +132,8 @@ def init_value(t: Tensor, rng: np.random.Generator) -> np.ndarray:
         v = rng.standard_normal(t.shape) * 0.02
     elif kind == "embedding":
         v = rng.standard_normal(t.shape) / np.sqrt(t.shape[-1])
+    elif kind == "loss-scale":   # torch.amp.GradScaler's init_scale
+        v = np.full(t.shape, INIT_LOSS_SCALE)
     else:
         raise ValueError(f"tensor {t.name!r}: unknown init {kind!r}")
     return v.astype(t.dtype)

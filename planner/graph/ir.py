@@ -35,7 +35,7 @@ Role = Literal["input", "label", "param", "state", "optimizer-state", "activatio
 
 # Initialisers for persistent tensors: he (normal, std sqrt(2 / fan_in)), glorot (uniform,
 # limit sqrt(6 / (fan_in + fan_out))), normal (std 0.02), embedding (normal, std 1 / sqrt(dim)).
-Init = Literal["zeros", "ones", "he", "glorot", "normal", "embedding"]
+Init = Literal["zeros", "ones", "he", "glorot", "normal", "embedding", "loss-scale"]
 
 EXTERNAL_ROLES: frozenset[str] = frozenset({"input", "label", "param", "state", "optimizer-state"})
 

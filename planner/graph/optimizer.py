@@ -84,3 +84,24 @@ class Optimizer(Record):
                     "weight_decay": self.weight_decay}
         return {"beta1": self.beta1, "beta2": self.beta2, "epsilon": self.epsilon, "lr": self.lr,
                 "weight_decay": self.weight_decay}
+
+
+class LossScaling(Record):
+    """Dynamic loss scaling of fp16-mixed training (planner/ops/loss_scale.py), with
+    torch.amp.GradScaler's defaults; the first scale is its init_scale, 2**16 (the scale
+    state's init "loss-scale"). `enabled=False` plans fp16-mixed without it.
+
+    Example:
+        >>> LossScaling(growth_interval=3).update_attrs()
+        {'backoff_factor': 0.5, 'growth_factor': 2.0, 'growth_interval': 3}
+    """
+
+    enabled: bool = True
+    growth_factor: float = Field(default=2.0, gt=1)
+    backoff_factor: float = Field(default=0.5, gt=0, lt=1)
+    growth_interval: int = Field(default=2000, ge=1)
+
+    def update_attrs(self) -> dict[str, Any]:
+        """Attributes of the UpdateLossScale op."""
+        return {"backoff_factor": self.backoff_factor, "growth_factor": self.growth_factor,
+                "growth_interval": self.growth_interval}

@@ -12,8 +12,11 @@ rules written into the graph, where the scheduler and memory planner see them).
                  their inputs are, computing in float32 and rounding once; softmax, losses,
                  normalization statistics, reductions, bias gradients and the optimizer update
                  stay float32; params and optimizer state stay float32 (master weights)
-    fp16-mixed   the same with float16. Without loss scaling (not planned yet), gradients
-                 below float16's smallest subnormal (6e-8) flush to zero
+    fp16-mixed   the same with float16, and dynamic loss scaling (planned by autodiff, before
+                 this pass: the loss scale seeds the backward pass, UnscaleGrads divides the
+                 gradients and flags inf/NaN, the updates are skipped on overflow and
+                 UpdateLossScale follows torch.amp.GradScaler; planner/ops/loss_scale.py), so
+                 gradients below float16's smallest subnormal (6e-8) do not flush to zero
 
 Where it sits: after autodiff, on the training graph. Applied before autodiff (autocast's
 place), the casts' gradient rule would send a bfloat16 dy into every gradient rule of a

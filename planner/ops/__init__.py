@@ -3,7 +3,8 @@
 Families: cast (dtype conversion), conv, pool, norm (BatchNorm, LRN), matmul (MatMul,
 BiasAdd), activation, elementwise (broadcasting binary ops, AddN, unary math), shape (Concat,
 Split, Slice, Reshape, Flatten, Transpose, ...), reduce, embedding, dropout, loss, optim
-(parameter updates, the step counter and the loss seed of training graphs), collective
+(parameter updates, the step counter and the loss seed of training graphs), loss_scale
+(fp16-mixed dynamic loss scaling: UnscaleGrads, UpdateLossScale, SkipOnOverflow), collective
 (AllReduce of data-parallel training). For the ONNX importer: unary_math (Exp, Log, Sqrt, Abs,
 Softplus, Elu, Selu, Clip, ...), binary_math (Pow, Max, Min, PRelu), log_softmax, pad, resize
 (Resize: nn.Upsample, F.interpolate). For transformers: layer_norm, gelu (Gelu, Erf), mask
@@ -26,6 +27,7 @@ from planner.ops import (  # noqa: F401, E402
     layer_norm,
     log_softmax,
     loss,
+    loss_scale,
     mask,
     matmul,
     norm,

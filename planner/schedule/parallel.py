@@ -54,6 +54,14 @@ from planner.target.records import Target
 
 COMM_LANE = "comm"
 _UPDATES = frozenset(op for op, _ in UPDATE_OPS.values())
+# fp16-mixed's loss scaling reads the gradients first (planner/ops/loss_scale.py): it gets the
+# averaged ones, so every rank sees the same overflow flag and skips the same steps.
+_UNSCALE = "UnscaleGrads"
+
+
+def _gradient_readers(graph: Graph) -> frozenset[str]:
+    """The ops whose gradient inputs are the all-reduced ones."""
+    return frozenset({_UNSCALE}) if any(n.op == _UNSCALE for n in graph.nodes) else _UPDATES
 
 
 class DataParallelOptions(Record):
@@ -93,8 +101,10 @@ def bucket_bytes(ranks: int, link: Interconnect) -> int:
 
 
 def reduced_gradients(graph: Graph) -> list[str]:
-    """The gradients the optimizer updates read, in the order backward writes them."""
-    read = {t for n in graph.nodes if n.op in _UPDATES for t in n.inputs
+    """The gradients the optimizer updates read (or, with loss scaling, its UnscaleGrads),
+    in the order backward writes them."""
+    readers = _gradient_readers(graph)
+    read = {t for n in graph.nodes if n.op in readers for t in n.inputs
             if graph.tensor_map[t].role == "grad"}
     return [t for n in graph.nodes for t in n.outputs if t in read]
 
@@ -129,7 +139,8 @@ def with_all_reduce(graph: Graph, bucket_list: list[list[str]], ranks: int,
     # A bucket the all-reduce may sum in place, where memory planning lays it out side by
     # side (planner.memory.layout): one whose gradients nothing else reads.
     # (A view's bytes are another tensor's: not its own to place.)
-    others = {t for n in graph.nodes if n.op not in _UPDATES for t in n.inputs}
+    readers = _gradient_readers(graph)
+    others = {t for n in graph.nodes if n.op not in readers for t in n.inputs}
     others |= set(graph.outputs) | {n.outputs[0] for n in graph.nodes if get_op(n.op).view}
     tensors = list(graph.tensors) + [
         Tensor(name=reduced[g], shape=graph.tensor_map[g].shape,
@@ -138,7 +149,7 @@ def with_all_reduce(graph: Graph, bucket_list: list[list[str]], ranks: int,
     nodes: list[Node] = []
     for n in graph.nodes:
         nodes.append(n.model_copy(update={"inputs": tuple(reduced.get(t, t) for t in n.inputs)})
-                     if n.op in _UPDATES else n)
+                     if n.op in readers else n)
         for out in n.outputs:
             if out in last:
                 b = bucket_list[last[out]]
@@ -165,8 +176,9 @@ def compute_graph(graph: Graph) -> Graph:
 def comm_lane(graph: Graph, schedule: Schedule, link: Interconnect) -> Schedule:
     """`schedule` (of compute_graph(graph)) with graph's AllReduce ops on lane "comm".
 
-    Order: the compute ops keep theirs, but the updates that read averaged gradients move
-    after the rest of backward (a lane never holds backward up waiting for the network); an
+    Order: the compute ops keep theirs, but the updates that read averaged gradients (and,
+    with loss scaling, its UnscaleGrads and the updates after it) move after the rest of
+    backward (a lane never holds backward up waiting for the network); an
     all-reduce comes right after its bucket's last gradient's writer. Edges: every data and
     in-place dependency of `graph`, the previous op on each of an op's CPUs, the previous
     all-reduce on the comm lane. Times: each op starts when the last op ordered before it
@@ -176,7 +188,13 @@ def comm_lane(graph: Graph, schedule: Schedule, link: Interconnect) -> Schedule:
         return schedule
     writer = {t: n.name for n in graph.nodes for t in n.outputs}
     reduced = {r for n in ar for r in n.outputs}
-    late = {n.name for n in graph.nodes if n.op != "AllReduce" and set(n.inputs) & reduced}
+    # the readers of averaged gradients and what depends on them (after loss scaling's
+    # UnscaleGrads, the updates), in graph order
+    late: set[str] = set()
+    for n in graph.nodes:
+        if n.op != "AllReduce" and set(n.inputs) & reduced:
+            late.add(n.name)
+            reduced |= set(n.outputs)
     rank = {op.name: k + (len(schedule.ops) if op.name in late else 0)
             for k, op in enumerate(schedule.ops)}
     for n in ar:

@@ -282,3 +282,37 @@ def test_train_digits_ddp_example_runs_under_torchrun(tmp_path, nodes):
     for p, out in zip(procs, outs, strict=True):
         assert p.returncode == 0, out[-3000:]
     assert "parameters identical on all 2 ranks" in outs[0]
+
+
+def test_fp16_loss_scaling_skips_an_overflow_on_one_rank_on_every_rank(tmp_path):
+    """fp16-mixed with loss scaling on 2 ranks: one rank's shard overflows float16 at step 2;
+    the flag is taken from the averaged gradients, so both ranks skip that step and keep
+    bit-identical parameters, optimizer state and loss scales (PyTorch's rule over the flags)."""
+    from planner.graph.optimizer import LossScaling
+    from tests.graph.test_loss_scale import torch_scales
+
+    steps, overflow = 6, 2
+    graph = make_training_graph(zoo("mlp", batch=SHARD, **MLP), Optimizer(kind="momentum"),
+                                precision="fp16-mixed",
+                                loss_scaling=LossScaling(growth_interval=2))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        p = plan(graph, detect(), options=PlanOptions(data_parallel=DataParallelOptions(
+            ranks=RANKS, bucket_bytes=BUCKET_BYTES)))
+    package = build(render(p, tmp_path / "mlp_dp_fp16")).dir
+    rng = np.random.default_rng(5)
+    x = (rng.standard_normal((steps, RANKS * SHARD, MLP["in_features"])) * 0.1).astype(np.float32)
+    x[overflow, SHARD:] *= 1e4                    # rank 1's rows only
+    labels = rng.integers(0, MLP["classes"], (steps, RANKS * SHARD)).astype(np.int64)
+    params = init_params(graph, seed=0)
+    data = tmp_path / "data.npz"
+    np.savez(data, x=x, labels=labels, **{f"param:{k}": v for k, v in params.items()})
+    outs = [tmp_path / f"rank{r}.npz" for r in range(RANKS)]
+    for r in _launch([package] * RANKS, data, outs):
+        assert r.returncode == 0, r.stdout[-2000:]
+    got = [dict(np.load(o)) for o in outs]
+    for name in got[0]:
+        assert np.array_equal(got[0][name], got[1][name]), name
+    flags = [s == overflow for s in range(steps)]
+    assert float(got[0]["optim/loss_scale"]) == torch_scales(flags, 2)[-1]
+    assert not np.array_equal(got[0]["fc1/weight"], params["fc1/weight"])

@@ -226,3 +226,24 @@ def test_a_budget_below_liveness_is_refused_in_one_line():
         plan(_lenet(), preset(TARGET), options=PlanOptions(
             memory=MemoryOptions(budget_bytes=arena * 9 // 10),
             data_parallel=DataParallelOptions(ranks=2, bucket_bytes=4096)))
+
+
+def test_fp16_loss_scaling_checks_the_averaged_gradients():
+    """With fp16-mixed's loss scaling, UnscaleGrads reads the all-reduced gradients (so every
+    rank sees the same overflow flag and skips the same steps), each reduced once; the
+    all-reduces still start before backward ends."""
+    g = make_training_graph(build("lenet", image=8, batch=8), Optimizer(kind="momentum"),
+                            precision="fp16-mixed")
+    (unscale,) = [n for n in g.nodes if n.op == "UnscaleGrads"]
+    assert reduced_gradients(g) == [t for n in g.nodes for t in n.outputs
+                                    if t in unscale.inputs[:-1]]
+    p = _dp_plan(g)
+    assert verify_plan(p) == []
+    ar = [n for n in p.graph.nodes if n.op == "AllReduce"]
+    reduced = {t for n in ar for t in n.outputs}
+    (unscale,) = [n for n in p.graph.nodes if n.op == "UnscaleGrads"]
+    assert set(unscale.inputs[:-1]) == reduced and len(ar) > 1
+    assert not any(set(n.inputs) & reduced for n in p.graph.nodes if n is not unscale)
+    first = min(p.op(n.name).start for n in ar)
+    assert any(p.op(n.name).end > first for n in p.graph.nodes if n.name.startswith("grad/")
+               and n.op != "UnscaleGrads")

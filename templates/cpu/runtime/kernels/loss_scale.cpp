@@ -1,0 +1,119 @@
+// Dynamic loss scaling of fp16-mixed training (planner/ops/loss_scale.py), float32 loops:
+//   UnscaleGrads [g1 .. gn, scale] -> [g1 * (1/scale) .. gn * (1/scale), found_inf]
+//   UpdateLossScale [scale, clean, found_inf] -> [scale', clean']   torch._amp_update_scale_
+//   SkipOnOverflow [found_inf, next, old] -> found_inf ? old : next  (written over old)
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "../loops.h"
+
+namespace planner {
+namespace {
+
+class UnscaleGrads : public Kernel {
+ public:
+  explicit UnscaleGrads(const Node& n) : scale_(n.in.back().id), found_(n.out.back().id) {
+    require_f32(n);
+    for (size_t k = 0; k + 1 < n.in.size(); ++k) {
+      sizes_.push_back(n.in[k].size());
+      in_.push_back(n.in[k].id);
+      out_.push_back(n.out[k].id);
+    }
+  }
+  void run(const Run& r) override {
+    // GradScaler: the reciprocal in double, rounded to float once.
+    const float inv = static_cast<float>(1.0 / static_cast<double>(*r.at<float>(scale_)));
+    int bad = 0;
+    for (size_t k = 0; k < in_.size(); ++k) {
+      const float* g = r.at<float>(in_[k]);
+      float* y = r.at<float>(out_[k]);
+      const int64_t size = sizes_[k];
+#pragma omp parallel for reduction(| : bad)
+      for (int64_t i = 0; i < size; ++i) {
+        bad |= !std::isfinite(g[i]);
+        y[i] = g[i] * inv;
+      }
+    }
+    *r.at<float>(found_) = bad ? 1.f : 0.f;
+  }
+
+ private:
+  std::vector<int64_t> sizes_;
+  std::vector<int> in_, out_;
+  int scale_, found_;
+};
+
+class UpdateLossScale : public Kernel {
+ public:
+  explicit UpdateLossScale(const Node& n)
+      : scale_(n.in[0].id), clean_(n.in[1].id), found_(n.in[2].id), scale_out_(n.out[0].id),
+        clean_out_(n.out[1].id), growth_(static_cast<float>(n.attrs.f("growth_factor"))),
+        backoff_(static_cast<float>(n.attrs.f("backoff_factor"))),
+        interval_(static_cast<float>(n.attrs.i("growth_interval"))) {
+    require_f32(n);
+  }
+  void run(const Run& r) override {
+    const float scale = *r.at<float>(scale_);
+    const float clean = *r.at<float>(clean_);
+    const bool found = *r.at<float>(found_) != 0.f;
+    float next_scale = scale, next_clean = 0.f;
+    if (found) {
+      next_scale = scale * backoff_;
+    } else if (clean + 1.f == interval_) {
+      const float grown = scale * growth_;
+      if (std::isfinite(grown)) next_scale = grown;
+    } else {
+      next_clean = clean + 1.f;
+    }
+    *r.at<float>(scale_out_) = next_scale;
+    *r.at<float>(clean_out_) = next_clean;
+  }
+
+ private:
+  int scale_, clean_, found_, scale_out_, clean_out_;
+  float growth_, backoff_, interval_;
+};
+
+class SkipOnOverflow : public Kernel {
+ public:
+  explicit SkipOnOverflow(const Node& n)
+      : size_(n.in[1].size()), found_(n.in[0].id), next_(n.in[1].id), old_(n.in[2].id),
+        y_(n.out[0].id) {
+    require_f32(n);
+  }
+  void run(const Run& r) override {
+    if (*r.at<float>(found_) != 0.f) {
+      // y holds old's bytes (an in-place update) or is another buffer: copy unless the same
+      float* y = r.at<float>(y_);
+      const float* old = r.at<float>(old_);
+      if (y != old) std::copy(old, old + size_, y);
+      return;
+    }
+    const float* next = r.at<float>(next_);
+    float* y = r.at<float>(y_);
+    const int64_t size = size_;
+#pragma omp parallel for
+    for (int64_t i = 0; i < size; ++i) y[i] = next[i];
+  }
+
+ private:
+  int64_t size_;
+  int found_, next_, old_, y_;
+};
+
+KernelPtr unscale_grads(const Node& n) { return std::make_unique<UnscaleGrads>(n); }
+KernelPtr update_loss_scale(const Node& n) { return std::make_unique<UpdateLossScale>(n); }
+KernelPtr skip_on_overflow(const Node& n) { return std::make_unique<SkipOnOverflow>(n); }
+
+}  // namespace
+
+PLANNER_REGISTER_KERNELS(loss_scale) {
+  r["UnscaleGrads"] = unscale_grads;
+  r["UpdateLossScale"] = update_loss_scale;
+  r["SkipOnOverflow"] = skip_on_overflow;
+}
+
+}  // namespace planner
