@@ -26,6 +26,12 @@ def ids(bound):
     return ("ids", bound)
 
 
+def const(value):
+    """A float32 input of one value: the loss-scaling state and flags, which only their own
+    kernels write (a scale, an integral clean-step count, an inf/NaN flag of 0 or 1)."""
+    return ("const", value)
+
+
 X4 = (2, 3, 4, 5)
 POOL = {"kernel": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}
 CONV = {"strides": [2, 1], "pads": [1, 0, 1, 1], "groups": 1}
@@ -200,6 +206,15 @@ CASES: dict[str, list[tuple]] = {
     "ApplyAdam": [([((3, 4), N), ((3, 4), N), ((3, 4), N), ((3, 4), U), ((), P)],
                   {"lr": 0.1})],
     "Increment": [([((), N)], {})],
+    "UnscaleGrads": [([((3, 4), N), ((5,), N), ((), const(1024.0))], {})],
+    "UpdateLossScale": [([((), const(65536.0)), ((), const(1.0)), ((), const(0.0))],
+                         {"growth_interval": 2}),      # grows
+                        ([((), const(65536.0)), ((), const(0.0)), ((), const(0.0))],
+                         {"growth_interval": 2}),      # counts
+                        ([((), const(65536.0)), ((), const(1.0)), ((), const(1.0))],
+                         {"growth_interval": 2})],     # backs off
+    "SkipOnOverflow": [([((), const(1.0)), ((3, 4), N), ((3, 4), N)], {}),
+                       ([((), const(0.0)), ((3, 4), N), ((3, 4), N)], {})],
     "Fill": [([], {"shape": [2, 3], "value": 1.5})],
     "Zeros": [([], {"shape": [2, 3]})],
     "Dropout": [([((4, 8), N)], {"rate": 0.3, "seed": 5}),
@@ -219,6 +234,11 @@ UNPOISONED = {
     # The kernel hands oneDNN the variance 1 / invstd^2 - eps, which has no value for an
     # infinite invstd (a saved statistic, never a user's input).
     "BatchNormGrad": {4},
+    # Loss-scaling state and flags: values only their own kernels write. (A poisoned gradient
+    # is UnscaleGrads' point: its flag must come out 1.)
+    "UnscaleGrads": {2},
+    "UpdateLossScale": {0, 1, 2},
+    "SkipOnOverflow": {0},
 }
 
 
@@ -241,6 +261,8 @@ def _value(shape, kind, rng):
         return rng.uniform(0.05, 0.95, shape).astype(np.float32)
     if kind == B:
         return rng.integers(0, 2, shape).astype(bool)
+    if kind[0] == "const":
+        return np.full(shape, kind[1], np.float32)
     return rng.integers(0, kind[1], shape).astype(np.int64)
 
 
