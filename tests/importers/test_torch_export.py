@@ -162,19 +162,27 @@ def _torch_run(model, loss, batches, optimizer: str, dtype) -> Step:
     return Step(losses[-1], {k: v.detach().numpy().copy() for k, v in model.state_dict().items()})
 
 
-@pytest.mark.parametrize("optimizer", ["sgd", "adam"])
-@pytest.mark.parametrize("name", sorted(MODELS))
-def test_trains_like_pytorch(name, optimizer, tmp_path):
-    model, loss, batches = _case(name)
+def trains_like_pytorch(model, loss, batches, optimizer: str, out_dir):
+    """Our trainer and PyTorch (float32 and float64) step `model` on `batches`; our params()
+    are keyed like its state_dict() and within float32 noise of PyTorch's (`mismatches`).
+    Returns (trainer, ours, PyTorch float32, PyTorch float64)."""
     x0, y0 = batches[0]
     t = trainer(model, (x0,), loss=loss, labels=y0, optimizer=optimizer, lr=LR[optimizer],
-                out_dir=tmp_path)
+                out_dir=out_dir)
     losses = [t.step(x, y) for x, y in batches]
     ours = Step(losses[-1], t.params())
     f32 = _torch_run(model, loss, batches, optimizer, torch.float32)
     f64 = _torch_run(model, loss, batches, optimizer, torch.float64)
     assert set(ours.state) == set(model.state_dict())
     assert mismatches(ours, f32, f64) == []
+    return t, ours, f32, f64
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "adam"])
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_trains_like_pytorch(name, optimizer, tmp_path):
+    model, loss, batches = _case(name)
+    t, ours, f32, f64 = trains_like_pytorch(model, loss, batches, optimizer, tmp_path)
     for key in ours.state:
         if key.endswith("num_batches_tracked"):
             assert int(ours.state[key]) == int(f64.state[key]) == STEPS
@@ -263,15 +271,7 @@ def test_eval_mode_module_keeps_its_buffers(tmp_path):
     buffers no op updates come back unchanged under their state_dict names."""
     model, loss, batches = _case("depthwise")
     model.eval()
-    x0, y0 = batches[0]
-    t = trainer(model, (x0,), loss=loss, labels=y0, optimizer="sgd", lr=LR["sgd"],
-                out_dir=tmp_path)
-    losses = [t.step(x, y) for x, y in batches]
-    ours = Step(losses[-1], t.params())
-    f32 = _torch_run(model, loss, batches, "sgd", torch.float32)
-    f64 = _torch_run(model, loss, batches, "sgd", torch.float64)
-    assert set(ours.state) == set(model.state_dict())
-    assert mismatches(ours, f32, f64) == []
+    _, ours, _, _ = trains_like_pytorch(model, loss, batches, "sgd", tmp_path)
     np.testing.assert_array_equal(ours.state["bn1.running_mean"],
                                   model.state_dict()["bn1.running_mean"].numpy())
 

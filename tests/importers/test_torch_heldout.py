@@ -18,10 +18,9 @@ from planner.graph import run  # noqa: E402
 from planner.ops.base import get_op  # noqa: E402
 from planner.torch import TorchImportError  # noqa: E402
 from planner.torch.convert import convert  # noqa: E402
-from planner.torch.trainer import export, trainer  # noqa: E402
-from tests.importers.test_torch_export import LR, STEPS, _torch_run  # noqa: E402
+from planner.torch.trainer import export  # noqa: E402
+from tests.importers.test_torch_export import STEPS, trains_like_pytorch  # noqa: E402
 from tests.importers.torch_heldout import MODELS  # noqa: E402
-from tests.importers.torch_step import Step, mismatches  # noqa: E402
 
 
 def _case(name: str):
@@ -39,15 +38,7 @@ def _case(name: str):
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_trains_like_pytorch_with_sgd(name, tmp_path):
     model, loss, batches = _case(name)
-    x0, y0 = batches[0]
-    t = trainer(model, (x0,), loss=loss, labels=y0, optimizer="sgd", lr=LR["sgd"],
-                out_dir=tmp_path)
-    losses = [t.step(x, y) for x, y in batches]
-    ours = Step(losses[-1], t.params())
-    f32 = _torch_run(model, loss, batches, "sgd", torch.float32)
-    f64 = _torch_run(model, loss, batches, "sgd", torch.float64)
-    assert set(ours.state) == set(model.state_dict())
-    assert mismatches(ours, f32, f64) == []
+    trains_like_pytorch(model, loss, batches, "sgd", tmp_path)
 
 
 def test_flip_is_a_backward_slice():
