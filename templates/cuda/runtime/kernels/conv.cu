@@ -244,14 +244,7 @@ class CudnnConv : public Kernel {
       }
       return;
     }
-    const float* x = r.at<float>(ids_.image);
-    if (padded_) {
-      const int64_t total = planes_ * Hp_ * Wp_;
-      pad_planes<<<blocks_for(total, threads), threads, 0, r.stream>>>(x, temp, total, H_, W_,
-                                                                       Hp_, Wp_, top_, left_);
-      PLANNER_LAUNCHED("pad_planes");
-      x = temp;
-    }
+    const float* x = image(r, temp, threads);
     if (dir_ == Dir::Forward) {
       PLANNER_CUDNN(cudnnConvolutionForward(
           r.cudnn, &one, image_, x, filter_, r.at<float>(ids_.filter), conv_,
@@ -282,14 +275,7 @@ class CudnnConv : public Kernel {
           image_, dx, count, &got, perf.data(), ws, workspace_bytes));
       return kept(dir_, perf, got);
     }
-    const float* x = r.at<float>(ids_.image);
-    if (padded_) {
-      const int64_t total = planes_ * Hp_ * Wp_;
-      pad_planes<<<blocks_for(total, threads), threads, 0, r.stream>>>(x, temp, total, H_, W_,
-                                                                       Hp_, Wp_, top_, left_);
-      PLANNER_LAUNCHED("pad_planes");
-      x = temp;
-    }
+    const float* x = image(r, temp, threads);
     if (dir_ == Dir::Forward) {
       PLANNER_CUDNN(cudnnGetConvolutionForwardAlgorithmMaxCount(r.cudnn, &count));
       std::vector<cudnnConvolutionFwdAlgoPerf_t> perf(count);
@@ -307,6 +293,18 @@ class CudnnConv : public Kernel {
   }
 
  private:
+  // The image a forward or filter-gradient convolution reads: the op's own, or for an
+  // asymmetric pad its copy padded into the temporaries.
+  const float* image(const Run& r, float* temp, unsigned threads) const {
+    const float* x = r.at<float>(ids_.image);
+    if (!padded_) return x;
+    const int64_t total = planes_ * Hp_ * Wp_;
+    pad_planes<<<blocks_for(total, threads), threads, 0, r.stream>>>(x, temp, total, H_, W_, Hp_,
+                                                                     Wp_, top_, left_);
+    PLANNER_LAUNCHED("pad_planes");
+    return temp;
+  }
+
   // The workspace `algo` needs here, or cuDNN's status when it does not support it.
   cudnnStatus_t query(cudnnHandle_t h, int algo, size_t* bytes) const {
     *bytes = 0;
