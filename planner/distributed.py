@@ -1,12 +1,15 @@
 """A data-parallel executor joins its process group (torch.distributed) at load.
 
 `join(ex, plan_json, group)` is what a generated CPU package's `Executor(process_group=...)`
-calls for a plan with AllReduce ops (planner.schedule.parallel): it refuses a group of another size
+calls for a plan with collectives (planner.schedule.parallel): it refuses a group of another size
 than the plan's ranks, checks that every rank loaded the same plan (the sha256 of its JSON,
 all-gathered; a mismatch names the ranks on every rank), and hands the executor the
-all-reduce its comm lane runs: `dist.all_reduce` (a sum) on a torch view of the bucket in the
-arena, no copy. A rank that dies makes the others' all-reduce fail within the group's timeout
-(gloo raises), which the step raises as its error.
+collectives its comm lane runs, each on a torch view of the bucket in the arena, no copy:
+`dist.all_reduce` (a sum), and for --shard-optimizer plans `dist.reduce_scatter_tensor`
+(a sum into this rank's shard of the bucket) and `dist.all_gather_into_tensor` (the shards
+into the bucket), both in place on views of the one bucket, with this process's rank, which
+picks its shard. A rank that dies makes the others' collective fail within the group's
+timeout (gloo raises), which the step raises as its error.
 
 Ranks that share a host (a plan with --ranks-per-host L) each take their own cores
 (planner.target.shares): the rank's place among its host's is torchrun's LOCAL_RANK (its
@@ -20,7 +23,7 @@ comm engine's CPUs.
     ex = mymodel.Executor()                    # joins the default group
     ex = mymodel.Executor(process_group=pg)    # or this one
 
-Example (a plan without AllReduce ops joins nothing):
+Example (a plan without collectives joins nothing):
     >>> join(None, '{"graph": {"nodes": []}}')
 """
 
@@ -34,17 +37,18 @@ from collections.abc import Mapping
 from typing import Any
 
 from planner.errors import UserError
+from planner.ops.collective import COLLECTIVE_OPS
 from planner.target.shares import RankCpus, placement, rank_cpus
 
 
 def plan_ranks(plan_json: str) -> int:
-    """The process count a plan's all-reduces average over (1: not data-parallel)."""
+    """The process count a plan's collectives average over (1: not data-parallel)."""
     return _ranks(json.loads(plan_json))[0]
 
 
 def _ranks(plan: dict[str, Any]) -> tuple[int, int]:
-    # (ranks, ranks per host) of a plan's all-reduces; (1, 1) when it has none.
-    attrs = [n["attrs"] for n in plan["graph"]["nodes"] if n["op"] == "AllReduce"]
+    # (ranks, ranks per host) of a plan's collectives; (1, 1) when it has none.
+    attrs = [n["attrs"] for n in plan["graph"]["nodes"] if n["op"] in COLLECTIVE_OPS]
     return (max((int(a["ranks"]) for a in attrs), default=1),
             max((int(a.get("ranks_per_host", 1)) for a in attrs), default=1))
 
@@ -130,14 +134,25 @@ def join(ex: Any, plan_json: str, group: Any = None) -> None:
             f"ranks {r} plan {d[:12]}" for d, r in by.items()) + " (build every rank from "
             "one plan file)")
 
-    def all_reduce(bucket: Any) -> None:
+    names = ("all-reduce", "reduce-scatter", "all-gather")
+
+    def collective(what: int, bucket: Any) -> None:
+        # what: 0 all-reduce, 1 reduce-scatter, 2 all-gather (the runtime's CollectiveKind)
+        whole = torch.from_numpy(bucket)
+        shard = whole.numel() // size
+        mine = whole[me * shard:(me + 1) * shard]
         try:
-            dist.all_reduce(torch.from_numpy(bucket), group=group)
+            if what == 0:
+                dist.all_reduce(whole, group=group)
+            elif what == 1:
+                dist.reduce_scatter_tensor(mine, whole, group=group)
+            else:
+                dist.all_gather_into_tensor(whole, mine, group=group)
         except RuntimeError as e:  # gloo: a peer closed the connection, or the timeout passed
             lines = str(e).strip().splitlines()
-            raise RuntimeError(f"rank {me}: the all-reduce on the process group failed (a "
+            raise RuntimeError(f"rank {me}: the {names[what]} on the process group failed (a "
                                f"rank died or timed out): {lines[0] if lines else e!r}"
                                ) from None
 
-    ex.set_all_reduce(all_reduce)
+    ex.set_collective(collective, me)
     settle(ex, plan, me)

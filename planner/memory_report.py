@@ -41,6 +41,7 @@ from typing import Any
 
 import numpy as np
 
+from planner.dtypes import DTYPE_BYTES
 from planner.plan import Plan
 
 MiB = 1 << 20
@@ -97,7 +98,43 @@ def memory_report(plan: dict[str, Any]) -> dict[str, Any]:
     for c in convs:
         algos[c["algorithm"]] = algos.get(c["algorithm"], 0) + 1
     return {**m, "added_ops": kinds, "conv_algorithms": algos,
-            "workspace_bytes": sum(c["workspace_bytes"] for c in convs)}
+            "workspace_bytes": sum(c["workspace_bytes"] for c in convs),
+            **optimizer_state(plan.get("graph") or {})}
+
+
+def optimizer_state(graph: dict[str, Any]) -> dict[str, Any]:
+    """The optimizer state one rank holds (bytes), and with --shard-optimizer what it would
+    hold unsharded (each sharded update's state slots over its parameters) and the ranks.
+
+    >>> g = {"tensors": [{"name": "p", "shape": [10], "role": "param"},
+    ...                  {"name": "shard/0/grad", "shape": [16], "role": "grad"},
+    ...                  {"name": "shard/0/m", "shape": [16], "role": "optimizer-state"}],
+    ...      "nodes": [{"op": "ShardedUpdate", "inputs": ["p", "shard/0/grad", "shard/0/m"],
+    ...                 "outputs": ["p2", "m2"], "attrs": {"ranks": 2}}]}
+    >>> optimizer_state(g)
+    {'optimizer_state_bytes': 64, 'unsharded_optimizer_state_bytes': 40, 'sharded_over': 2}
+    """
+    tensors = {t["name"]: t for t in graph.get("tensors", [])}
+
+    def nbytes(name: str) -> int:
+        t = tensors[name]
+        return int(np.prod(t["shape"], dtype=np.int64)) * DTYPE_BYTES[t.get("dtype", "float32")]
+
+    held = sum(nbytes(n) for n, t in tensors.items()
+               if t.get("role") == "optimizer-state" and not t.get("updates"))
+    out: dict[str, Any] = {"optimizer_state_bytes": held}
+    sharded = [n for n in graph.get("nodes", []) if n.get("op") == "ShardedUpdate"]
+    if sharded:
+        unsharded = held
+        for n in sharded:
+            slots = len(n["outputs"]) - sum(tensors[t].get("role") == "param"
+                                            for t in n["inputs"])
+            k = len(n["outputs"]) - slots
+            unsharded += slots * sum(nbytes(t) for t in n["inputs"][:k])
+            unsharded -= sum(nbytes(t) for t in n["inputs"][k + 1:k + 1 + slots])
+        out |= {"unsharded_optimizer_state_bytes": unsharded,
+                "sharded_over": max(int(n["attrs"]["ranks"]) for n in sharded)}
+    return out
 
 
 def format_memory(plan: dict[str, Any]) -> str:
@@ -117,6 +154,10 @@ def format_memory(plan: dict[str, Any]) -> str:
              f"              per-op bound {mib('per_op_bound_bytes')} (resident "
              f"{mib('resident_bytes')}); peak / bound "
              f"{r['peak_bytes'] / max(r['per_op_bound_bytes'], 1):.3f}"]
+    if r.get("sharded_over"):
+        lines.append(f"              optimizer state {mib('optimizer_state_bytes')} per rank, "
+                     f"sharded over {r['sharded_over']} ranks "
+                     f"({mib('unsharded_optimizer_state_bytes')} unsharded)")
     if r.get("offloaded_tensors") or r.get("recompute_ops"):
         lines.append(f"              {r['offloaded_tensors']} offloaded ({mib('host_bytes')} "
                      f"pinned host), {r['recompute_ops']} recompute ops "

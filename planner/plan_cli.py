@@ -64,6 +64,10 @@ def add_plan_commands(sub: Any) -> None:
                         "--all-reduce N -o FILE); default: the target's estimate")
     p.add_argument("--bucket-bytes", type=int, metavar="BYTES",
                    help="--data-parallel: gradient bucket size (default: from the cost model)")
+    p.add_argument("--shard-optimizer", action="store_true",
+                   help="--data-parallel: ZeRO-1: reduce-scatter the gradients, each process "
+                        "updates its 1/N of the parameters holding 1/N of the optimizer "
+                        "state, then all-gathers them")
     p.add_argument("-o", "--output", required=True, metavar="FILE")
     p.add_argument("--force", action="store_true", help="overwrite an existing different FILE")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
@@ -149,6 +153,7 @@ def _run_plan(args: argparse.Namespace) -> int:
             data_parallel=DataParallelOptions(ranks=args.data_parallel,
                                               bucket_bytes=args.bucket_bytes,
                                               ranks_per_host=args.ranks_per_host,
+                                              shard_optimizer=args.shard_optimizer,
                                               link=_link(args.interconnect)))
     except ValidationError as e:
         raise UserError(e.errors()[0]["msg"]) from None

@@ -40,6 +40,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from planner.ops.collective import COLLECTIVE_OPS
 from planner.verify_order import StatedOrder
 
 # Times are compared with this slack (seconds): float sums of predicted times.
@@ -146,7 +147,7 @@ def placement(f: Facts) -> list[str]:
                 problems.append(f"op {op['name']!r} of a GPU plan must run on one of the "
                                 f"streams {f.streams}, not stream {op.get('stream')!r} / CPUs "
                                 f"{op.get('cpus')}")
-        elif op.get("op") == "AllReduce" and op.get("stream") == "comm" and not op["cpus"]:
+        elif op.get("op") in COLLECTIVE_OPS and op.get("stream") == "comm" and not op["cpus"]:
             pass  # a collective on the communication lane (planner.schedule.parallel)
         elif op.get("stream") or not op["cpus"]:
             problems.append(f"op {op['name']!r} of a CPU plan must run on logical CPUs, not "

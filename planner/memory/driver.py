@@ -56,6 +56,7 @@ from planner.memory.options import MemoryOptions, format_bytes
 from planner.memory.order import HappensBefore, plan_edges
 from planner.ops import get_op
 from planner.ops.base import TensorType
+from planner.ops.collective import COLLECTIVE_OPS
 from planner.schedule.record import Schedule, ScheduledOp
 
 
@@ -81,7 +82,7 @@ def cpu_memory(graph: Graph, schedule: Schedule, model: CostModel | None = None,
     if layout is None:
         from planner.memory.cpu import cpu_budget_memory
 
-        if any(n.op == "AllReduce" for n in graph.nodes):
+        if any(n.op in COLLECTIVE_OPS for n in graph.nodes):
             # The budget search plans no comm lane (nor side-by-side buckets) yet.
             layout = lay_out(buffers, hb, options.alignment, options.heuristics, CPU_FIRST)
             raise UserError(f"graph {graph.name!r}: a data-parallel plan fits a memory budget "

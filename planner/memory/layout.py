@@ -7,7 +7,9 @@ edges their reuse needs.
     aliases      an in-place update takes the offset of the buffer it updates
     buckets      an in-place all-reduce's gradients lie side by side, in order, each at the
                  previous one's end rounded up to the alignment: one block to the heuristics,
-                 live from its first gradient's write to its last use
+                 live from its first gradient's write to its last use; a sharded bucket's
+                 block (a reduce-scatter's gradients, a sharded update's parameters, which
+                 are stacked with the persistent ones) is padded to its ranks' shards
     host         offloaded copies, in their own pool, by the same heuristics
 
     arena  [ persistent ... | transient buffers, reused over time ...              ]
@@ -84,22 +86,16 @@ def place(buffers: Sequence[Buffer], alignment: int = 64,
     arena, host, heuristic = 0, 0, ""
     for placement in ("device", "host"):
         own = [i for i, b in enumerate(buffers) if b.placement == placement and not b.alias_of]
-        always = sorted((i for i in own if whole_step(buffers[i], before, after)),
-                        key=lambda i: (-buffers[i].bytes, buffers[i].name))
+        # One unit per bucket (its members, in order, side by side within it), one per other
+        # buffer.
+        always = _units(buffers, [i for i in own if whole_step(buffers[i], before, after)])
+        always.sort(key=lambda m: (-_unit_bytes(buffers, m, alignment), buffers[m[0]].name))
         top = 0
-        for i in always:
-            offsets[i] = top
-            top += aligned(buffers[i].bytes, alignment)
-        rest = [i for i in own if not whole_step(buffers[i], before, after)]
-        # One block per bucket (its members, in order, at their offsets within it), one per
-        # other buffer.
-        units: dict[str, list[int]] = {}
-        for i in rest:
-            units.setdefault(buffers[i].bucket or f"\0{i}", []).append(i)
-        members = [sorted(m, key=lambda i: buffers[i].bucket_at) for m in units.values()]
-        # (a bucket: every member but the last rounded up, as laid out below)
-        blocks = [Block(sum(aligned(buffers[i].bytes, alignment) for i in m[:-1])
-                        + buffers[m[-1]].bytes,
+        for m in always:
+            _stack(buffers, m, top, alignment, offsets)
+            top += aligned(_unit_bytes(buffers, m, alignment), alignment)
+        members = _units(buffers, [i for i in own if not whole_step(buffers[i], before, after)])
+        blocks = [Block(_unit_bytes(buffers, m, alignment),
                         min(buffers[i].start for i in m), max(buffers[i].end for i in m))
                   for m in members]
         # The host pool is plentiful: its first heuristic is enough.
@@ -112,10 +108,7 @@ def place(buffers: Sequence[Buffer], alignment: int = 64,
             return None
         if placed is not None:
             for m, off in zip(members, placed.offsets, strict=True):
-                at = top + off
-                for i in m:
-                    offsets[i] = at
-                    at += aligned(buffers[i].bytes, alignment)
+                _stack(buffers, m, top + off, alignment, offsets)
             top += placed.arena
         if placement == "device":
             arena, heuristic = top, placed.heuristic if placed else ""
@@ -125,6 +118,28 @@ def place(buffers: Sequence[Buffer], alignment: int = 64,
         if b.alias_of:
             offsets[i] = offsets[index[b.alias_of]]
     return offsets, arena, host, heuristic
+
+
+def _units(buffers: Sequence[Buffer], indices: Sequence[int]) -> list[list[int]]:
+    # The buffers at `indices` grouped by bucket (members in bucket order), one per other.
+    units: dict[str, list[int]] = {}
+    for i in indices:
+        units.setdefault(buffers[i].bucket or f"\0{i}", []).append(i)
+    return [sorted(m, key=lambda i: buffers[i].bucket_at) for m in units.values()]
+
+
+def _unit_bytes(buffers: Sequence[Buffer], m: Sequence[int], alignment: int) -> Bytes:
+    # A bucket: every member but the last rounded up (as _stack lays them out), or its
+    # padded size when split into shards.
+    span = sum(aligned(buffers[i].bytes, alignment) for i in m[:-1]) + buffers[m[-1]].bytes
+    return max(span, buffers[m[0]].bucket_bytes)
+
+
+def _stack(buffers: Sequence[Buffer], m: Sequence[int], at: int, alignment: int,
+           offsets: list[int]) -> None:
+    for i in m:
+        offsets[i] = at
+        at += aligned(buffers[i].bytes, alignment)
 
 
 class FreeBytes:

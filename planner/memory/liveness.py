@@ -95,6 +95,9 @@ class Buffer:
     # order (an in-place AllReduce's inputs: planner.ops.collective), or "".
     bucket: str = ""
     bucket_at: int = 0  # its place in the bucket
+    # The bucket's bytes, padding included, when it is split into shards among the ranks
+    # (a ReduceScatter's gradients, a ShardedUpdate's parameters); 0: its members' span.
+    bucket_bytes: int = 0
 
     @property
     def accessors(self) -> tuple[int, ...]:
@@ -120,17 +123,34 @@ def view_aliases(graph: Graph) -> dict[str, str]:
     return out
 
 
-def buckets(graph: Graph) -> dict[str, tuple[str, int]]:
-    """Gradient -> (the in-place AllReduce whose bucket holds it, its place there): the
-    buffers layout places side by side, in that order (planner.memory.layout.place)."""
-    return {t: (n.name, k) for n in graph.nodes
-            if n.op == "AllReduce" and n.attrs.get("in_place") for k, t in enumerate(n.inputs)}
+def buckets(graph: Graph) -> dict[str, tuple[str, int, int]]:
+    """Tensor -> (the collective whose bucket holds it, its place there, the bucket's bytes
+    when padded to shards, else 0): the buffers layout places side by side, in that order
+    (planner.memory.layout.place). An in-place AllReduce's gradients, a ReduceScatter's, and
+    a ShardedUpdate's parameters (planner.ops.collective)."""
+    from planner.ops.collective import shard_floats, sharded_parts
+
+    out: dict[str, tuple[str, int, int]] = {}
+    for n in graph.nodes:
+        if n.op == "AllReduce" and n.attrs.get("in_place"):
+            members, padded = n.inputs, 0
+        elif n.op in ("ReduceScatter", "ShardedUpdate"):
+            k = (len(n.inputs) if n.op == "ReduceScatter"
+                 else sharded_parts(len(n.inputs), n.attrs["update"])[0])
+            members = n.inputs[:k]
+            shard = shard_floats([graph.tensor_map[t].size for t in members], n.attrs["ranks"])
+            padded = n.attrs["ranks"] * shard * 4
+        else:
+            continue
+        out.update({t: (n.name, k, padded) for k, t in enumerate(members)})
+    return out
 
 
 def in_buckets(graph: Graph, buffers: list[Buffer]) -> list[Buffer]:
     """`buffers` with their bucket named (buckets(graph))."""
     of = buckets(graph)
-    return [replace(b, bucket=of[b.tensor][0], bucket_at=of[b.tensor][1])
+    return [replace(b, bucket=of[b.tensor][0], bucket_at=of[b.tensor][1],
+                    bucket_bytes=of[b.tensor][2])
             if b.tensor in of else b for b in buffers]
 
 

@@ -11,7 +11,10 @@ no code with the allocator. Each problem names the buffer(s) and the rule:
     bucket     an in-place AllReduce's gradients (planner.ops.collective) lie side by side in
                input order, each at the previous one's end rounded up to 64 bytes (what its
                kernel sums as one span), no other buffer starts in the padding between them,
-               and the all-reduce is their only reader (it writes them)
+               and the all-reduce is their only reader (it writes them). Likewise a
+               ReduceScatter's gradients (its only reader) and a ShardedUpdate's parameters,
+               whose bucket is padded to ranks x shard floats (re-derived from the graph's
+               sizes and ranks): no other buffer live at the collective lies in that padding
     arena      device buffers lie inside [0, arena_bytes), host buffers inside the host pool
     overlap    two buffers sharing bytes are ordered: every access of one (its write, its
                reads) happens-before the other's write, through the plan's stated ordering
@@ -143,43 +146,92 @@ def _view_roots(graph: dict[str, Any]) -> dict[str, str]:
     return roots
 
 
-BUCKET_ALIGNMENT = 64  # the CPU AllReduce kernel's rounding between a bucket's gradients
+BUCKET_ALIGNMENT = 64  # the CPU collectives' rounding between a bucket's members and shards
+
+
+def _bucket(n: dict[str, Any], size: dict[str, int]) -> tuple[list[str], int, bool] | None:
+    """(members, bytes padded to the ranks' shards or 0, whether the collective must be their
+    only reader) of a collective's bucket, re-derived from the graph; None: not one."""
+    attrs = n.get("attrs") or {}
+    op, ins = n.get("op"), list(n.get("inputs", []))
+    if op == "AllReduce":
+        return (ins, 0, True) if attrs.get("in_place") else None
+    if op == "ReduceScatter":
+        members, only = ins, True
+    elif op == "ShardedUpdate":  # parameters first, as many as it writes back beside state
+        slots = {"SGD": 0, "ApplyMomentum": 1, "ApplyAdam": 2}.get(attrs.get("update"), 0)
+        members, only = ins[:len(n.get("outputs", [])) - slots], False
+    else:
+        return None
+    end = 0
+    for m in members:  # each member's floats at the previous one's end, rounded up
+        end = (-(-end // 16) * 16 if end else 0) + size.get(m, 0) // 4
+    ranks = max(1, int(attrs.get("ranks", 1)))
+    per_rank = -(-end // ranks)
+    shard = -(-per_rank // 16) * 16  # rounded up to 64 bytes
+    return members, ranks * shard * 4, only
 
 
 def _bucket_problems(plan: dict[str, Any], by_name: dict[str, dict[str, Any]]) -> list[str]:
-    """`bucket`: the layout an in-place all-reduce's kernel relies on (module docstring)."""
+    """`bucket`: the layout a collective's kernel relies on (module docstring)."""
     graph = plan.get("graph")
     if not isinstance(graph, dict):
         return []
     out = []
     starts = sorted((t["offset"], t["name"]) for t in by_name.values()
                     if t.get("placement", "device") == "device" and t["bytes"] > 0)
+    size = {t["name"]: t["bytes"] for t in by_name.values()}
+    order = {op["name"]: op.get("order") for op in plan.get("ops", [])}
     for n in graph.get("nodes", []):
-        if n.get("op") != "AllReduce" or not (n.get("attrs") or {}).get("in_place"):
+        found = _bucket(n, size)
+        if found is None:
             continue
+        members, padded, only = found
+        what = "gradient" if only else "parameter"
         end = None
-        for g in n["inputs"]:
+        for g in members:
             t = by_name.get(g)
             if t is None or t.get("alias_of") or t.get("placement", "device") != "device":
-                out.append(f"bucket of {n['name']!r}: gradient {g!r} has no device buffer "
+                out.append(f"bucket of {n['name']!r}: {what} {g!r} has no device buffer "
                            f"of its own")
                 break
             if end is not None:
                 want = -(-end // BUCKET_ALIGNMENT) * BUCKET_ALIGNMENT
                 if t["offset"] != want:
-                    out.append(f"bucket of {n['name']!r}: gradient {g!r} is at offset "
+                    out.append(f"bucket of {n['name']!r}: {what} {g!r} is at offset "
                                f"{t['offset']}, not side by side at {want}")
                     break
                 k = bisect.bisect_right(starts, (end, ""))
                 inside = [name for off, name in starts[k:k + 2] if end <= off < want]
                 if inside:
                     out.append(f"bucket of {n['name']!r}: buffer {inside[0]!r} lies in the "
-                               f"padding the all-reduce sums")
-            if list(t.get("readers", [])) != [n["name"]]:
+                               f"padding the collective reads")
+            if only and list(t.get("readers", [])) != [n["name"]]:
                 out.append(f"bucket of {n['name']!r}: gradient {g!r} is read by "
                            f"{sorted(set(t.get('readers', [])) - {n['name']})[:2]} too, "
-                           f"but the all-reduce sums it in place")
+                           f"but the collective sums it in place")
             end = t["offset"] + t["bytes"]
+        else:
+            if padded and members:
+                out += _padding_problems(n["name"], by_name[members[0]]["offset"] + padded,
+                                         end, set(members), order.get(n["name"]), by_name)
+    return out
+
+
+def _padding_problems(op: str, stop: int, end: int, members: set[str], at: Any,
+                      by_name: dict[str, dict[str, Any]]) -> list[str]:
+    # The tail [end, stop) of a sharded bucket: the collective reads and writes it (a shard
+    # of it is some rank's), so no other buffer live while it runs may lie there.
+    out = []
+    for t in by_name.values():
+        if (t["name"] in members or t.get("alias_of") in members
+                or t.get("placement", "device") != "device" or t["bytes"] <= 0):
+            continue
+        live = at is None or t.get("first", -1) <= at <= t.get("last", at)
+        if live and t["offset"] < stop and t["offset"] + t["bytes"] > end:
+            out.append(f"bucket of {op!r}: buffer {t['name']!r} lies in the padding of its "
+                       f"shards [{end}, {stop}), live while the collective runs")
+            break
     return out
 
 

@@ -1,4 +1,5 @@
-"""Collectives of data-parallel training: the all-reduce of a bucket of gradients.
+"""Collectives of data-parallel training: the all-reduce of a bucket of gradients, and ZeRO-1's
+reduce-scatter of a bucket and sharded update (planner plan --shard-optimizer).
 
 `AllReduce` reads one rank's gradients g_1..g_k (a bucket, planner.schedule.parallel) and
 writes their average over the `ranks` processes of the group, r_j = (1/ranks) * sum over ranks
@@ -9,6 +10,25 @@ arena (they are read by nothing else); else they are copied into the op's scratc
 first. The reference interpreter runs one process: it models every rank holding the same
 gradients, so its output is its input.
 
+`ReduceScatter` and `ShardedUpdate` split a bucket among the ranks: its members lie side by
+side (`bucket_places`: each at the previous one's end rounded up to 64 bytes), the bucket is
+padded to `ranks` equal shards of `shard_floats` floats (a multiple of 64 bytes, so every
+shard starts aligned), and rank r owns floats [r * shard, (r + 1) * shard) of it:
+
+    bucket   [ g_1 ....|pad| g_2 ........ | pad to ranks x shard ]
+    shards   [ rank 0's        | rank 1's        | ...           ]
+
+`ReduceScatter [g_1..g_k] -> [s]` writes rank r's shard of the bucket averaged over the ranks
+(a sum reduce-scatter in place on the gradients, then 1/ranks): s = (1/ranks) sum over ranks
+of bucket[r * shard : (r + 1) * shard]. `ShardedUpdate [p_1..p_k, s, state shards.., (step)]
+-> [p_1'..p_k', state shards']` runs the optimizer `update` (SGD, ApplyMomentum, ApplyAdam:
+planner.ops.optim's formulas) on the floats of rank r's shard of the parameters, laid out
+alike (a bucket of their own), with its shard of the optimizer state (each rank holds 1/ranks
+of it), then all-gathers the parameters in place, so every rank holds them all. The update and
+its all-gather are one op because the graph lets one op write a parameter's next value. The
+reference interpreter runs one process as rank 0 (it holds rank 0's state only): its
+ShardedUpdate updates the floats of shard 0 and leaves the rest, which other ranks update.
+
 Example:
     >>> import numpy as np
     >>> from planner.ops import get_op
@@ -18,19 +38,59 @@ Example:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
-from planner.ops.base import Attr, Attrs, OpDef, OpError, TensorType, register
+from planner.ops.base import Attr, Attrs, OpDef, OpError, TensorType, get_op, register
+
+ALIGN_FLOATS = 16  # 64 bytes: the arena's alignment, between a bucket's members and shards
+# The optimizer updates a ShardedUpdate runs and their state slots, in input order.
+SHARDED_UPDATES: dict[str, tuple[str, ...]] = {
+    "SGD": (), "ApplyMomentum": ("velocity",), "ApplyAdam": ("m", "v")}
+COLLECTIVE_OPS = frozenset({"AllReduce", "ReduceScatter", "ShardedUpdate"})
+
+
+def _up(n: int) -> int:
+    return -(-n // ALIGN_FLOATS) * ALIGN_FLOATS
+
+
+def bucket_places(sizes: Sequence[int]) -> tuple[list[int], int]:
+    """Each member's first float in a bucket of members of `sizes` floats laid out side by
+    side, each at the previous one's end rounded up to 64 bytes; and the bucket's end.
+
+    >>> bucket_places([3, 20])
+    ([0, 16], 36)
+    """
+    places, end = [], 0
+    for n in sizes:
+        places.append(_up(end) if places else 0)
+        end = places[-1] + n
+    return places, end
+
+
+def shard_floats(sizes: Sequence[int], ranks: int) -> int:
+    """Floats in each rank's shard of a bucket of members of `sizes` floats: its span over
+    `ranks`, rounded up to 64 bytes; the bucket takes ranks x that, padding included.
+
+    >>> shard_floats([3, 20], 2), shard_floats([3, 20], 4)
+    (32, 16)
+    """
+    return _up(-(-bucket_places(sizes)[1] // ranks))
+
+
+def _check_ranks(op: str, a: Attrs) -> None:
+    if a["ranks"] < 1:
+        raise OpError(f"{op}: ranks must be >= 1, got {a['ranks']}")
+    if not 1 <= a["ranks_per_host"] <= a["ranks"] or a["ranks"] % a["ranks_per_host"]:
+        raise OpError(f"{op}: ranks_per_host must divide ranks ({a['ranks']}), got "
+                      f"{a['ranks_per_host']}")
 
 
 def _infer(ins: list[TensorType], a: Attrs) -> list[TensorType]:
-    if a["ranks"] < 1:
-        raise OpError(f"AllReduce: ranks must be >= 1, got {a['ranks']}")
+    _check_ranks("AllReduce", a)
     if a["in_place"] not in (0, 1):
         raise OpError(f"AllReduce: in_place is 0 or 1, got {a['in_place']}")
-    if not 1 <= a["ranks_per_host"] <= a["ranks"] or a["ranks"] % a["ranks_per_host"]:
-        raise OpError(f"AllReduce: ranks_per_host must divide ranks ({a['ranks']}), got "
-                      f"{a['ranks_per_host']}")
     for t in ins:
         if t.dtype != "float32":
             raise OpError(f"AllReduce: gradients must be float32, got {t.dtype}")
@@ -69,4 +129,131 @@ register(OpDef(
     recompute="never",
     scratch=_scratch,
     doc="r_j = mean over the process group's ranks of g_j (a sum all-reduce, then 1/ranks).",
+))
+
+
+# ---- ReduceScatter ----------------------------------------------------------------------------
+
+def _infer_scatter(ins: list[TensorType], a: Attrs) -> list[TensorType]:
+    _check_ranks("ReduceScatter", a)
+    for t in ins:
+        if t.dtype != "float32":
+            raise OpError(f"ReduceScatter: gradients must be float32, got {t.dtype}")
+    return [TensorType((shard_floats([t.size for t in ins], a["ranks"]),), "float32")]
+
+
+def flat_bucket(xs: Sequence[np.ndarray], ranks: int) -> np.ndarray:
+    """The bucket of `xs` as laid out in the arena, padded to `ranks` shards (zeros)."""
+    places, _ = bucket_places([x.size for x in xs])
+    out = np.zeros(ranks * shard_floats([x.size for x in xs], ranks), np.float32)
+    for x, at in zip(xs, places, strict=True):
+        out[at:at + x.size] = x.reshape(-1)
+    return out
+
+
+def _reference_scatter(xs: list[np.ndarray], a: Attrs) -> list[np.ndarray]:
+    # Rank 0 of ranks that hold the same gradients: their average is rank 0's shard itself.
+    shard = shard_floats([x.size for x in xs], a["ranks"])
+    return [flat_bucket(xs, a["ranks"])[:shard]]
+
+
+register(OpDef(
+    name="ReduceScatter",
+    cost_class="data-movement",
+    arity=None,
+    attrs={"ranks": Attr("int", required=True), "ranks_per_host": Attr("int", default=1)},
+    infer=_infer_scatter,
+    flops=lambda ins, outs, a: sum(t.size for t in ins),
+    # the reduction's reads and writes of the bucket, the shard's copy out
+    bytes_moved=lambda ins, outs, a: 2 * sum(t.nbytes for t in ins) + 2 * outs[0].nbytes,
+    reference=_reference_scatter,
+    recompute="never",
+    doc="s = this rank's shard of the gradient bucket [g_1..g_k], averaged over the ranks "
+        "(a sum reduce-scatter in place, then 1/ranks).",
+))
+
+
+# ---- ShardedUpdate ----------------------------------------------------------------------------
+
+def sharded_parts(n_inputs: int, update: str) -> tuple[int, int, bool]:
+    """(parameters, state slots, takes a step count) of a ShardedUpdate with `n_inputs`
+    inputs running `update`; OpError for an update it does not run."""
+    if update not in SHARDED_UPDATES:
+        raise OpError(f"ShardedUpdate: update must be one of {sorted(SHARDED_UPDATES)}, got "
+                      f"{update!r}")
+    slots, step = len(SHARDED_UPDATES[update]), update == "ApplyAdam"
+    k = n_inputs - 1 - slots - int(step)
+    if k < 1:
+        raise OpError(f"ShardedUpdate: {update} over a shard needs parameters, the gradient "
+                      f"shard and {slots} state shard(s); got {n_inputs} inputs")
+    return k, slots, step
+
+
+def _infer_sharded(ins: list[TensorType], a: Attrs) -> list[TensorType]:
+    _check_ranks("ShardedUpdate", a)
+    k, slots, step = sharded_parts(len(ins), a["update"])
+    params = ins[:k]
+    for t in params:
+        if t.dtype != "float32":
+            raise OpError(f"ShardedUpdate: parameters must be float32, got {t.dtype}")
+    shard = TensorType((shard_floats([t.size for t in params], a["ranks"]),), "float32")
+    for what, t in zip(("the gradient shard", *SHARDED_UPDATES[a["update"]]),
+                       ins[k:k + 1 + slots], strict=True):
+        if t != shard:
+            raise OpError(f"ShardedUpdate: {what} must be float32 of shape {list(shard.shape)} "
+                          f"(a shard of the bucket), got {list(t.shape)} ({t.dtype})")
+    if step and ins[-1] != TensorType((), "float32"):
+        raise OpError("ShardedUpdate: the step count must be a float32 scalar")
+    return [*params, *[shard] * slots]
+
+
+def _update_attrs(a: Attrs) -> Attrs:
+    return {name: a[name] for name in get_op(a["update"]).attrs}
+
+
+def _reference_sharded(xs: list[np.ndarray], a: Attrs) -> list[np.ndarray]:
+    k, slots, step = sharded_parts(len(xs), a["update"])
+    params, (g, *rest) = xs[:k], xs[k:]
+    shard = g.size
+    flat = flat_bucket(params, a["ranks"])
+    new = get_op(a["update"]).reference([flat[:shard], g, *rest], _update_attrs(a))
+    flat[:shard] = new[0]
+    places, _ = bucket_places([p.size for p in params])
+    outs = [flat[at:at + p.size].reshape(p.shape) for p, at in zip(params, places, strict=True)]
+    return [*outs, *new[1:1 + slots]]
+
+
+def _flops_sharded(ins: list[TensorType], outs: list[TensorType], a: Attrs) -> int:
+    k, slots, _ = sharded_parts(len(ins), a["update"])
+    base = get_op(a["update"])
+    one = [TensorType((1,), "float32")] * (len(ins) - k)
+    return ins[k].size * base.flops(one, one[:1 + slots], _update_attrs(a))
+
+
+def _bytes_sharded(ins: list[TensorType], outs: list[TensorType], a: Attrs) -> int:
+    # The shard's update (parameters and state read and written, the gradient read), then
+    # the all-gather's writes of the whole bucket of parameters.
+    k, slots, _ = sharded_parts(len(ins), a["update"])
+    return (3 + 2 * slots) * ins[k].nbytes + sum(t.nbytes for t in ins[:k])
+
+
+register(OpDef(
+    name="ShardedUpdate",
+    cost_class="data-movement",
+    arity=None,
+    min_inputs=2,
+    attrs={"update": Attr("str", required=True), "ranks": Attr("int", required=True),
+           "ranks_per_host": Attr("int", default=1),
+           # the update's own (planner.ops.optim), those it does not take left at defaults
+           "lr": Attr("float", required=True), "weight_decay": Attr("float", 0.0),
+           "momentum": Attr("float", 0.9), "nesterov": Attr("bool", False),
+           "beta1": Attr("float", 0.9), "beta2": Attr("float", 0.999),
+           "epsilon": Attr("float", 1e-8)},
+    infer=_infer_sharded,
+    flops=_flops_sharded,
+    bytes_moved=_bytes_sharded,
+    reference=_reference_sharded,
+    recompute="never",
+    doc="ShardedUpdate [p_1..p_k, s, state shards, (step)] -> [p_1'..p_k', state shards']: "
+        "`update` on this rank's shard of the parameters' bucket, then an all-gather of it.",
 ))

@@ -18,6 +18,11 @@ A bucket whose gradients nothing but its all-reduce reads is summed in place (`i
 memory planning lays its gradients out side by side, and the all-reduce runs on that view
 of the arena, copying nothing in.
 
+With `shard_optimizer` (ZeRO-1, `with_sharded_updates`) a bucket is reduce-scattered instead:
+each rank gets its shard of the averaged gradients (`ReduceScatter`), updates its shard of the
+parameters with its shard of the optimizer state, which is all it holds, and all-gathers the
+parameters (`ShardedUpdate`, on the comm lane too); planner.ops.collective has the layout.
+
 The cost model is alpha-beta: a ring all-reduce of b bytes over r ranks takes
 2 (r - 1) (alpha + b / (r * bandwidth)). Buckets follow the order backward writes the
 gradients (the graph's node order) and close once they hold `bucket_bytes`: the size at which
@@ -46,6 +51,7 @@ from planner.graph.ir import Graph, Node, Tensor
 from planner.graph.optimizer import UPDATE_OPS
 from planner.graph.validate import check_graph
 from planner.ops import get_op
+from planner.ops.collective import COLLECTIVE_OPS, SHARDED_UPDATES, shard_floats
 from planner.records import Record
 from planner.schedule.deps import predecessors
 from planner.schedule.record import Edge, Schedule, ScheduledOp
@@ -74,12 +80,16 @@ class DataParallelOptions(Record):
     bucket_bytes: int | None = Field(default=None, ge=1)
     ranks_per_host: int = Field(default=1, ge=1, le=4096)
     link: Interconnect | None = None
+    shard_optimizer: bool = False
 
     @model_validator(mode="after")
     def _hosts(self) -> DataParallelOptions:
         if self.ranks % self.ranks_per_host:
             raise ValueError(f"--ranks-per-host {self.ranks_per_host} does not divide "
                              f"--data-parallel {self.ranks} (every host runs as many ranks)")
+        if self.shard_optimizer and self.ranks == 1:
+            raise ValueError("--shard-optimizer shards the optimizer state among the ranks of "
+                             "--data-parallel N (N >= 2)")
         return self
 
 
@@ -123,6 +133,21 @@ def buckets(graph: Graph, limit: int) -> list[list[str]]:
     return [b for b in out if b]
 
 
+def collective_seconds(op: str, nbytes: int, ranks: int, link: Interconnect) -> float:
+    """A ring collective's time on a bucket of `nbytes`: an all-reduce, or half of one (a
+    reduce-scatter, or the all-gather of a ShardedUpdate)."""
+    whole = all_reduce_seconds(nbytes, ranks, link)
+    return whole if op == "AllReduce" else whole / 2
+
+
+def _other_readers(graph: Graph, readers: frozenset[str]) -> set[str]:
+    # The tensors read by anything but `readers`, graph outputs, and views' inputs (a view's
+    # bytes are another tensor's: not its own to place).
+    others = {t for n in graph.nodes if n.op not in readers for t in n.inputs}
+    return others | set(graph.outputs) | {n.outputs[0] for n in graph.nodes
+                                          if get_op(n.op).view}
+
+
 def with_all_reduce(graph: Graph, bucket_list: list[list[str]], ranks: int,
                     ranks_per_host: int = 1) -> Graph:
     """`graph` with one AllReduce node per bucket, right after the bucket's last gradient's
@@ -140,8 +165,7 @@ def with_all_reduce(graph: Graph, bucket_list: list[list[str]], ranks: int,
     # side (planner.memory.layout): one whose gradients nothing else reads.
     # (A view's bytes are another tensor's: not its own to place.)
     readers = _gradient_readers(graph)
-    others = {t for n in graph.nodes if n.op not in readers for t in n.inputs}
-    others |= set(graph.outputs) | {n.outputs[0] for n in graph.nodes if get_op(n.op).view}
+    others = _other_readers(graph, readers)
     tensors = list(graph.tensors) + [
         Tensor(name=reduced[g], shape=graph.tensor_map[g].shape,
                dtype=graph.tensor_map[g].dtype, role="grad")
@@ -160,51 +184,136 @@ def with_all_reduce(graph: Graph, bucket_list: list[list[str]], ranks: int,
                                                 "nodes": tuple(nodes)}))
 
 
+def with_sharded_updates(graph: Graph, bucket_list: list[list[str]], ranks: int,
+                         ranks_per_host: int = 1) -> Graph:
+    """`graph` with ZeRO-1's sharded updates: per bucket, a ReduceScatter node right after
+    its last gradient's writer, and one ShardedUpdate in place of its parameters' updates
+    (where the last of them was), holding shards of the optimizer state
+    (`shard/<k>/<slot>`) in place of the per-parameter slots. UserError where a gradient
+    has a reader besides its update, or a bucket mixes updates.
+
+    >>> from planner.graph.autodiff import make_training_graph
+    >>> from planner.graph.optimizer import Optimizer
+    >>> from planner.zoo import build
+    >>> g = make_training_graph(build("mlp", batch=4, hidden=[8], in_features=3, classes=2),
+    ...                         Optimizer(kind="adam"))
+    >>> z = with_sharded_updates(g, buckets(g, 64), ranks=2)
+    >>> [n.name for n in z.nodes if n.op in COLLECTIVE_OPS]
+    ['reducescatter/0', 'reducescatter/1', 'shardedupdate/1', 'shardedupdate/0']
+    >>> z.tensor_map["shard/1/m"].shape   # fc1: 24 + 8 floats (the bias at 32) over 2 ranks
+    (32,)
+    """
+    if any(n.op == _UNSCALE for n in graph.nodes):
+        raise UserError(f"graph {graph.name!r}: --shard-optimizer with loss scaling "
+                        f"(fp16-mixed) is not supported yet (the overflow check needs every "
+                        f"gradient)")
+    attrs: dict[str, int] = {"ranks": ranks}
+    if ranks_per_host > 1:
+        attrs["ranks_per_host"] = ranks_per_host
+    reserved = ("reducescatter/", "shardedupdate/", "shard/")
+    taken = sorted(t.name for t in graph.tensors if t.name.startswith(reserved)) + sorted(
+        n.name for n in graph.nodes if n.name.startswith(reserved))
+    if taken:
+        raise UserError(f"graph {graph.name!r}: the names reducescatter/..., "
+                        f"shardedupdate/... and shard/... are reserved for --shard-optimizer "
+                        f"({taken[0]!r})")
+    update_of = {n.inputs[1]: n for n in graph.nodes if n.op in SHARDED_UPDATES}
+    others = _other_readers(graph, frozenset(SHARDED_UPDATES))
+    for g in (g for b in bucket_list for g in b):
+        if g in others or g not in update_of:
+            raise UserError(f"graph {graph.name!r}: --shard-optimizer needs the optimizer "
+                            f"update to be gradient {g!r}'s only reader")
+    scatter_after = {b[-1]: k for k, b in enumerate(bucket_list)}
+    update_at: dict[str, int] = {}   # the last update of a bucket -> the bucket
+    gone: set[str] = set()           # per-parameter state slots and updates replaced
+    added: list[Tensor] = []
+    sharded: dict[int, Node] = {}
+    scatter: dict[int, Node] = {}
+    tm = graph.tensor_map
+    for k, b in enumerate(bucket_list):
+        ups = [update_of[g] for g in b]
+        kinds = {(u.op, tuple(sorted(u.attrs.items()))) for u in ups}
+        if len(kinds) > 1:
+            raise UserError(f"graph {graph.name!r}: --shard-optimizer: the parameters of "
+                            f"bucket {k} are updated by different optimizers")
+        op, slots = ups[0].op, SHARDED_UPDATES[ups[0].op]
+        params = [u.inputs[0] for u in ups]
+        shard = (shard_floats([tm[p].size for p in params], ranks),)
+        grad = Tensor(name=f"shard/{k}/grad", shape=shard, role="grad")
+        state = [Tensor(name=f"shard/{k}/{s}", shape=shard, role="optimizer-state",
+                        init="zeros") for s in slots]
+        nexts = [Tensor(name=f"shard/{k}/{s}/next", shape=shard, role="optimizer-state",
+                        updates=t.name) for s, t in zip(slots, state, strict=True)]
+        added += [grad, *state, *nexts]
+        gone |= {t for u in ups for t in (*u.inputs[2:2 + len(slots)], *u.outputs[1:])}
+        gone |= {u.name for u in ups}
+        scatter[k] = Node(name=f"reducescatter/{k}", op="ReduceScatter", inputs=tuple(b),
+                          outputs=(grad.name,), attrs=dict(attrs))
+        step = ups[0].inputs[2 + len(slots):]
+        sharded[k] = Node(name=f"shardedupdate/{k}", op="ShardedUpdate",
+                          inputs=(*params, grad.name, *(t.name for t in state), *step),
+                          outputs=(*(u.outputs[0] for u in ups), *(t.name for t in nexts)),
+                          attrs={"update": op, **ups[0].attrs, **attrs})
+        update_at[max(ups, key=graph.nodes.index).name] = k
+    nodes: list[Node] = []
+    for n in graph.nodes:
+        if n.name in update_at:
+            nodes.append(sharded[update_at[n.name]])
+        elif n.name not in gone:
+            nodes.append(n)
+        nodes += [scatter[scatter_after[o]] for o in n.outputs if o in scatter_after]
+    tensors = tuple(t for t in graph.tensors if t.name not in gone) + tuple(added)
+    return check_graph(graph.model_copy(update={"tensors": tensors, "nodes": tuple(nodes)}))
+
+
 def compute_graph(graph: Graph) -> Graph:
-    """`graph` without its AllReduce nodes, the updates reading the gradients again: what the
-    compute lanes run (the inverse of with_all_reduce)."""
-    ar = [n for n in graph.nodes if n.op == "AllReduce"]
+    """`graph` without its collectives, the updates reading the gradients again: what the
+    compute lanes run (the inverse of with_all_reduce; with_sharded_updates' updates are
+    collectives, gone with their outputs)."""
+    ar = [n for n in graph.nodes if n.op in COLLECTIVE_OPS]
     if not ar:
         return graph
-    back = {r: g for n in ar for g, r in zip(n.inputs, n.outputs, strict=True)}
+    back = {r: g for n in ar if n.op == "AllReduce"
+            for g, r in zip(n.inputs, n.outputs, strict=True)}
+    dropped = {t for n in ar if n.op != "AllReduce" for t in n.outputs}
     nodes = tuple(n.model_copy(update={"inputs": tuple(back.get(t, t) for t in n.inputs)})
-                  for n in graph.nodes if n.op != "AllReduce")
-    tensors = tuple(t for t in graph.tensors if t.name not in back)
+                  for n in graph.nodes if n.op not in COLLECTIVE_OPS)
+    tensors = tuple(t for t in graph.tensors if t.name not in back and t.name not in dropped)
     return graph.model_copy(update={"tensors": tensors, "nodes": nodes})
 
 
 def comm_lane(graph: Graph, schedule: Schedule, link: Interconnect) -> Schedule:
-    """`schedule` (of compute_graph(graph)) with graph's AllReduce ops on lane "comm".
+    """`schedule` (of compute_graph(graph)) with graph's collectives on lane "comm".
 
     Order: the compute ops keep theirs, but the updates that read averaged gradients (and,
     with loss scaling, its UnscaleGrads and the updates after it) move after the rest of
     backward (a lane never holds backward up waiting for the network); an
-    all-reduce comes right after its bucket's last gradient's writer. Edges: every data and
+    all-reduce (or reduce-scatter) comes right after its bucket's last gradient's writer,
+    a sharded update right after the last op it depends on. Edges: every data and
     in-place dependency of `graph`, the previous op on each of an op's CPUs, the previous
-    all-reduce on the comm lane. Times: each op starts when the last op ordered before it
-    ends (the executor's rule), an all-reduce taking all_reduce_seconds of its bucket."""
-    ar = [n for n in graph.nodes if n.op == "AllReduce"]
+    collective on the comm lane. Times: each op starts when the last op ordered before it
+    ends (the executor's rule), a collective taking collective_seconds of its bucket."""
+    ar = [n for n in graph.nodes if n.op in COLLECTIVE_OPS]
     if not ar:
         return schedule
-    writer = {t: n.name for n in graph.nodes for t in n.outputs}
     reduced = {r for n in ar for r in n.outputs}
     # the readers of averaged gradients and what depends on them (after loss scaling's
     # UnscaleGrads, the updates), in graph order
     late: set[str] = set()
     for n in graph.nodes:
-        if n.op != "AllReduce" and set(n.inputs) & reduced:
+        if n.op not in COLLECTIVE_OPS and set(n.inputs) & reduced:
             late.add(n.name)
             reduced |= set(n.outputs)
     rank = {op.name: k + (len(schedule.ops) if op.name in late else 0)
             for k, op in enumerate(schedule.ops)}
-    for n in ar:
-        rank[n.name] = max(rank[writer[g]] for g in n.inputs) + 0.5
     names = [n.name for n in graph.nodes]
     deps = {names[i]: tuple(names[p] for p in ps) for i, ps in enumerate(predecessors(graph))}
+    for n in ar:  # in graph order: a sharded update after its reduce-scatter
+        rank[n.name] = max((rank[d] for d in deps[n.name]), default=-1.0) + 0.5
     order = sorted(rank, key=rank.__getitem__)  # topological: data edges point forward
     at = {op.name: op for op in schedule.ops}
-    seconds = {n.name: all_reduce_seconds(sum(graph.tensor_map[g].nbytes for g in n.inputs),
-                                          n.attrs["ranks"], link) for n in ar}
+    seconds = {n.name: collective_seconds(n.op, _bucket_bytes(graph, n), n.attrs["ranks"],
+                                          link) for n in ar}
     edges: list[Edge] = []
     last_on: dict[int | str, ScheduledOp] = {}
     end: dict[str, float] = {}
@@ -217,8 +326,8 @@ def comm_lane(graph: Graph, schedule: Schedule, link: Interconnect) -> Schedule:
                       if c in last_on and not (group and last_on[c].group == group))
         ready = max((end[p] for p in before), default=0.0)
         if name in seconds:
-            op = ScheduledOp(name=name, op="AllReduce", stream=COMM_LANE, deps=deps[name],
-                             start=ready, end=ready + seconds[name])
+            op = ScheduledOp(name=name, op=graph.node_map[name].op, stream=COMM_LANE,
+                             deps=deps[name], start=ready, end=ready + seconds[name])
         else:
             old = at[name]
             op = old.model_copy(update={"start": ready, "end": ready + old.end - old.start,
@@ -239,6 +348,14 @@ def comm_lane(graph: Graph, schedule: Schedule, link: Interconnect) -> Schedule:
         "mean_corun": busy / step if step else 0.0})
 
 
+def _bucket_bytes(graph: Graph, n: Node) -> int:
+    # The bytes a collective moves: its gradients (a sharded update: its parameters).
+    if n.op == "ShardedUpdate":
+        return sum(graph.tensor_map[t].nbytes for t in n.outputs
+                   if graph.tensor_map[t].role == "param")
+    return sum(graph.tensor_map[g].nbytes for g in n.inputs)
+
+
 def data_parallel_graph(graph: Graph, target: Target, options: DataParallelOptions) -> Graph:
     """The graph every rank runs: `graph` itself for one rank, else with its gradient
     buckets' all-reduces (UserError for an inference graph or a GPU target)."""
@@ -252,4 +369,7 @@ def data_parallel_graph(graph: Graph, target: Target, options: DataParallelOptio
                         f"(gloo) so far")
     limit = options.bucket_bytes or bucket_bytes(options.ranks,
                                                  options.link or interconnect(target))
+    if options.shard_optimizer:
+        return with_sharded_updates(graph, buckets(graph, limit), options.ranks,
+                                    options.ranks_per_host)
     return with_all_reduce(graph, buckets(graph, limit), options.ranks, options.ranks_per_host)

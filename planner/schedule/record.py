@@ -28,6 +28,7 @@ from collections.abc import Sequence
 
 from pydantic import Field, model_validator
 
+from planner.ops.collective import COLLECTIVE_OPS
 from planner.records import Backend, CpuId, Record, Seconds, Stream
 from planner.target.records import Affinity
 
@@ -121,7 +122,7 @@ class Schedule(Record):
         field = "cpus" if self.backend == "cpu" else "stream"
         for op in self.ops:
             # A CPU plan's collectives run on the communication lane (planner.schedule.parallel).
-            if not getattr(op, field) and not (op.op == "AllReduce" and op.stream == "comm"):
+            if not getattr(op, field) and not (op.op in COLLECTIVE_OPS and op.stream == "comm"):
                 raise ValueError(f"{self.backend} schedule: op {op.name!r} has no {field}")
         return self
 

@@ -5,8 +5,9 @@ It joins the gloo group from the environment (MASTER_ADDR 127.0.0.1, MASTER_PORT
 WORLD_SIZE, the test's timeout in DP_TIMEOUT seconds), loads the initial parameters from
 DATA.npz, steps its shard of every global batch there (rows rank*B .. (rank+1)*B), and
 writes its parameters to OUT.npz and the CPUs each of its threads may run on (the OS's
-affinity, /proc/self/task), the address and length of every bucket the all-reduce summed, and
-the executor's stats() to OUT.npz.json. A UserError (or a failed step) is printed
+affinity, /proc/self/task), the address and length of every bucket the all-reduce summed, the
+(bucket, shard) addresses and lengths of every reduce-scatter and all-gather, and the
+executor's stats() to OUT.npz.json. A UserError (or a failed step) is printed
 on one line prefixed `rank R error:` and exits 3. With `die_after` k it exits abruptly after
 k steps (a killed rank). DP_GROUP=new passes a new group of every rank as `process_group`."""
 
@@ -53,6 +54,18 @@ def main(package: str, data_path: str, out_path: str, die_after: int = -1) -> in
         return all_reduce(tensor, *args, **kwargs)
 
     dist.all_reduce = recording
+    sharded: dict[str, list[tuple[int, int, int, int]]] = {"scatter": [], "gather": []}
+    scatter, gather = dist.reduce_scatter_tensor, dist.all_gather_into_tensor
+
+    def recording_scatter(out, whole, *args, **kwargs):
+        sharded["scatter"].append((whole.data_ptr(), whole.numel(), out.data_ptr(), out.numel()))
+        return scatter(out, whole, *args, **kwargs)
+
+    def recording_gather(whole, mine, *args, **kwargs):
+        sharded["gather"].append((whole.data_ptr(), whole.numel(), mine.data_ptr(), mine.numel()))
+        return gather(whole, mine, *args, **kwargs)
+
+    dist.reduce_scatter_tensor, dist.all_gather_into_tensor = recording_scatter, recording_gather
     try:
         module = load(package)
         if os.environ.get("DP_GROUP") == "new":  # a group of its own, passed explicitly
@@ -74,8 +87,8 @@ def main(package: str, data_path: str, out_path: str, die_after: int = -1) -> in
         os._exit(3)  # noqa: SLF001 - the group may be broken: do not wait in its teardown
     np.savez(out_path, **ex.params())
     with open(out_path + ".json", "w") as f:
-        json.dump({"threads": thread_cpus(), "summed": summed[-8:], "stats": ex.stats()}, f,
-                  default=str)
+        json.dump({"threads": thread_cpus(), "summed": summed[-8:], "stats": ex.stats(),
+                   "sharded": {k: v[-8:] for k, v in sharded.items()}}, f, default=str)
     dist.destroy_process_group()
     return 0
 

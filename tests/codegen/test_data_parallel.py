@@ -4,7 +4,8 @@ Adam steps equal PyTorch stepping the global batch in one process, every rank ho
 bit-identical parameters, and a group of the wrong size, ranks with different plans and a
 killed rank each fail with a clear error on every surviving rank instead of hanging. The
 buckets are summed in place in the arena (no copy), and two ranks sharing this host run on
-disjoint CPUs.
+disjoint CPUs. With --shard-optimizer (ZeRO-1) the same numbers, each rank reduce-scattering
+and all-gathering its own shard of every bucket in place.
 
 The ranks are separate processes (tests/codegen/dp_worker.py) rendezvousing through the
 environment (MASTER_ADDR/PORT, RANK, WORLD_SIZE)."""
@@ -50,16 +51,19 @@ def _graph(kind: str, batch: int):
     return make_training_graph(zoo("mlp", batch=batch, **MLP), Optimizer(kind=kind, lr=LR[kind]))
 
 
-def _build(kind: str, folder: Path, ranks: int = RANKS, per_host: int = 1) -> Path:
+def _build(kind: str, folder: Path, ranks: int = RANKS, per_host: int = 1,
+           shard: bool = False) -> Path:
     """Plan the MLP (per-rank batch SHARD) for `ranks` processes, `per_host` of them sharing
-    a host, render and build it."""
+    a host (`shard`: with --shard-optimizer), render and build it."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         p = plan(_graph(kind, SHARD), detect(), options=PlanOptions(
             data_parallel=DataParallelOptions(ranks=ranks, bucket_bytes=BUCKET_BYTES,
-                                              ranks_per_host=per_host)))
-    assert sum(op.op == "AllReduce" for op in p.ops) >= 2
-    return build(render(p, folder / f"mlp_dp_{kind}_{ranks}_{per_host}")).dir
+                                              ranks_per_host=per_host,
+                                              shard_optimizer=shard)))
+    assert sum(op.op == ("ReduceScatter" if shard else "AllReduce") for op in p.ops) >= 2
+    name = f"mlp_dp_{kind}_{ranks}_{per_host}" + ("_zero1" if shard else "")
+    return build(render(p, folder / name)).dir
 
 
 @pytest.fixture(scope="module")
@@ -203,8 +207,9 @@ def _check_numbers(kind, ranks, runs, outs, params, x, labels):
     for r in runs:
         assert r.returncode == 0, r.stdout[-2000:]
     got = [dict(np.load(o)) for o in outs]
-    for name in got[0]:  # every rank holds the same bits
-        assert all(np.array_equal(got[0][name], g[name]) for g in got[1:]), name
+    for name in got[0]:  # every rank holds the same bits (but its own optimizer state shards)
+        if not name.startswith("shard/"):
+            assert all(np.array_equal(got[0][name], g[name]) for g in got[1:]), name
     want, gmax = _torch_reference(kind, params, x, labels)
     # Float32 error: each step's gradient is a sum over the global batch of n = ranks x 8 rows
     # (and the layers' inner dimensions, at most 16), which the ranks and PyTorch add in
@@ -316,3 +321,51 @@ def test_fp16_loss_scaling_skips_an_overflow_on_one_rank_on_every_rank(tmp_path)
     flags = [s == overflow for s in range(steps)]
     assert float(got[0]["optim/loss_scale"]) == torch_scales(flags, 2)[-1]
     assert not np.array_equal(got[0]["fc1/weight"], params["fc1/weight"])
+
+
+@pytest.mark.parametrize("kind,ranks", [("sgd", 2), ("adam", 2), ("adam", 4)])
+def test_sharded_optimizer_ranks_match_one_process_on_the_global_batch(tmp_path, kind, ranks):
+    """--shard-optimizer (ZeRO-1): each rank reduce-scatters every gradient bucket, updates
+    its shard of the parameters with its shard of the optimizer state, and all-gathers the
+    parameters: after 20 steps they equal PyTorch on the global batch (the tolerance of
+    _check_numbers: the same sums in another order) and are bit-identical on every rank;
+    each rank's optimizer state is its own (the shards differ)."""
+    package = _build(kind, tmp_path, ranks, shard=True)
+    data, params, x, labels = _data(tmp_path, ranks=ranks)
+    outs = [tmp_path / f"rank{r}.npz" for r in range(ranks)]
+    runs = _launch([package] * ranks, data, outs)
+    _check_numbers(kind, ranks, runs, outs, params, x, labels)
+    _check_own_shards(package, outs)
+    if kind == "adam":
+        m = [dict(np.load(o))["shard/0/m"] for o in outs]
+        assert not np.array_equal(m[0], m[1])  # each rank holds the state of its own shard
+
+
+def _check_own_shards(package: Path, outs: list[Path]) -> None:
+    """Rank r reduce-scattered into, and all-gathered from, floats [r s, (r + 1) s) of each
+    bucket, s its shard: the bucket's first member's place in the arena plus r x s (one plan
+    on every rank; a shard offset that ignored the rank fails here), the whole padded bucket
+    handed to the process group."""
+    data = json.loads((package / "plan.json").read_text())
+    offset = {t["name"]: t["offset"] for t in data["tensors"]}
+    size = {t["name"]: t["shape"] for t in data["graph"]["tensors"]}
+    buckets: dict[str, set[tuple[int, int]]] = {"scatter": set(), "gather": set()}
+    for n in data["graph"]["nodes"]:
+        # (the bucket's first member's offset, its shard's floats: the gradient shard's)
+        grad = next((t for t in [*n["inputs"], *n["outputs"]] if t.endswith("/grad")
+                     and t.startswith("shard/")), None)
+        if n["op"] == "ReduceScatter":
+            buckets["scatter"].add((offset[n["inputs"][0]], size[grad][0]))
+        elif n["op"] == "ShardedUpdate":
+            buckets["gather"].add((offset[n["inputs"][0]], size[grad][0]))
+    ranks = len(outs)
+    for r, out in enumerate(outs):
+        facts = json.loads(Path(f"{out}.json").read_text())
+        base = facts["stats"]["arena_address"]
+        for kind in ("scatter", "gather"):
+            calls = facts["sharded"][kind]
+            assert calls, kind
+            got = {(whole - base, n_mine) for whole, n, mine, n_mine in calls}
+            assert got <= buckets[kind], (kind, got, buckets[kind])
+            for whole, n, mine, n_mine in calls:
+                assert n == ranks * n_mine and mine - whole == 4 * r * n_mine, (r, kind)

@@ -6,10 +6,24 @@
 // end rounded up to the arena's 64-byte alignment; the padding is summed too, and read by
 // nothing); else a copy of them side by side in the op's scratch area. Then each r_j is
 // written as the sum scaled by 1/ranks.
+//
+// ZeRO-1 (planner plan --shard-optimizer) splits a bucket, laid out alike and padded to `ranks`
+// shards of `shard` floats (planner/ops/collective.py), among the ranks; rank r owns floats
+// [r shard, (r + 1) shard). Every rank runs the same plan: its shard is the first one's
+// place plus rank x shard.
+//   ReduceScatter [g_1..g_k] -> [s]   a sum reduce-scatter in place on the gradients'
+//                                     bucket; s = this rank's shard of it / ranks
+//   ShardedUpdate [p_1..p_k, s, state shards, (t)] -> [p_1'..p_k', state shards']
+//                                     the optimizer update on the parameters' floats in this
+//                                     rank's shard (the padding left alone), then an
+//                                     all-gather of the parameters' bucket in place
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <string>
 
 #include "../loops.h"
+#include "update_math.h"
 
 namespace planner {
 namespace {
@@ -76,12 +90,152 @@ class AllReduce : public Kernel {
   bool in_place_;
 };
 
+// A sharded bucket's members as the plan laid them out: each at the previous one's end
+// rounded up to 64 bytes, the whole padded to `ranks` shards of 64-byte multiples.
+class ShardedBucket {
+ public:
+  ShardedBucket(const std::vector<TensorRef>& members, int64_t ranks) : ranks_(ranks) {
+    if (ranks < 1 || members.empty())
+      throw std::runtime_error("a sharded bucket needs ranks >= 1 and members");
+    const int64_t floats = kAlign / sizeof(float);
+    int64_t end = 0;
+    for (const TensorRef& t : members) {
+      ids_.push_back(t.id);
+      count_.push_back(t.size());
+      at_.push_back(at_.empty() ? 0 : (end + floats - 1) / floats * floats);
+      end = at_.back() + t.size();
+    }
+    shard_ = ((end + ranks - 1) / ranks + floats - 1) / floats * floats;
+  }
+  int64_t shard() const { return shard_; }
+  int64_t padded() const { return shard_ * ranks_; }
+  size_t size() const { return ids_.size(); }
+  int64_t at(size_t j) const { return at_[j]; }
+  int64_t count(size_t j) const { return count_[j]; }
+  // The bucket's first float, after checking that the members lie where the plan says
+  // (else the collective on the padded span would clobber other tensors).
+  float* base(const Run& r, const char* what) const {
+    float* b = r.at<float>(ids_[0]);
+    for (size_t j = 0; j < ids_.size(); ++j)
+      if (r.at<float>(ids_[j]) != b + at_[j])
+        throw std::runtime_error(std::string("the bucket's ") + what +
+                                 " do not lie side by side in the arena, as the plan says");
+    return b;
+  }
+
+ private:
+  int64_t ranks_, shard_ = 0;
+  std::vector<int> ids_;
+  std::vector<int64_t> count_, at_;
+};
+
+const Collective& group(const Run& r) {
+  if (r.collective == nullptr || !*r.collective)
+    throw std::runtime_error("no process group to run the collective on (data-parallel plan)");
+  return *r.collective;
+}
+
+class ReduceScatter : public Kernel {
+ public:
+  explicit ReduceScatter(const Node& n)
+      : bucket_(n.in, n.attrs.i("ranks")), out_(n.out[0].id),
+        scale_(1.0f / static_cast<float>(n.attrs.i("ranks"))) {
+    require_f32(n);
+    if (n.out.size() != 1 || n.out[0].size() != bucket_.shard())
+      throw std::runtime_error("a reduce-scatter writes one shard of its bucket");
+  }
+  std::string impl() const override { return "in place"; }
+  void run(const Run& r) override {
+    const Collective& c = group(r);
+    float* bucket = bucket_.base(r, "gradients");
+    c.run(kReduceScatter, bucket, bucket_.padded());
+    const float* mine = bucket + c.rank * bucket_.shard();
+    float* o = r.at<float>(out_);
+    for (int64_t i = 0; i < bucket_.shard(); ++i) o[i] = mine[i] * scale_;
+  }
+
+ private:
+  ShardedBucket bucket_;
+  int out_;
+  float scale_;
+};
+
+class ShardedUpdate : public Kernel {
+ public:
+  explicit ShardedUpdate(const Node& n)
+      : update_(n.attrs.s("update")), slots_(update_ == "SGD" ? 0 : update_ == "ApplyMomentum" ? 1 : 2),
+        params_(std::vector<TensorRef>(n.in.begin(), n.in.begin() + param_count(n)),
+                n.attrs.i("ranks")),
+        a_(update_attrs(n)) {
+    require_f32(n);
+    if (update_ != "SGD" && update_ != "ApplyMomentum" && update_ != "ApplyAdam")
+      throw std::runtime_error("a sharded update runs SGD, ApplyMomentum or ApplyAdam");
+    const size_t k = params_.size();
+    for (size_t j = 0; j <= static_cast<size_t>(slots_); ++j)
+      if (n.in[k + j].size() != params_.shard())
+        throw std::runtime_error("a sharded update's gradient and state are one shard each");
+    g_ = n.in[k].id;
+    for (int j = 0; j < slots_; ++j) {
+      state_.push_back(n.in[k + 1 + j].id);
+      state_out_.push_back(n.out[k + j].id);
+    }
+    if (update_ == "ApplyAdam") t_ = n.in[k + 1 + slots_].id;
+    for (size_t j = 0; j < k; ++j) out_.push_back(n.out[j].id);
+  }
+  std::string impl() const override { return "shard, all-gather in place"; }
+  void run(const Run& r) override {
+    const Collective& c = group(r);
+    float* base = params_.base(r, "parameters");
+    const int64_t lo = c.rank * params_.shard(), hi = lo + params_.shard();
+    const float t = t_ >= 0 ? *r.at<float>(t_) : 0.f;
+    for (size_t j = 0; j < params_.size(); ++j) {
+      // The floats of parameter j in this rank's shard: [a, b) of the bucket.
+      const int64_t a = std::max(lo, params_.at(j));
+      const int64_t b = std::min(hi, params_.at(j) + params_.count(j));
+      if (a >= b) continue;
+      const int64_t e = a - params_.at(j), i = a - lo, n = b - a;
+      const float* p = base + a;
+      float* po = r.at<float>(out_[j]) + e;
+      const float* g = r.at<float>(g_) + i;
+      if (slots_ == 0) {
+        sgd_update(p, g, po, n, a_);
+      } else if (slots_ == 1) {
+        momentum_update(p, g, r.at<float>(state_[0]) + i, po, r.at<float>(state_out_[0]) + i,
+                        n, a_);
+      } else {
+        adam_update(p, g, r.at<float>(state_[0]) + i, r.at<float>(state_[1]) + i, t, po,
+                    r.at<float>(state_out_[0]) + i, r.at<float>(state_out_[1]) + i, n, a_);
+      }
+    }
+    c.run(kAllGather, base, params_.padded());
+  }
+
+ private:
+  // Inputs: the parameters, the gradient shard, the state shards, Adam's step count.
+  static size_t param_count(const Node& n) {
+    const std::string u = n.attrs.s("update");
+    const size_t rest = 1 + (u == "SGD" ? 0 : u == "ApplyMomentum" ? 1 : 3);
+    if (n.in.size() <= rest) throw std::runtime_error("a sharded update needs parameters");
+    return n.in.size() - rest;
+  }
+  std::string update_;
+  int slots_;
+  ShardedBucket params_;
+  UpdateAttrs a_;
+  int g_ = -1, t_ = -1;
+  std::vector<int> state_, state_out_, out_;
+};
+
 KernelPtr make_all_reduce(const Node& n) { return std::make_unique<AllReduce>(n); }
+KernelPtr make_reduce_scatter(const Node& n) { return std::make_unique<ReduceScatter>(n); }
+KernelPtr make_sharded_update(const Node& n) { return std::make_unique<ShardedUpdate>(n); }
 
 }  // namespace
 
 PLANNER_REGISTER_KERNELS(collective) {
   r["AllReduce"] = make_all_reduce;
+  r["ReduceScatter"] = make_reduce_scatter;
+  r["ShardedUpdate"] = make_sharded_update;
 }
 
 }  // namespace planner

@@ -10,6 +10,7 @@
 #include <cmath>
 
 #include "../loops.h"
+#include "update_math.h"
 
 namespace planner {
 namespace {
@@ -18,63 +19,35 @@ class Sgd : public Kernel {
  public:
   explicit Sgd(const Node& n)
       : size_(n.in[0].size()), p_(n.in[0].id), g_(n.in[1].id), out_(n.out[0].id),
-        lr_(static_cast<float>(n.attrs.f("lr"))), wd_(static_cast<float>(n.attrs.f("weight_decay"))) {
+        a_(update_attrs(n)) {
     require_f32(n);
   }
   void run(const Run& r) override {
-    const float* p = r.at<float>(p_);
-    const float* g = r.at<float>(g_);
-    float* o = r.at<float>(out_);
-    const float lr = lr_, wd = wd_;
-    const int64_t size = size_;
-    if (wd != 0.f) {
-#pragma omp parallel for
-      for (int64_t i = 0; i < size; ++i) o[i] = p[i] - lr * (g[i] + wd * p[i]);
-    } else {
-#pragma omp parallel for
-      for (int64_t i = 0; i < size; ++i) o[i] = p[i] - lr * g[i];
-    }
+    sgd_update(r.at<float>(p_), r.at<float>(g_), r.at<float>(out_), size_, a_);
   }
 
  private:
   int64_t size_;
   int p_, g_, out_;
-  float lr_, wd_;
+  UpdateAttrs a_;
 };
 
 class Momentum : public Kernel {
  public:
   explicit Momentum(const Node& n)
       : size_(n.in[0].size()), p_(n.in[0].id), g_(n.in[1].id), v_(n.in[2].id),
-        p_out_(n.out[0].id), v_out_(n.out[1].id), lr_(static_cast<float>(n.attrs.f("lr"))),
-        m_(static_cast<float>(n.attrs.f("momentum"))),
-        wd_(static_cast<float>(n.attrs.f("weight_decay"))), nesterov_(n.attrs.b("nesterov")) {
+        p_out_(n.out[0].id), v_out_(n.out[1].id), a_(update_attrs(n)) {
     require_f32(n);
   }
   void run(const Run& r) override {
-    const float* p = r.at<float>(p_);
-    const float* g = r.at<float>(g_);
-    const float* v = r.at<float>(v_);
-    float* po = r.at<float>(p_out_);
-    float* vo = r.at<float>(v_out_);
-    const float lr = lr_, m = m_, wd = wd_;
-    const bool nesterov = nesterov_;
-    const int64_t size = size_;
-#pragma omp parallel for
-    for (int64_t i = 0; i < size; ++i) {
-      float gi = wd != 0.f ? g[i] + wd * p[i] : g[i];
-      float vn = m * v[i] + gi;
-      float step = nesterov ? gi + m * vn : vn;
-      vo[i] = vn;
-      po[i] = p[i] - lr * step;
-    }
+    momentum_update(r.at<float>(p_), r.at<float>(g_), r.at<float>(v_), r.at<float>(p_out_),
+                    r.at<float>(v_out_), size_, a_);
   }
 
  private:
   int64_t size_;
   int p_, g_, v_, p_out_, v_out_;
-  float lr_, m_, wd_;
-  bool nesterov_;
+  UpdateAttrs a_;
 };
 
 class Adam : public Kernel {
@@ -82,40 +55,19 @@ class Adam : public Kernel {
   explicit Adam(const Node& n)
       : size_(n.in[0].size()), p_(n.in[0].id), g_(n.in[1].id), m_(n.in[2].id), v_(n.in[3].id),
         t_(n.in[4].id), p_out_(n.out[0].id), m_out_(n.out[1].id), v_out_(n.out[2].id),
-        lr_(static_cast<float>(n.attrs.f("lr"))), b1_(static_cast<float>(n.attrs.f("beta1"))),
-        b2_(static_cast<float>(n.attrs.f("beta2"))), eps_(static_cast<float>(n.attrs.f("epsilon"))),
-        wd_(static_cast<float>(n.attrs.f("weight_decay"))) {
+        a_(update_attrs(n)) {
     require_f32(n);
   }
   void run(const Run& r) override {
-    const float* p = r.at<float>(p_);
-    const float* g = r.at<float>(g_);
-    const float* m = r.at<float>(m_);
-    const float* v = r.at<float>(v_);
-    float t = *r.at<float>(t_);
-    float* po = r.at<float>(p_out_);
-    float* mo = r.at<float>(m_out_);
-    float* vo = r.at<float>(v_out_);
-    const float b1 = b1_, b2 = b2_, eps = eps_, wd = wd_;
-    const float step_size = lr_ / (1.f - std::pow(b1, t));
-    const float root = std::sqrt(1.f - std::pow(b2, t));
-    const int64_t size = size_;
-#pragma omp parallel for
-    for (int64_t i = 0; i < size; ++i) {
-      float gi = wd != 0.f ? g[i] + wd * p[i] : g[i];
-      float mn = b1 * m[i] + (1.f - b1) * gi;
-      float vn = b2 * v[i] + (1.f - b2) * gi * gi;
-      float denom = std::sqrt(vn) / root + eps;
-      mo[i] = mn;
-      vo[i] = vn;
-      po[i] = p[i] - step_size * (mn / denom);
-    }
+    adam_update(r.at<float>(p_), r.at<float>(g_), r.at<float>(m_), r.at<float>(v_),
+                *r.at<float>(t_), r.at<float>(p_out_), r.at<float>(m_out_), r.at<float>(v_out_),
+                size_, a_);
   }
 
  private:
   int64_t size_;
   int p_, g_, m_, v_, t_, p_out_, m_out_, v_out_;
-  float lr_, b1_, b2_, eps_, wd_;
+  UpdateAttrs a_;
 };
 
 // Adam's float32 step count or the int64 dropout step.

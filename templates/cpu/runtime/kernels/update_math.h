@@ -1,0 +1,77 @@
+// The optimizer updates' element loops (planner/ops/optim.py), over n floats at the given
+// pointers, shared by the per-parameter kernels (optim.cpp) and ZeRO-1's update of a rank's
+// shard (collective.cpp's ShardedUpdate). Outputs may be the inputs' bytes (in place).
+#pragma once
+#include <omp.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "../kernel.h"
+
+namespace planner {
+
+struct UpdateAttrs {
+  float lr = 0, weight_decay = 0, momentum = 0.9f, beta1 = 0.9f, beta2 = 0.999f, epsilon = 1e-8f;
+  bool nesterov = false;
+};
+
+// The update attrs of node n (those its op takes; the rest keep their defaults).
+inline UpdateAttrs update_attrs(const Node& n) {
+  UpdateAttrs a;
+  a.lr = static_cast<float>(n.attrs.f("lr"));
+  a.weight_decay = static_cast<float>(n.attrs.f("weight_decay"));
+  if (n.attrs.has("momentum")) a.momentum = static_cast<float>(n.attrs.f("momentum"));
+  if (n.attrs.has("nesterov")) a.nesterov = n.attrs.b("nesterov");
+  if (n.attrs.has("beta1")) a.beta1 = static_cast<float>(n.attrs.f("beta1"));
+  if (n.attrs.has("beta2")) a.beta2 = static_cast<float>(n.attrs.f("beta2"));
+  if (n.attrs.has("epsilon")) a.epsilon = static_cast<float>(n.attrs.f("epsilon"));
+  return a;
+}
+
+// p' = p - lr (g + wd p)
+inline void sgd_update(const float* p, const float* g, float* o, int64_t n, const UpdateAttrs& a) {
+  const float lr = a.lr, wd = a.weight_decay;
+  if (wd != 0.f) {
+#pragma omp parallel for
+    for (int64_t i = 0; i < n; ++i) o[i] = p[i] - lr * (g[i] + wd * p[i]);
+  } else {
+#pragma omp parallel for
+    for (int64_t i = 0; i < n; ++i) o[i] = p[i] - lr * g[i];
+  }
+}
+
+// g' = g + wd p; v' = m v + g'; p' = p - lr (nesterov ? g' + m v' : v')
+inline void momentum_update(const float* p, const float* g, const float* v, float* po, float* vo,
+                            int64_t n, const UpdateAttrs& a) {
+  const float lr = a.lr, m = a.momentum, wd = a.weight_decay;
+  const bool nesterov = a.nesterov;
+#pragma omp parallel for
+  for (int64_t i = 0; i < n; ++i) {
+    float gi = wd != 0.f ? g[i] + wd * p[i] : g[i];
+    float vn = m * v[i] + gi;
+    float step = nesterov ? gi + m * vn : vn;
+    vo[i] = vn;
+    po[i] = p[i] - lr * step;
+  }
+}
+
+// torch.optim.Adam with bias correction by the step count t (this step's, from 1)
+inline void adam_update(const float* p, const float* g, const float* m, const float* v, float t,
+                        float* po, float* mo, float* vo, int64_t n, const UpdateAttrs& a) {
+  const float b1 = a.beta1, b2 = a.beta2, eps = a.epsilon, wd = a.weight_decay;
+  const float step_size = a.lr / (1.f - std::pow(b1, t));
+  const float root = std::sqrt(1.f - std::pow(b2, t));
+#pragma omp parallel for
+  for (int64_t i = 0; i < n; ++i) {
+    float gi = wd != 0.f ? g[i] + wd * p[i] : g[i];
+    float mn = b1 * m[i] + (1.f - b1) * gi;
+    float vn = b2 * v[i] + (1.f - b2) * gi * gi;
+    float denom = std::sqrt(vn) / root + eps;
+    mo[i] = mn;
+    vo[i] = vn;
+    po[i] = p[i] - step_size * (mn / denom);
+  }
+}
+
+}  // namespace planner
