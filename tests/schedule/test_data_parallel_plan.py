@@ -247,3 +247,156 @@ def test_fp16_loss_scaling_checks_the_averaged_gradients():
     first = min(p.op(n.name).start for n in ar)
     assert any(p.op(n.name).end > first for n in p.graph.nodes if n.name.startswith("grad/")
                and n.op != "UnscaleGrads")
+
+
+# ---- --shard-optimizer (ZeRO-1) ----------------------------------------------------------------
+
+def _zero1_plan(graph, ranks: int = 2, bucket_bytes: int | None = 4096):
+    return plan(graph, preset(TARGET), options=PlanOptions(data_parallel=DataParallelOptions(
+        ranks=ranks, bucket_bytes=bucket_bytes, shard_optimizer=True)))
+
+
+def _shard(sizes: list[int], ranks: int) -> int:
+    # Floats per rank's shard, the obvious way: members side by side, each at the previous
+    # one's end rounded up to 16 floats (64 bytes); the span over the ranks, rounded up alike.
+    end = 0
+    for k, n in enumerate(sizes):
+        end = (end + 15) // 16 * 16 * (k > 0) + n
+    return (end + ranks - 1) // ranks + 15 & ~15
+
+
+@pytest.mark.parametrize("kind", ["sgd", "momentum", "adam"])
+def test_sharded_updates_run_on_the_comm_lane_after_their_reduce_scatter(kind):
+    p = _zero1_plan(_lenet(kind))
+    assert verify_plan(p) == []
+    ops = {op.name: op for op in p.ops}
+    edges = {(e.before, e.after) for e in p.happens_before}
+    rs = [n for n in p.graph.nodes if n.op == "ReduceScatter"]
+    su = {n.inputs[len(n.outputs) - len(optimizer_slots(kind))]: n
+          for n in p.graph.nodes if n.op == "ShardedUpdate"}
+    assert len(rs) > 1 and len(su) == len(rs)
+    assert not any(n.op in ("SGD", "ApplyMomentum", "ApplyAdam", "AllReduce")
+                   for n in p.graph.nodes)
+    for n in rs:
+        assert ops[n.name].stream == "comm"
+        update = su[n.outputs[0]]  # its sharded update reads the gradient shard
+        assert ops[update.name].stream == "comm" and (n.name, update.name) in edges
+        assert update.attrs["update"] == {"sgd": "SGD", "momentum": "ApplyMomentum",
+                                          "adam": "ApplyAdam"}[kind]
+
+
+def optimizer_slots(kind: str) -> tuple[str, ...]:
+    from planner.graph.optimizer import UPDATE_OPS
+
+    return UPDATE_OPS[kind][1]
+
+
+def test_sharded_buckets_are_padded_to_the_ranks_shards_in_the_arena():
+    # A reduce-scatter's gradients and a sharded update's parameters lie side by side, in
+    # order, in a block padded to ranks x shard floats that nothing else uses meanwhile.
+    ranks = 4
+    p = _zero1_plan(_lenet("adam"), ranks=ranks)
+    at = {t.name: t for t in p.tensors}
+    g = p.graph.tensor_map
+    for n in p.graph.nodes:
+        if n.op not in ("ReduceScatter", "ShardedUpdate"):
+            continue
+        members = n.inputs if n.op == "ReduceScatter" else n.inputs[:len(n.outputs) - 2]
+        shard = _shard([g[t].size for t in members], ranks)
+        grad = n.outputs[0] if n.op == "ReduceScatter" else n.inputs[len(members)]
+        assert g[grad].shape == (shard,)
+        for a, b in zip(members, members[1:], strict=False):
+            assert at[b].offset == -(-(at[a].offset + at[a].bytes) // 64) * 64
+        lo, hi = at[members[0]].offset, at[members[0]].offset + ranks * shard * 4
+        assert at[members[-1]].offset + at[members[-1]].bytes <= hi
+        order = next(op.order for op in p.ops if op.name == n.name)
+        for t in p.tensors:  # nothing else lives in the block while the collective runs
+            if t.tensor in members or t.alias_of in members or t.bytes == 0:
+                continue
+            if t.first <= order <= t.last:
+                assert t.offset + t.bytes <= lo or t.offset >= hi, (n.name, t.name)
+
+
+def test_each_rank_holds_a_shard_of_the_optimizer_state():
+    # Adam's m and v: per rank, 1/N of the unsharded plan's, each bucket padded to N shards
+    # of 64-byte multiples; the summary line says so.
+    from planner.memory_report import format_memory, memory_report
+
+    ranks = 4
+    graph = _lenet("adam")
+    whole, zero1 = _dp_plan(graph, ranks=ranks), _zero1_plan(graph, ranks=ranks)
+
+    def state(p) -> int:
+        return sum(t.nbytes for t in p.graph.tensors
+                   if t.role == "optimizer-state" and not t.updates and t.shape != ())
+
+    g = zero1.graph.tensor_map
+    padded = 0
+    for n in zero1.graph.nodes:
+        if n.op == "ShardedUpdate":
+            members = n.inputs[:len(n.outputs) - 2]
+            padded += 2 * 4 * _shard([g[t].size for t in members], ranks)
+    assert state(zero1) == padded
+    assert state(whole) / ranks <= state(zero1) < state(whole) / ranks + 2 * 64 * len(g)
+    data = json.loads(zero1.to_json())
+    report = memory_report(data)
+    assert report["sharded_over"] == ranks
+    assert report["unsharded_optimizer_state_bytes"] == memory_report(
+        json.loads(whole.to_json()))["optimizer_state_bytes"]
+    assert "sharded over 4 ranks" in format_memory(data)
+    assert whole.summary.memory.resident_bytes - zero1.summary.memory.resident_bytes == (
+        state(whole) - state(zero1))
+
+
+def test_verify_finds_a_sharded_bucket_not_laid_out_as_its_kernel_reads_it():
+    p = _zero1_plan(_lenet("adam"))
+    n = next(n for n in p.graph.nodes if n.op == "ShardedUpdate" and len(n.outputs) > 3)
+    moved = n.inputs[1]
+    tensors = tuple(t.model_copy(update={"offset": t.offset + 64}) if t.name == moved else t
+                    for t in p.tensors)
+    problems = verify_plan(p.model_copy(update={"tensors": tensors}))
+    assert any(f"bucket of {n.name!r}: parameter {moved!r}" in s and "side by side" in s
+               for s in problems), problems
+    # a buffer moved into the padding of a reduce-scatter's bucket, live while it runs
+    at, g = {t.name: t for t in p.tensors}, p.graph.tensor_map
+
+    def tail(n) -> tuple[int, int]:  # [end of its last gradient, end of its padded block)
+        return (at[n.inputs[-1]].offset + g[n.inputs[-1]].nbytes,
+                at[n.inputs[0]].offset + 2 * g[n.outputs[0]].nbytes)
+
+    rs = next(n for n in p.graph.nodes if n.op == "ReduceScatter" and tail(n)[0] < tail(n)[1])
+    end = tail(rs)[0]
+    order = next(op.order for op in p.ops if op.name == rs.name)
+    other = next(t for t in p.tensors if t.first <= order <= t.last and t.bytes
+                 and t.tensor not in rs.inputs and not t.alias_of and t.tensor != rs.outputs[0])
+    tensors = tuple(t.model_copy(update={"offset": end}) if t.name == other.name else t
+                    for t in p.tensors)
+    problems = verify_plan(p.model_copy(update={"tensors": tensors}))
+    assert any(f"bucket of {rs.name!r}: buffer {other.name!r} lies in the padding" in s
+               for s in problems), problems
+
+
+def test_shard_optimizer_refusals_are_one_line(tmp_path, capsys):
+    from planner.graph.optimizer import LossScaling
+
+    out = tmp_path / "p.json"
+    assert cli.main(["plan", "zoo:mlp?batch=4&hidden=8&in_features=6&classes=3", "--train",
+                     "adam", "--target", TARGET, "--shard-optimizer", "-o", str(out)]) != 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--shard-optimizer" in err[0] and "--data-parallel" in err[0]
+    fp16 = make_training_graph(build("lenet", image=8, batch=8), Optimizer(kind="momentum"),
+                               precision="fp16-mixed", loss_scaling=LossScaling())
+    with pytest.raises(UserError, match="loss scaling"):
+        _zero1_plan(fp16)
+
+
+def test_plan_command_takes_shard_optimizer(tmp_path, capsys):
+    out = tmp_path / "p.json"
+    assert cli.main(["plan", "zoo:mlp?batch=4&hidden=8&in_features=6&classes=3", "--train",
+                     "adam", "--target", TARGET, "--data-parallel", "2", "--shard-optimizer",
+                     "-o", str(out)]) == 0
+    data = json.loads(out.read_text())
+    assert {op["op"] for op in data["ops"] if op.get("stream") == "comm"} == {
+        "ReduceScatter", "ShardedUpdate"}
+    assert data["provenance"]["options"]["data_parallel"]["shard_optimizer"] is True
+    assert cli.main(["verify", str(out)]) == 0
