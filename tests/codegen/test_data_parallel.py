@@ -323,7 +323,7 @@ def test_fp16_loss_scaling_skips_an_overflow_on_one_rank_on_every_rank(tmp_path)
     assert not np.array_equal(got[0]["fc1/weight"], params["fc1/weight"])
 
 
-@pytest.mark.parametrize("kind,ranks", [("sgd", 2), ("adam", 2), ("adam", 4)])
+@pytest.mark.parametrize("kind,ranks", [("sgd", 2), ("adam", 2)])
 def test_sharded_optimizer_ranks_match_one_process_on_the_global_batch(tmp_path, kind, ranks):
     """--shard-optimizer (ZeRO-1): each rank reduce-scatters every gradient bucket, updates
     its shard of the parameters with its shard of the optimizer state, and all-gathers the

@@ -16,6 +16,7 @@ import pytest
 from codegen.backends import RUNTIMES
 from planner.graph import GraphBuilder, check_graph
 from planner.ops import get_op
+from planner.ops.collective import COLLECTIVE_OPS
 from tests.codegen.helpers import build_module
 
 # Input kinds: N normal, P positive (variances, counts), U in (0, 1), ("ids", bound), B bool.
@@ -318,8 +319,9 @@ def run_variants(folder, backend: str) -> dict[str, list]:
 
 
 def test_the_cases_cover_every_cpu_op():
-    # AllReduce needs a process group: tests/codegen/test_data_parallel.py runs it over gloo.
-    ops = RUNTIMES["cpu"].ops - {"AllReduce"}
+    # The collectives need a process group: tests/codegen/test_data_parallel.py runs them
+    # over gloo.
+    ops = RUNTIMES["cpu"].ops - COLLECTIVE_OPS
     assert set(CASES) == set(ops), sorted(set(ops) ^ set(CASES))
 
 
