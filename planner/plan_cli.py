@@ -156,7 +156,7 @@ def _run_plan(args: argparse.Namespace) -> int:
                                               shard_optimizer=args.shard_optimizer,
                                               link=_link(args.interconnect)))
     except ValidationError as e:
-        raise UserError(e.errors()[0]["msg"]) from None
+        raise UserError(e.errors()[0]["msg"].removeprefix("Value error, ")) from None
     import warnings
 
     with warnings.catch_warnings():

@@ -400,3 +400,31 @@ def test_plan_command_takes_shard_optimizer(tmp_path, capsys):
         "ReduceScatter", "ShardedUpdate"}
     assert data["provenance"]["options"]["data_parallel"]["shard_optimizer"] is True
     assert cli.main(["verify", str(out)]) == 0
+
+
+@pytest.mark.parametrize("kind", ["sgd", "momentum", "adam"])
+def test_sharded_references_of_one_rank_are_the_updates(kind):
+    # The reference interpreter runs a sharded graph as rank 0; with one rank its shard is
+    # the whole bucket, so two steps equal the graph's own per-parameter updates.
+    import numpy as np
+
+    from planner.graph.interpret import init_params, train_step
+    from planner.schedule.parallel import with_sharded_updates
+
+    g = make_training_graph(build("mlp", batch=4, hidden=[8], in_features=3, classes=2),
+                            Optimizer(kind=kind, lr=0.1))
+    z = with_sharded_updates(g, buckets(g, 64), ranks=1)
+    rng = np.random.default_rng(0)
+    feeds = {"x": rng.standard_normal((4, 3)).astype(np.float32),
+             "labels": rng.integers(0, 2, 4).astype(np.int64)}
+    params = []
+    for graph in (g, z):
+        state = init_params(graph, seed=1)
+        for _ in range(2):
+            state = train_step(graph, feeds, state)[1]
+        params.append({t.name: state[t.name] for t in graph.by_role("param")
+                       if not t.updates})
+    assert params[0].keys() == params[1].keys()
+    for name, want in params[0].items():
+        assert not np.array_equal(want, init_params(g, seed=1)[name])
+        np.testing.assert_array_equal(params[1][name], want, err_msg=name)
