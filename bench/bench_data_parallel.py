@@ -6,7 +6,9 @@ PyTorch DDP, with the same processes, threads per process and global batch.
 For each model and P = 1, 2 processes (each on 1/P of the cores: ours planned with
 --data-parallel P --ranks-per-host P, torch with set_num_threads(cores / P)), the global batch
 is split P ways. Rounds alternate ours and DDP; a row is the median over rounds of rank 0's
-median step. Communication hidden behind compute:
+median step. For P = 2 also ours with --shard-optimizer (ZeRO-1: reduce-scatter, each rank
+updates its half, all-gather; column "ZeRO-1 ms"), in the same alternating rounds.
+Communication hidden behind compute:
   ours   from stats(): the share of the all-reduces' measured time during which a compute op
          ran (examples/train_digits_ddp.hidden_communication), last step of each round;
   DDP    from timing: 1 - (step - step under no_sync()) / (one all-reduce of all gradients,
@@ -66,13 +68,14 @@ def forward(model: str, ranks: int):
     return zoo(name, **{**config, "batch": config["batch"] // ranks})
 
 
-def package(model: str, ranks: int, folder: Path) -> Path:
+def package(model: str, ranks: int, folder: Path, shard: bool = False) -> Path:
     graph = make_training_graph(forward(model, ranks), SGD)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         p = plan(graph, detect(), options=PlanOptions(data_parallel=DataParallelOptions(
-            ranks=ranks, ranks_per_host=ranks)))
-    return build(render(p, folder / f"{model.replace('-', '_')}_dp{ranks}")).dir
+            ranks=ranks, ranks_per_host=ranks, shard_optimizer=shard)))
+    name = f"{model.replace('-', '_')}_dp{ranks}" + ("_zero1" if shard else "")
+    return build(render(p, folder / name)).dir
 
 
 def _hidden_communication():
@@ -164,7 +167,7 @@ def worker(argv: list[str]) -> int:
     ranks, steps = int(ranks), int(steps)
     if ranks > 1:
         dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=120))
-    result = (worker_ours(pkg, model, ranks, steps) if kind == "ours"
+    result = (worker_ours(pkg, model, ranks, steps) if kind in ("ours", "zero1")
               else worker_ddp(model, ranks, steps))
     if ranks == 1 or dist.get_rank() == 0:
         Path(out_path).write_text(json.dumps(result))
@@ -212,16 +215,19 @@ def main() -> None:
     print(f"host: {os.cpu_count()} logical CPUs; load average before: "
           f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     print(f"{'model':<11}{'P':>2}{'global batch':>13}{'ours ms':>9}{'DDP ms':>8}"
-          f"{'ours/DDP':>9}{'ours comm ms':>13}{'hidden':>7}{'DDP comm ms':>12}{'hidden':>7}")
+          f"{'ours/DDP':>9}{'ours comm ms':>13}{'hidden':>7}{'DDP comm ms':>12}{'hidden':>7}"
+          f"{'ZeRO-1 ms':>10}")
     with tempfile.TemporaryDirectory() as tmp:
         for model in args.models.split(","):
             for ranks in (1, 2):
-                pkg = package(model, ranks, Path(tmp))
-                rows: dict[str, list[dict]] = {"ours": [], "ddp": []}
+                pkgs = {"ours": package(model, ranks, Path(tmp)), "ddp": ""}
+                if ranks > 1:
+                    pkgs["zero1"] = package(model, ranks, Path(tmp), shard=True)
+                rows: dict[str, list[dict]] = {kind: [] for kind in pkgs}
                 for r in range(args.rounds):
-                    for kind in ("ours", "ddp") if r % 2 == 0 else ("ddp", "ours"):
-                        rows[kind].append(launch(kind, pkg, model, ranks, args.steps,
-                                                 Path(tmp) / f"{kind}.json"))
+                    for kind in list(pkgs)[::1 if r % 2 == 0 else -1]:
+                        rows[kind].append(launch(kind, pkgs[kind] or pkgs["ours"], model,
+                                                 ranks, args.steps, Path(tmp) / f"{kind}.json"))
 
                 def med(kind: str, key: str, rows=rows) -> float:
                     return float(np.median([x[key] for x in rows[kind]]))
@@ -233,8 +239,9 @@ def main() -> None:
                 ours, ddp = med("ours", "step_s"), med("ddp", "step_s")
                 print(f"{model:<11}{ranks:>2}{MODELS[model][1]['batch']:>13}{ours * 1e3:>9.1f}"
                       f"{ddp * 1e3:>8.1f}{ours / ddp:>9.2f}{med('ours', 'comm_s') * 1e3:>13.2f}"
-                      f"{share('ours')}{med('ddp', 'comm_s') * 1e3:>12.2f}{share('ddp')}",
-                      flush=True)
+                      f"{share('ours')}{med('ddp', 'comm_s') * 1e3:>12.2f}{share('ddp')}"
+                      + (f"{med('zero1', 'step_s') * 1e3:>10.1f}" if rows.get("zero1")
+                         else f"{'-':>10}"), flush=True)
     print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 

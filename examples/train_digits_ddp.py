@@ -70,13 +70,16 @@ def params_digest(params: dict[str, np.ndarray]) -> str:
 
 
 def hidden_communication(stats: dict) -> tuple[float, float]:
-    """(seconds of all-reduce in the last step, of which compute ran alongside): from the
-    executor's measured per-op start and end times (stats())."""
+    """(seconds of collectives (all-reduces; with --shard-optimizer reduce-scatters and
+    sharded updates) in the last step, of which compute ran alongside): from the executor's
+    measured per-op start and end times (stats())."""
+    from planner.ops.collective import COLLECTIVE_OPS
+
     ops = stats["ops"]
-    compute = sorted((o["start"], o["end"]) for o in ops if o["op"] != "AllReduce")
+    compute = sorted((o["start"], o["end"]) for o in ops if o["op"] not in COLLECTIVE_OPS)
     total = hidden = 0.0
     for o in ops:
-        if o["op"] != "AllReduce":
+        if o["op"] not in COLLECTIVE_OPS:
             continue
         total += o["end"] - o["start"]
         at = o["start"]  # sweep the compute spans' union across [start, end)
