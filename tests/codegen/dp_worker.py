@@ -8,8 +8,11 @@ writes its parameters to OUT.npz and the CPUs each of its threads may run on (th
 affinity, /proc/self/task), the address and length of every bucket the all-reduce summed, the
 (bucket, shard) addresses and lengths of every reduce-scatter and all-gather, and the
 executor's stats() to OUT.npz.json. A UserError (or a failed step) is printed
-on one line prefixed `rank R error:` and exits 3. With `die_after` k it exits abruptly after
-k steps (a killed rank). DP_GROUP=new passes a new group of every rank as `process_group`."""
+on one line prefixed `rank R error:` and exits 3. PACKAGE_DIR and OUT.npz may each be a list
+(os.pathsep between): the packages run one after the other in the one process group, each
+from the same initial parameters, each writing its own OUT. With `die_after` k it exits
+abruptly after k steps (a killed rank). DP_GROUP=new passes a new group of every rank as
+`process_group`."""
 
 from __future__ import annotations
 
@@ -66,8 +69,24 @@ def main(package: str, data_path: str, out_path: str, die_after: int = -1) -> in
         return gather(whole, mine, *args, **kwargs)
 
     dist.reduce_scatter_tensor, dist.all_gather_into_tensor = recording_scatter, recording_gather
+    for pkg, out in zip(package.split(os.pathsep), out_path.split(os.pathsep), strict=True):
+        summed.clear()
+        for calls in sharded.values():
+            calls.clear()
+        ex = _train(load(pkg), data, rank, world, die_after, UserError)
+        np.savez(out, **ex.params())
+        with open(out + ".json", "w") as f:
+            json.dump({"threads": thread_cpus(), "summed": summed[-8:], "stats": ex.stats(),
+                       "sharded": {k: v[-8:] for k, v in sharded.items()}}, f, default=str)
+    dist.destroy_process_group()
+    return 0
+
+
+def _train(module, data, rank: int, world: int, die_after: int, user_error: type):
+    """An executor of `module` on the group, stepped over this rank's rows of every batch."""
+    import torch.distributed as dist
+
     try:
-        module = load(package)
         if os.environ.get("DP_GROUP") == "new":  # a group of its own, passed explicitly
             ex = module.Executor(process_group=dist.new_group(list(range(world))))
         else:  # torch.distributed's default group
@@ -81,16 +100,11 @@ def main(package: str, data_path: str, out_path: str, die_after: int = -1) -> in
             if step == die_after:
                 os._exit(9)  # noqa: SLF001 - a rank killed mid-training, no clean-up
             ex.step({"x": x[step, rows], "labels": labels[step, rows]})
-    except (UserError, RuntimeError) as e:
+    except (user_error, RuntimeError) as e:
         print(f"rank {rank} error: {str(e).splitlines()[0] if str(e) else type(e).__name__}",
               flush=True)
         os._exit(3)  # noqa: SLF001 - the group may be broken: do not wait in its teardown
-    np.savez(out_path, **ex.params())
-    with open(out_path + ".json", "w") as f:
-        json.dump({"threads": thread_cpus(), "summed": summed[-8:], "stats": ex.stats(),
-                   "sharded": {k: v[-8:] for k, v in sharded.items()}}, f, default=str)
-    dist.destroy_process_group()
-    return 0
+    return ex
 
 
 if __name__ == "__main__":

@@ -92,8 +92,9 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _launch(packages: list[Path], data: Path, outs: list[Path], die_after: int | None = None,
-            world: int | None = None, timeout_s: float = 30.0, group: str = "",
+def _launch(packages: list[Path] | list[str], data: Path, outs: list[Path] | list[str],
+            die_after: int | None = None, world: int | None = None, timeout_s: float = 30.0,
+            group: str = "",
             local: list[dict[str, str]] | None = None) -> list[subprocess.CompletedProcess]:
     """Run one worker per package (rank = position) and wait for all, bounded; `local`: per
     rank, more environment (torchrun's LOCAL_RANK and LOCAL_WORLD_SIZE)."""
@@ -323,22 +324,24 @@ def test_fp16_loss_scaling_skips_an_overflow_on_one_rank_on_every_rank(tmp_path)
     assert not np.array_equal(got[0]["fc1/weight"], params["fc1/weight"])
 
 
-@pytest.mark.parametrize("kind,ranks", [("sgd", 2), ("adam", 2)])
-def test_sharded_optimizer_ranks_match_one_process_on_the_global_batch(tmp_path, kind, ranks):
-    """--shard-optimizer (ZeRO-1): each rank reduce-scatters every gradient bucket, updates
-    its shard of the parameters with its shard of the optimizer state, and all-gathers the
-    parameters: after 20 steps they equal PyTorch on the global batch (the tolerance of
-    _check_numbers: the same sums in another order) and are bit-identical on every rank;
-    each rank's optimizer state is its own (the shards differ)."""
-    package = _build(kind, tmp_path, ranks, shard=True)
-    data, params, x, labels = _data(tmp_path, ranks=ranks)
-    outs = [tmp_path / f"rank{r}.npz" for r in range(ranks)]
-    runs = _launch([package] * ranks, data, outs)
-    _check_numbers(kind, ranks, runs, outs, params, x, labels)
-    _check_own_shards(package, outs)
-    if kind == "adam":
-        m = [dict(np.load(o))["shard/0/m"] for o in outs]
-        assert not np.array_equal(m[0], m[1])  # each rank holds the state of its own shard
+def test_sharded_optimizer_ranks_match_one_process_on_the_global_batch(tmp_path):
+    """--shard-optimizer (ZeRO-1) on 2 ranks, 20 SGD then 20 Adam steps (two plans, one
+    process group): each rank reduce-scatters every gradient bucket, updates its shard of the
+    parameters with its shard of the optimizer state, and all-gathers the parameters; they
+    equal PyTorch on the global batch (the tolerance of _check_numbers: the same sums in
+    another order) and are bit-identical on every rank; each rank's optimizer state is its
+    own (the shards differ)."""
+    kinds = ("sgd", "adam")
+    packages = [_build(kind, tmp_path, RANKS, shard=True) for kind in kinds]
+    data, params, x, labels = _data(tmp_path)
+    outs = {kind: [tmp_path / f"{kind}{r}.npz" for r in range(RANKS)] for kind in kinds}
+    runs = _launch([os.pathsep.join(map(str, packages))] * RANKS, data,
+                   [os.pathsep.join(str(outs[k][r]) for k in kinds) for r in range(RANKS)])
+    for kind, package in zip(kinds, packages, strict=True):
+        _check_numbers(kind, RANKS, runs, outs[kind], params, x, labels)
+        _check_own_shards(package, outs[kind])
+    m = [dict(np.load(o))["shard/0/m"] for o in outs["adam"]]
+    assert not np.array_equal(m[0], m[1])  # each rank holds the state of its own shard
 
 
 def _check_own_shards(package: Path, outs: list[Path]) -> None:
