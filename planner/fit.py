@@ -7,6 +7,10 @@ needed), so the answer is exactly as good as the planner.
     batch   16 ok, 32 ok, 64 ok, 128 ok, 256 ok, 512 fails -> bisect 256..512 -> 384 ok, 448 fails,
             416 fails, 400 ok, ... -> the largest that fits
 
+With `data_parallel` (ranks >= 2) the value is one rank's batch of a data-parallel plan
+(planner.schedule.parallel), which fits by liveness alone; with its `shard_optimizer` each
+rank holds 1/ranks of the optimizer state, so a larger batch may fit.
+
 `multiple` restricts the search to multiples of it (seed 001's Table 5 reports multiples of 16);
 depth varies n in ResNet's 3 x (10 + n) + 2 bottleneck configuration ([3, 4, n, 3], seed 001's
 Table 4 grows the third stage the same way).
@@ -33,6 +37,7 @@ from planner.limits import check_graph_fits
 from planner.memory.options import MemoryOptions
 from planner.pipeline import PlanOptions, decide, memory_of
 from planner.schedule.options import ScheduleOptions
+from planner.schedule.parallel import DataParallelOptions, data_parallel_graph
 from planner.target.records import Target
 from planner.zoo import ZooError, build, parse_spec
 from planner.zoo.resnet import BASIC
@@ -71,7 +76,8 @@ def depth_of(n: int) -> int:
     return 3 * (10 + n) + 2
 
 
-def peak_and_step(graph: Graph, model: CostModel, options: MemoryOptions) -> tuple[int, float]:
+def peak_and_step(graph: Graph, model: CostModel, options: MemoryOptions,
+                  data_parallel: DataParallelOptions | None = None) -> tuple[int, float]:
     """Planned peak bytes and step seconds of `graph` on the model's target, by the pipeline's
     decisions (no Plan is assembled). Raises InfeasibleBudget when the budget cannot be met;
     its smallest budget is a lower bound (fit needs only "does not fit")."""
@@ -83,15 +89,17 @@ def peak_and_step(graph: Graph, model: CostModel, options: MemoryOptions) -> tup
         else ScheduleOptions()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        _, schedule, memory = decide(graph, model.target, model.table,
-                                     PlanOptions(memory=options, schedule=schedule_options))
+        _, schedule, memory = decide(graph, model.target, model.table, PlanOptions(
+            memory=options, schedule=schedule_options,
+            data_parallel=data_parallel or DataParallelOptions()))
     step = max((op.end for op in memory.ops or schedule.ops), default=0.0)
     return memory.summary.peak_bytes, step
 
 
 def fit(spec: str, target: Target, budget_bytes: int, vary: Vary = "batch",
         optimizer: str = "momentum", multiple: int = 1, table: CostTable | None = None,
-        options: MemoryOptions | None = None, precision: str = "fp32") -> FitResult:
+        options: MemoryOptions | None = None, precision: str = "fp32",
+        data_parallel: DataParallelOptions | None = None) -> FitResult:
     """Search as in the module docstring. `spec` is a zoo spec (`zoo:resnet?batch=16`); its
     other parameters stay fixed. Raises ValueError for a spec that cannot vary `vary`."""
     name, params = parse_spec(spec)
@@ -121,6 +129,8 @@ def fit(spec: str, target: Target, budget_bytes: int, vary: Vary = "batch",
         try:
             graph = make_training_graph(build(name, **{**params, vary: value}),
                                         Optimizer(kind=optimizer), precision=precision)
+            if data_parallel is not None:
+                graph = data_parallel_graph(graph, target, data_parallel)
         except ZooError:  # past the zoo's limits (depth, sizes): too big to consider
             trials[k] = Trial(value=value, fits=False)
             return False
@@ -130,7 +140,7 @@ def fit(spec: str, target: Target, budget_bytes: int, vary: Vary = "batch",
             trials[k] = Trial(value=value, fits=False)
             return False
         try:
-            peak, step = peak_and_step(graph, model, options)
+            peak, step = peak_and_step(graph, model, options, data_parallel)
         except InfeasibleBudget as e:
             trials[k] = Trial(value=value, fits=False, smallest_bytes=e.smallest_bytes)
             return False

@@ -42,6 +42,12 @@ def add_memory_commands(sub: Any) -> None:
     f.add_argument("--costs", help="cost table JSON (default: the analytical model)")
     f.add_argument("--multiple", type=int, default=1,
                    help="search batches in multiples of this (default 1)")
+    f.add_argument("--data-parallel", type=int, default=1, metavar="N",
+                   help="fit one rank's batch of a plan for N processes (planner plan "
+                        "--data-parallel)")
+    f.add_argument("--shard-optimizer", action="store_true",
+                   help="--data-parallel: each process holds 1/N of the optimizer state "
+                        "(ZeRO-1)")
     f.add_argument("--json", action="store_true")
     f.set_defaults(run=run_fit)
 
@@ -63,13 +69,21 @@ def run_fit(args: argparse.Namespace) -> int:
     if not args.graph.startswith("zoo:"):
         raise UserError(f"fit varies a zoo model's {args.vary}: GRAPH must be a zoo spec such "
                         f"as 'zoo:resnet?depth=50', not {args.graph!r}")
+    from pydantic import ValidationError
+
+    from planner.schedule.parallel import DataParallelOptions
+
     budget = parse_budget(args.budget)
     target = load_target(args.target)
+    try:
+        dp = DataParallelOptions(ranks=args.data_parallel, shard_optimizer=args.shard_optimizer)
+    except ValidationError as e:
+        raise UserError(e.errors()[0]["msg"].removeprefix("Value error, ")) from None
     table = load_table(args.costs) if args.costs else None
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         result = fit(args.graph, target, budget, args.vary, args.train, args.multiple, table,
-                     precision=args.precision)
+                     precision=args.precision, data_parallel=dp if dp.ranks > 1 else None)
     if args.json:
         print(json.dumps(result.model_dump(mode="json"), indent=2, sort_keys=True))
         return 0

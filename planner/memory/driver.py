@@ -34,10 +34,7 @@ from __future__ import annotations
 import numpy as np
 
 from planner.costs import CostModel
-from planner.errors import (
-    InfeasibleBudget,  # noqa: F401 - re-exported
-    UserError,
-)
+from planner.errors import InfeasibleBudget
 from planner.graph.ir import Graph
 from planner.memory.arena import CPU_FIRST
 from planner.memory.assemble import decision
@@ -85,10 +82,10 @@ def cpu_memory(graph: Graph, schedule: Schedule, model: CostModel | None = None,
         if any(n.op in COLLECTIVE_OPS for n in graph.nodes):
             # The budget search plans no comm lane (nor side-by-side buckets) yet.
             layout = lay_out(buffers, hb, options.alignment, options.heuristics, CPU_FIRST)
-            raise UserError(f"graph {graph.name!r}: a data-parallel plan fits a memory budget "
-                            f"by liveness alone so far: {format_bytes(layout.arena)} "
-                            f"({layout.arena} bytes) or more, not {format_bytes(budget)} "
-                            f"(recompute needs one process)")
+            raise InfeasibleBudget(
+                f"graph {graph.name!r}: a data-parallel plan fits a memory budget by liveness "
+                f"alone so far: {format_bytes(layout.arena)} ({layout.arena} bytes) or more, "
+                f"not {format_bytes(budget)} (recompute needs one process)", layout.arena)
         if model is None:
             raise ValueError("CPU memory planning under a budget needs the cost model of its "
                              "target")

@@ -10,7 +10,7 @@ import pytest
 
 import planner.cli as cli
 from planner.distributed import local_rank
-from planner.errors import UserError
+from planner.errors import InfeasibleBudget, UserError
 from planner.graph.autodiff import make_training_graph
 from planner.graph.optimizer import Optimizer
 from planner.pipeline import PlanOptions, plan
@@ -222,7 +222,7 @@ def test_a_budget_below_liveness_is_refused_in_one_line():
     from planner.memory.options import MemoryOptions
 
     arena = _dp_plan(_lenet()).summary.memory.arena_bytes
-    with pytest.raises(UserError, match="by liveness alone so far"):
+    with pytest.raises(InfeasibleBudget, match="by liveness alone so far"):
         plan(_lenet(), preset(TARGET), options=PlanOptions(
             memory=MemoryOptions(budget_bytes=arena * 9 // 10),
             data_parallel=DataParallelOptions(ranks=2, bucket_bytes=4096)))
@@ -428,3 +428,21 @@ def test_sharded_references_of_one_rank_are_the_updates(kind):
     for name, want in params[0].items():
         assert not np.array_equal(want, init_params(g, seed=1)[name])
         np.testing.assert_array_equal(params[1][name], want, err_msg=name)
+
+
+def test_fit_finds_a_larger_batch_per_rank_with_the_optimizer_sharded(capsys):
+    # An MLP whose Adam state (two copies of its 1 MiB of parameters) dominates: sharded over
+    # 4 ranks, each holds half a copy, and a larger batch per rank fits the same budget.
+    def largest(*flags: str) -> dict:
+        assert cli.main(["fit", "zoo:mlp?hidden=512&in_features=512&classes=10", "--target",
+                         TARGET, "--budget", "7MiB", "--train", "adam", "--multiple", "8",
+                         "--data-parallel", "4", *flags, "--json"]) == 0
+        return json.loads(capsys.readouterr().out)
+
+    whole, zero1 = largest(), largest("--shard-optimizer")
+    assert zero1["value"] > whole["value"] >= 8, (whole["value"], zero1["value"])
+    assert zero1["peak_bytes"] <= 7 << 20
+    assert cli.main(["fit", "zoo:mlp", "--target", TARGET, "--budget", "7MiB",
+                     "--shard-optimizer"]) != 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--data-parallel" in err[0]
