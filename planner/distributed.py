@@ -5,10 +5,10 @@ calls for a plan with collectives (planner.schedule.parallel): it refuses a grou
 than the plan's ranks, checks that every rank loaded the same plan (the sha256 of its JSON,
 all-gathered; a mismatch names the ranks on every rank), and hands the executor the
 collectives its comm lane runs, each on a torch view of the bucket in the arena, no copy:
-`dist.all_reduce` (a sum), and for --shard-optimizer plans `dist.reduce_scatter_tensor`
-(a sum into this rank's shard of the bucket) and `dist.all_gather_into_tensor` (the shards
-into the bucket), both in place on views of the one bucket, with this process's rank, which
-picks its shard. A rank that dies makes the others' collective fail within the group's
+`dist.all_reduce` (a sum), and for --shard-optimizer plans `dist.reduce_scatter_single`
+(a sum into this rank's shard of the bucket; `reduce_scatter_tensor` before torch 2.13) and
+`dist.all_gather_single` (the shards into the bucket; `all_gather_into_tensor`), both in
+place on views of the one bucket, with this process's rank, which picks its shard. A rank that dies makes the others' collective fail within the group's
 timeout (gloo raises), which the step raises as its error.
 
 Ranks that share a host (a plan with --ranks-per-host L) each take their own cores
@@ -144,10 +144,12 @@ def join(ex: Any, plan_json: str, group: Any = None) -> None:
         try:
             if what == 0:
                 dist.all_reduce(whole, group=group)
-            elif what == 1:
-                dist.reduce_scatter_tensor(mine, whole, group=group)
+            elif what == 1:  # (torch 2.13 renamed reduce_scatter_tensor)
+                (getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor)(
+                    mine, whole, group=group)
             else:
-                dist.all_gather_into_tensor(whole, mine, group=group)
+                (getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor)(
+                    whole, mine, group=group)
         except RuntimeError as e:  # gloo: a peer closed the connection, or the timeout passed
             lines = str(e).strip().splitlines()
             raise RuntimeError(f"rank {me}: the {names[what]} on the process group failed (a "

@@ -58,7 +58,12 @@ def main(package: str, data_path: str, out_path: str, die_after: int = -1) -> in
 
     dist.all_reduce = recording
     sharded: dict[str, list[tuple[int, int, int, int]]] = {"scatter": [], "gather": []}
-    scatter, gather = dist.reduce_scatter_tensor, dist.all_gather_into_tensor
+    # (torch 2.13 renamed them reduce_scatter_single and all_gather_single)
+    scatter_name = "reduce_scatter_single" if hasattr(dist, "reduce_scatter_single") \
+        else "reduce_scatter_tensor"
+    gather_name = "all_gather_single" if hasattr(dist, "all_gather_single") \
+        else "all_gather_into_tensor"
+    scatter, gather = getattr(dist, scatter_name), getattr(dist, gather_name)
 
     def recording_scatter(out, whole, *args, **kwargs):
         sharded["scatter"].append((whole.data_ptr(), whole.numel(), out.data_ptr(), out.numel()))
@@ -68,7 +73,8 @@ def main(package: str, data_path: str, out_path: str, die_after: int = -1) -> in
         sharded["gather"].append((whole.data_ptr(), whole.numel(), mine.data_ptr(), mine.numel()))
         return gather(whole, mine, *args, **kwargs)
 
-    dist.reduce_scatter_tensor, dist.all_gather_into_tensor = recording_scatter, recording_gather
+    setattr(dist, scatter_name, recording_scatter)
+    setattr(dist, gather_name, recording_gather)
     for pkg, out in zip(package.split(os.pathsep), out_path.split(os.pathsep), strict=True):
         summed.clear()
         for calls in sharded.values():
