@@ -8,8 +8,9 @@ collectives its comm lane runs, each on a torch view of the bucket in the arena,
 `dist.all_reduce` (a sum), and for --shard-optimizer plans `dist.reduce_scatter_single`
 (a sum into this rank's shard of the bucket; `reduce_scatter_tensor` before torch 2.13) and
 `dist.all_gather_single` (the shards into the bucket; `all_gather_into_tensor`), both in
-place on views of the one bucket, with this process's rank, which picks its shard. A rank that dies makes the others' collective fail within the group's
-timeout (gloo raises), which the step raises as its error.
+place on views of the one bucket, with this process's rank, which picks its shard. A rank
+that dies makes the others' collective fail within the group's timeout (gloo raises), which
+the step raises as its error.
 
 Ranks that share a host (a plan with --ranks-per-host L) each take their own cores
 (planner.target.shares): the rank's place among its host's is torchrun's LOCAL_RANK (its
