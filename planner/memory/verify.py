@@ -143,7 +143,9 @@ def _view_roots(graph: dict[str, Any]) -> dict[str, str]:
     return roots
 
 
-BUCKET_ALIGNMENT = 64  # the CPU AllReduce kernel's rounding between a bucket's gradients
+# The rounding between a bucket's gradients the AllReduce kernels expect: the CPU one's 64
+# bytes; the CUDA one's, the device alignment of every GPU plan's offsets (planner.memory.gpu).
+BUCKET_ALIGNMENT = {"cpu": 64, "cuda": 256}
 
 
 def _bucket_problems(plan: dict[str, Any], by_name: dict[str, dict[str, Any]]) -> list[str]:
@@ -152,6 +154,7 @@ def _bucket_problems(plan: dict[str, Any], by_name: dict[str, dict[str, Any]]) -
     if not isinstance(graph, dict):
         return []
     out = []
+    align = BUCKET_ALIGNMENT.get(plan.get("backend", "cpu"), 64)
     starts = sorted((t["offset"], t["name"]) for t in by_name.values()
                     if t.get("placement", "device") == "device" and t["bytes"] > 0)
     for n in graph.get("nodes", []):
@@ -165,7 +168,7 @@ def _bucket_problems(plan: dict[str, Any], by_name: dict[str, dict[str, Any]]) -
                            f"of its own")
                 break
             if end is not None:
-                want = -(-end // BUCKET_ALIGNMENT) * BUCKET_ALIGNMENT
+                want = -(-end // align) * align
                 if t["offset"] != want:
                     out.append(f"bucket of {n['name']!r}: gradient {g!r} is at offset "
                                f"{t['offset']}, not side by side at {want}")
