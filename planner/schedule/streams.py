@@ -178,7 +178,7 @@ def compute_steps(graph: Graph, model: CostModel, order: list[str] | None = None
         if comm is not None and node.name in comm:
             algos.append(())
             seconds.append(comm[node.name])
-            scratch.append(0)
+            scratch.append(kernel_scratch(sigs[node.name]))  # a bucket not summed in place
             blocks.append(0)
             occ.append(0.0)
             moved.append(0.0)

@@ -102,3 +102,19 @@ def test_adam_and_co_running_streams_and_a_budget_plan_and_verify():
     tight = _plan("alexnet", budget=budget, **net)
     assert verify_plan(tight) == [] and tight.summary.memory.arena_bytes <= budget
     assert tight.memory.ops and any(op.stream == "comm" for op in tight.ops)
+
+
+def test_a_bucket_read_by_another_op_gets_its_scratch_in_the_plan():
+    from planner.schedule.parallel import reduced_gradients
+
+    g = make_training_graph(build("lenet", image=8, batch=8), Optimizer(kind="sgd"))
+    grad = reduced_gradients(g)[0]
+    kept = g.model_copy(update={"outputs": (*g.outputs, grad)})  # the step returns it
+    p = plan(kept, preset(TARGET), options=PlanOptions(
+        data_parallel=DataParallelOptions(ranks=2, bucket_bytes=4096)))
+    n = next(n for n in p.graph.nodes if n.op == "AllReduce" and grad in n.inputs)
+    assert n.attrs["in_place"] == 0
+    # The CUDA kernel's bucket: the gradients packed, a planned area, not one made at load.
+    scratch = {t.name: t.bytes for t in p.tensors}[f"{n.name}@workspace"]
+    assert scratch == sum(p.graph.tensor(t).nbytes for t in n.inputs)
+    assert verify_plan(p) == []
