@@ -1,12 +1,17 @@
 """A data-parallel executor joins its process group (torch.distributed) at load.
 
-`join(ex, plan_json, group)` is what a generated CPU package's `Executor(process_group=...)`
-calls for a plan with AllReduce ops (planner.schedule.parallel): it refuses a group of another size
-than the plan's ranks, checks that every rank loaded the same plan (the sha256 of its JSON,
-all-gathered; a mismatch names the ranks on every rank), and hands the executor the
-all-reduce its comm lane runs: `dist.all_reduce` (a sum) on a torch view of the bucket in the
-arena, no copy. A rank that dies makes the others' all-reduce fail within the group's timeout
-(gloo raises), which the step raises as its error.
+`join(ex, plan_json, group)` is what a generated package's `Executor(process_group=...)`
+calls for a plan with AllReduce ops (planner.schedule.parallel), CPU and CUDA alike: it
+refuses a group of another size than the plan's ranks, checks that every rank loaded the same
+plan (the sha256 of its JSON, all-gathered; a mismatch names the ranks on every rank), and
+hands the executor the all-reduce its comm lane or stream runs: `dist.all_reduce` (a sum) on
+a torch view of the bucket in the arena, no copy. CPU (gloo): a view of the host arena, on
+the comm lane's thread. CUDA (NCCL): a CUDA tensor over the device arena (DLPack), the
+collective issued under `torch.cuda.ExternalStream` of the executor's comm stream, so NCCL's
+work is ordered after the bucket's gradients and before the ops that wait on the comm
+stream's events, and nothing waits for the GPU in the middle of the step. A rank that dies
+makes the others' all-reduce fail within the group's timeout (gloo raises; NCCL's watchdog
+aborts the communicator), which the step raises as its error.
 
 Ranks that share a host (a plan with --ranks-per-host L) each take their own cores
 (planner.target.shares): the rank's place among its host's is torchrun's LOCAL_RANK (its
@@ -132,12 +137,22 @@ def join(ex: Any, plan_json: str, group: Any = None) -> None:
 
     def all_reduce(bucket: Any) -> None:
         try:
-            dist.all_reduce(torch.from_numpy(bucket), group=group)
+            dist.all_reduce(bucket, group=group)
         except RuntimeError as e:  # gloo: a peer closed the connection, or the timeout passed
             lines = str(e).strip().splitlines()
             raise RuntimeError(f"rank {me}: the all-reduce on the process group failed (a "
                                f"rank died or timed out): {lines[0] if lines else e!r}"
                                ) from None
 
-    ex.set_all_reduce(all_reduce)
+    if plan.get("backend") == "cuda":
+        def on_stream(bucket: Any, stream: int) -> None:
+            # ProcessGroupNCCL orders its own stream after the current one and the current
+            # one after the collective (a stream wait, not a host one): the current one is
+            # the executor's comm stream here.
+            with torch.cuda.stream(torch.cuda.ExternalStream(stream, device=bucket.device)):
+                all_reduce(bucket)
+
+        ex.set_all_reduce(on_stream)
+        return
+    ex.set_all_reduce(lambda bucket: all_reduce(torch.from_numpy(bucket)))
     settle(ex, plan, me)
