@@ -50,7 +50,7 @@ MODELS = {
 # Published scaling efficiencies (measured, other hardware: not the same experiment).
 PUBLISHED = (
     "Published (measured on real clusters; other GPUs and networks than the presets):",
-    "  Horovod (Sergeev & Del Balso, arXiv:1802.05799; the Horovod README and docs/benchmarks):",
+    "  Horovod's README and docs/benchmarks (Sergeev & Del Balso's project, arXiv:1802.05799):",
     "    128 servers x 4 Pascal GPUs (512 GPUs), RoCE-capable 25 Gbit/s network:",
     "    90% scaling efficiency for Inception V3 and for ResNet-101, 68% for VGG-16;",
     "    the same page's earlier version, 32 servers x 4 Pascal GPUs (128 GPUs): 90%, 90%, 79%.",
