@@ -49,7 +49,7 @@ def ring_link(link: Interconnect, ranks: int) -> Interconnect:
 
 
 # Per preset. Estimates until `planner profile` measures the process group: gloo over
-# loopback TCP between processes of one host (the "host" target and any unknown target),
+# loopback TCP between processes of one host (the "host" target and any unknown CPU target),
 # 100 Gb/s InfiniBand-class links between the CPU presets' cluster nodes.
 _LOOPBACK = Interconnect(bandwidth=2e9, latency_seconds=50e-6,
                          source="estimate: gloo over loopback TCP on one host")
@@ -85,5 +85,18 @@ INTERCONNECTS: dict[str, Interconnect] = {
 
 
 def interconnect(target: Target) -> Interconnect:
-    """The target's link between ranks (loopback on one host unless its preset says more)."""
-    return INTERCONNECTS.get(target.name, _LOOPBACK)
+    """The target's link between ranks: its preset's; for another GPU target (a detected
+    one, a PCIe board), NCCL between the GPUs of one host over their PCIe links; else gloo
+    over loopback on one host.
+
+    >>> from planner.target import preset
+    >>> interconnect(preset("l4-24gb")).source
+    'estimate: NCCL over PCIe between the GPUs of one host (the host link, 5 us a step)'
+    """
+    if target.name in INTERCONNECTS:
+        return INTERCONNECTS[target.name]
+    if target.backend == "cuda" and target.gpus:
+        return Interconnect(bandwidth=target.gpus[0].host_link_bandwidth, latency_seconds=5e-6,
+                            source="estimate: NCCL over PCIe between the GPUs of one host "
+                                   "(the host link, 5 us a step)")
+    return _LOOPBACK
