@@ -6,10 +6,10 @@ Without a GPU (CI): a GPU data-parallel plan verifies (planner verify re-derives
 of ops that must be ordered, so an event covers each dependency that crosses to or from the
 comm stream), renders with the comm stream as a lane of its own, and compiles for sm_80 and
 sm_90. On a GPU: two ranks train the MLP of tests/codegen/test_data_parallel.py and match
-PyTorch stepping the global batch (the reference the gloo CPU ranks match there) with every
-rank holding the same bits: NCCL with a GPU per rank; on a machine of one GPU, where NCCL
-refuses two ranks on one device, the two ranks share it over gloo's CUDA all-reduce (the same
-executor path: a CUDA tensor, ordered on the comm stream)."""
+PyTorch stepping the global batch with every rank holding the same bits, as the same model
+planned for the CPU does on gloo there: NCCL with a GPU per rank; on a machine of one GPU,
+where NCCL refuses two ranks on one device, the two ranks share it over gloo's CUDA
+all-reduce (the same executor path: a CUDA tensor, ordered on the comm stream)."""
 
 from __future__ import annotations
 
@@ -31,6 +31,7 @@ from tests.codegen.test_data_parallel import (  # noqa: E402 - needs torch.distr
     BUCKET_BYTES,
     RANKS,
     SHARD,
+    _build,
     _check_numbers,
     _data,
     _graph,
@@ -76,3 +77,9 @@ def test_two_ranks_match_one_process_on_the_global_batch(tmp_path):
     local = [{"DP_BACKEND": backend, "DP_DEVICE": str(r % gpus)} for r in range(RANKS)]
     runs = _launch([package] * RANKS, data, outs, local=local, timeout_s=120.0)
     _check_numbers("sgd", RANKS, runs, outs, params, x, labels)
+    # The same model planned for the CPU, its ranks on gloo: both within the float32 bound of the
+    # global batch's step, so within twice it of each other.
+    cpu = _build("sgd", tmp_path)
+    cpu_outs = [tmp_path / f"cpu{r}.npz" for r in range(RANKS)]
+    _check_numbers("sgd", RANKS, _launch([cpu] * RANKS, data, cpu_outs), cpu_outs, params, x,
+                   labels)
