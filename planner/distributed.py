@@ -1,6 +1,6 @@
 """A data-parallel executor joins its process group (torch.distributed) at load.
 
-`join(ex, plan_json, group)` is what a generated CPU package's `Executor(process_group=...)`
+`join(ex, plan_json, group)` is what a generated package's `Executor(process_group=...)`
 calls for a plan with collectives (planner.schedule.parallel): it refuses a group of another size
 than the plan's ranks, checks that every rank loaded the same plan (the sha256 of its JSON,
 all-gathered; a mismatch names the ranks on every rank), and hands the executor the
@@ -11,6 +11,11 @@ collectives its comm lane runs, each on a torch view of the bucket in the arena,
 place on views of the one bucket, with this process's rank, which picks its shard. A rank
 that dies makes the others' collective fail within the group's timeout (gloo raises), which
 the step raises as its error.
+CUDA plans (all-reduce only, NCCL): the bucket is a CUDA tensor over the device arena
+(DLPack), the collective issued under `torch.cuda.ExternalStream` of the executor's comm
+stream, so NCCL's work is ordered after the bucket's gradients and before the ops that wait
+on the comm stream's events, and nothing waits for the GPU in the middle of the step (NCCL's
+watchdog aborts the communicator when a rank dies).
 
 Ranks that share a host (a plan with --ranks-per-host L) each take their own cores
 (planner.target.shares): the rank's place among its host's is torchrun's LOCAL_RANK (its
@@ -137,9 +142,9 @@ def join(ex: Any, plan_json: str, group: Any = None) -> None:
 
     names = ("all-reduce", "reduce-scatter", "all-gather")
 
-    def collective(what: int, bucket: Any) -> None:
-        # what: 0 all-reduce, 1 reduce-scatter, 2 all-gather (the runtime's CollectiveKind)
-        whole = torch.from_numpy(bucket)
+    def collective(what: int, whole: Any) -> None:
+        # what: 0 all-reduce, 1 reduce-scatter, 2 all-gather (the runtime's CollectiveKind);
+        # whole: a torch view of the bucket in the arena
         shard = whole.numel() // size
         mine = whole[me * shard:(me + 1) * shard]
         try:
@@ -157,5 +162,15 @@ def join(ex: Any, plan_json: str, group: Any = None) -> None:
                                f"rank died or timed out): {lines[0] if lines else e!r}"
                                ) from None
 
-    ex.set_collective(collective, me)
+    if plan.get("backend") == "cuda":
+        def on_stream(bucket: Any, stream: int) -> None:
+            # ProcessGroupNCCL orders its own stream after the current one and the current
+            # one after the collective (a stream wait, not a host one): the current one is
+            # the executor's comm stream here.
+            with torch.cuda.stream(torch.cuda.ExternalStream(stream, device=bucket.device)):
+                collective(0, bucket)
+
+        ex.set_all_reduce(on_stream)
+        return
+    ex.set_collective(lambda what, bucket: collective(what, torch.from_numpy(bucket)), me)
     settle(ex, plan, me)

@@ -52,7 +52,13 @@ from planner.schedule.parallel import (
 )
 from planner.schedule.ranks import share_cpus, share_target
 from planner.schedule.record import Edge, Schedule, lane_numbers
-from planner.schedule.streams import COMPUTE_STREAMS, STREAMS, is_compute, stream_schedule
+from planner.schedule.streams import (
+    COMM_STREAM,
+    COMPUTE_STREAMS,
+    STREAMS,
+    is_compute,
+    stream_schedule,
+)
 from planner.target.records import Target
 
 
@@ -84,10 +90,12 @@ def _cpu_resources(target: Target, ops: tuple[OpPlan, ...] = ()) -> PlanTarget:
 
 def _gpu_resources(target: Target, ops: tuple[OpPlan, ...] = ()) -> PlanTarget:
     gpu = target.gpus[0]
-    # A co-running plan also names the compute streams it uses beyond `compute`.
+    # A co-running plan also names the compute streams it uses beyond `compute`, a
+    # data-parallel one its comm stream.
     used = {op.stream for op in ops}
     return PlanTarget(name=target.name,
-                      streams=STREAMS + tuple(s for s in COMPUTE_STREAMS[1:] if s in used),
+                      streams=STREAMS + tuple(s for s in (*COMPUTE_STREAMS[1:], COMM_STREAM)
+                                              if s in used),
                       compute_capability=gpu.compute_capability,
                       gpu_memory_bytes=gpu.memory_bytes)
 
@@ -130,7 +138,7 @@ def _streams_if_faster(graph: Graph, model: CostModel, schedule: Schedule,
     `min_gain` shorter than one stream's, else the one-stream plan: the scheduler's guard,
     again after memory planning (which may order ops that the schedule let co-run)."""
     one = comm_lane(graph, stream_schedule(compute_graph(graph), model, ScheduleOptions(
-        strategy="uniform")), interconnect(model.target))
+        strategy="uniform")), options.data_parallel.link or interconnect(model.target))
     # A budget one stream cannot meet is refused with its smallest feasible budget, as
     # before co-running; one that the co-running order's higher peak cannot meet gets one
     # stream.
@@ -167,8 +175,9 @@ def plan(graph: Graph, target: Target, costs: CostTable | None = None,
     graph = data_parallel_graph(graph, target, options.data_parallel)
     # Ranks that share a host: each plans for its share of the cores and memory
     # (planner.schedule.ranks); the plan still names the whole host's CPUs.
+    # A GPU rank has its device to itself: nothing to share.
     share = (share_target(target, options.data_parallel.ranks_per_host)
-             if options.data_parallel.ranks > 1 else target)
+             if options.data_parallel.ranks > 1 and target.backend == "cpu" else target)
     check_graph_fits(graph, share, memory_of(share))  # nothing to plan, or far too large
     with fewer_collections():
         model, schedule, memory = decide(graph, share, costs, options)

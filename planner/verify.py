@@ -147,6 +147,10 @@ def placement(f: Facts) -> list[str]:
                 problems.append(f"op {op['name']!r} of a GPU plan must run on one of the "
                                 f"streams {f.streams}, not stream {op.get('stream')!r} / CPUs "
                                 f"{op.get('cpus')}")
+            elif (op.get("op") in COLLECTIVE_OPS) != (op.get("stream") == "comm"):
+                # The executor runs the comm stream's ops through the process group only.
+                problems.append(f"op {op['name']!r} ({op.get('op')}) of a GPU plan: "
+                                f"collectives run on the comm stream, and nothing else does")
         elif op.get("op") in COLLECTIVE_OPS and op.get("stream") == "comm" and not op["cpus"]:
             pass  # a collective on the communication lane (planner.schedule.parallel)
         elif op.get("stream") or not op["cpus"]:

@@ -60,7 +60,7 @@ from planner.memory.decision import ConvChoice, MemoryDecision, MemoryOp, Memory
 from planner.memory.floor import ArenaFloor
 from planner.memory.layout import FreeBytes, Layout, place
 from planner.memory.liveness import Buffer, live_profile, naive_bytes, per_op_bound
-from planner.memory.materialize import COPY_STREAMS, Material, materialize
+from planner.memory.materialize import NO_SMS, Material, materialize
 from planner.memory.options import MemoryOptions, format_bytes
 from planner.memory.order import HappensBefore
 from planner.memory.reuse import reuse_edges
@@ -72,7 +72,7 @@ from planner.schedule.gpu_share import (
 )
 from planner.schedule.reach import transitive_reduction
 from planner.schedule.record import Edge, Schedule, ScheduledOp
-from planner.schedule.streams import ALL_STREAMS, compute_steps, is_compute
+from planner.schedule.streams import ALL_STREAMS, COMM_STREAM, compute_steps, is_compute
 
 # cuDNN workspaces and the CUDA kernels' scratch are promised 256-byte alignment
 # (templates/cuda/runtime/kernel.h), as cudaMalloc gives it: every device offset is a multiple.
@@ -111,14 +111,20 @@ def gpu_memory(graph: Graph, schedule: Schedule, model: CostModel,
                options: MemoryOptions) -> MemoryDecision:
     """The memory decision of a stream schedule on the model's GPU (module docstring)."""
     order, streams, joins = compute_order(schedule), None, ()
-    if len({op.stream for op in schedule.ops if is_compute(op.stream)}) > 1:
-        # Co-running streams: each node keeps its stream, the order is kept as it is, and
-        # the schedule's edges between streams hold (its joins; the data ones come again).
-        streams = {op.name: op.stream for op in schedule.ops if is_compute(op.stream)}
+    comm = {op.name: op.end - op.start for op in schedule.ops if op.stream == COMM_STREAM}
+    if len({op.stream for op in schedule.ops if is_compute(op.stream)}) > 1 or comm:
+        # Co-running streams, or all-reduces on the comm stream: each node keeps its stream,
+        # the order is kept as it is (a data-parallel plan's updates wait after backward,
+        # planner.schedule.parallel.comm_lane), and the schedule's edges between compute
+        # streams hold (its joins; the data ones come again).
+        streams = {op.name: op.stream for op in schedule.ops
+                   if is_compute(op.stream) or op.stream == COMM_STREAM}
         joins = tuple((e.before, e.after) for e in schedule.edges
                       if e.before in streams and e.after in streams
-                      and streams[e.before] != streams[e.after])
-    return decide_memory(graph, gpu_solve(graph, model, options, order, streams, joins))
+                      and streams[e.before] != streams[e.after]
+                      and COMM_STREAM not in (streams[e.before], streams[e.after]))
+    return decide_memory(graph, gpu_solve(graph, model, options, order, streams, joins,
+                                          comm or None))
 
 
 def technique_curves(graph: Graph, order: list[str], model: CostModel) -> dict[str, np.ndarray]:
@@ -140,8 +146,8 @@ def technique_curves(graph: Graph, order: list[str], model: CostModel) -> dict[s
 
 
 def compute_order(schedule: Schedule) -> list[str]:
-    """Graph node names in the schedule's order on its compute streams."""
-    return [op.name for op in schedule.ops if is_compute(op.stream)]
+    """Graph node names in the schedule's order on its compute streams and the comm one."""
+    return [op.name for op in schedule.ops if is_compute(op.stream) or op.stream == COMM_STREAM]
 
 
 @dataclass
@@ -170,15 +176,17 @@ class Solved:
 
 def gpu_solve(graph: Graph, model: CostModel, options: MemoryOptions | None = None,
               order: list[str] | None = None, streams: dict[str, str] | None = None,
-              joins: tuple[tuple[str, str], ...] = ()) -> Solved:
+              joins: tuple[tuple[str, str], ...] = (),
+              comm: dict[str, float] | None = None) -> Solved:
     """Everything gpu_memory decides, before it becomes records. `order`: graph node names in
     the compute order to keep (default: the graph's, updates moved up); `streams` and
-    `joins`: a co-running schedule's compute stream per node and edges between streams."""
+    `joins`: a co-running schedule's compute stream per node and edges between streams;
+    `comm`: the seconds of each all-reduce on the comm stream."""
     options = device_aligned(options or MemoryOptions())
     if not model.target.gpus:
         raise ValueError(f"target {model.target.name!r} has no GPU")
     gpu = model.target.gpus[0]
-    steps = compute_steps(graph, model, order, streams=streams, joins=joins)
+    steps = compute_steps(graph, model, order, streams=streams, joins=joins, comm=comm)
     stash = analyze(steps, "cost-aware" if options.recompute == "off" else options.recompute)
     state = State(stash, gpu.host_link_bandwidth, offload=options.offload,
                   recompute=options.recompute != "off", host_limit=gpu.pinned_host_limit_bytes)
@@ -401,8 +409,8 @@ def shared_times(m: Material, seconds: list[float], edges: list[tuple[int, int]]
     into: list[list[int]] = [[] for _ in m.ops]
     for u, w in edges:
         into[w].append(u)
-    occ = [0.0 if o.stream in COPY_STREAMS else steps.occupancy[o.step] for o in m.ops]
-    demand = [0.0 if o.stream in COPY_STREAMS or s <= 0 else steps.moved[o.step] / s
+    occ = [0.0 if o.stream in NO_SMS else steps.occupancy[o.step] for o in m.ops]
+    demand = [0.0 if o.stream in NO_SMS or s <= 0 else steps.moved[o.step] / s
               for o, s in zip(m.ops, seconds, strict=True)]
     run = simulate_streams(seconds, into, occ, demand, bandwidth,
                            issue_times([o.stream for o in m.ops], edges))
@@ -429,7 +437,7 @@ def decide_memory(graph: Graph, solved: Solved) -> MemoryDecision:
     busy = float(sum(seconds[i] for i in compute))
     if state.stash.steps.stream:  # co-running: the time some compute stream is busy
         busy = busy_seconds((float(start[i]), float(end[i])) for i, o in enumerate(m.ops)
-                            if o.stream not in COPY_STREAMS)
+                            if o.stream not in NO_SMS)
     recompute = [i for i, o in enumerate(m.ops) if o.kind == "recompute"]
     copies = [o for o in m.ops if o.kind == "offload"]
     load = int(live_profile(buffers)[1].max())

@@ -46,10 +46,12 @@ from planner.memory.decision import TRANSFER_OPS
 from planner.memory.liveness import PERSISTENT_ROLES, Buffer, in_buckets
 from planner.memory.stash import Segment, Stash
 from planner.schedule.deps import predecessors
+from planner.schedule.streams import ALL_STREAMS, COMM_STREAM
 
-# The copy streams' indices (planner.schedule.streams.ALL_STREAMS: d2h, h2d); every other
-# stream is a compute stream.
+# The copy streams' indices (planner.schedule.streams.ALL_STREAMS: d2h, h2d); with the comm
+# stream's, the streams that use no SMs; every other stream is a compute stream.
 COPY_STREAMS = (1, 2)
+NO_SMS = (*COPY_STREAMS, ALL_STREAMS.index(COMM_STREAM))
 
 
 @dataclass
@@ -221,7 +223,7 @@ def _edges(state: State, ops: list[OpSpec], index: dict[str, int],
     st = state.stash
     edges: set[tuple[int, int]] = set()
     last_on: dict[int, int] = {}
-    compute = [i for i, o in enumerate(ops) if o.stream not in COPY_STREAMS]
+    compute = [i for i, o in enumerate(ops) if o.stream not in NO_SMS]
     # A co-running schedule's joins (around ops that fill the GPU) hold between its nodes.
     op_of_step = {o.step: i for i, o in enumerate(ops) if o.kind == "node"}
     edges.update((op_of_step[u], op_of_step[w]) for u, w in st.steps.joins)

@@ -146,10 +146,14 @@ def _view_roots(graph: dict[str, Any]) -> dict[str, str]:
     return roots
 
 
-BUCKET_ALIGNMENT = 64  # the CPU collectives' rounding between a bucket's members and shards
+# The rounding between a bucket's members (and a sharded bucket's shards) the collectives'
+# kernels expect: the CPU ones' 64 bytes; the CUDA one's, the device alignment of every GPU
+# plan's offsets (planner.memory.gpu).
+BUCKET_ALIGNMENT = {"cpu": 64, "cuda": 256}
 
 
-def _bucket(n: dict[str, Any], size: dict[str, int]) -> tuple[list[str], int, bool] | None:
+def _bucket(n: dict[str, Any], size: dict[str, int],
+            align: int) -> tuple[list[str], int, bool] | None:
     """(members, bytes padded to the ranks' shards or 0, whether the collective must be their
     only reader) of a collective's bucket, re-derived from the graph; None: not one."""
     attrs = n.get("attrs") or {}
@@ -163,12 +167,13 @@ def _bucket(n: dict[str, Any], size: dict[str, int]) -> tuple[list[str], int, bo
         members, only = ins[:len(n.get("outputs", [])) - slots], False
     else:
         return None
+    step = align // 4  # in floats
     end = 0
     for m in members:  # each member's floats at the previous one's end, rounded up
-        end = (-(-end // 16) * 16 if end else 0) + size.get(m, 0) // 4
+        end = (-(-end // step) * step if end else 0) + size.get(m, 0) // 4
     ranks = max(1, int(attrs.get("ranks", 1)))
     per_rank = -(-end // ranks)
-    shard = -(-per_rank // 16) * 16  # rounded up to 64 bytes
+    shard = -(-per_rank // step) * step  # rounded up to the alignment
     return members, ranks * shard * 4, only
 
 
@@ -178,12 +183,13 @@ def _bucket_problems(plan: dict[str, Any], by_name: dict[str, dict[str, Any]]) -
     if not isinstance(graph, dict):
         return []
     out = []
+    align = BUCKET_ALIGNMENT.get(plan.get("backend", "cpu"), 64)
     starts = sorted((t["offset"], t["name"]) for t in by_name.values()
                     if t.get("placement", "device") == "device" and t["bytes"] > 0)
     size = {t["name"]: t["bytes"] for t in by_name.values()}
     order = {op["name"]: op.get("order") for op in plan.get("ops", [])}
     for n in graph.get("nodes", []):
-        found = _bucket(n, size)
+        found = _bucket(n, size, align)
         if found is None:
             continue
         members, padded, only = found
@@ -196,7 +202,7 @@ def _bucket_problems(plan: dict[str, Any], by_name: dict[str, dict[str, Any]]) -
                            f"of its own")
                 break
             if end is not None:
-                want = -(-end // BUCKET_ALIGNMENT) * BUCKET_ALIGNMENT
+                want = -(-end // align) * align
                 if t["offset"] != want:
                     out.append(f"bucket of {n['name']!r}: {what} {g!r} is at offset "
                                f"{t['offset']}, not side by side at {want}")

@@ -55,7 +55,7 @@ from planner.ops.collective import COLLECTIVE_OPS, SHARDED_UPDATES, shard_floats
 from planner.records import Record
 from planner.schedule.deps import predecessors
 from planner.schedule.record import Edge, Schedule, ScheduledOp
-from planner.target.interconnect import Interconnect, interconnect
+from planner.target.interconnect import Interconnect, interconnect, ring_link
 from planner.target.records import Target
 
 COMM_LANE = "comm"
@@ -94,19 +94,22 @@ class DataParallelOptions(Record):
 
 
 def all_reduce_seconds(nbytes: int, ranks: int, link: Interconnect) -> float:
-    """A ring all-reduce's time: 2 (r - 1) (alpha + b / (r beta)); 0 for one rank.
+    """A ring all-reduce's time: 2 (r - 1) (alpha + b / (r beta)), on the ring's bottleneck
+    link (planner.target.interconnect.ring_link); 0 for one rank.
 
     >>> round(all_reduce_seconds(10**6, 2, Interconnect(bandwidth=1e9, latency_seconds=1e-5)), 6)
     0.00102
     """
     if ranks <= 1:
         return 0.0
+    link = ring_link(link, ranks)
     return 2 * (ranks - 1) * (link.latency_seconds + nbytes / (ranks * link.bandwidth))
 
 
 def bucket_bytes(ranks: int, link: Interconnect) -> int:
     """The bucket size whose latency terms are a tenth of its all-reduce: 9 r alpha beta
     (at least one float)."""
+    link = ring_link(link, ranks)
     return max(4, int(9 * ranks * link.latency_seconds * link.bandwidth))
 
 
@@ -320,7 +323,9 @@ def comm_lane(graph: Graph, schedule: Schedule, link: Interconnect) -> Schedule:
     ops: list[ScheduledOp] = []
     for name in order:
         before = set(deps[name])
-        places: tuple[int | str, ...] = at[name].cpus if name in at else (COMM_LANE,)
+        # Its CPUs (CPU), its stream (GPU), or the comm lane.
+        places: tuple[int | str, ...] = ((at[name].cpus or (at[name].stream,)) if name in at
+                                         else (COMM_LANE,))
         group = at[name].group if name in at else ""
         before.update(last_on[c].name for c in places
                       if c in last_on and not (group and last_on[c].group == group))
@@ -358,15 +363,12 @@ def _bucket_bytes(graph: Graph, n: Node) -> int:
 
 def data_parallel_graph(graph: Graph, target: Target, options: DataParallelOptions) -> Graph:
     """The graph every rank runs: `graph` itself for one rank, else with its gradient
-    buckets' all-reduces (UserError for an inference graph or a GPU target)."""
+    buckets' all-reduces (UserError for an inference graph)."""
     if options.ranks == 1:
         return graph
     if graph.kind != "training":
         raise UserError(f"graph {graph.name!r}: --data-parallel needs a training graph "
                         f"(--train sgd|momentum|adam)")
-    if target.backend != "cpu":
-        raise UserError(f"target {target.name!r}: data-parallel plans run on CPU targets "
-                        f"(gloo) so far")
     limit = options.bucket_bytes or bucket_bytes(options.ranks,
                                                  options.link or interconnect(target))
     if options.shard_optimizer:

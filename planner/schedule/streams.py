@@ -60,15 +60,18 @@ from planner.schedule.record import Bound, Edge, Schedule, ScheduledOp
 STREAMS = ("compute", "d2h", "h2d")
 # Compute streams of a co-running plan (planner.schedule.gpu_streams): `compute` and these.
 COMPUTE_STREAMS = ("compute", "compute1", "compute2", "compute3")
+# A data-parallel plan's gradient all-reduces run on `comm` (planner.schedule.parallel), NCCL
+# on its own CUDA stream, events where a dependency crosses to or from it.
+COMM_STREAM = "comm"
 # Every stream by its index in a plan's ops (planner.memory.materialize's OpSpec.stream).
-ALL_STREAMS = STREAMS + COMPUTE_STREAMS[1:]
+ALL_STREAMS = STREAMS + COMPUTE_STREAMS[1:] + (COMM_STREAM,)
 
 
 def is_compute(stream: str) -> bool:
     """Whether ops on `stream` use the SMs (a compute stream, not a copy or comm stream).
 
     >>> [is_compute(s) for s in ALL_STREAMS]
-    [True, False, False, True, True, True]
+    [True, False, False, True, True, True, False]
     """
     return stream in COMPUTE_STREAMS
 
@@ -148,10 +151,13 @@ def _settle(us: list[int], preds, updates: set[int], after: dict[int, list[int]]
 
 def compute_steps(graph: Graph, model: CostModel, order: list[str] | None = None,
                   gpu: int = 0, streams: dict[str, str] | None = None,
-                  joins: tuple[tuple[str, str], ...] = ()) -> ComputeSteps:
+                  joins: tuple[tuple[str, str], ...] = (),
+                  comm: dict[str, float] | None = None) -> ComputeSteps:
     """The stream of `graph` on the model's GPU (module docstring). With `streams` (node name
-    -> compute stream, a co-running schedule's) `order` is kept as it is, updates included,
-    and `joins` are its edges besides data and stream order."""
+    -> compute or comm stream, a co-running or data-parallel schedule's) `order` is kept as
+    it is, updates included, and `joins` are its edges besides data and stream order. `comm`:
+    the seconds of each all-reduce on the comm stream (the interconnect's, priced by
+    planner.schedule.parallel; it uses no SMs)."""
     if not model.target.gpus:
         raise ValueError(f"target {model.target.name!r} has no GPU")
     device = model.target.gpus[gpu]
@@ -169,6 +175,14 @@ def compute_steps(graph: Graph, model: CostModel, order: list[str] | None = None
     moved: list[float] = []
     cache: dict[str, tuple[tuple[ConvAlgo, ...], float, bool, int, int, float, float]] = {}
     for node in nodes:
+        if comm is not None and node.name in comm:
+            algos.append(())
+            seconds.append(comm[node.name])
+            scratch.append(kernel_scratch(sigs[node.name]))  # a bucket not summed in place
+            blocks.append(0)
+            occ.append(0.0)
+            moved.append(0.0)
+            continue
         sig = sigs[node.name]
         if sig.key not in cache:
             work = op_work(sig)
@@ -199,7 +213,7 @@ def compute_steps(graph: Graph, model: CostModel, order: list[str] | None = None
         moved.append(nbytes)
     analytical = sum(1 for entry in cache.values() if entry[2])
     index = {n.name: i for i, n in enumerate(nodes)}
-    lane = {s: ALL_STREAMS.index(s) for s in COMPUTE_STREAMS}
+    lane = {s: ALL_STREAMS.index(s) for s in (*COMPUTE_STREAMS, COMM_STREAM)}
     return ComputeSteps(graph=graph, nodes=tuple(nodes),
                         phase=tuple(node_phase(graph, n) for n in nodes), algos=tuple(algos),
                         seconds=np.array(seconds, dtype=float), analytical=analytical,

@@ -12,7 +12,9 @@ on one line prefixed `rank R error:` and exits 3. PACKAGE_DIR and OUT.npz may ea
 (os.pathsep between): the packages run one after the other in the one process group, each
 from the same initial parameters, each writing its own OUT. With `die_after` k it exits
 abruptly after k steps (a killed rank). DP_GROUP=new passes a new group of every rank as
-`process_group`."""
+`process_group`.
+DP_BACKEND picks the group's backend (default gloo; nccl for a CUDA package, each rank on GPU
+DP_DEVICE, default its rank modulo the GPUs there are)."""
 
 from __future__ import annotations
 
@@ -45,7 +47,13 @@ def main(package: str, data_path: str, out_path: str, die_after: int = -1) -> in
     from codegen.load import load
     from planner.errors import UserError
 
-    dist.init_process_group("gloo", timeout=datetime.timedelta(
+    backend = os.environ.get("DP_BACKEND", "gloo")
+    if backend == "nccl":
+        import torch
+
+        rank = int(os.environ["RANK"])
+        torch.cuda.set_device(int(os.environ.get("DP_DEVICE", rank % torch.cuda.device_count())))
+    dist.init_process_group(backend, timeout=datetime.timedelta(
         seconds=float(os.environ.get("DP_TIMEOUT", "30"))))
     rank, world = dist.get_rank(), dist.get_world_size()
     data = np.load(data_path)
@@ -93,10 +101,11 @@ def _train(module, data, rank: int, world: int, die_after: int, user_error: type
     import torch.distributed as dist
 
     try:
+        device = {"device": int(os.environ["DP_DEVICE"])} if "DP_DEVICE" in os.environ else {}
         if os.environ.get("DP_GROUP") == "new":  # a group of its own, passed explicitly
-            ex = module.Executor(process_group=dist.new_group(list(range(world))))
+            ex = module.Executor(process_group=dist.new_group(list(range(world))), **device)
         else:  # torch.distributed's default group
-            ex = module.Executor()
+            ex = module.Executor(**device)
         ex.load_params({k[len("param:"):]: data[k] for k in data.files
                         if k.startswith("param:")})
         x, labels = data["x"], data["labels"]

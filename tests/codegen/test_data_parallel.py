@@ -97,7 +97,8 @@ def _launch(packages: list[Path] | list[str], data: Path, outs: list[Path] | lis
             group: str = "",
             local: list[dict[str, str]] | None = None) -> list[subprocess.CompletedProcess]:
     """Run one worker per package (rank = position) and wait for all, bounded; `local`: per
-    rank, more environment (torchrun's LOCAL_RANK and LOCAL_WORLD_SIZE)."""
+    rank, more environment (torchrun's LOCAL_RANK and LOCAL_WORLD_SIZE; the worker's
+    DP_BACKEND and DP_DEVICE)."""
     port, world = _free_port(), world or len(packages)
     procs = []
     for rank, (pkg, out) in enumerate(zip(packages, outs, strict=True)):

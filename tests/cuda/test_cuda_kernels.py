@@ -20,7 +20,9 @@ INF_OR_NAN = {"BatchNorm.0.nan1", "BatchNormGrad.0.nan2"}
 
 
 def test_the_cases_cover_every_cuda_op():
-    assert set(RUNTIMES["cuda"].ops) <= set(CASES), sorted(set(RUNTIMES["cuda"].ops) - set(CASES))
+    # AllReduce needs a process group: tests/cuda/test_cuda_data_parallel.py runs it.
+    ops = RUNTIMES["cuda"].ops - {"AllReduce"}
+    assert set(ops) <= set(CASES), sorted(set(ops) - set(CASES))
 
 
 @pytest.fixture(scope="module")

@@ -110,9 +110,6 @@ def test_refusals_are_one_line():
     forward = build("lenet", image=8, batch=8)
     with pytest.raises(UserError, match="needs a training graph"):
         _dp_plan(forward)
-    with pytest.raises(UserError, match="CPU targets"):
-        plan(_lenet(), preset("k40c-12gb"), options=PlanOptions(
-            data_parallel=DataParallelOptions(ranks=2)))
 
 
 def test_plan_command_takes_data_parallel(tmp_path, capsys):

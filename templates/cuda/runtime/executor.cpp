@@ -106,9 +106,14 @@ CudaExecutor::CudaExecutor(const std::string& schedule_path, bool streams, bool 
     throw std::runtime_error("op_timing times every op with events on the host's schedule; "
                              "a replayed CUDA graph has none: choose one");
   const Schedule& s = loaded_.get();
-  for (int k = 0; k < s.num_ops; ++k)
+  for (int k = 0; k < s.num_ops; ++k) {
     if (registry().find(s.ops[k].op) == registry().end())
       throw std::runtime_error(op_label(s.ops[k]) + ": no CUDA kernel for this op");
+    // A captured graph would replay the collectives without the process group seeing them.
+    if (cuda_graph && std::string(s.ops[k].op) == "AllReduce")
+      throw std::runtime_error("a data-parallel plan runs its all-reduces through the process "
+                               "group every step: cuda_graph=True cannot capture them");
+  }
   int count = 0;
   check_cuda(cudaGetDeviceCount(&count), "cudaGetDeviceCount");
   if (device < 0 || device >= count)
@@ -283,7 +288,7 @@ void CudaExecutor::issue_ops() {
       if (lane_[before] != lane_[k])
         check_cuda(cudaStreamWaitEvent(st, done_[before], 0), "cudaStreamWaitEvent");
     }
-    Run r{ptr_.data(), scratch_[k], st, cudnn_[lane_[k]], cublas_[lane_[k]]};
+    Run r{ptr_.data(), scratch_[k], st, cudnn_[lane_[k]], cublas_[lane_[k]], &collective_};
     try {
       if (op_timing_) check_cuda(cudaEventRecord(timing_[k].first, st), "cudaEventRecord");
       kernels_[k]->run(r);

@@ -99,6 +99,9 @@ class CudaExecutor : public ExecutorCore {
   int64_t host_store_bytes() const { return host_store_ ? host_store_->bytes() : 0; }
   int64_t unplanned_scratch_bytes() const { return unplanned_; }
   double last_step_seconds() const { return last_step_seconds_; }
+  // The all-reduce of a data-parallel plan's AllReduce ops (set between steps).
+  void set_collective(Collective c) { collective_ = std::move(c); }
+
   // Profiling, between steps: every way op `op` can run with at most `workspace_bytes` of
   // workspace, each timed by its library (Kernel::find; a convolution's cuDNN algorithms).
   // Allocates that workspace for the call, so a step's arena is untouched.
@@ -126,6 +129,7 @@ class CudaExecutor : public ExecutorCore {
   int64_t unplanned_ = 0;
   std::vector<char*> ptr_;
   double last_step_seconds_ = 0;
+  Collective collective_;
 
   void check_device(int device) const;
   void create(int k);

@@ -17,6 +17,7 @@
 #include <cuda_runtime.h>
 #include <cudnn.h>
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -53,6 +54,12 @@ struct Node {
   int64_t planned_scratch;  // the plan's scratch / workspace bytes for this op (0: none)
 };
 
+// Sums `count` floats of device memory in place over the process group of a data-parallel
+// plan, ordered on `stream` (every rank calls it with its own bucket and gets the same sum
+// back): it enqueues the collective and returns, set through the bindings (NCCL through
+// torch.distributed, planner/distributed.py).
+using Collective = std::function<void(float* data, int64_t count, cudaStream_t stream)>;
+
 // What a running kernel sees: every tensor's current device address, its scratch area, the
 // stream and the handles bound to it.
 struct Run {
@@ -61,6 +68,7 @@ struct Run {
   cudaStream_t stream;
   cudnnHandle_t cudnn;      // cudnnSetStream(cudnn, stream) done
   cublasHandle_t cublas;    // cublasSetStream(cublas, stream) done, TF32 off
+  const Collective* collective = nullptr;  // the executor's, for collective ops
   template <class T> T* at(int id) const { return reinterpret_cast<T*>(ptr[id]); }
 };
 

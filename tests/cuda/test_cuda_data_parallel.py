@@ -1,0 +1,85 @@
+"""Data-parallel plans on the CUDA executor: the gradient all-reduces on the plan's comm stream,
+run through torch.distributed on a CUDA view of the device arena (planner/distributed.py,
+templates/cuda/runtime/kernels/collective.cu).
+
+Without a GPU (CI): a GPU data-parallel plan verifies (planner verify re-derives every pair
+of ops that must be ordered, so an event covers each dependency that crosses to or from the
+comm stream), renders with the comm stream as a lane of its own, and compiles for sm_80 and
+sm_90. On a GPU: two ranks train the MLP of tests/codegen/test_data_parallel.py and match
+PyTorch stepping the global batch with every rank holding the same bits, as the same model
+planned for the CPU does on gloo there: NCCL with a GPU per rank; on a machine of one GPU,
+where NCCL refuses two ranks on one device, the two ranks share it over gloo's CUDA
+all-reduce (the same executor path: a CUDA tensor, ordered on the comm stream)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from codegen.build import build
+from codegen.render import render
+from planner.pipeline import PlanOptions, plan
+from planner.schedule.options import ScheduleOptions
+from planner.schedule.parallel import DataParallelOptions
+from planner.target import preset
+from planner.verify import verify_plan
+from tests.codegen.helpers import gpu_test_target
+
+pytest.importorskip("torch.distributed")
+from tests.codegen.test_data_parallel import (  # noqa: E402 - needs torch.distributed
+    BUCKET_BYTES,
+    RANKS,
+    SHARD,
+    _build,
+    _check_numbers,
+    _data,
+    _graph,
+    _launch,
+)
+
+
+def _plan(kind: str, target, strategy: str = "optimized"):
+    return plan(_graph(kind, SHARD), target, options=PlanOptions(
+        schedule=ScheduleOptions(strategy=strategy),
+        data_parallel=DataParallelOptions(ranks=RANKS, bucket_bytes=BUCKET_BYTES)))
+
+
+@pytest.mark.parametrize("strategy", ["uniform", "optimized"])
+def test_a_gpu_data_parallel_plan_renders_with_its_comm_stream(strategy, tmp_path):
+    p = _plan("adam", preset("a100-80gb"), strategy)
+    assert verify_plan(p) == []
+    ars = [op for op in p.ops if op.op == "AllReduce"]
+    assert len(ars) >= 2 and {op.stream for op in ars} == {"comm"}
+    tree = render(p, tmp_path / f"mlp_dp_{strategy}", layout="plan")
+    lanes = int(re.search(r"on (\d+) lane\(s\)", tree.files["schedule.cpp"]).group(1))
+    assert lanes == len({op.stream for op in p.ops})  # the comm stream is a lane of its own
+    assert "AllReduce" in tree.files["plan.json"] and "join(ex, plan" in tree.files["__init__.py"]
+
+
+@pytest.mark.nvcc
+@pytest.mark.parametrize("target", ["a100-80gb", "h100-80gb"])  # sm_80 and sm_90
+def test_gpu_data_parallel_plans_compile(target, tmp_path):
+    result = build(render(_plan("sgd", preset(target)), tmp_path / "mlp_dp"))
+    arch = {"a100-80gb": "sm80", "h100-80gb": "sm90"}[target]
+    assert result.runtime.parent.parent.name.startswith(f"cuda-{arch}-runtime-")
+
+
+@pytest.mark.gpu
+def test_two_ranks_match_one_process_on_the_global_batch(tmp_path):
+    import torch
+
+    gpus = torch.cuda.device_count()
+    backend = "nccl" if gpus >= RANKS else "gloo"
+    package = build(render(_plan("sgd", gpu_test_target()), tmp_path / "mlp_dp_sgd")).dir
+    data, params, x, labels = _data(tmp_path)
+    outs = [tmp_path / f"rank{r}.npz" for r in range(RANKS)]
+    local = [{"DP_BACKEND": backend, "DP_DEVICE": str(r % gpus)} for r in range(RANKS)]
+    runs = _launch([package] * RANKS, data, outs, local=local, timeout_s=120.0)
+    _check_numbers("sgd", RANKS, runs, outs, params, x, labels)
+    # The same model planned for the CPU, its ranks on gloo: both within the float32 bound of the
+    # global batch's step, so within twice it of each other.
+    cpu = _build("sgd", tmp_path)
+    cpu_outs = [tmp_path / f"cpu{r}.npz" for r in range(RANKS)]
+    _check_numbers("sgd", RANKS, _launch([cpu] * RANKS, data, cpu_outs), cpu_outs, params, x,
+                   labels)
