@@ -372,6 +372,10 @@ def data_parallel_graph(graph: Graph, target: Target, options: DataParallelOptio
     limit = options.bucket_bytes or bucket_bytes(options.ranks,
                                                  options.link or interconnect(target))
     if options.shard_optimizer:
+        if target.backend == "cuda":  # its executor runs all-reduces only
+            raise UserError(f"graph {graph.name!r}: --shard-optimizer is not supported on a "
+                            f"GPU target yet (its executor runs all-reduces only); plan "
+                            f"without it")
         return with_sharded_updates(graph, buckets(graph, limit), options.ranks,
                                     options.ranks_per_host)
     return with_all_reduce(graph, buckets(graph, limit), options.ranks, options.ranks_per_host)

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import pytest
 
+from planner.errors import UserError
 from planner.graph.autodiff import make_training_graph
 from planner.graph.optimizer import Optimizer
 from planner.memory.options import MemoryOptions
 from planner.pipeline import PlanOptions, plan
 from planner.schedule.options import ScheduleOptions
-from planner.schedule.parallel import DataParallelOptions
+from planner.schedule.parallel import DataParallelOptions, data_parallel_graph
 from planner.target import preset
 from planner.verify import verify_plan
 from planner.zoo import build
@@ -118,3 +119,11 @@ def test_a_bucket_read_by_another_op_gets_its_scratch_in_the_plan():
     scratch = {t.name: t.bytes for t in p.tensors}[f"{n.name}@workspace"]
     assert scratch == sum(p.graph.tensor(t).nbytes for t in n.inputs)
     assert verify_plan(p) == []
+
+
+def test_shard_optimizer_is_refused_on_a_gpu_target_in_one_line():
+    graph = make_training_graph(build("mlp", batch=4, hidden=[8], in_features=3, classes=2),
+                                Optimizer(kind="adam"))
+    with pytest.raises(UserError, match="--shard-optimizer is not supported on a GPU target"):
+        data_parallel_graph(graph, preset("a100-80gb"),
+                            DataParallelOptions(ranks=2, shard_optimizer=True))
