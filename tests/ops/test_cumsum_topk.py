@@ -128,3 +128,34 @@ def test_onnx_export_imports_and_matches_pytorch():
     want_v, want_i = CumTop()(torch.tensor(x))
     np.testing.assert_array_equal(indices, want_i.numpy())
     np.testing.assert_allclose(values, want_v.numpy(), rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("exclusive,reverse", [(0, 0), (1, 0), (0, 1), (1, 1)])
+def test_onnx_cumsum_and_topk_attributes_match_onnx_reference(exclusive, reverse):
+    """CumSum's exclusive / reverse and TopK's largest=0 as ONNX defines them (onnx's own
+    reference evaluator), through the importer."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+    from onnx.reference import ReferenceEvaluator
+
+    from planner.graph.interpret import run
+    from planner.importers import import_onnx
+
+    x = _x((3, 5), dtype=np.float32)
+    nodes = [helper.make_node("CumSum", ["x", "axis"], ["c"], exclusive=exclusive,
+                              reverse=reverse),
+             helper.make_node("TopK", ["c", "k"], ["v", "i"], axis=0, largest=0)]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 5])],
+        [helper.make_tensor_value_info("v", TensorProto.FLOAT, [2, 5]),
+         helper.make_tensor_value_info("i", TensorProto.INT64, [2, 5])],
+        [numpy_helper.from_array(np.array(-1, np.int64), "axis"),
+         numpy_helper.from_array(np.array([2], np.int64), "k")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.checker.check_model(model)
+    want_v, want_i = ReferenceEvaluator(model).run(None, {"x": x})
+    imported = import_onnx(model.SerializeToString())
+    g = imported.graph
+    out = run(g, {"x": x}, imported.params(), keep="outputs")
+    np.testing.assert_array_equal(out[g.outputs[1]], want_i)
+    np.testing.assert_allclose(out[g.outputs[0]], want_v, rtol=1e-6, atol=1e-6)
