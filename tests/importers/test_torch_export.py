@@ -334,3 +334,22 @@ def test_roll_cumsum_topk_and_int_promotion_train_like_pytorch(tmp_path):
     t, _, _, _ = trains_like_pytorch(model, loss, batches, "sgd", tmp_path)
     ops = {n.op for n in t.graph.nodes}
     assert {"CumSum", "TopK", "TopKGrad", "Cast", "Concat"} <= ops, sorted(ops)
+
+
+def test_int_tensor_plus_float_number_is_promoted_not_truncated():
+    """An int tensor plus 1.5 is a float tensor in PyTorch; the number was once made an int64
+    constant (1) and the sum stayed int64, silently."""
+    from planner.graph.interpret import run
+
+    class Shifted(nn.Module):
+        def forward(self, ids):
+            return ids + 1.5
+
+    x = torch.arange(6).reshape(2, 3)
+    imported = convert(export(Shifted(), (x,), None, None))
+    g = imported.graph
+    (out,) = g.outputs
+    got = run(g, {imported.inputs[0]: x.numpy()}, imported.params(), keep="outputs")[out]
+    want = Shifted()(x).numpy()
+    assert got.dtype == want.dtype == np.float32
+    np.testing.assert_array_equal(got, want)
