@@ -14,9 +14,12 @@ Per model (zoo training graphs, SGD, sizes that run in minutes on a small machin
    grid configuration (intra x inter; the best measured one is reported), paper and optimized.
 3. Build each plan's executor; measure steps in alternating rounds (every variant once per
    round, `steps` steps each), report the median over rounds of each round's median.
-4. PyTorch: the same graph translated node by node (tests/graph/test_train_vs_torch.py) with
-   torch.autograd and SGD, eager and under torch.compile (inductor), torch.set_num_threads =
-   the host's cores.
+4. PyTorch: the same model written as an nn.Module (bench/zoo_modules.py: what a user runs;
+   its parameter count checked against the zoo graph's), one torch.optim.SGD step eager and
+   under torch.compile (inductor), torch.set_num_threads = the host's cores. inception_v3 at
+   a width multiplier has no nn.Module twin: its eager column is the graph translated node by
+   node (tests/graph/test_train_vs_torch.py), and torch.compile is left out (on the
+   translation it recompiles the per-op helpers for every shape: not what a user runs).
 5. Feedback: the optimized plan's measured op times (medians of 3 steps' stats()) fold into
    the cost table (planner.costs.feedback) and the graph is planned again: `re-planned`.
 6. The guard: `kept` is the fastest of optimized, re-planned and uniform as measured, never
@@ -42,6 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from torch_baseline import torch_trainer  # noqa: E402
+from zoo_modules import TWINS, module_trainer, zoo_twin_params  # noqa: E402
 
 from codegen.profiling import median_stats, warmed_executor  # noqa: E402
 from planner.costs import CostTable, load_table  # noqa: E402
@@ -159,11 +163,20 @@ def bench_model(label: str, target, steps: int, rounds: int, compiled: bool,
                                             target, table)
         for name, p in plans.items():
             runners[name] = executor_runner(p, Path(tmp) / name.replace(" ", "_"), graph)
-        runners["torch eager"] = torch_trainer(forward, SGD.lr, target.cores)
         failed = {}
-        if compiled:
+        if label in TWINS:
+            theirs, ours = zoo_twin_params(label, MODELS[label])
+            if theirs != ours:
+                raise SystemExit(f"{label}: the nn.Module twin has {theirs} parameters, the "
+                                 f"zoo graph {ours}")
+            runners["torch eager"] = module_trainer(label, MODELS[label], SGD.lr, target.cores)
+        else:
+            runners["torch eager"] = torch_trainer(forward, SGD.lr, target.cores)
+            failed["torch.compile"] = "no nn.Module twin (eager: the node-by-node translation)"
+        if compiled and label in TWINS:
             try:
-                runners["torch.compile"] = torch_trainer(forward, SGD.lr, target.cores, True)
+                runners["torch.compile"] = module_trainer(label, MODELS[label], SGD.lr,
+                                                          target.cores, compiled=True)
             except Exception as e:  # noqa: BLE001 - a compiler bug must not lose the table
                 failed["torch.compile"] = f"{type(e).__name__}: {str(e).splitlines()[0][:120]}"
         measured = measure(runners, steps, rounds)

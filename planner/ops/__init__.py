@@ -9,7 +9,8 @@ Split, Slice, Reshape, Flatten, Transpose, ...), reduce, embedding, dropout, los
 Softplus, Elu, Selu, Clip, ...), binary_math (Pow, Max, Min, PRelu), log_softmax, pad, resize
 (Resize: nn.Upsample, F.interpolate). For transformers: layer_norm, gelu (Gelu, Erf), mask
 (Where, CausalMask). group_norm: GroupNorm, InstanceNormalization. depth_to_space:
-DepthToSpace, SpaceToDepth (nn.PixelShuffle, nn.PixelUnshuffle).
+DepthToSpace, SpaceToDepth (nn.PixelShuffle, nn.PixelUnshuffle). cumsum: CumSum. topk: TopK,
+TopKGrad.
 """
 
 from planner.ops import (  # noqa: F401, E402
@@ -18,6 +19,7 @@ from planner.ops import (  # noqa: F401, E402
     cast,
     collective,
     conv,
+    cumsum,
     depth_to_space,
     dropout,
     elementwise,
@@ -37,6 +39,7 @@ from planner.ops import (  # noqa: F401, E402
     reduce,
     resize,
     shape,
+    topk,
     unary_math,
 )
 from planner.ops.base import (  # noqa: F401

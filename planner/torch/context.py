@@ -72,17 +72,19 @@ def rule(*targets: str) -> Callable[[Rule], Rule]:
 
 class NodeCtx:
     """One fx node under conversion. `args` are its arguments with every fx node replaced by
-    what it became; `shape`/`dtype` are the node's own (from its FakeTensor metadata)."""
+    what it became; `out_shape`/`out_dtype` are the node's own (from its FakeTensor metadata),
+    `shape(v)`/`dtype(v)` those of a value it reads."""
 
     def __init__(self, imp: Importer, label: str, op: str, args: Sequence[Any],
                  kwargs: dict[str, Any], shape: tuple[int, ...] | None,
-                 dropouts: list[int]) -> None:
+                 dropouts: list[int], dtype: str | None = None) -> None:
         self.imp = imp
         self.label = label
         self.op = op
         self.args = list(args)
         self.kwargs = kwargs
         self.out_shape = shape
+        self.out_dtype = dtype
         self._dropouts = dropouts
 
     # ---- reading ----------------------------------------------------------------------------

@@ -4,8 +4,9 @@
 
 1. `run_decompositions` to core ATen, keeping the ops the planner has as one op
    (PRESERVED: F.linear, F.cross_entropy, F.mse_loss, dropout, scaled_dot_product_attention,
-   PReLU and Softplus, whose decompositions compare, which no planner op does, and reflect and
-   replicate padding, which decompose to gathers; the planner's Pad has those modes),
+   PReLU and Softplus, whose decompositions compare, which no planner op does, reflect and
+   replicate padding, which decompose to gathers (the planner's Pad has those modes), and
+   torch.roll, which decomposes to gathers too (it becomes two Slices and a Concat),
    so a linear layer is one GEMM with its weight transposed in place and the loss is the
    planner's loss op, whose gradient make_training_graph knows.
 2. The graph signature names every placeholder: a PARAMETER becomes a param tensor under its
@@ -46,7 +47,7 @@ from planner.torch.context import RULES, UNAVAILABLE, NodeCtx, TorchImportError
 PRESERVED = ("linear.default", "cross_entropy_loss.default", "mse_loss.default",
              "dropout.default", "scaled_dot_product_attention.default", "prelu.default",
              "softplus.default", "reflection_pad1d.default", "reflection_pad2d.default",
-             "replication_pad1d.default", "replication_pad2d.default")
+             "replication_pad1d.default", "replication_pad2d.default", "roll.default")
 
 
 @dataclass(frozen=True)
@@ -195,8 +196,9 @@ def _convert_nodes(imp: Importer, nodes: list, env: dict[str, Any], skip: set[st
                     raise Unsupported(op)
                 args = torch.fx.node.map_arg(node.args, lambda a: env[a.name])
                 kwargs = torch.fx.node.map_arg(node.kwargs, lambda a: env[a.name])
-                shape = _meta(node)[0] if hasattr(node.meta.get("val"), "shape") else None
-                ctx = NodeCtx(imp, node.name, op, args, dict(kwargs), shape, dropouts)
+                shape, dtype = _meta(node) if hasattr(node.meta.get("val"), "shape") else \
+                    (None, None)
+                ctx = NodeCtx(imp, node.name, op, args, dict(kwargs), shape, dropouts, dtype)
                 value = RULES[op](ctx)
             _check(imp, node, value)
             env[node.name] = value

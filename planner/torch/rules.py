@@ -8,9 +8,13 @@ become MatMul with transpose_b (no Transpose of the weight) and a BiasAdd; convo
 training=True, whose running statistics make_training_graph turns into in-place updates
 (PyTorch's momentum and unbiased running variance); Dropout in training mode the planner's
 Dropout (its own counter-based mask, same rate and scaling); scaled_dot_product_attention
-MatMul, Scale, CausalMask / Add of the mask, Softmax, Dropout, MatMul. The losses PyTorch traces
-with the model become the planner's: F.cross_entropy (classes on axis 1, as PyTorch's) a
-SoftmaxCrossEntropy over rows (axis 1 moved last when the logits have rank > 2), F.mse_loss MSE.
+MatMul, Scale, CausalMask / Add of the mask, Softmax, Dropout, MatMul; torch.roll two Slices
+and a Concat per rolled axis; torch.cumsum and torch.topk the planner's CumSum and TopK.
+Arithmetic follows PyTorch's type promotion: an int or bool tensor meeting a float tensor or
+number is cast to the node's float dtype first (a Cast op, or a constant made in that dtype).
+The losses PyTorch traces with the model become the planner's: F.cross_entropy (classes on
+axis 1, as PyTorch's) a SoftmaxCrossEntropy over rows (axis 1 moved last when the logits have
+rank > 2), F.mse_loss MSE.
 """
 
 from __future__ import annotations
@@ -134,6 +138,32 @@ def flip(n: NodeCtx) -> Value:
                                   "steps": [-1] * len(axes)})
 
 
+@rule("aten.roll.default")
+def roll(n: NodeCtx) -> Value:
+    """torch.roll: along each rolled axis, the last `shift` elements then the others (two
+    Slices and a Concat, whose gradients are exact); with no dims, the flattened tensor."""
+    x = n.tensor(0)
+    shape = n.shape(x)
+    shifts, dims = n.ints(1, "shifts"), n.ints(2, "dims", [])
+    if not dims:
+        if len(shifts) != 1:
+            raise n.fail(f"{len(shifts)} shifts without dims")
+        shape, dims = (math.prod(shape),), [0]
+        x = _reshape_to(n, x, shape)
+    if len(shifts) != len(dims):
+        raise n.fail(f"{len(shifts)} shifts for {len(dims)} dims")
+    for shift, dim in zip(shifts, dims, strict=True):
+        axis = _axis(n, dim, len(shape))
+        size = shape[axis]
+        s = shift % size if size else 0
+        if s == 0:
+            continue
+        tail = n.emit1("Slice", [x], {"starts": [size - s], "ends": [size], "axes": [axis]})
+        head = n.emit1("Slice", [x], {"starts": [0], "ends": [size - s], "axes": [axis]})
+        x = n.emit1("Concat", [tail, head], {"axis": axis})
+    return _reshape_to(n, x, n.out_shape)
+
+
 @rule("aten.split_with_sizes.default", "aten.split.Tensor")
 def split(n: NodeCtx) -> Value:
     x = n.tensor(0)
@@ -248,12 +278,27 @@ def _number(v: object) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
+def _promoted(n: NodeCtx, k: int, name: str) -> str | Const:
+    """Tensor argument k in the node's own dtype: PyTorch computes an int or bool tensor met by
+    a float one (or a float number) in the float dtype, so it is cast first."""
+    v = n.tensor(k, name)
+    want = n.out_dtype or n.dtype(v)
+    if n.dtype(v) == want:
+        return v
+    if isinstance(v, Const):
+        return n.const(v.value(), want)
+    if not want.startswith(("float", "bfloat")):
+        raise Unsupported(f"{n.op} ({n.dtype(v)} to {want})")
+    return n.emit1("Cast", [v], {"to": want})
+
+
 @rule("aten.add.Tensor", "aten.sub.Tensor", "aten.add.Scalar", "aten.sub.Scalar",
       "aten.rsub.Scalar", "aten.rsub.Tensor")
 def add_sub(n: NodeCtx) -> Value:
-    a = n.tensor(0)
+    a = _promoted(n, 0, "self")
+    dtype = n.dtype(a)
     other, alpha = n.arg(1, "other"), n.arg(2, "alpha", 1)
-    b = n.const(other, n.dtype(a)) if _number(other) else n.tensor(1, "other")
+    b = n.const(other, dtype) if _number(other) else _promoted(n, 1, "other")
     if n.op.startswith("aten.rsub"):  # other - alpha * a
         if alpha != 1:
             a = n.emit1("Scale", [a], {"factor": float(alpha)})
@@ -261,7 +306,7 @@ def add_sub(n: NodeCtx) -> Value:
     if _number(other) and other * alpha == 0:
         return a
     if _number(other):
-        b = n.const(other * alpha, n.dtype(a))
+        b = n.const(other * alpha, dtype)
     elif alpha != 1:
         b = n.emit1("Scale", [b], {"factor": float(alpha)})
     return n.emit1("Sub" if n.op.startswith("aten.sub") else "Add", [a, b])
@@ -269,13 +314,15 @@ def add_sub(n: NodeCtx) -> Value:
 
 @rule("aten.mul.Tensor", "aten.mul.Scalar", "aten.div.Tensor", "aten.div.Scalar")
 def mul_div(n: NodeCtx) -> Value:
-    a, other = n.tensor(0), n.arg(1, "other")
+    a, other = _promoted(n, 0, "self"), n.arg(1, "other")
     div = n.op.startswith("aten.div")
     if div and n.kwargs.get("rounding_mode") is not None:
         raise Unsupported(f"{n.op} (rounding_mode)")
     if _number(other):
+        if not n.dtype(a).startswith(("float", "bfloat")):
+            raise Unsupported(f"{n.op} (of {n.dtype(a)} tensors)")
         return n.emit1("Scale", [a], {"factor": 1.0 / other if div else float(other)})
-    return n.emit1("Div" if div else "Mul", [a, n.tensor(1, "other")])
+    return n.emit1("Div" if div else "Mul", [a, _promoted(n, 1, "other")])
 
 
 @rule("aten.pow.Tensor_Scalar")
@@ -403,6 +450,35 @@ def var(n: NodeCtx) -> Value:
     d = n.emit1("Sub", [x, mean])
     total = n.emit1("ReduceSum", [n.emit1("Mul", [d, d])], {"axes": axes, "keepdims": keep})
     return n.emit1("Scale", [total], {"factor": 1.0 / (count - correction)})
+
+
+@rule("aten.cumsum.default")
+def cumsum(n: NodeCtx) -> Value:
+    x = n.tensor(0)
+    dtype = n.kwargs.get("dtype")
+    if dtype is not None and _dtype_name(dtype) != n.dtype(x):
+        raise Unsupported(f"{n.op} (cast to {_dtype_name(dtype)})")
+    if not n.dtype(x).startswith(("float", "bfloat")):
+        raise Unsupported(f"{n.op} (of {n.dtype(x)} tensors)")
+    shape = n.shape(x)
+    if not shape:
+        return x
+    return n.emit1("CumSum", [x], {"axis": _axis(n, n.arg(1, "dim"), len(shape))})
+
+
+@rule("aten.topk.default")
+def topk(n: NodeCtx) -> Value:
+    """torch.topk: the planner's TopK (values and int64 indices; always sorted, a valid answer
+    for sorted=False too)."""
+    x = n.tensor(0)
+    shape = n.shape(x)
+    if not n.dtype(x).startswith(("float", "bfloat")):
+        raise Unsupported(f"{n.op} (of {n.dtype(x)} tensors)")
+    if not shape:
+        raise Unsupported(f"{n.op} (of a scalar)")
+    attrs = {"k": int(n.arg(1, "k")), "axis": _axis(n, n.arg(2, "dim", -1), len(shape)),
+             "largest": bool(n.arg(3, "largest", True))}
+    return tuple(n.emit("TopK", [x], attrs, n_out=2))
 
 
 @rule("aten.linalg_vector_norm.default")

@@ -67,8 +67,11 @@ CASES: dict[str, list[tuple]] = {
     "SigmoidGrad": [([((3, 8), N), ((3, 8), N)], {})],
     "Neg": [([((3, 8), N)], {})],
     "Scale": [([((3, 8), N)], {"factor": -1.5})],
-    # float32 -> float32 here (a copy); the low types in tests/codegen/test_mixed_precision.py
-    "Cast": [([((3, 8), N)], {"to": "float32"})],
+    # float32 -> float32 (a copy), int64 and bool -> float32 here; the low types in
+    # tests/codegen/test_mixed_precision.py
+    "Cast": [([((3, 8), N)], {"to": "float32"}),
+             # PyTorch's promotion of an int or bool tensor meeting a float one
+             ([((3, 8), ids(1 << 40))], {"to": "float32"}), ([((2, 5), B)], {"to": "float32"})],
     "Softmax": [([((3, 8), N)], {}), ([((2, 5, 3), N)], {"axis": 1})],
     "SoftmaxGrad": [([((3, 8), N), ((3, 8), U)], {})],
     "LogSoftmax": [([((3, 8), N)], {}), ([((2, 5, 3), N)], {"axis": 1})],
@@ -187,6 +190,15 @@ CASES: dict[str, list[tuple]] = {
                      ([((1, 18, 2, 3), N)], {"blocksize": 3, "mode": "CRD"})],
     "SpaceToDepth": [([((2, 2, 6, 4), N)], {"blocksize": 2}),
                      ([((1, 2, 6, 9), N)], {"blocksize": 3, "mode": "CRD"})],
+    "CumSum": [([((3, 8), N)], {"axis": 1}),
+               ([((2, 5, 3), N)], {"axis": 1, "exclusive": True, "reverse": True}),
+               ([((4, 3), N)], {"axis": 0, "reverse": True})],
+    "TopK": [([((3, 8), N)], {"k": 3}),
+             ([((2, 6, 3), N)], {"k": 2, "axis": 1, "largest": False}),
+             ([((2, 5), N)], {"k": 5})],
+    # indices: distinct positions per line (_derived), as TopK gives
+    "TopKGrad": [([((3, 3), N), ((3, 3), ids(8))], {"axis": -1, "size": 8}),
+                 ([((2, 2, 3), N), ((2, 2, 3), ids(6))], {"axis": 1, "size": 6})],
     "Resize": [([((2, 3, 4, 5), N)], {"sizes": [8, 10], "mode": "linear"}),
                ([((2, 3, 4, 5), N)], {"sizes": [7, 3], "coordinate_mode": "asymmetric",
                                       "nearest_mode": "floor"}),
@@ -245,7 +257,14 @@ UNPOISONED = {
 
 def _derived(op, attrs, xs):
     """Inputs that must be consistent with the others: LRNGrad's y is LRN(x), which its kernel
-    recomputes from x."""
+    recomputes from x; TopKGrad's indices are distinct positions in [0, size) per line, as TopK
+    gives."""
+    if op == "TopKGrad":
+        axis = attrs["axis"] % xs[1].ndim
+        lines = np.moveaxis(xs[1], axis, -1).shape
+        shuffled = np.random.default_rng(1).random(lines[:-1] + (attrs["size"],))
+        order = np.argsort(shuffled, axis=-1)[..., :lines[-1]]
+        xs[1] = np.ascontiguousarray(np.moveaxis(order, -1, axis))
     if op == "LRNGrad":
         opdef = get_op("LRN")
         with np.errstate(all="ignore"):

@@ -207,6 +207,11 @@ OP_CASES: dict[str, list[tuple]] = {
     "GroupNorm": [([F(2, 4, 3), F(4), F(4)], {"groups": 2}, [0], None)],
     "DepthToSpace": [([F(1, 8, 2, 3)], {"blocksize": 2, "mode": "CRD"}, None, None)],
     "SpaceToDepth": [([F(1, 2, 4, 6)], {"blocksize": 2}, None, None)],
+    "CumSum": [([F(3, 4)], {"axis": 1}, None, None),
+               ([F(2, 3, 2)], {"axis": -2, "exclusive": True, "reverse": True}, None, None)],
+    # the values (output 0); the int64 indices have no gradient
+    "TopK": [([F(3, 5)], {"k": 2}, [0], None),
+             ([F(2, 4, 3)], {"k": 3, "axis": 1, "largest": False}, [0], None)],
     "Where": [([I(2, 2, 3), F(2, 3), F(3)], {}, None, None)],
     "CausalMask": [([F(2, 3, 3)], {"value": -5.0}, None, None)],
     "PRelu": [([F(2, 3, 2, 2), F(3, 1, 1)], {}, None, None)],

@@ -24,6 +24,7 @@ REQUIRED = [
     "test_batchnorm_epsilon_training_mode", "test_sce_mean", "test_hardswish",
     "test_softsign", "test_reciprocal", "test_mish", "test_celu", "test_hardsigmoid",
     "test_reduce_max_default_axes_keepdims_random", "test_reduce_min_default_axes_keepdims_example",
+    "test_rms_normalization_3d_axis1_epsilon", "test_rms_normalization_4d_axis_negative_1",
 ]
 
 

@@ -228,11 +228,11 @@ def test_batchnorm_eval_mode_uses_running_statistics():
 def test_unsupported_op_is_one_line_naming_the_node():
     class Cumulative(nn.Module):
         def forward(self, x):
-            return torch.cumsum(x, 1)
+            return torch.cummax(x, 1)[0]
 
     with pytest.raises(TorchImportError) as e:
         convert(export(Cumulative(), (torch.randn(2, 3),), None, None))
-    assert str(e.value) == "unsupported ATen ops: aten.cumsum.default (node 'cumsum')"
+    assert str(e.value) == "unsupported ATen ops: aten.cummax.default (node 'cummax')"
 
 
 def test_cross_entropy_ignore_index_inside_classes_is_refused():
@@ -306,3 +306,50 @@ def test_tied_weights_train_as_one(tmp_path):
     assert set(ours.state) == set(model.state_dict())
     assert mismatches(ours, f32, f64) == []
     np.testing.assert_array_equal(ours.state["out.weight"], ours.state["embed.weight"])
+
+
+class RankAndShift(nn.Module):
+    """torch.roll (over two dims, and flattened), torch.cumsum, torch.topk and PyTorch's type
+    promotion (an int64 buffer and topk's int64 indices added to float tensors, an int tensor
+    plus and times a float number) in one module."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1, self.fc2 = nn.Linear(6, 8), nn.Linear(4, 3)
+        self.register_buffer("pos", torch.arange(8))
+
+    def forward(self, x):
+        h = torch.roll(self.fc1(x), shifts=(1, 3), dims=(0, 1)) + self.pos
+        h = torch.roll(h, -5)
+        values, indices = torch.topk(torch.cumsum(h, dim=1), 4, dim=1)
+        return self.fc2(values + (indices + 0.5) * 0.5 - indices)
+
+
+def test_roll_cumsum_topk_and_int_promotion_train_like_pytorch(tmp_path):
+    model, loss = RankAndShift().train(), F.cross_entropy
+    torch.manual_seed(0)
+    g = torch.Generator().manual_seed(1)
+    batches = [(torch.randn(5, 6, generator=g), torch.randint(0, 3, (5,), generator=g))
+               for _ in range(STEPS)]
+    t, _, _, _ = trains_like_pytorch(model, loss, batches, "sgd", tmp_path)
+    ops = {n.op for n in t.graph.nodes}
+    assert {"CumSum", "TopK", "TopKGrad", "Cast", "Concat"} <= ops, sorted(ops)
+
+
+def test_int_tensor_plus_float_number_is_promoted_not_truncated():
+    """An int tensor plus 1.5 is a float tensor in PyTorch; the number was once made an int64
+    constant (1) and the sum stayed int64, silently."""
+    from planner.graph.interpret import run
+
+    class Shifted(nn.Module):
+        def forward(self, ids):
+            return ids + 1.5
+
+    x = torch.arange(6).reshape(2, 3)
+    imported = convert(export(Shifted(), (x,), None, None))
+    g = imported.graph
+    (out,) = g.outputs
+    got = run(g, {imported.inputs[0]: x.numpy()}, imported.params(), keep="outputs")[out]
+    want = Shifted()(x).numpy()
+    assert got.dtype == want.dtype == np.float32
+    np.testing.assert_array_equal(got, want)

@@ -1,5 +1,6 @@
 """Rules for data movement and reductions: Reshape, Flatten, Squeeze, Unsqueeze, Transpose,
-Concat, Split, Slice, Pad, Tile, Expand, Gather, ReduceSum, ReduceMean.
+Concat, Split, Slice, Pad, Tile, Expand, Gather, ReduceSum, ReduceMean, DepthToSpace,
+SpaceToDepth, CumSum, TopK.
 
 Shapes, axes, pads and repeats must be known at import time (initializers, Constant nodes or
 folded shape computations); they become the planner op's attributes, fully resolved: Reshape
@@ -366,3 +367,25 @@ def depth_to_space(n: NodeCtx) -> None:
     mode = n.attr("mode", "DCR")
     n.emit1(n.op_type, [n.value(0)], {"blocksize": int(n.require_attr("blocksize")),
                                       "mode": mode}, output=0)
+
+
+@rule("CumSum")
+def cumsum(n: NodeCtx) -> None:
+    """The planner's CumSum; the axis (an input) must be known at import time, as exporters
+    write it (torch.cumsum's dim)."""
+    (axis,) = n.ints(1, "axis")
+    if not n.type(0).dtype.startswith(("float", "bfloat")):
+        raise Unsupported(f"CumSum (of {n.type(0).dtype} tensors)")
+    n.emit1("CumSum", [n.value(0)], {"axis": axis, "exclusive": bool(n.attr("exclusive", 0)),
+                                     "reverse": bool(n.attr("reverse", 0))}, output=0)
+
+
+@rule("TopK")
+def topk(n: NodeCtx) -> None:
+    """The planner's TopK (always sorted: also a valid answer for sorted=0); k (an input from
+    opset 10) must be known at import time."""
+    k = n.ints(1, "k")[0] if n.opset >= 10 else int(n.require_attr("k"))
+    if not n.type(0).dtype.startswith(("float", "bfloat")):
+        raise Unsupported(f"TopK (of {n.type(0).dtype} tensors)")
+    n.emit("TopK", [n.value(0)], {"k": k, "axis": int(n.attr("axis", -1)),
+                                  "largest": bool(n.attr("largest", 1))}, outputs=[0, 1])

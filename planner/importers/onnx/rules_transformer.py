@@ -1,9 +1,13 @@
-"""Rules for the ops transformers add: LayerNormalization, Gelu, Erf, Where.
+"""Rules for the ops transformers add: LayerNormalization, RMSNormalization, Gelu, Erf, Where.
 
 LayerNormalization (opset 17) is the planner's LayerNorm over axes axis..end; its optional
 outputs are the mean (the planner's too) and InvStdDev, computed from the variance the
 planner saves when some node reads it. Older exports spell the
 same computation out (ReduceMean, Sub, Pow, Sqrt, Div, ...), which imports op by op.
+
+RMSNormalization (opset 23, nn.RMSNorm) is its own definition spelled out in planner ops,
+y = x / sqrt(mean(x^2 over axis..end) + epsilon) * scale (Mul, ReduceMean, Add, Sqrt, Div,
+Mul), each with its kernels and gradient.
 
 Gelu (opset 20) keeps its `approximate` ("none" or "tanh"); exporters before opset 20 write
 x * 0.5 * (1 + Erf(x / sqrt(2))), which imports as Erf and element-wise ops.
@@ -39,6 +43,28 @@ def layer_normalization(n: NodeCtx) -> None:
                        origin="constant")
         std = n.emit1("Sqrt", [n.emit1("Add", [var, eps])])
         n.emit1("Div", [one, std], output=2)
+
+
+@rule("RMSNormalization")
+def rms_normalization(n: NodeCtx) -> None:
+    x = n.value(0)
+    rank = len(n.shape(0))
+    axis = int(n.attr("axis", -1))
+    if not -rank <= axis < rank:
+        raise OnnxImportError(f"node {n.label!r} (RMSNormalization): axis {axis} out of range "
+                              f"for rank {rank}")
+    if n.attr("stash_type", 1) != 1:
+        raise Unsupported("RMSNormalization (stash_type other than float)")
+    dtype = n.type(0).dtype
+    if not dtype.startswith(("float", "bfloat")):
+        raise Unsupported(f"RMSNormalization (of {dtype} tensors)")
+    eps = Const.of(n.imp.fresh(f"{n.label}/epsilon"),
+                   np.asarray(float(n.attr("epsilon", 1e-5)), dtype=dtype), origin="constant")
+    square = n.emit1("Mul", [x, x])
+    mean = n.emit1("ReduceMean", [square], {"axes": list(range(axis % rank, rank)),
+                                            "keepdims": True})
+    rms = n.emit1("Sqrt", [n.emit1("Add", [mean, eps])])
+    n.emit1("Mul", [n.emit1("Div", [x, rms]), n.value(1)], output=0)
 
 
 @rule("Gelu")
