@@ -5,6 +5,7 @@ torch.compile (issues 12, 25).
                                       [--no-compile] [--min-team-us 50] [--apart]
                                       [--costs in-step|analytical]
                                       [--strategy measured|uniform|optimized]
+                                      [--before analytical/uniform]
 
 One SGD step (forward, backward, update) of each model at the size below, the executor (on
 every logical CPU, or the first N with --threads) against the
@@ -30,6 +31,9 @@ delete the file to profile again) or by the analytical model (`--costs analytica
 - optimized: the planner's default search (co-running lanes, per-op thread counts);
 - measured (the default): both built, stepped in turns and the faster kept, as a user who
   tries both would; a table profiled under other load need not predict which wins.
+`--before COSTS/STRATEGY` adds our executor planned that way as one more contender in the same
+rounds (`before ms`, and the ratio of ours to it): a change measured against what it replaced
+on the same machine at the same time.
 Rounds alternate (an executor step, an eager step, a compiled step) so load changes hit all
 alike; the table gives medians over rounds. With --apart each contender steps in a process of
 its own (the order rotating per round): in one process PyTorch and the executor share one
@@ -330,19 +334,23 @@ def measure(kind: str, target, tmp: Path, rounds: int, names: tuple[str, ...], h
     return kind, ops, {k: float(np.median(v)) for k, v in times.items()}, note, kept
 
 
-def measure_apart(kind: str, target, rounds: int, names: tuple[str, ...], how: Planning):
+def measure_apart(kind: str, target, rounds: int, names: tuple[str, ...], how: Planning,
+                  before: Planning | None = None):
     """As `measure`, each contender in a process of its own (this script with --serve), as a
     user runs one framework: a step of each per round, the order rotating from round to
     round. (In one process the executor and PyTorch share one OpenMP runtime, and PyTorch's
-    2-thread step then depends on what our teams left behind.)"""
-    if "ours" in names:  # profiled here, before the contenders run, and kept for the child
+    2-thread step then depends on what our teams left behind.) `before`: one more contender,
+    our executor on a plan made that way ("before")."""
+    plans = {"ours": how} | ({"before": before} if before else {})
+    names = names + (("before",) if before else ())
+    for planning in plans.values():  # profiled here, before the contenders run, kept for them
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            cost_table(kind, case(kind)[0], target, how)
+            cost_table(kind, case(kind)[0], target, planning)
     procs = {name: subprocess.Popen(
-        [sys.executable, __file__, "--serve", name, "--models", kind, "--threads",
-         str(len(target.logical_cpus)), *how.args()], stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE, text=True) for name in names}
+        [sys.executable, __file__, "--serve", "ours" if name == "before" else name, "--models",
+         kind, "--threads", str(len(target.logical_cpus)), *plans.get(name, how).args()],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) for name in names}
     try:
         ready = {name: p.stdout.readline().split() for name, p in procs.items()}
         live = [n for n in names if ready[n] and ready[n][0] == "ready"]
@@ -397,6 +405,9 @@ def main() -> None:
                              "measured here (default)")
     parser.add_argument("--apart", action="store_true",
                         help="each contender in a process of its own (see measure_apart)")
+    parser.add_argument("--before", metavar="COSTS/STRATEGY",
+                        help="with --apart: our executor planned this way too (e.g. "
+                             "analytical/uniform, with --min-team-us), in the same rounds")
     parser.add_argument("--serve", choices=["ours", "eager", "compiled"],
                         help=argparse.SUPPRESS)  # measure_apart's children
     args = parser.parse_args()
@@ -406,6 +417,10 @@ def main() -> None:
     threads = len(target.logical_cpus)
     torch.set_num_threads(threads)
     how = Planning(args.costs, args.strategy, args.min_team_us * 1e-6)
+    before = Planning(*args.before.split("/"), how.min_team_seconds) if args.before else None
+    if before and (not args.apart or before.costs not in ("in-step", "analytical")
+                   or before.strategy not in ("uniform", "optimized", "measured")):
+        parser.error("--before takes COSTS/STRATEGY as --costs and --strategy do, with --apart")
     if args.serve:
         serve(args.serve, args.models, target, how)
         return
@@ -413,7 +428,8 @@ def main() -> None:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for kind in args.models.split(","):
-            rows.append(measure_apart(kind, target, args.rounds, names, how) if args.apart
+            rows.append(measure_apart(kind, target, args.rounds, names, how, before)
+                        if args.apart
                         else measure(kind, target, Path(tmp), args.rounds, names, how))
     load_avg = os.getloadavg()[0]
     config = "; ".join(f"{name} " + ",".join(f"{k}={v}" for k, v in c.items())
@@ -429,7 +445,8 @@ def main() -> None:
           f"{args.rounds} alternating rounds, {where}; load average {load_avg:.2f}\n"
           f"{config}")
     print(f"{'model':<8}{'ops':>6}{'plan':>10}{'executor ms':>13}{'eager ms':>10}{'ratio':>7}"
-          f"{'compiled ms':>13}{'ratio':>7}")
+          f"{'compiled ms':>13}{'ratio':>7}" + (f"{'before ms':>11}{'/before':>8}" if before
+                                                else ""))
     for kind, ops, med, note, kept in rows:
         ours, eager = med["ours"] * 1e3, med["eager"] * 1e3
         line = f"{kind:<8}{ops:>6}{kept:>10}{ours:>13.2f}{eager:>10.2f}{ours / eager:>7.2f}"
@@ -437,6 +454,8 @@ def main() -> None:
             line += f"{med['compiled'] * 1e3:>13.2f}{ours / (med['compiled'] * 1e3):>7.2f}"
         else:
             line += f"{note:>20}"
+        if "before" in med:
+            line += f"{med['before'] * 1e3:>11.2f}{ours / (med['before'] * 1e3):>8.2f}"
         print(line)
 
 
