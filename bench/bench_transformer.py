@@ -5,7 +5,7 @@ torch.compile (issues 12, 25).
                                       [--no-compile] [--min-team-us 50] [--apart]
                                       [--costs in-step|analytical]
                                       [--strategy measured|uniform|optimized]
-                                      [--before analytical/uniform]
+                                      [--pinning measured|plan|os] [--before analytical/uniform]
 
 One SGD step (forward, backward, update) of each model at the size below, the executor (on
 every logical CPU, or the first N with --threads) against the
@@ -31,6 +31,9 @@ delete the file to profile again) or by the analytical model (`--costs analytica
 - optimized: the planner's default search (co-running lanes, per-op thread counts);
 - measured (the default): both built, stepped in turns and the faster kept, as a user who
   tries both would; a table profiled under other load need not predict which wins.
+Its teams' threads are pinned to the plan's CPUs (`--pinning plan`), left where the OS puts
+them (`os`: Executor.set_pinning(False)), or by default (`measured`) each plan is tried both
+ways with the rest: `plan` reads e.g. "optimized/os". (`--before` runs pinned, as before.)
 `--before COSTS/STRATEGY` adds our executor planned that way as one more contender in the same
 rounds (`before ms`, and the ratio of ours to it): a change measured against what it replaced
 on the same machine at the same time.
@@ -228,17 +231,19 @@ def torch_step(model, opt, inputs, labels, loss) -> None:
 
 
 class Planning(NamedTuple):
-    """How the executor's plan is made: the cost table (in-step or analytical), the strategy
-    (uniform, optimized, or `measured`: the faster of those two) and the uniform plan's
-    min_team_seconds."""
+    """How the executor's plan is made and run: the cost table (in-step or analytical), the
+    strategy (uniform, optimized, or `measured`: the faster of those two), the uniform plan's
+    min_team_seconds, and the teams' threads pinned to the plan's CPUs ("plan"), left to the
+    OS ("os") or `measured`."""
 
     costs: str = "in-step"
     strategy: str = "measured"
     min_team_seconds: float = 50e-6
+    pinning: str = "measured"
 
     def args(self) -> list[str]:
         return ["--costs", self.costs, "--strategy", self.strategy,
-                "--min-team-us", str(self.min_team_seconds * 1e6)]
+                "--min-team-us", str(self.min_team_seconds * 1e6), "--pinning", self.pinning]
 
 
 def cost_table(kind: str, graph, target, how: Planning):
@@ -265,20 +270,26 @@ TRIAL_STEPS = 9
 
 
 def our_step(kind: str, graph, params, target, tmp: Path, how: Planning):
-    """(one warm step of the executor, the strategy of its plan). `--strategy measured`: the
-    uniform and the optimized plan of the same cost table, built and stepped in turns
-    (TRIAL_STEPS each), the one with the shorter median step kept: what runs faster on this
-    machine now, which a cost table taken under other load may not predict."""
+    """(one warm step of the executor, its plan's strategy and pinning). `measured`: the
+    uniform and the optimized plan of the same cost table, and each with its teams pinned and
+    not (`set_pinning`), built and stepped in turns (TRIAL_STEPS each), the one with the
+    shorter median step kept: what runs faster on this machine now, which a cost table taken
+    under other load may not predict."""
     feeds = random_feeds(graph, seed=1)
-    names = ("uniform", "optimized") if how.strategy == "measured" else (how.strategy,)
+    strategies = ("uniform", "optimized") if how.strategy == "measured" else (how.strategy,)
+    pinnings = ("plan", "os") if how.pinning == "measured" else (how.pinning,)
+    names = tuple(f"{a}/{b}" for a in strategies for b in pinnings)
     steps = {}
-    for name in names:
-        ex = load(build(render(our_plan(kind, graph, target, how, name),
-                               tmp / f"{kind}-{name}")).dir).Executor(init=True)
-        if params is not None:
-            ex.load_params(params)
-        ex.step(feeds)
-        steps[name] = functools.partial(ex.step, feeds)
+    for strategy in strategies:
+        module = load(build(render(our_plan(kind, graph, target, how, strategy),
+                                   tmp / f"{kind}-{strategy}")).dir)
+        for pinning in pinnings:
+            ex = module.Executor(init=True)
+            ex.set_pinning(pinning == "plan")
+            if params is not None:
+                ex.load_params(params)
+            ex.step(feeds)
+            steps[f"{strategy}/{pinning}"] = functools.partial(ex.step, feeds)
     if len(steps) == 1:
         return steps[names[0]], names[0]
     times: dict[str, list[float]] = {name: [] for name in names}
@@ -403,6 +414,9 @@ def main() -> None:
                         default="measured",
                         help="our plan: uniform, optimized, or the faster of the two when "
                              "measured here (default)")
+    parser.add_argument("--pinning", choices=["plan", "os", "measured"], default="measured",
+                        help="our teams' threads on the plan's CPUs, where the OS puts them, or "
+                             "the faster of the two when measured here (default)")
     parser.add_argument("--apart", action="store_true",
                         help="each contender in a process of its own (see measure_apart)")
     parser.add_argument("--before", metavar="COSTS/STRATEGY",
@@ -416,8 +430,9 @@ def main() -> None:
         target = target.model_copy(update={"logical_cpus": target.logical_cpus[:args.threads]})
     threads = len(target.logical_cpus)
     torch.set_num_threads(threads)
-    how = Planning(args.costs, args.strategy, args.min_team_us * 1e-6)
-    before = Planning(*args.before.split("/"), how.min_team_seconds) if args.before else None
+    how = Planning(args.costs, args.strategy, args.min_team_us * 1e-6, args.pinning)
+    before = (Planning(*args.before.split("/"), how.min_team_seconds, "plan") if args.before
+              else None)
     if before and (not args.apart or before.costs not in ("in-step", "analytical")
                    or before.strategy not in ("uniform", "optimized", "measured")):
         parser.error("--before takes COSTS/STRATEGY as --costs and --strategy do, with --apart")
@@ -442,14 +457,15 @@ def main() -> None:
                         "no faster on the team on one thread) and the optimized one, measured"
             }[args.strategy]
     print(f"host: {target.name}; {threads} threads; {args.costs} costs; {team}; "
+          f"teams pinned: {args.pinning}; "
           f"{args.rounds} alternating rounds, {where}; load average {load_avg:.2f}\n"
           f"{config}")
-    print(f"{'model':<8}{'ops':>6}{'plan':>10}{'executor ms':>13}{'eager ms':>10}{'ratio':>7}"
+    print(f"{'model':<8}{'ops':>6}{'plan':>14}{'executor ms':>13}{'eager ms':>10}{'ratio':>7}"
           f"{'compiled ms':>13}{'ratio':>7}" + (f"{'before ms':>11}{'/before':>8}" if before
                                                 else ""))
     for kind, ops, med, note, kept in rows:
         ours, eager = med["ours"] * 1e3, med["eager"] * 1e3
-        line = f"{kind:<8}{ops:>6}{kept:>10}{ours:>13.2f}{eager:>10.2f}{ours / eager:>7.2f}"
+        line = f"{kind:<8}{ops:>6}{kept:>14}{ours:>13.2f}{eager:>10.2f}{ours / eager:>7.2f}"
         if "compiled" in med:
             line += f"{med['compiled'] * 1e3:>13.2f}{ours / (med['compiled'] * 1e3):>7.2f}"
         else:

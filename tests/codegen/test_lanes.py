@@ -131,6 +131,51 @@ def test_a_lane_re_pins_its_team_only_when_a_thread_moves(tmp_path):
     assert_timeline_keeps_the_order(p, stats)
 
 
+@pytest.mark.skipif(detect().cores < 2, reason="teams of two need two cores")
+def test_unpinned_teams_are_let_go_and_give_the_pinned_results(tmp_path):
+    # set_pinning(False): the threads a lane pinned get the process's CPUs back at its next
+    # op, no op pins again, and a new executor unpinned from the start never pins.
+    import os
+
+    from codegen.profiling import copies_graph, placements_plan
+    from planner.costs.signature import OpSignature
+    from planner.target.records import affinity_cpus
+
+    target = detect()
+    one, two = (affinity_cpus(target, k, "compact") for k in (1, 2))
+    graph = copies_graph(OpSignature(op="Relu", shapes=((64, 64),), dtypes=("float32",)), 8)
+    p = placements_plan(graph, target, [(1, one), (2, two)] * 4)
+    module = load(build(render(p, tmp_path / "relu")).dir)
+    feeds = random_feeds(graph, seed=0)
+    full = os.sched_getaffinity(0)
+
+    def masks() -> dict[int, set[int]]:
+        out = {}
+        for tid in os.listdir("/proc/self/task"):
+            try:
+                out[int(tid)] = os.sched_getaffinity(int(tid))
+            except OSError:  # a thread that ended meanwhile
+                pass
+        return out
+
+    before = masks()
+    ex = module.Executor()
+    want = ex.step(feeds)
+    pinned = {t for t, m in masks().items() if m != full and before.get(t) != m}
+    assert pinned and ex.stats()["pinnings"] == 2
+    ex.set_pinning(False)
+    got = ex.step(feeds)
+    now = masks()
+    assert all(now[t] == full for t in pinned if t in now)
+    assert ex.stats()["pinnings"] == 2
+    loose = module.Executor()
+    loose.set_pinning(False)
+    again = loose.step(feeds)
+    assert loose.stats()["pinnings"] == 0
+    for k in want:
+        assert np.array_equal(got[k], want[k]) and np.array_equal(again[k], want[k]), k
+
+
 def test_a_stalled_step_raises_naming_the_ops_not_finished(tmp_path):
     graph = make_training_graph(zoo("mlp", batch=2, hidden=[4], in_features=3, classes=2),
                                 Optimizer(kind="sgd"))
