@@ -3,11 +3,12 @@ torch.compile (issues 12, 25).
 
     python bench/bench_transformer.py [--rounds 15] [--threads N] [--models gpt,bert,vit,bilstm]
                                       [--no-compile] [--min-team-us 50] [--apart]
+                                      [--costs in-step|analytical]
+                                      [--strategy measured|uniform|optimized]
+                                      [--pinning measured|plan|os] [--before analytical/uniform]
 
-One SGD step (forward, backward, update) of each model at the size below, the executor on a
-uniform plan (every op on every core, or the first N logical CPUs with --threads; an op the
-cost model gives under --min-team-us on one thread runs on one, as PyTorch runs an intra-op
-loop under 32768 elements inline; 0: every op on every core) against the
+One SGD step (forward, backward, update) of each model at the size below, the executor (on
+every logical CPU, or the first N with --threads) against the
 same model as an nn.Module in PyTorch eager (float32, torch.optim.SGD, as many threads) and the
 same nn.Module under torch.compile (what a user runs; "n/a" with the reason where it does not
 compile):
@@ -20,6 +21,22 @@ compile):
 - bilstm: an embedding, a bidirectional nn.LSTM, mean over time and a linear head, through its
   ONNX export (planner.torch has no aten.flip yet) with `--loss cross-entropy`; the import
   unrolls it into ~2200 small ops, so it is the model that --min-team-us matters most to.
+Our plan (the table's `plan` column) is priced by the model's in-step profile on this host
+(`--costs in-step`, the default: every op timed inside the step at each thread count, as
+`planner profile --in-step` does, kept in bench/.costs/ like bench_cpu_strategies.py's tables:
+delete the file to profile again) or by the analytical model (`--costs analytical`), and is
+- uniform: one op at a time on every core, except that an op the costs give under
+  --min-team-us on one thread, or no faster on the team than alone, runs on one (as PyTorch
+  runs an intra-op loop under 32768 elements inline; 0: every op on every core);
+- optimized: the planner's default search (co-running lanes, per-op thread counts);
+- measured (the default): both built, stepped in turns and the faster kept, as a user who
+  tries both would; a table profiled under other load need not predict which wins.
+Its teams' threads are pinned to the plan's CPUs (`--pinning plan`), left where the OS puts
+them (`os`: Executor.set_pinning(False)), or by default (`measured`) each plan is tried both
+ways with the rest: `plan` reads e.g. "optimized/os". (`--before` runs pinned, as before.)
+`--before COSTS/STRATEGY` adds our executor planned that way as one more contender in the same
+rounds (`before ms`, and the ratio of ours to it): a change measured against what it replaced
+on the same machine at the same time.
 Rounds alternate (an executor step, an eager step, a compiled step) so load changes hit all
 alike; the table gives medians over rounds. With --apart each contender steps in a process of
 its own (the order rotating per round): in one process PyTorch and the executor share one
@@ -31,6 +48,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import functools
 import math
 import os
 import subprocess
@@ -39,10 +57,15 @@ import tempfile
 import time
 import warnings
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_cpu_strategies import profiled_costs  # noqa: E402
 
 from codegen.build import build  # noqa: E402
 from codegen.load import load  # noqa: E402
@@ -207,25 +230,89 @@ def torch_step(model, opt, inputs, labels, loss) -> None:
     opt.step()
 
 
-def contenders(kind: str, target, tmp: Path, names: tuple[str, ...], min_team_seconds: float):
-    """(ops, {name: one step}, why torch.compile is missing) of one model, for the contenders
-    in `names` ("ours", "eager", "compiled"), each warmed up."""
+class Planning(NamedTuple):
+    """How the executor's plan is made and run: the cost table (in-step or analytical), the
+    strategy (uniform, optimized, or `measured`: the faster of those two), the uniform plan's
+    min_team_seconds, and the teams' threads pinned to the plan's CPUs ("plan"), left to the
+    OS ("os") or `measured`."""
+
+    costs: str = "in-step"
+    strategy: str = "measured"
+    min_team_seconds: float = 50e-6
+    pinning: str = "measured"
+
+    def args(self) -> list[str]:
+        return ["--costs", self.costs, "--strategy", self.strategy,
+                "--min-team-us", str(self.min_team_seconds * 1e6), "--pinning", self.pinning]
+
+
+def cost_table(kind: str, graph, target, how: Planning):
+    """The model's in-step profile on this host (profiled once, kept in bench/.costs/), or None
+    for the analytical model."""
+    if how.costs == "analytical":
+        return None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return profiled_costs(f"transformer-{kind}", graph, target)
+
+
+def our_plan(kind: str, graph, target, how: Planning, strategy: str):
+    options = (ScheduleOptions(strategy="uniform", min_team_seconds=how.min_team_seconds)
+               if strategy == "uniform" else ScheduleOptions(strategy=strategy))
+    table = cost_table(kind, graph, target, how)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return plan(graph, target, table, PlanOptions(schedule=options))
+
+
+# Steps each candidate plan of `--strategy measured` takes, in turns, before the faster stays.
+TRIAL_STEPS = 9
+
+
+def our_step(kind: str, graph, params, target, tmp: Path, how: Planning):
+    """(one warm step of the executor, its plan's strategy and pinning). `measured`: the
+    uniform and the optimized plan of the same cost table, and each with its teams pinned and
+    not (`set_pinning`), built and stepped in turns (TRIAL_STEPS each), the one with the
+    shorter median step kept: what runs faster on this machine now, which a cost table taken
+    under other load may not predict."""
+    feeds = random_feeds(graph, seed=1)
+    strategies = ("uniform", "optimized") if how.strategy == "measured" else (how.strategy,)
+    pinnings = ("plan", "os") if how.pinning == "measured" else (how.pinning,)
+    names = tuple(f"{a}/{b}" for a in strategies for b in pinnings)
+    steps = {}
+    for strategy in strategies:
+        module = load(build(render(our_plan(kind, graph, target, how, strategy),
+                                   tmp / f"{kind}-{strategy}")).dir)
+        for pinning in pinnings:
+            ex = module.Executor(init=True)
+            ex.set_pinning(pinning == "plan")
+            if params is not None:
+                ex.load_params(params)
+            ex.step(feeds)
+            steps[f"{strategy}/{pinning}"] = functools.partial(ex.step, feeds)
+    if len(steps) == 1:
+        return steps[names[0]], names[0]
+    times: dict[str, list[float]] = {name: [] for name in names}
+    for _ in range(TRIAL_STEPS):
+        for name in names:
+            t0 = time.perf_counter()
+            steps[name]()
+            times[name].append(time.perf_counter() - t0)
+    kept = min(names, key=lambda name: np.median(times[name]))
+    return steps[kept], kept
+
+
+def contenders(kind: str, target, tmp: Path, names: tuple[str, ...], how: Planning):
+    """(ops, {name: one step}, why torch.compile is missing, our plan's strategy) of one
+    model, for the contenders in `names` ("ours", "eager", "compiled"), each warmed up."""
     import torch
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         graph, params, model, inputs, labels, loss = case(kind)
-    steps, note = {}, "skipped"
+    steps, note, kept = {}, "skipped", ""
     if "ours" in names:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            p = plan(graph, target, options=PlanOptions(schedule=ScheduleOptions(
-                strategy="uniform", min_team_seconds=min_team_seconds)))
-        ex = load(build(render(p, tmp / kind)).dir).Executor(init=True)
-        if params is not None:
-            ex.load_params(params)
-        feeds = random_feeds(graph, seed=1)
-        steps["ours"] = lambda: ex.step(feeds)
+        steps["ours"], kept = our_step(kind, graph, params, target, tmp, how)
     if "eager" in names:
         opt = torch.optim.SGD(model.parameters(), lr=LR)
         steps["eager"] = lambda: torch_step(model, opt, inputs, labels, loss)
@@ -242,39 +329,46 @@ def contenders(kind: str, target, tmp: Path, names: tuple[str, ...], min_team_se
             note = f"n/a ({type(e).__name__})"
     for step in steps.values():
         step()
-    return len(graph.nodes), steps, note
+    return len(graph.nodes), steps, note, kept
 
 
-def measure(kind: str, target, tmp: Path, rounds: int, names: tuple[str, ...],
-            min_team_seconds: float):
-    """(model, ops, median seconds per contender, why torch.compile is missing) of one model,
-    the contenders taking turns in this process."""
-    ops, steps, note = contenders(kind, target, tmp, names, min_team_seconds)
+def measure(kind: str, target, tmp: Path, rounds: int, names: tuple[str, ...], how: Planning):
+    """(model, ops, median seconds per contender, why torch.compile is missing, our plan's
+    strategy) of one model, the contenders taking turns in this process."""
+    ops, steps, note, kept = contenders(kind, target, tmp, names, how)
     times: dict[str, list[float]] = {k: [] for k in steps}
     for _ in range(rounds):
         for name, step in steps.items():
             t0 = time.perf_counter()
             step()
             times[name].append(time.perf_counter() - t0)
-    return kind, ops, {k: float(np.median(v)) for k, v in times.items()}, note
+    return kind, ops, {k: float(np.median(v)) for k, v in times.items()}, note, kept
 
 
-def measure_apart(kind: str, threads: int, rounds: int, names: tuple[str, ...],
-                  min_team_us: float):
+def measure_apart(kind: str, target, rounds: int, names: tuple[str, ...], how: Planning,
+                  before: Planning | None = None):
     """As `measure`, each contender in a process of its own (this script with --serve), as a
     user runs one framework: a step of each per round, the order rotating from round to
     round. (In one process the executor and PyTorch share one OpenMP runtime, and PyTorch's
-    2-thread step then depends on what our teams left behind.)"""
+    2-thread step then depends on what our teams left behind.) `before`: one more contender,
+    our executor on a plan made that way ("before")."""
+    plans = {"ours": how} | ({"before": before} if before else {})
+    names = names + (("before",) if before else ())
+    for planning in plans.values():  # profiled here, before the contenders run, kept for them
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            cost_table(kind, case(kind)[0], target, planning)
     procs = {name: subprocess.Popen(
-        [sys.executable, __file__, "--serve", name, "--models", kind, "--threads", str(threads),
-         "--min-team-us", str(min_team_us)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-        text=True) for name in names}
+        [sys.executable, __file__, "--serve", "ours" if name == "before" else name, "--models",
+         kind, "--threads", str(len(target.logical_cpus)), *plans.get(name, how).args()],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) for name in names}
     try:
         ready = {name: p.stdout.readline().split() for name, p in procs.items()}
         live = [n for n in names if ready[n] and ready[n][0] == "ready"]
         note = next((" ".join(ready[n][1:]) for n in names if ready[n] and ready[n][0] == "n/a"),
                     "skipped")
         ops = int(ready[live[0]][1])
+        kept = ready["ours"][2] if "ours" in live else ""
         times: dict[str, list[float]] = {n: [] for n in live}
         for r in range(rounds):
             for name in live[r % len(live):] + live[:r % len(live)]:
@@ -285,17 +379,17 @@ def measure_apart(kind: str, threads: int, rounds: int, names: tuple[str, ...],
         for p in procs.values():
             p.stdin.close()
             p.wait()
-    return kind, ops, {k: float(np.median(v)) for k, v in times.items()}, note
+    return kind, ops, {k: float(np.median(v)) for k, v in times.items()}, note, kept
 
 
-def serve(name: str, kind: str, target, min_team_seconds: float) -> None:
+def serve(name: str, kind: str, target, how: Planning) -> None:
     """The --serve child: one contender of one model, a step per line read."""
     with tempfile.TemporaryDirectory() as tmp:
-        ops, steps, note = contenders(kind, target, Path(tmp), (name,), min_team_seconds)
+        ops, steps, note, kept = contenders(kind, target, Path(tmp), (name,), how)
         if name not in steps:
             print(note, flush=True)
             return
-        print("ready", ops, flush=True)
+        print("ready", ops, kept, flush=True)
         for _ in sys.stdin:
             t0 = time.perf_counter()
             steps[name]()
@@ -311,9 +405,23 @@ def main() -> None:
     parser.add_argument("--models", default="gpt,bert,vit,bilstm")
     parser.add_argument("--no-compile", action="store_true", help="leave out torch.compile")
     parser.add_argument("--min-team-us", type=float, default=50.0,
-                        help="ops predicted under this on one thread run on one (0: none)")
+                        help="ops predicted under this on one thread, or no faster on the team, "
+                             "run on one (0: none)")
+    parser.add_argument("--costs", choices=["in-step", "analytical"], default="in-step",
+                        help="the plan's cost table: this host's in-step profile (default) or "
+                             "the analytical model")
+    parser.add_argument("--strategy", choices=["uniform", "optimized", "measured"],
+                        default="measured",
+                        help="our plan: uniform, optimized, or the faster of the two when "
+                             "measured here (default)")
+    parser.add_argument("--pinning", choices=["plan", "os", "measured"], default="measured",
+                        help="our teams' threads on the plan's CPUs, where the OS puts them, or "
+                             "the faster of the two when measured here (default)")
     parser.add_argument("--apart", action="store_true",
                         help="each contender in a process of its own (see measure_apart)")
+    parser.add_argument("--before", metavar="COSTS/STRATEGY",
+                        help="with --apart: our executor planned this way too (e.g. "
+                             "analytical/uniform, with --min-team-us), in the same rounds")
     parser.add_argument("--serve", choices=["ours", "eager", "compiled"],
                         help=argparse.SUPPRESS)  # measure_apart's children
     args = parser.parse_args()
@@ -322,33 +430,48 @@ def main() -> None:
         target = target.model_copy(update={"logical_cpus": target.logical_cpus[:args.threads]})
     threads = len(target.logical_cpus)
     torch.set_num_threads(threads)
+    how = Planning(args.costs, args.strategy, args.min_team_us * 1e-6, args.pinning)
+    before = (Planning(*args.before.split("/"), how.min_team_seconds, "plan") if args.before
+              else None)
+    if before and (not args.apart or before.costs not in ("in-step", "analytical")
+                   or before.strategy not in ("uniform", "optimized", "measured")):
+        parser.error("--before takes COSTS/STRATEGY as --costs and --strategy do, with --apart")
     if args.serve:
-        serve(args.serve, args.models, target, args.min_team_us * 1e-6)
+        serve(args.serve, args.models, target, how)
         return
     names = ("ours", "eager") if args.no_compile else ("ours", "eager", "compiled")
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for kind in args.models.split(","):
-            rows.append(measure_apart(kind, threads, args.rounds, names, args.min_team_us)
-                        if args.apart else
-                        measure(kind, target, Path(tmp), args.rounds, names,
-                                args.min_team_us * 1e-6))
+            rows.append(measure_apart(kind, target, args.rounds, names, how, before)
+                        if args.apart
+                        else measure(kind, target, Path(tmp), args.rounds, names, how))
     load_avg = os.getloadavg()[0]
     config = "; ".join(f"{name} " + ",".join(f"{k}={v}" for k, v in c.items())
                        for name, c in (("gpt/bert", CONFIG), ("vit", VIT), ("bilstm", BILSTM)))
     where = "a process each" if args.apart else "one process"
-    print(f"host: {target.name}; {threads} threads; ops under {args.min_team_us:g} us on one "
-          f"thread; {args.rounds} alternating rounds, {where}; load average {load_avg:.2f}\n"
+    team = {"uniform": f"uniform plans, ops under {args.min_team_us:g} us or no faster on the "
+                       "team on one thread",
+            "optimized": "optimized plans",
+            "measured": f"the faster of the uniform plan (ops under {args.min_team_us:g} us or "
+                        "no faster on the team on one thread) and the optimized one, measured"
+            }[args.strategy]
+    print(f"host: {target.name}; {threads} threads; {args.costs} costs; {team}; "
+          f"teams pinned: {args.pinning}; "
+          f"{args.rounds} alternating rounds, {where}; load average {load_avg:.2f}\n"
           f"{config}")
-    print(f"{'model':<8}{'ops':>6}{'executor ms':>13}{'eager ms':>10}{'ratio':>7}"
-          f"{'compiled ms':>13}{'ratio':>7}")
-    for kind, ops, med, note in rows:
+    print(f"{'model':<8}{'ops':>6}{'plan':>14}{'executor ms':>13}{'eager ms':>10}{'ratio':>7}"
+          f"{'compiled ms':>13}{'ratio':>7}" + (f"{'before ms':>11}{'/before':>8}" if before
+                                                else ""))
+    for kind, ops, med, note, kept in rows:
         ours, eager = med["ours"] * 1e3, med["eager"] * 1e3
-        line = f"{kind:<8}{ops:>6}{ours:>13.2f}{eager:>10.2f}{ours / eager:>7.2f}"
+        line = f"{kind:<8}{ops:>6}{kept:>14}{ours:>13.2f}{eager:>10.2f}{ours / eager:>7.2f}"
         if "compiled" in med:
             line += f"{med['compiled'] * 1e3:>13.2f}{ours / (med['compiled'] * 1e3):>7.2f}"
         else:
             line += f"{note:>20}"
+        if "before" in med:
+            line += f"{med['before'] * 1e3:>11.2f}{ours / (med['before'] * 1e3):>8.2f}"
         print(line)
 
 

@@ -47,8 +47,9 @@ def add_plan_commands(sub: Any) -> None:
     p.add_argument("--inter", type=int, help="uniform: ops at a time")
     p.add_argument("--grid", action="store_true", help="uniform: best of an intra x inter grid")
     p.add_argument("--min-team-us", type=float, default=0.0, metavar="US",
-                   help="uniform: ops predicted under US microseconds on one thread run on one "
-                        "(default 0: every op on its lane's cores)")
+                   help="uniform: ops predicted under US microseconds on one thread, or no "
+                        "faster on their lane's cores, run on one (default 0: every op on its "
+                        "lane's cores)")
     p.add_argument("--memory-budget", metavar="BYTES",
                    help="device memory budget, e.g. 11GiB: recompute, offload and convolution "
                         "workspaces are chosen to fit it (default: no budget)")

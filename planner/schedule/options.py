@@ -49,7 +49,8 @@ class ScheduleOptions(Record):
     inter: int | None = Field(default=None, ge=1)
     # Try every (intra, inter) with intra * inter <= cores on a coarse grid; keep the fastest.
     grid: bool = False
-    # An op the cost model gives less than this on one thread runs on one thread (0: none do).
+    # An op the cost model gives less than this on one thread, or (this set) no less on the
+    # team than on one thread, runs on one thread (0: every op on the team).
     min_team_seconds: float = Field(default=0.0, ge=0.0)
 
     # ---- paper (seed 002) ---------------------------------------------------------------

@@ -6,8 +6,11 @@ cores each take ready ops in graph order (TensorFlow's FIFO queue). With `min_te
 ops too small to pay for a team run on one thread, as PyTorch's intra-op loops run inline
 below a grain of 32768 elements: every team op is a fork and a join, and on a machine shared
 with other processes a join waits for a descheduled partner's next time slice (milliseconds;
-bench/RESULTS.md, issue 25). `grid_pairs` lists the
-settings the seed's "manual optimization" tries.
+bench/RESULTS.md, issue 25). With it set, an op the cost model gives no shorter time on the
+team than on one thread runs alone too, whatever its size: with an in-step profiled table
+that is an op whose team was measured no faster inside the step (a transformer's layer-norm
+gradients and element-wise ops on two cores). `grid_pairs` lists the settings the seed's
+"manual optimization" tries.
 
 Example:
     >>> grid_pairs(68)[:4]
@@ -29,9 +32,10 @@ MAX_INTER = 8
 def uniform(costs: OpCosts, preds: Sequence[Sequence[int]],
             groups: tuple[tuple[int, ...], ...], intra: int, inter: int,
             min_team_seconds: float = 0.0) -> list[Placement]:
-    """Placements of the uniform strategy: lanes of `intra` consecutive cores (compact); an op
-    predicted to take less than `min_team_seconds` on one thread runs on its lane's first core
-    alone (the lane still runs one op at a time)."""
+    """Placements of the uniform strategy: lanes of `intra` consecutive cores (compact); with
+    `min_team_seconds` set, an op predicted to take less than it on one thread, or no less on
+    `intra` threads than on one, runs on its lane's first core alone (the lane still runs one
+    op at a time)."""
     cores = [c for g in groups for c in g]
     if intra * inter > len(cores):
         raise ValueError(f"intra {intra} x inter {inter} exceeds {len(cores)} cores")
@@ -46,7 +50,9 @@ def uniform(costs: OpCosts, preds: Sequence[Sequence[int]],
             if machine.free.issuperset(lane):
                 i = ready[taken]
                 taken += 1
-                alone = intra > 1 and costs.time(i, 1) < min_team_seconds
+                one = costs.time(i, 1)
+                alone = intra > 1 and min_team_seconds > 0 and (
+                    one < min_team_seconds or one <= costs.time(i, intra))
                 k = 1 if alone else intra
                 started.append(machine.start((i,), k, "compact", costs.time(i, k), now,
                                              cores=lane[:k]))

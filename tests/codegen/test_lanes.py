@@ -106,11 +106,9 @@ def test_parallel_loop_groups_give_the_sequential_results(tmp_path):
         assert np.array_equal(got[k], want[k]), k
 
 
-@pytest.mark.skipif(detect().cores < 2, reason="teams of two need two cores")
-def test_a_lane_re_pins_its_team_only_when_a_thread_moves(tmp_path):
-    # One lane whose ops alternate one thread and two: thread 0 stays on the lane's CPU, and
-    # thread 1 on its own while it sleeps, so only the first op of each size pins. (Pinning on
-    # every change of the set cost ~85 us per op on the 2-core VM: 5% of ResNet-50's step.)
+@pytest.fixture(scope="module")
+def relu_teams(tmp_path_factory):
+    """(graph, plan, built module): one lane of 8 Relus alternating one thread and two."""
     from codegen.profiling import copies_graph, placements_plan
     from planner.costs.signature import OpSignature
     from planner.target.records import affinity_cpus
@@ -120,7 +118,15 @@ def test_a_lane_re_pins_its_team_only_when_a_thread_moves(tmp_path):
     assert two[0] == one[0]
     graph = copies_graph(OpSignature(op="Relu", shapes=((64, 64),), dtypes=("float32",)), 8)
     p = placements_plan(graph, target, [(1, one), (2, two)] * 4)
-    module = load(build(render(p, tmp_path / "relu")).dir)
+    return graph, p, load(build(render(p, tmp_path_factory.mktemp("relu") / "relu")).dir)
+
+
+@pytest.mark.skipif(detect().cores < 2, reason="teams of two need two cores")
+def test_a_lane_re_pins_its_team_only_when_a_thread_moves(relu_teams):
+    # One lane whose ops alternate one thread and two: thread 0 stays on the lane's CPU, and
+    # thread 1 on its own while it sleeps, so only the first op of each size pins. (Pinning on
+    # every change of the set cost ~85 us per op on the 2-core VM: 5% of ResNet-50's step.)
+    graph, p, module = relu_teams
     ex = module.Executor()
     feeds = random_feeds(graph, seed=0)
     for _ in range(3):
@@ -129,6 +135,43 @@ def test_a_lane_re_pins_its_team_only_when_a_thread_moves(tmp_path):
     assert stats["pinnings"] == 2
     assert {o["threads"] for o in stats["ops"]} == {1, 2}
     assert_timeline_keeps_the_order(p, stats)
+
+
+@pytest.mark.skipif(detect().cores < 2, reason="teams of two need two cores")
+def test_unpinned_teams_are_let_go_and_give_the_pinned_results(relu_teams):
+    # set_pinning(False): the threads a lane pinned get the process's CPUs back at its next
+    # op, no op pins again, and a new executor unpinned from the start never pins.
+    import os
+
+    graph, _, module = relu_teams
+    feeds = random_feeds(graph, seed=0)
+    full = os.sched_getaffinity(0)
+
+    def masks() -> dict[int, set[int]]:
+        out = {}
+        for tid in os.listdir("/proc/self/task"):
+            try:
+                out[int(tid)] = os.sched_getaffinity(int(tid))
+            except OSError:  # a thread that ended meanwhile
+                pass
+        return out
+
+    before = masks()
+    ex = module.Executor()
+    want = ex.step(feeds)
+    pinned = {t for t, m in masks().items() if m != full and before.get(t) != m}
+    assert pinned and ex.stats()["pinnings"] == 2
+    ex.set_pinning(False)
+    got = ex.step(feeds)
+    now = masks()
+    assert all(now[t] == full for t in pinned if t in now)
+    assert ex.stats()["pinnings"] == 2
+    loose = module.Executor()
+    loose.set_pinning(False)
+    again = loose.step(feeds)
+    assert loose.stats()["pinnings"] == 0
+    for k in want:
+        assert np.array_equal(got[k], want[k]) and np.array_equal(again[k], want[k]), k
 
 
 def test_a_stalled_step_raises_naming_the_ops_not_finished(tmp_path):

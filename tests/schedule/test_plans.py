@@ -68,19 +68,59 @@ def test_uniform_ops_below_min_team_seconds_run_alone_on_their_lanes_first_core(
         costs = op_costs(lenet, CostModel(target))
     single = [costs.time(i, 1) for i in range(len(lenet.nodes))]
     cut = sorted(single)[len(single) // 2]  # half of LeNet's ops fall below it
-    alone = {n.name for n, t in zip(lenet.nodes, single, strict=True) if t < cut}
+    intra = extra.get("intra", target.cores)
+    # ... and so do those the model gives no shorter time on the team
+    alone = {n.name for i, n in enumerate(lenet.nodes)
+             if single[i] < cut or single[i] <= costs.time(i, intra)}
     assert 0 < len(alone) < len(lenet.nodes)
     full = plan(lenet, target, strategy="uniform", **extra)
     p = plan(lenet, target, strategy="uniform", min_team_seconds=cut, **extra)
     assert verify_plan_text(p.to_json(), [n.name for n in lenet.nodes]) == []
     lanes = {o.cpus for o in full.ops}
-    intra = extra.get("intra", target.cores)
     assert {len(c) for c in lanes} == {intra}
     for o in p.ops:
         if o.name in alone:
             assert o.threads == 1 and any(o.cpus == lane[:1] for lane in lanes)
         else:
             assert o.threads == intra and o.cpus in lanes
+
+
+def test_uniform_ops_whose_team_is_no_faster_run_alone_once_min_team_is_set(lenet):
+    # A table that measured LeNet's largest op no faster on the 8-thread team than alone: with
+    # min_team_seconds set (far below that op), it runs on one thread; without, on the team.
+    from planner.costs import CostTable
+    from planner.costs.records import CostEntry, CpuSample
+    from planner.costs.signature import graph_signatures
+
+    target = toy_target()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        costs = op_costs(lenet, CostModel(target))
+    i = max(range(len(lenet.nodes)), key=lambda i: costs.time(i, 1))
+    big = lenet.nodes[i].name
+    one = costs.time(i, 1)
+    sig = graph_signatures(lenet)[big]
+    table = CostTable(target=target.name, entries=(CostEntry(signature=sig, cpu=tuple(
+        CpuSample(threads=k, affinity="compact", seconds=one * (1 + k / 100))
+        for k in range(1, target.cores + 1))),))
+
+    def threads(min_team: float) -> dict[str, int]:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            p = pipeline_plan(lenet, target, table, PlanOptions(schedule=ScheduleOptions(
+                strategy="uniform", min_team_seconds=min_team)))
+        return {o.name: o.threads for o in p.ops}
+
+    assert threads(0.0)[big] == target.cores
+    cut = one * 1e-3
+    alone = threads(cut)
+    assert alone[big] == 1
+    # the other ops as the analytical model prices them: alone exactly where it says the team
+    # does not pay or the op is under the cut
+    for j, n in enumerate(lenet.nodes):
+        if graph_signatures(lenet)[n.name] != sig:
+            pays = costs.time(j, target.cores) < costs.time(j, 1) and costs.time(j, 1) >= cut
+            assert alone[n.name] == (target.cores if pays else 1), n.name
 
 
 def test_grid_picks_the_best_lanes_and_beats_the_default(lenet):

@@ -115,4 +115,14 @@ NB_MODULE(planner_cpu_rt, m) {
       "cpu_map"_a, "loose"_a,
       "Run the plan's logical CPU c on cpu_map[c] and lanes without CPUs (the comm lane) on "
       "`loose` (a rank sharing its host: planner.target.shares); between steps.");
+  cls.def(
+      "set_pinning",
+      [](Executor& ex, bool on) {
+        auto lock = planner::hold(ex);  // not while a step runs
+        ex.set_pinning(on);
+      },
+      "on"_a,
+      "Pin each lane's team to the plan's CPUs (True, the default) or leave its threads where "
+      "the OS puts them (False: on a machine other busy processes share, a pinned thread "
+      "waits for its one CPU); between steps.");
 }

@@ -56,6 +56,10 @@ class Executor : public ExecutorCore {
   void place(std::vector<int> cpu_map, std::vector<int> loose) {
     if (lanes_) lanes_->place(std::move(cpu_map), std::move(loose));
   }
+  // Teams on the plan's CPUs (true, the default) or where the OS puts them (Lanes::set_pinning).
+  void set_pinning(bool on) {
+    if (lanes_) lanes_->set_pinning(on);
+  }
 
  private:
   dnnl::engine engine_;

@@ -14,6 +14,8 @@ namespace planner {
 
 Lanes::Lanes(const Schedule& s, OpFn create, OpFn run, int jitter_us)
     : s_(s), create_(std::move(create)), run_(std::move(run)), jitter_us_(jitter_us) {
+  CPU_ZERO(&process_mask_);
+  sched_getaffinity(0, sizeof(process_mask_), &process_mask_);
   ops_.resize(s.num_lanes);
   pinned_.resize(s.num_lanes);
   pinnings_.assign(s.num_lanes, 0);
@@ -84,9 +86,24 @@ static void pin_self(const int* cpus, int n) {
   pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
 }
 
+void Lanes::set_pinning(bool on) {
+  std::lock_guard<std::mutex> lock(mu_);
+  pinning_ = on;
+}
+
 void Lanes::pin(int lane, int op) {
   const OpSpec& o = s_.ops[op];
   const int n = o.num_cpus;
+  if (!pinning_) {
+    std::vector<int>& pinned = pinned_[lane];
+    if (pinned.empty()) return;
+    // Let the team pinned so far go: every thread back to the process's CPUs.
+    const int team = static_cast<int>(pinned.size());
+    pinned.clear();
+#pragma omp parallel num_threads(team)
+    pthread_setaffinity_np(pthread_self(), sizeof(process_mask_), &process_mask_);
+    return;
+  }
   if (n == 0 && !loose_.empty() && !loose_pinned_[lane]) {
     // A lane without CPUs (the comm lane) waits on the network: anywhere in the rank's share.
     pin_self(loose_.data(), static_cast<int>(loose_.size()));

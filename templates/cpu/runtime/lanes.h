@@ -24,6 +24,7 @@
 #include <exception>
 #include <functional>
 #include <mutex>
+#include <sched.h>
 #include <string>
 #include <thread>
 #include <vector>
@@ -64,6 +65,12 @@ class Lanes {
   // lanes whose ops name no CPUs (the comm lane) on `loose`. Set between steps; throws when
   // the map misses a CPU of the plan.
   void place(std::vector<int> cpu_map, std::vector<int> loose);
+  // Whether teams are pinned to the plan's CPUs (the default) or left where the OS puts them,
+  // anywhere in the process's affinity at load. On a machine shared with other busy
+  // processes a pinned thread waits for its one CPU, and a team's join for the last of them:
+  // ViT's 2-thread step went from 104 to 37 ms unpinned at load average 27 (bench/RESULTS.md,
+  // issue 25). Set between steps; pinned teams are let go at their next op.
+  void set_pinning(bool on);
 
  private:
   void lane_main(int lane);
@@ -83,6 +90,8 @@ class Lanes {
   std::vector<int> cpu_map_;               // plan CPU -> this process's CPU (empty: same id)
   std::vector<int> loose_;                 // CPUs of lanes without CPUs (empty: the OS's)
   std::vector<char> loose_pinned_;         // per lane: its own thread is on loose_
+  bool pinning_ = true;
+  cpu_set_t process_mask_;                 // the process's affinity at load (unpinned teams)
   std::vector<std::vector<int>> mapped_;   // per lane: an op's CPUs through cpu_map_
   std::vector<std::thread> threads_;
   mutable std::mutex mu_;
