@@ -63,6 +63,8 @@ class SumTo {
   SumTo(const Shape& from, const Shape& to, double scale, int block);
   // x, y device addresses (float32)
   void run(const float* x, float* y, cudaStream_t stream) const;
+  // x of dtype `x_dtype` (float32, bfloat16 or float16), y float32
+  void run(const void* x, int x_dtype, float* y, cudaStream_t stream) const;
 
   static constexpr int kMaxRank = 8;
   struct Dims {
