@@ -8,8 +8,7 @@
 // their strides allow (one for every numpy-style case but an interleaved broadcast such as
 // (B1, 1) x (1, B2), which takes one call per outer index). A rank-2 b under a batched,
 // untransposed a is a single GEMM over the flattened rows. CUBLAS_COMPUTE_32F: float32
-// arithmetic, no TF32 (the executor leaves the handle in CUBLAS_DEFAULT_MATH), unless the op
-// carries `tf32=1` (the plan's tf32 precision: CUBLAS_COMPUTE_32F_FAST_TF32). Mixed
+// arithmetic, no TF32 (the executor leaves the handle in CUBLAS_DEFAULT_MATH). Mixed
 // precision's bfloat16 / float16 GEMMs (a, b and y all in the low type: CUDA_R_16BF /
 // CUDA_R_16F) keep CUBLAS_COMPUTE_32F: tensor cores with float32 accumulation and float32
 // alpha / beta, y rounded once.
@@ -29,9 +28,6 @@ class MatMul : public Kernel {
     const int dtype = one_float_type(all, "MatMul");
     type_ = cuda_type(dtype);
     esize_ = dtype_bytes(dtype);
-    compute_ = dtype == F32 && n.attrs.has("tf32") && n.attrs.b("tf32")
-                   ? CUBLAS_COMPUTE_32F_FAST_TF32
-                   : CUBLAS_COMPUTE_32F;
     const Shape &as = n.in[0].shape, &bs = n.in[1].shape, &ys = n.out[0].shape;
     if (as.size() < 2 || bs.size() < 2 || ys.size() < 2)
       throw std::runtime_error("MatMul needs a and b of rank >= 2, got " + shape_text(as) +
@@ -111,14 +107,14 @@ class MatMul : public Kernel {
     }
     const char* a = r.ptr[a_];
     const char* b = r.ptr[b_];
-    const float one = 1.f, zero = 0.f;  // float scalars with CUBLAS_COMPUTE_32F(_FAST_TF32)
+    const float one = 1.f, zero = 0.f;  // float scalars with CUBLAS_COMPUTE_32F
     for (const Offsets& o : offsets_) {
       // Column-major: y^T (N x M) = op(b)^T (N x K) * op(a)^T (K x M).
       PLANNER_CUBLAS(cublasGemmStridedBatchedEx(
           r.cublas, tb_ ? CUBLAS_OP_T : CUBLAS_OP_N, ta_ ? CUBLAS_OP_T : CUBLAS_OP_N, n_, m_,
           k_, &one, b + o.b * esize_, type_, ldb_, stride_b_, a + o.a * esize_, type_, lda_,
           stride_a_, &zero, y + o.y * esize_, type_, n_, stride_y_, static_cast<int>(batch_),
-          compute_, CUBLAS_GEMM_DEFAULT));
+          CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     }
   }
 
@@ -128,7 +124,6 @@ class MatMul : public Kernel {
   };
   int a_, b_, y_;
   cudaDataType_t type_ = CUDA_R_32F;
-  cublasComputeType_t compute_ = CUBLAS_COMPUTE_32F;
   int64_t esize_ = 4;
   bool ta_ = false, tb_ = false;
   int m_ = 0, n_ = 0, k_ = 0, lda_ = 1, ldb_ = 1;
