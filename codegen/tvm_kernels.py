@@ -503,7 +503,7 @@ inline const TvmKernel kTvmKernels[] = {{
 
 
 def _low_file(version: str, count: int, kernels: str, table: list[str]) -> str:
-    return f"""{_head(version, count)}// The low float types' kernels (bfloat16 E, float16 e): float32 arithmetic inside.
+    return f"""{_head(version, count)}// The low float types' kernels (bfloat16 E, float16 e): float32 math inside.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 

@@ -2,7 +2,7 @@
 // formulas (planner/ops); do not edit. `python -m codegen.tvm_kernels --check` says if stale.
 // 32 computes x 3 threads-per-block variants [128, 256, 512].
 #pragma once
-// The low float types' kernels (bfloat16 E, float16 e): float32 arithmetic inside.
+// The low float types' kernels (bfloat16 E, float16 e): float32 math inside.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
