@@ -89,13 +89,43 @@ def _strings(tree) -> bytes:
     return bytes(int(b) for b in body.replace("\n", " ").split(",") if b.strip())
 
 
+@pytest.mark.parametrize("precision", ["fp32", "bf16-mixed", "fp16-mixed"])
 @pytest.mark.parametrize("model", sorted(MODELS))
-def test_every_zoo_training_plan_is_supported(model):
-    """Every op of every zoo training graph has a CUDA kernel (render checks it first)."""
+def test_every_zoo_training_plan_is_supported(model, precision):
+    """Every op of every zoo training graph has a CUDA kernel (render checks it first), in
+    float32 and in both mixed precisions (their casts, low-type ops and fp16's loss scaling)."""
     from codegen import support
 
-    graph = make_training_graph(zoo(model, **MODELS[model]), Optimizer(kind="sgd", lr=0.1))
+    graph = make_training_graph(zoo(model, **MODELS[model]), Optimizer(kind="sgd", lr=0.1),
+                                precision=precision)
+    if precision != "fp32":
+        assert any(t.dtype != "float32" for t in graph.tensors if t.role == "activation")
     support.check(graph, RUNTIMES["cuda"])
+
+
+@pytest.mark.nvcc
+@pytest.mark.parametrize(("target", "model", "precision"), [
+    ("h100-80gb", "resnet", "bf16-mixed"),   # sm_90
+    ("a100-80gb", "lenet", "fp16-mixed")])   # sm_80, with the loss-scaling ops
+def test_mixed_precision_executor_builds(target, model, precision, tmp_path):
+    """A mixed-precision training plan renders and builds against the CUDA runtime of its
+    target's architecture: the runtime (every kernel, the low-type ones included) compiles
+    for sm_80 and sm_90, and the plan's low tensors reach its schedule as bfloat16 / float16
+    (every zoo model's mixed graphs pass the support check above; the package of a plan is
+    only its schedule's data, so one per architecture covers the build)."""
+    from planner.pipeline import plan as make_plan
+    from planner.target import preset
+
+    graph = make_training_graph(zoo(model, **MODELS[model]), Optimizer(kind="sgd", lr=0.1),
+                                precision=precision)
+    plan = make_plan(graph, preset(target))
+    tree = render(plan, tmp_path / model, layout="plan")
+    low = {"bf16-mixed": "bfloat16", "fp16-mixed": "float16"}[precision]
+    assert any(t.dtype == low for t in plan.graph.tensors)
+    assert ("UnscaleGrads" in {n.op for n in plan.graph.nodes}) == (precision == "fp16-mixed")
+    result = build(tree)
+    arch = {"a100-80gb": "sm80", "h100-80gb": "sm90"}[target]
+    assert result.runtime.parent.parent.name.startswith(f"cuda-{arch}-runtime-")
 
 
 def test_each_plan_renders_for_its_own_backend(tmp_path):
