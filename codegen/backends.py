@@ -51,6 +51,9 @@ class Runtime:
     # them; every other kernel of the backend is float32-only.
     low_dtypes: frozenset[str] = frozenset()
     low_precision_ops: frozenset[str] = frozenset()
+    # The oldest GPU compute capability (major, minor) whose libraries run a dtype (cuDNN and
+    # cuBLAS take bfloat16 from Ampere, 8.0, on); absent: any the runtime builds for.
+    min_capability: dict[str, tuple[int, int]] = field(default_factory=dict)
     kernels: Path = field(init=False)
 
     def __post_init__(self) -> None:
@@ -89,7 +92,7 @@ RUNTIMES: dict[Backend, Runtime] = {
                     TEMPLATES / "cuda" / "plan", frozenset({"float32", "int64", "bool"}),
                     # cuDNN / cuBLAS in bf16 / f16 with float32 compute (tensor cores),
                     # generated pointwise kernels with float32 arithmetic inside
-                    frozenset({"bfloat16", "float16"}), MIXED_OPS),
+                    frozenset({"bfloat16", "float16"}), MIXED_OPS, {"bfloat16": (8, 0)}),
 }
 
 

@@ -502,8 +502,11 @@ inline const TvmKernel kTvmKernels[] = {{
 """
 
 
+_LOW_NOTE = "// The low float types' kernels (bfloat16 E, float16 e): float32 math inside."
+
+
 def _low_file(version: str, count: int, kernels: str, table: list[str]) -> str:
-    return f"""{_head(version, count)}// The low float types' kernels (bfloat16 E, float16 e): float32 math inside.
+    return f"""{_head(version, count)}{_LOW_NOTE}
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 

@@ -155,3 +155,23 @@ def test_plans_under_a_budget_build(model, size, budget, tmp_path):
     tree = render(p, tmp_path / model, layout="plan")
     assert "planner::HOST_STORE" in tree.files["schedule.cpp"]
     assert build(tree).runtime.name.startswith("planner_cuda_rt")
+
+
+def test_bfloat16_is_refused_before_ampere_and_float16_is_not():
+    """cuDNN and cuBLAS take bfloat16 from compute capability 8.0: a bf16-mixed graph for an
+    older GPU is refused in one line naming the dtype, the capability and the way out (fp16),
+    before anything is rendered; on an A100 it passes, and fp16-mixed passes on both."""
+    from codegen import support
+    from codegen.errors import UnsupportedError
+
+    def mixed(precision):
+        return make_training_graph(zoo("mlp", **MODELS["mlp"]), Optimizer(kind="sgd", lr=0.1),
+                                   precision=precision)
+
+    with pytest.raises(UnsupportedError, match=r"dtype bfloat16 needs a GPU of compute "
+                       r"capability 8\.0 or newer, the target's is 7\.5 \(tensor '.*'; "
+                       r"fp16-mixed runs there\)"):
+        support.check(mixed("bf16-mixed"), RUNTIMES["cuda"], "7.5")
+    support.check(mixed("bf16-mixed"), RUNTIMES["cuda"], "8.0")
+    support.check(mixed("fp16-mixed"), RUNTIMES["cuda"], "7.5")
+    support.check(mixed("bf16-mixed"), RUNTIMES["cpu"], "")  # CPUs: oneDNN's fallback

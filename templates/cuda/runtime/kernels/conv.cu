@@ -389,7 +389,9 @@ class CudnnConv : public Kernel {
   // The plan's family when cuDNN supports it here and its workspace fits the planned bytes
   // (the plan's modelled workspace may be smaller than cuDNN's real one: the memory plan is
   // kept, the algorithm gives way); else the heuristics' first supported one whose workspace
-  // fits; else ALGO_0 / IMPLICIT_GEMM (no workspace).
+  // fits; else ALGO_0 / IMPLICIT_GEMM (no workspace) where cuDNN supports it for the op's
+  // data type, else the supported one with the smallest workspace (a block of its own at
+  // load, which stats() reports).
   void choose(const Node& n) {
     size_t bytes = 0;
     const size_t budget = n.planned_scratch > 0 ? static_cast<size_t>(n.planned_scratch) : 0;
@@ -418,8 +420,21 @@ class CudnnConv : public Kernel {
       }
     }
     algo_ = 0;  // FWD_IMPLICIT_GEMM, BWD_DATA_ALGO_0, BWD_FILTER_ALGO_0
-    PLANNER_CUDNN(query(n.cudnn, algo_, &bytes));
-    workspace_ = bytes;
+    if (query(n.cudnn, algo_, &bytes) == CUDNN_STATUS_SUCCESS) {
+      workspace_ = bytes;
+      return;
+    }
+    bool found = false;
+    for (int a : ranked(n.cudnn)) {
+      if (query(n.cudnn, a, &bytes) == CUDNN_STATUS_SUCCESS && (!found || bytes < workspace_)) {
+        algo_ = a;
+        workspace_ = bytes;
+        found = true;
+      }
+    }
+    if (!found)
+      throw std::runtime_error(std::string("cuDNN has no algorithm for this convolution in ") +
+                               float_name(dtype_) + " on this GPU");
   }
 
   Dir dir_;
