@@ -122,6 +122,8 @@ def test_mixed_precision_executor_builds(target, model, precision, tmp_path):
     tree = render(plan, tmp_path / model, layout="plan")
     low = {"bf16-mixed": "bfloat16", "fp16-mixed": "float16"}[precision]
     assert any(t.dtype == low for t in plan.graph.tensors)
+    code = {"bfloat16": "planner::BF16", "float16": "planner::F16"}[low]
+    assert code in tree.files["schedule.cpp"]
     assert ("UnscaleGrads" in {n.op for n in plan.graph.nodes}) == (precision == "fp16-mixed")
     result = build(tree)
     arch = {"a100-80gb": "sm80", "h100-80gb": "sm90"}[target]
