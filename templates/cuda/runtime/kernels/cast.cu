@@ -3,6 +3,7 @@
 // reference's ml_dtypes / numpy; the low types to float32 widen exactly; a cast to the same
 // type is a copy. Two elements per thread (float2, nv_bfloat162, half2 loads and stores) when
 // the count is even and both addresses are aligned for them, checked each step; else one.
+#include <algorithm>
 #include <cstdint>
 
 #include "../kernel.h"
