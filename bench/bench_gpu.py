@@ -2,11 +2,18 @@
 for zoo models, the executor on the plan's streams, on one stream and replayed as a CUDA graph,
 and the one-stream plan (strategy uniform) where the planner kept co-running streams,
 against PyTorch eager, PyTorch with the whole step captured as a CUDA graph, and torch.compile
-(inductor). Float32 everywhere, TF32 off in both. Medians of alternating rounds.
+(inductor). Float32 everywhere, TF32 off in both, unless --precision says otherwise: in
+bf16-mixed (fp16-mixed) our training graph gets the precision policy's planned casts
+(planner/graph/precision.py; fp16-mixed with its dynamic loss scaling) and PyTorch runs the
+forward under torch.autocast(device_type="cuda", dtype=torch.bfloat16 (float16)), its mixed
+precision (fp16 without a GradScaler: the timing of the kernels, not the update's skip).
+Medians of alternating rounds.
 
     python bench/bench_gpu.py [--models inception_v3,resnet50,lstm,wide_deep] [--json]
+    python bench/bench_gpu.py --models resnet50,inception_v3,lstm,bert --precision bf16-mixed
     python bench/bench_gpu.py --modules tv_resnet50,tv_inception_v3,bert_block,gpt_block
     python bench/bench_gpu.py --modules ... --dry-run      # what it would run; no GPU needed
+    python bench/bench_gpu.py --models ... --precision bf16-mixed --dry-run
 
 --models compares with the zoo graph translated node by node to torch calls; --modules with
 the models a PyTorch user has (bench/torch_modules.py: torchvision's resnet50 and
@@ -14,7 +21,7 @@ inception_v3, BERT and GPT blocks as nn.Modules), exported through ONNX for our 
 trained by PyTorch as they are: eager, the whole step as one CUDA graph, and
 torch.compile(mode="max-autotune"). --dry-run exports, imports and plans each module (for
 --target, by default the h100-80gb preset) and prints the runs it would time, measuring
-nothing.
+nothing; with --models, each zoo model's training graph at --precision is planned likewise.
 
 Needs an NVIDIA GPU, nvcc and the cuda extra (cuDNN, cuBLAS); PyTorch with CUDA for the
 baselines. Plans are made for this machine's GPU (`--target gpu`, detected: the executor
@@ -57,8 +64,13 @@ MODELS = {
     "resnet50": ("resnet", dict(batch=64, depth=50)),
     "lstm": ("lstm", dict(batch=20)),
     "wide_deep": ("wide_deep", dict(batch=256)),
+    # BERT-base's encoder (the issue's mixed-precision list: resnet-50, inception_v3, lstm, bert)
+    "bert": ("bert", dict(batch=32, seq=128, dim=768, heads=12, layers=12, vocab=30522)),
 }
+DEFAULT_MODELS = "inception_v3,resnet50,lstm,wide_deep"
 SGD = Optimizer(kind="sgd", lr=0.01)
+# The low type PyTorch's autocast runs for each mixed policy (None: float32).
+AUTOCAST = {"fp32": None, "bf16-mixed": "bfloat16", "fp16-mixed": "float16"}
 
 
 def executor_runner(module, graph, **options):
@@ -85,10 +97,10 @@ def op_type_times(module, graph, steps: int = 5) -> dict[str, float]:
 
 
 def bench_model(label: str, target, steps: int, rounds: int, compiled: bool,
-                torch_graph: bool = False) -> dict:
+                torch_graph: bool = False, precision: str = "fp32") -> dict:
     name, size = MODELS[label]
     forward = zoo(name, **size)
-    graph = make_training_graph(forward, SGD)
+    graph = make_training_graph(forward, SGD, precision=precision)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         p = plan(graph, target)
@@ -111,12 +123,14 @@ def bench_model(label: str, target, steps: int, rounds: int, compiled: bool,
             baselines["torch.compile"] = dict(compiled=True)
         for key, options in baselines.items():
             try:
-                runners[key] = torch_trainer(forward, SGD.lr, 1, device="cuda", **options)
+                runners[key] = torch_trainer(forward, SGD.lr, 1, device="cuda",
+                                             autocast=AUTOCAST[precision], **options)
             except Exception as e:  # noqa: BLE001 - a baseline's failure must not lose the table
                 failed[key] = f"{type(e).__name__}: {str(e).splitlines()[0][:120]}"
         measured = measure(runners, steps, rounds)
         by_type = op_type_times(module, graph)
-    return {"model": label, "op_types_ms": by_type, "ops": len(graph.nodes), "size": size,
+    return {"model": label, "precision": precision, "op_types_ms": by_type,
+            "ops": len(graph.nodes), "size": size,
             "streams": len(p.target.streams), "arena_mib": p.summary.memory.arena_bytes / 2**20,
             "measured_ms": {k: v * 1e3 for k, v in measured.items()},
             "predicted_ms": p.summary.step_seconds * 1e3,
@@ -130,7 +144,8 @@ def report(rows: list[dict], device: str, load: tuple[str, str]) -> str:
     for r in rows:
         m = r["measured_ms"]
         eager = m.get("torch eager")
-        lines.append(f"\n{r['model']} {r['size']} ({r['ops']} ops, {r['streams']} streams, "
+        lines.append(f"\n{r['model']} {r['size']} {r.get('precision', 'fp32')} "
+                     f"({r['ops']} ops, {r['streams']} streams, "
                      f"arena {r['arena_mib']:.0f} MiB, predicted {r['predicted_ms']:.2f} ms "
                      f"on {r['compute_streams']} compute stream(s), "
                      f"{r['predicted_one_stream_ms']:.2f} ms on one)")
@@ -206,13 +221,40 @@ def dry_run(labels: list[str], target, compiled: bool) -> str:
     return "\n".join(lines)
 
 
+def dry_run_models(labels: list[str], target, precision: str, compiled: bool) -> str:
+    """What --models would run at `precision`, each zoo model's training graph planned here."""
+    lines = [f"dry run for target {target.name}, precision {precision}: nothing is measured"]
+    for label in labels:
+        name, size = MODELS[label]
+        graph = make_training_graph(zoo(name, **size), SGD, precision=precision)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            p = plan(graph, target)
+        low = Counter(t.dtype for t in graph.tensors if t.dtype in ("bfloat16", "float16"))
+        casts = sum(n.op == "Cast" for n in graph.nodes)
+        lines.append(f"{label} {size}: {len(graph.nodes)} ops ({casts} casts; "
+                     + (", ".join(f"{v} {k} tensors" for k, v in sorted(low.items()))
+                        or "float32 tensors")
+                     + f"); plan predicts {p.summary.step_seconds * 1e3:.2f} ms, arena "
+                     f"{p.summary.memory.arena_bytes / 2**20:.0f} MiB")
+        torch_side = ("torch eager" + (f" under autocast({AUTOCAST[precision]})"
+                                       if AUTOCAST[precision] else ""))
+        variants = ["ours streams", "ours 1 stream", "ours graph", torch_side] + (
+            ["torch.compile"] if compiled else [])
+        lines.append("  would time: " + ", ".join(variants))
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", default=",".join(MODELS))
+    parser.add_argument("--models", default=DEFAULT_MODELS, help=f"of {','.join(MODELS)}")
     parser.add_argument("--modules", default="",
                         help=f"nn.Modules instead of zoo graphs: {','.join(MODULES)}")
     parser.add_argument("--dry-run", action="store_true",
-                        help="--modules: export, import and plan each; print what would run")
+                        help="plan each (--modules: export and import it first) and print what "
+                             "would run; no GPU needed")
+    parser.add_argument("--precision", choices=list(AUTOCAST), default="fp32",
+                        help="--models: our precision policy, PyTorch's autocast of that type")
     parser.add_argument("--target", default=None,
                         help="default: this machine's GPU (`gpu`); h100-80gb for --dry-run")
     parser.add_argument("--steps", type=int, default=20)
@@ -228,10 +270,18 @@ def main() -> None:
     unknown = [m for m in modules if m not in MODULES]
     if unknown:
         raise SystemExit(f"unknown module(s) {', '.join(unknown)}; known: {', '.join(MODULES)}")
+    if args.precision != "fp32" and modules:
+        raise SystemExit("--precision is for --models (zoo graphs)")
+    labels = [m for m in args.models.split(",") if m]
+    unknown = [m for m in labels if m not in MODELS]
+    if unknown and not modules:
+        raise SystemExit(f"unknown model(s) {', '.join(unknown)}; known: {', '.join(MODELS)}")
     if args.dry_run:
-        if not modules:
-            raise SystemExit("--dry-run is for --modules")
-        print(dry_run(modules, load_target(args.target or "h100-80gb"), not args.no_compile))
+        target = load_target(args.target or "h100-80gb")
+        if modules:
+            print(dry_run(modules, target, not args.no_compile))
+        else:
+            print(dry_run_models(labels, target, args.precision, not args.no_compile))
         return
     target = load_target(args.target or "gpu")
     import torch
@@ -247,7 +297,7 @@ def main() -> None:
             if label not in MODELS:
                 raise SystemExit(f"unknown model {label!r}; known: {', '.join(MODELS)}")
             rows.append(bench_model(label, target, args.steps, args.rounds,
-                                    not args.no_compile, args.torch_graph))
+                                    not args.no_compile, args.torch_graph, args.precision))
         print(report(rows[-1:], device, ("", "")), file=sys.stderr, flush=True)
     after = os.getloadavg()
     load = (" ".join(f"{x:.2f}" for x in before), " ".join(f"{x:.2f}" for x in after))

@@ -51,6 +51,9 @@ class Runtime:
     # them; every other kernel of the backend is float32-only.
     low_dtypes: frozenset[str] = frozenset()
     low_precision_ops: frozenset[str] = frozenset()
+    # The oldest GPU compute capability (major, minor) whose libraries run a dtype (cuDNN and
+    # cuBLAS take bfloat16 from Ampere, 8.0, on); absent: any the runtime builds for.
+    min_capability: dict[str, tuple[int, int]] = field(default_factory=dict)
     kernels: Path = field(init=False)
 
     def __post_init__(self) -> None:
@@ -71,22 +74,25 @@ class Runtime:
         return self.registered - frozenset(TRANSFER_OPS.values())
 
 
+# The ops mixed precision runs in the low types (planner.graph.precision's LOW_PRECISION_OPS and
+# FOLLOW_OPS, and the casts between them): both runtimes have kernels reading and writing them.
+MIXED_OPS: frozenset[str] = frozenset({
+    "Cast", "Conv2D", "Conv2DBackpropInput", "Conv2DBackpropFilter", "MatMul", "Relu",
+    "ReluGrad", "BiasAdd", "BiasAddGrad", "BatchNorm", "BatchNormGrad", "MaxPool", "MaxPoolGrad",
+    "AvgPool", "AvgPoolGrad", "Add", "AddN", "Reshape", "Flatten", "Concat", "GlobalAvgPool"})
+
 RUNTIMES: dict[Backend, Runtime] = {
     "cpu": Runtime("cpu", "CPU", "planner_cpu_rt", TEMPLATES / "cpu" / "runtime",
                    TEMPLATES / "cpu" / "plan",
                    # float32 math, int64 ids and labels, bool conditions (Where)
                    frozenset({"float32", "int64", "bool"}),
                    # oneDNN bf16 / f16 primitives (a float32 fallback where the ISA has none)
-                   frozenset({"bfloat16", "float16"}),
-                   # and the ops mixed precision runs between them
-                   # (planner.graph.precision.FOLLOW_OPS)
-                   frozenset({"Cast", "Conv2D", "Conv2DBackpropInput", "Conv2DBackpropFilter",
-                              "MatMul", "Relu", "ReluGrad", "BiasAdd", "BiasAddGrad",
-                              "BatchNorm", "BatchNormGrad", "MaxPool", "MaxPoolGrad",
-                              "AvgPool", "AvgPoolGrad", "Add", "AddN",
-                              "Reshape", "Flatten", "Concat", "GlobalAvgPool"})),
+                   frozenset({"bfloat16", "float16"}), MIXED_OPS),
     "cuda": Runtime("cuda", "CUDA", "planner_cuda_rt", TEMPLATES / "cuda" / "runtime",
-                    TEMPLATES / "cuda" / "plan", frozenset({"float32", "int64", "bool"})),
+                    TEMPLATES / "cuda" / "plan", frozenset({"float32", "int64", "bool"}),
+                    # cuDNN / cuBLAS in bf16 / f16 with float32 compute (tensor cores),
+                    # generated pointwise kernels with float32 arithmetic inside
+                    frozenset({"bfloat16", "float16"}), MIXED_OPS, {"bfloat16": (8, 0)}),
 }
 
 

@@ -130,7 +130,7 @@ def render_files(plan: Plan, name: str, layout: str = "plan") -> dict[str, str]:
     rule the plan breaks: a plan that does not verify is never compiled."""
     backend = runtime_for(plan)
     graph = plan.graph
-    support.check(graph, backend)
+    support.check(graph, backend, plan.target.compute_capability)
     refuse_unverified(plan)
     if layout not in ("plan", "own"):
         raise ValueError(f"layout must be 'plan' or 'own', got {layout!r}")

@@ -11,14 +11,17 @@ Example:
 
 from __future__ import annotations
 
+import re
+
 from codegen.backends import Runtime
 from codegen.errors import UnsupportedError
 from planner.graph.ir import Graph
 
 
-def check(graph: Graph, backend: Runtime) -> None:
+def check(graph: Graph, backend: Runtime, capability: str = "") -> None:
     """Raise UnsupportedError naming every op type and dtype the backend cannot run (with the
-    first node or tensor of each)."""
+    first node or tensor of each); `capability`, a GPU target's compute capability ("7.5"):
+    also the dtypes its libraries do not run there (bfloat16 before 8.0)."""
     if not graph.nodes:
         raise UnsupportedError(f"graph {graph.name!r} has no ops to run")
     ops: dict[str, str] = {}
@@ -29,6 +32,12 @@ def check(graph: Graph, backend: Runtime) -> None:
     for t in graph.tensors:
         if t.dtype not in backend.dtypes | backend.low_dtypes:
             dtypes.setdefault(t.dtype, t.name)
+    old: dict[str, str] = {}
+    if capability and (m := re.fullmatch(r"(\d{1,2})\.(\d)", capability)):
+        have = (int(m[1]), int(m[2]))
+        for t in graph.tensors:
+            if have < backend.min_capability.get(t.dtype, have):
+                old.setdefault(t.dtype, t.name)
     for n in graph.nodes:
         low = [t for t in (*n.inputs, *n.outputs) if graph.tensor(t).dtype in backend.low_dtypes]
         if low and n.op not in backend.low_precision_ops:
@@ -36,6 +45,10 @@ def check(graph: Graph, backend: Runtime) -> None:
             ops.setdefault(f"{n.op} in {d}", n.name)
     problems = [f"no kernel for op {op} (node {node!r})" for op, node in sorted(ops.items())]
     problems += [f"dtype {d} not supported (tensor {t!r})" for d, t in sorted(dtypes.items())]
+    problems += [f"dtype {d} needs a GPU of compute capability "
+                 f"{'.'.join(map(str, backend.min_capability[d]))} or newer, the target's is "
+                 f"{capability} (tensor {t!r}; fp16-mixed runs there)"
+                 for d, t in sorted(old.items())]
     if problems:
         raise UnsupportedError(f"the {backend.name} executor cannot run graph {graph.name!r}: "
                                + "; ".join(problems))

@@ -23,6 +23,14 @@ each the op, dtypes, form, rank, block and argument list, which pointwise.cu lau
     python -m codegen.tvm_kernels --write    regenerate the file
     python -m codegen.tvm_kernels --check    exit 1 if it differs from what would be generated
 
+Low float types (bfloat16, float16; mixed precision): a signature in them loads the low
+values, computes the formula in float32 and rounds each output once. Each also gets a `v2`
+variant: every input contiguous with the output, n even and the addresses 4-byte aligned, one
+thread loads and stores two elements at once (`nv_bfloat162` / `half2`); pointwise.cu picks
+it per step when the addresses allow, else the one-element kernel. They live in a second file,
+tvm_pointwise_low.cuh, which includes cuda_bf16.h / cuda_fp16.h (the float file stays plain C
+a host compiler can run: tests/codegen/test_tvm_kernels.py).
+
 The output depends only on the ops' formulas and the TVM version (no time, no path).
 """
 
@@ -37,18 +45,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from planner.dtypes import LOW_FLOATS
 from planner.ops import REGISTRY
 from planner.ops.base import Pointwise
 
 OUT = (Path(__file__).resolve().parent.parent / "templates" / "cuda" / "runtime" / "kernels"
        / "generated" / "tvm_pointwise.cuh")
+OUT_LOW = OUT.with_name("tvm_pointwise_low.cuh")
 # Threads per block. 256 is the default; 128 and 512 let the plan trade occupancy for blocks.
 BLOCKS = (128, 256, 512)
 BROADCAST_RANKS = (1, 2, 3, 4, 8)
 # kernels of several outputs (MaxGrad, MinGrad, PReluGrad): the common ranks
 MULTI_RANKS = (1, 2, 3, 4)
 CODES = {"float32": "f", "float64": "d", "int64": "l", "int32": "i", "uint64": "u",
-         "bool": "b"}
+         "bool": "b", "float16": "e", "bfloat16": "E"}   # numpy's / ml_dtypes' type chars
 
 
 @dataclass(frozen=True)
@@ -61,6 +71,11 @@ class Spec:
     outs: tuple[str, ...]     # output dtypes
     form: tuple[tuple[str, Any], ...]  # structural attr values
     rank: int                 # 0 flat, else broadcast over `rank` dims
+    vec: int = 1              # elements per thread (2: the low types' paired loads, flat)
+
+    @property
+    def low(self) -> bool:
+        return any(d in LOW_FLOATS for d in (*self.ins, *self.outs))
 
     @property
     def sig(self) -> str:
@@ -72,7 +87,8 @@ class Spec:
 
     def symbol(self, block: int) -> str:
         form = "".join("_" + re.sub(r"\W", "", str(v)) for _, v in self.form)
-        return f"tvm_{self.ops[0]}_{self.sig}{form}_r{self.rank}_b{block}"
+        vec = f"_v{self.vec}" if self.vec > 1 else ""
+        return f"tvm_{self.ops[0]}_{self.sig}{form}_r{self.rank}{vec}_b{block}"
 
 
 def _parse_signature(sig: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -105,6 +121,8 @@ def specs() -> list[Spec]:
                         if pw.broadcast else (0,)
                     for rank in ranks:
                         out.append(Spec(tuple(names), pw, dtypes, outs, tuple(form), rank))
+                    if len(outs) == 1 and any(d in LOW_FLOATS for d in (*dtypes, *outs)):
+                        out.append(Spec(tuple(names), pw, dtypes, outs, tuple(form), 0, 2))
     return out
 
 
@@ -197,7 +215,7 @@ def _offset(tirx, dims, ss):
 def _reader(x, offset):
     """fcompute of a load stage (TE takes no default arguments)."""
     if offset is None:
-        return lambda i: x[i]
+        return lambda *at: x[at]
     return lambda i: x[offset(i)]
 
 
@@ -211,6 +229,8 @@ def build_compute(spec: Spec):
     wide = spec.rank <= 1
     idx = "int64" if wide else "int32"
     n = te.var("n", idx)
+    # v2: every buffer is (n, 2), n the pairs; element (i, j) is flat index 2 i + j
+    shape = (n, spec.vec) if spec.vec > 1 else (n,)
     params = [te.var(f"p{k}", dtype) for k, (_, dtype, _) in enumerate(pw.params)]
     p: dict[str, Any] = {name: v for (name, _, _), v in zip(pw.params, params, strict=True)}
     p.update(dict(spec.form))
@@ -226,9 +246,9 @@ def build_compute(spec: Spec):
             strides.append([])
             continue
         if spec.rank == 0:
-            x = te.placeholder((n,), dtype, name=f"in{k}")
+            x = te.placeholder(shape, dtype, name=f"in{k}")
             ins.append(x)
-            loads.append((k, te.compute((n,), _reader(x, None), name=f"ld{k}")))
+            loads.append((k, te.compute(shape, _reader(x, None), name=f"ld{k}")))
             strides.append([])
             continue
         length = te.var(f"len{k}", idx)  # its own size (host side only)
@@ -240,15 +260,18 @@ def build_compute(spec: Spec):
         loads.append((k, te.compute((n,), _reader(x, _offset(tirx, dims, ss)), name=f"ld{k}")))
     loaded = dict(loads)
 
-    def body(i):
+    def body(*at):
+        i = at[0] * spec.vec + at[1] if spec.vec > 1 else at[0]
         m = _Math(tirx, i.astype("int64") if not wide else i, spec.outs)
-        xs = [(ins[k][0] if k in pw.scalar_inputs else loaded[k][i]).asobject()
+        xs = [(ins[k][0] if k in pw.scalar_inputs else loaded[k][at]).asobject()
               for k in range(len(ins))]
+        # low floats are computed in float32 (widening is exact), rounded once on the store
+        xs = [x.astype("float32") if spec.ins[k] in LOW_FLOATS else x for k, x in enumerate(xs)]
         ys = pw.formula(m, xs, p)
         assert len(ys) == len(spec.outs), spec
         return [m.cast(y, d) for y, d in zip(ys, spec.outs, strict=True)]
 
-    outs = te.compute((n,), body, name="out")
+    outs = te.compute(shape, body, name="out")
     outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
     scalars = [*params, *extents, n, *dims, *[s for ss in strides for s in ss]]
     func = te.create_prim_func([*ins, *outs, *scalars])
@@ -263,6 +286,7 @@ def build_multi(spec: Spec, block: int, cpu: bool = False):
     from tvm import te, tirx
 
     pw = spec.pointwise
+    assert not spec.low, spec  # no low-type kernel has several outputs
     idx = "int64" if spec.rank <= 1 else "int32"
     n = tirx.Var("n", idx)
     dims = [tirx.Var(f"d{j}", idx) for j in range(spec.rank)] if spec.rank > 1 else []
@@ -325,14 +349,18 @@ def schedule(spec: Spec, block: int):
         return build_multi(spec, block)
     func, load_names = build_compute(spec)
     sch = tvm.s_tir.Schedule(func.with_attr("global_symbol", spec.symbol(block)))
-    (loop,) = sch.get_loops(sch.get_sblock("out"))
+    loop, *pair = sch.get_loops(sch.get_sblock("out"))
     bx, tx = sch.split(loop, factors=[None, block])
     sch.bind(bx, "blockIdx.x")
     sch.bind(tx, "threadIdx.x")
+    if pair:  # v2: the pair is one vector load / store
+        sch.vectorize(pair[0])
     for name in load_names:
         ld = sch.get_sblock(name)
         sch.set_scope(ld, 0, "local")
         sch.compute_at(ld, tx)
+        if pair:
+            sch.vectorize(sch.get_loops(ld)[-1])
     return sch.mod["main"].with_attr("global_symbol", spec.symbol(block))
 
 
@@ -366,8 +394,8 @@ def _c_double(v: float) -> str:
     return repr(float(v))
 
 
-def generate() -> str:
-    """The whole generated file's text."""
+def generate_files() -> dict[Path, str]:
+    """Both generated files' texts: the float kernels (OUT) and the low-type ones (OUT_LOW)."""
     import tvm
 
     all_specs = specs()
@@ -379,57 +407,86 @@ def generate() -> str:
                                                                   "arch": "sm_90"}))
     source = mod.imports[0].inspect_source()
     body = source[source.index('extern "C"'):]
-    lines, signatures = [], {}
+    chunks: dict[str, list[str]] = {}   # symbol -> its lines
+    signatures: dict[str, str] = {}
+    current: list[str] = []
     for line in body.splitlines():
         m = _KERNEL.match(line)
         if m and line.endswith(";"):
             continue  # TVM's forward declaration
         if m:
             signatures[m.group(2)] = _args(m.group(3))
-        lines.append(line.replace(" __restrict__", ""))
-    kernels = "\n".join(lines).strip() + "\n"
-
-    table = []
-    for spec in all_specs:
-        pw = spec.pointwise
-        params = "|".join(f"{name} {CODES[d]} {_c_double(default)}"
-                          for name, d, default in pw.params)
-        extents = "|".join(f"{name} {axis}" for name, axis in pw.extents)
-        for op in spec.ops:
-            for block in BLOCKS:
-                sym = spec.symbol(block)
-                table.append(
-                    f'    {{"{op}", "{spec.sig}", "{spec.form_text}", {spec.rank}, {block}, '
-                    f'(const void*){sym}_kernel, "{signatures[sym]}", "{params}", '
-                    f'"{extents}"}},')
+            current = chunks.setdefault(m.group(2), [])
+        current.append(line.replace(" __restrict__", ""))
     version = tvm.__version__
-    return f"""\
+    texts = {}
+    for path, low in ((OUT, False), (OUT_LOW, True)):
+        mine = [spec for spec in all_specs if spec.low == low]
+        kernels = "\n".join(line for spec in mine for block in BLOCKS
+                            for line in chunks[spec.symbol(block)]).strip() + "\n"
+        table = []
+        for spec in mine:
+            pw = spec.pointwise
+            params = "|".join(f"{name} {CODES[d]} {_c_double(default)}"
+                              for name, d, default in pw.params)
+            extents = "|".join(f"{name} {axis}" for name, axis in pw.extents)
+            for op in spec.ops:
+                for block in BLOCKS:
+                    sym = spec.symbol(block)
+                    table.append(
+                        f'    {{"{op}", "{spec.sig}", "{spec.form_text}", {spec.rank}, '
+                        f'{spec.vec}, {block}, (const void*){sym}_kernel, "{signatures[sym]}", '
+                        f'"{params}", "{extents}"}},')
+        texts[path] = (_low_file if low else _float_file)(version, len(mine), kernels, table)
+    return texts
+
+
+def generate() -> str:
+    """The float kernels' file text (OUT)."""
+    return generate_files()[OUT]
+
+
+_HEAD = """\
 // GENERATED by `python -m codegen.tvm_kernels --write` (TVM {version}) from the ops' pointwise
 // formulas (planner/ops); do not edit. `python -m codegen.tvm_kernels --check` says if stale.
-// {len(all_specs)} computes x {len(BLOCKS)} threads-per-block variants {list(BLOCKS)}.
+// {count} computes x {blocks} threads-per-block variants {block_list}.
 #pragma once
-#include <cstdint>
+"""
 
+_PRAGMAS = """\
 // TVM's source: float32 constants printed with double's digits (#1046), unused `cse_v` (#177)
 #pragma nv_diagnostic push
 #pragma nv_diag_suppress 177
 #pragma nv_diag_suppress 1046
+"""
 
+
+def _head(version: str, count: int) -> str:
+    return _HEAD.format(version=version, count=count, blocks=len(BLOCKS),
+                        block_list=list(BLOCKS))
+
+
+def _float_file(version: str, count: int, kernels: str, table: list[str]) -> str:
+    return f"""{_head(version, count)}#include <cstdint>
+
+{_PRAGMAS}
 {kernels}
 #pragma nv_diagnostic pop
 
 namespace planner {{
 
 // One generated kernel: op, dtypes ("<inputs>_<outputs>", f float32, d float64, l int64,
-// b bool, u uint64), structural form ("approximate=tanh"), rank (0 flat, else broadcast over
-// that many dims), threads per block, the function, its arguments in order ("name:code", p a
-// device pointer), its params ("attr code value-when-absent", by index p0, p1, ...) and
-// extents ("name axis" of input 0, by index e0, ...).
+// b bool, u uint64, E bfloat16, e float16), structural form ("approximate=tanh"), rank (0
+// flat, else broadcast over that many dims), elements per thread (vec: 2 for the low types'
+// paired kernels, whose `n` counts pairs), threads per block, the function, its arguments in
+// order ("name:code", p a device pointer), its params ("attr code value-when-absent", by index
+// p0, p1, ...) and extents ("name axis" of input 0, by index e0, ...).
 struct TvmKernel {{
   const char* op;
   const char* sig;
   const char* form;
   int rank;
+  int vec;
   int block;
   const void* fn;
   const char* args;
@@ -445,6 +502,30 @@ inline const TvmKernel kTvmKernels[] = {{
 """
 
 
+_LOW_NOTE = "// The low float types' kernels (bfloat16 E, float16 e): float32 math inside."
+
+
+def _low_file(version: str, count: int, kernels: str, table: list[str]) -> str:
+    return f"""{_head(version, count)}{_LOW_NOTE}
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "tvm_pointwise.cuh"
+
+{_PRAGMAS}
+{kernels}
+#pragma nv_diagnostic pop
+
+namespace planner {{
+
+inline const TvmKernel kTvmLowKernels[] = {{
+{chr(10).join(table)}
+}};
+
+}}  // namespace planner
+"""
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m codegen.tvm_kernels", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -452,17 +533,19 @@ def main(argv: list[str] | None = None) -> int:
     mode.add_argument("--write", action="store_true", help="regenerate the file")
     mode.add_argument("--check", action="store_true", help="exit 1 if the file is stale")
     args = ap.parse_args(argv)
-    text = generate()
-    if args.write:
-        OUT.parent.mkdir(parents=True, exist_ok=True)
-        OUT.write_text(text, encoding="utf-8")
-        print(f"wrote {OUT.name}: {text.count('__global__')} kernels")
-        return 0
-    current = OUT.read_text(encoding="utf-8") if OUT.exists() else ""
-    if current != text:
-        print(f"{OUT.name} is stale: run python -m codegen.tvm_kernels --write", file=sys.stderr)
-        return 1
-    return 0
+    stale = 0
+    for path, text in generate_files().items():
+        if args.write:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text, encoding="utf-8")
+            print(f"wrote {path.name}: {text.count('__global__')} kernels")
+            continue
+        current = path.read_text(encoding="utf-8") if path.exists() else ""
+        if current != text:
+            print(f"{path.name} is stale: run python -m codegen.tvm_kernels --write",
+                  file=sys.stderr)
+            stale = 1
+    return stale
 
 
 if __name__ == "__main__":

@@ -25,3 +25,18 @@ def test_dry_run_plans_an_exported_module_and_lists_the_runs():
     assert "MatMul x18" in lines[1] and "plan predicts" in lines[1]
     assert lines[2] == ("  would time: ours streams, ours 1 stream, ours graph, torch eager, "
                         "torch graph, torch.compile max-autotune")
+
+
+def test_dry_run_plans_a_mixed_precision_zoo_model():
+    """--precision: our graph gets the policy's casts (and fp16's loss scaling), PyTorch's side
+    runs under autocast of the same type."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    out = subprocess.run([sys.executable, str(ROOT / "bench" / "bench_gpu.py"), "--models",
+                          "wide_deep", "--precision", "fp16-mixed", "--dry-run", "--no-compile"],
+                         capture_output=True, text=True, env=env, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    lines = out.stdout.splitlines()
+    assert lines[0] == "dry run for target h100-80gb, precision fp16-mixed: nothing is measured"
+    assert lines[1].startswith("wide_deep {'batch': 256}: ") and " float16 tensors" in lines[1]
+    assert lines[2] == ("  would time: ours streams, ours 1 stream, ours graph, torch eager "
+                        "under autocast(float16)")

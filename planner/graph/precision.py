@@ -4,7 +4,8 @@ rules written into the graph, where the scheduler and memory planner see them).
     policy       what runs in which type
     fp32         everything float32 (the graph unchanged)
     tf32         float32 tensors; TF32 math in convolutions and GEMMs is a GPU math mode of the
-                 kernels, not a change of dtypes: the graph is unchanged (a CPU runs float32)
+                 kernels, not a change of dtypes: the graph is unchanged (a CPU runs float32;
+                 the CUDA executor's kernels do not switch to TF32 yet: float32 FMA math)
     bf16-mixed   convolutions, matrix products and their gradients (LOW_PRECISION_OPS) read
                  bfloat16 operands and write bfloat16 results, accumulating in float32 inside
                  the kernel; the ops between them (FOLLOW_OPS: ReLU, BatchNorm's normalisation,

@@ -39,6 +39,7 @@ from planner.ops.base import (
     Reference,
     TensorType,
     elementwise_flops,
+    low_signatures,
     norm_axis,
     register,
     require_float,
@@ -102,8 +103,14 @@ def _rule(grad_op: str, second: str, attr_names: tuple[str, ...] = ()):
 def _define(name: str, reference: Reference, flops: int, grad_op: str, second: str,
             grad_reference: Reference, grad_flops: int, attrs: dict[str, Attr],
             doc: str, cost_class: str = "elementwise", pointwise=None,
-            grad_pointwise=None) -> None:
-    """Register a forward activation and its gradient op."""
+            grad_pointwise=None, low: bool = False) -> None:
+    """Register a forward activation and its gradient op; `low`: their kernels also run in
+    the low float types (planner.graph.precision.FOLLOW_OPS)."""
+    unary, binary = "float32->float32", "float32,float32->float32"
+    if low:
+        unary, binary = (unary, *low_signatures(unary)), (binary, *low_signatures(binary))
+    else:
+        unary, binary = (unary,), (binary,)
     register(OpDef(
         name=name, arity=1, attrs=attrs, cost_class=cost_class,
         infer=_float_unary(name), scratch=widening_scratch(),
@@ -111,7 +118,7 @@ def _define(name: str, reference: Reference, flops: int, grad_op: str, second: s
         reference=reference,
         gradient=_rule(grad_op, second, tuple(attrs)),
         doc=doc,
-        pointwise=pointwise and Pointwise(pointwise, params=_params(attrs)),
+        pointwise=pointwise and Pointwise(pointwise, signatures=unary, params=_params(attrs)),
     ))
     register(OpDef(
         name=grad_op, arity=2, attrs=attrs, cost_class=cost_class,
@@ -120,7 +127,7 @@ def _define(name: str, reference: Reference, flops: int, grad_op: str, second: s
         reference=grad_reference,
         doc=f"Gradient of {name}: [dy, {second}] -> dx.",
         pointwise=grad_pointwise and Pointwise(
-            grad_pointwise, signatures=("float32,float32->float32",), params=_params(attrs)),
+            grad_pointwise, signatures=binary, params=_params(attrs)),
     ))
 
 
@@ -158,7 +165,7 @@ _define("Relu", lambda xs, a: [np.maximum(xs[0], 0)], 1,
         "ReluGrad", "y", lambda xs, a: [np.where(xs[1] > 0, xs[0], 0)], 1, {},
         "y = max(x, 0).",
         pointwise=lambda m, xs, p: [m.where(xs[0] < 0, 0.0, xs[0])],
-        grad_pointwise=lambda m, xs, p: [m.where(xs[1] > 0, xs[0], 0.0)])
+        grad_pointwise=lambda m, xs, p: [m.where(xs[1] > 0, xs[0], 0.0)], low=True)
 _define("LeakyRelu", _leaky_relu, 2,
         "LeakyReluGrad", "x", _leaky_relu_grad, 2, {"alpha": Attr("float", 0.01)},
         "y = x if x > 0 else alpha * x.",

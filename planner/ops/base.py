@@ -121,7 +121,10 @@ class Pointwise:
 
     params       (attr, dtype, value when the attr is absent) of the attrs passed to the kernel
                  at run time: float32, float64, uint64 (a seed)
-    signatures   the kernels to generate, as dtypes "in,in->out,out" (int64 Add, say)
+    signatures   the kernels to generate, as dtypes "in,in->out,out" (int64 Add, say); in a
+                 low float type (bfloat16, float16: mixed precision) the kernel loads the low
+                 values, computes the formula in float32 and rounds each output once
+                 (`low_signatures` spells them)
     structural   (attr, values): an attr fixed per kernel (Gelu's approximate); p holds its value
     broadcast    inputs broadcast to the output as numpy (per-dim strides passed at run time)
     scalar_inputs  inputs read at element 0 whatever the index (a step counter)
@@ -140,6 +143,17 @@ class Pointwise:
     arities: tuple[int, ...] = ()
     reduce_to: tuple[tuple[int, int], ...] = ()
     extents: tuple[tuple[str, int], ...] = ()
+
+
+def low_signatures(*signatures: str) -> tuple[str, ...]:
+    """Each float32 signature again in each low float type (the kernels a mixed-precision
+    policy runs between its convolutions; planner.graph.precision.FOLLOW_OPS).
+
+    Example:
+        >>> low_signatures("float32,float32->float32")
+        ('bfloat16,bfloat16->bfloat16', 'float16,float16->float16')
+    """
+    return tuple(s.replace("float32", low) for low in sorted(LOW_FLOATS) for s in signatures)
 
 
 def default_bytes(ins: list[TensorType], outs: list[TensorType], attrs: Attrs) -> int:

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from planner.dtypes import num_bytes
 from planner.ops.base import (
     Attr,
     Attrs,
@@ -271,7 +272,7 @@ def conv2d_gradient(g: GradBuilder, node, grad_outputs: list[str | None]) -> lis
 def padded_image_bytes(image: int):
     """A `gpu_scratch` rule: the CUDA kernel (cuDNN takes symmetric pads only) copies the
     image (input `image`, or the output when negative: the data gradient's) into an explicitly
-    padded float32 buffer when the pads are asymmetric, rounded up to 256 bytes.
+    padded buffer of its dtype when the pads are asymmetric, rounded up to 256 bytes.
 
     >>> rule = padded_image_bytes(0)
     >>> x, w = TensorType((2, 3, 7, 7)), TensorType((4, 3, 2, 2))
@@ -282,8 +283,10 @@ def padded_image_bytes(image: int):
         top, left, bottom, right = attrs.get("pads") or (0, 0, 0, 0)
         if (top, left) == (bottom, right):
             return 0
-        n, c, h, w = (ins[image] if image >= 0 else outs[0]).shape
-        return -(-4 * n * c * (h + top + bottom) * (w + left + right) // 256) * 256
+        t = ins[image] if image >= 0 else outs[0]
+        n, c, h, w = t.shape
+        size = num_bytes((n, c, h + top + bottom, w + left + right), t.dtype)
+        return -(-size // 256) * 256
     return rule
 
 

@@ -29,6 +29,7 @@ from planner.ops.base import (
     Pointwise,
     TensorType,
     elementwise_flops,
+    low_signatures,
     register,
     require_float,
     same_as_input,
@@ -134,13 +135,15 @@ def _binary(name: str, fn: Callable[[np.ndarray, np.ndarray], np.ndarray], gradi
     ))
 
 
-def _arith(formula, int64: bool = True) -> Pointwise:
+def _arith(formula, int64: bool = True, low: bool = False) -> Pointwise:
     return Pointwise(formula, broadcast=True,
-                     signatures=(F32_BINARY, I64_BINARY) if int64 else (F32_BINARY,))
+                     signatures=((F32_BINARY, I64_BINARY) if int64 else (F32_BINARY,))
+                     + (low_signatures(F32_BINARY) if low else ()))
 
 
+# Add runs in the low types (residual adds; BiasAdd is Add's kernel): precision.FOLLOW_OPS
 _binary("Add", np.add, _add_grad, "y = a + b, numpy broadcasting.",
-        pointwise=_arith(lambda m, xs, p: [xs[0] + xs[1]]))
+        pointwise=_arith(lambda m, xs, p: [xs[0] + xs[1]], low=True))
 _binary("Sub", np.subtract, _sub_grad, "y = a - b, numpy broadcasting.",
         pointwise=_arith(lambda m, xs, p: [xs[0] - xs[1]]))
 _binary("Mul", np.multiply, _mul_grad, "y = a * b, numpy broadcasting.",
@@ -187,7 +190,9 @@ register(OpDef(
     reference=_addn_reference,
     gradient=_addn_grad,
     # summed in input order, as the reference; more inputs chain kernels over the output
-    pointwise=Pointwise(_addn_pointwise, signatures=("float32->float32",), arities=(2, 3, 4)),
+    pointwise=Pointwise(_addn_pointwise,
+                        signatures=("float32->float32", *low_signatures("float32->float32")),
+                        arities=(2, 3, 4)),
     doc="y = x1 + ... + xn, all of one shape and dtype (summing gradient contributions).",
 ))
 

@@ -35,8 +35,14 @@ pytestmark = [pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWar
 
 
 def test_executor_skips_the_overflowing_step_as_the_reference(tmp_path):
+    check_loss_scaling(tmp_path / "loss_scale")
+
+
+def check_loss_scaling(folder, backend: str = "cpu") -> None:
+    """The generated executor of `backend` steps through a forced overflow and the scale's
+    growth as the reference (tests/cuda/test_cuda_mixed.py runs it on the GPU)."""
     g = graph("adam")
-    module = build_module(g, tmp_path / "loss_scale", layout="plan")
+    module = build_module(g, folder, backend, layout="plan")
     ex = module.Executor()
     state = init_params(g, seed=1)
     ex.load_params(state)

@@ -26,15 +26,16 @@ U = 2.0 ** -8
 SUM = 2.0 ** -16  # float32 summation-order bound (K <= 256 terms of 2^-24 each)
 
 
-def graph_and_feeds():
+def graph_and_feeds(low: str = "bfloat16"):
+    """The kernels' graph on `low` (bfloat16 here; float16 too on the GPU) values."""
     rng = np.random.default_rng(3)
     b = GraphBuilder("bf16_kernels")
-    feeds, low = {}, {}
+    low_type, feeds, low = low, {}, {}
     for name, shape in (("x", (4, 8, 6, 6)), ("dy", (4, 8, 6, 6)), ("dp", (4, 8, 3, 3)),
                         ("w", (2, 3, 10, 36)), ("dw", (2, 3, 5, 18)),
                         ("one", (2, 16, 1, 1))):
         feeds[name] = rng.standard_normal(shape).astype(np.float32)
-        low[name] = b.op("Cast", [b.input(name, shape)], {"to": "bfloat16"}, name=f"{name}16")
+        low[name] = b.op("Cast", [b.input(name, shape)], {"to": low_type}, name=f"{name}16")
     stats = {}
     for name, lo in (("scale", 0.5), ("bias", -0.5), ("rm", -0.5), ("rv", 0.5)):
         feeds[name] = rng.uniform(lo, lo + 1.0, 8).astype(np.float32)
@@ -64,7 +65,7 @@ def graph_and_feeds():
                                # a 1x1 map: nothing to reduce, the values widened
                                b.op("GlobalAvgPool", [low["one"]], name="global_avg_pool_1x1")]
     feeds["b"] = rng.standard_normal(8).astype(np.float32)
-    bias = b.op("Cast", [b.input("b", (8,))], {"to": "bfloat16"}, name="b16")
+    bias = b.op("Cast", [b.input("b", (8,))], {"to": low_type}, name="b16")
     outs["bias_add"] = [b.op("BiasAdd", [x, bias], name="bias_add")]
     outs["bias_add_grad"] = [b.op("BiasAddGrad", [dy], name="bias_add_grad")]
     outs["concat"] = [b.op("Concat", [x, dy], {"axis": 1}, name="concat")]
@@ -78,20 +79,33 @@ EXACT = {"relu", "relu_grad", "max_pool", "max_pool_rows", "add", "bias_add", "c
 FLOAT32 = {"global_avg_pool", "bias_add_grad"}  # reductions: float32 results
 
 
-@pytest.fixture(scope="module")
-def results(tmp_path_factory):
-    graph, feeds, outs = graph_and_feeds()
-    module = build_module(graph, tmp_path_factory.mktemp("bf16k") / "k")
+OPS = ["bn", "bn_grad", "relu", "relu_grad", "max_pool", "max_pool_grad", "max_pool_rows",
+       "max_pool_rows_grad", "avg_pool", "avg_pool_grad", "add", "add_n", "global_avg_pool",
+       "bias_add", "bias_add_grad", "concat", "flatten"]
+
+
+def kernel_results(folder, backend: str = "cpu", low: str = "bfloat16"):
+    """(graph, outs, the executor's values, the reference's) of the kernels' graph."""
+    graph, feeds, outs = graph_and_feeds(low)
+    module = build_module(graph, folder, backend)
     got = module.Executor().forward(feeds)
     want = run(graph, feeds, {})
     return graph, outs, got, want
 
 
-@pytest.mark.parametrize("op", ["bn", "bn_grad", "relu", "relu_grad", "max_pool", "max_pool_grad",
-                                "max_pool_rows", "max_pool_rows_grad", "avg_pool",
-                                "avg_pool_grad", "add", "add_n", "global_avg_pool", "bias_add",
-                                "bias_add_grad", "concat", "flatten"])
+@pytest.fixture(scope="module")
+def results(tmp_path_factory):
+    return kernel_results(tmp_path_factory.mktemp("bf16k") / "k")
+
+
+@pytest.mark.parametrize("op", OPS)
 def test_bf16_kernel_matches_emulated_reference(op, results):
+    check_kernel(op, results)
+
+
+def check_kernel(op: str, results, low: str = "bfloat16", u: float = U) -> None:
+    """Op `op`'s outputs against the reference within the bounds above (`u`: the low type's
+    unit roundoff; tests/cuda/test_cuda_mixed.py checks the GPU's in both low types)."""
     graph, outs, got, want = results
     for name in outs[op]:
         dtype = graph.tensor(name).dtype
@@ -102,7 +116,7 @@ def test_bf16_kernel_matches_emulated_reference(op, results):
             assert np.array_equal(g64, w64), name
             continue
         m = np.max(np.abs(w64))
-        bound = (2 * U * np.abs(w64) if dtype == "bfloat16" else 0.0) + SUM * m
+        bound = (2 * u * np.abs(w64) if dtype == low else 0.0) + SUM * m
         assert np.all(np.abs(g64 - w64) <= bound), (name, float(np.max(np.abs(g64 - w64))))
     # the low outputs are bfloat16 (half the bytes), the statistics float32
-    assert graph.tensor(outs[op][0]).dtype == ("float32" if op in FLOAT32 else "bfloat16")
+    assert graph.tensor(outs[op][0]).dtype == ("float32" if op in FLOAT32 else low)

@@ -74,10 +74,23 @@ CASES = [(m, p) for m in sorted(MODELS) for p in sorted(UNIT)
 @pytest.mark.parametrize(("model", "precision"), CASES)
 def test_bf16_mixed_step_matches_emulated_reference(model, precision, tmp_path_factory):
     """(and fp16-mixed, with float16's unit roundoff in the same bounds)"""
+    ex = check_mixed_step(model, precision, tmp_path_factory.mktemp("mixed") / model)
+    # stats() names what oneDNN runs for each low-precision op (a bf16 kernel, or the float32
+    # fallback's reorders around a float32 one)
+    impls = {d["name"]: d.get("impl", "") for d in ex.stats()["ops"]
+             if d["op"] in ("Conv2D", "MatMul")}
+    assert impls and all(impls.values()), impls
+    if os.environ.get("ONEDNN_MAX_CPU_ISA") == "AVX2":  # the fallback below: no bf16 kernels
+        assert not any("bf16" in v or "amx" in v for v in impls.values()), impls
+
+
+def check_mixed_step(model: str, precision: str, folder, backend: str = "cpu"):
+    """One step of the generated executor of `backend` against the emulated reference step,
+    within the bounds above; returns the executor (tests/cuda/test_cuda_mixed.py: the GPU's)."""
     u = UNIT[precision]
     graph = mixed_graph(model, precision)
     assert sum(n.op == "Cast" for n in graph.nodes) > 0
-    module = build_module(graph, tmp_path_factory.mktemp("mixed") / model, layout="plan")
+    module = build_module(graph, folder, backend, layout="plan")
     state, feeds = start_state(graph), random_feeds(graph, seed=2)
     ex = module.Executor()
     ex.load_params(state)
@@ -87,13 +100,7 @@ def test_bf16_mixed_step_matches_emulated_reference(model, precision, tmp_path_f
     assert abs(loss - float(outputs["loss"])) <= 4 * u * abs(float(outputs["loss"]))
     errors = update_errors(graph, state, got, want)
     assert errors and max(errors.values()) <= 4 * u, errors
-    # stats() names what oneDNN runs for each low-precision op (a bf16 kernel, or the float32
-    # fallback's reorders around a float32 one)
-    impls = {d["name"]: d.get("impl", "") for d in ex.stats()["ops"]
-             if d["op"] in ("Conv2D", "MatMul")}
-    assert impls and all(impls.values()), impls
-    if os.environ.get("ONEDNN_MAX_CPU_ISA") == "AVX2":  # the fallback below: no bf16 kernels
-        assert not any("bf16" in v or "amx" in v for v in impls.values()), impls
+    return ex
 
 
 def test_float32_fallback_where_the_isa_has_no_bf16(tmp_path):
@@ -119,6 +126,12 @@ def test_cast_kernels_round_as_ml_dtypes(tmp_path):
     bfloat16 subnormal; training never meets values that small. And on CPUs without bf16
     instructions (ONEDNN_MAX_CPU_ISA=AVX2) oneDNN's conversion may turn -0.0 into +0.0: zeros
     are compared by value."""
+    check_casts(tmp_path / "casts")
+
+
+def check_casts(folder, backend: str = "cpu") -> None:
+    """The casts above through the executor of `backend` (the GPU's converts subnormals
+    exactly, which the bounds allow too)."""
     import ml_dtypes
 
     from planner.graph.builder import GraphBuilder
@@ -135,7 +148,7 @@ def test_cast_kernels_round_as_ml_dtypes(tmp_path):
     for low in ("bfloat16", "float16"):
         y = b.op("Cast", [xin], {"to": low}, name=f"to_{low}")
         outs += [y, b.op("Cast", [y], {"to": "float32"}, name=f"from_{low}")]
-    module = build_module(b.build(outputs=outs), tmp_path / "casts")
+    module = build_module(b.build(outputs=outs), folder, backend)
     got = module.Executor().forward({"x": x})
     tiny = (x != 0) & (np.abs(x) < np.finfo(np.float32).tiny)
     assert tiny.any()

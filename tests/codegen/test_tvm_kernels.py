@@ -1,7 +1,10 @@
 """The TVM-generated CUDA kernels, checked without a GPU: the checked-in file is what the
 generator writes; each op's pointwise formula, built by TVM for "llvm", matches its numpy
 reference (NaN and infinities where the float32 reference has them, finite values within a
-few float32 roundings of the float64 reference); the CUDA sources compile with nvcc."""
+few float32 roundings of the float64 reference); the CUDA sources compile with nvcc. A kernel
+in a low float type (bfloat16, float16) is bit-identical to the reference computed in float32
+on its exactly widened inputs and rounded once (the interpreter's emulation), its paired form
+(two elements per thread) likewise."""
 
 from __future__ import annotations
 
@@ -16,6 +19,7 @@ import pytest
 tvm = pytest.importorskip("tvm")
 
 from codegen import tvm_kernels as tk  # noqa: E402
+from planner.dtypes import LOW_FLOATS  # noqa: E402
 from planner.ops import get_op  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -57,9 +61,9 @@ def _inputs(spec: tk.Spec, shapes, rng) -> list[np.ndarray]:
         shape = shapes[k]
         if k in spec.pointwise.scalar_inputs:
             xs.append(np.array(5 if dtype == "int64" else 3.0, dtype=dtype))
-        elif dtype == "float32":
+        elif dtype == "float32" or dtype in LOW_FLOATS:
             x = (rng.standard_normal(shape) * 2).astype(np.float32)
-            xs.append(_specials(x, rng) if x.size >= 12 else x)
+            xs.append((_specials(x, rng) if x.size >= 12 else x).astype(dtype))
         elif dtype == "int64":
             xs.append(rng.integers(-1000, 1000, size=shape).astype(np.int64))
         else:
@@ -83,12 +87,13 @@ def _run_llvm(spec: tk.Spec, xs, shapes, out_shape, scalars):
     func = tk.cpu_func(spec)
     lib = tvm.build(func.with_attr("global_symbol", "f"), target="llvm")
     n = int(np.prod(out_shape))
+    flat = (-1, spec.vec) if spec.vec > 1 else (-1,)  # a paired kernel's buffers: (n / 2, 2)
     args = []
     for k, x in enumerate(xs):
-        a = x.reshape(1) if k in spec.pointwise.scalar_inputs else x.reshape(-1)
+        a = x.reshape(1) if k in spec.pointwise.scalar_inputs else x.reshape(flat)
         args.append(tvm.runtime.tensor(np.ascontiguousarray(a)))
-    outs = [tvm.runtime.tensor(np.zeros(n, dtype=d)) for d in spec.outs]
-    lib["f"](*args, *outs, *scalars(n))
+    outs = [tvm.runtime.tensor(np.zeros(n, dtype=d).reshape(flat)) for d in spec.outs]
+    lib["f"](*args, *outs, *scalars(n // spec.vec))
     return [o.numpy().reshape(out_shape) for o in outs]
 
 
@@ -110,6 +115,16 @@ def _broadcast_scalars(spec: tk.Spec, shapes, out_shape):
 
 def _check(op: str, got: list[np.ndarray], xs: list[np.ndarray], attrs,
            sum_mag: np.ndarray | None = None) -> None:
+    if any(x.dtype.name in LOW_FLOATS for x in xs):
+        # float32 on the widened inputs, each output rounded once to the kernel's type
+        want = get_op(op).reference([x.astype(np.float32) for x in xs], attrs)
+        for g, w in zip(got, want, strict=True):
+            assert g.dtype == np.dtype(xs[0].dtype), op
+            rounded = np.broadcast_to(w, g.shape).astype(g.dtype)
+            # compared widened (exact), so that NaN matches NaN as numpy's float32 does
+            np.testing.assert_array_equal(g.astype(np.float32), rounded.astype(np.float32),
+                                          err_msg=op)
+        return
     ref32 = get_op(op).reference([x for x in xs], attrs)
     xs64 = [x.astype(np.float64) if x.dtype == np.float32 else x for x in xs]
     ref64 = get_op(op).reference(xs64, attrs)
@@ -140,11 +155,12 @@ def _check(op: str, got: list[np.ndarray], xs: list[np.ndarray], attrs,
 def _cases():
     seen = set()
     for spec in tk.specs():
-        key = (spec.ops, spec.ins, spec.form, spec.rank)
+        key = (spec.ops, spec.ins, spec.form, spec.rank, spec.vec)
         if spec.rank in (2, 4, 8) or key in seen:
             continue  # ranks 1 and 3 stand for the broadcast index math
         seen.add(key)
-        yield pytest.param(spec, id=f"{spec.ops[0]}-{spec.sig}-{spec.form_text}-r{spec.rank}")
+        vec = f"-v{spec.vec}" if spec.vec > 1 else ""
+        yield pytest.param(spec, id=f"{spec.ops[0]}-{spec.sig}-{spec.form_text}-r{spec.rank}{vec}")
 
 
 # TVM 0.27's LLVM lowering folds the splitmix64 hash to a constant across indices (its CUDA
@@ -209,9 +225,10 @@ def test_formula_matches_reference(spec: tk.Spec):
         _check(op, got, ref_xs, attrs, sum_mag if op == "PReluGrad" else None)
 
 
-def test_generated_file_is_up_to_date():
-    assert tk.OUT.read_text(encoding="utf-8") == tk.generate(), \
-        "stale: run python -m codegen.tvm_kernels --write"
+def test_generated_files_are_up_to_date():
+    for path, text in tk.generate_files().items():
+        assert path.read_text(encoding="utf-8") == text, \
+            f"{path.name} stale: run python -m codegen.tvm_kernels --write"
 
 
 def _nvcc() -> str | None:

@@ -89,13 +89,45 @@ def _strings(tree) -> bytes:
     return bytes(int(b) for b in body.replace("\n", " ").split(",") if b.strip())
 
 
+@pytest.mark.parametrize("precision", ["fp32", "bf16-mixed", "fp16-mixed"])
 @pytest.mark.parametrize("model", sorted(MODELS))
-def test_every_zoo_training_plan_is_supported(model):
-    """Every op of every zoo training graph has a CUDA kernel (render checks it first)."""
+def test_every_zoo_training_plan_is_supported(model, precision):
+    """Every op of every zoo training graph has a CUDA kernel (render checks it first), in
+    float32 and in both mixed precisions (their casts, low-type ops and fp16's loss scaling)."""
     from codegen import support
 
-    graph = make_training_graph(zoo(model, **MODELS[model]), Optimizer(kind="sgd", lr=0.1))
+    graph = make_training_graph(zoo(model, **MODELS[model]), Optimizer(kind="sgd", lr=0.1),
+                                precision=precision)
+    if precision != "fp32":
+        assert any(t.dtype != "float32" for t in graph.tensors if t.role == "activation")
     support.check(graph, RUNTIMES["cuda"])
+
+
+@pytest.mark.nvcc
+@pytest.mark.parametrize(("target", "model", "precision"), [
+    ("h100-80gb", "resnet", "bf16-mixed"),   # sm_90
+    ("a100-80gb", "lenet", "fp16-mixed")])   # sm_80, with the loss-scaling ops
+def test_mixed_precision_executor_builds(target, model, precision, tmp_path):
+    """A mixed-precision training plan renders and builds against the CUDA runtime of its
+    target's architecture: the runtime (every kernel, the low-type ones included) compiles
+    for sm_80 and sm_90, and the plan's low tensors reach its schedule as bfloat16 / float16
+    (every zoo model's mixed graphs pass the support check above; the package of a plan is
+    only its schedule's data, so one per architecture covers the build)."""
+    from planner.pipeline import plan as make_plan
+    from planner.target import preset
+
+    graph = make_training_graph(zoo(model, **MODELS[model]), Optimizer(kind="sgd", lr=0.1),
+                                precision=precision)
+    plan = make_plan(graph, preset(target))
+    tree = render(plan, tmp_path / model, layout="plan")
+    low = {"bf16-mixed": "bfloat16", "fp16-mixed": "float16"}[precision]
+    assert any(t.dtype == low for t in plan.graph.tensors)
+    code = {"bfloat16": "planner::BF16", "float16": "planner::F16"}[low]
+    assert code in tree.files["schedule.cpp"]
+    assert ("UnscaleGrads" in {n.op for n in plan.graph.nodes}) == (precision == "fp16-mixed")
+    result = build(tree)
+    arch = {"a100-80gb": "sm80", "h100-80gb": "sm90"}[target]
+    assert result.runtime.parent.parent.name.startswith(f"cuda-{arch}-runtime-")
 
 
 def test_each_plan_renders_for_its_own_backend(tmp_path):
@@ -125,3 +157,23 @@ def test_plans_under_a_budget_build(model, size, budget, tmp_path):
     tree = render(p, tmp_path / model, layout="plan")
     assert "planner::HOST_STORE" in tree.files["schedule.cpp"]
     assert build(tree).runtime.name.startswith("planner_cuda_rt")
+
+
+def test_bfloat16_is_refused_before_ampere_and_float16_is_not():
+    """cuDNN and cuBLAS take bfloat16 from compute capability 8.0: a bf16-mixed graph for an
+    older GPU is refused in one line naming the dtype, the capability and the way out (fp16),
+    before anything is rendered; on an A100 it passes, and fp16-mixed passes on both."""
+    from codegen import support
+    from codegen.errors import UnsupportedError
+
+    def mixed(precision):
+        return make_training_graph(zoo("mlp", **MODELS["mlp"]), Optimizer(kind="sgd", lr=0.1),
+                                   precision=precision)
+
+    with pytest.raises(UnsupportedError, match=r"dtype bfloat16 needs a GPU of compute "
+                       r"capability 8\.0 or newer, the target's is 7\.5 \(tensor '.*'; "
+                       r"fp16-mixed runs there\)"):
+        support.check(mixed("bf16-mixed"), RUNTIMES["cuda"], "7.5")
+    support.check(mixed("bf16-mixed"), RUNTIMES["cuda"], "8.0")
+    support.check(mixed("fp16-mixed"), RUNTIMES["cuda"], "7.5")
+    support.check(mixed("bf16-mixed"), RUNTIMES["cpu"], "")  # CPUs: oneDNN's fallback

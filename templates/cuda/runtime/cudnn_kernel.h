@@ -1,5 +1,5 @@
 // What the cuDNN-based kernel families share: descriptors owned by the kernel (created at
-// load, destroyed with it, never copied), and float32 NCHW tensor descriptors whose dims are
+// load, destroyed with it, never copied), and NCHW tensor descriptors whose dims are
 // checked to fit cuDNN's int API instead of silently truncating.
 #pragma once
 #include <limits>
@@ -39,9 +39,10 @@ inline int to_int(int64_t v, const char* what) {
   return static_cast<int>(v);
 }
 
-// A packed float32 NCHW tensor descriptor.
-inline void set_nchw(cudnnTensorDescriptor_t d, int64_t n, int64_t c, int64_t h, int64_t w) {
-  PLANNER_CUDNN(cudnnSetTensor4dDescriptor(d, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT,
+// A packed NCHW tensor descriptor (float32 unless told: mixed precision's low types).
+inline void set_nchw(cudnnTensorDescriptor_t d, int64_t n, int64_t c, int64_t h, int64_t w,
+                     cudnnDataType_t type = CUDNN_DATA_FLOAT) {
+  PLANNER_CUDNN(cudnnSetTensor4dDescriptor(d, CUDNN_TENSOR_NCHW, type,
                                            to_int(n, "N"), to_int(c, "C"), to_int(h, "H"),
                                            to_int(w, "W")));
 }

@@ -17,7 +17,12 @@
 // a padded data gradient that is cropped after (backward data), with the convolution itself
 // unpadded: exact, at the cost of that temporary.
 //
-// Math is CUDNN_FMA_MATH: float32 stays float32 (no TF32), as the float64 references expect.
+// Math: float32 convolutions run CUDNN_FMA_MATH, float32 stays float32 (no TF32), as the
+// float64 references expect. Mixed precision's
+// bfloat16 / float16 convolutions (every tensor of the op in the low type) run
+// CUDNN_TENSOR_OP_MATH with float32 compute (the convolution descriptor's type): tensor cores,
+// float32 accumulation, each output rounded once. The algorithms kept from cuDNN's heuristics
+// and find are those of the op's math type.
 //
 // Profiling (`planner profile --target gpu`, Kernel::find) asks cuDNN's find
 // (cudnnFind*AlgorithmEx, the legacy API's benchmark) to run every algorithm on the kernel's
@@ -27,6 +32,7 @@
 #include <vector>
 
 #include "../cudnn_kernel.h"
+#include "../low_float.cuh"
 
 namespace planner {
 namespace {
@@ -103,15 +109,21 @@ std::string algo_family(Dir d, int value) {
   return first ? first->family : "";
 }
 
-// cuDNN's find results that the plan could run: measured successfully, in FMA math (the
-// kernel never enables tensor-op math), named by a family. cuDNN's times are in ms.
+// Whether an algorithm of cuDNN's math type `m` runs in the op's `math`: FMA math takes no
+// tensor-op algorithm (float32 stays float32); tensor-op math takes any.
+bool math_allows(cudnnMathType_t math, cudnnMathType_t m) {
+  return math != CUDNN_FMA_MATH ||
+         (m != CUDNN_TENSOR_OP_MATH && m != CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION);
+}
+
+// cuDNN's find results that the plan could run: measured successfully, in a math type the
+// op allows, named by a family. cuDNN's times are in ms.
 template <class Perf>
-std::vector<Measured> kept(Dir d, const std::vector<Perf>& perf, int got) {
+std::vector<Measured> kept(Dir d, cudnnMathType_t math, const std::vector<Perf>& perf, int got) {
   std::vector<Measured> out;
   for (int i = 0; i < got; ++i) {
     const Perf& p = perf[i];
-    if (p.status != CUDNN_STATUS_SUCCESS || p.mathType == CUDNN_TENSOR_OP_MATH ||
-        p.mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION || !(p.time > 0))
+    if (p.status != CUDNN_STATUS_SUCCESS || !math_allows(math, p.mathType) || !(p.time > 0))
       continue;
     const int value = static_cast<int>(p.algo);
     const std::string family = algo_family(d, value);
@@ -131,19 +143,21 @@ std::vector<Measured> kept(Dir d, const std::vector<Perf>& perf, int got) {
 // ---- explicit padding for asymmetric pads ------------------------------------------------
 
 // xp (planes, Hp, Wp) = x (planes, H, W) placed at (top, left), zeros around it.
-__global__ void pad_planes(const float* __restrict__ x, float* __restrict__ xp, int64_t total,
+template <class T>
+__global__ void pad_planes(const T* __restrict__ x, T* __restrict__ xp, int64_t total,
                            int H, int W, int Hp, int Wp, int top, int left) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total;
        i += int64_t{gridDim.x} * blockDim.x) {
     const int w = static_cast<int>(i % Wp), h = static_cast<int>(i / Wp % Hp);
     const int64_t p = i / (int64_t{Wp} * Hp);
     const int ih = h - top, iw = w - left;
-    xp[i] = (ih >= 0 && ih < H && iw >= 0 && iw < W) ? x[(p * H + ih) * W + iw] : 0.f;
+    xp[i] = (ih >= 0 && ih < H && iw >= 0 && iw < W) ? x[(p * H + ih) * W + iw] : narrow<T>(0.f);
   }
 }
 
 // x (planes, H, W) = the region of xp (planes, Hp, Wp) at (top, left).
-__global__ void crop_planes(const float* __restrict__ xp, float* __restrict__ x, int64_t total,
+template <class T>
+__global__ void crop_planes(const T* __restrict__ xp, T* __restrict__ x, int64_t total,
                             int H, int W, int Hp, int Wp, int top, int left) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total;
        i += int64_t{gridDim.x} * blockDim.x) {
@@ -170,7 +184,11 @@ class CudnnConv : public Kernel {
   CudnnConv(const Node& n, Dir dir, const Roles& ids, const Shape& image, const Shape& output,
             const Shape& filter)
       : dir_(dir), ids_(ids) {
-    require_f32(n);
+    std::vector<TensorRef> all = n.in;
+    all.insert(all.end(), n.out.begin(), n.out.end());
+    dtype_ = one_float_type(all, "convolution");
+    esize_ = dtype_bytes(dtype_);
+    math_ = is_low_float(dtype_) ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH;
     if (image.size() != 4 || output.size() != 4 || filter.size() != 4)
       throw std::runtime_error("convolution tensors must be 4-D (NCHW, OIHW), got image " +
                                shape_text(image) + ", output " + shape_text(output) +
@@ -196,19 +214,19 @@ class CudnnConv : public Kernel {
     Hp_ = padded_ ? to_int(image[2] + p[0] + p[2], "padded H") : H_;
     Wp_ = padded_ ? to_int(image[3] + p[1] + p[3], "padded W") : W_;
     planes_ = image[0] * image[1];
-    if (padded_) temp_bytes_ = align256(sizeof(float) * planes_ * Hp_ * Wp_);
+    if (padded_) temp_bytes_ = align256(esize_ * planes_ * Hp_ * Wp_);
 
-    set_nchw(image_, image[0], image[1], Hp_, Wp_);
-    set_nchw(output_, output[0], output[1], output[2], output[3]);
-    PLANNER_CUDNN(cudnnSetFilter4dDescriptor(filter_, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW,
+    set_nchw(image_, image[0], image[1], Hp_, Wp_, cudnn_type(dtype_));
+    set_nchw(output_, output[0], output[1], output[2], output[3], cudnn_type(dtype_));
+    PLANNER_CUDNN(cudnnSetFilter4dDescriptor(filter_, cudnn_type(dtype_), CUDNN_TENSOR_NCHW,
                                              to_int(filter[0], "O"), to_int(filter[1], "C/g"),
                                              to_int(filter[2], "kh"), to_int(filter[3], "kw")));
     PLANNER_CUDNN(cudnnSetConvolution2dDescriptor(
         conv_, padded_ ? 0 : top_, padded_ ? 0 : left_, to_int(s[0], "stride"),
         to_int(s[1], "stride"), to_int(d[0], "dilation"), to_int(d[1], "dilation"),
-        CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
+        CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));  // float32 compute in every type
     PLANNER_CUDNN(cudnnSetConvolutionGroupCount(conv_, static_cast<int>(groups)));
-    PLANNER_CUDNN(cudnnSetConvolutionMathType(conv_, CUDNN_FMA_MATH));
+    PLANNER_CUDNN(cudnnSetConvolutionMathType(conv_, math_));
 
     int on, oc, oh, ow;
     PLANNER_CUDNN(cudnnGetConvolution2dForwardOutputDim(conv_, image_, filter_, &on, &oc, &oh,
@@ -225,36 +243,31 @@ class CudnnConv : public Kernel {
   const char* algorithm() const { return algo_name(dir_, algo_); }
   std::string detail() const override { return algorithm(); }
 
+  // alpha and beta are float for float32, bfloat16 and float16 data alike (cuDNN's rule).
   void run(const Run& r) override {
     const float one = 1.f, zero = 0.f;
-    float* temp = reinterpret_cast<float*>(r.scratch);
+    void* temp = r.scratch;
     void* ws = workspace_ ? r.scratch + temp_bytes_ : nullptr;
-    const unsigned threads = 256;
     if (dir_ == Dir::Data) {
-      float* dx = padded_ ? temp : r.at<float>(ids_.image);
+      void* dx = padded_ ? temp : r.ptr[ids_.image];
       PLANNER_CUDNN(cudnnConvolutionBackwardData(
-          r.cudnn, &one, filter_, r.at<float>(ids_.filter), output_, r.at<float>(ids_.output),
+          r.cudnn, &one, filter_, r.ptr[ids_.filter], output_, r.ptr[ids_.output],
           conv_, static_cast<cudnnConvolutionBwdDataAlgo_t>(algo_), ws, workspace_, &zero,
           image_, dx));
-      if (padded_) {
-        const int64_t total = planes_ * H_ * W_;
-        crop_planes<<<blocks_for(total, threads), threads, 0, r.stream>>>(
-            temp, r.at<float>(ids_.image), total, H_, W_, Hp_, Wp_, top_, left_);
-        PLANNER_LAUNCHED("crop_planes");
-      }
+      if (padded_) crop(r, temp);
       return;
     }
-    const float* x = image(r, temp, threads);
+    const void* x = image(r, temp);
     if (dir_ == Dir::Forward) {
       PLANNER_CUDNN(cudnnConvolutionForward(
-          r.cudnn, &one, image_, x, filter_, r.at<float>(ids_.filter), conv_,
+          r.cudnn, &one, image_, x, filter_, r.ptr[ids_.filter], conv_,
           static_cast<cudnnConvolutionFwdAlgo_t>(algo_), ws, workspace_, &zero, output_,
-          r.at<float>(ids_.output)));
+          r.ptr[ids_.output]));
     } else {
       PLANNER_CUDNN(cudnnConvolutionBackwardFilter(
-          r.cudnn, &one, image_, x, output_, r.at<float>(ids_.output), conv_,
+          r.cudnn, &one, image_, x, output_, r.ptr[ids_.output], conv_,
           static_cast<cudnnConvolutionBwdFilterAlgo_t>(algo_), ws, workspace_, &zero, filter_,
-          r.at<float>(ids_.filter)));
+          r.ptr[ids_.filter]));
     }
   }
 
@@ -262,47 +275,63 @@ class CudnnConv : public Kernel {
   // the op's output (as a step would); the image of an asymmetric-pad convolution is padded
   // into the temporaries first, as run() does.
   std::vector<Measured> find(const Run& r, size_t workspace_bytes) override {
-    float* temp = reinterpret_cast<float*>(r.scratch);
+    void* temp = r.scratch;
     void* ws = workspace_bytes ? r.scratch + temp_bytes_ : nullptr;
-    const unsigned threads = 256;
     int count = 0, got = 0;
     if (dir_ == Dir::Data) {
-      float* dx = padded_ ? temp : r.at<float>(ids_.image);
+      void* dx = padded_ ? temp : r.ptr[ids_.image];
       PLANNER_CUDNN(cudnnGetConvolutionBackwardDataAlgorithmMaxCount(r.cudnn, &count));
       std::vector<cudnnConvolutionBwdDataAlgoPerf_t> perf(count);
       PLANNER_CUDNN(cudnnFindConvolutionBackwardDataAlgorithmEx(
-          r.cudnn, filter_, r.at<float>(ids_.filter), output_, r.at<float>(ids_.output), conv_,
+          r.cudnn, filter_, r.ptr[ids_.filter], output_, r.ptr[ids_.output], conv_,
           image_, dx, count, &got, perf.data(), ws, workspace_bytes));
-      return kept(dir_, perf, got);
+      return kept(dir_, math_, perf, got);
     }
-    const float* x = image(r, temp, threads);
+    const void* x = image(r, temp);
     if (dir_ == Dir::Forward) {
       PLANNER_CUDNN(cudnnGetConvolutionForwardAlgorithmMaxCount(r.cudnn, &count));
       std::vector<cudnnConvolutionFwdAlgoPerf_t> perf(count);
       PLANNER_CUDNN(cudnnFindConvolutionForwardAlgorithmEx(
-          r.cudnn, image_, x, filter_, r.at<float>(ids_.filter), conv_, output_,
-          r.at<float>(ids_.output), count, &got, perf.data(), ws, workspace_bytes));
-      return kept(dir_, perf, got);
+          r.cudnn, image_, x, filter_, r.ptr[ids_.filter], conv_, output_,
+          r.ptr[ids_.output], count, &got, perf.data(), ws, workspace_bytes));
+      return kept(dir_, math_, perf, got);
     }
     PLANNER_CUDNN(cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(r.cudnn, &count));
     std::vector<cudnnConvolutionBwdFilterAlgoPerf_t> perf(count);
     PLANNER_CUDNN(cudnnFindConvolutionBackwardFilterAlgorithmEx(
-        r.cudnn, image_, x, output_, r.at<float>(ids_.output), conv_, filter_,
-        r.at<float>(ids_.filter), count, &got, perf.data(), ws, workspace_bytes));
-    return kept(dir_, perf, got);
+        r.cudnn, image_, x, output_, r.ptr[ids_.output], conv_, filter_,
+        r.ptr[ids_.filter], count, &got, perf.data(), ws, workspace_bytes));
+    return kept(dir_, math_, perf, got);
   }
 
  private:
   // The image a forward or filter-gradient convolution reads: the op's own, or for an
   // asymmetric pad its copy padded into the temporaries.
-  const float* image(const Run& r, float* temp, unsigned threads) const {
-    const float* x = r.at<float>(ids_.image);
+  const void* image(const Run& r, void* temp) const {
+    const void* x = r.ptr[ids_.image];
     if (!padded_) return x;
     const int64_t total = planes_ * Hp_ * Wp_;
-    pad_planes<<<blocks_for(total, threads), threads, 0, r.stream>>>(x, temp, total, H_, W_, Hp_,
-                                                                     Wp_, top_, left_);
+    const unsigned threads = 256;
+    with_float(dtype_, [&](auto t) {
+      using T = decltype(t);
+      pad_planes<T><<<blocks_for(total, threads), threads, 0, r.stream>>>(
+          static_cast<const T*>(x), static_cast<T*>(temp), total, H_, W_, Hp_, Wp_, top_, left_);
+    });
     PLANNER_LAUNCHED("pad_planes");
     return temp;
+  }
+
+  // The padded data gradient in the temporaries, cropped into the op's dx.
+  void crop(const Run& r, const void* temp) const {
+    const int64_t total = planes_ * H_ * W_;
+    const unsigned threads = 256;
+    with_float(dtype_, [&](auto t) {
+      using T = decltype(t);
+      crop_planes<T><<<blocks_for(total, threads), threads, 0, r.stream>>>(
+          static_cast<const T*>(temp), reinterpret_cast<T*>(r.ptr[ids_.image]), total, H_, W_,
+          Hp_, Wp_, top_, left_);
+    });
+    PLANNER_LAUNCHED("crop_planes");
   }
 
   // The workspace `algo` needs here, or cuDNN's status when it does not support it.
@@ -324,14 +353,13 @@ class CudnnConv : public Kernel {
     }
   }
 
-  // cuDNN's heuristic ranking (no timing, nothing allocated): FMA-math algorithms only.
+  // cuDNN's heuristic ranking (no timing, nothing allocated): the op's math type's.
   std::vector<int> ranked(cudnnHandle_t h) const {
     std::vector<int> out;
     int count = 0, got = 0;
     auto keep = [&](auto& perf) {
       for (int i = 0; i < got; ++i)
-        if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].mathType != CUDNN_TENSOR_OP_MATH &&
-            perf[i].mathType != CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION)
+        if (perf[i].status == CUDNN_STATUS_SUCCESS && math_allows(math_, perf[i].mathType))
           out.push_back(static_cast<int>(perf[i].algo));
     };
     if (dir_ == Dir::Forward) {
@@ -361,7 +389,9 @@ class CudnnConv : public Kernel {
   // The plan's family when cuDNN supports it here and its workspace fits the planned bytes
   // (the plan's modelled workspace may be smaller than cuDNN's real one: the memory plan is
   // kept, the algorithm gives way); else the heuristics' first supported one whose workspace
-  // fits; else ALGO_0 / IMPLICIT_GEMM (no workspace).
+  // fits; else ALGO_0 / IMPLICIT_GEMM (no workspace) where cuDNN supports it for the op's
+  // data type, else the supported one with the smallest workspace (a block of its own at
+  // load, which stats() reports).
   void choose(const Node& n) {
     size_t bytes = 0;
     const size_t budget = n.planned_scratch > 0 ? static_cast<size_t>(n.planned_scratch) : 0;
@@ -390,8 +420,21 @@ class CudnnConv : public Kernel {
       }
     }
     algo_ = 0;  // FWD_IMPLICIT_GEMM, BWD_DATA_ALGO_0, BWD_FILTER_ALGO_0
-    PLANNER_CUDNN(query(n.cudnn, algo_, &bytes));
-    workspace_ = bytes;
+    if (query(n.cudnn, algo_, &bytes) == CUDNN_STATUS_SUCCESS) {
+      workspace_ = bytes;
+      return;
+    }
+    bool found = false;
+    for (int a : ranked(n.cudnn)) {
+      if (query(n.cudnn, a, &bytes) == CUDNN_STATUS_SUCCESS && (!found || bytes < workspace_)) {
+        algo_ = a;
+        workspace_ = bytes;
+        found = true;
+      }
+    }
+    if (!found)
+      throw std::runtime_error(std::string("cuDNN has no algorithm for this convolution in ") +
+                               float_name(dtype_) + " on this GPU");
   }
 
   Dir dir_;
@@ -400,6 +443,9 @@ class CudnnConv : public Kernel {
   FilterDesc filter_;
   ConvDesc conv_;
   int algo_ = 0;
+  int dtype_ = F32;
+  size_t esize_ = 4;
+  cudnnMathType_t math_ = CUDNN_FMA_MATH;
   size_t workspace_ = 0, temp_bytes_ = 0;
   bool padded_ = false;
   int H_ = 0, W_ = 0, Hp_ = 0, Wp_ = 0, top_ = 0, left_ = 0;

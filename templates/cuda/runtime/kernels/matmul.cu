@@ -8,10 +8,14 @@
 // their strides allow (one for every numpy-style case but an interleaved broadcast such as
 // (B1, 1) x (1, B2), which takes one call per outer index). A rank-2 b under a batched,
 // untransposed a is a single GEMM over the flattened rows. CUBLAS_COMPUTE_32F: float32
-// arithmetic, no TF32 (the executor leaves the handle in CUBLAS_DEFAULT_MATH).
+// arithmetic, no TF32 (the executor leaves the handle in CUBLAS_DEFAULT_MATH). Mixed
+// precision's bfloat16 / float16 GEMMs (a, b and y all in the low type: CUDA_R_16BF /
+// CUDA_R_16F) keep CUBLAS_COMPUTE_32F: tensor cores with float32 accumulation and float32
+// alpha / beta, y rounded once.
 #include <vector>
 
 #include "../cudnn_kernel.h"
+#include "../low_float.cuh"
 
 namespace planner {
 namespace {
@@ -19,7 +23,11 @@ namespace {
 class MatMul : public Kernel {
  public:
   explicit MatMul(const Node& n) : a_(n.in[0].id), b_(n.in[1].id), y_(n.out[0].id) {
-    require_f32(n);
+    std::vector<TensorRef> all = n.in;
+    all.insert(all.end(), n.out.begin(), n.out.end());
+    const int dtype = one_float_type(all, "MatMul");
+    type_ = cuda_type(dtype);
+    esize_ = dtype_bytes(dtype);
     const Shape &as = n.in[0].shape, &bs = n.in[1].shape, &ys = n.out[0].shape;
     if (as.size() < 2 || bs.size() < 2 || ys.size() < 2)
       throw std::runtime_error("MatMul needs a and b of rank >= 2, got " + shape_text(as) +
@@ -37,7 +45,7 @@ class MatMul : public Kernel {
     k_ = to_int(k, "K");
     lda_ = to_int(ac, "lda");
     ldb_ = to_int(bc, "ldb");
-    y_bytes_ = numel(ys) * sizeof(float);
+    y_bytes_ = numel(ys) * esize_;
 
     // Per batch axis: its size and each operand's element stride (0 where it broadcasts).
     struct Axis {
@@ -92,20 +100,20 @@ class MatMul : public Kernel {
 
   void run(const Run& r) override {
     if (m_ == 0 || n_ == 0 || batch_ == 0) return;
-    float* y = r.at<float>(y_);
+    char* y = r.ptr[y_];
     if (k_ == 0) {  // empty sums
       PLANNER_CUDA(cudaMemsetAsync(y, 0, y_bytes_, r.stream));
       return;
     }
-    const float* a = r.at<float>(a_);
-    const float* b = r.at<float>(b_);
-    const float one = 1.f, zero = 0.f;
+    const char* a = r.ptr[a_];
+    const char* b = r.ptr[b_];
+    const float one = 1.f, zero = 0.f;  // float scalars with CUBLAS_COMPUTE_32F
     for (const Offsets& o : offsets_) {
       // Column-major: y^T (N x M) = op(b)^T (N x K) * op(a)^T (K x M).
       PLANNER_CUBLAS(cublasGemmStridedBatchedEx(
           r.cublas, tb_ ? CUBLAS_OP_T : CUBLAS_OP_N, ta_ ? CUBLAS_OP_T : CUBLAS_OP_N, n_, m_,
-          k_, &one, b + o.b, CUDA_R_32F, ldb_, stride_b_, a + o.a, CUDA_R_32F, lda_, stride_a_,
-          &zero, y + o.y, CUDA_R_32F, n_, stride_y_, static_cast<int>(batch_),
+          k_, &one, b + o.b * esize_, type_, ldb_, stride_b_, a + o.a * esize_, type_, lda_,
+          stride_a_, &zero, y + o.y * esize_, type_, n_, stride_y_, static_cast<int>(batch_),
           CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     }
   }
@@ -115,6 +123,8 @@ class MatMul : public Kernel {
     int64_t a, b, y;  // elements
   };
   int a_, b_, y_;
+  cudaDataType_t type_ = CUDA_R_32F;
+  int64_t esize_ = 4;
   bool ta_ = false, tb_ = false;
   int m_ = 0, n_ = 0, k_ = 0, lda_ = 1, ldb_ = 1;
   int64_t batch_ = 1, stride_a_ = 0, stride_b_ = 0, stride_y_ = 0, y_bytes_ = 0;

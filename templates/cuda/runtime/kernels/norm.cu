@@ -11,10 +11,18 @@
 // BatchNormGrad with training=False (the gradient of the inference form, running statistics
 // as inputs) has no cuDNN call: one small kernel, a block per channel.
 //
+// Mixed precision: x, y (and dy, dx) may be bfloat16 or float16, all four of one type, with
+// the scale, bias and every statistic float32 (cuDNN's batch norm takes that pair: its
+// statistics descriptor, derived from x's, is float32), computing in float32.
+//
 // LRN is a plain kernel too: cuDNN's LRN limits size to [1, 16], beta >= 0.01, bias >= 1e-5
 // and does not document its window for even sizes; the reference's ONNX window is
 // [c - (size-1)/2, c + size/2] clipped to the channels, any size.
+#include <algorithm>
+#include <initializer_list>
+
 #include "../cudnn_kernel.h"
+#include "../low_float.cuh"
 
 namespace planner {
 namespace {
@@ -35,6 +43,30 @@ Nci channels_of(const Shape& s, const char* op) {
   return Nci{s[0], s[1], inner};
 }
 
+// The data tensors (by input and output position) share one float type, float32 or a low one;
+// every other tensor is float32. Returns the data type.
+int data_type(const Node& n, std::initializer_list<size_t> ins, std::initializer_list<size_t> outs,
+              const char* op) {
+  const int d = n.in[*ins.begin()].dtype;
+  if (d != F32 && !is_low_float(d))
+    throw std::runtime_error(std::string(op) + ": x must be float32, bfloat16 or float16");
+  for (size_t k = 0; k < n.in.size(); ++k) {
+    const bool data = std::find(ins.begin(), ins.end(), k) != ins.end();
+    if (n.in[k].dtype != (data ? d : F32))
+      throw std::runtime_error(std::string(op) + ": input " + std::to_string(k) + " is " +
+                               float_name(n.in[k].dtype) + ", expected " +
+                               float_name(data ? d : F32));
+  }
+  for (size_t k = 0; k < n.out.size(); ++k) {
+    const bool data = std::find(outs.begin(), outs.end(), k) != outs.end();
+    if (n.out[k].dtype != (data ? d : F32))
+      throw std::runtime_error(std::string(op) + ": output " + std::to_string(k) + " is " +
+                               float_name(n.out[k].dtype) + ", expected " +
+                               float_name(data ? d : F32));
+  }
+  return d;
+}
+
 void require_per_channel(const Node& n, size_t first, size_t last, int64_t c) {
   for (size_t k = first; k <= last && k < n.in.size(); ++k)
     if (n.in[k].shape != Shape{c})
@@ -48,7 +80,7 @@ void require_per_channel(const Node& n, size_t first, size_t last, int64_t c) {
 class BatchNorm : public Kernel {
  public:
   explicit BatchNorm(const Node& n) {
-    require_f32(n);
+    const int type = data_type(n, {0}, {0}, "BatchNorm");
     const Nci d = channels_of(n.in[0].shape, "BatchNorm");
     require_per_channel(n, 1, 4, d.c);
     training_ = n.attrs.b("training");
@@ -71,14 +103,14 @@ class BatchNorm : public Kernel {
     for (const TensorRef& t : n.in) ids_.push_back(t.id);
     for (const TensorRef& t : n.out) ids_.push_back(t.id);
     channel_bytes_ = d.c * sizeof(float);
-    set_nchw(x_, d.n, d.c, d.inner, 1);
+    set_nchw(x_, d.n, d.c, d.inner, 1, cudnn_type(type));
     PLANNER_CUDNN(cudnnDeriveBNTensorDescriptor(stats_, x_, CUDNN_BATCHNORM_SPATIAL));
   }
 
   void run(const Run& r) override {
     const float one = 1.f, zero = 0.f;
     // ids_: x, scale, bias, running_mean, running_var, y[, mean_new, var_new, mean, invstd]
-    auto p = [&](int k) { return r.at<float>(ids_[k]); };
+    auto p = [&](int k) { return static_cast<void*>(r.ptr[ids_[k]]); };
     if (!training_) {
       PLANNER_CUDNN(cudnnBatchNormalizationForwardInference(
           r.cudnn, CUDNN_BATCHNORM_SPATIAL, &one, &zero, x_, p(0), x_, p(5), stats_, p(1), p(2),
@@ -101,12 +133,13 @@ class BatchNorm : public Kernel {
 };
 
 // dx = dy * scale * invstd, dscale = sum(dy * xhat), dbias = sum(dy), invstd from the running
-// variance: one block per channel.
-__global__ void batch_norm_grad_frozen(const float* __restrict__ dy, const float* __restrict__ x,
+// variance: one block per channel. T: the data's type (float32 statistics, float32 sums).
+template <class T>
+__global__ void batch_norm_grad_frozen(const T* __restrict__ dy, const T* __restrict__ x,
                                        const float* __restrict__ scale,
                                        const float* __restrict__ mean,
                                        const float* __restrict__ var, float eps,
-                                       float* __restrict__ dx, float* __restrict__ dscale,
+                                       T* __restrict__ dx, float* __restrict__ dscale,
                                        float* __restrict__ dbias, Nci d) {
   __shared__ float sums[2][kThreads / 32];
   const int64_t m = d.n * d.inner;
@@ -115,10 +148,10 @@ __global__ void batch_norm_grad_frozen(const float* __restrict__ dy, const float
     float sb = 0.f, ss = 0.f;
     for (int64_t e = threadIdx.x; e < m; e += blockDim.x) {
       const int64_t i = (e / d.inner * d.c + c) * d.inner + e % d.inner;
-      const float g = dy[i];
+      const float g = widen(dy[i]);
       sb += g;
-      ss += g * (x[i] - mu) * invstd;
-      dx[i] = g * k;
+      ss += g * (widen(x[i]) - mu) * invstd;
+      dx[i] = narrow<T>(g * k);
     }
     for (int off = 16; off > 0; off /= 2) {
       sb += __shfl_down_sync(0xffffffffu, sb, off);
@@ -148,7 +181,7 @@ __global__ void batch_norm_grad_frozen(const float* __restrict__ dy, const float
 class BatchNormGrad : public Kernel {
  public:
   explicit BatchNormGrad(const Node& n) {
-    require_f32(n);
+    type_ = data_type(n, {0, 1}, {0}, "BatchNormGrad");
     d_ = channels_of(n.in[1].shape, "BatchNormGrad");
     if (n.in[0].shape != n.in[1].shape || n.out[0].shape != n.in[1].shape)
       throw std::runtime_error("BatchNormGrad: dy, x and dx must have one shape");
@@ -157,30 +190,35 @@ class BatchNormGrad : public Kernel {
     eps_ = n.attrs.f("epsilon");
     for (const TensorRef& t : n.in) ids_.push_back(t.id);
     for (const TensorRef& t : n.out) ids_.push_back(t.id);
-    set_nchw(x_, d_.n, d_.c, d_.inner, 1);
+    set_nchw(x_, d_.n, d_.c, d_.inner, 1, cudnn_type(type_));
     PLANNER_CUDNN(cudnnDeriveBNTensorDescriptor(stats_, x_, CUDNN_BATCHNORM_SPATIAL));
   }
 
   void run(const Run& r) override {
     // ids_: dy, x, scale, mean, invstd|var, dx, dscale, dbias
-    auto p = [&](int k) { return r.at<float>(ids_[k]); };
+    auto p = [&](int k) { return r.at<float>(ids_[k]); };  // the float32 ones
     if (training_) {
       const float one = 1.f, zero = 0.f;
       // eps is unused when the saved statistics are given (cuDNN still checks it).
       PLANNER_CUDNN(cudnnBatchNormalizationBackward(
-          r.cudnn, CUDNN_BATCHNORM_SPATIAL, &one, &zero, &one, &zero, x_, p(1), x_, p(0), x_,
-          p(5), stats_, p(2), p(6), p(7), eps_, p(3), p(4)));
+          r.cudnn, CUDNN_BATCHNORM_SPATIAL, &one, &zero, &one, &zero, x_, r.ptr[ids_[1]], x_,
+          r.ptr[ids_[0]], x_, r.ptr[ids_[5]], stats_, p(2), p(6), p(7), eps_, p(3), p(4)));
       return;
     }
     if (d_.c == 0) return;
     const unsigned blocks = static_cast<unsigned>(d_.c < 65535 ? d_.c : 65535);
-    batch_norm_grad_frozen<<<blocks, kThreads, 0, r.stream>>>(
-        p(0), p(1), p(2), p(3), p(4), static_cast<float>(eps_), p(5), p(6), p(7), d_);
+    with_float(type_, [&](auto t) {
+      using T = decltype(t);
+      batch_norm_grad_frozen<T><<<blocks, kThreads, 0, r.stream>>>(
+          r.at<T>(ids_[0]), r.at<T>(ids_[1]), p(2), p(3), p(4), static_cast<float>(eps_),
+          r.at<T>(ids_[5]), p(6), p(7), d_);
+    });
     PLANNER_LAUNCHED("batch_norm_grad_frozen");
   }
 
  private:
   Nci d_{};
+  int type_ = F32;
   bool training_ = true;
   double eps_ = 1e-5;
   std::vector<int> ids_;

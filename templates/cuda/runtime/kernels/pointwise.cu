@@ -8,6 +8,11 @@
 // The step of Dropout and Adam is read by the kernel from device memory (capturable in a CUDA
 // graph); nothing here synchronizes or allocates while running.
 //
+// Mixed precision: Relu, ReluGrad, Add (so BiasAdd) and AddN also have bfloat16 and float16
+// kernels (generated/tvm_pointwise_low.cuh), float32 arithmetic inside, each output rounded
+// once; where no input broadcasts and the count is even, a step whose addresses are 4-byte
+// aligned runs their paired form (nv_bfloat162 / half2 loads and stores).
+//
 // Not generated: BiasAdd (Add's kernel with the bias's strides), AddN over more than 4 inputs
 // (chained over the output), Zeros (cudaMemsetAsync), PReluGrad's dslope (reduce.cu's sum of
 // the per-element contributions, kept in scratch).
@@ -18,7 +23,7 @@
 #include <string>
 
 #include "../kernel.h"
-#include "generated/tvm_pointwise.cuh"
+#include "generated/tvm_pointwise_low.cuh"
 #include "pointwise.h"
 
 namespace planner {
@@ -32,9 +37,19 @@ char code_of(int dtype) {
     case I64: return 'l';
     case I32: return 'i';
     case BOOL: return 'b';
+    case BF16: return 'E';
+    case F16: return 'e';
   }
   return '?';
 }
+
+// Every generated kernel: the float32 / integer ones, then the low float types'.
+template <class F> void each_kernel(F f) {
+  for (const TvmKernel& k : kTvmKernels) f(k);
+  for (const TvmKernel& k : kTvmLowKernels) f(k);
+}
+
+bool aligned4(const void* p) { return reinterpret_cast<uintptr_t>(p) % 4 == 0; }
 
 std::vector<std::string> split(const std::string& s, char sep) {
   std::vector<std::string> out;
@@ -120,25 +135,53 @@ GeneratedLaunch::GeneratedLaunch(const Node& n, const char* op, const std::vecto
   for (const TensorRef& t : in) sig += code_of(t.dtype);
   sig += '_';
   for (const TensorRef& t : out) sig += code_of(t.dtype);
+  const bool low = sig.find_first_of("Ee") != std::string::npos;
   const int want_rank = broadcast ? static_cast<int>(geometry.dims.size()) : 0;
   const int want_block = block_threads(n);
-  const TvmKernel* best = nullptr;
-  for (const TvmKernel& k : kTvmKernels) {
-    if (std::strcmp(k.op, op) != 0 || sig != k.sig || !form_matches(k.form, n.attrs)) continue;
-    if (broadcast ? k.rank < want_rank : k.rank != 0) continue;
-    if (!best || k.rank < best->rank ||
-        (k.rank == best->rank && std::abs(k.block - want_block) < std::abs(best->block - want_block)))
-      best = &k;
-  }
+  // the kernel of this op, dtypes and form with `vec` elements per thread, rank `want_rank`
+  // (the smallest rank that covers it, for a broadcast), the block nearest the plan's
+  auto find = [&](int vec, bool bcast, int rank) {
+    const TvmKernel* best = nullptr;
+    each_kernel([&](const TvmKernel& k) {
+      if (std::strcmp(k.op, op) != 0 || sig != k.sig || k.vec != vec ||
+          !form_matches(k.form, n.attrs))
+        return;
+      if (bcast ? k.rank < rank : k.rank != 0) return;
+      if (!best || k.rank < best->rank ||
+          (k.rank == best->rank &&
+           std::abs(k.block - want_block) < std::abs(best->block - want_block)))
+        best = &k;
+    });
+    return best;
+  };
+  const TvmKernel* best = find(1, broadcast, want_rank);
   if (!best)
     throw std::runtime_error(std::string(op) + ": no generated CUDA kernel for dtypes " + sig +
                              (broadcast ? " at rank " + std::to_string(want_rank) : ""));
-  fn_ = best->fn;
-  block_ = best->block;
-  n_ = geometry.n;
-  const int rank = best->rank;
-  if (rank > 1 && n_ >= (int64_t{1} << 31))
+  if (best->rank > 1 && geometry.n >= (int64_t{1} << 31))
     throw std::runtime_error(std::string(op) + ": a broadcast of 2^31 elements or more");
+  one_ = bind(n, op, *best, in, out, geometry, geometry.n);
+  // Pairs: low types, an even count, every input read at the output's own index.
+  bool contiguous = !broadcast;
+  if (broadcast && geometry.dims.size() == 1) {
+    contiguous = true;
+    for (const Shape& st : geometry.strides) contiguous &= st.size() == 1 && st[0] == 1;
+  }
+  if (low && contiguous && geometry.n > 0 && geometry.n % 2 == 0) {
+    if (const TvmKernel* two = find(2, false, 0))
+      two_ = bind(n, op, *two, in, out, Geometry::flat(geometry.n), geometry.n / 2);
+  }
+}
+
+GeneratedLaunch::Bound GeneratedLaunch::bind(const Node& n, const char* op, const TvmKernel& k,
+                                             const std::vector<TensorRef>& in,
+                                             const std::vector<TensorRef>& out,
+                                             const Geometry& geometry, int64_t threads) {
+  Bound b;
+  b.fn = k.fn;
+  b.block = k.block;
+  b.threads = threads;
+  const int rank = k.rank;
   // the geometry padded with leading dims of 1 to the kernel's rank
   Shape dims = geometry.dims;
   std::vector<Shape> strides = geometry.strides;
@@ -148,24 +191,24 @@ GeneratedLaunch::GeneratedLaunch(const Node& n, const char* op, const std::vecto
       for (auto& st : strides) st.insert(st.begin(), 0);
     }
   }
-  const std::vector<std::string> params = split(best->params, '|');
-  const std::vector<std::string> extents = split(best->extents, '|');
-  const std::vector<std::string> args = split(best->args, ',');
-  slots_.resize(args.size());
+  const std::vector<std::string> params = split(k.params, '|');
+  const std::vector<std::string> extents = split(k.extents, '|');
+  const std::vector<std::string> args = split(k.args, ',');
+  b.slots.resize(args.size());
   for (size_t a = 0; a < args.size(); ++a) {
     const std::string name = args[a].substr(0, args[a].find(':'));
     const char type = args[a].back();
-    Slot& s = slots_[a];
+    Slot& s = b.slots[a];
     auto set_int = [&](int64_t v) {
       if (type == 'i') s.i = static_cast<int32_t>(v);
       else s.l = v;
     };
     if (type == 'p') {
       const bool is_in = name.compare(0, 2, "in") == 0;
-      const size_t k = std::stoul(name.substr(is_in ? 2 : 3));
-      pointers_.push_back({a, is_in ? in.at(k).id : out.at(k).id});
+      const size_t j = std::stoul(name.substr(is_in ? 2 : 3));
+      b.pointers.push_back({a, is_in ? in.at(j).id : out.at(j).id});
     } else if (name == "n") {
-      set_int(n_);
+      set_int(threads);
     } else if (name[0] == 'd') {
       set_int(dims.at(std::stoul(name.substr(1))));
     } else if (name[0] == 's') {
@@ -189,15 +232,27 @@ GeneratedLaunch::GeneratedLaunch(const Node& n, const char* op, const std::vecto
       throw std::runtime_error(std::string(op) + ": generated kernel argument " + name);
     }
   }
-  for (Slot& s : slots_) argv_.push_back(&s);
+  return b;
+}
+
+void GeneratedLaunch::launch(Bound& b, const Run& r) {
+  for (const auto& [slot, id] : b.pointers) b.slots[slot].p = id < 0 ? r.scratch : r.ptr[id];
+  b.argv.clear();
+  for (Slot& s : b.slots) b.argv.push_back(&s);
+  const int64_t blocks = (b.threads + b.block - 1) / b.block;
+  PLANNER_CUDA(cudaLaunchKernel(b.fn, dim3(static_cast<unsigned>(blocks)), dim3(b.block),
+                                b.argv.data(), 0, r.stream));
 }
 
 void GeneratedLaunch::run(const Run& r) {
-  if (n_ == 0) return;
-  for (const auto& [slot, id] : pointers_) slots_[slot].p = id < 0 ? r.scratch : r.ptr[id];
-  const int64_t blocks = (n_ + block_ - 1) / block_;
-  PLANNER_CUDA(cudaLaunchKernel(fn_, dim3(static_cast<unsigned>(blocks)), dim3(block_),
-                                argv_.data(), 0, r.stream));
+  if (one_.threads == 0) return;
+  if (two_.fn) {
+    bool ok = true;
+    for (const auto& [slot, id] : two_.pointers)
+      ok &= aligned4(id < 0 ? r.scratch : r.ptr[id]);
+    if (ok) return launch(two_, r);
+  }
+  launch(one_, r);
 }
 
 namespace {

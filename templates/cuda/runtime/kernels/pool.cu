@@ -12,7 +12,13 @@
 // for average. The backward kernels gather (one thread per dx element, over the windows that
 // hold it): no atomics, deterministic, nothing in scratch; MaxPoolGrad recomputes each
 // candidate window's first maximum instead of storing indices.
+//
+// Mixed precision: every kernel is a template over the data's type (float32, bfloat16,
+// float16): loads widen to float32, sums are float32, each output is rounded once. A max of
+// low values is one of them, so MaxPool in a low type is exact. GlobalAvgPool of a low x writes
+// a float32 mean (a reduction stays float32: planner/graph/precision.py).
 #include "../cudnn_kernel.h"
+#include "../low_float.cuh"
 
 namespace planner {
 namespace {
@@ -74,7 +80,8 @@ constexpr int kThreads = 256;
 
 // The first maximum of window (oh, ow) of plane xp: its tap (row-major index) and value.
 // Taps outside the input are -inf; NaN wins as in numpy's max / argmax.
-__device__ inline int window_argmax(const float* __restrict__ xp, const Geo& g, int oh, int ow,
+template <class T>
+__device__ inline int window_argmax(const T* __restrict__ xp, const Geo& g, int oh, int ow,
                                     float* value) {
   int best_tap = -1;
   float best = 0.f;
@@ -83,7 +90,7 @@ __device__ inline int window_argmax(const float* __restrict__ xp, const Geo& g, 
     const int h = h0 + i * g.dh;
     for (int j = 0; j < g.kw; ++j) {
       const int w = w0 + j * g.dw;
-      const float v = (h >= 0 && h < g.H && w >= 0 && w < g.W) ? xp[h * g.W + w] : -INFINITY;
+      const float v = (h >= 0 && h < g.H && w >= 0 && w < g.W) ? widen(xp[h * g.W + w]) : -INFINITY;
       if (best_tap < 0 || v > best || (v != v && best == best)) {
         best = v;
         best_tap = i * g.kw + j;
@@ -94,14 +101,15 @@ __device__ inline int window_argmax(const float* __restrict__ xp, const Geo& g, 
   return best_tap;
 }
 
-__global__ void max_pool(const float* __restrict__ x, float* __restrict__ y, Geo g) {
+template <class T>
+__global__ void max_pool(const T* __restrict__ x, T* __restrict__ y, Geo g) {
   const int64_t total = g.planes * g.OH * g.OW;
   PLANNER_GRID_STRIDE(i, total) {
     const int ow = static_cast<int>(i % g.OW), oh = static_cast<int>(i / g.OW % g.OH);
     const int64_t p = i / (int64_t{g.OW} * g.OH);
     float v;
     window_argmax(x + p * g.H * g.W, g, oh, ow, &v);
-    y[i] = v;
+    y[i] = narrow<T>(v);
   }
 }
 
@@ -119,22 +127,23 @@ __device__ inline void for_windows(int h, int pad, int s, int d, int k, int out,
   }
 }
 
-__global__ void max_pool_grad(const float* __restrict__ dy, const float* __restrict__ x,
-                              float* __restrict__ dx, Geo g) {
+template <class T>
+__global__ void max_pool_grad(const T* __restrict__ dy, const T* __restrict__ x,
+                              T* __restrict__ dx, Geo g) {
   const int64_t total = g.planes * g.H * g.W;
   PLANNER_GRID_STRIDE(i, total) {
     const int w = static_cast<int>(i % g.W), h = static_cast<int>(i / g.W % g.H);
     const int64_t p = i / (int64_t{g.W} * g.H);
-    const float* xp = x + p * g.H * g.W;
-    const float* dyp = dy + p * g.OH * g.OW;
+    const T* xp = x + p * g.H * g.W;
+    const T* dyp = dy + p * g.OH * g.OW;
     float sum = 0.f;
     for_windows(h, g.top, g.sh, g.dh, g.kh, g.OH, [&](int oh, int ti) {
       for_windows(w, g.left, g.sw, g.dw, g.kw, g.OW, [&](int ow, int tj) {
         float v;
-        if (window_argmax(xp, g, oh, ow, &v) == ti * g.kw + tj) sum += dyp[oh * g.OW + ow];
+        if (window_argmax(xp, g, oh, ow, &v) == ti * g.kw + tj) sum += widen(dyp[oh * g.OW + ow]);
       });
     });
-    dx[i] = sum;
+    dx[i] = narrow<T>(sum);
   }
 }
 
@@ -155,46 +164,48 @@ __device__ inline float avg_divisor(const Geo& g, bool include_pad, int oh, int 
                             taps_in(sw, g.kw, g.left, g.left + g.W));
 }
 
-__global__ void avg_pool(const float* __restrict__ x, float* __restrict__ y, Geo g,
-                         bool include_pad) {
+template <class T>
+__global__ void avg_pool(const T* __restrict__ x, T* __restrict__ y, Geo g, bool include_pad) {
   const int64_t total = g.planes * g.OH * g.OW;
   PLANNER_GRID_STRIDE(i, total) {
     const int ow = static_cast<int>(i % g.OW), oh = static_cast<int>(i / g.OW % g.OH);
-    const float* xp = x + i / (int64_t{g.OW} * g.OH) * g.H * g.W;
+    const T* xp = x + i / (int64_t{g.OW} * g.OH) * g.H * g.W;
     const int h0 = oh * g.sh - g.top, w0 = ow * g.sw - g.left;
     float sum = 0.f;
     for (int h = max(h0, 0); h < min(h0 + g.kh, g.H); ++h)
-      for (int w = max(w0, 0); w < min(w0 + g.kw, g.W); ++w) sum += xp[h * g.W + w];
-    y[i] = sum / avg_divisor(g, include_pad, oh, ow);
+      for (int w = max(w0, 0); w < min(w0 + g.kw, g.W); ++w) sum += widen(xp[h * g.W + w]);
+    y[i] = narrow<T>(sum / avg_divisor(g, include_pad, oh, ow));
   }
 }
 
-__global__ void avg_pool_grad(const float* __restrict__ dy, float* __restrict__ dx, Geo g,
+template <class T>
+__global__ void avg_pool_grad(const T* __restrict__ dy, T* __restrict__ dx, Geo g,
                               bool include_pad) {
   const int64_t total = g.planes * g.H * g.W;
   PLANNER_GRID_STRIDE(i, total) {
     const int w = static_cast<int>(i % g.W), h = static_cast<int>(i / g.W % g.H);
-    const float* dyp = dy + i / (int64_t{g.W} * g.H) * g.OH * g.OW;
+    const T* dyp = dy + i / (int64_t{g.W} * g.H) * g.OH * g.OW;
     float sum = 0.f;
     for_windows(h, g.top, g.sh, 1, g.kh, g.OH, [&](int oh, int) {
       for_windows(w, g.left, g.sw, 1, g.kw, g.OW, [&](int ow, int) {
-        sum += dyp[oh * g.OW + ow] / avg_divisor(g, include_pad, oh, ow);
+        sum += widen(dyp[oh * g.OW + ow]) / avg_divisor(g, include_pad, oh, ow);
       });
     });
-    dx[i] = sum;
+    dx[i] = narrow<T>(sum);
   }
 }
 
 // One warp per plane: the mean of its hw elements.
-__global__ void global_avg_pool(const float* __restrict__ x, float* __restrict__ y,
+template <class T>
+__global__ void global_avg_pool(const T* __restrict__ x, float* __restrict__ y,
                                 int64_t planes, int64_t hw) {
   const int lane = threadIdx.x % 32;
   const int64_t warps = int64_t{gridDim.x} * (blockDim.x / 32);
   for (int64_t p = blockIdx.x * int64_t{blockDim.x / 32} + threadIdx.x / 32; p < planes;
        p += warps) {
-    const float* xp = x + p * hw;
+    const T* xp = x + p * hw;
     float sum = 0.f;
-    for (int64_t k = lane; k < hw; k += 32) sum += xp[k];
+    for (int64_t k = lane; k < hw; k += 32) sum += widen(xp[k]);
     for (int off = 16; off > 0; off /= 2) sum += __shfl_down_sync(0xffffffffu, sum, off);
     if (lane == 0) y[p] = sum / static_cast<float>(hw);
   }
@@ -211,7 +222,9 @@ class Pool : public Kernel {
         in0_(n.in[0].id),
         in1_(n.in.size() > 1 ? n.in[1].id : -1),
         out_(n.out[0].id) {
-    require_f32(n);
+    std::vector<TensorRef> all = n.in;
+    all.insert(all.end(), n.out.begin(), n.out.end());
+    type_ = one_float_type(all, "pooling");
     switch (kind) {
       case Kind::Max:  // [x] -> y
         g_ = geometry(n, n.in[0].shape, n.out[0].shape);
@@ -239,27 +252,31 @@ class Pool : public Kernel {
     const bool backward = kind_ == Kind::MaxGrad || kind_ == Kind::AvgGrad;
     const int64_t total = g_.planes * (backward ? int64_t{g_.H} * g_.W : int64_t{g_.OH} * g_.OW);
     const unsigned blocks = blocks_for(total, kThreads);
-    const float* a = r.at<float>(in0_);
-    float* out = r.at<float>(out_);
-    switch (kind_) {
-      case Kind::Max:
-        max_pool<<<blocks, kThreads, 0, r.stream>>>(a, out, g_);
-        break;
-      case Kind::MaxGrad:
-        max_pool_grad<<<blocks, kThreads, 0, r.stream>>>(a, r.at<float>(in1_), out, g_);
-        break;
-      case Kind::Avg:
-        avg_pool<<<blocks, kThreads, 0, r.stream>>>(a, out, g_, include_pad_);
-        break;
-      case Kind::AvgGrad:
-        avg_pool_grad<<<blocks, kThreads, 0, r.stream>>>(a, out, g_, include_pad_);
-        break;
-    }
+    with_float(type_, [&](auto t) {
+      using T = decltype(t);
+      const T* a = r.at<T>(in0_);
+      T* out = r.at<T>(out_);
+      switch (kind_) {
+        case Kind::Max:
+          max_pool<T><<<blocks, kThreads, 0, r.stream>>>(a, out, g_);
+          break;
+        case Kind::MaxGrad:
+          max_pool_grad<T><<<blocks, kThreads, 0, r.stream>>>(a, r.at<T>(in1_), out, g_);
+          break;
+        case Kind::Avg:
+          avg_pool<T><<<blocks, kThreads, 0, r.stream>>>(a, out, g_, include_pad_);
+          break;
+        case Kind::AvgGrad:
+          avg_pool_grad<T><<<blocks, kThreads, 0, r.stream>>>(a, out, g_, include_pad_);
+          break;
+      }
+    });
     PLANNER_LAUNCHED("pooling kernel");
   }
 
  private:
   Kind kind_;
+  int type_ = F32;
   int in0_, in1_, out_;  // MaxPoolGrad's second input is x
   Geo g_{};
   bool include_pad_ = false;
@@ -267,8 +284,10 @@ class Pool : public Kernel {
 
 class GlobalAvgPool : public Kernel {
  public:
-  explicit GlobalAvgPool(const Node& n) : x_(n.in[0].id), y_(n.out[0].id) {
-    require_f32(n);
+  explicit GlobalAvgPool(const Node& n) : x_(n.in[0].id), y_(n.out[0].id), type_(n.in[0].dtype) {
+    if ((type_ != F32 && !is_low_float(type_)) || n.out[0].dtype != F32)
+      throw std::runtime_error("GlobalAvgPool: x must be float32, bfloat16 or float16 and its "
+                               "mean float32");
     const Shape& s = n.in[0].shape;
     if (s.size() != 4 || n.out[0].shape != Shape{s[0], s[1], 1, 1})
       throw std::runtime_error("GlobalAvgPool maps (N,C,H,W) to (N,C,1,1), got " +
@@ -279,13 +298,16 @@ class GlobalAvgPool : public Kernel {
   void run(const Run& r) override {
     if (planes_ == 0) return;
     const unsigned blocks = blocks_for(planes_, kThreads / 32);
-    global_avg_pool<<<blocks, kThreads, 0, r.stream>>>(r.at<float>(x_), r.at<float>(y_),
-                                                       planes_, hw_);
+    with_float(type_, [&](auto t) {
+      using T = decltype(t);
+      global_avg_pool<T><<<blocks, kThreads, 0, r.stream>>>(r.at<T>(x_), r.at<float>(y_),
+                                                            planes_, hw_);
+    });
     PLANNER_LAUNCHED("global_avg_pool");
   }
 
  private:
-  int x_, y_;
+  int x_, y_, type_;
   int64_t planes_ = 0, hw_ = 0;
 };
 

@@ -3,11 +3,13 @@
 // BiasAddGrad, and PReluGrad's dslope (pointwise.cu). The input is seen as kept and summed
 // dims (adjacent dims of one kind merged); one block per output element sums its elements in
 // double, threads striding over them, then groups.cuh's fixed block tree: deterministic for a
-// plan.
+// plan. BiasAddGrad of mixed precision reads a bfloat16 / float16 dy (widened, summed in
+// double like float32's) and writes a float32 db.
 #include <algorithm>
 
 #include "../groups.cuh"
 #include "../kernel.h"
+#include "../low_float.cuh"
 #include "pointwise.h"
 
 namespace planner {
@@ -23,12 +25,13 @@ __device__ int64_t offset_of(int64_t index, const SumTo::Dims& d) {
   return off;
 }
 
-__global__ void sum_to_kernel(const float* x, float* y, int64_t outputs, int64_t reduced,
+template <class T>
+__global__ void sum_to_kernel(const T* x, float* y, int64_t outputs, int64_t reduced,
                               SumTo::Dims kept, SumTo::Dims summed, double scale) {
   for (int64_t o = blockIdx.x; o < outputs; o += gridDim.x) {
     const int64_t base = offset_of(o, kept);
     double acc = 0.0;
-    for (int64_t r = threadIdx.x; r < reduced; r += blockDim.x) acc += x[base + offset_of(r, summed)];
+    for (int64_t r = threadIdx.x; r < reduced; r += blockDim.x) acc += widen(x[base + offset_of(r, summed)]);
     acc = block_reduce(acc, SumOp{}, 0.0);
     if (threadIdx.x == 0) y[o] = static_cast<float>(acc * scale);
   }
@@ -68,14 +71,20 @@ SumTo::SumTo(const Shape& from, const Shape& to, double scale, int block)
   if (numel(from) == 0) outputs_ = numel(to);
 }
 
-void SumTo::run(const float* x, float* y, cudaStream_t stream) const {
+void SumTo::run(const float* x, float* y, cudaStream_t stream) const { run(x, F32, y, stream); }
+
+void SumTo::run(const void* x, int x_dtype, float* y, cudaStream_t stream) const {
   if (outputs_ == 0) return;
   if (reduced_ == 0) {
     PLANNER_CUDA(cudaMemsetAsync(y, 0, sizeof(float) * outputs_, stream));
     return;
   }
   const unsigned grid = static_cast<unsigned>(std::min<int64_t>(outputs_, int64_t{1} << 20));
-  sum_to_kernel<<<grid, block_, 0, stream>>>(x, y, outputs_, reduced_, kept_, summed_, scale_);
+  with_float(x_dtype, [&](auto t) {
+    using T = decltype(t);
+    sum_to_kernel<T><<<grid, block_, 0, stream>>>(static_cast<const T*>(x), y, outputs_,
+                                                  reduced_, kept_, summed_, scale_);
+  });
   PLANNER_LAUNCHED("sum_to_kernel");
 }
 
@@ -92,14 +101,20 @@ Shape reduced_to(const Node& n) {
 
 class Sum : public Kernel {
  public:
-  Sum(const Node& n, const Shape& to, double scale)
-      : x_(n.in[0].id), y_(n.out[0].id), sum_(n.in[0].shape, to, scale, block_threads(n)) {
-    require_f32(n);
+  Sum(const Node& n, const Shape& to, double scale, bool low_input = false)
+      : x_(n.in[0].id), y_(n.out[0].id), x_type_(n.in[0].dtype),
+        sum_(n.in[0].shape, to, scale, block_threads(n)) {
+    // float32 sums; with `low_input` (BiasAddGrad) x may be a low type (mixed precision)
+    if (low_input && is_low_float(x_type_)) {
+      if (n.out[0].dtype != F32) throw std::runtime_error("the sum of a low x must be float32");
+    } else {
+      require_f32(n);
+    }
   }
-  void run(const Run& r) override { sum_.run(r.at<float>(x_), r.at<float>(y_), r.stream); }
+  void run(const Run& r) override { sum_.run(r.ptr[x_], x_type_, r.at<float>(y_), r.stream); }
 
  private:
-  int x_, y_;
+  int x_, y_, x_type_;
   SumTo sum_;
 };
 
@@ -116,7 +131,7 @@ KernelPtr bias_add_grad(const Node& n) {
   Shape to(s.size(), 1);
   const int axis = norm_axis(n.attrs.i("axis"), s.size());
   to[axis] = s[axis];
-  return std::make_unique<Sum>(n, to, 1.0);
+  return std::make_unique<Sum>(n, to, 1.0, true);
 }
 
 }  // namespace
