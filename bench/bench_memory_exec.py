@@ -9,7 +9,10 @@ torch.autograd.graph.save_on_cpu.
 
 Budgets: "free" (no budget: the unconstrained arena), "mid" (halfway between the per-op bound
 and the unconstrained arena, the issue's midpoint), "low" (halfway between mid and the
-smallest) and "smallest" (the smallest feasible budget the planner reports). PyTorch runs the
+smallest) and "smallest" (the smallest feasible budget the planner reports); then "rc mid" and
+"rc smallest", recompute only (no offload) at mid and at the smallest budget recompute alone
+reaches: on a CPU the host store is the same memory as the arena, so only recompute lowers the
+process's peak. PyTorch runs the
 zoo graph translated node by node (tests/graph/test_train_vs_torch.py's translator).
 
 Each configuration runs in a process of its own, warm (3 steps), OpenMP threads waiting
@@ -221,8 +224,9 @@ def torch_lacks(model: str) -> list[str]:
     return sorted({n.op for n in build(name, **kwargs).nodes} - set(torch_ops()))
 
 
-def plans(model: str, work: Path) -> list[tuple[str, Path, int]]:
-    """Build the executor at four budgets: (label, package, budget)."""
+def plans(model: str, work: Path, target) -> list[tuple[str, Path, int]]:
+    """Build the executor at the four budgets, then recompute-only at the midpoint and the
+    smallest budget recompute alone reaches: (label, package, arena bytes)."""
     from codegen.build import build as build_package
     from codegen.render import render
     from planner.errors import InfeasibleBudget
@@ -230,31 +234,35 @@ def plans(model: str, work: Path) -> list[tuple[str, Path, int]]:
     from planner.graph.optimizer import Optimizer
     from planner.memory.options import MemoryOptions
     from planner.pipeline import PlanOptions, plan
-    from planner.target.detect import detect
     from planner.zoo import build
 
     name, kwargs = MODELS[model]
     graph = make_training_graph(build(name, **kwargs), Optimizer(kind="sgd", lr=LR))
-    target = detect()
 
-    def at(budget):
+    def at(budget, offload=True):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             return plan(graph, target, options=PlanOptions(
-                memory=MemoryOptions(budget_bytes=budget)))
+                memory=MemoryOptions(budget_bytes=budget, offload=offload)))
+
+    def smallest(offload):
+        try:
+            at(64, offload)
+        except InfeasibleBudget as e:
+            return e.smallest_bytes
+        raise SystemExit(f"{model}: 64 bytes fit")
 
     free = at(None)
     arena = free.summary.memory.arena_bytes
-    try:
-        at(64)
-        raise SystemExit(f"{model}: 64 bytes fit")
-    except InfeasibleBudget as e:
-        small = e.smallest_bytes
+    small, small_rc = smallest(True), smallest(False)
     mid = max((free.summary.memory.per_op_bound_bytes + arena) // 2, small)
+    runs = [("free", None, True), ("mid", mid, True), ("low", (mid + small) // 2, True),
+            ("smallest", small, True)]
+    runs += [("rc mid", mid, False)] if mid > small_rc else []
+    runs += [("rc smallest", small_rc, False)] if small_rc < arena else []
     out = []
-    for k, (label, budget) in enumerate((("free", None), ("mid", mid),
-                                         ("low", (mid + small) // 2), ("smallest", small))):
-        p = free if budget is None else at(budget)
+    for k, (label, budget, offload) in enumerate(runs):
+        p = free if budget is None else at(budget, offload)
         tree = render(p, work / f"{model}_{k}")
         out.append((label, build_package(tree).dir, p.summary.memory.arena_bytes))
     return out
@@ -297,19 +305,26 @@ def measure(configs: list[tuple[str, dict]], rounds: int) -> dict[str, dict]:
 
 
 def main() -> None:
+    from planner.target.detect import detect
+    from planner.target.records import Target
+
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--models", default=",".join(MODELS))
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--no-torch", action="store_true", help="our executor's runs only")
+    ap.add_argument("--target", help="a target JSON file (default: this host, detected)")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench-memory-exec-"))
     print(f"load average before: {os.getloadavg()}")
     comparisons = []
     print(f"{'model':<13} {'run':<22} {'budget MiB':>10} {'step ms':>9} {'peak MiB':>9} "
           f"{'held MiB':>9}")
+    # One detection for every model (under load, each would measure other peaks).
+    target = detect() if args.target is None else Target.model_validate_json(
+        Path(args.target).read_text())
     for model in args.models.split(","):
-        built = plans(model, work)
+        built = plans(model, work, target)
         configs = [(f"ours {label}", {"kind": "ours", "package": str(pkg)})
                    for label, pkg, _ in built]
         lacks = torch_lacks(model)

@@ -7,7 +7,9 @@ order, carried out by the CPU executor's lanes.
                  its scheduled time (`cpu_steps`)
     decide       stash, moves and layout as on a GPU, with every op's kernel scratch area
                  (driver.scratch_buffers' rule, at the op's thread count) laid out with it:
-                 a recompute of a node gets a scratch area of its own too
+                 a recompute of a node gets a scratch area of its own too; an offload
+                 costs the full time of both its copies (nothing runs beside a copy
+                 that takes a core; planner.memory.budget)
     lanes        in the materialized order (a topological order), every op on its planned
                  CPUs: a graph node keeps its CPUs, thread count and smt mark (a recompute
                  runs its node's kernel at the same thread count, so it writes the same
@@ -68,9 +70,9 @@ def cpu_budget_memory(graph: Graph, schedule: Schedule, model: CostModel,
     placed_on = {o.name: o for o in schedule.ops}
     steps = cpu_steps(graph, schedule)
     stash = analyze(steps, "cost-aware" if options.recompute == "off" else options.recompute)
-    # A copy to the host store is a memcpy on one core.
+    # A copy to the host store is a memcpy on one core; it takes that core (not overlapped).
     state = State(stash, model.target.cpu.core_bandwidth, offload=options.offload,
-                  recompute=options.recompute != "off")
+                  recompute=options.recompute != "off", overlapped=False)
     liveness_load = state.load()
 
     def scratch(m: Material) -> list[Buffer]:

@@ -6,12 +6,17 @@ from __future__ import annotations
 
 import pytest
 
+from planner.costs import CostModel
 from planner.errors import InfeasibleBudget
 from planner.fit import fit
 from planner.graph.autodiff import make_training_graph
 from planner.graph.optimizer import Optimizer
+from planner.memory.budget import State
+from planner.memory.cpu import cpu_steps
 from planner.memory.options import MemoryOptions
+from planner.memory.stash import analyze
 from planner.pipeline import PlanOptions, plan
+from planner.schedule import ScheduleOptions, cpu_schedule
 from planner.target import preset
 from planner.verify import verify_plan
 from planner.zoo import build
@@ -100,3 +105,19 @@ def test_fit_on_a_cpu_target():
     g = make_training_graph(build("lenet", image=16, batch=r.value + 8), Optimizer(kind="sgd"))
     with pytest.raises(InfeasibleBudget):
         cpu_plan(g, 2 << 20)
+
+
+def test_a_cpu_offload_costs_both_copies_in_full(alexnet):
+    """On a CPU a copy to the host store takes a core: nothing runs beside it, so the budget
+    search charges an offload the full time of its two copies, where on a GPU a copy engine
+    hides what the compute covers (there an offload costs only the uncovered part)."""
+    s = cpu_schedule(alexnet, CostModel(TARGET), ScheduleOptions(strategy="paper"))
+    stash = analyze(cpu_steps(alexnet, s), "cost-aware")
+    cpu = State(stash, TARGET.cpu.core_bandwidth, overlapped=False)
+    gpu = State(stash, TARGET.cpu.core_bandwidth)
+    moves = [m for m in cpu.moves_at(cpu.peak_key()) if m.kind == "offload"]
+    assert moves
+    for m in moves:
+        assert m.cost == pytest.approx(2 * cpu.copy_seconds(m.tensor), rel=1e-12)
+    hidden = {m.tensor: m.cost for m in gpu.moves_at(gpu.peak_key()) if m.kind == "offload"}
+    assert all(hidden[m.tensor] < m.cost for m in moves)
