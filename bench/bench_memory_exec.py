@@ -18,10 +18,11 @@ zoo graph translated node by node (tests/graph/test_train_vs_torch.py's translat
 Each configuration runs in a process of its own, warm (3 steps), OpenMP threads waiting
 passively on both sides (the generated package's default), and the configurations of a model
 take turns step by step for `rounds` rounds (the machine is shared: alternating rounds see the
-same load); printed: the median step and the process's peak resident memory above what it held
-before it built its model (params, arena, host store, library scratch, torch's saved tensors:
-everything the step needs), measured the same way on both sides, with the executor's own count
-(arena + host store) beside it, and the load average.
+same load); printed: the median step, its ratio to the unconstrained step ("x free": the
+median over rounds of the ratio of the two steps of one round), and the process's peak
+resident memory above what it held before it built its model (params, arena, host store,
+library scratch, torch's saved tensors: everything the step needs), measured the same way on
+both sides, with the executor's own count (arena + host store) beside it, and the load average.
 
 At equal measured peak: for each PyTorch technique, our fastest run whose measured peak is at
 or below the technique's (a measured run, no interpolation); none if no budget of ours got
@@ -268,6 +269,12 @@ def plans(model: str, work: Path, target) -> list[tuple[str, Path, int]]:
     return out
 
 
+def paired(times: list[float], free: list[float]) -> float:
+    """The median over rounds of a run's step over the unconstrained run's step in the same
+    round (two steps close in time: a ratio the machine's changing load moves less)."""
+    return statistics.median(t / f for t, f in zip(times, free, strict=True))
+
+
 def at_equal_peak(ours: dict[str, dict], peak: int) -> tuple[str, dict] | None:
     """Our fastest run whose measured peak is at or below `peak` (a run measured, not an
     interpolation), or None where no budget of ours got that low."""
@@ -297,7 +304,8 @@ def measure(configs: list[tuple[str, dict]], rounds: int) -> dict[str, dict]:
         for label, p in procs.items():
             p.stdin.close()
             last = json.loads(p.stdout.readline())
-            out[label] = {"median": statistics.median(times[label]), **last}
+            out[label] = {"median": statistics.median(times[label]), "times": times[label],
+                          **last}
         return out
     finally:
         for p in procs.values():
@@ -318,8 +326,8 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="bench-memory-exec-"))
     print(f"load average before: {os.getloadavg()}")
     comparisons = []
-    print(f"{'model':<13} {'run':<22} {'budget MiB':>10} {'step ms':>9} {'peak MiB':>9} "
-          f"{'held MiB':>9}")
+    print(f"{'model':<13} {'run':<22} {'budget MiB':>10} {'step ms':>9} {'x free':>7} "
+          f"{'peak MiB':>9} {'held MiB':>9}")
     # One detection for every model (under load, each would measure other peaks).
     target = detect() if args.target is None else Target.model_validate_json(
         Path(args.target).read_text())
@@ -342,6 +350,7 @@ def main() -> None:
             b = f"{budgets[label] / 2**20:10.1f}" if label in budgets else f"{'':>10}"
             held = f"{r['held'] / 2**20:9.1f}" if r["held"] else f"{'':>9}"
             print(f"{model:<13} {label:<22} {b} {r['median'] * 1e3:9.1f} "
+                  f"{paired(r['times'], results['ours free']['times']):7.2f} "
                   f"{r['peak'] / 2**20:9.1f} {held}", flush=True)
         ours = {k: v for k, v in results.items() if k in budgets}
         for mode in ("checkpoint", "save_on_cpu"):
