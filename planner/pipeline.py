@@ -142,18 +142,28 @@ def _co_running_if_faster(graph: Graph, model: CostModel, schedule: Schedule, on
     time), else `one`'s plan: the scheduler's guard, again after memory planning (which may
     order ops that the schedule let co-run)."""
     # A budget only one of them meets gets that one; one that neither meets is refused with
-    # the smaller of their smallest feasible budgets (which one of them then meets).
-    try:
-        one_memory = place(graph, model, one, options.memory)
-    except InfeasibleBudget as e:
+    # the smaller of their smallest feasible budgets (which one of them then meets): only
+    # then are those searched for.
+    quick = options.memory.model_copy(update={"infeasible_probes": 0})
+    decided = []
+    for s in (one, schedule):
         try:
-            return schedule, place(graph, model, schedule, options.memory)
-        except InfeasibleBudget as other:
-            raise min(e, other, key=lambda x: x.smallest_bytes) from None
-    try:
-        memory = place(graph, model, schedule, options.memory)
-    except InfeasibleBudget:
+            decided.append(place(graph, model, s, quick))
+        except InfeasibleBudget:
+            decided.append(None)
+    one_memory, memory = decided
+    if one_memory is None and memory is None:
+        errors = []
+        for s in (one, schedule):
+            try:
+                place(graph, model, s, options.memory)
+            except InfeasibleBudget as e:
+                errors.append(e)
+        raise min(errors, key=lambda e: e.smallest_bytes)
+    if memory is None:
         return one, one_memory
+    if one_memory is None:
+        return schedule, memory
 
     def step(s: Schedule, m: MemoryDecision) -> float:
         # Memory planning re-times the ops where it orders or adds some, else the schedule's.
