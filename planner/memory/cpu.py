@@ -17,7 +17,10 @@ order, carried out by the CPU executor's lanes.
                  run at the same time where their data and the arena's reuse allow
                  (`lane_edges`, then the reuse edges): the schedule's co-running lanes are
                  kept, its parallel-loop groups are not (their ops run one after another).
-                 On a CPU a copy takes a core like any op, so none is hidden.
+                 On a CPU a copy takes a core like any op, so none is hidden. Where the
+                 arena's reuse orders the lanes' few-thread ops one after another, every op
+                 on all threads may be faster: planner.pipeline plans both and keeps the
+                 lanes only where they still win by min_gain.
 
 The host store is a separate allocation (placement "host", offsets in
 MemorySummary.host_bytes); the arena alone is what the budget bounds.
