@@ -127,31 +127,57 @@ def decide(graph: Graph, target: Target, costs: CostTable | None = None,
         schedule = comm_lane(graph, schedule,
                              options.data_parallel.link or interconnect(target))
         if schedule.strategy == "streams":
-            return model, *_streams_if_faster(graph, model, schedule, options)
+            one = comm_lane(graph, stream_schedule(compute_graph(graph), model, ScheduleOptions(
+                strategy="uniform")), options.data_parallel.link or interconnect(target))
+            return model, *_co_running_if_faster(graph, model, schedule, one, options)
+        if (schedule.backend == "cpu" and schedule.strategy != "uniform"
+                and options.memory.budget_bytes is not None):
+            # Under a budget the arena's reuse may order the lanes' ops one after another,
+            # each still on its lane's few threads: all threads per op may then be faster.
+            uniform = comm_lane(graph, cpu_schedule(
+                compute_graph(graph), model, options.schedule.model_copy(
+                    update={"strategy": "uniform"})),
+                options.data_parallel.link or interconnect(target))
+            return model, *_co_running_if_faster(graph, model, schedule, uniform, options)
         return model, schedule, place(graph, model, schedule, options.memory)
 
 
-def _streams_if_faster(graph: Graph, model: CostModel, schedule: Schedule,
-                       options: PlanOptions) -> tuple[Schedule, MemoryDecision]:
-    """The co-running GPU schedule and its memory decision when the planned step (conv
-    algorithms, workspaces, reuse edges and copies included) is still at least
-    `min_gain` shorter than one stream's, else the one-stream plan: the scheduler's guard,
-    again after memory planning (which may order ops that the schedule let co-run)."""
-    one = comm_lane(graph, stream_schedule(compute_graph(graph), model, ScheduleOptions(
-        strategy="uniform")), options.data_parallel.link or interconnect(model.target))
-    # A budget one stream cannot meet is refused with its smallest feasible budget, as
-    # before co-running; one that the co-running order's higher peak cannot meet gets one
-    # stream.
-    one_memory = place(graph, model, one, options.memory)
-    try:
-        memory = place(graph, model, schedule, options.memory)
-    except InfeasibleBudget:
+def _co_running_if_faster(graph: Graph, model: CostModel, schedule: Schedule, one: Schedule,
+                          options: PlanOptions) -> tuple[Schedule, MemoryDecision]:
+    """The co-running schedule and its memory decision when the planned step (conv
+    algorithms, workspaces, reuse edges and copies included) is still at least `min_gain`
+    shorter than that of `one` (one GPU stream; on a CPU, every op on all threads, one at a
+    time), else `one`'s plan: the scheduler's guard, again after memory planning (which may
+    order ops that the schedule let co-run)."""
+    # A budget only one of them meets gets that one; one that neither meets is refused with
+    # the smaller of their smallest feasible budgets (which one of them then meets): only
+    # then are those searched for.
+    quick = options.memory.model_copy(update={"infeasible_probes": 0})
+    decided = []
+    for s in (one, schedule):
+        try:
+            decided.append(place(graph, model, s, quick))
+        except InfeasibleBudget:
+            decided.append(None)
+    one_memory, memory = decided
+    if one_memory is None and memory is None:
+        errors = []
+        for s in (one, schedule):
+            try:
+                place(graph, model, s, options.memory)
+            except InfeasibleBudget as e:
+                errors.append(e)
+        raise min(errors, key=lambda e: e.smallest_bytes)
+    if memory is None:
         return one, one_memory
+    if one_memory is None:
+        return schedule, memory
 
-    def step(m: MemoryDecision) -> float:
-        return max((op.end for op in m.ops), default=0.0)
+    def step(s: Schedule, m: MemoryDecision) -> float:
+        # Memory planning re-times the ops where it orders or adds some, else the schedule's.
+        return max((op.end for op in m.ops or s.ops), default=0.0)
 
-    if step(memory) <= step(one_memory) * (1 - options.schedule.min_gain):
+    if step(schedule, memory) <= step(one, one_memory) * (1 - options.schedule.min_gain):
         return schedule, memory
     return one, one_memory
 

@@ -21,7 +21,9 @@ the one of least cost per byte saved there:
 
     offload T      seconds the copies cannot hide (release before the copy can finish, or a
                    prefetch with too little compute ahead of its reader), plus 1% of the copy
-                   time (fewer, larger copies are better)
+                   time (fewer, larger copies are better); where nothing runs beside a copy
+                   (`overlapped=False`: on a CPU a copy takes a core like any op) the full
+                   time of both copies
     recompute G    seconds of the segment's recompute ops
 
 The order of moves does not depend on the budget, only where it stops does: at the first state
@@ -97,10 +99,13 @@ class State:
     """Modes, offload steps and the live-bytes profile over keys (module docstring)."""
 
     def __init__(self, stash: Stash, link_bandwidth: float, offload: bool = True,
-                 recompute: bool = True, host_limit: int | None = None) -> None:
+                 recompute: bool = True, host_limit: int | None = None,
+                 overlapped: bool = True) -> None:
         self.stash = stash
         st = stash
         self.bandwidth = link_bandwidth
+        # Whether copies run beside the compute (a GPU's copy engines) or take its place.
+        self.overlapped = overlapped
         # Pinned host bytes offloads may use (counted without reuse: a safe bound).
         self.host_limit = host_limit
         self.host_bytes = 0
@@ -238,6 +243,9 @@ class State:
         was = offloaded[i]
         release = np.minimum(np.where(was, cur_r[i], self.off_hide_release[i]), step)
         fetch = np.maximum(np.where(was, cur_f[i], self.off_hide_fetch[i]), step + 1)
+        if not self.overlapped:
+            # Nothing hides a copy: a new offload costs both copies, moving one costs nothing.
+            return i, release, fetch, np.where(was, 0.0, 2 * self.off_copy[i])
         old = np.where(was, self._stall(i, np.maximum(cur_r[i], 0), np.maximum(cur_f[i], 0)),
                        -OFFLOAD_WEIGHT * self.off_copy[i])
         cost = np.maximum(0.0, self._stall(i, release, fetch) - old)

@@ -7,7 +7,9 @@ order, carried out by the CPU executor's lanes.
                  its scheduled time (`cpu_steps`)
     decide       stash, moves and layout as on a GPU, with every op's kernel scratch area
                  (driver.scratch_buffers' rule, at the op's thread count) laid out with it:
-                 a recompute of a node gets a scratch area of its own too
+                 a recompute of a node gets a scratch area of its own too; an offload
+                 costs the full time of both its copies (nothing runs beside a copy
+                 that takes a core; planner.memory.budget)
     lanes        in the materialized order (a topological order), every op on its planned
                  CPUs: a graph node keeps its CPUs, thread count and smt mark (a recompute
                  runs its node's kernel at the same thread count, so it writes the same
@@ -15,7 +17,10 @@ order, carried out by the CPU executor's lanes.
                  run at the same time where their data and the arena's reuse allow
                  (`lane_edges`, then the reuse edges): the schedule's co-running lanes are
                  kept, its parallel-loop groups are not (their ops run one after another).
-                 On a CPU a copy takes a core like any op, so none is hidden.
+                 On a CPU a copy takes a core like any op, so none is hidden. Where the
+                 arena's reuse orders the lanes' few-thread ops one after another, every op
+                 on all threads may be faster: planner.pipeline plans both and keeps the
+                 lanes only where they still win by min_gain.
 
 The host store is a separate allocation (placement "host", offsets in
 MemorySummary.host_bytes); the arena alone is what the budget bounds.
@@ -68,9 +73,9 @@ def cpu_budget_memory(graph: Graph, schedule: Schedule, model: CostModel,
     placed_on = {o.name: o for o in schedule.ops}
     steps = cpu_steps(graph, schedule)
     stash = analyze(steps, "cost-aware" if options.recompute == "off" else options.recompute)
-    # A copy to the host store is a memcpy on one core.
+    # A copy to the host store is a memcpy on one core; it takes that core (not overlapped).
     state = State(stash, model.target.cpu.core_bandwidth, offload=options.offload,
-                  recompute=options.recompute != "off")
+                  recompute=options.recompute != "off", overlapped=False)
     liveness_load = state.load()
 
     def scratch(m: Material) -> list[Buffer]:

@@ -292,7 +292,7 @@ def infeasible(state: State, options: MemoryOptions, loads: list[int],
         if best is not None and loads[k] >= best:
             break
         probe = State(state.stash, state.bandwidth, state.allow_offload,
-                      state.allow_recompute, state.host_limit)
+                      state.allow_recompute, state.host_limit, state.overlapped)
         probe.replay(moves[:k])
         if best is not None and floor(probe) >= best:
             continue  # its arena cannot be smaller

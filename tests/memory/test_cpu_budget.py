@@ -6,12 +6,17 @@ from __future__ import annotations
 
 import pytest
 
+from planner.costs import CostModel
 from planner.errors import InfeasibleBudget
 from planner.fit import fit
 from planner.graph.autodiff import make_training_graph
 from planner.graph.optimizer import Optimizer
+from planner.memory.budget import State
+from planner.memory.cpu import cpu_steps
 from planner.memory.options import MemoryOptions
-from planner.pipeline import PlanOptions, plan
+from planner.memory.stash import analyze
+from planner.pipeline import PlanOptions, compute_graph, place, plan
+from planner.schedule import ScheduleOptions, cpu_schedule
 from planner.target import preset
 from planner.verify import verify_plan
 from planner.zoo import build
@@ -74,12 +79,54 @@ def test_budget_plans_keep_the_lanes_co_running(alexnet):
     tight = cpu_plan(alexnet, low)
     assert tight.memory.ops and verify_plan(tight) == []
     assert mid.summary.step_seconds >= free.step_seconds
-    assert 1.0 < tight.summary.mean_corun <= mid.summary.mean_corun
+    assert tight.summary.mean_corun <= mid.summary.mean_corun
+
+
+def test_a_budget_plan_keeps_its_lanes_only_where_they_are_faster(alexnet):
+    """Under a budget the arena's reuse orders more of the lanes' ops one after another, each
+    still on its lane's few threads; the plan is the lanes' one only where its step is still
+    min_gain shorter than every op on all threads one at a time (as the scheduler's guard),
+    and a budget either of them meets is met (the smallest feasible is the smaller one)."""
+    free = cpu_plan(alexnet).summary
+    model = CostModel(TARGET)
+    lanes = cpu_schedule(compute_graph(alexnet), model)
+    uniform = cpu_schedule(compute_graph(alexnet), model, ScheduleOptions(strategy="uniform"))
+    assert lanes.strategy != "uniform" and free.mean_corun > 1.5
+    low = smallest(alexnet)
+    with pytest.raises(InfeasibleBudget) as e:
+        place(alexnet, model, uniform, MemoryOptions(budget_bytes=64))
+    low_uniform = e.value.smallest_bytes
+    mid = (free.memory.per_op_bound_bytes + free.memory.arena_bytes) // 2
+    chosen = {}
+    for budget in (low, low_uniform, mid):
+        p = cpu_plan(alexnet, budget)
+        chosen[budget] = p.summary.strategy
+        steps = {}
+        for s in (lanes, uniform):
+            try:
+                m = place(alexnet, model, s, MemoryOptions(budget_bytes=budget))
+                steps[s.strategy] = max(o.end for o in m.ops or s.ops)  # re-timed, if ordered
+            except InfeasibleBudget as e:
+                assert e.smallest_bytes >= low
+        keep = steps.get(lanes.strategy, float("inf")) <= steps.get("uniform", float("inf")) \
+            * (1 - ScheduleOptions().min_gain)
+        assert p.summary.strategy == (lanes.strategy if keep else "uniform")
+        assert p.summary.step_seconds == pytest.approx(steps[p.summary.strategy], rel=1e-9)
+    # Here: the midpoint keeps the lanes; at the smallest budget all threads per op meets,
+    # they gain less than min_gain; below it, only the lanes' plan fits.
+    assert low < low_uniform < mid
+    assert chosen == {mid: lanes.strategy, low_uniform: "uniform", low: lanes.strategy}
 
 
 def test_without_recompute_and_offload_liveness_is_the_floor(alexnet):
+    """The floor: the smaller liveness arena of the lanes' schedule and of every op on all
+    threads one at a time (fewer tensors live at once)."""
     free = cpu_plan(alexnet).summary.memory
-    assert smallest(alexnet, offload=False, recompute="off") == free.arena_bytes
+    uniform = cpu_schedule(compute_graph(alexnet), CostModel(TARGET),
+                           ScheduleOptions(strategy="uniform"))
+    one_at_a_time = place(alexnet, CostModel(TARGET), uniform).summary.arena_bytes
+    assert one_at_a_time < free.arena_bytes
+    assert smallest(alexnet, offload=False, recompute="off") == one_at_a_time
     assert smallest(alexnet, offload=False) <= free.arena_bytes
     only = cpu_plan(alexnet, smallest(alexnet, offload=False), offload=False)
     assert {op.kind for op in only.memory.ops} <= {"recompute"}
@@ -100,3 +147,19 @@ def test_fit_on_a_cpu_target():
     g = make_training_graph(build("lenet", image=16, batch=r.value + 8), Optimizer(kind="sgd"))
     with pytest.raises(InfeasibleBudget):
         cpu_plan(g, 2 << 20)
+
+
+def test_a_cpu_offload_costs_both_copies_in_full(alexnet):
+    """On a CPU a copy to the host store takes a core: nothing runs beside it, so the budget
+    search charges an offload the full time of its two copies, where on a GPU a copy engine
+    hides what the compute covers (there an offload costs only the uncovered part)."""
+    s = cpu_schedule(alexnet, CostModel(TARGET), ScheduleOptions(strategy="paper"))
+    stash = analyze(cpu_steps(alexnet, s), "cost-aware")
+    cpu = State(stash, TARGET.cpu.core_bandwidth, overlapped=False)
+    gpu = State(stash, TARGET.cpu.core_bandwidth)
+    moves = [m for m in cpu.moves_at(cpu.peak_key()) if m.kind == "offload"]
+    assert moves
+    for m in moves:
+        assert m.cost == pytest.approx(2 * cpu.copy_seconds(m.tensor), rel=1e-12)
+    hidden = {m.tensor: m.cost for m in gpu.moves_at(gpu.peak_key()) if m.kind == "offload"}
+    assert all(hidden[m.tensor] < m.cost for m in moves)
