@@ -1,0 +1,104 @@
+"""bf16-mixed against PyTorch's own mixed precision, node by node: each forward op of the
+planner's bf16-mixed training graph, run by the reference interpreter (bfloat16 emulated with
+ml_dtypes), computes what the same op computes under torch.autocast("cpu", dtype=bfloat16) from
+the same inputs, and leaves its result in the same type.
+
+Why node by node: on the small ResNet, DenseNet and Inception graphs the tests can afford, the
+BatchNorms of the last stages normalise over 4 to 36 values per channel, and the networks
+amplify any rounding ~65x in the forward pass and ~700x into the gradients (float32's own
+errors against float64 grow as much: 2e-7 after the stem to 1.5e-5 at the logits on ResNet-18
+at 32x32, batch 4). With bfloat16's unit roundoff that makes the first loss 1.6% (ResNet),
+2.7% (Inception) and 0.5% (DenseNet) off float32's, and the first gradients O(1) off
+float64's, in PyTorch autocast exactly as here: on that ResNet our first loss is autocast's to
+the last bit (3.07115 against float32's 3.11972). Two bfloat16 runs that round one element of
+one convolution differently (oneDNN's accumulation order) then drift as far apart as either is
+from float32, so whole-step comparisons cannot tell a misplaced rounding from chance; per op,
+with the inputs fixed, they can (bench/bench_bf16_curves.py measures the whole curves).
+"""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from planner.graph.autodiff import add_dropout_step, make_training_graph
+from planner.graph.interpret import init_params, random_feeds, run
+from planner.graph.optimizer import Optimizer
+from planner.ops import get_op
+from planner.zoo import build
+
+torch = pytest.importorskip("torch")
+
+from tests.graph.test_train_vs_torch import TORCH_OPS, torch_forward  # noqa: E402
+
+U = 2.0 ** -8  # bfloat16's unit roundoff, as tests/graph/test_precision.py writes it
+
+# Configurations whose 30-step bf16-mixed curves leave float32's by 9-35%: ResNet-18 at 32x32
+# (convolutions, BatchNorm, pooling, residual adds) and Inception-v3 at 16x16 (with Concat,
+# AvgPool counting its padding, dropout). DenseNet-121 at 32x32, whose ops are these, agrees as
+# closely (at most 2e-7 from autocast's) but costs as much as both together.
+MODELS = {
+    "resnet": dict(batch=4, image=32, depth=18, width=0.125, classes=4),
+    "inception_v3": dict(batch=4, image=16, width=0.0625, classes=4),
+}
+
+# Where our type differs from autocast's on purpose: GlobalAvgPool is a reduction and stays
+# float32 (torch's mean of a bfloat16 tensor rounds it to bfloat16; the classifier casts
+# either to bfloat16, so it reads the same value), and so do dropout and flatten after it; the
+# translator's BatchNorm statistics outputs (3, 4: batch mean and inverse std, which it
+# computes with bfloat16 tensor ops; torch's own batch norm keeps them float32, as we do); the
+# classifier's bias add, which autocast's linear does in bfloat16 as we do (its bias cast with
+# the weight) but the translator's separate add promotes to float32 with the float32 bias.
+OWN_TYPE = {("GlobalAvgPool", 0), ("Dropout", 0), ("Flatten", 0), ("BiasAdd", 0),
+            ("BatchNorm", 3), ("BatchNorm", 4)}
+
+
+def _torch(a: np.ndarray):
+    if a.dtype == ml_dtypes.bfloat16:
+        return torch.from_numpy(a.astype(np.float32)).to(torch.bfloat16)   # exact
+    return torch.from_numpy(np.asarray(a))
+
+
+@pytest.mark.parametrize("model", sorted(MODELS))
+def test_each_forward_op_computes_what_autocast_does(model):
+    """Each forward tensor in the type autocast leaves it in (the whole forward under
+    autocast: the casts are where autocast's are); and per op, from our own inputs, the values
+    up to a bfloat16 rounding boundary that the two kernels straddle differently (a float32
+    result within ~1e-6 of a tie: a 1-ulp flip in a few elements; measured at most U/32
+    norm-wise). One rounding more or less anywhere (a cast in the wrong place, a FOLLOW op
+    rounding twice, statistics of a re-rounded input) moves every element by up to U/2 at
+    random, U/(2 sqrt 3) norm-wise; the bound U/8 separates the two."""
+    forward = build(model, **MODELS[model])
+    g = make_training_graph(forward, Optimizer(kind="sgd", lr=0.01), precision="bf16-mixed")
+    feeds, state = random_feeds(g, seed=0), init_params(g, seed=0)
+    values = run(g, feeds, state)
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        autocast = torch_forward(add_dropout_step(forward), {
+            k: torch.from_numpy(np.asarray(v)) for k, v in {**state, **feeds}.items()})
+    forward_ops = forward.node_map
+    checked = 0
+    for n in g.nodes:
+        if n.name not in forward_ops:
+            continue
+        attrs = get_op(n.op).normalize_attrs(n.attrs)
+        with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+            theirs = TORCH_OPS[n.op]([_torch(values[x]) for x in n.inputs], attrs)
+        for k, (y, t) in enumerate(zip(n.outputs, theirs, strict=False)):
+            ours = values[y]
+            if (n.op, k) not in OWN_TYPE:
+                want = str(autocast[forward_ops[n.name].outputs[k]].dtype)
+                assert ours.dtype.name == want.removeprefix("torch."), (y, ours.dtype.name, want)
+            elif n.op == "BatchNorm":
+                continue   # the translator's statistics: see OWN_TYPE
+            their_type = str(t.dtype).removeprefix("torch.")
+            # compared in the narrower of the two types
+            narrow = ml_dtypes.bfloat16 if "bfloat16" in (ours.dtype.name, their_type) \
+                else np.float32
+            a = ours.astype(narrow).astype(np.float64)
+            b = t.float().numpy().astype(narrow).astype(np.float64)
+            scale = np.linalg.norm(b)
+            err = np.linalg.norm(a - b) / (scale if scale > 0 else 1.0)
+            assert err <= U / 8, f"{n.name} output {k} ({y}): {err:.2e} from autocast's"
+            checked += 1
+    assert checked >= len(forward.nodes)
