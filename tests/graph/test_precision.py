@@ -178,6 +178,59 @@ def test_cli_needs_train_for_precision(capsys):
     assert "--precision needs --train" in capsys.readouterr().err
 
 
+def _loss_scale_ops(graph_json: str) -> dict[str, dict]:
+    import json
+
+    return {n["op"]: n.get("attrs", {}) for n in json.loads(graph_json)["nodes"]
+            if n["op"] in ("UnscaleGrads", "UpdateLossScale")}
+
+
+def test_loss_scaling_flags(tmp_path):
+    """`planner graph` and `planner plan` take GradScaler's knobs for fp16-mixed
+    (planner/precision_cli.py), as make_training_graph's loss_scaling does."""
+    from planner.cli import main
+
+    out = tmp_path / "mlp.json"
+    assert main(["graph", "zoo:mlp?batch=2", "--train", "sgd", "--precision", "fp16-mixed",
+                 "--loss-scale-growth-interval", "3", "--loss-scale-backoff-factor", "0.25",
+                 "-o", str(out)]) == 0
+    update = _loss_scale_ops(out.read_text())["UpdateLossScale"]
+    assert (update["growth_interval"], update["backoff_factor"]) == (3, 0.25)
+    assert main(["graph", "zoo:mlp?batch=2", "--train", "sgd", "--precision", "fp16-mixed",
+                 "--no-loss-scaling", "-o", str(out), "--force"]) == 0
+    assert _loss_scale_ops(out.read_text()) == {}
+    plan = tmp_path / "mlp.plan.json"
+    assert main(["plan", "zoo:mlp?batch=2", "--train", "sgd", "--precision", "fp16-mixed",
+                 "--loss-scale-growth-factor", "4", "--target", "xeon-8180",
+                 "-o", str(plan)]) == 0
+    import json
+
+    graph = json.dumps(json.loads(plan.read_text())["graph"])
+    assert _loss_scale_ops(graph)["UpdateLossScale"]["growth_factor"] == 4
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--precision", "bf16-mixed", "--loss-scale-growth-interval", "3"],
+     "--loss-scale-growth-interval applies to --precision fp16-mixed"),
+    (["--no-loss-scaling"], "--no-loss-scaling applies to --precision fp16-mixed"),
+    (["--precision", "fp16-mixed", "--loss-scale-growth-interval", "0"],
+     "--loss-scale-growth-interval 0: input should be greater than or equal to 1"),
+    (["--precision", "fp16-mixed", "--loss-scale-backoff-factor", "1.5"],
+     "--loss-scale-backoff-factor 1.5: input should be less than 1"),
+    (["--precision", "fp16-mixed", "--loss-scale-growth-interval", "3", "--no-loss-scaling"],
+     "--loss-scale-growth-interval and --no-loss-scaling contradict each other"),
+])
+@pytest.mark.parametrize("command", ["graph", "plan"])
+def test_bad_loss_scaling_flags_are_refused(command, argv, message, capsys, tmp_path):
+    from planner.cli import main
+
+    target = ["--target", "xeon-8180", "-o", str(tmp_path / "p.json")] if command == "plan" \
+        else []
+    assert main([command, "zoo:mlp?batch=2", "--train", "sgd", *target, *argv]) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1, err
+
+
 def test_plans_count_the_low_type_bytes(tmp_path):
     """`planner plan --precision bf16-mixed`: the plan's buffers of bfloat16 tensors hold 2 bytes
     per element, the float32 masters 4, and the plan verifies (casts are planned ops)."""
