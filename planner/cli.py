@@ -57,8 +57,8 @@ def executor_measurers():
 # ---- planner graph --------------------------------------------------------------------------
 
 def add_graph_command(sub: Any) -> None:
-    from planner.graph.precision import PRECISIONS
     from planner.load import LOSS_HELP
+    from planner.precision_cli import add_precision_flags
 
     p = sub.add_parser(
         "graph", help="summarize a graph, convert it to graph JSON, or build its training graph",
@@ -70,10 +70,7 @@ def add_graph_command(sub: Any) -> None:
     p.add_argument("--train-dropout", action="store_true",
                    help="ONNX: train the Dropouts a training-mode export wrote without a "
                         "training flag (the import warns naming them)")
-    p.add_argument("--precision", choices=PRECISIONS, default="fp32",
-                   help="precision policy of the training graph (planner/graph/precision.py): "
-                        "bf16-mixed and fp16-mixed run convolutions and matrix products in the "
-                        "low type with float32 master weights (default: fp32)")
+    add_precision_flags(p)
     p.add_argument("--lr", type=positive_number, default=None,
                    help="learning rate of the optimizer")
     p.add_argument("--loss", metavar="KIND[:OUTPUT][?OPTIONS]", help=LOSS_HELP)
@@ -97,13 +94,16 @@ def positive_number(text: str) -> float:
 def run_graph(args: argparse.Namespace) -> int:
     from planner.graph.summary import summarize
     from planner.load import load_graph, with_loss, write_text
+    from planner.precision_cli import loss_scaling
 
     graph = with_loss(load_graph(args.graph, args.train_dropout), args.loss)
+    scaling = loss_scaling(args)
     if args.train:
         from planner.graph.autodiff import Optimizer, make_training_graph
 
         opt = Optimizer(kind=args.train, **({"lr": args.lr} if args.lr is not None else {}))
-        graph = make_training_graph(graph, opt, precision=args.precision)
+        graph = make_training_graph(graph, opt, precision=args.precision,
+                                    loss_scaling=scaling)
     elif args.lr is not None:
         raise UserError("--lr needs --train")
     elif args.precision != "fp32":

@@ -20,8 +20,8 @@ from planner.errors import UserError
 
 
 def add_plan_commands(sub: Any) -> None:
-    from planner.graph.precision import PRECISIONS
     from planner.load import LOSS_HELP, kept_names
+    from planner.precision_cli import add_precision_flags
 
     p = sub.add_parser("plan", help="schedule a graph on a target and write the plan")
     p.add_argument("graph", metavar="GRAPH")
@@ -32,10 +32,7 @@ def add_plan_commands(sub: Any) -> None:
     p.add_argument("--strategy", choices=["uniform", "paper", "optimized"], default="optimized")
     p.add_argument("--train", choices=["sgd", "momentum", "adam"],
                    help="plan the training graph built with this optimizer")
-    p.add_argument("--precision", choices=PRECISIONS, default="fp32",
-                   help="precision policy of the training graph (planner/graph/precision.py): "
-                        "bf16-mixed and fp16-mixed run convolutions and matrix products in the "
-                        "low type with float32 master weights (default: fp32)")
+    add_precision_flags(p)
     p.add_argument("--loss", metavar="KIND[:OUTPUT][?OPTIONS]", help=LOSS_HELP)
     p.add_argument("--keep", metavar="NAMES", type=kept_names,
                    help="tensors (comma-separated) to keep to the step's end, so that the "
@@ -129,15 +126,18 @@ def _run_plan(args: argparse.Namespace) -> int:
     from planner.load import load_graph, with_kept, with_loss, write_text
     from planner.memory.options import MemoryOptions
     from planner.pipeline import PlanOptions, plan
+    from planner.precision_cli import loss_scaling
     from planner.schedule import ScheduleOptions
     from planner.schedule.parallel import DataParallelOptions
     from planner.target.presets import load_target
 
     graph = with_loss(load_graph(args.graph, args.train_dropout), args.loss)
+    scaling = loss_scaling(args)
     if args.train:
         from planner.graph.autodiff import Optimizer, make_training_graph
 
-        graph = make_training_graph(graph, Optimizer(kind=args.train), precision=args.precision)
+        graph = make_training_graph(graph, Optimizer(kind=args.train), precision=args.precision,
+                                    loss_scaling=scaling)
     elif args.precision != "fp32":
         raise UserError("--precision needs --train (a policy for training graphs)")
     graph = with_kept(graph, args.keep)

@@ -120,12 +120,16 @@ def test_bf16_mixed_tracks_the_float32_loss_curve(model):
 
 
 # More zoo models: (small configuration, learning rate) at which 30 SGD steps on one batch
-# learn (the float32 loss falls by >= 10%). Measured but not here (the bfloat16 gap at the
-# last step, under load): ResNet-18 at 64x64, batch 8 tracks within 1.5% but takes 80 s in the
-# reference; at 32x32 its last stage normalises 1x1 maps over 4-8 values per channel, where
-# BatchNorm amplifies the per-layer rounding (relative error 0.3% after the stem, 20% in the
-# last stage) and the gap is 15%; DenseNet (9%) and Inception likewise at sizes that run in
-# seconds.
+# learn (the float32 loss falls by >= 10%). Not here: ResNet, DenseNet and Inception at sizes
+# that run in seconds, where the curves leave float32's by 9-35% and PyTorch's autocast's do
+# as much (bench/bench_bf16_curves.py, bench/RESULTS.md issue 23). Their last stages normalise
+# over 4 to 36 values per channel, which makes the step ill-conditioned: float32's first
+# gradients are already 700 unit roundoffs off float64's, bfloat16's (ours and autocast's
+# alike) are O(1) off, and two float32 implementations (ours and PyTorch's) end 30 steps up
+# to 39% apart. tests/graph/test_precision_vs_autocast.py holds them to autocast instead: op
+# by op on the forward, and the loss after the first update (22% off float32's, autocast's
+# to 4e-5). At a size where the statistics are well conditioned ResNet-18 tracks float32
+# (64x64, batch 8: 1.5%; 32x32, batch 16, lr 1e-4: 1.9%, autocast 1.6%), too slow for here.
 ZOO_CURVES = {
     "gpt": (dict(batch=2, seq=4, dim=8, heads=2, layers=1, vocab=11), 0.1),
     "bert": (dict(batch=2, seq=4, dim=8, heads=2, layers=1, vocab=11), 0.1),
@@ -172,6 +176,59 @@ def test_cli_needs_train_for_precision(capsys):
 
     assert main(["graph", "zoo:mlp", "--precision", "bf16-mixed"]) != 0
     assert "--precision needs --train" in capsys.readouterr().err
+
+
+def _loss_scale_ops(graph_json: str) -> dict[str, dict]:
+    import json
+
+    return {n["op"]: n.get("attrs", {}) for n in json.loads(graph_json)["nodes"]
+            if n["op"] in ("UnscaleGrads", "UpdateLossScale")}
+
+
+def test_loss_scaling_flags(tmp_path):
+    """`planner graph` and `planner plan` take GradScaler's knobs for fp16-mixed
+    (planner/precision_cli.py), as make_training_graph's loss_scaling does."""
+    from planner.cli import main
+
+    out = tmp_path / "mlp.json"
+    assert main(["graph", "zoo:mlp?batch=2", "--train", "sgd", "--precision", "fp16-mixed",
+                 "--loss-scale-growth-interval", "3", "--loss-scale-backoff-factor", "0.25",
+                 "-o", str(out)]) == 0
+    update = _loss_scale_ops(out.read_text())["UpdateLossScale"]
+    assert (update["growth_interval"], update["backoff_factor"]) == (3, 0.25)
+    assert main(["graph", "zoo:mlp?batch=2", "--train", "sgd", "--precision", "fp16-mixed",
+                 "--no-loss-scaling", "-o", str(out), "--force"]) == 0
+    assert _loss_scale_ops(out.read_text()) == {}
+    plan = tmp_path / "mlp.plan.json"
+    assert main(["plan", "zoo:mlp?batch=2", "--train", "sgd", "--precision", "fp16-mixed",
+                 "--loss-scale-growth-factor", "4", "--target", "xeon-8180",
+                 "-o", str(plan)]) == 0
+    import json
+
+    graph = json.dumps(json.loads(plan.read_text())["graph"])
+    assert _loss_scale_ops(graph)["UpdateLossScale"]["growth_factor"] == 4
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--precision", "bf16-mixed", "--loss-scale-growth-interval", "3"],
+     "--loss-scale-growth-interval applies to --precision fp16-mixed"),
+    (["--no-loss-scaling"], "--no-loss-scaling applies to --precision fp16-mixed"),
+    (["--precision", "fp16-mixed", "--loss-scale-growth-interval", "0"],
+     "--loss-scale-growth-interval 0: input should be greater than or equal to 1"),
+    (["--precision", "fp16-mixed", "--loss-scale-backoff-factor", "1.5"],
+     "--loss-scale-backoff-factor 1.5: input should be less than 1"),
+    (["--precision", "fp16-mixed", "--loss-scale-growth-interval", "3", "--no-loss-scaling"],
+     "--loss-scale-growth-interval and --no-loss-scaling contradict each other"),
+])
+@pytest.mark.parametrize("command", ["graph", "plan"])
+def test_bad_loss_scaling_flags_are_refused(command, argv, message, capsys, tmp_path):
+    from planner.cli import main
+
+    target = ["--target", "xeon-8180", "-o", str(tmp_path / "p.json")] if command == "plan" \
+        else []
+    assert main([command, "zoo:mlp?batch=2", "--train", "sgd", *target, *argv]) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1, err
 
 
 def test_plans_count_the_low_type_bytes(tmp_path):
