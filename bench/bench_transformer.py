@@ -2,7 +2,7 @@
 torch.compile (issues 12, 25).
 
     python bench/bench_transformer.py [--rounds 15] [--threads N] [--models gpt,bert,vit,bilstm]
-                                      [--no-compile] [--min-team-us 50] [--apart]
+                                      [--no-compile] [--min-team-us 50] [--lanes 1] [--apart]
 
 One SGD step (forward, backward, update) of each model at the size below, the executor on a
 uniform plan (every op on every core, or the first N logical CPUs with --threads; an op the
@@ -19,7 +19,9 @@ compile):
   brought in through planner.torch (torch.export) with F.cross_entropy;
 - bilstm: an embedding, a bidirectional nn.LSTM, mean over time and a linear head, through its
   ONNX export (planner.torch has no aten.flip yet) with `--loss cross-entropy`; the import
-  unrolls it into ~2200 small ops, so it is the model that --min-team-us matters most to.
+  unrolls it into ~760 ops (an LSTMCell per step), so it is the model that --min-team-us
+  matters most to. --lanes 2 runs the uniform plan as two lanes of threads / 2 cores each (ops
+  in graph order, as TensorFlow's inter-op pool): the BiLSTM's two directions side by side.
 Rounds alternate (an executor step, an eager step, a compiled step) so load changes hit all
 alike; the table gives medians over rounds. With --apart each contender steps in a process of
 its own (the order rotating per round): in one process PyTorch and the executor share one
@@ -207,7 +209,8 @@ def torch_step(model, opt, inputs, labels, loss) -> None:
     opt.step()
 
 
-def contenders(kind: str, target, tmp: Path, names: tuple[str, ...], min_team_seconds: float):
+def contenders(kind: str, target, tmp: Path, names: tuple[str, ...],
+               schedule: ScheduleOptions):
     """(ops, {name: one step}, why torch.compile is missing) of one model, for the contenders
     in `names` ("ours", "eager", "compiled"), each warmed up."""
     import torch
@@ -219,8 +222,7 @@ def contenders(kind: str, target, tmp: Path, names: tuple[str, ...], min_team_se
     if "ours" in names:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            p = plan(graph, target, options=PlanOptions(schedule=ScheduleOptions(
-                strategy="uniform", min_team_seconds=min_team_seconds)))
+            p = plan(graph, target, options=PlanOptions(schedule=schedule))
         ex = load(build(render(p, tmp / kind)).dir).Executor(init=True)
         if params is not None:
             ex.load_params(params)
@@ -246,10 +248,10 @@ def contenders(kind: str, target, tmp: Path, names: tuple[str, ...], min_team_se
 
 
 def measure(kind: str, target, tmp: Path, rounds: int, names: tuple[str, ...],
-            min_team_seconds: float):
+            schedule: ScheduleOptions):
     """(model, ops, median seconds per contender, why torch.compile is missing) of one model,
     the contenders taking turns in this process."""
-    ops, steps, note = contenders(kind, target, tmp, names, min_team_seconds)
+    ops, steps, note = contenders(kind, target, tmp, names, schedule)
     times: dict[str, list[float]] = {k: [] for k in steps}
     for _ in range(rounds):
         for name, step in steps.items():
@@ -260,15 +262,15 @@ def measure(kind: str, target, tmp: Path, rounds: int, names: tuple[str, ...],
 
 
 def measure_apart(kind: str, threads: int, rounds: int, names: tuple[str, ...],
-                  min_team_us: float):
+                  min_team_us: float, lanes: int):
     """As `measure`, each contender in a process of its own (this script with --serve), as a
     user runs one framework: a step of each per round, the order rotating from round to
     round. (In one process the executor and PyTorch share one OpenMP runtime, and PyTorch's
     2-thread step then depends on what our teams left behind.)"""
     procs = {name: subprocess.Popen(
         [sys.executable, __file__, "--serve", name, "--models", kind, "--threads", str(threads),
-         "--min-team-us", str(min_team_us)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-        text=True) for name in names}
+         "--min-team-us", str(min_team_us), "--lanes", str(lanes)], stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE, text=True) for name in names}
     try:
         ready = {name: p.stdout.readline().split() for name, p in procs.items()}
         live = [n for n in names if ready[n] and ready[n][0] == "ready"]
@@ -288,10 +290,10 @@ def measure_apart(kind: str, threads: int, rounds: int, names: tuple[str, ...],
     return kind, ops, {k: float(np.median(v)) for k, v in times.items()}, note
 
 
-def serve(name: str, kind: str, target, min_team_seconds: float) -> None:
+def serve(name: str, kind: str, target, schedule: ScheduleOptions) -> None:
     """The --serve child: one contender of one model, a step per line read."""
     with tempfile.TemporaryDirectory() as tmp:
-        ops, steps, note = contenders(kind, target, Path(tmp), (name,), min_team_seconds)
+        ops, steps, note = contenders(kind, target, Path(tmp), (name,), schedule)
         if name not in steps:
             print(note, flush=True)
             return
@@ -312,6 +314,8 @@ def main() -> None:
     parser.add_argument("--no-compile", action="store_true", help="leave out torch.compile")
     parser.add_argument("--min-team-us", type=float, default=50.0,
                         help="ops predicted under this on one thread run on one (0: none)")
+    parser.add_argument("--lanes", type=int, default=1,
+                        help="concurrent lanes of the uniform plan, threads / lanes cores each")
     parser.add_argument("--apart", action="store_true",
                         help="each contender in a process of its own (see measure_apart)")
     parser.add_argument("--serve", choices=["ours", "eager", "compiled"],
@@ -322,23 +326,26 @@ def main() -> None:
         target = target.model_copy(update={"logical_cpus": target.logical_cpus[:args.threads]})
     threads = len(target.logical_cpus)
     torch.set_num_threads(threads)
+    schedule = ScheduleOptions(strategy="uniform", min_team_seconds=args.min_team_us * 1e-6,
+                               intra=max(1, threads // args.lanes), inter=args.lanes)
     if args.serve:
-        serve(args.serve, args.models, target, args.min_team_us * 1e-6)
+        serve(args.serve, args.models, target, schedule)
         return
     names = ("ours", "eager") if args.no_compile else ("ours", "eager", "compiled")
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for kind in args.models.split(","):
-            rows.append(measure_apart(kind, threads, args.rounds, names, args.min_team_us)
+            rows.append(measure_apart(kind, threads, args.rounds, names, args.min_team_us,
+                                      args.lanes)
                         if args.apart else
-                        measure(kind, target, Path(tmp), args.rounds, names,
-                                args.min_team_us * 1e-6))
+                        measure(kind, target, Path(tmp), args.rounds, names, schedule))
     load_avg = os.getloadavg()[0]
     config = "; ".join(f"{name} " + ",".join(f"{k}={v}" for k, v in c.items())
                        for name, c in (("gpt/bert", CONFIG), ("vit", VIT), ("bilstm", BILSTM)))
     where = "a process each" if args.apart else "one process"
-    print(f"host: {target.name}; {threads} threads; ops under {args.min_team_us:g} us on one "
-          f"thread; {args.rounds} alternating rounds, {where}; load average {load_avg:.2f}\n"
+    print(f"host: {target.name}; {threads} threads in {args.lanes} lane(s); ops under "
+          f"{args.min_team_us:g} us on one thread; {args.rounds} alternating rounds, {where}; "
+          f"load average {load_avg:.2f}\n"
           f"{config}")
     print(f"{'model':<8}{'ops':>6}{'executor ms':>13}{'eager ms':>10}{'ratio':>7}"
           f"{'compiled ms':>13}{'ratio':>7}")
