@@ -11,7 +11,9 @@ order `order` names them ("ifgo": PyTorch's; "iofg": ONNX's i, o, f, c), and
 
 acts (N, 4H) keeps i, f, g, o in z's layout: what the backward reads (with c_prev and c).
 
-LSTMCellGrad [dh, dc, acts, c_prev, c] attr order -> [dgates (N, 4H), dc_prev (N, H)]:
+LSTMCellGrad [dh, dc, acts, c_prev, c, dh2?] attr order -> [dgates (N, 4H), dc_prev (N, H)],
+with dh2 a second part of h's gradient summed into dh (planner/graph/lstm_grads.py folds the
+two-way sum of an unrolled LSTM's h gradient, from the next step and from the output, here):
 
     dc' = dc + dh * o * (1 - tanh(c)^2)
     dz_i = dc' * g * i (1 - i);   dz_f = dc' * c_prev * f (1 - f)
@@ -87,9 +89,12 @@ def _infer(ins: list[TensorType], a: Attrs) -> list[TensorType]:
 
 def _grad_infer(ins: list[TensorType], a: Attrs) -> list[TensorType]:
     gate_order("LSTMCellGrad", a)
-    dh, dc, acts, c_prev, c = ins
+    if len(ins) > 6:
+        raise OpError(f"LSTMCellGrad takes 5 or 6 inputs (dh, dc, acts, c_prev, c, dh2), got "
+                      f"{len(ins)}")
+    dh, dc, acts, c_prev, c, *dh2 = ins
     _hidden("LSTMCellGrad", acts, c_prev)
-    for what, t in (("dh", dh), ("dc", dc), ("c", c)):
+    for what, t in (("dh", dh), ("dc", dc), ("c", c), *(("dh2", t) for t in dh2)):
         if t != c_prev:
             raise OpError(f"LSTMCellGrad: {what} must be {c_prev.dtype} {list(c_prev.shape)} "
                           f"like c_prev, got {t.dtype} {list(t.shape)}")
@@ -110,7 +115,8 @@ def _reference(xs: list[np.ndarray], a: Attrs) -> list[np.ndarray]:
 
 
 def _grad_reference(xs: list[np.ndarray], a: Attrs) -> list[np.ndarray]:
-    dh, dc, acts, c_prev, c = xs
+    dh, dc, acts, c_prev, c, *dh2 = xs
+    dh = dh + dh2[0] if dh2 else dh
     i, f, g, o = (_blocks(acts, a["order"])[k] for k in "ifgo")
     tc = np.tanh(c)
     dct = dc + dh * o * (1 - tc * tc)
@@ -149,9 +155,10 @@ register(OpDef(
 ))
 
 register(OpDef(
-    name="LSTMCellGrad", arity=5, attrs=ATTRS, cost_class="elementwise",
+    name="LSTMCellGrad", arity=None, min_inputs=5, attrs=ATTRS, cost_class="elementwise",
     infer=_grad_infer,
     flops=lambda ins, outs, a: 20 * outs[1].size,
     reference=_grad_reference,
-    doc="Gradient of LSTMCell: [dh, dc, acts, c_prev, c] -> [dgates, dc_prev].",
+    doc="Gradient of LSTMCell: [dh, dc, acts, c_prev, c, dh2?] -> [dgates, dc_prev] (dh2: "
+        "summed into dh).",
 ))

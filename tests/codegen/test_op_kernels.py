@@ -110,8 +110,8 @@ CASES: dict[str, list[tuple]] = {
     "LSTMCell": [([((3, 16), N), ((3, 4), N)], {}),
                  ([((2, 76), N), ((2, 19), N), ((2, 76), N)], {"order": "iofg"})],
     "LSTMCellGrad": [([((3, 4), N), ((3, 4), N), ((3, 16), U), ((3, 4), N), ((3, 4), N)], {}),
-                     ([((2, 19), N), ((2, 19), N), ((2, 76), U), ((2, 19), N), ((2, 19), N)],
-                      {"order": "iofg"})],
+                     ([((2, 19), N), ((2, 19), N), ((2, 76), U), ((2, 19), N), ((2, 19), N),
+                       ((2, 19), N)], {"order": "iofg"})],
     # a run of axes leaving >= 8 trailing elements runs a plain loop: leading axes (a broadcast
     # bias's gradient), one block and two blocks of columns (256 each) with a ragged end, axis 1
     # of size 1 inside the run; middle axes with an outer axis

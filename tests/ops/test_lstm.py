@@ -1,12 +1,16 @@
 """LSTMCell: the reference against PyTorch's nn.LSTMCell (both gate orders), the gradient rule
-against finite differences and torch autograd (h's and c's gradients, alone and together), and
-the shape and attribute errors. The CPU kernels: tests/codegen/test_op_kernels.py."""
+against finite differences and torch autograd (h's and c's gradients, alone and together), two
+steps whose h-gradient sum the cell's gradient takes (planner/graph/lstm_grads.py), and the
+shape and attribute errors. The CPU kernels: tests/codegen/test_op_kernels.py."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
+from planner.graph import GraphBuilder, check_graph
+from planner.graph.autodiff import gradients
+from planner.graph.interpret import run
 from planner.ops import OpError, TensorType, get_op
 from tests.ops.opcheck import apply_rule, check_gradient, reference, rel_error, torch_gradients
 
@@ -95,3 +99,46 @@ def test_shape_and_order_errors():
         infer([g, c, TensorType((2, 4))], {"order": "ifgo"})
     with pytest.raises(OpError, match="dc must be"):
         get_op("LSTMCellGrad").infer([c, TensorType((1, 2)), g, c, c], {"order": "ifgo"})
+
+
+def _two_steps():
+    """Two LSTM steps, the first's h read by the second's recurrent GEMM and as an output: its
+    gradient is a two-way sum, which the LSTMCellGrad of step 1 takes as dh and dh2."""
+    b = GraphBuilder("two_steps")
+    x1, x2 = (b.input(f"x{t}", (BATCH, 4 * HIDDEN), "float64") for t in (1, 2))
+    c0 = b.input("c0", (BATCH, HIDDEN), "float64")
+    u = b.input("u", (HIDDEN, 4 * HIDDEN), "float64")
+    h1, c1, _ = b.op_n("LSTMCell", [x1, c0], {"order": "iofg"}, name="step1")
+    h2, c2, _ = b.op_n("LSTMCell", [x2, c1, b.op("MatMul", [h1, u])], {"order": "iofg"},
+                       name="step2")
+    return b.build(outputs=[h1, h2, c2]), ["x1", "x2", "c0", "u"], [h1, h2, c2]
+
+
+def test_two_steps_fold_the_h_gradient_sum_and_match_finite_differences():
+    graph, wrt, of = _two_steps()
+    grad_graph, grads = gradients(graph, wrt=wrt, of=of)
+    check_graph(grad_graph)
+    ops = [n.op for n in grad_graph.nodes]
+    assert "AddN" not in ops and ops.count("LSTMCellGrad") == 2
+    cell1 = next(n for n in grad_graph.nodes if n.op == "LSTMCellGrad" and len(n.inputs) == 6)
+    assert cell1.inputs[3] == "c0"  # step 1's gradient took both parts of dh
+    rng = np.random.default_rng(3)
+    feeds = {t: rng.standard_normal(graph.tensor(t).shape) for t in wrt}
+    dys = {o: rng.standard_normal(graph.tensor(o).shape) for o in of}
+    values = run(grad_graph, {**feeds, **{f"grad/{o}": dy for o, dy in dys.items()}}, {})
+
+    def f(xs):
+        out = run(graph, xs, {})
+        return sum(float(np.sum(out[o] * dy)) for o, dy in dys.items())
+
+    eps = 1e-6
+    for t in wrt:
+        numeric = np.zeros_like(feeds[t])
+        for idx in np.ndindex(feeds[t].shape):
+            up, down = dict(feeds), dict(feeds)
+            up[t], down[t] = feeds[t].copy(), feeds[t].copy()
+            up[t][idx] += eps
+            down[t][idx] -= eps
+            numeric[idx] = (f(up) - f(down)) / (2 * eps)
+        # central differences of float64 values of order 1: about eps^2 + 1e-16 / eps
+        assert rel_error(values[grads[t]], numeric) < 1e-7, t

@@ -2,7 +2,7 @@
 // pass over the rows, each row's H hidden units an `omp simd` loop reading the four gate
 // blocks where `order` puts them. Sigmoid and tanh are vmath.h's vectorizable float forms.
 //   LSTMCell     [gates, c_prev, recurrent?] -> [h, c, acts]
-//   LSTMCellGrad [dh, dc, acts, c_prev, c]   -> [dgates, dc_prev]
+//   LSTMCellGrad [dh, dc, acts, c_prev, c, dh2?] -> [dgates, dc_prev]   (dh2 summed into dh)
 #include <stdexcept>
 #include <string>
 
@@ -87,13 +87,14 @@ class LSTMCellGrad : public Kernel {
  public:
   explicit LSTMCellGrad(const Node& n)
       : dh_(n.in[0].id), dc_(n.in[1].id), acts_(n.in[2].id), cp_(n.in[3].id), c_(n.in[4].id),
-        dz_(n.out[0].id), dcp_(n.out[1].id), rows_(n.out[1].shape[0]),
+        dh2_(n.in.size() > 5 ? n.in[5].id : -1), dz_(n.out[0].id), dcp_(n.out[1].id), rows_(n.out[1].shape[0]),
         hidden_(n.out[1].shape[1]), at_(blocks(n, hidden_)) {
     require_f32(n);
   }
   void run(const Run& r) override {
     const float *dh = r.at<float>(dh_), *dc = r.at<float>(dc_), *acts = r.at<float>(acts_);
     const float *cp = r.at<float>(cp_), *c = r.at<float>(c_);
+    const float* dh2 = dh2_ >= 0 ? r.at<float>(dh2_) : nullptr;
     float *dz = r.at<float>(dz_), *dcp = r.at<float>(dcp_);
     const int64_t hidden = hidden_, width = 4 * hidden_;
     const Blocks at = at_;
@@ -102,22 +103,32 @@ class LSTMCellGrad : public Kernel {
       const float* an = acts + n * width;
       float* dzn = dz + n * width;
       const int64_t s = n * hidden;
+      if (dh2) {
 #pragma omp simd
-      for (int64_t j = 0; j < hidden; ++j) {
-        const float i = an[at.i + j], f = an[at.f + j], g = an[at.g + j], o = an[at.o + j];
-        const float tc = tanh_f(c[s + j]), dhj = dh[s + j];
-        const float dct = dc[s + j] + dhj * o * (1.f - tc * tc);
-        dzn[at.i + j] = dct * g * i * (1.f - i);
-        dzn[at.f + j] = dct * cp[s + j] * f * (1.f - f);
-        dzn[at.g + j] = dct * i * (1.f - g * g);
-        dzn[at.o + j] = dhj * tc * o * (1.f - o);
-        dcp[s + j] = dct * f;
+        for (int64_t j = 0; j < hidden; ++j)
+          step(dh[s + j] + dh2[s + j], dc[s + j], cp[s + j], c[s + j], an, at, j, dzn,
+               dcp + s);
+      } else {
+#pragma omp simd
+        for (int64_t j = 0; j < hidden; ++j)
+          step(dh[s + j], dc[s + j], cp[s + j], c[s + j], an, at, j, dzn, dcp + s);
       }
     }
   }
 
  private:
-  int dh_, dc_, acts_, cp_, c_, dz_, dcp_;
+  static inline void step(float dh, float dc, float cp, float c, const float* an,
+                          const Blocks& at, int64_t j, float* dzn, float* dcpn) {
+    const float i = an[at.i + j], f = an[at.f + j], g = an[at.g + j], o = an[at.o + j];
+    const float tc = tanh_f(c);
+    const float dct = dc + dh * o * (1.f - tc * tc);
+    dzn[at.i + j] = dct * g * i * (1.f - i);
+    dzn[at.f + j] = dct * cp * f * (1.f - f);
+    dzn[at.g + j] = dct * i * (1.f - g * g);
+    dzn[at.o + j] = dh * tc * o * (1.f - o);
+    dcpn[j] = dct * f;
+  }
+  int dh_, dc_, acts_, cp_, c_, dh2_, dz_, dcp_;
   int64_t rows_, hidden_;
   Blocks at_;
 };

@@ -1,7 +1,7 @@
 // LSTMCell and LSTMCellGrad on the GPU (planner/ops/lstm.py, as the CPU kernel): one thread per
 // hidden unit of a row, reading the four gate blocks where `order` puts them, grid-stride.
 //   LSTMCell     [gates, c_prev, recurrent?] -> [h, c, acts]
-//   LSTMCellGrad [dh, dc, acts, c_prev, c]   -> [dgates, dc_prev]
+//   LSTMCellGrad [dh, dc, acts, c_prev, c, dh2?] -> [dgates, dc_prev]   (dh2 summed into dh)
 #include <cstdint>
 #include <stdexcept>
 #include <string>
@@ -52,7 +52,8 @@ __global__ void lstm_cell(const float* __restrict__ z, const float* __restrict__
   }
 }
 
-__global__ void lstm_cell_grad(const float* __restrict__ dh, const float* __restrict__ dc,
+__global__ void lstm_cell_grad(const float* __restrict__ dh, const float* __restrict__ dh2,
+                               const float* __restrict__ dc,
                                const float* __restrict__ acts, const float* __restrict__ cp,
                                const float* __restrict__ c, float* __restrict__ dz,
                                float* __restrict__ dcp, int64_t total, int64_t hidden,
@@ -62,12 +63,12 @@ __global__ void lstm_cell_grad(const float* __restrict__ dh, const float* __rest
     const int64_t row = (k / hidden) * 4 * hidden, j = k % hidden;
     const float i = acts[row + at.i + j], f = acts[row + at.f + j], g = acts[row + at.g + j],
                 o = acts[row + at.o + j];
-    const float tc = tanhf(c[k]);
-    const float dct = dc[k] + dh[k] * o * (1.f - tc * tc);
+    const float tc = tanhf(c[k]), dhk = dh2 ? dh[k] + dh2[k] : dh[k];
+    const float dct = dc[k] + dhk * o * (1.f - tc * tc);
     dz[row + at.i + j] = dct * g * i * (1.f - i);
     dz[row + at.f + j] = dct * cp[k] * f * (1.f - f);
     dz[row + at.g + j] = dct * i * (1.f - g * g);
-    dz[row + at.o + j] = dh[k] * tc * o * (1.f - o);
+    dz[row + at.o + j] = dhk * tc * o * (1.f - o);
     dcp[k] = dct * f;
   }
 }
@@ -89,8 +90,9 @@ class LSTMCell : public Kernel {
     auto in = [&](size_t k) { return k < in_.size() ? r.at<const float>(in_[k]) : nullptr; };
     auto out = [&](size_t k) { return r.at<float>(out_[k]); };
     if (grad_) {
-      lstm_cell_grad<<<blocks_, threads_, 0, r.stream>>>(in(0), in(1), in(2), in(3), in(4),
-                                                        out(0), out(1), total_, hidden_, at_);
+      lstm_cell_grad<<<blocks_, threads_, 0, r.stream>>>(in(0), in(5), in(1), in(2), in(3),
+                                                        in(4), out(0), out(1), total_,
+                                                        hidden_, at_);
       PLANNER_LAUNCHED("LSTMCellGrad");
     } else {
       lstm_cell<<<blocks_, threads_, 0, r.stream>>>(in(0), in(2), in(1), out(0), out(1),
