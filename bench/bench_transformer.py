@@ -3,6 +3,7 @@ torch.compile (issues 12, 25).
 
     python bench/bench_transformer.py [--rounds 15] [--threads N] [--models gpt,bert,vit,bilstm]
                                       [--no-compile] [--min-team-us 50] [--lanes 1] [--apart]
+                                      [--ops]
 
 One SGD step (forward, backward, update) of each model at the size below, the executor on a
 uniform plan (every op on every core, or the first N logical CPUs with --threads; an op the
@@ -26,7 +27,8 @@ Rounds alternate (an executor step, an eager step, a compiled step) so load chan
 alike; the table gives medians over rounds. With --apart each contender steps in a process of
 its own (the order rotating per round): in one process PyTorch and the executor share one
 OpenMP runtime (torch's libgomp.so.1 is loaded first and serves both), which changes
-PyTorch's multi-threaded step under load (bench/RESULTS.md, issue 25).
+PyTorch's multi-threaded step under load (bench/RESULTS.md, issue 25). --ops prints instead
+where our step goes: per op type, its count and median time, and the time between ops.
 """
 
 from __future__ import annotations
@@ -209,6 +211,49 @@ def torch_step(model, opt, inputs, labels, loss) -> None:
     opt.step()
 
 
+def executor(kind: str, graph, params, target, tmp: Path, schedule: ScheduleOptions):
+    """(our executor of `graph` on `schedule`'s plan with `params` loaded, its feeds)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        p = plan(graph, target, options=PlanOptions(schedule=schedule))
+    ex = load(build(render(p, tmp / kind)).dir).Executor(init=True)
+    if params is not None:
+        ex.load_params(params)
+    return ex, random_feeds(graph, seed=1)
+
+
+def op_times(kind: str, target, tmp: Path, schedule: ScheduleOptions, steps: int) -> None:
+    """Where our step goes (--ops): per op type, the count and the summed median seconds over
+    `steps` steps (stats()), and of the fastest step the span from the first op's start to the
+    last op's end, the time inside ops and the gaps between them."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        graph, params, *_ = case(kind)
+    ex, feeds = executor(kind, graph, params, target, tmp, schedule)
+    ex.step(feeds)
+    op_of = {n.name: n.op for n in graph.nodes}
+    per_step = []
+    for _ in range(steps):
+        ex.reset_stats()
+        ex.step(feeds)
+        per_step.append(sorted(ex.stats()["ops"], key=lambda o: o["start"]))
+    fastest = min(per_step, key=lambda ops: ops[-1]["end"] - ops[0]["start"])
+    span = fastest[-1]["end"] - fastest[0]["start"]
+    busy = sum(o["end"] - o["start"] for o in fastest)
+    by_type: dict[str, list[float]] = {}
+    for k, o in enumerate(per_step[0]):
+        seconds = float(np.median([ops[k]["end"] - ops[k]["start"] for ops in per_step]))
+        by_type.setdefault(op_of[o["name"]], []).append(seconds)
+    total = sum(sum(v) for v in by_type.values())
+    print(f"{kind}: {len(graph.nodes)} ops; fastest of {steps} steps: span {span * 1e3:.2f} ms, "
+          f"in ops {busy * 1e3:.2f} ms, between ops {(span - busy) * 1e3:.2f} ms; "
+          f"load average {os.getloadavg()[0]:.2f}")
+    print(f"{'op':<24}{'count':>6}{'ms':>9}{'%':>7}{'us/op':>8}")
+    for op, times in sorted(by_type.items(), key=lambda kv: -sum(kv[1])):
+        print(f"{op:<24}{len(times):>6}{sum(times) * 1e3:>9.3f}"
+              f"{100 * sum(times) / total:>7.1f}{sum(times) / len(times) * 1e6:>8.2f}")
+
+
 def contenders(kind: str, target, tmp: Path, names: tuple[str, ...],
                schedule: ScheduleOptions):
     """(ops, {name: one step}, why torch.compile is missing) of one model, for the contenders
@@ -220,13 +265,7 @@ def contenders(kind: str, target, tmp: Path, names: tuple[str, ...],
         graph, params, model, inputs, labels, loss = case(kind)
     steps, note = {}, "skipped"
     if "ours" in names:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            p = plan(graph, target, options=PlanOptions(schedule=schedule))
-        ex = load(build(render(p, tmp / kind)).dir).Executor(init=True)
-        if params is not None:
-            ex.load_params(params)
-        feeds = random_feeds(graph, seed=1)
+        ex, feeds = executor(kind, graph, params, target, tmp, schedule)
         steps["ours"] = lambda: ex.step(feeds)
     if "eager" in names:
         opt = torch.optim.SGD(model.parameters(), lr=LR)
@@ -318,6 +357,8 @@ def main() -> None:
                         help="concurrent lanes of the uniform plan, threads / lanes cores each")
     parser.add_argument("--apart", action="store_true",
                         help="each contender in a process of its own (see measure_apart)")
+    parser.add_argument("--ops", action="store_true",
+                        help="instead: where our step goes, per op type (stats() timeline)")
     parser.add_argument("--serve", choices=["ours", "eager", "compiled"],
                         help=argparse.SUPPRESS)  # measure_apart's children
     args = parser.parse_args()
@@ -330,6 +371,11 @@ def main() -> None:
                                intra=max(1, threads // args.lanes), inter=args.lanes)
     if args.serve:
         serve(args.serve, args.models, target, schedule)
+        return
+    if args.ops:
+        with tempfile.TemporaryDirectory() as tmp:
+            for kind in args.models.split(","):
+                op_times(kind, target, Path(tmp), schedule, args.rounds)
         return
     names = ("ours", "eager") if args.no_compile else ("ours", "eager", "compiled")
     rows = []
