@@ -2,7 +2,8 @@
 torch.compile (issues 12, 25).
 
     python bench/bench_transformer.py [--rounds 15] [--threads N] [--models gpt,bert,vit,bilstm]
-                                      [--no-compile] [--min-team-us 50] [--apart]
+                                      [--no-compile] [--min-team-us 50] [--lanes 1] [--apart]
+                                      [--ops]
                                       [--costs in-step|analytical]
                                       [--strategy measured|uniform|optimized]
                                       [--pinning measured|plan|os] [--before analytical/uniform]
@@ -20,7 +21,10 @@ compile):
   brought in through planner.torch (torch.export) with F.cross_entropy;
 - bilstm: an embedding, a bidirectional nn.LSTM, mean over time and a linear head, through its
   ONNX export (planner.torch has no aten.flip yet) with `--loss cross-entropy`; the import
-  unrolls it into ~2200 small ops, so it is the model that --min-team-us matters most to.
+  unrolls it into ~760 ops (an LSTMCell per step), so it is the model that --min-team-us
+  matters most to. --lanes 2 runs the uniform plan as two lanes of threads / 2 cores each (ops
+  in graph order, as TensorFlow's inter-op pool): the BiLSTM's two directions side by side.
+  --ops prints where our step goes instead (per op type, from stats()' timeline).
 Our plan (the table's `plan` column) is priced by the model's in-step profile on this host
 (`--costs in-step`, the default: every op timed inside the step at each thread count, as
 `planner profile --in-step` does, kept in bench/.costs/ like bench_cpu_strategies.py's tables:
@@ -240,10 +244,12 @@ class Planning(NamedTuple):
     strategy: str = "measured"
     min_team_seconds: float = 50e-6
     pinning: str = "measured"
+    lanes: int = 1  # the uniform plan's concurrent lanes, threads / lanes cores each
 
     def args(self) -> list[str]:
         return ["--costs", self.costs, "--strategy", self.strategy,
-                "--min-team-us", str(self.min_team_seconds * 1e6), "--pinning", self.pinning]
+                "--min-team-us", str(self.min_team_seconds * 1e6), "--pinning", self.pinning,
+                "--lanes", str(self.lanes)]
 
 
 def cost_table(kind: str, graph, target, how: Planning):
@@ -257,7 +263,9 @@ def cost_table(kind: str, graph, target, how: Planning):
 
 
 def our_plan(kind: str, graph, target, how: Planning, strategy: str):
-    options = (ScheduleOptions(strategy="uniform", min_team_seconds=how.min_team_seconds)
+    threads = len(target.logical_cpus)
+    options = (ScheduleOptions(strategy="uniform", min_team_seconds=how.min_team_seconds,
+                               intra=max(1, threads // how.lanes), inter=how.lanes)
                if strategy == "uniform" else ScheduleOptions(strategy=strategy))
     table = cost_table(kind, graph, target, how)
     with warnings.catch_warnings():
@@ -300,6 +308,45 @@ def our_step(kind: str, graph, params, target, tmp: Path, how: Planning):
             times[name].append(time.perf_counter() - t0)
     kept = min(names, key=lambda name: np.median(times[name]))
     return steps[kept], kept
+
+
+def op_times(kind: str, target, tmp: Path, how: Planning, steps: int) -> None:
+    """Where our step goes (--ops): per op type, the count and the summed median seconds over
+    `steps` steps (stats()), and of the fastest step the span from the first op's start to the
+    last op's end, the time inside ops and the gaps between them (the plan: --strategy, uniform
+    for `measured`)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        graph, params, *_ = case(kind)
+    strategy = "uniform" if how.strategy == "measured" else how.strategy
+    ex = load(build(render(our_plan(kind, graph, target, how, strategy), tmp / kind)).dir
+              ).Executor(init=True)
+    ex.set_pinning(how.pinning != "os")
+    if params is not None:
+        ex.load_params(params)
+    feeds = random_feeds(graph, seed=1)
+    ex.step(feeds)
+    op_of = {n.name: n.op for n in graph.nodes}
+    per_step = []
+    for _ in range(steps):
+        ex.reset_stats()
+        ex.step(feeds)
+        per_step.append(sorted(ex.stats()["ops"], key=lambda o: o["start"]))
+    fastest = min(per_step, key=lambda ops: ops[-1]["end"] - ops[0]["start"])
+    span = fastest[-1]["end"] - fastest[0]["start"]
+    busy = sum(o["end"] - o["start"] for o in fastest)
+    by_type: dict[str, list[float]] = {}
+    for k, o in enumerate(per_step[0]):
+        seconds = float(np.median([ops[k]["end"] - ops[k]["start"] for ops in per_step]))
+        by_type.setdefault(op_of[o["name"]], []).append(seconds)
+    total = sum(sum(v) for v in by_type.values())
+    print(f"{kind}: {len(graph.nodes)} ops; fastest of {steps} steps: span {span * 1e3:.2f} ms, "
+          f"in ops {busy * 1e3:.2f} ms, between ops {(span - busy) * 1e3:.2f} ms; "
+          f"load average {os.getloadavg()[0]:.2f}")
+    print(f"{'op':<24}{'count':>6}{'ms':>9}{'%':>7}{'us/op':>8}")
+    for op, times in sorted(by_type.items(), key=lambda kv: -sum(kv[1])):
+        print(f"{op:<24}{len(times):>6}{sum(times) * 1e3:>9.3f}"
+              f"{100 * sum(times) / total:>7.1f}{sum(times) / len(times) * 1e6:>8.2f}")
 
 
 def contenders(kind: str, target, tmp: Path, names: tuple[str, ...], how: Planning):
@@ -417,8 +464,12 @@ def main() -> None:
     parser.add_argument("--pinning", choices=["plan", "os", "measured"], default="measured",
                         help="our teams' threads on the plan's CPUs, where the OS puts them, or "
                              "the faster of the two when measured here (default)")
+    parser.add_argument("--lanes", type=int, default=1,
+                        help="concurrent lanes of the uniform plan, threads / lanes cores each")
     parser.add_argument("--apart", action="store_true",
                         help="each contender in a process of its own (see measure_apart)")
+    parser.add_argument("--ops", action="store_true",
+                        help="instead: where our step goes, per op type (stats() timeline)")
     parser.add_argument("--before", metavar="COSTS/STRATEGY",
                         help="with --apart: our executor planned this way too (e.g. "
                              "analytical/uniform, with --min-team-us), in the same rounds")
@@ -430,14 +481,20 @@ def main() -> None:
         target = target.model_copy(update={"logical_cpus": target.logical_cpus[:args.threads]})
     threads = len(target.logical_cpus)
     torch.set_num_threads(threads)
-    how = Planning(args.costs, args.strategy, args.min_team_us * 1e-6, args.pinning)
-    before = (Planning(*args.before.split("/"), how.min_team_seconds, "plan") if args.before
-              else None)
+    how = Planning(args.costs, args.strategy, args.min_team_us * 1e-6, args.pinning,
+                   args.lanes)
+    before = (Planning(*args.before.split("/"), how.min_team_seconds, "plan", args.lanes)
+              if args.before else None)
     if before and (not args.apart or before.costs not in ("in-step", "analytical")
                    or before.strategy not in ("uniform", "optimized", "measured")):
         parser.error("--before takes COSTS/STRATEGY as --costs and --strategy do, with --apart")
     if args.serve:
         serve(args.serve, args.models, target, how)
+        return
+    if args.ops:
+        with tempfile.TemporaryDirectory() as tmp:
+            for kind in args.models.split(","):
+                op_times(kind, target, Path(tmp), how, args.rounds)
         return
     names = ("ours", "eager") if args.no_compile else ("ours", "eager", "compiled")
     rows = []
@@ -456,7 +513,8 @@ def main() -> None:
             "measured": f"the faster of the uniform plan (ops under {args.min_team_us:g} us or "
                         "no faster on the team on one thread) and the optimized one, measured"
             }[args.strategy]
-    print(f"host: {target.name}; {threads} threads; {args.costs} costs; {team}; "
+    print(f"host: {target.name}; {threads} threads in {args.lanes} lane(s); {args.costs} costs; "
+          f"{team}; "
           f"teams pinned: {args.pinning}; "
           f"{args.rounds} alternating rounds, {where}; load average {load_avg:.2f}\n"
           f"{config}")

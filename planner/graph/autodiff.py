@@ -7,6 +7,9 @@
     differentiate    copy the forward nodes, then walk them backwards calling each op's gradient
                      rule (planner/ops), summing the gradients of a tensor read several times
     emit_updates     one update node per trainable param (SGD, ApplyMomentum, ApplyAdam)
+    fold_lstm_dh_sums
+                     the two-way sum of an unrolled LSTM step's h gradient is read by the
+                     step's LSTMCellGrad itself (planner/graph/lstm_grads.py)
     join_slice_gradients
                      a sum of slice gradients that tile one axis (an unrolled RNN's per-step
                      pieces of one tensor) becomes one Concat (planner/graph/slice_grads.py)
@@ -87,6 +90,7 @@ from dataclasses import dataclass, field
 from planner.dtypes import is_float
 from planner.graph.builder import GraphBuilder
 from planner.graph.ir import Graph, Node, Tensor
+from planner.graph.lstm_grads import fold_lstm_dh_sums
 from planner.graph.optimizer import LossScaling, Optimizer
 from planner.graph.precision import apply_precision
 from planner.graph.slice_grads import join_slice_gradients
@@ -154,8 +158,8 @@ def make_training_graph(graph: Graph, optimizer: Optimizer, precision: str = "fp
                outputs=[f"update/{DROPOUT_STEP}"])
         updated[f"update/{DROPOUT_STEP}"] = DROPOUT_STEP
     marks = {**_running_stat_updates(graph), **updated}
-    built = batch_weight_gradients(join_slice_gradients(
-        b.build(outputs=graph.outputs, kind="training")))
+    built = batch_weight_gradients(join_slice_gradients(fold_lstm_dh_sums(
+        b.build(outputs=graph.outputs, kind="training"))))
     return apply_precision(_mark_in_place(built, graph, marks), precision)
 
 
@@ -193,8 +197,8 @@ def gradients(graph: Graph, wrt: Sequence[str] | None = None,
                  for y in of}
     grads = _differentiate(b, graph, wrt, seeds)
     outputs = list(dict.fromkeys([*graph.outputs, *(g for g in grads.values() if g)]))
-    built = batch_weight_gradients(join_slice_gradients(b.build(outputs=outputs,
-                                                                   kind="training")))
+    built = batch_weight_gradients(join_slice_gradients(fold_lstm_dh_sums(
+        b.build(outputs=outputs, kind="training"))))
     return _mark_in_place(built, graph, {}), grads
 
 

@@ -10,7 +10,7 @@ Softplus, Elu, Selu, Clip, ...), binary_math (Pow, Max, Min, PRelu), log_softmax
 (Resize: nn.Upsample, F.interpolate). For transformers: layer_norm, gelu (Gelu, Erf), mask
 (Where, CausalMask). group_norm: GroupNorm, InstanceNormalization. depth_to_space:
 DepthToSpace, SpaceToDepth (nn.PixelShuffle, nn.PixelUnshuffle). cumsum: CumSum. topk: TopK,
-TopKGrad.
+TopKGrad. lstm: LSTMCell (the element-wise part of an LSTM step, fused) and its gradient.
 """
 
 from planner.ops import (  # noqa: F401, E402
@@ -30,6 +30,7 @@ from planner.ops import (  # noqa: F401, E402
     log_softmax,
     loss,
     loss_scale,
+    lstm,
     mask,
     matmul,
     norm,

@@ -4,7 +4,7 @@
     -> Split over time, Reshape to (batch, hidden) per step
     -> layer1..L, each an LSTM cell per step t (weights shared across steps):
          gates = Concat(x_t, h_{t-1}) @ weight (input + hidden, 4 hidden) + bias
-         i, f, g, o = Split(gates)            (PyTorch's gate order)
+         h_t, c_t = LSTMCell(gates, c_{t-1}), gate blocks i, f, g, o (PyTorch's order):
          c_t = sigmoid(f) * c_{t-1} + sigmoid(i) * tanh(g);   h_t = sigmoid(o) * tanh(c_t)
        with dropout on each h_t passed to the next layer (non-recurrent connections only)
     -> Concat of the last layer's h_t over time, Reshape (batch x seq, hidden), dropout
@@ -77,17 +77,11 @@ def lstm(*, batch: int = 20, seq: int = 35, hidden: int = 650, layers: int = 2,
 
 def cell(b: GraphBuilder, x: str, h: str, c: str, weight: str, bias_param: str,
          hidden: int) -> tuple[str, str]:
-    """One LSTM step: (h_t, c_t) from x_t and (h_{t-1}, c_{t-1}), gates from one MatMul."""
+    """One LSTM step: (h_t, c_t) from x_t and (h_{t-1}, c_{t-1}), gates from one MatMul, the
+    rest in one LSTMCell."""
     gates = b.op("MatMul", [b.op("Concat", [x, h], {"axis": 1}, name="concat"), weight],
                  name="gates")
     gates = b.op("BiasAdd", [gates, bias_param], {"axis": 1}, name="gates/bias_add")
-    i, f, g, o = b.op_n("Split", [gates], {"axis": 1, "sizes": [hidden] * 4}, name="split")
-    i = b.op("Sigmoid", [i], name="i")
-    f = b.op("Sigmoid", [f], name="f")
-    g = b.op("Tanh", [g], name="g")
-    o = b.op("Sigmoid", [o], name="o")
-    c = b.op("Add", [b.op("Mul", [f, c], name="forget"), b.op("Mul", [i, g], name="write")],
-             name="c")
-    h = b.op("Mul", [o, b.op("Tanh", [c], name="tanh_c")], name="h")
+    h, c, _ = b.op_n("LSTMCell", [gates, c], {"order": "ifgo"}, name="cell",
+                     outputs=[b.scoped(k) for k in ("h", "c", "acts")])
     return h, c
-

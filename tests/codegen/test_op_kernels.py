@@ -106,7 +106,16 @@ CASES: dict[str, list[tuple]] = {
     "CausalMask": [([((2, 4, 4), N)], {}), ([((3, 5), N)], {"value": -2.0})],
     "MatMul": [([((3, 4), N), ((4, 5), N)], {}),
                ([((2, 3, 4, 5), N), ((3, 6, 5), N)], {"transpose_b": True}),
-               ([((2, 4, 3), N), ((2, 4, 5), N)], {"transpose_a": True})],
+               ([((2, 4, 3), N), ((2, 4, 5), N)], {"transpose_a": True}),
+               # a batch times a matrix: one GEMM over the batch's rows
+               ([((2, 3, 4), N), ((5, 4), N)], {"transpose_b": True}),
+               ([((2, 2, 3, 4), N), ((4, 5), N)], {})],
+    # H = 4 and H = 19 (a vector loop's ragged end); acts of the gradient in (0, 1)
+    "LSTMCell": [([((3, 16), N), ((3, 4), N)], {}),
+                 ([((2, 76), N), ((2, 19), N), ((2, 76), N)], {"order": "iofg"})],
+    "LSTMCellGrad": [([((3, 4), N), ((3, 4), N), ((3, 16), U), ((3, 4), N), ((3, 4), N)], {}),
+                     ([((2, 19), N), ((2, 19), N), ((2, 76), U), ((2, 19), N), ((2, 19), N),
+                       ((2, 19), N)], {"order": "iofg"})],
     # a run of axes leaving >= 8 trailing elements runs a plain loop: leading axes (a broadcast
     # bias's gradient), one block and two blocks of columns (256 each) with a ragged end, axis 1
     # of size 1 inside the run; middle axes with an outer axis

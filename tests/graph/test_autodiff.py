@@ -205,6 +205,8 @@ OP_CASES: dict[str, list[tuple]] = {
                ([F(1, 2, 3, 4)], {"sizes": [2, 5], "coordinate_mode": "asymmetric"}, None,
                 None)],
     "GroupNorm": [([F(2, 4, 3), F(4), F(4)], {"groups": 2}, [0], None)],
+    "LSTMCell": [([F(2, 12), F(2, 3)], {}, [0, 1], None),
+                 ([F(2, 12), F(2, 3), F(2, 12)], {"order": "iofg"}, [0], None)],
     "DepthToSpace": [([F(1, 8, 2, 3)], {"blocksize": 2, "mode": "CRD"}, None, None)],
     "SpaceToDepth": [([F(1, 2, 4, 6)], {"blocksize": 2}, None, None)],
     "CumSum": [([F(3, 4)], {"axis": 1}, None, None),

@@ -121,8 +121,25 @@ def _matmul(xs, a):
     return [torch.matmul(x, w)]
 
 
+def torch_lstm_cell(xs, a):
+    """LSTMCell through PyTorch's own fused cell (torch.lstm_cell, nn.LSTMCell's math): the
+    pre-activations, gate blocks reordered to PyTorch's i, f, g, o, are its input under an
+    identity input weight, with h = 0."""
+    gates, c = xs[0], xs[1]
+    z = gates + xs[2] if len(xs) > 2 else gates
+    hidden = c.shape[1]
+    perm = torch.cat([torch.arange(hidden) + a["order"].index(k) * hidden for k in "ifgo"])
+    eye = torch.eye(4 * hidden, dtype=z.dtype, device=z.device)
+    h, c = torch.lstm_cell(z[:, perm], (torch.zeros_like(c), c), eye,
+                           torch.zeros(4 * hidden, hidden, dtype=z.dtype, device=z.device))
+    acts = torch.cat([torch.tanh(b) if k == "g" else torch.sigmoid(b)
+                      for k, b in zip(a["order"], torch.split(z, hidden, 1), strict=True)], 1)
+    return [h, c, acts]
+
+
 TORCH_OPS = {
     "MatMul": _matmul,
+    "LSTMCell": torch_lstm_cell,
     "BiasAdd": _bias_add,
     "Conv2D": _conv2d,
     "ConvTranspose2D": _conv_transpose2d,

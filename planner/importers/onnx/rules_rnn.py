@@ -1,11 +1,12 @@
 """Rules for recurrent layers: LSTM and GRU, unrolled over their (static) sequence into
-MatMul, Add, Split, Sigmoid, Tanh, Mul and Concat, whose gradients the planner has.
+MatMul, LSTMCell (an LSTM step's gates and state in one op), Add, Split, Sigmoid, Tanh, Mul and
+Concat, whose gradients the planner has.
 
 Per direction d (forward, reverse, or both for bidirectional, outputs stacked as ONNX does):
 
     XW = X @ W[d]^T + Wb[d] (+ Rb[d] for LSTM)    one batched MatMul over all T steps
     for t in the direction's order:
-        LSTM: i, o, f, c~ = split(XW[t] + H @ R[d]^T)           gate order i o f c, as ONNX
+        LSTM: H, C = LSTMCell(XW[t], C, H @ R[d]^T)          gate order i o f c, as ONNX:
               C = sigmoid(f) * C + sigmoid(i) * tanh(c~);  H = sigmoid(o) * tanh(C)
         GRU:  z, r, h~ from XW[t] and H @ R[d]^T + Rb[d]      gate order z r h
               linear_before_reset=1 (PyTorch's): h~ = tanh(xh + r * (H @ Rh^T + Rbh))
@@ -113,20 +114,17 @@ def _direction(n: NodeCtx, x: Value, d: int, backwards: bool, hidden: int, steps
                                                          "axes": [0]})],
                      {"shape": [batch, gates * hidden]})
         if lstm:
-            h, c = _lstm_step(n, xt, h, c, r, hidden)
+            h, c = _lstm_step(n, xt, h, c, r)
         else:
             h = _gru_step(n, xt, h, r, rb, hidden)
         outs[t] = h
     return [outs[t] for t in range(steps)], h, c
 
 
-def _lstm_step(n: NodeCtx, xt: Value, h: Value, c: Value, r: Value,
-               hidden: int) -> tuple[Value, Value]:
-    z = n.emit1("Add", [xt, n.emit1("MatMul", [h, r], {"transpose_b": True})])
-    i, o, f, g = n.emit("Split", [z], {"axis": 1, "sizes": [hidden] * 4})
-    i, o, f = (n.emit1("Sigmoid", [v]) for v in (i, o, f))
-    c = n.emit1("Add", [n.emit1("Mul", [f, c]), n.emit1("Mul", [i, n.emit1("Tanh", [g])])])
-    return n.emit1("Mul", [o, n.emit1("Tanh", [c])]), c
+def _lstm_step(n: NodeCtx, xt: Value, h: Value, c: Value, r: Value) -> tuple[Value, Value]:
+    h, c, _ = n.emit("LSTMCell", [xt, c, n.emit1("MatMul", [h, r], {"transpose_b": True})],
+                     {"order": "iofg"})
+    return h, c
 
 
 def _gru_step(n: NodeCtx, xt: Value, h: Value, r: Value, rb: Value | None,

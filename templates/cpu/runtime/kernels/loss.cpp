@@ -20,44 +20,10 @@
 
 #include "../dnnl_kernel.h"
 #include "../loops.h"
+#include "../vmath.h"
 
 namespace planner {
 namespace {
-
-// c ? a : b without a branch: g++ -O2 does not if-convert a branch inside a loop, which keeps
-// the loop scalar even under omp simd (checked with -fopt-info-vec).
-inline float select(bool c, float a, float b) {
-  int32_t ab, bb;
-  std::memcpy(&ab, &a, sizeof ab);
-  std::memcpy(&bb, &b, sizeof bb);
-  const int32_t mask = -static_cast<int32_t>(c);
-  const int32_t bits = (ab & mask) | (bb & ~mask);
-  float out;
-  std::memcpy(&out, &bits, sizeof out);
-  return out;
-}
-
-// exp(x) for a shifted logit x <= 0, in plain float arithmetic a loop vectorizes (libm's expf
-// does not): x = n ln2 + r with |r| <= ln2 / 2, exp(r) by Cephes' expf polynomial (about 1 ulp),
-// 2^n written into the exponent bits. Below -87 (and -inf) it gives exp(-87) ~ 1.6e-38, not 0:
-// next to the row maximum's term 1 that changes a sum by less than float's rounding.
-inline float exp_nonpositive(float x) {
-  x = select(x < -87.f, -87.f, x);
-  const int n = static_cast<int>(x * 1.44269504088896341f - 0.5f);  // round to nearest, x <= 0
-  const float fn = static_cast<float>(n);
-  const float r = (x - fn * 0.693359375f) + fn * 2.12194440e-4f;  // x - n ln2 in two parts
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  const float e = p * r * r + r + 1.f;
-  const int32_t bits = (n + 127) << 23;
-  float scale;
-  std::memcpy(&scale, &bits, sizeof scale);
-  return e * scale;
-}
 
 // True where a row's softmax is NaN in the reference: it holds NaN or +inf, or only -inf.
 inline bool nan_row(const float* z, int64_t cols) {
