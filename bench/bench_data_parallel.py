@@ -2,20 +2,22 @@
 PyTorch DDP, with the same processes, threads per process and global batch.
 
     python bench/bench_data_parallel.py [--steps 6] [--rounds 2] [--models resnet-18,lstm,gpt]
+                                        [--procs 1,2]
 
-For each model and P = 1, 2 processes (each on 1/P of the cores: ours planned with
+For each model and P = 1, 2 processes (--procs) (each on 1/P of the cores: ours planned with
 --data-parallel P --ranks-per-host P, torch with set_num_threads(cores / P)), the global batch
 is split P ways. Rounds alternate ours and DDP; a row is the median over rounds of rank 0's
-median step. For P = 2 also ours with --shard-optimizer (ZeRO-1: reduce-scatter, each rank
-updates its half, all-gather; column "ZeRO-1 ms"), in the same alternating rounds.
+median step. For P >= 2 also ours with --shard-optimizer (ZeRO-1: reduce-scatter, each rank
+updates its 1/P, all-gather; column "ZeRO-1 ms"), in the same alternating rounds.
 Communication hidden behind compute:
   ours   from stats(): the share of the all-reduces' measured time during which a compute op
          ran (examples/train_digits_ddp.hidden_communication), last step of each round;
   DDP    from timing: 1 - (step - step under no_sync()) / (one all-reduce of all gradients,
          flat), clipped to [0, 1] (exposed communication over the communication alone).
 Both sides' OpenMP threads wait passively (OMP_WAIT_POLICY=passive, the generated package's
-default). P = 4 on a 2-core host would give each rank half a core: not a meaningful scaling
-point, and not run. Each process is started by this script (`--worker`), rendezvous on 127.0.0.1.
+default). P = 4 needs 4 cores (each rank plans on its share of whole cores: a 2-core host
+refuses it); `--procs 1,2,4` on the device machine (bench/device/cpu_bench.sh). Each process
+is started by this script (`--worker`), rendezvous on 127.0.0.1.
 """
 
 from __future__ import annotations
@@ -211,6 +213,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=6)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--models", default=",".join(MODELS))
+    parser.add_argument("--procs", default="1,2", help="process counts P, comma-separated")
     args = parser.parse_args()
     print(f"host: {os.cpu_count()} logical CPUs; load average before: "
           f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}")
@@ -219,7 +222,7 @@ def main() -> None:
           f"{'ZeRO-1 ms':>10}")
     with tempfile.TemporaryDirectory() as tmp:
         for model in args.models.split(","):
-            for ranks in (1, 2):
+            for ranks in map(int, args.procs.split(",")):
                 pkgs = {"ours": package(model, ranks, Path(tmp)), "ddp": ""}
                 if ranks > 1:
                     pkgs["zero1"] = package(model, ranks, Path(tmp), shard=True)
