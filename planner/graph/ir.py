@@ -95,7 +95,10 @@ class Graph(Record):
     """A model graph: tensors, nodes in topological order, and the tensors the step returns.
 
     `kind` is `inference` for forward graphs (zoo builders, ONNX imports; a zoo graph may end
-    in a loss) and `training` for graphs that also hold the backward pass and updates.
+    in a loss) and `training` for graphs that also hold the backward pass and updates. `math`
+    is a math mode of the kernels that no dtype shows: "tf32" lets a GPU's float32
+    convolutions and GEMMs round their operands to TF32 on tensor cores (the tf32 precision
+    policy, planner/graph/precision.py); None (absent from the JSON) is plain float32 math.
     """
 
     name: str = "graph"
@@ -103,6 +106,7 @@ class Graph(Record):
     tensors: tuple[Tensor, ...]
     nodes: tuple[Node, ...]
     outputs: tuple[str, ...] = ()
+    math: Literal["tf32"] | None = None
 
     # ---- lookups (cached: records are frozen) -------------------------------------------
     @cached_property
