@@ -19,7 +19,7 @@ from __future__ import annotations
 from functools import cached_property
 from typing import Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_serializer
 
 from planner.dtypes import DType, num_bytes, num_elements
 from planner.records import Record, canonical_json  # noqa: F401 - re-exported
@@ -107,6 +107,15 @@ class Graph(Record):
     nodes: tuple[Node, ...]
     outputs: tuple[str, ...] = ()
     math: Literal["tf32"] | None = None
+
+    @model_serializer(mode="wrap")
+    def _without_plain_math(self, handler: Any) -> Any:
+        # Plain float32 math is the field's absence, in a plan's graph too (plans keep their
+        # other nulls): every graph, plan and digest made before the field existed stands.
+        data = handler(self)
+        if isinstance(data, dict) and data.get("math") is None:
+            data.pop("math", None)
+        return data
 
     # ---- lookups (cached: records are frozen) -------------------------------------------
     @cached_property
