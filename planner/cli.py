@@ -73,7 +73,9 @@ def add_graph_command(sub: Any) -> None:
     p.add_argument("--precision", choices=PRECISIONS, default="fp32",
                    help="precision policy of the training graph (planner/graph/precision.py): "
                         "bf16-mixed and fp16-mixed run convolutions and matrix products in the "
-                        "low type with float32 master weights (default: fp32)")
+                        "low type with float32 master weights; tf32 lets the CUDA executor's "
+                        "float32 convolutions and GEMMs use TF32 tensor cores on sm_80+ GPUs "
+                        "(default: fp32)")
     p.add_argument("--lr", type=positive_number, default=None,
                    help="learning rate of the optimizer")
     p.add_argument("--loss", metavar="KIND[:OUTPUT][?OPTIONS]", help=LOSS_HELP)
