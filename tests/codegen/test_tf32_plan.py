@@ -74,3 +74,19 @@ def test_tf32_gemm_bound_and_margin(truncate):
     # the GPU test tells TF32 from float32 by this threshold, with room on both sides
     assert np.max(np.abs(tf32 - exact) / mag) > 4 * RAN_TF32
     assert np.max(np.abs(fp32 - exact) / mag) < RAN_TF32 / 4
+
+
+def test_cpu_executor_runs_tf32_as_float32(graphs, tmp_path):
+    """The CPU executor never reads the mark: a tf32 step is bit for bit the fp32 step."""
+    from planner.graph.interpret import random_feeds
+    from tests.codegen.helpers import build_module, start_state
+
+    results = {}
+    for precision, graph in graphs.items():
+        ex = build_module(graph, tmp_path / f"cpu_{precision}").Executor()
+        ex.load_params(start_state(graph))
+        loss = np.asarray(ex.step(random_feeds(graph, seed=2), ["loss"])["loss"])
+        results[precision] = (loss, {k: np.asarray(v) for k, v in ex.params().items()})
+    (loss32, p32), (loss_tf, p_tf) = results["fp32"], results["tf32"]
+    assert np.array_equal(loss32, loss_tf) and p32.keys() == p_tf.keys()
+    assert all(np.array_equal(p32[k], p_tf[k]) for k in p32)
