@@ -164,6 +164,7 @@ def render_files(plan: Plan, name: str, layout: str = "plan") -> dict[str, str]:
         # The GPU the plan was made for (0 for a CPU plan): the CUDA executor checks the device.
         "compute_capability": _capability_code(plan.target.compute_capability),
         "device_memory_bytes": plan.target.gpu_memory_bytes,
+        "tf32": int(graph.math == "tf32"),
         "host_bytes": arena.host_bytes,
         "outputs": ", ".join(str(index[o]) for o in graph.outputs),
         "num_outputs": len(graph.outputs),

@@ -42,7 +42,9 @@ def add_precision_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--precision", choices=PRECISIONS, default="fp32",
                    help="precision policy of the training graph (planner/graph/precision.py): "
                         "bf16-mixed and fp16-mixed run convolutions and matrix products in the "
-                        "low type with float32 master weights (default: fp32)")
+                        "low type with float32 master weights; tf32 lets the CUDA executor's "
+                        "float32 convolutions and GEMMs use TF32 tensor cores on sm_80+ GPUs "
+                        "(default: fp32)")
     p.add_argument("--loss-scale-growth-interval", type=int, metavar="N",
                    help="fp16-mixed: clean steps before the loss scale grows (default 2000)")
     p.add_argument("--loss-scale-growth-factor", type=float, metavar="F",

@@ -19,7 +19,7 @@ from __future__ import annotations
 from functools import cached_property
 from typing import Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_serializer
 
 from planner.dtypes import DType, num_bytes, num_elements
 from planner.records import Record, canonical_json  # noqa: F401 - re-exported
@@ -95,7 +95,10 @@ class Graph(Record):
     """A model graph: tensors, nodes in topological order, and the tensors the step returns.
 
     `kind` is `inference` for forward graphs (zoo builders, ONNX imports; a zoo graph may end
-    in a loss) and `training` for graphs that also hold the backward pass and updates.
+    in a loss) and `training` for graphs that also hold the backward pass and updates. `math`
+    is a math mode of the kernels that no dtype shows: "tf32" lets a GPU's float32
+    convolutions and GEMMs round their operands to TF32 on tensor cores (the tf32 precision
+    policy, planner/graph/precision.py); None (absent from the JSON) is plain float32 math.
     """
 
     name: str = "graph"
@@ -103,6 +106,16 @@ class Graph(Record):
     tensors: tuple[Tensor, ...]
     nodes: tuple[Node, ...]
     outputs: tuple[str, ...] = ()
+    math: Literal["tf32"] | None = None
+
+    @model_serializer(mode="wrap")
+    def _without_plain_math(self, handler: Any) -> Any:
+        # Plain float32 math is the field's absence, in a plan's graph too (plans keep their
+        # other nulls): every graph, plan and digest made before the field existed stands.
+        data = handler(self)
+        if isinstance(data, dict) and data.get("math") is None:
+            data.pop("math", None)
+        return data
 
     # ---- lookups (cached: records are frozen) -------------------------------------------
     @cached_property

@@ -4,8 +4,13 @@ rules written into the graph, where the scheduler and memory planner see them).
     policy       what runs in which type
     fp32         everything float32 (the graph unchanged)
     tf32         float32 tensors; TF32 math in convolutions and GEMMs is a GPU math mode of the
-                 kernels, not a change of dtypes: the graph is unchanged (a CPU runs float32;
-                 the CUDA executor's kernels do not switch to TF32 yet: float32 FMA math)
+                 kernels, not a change of dtypes: the graph's tensors and ops are unchanged and
+                 it carries `math="tf32"` (Graph.math), which the CUDA executor reads once at
+                 load: on a GPU of compute capability 8.0 or newer its float32 convolutions
+                 run cuDNN's CUDNN_DEFAULT_MATH (TF32 tensor cores allowed) and its float32
+                 GEMMs CUBLAS_COMPUTE_32F_FAST_TF32; below sm_80 (no TF32) the plan is made
+                 and the executor runs float32 FMA math, as for fp32. The CPU executor ignores
+                 it: CPUs have no TF32, every op runs float32
     bf16-mixed   convolutions, matrix products and their gradients (LOW_PRECISION_OPS) read
                  bfloat16 operands and write bfloat16 results, accumulating in float32 inside
                  the kernel; the ops between them (FOLLOW_OPS: ReLU, BatchNorm's normalisation,
@@ -106,13 +111,16 @@ LOW_PARAMS: dict[str, tuple[int, ...]] = {"BiasAdd": (1,)}
 
 
 def apply_precision(graph: Graph, precision: str) -> Graph:
-    """`graph` under `precision` (one of PRECISIONS); fp32 and tf32 return it unchanged.
+    """`graph` under `precision` (one of PRECISIONS); fp32 returns it unchanged, tf32 marks
+    its math (Graph.math) and changes nothing else.
 
     Raises: ValueError for an unknown policy, GraphError when a name the rewrite needs is
     taken.
     """
     if precision not in PRECISIONS:
         raise ValueError(f"precision {precision!r} is not one of {list(PRECISIONS)}")
+    if precision == "tf32":
+        return graph.model_copy(update={"math": "tf32"})
     if precision not in LOW_TYPE:
         return graph
     return _mixed(graph, LOW_TYPE[precision])

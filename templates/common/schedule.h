@@ -85,6 +85,10 @@ struct Schedule {
   // plan): the CUDA executor refuses a device of another architecture or with less memory.
   int compute_capability;
   int64_t device_memory_bytes;
+  // The graph's math mode (Graph.math): 1 when float32 convolutions and GEMMs may round their
+  // operands to TF32 on a GPU that has it (the tf32 precision policy), 0 for float32 math.
+  // The CPU executor ignores it (no CPU has TF32).
+  int tf32;
 };
 
 }  // namespace planner

@@ -130,6 +130,25 @@ def test_mixed_precision_executor_builds(target, model, precision, tmp_path):
     assert result.runtime.parent.parent.name.startswith(f"cuda-{arch}-runtime-")
 
 
+@pytest.mark.nvcc
+def test_tf32_executor_builds(tmp_path):
+    """A tf32 training plan (the mark that turns on TF32 convolutions and GEMMs at load on an
+    sm_80+ device) renders with Schedule::tf32 set and builds against the sm_90 runtime, whose
+    kernels read it (tests/cuda/test_cuda_tf32.py runs it on a GPU)."""
+    from planner.pipeline import plan as make_plan
+    from planner.target import preset
+    from tests.codegen.test_tf32_plan import schedule_tf32
+
+    graph = make_training_graph(zoo("lenet", batch=4, image=16), Optimizer(kind="sgd", lr=0.1),
+                                precision="tf32")
+    plan = make_plan(graph, preset("h100-80gb"))
+    assert plan.graph.math == "tf32"
+    tree = render(plan, tmp_path / "lenet_tf32", layout="plan")
+    assert schedule_tf32(tree.files) == 1
+    result = build(tree)
+    assert result.runtime.parent.parent.name.startswith("cuda-sm90-runtime-")
+
+
 def test_each_plan_renders_for_its_own_backend(tmp_path):
     graph = zoo("mlp", batch=2, hidden=[4], in_features=3, classes=2)
     cpu, gpu = host_plan(graph), gpu_plan(graph)

@@ -33,9 +33,18 @@ def training(model: str, precision: str, lr: float = 0.05):
                                precision=precision)
 
 
-@pytest.mark.parametrize("precision", ["fp32", "tf32"])
-def test_fp32_and_tf32_leave_the_graph_alone(precision):
-    assert training("lenet", precision) == training("lenet", "fp32")
+def test_tf32_marks_the_math_and_changes_nothing_else():
+    """tf32 is a math mode of the GPU's kernels: the graph's tensors and ops are fp32's, its
+    `math` says tf32 and survives the JSON round trip; an fp32 graph has no math field at all
+    (so every fp32 graph, plan and hash is what it was before the field existed)."""
+    from planner.graph.ir import Graph
+
+    fp32, tf32 = training("lenet", "fp32"), training("lenet", "tf32")
+    assert fp32.math is None and tf32.math == "tf32"
+    assert tf32.model_copy(update={"math": None}) == fp32
+    assert '"math"' not in fp32.to_json()
+    assert Graph.model_validate_json(tf32.to_json()) == tf32
+    assert Graph.model_validate_json(fp32.to_json()).math is None
 
 
 @pytest.mark.parametrize("model", sorted(SMALL))

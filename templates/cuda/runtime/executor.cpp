@@ -73,7 +73,8 @@ cublasHandle_t CudaResources::cublas(cudaStream_t st) {
   check_cublas(cublasCreate(&h), "cublasCreate");
   cublases.push_back(h);
   check_cublas(cublasSetStream(h, st), "cublasSetStream");
-  // float32 stays float32: no TF32 tensor-core rounding (the reference checks 1e-3).
+  // float32 stays float32 unless a kernel asks otherwise: a tf32 plan's MatMul names
+  // CUBLAS_COMPUTE_32F_FAST_TF32 itself (Node::tf32), so the handle never rounds to TF32.
   check_cublas(cublasSetMathMode(h, CUBLAS_DEFAULT_MATH), "cublasSetMathMode");
   // No workspace of cuBLAS's own: it would allocate device memory outside the plan's arena
   // on the first GEMM of each stream.
@@ -120,7 +121,9 @@ CudaExecutor::CudaExecutor(const std::string& schedule_path, bool streams, bool 
     throw std::runtime_error("no CUDA device " + std::to_string(device) + " (this machine has " +
                              std::to_string(count) + ")");
   check_cuda(cudaSetDevice(device), "cudaSetDevice");
-  check_device(device);
+  // TF32 tensor cores came with Ampere (compute capability 8.0): a tf32 plan made for an
+  // older GPU runs float32 FMA math there, as an fp32 plan would.
+  tf32_ = s.tf32 != 0 && check_device(device) >= 80;
   arena_ = std::make_unique<DeviceBlock>(s.arena_bytes);
   if (s.host_bytes > 0) host_store_ = std::make_unique<PinnedBlock>(s.host_bytes);
 
@@ -186,7 +189,7 @@ CudaExecutor::CudaExecutor(const std::string& schedule_path, bool streams, bool 
   check_cuda(cudaDeviceSynchronize(), "loading the executor");
 }
 
-void CudaExecutor::check_device(int device) const {
+int CudaExecutor::check_device(int device) const {
   cudaDeviceProp p;
   check_cuda(cudaGetDeviceProperties(&p, device), "cudaGetDeviceProperties");
   const Schedule& s = schedule();
@@ -194,6 +197,7 @@ void CudaExecutor::check_device(int device) const {
                                     p.major * 10 + p.minor,
                                     static_cast<int64_t>(p.totalGlobalMem));
   if (!why.empty()) throw std::runtime_error(why);
+  return p.major * 10 + p.minor;
 }
 
 void CudaExecutor::create(int k) {
@@ -203,7 +207,7 @@ void CudaExecutor::create(int k) {
   op_tensors(s, op, &in, &out);
   try {
     Node node{&op, in, out, Attrs(op.attrs), cudnn_[lane_[k]], cublas_[lane_[k]],
-              std::max<int64_t>(op.scratch_bytes, 0)};
+              std::max<int64_t>(op.scratch_bytes, 0), tf32_};
     kernels_[k] = registry().at(op.op)(node);
   } catch (const std::exception& e) {
     throw std::runtime_error(op_label(op) + ": " + e.what());

@@ -110,6 +110,8 @@ class CudaExecutor : public ExecutorCore {
  private:
   int device_;
   bool use_graph_, op_timing_;
+  // The plan's math is tf32 and the device has TF32 (sm_80+): Node::tf32 of every kernel.
+  bool tf32_ = false;
   std::unique_ptr<DeviceBlock> arena_;
   std::unique_ptr<PinnedBlock> host_store_;  // null when the plan offloads nothing
   // Declared before the kernels: their descriptors go first, then the handles.
@@ -131,7 +133,7 @@ class CudaExecutor : public ExecutorCore {
   double last_step_seconds_ = 0;
   Collective collective_;
 
-  void check_device(int device) const;
+  int check_device(int device) const;  // the device's compute capability, major * 10 + minor
   void create(int k);
   void issue_ops();   // every op onto its stream, with the cross-stream waits and the join
   void join_streams();  // stream 0 waits for every other stream's work so far

@@ -52,6 +52,9 @@ struct Node {
   cudnnHandle_t cudnn;
   cublasHandle_t cublas;
   int64_t planned_scratch;  // the plan's scratch / workspace bytes for this op (0: none)
+  // Float32 convolutions and GEMMs may use TF32 tensor cores: the plan's math is tf32 and the
+  // device is sm_80 or newer (read once by the executor at load). False: float32 FMA math.
+  bool tf32;
 };
 
 // Sums `count` floats of device memory in place over the process group of a data-parallel
@@ -67,7 +70,7 @@ struct Run {
   char* scratch;            // scratch_bytes() bytes of device memory, 256-byte aligned
   cudaStream_t stream;
   cudnnHandle_t cudnn;      // cudnnSetStream(cudnn, stream) done
-  cublasHandle_t cublas;    // cublasSetStream(cublas, stream) done, TF32 off
+  cublasHandle_t cublas;    // cublasSetStream(cublas, stream) done, CUBLAS_DEFAULT_MATH
   const Collective* collective = nullptr;  // the executor's, for collective ops
   template <class T> T* at(int id) const { return reinterpret_cast<T*>(ptr[id]); }
 };

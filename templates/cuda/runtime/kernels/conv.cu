@@ -18,7 +18,10 @@
 // unpadded: exact, at the cost of that temporary.
 //
 // Math: float32 convolutions run CUDNN_FMA_MATH, float32 stays float32 (no TF32), as the
-// float64 references expect. Mixed precision's
+// float64 references expect; under a tf32 plan on an sm_80+ device (Node::tf32) they run
+// CUDNN_DEFAULT_MATH, which lets cuDNN pick TF32 tensor-core algorithms for float32 data
+// (operands rounded to TF32's 10-bit mantissa, float32 accumulation), as PyTorch's
+// cudnn.allow_tf32 does. Mixed precision's
 // bfloat16 / float16 convolutions (every tensor of the op in the low type) run
 // CUDNN_TENSOR_OP_MATH with float32 compute (the convolution descriptor's type): tensor cores,
 // float32 accumulation, each output rounded once. The algorithms kept from cuDNN's heuristics
@@ -110,7 +113,7 @@ std::string algo_family(Dir d, int value) {
 }
 
 // Whether an algorithm of cuDNN's math type `m` runs in the op's `math`: FMA math takes no
-// tensor-op algorithm (float32 stays float32); tensor-op math takes any.
+// tensor-op algorithm (float32 stays float32); default and tensor-op math take any.
 bool math_allows(cudnnMathType_t math, cudnnMathType_t m) {
   return math != CUDNN_FMA_MATH ||
          (m != CUDNN_TENSOR_OP_MATH && m != CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION);
@@ -188,7 +191,9 @@ class CudnnConv : public Kernel {
     all.insert(all.end(), n.out.begin(), n.out.end());
     dtype_ = one_float_type(all, "convolution");
     esize_ = dtype_bytes(dtype_);
-    math_ = is_low_float(dtype_) ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH;
+    math_ = is_low_float(dtype_)       ? CUDNN_TENSOR_OP_MATH
+            : dtype_ == F32 && n.tf32 ? CUDNN_DEFAULT_MATH
+                                      : CUDNN_FMA_MATH;
     if (image.size() != 4 || output.size() != 4 || filter.size() != 4)
       throw std::runtime_error("convolution tensors must be 4-D (NCHW, OIHW), got image " +
                                shape_text(image) + ", output " + shape_text(output) +

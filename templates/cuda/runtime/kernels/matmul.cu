@@ -8,7 +8,9 @@
 // their strides allow (one for every numpy-style case but an interleaved broadcast such as
 // (B1, 1) x (1, B2), which takes one call per outer index). A rank-2 b under a batched,
 // untransposed a is a single GEMM over the flattened rows. CUBLAS_COMPUTE_32F: float32
-// arithmetic, no TF32 (the executor leaves the handle in CUBLAS_DEFAULT_MATH). Mixed
+// arithmetic, no TF32 (the executor leaves the handle in CUBLAS_DEFAULT_MATH); under a tf32
+// plan on an sm_80+ device (Node::tf32) float32 GEMMs name CUBLAS_COMPUTE_32F_FAST_TF32:
+// operands rounded to TF32 on tensor cores, float32 accumulation and alpha / beta. Mixed
 // precision's bfloat16 / float16 GEMMs (a, b and y all in the low type: CUDA_R_16BF /
 // CUDA_R_16F) keep CUBLAS_COMPUTE_32F: tensor cores with float32 accumulation and float32
 // alpha / beta, y rounded once.
@@ -27,6 +29,7 @@ class MatMul : public Kernel {
     all.insert(all.end(), n.out.begin(), n.out.end());
     const int dtype = one_float_type(all, "MatMul");
     type_ = cuda_type(dtype);
+    if (dtype == F32 && n.tf32) compute_ = CUBLAS_COMPUTE_32F_FAST_TF32;
     esize_ = dtype_bytes(dtype);
     const Shape &as = n.in[0].shape, &bs = n.in[1].shape, &ys = n.out[0].shape;
     if (as.size() < 2 || bs.size() < 2 || ys.size() < 2)
@@ -114,7 +117,7 @@ class MatMul : public Kernel {
           r.cublas, tb_ ? CUBLAS_OP_T : CUBLAS_OP_N, ta_ ? CUBLAS_OP_T : CUBLAS_OP_N, n_, m_,
           k_, &one, b + o.b * esize_, type_, ldb_, stride_b_, a + o.a * esize_, type_, lda_,
           stride_a_, &zero, y + o.y * esize_, type_, n_, stride_y_, static_cast<int>(batch_),
-          CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+          compute_, CUBLAS_GEMM_DEFAULT));
     }
   }
 
@@ -124,6 +127,7 @@ class MatMul : public Kernel {
   };
   int a_, b_, y_;
   cudaDataType_t type_ = CUDA_R_32F;
+  cublasComputeType_t compute_ = CUBLAS_COMPUTE_32F;
   int64_t esize_ = 4;
   bool ta_ = false, tb_ = false;
   int m_ = 0, n_ = 0, k_ = 0, lda_ = 1, ldb_ = 1;
