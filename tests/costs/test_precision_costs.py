@@ -149,3 +149,24 @@ def test_a_bf16_mixed_resnet_step_on_h100_is_predicted_shorter_than_fp32():
             step[precision] = plan(graph, H100).summary.step_seconds
     # priced at float32's peak, the casts made bf16-mixed the slower step (1.59 against 1.35 ms)
     assert step["bf16-mixed"] < 0.9 * step["fp32"]
+
+
+def test_target_show_prints_the_low_type_peaks(capsys, tmp_path):
+    import argparse
+
+    from planner.target.cli import add_target_commands
+
+    def show(spec):
+        parser = argparse.ArgumentParser(prog="planner")
+        add_target_commands(parser.add_subparsers(dest="command", required=True))
+        args = parser.parse_args(["target", "show", spec])
+        assert args.run(args) == 0
+        return capsys.readouterr().out
+
+    assert "GPU 0 peaks   bfloat16 989.0, float16 989.0 TFLOP/s" in show("h100-80gb")
+    assert "peaks" not in show("k40c-12gb")
+    xeon = preset("xeon-8180")
+    path = tmp_path / "amx.json"
+    path.write_text(xeon.model_copy(update={"cpu": xeon.cpu.model_copy(
+        update={"math_peak_flops": {"bfloat16": 4e13}})}).to_json())
+    assert "peak bfloat16 40,000.0 GFLOP/s" in show(str(path))
