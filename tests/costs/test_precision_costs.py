@@ -170,3 +170,15 @@ def test_target_show_prints_the_low_type_peaks(capsys, tmp_path):
     path.write_text(xeon.model_copy(update={"cpu": xeon.cpu.model_copy(
         update={"math_peak_flops": {"bfloat16": 4e13}})}).to_json())
     assert "peak bfloat16 40,000.0 GFLOP/s" in show(str(path))
+
+
+def test_a_ranks_share_of_the_cpu_keeps_the_ratio_of_its_peaks():
+    from planner.schedule.ranks import share_target
+
+    xeon = preset("xeon-8180")
+    amx = xeon.model_copy(update={"cpu": xeon.cpu.model_copy(
+        update={"math_peak_flops": {"bfloat16": 16 * xeon.cpu.peak_flops}})})
+    half = share_target(amx, 2).cpu
+    assert half.peak_flops_for("bfloat16") == pytest.approx(16 * half.peak_flops, rel=1e-12)
+    assert half.peak_flops == pytest.approx(xeon.cpu.peak_flops * 13 / 28, rel=1e-12)
+    assert "math_peak_flops" not in share_target(xeon, 2).to_json()
