@@ -5,7 +5,7 @@ A roofline gives the parallel work's time at k threads from the op's FLOPs and b
 type adds what stops small ops scaling (seed 002, Fig. 1 and Table II): a serial fraction, and a
 thread spawn and synchronisation overhead that grows with the team.
 
-    roofline(k) = max(flops / (k * peak_flops / cores * efficiency),
+    roofline(k) = max(flops / (k * peak_flops[math] / cores * efficiency),
                       bytes / min(memory_bandwidth, k * core_bandwidth))
     t(k) = call + serial * roofline(1) + (1 - serial) * roofline(k)
            + spawn * (k - 1) + sync * ceil(log2 k)
@@ -13,6 +13,10 @@ thread spawn and synchronisation overhead that grows with the team.
 The optimum lies near k* = sqrt((1 - serial) * roofline(1) / spawn): a 1 ms op peaks at some
 tens of threads, a 10 us op at a few. The model cannot tell the affinities apart; measurements
 can. GPU time is launch overhead plus the roofline on the device.
+
+peak_flops[math] is the target's peak for the type the op computes in (`OpSignature.math`): a
+bfloat16 convolution on an H100's tensor cores at ~989 TFLOP/s, not float32's 67; bytes follow
+the tensors' dtypes already, so a memory-bound op gains only from its smaller bytes.
 
 Example:
     >>> from planner.target import preset
@@ -77,11 +81,13 @@ def curve_for(op: str, curves: dict[str, ScalingCurve] | None = None) -> Scaling
 
 @dataclass(frozen=True)
 class Work:
-    """What an op does, for the roofline: FLOPs and bytes moved. `note` says if guessed."""
+    """What an op does, for the roofline: FLOPs, bytes moved, and the math type the FLOPs run
+    in (which of the target's peaks applies). `note` says if guessed."""
 
     flops: int
     bytes: int
     note: str = ""
+    math: str = "float32"
 
 
 def op_work(signature: OpSignature) -> Work:
@@ -95,7 +101,8 @@ def op_work(signature: OpSignature) -> Work:
         opdef = get_op(signature.op)
         outs = opdef.infer(ins, signature.attrs)
         return Work(flops=int(opdef.flops(ins, outs, signature.attrs)),
-                    bytes=int(opdef.bytes_moved(ins, outs, signature.attrs)))
+                    bytes=int(opdef.bytes_moved(ins, outs, signature.attrs)),
+                    math=signature.math)
     except Exception as e:  # noqa: BLE001 - the fallback must answer for any signature
         return Work(flops=0, bytes=2 * sum(t.nbytes for t in ins),
                     note=f"{signature.op}: no FLOP/byte rule ({e}); time from input bytes only")
@@ -118,7 +125,7 @@ def cpu_times(work: Work, cores: int, target: Target, curve: ScalingCurve) -> np
     cpu = target.cpu
     if cpu is None:
         raise ValueError(f"target {target.name!r} has no CPU")
-    core_flops = cpu.peak_flops / target.cores * curve.efficiency
+    core_flops = cpu.peak_flops_for(work.math) / target.cores * curve.efficiency
     k = np.arange(1, cores + 1, dtype=np.float64)
 
     def roofline(k: np.ndarray) -> np.ndarray:
@@ -134,5 +141,5 @@ def cpu_times(work: Work, cores: int, target: Target, curve: ScalingCurve) -> np
 
 def gpu_time(work: Work, gpu: GPU, curve: ScalingCurve) -> float:
     """Predicted seconds of one kernel on the GPU: launch plus the device roofline."""
-    return GPU_LAUNCH_SECONDS + max(work.flops / (gpu.peak_flops * curve.efficiency),
+    return GPU_LAUNCH_SECONDS + max(work.flops / (gpu.peak_flops_for(work.math) * curve.efficiency),
                                     work.bytes / gpu.memory_bandwidth)

@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from planner.costs.analytical import GPU_LAUNCH_SECONDS
 from planner.costs.records import CostTable
 from planner.costs.signature import OpSignature
+from planner.dtypes import DTYPE_BYTES
 from planner.target.records import GPU
 
 # Fraction of the GPU's FP32 peak each family's arithmetic reaches (modelled defaults).
@@ -77,6 +78,7 @@ class ConvProblem:
     stride: tuple[int, int]
     dilation: tuple[int, int]
     groups: int
+    itemsize: int = 4  # bytes per element of the data (2 for a bfloat16/float16 convolution)
 
     @property
     def macs(self) -> int:
@@ -84,8 +86,9 @@ class ConvProblem:
 
     @property
     def io_bytes(self) -> int:
-        return 4 * (self.n * self.c * self.h * self.w + self.n * self.o * self.oh * self.ow
-                    + self.o * (self.c // self.groups) * self.kh * self.kw)
+        return self.itemsize * (self.n * self.c * self.h * self.w
+                                + self.n * self.o * self.oh * self.ow
+                                + self.o * (self.c // self.groups) * self.kh * self.kw)
 
 
 def problem(sig: OpSignature) -> ConvProblem:
@@ -111,7 +114,8 @@ def problem(sig: OpSignature) -> ConvProblem:
     else:
         raise ValueError(f"{sig.op} is not a convolution")
     return ConvProblem(n=img[0], c=img[1], h=img[2], w=img[3], o=out[1], oh=out[2], ow=out[3],
-                       kh=w[2], kw=w[3], stride=stride, dilation=dilation, groups=groups)
+                       kh=w[2], kw=w[3], stride=stride, dilation=dilation, groups=groups,
+                       itemsize=DTYPE_BYTES.get(sig.dtypes[0], 4) if sig.dtypes else 4)
 
 
 def _out_hw(hw, k, a) -> tuple[int, int]:
@@ -129,6 +133,15 @@ def _transposed_hw(hw, k, a) -> tuple[int, int]:
             (hw[1] - 1) * sw - l - r + dw * (k[1] - 1) + opw + 1)
 
 
+# The families that are GEMMs on the tensor cores in bfloat16/float16; the transform-based
+# ones (Winograd, FFT) are priced at float32's rate, the conservative choice.
+TENSOR_CORE_FAMILIES = frozenset({"IMPLICIT_GEMM", "IMPLICIT_PRECOMP_GEMM", "GEMM"})
+
+
+def _peak(family: str, sig: OpSignature, gpu: GPU) -> float:
+    return gpu.peak_flops_for(sig.math if family in TENSOR_CORE_FAMILIES else "float32")
+
+
 def default_algorithms(sig: OpSignature, gpu: GPU) -> list[ConvAlgo]:
     """cuDNN's families with modelled times and workspace formulas (module docstring)."""
     p = problem(sig)
@@ -136,7 +149,7 @@ def default_algorithms(sig: OpSignature, gpu: GPU) -> list[ConvAlgo]:
     bw = gpu.memory_bandwidth
 
     def run(family: str, work: float, workspace: int, traffic: float = 0.0) -> ConvAlgo:
-        seconds = GPU_LAUNCH_SECONDS + max(work / (gpu.peak_flops * EFFICIENCY[family]),
+        seconds = GPU_LAUNCH_SECONDS + max(work / (_peak(family, sig, gpu) * EFFICIENCY[family]),
                                            (p.io_bytes + traffic) / bw)
         return ConvAlgo(family, seconds, int(workspace), "default")
 

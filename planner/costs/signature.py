@@ -46,6 +46,13 @@ class OpSignature(Record):
         return f"{self.op}({ins})" + (f" {attrs}" if self.attrs else "")
 
     @property
+    def math(self) -> str:
+        """The type its kernel computes in (planner.graph.precision.compute_type)."""
+        from planner.graph.precision import compute_type
+
+        return compute_type(self.op, self.dtypes)
+
+    @property
     def input_types(self) -> list[TensorType]:
         return [TensorType(tuple(s), d) for s, d in zip(self.shapes, self.dtypes, strict=True)]
 

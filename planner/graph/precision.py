@@ -66,6 +66,7 @@ from __future__ import annotations
 
 from typing import Literal
 
+from planner.dtypes import LOW_FLOATS
 from planner.graph.ir import Graph, Node, Tensor
 from planner.graph.validate import GraphError
 
@@ -78,6 +79,22 @@ LOW_TYPE: dict[str, str] = {"bf16-mixed": "bfloat16", "fp16-mixed": "float16"}
 # Ops a mixed policy runs in the low type (float32 accumulation inside their kernels).
 LOW_PRECISION_OPS: frozenset[str] = frozenset(
     {"Conv2D", "Conv2DBackpropInput", "Conv2DBackpropFilter", "MatMul"})
+
+
+def compute_type(op: str, dtypes: tuple[str, ...] | list[str]) -> str:
+    """The math type an op's kernel computes in, given its input dtypes: the low type for a
+    LOW_PRECISION_OPS op whose inputs are all of one low type (tensor cores, AMX: the cost
+    model prices it at that type's peak, Processor.peak_flops_for), else float32 (the FOLLOW
+    ops and everything else compute in float32 whatever they read).
+
+    >>> compute_type("Conv2D", ("bfloat16", "bfloat16")), compute_type("Relu", ("bfloat16",))
+    ('bfloat16', 'float32')
+    """
+    kinds = set(dtypes)
+    if op in LOW_PRECISION_OPS and len(kinds) == 1 and next(iter(kinds)) in LOW_FLOATS:
+        return next(iter(kinds))
+    return "float32"
+
 
 # Ops that run in the low type when every one of their data inputs is already there (autocast's
 # "widest input type" rule for ops on neither of its lists): op -> (data input positions or

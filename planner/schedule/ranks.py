@@ -49,6 +49,8 @@ def share_target(target: Target, per_host: int) -> Target:
     return target.model_copy(update={
         "host_memory_bytes": max(1, target.host_memory_bytes // per_host),
         "cpu": CPU(**{**cpu.__dict__, "peak_flops": cpu.peak_flops * fraction,
+                      "math_peak_flops": cpu.math_peak_flops and {
+                          k: v * fraction for k, v in cpu.math_peak_flops.items()},
                       "memory_bandwidth": cpu.memory_bandwidth * fraction}),
         "logical_cpus": tuple(LogicalCPU(**{
             **c.__dict__, "id": new[c.id], "core": core[c.core],

@@ -87,6 +87,8 @@ def describe(t: Target) -> str:
             f"  peak          {t.cpu.peak_flops / 1e9:,.1f} GFLOP/s FP32; memory "
             f"{t.cpu.memory_bandwidth / 1e9:,.1f} GB/s (one core {t.cpu.core_bandwidth / 1e9:.1f})",
         ]
+        lines += [f"  peak {m:<9}{v / 1e9:,.1f} GFLOP/s"
+                  for m, v in sorted((t.cpu.math_peak_flops or {}).items())]
     for i, g in enumerate(t.gpus):
         cc = f"compute capability {g.compute_capability or 'unknown'}"
         lines.append(f"  GPU {i}         {g.name} ({cc}): {_gib(g.memory_bytes)}, "
@@ -95,6 +97,10 @@ def describe(t: Target) -> str:
                      f"{g.memory_bandwidth / 1e9:,.0f} GB/s, "
                      f"host link {g.host_link_bandwidth / 1e9:.1f} GB/s, "
                      f"pinned up to {_gib(g.pinned_host_limit_bytes)}")
+        if g.math_peak_flops:
+            lines.append(f"  GPU {i} peaks   " + ", ".join(
+                f"{m} {v / 1e12:,.1f}" for m, v in sorted(g.math_peak_flops.items()))
+                + " TFLOP/s (tensor cores, dense)")
     lines += [f"  note: {n}" for n in t.notes]
     if t.provenance is not None:
         lines.append(f"  {t.provenance.method} by {t.provenance.tool} on {t.provenance.date}")

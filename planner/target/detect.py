@@ -219,6 +219,33 @@ SMI_FIELDS = "index,name,memory.total,clocks.max.sm,pcie.link.gen.max,pcie.link.
 # FP32 lanes per SM by compute capability major(.minor).
 FP32_PER_SM = {"3": 192, "5": 128, "6.0": 64, "6": 128, "7": 64, "8.0": 64, "8": 128, "9": 128,
                "10": 128, "12": 128}
+# Dense tensor-core FLOP/clock per SM (float32 accumulation) by compute capability, and the
+# types they run: V100 80 SMs x 1024 x 1.53 GHz = 125 TFLOPS, A100 108 x 2048 x 1.41 = 312,
+# L4 58 x 1024 x 2.04 = 121, H100 SXM 132 x 4096 x 1.83 = 989 (Hopper's datasheet rate is at
+# 1.83 GHz, below its FP32 boost clock: the max SM clock nvidia-smi reports overstates it ~8%).
+# sm_86 parts: A10's 125 TFLOPS (GeForce cards halve float32 accumulation; not modelled).
+TENSOR_PER_SM: dict[str, tuple[int, tuple[str, ...]]] = {
+    "7.0": (1024, ("float16",)), "7.5": (1024, ("float16",)),
+    "8.0": (2048, ("bfloat16", "float16")), "8.6": (1024, ("bfloat16", "float16")),
+    "8.9": (1024, ("bfloat16", "float16")), "9.0": (4096, ("bfloat16", "float16")),
+}
+
+
+def tensor_peaks(capability: str, sms: int, clock_mhz: float) -> dict[str, float] | None:
+    """Dense tensor-core FLOP/s per math type for a GPU of this compute capability (None for
+    one the table does not know: its kernels are priced at the FP32 peak).
+
+    >>> round(tensor_peaks("8.0", 108, 1410)["bfloat16"] / 1e12, 1)
+    311.9
+    >>> tensor_peaks("6.1", 30, 1582) is None
+    True
+    """
+    if capability not in TENSOR_PER_SM:
+        return None
+    per_clock, types = TENSOR_PER_SM[capability]
+    return {m: sms * per_clock * clock_mhz * 1e6 for m in types}
+
+
 # Raw bytes/s per lane of each PCIe generation.
 PCIE_LANE = {1: 0.25e9, 2: 0.5e9, 3: 0.985e9, 4: 1.969e9, 5: 3.938e9, 6: 7.563e9}
 # Fallback when libcuda cannot say: (name fragment, SMs, memory bandwidth bytes/s), most
@@ -287,6 +314,7 @@ def parse_nvidia_smi(text: str, host_memory: int, cuda: dict[str, CudaProps] | N
             cap = ""
         gpus.append(GPU(name=name, memory_bytes=memory, sm_count=sms,
                         peak_flops=sms * lanes * 2 * clock * 1e6, memory_bandwidth=bandwidth,
+                        math_peak_flops=tensor_peaks(cap, sms, clock),
                         host_link_bandwidth=link, compute_capability=cap,
                         pinned_host_limit_bytes=host_memory // 2 // max(len(lines), 1)))
     if gpus:
@@ -364,6 +392,37 @@ def estimated_peak_flops(cores: int, mhz: float, flags: frozenset[str]) -> float
     return cores * (mhz or 2000.0) * 1e6 * lanes * fma * 2
 
 
+# bfloat16 FLOP/cycle per core of an AMX tile unit (TDPBF16PS: 16 x 16 x 32 products in 16
+# cycles; Intel quotes 1024 BF16 operations per cycle for 4th Gen Xeon).
+AMX_BF16_PER_CYCLE = 1024
+
+
+def cpu_math_peaks(cores: int, mhz: float, flags: frozenset[str],
+                   fp32: float) -> dict[str, float] | None:
+    """The CPU's bfloat16 peak from its ISA flags, at the efficiency `fp32` (the peak taken,
+    measured or estimated) reaches of estimated_peak_flops: AMX tiles (amx_bf16) at
+    AMX_BF16_PER_CYCLE per core per cycle; AVX512_BF16's dot products (two bfloat16 products
+    per float32 lane) at twice float32's rate. None without either: oneDNN runs bfloat16
+    convolutions and GEMMs by converting to float32, at float32's rate.
+
+    >>> f = frozenset({"avx512f", "fma", "avx512_bf16", "amx_bf16"})
+    >>> cpu_math_peaks(2, 2000, f, 256e9)["bfloat16"] / 256e9
+    16.0
+    >>> cpu_math_peaks(2, 2000, f - {"amx_bf16"}, 1e9)
+    {'bfloat16': 2000000000.0}
+    >>> cpu_math_peaks(2, 2000, frozenset({"avx2", "fma"}), 1e9) is None
+    True
+    """
+    estimate = estimated_peak_flops(cores, mhz, flags)
+    if "amx_bf16" in flags:
+        ratio = cores * (mhz or 2000.0) * 1e6 * AMX_BF16_PER_CYCLE / estimate
+    elif "avx512_bf16" in flags:
+        ratio = 2.0
+    else:
+        return None
+    return {"bfloat16": fp32 * ratio}
+
+
 def detect(measure: bool = True, sys_root: Path = Path("/sys"), proc_root: Path = Path("/proc"),
            nvidia_smi: str = "nvidia-smi", budget_s: float = 0.5) -> Target:
     """This host as a Target named "host". With measure=False, peaks are estimated (no timing).
@@ -396,7 +455,13 @@ def detect(measure: bool = True, sys_root: Path = Path("/sys"), proc_root: Path 
                      "FLOP/s from clock and SIMD flags")
     gpus, gpu_notes = detect_gpus(memory, nvidia_smi)
     notes.extend(gpu_notes)
-    cpu = CPU(model=topo.model, peak_flops=flops, memory_bandwidth=all_bw, core_bandwidth=core_bw,
+    math_peaks = cpu_math_peaks(cores, topo.mhz, topo.flags, flops)
+    if math_peaks:
+        notes.append(f"bfloat16 peak {math_peaks['bfloat16'] / 1e9:.1f} GFLOP/s from the ISA "
+                     f"flags ({'amx_bf16' if 'amx_bf16' in topo.flags else 'avx512_bf16'}), "
+                     "at the float32 peak's fraction of its estimate")
+    cpu = CPU(model=topo.model, peak_flops=flops, math_peak_flops=math_peaks,
+              memory_bandwidth=all_bw, core_bandwidth=core_bw,
               cache_group_level=topo.cache_group_level, cache_group_bytes=topo.cache_group_bytes)
     date = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     return Target(name="host", description=f"detected: {topo.model}", host_memory_bytes=memory,

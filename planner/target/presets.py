@@ -1,6 +1,7 @@
 """Preset targets: machines from the seed papers and common GPUs, as data.
 
-Peaks are datasheet numbers (FP32; GPU boost clocks; CPU at the AVX-512 base clock where one is
+Peaks are datasheet numbers (FP32, and the GPUs' dense tensor-core bfloat16/float16 rates;
+GPU boost clocks; CPU at the AVX-512 base clock where one is
 published), so they are upper bounds that the analytical cost model scales down by per-op
 efficiency. Linux numbers the hardware threads of these CPUs thread-major: logical CPU
 `t * cores + c` is hardware thread t of core c.
@@ -85,10 +86,23 @@ def _gpu_target(name: str, description: str, gpu: GPU) -> Target:
 
 
 def _gpu(name: str, capability: str, memory: int, sms: int, flops: float, bandwidth: float,
-         link: float) -> GPU:
+         link: float, tensor: dict[str, float] | None = None) -> GPU:
     return GPU(name=name, memory_bytes=memory, sm_count=sms, peak_flops=flops,
                memory_bandwidth=bandwidth, host_link_bandwidth=link,
-               pinned_host_limit_bytes=2 * memory, compute_capability=capability)
+               pinned_host_limit_bytes=2 * memory, compute_capability=capability,
+               math_peak_flops=tensor)
+
+
+# Dense tensor-core rates (FP32 accumulation) from NVIDIA's datasheets, which quote "with
+# sparsity" figures for Ampere and later: those are halved here. V100: 125 TFLOPS float16
+# (NVIDIA, "Programming Tensor Cores in CUDA 9": up to 125 Tensor TFLOPS; no bfloat16 before
+# sm_80).
+# A100 SXM4: 312 bfloat16/float16. L4: 242 with sparsity. H100 SXM5 and H200 SXM: 1,979 with
+# sparsity.
+V100_TENSOR = {"float16": 125e12}
+A100_TENSOR = {"bfloat16": 312e12, "float16": 312e12}
+L4_TENSOR = {"bfloat16": 121e12, "float16": 121e12}
+HOPPER_SXM_TENSOR = {"bfloat16": 989e12, "float16": 989e12}
 
 
 PCIE3 = 12.6 * GB  # 16 lanes x 985 MB/s x 0.8
@@ -112,21 +126,24 @@ PRESETS: dict[str, Callable[[], Target]] = {
         _gpu("Tesla P100-PCIE-16GB", "6.0", 16 * GiB, 56, 3584 * 2 * 1.303e9, 732 * GB, PCIE3)),
     "v100-16gb": lambda: _gpu_target(
         "v100-16gb", "NVIDIA Tesla V100 SXM2 16 GB (Volta), PCIe 3 host link",
-        _gpu("Tesla V100-SXM2-16GB", "7.0", 16 * GiB, 80, 5120 * 2 * 1.53e9, 900 * GB, PCIE3)),
+        _gpu("Tesla V100-SXM2-16GB", "7.0", 16 * GiB, 80, 5120 * 2 * 1.53e9, 900 * GB, PCIE3,
+             V100_TENSOR)),
     "a100-80gb": lambda: _gpu_target(
         "a100-80gb", "NVIDIA A100 SXM4 80 GB (Ampere), PCIe 4 host link",
         _gpu("NVIDIA A100-SXM4-80GB", "8.0", 80 * GiB, 108, 6912 * 2 * 1.41e9, 2039 * GB,
-             PCIE4)),
+             PCIE4, A100_TENSOR)),
     "l4-24gb": lambda: _gpu_target(
         "l4-24gb", "NVIDIA L4 24 GB (Ada Lovelace), PCIe 4",
-        _gpu("NVIDIA L4", "8.9", 24 * 10**9, 58, 7424 * 2 * 2.04e9, 300 * GB, PCIE4)),
+        _gpu("NVIDIA L4", "8.9", 24 * 10**9, 58, 7424 * 2 * 2.04e9, 300 * GB, PCIE4,
+             L4_TENSOR)),
     "h100-80gb": lambda: _gpu_target(
         "h100-80gb", "NVIDIA H100 SXM5 80 GB (Hopper), PCIe 5 host link",
         _gpu("NVIDIA H100 80GB HBM3", "9.0", 80 * GiB, 132, 16896 * 2 * 1.98e9, 3350 * GB,
-             PCIE5)),
+             PCIE5, HOPPER_SXM_TENSOR)),
     "h200-141gb": lambda: _gpu_target(
         "h200-141gb", "NVIDIA H200 SXM 141 GB (Hopper), PCIe 5 host link",
-        _gpu("NVIDIA H200", "9.0", 141 * 10**9, 132, 16896 * 2 * 1.98e9, 4800 * GB, PCIE5)),
+        _gpu("NVIDIA H200", "9.0", 141 * 10**9, 132, 16896 * 2 * 1.98e9, 4800 * GB, PCIE5,
+             HOPPER_SXM_TENSOR)),
 }
 
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import hashlib
 from functools import cached_property
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
@@ -50,17 +50,46 @@ class LogicalCPU(Record):
     numa_node: int = Field(default=0, ge=0)
 
 
-class CPU(Record):
+# The math types a processor may have a peak of its own for (tensor cores, AMX tiles): the
+# compute type of a convolution or GEMM that reads operands of that dtype
+# (planner.graph.precision.compute_type). float32's peak is `peak_flops` itself.
+MathType = Literal["bfloat16", "float16"]
+
+
+class Processor(Record):
+    """What a CPU and a GPU record share: the float32 peak and the peaks of other math types.
+
+    math_peak_flops: FLOP/s per math type where the hardware runs it faster than float32
+    (absent, or a type not listed: the float32 rate, which is what a kernel library falls back
+    to without the units). Unset, the field is left out of the JSON, so targets written before
+    it existed read and write back unchanged.
+
+    >>> g = GPU(name="g", memory_bytes=1, sm_count=1, peak_flops=1e12, memory_bandwidth=1,
+    ...         host_link_bandwidth=1, pinned_host_limit_bytes=0,
+    ...         math_peak_flops={"bfloat16": 8e12})
+    >>> g.peak_flops_for("bfloat16"), g.peak_flops_for("float16"), g.peak_flops_for("float32")
+    (8000000000000.0, 1000000000000.0, 1000000000000.0)
+    """
+
+    peak_flops: float = Field(gt=0)
+    math_peak_flops: dict[MathType, Annotated[float, Field(gt=0)]] | None = None
+
+    def peak_flops_for(self, math: str) -> float:
+        """FLOP/s of kernels computing in `math` (a dtype name; float32's for unlisted types)."""
+        return (self.math_peak_flops or {}).get(math, self.peak_flops)
+
+
+class CPU(Processor):
     """The host processor's peaks. Rates are for all cores together unless named per core.
 
     peak_flops: FP32 FLOP/s (a datasheet peak for presets, a measured large GEMM for detected
-    hosts, which is what kernels can reach). memory_bandwidth: bytes/s streamed by all cores;
+    hosts, which is what kernels can reach); math_peak_flops: bfloat16's from AMX or
+    AVX512_BF16 (Processor). memory_bandwidth: bytes/s streamed by all cores;
     core_bandwidth: bytes/s one core streams alone (bandwidth saturates at about
     memory_bandwidth / core_bandwidth cores).
     """
 
     model: str
-    peak_flops: float = Field(gt=0)
     memory_bandwidth: float = Field(gt=0)
     core_bandwidth: float = Field(gt=0)
     # The cache level whose sharing defines cache groups (2 for a KNL tile's L2) and its size.
@@ -68,13 +97,13 @@ class CPU(Record):
     cache_group_bytes: int = Field(ge=0)
 
 
-class GPU(Record):
-    """One GPU. Rates in FLOP/s and bytes/s; host_link_bandwidth is one direction, pinned."""
+class GPU(Processor):
+    """One GPU. Rates in FLOP/s and bytes/s; host_link_bandwidth is one direction, pinned.
+    peak_flops is FP32 on the CUDA cores; math_peak_flops the dense tensor-core rates."""
 
     name: str
     memory_bytes: int = Field(gt=0)
     sm_count: int = Field(gt=0)
-    peak_flops: float = Field(gt=0)
     memory_bandwidth: float = Field(gt=0)
     host_link_bandwidth: float = Field(gt=0)
     # Most host memory the planner may pin for offload (page-locked buffers).

@@ -1,0 +1,184 @@
+"""The cost model per precision: a bfloat16/float16 convolution or GEMM is priced at its math
+type's peak (tensor cores, AMX), everything else as before but for its bytes."""
+
+import warnings
+
+import pytest
+
+from planner.costs import OpSignature, op_work
+from planner.costs.analytical import CALL_SECONDS, GPU_LAUNCH_SECONDS, cpu_time, curve_for, gpu_time
+from planner.costs.convalgo import default_algorithms
+from planner.target import preset
+from planner.target.detect import cpu_math_peaks, parse_nvidia_smi
+from planner.target.records import Target
+
+H100 = preset("h100-80gb")
+CONV_ATTRS = {"strides": [1, 1], "pads": [1, 1, 1, 1], "dilations": [1, 1], "groups": 1}
+
+
+def conv(dtype, batch=64, channels=256, size=28):
+    return OpSignature(op="Conv2D", shapes=((batch, channels, size, size),
+                                            (channels, channels, 3, 3)),
+                       dtypes=(dtype, dtype), attrs=CONV_ATTRS)
+
+
+def matmul(dtype, m=4096, k=4096, n=4096):
+    return OpSignature(op="MatMul", shapes=((m, k), (k, n)), dtypes=(dtype, dtype),
+                       attrs={"transpose_a": False, "transpose_b": False})
+
+
+def test_only_low_type_convs_and_gemms_compute_in_the_low_type():
+    assert conv("bfloat16").math == "bfloat16" and matmul("float16").math == "float16"
+    assert conv("float32").math == "float32"
+    assert OpSignature(op="Relu", shapes=((8,),), dtypes=("bfloat16",)).math == "float32"
+    # mixed operands: no low-type kernel reads them (the policy casts both)
+    assert OpSignature(op="MatMul", shapes=((2, 2), (2, 2)), dtypes=("bfloat16", "float32"),
+                       attrs={"transpose_a": False, "transpose_b": False}).math == "float32"
+
+
+@pytest.mark.parametrize("sig", [conv, matmul], ids=["conv", "matmul"])
+def test_gpu_compute_bound_low_type_is_faster_by_the_ratio_of_the_peaks(sig):
+    gpu = H100.gpus[0]
+    curve = curve_for(sig("float32").op)
+    times = {}
+    for dtype in ("float32", "bfloat16", "float16"):
+        w = op_work(sig(dtype))
+        peak = gpu.peak_flops if dtype == "float32" else 989e12  # the datasheet, by hand
+        hand = GPU_LAUNCH_SECONDS + max(w.flops / (peak * curve.efficiency),
+                                        w.bytes / gpu.memory_bandwidth)
+        times[dtype] = gpu_time(w, gpu, curve)
+        assert times[dtype] == pytest.approx(hand, rel=1e-12)
+        assert w.flops / (peak * curve.efficiency) > w.bytes / gpu.memory_bandwidth
+    ratio = (times["float32"] - GPU_LAUNCH_SECONDS) / (times["bfloat16"] - GPU_LAUNCH_SECONDS)
+    assert ratio == pytest.approx(989e12 / gpu.peak_flops, rel=1e-12)   # about 14.8
+    assert times["float16"] == times["bfloat16"]
+
+
+def test_cpu_compute_bound_bf16_gemm_uses_the_cpus_bf16_peak():
+    xeon = preset("xeon-8180")
+    amx = xeon.model_copy(update={"cpu": xeon.cpu.model_copy(
+        update={"math_peak_flops": {"bfloat16": 16 * xeon.cpu.peak_flops}})})
+    curve = curve_for("MatMul")
+    w32, w16 = op_work(matmul("float32")), op_work(matmul("bfloat16"))
+    assert w16.flops == w32.flops == 2 * 4096**3
+    for k in (1, 28):
+        assert cpu_time(w32, k, amx, curve) == cpu_time(w32, k, xeon, curve)  # float32 work
+        # the roofline by hand: compute-bound at both types, the fixed costs alike
+        t32, t16 = cpu_time(w32, k, amx, curve), cpu_time(w16, k, amx, curve)
+        fixed = CALL_SECONDS + curve.spawn_seconds * (k - 1) + curve.sync_seconds * (
+            (k - 1).bit_length())
+        s = curve.serial_fraction
+        core = xeon.cpu.peak_flops / xeon.cores * curve.efficiency
+        hand32 = fixed + s * w32.flops / core + (1 - s) * w32.flops / (k * core)
+        assert t32 == pytest.approx(hand32, rel=1e-12)
+        assert (t32 - fixed) / (t16 - fixed) == pytest.approx(16, rel=1e-12)
+    # without a bf16 peak (oneDNN converts to float32): float32's rate
+    assert cpu_time(w16, 4, xeon, curve) == pytest.approx(cpu_time(w32, 4, xeon, curve))
+
+
+def test_memory_bound_ops_change_only_by_their_bytes():
+    gpu = H100.gpus[0]
+    curve = curve_for("Relu")
+    relu = {d: op_work(OpSignature(op="Relu", shapes=((1 << 24,),), dtypes=(d,)))
+            for d in ("float32", "bfloat16")}
+    assert relu["bfloat16"].bytes * 2 == relu["float32"].bytes
+    assert relu["bfloat16"].math == "float32"
+    hand = GPU_LAUNCH_SECONDS + relu["bfloat16"].bytes / gpu.memory_bandwidth
+    assert gpu_time(relu["bfloat16"], gpu, curve) == pytest.approx(hand, rel=1e-12)
+
+
+def test_cudnn_gemm_families_use_tensor_cores_and_winograd_float32s_rate():
+    gpu = H100.gpus[0]
+    algos = {d: {a.algorithm: a.seconds for a in default_algorithms(conv(d), gpu)}
+             for d in ("float32", "bfloat16")}
+    for family in ("IMPLICIT_GEMM", "IMPLICIT_PRECOMP_GEMM"):
+        ratio = ((algos["float32"][family] - GPU_LAUNCH_SECONDS)
+                 / (algos["bfloat16"][family] - GPU_LAUNCH_SECONDS))
+        assert ratio == pytest.approx(989e12 / gpu.peak_flops, rel=1e-12)
+    assert algos["bfloat16"]["WINOGRAD"] == algos["float32"]["WINOGRAD"]   # compute-bound
+    assert min(algos["bfloat16"], key=algos["bfloat16"].get) in ("IMPLICIT_PRECOMP_GEMM", "GEMM")
+
+
+def test_presets_carry_dense_tensor_core_rates_and_round_trip():
+    rates = {name: preset(name).gpus[0].math_peak_flops for name in
+             ("v100-16gb", "a100-80gb", "l4-24gb", "h100-80gb", "h200-141gb", "k40c-12gb")}
+    assert rates == {"v100-16gb": {"float16": 125e12},
+                     "a100-80gb": {"bfloat16": 312e12, "float16": 312e12},
+                     "l4-24gb": {"bfloat16": 121e12, "float16": 121e12},
+                     "h100-80gb": {"bfloat16": 989e12, "float16": 989e12},
+                     "h200-141gb": {"bfloat16": 989e12, "float16": 989e12},
+                     "k40c-12gb": None}
+    assert Target.from_json(H100.to_json()) == H100
+    assert '"math_peak_flops":{"bfloat16":989000000000000.0' in H100.to_json()
+
+
+@pytest.mark.parametrize("name", ["knl-7250", "xeon-8180", "k40c-12gb", "p100-16gb"])
+def test_targets_without_low_type_peaks_serialize_as_before(name):
+    text = preset(name).to_json()
+    assert "math_peak_flops" not in text
+    assert Target.from_json(text).to_json() == text
+
+
+def test_detection_reads_the_rates_from_capability_and_isa_flags():
+    gpus, _ = parse_nvidia_smi("0, NVIDIA H100 80GB HBM3, 81559, 1830, 5, 16", 1 << 36,
+                               compute_caps={0: "9.0"})
+    assert gpus[0].peak_flops_for("bfloat16") == pytest.approx(989.4e12, rel=1e-3)
+    gpus, _ = parse_nvidia_smi("0, TITAN Xp, 12196, 1582, 3, 16", 1 << 36,
+                               compute_caps={0: "6.1"})
+    assert gpus[0].math_peak_flops is None
+    avx512 = frozenset({"avx512f", "fma"})
+    # Sapphire Rapids-like: AMX's 1024 bf16 FLOP/cycle against AVX-512's 64 fp32
+    assert cpu_math_peaks(8, 2000, avx512 | {"amx_bf16", "avx512_bf16"},
+                          1e12) == {"bfloat16": 16e12}
+    assert cpu_math_peaks(8, 2000, avx512 | {"avx512_bf16"}, 1e12) == {"bfloat16": 2e12}
+    assert cpu_math_peaks(8, 2000, avx512, 1e12) is None
+
+
+def test_a_bf16_mixed_resnet_step_on_h100_is_predicted_shorter_than_fp32():
+    from planner.graph.autodiff import make_training_graph
+    from planner.graph.optimizer import Optimizer
+    from planner.pipeline import plan
+    from planner.zoo import build
+
+    forward = build("resnet", depth=18, batch=32, image=64, classes=10)
+    step = {}
+    for precision in ("fp32", "bf16-mixed"):
+        graph = make_training_graph(forward, Optimizer(kind="sgd"), precision=precision)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            step[precision] = plan(graph, H100).summary.step_seconds
+    # priced at float32's peak, the casts made bf16-mixed the slower step (1.59 against 1.35 ms)
+    assert step["bf16-mixed"] < 0.9 * step["fp32"]
+
+
+def test_target_show_prints_the_low_type_peaks(capsys, tmp_path):
+    import argparse
+
+    from planner.target.cli import add_target_commands
+
+    def show(spec):
+        parser = argparse.ArgumentParser(prog="planner")
+        add_target_commands(parser.add_subparsers(dest="command", required=True))
+        args = parser.parse_args(["target", "show", spec])
+        assert args.run(args) == 0
+        return capsys.readouterr().out
+
+    assert "GPU 0 peaks   bfloat16 989.0, float16 989.0 TFLOP/s" in show("h100-80gb")
+    assert "peaks" not in show("k40c-12gb")
+    xeon = preset("xeon-8180")
+    path = tmp_path / "amx.json"
+    path.write_text(xeon.model_copy(update={"cpu": xeon.cpu.model_copy(
+        update={"math_peak_flops": {"bfloat16": 4e13}})}).to_json())
+    assert "peak bfloat16 40,000.0 GFLOP/s" in show(str(path))
+
+
+def test_a_ranks_share_of_the_cpu_keeps_the_ratio_of_its_peaks():
+    from planner.schedule.ranks import share_target
+
+    xeon = preset("xeon-8180")
+    amx = xeon.model_copy(update={"cpu": xeon.cpu.model_copy(
+        update={"math_peak_flops": {"bfloat16": 16 * xeon.cpu.peak_flops}})})
+    half = share_target(amx, 2).cpu
+    assert half.peak_flops_for("bfloat16") == pytest.approx(16 * half.peak_flops, rel=1e-12)
+    assert half.peak_flops == pytest.approx(xeon.cpu.peak_flops * 13 / 28, rel=1e-12)
+    assert "math_peak_flops" not in share_target(xeon, 2).to_json()
