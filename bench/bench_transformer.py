@@ -34,7 +34,8 @@ delete the file to profile again) or by the analytical model (`--costs analytica
   runs an intra-op loop under 32768 elements inline; 0: every op on every core);
 - optimized: the planner's default search (co-running lanes, per-op thread counts);
 - measured (the default): both built, stepped in turns and the faster kept, as a user who
-  tries both would; a table profiled under other load need not predict which wins.
+  tries both would; a table profiled under other load need not predict which wins (with
+  --apart the pick runs first in a process of its own, and only the kept plan is served).
 Its teams' threads are pinned to the plan's CPUs (`--pinning plan`), left where the OS puts
 them (`os`: Executor.set_pinning(False)), or by default (`measured`) each plan is tried both
 ways with the rest: `plan` reads e.g. "optimized/os". (`--before` runs pinned, as before.)
@@ -399,12 +400,22 @@ def measure_apart(kind: str, target, rounds: int, names: tuple[str, ...], how: P
     round. (In one process the executor and PyTorch share one OpenMP runtime, and PyTorch's
     2-thread step then depends on what our teams left behind.) `before`: one more contender,
     our executor on a plan made that way ("before")."""
-    plans = {"ours": how} | ({"before": before} if before else {})
-    names = names + (("before",) if before else ())
-    for planning in plans.values():  # profiled here, before the contenders run, kept for them
+    for planning in (how, before or how):  # profiled here, before the contenders run
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             cost_table(kind, case(kind)[0], target, planning)
+    if "ours" in names and "measured" in (how.strategy, how.pinning):
+        # The pick among plans and pinnings runs alone, in a process of its own: executors
+        # tried and dropped in the serving process were seen to slow every contender's step
+        # (eager's 2-thread ViT 11.9 -> 25.3 ms), and nothing else is stepping meanwhile.
+        trial = subprocess.run(
+            [sys.executable, __file__, "--trial", "--models", kind, "--threads",
+             str(len(target.logical_cpus)), *how.args()],
+            stdout=subprocess.PIPE, text=True, check=True)
+        strategy, pinning = trial.stdout.split()[-1].split("/")
+        how = how._replace(strategy=strategy, pinning=pinning)
+    plans = {"ours": how} | ({"before": before} if before else {})
+    names = names + (("before",) if before else ())
     procs = {name: subprocess.Popen(
         [sys.executable, __file__, "--serve", "ours" if name == "before" else name, "--models",
          kind, "--threads", str(len(target.logical_cpus)), *plans.get(name, how).args()],
@@ -427,6 +438,15 @@ def measure_apart(kind: str, target, rounds: int, names: tuple[str, ...], how: P
             p.stdin.close()
             p.wait()
     return kind, ops, {k: float(np.median(v)) for k, v in times.items()}, note, kept
+
+
+def trial(kind: str, target, how: Planning) -> None:
+    """The --trial child: prints the strategy/pinning `our_step` keeps for `kind`."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        graph, params, *_ = case(kind)
+    with tempfile.TemporaryDirectory() as tmp:
+        print(our_step(kind, graph, params, target, Path(tmp), how)[1], flush=True)
 
 
 def serve(name: str, kind: str, target, how: Planning) -> None:
@@ -475,6 +495,7 @@ def main() -> None:
                              "analytical/uniform, with --min-team-us), in the same rounds")
     parser.add_argument("--serve", choices=["ours", "eager", "compiled"],
                         help=argparse.SUPPRESS)  # measure_apart's children
+    parser.add_argument("--trial", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     target = detect()
     if args.threads:
@@ -490,6 +511,9 @@ def main() -> None:
         parser.error("--before takes COSTS/STRATEGY as --costs and --strategy do, with --apart")
     if args.serve:
         serve(args.serve, args.models, target, how)
+        return
+    if args.trial:
+        trial(args.models, target, how)
         return
     if args.ops:
         with tempfile.TemporaryDirectory() as tmp:
