@@ -23,7 +23,7 @@ from planner.errors import UserError
 
 
 def add_memory_commands(sub: Any) -> None:
-    from planner.graph.precision import PRECISIONS
+    from planner.precision_cli import add_precision_flags
 
     f = sub.add_parser(
         "fit", help="the largest batch (or ResNet depth) whose plan fits a memory budget",
@@ -35,10 +35,7 @@ def add_memory_commands(sub: Any) -> None:
     f.add_argument("--vary", choices=["batch", "depth"], default="batch")
     f.add_argument("--train", choices=["sgd", "momentum", "adam"], default="momentum",
                    help="optimizer of the training graph (default: momentum)")
-    f.add_argument("--precision", choices=PRECISIONS, default="fp32",
-                   help="precision policy of the training graph (planner/graph/precision.py): "
-                        "bf16-mixed and fp16-mixed run convolutions and matrix products in the "
-                        "low type with float32 master weights (default: fp32)")
+    add_precision_flags(f, loss_scaling=False)
     f.add_argument("--costs", help="cost table JSON (default: the analytical model)")
     f.add_argument("--multiple", type=int, default=1,
                    help="search batches in multiples of this (default 1)")

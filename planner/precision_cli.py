@@ -36,7 +36,8 @@ _FIELDS = {"--loss-scale-growth-interval": "growth_interval",
            "--loss-scale-backoff-factor": "backoff_factor"}
 
 
-def add_precision_flags(p: argparse.ArgumentParser) -> None:
+def add_precision_flags(p: argparse.ArgumentParser, loss_scaling: bool = True) -> None:
+    """--precision, and with `loss_scaling` the fp16 loss scale's flags."""
     from planner.graph.precision import PRECISIONS
 
     p.add_argument("--precision", choices=PRECISIONS, default="fp32",
@@ -45,6 +46,8 @@ def add_precision_flags(p: argparse.ArgumentParser) -> None:
                         "low type with float32 master weights; tf32 lets the CUDA executor's "
                         "float32 convolutions and GEMMs use TF32 tensor cores on sm_80+ GPUs "
                         "(default: fp32)")
+    if not loss_scaling:
+        return
     p.add_argument("--loss-scale-growth-interval", type=int, metavar="N",
                    help="fp16-mixed: clean steps before the loss scale grows (default 2000)")
     p.add_argument("--loss-scale-growth-factor", type=float, metavar="F",
