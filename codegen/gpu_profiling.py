@@ -9,10 +9,14 @@ The plan is built and loaded with per-op event timing (`op_timing`), run once to
 then `steps` steps give every copy's median time. A convolution's copy is then asked for
 every cuDNN algorithm (the runtime's Kernel::find: cuDNN's cudnnFind*AlgorithmEx on the
 kernel's own descriptors and tensors, `repeats` times, each algorithm's median kept), with a
-workspace of at most `max_workspace_bytes` (and half the device's free memory).
+workspace of at most `max_workspace_bytes` (and half the device's free memory). A batch's
+plan runs under the math mode of its signatures (OpSignature.math_mode: a tf32 graph's float32
+convolutions and GEMMs carry "tf32", and the plan's graph is then marked tf32, so the executor
+runs them on TF32 tensor cores); one holding both TF32 and float32-math convolutions or GEMMs
+is measured as two plans, so that each entry is measured in the math its key names.
 
     profiler = GpuProfiler(load_target("gpu"), work_dir)
-    run = profile_gpu(graph_signatures(graph).values(), target, profiler)
+    run = profile_gpu(graph_signatures(graph, target.gpus[0]).values(), target, profiler)
 
 Nothing here runs without a GPU: loading the executor is where a machine without one stops
 (`planner profile` refuses such a target before, in one line).
@@ -36,6 +40,7 @@ from planner.costs.gpu_profile import GpuMeasurement, launch_blocks, signature_b
 from planner.costs.model import MissingCostWarning
 from planner.costs.records import ConvAlgoSample, LaunchSample
 from planner.costs.signature import OpSignature
+from planner.graph.precision import compute_type
 from planner.ops import REGISTRY, get_op
 from planner.plan import Plan, digest
 from planner.target.records import Target
@@ -63,8 +68,13 @@ def profile_plan(batch: Sequence[OpSignature], target: Target) -> Plan:
     generated kernel's copy j with BLOCKS[j] threads per block."""
     from planner.pipeline import plan as make_plan
 
+    if _math_clash(batch):
+        raise ValueError("a profiling batch holds TF32 and float32-math convolutions or GEMMs: "
+                         "measure them as two batches")
     runs = [(sig, len(BLOCKS) if kind(sig) == "launches" else 1) for sig in batch]
     graph = signatures_graph(runs)
+    if any(sig.math_mode == "tf32" for sig in batch):
+        graph = graph.model_copy(update={"math": "tf32"})
     blocks = {f"s{k}_copy{j}": BLOCKS[j] for k, (sig, n) in enumerate(runs)
               if kind(sig) == "launches" for j in range(n)}
     with warnings.catch_warnings():
@@ -74,6 +84,14 @@ def profile_plan(batch: Sequence[OpSignature], target: Target) -> Plan:
     return plan.model_copy(update={"ops": tuple(
         op.model_copy(update={"block": blocks[op.name]}) if op.name in blocks else op
         for op in plan.ops)})
+
+
+def _math_clash(batch: Sequence[OpSignature]) -> bool:
+    """Whether one plan cannot measure the batch: it has TF32 signatures and float32 ones
+    whose kernels a tf32 plan would run in TF32."""
+    return (any(s.math_mode == "tf32" for s in batch)
+            and any(s.math_mode is None and compute_type(s.op, s.dtypes, "tf32") == "tf32"
+                    for s in batch))
 
 
 class GpuProfiler:
@@ -108,6 +126,11 @@ class GpuProfiler:
             if s.op not in runnable}
         batch = [s for s in batch if s.op in runnable]
         if not batch:
+            return out
+        if _math_clash(batch):
+            for part in ([s for s in batch if s.math_mode == "tf32"],
+                         [s for s in batch if s.math_mode != "tf32"]):
+                out.update(self(part))
             return out
         plan = profile_plan(batch, self.target)
         folder = self.dir / f"profile_{digest('|'.join(s.key for s in batch))[:12]}"

@@ -205,8 +205,8 @@ def _measure_gpu(args: argparse.Namespace, measurers: Callable[[], Any], target)
         progress = None if args.json else sys.stderr
         measure = gpu(target, work, steps=max(1, args.repeats), max_workspace_bytes=workspace,
                       progress=progress)
-        run = profile_gpu(list(graph_signatures(graph).values()), target, measure, table=table,
-                          progress=progress, checkpoint=partial(_save, args.output),
+        run = profile_gpu(list(graph_signatures(graph, target.gpus[0]).values()), target, measure,
+                          table=table, progress=progress, checkpoint=partial(_save, args.output),
                           bytes_of=measure.bytes_of)
     _save(args.output, run.table)
     return _report(args, run)

@@ -9,48 +9,76 @@ Example:
     ...                 attrs={"transpose_a": False, "transpose_b": False})
     >>> s.key
     'MatMul(float32[64,128], float32[128,32]) {"transpose_a":false,"transpose_b":false}'
+
+A tf32 graph (Graph.math) on a GPU with TF32 runs its float32 convolutions and GEMMs on the
+tensor cores: their signatures carry `math_mode="tf32"`, which ends the key (` math=tf32`), so
+a cost-table entry measured under TF32 never prices a float32-math plan, nor the reverse.
+Without a math mode the key, the JSON and every table written before it stay as they were.
+Everywhere else (a CPU, a GPU before sm_80) a tf32 graph runs plain float32 math, as the
+executors do, and gets the float32 signatures:
+
+    >>> s.model_copy(update={"math_mode": "tf32"}).key.endswith("} math=tf32")
+    True
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from typing import Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, model_serializer, model_validator
 
 from planner.graph.ir import AttrValue, Graph, Node, Record
 from planner.ops import OpError, TensorType, get_op
+from planner.target.records import GPU
 
 
 class OpSignature(Record):
-    """Op type, per-input shape and dtype, attrs. `key` is its one-line text form."""
+    """Op type, per-input shape and dtype, attrs, and the math mode its kernel runs under
+    where that changes it (module docstring). `key` is its one-line text form."""
 
     op: str = Field(min_length=1)
     shapes: tuple[tuple[int, ...], ...] = ()
     dtypes: tuple[str, ...] = ()
     attrs: dict[str, AttrValue] = Field(default_factory=dict)
+    # "tf32": a float32 convolution or GEMM run on TF32 tensor cores; None: float32 math.
+    math_mode: Literal["tf32"] | None = None
 
     @model_validator(mode="after")
     def _one_dtype_per_input(self) -> OpSignature:
         if len(self.shapes) != len(self.dtypes):
             raise ValueError(f"signature of {self.op}: {len(self.shapes)} shapes but "
                              f"{len(self.dtypes)} dtypes")
+        if self.math_mode is not None and self.math != self.math_mode:
+            raise ValueError(f"signature of {self.op}({', '.join(self.dtypes)}): math_mode "
+                             f"{self.math_mode!r} is for float32 convolutions and GEMMs only")
         return self
+
+    @model_serializer(mode="wrap")
+    def _without_plain_math(self, handler: Any) -> Any:
+        # Float32 math is the field's absence: cost tables keep their bytes (Graph.math too).
+        data = handler(self)
+        if isinstance(data, dict) and data.get("math_mode") is None:
+            data.pop("math_mode", None)
+        return data
 
     @property
     def key(self) -> str:
-        """`Op(dtype[shape], ...) {attrs}`: unique per signature, readable in cost tables."""
+        """`Op(dtype[shape], ...) {attrs}` and ` math=<mode>` when it has one: unique per
+        signature, readable in cost tables."""
         ins = ", ".join(f"{d}[{','.join(map(str, s))}]" for s, d in zip(self.shapes, self.dtypes,
                                                                          strict=True))
         attrs = json.dumps(self.attrs, sort_keys=True, separators=(",", ":"))
-        return f"{self.op}({ins})" + (f" {attrs}" if self.attrs else "")
+        return (f"{self.op}({ins})" + (f" {attrs}" if self.attrs else "")
+                + (f" math={self.math_mode}" if self.math_mode else ""))
 
     @property
     def math(self) -> str:
         """The type its kernel computes in (planner.graph.precision.compute_type)."""
         from planner.graph.precision import compute_type
 
-        return compute_type(self.op, self.dtypes)
+        return compute_type(self.op, self.dtypes, self.math_mode)
 
     @property
     def input_types(self) -> list[TensorType]:
@@ -58,31 +86,49 @@ class OpSignature(Record):
 
 
 def signature_of(op: str, input_types: Sequence[TensorType],
-                 attrs: dict[str, AttrValue] | None = None) -> OpSignature:
-    """The signature of `op` applied to inputs of these types, attrs normalised by the registry.
+                 attrs: dict[str, AttrValue] | None = None,
+                 math: str | None = None) -> OpSignature:
+    """The signature of `op` applied to inputs of these types, attrs normalised by the registry,
+    under the math mode `math` its kernel runs with (kept only where it changes the kernel's
+    compute type: a float32 convolution or GEMM under "tf32").
 
     An op the registry does not know (or attrs it rejects) keeps its attrs as given: the
     signature still keys a cost, and the cost model's analytical fallback says what it lacks.
     """
+    from planner.graph.precision import compute_type
+
     full = dict(attrs or {})
     try:
         full = get_op(op).normalize_attrs(full)
     except OpError:
         pass
+    dtypes = tuple(t.dtype for t in input_types)
     return OpSignature(op=op, shapes=tuple(tuple(t.shape) for t in input_types),
-                       dtypes=tuple(t.dtype for t in input_types), attrs=full)
+                       dtypes=dtypes, attrs=full,
+                       math_mode="tf32" if compute_type(op, dtypes, math) == "tf32" else None)
 
 
-def node_signature(node: Node, input_types: Sequence[TensorType]) -> OpSignature:
-    """The signature of a graph node given its inputs' types."""
+def node_signature(node: Node, input_types: Sequence[TensorType],
+                   math: str | None = None) -> OpSignature:
+    """The signature of a graph node given its inputs' types (and the graph's math mode where
+    its device runs it)."""
     if len(input_types) != len(node.inputs):
         raise ValueError(f"node {node.name!r}: {len(node.inputs)} inputs but "
                          f"{len(input_types)} types given")
-    return signature_of(node.op, input_types, node.attrs)
+    return signature_of(node.op, input_types, node.attrs, math)
 
 
-def graph_signatures(graph: Graph) -> dict[str, OpSignature]:
-    """Node name -> signature, for every node of the graph, in graph order."""
+def kernel_math(graph: Graph, gpu: GPU | None) -> str | None:
+    """The math mode the graph's kernels run under on `gpu` (None: on a CPU): the graph's
+    (Graph.math) on a GPU with TF32, None (float32 math) elsewhere, as the executors decide:
+    the CPU runtime ignores the mode, the CUDA executor drops it below sm_80."""
+    return graph.math if gpu is not None and gpu.has_tf32 else None
+
+
+def graph_signatures(graph: Graph, gpu: GPU | None = None) -> dict[str, OpSignature]:
+    """Node name -> signature, for every node of the graph, in graph order, as its kernels run
+    on `gpu` (None: on a CPU; `kernel_math`)."""
+    math = kernel_math(graph, gpu)
     types = {t.name: TensorType(t.shape, t.dtype) for t in graph.tensors}
     # Nodes alike (op, input types, attributes) share one signature: a deep graph repeats a
     # few hundred, and building one (attributes normalized, a validated record) is the cost.
@@ -94,7 +140,7 @@ def graph_signatures(graph: Graph) -> dict[str, OpSignature]:
         alike = (n.op, tuple(inputs), repr(n.attrs))
         sig = made.get(alike)
         if sig is None:
-            sig = made[alike] = node_signature(n, inputs)
+            sig = made[alike] = node_signature(n, inputs, math)
         out[n.name] = sig
     return out
 

@@ -81,18 +81,30 @@ LOW_PRECISION_OPS: frozenset[str] = frozenset(
     {"Conv2D", "Conv2DBackpropInput", "Conv2DBackpropFilter", "MatMul"})
 
 
-def compute_type(op: str, dtypes: tuple[str, ...] | list[str]) -> str:
-    """The math type an op's kernel computes in, given its input dtypes: the low type for a
-    LOW_PRECISION_OPS op whose inputs are all of one low type (tensor cores, AMX: the cost
-    model prices it at that type's peak, Processor.peak_flops_for), else float32 (the FOLLOW
-    ops and everything else compute in float32 whatever they read).
+# Ops whose float32 kernels a tf32 graph runs in TF32 on a GPU that has it: the CUDA
+# executor's cuDNN convolutions (all four directions) and cuBLAS GEMMs (Node::tf32).
+TF32_OPS: frozenset[str] = LOW_PRECISION_OPS | {"ConvTranspose2D"}
+
+
+def compute_type(op: str, dtypes: tuple[str, ...] | list[str], math: str | None = None) -> str:
+    """The math type an op's kernel computes in, given its input dtypes and the math mode its
+    kernel runs under (Graph.math where the device has it; None: plain float32 math): the
+    low type for a LOW_PRECISION_OPS op whose inputs are all of one low type (tensor cores,
+    AMX: the cost model prices it at that type's peak, Processor.peak_flops_for), "tf32" for
+    a TF32_OPS op on float32 inputs under math "tf32", else float32 (the FOLLOW ops and
+    everything else compute in float32 whatever they read).
 
     >>> compute_type("Conv2D", ("bfloat16", "bfloat16")), compute_type("Relu", ("bfloat16",))
     ('bfloat16', 'float32')
+    >>> f32 = ("float32", "float32")
+    >>> compute_type("MatMul", f32, "tf32"), compute_type("Add", f32, "tf32")
+    ('tf32', 'float32')
     """
     kinds = set(dtypes)
     if op in LOW_PRECISION_OPS and len(kinds) == 1 and next(iter(kinds)) in LOW_FLOATS:
         return next(iter(kinds))
+    if math == "tf32" and op in TF32_OPS and kinds == {"float32"}:
+        return "tf32"
     return "float32"
 
 

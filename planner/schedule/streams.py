@@ -161,7 +161,7 @@ def compute_steps(graph: Graph, model: CostModel, order: list[str] | None = None
     if not model.target.gpus:
         raise ValueError(f"target {model.target.name!r} has no GPU")
     device = model.target.gpus[gpu]
-    sigs = graph_signatures(graph)
+    sigs = graph_signatures(graph, device)
     if streams is not None and order is not None:
         where = {n.name: i for i, n in enumerate(graph.nodes)}
         nodes = [graph.nodes[where[name]] for name in order]

@@ -224,11 +224,16 @@ FP32_PER_SM = {"3": 192, "5": 128, "6.0": 64, "6": 128, "7": 64, "8.0": 64, "8":
 # L4 58 x 1024 x 2.04 = 121, H100 SXM 132 x 4096 x 1.83 = 989 (Hopper's datasheet rate is at
 # 1.83 GHz, below its FP32 boost clock: the max SM clock nvidia-smi reports overstates it ~8%).
 # sm_86 parts: A10's 125 TFLOPS (GeForce cards halve float32 accumulation; not modelled).
+# TF32 runs at half the 16-bit rate from sm_80 on (A100 156, H100 SXM 494.7 TFLOPS dense).
 TENSOR_PER_SM: dict[str, tuple[int, tuple[str, ...]]] = {
     "7.0": (1024, ("float16",)), "7.5": (1024, ("float16",)),
-    "8.0": (2048, ("bfloat16", "float16")), "8.6": (1024, ("bfloat16", "float16")),
-    "8.9": (1024, ("bfloat16", "float16")), "9.0": (4096, ("bfloat16", "float16")),
+    "8.0": (2048, ("bfloat16", "float16", "tf32")),
+    "8.6": (1024, ("bfloat16", "float16", "tf32")),
+    "8.9": (1024, ("bfloat16", "float16", "tf32")),
+    "9.0": (4096, ("bfloat16", "float16", "tf32")),
 }
+# Tensor-core FLOP per clock of a math type, as a fraction of the 16-bit types'.
+TENSOR_RATE = {"bfloat16": 1.0, "float16": 1.0, "tf32": 0.5}
 
 
 def tensor_peaks(capability: str, sms: int, clock_mhz: float) -> dict[str, float] | None:
@@ -237,13 +242,15 @@ def tensor_peaks(capability: str, sms: int, clock_mhz: float) -> dict[str, float
 
     >>> round(tensor_peaks("8.0", 108, 1410)["bfloat16"] / 1e12, 1)
     311.9
+    >>> round(tensor_peaks("9.0", 132, 1830)["tf32"] / 1e12, 1)
+    494.7
     >>> tensor_peaks("6.1", 30, 1582) is None
     True
     """
     if capability not in TENSOR_PER_SM:
         return None
     per_clock, types = TENSOR_PER_SM[capability]
-    return {m: sms * per_clock * clock_mhz * 1e6 for m in types}
+    return {m: sms * per_clock * TENSOR_RATE[m] * clock_mhz * 1e6 for m in types}
 
 
 # Raw bytes/s per lane of each PCIe generation.

@@ -99,10 +99,15 @@ def _gpu(name: str, capability: str, memory: int, sms: int, flops: float, bandwi
 # sm_80).
 # A100 SXM4: 312 bfloat16/float16. L4: 242 with sparsity. H100 SXM5 and H200 SXM: 1,979 with
 # sparsity.
+# TF32 (float32 operands rounded to TF32 on the tensor cores; the tf32 precision policy), half
+# the bfloat16 rate on each: A100 datasheet 156 (312 with sparsity); L4 datasheet 120 with
+# sparsity; H100 SXM datasheet 989 with sparsity, 494.7 dense in NVIDIA's Hopper architecture
+# whitepaper (H200 SXM: the same GH100 compute). V100 (sm_70) has none: its float32
+# convolutions and GEMMs stay on the FMA units, as the CUDA executor runs them.
 V100_TENSOR = {"float16": 125e12}
-A100_TENSOR = {"bfloat16": 312e12, "float16": 312e12}
-L4_TENSOR = {"bfloat16": 121e12, "float16": 121e12}
-HOPPER_SXM_TENSOR = {"bfloat16": 989e12, "float16": 989e12}
+A100_TENSOR = {"bfloat16": 312e12, "float16": 312e12, "tf32": 156e12}
+L4_TENSOR = {"bfloat16": 121e12, "float16": 121e12, "tf32": 60e12}
+HOPPER_SXM_TENSOR = {"bfloat16": 989e12, "float16": 989e12, "tf32": 494.7e12}
 
 
 PCIE3 = 12.6 * GB  # 16 lanes x 985 MB/s x 0.8

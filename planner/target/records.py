@@ -51,9 +51,10 @@ class LogicalCPU(Record):
 
 
 # The math types a processor may have a peak of its own for (tensor cores, AMX tiles): the
-# compute type of a convolution or GEMM that reads operands of that dtype
+# compute type of a convolution or GEMM that reads operands of that dtype, or "tf32" for a
+# float32 one of a graph whose math is tf32 on a GPU that has it
 # (planner.graph.precision.compute_type). float32's peak is `peak_flops` itself.
-MathType = Literal["bfloat16", "float16"]
+MathType = Literal["bfloat16", "float16", "tf32"]
 
 
 class Processor(Record):
@@ -123,6 +124,17 @@ class GPU(Processor):
         '89'
         """
         return self.compute_capability.replace(".", "")
+
+    @property
+    def has_tf32(self) -> bool:
+        """TF32 tensor cores: compute capability 8.0 or newer (the CUDA executor's rule at
+        load; a GPU of unknown capability is taken to have none).
+
+        >>> GPU(name="g", memory_bytes=1, sm_count=1, peak_flops=1, memory_bandwidth=1,
+        ...     host_link_bandwidth=1, pinned_host_limit_bytes=0, compute_capability="7.0").has_tf32
+        False
+        """
+        return bool(self.sm_arch) and int(self.sm_arch) >= 80
 
 
 class TargetProvenance(Record):

@@ -102,11 +102,12 @@ def test_cudnn_gemm_families_use_tensor_cores_and_winograd_float32s_rate():
 def test_presets_carry_dense_tensor_core_rates_and_round_trip():
     rates = {name: preset(name).gpus[0].math_peak_flops for name in
              ("v100-16gb", "a100-80gb", "l4-24gb", "h100-80gb", "h200-141gb", "k40c-12gb")}
+    # TF32 from sm_80 on (A100, L4, H100, H200), none on the V100 (sm_70).
     assert rates == {"v100-16gb": {"float16": 125e12},
-                     "a100-80gb": {"bfloat16": 312e12, "float16": 312e12},
-                     "l4-24gb": {"bfloat16": 121e12, "float16": 121e12},
-                     "h100-80gb": {"bfloat16": 989e12, "float16": 989e12},
-                     "h200-141gb": {"bfloat16": 989e12, "float16": 989e12},
+                     "a100-80gb": {"bfloat16": 312e12, "float16": 312e12, "tf32": 156e12},
+                     "l4-24gb": {"bfloat16": 121e12, "float16": 121e12, "tf32": 60e12},
+                     "h100-80gb": {"bfloat16": 989e12, "float16": 989e12, "tf32": 494.7e12},
+                     "h200-141gb": {"bfloat16": 989e12, "float16": 989e12, "tf32": 494.7e12},
                      "k40c-12gb": None}
     assert Target.from_json(H100.to_json()) == H100
     assert '"math_peak_flops":{"bfloat16":989000000000000.0' in H100.to_json()
@@ -123,6 +124,7 @@ def test_detection_reads_the_rates_from_capability_and_isa_flags():
     gpus, _ = parse_nvidia_smi("0, NVIDIA H100 80GB HBM3, 81559, 1830, 5, 16", 1 << 36,
                                compute_caps={0: "9.0"})
     assert gpus[0].peak_flops_for("bfloat16") == pytest.approx(989.4e12, rel=1e-3)
+    assert gpus[0].peak_flops_for("tf32") == pytest.approx(494.7e12, rel=1e-3)
     gpus, _ = parse_nvidia_smi("0, TITAN Xp, 12196, 1582, 3, 16", 1 << 36,
                                compute_caps={0: "6.1"})
     assert gpus[0].math_peak_flops is None
@@ -163,7 +165,8 @@ def test_target_show_prints_the_low_type_peaks(capsys, tmp_path):
         assert args.run(args) == 0
         return capsys.readouterr().out
 
-    assert "GPU 0 peaks   bfloat16 989.0, float16 989.0 TFLOP/s" in show("h100-80gb")
+    assert ("GPU 0 peaks   bfloat16 989.0, float16 989.0, tf32 494.7 TFLOP/s"
+            in show("h100-80gb"))
     assert "peaks" not in show("k40c-12gb")
     xeon = preset("xeon-8180")
     path = tmp_path / "amx.json"
