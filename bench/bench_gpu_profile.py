@@ -54,8 +54,8 @@ def profiled(label: str, graph, target, costs_dir: Path, steps: int) -> tuple[Co
     with tempfile.TemporaryDirectory(prefix="profile-") as work:
         measure = GpuProfiler(target, work, steps=steps, progress=sys.stderr)
         run = profile_gpu(list(graph_signatures(graph, target.gpus[0]).values()), target, measure,
-                          table=table, progress=sys.stderr, checkpoint=lambda t: save_table(t, path),
-                          bytes_of=measure.bytes_of)
+                          table=table, progress=sys.stderr,
+                          checkpoint=lambda t: save_table(t, path), bytes_of=measure.bytes_of)
     save_table(run.table, path)
     for key, why in run.failures:
         print(f"not measured: {key}: {why}", file=sys.stderr)
