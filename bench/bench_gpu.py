@@ -6,14 +6,15 @@ against PyTorch eager, PyTorch with the whole step captured as a CUDA graph, and
 bf16-mixed (fp16-mixed) our training graph gets the precision policy's planned casts
 (planner/graph/precision.py; fp16-mixed with its dynamic loss scaling) and PyTorch runs the
 forward under torch.autocast(device_type="cuda", dtype=torch.bfloat16 (float16)), its mixed
-precision (fp16 without a GradScaler: the timing of the kernels, not the update's skip).
+precision (fp16 without a GradScaler: the timing of the kernels, not the update's skip). In
+tf32 our graph is marked for TF32 math and PyTorch runs with allow_tf32 on (cuBLAS and cuDNN).
 Medians of alternating rounds.
 
     python bench/bench_gpu.py [--models inception_v3,resnet50,lstm,wide_deep] [--json]
     python bench/bench_gpu.py --models resnet50,inception_v3,lstm,bert --precision bf16-mixed
     python bench/bench_gpu.py --modules tv_resnet50,tv_inception_v3,bert_block,gpt_block
     python bench/bench_gpu.py --modules ... --dry-run      # what it would run; no GPU needed
-    python bench/bench_gpu.py --models ... --precision bf16-mixed --dry-run
+    python bench/bench_gpu.py --models ... --precision {bf16-mixed,tf32} --dry-run
 
 --models compares with the zoo graph translated node by node to torch calls; --modules with
 the models a PyTorch user has (bench/torch_modules.py: torchvision's resnet50 and
@@ -70,7 +71,7 @@ MODELS = {
 DEFAULT_MODELS = "inception_v3,resnet50,lstm,wide_deep"
 SGD = Optimizer(kind="sgd", lr=0.01)
 # The low type PyTorch's autocast runs for each mixed policy (None: float32).
-AUTOCAST = {"fp32": None, "bf16-mixed": "bfloat16", "fp16-mixed": "float16"}
+AUTOCAST = {"fp32": None, "tf32": None, "bf16-mixed": "bfloat16", "fp16-mixed": "float16"}
 
 
 def executor_runner(module, graph, **options):
@@ -124,7 +125,8 @@ def bench_model(label: str, target, steps: int, rounds: int, compiled: bool,
         for key, options in baselines.items():
             try:
                 runners[key] = torch_trainer(forward, SGD.lr, 1, device="cuda",
-                                             autocast=AUTOCAST[precision], **options)
+                                             autocast=AUTOCAST[precision],
+                                             tf32=precision == "tf32", **options)
             except Exception as e:  # noqa: BLE001 - a baseline's failure must not lose the table
                 failed[key] = f"{type(e).__name__}: {str(e).splitlines()[0][:120]}"
         measured = measure(runners, steps, rounds)
@@ -235,10 +237,12 @@ def dry_run_models(labels: list[str], target, precision: str, compiled: bool) ->
         lines.append(f"{label} {size}: {len(graph.nodes)} ops ({casts} casts; "
                      + (", ".join(f"{v} {k} tensors" for k, v in sorted(low.items()))
                         or "float32 tensors")
+                     + ("; TF32 math" if graph.math == "tf32" else "")
                      + f"); plan predicts {p.summary.step_seconds * 1e3:.2f} ms, arena "
                      f"{p.summary.memory.arena_bytes / 2**20:.0f} MiB")
         torch_side = ("torch eager" + (f" under autocast({AUTOCAST[precision]})"
-                                       if AUTOCAST[precision] else ""))
+                                       if AUTOCAST[precision] else "")
+                      + (" with allow_tf32" if precision == "tf32" else ""))
         variants = ["ours streams", "ours 1 stream", "ours graph", torch_side] + (
             ["torch.compile"] if compiled else [])
         lines.append("  would time: " + ", ".join(variants))

@@ -16,11 +16,12 @@ from planner.graph.interpret import init_params, random_feeds  # noqa: E402
 
 def torch_trainer(forward, lr: float, threads: int, compiled: bool = False,
                   device: str = "cpu", cuda_graph: bool = False,
-                  autocast: str | None = None) -> Callable[[], None]:
+                  autocast: str | None = None, tf32: bool = False) -> Callable[[], None]:
     """A function running one training step of `forward`'s loss on `threads` threads (or the
     GPU `device`, returning once the step has finished there); warmed up (and compiled, or
     captured as one CUDA graph) before it is returned. `autocast` ("bfloat16", "float16"):
-    the forward runs under torch.autocast with that dtype (PyTorch's mixed precision)."""
+    the forward runs under torch.autocast with that dtype (PyTorch's mixed precision); `tf32`:
+    float32 convolutions and GEMMs on TF32 tensor cores (torch.backends' allow_tf32)."""
     import torch
 
     from tests.graph.test_train_vs_torch import TORCH_OPS, torch_forward
@@ -32,9 +33,10 @@ def torch_trainer(forward, lr: float, threads: int, compiled: bool = False,
 
     torch.set_num_threads(threads)
     if device != "cpu":
-        # float32 as the executor computes it: no TF32 rounding in either.
-        torch.backends.cuda.matmul.allow_tf32 = False
-        torch.backends.cudnn.allow_tf32 = False
+        # float32 as the executor computes it: no TF32 rounding in either unless both run
+        # the tf32 policy.
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+        torch.backends.cudnn.allow_tf32 = tf32
     state = init_params(forward, seed=0)
     feeds = random_feeds(forward, seed=1)
     params = {t.name: torch.tensor(state[t.name], device=device, requires_grad=True)

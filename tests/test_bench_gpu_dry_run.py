@@ -40,3 +40,18 @@ def test_dry_run_plans_a_mixed_precision_zoo_model():
     assert lines[1].startswith("wide_deep {'batch': 256}: ") and " float16 tensors" in lines[1]
     assert lines[2] == ("  would time: ours streams, ours 1 stream, ours graph, torch eager "
                         "under autocast(float16)")
+
+
+def test_dry_run_plans_a_tf32_zoo_model():
+    """--precision tf32: float32 tensors with the graph's math marked, PyTorch with TF32 on."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    out = subprocess.run([sys.executable, str(ROOT / "bench" / "bench_gpu.py"), "--models",
+                          "wide_deep", "--precision", "tf32", "--dry-run", "--no-compile"],
+                         capture_output=True, text=True, env=env, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    lines = out.stdout.splitlines()
+    assert lines[0] == "dry run for target h100-80gb, precision tf32: nothing is measured"
+    assert lines[1].startswith("wide_deep {'batch': 256}: 123 ops (0 casts; float32 tensors; "
+                               "TF32 math); plan predicts ")
+    assert lines[2] == ("  would time: ours streams, ours 1 stream, ours graph, torch eager "
+                        "with allow_tf32")

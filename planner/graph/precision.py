@@ -10,7 +10,10 @@ rules written into the graph, where the scheduler and memory planner see them).
                  run cuDNN's CUDNN_DEFAULT_MATH (TF32 tensor cores allowed) and its float32
                  GEMMs CUBLAS_COMPUTE_32F_FAST_TF32; below sm_80 (no TF32) the plan is made
                  and the executor runs float32 FMA math, as for fp32. The CPU executor ignores
-                 it: CPUs have no TF32, every op runs float32
+                 it: CPUs have no TF32, every op runs float32. The cost model follows the
+                 executors (planner.costs.signature.kernel_math): on a GPU with TF32 the
+                 float32 TF32_OPS are priced at its TF32 peak and keyed ` math=tf32` in cost
+                 tables; on a CPU or an older GPU the graph is priced exactly as fp32
     bf16-mixed   convolutions, matrix products and their gradients (LOW_PRECISION_OPS) read
                  bfloat16 operands and write bfloat16 results, accumulating in float32 inside
                  the kernel; the ops between them (FOLLOW_OPS: ReLU, BatchNorm's normalisation,
