@@ -2,7 +2,8 @@
 over its scaled input's bytes, where nothing reads the scaled value after it. The plan says so
 (an alias at the input's offset), the step's peak holds each gradient once, a replay on real
 bytes (noise written over every buffer after its last read) gives the reference interpreter's
-step, and verify refuses a plan in which the overwritten value still has a reader.
+step, and verify refuses a plan in which the overwritten value still has a reader. CPU plans
+(planner.memory.liveness) and GPU plans, under a budget too (planner.memory.materialize).
 tests/codegen/test_loss_scale.py runs such a plan (layout="plan") in the CPU executor."""
 
 from __future__ import annotations
@@ -16,9 +17,12 @@ import pytest
 from planner.graph.autodiff import LOSS_SCALE, Optimizer, make_training_graph
 from planner.graph.interpret import init_params, random_feeds, train_step
 from planner.graph.ir import Node, Tensor
+from planner.memory import MemoryOptions
 from planner.memory.liveness import in_place_aliases
 from planner.ops import base
+from planner.pipeline import PlanOptions, plan
 from planner.replay import replay
+from planner.target import preset
 from planner.verify import verify_plan, verify_plan_data
 from planner.zoo import build
 from tests.memory.conftest import cpu_plan
@@ -39,13 +43,20 @@ def planned(graph):
     return cpu_plan(graph)
 
 
+@pytest.fixture(scope="module")
+def gpu_planned(graph):
+    return plan(graph, preset("k40c-12gb"))
+
+
 def unscale(g) -> Node:
     (node,) = [n for n in g.nodes if n.op == "UnscaleGrads"]
     return node
 
 
-def test_unscaled_gradients_sit_at_their_inputs_bytes(graph, planned):
-    assert verify_plan(planned) == []
+@pytest.mark.parametrize("backend", ["cpu", "cuda"])
+def test_unscaled_gradients_sit_at_their_inputs_bytes(graph, planned, gpu_planned, backend):
+    planned = gpu_planned if backend == "cuda" else planned
+    assert planned.backend == backend and verify_plan(planned) == []
     node = unscale(graph)
     buf = {t.name: t for t in planned.tensors}
     grads = list(zip(node.inputs[:-1], node.outputs[:-1], strict=True))
@@ -94,14 +105,37 @@ def test_the_arena_drops_by_most_of_the_gradients(monkeypatch):
     assert before - arena >= 0.8 * grads   # measured: 0.9
 
 
-def test_replay_on_the_planned_bytes_is_the_reference_step(graph, planned):
+@pytest.mark.parametrize("backend", ["cpu", "cuda"])
+def test_replay_on_the_planned_bytes_is_the_reference_step(graph, planned, gpu_planned,
+                                                           backend):
     """A clean step (a loss scale small enough not to overflow float16): the unscaled
     gradients read from their inputs' bytes update the parameters as the interpreter's."""
+    assert_replay_is_reference(graph, gpu_planned if backend == "cuda" else planned)
+
+
+def test_replay_of_a_gpu_plan_under_a_budget():
+    """Offloads and recomputes around the in-place UnscaleGrads (planner.memory.materialize)."""
+    g = make_training_graph(build("resnet", batch=4, image=64, width=0.125, depth=18,
+                                  classes=5), Optimizer(kind="sgd"), precision="fp16-mixed")
+    free = plan(g, preset("k40c-12gb")).summary.memory
+    budget = free.per_op_bound_bytes + (free.arena_bytes - free.per_op_bound_bytes) * 6 // 10
+    p = plan(g, preset("k40c-12gb"),
+             options=PlanOptions(memory=MemoryOptions(budget_bytes=budget)))
+    m = p.summary.memory
+    assert m.arena_bytes <= budget and m.offloaded_tensors + m.recompute_ops > 0
+    node = unscale(g)
+    assert all(t.alias_of for t in p.tensors if t.name in node.outputs[:-1])
+    assert verify_plan(p) == []
+    assert_replay_is_reference(g, p)
+
+
+def assert_replay_is_reference(graph, planned) -> None:
     feeds, state = random_feeds(graph, seed=3), init_params(graph, seed=3)
     state[LOSS_SCALE] = np.array(64.0, np.float32)
     got_out, got_state = replay(planned, feeds, state)
     want_out, want_state = train_step(graph, feeds, state)
-    assert not np.array_equal(want_state["conv1/weight"], state["conv1/weight"])
+    weights = [t.name for t in graph.tensors if t.role == "param" and t.updates is None]
+    assert not any(np.array_equal(want_state[w], state[w]) for w in weights)
     assert want_state[LOSS_SCALE] == 64.0   # no overflow: the step was taken
     for name, value in want_out.items():
         assert np.array_equal(got_out[name], value), name
