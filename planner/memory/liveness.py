@@ -168,12 +168,12 @@ def in_place_aliases(graph: Graph, views: dict[str, str] | None = None) -> dict[
                 continue
             x, y = node.inputs[k], node.outputs[k]
             value = views.get(x, x)
-            t = tensors[value]
+            shared = family.get(value, [value])
             if (node.inputs.count(x) != 1 or tensors[x].nbytes != tensors[y].nbytes
-                    or t.role in PERSISTENT_ROLES | EXTERNAL_INPUT_ROLES
-                    or value not in producer or {x, y, value} & barred):
+                    or tensors[value].role in PERSISTENT_ROLES | EXTERNAL_INPUT_ROLES
+                    or value not in producer or {y, *shared} & barred):
                 continue
-            readers = {r.name for v in family.get(value, [value])
+            readers = {r.name for v in shared
                        for r in graph.consumers.get(v, ()) if r.name != node.name}
             if readers - _ancestors(graph, node.name, readers):
                 continue

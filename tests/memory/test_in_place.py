@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 
 import numpy as np
 import pytest
@@ -17,8 +18,9 @@ import pytest
 from planner.graph.autodiff import LOSS_SCALE, Optimizer, make_training_graph
 from planner.graph.interpret import init_params, random_feeds, train_step
 from planner.graph.ir import Node, Tensor
+from planner.graph.validate import check_graph
 from planner.memory import MemoryOptions
-from planner.memory.liveness import in_place_aliases
+from planner.memory.liveness import in_place_aliases, view_aliases
 from planner.ops import base
 from planner.pipeline import PlanOptions, plan
 from planner.replay import replay
@@ -158,6 +160,24 @@ def test_a_scaled_gradient_read_after_the_op_keeps_its_bytes(graph):
     p = cpu_plan(g)
     assert verify_plan(p) == []
     assert not next(t for t in p.tensors if t.name == node.outputs[0]).alias_of
+
+
+def test_a_scaled_gradient_read_after_the_step_keeps_its_bytes(graph):
+    """A scaled gradient the step returns, itself or through a view of its bytes (Flatten):
+    not overwritten."""
+    node = unscale(graph)
+    kept = graph.model_copy(update={"outputs": (*graph.outputs, node.inputs[1])})
+    assert node.outputs[1] not in in_place_aliases(kept)
+    scaled = node.inputs[0]   # conv1's weight gradient, OIHW
+    flat = Node(name="late/flatten", op="Flatten", inputs=(scaled,), outputs=("late/flat",))
+    o, *rest = graph.tensor(scaled).shape
+    viewed = check_graph(graph.model_copy(update={
+        "tensors": (*graph.tensors, Tensor(name="late/flat", shape=(o, math.prod(rest)),
+                                           role="activation")),
+        "nodes": (*graph.nodes, flat), "outputs": (*graph.outputs, "late/flat")}))
+    assert view_aliases(viewed)["late/flat"] == scaled
+    aliases = in_place_aliases(viewed)
+    assert node.outputs[0] not in aliases and node.outputs[1] in aliases
 
 
 def test_verify_refuses_a_reader_of_the_overwritten_gradient(graph, planned):
