@@ -13,8 +13,10 @@ copy its own 64-byte-aligned bytes, except that
     bytes (the kernel then copies nothing): the rule memory planning follows too
     (planner.memory.liveness.view_aliases), so both layouts alias the same tensors;
 and every op's planned scratch area its own 256-byte-aligned bytes after them (never shared,
-so ops may run at the same time). Sharing is recorded as `alias_of`, so the executor can
-re-point an alias when it reads an input straight from the caller's array.
+so ops may run at the same time). An output the memory plan writes over its input
+(OpDef.in_place: UnscaleGrads) gets bytes of its own here: its kernels run either way.
+Sharing is recorded as `alias_of`, so the executor can re-point an alias when it reads an
+input straight from the caller's array.
 
 Example:
     >>> from planner.zoo import build
@@ -53,7 +55,8 @@ class Copy:
 
 @dataclass(frozen=True)
 class ArenaLayout:
-    """offsets: tensor -> byte offset; alias_of: tensor -> the tensor whose bytes it shares;
+    """offsets: tensor -> byte offset; alias_of: tensor -> the tensor whose bytes and value
+    it shares (an update, a view);
     scratch: op -> (offset, bytes) of its scratch area; bytes: the arena size they need;
     copies: the buffers holding copies of tensors, in plan order; host_bytes: the host
     store's size."""
@@ -101,13 +104,17 @@ def arena_layout(graph: Graph, planned: tuple[Any, ...] = ()) -> ArenaLayout:
     offsets: dict[str, Offset] = {}
     aliases: dict[str, str] = {}
     holder: dict[str, str] = {}
+    # An output written over its input (OpDef.in_place) shares the input's bytes, not its
+    # value: no alias to the executor, which then refuses to return the input after the op
+    # (ExecutorCore::overwritten_by) as it would any reuse of bytes.
+    same_value = {t.name for t in graph.tensors if t.updates} | set(view_aliases(graph))
     for e in map(_fields, planned):
         tensor = e.get("tensor")
         if tensor and (e.get("name") or tensor) == tensor and e.get("offset") is not None \
                 and e.get("placement") in (None, "device"):
             offsets[tensor] = int(e["offset"])
             holder[tensor] = tensor
-            if e.get("alias_of"):
+            if e.get("alias_of") and tensor in same_value:
                 aliases[tensor] = e["alias_of"]
     if not planned:
         raise PlanError(f"plan of graph {graph.name!r} has no memory plan (no tensors): plan "

@@ -30,6 +30,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from planner.graph.interpret import as_float32
 from planner.graph.ir import Graph
 from planner.ops import get_op
 from planner.plan import Plan, TensorPlan
@@ -75,7 +76,9 @@ def replay(plan: Plan, feeds: Mapping[str, np.ndarray], state: Mapping[str, np.n
             _run_memory_op(pools, buffers, extra[op.name], graph)
         else:
             node = graph.node_map[op.name]
-            ins = [_load(pools, _pick(reads, op.name, i), graph, i) for i in node.inputs]
+            # References compute in float32, low-precision values widened (as the interpreter)
+            ins = [as_float32(_load(pools, _pick(reads, op.name, i), graph, i))
+                   for i in node.inputs]
             outs = get_op(node.op).reference(ins, node.attrs)
             for name, value in zip(node.outputs, outs, strict=True):
                 _store(pools, _pick(writes, op.name, name), graph, name, np.asarray(value))
@@ -105,8 +108,8 @@ def _run_memory_op(pools, buffers: dict[str, TensorPlan], m, graph: Graph) -> No
         _view(pools, dst)[:] = _view(pools, src)
         return
     node = graph.node_map[m.node]
-    ins = [_load(pools, buffers[b], graph, i) for b, i in zip(m.inputs, _inputs(node),
-                                                                strict=True)]
+    ins = [as_float32(_load(pools, buffers[b], graph, i))
+           for b, i in zip(m.inputs, _inputs(node), strict=True)]
     outs = get_op(node.op).reference(ins, node.attrs)
     for b, name, value in zip(m.outputs, node.outputs, outs, strict=True):
         _store(pools, buffers[b], graph, name, np.asarray(value))

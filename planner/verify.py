@@ -21,7 +21,8 @@ ops) and the rule that failed. `verify_plan_data` is the list of rules, each a f
     summary        every summary figure re-derived from ops, tensors and graph
                    (planner.verify_summary)
     memory         the arena rules of planner.memory.verify (buffers sharing bytes ordered by
-                   the stated ordering)
+                   the stated ordering; an output written over its input's bytes after every
+                   other reader of that input)
     graph          (with an embedded graph) planner.verify_graph: the graph is valid, buffers
                    hold what it implies, and the stated ordering (lanes + happens-before edges,
                    planner.verify_order) implies every pair the graph and the inserted ops

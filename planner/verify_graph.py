@@ -17,7 +17,8 @@ and everything the plan derives from it is derived again here and compared:
                  every inserted op as a reader of the buffers it reads
     aliases      the buffer the graph's node writes an in-place update into aliases a buffer
                  of the tensor it updates (a recompute's copy goes to scratch)
-                 (planner.memory.verify: an alias is one the graph says, update or view)
+                 (planner.memory.verify: an alias is one the graph says, update, view or
+                 an output written over its input, whose old value no op reads later)
 
 Shares no code with the scheduler or the memory planner.
 

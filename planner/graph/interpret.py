@@ -40,7 +40,7 @@ def run(graph: Graph, feeds: Mapping[str, np.ndarray], params: Mapping[str, np.n
             env[t.name] = _fetch(params, t, "parameter")
     for n in graph.nodes:
         opdef = get_op(n.op)
-        outs = opdef.reference([_widened(env[i]) for i in n.inputs], n.attrs)
+        outs = opdef.reference([as_float32(env[i]) for i in n.inputs], n.attrs)
         for name, value in zip(n.outputs, outs, strict=True):
             t = graph.tensor(name)
             value = np.asarray(value)
@@ -53,7 +53,7 @@ def run(graph: Graph, feeds: Mapping[str, np.ndarray], params: Mapping[str, np.n
     return {o: env[o] for o in graph.outputs}
 
 
-def _widened(v: np.ndarray) -> np.ndarray:
+def as_float32(v: np.ndarray) -> np.ndarray:
     """A low-precision float value as float32 (exact): references compute in float32."""
     return v.astype(np.float32) if v.dtype.name in LOW_FLOATS else v
 

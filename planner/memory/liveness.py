@@ -14,6 +14,9 @@ updates: it is an alias, not a buffer of its own, and naive does not count it. S
 view op (Reshape, Flatten: `OpDef.view`) of a non-persistent tensor: it shares its input's bytes,
 whose buffer then lives until the view's last reader (its readers count as the input buffer's
 readers too). Codegen follows the same rule (`view_aliases`), so the executor copies nothing.
+Likewise an output an op writes over its input's bytes (`OpDef.in_place`: UnscaleGrads), where
+that input's value has no reader after the op (`in_place_aliases`): the input's buffer lives on
+until the output's last reader, and the step holds the two values in one buffer, one at a time.
 
     naive  = sum of every buffer's bytes (each tensor its own bytes)
     LOAD   = max over time of the bytes of the buffers live at that time
@@ -123,6 +126,93 @@ def view_aliases(graph: Graph) -> dict[str, str]:
     return out
 
 
+def in_place_aliases(graph: Graph, views: dict[str, str] | None = None) -> dict[str, str]:
+    """In-place outputs -> the tensor whose bytes they are written over (the root of its
+    chain of views and in-place outputs): output k of an op that may write it over input k
+    (`OpDef.in_place`), taken where that input's value is dead once the op has read it, from
+    the graph alone, so in every schedule that keeps the graph's data order:
+
+      - the input is written in the step by a node (not persistent, not fed by the caller,
+        not a step output) and read by the op once, with output k's bytes;
+      - every other reader of its value (of it and of the views sharing its bytes) is an
+        ancestor of the op, so it has read the value before the op overwrites it;
+      - neither lies in a collective's bucket (a layout of its own).
+
+    Else output k gets bytes of its own. planner.memory.verify checks the first two on the
+    plan's stated ordering, not trusting this.
+
+    >>> from planner.graph.autodiff import make_training_graph
+    >>> from planner.graph.optimizer import Optimizer
+    >>> from planner.zoo import build
+    >>> g = make_training_graph(build("mlp", batch=2, hidden=[4], in_features=3, classes=2),
+    ...                         Optimizer(kind="sgd"), precision="fp16-mixed")
+    >>> in_place_aliases(g)["grad/fc1/weight/unscaled"]
+    'grad/fc1/matmul'
+    """
+    from planner.ops import get_op
+
+    views = view_aliases(graph) if views is None else views
+    tensors = graph.tensor_map
+    producer = graph.producer
+    family: dict[str, list[str]] = {}   # view root -> the tensors sharing its value
+    for v, r in views.items():
+        family.setdefault(r, [r]).append(v)
+    barred = set(graph.outputs) | set(buckets(graph))
+    out: dict[str, str] = {}
+    for node in graph.nodes:
+        rule = get_op(node.op).in_place
+        if rule is None:
+            continue
+        for k in rule(len(node.inputs)):
+            if k >= len(node.outputs):
+                continue
+            x, y = node.inputs[k], node.outputs[k]
+            value = views.get(x, x)
+            shared = family.get(value, [value])
+            if (node.inputs.count(x) != 1 or tensors[x].nbytes != tensors[y].nbytes
+                    or tensors[value].role in PERSISTENT_ROLES | EXTERNAL_INPUT_ROLES
+                    or value not in producer or {y, *shared} & barred):
+                continue
+            readers = {r.name for v in shared
+                       for r in graph.consumers.get(v, ()) if r.name != node.name}
+            if readers - _ancestors(graph, node.name, readers):
+                continue
+            out[y] = out.get(value, value)
+    return out
+
+
+def _ancestors(graph: Graph, node: str, wanted: set[str]) -> set[str]:
+    """Those of `wanted` that `node` depends on through the graph's data edges."""
+    found: set[str] = set()
+    if not wanted:
+        return found
+    producer = graph.producer
+    seen, stack = {node}, [node]
+    while stack and found != wanted:
+        for t in graph.node_map[stack.pop()].inputs:
+            p = producer.get(t)
+            if p is not None and p.name not in seen:
+                seen.add(p.name)
+                stack.append(p.name)
+                if p.name in wanted:
+                    found.add(p.name)
+    return found
+
+
+def byte_roots(graph: Graph) -> dict[str, str]:
+    """Every tensor that shares another's bytes (views and in-place outputs) -> the tensor
+    that owns them."""
+    views = view_aliases(graph)
+    links = views | in_place_aliases(graph, views)
+
+    def root(t: str) -> str:
+        while t in links:
+            t = links[t]
+        return t
+
+    return {t: root(t) for t in links}
+
+
 def buckets(graph: Graph) -> dict[str, tuple[str, int, int]]:
     """Tensor -> (the collective whose bucket holds it, its place there, the bucket's bytes
     when padded to shards, else 0): the buffers layout places side by side, in that order
@@ -174,14 +264,16 @@ def graph_buffers(graph: Graph, schedule: OpTimes) -> list[Buffer]:
             writer[t] = i
     outputs = set(graph.outputs)
     views = view_aliases(graph)
-    for view, root in views.items():
-        readers[root] += readers[view]
-        if view in outputs:
+    roots = byte_roots(graph)
+    for alias, root in roots.items():
+        readers[root] += readers[alias]
+        if alias in outputs:
             outputs.add(root)
     buffers = [_buffer(t, writer.get(t.name, -1), sorted(set(readers[t.name])),
                        t.name in outputs, schedule, n) for t in graph.tensors]
-    return in_buckets(graph, [replace(b, kind="view", alias_of=views[b.tensor])
-                              if b.tensor in views else b for b in buffers])
+    return in_buckets(graph, [
+        replace(b, kind="view" if b.tensor in views else "in-place", alias_of=roots[b.tensor])
+        if b.tensor in roots else b for b in buffers])
 
 
 def _buffer(t, w: int, rs: list[int], is_output: bool, s: OpTimes, n: int) -> Buffer:
@@ -249,9 +341,11 @@ def per_op_bound(graph: Graph, workspace: dict[str, Bytes] | None = None) -> Byt
     and the GPU stream plan do) never holds them all (seed 001's l_peak + resident state).
     """
     workspace = workspace or {}
+    in_place = in_place_aliases(graph)  # an output written over its input: its bytes once
     largest = 0
     for node in graph.nodes:
-        touched = [graph.tensor(t) for t in dict.fromkeys([*node.inputs, *node.outputs])]
+        touched = [graph.tensor(t) for t in dict.fromkeys([*node.inputs, *node.outputs])
+                   if t not in in_place]
         own = sum(t.nbytes for t in touched if t.role not in PERSISTENT_ROLES)
         largest = max(largest, own + workspace.get(node.name, 0))
     return largest + resident_bytes(graph)

@@ -179,14 +179,23 @@ def _buffers(state: State, ops: list[OpSpec], index: dict[str, int]) -> list[Buf
         last = max([ops[r].key for r in rs], default=first)
         return w, rs, first, last
 
+    over: dict[str, list[str]] = {}   # a tensor -> the in-place outputs written over it
+    for y, x in st.in_place.items():
+        over.setdefault(x, []).append(y)
+    placed: dict[str, Buffer] = {}
     for t in graph.tensors:
         if t.updates is not None or t.role in PERSISTENT_ROLES:
             w, rs, _, _ = span(t.name, before)
             out.append(Buffer(t.name, t.name, t.nbytes, before, after, -1, len(ops), w,
                               tuple(rs), "persistent", alias_of=t.updates or ""))
             continue
+        if t.name in st.in_place:
+            continue  # an alias of its root's bytes, below
         u = st.uses[t.name]
         w, rs, first, last = span(t.name, before)
+        for y in over.get(t.name, ()):  # its bytes live on until they are read as y's
+            _, yrs, _, ylast = span(y, before)
+            rs, last = sorted(set(rs) | set(yrs)), max(last, ylast)
         kind = "input" if w < 0 else "activation"
         end = last + 1
         if u.output:
@@ -196,6 +205,7 @@ def _buffers(state: State, ops: list[OpSpec], index: dict[str, int]) -> list[Buf
         out.append(Buffer(t.name, t.name, t.nbytes, first, max(end, first + 1),
                           -1 if w < 0 else w, len(ops) if u.output else max(rs, default=w),
                           w, tuple(rs), kind))
+        placed[t.name] = out[-1]
         if state.mode.get(t.name) == "offload":
             host, dev = f"{t.name}@host", f"{t.name}@prefetch"
             hw, hrs, hfirst, hlast = span(host, first)
@@ -205,6 +215,11 @@ def _buffers(state: State, ops: list[OpSpec], index: dict[str, int]) -> list[Buf
             dfirst = float(st.group_start[state.fetch[t.name]])
             out.append(Buffer(dev, t.name, t.nbytes, dfirst, dlast + 1, dw, max(drs), dw,
                               tuple(drs), "prefetch"))
+    for y, x in sorted(st.in_place.items()):
+        root, size = placed[x], graph.tensor(y).nbytes
+        w, rs, _, _ = span(y, before)
+        out.append(Buffer(y, y, size, root.start, root.end, root.first, root.last, w,
+                          tuple(rs), "in-place", alias_of=x))
     for sid in sorted(state.active):
         seg = st.segments[sid]
         for op in seg.ops:

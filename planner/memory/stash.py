@@ -55,7 +55,7 @@ from typing import Literal
 import numpy as np
 
 from planner.graph.ir import Graph, Node
-from planner.memory.liveness import PERSISTENT_ROLES
+from planner.memory.liveness import PERSISTENT_ROLES, in_place_aliases
 from planner.ops import get_op
 from planner.schedule.streams import ComputeSteps
 
@@ -138,28 +138,44 @@ class Stash:
     keys: int
     persistent_bytes: int
     bottleneck_bytes: int          # the largest op's non-persistent operands
+    # In-place outputs -> the tensor whose bytes they are written over (`in_place`); they own
+    # no bytes (no TensorUse): their reads count as that tensor's.
+    in_place: dict[str, str] = field(default_factory=dict)
 
     def key(self, step: int) -> Key:
         """Key of a graph step; -1 (before the step) maps to key 0."""
         return int(self.key_of_step[step]) if step >= 0 else 0
 
 
-def tensor_uses(steps: ComputeSteps) -> dict[str, TensorUse]:
-    """Write and read steps of every non-persistent tensor owning bytes."""
+def in_place(steps: ComputeSteps) -> dict[str, str]:
+    """The in-place outputs of a stream (planner.memory.liveness.in_place_aliases; a view has
+    bytes of its own here) over values backward writes: a forward value overwritten in place
+    could be a checkpoint the stash keeps, which it does not model (none is, so far)."""
+    writer = {t: i for i, node in enumerate(steps.nodes) for t in node.outputs}
+    return {y: x for y, x in in_place_aliases(steps.graph, views={}).items()
+            if steps.phase[writer[x]] != "forward"}
+
+
+def tensor_uses(steps: ComputeSteps,
+                aliases: dict[str, str] | None = None) -> dict[str, TensorUse]:
+    """Write and read steps of every non-persistent tensor owning bytes; an in-place output
+    (`aliases`: output -> the tensor it is written over) owns none, and its reads are its
+    root's."""
     graph = steps.graph
+    aliases = aliases or {}
     reads: dict[str, list[int]] = {}
     writer: dict[str, int] = {}
     for i, node in enumerate(steps.nodes):
         for t in dict.fromkeys(node.inputs):
-            reads.setdefault(t, []).append(i)
+            reads.setdefault(aliases.get(t, t), []).append(i)
         for t in node.outputs:
             writer[t] = i
-    outputs = set(graph.outputs)
+    outputs = {aliases.get(t, t) for t in graph.outputs}
     uses = {}
     for t in graph.tensors:
-        if t.role in PERSISTENT_ROLES or t.updates is not None:
+        if t.role in PERSISTENT_ROLES or t.updates is not None or t.name in aliases:
             continue
-        rs = sorted(reads.get(t.name, []))
+        rs = sorted(set(reads.get(t.name, [])))
         fwd = tuple(r for r in rs if steps.phase[r] == "forward")
         bwd = tuple(r for r in rs if steps.phase[r] != "forward")
         uses[t.name] = TensorUse(t.name, t.nbytes, writer.get(t.name, -1), fwd, bwd,
@@ -183,7 +199,8 @@ def analyze(steps: ComputeSteps, strategy: str = "cost-aware") -> Stash:
     """Stash, checkpoints and segments of a stream (module docstring). `strategy`:
     cost-aware (default), speed-centric or memory-centric for every segment."""
     graph = steps.graph
-    uses = tensor_uses(steps)
+    aliases = in_place(steps)
+    uses = tensor_uses(steps, aliases)
     phase = steps.phase
     stashed = frozenset(u.name for u in uses.values() if u.backward_reads
                         and (u.writer < 0 or phase[u.writer] == "forward"))
@@ -238,7 +255,7 @@ def analyze(steps: ComputeSteps, strategy: str = "cost-aware") -> Stash:
                   group_start=np.zeros(0, dtype=np.int64), keys=0,
                   persistent_bytes=sum(t.nbytes for t in graph.tensors
                                        if t.role in PERSISTENT_ROLES and t.updates is None),
-                  bottleneck_bytes=bottleneck)
+                  bottleneck_bytes=bottleneck, in_place=aliases)
     _assign_keys(stash)
     return stash
 

@@ -6,8 +6,15 @@ no code with the allocator. Each problem names the buffer(s) and the rule:
                readers are ops of the plan; first / last match their execution orders
     coverage   (with the embedded graph) every graph tensor is held by some buffer
     alias      an alias sits at the offset of the buffer it shares, and the graph says so: its
-               tensor updates that buffer's tensor in place, or is a view of it (a chain of
-               view ops, OpDef.view)
+               tensor updates that buffer's tensor in place, is a view of it (a chain of
+               view ops, OpDef.view), or is an output its op may write over its input
+               (OpDef.in_place) and that buffer holds the input's bytes
+    in-place   an output written over its input's bytes (an alias of the last kind): the
+               input is read by the op once and is the step's own value (a node writes it; not
+               persistent, fed by the caller or read after the step), and every other op
+               reading that value (the input and the views sharing its bytes, as the graph
+               and the inserted ops say) happens-before the op, through the stated ordering:
+               nothing reads the old value once it is overwritten
     bucket     an in-place AllReduce's gradients (planner.ops.collective) lie side by side in
                input order, each at the previous one's end rounded up to 64 bytes (what its
                kernel sums as one span), no other buffer starts in the padding between them,
@@ -60,10 +67,12 @@ def verify_memory_data(plan: dict[str, Any], hb: StatedOrder | None = None) -> l
         problems += _field_problems(t, order, after_step)
     problems += _coverage_problems(plan, tensors)
     problems += _alias_problems(plan, by_name)
+    hb = hb or StatedOrder(plan)
+    problems += _in_place_problems(plan, by_name, hb)
     problems += _bucket_problems(plan, by_name)
     if memory:
         problems += _arena_problems(tensors, memory)
-    problems += _overlap_problems(tensors, hb or StatedOrder(plan), after_step)
+    problems += _overlap_problems(tensors, hb, after_step)
     return problems
 
 
@@ -111,6 +120,8 @@ def _alias_problems(plan: dict[str, Any], by_name: dict[str, dict[str, Any]]) ->
     graph = plan.get("graph") or {}
     updates = {g["name"]: g.get("updates") for g in graph.get("tensors", [])}
     views = _view_roots(graph)
+    # An in-place output's bytes are its input's, whichever buffer holds those.
+    over = {y: _holder(by_name, x) for y, (_, x) in _in_place_pairs(graph).items()}
     out = []
     for t in by_name.values():
         target = t.get("alias_of")
@@ -123,11 +134,84 @@ def _alias_problems(plan: dict[str, Any], by_name: dict[str, dict[str, Any]]) ->
         if (base["offset"], base.get("placement")) != (t["offset"], t.get("placement")) \
                 or base["bytes"] < t["bytes"]:
             out.append(f"buffer {t['name']!r} aliases {target!r} but does not sit in its bytes")
-        if graph.get("tensors") and base.get("tensor") not in (updates.get(t.get("tensor")),
-                                                  views.get(t.get("tensor"))):
+        tensor = t.get("tensor")
+        if graph.get("tensors") and base.get("tensor") not in (
+                updates.get(tensor), views.get(tensor)) and (
+                tensor != t["name"] or over.get(tensor) != target):
             out.append(f"buffer {t['name']!r} aliases {target!r}, but the graph does not say "
-                       f"tensor {t.get('tensor')!r} updates {base.get('tensor')!r} or is a "
-                       f"view of it")
+                       f"tensor {tensor!r} updates {base.get('tensor')!r}, is a view of it "
+                       f"or is written over its bytes in place")
+    return out
+
+
+def _in_place_pairs(graph: dict[str, Any]) -> dict[str, tuple[str, str]]:
+    """Outputs an op may write over its input's bytes (OpDef.in_place) -> (the node, that
+    input), from the graph's nodes."""
+    from planner.ops import REGISTRY
+
+    pairs: dict[str, tuple[str, str]] = {}
+    for n in graph.get("nodes", []):
+        op = REGISTRY.get(n.get("op"))
+        if op is None or op.in_place is None:
+            continue
+        ins, outs = n.get("inputs", []), n.get("outputs", [])
+        pairs.update({outs[k]: (n["name"], ins[k]) for k in op.in_place(len(ins))
+                      if k < len(outs) and k < len(ins)})
+    return pairs
+
+
+def _holder(by_name: dict[str, dict[str, Any]], tensor: str) -> str:
+    """The buffer owning the bytes of `tensor`'s own buffer (the root it aliases, or itself)."""
+    t = by_name.get(tensor)
+    return "" if t is None else _root(t)
+
+
+def _in_place_problems(plan: dict[str, Any], by_name: dict[str, dict[str, Any]],
+                       hb: StatedOrder) -> list[str]:
+    """`in-place`: an output written over its input's bytes leaves no reader of the value it
+    overwrites (module docstring), re-derived from the graph and the inserted ops."""
+    graph = plan.get("graph")
+    if not isinstance(graph, dict):
+        return []
+    pairs = _in_place_pairs(graph)
+    written = [(y, *pairs[y]) for y, t in by_name.items()
+               if y in pairs and t.get("alias_of") and t.get("tensor") == y]
+    if not written:
+        return []
+    roles = {g["name"]: g.get("role") for g in graph.get("tensors", [])}
+    outputs = set(graph.get("outputs", []))
+    produced = {o for n in graph.get("nodes", []) for o in n.get("outputs", [])}
+    readers: dict[str, list[str]] = {}
+    for n in graph.get("nodes", []):
+        for i in dict.fromkeys(n.get("inputs", [])):
+            readers.setdefault(i, []).append(n["name"])
+    inputs = {n["name"]: n.get("inputs", []) for n in graph.get("nodes", [])}
+    for m in (plan.get("memory") or {}).get("ops", []):
+        for b in m.get("inputs", ()):
+            tensor = (by_name.get(b) or {}).get("tensor") or ""
+            if b == tensor:   # the tensor's own buffer (a copy's bytes are the copy's)
+                readers.setdefault(tensor, []).append(m["name"])
+    views = _view_roots(graph)
+    family: dict[str, list[str]] = {}
+    for v, r in views.items():
+        family.setdefault(r, [r]).append(v)
+    out = []
+    for y, op, x in written:
+        value = views.get(x, x)
+        shared = family.get(value, [value])
+        what = f"buffer {y!r} is written in place over {x!r} by {op!r}"
+        if inputs[op].count(x) != 1:
+            out.append(f"{what}, which reads it {inputs[op].count(x)} times")
+        if (roles.get(value) in ("param", "state", "optimizer-state", "input", "label")
+                or value not in produced or set(shared) & outputs):
+            out.append(f"{what}, but {value!r} is not a value the step writes and drops "
+                       f"(role {roles.get(value)!r}, or read after the step)")
+        late = sorted({r for v in shared for r in readers.get(v, ())
+                       if r != op and not hb.before(r, op)})
+        if late:
+            out.append(f"{what}, but op {late[0]!r} reads its value and nothing the executor "
+                       f"enforces runs it before {op!r}: no lane or chain of happens-before "
+                       f"edges leads from {late[0]!r} to {op!r}")
     return out
 
 

@@ -9,7 +9,8 @@ An op definition keeps together
   - what the planner's stages need to know of it: its cost class (the analytical model's
     scaling curve), whether it is a convolution (priced per algorithm, with a workspace),
     whether recomputing it is worth it, whether its output is a view of its input (no bytes
-    of its own, no copy), and the attributes its kernels need precomputed (`kernel_attrs`).
+    of its own, no copy) or may be written over its input (`in_place`), and the attributes
+    its kernels need precomputed (`kernel_attrs`).
     Which backends have a kernel for it is the backends' own registry (codegen.backends).
 
 Example (the whole definition of an op):
@@ -191,6 +192,11 @@ class OpDef:
     # Output 0 is input 0's bytes under another shape: memory planning gives it no bytes of its
     # own (an alias), and kernels copy nothing.
     view: bool = False
+    # Outputs its kernels may write over the bytes of the input of the same index, given the
+    # node's input count (UnscaleGrads: every gradient): memory planning gives such an output
+    # its input's bytes when nothing else reads them later (planner.memory.liveness
+    # .in_place_aliases), so the kernels must be correct when an output is its input.
+    in_place: Callable[[int], Sequence[int]] | None = None
     # Attributes the kernels need precomputed from the input types (a slice's per-axis first
     # index and step), merged into the node's attrs when a backend renders it.
     kernel_attrs: Callable[[list[TensorType], Attrs], Attrs] | None = None

@@ -60,6 +60,9 @@ def _unscale(xs: list[np.ndarray], a: Attrs) -> list[np.ndarray]:
 
 register(OpDef(
     name="UnscaleGrads", arity=None, min_inputs=2, recompute="never",
+    # g_k / scale over g_k's bytes: the step holds each gradient once (GradScaler's in-place
+    # unscale_); the kernels read every element before writing it.
+    in_place=lambda n: range(n - 1),
     infer=_infer_unscale,
     flops=lambda ins, outs, a: 2 * sum(t.size for t in ins[:-1]),   # a test and a multiply
     reference=_unscale,

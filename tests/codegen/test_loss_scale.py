@@ -73,3 +73,17 @@ def check_loss_scaling(folder, backend: str = "cpu") -> None:
     assert scales[OVERFLOW_STEP] == INIT_LOSS_SCALE / 2
     assert scales[OVERFLOW_STEP + GROWTH_INTERVAL] == INIT_LOSS_SCALE
     assert ex.params()["optim/step"] == STEPS - 1   # the skipped step is not counted
+
+
+def test_a_scaled_gradient_overwritten_in_place_is_not_returned(tmp_path):
+    """UnscaleGrads writes each unscaled gradient over its scaled input's bytes (OpDef.in_place):
+    asked for a scaled gradient, the executor names the op that overwrote it, as for any bytes
+    the plan reuses (codegen.layout: an in-place output is no alias of its input's value)."""
+    g = graph("sgd")
+    (unscale,) = [n for n in g.nodes if n.op == "UnscaleGrads"]
+    module = build_module(g, tmp_path / "in_place", "cpu", layout="plan")
+    ex = module.Executor()
+    ex.load_params(init_params(g, seed=1))
+    scaled = unscale.inputs[0]
+    with pytest.raises(ValueError, match=f"cannot return '{scaled}': op '{unscale.name}'"):
+        ex.step(feeds_for(g, 0), [scaled])

@@ -28,6 +28,8 @@ class UnscaleGrads : public Kernel {
     const float inv = static_cast<float>(1.0 / static_cast<double>(*r.at<float>(scale_)));
     int bad = 0;
     for (size_t k = 0; k < in_.size(); ++k) {
+      // y may be g (memory planning writes gk / scale over gk: OpDef.in_place): each
+      // element is read before it is written, by the same thread.
       const float* g = r.at<float>(in_[k]);
       float* y = r.at<float>(out_[k]);
       const int64_t size = sizes_[k];

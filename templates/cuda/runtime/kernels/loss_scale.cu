@@ -4,7 +4,8 @@
 // CUDA graph.
 //   UnscaleGrads [g1 .. gn, scale] -> [g1 * (1/scale) .. gn * (1/scale), found_inf]
 //     found_inf is zeroed, then every kernel that meets an inf or NaN writes 1 (the same
-//     value from any thread: no atomics needed, the result is deterministic)
+//     value from any thread: no atomics needed, the result is deterministic); memory
+//     planning may put gk / scale in gk's bytes (OpDef.in_place), so g is not __restrict__
 //   UpdateLossScale [scale, clean, found_inf] -> [scale', clean']   torch._amp_update_scale_
 //   SkipOnOverflow [found_inf, next, old] -> found_inf ? old : next  (written over old)
 #include <vector>
@@ -14,14 +15,14 @@
 namespace planner {
 namespace {
 
-__global__ void unscale(const float* __restrict__ g, float* y, const float* __restrict__ scale,
+__global__ void unscale(const float* g, float* y, const float* __restrict__ scale,
                         float* found, int64_t n) {
   // GradScaler: the reciprocal in double, rounded to float once.
   const float inv = static_cast<float>(1.0 / static_cast<double>(*scale));
   bool bad = false;
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * blockDim.x) {
-    const float v = g[i];
+    const float v = g[i];  // read before y[i] is written: y may be g
     bad |= !isfinite(v);
     y[i] = v * inv;
   }
