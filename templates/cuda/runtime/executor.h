@@ -99,7 +99,8 @@ class CudaExecutor : public ExecutorCore {
   int64_t host_store_bytes() const { return host_store_ ? host_store_->bytes() : 0; }
   int64_t unplanned_scratch_bytes() const { return unplanned_; }
   double last_step_seconds() const { return last_step_seconds_; }
-  // The all-reduce of a data-parallel plan's AllReduce ops (set between steps).
+  // The process group of a data-parallel plan's collective ops (common/collective.h; set
+  // between steps), run on the op's stream.
   void set_collective(Collective c) { collective_ = std::move(c); }
 
   // Profiling, between steps: every way op `op` can run with at most `workspace_bytes` of
