@@ -85,7 +85,8 @@ def local_rank(rank: int, per_host: int, environ: Mapping[str, str] = os.environ
 
 def settle(ex: Any, plan: dict[str, Any], rank: int) -> RankCpus | None:
     """Put executor `ex` of data-parallel `plan` on this rank's CPUs (module docstring); the
-    CPUs, or None where the plan names CPUs this host lacks (the OS places the threads)."""
+    CPUs, or None where the plan names CPUs this host lacks (the OS places the threads) or
+    none at all (a GPU plan)."""
     ranks, per_host = _ranks(plan)
     core_of = plan["target"]["core_of"]
     if ranks == 1 or not core_of:
