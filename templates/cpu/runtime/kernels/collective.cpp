@@ -1,11 +1,11 @@
 // The all-reduce of a bucket of gradients (planner/ops/collective.py), on the comm lane:
 //   AllReduce [g_1..g_k] -> [r_j..r_k]   r_j = (sum over the process group's ranks of g_j) / ranks
 // The executor's collective (common/collective.h; the Python bindings hand it to
-// torch.distributed's all_reduce on the process group) sums one float buffer in place: with `in_place`, the gradients
-// themselves, which the plan laid out side by side in the arena (each at the previous one's
-// end rounded up to the arena's 64-byte alignment; the padding is summed too, and read by
-// nothing); else a copy of them side by side in the op's scratch area. Then each r_j is
-// written as the sum scaled by 1/ranks.
+// torch.distributed's all_reduce on the process group) sums one float buffer in place: with
+// `in_place`, the gradients themselves, which the plan laid out side by side in the arena
+// (each at the previous one's end rounded up to the arena's 64-byte alignment; the padding is
+// summed too, and read by nothing); else a copy of them side by side in the op's scratch
+// area. Then each r_j is written as the sum scaled by 1/ranks.
 //
 // ZeRO-1 (planner plan --shard-optimizer) splits a bucket, laid out alike (at the op's
 // `alignment`, 64 bytes here) and padded to `ranks` shards of `shard` floats
