@@ -130,7 +130,7 @@ def _zero1(kind: str = "adam", strategy: str = "optimized", **model):
 
 
 @pytest.mark.parametrize("strategy", ["uniform", "optimized"])
-def test_sharded_updates_run_on_the_comm_stream_with_events_to_and_from_it(strategy):
+def test_sharded_updates_run_on_the_comm_stream_after_an_event_from_compute(strategy):
     """ZeRO-1 on a GPU target: each bucket's reduce-scatter and sharded update run on the comm
     stream, after the bucket's gradients (an event from the compute stream); verify
     re-derives every pair that must be ordered and finds each so, and fails when the edges
