@@ -3,7 +3,8 @@ all-reduces on the `comm` stream, each after its bucket's last gradient and befo
 that read it, with an event wherever a dependency crosses to or from that stream (planner
 verify re-derives every such pair); the buckets laid out side by side at the device's
 alignment; the updates wait after backward, so the compute stream never waits on the network
-before backward ends."""
+before backward ends. With --shard-optimizer (ZeRO-1) the reduce-scatters and sharded updates
+on the comm stream, their buckets and shards at the device's 256 bytes."""
 
 from __future__ import annotations
 
