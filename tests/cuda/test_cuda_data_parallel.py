@@ -34,6 +34,7 @@ from tests.codegen.test_data_parallel import (  # noqa: E402 - needs torch.distr
     SHARD,
     _build,
     _check_numbers,
+    _check_own_shards,
     _data,
     _graph,
     _launch,
@@ -100,7 +101,8 @@ def test_sharded_optimizer_ranks_match_one_process_on_the_global_batch(tmp_path)
     reduce-scatters every gradient bucket on the comm stream, updates its shard of the
     parameters with its shard of the optimizer state, and all-gathers the parameters; they
     equal PyTorch on the global batch within _check_numbers' float32 bound and are
-    bit-identical on every rank; each rank's optimizer state is its own."""
+    bit-identical on every rank; each rank reduce-scattered into and all-gathered from its own
+    shard of each bucket in the device arena; each rank's optimizer state is its own."""
     import os
 
     import numpy as np
@@ -118,7 +120,8 @@ def test_sharded_optimizer_ranks_match_one_process_on_the_global_batch(tmp_path)
     runs = _launch([os.pathsep.join(map(str, packages))] * RANKS, data,
                    [os.pathsep.join(str(outs[k][r]) for k in kinds) for r in range(RANKS)],
                    local=local, timeout_s=120.0)
-    for kind in kinds:
+    for kind, package in zip(kinds, packages, strict=True):
         _check_numbers(kind, RANKS, runs, outs[kind], params, x, labels)
+        _check_own_shards(package, outs[kind])
     m = [dict(np.load(o))["shard/0/m"] for o in outs["adam"]]
     assert not np.array_equal(m[0], m[1])

@@ -89,6 +89,9 @@ struct Io {
   static void stats(const CudaExecutor& ex, nb::dict& d) {
     d["step_seconds"] = ex.last_step_seconds();
     d["cuda_graph"] = ex.cuda_graph();
+    // Where the device arena starts (with arena_bytes: whether a view handed to a collective
+    // lies in it, as on the CPU).
+    d["arena_address"] = reinterpret_cast<uintptr_t>(ex.arena_base());
     d["host_store_bytes"] = ex.host_store_bytes();
     d["held_bytes"] = ex.arena_bytes() + ex.host_store_bytes() + ex.unplanned_scratch_bytes();
   }
