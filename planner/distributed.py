@@ -1,21 +1,22 @@
 """A data-parallel executor joins its process group (torch.distributed) at load.
 
 `join(ex, plan_json, group)` is what a generated package's `Executor(process_group=...)`
-calls for a plan with collectives (planner.schedule.parallel): it refuses a group of another size
-than the plan's ranks, checks that every rank loaded the same plan (the sha256 of its JSON,
-all-gathered; a mismatch names the ranks on every rank), and hands the executor the
-collectives its comm lane runs, each on a torch view of the bucket in the arena, no copy:
-`dist.all_reduce` (a sum), and for --shard-optimizer plans `dist.reduce_scatter_single`
-(a sum into this rank's shard of the bucket; `reduce_scatter_tensor` before torch 2.13) and
-`dist.all_gather_single` (the shards into the bucket; `all_gather_into_tensor`), both in
-place on views of the one bucket, with this process's rank, which picks its shard. A rank
-that dies makes the others' collective fail within the group's timeout (gloo raises), which
-the step raises as its error.
-CUDA plans (all-reduce only, NCCL): the bucket is a CUDA tensor over the device arena
-(DLPack), the collective issued under `torch.cuda.ExternalStream` of the executor's comm
-stream, so NCCL's work is ordered after the bucket's gradients and before the ops that wait
-on the comm stream's events, and nothing waits for the GPU in the middle of the step (NCCL's
-watchdog aborts the communicator when a rank dies).
+calls for a plan with collectives (planner.schedule.parallel), on either backend: it refuses
+a group of another size than the plan's ranks, checks that every rank loaded the same plan
+(the sha256 of its JSON, all-gathered; a mismatch names the ranks on every rank), and hands
+the executor its collectives through the one binding both runtimes have,
+`ex.set_collective(fn, rank)` (templates/common/bindings.h): fn(what, bucket, stream) gets a
+torch view of the bucket in the arena, no copy (a CPU tensor, or a CUDA tensor over the
+device arena, by DLPack), and runs `dist.all_reduce` (a sum), or for --shard-optimizer plans
+`dist.reduce_scatter_single` (a sum into this rank's shard of the bucket;
+`reduce_scatter_tensor` before torch 2.13) and `dist.all_gather_single` (the shards into the
+bucket; `all_gather_into_tensor`), both in place on views of the one bucket, with this
+process's rank, which picks its shard. On CUDA (NCCL) the collective is issued under
+`torch.cuda.ExternalStream` of the op's stream (the plan's comm stream), so the work is
+ordered after the bucket's gradients and before the ops that wait on the comm stream's
+events, and nothing waits for the GPU in the middle of the step. A rank that dies makes the
+others' collective fail within the group's timeout (gloo raises; NCCL's watchdog aborts the
+communicator), which the step raises as its error.
 
 Ranks that share a host (a plan with --ranks-per-host L) each take their own cores
 (planner.target.shares): the rank's place among its host's is torchrun's LOCAL_RANK (its
@@ -84,7 +85,8 @@ def local_rank(rank: int, per_host: int, environ: Mapping[str, str] = os.environ
 
 def settle(ex: Any, plan: dict[str, Any], rank: int) -> RankCpus | None:
     """Put executor `ex` of data-parallel `plan` on this rank's CPUs (module docstring); the
-    CPUs, or None where the plan names CPUs this host lacks (the OS places the threads)."""
+    CPUs, or None where the plan names CPUs this host lacks (the OS places the threads) or
+    none at all (a GPU plan)."""
     ranks, per_host = _ranks(plan)
     core_of = plan["target"]["core_of"]
     if ranks == 1 or not core_of:
@@ -114,7 +116,6 @@ def join(ex: Any, plan_json: str, group: Any = None) -> None:
     if ranks == 1:
         return
     try:
-        import torch
         import torch.distributed as dist
     except ImportError:
         raise UserError(f"this plan averages gradients over {ranks} processes; it needs "
@@ -140,37 +141,42 @@ def join(ex: Any, plan_json: str, group: Any = None) -> None:
             f"ranks {r} plan {d[:12]}" for d, r in by.items()) + " (build every rank from "
             "one plan file)")
 
-    names = ("all-reduce", "reduce-scatter", "all-gather")
+    ex.set_collective(_collective(group, size, me), me)
+    settle(ex, plan, me)
 
-    def collective(what: int, whole: Any) -> None:
-        # what: 0 all-reduce, 1 reduce-scatter, 2 all-gather (the runtime's CollectiveKind);
-        # whole: a torch view of the bucket in the arena
+
+_NAMES = ("all-reduce", "reduce-scatter", "all-gather")
+
+
+def _collective(group: Any, size: int, me: int) -> Any:
+    """fn(what, bucket, stream) of `ex.set_collective` for rank `me` of `group` (`size`
+    ranks); what: 0 all-reduce, 1 reduce-scatter, 2 all-gather (the runtime's
+    CollectiveKind)."""
+    import torch
+    import torch.distributed as dist
+
+    def collective(what: int, whole: Any, stream: int) -> None:
         shard = whole.numel() // size
         mine = whole[me * shard:(me + 1) * shard]
+        # On CUDA, ProcessGroupNCCL orders its own stream after the current one and the
+        # current one after the collective (a stream wait, not a host one): the current one
+        # is the op's stream here.
+        on = (torch.cuda.stream(torch.cuda.ExternalStream(stream, device=whole.device))
+              if whole.is_cuda else contextlib.nullcontext())
         try:
-            if what == 0:
-                dist.all_reduce(whole, group=group)
-            elif what == 1:  # (torch 2.13 renamed reduce_scatter_tensor)
-                (getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor)(
-                    mine, whole, group=group)
-            else:
-                (getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor)(
-                    whole, mine, group=group)
-        except RuntimeError as e:  # gloo: a peer closed the connection, or the timeout passed
+            with on:
+                if what == 0:
+                    dist.all_reduce(whole, group=group)
+                elif what == 1:  # (torch 2.13 renamed reduce_scatter_tensor)
+                    (getattr(dist, "reduce_scatter_single", None)
+                     or dist.reduce_scatter_tensor)(mine, whole, group=group)
+                else:
+                    (getattr(dist, "all_gather_single", None)
+                     or dist.all_gather_into_tensor)(whole, mine, group=group)
+        except RuntimeError as e:  # a peer closed the connection, or the timeout passed
             lines = str(e).strip().splitlines()
-            raise RuntimeError(f"rank {me}: the {names[what]} on the process group failed (a "
+            raise RuntimeError(f"rank {me}: the {_NAMES[what]} on the process group failed (a "
                                f"rank died or timed out): {lines[0] if lines else e!r}"
                                ) from None
 
-    if plan.get("backend") == "cuda":
-        def on_stream(bucket: Any, stream: int) -> None:
-            # ProcessGroupNCCL orders its own stream after the current one and the current
-            # one after the collective (a stream wait, not a host one): the current one is
-            # the executor's comm stream here.
-            with torch.cuda.stream(torch.cuda.ExternalStream(stream, device=bucket.device)):
-                collective(0, bucket)
-
-        ex.set_all_reduce(on_stream)
-        return
-    ex.set_collective(lambda what, bucket: collective(what, torch.from_numpy(bucket)), me)
-    settle(ex, plan, me)
+    return collective

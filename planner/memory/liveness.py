@@ -228,7 +228,8 @@ def buckets(graph: Graph) -> dict[str, tuple[str, int, int]]:
             k = (len(n.inputs) if n.op == "ReduceScatter"
                  else sharded_parts(len(n.inputs), n.attrs["update"])[0])
             members = n.inputs[:k]
-            shard = shard_floats([graph.tensor_map[t].size for t in members], n.attrs["ranks"])
+            shard = shard_floats([graph.tensor_map[t].size for t in members], n.attrs["ranks"],
+                                 n.attrs.get("alignment", 64))
             padded = n.attrs["ranks"] * shard * 4
         else:
             continue

@@ -21,7 +21,9 @@ no code with the allocator. Each problem names the buffer(s) and the rule:
                and the all-reduce is their only reader (it writes them). Likewise a
                ReduceScatter's gradients (its only reader) and a ShardedUpdate's parameters,
                whose bucket is padded to ranks x shard floats (re-derived from the graph's
-               sizes and ranks): no other buffer live at the collective lies in that padding
+               sizes and ranks): no other buffer live at the collective lies in that padding.
+               On a CUDA plan the rounding is 256 bytes (the device arena's), which a sharded
+               collective's `alignment` attr must state (its shard's shape follows it)
     arena      device buffers lie inside [0, arena_bytes), host buffers inside the host pool
     overlap    two buffers sharing bytes are ordered: every access of one (its write, its
                reads) happens-before the other's write, through the plan's stated ordering
@@ -275,6 +277,12 @@ def _bucket_problems(plan: dict[str, Any], by_name: dict[str, dict[str, Any]]) -
     for n in graph.get("nodes", []):
         found = _bucket(n, size, align)
         if found is None:
+            continue
+        stated = (n.get("attrs") or {}).get("alignment", BUCKET_ALIGNMENT["cpu"])
+        if n.get("op") != "AllReduce" and stated != align:
+            # its shard's shape follows the attr, the layout and the kernel the backend's
+            out.append(f"bucket of {n['name']!r}: alignment {stated} is not the "
+                       f"{plan.get('backend', 'cpu')} arena's {align} bytes")
             continue
         members, padded, only = found
         what = "gradient" if only else "parameter"

@@ -11,9 +11,10 @@ first. The reference interpreter runs one process: it models every rank holding 
 gradients, so its output is its input.
 
 `ReduceScatter` and `ShardedUpdate` split a bucket among the ranks: its members lie side by
-side (`bucket_places`: each at the previous one's end rounded up to 64 bytes), the bucket is
-padded to `ranks` equal shards of `shard_floats` floats (a multiple of 64 bytes, so every
-shard starts aligned), and rank r owns floats [r * shard, (r + 1) * shard) of it:
+side (`bucket_places`: each at the previous one's end rounded up to the `alignment` attr's
+bytes: 64, the CPU arena's, or 256 on GPU targets, the device arena's), the bucket is padded
+to `ranks` equal shards of `shard_floats` floats (a multiple of the alignment, so every shard
+starts aligned), and rank r owns floats [r * shard, (r + 1) * shard) of it:
 
     bucket   [ g_1 ....|pad| g_2 ........ | pad to ranks x shard ]
     shards   [ rank 0's        | rank 1's        | ...           ]
@@ -44,42 +45,53 @@ import numpy as np
 
 from planner.ops.base import Attr, Attrs, OpDef, OpError, TensorType, get_op, register
 
-ALIGN_FLOATS = 16  # 64 bytes: the arena's alignment, between a bucket's members and shards
+# The bytes between a sharded bucket's members and shards per backend: its arena's alignment
+# (planner.memory.options on the CPU; planner.memory.gpu's DEVICE_ALIGNMENT on a GPU). Plans
+# name it in the collectives' `alignment` attr where it is not the CPU's (their shapes follow).
+BUCKET_ALIGNMENT = {"cpu": 64, "cuda": 256}
 # The optimizer updates a ShardedUpdate runs and their state slots, in input order.
 SHARDED_UPDATES: dict[str, tuple[str, ...]] = {
     "SGD": (), "ApplyMomentum": ("velocity",), "ApplyAdam": ("m", "v")}
 COLLECTIVE_OPS = frozenset({"AllReduce", "ReduceScatter", "ShardedUpdate"})
 
 
-def _up(n: int) -> int:
-    return -(-n // ALIGN_FLOATS) * ALIGN_FLOATS
+def _up(n: int, alignment: int = 64) -> int:
+    step = alignment // 4
+    return -(-n // step) * step
 
 
-def bucket_places(sizes: Sequence[int]) -> tuple[list[int], int]:
+def bucket_places(sizes: Sequence[int], alignment: int = 64) -> tuple[list[int], int]:
     """Each member's first float in a bucket of members of `sizes` floats laid out side by
-    side, each at the previous one's end rounded up to 64 bytes; and the bucket's end.
+    side, each at the previous one's end rounded up to `alignment` bytes; and the bucket's end.
 
-    >>> bucket_places([3, 20])
-    ([0, 16], 36)
+    >>> bucket_places([3, 20]), bucket_places([3, 20], alignment=256)
+    (([0, 16], 36), ([0, 64], 84))
     """
     places, end = [], 0
     for n in sizes:
-        places.append(_up(end) if places else 0)
+        places.append(_up(end, alignment) if places else 0)
         end = places[-1] + n
     return places, end
 
 
-def shard_floats(sizes: Sequence[int], ranks: int) -> int:
+def shard_floats(sizes: Sequence[int], ranks: int, alignment: int = 64) -> int:
     """Floats in each rank's shard of a bucket of members of `sizes` floats: its span over
-    `ranks`, rounded up to 64 bytes; the bucket takes ranks x that, padding included.
+    `ranks`, rounded up to `alignment` bytes; the bucket takes ranks x that, padding included.
 
-    >>> shard_floats([3, 20], 2), shard_floats([3, 20], 4)
-    (32, 16)
+    >>> shard_floats([3, 20], 2), shard_floats([3, 20], 4), shard_floats([3, 20], 2, 256)
+    (32, 16, 64)
     """
-    return _up(-(-bucket_places(sizes)[1] // ranks))
+    return _up(-(-bucket_places(sizes, alignment)[1] // ranks), alignment)
+
+
+def _alignment(a: Attrs) -> int:
+    return a.get("alignment", BUCKET_ALIGNMENT["cpu"])
 
 
 def _check_ranks(op: str, a: Attrs) -> None:
+    if _alignment(a) not in BUCKET_ALIGNMENT.values():
+        raise OpError(f"{op}: alignment is one of {sorted(BUCKET_ALIGNMENT.values())} bytes "
+                      f"(an arena's), got {a['alignment']}")
     if a["ranks"] < 1:
         raise OpError(f"{op}: ranks must be >= 1, got {a['ranks']}")
     if not 1 <= a["ranks_per_host"] <= a["ranks"] or a["ranks"] % a["ranks_per_host"]:
@@ -141,13 +153,14 @@ def _infer_scatter(ins: list[TensorType], a: Attrs) -> list[TensorType]:
     for t in ins:
         if t.dtype != "float32":
             raise OpError(f"ReduceScatter: gradients must be float32, got {t.dtype}")
-    return [TensorType((shard_floats([t.size for t in ins], a["ranks"]),), "float32")]
+    shard = shard_floats([t.size for t in ins], a["ranks"], _alignment(a))
+    return [TensorType((shard,), "float32")]
 
 
-def flat_bucket(xs: Sequence[np.ndarray], ranks: int) -> np.ndarray:
+def flat_bucket(xs: Sequence[np.ndarray], ranks: int, alignment: int = 64) -> np.ndarray:
     """The bucket of `xs` as laid out in the arena, padded to `ranks` shards (zeros)."""
-    places, _ = bucket_places([x.size for x in xs])
-    out = np.zeros(ranks * shard_floats([x.size for x in xs], ranks), np.float32)
+    places, _ = bucket_places([x.size for x in xs], alignment)
+    out = np.zeros(ranks * shard_floats([x.size for x in xs], ranks, alignment), np.float32)
     for x, at in zip(xs, places, strict=True):
         out[at:at + x.size] = x.reshape(-1)
     return out
@@ -155,15 +168,17 @@ def flat_bucket(xs: Sequence[np.ndarray], ranks: int) -> np.ndarray:
 
 def _reference_scatter(xs: list[np.ndarray], a: Attrs) -> list[np.ndarray]:
     # Rank 0 of ranks that hold the same gradients: their average is rank 0's shard itself.
-    shard = shard_floats([x.size for x in xs], a["ranks"])
-    return [flat_bucket(xs, a["ranks"])[:shard]]
+    shard = shard_floats([x.size for x in xs], a["ranks"], _alignment(a))
+    return [flat_bucket(xs, a["ranks"], _alignment(a))[:shard]]
 
 
 register(OpDef(
     name="ReduceScatter",
     cost_class="data-movement",
     arity=None,
-    attrs={"ranks": Attr("int", required=True), "ranks_per_host": Attr("int", default=1)},
+    # alignment: bytes between the bucket's members and shards (BUCKET_ALIGNMENT)
+    attrs={"ranks": Attr("int", required=True), "ranks_per_host": Attr("int", default=1),
+           "alignment": Attr("int", default=64)},
     infer=_infer_scatter,
     flops=lambda ins, outs, a: sum(t.size for t in ins),
     # the reduction's reads and writes of the bucket, the shard's copy out
@@ -198,7 +213,8 @@ def _infer_sharded(ins: list[TensorType], a: Attrs) -> list[TensorType]:
     for t in params:
         if t.dtype != "float32":
             raise OpError(f"ShardedUpdate: parameters must be float32, got {t.dtype}")
-    shard = TensorType((shard_floats([t.size for t in params], a["ranks"]),), "float32")
+    shard = TensorType((shard_floats([t.size for t in params], a["ranks"], _alignment(a)),),
+                       "float32")
     for what, t in zip(("the gradient shard", *SHARDED_UPDATES[a["update"]]),
                        ins[k:k + 1 + slots], strict=True):
         if t != shard:
@@ -217,10 +233,10 @@ def _reference_sharded(xs: list[np.ndarray], a: Attrs) -> list[np.ndarray]:
     k, slots, step = sharded_parts(len(xs), a["update"])
     params, (g, *rest) = xs[:k], xs[k:]
     shard = g.size
-    flat = flat_bucket(params, a["ranks"])
+    flat = flat_bucket(params, a["ranks"], _alignment(a))
     new = get_op(a["update"]).reference([flat[:shard], g, *rest], _update_attrs(a))
     flat[:shard] = new[0]
-    places, _ = bucket_places([p.size for p in params])
+    places, _ = bucket_places([p.size for p in params], _alignment(a))
     outs = [flat[at:at + p.size].reshape(p.shape) for p, at in zip(params, places, strict=True)]
     return [*outs, *new[1:1 + slots]]
 
@@ -245,7 +261,7 @@ register(OpDef(
     arity=None,
     min_inputs=2,
     attrs={"update": Attr("str", required=True), "ranks": Attr("int", required=True),
-           "ranks_per_host": Attr("int", default=1),
+           "ranks_per_host": Attr("int", default=1), "alignment": Attr("int", default=64),
            # the update's own (planner.ops.optim), those it does not take left at defaults
            "lr": Attr("float", required=True), "weight_decay": Attr("float", 0.0),
            "momentum": Attr("float", 0.9), "nesterov": Attr("bool", False),

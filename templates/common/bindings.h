@@ -1,5 +1,6 @@
 // The Python API every backend's executor shares (nanobind): load_params, params, step,
-// step_async / wait / wait_for_all, forward, stats, reset_stats, plan. Each backend's
+// step_async / wait / wait_for_all, forward, stats, reset_stats, plan; and set_collective
+// (define_collective), the process group of a data-parallel plan. Each backend's
 // bindings.cpp defines its module, the constructor, and an `Io` of how arrays cross:
 //
 //   struct Io {
@@ -18,12 +19,15 @@
 #include <nanobind/stl/vector.h>
 
 #include <algorithm>
+#include <cstdint>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "arrays.h"
+#include "collective.h"
 
 namespace planner {
 
@@ -285,6 +289,49 @@ std::vector<std::string> registered_names(const Registry& r) {
   std::vector<std::string> names;
   for (const auto& kv : r) names.push_back(kv.first);
   return names;
+}
+
+// `set_collective(fn, rank)`, the same on every backend: the executor's collective
+// (common/collective.h) becomes a call fn(what, bucket, stream) into Python, made while a
+// step runs (on the CPU's comm lane, or where the CUDA step issues the op; the GIL released
+// by step), holding the GIL for the call only; a Python error becomes the step's error.
+// `bucket` is a float32 torch tensor over the floats in the arena (DLPack, no copy, no owner:
+// valid for the call only) on the executor's device: `device_type` (nb::device::cpu or
+// ::cuda) and `device_id(ex)`; `stream` the CUDA stream to order the collective on, as an
+// integer (0 on the CPU). planner/distributed.py is its one caller.
+template <class Ex, class DeviceId>
+void define_collective(nb::class_<Ex>& cls, int32_t device_type, DeviceId device_id) {
+  cls.def(
+      "set_collective",
+      [device_type, device_id](Ex& ex, nb::callable fn, int rank) {
+        auto shared = std::make_shared<nb::callable>(std::move(fn));
+        const int32_t device = device_id(ex);
+        Collective c;
+        c.rank = rank;
+        c.run = [shared, device_type, device](int what, float* data, int64_t count,
+                                              void* stream) {
+          nb::gil_scoped_acquire acquire;
+          try {
+            size_t shape[1] = {static_cast<size_t>(count)};
+            nb::object bucket = nb::ndarray<nb::pytorch, float, nb::ndim<1>>(
+                data, 1, shape, nb::handle(), nullptr, nb::dtype<float>(), device_type,
+                device).cast(nb::rv_policy::reference);
+            (*shared)(what, bucket, reinterpret_cast<uintptr_t>(stream));
+          } catch (nb::python_error& e) {
+            // Its message without the traceback: the step's error is one line.
+            throw std::runtime_error(nb::str(e.value()).c_str());
+          }
+        };
+        auto lock = hold(ex);  // not while a step runs
+        ex.set_collective(std::move(c));
+      },
+      "fn"_a, "rank"_a,
+      "fn(what, bucket, stream) runs a collective in place on a float32 torch view of a "
+      "bucket in the arena (on the executor's device) over the process group (data-parallel "
+      "plans): what 0 a sum all-reduce, 1 a sum reduce-scatter into this rank's shard "
+      "(rank x len / ranks), 2 an all-gather of the shards; stream: the CUDA stream (an "
+      "integer, 0 on the CPU) it must be enqueued on without waiting for the GPU. It holds "
+      "the GIL only for the call. rank: this process's rank in the group.");
 }
 
 }  // namespace planner

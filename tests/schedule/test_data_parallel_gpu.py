@@ -3,7 +3,8 @@ all-reduces on the `comm` stream, each after its bucket's last gradient and befo
 that read it, with an event wherever a dependency crosses to or from that stream (planner
 verify re-derives every such pair); the buckets laid out side by side at the device's
 alignment; the updates wait after backward, so the compute stream never waits on the network
-before backward ends."""
+before backward ends. With --shard-optimizer (ZeRO-1) the reduce-scatters and sharded updates
+on the comm stream, their buckets and shards at the device's 256 bytes."""
 
 from __future__ import annotations
 
@@ -121,9 +122,71 @@ def test_a_bucket_read_by_another_op_gets_its_scratch_in_the_plan():
     assert verify_plan(p) == []
 
 
-def test_shard_optimizer_is_refused_on_a_gpu_target_in_one_line():
+def _zero1(kind: str = "adam", strategy: str = "optimized", **model):
+    g = make_training_graph(build("lenet", **(model or dict(image=8, batch=8))),
+                            Optimizer(kind=kind))
+    return plan(g, preset(TARGET), options=PlanOptions(
+        schedule=ScheduleOptions(strategy=strategy),
+        data_parallel=DataParallelOptions(ranks=2, bucket_bytes=4096, shard_optimizer=True)))
+
+
+@pytest.mark.parametrize("strategy", ["uniform", "optimized"])
+def test_sharded_updates_run_on_the_comm_stream_after_an_event_from_compute(strategy):
+    """ZeRO-1 on a GPU target: each bucket's reduce-scatter and sharded update run on the comm
+    stream, after the bucket's gradients (an event from the compute stream); verify
+    re-derives every pair that must be ordered and finds each so, and fails when the edges
+    into the first reduce-scatter are cut (the event its kernel waits on)."""
+    p = _zero1(strategy=strategy)
+    assert verify_plan(p) == []
+    ops = {op.op: [o for o in p.ops if o.op == op.op] for op in p.ops}
+    assert len(ops["ReduceScatter"]) >= 2 and "AllReduce" not in ops and "ApplyAdam" not in ops
+    assert {o.stream for o in ops["ReduceScatter"] + ops["ShardedUpdate"]} == {"comm"}
+    for n in p.graph.nodes:
+        if n.op in ("ReduceScatter", "ShardedUpdate"):
+            assert n.attrs["alignment"] == 256  # the device arena's, named in the plan
+    first = min(ops["ReduceScatter"], key=lambda o: o.order).name
+    cut = tuple(e for e in p.happens_before if e.after != first)
+    problems = verify_plan(p.model_copy(update={"happens_before": cut}))
+    assert problems and any(first in s for s in problems)
+
+
+def test_sharded_buckets_lie_side_by_side_at_the_device_alignment():
+    """A sharded bucket's members at the previous one's end rounded up to 256 bytes, its
+    shard a multiple of 256 bytes, the padded bucket ranks x shard: what the CUDA kernels
+    check at run (kernels/collective.cu), re-derived here from the sizes."""
+    p = _zero1()
+    at = {t.name: t for t in p.tensors}
+    checked = 0
+    for n in p.graph.nodes:
+        if n.op not in ("ReduceScatter", "ShardedUpdate"):
+            continue
+        members = n.inputs if n.op == "ReduceScatter" else n.inputs[:len(n.outputs) - 2]
+        end = at[members[0]].offset
+        for m in members:
+            want = -(-end // 256) * 256
+            assert at[m].offset == want, (n.name, m)
+            end = want + at[m].bytes
+        shard = p.graph.tensor(n.outputs[0] if n.op == "ReduceScatter"
+                               else n.inputs[len(members)]).size * 4
+        assert shard % 256 == 0 and 2 * shard >= end - at[members[0]].offset
+        checked += 1
+    assert checked >= 4
+    # A sharded collective stating the CPU's 64 bytes on a CUDA plan: verify names it.
+    rs = next(n for n in p.graph.nodes if n.op == "ReduceScatter")
+    nodes = tuple(n.model_copy(update={"attrs": {**n.attrs, "alignment": 64}})
+                  if n.name == rs.name else n for n in p.graph.nodes)
+    bad = p.model_copy(update={"graph": p.graph.model_copy(update={"nodes": nodes})})
+    assert f"bucket of {rs.name!r}: alignment 64 is not the cuda arena's 256 bytes" in \
+        verify_plan(bad)
+
+
+def test_shard_optimizer_with_loss_scaling_is_refused_on_a_gpu_target_in_one_line():
+    from planner.graph.optimizer import LossScaling
+
     graph = make_training_graph(build("mlp", batch=4, hidden=[8], in_features=3, classes=2),
-                                Optimizer(kind="adam"))
-    with pytest.raises(UserError, match="--shard-optimizer is not supported on a GPU target"):
-        data_parallel_graph(graph, preset("a100-80gb"),
+                                Optimizer(kind="adam"), precision="fp16-mixed",
+                                loss_scaling=LossScaling())
+    with pytest.raises(UserError, match="loss scaling") as e:
+        data_parallel_graph(graph, preset(TARGET),
                             DataParallelOptions(ranks=2, shard_optimizer=True))
+    assert "\n" not in str(e.value)

@@ -76,36 +76,7 @@ NB_MODULE(planner_cpu_rt, m) {
            "plan order); jitter_us: lanes sleep up to that long before each op (tests); a "
            "step with no progress for watchdog_seconds raises, naming the ops not finished.");
   planner::define_executor<Executor, planner::Io>(cls);
-  cls.def(
-      "set_collective",
-      [](Executor& ex, nb::callable fn, int rank) {
-        // Called on the comm lane's thread while a step runs (the GIL released by step):
-        // takes the GIL for the call only; a Python error becomes the step's error.
-        auto shared = std::make_shared<nb::callable>(std::move(fn));
-        planner::Collective c;
-        c.rank = rank;
-        c.run = [shared](int what, float* data, int64_t count) {
-          nb::gil_scoped_acquire acquire;
-          try {
-            size_t shape[1] = {static_cast<size_t>(count)};
-            // A view of the arena, not a copy (no owner: valid for this call only).
-            (*shared)(what, nb::ndarray<nb::numpy, float, nb::ndim<1>>(data, 1, shape,
-                                                                       nb::handle())
-                                .cast(nb::rv_policy::reference));
-          } catch (nb::python_error& e) {
-            // Its message without the traceback: the step's error is one line.
-            throw std::runtime_error(nb::str(e.value()).c_str());
-          }
-        };
-        auto lock = planner::hold(ex);  // not while a step runs
-        ex.set_collective(std::move(c));
-      },
-      "fn"_a, "rank"_a,
-      "fn(what, bucket) runs a collective in place on a float32 numpy view of a bucket in "
-      "the arena over the process group (data-parallel plans): what 0 a sum all-reduce, 1 "
-      "a sum reduce-scatter into this rank's shard (rank x len / ranks), 2 an all-gather of "
-      "the shards; it runs on the comm lane, holding the GIL only for the call. rank: this "
-      "process's rank in the group.");
+  planner::define_collective(cls, nb::device::cpu::value, [](const Executor&) { return 0; });
   cls.def(
       "place",
       [](Executor& ex, std::vector<int> cpu_map, std::vector<int> loose) {

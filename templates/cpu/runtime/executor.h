@@ -49,7 +49,8 @@ class Executor : public ExecutorCore {
   // When op k started and ended in the last step, in seconds from the step's start: the
   // timeline that shows what the plan's simulator leaves out (the lanes' hand-offs).
   std::pair<double, double> last_span(int k) const { return span_[k]; }
-  // The all-reduce of a data-parallel plan's AllReduce ops (set between steps).
+  // The process group of a data-parallel plan's collective ops (common/collective.h; set
+  // between steps).
   void set_collective(Collective c) { collective_ = std::move(c); }
   // Where the plan's CPUs and its comm lane run in this process (Lanes::place; a rank that
   // shares its host). Between steps; nothing to place when ops run one at a time.

@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "collective.h"  // Collective: the process group of a data-parallel plan
 #include "runtime.h"
 
 namespace planner {
@@ -32,21 +33,6 @@ struct Node {
   Attrs attrs;
   const dnnl::engine& engine;
   int threads;
-};
-
-// The process group of a data-parallel plan, set through the bindings: `run(what, data,
-// count)` runs one collective in place on data[0, count) over every rank's own buffer:
-//   kAllReduce      every rank's floats become their sum over the ranks
-//   kReduceScatter  rank r's shard, count / ranks floats at data + r * count / ranks, becomes
-//                   the sum over the ranks of that shard (the rest is left as it is)
-//   kAllGather      every rank's shard is copied to its place in every rank's buffer
-// `rank` is this process's place in the group (which shard is its own).
-enum CollectiveKind { kAllReduce = 0, kReduceScatter = 1, kAllGather = 2 };
-struct Collective {
-  std::function<void(int what, float* data, int64_t count)> run;
-  int rank = 0;
-  explicit operator bool() const { return static_cast<bool>(run); }
-  void operator()(float* data, int64_t count) const { run(kAllReduce, data, count); }
 };
 
 // What a running kernel sees: every tensor's current address, its scratch area, the stream.

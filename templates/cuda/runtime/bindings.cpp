@@ -89,6 +89,9 @@ struct Io {
   static void stats(const CudaExecutor& ex, nb::dict& d) {
     d["step_seconds"] = ex.last_step_seconds();
     d["cuda_graph"] = ex.cuda_graph();
+    // Where the device arena starts (with arena_bytes: whether a view handed to a collective
+    // lies in it, as on the CPU).
+    d["arena_address"] = reinterpret_cast<uintptr_t>(ex.arena_base());
     d["host_store_bytes"] = ex.host_store_bytes();
     d["held_bytes"] = ex.arena_bytes() + ex.host_store_bytes() + ex.unplanned_scratch_bytes();
   }
@@ -126,33 +129,8 @@ NB_MODULE(planner_cuda_rt, m) {
           "stream, plan order); cuda_graph: capture the step at its first run and replay it; "
           "op_timing: time every op with events (stats()).");
   planner::define_executor<CudaExecutor, planner::Io>(cls);
-  cls.def(
-      "set_all_reduce",
-      [](CudaExecutor& ex, nb::callable fn) {
-        // Called while the step issues its ops (the GIL released by step): takes the GIL for
-        // the call only; a Python error becomes the step's error.
-        auto shared = std::make_shared<nb::callable>(std::move(fn));
-        const int device = ex.device();
-        ex.set_collective([shared, device](float* data, int64_t count, cudaStream_t stream) {
-          nb::gil_scoped_acquire acquire;
-          try {
-            size_t shape[1] = {static_cast<size_t>(count)};
-            // A torch CUDA tensor over the arena (DLPack, no owner: valid for this call
-            // only), and the stream the collective must be ordered on, as an integer.
-            nb::object bucket = nb::ndarray<nb::pytorch, float, nb::ndim<1>>(
-                data, 1, shape, nb::handle(), nullptr, nb::dtype<float>(),
-                nb::device::cuda::value, device).cast(nb::rv_policy::reference);
-            (*shared)(bucket, reinterpret_cast<uintptr_t>(stream));
-          } catch (nb::python_error& e) {
-            // Its message without the traceback: the step's error is one line.
-            throw std::runtime_error(nb::str(e.value()).c_str());
-          }
-        });
-      },
-      "fn"_a,
-      "fn(bucket, stream) sums a float32 torch CUDA view of a gradient bucket in place over "
-      "the process group (data-parallel plans), enqueued in order on the CUDA stream whose "
-      "handle is `stream` (torch.cuda.ExternalStream); it must not wait for the GPU.");
+  planner::define_collective(cls, nb::device::cuda::value,
+                             [](const CudaExecutor& ex) { return ex.device(); });
   cls.def("find", [](CudaExecutor& ex, const std::string& op, int64_t workspace_bytes) {
     const planner::Schedule& s = ex.schedule();
     int k = 0;

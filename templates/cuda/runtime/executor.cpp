@@ -111,8 +111,9 @@ CudaExecutor::CudaExecutor(const std::string& schedule_path, bool streams, bool 
     if (registry().find(s.ops[k].op) == registry().end())
       throw std::runtime_error(op_label(s.ops[k]) + ": no CUDA kernel for this op");
     // A captured graph would replay the collectives without the process group seeing them.
-    if (cuda_graph && std::string(s.ops[k].op) == "AllReduce")
-      throw std::runtime_error("a data-parallel plan runs its all-reduces through the process "
+    const std::string op = s.ops[k].op;
+    if (cuda_graph && (op == "AllReduce" || op == "ReduceScatter" || op == "ShardedUpdate"))
+      throw std::runtime_error("a data-parallel plan runs its collectives through the process "
                                "group every step: cuda_graph=True cannot capture them");
   }
   int count = 0;

@@ -96,10 +96,12 @@ class CudaExecutor : public ExecutorCore {
   std::string detail(int op) const { return kernels_[op]->detail(); }
   bool scratch_planned(int op) const { return overflow_[op] == nullptr; }
   int64_t arena_bytes() const { return arena_->bytes(); }
+  const char* arena_base() const { return arena_->base(); }  // device memory
   int64_t host_store_bytes() const { return host_store_ ? host_store_->bytes() : 0; }
   int64_t unplanned_scratch_bytes() const { return unplanned_; }
   double last_step_seconds() const { return last_step_seconds_; }
-  // The all-reduce of a data-parallel plan's AllReduce ops (set between steps).
+  // The process group of a data-parallel plan's collective ops (common/collective.h; set
+  // between steps), run on the op's stream.
   void set_collective(Collective c) { collective_ = std::move(c); }
 
   // Profiling, between steps: every way op `op` can run with at most `workspace_bytes` of

@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "collective.h"  // Collective: the process group of a data-parallel plan
 #include "indexing.h"
 #include "runtime.h"
 
@@ -56,12 +57,6 @@ struct Node {
   // device is sm_80 or newer (read once by the executor at load). False: float32 FMA math.
   bool tf32;
 };
-
-// Sums `count` floats of device memory in place over the process group of a data-parallel
-// plan, ordered on `stream` (every rank calls it with its own bucket and gets the same sum
-// back): it enqueues the collective and returns, set through the bindings (NCCL through
-// torch.distributed, planner/distributed.py).
-using Collective = std::function<void(float* data, int64_t count, cudaStream_t stream)>;
 
 // What a running kernel sees: every tensor's current device address, its scratch area, the
 // stream and the handles bound to it.

@@ -1,16 +1,17 @@
 // The all-reduce of a bucket of gradients (planner/ops/collective.py), on the comm lane:
 //   AllReduce [g_1..g_k] -> [r_j..r_k]   r_j = (sum over the process group's ranks of g_j) / ranks
-// The executor's collective (the Python bindings hand it to torch.distributed's all_reduce on
-// the process group) sums one float buffer in place: with `in_place`, the gradients
-// themselves, which the plan laid out side by side in the arena (each at the previous one's
-// end rounded up to the arena's 64-byte alignment; the padding is summed too, and read by
-// nothing); else a copy of them side by side in the op's scratch area. Then each r_j is
-// written as the sum scaled by 1/ranks.
+// The executor's collective (common/collective.h; the Python bindings hand it to
+// torch.distributed's all_reduce on the process group) sums one float buffer in place: with
+// `in_place`, the gradients themselves, which the plan laid out side by side in the arena
+// (each at the previous one's end rounded up to the arena's 64-byte alignment; the padding is
+// summed too, and read by nothing); else a copy of them side by side in the op's scratch
+// area. Then each r_j is written as the sum scaled by 1/ranks.
 //
-// ZeRO-1 (planner plan --shard-optimizer) splits a bucket, laid out alike and padded to `ranks`
-// shards of `shard` floats (planner/ops/collective.py), among the ranks; rank r owns floats
-// [r shard, (r + 1) shard). Every rank runs the same plan: its shard is the first one's
-// place plus rank x shard.
+// ZeRO-1 (planner plan --shard-optimizer) splits a bucket, laid out alike (at the op's
+// `alignment`, 64 bytes here) and padded to `ranks` shards of `shard` floats
+// (planner/ops/collective.py, common/collective.h ShardedBucket), among the ranks; rank r owns
+// floats [r shard, (r + 1) shard). Every rank runs the same plan: its shard is the first
+// one's place plus rank x shard.
 //   ReduceScatter [g_1..g_k] -> [s]   a sum reduce-scatter in place on the gradients'
 //                                     bucket; s = this rank's shard of it / ranks
 //   ShardedUpdate [p_1..p_k, s, state shards, (t)] -> [p_1'..p_k', state shards']
@@ -51,8 +52,7 @@ class AllReduce : public Kernel {
   }
   std::string impl() const override { return in_place_ ? "in place" : "copied to scratch"; }
   void run(const Run& r) override {
-    if (r.collective == nullptr || !*r.collective)
-      throw std::runtime_error("no process group to all-reduce on (data-parallel plan)");
+    const Collective& c = process_group(r.collective);
     float* bucket = in_place_ ? r.at<float>(in_[0]) : reinterpret_cast<float*>(r.scratch);
     std::vector<int64_t>& at = at_;  // each gradient's first float in the bucket
     int64_t end = 0;
@@ -73,7 +73,7 @@ class AllReduce : public Kernel {
       }
       end = at[j] + count_[j];
     }
-    (*r.collective)(bucket, end);
+    c.run(kAllReduce, bucket, end, nullptr);
     for (size_t j = 0; j < out_.size(); ++j) {
       float* o = r.at<float>(out_[j]);
       const float* s = bucket + at[j];
@@ -90,55 +90,15 @@ class AllReduce : public Kernel {
   bool in_place_;
 };
 
-// A sharded bucket's members as the plan laid them out: each at the previous one's end
-// rounded up to 64 bytes, the whole padded to `ranks` shards of 64-byte multiples.
-class ShardedBucket {
- public:
-  ShardedBucket(const std::vector<TensorRef>& members, int64_t ranks) : ranks_(ranks) {
-    if (ranks < 1 || members.empty())
-      throw std::runtime_error("a sharded bucket needs ranks >= 1 and members");
-    const int64_t floats = kAlign / sizeof(float);
-    int64_t end = 0;
-    for (const TensorRef& t : members) {
-      ids_.push_back(t.id);
-      count_.push_back(t.size());
-      at_.push_back(at_.empty() ? 0 : (end + floats - 1) / floats * floats);
-      end = at_.back() + t.size();
-    }
-    shard_ = ((end + ranks - 1) / ranks + floats - 1) / floats * floats;
-  }
-  int64_t shard() const { return shard_; }
-  int64_t padded() const { return shard_ * ranks_; }
-  size_t size() const { return ids_.size(); }
-  int64_t at(size_t j) const { return at_[j]; }
-  int64_t count(size_t j) const { return count_[j]; }
-  // The bucket's first float, after checking that the members lie where the plan says
-  // (else the collective on the padded span would clobber other tensors).
-  float* base(const Run& r, const char* what) const {
-    float* b = r.at<float>(ids_[0]);
-    for (size_t j = 0; j < ids_.size(); ++j)
-      if (r.at<float>(ids_[j]) != b + at_[j])
-        throw std::runtime_error(std::string("the bucket's ") + what +
-                                 " do not lie side by side in the arena, as the plan says");
-    return b;
-  }
-
- private:
-  int64_t ranks_, shard_ = 0;
-  std::vector<int> ids_;
-  std::vector<int64_t> count_, at_;
-};
-
-const Collective& group(const Run& r) {
-  if (r.collective == nullptr || !*r.collective)
-    throw std::runtime_error("no process group to run the collective on (data-parallel plan)");
-  return *r.collective;
+// The alignment of a sharded bucket (its op's attr; absent: the CPU arena's).
+int64_t bucket_alignment(const Node& n) {
+  return n.attrs.has("alignment") ? n.attrs.i("alignment") : kAlign;
 }
 
 class ReduceScatter : public Kernel {
  public:
   explicit ReduceScatter(const Node& n)
-      : bucket_(n.in, n.attrs.i("ranks")), out_(n.out[0].id),
+      : bucket_(n.in, n.attrs.i("ranks"), bucket_alignment(n)), out_(n.out[0].id),
         scale_(1.0f / static_cast<float>(n.attrs.i("ranks"))) {
     require_f32(n);
     if (n.out.size() != 1 || n.out[0].size() != bucket_.shard())
@@ -146,9 +106,9 @@ class ReduceScatter : public Kernel {
   }
   std::string impl() const override { return "in place"; }
   void run(const Run& r) override {
-    const Collective& c = group(r);
+    const Collective& c = process_group(r.collective);
     float* bucket = bucket_.base(r, "gradients");
-    c.run(kReduceScatter, bucket, bucket_.padded());
+    c.run(kReduceScatter, bucket, bucket_.padded(), nullptr);
     const float* mine = bucket + c.rank * bucket_.shard();
     float* o = r.at<float>(out_);
     for (int64_t i = 0; i < bucket_.shard(); ++i) o[i] = mine[i] * scale_;
@@ -165,7 +125,7 @@ class ShardedUpdate : public Kernel {
   explicit ShardedUpdate(const Node& n)
       : update_(n.attrs.s("update")), slots_(update_ == "SGD" ? 0 : update_ == "ApplyMomentum" ? 1 : 2),
         params_(std::vector<TensorRef>(n.in.begin(), n.in.begin() + param_count(n)),
-                n.attrs.i("ranks")),
+                n.attrs.i("ranks"), bucket_alignment(n)),
         a_(update_attrs(n)) {
     require_f32(n);
     if (update_ != "SGD" && update_ != "ApplyMomentum" && update_ != "ApplyAdam")
@@ -184,14 +144,13 @@ class ShardedUpdate : public Kernel {
   }
   std::string impl() const override { return "shard, all-gather in place"; }
   void run(const Run& r) override {
-    const Collective& c = group(r);
+    const Collective& c = process_group(r.collective);
     float* base = params_.base(r, "parameters");
-    const int64_t lo = c.rank * params_.shard(), hi = lo + params_.shard();
+    const int64_t lo = c.rank * params_.shard();
     const float t = t_ >= 0 ? *r.at<float>(t_) : 0.f;
     for (size_t j = 0; j < params_.size(); ++j) {
       // The floats of parameter j in this rank's shard: [a, b) of the bucket.
-      const int64_t a = std::max(lo, params_.at(j));
-      const int64_t b = std::min(hi, params_.at(j) + params_.count(j));
+      const auto [a, b] = params_.in_shard(j, c.rank);
       if (a >= b) continue;
       const int64_t e = a - params_.at(j), i = a - lo, n = b - a;
       const float* p = base + a;
@@ -207,7 +166,7 @@ class ShardedUpdate : public Kernel {
                     r.at<float>(state_out_[0]) + i, r.at<float>(state_out_[1]) + i, n, a_);
       }
     }
-    c.run(kAllGather, base, params_.padded());
+    c.run(kAllGather, base, params_.padded(), nullptr);
   }
 
  private:

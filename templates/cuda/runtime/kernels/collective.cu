@@ -1,13 +1,27 @@
-// The all-reduce of a bucket of gradients (planner/ops/collective.py), on the comm stream:
+// The collectives of data-parallel training (planner/ops/collective.py), on the comm stream:
 //   AllReduce [g_1..g_k] -> [r_1..r_k]   r_j = (sum over the process group's ranks of g_j) / ranks
-// As on the CPU (templates/cpu/runtime/kernels/collective.cpp), the executor's collective sums
-// one float buffer of device memory in place: with `in_place`, the gradients themselves, which
+// As on the CPU (templates/cpu/runtime/kernels/collective.cpp), the executor's collective
+// (common/collective.h) sums one float buffer of device memory in place: with `in_place`, the gradients themselves, which
 // the plan laid out side by side in the arena (each at the previous one's end rounded up to
 // the device alignment, 256 bytes; the padding is summed too, and read by nothing); else a
 // copy of them side by side in the op's scratch area. The bindings hand it to
 // torch.distributed's all_reduce (NCCL) on a torch CUDA view of that buffer, ordered with the
 // op's stream (planner/distributed.py): the call enqueues work and returns; nothing here waits
 // for the GPU. Then each r_j is written as the sum scaled by 1/ranks, on the same stream.
+//
+// ZeRO-1 (planner plan --shard-optimizer), as on the CPU, with the bucket at the device
+// arena's 256 bytes (the ops' `alignment` attr; common/collective.h ShardedBucket):
+//   ReduceScatter [g_1..g_k] -> [s]   a sum reduce-scatter in place on the gradients' bucket,
+//                                     then s = this rank's shard of it / ranks
+//   ShardedUpdate [p_1..p_k, s, state shards, (t)] -> [p_1'..p_k', state shards']
+//                                     the optimizer update (planner/ops/optim.py's formulas,
+//                                     as the CPU's update_math.h) on the parameters' floats in
+//                                     this rank's shard, one launch per parameter there (the
+//                                     padding left alone), then an all-gather of the
+//                                     parameters' bucket in place
+// Every launch and collective is enqueued on the op's stream: the plan's events order the
+// gradients' writers before a reduce-scatter and the parameters' readers before an update.
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -48,8 +62,7 @@ class AllReduce : public Kernel {
   }
   std::string detail() const override { return in_place_ ? "in place" : "copied to scratch"; }
   void run(const Run& r) override {
-    if (r.collective == nullptr || !*r.collective)
-      throw std::runtime_error("no process group to all-reduce on (data-parallel plan)");
+    const Collective& c = process_group(r.collective);
     float* bucket = in_place_ ? r.at<float>(in_[0]) : reinterpret_cast<float*>(r.scratch);
     int64_t end = 0;
     for (size_t j = 0; j < in_.size(); ++j) {
@@ -72,7 +85,7 @@ class AllReduce : public Kernel {
       }
       end = at_[j] + count_[j];
     }
-    (*r.collective)(bucket, end, r.stream);
+    c.run(kAllReduce, bucket, end, r.stream);
     for (size_t j = 0; j < out_.size(); ++j) {
       scale_into<<<blocks_for(count_[j], 256), 256, 0, r.stream>>>(
           r.at<float>(out_[j]), bucket + at_[j], count_[j], scale_);
@@ -89,12 +102,185 @@ class AllReduce : public Kernel {
   bool in_place_;
 };
 
+int64_t bucket_alignment(const Node& n) {
+  return n.attrs.has("alignment") ? n.attrs.i("alignment") : kBucketAlign;
+}
+
+void require_f32(const Node& n, const char* op) {
+  for (const auto* ts : {&n.in, &n.out})
+    for (const TensorRef& t : *ts)
+      if (t.dtype != F32) throw std::runtime_error(std::string(op) + " runs on float32 tensors");
+}
+
+class ReduceScatter : public Kernel {
+ public:
+  explicit ReduceScatter(const Node& n)
+      : bucket_(n.in, n.attrs.i("ranks"), bucket_alignment(n)), out_(n.out[0].id),
+        scale_(1.0f / static_cast<float>(n.attrs.i("ranks"))) {
+    require_f32(n, "a reduce-scatter");
+    if (bucket_alignment(n) % kBucketAlign)
+      throw std::runtime_error("a sharded bucket on the GPU is aligned to 256 bytes");
+    if (n.out.size() != 1 || n.out[0].size() != bucket_.shard())
+      throw std::runtime_error("a reduce-scatter writes one shard of its bucket");
+  }
+  std::string detail() const override { return "in place"; }
+  void run(const Run& r) override {
+    const Collective& c = process_group(r.collective);
+    float* bucket = bucket_.base(r, "gradients");
+    c.run(kReduceScatter, bucket, bucket_.padded(), r.stream);
+    const int64_t n = bucket_.shard();
+    scale_into<<<blocks_for(n, 256), 256, 0, r.stream>>>(
+        r.at<float>(out_), bucket + c.rank * n, n, scale_);
+    PLANNER_LAUNCHED("scale_into (reduce-scatter)");
+  }
+
+ private:
+  ShardedBucket bucket_;
+  int out_;
+  float scale_;
+};
+
+// The updates of planner/ops/optim.py on n floats (the CPU's update_math.h, element by
+// element). Outputs may be the inputs' bytes.
+struct UpdateArgs {
+  float lr = 0, weight_decay = 0, momentum = 0.9f, beta1 = 0.9f, beta2 = 0.999f, epsilon = 1e-8f;
+  bool nesterov = false;
+};
+
+UpdateArgs update_args(const Node& n) {
+  UpdateArgs a;
+  a.lr = static_cast<float>(n.attrs.f("lr"));
+  if (n.attrs.has("weight_decay")) a.weight_decay = static_cast<float>(n.attrs.f("weight_decay"));
+  if (n.attrs.has("momentum")) a.momentum = static_cast<float>(n.attrs.f("momentum"));
+  if (n.attrs.has("nesterov")) a.nesterov = n.attrs.b("nesterov");
+  if (n.attrs.has("beta1")) a.beta1 = static_cast<float>(n.attrs.f("beta1"));
+  if (n.attrs.has("beta2")) a.beta2 = static_cast<float>(n.attrs.f("beta2"));
+  if (n.attrs.has("epsilon")) a.epsilon = static_cast<float>(n.attrs.f("epsilon"));
+  return a;
+}
+
+// p' = p - lr (g + wd p)
+__global__ void sgd_shard(const float* p, const float* g, float* po, int64_t n, UpdateArgs a) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    po[i] = a.weight_decay != 0.f ? p[i] - a.lr * (g[i] + a.weight_decay * p[i])
+                                  : p[i] - a.lr * g[i];
+}
+
+// g' = g + wd p; v' = m v + g'; p' = p - lr (nesterov ? g' + m v' : v')
+__global__ void momentum_shard(const float* p, const float* g, const float* v, float* po,
+                               float* vo, int64_t n, UpdateArgs a) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const float gi = a.weight_decay != 0.f ? g[i] + a.weight_decay * p[i] : g[i];
+    const float vn = a.momentum * v[i] + gi;
+    const float step = a.nesterov ? gi + a.momentum * vn : vn;
+    vo[i] = vn;
+    po[i] = p[i] - a.lr * step;
+  }
+}
+
+// torch.optim.Adam with bias correction by the step count *t (this step's, from 1, read on
+// the device: the step count lives in the arena)
+__global__ void adam_shard(const float* p, const float* g, const float* m, const float* v,
+                           const float* t, float* po, float* mo, float* vo, int64_t n,
+                           UpdateArgs a) {
+  const float step_size = a.lr / (1.f - powf(a.beta1, *t));
+  const float root = sqrtf(1.f - powf(a.beta2, *t));
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const float gi = a.weight_decay != 0.f ? g[i] + a.weight_decay * p[i] : g[i];
+    const float mn = a.beta1 * m[i] + (1.f - a.beta1) * gi;
+    const float vn = a.beta2 * v[i] + (1.f - a.beta2) * gi * gi;
+    const float denom = sqrtf(vn) / root + a.epsilon;
+    mo[i] = mn;
+    vo[i] = vn;
+    po[i] = p[i] - step_size * (mn / denom);
+  }
+}
+
+class ShardedUpdate : public Kernel {
+ public:
+  explicit ShardedUpdate(const Node& n)
+      : update_(n.attrs.s("update")),
+        slots_(update_ == "SGD" ? 0 : update_ == "ApplyMomentum" ? 1 : 2),
+        params_(std::vector<TensorRef>(n.in.begin(), n.in.begin() + param_count(n)),
+                n.attrs.i("ranks"), bucket_alignment(n)),
+        a_(update_args(n)) {
+    require_f32(n, "a sharded update");
+    if (update_ != "SGD" && update_ != "ApplyMomentum" && update_ != "ApplyAdam")
+      throw std::runtime_error("a sharded update runs SGD, ApplyMomentum or ApplyAdam");
+    if (bucket_alignment(n) % kBucketAlign)
+      throw std::runtime_error("a sharded bucket on the GPU is aligned to 256 bytes");
+    const size_t k = params_.size();
+    if (n.out.size() != k + static_cast<size_t>(slots_))
+      throw std::runtime_error("a sharded update writes its parameters and state shards");
+    for (size_t j = 0; j <= static_cast<size_t>(slots_); ++j)
+      if (n.in[k + j].size() != params_.shard())
+        throw std::runtime_error("a sharded update's gradient and state are one shard each");
+    g_ = n.in[k].id;
+    for (int j = 0; j < slots_; ++j) {
+      state_.push_back(n.in[k + 1 + j].id);
+      state_out_.push_back(n.out[k + j].id);
+    }
+    if (update_ == "ApplyAdam") t_ = n.in[k + 1 + slots_].id;
+    for (size_t j = 0; j < k; ++j) out_.push_back(n.out[j].id);
+  }
+  std::string detail() const override { return "shard, all-gather in place"; }
+  void run(const Run& r) override {
+    const Collective& c = process_group(r.collective);
+    float* base = params_.base(r, "parameters");
+    const int64_t lo = c.rank * params_.shard();
+    for (size_t j = 0; j < params_.size(); ++j) {
+      // The floats of parameter j in this rank's shard: [a, b) of the bucket.
+      const auto [a, b] = params_.in_shard(j, c.rank);
+      if (a >= b) continue;
+      const int64_t e = a - params_.at(j), i = a - lo, n = b - a;
+      const float* p = base + a;
+      float* po = r.at<float>(out_[j]) + e;
+      const float* g = r.at<float>(g_) + i;
+      const unsigned blocks = blocks_for(n, 256);
+      if (slots_ == 0) {
+        sgd_shard<<<blocks, 256, 0, r.stream>>>(p, g, po, n, a_);
+      } else if (slots_ == 1) {
+        momentum_shard<<<blocks, 256, 0, r.stream>>>(
+            p, g, r.at<float>(state_[0]) + i, po, r.at<float>(state_out_[0]) + i, n, a_);
+      } else {
+        adam_shard<<<blocks, 256, 0, r.stream>>>(
+            p, g, r.at<float>(state_[0]) + i, r.at<float>(state_[1]) + i, r.at<float>(t_), po,
+            r.at<float>(state_out_[0]) + i, r.at<float>(state_out_[1]) + i, n, a_);
+      }
+      PLANNER_LAUNCHED("sharded update");
+    }
+    c.run(kAllGather, base, params_.padded(), r.stream);
+  }
+
+ private:
+  // Inputs: the parameters, the gradient shard, the state shards, Adam's step count.
+  static size_t param_count(const Node& n) {
+    const std::string u = n.attrs.s("update");
+    const size_t rest = 1 + (u == "SGD" ? 0 : u == "ApplyMomentum" ? 1 : 3);
+    if (n.in.size() <= rest) throw std::runtime_error("a sharded update needs parameters");
+    return n.in.size() - rest;
+  }
+  std::string update_;
+  int slots_;
+  ShardedBucket params_;
+  UpdateArgs a_;
+  int g_ = -1, t_ = -1;
+  std::vector<int> state_, state_out_, out_;
+};
+
 KernelPtr make_all_reduce(const Node& n) { return std::make_unique<AllReduce>(n); }
+KernelPtr make_reduce_scatter(const Node& n) { return std::make_unique<ReduceScatter>(n); }
+KernelPtr make_sharded_update(const Node& n) { return std::make_unique<ShardedUpdate>(n); }
 
 }  // namespace
 
 PLANNER_REGISTER_KERNELS(collective) {
   r["AllReduce"] = make_all_reduce;
+  r["ReduceScatter"] = make_reduce_scatter;
+  r["ShardedUpdate"] = make_sharded_update;
 }
 
 }  // namespace planner
