@@ -16,6 +16,9 @@
     batch_weight_gradients
                      a weight's gradient summed over many GEMMs (an RNN's time steps) becomes
                      one GEMM over the concatenated rows (planner/graph/weight_grads.py)
+    fold_transposes  a Transpose read only by MatMuls, or of a MatMul's result read by nothing
+                     else (attention's head splits and merges, forward and backward), becomes
+                     strides of those GEMMs (planner/graph/transpose_fold.py)
     mark_in_place    next values of params, optimizer state and BatchNorm running statistics
                      carry `updates=<persistent tensor>` and its role
     apply_precision  the precision policy's casts (planner/graph/precision.py; fp32: none)
@@ -94,6 +97,7 @@ from planner.graph.lstm_grads import fold_lstm_dh_sums
 from planner.graph.optimizer import LossScaling, Optimizer
 from planner.graph.precision import apply_precision
 from planner.graph.slice_grads import join_slice_gradients
+from planner.graph.transpose_fold import fold_transposes
 from planner.graph.validate import check_graph, normalize_attrs
 from planner.graph.weight_grads import batch_weight_gradients
 from planner.ops import TensorType, get_op
@@ -158,8 +162,8 @@ def make_training_graph(graph: Graph, optimizer: Optimizer, precision: str = "fp
                outputs=[f"update/{DROPOUT_STEP}"])
         updated[f"update/{DROPOUT_STEP}"] = DROPOUT_STEP
     marks = {**_running_stat_updates(graph), **updated}
-    built = batch_weight_gradients(join_slice_gradients(fold_lstm_dh_sums(
-        b.build(outputs=graph.outputs, kind="training"))))
+    built = fold_transposes(batch_weight_gradients(join_slice_gradients(fold_lstm_dh_sums(
+        b.build(outputs=graph.outputs, kind="training")))))
     return apply_precision(_mark_in_place(built, graph, marks), precision)
 
 
@@ -197,8 +201,8 @@ def gradients(graph: Graph, wrt: Sequence[str] | None = None,
                  for y in of}
     grads = _differentiate(b, graph, wrt, seeds)
     outputs = list(dict.fromkeys([*graph.outputs, *(g for g in grads.values() if g)]))
-    built = batch_weight_gradients(join_slice_gradients(fold_lstm_dh_sums(
-        b.build(outputs=outputs, kind="training"))))
+    built = fold_transposes(batch_weight_gradients(join_slice_gradients(fold_lstm_dh_sums(
+        b.build(outputs=outputs, kind="training")))))
     return _mark_in_place(built, graph, {}), grads
 
 
