@@ -16,11 +16,12 @@
     batch_weight_gradients
                      a weight's gradient summed over many GEMMs (an RNN's time steps) becomes
                      one GEMM over the concatenated rows (planner/graph/weight_grads.py)
-    fold_transposes  a Transpose read only by MatMuls, or of a MatMul's result read by nothing
-                     else (attention's head splits and merges, forward and backward), becomes
-                     strides of those GEMMs (planner/graph/transpose_fold.py)
     mark_in_place    next values of params, optimizer state and BatchNorm running statistics
                      carry `updates=<persistent tensor>` and its role
+    fold_transposes  a Transpose read only by MatMuls, or of a MatMul's result read by nothing
+                     else (attention's head splits and merges, forward and backward), becomes
+                     strides of those GEMMs (planner/graph/transpose_fold.py); after
+                     mark_in_place, which would give a reshaped forward tensor its old record
     apply_precision  the precision policy's casts (planner/graph/precision.py; fp32: none)
 
 Every node is added through GraphBuilder, so it passes the same shape rules as any graph as it is
@@ -162,9 +163,9 @@ def make_training_graph(graph: Graph, optimizer: Optimizer, precision: str = "fp
                outputs=[f"update/{DROPOUT_STEP}"])
         updated[f"update/{DROPOUT_STEP}"] = DROPOUT_STEP
     marks = {**_running_stat_updates(graph), **updated}
-    built = fold_transposes(batch_weight_gradients(join_slice_gradients(fold_lstm_dh_sums(
-        b.build(outputs=graph.outputs, kind="training")))))
-    return apply_precision(_mark_in_place(built, graph, marks), precision)
+    built = batch_weight_gradients(join_slice_gradients(fold_lstm_dh_sums(
+        b.build(outputs=graph.outputs, kind="training"))))
+    return apply_precision(fold_transposes(_mark_in_place(built, graph, marks)), precision)
 
 
 def gradients(graph: Graph, wrt: Sequence[str] | None = None,
@@ -201,9 +202,9 @@ def gradients(graph: Graph, wrt: Sequence[str] | None = None,
                  for y in of}
     grads = _differentiate(b, graph, wrt, seeds)
     outputs = list(dict.fromkeys([*graph.outputs, *(g for g in grads.values() if g)]))
-    built = fold_transposes(batch_weight_gradients(join_slice_gradients(fold_lstm_dh_sums(
-        b.build(outputs=outputs, kind="training")))))
-    return _mark_in_place(built, graph, {}), grads
+    built = batch_weight_gradients(join_slice_gradients(fold_lstm_dh_sums(
+        b.build(outputs=outputs, kind="training"))))
+    return fold_transposes(_mark_in_place(built, graph, {})), grads
 
 
 def find_loss(graph: Graph) -> str:

@@ -31,7 +31,8 @@ def attention(batch=2, seq=5, heads=3, width=4):
 
 def _close(before, after, names):
     feeds = random_feeds(before, seed=1)
-    want, got = run(before, feeds, {}), run(after, feeds, {})
+    params = init_params(before, seed=1)
+    want, got = run(before, feeds, params), run(after, feeds, params)
     for n in names:
         np.testing.assert_allclose(got[n], want[n], rtol=1e-6, atol=1e-6)
 
@@ -114,3 +115,45 @@ def test_training_graphs_of_transformers_have_no_transposes(model, monkeypatch):
         if t.updates is not None or t.name in folded.outputs:
             np.testing.assert_allclose(got[t.name], want[t.name], rtol=1e-5, atol=1e-6,
                                        err_msg=t.name)
+
+
+def seq_first_attention(seq=5, batch=2, heads=3, width=4):
+    """nn.MultiheadAttention's core as torch.export writes it: (seq, batch x heads, width)
+    transposed, then split into (batch, heads, seq, width); the context merged back the same
+    way; a projection weight and an MSE loss so that the gradients have the mirror images."""
+    b = GraphBuilder("mha")
+    x = b.input("x", (seq, batch * heads, width))
+    w = b.param("w", (width, width), init="glorot")
+    heads4 = [batch, heads, seq, width]
+    q = b.op("Reshape", [b.op("Transpose", [b.op("MatMul", [x, w], name="proj")],
+                              {"perm": [1, 0, 2]}, name="t")], {"shape": heads4}, name="split")
+    p = b.op("Softmax", [b.op("MatMul", [q, q], {"transpose_b": True}, name="scores")],
+             {"axis": -1}, name="p")
+    c = b.op("Reshape", [b.op("MatMul", [p, q], name="context")],
+             {"shape": [batch * heads, seq, width]}, name="merge")
+    y = b.op("Transpose", [c], {"perm": [1, 0, 2]}, name="back")
+    loss = b.op("MSE", [y, b.input("target", (seq, batch * heads, width))], name="loss")
+    return b.build(outputs=[loss])
+
+
+def test_transposes_across_split_and_merge_reshapes_fold(monkeypatch):
+    """The Reshape moves to the other side of the Transpose (splitting the Transpose's input,
+    or merging the MatMul's permuted result), and the Transpose folds: forward and backward."""
+    forward = seq_first_attention()
+    folded = check_graph(fold_transposes(forward))
+    assert not any(n.op == "Transpose" for n in folded.nodes)
+    assert folded.node_map["split"].inputs == ("proj",) and folded.tensor("split").shape == \
+        (5, 2, 3, 4)
+    assert folded.node_map["scores"].attrs["perm_a"] == [1, 2, 0, 3]
+    assert folded.node_map["context"].attrs["perm_y"] == [2, 0, 1, 3]
+    assert folded.node_map["merge"].outputs == ("back",)
+    _close(forward, folded, ["loss", "back"])
+    training = make_training_graph(forward, Optimizer(kind="sgd", lr=0.1))
+    monkeypatch.setattr(autodiff, "fold_transposes", lambda g: g)
+    plain = make_training_graph(forward, Optimizer(kind="sgd", lr=0.1))
+    assert sum(n.op == "Transpose" for n in plain.nodes) == 4
+    # left: the gradient of `t`, between a sum (AddN) and the weight gradient's flattening
+    assert [n.name for n in training.nodes if n.op == "Transpose"] == ["grad/t/transpose"]
+    feeds, params = random_feeds(plain, seed=4), init_params(plain, seed=4)
+    want, got = run(plain, feeds, params), run(training, feeds, params)
+    np.testing.assert_allclose(got["update/w"], want["update/w"], rtol=1e-5, atol=1e-6)
