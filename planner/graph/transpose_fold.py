@@ -27,7 +27,8 @@ axis, so the copies can go:
     split above): the MatMul writes the permuted unmerged axes, the Reshape merges them into
     the Transpose's output;
 each only where the composed permutation keeps MatMul's unit-stride rule (an operand's last
-axis among its view's matrix axes, the product's rows contiguous), where no other node reads
+axis among its view's matrix axes, the product's rows contiguous) and its batch axes outermost
+(what oneDNN's fast matmul takes: `_batch_outermost`), where no other node reads
 what the rewrite changes, and a MatMul with a third input is left alone. Node and tensor names
 are kept (none is made up) and nodes keep their order: a folded result's tensor record takes
 the place of the MatMul's old output; a Reshape moved across a Transpose keeps its name, and
@@ -235,7 +236,7 @@ def _fold_input(reader: Node, tensor: str, source: str, perm: Sequence[int]) -> 
         if inputs[k] != tensor:
             continue
         view = _compose(perm, attrs.get(key))
-        if len(view) - 1 not in view[-2:]:  # the operand's rows would lose their unit stride
+        if len(view) - 1 not in view[-2:] or not _batch_outermost(view):
             return None
         inputs[k] = source
         _set(attrs, key, view)
@@ -247,11 +248,22 @@ def _fold_output(producer: Node, perm: Sequence[int]) -> Node | None:
     if producer.op != "MatMul" or len(producer.inputs) != 2:
         return None
     composed = _compose(producer.attrs.get("perm_y"), perm)
-    if composed[-1] != len(composed) - 1:  # the product's rows would not be contiguous
+    if composed[-1] != len(composed) - 1 or not _batch_outermost(composed):
         return None
     attrs = dict(producer.attrs)
     _set(attrs, "perm_y", composed)
     return producer.model_copy(update={"attrs": dict(sorted(attrs.items()))})
+
+
+def _batch_outermost(perm: Sequence[int]) -> bool:
+    """Whether a view through `perm` keeps its first (batch) axis outermost in memory, as
+    oneDNN 3.2's brgemm matmul needs: it takes (batch, heads, seq, width) read from (batch,
+    seq, heads, width) bytes, but a view whose matrix rows are outermost, such as
+    nn.MultiheadAttention's (seq, batch x heads, width) read as (batch x heads, seq, width),
+    goes to its gemm:jit matmul, which loses more than the Transpose costs (ViT's scores GEMM
+    81 -> 127 us against a 15 us Transpose, bench/RESULTS.md). Matrices (rank 2) have no batch
+    axis."""
+    return len(perm) <= 2 or perm[0] == 0
 
 
 def _compose(first: Sequence[int] | None, then: Sequence[int] | None) -> list[int]:

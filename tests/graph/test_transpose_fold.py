@@ -54,20 +54,20 @@ def test_attention_loses_every_transpose_and_computes_the_same():
 
 def test_transposes_composed_with_transpose_flags_and_each_other():
     """Two Transposes in a row: the first has a Transpose reader and stays, the second folds
-    under transpose_a; a result Transpose folds on top of the product's own perm_y."""
+    under transpose_a; a result Transpose undoing the product's own perm_y leaves none."""
     b = GraphBuilder("chain")
     x = b.input("x", (2, 3, 4, 5))
-    t1 = b.op("Transpose", [x], {"perm": [1, 0, 2, 3]}, name="t1")
-    t2 = b.op("Transpose", [t1], SPLIT, name="t2")                   # (3, 4, 2, 5)
-    y = b.op("MatMul", [t2, b.input("w", (3, 4, 2, 6))],
-             {"transpose_a": True, "perm_y": [1, 0, 2, 3]}, name="mm")  # (4, 3, 5, 6)
-    z = b.op("Transpose", [y], {"perm": [2, 1, 0, 3]}, name="t3")       # (5, 3, 4, 6)
+    t1 = b.op("Transpose", [x], {"perm": [0, 1, 3, 2]}, name="t1")         # (2, 3, 5, 4)
+    t2 = b.op("Transpose", [t1], SPLIT, name="t2")                        # (2, 5, 3, 4)
+    y = b.op("MatMul", [t2, b.input("w", (2, 5, 3, 6))],
+             {"transpose_a": True, "perm_y": [0, 2, 1, 3]}, name="mm")  # (2, 4, 5, 6)
+    z = b.op("Transpose", [y], SPLIT, name="t3")                          # (2, 5, 4, 6)
     g = b.build(outputs=[b.op("Relu", [z], name="out")])
     folded = check_graph(fold_transposes(g))
     assert [n.op for n in folded.nodes] == ["Transpose", "MatMul", "Relu"]
     mm = folded.node_map["mm"]
     assert mm.inputs == ("t1", "w") and mm.outputs == ("t3",)
-    assert (mm.attrs["perm_a"], mm.attrs["perm_y"]) == ([0, 2, 1, 3], [2, 0, 1, 3])
+    assert mm.attrs == {"perm_a": [0, 2, 1, 3], "transpose_a": True, "transpose_b": False}
     _close(g, folded, ["out"])
 
 
@@ -78,20 +78,25 @@ def _graph_with(tail):
     return b.build(outputs=tail(b, x))
 
 
-@pytest.mark.parametrize("case", ["row-stride", "other-reader", "graph-output",
-                                  "result-row-stride", "result-read-twice"])
+@pytest.mark.parametrize("case", ["row-stride", "rows-outermost", "other-reader",
+                                  "graph-output", "result-row-stride", "result-rows-outermost",
+                                  "result-read-twice"])
 def test_left_alone(case):
     def tail(b, x):
-        if case == "row-stride":  # the operand's last axis leaves the matrix axes
-            t = b.op("Transpose", [x], {"perm": [0, 3, 1, 2]})
-            return [b.op("MatMul", [t, x])]
+        if case in ("row-stride", "rows-outermost"):
+            # the operand's last axis leaves the matrix axes; its rows become the outermost
+            # axis (oneDNN's slow matmul: nn.MultiheadAttention's seq-first heads)
+            perm = [0, 3, 1, 2] if case == "row-stride" else [2, 0, 1, 3]
+            t = b.op("Transpose", [x], {"perm": perm})
+            return [b.op("MatMul", [t, t])]
         if case in ("other-reader", "graph-output"):
             t = b.op("Transpose", [x], SPLIT)
             y = b.op("MatMul", [t, t])
             return [y, b.op("Relu", [t])] if case == "other-reader" else [y, t]
         y = b.op("MatMul", [x, x])
-        if case == "result-row-stride":  # the product's rows would be strided
-            return [b.op("Transpose", [y], {"perm": [0, 1, 3, 2]})]
+        if case.startswith("result-r") and case != "result-read-twice":
+            perm = [0, 1, 3, 2] if case == "result-row-stride" else [2, 0, 1, 3]
+            return [b.op("Transpose", [y], {"perm": perm})]
         return [b.op("Transpose", [y], SPLIT), b.op("Relu", [y])]
 
     g = _graph_with(tail)
@@ -117,35 +122,36 @@ def test_training_graphs_of_transformers_have_no_transposes(model, monkeypatch):
                                        err_msg=t.name)
 
 
-def seq_first_attention(seq=5, batch=2, heads=3, width=4):
-    """nn.MultiheadAttention's core as torch.export writes it: (seq, batch x heads, width)
-    transposed, then split into (batch, heads, seq, width); the context merged back the same
-    way; a projection weight and an MSE loss so that the gradients have the mirror images."""
-    b = GraphBuilder("mha")
-    x = b.input("x", (seq, batch * heads, width))
+def grouped_attention(batch=2, seq=5, groups=2, heads=3, width=4):
+    """Heads in groups, split after the Transpose: (batch, seq, groups x heads, width)
+    transposed to (batch, groups x heads, seq, width), then split into (batch, groups, heads,
+    seq, width); the context merged back the same way; a projection weight and an MSE loss so
+    that the gradients have the mirror images."""
+    b = GraphBuilder("grouped")
+    x = b.input("x", (batch, seq, groups * heads, width))
     w = b.param("w", (width, width), init="glorot")
-    heads4 = [batch, heads, seq, width]
-    q = b.op("Reshape", [b.op("Transpose", [b.op("MatMul", [x, w], name="proj")],
-                              {"perm": [1, 0, 2]}, name="t")], {"shape": heads4}, name="split")
+    split = [batch, groups, heads, seq, width]
+    q = b.op("Reshape", [b.op("Transpose", [b.op("MatMul", [x, w], name="proj")], SPLIT,
+                              name="t")], {"shape": split}, name="split")
     p = b.op("Softmax", [b.op("MatMul", [q, q], {"transpose_b": True}, name="scores")],
              {"axis": -1}, name="p")
     c = b.op("Reshape", [b.op("MatMul", [p, q], name="context")],
-             {"shape": [batch * heads, seq, width]}, name="merge")
-    y = b.op("Transpose", [c], {"perm": [1, 0, 2]}, name="back")
-    loss = b.op("MSE", [y, b.input("target", (seq, batch * heads, width))], name="loss")
+             {"shape": [batch, groups * heads, seq, width]}, name="merge")
+    y = b.op("Transpose", [c], SPLIT, name="back")
+    loss = b.op("MSE", [y, b.input("target", (batch, seq, groups * heads, width))], name="loss")
     return b.build(outputs=[loss])
 
 
 def test_transposes_across_split_and_merge_reshapes_fold(monkeypatch):
     """The Reshape moves to the other side of the Transpose (splitting the Transpose's input,
     or merging the MatMul's permuted result), and the Transpose folds: forward and backward."""
-    forward = seq_first_attention()
+    forward = grouped_attention()
     folded = check_graph(fold_transposes(forward))
     assert not any(n.op == "Transpose" for n in folded.nodes)
-    assert folded.node_map["split"].inputs == ("proj",) and folded.tensor("split").shape == \
-        (5, 2, 3, 4)
-    assert folded.node_map["scores"].attrs["perm_a"] == [1, 2, 0, 3]
-    assert folded.node_map["context"].attrs["perm_y"] == [2, 0, 1, 3]
+    assert folded.node_map["split"].inputs == ("proj",)
+    assert folded.tensor("split").shape == (2, 5, 2, 3, 4)
+    assert folded.node_map["scores"].attrs["perm_a"] == [0, 2, 3, 1, 4]
+    assert folded.node_map["context"].attrs["perm_y"] == [0, 3, 1, 2, 4]
     assert folded.node_map["merge"].outputs == ("back",)
     _close(forward, folded, ["loss", "back"])
     training = make_training_graph(forward, Optimizer(kind="sgd", lr=0.1))
