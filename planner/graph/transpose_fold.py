@@ -5,9 +5,9 @@ strides of MatMul's operands and result (planner/ops/matmul.py `perm_a` / `perm_
 Multi-head attention moves every head's rows twice per layer and direction: q, k and v are
 split (batch, seq, heads, width) -> (batch, heads, seq, width) and the context merged back,
 and the backward pass transposes each of their gradients again, 8 Transposes per layer, each
-a full read and write of an activation. oneDNN's matmul and cuBLAS read strided operands and
-write a strided result at the speed of packed ones, as long as each matrix keeps a unit-stride
-axis, so the copies can go:
+a full read and write of an activation. oneDNN's brgemm matmul and cuBLAS read strided
+operands and write a strided result about as fast as packed ones, as long as each matrix keeps
+a unit-stride axis (and, for oneDNN, the batch axes stay outermost), so the copies can go:
 
     x --Transpose(p)--> t --MatMul--> y            x --MatMul(perm_a = p . perm_a)--> y
     a --MatMul--> t --Transpose(p)--> y            a --MatMul(perm_y = perm_y . p)--> y
@@ -17,9 +17,9 @@ axis, so the copies can go:
     graph output: each reader takes the Transpose's input through the composed permutation,
     and the Transpose goes;
   - a Transpose whose one reader is a Reshape that only splits axes, itself read only by
-    MatMuls (nn.MultiheadAttention's (seq, batch x heads, width) -> (batch, heads, seq, width),
-    as torch.export writes it): the Reshape splits the Transpose's input instead, and the
-    MatMuls read its result through the permutation that moves the split axes;
+    MatMuls ((batch, seq, groups x heads, width) -> (batch, groups, heads, seq, width)): the
+    Reshape splits the Transpose's input instead, and the MatMuls read its result through the
+    permutation that moves the split axes;
   - then a Transpose of a MatMul's result that nothing else reads (and that is not a graph
     output): the MatMul writes the Transpose's output through the composed `perm_y`, its own
     output goes, and so does the Transpose;
@@ -28,11 +28,12 @@ axis, so the copies can go:
     the Transpose's output;
 each only where the composed permutation keeps MatMul's unit-stride rule (an operand's last
 axis among its view's matrix axes, the product's rows contiguous) and its batch axes outermost
-(what oneDNN's fast matmul takes: `_batch_outermost`), where no other node reads
-what the rewrite changes, and a MatMul with a third input is left alone. Node and tensor names
-are kept (none is made up) and nodes keep their order: a folded result's tensor record takes
-the place of the MatMul's old output; a Reshape moved across a Transpose keeps its name, and
-its output (or the MatMul's, for a merge) takes the permuted shape.
+(what oneDNN's fast matmul takes, `_batch_outermost`: nn.MultiheadAttention's seq-first heads,
+(seq, batch x heads, width) read as (batch x heads, seq, width), stay Transposes), where no
+other node reads what the rewrite changes; a MatMul with a third input is left alone. Node and
+tensor names are kept (none is made up) and nodes keep their order: a folded result's tensor
+record takes the place of the MatMul's old output; a Reshape moved across a Transpose keeps its
+name, and its output (or the MatMul's, for a merge) takes the permuted shape.
 
 Example (one attention head block: q k^T over split heads, the context merged back):
     >>> from planner.graph.builder import GraphBuilder
