@@ -18,6 +18,10 @@
                      one GEMM over the concatenated rows (planner/graph/weight_grads.py)
     mark_in_place    next values of params, optimizer state and BatchNorm running statistics
                      carry `updates=<persistent tensor>` and its role
+    fold_transposes  a Transpose read only by MatMuls, or of a MatMul's result read by nothing
+                     else (attention's head splits and merges, forward and backward), becomes
+                     strides of those GEMMs (planner/graph/transpose_fold.py); after
+                     mark_in_place, which would give a reshaped forward tensor its old record
     apply_precision  the precision policy's casts (planner/graph/precision.py; fp32: none)
 
 Every node is added through GraphBuilder, so it passes the same shape rules as any graph as it is
@@ -94,6 +98,7 @@ from planner.graph.lstm_grads import fold_lstm_dh_sums
 from planner.graph.optimizer import LossScaling, Optimizer
 from planner.graph.precision import apply_precision
 from planner.graph.slice_grads import join_slice_gradients
+from planner.graph.transpose_fold import fold_transposes
 from planner.graph.validate import check_graph, normalize_attrs
 from planner.graph.weight_grads import batch_weight_gradients
 from planner.ops import TensorType, get_op
@@ -160,7 +165,7 @@ def make_training_graph(graph: Graph, optimizer: Optimizer, precision: str = "fp
     marks = {**_running_stat_updates(graph), **updated}
     built = batch_weight_gradients(join_slice_gradients(fold_lstm_dh_sums(
         b.build(outputs=graph.outputs, kind="training"))))
-    return apply_precision(_mark_in_place(built, graph, marks), precision)
+    return apply_precision(fold_transposes(_mark_in_place(built, graph, marks)), precision)
 
 
 def gradients(graph: Graph, wrt: Sequence[str] | None = None,
@@ -199,7 +204,7 @@ def gradients(graph: Graph, wrt: Sequence[str] | None = None,
     outputs = list(dict.fromkeys([*graph.outputs, *(g for g in grads.values() if g)]))
     built = batch_weight_gradients(join_slice_gradients(fold_lstm_dh_sums(
         b.build(outputs=outputs, kind="training"))))
-    return _mark_in_place(built, graph, {}), grads
+    return fold_transposes(_mark_in_place(built, graph, {})), grads
 
 
 def find_loss(graph: Graph) -> str:

@@ -16,8 +16,8 @@ left after it is one chunk's GEMM and a sum of about sqrt(n) partials (n = 35: 6
 and a 6-way AddN instead of 35 GEMMs and a 35-way AddN).
 
 `batch_weight_gradients` rewrites every AddN (role grad) whose inputs all come from such
-MatMuls (transpose_a, not transpose_b, rank 2, one dtype, each read by nothing but that AddN and
-none a graph output).
+MatMuls (transpose_a, not transpose_b, no permuted view, rank 2, one dtype, each read by nothing
+but that AddN and none a graph output).
 Chunk c's GEMM, named `<sum>/gemm<c>`, takes the place of the chunk's last MatMul, its operands
 `<sum>/gemm<c>/rows_a` and `.../rows_b` just before it; the sum keeps its node name and output
 tensor (it is the GEMM itself when there is one chunk), so the updates reading it are untouched.
@@ -42,6 +42,7 @@ import math
 from collections.abc import Sequence
 
 from planner.graph.ir import Graph, Node, Tensor
+from planner.ops.matmul import PERMS
 
 
 def batch_weight_gradients(graph: Graph) -> Graph:
@@ -112,7 +113,7 @@ def _gemm_parts(graph: Graph, node: Node) -> list[Node] | None:
     for i in node.inputs:
         p = graph.producer.get(i)
         if (p is None or p.op != "MatMul" or not p.attrs.get("transpose_a")
-                or p.attrs.get("transpose_b")
+                or p.attrs.get("transpose_b") or any(k in p.attrs for k in PERMS)
                 or any(len(graph.tensor(x).shape) != 2 for x in p.inputs)
                 or [c.name for c in graph.consumers[i]] != [node.name] or i in graph.outputs
                 or node.inputs.count(i) != 1):

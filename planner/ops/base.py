@@ -71,7 +71,10 @@ class TensorType:
 
 @dataclass(frozen=True)
 class Attr:
-    """One attribute: its kind and default. `required` attrs have no default.
+    """One attribute: its kind and default. `required` attrs have no default. An `optional`
+    attr absent from a node stays absent (normalize_attrs writes no default for it; the op
+    reads it with `.get`), so adding one to an op leaves existing graphs and plans
+    byte-identical.
 
     kinds: "int", "float", "bool", "str", "ints" (list of int), "floats" (list of float).
     """
@@ -79,6 +82,7 @@ class Attr:
     kind: str
     default: Any = None
     required: bool = False
+    optional: bool = False
 
 
 Attrs = dict[str, Any]
@@ -223,7 +227,7 @@ class OpDef:
                 out[key] = _coerce(self.name, key, spec.kind, attrs[key])
             elif spec.required:
                 raise OpError(f"{self.name}: missing required attribute {key!r}")
-            else:
+            elif not spec.optional:
                 out[key] = spec.default
         return out
 

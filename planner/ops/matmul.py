@@ -5,20 +5,46 @@ when `transpose_a` / `transpose_b` is set. Both inputs have rank >= 2; leading (
 broadcast as in `numpy.matmul`, so a (B, M, K) activation times a (K, N) weight is one op.
 FLOPs: 2 per multiply-accumulate, 2 * batch * M * N * K.
 
-Gradients (A = op(a), B = op(b)): dA = dy @ B^T, dB = A^T @ dy, written as MatMuls with the
-transpose flags chosen so that no explicit Transpose is needed, then summed over the batch axes
-that broadcasting added. A rank-2 weight under a batched activation gets its gradient from one
-GEMM over the flattened batch, instead of a batched product and a reduction.
+Permuted views (optional attrs, absent = identity): `perm_a` / `perm_b` read an operand through
+an axis permutation before the transpose flag, `perm_y` writes the product through one, so an
+attention head split (B, S, H, D) -> (B, H, S, D), K^T and the head merge are strides of the
+GEMM instead of Transpose copies (planner/graph/transpose_fold.py puts them there):
+
+    A = transpose(a, perm_a), last two axes swapped if transpose_a    (B likewise)
+    y = transpose(A @ B, perm_y)
+
+Each matrix keeps a unit-stride axis, as GEMM libraries need (oneDNN's matmul falls back to its
+reference kernel, cuBLAS has no form at all, otherwise): an operand's own last axis is one of
+the two matrix axes of its view (in perm's last two entries), and y's rows stay contiguous
+(perm_y[-1] is the last axis).
+
+Gradients (A = op(a), B = op(b)): dA = dy @ B^T, dB = A^T dy, written as MatMuls with the
+transpose flags and permutations chosen so that no explicit Transpose is needed (dA itself, or
+dA^T = B dy^T when that keeps the gradient's rows contiguous; the operand's inverse permutation
+as perm_y), then summed over the batch axes that broadcasting added. A rank-2 weight under a
+batched activation gets its gradient from one GEMM over the flattened batch, instead of a
+batched product and a reduction.
 
 Example:
+    >>> import numpy as np
     >>> from planner.ops import TensorType, get_op
     >>> attrs = {"transpose_a": False, "transpose_b": True}
     >>> get_op("MatMul").infer([TensorType((8, 2, 3)), TensorType((5, 3))], attrs)[0].shape
     (8, 2, 5)
+    >>> q = k = TensorType((2, 7, 4, 16))  # (batch, seq, heads, width), heads not split out
+    >>> heads = {"perm_a": [0, 2, 1, 3], "perm_b": [0, 2, 1, 3], "transpose_b": True}
+    >>> get_op("MatMul").infer([q, k], {"transpose_a": False, **heads})[0].shape
+    (2, 4, 7, 7)
+    >>> x = np.arange(24.0).reshape(2, 3, 4)
+    >>> y = get_op("MatMul").reference([x, x], {"transpose_a": True, "transpose_b": False,
+    ...                                         "perm_y": [1, 0, 2]})[0]
+    >>> y.shape, bool((y[:, 1] == x[1].T @ x[1]).all())
+    ((4, 2, 4), True)
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -47,6 +73,31 @@ if TYPE_CHECKING:
 
 # ---- MatMul -----------------------------------------------------------------------------------
 
+# The optional permutation attrs: of input a, of input b, of the output.
+PERMS = ("perm_a", "perm_b", "perm_y")
+
+
+def _perm(a: Attrs, key: str, rank: int) -> tuple[int, ...] | None:
+    """The checked permutation `key` of a rank-`rank` tensor; None when absent."""
+    perm = a.get(key)
+    if perm is None:
+        return None
+    perm = tuple(perm)
+    if sorted(perm) != list(range(rank)):
+        raise OpError(f"MatMul: {key} {list(perm)} is not a permutation of 0..{rank - 1}")
+    if key == "perm_y" and perm[-1] != rank - 1:
+        raise OpError(f"MatMul: perm_y {list(perm)} moves the last axis: the product's rows "
+                      f"must stay contiguous (perm_y[-1] == {rank - 1})")
+    if key != "perm_y" and rank - 1 not in perm[-2:]:
+        raise OpError(f"MatMul: {key} {list(perm)} leaves the operand's last axis out of the "
+                      f"matrix axes: one of its last two entries must be {rank - 1}")
+    return perm
+
+
+def _permuted(t: TensorType, perm: Sequence[int] | None) -> TensorType:
+    return t if perm is None else TensorType(tuple(t.shape[p] for p in perm), t.dtype)
+
+
 def _matrix(t: TensorType, transpose: bool) -> tuple[int, int]:
     """(rows, cols) of op(t), the last two axes after the optional transpose."""
     rows, cols = t.shape[-2:]
@@ -61,55 +112,98 @@ def _matmul_infer(ins: list[TensorType], a: Attrs) -> list[TensorType]:
         require_float("MatMul", t, f"input {name}")
     if x.dtype != w.dtype:
         raise OpError(f"MatMul: input dtypes differ: a is {x.dtype}, b is {w.dtype}")
-    m, k = _matrix(x, a["transpose_a"])
-    k2, n = _matrix(w, a["transpose_b"])
+    xv, wv = _permuted(x, _perm(a, "perm_a", x.rank)), _permuted(w, _perm(a, "perm_b", w.rank))
+    m, k = _matrix(xv, a["transpose_a"])
+    k2, n = _matrix(wv, a["transpose_b"])
     if k != k2:
+        views = "".join(f", {p} {a[p]}" for p in PERMS[:2] if a.get(p) is not None)
         raise OpError(f"MatMul: inner dimensions differ: a {list(x.shape)} "
                       f"(transpose_a={a['transpose_a']}) gives K={k}, b {list(w.shape)} "
-                      f"(transpose_b={a['transpose_b']}) gives K={k2}")
-    batch = broadcast_shapes("MatMul", x.shape[:-2], w.shape[:-2])
-    return [TensorType((*batch, m, n), x.dtype)]
+                      f"(transpose_b={a['transpose_b']}) gives K={k2}{views}")
+    batch = broadcast_shapes("MatMul", xv.shape[:-2], wv.shape[:-2])
+    y = TensorType((*batch, m, n), x.dtype)
+    return [_permuted(y, _perm(a, "perm_y", y.rank))]
 
 
 def _matmul_flops(ins: list[TensorType], outs: list[TensorType], a: Attrs) -> int:
-    _, k = _matrix(ins[0], a["transpose_a"])
+    _, k = _matrix(_permuted(ins[0], a.get("perm_a")), a["transpose_a"])
     return 2 * outs[0].size * k
 
 
-def _swap(x: np.ndarray, transpose: bool) -> np.ndarray:
+def _view(x: np.ndarray, perm: Sequence[int] | None, transpose: bool) -> np.ndarray:
+    x = x if perm is None else np.transpose(x, perm)
     return np.swapaxes(x, -1, -2) if transpose else x
 
 
 def _matmul_reference(xs: list[np.ndarray], a: Attrs) -> list[np.ndarray]:
-    return [np.matmul(_swap(xs[0], a["transpose_a"]), _swap(xs[1], a["transpose_b"]))]
+    y = np.matmul(_view(xs[0], a.get("perm_a"), a["transpose_a"]),
+                  _view(xs[1], a.get("perm_b"), a["transpose_b"]))
+    return [y if a.get("perm_y") is None else np.ascontiguousarray(np.transpose(y, a["perm_y"]))]
 
 
 def _matmul_grad(g: GradBuilder, node: Node, grads: list[str | None]) -> list[str | None]:
     a, b = node.inputs
     dy = grads[0]
-    ta, tb = node.attrs["transpose_a"], node.attrs["transpose_b"]
+    at = node.attrs
+    ta, tb = at["transpose_a"], at["transpose_b"]
+    pa, pb = at.get("perm_a"), at.get("perm_b")
+    # dY, the product's gradient, is dy read through perm_y's inverse.
+    dyp = None if at.get("perm_y") is None else _inverse(at["perm_y"])
+    rank = g.type(dy).rank if dy is not None else 0
     da = db = None
     if dy is not None and g.needs(a):
-        # dA = dy B^T; when a itself is transposed, da = dA^T = B dy^T.
-        if ta:
-            da = _mm(g, b, dy, tb, True)
+        # dA = dY B^T, or dA^T = B dY^T; da = dA read back through op(a)'s permutation.
+        back = _inverse(_full_perm(pa, ta, g.type(a).rank, rank))
+        if back[-1] == rank - 1:
+            da = _mm(g, (dy, dyp, False), (b, pb, not tb), back)
         else:
-            da = _mm(g, dy, b, False, not tb)
+            da = _mm(g, (b, pb, tb), (dy, dyp, True), _swapped(back))
         da = sum_to_shape(g, da, g.type(a).shape)
     if dy is not None and g.needs(b):
-        # dB = A^T dy; when b itself is transposed, db = dB^T = dy^T A.
-        if g.type(b).rank == 2 and g.type(a).rank > 2 and not ta:
+        # dB = A^T dY, or dB^T = dY^T A.
+        back = _inverse(_full_perm(pb, tb, g.type(b).rank, rank))
+        if (g.type(b).rank == 2 and g.type(a).rank > 2 and not ta
+                and pa is None and pb is None and dyp is None):
             db = _flat_weight_grad(g, a, dy, tb)
-        elif tb:
-            db = _mm(g, dy, a, True, ta)
+        elif back[-1] == rank - 1:
+            db = _mm(g, (a, pa, not ta), (dy, dyp, False), back)
         else:
-            db = _mm(g, a, dy, not ta, False)
+            db = _mm(g, (dy, dyp, True), (a, pa, ta), _swapped(back))
         db = sum_to_shape(g, db, g.type(b).shape)
     return [da, db]
 
 
-def _mm(g: GradBuilder, x: str, y: str, tx: bool, ty: bool) -> str:
-    return g.emit("MatMul", [x, y], {"transpose_a": tx, "transpose_b": ty})[0]
+def _full_perm(perm: Sequence[int] | None, transpose: bool, rank: int,
+               out_rank: int) -> list[int]:
+    """The permutation taking an operand of `rank` axes to op(operand), as seen at the
+    product's `out_rank` (broadcasting's leading axes in place)."""
+    view = list(perm) if perm is not None else list(range(rank))
+    if transpose:
+        view[-2:] = view[:-3:-1]
+    lead = out_rank - rank
+    return list(range(lead)) + [lead + p for p in view]
+
+
+def _inverse(perm: Sequence[int]) -> list[int]:
+    return [list(perm).index(k) for k in range(len(perm))]
+
+
+def _swapped(perm: Sequence[int]) -> list[int]:
+    """The permutation writing the transposed product X^T where `perm` wrote X: perm with
+    the last two axes' numbers exchanged."""
+    r = len(perm)
+    return [{r - 1: r - 2, r - 2: r - 1}.get(p, p) for p in perm]
+
+
+def _mm(g: GradBuilder, x: tuple[str, Sequence[int] | None, bool],
+        y: tuple[str, Sequence[int] | None, bool], out: Sequence[int] | None = None) -> str:
+    """MatMul of (tensor, permutation, transpose flag) operands written through `out`;
+    identity permutations are left out of the attrs."""
+    attrs = {"transpose_a": x[2], "transpose_b": y[2]}
+    for key, perm in (("perm_a", x[1]), ("perm_b", y[1]), ("perm_y", out)):
+        if perm is not None and list(perm) != list(range(len(perm))):
+            attrs[key] = list(perm)
+    return g.emit("MatMul", [x[0], y[0]], attrs)[0]
 
 
 def _flat_weight_grad(g: GradBuilder, a: str, dy: str, tb: bool) -> str:
@@ -118,7 +212,8 @@ def _flat_weight_grad(g: GradBuilder, a: str, dy: str, tb: bool) -> str:
     k, n = g.type(a).shape[-1], g.type(dy).shape[-1]
     a2 = g.emit("Reshape", [a], {"shape": [-1, k]})[0]
     dy2 = g.emit("Reshape", [dy], {"shape": [-1, n]})[0]
-    return _mm(g, dy2, a2, True, False) if tb else _mm(g, a2, dy2, True, False)
+    return _mm(g, (dy2, None, True), (a2, None, False)) if tb \
+        else _mm(g, (a2, None, True), (dy2, None, False))
 
 
 register(OpDef(
@@ -126,12 +221,14 @@ register(OpDef(
     scratch=reorder_scratch(2),
     cost_class="gemm",
     recompute="expensive", arity=2,
-    attrs={"transpose_a": Attr("bool", False), "transpose_b": Attr("bool", False)},
+    attrs={"transpose_a": Attr("bool", False), "transpose_b": Attr("bool", False),
+           **{p: Attr("ints", optional=True) for p in PERMS}},
     infer=_matmul_infer,
     flops=_matmul_flops,
     reference=_matmul_reference,
     gradient=_matmul_grad,
-    doc="y = op(a) @ op(b) over the last two axes; batch axes broadcast as numpy.matmul.",
+    doc="y = op(a) @ op(b) over the last two axes; batch axes broadcast as numpy.matmul; "
+        "optional perm_a / perm_b / perm_y read and write permuted views (folded Transposes).",
 ))
 
 

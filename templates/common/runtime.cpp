@@ -95,4 +95,23 @@ std::vector<int64_t> Attrs::ints(const std::string& key) const {
   return out;
 }
 
+std::vector<int> permutation(const Attrs& attrs, const std::string& key, size_t rank) {
+  std::vector<int> perm(rank);
+  for (size_t k = 0; k < rank; ++k) perm[k] = static_cast<int>(k);
+  if (!attrs.has(key)) return perm;
+  const std::vector<int64_t> given = attrs.ints(key);
+  std::vector<bool> seen(rank, false);
+  if (given.size() != rank)
+    throw std::runtime_error("attribute '" + key + "' has " + std::to_string(given.size()) +
+                             " entries for a rank-" + std::to_string(rank) + " tensor");
+  for (size_t k = 0; k < rank; ++k) {
+    if (given[k] < 0 || given[k] >= static_cast<int64_t>(rank) || seen[given[k]])
+      throw std::runtime_error("attribute '" + key + "' is not a permutation of 0.." +
+                               std::to_string(rank - 1));
+    seen[given[k]] = true;
+    perm[k] = static_cast<int>(given[k]);
+  }
+  return perm;
+}
+
 }  // namespace planner

@@ -36,6 +36,10 @@ class Attrs {
   std::map<std::string, std::string> values_;
 };
 
+// A permutation attr of a rank-`rank` tensor (MatMul's perm_a / perm_b / perm_y): the identity
+// when absent; anything but a permutation of 0..rank-1 is refused, naming the key.
+std::vector<int> permutation(const Attrs& attrs, const std::string& key, size_t rank);
+
 struct TensorRef {
   int id;        // index into the schedule's tensors
   Shape shape;

@@ -37,6 +37,8 @@ MODELS = {
     "lenet": dict(batch=4, image=12),
     # BatchNorm, pooling and residual adds in bfloat16 between the convolutions
     "resnet": dict(batch=4, image=16, depth=18, width=0.125, classes=4),
+    # attention's batched GEMMs on permuted bfloat16 views (folded Transposes)
+    "gpt": dict(batch=2, seq=8, dim=16, heads=2, layers=1, vocab=11),
 }
 
 
@@ -106,15 +108,17 @@ def check_mixed_step(model: str, precision: str, folder, backend: str = "cpu"):
 def test_float32_fallback_where_the_isa_has_no_bf16(tmp_path):
     """On a CPU without bf16 or f16 support (oneDNN limited to AVX2 here, as on an AVX2-only or
     older AMD machine), the same steps still match the emulated references: the convolutions and
-    matmuls compute in float32 between converting reorders (templates/cpu/runtime/kernels)."""
+    matmuls (attention's over permuted views too) compute in float32 between converting
+    reorders (templates/cpu/runtime/kernels)."""
     env = {**os.environ, "ONEDNN_MAX_CPU_ISA": "AVX2"}
     root = Path(__file__).resolve().parents[2]
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--basetemp",
          str(tmp_path / "t"), f"{Path(__file__)}::test_bf16_mixed_step_matches_emulated_reference",
-         "-k", "lenet"], cwd=root, env=env, capture_output=True, text=True, timeout=1200)
+         "-k", "lenet or gpt"], cwd=root, env=env, capture_output=True, text=True,
+        timeout=1200)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert "2 passed" in done.stdout  # bf16-mixed and fp16-mixed
+    assert "4 passed" in done.stdout  # bf16-mixed and fp16-mixed; gpt: permuted views too
 
 
 def test_cast_kernels_round_as_ml_dtypes(tmp_path):

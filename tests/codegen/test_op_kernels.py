@@ -109,7 +109,18 @@ CASES: dict[str, list[tuple]] = {
                ([((2, 4, 3), N), ((2, 4, 5), N)], {"transpose_a": True}),
                # a batch times a matrix: one GEMM over the batch's rows
                ([((2, 3, 4), N), ((5, 4), N)], {"transpose_b": True}),
-               ([((2, 2, 3, 4), N), ((4, 5), N)], {})],
+               ([((2, 2, 3, 4), N), ((4, 5), N)], {}),
+               # folded Transposes: attention's scores over split heads, its context merged
+               # back, batch and matrix axes mixed, broadcast batch axes under permutations
+               ([((2, 5, 3, 4), N), ((2, 5, 3, 4), N)],
+                {"transpose_b": True, "perm_a": [0, 2, 1, 3], "perm_b": [0, 2, 1, 3]}),
+               ([((2, 3, 5, 5), N), ((2, 5, 3, 4), N)],
+                {"perm_b": [0, 2, 1, 3], "perm_y": [0, 2, 1, 3]}),
+               ([((3, 4, 2, 5), N), ((2, 6, 3, 5), N)],
+                {"transpose_a": True, "perm_a": [2, 0, 3, 1], "transpose_b": True,
+                 "perm_b": [0, 2, 1, 3], "perm_y": [2, 0, 1, 3]}),
+               ([((3, 1, 2, 4), N), ((5, 3, 4, 6), N)],
+                {"transpose_a": True, "perm_a": [1, 0, 3, 2], "perm_y": [1, 0, 2, 3]})],
     # H = 4 and H = 19 (a vector loop's ragged end); acts of the gradient in (0, 1)
     "LSTMCell": [([((3, 16), N), ((3, 4), N)], {}),
                  ([((2, 76), N), ((2, 19), N), ((2, 76), N)], {"order": "iofg"})],

@@ -101,6 +101,97 @@ def test_shared_weight_gradient_is_one_gemm(tb):
     assert emitted == ["Reshape", "Reshape", "MatMul"]
 
 
+# ---- MatMul over permuted views (perm_a / perm_b / perm_y) -----------------------------------
+
+# (a's shape, perm_a, transpose_a, b's shape, perm_b, transpose_b, perm_y); None: absent.
+PERMUTED = [
+    # attention scores q k^T over split heads: (batch, seq, heads, width) read as
+    # (batch, heads, seq, width)
+    ((2, 5, 3, 4), [0, 2, 1, 3], False, (2, 5, 3, 4), [0, 2, 1, 3], True, None),
+    # context p v, merged back to (batch, seq, heads, width)
+    ((2, 3, 5, 5), None, False, (2, 5, 3, 4), [0, 2, 1, 3], False, [0, 2, 1, 3]),
+    # a permuted batch under a rank-2 weight, the result permuted back
+    ((3, 2, 4), [1, 0, 2], False, (4, 5), None, False, [1, 0, 2]),
+    # broadcast batch axes with a permuted, transposed a
+    ((3, 1, 2, 4), [1, 0, 3, 2], True, (5, 3, 4, 6), None, False, [1, 0, 2, 3]),
+    # the batch axes and the matrix axes of a mixed, b permuted and transposed
+    ((3, 4, 2, 5), [2, 0, 3, 1], True, (2, 6, 3, 5), [0, 2, 1, 3], True, [2, 0, 1, 3]),
+]
+
+
+def _perm_attrs(pa, ta, pb, tb, py):
+    attrs = _attrs(ta, tb)
+    attrs.update({k: v for k, v in (("perm_a", pa), ("perm_b", pb), ("perm_y", py))
+                  if v is not None})
+    return attrs
+
+
+def _torch_permuted(pa, ta, pb, tb, py):
+    def view(x, perm, t):
+        x = x if perm is None else x.permute(*perm)
+        return x.transpose(-1, -2) if t else x
+
+    def fn(a, b):
+        y = view(a, pa, ta) @ view(b, pb, tb)
+        return y if py is None else y.permute(*py)
+    return fn
+
+
+def _permuted_operands(sa, sb, dtype, seed=0):
+    rng = np.random.default_rng(seed)
+    return rng.standard_normal(sa).astype(dtype), rng.standard_normal(sb).astype(dtype)
+
+
+@pytest.mark.parametrize("sa,pa,ta,sb,pb,tb,py", PERMUTED)
+def test_permuted_matmul_reference_shape_and_flops_match_torch(sa, pa, ta, sb, pb, tb, py):
+    torch = pytest.importorskip("torch")
+    a, b = _permuted_operands(sa, sb, np.float32)
+    attrs = _perm_attrs(pa, ta, pb, tb, py)
+    theirs = _torch_permuted(pa, ta, pb, tb, py)(torch.tensor(a), torch.tensor(b)).numpy()
+    ours = reference("MatMul", [a, b], attrs)[0]
+    assert ours.shape == theirs.shape and ours.flags.c_contiguous
+    assert rel_error(ours, theirs) < 1e-5
+    ins = [TensorType(sa), TensorType(sb)]
+    out = get_op("MatMul").infer(ins, get_op("MatMul").normalize_attrs(attrs))[0]
+    assert out.shape == theirs.shape
+    k = np.transpose(a, pa).shape[-2 if ta else -1] if pa else sa[-2 if ta else -1]
+    assert get_op("MatMul").flops(ins, [out], attrs) == 2 * out.size * k
+
+
+@pytest.mark.parametrize("sa,pa,ta,sb,pb,tb,py", PERMUTED)
+def test_permuted_matmul_gradient_is_matmuls_matching_fd_and_torch(sa, pa, ta, sb, pb, tb, py):
+    a, b = _permuted_operands(sa, sb, np.float64, seed=3)
+    attrs = _perm_attrs(pa, ta, pb, tb, py)
+    grads, dys = check_gradient("MatMul", [a, b], attrs)
+    _, _, emitted = apply_rule("MatMul", [a, b], attrs)
+    # no Transpose: the permutations are folded into the gradient GEMMs
+    assert set(emitted) <= {"MatMul", "ReduceSum", "Reshape"} and "MatMul" in emitted
+    pytest.importorskip("torch")
+    expected = torch_gradients(_torch_permuted(pa, ta, pb, tb, py), [a, b], dys, [0, 1])
+    for ours, theirs in zip(grads, expected, strict=True):
+        assert rel_error(ours, theirs) < 1e-10
+
+
+def test_permutations_are_optional_attrs_left_out_when_absent():
+    """Graphs and plans made before the attrs existed stay byte-identical."""
+    assert get_op("MatMul").normalize_attrs({}) == _attrs(False, False)
+
+
+def test_permuted_matmul_errors():
+    mm = get_op("MatMul")
+    x = TensorType((2, 5, 3, 4))
+    with pytest.raises(OpError, match=r"perm_a \[0, 2, 1, 1\] is not a permutation of 0..3"):
+        mm.infer([x, x], {**_attrs(False, True), "perm_a": [0, 2, 1, 1]})
+    with pytest.raises(OpError, match=r"perm_b \[0, 3, 1, 2\] leaves the operand's last axis "
+                                      r"out of the matrix axes: one of its last two entries "
+                                      r"must be 3"):
+        mm.infer([x, x], {**_attrs(False, True), "perm_b": [0, 3, 1, 2]})
+    with pytest.raises(OpError, match=r"perm_y \[0, 1, 3, 2\] moves the last axis"):
+        mm.infer([x, x], {**_attrs(False, True), "perm_y": [0, 1, 3, 2]})
+    with pytest.raises(OpError, match=r"inner dimensions differ.*perm_a \[0, 2, 1, 3\]"):
+        mm.infer([x, x], {**_attrs(False, False), "perm_a": [0, 2, 1, 3]})
+
+
 # ---- BiasAdd / BiasAddGrad --------------------------------------------------------------------
 
 BIAS_CASES = [((4, 3), 1), ((2, 3, 4, 5), 1), ((2, 3, 4), -1), ((2, 3, 4), 2)]

@@ -3,23 +3,48 @@
 // A (not transposed) times a matrix B is one GEMM over A's rows, (batch x M, K) x (K, N): oneDNN
 // runs a batch as that many small GEMMs, about half as fast (an LSTM's input projection over
 // every step, a linear layer on a sequence).
+// perm_a / perm_b / perm_y (folded Transposes: attention's head splits and merges) are strides
+// too: an operand's row-major strides read through its permutation, the result's written
+// through perm_y. oneDNN 3.2's brgemm matmul takes any strides on src and weights and a dst
+// whose rows are contiguous, which the op's rule keeps (planner/ops/matmul.py); other dst
+// strides would get its reference kernel.
 // bfloat16 / float16 operands accumulate in float32 inside the primitive. Where this CPU's oneDNN
 // has no matmul for the low type, the operands are widened into float32 temporaries (exact), the
 // product runs in float32 and the result is rounded once into the low-type output: the native
 // kernel's numbers up to summation order (conv.cpp does the same for convolutions).
+#include <algorithm>
+
 #include "../dnnl_kernel.h"
 
 namespace planner {
 namespace {
 
-// Descriptor of `shape` seen as rank-`rank` (leading 1s), last two axes swapped when
-// `transposed`, over the tensor's row-major bytes.
-memory::desc matrix_md(const Shape& shape, int rank, bool transposed, int dtype) {
-  Shape dims(rank - shape.size(), 1);
-  dims.insert(dims.end(), shape.begin(), shape.end());
-  memory::dims strides(rank, 1);
-  for (int k = rank - 2; k >= 0; --k) strides[k] = strides[k + 1] * dims[k + 1];
-  memory::dims d(dims.begin(), dims.end());
+// Row-major element strides of `shape`.
+memory::dims row_major(const Shape& shape) {
+  memory::dims strides(shape.size(), 1);
+  for (int k = static_cast<int>(shape.size()) - 2; k >= 0; --k)
+    strides[k] = strides[k + 1] * shape[k + 1];
+  return strides;
+}
+
+bool identity(const std::vector<int>& perm) {
+  for (size_t k = 0; k < perm.size(); ++k)
+    if (perm[k] != static_cast<int>(k)) return false;
+  return true;
+}
+
+// Descriptor of op(t) seen as rank-`rank` (leading 1s): the tensor's row-major bytes read
+// through `perm` (view axis k is the tensor's axis perm[k]), last two axes swapped when
+// `transposed`.
+memory::desc operand_md(const Shape& shape, const std::vector<int>& perm, int rank,
+                        bool transposed, int dtype) {
+  const int lead = rank - static_cast<int>(shape.size());
+  const memory::dims own = row_major(shape);
+  memory::dims d(rank, 1), strides(rank, std::max<int64_t>(numel(shape), 1));
+  for (size_t k = 0; k < shape.size(); ++k) {
+    d[lead + k] = shape[perm[k]];
+    strides[lead + k] = own[perm[k]];
+  }
   if (transposed) {
     std::swap(d[rank - 1], d[rank - 2]);
     std::swap(strides[rank - 1], strides[rank - 2]);
@@ -27,19 +52,36 @@ memory::desc matrix_md(const Shape& shape, int rank, bool transposed, int dtype)
   return memory::desc(d, dnnl_type(dtype), strides);
 }
 
+// Descriptor of the product Y whose bytes are y = transpose(Y, perm) of shape `shape`: Y's axis
+// perm[k] is y's axis k.
+memory::desc result_md(const Shape& shape, const std::vector<int>& perm, int dtype) {
+  const memory::dims own = row_major(shape);
+  memory::dims d(shape.size()), strides(shape.size());
+  for (size_t k = 0; k < shape.size(); ++k) {
+    d[perm[k]] = shape[k];
+    strides[perm[k]] = own[k];
+  }
+  return memory::desc(d, dnnl_type(dtype), strides);
+}
+
 KernelPtr matmul(const Node& n) {
   const TensorRef &a = n.in[0], &b = n.in[1], &y = n.out[0];
+  const bool ta = n.attrs.b("transpose_a"), tb = n.attrs.b("transpose_b");
+  std::vector<int> pa = permutation(n.attrs, "perm_a", a.shape.size());
+  const std::vector<int> pb = permutation(n.attrs, "perm_b", b.shape.size());
+  std::vector<int> py = permutation(n.attrs, "perm_y", y.shape.size());
   Shape a_shape = a.shape, y_shape = y.shape;
-  if (a_shape.size() > 2 && b.shape.size() == 2 && !n.attrs.b("transpose_a")) {
+  if (a_shape.size() > 2 && b.shape.size() == 2 && !ta && identity(pa) && identity(py)) {
     int64_t rows = 1;
     for (size_t k = 0; k + 1 < y_shape.size(); ++k) rows *= y_shape[k];
     a_shape = {rows, a_shape.back()};
     y_shape = {rows, y_shape.back()};
+    pa = py = {0, 1};
   }
   int rank = static_cast<int>(y_shape.size());
-  auto a_md = matrix_md(a_shape, rank, n.attrs.b("transpose_a"), a.dtype);
-  auto b_md = matrix_md(b.shape, rank, n.attrs.b("transpose_b"), b.dtype);
-  auto y_md = plain_md(y_shape, y.dtype);
+  auto a_md = operand_md(a_shape, pa, rank, ta, a.dtype);
+  auto b_md = operand_md(b.shape, pb, rank, tb, b.dtype);
+  auto y_md = result_md(y_shape, py, y.dtype);
   auto k = std::make_unique<DnnlKernel>();
   try {
     dnnl::matmul::primitive_desc pd(n.engine, a_md, b_md, y_md, user_scratchpad());
@@ -63,13 +105,14 @@ KernelPtr matmul(const Node& n) {
     k->add(dnnl::reorder(r), r, {src, dst});
   };
   auto a32 = widened(a_md), b32 = widened(b_md), y32 = widened(y_md);
-  int64_t ta = k->temp(a32.get_size()), tb = k->temp(b32.get_size()), ty = k->temp(y32.get_size());
-  reorder(a_md, {0, a.id}, a32, {0, -1, ta});
-  reorder(b_md, {0, b.id}, b32, {0, -1, tb});
+  const int64_t a_tmp = k->temp(a32.get_size()), b_tmp = k->temp(b32.get_size()),
+                y_tmp = k->temp(y32.get_size());
+  reorder(a_md, {0, a.id}, a32, {0, -1, a_tmp});
+  reorder(b_md, {0, b.id}, b32, {0, -1, b_tmp});
   dnnl::matmul::primitive_desc pd(n.engine, a32, b32, y32, user_scratchpad());
-  k->add(dnnl::matmul(pd), pd, {{DNNL_ARG_SRC, -1, ta}, {DNNL_ARG_WEIGHTS, -1, tb},
-                                {DNNL_ARG_DST, -1, ty}});
-  reorder(y32, {0, -1, ty}, y_md, {0, y.id});
+  k->add(dnnl::matmul(pd), pd, {{DNNL_ARG_SRC, -1, a_tmp}, {DNNL_ARG_WEIGHTS, -1, b_tmp},
+                                {DNNL_ARG_DST, -1, y_tmp}});
+  reorder(y32, {0, -1, y_tmp}, y_md, {0, y.id});
   return k;
 }
 
