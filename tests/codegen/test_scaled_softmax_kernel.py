@@ -5,7 +5,8 @@ of -inf, NaN and +inf, with an error bound derived from the kernel's arithmetic.
 Forward, per row of n scores z = scale * x (float32, rounded as Scale's), max m, y = e / S:
 each term e_j = exp(z_j - m) carries the rounding of z_j (|z_j| u), of z_j - m (|z_j - m| u)
 and exp_nonpositive's own error (under 1.5 u, vmath.h), S the float sum of n terms ((n - 1) u
-relative), and the division u: with y <= 1, |y - y*| <= (2 max|z| + n + 3) u, u = 2^-24.
+relative), 1 / S and the product by it 2 u: with y <= 1, |y - y*| <= (2 max|z| + n + 4) u,
+u = 2^-24.
 Backward, dx = scale * y * (dy - sum(dy * y)) with sum(y) = 1: the float dot product errs by at
 most n u max|dy|, the subtraction and the two products by 3 u (|dy| + |dot|) <= 6 u max|dy|:
 |dx - dx*| <= |scale| (n + 6) u max|dy|.
@@ -81,7 +82,7 @@ def test_forward_matches_reference_within_its_bound(k, executed):
     (x, _, _), y, _ = executed[k]
     shape, attrs = CASES[k]
     z = np.abs(np.float32(attrs["scale"]) * x[np.isfinite(x)]).max()
-    want = _check(y, [x], "ScaledSoftmax", attrs, (2 * z + shape[-1] + 3) * U)
+    want = _check(y, [x], "ScaledSoftmax", attrs, (2 * z + shape[-1] + 4) * U)
     rows, want_rows = y.reshape(-1, shape[-1]), want.reshape(-1, shape[-1])
     assert np.isnan(rows[1:4]).all() and not np.isnan(rows[-1]).any() and rows[-1, 3] == 0
     assert np.isnan(rows[4]).all() != attrs["causal"]          # masked NaN: ignored
