@@ -25,8 +25,8 @@
 #include "../vmath.h"
 
 // GCC 12's -O2 vectorizer cost model ("very cheap") leaves these loops of run-time length with
-// scalar prologues and remainders: 1.6x the time of the dynamic model on attention's rows of 64
-// (measured, one thread).
+// scalar prologues and remainders; the dynamic model, with the masked lanes and 1 / sum, took
+// the forward from 215 to 86-92 us on gpt's scores (bench/RESULTS.md, the fused softmax).
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC optimize("vect-cost-model=dynamic")
 #endif
