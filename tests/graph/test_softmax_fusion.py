@@ -133,3 +133,24 @@ def test_fires_on_torch_exports_scaled_dot_product_attention():
     assert not CHAIN_OPS & set(ops)
     assert next(n for n in training.nodes if n.op == "ScaledSoftmax").attrs == {
         "causal": True, "scale": 0.5}
+
+
+def test_the_command_line_fuses_inference_graphs_and_keeps_what_it_is_asked_to(tmp_path):
+    """`planner graph` writes, and `planner plan` plans, the fused inference graph; a tensor
+    `--keep` names is an output, so the chain is fused after it."""
+    import json
+
+    from planner.cli import main
+
+    spec = "zoo:gpt?batch=2&seq=4&dim=8&heads=2&layers=1&vocab=11"
+    assert main(["graph", spec, "-o", str(tmp_path / "g.json")]) == 0
+    ops = [n["op"] for n in json.loads((tmp_path / "g.json").read_text())["nodes"]]
+    assert "ScaledSoftmax" in ops and not CHAIN_OPS & set(ops)
+    for keep in (None, "block1/attn/scaled"):
+        out = tmp_path / f"{keep is None}.plan.json"
+        args = ["plan", spec, "--target", "xeon-8180", "-o", str(out)]
+        assert main(args + (["--keep", keep] if keep else [])) == 0
+        nodes = json.loads(out.read_text())["graph"]["nodes"]
+        fused = next(n for n in nodes if n["op"] == "ScaledSoftmax")
+        assert fused["attrs"]["scale"] == (1.0 if keep else 0.5) and fused["attrs"]["causal"]
+        assert ("Scale" in {n["op"] for n in nodes}) == (keep is not None)
