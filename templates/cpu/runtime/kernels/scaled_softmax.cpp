@@ -8,7 +8,8 @@
 //   - a causal row i reads only its first min(i + 1, n) scores and writes 0 after them, what
 //     exp(-inf - max) / sum gives;
 //   - a row whose read scores hold a NaN or +inf, or are all -inf, is NaN throughout, as the
-//     composition's (x - max is NaN there), found by the max pass itself;
+//     composition's (x - max is NaN there): an infinite max or a NaN sum (a NaN score's term
+//     is NaN) says so;
 //   - exp is vmath.h's exp_nonpositive: relative error under 1.5 x 2^-24 (at most 1.01 ulp)
 //     on [-87, 0], measured against double exp on every 7th float there; below -87 (a term
 //     under 1.7e-38 next to the maximum's 1) it gives 0, as -inf gives; the terms are then
@@ -72,26 +73,21 @@ class ScaledSoftmax : public Kernel {
       float* yr = y + row * v.n;
       const int64_t w = v.width(row), wp = v.padded(w);
       float m = -inf;
-      int bad = 0;
-#pragma omp simd reduction(max : m) reduction(| : bad)
-      for (int64_t j = 0; j < wp; ++j) {
-        const float z = select(j < w, s * xr[j], -inf);
-        bad |= z != z;
-        m = std::max(m, z);
+#pragma omp simd reduction(max : m)
+      for (int64_t j = 0; j < wp; ++j) m = std::max(m, select(j < w, s * xr[j], -inf));
+      float sum = 0.f;
+      if (m > -inf && m < inf) {
+#pragma omp simd reduction(+ : sum)
+        for (int64_t j = 0; j < wp; ++j) {
+          const float d = s * xr[j] - m;  // NaN for a NaN score: the sum is NaN then
+          const float e = select((j < w) & !(d < -87.f), exp_nonpositive(d), 0.f);
+          yr[j] = e;
+          sum += e;
+        }
       }
-      if (bad || !(m > -inf && m < inf)) {
+      if (!(m > -inf && m < inf) || sum != sum) {
         for (int64_t j = 0; j < v.n; ++j) yr[j] = nan;
         continue;
-      }
-      // m finite and the masked lanes -inf: each d is finite or -inf (exp_nonpositive clamps
-      // it to -87, the select makes that 0), never NaN
-      float sum = 0.f;
-#pragma omp simd reduction(+ : sum)
-      for (int64_t j = 0; j < wp; ++j) {
-        const float d = select(j < w, s * xr[j], -inf) - m;
-        const float e = select(d < -87.f, 0.f, exp_nonpositive(d));
-        yr[j] = e;
-        sum += e;
       }
       const float inv = 1.f / sum;
 #pragma omp simd
