@@ -108,6 +108,10 @@ def run_graph(args: argparse.Namespace) -> int:
         raise UserError("--lr needs --train")
     elif args.precision != "fp32":
         raise UserError("--precision needs --train (a policy for training graphs)")
+    else:  # the inference graph `planner plan` makes (training graphs: autodiff's passes)
+        from planner.graph.softmax_fusion import fuse_softmax
+
+        graph = fuse_softmax(graph)
     if args.output:
         write_text(args.output, graph.to_json(), force=args.force)
     summary = summarize(graph)

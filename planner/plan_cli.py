@@ -141,6 +141,10 @@ def _run_plan(args: argparse.Namespace) -> int:
     elif args.precision != "fp32":
         raise UserError("--precision needs --train (a policy for training graphs)")
     graph = with_kept(graph, args.keep)
+    if not args.train:  # after --keep: a kept intermediate stays (training graphs: autodiff)
+        from planner.graph.softmax_fusion import fuse_softmax
+
+        graph = fuse_softmax(graph)
     target = load_target(args.target)
     table = load_table(args.costs) if args.costs else None
     budget = (parse_budget(args.memory_budget, "--memory-budget")

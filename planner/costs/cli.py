@@ -142,8 +142,10 @@ def _graph(args: argparse.Namespace):
     if args.train:
         from planner.graph.autodiff import Optimizer, make_training_graph
 
-        graph = make_training_graph(graph, Optimizer(kind=args.train))
-    return graph
+        return make_training_graph(graph, Optimizer(kind=args.train))
+    from planner.graph.softmax_fusion import fuse_softmax
+
+    return fuse_softmax(graph)  # the inference graph `planner plan` makes
 
 
 def _resumed(output: str, target):

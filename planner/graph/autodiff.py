@@ -16,6 +16,8 @@
     batch_weight_gradients
                      a weight's gradient summed over many GEMMs (an RNN's time steps) becomes
                      one GEMM over the concatenated rows (planner/graph/weight_grads.py)
+    fuse_softmax     attention's Scale -> CausalMask -> Softmax and its gradient chain become
+                     ScaledSoftmax and ScaledSoftmaxGrad (planner/graph/softmax_fusion.py)
     mark_in_place    next values of params, optimizer state and BatchNorm running statistics
                      carry `updates=<persistent tensor>` and its role
     fold_transposes  a Transpose read only by MatMuls, or of a MatMul's result read by nothing
@@ -98,6 +100,7 @@ from planner.graph.lstm_grads import fold_lstm_dh_sums
 from planner.graph.optimizer import LossScaling, Optimizer
 from planner.graph.precision import apply_precision
 from planner.graph.slice_grads import join_slice_gradients
+from planner.graph.softmax_fusion import fuse_softmax
 from planner.graph.transpose_fold import fold_transposes
 from planner.graph.validate import check_graph, normalize_attrs
 from planner.graph.weight_grads import batch_weight_gradients
@@ -163,8 +166,7 @@ def make_training_graph(graph: Graph, optimizer: Optimizer, precision: str = "fp
                outputs=[f"update/{DROPOUT_STEP}"])
         updated[f"update/{DROPOUT_STEP}"] = DROPOUT_STEP
     marks = {**_running_stat_updates(graph), **updated}
-    built = batch_weight_gradients(join_slice_gradients(fold_lstm_dh_sums(
-        b.build(outputs=graph.outputs, kind="training"))))
+    built = _rewritten(b.build(outputs=graph.outputs, kind="training"))
     return apply_precision(fold_transposes(_mark_in_place(built, graph, marks)), precision)
 
 
@@ -202,9 +204,13 @@ def gradients(graph: Graph, wrt: Sequence[str] | None = None,
                  for y in of}
     grads = _differentiate(b, graph, wrt, seeds)
     outputs = list(dict.fromkeys([*graph.outputs, *(g for g in grads.values() if g)]))
-    built = batch_weight_gradients(join_slice_gradients(fold_lstm_dh_sums(
-        b.build(outputs=outputs, kind="training"))))
+    built = _rewritten(b.build(outputs=outputs, kind="training"))
     return fold_transposes(_mark_in_place(built, graph, {})), grads
+
+
+def _rewritten(built: Graph) -> Graph:
+    """The differentiated graph after the rewrites that precede mark_in_place (module docstring)."""
+    return fuse_softmax(batch_weight_gradients(join_slice_gradients(fold_lstm_dh_sums(built))))
 
 
 def find_loss(graph: Graph) -> str:

@@ -8,7 +8,8 @@ Split, Slice, Reshape, Flatten, Transpose, ...), reduce, embedding, dropout, los
 (AllReduce of data-parallel training). For the ONNX importer: unary_math (Exp, Log, Sqrt, Abs,
 Softplus, Elu, Selu, Clip, ...), binary_math (Pow, Max, Min, PRelu), log_softmax, pad, resize
 (Resize: nn.Upsample, F.interpolate). For transformers: layer_norm, gelu (Gelu, Erf), mask
-(Where, CausalMask). group_norm: GroupNorm, InstanceNormalization. depth_to_space:
+(Where, CausalMask), scaled_softmax (Scale, CausalMask and Softmax fused: ScaledSoftmax).
+group_norm: GroupNorm, InstanceNormalization. depth_to_space:
 DepthToSpace, SpaceToDepth (nn.PixelShuffle, nn.PixelUnshuffle). cumsum: CumSum. topk: TopK,
 TopKGrad. lstm: LSTMCell (the element-wise part of an LSTM step, fused) and its gradient.
 """
@@ -39,6 +40,7 @@ from planner.ops import (  # noqa: F401, E402
     pool,
     reduce,
     resize,
+    scaled_softmax,
     shape,
     topk,
     unary_math,

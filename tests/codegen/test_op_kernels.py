@@ -74,6 +74,11 @@ CASES: dict[str, list[tuple]] = {
              ([((3, 8), ids(1 << 40))], {"to": "float32"}), ([((2, 5), B)], {"to": "float32"})],
     "Softmax": [([((3, 8), N)], {}), ([((2, 5, 3), N)], {"axis": 1})],
     "SoftmaxGrad": [([((3, 8), N), ((3, 8), U)], {})],
+    # (2, 2, 5, 4): more keys than queries (row 4 reads all 4); (3, 8): no mask
+    "ScaledSoftmax": [([((2, 2, 5, 4), N)], {"scale": 0.35, "causal": True}),
+                      ([((3, 8), N)], {"scale": -2.0})],
+    "ScaledSoftmaxGrad": [([((2, 5, 4), N), ((2, 5, 4), U)], {"scale": 0.35, "causal": True}),
+                          ([((3, 8), N), ((3, 8), U)], {"scale": 1.5})],
     "LogSoftmax": [([((3, 8), N)], {}), ([((2, 5, 3), N)], {"axis": 1})],
     "Add": [([((3, 8), N), ((8,), N)], {}), ([((3, 1), N), ((3, 8), N)], {})],
     "Sub": [([((3, 8), N), ((3, 1), N)], {})],

@@ -225,6 +225,8 @@ OP_CASES: dict[str, list[tuple]] = {
     "Tanh": [([F(3, 4)], {}, None, None)],
     "Sigmoid": [([F(3, 4)], {}, None, None)],
     "Softmax": [([F(2, 3, 4)], {"axis": 1}, None, None)],
+    "ScaledSoftmax": [([F(2, 3, 4)], {"scale": 0.7, "causal": True}, None, None),
+                      ([F(2, 5)], {"scale": -1.3}, None, None)],
     "BatchNorm": [([F(4, 3, 2, 2), P(3), F(3), F(3), P(3)], {"training": True}, [0], None),
                   ([F(5, 3), P(3), F(3), F(3), P(3)], {"training": True}, [0], None)],
     "LRN": [([F(1, 5, 2, 2)], {"size": 3, "alpha": 0.5, "bias": 2.0}, None, None)],
