@@ -122,14 +122,17 @@ class AutodiffError(ValueError):
 # ---- the passes -------------------------------------------------------------------------------
 
 def make_training_graph(graph: Graph, optimizer: Optimizer, precision: str = "fp32",
-                        loss_scaling: LossScaling | None = None) -> Graph:
+                        loss_scaling: LossScaling | None = None,
+                        cores: int | None = None) -> Graph:
     """Forward graph (ending in a loss) + optimizer -> training graph (kind "training").
 
     Parameters: `graph`, a forward graph whose outputs include one scalar loss; `optimizer`, the
     update rule applied to every param that receives a gradient (a param the loss does not
     depend on is left alone, as torch.optim skips parameters whose grad is None); `precision`,
     one of planner.graph.precision.PRECISIONS; `loss_scaling`, fp16-mixed's dynamic loss
-    scaling (LossScaling() when None; ignored by the other policies).
+    scaling (LossScaling() when None; ignored by the other policies); `cores`, the physical
+    cores the step will run on when known (`step_cores(target)`): an RNN's weight gradients are
+    chunked only where cores are left to overlap the chunks (planner/graph/weight_grads.py).
     Returns: the training graph laid out as in the module docstring; its outputs are the
     forward graph's outputs.
     Raises: AutodiffError (no loss, no param reaches the loss, an op without a gradient rule
@@ -159,7 +162,7 @@ def make_training_graph(graph: Graph, optimizer: Optimizer, precision: str = "fp
         updated[f"update/{DROPOUT_STEP}"] = DROPOUT_STEP
     marks = {**_running_stat_updates(graph), **updated}
     built = batch_weight_gradients(join_slice_gradients(fold_lstm_dh_sums(
-        b.build(outputs=graph.outputs, kind="training"))))
+        b.build(outputs=graph.outputs, kind="training"))), cores)
     return apply_precision(_mark_in_place(built, graph, marks), precision)
 
 
