@@ -16,6 +16,10 @@
     batch_weight_gradients
                      a weight's gradient summed over many GEMMs (an RNN's time steps) becomes
                      one GEMM over the concatenated rows (planner/graph/weight_grads.py)
+    copy_transposed_operands
+                     on a CPU (`cores` given), a transposed GEMM operand shared by short
+                     GEMMs (an RNN's recurrent weight) is copied once, not packed per call
+                     (planner/graph/transposed_operands.py)
     mark_in_place    next values of params, optimizer state and BatchNorm running statistics
                      carry `updates=<persistent tensor>` and its role
     apply_precision  the precision policy's casts (planner/graph/precision.py; fp32: none)
@@ -94,6 +98,7 @@ from planner.graph.lstm_grads import fold_lstm_dh_sums
 from planner.graph.optimizer import LossScaling, Optimizer
 from planner.graph.precision import apply_precision
 from planner.graph.slice_grads import join_slice_gradients
+from planner.graph.transposed_operands import copy_transposed_operands
 from planner.graph.validate import check_graph, normalize_attrs
 from planner.graph.weight_grads import batch_weight_gradients
 from planner.ops import TensorType, get_op
@@ -132,7 +137,8 @@ def make_training_graph(graph: Graph, optimizer: Optimizer, precision: str = "fp
     one of planner.graph.precision.PRECISIONS; `loss_scaling`, fp16-mixed's dynamic loss
     scaling (LossScaling() when None; ignored by the other policies); `cores`, the physical
     cores the step will run on when known (`step_cores(target)`): an RNN's weight gradients are
-    chunked only where cores are left to overlap the chunks (planner/graph/weight_grads.py).
+    chunked only where cores are left to overlap the chunks (planner/graph/weight_grads.py),
+    and CPU-only rewrites apply (copy_transposed_operands).
     Returns: the training graph laid out as in the module docstring; its outputs are the
     forward graph's outputs.
     Raises: AutodiffError (no loss, no param reaches the loss, an op without a gradient rule
@@ -163,6 +169,8 @@ def make_training_graph(graph: Graph, optimizer: Optimizer, precision: str = "fp
     marks = {**_running_stat_updates(graph), **updated}
     built = batch_weight_gradients(join_slice_gradients(fold_lstm_dh_sums(
         b.build(outputs=graph.outputs, kind="training"))), cores)
+    if cores is not None:  # a CPU step
+        built = copy_transposed_operands(built)
     return apply_precision(_mark_in_place(built, graph, marks), precision)
 
 
