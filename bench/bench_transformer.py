@@ -21,14 +21,18 @@ compile):
   brought in through planner.torch (torch.export) with F.cross_entropy;
 - bilstm: an embedding, a bidirectional nn.LSTM, mean over time and a linear head, through its
   ONNX export (planner.torch has no aten.flip yet) with `--loss cross-entropy`; the import
-  unrolls it into ~760 ops (an LSTMCell per step), so it is the model that --min-team-us
+  unrolls it into ~670 training ops (an LSTMCell per step), so it is the model that --min-team-us
   matters most to. --lanes 2 runs the uniform plan as two lanes of threads / 2 cores each (ops
   in graph order, as TensorFlow's inter-op pool): the BiLSTM's two directions side by side.
-  --ops prints where our step goes instead (per op type, from stats()' timeline).
+  --ops prints where our step goes instead (per op type, from stats()' timeline). Its
+  training graph is made for the host's cores (`make_training_graph(cores=...)`, as `planner
+  plan --train` makes it for its target): one weight-gradient GEMM per direction where no core
+  is left to overlap chunks, the recurrent weights copied transposed once per step.
 Our plan (the table's `plan` column) is priced by the model's in-step profile on this host
 (`--costs in-step`, the default: every op timed inside the step at each thread count, as
 `planner profile --in-step` does, kept in bench/.costs/ like bench_cpu_strategies.py's tables:
-delete the file to profile again) or by the analytical model (`--costs analytical`), and is
+delete the file to profile again; one lacking some of the graph's ops is profiled again) or by
+the analytical model (`--costs analytical`), and is
 - uniform: one op at a time on every core, except that an op the costs give under
   --min-team-us on one thread, or no faster on the team than alone, runs on one (as PyTorch
   runs an intra-op loop under 32768 elements inline; 0: every op on every core);
