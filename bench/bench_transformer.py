@@ -21,14 +21,18 @@ compile):
   brought in through planner.torch (torch.export) with F.cross_entropy;
 - bilstm: an embedding, a bidirectional nn.LSTM, mean over time and a linear head, through its
   ONNX export (planner.torch has no aten.flip yet) with `--loss cross-entropy`; the import
-  unrolls it into ~760 ops (an LSTMCell per step), so it is the model that --min-team-us
+  unrolls it into ~670 training ops (an LSTMCell per step), so it is the model that --min-team-us
   matters most to. --lanes 2 runs the uniform plan as two lanes of threads / 2 cores each (ops
   in graph order, as TensorFlow's inter-op pool): the BiLSTM's two directions side by side.
-  --ops prints where our step goes instead (per op type, from stats()' timeline).
+  --ops prints where our step goes instead (per op type, from stats()' timeline). Its
+  training graph is made for the host's cores (`make_training_graph(cores=...)`, as `planner
+  plan --train` makes it for its target): one weight-gradient GEMM per direction where no core
+  is left to overlap chunks, the recurrent weights copied transposed once per step.
 Our plan (the table's `plan` column) is priced by the model's in-step profile on this host
 (`--costs in-step`, the default: every op timed inside the step at each thread count, as
 `planner profile --in-step` does, kept in bench/.costs/ like bench_cpu_strategies.py's tables:
-delete the file to profile again) or by the analytical model (`--costs analytical`), and is
+delete the file to profile again; one lacking some of the graph's ops is profiled again) or by
+the analytical model (`--costs analytical`), and is
 - uniform: one op at a time on every core, except that an op the costs give under
   --min-team-us on one thread, or no faster on the team than alone, runs on one (as PyTorch
   runs an intra-op loop under 32768 elements inline; 0: every op on every core);
@@ -78,6 +82,7 @@ from codegen.render import render  # noqa: E402
 from planner.graph.autodiff import make_training_graph  # noqa: E402
 from planner.graph.interpret import random_feeds  # noqa: E402
 from planner.graph.optimizer import Optimizer  # noqa: E402
+from planner.graph.weight_grads import step_cores  # noqa: E402
 from planner.pipeline import PlanOptions, plan  # noqa: E402
 from planner.schedule import ScheduleOptions  # noqa: E402
 from planner.target.detect import detect  # noqa: E402
@@ -192,9 +197,9 @@ def bilstm_module():
     return BiLSTM(), (tokens,), torch.randint(0, c["classes"], (c["batch"],))
 
 
-def case(kind: str):
-    """(training graph, its parameters or None for the planner's init, the nn.Module, the
-    module's inputs, the labels, the loss function)."""
+def case(kind: str, target):
+    """(training graph for a step on `target`, its parameters or None for the planner's init,
+    the nn.Module, the module's inputs, the labels, the loss function)."""
     import io
 
     import torch
@@ -223,7 +228,8 @@ def case(kind: str):
         torch.onnx.export(module, inputs, buf, dynamo=False, input_names=["tokens"],
                           output_names=["logits"])
         imported = import_onnx(buf.getvalue(), name="bilstm")
-        graph = make_training_graph(attach_loss(imported.graph, "cross-entropy"), sgd)
+        graph = make_training_graph(attach_loss(imported.graph, "cross-entropy"), sgd,
+                                    cores=step_cores(target))
         return graph, imported.params(), module, inputs, labels, F.cross_entropy
     raise SystemExit(f"unknown model {kind!r}: gpt, bert, vit or bilstm")
 
@@ -318,7 +324,7 @@ def op_times(kind: str, target, tmp: Path, how: Planning, steps: int) -> None:
     for `measured`)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        graph, params, *_ = case(kind)
+        graph, params, *_ = case(kind, target)
     strategy = "uniform" if how.strategy == "measured" else how.strategy
     ex = load(build(render(our_plan(kind, graph, target, how, strategy), tmp / kind)).dir
               ).Executor(init=True)
@@ -357,7 +363,7 @@ def contenders(kind: str, target, tmp: Path, names: tuple[str, ...], how: Planni
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        graph, params, model, inputs, labels, loss = case(kind)
+        graph, params, model, inputs, labels, loss = case(kind, target)
     steps, note, kept = {}, "skipped", ""
     if "ours" in names:
         steps["ours"], kept = our_step(kind, graph, params, target, tmp, how)
@@ -403,7 +409,7 @@ def measure_apart(kind: str, target, rounds: int, names: tuple[str, ...], how: P
     for planning in (how, before or how):  # profiled here, before the contenders run
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            cost_table(kind, case(kind)[0], target, planning)
+            cost_table(kind, case(kind, target)[0], target, planning)
     if "ours" in names and "measured" in (how.strategy, how.pinning):
         # The pick among plans and pinnings runs alone, in a process of its own: executors
         # tried and dropped in the serving process were seen to slow every contender's step
@@ -444,7 +450,7 @@ def trial(kind: str, target, how: Planning) -> None:
     """The --trial child: prints the strategy/pinning `our_step` keeps for `kind`."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        graph, params, *_ = case(kind)
+        graph, params, *_ = case(kind, target)
     with tempfile.TemporaryDirectory() as tmp:
         print(our_step(kind, graph, params, target, Path(tmp), how)[1], flush=True)
 

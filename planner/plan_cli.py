@@ -133,11 +133,13 @@ def _run_plan(args: argparse.Namespace) -> int:
 
     graph = with_loss(load_graph(args.graph, args.train_dropout), args.loss)
     scaling = loss_scaling(args)
+    target = load_target(args.target)
     if args.train:
         from planner.graph.autodiff import Optimizer, make_training_graph
+        from planner.graph.weight_grads import step_cores
 
         graph = make_training_graph(graph, Optimizer(kind=args.train), precision=args.precision,
-                                    loss_scaling=scaling)
+                                    loss_scaling=scaling, cores=step_cores(target))
     elif args.precision != "fp32":
         raise UserError("--precision needs --train (a policy for training graphs)")
     graph = with_kept(graph, args.keep)
@@ -145,7 +147,6 @@ def _run_plan(args: argparse.Namespace) -> int:
         from planner.graph.softmax_fusion import fuse_softmax
 
         graph = fuse_softmax(graph)
-    target = load_target(args.target)
     table = load_table(args.costs) if args.costs else None
     budget = (parse_budget(args.memory_budget, "--memory-budget")
               if args.memory_budget is not None else None)

@@ -126,7 +126,7 @@ def _profile_inputs(args: argparse.Namespace, target):
     if target.name != "host" and args.target != "host":
         raise UserError(f"--target {args.target}: profiling runs kernels on this machine; "
                         f"use --target host (its CPUs) or --target gpu (its GPU)")
-    graph = _graph(args)
+    graph = _graph(args, target)
     try:
         options = ProfileOptions(interval=args.interval or max(1, target.cores // 8),
                                  repeats=1, max_threads=args.max_threads)
@@ -135,14 +135,17 @@ def _profile_inputs(args: argparse.Namespace, target):
     return target, graph, options, _resumed(args.output, target)
 
 
-def _graph(args: argparse.Namespace):
+def _graph(args: argparse.Namespace, target):
     from planner.load import load_graph
 
     graph = load_graph(args.graph)
     if args.train:
         from planner.graph.autodiff import Optimizer, make_training_graph
+        from planner.graph.weight_grads import step_cores
 
-        return make_training_graph(graph, Optimizer(kind=args.train))
+        # The graph `planner plan --train` makes for this target, chunked as there.
+        return make_training_graph(graph, Optimizer(kind=args.train),
+                                   cores=step_cores(target))
     from planner.graph.softmax_fusion import fuse_softmax
 
     return fuse_softmax(graph)  # the inference graph `planner plan` makes
@@ -198,7 +201,7 @@ def _measure_gpu(args: argparse.Namespace, measurers: Callable[[], Any], target)
         raise UserError("--in-step, --interval and --max-threads are for CPU targets; "
                         "--target gpu measures each signature's kernels alone")
     workspace = parse_budget(args.max_workspace, "--max-workspace")
-    graph = _graph(args)
+    graph = _graph(args, target)
     table = _resumed(args.output, target)
     gpu = measurers().gpu
     if gpu is None:

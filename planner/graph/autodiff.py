@@ -24,6 +24,11 @@
                      else (attention's head splits and merges, forward and backward), becomes
                      strides of those GEMMs (planner/graph/transpose_fold.py); after
                      mark_in_place, which would give a reshaped forward tensor its old record
+    copy_transposed_operands
+                     on a CPU (`cores` given), a transposed GEMM operand shared by short
+                     GEMMs (an RNN's recurrent weight) is copied once, not packed per call
+                     (planner/graph/transposed_operands.py); after fold_transposes, which would
+                     fold the copy back into the GEMMs
     apply_precision  the precision policy's casts (planner/graph/precision.py; fp32: none)
 
 Every node is added through GraphBuilder, so it passes the same shape rules as any graph as it is
@@ -102,6 +107,7 @@ from planner.graph.precision import apply_precision
 from planner.graph.slice_grads import join_slice_gradients
 from planner.graph.softmax_fusion import fuse_softmax
 from planner.graph.transpose_fold import fold_transposes
+from planner.graph.transposed_operands import copy_transposed_operands
 from planner.graph.validate import check_graph, normalize_attrs
 from planner.graph.weight_grads import batch_weight_gradients
 from planner.ops import TensorType, get_op
@@ -130,14 +136,18 @@ class AutodiffError(ValueError):
 # ---- the passes -------------------------------------------------------------------------------
 
 def make_training_graph(graph: Graph, optimizer: Optimizer, precision: str = "fp32",
-                        loss_scaling: LossScaling | None = None) -> Graph:
+                        loss_scaling: LossScaling | None = None,
+                        cores: int | None = None) -> Graph:
     """Forward graph (ending in a loss) + optimizer -> training graph (kind "training").
 
     Parameters: `graph`, a forward graph whose outputs include one scalar loss; `optimizer`, the
     update rule applied to every param that receives a gradient (a param the loss does not
     depend on is left alone, as torch.optim skips parameters whose grad is None); `precision`,
     one of planner.graph.precision.PRECISIONS; `loss_scaling`, fp16-mixed's dynamic loss
-    scaling (LossScaling() when None; ignored by the other policies).
+    scaling (LossScaling() when None; ignored by the other policies); `cores`, the physical
+    cores the step will run on when known (`step_cores(target)`): an RNN's weight gradients are
+    chunked only where cores are left to overlap the chunks (planner/graph/weight_grads.py),
+    and CPU-only rewrites apply (copy_transposed_operands).
     Returns: the training graph laid out as in the module docstring; its outputs are the
     forward graph's outputs.
     Raises: AutodiffError (no loss, no param reaches the loss, an op without a gradient rule
@@ -166,8 +176,11 @@ def make_training_graph(graph: Graph, optimizer: Optimizer, precision: str = "fp
                outputs=[f"update/{DROPOUT_STEP}"])
         updated[f"update/{DROPOUT_STEP}"] = DROPOUT_STEP
     marks = {**_running_stat_updates(graph), **updated}
-    built = _rewritten(b.build(outputs=graph.outputs, kind="training"))
-    return apply_precision(fold_transposes(_mark_in_place(built, graph, marks)), precision)
+    built = _rewritten(b.build(outputs=graph.outputs, kind="training"), cores)
+    built = fold_transposes(_mark_in_place(built, graph, marks))
+    if cores is not None:  # a CPU step
+        built = copy_transposed_operands(built)
+    return apply_precision(built, precision)
 
 
 def gradients(graph: Graph, wrt: Sequence[str] | None = None,
@@ -208,9 +221,10 @@ def gradients(graph: Graph, wrt: Sequence[str] | None = None,
     return fold_transposes(_mark_in_place(built, graph, {})), grads
 
 
-def _rewritten(built: Graph) -> Graph:
+def _rewritten(built: Graph, cores: int | None = None) -> Graph:
     """The differentiated graph after the rewrites that precede mark_in_place (module docstring)."""
-    return fuse_softmax(batch_weight_gradients(join_slice_gradients(fold_lstm_dh_sums(built))))
+    return fuse_softmax(batch_weight_gradients(
+        join_slice_gradients(fold_lstm_dh_sums(built)), cores))
 
 
 def find_loss(graph: Graph) -> str:

@@ -138,16 +138,18 @@ def trainer(module: Any, example_inputs: Sequence[Any], loss: Callable, labels: 
     from codegen.load import load
     from codegen.render import render
     from planner.graph import Optimizer, init_params, make_training_graph
+    from planner.graph.weight_grads import step_cores
     from planner.pipeline import plan
     from planner.target.presets import load_target
 
     settings = Optimizer.parse(optimizer, lr=lr, **optimizer_settings)
     imported = convert(export(module, example_inputs, loss, labels),
                        name=type(module).__name__)
-    graph = make_training_graph(imported.graph, settings)
+    chosen = load_target(target)
+    graph = make_training_graph(imported.graph, settings, cores=step_cores(chosen))
     with warnings.catch_warnings():  # costs from the analytical model unless profiled
         warnings.simplefilter("ignore")
-        planned = plan(graph, load_target(target))
+        planned = plan(graph, chosen)
     name = "torch_" + hashlib.sha256(planned.to_json().encode()).hexdigest()[:16]
     folder = Path(out_dir) if out_dir is not None else Path(tempfile.mkdtemp(prefix="planner-"))
     module_py = load(build(render(planned, folder / name)).dir)

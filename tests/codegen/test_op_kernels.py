@@ -175,7 +175,10 @@ CASES: dict[str, list[tuple]] = {
     "Flatten": [([(X4, N)], {})],
     # the last axis kept (attention's heads): whole rows copied
     "Transpose": [([((2, 3, 4), N)], {"perm": [2, 0, 1]}),
-                  ([((2, 3, 4, 5), N)], {"perm": [0, 2, 1, 3]})],
+                  ([((2, 3, 4, 5), N)], {"perm": [0, 2, 1, 3]}),
+                  # the last two axes swapped tile by tile: partial tiles, a batch axis
+                  ([((37, 70), N)], {"perm": [1, 0]}),
+                  ([((2, 33, 5), N)], {"perm": [0, 2, 1]})],
     "Expand": [([((3, 1), N)], {"shape": [2, 3, 4]})],
     "Slice": [([((4, 5), N)], {"starts": [1, 0], "ends": [3, 10], "axes": [0, 1],
                                "steps": [1, 2]}),

@@ -1,5 +1,6 @@
 """Batched weight gradients (planner/graph/weight_grads.py): the structure of the rewrite, that
-it computes the same sum, and that it leaves alone what it must not touch."""
+it computes the same sum, that it leaves alone what it must not touch, and that the step's cores
+decide between chunks and one GEMM (a BiLSTM trained so still matches PyTorch)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ from planner.graph.autodiff import make_training_graph
 from planner.graph.interpret import random_feeds, run
 from planner.graph.ir import Graph
 from planner.graph.optimizer import Optimizer
-from planner.graph.weight_grads import batch_weight_gradients
+from planner.graph.weight_grads import batch_weight_gradients, step_cores
+from planner.target.presets import load_target
 from planner.zoo import build
 
 
@@ -70,3 +72,75 @@ def test_lstm_training_graph_uses_chunked_gemms() -> None:
     # No weight-sized partial per step is left.
     assert not any(n.op == "MatMul" and g.tensor(n.outputs[0]).shape == (8, 16)
                    and "/step" in n.name for n in g.nodes)
+
+
+def two_sums(steps: int) -> Graph:
+    """Two independent sums of `steps` A^T B GEMMs (a BiLSTM's two directions)."""
+    b = GraphBuilder("two")
+    totals = []
+    for d in ("fw", "bw"):
+        parts = [b.op_n("MatMul", [b.input(f"{d}/a{t}", (2, 3)), b.input(f"{d}/y{t}", (2, 4))],
+                        {"transpose_a": True}, name=f"{d}/dw{t}", role="grad")[0]
+                 for t in range(steps)]
+        totals.append(b.op_n("AddN", parts, name=f"{d}/sum", role="grad")[0])
+    return b.build(outputs=totals)
+
+
+@pytest.mark.parametrize(("cores", "gemms"), [(None, 3), (1, 1), (2, 1), (3, 3), (64, 3)])
+def test_one_gemm_per_sum_where_no_core_is_left_for_chunks(cores, gemms) -> None:
+    g = two_sums(9)
+    fused = check_graph(batch_weight_gradients(g, cores))
+    for d in ("fw", "bw"):
+        total = fused.node_map[f"{d}/sum"]
+        assert total.op == ("MatMul" if gemms == 1 else "AddN")
+        assert sum(n.op == "MatMul" and n.name.startswith(d) for n in fused.nodes) == gemms
+    feeds = random_feeds(g, seed=3)
+    want, got = run(g, feeds, {}), run(fused, feeds, {})
+    for d in ("fw", "bw"):
+        np.testing.assert_allclose(got[f"{d}/sum"], want[f"{d}/sum"], rtol=1e-5, atol=1e-5)
+
+
+def test_step_cores_of_cpu_and_gpu_targets() -> None:
+    assert step_cores(load_target("xeon-8180")) == load_target("xeon-8180").cores > 2
+    assert step_cores(load_target("k40c-12gb")) is None
+
+
+def test_bilstm_with_one_gemm_per_direction_matches_pytorch() -> None:
+    """An exported bidirectional nn.LSTM trained for a 2-core step (one weight-gradient GEMM
+    per direction, the recurrent weights copied transposed once: transposed_operands.py)
+    takes PyTorch's SGD step, as with chunks."""
+    torch = pytest.importorskip("torch")
+    from tests.importers.torch_step import (
+        export,
+        mismatches,
+        planner_step,
+        torch_step,
+        training_graph,
+    )
+
+    class BiLSTM(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lstm = torch.nn.LSTM(6, 5, batch_first=True, bidirectional=True)
+            self.head = torch.nn.Linear(10, 3)
+
+        def forward(self, x):
+            return self.head(self.lstm(x)[0].mean(1))
+
+    torch.manual_seed(0)
+    model = BiLSTM()
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((2, 9, 6)).astype(np.float32)
+    labels = rng.integers(0, 3, 2).astype(np.int64)
+    onnx = export(model, torch.from_numpy(x))
+    for cores, sum_op in ((None, "AddN"), (2, "MatMul")):
+        graph, _ = training_graph(onnx, cores)
+        sums = [n.op for n in graph.nodes if n.name.endswith("/sum") and n.op != "Concat"]
+        assert sums.count(sum_op) == 2, sums  # the recurrent weight's, per direction
+        assert sum(n.op == "Transpose" and n.name.endswith("/transposed")
+                   for n in graph.nodes) == (2 if cores else 0)
+        ours, start = planner_step(onnx, x, labels, cores)
+        f32 = torch_step(model, x, labels, torch.float32, start)
+        f64 = torch_step(model, x, labels, torch.float64, start)
+        assert set(f64.state) <= set(ours.state)
+        assert mismatches(ours, f32, f64) == []

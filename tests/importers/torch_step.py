@@ -96,11 +96,13 @@ def with_planner_dropout(model: nn.Module) -> nn.Module:
     return model
 
 
-def training_graph(onnx_bytes: bytes) -> tuple[Graph, dict[str, np.ndarray]]:
-    """The SGD training graph of an export and its starting state (the export's weights)."""
+def training_graph(onnx_bytes: bytes, cores: int | None = None
+                   ) -> tuple[Graph, dict[str, np.ndarray]]:
+    """The SGD training graph of an export (for a step on `cores` cores, see
+    make_training_graph) and its starting state (the export's weights)."""
     imported = import_onnx(onnx_bytes)
     graph = make_training_graph(attach_loss(imported.graph, "cross-entropy"),
-                                Optimizer(kind="sgd", lr=LR))
+                                Optimizer(kind="sgd", lr=LR), cores=cores)
     return graph, {**init_params(graph), **imported.params()}
 
 
@@ -109,10 +111,10 @@ def feeds_of(graph: Graph, x: np.ndarray, labels: np.ndarray) -> dict[str, np.nd
     return {image: x, "labels": labels}
 
 
-def planner_step(onnx_bytes: bytes, x: np.ndarray, labels: np.ndarray
-                 ) -> tuple[Step, dict[str, np.ndarray]]:
+def planner_step(onnx_bytes: bytes, x: np.ndarray, labels: np.ndarray,
+                 cores: int | None = None) -> tuple[Step, dict[str, np.ndarray]]:
     """The planner's step on the reference, and the state it started from."""
-    graph, state = training_graph(onnx_bytes)
+    graph, state = training_graph(onnx_bytes, cores)
     outputs, new = train_step(graph, feeds_of(graph, x, labels), state)
     return Step(float(outputs["loss"]), new), state
 
