@@ -1,7 +1,9 @@
 // Small pieces shared by the plain-loop kernels.
 #pragma once
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
+#include <stdexcept>
 
 #include "kernel.h"
 
@@ -19,6 +21,19 @@ class Copy : public Kernel {
   int from_, to_;
   int64_t bytes_;
 };
+
+// Calls f(T{}) with T the unsigned integer of `bytes` bytes: kernels that only move elements
+// (copies, transposes) need one instantiation per element size, not per dtype.
+template <class F>
+void by_element_size(int bytes, F&& f) {
+  switch (bytes) {
+    case 1: f(uint8_t{}); break;
+    case 2: f(uint16_t{}); break;
+    case 4: f(uint32_t{}); break;
+    case 8: f(uint64_t{}); break;
+    default: throw std::runtime_error("unsupported element size");
+  }
+}
 
 }  // namespace planner
 

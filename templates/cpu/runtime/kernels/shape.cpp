@@ -38,13 +38,7 @@ class Strided : public Kernel {
   }
   void run(const Run& r) override {
     if (scatter_) std::memset(r.ptr[view_], 0, zero_bytes_);
-    switch (esize_) {
-      case 1: go<uint8_t>(r); break;
-      case 2: go<uint16_t>(r); break;
-      case 4: go<uint32_t>(r); break;
-      case 8: go<uint64_t>(r); break;
-      default: throw std::runtime_error("unsupported element size");
-    }
+    by_element_size(esize_, [&](auto element) { go<decltype(element)>(r); });
   }
 
  private:
@@ -94,13 +88,7 @@ class SwapLastTwo : public Kernel {
   SwapLastTwo(int x, int y, int64_t batch, int64_t rows, int64_t cols, int esize)
       : x_(x), y_(y), batch_(batch), rows_(rows), cols_(cols), esize_(esize) {}
   void run(const Run& r) override {
-    switch (esize_) {
-      case 1: go<uint8_t>(r); break;
-      case 2: go<uint16_t>(r); break;
-      case 4: go<uint32_t>(r); break;
-      case 8: go<uint64_t>(r); break;
-      default: throw std::runtime_error("unsupported element size");
-    }
+    by_element_size(esize_, [&](auto element) { go<decltype(element)>(r); });
   }
 
  private:
