@@ -141,6 +141,10 @@ def _run_plan(args: argparse.Namespace) -> int:
     elif args.precision != "fp32":
         raise UserError("--precision needs --train (a policy for training graphs)")
     graph = with_kept(graph, args.keep)
+    if not args.train:  # training graphs are folded by make_training_graph
+        from planner.graph.fold_bias import fold_bias_adds
+
+        graph = fold_bias_adds(graph)
     target = load_target(args.target)
     table = load_table(args.costs) if args.costs else None
     budget = (parse_budget(args.memory_budget, "--memory-budget")

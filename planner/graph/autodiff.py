@@ -19,6 +19,8 @@
     mark_in_place    next values of params, optimizer state and BatchNorm running statistics
                      carry `updates=<persistent tensor>` and its role
     apply_precision  the precision policy's casts (planner/graph/precision.py; fp32: none)
+    fold_bias_adds   a BiasAdd over the last axis of a MatMul's output becomes the MatMul's
+                     bias input (planner/graph/fold_bias.py)
 
 Every node is added through GraphBuilder, so it passes the same shape rules as any graph as it is
 added; in-place order holds by construction (updates come last). The forward graph is validated
@@ -89,6 +91,7 @@ from dataclasses import dataclass, field
 
 from planner.dtypes import is_float
 from planner.graph.builder import GraphBuilder
+from planner.graph.fold_bias import fold_bias_adds
 from planner.graph.ir import Graph, Node, Tensor
 from planner.graph.lstm_grads import fold_lstm_dh_sums
 from planner.graph.optimizer import LossScaling, Optimizer
@@ -160,7 +163,7 @@ def make_training_graph(graph: Graph, optimizer: Optimizer, precision: str = "fp
     marks = {**_running_stat_updates(graph), **updated}
     built = batch_weight_gradients(join_slice_gradients(fold_lstm_dh_sums(
         b.build(outputs=graph.outputs, kind="training"))))
-    return apply_precision(_mark_in_place(built, graph, marks), precision)
+    return fold_bias_adds(apply_precision(_mark_in_place(built, graph, marks), precision))
 
 
 def gradients(graph: Graph, wrt: Sequence[str] | None = None,

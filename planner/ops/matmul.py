@@ -5,6 +5,11 @@ when `transpose_a` / `transpose_b` is set. Both inputs have rank >= 2; leading (
 broadcast as in `numpy.matmul`, so a (B, M, K) activation times a (K, N) weight is one op.
 FLOPs: 2 per multiply-accumulate, 2 * batch * M * N * K.
 
+An optional third input `bias` of shape (N,) is added to every row of y: a BiasAdd over the last
+axis folded into the GEMM that produces its input (planner/graph/fold_bias.py), so the kernels
+add it as they write y instead of in a second pass. Its gradient is BiasAddGrad of dy over the
+last axis, as the BiasAdd's was.
+
 Gradients (A = op(a), B = op(b)): dA = dy @ B^T, dB = A^T @ dy, written as MatMuls with the
 transpose flags chosen so that no explicit Transpose is needed, then summed over the batch axes
 that broadcasting added. A rank-2 weight under a batched activation gets its gradient from one
@@ -54,7 +59,9 @@ def _matrix(t: TensorType, transpose: bool) -> tuple[int, int]:
 
 
 def _matmul_infer(ins: list[TensorType], a: Attrs) -> list[TensorType]:
-    x, w = ins
+    if len(ins) > 3:
+        raise OpError(f"MatMul takes 2 or 3 inputs (a, b, optional bias), got {len(ins)}")
+    x, w = ins[:2]
     for name, t in (("a", x), ("b", w)):
         if t.rank < 2:
             raise OpError(f"MatMul: input {name} must have rank >= 2, got shape {list(t.shape)}")
@@ -68,12 +75,15 @@ def _matmul_infer(ins: list[TensorType], a: Attrs) -> list[TensorType]:
                       f"(transpose_a={a['transpose_a']}) gives K={k}, b {list(w.shape)} "
                       f"(transpose_b={a['transpose_b']}) gives K={k2}")
     batch = broadcast_shapes("MatMul", x.shape[:-2], w.shape[:-2])
+    if len(ins) == 3 and (ins[2].shape != (n,) or ins[2].dtype != x.dtype):
+        raise OpError(f"MatMul: bias must be {x.dtype} of shape [{n}] (y's last axis), got "
+                      f"{ins[2].dtype} {list(ins[2].shape)}")
     return [TensorType((*batch, m, n), x.dtype)]
 
 
 def _matmul_flops(ins: list[TensorType], outs: list[TensorType], a: Attrs) -> int:
     _, k = _matrix(ins[0], a["transpose_a"])
-    return 2 * outs[0].size * k
+    return 2 * outs[0].size * k + (outs[0].size if len(ins) == 3 else 0)
 
 
 def _swap(x: np.ndarray, transpose: bool) -> np.ndarray:
@@ -81,11 +91,12 @@ def _swap(x: np.ndarray, transpose: bool) -> np.ndarray:
 
 
 def _matmul_reference(xs: list[np.ndarray], a: Attrs) -> list[np.ndarray]:
-    return [np.matmul(_swap(xs[0], a["transpose_a"]), _swap(xs[1], a["transpose_b"]))]
+    y = np.matmul(_swap(xs[0], a["transpose_a"]), _swap(xs[1], a["transpose_b"]))
+    return [y + xs[2] if len(xs) == 3 else y]
 
 
 def _matmul_grad(g: GradBuilder, node: Node, grads: list[str | None]) -> list[str | None]:
-    a, b = node.inputs
+    a, b = node.inputs[:2]
     dy = grads[0]
     ta, tb = node.attrs["transpose_a"], node.attrs["transpose_b"]
     da = db = None
@@ -105,7 +116,12 @@ def _matmul_grad(g: GradBuilder, node: Node, grads: list[str | None]) -> list[st
         else:
             db = _mm(g, a, dy, not ta, False)
         db = sum_to_shape(g, db, g.type(b).shape)
-    return [da, db]
+    if len(node.inputs) == 2:
+        return [da, db]
+    dbias = None
+    if dy is not None and g.needs(node.inputs[2]):
+        dbias = g.emit("BiasAddGrad", [dy], {"axis": -1})[0]
+    return [da, db, dbias]
 
 
 def _mm(g: GradBuilder, x: str, y: str, tx: bool, ty: bool) -> str:
@@ -125,13 +141,14 @@ register(OpDef(
     name="MatMul",
     scratch=reorder_scratch(2),
     cost_class="gemm",
-    recompute="expensive", arity=2,
+    recompute="expensive", arity=None, min_inputs=2,
     attrs={"transpose_a": Attr("bool", False), "transpose_b": Attr("bool", False)},
     infer=_matmul_infer,
     flops=_matmul_flops,
     reference=_matmul_reference,
     gradient=_matmul_grad,
-    doc="y = op(a) @ op(b) over the last two axes; batch axes broadcast as numpy.matmul.",
+    doc="y = op(a) @ op(b) (+ bias over the last axis) over the last two axes; batch axes "
+        "broadcast as numpy.matmul.",
 ))
 
 

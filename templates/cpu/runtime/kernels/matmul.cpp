@@ -7,6 +7,9 @@
 // has no matmul for the low type, the operands are widened into float32 temporaries (exact), the
 // product runs in float32 and the result is rounded once into the low-type output: the native
 // kernel's numbers up to summation order (conv.cpp does the same for convolutions).
+// An optional third input, a (N,) bias (a BiasAdd over the last axis folded in by
+// planner/graph/fold_bias.py), is the primitive's bias argument: added as each output tile is
+// written, instead of a second pass over y.
 #include "../dnnl_kernel.h"
 
 namespace planner {
@@ -40,11 +43,22 @@ KernelPtr matmul(const Node& n) {
   auto a_md = matrix_md(a_shape, rank, n.attrs.b("transpose_a"), a.dtype);
   auto b_md = matrix_md(b.shape, rank, n.attrs.b("transpose_b"), b.dtype);
   auto y_md = plain_md(y_shape, y.dtype);
+  const bool biased = n.in.size() == 3;
+  memory::desc bias_md;
+  if (biased) {
+    Shape bias_dims(rank, 1);
+    bias_dims[rank - 1] = y_shape.back();
+    bias_md = plain_md(bias_dims, n.in[2].dtype);
+  }
   auto k = std::make_unique<DnnlKernel>();
   try {
-    dnnl::matmul::primitive_desc pd(n.engine, a_md, b_md, y_md, user_scratchpad());
-    k->add(dnnl::matmul(pd), pd, {{DNNL_ARG_SRC, a.id}, {DNNL_ARG_WEIGHTS, b.id},
-                                  {DNNL_ARG_DST, y.id}});
+    auto pd = biased ? dnnl::matmul::primitive_desc(n.engine, a_md, b_md, bias_md, y_md,
+                                                    user_scratchpad())
+                     : dnnl::matmul::primitive_desc(n.engine, a_md, b_md, y_md, user_scratchpad());
+    std::vector<DnnlKernel::Arg> args = {{DNNL_ARG_SRC, a.id}, {DNNL_ARG_WEIGHTS, b.id},
+                                         {DNNL_ARG_DST, y.id}};
+    if (biased) args.push_back({DNNL_ARG_BIAS, n.in[2].id});
+    k->add(dnnl::matmul(pd), pd, args);
     return k;
   } catch (const dnnl::error& e) {
     bool low = y.dtype == BF16 || y.dtype == F16;
@@ -66,9 +80,19 @@ KernelPtr matmul(const Node& n) {
   int64_t ta = k->temp(a32.get_size()), tb = k->temp(b32.get_size()), ty = k->temp(y32.get_size());
   reorder(a_md, {0, a.id}, a32, {0, -1, ta});
   reorder(b_md, {0, b.id}, b32, {0, -1, tb});
-  dnnl::matmul::primitive_desc pd(n.engine, a32, b32, y32, user_scratchpad());
-  k->add(dnnl::matmul(pd), pd, {{DNNL_ARG_SRC, -1, ta}, {DNNL_ARG_WEIGHTS, -1, tb},
-                                {DNNL_ARG_DST, -1, ty}});
+  std::vector<DnnlKernel::Arg> args = {{DNNL_ARG_SRC, -1, ta}, {DNNL_ARG_WEIGHTS, -1, tb},
+                                       {DNNL_ARG_DST, -1, ty}};
+  memory::desc bias32;
+  if (biased) {
+    bias32 = widened(bias_md);
+    int64_t tbias = k->temp(bias32.get_size());
+    reorder(bias_md, {0, n.in[2].id}, bias32, {0, -1, tbias});
+    args.push_back({DNNL_ARG_BIAS, -1, tbias});
+  }
+  auto pd = biased ? dnnl::matmul::primitive_desc(n.engine, a32, b32, bias32, y32,
+                                                  user_scratchpad())
+                   : dnnl::matmul::primitive_desc(n.engine, a32, b32, y32, user_scratchpad());
+  k->add(dnnl::matmul(pd), pd, args);
   reorder(y32, {0, -1, ty}, y_md, {0, y.id});
   return k;
 }
