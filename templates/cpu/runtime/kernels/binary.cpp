@@ -1,9 +1,11 @@
 // Broadcasting binary ops (Add, Sub, Mul, Div), BiasAdd and AddN: oneDNN binary and sum
-// primitives. oneDNN broadcasts only the second source, so an op whose first input is the
+// primitives (a float32 AddN: a plain loop). oneDNN broadcasts only the second source, so an op whose first input is the
 // broadcast one swaps its inputs when it commutes, and otherwise runs a plain loop.
 #include <omp.h>
 
+#include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "../dnnl_kernel.h"
 #include "../loops.h"
@@ -132,7 +134,50 @@ KernelPtr add_n_any(const Node& n) {
   return k;
 }
 
-KernelPtr add_n(const Node& n) { return native_or_widened(n, add_n_any); }
+// AddN of float32 tensors: y = x1 + x2 + ... in input order (the reference's rounding), a block
+// of 256 elements at a time: every input's block is read before y's is written, so y may share
+// bytes with any input. oneDNN's sum took 44 us for two (8, 64, 128) gradients on one core,
+// PyTorch's add 7 us.
+class AddNLoop : public Kernel {
+ public:
+  explicit AddNLoop(const Node& n) : y_(n.out[0].id), size_(n.out[0].size()) {
+    for (const TensorRef& t : n.in) xs_.push_back(t.id);
+  }
+  void run(const Run& r) override {
+    constexpr int64_t kBlock = 256;
+    std::vector<const float*> xs;
+    for (int id : xs_) xs.push_back(r.at<float>(id));
+    float* y = r.at<float>(y_);
+    const int64_t size = size_, blocks = (size + kBlock - 1) / kBlock;
+    const size_t inputs = xs.size();
+#pragma omp parallel for schedule(static)
+    for (int64_t b = 0; b < blocks; ++b) {
+      const int64_t start = b * kBlock, len = std::min(kBlock, size - start);
+      float acc[kBlock];
+      const float* x0 = xs[0] + start;
+#pragma omp simd
+      for (int64_t i = 0; i < len; ++i) acc[i] = x0[i];
+      for (size_t k = 1; k < inputs; ++k) {
+        const float* xk = xs[k] + start;
+#pragma omp simd
+        for (int64_t i = 0; i < len; ++i) acc[i] += xk[i];
+      }
+      std::memcpy(y + start, acc, sizeof(float) * len);
+    }
+  }
+
+ private:
+  std::vector<int> xs_;
+  int y_;
+  int64_t size_;
+};
+
+KernelPtr add_n(const Node& n) {
+  bool f32 = n.out[0].dtype == F32 && n.in.size() > 1;
+  for (const TensorRef& t : n.in) f32 = f32 && t.dtype == F32 && t.size() == n.out[0].size();
+  if (f32) return std::make_unique<AddNLoop>(n);
+  return native_or_widened(n, add_n_any);
+}
 KernelPtr bias_add(const Node& n) { return native_or_widened(n, bias_add_any); }
 
 }  // namespace
