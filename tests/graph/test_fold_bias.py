@@ -52,10 +52,10 @@ def test_training_graph_folds_after_autodiff(monkeypatch):
         assert np.array_equal(value, before[name]), name
 
 
-def _linear(axis=-1, bias_shape=(2,), bias_dtype="float32", read_twice=False, output=False):
+def _linear(axis=-1, bias_shape=(2,), dtype="float32", read_twice=False, output=False):
     b = GraphBuilder("linear")
-    x, w = b.input("x", (4, 3)), b.param("w", (3, 2))
-    bias = b.param("bias", bias_shape, dtype=bias_dtype)
+    x, w = b.input("x", (4, 3), dtype), b.param("w", (3, 2), dtype=dtype)
+    bias = b.param("bias", bias_shape, dtype=dtype)
     mm = b.op("MatMul", [x, w], name="fc")
     y = b.op("BiasAdd", [mm, bias], {"axis": axis}, name="add")
     outs = [y]
@@ -70,6 +70,7 @@ def _linear(axis=-1, bias_shape=(2,), bias_dtype="float32", read_twice=False, ou
     dict(axis=0, bias_shape=(4,)),            # not the last axis
     dict(read_twice=True),                    # the GEMM's output is read elsewhere too
     dict(output=True),                        # ... or is a graph output
+    dict(dtype="bfloat16"),                   # mixed precision's low GEMMs
 ])
 def test_what_is_not_folded(case):
     g = _linear(**case)
