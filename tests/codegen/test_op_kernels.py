@@ -86,7 +86,8 @@ CASES: dict[str, list[tuple]] = {
     "Mul": [([((2, 3, 8), N), ((3, 1), N)], {})],
     "Div": [([((3, 8), N), ((3, 8), N)], {})],
     "AddN": [([((3, 8), N), ((3, 8), N), ((3, 8), N)], {}),
-             ([((5, 131), N), ((5, 131), N)], {})],  # three blocks of 256, a ragged end
+             ([((5, 131), N), ((5, 131), N)], {}),
+             ([((2, 9), N)] * 4, {}), ([((2, 9), N)] * 5, {})],  # 4 in the loop, 5 oneDNN's
     "BiasAdd": [([(X4, N), ((3,), N)], {})],
     # channels last: (75, 131) rows over blocks of 32 rows and strips of 128 columns, ragged
     "BiasAddGrad": [([(X4, N)], {}), ([((2, 3, 8), N)], {"axis": -1}),
