@@ -308,10 +308,13 @@ def run_verify(args: argparse.Namespace) -> int:
         embedded = _embedded_graph_problems(text)
         names, problems = embedded if embedded else (None, [])
     else:
+        from planner.graph.fold_bias import fold_bias_adds
         from planner.load import load_graph
         from planner.plan import digest
 
         graph = load_graph(args.graph)
+        if graph.kind == "inference":  # `plan` folds an inference graph's biases (as training's)
+            graph = fold_bias_adds(graph)
         names = [n.name for n in graph.nodes]
         data = json.loads(text) if text.strip().startswith("{") else {}
         recorded = data.get("provenance", {}).get("graph_sha256")

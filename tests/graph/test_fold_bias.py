@@ -82,3 +82,18 @@ def test_axis_one_of_a_matrix_is_its_last_axis():
     assert [(n.op, n.inputs, n.outputs) for n in g.nodes] == [
         ("MatMul", ("x", "w", "bias"), ("add",))]
     assert "fc" not in g.tensor_map
+
+
+def test_inference_plans_are_folded_and_verify_against_their_graph(tmp_path, capsys):
+    """`planner plan` without --train folds the forward graph; `verify --graph` takes the same
+    graph file as the plan was made from."""
+    import json
+
+    import planner.cli as cli
+
+    spec, out = "zoo:mlp?batch=2&in_features=3&hidden=4&classes=2", str(tmp_path / "p.json")
+    assert cli.main(["plan", spec, "--target", "knl-7250", "-o", out]) == 0
+    ops = [(n["op"], len(n["inputs"])) for n in json.load(open(out))["graph"]["nodes"]]
+    assert ("MatMul", 3) in ops and ("BiasAdd", 2) not in ops
+    assert cli.main(["verify", out, "--graph", spec]) == 0
+    capsys.readouterr()

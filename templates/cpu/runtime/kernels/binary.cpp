@@ -1,9 +1,9 @@
 // Broadcasting binary ops (Add, Sub, Mul, Div), BiasAdd and AddN: oneDNN binary and sum
-// primitives (float32 AddN and same-shape Add: a plain loop). oneDNN broadcasts only the second source, so an op whose first input is the
-// broadcast one swaps its inputs when it commutes, and otherwise runs a plain loop.
+// primitives (a float32 AddN of 2 to 4 inputs: a plain loop). oneDNN broadcasts only the second
+// source, so an op whose first input is the broadcast one swaps its inputs when it commutes, and
+// otherwise runs a plain loop.
 #include <omp.h>
 
-#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -93,9 +93,9 @@ KernelPtr binary(const Node& n, dnnl::algorithm alg, char op, bool commutes) {
   return std::make_unique<BroadcastLoop<float>>(n, op);
 }
 
-// AddN of 2 to 4 float32 tensors (and Add of two of one size): y = x1 + x2 + ... in input order
-// (the reference's rounding), element by element, so y may share bytes with any input. oneDNN's
-// sum took 41 us for two (8, 64, 128) gradients in a 1-thread step, PyTorch's add 7 us hot.
+// AddN of 2 to 4 float32 tensors: y = x1 + x2 + ... in input order (the reference's rounding),
+// element by element, so y may share bytes with any input. oneDNN's sum took 41 us for two
+// (8, 64, 128) gradients in a 1-thread step, this loop 18 us (PyTorch's add: 7 us, cache hot).
 class AddNLoop : public Kernel {
  public:
   explicit AddNLoop(const Node& n) : y_(n.out[0].id), size_(n.out[0].size()) {
@@ -134,13 +134,10 @@ bool same_size_f32(const Node& n) {
 }
 
 KernelPtr add_any(const Node& n) { return binary(n, dnnl::algorithm::binary_add, '+', true); }
-// Two float32 tensors of one shape (a residual, a gradient sum): AddN's loop (oneDNN's binary
-// took 19.5 us for (8, 64, 128) on one core, PyTorch 7 us). bfloat16 / float16 operands:
-// oneDNN's low-type binary, or float32 on widened copies.
-KernelPtr add(const Node& n) {
-  if (same_size_f32(n)) return std::make_unique<AddNLoop>(n);
-  return native_or_widened(n, add_any);
-}
+// bfloat16 / float16 operands: oneDNN's low-type binary, or float32 on widened copies. (AddN's
+// loop for two float32 tensors of one size measured no faster in a 1-thread step than oneDNN's
+// binary: 14-21 us either way for (8, 64, 128) under load 5.)
+KernelPtr add(const Node& n) { return native_or_widened(n, add_any); }
 KernelPtr sub(const Node& n) { return binary(n, dnnl::algorithm::binary_sub, '-', false); }
 KernelPtr mul(const Node& n) { return binary(n, dnnl::algorithm::binary_mul, '*', true); }
 KernelPtr div(const Node& n) { return binary(n, dnnl::algorithm::binary_div, '/', false); }

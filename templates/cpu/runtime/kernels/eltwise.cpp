@@ -130,11 +130,12 @@ inline float gelu_cdf(float x, float* pdf) {
   return select(x >= 0.f, 1.f - q, q);
 }
 
-// sigmoid(2u) for the tanh form, 0 where 2u is below exp_nonpositive's range (there it would
-// give about 1.6e-38 instead, times a huge |x|).
+// sigmoid(2u) = (1 + tanh(u)) / 2 for the tanh form, 0 below 2u = -55 ln 2, where the
+// reference's float64 tanh(u) rounds to -1 (the true value, under 3e-17, would turn an infinite
+// dy into inf where the reference has inf * 0 = NaN).
 inline float gelu_tanh_sigmoid(float x) {
   const float two_u = 2.f * kSqrt2OverPi * (x + kGeluCubic * x * x * x);
-  return select(two_u < -87.f, 0.f, sigmoid_f(two_u));
+  return select(two_u < -38.1231f, 0.f, sigmoid_f(two_u));
 }
 
 class Gelu : public Kernel {
