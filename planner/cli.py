@@ -109,9 +109,9 @@ def run_graph(args: argparse.Namespace) -> int:
     elif args.precision != "fp32":
         raise UserError("--precision needs --train (a policy for training graphs)")
     else:  # the inference graph `planner plan` makes (training graphs: autodiff's passes)
-        from planner.graph.softmax_fusion import fuse_softmax
+        from planner.graph.inference import inference_rewrites
 
-        graph = fuse_softmax(graph)
+        graph = inference_rewrites(graph)
     if args.output:
         write_text(args.output, graph.to_json(), force=args.force)
     summary = summarize(graph)

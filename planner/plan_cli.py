@@ -144,9 +144,9 @@ def _run_plan(args: argparse.Namespace) -> int:
         raise UserError("--precision needs --train (a policy for training graphs)")
     graph = with_kept(graph, args.keep)
     if not args.train:  # after --keep: a kept intermediate stays (training graphs: autodiff)
-        from planner.graph.softmax_fusion import fuse_softmax
+        from planner.graph.inference import inference_rewrites
 
-        graph = fuse_softmax(graph)
+        graph = inference_rewrites(graph)
     table = load_table(args.costs) if args.costs else None
     budget = (parse_budget(args.memory_budget, "--memory-budget")
               if args.memory_budget is not None else None)
@@ -309,10 +309,11 @@ def run_verify(args: argparse.Namespace) -> int:
         embedded = _embedded_graph_problems(text)
         names, problems = embedded if embedded else (None, [])
     else:
+        from planner.graph.inference import inference_rewrites
         from planner.load import load_graph
         from planner.plan import digest
 
-        graph = load_graph(args.graph)
+        graph = inference_rewrites(load_graph(args.graph))  # as `plan` rewrote it
         names = [n.name for n in graph.nodes]
         data = json.loads(text) if text.strip().startswith("{") else {}
         recorded = data.get("provenance", {}).get("graph_sha256")

@@ -146,9 +146,9 @@ def _graph(args: argparse.Namespace, target):
         # The graph `planner plan --train` makes for this target, chunked as there.
         return make_training_graph(graph, Optimizer(kind=args.train),
                                    cores=step_cores(target))
-    from planner.graph.softmax_fusion import fuse_softmax
+    from planner.graph.inference import inference_rewrites
 
-    return fuse_softmax(graph)  # the inference graph `planner plan` makes
+    return inference_rewrites(graph)  # the inference graph `planner plan` makes
 
 
 def _resumed(output: str, target):

@@ -30,6 +30,8 @@
                      (planner/graph/transposed_operands.py); after fold_transposes, which would
                      fold the copy back into the GEMMs
     apply_precision  the precision policy's casts (planner/graph/precision.py; fp32: none)
+    fold_bias_adds   a BiasAdd over the last axis of a MatMul's output becomes the MatMul's
+                     bias input (planner/graph/fold_bias.py)
 
 Every node is added through GraphBuilder, so it passes the same shape rules as any graph as it is
 added; in-place order holds by construction (updates come last). The forward graph is validated
@@ -100,6 +102,7 @@ from dataclasses import dataclass, field
 
 from planner.dtypes import is_float
 from planner.graph.builder import GraphBuilder
+from planner.graph.fold_bias import fold_bias_adds
 from planner.graph.ir import Graph, Node, Tensor
 from planner.graph.lstm_grads import fold_lstm_dh_sums
 from planner.graph.optimizer import LossScaling, Optimizer
@@ -180,7 +183,7 @@ def make_training_graph(graph: Graph, optimizer: Optimizer, precision: str = "fp
     built = fold_transposes(_mark_in_place(built, graph, marks))
     if cores is not None:  # a CPU step
         built = copy_transposed_operands(built)
-    return apply_precision(built, precision)
+    return fold_bias_adds(apply_precision(built, precision))
 
 
 def gradients(graph: Graph, wrt: Sequence[str] | None = None,

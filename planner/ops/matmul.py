@@ -25,6 +25,12 @@ as perm_y), then summed over the batch axes that broadcasting added. A rank-2 we
 batched activation gets its gradient from one GEMM over the flattened batch, instead of a
 batched product and a reduction.
 
+An optional third input `bias` of shape (N,) is added to every row of the product: a BiasAdd
+over the last axis folded into the GEMM that produces its input (planner/graph/fold_bias.py),
+so the kernels add it as they write y instead of in a second pass (perm_y keeps the last axis
+last, so the bias runs along y's last axis too). Its gradient is BiasAddGrad of dy over the
+last axis, as the BiasAdd's was.
+
 Example:
     >>> import numpy as np
     >>> from planner.ops import TensorType, get_op
@@ -105,7 +111,9 @@ def _matrix(t: TensorType, transpose: bool) -> tuple[int, int]:
 
 
 def _matmul_infer(ins: list[TensorType], a: Attrs) -> list[TensorType]:
-    x, w = ins
+    if len(ins) > 3:
+        raise OpError(f"MatMul takes 2 or 3 inputs (a, b, optional bias), got {len(ins)}")
+    x, w = ins[:2]
     for name, t in (("a", x), ("b", w)):
         if t.rank < 2:
             raise OpError(f"MatMul: input {name} must have rank >= 2, got shape {list(t.shape)}")
@@ -121,13 +129,16 @@ def _matmul_infer(ins: list[TensorType], a: Attrs) -> list[TensorType]:
                       f"(transpose_a={a['transpose_a']}) gives K={k}, b {list(w.shape)} "
                       f"(transpose_b={a['transpose_b']}) gives K={k2}{views}")
     batch = broadcast_shapes("MatMul", xv.shape[:-2], wv.shape[:-2])
+    if len(ins) == 3 and (ins[2].shape != (n,) or ins[2].dtype != x.dtype):
+        raise OpError(f"MatMul: bias must be {x.dtype} of shape [{n}] (y's last axis), got "
+                      f"{ins[2].dtype} {list(ins[2].shape)}")
     y = TensorType((*batch, m, n), x.dtype)
     return [_permuted(y, _perm(a, "perm_y", y.rank))]
 
 
 def _matmul_flops(ins: list[TensorType], outs: list[TensorType], a: Attrs) -> int:
     _, k = _matrix(_permuted(ins[0], a.get("perm_a")), a["transpose_a"])
-    return 2 * outs[0].size * k
+    return 2 * outs[0].size * k + (outs[0].size if len(ins) == 3 else 0)
 
 
 def _view(x: np.ndarray, perm: Sequence[int] | None, transpose: bool) -> np.ndarray:
@@ -138,11 +149,13 @@ def _view(x: np.ndarray, perm: Sequence[int] | None, transpose: bool) -> np.ndar
 def _matmul_reference(xs: list[np.ndarray], a: Attrs) -> list[np.ndarray]:
     y = np.matmul(_view(xs[0], a.get("perm_a"), a["transpose_a"]),
                   _view(xs[1], a.get("perm_b"), a["transpose_b"]))
+    if len(xs) == 3:
+        y = y + xs[2]
     return [y if a.get("perm_y") is None else np.ascontiguousarray(np.transpose(y, a["perm_y"]))]
 
 
 def _matmul_grad(g: GradBuilder, node: Node, grads: list[str | None]) -> list[str | None]:
-    a, b = node.inputs
+    a, b = node.inputs[:2]
     dy = grads[0]
     at = node.attrs
     ta, tb = at["transpose_a"], at["transpose_b"]
@@ -170,7 +183,12 @@ def _matmul_grad(g: GradBuilder, node: Node, grads: list[str | None]) -> list[st
         else:
             db = _mm(g, (dy, dyp, True), (a, pa, ta), _swapped(back))
         db = sum_to_shape(g, db, g.type(b).shape)
-    return [da, db]
+    if len(node.inputs) == 2:
+        return [da, db]
+    dbias = None
+    if dy is not None and g.needs(node.inputs[2]):
+        dbias = g.emit("BiasAddGrad", [dy], {"axis": -1})[0]
+    return [da, db, dbias]
 
 
 def _full_perm(perm: Sequence[int] | None, transpose: bool, rank: int,
@@ -220,15 +238,16 @@ register(OpDef(
     name="MatMul",
     scratch=reorder_scratch(2),
     cost_class="gemm",
-    recompute="expensive", arity=2,
+    recompute="expensive", arity=None, min_inputs=2,
     attrs={"transpose_a": Attr("bool", False), "transpose_b": Attr("bool", False),
            **{p: Attr("ints", optional=True) for p in PERMS}},
     infer=_matmul_infer,
     flops=_matmul_flops,
     reference=_matmul_reference,
     gradient=_matmul_grad,
-    doc="y = op(a) @ op(b) over the last two axes; batch axes broadcast as numpy.matmul; "
-        "optional perm_a / perm_b / perm_y read and write permuted views (folded Transposes).",
+    doc="y = op(a) @ op(b) (+ bias over the last axis) over the last two axes; batch axes "
+        "broadcast as numpy.matmul; optional perm_a / perm_b / perm_y read and write permuted "
+        "views (folded Transposes).",
 ))
 
 

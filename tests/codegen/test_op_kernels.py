@@ -21,6 +21,7 @@ from tests.codegen.helpers import build_module
 
 # Input kinds: N normal, P positive (variances, counts), U in (0, 1), ("ids", bound), B bool.
 N, P, U, B = "normal", "positive", "unit", "bool"
+W = "wide"  # uniform in (-12, 12): Gelu's tails, where 1 + erf(x / sqrt 2) underflows
 
 
 def ids(bound):
@@ -54,9 +55,16 @@ CASES: dict[str, list[tuple]] = {
     "ClipGrad": [([((3, 8), N), ((3, 8), N)], {"min": -0.5, "max": 0.6}),
                  ([((3, 8), N), ((3, 8), N)], {"min": 0.0})],
     "Erf": [([((3, 8), N)], {})],
-    "Gelu": [([((3, 8), N)], {}), ([((3, 8), N)], {"approximate": "tanh"})],
+    # (3, 8): one vector and a ragged end; (9, 113) over (-12, 12): the tails (test_gelu_bound).
+    # Not the tanh form's gradient there: its slope is below 3e-17 for x < -7, where an
+    # infinite dy gives inf or NaN by whether a kernel's sigmoid saturates where the reference's
+    # float64 tanh does (the CPU kernel's does; the generated CUDA kernel's at 2u < -88).
+    "Gelu": [([((3, 8), N)], {}), ([((3, 8), N)], {"approximate": "tanh"}),
+             ([((9, 113), W)], {}), ([((9, 113), W)], {"approximate": "tanh"})],
     "GeluGrad": [([((3, 8), N), ((3, 8), N)], {}),
-                 ([((3, 8), N), ((3, 8), N)], {"approximate": "tanh"})],
+                 ([((3, 8), N), ((3, 8), N)], {"approximate": "tanh"}),
+                 ([((9, 113), N), ((9, 113), W)], {}),
+                 ([((9, 113), N), ((9, 113), N)], {"approximate": "tanh"})],
     "Relu": [([((3, 8), N)], {})],
     "ReluGrad": [([((3, 8), N), ((3, 8), N)], {})],
     "LeakyRelu": [([((3, 8), N)], {"alpha": 0.2})],
@@ -84,9 +92,13 @@ CASES: dict[str, list[tuple]] = {
     "Sub": [([((3, 8), N), ((3, 1), N)], {})],
     "Mul": [([((2, 3, 8), N), ((3, 1), N)], {})],
     "Div": [([((3, 8), N), ((3, 8), N)], {})],
-    "AddN": [([((3, 8), N), ((3, 8), N), ((3, 8), N)], {})],
+    "AddN": [([((3, 8), N), ((3, 8), N), ((3, 8), N)], {}),
+             ([((5, 131), N), ((5, 131), N)], {}),
+             ([((2, 9), N)] * 4, {}), ([((2, 9), N)] * 5, {})],  # 4 in the loop, 5 oneDNN's
     "BiasAdd": [([(X4, N), ((3,), N)], {})],
-    "BiasAddGrad": [([(X4, N)], {}), ([((2, 3, 8), N)], {"axis": -1})],
+    # channels last: (75, 131) rows over blocks of 32 rows and strips of 128 columns, ragged
+    "BiasAddGrad": [([(X4, N)], {}), ([((2, 3, 8), N)], {"axis": -1}),
+                    ([((3, 25, 131), N)], {"axis": -1})],
     "Pow": [([((3, 8), P), ((8,), N)], {}), ([((3, 8), N), ((1,), N)], {})],
     "Max": [([((3, 8), N), ((3, 1), N)], {})],
     "Min": [([((3, 8), N), ((8,), N)], {})],
@@ -125,7 +137,12 @@ CASES: dict[str, list[tuple]] = {
                 {"transpose_a": True, "perm_a": [2, 0, 3, 1], "transpose_b": True,
                  "perm_b": [0, 2, 1, 3], "perm_y": [2, 0, 1, 3]}),
                ([((3, 1, 2, 4), N), ((5, 3, 4, 6), N)],
-                {"transpose_a": True, "perm_a": [1, 0, 3, 2], "perm_y": [1, 0, 2, 3]})],
+                {"transpose_a": True, "perm_a": [1, 0, 3, 2], "perm_y": [1, 0, 2, 3]}),
+               # a bias folded in (planner/graph/fold_bias.py): plain, and over a batch's rows
+               ([((3, 4), N), ((4, 5), N), ((5,), N)], {}),
+               ([((2, 3, 4), N), ((5, 4), N), ((5,), N)], {"transpose_b": True}),
+               ([((2, 3, 5, 5), N), ((2, 5, 3, 4), N), ((4,), N)],
+                {"perm_b": [0, 2, 1, 3], "perm_y": [0, 2, 1, 3]})],
     # H = 4 and H = 19 (a vector loop's ragged end); acts of the gradient in (0, 1)
     "LSTMCell": [([((3, 16), N), ((3, 4), N)], {}),
                  ([((2, 76), N), ((2, 19), N), ((2, 76), N)], {"order": "iofg"})],
@@ -307,6 +324,8 @@ def _value(shape, kind, rng):
         return rng.uniform(0.5, 2.0, shape).astype(np.float32)
     if kind == U:
         return rng.uniform(0.05, 0.95, shape).astype(np.float32)
+    if kind == W:
+        return rng.uniform(-12.0, 12.0, shape).astype(np.float32)
     if kind == B:
         return rng.integers(0, 2, shape).astype(bool)
     if kind[0] == "const":
@@ -384,6 +403,33 @@ CPU_TOL = 2e-6 * 8
 @pytest.mark.parametrize("label,op,attrs,xs", VARIANTS, ids=[v[0] for v in VARIANTS])
 def test_kernel_matches_reference(label, op, attrs, xs, executed):
     check_variant(op, attrs, xs, executed[label], CPU_TOL)
+
+
+U32 = 2.0 ** -24  # float32's unit roundoff
+
+
+@pytest.mark.parametrize("label", ["Gelu.2", "GeluGrad.2"])
+def test_gelu_bound(label, executed):
+    """The erf form's float32 pass (eltwise.cpp) within its stated bound, element by element,
+    over (-12, 12): Phi(x) = erfc(-x / sqrt 2) / 2 with erfc from Abramowitz & Stegun 7.1.26
+    (absolute error <= 1.5e-7), plus float32 rounding in its evaluation (t, the degree-5
+    Horner steps, exp: <= 21 u absolute on erfc <= 2) and the final products; so
+    |dPhi| <= 0.75e-7 + 12 u, |dGelu| <= |x| dPhi + u |y|, and for the slope Phi + x phi, whose
+    x phi term is exact to a few u, |dslope| <= dPhi + 2 u."""
+    op, attrs, xs = next((op, a, xs) for lab, op, a, xs in VARIANTS if lab == label)
+    got = executed[label][0].astype(np.float64)
+    opdef = get_op(op)
+    want = opdef.reference([x.astype(np.float64) for x in xs], opdef.normalize_attrs(attrs))[0]
+    d_phi = 0.75e-7 + 12 * U32
+    if op == "Gelu":
+        x = xs[0].astype(np.float64)
+        bound = np.abs(x) * d_phi + U32 * np.abs(want)
+    else:
+        dy = xs[0].astype(np.float64)
+        bound = np.abs(dy) * (d_phi + 2 * U32) + U32 * np.abs(want)
+    excess = np.abs(got - want) - bound
+    worst = np.unravel_index(excess.argmax(), excess.shape)
+    assert (excess <= 0).all(), f"worst excess {excess.max():.2e} at {worst}"
 
 
 def check_variant(op, attrs, xs, outputs, tol: float, inf_or_nan: bool = False) -> None:

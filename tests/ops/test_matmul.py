@@ -94,6 +94,35 @@ def test_matmul_gradient_matches_torch(sa, sb, ta, tb):
         assert rel_error(ours, theirs) < 1e-10
 
 
+@pytest.mark.parametrize("sa,sb", [PRODUCTS[0], PRODUCTS[2], PRODUCTS[4]])
+@pytest.mark.parametrize("ta,tb", [(False, False), (True, True)])
+def test_biased_matmul_reference_and_gradient(sa, sb, ta, tb):
+    """The optional bias is added along y's last axis (numpy's broadcast of a (N,) vector);
+    its gradient (BiasAddGrad over the last axis) and a, b's agree with central differences."""
+    a, b = _operands(sa, sb, ta, tb, np.float64, seed=3)
+    bias = np.random.default_rng(4).standard_normal(sb[-1])
+    plain = reference("MatMul", [a, b], _attrs(ta, tb))[0]
+    assert np.array_equal(reference("MatMul", [a, b, bias], _attrs(ta, tb))[0], plain + bias)
+    grads, _ = check_gradient("MatMul", [a, b, bias], _attrs(ta, tb))
+    assert len(grads) == 3
+
+
+def test_biased_matmul_shape_rule():
+    mm = get_op("MatMul")
+    ins = [TensorType((2, 3, 4)), TensorType((4, 5)), TensorType((5,))]
+    out = mm.infer(ins, _attrs(False, False))[0]
+    assert out.shape == (2, 3, 5)
+    assert mm.flops(ins, [out], _attrs(False, False)) == 2 * 30 * 4 + 30
+    with pytest.raises(OpError, match=r"bias must be float32 of shape \[5\].*got float32 \[3\]"):
+        mm.infer([*ins[:2], TensorType((3,))], _attrs(False, False))
+    with pytest.raises(OpError, match="bias must be float32.*got float64"):
+        mm.infer([*ins[:2], TensorType((5,), "float64")], _attrs(False, False))
+    with pytest.raises(OpError, match="MatMul takes 2 or 3 inputs"):
+        mm.infer([*ins, TensorType((5,))], _attrs(False, False))
+    with pytest.raises(OpError, match="at least 2"):
+        mm.check_arity(1)
+
+
 @pytest.mark.parametrize("tb", [False, True])
 def test_shared_weight_gradient_is_one_gemm(tb):
     a, b = _operands((2, 3, 4), (4, 5), False, tb, np.float64)

@@ -68,3 +68,21 @@ inline float tanh_f(float x) {
 }
 
 }  // namespace planner
+
+namespace planner {
+
+// erfc(z) for z >= 0, given e = exp(-z^2): Abramowitz & Stegun 7.1.26, t = 1 / (1 + p z),
+// erfc(z) = t (a1 + t (a2 + t (a3 + t (a4 + t a5)))) e, absolute error <= 1.5e-7 for every
+// z >= 0 in exact arithmetic (the polynomial PyTorch's vectorized erf uses); float32 rounding
+// adds a few ulps of 1. z = +inf gives 0 (t = 0).
+inline float erfc_nonneg(float z, float e) {
+  const float t = 1.f / (1.f + 0.3275911f * z);
+  float p = 1.061405429f;
+  p = p * t - 1.453152027f;
+  p = p * t + 1.421413741f;
+  p = p * t - 0.284496736f;
+  p = p * t + 0.254829592f;
+  return p * t * e;
+}
+
+}  // namespace planner

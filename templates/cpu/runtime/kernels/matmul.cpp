@@ -12,6 +12,9 @@
 // has no matmul for the low type, the operands are widened into float32 temporaries (exact), the
 // product runs in float32 and the result is rounded once into the low-type output: the native
 // kernel's numbers up to summation order (conv.cpp does the same for convolutions).
+// An optional third input, a (N,) bias (a BiasAdd over the last axis folded in by
+// planner/graph/fold_bias.py), is the primitive's bias argument: added as each output tile is
+// written, instead of a second pass over y.
 #include <algorithm>
 
 #include "../dnnl_kernel.h"
@@ -82,11 +85,22 @@ KernelPtr matmul(const Node& n) {
   auto a_md = operand_md(a_shape, pa, rank, ta, a.dtype);
   auto b_md = operand_md(b.shape, pb, rank, tb, b.dtype);
   auto y_md = result_md(y_shape, py, y.dtype);
+  const bool biased = n.in.size() == 3;
+  memory::desc bias_md;
+  if (biased) {  // along the product's last axis, which perm_y keeps last
+    Shape bias_dims(rank, 1);
+    bias_dims[rank - 1] = y_shape.back();
+    bias_md = plain_md(bias_dims, n.in[2].dtype);
+  }
   auto k = std::make_unique<DnnlKernel>();
   try {
-    dnnl::matmul::primitive_desc pd(n.engine, a_md, b_md, y_md, user_scratchpad());
-    k->add(dnnl::matmul(pd), pd, {{DNNL_ARG_SRC, a.id}, {DNNL_ARG_WEIGHTS, b.id},
-                                  {DNNL_ARG_DST, y.id}});
+    auto pd = biased ? dnnl::matmul::primitive_desc(n.engine, a_md, b_md, bias_md, y_md,
+                                                    user_scratchpad())
+                     : dnnl::matmul::primitive_desc(n.engine, a_md, b_md, y_md, user_scratchpad());
+    std::vector<DnnlKernel::Arg> args = {{DNNL_ARG_SRC, a.id}, {DNNL_ARG_WEIGHTS, b.id},
+                                         {DNNL_ARG_DST, y.id}};
+    if (biased) args.push_back({DNNL_ARG_BIAS, n.in[2].id});
+    k->add(dnnl::matmul(pd), pd, args);
     return k;
   } catch (const dnnl::error& e) {
     bool low = y.dtype == BF16 || y.dtype == F16;
@@ -109,9 +123,19 @@ KernelPtr matmul(const Node& n) {
                 y_tmp = k->temp(y32.get_size());
   reorder(a_md, {0, a.id}, a32, {0, -1, a_tmp});
   reorder(b_md, {0, b.id}, b32, {0, -1, b_tmp});
-  dnnl::matmul::primitive_desc pd(n.engine, a32, b32, y32, user_scratchpad());
-  k->add(dnnl::matmul(pd), pd, {{DNNL_ARG_SRC, -1, a_tmp}, {DNNL_ARG_WEIGHTS, -1, b_tmp},
-                                {DNNL_ARG_DST, -1, y_tmp}});
+  std::vector<DnnlKernel::Arg> args = {{DNNL_ARG_SRC, -1, a_tmp}, {DNNL_ARG_WEIGHTS, -1, b_tmp},
+                                       {DNNL_ARG_DST, -1, y_tmp}};
+  memory::desc bias32;
+  if (biased) {
+    bias32 = widened(bias_md);
+    const int64_t bias_tmp = k->temp(bias32.get_size());
+    reorder(bias_md, {0, n.in[2].id}, bias32, {0, -1, bias_tmp});
+    args.push_back({DNNL_ARG_BIAS, -1, bias_tmp});
+  }
+  auto pd = biased ? dnnl::matmul::primitive_desc(n.engine, a32, b32, bias32, y32,
+                                                  user_scratchpad())
+                   : dnnl::matmul::primitive_desc(n.engine, a32, b32, y32, user_scratchpad());
+  k->add(dnnl::matmul(pd), pd, args);
   reorder(y32, {0, -1, y_tmp}, y_md, {0, y.id});
   return k;
 }

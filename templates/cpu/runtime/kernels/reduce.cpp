@@ -116,9 +116,39 @@ std::vector<bool> axes_mask(const Node& n) {
 KernelPtr reduce_sum(const Node& n) { return reduction(n, dnnl::algorithm::reduction_sum, axes_mask(n)); }
 KernelPtr reduce_mean(const Node& n) { return reduction(n, dnnl::algorithm::reduction_mean, axes_mask(n)); }
 
+// mine[k] += sum of x[o, k] over rows o in [first, last) of a row-major (rows, c) x: strips of
+// kStrip columns summed in float registers over blocks of kRows rows (a block's float sum is off
+// by at most (kRows - 1) u of its absolute sum), each block's sums then added in double. Whole
+// rows added into double partials one at a time took twice as long (31 us for a (512, 384) dy
+// on one core; PyTorch's sum over rows 10 us; this 13 us).
+void add_rows(const float* x, double* mine, int64_t first, int64_t last, int64_t c) {
+  constexpr int64_t kRows = 32, kStrip = 128;
+  for (int64_t o0 = first; o0 < last; o0 += kRows) {
+    const int64_t rows = std::min(last, o0 + kRows) - o0;
+    for (int64_t k0 = 0; k0 < c; k0 += kStrip) {
+      const float* p = x + o0 * c + k0;
+      float acc[kStrip] = {};
+      if (k0 + kStrip <= c) {
+        for (int64_t o = 0; o < rows; ++o)
+#pragma omp simd simdlen(16)
+          for (int64_t j = 0; j < kStrip; ++j) acc[j] += p[o * c + j];
+#pragma omp simd
+        for (int64_t j = 0; j < kStrip; ++j) mine[k0 + j] += acc[j];
+      } else {
+        const int64_t w = c - k0;
+        for (int64_t o = 0; o < rows; ++o)
+#pragma omp simd
+          for (int64_t j = 0; j < w; ++j) acc[j] += p[o * c + j];
+        for (int64_t j = 0; j < w; ++j) mine[k0 + j] += acc[j];
+      }
+    }
+  }
+}
+
 // db[c] = sum of dy over the [outer, C, inner] view's outer and inner axes. Each thread sums
-// whole contiguous rows (one (outer, c) pair each) into its own partials in the scratch area,
-// in double; the partials are then added in thread order, so a plan's result is deterministic.
+// its share of the rows (channels last: add_rows; else one (outer, c) pair each) into its own
+// partials in the scratch area, in double; the partials are then added in thread order, so a
+// plan's result is deterministic.
 class BiasAddGrad : public Kernel {
  public:
   explicit BiasAddGrad(const Node& n)
@@ -143,13 +173,9 @@ class BiasAddGrad : public Kernel {
 #pragma omp parallel num_threads(team)
     {
       double* mine = partial + static_cast<int64_t>(omp_get_thread_num()) * c;
-      if (inner == 1) {  // channels last ((..., C), a transformer's bias): add whole C-vectors
-#pragma omp for schedule(static)
-        for (int64_t o = 0; o < outer_; ++o) {
-          const float* p = x + o * c;
-#pragma omp simd
-          for (int64_t k = 0; k < c; ++k) mine[k] += p[k];
-        }
+      if (inner == 1) {  // channels last ((..., C), a transformer's bias)
+        const int t = omp_get_thread_num(), n = omp_get_num_threads();
+        add_rows(x, mine, outer_ * t / n, outer_ * (t + 1) / n, c);
       } else {
 #pragma omp for schedule(static)
         for (int64_t row = 0; row < rows; ++row) {

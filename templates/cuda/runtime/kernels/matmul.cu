@@ -19,7 +19,11 @@
 // precision's bfloat16 / float16 GEMMs (a, b and y all in the low type: CUDA_R_16BF /
 // CUDA_R_16F) keep CUBLAS_COMPUTE_32F: tensor cores with float32 accumulation and float32
 // alpha / beta, y rounded once.
+// An optional third input, a (N,) bias (a BiasAdd over the last axis folded in by
+// planner/graph/fold_bias.py), is added by one pass over y after the GEMMs, on the same stream
+// (a low-type y is widened, the bias added in float32 and rounded once, as BiasAdd's kernel).
 #include <algorithm>
+#include <string>
 #include <vector>
 
 #include "../cudnn_kernel.h"
@@ -82,13 +86,24 @@ Operand cublas_operand(const View& v, const char* what) {
   throw std::runtime_error(std::string("MatMul: ") + what + "'s matrix has no unit-stride axis");
 }
 
+// y[i] += bias[i % n] over all `total` elements of a row-major (..., n) y.
+template <class T>
+__global__ void add_row_bias(T* y, const T* bias, int64_t total, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total;
+       i += int64_t{gridDim.x} * blockDim.x)
+    y[i] = narrow<T>(widen(y[i]) + widen(bias[i % n]));
+}
+
 class MatMul : public Kernel {
  public:
-  explicit MatMul(const Node& n) : a_(n.in[0].id), b_(n.in[1].id), y_(n.out[0].id) {
+  explicit MatMul(const Node& n)
+      : a_(n.in[0].id), b_(n.in[1].id), bias_(n.in.size() == 3 ? n.in[2].id : -1),
+        y_(n.out[0].id) {
     std::vector<TensorRef> all = n.in;
     all.insert(all.end(), n.out.begin(), n.out.end());
     const int dtype = one_float_type(all, "MatMul");
     type_ = cuda_type(dtype);
+    dtype_ = dtype;
     if (dtype == F32 && n.tf32) compute_ = CUBLAS_COMPUTE_32F_FAST_TF32;
     esize_ = dtype_bytes(dtype);
     const Shape &as = n.in[0].shape, &bs = n.in[1].shape, &ys = n.out[0].shape;
@@ -120,6 +135,9 @@ class MatMul : public Kernel {
     ldb_ = ob.ld;
     ldy_ = to_int(std::max(y.strides[nb], nn), "ldy");
     y_bytes_ = numel(ys) * esize_;
+    if (bias_ >= 0 && (n.in[2].shape.size() != 1 || n.in[2].shape[0] != nn))
+      throw std::runtime_error("MatMul bias must have shape [" + std::to_string(nn) + "], got " +
+                               shape_text(n.in[2].shape));
 
     // Per batch axis: its size and each operand's element stride (0 where it broadcasts).
     struct Axis {
@@ -175,19 +193,28 @@ class MatMul : public Kernel {
   void run(const Run& r) override {
     if (m_ == 0 || n_ == 0 || batch_ == 0) return;
     char* y = r.ptr[y_];
-    if (k_ == 0) {  // empty sums
-      PLANNER_CUDA(cudaMemsetAsync(y, 0, y_bytes_, r.stream));
-      return;
-    }
     const char* a = r.ptr[a_];
     const char* b = r.ptr[b_];
     const float one = 1.f, zero = 0.f;  // float scalars with CUBLAS_COMPUTE_32F
+    if (k_ == 0) PLANNER_CUDA(cudaMemsetAsync(y, 0, y_bytes_, r.stream));  // empty sums
     for (const Offsets& o : offsets_) {
+      if (k_ == 0) break;
       // Column-major: y^T (N x M) = op(b)^T (N x K) * op(a)^T (K x M).
       PLANNER_CUBLAS(cublasGemmStridedBatchedEx(
           r.cublas, op_b_, op_a_, n_, m_, k_, &one, b + o.b * esize_, type_, ldb_, stride_b_,
           a + o.a * esize_, type_, lda_, stride_a_, &zero, y + o.y * esize_, type_, ldy_,
           stride_y_, static_cast<int>(batch_), compute_, CUBLAS_GEMM_DEFAULT));
+    }
+    if (bias_ >= 0) {
+      const int64_t total = y_bytes_ / esize_;
+      const int threads = 256;
+      const int blocks = static_cast<int>(std::min<int64_t>((total + threads - 1) / threads, 65535));
+      with_float(dtype_, [&](auto tag) {
+        using T = decltype(tag);
+        add_row_bias<T><<<blocks, threads, 0, r.stream>>>(
+            reinterpret_cast<T*>(y), reinterpret_cast<const T*>(r.ptr[bias_]), total, n_);
+      });
+      PLANNER_CUDA(cudaGetLastError());
     }
   }
 
@@ -195,7 +222,8 @@ class MatMul : public Kernel {
   struct Offsets {
     int64_t a, b, y;  // elements
   };
-  int a_, b_, y_;
+  int a_, b_, bias_, y_;
+  int dtype_ = F32;
   cudaDataType_t type_ = CUDA_R_32F;
   cublasComputeType_t compute_ = CUBLAS_COMPUTE_32F;
   int64_t esize_ = 4;
