@@ -548,12 +548,12 @@ def main() -> None:
           f"teams pinned: {args.pinning}; "
           f"{args.rounds} alternating rounds, {where}; load average {load_avg:.2f}\n"
           f"{config}")
-    print(f"{'model':<8}{'ops':>6}{'plan':>14}{'executor ms':>13}{'eager ms':>10}{'ratio':>7}"
+    print(f"{'model':<8}{'ops':>6}{'plan':>16}{'executor ms':>13}{'eager ms':>10}{'ratio':>7}"
           f"{'compiled ms':>13}{'ratio':>7}" + (f"{'before ms':>11}{'/before':>8}" if before
                                                 else ""))
     for kind, ops, med, note, kept in rows:
         ours, eager = med["ours"] * 1e3, med["eager"] * 1e3
-        line = f"{kind:<8}{ops:>6}{kept:>14}{ours:>13.2f}{eager:>10.2f}{ours / eager:>7.2f}"
+        line = f"{kind:<8}{ops:>6}{kept:>16}{ours:>13.2f}{eager:>10.2f}{ours / eager:>7.2f}"
         if "compiled" in med:
             line += f"{med['compiled'] * 1e3:>13.2f}{ours / (med['compiled'] * 1e3):>7.2f}"
         else:
