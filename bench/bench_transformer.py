@@ -82,7 +82,6 @@ from codegen.render import render  # noqa: E402
 from planner.graph.autodiff import make_training_graph  # noqa: E402
 from planner.graph.interpret import random_feeds  # noqa: E402
 from planner.graph.optimizer import Optimizer  # noqa: E402
-from planner.graph.weight_grads import step_cores  # noqa: E402
 from planner.pipeline import PlanOptions, plan  # noqa: E402
 from planner.schedule import ScheduleOptions  # noqa: E402
 from planner.target.detect import detect  # noqa: E402
@@ -229,7 +228,7 @@ def case(kind: str, target):
                           output_names=["logits"])
         imported = import_onnx(buf.getvalue(), name="bilstm")
         graph = make_training_graph(attach_loss(imported.graph, "cross-entropy"), sgd,
-                                    cores=step_cores(target))
+                                    cores=target.step_cores)
         return graph, imported.params(), module, inputs, labels, F.cross_entropy
     raise SystemExit(f"unknown model {kind!r}: gpt, bert, vit or bilstm")
 

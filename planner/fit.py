@@ -33,7 +33,6 @@ from planner.costs import CostModel, CostTable
 from planner.errors import InfeasibleBudget
 from planner.graph.autodiff import Optimizer, make_training_graph
 from planner.graph.ir import Graph, Record
-from planner.graph.weight_grads import step_cores
 from planner.limits import check_graph_fits
 from planner.memory.options import MemoryOptions
 from planner.pipeline import PlanOptions, decide, memory_of
@@ -130,7 +129,7 @@ def fit(spec: str, target: Target, budget_bytes: int, vary: Vary = "batch",
         try:
             graph = make_training_graph(build(name, **{**params, vary: value}),
                                         Optimizer(kind=optimizer), precision=precision,
-                                        cores=step_cores(target))
+                                        cores=target.step_cores)
             if data_parallel is not None:
                 graph = data_parallel_graph(graph, target, data_parallel)
         except ZooError:  # past the zoo's limits (depth, sizes): too big to consider

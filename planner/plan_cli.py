@@ -136,10 +136,9 @@ def _run_plan(args: argparse.Namespace) -> int:
     target = load_target(args.target)
     if args.train:
         from planner.graph.autodiff import Optimizer, make_training_graph
-        from planner.graph.weight_grads import step_cores
 
         graph = make_training_graph(graph, Optimizer(kind=args.train), precision=args.precision,
-                                    loss_scaling=scaling, cores=step_cores(target))
+                                    loss_scaling=scaling, cores=target.step_cores)
     elif args.precision != "fp32":
         raise UserError("--precision needs --train (a policy for training graphs)")
     graph = with_kept(graph, args.keep)

@@ -141,11 +141,10 @@ def _graph(args: argparse.Namespace, target):
     graph = load_graph(args.graph)
     if args.train:
         from planner.graph.autodiff import Optimizer, make_training_graph
-        from planner.graph.weight_grads import step_cores
 
         # The graph `planner plan --train` makes for this target, chunked as there.
         return make_training_graph(graph, Optimizer(kind=args.train),
-                                   cores=step_cores(target))
+                                   cores=target.step_cores)
     from planner.graph.inference import inference_rewrites
 
     return inference_rewrites(graph)  # the inference graph `planner plan` makes

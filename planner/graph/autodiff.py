@@ -148,7 +148,7 @@ def make_training_graph(graph: Graph, optimizer: Optimizer, precision: str = "fp
     depend on is left alone, as torch.optim skips parameters whose grad is None); `precision`,
     one of planner.graph.precision.PRECISIONS; `loss_scaling`, fp16-mixed's dynamic loss
     scaling (LossScaling() when None; ignored by the other policies); `cores`, the physical
-    cores the step will run on when known (`step_cores(target)`): an RNN's weight gradients are
+    cores the step will run on when known (`Target.step_cores`): an RNN's weight gradients are
     chunked only where cores are left to overlap the chunks (planner/graph/weight_grads.py),
     and CPU-only rewrites apply (copy_transposed_operands).
     Returns: the training graph laid out as in the module docstring; its outputs are the

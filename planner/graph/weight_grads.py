@@ -62,19 +62,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 from planner.graph.ir import Graph, Node, Tensor
 from planner.ops.matmul import PERMS
-
-if TYPE_CHECKING:
-    from planner.target.records import Target
-
-
-def step_cores(target: Target) -> int | None:
-    """The physical cores a training step on `target` runs on, for `make_training_graph`'s
-    `cores`: a CPU target's cores (a host sliced to N CPUs has those), None for a GPU's step."""
-    return target.cores if target.backend == "cpu" else None
 
 
 def batch_weight_gradients(graph: Graph, cores: int | None = None) -> Graph:

@@ -200,6 +200,12 @@ class Target(Record):
         """Number of physical cores."""
         return len(self.core_cpus)
 
+    @property
+    def step_cores(self) -> int | None:
+        """The physical cores a training step runs on, for make_training_graph's `cores`: a CPU
+        target's cores (a host sliced to N CPUs has those), None for a GPU's step."""
+        return self.cores if self.backend == "cpu" else None
+
     @cached_property
     def core_cpus(self) -> tuple[tuple[CpuId, ...], ...]:
         """Per core (by index), its logical CPUs ascending; the first is its primary thread."""

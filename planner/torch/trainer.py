@@ -138,7 +138,6 @@ def trainer(module: Any, example_inputs: Sequence[Any], loss: Callable, labels: 
     from codegen.load import load
     from codegen.render import render
     from planner.graph import Optimizer, init_params, make_training_graph
-    from planner.graph.weight_grads import step_cores
     from planner.pipeline import plan
     from planner.target.presets import load_target
 
@@ -146,7 +145,7 @@ def trainer(module: Any, example_inputs: Sequence[Any], loss: Callable, labels: 
     imported = convert(export(module, example_inputs, loss, labels),
                        name=type(module).__name__)
     chosen = load_target(target)
-    graph = make_training_graph(imported.graph, settings, cores=step_cores(chosen))
+    graph = make_training_graph(imported.graph, settings, cores=chosen.step_cores)
     with warnings.catch_warnings():  # costs from the analytical model unless profiled
         warnings.simplefilter("ignore")
         planned = plan(graph, chosen)

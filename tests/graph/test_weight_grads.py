@@ -14,7 +14,7 @@ from planner.graph.autodiff import make_training_graph
 from planner.graph.interpret import random_feeds, run
 from planner.graph.ir import Graph
 from planner.graph.optimizer import Optimizer
-from planner.graph.weight_grads import batch_weight_gradients, step_cores
+from planner.graph.weight_grads import batch_weight_gradients
 from planner.target.presets import load_target
 from planner.zoo import build
 
@@ -101,8 +101,8 @@ def test_one_gemm_per_sum_where_no_core_is_left_for_chunks(cores, gemms) -> None
 
 
 def test_step_cores_of_cpu_and_gpu_targets() -> None:
-    assert step_cores(load_target("xeon-8180")) == load_target("xeon-8180").cores > 2
-    assert step_cores(load_target("k40c-12gb")) is None
+    assert load_target("xeon-8180").step_cores == load_target("xeon-8180").cores > 2
+    assert load_target("k40c-12gb").step_cores is None
 
 
 def test_bilstm_with_one_gemm_per_direction_matches_pytorch() -> None:
