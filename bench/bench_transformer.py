@@ -279,14 +279,16 @@ def our_plan(kind: str, graph, target, how: Planning, strategy: str):
         return plan(graph, target, table, PlanOptions(schedule=options))
 
 
-# Steps each candidate plan of `--strategy measured` takes, in turns, before the faster stays.
-TRIAL_STEPS = 9
+# Steps each candidate plan of `--strategy measured` takes, in turns, before the faster stays,
+# and the rest before each (the previous candidate's team threads spin a while after its step).
+TRIAL_STEPS = 15
+TRIAL_SETTLE_SECONDS = 0.05
 
 
 def our_step(kind: str, graph, params, target, tmp: Path, how: Planning):
     """(one warm step of the executor, its plan's strategy and pinning). `measured`: the
     uniform and the optimized plan of the same cost table, and each with its teams pinned and
-    not (`set_pinning`), built and stepped in turns (TRIAL_STEPS each), the one with the
+    not (`set_pinning`), built and stepped in turns (TRIAL_STEPS each, settled), the one with the
     shorter median step kept: what runs faster on this machine now, which a cost table taken
     under other load may not predict."""
     feeds = random_feeds(graph, seed=1)
@@ -309,6 +311,7 @@ def our_step(kind: str, graph, params, target, tmp: Path, how: Planning):
     times: dict[str, list[float]] = {name: [] for name in names}
     for _ in range(TRIAL_STEPS):
         for name in names:
+            time.sleep(TRIAL_SETTLE_SECONDS)
             t0 = time.perf_counter()
             steps[name]()
             times[name].append(time.perf_counter() - t0)
@@ -399,12 +402,13 @@ def measure(kind: str, target, tmp: Path, rounds: int, names: tuple[str, ...], h
 
 
 def measure_apart(kind: str, target, rounds: int, names: tuple[str, ...], how: Planning,
-                  before: Planning | None = None):
+                  before: Planning | None = None, settle: float = 0.0):
     """As `measure`, each contender in a process of its own (this script with --serve), as a
     user runs one framework: a step of each per round, the order rotating from round to
     round. (In one process the executor and PyTorch share one OpenMP runtime, and PyTorch's
     2-thread step then depends on what our teams left behind.) `before`: one more contender,
-    our executor on a plan made that way ("before")."""
+    our executor on a plan made that way ("before"). `settle`: seconds of rest before each
+    step (--settle-ms)."""
     for planning in (how, before or how):  # profiled here, before the contenders run
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -435,6 +439,9 @@ def measure_apart(kind: str, target, rounds: int, names: tuple[str, ...], how: P
         times: dict[str, list[float]] = {n: [] for n in live}
         for r in range(rounds):
             for name in live[r % len(live):] + live[:r % len(live)]:
+                # The previous contender's threads spin a while after its step (OpenMP's wait
+                # policy, on both sides): they are let settle, so no step pays for another's.
+                time.sleep(settle)
                 procs[name].stdin.write("step\n")
                 procs[name].stdin.flush()
                 times[name].append(float(procs[name].stdout.readline()))
@@ -493,6 +500,9 @@ def main() -> None:
                         help="concurrent lanes of the uniform plan, threads / lanes cores each")
     parser.add_argument("--apart", action="store_true",
                         help="each contender in a process of its own (see measure_apart)")
+    parser.add_argument("--settle-ms", type=float, default=0.0,
+                        help="with --apart: rest before each step, so the previous contender's "
+                             "spinning threads have stopped (default 0)")
     parser.add_argument("--ops", action="store_true",
                         help="instead: where our step goes, per op type (stats() timeline)")
     parser.add_argument("--before", metavar="COSTS/STRATEGY",
@@ -529,7 +539,8 @@ def main() -> None:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for kind in args.models.split(","):
-            rows.append(measure_apart(kind, target, args.rounds, names, how, before)
+            rows.append(measure_apart(kind, target, args.rounds, names, how, before,
+                                      args.settle_ms * 1e-3)
                         if args.apart
                         else measure(kind, target, Path(tmp), args.rounds, names, how))
     load_avg = os.getloadavg()[0]
