@@ -50,7 +50,7 @@ Rounds alternate (an executor step, an eager step, a compiled step) so load chan
 alike; the table gives medians over rounds. With --apart each contender steps in a process of
 its own (the order rotating per round): in one process PyTorch and the executor share one
 OpenMP runtime (torch's libgomp.so.1 is loaded first and serves both), which changes
-PyTorch's multi-threaded step under load (bench/RESULTS.md, issue 25).
+PyTorch's multi-threaded step under load (bench/results/2026-11-23-transformer-issue25.md).
 """
 
 from __future__ import annotations

@@ -262,8 +262,8 @@ def _batch_outermost(perm: Sequence[int]) -> bool:
     seq, heads, width) bytes, but a view whose matrix rows are outermost, such as
     nn.MultiheadAttention's (seq, batch x heads, width) read as (batch x heads, seq, width),
     goes to its gemm:jit matmul, which loses more than the Transpose costs (ViT's scores GEMM
-    81 -> 127 us against a 15 us Transpose, bench/RESULTS.md). Matrices (rank 2) have no batch
-    axis."""
+    81 -> 127 us against a 15 us Transpose,
+    bench/results/2026-11-24-transformer-issue25.md). Matrices (rank 2) have no batch axis."""
     return len(perm) <= 2 or perm[0] == 0
 
 

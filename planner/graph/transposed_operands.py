@@ -4,7 +4,8 @@ A MatMul with transpose_b reads B as a strided view; oneDNN's CPU GEMM then pack
 the transposed B into its own layout on every call. Where A has few rows, that copy is most of
 the GEMM: an unrolled LSTM's recurrent GEMM h_t U^T, (8, 128) x (512, 128)^T, took 16.8 us
 with U^T as a view and about 0.6 of that with a row-major copy of U^T (oneDNN 3.2, AVX-512,
-one thread; bench/RESULTS.md), and it runs once per step, 32 times per direction on the same U.
+one thread; bench/results/2026-11-24-transformer-issue25.md), and it runs once per step, 32
+times per direction on the same U.
 One Transpose of U before the first such GEMM turns all of them into plain GEMMs for one pass
 over U. (The backward-data GEMMs dY_t U read U without a transpose and keep reading it.)
 

@@ -16,11 +16,12 @@ left after it is one chunk's GEMM and a sum of about sqrt(n) partials (n = 35: 6
 and a 6-way AddN instead of 35 GEMMs and a 35-way AddN).
 
 Chunks pay only where a core the recurrences leave idle runs them: each recurrence (one per sum,
-e.g. a BiLSTM's two directions) is a chain of small dependent ops that keeps about one core busy.
-With `cores` known and no more cores than sums, nothing can overlap the chunks, and they only
-add work (row Concats per chunk, weight-sized partials written and summed back: ~0.6 ms of a
-~5 ms BiLSTM step on one or two cores, bench/RESULTS.md), so every sum becomes one GEMM over all
-steps. `cores=None` (the step's cores unknown, as for a GPU) keeps the chunks.
+e.g. a BiLSTM's two directions) is a chain of small dependent ops that keeps about one core
+busy. With `cores` known and no more cores than sums, nothing can overlap the chunks, and they
+only add work (row Concats per chunk, weight-sized partials written and summed back: ~0.6 ms of
+a ~5 ms BiLSTM step on one or two cores, bench/results/2026-11-23-transformer-issue25.md), so
+every sum becomes one GEMM over all steps. `cores=None` (the step's cores unknown, as for a GPU)
+keeps the chunks.
 
 `batch_weight_gradients` rewrites every AddN (role grad) whose inputs all come from such
 MatMuls (transpose_a, not transpose_b, no permuted view, rank 2, one dtype, each read by nothing

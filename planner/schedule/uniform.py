@@ -2,15 +2,15 @@
 
 TensorFlow's recommended setting (seed 002, Table I's baseline) is intra = physical cores and
 inter = 1: ops run one after another, each on every core. With inter = M, M lanes of `intra`
-cores each take ready ops in graph order (TensorFlow's FIFO queue). With `min_team_seconds`,
-ops too small to pay for a team run on one thread, as PyTorch's intra-op loops run inline
-below a grain of 32768 elements: every team op is a fork and a join, and on a machine shared
-with other processes a join waits for a descheduled partner's next time slice (milliseconds;
-bench/RESULTS.md, issue 25). With it set, an op the cost model gives no shorter time on the
-team than on one thread runs alone too, whatever its size: with an in-step profiled table
-that is an op whose team was measured no faster inside the step (a transformer's layer-norm
-gradients and element-wise ops on two cores). `grid_pairs` lists the settings the seed's
-"manual optimization" tries.
+cores each take ready ops in graph order (TensorFlow's FIFO queue). With `min_team_seconds`, ops
+too small to pay for a team run on one thread, as PyTorch's intra-op loops run inline below a
+grain of 32768 elements: every team op is a fork and a join, and on a machine shared with other
+processes a join waits for a descheduled partner's next time slice (milliseconds;
+bench/results/2026-11-23-transformer-issue25.md). With it set, an op the cost model gives no
+shorter time on the team than on one thread runs alone too, whatever its size: with an in-step
+profiled table that is an op whose team was measured no faster inside the step (a transformer's
+layer-norm gradients and element-wise ops on two cores). `grid_pairs` lists the settings the
+seed's "manual optimization" tries.
 
 Example:
     >>> grid_pairs(68)[:4]

@@ -128,17 +128,17 @@ def test_bf16_mixed_tracks_the_float32_loss_curve(model):
     assert abs(bf16[-1] - f32[-1]) / f32[-1] < 0.02, (f32[-1], bf16[-1])
 
 
-# More zoo models: (small configuration, learning rate) at which 30 SGD steps on one batch
-# learn (the float32 loss falls by >= 10%). Not here: ResNet, DenseNet and Inception at sizes
-# that run in seconds, where the curves leave float32's by 9-35% and PyTorch's autocast's do
-# as much (bench/bench_bf16_curves.py, bench/RESULTS.md issue 23). Their last stages normalise
-# over 4 to 36 values per channel, which makes the step ill-conditioned: float32's first
-# gradients are already 700 unit roundoffs off float64's, bfloat16's (ours and autocast's
-# alike) are O(1) off, and two float32 implementations (ours and PyTorch's) end 30 steps up
-# to 39% apart. tests/graph/test_precision_vs_autocast.py holds them to autocast instead: op
-# by op on the forward, and the loss after the first update (22% off float32's, autocast's
-# to 4e-5). At a size where the statistics are well conditioned ResNet-18 tracks float32
-# (64x64, batch 8: 1.5%; 32x32, batch 16, lr 1e-4: 1.9%, autocast 1.6%), too slow for here.
+# More zoo models: (small configuration, learning rate) at which 30 SGD steps on one batch learn
+# (the float32 loss falls by >= 10%). Not here: ResNet, DenseNet and Inception at sizes that run
+# in seconds, where the curves leave float32's by 9-35% and PyTorch's autocast's do as much
+# (bench/bench_bf16_curves.py, bench/results/2026-11-23-bf16-curves.md). Their last stages
+# normalise over 4 to 36 values per channel, which makes the step ill-conditioned: float32's
+# first gradients are already 700 unit roundoffs off float64's, bfloat16's (ours and autocast's
+# alike) are O(1) off, and two float32 implementations (ours and PyTorch's) end 30 steps up to
+# 39% apart. tests/graph/test_precision_vs_autocast.py holds them to autocast instead: op by op
+# on the forward, and the loss after the first update (22% off float32's, autocast's to 4e-5).
+# At a size where the statistics are well conditioned ResNet-18 tracks float32 (64x64, batch 8:
+# 1.5%; 32x32, batch 16, lr 1e-4: 1.9%, autocast 1.6%), too slow for here.
 ZOO_CURVES = {
     "gpt": (dict(batch=2, seq=4, dim=8, heads=2, layers=1, vocab=11), 0.1),
     "bert": (dict(batch=2, seq=4, dim=8, heads=2, layers=1, vocab=11), 0.1),
