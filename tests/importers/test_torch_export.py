@@ -31,7 +31,7 @@ from torch.nn import functional as F  # noqa: E402
 
 from planner.torch import TorchImportError, load_pt2  # noqa: E402
 from planner.torch.convert import convert  # noqa: E402
-from planner.torch.trainer import export, trainer  # noqa: E402
+from planner.torch.training import export, trainer  # noqa: E402
 from tests.importers.torch_step import Step, mismatches  # noqa: E402
 
 STEPS = 3
