@@ -16,7 +16,9 @@
    constants (a mask built in forward by arange, tril, comparisons), torch evaluates it now
    and the result is a constant; the planner's shape for each result is checked against the
    node's own FakeTensor shape.
-4. Outputs: USER_OUTPUTs are the graph's outputs. A BUFFER_MUTATION must be what the planner
+4. Outputs: USER_OUTPUTs are the graph's outputs; the first, when it is a float scalar no
+   loss op writes (a loss of several terms traced with the model), is marked as the graph's
+   loss. A BUFFER_MUTATION must be what the planner
    updates itself (the new running statistics of a training BatchNorm reading that buffer), or
    an integer counter incremented by a constant (`num_batches_tracked += 1`), which the graph
    leaves out and `counters` reports, for the trainer to count steps into. Anything else is
@@ -119,7 +121,8 @@ def convert(program: Any, name: str = "torch") -> TorchImport:
     counters = _counters(program, nodes)
     _convert_nodes(imp, nodes, env, skip=set(counters.values()))
     graph_outputs = _outputs(program, nodes, env, imp, counters)
-    graph = check_graph(imp.builder.build(outputs=graph_outputs))
+    graph = check_graph(imp.builder.build(outputs=graph_outputs,
+                                          loss=_traced_loss(imp, graph_outputs)))
     return TorchImport(graph, {t.name: imp.consts[t.name] for t in graph.tensors
                                if t.name in imp.consts}, tuple(inputs),
                        {buf: 1 for buf in counters})
@@ -289,6 +292,22 @@ def _outputs(program: Any, nodes: list, env: dict[str, Any], imp: Importer,
         else:
             raise TorchImportError(f"output {arg!r}: unsupported kind {spec.kind.name}")
     return list(dict.fromkeys(outputs))
+
+
+def _traced_loss(imp: Importer, outputs: list[str]) -> str | None:
+    """The first output, when it is a float scalar no loss op writes (a loss of several terms,
+    `F.mse_loss(o, y) + beta * kl`, traced with the model, or a module returning its own loss
+    first): marked as the graph's loss (Graph.loss), which autodiff seeds."""
+    from planner.graph.autodiff import LOSS_OPS
+
+    if not outputs:
+        return None
+    first = imp.builder.type(outputs[0])
+    node = imp.builder.producer(outputs[0])
+    if first.shape != () or not first.dtype.startswith(("float", "bfloat")) or \
+            (node is not None and node.op in LOSS_OPS):
+        return None
+    return outputs[0]
 
 
 def _planner_updates(imp: Importer, new: Any, old: Any) -> bool:
