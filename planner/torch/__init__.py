@@ -27,10 +27,10 @@ from planner.torch.program import load_pt2, require_torch
 __all__ = ["TorchImportError", "convert", "load_pt2", "require_torch", "trainer"]
 
 
-def convert(program: Any, name: str = "torch") -> Any:
+def convert(program: Any, name: str = "torch", module_root: str = "") -> Any:
     from planner.torch.convert import convert as _convert
 
-    return _convert(program, name)
+    return _convert(program, name, module_root)
 
 
 def trainer(*args: Any, **kwargs: Any) -> Any:

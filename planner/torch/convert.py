@@ -80,8 +80,11 @@ def decompose(program: Any) -> Any:
     return program.run_decompositions(table)
 
 
-def convert(program: Any, name: str = "torch") -> TorchImport:
-    """Import an ExportedProgram (see the module docstring). Raises TorchImportError."""
+def convert(program: Any, name: str = "torch", module_root: str = "") -> TorchImport:
+    """Import an ExportedProgram (see the module docstring). Raises TorchImportError, naming
+    the node, its ATen op and its module path (from the node's nn_module_stack), less
+    `module_root`: the path of the user's module inside the exported one (the trainer's
+    wrapper holds it as `model`)."""
     try:
         program = decompose(program)
     except Exception as e:  # a program torch itself cannot decompose
@@ -119,7 +122,7 @@ def convert(program: Any, name: str = "torch") -> TorchImport:
             raise TorchImportError(f"input {node.name!r}: unsupported kind "
                                    f"{getattr(kind, 'name', kind)}")
     counters = _counters(program, nodes)
-    _convert_nodes(imp, nodes, env, skip=set(counters.values()))
+    _convert_nodes(imp, nodes, env, skip=set(counters.values()), root=module_root)
     graph_outputs = _outputs(program, nodes, env, imp, counters)
     graph = check_graph(imp.builder.build(outputs=graph_outputs,
                                           loss=_traced_loss(imp, graph_outputs)))
@@ -173,11 +176,24 @@ def _counters(program: Any, nodes: list) -> dict[str, str]:
     return out
 
 
-def _convert_nodes(imp: Importer, nodes: list, env: dict[str, Any], skip: set[str]) -> None:
+def module_path(node: Any, root: str = "") -> str:
+    """The path of the innermost module whose forward wrote the node (`layers.3.attn`), less
+    the `root` prefix; "" for the root module or a node without an nn_module_stack."""
+    stack = node.meta.get("nn_module_stack") or {}
+    path = next((str(v[0]) for v in reversed(list(stack.values()))
+                 if isinstance(v, tuple) and v), "")
+    if root and (path == root or path.startswith(root + ".")):
+        path = path[len(root) + 1:]
+    return path
+
+
+def _convert_nodes(imp: Importer, nodes: list, env: dict[str, Any], skip: set[str],
+                   root: str = "") -> None:
     """Convert every call_function node; collect every unsupported op, then raise once."""
     import torch.fx
 
     unsupported: dict[str, str] = {}
+    modules: dict[str, str] = {}
     first_error: TorchImportError | None = None
     dropouts = [0]
     poisoned: set[str] = set()
@@ -201,22 +217,26 @@ def _convert_nodes(imp: Importer, nodes: list, env: dict[str, Any], skip: set[st
                 kwargs = torch.fx.node.map_arg(node.kwargs, lambda a: env[a.name])
                 shape, dtype = _meta(node) if hasattr(node.meta.get("val"), "shape") else \
                     (None, None)
-                ctx = NodeCtx(imp, node.name, op, args, dict(kwargs), shape, dropouts, dtype)
+                ctx = NodeCtx(imp, node.name, op, args, dict(kwargs), shape, dropouts, dtype,
+                              node, module_path(node, root))
                 value = RULES[op](ctx)
             _check(imp, node, value)
             env[node.name] = value
         except Unsupported as e:
-            unsupported.setdefault(e.what, node.name)
+            if e.what not in unsupported:
+                unsupported[e.what], modules[e.what] = node.name, module_path(node, root)
             poisoned.add(node.name)
         except TorchImportError as e:
             first_error = first_error or e
             poisoned.add(node.name)
         except Exception as e:  # a corrupt program: still one line naming the node
+            where = module_path(node, root)
             first_error = first_error or TorchImportError(
-                f"node {node.name!r} ({op}): cannot convert: {type(e).__name__}: {e}")
+                f"node {node.name!r}{' in ' + where if where else ''} ({op}): cannot convert: "
+                f"{type(e).__name__}: {e}")
             poisoned.add(node.name)
     if unsupported:
-        raise TorchImportError.unsupported_ops(unsupported)
+        raise TorchImportError.unsupported_ops(unsupported, modules)
     if first_error is not None:
         raise first_error
 

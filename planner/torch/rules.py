@@ -21,10 +21,12 @@ from __future__ import annotations
 
 import math
 
+from planner.importers.gather import gather_rows
 from planner.importers.onnx.errors import Unsupported
 from planner.importers.onnx.values import Const
 from planner.importers.reduce_max import pool_max
 from planner.torch.context import UNAVAILABLE, NodeCtx, Value, rule
+from planner.torch.strided import logical_index, view_ops
 
 
 def _reshape_to(n: NodeCtx, x: str | Const, shape: tuple[int, ...]) -> Value:
@@ -121,6 +123,53 @@ def slice_(n: NodeCtx) -> Value:
         return x
     return n.emit1("Slice", [x], {"starts": [start], "ends": [end], "axes": [axis],
                                   "steps": [step]})
+
+
+@rule("aten.as_strided.default")
+def as_strided(n: NodeCtx) -> Value:
+    """A strided view of known strides: the Reshape / Slice / Transpose chain reading the same
+    elements (planner/torch/strided.py), or refused."""
+    x = n.tensor(0)
+    source = n.node.args[0].meta.get("val") if n.node is not None else None
+    if source is None or not hasattr(source, "stride"):
+        raise n.fail("the input's strides are unknown")
+    shape = n.shape(x)
+    offset = n.arg(3, "storage_offset")
+    idx = logical_index(shape, source.stride(), source.storage_offset(),
+                        n.ints(1, "size"), n.ints(2, "stride"),
+                        source.storage_offset() if offset is None else int(offset))
+    ops = view_ops(idx, math.prod(shape)) if idx is not None else None
+    if ops is None:
+        raise n.fail(f"size {n.ints(1, 'size')}, stride {n.ints(2, 'stride')} of an input of "
+                     f"shape {list(shape)} (strides {list(source.stride())}) is not a "
+                     f"reshape, slice or transpose of it")
+    for op, attrs in ops:
+        if op != "Reshape" or list(n.shape(x)) != attrs["shape"]:
+            x = n.emit1(op, [x], attrs)
+    return x
+
+
+@rule("aten.index.Tensor")
+def index(n: NodeCtx) -> Value:
+    """x[..., ids, ...] with integer ids on one axis (a relative-position-bias table indexed
+    by a buffer): a gather whose gradient is a scatter-add (planner/importers/gather.py)."""
+    x = n.tensor(0)
+    shape = n.shape(x)
+    picked = [(k, v) for k, v in enumerate(n.arg(1, "indices")) if v is not None]
+    if len(picked) != 1:
+        raise Unsupported(f"{n.op} (indices on {len(picked)} axes)")
+    axis, ids = picked[0]
+    if not n.dtype(ids).startswith(("int", "uint")):
+        raise Unsupported(f"{n.op} ({n.dtype(ids)} indices)")
+    if not n.dtype(x).startswith(("float", "bfloat")):
+        raise Unsupported(f"{n.op} (of a computed {n.dtype(x)} tensor)")
+    if isinstance(ids, Const):  # PyTorch's negative indices count from the end
+        value = ids.value()
+        if value.size and (value.min() < -shape[axis] or value.max() >= shape[axis]):
+            raise n.fail(f"indices from {value.min()} to {value.max()} out of range for dim "
+                         f"{axis} of size {shape[axis]}")
+        ids = n.const(value % max(shape[axis], 1), "int64")
+    return gather_rows(n.emit1, x, shape, axis, ids, n.shape(ids))
 
 
 @rule("aten.flip.default")

@@ -149,7 +149,7 @@ def trainer(module: Any, example_inputs: Sequence[Any], loss: Callable | None,
 
     settings = Optimizer.parse(optimizer, lr=lr, **optimizer_settings)
     imported = convert(export(module, example_inputs, loss, labels),
-                       name=type(module).__name__)
+                       name=type(module).__name__, module_root=PREFIX.rstrip("."))
     chosen = load_target(target)
     graph = make_training_graph(imported.graph, settings, cores=chosen.step_cores)
     with warnings.catch_warnings():  # costs from the analytical model unless profiled

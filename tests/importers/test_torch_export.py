@@ -231,7 +231,7 @@ def test_unsupported_op_is_one_line_naming_the_node():
             return torch.cummax(x, 1)[0]
 
     with pytest.raises(TorchImportError) as e:
-        convert(export(Cumulative(), (torch.randn(2, 3),), None, None))
+        convert(export(Cumulative(), (torch.randn(2, 3),), None, None), module_root="model")
     assert str(e.value) == "unsupported ATen ops: aten.cummax.default (node 'cummax')"
 
 
