@@ -26,7 +26,7 @@ from planner.importers.onnx.errors import Unsupported
 from planner.importers.onnx.values import Const
 from planner.importers.reduce_max import pool_max
 from planner.torch.context import UNAVAILABLE, NodeCtx, Value, rule
-from planner.torch.strided import logical_index, view_ops
+from planner.torch.strided import VIEW_LIMIT, logical_index, view_ops
 
 
 def _reshape_to(n: NodeCtx, x: str | Const, shape: tuple[int, ...]) -> Value:
@@ -134,6 +134,9 @@ def as_strided(n: NodeCtx) -> Value:
     if source is None or not hasattr(source, "stride"):
         raise n.fail("the input's strides are unknown")
     shape = n.shape(x)
+    if max(math.prod(shape), math.prod(n.ints(1, "size"))) > VIEW_LIMIT:
+        raise n.fail(f"a strided view of a tensor of shape {list(shape)}: over {VIEW_LIMIT} "
+                     f"elements")
     offset = n.arg(3, "storage_offset")
     idx = logical_index(shape, source.stride(), source.storage_offset(),
                         n.ints(1, "size"), n.ints(2, "stride"),

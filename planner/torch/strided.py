@@ -22,11 +22,16 @@ one) is refused by the caller.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from math import prod
 from typing import Any
 
 import numpy as np
 
 Op = tuple[str, dict[str, Any]]
+
+# Elements of a view (and of its input) worked out element by element: a strided view in a
+# real model is a small tensor (a pooled output); a larger one is refused, not allocated.
+VIEW_LIMIT = 1 << 25
 
 
 def logical_index(shape: Sequence[int], strides: Sequence[int], offset: int,
@@ -34,9 +39,9 @@ def logical_index(shape: Sequence[int], strides: Sequence[int], offset: int,
                   ) -> np.ndarray | None:
     """For each element of the view (size, stride, storage_offset) of a tensor of `shape`
     laid out with `strides` from `offset`, the flat logical (C-order) index of the input
-    element it reads; None when the input's layout overlaps itself or the view reads storage
-    the input does not cover."""
-    if any(d == 0 for d in (*shape, *size)):
+    element it reads; None when the input's layout overlaps itself, the view reads storage
+    the input does not cover, or either has more than VIEW_LIMIT elements."""
+    if any(d == 0 for d in (*shape, *size)) or max(prod(shape), prod(size)) > VIEW_LIMIT:
         return None
 
     def positions(dims: Sequence[int], steps: Sequence[int], start: int) -> np.ndarray:
@@ -46,7 +51,7 @@ def logical_index(shape: Sequence[int], strides: Sequence[int], offset: int,
         return pos.reshape(-1)
 
     held = positions(shape, strides, offset)
-    if held.min() < 0 or np.unique(held).size != held.size:
+    if held.min() < 0 or held.max() >= 2 * VIEW_LIMIT or np.unique(held).size != held.size:
         return None
     owner = np.full(int(held.max()) + 1, -1, dtype=np.int64)
     owner[held] = np.arange(held.size)

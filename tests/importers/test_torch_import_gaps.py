@@ -106,6 +106,44 @@ def test_a_marked_loss_must_be_a_float_scalar_output():
         check_graph(wide)
 
 
+class SelfSupervised(nn.Module):
+    """A module returning its own loss (a reconstruction plus an L1 penalty), first."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.enc, self.dec = nn.Linear(5, 3), nn.Linear(3, 5)
+
+    def forward(self, x):
+        code = torch.tanh(self.enc(x))
+        return ((self.dec(code) - x) ** 2).mean() + 0.01 * code.abs().sum(), code
+
+
+def test_a_module_returning_its_own_loss_trains_like_pytorch():
+    torch.manual_seed(2)
+    model = SelfSupervised()
+    batches = [torch.randn(4, 5) for _ in range(STEPS)]
+    imported = convert(export(model, (batches[0],), None, None), module_root="model")
+    assert imported.graph.loss == imported.graph.outputs[0]
+    graph = make_training_graph(imported.graph, Optimizer.parse("sgd", lr=LR))
+    state = {**init_params(graph), **imported.params()}
+    for x in batches:
+        out, state = train_step(graph, {imported.inputs[0]: x.numpy()}, state)
+    ours = Step(float(out[graph.outputs[0]]), {k: state["model." + k]
+                                               for k in model.state_dict()})
+
+    def reference(dtype):
+        twin = copy.deepcopy(model).to(dtype)
+        opt = torch.optim.SGD(twin.parameters(), lr=LR)
+        for x in batches:
+            opt.zero_grad()
+            value = twin(x.to(dtype))[0]
+            value.backward()
+            opt.step()
+        return Step(float(value), {k: v.detach().numpy() for k, v in twin.state_dict().items()})
+
+    assert mismatches(ours, reference(torch.float32), reference(torch.float64)) == []
+
+
 class WindowAttention(nn.Module):
     """Swin's relative-position bias: a trained table indexed by a constant index buffer
     (aten.index.Tensor), added to the attention scores."""
