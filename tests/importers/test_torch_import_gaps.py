@@ -20,7 +20,8 @@ from planner.graph.interpret import train_step  # noqa: E402
 from planner.graph.validate import GraphError, check_graph  # noqa: E402
 from planner.torch.convert import convert, decompose  # noqa: E402
 from planner.torch.training import export  # noqa: E402
-from tests.importers.torch_step import Step, mismatches  # noqa: E402
+from tests.importers.torch_step import Step, mismatches, planner_step, torch_step  # noqa: E402
+from tests.importers.torch_step import export as onnx_export  # noqa: E402
 
 STEPS, LR = 3, 0.05
 
@@ -304,3 +305,16 @@ def test_refusals_name_the_module_path_and_the_aten_op(body, message):
     with pytest.raises(planner.torch.TorchImportError) as e:
         planner.torch.trainer(Layers(body), (torch.randn(4, 3),), loss=None)
     assert str(e.value) == message
+
+
+def test_swin_like_onnx_export_trains_like_pytorch():
+    """Through ONNX: the bias table's Gather has constant, unevenly spaced indices."""
+    torch.manual_seed(3)
+    model = SwinLike()
+    x, labels = np.asarray(torch.randn(2, 3, 3, 4)), np.array([1, 4])
+    exported = onnx_export(model, torch.from_numpy(x))
+    ours, start = planner_step(exported, x, labels)
+    f32 = torch_step(model, x, labels, torch.float32, start)
+    f64 = torch_step(model, x, labels, torch.float64, start)
+    assert {"layers.1.table", "head.weight"} <= set(ours.state)
+    assert mismatches(ours, f32, f64) == []
