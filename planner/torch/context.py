@@ -112,8 +112,7 @@ class NodeCtx:
         if isinstance(v, _Unavailable):
             raise Unsupported(f"{self.op} (reads an output the planner does not compute)")
         if not isinstance(v, (str, Const)):
-            raise TorchImportError(f"node {self.label!r} ({self.op}): argument {k} is not a "
-                                   f"tensor")
+            raise self.fail(f"argument {k} is not a tensor")
         return v
 
     def shape(self, v: str | Const) -> tuple[int, ...]:
@@ -127,8 +126,7 @@ class NodeCtx:
         if isinstance(v, int):
             return [v]
         if not isinstance(v, (list, tuple)) or not all(isinstance(i, int) for i in v):
-            raise TorchImportError(f"node {self.label!r} ({self.op}): argument {k} must be "
-                                   f"a list of ints, got {type(v).__name__}")
+            raise self.fail(f"argument {k} must be a list of ints, got {type(v).__name__}")
         return [int(i) for i in v]
 
     def fail(self, what: str) -> TorchImportError:
