@@ -154,25 +154,47 @@ def as_strided(n: NodeCtx) -> Value:
 
 @rule("aten.index.Tensor")
 def index(n: NodeCtx) -> Value:
-    """x[..., ids, ...] with integer ids on one axis (a relative-position-bias table indexed
-    by a buffer): a gather whose gradient is a scatter-add (planner/importers/gather.py)."""
+    """x[..., ids, ...] with integer ids (a relative-position-bias table indexed by a buffer):
+    a gather whose gradient is a scatter-add (planner/importers/gather.py). Constant ids on
+    several adjacent axes (`table[rows, cols]`) index those axes merged into one."""
     x = n.tensor(0)
     shape = n.shape(x)
     picked = [(k, v) for k, v in enumerate(n.arg(1, "indices")) if v is not None]
-    if len(picked) != 1:
-        raise Unsupported(f"{n.op} (indices on {len(picked)} axes)")
-    axis, ids = picked[0]
-    if not n.dtype(ids).startswith(("int", "uint")):
-        raise Unsupported(f"{n.op} ({n.dtype(ids)} indices)")
+    axes = [k for k, _ in picked]
+    if not picked or axes != list(range(axes[0], axes[0] + len(axes))):
+        raise Unsupported(f"{n.op} (indices on non-adjacent axes {axes})")
+    if any(not n.dtype(v).startswith(("int", "uint")) for _, v in picked):
+        raise Unsupported(f"{n.op} ({', '.join(n.dtype(v) for _, v in picked)} indices)")
     if not n.dtype(x).startswith(("float", "bfloat")):
         raise Unsupported(f"{n.op} (of a computed {n.dtype(x)} tensor)")
-    if isinstance(ids, Const):  # PyTorch's negative indices count from the end
-        value = ids.value()
-        if value.size and (value.min() < -shape[axis] or value.max() >= shape[axis]):
-            raise n.fail(f"indices from {value.min()} to {value.max()} out of range for dim "
-                         f"{axis} of size {shape[axis]}")
-        ids = n.const(value % max(shape[axis], 1), "int64")
+    axis, ids = picked[0]
+    if len(picked) > 1 or isinstance(ids, Const):
+        if not all(isinstance(v, Const) for _, v in picked):
+            raise Unsupported(f"{n.op} (computed indices on {len(picked)} axes)")
+        ids = n.const(_flat_index(n, [(k, v.value()) for k, v in picked], shape), "int64")
+        merged = math.prod(shape[k] for k in axes)
+        shape = (*shape[:axis], merged, *shape[axis + len(axes):])
+        x = _reshape_to(n, x, shape)
     return gather_rows(n.emit1, x, shape, axis, ids, n.shape(ids))
+
+
+def _flat_index(n: NodeCtx, picked: list, shape: tuple[int, ...]) -> object:
+    """Constant indices on adjacent axes (broadcast together; negative ones count from the
+    end, as PyTorch's) as one index into those axes merged."""
+    import numpy as np
+
+    dims = [shape[k] for k, _ in picked]
+    try:
+        arrays = np.broadcast_arrays(*(v for _, v in picked))
+    except ValueError:
+        raise n.fail(f"indices of shapes {[list(v.shape) for _, v in picked]} do not "
+                     f"broadcast") from None
+    for (k, _), a, d in zip(picked, arrays, dims, strict=True):
+        if a.size and (a.min() < -d or a.max() >= d):
+            raise n.fail(f"indices from {a.min()} to {a.max()} out of range for dim {k} of "
+                         f"size {d}")
+    return np.ravel_multi_index(tuple(a % max(d, 1) for a, d in zip(arrays, dims, strict=True)),
+                                dims).astype(np.int64)
 
 
 @rule("aten.flip.default")
