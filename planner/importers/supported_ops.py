@@ -74,7 +74,12 @@ def supported_ops_page() -> str:
              "op whose inputs are all constants (a mask built from `arange`, `tril`, comparisons)",
              "is evaluated by torch at import instead, whatever it is. An op not listed is",
              "refused with one line naming the op, the node and its module path",
-             "(`layers.3.attn`).", ""]
+             "(`layers.3.attn`).", "",
+             "The loss is whatever float scalar the traced program returns first: PyTorch's",
+             "`F.cross_entropy` or `F.mse_loss` (the planner's loss ops), or a loss of several",
+             "terms such as a VAE's `F.mse_loss(recon, x) + beta * kl`, which the import marks",
+             "as the graph's loss (`Graph.loss`); with `loss=None` the module returns its own.",
+             ""]
     lines += aten_table()
     lines += ["", "## ONNX", "",
               "*planner ops*: the node becomes one or more planner ops; *folded*: evaluated at",
