@@ -212,7 +212,7 @@ def case(kind: str, target):
         return graph, None, torch_model(kind), (tokens, labels), None, None
     if kind == "vit":
         from planner.torch.convert import convert
-        from planner.torch.trainer import export
+        from planner.torch.training import export
 
         module, inputs, labels = vit_module()
         imported = convert(export(module, inputs, F.cross_entropy, labels), name="vit")

@@ -17,8 +17,7 @@ import sys
 def ops_table() -> str:
     """docs/ops.md's text."""
     from codegen.backends import RUNTIMES
-    from planner.importers.onnx.context import RULES
-    from planner.importers.onnx.fold import FOLDABLE
+    from planner.importers.supported_ops import onnx_table
     from planner.ops import REGISTRY
 
     lines = ["# Supported ops", "",
@@ -30,10 +29,7 @@ def ops_table() -> str:
              "import when its inputs are constants (shape arithmetic), and refused otherwise",
              "unless it also has planner ops. An ONNX op not listed is refused with a one-line",
              "error naming it.", ""]
-    onnx_ops = sorted(set(RULES) | set(FOLDABLE))
-    lines += ["| ONNX op | planner ops | folded |", "| --- | --- | --- |"]
-    lines += [f"| {op} | {'x' if op in RULES else ''} | {'x' if op in FOLDABLE else ''} |"
-              for op in onnx_ops]
+    lines += onnx_table()
     backends = sorted(RUNTIMES)
     lines += ["", "## Planner ops", "",
               "One definition each in planner/ops (shape rule, FLOPs and bytes, numpy reference,",

@@ -33,7 +33,7 @@ PLAN = {"planner.plan", "planner.memory.verify", "planner.memory.verify_inserted
         "planner.verify", "planner.verify_graph",
         "planner.verify_order", "planner.verify_summary", "planner.diff", "planner.memory_report",
         "planner.replay"}
-ENTRY_POINTS = {"planner.cli", "planner.torch", "planner.torch.trainer"}
+ENTRY_POINTS = {"planner.cli", "planner.torch", "planner.torch.training"}
 DRIVER = {"planner.pipeline", "planner.fit"}
 
 

@@ -2,8 +2,8 @@
 
 `make_training_graph` is a short list of passes:
 
-    find_loss        the graph's scalar output written by a loss op (an error names the outputs
-                     when there is none)
+    find_loss        the graph's marked loss (Graph.loss), else its scalar output written by a
+                     loss op (an error names the outputs when there is none)
     differentiate    copy the forward nodes, then walk them backwards calling each op's gradient
                      rule (planner/ops), summing the gradients of a tensor read several times
     emit_updates     one update node per trainable param (SGD, ApplyMomentum, ApplyAdam)
@@ -111,7 +111,7 @@ from planner.graph.slice_grads import join_slice_gradients
 from planner.graph.softmax_fusion import fuse_softmax
 from planner.graph.transpose_fold import fold_transposes
 from planner.graph.transposed_operands import copy_transposed_operands
-from planner.graph.validate import check_graph, normalize_attrs
+from planner.graph.validate import GraphError, check_graph, check_loss, normalize_attrs
 from planner.graph.weight_grads import batch_weight_gradients
 from planner.ops import TensorType, get_op
 
@@ -231,7 +231,15 @@ def _rewritten(built: Graph, cores: int | None = None) -> Graph:
 
 
 def find_loss(graph: Graph) -> str:
-    """The name of the graph's loss: the one scalar output produced by a loss op (LOSS_OPS)."""
+    """The name of the graph's loss: the output the graph marks as its loss (Graph.loss: a
+    scalar of several terms, traced with the model), else the one scalar output produced by a
+    loss op (LOSS_OPS)."""
+    if graph.loss is not None:
+        try:
+            check_loss(graph, graph.loss)
+        except GraphError as e:
+            raise AutodiffError(str(e)) from None
+        return graph.loss
     losses = [o for o in graph.outputs
               if o in graph.producer and graph.producer[o].op in LOSS_OPS
               and graph.tensor(o).shape == ()]

@@ -99,6 +99,9 @@ class Graph(Record):
     is a math mode of the kernels that no dtype shows: "tf32" lets a GPU's float32
     convolutions and GEMMs round their operands to TF32 on tensor cores (the tf32 precision
     policy, planner/graph/precision.py); None (absent from the JSON) is plain float32 math.
+    `loss` names the output to train on when no loss op writes it (a loss of several terms,
+    `mse + beta * kl`, traced with the model); None (absent from the JSON): the output a loss
+    op writes (planner.graph.autodiff.find_loss).
     """
 
     name: str = "graph"
@@ -107,14 +110,18 @@ class Graph(Record):
     nodes: tuple[Node, ...]
     outputs: tuple[str, ...] = ()
     math: Literal["tf32"] | None = None
+    loss: str | None = None
 
     @model_serializer(mode="wrap")
     def _without_plain_math(self, handler: Any) -> Any:
-        # Plain float32 math is the field's absence, in a plan's graph too (plans keep their
-        # other nulls): every graph, plan and digest made before the field existed stands.
+        # Plain float32 math (and no marked loss) is the field's absence, in a plan's graph too
+        # (plans keep their other nulls): every graph, plan and digest made before the field
+        # existed stands.
         data = handler(self)
-        if isinstance(data, dict) and data.get("math") is None:
-            data.pop("math", None)
+        if isinstance(data, dict):
+            for key in ("math", "loss"):
+                if data.get(key) is None:
+                    data.pop(key, None)
         return data
 
     # ---- lookups (cached: records are frozen) -------------------------------------------

@@ -37,7 +37,8 @@ def check_graph(graph: Graph) -> Graph:
 
     Rules: unique names; known ops with valid attrs and arity; every input defined before use
     (a use before definition is reported as a cycle when there is one); each tensor produced
-    once; inferred output shape and dtype equal to the declared tensor; graph outputs defined.
+    once; inferred output shape and dtype equal to the declared tensor; graph outputs defined;
+    a marked loss (Graph.loss) is a float scalar output.
     """
     _check_names(graph)
     tensors = graph.tensor_map
@@ -69,7 +70,20 @@ def check_graph(graph: Graph) -> Graph:
     for o in graph.outputs:
         if o not in tensors:
             raise GraphError(f"graph output {o!r} is not a tensor of the graph")
+    if graph.loss is not None:
+        check_loss(graph, graph.loss)
     return graph
+
+
+def check_loss(graph: Graph, loss: str) -> None:
+    """A marked loss is a float scalar the graph returns (what autodiff seeds with 1)."""
+    if loss not in graph.outputs:
+        raise GraphError(f"graph loss {loss!r} is not one of the graph's outputs "
+                         f"{list(graph.outputs)}")
+    t = graph.tensor_map[loss]
+    if t.shape != () or not t.dtype.startswith(("float", "bfloat")):
+        raise GraphError(f"graph loss {loss!r} must be a float scalar (shape []), got "
+                         f"{t.dtype} {list(t.shape)}")
 
 
 def _check_update(graph: Graph, node: Node, name: str, updated: dict[str, str],

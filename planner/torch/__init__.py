@@ -11,7 +11,8 @@
 - `load_pt2(path)`: the Graph of a saved ExportedProgram (`planner graph` and every command
   taking a GRAPH accept a `.pt2` file);
 - `trainer(module, example_inputs, loss, labels, ...)`: plan, build and load a training
-  executor for a module and PyTorch's own loss (trainer.py).
+  executor for a module and PyTorch's own loss (training.py: not trainer.py, which the
+  first call's import would bind over this function).
 
 torch is imported only when one of these runs; without it they raise a UserError saying so.
 """
@@ -26,14 +27,14 @@ from planner.torch.program import load_pt2, require_torch
 __all__ = ["TorchImportError", "convert", "load_pt2", "require_torch", "trainer"]
 
 
-def convert(program: Any, name: str = "torch") -> Any:
+def convert(program: Any, name: str = "torch", module_root: str = "") -> Any:
     from planner.torch.convert import convert as _convert
 
-    return _convert(program, name)
+    return _convert(program, name, module_root)
 
 
 def trainer(*args: Any, **kwargs: Any) -> Any:
     require_torch()
-    from planner.torch.trainer import trainer as _trainer
+    from planner.torch.training import trainer as _trainer
 
     return _trainer(*args, **kwargs)

@@ -28,8 +28,9 @@ from planner.importers.onnx.values import Const
 class TorchImportError(ValueError):
     """The ExportedProgram cannot be imported; one line naming the node, op or tensor.
 
-    >>> str(TorchImportError.unsupported_ops({"aten.foo.default": "foo_1"}))
-    "unsupported ATen ops: aten.foo.default (node 'foo_1')"
+    >>> str(TorchImportError.unsupported_ops({"aten.foo.default": "foo_1"},
+    ...                                      {"aten.foo.default": "layers.3.attn"}))
+    "unsupported ATen ops: aten.foo.default (node 'foo_1' in layers.3.attn)"
     """
 
     def __init__(self, message: str, unsupported: dict[str, str] | None = None) -> None:
@@ -37,9 +38,17 @@ class TorchImportError(ValueError):
         self.unsupported = dict(unsupported or {})
 
     @classmethod
-    def unsupported_ops(cls, ops: dict[str, str]) -> TorchImportError:
-        listing = ", ".join(f"{op} (node {node!r})" for op, node in sorted(ops.items()))
+    def unsupported_ops(cls, ops: dict[str, str],
+                        modules: dict[str, str] | None = None) -> TorchImportError:
+        """ops: ATen op -> the first node using it; modules: ATen op -> that node's module
+        path (`layers.3.attn`; absent or empty for the root module)."""
+        listing = ", ".join(f"{op} (node {node!r}{_in((modules or {}).get(op, ''))})"
+                            for op, node in sorted(ops.items()))
         return cls(f"unsupported ATen ops: {listing}", ops)
+
+
+def _in(module: str) -> str:
+    return f" in {module}" if module else ""
 
 
 class _Unavailable:
@@ -77,8 +86,11 @@ class NodeCtx:
 
     def __init__(self, imp: Importer, label: str, op: str, args: Sequence[Any],
                  kwargs: dict[str, Any], shape: tuple[int, ...] | None,
-                 dropouts: list[int], dtype: str | None = None) -> None:
+                 dropouts: list[int], dtype: str | None = None, node: Any = None,
+                 module: str = "") -> None:
         self.imp = imp
+        self.node = node  # the fx node: its inputs' FakeTensors tell their strides
+        self.module = module  # the module path of the node (`layers.3.attn`), for messages
         self.label = label
         self.op = op
         self.args = list(args)
@@ -100,8 +112,7 @@ class NodeCtx:
         if isinstance(v, _Unavailable):
             raise Unsupported(f"{self.op} (reads an output the planner does not compute)")
         if not isinstance(v, (str, Const)):
-            raise TorchImportError(f"node {self.label!r} ({self.op}): argument {k} is not a "
-                                   f"tensor")
+            raise self.fail(f"argument {k} is not a tensor")
         return v
 
     def shape(self, v: str | Const) -> tuple[int, ...]:
@@ -115,12 +126,11 @@ class NodeCtx:
         if isinstance(v, int):
             return [v]
         if not isinstance(v, (list, tuple)) or not all(isinstance(i, int) for i in v):
-            raise TorchImportError(f"node {self.label!r} ({self.op}): argument {k} must be "
-                                   f"a list of ints, got {type(v).__name__}")
+            raise self.fail(f"argument {k} must be a list of ints, got {type(v).__name__}")
         return [int(i) for i in v]
 
     def fail(self, what: str) -> TorchImportError:
-        return TorchImportError(f"node {self.label!r} ({self.op}): {what}")
+        return TorchImportError(f"node {self.label!r}{_in(self.module)} ({self.op}): {what}")
 
     def next_dropout_seed(self) -> int:
         """Each Dropout gets its own mask stream: seeds 1, 2, ... in graph order."""

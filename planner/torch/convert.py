@@ -16,7 +16,9 @@
    constants (a mask built in forward by arange, tril, comparisons), torch evaluates it now
    and the result is a constant; the planner's shape for each result is checked against the
    node's own FakeTensor shape.
-4. Outputs: USER_OUTPUTs are the graph's outputs. A BUFFER_MUTATION must be what the planner
+4. Outputs: USER_OUTPUTs are the graph's outputs; the first, when it is a float scalar no
+   loss op writes (a loss of several terms traced with the model), is marked as the graph's
+   loss. A BUFFER_MUTATION must be what the planner
    updates itself (the new running statistics of a training BatchNorm reading that buffer), or
    an integer counter incremented by a constant (`num_batches_tracked += 1`), which the graph
    leaves out and `counters` reports, for the trainer to count steps into. Anything else is
@@ -78,8 +80,11 @@ def decompose(program: Any) -> Any:
     return program.run_decompositions(table)
 
 
-def convert(program: Any, name: str = "torch") -> TorchImport:
-    """Import an ExportedProgram (see the module docstring). Raises TorchImportError."""
+def convert(program: Any, name: str = "torch", module_root: str = "") -> TorchImport:
+    """Import an ExportedProgram (see the module docstring). Raises TorchImportError, naming
+    the node, its ATen op and its module path (from the node's nn_module_stack), less
+    `module_root`: the path of the user's module inside the exported one (the trainer's
+    wrapper holds it as `model`)."""
     try:
         program = decompose(program)
     except Exception as e:  # a program torch itself cannot decompose
@@ -117,9 +122,10 @@ def convert(program: Any, name: str = "torch") -> TorchImport:
             raise TorchImportError(f"input {node.name!r}: unsupported kind "
                                    f"{getattr(kind, 'name', kind)}")
     counters = _counters(program, nodes)
-    _convert_nodes(imp, nodes, env, skip=set(counters.values()))
+    _convert_nodes(imp, nodes, env, skip=set(counters.values()), root=module_root)
     graph_outputs = _outputs(program, nodes, env, imp, counters)
-    graph = check_graph(imp.builder.build(outputs=graph_outputs))
+    graph = check_graph(imp.builder.build(outputs=graph_outputs,
+                                          loss=_traced_loss(imp, graph_outputs)))
     return TorchImport(graph, {t.name: imp.consts[t.name] for t in graph.tensors
                                if t.name in imp.consts}, tuple(inputs),
                        {buf: 1 for buf in counters})
@@ -170,11 +176,24 @@ def _counters(program: Any, nodes: list) -> dict[str, str]:
     return out
 
 
-def _convert_nodes(imp: Importer, nodes: list, env: dict[str, Any], skip: set[str]) -> None:
+def module_path(node: Any, root: str = "") -> str:
+    """The path of the innermost module whose forward wrote the node (`layers.3.attn`), less
+    the `root` prefix; "" for the root module or a node without an nn_module_stack."""
+    stack = node.meta.get("nn_module_stack") or {}
+    path = next((str(v[0]) for v in reversed(list(stack.values()))
+                 if isinstance(v, tuple) and v), "")
+    if root and (path == root or path.startswith(root + ".")):
+        path = path[len(root) + 1:]
+    return path
+
+
+def _convert_nodes(imp: Importer, nodes: list, env: dict[str, Any], skip: set[str],
+                   root: str = "") -> None:
     """Convert every call_function node; collect every unsupported op, then raise once."""
     import torch.fx
 
     unsupported: dict[str, str] = {}
+    modules: dict[str, str] = {}
     first_error: TorchImportError | None = None
     dropouts = [0]
     poisoned: set[str] = set()
@@ -198,22 +217,26 @@ def _convert_nodes(imp: Importer, nodes: list, env: dict[str, Any], skip: set[st
                 kwargs = torch.fx.node.map_arg(node.kwargs, lambda a: env[a.name])
                 shape, dtype = _meta(node) if hasattr(node.meta.get("val"), "shape") else \
                     (None, None)
-                ctx = NodeCtx(imp, node.name, op, args, dict(kwargs), shape, dropouts, dtype)
+                ctx = NodeCtx(imp, node.name, op, args, dict(kwargs), shape, dropouts, dtype,
+                              node, module_path(node, root))
                 value = RULES[op](ctx)
             _check(imp, node, value)
             env[node.name] = value
         except Unsupported as e:
-            unsupported.setdefault(e.what, node.name)
+            if e.what not in unsupported:
+                unsupported[e.what], modules[e.what] = node.name, module_path(node, root)
             poisoned.add(node.name)
         except TorchImportError as e:
             first_error = first_error or e
             poisoned.add(node.name)
         except Exception as e:  # a corrupt program: still one line naming the node
+            where = module_path(node, root)
             first_error = first_error or TorchImportError(
-                f"node {node.name!r} ({op}): cannot convert: {type(e).__name__}: {e}")
+                f"node {node.name!r}{' in ' + where if where else ''} ({op}): cannot convert: "
+                f"{type(e).__name__}: {e}")
             poisoned.add(node.name)
     if unsupported:
-        raise TorchImportError.unsupported_ops(unsupported)
+        raise TorchImportError.unsupported_ops(unsupported, modules)
     if first_error is not None:
         raise first_error
 
@@ -289,6 +312,22 @@ def _outputs(program: Any, nodes: list, env: dict[str, Any], imp: Importer,
         else:
             raise TorchImportError(f"output {arg!r}: unsupported kind {spec.kind.name}")
     return list(dict.fromkeys(outputs))
+
+
+def _traced_loss(imp: Importer, outputs: list[str]) -> str | None:
+    """The first output, when it is a float scalar no loss op writes (a loss of several terms,
+    `F.mse_loss(o, y) + beta * kl`, traced with the model, or a module returning its own loss
+    first): marked as the graph's loss (Graph.loss), which autodiff seeds."""
+    from planner.graph.autodiff import LOSS_OPS
+
+    if not outputs:
+        return None
+    first = imp.builder.type(outputs[0])
+    node = imp.builder.producer(outputs[0])
+    if first.shape != () or not first.dtype.startswith(("float", "bfloat")) or \
+            (node is not None and node.op in LOSS_OPS):
+        return None
+    return outputs[0]
 
 
 def _planner_updates(imp: Importer, new: Any, old: Any) -> bool:

@@ -21,10 +21,12 @@ from __future__ import annotations
 
 import math
 
+from planner.importers.gather import gather_rows
 from planner.importers.onnx.errors import Unsupported
 from planner.importers.onnx.values import Const
 from planner.importers.reduce_max import pool_max
 from planner.torch.context import UNAVAILABLE, NodeCtx, Value, rule
+from planner.torch.strided import VIEW_LIMIT, logical_index, view_ops
 
 
 def _reshape_to(n: NodeCtx, x: str | Const, shape: tuple[int, ...]) -> Value:
@@ -121,6 +123,78 @@ def slice_(n: NodeCtx) -> Value:
         return x
     return n.emit1("Slice", [x], {"starts": [start], "ends": [end], "axes": [axis],
                                   "steps": [step]})
+
+
+@rule("aten.as_strided.default")
+def as_strided(n: NodeCtx) -> Value:
+    """A strided view of known strides: the Reshape / Slice / Transpose chain reading the same
+    elements (planner/torch/strided.py), or refused."""
+    x = n.tensor(0)
+    source = n.node.args[0].meta.get("val") if n.node is not None else None
+    if source is None or not hasattr(source, "stride"):
+        raise n.fail("the input's strides are unknown")
+    shape = n.shape(x)
+    if max(math.prod(shape), math.prod(n.ints(1, "size"))) > VIEW_LIMIT:
+        raise n.fail(f"a strided view of a tensor of shape {list(shape)}: over {VIEW_LIMIT} "
+                     f"elements")
+    offset = n.arg(3, "storage_offset")
+    idx = logical_index(shape, source.stride(), source.storage_offset(),
+                        n.ints(1, "size"), n.ints(2, "stride"),
+                        source.storage_offset() if offset is None else int(offset))
+    ops = view_ops(idx, math.prod(shape)) if idx is not None else None
+    if ops is None:
+        raise n.fail(f"size {n.ints(1, 'size')}, stride {n.ints(2, 'stride')} of an input of "
+                     f"shape {list(shape)} (strides {list(source.stride())}) is not a "
+                     f"reshape, slice or transpose of it")
+    for op, attrs in ops:
+        if op != "Reshape" or list(n.shape(x)) != attrs["shape"]:
+            x = n.emit1(op, [x], attrs)
+    return x
+
+
+@rule("aten.index.Tensor")
+def index(n: NodeCtx) -> Value:
+    """x[..., ids, ...] with integer ids (a relative-position-bias table indexed by a buffer):
+    a gather whose gradient is a scatter-add (planner/importers/gather.py). Constant ids on
+    several adjacent axes (`table[rows, cols]`) index those axes merged into one."""
+    x = n.tensor(0)
+    shape = n.shape(x)
+    picked = [(k, v) for k, v in enumerate(n.arg(1, "indices")) if v is not None]
+    axes = [k for k, _ in picked]
+    if not picked or axes != list(range(axes[0], axes[0] + len(axes))):
+        raise Unsupported(f"{n.op} (indices on non-adjacent axes {axes})")
+    if any(not n.dtype(v).startswith(("int", "uint")) for _, v in picked):
+        raise Unsupported(f"{n.op} ({', '.join(n.dtype(v) for _, v in picked)} indices)")
+    if not n.dtype(x).startswith(("float", "bfloat")):
+        raise Unsupported(f"{n.op} (of a computed {n.dtype(x)} tensor)")
+    axis, ids = picked[0]
+    if len(picked) > 1 or isinstance(ids, Const):
+        if not all(isinstance(v, Const) for _, v in picked):
+            raise Unsupported(f"{n.op} (computed indices on {len(picked)} axes)")
+        ids = n.const(_flat_index(n, [(k, v.value()) for k, v in picked], shape), "int64")
+        merged = math.prod(shape[k] for k in axes)
+        shape = (*shape[:axis], merged, *shape[axis + len(axes):])
+        x = _reshape_to(n, x, shape)
+    return gather_rows(n.emit1, x, shape, axis, ids, n.shape(ids))
+
+
+def _flat_index(n: NodeCtx, picked: list, shape: tuple[int, ...]) -> object:
+    """Constant indices on adjacent axes (broadcast together; negative ones count from the
+    end, as PyTorch's) as one index into those axes merged."""
+    import numpy as np
+
+    dims = [shape[k] for k, _ in picked]
+    try:
+        arrays = np.broadcast_arrays(*(v for _, v in picked))
+    except ValueError:
+        raise n.fail(f"indices of shapes {[list(v.shape) for _, v in picked]} do not "
+                     f"broadcast") from None
+    for (k, _), a, d in zip(picked, arrays, dims, strict=True):
+        if a.size and (a.min() < -d or a.max() >= d):
+            raise n.fail(f"indices from {a.min()} to {a.max()} out of range for dim {k} of "
+                         f"size {d}")
+    return np.ravel_multi_index(tuple(a % max(d, 1) for a, d in zip(arrays, dims, strict=True)),
+                                dims).astype(np.int64)
 
 
 @rule("aten.flip.default")

@@ -110,7 +110,7 @@ def test_fires_on_torch_exports_scaled_dot_product_attention():
     CausalMask -> Softmax; a mask as masked_fill on a boolean buffer (Where) is not fused."""
     torch = pytest.importorskip("torch")
     from planner.torch.convert import convert
-    from planner.torch.trainer import export
+    from planner.torch.training import export
 
     class Attention(torch.nn.Module):
         def __init__(self) -> None:

@@ -7,6 +7,8 @@ import pytest
 from onnx import TensorProto, helper
 from onnx.reference import ReferenceEvaluator
 
+from planner.graph import run
+from planner.graph.autodiff import gradients
 from planner.importers import OnnxImportError, import_onnx, load_onnx
 from tests.importers.onnx_models import check_against_onnx, make_model, rand
 
@@ -470,12 +472,28 @@ def test_gather_embedding_and_constant_indices():
     assert graph.tensor("table").role == "param" and graph.tensor("ids").role == "input"
 
 
-def test_gather_scattered_constant_indices_are_unsupported():
-    x = rand(3, 5)
-    model = make_model([node("Gather", ["x", "ids"], ["y"], axis=1, name="g")], {"x": x}, ["y"],
-                       {"ids": np.array([0, 3, 1])})
-    with pytest.raises(OnnxImportError, match="Gather"):
-        load_onnx(model)
+@pytest.mark.parametrize(("shape", "axis", "ids"), [
+    ((3, 5), 1, [0, 3, 1]),
+    ((7, 2), 0, [[0, 3, 6], [1, -6, 5], [2, 4, 0]]),  # a Swin-style relative-position table
+    ((2, 6, 3), 1, [[5, 5], [0, -1]]),                 # repeated and negative indices
+])
+def test_gather_scattered_constant_indices_are_an_embedding(shape, axis, ids):
+    """T5- and Swin-style position-bias lookups: constant, unevenly spaced indices into a
+    trained table; the gradient a scatter-add (repeated indices accumulate), as np.add.at."""
+    x = rand(*shape)
+    ids = np.array(ids, np.int64)
+    model = make_model([node("Gather", ["x", "ids"], ["y"], axis=axis, name="g")], {}, ["y"],
+                       {"x": x, "ids": ids})
+    graph = check_against_onnx(model, {}, rtol=0.0)
+    assert "Embedding" in ops_of(graph) and graph.tensor("x").role == "param"
+    with_grads, grads = gradients(graph, ["x"], of=["y"])
+    dy = rand(*graph.tensor("y").shape, seed=3)
+    got = run(with_grads, {"grad/y": dy}, import_onnx(model).params(), keep="outputs")
+    want = np.zeros(shape, np.float64)
+    moved = np.moveaxis(want, axis, 0)  # a view: np.add.at fills `want`
+    np.add.at(moved, ids % shape[axis], np.moveaxis(dy, tuple(range(axis, axis + ids.ndim)),
+                                                    tuple(range(ids.ndim))))
+    np.testing.assert_allclose(got[grads["x"]], want, rtol=1e-6, atol=1e-6)
 
 
 @pytest.mark.parametrize("ids", [[4, 3, 2, 1, 0], [0, 2, 4], [-1, -3], [3, 1]])
@@ -561,11 +579,11 @@ def test_every_unsupported_op_is_listed_once():
              node("Hardmax", ["x"], ["d"], name="hm2"),
              node("Gather", ["x", "ids"], ["e"], axis=1, name="g1"),
              node("Relu", ["x"], ["f"])]
-    model = make_model(nodes, {"x": x}, ["c", "d", "e", "f"], {"ids": np.array([0, 2, 1])})
+    model = make_model(nodes, {"x": x, "ids": np.array([0, 2, 1], np.int32)},
+                       ["c", "d", "e", "f"])
     with pytest.raises(OnnxImportError) as e:
         load_onnx(model)
-    assert set(e.value.unsupported) == {"com.example.Foo", "Hardmax",
-                                        "Gather (constant indices that are not evenly spaced)"}
+    assert set(e.value.unsupported) == {"com.example.Foo", "Hardmax", "Gather (int32 indices)"}
     assert e.value.unsupported["Hardmax"] == "hm1"
     assert "\n" not in str(e.value)
 

@@ -31,7 +31,7 @@ from torch.nn import functional as F  # noqa: E402
 
 from planner.torch import TorchImportError, load_pt2  # noqa: E402
 from planner.torch.convert import convert  # noqa: E402
-from planner.torch.trainer import export, trainer  # noqa: E402
+from planner.torch.training import export, trainer  # noqa: E402
 from tests.importers.torch_step import Step, mismatches  # noqa: E402
 
 STEPS = 3
@@ -231,7 +231,7 @@ def test_unsupported_op_is_one_line_naming_the_node():
             return torch.cummax(x, 1)[0]
 
     with pytest.raises(TorchImportError) as e:
-        convert(export(Cumulative(), (torch.randn(2, 3),), None, None))
+        convert(export(Cumulative(), (torch.randn(2, 3),), None, None), module_root="model")
     assert str(e.value) == "unsupported ATen ops: aten.cummax.default (node 'cummax')"
 
 

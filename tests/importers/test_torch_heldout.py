@@ -18,7 +18,7 @@ from planner.graph import run  # noqa: E402
 from planner.ops.base import get_op  # noqa: E402
 from planner.torch import TorchImportError  # noqa: E402
 from planner.torch.convert import convert  # noqa: E402
-from planner.torch.trainer import export  # noqa: E402
+from planner.torch.training import export  # noqa: E402
 from tests.importers.test_torch_export import STEPS, trains_like_pytorch  # noqa: E402
 from tests.importers.torch_heldout import MODELS  # noqa: E402
 

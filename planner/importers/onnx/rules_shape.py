@@ -10,10 +10,10 @@ nothing (a Reshape to the same shape, an identity Transpose) binds its output to
 
 Tile is a Reshape that puts a 1 before every axis, an Expand of those 1s to the repeat counts,
 and a Reshape merging each pair: (d0, d1) -> (1, d0, 1, d1) -> (r0, d0, r1, d1) -> (r0*d0, r1*d1).
-Gather is an Embedding (computed int64 ids: axis 0 of a 2-D table as it is, any other axis
-moved first and the rest flattened into rows), a Slice (constant indices that form a
-contiguous range, or one index, followed by a Reshape dropping the axis), or is folded when
-data and indices are both known.
+Gather is a Slice (constant indices that are evenly spaced, or one index, followed by a
+Reshape dropping the axis), an Embedding (computed int64 ids, or other constant ones: axis 0
+of a 2-D table as it is, any other axis moved first and the rest flattened into rows,
+planner/importers/gather.py), or is folded when data and indices are both known.
 """
 
 from __future__ import annotations
@@ -22,8 +22,10 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from planner.importers.gather import gather_rows
 from planner.importers.onnx.context import NodeCtx, Value, rule
 from planner.importers.onnx.errors import OnnxImportError, Unsupported
+from planner.importers.onnx.values import Const
 
 
 def _prod(dims: Sequence[int]) -> int:
@@ -292,38 +294,27 @@ def gather(n: NodeCtx) -> None:
         return
     if n.type(1).dtype != "int64":
         raise Unsupported(f"Gather ({n.type(1).dtype} indices)")
+    _gather_rows(n, axis, data_shape, n.value(1), n.shape(1))
+
+
+def _gather_rows(n: NodeCtx, axis: int, shape: Sequence[int], ids: Value,
+                 ids_shape: Sequence[int]) -> None:
+    """An Embedding of the axis (planner/importers/gather.py); negative computed ids are
+    refused by Embedding's range check."""
     if not n.type(0).dtype.startswith("float"):
         raise Unsupported(f"Gather (of a computed {n.type(0).dtype} tensor)")
-    if axis == 0 and len(data_shape) == 2:
-        n.emit1("Embedding", [n.value(0), n.value(1)], output=0)
-    else:
-        _gather_rows(n, axis, data_shape)
 
+    def last(op: str, inputs: list, attrs: dict | None = None) -> Value:
+        return n.emit1(op, inputs, attrs, output=0)
 
-def _gather_rows(n: NodeCtx, axis: int, shape: Sequence[int]) -> None:
-    """Computed indices on any axis: the axis moved first and the rest flattened make a
-    (D[axis], rest) table for an Embedding, whose (*ids, rest) result is reshaped and moved
-    back to D[:axis] + ids + D[axis+1:]. Negative ids are refused by Embedding's range check."""
-    rank, ids = len(shape), n.shape(1)
-    others = [k for k in range(rank) if k != axis]
-    data = n.value(0)
-    if axis != 0:
-        data = n.emit1("Transpose", [data], {"perm": [axis, *others]})
-    table = n.emit1("Reshape", [data], {"shape": [shape[axis], _prod([shape[k] for k in others])]})
-    rows = n.emit1("Embedding", [table, n.value(1)])
-    rest = [shape[k] for k in others]
-    perm = [*(len(ids) + k for k in range(axis)), *range(len(ids)),
-            *(len(ids) + k for k in range(axis, rank - 1))]
-    if perm == list(range(len(perm))):
-        reshape_to(n, rows, [*ids, *rest])
-        return
-    grouped = n.emit1("Reshape", [rows], {"shape": [*ids, *rest]})
-    n.emit1("Transpose", [grouped], {"perm": perm}, output=0)
+    out = gather_rows(n.emit1, n.value(0), shape, axis, ids, ids_shape, last)
+    n.bind(0, out)
 
 
 def _gather_constant(n: NodeCtx, axis: int, shape: Sequence[int], ids: np.ndarray) -> None:
     """Constant indices: one index, or evenly spaced ones (a range, every k-th, reversed:
-    torch.flip as the dynamo exporter writes it) is a Slice."""
+    torch.flip as the dynamo exporter writes it) is a Slice; any others (T5's and Swin's
+    position-bias lookups) an Embedding reading them as a constant (negative ones wrapped)."""
     flat = [int(i) % shape[axis] if -shape[axis] <= int(i) < shape[axis] else None
             for i in ids.reshape(-1)]
     if None in flat:
@@ -331,7 +322,10 @@ def _gather_constant(n: NodeCtx, axis: int, shape: Sequence[int], ids: np.ndarra
     step = flat[1] - flat[0] if len(flat) > 1 else 1
     if ids.ndim > 1 or not flat or step == 0 or \
             flat != list(range(flat[0], flat[0] + step * len(flat), step)):
-        raise Unsupported("Gather (constant indices that are not evenly spaced)")
+        wrapped = np.asarray(flat, dtype=np.int64).reshape(ids.shape)
+        const = Const.of(n.imp.fresh(f"{n.label}/indices"), wrapped, origin="constant")
+        _gather_rows(n, axis, shape, const, ids.shape)
+        return
     end = _slice_end((flat[0], flat[-1] + step, step), shape[axis])
     sliced = n.emit1("Slice", [n.value(0)], {"starts": [flat[0]], "ends": [end],
                                               "axes": [axis], "steps": [] if step == 1 else [step]},

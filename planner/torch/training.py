@@ -44,6 +44,8 @@ def export(module: Any, inputs: Sequence[Any], loss: Callable | None, labels: An
             return loss(self.model(*args[:-1]), args[-1])
 
     wrapped = WithLoss(module).train(module.training)
+    if loss is not None and any(labels is x for x in inputs):
+        labels = labels.clone()  # an autoencoder's target: export would merge the two inputs
     args = (*inputs, labels) if loss is not None else tuple(inputs)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -118,7 +120,8 @@ def _numpy(v: Any, dtype: str) -> np.ndarray:
     return np.ascontiguousarray(np.asarray(v), dtype=dtype)
 
 
-def trainer(module: Any, example_inputs: Sequence[Any], loss: Callable, labels: Any, *,
+def trainer(module: Any, example_inputs: Sequence[Any], loss: Callable | None,
+            labels: Any = None, *,
             optimizer: str = "sgd", lr: float | None = None, target: str = "host",
             out_dir: str | Path | None = None, **optimizer_settings: Any) -> Trainer:
     """Plan, build and load a training executor for `module`.
@@ -126,7 +129,10 @@ def trainer(module: Any, example_inputs: Sequence[Any], loss: Callable, labels: 
     example_inputs: the module's inputs for one step (their shapes are the executor's);
     loss: PyTorch's own loss function, traced with the module, e.g. `F.cross_entropy` (classes
     on axis 1, as PyTorch defines it) or `F.mse_loss`, called as `loss(module(*inputs), labels)`;
-    labels: an example of the loss's target. optimizer: sgd | momentum | adam with `lr` and
+    labels: an example of the loss's target. The loss may be any float scalar computed from
+    the module's outputs (`F.mse_loss(recon, x) + beta * kl` of a VAE returning (recon, mu,
+    logvar)); with loss=None (and no labels) the module returns its own loss, first.
+    optimizer: sgd | momentum | adam with `lr` and
     further settings (momentum, weight_decay, beta1, beta2, epsilon, nesterov) as
     planner.graph.Optimizer; target: `host` or a CPU target preset; out_dir: where the
     executor's sources go (default: a fresh temporary folder).
@@ -143,7 +149,7 @@ def trainer(module: Any, example_inputs: Sequence[Any], loss: Callable, labels: 
 
     settings = Optimizer.parse(optimizer, lr=lr, **optimizer_settings)
     imported = convert(export(module, example_inputs, loss, labels),
-                       name=type(module).__name__)
+                       name=type(module).__name__, module_root=PREFIX.rstrip("."))
     chosen = load_target(target)
     graph = make_training_graph(imported.graph, settings, cores=chosen.step_cores)
     with warnings.catch_warnings():  # costs from the analytical model unless profiled
