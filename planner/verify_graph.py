@@ -12,7 +12,9 @@ and everything the plan derives from it is derived again here and compared:
     bytes        a buffer holding a graph tensor has at least the tensor's bytes; offsets and
                  ends fit in 2^62
     writers      a buffer is written by the inserted op the memory section says writes it, else
-                 by the node producing its tensor (none for inputs and persistent tensors)
+                 by the node producing its tensor (none for inputs and persistent tensors); a
+                 buffer holding a graph tensor under another name than the tensor's is a copy
+                 an inserted op writes (a node writes its outputs' own buffers only)
     readers      every op reading a tensor is listed as a reader of one of its buffers, and
                  every inserted op as a reader of the buffers it reads
     aliases      the buffer the graph's node writes an in-place update into aliases a buffer
@@ -125,6 +127,11 @@ def buffer_writers(graph: Graph, plan: dict[str, Any]) -> list[str]:
         t = b.get("tensor") or ""
         if b["name"] not in declared and t not in graph.tensor_map:
             continue  # a scratch area or workspace: its op's own (planner.memory.verify)
+        if b["name"] not in declared and b["name"] != t:
+            problems.append(f"buffer {b['name']!r} holds tensor {t!r} under another name, but "
+                            f"no inserted op writes it: the node producing {t!r} writes the "
+                            f"buffer {t!r} only, so its readers would read bytes nothing wrote")
+            continue
         want = declared.get(b["name"], producer.get(t, ""))
         if b.get("writer", "") != want:
             problems.append(f"buffer {b['name']!r} of tensor {t!r} names writer "
