@@ -72,7 +72,7 @@ def test_accepted_mutants_run_and_give_the_original_bits(tmp_path):
     base = json.loads(original.to_json())
     rng = np.random.default_rng(5)
     chosen: dict[str, dict] = {}
-    for _ in range(200):
+    for _ in range(400):
         data, what = mutant(base, rng)
         kind = what.split(":")[0]
         if kind in ("move_offset", "repoint_input", "drop_edge", "move_lane") \
