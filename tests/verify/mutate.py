@@ -1,9 +1,10 @@
 """Random mutations of a plan's JSON data, the kinds a hostile edit or a planner bug makes:
-edges dropped, ops moved to other lanes, added ops' inputs and outputs re-pointed, buffers
-moved or resized, collectives spread over lanes. Each keeps the plan's bookkeeping true (the
-buffers' readers, writer and lifetime follow a re-pointed op; a lane keeps its ops' predicted
-times apart; the pools' ends do not move), so what it can break is what runs in what order on
-which bytes: whether a mutant races or misreads is for a checker to say.
+edges dropped, ops moved to other lanes, added ops' inputs and outputs re-pointed, nodes
+made to read a copy of their input, buffers moved or resized, collectives spread over lanes.
+Each keeps the plan's bookkeeping true (the buffers' readers, writer and lifetime follow a
+re-pointed op; a lane keeps its ops' predicted times apart; the pools' ends do not move), so
+what it can break is what runs in what order on which bytes: whether a mutant races or
+misreads is for a checker to say.
 
 `mutant(plan, rng)` returns (a mutated copy, what was done).
 """
@@ -118,6 +119,28 @@ def repoint_output(data, rng) -> str:
     return f"{m['name']} output {k}: {old['name']} -> {new['name']}"
 
 
+def read_copy(data, rng) -> str:
+    """A graph node made to read a copy of its input (it reads the copy that lists it)."""
+    copies = [b for b in data["tensors"] if b["tensor"] and b["name"] != b["tensor"]
+              and b["placement"] == "device"]
+    c = _pick(rng, copies)
+    if c is None:
+        return ""
+    listed = {r for b in data["tensors"] if b["tensor"] == c["tensor"] and b["name"] != c["tensor"]
+              for r in b["readers"]}
+    nodes = [n["name"] for n in data["graph"]["nodes"]
+             if c["tensor"] in n["inputs"] and n["name"] not in listed]
+    node = _pick(rng, nodes)
+    if node is None:
+        return ""
+    own = next((b for b in data["tensors"] if b["name"] == c["tensor"]), None)
+    if own is not None:
+        own["readers"] = [r for r in own["readers"] if r != node]
+    c["readers"] = sorted({*c["readers"], node})
+    c["last"] = max(c["last"], _order(data, node))
+    return f"{node} reads {c['name']}"
+
+
 def _movable(data) -> list[dict[str, Any]]:
     """Buffers that can move or grow without moving their pool's end: no alias of or to them."""
     aliased = {b["alias_of"] for b in data["tensors"] if b["alias_of"]}
@@ -160,11 +183,13 @@ def resize(data, rng) -> str:
 
 MUTATIONS = {"drop_edge": drop_edge, "move_lane": move_lane,
              "spread_collectives": spread_collectives, "repoint_input": repoint_input,
-             "repoint_output": repoint_output, "move_offset": move_offset, "resize": resize}
+             "repoint_output": repoint_output, "read_copy": read_copy,
+             "move_offset": move_offset, "resize": resize}
 KINDS = [("drop_edge", lambda p: bool(p["happens_before"])),
          ("move_lane", lambda p: True),
          ("spread_collectives", lambda p: any(o["op"] in COLLECTIVES for o in p["ops"])),
          ("repoint_input", lambda p: bool(p["memory"]["ops"])),
          ("repoint_output", lambda p: bool(p["memory"]["ops"])),
+         ("read_copy", lambda p: bool(p["memory"]["ops"])),
          ("move_offset", lambda p: True),
          ("resize", lambda p: True)]
