@@ -23,10 +23,15 @@ ops) and the rule that failed. `verify_plan_data` is the list of rules, each a f
     memory         the arena rules of planner.memory.verify (buffers sharing bytes ordered by
                    the stated ordering; an output written over its input's bytes after every
                    other reader of that input)
+    inserted       (planner.memory.verify_inserted) what the ops memory planning added read
+                   and write: a recompute its node's inputs, a transfer one tensor, whole
     graph          (with an embedded graph) planner.verify_graph: the graph is valid, buffers
                    hold what it implies, and the stated ordering (lanes + happens-before edges,
                    planner.verify_order) implies every pair the graph and the inserted ops
-                   need ordered
+                   need ordered, and orders every two collectives (one order on every rank);
+                   a collective's bucket is the step's gradients
+
+What each rule means for a user: docs/verify.md.
 
 Example:
     >>> verify_plan_data({"backend": "cpu", "ops": [], "happens_before": [],

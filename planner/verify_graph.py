@@ -12,9 +12,18 @@ and everything the plan derives from it is derived again here and compared:
     bytes        a buffer holding a graph tensor has at least the tensor's bytes; offsets and
                  ends fit in 2^62
     writers      a buffer is written by the inserted op the memory section says writes it, else
-                 by the node producing its tensor (none for inputs and persistent tensors)
+                 by the node producing its tensor (none for inputs and persistent tensors); a
+                 buffer holding a graph tensor under another name than the tensor's is a copy
+                 an inserted op writes (a node writes its outputs' own buffers only)
     readers      every op reading a tensor is listed as a reader of one of its buffers, and
                  every inserted op as a reader of the buffers it reads
+    collectives  (planner.verify_order.collective_problems) every two collectives are ordered
+                 by the stated ordering, so every rank, running the same plan, issues them in
+                 one order
+    buckets      a collective's bucket is gradients: each member a gradient (role grad) a
+                 node of the step writes, none in two buckets nor reduced twice; and where the
+                 graph reduces gradients, every gradient an update of a parameter reads is a
+                 collective's output, so no rank steps on its own unreduced gradient
     aliases      the buffer the graph's node writes an in-place update into aliases a buffer
                  of the tensor it updates (a recompute's copy goes to scratch)
                  (planner.memory.verify: an alias is one the graph says, update, view or
@@ -48,7 +57,8 @@ from pydantic import ValidationError
 
 from planner.graph.ir import Graph
 from planner.graph.validate import check_graph
-from planner.verify_order import StatedOrder, ordering_problems
+from planner.ops.collective import COLLECTIVE_OPS
+from planner.verify_order import StatedOrder, collective_problems, ordering_problems
 
 # No size or offset may come near 2^63, where int64 sums in the executor would wrap.
 MAX_BYTES = 2**62
@@ -61,8 +71,10 @@ def verify_graph_data(plan: dict[str, Any], hb: StatedOrder | None = None) -> li
     if graph is None:
         return problems
     problems += op_types(graph, plan)
+    hb = hb or StatedOrder(plan)
     problems += ordering_problems(graph, plan, hb)
-    for rule in (buffer_bytes, buffer_writers, buffer_readers, update_aliases):
+    problems += collective_problems(graph, hb)
+    for rule in (buffer_bytes, buffer_writers, buffer_readers, update_aliases, bucket_members):
         problems += rule(graph, plan)
     return problems
 
@@ -125,6 +137,11 @@ def buffer_writers(graph: Graph, plan: dict[str, Any]) -> list[str]:
         t = b.get("tensor") or ""
         if b["name"] not in declared and t not in graph.tensor_map:
             continue  # a scratch area or workspace: its op's own (planner.memory.verify)
+        if b["name"] not in declared and b["name"] != t:
+            problems.append(f"buffer {b['name']!r} holds tensor {t!r} under another name, but "
+                            f"no inserted op writes it: the node producing {t!r} writes the "
+                            f"buffer {t!r} only, so its readers would read bytes nothing wrote")
+            continue
         want = declared.get(b["name"], producer.get(t, ""))
         if b.get("writer", "") != want:
             problems.append(f"buffer {b['name']!r} of tensor {t!r} names writer "
@@ -175,4 +192,48 @@ def update_aliases(graph: Graph, plan: dict[str, Any]) -> list[str]:
         if base is None or base.get("tensor") != t.updates:
             problems.append(f"buffer {b['name']!r} holds {t.name!r}, the next value of "
                             f"{t.updates!r}, but does not alias a buffer of it")
+    return problems
+
+
+# The collectives that reduce gradients (a ShardedUpdate reads a ReduceScatter's shard).
+REDUCING = ("AllReduce", "ReduceScatter")
+
+
+def bucket_members(graph: Graph, plan: dict[str, Any]) -> list[str]:
+    """A reducing collective's bucket is gradients of the step, each reduced once; where the
+    graph reduces gradients, every gradient read by the node writing a parameter's next value
+    comes out of a collective (module docstring, `buckets`). Re-derived from the graph's
+    gradient tensors: which buckets the plan's layout makes is planner.memory.verify's."""
+    reducing = [n for n in graph.nodes if n.op in REDUCING]
+    if not reducing:
+        return []
+    producer = {o: n for n in graph.nodes for o in n.outputs}
+    reduced = {o for n in reducing for o in n.outputs}
+    # A gradient made of reduced ones alone (unscaled, clipped) is reduced too.
+    derived = set(reduced)
+    for n in graph.nodes:
+        grads = [t for t in n.inputs if graph.tensor_map[t].role == "grad"]
+        if n.op not in COLLECTIVE_OPS and grads and all(t in derived for t in grads):
+            derived.update(n.outputs)
+    problems = []
+    bucket_of: dict[str, str] = {}
+    for n in reducing:
+        for t in n.inputs:
+            role = graph.tensor_map[t].role
+            if role != "grad" or t not in producer or t in reduced:
+                problems.append(f"collective {n.name!r} reduces tensor {t!r}, which is not a "
+                                f"gradient the step writes (role {role}"
+                                f"{', already reduced' if t in reduced else ''})")
+            elif bucket_of.setdefault(t, n.name) != n.name:
+                problems.append(f"gradient {t!r} is reduced by collectives {bucket_of[t]!r} and "
+                                f"{n.name!r}")
+    for n in graph.nodes:
+        updates = {graph.tensor_map[o].updates for o in n.outputs}
+        if n.op in COLLECTIVE_OPS or not any(
+                u and graph.tensor_map[u].role == "param" for u in updates):
+            continue
+        problems += [f"op {n.name!r} updates a parameter with gradient {t!r}, which no "
+                     f"collective reduces: each rank would step on its own gradient"
+                     for t in dict.fromkeys(n.inputs)
+                     if graph.tensor_map[t].role == "grad" and t not in derived]
     return problems

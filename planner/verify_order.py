@@ -21,7 +21,9 @@ The pairs that must be ordered are derived here, never read from the plan's `dep
                 an inserted op's inputs are read by it
 
 Sharing bytes (arena reuse, per-op scratch) is a choice of direction rather than one pair:
-planner.memory.verify checks it on the same StatedOrder.
+planner.memory.verify checks it on the same StatedOrder. So are collectives
+(collective_problems): every two of them ordered, either way, so every rank issues them in one
+order.
 
     lane 0:  a ──► b ──► c            a happens-before c (lane order); d before c (edge d -> c)
                   ╱
@@ -41,6 +43,7 @@ from collections import defaultdict
 from typing import Any
 
 from planner.graph.ir import Graph
+from planner.ops.collective import COLLECTIVE_OPS
 
 # (before, after, why): `after` {why} `before`, e.g. "reads tensor 'x' written by".
 Pair = tuple[str, str, str]
@@ -180,3 +183,30 @@ def ordering_problems(graph: Graph, plan: dict[str, Any],
                             f"enforces orders them: no lane or chain of happens-before edges "
                             f"leads from {before!r} to {after!r}")
     return problems
+
+
+def collective_problems(graph: Graph, hb: StatedOrder) -> list[str]:
+    """Every two collectives (the graph's nodes of a collective op: AllReduce, ReduceScatter,
+    ShardedUpdate) that the plan's stated ordering leaves unordered, naming both; [] when a
+    lane or a chain of happens-before edges orders each pair.
+
+    Why every pair: a process group matches the collectives of its ranks by the order they are
+    issued, not by name. Every rank runs the same plan (planner.distributed checks that each
+    loaded the same plan text), so a pair the stated ordering fixes is issued in that one
+    order on every rank; a pair it leaves open may be issued in either order on each rank:
+    gloo aborts when the two buckets' sizes differ, and sums one rank's bucket with another's
+    silently when they are equal.
+
+    >>> from planner.graph.ir import Graph
+    >>> g = Graph.model_validate({"name": "g", "tensors": [], "nodes": [
+    ...     {"name": n, "op": "AllReduce", "inputs": [], "outputs": []} for n in "ab"]})
+    >>> ops = [{"name": "a", "order": 0, "lane": 0}, {"name": "b", "order": 1, "lane": 1}]
+    >>> collective_problems(g, StatedOrder({"ops": ops}))[0][:61]
+    "collectives 'a' and 'b' are not ordered by anything the execu"
+    """
+    ops = sorted((n.name for n in graph.nodes if n.op in COLLECTIVE_OPS and n.name in hb.position),
+                 key=hb.position.__getitem__)
+    return [f"collectives {a!r} and {b!r} are not ordered by anything the executor enforces "
+            f"(no lane or chain of happens-before edges leads from {a!r} to {b!r}): ranks "
+            f"could issue them in different orders and pair one rank's bucket with another's"
+            for i, a in enumerate(ops) for b in ops[i + 1:] if not hb.before(a, b)]

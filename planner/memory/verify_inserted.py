@@ -2,11 +2,13 @@
 must follow for an executor to run it as it runs a graph node:
 
     buffers     every buffer it reads or writes is one of the plan's (plan.tensors)
-    recompute   its node exists, and it reads one buffer per input of the node and writes
-                one per output, each holding that output's value
+    recompute   its node exists, and it reads one buffer per input of the node, each holding
+                that input's tensor (a BatchNorm's running statistics excepted: it reads the
+                batch statistics its node saved, recompute_reads) with the tensor's bytes, and
+                writes one per output, each holding that output's value
     transfer    one buffer in, one out, holding the same tensor, the source on the side and the
-                slot on the other that TRANSFER_PLACEMENTS names; the slot holds the tensor's
-                bytes
+                slot on the other that TRANSFER_PLACEMENTS names; both hold the tensor's
+                bytes, so the copy is of the whole tensor
     live        it writes each output (the buffer's writer) and each input is live when it
                 runs: the buffer lists it as a reader and its lifetime reaches the op, so
                 nothing else may have its bytes yet
@@ -57,12 +59,21 @@ def _op_problems(m: dict[str, Any], nodes: dict[str, Any], sizes: dict[str, int]
         node = nodes.get(m.get("node"))
         if node is None:
             return [f"{label} recomputes node {m.get('node')!r}, which the graph does not have"]
-        # Inputs by count only: a BatchNorm recompute reads the saved batch statistics where
-        # the node reads its running ones (planner.memory.stash).
         held = [buffers[b].get("tensor") for b in outs]
-        if len(ins) != len(node.get("inputs", [])) or held != list(node.get("outputs", [])):
-            out.append(f"{label} does not read one buffer per input of node "
-                       f"{m.get('node')!r} and write copies of its outputs, in order")
+        reads = recompute_reads(node)
+        if len(ins) != len(reads) or held != list(node.get("outputs", [])):
+            return [f"{label} does not read one buffer per input of node "
+                    f"{m.get('node')!r} and write copies of its outputs, in order"]
+        # The kernel runs on these buffers as its node's inputs: each must hold that value,
+        # whole, or the recompute reads another tensor's bytes (or past a smaller one's end).
+        for b, want in zip(ins, reads, strict=True):
+            has, need = buffers[b].get("tensor"), sizes.get(want, 0)
+            if has != want:
+                out.append(f"{label} reads buffer {b!r} as tensor {want!r} of node "
+                           f"{m.get('node')!r}, but the buffer holds {has or 'no tensor'!r}")
+            elif buffers[b].get("bytes", 0) < need:
+                out.append(f"{label} reads {need} bytes of tensor {want!r} from buffer {b!r}, "
+                           f"a buffer of {buffers[b].get('bytes', 0)} bytes")
     elif kind in TRANSFER_PLACEMENTS:
         if len(ins) != 1 or len(outs) != 1:
             return [f"{label} copies {len(ins)} buffer(s) into {len(outs)}; a transfer copies "
@@ -95,6 +106,22 @@ def _op_problems(m: dict[str, Any], nodes: dict[str, Any], sizes: dict[str, int]
             out.append(f"{label} reads buffer {b!r}, which is not live when it runs (its "
                        f"bytes are free from op {t.get('last')} on, it runs at {at})")
     return out
+
+
+def recompute_reads(node: dict[str, Any]) -> list[str]:
+    """The tensors a recompute of `node` (graph JSON) reads, in its input order: the node's
+    inputs, but a BatchNorm's running mean and variance (inputs 3 and 4), which its training
+    run has overwritten by then: it reads the batch statistics the node saved (outputs 3 and
+    4) instead, on which its normalised output depends alone.
+
+    >>> recompute_reads({"op": "BatchNorm", "inputs": ["x", "g", "b", "rm", "rv"],
+    ...                  "outputs": ["y", "rm'", "rv'", "mean", "istd"]})
+    ['x', 'g', 'b', 'mean', 'istd']
+    """
+    ins, outs = list(node.get("inputs", [])), list(node.get("outputs", []))
+    if node.get("op") == "BatchNorm" and len(ins) == 5 and len(outs) == 5:
+        return [*ins[:3], outs[3], outs[4]]
+    return ins
 
 
 def _nbytes(t: dict[str, Any]) -> int:

@@ -1,0 +1,62 @@
+"""Real plans the verify tests edit, as the JSON data of their files: a LeNet training plan,
+a budget plan of it that adds recompute, offload and prefetch ops, and a data-parallel plan of
+it with several all-reduces. Planned once per session for the preset target (planning needs
+no such machine); `for_host` plans for this host, to build and run."""
+
+from __future__ import annotations
+
+import functools
+import json
+import warnings
+from typing import Any
+
+from planner.graph.autodiff import make_training_graph
+from planner.graph.ir import Graph
+from planner.graph.optimizer import Optimizer
+from planner.memory.options import MemoryOptions
+from planner.pipeline import PlanOptions, plan
+from planner.plan import Plan
+from planner.schedule import ScheduleOptions
+from planner.schedule.parallel import DataParallelOptions
+from planner.target import preset
+from planner.zoo import build as zoo
+
+TARGET = "xeon-8180"
+# The smallest budget of this LeNet on TARGET: three recomputes, three offloads and their
+# prefetches (`planner plan 'zoo:lenet?batch=4&image=12' --train sgd --target xeon-8180
+# --memory-budget 211904`).
+BUDGET = 211904
+# `--data-parallel 2 --bucket-bytes 4096`: four all-reduces on the communication lane.
+RANKS, BUCKET_BYTES = 2, 4096
+KINDS = ("train", "budget", "parallel")
+
+
+@functools.cache
+def lenet() -> Graph:
+    return make_training_graph(zoo("lenet", batch=4, image=12), Optimizer(kind="sgd", lr=0.1))
+
+
+def options(kind: str, budget: int | None = BUDGET) -> PlanOptions:
+    """The options of each kind of plan (`budget`: the memory budget of the budget kind)."""
+    if kind == "budget":
+        return PlanOptions(memory=MemoryOptions(budget_bytes=budget))
+    if kind == "parallel":
+        return PlanOptions(data_parallel=DataParallelOptions(ranks=RANKS,
+                                                             bucket_bytes=BUCKET_BYTES))
+    return PlanOptions(schedule=ScheduleOptions(strategy="optimized"))
+
+
+def make(kind: str, target, budget: int | None = BUDGET) -> Plan:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return plan(lenet(), target, options=options(kind, budget))
+
+
+@functools.cache
+def _text(kind: str) -> str:
+    return make(kind, preset(TARGET)).to_json()
+
+
+def plan_data(kind: str) -> dict[str, Any]:
+    """A fresh copy of the kind's plan (its file's JSON data), to edit."""
+    return json.loads(_text(kind))
