@@ -23,6 +23,7 @@ from planner.errors import UserError
 
 
 def add_memory_commands(sub: Any) -> None:
+    from planner.curve_cli import add_pareto_flags
     from planner.precision_cli import add_precision_flags
 
     f = sub.add_parser(
@@ -31,7 +32,7 @@ def add_memory_commands(sub: Any) -> None:
                     "by --vary is searched, the others stay as given.")
     f.add_argument("graph", metavar="GRAPH")
     f.add_argument("--target", required=True, help="preset name or target JSON file")
-    f.add_argument("--budget", required=True, help="device bytes, e.g. 11GiB or 12e9")
+    f.add_argument("--budget", help="device bytes, e.g. 11GiB or 12e9 (needed but with --pareto)")
     f.add_argument("--vary", choices=["batch", "depth"], default="batch")
     f.add_argument("--train", choices=["sgd", "momentum", "adam"], default="momentum",
                    help="optimizer of the training graph (default: momentum)")
@@ -46,6 +47,7 @@ def add_memory_commands(sub: Any) -> None:
                    help="--data-parallel: each process holds 1/N of the optimizer state "
                         "(ZeRO-1)")
     f.add_argument("--json", action="store_true")
+    add_pareto_flags(f)
     f.set_defaults(run=run_fit)
 
 
@@ -63,6 +65,12 @@ def run_fit(args: argparse.Namespace) -> int:
     from planner.fit import fit
     from planner.target.presets import load_target
 
+    if args.pareto:
+        from planner.curve_cli import run_pareto
+
+        return run_pareto(args)
+    if args.budget is None:
+        raise UserError("fit needs --budget (or --pareto for the step-time / budget curve)")
     if not args.graph.startswith("zoo:"):
         raise UserError(f"fit varies a zoo model's {args.vary}: GRAPH must be a zoo spec such "
                         f"as 'zoo:resnet?depth=50', not {args.graph!r}")
