@@ -55,6 +55,8 @@ class CurvePoint(Record):
     load_bytes: Bytes
     step_seconds: Seconds
     recompute_seconds: Seconds = 0.0
+    # The host store of offloaded copies, beside the arena (on a CPU: the same memory).
+    host_bytes: Bytes = 0
     # Graph nodes run again in backward, and tensors sent to the host store and back.
     recompute: tuple[str, ...] = ()
     offload: tuple[str, ...] = ()
@@ -102,7 +104,8 @@ def _point(budget: int, p: Plan) -> CurvePoint:
     return CurvePoint(budget_bytes=budget, plan_budget_bytes=m.budget_bytes or budget,
                       plan_sha256=digest(p.to_json()), peak_bytes=m.arena_bytes,
                       load_bytes=m.load_bytes, step_seconds=p.summary.step_seconds,
-                      recompute_seconds=m.recompute_seconds, recompute=recompute,
+                      recompute_seconds=m.recompute_seconds, host_bytes=m.host_bytes,
+                      recompute=recompute,
                       offload=offload)
 
 
@@ -179,13 +182,14 @@ def format_curve(curve: Curve) -> str:
              f"{format_bytes(curve.per_op_bound_bytes)}, smallest feasible "
              f"{format_bytes(curve.smallest_bytes)}, unconstrained "
              f"{format_bytes(curve.free_bytes)}",
-             f"  {'budget':>11} {'peak':>11} {'step ms':>9} {'recompute':>9} {'offload':>7}"
-             f"  plan"]
+             f"  {'budget':>11} {'peak':>11} {'host':>11} {'step ms':>9} {'recompute':>9} "
+             f"{'offload':>7}  plan"]
     for p in curve.points:
         note = "" if p.plan_budget_bytes == p.budget_bytes else \
             f"  (the plan of budget {format_bytes(p.plan_budget_bytes)}: faster)"
         lines.append(f"  {format_bytes(p.budget_bytes):>11} {format_bytes(p.peak_bytes):>11} "
-                     f"{p.step_seconds * 1e3:>9.3f} {len(p.recompute):>9} {len(p.offload):>7}"
+                     f"{format_bytes(p.host_bytes):>11} {p.step_seconds * 1e3:>9.3f} "
+                     f"{len(p.recompute):>9} {len(p.offload):>7}"
                      f"  {p.plan_sha256[:12]}{note}")
     return "\n".join(lines)
 

@@ -31,6 +31,9 @@ def add_pareto_flags(f: Any) -> None:
     f.add_argument("--measure", type=int, default=0, metavar="N",
                    help="--pareto: build and run N of the curve's plans (CPU target) and print "
                         "measured step and arena beside the prediction")
+    f.add_argument("--no-offload", action="store_true",
+                   help="--pareto: recompute only (on a CPU the host store is the process's "
+                        "memory too: only recompute lowers its peak)")
     f.add_argument("--steps", type=int, default=10, help="--measure: timed steps per plan")
     f.add_argument("--force", action="store_true", help="overwrite existing different files")
 
@@ -70,7 +73,10 @@ def run_pareto(args: argparse.Namespace) -> int:
         graph = make_training_graph(graph, Optimizer(kind=args.train), precision=args.precision,
                                     cores=target.step_cores)
     table = load_table(args.costs) if args.costs else None
-    result = budget_curve(graph, target, table, PlanOptions(), args.points)
+    from planner.memory.options import MemoryOptions
+
+    options = PlanOptions(memory=MemoryOptions(offload=not args.no_offload))
+    result = budget_curve(graph, target, table, options, args.points)
     curve = result.curve
     if args.output:
         write_text(args.output, curve.to_json(), force=args.force)
@@ -98,8 +104,8 @@ def run_pareto(args: argparse.Namespace) -> int:
 
 def measure(plan, steps: int) -> dict[str, float]:
     """Build `plan`'s CPU executor in a temporary folder, warm it (3 steps), time `steps`
-    steps: the median and spread (min, max) of the step, and the executor's arena plus any
-    scratch a kernel needed beyond its planned area (what the step held)."""
+    steps: the median and spread (min, max) of the step, and what the executor holds: its
+    arena, host store, and any scratch a kernel needed beyond its planned area."""
     from codegen.load import load
     from codegen.package import build_package
     from planner.graph.interpret import init_params, random_feeds
@@ -120,20 +126,22 @@ def measure(plan, steps: int) -> dict[str, float]:
         stats = ex.stats()
     return {"step_seconds": statistics.median(times), "min_seconds": min(times),
             "max_seconds": max(times),
-            "peak_bytes": int(stats["arena_bytes"]) + int(stats["unplanned_scratch_bytes"])}
+            "peak_bytes": int(stats["held_bytes"])}
 
 
 def format_measured(curve, measured: dict[str, dict[str, float]]) -> str:
     from planner.memory.options import format_bytes
 
-    lines = ["measured on this machine (median step of the timed steps, [min, max]):",
-             f"  {'budget':>11} {'planned':>11} {'measured':>11} {'predicted ms':>12} "
+    lines = ["measured on this machine (median step of the timed steps, [min, max]; planned "
+             "and held: arena + host store):",
+             f"  {'budget':>11} {'planned':>11} {'held':>11} {'predicted ms':>12} "
              f"{'measured ms':>12}  spread"]
     for p in curve.points:
         m = measured.get(p.plan_sha256)
         if m is None:
             continue
-        lines.append(f"  {format_bytes(p.budget_bytes):>11} {format_bytes(p.peak_bytes):>11} "
+        lines.append(f"  {format_bytes(p.budget_bytes):>11} "
+                     f"{format_bytes(p.peak_bytes + p.host_bytes):>11} "
                      f"{format_bytes(m['peak_bytes']):>11} {p.step_seconds * 1e3:>12.3f} "
                      f"{m['step_seconds'] * 1e3:>12.3f}  [{m['min_seconds'] * 1e3:.3f}, "
                      f"{m['max_seconds'] * 1e3:.3f}]")
