@@ -180,13 +180,9 @@ def _ranges(ids: list[int]) -> str:
 # ---- tensors --------------------------------------------------------------------------------
 def placement(plan: Plan, tensor: str) -> str:
     """kept, recomputed or offloaded: what memory planning did to a graph tensor."""
-    buffer_of = {t.name: t.tensor for t in plan.tensors}
-    for o in plan.memory.ops:
-        if o.kind == "recompute" and tensor in (buffer_of.get(b) for b in o.outputs):
-            return "recomputed"
-        if o.kind == "offload" and tensor in (buffer_of.get(b, b) for b in o.inputs):
-            return "offloaded"
-    return "kept"
+    from planner.placement import placements
+
+    return placements(plan.json_data).get(tensor, "kept")
 
 
 def _moves_of(state, tensor: str) -> list[int]:
@@ -321,10 +317,9 @@ def explain(d: Derived, name: str | None = None) -> dict[str, Any]:
                 out["conv"] = conv
             return out
         return {"tensor": explain_tensor(d, name)}
-    buffer_of = {t.name: t.tensor for t in d.plan.tensors}
-    decided = sorted({buffer_of[b] for o in d.plan.memory.ops for b in
-                      (o.outputs if o.kind == "recompute" else o.inputs)
-                      if o.kind in ("recompute", "offload") and buffer_of.get(b)})
+    from planner.placement import placements
+
+    decided = sorted(placements(d.plan.json_data))
     s = d.plan.summary
     return {"step_seconds": s.step_seconds, "strategy": s.strategy,
             "budget_bytes": d.options.memory.budget_bytes,

@@ -104,3 +104,23 @@ def test_refuses_mismatched_inputs(budget_plan, tmp_path, capsys):
     assert "no-such" in capsys.readouterr().err
     assert cli.main(["explain", str(path), p.ops[0].name]) == 0
     assert "thread" in capsys.readouterr().out
+
+
+def test_diff_says_which_tensors_changed_placement(budget_plan, tmp_path, capsys):
+    import json
+
+    p = budget_plan
+    free = plan(p.graph, preset(TARGET))
+    a, b = tmp_path / "free.json", tmp_path / "budget.json"
+    a.write_text(free.to_json())
+    b.write_text(p.to_json())
+    assert cli.main(["diff", str(a), str(b), "--json"]) == 1
+    d = json.loads(capsys.readouterr().out)
+    # Re-derived from the budget plan's records: the tensors its recompute ops write.
+    recomputed = {t.tensor for o in p.memory.ops if o.kind == "recompute"
+                  for t in p.tensors if t.name in o.outputs and t.tensor}
+    assert d["placement"] == {t: ["kept", "recomputed"] for t in sorted(recomputed)}
+    assert d["budget"] == [None, p.summary.memory.budget_bytes]
+    assert cli.main(["diff", str(a), str(b)]) == 1
+    out = capsys.readouterr().out
+    assert "memory budget: None ->" in out and "kept -> recomputed" in out
