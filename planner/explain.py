@@ -219,10 +219,11 @@ def counterfactual(d: Derived, tensor: str) -> Counterfactual | None:
     from planner.memory.cpu import cpu_budget_solve
     from planner.memory.liveness import live_profile
 
-    if d.plan.backend != "cpu" or d.options.memory.budget_bytes is None \
-            or not d.plan.memory.ops:
+    memory = d.options.memory
+    if d.plan.backend != "cpu" or not d.plan.memory.ops \
+            or (memory.budget_bytes is None and not memory.forces):
         return None
-    graph, memory = d.plan.graph, d.options.memory
+    graph = d.plan.graph
     solved, _ = cpu_budget_solve(graph, d.schedule, d.model, memory)
     log = list(solved.state.log)
     mine = _moves_of(solved.state, tensor)
@@ -315,8 +316,10 @@ def explain(d: Derived, name: str | None = None) -> dict[str, Any]:
             conv = explain_conv(d, name)
             if conv is not None:
                 out["conv"] = conv
-            return out
-        return {"tensor": explain_tensor(d, name)}
+        # An op's output is often named as the op: both, then.
+        if name in d.plan.graph.tensor_map or not out:
+            out["tensor"] = explain_tensor(d, name)
+        return out
     from planner.placement import placements
 
     decided = sorted(placements(d.plan.json_data))
@@ -330,11 +333,10 @@ def explain(d: Derived, name: str | None = None) -> dict[str, Any]:
 
 
 def format_explain(e: dict[str, Any]) -> str:
-    if "op" in e:
-        return "\n".join([format_op(e["op"])] + ([format_conv(e["conv"])] if "conv" in e
-                                                  else []))
-    if "tensor" in e:
-        return format_tensor(e["tensor"])
+    if "op" in e or "tensor" in e:
+        return "\n".join(([format_op(e["op"])] if "op" in e else [])
+                         + ([format_conv(e["conv"])] if "conv" in e else [])
+                         + ([format_tensor(e["tensor"])] if "tensor" in e else []))
     budget = e["budget_bytes"]
     lines = [f"plan ({e['strategy']}): step {e['step_seconds'] * 1e3:.3f} ms, "
              + (f"budget {format_bytes(budget)}" if budget else "no memory budget"),

@@ -59,6 +59,7 @@ from planner.memory.layout import place
 from planner.memory.liveness import Buffer, per_op_bound
 from planner.memory.materialize import Material
 from planner.memory.options import MemoryOptions
+from planner.memory.pins import apply_pins, meet_regions
 from planner.memory.stash import analyze
 from planner.ops import get_op
 from planner.ops.base import TensorType
@@ -102,6 +103,8 @@ def cpu_budget_solve(graph: Graph, schedule: Schedule, model: CostModel,
         return op_scratch(steps, m, placed_on)
 
     if moves is None:
+        apply_pins(state, options.pins)
+        meet_regions(state, options.region_budgets)
         placed = decide(state, options, scratch)
     else:
         state.replay(moves)

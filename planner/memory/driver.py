@@ -76,7 +76,7 @@ def cpu_memory(graph: Graph, schedule: Schedule, model: CostModel | None = None,
     # Under a budget the layout stops as soon as it exceeds it (the same layout if it fits).
     layout = lay_out(buffers, hb, options.alignment, options.heuristics, CPU_FIRST,
                      limit=budget if budgeted else None)
-    if layout is None:
+    if layout is None or options.forces:  # the user's recomputes and offloads too
         from planner.memory.cpu import cpu_budget_memory
 
         if any(n.op in COLLECTIVE_OPS for n in graph.nodes):
