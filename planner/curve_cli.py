@@ -84,11 +84,10 @@ def run_pareto(args: argparse.Namespace) -> int:
         write_text(args.plot, curve_svg(curve), force=args.force)
     measured = {}
     if args.measure:
-        picks = chosen(len(curve.points), args.measure)
-        for i in picks:
-            sha = curve.points[i].plan_sha256
-            if sha not in measured:
-                measured[sha] = measure(result.plans[sha], args.steps)
+        shas = list(dict.fromkeys(curve.points[i].plan_sha256
+                                  for i in chosen(len(curve.points), args.measure)))
+        measured = dict(zip(shas, measure([result.plans[s] for s in shas], args.steps),
+                            strict=True))
     if args.json:
         print(json.dumps({"curve": curve.model_dump(mode="json"), "measured": measured},
                          indent=2, sort_keys=True))
@@ -102,31 +101,35 @@ def run_pareto(args: argparse.Namespace) -> int:
     return 0
 
 
-def measure(plan, steps: int) -> dict[str, float]:
-    """Build `plan`'s CPU executor in a temporary folder, warm it (3 steps), time `steps`
-    steps: the median and spread (min, max) of the step, and what the executor holds: its
-    arena, host store, and any scratch a kernel needed beyond its planned area."""
+def measure(plans: list, steps: int) -> list[dict[str, float]]:
+    """Build each plan's CPU executor in a temporary folder, warm it (3 steps), then run the
+    executors in turn, one step each, `steps` times (a shared machine's load then falls on
+    all alike): per plan the median step and its spread (min, max), and what the executor
+    holds: its arena, host store, and scratch a kernel needed beyond its planned area."""
     from codegen.load import load
     from codegen.package import build_package
     from planner.graph.interpret import init_params, random_feeds
 
     with tempfile.TemporaryDirectory(prefix="curve-") as tmp, warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        tree, built = build_package(plan, f"{tmp}/executor")
-        ex = load(built.dir).Executor()
-        ex.load_params(init_params(plan.graph, seed=0))
-        feeds = random_feeds(plan.graph, seed=1)
-        for _ in range(3):
-            ex.step(feeds)
-        times = []
+        executors, feeds = [], []
+        for k, plan in enumerate(plans):
+            _, built = build_package(plan, f"{tmp}/executor{k}")
+            ex = load(built.dir).Executor()
+            ex.load_params(init_params(plan.graph, seed=0))
+            feeds.append(random_feeds(plan.graph, seed=1))
+            for _ in range(3):
+                ex.step(feeds[k])
+            executors.append(ex)
+        times: list[list[float]] = [[] for _ in plans]
         for _ in range(steps):
-            t0 = time.perf_counter()
-            ex.step(feeds)
-            times.append(time.perf_counter() - t0)
-        stats = ex.stats()
-    return {"step_seconds": statistics.median(times), "min_seconds": min(times),
-            "max_seconds": max(times),
-            "peak_bytes": int(stats["held_bytes"])}
+            for k, ex in enumerate(executors):
+                t0 = time.perf_counter()
+                ex.step(feeds[k])
+                times[k].append(time.perf_counter() - t0)
+        held = [int(ex.stats()["held_bytes"]) for ex in executors]
+    return [{"step_seconds": statistics.median(ts), "min_seconds": min(ts),
+             "max_seconds": max(ts), "peak_bytes": h} for ts, h in zip(times, held, strict=True)]
 
 
 def format_measured(curve, measured: dict[str, dict[str, float]]) -> str:

@@ -124,3 +124,18 @@ def test_diff_says_which_tensors_changed_placement(budget_plan, tmp_path, capsys
     assert cli.main(["diff", str(a), str(b)]) == 1
     out = capsys.readouterr().out
     assert "memory budget: None ->" in out and "kept -> recomputed" in out
+
+
+def test_gpu_conv_algorithm_among_its_candidates():
+    g = make_training_graph(build("lenet", batch=2, image=16, width=0.5), Optimizer(kind="sgd"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        p = plan(g, preset("k40c-12gb"))
+        d = rederive(p, preset("k40c-12gb"))
+    assert p.memory.convs
+    for c in p.memory.convs:
+        e = explain(d, c.node)["conv"]
+        chosen = [a for a in e["candidates"] if a["algorithm"] == c.algorithm]
+        # Unconstrained: the fastest candidate, with the workspace and time the plan records.
+        assert chosen and chosen[0]["workspace_bytes"] == c.workspace_bytes
+        assert chosen[0]["seconds"] == min(a["seconds"] for a in e["candidates"]) == c.seconds
