@@ -3,6 +3,8 @@
     planner fit GRAPH --target T --budget 11GiB [--vary batch|depth] [--train OPT]
                 [--precision P]
                 [--costs C] [--multiple N] [--json]
+    planner fit GRAPH --target T --pareto [-o curve.json] [--plot curve.svg] [--measure N]
+                (planner.curve_cli: the step-time / budget curve)
 
 Wiring for the other commands (planner/plan_cli.py):
 
@@ -71,6 +73,8 @@ def run_fit(args: argparse.Namespace) -> int:
         return run_pareto(args)
     if args.budget is None:
         raise UserError("fit needs --budget (or --pareto for the step-time / budget curve)")
+    if args.output or args.plot or args.measure or args.no_offload:
+        raise UserError("-o, --plot, --measure and --no-offload go with --pareto")
     if not args.graph.startswith("zoo:"):
         raise UserError(f"fit varies a zoo model's {args.vary}: GRAPH must be a zoo spec such "
                         f"as 'zoo:resnet?depth=50', not {args.graph!r}")

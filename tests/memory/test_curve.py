@@ -72,6 +72,7 @@ def test_cli_writes_the_same_bytes_twice(tmp_path, capsys):
 @pytest.mark.parametrize("extra, words", [
     (["--pareto", "--points", "1"], "--points"),
     ([], "--budget"),
+    (["--budget", "1MiB", "--plot", "x.svg"], "--pareto"),
     (["--pareto", "--measure", "2", "--target", "k40c-12gb"], "CPU"),
 ])
 def test_cli_refuses_in_one_line(extra, words, capsys):
