@@ -4,6 +4,7 @@ the unconstrained arena and two between) built and run.
 
     python bench/bench_budget_curve.py [--models lenet,resnet18,lstm,gpt] [--points 8]
                                        [--rounds 15] [--offload]
+    python bench/bench_budget_curve.py --torch [--models gpt,lstm] [--rounds 5]
 
 Recompute only by default: on a CPU the host store of an offloaded copy is the process's
 memory too, so only recompute lowers what the process holds (`--offload` plans with both, and
@@ -16,6 +17,12 @@ see the same load). Printed per point: predicted step, median measured step with
 holds (stats()["held_bytes"]: arena, host store, scratch a kernel needed beyond its planned
 area); and two checks: measured step monotone within spread (each point's 25th percentile at
 or below the next smaller budget's 75th), held <= planned. The load average before and after.
+
+`--torch`: beside PyTorch eager, plain and with torch.utils.checkpoint over every transformer
+layer / LSTM layer, at bench/bench_memory_exec.py's sizes (its translator and child processes):
+every run, ours at the 4 budgets and torch's two, in a process of its own, taking turns step by
+step; "peak" is the process's resident memory above what it held after its imports (the same
+measure on both sides); then, for checkpoint, our fastest run whose peak is at or below its.
 
 The target is this host, detected once (`--target host` measures it anew each time, and its
 costs, hence its plans, vary a little); the cost model is the analytical one.
@@ -117,12 +124,69 @@ def run_model(key: str, target, points: int, rounds: int, offload: bool) -> None
             f"{op} {format_bytes(n)}" for op, n in sorted(unplanned.items())))
 
 
+def run_torch(key: str, target, points: int, rounds: int) -> None:
+    """Our curve's 4 plans beside torch plain and checkpoint, each in a child process."""
+    from bench.bench_memory_exec import LR, at_equal_peak, measure, torch_lacks
+    from bench.bench_memory_exec import MODELS as TORCH_MODELS
+    from codegen.package import build_package
+    from planner.curve import budget_curve
+    from planner.curve_cli import chosen
+    from planner.graph.autodiff import Optimizer, make_training_graph
+    from planner.memory.options import MemoryOptions
+    from planner.pipeline import PlanOptions
+    from planner.zoo import build
+
+    if key not in TORCH_MODELS or torch_lacks(key):
+        print(f"== {key}: no torch translation at bench_memory_exec's sizes")
+        return
+    name, kwargs = TORCH_MODELS[key]
+    graph = make_training_graph(build(name, **kwargs), Optimizer(kind="sgd", lr=LR),
+                                cores=target.step_cores)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        result = budget_curve(graph, target, None,
+                              PlanOptions(memory=MemoryOptions(offload=False)), points)
+    picks = [result.curve.points[i] for i in chosen(len(result.curve.points), 4)]
+    with tempfile.TemporaryDirectory(prefix="bench-curve-torch-") as tmp:
+        configs, planned = [], {}
+        for k, p in enumerate(picks):
+            _, built = build_package(result.plans[p.plan_sha256], f"{tmp}/{key}{k}")
+            label = f"ours {p.budget_bytes / 2**20:.2f} MiB"
+            configs.append((label, {"kind": "ours", "package": str(built.dir)}))
+            planned[label] = p
+        configs += [(f"torch {mode}", {"kind": "torch", "mode": mode, "model": key,
+                                       "threads": os.cpu_count() or 1})
+                    for mode in ("plain", "checkpoint")]
+        results = measure(configs, rounds)
+    print(f"== {key} ({kwargs}), {rounds} rounds:")
+    print(f"  {'run':<22} {'planned MiB':>11} {'pred ms':>8} {'meas ms':>8} {'peak MiB':>9} "
+          f"{'held MiB':>9}")
+    for label, r in results.items():
+        p = planned.get(label)
+        print(f"  {label:<22} "
+              + (f"{(p.peak_bytes + p.host_bytes) / 2**20:>11.2f} {p.step_seconds * 1e3:>8.2f}"
+                 if p else f"{'':>11} {'':>8}")
+              + f" {r['median'] * 1e3:>8.1f} {r['peak'] / 2**20:>9.1f} "
+              + (f"{r['held'] / 2**20:>9.2f}" if r["held"] else ""))
+    ours = {k: v for k, v in results.items() if k in planned}
+    theirs = results["torch checkpoint"]
+    mine = at_equal_peak(ours, theirs["peak"])
+    print(f"  at torch checkpoint's peak ({theirs['peak'] / 2**20:.1f} MiB, "
+          f"{theirs['median'] * 1e3:.1f} ms): " + (
+              "no budget of ours reaches it" if mine is None else
+              f"ours {mine[0].removeprefix('ours ')}: peak {mine[1]['peak'] / 2**20:.1f} MiB, "
+              f"{mine[1]['median'] * 1e3:.1f} ms, torch/ours "
+              f"{theirs['median'] / mine[1]['median']:.2f}"))
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", default=",".join(MODELS))
     ap.add_argument("--points", type=int, default=8)
     ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--offload", action="store_true")
+    ap.add_argument("--torch", action="store_true",
+                    help="beside torch plain and checkpoint (bench_memory_exec's sizes)")
     args = ap.parse_args()
     from planner.target.presets import load_target
 
@@ -132,7 +196,10 @@ def main() -> int:
     for key in args.models.split(","):
         if key not in MODELS:
             raise SystemExit(f"unknown model {key!r}; known: {', '.join(MODELS)}")
-        run_model(key, target, args.points, args.rounds, args.offload)
+        if args.torch:
+            run_torch(key, target, args.points, args.rounds)
+        else:
+            run_model(key, target, args.points, args.rounds, args.offload)
     print(f"load average after {os.getloadavg()[0]:.2f}")
     return 0
 

@@ -90,6 +90,7 @@ def test_region_budget_is_met(tmp_path, capsys):
     (["--offload", "no/such"], "--offload no/such: no activation"),
     (["--region-budget", "conv1"], "PREFIX=BYTES"),
     (["--region-budget", "pool1=1"], "--region-budget pool1"),
+    (["--data-parallel", "2", "--recompute", "lrn1"], "one-process plan"),
 ])
 def test_refusals_name_the_conflict(tmp_path, capsys, flags, words):
     assert cli.main([*PLAN, *flags, "-o", str(tmp_path / "x.json")]) != 0
