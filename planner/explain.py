@@ -211,6 +211,10 @@ class Counterfactual:
     # The arena of the decisions taken before it: from about this budget up, the search
     # stops before it.
     needed_below: int
+    # The other tensors the same decision drops (one recompute segment).
+    together: tuple[str, ...] = ()
+    # The pins or region budgets that forced it ("": the search chose it).
+    reasons: tuple[str, ...] = ()
 
 
 def counterfactual(d: Derived, tensor: str) -> Counterfactual | None:
@@ -238,9 +242,13 @@ def counterfactual(d: Derived, tensor: str) -> Counterfactual | None:
     def load(s) -> int:
         return int(live_profile(s.buffers)[1].max())
 
+    st = solved.state.stash
+    together = sorted({t for k in mine if log[k].kind == "recompute"
+                       for t in st.segments[log[k].segment].stashed} - {tensor})
     return Counterfactual(tuple(log[k] for k in mine), with_.step_seconds,
                           without.step_seconds, load(with_), load(without), with_.arena,
-                          without.arena, before.arena)
+                          without.arena, before.arena, tuple(together),
+                          tuple(sorted({log[k].reason for k in mine if log[k].reason})))
 
 
 def explain_tensor(d: Derived, tensor: str) -> dict[str, Any]:
@@ -251,29 +259,44 @@ def explain_tensor(d: Derived, tensor: str) -> dict[str, Any]:
     t = plan.graph.tensor(tensor)
     out: dict[str, Any] = {"tensor": tensor, "bytes": t.nbytes, "role": t.role,
                            "placement": placement(plan, tensor)}
+    from planner.memory.pins import pin_of
+
+    pin = pin_of([tensor], d.options.memory.pins).get(tensor)
+    if pin is not None and pin.decision == "keep":
+        out["pinned"] = f"--keep-tensor {pin.name}"
     c = counterfactual(d, tensor) if out["placement"] != "kept" else None
     if c is not None:
         out.update(seconds_paid=c.with_seconds - c.without_seconds,
                    bytes_saved=c.without_load - c.with_load,
                    arena_saved=c.without_arena - c.with_arena,
-                   needed_below_bytes=c.needed_below,
-                   moves=[m.kind for m in c.moves])
+                   moves=[m.kind for m in c.moves], together=list(c.together))
+        if c.reasons:
+            out["pinned"] = ", ".join(c.reasons)
+        else:  # the search's own: taken below some budget (a pinned one is taken at any)
+            out["needed_below_bytes"] = c.needed_below
     return out
 
 
 def format_tensor(e: dict[str, Any]) -> str:
     head = f"tensor {e['tensor']} ({e['role']}, {format_bytes(e['bytes'])}): {e['placement']}"
+    if "pinned" in e:
+        head += f", pinned by {e['pinned']}"
     if "seconds_paid" not in e:
         return head + ("" if e["placement"] == "kept" else
-                       " (a decision the budget search did not take alone)")
-    return "\n".join([
+                       " (no decision of the CPU budget search to price)")
+    lines = [
         head,
         f"  saves {e['bytes_saved']} bytes ({format_bytes(e['bytes_saved'])}) of the peak of "
         f"live bytes (arena: {format_bytes(e['arena_saved'])}), pays "
         f"{e['seconds_paid'] * 1e6:.1f} us of step time: the plan against the same decisions "
-        f"without this one",
-        f"  taken for budgets below about {e['needed_below_bytes']} bytes "
-        f"({format_bytes(e['needed_below_bytes'])}), the arena of the decisions before it"])
+        f"without this one"]
+    if e["together"]:
+        lines.append(f"  one decision with {', '.join(e['together'])} (recomputed together)")
+    if "needed_below_bytes" in e:
+        lines.append(f"  taken for budgets below about {e['needed_below_bytes']} bytes "
+                     f"({format_bytes(e['needed_below_bytes'])}), the arena of the decisions "
+                     f"before it")
+    return "\n".join(lines)
 
 
 # ---- convolutions ---------------------------------------------------------------------------

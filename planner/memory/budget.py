@@ -81,6 +81,8 @@ class Move:
     saving: int = 0
     # No key can drop by more than this (the bytes the move frees at most).
     bound: int = 0
+    # Why, when the search did not choose it: the user's pin or region budget that forced it.
+    reason: str = ""
 
 
 def source_reads(stash: Stash, segment: Segment) -> dict[str, list[int]]:

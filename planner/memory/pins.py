@@ -25,6 +25,7 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import replace
 
 import numpy as np
 
@@ -95,7 +96,8 @@ def apply_pins(state: State, pins: tuple[Pin, ...]) -> None:
                                     f"{kept[0]}: they are recomputed together (one segment)")
                 if not state.seg_active[g]:
                     state.apply(Move("recompute", segment=g, cost=float(state.seg_seconds[g]),
-                                     saving=0, bound=int(state.seg_bound[g])))
+                                     saving=0, bound=int(state.seg_bound[g]),
+                                     reason=f"--recompute {p.name}"))
         elif p.decision == "offload":
             movable = [t for t in mine if t in state.off_index]
             if not movable or (p.name in st.uses and p.name not in state.off_index):
@@ -110,7 +112,7 @@ def apply_pins(state: State, pins: tuple[Pin, ...]) -> None:
                 fetch = max(int(state.off_hide_fetch[i]), release)
                 state.apply(Move("offload", tensor=t, release=release, fetch=fetch,
                                  cost=float(2 * state.off_copy[i]), saving=0,
-                                 bound=int(state.off_bytes[i])))
+                                 bound=int(state.off_bytes[i]), reason=f"--offload {p.name}"))
 
 
 def region_profile(state: State, names: set[str]) -> np.ndarray:
@@ -148,8 +150,9 @@ def meet_regions(state: State, regions: tuple[RegionBudget, ...]) -> None:
                 raise UserError(f"--region-budget {r.prefix}: its activations stay at {peak} "
                                 f"bytes, above {r.bytes}, with every recompute and offload "
                                 f"the pins allow")
-            state.apply(min(moves, key=lambda m: (m.cost / max(m.saving, 1), -m.saving,
-                                                  m.kind, m.tensor, m.segment)))
+            best = min(moves, key=lambda m: (m.cost / max(m.saving, 1), -m.saving, m.kind,
+                                             m.tensor, m.segment))
+            state.apply(replace(best, reason=f"--region-budget {r.prefix}"))
 
 
 def _touches(state: State, m: Move, names: set[str]) -> bool:

@@ -55,6 +55,7 @@ def test_pins_round_trip(tmp_path, capsys):
     assert cli.main(["explain", pinned, "lrn1", "--json"]) == 0
     e = json.loads(capsys.readouterr().out)["tensor"]
     assert e["placement"] == "recomputed" and e["seconds_paid"] >= 0
+    assert e["pinned"] == "--recompute lrn1" and "needed_below_bytes" not in e
 
 
 def region_peak(data: dict, prefix: str) -> int:
