@@ -3,7 +3,7 @@ written as JSON and SVG, and `--measure N`: N of its plans built and run on this
 measured step and measured arena beside the prediction.
 
     planner fit GRAPH --target T --pareto [--points 10] [-o curve.json] [--plot curve.svg]
-                [--measure 4] [--steps 10]
+                [--measure 4] [--steps 10] [--no-offload] [the memory decisions of `plan`]
 """
 
 from __future__ import annotations
@@ -36,6 +36,9 @@ def add_pareto_flags(f: Any) -> None:
                         "memory too: only recompute lowers its peak)")
     f.add_argument("--steps", type=int, default=10, help="--measure: timed steps per plan")
     f.add_argument("--force", action="store_true", help="overwrite existing different files")
+    from planner.decisions_cli import add_decision_flags
+
+    add_decision_flags(f)  # --pareto: every point keeps the user's decisions
 
 
 def chosen(n: int, count: int) -> list[int]:
@@ -54,7 +57,9 @@ def chosen(n: int, count: int) -> list[int]:
 def run_pareto(args: argparse.Namespace) -> int:
     from planner.costs import load_table
     from planner.curve import budget_curve, curve_svg, format_curve
+    from planner.decisions_cli import memory_decisions
     from planner.load import load_graph, write_text
+    from planner.memory.options import MemoryOptions
     from planner.pipeline import PlanOptions
     from planner.target.presets import load_target
 
@@ -73,9 +78,8 @@ def run_pareto(args: argparse.Namespace) -> int:
         graph = make_training_graph(graph, Optimizer(kind=args.train), precision=args.precision,
                                     cores=target.step_cores)
     table = load_table(args.costs) if args.costs else None
-    from planner.memory.options import MemoryOptions
-
-    options = PlanOptions(memory=MemoryOptions(offload=not args.no_offload))
+    options = PlanOptions(memory=MemoryOptions(offload=not args.no_offload,
+                                               **memory_decisions(args)))
     result = budget_curve(graph, target, table, options, args.points)
     curve = result.curve
     if args.output:

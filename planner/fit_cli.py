@@ -73,8 +73,10 @@ def run_fit(args: argparse.Namespace) -> int:
         return run_pareto(args)
     if args.budget is None:
         raise UserError("fit needs --budget (or --pareto for the step-time / budget curve)")
-    if args.output or args.plot or args.measure or args.no_offload:
-        raise UserError("-o, --plot, --measure and --no-offload go with --pareto")
+    if args.output or args.plot or args.measure or args.no_offload or args.decisions \
+            or args.keep_tensor or args.recompute or args.offload or args.region_budget:
+        raise UserError("-o, --plot, --measure, --no-offload and memory decisions go with "
+                        "--pareto")
     if not args.graph.startswith("zoo:"):
         raise UserError(f"fit varies a zoo model's {args.vary}: GRAPH must be a zoo spec such "
                         f"as 'zoo:resnet?depth=50', not {args.graph!r}")

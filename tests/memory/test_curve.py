@@ -69,6 +69,15 @@ def test_cli_writes_the_same_bytes_twice(tmp_path, capsys):
     assert steps == sorted(steps, reverse=True)
 
 
+def test_every_point_keeps_the_users_decisions(tmp_path, capsys):
+    out = str(tmp_path / "c.json")
+    assert cli.main(["fit", "zoo:alexnet?batch=2&image=63&width=0.125&classes=4", "--target",
+                     "xeon-8180", "--train", "sgd", "--pareto", "--points", "3", "--recompute",
+                     "lrn1", "-o", out]) == 0
+    points = json.load(open(out))["points"]
+    assert points and all("lrn1" in p["recompute"] for p in points)
+
+
 @pytest.mark.parametrize("extra, words", [
     (["--pareto", "--points", "1"], "--points"),
     ([], "--budget"),
