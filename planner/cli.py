@@ -27,6 +27,7 @@ def build_parser() -> argparse.ArgumentParser:
     from codegen.cli import add_build_commands
     from planner import __version__
     from planner.costs.cli import add_cost_commands
+    from planner.explain_cli import add_explain_command
     from planner.fit_cli import add_memory_commands
     from planner.plan_cli import add_plan_commands
     from planner.target.cli import add_target_commands
@@ -41,6 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_plan_commands(sub)
     add_build_commands(sub)
     add_memory_commands(sub)
+    add_explain_command(sub)
     add_cost_commands(sub, executor_measurers)
     return parser
 

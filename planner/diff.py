@@ -88,6 +88,14 @@ def diff_plans(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     graph_changed = a.get("graph") != b.get("graph")
     only_a = sorted(ops_a.keys() - ops_b.keys())
     only_b = sorted(ops_b.keys() - ops_a.keys())
+    from planner.placement import placements
+
+    # Why the memory ops differ, in explain's words; and the budget, the usual reason.
+    pl_a, pl_b = placements(a), placements(b)
+    placement = {t: [pl_a.get(t, "kept"), pl_b.get(t, "kept")]
+                 for t in sorted(pl_a.keys() | pl_b.keys()) if pl_a.get(t) != pl_b.get(t)}
+    budget = [((pa.get("options") or {}).get("memory") or {}).get("budget_bytes"),
+              ((pb.get("options") or {}).get("memory") or {}).get("budget_bytes")]
     different = bool(
         summary or memory_summary or by_type or order_changed or only_a or only_b
         or any(_any(s) for s in (tensors, memory_ops, convs, edges))
@@ -98,7 +106,8 @@ def diff_plans(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
             "graph_changed": graph_changed, "provenance": provenance,
             "summary": summary, "memory_summary": memory_summary, "by_type": by_type,
             "order_changed": len(order_changed), "only_a": only_a, "only_b": only_b,
-            "tensors": tensors, "memory_ops": memory_ops, "convs": convs, "edges": edges}
+            "tensors": tensors, "memory_ops": memory_ops, "convs": convs, "edges": edges,
+            "placement": placement, "budget": budget}
 
 
 def _same(x: Any, y: Any) -> bool:
@@ -155,6 +164,14 @@ def format_diff(d: dict[str, Any]) -> str:
     for f, (x, y) in d["provenance"].items():
         if f != "graph_sha256" or not d["graph_changed"]:
             lines.append(f"provenance {f}: {_short(x)} -> {_short(y)}")
+    budget = d.get("budget") or [None, None]
+    if budget[0] != budget[1]:
+        lines.append(f"memory budget: {_num(budget[0])} -> {_num(budget[1])} bytes")
+    placement = d.get("placement") or {}
+    if placement:
+        lines.append(f"placement: {len(placement)} tensor(s) changed")
+        lines += [f"  {t}: {x} -> {y}" for t, (x, y) in list(placement.items())[:SHOWN]]
+        lines += _more(list(placement))
     for f, (x, y, delta) in d["summary"].items():
         lines.append(f"{f}: {_num(x)} -> {_num(y)} ({delta:+.6g})")
     for f, (x, y) in d["memory_summary"].items():

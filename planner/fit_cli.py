@@ -3,6 +3,8 @@
     planner fit GRAPH --target T --budget 11GiB [--vary batch|depth] [--train OPT]
                 [--precision P]
                 [--costs C] [--multiple N] [--json]
+    planner fit GRAPH --target T --pareto [-o curve.json] [--plot curve.svg] [--measure N]
+                (planner.curve_cli: the step-time / budget curve)
 
 Wiring for the other commands (planner/plan_cli.py):
 
@@ -23,6 +25,7 @@ from planner.errors import UserError
 
 
 def add_memory_commands(sub: Any) -> None:
+    from planner.curve_cli import add_pareto_flags
     from planner.precision_cli import add_precision_flags
 
     f = sub.add_parser(
@@ -31,7 +34,7 @@ def add_memory_commands(sub: Any) -> None:
                     "by --vary is searched, the others stay as given.")
     f.add_argument("graph", metavar="GRAPH")
     f.add_argument("--target", required=True, help="preset name or target JSON file")
-    f.add_argument("--budget", required=True, help="device bytes, e.g. 11GiB or 12e9")
+    f.add_argument("--budget", help="device bytes, e.g. 11GiB or 12e9 (needed but with --pareto)")
     f.add_argument("--vary", choices=["batch", "depth"], default="batch")
     f.add_argument("--train", choices=["sgd", "momentum", "adam"], default="momentum",
                    help="optimizer of the training graph (default: momentum)")
@@ -46,6 +49,7 @@ def add_memory_commands(sub: Any) -> None:
                    help="--data-parallel: each process holds 1/N of the optimizer state "
                         "(ZeRO-1)")
     f.add_argument("--json", action="store_true")
+    add_pareto_flags(f)
     f.set_defaults(run=run_fit)
 
 
@@ -63,6 +67,16 @@ def run_fit(args: argparse.Namespace) -> int:
     from planner.fit import fit
     from planner.target.presets import load_target
 
+    if args.pareto:
+        from planner.curve_cli import run_pareto
+
+        return run_pareto(args)
+    if args.budget is None:
+        raise UserError("fit needs --budget (or --pareto for the step-time / budget curve)")
+    if args.output or args.plot or args.measure or args.no_offload or args.decisions \
+            or args.keep_tensor or args.recompute or args.offload or args.region_budget:
+        raise UserError("-o, --plot, --measure, --no-offload and memory decisions go with "
+                        "--pareto")
     if not args.graph.startswith("zoo:"):
         raise UserError(f"fit varies a zoo model's {args.vary}: GRAPH must be a zoo spec such "
                         f"as 'zoo:resnet?depth=50', not {args.graph!r}")

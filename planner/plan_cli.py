@@ -20,6 +20,7 @@ from planner.errors import UserError
 
 
 def add_plan_commands(sub: Any) -> None:
+    from planner.decisions_cli import add_decision_flags
     from planner.load import LOSS_HELP, kept_names
     from planner.precision_cli import add_precision_flags
 
@@ -50,6 +51,7 @@ def add_plan_commands(sub: Any) -> None:
     p.add_argument("--memory-budget", metavar="BYTES",
                    help="device memory budget, e.g. 11GiB: recompute, offload and convolution "
                         "workspaces are chosen to fit it (default: no budget)")
+    add_decision_flags(p)
     p.add_argument("--data-parallel", type=int, default=1, metavar="N",
                    help="N processes each train on a shard of the batch; the plan averages "
                         "the gradients over them (planner.schedule.parallel)")
@@ -122,6 +124,7 @@ def _run_plan(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
     from planner.costs import load_table
+    from planner.decisions_cli import memory_decisions
     from planner.fit_cli import parse_budget
     from planner.load import load_graph, with_kept, with_loss, write_text
     from planner.memory.options import MemoryOptions
@@ -154,7 +157,7 @@ def _run_plan(args: argparse.Namespace) -> int:
             schedule=ScheduleOptions(strategy=args.strategy, intra=args.intra,
                                      inter=args.inter, grid=args.grid,
                                      min_team_seconds=args.min_team_us * 1e-6),
-            memory=MemoryOptions(budget_bytes=budget),
+            memory=MemoryOptions(budget_bytes=budget, **memory_decisions(args)),
             data_parallel=DataParallelOptions(ranks=args.data_parallel,
                                               bucket_bytes=args.bucket_bytes,
                                               ranks_per_host=args.ranks_per_host,

@@ -83,6 +83,7 @@ def verify_plan_data(plan: dict[str, Any], node_names: list[str] | None = None) 
     from planner.memory.verify import verify_memory_data
     from planner.memory.verify_inserted import inserted_op_problems
     from planner.verify_graph import verify_graph_data
+    from planner.verify_pins import pin_problems
     from planner.verify_summary import summary_problems
 
     facts = Facts(plan, node_names)
@@ -92,6 +93,7 @@ def verify_plan_data(plan: dict[str, Any], node_names: list[str] | None = None) 
     problems += inserted_op_problems(plan)  # what the added ops (recompute, transfers) run on
     problems += summary_problems(plan)
     problems += verify_memory_data(plan, facts.hb)
+    problems += pin_problems(plan)  # the user's decisions, from the options it records
     if "graph" in plan:
         problems += verify_graph_data(plan, facts.hb)
     return problems

@@ -81,6 +81,8 @@ class Move:
     saving: int = 0
     # No key can drop by more than this (the bytes the move frees at most).
     bound: int = 0
+    # Why, when the search did not choose it: the user's pin or region budget that forced it.
+    reason: str = ""
 
 
 def source_reads(stash: Stash, segment: Segment) -> dict[str, list[int]]:
@@ -203,6 +205,8 @@ class State:
         self.off_release = np.full(m, -1, dtype=np.int64)  # -1: not offloaded
         self.off_fetch = np.full(m, -1, dtype=np.int64)
         self.off_name_rank = np.argsort(np.argsort(np.array(names, dtype=object)))
+        # Pinned to stay on the device by the user (planner.memory.pins): never a move.
+        self.off_frozen = np.zeros(m, dtype=bool)
         for t in names:
             self._offload_row(t)
 
@@ -236,7 +240,8 @@ class State:
         offloaded = cur_r >= 0
         # Offloaded ones not covering s are moves too (release earlier / fetch later).
         covered = offloaded & (gs[np.maximum(cur_r, 0)] <= s) & (s < gs[np.maximum(cur_f, 0)])
-        ok = (gs[self.off_min_release] <= s) & (s < gs[self.off_max_fetch]) & ~covered
+        ok = (gs[self.off_min_release] <= s) & (s < gs[self.off_max_fetch]) & ~covered \
+            & ~self.off_frozen
         if self.host_limit is not None:
             ok &= offloaded | (self.host_bytes + self.off_bytes <= self.host_limit)
         i = np.nonzero(ok)[0]
@@ -290,13 +295,15 @@ class State:
         self.seg_bound = np.array([sum(st.uses[t].bytes for t in g.stashed)
                                    for g in st.segments], dtype=np.int64)
         self.seg_active = np.zeros(len(st.segments), dtype=bool)
+        # Segments holding a tensor the user pinned to be kept: never recomputed.
+        self.seg_frozen = np.zeros(len(st.segments), dtype=bool)
 
     def _recompute_saving(self, s: int) -> np.ndarray:
         """Per segment, the bytes recomputing it saves at key s (0 for active ones)."""
         inside = (self.win_lo <= s) & (s <= self.win_hi)
         saving = np.bincount(self.win_seg[inside], weights=self.win_bytes[inside],
                              minlength=len(self.stash.segments))
-        saving[self.seg_active] = 0
+        saving[self.seg_active | self.seg_frozen] = 0
         return saving
 
     def _recompute_move(self, s: int) -> Move | None:
@@ -401,7 +408,7 @@ class State:
         other = copy.copy(self)
         for name in ("profile", "off_min_release", "off_max_fetch", "off_hide_release",
                      "off_hide_fetch", "off_ready", "off_need", "off_release", "off_fetch",
-                     "seg_active"):
+                     "seg_active", "off_frozen", "seg_frozen"):
             setattr(other, name, getattr(self, name).copy())
         other.mode, other.release, other.fetch = dict(self.mode), dict(self.release), \
             dict(self.fetch)

@@ -52,13 +52,14 @@ from planner.costs import CostModel
 from planner.graph.autodiff import node_phase
 from planner.graph.ir import Graph
 from planner.memory.arena import CPU_FIRST
-from planner.memory.budget import State
+from planner.memory.budget import Move, State
 from planner.memory.decision import MemoryDecision
-from planner.memory.gpu import Placed, decide, decide_memory, simulate, solve
+from planner.memory.gpu import Placed, Solved, decide, decide_memory, lay, simulate, solve
 from planner.memory.layout import place
 from planner.memory.liveness import Buffer, per_op_bound
 from planner.memory.materialize import Material
 from planner.memory.options import MemoryOptions
+from planner.memory.pins import apply_pins, meet_regions
 from planner.memory.stash import analyze
 from planner.ops import get_op
 from planner.ops.base import TensorType
@@ -70,6 +71,26 @@ def cpu_budget_memory(graph: Graph, schedule: Schedule, model: CostModel,
                       options: MemoryOptions) -> MemoryDecision:
     """The memory decision of a CPU schedule under options.budget_bytes (module docstring).
     Raises InfeasibleBudget naming the smallest feasible budget."""
+    solved, where = cpu_budget_solve(graph, schedule, model, options)
+    d = decide_memory(graph, solved)
+    ops = [ScheduledOp(name=o.name, op=o.op, deps=o.deps, start=o.start, end=o.end, **at)
+           for o, at in zip(d.ops, where, strict=True)]
+    m = solved.placed.material
+    workspace = {b.name.removesuffix("@scratch"): b.bytes for b in m.buffers
+                 if b.kind == "scratch" and not b.tensor}
+    summary = d.summary.model_copy(update={
+        "per_op_bound_bytes": per_op_bound(graph, workspace)})
+    # These ops and edges replace the schedule's (planner.pipeline.assemble): the serial order
+    # moves updates past the lanes' order.
+    return d.model_copy(update={"ops": tuple(ops), "summary": summary})
+
+
+def cpu_budget_solve(graph: Graph, schedule: Schedule, model: CostModel,
+                     options: MemoryOptions, moves: list[Move] | None = None
+                     ) -> tuple[Solved, list[dict]]:
+    """Everything cpu_budget_memory decides, before it becomes records, and where each op
+    runs (its CPUs, threads). `moves`: these decisions instead of the search's (in order;
+    laid out without the budget's limit), what `planner explain` replays without one."""
     placed_on = {o.name: o for o in schedule.ops}
     steps = cpu_steps(graph, schedule)
     stash = analyze(steps, "cost-aware" if options.recompute == "off" else options.recompute)
@@ -81,7 +102,14 @@ def cpu_budget_memory(graph: Graph, schedule: Schedule, model: CostModel,
     def scratch(m: Material) -> list[Buffer]:
         return op_scratch(steps, m, placed_on)
 
-    placed = decide(state, options, scratch)
+    if moves is None:
+        apply_pins(state, options.pins)
+        meet_regions(state, options.region_budgets)
+        placed = decide(state, options, scratch)
+    else:
+        state.replay(moves)
+        # The search's heuristics, no limit: without a decision the budget may not be met.
+        placed = lay(state, options, scratch)
     m = placed.material
     first_cpu = min(c for o in schedule.ops for c in o.cpus)
 
@@ -96,19 +124,9 @@ def cpu_budget_memory(graph: Graph, schedule: Schedule, model: CostModel,
 
     m.edges = lane_edges(m, where_of(m), {c.id: c.core for c in model.target.logical_cpus})
     placed = timed_layout(placed, options) or placed
-    m = placed.material
-    where = where_of(m)
-    solved = solve(placed.state, placed, options, liveness_load)
-    d = decide_memory(graph, solved)
-    ops = [ScheduledOp(name=o.name, op=o.op, deps=o.deps, start=o.start, end=o.end, **at)
-           for o, at in zip(d.ops, where, strict=True)]
-    workspace = {b.name.removesuffix("@scratch"): b.bytes for b in m.buffers
-                 if b.kind == "scratch" and not b.tensor}
-    summary = d.summary.model_copy(update={
-        "per_op_bound_bytes": per_op_bound(graph, workspace)})
-    # These ops and edges replace the schedule's (planner.pipeline.assemble): the serial order
-    # moves updates past the lanes' order.
-    return d.model_copy(update={"ops": tuple(ops), "summary": summary})
+    if moves is not None:  # nothing to refuse: the replay is a what-if
+        options = options.model_copy(update={"budget_bytes": None})
+    return solve(placed.state, placed, options, liveness_load), where_of(placed.material)
 
 
 def timed_layout(placed: Placed, options: MemoryOptions) -> Placed | None:

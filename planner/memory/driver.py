@@ -34,7 +34,7 @@ from __future__ import annotations
 import numpy as np
 
 from planner.costs import CostModel
-from planner.errors import InfeasibleBudget
+from planner.errors import InfeasibleBudget, UserError
 from planner.graph.ir import Graph
 from planner.memory.arena import CPU_FIRST
 from planner.memory.assemble import decision
@@ -76,10 +76,14 @@ def cpu_memory(graph: Graph, schedule: Schedule, model: CostModel | None = None,
     # Under a budget the layout stops as soon as it exceeds it (the same layout if it fits).
     layout = lay_out(buffers, hb, options.alignment, options.heuristics, CPU_FIRST,
                      limit=budget if budgeted else None)
-    if layout is None:
+    if layout is None or options.forces:  # the user's recomputes and offloads too
         from planner.memory.cpu import cpu_budget_memory
 
         if any(n.op in COLLECTIVE_OPS for n in graph.nodes):
+            if options.forces:
+                raise UserError(f"graph {graph.name!r}: --recompute, --offload and "
+                                f"--region-budget need a one-process plan (data-parallel "
+                                f"plans keep every tensor so far)")
             # The budget search plans no comm lane (nor side-by-side buckets) yet.
             layout = lay_out(buffers, hb, options.alignment, options.heuristics, CPU_FIRST)
             raise InfeasibleBudget(

@@ -63,6 +63,7 @@ from planner.memory.liveness import Buffer, live_profile, naive_bytes, per_op_bo
 from planner.memory.materialize import NO_SMS, Material, materialize
 from planner.memory.options import MemoryOptions, format_bytes
 from planner.memory.order import HappensBefore
+from planner.memory.pins import apply_pins, meet_regions
 from planner.memory.reuse import reuse_edges
 from planner.memory.stash import analyze
 from planner.schedule.gpu_share import (
@@ -191,6 +192,8 @@ def gpu_solve(graph: Graph, model: CostModel, options: MemoryOptions | None = No
     state = State(stash, gpu.host_link_bandwidth, offload=options.offload,
                   recompute=options.recompute != "off", host_limit=gpu.pinned_host_limit_bytes)
     liveness_load = state.load()
+    apply_pins(state, options.pins)
+    meet_regions(state, options.region_budgets)
     placed = decide(state, options, kernel_scratch(steps))
     return solve(placed.state, placed, options, liveness_load)
 

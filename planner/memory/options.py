@@ -12,13 +12,31 @@ from __future__ import annotations
 import re
 from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_serializer
 
 from planner.graph.ir import Record
 from planner.memory.arena import HEURISTICS
 
 _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
           "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40}
+
+
+Decision = Literal["keep", "recompute", "offload"]
+
+
+class Pin(Record):
+    """A user's decision for the tensor `name`, or the tensors under module path `name/`
+    (the longest matching pin decides a tensor: keep one tensor of a recomputed block)."""
+
+    decision: Decision
+    name: str = Field(min_length=1)
+
+
+class RegionBudget(Record):
+    """At most `bytes` of live activations under module path `prefix/` at any time."""
+
+    prefix: str = Field(min_length=1)
+    bytes: int = Field(gt=0)
 
 
 class MemoryOptions(Record):
@@ -43,6 +61,24 @@ class MemoryOptions(Record):
     # many earlier states of the search (those of least LOAD); 0 names a lower bound on it
     # instead, at no cost (`planner fit`, which only needs "does not fit").
     infeasible_probes: int = Field(default=8, ge=0)
+    # The user's decisions (planner.memory.pins), kept or refused in one line; recorded in a
+    # plan's provenance only when given (plans made without them read as they did).
+    pins: tuple[Pin, ...] = ()
+    region_budgets: tuple[RegionBudget, ...] = ()
+
+    @model_serializer(mode="wrap")
+    def _without_empty_pins(self, handler):
+        data = handler(self)
+        for key in ("pins", "region_budgets"):
+            if isinstance(data, dict) and not data.get(key):
+                data.pop(key, None)
+        return data
+
+    @property
+    def forces(self) -> bool:
+        """Whether the user's decisions add ops (a recompute, an offload) or bound a region:
+        memory planning then runs the budget search's steps even without a budget."""
+        return bool(self.region_budgets) or any(p.decision != "keep" for p in self.pins)
 
     @field_validator("heuristics")
     @classmethod

@@ -1,0 +1,46 @@
+"""A plan with the user's pinned decisions builds and runs: the recompute and offload it was
+told to make run in the step, which equals the unpinned plan's bit for bit (uniform plans: a
+recompute reruns its node's kernel at the same thread count; a copy moves bytes unchanged)."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+from planner.memory.options import MemoryOptions, Pin
+from planner.pipeline import PlanOptions, plan
+from planner.schedule import ScheduleOptions
+from planner.verify import verify_plan
+from tests.codegen.helpers import start_state
+from tests.codegen.test_memory_exec import graph_of, host, run_steps
+
+
+@pytest.mark.slow
+def test_pinned_plan_runs_and_matches_the_unpinned_one(tmp_path):
+    from planner.graph.interpret import random_feeds
+
+    graph = graph_of("alexnet")
+
+    def planned(pins):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return plan(graph, host(), options=PlanOptions(
+                schedule=ScheduleOptions(strategy="uniform"),
+                memory=MemoryOptions(pins=pins)))
+
+    free = planned(())
+    pinned = planned((Pin(decision="recompute", name="lrn1"),
+                      Pin(decision="offload", name="relu2")))
+    assert verify_plan(pinned) == []
+    kinds = {(m.kind, m.node or m.inputs[0]) for m in pinned.memory.ops}
+    assert ("recompute", "lrn1") in kinds and ("offload", "relu2") in kinds
+    state, feeds = start_state(graph), random_feeds(graph, seed=2)
+    ex0, (out0,) = run_steps(free, tmp_path / "free", state, feeds)
+    ex, (out,) = run_steps(pinned, tmp_path / "pinned", state, feeds)
+    assert np.array_equal(out["loss"], out0["loss"])
+    p0, p = ex0.params(), ex.params()
+    assert [k for k in p0 if not np.array_equal(p[k], p0[k])] == []
+    calls = {o["name"]: o["calls"] for o in ex.stats()["ops"]}
+    assert all(calls[m.name] == 1 for m in pinned.memory.ops)
