@@ -79,7 +79,8 @@ def teacher_forced(graph: Graph, values: Mapping[str, np.ndarray], forward: set[
             continue
         outs = get_op(n.op).reference([env[i] for i in n.inputs], n.attrs)
         for name, value in zip(n.outputs, outs, strict=True):
-            env[name] = _as(np.asarray(value), dtype)
+            if name not in forward:  # BatchNorm's saved statistics beside its forward output
+                env[name] = _as(np.asarray(value), dtype)
     return env
 
 

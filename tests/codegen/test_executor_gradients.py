@@ -36,10 +36,16 @@ def check_gradients(graph, module, state, feeds) -> None:
                               f"off: {first}"
 
 
+# test_zoo_models' sizes, but densenet's batch: at batch 2 its last block normalizes 1x1 maps
+# over 2 values each, where BatchNorm's input gradient is zero but for its epsilon, and both
+# float32 results are cancellation noise of unrelated size (measured: 11x apart).
+SIZES = {**MODELS, "densenet": {**MODELS["densenet"], "batch": 4}}
+
+
 @pytest.mark.parametrize("model", [pytest.param(m, marks=pytest.mark.slow) if m in SLOW else m
-                                   for m in MODELS])
+                                   for m in SIZES])
 def test_zoo_model_gradients_match_reference(model, tmp_path_factory):
-    graph = make_training_graph(build(model, **MODELS[model]), Optimizer(kind="sgd", lr=0.1))
+    graph = make_training_graph(build(model, **SIZES[model]), Optimizer(kind="sgd", lr=0.1))
     module = build_module(graph, tmp_path_factory.mktemp("grads") / model)
     check_gradients(graph, module, start_state(graph), random_feeds(graph, seed=2))
 
