@@ -209,3 +209,32 @@ def test_a_wrong_gradient_is_found(shuffle_steps):
     off[conv] = (values[conv] * (1 + 1e-4)).astype(np.float32)
     forward, _, first = gradient_report(graph, off, feeds, start)
     assert forward[-1][0] > 1 and first.startswith(conv)
+
+
+def test_channel_shuffle_gradients_on_a_wider_team(tmp_path_factory):
+    """The same checks with every op on an 8-thread team (a plan for an 8-core copy of this
+    host; the executor runs up to 4 threads per CPU it has): loops and oneDNN primitives split
+    their work at other boundaries than on this host's own plan."""
+    import os
+    import warnings
+
+    from codegen.build import build as build_tree
+    from codegen.load import load
+    from codegen.render import render
+    from planner.pipeline import PlanOptions, plan
+    from planner.schedule import ScheduleOptions
+    from planner.target.detect import detect
+    from planner.target.presets import thread_major_cpus
+
+    team = min(8, 4 * (os.cpu_count() or 1))
+    wide = detect(measure=False).model_copy(update={
+        "logical_cpus": thread_major_cpus(cores=team, smt=1, cores_per_group=1)})
+    graph, start, feeds = onnx_case()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # analytical costs
+        planned = plan(graph, wide, options=PlanOptions(schedule=ScheduleOptions(
+            strategy="uniform")))
+    assert {op.threads for op in planned.ops} == {team}
+    folder = tmp_path_factory.mktemp("grads") / "wide_team"
+    module = load(build_tree(render(planned, folder, layout="own")).dir)
+    check_gradients(graph, module, start, feeds)
