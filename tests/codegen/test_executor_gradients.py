@@ -46,7 +46,8 @@ SIZES = {**MODELS, "densenet": {**MODELS["densenet"], "batch": 4}}
                                    for m in SIZES])
 def test_zoo_model_gradients_match_reference(model, tmp_path_factory):
     graph = make_training_graph(build(model, **SIZES[model]), Optimizer(kind="sgd", lr=0.1))
-    module = build_module(graph, tmp_path_factory.mktemp("grads") / model)
+    # Folder names are module names: `load` would shadow an installed package of that name.
+    module = build_module(graph, tmp_path_factory.mktemp("grads") / f"grads_{model}")
     check_gradients(graph, module, start_state(graph), random_feeds(graph, seed=2))
 
 
@@ -155,7 +156,7 @@ def shuffle_steps(tmp_path_factory):
     out = {}
     for name, make in CASES.items():
         graph, start, feeds = make()
-        folder = tmp_path_factory.mktemp("grads") / name.replace(".", "_")
+        folder = tmp_path_factory.mktemp("grads") / f"shuffle_{name.replace('.', '_')}"
         out[name] = graph, build_module(graph, folder), start, feeds
     return out
 
@@ -167,7 +168,7 @@ def test_channel_shuffle_step_on_the_plans_arena_gives_the_same_bits(front_end, 
     same kernels at the same thread counts as the every-tensor-its-own-bytes build checked
     above: any difference in the step's result is bytes shared wrongly."""
     graph, own, start, feeds = shuffle_steps[front_end]
-    folder = tmp_path_factory.mktemp("grads") / f"{front_end.replace('.', '_')}_arena"
+    folder = tmp_path_factory.mktemp("grads") / f"shuffle_{front_end.replace('.', '_')}_arena"
     shared = build_module(graph, folder, layout="plan")
     results = []
     for module in (own, shared):
