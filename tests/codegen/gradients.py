@@ -55,7 +55,18 @@ def forward_tensors(graph: Graph) -> set[str]:
 
 
 def parameter_gradients(graph: Graph) -> dict[str, str]:
-    """Each trained parameter's gradient tensor: the gradient its optimizer update reads."""
+    """Each trained parameter's gradient tensor: the gradient its optimizer update reads.
+
+    >>> from planner.graph.autodiff import make_training_graph
+    >>> from planner.graph.optimizer import Optimizer
+    >>> from planner.zoo import build
+    >>> g = make_training_graph(build("mlp", batch=2, hidden=[4], in_features=3, classes=2),
+    ...                         Optimizer(kind="sgd"))
+    >>> parameter_gradients(g)["fc2/bias"]
+    'grad/fc2/bias_add/biasaddgrad'
+    >>> sorted(t for t in forward_tensors(g) if g.tensor(t).role == "activation")
+    ['fc1/bias_add', 'logits', 'loss', 'relu1']
+    """
     grads = {}
     for n in graph.nodes:
         updated = [graph.tensor(o).updates for o in n.outputs]
