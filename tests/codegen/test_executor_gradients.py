@@ -239,3 +239,36 @@ def test_channel_shuffle_gradients_on_a_wider_team(tmp_path_factory):
     folder = tmp_path_factory.mktemp("grads") / "wide_team"
     module = load(build_tree(render(planned, folder, layout="own")).dir)
     check_gradients(graph, module, start, feeds)
+
+
+SSE41_CHECK = """
+import sys
+from pathlib import Path
+from tests.codegen.helpers import build_module
+from tests.codegen.test_executor_gradients import check_gradients, onnx_case
+graph, start, feeds = onnx_case()
+module = build_module(graph, Path(sys.argv[1]))
+ex = module.Executor()
+ex.load_params(start)
+ex.step(feeds)
+impls = {o["impl"] for o in ex.stats()["ops"] if o["op"].startswith("Conv")}
+assert not any("avx" in i for i in impls), impls
+check_gradients(graph, module, start, feeds)
+"""
+
+
+def test_channel_shuffle_gradients_on_another_instruction_sets_kernels(tmp_path):
+    """oneDNN picks its convolution kernels by the CPU's instruction set (blocked layouts of 16
+    channels on AVX-512, of 8 on AVX2; GEMM-based and SSE4.1 kernels below), so the checks
+    above run one set of kernels per machine: here they run again in a process limited to
+    SSE4.1's (ONEDNN_MAX_CPU_ISA), which must not be AVX kernels."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    env = {**os.environ, "ONEDNN_MAX_CPU_ISA": "SSE41"}
+    done = subprocess.run([sys.executable, "-c", SSE41_CHECK, str(tmp_path / "shuffle_sse41")],
+                          env=env, cwd=Path(__file__).resolve().parents[2], capture_output=True,
+                          text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
