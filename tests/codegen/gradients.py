@@ -35,6 +35,7 @@ import numpy as np
 from planner.graph.interpret import run, widened
 from planner.graph.ir import Graph
 from planner.ops import get_op
+from tests.codegen.helpers import step_with_values
 
 EPS32 = float(np.finfo(np.float32).eps)
 
@@ -143,3 +144,17 @@ def gradient_report(graph: Graph, values: Mapping[str, np.ndarray],
         if first:
             break
     return fwd, back, first
+
+
+def check_gradients(graph, module, state, feeds) -> None:
+    """One step of `module` (built from `graph` with every tensor its own bytes): the forward
+    values and every trained parameter's gradient within their float32 tolerances."""
+    values = step_with_values(module, graph, state, feeds)
+    forward, grads, first = gradient_report(graph, values, feeds, state)
+    trained = {t.updates for t in graph.tensors
+               if t.updates and graph.tensor(t.updates).role == "param"}
+    assert trained and set(parameter_gradients(graph)) == trained
+    assert forward[-1][0] <= 1, f"forward off (error / allowed): {forward[-3:]}; first " \
+                                f"tensor off: {first}"
+    assert grads[-1][0] <= 1, f"gradients off (error / allowed): {grads[-3:]}; first tensor " \
+                              f"off: {first}"
