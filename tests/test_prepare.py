@@ -132,3 +132,27 @@ def test_graph_keeps_a_tensor_as_plan_does(capsys):
     kept = prepare("zoo:mlp?batch=2&hidden=4&in_features=3&classes=2",
                    GraphOptions(keep=("relu1",)))
     assert kept.outputs[-1] == "relu1"
+
+
+@pytest.mark.parametrize("flags", [["--train", "adam"],
+                                   ["--train", "sgd", "--precision", "bf16-mixed"], []])
+def test_profile_measures_the_signatures_of_the_graph_plan_plans(flags, two_core_file,
+                                                                 tmp_path, capsys):
+    """`planner profile` then `plan --costs`: the profiler's list of kernels is the plan's
+    graph's, CPU-core rewrites included (what it measures is tested in
+    tests/costs/test_profile_kernels.py)."""
+    from planner.costs.cli import _graph
+    from planner.costs.signature import graph_signatures
+    from planner.target.presets import load_target
+
+    args = cli.build_parser().parse_args(["profile", LSTM, *flags, "-o", "c.json"])
+    profiled = {s.key for s in graph_signatures(_graph(args, load_target(two_core_file))).values()}
+    out = str(tmp_path / "p.json")
+    assert cli.main(["plan", LSTM, *flags, "--target", two_core_file, "-o", out]) == 0
+    capsys.readouterr()
+    with open(out) as f:
+        planned = json.load(f)["graph"]
+    from planner.graph import Graph
+
+    assert {s.key for s in graph_signatures(Graph.model_validate(planned)).values()} == profiled
+    assert any(k.startswith("Transpose(") for k in profiled) == bool(flags)
