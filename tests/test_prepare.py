@@ -129,8 +129,10 @@ def test_graph_keeps_a_tensor_as_plan_does(capsys):
     assert cli.main(["graph", "zoo:mlp?batch=2&hidden=4&in_features=3&classes=2",
                      "--keep", "relu1", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["nodes"] > 0
-    kept = prepare("zoo:mlp?batch=2&hidden=4&in_features=3&classes=2",
-                   GraphOptions(keep=("relu1",)))
+    import planner
+
+    kept = planner.prepare("zoo:mlp?batch=2&hidden=4&in_features=3&classes=2",
+                           planner.GraphOptions(keep=("relu1",)))
     assert kept.outputs[-1] == "relu1"
 
 
