@@ -158,3 +158,16 @@ def test_profile_measures_the_signatures_of_the_graph_plan_plans(flags, two_core
 
     assert {s.key for s in graph_signatures(Graph.model_validate(planned)).values()} == profiled
     assert any(k.startswith("Transpose(") for k in profiled) == bool(flags)
+
+
+def test_verify_against_the_graph_file_rederives_the_planned_rewrites(tmp_path, capsys,
+                                                                      two_core_file):
+    g, p = str(tmp_path / "g.json"), str(tmp_path / "p.json")
+    assert cli.main(["graph", LSTM, "--train", "sgd", "-o", g]) == 0
+    assert cli.main(["plan", g, "--target", two_core_file, "-o", p]) == 0
+    capsys.readouterr()
+    assert cli.main(["verify", p, "--graph", g]) == 0, capsys.readouterr().out
+    other = str(tmp_path / "other.json")
+    assert cli.main(["graph", LSTM, "--train", "adam", "-o", other]) == 0
+    assert cli.main(["verify", p, "--graph", other]) == 1
+    assert "plan was made for another graph" in capsys.readouterr().out
