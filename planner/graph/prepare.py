@@ -9,10 +9,10 @@
         graph = inference(graph)       # an inference graph's rewrites (planner/graph/inference.py)
 
 Each pass is a pure function of the graph and the options, and the graph is checked
-(planner.graph.validate.check_graph) after every one, so a pass that breaks a rule is named
-where it does. The target is no input: the same model and options give the same graph, which
-`planner graph -o` writes and `planner plan` of that file plans exactly as `planner plan`
-of the model (what depends on the step's cores is planned: planner.graph.for_cores).
+(planner.graph.validate.check_graph) after every one that changed it, so a pass that breaks a
+rule is caught where it does. The target is no input: the same model and options give the
+same graph, which `planner graph -o` writes and `planner plan` of that file plans exactly as
+`planner plan` of the model (what depends on the step's cores is planned: planner.graph.for_cores).
 
 Example:
     >>> from planner.graph.optimizer import Optimizer
@@ -41,16 +41,19 @@ def prepare(model: str | Graph, options: GraphOptions | None = None) -> Graph:
     (module docstring). Raises UserError or ValueError (GraphError, LossError, AutodiffError,
     OnnxImportError) naming the file, node, tensor or flag."""
     options = options or GraphOptions()
-    graph = check_graph(imported(model, options))
+    graph = imported(model, options)
     for front_end_pass in PASSES:
-        graph = check_graph(front_end_pass(graph, options))
+        rewritten = front_end_pass(graph, options)
+        # A pass with nothing to do returns its input, already checked.
+        graph = graph if rewritten is graph else check_graph(rewritten)
     return graph
 
 
 def imported(model: str | Graph, options: GraphOptions) -> Graph:
-    """A GRAPH spelling loaded (planner.load.load_graph), or the Graph itself."""
+    """A GRAPH spelling loaded (planner.load.load_graph checks what it loads), or the Graph
+    itself, checked."""
     if isinstance(model, Graph):
-        return model
+        return check_graph(model)
     from planner.load import load_graph
 
     return load_graph(model, options.train_dropout)
