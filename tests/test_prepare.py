@@ -69,6 +69,8 @@ def test_the_graph_does_not_depend_on_the_target_and_its_plan_records_the_cores(
     chunked = ops(graph, "MatMul", "grad/layer1/weight/sum")
     assert len(chunked) > 1 and ops(on_xeon, "MatMul", "grad/layer1/weight/sum") == chunked
     assert ops(on_two, "MatMul", "grad/layer1/weight/sum") == ["grad/layer1/weight/sum"]
+    # Planning a planned graph again rewrites nothing more.
+    assert for_cores(on_two, 2) == on_two and for_cores(on_xeon, 28) == on_xeon
 
 
 @pytest.mark.parametrize("precision", ["fp32", "bf16-mixed"])
