@@ -37,9 +37,9 @@ def two_core_file(tmp_path_factory) -> str:
     return str(path)
 
 
-@pytest.mark.parametrize("flags", [["--train", "adam", "--lr", "0.05"],
-                                   ["--train", "sgd", "--precision", "bf16-mixed"]])
-@pytest.mark.parametrize("target", ["xeon-8180", "two-core file"])
+@pytest.mark.parametrize(("flags", "target"), [
+    (["--train", "adam", "--lr", "0.05"], "xeon-8180"),
+    (["--train", "sgd", "--precision", "bf16-mixed"], "two-core file")])
 def test_graph_then_plan_is_plan_train_byte_for_byte(tmp_path, capsys, flags, target,
                                                      two_core_file):
     target = two_core_file if target == "two-core file" else target
