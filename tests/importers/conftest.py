@@ -5,6 +5,7 @@ exporter, and each call gets its own copy of it."""
 from __future__ import annotations
 
 import copy
+import importlib
 
 import pytest
 
@@ -12,7 +13,8 @@ import pytest
 @pytest.fixture(autouse=True, scope="session")
 def export_once_per_module():
     try:
-        from planner.torch import trainer
+        # The module (the package's `trainer` is its function of that name).
+        trainer = importlib.import_module("planner.torch.trainer")
         from tests.importers.torch_step import tensor_digest
     except ImportError:  # no torch: nothing exports
         yield
