@@ -33,9 +33,15 @@ demo: $(VENV)/.installed-demo
 	$(PLANNER) verify generated/lenet-digits.host.plan.json
 	$(PY) examples/train_digits.py --check
 
+# What oneDNN's instruction set changes: the kernels, op by op, and the ONNX conformance
+# cases through the executor (the rest of tests/codegen runs the same kernels again).
+KERNEL_TESTS := tests/codegen/test_op_kernels.py tests/codegen/test_mixed_kernels.py \
+	tests/codegen/test_scaled_softmax_kernel.py tests/codegen/test_onnx_conformance.py \
+	tests/codegen/test_onnx_node_conformance.py
+
 test: $(VENV)/.installed-test
 	$(PY) -m pytest -q
-	ONEDNN_MAX_CPU_ISA=AVX2 $(PY) -m pytest -q tests/codegen -m "not slow"
+	ONEDNN_MAX_CPU_ISA=AVX2 $(PY) -m pytest -q $(KERNEL_TESTS) -m "not slow"
 
 lint: $(VENV)/.installed-test
 	$(VENV)/bin/ruff check planner codegen tests examples bench

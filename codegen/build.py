@@ -86,9 +86,10 @@ class BuildResult:
 
 
 def cache_root() -> Path:
-    """Where runtimes are built: $PLANNER_CACHE, else ~/.cache/planner."""
-    env = os.environ.get("PLANNER_CACHE")
-    return Path(env) if env else Path.home() / ".cache" / "planner"
+    """Where runtimes are built: $PLANNER_CACHE, else ~/.cache/planner (planner.files)."""
+    from planner.files import cache_root as planner_cache
+
+    return planner_cache()
 
 
 def venv_prefix() -> Path:

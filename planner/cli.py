@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import re
 import sys
@@ -59,61 +58,27 @@ def executor_measurers():
 # ---- planner graph --------------------------------------------------------------------------
 
 def add_graph_command(sub: Any) -> None:
-    from planner.load import LOSS_HELP
-    from planner.precision_cli import add_precision_flags
+    from planner.prepare_cli import add_graph_flags
 
     p = sub.add_parser(
         "graph", help="summarize a graph, convert it to graph JSON, or build its training graph",
         description="GRAPH is an ONNX file, a graph JSON file or a zoo spec such as "
                     "'zoo:resnet?depth=50&batch=32'.")
     p.add_argument("graph", metavar="GRAPH")
-    p.add_argument("--train", choices=["sgd", "momentum", "adam"],
-                   help="build the training graph (forward, backward, updates) with this optimizer")
-    p.add_argument("--train-dropout", action="store_true",
-                   help="ONNX: train the Dropouts a training-mode export wrote without a "
-                        "training flag (the import warns naming them)")
-    add_precision_flags(p)
-    p.add_argument("--lr", type=positive_number, default=None,
-                   help="learning rate of the optimizer")
-    p.add_argument("--loss", metavar="KIND[:OUTPUT][?OPTIONS]", help=LOSS_HELP)
+    add_graph_flags(p)
     p.add_argument("-o", "--output", metavar="FILE", help="write the graph as canonical JSON")
     p.add_argument("--force", action="store_true", help="overwrite an existing different FILE")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.set_defaults(run=run_graph)
 
 
-def positive_number(text: str) -> float:
-    """An argparse type: a finite number > 0 (argparse names the flag when it fails)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"{text!r} must be a finite number > 0")
-    return value
-
-
 def run_graph(args: argparse.Namespace) -> int:
+    from planner.graph.prepare import prepare
     from planner.graph.summary import summarize
-    from planner.load import load_graph, with_loss, write_text
-    from planner.precision_cli import loss_scaling
+    from planner.load import write_text
+    from planner.prepare_cli import graph_options
 
-    graph = with_loss(load_graph(args.graph, args.train_dropout), args.loss)
-    scaling = loss_scaling(args)
-    if args.train:
-        from planner.graph.autodiff import Optimizer, make_training_graph
-
-        opt = Optimizer(kind=args.train, **({"lr": args.lr} if args.lr is not None else {}))
-        graph = make_training_graph(graph, opt, precision=args.precision,
-                                    loss_scaling=scaling)
-    elif args.lr is not None:
-        raise UserError("--lr needs --train")
-    elif args.precision != "fp32":
-        raise UserError("--precision needs --train (a policy for training graphs)")
-    else:  # the inference graph `planner plan` makes (training graphs: autodiff's passes)
-        from planner.graph.inference import inference_rewrites
-
-        graph = inference_rewrites(graph)
+    graph = prepare(args.graph, graph_options(args))
     if args.output:
         write_text(args.output, graph.to_json(), force=args.force)
     summary = summarize(graph)

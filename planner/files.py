@@ -24,6 +24,13 @@ from pathlib import Path
 from planner.errors import UserError
 
 
+def cache_root() -> Path:
+    """The planner's cache folder (built runtimes, measured hosts): $PLANNER_CACHE, else
+    ~/.cache/planner."""
+    env = os.environ.get("PLANNER_CACHE")
+    return Path(env) if env else Path.home() / ".cache" / "planner"
+
+
 def atomic_write(path: str | Path, text: str | bytes) -> None:
     """Write `text` to `path` through a temporary file renamed over it (same folder, so the
     rename is atomic); the temporary file is removed when anything fails."""

@@ -31,13 +31,15 @@ from typing import Any, Literal
 
 from planner.costs import CostModel, CostTable
 from planner.errors import InfeasibleBudget
-from planner.graph.autodiff import Optimizer, make_training_graph
 from planner.graph.ir import Graph, Record
+from planner.graph.optimizer import Optimizer
+from planner.graph.options import GraphOptions
+from planner.graph.prepare import prepare
 from planner.limits import check_graph_fits
 from planner.memory.options import MemoryOptions
-from planner.pipeline import PlanOptions, decide, memory_of
+from planner.pipeline import PlanOptions, decide, memory_of, step_graph
 from planner.schedule.options import ScheduleOptions
-from planner.schedule.parallel import DataParallelOptions, data_parallel_graph
+from planner.schedule.parallel import DataParallelOptions
 from planner.target.records import Target
 from planner.zoo import ZooError, build, parse_spec
 from planner.zoo.resnet import BASIC
@@ -99,9 +101,12 @@ def peak_and_step(graph: Graph, model: CostModel, options: MemoryOptions,
 def fit(spec: str, target: Target, budget_bytes: int, vary: Vary = "batch",
         optimizer: str = "momentum", multiple: int = 1, table: CostTable | None = None,
         options: MemoryOptions | None = None, precision: str = "fp32",
-        data_parallel: DataParallelOptions | None = None) -> FitResult:
+        data_parallel: DataParallelOptions | None = None,
+        graph_options: GraphOptions | None = None) -> FitResult:
     """Search as in the module docstring. `spec` is a zoo spec (`zoo:resnet?batch=16`); its
-    other parameters stay fixed. Raises ValueError for a spec that cannot vary `vary`."""
+    other parameters stay fixed. Each value's graph is planner.graph.prepare's under
+    `graph_options` (default: a training graph with `optimizer` under `precision`). Raises
+    ValueError for a spec that cannot vary `vary`."""
     name, params = parse_spec(spec)
     if vary == "depth" and name != "resnet":
         raise ValueError(f"--vary depth grows a ResNet; {spec!r} is model {name!r}")
@@ -116,6 +121,8 @@ def fit(spec: str, target: Target, budget_bytes: int, vary: Vary = "batch",
         raise ValueError(f"budget {budget_bytes} bytes is more than the {memory_of(target)} "
                          f"bytes of memory of target {target.name!r}")
     options = (options or MemoryOptions()).model_copy(update={"budget_bytes": budget_bytes})
+    graph_options = graph_options or GraphOptions(optimizer=Optimizer(kind=optimizer),
+                                                  precision=precision)
     model = CostModel(target, table)
     trials: dict[int, Trial] = {}
 
@@ -127,11 +134,8 @@ def fit(spec: str, target: Target, budget_bytes: int, vary: Vary = "batch",
             return trials[k].fits
         value = value_of(k)
         try:
-            graph = make_training_graph(build(name, **{**params, vary: value}),
-                                        Optimizer(kind=optimizer), precision=precision,
-                                        cores=target.step_cores)
-            if data_parallel is not None:
-                graph = data_parallel_graph(graph, target, data_parallel)
+            graph = step_graph(prepare(build(name, **{**params, vary: value}), graph_options),
+                               target, data_parallel)
         except ZooError:  # past the zoo's limits (depth, sizes): too big to consider
             trials[k] = Trial(value=value, fits=False)
             return False

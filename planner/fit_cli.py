@@ -1,7 +1,7 @@
 """`planner fit` (planner.fit), and the memory options `plan` and `show` read.
 
-    planner fit GRAPH --target T --budget 11GiB [--vary batch|depth] [--train OPT]
-                [--precision P]
+    planner fit GRAPH --target T --budget 11GiB [--vary batch|depth] [graph flags: --train OPT
+                (default momentum) --lr --precision --loss --keep: planner/prepare_cli.py]
                 [--costs C] [--multiple N] [--json]
     planner fit GRAPH --target T --pareto [-o curve.json] [--plot curve.svg] [--measure N]
                 (planner.curve_cli: the step-time / budget curve)
@@ -26,7 +26,7 @@ from planner.errors import UserError
 
 def add_memory_commands(sub: Any) -> None:
     from planner.curve_cli import add_pareto_flags
-    from planner.precision_cli import add_precision_flags
+    from planner.prepare_cli import add_graph_flags
 
     f = sub.add_parser(
         "fit", help="the largest batch (or ResNet depth) whose plan fits a memory budget",
@@ -36,9 +36,7 @@ def add_memory_commands(sub: Any) -> None:
     f.add_argument("--target", required=True, help="preset name or target JSON file")
     f.add_argument("--budget", help="device bytes, e.g. 11GiB or 12e9 (needed but with --pareto)")
     f.add_argument("--vary", choices=["batch", "depth"], default="batch")
-    f.add_argument("--train", choices=["sgd", "momentum", "adam"], default="momentum",
-                   help="optimizer of the training graph (default: momentum)")
-    add_precision_flags(f, loss_scaling=False)
+    add_graph_flags(f, train="momentum")
     f.add_argument("--costs", help="cost table JSON (default: the analytical model)")
     f.add_argument("--multiple", type=int, default=1,
                    help="search batches in multiples of this (default 1)")
@@ -65,6 +63,7 @@ def parse_budget(text: str, flag: str = "--budget") -> int:
 def run_fit(args: argparse.Namespace) -> int:
     from planner.costs import load_table
     from planner.fit import fit
+    from planner.prepare_cli import graph_options
     from planner.target.presets import load_target
 
     if args.pareto:
@@ -85,6 +84,7 @@ def run_fit(args: argparse.Namespace) -> int:
     from planner.schedule.parallel import DataParallelOptions
 
     budget = parse_budget(args.budget)
+    graph = graph_options(args)
     target = load_target(args.target)
     try:
         dp = DataParallelOptions(ranks=args.data_parallel, shard_optimizer=args.shard_optimizer)
@@ -93,8 +93,8 @@ def run_fit(args: argparse.Namespace) -> int:
     table = load_table(args.costs) if args.costs else None
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        result = fit(args.graph, target, budget, args.vary, args.train, args.multiple, table,
-                     precision=args.precision, data_parallel=dp if dp.ranks > 1 else None)
+        result = fit(args.graph, target, budget, args.vary, multiple=args.multiple, table=table,
+                     data_parallel=dp if dp.ranks > 1 else None, graph_options=graph)
     if args.json:
         print(json.dumps(result.model_dump(mode="json"), indent=2, sort_keys=True))
         return 0

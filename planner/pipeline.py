@@ -1,6 +1,9 @@
 """The planner, as one function: graph + target + cost table + options -> Plan.
 
     plan(graph, target, costs, options):
+        graph    = step_graph(graph, target, ...)         # the rewrites that depend on the
+                                                          # target: the step's CPU cores, the
+                                                          # ranks' gradient all-reduces
         model    = CostModel(target, costs)               # price: every op's time per thread
                                                           # count, per conv algorithm
         backend  = BACKENDS[target.backend]               # CPU or GPU: decided here only
@@ -33,6 +36,7 @@ from planner import __version__
 from planner.collection import fewer_collections
 from planner.costs import CostModel, CostTable
 from planner.errors import InfeasibleBudget, PlanError
+from planner.graph.for_cores import for_cores
 from planner.graph.ir import Graph
 from planner.memory.decision import MemoryDecision
 from planner.memory.driver import cpu_memory
@@ -112,6 +116,16 @@ def memory_of(target: Target) -> int:
     """Bytes one step may use on the target's backend: host memory for a CPU target (even one
     that lists a GPU), the first GPU's for a CUDA target."""
     return BACKENDS[target.backend].memory_bytes(target)
+
+
+def step_graph(graph: Graph, target: Target,
+               data_parallel: DataParallelOptions | None = None) -> Graph:
+    """The graph a step on `target` runs: rewritten for its CPU cores (planner.graph.for_cores)
+    and, with ranks, with its gradient buckets' collectives (planner.schedule.parallel). A
+    planning decision, as the target is: the plan embeds this graph, and everything that
+    prices or plans a graph for a target (plan, fit, profile) calls this one function."""
+    graph = for_cores(graph, target.step_cores)
+    return data_parallel_graph(graph, target, data_parallel or DataParallelOptions())
 
 
 def decide(graph: Graph, target: Target, costs: CostTable | None = None,
@@ -198,7 +212,7 @@ def plan(graph: Graph, target: Target, costs: CostTable | None = None,
     from planner.limits import check_arena_fits, check_graph_fits
 
     options = options or PlanOptions()
-    graph = data_parallel_graph(graph, target, options.data_parallel)
+    graph = step_graph(graph, target, options.data_parallel)
     # Ranks that share a host: each plans for its share of the cores and memory
     # (planner.schedule.ranks); the plan still names the whole host's CPUs.
     # A GPU rank has its device to itself: nothing to share.

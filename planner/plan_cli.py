@@ -1,7 +1,7 @@
 """The `plan`, `show`, `diff` and `verify` commands (registered by `add_plan_commands`).
 
-    planner plan GRAPH --target T [--costs C] [--strategy S] [--train OPT] [--precision P]
-                 [--loss KIND[:OUT]] [--train-dropout]
+    planner plan GRAPH --target T [--costs C] [--strategy S] [graph flags: --train OPT
+                 --lr LR --precision P --loss KIND[:OUT] --keep NAMES --train-dropout]
                  [--intra N --inter M]
                  [--grid] [--min-team-us US] -o plan.json
     planner show PLAN [--json] [--timeline out.svg]
@@ -21,8 +21,7 @@ from planner.errors import UserError
 
 def add_plan_commands(sub: Any) -> None:
     from planner.decisions_cli import add_decision_flags
-    from planner.load import LOSS_HELP, kept_names
-    from planner.precision_cli import add_precision_flags
+    from planner.prepare_cli import add_graph_flags
 
     p = sub.add_parser("plan", help="schedule a graph on a target and write the plan")
     p.add_argument("graph", metavar="GRAPH")
@@ -31,16 +30,7 @@ def add_plan_commands(sub: Any) -> None:
                         "or target JSON file")
     p.add_argument("--costs", help="cost table JSON (default: the analytical model)")
     p.add_argument("--strategy", choices=["uniform", "paper", "optimized"], default="optimized")
-    p.add_argument("--train", choices=["sgd", "momentum", "adam"],
-                   help="plan the training graph built with this optimizer")
-    add_precision_flags(p)
-    p.add_argument("--loss", metavar="KIND[:OUTPUT][?OPTIONS]", help=LOSS_HELP)
-    p.add_argument("--keep", metavar="NAMES", type=kept_names,
-                   help="tensors (comma-separated) to keep to the step's end, so that the "
-                        "executor's step returns them: graph outputs, never reused memory")
-    p.add_argument("--train-dropout", action="store_true",
-                   help="ONNX: train the Dropouts a training-mode export wrote without a "
-                        "training flag (the import warns naming them)")
+    add_graph_flags(p)
     p.add_argument("--intra", type=int, help="uniform: threads per op")
     p.add_argument("--inter", type=int, help="uniform: ops at a time")
     p.add_argument("--grid", action="store_true", help="uniform: best of an intra x inter grid")
@@ -126,29 +116,17 @@ def _run_plan(args: argparse.Namespace) -> int:
     from planner.costs import load_table
     from planner.decisions_cli import memory_decisions
     from planner.fit_cli import parse_budget
-    from planner.load import load_graph, with_kept, with_loss, write_text
+    from planner.graph.prepare import prepare
+    from planner.load import write_text
     from planner.memory.options import MemoryOptions
     from planner.pipeline import PlanOptions, plan
-    from planner.precision_cli import loss_scaling
+    from planner.prepare_cli import graph_options
     from planner.schedule import ScheduleOptions
     from planner.schedule.parallel import DataParallelOptions
     from planner.target.presets import load_target
 
-    graph = with_loss(load_graph(args.graph, args.train_dropout), args.loss)
-    scaling = loss_scaling(args)
+    graph = prepare(args.graph, graph_options(args))
     target = load_target(args.target)
-    if args.train:
-        from planner.graph.autodiff import Optimizer, make_training_graph
-
-        graph = make_training_graph(graph, Optimizer(kind=args.train), precision=args.precision,
-                                    loss_scaling=scaling, cores=target.step_cores)
-    elif args.precision != "fp32":
-        raise UserError("--precision needs --train (a policy for training graphs)")
-    graph = with_kept(graph, args.keep)
-    if not args.train:  # after --keep: a kept intermediate stays (training graphs: autodiff)
-        from planner.graph.inference import inference_rewrites
-
-        graph = inference_rewrites(graph)
     table = load_table(args.costs) if args.costs else None
     budget = (parse_budget(args.memory_budget, "--memory-budget")
               if args.memory_budget is not None else None)
@@ -311,19 +289,29 @@ def run_verify(args: argparse.Namespace) -> int:
         embedded = _embedded_graph_problems(text)
         names, problems = embedded if embedded else (None, [])
     else:
-        from planner.graph.inference import inference_rewrites
-        from planner.load import load_graph
+        from planner.graph.for_cores import for_cores
+        from planner.graph.prepare import prepare
         from planner.plan import digest
 
-        graph = inference_rewrites(load_graph(args.graph))  # as `plan` rewrote it
-        names = [n.name for n in graph.nodes]
         data = json.loads(text) if text.strip().startswith("{") else {}
+        graph = for_cores(prepare(args.graph), _step_cores(data))  # as `plan` rewrote it
+        names = [n.name for n in graph.nodes]
         recorded = data.get("provenance", {}).get("graph_sha256")
         if recorded and recorded != digest(graph.to_json()):
             problems.append(f"plan was made for another graph (graph_sha256 {recorded[:12]} != "
                             f"{digest(graph.to_json())[:12]})")
     problems += verify_plan_text(text, names)
     return _report(args, problems)
+
+
+def _step_cores(data: Any) -> int | None:
+    """The physical cores a CPU plan's data names (its logical CPUs' cores); None for a GPU
+    plan or data that is no plan (verify_plan_text reports what is malformed)."""
+    try:
+        return (len(set(data["target"]["core_of"])) or None) if data["backend"] == "cpu" \
+            else None
+    except (KeyError, TypeError):
+        return None
 
 
 def _report(args: argparse.Namespace, problems: list[str]) -> int:

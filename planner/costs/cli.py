@@ -1,17 +1,19 @@
 """`planner profile` (measure this machine's kernels into a cost table) and `planner costs
 update` (fold an executor's measured op times back into one).
 
-    planner profile GRAPH --target host -o costs.json [--train OPT] [--interval N]
+    planner profile GRAPH --target host -o costs.json [graph flags] [--interval N]
                     [--repeats N] [--max-threads N] [--in-step]
-    planner profile GRAPH --target gpu -o costs.json [--train OPT] [--repeats N]
+    planner profile GRAPH --target gpu -o costs.json [graph flags] [--repeats N]
                     [--max-workspace BYTES]
     planner costs update COSTS --from-stats STATS.json --plan PLAN [-o OUT]
 
-Profiling runs the generated kernels of every op signature of GRAPH on this machine's CPUs
-(codegen.profiling, which planner/cli.py passes in as the Measurers: the planner's stages
-never import code generation), hill climbing over thread counts with compact and spread placements
-(planner.costs.profile). The table is written after every signature, so an interrupted run
-keeps what it measured and a second run resumes where it stopped. `--target gpu` measures on
+Profiling runs the generated kernels of every op signature of the graph that `planner plan`
+with the same graph flags (--train, --precision, --loss, ...: planner/prepare_cli.py) plans,
+on this machine's CPUs (codegen.profiling, which planner/cli.py passes in as the Measurers:
+the planner's stages never import code generation), hill climbing over thread counts with
+compact and spread placements (planner.costs.profile). The table is written after every
+signature, so an interrupted run keeps what it measured and a second run resumes where it
+stopped. `--target gpu` measures on
 this machine's first GPU instead (planner.costs.gpu_profile, codegen.gpu_profiling): every
 cuDNN algorithm of each convolution, each generated kernel at every threads-per-block variant,
 every other op alone; refused in one line where there is no GPU. `--in-step` measures every
@@ -37,6 +39,8 @@ from planner.errors import UserError
 def add_cost_commands(sub: Any, measurers: Callable[[], Any]) -> None:
     """`planner profile` and `planner costs update`; `measurers()` gives the
     planner.costs.profile.Measurers that run kernels (called only when profiling)."""
+    from planner.prepare_cli import add_graph_flags
+
     p = sub.add_parser("profile", help="measure the op kernels of a graph on this machine",
                        description="Runs the generated executor's kernels of every op "
                                    "signature of GRAPH on this machine's CPUs and writes the "
@@ -50,8 +54,7 @@ def add_cost_commands(sub: Any, measurers: Callable[[], Any]) -> None:
     p.add_argument("--target", default="host",
                    help="'host' (or a target JSON of this machine) for its CPUs, 'gpu' for its "
                         "first GPU: kernels run here")
-    p.add_argument("--train", choices=["sgd", "momentum", "adam"],
-                   help="profile the training graph built with this optimizer")
+    add_graph_flags(p)
     p.add_argument("-o", "--output", required=True, metavar="FILE",
                    help="the cost table; an existing table of this target is resumed")
     p.add_argument("--interval", type=int, default=None, help="thread-count step of the climb")
@@ -136,18 +139,13 @@ def _profile_inputs(args: argparse.Namespace, target):
 
 
 def _graph(args: argparse.Namespace, target):
-    from planner.load import load_graph
+    """The graph `planner plan` with the same flags plans on `target`: its kernels are the
+    ones the plan prices."""
+    from planner.graph.prepare import prepare
+    from planner.pipeline import step_graph
+    from planner.prepare_cli import graph_options
 
-    graph = load_graph(args.graph)
-    if args.train:
-        from planner.graph.autodiff import Optimizer, make_training_graph
-
-        # The graph `planner plan --train` makes for this target, chunked as there.
-        return make_training_graph(graph, Optimizer(kind=args.train),
-                                   cores=target.step_cores)
-    from planner.graph.inference import inference_rewrites
-
-    return inference_rewrites(graph)  # the inference graph `planner plan` makes
+    return step_graph(prepare(args.graph, graph_options(args)), target)
 
 
 def _resumed(output: str, target):

@@ -24,14 +24,13 @@
                      else (attention's head splits and merges, forward and backward), becomes
                      strides of those GEMMs (planner/graph/transpose_fold.py); after
                      mark_in_place, which would give a reshaped forward tensor its old record
-    copy_transposed_operands
-                     on a CPU (`cores` given), a transposed GEMM operand shared by short
-                     GEMMs (an RNN's recurrent weight) is copied once, not packed per call
-                     (planner/graph/transposed_operands.py); after fold_transposes, which would
-                     fold the copy back into the GEMMs
     apply_precision  the precision policy's casts (planner/graph/precision.py; fp32: none)
     fold_bias_adds   a BiasAdd over the last axis of a MatMul's output becomes the MatMul's
                      bias input (planner/graph/fold_bias.py)
+    for_cores        only with `cores` given: the rewrites a step on that many CPU cores
+                     gets (planner/graph/for_cores.py). The front end never gives it (a
+                     graph does not depend on the target): planning applies them
+                     (planner.pipeline.step_graph)
 
 Every node is added through GraphBuilder, so it passes the same shape rules as any graph as it is
 added; in-place order holds by construction (updates come last). The forward graph is validated
@@ -103,6 +102,7 @@ from dataclasses import dataclass, field
 from planner.dtypes import is_float
 from planner.graph.builder import GraphBuilder
 from planner.graph.fold_bias import fold_bias_adds
+from planner.graph.for_cores import for_cores
 from planner.graph.ir import Graph, Node, Tensor
 from planner.graph.lstm_grads import fold_lstm_dh_sums
 from planner.graph.optimizer import LossScaling, Optimizer
@@ -110,7 +110,6 @@ from planner.graph.precision import apply_precision
 from planner.graph.slice_grads import join_slice_gradients
 from planner.graph.softmax_fusion import fuse_softmax
 from planner.graph.transpose_fold import fold_transposes
-from planner.graph.transposed_operands import copy_transposed_operands
 from planner.graph.validate import GraphError, check_graph, check_loss, normalize_attrs
 from planner.graph.weight_grads import batch_weight_gradients
 from planner.ops import TensorType, get_op
@@ -148,9 +147,8 @@ def make_training_graph(graph: Graph, optimizer: Optimizer, precision: str = "fp
     depend on is left alone, as torch.optim skips parameters whose grad is None); `precision`,
     one of planner.graph.precision.PRECISIONS; `loss_scaling`, fp16-mixed's dynamic loss
     scaling (LossScaling() when None; ignored by the other policies); `cores`, the physical
-    cores the step will run on when known (`Target.step_cores`): an RNN's weight gradients are
-    chunked only where cores are left to overlap the chunks (planner/graph/weight_grads.py),
-    and CPU-only rewrites apply (copy_transposed_operands).
+    CPU cores the step will run on, for the graph as planned there
+    (planner.graph.for_cores; planning applies it itself, so the front end leaves it out).
     Returns: the training graph laid out as in the module docstring; its outputs are the
     forward graph's outputs.
     Raises: AutodiffError (no loss, no param reaches the loss, an op without a gradient rule
@@ -179,11 +177,9 @@ def make_training_graph(graph: Graph, optimizer: Optimizer, precision: str = "fp
                outputs=[f"update/{DROPOUT_STEP}"])
         updated[f"update/{DROPOUT_STEP}"] = DROPOUT_STEP
     marks = {**_running_stat_updates(graph), **updated}
-    built = _rewritten(b.build(outputs=graph.outputs, kind="training"), cores)
+    built = _rewritten(b.build(outputs=graph.outputs, kind="training"))
     built = fold_transposes(_mark_in_place(built, graph, marks))
-    if cores is not None:  # a CPU step
-        built = copy_transposed_operands(built)
-    return fold_bias_adds(apply_precision(built, precision))
+    return for_cores(fold_bias_adds(apply_precision(built, precision)), cores)
 
 
 def gradients(graph: Graph, wrt: Sequence[str] | None = None,
@@ -224,10 +220,9 @@ def gradients(graph: Graph, wrt: Sequence[str] | None = None,
     return fold_transposes(_mark_in_place(built, graph, {})), grads
 
 
-def _rewritten(built: Graph, cores: int | None = None) -> Graph:
+def _rewritten(built: Graph) -> Graph:
     """The differentiated graph after the rewrites that precede mark_in_place (module docstring)."""
-    return fuse_softmax(batch_weight_gradients(
-        join_slice_gradients(fold_lstm_dh_sums(built)), cores))
+    return fuse_softmax(batch_weight_gradients(join_slice_gradients(fold_lstm_dh_sums(built))))
 
 
 def find_loss(graph: Graph) -> str:

@@ -13,7 +13,8 @@ over U. (The backward-data GEMMs dY_t U read U without a transpose and keep read
 MIN_READERS rank-2 MatMuls whose A has at most MAX_ROWS rows (not transposed): a Transpose
 `<B>/transposed` (perm (1, 0)) goes right before the first of them, and they read its output
 with transpose_b off. Nothing else changes. For CPU executors only (a GPU's GEMM reads a
-transposed operand at no cost): make_training_graph runs it when the step's CPU cores are known.
+transposed operand at no cost): planning runs it on a CPU's training graphs
+(planner/graph/for_cores.py).
 
 Example:
     >>> from planner.graph.builder import GraphBuilder
@@ -78,7 +79,7 @@ def _short_transposed_gemm(graph: Graph, n: Node) -> bool:
     if (n.op != "MatMul" or not n.attrs.get("transpose_b") or n.attrs.get("transpose_a")
             or any(n.attrs.get(p) for p in ("perm_a", "perm_b", "perm_y"))):
         return False
-    a, b = (graph.tensor(i) for i in n.inputs)
+    a, b = (graph.tensor(i) for i in n.inputs[:2])  # a folded bias is the third
     return len(a.shape) == 2 and len(b.shape) == 2 and a.shape[0] <= MAX_ROWS
 
 

@@ -16,12 +16,12 @@ left after it is one chunk's GEMM and a sum of about sqrt(n) partials (n = 35: 6
 and a 6-way AddN instead of 35 GEMMs and a 35-way AddN).
 
 Chunks pay only where a core the recurrences leave idle runs them: each recurrence (one per sum,
-e.g. a BiLSTM's two directions) is a chain of small dependent ops that keeps about one core
-busy. With `cores` known and no more cores than sums, nothing can overlap the chunks, and they
-only add work (row Concats per chunk, weight-sized partials written and summed back: ~0.6 ms of
-a ~5 ms BiLSTM step on one or two cores, bench/results/2026-11-23-transformer-issue25.md), so
-every sum becomes one GEMM over all steps. `cores=None` (the step's cores unknown, as for a GPU)
-keeps the chunks.
+e.g. a BiLSTM's two directions) is a chain of small dependent ops that keeps about one core busy.
+On a CPU with no more cores than sums, nothing can overlap the chunks, and they only add work
+(row Concats per chunk, weight-sized partials written and summed back: ~0.6 ms of a ~5 ms
+BiLSTM step on one or two cores,
+bench/results/2026-11-23-transformer-issue25.md), so planning joins every sum's chunks into
+one GEMM over all steps (planner/graph/for_cores.py: the graph itself does not know its cores).
 
 `batch_weight_gradients` rewrites every AddN (role grad) whose inputs all come from such
 MatMuls (transpose_a, not transpose_b, no permuted view, rank 2, one dtype, each read by nothing
@@ -43,7 +43,8 @@ Example:
     >>> [(n.name, n.op) for n in g.nodes if n.name.startswith("grad/w/")]  # 2 steps: 1 chunk
     [('grad/w/sum/rows_a', 'Concat'), ('grad/w/sum/rows_b', 'Concat'), ('grad/w/sum', 'MatMul')]
 
-Nine steps: three chunks and a sum of their partials, or on one core one GEMM over all steps:
+Nine steps: three chunks and a sum of their partials, or, planned for one core
+(make_training_graph's `cores`, planner.graph.for_cores), one GEMM over all steps:
 
     >>> b = GraphBuilder("nine")
     >>> w, y = b.param("w", (3, 2), init="glorot"), b.input("y", (4, 2))
@@ -68,13 +69,11 @@ from planner.graph.ir import Graph, Node, Tensor
 from planner.ops.matmul import PERMS
 
 
-def batch_weight_gradients(graph: Graph, cores: int | None = None) -> Graph:
-    """The graph with each sum of A_t^T dY_t GEMMs computed in chunked GEMMs, or in one GEMM
-    each when the step runs on `cores` <= the number of sums (see above)."""
+def batch_weight_gradients(graph: Graph) -> Graph:
+    """The graph with each sum of A_t^T dY_t GEMMs computed in chunked GEMMs (see above)."""
     sums = {n.name: parts for n in graph.nodes if (parts := _gemm_parts(graph, n))}
     if not sums:
         return graph
-    whole = cores is not None and cores <= len(sums)
     position = {n.name: k for k, n in enumerate(graph.nodes)}
     # The last MatMul of each chunk -> (the sum node, the chunk's MatMuls, the chunk's GEMM name).
     chunk_at: dict[str, tuple[Node, list[Node], str]] = {}
@@ -82,7 +81,7 @@ def batch_weight_gradients(graph: Graph, cores: int | None = None) -> Graph:
     for name, parts in sums.items():
         node = graph.node_map[name]
         parts = sorted(parts, key=lambda p: position[p.name])
-        size = len(parts) if whole else math.ceil(math.sqrt(len(parts)))
+        size = math.ceil(math.sqrt(len(parts)))
         chunks = [parts[k:k + size] for k in range(0, len(parts), size)]
         gemms = ([node.outputs[0]] if len(chunks) == 1
                  else [f"{name}/gemm{c}" for c in range(len(chunks))])

@@ -22,7 +22,12 @@ def add_target_commands(subparsers: Any) -> None:
     sub = p.add_subparsers(dest="target_command", required=True, metavar="SUBCOMMAND")
 
     d = sub.add_parser("detect", help="read this host's topology and measure its peaks "
-                                      "(a few seconds)")
+                                      "(a few seconds), kept for `--target host`",
+                       description="Measures this machine's peaks again and keeps them, "
+                                   "rounded, in the cache ($PLANNER_CACHE, default "
+                                   "~/.cache/planner): every `--target host` reads them, so "
+                                   "the same command gives the same plan "
+                                   "(planner.target.host_cache).")
     d.add_argument("--json", action="store_true", help="print the target as canonical JSON")
     d.add_argument("--no-measure", action="store_true",
                    help="estimate peaks from clock and SIMD flags instead of timing")
@@ -41,7 +46,7 @@ def add_target_commands(subparsers: Any) -> None:
 
 
 def run_detect(args: argparse.Namespace) -> int:
-    target = detect(measure=not args.no_measure)
+    target = detect(measure=not args.no_measure, refresh=True)
     if args.output:
         from planner.load import write_text
 

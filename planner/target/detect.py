@@ -10,8 +10,10 @@ fallback taken is said in `Target.notes`):
     NUMA node        /sys/devices/system/node        -> node 0
     host memory      /proc/meminfo                   -> os.sysconf
     GPUs             nvidia-smi (+ libcuda for SMs and memory bus) -> none
-    peaks            measured (planner.target.measure) or, with measure=False, estimated;
-                     FLOP/s: the better of an all-core GEMM and cores x a one-core GEMM
+    peaks            measured (planner.target.measure) once per machine and kept, rounded
+                     (planner.target.host_cache; refresh=True measures again), or, with
+                     measure=False, estimated; FLOP/s: the better of an all-core GEMM and
+                     cores x a one-core GEMM
 
 The cache-sharing group is the smallest cache level shared by more than one core but not by all
 of them (a KNL tile's L2, one socket's L3 on a two-socket Xeon); where no level is (every core
@@ -31,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from planner import __version__
+from planner.target.host_cache import HostMeasurement, kept_measurement, machine_key
 from planner.target.measure import can_limit_blas_threads, gemm_flops, stream_bandwidth
 from planner.target.records import CPU, GPU, LogicalCPU, Target, TargetProvenance
 
@@ -431,10 +434,12 @@ def cpu_math_peaks(cores: int, mhz: float, flags: frozenset[str],
 
 
 def detect(measure: bool = True, sys_root: Path = Path("/sys"), proc_root: Path = Path("/proc"),
-           nvidia_smi: str = "nvidia-smi", budget_s: float = 0.5) -> Target:
+           nvidia_smi: str = "nvidia-smi", budget_s: float = 0.5, refresh: bool = False) -> Target:
     """This host as a Target named "host". With measure=False, peaks are estimated (no timing).
 
-    `budget_s` bounds each of the three measurements (one-core and all-core bandwidth, GEMM).
+    Measured peaks are this machine's kept measurement (planner.target.host_cache): measured
+    when there is none or with `refresh`, `budget_s` bounding each of its measurements
+    (one-core and all-core bandwidth, GEMM).
     """
     allowed = set(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
     topo = read_topology(sys_root, _read(proc_root / "cpuinfo"), allowed)
@@ -443,26 +448,29 @@ def detect(measure: bool = True, sys_root: Path = Path("/sys"), proc_root: Path 
     if note:
         notes.append(note)
     cores = len({c.core for c in topo.logical_cpus})
-    estimate = estimated_peak_flops(cores, topo.mhz, topo.flags)
+    mhz = topo.mhz
     if measure:
-        per_thread = max(8 * MiB, min(64 * MiB, (512 * MiB) // cores))
-        core_bw = stream_bandwidth(1, per_thread, budget_s)
-        all_bw = max(stream_bandwidth(cores, per_thread, budget_s), core_bw)
-        # Other processes only ever slow a measurement down, and they hurt the all-core run
-        # most: take the better of all cores together and cores x one core.
-        all_flops = gemm_flops(1024, budget_s)
-        one_flops = gemm_flops(1024, budget_s, threads=1) if can_limit_blas_threads() else 0.0
-        flops = max(all_flops, cores * one_flops)
-        notes.append(f"peaks measured: numpy float32 GEMM {all_flops / 1e9:.1f} GFLOP/s on all "
-                     f"cores, {one_flops / 1e9:.1f} on one (datasheet-style estimate "
-                     f"{estimate / 1e9:.1f}); streaming c = a + b on 1 and {cores} threads")
+        key = machine_key(topo.model, topo.flags, topo.logical_cpus, topo.cache_group_level,
+                          topo.cache_group_bytes)
+        m = kept_measurement(key, lambda: _measure(cores, topo.mhz, budget_s), refresh)
+        mhz, core_bw = m.mhz, m.core_bandwidth
+        all_bw = m.memory_bandwidth
+        flops = max(m.gemm_flops_all_cores, cores * m.gemm_flops_one_core)
+        estimate = estimated_peak_flops(cores, mhz, topo.flags)
+        notes.append(f"peaks measured: numpy float32 GEMM "
+                     f"{m.gemm_flops_all_cores / 1e9:.1f} GFLOP/s on all cores, "
+                     f"{m.gemm_flops_one_core / 1e9:.1f} on one (datasheet-style estimate "
+                     f"{estimate / 1e9:.1f}); streaming c = a + b on 1 and {cores} threads; "
+                     f"kept, rounded to 2 significant figures (planner target detect "
+                     f"measures again)")
     else:
+        estimate = estimated_peak_flops(cores, mhz, topo.flags)
         core_bw, all_bw, flops = 10e9, 10e9 * min(cores, 4), estimate
         notes.append("peaks estimated, not measured: 10 GB/s per core up to 4 cores, "
                      "FLOP/s from clock and SIMD flags")
     gpus, gpu_notes = detect_gpus(memory, nvidia_smi)
     notes.extend(gpu_notes)
-    math_peaks = cpu_math_peaks(cores, topo.mhz, topo.flags, flops)
+    math_peaks = cpu_math_peaks(cores, mhz, topo.flags, flops)
     if math_peaks:
         notes.append(f"bfloat16 peak {math_peaks['bfloat16'] / 1e9:.1f} GFLOP/s from the ISA "
                      f"flags ({'amx_bf16' if 'amx_bf16' in topo.flags else 'avx512_bf16'}), "
@@ -470,8 +478,26 @@ def detect(measure: bool = True, sys_root: Path = Path("/sys"), proc_root: Path 
     cpu = CPU(model=topo.model, peak_flops=flops, math_peak_flops=math_peaks,
               memory_bandwidth=all_bw, core_bandwidth=core_bw,
               cache_group_level=topo.cache_group_level, cache_group_bytes=topo.cache_group_bytes)
-    date = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     return Target(name="host", description=f"detected: {topo.model}", host_memory_bytes=memory,
                   cpu=cpu, logical_cpus=topo.logical_cpus, gpus=tuple(gpus), notes=tuple(notes),
-                  provenance=TargetProvenance(tool=f"planner {__version__}", date=date,
+                  provenance=TargetProvenance(tool=f"planner {__version__}",
+                                              date=m.date if measure else _now(),
                                               method="measured" if measure else "estimated"))
+
+
+def _measure(cores: int, mhz: float, budget_s: float) -> HostMeasurement:
+    """This machine's bandwidths and GEMM FLOP/s, now (planner.target.measure)."""
+    per_thread = max(8 * MiB, min(64 * MiB, (512 * MiB) // cores))
+    core_bw = stream_bandwidth(1, per_thread, budget_s)
+    # Other processes only ever slow a measurement down, and they hurt the all-core run
+    # most: take the better of all cores together and cores x one core.
+    all_bw = max(stream_bandwidth(cores, per_thread, budget_s), core_bw)
+    all_flops = gemm_flops(1024, budget_s)
+    one_flops = gemm_flops(1024, budget_s, threads=1) if can_limit_blas_threads() else 0.0
+    return HostMeasurement(core_bandwidth=core_bw, memory_bandwidth=all_bw,
+                           gemm_flops_all_cores=all_flops, gemm_flops_one_core=one_flops,
+                           mhz=mhz, date=_now())
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

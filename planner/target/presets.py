@@ -183,9 +183,9 @@ def preset(name: str) -> Target:
 
 
 def load_target(spec: str) -> Target:
-    """A preset name, `host` (this machine, detected and measured now), `gpu` (this machine's
-    first GPU: plans for the CUDA executor), or the path of a target JSON file (as `planner
-    target detect --json` writes).
+    """A preset name, `host` (this machine, detected, its peaks as measured once and kept:
+    planner.target.host_cache), `gpu` (this machine's first GPU: plans for the CUDA
+    executor), or the path of a target JSON file (as `planner target detect --json` writes).
 
     Raises UserError naming the file and field, or listing the presets for an unknown name.
     """

@@ -202,8 +202,9 @@ class Target(Record):
 
     @property
     def step_cores(self) -> int | None:
-        """The physical cores a training step runs on, for make_training_graph's `cores`: a CPU
-        target's cores (a host sliced to N CPUs has those), None for a GPU's step."""
+        """The physical cores a training step runs on, for the rewrites planning makes for them
+        (planner.graph.for_cores): a CPU target's cores (a host sliced to N CPUs has those),
+        None for a GPU's step."""
         return self.cores if self.backend == "cpu" else None
 
     @cached_property

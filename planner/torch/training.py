@@ -143,7 +143,9 @@ def trainer(module: Any, example_inputs: Sequence[Any], loss: Callable | None,
     from codegen.build import build
     from codegen.load import load
     from codegen.render import render
-    from planner.graph import Optimizer, init_params, make_training_graph
+    from planner.graph import Optimizer, init_params
+    from planner.graph.options import GraphOptions
+    from planner.graph.prepare import prepare
     from planner.pipeline import plan
     from planner.target.presets import load_target
 
@@ -151,10 +153,10 @@ def trainer(module: Any, example_inputs: Sequence[Any], loss: Callable | None,
     imported = convert(export(module, example_inputs, loss, labels),
                        name=type(module).__name__, module_root=PREFIX.rstrip("."))
     chosen = load_target(target)
-    graph = make_training_graph(imported.graph, settings, cores=chosen.step_cores)
     with warnings.catch_warnings():  # costs from the analytical model unless profiled
         warnings.simplefilter("ignore")
-        planned = plan(graph, chosen)
+        planned = plan(prepare(imported.graph, GraphOptions(optimizer=settings)), chosen)
+    graph = planned.graph  # as the step's cores rewrote it: the graph the executor runs
     name = "torch_" + hashlib.sha256(planned.to_json().encode()).hexdigest()[:16]
     folder = Path(out_dir) if out_dir is not None else Path(tempfile.mkdtemp(prefix="planner-"))
     module_py = load(build(render(planned, folder / name)).dir)

@@ -21,9 +21,12 @@ import pytest
 from planner.graph.autodiff import make_training_graph
 from planner.graph.interpret import random_feeds, train_step, widened
 from planner.graph.optimizer import Optimizer
+from planner.pipeline import step_graph
+from planner.target.detect import detect
 from planner.zoo import build
 from tests.codegen.helpers import (
     build_module,
+    gpu_test_target,
     node_errors,
     rel_error,
     start_state,
@@ -59,6 +62,9 @@ def check_training_step(model: str, folder, backend: str, tol: float, **options)
     """One step of `model`'s executor on `backend` against the numpy reference (module
     docstring); `options` go to the executor (streams, cuda_graph)."""
     graph = make_training_graph(build(model, **MODELS[model]), Optimizer(kind="sgd", lr=0.1))
+    # As planned for the target (planner.pipeline.step_graph: its CPU cores' rewrites): every
+    # node the executor runs is compared.
+    graph = step_graph(graph, detect() if backend == "cpu" else gpu_test_target())
     module = build_module(graph, folder, backend)
     state = start_state(graph)
     feeds = random_feeds(graph, seed=2)

@@ -11,6 +11,7 @@ import pytest
 
 from planner.graph import GraphBuilder, check_graph
 from planner.graph.autodiff import make_training_graph
+from planner.graph.for_cores import for_cores
 from planner.graph.interpret import random_feeds, run
 from planner.graph.ir import Graph
 from planner.graph.optimizer import Optimizer
@@ -83,13 +84,14 @@ def two_sums(steps: int) -> Graph:
                         {"transpose_a": True}, name=f"{d}/dw{t}", role="grad")[0]
                  for t in range(steps)]
         totals.append(b.op_n("AddN", parts, name=f"{d}/sum", role="grad")[0])
-    return b.build(outputs=totals)
+    return b.build(outputs=totals, kind="training")
 
 
 @pytest.mark.parametrize(("cores", "gemms"), [(None, 3), (1, 1), (2, 1), (3, 3), (64, 3)])
 def test_one_gemm_per_sum_where_no_core_is_left_for_chunks(cores, gemms) -> None:
     g = two_sums(9)
-    fused = check_graph(batch_weight_gradients(g, cores))
+    # The chunks, then as planned for the step's cores (planner/graph/for_cores.py).
+    fused = check_graph(for_cores(batch_weight_gradients(g), cores))
     for d in ("fw", "bw"):
         total = fused.node_map[f"{d}/sum"]
         assert total.op == ("MatMul" if gemms == 1 else "AddN")

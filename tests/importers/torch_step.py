@@ -16,6 +16,7 @@ kept the ratio and the mask scaling forward and backward.
 from __future__ import annotations
 
 import copy
+import hashlib
 import io
 import warnings
 from dataclasses import dataclass
@@ -45,8 +46,34 @@ class PlannerDropout(nn.Module):
         return x * torch.from_numpy(keep).to(x.dtype) / (1.0 - self.rate)
 
 
+# Exports made in this test run, by what they are a function of (module structure and
+# values, input, exporter, opset): the same seeded model is exported by the reference test,
+# the executor test and others, and each export takes seconds.
+_EXPORTS: dict[tuple, bytes] = {}
+
+
 def export(model: nn.Module, x: torch.Tensor, dynamo: bool = False, opset: int = 17) -> bytes:
-    """The training-mode ONNX export of `model` (legacy or dynamo exporter)."""
+    """The training-mode ONNX export of `model` (legacy or dynamo exporter); made once per
+    test run for equal inputs."""
+    key = (repr(model), tensor_digest(model.state_dict().values()), tensor_digest([x]), dynamo,
+           opset)
+    if key not in _EXPORTS:
+        _EXPORTS[key] = _export(model, x, dynamo, opset)
+    return _EXPORTS[key]
+
+
+def tensor_digest(tensors) -> tuple:
+    """(shapes and dtypes, sha256 of the bytes) of tensors: equal values, equal digests."""
+    h = hashlib.sha256()
+    shapes = []
+    for t in tensors:
+        a = t.detach().cpu().contiguous().numpy()
+        shapes.append((tuple(a.shape), str(a.dtype)))
+        h.update(a.tobytes())
+    return tuple(shapes), h.hexdigest()
+
+
+def _export(model: nn.Module, x: torch.Tensor, dynamo: bool, opset: int) -> bytes:
     model = copy.deepcopy(model).train()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

@@ -103,7 +103,19 @@ def test_shape_errors_name_the_op_and_the_rule():
         grad.infer([TensorType((2, 4)), TensorType((4, 2))], grad.normalize_attrs({}))
 
 
-def test_flops_count_the_scale_and_the_mask():
-    op, t = get_op("ScaledSoftmax"), TensorType((2, 3, 4))
-    assert op.flops([t], [t], op.normalize_attrs({"causal": True})) == 7 * 24
-    assert op.flops([t], [t], op.normalize_attrs({})) == 6 * 24
+@pytest.mark.parametrize("causal", [True, False])
+def test_flops_are_those_of_the_chain_it_fuses(causal):
+    """The fused op does the work of Scale -> CausalMask -> Softmax (and its gradient that of
+    SoftmaxGrad -> CausalMask -> Scale), each counted by its own op's definition."""
+    t = TensorType((2, 3, 4))
+
+    def flops(name: str, attrs: dict, arity: int = 1) -> int:
+        op = get_op(name)
+        return op.flops([t] * arity, [t], op.normalize_attrs(attrs))
+
+    scale = flops("Scale", {"factor": 0.5})
+    mask = flops("CausalMask", {"value": 0.0}) if causal else 0
+    assert flops("ScaledSoftmax", {"causal": causal}) == (
+        scale + mask + flops("Softmax", {"axis": -1}))
+    assert flops("ScaledSoftmaxGrad", {"causal": causal}, 2) == (
+        flops("SoftmaxGrad", {"axis": -1}, 2) + mask + scale)

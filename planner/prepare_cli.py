@@ -1,0 +1,82 @@
+"""The flags of planner.graph.GraphOptions, added to every command that makes a graph (`graph`,
+`plan`, `profile`, `fit`) by one function, and read back into the record by another.
+
+    --train OPT            sgd | momentum | adam: the training graph (default: inference; fit:
+                           momentum)
+    --lr LR                the optimizer's learning rate (default per optimizer)
+    --loss KIND[:OUTPUT]   a loss attached to an output, with a new label input
+    --keep NAMES           tensors kept to the step's end, returned by the executor's step
+    --train-dropout        ONNX: the Dropouts a training-mode export left without a flag train
+    --precision P, --loss-scale-*, --no-loss-scaling     (planner/precision_cli.py)
+
+Example:
+    >>> import argparse
+    >>> p = argparse.ArgumentParser()
+    >>> add_graph_flags(p)
+    >>> o = graph_options(p.parse_args(["--train", "adam", "--lr", "0.1", "--keep", "a,b"]))
+    >>> o.optimizer.kind, o.optimizer.lr, o.keep
+    ('adam', 0.1, ('a', 'b'))
+    >>> graph_options(p.parse_args([])).training
+    False
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from typing import Any
+
+from planner.errors import UserError
+
+OPTIMIZERS = ("sgd", "momentum", "adam")
+
+
+def add_graph_flags(p: argparse.ArgumentParser, train: str | None = None) -> None:
+    """GraphOptions' flags on command `p`; `train`: its default optimizer (None: inference)."""
+    from planner.load import LOSS_HELP, kept_names
+    from planner.precision_cli import add_precision_flags
+
+    p.add_argument("--train", choices=OPTIMIZERS, default=train,
+                   help="the training graph (forward, backward, updates) with this optimizer"
+                        + (f" (default: {train})" if train else ""))
+    p.add_argument("--lr", type=positive_number, default=None,
+                   help="learning rate of the optimizer (default: per optimizer)")
+    p.add_argument("--loss", metavar="KIND[:OUTPUT][?OPTIONS]", help=LOSS_HELP)
+    p.add_argument("--keep", metavar="NAMES", type=kept_names,
+                   help="tensors (comma-separated) to keep to the step's end, so that the "
+                        "executor's step returns them: graph outputs, never reused memory")
+    p.add_argument("--train-dropout", action="store_true",
+                   help="ONNX: train the Dropouts a training-mode export wrote without a "
+                        "training flag (the import warns naming them)")
+    add_precision_flags(p)
+
+
+def graph_options(args: argparse.Namespace) -> Any:
+    """The GraphOptions the flags ask for; UserError naming the flag when they contradict."""
+    from pydantic import ValidationError
+
+    from planner.graph.optimizer import Optimizer
+    from planner.graph.options import GraphOptions
+    from planner.precision_cli import loss_scaling
+
+    if args.train is None and args.lr is not None:
+        raise UserError("--lr needs --train")
+    scaling = loss_scaling(args)
+    try:
+        return GraphOptions(
+            optimizer=Optimizer.parse(args.train, lr=args.lr) if args.train else None,
+            precision=args.precision, loss_scaling=scaling, loss=args.loss,
+            keep=tuple(args.keep or ()), train_dropout=args.train_dropout)
+    except ValidationError as e:
+        raise UserError(e.errors()[0]["msg"].removeprefix("Value error, ")) from None
+
+
+def positive_number(text: str) -> float:
+    """An argparse type: a finite number > 0 (argparse names the flag when it fails)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"{text!r} must be a finite number > 0")
+    return value

@@ -1,0 +1,102 @@
+"""What host detection measures, measured once per machine and kept: the same command on the
+same machine gives the same Target, so the same plan, byte for byte.
+
+Measuring (planner.target.measure: stream bandwidth on one and all cores, a GEMM on one and
+all cores, ~2-3 s) gives a slightly different number every run, and the planner's decisions
+(thread counts, co-running, the allocator) follow those numbers: two plans a minute apart
+differed. So the numbers are measured once and written to the cache folder ($PLANNER_CACHE,
+default ~/.cache/planner) under `hosts/<machine>.json`, where <machine> is a digest of what
+identifies the machine to the planner: the CPU model and ISA flags, the logical CPUs'
+topology (cores, packages, cache groups, NUMA nodes) and the CPUs this process may run on (a
+process pinned to fewer CPUs is another machine). `planner target detect` measures again and
+replaces the entry; every other command (`--target host`) reads it, measuring only when there
+is none (or it cannot be read).
+
+The values kept are rounded to two significant figures (12.3 GB/s -> 12 GB/s, 146 GFLOP/s ->
+150 GFLOP/s): run-to-run noise is a few percent, and a plan made from a re-measured entry
+changes only where the machine really did. The clock (cpu MHz of /proc/cpuinfo, which
+frequency scaling moves) is kept with them.
+
+Example:
+    >>> two_figures(12_345_678_901.0), two_figures(146e9), two_figures(0.0)
+    (12000000000.0, 150000000000.0, 0.0)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+from collections.abc import Callable
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from planner.files import atomic_write, cache_root, folder_lock
+from planner.graph.ir import canonical_json
+from planner.records import Record
+from planner.target.records import LogicalCPU
+
+
+class HostMeasurement(Record):
+    """The numbers detection measures on a machine (module docstring), rounded, and when."""
+
+    core_bandwidth: float
+    memory_bandwidth: float
+    gemm_flops_all_cores: float
+    gemm_flops_one_core: float
+    mhz: float
+    date: str
+
+    def rounded(self) -> HostMeasurement:
+        return self.model_copy(update={k: two_figures(v) for k, v in self.__dict__.items()
+                                       if isinstance(v, float)})
+
+
+def two_figures(x: float) -> float:
+    """`x` rounded to two significant figures."""
+    return float(f"{x:.2g}")
+
+
+def machine_key(model: str, flags: frozenset[str], logical_cpus: tuple[LogicalCPU, ...],
+                cache_group_level: int, cache_group_bytes: int) -> str:
+    """Digest of what identifies the machine (module docstring); the logical CPUs are those
+    this process may run on."""
+    data = {"model": model, "flags": sorted(flags),
+            "logical_cpus": [c.model_dump(mode="json") for c in logical_cpus],
+            "cache_group": [cache_group_level, cache_group_bytes]}
+    return hashlib.sha256(canonical_json(data).encode()).hexdigest()[:32]
+
+
+def entry_path(key: str) -> Path:
+    return cache_root() / "hosts" / f"{key}.json"
+
+
+def kept_measurement(key: str, measure: Callable[[], HostMeasurement],
+                     refresh: bool = False) -> HostMeasurement:
+    """The machine's kept measurement; measured (and kept, rounded) when there is none, it
+    cannot be read, or `refresh`. Processes detecting at once take turns: one measures, the
+    others read what it kept."""
+    path = entry_path(key)
+    try:
+        lock = folder_lock(path)
+        lock.__enter__()
+    except OSError:  # no cache folder can be made: this run's numbers, measured each time
+        return measure().rounded()
+    with contextlib.ExitStack() as held:
+        held.push(lock)
+        if not refresh:
+            kept = _read(path)
+            if kept is not None:
+                return kept
+        measured = measure().rounded()
+        with contextlib.suppress(OSError):  # a read-only cache: as above
+            atomic_write(path, measured.model_dump_json(indent=2) + "\n")
+        return measured
+
+
+def _read(path: Path) -> HostMeasurement | None:
+    try:
+        return HostMeasurement.model_validate_json(path.read_bytes()).rounded()
+    except (OSError, ValidationError, ValueError):
+        return None
+

@@ -1,0 +1,38 @@
+"""One torch.export per module per test run: planner.torch.trainer exports the same seeded
+module for every optimizer a test tries (seconds each); the program is made once, by the real
+exporter, and each call gets its own copy of it."""
+
+from __future__ import annotations
+
+import copy
+import importlib
+
+import pytest
+
+
+@pytest.fixture(autouse=True, scope="session")
+def export_once_per_module():
+    try:
+        # The module (the package's `trainer` is its function of that name).
+        trainer = importlib.import_module("planner.torch.trainer")
+        from tests.importers.torch_step import tensor_digest
+    except ImportError:  # no torch: nothing exports
+        yield
+        return
+    real = trainer.export
+    made: dict[tuple, object] = {}
+
+    def export(module, inputs, loss, labels):
+        # What the program is a function of: structure, mode, values, inputs, the loss.
+        key = (repr(module), module.training, tensor_digest(module.state_dict().values()),
+               tensor_digest(inputs), loss,
+               None if labels is None else tensor_digest([labels]))
+        if key not in made:
+            # Copied at once: the program holds the module's own parameters, which the
+            # caller may change later.
+            made[key] = copy.deepcopy(real(module, inputs, loss, labels))
+        return copy.deepcopy(made[key])
+
+    trainer.export = export
+    yield
+    trainer.export = real
