@@ -40,10 +40,17 @@ def build_parser() -> argparse.ArgumentParser:
     add_target_commands(sub)
     add_plan_commands(sub)
     add_build_commands(sub)
-    add_memory_commands(sub)
+    add_memory_commands(sub, measure_plans)
     add_explain_command(sub)
     add_cost_commands(sub, executor_measurers)
     return parser
+
+
+def measure_plans(plans: list, steps: int) -> list[dict[str, float]]:
+    """`planner fit --pareto --measure`: the plans built and stepped (codegen.measure)."""
+    from codegen.measure import measure_plans as run
+
+    return run(plans, steps)
 
 
 def executor_measurers():

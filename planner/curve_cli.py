@@ -10,17 +10,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
-import tempfile
-import time
-import warnings
 from typing import Any
 
 from planner.errors import UserError
 
 
-def add_pareto_flags(f: Any) -> None:
-    """The curve's flags on the `fit` parser (its --budget is then not needed)."""
+def add_pareto_flags(f: Any, measure_plans: Any = None) -> None:
+    """The curve's flags on the `fit` parser (its --budget is then not needed); `measure_plans`
+    (plans, steps) -> measurements is what `--measure` runs them with: codegen.measure, which
+    planner/cli.py passes in (command modules never import codegen themselves)."""
+    f.set_defaults(measure_plans=measure_plans)
     f.add_argument("--pareto", action="store_true",
                    help="the curve of predicted step time against memory budget, one plan per "
                         "point, from the smallest feasible budget to the unconstrained arena "
@@ -58,9 +57,11 @@ def run_pareto(args: argparse.Namespace) -> int:
     from planner.costs import load_table
     from planner.curve import budget_curve, curve_svg, format_curve
     from planner.decisions_cli import memory_decisions
-    from planner.load import load_graph, write_text
+    from planner.graph.prepare import prepare
+    from planner.load import write_text
     from planner.memory.options import MemoryOptions
     from planner.pipeline import PlanOptions
+    from planner.prepare_cli import graph_options
     from planner.target.presets import load_target
 
     if args.points < 2:
@@ -71,12 +72,7 @@ def run_pareto(args: argparse.Namespace) -> int:
     if args.measure and target.backend != "cpu":
         raise UserError(f"--measure runs the CPU executor; target {target.name!r} is "
                         f"{target.backend}")
-    graph = load_graph(args.graph)
-    if graph.kind != "training":
-        from planner.graph.autodiff import Optimizer, make_training_graph
-
-        graph = make_training_graph(graph, Optimizer(kind=args.train), precision=args.precision,
-                                    cores=target.step_cores)
+    graph = prepare(args.graph, graph_options(args))
     table = load_table(args.costs) if args.costs else None
     options = PlanOptions(memory=MemoryOptions(offload=not args.no_offload,
                                                **memory_decisions(args)))
@@ -90,7 +86,7 @@ def run_pareto(args: argparse.Namespace) -> int:
     if args.measure:
         shas = list(dict.fromkeys(curve.points[i].plan_sha256
                                   for i in chosen(len(curve.points), args.measure)))
-        measured = dict(zip(shas, measure([result.plans[s] for s in shas], args.steps),
+        measured = dict(zip(shas, args.measure_plans([result.plans[s] for s in shas], args.steps),
                             strict=True))
     if args.json:
         print(json.dumps({"curve": curve.model_dump(mode="json"), "measured": measured},
@@ -103,37 +99,6 @@ def run_pareto(args: argparse.Namespace) -> int:
         if path:
             print(f"wrote {path}")
     return 0
-
-
-def measure(plans: list, steps: int) -> list[dict[str, float]]:
-    """Build each plan's CPU executor in a temporary folder, warm it (3 steps), then run the
-    executors in turn, one step each, `steps` times (a shared machine's load then falls on
-    all alike): per plan the median step and its spread (min, max), and what the executor
-    holds: its arena, host store, and scratch a kernel needed beyond its planned area."""
-    from codegen.load import load
-    from codegen.package import build_package
-    from planner.graph.interpret import init_params, random_feeds
-
-    with tempfile.TemporaryDirectory(prefix="curve-") as tmp, warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        executors, feeds = [], []
-        for k, plan in enumerate(plans):
-            _, built = build_package(plan, f"{tmp}/executor{k}")
-            ex = load(built.dir).Executor()
-            ex.load_params(init_params(plan.graph, seed=0))
-            feeds.append(random_feeds(plan.graph, seed=1))
-            for _ in range(3):
-                ex.step(feeds[k])
-            executors.append(ex)
-        times: list[list[float]] = [[] for _ in plans]
-        for _ in range(steps):
-            for k, ex in enumerate(executors):
-                t0 = time.perf_counter()
-                ex.step(feeds[k])
-                times[k].append(time.perf_counter() - t0)
-        held = [int(ex.stats()["held_bytes"]) for ex in executors]
-    return [{"step_seconds": statistics.median(ts), "min_seconds": min(ts),
-             "max_seconds": max(ts), "peak_bytes": h} for ts, h in zip(times, held, strict=True)]
 
 
 def format_measured(curve, measured: dict[str, dict[str, float]]) -> str:

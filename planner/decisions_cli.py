@@ -38,8 +38,7 @@ def memory_decisions(args: argparse.Namespace) -> dict[str, Any]:
     """MemoryOptions fields (pins, region_budgets) of the flags; UserError naming the bad one."""
     from pydantic import ValidationError
 
-    from planner.fit_cli import parse_budget
-    from planner.memory.options import Pin, RegionBudget
+    from planner.memory.options import Pin, RegionBudget, parse_budget
 
     pins: list[tuple[str, str]] = []
     regions: list[tuple[str, str]] = []

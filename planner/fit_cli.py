@@ -24,7 +24,7 @@ from typing import Any
 from planner.errors import UserError
 
 
-def add_memory_commands(sub: Any) -> None:
+def add_memory_commands(sub: Any, measure_plans: Any = None) -> None:
     from planner.curve_cli import add_pareto_flags
     from planner.prepare_cli import add_graph_flags
 
@@ -47,22 +47,14 @@ def add_memory_commands(sub: Any) -> None:
                    help="--data-parallel: each process holds 1/N of the optimizer state "
                         "(ZeRO-1)")
     f.add_argument("--json", action="store_true")
-    add_pareto_flags(f)
+    add_pareto_flags(f, measure_plans)
     f.set_defaults(run=run_fit)
-
-
-def parse_budget(text: str, flag: str = "--budget") -> int:
-    from planner.memory.options import parse_bytes
-
-    try:
-        return parse_bytes(text)
-    except ValueError as e:
-        raise UserError(f"{flag}: {e}") from None
 
 
 def run_fit(args: argparse.Namespace) -> int:
     from planner.costs import load_table
     from planner.fit import fit
+    from planner.memory.options import parse_budget
     from planner.prepare_cli import graph_options
     from planner.target.presets import load_target
 

@@ -115,10 +115,9 @@ def _run_plan(args: argparse.Namespace) -> int:
 
     from planner.costs import load_table
     from planner.decisions_cli import memory_decisions
-    from planner.fit_cli import parse_budget
     from planner.graph.prepare import prepare
     from planner.load import write_text
-    from planner.memory.options import MemoryOptions
+    from planner.memory.options import MemoryOptions, parse_budget
     from planner.pipeline import PlanOptions, plan
     from planner.prepare_cli import graph_options
     from planner.schedule import ScheduleOptions

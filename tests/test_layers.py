@@ -7,8 +7,10 @@ Layers, lowest first (a module may import its own layer or a lower one):
     schedule  planner/schedule/
     memory    planner/memory/
     plan      the Plan record and what reads finished plans: plan.py, verify*.py (and the
-              arena rules of memory/verify.py), diff.py, memory_report.py, replay.py
-    driver    the pipeline and the searches that run it: pipeline.py, fit.py
+              arena rules of memory/verify.py, verify_pins.py), diff.py, memory_report.py,
+              replay.py
+    driver    the pipeline and what runs it: pipeline.py, fit.py and curve.py (searches over
+              whole plans), explain.py (re-plans a plan to say why)
     codegen   codegen/ (its profiling plans the placements it times through the driver)
     command   the entry points where planner and codegen meet: planner/cli.py (the
               commands) and planner/torch/ (its trainer plans, builds and loads a module's
@@ -32,9 +34,9 @@ FOLDERS = {"planner.costs": "costs", "planner.schedule": "schedule", "planner.me
 PLAN = {"planner.plan", "planner.memory.verify", "planner.memory.verify_inserted",
         "planner.verify", "planner.verify_graph",
         "planner.verify_order", "planner.verify_summary", "planner.diff", "planner.memory_report",
-        "planner.replay"}
+        "planner.replay", "planner.verify_pins"}
 ENTRY_POINTS = {"planner.cli", "planner.torch", "planner.torch.training"}
-DRIVER = {"planner.pipeline", "planner.fit"}
+DRIVER = {"planner.pipeline", "planner.fit", "planner.curve", "planner.explain"}
 
 
 def modules() -> dict[str, Path]:

@@ -189,7 +189,7 @@ def _measure_gpu(args: argparse.Namespace, measurers: Callable[[], Any], target)
     this machine's GPU, the table written after every batch; 130 when interrupted."""
     from planner.costs.gpu_profile import profile_gpu
     from planner.costs.signature import graph_signatures
-    from planner.fit_cli import parse_budget
+    from planner.memory.options import parse_budget
 
     if args.target != "gpu" and target.name != "gpu":
         raise UserError(f"--target {args.target}: profiling runs kernels on this machine's "

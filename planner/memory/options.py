@@ -14,6 +14,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_serializer
 
+from planner.errors import UserError
 from planner.graph.ir import Record
 from planner.memory.arena import HEURISTICS
 
@@ -88,6 +89,19 @@ class MemoryOptions(Record):
             raise ValueError(f"unknown allocation heuristic(s) {unknown}; known: "
                              f"{sorted(HEURISTICS)}")
         return v
+
+
+def parse_budget(text: str, flag: str = "--budget") -> int:
+    """parse_bytes for a command-line flag: UserError naming the flag.
+
+    Example:
+        >>> parse_budget("4KiB")
+        4096
+    """
+    try:
+        return parse_bytes(text)
+    except ValueError as e:
+        raise UserError(f"{flag}: {e}") from None
 
 
 def parse_bytes(text: str) -> int:
