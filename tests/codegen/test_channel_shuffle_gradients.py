@@ -106,10 +106,9 @@ def onnx_case():
 
 
 def torch_export_case():
-    from planner.torch.trainer import export
-
     from planner.graph import init_params
     from planner.torch.convert import convert
+    from planner.torch.training import export
 
     model, x, labels = shuffle_case()
     imported = convert(export(model, (x,), F.cross_entropy, labels))

@@ -13,8 +13,8 @@ import pytest
 @pytest.fixture(autouse=True, scope="session")
 def export_once_per_module():
     try:
-        # The module (the package's `trainer` is its function of that name).
-        trainer = importlib.import_module("planner.torch.trainer")
+        # The module that exports (the package's `trainer` is its function).
+        trainer = importlib.import_module("planner.torch.training")
         from tests.importers.torch_step import tensor_digest
     except ImportError:  # no torch: nothing exports
         yield
