@@ -37,8 +37,8 @@ def test_dry_run_plans_a_mixed_precision_zoo_model():
     lines = _dry_run("--models", "wide_deep", "--precision", "fp16-mixed", "--no-compile")
     assert lines[0] == "dry run for target h100-80gb, precision fp16-mixed: nothing is measured"
     assert lines[1].startswith("wide_deep {'batch': 256}: ") and " float16 tensors" in lines[1]
-    assert lines[2] == ("  would time: ours streams, ours 1 stream, ours graph, torch eager "
-                        "under autocast(float16)")
+    assert lines[2] == ("  would time: ours streams, ours 1 stream, ours graph, ours graph 1 "
+                        "stream, ours host feeds, torch eager under autocast(float16)")
 
 
 def test_dry_run_plans_a_tf32_zoo_model():
@@ -47,5 +47,5 @@ def test_dry_run_plans_a_tf32_zoo_model():
     assert lines[0] == "dry run for target h100-80gb, precision tf32: nothing is measured"
     assert lines[1].startswith("wide_deep {'batch': 256}: ")
     assert " ops (0 casts; float32 tensors; TF32 math); plan predicts " in lines[1]
-    assert lines[2] == ("  would time: ours streams, ours 1 stream, ours graph, torch eager "
-                        "with allow_tf32")
+    assert lines[2] == ("  would time: ours streams, ours 1 stream, ours graph, ours graph 1 "
+                        "stream, ours host feeds, torch eager with allow_tf32")
