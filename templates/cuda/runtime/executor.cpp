@@ -130,11 +130,21 @@ CudaExecutor::CudaExecutor(const std::string& schedule_path, bool streams, bool 
 
   // Every stream, handle and event is owned by res_ from the moment it exists.
   int num_streams = streams ? std::max(s.num_lanes, 1) : 1;
+  lane_.resize(s.num_ops);
+  for (int k = 0; k < s.num_ops; ++k)
+    lane_[k] = streams ? std::min(std::max(s.ops[k].lane, 0), num_streams - 1) : 0;
+  // Library handles (cuDNN's and cuBLAS's, some 20 MiB of device memory each pair, outside the
+  // arena: the target's stream_library_bytes) only on the streams that run a kernel; a copy
+  // stream's offloads and prefetches are copies and get none.
+  std::vector<char> libraries(num_streams, 0);
+  for (int k = 0; k < s.num_ops; ++k)
+    if (std::strcmp(s.ops[k].op, "Offload") != 0 && std::strcmp(s.ops[k].op, "Prefetch") != 0)
+      libraries[lane_[k]] = 1;
   for (int l = 0; l < num_streams; ++l) {
     cudaStream_t st = res_.stream();
     streams_.push_back(st);
-    cudnn_.push_back(res_.cudnn(st));
-    cublas_.push_back(res_.cublas(st));
+    cudnn_.push_back(libraries[l] ? res_.cudnn(st) : nullptr);
+    cublas_.push_back(libraries[l] ? res_.cublas(st) : nullptr);
     joins_.push_back(res_.event(cudaEventDisableTiming));
   }
   step_begin_ = res_.event(cudaEventDefault);
@@ -148,10 +158,7 @@ CudaExecutor::CudaExecutor(const std::string& schedule_path, bool streams, bool 
   kernels_.resize(s.num_ops);
   scratch_.assign(s.num_ops, nullptr);
   overflow_.resize(s.num_ops);
-  lane_.resize(s.num_ops);
   done_.assign(s.num_ops, nullptr);
-  for (int k = 0; k < s.num_ops; ++k)
-    lane_[k] = streams ? std::min(std::max(s.ops[k].lane, 0), num_streams - 1) : 0;
   // An event per op that an op on another stream waits for.
   for (int k = 0; k < s.num_ops; ++k) {
     const OpSpec& op = s.ops[k];
