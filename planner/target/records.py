@@ -105,6 +105,17 @@ class CPU(Processor):
 STREAM_LIBRARY_BYTES = 0
 
 
+def cublas_workspace(compute_capability: str) -> int:
+    """cuBLAS's recommended workspace (its cublasSetWorkspace documentation): 32 MiB on Hopper
+    and newer, 4 MiB before.
+
+    >>> cublas_workspace("9.0") // 2**20, cublas_workspace("8.0") // 2**20
+    (32, 4)
+    """
+    major = int(compute_capability.split(".")[0]) if compute_capability else 0
+    return (32 if major >= 9 else 4) * 2**20
+
+
 class GPU(Processor):
     """One GPU. Rates in FLOP/s and bytes/s; host_link_bandwidth is one direction, pinned.
     peak_flops is FP32 on the CUDA cores; math_peak_flops the dense tensor-core rates."""
@@ -126,6 +137,10 @@ class GPU(Processor):
     # Measured on the GPU (bench/device/window_checks.py prints it) and set in the target's
     # JSON; unset (left out of the JSON), STREAM_LIBRARY_BYTES.
     stream_library_bytes: int | None = Field(default=None, ge=0)
+    # cuBLAS's workspace for each GEMM, planned as the MatMul's scratch in the arena (so GEMMs
+    # on co-running streams never share one); unset (left out of the JSON): none, cuBLAS's
+    # slower workspace-free paths. Detection sets cuBLAS's recommendation (cublas_workspace).
+    cublas_workspace_bytes: int | None = Field(default=None, ge=0)
 
     def library_bytes(self, streams: int) -> int:
         """What `streams` kernel streams hold outside the arena (counted in a budget).

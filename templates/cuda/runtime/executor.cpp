@@ -77,7 +77,7 @@ cublasHandle_t CudaResources::cublas(cudaStream_t st) {
   // CUBLAS_COMPUTE_32F_FAST_TF32 itself (Node::tf32), so the handle never rounds to TF32.
   check_cublas(cublasSetMathMode(h, CUBLAS_DEFAULT_MATH), "cublasSetMathMode");
   // No workspace of cuBLAS's own: it would allocate device memory outside the plan's arena
-  // on the first GEMM of each stream.
+  // on the first GEMM of each stream. Each MatMul sets its planned one (kernels/matmul.cu).
   check_cublas(cublasSetWorkspace(h, nullptr, 0), "cublasSetWorkspace");
   return h;
 }
