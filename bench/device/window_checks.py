@@ -151,8 +151,16 @@ def run_case(case: str, target, tmp: Path, steps: int, dry: bool, fp32_loss: dic
     row["time"] = {"1 stream": timed(ex1, graph, steps)}
     del ex1
     # one-stream run-to-run spread (cuDNN's non-deterministic algorithms), then streams x3
-    base = worst(one_step(module, graph, streams=False)[1], ref)[0]
+    rerun = one_step(module, graph, streams=False)
+    base = worst(rerun[1], ref)[0]
     runs = [one_step(module, graph) for _ in range(3)]
+    # The handles of the plan's extra kernel streams: what the target's stream_library_bytes
+    # holds (both executors made after the process's first, which paid the libraries' loading).
+    kernel_streams = len([s for s in row["streams"] if s.startswith("compute") or s == "comm"])
+    if kernel_streams > 1 and rerun[3] is not None:
+        row["stream_library_bytes"] = (runs[0][3]["after_step"] - rerun[3]["after_step"]) \
+            // (kernel_streams - 1)
+    del rerun
     row["err"] = {"1 stream rerun": base,
                   "streams": max(worst(r[1], ref)[0] for r in runs),
                   "streams loss": max(rel(r[0], loss1) for r in runs)}
@@ -202,6 +210,9 @@ def table(rows: list[dict]) -> str:
                    f"unplanned scratch {r['unplanned_scratch']})"
                    + (f"; unbudgeted plan took {r['unbudgeted_memory']['after_step'] / 2**20:.0f}"
                       " MiB" if r.get("unbudgeted_memory") else ""))
+        if "stream_library_bytes" in r:
+            out.append(f"  stream_library_bytes (each extra kernel stream's handles): "
+                       f"{r['stream_library_bytes']} ({r['stream_library_bytes'] / 2**20:.1f} MiB)")
         out.append("  errors: " + ", ".join(f"{k} {v:.1e}" for k, v in r["err"].items()))
         out.append("  step ms (device / host / spread): " + "; ".join(
             f"{k} {v['device_ms']:.2f}/{v['host_ms']:.2f}/{v['spread_ms']:.2f}"
