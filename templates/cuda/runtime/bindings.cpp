@@ -135,7 +135,8 @@ NB_MODULE(planner_cuda_rt, m) {
   cls.def(nb::init<const std::string&, bool, bool, bool, int>(), "schedule_path"_a,
           "streams"_a = true, "cuda_graph"_a = false, "op_timing"_a = false, "device"_a = 0,
           "Load a schedule onto a GPU. streams: run ops on the plan's streams (False: one "
-          "stream, plan order); cuda_graph: capture the step at its first run and replay it; "
+          "stream, plan order); cuda_graph: run the first step eagerly, capture the second and "
+          "replay it after; "
           "op_timing: time every op with events (stats()).");
   planner::define_executor<CudaExecutor, planner::Io>(cls);
   planner::define_collective(cls, nb::device::cuda::value,
