@@ -127,7 +127,7 @@ def dry_run(labels: list[str], target) -> str:
             p = plan(graph, target)
         with tempfile.TemporaryDirectory() as tmp:
             built = build(render(p, Path(tmp) / label))
-        signatures = graph_signatures(graph, target.gpus[0])
+        signatures = {s.key for s in graph_signatures(graph, target.gpus[0]).values()}
         lines.append(f"{label} {size}: {len(signatures)} signatures to profile; the analytical "
                      f"plan predicts {p.summary.step_seconds * 1e3:.2f} ms and builds "
                      f"({built.name})")

@@ -31,13 +31,13 @@ stage() {  # stage NAME SECONDS ARGS...: one bench_gpu.py run, its rows in $OUT/
   echo "== $name at ${SECONDS}s" | tee -a "$OUT/bench.txt"
   local rows=(--out "$OUT/bench_$name.jsonl")
   [ -n "${DRY:-}" ] && rows=()
-  timeout "$limit" "$PY" bench/bench_gpu.py "$@" $B "${rows[@]}" >>"$OUT/bench.txt" 2>&1
-  echo "$name rc=$? at ${SECONDS}s" | tee -a "$OUT/bench.txt"
+  timeout "$limit" "$PY" bench/bench_gpu.py "$@" $B "${rows[@]}" 2>&1 | tee -a "$OUT/bench.txt" \
+    | grep -v "one stream, per op type"
+  echo "$name rc=${PIPESTATUS[0]} at ${SECONDS}s" | tee -a "$OUT/bench.txt"
 }
 stage fp32 210 --models $M --no-compile
 stage bf16 150 --models $M --precision bf16-mixed --no-compile
 stage compile 90 --models lstm,gpt
-grep -vE '^ +(one stream, per op type)' "$OUT/bench.txt" | grep -vE "^(imports ok|[0-9]+$)" | tail -90
 echo "== dp at ${SECONDS}s"
 D="-p no:cacheprovider -o addopts= tests/cuda/test_cuda_data_parallel.py"
 if [ -n "${DRY:-}" ]; then "$PY" -m pytest --collect-only -q $D >"$OUT/dp.log" 2>&1
