@@ -8,9 +8,16 @@ bf16-mixed (fp16-mixed) our training graph gets the precision policy's planned c
 forward under torch.autocast(device_type="cuda", dtype=torch.bfloat16 (float16)), its mixed
 precision (fp16 without a GradScaler: the timing of the kernels, not the update's skip). In
 tf32 our graph is marked for TF32 math and PyTorch runs with allow_tf32 on (cuBLAS and cuDNN).
-Medians of alternating rounds.
+Medians of alternating rounds, with each variant's spread (fastest and slowest step) and, for
+ours, the device time of the step (its events) beside the host's clock.
+
+Feeds stay on the device on both sides: ours are CUDA tensors (DLPack), copied device to device
+into the arena each step as PyTorch's inputs are read where they lie; "ours host feeds" is the
+row with numpy feeds (a pageable host copy of the batch inside the step). --out writes each
+model's row as a JSON line as soon as it is measured, so a run cut short keeps the models done.
 
     python bench/bench_gpu.py [--models inception_v3,resnet50,lstm,wide_deep] [--json]
+                              [--out rows.jsonl]
     python bench/bench_gpu.py --models resnet50,inception_v3,lstm,bert --precision bf16-mixed
     python bench/bench_gpu.py --modules tv_resnet50,tv_inception_v3,bert_block,gpt_block
     python bench/bench_gpu.py --modules ... --dry-run      # what it would run; no GPU needed
@@ -34,8 +41,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import sys
 import tempfile
+import time
 import warnings
 from collections import Counter
 from pathlib import Path
@@ -43,7 +52,6 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_cpu_strategies import measure  # noqa: E402
 from torch_baseline import torch_trainer  # noqa: E402
 from torch_modules import MODULES  # noqa: E402
 
@@ -67,6 +75,8 @@ MODELS = {
     "wide_deep": ("wide_deep", dict(batch=256)),
     # BERT-base's encoder (the issue's mixed-precision list: resnet-50, inception_v3, lstm, bert)
     "bert": ("bert", dict(batch=32, seq=128, dim=768, heads=12, layers=12, vocab=30522)),
+    # GPT-2 small's decoder at 8 x 512 tokens (the issue's acceptance list: "a gpt")
+    "gpt": ("gpt", dict(batch=8, seq=512, dim=768, heads=12, layers=12, vocab=32768)),
 }
 DEFAULT_MODELS = "inception_v3,resnet50,lstm,wide_deep"
 SGD = Optimizer(kind="sgd", lr=0.01)
@@ -74,12 +84,61 @@ SGD = Optimizer(kind="sgd", lr=0.01)
 AUTOCAST = {"fp32": None, "tf32": None, "bf16-mixed": "bfloat16", "fp16-mixed": "float16"}
 
 
-def executor_runner(module, graph, **options):
+def on_device(feeds: dict) -> dict:
+    """The feeds as CUDA tensors (bfloat16 through its bits: torch reads no ml_dtypes array)."""
+    import torch
+
+    out = {}
+    for k, v in feeds.items():
+        if v.dtype.name == "bfloat16":
+            out[k] = torch.from_numpy(v.view("uint16")).to("cuda").view(torch.bfloat16)
+        else:
+            out[k] = torch.from_numpy(v).to("cuda")
+    return out
+
+
+def executor_runner(module, graph, host_feeds: bool = False, **options):
+    """A step of our executor returning its device seconds (the step's events); feeds on the
+    device unless `host_feeds`. Two warm-up steps: the eager one and the graph's capture."""
     ex = module.Executor(**options)
     ex.load_params(init_params(graph, seed=0))
     feeds = random_feeds(graph, seed=1)
-    ex.step(feeds)  # warm-up (and the graph's capture)
-    return lambda: ex.step(feeds)
+    if not host_feeds:
+        feeds = on_device(feeds)
+    for _ in range(2):
+        ex.step(feeds)
+
+    def run() -> float:
+        ex.step(feeds)  # returns the loss: the host waits for the step there
+        return ex.stats()["step_seconds"]
+    return run
+
+
+def measure(runners: dict, steps: int, rounds: int) -> dict[str, dict[str, float]]:
+    """Per runner, over alternating rounds: the median of the round medians of the host's
+    step time (ms), the fastest and slowest step, and the device time's median where the
+    runner returns one."""
+    host: dict[str, list[float]] = {k: [] for k in runners}
+    every: dict[str, list[float]] = {k: [] for k in runners}
+    device: dict[str, list[float]] = {k: [] for k in runners}
+    for _ in range(rounds):
+        for name, run in runners.items():
+            times = []
+            for _ in range(steps):
+                t0 = time.perf_counter()
+                dev = run()
+                times.append(time.perf_counter() - t0)
+                if dev is not None:
+                    device[name].append(dev)
+            host[name].append(statistics.median(times))
+            every[name] += times
+    out = {}
+    for k in runners:
+        out[k] = {"ms": 1e3 * statistics.median(host[k]), "min_ms": 1e3 * min(every[k]),
+                  "max_ms": 1e3 * max(every[k])}
+        if device[k]:
+            out[k]["device_ms"] = 1e3 * statistics.median(device[k])
+    return out
 
 
 def op_type_times(module, graph, steps: int = 5) -> dict[str, float]:
@@ -117,6 +176,10 @@ def bench_model(label: str, target, steps: int, rounds: int, compiled: bool,
             single = load(build(render(one, Path(tmp) / f"{label}_one")).dir)
             runners["1-stream plan"] = executor_runner(single, graph)
         runners["ours graph"] = executor_runner(module, graph, cuda_graph=True)
+        # a graph apart from the streams: launch-overhead gains told from stream gains
+        runners["ours graph 1 stream"] = executor_runner(module, graph, cuda_graph=True,
+                                                         streams=False)
+        runners["ours host feeds"] = executor_runner(module, graph, host_feeds=True)
         baselines = {"torch eager": {}}
         if torch_graph:
             baselines["torch graph"] = dict(cuda_graph=True)
@@ -134,7 +197,7 @@ def bench_model(label: str, target, steps: int, rounds: int, compiled: bool,
     return {"model": label, "precision": precision, "op_types_ms": by_type,
             "ops": len(graph.nodes), "size": size,
             "streams": len(p.target.streams), "arena_mib": p.summary.memory.arena_bytes / 2**20,
-            "measured_ms": {k: v * 1e3 for k, v in measured.items()},
+            "measured_ms": {k: v["ms"] for k, v in measured.items()}, "measured": measured,
             "predicted_ms": p.summary.step_seconds * 1e3,
             "predicted_one_stream_ms": one.summary.step_seconds * 1e3,
             "compute_streams": len({o.stream for o in p.ops if is_compute(o.stream)}),
@@ -151,12 +214,18 @@ def report(rows: list[dict], device: str, load: tuple[str, str]) -> str:
                      f"arena {r['arena_mib']:.0f} MiB, predicted {r['predicted_ms']:.2f} ms "
                      f"on {r['compute_streams']} compute stream(s), "
                      f"{r['predicted_one_stream_ms']:.2f} ms on one)")
-        lines.append(f"  {'variant':<16}{'measured ms':>12}{'eager/x':>10}")
+        spread = r.get("measured", {})
+        lines.append(f"  {'variant':<22}{'host ms':>10}{'device ms':>11}{'min-max ms':>16}"
+                     f"{'eager/x':>9}")
         for k, ms in m.items():
-            ratio = f"{eager / ms:>10.2f}" if eager else ""
-            lines.append(f"  {k:<16}{ms:>12.3f}{ratio}")
+            ratio = f"{eager / ms:>9.2f}" if eager else ""
+            sp = spread.get(k, {})
+            dev = f"{sp['device_ms']:>11.3f}" if "device_ms" in sp else f"{'':>11}"
+            lo_hi = (f"{sp['min_ms']:>8.2f}-{sp['max_ms']:<7.2f}" if "min_ms" in sp
+                     else f"{'':>16}")
+            lines.append(f"  {k:<22}{ms:>10.3f}{dev}{lo_hi}{ratio}")
         for k, why in r["failed"].items():
-            lines.append(f"  {k:<16} failed: {why}")
+            lines.append(f"  {k:<22} failed: {why}")
         top = list(r["op_types_ms"].items())[:10]
         lines.append("  one stream, per op type (ms): " +
                      ", ".join(f"{k} {v:.2f}" for k, v in top))
@@ -191,7 +260,7 @@ def bench_module(label: str, target, steps: int, rounds: int, compiled: bool) ->
     return {"model": label, "op_types_ms": by_type, "ops": len(graph.nodes),
             "size": {"input": list(MODULES[label].input_shape)},
             "streams": len(p.target.streams), "arena_mib": p.summary.memory.arena_bytes / 2**20,
-            "measured_ms": {k: v * 1e3 for k, v in measured.items()},
+            "measured_ms": {k: v["ms"] for k, v in measured.items()}, "measured": measured,
             "predicted_ms": p.summary.step_seconds * 1e3, "failed": failed}
 
 
@@ -243,8 +312,8 @@ def dry_run_models(labels: list[str], target, precision: str, compiled: bool) ->
         torch_side = ("torch eager" + (f" under autocast({AUTOCAST[precision]})"
                                        if AUTOCAST[precision] else "")
                       + (" with allow_tf32" if precision == "tf32" else ""))
-        variants = ["ours streams", "ours 1 stream", "ours graph", torch_side] + (
-            ["torch.compile"] if compiled else [])
+        variants = ["ours streams", "ours 1 stream", "ours graph", "ours graph 1 stream",
+                    "ours host feeds", torch_side] + (["torch.compile"] if compiled else [])
         lines.append("  would time: " + ", ".join(variants))
     return "\n".join(lines)
 
@@ -269,6 +338,8 @@ def main() -> None:
                              "of the translated models hit a device-side assert on an H100: "
                              "off by default, since that ends the process's CUDA context)")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="append each model's row to this file as a JSON line when done")
     args = parser.parse_args()
     modules = [m for m in args.modules.split(",") if m]
     unknown = [m for m in modules if m not in MODULES]
@@ -303,6 +374,9 @@ def main() -> None:
             rows.append(bench_model(label, target, args.steps, args.rounds,
                                     not args.no_compile, args.torch_graph, args.precision))
         print(report(rows[-1:], device, ("", "")), file=sys.stderr, flush=True)
+        if args.out:
+            with open(args.out, "a") as f:
+                f.write(json.dumps({"device": device, **rows[-1]}, sort_keys=True) + "\n")
     after = os.getloadavg()
     load = (" ".join(f"{x:.2f}" for x in before), " ".join(f"{x:.2f}" for x in after))
     if args.json:

@@ -9,6 +9,9 @@ does) and on the host's clock (feeds copied in each step).
     python bench/bench_gpu_profile.py [--models resnet50,inception_v3] [--costs-dir DIR]
                                       [--steps 20] [--rounds 3] [--json]
 
+--dry-run (no GPU needed) plans each model for the h100-80gb preset with the analytical model,
+builds that plan and counts the signatures a profile would measure.
+
 Needs an NVIDIA GPU, nvcc and the cuda extra. Tables are written to --costs-dir (one per model,
 `MODEL.gpu.costs.json`) and resumed from there, so a run cut short by a time limit keeps its
 measurements; bench/device/gpu_profile.sh runs it on a lent GPU machine.
@@ -113,6 +116,24 @@ def bench_model(label: str, target, costs_dir: Path, steps: int, rounds: int,
             "signatures": len(table.entries), "profile_s": profile_s, "plans": rows}
 
 
+def dry_run(labels: list[str], target) -> str:
+    """What a run would profile and build, for `target` (a preset: no GPU asked)."""
+    lines = [f"dry run for target {target.name}: nothing is measured"]
+    for label in labels:
+        name, size = MODELS[label]
+        graph = make_training_graph(zoo(name, **size), SGD)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            p = plan(graph, target)
+        with tempfile.TemporaryDirectory() as tmp:
+            built = build(render(p, Path(tmp) / label))
+        signatures = {s.key for s in graph_signatures(graph, target.gpus[0]).values()}
+        lines.append(f"{label} {size}: {len(signatures)} signatures to profile; the analytical "
+                     f"plan predicts {p.summary.step_seconds * 1e3:.2f} ms and builds "
+                     f"({built.name})")
+    return "\n".join(lines)
+
+
 def report(rows: list[dict], device: str, load: tuple[str, str]) -> str:
     lines = [f"GPU {device}; load average before {load[0]}, after {load[1]}",
              f"{'model':<14}{'plan':<12}{'predicted ms':>13}{'GPU ms':>10}{'host ms':>10}"
@@ -140,11 +161,16 @@ def main() -> None:
     parser.add_argument("--profile-steps", type=int, default=5,
                         help="executor steps per profiling batch (each op's median)")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="plan and build for the h100-80gb preset; measure nothing")
     args = parser.parse_args()
     labels = args.models.split(",")
     unknown = [m for m in labels if m not in MODELS]
     if unknown:
         raise SystemExit(f"unknown model(s) {', '.join(unknown)}; known: {', '.join(MODELS)}")
+    if args.dry_run:
+        print(dry_run(labels, load_target("h100-80gb")))
+        return
     target = load_target("gpu")  # this machine's GPU; one line and exit 2 without one
     args.costs_dir.mkdir(parents=True, exist_ok=True)
     before = os.getloadavg()

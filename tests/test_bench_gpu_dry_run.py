@@ -1,9 +1,12 @@
-"""bench_gpu.py --modules, without a GPU: a module a PyTorch user has (the GPT block of
-bench/torch_modules.py) is exported through ONNX, imported, given its loss and planned, and
-the dry run says what it would time, measuring nothing."""
+"""The GPU scripts' dry runs, without a GPU. bench_gpu.py --modules: a module a PyTorch user
+has (the GPT block of bench/torch_modules.py) is exported through ONNX, imported, given its loss
+and planned, and the dry run says what it would time, measuring nothing. The GPU window's
+prepared calls (bench/device/README.md): window_checks' planning, the carried wheels' check,
+the scripts' syntax and the commands' limits (prepare.sh runs the dry runs that build)."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -37,8 +40,8 @@ def test_dry_run_plans_a_mixed_precision_zoo_model():
     lines = _dry_run("--models", "wide_deep", "--precision", "fp16-mixed", "--no-compile")
     assert lines[0] == "dry run for target h100-80gb, precision fp16-mixed: nothing is measured"
     assert lines[1].startswith("wide_deep {'batch': 256}: ") and " float16 tensors" in lines[1]
-    assert lines[2] == ("  would time: ours streams, ours 1 stream, ours graph, torch eager "
-                        "under autocast(float16)")
+    assert lines[2] == ("  would time: ours streams, ours 1 stream, ours graph, ours graph 1 "
+                        "stream, ours host feeds, torch eager under autocast(float16)")
 
 
 def test_dry_run_plans_a_tf32_zoo_model():
@@ -47,5 +50,124 @@ def test_dry_run_plans_a_tf32_zoo_model():
     assert lines[0] == "dry run for target h100-80gb, precision tf32: nothing is measured"
     assert lines[1].startswith("wide_deep {'batch': 256}: ")
     assert " ops (0 casts; float32 tensors; TF32 math); plan predicts " in lines[1]
-    assert lines[2] == ("  would time: ours streams, ours 1 stream, ours graph, torch eager "
-                        "with allow_tf32")
+    assert lines[2] == ("  would time: ours streams, ours 1 stream, ours graph, ours graph 1 "
+                        "stream, ours host feeds, torch eager with allow_tf32")
+
+
+# ---- the GPU window's prepared calls (bench/device/README.md): their cheap dry runs ----------
+
+
+def _script(name: str, *args: str, timeout: int = 120) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, str(ROOT / "bench" / "device" / name), *args],
+                          capture_output=True, text=True, env=env, timeout=timeout, cwd=ROOT)
+
+
+def test_window_checks_plan_the_budget_cases_for_an_h100(tmp_path):
+    """The budget cases are planned for the H100 the executor accepts (the old budget test
+    built an A100 plan, which an H100 refuses): offloads on the copy streams, recomputes with
+    offload off, each arena under the unbudgeted one; a line per case, a JSON row per case."""
+    out = _script("window_checks.py", "--dry-run", "--no-build", "--cases",
+                  "r18_budget,r18_recompute,lstm", "--out", str(tmp_path / "wc.json"))
+    assert out.returncode == 0, out.stderr[-2000:]
+    rows = [json.loads(line) for line in (tmp_path / "wc.json").read_text().splitlines()]
+    by = {r["case"]: r for r in rows}
+    assert list(by) == ["r18_budget", "r18_recompute", "lstm"] and "error" not in str(rows)
+    offload = by["r18_budget"]
+    assert {"d2h", "h2d"} <= set(offload["streams"])
+    assert {"offload", "prefetch"} <= set(offload["inserted"])
+    assert offload["arena_mib"] < 0.7 * offload["unbudgeted_arena_mib"]
+    recompute = by["r18_recompute"]
+    assert "recompute" in recompute["inserted"] and "offload" not in recompute["inserted"]
+    assert recompute["arena_mib"] < recompute["unbudgeted_arena_mib"]
+    assert len(by["lstm"]["streams"]) > 1  # the co-running case: its streams are checked
+    assert out.stdout.splitlines()[0].startswith("r18_budget: ")
+
+
+def test_window_checks_refuse_an_unknown_case():
+    out = _script("window_checks.py", "--dry-run", "--no-build", "--cases", "nope")
+    assert out.returncode != 0 and "unknown case(s) nope; known: r18_budget" in out.stderr
+
+
+def _wheel(folder, name: str, version: str, *requires: str) -> None:
+    """A wheel file holding only its METADATA: what carry_check reads."""
+    import zipfile
+
+    meta = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n" + "".join(
+        f"Requires-Dist: {r}\n" for r in requires)
+    path = folder / f"{name.replace('-', '_')}-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr(f"{name.replace('-', '_')}-{version}.dist-info/METADATA", meta)
+
+
+def test_carry_check_finds_wheels_that_disagree(tmp_path):
+    """pydantic pins pydantic-core exactly and needs typing-extensions >= 4.16: --no-deps
+    installs checks neither, so the set is checked before it travels."""
+    pins = tmp_path / "wheels.txt"
+    pins.write_text("# pins\npydantic==2.14.4\npydantic-core==2.50.5\ntyping-extensions==4.16.0\n")
+    good = tmp_path / "good"
+    good.mkdir()
+    _wheel(good, "pydantic", "2.14.4", "pydantic-core==2.50.5", "typing-extensions>=4.16.0",
+           "email-validator>=2; extra == 'email'")
+    _wheel(good, "pydantic-core", "2.50.5", "typing-extensions>=4.16.0")
+    _wheel(good, "typing-extensions", "4.16.0")
+    out = _script("carry_check.py", str(pins), str(good))
+    assert out.returncode == 0, out.stderr
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    _wheel(bad, "pydantic", "2.14.4", "pydantic-core==2.50.5", "typing-extensions>=4.16.0")
+    _wheel(bad, "pydantic-core", "2.41.0", "typing-extensions>=4.16.0")
+    _wheel(bad, "typing-extensions", "4.12.2")
+    _wheel(bad, "highspy", "1.16.0", "numpy")
+    out = _script("carry_check.py", str(pins), str(bad))
+    assert out.returncode == 1
+    problems = [line for line in out.stderr.splitlines() if line.startswith("carry_check: ")]
+    assert "carry_check: pydantic-core is 2.41.0, pinned 2.50.5" in problems
+    assert "carry_check: typing-extensions is 4.12.2, pinned 4.16.0" in problems
+    assert any("highspy-1.16.0-py3-none-any.whl is not pinned" in p for p in problems)
+    assert any(p.startswith("carry_check: pydantic 2.14.4 needs typing-extensions>=4.16.0")
+               for p in problems)
+    assert "highspy 1.16.0 needs numpy from the image" in out.stdout
+
+
+def test_the_pinned_wheels_agree_with_each_other():
+    """bench/device/wheels.txt itself: pydantic's exact pin of pydantic-core and the
+    typing-extensions floor both hold for the versions listed (from pydantic's own metadata
+    where this environment has the same version installed)."""
+    from importlib import metadata
+
+    from packaging.requirements import Requirement
+
+    sys.path.insert(0, str(ROOT / "bench" / "device"))
+    from carry_check import pins
+
+    pinned = pins(ROOT / "bench" / "device" / "wheels.txt")
+    assert {"pydantic", "pydantic-core", "typing-extensions", "annotated-types",
+            "typing-inspection", "highspy"} <= set(pinned)
+    for dist in ("pydantic", "pydantic-core", "typing-inspection"):
+        if metadata.version(dist) != pinned[dist]:
+            continue
+        for r in map(Requirement, metadata.requires(dist) or []):
+            if r.marker is None and r.name.lower().replace("_", "-") in pinned:
+                assert r.specifier.contains(pinned[r.name.lower().replace("_", "-")]), (dist, r)
+
+
+def test_the_device_scripts_parse_and_the_commands_fit():
+    """Each call's command is one short line (the device tool takes 2,000 characters); each
+    brings back at most 8 files; every script is valid bash."""
+    for script in sorted((ROOT / "bench" / "device").glob("*.sh")):
+        check = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True)
+        assert check.returncode == 0, (script.name, check.stderr)
+    for call in ("call1.sh", "call2.sh"):
+        text = (ROOT / "bench" / "device" / call).read_text()
+        back = next(line for line in text.splitlines() if "Back in $OUT" in line)
+        count = int(back.split("(")[1].split()[0])
+        listed = back.split("):")[1].split()
+        if len(listed) < count:  # the list goes on in the next comment line
+            nxt = text.splitlines()[text.splitlines().index(back) + 1]
+            listed += nxt.lstrip("# ").split()
+        assert count == len(listed) <= 8, (call, listed)
+        assert "timeout" in text and "--dry-run" in text
+    readme = (ROOT / "bench" / "device" / "README.md").read_text()
+    for command in ("bash bench/device/call1.sh", "bash bench/device/call2.sh"):
+        assert f"`{command}`" in readme and len(command) < 2000

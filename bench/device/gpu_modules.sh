@@ -5,7 +5,7 @@
 # nothing measured), then the runs. torchvision must be in the image or among the wheels.
 # Usage: bash bench/device/gpu_modules.sh [modules]   (torch.compile max-autotune compiles
 # for minutes on the vision models: one module per call; BENCH_ARGS=--no-compile skips it)
-. bench/device/setup.sh
+. bench/device/setup.sh || exit 1
 modules=${1:-tv_resnet50,tv_inception_v3,bert_block,gpt_block}
 python bench/bench_gpu.py --modules "$modules" --dry-run --target gpu 2>&1 \
   | tee "$OUT/gpu_modules_dry_run.txt"

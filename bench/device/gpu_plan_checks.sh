@@ -3,7 +3,7 @@
 # the planned-layout / two-stream / CUDA-graph value tests, then the whole CUDA suite and the
 # bench. Logs under $OUT.
 # Usage: bash bench/device/gpu_plan_checks.sh [bench models | none]
-. bench/device/setup.sh
+. bench/device/setup.sh || exit 1
 models=${1:-inception_v3,resnet50,lstm,wide_deep}
 python -m planner.cli target detect 2>&1 | tee "$OUT/target_detect.txt"
 python -m pytest -q -p no:cacheprovider -o addopts="-ra" \

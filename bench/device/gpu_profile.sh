@@ -5,7 +5,7 @@
 # logs); a call that ran out of time resumes from tables put back in the working tree:
 #   COSTS_IN=bench/device/costs bash bench/device/gpu_profile.sh resnet50
 # Usage: bash bench/device/gpu_profile.sh [models] (one model per call fits 10 minutes best)
-. bench/device/setup.sh
+. bench/device/setup.sh || exit 1
 models=${1:-resnet50,inception_v3}
 if [ -n "${COSTS_IN:-}" ] && [ -d "$COSTS_IN" ]; then cp "$COSTS_IN"/*.gpu.costs.json "$OUT"/; fi
 if [ -z "${SKIP_TESTS:-}" ]; then

@@ -3,7 +3,7 @@
 # under torch.autocast bfloat16).
 # Usage: bash bench/device/gpu_tests.sh [pytest selection] [bench models] [bf16-mixed models]
 #   (a models argument of "none" skips that bench)
-. bench/device/setup.sh
+. bench/device/setup.sh || exit 1
 sel=${1:-tests/cuda}
 models=${2:-inception_v3,resnet50,lstm,wide_deep}
 mixed=${3:-resnet50,inception_v3,lstm,bert}

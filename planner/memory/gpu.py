@@ -22,7 +22,10 @@ edges are transitively reduced, and the step is timed with the kernels sharing t
     decide       the MemoryDecision: the re-timed ops on their streams, the buffers, the
                  inserted ops, the convolution choices, the memory summary
 
-An infeasible budget raises InfeasibleBudget naming the smallest budget that fits.
+A budget holds the arena and what the executor keeps outside it: each kernel stream's library
+handles (GPU.library_bytes, library_bytes here), so the arena is planned to the rest. An
+infeasible budget raises InfeasibleBudget naming the smallest budget that fits, handles
+included.
 
 Example:
     >>> from planner.costs import CostModel
@@ -35,9 +38,10 @@ Example:
     >>> model = CostModel(preset("k40c-12gb"))
     >>> s = stream_schedule(g, model)
     >>> free = gpu_memory(g, s, model, MemoryOptions()).summary
-    >>> budget = (free.per_op_bound_bytes + free.liveness_load_bytes) // 2
+    >>> arena = (free.per_op_bound_bytes + free.liveness_load_bytes) // 2
+    >>> budget = arena + library_bytes(model.target.gpus[0], s)  # the handles' share too
     >>> tight = gpu_memory(g, s, model, MemoryOptions(budget_bytes=budget)).summary
-    >>> tight.arena_bytes <= budget < free.liveness_load_bytes, tight.offloaded_tensors > 0
+    >>> tight.arena_bytes <= arena < free.liveness_load_bytes, tight.offloaded_tensors > 0
     (True, True)
 """
 
@@ -124,8 +128,35 @@ def gpu_memory(graph: Graph, schedule: Schedule, model: CostModel,
                       if e.before in streams and e.after in streams
                       and streams[e.before] != streams[e.after]
                       and COMM_STREAM not in (streams[e.before], streams[e.after]))
-    return decide_memory(graph, gpu_solve(graph, model, options, order, streams, joins,
-                                          comm or None))
+    libraries = library_bytes(model.target.gpus[0], schedule)
+    if options.budget_bytes is None:
+        return decide_memory(graph, gpu_solve(graph, model, options, order, streams, joins,
+                                              comm or None))
+    budget = options.budget_bytes
+    try:
+        # A budget the handles fill leaves the arena 1 byte: infeasible, naming its smallest.
+        return decide_memory(graph, gpu_solve(
+            graph, model, options.model_copy(update={"budget_bytes": max(budget - libraries, 1)}),
+            order, streams, joins, comm or None))
+    except InfeasibleBudget as e:
+        least = e.smallest_bytes + libraries
+        bound = "at least " if "at least" in str(e) else ""
+        raise InfeasibleBudget(
+            f"memory budget {format_bytes(budget)} ({budget} bytes) is infeasible for "
+            f"{graph.name!r}: beyond the {format_bytes(libraries)} that the library handles of "
+            f"its kernel streams hold (the target's stream_library_bytes), the arena needs "
+            f"{bound}{e.smallest_bytes} bytes even with every offload and recompute; the "
+            f"smallest feasible budget is {bound}{least} bytes ({format_bytes(least)})",
+            least) from None
+
+
+def library_bytes(gpu, schedule: Schedule) -> int:
+    """Device memory `schedule`'s executor holds outside the arena: the library handles of
+    every stream that runs kernels (the compute streams, the comm stream); the copy streams'
+    offloads and prefetches get none (templates/cuda/runtime/executor.cpp)."""
+    kernels = {op.stream for op in schedule.ops
+               if is_compute(op.stream) or op.stream == COMM_STREAM}
+    return gpu.library_bytes(max(len(kernels), 1))
 
 
 def technique_curves(graph: Graph, order: list[str], model: CostModel) -> dict[str, np.ndarray]:

@@ -199,6 +199,8 @@ def compute_steps(graph: Graph, model: CostModel, order: list[str] | None = None
                 block = p.threads_per_block
                 if p.blocks:
                     launch = (p.threads_per_block, p.blocks)
+            if node.op == "MatMul":  # cuBLAS's workspace, planned like cuDNN's
+                extra += device.cublas_workspace_bytes or 0
             outputs = sum(graph.tensor(o).size for o in node.outputs if o)
             inputs = max((graph.tensor(i).size for i in node.inputs if i), default=0)
             cache[sig.key] = (al, t, missing, extra, block,

@@ -35,7 +35,14 @@ from pathlib import Path
 from planner import __version__
 from planner.target.host_cache import HostMeasurement, kept_measurement, machine_key
 from planner.target.measure import can_limit_blas_threads, gemm_flops, stream_bandwidth
-from planner.target.records import CPU, GPU, LogicalCPU, Target, TargetProvenance
+from planner.target.records import (
+    CPU,
+    GPU,
+    LogicalCPU,
+    Target,
+    TargetProvenance,
+    cublas_workspace,
+)
 
 MiB = 1 << 20
 
@@ -326,6 +333,7 @@ def parse_nvidia_smi(text: str, host_memory: int, cuda: dict[str, CudaProps] | N
                         peak_flops=sms * lanes * 2 * clock * 1e6, memory_bandwidth=bandwidth,
                         math_peak_flops=tensor_peaks(cap, sms, clock),
                         host_link_bandwidth=link, compute_capability=cap,
+                        cublas_workspace_bytes=cublas_workspace(cap),
                         pinned_host_limit_bytes=host_memory // 2 // max(len(lines), 1)))
     if gpus:
         notes.append("GPU host_link_bandwidth: 80% of the PCIe link's raw rate; "

@@ -98,6 +98,24 @@ class CPU(Processor):
     cache_group_bytes: int = Field(ge=0)
 
 
+# A kernel stream's cuDNN and cuBLAS handles with their first-use allocations where the target
+# has no measurement: none counted, as plans were made before the field (about 23 MB each by
+# the one H100 reading, 70 MB for 3 streams; counting that by default would move every GPU
+# plan made under a budget, toy budgets of a few MB included, before it is measured).
+STREAM_LIBRARY_BYTES = 0
+
+
+def cublas_workspace(compute_capability: str) -> int:
+    """cuBLAS's recommended workspace (its cublasSetWorkspace documentation): 32 MiB on Hopper
+    and newer, 4 MiB before.
+
+    >>> cublas_workspace("9.0") // 2**20, cublas_workspace("8.0") // 2**20
+    (32, 4)
+    """
+    major = int(compute_capability.split(".")[0]) if compute_capability else 0
+    return (32 if major >= 9 else 4) * 2**20
+
+
 class GPU(Processor):
     """One GPU. Rates in FLOP/s and bytes/s; host_link_bandwidth is one direction, pinned.
     peak_flops is FP32 on the CUDA cores; math_peak_flops the dense tensor-core rates."""
@@ -114,6 +132,27 @@ class GPU(Processor):
     # "major.minor" (9.0 for Hopper): the architecture the CUDA runtime is built for and the
     # executor checks at load; "" when detection could not read it.
     compute_capability: str = Field(default="", pattern=r"^(\d{1,2}\.\d)?$")
+    # Device memory the CUDA executor holds outside its arena per stream that runs kernels: the
+    # stream's cuDNN and cuBLAS handles and what the libraries allocate at their first use.
+    # Measured on the GPU (bench/device/window_checks.py prints it) and set in the target's
+    # JSON; unset (left out of the JSON), STREAM_LIBRARY_BYTES.
+    stream_library_bytes: int | None = Field(default=None, ge=0)
+    # cuBLAS's workspace for each GEMM, planned as the MatMul's scratch in the arena (so GEMMs
+    # on co-running streams never share one); unset (left out of the JSON): none, cuBLAS's
+    # slower workspace-free paths. Detection sets cuBLAS's recommendation (cublas_workspace).
+    cublas_workspace_bytes: int | None = Field(default=None, ge=0)
+
+    def library_bytes(self, streams: int) -> int:
+        """What `streams` kernel streams hold outside the arena (counted in a budget).
+
+        >>> g = GPU(name="g", memory_bytes=1, sm_count=1, peak_flops=1, memory_bandwidth=1,
+        ...         host_link_bandwidth=1, pinned_host_limit_bytes=0)
+        >>> g.library_bytes(2), g.model_copy(update={"stream_library_bytes": 5}).library_bytes(3)
+        (0, 15)
+        """
+        per = STREAM_LIBRARY_BYTES if self.stream_library_bytes is None \
+            else self.stream_library_bytes
+        return streams * per
 
     @property
     def sm_arch(self) -> str:

@@ -126,3 +126,28 @@ def test_32_bit_indices_only_where_the_grid_stride_cannot_wrap(tmp_path):
         text = _source(name)
         assert "index32(" in text, name
         assert not re.search(r"(size_|total|fs|d_)\s*<\s*\(int64_t\{1\} << 31\)", text), name
+
+
+def _body(name: str) -> str:
+    return next(b for s, b in _functions(_source("executor.cpp")) if f"::{name}(" in s)
+
+
+def test_a_cuda_graph_is_captured_after_an_eager_step():
+    """cuDNN's and cuBLAS's first-use initialisation (allocations, module loads) must not
+    happen inside a capture: the step that captures is not the first."""
+    step = _body("run_step")
+    assert re.search(r"if \(use_graph_ && steps_ >= kEagerSteps\)", step)
+    assert step.index("kEagerSteps") < step.index("cudaStreamBeginCapture")
+    assert re.search(r"kEagerSteps = [1-9]", _source("executor.h"))
+
+
+def test_a_step_ends_without_a_host_wait_and_the_next_feeds_wait_on_the_device():
+    step = _body("run_step")
+    assert "cudaStreamSynchronize" not in step and "cudaDeviceSynchronize" not in step
+    # op_timing reads its events, so it waits; nothing else in the step does.
+    assert step.count("wait_step()") == 1 and "if (op_timing_) {\n    wait_step();" in step
+    feed = _body("write_device")
+    assert feed.index("cudaStreamWaitEvent(cudaStreamLegacy, step_end_") < feed.index(
+        "cudaMemcpyAsync")
+    for reader in ("read", "write", "find", "last_step_seconds"):
+        assert "wait_step();" in _body(reader), reader

@@ -136,6 +136,7 @@ def test_nvidia_smi_with_libcuda_properties():
     assert gpu.peak_flops == pytest.approx(132 * 128 * 2 * 1.98e9)
     assert gpu.host_link_bandwidth == pytest.approx(16 * 3.938e9 * 0.8)
     assert gpu.pinned_host_limit_bytes == 128 << 30
+    assert gpu.cublas_workspace_bytes == 32 << 20  # cuBLAS's recommendation for Hopper
 
 
 def test_nvidia_smi_without_libcuda_uses_the_known_table_and_says_so():

@@ -55,7 +55,10 @@ struct Io {
       throw nb::value_error((std::string("feed '") + t.name + "' is not a host or CUDA array")
                                 .c_str());
     std::vector<char> staging;
-    ex.write(id, host_bytes(t, a, check(t, a, "feed"), &staging), t.nbytes);
+    const void* bytes = host_bytes(t, a, check(t, a, "feed"), &staging);
+    // The copy waits for the step before (a step ends with no host wait): not with the GIL.
+    nb::gil_scoped_release release;
+    ex.write(id, bytes, t.nbytes);
   }
   static void unbind(CudaExecutor&, int) {}  // feeds are always copied into the arena
   static void load(CudaExecutor& ex, int id, const Array& a) {
@@ -73,6 +76,7 @@ struct Io {
     }
     char* buf = new char[std::max<int64_t>(t.nbytes, 1)];
     try {
+      nb::gil_scoped_release release;  // the read waits for the step: other threads run on
       ex.read(id, buf, t.nbytes);
     } catch (...) {
       delete[] buf;
@@ -87,7 +91,12 @@ struct Io {
     if (!detail.empty()) d["algorithm"] = detail;
   }
   static void stats(const CudaExecutor& ex, nb::dict& d) {
-    d["step_seconds"] = ex.last_step_seconds();
+    double seconds;
+    {
+      nb::gil_scoped_release release;  // waits for the step
+      seconds = ex.last_step_seconds();
+    }
+    d["step_seconds"] = seconds;
     d["cuda_graph"] = ex.cuda_graph();
     // Where the device arena starts (with arena_bytes: whether a view handed to a collective
     // lies in it, as on the CPU).
@@ -126,7 +135,8 @@ NB_MODULE(planner_cuda_rt, m) {
   cls.def(nb::init<const std::string&, bool, bool, bool, int>(), "schedule_path"_a,
           "streams"_a = true, "cuda_graph"_a = false, "op_timing"_a = false, "device"_a = 0,
           "Load a schedule onto a GPU. streams: run ops on the plan's streams (False: one "
-          "stream, plan order); cuda_graph: capture the step at its first run and replay it; "
+          "stream, plan order); cuda_graph: run the first step eagerly, capture the second and "
+          "replay it after; "
           "op_timing: time every op with events (stats()).");
   planner::define_executor<CudaExecutor, planner::Io>(cls);
   planner::define_collective(cls, nb::device::cuda::value,

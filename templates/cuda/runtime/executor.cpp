@@ -77,7 +77,7 @@ cublasHandle_t CudaResources::cublas(cudaStream_t st) {
   // CUBLAS_COMPUTE_32F_FAST_TF32 itself (Node::tf32), so the handle never rounds to TF32.
   check_cublas(cublasSetMathMode(h, CUBLAS_DEFAULT_MATH), "cublasSetMathMode");
   // No workspace of cuBLAS's own: it would allocate device memory outside the plan's arena
-  // on the first GEMM of each stream.
+  // on the first GEMM of each stream. Each MatMul sets its planned one (kernels/matmul.cu).
   check_cublas(cublasSetWorkspace(h, nullptr, 0), "cublasSetWorkspace");
   return h;
 }
@@ -130,11 +130,21 @@ CudaExecutor::CudaExecutor(const std::string& schedule_path, bool streams, bool 
 
   // Every stream, handle and event is owned by res_ from the moment it exists.
   int num_streams = streams ? std::max(s.num_lanes, 1) : 1;
+  lane_.resize(s.num_ops);
+  for (int k = 0; k < s.num_ops; ++k)
+    lane_[k] = streams ? std::min(std::max(s.ops[k].lane, 0), num_streams - 1) : 0;
+  // Library handles (cuDNN's and cuBLAS's, some 20 MiB of device memory each pair, outside the
+  // arena: the target's stream_library_bytes) only on the streams that run a kernel; a copy
+  // stream's offloads and prefetches are copies and get none.
+  std::vector<char> libraries(num_streams, 0);
+  for (int k = 0; k < s.num_ops; ++k)
+    if (std::strcmp(s.ops[k].op, "Offload") != 0 && std::strcmp(s.ops[k].op, "Prefetch") != 0)
+      libraries[lane_[k]] = 1;
   for (int l = 0; l < num_streams; ++l) {
     cudaStream_t st = res_.stream();
     streams_.push_back(st);
-    cudnn_.push_back(res_.cudnn(st));
-    cublas_.push_back(res_.cublas(st));
+    cudnn_.push_back(libraries[l] ? res_.cudnn(st) : nullptr);
+    cublas_.push_back(libraries[l] ? res_.cublas(st) : nullptr);
     joins_.push_back(res_.event(cudaEventDisableTiming));
   }
   step_begin_ = res_.event(cudaEventDefault);
@@ -148,10 +158,7 @@ CudaExecutor::CudaExecutor(const std::string& schedule_path, bool streams, bool 
   kernels_.resize(s.num_ops);
   scratch_.assign(s.num_ops, nullptr);
   overflow_.resize(s.num_ops);
-  lane_.resize(s.num_ops);
   done_.assign(s.num_ops, nullptr);
-  for (int k = 0; k < s.num_ops; ++k)
-    lane_[k] = streams ? std::min(std::max(s.ops[k].lane, 0), num_streams - 1) : 0;
   // An event per op that an op on another stream waits for.
   for (int k = 0; k < s.num_ops; ++k) {
     const OpSpec& op = s.ops[k];
@@ -229,14 +236,14 @@ CudaExecutor::~CudaExecutor() {
 // On stream 0 it follows the previous step (which ends there, every stream joined) and comes
 // before the next; waiting for it lets the caller free or refill pageable host memory.
 void CudaExecutor::write(int id, const void* host, int64_t bytes) {
-  check_cuda(cudaSetDevice(device_), "cudaSetDevice");
+  wait_step();
   check_cuda(cudaMemcpyAsync(ptr_[id], host, bytes, cudaMemcpyHostToDevice, streams_[0]),
              "copying in");
   check_cuda(cudaStreamSynchronize(streams_[0]), "copying in");
 }
 
 void CudaExecutor::read(int id, void* host, int64_t bytes) const {
-  check_cuda(cudaSetDevice(device_), "cudaSetDevice");
+  wait_step();  // a failed step is reported as such, not as a failed copy
   check_cuda(cudaMemcpyAsync(host, ptr_[id], bytes, cudaMemcpyDeviceToHost, streams_[0]),
              "copying out");
   check_cuda(cudaStreamSynchronize(streams_[0]), "copying out");
@@ -246,7 +253,9 @@ void CudaExecutor::write_device(int id, const void* device, int64_t bytes, bool 
   check_cuda(cudaSetDevice(device_), "cudaSetDevice");
   // A DLPack producer asked for no stream makes its data ready on the legacy default stream
   // (the protocol's rule); the executor's streams do not wait for that one by themselves, so
-  // the copy runs there and stream 0 waits for it.
+  // the copy runs there and stream 0 waits for it. The step before may still be running (no
+  // host wait ends a step): the copy waits for it on the device, not on the host.
+  check_cuda(cudaStreamWaitEvent(cudaStreamLegacy, step_end_, 0), "cudaStreamWaitEvent");
   check_cuda(cudaMemcpyAsync(ptr_[id], device, bytes, cudaMemcpyDeviceToDevice,
                              cudaStreamLegacy), "copying a device feed in");
   check_cuda(cudaEventRecord(feed_ready_, cudaStreamLegacy), "cudaEventRecord");
@@ -260,7 +269,7 @@ std::vector<Measured> CudaExecutor::find(int op, int64_t workspace_bytes) {
   const Schedule& s = schedule();
   if (op < 0 || op >= s.num_ops) throw std::runtime_error("no op " + std::to_string(op));
   if (workspace_bytes < 0) throw std::runtime_error("workspace bytes must be >= 0");
-  check_cuda(cudaSetDevice(device_), "cudaSetDevice");
+  wait_step();
   const int lane = lane_[op];
   Kernel& kernel = *kernels_[op];
   const int64_t temp = static_cast<int64_t>(kernel.temp_bytes());
@@ -321,11 +330,40 @@ void CudaExecutor::join_streams() {
   }
 }
 
+void CudaExecutor::wait_step() const {
+  if (!step_pending_) return;
+  check_cuda(cudaSetDevice(device_), "cudaSetDevice");
+  step_pending_ = false;
+  cudaError_t e = cudaEventSynchronize(step_end_);
+  if (e != cudaSuccess) throw StepError(std::string("the step failed on the GPU: ") +
+                                        cudaGetErrorString(e));
+  float ms = 0;
+  check_cuda(cudaEventElapsedTime(&ms, step_begin_, step_end_), "cudaEventElapsedTime");
+  last_step_seconds_ = ms * 1e-3;
+}
+
+double CudaExecutor::last_step_seconds() const {
+  wait_step();
+  return last_step_seconds_;
+}
+
 void CudaExecutor::run_step() {
   check_cuda(cudaSetDevice(device_), "cudaSetDevice");
+  // The step before, if it has ended, must have succeeded: its error is reported before
+  // this one runs (asked without waiting: a step still running is ordered before this one).
+  if (step_pending_) {
+    cudaError_t e = cudaEventQuery(step_end_);
+    if (e != cudaSuccess && e != cudaErrorNotReady) {
+      step_pending_ = false;
+      throw StepError(std::string("the step before failed on the GPU: ") +
+                      cudaGetErrorString(e));
+    }
+  }
   cudaStream_t main = streams_[0];
   check_cuda(cudaEventRecord(step_begin_, main), "cudaEventRecord");
-  if (use_graph_) {
+  // The first step runs eagerly: cuDNN's and cuBLAS's first-use initialisation (their
+  // allocations, their kernels' loading) happens outside a capture, which cannot hold it.
+  if (use_graph_ && steps_ >= kEagerSteps) {
     if (!res_.graph) {
       cudaGraph_t g;
       check_cuda(cudaStreamBeginCapture(main, cudaStreamCaptureModeThreadLocal),
@@ -347,13 +385,13 @@ void CudaExecutor::run_step() {
     issue_ops();
   }
   check_cuda(cudaEventRecord(step_end_, main), "cudaEventRecord");
-  cudaError_t e = cudaStreamSynchronize(main);
-  if (e != cudaSuccess) throw StepError(std::string("the step failed on the GPU: ") +
-                                        cudaGetErrorString(e));
-  float ms = 0;
-  check_cuda(cudaEventElapsedTime(&ms, step_begin_, step_end_), "cudaEventElapsedTime");
-  last_step_seconds_ = ms * 1e-3;
+  // No host wait here: whatever comes next on the device (the next step's feeds, a read of a
+  // result) is ordered after step_end_; the host waits only where it reads (wait_step).
+  step_pending_ = true;
+  steps_ += 1;
   if (op_timing_) {
+    wait_step();
+    float ms = 0;
     for (size_t k = 0; k < timing_.size(); ++k) {
       check_cuda(cudaEventElapsedTime(&ms, timing_[k].first, timing_[k].second),
                  "cudaEventElapsedTime");
@@ -361,7 +399,6 @@ void CudaExecutor::run_step() {
       stats_[k].calls += 1;
     }
   }
-  steps_ += 1;
 }
 
 }  // namespace planner

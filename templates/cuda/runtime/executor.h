@@ -3,8 +3,12 @@
 // once, and issues the step in plan order from the calling thread onto the plan's streams:
 // an op waits for the ops it depends on that ran on another stream through events; ops on one
 // stream are ordered by it. `streams=false` issues every op on one stream (the reference the
-// multi-stream run must match). `cuda_graph=true` captures the step's ops once, at the first
-// step, and replays the graph afterwards (seed 002: launch gaps dominate small-op models).
+// multi-stream run must match). `cuda_graph=true` runs the first step eagerly (the libraries'
+// first-use initialisation stays out of the capture), captures the step's ops at the second
+// and replays the graph afterwards (seed 002: launch gaps dominate small-op models). A step
+// returns once its work is queued: the host waits for the device only where it reads (a
+// result, the step's time, its error), and the next step's feeds are ordered after it on the
+// device.
 #pragma once
 #include <memory>
 #include <string>
@@ -99,7 +103,10 @@ class CudaExecutor : public ExecutorCore {
   const char* arena_base() const { return arena_->base(); }  // device memory
   int64_t host_store_bytes() const { return host_store_ ? host_store_->bytes() : 0; }
   int64_t unplanned_scratch_bytes() const { return unplanned_; }
-  double last_step_seconds() const { return last_step_seconds_; }
+  // Waits for the last step (its device time is known once it has ended).
+  double last_step_seconds() const;
+  // Steps run eagerly before a cuda_graph executor captures one.
+  static constexpr int64_t kEagerSteps = 1;
   // The process group of a data-parallel plan's collective ops (common/collective.h; set
   // between steps), run on the op's stream.
   void set_collective(Collective c) { collective_ = std::move(c); }
@@ -132,7 +139,9 @@ class CudaExecutor : public ExecutorCore {
   std::vector<std::unique_ptr<DeviceBlock>> overflow_;
   int64_t unplanned_ = 0;
   std::vector<char*> ptr_;
-  double last_step_seconds_ = 0;
+  // Set when a step is queued, cleared by wait_step: whether step_end_ is still ahead.
+  mutable bool step_pending_ = false;
+  mutable double last_step_seconds_ = 0;
   Collective collective_;
 
   int check_device(int device) const;  // the device's compute capability, major * 10 + minor
@@ -140,6 +149,9 @@ class CudaExecutor : public ExecutorCore {
   void issue_ops();   // every op onto its stream, with the cross-stream waits and the join
   void join_streams();  // stream 0 waits for every other stream's work so far
   void run_step() override;
+  // Waits for the step queued last, if any, and reads its time; throws StepError naming the
+  // device's error when it failed.
+  void wait_step() const;
 };
 
 }  // namespace planner

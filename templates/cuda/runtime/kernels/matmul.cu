@@ -19,6 +19,10 @@
 // precision's bfloat16 / float16 GEMMs (a, b and y all in the low type: CUDA_R_16BF /
 // CUDA_R_16F) keep CUBLAS_COMPUTE_32F: tensor cores with float32 accumulation and float32
 // alpha / beta, y rounded once.
+// cuBLAS's workspace is the op's planned scratch (the target's cublas_workspace_bytes, planned
+// in the arena like a convolution's cuDNN workspace, so GEMMs on co-running streams never
+// share one), set on the stream's handle before each call, as the handle is shared by the
+// stream's MatMuls; a plan without one runs cuBLAS's workspace-free paths.
 // An optional third input, a (N,) bias (a BiasAdd over the last axis folded in by
 // planner/graph/fold_bias.py), is added by one pass over y after the GEMMs, on the same stream
 // (a low-type y is widened, the bias added in float32 and rounded once, as BiasAdd's kernel).
@@ -98,7 +102,7 @@ class MatMul : public Kernel {
  public:
   explicit MatMul(const Node& n)
       : a_(n.in[0].id), b_(n.in[1].id), bias_(n.in.size() == 3 ? n.in[2].id : -1),
-        y_(n.out[0].id) {
+        y_(n.out[0].id), workspace_(static_cast<size_t>(std::max<int64_t>(n.planned_scratch, 0))) {
     std::vector<TensorRef> all = n.in;
     all.insert(all.end(), n.out.begin(), n.out.end());
     const int dtype = one_float_type(all, "MatMul");
@@ -190,8 +194,12 @@ class MatMul : public Kernel {
     to_int(batch_, "batch");
   }
 
+  // The workspace the plan gives: asking no more, the executor never allocates outside it.
+  size_t scratch_bytes() const override { return workspace_; }
+
   void run(const Run& r) override {
     if (m_ == 0 || n_ == 0 || batch_ == 0) return;
+    PLANNER_CUBLAS(cublasSetWorkspace(r.cublas, workspace_ ? r.scratch : nullptr, workspace_));
     char* y = r.ptr[y_];
     const char* a = r.ptr[a_];
     const char* b = r.ptr[b_];
@@ -223,6 +231,7 @@ class MatMul : public Kernel {
     int64_t a, b, y;  // elements
   };
   int a_, b_, bias_, y_;
+  size_t workspace_;
   int dtype_ = F32;
   cudaDataType_t type_ = CUDA_R_32F;
   cublasComputeType_t compute_ = CUBLAS_COMPUTE_32F;
