@@ -10,9 +10,6 @@ Example:
 
 from __future__ import annotations
 
-import argparse
-import sys
-
 
 def ops_table() -> str:
     """docs/ops.md's text."""
@@ -44,16 +41,9 @@ def ops_table() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description="write the supported-ops table")
-    p.add_argument("-o", "--output", help="file to write (default: stdout)")
-    args = p.parse_args(argv)
-    text = ops_table()
-    if args.output:
-        with open(args.output, "w", encoding="utf-8") as f:
-            f.write(text)
-    else:
-        sys.stdout.write(text)
-    return 0
+    from planner.files import write_generated_page
+
+    return write_generated_page(argv, "write the supported-ops table", ops_table())
 
 
 if __name__ == "__main__":

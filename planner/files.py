@@ -112,3 +112,19 @@ def folder_lock(folder: str | Path) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def write_generated_page(argv: list[str] | None, description: str, page: str) -> int:
+    """The command line of a generated docs page (`python -m ... -o docs/PAGE.md`): `page`
+    written to -o, or to stdout without it."""
+    import argparse
+    import sys
+
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("-o", "--output", help="file to write (default: stdout)")
+    args = p.parse_args(argv)
+    if args.output:
+        atomic_write(args.output, page)
+    else:
+        sys.stdout.write(page)
+    return 0

@@ -10,9 +10,6 @@ tests/importers/test_supported_ops_page.py checks that the file is current.
 
 from __future__ import annotations
 
-import argparse
-import sys
-
 # Known gaps, each refused with a one-line error naming the node (and for ATen its module
 # path): the rules' own refusals, worded for a user.
 LEFT = (
@@ -92,16 +89,9 @@ def supported_ops_page() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description="write docs/supported-ops.md")
-    p.add_argument("-o", "--output", help="file to write (default: stdout)")
-    args = p.parse_args(argv)
-    text = supported_ops_page()
-    if args.output:
-        with open(args.output, "w", encoding="utf-8") as f:
-            f.write(text)
-    else:
-        sys.stdout.write(text)
-    return 0
+    from planner.files import write_generated_page
+
+    return write_generated_page(argv, "write docs/supported-ops.md", supported_ops_page())
 
 
 if __name__ == "__main__":
