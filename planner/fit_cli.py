@@ -74,6 +74,8 @@ def run_fit(args: argparse.Namespace) -> int:
     from planner.flags import flag_message
     from planner.schedule.parallel import DataParallelOptions
 
+    if args.multiple < 1:
+        raise UserError(f"--multiple {args.multiple}: search batches in multiples of 1 or more")
     budget = parse_budget(args.budget)
     target = load_target(args.target)
     try:

@@ -18,6 +18,7 @@ PLAN = Path(__file__).resolve().parent.parent / "examples" / "plans" / \
 MLP = "zoo:mlp?batch=4&hidden=8&in_features=6&classes=3"
 PLAN_ARGS = ["plan", MLP, "--train", "sgd", "--target", "xeon-8180"]
 FIT_ARGS = ["fit", "zoo:mlp?batch=4", "--target", "xeon-8180", "--budget", "1GiB"]
+PROFILE_ARGS = ["profile", MLP, "--target", "host"]
 
 
 def _error(capsys, argv: list[str]) -> str:
@@ -35,9 +36,13 @@ def _error(capsys, argv: list[str]) -> str:
     (PLAN_ARGS, "--inter", "-2"),
     (PLAN_ARGS, "--min-team-us", "-5"),
     (FIT_ARGS, "--data-parallel", "0"),
+    (FIT_ARGS, "--multiple", "0"),
+    (PROFILE_ARGS, "--repeats", "0"),
+    (PROFILE_ARGS, "--interval", "0"),
+    (PROFILE_ARGS, "--max-threads", "0"),
 ])
 def test_a_refused_numeric_flag_is_named(tmp_path, capsys, args, flag, value):
-    output = ["-o", str(tmp_path / "p.json")] if args[0] == "plan" else []
+    output = ["-o", str(tmp_path / "p.json")] if args[0] in ("plan", "profile") else []
     err = _error(capsys, [*args, *output, flag, value])
     assert f"planner: error: {flag}" in err, err
     assert not (tmp_path / "p.json").exists()
