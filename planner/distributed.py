@@ -23,7 +23,12 @@ Ranks that share a host (a plan with --ranks-per-host L) each take their own cor
 LOCAL_WORLD_SIZE must be L), else its rank modulo L (launchers number a host's ranks
 consecutively). Every thread of the process, the process group's included, is confined to
 the rank's share; the executor maps the plan's CPUs onto it and keeps its comm lane on the
-comm engine's CPUs.
+comm engine's CPUs. A rank without a place of its own (two ranks of a host with one
+LOCAL_RANK, or one out of range) is refused on every rank, not only its own.
+
+A script may end without `dist.destroy_process_group()` and with a step in flight
+(`step_async` not waited for): the step is finished before the interpreter shuts down (its
+collectives need Python and the group), so the process exits cleanly.
 
     import torch.distributed as dist
     dist.init_process_group("gloo")            # torchrun sets the rendezvous environment
