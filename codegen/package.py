@@ -72,6 +72,9 @@ def package_name(out: Path) -> str:
     >>> package_name(Path("gen/json"))  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     planner.errors.UserError: gen/json: 'json' would shadow the module json when imported; ...
+    >>> package_name(Path("gen/__init__"))  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    planner.errors.UserError: gen/__init__: '__init__' would be spelled 'init' in the ...
     """
     name = out.name
     if not (name.isascii() and name.isidentifier()):
@@ -80,9 +83,21 @@ def package_name(out: Path) -> str:
         why = "is a Python keyword"
     elif shadows(name) or name in _installed_packages():
         why = f"would shadow the module {name} when imported"
+    elif module_name(name) != name:  # the name the sources spell, so the import line works
+        why = (f"would be spelled {module_name(name)!r} in the generated sources (no leading "
+               f"or trailing _, at most 64 characters: __init__, __main__ and _private names "
+               f"are not packages)")
     else:
         return name
-    raise UserError(f"{out}: {name!r} {why}; use e.g. -o {out.parent / module_name(name)}")
+    raise UserError(f"{_shown(out)}: {name!r} {why}; use e.g. -o "
+                    f"{_shown(out.parent / module_name(name))}")
+
+
+def _shown(path: Path) -> str:
+    # A path as typed, unless it holds characters a terminal would act on (bidi overrides,
+    # controls): then escaped, so the message reads as what the path really is.
+    text = str(path)
+    return text if text.isprintable() else ascii(text)
 
 
 def _installed_packages() -> frozenset[str]:

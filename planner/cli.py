@@ -20,6 +20,15 @@ EXIT_USER_ERROR = 2
 EXIT_INTERNAL_ERROR = 3
 
 
+def _flag_message(e: Exception) -> str | None:
+    # An options record's refusal of a field a flag set names the flag (planner.flags).
+    from pydantic import ValidationError
+
+    from planner.flags import flag_message
+
+    return flag_message(e) if isinstance(e, ValidationError) else None
+
+
 def build_parser() -> argparse.ArgumentParser:
     # The one place the planner's commands and code generation's meet: `build`, and the
     # executors that `profile` measures kernels with (the stages never import codegen).
@@ -153,7 +162,7 @@ def _main(argv: Sequence[str] | None) -> int:
         # ValidationError: all name the offending node, tensor or field.
         if os.environ.get("PLANNER_DEBUG"):
             raise
-        print(f"planner: error: {_one_line(e)}", file=sys.stderr)
+        print(f"planner: error: {_flag_message(e) or _one_line(e)}", file=sys.stderr)
         return EXIT_USER_ERROR
     except (RecursionError, OverflowError, MemoryError) as e:
         # Input nested too deeply or sized past what can be held: the input's fault.

@@ -23,7 +23,12 @@ Ranks that share a host (a plan with --ranks-per-host L) each take their own cor
 LOCAL_WORLD_SIZE must be L), else its rank modulo L (launchers number a host's ranks
 consecutively). Every thread of the process, the process group's included, is confined to
 the rank's share; the executor maps the plan's CPUs onto it and keeps its comm lane on the
-comm engine's CPUs.
+comm engine's CPUs. A rank without a place of its own (two ranks of a host with one
+LOCAL_RANK, or one out of range) is refused on every rank, not only its own.
+
+A script may end without `dist.destroy_process_group()` and with a step in flight
+(`step_async` not waited for): the step is finished before the interpreter shuts down (its
+collectives need Python and the group), so the process exits cleanly.
 
     import torch.distributed as dist
     dist.init_process_group("gloo")            # torchrun sets the rendezvous environment
@@ -36,10 +41,13 @@ Example (a plan without collectives joins nothing):
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import hashlib
 import json
 import os
+import socket
+import weakref
 from collections.abc import Mapping
 from typing import Any
 
@@ -131,8 +139,11 @@ def join(ex: Any, plan_json: str, group: Any = None) -> None:
         raise UserError(f"rank {me}: the plan was made for {ranks} processes "
                         f"(--data-parallel {ranks}) but the process group has {size}")
     mine = hashlib.sha256(plan_json.encode()).hexdigest()
-    digests: list[Any] = [None] * size
-    dist.all_gather_object(digests, mine, group=group)
+    # One exchange: every rank's plan and place on its host, so that every rank refuses
+    # what any rank got wrong (a rank refusing alone leaves the others waiting in a step).
+    facts: list[Any] = [None] * size
+    dist.all_gather_object(facts, (mine, *_host_place(me, _ranks(plan)[1])), group=group)
+    digests = [f[0] for f in facts]
     if len(set(digests)) > 1:
         by: dict[str, list[int]] = {}
         for rank, d in enumerate(digests):
@@ -141,8 +152,56 @@ def join(ex: Any, plan_json: str, group: Any = None) -> None:
             f"ranks {r} plan {d[:12]}" for d, r in by.items()) + " (build every rank from "
             "one plan file)")
 
+    _check_places(me, [(f[1], f[2]) for f in facts], _ranks(plan)[1])
     ex.set_collective(_collective(group, size, me), me)
     settle(ex, plan, me)
+    _JOINED.add(ex)
+
+
+def _host_place(rank: int, per_host: int) -> tuple[str, int | str]:
+    """(this host's name, this rank's place on it), or the reason it has none."""
+    try:
+        return socket.gethostname(), local_rank(rank, per_host)
+    except UserError as e:
+        return socket.gethostname(), str(e)
+
+
+def _check_places(me: int, places: list[tuple[str, int | str]], per_host: int) -> None:
+    """UserError (on every rank) when a rank has no place on its host or, where a plan
+    shares a host among `per_host` > 1 ranks, two ranks of one host have the same one (they
+    would pin the same CPUs; with one rank per host, each rank takes its whole host).
+
+    >>> _check_places(0, [("a", 0), ("a", 1), ("b", 0)], 2)
+    >>> _check_places(0, [("a", 0), ("a", 0)], 1)
+    >>> _check_places(1, [("a", 0), ("a", 0)], 2)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    planner.errors.UserError: rank 1: ranks 0 and 1 both have LOCAL_RANK 0 on host 'a' ...
+    """
+    bad = next((why for _, why in places if isinstance(why, str)), None)
+    if bad is not None:
+        raise UserError(bad if bad.startswith(f"rank {me}:") else f"rank {me}: {bad}")
+    if per_host == 1:
+        return
+    seen: dict[tuple[str, int | str], int] = {}
+    for rank, place in enumerate(places):
+        if place in seen:
+            raise UserError(f"rank {me}: ranks {seen[place]} and {rank} both have LOCAL_RANK "
+                            f"{place[1]} on host {place[0]!r} (they would pin the same CPUs): "
+                            f"give each rank of a host its own LOCAL_RANK")
+        seen[place] = rank
+
+
+# Executors joined to a process group: a step still in flight when the script ends is waited
+# for before the interpreter finalizes (its collective needs Python and the group), not cut.
+_JOINED: weakref.WeakSet[Any] = weakref.WeakSet()
+
+
+@atexit.register
+def _finish_steps() -> None:
+    for ex in list(_JOINED):
+        with contextlib.suppress(Exception):  # its error was the step's: nobody waits for it
+            ex.wait_for_all()
 
 
 _NAMES = ("all-reduce", "reduce-scatter", "all-gather")

@@ -26,7 +26,9 @@ from planner.errors import UserError
 
 def add_memory_commands(sub: Any, measure_plans: Any = None) -> None:
     from planner.curve_cli import add_pareto_flags
+    from planner.flags import field_flag
     from planner.prepare_cli import add_graph_flags
+    from planner.schedule.parallel import DataParallelOptions
 
     f = sub.add_parser(
         "fit", help="the largest batch (or ResNet depth) whose plan fits a memory budget",
@@ -40,7 +42,8 @@ def add_memory_commands(sub: Any, measure_plans: Any = None) -> None:
     f.add_argument("--costs", help="cost table JSON (default: the analytical model)")
     f.add_argument("--multiple", type=int, default=1,
                    help="search batches in multiples of this (default 1)")
-    f.add_argument("--data-parallel", type=int, default=1, metavar="N",
+    field_flag(f, "--data-parallel", DataParallelOptions, "ranks", type=int, default=1,
+               metavar="N",
                    help="fit one rank's batch of a plan for N processes (planner plan "
                         "--data-parallel)")
     f.add_argument("--shard-optimizer", action="store_true",
@@ -73,15 +76,19 @@ def run_fit(args: argparse.Namespace) -> int:
                         f"as 'zoo:resnet?depth=50', not {args.graph!r}")
     from pydantic import ValidationError
 
+    from planner.flags import flag_message
     from planner.schedule.parallel import DataParallelOptions
 
+    if args.multiple < 1:
+        raise UserError(f"--multiple {args.multiple}: search batches in multiples of 1 or more")
     budget = parse_budget(args.budget)
     graph = graph_options(args)
     target = load_target(args.target)
     try:
         dp = DataParallelOptions(ranks=args.data_parallel, shard_optimizer=args.shard_optimizer)
     except ValidationError as e:
-        raise UserError(e.errors()[0]["msg"].removeprefix("Value error, ")) from None
+        raise UserError(flag_message(e) or e.errors()[0]["msg"].removeprefix("Value error, ")
+                        ) from None
     table = load_table(args.costs) if args.costs else None
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

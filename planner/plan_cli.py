@@ -21,7 +21,10 @@ from planner.errors import UserError
 
 def add_plan_commands(sub: Any) -> None:
     from planner.decisions_cli import add_decision_flags
+    from planner.flags import field_flag
     from planner.prepare_cli import add_graph_flags
+    from planner.schedule import ScheduleOptions
+    from planner.schedule.parallel import DataParallelOptions
 
     p = sub.add_parser("plan", help="schedule a graph on a target and write the plan")
     p.add_argument("graph", metavar="GRAPH")
@@ -31,10 +34,12 @@ def add_plan_commands(sub: Any) -> None:
     p.add_argument("--costs", help="cost table JSON (default: the analytical model)")
     p.add_argument("--strategy", choices=["uniform", "paper", "optimized"], default="optimized")
     add_graph_flags(p)
-    p.add_argument("--intra", type=int, help="uniform: threads per op")
-    p.add_argument("--inter", type=int, help="uniform: ops at a time")
+    field_flag(p, "--intra", ScheduleOptions, "intra", type=int,
+               help="uniform: threads per op")
+    field_flag(p, "--inter", ScheduleOptions, "inter", type=int, help="uniform: ops at a time")
     p.add_argument("--grid", action="store_true", help="uniform: best of an intra x inter grid")
-    p.add_argument("--min-team-us", type=float, default=0.0, metavar="US",
+    field_flag(p, "--min-team-us", ScheduleOptions, "min_team_seconds", type=float,
+               default=0.0, metavar="US",
                    help="uniform: ops predicted under US microseconds on one thread, or no "
                         "faster on their lane's cores, run on one (default 0: every op on its "
                         "lane's cores)")
@@ -42,17 +47,20 @@ def add_plan_commands(sub: Any) -> None:
                    help="device memory budget, e.g. 11GiB: recompute, offload and convolution "
                         "workspaces are chosen to fit it (default: no budget)")
     add_decision_flags(p)
-    p.add_argument("--data-parallel", type=int, default=1, metavar="N",
+    field_flag(p, "--data-parallel", DataParallelOptions, "ranks", type=int, default=1,
+               metavar="N",
                    help="N processes each train on a shard of the batch; the plan averages "
                         "the gradients over them (planner.schedule.parallel)")
-    p.add_argument("--ranks-per-host", type=int, default=1, metavar="L",
+    field_flag(p, "--ranks-per-host", DataParallelOptions, "ranks_per_host", type=int,
+               default=1, metavar="L",
                    help="--data-parallel: L of the N processes share one host (torchrun "
                         "--nproc-per-node L); each plans for and runs on its 1/L of the cores "
                         "(planner.target.shares)")
     p.add_argument("--interconnect", metavar="FILE",
                    help="--data-parallel: the link between ranks, measured (planner profile "
                         "--all-reduce N -o FILE); default: the target's estimate")
-    p.add_argument("--bucket-bytes", type=int, metavar="BYTES",
+    field_flag(p, "--bucket-bytes", DataParallelOptions, "bucket_bytes", type=int,
+               metavar="BYTES",
                    help="--data-parallel: gradient bucket size (default: from the cost model)")
     p.add_argument("--shard-optimizer", action="store_true",
                    help="--data-parallel: ZeRO-1: reduce-scatter the gradients, each process "
@@ -115,6 +123,7 @@ def _run_plan(args: argparse.Namespace) -> int:
 
     from planner.costs import load_table
     from planner.decisions_cli import memory_decisions
+    from planner.flags import flag_message
     from planner.graph.prepare import prepare
     from planner.load import write_text
     from planner.memory.options import MemoryOptions, parse_budget
@@ -141,7 +150,8 @@ def _run_plan(args: argparse.Namespace) -> int:
                                               shard_optimizer=args.shard_optimizer,
                                               link=_link(args.interconnect)))
     except ValidationError as e:
-        raise UserError(e.errors()[0]["msg"].removeprefix("Value error, ")) from None
+        raise UserError(flag_message(e) or e.errors()[0]["msg"].removeprefix("Value error, ")
+                        ) from None
     import warnings
 
     with warnings.catch_warnings():

@@ -39,6 +39,8 @@ from planner.errors import UserError
 def add_cost_commands(sub: Any, measurers: Callable[[], Any]) -> None:
     """`planner profile` and `planner costs update`; `measurers()` gives the
     planner.costs.profile.Measurers that run kernels (called only when profiling)."""
+    from planner.costs.profile import ProfileOptions
+    from planner.flags import field_flag
     from planner.prepare_cli import add_graph_flags
 
     p = sub.add_parser("profile", help="measure the op kernels of a graph on this machine",
@@ -57,9 +59,11 @@ def add_cost_commands(sub: Any, measurers: Callable[[], Any]) -> None:
     add_graph_flags(p)
     p.add_argument("-o", "--output", required=True, metavar="FILE",
                    help="the cost table; an existing table of this target is resumed")
-    p.add_argument("--interval", type=int, default=None, help="thread-count step of the climb")
-    p.add_argument("--repeats", type=int, default=5, help="measured steps per placement")
-    p.add_argument("--max-threads", type=int, default=None)
+    field_flag(p, "--interval", ProfileOptions, "interval", type=int, default=None,
+               help="thread-count step of the climb")
+    field_flag(p, "--repeats", ProfileOptions, "repeats", type=int, default=5,
+               help="measured steps per placement")
+    field_flag(p, "--max-threads", ProfileOptions, "max_threads", type=int, default=None)
     p.add_argument("--in-step", action="store_true",
                    help="measure every op inside the training step (one uniform plan per "
                         "thread count) rather than each signature's kernel alone")
@@ -124,17 +128,21 @@ def _profile_link(args: argparse.Namespace) -> int:
 def _profile_inputs(args: argparse.Namespace, target):
     """(target, graph, options, table to resume) of `planner profile` on the CPUs; UserError
     for a target that is not this machine, bad options or a table of another target."""
+    from pydantic import ValidationError
+
     from planner.costs.profile import ProfileOptions
+    from planner.flags import flag_message
 
     if target.name != "host" and args.target != "host":
         raise UserError(f"--target {args.target}: profiling runs kernels on this machine; "
                         f"use --target host (its CPUs) or --target gpu (its GPU)")
     graph = _graph(args, target)
     try:
-        options = ProfileOptions(interval=args.interval or max(1, target.cores // 8),
-                                 repeats=1, max_threads=args.max_threads)
-    except ValueError as e:
-        raise UserError(f"profile options: {e}") from None
+        ProfileOptions(repeats=args.repeats)  # the flag's range; a climb measures once
+        interval = args.interval if args.interval is not None else max(1, target.cores // 8)
+        options = ProfileOptions(interval=interval, repeats=1, max_threads=args.max_threads)
+    except ValidationError as e:
+        raise UserError(flag_message(e) or f"profile options: {e}") from None
     return target, graph, options, _resumed(args.output, target)
 
 

@@ -330,6 +330,9 @@ def comm_lane(graph: Graph, schedule: Schedule, link: Interconnect) -> Schedule:
                                           link) for n in ar}
     edges: list[Edge] = []
     last_on: dict[int | str, ScheduledOp] = {}
+    # Per place, the last op before the run of one group's members that ends there: a member
+    # runs beside the others of its group, but after whatever ran there before any of them.
+    before_run: dict[int | str, ScheduledOp] = {}
     end: dict[str, float] = {}
     ops: list[ScheduledOp] = []
     for name in order:
@@ -338,8 +341,13 @@ def comm_lane(graph: Graph, schedule: Schedule, link: Interconnect) -> Schedule:
         places: tuple[int | str, ...] = ((at[name].cpus or (at[name].stream,)) if name in at
                                          else (COMM_LANE,))
         group = at[name].group if name in at else ""
-        before.update(last_on[c].name for c in places
-                      if c in last_on and not (group and last_on[c].group == group))
+        joins = {c: bool(group) and c in last_on and last_on[c].group == group for c in places}
+        for c in places:
+            if not joins[c] and c in last_on:
+                before_run[c] = last_on[c]
+            elif not joins[c]:
+                before_run.pop(c, None)
+        before.update(before_run[c].name for c in places if c in before_run)
         ready = max((end[p] for p in before), default=0.0)
         if name in seconds:
             op = ScheduledOp(name=name, op=graph.node_map[name].op, stream=COMM_LANE,

@@ -299,6 +299,14 @@ std::vector<std::string> registered_names(const Registry& r) {
 // valid for the call only) on the executor's device: `device_type` (nb::device::cpu or
 // ::cuda) and `device_id(ex)`; `stream` the CUDA stream to order the collective on, as an
 // integer (0 on the CPU). planner/distributed.py is its one caller.
+inline bool interpreter_exiting() {
+#if PY_VERSION_HEX >= 0x030D0000
+  return Py_IsFinalizing();
+#else
+  return _Py_IsFinalizing();
+#endif
+}
+
 template <class Ex, class DeviceId>
 void define_collective(nb::class_<Ex>& cls, int32_t device_type, DeviceId device_id) {
   cls.def(
@@ -310,6 +318,13 @@ void define_collective(nb::class_<Ex>& cls, int32_t device_type, DeviceId device
         c.rank = rank;
         c.run = [shared, device_type, device](int what, float* data, int64_t count,
                                               void* stream) {
+          // A thread taking the GIL while the interpreter finalizes is ended by pthread_exit,
+          // whose unwinding through the step's thread aborts the process ("terminate called
+          // without an active exception"): fail the step instead. planner.distributed waits
+          // for a step in flight at exit, so this is only reached by one started later.
+          if (interpreter_exiting())
+            throw std::runtime_error("the Python interpreter is exiting: the collective did "
+                                     "not run (wait() for a step before the script ends)");
           nb::gil_scoped_acquire acquire;
           try {
             size_t shape[1] = {static_cast<size_t>(count)};

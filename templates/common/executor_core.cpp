@@ -1,3 +1,5 @@
+#include <Python.h>
+
 #include "executor_core.h"
 
 #include <algorithm>
@@ -36,7 +38,16 @@ ExecutorCore::ExecutorCore(const std::string& schedule_path, int backend)
 ExecutorCore::~ExecutorCore() { finish_async(); }
 
 void ExecutorCore::finish_async() {
-  if (async_.joinable()) async_.join();
+  if (!async_.joinable()) return;
+  // A data-parallel step's collective takes the GIL (bindings.h define_collective): an
+  // executor freed by Python with its step in flight must not hold the GIL while it waits.
+  if (Py_IsInitialized() && PyGILState_Check()) {
+    Py_BEGIN_ALLOW_THREADS
+    async_.join();
+    Py_END_ALLOW_THREADS
+  } else {
+    async_.join();
+  }
 }
 
 Shape ExecutorCore::shape(int id) const {

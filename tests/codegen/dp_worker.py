@@ -12,7 +12,8 @@ on one line prefixed `rank R error:` and exits 3. PACKAGE_DIR and OUT.npz may ea
 (os.pathsep between): the packages run one after the other in the one process group, each
 from the same initial parameters, each writing its own OUT. With `die_after` k it exits
 abruptly after k steps (a killed rank). DP_GROUP=new passes a new group of every rank as
-`process_group`.
+`process_group`. DP_END=in-flight ends the script with a step in flight (started, not
+waited for) and without destroying the process group.
 DP_BACKEND picks the group's backend (default gloo; nccl for a CUDA package, each rank on GPU
 DP_DEVICE, default its rank modulo the GPUs there are)."""
 
@@ -92,6 +93,11 @@ def main(package: str, data_path: str, out_path: str, die_after: int = -1) -> in
         with open(out + ".json", "w") as f:
             json.dump({"threads": thread_cpus(), "summed": summed[-8:], "stats": ex.stats(),
                        "sharded": {k: v[-8:] for k, v in sharded.items()}}, f, default=str)
+    if os.environ.get("DP_END") == "in-flight":
+        # a script that ends with a step still in flight and its group never destroyed
+        rows = slice(0, data["x"].shape[1] // world)
+        ex.step_async({"x": data["x"][0, rows], "labels": data["labels"][0, rows]})
+        return 0
     dist.destroy_process_group()
     return 0
 

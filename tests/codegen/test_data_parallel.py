@@ -374,3 +374,32 @@ def _check_own_shards(package: Path, outs: list[Path]) -> None:
             assert got <= buckets[kind], (kind, got, buckets[kind])
             for whole, n, mine, n_mine in calls:
                 assert n == ranks * n_mine and mine - whole == 4 * r * n_mine, (r, kind)
+
+
+def test_ranks_ending_without_destroying_the_group_exit_cleanly(packages, tmp_path):
+    """Issue 32: a script that ends with a step in flight and without
+    dist.destroy_process_group() aborted ("terminate called without an active exception",
+    exit 134): its collective took the GIL while the interpreter finalized."""
+    data = _data(tmp_path)[0]
+    runs = _launch([packages["sgd"]] * RANKS, data, [tmp_path / "a.npz", tmp_path / "b.npz"],
+                   local=[{"DP_END": "in-flight"}] * RANKS)
+    for r in runs:
+        assert r.returncode == 0 and "terminate" not in r.stdout, r.stdout[-2000:]
+
+
+@pytest.mark.parametrize("local_ranks", [("0", "0"), ("0", "7")])
+def test_a_rank_without_its_own_place_is_refused_on_every_rank(packages, tmp_path,
+                                                               local_ranks):
+    # Two ranks of a host given one LOCAL_RANK would pin the same CPUs; one out of range
+    # has no share. Every rank refuses, not only the one whose LOCAL_RANK is wrong.
+    if detect(measure=False).cores < RANKS:
+        pytest.skip("the SGD package shares the host among its ranks on two cores or more")
+    data = _data(tmp_path)[0]
+    local = [{"LOCAL_RANK": r, "LOCAL_WORLD_SIZE": str(RANKS)} for r in local_ranks]
+    runs = _launch([packages["sgd"]] * RANKS, data, [tmp_path / "a.npz", tmp_path / "b.npz"],
+                   local=local)
+    why = "both have LOCAL_RANK 0" if local_ranks == ("0", "0") else "LOCAL_RANK='7'"
+    for rank, r in enumerate(runs):
+        assert r.returncode == 3, r.stdout[-2000:]
+        line = next(s for s in r.stdout.splitlines() if s.startswith(f"rank {rank} error:"))
+        assert why in line, line

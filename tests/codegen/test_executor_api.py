@@ -161,3 +161,15 @@ def test_a_nan_input_gives_a_nan_loss(ex, mlp_graph):
     feeds["x"][0, 0] = np.nan
     want, _ = train_step(mlp_graph, feeds, ex.params())
     assert np.isnan(want["loss"]) and np.isnan(ex.step(feeds)["loss"])
+
+
+@pytest.mark.parametrize("value", [float("nan"), 0.0, -1.0, float("inf")])
+def test_watchdog_seconds_must_be_finite_and_positive(mlp_module, value):
+    # NaN would never time out, 0 and below fail every step at once (issue 32)
+    with pytest.raises(ValueError, match=r"^watchdog_seconds=.*finite number of seconds > 0"):
+        mlp_module.Executor(watchdog_seconds=value)
+
+
+def test_jitter_us_must_not_be_negative(mlp_module):
+    with pytest.raises(ValueError, match=r"^jitter_us=-1: "):
+        mlp_module.Executor(jitter_us=-1)

@@ -443,3 +443,15 @@ def test_fit_finds_a_larger_batch_per_rank_with_the_optimizer_sharded(capsys):
                      "--shard-optimizer"]) != 0
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--data-parallel" in err[0]
+
+
+def test_grouped_updates_stay_after_what_ran_on_their_cpus():
+    """Issue 32: the updates moved after the all-reduces run as parallel-loop groups; a member
+    joining its group's run must still follow the op that ran on those CPUs before the run
+    (the planner refused its own plan: two updates at the same time on logical CPU 0)."""
+    g = make_training_graph(build("resnet", depth=18, batch=4, image=32, classes=10),
+                            Optimizer(kind="momentum"))
+    p = _dp_plan(g, ranks=4, bucket_bytes=None)  # plan() verifies; this one used to fail
+    assert verify_plan(p) == []
+    grouped = [op for op in p.ops if op.group and op.cpus]
+    assert len({op.group for op in grouped}) < len(grouped)  # groups of several members

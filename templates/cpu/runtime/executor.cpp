@@ -4,6 +4,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <stdexcept>
+#include <string>
 
 namespace planner {
 
@@ -15,6 +18,14 @@ Executor::Executor(const std::string& schedule_path, bool concurrent, int jitter
       arena_(loaded_.get().arena_bytes),
       host_store_(loaded_.get().host_bytes),
       watchdog_seconds_(watchdog_seconds) {
+  // NaN compares false: a step would never time out, or (0, negative) fail at once.
+  if (!(watchdog_seconds > 0.0) || watchdog_seconds == HUGE_VAL)
+    throw std::invalid_argument("watchdog_seconds=" + std::to_string(watchdog_seconds) +
+                                ": give a finite number of seconds > 0 (how long a step may "
+                                "make no progress before it raises)");
+  if (jitter_us < 0)
+    throw std::invalid_argument("jitter_us=" + std::to_string(jitter_us) +
+                                ": give microseconds >= 0");
   const Schedule& s = loaded_.get();
   int host_cpus = omp_get_num_procs();
   for (int k = 0; k < s.num_ops; ++k) {
