@@ -20,6 +20,12 @@ def load(package_dir: str | Path) -> ModuleType:
     runtime extension it loads is shared by every plan of the process.
     """
     d = Path(package_dir).resolve()
+    held = sys.modules.get(d.name)
+    if held is not None and not (hasattr(held, "Executor") and hasattr(held, "plan")):
+        # Registering would replace a module the process already uses (a folder named onnx
+        # or torch): every later `import onnx` would get the executor.
+        raise ImportError(f"{d}: its name {d.name!r} is the module {held.__name__} this process "
+                          f"already imported; build into a folder of another name")
     init = d / "__init__.py"
     if not init.exists():
         raise ImportError(f"{d}: not a generated executor (no __init__.py); render it first")

@@ -128,3 +128,19 @@ def test_concurrent_builds_into_one_folder_take_turns(plans, tmp_path):
     assert f"{graph.tensors[0].shape[0] * 6 * 4}, 2, {{{graph.tensors[0].shape[0]}, 6}}" \
         in schedule  # the schedule is of the plan beside it
     step_ok(out)
+
+
+def test_loading_never_replaces_a_module_the_process_imported(tmp_path):
+    """A package folder named like a module already imported (json, onnx, torch) is refused
+    at load: registering it would hand that module's importers the executor."""
+    import json
+    import sys
+
+    from codegen.load import load
+
+    d = tmp_path / "json"
+    d.mkdir()
+    (d / "__init__.py").write_text("Executor = plan = None\n")
+    with pytest.raises(ImportError, match="'json' is the module json"):
+        load(d)
+    assert sys.modules["json"] is json
