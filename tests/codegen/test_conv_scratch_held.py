@@ -50,3 +50,43 @@ def test_every_conv_scratchpad_fits_its_planned_area(key, tmp_path):
     # of at most 32: relative error well under 1e-4).
     want, _ = train_step(graph, feeds, state)
     assert rel_error(got, want["loss"]) < 1e-4
+
+
+def test_measured_scratch_folded_into_the_table_sizes_the_areas(tmp_path):
+    """stats()' scratch bytes folded into the cost table (as `planner profile --in-step`
+    does) size the re-planned areas exactly: the analytical bound only where nothing was
+    measured at the op's thread count, and the executor still holds just its arena."""
+    import warnings
+
+    from planner.costs.feedback import fold_stats
+    from planner.costs.records import CostTable
+    from planner.pipeline import plan as make_plan
+    from planner.target.detect import detect
+
+    graph = make_training_graph(zoo("lenet", batch=8), Optimizer(kind="sgd", lr=0.01))
+    first = host_plan(graph)
+    state, feeds = start_state(graph), random_feeds(graph, seed=4)
+    ex = load(build(render(first, tmp_path / "first")).dir).Executor()
+    ex.load_params(state)
+    ex.step(feeds)
+    stats = ex.stats()
+    measured = {o["name"]: o["scratch_bytes"] for o in stats["ops"]}
+    table = fold_stats(CostTable(target=first.target.name), first, stats, date="2026-01-01")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        second = make_plan(graph, detect(), table)
+    threads = {o.name: o.threads for o in first.ops}
+    areas = {t.writer: t.bytes for t in second.tensors if not t.tensor}
+    same = [o for o in second.ops if o.name in areas and threads.get(o.name) == o.threads]
+    convs = [o for o in same if o.op.startswith("Conv2D")]
+    assert convs  # the convolutions kept their thread count and were measured at it
+    for o in same:
+        assert areas[o.name] == measured[o.name], o.name
+    ex2 = load(build(render(second, tmp_path / "second")).dir).Executor()
+    ex2.load_params(state)
+    got = ex2.step(feeds)["loss"]
+    after = ex2.stats()
+    assert after["unplanned_scratch_bytes"] == 0
+    assert after["held_bytes"] == after["arena_bytes"]
+    want, _ = train_step(graph, feeds, state)
+    assert rel_error(got, want["loss"]) < 1e-4
