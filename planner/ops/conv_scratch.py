@@ -39,6 +39,7 @@ from planner.ops.base import Attrs, Scratch, TensorType
 F32 = 4         # every oneDNN scratch buffer of a convolution holds float32 (or narrower)
 BLOCK = 16      # oneDNN's largest channel block on x86 (AVX-512)
 SLACK = 4096    # per booking: oneDNN aligns buffers (the reducer to a 4 KiB page)
+GEMM_LIMIT = 1 << 30  # gemm_convolution_utils.cpp: scratchpad_limit_by_absolute_value
 
 # Which operand is the convolution's image x, weights w and output y, per op: (list, index).
 Roles = dict[str, tuple[str, int]]
@@ -81,7 +82,11 @@ def library_scratchpad(x: tuple[int, ...], w: tuple[int, ...], y: tuple[int, ...
     per_thread = c_g * kh * kw * oh * ow + h * wd * c_g + oh * ow * (o // groups)
     if weight_gradient:
         per_thread += 4 * welems   # the reduction buffer: weights' bytes counted as floats
+    # The GEMM path threads over the batch only while its estimate of this stays under
+    # min(1 GiB, 15 x threads x the tensors' bytes); else it runs its GEMMs on one team.
     gemm = F32 * threads * per_thread
+    if gemm >= GEMM_LIMIT:
+        gemm = F32 * per_thread
     jit = 0
     if weight_gradient:
         padded = groups * _round(o // groups) * _round(c_g) * kh * kw + groups * _round(o // groups)
