@@ -67,10 +67,33 @@ def _padded_bytes(t: TensorType, kind: str) -> int:
     return num_bytes(tuple(s), t.dtype)
 
 
+def direct_kernels_apply(x: tuple[int, ...], w: tuple[int, ...], attrs: Attrs) -> bool:
+    """Whether the geometry meets what oneDNN 3.2's direct JIT weight-gradient kernels
+    require (jit_avx2_conv_bwd_weights_kernel_f32 and jit_avx512_common_conv_bwd_weights_
+    kernel_f32 init_conf, the stricter of the two): one group, no dilation, the kernel no
+    larger than the image and narrower than 14, pads at most half the kernel. Where it does
+    not, oneDNN falls back to the GEMM path and its per-thread reduction buffers.
+
+    >>> a = {"pads": [1, 1, 1, 1]}
+    >>> direct_kernels_apply((4, 256, 8, 8), (256, 256, 3, 3), a)
+    True
+    >>> direct_kernels_apply((4, 256, 2, 2), (256, 256, 3, 3), a)   # ResNet-18's last stage
+    False
+    """
+    _, _, h, wd = x
+    _, _, kh, kw = w
+    top, left, bottom, right = attrs.get("pads") or (0, 0, 0, 0)
+    return (int(attrs.get("groups", 1)) == 1
+            and tuple(attrs.get("dilations") or (1, 1)) == (1, 1)
+            and kh <= h and kw <= wd and kw < 14
+            and max(top, bottom) <= kh // 2 and max(left, right) <= kw // 2)
+
+
 def library_scratchpad(x: tuple[int, ...], w: tuple[int, ...], y: tuple[int, ...], groups: int,
-                       weight_gradient: bool, threads: int) -> int:
+                       weight_gradient: bool, threads: int, direct: bool = False) -> int:
     """Bytes of the largest scratchpad oneDNN 3.2's x86 convolutions book for this geometry
-    (x: N,C,H,W; w: O,C/groups,kH,kW; y: N,O,OH,OW) at `threads` threads.
+    (x: N,C,H,W; w: O,C/groups,kH,kW; y: N,O,OH,OW) at `threads` threads; `direct`: a
+    weight gradient the direct JIT kernels take (direct_kernels_apply), no GEMM fallback.
 
     >>> library_scratchpad((4, 256, 2, 2), (256, 256, 3, 3), (4, 256, 2, 2), 1, True, 2)
     18976768
@@ -80,7 +103,7 @@ def library_scratchpad(x: tuple[int, ...], w: tuple[int, ...], y: tuple[int, ...
     oh, ow = y[2], y[3]
     welems = o * c_g * kh * kw
     per_thread = c_g * kh * kw * oh * ow + h * wd * c_g + oh * ow * (o // groups)
-    if weight_gradient:
+    if weight_gradient and not direct:
         per_thread += 4 * welems   # the reduction buffer: weights' bytes counted as floats
     # The GEMM path threads over the batch only while its estimate of this stays under
     # min(1 GiB, 15 x threads x the tensors' bytes); else it runs its GEMMs on one team.
@@ -92,10 +115,11 @@ def library_scratchpad(x: tuple[int, ...], w: tuple[int, ...], y: tuple[int, ...
         padded = groups * _round(o // groups) * _round(c_g) * kh * kw + groups * _round(o // groups)
         jit = F32 * threads * padded
     # brgemm convolutions (jit_brgemm_conv*_utils.cpp) stage per thread a block of the padded
-    # input and an accumulator (at most one padded image each), a batch list and page-aligned
-    # masks: bounded by one image of each plus 4 pages.
-    brgemm = threads * (F32 * ((oh + kh) * (ow + kw) * _round(o) + (h + kh) * (wd + kw) * _round(c))
-                        + 4 * SLACK)
+    # input and an accumulator (at most one padded image each) and a batch list (64 bytes an
+    # element, one per kernel tap and input block); each of their 4 bookings is page-aligned.
+    taps = kh * kw * -(-c_g // BLOCK)
+    brgemm = (threads * (F32 * ((oh + kh) * (ow + kw) * _round(o) + (h + kh) * (wd + kw) * _round(c))
+                         + 64 * taps) + 4 * SLACK)
     return max(gemm, jit, brgemm) + 3 * SLACK
 
 
@@ -117,8 +141,10 @@ def conv_scratch(op: str) -> Scratch:
         image = "image" if op in ("Conv2D", "Conv2DBackpropFilter") else "output"
         temps = (_padded_bytes(x, image) + _padded_bytes(TensorType(wshape, w.dtype), "weight")
                  + _padded_bytes(y, "output") + 3 * 64)
-        return temps + library_scratchpad(x.shape, wshape, y.shape, groups,
-                                          op == "Conv2DBackpropFilter", max(1, threads))
+        dw = op == "Conv2DBackpropFilter"
+        direct = dw and direct_kernels_apply(x.shape, wshape, attrs)
+        return temps + library_scratchpad(x.shape, wshape, y.shape, groups, dw,
+                                          max(1, threads), direct)
 
     return rule
 
