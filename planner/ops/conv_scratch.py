@@ -118,8 +118,8 @@ def library_scratchpad(x: tuple[int, ...], w: tuple[int, ...], y: tuple[int, ...
     # input and an accumulator (at most one padded image each) and a batch list (64 bytes an
     # element, one per kernel tap and input block); each of their 4 bookings is page-aligned.
     taps = kh * kw * -(-c_g // BLOCK)
-    brgemm = (threads * (F32 * ((oh + kh) * (ow + kw) * _round(o) + (h + kh) * (wd + kw) * _round(c))
-                         + 64 * taps) + 4 * SLACK)
+    images = (oh + kh) * (ow + kw) * _round(o) + (h + kh) * (wd + kw) * _round(c)
+    brgemm = threads * (F32 * images + 64 * taps) + 4 * SLACK
     return max(gemm, jit, brgemm) + 3 * SLACK
 
 
