@@ -113,7 +113,9 @@ def library_scratchpad(x: tuple[int, ...], w: tuple[int, ...], y: tuple[int, ...
     jit = 0
     if weight_gradient:
         padded = groups * _round(o // groups) * _round(c_g) * kh * kw + groups * _round(o // groups)
-        jit = F32 * threads * padded
+        # Threads split the reduction over the batch (and, jit_avx512_common's 2-D harness,
+        # over output rows): no more partials than N x output rows (nthr_mb_max).
+        jit = F32 * min(threads, x[0] * max(oh, ow)) * padded
     # brgemm convolutions (jit_brgemm_conv*_utils.cpp) stage per thread a block of the padded
     # input and an accumulator (at most one padded image each) and a batch list (64 bytes an
     # element, one per kernel tap and input block); each of their 4 bookings is page-aligned.
