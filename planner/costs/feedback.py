@@ -6,8 +6,10 @@ they took alone or by the analytical model.
 its signature and placement (threads, and the affinity its CPUs form) get the measured mean
 seconds, less the co-running slowdown the plan's simulator charged it (`_alone_share`: the
 table holds times alone); ops of one signature and placement are averaged, weighted by their
-calls. Samples the table already has for that signature and placement are replaced (the
-latest run wins, as in planner.costs.records.merge).
+calls. Each sample also keeps the scratch bytes its kernel asked for (stats' scratch_bytes,
+the largest over those ops), by which plans then size the op's scratch area. Samples the
+table already has for that signature and placement are replaced (the latest run wins, as in
+planner.costs.records.merge).
 
 Example:
     >>> from planner.pipeline import plan
@@ -42,6 +44,7 @@ def fold_stats(table: CostTable, plan, stats: dict[str, Any], date: str | None =
     ops = {o.name: o for o in plan.ops}
     sigs = graph_signatures(plan.graph)
     acc: dict[tuple[str, int, str], list[float]] = {}
+    scratch: dict[tuple[str, int, str], int] = {}
     for row in stats.get("ops", []):
         if not isinstance(row, dict) or row.get("name") not in ops:
             raise UserError(f"stats row {row!r} names no op of the plan (stats of another "
@@ -52,6 +55,9 @@ def fold_stats(table: CostTable, plan, stats: dict[str, Any], date: str | None =
         op = ops[row["name"]]
         affinity = _affinity(plan, op.cpus)
         key = (sigs[op.name].key, op.threads, affinity)
+        need = row.get("scratch_bytes")
+        if isinstance(need, int) and not isinstance(need, bool) and need >= 0:
+            scratch[key] = max(scratch.get(key, 0), need)
         total = acc.setdefault(key, [0.0, 0.0])
         total[0] += seconds * _alone_share(table, sigs[op.name], op, affinity) * calls
         total[1] += calls
@@ -59,7 +65,8 @@ def fold_stats(table: CostTable, plan, stats: dict[str, Any], date: str | None =
     entries: dict[str, list[CpuSample]] = {}
     for (sig, threads, affinity), (seconds, calls) in sorted(acc.items()):
         entries.setdefault(sig, []).append(CpuSample(
-            threads=threads, affinity=affinity, seconds=seconds / calls, repeats=int(calls)))
+            threads=threads, affinity=affinity, seconds=seconds / calls, repeats=int(calls),
+            scratch_bytes=scratch.get((sig, threads, affinity))))
     stamp = date or datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     update = CostTable(
         target=table.target,

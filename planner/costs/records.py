@@ -50,6 +50,10 @@ class CpuSample(Record):
     affinity: Affinity
     seconds: Seconds = Field(gt=0)
     repeats: int = Field(default=1, ge=1)
+    # Bytes of scratch the kernel asked for at this placement (layout temporaries and library
+    # scratchpads: the executor's stats()), None where not measured. Plans size the op's
+    # scratch area by it in place of the op's analytical bound (planner.memory.scratch).
+    scratch_bytes: int | None = Field(default=None, ge=0)
 
 
 class ConvAlgoSample(Record):

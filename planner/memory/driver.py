@@ -34,6 +34,7 @@ from __future__ import annotations
 import numpy as np
 
 from planner.costs import CostModel
+from planner.costs.records import CostTable
 from planner.errors import InfeasibleBudget, UserError
 from planner.graph.ir import Graph
 from planner.memory.arena import CPU_FIRST
@@ -51,7 +52,7 @@ from planner.memory.liveness import (
 )
 from planner.memory.options import MemoryOptions, format_bytes
 from planner.memory.order import HappensBefore, plan_edges
-from planner.ops import get_op
+from planner.memory.scratch import kernel_scratch
 from planner.ops.base import TensorType
 from planner.ops.collective import COLLECTIVE_OPS
 from planner.schedule.record import Schedule, ScheduledOp
@@ -59,8 +60,8 @@ from planner.schedule.record import Schedule, ScheduledOp
 
 def cpu_memory(graph: Graph, schedule: Schedule, model: CostModel | None = None,
                options: MemoryOptions | None = None) -> MemoryDecision:
-    """Where every buffer of the CPU `schedule` lives (module docstring). `model` is unused: the
-    signature is the pipeline's backend table's (GPU memory planning prices what it adds).
+    """Where every buffer of the CPU `schedule` lives (module docstring). `model`'s table, where
+    it measured an op's scratch at its thread count, sizes that op's scratch area.
     Raises InfeasibleBudget (a ValueError naming the smallest feasible budget).
     """
     options = options or MemoryOptions()
@@ -69,7 +70,7 @@ def cpu_memory(graph: Graph, schedule: Schedule, model: CostModel | None = None,
     # The schedule's edges alone: the executor waits on them, not on deps (planner.plan).
     hb = HappensBefore(len(ops), plan_edges(
         [o.name for o in ops], [(e.before, e.after) for e in schedule.edges]))
-    scratch = scratch_buffers(graph, ops)
+    scratch = scratch_buffers(graph, ops, model.table if model is not None else None)
     buffers = graph_buffers(graph, times) + scratch
     budget = options.budget_bytes
     budgeted = budget is not None and (options.offload or options.recompute != "off")
@@ -105,19 +106,18 @@ def cpu_memory(graph: Graph, schedule: Schedule, model: CostModel | None = None,
     return decision(ops, buffers, layout, memory)
 
 
-def scratch_buffers(graph: Graph, ops: list[ScheduledOp]) -> list[Buffer]:
-    """A buffer `<op>@scratch` for every op whose CPU kernel may need scratch (OpDef.scratch,
-    at its planned thread count), written and read by that op alone, live while it runs: ops
-    running at the same time never share scratch."""
+def scratch_buffers(graph: Graph, ops: list[ScheduledOp], table: CostTable | None = None
+                    ) -> list[Buffer]:
+    """A buffer `<op>@scratch` for every op whose CPU kernel may need scratch (at its planned
+    thread count: measured in `table`, else OpDef.scratch; planner.memory.scratch), written
+    and read by that op alone, live while it runs: ops running at the same time never share
+    scratch."""
     out = []
     for i, op in enumerate(ops):
         node = graph.node_map[op.name]
-        rule = get_op(node.op).scratch
-        if rule is None:
-            continue
         ins = [TensorType(graph.tensor(t).shape, graph.tensor(t).dtype) for t in node.inputs]
         outs = [TensorType(graph.tensor(t).shape, graph.tensor(t).dtype) for t in node.outputs]
-        nbytes = rule(ins, outs, node.attrs, op.threads)
+        nbytes = kernel_scratch(node, ins, outs, op.threads, table)
         if nbytes > 0:
             out.append(Buffer(f"{op.name}@scratch", "", nbytes, op.start, op.end, i, i, i, (i,),
                               "scratch"))

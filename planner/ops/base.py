@@ -333,7 +333,8 @@ def reorder_scratch(copies: int, per_thread: int = 4096):
     blocks of their own: 3% of the bytes); pools at most 0.6x of reorder_scratch(2),
     normalisation and concatenation at most 0.2x of reorder_scratch(1). How much a library
     asks for per thread (oneDNN's per-thread weight-gradient partials, say) is not known
-    before it runs on the machine: measured values belong in the cost table.
+    before it runs on the machine: measured values belong in the cost table (CpuSample.
+    scratch_bytes). Convolutions have their own bound (planner/ops/conv_scratch.py).
 
     >>> reorder_scratch(2)([TensorType((2, 3, 8, 8)), TensorType((8, 3, 3, 3))],
     ...                    [TensorType((2, 8, 8, 8))], {}, 2)

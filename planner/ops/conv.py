@@ -38,10 +38,10 @@ from planner.ops.base import (
     TensorType,
     get_op,
     register,
-    reorder_scratch,
     require_float,
     require_rank,
 )
+from planner.ops.conv_scratch import conv_scratch
 
 # ---- window geometry (shared with pool.py) ---------------------------------------------------
 
@@ -297,7 +297,7 @@ def _conv_flops(y: TensorType, w_shape: tuple[int, ...]) -> int:
 
 register(OpDef(
     name="Conv2D",
-    scratch=reorder_scratch(2),
+    scratch=conv_scratch("Conv2D"),
     gpu_scratch=padded_image_bytes(0),
     cost_class="conv",
     convolution=True,
@@ -320,7 +320,7 @@ def _backprop_input_infer(ins: list[TensorType], a: Attrs) -> list[TensorType]:
 
 register(OpDef(
     name="Conv2DBackpropInput",
-    scratch=reorder_scratch(2),
+    scratch=conv_scratch("Conv2DBackpropInput"),
     gpu_scratch=padded_image_bytes(-1),
     cost_class="conv",
     convolution=True, arity=2,
@@ -343,7 +343,7 @@ def _backprop_filter_infer(ins: list[TensorType], a: Attrs) -> list[TensorType]:
 
 register(OpDef(
     name="Conv2DBackpropFilter",
-    scratch=reorder_scratch(2),
+    scratch=conv_scratch("Conv2DBackpropFilter"),
     gpu_scratch=padded_image_bytes(0),
     cost_class="conv",
     convolution=True, arity=2,
@@ -420,7 +420,7 @@ def conv_transpose2d_gradient(g: GradBuilder, node, grad_outputs: list[str | Non
 
 register(OpDef(
     name="ConvTranspose2D",
-    scratch=reorder_scratch(2),
+    scratch=conv_scratch("ConvTranspose2D"),
     gpu_scratch=padded_image_bytes(-1),
     cost_class="conv",
     convolution=True,

@@ -30,9 +30,11 @@ from tests.codegen.helpers import rel_error, start_state
 from tests.codegen.test_zoo_models import END_TO_END, MODELS, SLOW, allowed
 
 # Models whose smallest budget needs recompute or transfers at these sizes (on the others,
-# running one op at a time with updates moved up reaches it alone).
-ADDS_OPS = {"lenet", "alexnet", "resnet", "bert", "gpt"}
-SMALL = {"lenet": ("lenet", {"batch": 4, "image": 12}),
+# running one op at a time with updates moved up reaches it alone). Not lenet and alexnet
+# since their convolutions' scratch is planned as oneDNN books it: a weight gradient's
+# scratch is then their peak, which no recompute lowers.
+ADDS_OPS = {"resnet", "bert", "gpt"}
+SMALL = {"lenet": ("lenet", {"batch": 4, "image": 12, "width": 2.0}),  # offloads at its smallest
          "alexnet": ("alexnet", {"batch": 2, "image": 63, "classes": 4})}
 
 

@@ -95,16 +95,17 @@ def test_the_step_holds_each_gradient_once(graph, planned, monkeypatch):
 
 
 def test_the_arena_drops_by_most_of_the_gradients(monkeypatch):
-    """A small ResNet-18 one op at a time: its peak was UnscaleGrads' (every gradient twice);
-    now most of the gradients' bytes come off the arena (the peak moves into backward,
-    where the gradients accumulate)."""
-    g = make_training_graph(build("resnet", batch=2, image=16, width=0.125, depth=18,
-                                  classes=5), Optimizer(kind="sgd"), precision="fp16-mixed")
+    """A small MLP one op at a time: its peak was UnscaleGrads' (every gradient twice); now
+    most of the gradients' bytes come off the arena (the peak moves into backward, where the
+    gradients accumulate). Not a small ResNet-18 any more: on the toy target its peak is a
+    weight gradient's per-thread scratch (oneDNN's GEMM fallback on 1x1 images)."""
+    g = make_training_graph(build("mlp", batch=1, hidden=[512, 512, 512], in_features=256,
+                                  classes=10), Optimizer(kind="sgd"), precision="fp16-mixed")
     grads = sum(g.tensor(t).nbytes for t in unscale(g).inputs[:-1])
     arena = cpu_plan(g, "uniform").summary.memory.arena_bytes
     without_in_place(monkeypatch)
     before = cpu_plan(g, "uniform").summary.memory.arena_bytes
-    assert before - arena >= 0.8 * grads   # measured: 0.9
+    assert before - arena >= 0.7 * grads   # measured: 0.80 (ResNet-18 before: 0.9)
 
 
 @pytest.mark.parametrize("backend", ["cpu", "cuda"])

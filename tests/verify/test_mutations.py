@@ -82,7 +82,7 @@ def test_accepted_mutants_run_and_give_the_original_bits(tmp_path):
         if len(chosen) == 3:
             break
     assert len(chosen) == 3, chosen.keys()
-    graph = lenet()
+    graph = lenet(4.0)
     state, feeds = start_state(graph), random_feeds(graph, seed=3)
     want_out, want_params = _step(original, tmp_path / "original", state, feeds)
     for kind, data in chosen.items():

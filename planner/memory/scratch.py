@@ -1,0 +1,55 @@
+"""The bytes of an op's CPU scratch area: what the cost table measured its kernel asking for
+at that thread count (`planner profile --in-step` folds each op's stats() scratch_bytes into
+its sample: the exact figure for this machine and library), else the op's analytical rule
+(OpDef.scratch, an upper bound; planner/ops/conv_scratch.py for the convolutions).
+
+Example (a measured sample replaces the rule at its thread count only):
+    >>> from planner.costs.records import CostEntry, CostTable, CpuSample
+    >>> from planner.costs.signature import node_signature
+    >>> from planner.graph.ir import Node
+    >>> x, w = TensorType((2, 8, 6, 6)), TensorType((8, 8, 3, 3))
+    >>> node = Node(name="c", op="Conv2D", inputs=["x", "w"], outputs=["y"],
+    ...             attrs={"strides": [1, 1], "pads": [1, 1, 1, 1]})
+    >>> y = get_op("Conv2D").infer([x, w], get_op("Conv2D").normalize_attrs(node.attrs))
+    >>> sig = node_signature(node, [x, w])
+    >>> table = CostTable(target="t", entries=(CostEntry(signature=sig, cpu=(
+    ...     CpuSample(threads=2, affinity="compact", seconds=1e-4, scratch_bytes=5000),)),))
+    >>> kernel_scratch(node, [x, w], y, 2, table), kernel_scratch(node, [x, w], y, 2, None) > 5000
+    (5000, True)
+    >>> kernel_scratch(node, [x, w], y, 1, table) > 5000
+    True
+"""
+
+from __future__ import annotations
+
+from planner.costs.records import CostTable
+from planner.costs.signature import node_signature
+from planner.graph.ir import Node
+from planner.ops import get_op
+from planner.ops.base import TensorType
+
+
+def kernel_scratch(node: Node, ins: list[TensorType], outs: list[TensorType], threads: int,
+                   table: CostTable | None) -> int:
+    """Bytes of `node`'s scratch area when its kernel runs with `threads` threads."""
+    rule = get_op(node.op).scratch
+    if rule is None:
+        return 0
+    measured = _measured(node, ins, threads, table)
+    if measured is not None:
+        return measured
+    return rule(ins, outs, node.attrs, threads)
+
+
+def _measured(node: Node, ins: list[TensorType], threads: int,
+              table: CostTable | None) -> int | None:
+    """The largest scratch measured for the node's signature at `threads` threads (either
+    affinity: the kernel is created the same way), None without one."""
+    if table is None or not table.entries:
+        return None
+    entry = table.entry(node_signature(node, ins))
+    if entry is None:
+        return None
+    seen = [s.scratch_bytes for s in entry.cpu
+            if s.threads == threads and s.scratch_bytes is not None]
+    return max(seen) if seen else None
