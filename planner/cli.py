@@ -65,14 +65,18 @@ def add_graph_command(sub: Any) -> None:
         description="GRAPH is an ONNX file, a graph JSON file or a zoo spec such as "
                     "'zoo:resnet?depth=50&batch=32'.")
     p.add_argument("graph", metavar="GRAPH")
-    p.add_argument("--train", choices=["sgd", "momentum", "adam"],
+    p.add_argument("--train", choices=["sgd", "momentum", "adam", "adamw"],
                    help="build the training graph (forward, backward, updates) with this optimizer")
     p.add_argument("--train-dropout", action="store_true",
                    help="ONNX: train the Dropouts a training-mode export wrote without a "
                         "training flag (the import warns naming them)")
     add_precision_flags(p)
     p.add_argument("--lr", type=positive_number, default=None,
-                   help="learning rate of the optimizer")
+                   help="the optimizer's first learning rate (a scalar the step reads: the "
+                        "executor's set_hyperparameters changes it; docs/training.md)")
+    p.add_argument("--weight-decay", type=non_negative_number, default=None,
+                   help="the optimizer's first weight decay (default: PyTorch's, 0.01 for "
+                        "adamw, else 0)")
     p.add_argument("--loss", metavar="KIND[:OUTPUT][?OPTIONS]", help=LOSS_HELP)
     p.add_argument("-o", "--output", metavar="FILE", help="write the graph as canonical JSON")
     p.add_argument("--force", action="store_true", help="overwrite an existing different FILE")
@@ -91,6 +95,17 @@ def positive_number(text: str) -> float:
     return value
 
 
+def non_negative_number(text: str) -> float:
+    """An argparse type: a finite number >= 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not (math.isfinite(value) and value >= 0):
+        raise argparse.ArgumentTypeError(f"{text!r} must be a finite number >= 0")
+    return value
+
+
 def run_graph(args: argparse.Namespace) -> int:
     from planner.graph.summary import summarize
     from planner.load import load_graph, with_loss, write_text
@@ -101,11 +116,11 @@ def run_graph(args: argparse.Namespace) -> int:
     if args.train:
         from planner.graph.autodiff import Optimizer, make_training_graph
 
-        opt = Optimizer(kind=args.train, **({"lr": args.lr} if args.lr is not None else {}))
+        opt = Optimizer.parse(args.train, lr=args.lr, weight_decay=args.weight_decay)
         graph = make_training_graph(graph, opt, precision=args.precision,
                                     loss_scaling=scaling)
-    elif args.lr is not None:
-        raise UserError("--lr needs --train")
+    elif args.lr is not None or args.weight_decay is not None:
+        raise UserError("--lr and --weight-decay need --train")
     elif args.precision != "fp32":
         raise UserError("--precision needs --train (a policy for training graphs)")
     else:  # the inference graph `planner plan` makes (training graphs: autodiff's passes)

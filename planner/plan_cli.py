@@ -30,7 +30,7 @@ def add_plan_commands(sub: Any) -> None:
                         "or target JSON file")
     p.add_argument("--costs", help="cost table JSON (default: the analytical model)")
     p.add_argument("--strategy", choices=["uniform", "paper", "optimized"], default="optimized")
-    p.add_argument("--train", choices=["sgd", "momentum", "adam"],
+    p.add_argument("--train", choices=["sgd", "momentum", "adam", "adamw"],
                    help="plan the training graph built with this optimizer")
     add_precision_flags(p)
     p.add_argument("--loss", metavar="KIND[:OUTPUT][?OPTIONS]", help=LOSS_HELP)
