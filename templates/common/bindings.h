@@ -208,6 +208,17 @@ void define_executor(nb::class_<Ex>& cls) {
              return nb::module_::import_("planner.hyperparameters").attr("hyperparameters")(self);
            },
            "{group: {\"lr\": .., \"weight_decay\": ..}} as the next step reads them.")
+      .def("state_dict",
+           [](nb::handle self) {
+             return nb::module_::import_("planner.checkpoint").attr("state_dict")(self);
+           },
+           "The run's state as PyTorch names it: model, optimizer (state, param_groups) and "
+           "planner (step counts, loss scale); copies (planner/checkpoint.py).")
+      .def("load_state_dict",
+           [](nb::handle self, nb::dict checkpoint) {
+             nb::module_::import_("planner.checkpoint").attr("load_state_dict")(self, checkpoint);
+           },
+           "checkpoint"_a, "Load a state_dict(): every tensor checked, then all written.")
       .def("step",
            [](Ex& ex, nb::dict feeds, std::vector<std::string> outputs) {
              return run_step<Ex, Io>(ex, feeds, outputs);
