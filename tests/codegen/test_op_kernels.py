@@ -268,6 +268,9 @@ CASES: dict[str, list[tuple]] = {
                   ([((3, 4), N), ((3, 4), N), ((3, 4), N), ((3, 4), U), ((), P),
                     ((), const(0.1)), ((), const(0.01))], {"decoupled": True})],
     "Increment": [([((), N)], {})],
+    # clipped (17 normals: a norm near 4) and not
+    "ClipGradNorm": [([((3, 4), N), ((5,), N)], {"max_norm": 1.0}),
+                     ([((3, 4), N), ((5,), N)], {"max_norm": 100.0})],
     "UnscaleGrads": [([((3, 4), N), ((5,), N), ((), const(1024.0))], {})],
     "UpdateLossScale": [([((), const(65536.0)), ((), const(1.0)), ((), const(0.0))],
                          {"growth_interval": 2}),      # grows
