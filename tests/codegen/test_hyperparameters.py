@@ -96,3 +96,24 @@ def test_bad_hyperparameters_raise_naming_them(adamw):
     with pytest.raises(ValueError, match="lr must be finite"):
         ex.set_hyperparameters({"lr": float("nan")})
     assert ex.hyperparameters()[0]["lr"] == pytest.approx(0.01)  # nothing written
+
+
+def test_a_pytorch_scheduler_drives_the_executor(adamw):
+    torch = pytest.importorskip("torch")
+    from planner.torch.schedule import ExecutorOptimizer
+
+    graph, module = adamw
+    ex = module.Executor(init=True)
+    opt = ExecutorOptimizer(ex)
+    assert [g["lr"] for g in opt.param_groups] == pytest.approx([0.01, 0.02])
+    sched = torch.optim.lr_scheduler.StepLR(opt, step_size=2, gamma=0.5)
+    seen = []
+    for k in range(5):
+        opt.step()
+        ex.step(random_feeds(graph, seed=k))
+        seen.append([v["lr"] for v in ex.hyperparameters().values()])
+        sched.step()
+    # PyTorch's StepLR sequence, as float32 scalars
+    want = [[np.float32(base * 0.5 ** (k // 2)) for base in (0.01, 0.02)] for k in range(5)]
+    assert seen == want
+    assert ex.hyperparameters()[1]["weight_decay"] == 0.0
