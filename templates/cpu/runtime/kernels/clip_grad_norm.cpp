@@ -1,6 +1,6 @@
 // ClipGradNorm [g1 .. gn] -> [g1 * c .. gn * c, total_norm] (planner/ops/clip_grad_norm.py):
-// torch.nn.utils.clip_grad_norm_, each gradient's 2-norm summed in double and rounded to
-// float, their norm likewise, c = min(max_norm / (total_norm + 1e-6), 1) in float. The outputs
+// torch.nn.utils.clip_grad_norm_, each gradient's 2-norm summed in double (in a fixed order)
+// and rounded to float, their norm likewise, c = min(max_norm / (total_norm + 1e-6), 1) in float. The outputs
 // may be the gradients' bytes: the norm pass reads everything before the scale pass writes.
 #include <omp.h>
 
@@ -12,6 +12,8 @@
 
 namespace planner {
 namespace {
+
+constexpr int kChunks = 64;
 
 class ClipGradNorm : public Kernel {
  public:
@@ -29,9 +31,18 @@ class ClipGradNorm : public Kernel {
     for (size_t k = 0; k < in_.size(); ++k) {
       const float* g = r.at<float>(in_[k]);
       const int64_t size = sizes_[k];
+      // Fixed chunks summed in chunk order, not an OpenMP reduction (whose order varies
+      // from run to run): the same bits every step, so a resumed run repeats exactly.
+      const int64_t chunk = (size + kChunks - 1) / kChunks;
+#pragma omp parallel for
+      for (int c = 0; c < kChunks; ++c) {
+        double sum = 0;
+        const int64_t end = std::min(size, (c + 1) * chunk);
+        for (int64_t i = c * chunk; i < end; ++i) sum += static_cast<double>(g[i]) * g[i];
+        part_[c] = sum;
+      }
       double sum = 0;
-#pragma omp parallel for reduction(+ : sum)
-      for (int64_t i = 0; i < size; ++i) sum += static_cast<double>(g[i]) * g[i];
+      for (int c = 0; c < kChunks; ++c) sum += part_[c];
       const double norm = static_cast<float>(std::sqrt(sum));
       squares += norm * norm;
     }
@@ -50,6 +61,7 @@ class ClipGradNorm : public Kernel {
  private:
   std::vector<int64_t> sizes_;
   std::vector<int> in_, out_;
+  std::vector<double> part_ = std::vector<double>(kChunks);  // per chunk, reused every step
   int total_;
   float max_norm_;
 };
