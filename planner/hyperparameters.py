@@ -12,7 +12,7 @@ Example (a stand-in holding what an executor holds):
     >>> import numpy as np
     >>> class Held:
     ...     def __init__(self): self.values = {"optim/group/0/lr": np.float32(0.1), "w": 0}
-    ...     def params(self): return dict(self.values)
+    ...     def params(self, copy=True): return dict(self.values)
     ...     def load_params(self, values, partial): self.values.update(values)
     >>> ex = Held()
     >>> set_hyperparameters(ex, {"lr": 0.25})
@@ -37,24 +37,39 @@ from planner.graph.optimizer import hyperparameter_tensor, parse_hyperparameter_
 
 def hyperparameters(ex: Any) -> dict[int, dict[str, float]]:
     """{group: {name: value}} of every hyperparameter `ex` holds, groups and names sorted."""
+    held = _held(ex)
+    try:  # views of host memory (CPU): nothing copied
+        values = {n: float(np.asarray(v)) for n, v in held.items()}
+    except (TypeError, ValueError, RuntimeError):  # device memory: one copy of the state
+        copies = ex.params()
+        values = {n: float(np.asarray(copies[n])) for n in held}
     out: dict[int, dict[str, float]] = {}
-    for name, value in ex.params().items():
-        parsed = parse_hyperparameter_tensor(name)
-        if parsed is not None:
-            out.setdefault(parsed[0], {})[parsed[1]] = float(np.asarray(value))
+    for name, value in values.items():
+        group, field = parse_hyperparameter_tensor(name)
+        out.setdefault(group, {})[field] = value
     return {g: dict(sorted(out[g].items())) for g in sorted(out)}
+
+
+def _held(ex: Any) -> dict[str, Any]:
+    """The hyperparameter tensors of `ex` by name, as live views (no copy)."""
+    return {n: v for n, v in ex.params(copy=False).items()
+            if parse_hyperparameter_tensor(n) is not None}
 
 
 def set_hyperparameters(ex: Any, values: Mapping[str, float], group: int = 0) -> None:
     """Set parameter group `group`'s hyperparameters (`lr`, `weight_decay`) for the next steps.
     Every name and value is checked before any is written; ValueError names a bad one."""
-    held = hyperparameters(ex)
+    held: dict[int, list[str]] = {}
+    for name in _held(ex):
+        g, field = parse_hyperparameter_tensor(name)
+        held.setdefault(g, []).append(field)
     if isinstance(group, bool) or not isinstance(group, (int, np.integer)):
         raise ValueError(f"set_hyperparameters: group must be an int, got {group!r}")
     writes: dict[str, np.ndarray] = {}
     for name, value in values.items():
         if name not in held.get(int(group), {}):
-            have = "; ".join(f"group {g}: {', '.join(h)}" for g, h in held.items()) or "none"
+            have = "; ".join(f"group {g}: {', '.join(sorted(h))}"
+                             for g, h in sorted(held.items())) or "none"
             raise ValueError(f"set_hyperparameters: the plan has no hyperparameter {name!r} of "
                              f"parameter group {group} (it has: {have})")
         try:
