@@ -15,8 +15,9 @@ hyperparameter tensor records, planner/graph/optimizer.py):
 
 `step` counts the updates taken before the one the rate is for (0 for the first, as a
 scheduler's last_epoch after `step()` was called that many times). Between steps,
-`apply(ex, step)` sets every group's learning rate (ex.set_hyperparameters); the schedule and
-the step count are all there is to it, so a resumed run continues it exactly.
+`run = schedule.on(ex)` then `run.apply(step)` sets every group's learning rate
+(ex.set_hyperparameters); the schedule and the step count are all there is to it, so a
+resumed run continues it exactly.
 
 Example:
     >>> s = Schedule(kind="warmup-cosine", warmup=2, total=6, start_factor=0.5)
@@ -28,11 +29,12 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
-from planner.graph.ir import Graph
+from planner.graph.ir import Tensor
 from planner.graph.optimizer import parse_hyperparameter_tensor
 from planner.records import Record
 
@@ -100,11 +102,28 @@ class Schedule(Record):
 
     def apply(self, ex: Any, step: int) -> dict[int, float]:
         """Set every parameter group's learning rate in executor `ex` for step `step`;
-        returns them by group."""
+        returns them by group. Reads the first rates from the plan each call: in a loop,
+        `on(ex)` reads them once."""
+        return self.on(ex).apply(step)
+
+    def on(self, ex: Any) -> ScheduledRun:
+        """This schedule driving executor `ex` (its groups' first rates read once)."""
+        return ScheduledRun(self, ex, first_learning_rates(ex.plan))
+
+
+@dataclass(frozen=True)
+class ScheduledRun:
+    """A schedule bound to an executor: `apply(step)` sets every group's learning rate."""
+
+    schedule: Schedule
+    ex: Any
+    first: dict[int, float]
+
+    def apply(self, step: int) -> dict[int, float]:
         out = {}
-        for group, base in first_learning_rates(ex.plan).items():
-            out[group] = base * self.factor(step)
-            ex.set_hyperparameters({"lr": out[group]}, group=group)
+        for group, base in self.first.items():
+            out[group] = base * self.schedule.factor(step)
+            self.ex.set_hyperparameters({"lr": out[group]}, group=group)
         return out
 
 
@@ -114,10 +133,9 @@ def _cos_anneal(start: float, end: float, pct: float) -> float:
 
 def first_learning_rates(plan_json: str) -> dict[int, float]:
     """{group: the learning rate its hyperparameter tensor starts from} of a plan (JSON)."""
-    graph = Graph.model_validate(json.loads(plan_json)["graph"])
     out = {}
-    for t in graph.tensors:
-        parsed = parse_hyperparameter_tensor(t.name)
-        if parsed is not None and parsed[1] == "lr" and t.value is not None:
-            out[parsed[0]] = t.value
+    for t in json.loads(plan_json)["graph"]["tensors"]:
+        parsed = parse_hyperparameter_tensor(str(t.get("name", "")))
+        if parsed is not None and parsed[1] == "lr":
+            out[parsed[0]] = Tensor.model_validate(t).value
     return dict(sorted(out.items()))
