@@ -1,9 +1,12 @@
 """The flags of planner.graph.GraphOptions, added to every command that makes a graph (`graph`,
 `plan`, `profile`, `fit`) by one function, and read back into the record by another.
 
-    --train OPT            sgd | momentum | adam: the training graph (default: inference; fit:
-                           momentum)
-    --lr LR                the optimizer's learning rate (default per optimizer)
+    --train OPT            sgd | momentum | adam | adamw: the training graph (default:
+                           inference; fit: momentum)
+    --lr LR                the optimizer's first learning rate (default per optimizer; a scalar
+                           the step reads: the executor's set_hyperparameters changes it)
+    --weight-decay WD      the optimizer's first weight decay (default: PyTorch's, 0.01 for
+                           adamw, else 0)
     --loss KIND[:OUTPUT]   a loss attached to an output, with a new label input
     --keep NAMES           tensors kept to the step's end, returned by the executor's step
     --train-dropout        ONNX: the Dropouts a training-mode export left without a flag train
@@ -28,7 +31,7 @@ from typing import Any
 
 from planner.errors import UserError
 
-OPTIMIZERS = ("sgd", "momentum", "adam")
+OPTIMIZERS = ("sgd", "momentum", "adam", "adamw")
 
 
 def add_graph_flags(p: argparse.ArgumentParser, train: str | None = None) -> None:
@@ -40,7 +43,12 @@ def add_graph_flags(p: argparse.ArgumentParser, train: str | None = None) -> Non
                    help="the training graph (forward, backward, updates) with this optimizer"
                         + (f" (default: {train})" if train else ""))
     p.add_argument("--lr", type=positive_number, default=None,
-                   help="learning rate of the optimizer (default: per optimizer)")
+                   help="the optimizer's first learning rate (default: per optimizer; a scalar "
+                        "the step reads: the executor's set_hyperparameters changes it, "
+                        "docs/training.md)")
+    p.add_argument("--weight-decay", type=non_negative_number, default=None,
+                   help="the optimizer's first weight decay (default: PyTorch's, 0.01 for "
+                        "adamw, else 0)")
     p.add_argument("--loss", metavar="KIND[:OUTPUT][?OPTIONS]", help=LOSS_HELP)
     p.add_argument("--keep", metavar="NAMES", type=kept_names,
                    help="tensors (comma-separated) to keep to the step's end, so that the "
@@ -59,12 +67,13 @@ def graph_options(args: argparse.Namespace) -> Any:
     from planner.graph.options import GraphOptions
     from planner.precision_cli import loss_scaling
 
-    if args.train is None and args.lr is not None:
-        raise UserError("--lr needs --train")
+    if args.train is None and (args.lr is not None or args.weight_decay is not None):
+        raise UserError("--lr and --weight-decay need --train")
     scaling = loss_scaling(args)
     try:
         return GraphOptions(
-            optimizer=Optimizer.parse(args.train, lr=args.lr) if args.train else None,
+            optimizer=(Optimizer.parse(args.train, lr=args.lr, weight_decay=args.weight_decay)
+                       if args.train else None),
             precision=args.precision, loss_scaling=scaling, loss=args.loss,
             keep=tuple(args.keep or ()), train_dropout=args.train_dropout)
     except ValidationError as e:
@@ -79,4 +88,15 @@ def positive_number(text: str) -> float:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
     if not (math.isfinite(value) and value > 0):
         raise argparse.ArgumentTypeError(f"{text!r} must be a finite number > 0")
+    return value
+
+
+def non_negative_number(text: str) -> float:
+    """An argparse type: a finite number >= 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not (math.isfinite(value) and value >= 0):
+        raise argparse.ArgumentTypeError(f"{text!r} must be a finite number >= 0")
     return value

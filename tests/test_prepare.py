@@ -116,7 +116,7 @@ def test_every_command_takes_the_graph_flags(command):
 
 
 @pytest.mark.parametrize("flags,message", [
-    (["--lr", "0.1"], "--lr needs --train"),
+    (["--lr", "0.1"], "--lr and --weight-decay need --train"),
     (["--precision", "bf16-mixed"], "--precision needs --train"),
     (["--train", "sgd", "--keep", "nope"], "has no tensor 'nope'"),
 ])

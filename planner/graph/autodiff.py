@@ -56,6 +56,9 @@ Layout of a training graph (node order is a topological order, deterministic for
     tensor                   role              updates
     optim/<param>/<slot>     optimizer-state   -            (init zeros; slot: velocity | m | v)
     optim/step               optimizer-state   -            (float32 scalar, Adam only)
+    optim/group/<k>/lr       state             -            (float32 scalar, init constant: per
+    optim/group/<k>/weight_decay                             parameter group k, read by the
+                                                             updates; planner/graph/optimizer.py)
     rng/step                 state             -            (int64 scalar, zeros; Dropout only)
     update/<param>           param             <param>
     update/<param>/<slot>    optimizer-state   optim/<param>/<slot>
@@ -70,6 +73,10 @@ and writes `grad/found_inf`; each update writes `<next value>/unchecked` and a S
 on an overflowing step (Adam's step count too: the skipped step is not counted); last,
 `update/optim/loss_scale/update` (UpdateLossScale) writes the scale and its clean-step count
 `optim/loss_scale/clean_steps`. The Dropout step still counts every step, as PyTorch's RNG.
+
+Gradient clipping (Optimizer.clip_grad_norm): one ClipGradNorm `grad/clip_grad_norm` over every
+param's gradient (unscaled first under fp16-mixed) writes `grad/<param>/clipped`, read by the
+updates, and the total norm `grad/total_norm`.
 
 Dropout: every Dropout node without a step input is given `rng/step`, the count of training
 steps taken, so each step draws a fresh mask (planner/ops/dropout.py) and its DropoutGrad
@@ -105,7 +112,7 @@ from planner.graph.fold_bias import fold_bias_adds
 from planner.graph.for_cores import for_cores
 from planner.graph.ir import Graph, Node, Tensor
 from planner.graph.lstm_grads import fold_lstm_dh_sums
-from planner.graph.optimizer import LossScaling, Optimizer
+from planner.graph.optimizer import LossScaling, Optimizer, hyperparameter_tensor
 from planner.graph.precision import apply_precision
 from planner.graph.slice_grads import join_slice_gradients
 from planner.graph.softmax_fusion import fuse_softmax
@@ -129,6 +136,8 @@ PHASES: tuple[str, ...] = ("forward", "backward", "update")
 # flag of each step's gradients (planner/ops/loss_scale.py).
 LOSS_SCALE = "optim/loss_scale"
 FOUND_INF = "grad/found_inf"
+# clip_grad_norm_'s total norm of the gradients (before clipping), a step's output on request.
+CLIP_TOTAL_NORM = "grad/total_norm"
 
 
 class AutodiffError(ValueError):
@@ -169,6 +178,8 @@ def make_training_graph(graph: Graph, optimizer: Optimizer, precision: str = "fp
         raise AutodiffError(f"graph {graph.name!r}: the loss {loss!r} depends on no param "
                             f"(params: {params[:5]}{' ...' if len(params) > 5 else ''})")
     found_inf = _unscale(b, grads) if scaled else None
+    if optimizer.clip_grad_norm is not None:
+        _clip(b, grads, optimizer.clip_grad_norm)
     updated = _emit_updates(b, graph, grads, optimizer, found_inf)
     if scaling is not None and found_inf is not None:
         updated.update(_update_loss_scale(b, scaling, found_inf))
@@ -409,6 +420,18 @@ def _unscale(b: GraphBuilder, grads: dict[str, str | None]) -> str:
     return found
 
 
+def _clip(b: GraphBuilder, grads: dict[str, str | None], max_norm: float) -> str:
+    """clip_grad_norm_ over every param's gradient (after unscaling, as with GradScaler);
+    `grads` now names the clipped ones. Returns the total norm."""
+    params = [p for p, g in grads.items() if g]
+    outs = [f"grad/{p}/clipped" for p in params]
+    with b.scope("grad"):
+        *_, total = b.op_n("ClipGradNorm", [grads[p] for p in params], {"max_norm": max_norm},
+                           name="clip_grad_norm", outputs=[*outs, CLIP_TOTAL_NORM], role="grad")
+    grads.update(zip(params, outs, strict=True))
+    return total
+
+
 def _update_loss_scale(b: GraphBuilder, scaling: LossScaling, found_inf: str) -> dict[str, str]:
     """The loss scale's next value and clean-step count (UpdateLossScale), last."""
     clean = b.add_tensor(Tensor(name=f"{LOSS_SCALE}/clean_steps", shape=(), dtype="float32",
@@ -436,7 +459,7 @@ def _emit_updates(b: GraphBuilder, graph: Graph, grads: Mapping[str, str | None]
                    name=f"{nxt.removeprefix('update/')}/skip_on_overflow", outputs=[nxt])
         return [f"{n}/unchecked" for n in nexts]
 
-    if optimizer.kind == "adam":
+    if optimizer.update_op == "ApplyAdam":
         step = b.add_tensor(Tensor(name="optim/step", shape=(), dtype="float32",
                                    role="optimizer-state", init="zeros"))
         with b.scope("update"):
@@ -445,18 +468,29 @@ def _emit_updates(b: GraphBuilder, graph: Graph, grads: Mapping[str, str | None]
                            outputs=outs)
             checked(["update/step"], [step])
         marks["update/step"] = step
+    hyper = _hyperparameters(b, optimizer)
     for p in (t for t in graph.by_role("param") if grads.get(t.name)):
         slots = [b.add_tensor(Tensor(name=f"optim/{p.name}/{s}", shape=p.shape, dtype=p.dtype,
                                      role="optimizer-state", init="zeros"))
                  for s in optimizer.slots]
         nexts = [f"update/{p.name}", *(f"update/{p.name}/{s}" for s in optimizer.slots)]
         with b.scope("update"):
-            b.op_n(optimizer.update_op, [p.name, grads[p.name], *slots, *extra],
+            b.op_n(optimizer.update_op,
+                   [p.name, grads[p.name], *slots, *extra, *hyper[optimizer.group_of(p.name)]],
                    optimizer.update_attrs(), name=f"{p.name}/{optimizer.update_op.lower()}",
                    outputs=[f"{n}/unchecked" for n in nexts] if found_inf else nexts)
             checked(nexts, [p.name, *slots])
         marks.update(zip(nexts, [p.name, *slots], strict=True))
     return marks
+
+
+def _hyperparameters(b: GraphBuilder, optimizer: Optimizer) -> list[list[str]]:
+    """Per parameter group, its hyperparameter tensors (float32 scalars, role state, init
+    constant: the optimizer's values are their first), in the update ops' input order."""
+    return [[b.add_tensor(Tensor(name=hyperparameter_tensor(k, name), shape=(), role="state",
+                                 init="constant", value=value))
+             for name, value in optimizer.hyperparameters(k).items()]
+            for k in range(len(optimizer.groups) + 1)]
 
 
 def _running_stat_updates(graph: Graph) -> dict[str, str]:

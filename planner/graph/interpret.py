@@ -134,6 +134,8 @@ def init_value(t: Tensor, rng: np.random.Generator) -> np.ndarray:
         v = rng.standard_normal(t.shape) / np.sqrt(t.shape[-1])
     elif kind == "loss-scale":   # torch.amp.GradScaler's init_scale
         v = np.full(t.shape, INIT_LOSS_SCALE)
+    elif kind == "constant":
+        v = np.full(t.shape, t.value)
     else:
         raise ValueError(f"tensor {t.name!r}: unknown init {kind!r}")
     return v.astype(t.dtype)

@@ -16,10 +16,11 @@ Example:
 
 from __future__ import annotations
 
+import math
 from functools import cached_property
 from typing import Any, Literal
 
-from pydantic import Field, field_validator, model_serializer
+from pydantic import Field, field_validator, model_serializer, model_validator
 
 from planner.dtypes import DType, num_bytes, num_elements
 from planner.records import Record, canonical_json  # noqa: F401 - re-exported
@@ -34,8 +35,9 @@ from planner.records import Record, canonical_json  # noqa: F401 - re-exported
 Role = Literal["input", "label", "param", "state", "optimizer-state", "activation", "grad"]
 
 # Initialisers for persistent tensors: he (normal, std sqrt(2 / fan_in)), glorot (uniform,
-# limit sqrt(6 / (fan_in + fan_out))), normal (std 0.02), embedding (normal, std 1 / sqrt(dim)).
-Init = Literal["zeros", "ones", "he", "glorot", "normal", "embedding", "loss-scale"]
+# limit sqrt(6 / (fan_in + fan_out))), normal (std 0.02), embedding (normal, std 1 / sqrt(dim)),
+# constant (every element the tensor's `value`: a hyperparameter's first value).
+Init = Literal["zeros", "ones", "he", "glorot", "normal", "embedding", "loss-scale", "constant"]
 
 EXTERNAL_ROLES: frozenset[str] = frozenset({"input", "label", "param", "state", "optimizer-state"})
 
@@ -61,6 +63,16 @@ class Tensor(Record):
     # (param, state or optimizer-state). It has that tensor's role, shape and dtype; executors
     # write it over the old bytes, and every other reader of the old value runs before.
     updates: str | None = None
+    # The value of every element of an init "constant" tensor (and only of one).
+    value: float | None = None
+
+    @model_validator(mode="after")
+    def _value_with_constant(self) -> Tensor:
+        if (self.init == "constant") != (self.value is not None):
+            raise ValueError(f"tensor {self.name!r}: init 'constant' and `value` go together")
+        if self.value is not None and not math.isfinite(self.value):
+            raise ValueError(f"tensor {self.name!r}: value must be finite, got {self.value}")
+        return self
 
     @field_validator("shape")
     @classmethod

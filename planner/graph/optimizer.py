@@ -1,67 +1,138 @@
 """The optimizer of a training graph: which update op each parameter gets, with what settings.
 
-One record, one parameter group: every trainable parameter is updated with the same settings, as
-`torch.optim.SGD(model.parameters(), ...)` or `torch.optim.Adam(...)` with one group.
+| kind     | update op            | state per param          | PyTorch equivalent               |
+| -------- | -------------------- | ------------------------ | -------------------------------- |
+| sgd      | SGD                  | none                     | SGD(lr, weight_decay)            |
+| momentum | ApplyMomentum        | velocity                 | SGD(lr, momentum, weight_decay,  |
+|          |                      |                          | nesterov)                        |
+| adam     | ApplyAdam            | m, v (+ one shared step) | Adam(lr, betas, eps, wd)         |
+| adamw    | ApplyAdam, decoupled | m, v (+ one shared step) | AdamW(lr, betas, eps, wd=0.01)   |
 
-| kind     | update op     | optimizer-state per param | PyTorch equivalent                        |
-| -------- | ------------- | ------------------------- | ----------------------------------------- |
-| sgd      | SGD           | none                      | SGD(lr, weight_decay)                     |
-| momentum | ApplyMomentum | velocity                  | SGD(lr, momentum, weight_decay, nesterov) |
-| adam     | ApplyAdam     | m, v (+ one shared step)  | Adam(lr, betas, eps, weight_decay)        |
+Parameter groups: `groups` lists groups after the first (index 0, the optimizer's own lr and
+weight decay, as PyTorch's first entry of `param_groups`); a parameter joins the first group
+whose `params` pattern (a regular expression) it contains, else group 0. The learning rate and
+weight decay are not compiled in: each group's are float32 scalars the step reads,
+`optim/group/<k>/lr` and `optim/group/<k>/weight_decay` (role "state", init "constant": the
+value given here is only the first), set between steps (docs/training.md).
 
 Example:
     >>> Optimizer(kind="adam").update_attrs()
-    {'beta1': 0.9, 'beta2': 0.999, 'epsilon': 1e-08, 'lr': 0.001, 'weight_decay': 0.0}
+    {'beta1': 0.9, 'beta2': 0.999, 'decoupled': False, 'epsilon': 1e-08}
     >>> Optimizer.parse("momentum", lr=0.1).momentum
     0.9
+    >>> opt = Optimizer(kind="adamw", groups=[ParamGroup(params="bias$", weight_decay=0.0)])
+    >>> opt.weight_decay, [opt.group_of(p) for p in ("fc/weight", "fc/bias")]
+    (0.01, [0, 1])
+    >>> opt.hyperparameters(1)
+    {'lr': 0.001, 'weight_decay': 0.0}
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from planner.graph.ir import Record
 
-OptimizerKind = Literal["sgd", "momentum", "adam"]
+OptimizerKind = Literal["sgd", "momentum", "adam", "adamw"]
 
 # Update op and the names of its per-parameter optimizer-state slots, in input order.
 UPDATE_OPS: dict[str, tuple[str, tuple[str, ...]]] = {
     "sgd": ("SGD", ()),
     "momentum": ("ApplyMomentum", ("velocity",)),
     "adam": ("ApplyAdam", ("m", "v")),
+    "adamw": ("ApplyAdam", ("m", "v")),
 }
 
 # Default learning rates, PyTorch's where it has one (Adam); SGD's is the usual starting point.
-DEFAULT_LR: dict[str, float] = {"sgd": 0.01, "momentum": 0.01, "adam": 1e-3}
+DEFAULT_LR: dict[str, float] = {"sgd": 0.01, "momentum": 0.01, "adam": 1e-3, "adamw": 1e-3}
+# Default weight decay: PyTorch's (AdamW decays by default).
+DEFAULT_WEIGHT_DECAY: dict[str, float] = {"sgd": 0.0, "momentum": 0.0, "adam": 0.0,
+                                          "adamw": 0.01}
+
+# The hyperparameters a step reads, per parameter group, in the update ops' input order.
+HYPERPARAMETERS: tuple[str, ...] = ("lr", "weight_decay")
+HYPER_SCOPE = "optim/group/"
+
+
+def hyperparameter_tensor(group: int, name: str) -> str:
+    """The name of group `group`'s hyperparameter `name` in a training graph.
+
+    >>> hyperparameter_tensor(0, "lr")
+    'optim/group/0/lr'
+    """
+    return f"{HYPER_SCOPE}{group}/{name}"
+
+
+def parse_hyperparameter_tensor(name: str) -> tuple[int, str] | None:
+    """(group, hyperparameter) of a tensor named by `hyperparameter_tensor`, else None.
+
+    >>> parse_hyperparameter_tensor("optim/group/1/weight_decay"), parse_hyperparameter_tensor("w")
+    ((1, 'weight_decay'), None)
+    """
+    if not name.startswith(HYPER_SCOPE):
+        return None
+    group, _, field = name.removeprefix(HYPER_SCOPE).partition("/")
+    if not group.isdigit() or field not in HYPERPARAMETERS:
+        return None
+    return int(group), field
+
+
+class ParamGroup(Record):
+    """A parameter group after the first: the parameters whose names contain a match of the
+    regular expression `params` (re.search), with their own lr and weight decay where given
+    (the optimizer's otherwise), as an entry of PyTorch's `param_groups`."""
+
+    params: str = Field(min_length=1)
+    lr: float | None = Field(default=None, gt=0)
+    weight_decay: float | None = Field(default=None, ge=0)
+
+    @field_validator("params")
+    @classmethod
+    def _compiles(cls, pattern: str) -> str:
+        try:
+            re.compile(pattern)
+        except re.error as e:
+            raise ValueError(f"parameter group pattern {pattern!r} is not a regular "
+                             f"expression: {e}") from None
+        return pattern
 
 
 class Optimizer(Record):
-    """Settings of one optimizer. `lr` defaults per kind (see DEFAULT_LR) when left out."""
+    """Settings of one optimizer. `lr` and `weight_decay` default per kind (DEFAULT_LR,
+    DEFAULT_WEIGHT_DECAY) when left out."""
 
     kind: OptimizerKind
     lr: float = Field(gt=0)  # filled from DEFAULT_LR when left out
-    weight_decay: float = Field(default=0.0, ge=0)
+    weight_decay: float = Field(ge=0)  # filled from DEFAULT_WEIGHT_DECAY when left out
     # momentum only
     momentum: float = Field(default=0.9, ge=0)
     nesterov: bool = False
-    # adam only
+    # adam and adamw only
     beta1: float = Field(default=0.9, ge=0, lt=1)
     beta2: float = Field(default=0.999, ge=0, lt=1)
     epsilon: float = Field(default=1e-8, gt=0)
+    # parameter groups after the first (module docstring)
+    groups: tuple[ParamGroup, ...] = ()
+    # torch.nn.utils.clip_grad_norm_(params, max_norm) before the update, None: no clipping
+    clip_grad_norm: float | None = Field(default=None, gt=0)
 
     @model_validator(mode="before")
     @classmethod
-    def _default_lr(cls, data: Any) -> Any:
-        if isinstance(data, dict) and data.get("lr") is None and data.get("kind") in DEFAULT_LR:
-            data = {**data, "lr": DEFAULT_LR[data["kind"]]}
+    def _defaults(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("kind") in DEFAULT_LR:
+            if data.get("lr") is None:
+                data = {**data, "lr": DEFAULT_LR[data["kind"]]}
+            if data.get("weight_decay") is None:
+                data = {**data, "weight_decay": DEFAULT_WEIGHT_DECAY[data["kind"]]}
         return data
 
     @classmethod
     def parse(cls, kind: str, **settings: Any) -> Optimizer:
-        """From a command-line spelling: `kind` in sgd | momentum | adam; None settings are
-        left at their defaults. Raises ValueError naming the kind or field."""
+        """From a command-line spelling: `kind` in sgd | momentum | adam | adamw; None
+        settings are left at their defaults. Raises ValueError naming the kind or field."""
         if kind not in UPDATE_OPS:
             raise ValueError(f"unknown optimizer {kind!r}; expected one of {sorted(UPDATE_OPS)}")
         return cls(kind=kind, **{k: v for k, v in settings.items() if v is not None})
@@ -76,14 +147,32 @@ class Optimizer(Record):
         return UPDATE_OPS[self.kind][1]
 
     def update_attrs(self) -> dict[str, Any]:
-        """Attributes of this optimizer's update op, every one spelled out."""
+        """Attributes of this optimizer's update op, every one spelled out (the learning rate
+        and weight decay are inputs, not attributes)."""
         if self.kind == "sgd":
-            return {"lr": self.lr, "weight_decay": self.weight_decay}
+            return {}
         if self.kind == "momentum":
-            return {"lr": self.lr, "momentum": self.momentum, "nesterov": self.nesterov,
-                    "weight_decay": self.weight_decay}
-        return {"beta1": self.beta1, "beta2": self.beta2, "epsilon": self.epsilon, "lr": self.lr,
-                "weight_decay": self.weight_decay}
+            return {"momentum": self.momentum, "nesterov": self.nesterov}
+        return {"beta1": self.beta1, "beta2": self.beta2, "decoupled": self.kind == "adamw",
+                "epsilon": self.epsilon}
+
+    def group_of(self, param: str) -> int:
+        """The index of the parameter group `param` belongs to (module docstring)."""
+        for k, group in enumerate(self.groups, start=1):
+            if re.search(group.params, param):
+                return k
+        return 0
+
+    def hyperparameters(self, group: int) -> dict[str, float]:
+        """The first values of group `group`'s hyperparameters (HYPERPARAMETERS order)."""
+        if not 0 <= group <= len(self.groups):
+            raise ValueError(f"parameter group {group} does not exist; the optimizer has "
+                             f"{len(self.groups) + 1}")
+        own = self.groups[group - 1] if group else None
+        lr = own.lr if own is not None and own.lr is not None else self.lr
+        wd = (own.weight_decay if own is not None and own.weight_decay is not None
+              else self.weight_decay)
+        return {"lr": lr, "weight_decay": wd}
 
 
 class LossScaling(Record):

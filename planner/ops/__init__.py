@@ -5,7 +5,8 @@ BiasAdd), activation, elementwise (broadcasting binary ops, AddN, unary math), s
 Split, Slice, Reshape, Flatten, Transpose, ...), reduce, embedding, dropout, loss, optim
 (parameter updates, the step counter and the loss seed of training graphs), loss_scale
 (fp16-mixed dynamic loss scaling: UnscaleGrads, UpdateLossScale, SkipOnOverflow), collective
-(AllReduce of data-parallel training). For the ONNX importer: unary_math (Exp, Log, Sqrt, Abs,
+(AllReduce of data-parallel training), clip_grad_norm (ClipGradNorm:
+clip_grad_norm_ over a step's gradients). For the ONNX importer: unary_math (Exp, Log, Sqrt, Abs,
 Softplus, Elu, Selu, Clip, ...), binary_math (Pow, Max, Min, PRelu), log_softmax, pad, resize
 (Resize: nn.Upsample, F.interpolate). For transformers: layer_norm, gelu (Gelu, Erf), mask
 (Where, CausalMask), scaled_softmax (Scale, CausalMask and Softmax fused: ScaledSoftmax).
@@ -18,6 +19,7 @@ from planner.ops import (  # noqa: F401, E402
     activation,
     binary_math,
     cast,
+    clip_grad_norm,
     collective,
     conv,
     cumsum,

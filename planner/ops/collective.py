@@ -21,8 +21,8 @@ starts aligned), and rank r owns floats [r * shard, (r + 1) * shard) of it:
 
 `ReduceScatter [g_1..g_k] -> [s]` writes rank r's shard of the bucket averaged over the ranks
 (a sum reduce-scatter in place on the gradients, then 1/ranks): s = (1/ranks) sum over ranks
-of bucket[r * shard : (r + 1) * shard]. `ShardedUpdate [p_1..p_k, s, state shards.., (step)]
--> [p_1'..p_k', state shards']` runs the optimizer `update` (SGD, ApplyMomentum, ApplyAdam:
+of bucket[r * shard : (r + 1) * shard]. `ShardedUpdate [p_1..p_k, s, state shards.., (step),
+lr, wd] -> [p_1'..p_k', state shards']` runs the optimizer `update` (SGD, ApplyMomentum, ApplyAdam:
 planner.ops.optim's formulas) on the floats of rank r's shard of the parameters, laid out
 alike (a bucket of their own), with its shard of the optimizer state (each rank holds 1/ranks
 of it), then all-gathers the parameters in place, so every rank holds them all. The update and
@@ -44,6 +44,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from planner.ops.base import Attr, Attrs, OpDef, OpError, TensorType, get_op, register
+from planner.ops.optim import HYPER_INPUTS
 
 # The bytes between a sharded bucket's members and shards per backend: its arena's alignment
 # (planner.memory.options on the CPU; planner.memory.gpu's DEVICE_ALIGNMENT on a GPU). Plans
@@ -199,7 +200,7 @@ def sharded_parts(n_inputs: int, update: str) -> tuple[int, int, bool]:
         raise OpError(f"ShardedUpdate: update must be one of {sorted(SHARDED_UPDATES)}, got "
                       f"{update!r}")
     slots, step = len(SHARDED_UPDATES[update]), update == "ApplyAdam"
-    k = n_inputs - 1 - slots - int(step)
+    k = n_inputs - 1 - slots - int(step) - len(HYPER_INPUTS)
     if k < 1:
         raise OpError(f"ShardedUpdate: {update} over a shard needs parameters, the gradient "
                       f"shard and {slots} state shard(s); got {n_inputs} inputs")
@@ -220,8 +221,10 @@ def _infer_sharded(ins: list[TensorType], a: Attrs) -> list[TensorType]:
         if t != shard:
             raise OpError(f"ShardedUpdate: {what} must be float32 of shape {list(shard.shape)} "
                           f"(a shard of the bucket), got {list(t.shape)} ({t.dtype})")
-    if step and ins[-1] != TensorType((), "float32"):
-        raise OpError("ShardedUpdate: the step count must be a float32 scalar")
+    scalars = ins[k + 1 + slots:]
+    for what, t in zip(("the step count",) * step + HYPER_INPUTS, scalars, strict=True):
+        if t != TensorType((), "float32"):
+            raise OpError(f"ShardedUpdate: {what} must be a float32 scalar")
     return [*params, *[shard] * slots]
 
 
@@ -263,15 +266,15 @@ register(OpDef(
     attrs={"update": Attr("str", required=True), "ranks": Attr("int", required=True),
            "ranks_per_host": Attr("int", default=1), "alignment": Attr("int", default=64),
            # the update's own (planner.ops.optim), those it does not take left at defaults
-           "lr": Attr("float", required=True), "weight_decay": Attr("float", 0.0),
            "momentum": Attr("float", 0.9), "nesterov": Attr("bool", False),
            "beta1": Attr("float", 0.9), "beta2": Attr("float", 0.999),
-           "epsilon": Attr("float", 1e-8)},
+           "epsilon": Attr("float", 1e-8), "decoupled": Attr("bool", False)},
     infer=_infer_sharded,
     flops=_flops_sharded,
     bytes_moved=_bytes_sharded,
     reference=_reference_sharded,
     recompute="never",
-    doc="ShardedUpdate [p_1..p_k, s, state shards, (step)] -> [p_1'..p_k', state shards']: "
+    doc="ShardedUpdate [p_1..p_k, s, state shards, (step), lr, weight_decay] -> [p_1'..p_k', "
+        "state shards']: "
         "`update` on this rank's shard of the parameters' bucket, then an all-gather of it.",
 ))

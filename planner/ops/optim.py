@@ -3,13 +3,16 @@
 
 An update op reads a persistent tensor and writes its next value; autodiff marks that output with
 `updates=<persistent tensor>` (planner/graph/ir.py), so executors write it over the old bytes.
-The formulas are PyTorch's (torch.optim.SGD with and without momentum, torch.optim.Adam), each
-computed in the parameter's dtype:
+The learning rate `lr` and weight decay `wd` are the update's last two inputs, float32 scalars
+the step reads (a parameter group's, planner/graph/optimizer.py), so a schedule changes them
+between steps without a new plan. The formulas are PyTorch's (torch.optim.SGD with and without
+momentum, torch.optim.Adam and AdamW), each computed in the parameter's dtype:
 
     SGD             g = grad + wd * p;  p' = p - lr * g
     ApplyMomentum   g = grad + wd * p;  v' = m * v + g;  p' = p - lr * (g + m * v' if nesterov
                     else v')      (v starts at zero, so the first step gives v' = g, as PyTorch)
-    ApplyAdam       g = grad + wd * p;  m' = b1 * m + (1 - b1) * g;  v' = b2 * v + (1 - b2) * g^2
+    ApplyAdam       g = grad + wd * p (decoupled: g = grad, p = p * (1 - lr * wd), AdamW's);
+                    m' = b1 * m + (1 - b1) * g;  v' = b2 * v + (1 - b2) * g^2
                     p' = p - lr / (1 - b1^t) * m' / (sqrt(v') / sqrt(1 - b2^t) + eps)
 
 where t is the step count *after* this step's Increment (1 on the first step).
@@ -17,8 +20,8 @@ where t is the step count *after* this step's Increment (1 on the first step).
 Example:
     >>> import numpy as np
     >>> from planner.ops import get_op
-    >>> get_op("SGD").reference([np.array([1.0, 2.0]), np.array([0.5, 0.5])],
-    ...                         {"lr": 0.1, "weight_decay": 0.0})[0]
+    >>> lr, wd = np.float32(0.1), np.float32(0.0)
+    >>> get_op("SGD").reference([np.array([1.0, 2.0]), np.array([0.5, 0.5]), lr, wd], {})[0]
     array([0.95, 1.95])
 """
 
@@ -38,6 +41,9 @@ from planner.ops.base import (
     require_float,
 )
 
+# The hyperparameter inputs every update op ends with (planner.graph.optimizer.HYPERPARAMETERS).
+HYPER_INPUTS: tuple[str, ...] = ("lr", "weight_decay")
+
 
 def _check_like(op: str, param: TensorType, other: TensorType, what: str) -> None:
     if (other.shape, other.dtype) != (param.shape, param.dtype):
@@ -45,52 +51,64 @@ def _check_like(op: str, param: TensorType, other: TensorType, what: str) -> Non
                       f"has shape {list(param.shape)} ({param.dtype})")
 
 
-def _infer_update(op: str, slots: tuple[str, ...], n_out: int):
-    """Shape rule of an update: param, grad and every slot alike; `n_out` outputs like param."""
+def _check_scalars(op: str, ins: list[TensorType], names: tuple[str, ...]) -> None:
+    for t, what in zip(ins, names, strict=True):
+        if t != TensorType((), "float32"):
+            raise OpError(f"{op}: {what} must be a float32 scalar, got shape {list(t.shape)} "
+                          f"({t.dtype})")
+
+
+def _infer_update(op: str, slots: tuple[str, ...], n_out: int, scalars: tuple[str, ...] = ()):
+    """Shape rule of an update: param, grad and every slot alike, then the float32 scalars
+    `scalars` and the hyperparameters; `n_out` outputs like param."""
 
     def infer(ins: list[TensorType], a: Attrs) -> list[TensorType]:
         param = ins[0]
         require_float(op, param, "param")
-        for t, what in zip(ins[1:], ("grad", *slots), strict=False):
+        tensors = 2 + len(slots)
+        for t, what in zip(ins[1:tensors], ("grad", *slots), strict=True):
             _check_like(op, param, t, what)
+        _check_scalars(op, ins[tensors:], (*scalars, *HYPER_INPUTS))
         return [param] * n_out
 
     return infer
 
 
-def _decayed(p: np.ndarray, g: np.ndarray, weight_decay: float) -> np.ndarray:
+def _decayed(p: np.ndarray, g: np.ndarray, weight_decay: np.ndarray) -> np.ndarray:
     """PyTorch's coupled weight decay (L2): g + wd * p."""
-    return g + p.dtype.type(weight_decay) * p if weight_decay else g
+    return g + p.dtype.type(weight_decay) * p if weight_decay != 0 else g
 
 
 # Scalar formulas (generated kernels): weight decay only where it is non-zero, as the reference
-# (0 * inf would be NaN); nesterov arrives as 0 or 1.
+# (0 * inf would be NaN); nesterov and decoupled arrive as 0 or 1.
 
 def _decayed_pw(m, p, g, wd):
     return m.where(wd != 0, g + wd * p, g)
 
 
 def _sgd_pw(m, xs, a):
-    p, g = xs
-    return [p - a["lr"] * _decayed_pw(m, p, g, a["weight_decay"])]
+    p, g, lr, wd = xs
+    return [p - lr * _decayed_pw(m, p, g, wd)]
 
 
 def _momentum_pw(m, xs, a):
-    p, g, v = xs
+    p, g, v, lr, wd = xs
     mom = a["momentum"]
-    g = _decayed_pw(m, p, g, a["weight_decay"])
+    g = _decayed_pw(m, p, g, wd)
     v_next = mom * v + g
     step = m.where(a["nesterov"] != 0, g + mom * v_next, v_next)
-    return [p - a["lr"] * step, v_next]
+    return [p - lr * step, v_next]
 
 
 def _adam_pw(m, xs, a):
-    p, g, mo, v, t = xs
+    p, g, mo, v, t, lr, wd = xs
     b1, b2 = a["beta1"], a["beta2"]
-    g = _decayed_pw(m, p, g, a["weight_decay"])
+    decoupled = a["decoupled"] != 0
+    g = m.where(decoupled, g, _decayed_pw(m, p, g, wd))
+    p = m.where(decoupled, p * (1.0 - lr * wd), p)
     m_next = b1 * mo + (1.0 - b1) * g
     v_next = b2 * v + (1.0 - b2) * g * g
-    step_size = a["lr"] / (1.0 - m.pow(b1, t))
+    step_size = lr / (1.0 - m.pow(b1, t))
     denom = m.sqrt(v_next) / m.sqrt(1.0 - m.pow(b2, t)) + a["epsilon"]
     return [p - step_size * (m_next / denom), m_next, v_next]
 
@@ -98,69 +116,63 @@ def _adam_pw(m, xs, a):
 # ---- SGD --------------------------------------------------------------------------------------
 
 def _sgd(xs: list[np.ndarray], a: Attrs) -> list[np.ndarray]:
-    p, g = xs
-    lr = p.dtype.type(a["lr"])
-    return [p - lr * _decayed(p, g, a["weight_decay"])]
+    p, g, lr, wd = xs
+    return [p - p.dtype.type(lr) * _decayed(p, g, wd)]
 
 
 register(OpDef(
-    name="SGD", arity=2,
-    attrs={"lr": Attr("float", required=True), "weight_decay": Attr("float", 0.0)},
+    name="SGD", arity=4,
     infer=_infer_update("SGD", (), 1),
     # per element: multiply-add for the step, one more for weight decay
-    flops=lambda ins, outs, a: ins[0].size * (2 + (2 if a["weight_decay"] else 0)),
+    flops=lambda ins, outs, a: ins[0].size * 4,
     reference=_sgd,
-    pointwise=Pointwise(_sgd_pw, signatures=("float32,float32->float32",),
-                        params=(("lr", "float32", 0.0), ("weight_decay", "float32", 0.0))),
-    doc="SGD [param, grad] -> param_next = param - lr * (grad + weight_decay * param).",
+    pointwise=Pointwise(_sgd_pw, signatures=("float32,float32,float32,float32->float32",),
+                        scalar_inputs=(2, 3)),
+    doc="SGD [param, grad, lr, weight_decay] -> param_next = param - lr * (grad + weight_decay "
+        "* param).",
 ))
 
 
 # ---- Momentum ---------------------------------------------------------------------------------
 
 def _momentum(xs: list[np.ndarray], a: Attrs) -> list[np.ndarray]:
-    p, g, v = xs
-    lr, m = p.dtype.type(a["lr"]), p.dtype.type(a["momentum"])
-    g = _decayed(p, g, a["weight_decay"])
+    p, g, v, lr, wd = xs
+    lr, m = p.dtype.type(lr), p.dtype.type(a["momentum"])
+    g = _decayed(p, g, wd)
     v_next = m * v + g
     step = g + m * v_next if a["nesterov"] else v_next
     return [p - lr * step, v_next]
 
 
 register(OpDef(
-    name="ApplyMomentum", arity=3,
-    attrs={"lr": Attr("float", required=True), "momentum": Attr("float", 0.9),
-           "weight_decay": Attr("float", 0.0), "nesterov": Attr("bool", False)},
+    name="ApplyMomentum", arity=5,
+    attrs={"momentum": Attr("float", 0.9), "nesterov": Attr("bool", False)},
     infer=_infer_update("ApplyMomentum", ("velocity",), 2),
-    # per element: velocity and param multiply-adds, plus weight decay and Nesterov's look-ahead
-    flops=lambda ins, outs, a: ins[0].size * (4 + (2 if a["weight_decay"] else 0)
-                                              + (2 if a["nesterov"] else 0)),
+    # per element: velocity and param multiply-adds, weight decay, Nesterov's look-ahead
+    flops=lambda ins, outs, a: ins[0].size * (6 + (2 if a["nesterov"] else 0)),
     reference=_momentum,
-    pointwise=Pointwise(_momentum_pw, signatures=("float32,float32,float32->float32,float32",),
-                        params=(("lr", "float32", 0.0), ("momentum", "float32", 0.9),
-                                ("weight_decay", "float32", 0.0), ("nesterov", "float32", 0.0))),
-    doc="ApplyMomentum [param, grad, velocity] -> [param_next, velocity_next], PyTorch's "
-        "v = momentum * v + g; param -= lr * v (or g + momentum * v with nesterov).",
+    pointwise=Pointwise(
+        _momentum_pw,
+        signatures=("float32,float32,float32,float32,float32->float32,float32",),
+        params=(("momentum", "float32", 0.9), ("nesterov", "float32", 0.0)),
+        scalar_inputs=(3, 4)),
+    doc="ApplyMomentum [param, grad, velocity, lr, weight_decay] -> [param_next, "
+        "velocity_next], PyTorch's v = momentum * v + g; param -= lr * v (or g + momentum * v "
+        "with nesterov).",
 ))
 
 
 # ---- Adam -------------------------------------------------------------------------------------
 
-def _infer_adam(ins: list[TensorType], a: Attrs) -> list[TensorType]:
-    outs = _infer_update("ApplyAdam", ("m", "v"), 3)(ins[:4], a)
-    step = ins[4]
-    if step.shape != ():
-        raise OpError(f"ApplyAdam: step must be a scalar, got shape {list(step.shape)}")
-    require_float("ApplyAdam", step, "step")
-    return outs
-
-
 def _adam(xs: list[np.ndarray], a: Attrs) -> list[np.ndarray]:
-    p, g, m, v, step = xs
+    p, g, m, v, step, lr, wd = xs
     f = p.dtype.type
-    lr, b1, b2, eps = f(a["lr"]), f(a["beta1"]), f(a["beta2"]), f(a["epsilon"])
+    lr, b1, b2, eps = f(lr), f(a["beta1"]), f(a["beta2"]), f(a["epsilon"])
     t = f(step)
-    g = _decayed(p, g, a["weight_decay"])
+    if a["decoupled"]:
+        p = p * (f(1) - lr * f(wd))
+    else:
+        g = _decayed(p, g, wd)
     m_next = b1 * m + (f(1) - b1) * g
     v_next = b2 * v + (f(1) - b2) * g * g
     step_size = lr / (f(1) - b1 ** t)
@@ -169,22 +181,24 @@ def _adam(xs: list[np.ndarray], a: Attrs) -> list[np.ndarray]:
 
 
 register(OpDef(
-    name="ApplyAdam", arity=5,
-    attrs={"lr": Attr("float", required=True), "beta1": Attr("float", 0.9),
-           "beta2": Attr("float", 0.999), "epsilon": Attr("float", 1e-8),
-           "weight_decay": Attr("float", 0.0)},
-    infer=_infer_adam,
-    # per element: 3 for m, 4 for v, sqrt, scale and epsilon (3), divide and update (3);
-    # plus 2 for weight decay
-    flops=lambda ins, outs, a: ins[0].size * (13 + (2 if a["weight_decay"] else 0)),
+    name="ApplyAdam", arity=7,
+    attrs={"beta1": Attr("float", 0.9), "beta2": Attr("float", 0.999),
+           "epsilon": Attr("float", 1e-8), "decoupled": Attr("bool", False)},
+    infer=_infer_update("ApplyAdam", ("m", "v"), 3, scalars=("step",)),
+    # per element: 3 for m, 4 for v, sqrt, scale and epsilon (3), divide and update (3),
+    # 2 for weight decay
+    flops=lambda ins, outs, a: ins[0].size * 15,
     reference=_adam,
     pointwise=Pointwise(
-        _adam_pw, signatures=("float32,float32,float32,float32,float32->float32,float32,float32",),
-        params=(("lr", "float32", 0.0), ("beta1", "float32", 0.9), ("beta2", "float32", 0.999),
-                ("epsilon", "float32", 1e-8), ("weight_decay", "float32", 0.0)),
-        scalar_inputs=(4,)),
-    doc="ApplyAdam [param, grad, m, v, step] -> [param_next, m_next, v_next], torch.optim.Adam "
-        "with bias correction by the step count t (already incremented for this step).",
+        _adam_pw,
+        signatures=("float32,float32,float32,float32,float32,float32,float32"
+                    "->float32,float32,float32",),
+        params=(("beta1", "float32", 0.9), ("beta2", "float32", 0.999),
+                ("epsilon", "float32", 1e-8), ("decoupled", "float32", 0.0)),
+        scalar_inputs=(4, 5, 6)),
+    doc="ApplyAdam [param, grad, m, v, step, lr, weight_decay] -> [param_next, m_next, "
+        "v_next], torch.optim.Adam (AdamW with `decoupled`) with bias correction by the step "
+        "count t (already incremented for this step).",
 ))
 
 

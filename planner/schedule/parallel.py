@@ -246,10 +246,13 @@ def with_sharded_updates(graph: Graph, bucket_list: list[list[str]], ranks: int,
     tm = graph.tensor_map
     for k, b in enumerate(bucket_list):
         ups = [update_of[g] for g in b]
-        kinds = {(u.op, tuple(sorted(u.attrs.items()))) for u in ups}
+        # the update op, its attrs and its scalar inputs (step count, group hyperparameters)
+        kinds = {(u.op, tuple(sorted(u.attrs.items())), u.inputs[2 + len(SHARDED_UPDATES[u.op]):])
+                 for u in ups}
         if len(kinds) > 1:
             raise UserError(f"graph {graph.name!r}: --shard-optimizer: the parameters of "
-                            f"bucket {k} are updated by different optimizers")
+                            f"bucket {k} are updated by different optimizers or parameter "
+                            f"groups")
         op, slots = ups[0].op, SHARDED_UPDATES[ups[0].op]
         params = [u.inputs[0] for u in ups]
         shard = (shard_floats([tm[p].size for p in params], ranks, alignment),)

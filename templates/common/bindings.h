@@ -194,6 +194,31 @@ void define_executor(nb::class_<Ex>& cls) {
            },
            "copy"_a = true,
            "Parameters and state by name: copies, or (copy=False) live views of the arena.")
+      // Written once, in Python (planner/hyperparameters.py), over params and load_params.
+      .def("set_hyperparameters",
+           [](nb::handle self, nb::dict values, int group) {
+             nb::module_::import_("planner.hyperparameters")
+                 .attr("set_hyperparameters")(self, values, group);
+           },
+           "values"_a, "group"_a = 0,
+           "Set a parameter group's learning rate and weight decay ({\"lr\": ..}) for the "
+           "next steps: scalars the step reads (planner/hyperparameters.py).")
+      .def("hyperparameters",
+           [](nb::handle self) {
+             return nb::module_::import_("planner.hyperparameters").attr("hyperparameters")(self);
+           },
+           "{group: {\"lr\": .., \"weight_decay\": ..}} as the next step reads them.")
+      .def("state_dict",
+           [](nb::handle self) {
+             return nb::module_::import_("planner.checkpoint").attr("state_dict")(self);
+           },
+           "The run's state as PyTorch names it: model, optimizer (state, param_groups) and "
+           "planner (step counts, loss scale); copies (planner/checkpoint.py).")
+      .def("load_state_dict",
+           [](nb::handle self, nb::dict checkpoint) {
+             nb::module_::import_("planner.checkpoint").attr("load_state_dict")(self, checkpoint);
+           },
+           "checkpoint"_a, "Load a state_dict(): every tensor checked, then all written.")
       .def("step",
            [](Ex& ex, nb::dict feeds, std::vector<std::string> outputs) {
              return run_step<Ex, Io>(ex, feeds, outputs);

@@ -108,12 +108,14 @@ def _train(module, data, rank: int, world: int, die_after: int, user_error: type
 
     try:
         device = {"device": int(os.environ["DP_DEVICE"])} if "DP_DEVICE" in os.environ else {}
+        # init=True: what DATA leaves out (the plan's learning rate) from the plan's init
         if os.environ.get("DP_GROUP") == "new":  # a group of its own, passed explicitly
-            ex = module.Executor(process_group=dist.new_group(list(range(world))), **device)
+            ex = module.Executor(process_group=dist.new_group(list(range(world))), init=True,
+                                 **device)
         else:  # torch.distributed's default group
-            ex = module.Executor(**device)
+            ex = module.Executor(init=True, **device)
         ex.load_params({k[len("param:"):]: data[k] for k in data.files
-                        if k.startswith("param:")})
+                        if k.startswith("param:")}, partial=True)
         x, labels = data["x"], data["labels"]
         shard = x.shape[1] // world
         rows = slice(rank * shard, (rank + 1) * shard)

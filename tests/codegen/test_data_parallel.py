@@ -27,7 +27,7 @@ from codegen.build import build
 from codegen.render import render
 from planner.graph.autodiff import make_training_graph
 from planner.graph.interpret import init_params
-from planner.graph.optimizer import Optimizer
+from planner.graph.optimizer import Optimizer, parse_hyperparameter_tensor
 from planner.pipeline import PlanOptions, plan
 from planner.schedule.parallel import DataParallelOptions
 from planner.target.detect import detect
@@ -80,7 +80,10 @@ def _data(folder: Path, seed: int = 0, ranks: int = RANKS
     rng = np.random.default_rng(seed)
     x = rng.standard_normal((STEPS, ranks * SHARD, MLP["in_features"])).astype(np.float32)
     labels = rng.integers(0, MLP["classes"], (STEPS, ranks * SHARD)).astype(np.int64)
-    params = init_params(_graph("sgd", SHARD), seed=seed)
+    # the model's parameters only: each optimizer's plan holds its own learning rate (state
+    # the workers take from the plan's init, Executor(init=True))
+    params = {k: v for k, v in init_params(_graph("sgd", SHARD), seed=seed).items()
+              if parse_hyperparameter_tensor(k) is None}
     path = folder / "data.npz"
     np.savez(path, x=x, labels=labels, **{f"param:{k}": v for k, v in params.items()})
     return path, params, x, labels

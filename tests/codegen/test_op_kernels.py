@@ -259,11 +259,18 @@ CASES: dict[str, list[tuple]] = {
     "SigmoidBCEGrad": [([((), N), ((4, 5), N), ((4, 5), U)], {})],
     "MSE": [([((4, 5), N), ((4, 5), N)], {})],
     "MSEGrad": [([((), N), ((4, 5), N), ((4, 5), N)], {})],
-    "SGD": [([((3, 4), N), ((3, 4), N)], {"lr": 0.1, "weight_decay": 0.01})],
-    "ApplyMomentum": [([((3, 4), N), ((3, 4), N), ((3, 4), N)], {"lr": 0.1})],
-    "ApplyAdam": [([((3, 4), N), ((3, 4), N), ((3, 4), N), ((3, 4), U), ((), P)],
-                  {"lr": 0.1})],
+    # the last two inputs: the learning rate and weight decay
+    "SGD": [([((3, 4), N), ((3, 4), N), ((), const(0.1)), ((), const(0.01))], {})],
+    "ApplyMomentum": [([((3, 4), N), ((3, 4), N), ((3, 4), N), ((), const(0.1)),
+                        ((), const(0.0))], {})],
+    "ApplyAdam": [([((3, 4), N), ((3, 4), N), ((3, 4), N), ((3, 4), U), ((), P),
+                    ((), const(0.1)), ((), const(0.01))], {}),
+                  ([((3, 4), N), ((3, 4), N), ((3, 4), N), ((3, 4), U), ((), P),
+                    ((), const(0.1)), ((), const(0.01))], {"decoupled": True})],
     "Increment": [([((), N)], {})],
+    # clipped (17 normals: a norm near 4) and not
+    "ClipGradNorm": [([((3, 4), N), ((5,), N)], {"max_norm": 1.0}),
+                     ([((3, 4), N), ((5,), N)], {"max_norm": 100.0})],
     "UnscaleGrads": [([((3, 4), N), ((5,), N), ((), const(1024.0))], {})],
     "UpdateLossScale": [([((), const(65536.0)), ((), const(1.0)), ((), const(0.0))],
                          {"growth_interval": 2}),      # grows

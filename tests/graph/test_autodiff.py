@@ -520,7 +520,8 @@ def test_summary_of_a_training_graph_splits_phases():
     n_params = len(forward.by_role("param"))
     assert phases["update"]["op_counts"] == {"ApplyAdam": n_params, "Increment": 1}
     assert s["param_count"] == before["param_count"]
-    assert s["state_bytes"] == 2 * before["param_bytes"] + 4 + before["state_bytes"]
+    # m and v per param, the step count, one group's learning rate and weight decay
+    assert s["state_bytes"] == 2 * before["param_bytes"] + 4 + 8 + before["state_bytes"]
     # backward is about twice the forward (dx and dw per layer; the first layer has no dx)
     assert 1.2 < s["backward_forward_flop_ratio"] < 2.5
     assert s["grad_bytes"] > 0 and s["kind"] == "training"
@@ -530,10 +531,12 @@ def test_node_phase_of_handwritten_nodes():
     g = Graph(kind="training",
               tensors=(Tensor(name="p", shape=(2,), role="param"),
                        Tensor(name="g", shape=(2,), role="grad"),
+                       Tensor(name="lr", shape=(), role="state", init="constant", value=0.1),
+                       Tensor(name="wd", shape=(), role="state", init="zeros"),
                        Tensor(name="p2", shape=(2,), role="param", updates="p")),
               nodes=(Node(name="neg", op="Neg", inputs=("p",), outputs=("g",)),
-                     Node(name="sgd", op="SGD", inputs=("p", "g"), outputs=("p2",),
-                          attrs={"lr": 0.1})))
+                     Node(name="sgd", op="SGD", inputs=("p", "g", "lr", "wd"),
+                          outputs=("p2",))))
     assert [node_phase(g, n) for n in g.nodes] == ["backward", "update"]
 
 

@@ -74,8 +74,9 @@ def test_persistent_and_in_place_updates():
 def test_per_op_bound_counts_resident_state_once():
     g = training("mlp", "momentum", batch=2, hidden=[3], in_features=4, classes=2)
     params = sum(t.nbytes for t in g.tensors if t.role == "param" and t.updates is None)
-    # Params and their momentum; gradients count only as an op's operands.
-    assert resident_bytes(g) == 2 * params
+    # Params and their momentum, and the learning rate and weight decay (two float32
+    # scalars); gradients count only as an op's operands.
+    assert resident_bytes(g) == 2 * params + 8
     bound = per_op_bound(g)
     largest = max(sum(g.tensor(t).nbytes for t in {*n.inputs, *n.outputs}) for n in g.nodes)
     assert resident_bytes(g) < bound <= resident_bytes(g) + largest

@@ -14,7 +14,7 @@
 // one's place plus rank x shard.
 //   ReduceScatter [g_1..g_k] -> [s]   a sum reduce-scatter in place on the gradients'
 //                                     bucket; s = this rank's shard of it / ranks
-//   ShardedUpdate [p_1..p_k, s, state shards, (t)] -> [p_1'..p_k', state shards']
+//   ShardedUpdate [p_1..p_k, s, state shards, (t), lr, wd] -> [p_1'..p_k', state shards']
 //                                     the optimizer update on the parameters' floats in this
 //                                     rank's shard (the padding left alone), then an
 //                                     all-gather of the parameters' bucket in place
@@ -140,6 +140,8 @@ class ShardedUpdate : public Kernel {
       state_out_.push_back(n.out[k + j].id);
     }
     if (update_ == "ApplyAdam") t_ = n.in[k + 1 + slots_].id;
+    lr_ = n.in[n.in.size() - 2].id;
+    wd_ = n.in[n.in.size() - 1].id;
     for (size_t j = 0; j < k; ++j) out_.push_back(n.out[j].id);
   }
   std::string impl() const override { return "shard, all-gather in place"; }
@@ -148,6 +150,7 @@ class ShardedUpdate : public Kernel {
     float* base = params_.base(r, "parameters");
     const int64_t lo = c.rank * params_.shard();
     const float t = t_ >= 0 ? *r.at<float>(t_) : 0.f;
+    const UpdateAttrs hyper = with_hyperparameters(a_, r.at<float>(lr_), r.at<float>(wd_));
     for (size_t j = 0; j < params_.size(); ++j) {
       // The floats of parameter j in this rank's shard: [a, b) of the bucket.
       const auto [a, b] = params_.in_shard(j, c.rank);
@@ -157,23 +160,23 @@ class ShardedUpdate : public Kernel {
       float* po = r.at<float>(out_[j]) + e;
       const float* g = r.at<float>(g_) + i;
       if (slots_ == 0) {
-        sgd_update(p, g, po, n, a_);
+        sgd_update(p, g, po, n, hyper);
       } else if (slots_ == 1) {
         momentum_update(p, g, r.at<float>(state_[0]) + i, po, r.at<float>(state_out_[0]) + i,
-                        n, a_);
+                        n, hyper);
       } else {
         adam_update(p, g, r.at<float>(state_[0]) + i, r.at<float>(state_[1]) + i, t, po,
-                    r.at<float>(state_out_[0]) + i, r.at<float>(state_out_[1]) + i, n, a_);
+                    r.at<float>(state_out_[0]) + i, r.at<float>(state_out_[1]) + i, n, hyper);
       }
     }
     c.run(kAllGather, base, params_.padded(), nullptr);
   }
 
  private:
-  // Inputs: the parameters, the gradient shard, the state shards, Adam's step count.
+  // Inputs: the parameters, the gradient shard, the state shards, Adam's step count, lr, wd.
   static size_t param_count(const Node& n) {
     const std::string u = n.attrs.s("update");
-    const size_t rest = 1 + (u == "SGD" ? 0 : u == "ApplyMomentum" ? 1 : 3);
+    const size_t rest = 3 + (u == "SGD" ? 0 : u == "ApplyMomentum" ? 1 : 3);
     if (n.in.size() <= rest) throw std::runtime_error("a sharded update needs parameters");
     return n.in.size() - rest;
   }
@@ -181,7 +184,7 @@ class ShardedUpdate : public Kernel {
   int slots_;
   ShardedBucket params_;
   UpdateAttrs a_;
-  int g_ = -1, t_ = -1;
+  int g_ = -1, t_ = -1, lr_ = -1, wd_ = -1;
   std::vector<int> state_, state_out_, out_;
 };
 

@@ -1,7 +1,10 @@
 // Training-step ops as plain loops, each computing in float32 as the numpy reference does:
-//   SGD [p, g]                 p' = p - lr (g + wd p)
-//   ApplyMomentum [p, g, v]    g' = g + wd p; v' = m v + g'; p' = p - lr (nesterov ? g' + m v' : v')
-//   ApplyAdam [p, g, m, v, t]  torch.optim.Adam with bias correction by t
+//   SGD [p, g, lr, wd]               p' = p - lr (g + wd p)
+//   ApplyMomentum [p, g, v, lr, wd]  g' = g + wd p; v' = m v + g'; p' = p - lr (nesterov ?
+//                                    g' + m v' : v')
+//   ApplyAdam [p, g, m, v, t, lr, wd]  torch.optim.Adam (AdamW: decoupled) with bias correction
+//                                    by t
+// lr and wd are float32 scalars in the arena (a parameter group's), read each step.
 //   Increment [x]              x + by (float32 or int64)
 //   Fill [] / Zeros []         constant tensors
 // Updates run in place: the plan gives p' the bytes of p (and v' of v, ...).
@@ -18,17 +21,18 @@ namespace {
 class Sgd : public Kernel {
  public:
   explicit Sgd(const Node& n)
-      : size_(n.in[0].size()), p_(n.in[0].id), g_(n.in[1].id), out_(n.out[0].id),
-        a_(update_attrs(n)) {
+      : size_(n.in[0].size()), p_(n.in[0].id), g_(n.in[1].id), lr_(n.in[2].id),
+        wd_(n.in[3].id), out_(n.out[0].id), a_(update_attrs(n)) {
     require_f32(n);
   }
   void run(const Run& r) override {
-    sgd_update(r.at<float>(p_), r.at<float>(g_), r.at<float>(out_), size_, a_);
+    sgd_update(r.at<float>(p_), r.at<float>(g_), r.at<float>(out_), size_,
+               with_hyperparameters(a_, r.at<float>(lr_), r.at<float>(wd_)));
   }
 
  private:
   int64_t size_;
-  int p_, g_, out_;
+  int p_, g_, lr_, wd_, out_;
   UpdateAttrs a_;
 };
 
@@ -36,17 +40,19 @@ class Momentum : public Kernel {
  public:
   explicit Momentum(const Node& n)
       : size_(n.in[0].size()), p_(n.in[0].id), g_(n.in[1].id), v_(n.in[2].id),
-        p_out_(n.out[0].id), v_out_(n.out[1].id), a_(update_attrs(n)) {
+        lr_(n.in[3].id), wd_(n.in[4].id), p_out_(n.out[0].id), v_out_(n.out[1].id),
+        a_(update_attrs(n)) {
     require_f32(n);
   }
   void run(const Run& r) override {
     momentum_update(r.at<float>(p_), r.at<float>(g_), r.at<float>(v_), r.at<float>(p_out_),
-                    r.at<float>(v_out_), size_, a_);
+                    r.at<float>(v_out_), size_,
+                    with_hyperparameters(a_, r.at<float>(lr_), r.at<float>(wd_)));
   }
 
  private:
   int64_t size_;
-  int p_, g_, v_, p_out_, v_out_;
+  int p_, g_, v_, lr_, wd_, p_out_, v_out_;
   UpdateAttrs a_;
 };
 
@@ -54,19 +60,19 @@ class Adam : public Kernel {
  public:
   explicit Adam(const Node& n)
       : size_(n.in[0].size()), p_(n.in[0].id), g_(n.in[1].id), m_(n.in[2].id), v_(n.in[3].id),
-        t_(n.in[4].id), p_out_(n.out[0].id), m_out_(n.out[1].id), v_out_(n.out[2].id),
-        a_(update_attrs(n)) {
+        t_(n.in[4].id), lr_(n.in[5].id), wd_(n.in[6].id), p_out_(n.out[0].id),
+        m_out_(n.out[1].id), v_out_(n.out[2].id), a_(update_attrs(n)) {
     require_f32(n);
   }
   void run(const Run& r) override {
     adam_update(r.at<float>(p_), r.at<float>(g_), r.at<float>(m_), r.at<float>(v_),
                 *r.at<float>(t_), r.at<float>(p_out_), r.at<float>(m_out_), r.at<float>(v_out_),
-                size_, a_);
+                size_, with_hyperparameters(a_, r.at<float>(lr_), r.at<float>(wd_)));
   }
 
  private:
   int64_t size_;
-  int p_, g_, m_, v_, t_, p_out_, m_out_, v_out_;
+  int p_, g_, m_, v_, t_, lr_, wd_, p_out_, m_out_, v_out_;
   UpdateAttrs a_;
 };
 

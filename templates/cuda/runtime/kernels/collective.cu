@@ -13,7 +13,7 @@
 // arena's 256 bytes (the ops' `alignment` attr; common/collective.h ShardedBucket):
 //   ReduceScatter [g_1..g_k] -> [s]   a sum reduce-scatter in place on the gradients' bucket,
 //                                     then s = this rank's shard of it / ranks
-//   ShardedUpdate [p_1..p_k, s, state shards, (t)] -> [p_1'..p_k', state shards']
+//   ShardedUpdate [p_1..p_k, s, state shards, (t), lr, wd] -> [p_1'..p_k', state shards']
 //                                     the optimizer update (planner/ops/optim.py's formulas,
 //                                     as the CPU's update_math.h) on the parameters' floats in
 //                                     this rank's shard, one launch per parameter there (the
@@ -141,61 +141,67 @@ class ReduceScatter : public Kernel {
 };
 
 // The updates of planner/ops/optim.py on n floats (the CPU's update_math.h, element by
-// element). Outputs may be the inputs' bytes.
+// element). Outputs may be the inputs' bytes. The learning rate and weight decay are read on
+// the device (a parameter group's scalars in the arena, set between steps), as the step count.
 struct UpdateArgs {
-  float lr = 0, weight_decay = 0, momentum = 0.9f, beta1 = 0.9f, beta2 = 0.999f, epsilon = 1e-8f;
-  bool nesterov = false;
+  float momentum = 0.9f, beta1 = 0.9f, beta2 = 0.999f, epsilon = 1e-8f;
+  bool nesterov = false, decoupled = false;
 };
 
 UpdateArgs update_args(const Node& n) {
   UpdateArgs a;
-  a.lr = static_cast<float>(n.attrs.f("lr"));
-  if (n.attrs.has("weight_decay")) a.weight_decay = static_cast<float>(n.attrs.f("weight_decay"));
   if (n.attrs.has("momentum")) a.momentum = static_cast<float>(n.attrs.f("momentum"));
   if (n.attrs.has("nesterov")) a.nesterov = n.attrs.b("nesterov");
   if (n.attrs.has("beta1")) a.beta1 = static_cast<float>(n.attrs.f("beta1"));
   if (n.attrs.has("beta2")) a.beta2 = static_cast<float>(n.attrs.f("beta2"));
   if (n.attrs.has("epsilon")) a.epsilon = static_cast<float>(n.attrs.f("epsilon"));
+  if (n.attrs.has("decoupled")) a.decoupled = n.attrs.b("decoupled");
   return a;
 }
 
 // p' = p - lr (g + wd p)
-__global__ void sgd_shard(const float* p, const float* g, float* po, int64_t n, UpdateArgs a) {
+__global__ void sgd_shard(const float* p, const float* g, float* po, int64_t n,
+                          const float* lr_at, const float* wd_at) {
+  const float lr = *lr_at, wd = *wd_at;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
-    po[i] = a.weight_decay != 0.f ? p[i] - a.lr * (g[i] + a.weight_decay * p[i])
-                                  : p[i] - a.lr * g[i];
+    po[i] = wd != 0.f ? p[i] - lr * (g[i] + wd * p[i]) : p[i] - lr * g[i];
 }
 
 // g' = g + wd p; v' = m v + g'; p' = p - lr (nesterov ? g' + m v' : v')
 __global__ void momentum_shard(const float* p, const float* g, const float* v, float* po,
-                               float* vo, int64_t n, UpdateArgs a) {
+                               float* vo, int64_t n, const float* lr_at, const float* wd_at,
+                               UpdateArgs a) {
+  const float lr = *lr_at, wd = *wd_at;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const float gi = a.weight_decay != 0.f ? g[i] + a.weight_decay * p[i] : g[i];
+    const float gi = wd != 0.f ? g[i] + wd * p[i] : g[i];
     const float vn = a.momentum * v[i] + gi;
     const float step = a.nesterov ? gi + a.momentum * vn : vn;
     vo[i] = vn;
-    po[i] = p[i] - a.lr * step;
+    po[i] = p[i] - lr * step;
   }
 }
 
-// torch.optim.Adam with bias correction by the step count *t (this step's, from 1, read on
-// the device: the step count lives in the arena)
+// torch.optim.Adam (AdamW when decoupled) with bias correction by the step count *t (this
+// step's, from 1, read on the device: the step count lives in the arena)
 __global__ void adam_shard(const float* p, const float* g, const float* m, const float* v,
                            const float* t, float* po, float* mo, float* vo, int64_t n,
-                           UpdateArgs a) {
-  const float step_size = a.lr / (1.f - powf(a.beta1, *t));
+                           const float* lr_at, const float* wd_at, UpdateArgs a) {
+  const float lr = *lr_at;
+  const float wd = a.decoupled ? 0.f : *wd_at;
+  const float shrink = a.decoupled ? 1.f - lr * *wd_at : 1.f;
+  const float step_size = lr / (1.f - powf(a.beta1, *t));
   const float root = sqrtf(1.f - powf(a.beta2, *t));
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const float gi = a.weight_decay != 0.f ? g[i] + a.weight_decay * p[i] : g[i];
+    const float gi = wd != 0.f ? g[i] + wd * p[i] : g[i];
     const float mn = a.beta1 * m[i] + (1.f - a.beta1) * gi;
     const float vn = a.beta2 * v[i] + (1.f - a.beta2) * gi * gi;
     const float denom = sqrtf(vn) / root + a.epsilon;
     mo[i] = mn;
     vo[i] = vn;
-    po[i] = p[i] - step_size * (mn / denom);
+    po[i] = p[i] * shrink - step_size * (mn / denom);
   }
 }
 
@@ -224,6 +230,8 @@ class ShardedUpdate : public Kernel {
       state_out_.push_back(n.out[k + j].id);
     }
     if (update_ == "ApplyAdam") t_ = n.in[k + 1 + slots_].id;
+    lr_ = n.in[n.in.size() - 2].id;
+    wd_ = n.in[n.in.size() - 1].id;
     for (size_t j = 0; j < k; ++j) out_.push_back(n.out[j].id);
   }
   std::string detail() const override { return "shard, all-gather in place"; }
@@ -240,15 +248,18 @@ class ShardedUpdate : public Kernel {
       float* po = r.at<float>(out_[j]) + e;
       const float* g = r.at<float>(g_) + i;
       const unsigned blocks = blocks_for(n, 256);
+      const float* lr = r.at<float>(lr_);
+      const float* wd = r.at<float>(wd_);
       if (slots_ == 0) {
-        sgd_shard<<<blocks, 256, 0, r.stream>>>(p, g, po, n, a_);
+        sgd_shard<<<blocks, 256, 0, r.stream>>>(p, g, po, n, lr, wd);
       } else if (slots_ == 1) {
         momentum_shard<<<blocks, 256, 0, r.stream>>>(
-            p, g, r.at<float>(state_[0]) + i, po, r.at<float>(state_out_[0]) + i, n, a_);
+            p, g, r.at<float>(state_[0]) + i, po, r.at<float>(state_out_[0]) + i, n, lr, wd,
+            a_);
       } else {
         adam_shard<<<blocks, 256, 0, r.stream>>>(
             p, g, r.at<float>(state_[0]) + i, r.at<float>(state_[1]) + i, r.at<float>(t_), po,
-            r.at<float>(state_out_[0]) + i, r.at<float>(state_out_[1]) + i, n, a_);
+            r.at<float>(state_out_[0]) + i, r.at<float>(state_out_[1]) + i, n, lr, wd, a_);
       }
       PLANNER_LAUNCHED("sharded update");
     }
@@ -256,10 +267,10 @@ class ShardedUpdate : public Kernel {
   }
 
  private:
-  // Inputs: the parameters, the gradient shard, the state shards, Adam's step count.
+  // Inputs: the parameters, the gradient shard, the state shards, Adam's step count, lr, wd.
   static size_t param_count(const Node& n) {
     const std::string u = n.attrs.s("update");
-    const size_t rest = 1 + (u == "SGD" ? 0 : u == "ApplyMomentum" ? 1 : 3);
+    const size_t rest = 3 + (u == "SGD" ? 0 : u == "ApplyMomentum" ? 1 : 3);
     if (n.in.size() <= rest) throw std::runtime_error("a sharded update needs parameters");
     return n.in.size() - rest;
   }
@@ -267,7 +278,7 @@ class ShardedUpdate : public Kernel {
   int slots_;
   ShardedBucket params_;
   UpdateArgs a_;
-  int g_ = -1, t_ = -1;
+  int g_ = -1, t_ = -1, lr_ = -1, wd_ = -1;
   std::vector<int> state_, state_out_, out_;
 };
 

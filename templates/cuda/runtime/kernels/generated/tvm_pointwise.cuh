@@ -801,90 +801,414 @@ extern "C" __global__ void __launch_bounds__(512) tvm_AddN_ffff_f_r0_b512_kernel
   }
 }
 
-extern "C" __global__ void __launch_bounds__(128) tvm_ApplyAdam_fffff_fff_r0_b128_kernel(float* in0_ptr, float* in1_ptr, float* in2_ptr, float* in3_ptr, float* in4_ptr, float* out0_ptr, float* out1_ptr, float* out2_ptr, int64_t n, float p0, float p1, float p2, float p3, float p4) {
-  int64_t cse_v1 = ((((int64_t)((int)blockIdx.x)) * (int64_t)128) + ((int64_t)((int)threadIdx.x)));
+extern "C" __global__ void __launch_bounds__(128) tvm_ApplyAdam_fffffff_fff_r0_b128_kernel(float* in0_ptr, float* in1_ptr, float* in2_ptr, float* in3_ptr, float* in4_ptr, float* in5_ptr, float* in6_ptr, float* out0_ptr, float* out1_ptr, float* out2_ptr, int64_t n, float p0, float p1, float p2, float p3) {
+  int64_t cse_v5 = ((((int64_t)((int)blockIdx.x)) * (int64_t)128) + ((int64_t)((int)threadIdx.x)));
   if (((((int64_t)((int)blockIdx.x)) * (int64_t)128) + ((int64_t)((int)threadIdx.x))) < n) {
     float x0 = in0_ptr[((((int64_t)((int)blockIdx.x)) * (int64_t)128) + ((int64_t)((int)threadIdx.x)))];
     float x1 = in1_ptr[((((int64_t)((int)blockIdx.x)) * (int64_t)128) + ((int64_t)((int)threadIdx.x)))];
     float x2 = in2_ptr[((((int64_t)((int)blockIdx.x)) * (int64_t)128) + ((int64_t)((int)threadIdx.x)))];
     float x3 = in3_ptr[((((int64_t)((int)blockIdx.x)) * (int64_t)128) + ((int64_t)((int)threadIdx.x)))];
-    float cse_v2 = ((p4 != 0x0p+0f/*0.000000e+00*/) ? (x1 + (p4 * x0)) : x1);
-    float cse_v3 = ((p1 * x2) + ((0x1p+0f/*1.000000e+00*/ - p1) * ((p4 != 0x0p+0f/*0.000000e+00*/) ? (x1 + (p4 * x0)) : x1)));
-    float cse_v4 = ((p2 * x3) + (((0x1p+0f/*1.000000e+00*/ - p2) * ((p4 != 0x0p+0f/*0.000000e+00*/) ? (x1 + (p4 * x0)) : x1)) * ((p4 != 0x0p+0f/*0.000000e+00*/) ? (x1 + (p4 * x0)) : x1)));
-    out0_ptr[((((int64_t)((int)blockIdx.x)) * (int64_t)128) + ((int64_t)((int)threadIdx.x)))] = (x0 - ((p0 / (0x1p+0f/*1.000000e+00*/ - powf(p1, in4_ptr[0]))) * (((p1 * x2) + ((0x1p+0f/*1.000000e+00*/ - p1) * ((p4 != 0x0p+0f/*0.000000e+00*/) ? (x1 + (p4 * x0)) : x1))) / ((sqrtf(((p2 * x3) + (((0x1p+0f/*1.000000e+00*/ - p2) * ((p4 != 0x0p+0f/*0.000000e+00*/) ? (x1 + (p4 * x0)) : x1)) * ((p4 != 0x0p+0f/*0.000000e+00*/) ? (x1 + (p4 * x0)) : x1)))) / sqrtf((0x1p+0f/*1.000000e+00*/ - powf(p2, in4_ptr[0])))) + p3))));
-    out1_ptr[((((int64_t)((int)blockIdx.x)) * (int64_t)128) + ((int64_t)((int)threadIdx.x)))] = ((p1 * x2) + ((0x1p+0f/*1.000000e+00*/ - p1) * ((p4 != 0x0p+0f/*0.000000e+00*/) ? (x1 + (p4 * x0)) : x1)));
-    out2_ptr[((((int64_t)((int)blockIdx.x)) * (int64_t)128) + ((int64_t)((int)threadIdx.x)))] = ((p2 * x3) + (((0x1p+0f/*1.000000e+00*/ - p2) * ((p4 != 0x0p+0f/*0.000000e+00*/) ? (x1 + (p4 * x0)) : x1)) * ((p4 != 0x0p+0f/*0.000000e+00*/) ? (x1 + (p4 * x0)) : x1)));
+    float cse_v1 = (p0 * x2);
+    float cse_v2 = (0x1p+0f/*1.000000e+00*/ - p0);
+    float cse_v3 = (p1 * x3);
+    float cse_v4 = (0x1p+0f/*1.000000e+00*/ - p1);
+    float condval;
+    if (p3 != 0x0p+0f/*0.000000e+00*/) {
+      condval = (x0 * (0x1p+0f/*1.000000e+00*/ - (in5_ptr[0] * in6_ptr[0])));
+    } else {
+      condval = x0;
+    }
+    float condval_1;
+    if (p3 != 0x0p+0f/*0.000000e+00*/) {
+      condval_1 = x1;
+    } else {
+      float condval_2;
+      if (in6_ptr[0] != 0x0p+0f/*0.000000e+00*/) {
+        condval_2 = (x1 + (in6_ptr[0] * x0));
+      } else {
+        condval_2 = x1;
+      }
+      condval_1 = condval_2;
+    }
+    float condval_3;
+    if (p3 != 0x0p+0f/*0.000000e+00*/) {
+      condval_3 = x1;
+    } else {
+      float condval_4;
+      if (in6_ptr[0] != 0x0p+0f/*0.000000e+00*/) {
+        condval_4 = (x1 + (in6_ptr[0] * x0));
+      } else {
+        condval_4 = x1;
+      }
+      condval_3 = condval_4;
+    }
+    float condval_5;
+    if (p3 != 0x0p+0f/*0.000000e+00*/) {
+      condval_5 = x1;
+    } else {
+      float condval_6;
+      if (in6_ptr[0] != 0x0p+0f/*0.000000e+00*/) {
+        condval_6 = (x1 + (in6_ptr[0] * x0));
+      } else {
+        condval_6 = x1;
+      }
+      condval_5 = condval_6;
+    }
+    out0_ptr[((((int64_t)((int)blockIdx.x)) * (int64_t)128) + ((int64_t)((int)threadIdx.x)))] = (condval - ((in5_ptr[0] / (0x1p+0f/*1.000000e+00*/ - powf(p0, in4_ptr[0]))) * (((p0 * x2) + ((0x1p+0f/*1.000000e+00*/ - p0) * condval_1)) / ((sqrtf(((p1 * x3) + (((0x1p+0f/*1.000000e+00*/ - p1) * condval_3) * condval_5))) / sqrtf((0x1p+0f/*1.000000e+00*/ - powf(p1, in4_ptr[0])))) + p2))));
+    float condval_7;
+    if (p3 != 0x0p+0f/*0.000000e+00*/) {
+      condval_7 = x1;
+    } else {
+      float condval_8;
+      if (in6_ptr[0] != 0x0p+0f/*0.000000e+00*/) {
+        condval_8 = (x1 + (in6_ptr[0] * x0));
+      } else {
+        condval_8 = x1;
+      }
+      condval_7 = condval_8;
+    }
+    out1_ptr[((((int64_t)((int)blockIdx.x)) * (int64_t)128) + ((int64_t)((int)threadIdx.x)))] = ((p0 * x2) + ((0x1p+0f/*1.000000e+00*/ - p0) * condval_7));
+    float condval_9;
+    if (p3 != 0x0p+0f/*0.000000e+00*/) {
+      condval_9 = x1;
+    } else {
+      float condval_10;
+      if (in6_ptr[0] != 0x0p+0f/*0.000000e+00*/) {
+        condval_10 = (x1 + (in6_ptr[0] * x0));
+      } else {
+        condval_10 = x1;
+      }
+      condval_9 = condval_10;
+    }
+    float condval_11;
+    if (p3 != 0x0p+0f/*0.000000e+00*/) {
+      condval_11 = x1;
+    } else {
+      float condval_12;
+      if (in6_ptr[0] != 0x0p+0f/*0.000000e+00*/) {
+        condval_12 = (x1 + (in6_ptr[0] * x0));
+      } else {
+        condval_12 = x1;
+      }
+      condval_11 = condval_12;
+    }
+    out2_ptr[((((int64_t)((int)blockIdx.x)) * (int64_t)128) + ((int64_t)((int)threadIdx.x)))] = ((p1 * x3) + (((0x1p+0f/*1.000000e+00*/ - p1) * condval_9) * condval_11));
   }
 }
 
-extern "C" __global__ void __launch_bounds__(256) tvm_ApplyAdam_fffff_fff_r0_b256_kernel(float* in0_ptr, float* in1_ptr, float* in2_ptr, float* in3_ptr, float* in4_ptr, float* out0_ptr, float* out1_ptr, float* out2_ptr, int64_t n, float p0, float p1, float p2, float p3, float p4) {
-  int64_t cse_v1 = ((((int64_t)((int)blockIdx.x)) * (int64_t)256) + ((int64_t)((int)threadIdx.x)));
+extern "C" __global__ void __launch_bounds__(256) tvm_ApplyAdam_fffffff_fff_r0_b256_kernel(float* in0_ptr, float* in1_ptr, float* in2_ptr, float* in3_ptr, float* in4_ptr, float* in5_ptr, float* in6_ptr, float* out0_ptr, float* out1_ptr, float* out2_ptr, int64_t n, float p0, float p1, float p2, float p3) {
+  int64_t cse_v5 = ((((int64_t)((int)blockIdx.x)) * (int64_t)256) + ((int64_t)((int)threadIdx.x)));
   if (((((int64_t)((int)blockIdx.x)) * (int64_t)256) + ((int64_t)((int)threadIdx.x))) < n) {
     float x0 = in0_ptr[((((int64_t)((int)blockIdx.x)) * (int64_t)256) + ((int64_t)((int)threadIdx.x)))];
     float x1 = in1_ptr[((((int64_t)((int)blockIdx.x)) * (int64_t)256) + ((int64_t)((int)threadIdx.x)))];
     float x2 = in2_ptr[((((int64_t)((int)blockIdx.x)) * (int64_t)256) + ((int64_t)((int)threadIdx.x)))];
     float x3 = in3_ptr[((((int64_t)((int)blockIdx.x)) * (int64_t)256) + ((int64_t)((int)threadIdx.x)))];
-    float cse_v2 = ((p4 != 0x0p+0f/*0.000000e+00*/) ? (x1 + (p4 * x0)) : x1);
-    float cse_v3 = ((p1 * x2) + ((0x1p+0f/*1.000000e+00*/ - p1) * ((p4 != 0x0p+0f/*0.000000e+00*/) ? (x1 + (p4 * x0)) : x1)));
-    float cse_v4 = ((p2 * x3) + (((0x1p+0f/*1.000000e+00*/ - p2) * ((p4 != 0x0p+0f/*0.000000e+00*/) ? (x1 + (p4 * x0)) : x1)) * ((p4 != 0x0p+0f/*0.000000e+00*/) ? (x1 + (p4 * x0)) : x1)));
-    out0_ptr[((((int64_t)((int)blockIdx.x)) * (int64_t)256) + ((int64_t)((int)threadIdx.x)))] = (x0 - ((p0 / (0x1p+0f/*1.000000e+00*/ - powf(p1, in4_ptr[0]))) * (((p1 * x2) + ((0x1p+0f/*1.000000e+00*/ - p1) * ((p4 != 0x0p+0f/*0.000000e+00*/) ? (x1 + (p4 * x0)) : x1))) / ((sqrtf(((p2 * x3) + (((0x1p+0f/*1.000000e+00*/ - p2) * ((p4 != 0x0p+0f/*0.000000e+00*/) ? (x1 + (p4 * x0)) : x1)) * ((p4 != 0x0p+0f/*0.000000e+00*/) ? (x1 + (p4 * x0)) : x1)))) / sqrtf((0x1p+0f/*1.000000e+00*/ - powf(p2, in4_ptr[0])))) + p3))));
-    out1_ptr[((((int64_t)((int)blockIdx.x)) * (int64_t)256) + ((int64_t)((int)threadIdx.x)))] = ((p1 * x2) + ((0x1p+0f/*1.000000e+00*/ - p1) * ((p4 != 0x0p+0f/*0.000000e+00*/) ? (x1 + (p4 * x0)) : x1)));
-    out2_ptr[((((int64_t)((int)blockIdx.x)) * (int64_t)256) + ((int64_t)((int)threadIdx.x)))] = ((p2 * x3) + (((0x1p+0f/*1.000000e+00*/ - p2) * ((p4 != 0x0p+0f/*0.000000e+00*/) ? (x1 + (p4 * x0)) : x1)) * ((p4 != 0x0p+0f/*0.000000e+00*/) ? (x1 + (p4 * x0)) : x1)));
+    float cse_v1 = (p0 * x2);
+    float cse_v2 = (0x1p+0f/*1.000000e+00*/ - p0);
+    float cse_v3 = (p1 * x3);
+    float cse_v4 = (0x1p+0f/*1.000000e+00*/ - p1);
+    float condval;
+    if (p3 != 0x0p+0f/*0.000000e+00*/) {
+      condval = (x0 * (0x1p+0f/*1.000000e+00*/ - (in5_ptr[0] * in6_ptr[0])));
+    } else {
+      condval = x0;
+    }
+    float condval_1;
+    if (p3 != 0x0p+0f/*0.000000e+00*/) {
+      condval_1 = x1;
+    } else {
+      float condval_2;
+      if (in6_ptr[0] != 0x0p+0f/*0.000000e+00*/) {
+        condval_2 = (x1 + (in6_ptr[0] * x0));
+      } else {
+        condval_2 = x1;
+      }
+      condval_1 = condval_2;
+    }
+    float condval_3;
+    if (p3 != 0x0p+0f/*0.000000e+00*/) {
+      condval_3 = x1;
+    } else {
+      float condval_4;
+      if (in6_ptr[0] != 0x0p+0f/*0.000000e+00*/) {
+        condval_4 = (x1 + (in6_ptr[0] * x0));
+      } else {
+        condval_4 = x1;
+      }
+      condval_3 = condval_4;
+    }
+    float condval_5;
+    if (p3 != 0x0p+0f/*0.000000e+00*/) {
+      condval_5 = x1;
+    } else {
+      float condval_6;
+      if (in6_ptr[0] != 0x0p+0f/*0.000000e+00*/) {
+        condval_6 = (x1 + (in6_ptr[0] * x0));
+      } else {
+        condval_6 = x1;
+      }
+      condval_5 = condval_6;
+    }
+    out0_ptr[((((int64_t)((int)blockIdx.x)) * (int64_t)256) + ((int64_t)((int)threadIdx.x)))] = (condval - ((in5_ptr[0] / (0x1p+0f/*1.000000e+00*/ - powf(p0, in4_ptr[0]))) * (((p0 * x2) + ((0x1p+0f/*1.000000e+00*/ - p0) * condval_1)) / ((sqrtf(((p1 * x3) + (((0x1p+0f/*1.000000e+00*/ - p1) * condval_3) * condval_5))) / sqrtf((0x1p+0f/*1.000000e+00*/ - powf(p1, in4_ptr[0])))) + p2))));
+    float condval_7;
+    if (p3 != 0x0p+0f/*0.000000e+00*/) {
+      condval_7 = x1;
+    } else {
+      float condval_8;
+      if (in6_ptr[0] != 0x0p+0f/*0.000000e+00*/) {
+        condval_8 = (x1 + (in6_ptr[0] * x0));
+      } else {
+        condval_8 = x1;
+      }
+      condval_7 = condval_8;
+    }
+    out1_ptr[((((int64_t)((int)blockIdx.x)) * (int64_t)256) + ((int64_t)((int)threadIdx.x)))] = ((p0 * x2) + ((0x1p+0f/*1.000000e+00*/ - p0) * condval_7));
+    float condval_9;
+    if (p3 != 0x0p+0f/*0.000000e+00*/) {
+      condval_9 = x1;
+    } else {
+      float condval_10;
+      if (in6_ptr[0] != 0x0p+0f/*0.000000e+00*/) {
+        condval_10 = (x1 + (in6_ptr[0] * x0));
+      } else {
+        condval_10 = x1;
+      }
+      condval_9 = condval_10;
+    }
+    float condval_11;
+    if (p3 != 0x0p+0f/*0.000000e+00*/) {
+      condval_11 = x1;
+    } else {
+      float condval_12;
+      if (in6_ptr[0] != 0x0p+0f/*0.000000e+00*/) {
+        condval_12 = (x1 + (in6_ptr[0] * x0));
+      } else {
+        condval_12 = x1;
+      }
+      condval_11 = condval_12;
+    }
+    out2_ptr[((((int64_t)((int)blockIdx.x)) * (int64_t)256) + ((int64_t)((int)threadIdx.x)))] = ((p1 * x3) + (((0x1p+0f/*1.000000e+00*/ - p1) * condval_9) * condval_11));
   }
 }
 
-extern "C" __global__ void __launch_bounds__(512) tvm_ApplyAdam_fffff_fff_r0_b512_kernel(float* in0_ptr, float* in1_ptr, float* in2_ptr, float* in3_ptr, float* in4_ptr, float* out0_ptr, float* out1_ptr, float* out2_ptr, int64_t n, float p0, float p1, float p2, float p3, float p4) {
-  int64_t cse_v1 = ((((int64_t)((int)blockIdx.x)) * (int64_t)512) + ((int64_t)((int)threadIdx.x)));
+extern "C" __global__ void __launch_bounds__(512) tvm_ApplyAdam_fffffff_fff_r0_b512_kernel(float* in0_ptr, float* in1_ptr, float* in2_ptr, float* in3_ptr, float* in4_ptr, float* in5_ptr, float* in6_ptr, float* out0_ptr, float* out1_ptr, float* out2_ptr, int64_t n, float p0, float p1, float p2, float p3) {
+  int64_t cse_v5 = ((((int64_t)((int)blockIdx.x)) * (int64_t)512) + ((int64_t)((int)threadIdx.x)));
   if (((((int64_t)((int)blockIdx.x)) * (int64_t)512) + ((int64_t)((int)threadIdx.x))) < n) {
     float x0 = in0_ptr[((((int64_t)((int)blockIdx.x)) * (int64_t)512) + ((int64_t)((int)threadIdx.x)))];
     float x1 = in1_ptr[((((int64_t)((int)blockIdx.x)) * (int64_t)512) + ((int64_t)((int)threadIdx.x)))];
     float x2 = in2_ptr[((((int64_t)((int)blockIdx.x)) * (int64_t)512) + ((int64_t)((int)threadIdx.x)))];
     float x3 = in3_ptr[((((int64_t)((int)blockIdx.x)) * (int64_t)512) + ((int64_t)((int)threadIdx.x)))];
-    float cse_v2 = ((p4 != 0x0p+0f/*0.000000e+00*/) ? (x1 + (p4 * x0)) : x1);
-    float cse_v3 = ((p1 * x2) + ((0x1p+0f/*1.000000e+00*/ - p1) * ((p4 != 0x0p+0f/*0.000000e+00*/) ? (x1 + (p4 * x0)) : x1)));
-    float cse_v4 = ((p2 * x3) + (((0x1p+0f/*1.000000e+00*/ - p2) * ((p4 != 0x0p+0f/*0.000000e+00*/) ? (x1 + (p4 * x0)) : x1)) * ((p4 != 0x0p+0f/*0.000000e+00*/) ? (x1 + (p4 * x0)) : x1)));
-    out0_ptr[((((int64_t)((int)blockIdx.x)) * (int64_t)512) + ((int64_t)((int)threadIdx.x)))] = (x0 - ((p0 / (0x1p+0f/*1.000000e+00*/ - powf(p1, in4_ptr[0]))) * (((p1 * x2) + ((0x1p+0f/*1.000000e+00*/ - p1) * ((p4 != 0x0p+0f/*0.000000e+00*/) ? (x1 + (p4 * x0)) : x1))) / ((sqrtf(((p2 * x3) + (((0x1p+0f/*1.000000e+00*/ - p2) * ((p4 != 0x0p+0f/*0.000000e+00*/) ? (x1 + (p4 * x0)) : x1)) * ((p4 != 0x0p+0f/*0.000000e+00*/) ? (x1 + (p4 * x0)) : x1)))) / sqrtf((0x1p+0f/*1.000000e+00*/ - powf(p2, in4_ptr[0])))) + p3))));
-    out1_ptr[((((int64_t)((int)blockIdx.x)) * (int64_t)512) + ((int64_t)((int)threadIdx.x)))] = ((p1 * x2) + ((0x1p+0f/*1.000000e+00*/ - p1) * ((p4 != 0x0p+0f/*0.000000e+00*/) ? (x1 + (p4 * x0)) : x1)));
-    out2_ptr[((((int64_t)((int)blockIdx.x)) * (int64_t)512) + ((int64_t)((int)threadIdx.x)))] = ((p2 * x3) + (((0x1p+0f/*1.000000e+00*/ - p2) * ((p4 != 0x0p+0f/*0.000000e+00*/) ? (x1 + (p4 * x0)) : x1)) * ((p4 != 0x0p+0f/*0.000000e+00*/) ? (x1 + (p4 * x0)) : x1)));
+    float cse_v1 = (p0 * x2);
+    float cse_v2 = (0x1p+0f/*1.000000e+00*/ - p0);
+    float cse_v3 = (p1 * x3);
+    float cse_v4 = (0x1p+0f/*1.000000e+00*/ - p1);
+    float condval;
+    if (p3 != 0x0p+0f/*0.000000e+00*/) {
+      condval = (x0 * (0x1p+0f/*1.000000e+00*/ - (in5_ptr[0] * in6_ptr[0])));
+    } else {
+      condval = x0;
+    }
+    float condval_1;
+    if (p3 != 0x0p+0f/*0.000000e+00*/) {
+      condval_1 = x1;
+    } else {
+      float condval_2;
+      if (in6_ptr[0] != 0x0p+0f/*0.000000e+00*/) {
+        condval_2 = (x1 + (in6_ptr[0] * x0));
+      } else {
+        condval_2 = x1;
+      }
+      condval_1 = condval_2;
+    }
+    float condval_3;
+    if (p3 != 0x0p+0f/*0.000000e+00*/) {
+      condval_3 = x1;
+    } else {
+      float condval_4;
+      if (in6_ptr[0] != 0x0p+0f/*0.000000e+00*/) {
+        condval_4 = (x1 + (in6_ptr[0] * x0));
+      } else {
+        condval_4 = x1;
+      }
+      condval_3 = condval_4;
+    }
+    float condval_5;
+    if (p3 != 0x0p+0f/*0.000000e+00*/) {
+      condval_5 = x1;
+    } else {
+      float condval_6;
+      if (in6_ptr[0] != 0x0p+0f/*0.000000e+00*/) {
+        condval_6 = (x1 + (in6_ptr[0] * x0));
+      } else {
+        condval_6 = x1;
+      }
+      condval_5 = condval_6;
+    }
+    out0_ptr[((((int64_t)((int)blockIdx.x)) * (int64_t)512) + ((int64_t)((int)threadIdx.x)))] = (condval - ((in5_ptr[0] / (0x1p+0f/*1.000000e+00*/ - powf(p0, in4_ptr[0]))) * (((p0 * x2) + ((0x1p+0f/*1.000000e+00*/ - p0) * condval_1)) / ((sqrtf(((p1 * x3) + (((0x1p+0f/*1.000000e+00*/ - p1) * condval_3) * condval_5))) / sqrtf((0x1p+0f/*1.000000e+00*/ - powf(p1, in4_ptr[0])))) + p2))));
+    float condval_7;
+    if (p3 != 0x0p+0f/*0.000000e+00*/) {
+      condval_7 = x1;
+    } else {
+      float condval_8;
+      if (in6_ptr[0] != 0x0p+0f/*0.000000e+00*/) {
+        condval_8 = (x1 + (in6_ptr[0] * x0));
+      } else {
+        condval_8 = x1;
+      }
+      condval_7 = condval_8;
+    }
+    out1_ptr[((((int64_t)((int)blockIdx.x)) * (int64_t)512) + ((int64_t)((int)threadIdx.x)))] = ((p0 * x2) + ((0x1p+0f/*1.000000e+00*/ - p0) * condval_7));
+    float condval_9;
+    if (p3 != 0x0p+0f/*0.000000e+00*/) {
+      condval_9 = x1;
+    } else {
+      float condval_10;
+      if (in6_ptr[0] != 0x0p+0f/*0.000000e+00*/) {
+        condval_10 = (x1 + (in6_ptr[0] * x0));
+      } else {
+        condval_10 = x1;
+      }
+      condval_9 = condval_10;
+    }
+    float condval_11;
+    if (p3 != 0x0p+0f/*0.000000e+00*/) {
+      condval_11 = x1;
+    } else {
+      float condval_12;
+      if (in6_ptr[0] != 0x0p+0f/*0.000000e+00*/) {
+        condval_12 = (x1 + (in6_ptr[0] * x0));
+      } else {
+        condval_12 = x1;
+      }
+      condval_11 = condval_12;
+    }
+    out2_ptr[((((int64_t)((int)blockIdx.x)) * (int64_t)512) + ((int64_t)((int)threadIdx.x)))] = ((p1 * x3) + (((0x1p+0f/*1.000000e+00*/ - p1) * condval_9) * condval_11));
   }
 }
 
-extern "C" __global__ void __launch_bounds__(128) tvm_ApplyMomentum_fff_ff_r0_b128_kernel(float* in0_ptr, float* in1_ptr, float* in2_ptr, float* out0_ptr, float* out1_ptr, int64_t n, float p0, float p1, float p2, float p3) {
-  int64_t cse_v1 = ((((int64_t)((int)blockIdx.x)) * (int64_t)128) + ((int64_t)((int)threadIdx.x)));
+extern "C" __global__ void __launch_bounds__(128) tvm_ApplyMomentum_fffff_ff_r0_b128_kernel(float* in0_ptr, float* in1_ptr, float* in2_ptr, float* in3_ptr, float* in4_ptr, float* out0_ptr, float* out1_ptr, int64_t n, float p0, float p1) {
+  int64_t cse_v2 = ((((int64_t)((int)blockIdx.x)) * (int64_t)128) + ((int64_t)((int)threadIdx.x)));
   if (((((int64_t)((int)blockIdx.x)) * (int64_t)128) + ((int64_t)((int)threadIdx.x))) < n) {
     float x0 = in0_ptr[((((int64_t)((int)blockIdx.x)) * (int64_t)128) + ((int64_t)((int)threadIdx.x)))];
     float x1 = in1_ptr[((((int64_t)((int)blockIdx.x)) * (int64_t)128) + ((int64_t)((int)threadIdx.x)))];
     float x2 = in2_ptr[((((int64_t)((int)blockIdx.x)) * (int64_t)128) + ((int64_t)((int)threadIdx.x)))];
-    float cse_v2 = ((p2 != 0x0p+0f/*0.000000e+00*/) ? (x1 + (p2 * x0)) : x1);
-    float cse_v3 = ((p1 * x2) + ((p2 != 0x0p+0f/*0.000000e+00*/) ? (x1 + (p2 * x0)) : x1));
-    out0_ptr[((((int64_t)((int)blockIdx.x)) * (int64_t)128) + ((int64_t)((int)threadIdx.x)))] = (x0 - (p0 * ((p3 != 0x0p+0f/*0.000000e+00*/) ? (((p2 != 0x0p+0f/*0.000000e+00*/) ? (x1 + (p2 * x0)) : x1) + (p1 * ((p1 * x2) + ((p2 != 0x0p+0f/*0.000000e+00*/) ? (x1 + (p2 * x0)) : x1)))) : ((p1 * x2) + ((p2 != 0x0p+0f/*0.000000e+00*/) ? (x1 + (p2 * x0)) : x1)))));
-    out1_ptr[((((int64_t)((int)blockIdx.x)) * (int64_t)128) + ((int64_t)((int)threadIdx.x)))] = ((p1 * x2) + ((p2 != 0x0p+0f/*0.000000e+00*/) ? (x1 + (p2 * x0)) : x1));
+    float cse_v1 = (p0 * x2);
+    float condval;
+    if (p1 != 0x0p+0f/*0.000000e+00*/) {
+      float condval_1;
+      if (in4_ptr[0] != 0x0p+0f/*0.000000e+00*/) {
+        condval_1 = (x1 + (in4_ptr[0] * x0));
+      } else {
+        condval_1 = x1;
+      }
+      float condval_2;
+      if (in4_ptr[0] != 0x0p+0f/*0.000000e+00*/) {
+        condval_2 = (x1 + (in4_ptr[0] * x0));
+      } else {
+        condval_2 = x1;
+      }
+      condval = (condval_1 + (p0 * ((p0 * x2) + condval_2)));
+    } else {
+      float condval_3;
+      if (in4_ptr[0] != 0x0p+0f/*0.000000e+00*/) {
+        condval_3 = (x1 + (in4_ptr[0] * x0));
+      } else {
+        condval_3 = x1;
+      }
+      condval = ((p0 * x2) + condval_3);
+    }
+    out0_ptr[((((int64_t)((int)blockIdx.x)) * (int64_t)128) + ((int64_t)((int)threadIdx.x)))] = (x0 - (in3_ptr[0] * condval));
+    float condval_4;
+    if (in4_ptr[0] != 0x0p+0f/*0.000000e+00*/) {
+      condval_4 = (x1 + (in4_ptr[0] * x0));
+    } else {
+      condval_4 = x1;
+    }
+    out1_ptr[((((int64_t)((int)blockIdx.x)) * (int64_t)128) + ((int64_t)((int)threadIdx.x)))] = ((p0 * x2) + condval_4);
   }
 }
 
-extern "C" __global__ void __launch_bounds__(256) tvm_ApplyMomentum_fff_ff_r0_b256_kernel(float* in0_ptr, float* in1_ptr, float* in2_ptr, float* out0_ptr, float* out1_ptr, int64_t n, float p0, float p1, float p2, float p3) {
-  int64_t cse_v1 = ((((int64_t)((int)blockIdx.x)) * (int64_t)256) + ((int64_t)((int)threadIdx.x)));
+extern "C" __global__ void __launch_bounds__(256) tvm_ApplyMomentum_fffff_ff_r0_b256_kernel(float* in0_ptr, float* in1_ptr, float* in2_ptr, float* in3_ptr, float* in4_ptr, float* out0_ptr, float* out1_ptr, int64_t n, float p0, float p1) {
+  int64_t cse_v2 = ((((int64_t)((int)blockIdx.x)) * (int64_t)256) + ((int64_t)((int)threadIdx.x)));
   if (((((int64_t)((int)blockIdx.x)) * (int64_t)256) + ((int64_t)((int)threadIdx.x))) < n) {
     float x0 = in0_ptr[((((int64_t)((int)blockIdx.x)) * (int64_t)256) + ((int64_t)((int)threadIdx.x)))];
     float x1 = in1_ptr[((((int64_t)((int)blockIdx.x)) * (int64_t)256) + ((int64_t)((int)threadIdx.x)))];
     float x2 = in2_ptr[((((int64_t)((int)blockIdx.x)) * (int64_t)256) + ((int64_t)((int)threadIdx.x)))];
-    float cse_v2 = ((p2 != 0x0p+0f/*0.000000e+00*/) ? (x1 + (p2 * x0)) : x1);
-    float cse_v3 = ((p1 * x2) + ((p2 != 0x0p+0f/*0.000000e+00*/) ? (x1 + (p2 * x0)) : x1));
-    out0_ptr[((((int64_t)((int)blockIdx.x)) * (int64_t)256) + ((int64_t)((int)threadIdx.x)))] = (x0 - (p0 * ((p3 != 0x0p+0f/*0.000000e+00*/) ? (((p2 != 0x0p+0f/*0.000000e+00*/) ? (x1 + (p2 * x0)) : x1) + (p1 * ((p1 * x2) + ((p2 != 0x0p+0f/*0.000000e+00*/) ? (x1 + (p2 * x0)) : x1)))) : ((p1 * x2) + ((p2 != 0x0p+0f/*0.000000e+00*/) ? (x1 + (p2 * x0)) : x1)))));
-    out1_ptr[((((int64_t)((int)blockIdx.x)) * (int64_t)256) + ((int64_t)((int)threadIdx.x)))] = ((p1 * x2) + ((p2 != 0x0p+0f/*0.000000e+00*/) ? (x1 + (p2 * x0)) : x1));
+    float cse_v1 = (p0 * x2);
+    float condval;
+    if (p1 != 0x0p+0f/*0.000000e+00*/) {
+      float condval_1;
+      if (in4_ptr[0] != 0x0p+0f/*0.000000e+00*/) {
+        condval_1 = (x1 + (in4_ptr[0] * x0));
+      } else {
+        condval_1 = x1;
+      }
+      float condval_2;
+      if (in4_ptr[0] != 0x0p+0f/*0.000000e+00*/) {
+        condval_2 = (x1 + (in4_ptr[0] * x0));
+      } else {
+        condval_2 = x1;
+      }
+      condval = (condval_1 + (p0 * ((p0 * x2) + condval_2)));
+    } else {
+      float condval_3;
+      if (in4_ptr[0] != 0x0p+0f/*0.000000e+00*/) {
+        condval_3 = (x1 + (in4_ptr[0] * x0));
+      } else {
+        condval_3 = x1;
+      }
+      condval = ((p0 * x2) + condval_3);
+    }
+    out0_ptr[((((int64_t)((int)blockIdx.x)) * (int64_t)256) + ((int64_t)((int)threadIdx.x)))] = (x0 - (in3_ptr[0] * condval));
+    float condval_4;
+    if (in4_ptr[0] != 0x0p+0f/*0.000000e+00*/) {
+      condval_4 = (x1 + (in4_ptr[0] * x0));
+    } else {
+      condval_4 = x1;
+    }
+    out1_ptr[((((int64_t)((int)blockIdx.x)) * (int64_t)256) + ((int64_t)((int)threadIdx.x)))] = ((p0 * x2) + condval_4);
   }
 }
 
-extern "C" __global__ void __launch_bounds__(512) tvm_ApplyMomentum_fff_ff_r0_b512_kernel(float* in0_ptr, float* in1_ptr, float* in2_ptr, float* out0_ptr, float* out1_ptr, int64_t n, float p0, float p1, float p2, float p3) {
-  int64_t cse_v1 = ((((int64_t)((int)blockIdx.x)) * (int64_t)512) + ((int64_t)((int)threadIdx.x)));
+extern "C" __global__ void __launch_bounds__(512) tvm_ApplyMomentum_fffff_ff_r0_b512_kernel(float* in0_ptr, float* in1_ptr, float* in2_ptr, float* in3_ptr, float* in4_ptr, float* out0_ptr, float* out1_ptr, int64_t n, float p0, float p1) {
+  int64_t cse_v2 = ((((int64_t)((int)blockIdx.x)) * (int64_t)512) + ((int64_t)((int)threadIdx.x)));
   if (((((int64_t)((int)blockIdx.x)) * (int64_t)512) + ((int64_t)((int)threadIdx.x))) < n) {
     float x0 = in0_ptr[((((int64_t)((int)blockIdx.x)) * (int64_t)512) + ((int64_t)((int)threadIdx.x)))];
     float x1 = in1_ptr[((((int64_t)((int)blockIdx.x)) * (int64_t)512) + ((int64_t)((int)threadIdx.x)))];
     float x2 = in2_ptr[((((int64_t)((int)blockIdx.x)) * (int64_t)512) + ((int64_t)((int)threadIdx.x)))];
-    float cse_v2 = ((p2 != 0x0p+0f/*0.000000e+00*/) ? (x1 + (p2 * x0)) : x1);
-    float cse_v3 = ((p1 * x2) + ((p2 != 0x0p+0f/*0.000000e+00*/) ? (x1 + (p2 * x0)) : x1));
-    out0_ptr[((((int64_t)((int)blockIdx.x)) * (int64_t)512) + ((int64_t)((int)threadIdx.x)))] = (x0 - (p0 * ((p3 != 0x0p+0f/*0.000000e+00*/) ? (((p2 != 0x0p+0f/*0.000000e+00*/) ? (x1 + (p2 * x0)) : x1) + (p1 * ((p1 * x2) + ((p2 != 0x0p+0f/*0.000000e+00*/) ? (x1 + (p2 * x0)) : x1)))) : ((p1 * x2) + ((p2 != 0x0p+0f/*0.000000e+00*/) ? (x1 + (p2 * x0)) : x1)))));
-    out1_ptr[((((int64_t)((int)blockIdx.x)) * (int64_t)512) + ((int64_t)((int)threadIdx.x)))] = ((p1 * x2) + ((p2 != 0x0p+0f/*0.000000e+00*/) ? (x1 + (p2 * x0)) : x1));
+    float cse_v1 = (p0 * x2);
+    float condval;
+    if (p1 != 0x0p+0f/*0.000000e+00*/) {
+      float condval_1;
+      if (in4_ptr[0] != 0x0p+0f/*0.000000e+00*/) {
+        condval_1 = (x1 + (in4_ptr[0] * x0));
+      } else {
+        condval_1 = x1;
+      }
+      float condval_2;
+      if (in4_ptr[0] != 0x0p+0f/*0.000000e+00*/) {
+        condval_2 = (x1 + (in4_ptr[0] * x0));
+      } else {
+        condval_2 = x1;
+      }
+      condval = (condval_1 + (p0 * ((p0 * x2) + condval_2)));
+    } else {
+      float condval_3;
+      if (in4_ptr[0] != 0x0p+0f/*0.000000e+00*/) {
+        condval_3 = (x1 + (in4_ptr[0] * x0));
+      } else {
+        condval_3 = x1;
+      }
+      condval = ((p0 * x2) + condval_3);
+    }
+    out0_ptr[((((int64_t)((int)blockIdx.x)) * (int64_t)512) + ((int64_t)((int)threadIdx.x)))] = (x0 - (in3_ptr[0] * condval));
+    float condval_4;
+    if (in4_ptr[0] != 0x0p+0f/*0.000000e+00*/) {
+      condval_4 = (x1 + (in4_ptr[0] * x0));
+    } else {
+      condval_4 = x1;
+    }
+    out1_ptr[((((int64_t)((int)blockIdx.x)) * (int64_t)512) + ((int64_t)((int)threadIdx.x)))] = ((p0 * x2) + condval_4);
   }
 }
 
@@ -4773,7 +5097,7 @@ extern "C" __global__ void __launch_bounds__(512) tvm_ReluGrad_ff_f_r0_b512_kern
   }
 }
 
-extern "C" __global__ void __launch_bounds__(128) tvm_SGD_ff_f_r0_b128_kernel(float* in0_ptr, float* in1_ptr, float* out_ptr, int64_t n, float p0, float p1) {
+extern "C" __global__ void __launch_bounds__(128) tvm_SGD_ffff_f_r0_b128_kernel(float* in0_ptr, float* in1_ptr, float* in2_ptr, float* in3_ptr, float* out_ptr, int64_t n) {
   alignas(64) float ld0_local_ptr[1];
   alignas(64) float ld1_local_ptr[1];
   int64_t cse_v1 = ((((int64_t)blockIdx.x) * (int64_t)128) + ((int64_t)threadIdx.x));
@@ -4785,16 +5109,16 @@ extern "C" __global__ void __launch_bounds__(128) tvm_SGD_ff_f_r0_b128_kernel(fl
   }
   if (((((int64_t)blockIdx.x) * (int64_t)128) + ((int64_t)threadIdx.x)) < n) {
     float condval;
-    if (p1 != 0x0p+0f/*0.000000e+00*/) {
-      condval = (ld1_local_ptr[0] + (p1 * ld0_local_ptr[0]));
+    if (in3_ptr[0] != 0x0p+0f/*0.000000e+00*/) {
+      condval = (ld1_local_ptr[0] + (in3_ptr[0] * ld0_local_ptr[0]));
     } else {
       condval = ld1_local_ptr[0];
     }
-    out_ptr[((((int64_t)blockIdx.x) * (int64_t)128) + ((int64_t)threadIdx.x))] = (ld0_local_ptr[0] - (p0 * condval));
+    out_ptr[((((int64_t)blockIdx.x) * (int64_t)128) + ((int64_t)threadIdx.x))] = (ld0_local_ptr[0] - (in2_ptr[0] * condval));
   }
 }
 
-extern "C" __global__ void __launch_bounds__(256) tvm_SGD_ff_f_r0_b256_kernel(float* in0_ptr, float* in1_ptr, float* out_ptr, int64_t n, float p0, float p1) {
+extern "C" __global__ void __launch_bounds__(256) tvm_SGD_ffff_f_r0_b256_kernel(float* in0_ptr, float* in1_ptr, float* in2_ptr, float* in3_ptr, float* out_ptr, int64_t n) {
   alignas(64) float ld0_local_ptr[1];
   alignas(64) float ld1_local_ptr[1];
   int64_t cse_v1 = ((((int64_t)blockIdx.x) * (int64_t)256) + ((int64_t)threadIdx.x));
@@ -4806,16 +5130,16 @@ extern "C" __global__ void __launch_bounds__(256) tvm_SGD_ff_f_r0_b256_kernel(fl
   }
   if (((((int64_t)blockIdx.x) * (int64_t)256) + ((int64_t)threadIdx.x)) < n) {
     float condval;
-    if (p1 != 0x0p+0f/*0.000000e+00*/) {
-      condval = (ld1_local_ptr[0] + (p1 * ld0_local_ptr[0]));
+    if (in3_ptr[0] != 0x0p+0f/*0.000000e+00*/) {
+      condval = (ld1_local_ptr[0] + (in3_ptr[0] * ld0_local_ptr[0]));
     } else {
       condval = ld1_local_ptr[0];
     }
-    out_ptr[((((int64_t)blockIdx.x) * (int64_t)256) + ((int64_t)threadIdx.x))] = (ld0_local_ptr[0] - (p0 * condval));
+    out_ptr[((((int64_t)blockIdx.x) * (int64_t)256) + ((int64_t)threadIdx.x))] = (ld0_local_ptr[0] - (in2_ptr[0] * condval));
   }
 }
 
-extern "C" __global__ void __launch_bounds__(512) tvm_SGD_ff_f_r0_b512_kernel(float* in0_ptr, float* in1_ptr, float* out_ptr, int64_t n, float p0, float p1) {
+extern "C" __global__ void __launch_bounds__(512) tvm_SGD_ffff_f_r0_b512_kernel(float* in0_ptr, float* in1_ptr, float* in2_ptr, float* in3_ptr, float* out_ptr, int64_t n) {
   alignas(64) float ld0_local_ptr[1];
   alignas(64) float ld1_local_ptr[1];
   int64_t cse_v1 = ((((int64_t)blockIdx.x) * (int64_t)512) + ((int64_t)threadIdx.x));
@@ -4827,12 +5151,12 @@ extern "C" __global__ void __launch_bounds__(512) tvm_SGD_ff_f_r0_b512_kernel(fl
   }
   if (((((int64_t)blockIdx.x) * (int64_t)512) + ((int64_t)threadIdx.x)) < n) {
     float condval;
-    if (p1 != 0x0p+0f/*0.000000e+00*/) {
-      condval = (ld1_local_ptr[0] + (p1 * ld0_local_ptr[0]));
+    if (in3_ptr[0] != 0x0p+0f/*0.000000e+00*/) {
+      condval = (ld1_local_ptr[0] + (in3_ptr[0] * ld0_local_ptr[0]));
     } else {
       condval = ld1_local_ptr[0];
     }
-    out_ptr[((((int64_t)blockIdx.x) * (int64_t)512) + ((int64_t)threadIdx.x))] = (ld0_local_ptr[0] - (p0 * condval));
+    out_ptr[((((int64_t)blockIdx.x) * (int64_t)512) + ((int64_t)threadIdx.x))] = (ld0_local_ptr[0] - (in2_ptr[0] * condval));
   }
 }
 
@@ -8664,12 +8988,12 @@ inline const TvmKernel kTvmKernels[] = {
     {"AddN", "ffff_f", "", 0, 1, 128, (const void*)tvm_AddN_ffff_f_r0_b128_kernel, "in0:p,in1:p,in2:p,in3:p,out0:p,n:l", "", ""},
     {"AddN", "ffff_f", "", 0, 1, 256, (const void*)tvm_AddN_ffff_f_r0_b256_kernel, "in0:p,in1:p,in2:p,in3:p,out0:p,n:l", "", ""},
     {"AddN", "ffff_f", "", 0, 1, 512, (const void*)tvm_AddN_ffff_f_r0_b512_kernel, "in0:p,in1:p,in2:p,in3:p,out0:p,n:l", "", ""},
-    {"ApplyAdam", "fffff_fff", "", 0, 1, 128, (const void*)tvm_ApplyAdam_fffff_fff_r0_b128_kernel, "in0:p,in1:p,in2:p,in3:p,in4:p,out0:p,out1:p,out2:p,n:l,p0:f,p1:f,p2:f,p3:f,p4:f", "lr f 0.0|beta1 f 0.9|beta2 f 0.999|epsilon f 1e-08|weight_decay f 0.0", ""},
-    {"ApplyAdam", "fffff_fff", "", 0, 1, 256, (const void*)tvm_ApplyAdam_fffff_fff_r0_b256_kernel, "in0:p,in1:p,in2:p,in3:p,in4:p,out0:p,out1:p,out2:p,n:l,p0:f,p1:f,p2:f,p3:f,p4:f", "lr f 0.0|beta1 f 0.9|beta2 f 0.999|epsilon f 1e-08|weight_decay f 0.0", ""},
-    {"ApplyAdam", "fffff_fff", "", 0, 1, 512, (const void*)tvm_ApplyAdam_fffff_fff_r0_b512_kernel, "in0:p,in1:p,in2:p,in3:p,in4:p,out0:p,out1:p,out2:p,n:l,p0:f,p1:f,p2:f,p3:f,p4:f", "lr f 0.0|beta1 f 0.9|beta2 f 0.999|epsilon f 1e-08|weight_decay f 0.0", ""},
-    {"ApplyMomentum", "fff_ff", "", 0, 1, 128, (const void*)tvm_ApplyMomentum_fff_ff_r0_b128_kernel, "in0:p,in1:p,in2:p,out0:p,out1:p,n:l,p0:f,p1:f,p2:f,p3:f", "lr f 0.0|momentum f 0.9|weight_decay f 0.0|nesterov f 0.0", ""},
-    {"ApplyMomentum", "fff_ff", "", 0, 1, 256, (const void*)tvm_ApplyMomentum_fff_ff_r0_b256_kernel, "in0:p,in1:p,in2:p,out0:p,out1:p,n:l,p0:f,p1:f,p2:f,p3:f", "lr f 0.0|momentum f 0.9|weight_decay f 0.0|nesterov f 0.0", ""},
-    {"ApplyMomentum", "fff_ff", "", 0, 1, 512, (const void*)tvm_ApplyMomentum_fff_ff_r0_b512_kernel, "in0:p,in1:p,in2:p,out0:p,out1:p,n:l,p0:f,p1:f,p2:f,p3:f", "lr f 0.0|momentum f 0.9|weight_decay f 0.0|nesterov f 0.0", ""},
+    {"ApplyAdam", "fffffff_fff", "", 0, 1, 128, (const void*)tvm_ApplyAdam_fffffff_fff_r0_b128_kernel, "in0:p,in1:p,in2:p,in3:p,in4:p,in5:p,in6:p,out0:p,out1:p,out2:p,n:l,p0:f,p1:f,p2:f,p3:f", "beta1 f 0.9|beta2 f 0.999|epsilon f 1e-08|decoupled f 0.0", ""},
+    {"ApplyAdam", "fffffff_fff", "", 0, 1, 256, (const void*)tvm_ApplyAdam_fffffff_fff_r0_b256_kernel, "in0:p,in1:p,in2:p,in3:p,in4:p,in5:p,in6:p,out0:p,out1:p,out2:p,n:l,p0:f,p1:f,p2:f,p3:f", "beta1 f 0.9|beta2 f 0.999|epsilon f 1e-08|decoupled f 0.0", ""},
+    {"ApplyAdam", "fffffff_fff", "", 0, 1, 512, (const void*)tvm_ApplyAdam_fffffff_fff_r0_b512_kernel, "in0:p,in1:p,in2:p,in3:p,in4:p,in5:p,in6:p,out0:p,out1:p,out2:p,n:l,p0:f,p1:f,p2:f,p3:f", "beta1 f 0.9|beta2 f 0.999|epsilon f 1e-08|decoupled f 0.0", ""},
+    {"ApplyMomentum", "fffff_ff", "", 0, 1, 128, (const void*)tvm_ApplyMomentum_fffff_ff_r0_b128_kernel, "in0:p,in1:p,in2:p,in3:p,in4:p,out0:p,out1:p,n:l,p0:f,p1:f", "momentum f 0.9|nesterov f 0.0", ""},
+    {"ApplyMomentum", "fffff_ff", "", 0, 1, 256, (const void*)tvm_ApplyMomentum_fffff_ff_r0_b256_kernel, "in0:p,in1:p,in2:p,in3:p,in4:p,out0:p,out1:p,n:l,p0:f,p1:f", "momentum f 0.9|nesterov f 0.0", ""},
+    {"ApplyMomentum", "fffff_ff", "", 0, 1, 512, (const void*)tvm_ApplyMomentum_fffff_ff_r0_b512_kernel, "in0:p,in1:p,in2:p,in3:p,in4:p,out0:p,out1:p,n:l,p0:f,p1:f", "momentum f 0.9|nesterov f 0.0", ""},
     {"CausalMask", "f_f", "", 0, 1, 128, (const void*)tvm_CausalMask_f_f_r0_b128_kernel, "in0:p,out0:p,e0:l,e1:l,n:l,p0:f", "value f -inf", "rows -2|cols -1"},
     {"CausalMask", "f_f", "", 0, 1, 256, (const void*)tvm_CausalMask_f_f_r0_b256_kernel, "in0:p,out0:p,e0:l,e1:l,n:l,p0:f", "value f -inf", "rows -2|cols -1"},
     {"CausalMask", "f_f", "", 0, 1, 512, (const void*)tvm_CausalMask_f_f_r0_b512_kernel, "in0:p,out0:p,e0:l,e1:l,n:l,p0:f", "value f -inf", "rows -2|cols -1"},
@@ -8886,9 +9210,9 @@ inline const TvmKernel kTvmKernels[] = {
     {"ReluGrad", "ff_f", "", 0, 1, 128, (const void*)tvm_ReluGrad_ff_f_r0_b128_kernel, "in0:p,in1:p,out0:p,n:l", "", ""},
     {"ReluGrad", "ff_f", "", 0, 1, 256, (const void*)tvm_ReluGrad_ff_f_r0_b256_kernel, "in0:p,in1:p,out0:p,n:l", "", ""},
     {"ReluGrad", "ff_f", "", 0, 1, 512, (const void*)tvm_ReluGrad_ff_f_r0_b512_kernel, "in0:p,in1:p,out0:p,n:l", "", ""},
-    {"SGD", "ff_f", "", 0, 1, 128, (const void*)tvm_SGD_ff_f_r0_b128_kernel, "in0:p,in1:p,out0:p,n:l,p0:f,p1:f", "lr f 0.0|weight_decay f 0.0", ""},
-    {"SGD", "ff_f", "", 0, 1, 256, (const void*)tvm_SGD_ff_f_r0_b256_kernel, "in0:p,in1:p,out0:p,n:l,p0:f,p1:f", "lr f 0.0|weight_decay f 0.0", ""},
-    {"SGD", "ff_f", "", 0, 1, 512, (const void*)tvm_SGD_ff_f_r0_b512_kernel, "in0:p,in1:p,out0:p,n:l,p0:f,p1:f", "lr f 0.0|weight_decay f 0.0", ""},
+    {"SGD", "ffff_f", "", 0, 1, 128, (const void*)tvm_SGD_ffff_f_r0_b128_kernel, "in0:p,in1:p,in2:p,in3:p,out0:p,n:l", "", ""},
+    {"SGD", "ffff_f", "", 0, 1, 256, (const void*)tvm_SGD_ffff_f_r0_b256_kernel, "in0:p,in1:p,in2:p,in3:p,out0:p,n:l", "", ""},
+    {"SGD", "ffff_f", "", 0, 1, 512, (const void*)tvm_SGD_ffff_f_r0_b512_kernel, "in0:p,in1:p,in2:p,in3:p,out0:p,n:l", "", ""},
     {"Scale", "f_f", "", 0, 1, 128, (const void*)tvm_Scale_f_f_r0_b128_kernel, "in0:p,out0:p,n:l,p0:f", "factor f 1.0", ""},
     {"Scale", "f_f", "", 0, 1, 256, (const void*)tvm_Scale_f_f_r0_b256_kernel, "in0:p,out0:p,n:l,p0:f", "factor f 1.0", ""},
     {"Scale", "f_f", "", 0, 1, 512, (const void*)tvm_Scale_f_f_r0_b512_kernel, "in0:p,out0:p,n:l,p0:f", "factor f 1.0", ""},

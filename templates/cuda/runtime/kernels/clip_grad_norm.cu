@@ -1,0 +1,89 @@
+// ClipGradNorm [g1 .. gn] -> [g1 * c .. gn * c, total_norm] on the GPU (planner/ops/
+// clip_grad_norm.py), nothing read back to the host: each gradient's sum of squares by one
+// block in double, in a fixed order (deterministic, so a resumed run repeats bit for bit), its
+// norm rounded to float and squared into total_norm; then total_norm's square root and the
+// scale c = min(max_norm / (total_norm + 1e-6), 1), read on the device by every scale kernel.
+// The outputs may be the gradients' bytes: every norm is taken before any scale is written.
+// One block per gradient's norm: enough for the small step it is (a wide reduction is a
+// later change).
+#include <vector>
+
+#include "../kernel.h"
+
+namespace planner {
+namespace {
+
+constexpr int kNormThreads = 512;
+
+__global__ void add_square_of_norm(const float* g, int64_t n, float* total) {
+  __shared__ double part[kNormThreads];
+  double sum = 0;
+  for (int64_t i = threadIdx.x; i < n; i += kNormThreads) sum += double(g[i]) * g[i];
+  part[threadIdx.x] = sum;
+  __syncthreads();
+  for (int half = kNormThreads / 2; half > 0; half /= 2) {
+    if (threadIdx.x < half) part[threadIdx.x] += part[threadIdx.x + half];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) {
+    const float norm = static_cast<float>(sqrt(part[0]));
+    *total += norm * norm;
+  }
+}
+
+__global__ void finish_norm(float* total) { *total = sqrtf(*total); }
+
+__global__ void scale_by_clip(const float* g, float* y, const float* total, float max_norm,
+                              int64_t n) {
+  const float coef = fminf(max_norm / (*total + 1e-6f), 1.f);
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x)
+    y[i] = g[i] * coef;
+}
+
+class ClipGradNorm : public Kernel {
+ public:
+  explicit ClipGradNorm(const Node& n)
+      : total_(n.out.back().id), max_norm_(static_cast<float>(n.attrs.f("max_norm"))),
+        threads_(block_threads(n)) {
+    require_f32(n);
+    for (size_t k = 0; k < n.in.size(); ++k) {
+      sizes_.push_back(n.in[k].size());
+      in_.push_back(n.in[k].id);
+      out_.push_back(n.out[k].id);
+    }
+  }
+  void run(const Run& r) override {
+    float* total = r.at<float>(total_);
+    PLANNER_CUDA(cudaMemsetAsync(total, 0, sizeof(float), r.stream));
+    for (size_t k = 0; k < in_.size(); ++k) {
+      if (sizes_[k] == 0) continue;
+      add_square_of_norm<<<1, kNormThreads, 0, r.stream>>>(r.at<float>(in_[k]), sizes_[k],
+                                                           total);
+      PLANNER_LAUNCHED("add_square_of_norm");
+    }
+    finish_norm<<<1, 1, 0, r.stream>>>(total);
+    PLANNER_LAUNCHED("finish_norm");
+    for (size_t k = 0; k < in_.size(); ++k) {
+      if (sizes_[k] == 0) continue;
+      scale_by_clip<<<blocks_for(sizes_[k], threads_), threads_, 0, r.stream>>>(
+          r.at<float>(in_[k]), r.at<float>(out_[k]), total, max_norm_, sizes_[k]);
+      PLANNER_LAUNCHED("scale_by_clip");
+    }
+  }
+
+ private:
+  std::vector<int64_t> sizes_;
+  std::vector<int> in_, out_;
+  int total_;
+  float max_norm_;
+  int threads_;
+};
+
+KernelPtr clip_grad_norm(const Node& n) { return std::make_unique<ClipGradNorm>(n); }
+
+}  // namespace
+
+PLANNER_REGISTER_KERNELS(clip_grad_norm) { r["ClipGradNorm"] = clip_grad_norm; }
+
+}  // namespace planner
