@@ -28,8 +28,8 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from planner.graph.optimizer import ParamGroup
-from planner.torch.schedule import ExecutorOptimizer
 from planner.torch import trainer
+from planner.torch.schedule import ExecutorOptimizer
 
 BATCH, LR, DECAY, CLIP, WARMUP = 32, 1e-2, 0.05, 1.0, 10
 NO_DECAY = r"(bias|norm\.weight)$"
