@@ -16,6 +16,7 @@ import warnings
 
 import pytest
 
+import planner.cli as cli
 from planner.errors import UserError
 from planner.graph.optimizer import Optimizer
 from planner.graph.options import GraphOptions
@@ -94,3 +95,18 @@ def test_mixed_precision_updates_read_the_averaged_gradients(precision):
     grads = {t.name for t in p.graph.tensors if t.role == "grad"}
     assert not any(t in grads and t not in reduced_by
                    for n in readers for t in n.inputs if n.op != "UnscaleGrads")
+
+
+@pytest.mark.parametrize("flags", [
+    # Issue 32's reports: the planner refused its own plan (ops at the same time on a CPU).
+    ["--train", "adam", "--precision", "fp16-mixed", "--data-parallel", "2"],
+    ["--train", "momentum", "--data-parallel", "4"],
+    ["--train", "sgd", "--precision", "bf16-mixed", "--data-parallel", "2"],
+])
+def test_the_reported_resnet_commands_plan_and_verify(tmp_path, flags):
+    out = tmp_path / "p.json"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert cli.main(["plan", MODELS["resnet-18"], *flags, "--target", "xeon-8180",
+                         "-o", str(out)]) == 0
+    assert cli.main(["verify", str(out)]) == 0
