@@ -154,7 +154,8 @@ def _other_readers(graph: Graph, readers: frozenset[str]) -> set[str]:
 def with_all_reduce(graph: Graph, bucket_list: list[list[str]], ranks: int,
                     ranks_per_host: int = 1) -> Graph:
     """`graph` with one AllReduce node per bucket, right after the bucket's last gradient's
-    writer; every reader of a gradient but the AllReduce reads `allreduce/<gradient>`."""
+    writer; every reader of a gradient but the AllReduce reads `allreduce/<gradient>`, and
+    moves after it where it came before (deps.in_dependency_order)."""
     attrs: dict[str, int] = {"ranks": ranks}
     if ranks_per_host > 1:  # named only when used: plans of one rank per host read as before
         attrs["ranks_per_host"] = ranks_per_host
