@@ -47,6 +47,7 @@ import hashlib
 import json
 import os
 import socket
+import time
 import weakref
 from collections.abc import Mapping
 from typing import Any
@@ -222,6 +223,7 @@ def _collective(group: Any, size: int, me: int) -> Any:
         # is the op's stream here.
         on = (torch.cuda.stream(torch.cuda.ExternalStream(stream, device=whole.device))
               if whole.is_cuda else contextlib.nullcontext())
+        held = (whole._use_count(), mine._use_count())
         try:
             with on:
                 if what == 0:
@@ -237,5 +239,22 @@ def _collective(group: Any, size: int, me: int) -> Any:
             raise RuntimeError(f"rank {me}: the {_NAMES[what]} on the process group failed (a "
                                f"rank died or timed out): {lines[0] if lines else e!r}"
                                ) from None
+        if not whole.is_cuda:
+            _released(whole, mine, held)
 
     return collective
+
+
+def _released(whole: Any, mine: Any, held: tuple[int, int], seconds: float = 10.0) -> None:
+    """Wait (bounded) until the process group holds no reference to the bucket's tensors.
+
+    A gloo worker thread drops its work (and the tensors in it) a moment after the
+    collective's caller is woken. Were the Python tensors freed first, torch would hand them
+    to that thread, which would free them later taking the GIL: during the interpreter's
+    finalization (a script ending right after its last step) that thread is ended by
+    pthread_exit, and the process aborts ("terminate called without an active exception").
+    Waiting here keeps every release of them on this thread, with the GIL."""
+    deadline = time.monotonic() + seconds
+    while ((whole._use_count() > held[0] or mine._use_count() > held[1])
+           and time.monotonic() < deadline):
+        time.sleep(0)  # lets the worker run (the GIL released)

@@ -15,6 +15,7 @@ Example:
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Sequence
 
 from planner.graph.ir import Graph
@@ -47,3 +48,40 @@ def successors(preds: Sequence[Sequence[int]]) -> tuple[tuple[int, ...], ...]:
         for p in ps:
             succ[p].append(i)
     return tuple(tuple(s) for s in succ)
+
+
+def in_dependency_order(graph: Graph) -> Graph:
+    """`graph` with its nodes in an order every `predecessors` edge points forward in, as close
+    to the order they were given in as that allows (each node as early as its position among
+    the ready ones says): a rewrite that inserts a node whose outputs nodes before it read
+    (data parallelism's all-reduce after a bucket's last gradient) moves those readers after
+    it, whatever order the front end's passes left them in. The graph is returned as given
+    where it already is in order.
+
+    >>> from planner.graph.builder import GraphBuilder
+    >>> b = GraphBuilder("t")
+    >>> y = b.op("Relu", [b.input("x", (2,))], name="a")
+    >>> z = b.op("Neg", [y], name="b")
+    >>> g = b.build(outputs=[z])
+    >>> swapped = g.model_copy(update={"nodes": g.nodes[::-1]})
+    >>> [n.name for n in in_dependency_order(swapped).nodes]
+    ['a', 'b']
+    """
+    preds = predecessors(graph)
+    if all(p < i for i, ps in enumerate(preds) for p in ps):
+        return graph
+    waiting = [len(ps) for ps in preds]
+    after = successors(preds)
+    ready = [i for i, w in enumerate(waiting) if not w]
+    heapq.heapify(ready)
+    order: list[int] = []
+    while ready:
+        i = heapq.heappop(ready)
+        order.append(i)
+        for s in after[i]:
+            waiting[s] -= 1
+            if not waiting[s]:
+                heapq.heappush(ready, s)
+    if len(order) < len(preds):
+        return graph  # a cycle: left for check_graph to name
+    return graph.model_copy(update={"nodes": tuple(graph.nodes[i] for i in order)})

@@ -53,7 +53,7 @@ from planner.graph.validate import check_graph
 from planner.ops import get_op
 from planner.ops.collective import BUCKET_ALIGNMENT, COLLECTIVE_OPS, SHARDED_UPDATES, shard_floats
 from planner.records import Record
-from planner.schedule.deps import predecessors
+from planner.schedule.deps import in_dependency_order, predecessors
 from planner.schedule.record import Edge, Schedule, ScheduledOp
 from planner.target.interconnect import Interconnect, interconnect, ring_link
 from planner.target.records import Target
@@ -154,7 +154,8 @@ def _other_readers(graph: Graph, readers: frozenset[str]) -> set[str]:
 def with_all_reduce(graph: Graph, bucket_list: list[list[str]], ranks: int,
                     ranks_per_host: int = 1) -> Graph:
     """`graph` with one AllReduce node per bucket, right after the bucket's last gradient's
-    writer; every reader of a gradient but the AllReduce reads `allreduce/<gradient>`."""
+    writer; every reader of a gradient but the AllReduce reads `allreduce/<gradient>`, and
+    moves after it where it came before (deps.in_dependency_order)."""
     attrs: dict[str, int] = {"ranks": ranks}
     if ranks_per_host > 1:  # named only when used: plans of one rank per host read as before
         attrs["ranks_per_host"] = ranks_per_host
@@ -183,8 +184,10 @@ def with_all_reduce(graph: Graph, bucket_list: list[list[str]], ranks: int,
                 nodes.append(Node(name=f"allreduce/{last[out]}", op="AllReduce", inputs=tuple(b),
                                   outputs=tuple(reduced[g] for g in b),
                                   attrs={**attrs, "in_place": int(not set(b) & others)}))
-    return check_graph(graph.model_copy(update={"tensors": tuple(tensors),
-                                                "nodes": tuple(nodes)}))
+    # A gradient's reader may come before the bucket's last gradient (mixed precision casts
+    # each gradient to float32 right before its update): it moves after the all-reduce.
+    return check_graph(in_dependency_order(graph.model_copy(
+        update={"tensors": tuple(tensors), "nodes": tuple(nodes)})))
 
 
 def with_sharded_updates(graph: Graph, bucket_list: list[list[str]], ranks: int,
@@ -280,7 +283,8 @@ def with_sharded_updates(graph: Graph, bucket_list: list[list[str]], ranks: int,
             nodes.append(n)
         nodes += [scatter[scatter_after[o]] for o in n.outputs if o in scatter_after]
     tensors = tuple(t for t in graph.tensors if t.name not in gone) + tuple(added)
-    return check_graph(graph.model_copy(update={"tensors": tensors, "nodes": tuple(nodes)}))
+    return check_graph(in_dependency_order(graph.model_copy(
+        update={"tensors": tensors, "nodes": tuple(nodes)})))
 
 
 def compute_graph(graph: Graph) -> Graph:

@@ -406,3 +406,47 @@ def test_a_rank_without_its_own_place_is_refused_on_every_rank(packages, tmp_pat
         assert r.returncode == 3, r.stdout[-2000:]
         line = next(s for s in r.stdout.splitlines() if s.startswith(f"rank {rank} error:"))
         assert why in line, line
+
+
+def test_bf16_mixed_ranks_match_one_process_on_the_global_batch(tmp_path):
+    """Issue 32: bf16-mixed with --data-parallel failed to plan (an update before its bucket's
+    all-reduce). 2 ranks step 4 SGD steps of the bf16-mixed MLP; every rank holds the same
+    bits, and they equal PyTorch (float32) stepping the global batch to bfloat16's accuracy."""
+    steps = 4
+    graph = make_training_graph(zoo("mlp", batch=SHARD, **MLP),
+                                Optimizer(kind="sgd", lr=LR["sgd"]), precision="bf16-mixed")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        # Buckets of 1 KiB: two, and a bucket's last gradient cast after the update of
+        # another of its gradients (smaller buckets happened to keep the order).
+        p = plan(graph, detect(), options=PlanOptions(data_parallel=DataParallelOptions(
+            ranks=RANKS, bucket_bytes=1024)))
+    assert sum(op.op == "AllReduce" for op in p.ops) >= 2
+    package = build(render(p, tmp_path / "mlp_dp_bf16")).dir
+    path, params, x, labels = _data(tmp_path)
+    x, labels = x[:steps], labels[:steps]
+    np.savez(path, x=x, labels=labels, **{f"param:{k}": v for k, v in params.items()})
+    outs = [tmp_path / f"rank{r}.npz" for r in range(RANKS)]
+    for r in _launch([package] * RANKS, path, outs):
+        assert r.returncode == 0, r.stdout[-2000:]
+    got = [dict(np.load(o)) for o in outs]
+    for name in got[0]:
+        assert np.array_equal(got[0][name], got[1][name]), name
+    want, gmax = _torch_reference("sgd", params, x, labels)
+    # Error, first order: every value rounded to bfloat16 (unit roundoff u = 2^-8) is off by
+    # a factor (1 + d), |d| <= u, and a gradient's terms pass through at most one rounding per
+    # node that writes bfloat16 (a path visits each node once): the ranks' gradient of a step
+    # is within (low u + gamma32) gmax of the exact one, `low` that count, gamma32 the float32
+    # sums' bound of _check_numbers; PyTorch's (float32 throughout) within gamma32 gmax. SGD
+    # turns that into parameters as _check_numbers derives.
+    low = sum(any(graph.tensor_map[t].dtype == "bfloat16" for t in n.outputs)
+              for n in graph.nodes)
+    gamma32 = 2 * (RANKS * SHARD + 16) * float(np.finfo(np.float32).eps)
+    lr = LR["sgd"]
+    tol = steps * lr * (low * 2.0 ** -8 + 2 * gamma32) * gmax * np.exp(steps * lr)
+    worst = max(float(np.max(np.abs(got[0][n] - want[n]))) for n in want)
+    moved = max(float(np.max(np.abs(want[n] - params[n]))) for n in want)
+    # A rank stepping its own shard's gradient, or the sum of the ranks' (not their mean),
+    # is off by about as much as the steps moved.
+    assert moved > 2 * tol, (moved, tol, worst)
+    assert worst <= tol, (worst, tol)
