@@ -16,18 +16,11 @@ from planner.graph.optimizer import Optimizer
 from planner.graph.options import GraphOptions
 from planner.graph.prepare import prepare
 from planner.pipeline import plan
-from planner.target.presets import preset, thread_major_cpus
-from planner.target.records import CPU, Target
+from planner.target.presets import preset
+from tests.targets import two_cores
 
 # Two layers of 5 steps: two recurrences whose weights' gradients are chunked sums.
 LSTM = "zoo:lstm?batch=2&seq=5&hidden=8&vocab=20&dropout=0"
-
-
-def two_cores() -> Target:
-    return Target(name="two", host_memory_bytes=1 << 33,
-                  logical_cpus=thread_major_cpus(cores=2, smt=1, cores_per_group=1),
-                  cpu=CPU(model="two", peak_flops=2 * 1.4e9 * 32, memory_bandwidth=20e9,
-                          core_bandwidth=10e9, cache_group_level=2, cache_group_bytes=1 << 20))
 
 
 @pytest.fixture(scope="module")

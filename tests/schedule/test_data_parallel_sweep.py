@@ -25,7 +25,7 @@ from planner.pipeline import PlanOptions, plan
 from planner.schedule.parallel import DataParallelOptions
 from planner.target import preset
 from planner.verify import verify_plan
-from tests.test_prepare import two_cores
+from tests.targets import two_cores
 
 MODELS = {"mlp": "zoo:mlp?batch=8&hidden=16,12&in_features=10&classes=4",
           "lenet": "zoo:lenet?image=8&batch=16",
