@@ -50,9 +50,9 @@ from planner.target.records import AFFINITIES, Target, affinity_cpus
 def copies_graph(sig: OpSignature, copies: int) -> Graph:
     """`copies` independent nodes of the signature's op reading the same inputs (graph
     inputs of its shapes and dtypes, integer ones valid ids for their consumer)."""
-    tensors, nodes = _copies(sig, copies, "")
+    tensors, nodes, outputs = _copies(sig, copies, "")
     graph = Graph(name=f"profile_{sig.op}", kind="inference", tensors=tensors, nodes=nodes,
-                  outputs=tuple(t.name for t in tensors if t.role != "input"))
+                  outputs=outputs)
     return check_graph(graph)
 
 
@@ -61,33 +61,55 @@ def signatures_graph(runs: list[tuple[OpSignature, int]]) -> Graph:
     named `s{k}_in{i}`, `s{k}_copy{j}` (its nodes in the order given)."""
     tensors: list[Tensor] = []
     nodes: list[Node] = []
+    outputs: list[str] = []
     for k, (sig, copies) in enumerate(runs):
-        ts, ns = _copies(sig, copies, f"s{k}_")
+        ts, ns, outs = _copies(sig, copies, f"s{k}_")
         tensors += ts
         nodes += ns
+        outputs += outs
     graph = Graph(name="profile", kind="inference", tensors=tuple(tensors), nodes=tuple(nodes),
-                  outputs=tuple(t.name for t in tensors if t.role != "input"))
+                  outputs=tuple(outputs))
     return check_graph(graph)
 
 
+# Operand dtypes a host array cannot carry into a step: numpy has no bfloat16 of its own
+# (ml_dtypes' crosses neither DLPack nor the buffer protocol, so the bindings refuse it). Such an
+# operand is fed as float32 and cast in the graph by a node `{prefix}cast{i}`, which runs
+# before the copies and is not one of them (the timers read the copies' times only).
+CAST_IN_GRAPH = frozenset({"bfloat16"})
+
+
 def _copies(sig: OpSignature, copies: int, prefix: str
-            ) -> tuple[tuple[Tensor, ...], tuple[Node, ...]]:
+            ) -> tuple[tuple[Tensor, ...], tuple[Node, ...], tuple[str, ...]]:
+    """The tensors and nodes of `copies` runs of the signature (the in-graph casts first),
+    and the copies' outputs (the graph's)."""
     from planner.ops import get_op
     from planner.ops.base import TensorType
 
-    inputs = tuple(Tensor(name=f"{prefix}in{i}", shape=s, dtype=d, role="input")
+    inputs = tuple(Tensor(name=f"{prefix}in{i}", shape=s, dtype=d,
+                          role="activation" if d in CAST_IN_GRAPH else "input")
                    for i, (s, d) in enumerate(zip(sig.shapes, sig.dtypes, strict=True)))
     op = get_op(sig.op)
     attrs = op.normalize_attrs(dict(sig.attrs))
     outs = op.infer([TensorType(t.shape, t.dtype) for t in inputs], attrs)
-    tensors, nodes = list(inputs), []
+    tensors, nodes = [], []
+    for i, t in enumerate(inputs):
+        if t.role == "input":
+            tensors.append(t)
+            continue
+        fed = Tensor(name=f"{prefix}fed{i}", shape=t.shape, dtype="float32", role="input")
+        tensors += [fed, t]
+        nodes.append(Node(name=f"{prefix}cast{i}", op="Cast", attrs={"to": t.dtype},
+                          inputs=(fed.name,), outputs=(t.name,)))
+    outputs: list[str] = []
     for k in range(copies):
         names = tuple(f"{prefix}out{k}_{j}" for j in range(len(outs)))
         tensors += [Tensor(name=n, shape=t.shape, dtype=t.dtype) for n, t in zip(names, outs,
                                                                                    strict=True)]
         nodes.append(Node(name=f"{prefix}copy{k}", op=sig.op, attrs=dict(sig.attrs),
                           inputs=tuple(t.name for t in inputs), outputs=names))
-    return tuple(tensors), tuple(nodes)
+        outputs += names
+    return tuple(tensors), tuple(nodes), tuple(outputs)
 
 
 def placements_plan(graph: Graph, target: Target,
@@ -150,18 +172,20 @@ class KernelTimer:
     def _measure(self, sig: OpSignature) -> dict[tuple[CpuId, ...], float]:
         placements = self.grid()
         graph = copies_graph(sig, len(placements))
-        plan = placements_plan(graph, self.target, placements)
+        # The in-graph casts (CAST_IN_GRAPH) come first, on the grid's one-thread placement.
+        casts = len(graph.nodes) - len(placements)
+        plan = placements_plan(graph, self.target, [placements[0]] * casts + placements)
         folder = self.dir / module_name(f"{sig.op}_{digest(sig.key)[:12]}")
         feeds = _feeds(graph)
         ex = warmed_executor(plan, folder, None, feeds)
-        samples: list[list[float]] = [[] for _ in placements]
+        samples: dict[str, list[float]] = {f"copy{k}": [] for k in range(len(placements))}
         for _ in range(self.steps):
             ex.reset_stats()
             ex.step(feeds)
-            for k, op in enumerate(ex.stats()["ops"]):
-                samples[k].append(op["seconds"])
-        return {cpus: statistics.median(s) for (_, cpus), s in zip(placements, samples,
-                                                                  strict=True)}
+            for op in ex.stats()["ops"]:
+                samples.get(op["name"], []).append(op["seconds"])
+        return {cpus: statistics.median(samples[f"copy{k}"])
+                for k, (_, cpus) in enumerate(placements)}
 
 
 def warmed_executor(plan: Plan, folder: str | Path, state: dict | None,
