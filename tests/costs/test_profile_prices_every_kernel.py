@@ -19,7 +19,6 @@ MLP = "zoo:mlp?batch=2&hidden=4&in_features=3&classes=2"
 LSTM = "zoo:lstm?batch=2&seq=3&hidden=4&vocab=8&layers=1&dropout=0"
 
 
-@pytest.mark.slow  # one executor built per signature: about a second each
 @pytest.mark.parametrize(("graph", "precision"), [(LENET, "fp32"), (MLP, "bf16-mixed"),
                                                   (LSTM, "fp32")])
 def test_profile_then_plan_prices_no_kernel_analytically(graph, precision, tmp_path, capsys):
