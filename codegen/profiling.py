@@ -167,7 +167,7 @@ class KernelTimer:
         self.target, self.dir, self.steps = target, Path(work_dir), steps
         self.options = options or ProfileOptions()
         self._times: dict[str, dict[tuple[CpuId, ...], float]] = {}
-        held_bytes = {s.key: _held_bytes(s, len(self.grid()))
+        held_bytes = {s.key: _held_bytes(s, 1 + len(self.grid()))
                       for s in unique_signatures(signatures)}
         self._batch_of: dict[str, tuple[OpSignature, ...]] = {}
         for held in batches([s for s in unique_signatures(signatures)
@@ -207,16 +207,20 @@ class KernelTimer:
                  ) -> dict[str, dict[tuple[CpuId, ...], float]]:
         """Every placement's median seconds of each signature of the batch, by key."""
         placements = self.grid()
-        graph = signatures_graph([(s, len(placements)) for s in batch])
-        # Each run's in-graph casts (CAST_IN_GRAPH) come first, on the one-thread placement.
-        where = [p for s in batch for p in [placements[0]] * _casts(s) + placements]
+        # Per signature: its in-graph casts (CAST_IN_GRAPH), then an unmeasured copy that
+        # brings its operands into the cache, both on the one-thread placement, then one copy
+        # per placement: each reads operands as hot as when it had the executor to itself,
+        # whatever the batch's other signatures evicted.
+        graph = signatures_graph([(s, 1 + len(placements)) for s in batch])
+        where = [p for s in batch for p in [placements[0]] * (_casts(s) + 1) + placements]
         plan = placements_plan(graph, self.target, where)
         name = f"{batch[0].op}_{digest('|'.join(s.key for s in batch))[:12]}"
         feeds = _feeds(graph)
         ex = warmed_executor(plan, self.dir / module_name(name), None, feeds)
         seconds = {row["name"]: row["seconds"]
                    for row in median_stats(ex, feeds, self.steps)["ops"]}
-        return {s.key: {cpus: seconds[f"s{k}_copy{j}"] for j, (_, cpus) in enumerate(placements)}
+        return {s.key: {cpus: seconds[f"s{k}_copy{j}"]
+                        for j, (_, cpus) in enumerate(placements, start=1)}
                 for k, s in enumerate(batch)}
 
 
