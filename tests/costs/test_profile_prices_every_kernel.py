@@ -20,7 +20,7 @@ LSTM = "zoo:lstm?batch=2&seq=3&hidden=4&vocab=8&layers=1&dropout=0"
 
 
 @pytest.mark.parametrize(("graph", "precision"), [(LENET, "fp32"), (MLP, "bf16-mixed"),
-                                                  (LSTM, "fp32")])
+                                                  (LSTM, "fp32"), (LSTM, "bf16-mixed")])
 def test_profile_then_plan_prices_no_kernel_analytically(graph, precision, tmp_path, capsys):
     flags = ["--train", "sgd", "--precision", precision, "--target", "host"]
     costs, plan = str(tmp_path / "c.json"), str(tmp_path / "p.json")
