@@ -76,10 +76,13 @@ class Runtime:
 
 # The ops mixed precision runs in the low types (planner.graph.precision's LOW_PRECISION_OPS and
 # FOLLOW_OPS, and the casts between them): both runtimes have kernels reading and writing them.
+# Transpose too: a CPU plan copies a bfloat16 recurrent weight transposed (planner.graph.
+# for_cores), and both runtimes' Transpose moves elements of any size.
 MIXED_OPS: frozenset[str] = frozenset({
     "Cast", "Conv2D", "Conv2DBackpropInput", "Conv2DBackpropFilter", "MatMul", "Relu",
     "ReluGrad", "BiasAdd", "BiasAddGrad", "BatchNorm", "BatchNormGrad", "MaxPool", "MaxPoolGrad",
-    "AvgPool", "AvgPoolGrad", "Add", "AddN", "Reshape", "Flatten", "Concat", "GlobalAvgPool"})
+    "AvgPool", "AvgPoolGrad", "Add", "AddN", "Reshape", "Flatten", "Concat", "GlobalAvgPool",
+    "Transpose"})
 
 RUNTIMES: dict[Backend, Runtime] = {
     "cpu": Runtime("cpu", "CPU", "planner_cpu_rt", TEMPLATES / "cpu" / "runtime",

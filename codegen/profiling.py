@@ -1,15 +1,16 @@
 """Measuring op kernels on this machine: the `time_op` the profiling driver
 (planner.costs.profile) calls, backed by the generated executor itself.
 
-For each signature, one executor is built whose plan holds one copy of the op per placement
-the hill climb may ask for (every thread count of its grid, compact and spread): each copy is
-an op of the plan with exactly those logical CPUs, the copies ordered one after another, so
-the lanes pin every copy's OpenMP team to its CPUs and nothing co-runs. A few steps later,
-every placement's median time is known; `time_op` answers from it. One compile per
-signature, whatever the thread grid.
+For a batch of signatures, one executor is built whose plan holds, per signature, one copy of
+the op per placement the hill climb may ask for (every thread count of its grid, compact and
+spread): each copy is an op of the plan with exactly those logical CPUs, all copies ordered one
+after another, so the lanes pin every copy's OpenMP team to its CPUs and nothing co-runs. A
+few steps later, every placement's median time is known; `time_op` answers from it. One
+compile per batch, whatever the thread grid.
 
-    timer = KernelTimer(detect(), work_dir)
-    run = profile(graph_signatures(graph).values(), target, timer, options)
+    signatures = list(graph_signatures(graph).values())
+    timer = KernelTimer(detect(), work_dir, signatures=signatures)
+    run = profile(signatures, target, timer, options)
 
 or every op inside the real step, one uniform plan per thread count:
 
@@ -24,8 +25,10 @@ Example (kernels run for real: built and measured here):
 
 from __future__ import annotations
 
+import math
 import statistics
 import warnings
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TextIO
 
@@ -34,12 +37,14 @@ import numpy as np
 from codegen.build import build
 from codegen.load import load
 from codegen.render import module_name, render
+from planner.costs.gpu_profile import batches, signature_bytes
 from planner.costs.model import CostModel, MissingCostWarning
 from planner.costs.profile import ProfileOptions
 from planner.costs.records import CostTable
-from planner.costs.signature import OpSignature
+from planner.costs.signature import OpSignature, unique_signatures
 from planner.graph.ir import Graph, Node, Tensor
 from planner.graph.validate import check_graph
+from planner.ops.base import OpError
 from planner.pipeline import PlanOptions, assemble, place
 from planner.plan import Plan, digest
 from planner.records import CpuId
@@ -50,9 +55,9 @@ from planner.target.records import AFFINITIES, Target, affinity_cpus
 def copies_graph(sig: OpSignature, copies: int) -> Graph:
     """`copies` independent nodes of the signature's op reading the same inputs (graph
     inputs of its shapes and dtypes, integer ones valid ids for their consumer)."""
-    tensors, nodes = _copies(sig, copies, "")
+    tensors, nodes, outputs = _copies(sig, copies, "")
     graph = Graph(name=f"profile_{sig.op}", kind="inference", tensors=tensors, nodes=nodes,
-                  outputs=tuple(t.name for t in tensors if t.role != "input"))
+                  outputs=outputs)
     return check_graph(graph)
 
 
@@ -61,33 +66,55 @@ def signatures_graph(runs: list[tuple[OpSignature, int]]) -> Graph:
     named `s{k}_in{i}`, `s{k}_copy{j}` (its nodes in the order given)."""
     tensors: list[Tensor] = []
     nodes: list[Node] = []
+    outputs: list[str] = []
     for k, (sig, copies) in enumerate(runs):
-        ts, ns = _copies(sig, copies, f"s{k}_")
+        ts, ns, outs = _copies(sig, copies, f"s{k}_")
         tensors += ts
         nodes += ns
+        outputs += outs
     graph = Graph(name="profile", kind="inference", tensors=tuple(tensors), nodes=tuple(nodes),
-                  outputs=tuple(t.name for t in tensors if t.role != "input"))
+                  outputs=tuple(outputs))
     return check_graph(graph)
 
 
+# Operand dtypes a host array cannot carry into a step: numpy has no bfloat16 of its own
+# (ml_dtypes' crosses neither DLPack nor the buffer protocol, so the bindings refuse it). Such an
+# operand is fed as float32 and cast in the graph by a node `{prefix}cast{i}`, which runs
+# before the copies and is not one of them (the timers read the copies' times only).
+CAST_IN_GRAPH = frozenset({"bfloat16"})
+
+
 def _copies(sig: OpSignature, copies: int, prefix: str
-            ) -> tuple[tuple[Tensor, ...], tuple[Node, ...]]:
+            ) -> tuple[tuple[Tensor, ...], tuple[Node, ...], tuple[str, ...]]:
+    """The tensors and nodes of `copies` runs of the signature (the in-graph casts first),
+    and the copies' outputs (the graph's)."""
     from planner.ops import get_op
     from planner.ops.base import TensorType
 
-    inputs = tuple(Tensor(name=f"{prefix}in{i}", shape=s, dtype=d, role="input")
+    inputs = tuple(Tensor(name=f"{prefix}in{i}", shape=s, dtype=d,
+                          role="activation" if d in CAST_IN_GRAPH else "input")
                    for i, (s, d) in enumerate(zip(sig.shapes, sig.dtypes, strict=True)))
     op = get_op(sig.op)
     attrs = op.normalize_attrs(dict(sig.attrs))
     outs = op.infer([TensorType(t.shape, t.dtype) for t in inputs], attrs)
-    tensors, nodes = list(inputs), []
+    tensors, nodes = [], []
+    for i, t in enumerate(inputs):
+        if t.role == "input":
+            tensors.append(t)
+            continue
+        fed = Tensor(name=f"{prefix}fed{i}", shape=t.shape, dtype="float32", role="input")
+        tensors += [fed, t]
+        nodes.append(Node(name=f"{prefix}cast{i}", op="Cast", attrs={"to": t.dtype},
+                          inputs=(fed.name,), outputs=(t.name,)))
+    outputs: list[str] = []
     for k in range(copies):
         names = tuple(f"{prefix}out{k}_{j}" for j in range(len(outs)))
         tensors += [Tensor(name=n, shape=t.shape, dtype=t.dtype) for n, t in zip(names, outs,
                                                                                    strict=True)]
         nodes.append(Node(name=f"{prefix}copy{k}", op=sig.op, attrs=dict(sig.attrs),
                           inputs=tuple(t.name for t in inputs), outputs=names))
-    return tuple(tensors), tuple(nodes)
+        outputs += names
+    return tuple(tensors), tuple(nodes), tuple(outputs)
 
 
 def placements_plan(graph: Graph, target: Target,
@@ -112,21 +139,43 @@ def placements_plan(graph: Graph, target: Target,
     return assemble(graph, model, PlanOptions(), schedule, place(graph, model, schedule))
 
 
+# Signatures measured by one executor (one compile for all): a batch's outputs stay live to
+# the step's end, so its bytes are capped too; a few dozen keep an interrupted run's loss small.
+BATCH_SIGNATURES = 32
+BATCH_BYTES = 256 << 20
+
+
 class KernelTimer:
     """time_op(signature, threads, cpus) -> seconds, by the generated executor on this host.
 
     `options` fixes the thread grid measured per signature (the hill climb's: 1, 1 + interval,
     ..., the last core; both affinities); `steps` executor steps after one warm-up give each
-    placement's median. Kernels are built under `work_dir`, one folder per signature.
+    placement's median. Kernels are built under `work_dir`, one folder per executor.
+
+    `signatures`, the ones the driver will ask for, are measured in batches: the first call
+    for one builds and runs the executor of its batch (signatures_graph: each signature's
+    copies one after another), a compile per batch rather than per signature. When a batch
+    fails (a kernel that does not build or run), its signatures are measured alone, so the
+    broken one fails by itself. Others are measured alone when asked for.
     """
 
     def __init__(self, target: Target, work_dir: str | Path,
-                 options: ProfileOptions | None = None, steps: int = 5) -> None:
+                 options: ProfileOptions | None = None, steps: int = 5,
+                 signatures: Sequence[OpSignature] = ()) -> None:
         if target.backend != "cpu":
             raise ValueError(f"target {target.name!r} has no CPU executor to measure on")
         self.target, self.dir, self.steps = target, Path(work_dir), steps
         self.options = options or ProfileOptions()
         self._times: dict[str, dict[tuple[CpuId, ...], float]] = {}
+        held_bytes = {s.key: _held_bytes(s, 1 + len(self.grid()))
+                      for s in unique_signatures(signatures)}
+        self._batch_of: dict[str, tuple[OpSignature, ...]] = {}
+        for held in batches([s for s in unique_signatures(signatures)
+                             if held_bytes[s.key] is not None], BATCH_BYTES,
+                            lambda s: held_bytes[s.key]):
+            for k in range(0, len(held), BATCH_SIGNATURES):
+                batch = tuple(held[k:k + BATCH_SIGNATURES])
+                self._batch_of.update((s.key, batch) for s in batch)
 
     def grid(self) -> list[tuple[int, tuple[CpuId, ...]]]:
         """Every (threads, CPUs) the hill climb may ask for, each once."""
@@ -140,28 +189,56 @@ class KernelTimer:
 
     def __call__(self, sig: OpSignature, threads: int, cpus: tuple[CpuId, ...]) -> float:
         if sig.key not in self._times:
-            self._times[sig.key] = self._measure(sig)
+            batch = self._batch_of.get(sig.key, (sig,))
+            try:
+                self._times.update(self._measure(batch))
+            except Exception:
+                if len(batch) == 1:
+                    raise
+                self._batch_of.update((s.key, (s,)) for s in batch)
+                self._times.update(self._measure((sig,)))
         times = self._times[sig.key]
         if cpus not in times:
             raise ValueError(f"placement {threads} thread(s) on CPUs {list(cpus)} is not in the "
                              f"measured grid")
         return times[cpus]
 
-    def _measure(self, sig: OpSignature) -> dict[tuple[CpuId, ...], float]:
+    def _measure(self, batch: tuple[OpSignature, ...]
+                 ) -> dict[str, dict[tuple[CpuId, ...], float]]:
+        """Every placement's median seconds of each signature of the batch, by key."""
         placements = self.grid()
-        graph = copies_graph(sig, len(placements))
-        plan = placements_plan(graph, self.target, placements)
-        folder = self.dir / module_name(f"{sig.op}_{digest(sig.key)[:12]}")
+        # Per signature: its in-graph casts (CAST_IN_GRAPH), then an unmeasured copy that
+        # brings its operands into the cache, both on the one-thread placement, then one copy
+        # per placement: each reads operands as hot as when it had the executor to itself,
+        # whatever the batch's other signatures evicted.
+        graph = signatures_graph([(s, 1 + len(placements)) for s in batch])
+        where = [p for s in batch for p in [placements[0]] * (_casts(s) + 1) + placements]
+        plan = placements_plan(graph, self.target, where)
+        name = f"{batch[0].op}_{digest('|'.join(s.key for s in batch))[:12]}"
         feeds = _feeds(graph)
-        ex = warmed_executor(plan, folder, None, feeds)
-        samples: list[list[float]] = [[] for _ in placements]
-        for _ in range(self.steps):
-            ex.reset_stats()
-            ex.step(feeds)
-            for k, op in enumerate(ex.stats()["ops"]):
-                samples[k].append(op["seconds"])
-        return {cpus: statistics.median(s) for (_, cpus), s in zip(placements, samples,
-                                                                  strict=True)}
+        ex = warmed_executor(plan, self.dir / module_name(name), None, feeds)
+        seconds = {row["name"]: row["seconds"]
+                   for row in median_stats(ex, feeds, self.steps)["ops"]}
+        return {s.key: {cpus: seconds[f"s{k}_copy{j}"]
+                        for j, (_, cpus) in enumerate(placements, start=1)}
+                for k, s in enumerate(batch)}
+
+
+def _casts(sig: OpSignature) -> int:
+    """How many of the signature's operands are fed as float32 and cast in the graph."""
+    return sum(d in CAST_IN_GRAPH for d in sig.dtypes)
+
+
+def _held_bytes(sig: OpSignature, copies: int) -> int | None:
+    """The bytes the signature's runs hold in a batch's executor: its operands (and their
+    float32 feeds where cast in the graph) and `copies` outputs; None for a signature whose
+    outputs cannot be inferred (left out of the batches: measured alone, it fails alone)."""
+    try:
+        runs = signature_bytes(sig, copies)
+    except OpError:
+        return None
+    return runs + sum(4 * math.prod(s) for s, d in zip(sig.shapes, sig.dtypes, strict=True)
+                      if d in CAST_IN_GRAPH)
 
 
 def warmed_executor(plan: Plan, folder: str | Path, state: dict | None,

@@ -228,9 +228,11 @@ def _measure_kernels(args: argparse.Namespace, measure, graph, target, options, 
     from planner.costs.profile import profile
     from planner.costs.signature import graph_signatures
 
+    signatures = list(graph_signatures(graph).values())
     with tempfile.TemporaryDirectory(prefix="planner-profile-") as work:
-        timer = measure.kernel_timer(target, work, options, steps=max(1, args.repeats))
-        run = profile(list(graph_signatures(graph).values()), target, timer, options,
+        timer = measure.kernel_timer(target, work, options, steps=max(1, args.repeats),
+                                     signatures=[s for s in signatures if s not in table])
+        run = profile(signatures, target, timer, options,
                       table=table, progress=None if args.json else sys.stderr,
                       checkpoint=partial(_save, args.output))
     _save(args.output, run.table)

@@ -55,7 +55,8 @@ class Measurers:
     """What runs kernels for `planner profile`: code generation's executors, which this
     package does not import (planner/cli.py wires codegen.profiling in).
 
-    kernel_timer(target, work_dir, options, steps) -> a TimeOp measuring each signature alone
+    kernel_timer(target, work_dir, options, steps, signatures=) -> a TimeOp measuring each
+        signature alone (`signatures`: those it will be asked for, to build them together)
     in_step(graph, target, work_dir, options, steps=, table=, progress=) -> the table with
         every op measured inside the real step (codegen.profiling.profile_in_step)
     gpu(target, work_dir, steps=, max_workspace_bytes=, progress=) -> the measure of

@@ -342,11 +342,13 @@ def per_op_bound(graph: Graph, workspace: dict[str, Bytes] | None = None) -> Byt
     and the GPU stream plan do) never holds them all (seed 001's l_peak + resident state).
     """
     workspace = workspace or {}
-    in_place = in_place_aliases(graph)  # an output written over its input: its bytes once
+    # A view or an in-place output shares its root's bytes: counted once, as the root's
+    # (liveness gives the two one buffer, so a Reshape's own bound never exceeds its load).
+    roots = byte_roots(graph)
     largest = 0
     for node in graph.nodes:
-        touched = [graph.tensor(t) for t in dict.fromkeys([*node.inputs, *node.outputs])
-                   if t not in in_place]
+        touched = [graph.tensor(t) for t in dict.fromkeys(
+            roots.get(t, t) for t in (*node.inputs, *node.outputs))]
         own = sum(t.nbytes for t in touched if t.role not in PERSISTENT_ROLES)
         largest = max(largest, own + workspace.get(node.name, 0))
     return largest + resident_bytes(graph)

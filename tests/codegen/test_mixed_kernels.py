@@ -9,8 +9,9 @@ for a K-term sum (BatchNorm's statistics over 4 * 6 * 6 = 144 values, a pooling 
 below 2^-16 of the output's largest element M. The one rounding to bfloat16 can then go the
 other way at a boundary: one ulp, at most 2u|want|. So each element is held to
 2u|want| + 2^-16 M; float32 outputs (statistics, parameter gradients, the mean) to 2^-16 M.
-Ops that only select, compare or move (Relu, ReluGrad, MaxPool, Concat, Flatten) and adds of two
-bfloat16 values (Add, BiasAdd: exact in float32 for these magnitudes) are bit-identical.
+Ops that only select, compare or move (Relu, ReluGrad, MaxPool, Concat, Flatten, Transpose)
+and adds of two bfloat16 values (Add, BiasAdd: exact in float32 for these magnitudes) are
+bit-identical.
 """
 
 from __future__ import annotations
@@ -70,18 +71,21 @@ def graph_and_feeds(low: str = "bfloat16"):
     outs["bias_add_grad"] = [b.op("BiasAddGrad", [dy], name="bias_add_grad")]
     outs["concat"] = [b.op("Concat", [x, dy], {"axis": 1}, name="concat")]
     outs["flatten"] = [b.op("Flatten", [x], name="flatten")]
+    outs["transpose"] = [b.op("Transpose", [low["w"]], {"perm": [0, 1, 3, 2]},
+                              name="transpose"),  # the last two axes: tile by tile
+                         b.op("Transpose", [x], {"perm": [1, 0, 3, 2]}, name="permute")]
     names = [t for ts in outs.values() for t in ts]
     return b.build(outputs=names), feeds, outs
 
 
 EXACT = {"relu", "relu_grad", "max_pool", "max_pool_rows", "add", "bias_add", "concat",
-         "flatten"}
+         "flatten", "transpose"}
 FLOAT32 = {"global_avg_pool", "bias_add_grad"}  # reductions: float32 results
 
 
 OPS = ["bn", "bn_grad", "relu", "relu_grad", "max_pool", "max_pool_grad", "max_pool_rows",
        "max_pool_rows_grad", "avg_pool", "avg_pool_grad", "add", "add_n", "global_avg_pool",
-       "bias_add", "bias_add_grad", "concat", "flatten"]
+       "bias_add", "bias_add_grad", "concat", "flatten", "transpose"]
 
 
 def kernel_results(folder, backend: str = "cpu", low: str = "bfloat16"):

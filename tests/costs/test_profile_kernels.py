@@ -133,3 +133,30 @@ def test_in_step_profile_measures_every_op_at_every_thread_count(tmp_path, capsy
     assert cli.main(["plan", SPEC, "--train", "sgd", "--target", "host", "--costs", costs,
                      "-o", plan, "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["analytical_signatures"] == 0
+
+
+def test_signatures_are_built_together_and_a_broken_one_fails_alone(tmp_path):
+    """One executor for the batch (one folder under work_dir). A signature whose graph cannot
+    be made (a Reshape to a shape of another size) or that the CPU runtime has no kernel for
+    (Sigmoid in bfloat16) fails by itself; the others are measured, a bfloat16 one included
+    (fed as float32, cast in the graph)."""
+    from planner.costs.profile import profile
+
+    target = detect()
+    good = [OpSignature(op="Relu", shapes=((64, 64),), dtypes=("float32",)),
+            OpSignature(op="Relu", shapes=((64, 64),), dtypes=("bfloat16",)),
+            OpSignature(op="Flatten", shapes=((4, 4, 4),), dtypes=("float32",),
+                        attrs={"axis": 1})]
+    broken = [OpSignature(op="Reshape", shapes=((4, 4),), dtypes=("float32",),
+                          attrs={"shape": [3, 5]}),
+              OpSignature(op="Sigmoid", shapes=((4, 4),), dtypes=("bfloat16",))]
+    options = ProfileOptions(interval=1, max_threads=1, affinities=("compact",))
+    timer = KernelTimer(target, tmp_path / "together", options, steps=1, signatures=good)
+    run = profile(good, target, timer, options, progress=None)
+    assert run.measured == 3 and not run.failures
+    assert len(list((tmp_path / "together").iterdir())) == 1
+    mixed = [broken[0], *good, broken[1]]
+    timer = KernelTimer(target, tmp_path / "mixed", options, steps=1, signatures=mixed)
+    run = profile(mixed, target, timer, options, progress=None)
+    assert run.measured == 3 and [key for key, _ in run.failures] == [s.key for s in broken]
+    assert "no kernel for op Sigmoid in bfloat16" in run.failures[1][1]

@@ -81,3 +81,17 @@ def test_per_op_bound_counts_resident_state_once():
     largest = max(sum(g.tensor(t).nbytes for t in {*n.inputs, *n.outputs}) for n in g.nodes)
     assert resident_bytes(g) < bound <= resident_bytes(g) + largest
     assert per_op_bound(g, {g.nodes[0].name: 10**6}) >= resident_bytes(g) + 10**6
+
+
+def test_per_op_bound_counts_a_views_bytes_once():
+    """A Reshape of a non-persistent tensor shares its bytes (view_aliases): its operands are
+    64 bytes, not 128, and a plan whose largest op it is stays within its own LOAD."""
+    from planner.pipeline import plan
+    from planner.target.presets import preset
+
+    b = GraphBuilder("view")
+    x = b.input("x", (4, 4))
+    g = b.build(outputs=[b.op("Reshape", [x], {"shape": [2, 8]}, name="r")])
+    assert per_op_bound(g) == 64
+    memory = plan(g, preset("xeon-8180")).summary.memory  # verified: PlanError otherwise
+    assert memory.per_op_bound_bytes <= memory.load_bytes <= memory.arena_bytes
