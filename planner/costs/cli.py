@@ -249,7 +249,11 @@ def _report(args: argparse.Namespace, run) -> int:
             print(f"not measured: {key}: {why}", file=sys.stderr)
         print(f"wrote {args.output}: {run.measured} signature(s) measured, {run.skipped} "
               f"already there" + ("" if run.complete else " (interrupted: run again to resume)"))
-    return 0 if run.complete else 130
+    if not run.complete:
+        return 130
+    # A table that lacks a signature prices it analytically: a script chaining profile and
+    # plan must see that, as with any partial result.
+    return 1 if run.failures else 0
 
 
 def run_update(args: argparse.Namespace) -> int:

@@ -133,3 +133,23 @@ def test_profiling_needs_a_cpu_and_a_matching_table():
     with pytest.raises(ValueError, match="not target"):
         profile([sig(1)], XEON, lambda s, k, c: 1.0, table=CostTable(target="knl-7250"),
                 progress=None)
+
+
+def test_the_command_exits_1_when_a_signature_was_not_measured(tmp_path, capsys):
+    """A table missing a signature prices it analytically: a script chaining `profile` and
+    `plan --costs` must see the partial result in the exit code (130 stays 'interrupted')."""
+    import argparse
+
+    from planner.costs.cli import _report
+
+    def time_op(s, k, cpus):
+        if s == sig(2):
+            raise RuntimeError("no kernel for this shape")
+        return 1.0 / k
+
+    args = argparse.Namespace(output=str(tmp_path / "c.json"), json=False)
+    failed = profile([sig(1), sig(2)], XEON, time_op, progress=None)
+    assert _report(args, failed) == 1
+    assert "not measured: " + sig(2).key in capsys.readouterr().err
+    clean = profile([sig(1)], XEON, lambda s, k, c: 1.0, progress=None)
+    assert _report(args, clean) == 0
