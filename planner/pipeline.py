@@ -38,8 +38,8 @@ from planner.costs import CostModel, CostTable
 from planner.errors import InfeasibleBudget, PlanError
 from planner.graph.for_cores import for_cores
 from planner.graph.ir import Graph
+from planner.memory.cpu_memory import cpu_memory
 from planner.memory.decision import MemoryDecision
-from planner.memory.driver import cpu_memory
 from planner.memory.gpu import gpu_memory
 from planner.memory.options import MemoryOptions
 from planner.plan import MemoryPlan, OpPlan, Plan, PlanProvenance, PlanTarget, Summary, digest

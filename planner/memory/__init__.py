@@ -32,10 +32,10 @@ Options:
 What reads finished plans sits above the stages, beside planner/plan.py: the reports and
 seed 001's Fig. 10 (planner/memory_report.py), running a plan on real bytes against the
 reference interpreter (planner/replay.py); so does `planner fit`, which plans many graphs
-through the whole pipeline (planner/fit.py, its command planner/fit_cli.py).
+through the whole pipeline (planner/fit.py, its command planner/cli/fit.py).
 """
 
 from planner.errors import InfeasibleBudget  # noqa: F401
+from planner.memory.cpu_memory import cpu_memory  # noqa: F401
 from planner.memory.decision import MemoryDecision  # noqa: F401
-from planner.memory.driver import cpu_memory  # noqa: F401
 from planner.memory.options import MemoryOptions, format_bytes, parse_bytes  # noqa: F401

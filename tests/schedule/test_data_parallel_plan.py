@@ -9,11 +9,11 @@ import json
 import pytest
 
 import planner.cli as cli
-from planner.distributed import local_rank
 from planner.errors import InfeasibleBudget, UserError
 from planner.graph.autodiff import make_training_graph
 from planner.graph.optimizer import Optimizer
 from planner.pipeline import PlanOptions, plan
+from planner.runtime.distributed import local_rank
 from planner.schedule.parallel import (
     DataParallelOptions,
     all_reduce_seconds,
