@@ -11,8 +11,8 @@ laid out as torch.optim's `state_dict()`: `param_groups` with each group's `lr`,
 (momentum) or `step`, `exp_avg`, `exp_avg_sq` (Adam, AdamW); `planner` holds the rest of what
 the executor keeps between steps (the dropout step count, the fp16 loss scale and its
 clean-step count), so a run stopped and resumed from it continues bit for bit. A schedule's
-position is the step count the caller gives it (planner/runtime/schedules.py), kept beside this, as a
-PyTorch scheduler's `state_dict()` is.
+position is the step count the caller gives it (planner/runtime/schedules.py), kept beside
+this, as a PyTorch scheduler's `state_dict()` is.
 """
 
 from __future__ import annotations

@@ -6,7 +6,8 @@ names them), set between steps. Every backend's executor binds these two functio
     ex.hyperparameters()                            # {0: {"lr": 0.05, "weight_decay": 0.0}}
 
 They work on anything with an executor's `params()` and `load_params(values, partial=True)`;
-a schedule (planner/runtime/schedules.py) or a PyTorch scheduler (planner/torch/schedule.py) drives them.
+a schedule (planner/runtime/schedules.py) or a PyTorch scheduler (planner/torch/schedule.py)
+drives them.
 
 Example (a stand-in holding what an executor holds):
     >>> import numpy as np

@@ -1,5 +1,5 @@
-"""The collective planner.runtime.distributed hands an executor (ex.set_collective) leaves no reference
-to the bucket's tensors with the process group when it returns (issue 32).
+"""The collective planner.runtime.distributed hands an executor (ex.set_collective) leaves no
+reference to the bucket's tensors with the process group when it returns (issue 32).
 
 A gloo worker thread drops its work a moment after the caller of dist.all_reduce is woken
 (about a quarter of the calls on a busy machine). A tensor still referenced there when Python

@@ -1,5 +1,5 @@
-"""CPU plans under a memory budget (planner.memory.cpu_budget): below the liveness arena the plan adds
-recomputes and offloads to a host store and keeps the schedule's co-running lanes; what it
+"""CPU plans under a memory budget (planner.memory.cpu_budget): below the liveness arena the
+plan adds recomputes and offloads to a host store and keeps the schedule's co-running lanes; what it
 states is what the executor needs (tests/codegen/test_memory_exec.py runs them)."""
 
 from __future__ import annotations
