@@ -6,16 +6,16 @@ Layers, lowest first (a module may import its own layer or a lower one):
     costs     planner/costs/
     schedule  planner/schedule/
     memory    planner/memory/
-    plan      the Plan record and what reads finished plans: plan.py, verify*.py (and the
-              arena rules of verify/memory.py, verify/pins.py), diff.py, memory_report.py,
-              replay.py
+    plan      the Plan record and what reads finished plans: plan.py, planner/verify/ (the
+              independent checker), diff.py, memory_report.py, replay.py
     driver    the pipeline and what runs it: pipeline.py, fit.py and curve.py (searches over
               whole plans), explain.py (re-plans a plan to say why)
     codegen   codegen/ (its profiling plans the placements it times through the driver)
-    command   the entry points where planner and codegen meet: planner/cli/main.py (the
-              commands) and planner/torch/ (its trainer plans, builds and loads a module's
-              executor from Python; the package re-exports it); the other command
-              modules (*cli.py) may not import codegen
+    command   planner/cli/ (every command) and the entry points where planner and codegen
+              meet: planner/cli/main.py (wires codegen's commands and measurers in) and
+              planner/torch/ (its trainer plans, builds and loads a module's executor from
+              Python; the package re-exports it); the other command modules may not import
+              codegen
 
 Every import counts, at module level or inside a function: an import deferred into a
 function is still a dependency.

@@ -12,7 +12,7 @@ edges are transitively reduced, and the step is timed with the kernels sharing t
                  (planner.schedule.streams.compute_steps)
     stash        checkpoints and recompute segments (stash.py)
     decide       while the arena exceeds the budget: the cheapest offload or recompute at
-                 the live-bytes peak (budget.py); none needed without a budget
+                 the live-bytes peak (budget_search.py); none needed without a budget
     materialize  ops, buffers and ordering edges of the decisions (materialize.py)
     place        offsets by the allocation heuristics (layout.py)
     workspaces   per convolution, the fastest algorithm whose workspace fits the free bytes
