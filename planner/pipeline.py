@@ -36,6 +36,7 @@ from planner import __version__
 from planner.collection import fewer_collections
 from planner.costs import CostModel, CostTable
 from planner.errors import InfeasibleBudget, PlanError
+from planner.graph.data_parallel import compute_graph
 from planner.graph.for_cores import for_cores
 from planner.graph.ir import Graph
 from planner.memory.cpu_memory import cpu_memory
@@ -50,7 +51,6 @@ from planner.schedule.options import ScheduleOptions
 from planner.schedule.parallel import (
     DataParallelOptions,
     comm_lane,
-    compute_graph,
     data_parallel_graph,
     interconnect,
 )

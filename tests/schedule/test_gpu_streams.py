@@ -14,10 +14,10 @@ import pytest
 from planner.costs import CostModel
 from planner.graph.autodiff import Optimizer, make_training_graph
 from planner.graph.builder import GraphBuilder
+from planner.graph.deps import predecessors
 from planner.memory import MemoryOptions
 from planner.pipeline import PlanOptions, plan
 from planner.schedule import ScheduleOptions
-from planner.schedule.deps import predecessors
 from planner.schedule.gpu_share import (
     HOST_LAUNCH_SECONDS,
     issue_times,
