@@ -3,7 +3,8 @@
 Every rank runs the same plan on its shard of the batch; after backward, each bucket of
 gradients is averaged over the process group by one `AllReduce` op (planner.ops.collective)
 before the optimizer updates read it. The planner decides the buckets and where the
-all-reduces run, as steps of `planner.pipeline.plan`:
+all-reduces run, as steps of `planner.pipeline.plan` (the graph rewrites are
+planner.graph.data_parallel's; the bucket size, the cost model and the comm lane are here):
 
     graph    = with_all_reduce(graph, buckets(graph, bucket_bytes(...)), ranks)
                  # AllReduce nodes; updates read the averaged gradients
