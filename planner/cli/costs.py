@@ -94,8 +94,10 @@ def run_profile(args: argparse.Namespace, measurers: Callable[[], Any]) -> int:
     from planner.target.presets import load_target
 
     target = load_target(args.target)  # `gpu` without a GPU: UserError, one line
-    if target.backend == "cuda":
-        return _measure_gpu(args, measurers, target)
+    return PROFILERS[target.backend](args, measurers, target)
+
+
+def _measure_cpu(args: argparse.Namespace, measurers: Callable[[], Any], target) -> int:
     target, graph, options, table = _profile_inputs(args, target)
     measure = measurers()
     if args.in_step:
@@ -250,6 +252,12 @@ def _report(args: argparse.Namespace, run) -> int:
         print(f"wrote {args.output}: {run.measured} signature(s) measured, {run.skipped} "
               f"already there" + ("" if run.complete else " (interrupted: run again to resume)"))
     return 0 if run.complete else 130
+
+
+# How each backend's kernels are measured: the CPU's by signature (or in a running step), the
+# GPU's through its own profiler (codegen.gpu_profiling).
+PROFILERS: dict[str, Callable[[argparse.Namespace, Callable[[], Any], Any], int]] = {
+    "cpu": _measure_cpu, "cuda": _measure_gpu}
 
 
 def run_update(args: argparse.Namespace) -> int:
