@@ -61,8 +61,8 @@ def quartiles(xs: list[float]) -> tuple[float, float, float]:
 def run_model(key: str, target, points: int, rounds: int, offload: bool) -> None:
     from codegen.load import load
     from codegen.package import build_package
+    from planner.cli.curve import chosen
     from planner.curve import budget_curve, format_curve
-    from planner.curve_cli import chosen
     from planner.graph.autodiff import Optimizer, make_training_graph
     from planner.graph.interpret import init_params, random_feeds
     from planner.memory.options import MemoryOptions, format_bytes
@@ -129,8 +129,8 @@ def run_torch(key: str, target, points: int, rounds: int) -> None:
     from bench.bench_memory_exec import LR, at_equal_peak, measure, torch_lacks
     from bench.bench_memory_exec import MODELS as TORCH_MODELS
     from codegen.package import build_package
+    from planner.cli.curve import chosen
     from planner.curve import budget_curve
-    from planner.curve_cli import chosen
     from planner.graph.autodiff import Optimizer, make_training_graph
     from planner.memory.options import MemoryOptions
     from planner.pipeline import PlanOptions

@@ -18,7 +18,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
 import train_torch_run as example  # noqa: E402
 
-from planner.schedules import Schedule  # noqa: E402
+from planner.runtime.schedules import Schedule  # noqa: E402
 
 
 def timeit(f, n: int = 300) -> tuple[float, float]:

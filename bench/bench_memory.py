@@ -33,7 +33,7 @@ from planner.costs import CostModel
 from planner.fit import fit
 from planner.graph.autodiff import Optimizer, make_training_graph
 from planner.memory import InfeasibleBudget, MemoryOptions
-from planner.memory.budget import State
+from planner.memory.budget_search import State
 from planner.memory.milp import greedy_recompute, profile_with, recompute_milp
 from planner.memory.stash import analyze
 from planner.pipeline import PlanOptions, plan

@@ -145,12 +145,7 @@ def runtime_key(compiler: str | None = None, sanitize: tuple[str, ...] = (),
     versions, the environment it links against (for CUDA the toolkit, the wheels and the GPU
     architecture `arch`, so each architecture has its own runtime)."""
     extra = {"sanitize": sanitizer_flags(sanitize)} if sanitize else {}
-    if backend == "cuda":
-        extra["cuda"] = cuda_toolchain(arch)
-    else:
-        # The module's RUNPATH names this environment's lib folder, so a runtime built in
-        # another environment (since deleted, perhaps) must not be reused here.
-        extra["prefix"] = str(venv_prefix().resolve())
+    extra.update(RUNTIME_BUILDS[backend].environment(arch))
     return digest({"sources": _tree_hashes(RUNTIMES[backend].sources),
                    "common": _tree_hashes(COMMON), "flags": CXX_FLAGS, **extra,
                    "compiler": compiler or compiler_identity(), "versions": _versions(),
@@ -255,12 +250,13 @@ def build_runtime(progress: Progress | None = None, sanitize: tuple[str, ...] = 
     each has its own folder, `cuda-sm90-runtime-KEY`."""
     say = progress or (lambda s: None)
     compiler = compiler_identity()
-    if backend == "cuda" and sanitize:
+    how = RUNTIME_BUILDS[backend]
+    if sanitize and not how.sanitizes:
         raise BuildError("sanitizers instrument the CPU runtime; use compute-sanitizer for "
                          "the CUDA one")
     key = runtime_key(compiler, sanitize, backend, arch)
     sources = RUNTIMES[backend].sources
-    kind = f"cuda-sm{arch}" if backend == "cuda" else backend
+    kind = how.folder(arch)
     root = cache_root() / f"{kind}-runtime-{key[:16]}"
     done = root / "module.txt"
     with _locked(cache_root() / f"{kind}-runtime-{key[:16]}.lock"):
@@ -279,7 +275,7 @@ def build_runtime(progress: Progress | None = None, sanitize: tuple[str, ...] = 
             "CMAKE_BUILD_TYPE": "Release",
             "Python_EXECUTABLE": sys.executable,
             "nanobind_DIR": nanobind.cmake_dir(),
-            **_runtime_defines(backend, sanitize, arch),
+            **how.defines(sanitize, arch),
         }
         _cmake(src / sources.relative_to(TEMPLATES), root / "build", defines, say, own=src)
         module = RUNTIMES[backend].module
@@ -290,16 +286,47 @@ def build_runtime(progress: Progress | None = None, sanitize: tuple[str, ...] = 
         return modules[0]
 
 
-def _runtime_defines(backend: str, sanitize: tuple[str, ...], arch: str) -> dict[str, str]:
-    if backend == "cuda":
-        cuda = cuda_toolchain(arch)
-        return {"CMAKE_CUDA_COMPILER": cuda["nvcc"], "PLANNER_CUDA_ARCH": cuda["arch"],
-                "PLANNER_CUDNN_ROOT": cuda["cudnn_root"], "PLANNER_CUDNN_LIB": cuda["cudnn_lib"],
-                "PLANNER_CUBLAS_ROOT": cuda["cublas_root"],
-                "PLANNER_CUBLAS_LIB": cuda["cublas_lib"]}
+def _cpu_defines(sanitize: tuple[str, ...], arch: str) -> dict[str, str]:
     return {"dnnl_DIR": str(venv_prefix() / "lib" / "cmake" / "dnnl"),
             "PLANNER_CXX_FLAGS": " ".join(CXX_FLAGS + sanitizer_flags(sanitize)),
             "PLANNER_LINK_FLAGS": " ".join(sanitizer_flags(sanitize))}
+
+
+def _cuda_defines(sanitize: tuple[str, ...], arch: str) -> dict[str, str]:
+    cuda = cuda_toolchain(arch)
+    return {"CMAKE_CUDA_COMPILER": cuda["nvcc"], "PLANNER_CUDA_ARCH": cuda["arch"],
+            "PLANNER_CUDNN_ROOT": cuda["cudnn_root"], "PLANNER_CUDNN_LIB": cuda["cudnn_lib"],
+            "PLANNER_CUBLAS_ROOT": cuda["cublas_root"], "PLANNER_CUBLAS_LIB": cuda["cublas_lib"]}
+
+
+@dataclass(frozen=True)
+class RuntimeBuild:
+    """What building a backend's runtime takes that differs between backends (its sources and
+    module: codegen.backends.RUNTIMES)."""
+
+    # What the cache key holds of the environment it links against, for GPU architecture
+    # `arch`: the CPU module's RUNPATH names this environment's lib folder (a runtime built
+    # in another environment, since deleted perhaps, must not be reused here); the CUDA one
+    # the toolkit, the wheels and the architecture (each has its own runtime).
+    environment: Callable[[str], dict]
+    # CMake's definitions (sanitizers, architecture).
+    defines: Callable[[tuple[str, ...], str], dict[str, str]]
+    # The cache folder's name before its key: `cpu`, `cuda-sm90`.
+    folder: Callable[[str], str]
+    # The GPU architecture a plan for (compute capability, target name) is built for ("" where
+    # there is none); BuildError where nvcc cannot build for it.
+    arch: Callable[[str | None, str], str]
+    # Whether sanitizers can instrument it (SANITIZERS).
+    sanitizes: bool
+
+
+RUNTIME_BUILDS: dict[str, RuntimeBuild] = {
+    "cpu": RuntimeBuild(lambda arch: {"prefix": str(venv_prefix().resolve())}, _cpu_defines,
+                        lambda arch: "cpu", lambda capability, target: "", sanitizes=True),
+    "cuda": RuntimeBuild(lambda arch: {"cuda": cuda_toolchain(arch)}, _cuda_defines,
+                         lambda arch: f"cuda-sm{arch}",
+                         cuda_arch, sanitizes=False),
+}
 
 
 def build(rendered: RenderedTree, progress: Progress | None = None,
@@ -313,8 +340,7 @@ def build(rendered: RenderedTree, progress: Progress | None = None,
     if not (tree / "schedule.cpp").exists():
         raise BuildError(f"{tree}: no schedule.cpp; render the plan first")
     backend = rendered.backend
-    arch = (cuda_arch(rendered.compute_capability, rendered.target) if backend == "cuda"
-            else "")
+    arch = RUNTIME_BUILDS[backend].arch(rendered.compute_capability, rendered.target)
     runtime = build_runtime(progress, sanitize, backend, arch)
     flags = SCHEDULE_FLAGS + sanitizer_flags(sanitize)
     key = digest({"schedule": hashlib.sha256((tree / "schedule.cpp").read_bytes()).hexdigest(),

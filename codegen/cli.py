@@ -1,6 +1,6 @@
 """`planner build PLAN [-o DIR]`: render and compile a plan's executor; prints the import name.
 
-Wiring (planner/cli.py, build_parser):
+Wiring (planner/cli/main.py, build_parser):
 
     from codegen.cli import add_build_commands
     add_build_commands(sub)
@@ -83,7 +83,7 @@ def run_build(args: argparse.Namespace) -> int:
     return 0
 
 
-if __name__ == "__main__":  # `python -m codegen.cli PLAN` until planner/cli.py wires it in
+if __name__ == "__main__":  # `python -m codegen.cli PLAN` until planner/cli/main.py wires it in
     parser = argparse.ArgumentParser(prog="planner")
     add_build_commands(parser.add_subparsers(dest="command", required=True))
     sys.exit(run_build(parser.parse_args(["build", *sys.argv[1:]])))

@@ -1,5 +1,6 @@
 """Build plans' CPU executors and time their steps side by side: what `planner fit --pareto
---measure N` prints beside the predictions (planner/curve_cli.py; planner/cli.py passes this in).
+--measure N` prints beside the predictions (planner/cli/curve.py; planner/cli/main.py passes
+this in).
 """
 
 from __future__ import annotations

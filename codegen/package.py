@@ -21,7 +21,7 @@ import stat
 import tempfile
 from pathlib import Path
 
-from codegen.build import BuildResult, Progress, build, cuda_arch
+from codegen.build import RUNTIME_BUILDS, BuildResult, Progress, build
 from codegen.render import RenderedTree, module_name, render, shadows
 from planner.errors import UserError
 from planner.files import folder_lock, holds
@@ -36,8 +36,8 @@ def build_package(plan: Plan, out: str | Path, force: bool = False,
     replace_executors: another plan's executor in `out` may be replaced without `force` (the
     default folder generated/NAME, which only `planner build` writes).
     """
-    if plan.backend == "cuda":  # refuse a GPU nvcc cannot build for before rendering anything
-        cuda_arch(plan.target.compute_capability, plan.target.name)
+    # Refuse a GPU nvcc cannot build for before rendering anything.
+    RUNTIME_BUILDS[plan.backend].arch(plan.target.compute_capability, plan.target.name)
     out = Path(out)
     name = package_name(out)
     with folder_lock(out):

@@ -41,7 +41,7 @@ import numpy as np
 
 from planner.costs import CostModel, CostTable
 from planner.errors import UserError
-from planner.memory.budget import Move
+from planner.memory.budget_search import Move
 from planner.memory.options import format_bytes
 from planner.pipeline import PlanOptions, assemble, decide
 from planner.plan import Plan, digest
@@ -199,7 +199,7 @@ def _moves_of(state, tensor: str) -> list[int]:
 @dataclass(frozen=True)
 class Counterfactual:
     """A budget decision's effect: the plan's decisions with and without it, by the same
-    search's layout and simulator (planner.memory.cpu.cpu_budget_solve)."""
+    search's layout and simulator (planner.memory.cpu_budget.cpu_budget_solve)."""
 
     moves: tuple[Move, ...]
     with_seconds: float
@@ -220,7 +220,7 @@ class Counterfactual:
 def counterfactual(d: Derived, tensor: str) -> Counterfactual | None:
     """Replay the CPU budget search's decisions with and without those about `tensor` (None:
     no budget decision names it)."""
-    from planner.memory.cpu import cpu_budget_solve
+    from planner.memory.cpu_budget import cpu_budget_solve
     from planner.memory.liveness import live_profile
 
     memory = d.options.memory

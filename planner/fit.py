@@ -37,8 +37,7 @@ from planner.graph.options import GraphOptions
 from planner.graph.prepare import prepare
 from planner.limits import check_graph_fits
 from planner.memory.options import MemoryOptions
-from planner.pipeline import PlanOptions, decide, memory_of, step_graph
-from planner.schedule.options import ScheduleOptions
+from planner.pipeline import BACKENDS, PlanOptions, decide, memory_of, step_graph
 from planner.schedule.parallel import DataParallelOptions
 from planner.target.records import Target
 from planner.zoo import ZooError, build, parse_spec
@@ -84,11 +83,7 @@ def peak_and_step(graph: Graph, model: CostModel, options: MemoryOptions,
     decisions (no Plan is assembled). Raises InfeasibleBudget when the budget cannot be met;
     its smallest budget is a lower bound (fit needs only "does not fit")."""
     options = options.model_copy(update={"infeasible_probes": 0})
-    # A GPU plan meets a budget whenever its one-stream plan does (co-running streams are
-    # kept only where they meet it too: planner.pipeline), so fit plans one stream: the
-    # same answer without the co-running candidate's second memory plan per trial.
-    schedule_options = ScheduleOptions(strategy="uniform") if model.target.backend == "cuda" \
-        else ScheduleOptions()
+    schedule_options = BACKENDS[model.target.backend].fit_schedule
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         _, schedule, memory = decide(graph, model.target, model.table, PlanOptions(

@@ -36,10 +36,11 @@ from planner import __version__
 from planner.collection import fewer_collections
 from planner.costs import CostModel, CostTable
 from planner.errors import InfeasibleBudget, PlanError
+from planner.graph.data_parallel import compute_graph
 from planner.graph.for_cores import for_cores
 from planner.graph.ir import Graph
+from planner.memory.cpu_memory import cpu_memory
 from planner.memory.decision import MemoryDecision
-from planner.memory.driver import cpu_memory
 from planner.memory.gpu import gpu_memory
 from planner.memory.options import MemoryOptions
 from planner.plan import MemoryPlan, OpPlan, Plan, PlanProvenance, PlanTarget, Summary, digest
@@ -50,7 +51,6 @@ from planner.schedule.options import ScheduleOptions
 from planner.schedule.parallel import (
     DataParallelOptions,
     comm_lane,
-    compute_graph,
     data_parallel_graph,
     interconnect,
 )
@@ -86,6 +86,22 @@ class BackendPlanner:
     memory_bytes: Callable[[Target], int]
     # Whether the arena is held to memory_bytes (a GPU plan meets its budget instead).
     arena_limited: bool
+    # The one-lane schedule's options a schedule is compared with (the faster plan is kept),
+    # or None: a CPU schedule's lanes under a budget, whose arena's reuse may order the lanes'
+    # ops one after another, each still on its lane's few threads (all threads per op may
+    # then be faster); a GPU's co-running streams (planner.schedule.gpu_streams).
+    one_lane: Callable[[Schedule, PlanOptions], ScheduleOptions | None]
+    # Whether ranks on one host share its cores and memory (planner.schedule.ranks); a GPU
+    # rank has its device to itself.
+    ranks_share_host: bool
+    # Whether memory planning's edges replace the schedule's where it added ops: a CPU plan
+    # under a budget runs in memory planning's order (updates moved up past the lanes');
+    # a co-running GPU plan's memory edges hold the schedule's, transitively reduced anew.
+    memory_orders: Callable[[Schedule], bool]
+    # The schedule `fit` plans each trial with: a GPU plan meets a budget whenever its
+    # one-stream plan does (co-running streams are kept only where they meet it too), so fit
+    # plans one stream, the same answer without a second memory plan per trial.
+    fit_schedule: ScheduleOptions
 
 
 def _cpu_resources(target: Target, ops: tuple[OpPlan, ...] = ()) -> PlanTarget:
@@ -104,11 +120,26 @@ def _gpu_resources(target: Target, ops: tuple[OpPlan, ...] = ()) -> PlanTarget:
                       gpu_memory_bytes=gpu.memory_bytes)
 
 
+def _cpu_one_lane(schedule: Schedule, options: PlanOptions) -> ScheduleOptions | None:
+    if schedule.strategy == "uniform" or options.memory.budget_bytes is None:
+        return None
+    return options.schedule.model_copy(update={"strategy": "uniform"})
+
+
+def _gpu_one_lane(schedule: Schedule, options: PlanOptions) -> ScheduleOptions | None:
+    return ScheduleOptions(strategy="uniform") if schedule.strategy == "streams" else None
+
+
 BACKENDS: dict[Backend, BackendPlanner] = {
     "cpu": BackendPlanner(cpu_schedule, cpu_memory, _cpu_resources,
-                          lambda t: t.host_memory_bytes, arena_limited=True),
+                          lambda t: t.host_memory_bytes, arena_limited=True,
+                          one_lane=_cpu_one_lane, ranks_share_host=True,
+                          memory_orders=lambda s: True, fit_schedule=ScheduleOptions()),
     "cuda": BackendPlanner(stream_schedule, gpu_memory, _gpu_resources,
-                           lambda t: t.gpus[0].memory_bytes, arena_limited=False),
+                           lambda t: t.gpus[0].memory_bytes, arena_limited=False,
+                           one_lane=_gpu_one_lane, ranks_share_host=False,
+                           memory_orders=lambda s: s.strategy == "streams",
+                           fit_schedule=ScheduleOptions(strategy="uniform")),
 }
 
 
@@ -133,26 +164,17 @@ def decide(graph: Graph, target: Target, costs: CostTable | None = None,
     """Price, schedule and plan memory: every decision of a plan, not yet a Plan record.
     Raises InfeasibleBudget when no plan fits options.memory.budget_bytes."""
     options = options or PlanOptions()
+    backend = BACKENDS[target.backend]
+    link = options.data_parallel.link or interconnect(target)
     with fewer_collections():
         model = CostModel(target, costs)
         # The compute lanes' schedule, then the gradients' all-reduces on the comm lane.
-        schedule = BACKENDS[target.backend].schedule(compute_graph(graph), model,
-                                                     options.schedule)
-        schedule = comm_lane(graph, schedule,
-                             options.data_parallel.link or interconnect(target))
-        if schedule.strategy == "streams":
-            one = comm_lane(graph, stream_schedule(compute_graph(graph), model, ScheduleOptions(
-                strategy="uniform")), options.data_parallel.link or interconnect(target))
+        schedule = comm_lane(graph, backend.schedule(compute_graph(graph), model,
+                                                     options.schedule), link)
+        one_lane = backend.one_lane(schedule, options)
+        if one_lane is not None:
+            one = comm_lane(graph, backend.schedule(compute_graph(graph), model, one_lane), link)
             return model, *_co_running_if_faster(graph, model, schedule, one, options)
-        if (schedule.backend == "cpu" and schedule.strategy != "uniform"
-                and options.memory.budget_bytes is not None):
-            # Under a budget the arena's reuse may order the lanes' ops one after another,
-            # each still on its lane's few threads: all threads per op may then be faster.
-            uniform = comm_lane(graph, cpu_schedule(
-                compute_graph(graph), model, options.schedule.model_copy(
-                    update={"strategy": "uniform"})),
-                options.data_parallel.link or interconnect(target))
-            return model, *_co_running_if_faster(graph, model, schedule, uniform, options)
         return model, schedule, place(graph, model, schedule, options.memory)
 
 
@@ -217,7 +239,8 @@ def plan(graph: Graph, target: Target, costs: CostTable | None = None,
     # (planner.schedule.ranks); the plan still names the whole host's CPUs.
     # A GPU rank has its device to itself: nothing to share.
     share = (share_target(target, options.data_parallel.ranks_per_host)
-             if options.data_parallel.ranks > 1 and target.backend == "cpu" else target)
+             if options.data_parallel.ranks > 1 and BACKENDS[target.backend].ranks_share_host
+             else target)
     check_graph_fits(graph, share, memory_of(share))  # nothing to plan, or far too large
     with fewer_collections():
         model, schedule, memory = decide(graph, share, costs, options)
@@ -252,10 +275,8 @@ def assemble(graph: Graph, model: CostModel, options: PlanOptions, schedule: Sch
     # Each distinct edge once, the records the schedule and memory planning made (building
     # tens of thousands again was a tenth of assembly on ResNet-1001).
     named: dict[tuple[str, str], Edge] = {}
-    # A CPU plan under a budget runs in memory planning's order, which moves updates up past
-    # the lanes' order: its edges replace the schedule's. A co-running GPU plan's memory edges
-    # hold the schedule's, transitively reduced anew.
-    stated = () if memory.ops and (schedule.backend == "cpu" or schedule.strategy == "streams") \
+    # Where memory planning added ops, its edges may replace the schedule's (BackendPlanner).
+    stated = () if memory.ops and BACKENDS[schedule.backend].memory_orders(schedule) \
         else schedule.edges
     for e in (*stated, *memory.edges):
         named.setdefault((e.before, e.after), e)

@@ -17,7 +17,7 @@ The ordering, stated once: the executor orders two ops by exactly these, and not
 `u` happens-before `w` when a path of these leads from u to w. Memory planning relies on that
 order, never on predicted times; an op's `deps` are the graph's dependencies for people, not an
 ordering. `planner verify` derives every pair that must be ordered from the embedded graph and
-checks that this ordering implies it (planner.verify_order).
+checks that this ordering implies it (planner.verify.order).
 
     {
       "backend": "cpu",

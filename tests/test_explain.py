@@ -11,7 +11,7 @@ import planner.cli as cli
 from planner.errors import InfeasibleBudget, UserError
 from planner.explain import explain, explain_op, explain_tensor, rederive
 from planner.graph.autodiff import Optimizer, make_training_graph
-from planner.memory.cpu import cpu_budget_solve
+from planner.memory.cpu_budget import cpu_budget_solve
 from planner.memory.liveness import live_profile
 from planner.memory.options import MemoryOptions
 from planner.pipeline import PlanOptions, plan

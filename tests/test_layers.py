@@ -6,16 +6,16 @@ Layers, lowest first (a module may import its own layer or a lower one):
     costs     planner/costs/
     schedule  planner/schedule/
     memory    planner/memory/
-    plan      the Plan record and what reads finished plans: plan.py, verify*.py (and the
-              arena rules of memory/verify.py, verify_pins.py), diff.py, memory_report.py,
-              replay.py
+    plan      the Plan record and what reads finished plans: plan.py, planner/verify/ (the
+              independent checker), diff.py, memory_report.py, replay.py
     driver    the pipeline and what runs it: pipeline.py, fit.py and curve.py (searches over
               whole plans), explain.py (re-plans a plan to say why)
     codegen   codegen/ (its profiling plans the placements it times through the driver)
-    command   the entry points where planner and codegen meet: planner/cli.py (the
-              commands) and planner/torch/ (its trainer plans, builds and loads a module's
-              executor from Python; the package re-exports it); the other command
-              modules (*cli.py) may not import codegen
+    command   planner/cli/ (every command) and the entry points where planner and codegen
+              meet: planner/cli/main.py (wires codegen's commands and measurers in) and
+              planner/torch/ (its trainer plans, builds and loads a module's executor from
+              Python; the package re-exports it); the other command modules may not import
+              codegen
 
 Every import counts, at module level or inside a function: an import deferred into a
 function is still a dependency.
@@ -31,11 +31,11 @@ import networkx as nx
 ROOT = Path(__file__).resolve().parent.parent
 LAYERS = ("base", "costs", "schedule", "memory", "plan", "driver", "codegen", "command")
 FOLDERS = {"planner.costs": "costs", "planner.schedule": "schedule", "planner.memory": "memory"}
-PLAN = {"planner.plan", "planner.memory.verify", "planner.memory.verify_inserted",
-        "planner.verify", "planner.verify_graph",
-        "planner.verify_order", "planner.verify_summary", "planner.diff", "planner.memory_report",
-        "planner.replay", "planner.verify_pins"}
-ENTRY_POINTS = {"planner.cli", "planner.torch", "planner.torch.training"}
+PLAN = {"planner.plan", "planner.verify.memory", "planner.verify.inserted",
+        "planner.verify", "planner.verify.graph",
+        "planner.verify.order", "planner.verify.summary", "planner.diff", "planner.memory_report",
+        "planner.replay", "planner.verify.pins"}
+ENTRY_POINTS = {"planner.cli.main", "planner.torch", "planner.torch.training"}
 DRIVER = {"planner.pipeline", "planner.fit", "planner.curve", "planner.explain"}
 
 
@@ -51,14 +51,13 @@ def modules() -> dict[str, Path]:
 
 def layer(module: str) -> str:
     """The layer of a module (module docstring)."""
-    last = module.rsplit(".", 1)[-1]
     if module.startswith("codegen"):
         return "codegen"
-    if module in ENTRY_POINTS or last == "cli" or last.endswith("_cli"):
+    if module in ENTRY_POINTS or module == "planner.cli" or module.startswith("planner.cli."):
         return "command"
     if module in DRIVER:
         return "driver"
-    if module in PLAN:
+    if module in PLAN or module.startswith("planner.verify."):
         return "plan"
     for folder, name in FOLDERS.items():
         if module == folder or module.startswith(folder + "."):
@@ -132,6 +131,6 @@ def test_the_checks_see_function_level_and_upward_imports(tmp_path):
     g = nx.DiGraph([("planner.schedule.a", m) for m in sorted(found)])
     assert upward(g) == ["planner.schedule.a (schedule) imports codegen.render (codegen)",
                          "planner.schedule.a (schedule) imports planner.pipeline (driver)"]
-    assert upward(nx.DiGraph([("planner.fit_cli", "codegen.build")])) == [
-        "planner.fit_cli imports codegen.build: only the entry points wire codegen in"]
+    assert upward(nx.DiGraph([("planner.cli.fit", "codegen.build")])) == [
+        "planner.cli.fit imports codegen.build: only the entry points wire codegen in"]
     assert layer("planner.memory.gpu") == "memory" and layer("planner.memory_report") == "plan"

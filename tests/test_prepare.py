@@ -99,7 +99,7 @@ def test_every_command_takes_the_graph_flags(command):
              "--train-dropout", "--precision", "fp16-mixed", "--loss-scale-growth-interval",
              "7"]
     args = cli.build_parser().parse_args([command[0], "zoo:mlp", *command[1:], *flags])
-    from planner.prepare_cli import graph_options
+    from planner.cli.graph_flags import graph_options
 
     options = graph_options(args)
     assert options.optimizer == Optimizer(kind="adam", lr=0.1)
@@ -138,7 +138,7 @@ def test_profile_measures_the_signatures_of_the_graph_plan_plans(flags, two_core
     """`planner profile` then `plan --costs`: the profiler's list of kernels is the plan's
     graph's, CPU-core rewrites included (what it measures is tested in
     tests/costs/test_profile_kernels.py)."""
-    from planner.costs.cli import _graph
+    from planner.cli.costs import _graph
     from planner.costs.signature import graph_signatures
     from planner.target.presets import load_target
 

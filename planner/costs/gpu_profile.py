@@ -9,7 +9,7 @@ a plan choose:
         per block, the blocks it launches (ceil(n / threads)) and its seconds
     anything else (cuBLAS GEMMs, pooling, norms, losses)        gpu_seconds: its time alone
 
-The kernels come from elsewhere (codegen.gpu_profiling, which planner/cli.py passes in): the
+The kernels come from elsewhere (codegen.gpu_profiling, which planner/cli/main.py passes in): the
 driver hands `measure` a batch of signatures at a time (one executor built and loaded per
 batch, so a few compiles whatever the graph) and gets a GpuMeasurement per signature back, or
 an error message for one that failed. Batches hold signatures until their tensors would pass

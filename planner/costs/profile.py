@@ -53,7 +53,7 @@ TimeOp = Callable[[OpSignature, int, tuple[CpuId, ...]], float]
 @dataclass(frozen=True)
 class Measurers:
     """What runs kernels for `planner profile`: code generation's executors, which this
-    package does not import (planner/cli.py wires codegen.profiling in).
+    package does not import (planner/cli/main.py wires codegen.profiling in).
 
     kernel_timer(target, work_dir, options, steps, signatures=) -> a TimeOp measuring each
         signature alone (`signatures`: those it will be asked for, to build them together)

@@ -2,7 +2,7 @@
 
 One record for every command (`graph`, `plan`, `profile`, `fit`) and for planner.torch, read
 by planner.graph.prepare; its flags are added to each command by one function
-(planner/prepare_cli.py). The target is not among them: a graph depends on the model and
+(planner/cli/graph_flags.py). The target is not among them: a graph depends on the model and
 these options only (what depends on the cores is a planning decision, planner.pipeline).
 
     field          flag                  what it decides

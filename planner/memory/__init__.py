@@ -10,20 +10,19 @@ Any schedule (liveness and offsets):
     layout.py      persistent state at the bottom, the rest by the heuristics, aliases
     decision.py    MemoryDecision and its records (TensorPlan, MemoryOp, ConvChoice, summary)
     assemble.py    TensorPlan records and named edges of placed buffers
-    driver.py      cpu_memory: the CPU pass, as named steps
-    verify.py      an independent check of a plan's buffers (a plan checker: not re-exported
-                   here, since checkers sit above the stages they check)
-    verify_inserted.py  the added ops an executor runs: their buffers exist, transfers fit
-                   their host slots, inputs are live (a plan checker too)
+    cpu_memory.py  cpu_memory: the CPU pass, as named steps
+
+The independent checks of a plan's buffers and of the ops added here sit with the other
+checkers, above the stages they check (planner/verify/memory.py, inserted.py).
 
 GPU stream schedules under a budget (the compute order and prices: planner.schedule.streams;
 convolution algorithms: planner.costs.convalgo):
     stash.py       checkpoints and recompute segments (speed-, memory-centric, cost-aware)
-    budget.py      the state (modes, exact live-bytes profile) and the greedy over moves
+    budget_search.py  the state (modes, exact live-bytes profile) and the greedy over moves
     materialize.py the ops, buffers and edges of a state (compute, d2h, h2d streams)
     gpu.py         gpu_memory: decide, place, workspaces, times, the MemoryDecision
     milp.py        the exact MILP (HiGHS) that cross-checks the greedy's recomputation
-    cpu.py         CPU schedules below their liveness arena: the same decisions, one op at a
+    cpu_budget.py  CPU schedules below their liveness arena: the same decisions, one op at a
                    time, every op's kernel scratch laid out, offloads to a host store
 
 Options:
@@ -32,10 +31,10 @@ Options:
 What reads finished plans sits above the stages, beside planner/plan.py: the reports and
 seed 001's Fig. 10 (planner/memory_report.py), running a plan on real bytes against the
 reference interpreter (planner/replay.py); so does `planner fit`, which plans many graphs
-through the whole pipeline (planner/fit.py, its command planner/fit_cli.py).
+through the whole pipeline (planner/fit.py, its command planner/cli/fit.py).
 """
 
 from planner.errors import InfeasibleBudget  # noqa: F401
+from planner.memory.cpu_memory import cpu_memory  # noqa: F401
 from planner.memory.decision import MemoryDecision  # noqa: F401
-from planner.memory.driver import cpu_memory  # noqa: F401
 from planner.memory.options import MemoryOptions, format_bytes, parse_bytes  # noqa: F401

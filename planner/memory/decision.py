@@ -1,6 +1,6 @@
 """The memory decision: what memory planning decides for a Schedule, before Plan assembly.
 
-`cpu_memory` and `gpu_memory` (planner.memory.driver, planner.memory.gpu) return one; neither
+`cpu_memory` and `gpu_memory` (planner.memory.cpu_memory, planner.memory.gpu) return one; neither
 ever builds a Plan. It holds
 
     tensors    every buffer: the graph tensor it holds (or "" for a workspace or scratch),

@@ -12,7 +12,7 @@ edges are transitively reduced, and the step is timed with the kernels sharing t
                  (planner.schedule.streams.compute_steps)
     stash        checkpoints and recompute segments (stash.py)
     decide       while the arena exceeds the budget: the cheapest offload or recompute at
-                 the live-bytes peak (budget.py); none needed without a budget
+                 the live-bytes peak (budget_search.py); none needed without a budget
     materialize  ops, buffers and ordering edges of the decisions (materialize.py)
     place        offsets by the allocation heuristics (layout.py)
     workspaces   per convolution, the fastest algorithm whose workspace fits the free bytes
@@ -59,7 +59,7 @@ from planner.errors import InfeasibleBudget
 from planner.graph.ir import Graph
 from planner.memory.arena import aligned
 from planner.memory.assemble import tensor_plans
-from planner.memory.budget import State, cheapest_stop
+from planner.memory.budget_search import State, cheapest_stop
 from planner.memory.decision import ConvChoice, MemoryDecision, MemoryOp, MemorySummary
 from planner.memory.floor import ArenaFloor
 from planner.memory.layout import FreeBytes, Layout, place
@@ -96,7 +96,7 @@ def device_aligned(options: MemoryOptions) -> MemoryOptions:
 
 
 # Buffers a backend's kernels need besides the tensors: per op of a materialized state (graph
-# nodes and recomputes alike), e.g. the CPU kernels' scratch areas (planner.memory.cpu).
+# nodes and recomputes alike), e.g. the CPU kernels' scratch areas (planner.memory.cpu_budget).
 ExtraBuffers = Callable[[Material], list[Buffer]]
 
 

@@ -138,7 +138,7 @@ def in_place_aliases(graph: Graph, views: dict[str, str] | None = None) -> dict[
         ancestor of the op, so it has read the value before the op overwrites it;
       - neither lies in a collective's bucket (a layout of its own).
 
-    Else output k gets bytes of its own. planner.memory.verify checks the first two on the
+    Else output k gets bytes of its own. planner.verify.memory checks the first two on the
     plan's stated ordering, not trusting this.
 
     >>> from planner.graph.autodiff import make_training_graph

@@ -62,8 +62,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from planner.graph.deps import successors
 from planner.schedule.costs import OpCosts
-from planner.schedule.deps import successors
 
 # Frank-Wolfe steps of the allotment bound, at most; it stops early once PLATEAU_STEPS steps in
 # a row gain less than PLATEAU_GAIN (relative), as on chain-like graphs whose critical path is

@@ -28,11 +28,11 @@ from collections.abc import Sequence
 import numpy as np
 
 from planner.costs import CostModel
+from planner.graph.deps import predecessors
 from planner.graph.ir import Graph
 from planner.schedule.bound import bottom_levels, capacity, lower_bound, top_levels
 from planner.schedule.contention import Contention, simulate_contended
 from planner.schedule.costs import OpCosts, op_costs
-from planner.schedule.deps import predecessors
 from planner.schedule.optimized import Widen, allot_all, list_moldable, relaxed_allotment
 from planner.schedule.options import ScheduleOptions
 from planner.schedule.paper import paper

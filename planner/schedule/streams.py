@@ -6,7 +6,7 @@ and each convolution's algorithm, and re-times the step.
 
 Order: the graph's order (forward, backward), except that each update runs as soon as it may,
 right after the last op it must follow (its gradient's producer and every other reader of the
-value it overwrites, planner.schedule.deps). A gradient then lives from its producer to the
+value it overwrites, planner.graph.deps). A gradient then lives from its producer to the
 update instead of to the end of the step, so the gradients are never all resident at once.
 
     graph order   fwd ... bwd(fc8) bwd(fc7) ... bwd(conv1) | upd(fc8) upd(fc7) ... upd(conv1)
@@ -41,9 +41,9 @@ from planner.costs import CostModel, MissingCostWarning, graph_signatures
 from planner.costs.analytical import op_work
 from planner.costs.convalgo import ConvAlgo, conv_algorithms, kernel_scratch
 from planner.graph.autodiff import node_phase
+from planner.graph.deps import predecessors
 from planner.graph.ir import Graph, Node
 from planner.ops import get_op
-from planner.schedule.deps import predecessors
 from planner.schedule.gpu_share import (
     busy_seconds,
     issue_times,

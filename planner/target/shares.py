@@ -5,7 +5,7 @@ planned for the whole host, all L would pin their lanes to the same CPUs and tim
 Instead the host's cores are cut into L shares of whole cores (SMT siblings stay together),
 in core order; every rank runs the same plan (its hash is checked across ranks), made for
 share 0, and at load each rank maps the plan's CPUs onto its own share, position by position
-(planner.distributed.join, LOCAL_RANK of LOCAL_WORLD_SIZE).
+(planner.runtime.distributed.join, LOCAL_RANK of LOCAL_WORLD_SIZE).
 
 The comm engine (the executor's comm lane, which runs the all-reduces, and the process
 group's own threads, gloo's, which do the transfers and the summing) gets its share's last

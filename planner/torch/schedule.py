@@ -1,6 +1,7 @@
 """A PyTorch learning-rate scheduler driving a generated executor: `ExecutorOptimizer(ex)` is a
 torch.optim.Optimizer whose `param_groups` are the executor's parameter groups (their `lr`
-and `weight_decay`, planner/hyperparameters.py), so any torch.optim.lr_scheduler works on it:
+and `weight_decay`, planner/runtime/hyperparameters.py), so any torch.optim.lr_scheduler
+works on it:
 
     opt = ExecutorOptimizer(ex)
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=1000)

@@ -194,29 +194,29 @@ void define_executor(nb::class_<Ex>& cls) {
            },
            "copy"_a = true,
            "Parameters and state by name: copies, or (copy=False) live views of the arena.")
-      // Written once, in Python (planner/hyperparameters.py), over params and load_params.
+      // Written once, in Python (planner/runtime/hyperparameters.py), over params and load_params.
       .def("set_hyperparameters",
            [](nb::handle self, nb::dict values, int group) {
-             nb::module_::import_("planner.hyperparameters")
+             nb::module_::import_("planner.runtime.hyperparameters")
                  .attr("set_hyperparameters")(self, values, group);
            },
            "values"_a, "group"_a = 0,
            "Set a parameter group's learning rate and weight decay ({\"lr\": ..}) for the "
-           "next steps: scalars the step reads (planner/hyperparameters.py).")
+           "next steps: scalars the step reads (planner/runtime/hyperparameters.py).")
       .def("hyperparameters",
            [](nb::handle self) {
-             return nb::module_::import_("planner.hyperparameters").attr("hyperparameters")(self);
+             return nb::module_::import_("planner.runtime.hyperparameters").attr("hyperparameters")(self);
            },
            "{group: {\"lr\": .., \"weight_decay\": ..}} as the next step reads them.")
       .def("state_dict",
            [](nb::handle self) {
-             return nb::module_::import_("planner.checkpoint").attr("state_dict")(self);
+             return nb::module_::import_("planner.runtime.checkpoint").attr("state_dict")(self);
            },
            "The run's state as PyTorch names it: model, optimizer (state, param_groups) and "
-           "planner (step counts, loss scale); copies (planner/checkpoint.py).")
+           "planner (step counts, loss scale); copies (planner/runtime/checkpoint.py).")
       .def("load_state_dict",
            [](nb::handle self, nb::dict checkpoint) {
-             nb::module_::import_("planner.checkpoint").attr("load_state_dict")(self, checkpoint);
+             nb::module_::import_("planner.runtime.checkpoint").attr("load_state_dict")(self, checkpoint);
            },
            "checkpoint"_a, "Load a state_dict(): every tensor checked, then all written.")
       .def("step",
@@ -323,7 +323,7 @@ std::vector<std::string> registered_names(const Registry& r) {
 // `bucket` is a float32 torch tensor over the floats in the arena (DLPack, no copy, no owner:
 // valid for the call only) on the executor's device: `device_type` (nb::device::cpu or
 // ::cuda) and `device_id(ex)`; `stream` the CUDA stream to order the collective on, as an
-// integer (0 on the CPU). planner/distributed.py is its one caller.
+// integer (0 on the CPU). planner/runtime/distributed.py is its one caller.
 inline bool interpreter_exiting() {
 #if PY_VERSION_HEX >= 0x030D0000
   return Py_IsFinalizing();
@@ -345,7 +345,7 @@ void define_collective(nb::class_<Ex>& cls, int32_t device_type, DeviceId device
                                               void* stream) {
           // A thread taking the GIL while the interpreter finalizes is ended by pthread_exit,
           // whose unwinding through the step's thread aborts the process ("terminate called
-          // without an active exception"): fail the step instead. planner.distributed waits
+          // without an active exception"): fail the step instead. planner.runtime.distributed waits
           // for a step in flight at exit, so this is only reached by one started later.
           if (interpreter_exiting())
             throw std::runtime_error("the Python interpreter is exiting: the collective did "

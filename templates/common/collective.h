@@ -2,7 +2,7 @@
 // layout of a sharded bucket that ZeRO-1's kernels share (planner/ops/collective.py).
 //
 // The bindings set it between steps (`Executor.set_collective(fn, rank)`, the same on every
-// backend: common/bindings.h define_collective; planner/distributed.py supplies fn).
+// backend: common/bindings.h define_collective; planner/runtime/distributed.py supplies fn).
 // `run(what, data, count, stream)` runs one collective in place on data[0, count) over every
 // rank's own buffer:
 //   kAllReduce      every rank's floats become their sum over the ranks

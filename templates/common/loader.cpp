@@ -67,7 +67,7 @@ void LoadedSchedule::validate(const std::string& path, int backend) const {
   if (s.num_tensors < 0 || s.num_ops < 0 || s.num_outputs < 0 || s.num_lanes < 0 ||
       s.arena_bytes < 0 || s.host_bytes < 0)
     throw std::runtime_error(path + ": negative counts in the schedule");
-  if (s.arena_bytes > kMaxBytes || s.host_bytes > kMaxBytes)  // as planner/verify_graph.py
+  if (s.arena_bytes > kMaxBytes || s.host_bytes > kMaxBytes)  // as planner/verify/graph.py
     throw std::runtime_error(path + ": an arena or host store of " +
                              std::to_string(std::max(s.arena_bytes, s.host_bytes)) +
                              " bytes is past 2^62");

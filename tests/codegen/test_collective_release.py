@@ -1,5 +1,5 @@
-"""The collective planner.distributed hands an executor (ex.set_collective) leaves no reference
-to the bucket's tensors with the process group when it returns (issue 32).
+"""The collective planner.runtime.distributed hands an executor (ex.set_collective) leaves no
+reference to the bucket's tensors with the process group when it returns (issue 32).
 
 A gloo worker thread drops its work a moment after the caller of dist.all_reduce is woken
 (about a quarter of the calls on a busy machine). A tensor still referenced there when Python
@@ -24,7 +24,7 @@ CHILD = textwrap.dedent("""
     import socket
     import torch
     import torch.distributed as dist
-    from planner.distributed import _collective
+    from planner.runtime.distributed import _collective
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -128,7 +128,7 @@ def test_smallest_budget_plan_adds_ops_that_run(tmp_path):
 
 
 def test_co_running_budget_plan_runs_and_matches_the_reference(tmp_path):
-    """The schedule's lanes kept under a budget (planner.memory.cpu): an LSTM whose plan
+    """The schedule's lanes kept under a budget (planner.memory.cpu_budget): an LSTM whose plan
     co-runs ops on two lanes, at its smallest budget, still co-runs, verifies and trains as the
     reference does."""
     graph = make_training_graph(zoo("lstm", **MODELS["lstm"]), Optimizer(kind="sgd", lr=0.1))

@@ -10,7 +10,7 @@ import pytest
 from planner.graph.autodiff import make_training_graph
 from planner.graph.interpret import init_params, random_feeds
 from planner.graph.optimizer import Optimizer, ParamGroup
-from planner.schedules import Schedule
+from planner.runtime.schedules import Schedule
 from planner.zoo import build
 from tests.codegen.conftest import MLP
 from tests.codegen.helpers import build_module

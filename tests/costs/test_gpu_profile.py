@@ -152,8 +152,8 @@ def test_profile_cli_on_a_gpu_target_writes_the_measurers_table(tmp_path, capsys
     import argparse
     import json
 
+    from planner.cli.costs import add_cost_commands
     from planner.costs import load_table
-    from planner.costs.cli import add_cost_commands
     from planner.costs.profile import Measurers
 
     gpu_file = tmp_path / "gpu.json"

@@ -156,7 +156,7 @@ def test_a_bf16_mixed_resnet_step_on_h100_is_predicted_shorter_than_fp32():
 def test_target_show_prints_the_low_type_peaks(capsys, tmp_path):
     import argparse
 
-    from planner.target.cli import add_target_commands
+    from planner.cli.target import add_target_commands
 
     def show(spec):
         parser = argparse.ArgumentParser(prog="planner")

@@ -1,6 +1,6 @@
 """Data-parallel plans on the CUDA executor: the gradient all-reduces (and with
 --shard-optimizer, ZeRO-1's reduce-scatters and sharded updates) on the plan's comm stream,
-run through torch.distributed on a CUDA view of the device arena (planner/distributed.py,
+run through torch.distributed on a CUDA view of the device arena (planner/runtime/distributed.py,
 templates/cuda/runtime/kernels/collective.cu).
 
 Without a GPU (CI): a GPU data-parallel plan verifies (planner verify re-derives every pair

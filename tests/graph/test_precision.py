@@ -212,7 +212,7 @@ def _loss_scale_ops(graph_json: str) -> dict[str, dict]:
 
 def test_loss_scaling_flags(tmp_path):
     """`planner graph` and `planner plan` take GradScaler's knobs for fp16-mixed
-    (planner/precision_cli.py), as make_training_graph's loss_scaling does."""
+    (planner/cli/precision.py), as make_training_graph's loss_scaling does."""
     from planner.cli import main
 
     out = tmp_path / "mlp.json"

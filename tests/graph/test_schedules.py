@@ -9,7 +9,7 @@ import warnings
 import pytest
 from pydantic import ValidationError
 
-from planner.schedules import Schedule
+from planner.runtime.schedules import Schedule
 
 torch = pytest.importorskip("torch")
 L = torch.optim.lr_scheduler

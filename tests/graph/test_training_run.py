@@ -18,7 +18,7 @@ import pytest
 from planner.graph.autodiff import find_loss, make_training_graph
 from planner.graph.interpret import init_params, random_feeds, train_step
 from planner.graph.optimizer import Optimizer, ParamGroup, hyperparameter_tensor
-from planner.schedules import Schedule
+from planner.runtime.schedules import Schedule
 from planner.zoo import build
 from tests.graph.test_train_vs_torch import as_float64, rel_error, torch_forward
 

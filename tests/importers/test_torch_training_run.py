@@ -17,7 +17,7 @@ torch = pytest.importorskip("torch")
 F = torch.nn.functional
 
 from planner.graph.optimizer import ParamGroup  # noqa: E402
-from planner.schedules import Schedule  # noqa: E402
+from planner.runtime.schedules import Schedule  # noqa: E402
 from planner.torch import trainer  # noqa: E402
 from tests.importers.torch_models import CLASSES, MODELS  # noqa: E402
 from tests.importers.torch_step import Step, mismatches  # noqa: E402

@@ -1,5 +1,5 @@
-"""CPU plans under a memory budget (planner.memory.cpu): below the liveness arena the plan adds
-recomputes and offloads to a host store and keeps the schedule's co-running lanes; what it
+"""CPU plans under a memory budget (planner.memory.cpu_budget): below the liveness arena the
+plan adds recomputes and offloads to a host store and keeps the schedule's co-running lanes; what it
 states is what the executor needs (tests/codegen/test_memory_exec.py runs them)."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from planner.errors import InfeasibleBudget
 from planner.fit import fit
 from planner.graph.autodiff import make_training_graph
 from planner.graph.optimizer import Optimizer
-from planner.memory.budget import State
-from planner.memory.cpu import cpu_steps
+from planner.memory.budget_search import State
+from planner.memory.cpu_budget import cpu_steps
 from planner.memory.options import MemoryOptions
 from planner.memory.stash import analyze
 from planner.pipeline import PlanOptions, compute_graph, place, plan

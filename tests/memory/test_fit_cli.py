@@ -8,10 +8,10 @@ import json
 
 import pytest
 
+from planner.cli.fit import add_memory_commands
 from planner.costs import CostModel
 from planner.errors import UserError
 from planner.fit import fit, largest
-from planner.fit_cli import add_memory_commands
 from planner.memory import InfeasibleBudget, MemoryOptions, parse_bytes
 from planner.memory.gpu import technique_curves
 from planner.memory_report import (

@@ -14,7 +14,7 @@ from planner.errors import InfeasibleBudget
 from planner.graph.autodiff import make_training_graph
 from planner.graph.optimizer import Optimizer
 from planner.memory.arena import aligned
-from planner.memory.budget import State
+from planner.memory.budget_search import State
 from planner.memory.floor import ArenaFloor
 from planner.memory.liveness import load_bytes
 from planner.memory.options import MemoryOptions

@@ -12,13 +12,13 @@ from planner.costs import CostModel, graph_signatures
 from planner.costs.convalgo import conv_algorithms
 from planner.graph.interpret import init_params, random_feeds, train_step
 from planner.memory import InfeasibleBudget, MemoryOptions
-from planner.memory.verify import verify_memory_data
 from planner.ops import get_op
 from planner.pipeline import PlanOptions, place, plan
 from planner.replay import replay
 from planner.schedule import ScheduleOptions, stream_schedule
 from planner.target import preset
 from planner.verify import verify_plan_data
+from planner.verify.memory import verify_memory_data
 from tests.memory.conftest import training
 
 FAST = ("best-fit-size", "best-fit-breadth", "first-fit-start")

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from planner.memory.verify import verify_memory_data
+from planner.verify.memory import verify_memory_data
 from tests.memory.conftest import cpu_plan, replan, training
 
 

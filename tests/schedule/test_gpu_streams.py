@@ -14,10 +14,10 @@ import pytest
 from planner.costs import CostModel
 from planner.graph.autodiff import Optimizer, make_training_graph
 from planner.graph.builder import GraphBuilder
+from planner.graph.deps import predecessors
 from planner.memory import MemoryOptions
 from planner.pipeline import PlanOptions, plan
 from planner.schedule import ScheduleOptions
-from planner.schedule.deps import predecessors
 from planner.schedule.gpu_share import (
     HOST_LAUNCH_SECONDS,
     issue_times,
@@ -190,7 +190,7 @@ def test_multi_stream_plans_are_deterministic():
 
 
 def test_multi_stream_plans_fit_a_memory_budget():
-    from planner.memory.verify import verify_memory_data
+    from planner.verify.memory import verify_memory_data
     from tests.memory.test_gpu import same_step
 
     g = make_training_graph(build("resnet", **MODELS["resnet"]), Optimizer(kind="sgd", lr=0.1))

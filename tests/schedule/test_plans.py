@@ -8,6 +8,7 @@ import warnings
 import pytest
 
 from planner.costs import CostModel
+from planner.graph.deps import predecessors
 from planner.pipeline import PlanOptions, step_graph
 from planner.pipeline import plan as pipeline_plan
 from planner.plan import Plan
@@ -15,7 +16,6 @@ from planner.schedule import ScheduleOptions
 from planner.schedule.bound import capacity, lower_bound
 from planner.schedule.costs import op_costs
 from planner.schedule.cpu import schedule
-from planner.schedule.deps import predecessors
 from planner.schedule.uniform import grid_pairs
 from planner.verify import verify_plan_text
 from tests.schedule.conftest import toy_target, training

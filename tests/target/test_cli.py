@@ -5,9 +5,9 @@ import json
 
 import pytest
 
+from planner.cli.target import add_target_commands
 from planner.errors import UserError
 from planner.target import Target, preset
-from planner.target.cli import add_target_commands
 from planner.target.presets import PRESETS
 
 

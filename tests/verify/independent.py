@@ -1,6 +1,6 @@
 """An independent checker of a plan, written the obvious way, to judge `planner verify` with.
 
-It shares no code with verify (planner.verify*, planner.memory.verify*): it reads the plan's
+It shares no code with verify (planner/verify/): it reads the plan's
 JSON data (its embedded graph included) and the ops' table (planner.ops: which op is a view)
 only, and models what the CPU executor does with a plan:
 

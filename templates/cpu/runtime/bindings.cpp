@@ -69,7 +69,7 @@ NB_MODULE(planner_cpu_rt, m) {
   m.doc() = "planner CPU runtime: oneDNN + OpenMP kernels driven by a compiled schedule";
   m.def("registered_ops", [] { return planner::registered_names(planner::registry()); },
         "The op names this runtime has kernels for (codegen's supported list must agree).");
-  // Weakly referenceable: planner.distributed finishes a joined executor's step at exit.
+  // Weakly referenceable: planner.runtime.distributed finishes a joined executor's step at exit.
   nb::class_<Executor> cls(m, "Executor", nb::is_weak_referenceable());
   cls      .def(nb::init<const std::string&, bool, int, double>(), "schedule_path"_a,
            "concurrent"_a = true, "jitter_us"_a = 0, "watchdog_seconds"_a = 600.0,

@@ -3,7 +3,7 @@
 // One host thread per lane (OpSpec::lane, the plan's). Each lane runs its ops in plan order;
 // an op starts once every op it waits for (OpSpec waits: the plan's happens-before edges) has
 // finished in this step. Those two are every ordering the executor enforces, and exactly what
-// `planner verify` checks (planner/verify_order.py).
+// `planner verify` checks (planner/verify/order.py).
 // Its OpenMP team has the planned size and its threads are pinned to the planned logical
 // CPUs (re-pinned only when one of its threads is on another CPU: OpenMP keeps a lane's
 // threads, numbered alike, from one parallel region to the next). Ops of one parallel-loop

@@ -131,7 +131,7 @@ NB_MODULE(planner_cuda_rt, m) {
     d["l2_bytes"] = p.l2CacheSize;
     return d;
   }, "device"_a = 0, "The device's name, SM count, memory, compute capability and L2 size.");
-  // Weakly referenceable: planner.distributed finishes a joined executor's step at exit.
+  // Weakly referenceable: planner.runtime.distributed finishes a joined executor's step at exit.
   nb::class_<CudaExecutor> cls(m, "Executor", nb::is_weak_referenceable());
   cls.def(nb::init<const std::string&, bool, bool, bool, int>(), "schedule_path"_a,
           "streams"_a = true, "cuda_graph"_a = false, "op_timing"_a = false, "device"_a = 0,

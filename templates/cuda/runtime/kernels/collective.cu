@@ -6,7 +6,7 @@
 // the device alignment, 256 bytes; the padding is summed too, and read by nothing); else a
 // copy of them side by side in the op's scratch area. The bindings hand it to
 // torch.distributed's all_reduce (NCCL) on a torch CUDA view of that buffer, ordered with the
-// op's stream (planner/distributed.py): the call enqueues work and returns; nothing here waits
+// op's stream (planner/runtime/distributed.py): the call enqueues work and returns; nothing here waits
 // for the GPU. Then each r_j is written as the sum scaled by 1/ranks, on the same stream.
 //
 // ZeRO-1 (planner plan --shard-optimizer), as on the CPU, with the bucket at the device

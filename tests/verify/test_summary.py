@@ -15,7 +15,7 @@ from planner.plan import digest
 from planner.verify import verify_plan_data
 from tests.offloading import offloading_plan
 
-PLANS = Path(__file__).resolve().parent.parent / "examples" / "plans"
+PLANS = Path(__file__).resolve().parent.parent.parent / "examples" / "plans"
 
 
 @pytest.fixture(scope="module")
@@ -82,6 +82,6 @@ def test_each_edited_figure_fails_naming_its_field(offloading, section, field, v
 
 @pytest.mark.parametrize("name", sorted(p.name[:-len(".plan.json")] for p in PLANS.glob("*.json")))
 def test_committed_plans_summaries_verify(name):
-    from planner.verify_summary import summary_problems
+    from planner.verify.summary import summary_problems
 
     assert summary_problems(json.loads((PLANS / f"{name}.plan.json").read_text())) == []

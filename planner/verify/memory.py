@@ -27,12 +27,12 @@ no code with the allocator. Each problem names the buffer(s) and the rule:
     arena      device buffers lie inside [0, arena_bytes), host buffers inside the host pool
     overlap    two buffers sharing bytes are ordered: every access of one (its write, its
                reads) happens-before the other's write, through the plan's stated ordering
-               (lanes and happens-before edges, planner.verify_order; never `deps`); a buffer
+               (lanes and happens-before edges, planner.verify.order; never `deps`); a buffer
                written before the step or read after it is never ordered against one live in
                the step. This covers arena reuse and per-op scratch (a buffer its op writes)
     budget     arena_bytes <= budget_bytes; LOAD <= arena
 
-Hook for `planner verify` (planner/verify.py, at the end of verify_plan_data):
+Hook for `planner verify` (planner/verify/rules.py, at the end of verify_plan_data):
     problems += verify_memory_data(plan)
 
 Example:
@@ -46,7 +46,7 @@ from __future__ import annotations
 import bisect
 from typing import Any
 
-from planner.verify_order import StatedOrder
+from planner.verify.order import StatedOrder
 
 
 def verify_memory_data(plan: dict[str, Any], hb: StatedOrder | None = None) -> list[str]:

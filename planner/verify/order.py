@@ -21,7 +21,7 @@ The pairs that must be ordered are derived here, never read from the plan's `dep
                 an inserted op's inputs are read by it
 
 Sharing bytes (arena reuse, per-op scratch) is a choice of direction rather than one pair:
-planner.memory.verify checks it on the same StatedOrder. So are collectives
+planner.verify.memory checks it on the same StatedOrder. So are collectives
 (collective_problems): every two of them ordered, either way, so every rank issues them in one
 order.
 
@@ -191,7 +191,7 @@ def collective_problems(graph: Graph, hb: StatedOrder) -> list[str]:
     lane or a chain of happens-before edges orders each pair.
 
     Why every pair: a process group matches the collectives of its ranks by the order they are
-    issued, not by name. Every rank runs the same plan (planner.distributed checks that each
+    issued, not by name. Every rank runs the same plan (planner.runtime.distributed checks that each
     loaded the same plan text), so a pair the stated ordering fixes is issued in that one
     order on every rank; a pair it leaves open may be issued in either order on each rank:
     gloo aborts when the two buckets' sizes differ, and sums one rank's bucket with another's

@@ -18,7 +18,7 @@ from planner.errors import UserError
 def add_pareto_flags(f: Any, measure_plans: Any = None) -> None:
     """The curve's flags on the `fit` parser (its --budget is then not needed); `measure_plans`
     (plans, steps) -> measurements is what `--measure` runs them with: codegen.measure, which
-    planner/cli.py passes in (command modules never import codegen themselves)."""
+    planner/cli/main.py passes in (command modules never import codegen themselves)."""
     f.set_defaults(measure_plans=measure_plans)
     f.add_argument("--pareto", action="store_true",
                    help="the curve of predicted step time against memory budget, one plan per "
@@ -35,7 +35,7 @@ def add_pareto_flags(f: Any, measure_plans: Any = None) -> None:
                         "memory too: only recompute lowers its peak)")
     f.add_argument("--steps", type=int, default=10, help="--measure: timed steps per plan")
     f.add_argument("--force", action="store_true", help="overwrite existing different files")
-    from planner.decisions_cli import add_decision_flags
+    from planner.cli.decisions import add_decision_flags
 
     add_decision_flags(f)  # --pareto: every point keeps the user's decisions
 
@@ -54,14 +54,14 @@ def chosen(n: int, count: int) -> list[int]:
 
 
 def run_pareto(args: argparse.Namespace) -> int:
+    from planner.cli.decisions import memory_decisions
+    from planner.cli.graph_flags import graph_options
     from planner.costs import load_table
     from planner.curve import budget_curve, curve_svg, format_curve
-    from planner.decisions_cli import memory_decisions
     from planner.graph.prepare import prepare
     from planner.load import write_text
     from planner.memory.options import MemoryOptions
     from planner.pipeline import PlanOptions
-    from planner.prepare_cli import graph_options
     from planner.target.presets import load_target
 
     if args.points < 2:

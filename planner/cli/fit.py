@@ -1,12 +1,12 @@
 """`planner fit` (planner.fit), and the memory options `plan` and `show` read.
 
     planner fit GRAPH --target T --budget 11GiB [--vary batch|depth] [graph flags: --train OPT
-                (default momentum) --lr --precision --loss --keep: planner/prepare_cli.py]
+                (default momentum) --lr --precision --loss --keep: planner/cli/graph_flags.py]
                 [--costs C] [--multiple N] [--json]
     planner fit GRAPH --target T --pareto [-o curve.json] [--plot curve.svg] [--measure N]
-                (planner.curve_cli: the step-time / budget curve)
+                (planner.cli.curve: the step-time / budget curve)
 
-Wiring for the other commands (planner/plan_cli.py):
+Wiring for the other commands (planner/cli/plan.py):
 
     plan   --memory-budget BYTES:  MemoryOptions(budget_bytes=parse_budget(...)) into
            planner.pipeline.plan
@@ -25,9 +25,9 @@ from planner.errors import UserError
 
 
 def add_memory_commands(sub: Any, measure_plans: Any = None) -> None:
-    from planner.curve_cli import add_pareto_flags
-    from planner.flags import field_flag
-    from planner.prepare_cli import add_graph_flags
+    from planner.cli.curve import add_pareto_flags
+    from planner.cli.flags import field_flag
+    from planner.cli.graph_flags import add_graph_flags
     from planner.schedule.parallel import DataParallelOptions
 
     f = sub.add_parser(
@@ -55,14 +55,14 @@ def add_memory_commands(sub: Any, measure_plans: Any = None) -> None:
 
 
 def run_fit(args: argparse.Namespace) -> int:
+    from planner.cli.graph_flags import graph_options
     from planner.costs import load_table
     from planner.fit import fit
     from planner.memory.options import parse_budget
-    from planner.prepare_cli import graph_options
     from planner.target.presets import load_target
 
     if args.pareto:
-        from planner.curve_cli import run_pareto
+        from planner.cli.curve import run_pareto
 
         return run_pareto(args)
     if args.budget is None:
@@ -76,7 +76,7 @@ def run_fit(args: argparse.Namespace) -> int:
                         f"as 'zoo:resnet?depth=50', not {args.graph!r}")
     from pydantic import ValidationError
 
-    from planner.flags import flag_message
+    from planner.cli.flags import flag_message
     from planner.schedule.parallel import DataParallelOptions
 
     if args.multiple < 1:

@@ -14,7 +14,7 @@ from planner.cli import main
 from planner.plan import digest
 from planner.verify import verify_plan_data
 
-PLANS = Path(__file__).resolve().parent.parent / "examples" / "plans"
+PLANS = Path(__file__).resolve().parent.parent.parent / "examples" / "plans"
 
 
 def plan_data(name: str = "lenet-digits.xeon-8180") -> dict:

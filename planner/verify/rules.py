@@ -19,15 +19,15 @@ ops) and the rule that failed. `verify_plan_data` is the list of rules, each a f
     lanes          lanes are numbered 0..n-1; on a GPU a lane is one stream and a stream one
                    lane; a lane's ops follow each other in time as the executor runs them
     summary        every summary figure re-derived from ops, tensors and graph
-                   (planner.verify_summary)
-    memory         the arena rules of planner.memory.verify (buffers sharing bytes ordered by
+                   (planner.verify.summary)
+    memory         the arena rules of planner.verify.memory (buffers sharing bytes ordered by
                    the stated ordering; an output written over its input's bytes after every
                    other reader of that input)
-    inserted       (planner.memory.verify_inserted) what the ops memory planning added read
+    inserted       (planner.verify.inserted) what the ops memory planning added read
                    and write: a recompute its node's inputs, a transfer one tensor, whole
-    graph          (with an embedded graph) planner.verify_graph: the graph is valid, buffers
+    graph          (with an embedded graph) planner.verify.graph: the graph is valid, buffers
                    hold what it implies, and the stated ordering (lanes + happens-before edges,
-                   planner.verify_order) implies every pair the graph and the inserted ops
+                   planner.verify.order) implies every pair the graph and the inserted ops
                    need ordered, and orders every two collectives (one order on every rank);
                    a collective's bucket is the step's gradients
 
@@ -47,7 +47,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from planner.ops.collective import COLLECTIVE_OPS
-from planner.verify_order import StatedOrder
+from planner.verify.order import StatedOrder
 
 # Times are compared with this slack (seconds): float sums of predicted times.
 TOLERANCE = 1e-9
@@ -80,11 +80,11 @@ class Facts:
 
 def verify_plan_data(plan: dict[str, Any], node_names: list[str] | None = None) -> list[str]:
     """Every rule the plan breaks, one message each naming the op(s); [] when it is sound."""
-    from planner.memory.verify import verify_memory_data
-    from planner.memory.verify_inserted import inserted_op_problems
-    from planner.verify_graph import verify_graph_data
-    from planner.verify_pins import pin_problems
-    from planner.verify_summary import summary_problems
+    from planner.verify.graph import verify_graph_data
+    from planner.verify.inserted import inserted_op_problems
+    from planner.verify.memory import verify_memory_data
+    from planner.verify.pins import pin_problems
+    from planner.verify.summary import summary_problems
 
     facts = Facts(plan, node_names)
     problems: list[str] = []

@@ -9,11 +9,11 @@ import pytest
 
 from planner.costs import CostModel
 from planner.memory import InfeasibleBudget, MemoryOptions, cpu_memory
-from planner.memory.verify import verify_memory_data
 from planner.ops import TensorType, get_op
 from planner.plan import Plan
 from planner.schedule import cpu_schedule
 from planner.verify import verify_plan_data
+from planner.verify.memory import verify_memory_data
 from tests.memory.conftest import SMALL, cpu_plan, replan, toy_target, training
 
 

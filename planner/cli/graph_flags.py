@@ -10,7 +10,7 @@
     --loss KIND[:OUTPUT]   a loss attached to an output, with a new label input
     --keep NAMES           tensors kept to the step's end, returned by the executor's step
     --train-dropout        ONNX: the Dropouts a training-mode export left without a flag train
-    --precision P, --loss-scale-*, --no-loss-scaling     (planner/precision_cli.py)
+    --precision P, --loss-scale-*, --no-loss-scaling     (planner/cli/precision.py)
 
 Example:
     >>> import argparse
@@ -36,8 +36,8 @@ OPTIMIZERS = ("sgd", "momentum", "adam", "adamw")
 
 def add_graph_flags(p: argparse.ArgumentParser, train: str | None = None) -> None:
     """GraphOptions' flags on command `p`; `train`: its default optimizer (None: inference)."""
+    from planner.cli.precision import add_precision_flags
     from planner.load import LOSS_HELP, kept_names
-    from planner.precision_cli import add_precision_flags
 
     p.add_argument("--train", choices=OPTIMIZERS, default=train,
                    help="the training graph (forward, backward, updates) with this optimizer"
@@ -63,9 +63,9 @@ def graph_options(args: argparse.Namespace) -> Any:
     """The GraphOptions the flags ask for; UserError naming the flag when they contradict."""
     from pydantic import ValidationError
 
+    from planner.cli.precision import loss_scaling
     from planner.graph.optimizer import Optimizer
     from planner.graph.options import GraphOptions
-    from planner.precision_cli import loss_scaling
 
     if args.train is None and (args.lr is not None or args.weight_decay is not None):
         raise UserError("--lr and --weight-decay need --train")

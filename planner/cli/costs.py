@@ -8,8 +8,8 @@ update` (fold an executor's measured op times back into one).
     planner costs update COSTS --from-stats STATS.json --plan PLAN [-o OUT]
 
 Profiling runs the generated kernels of every op signature of the graph that `planner plan`
-with the same graph flags (--train, --precision, --loss, ...: planner/prepare_cli.py) plans,
-on this machine's CPUs (codegen.profiling, which planner/cli.py passes in as the Measurers:
+with the same graph flags (--train, --precision, --loss, ...: planner/cli/graph_flags.py) plans,
+on this machine's CPUs (codegen.profiling, which planner/cli/main.py passes in as the Measurers:
 the planner's stages never import code generation), hill climbing over thread counts with
 compact and spread placements (planner.costs.profile). The table is written after every
 signature, so an interrupted run keeps what it measured and a second run resumes where it
@@ -39,9 +39,9 @@ from planner.errors import UserError
 def add_cost_commands(sub: Any, measurers: Callable[[], Any]) -> None:
     """`planner profile` and `planner costs update`; `measurers()` gives the
     planner.costs.profile.Measurers that run kernels (called only when profiling)."""
+    from planner.cli.flags import field_flag
+    from planner.cli.graph_flags import add_graph_flags
     from planner.costs.profile import ProfileOptions
-    from planner.flags import field_flag
-    from planner.prepare_cli import add_graph_flags
 
     p = sub.add_parser("profile", help="measure the op kernels of a graph on this machine",
                        description="Runs the generated executor's kernels of every op "
@@ -94,8 +94,10 @@ def run_profile(args: argparse.Namespace, measurers: Callable[[], Any]) -> int:
     from planner.target.presets import load_target
 
     target = load_target(args.target)  # `gpu` without a GPU: UserError, one line
-    if target.backend == "cuda":
-        return _measure_gpu(args, measurers, target)
+    return PROFILERS[target.backend](args, measurers, target)
+
+
+def _measure_cpu(args: argparse.Namespace, measurers: Callable[[], Any], target) -> int:
     target, graph, options, table = _profile_inputs(args, target)
     measure = measurers()
     if args.in_step:
@@ -130,8 +132,8 @@ def _profile_inputs(args: argparse.Namespace, target):
     for a target that is not this machine, bad options or a table of another target."""
     from pydantic import ValidationError
 
+    from planner.cli.flags import flag_message
     from planner.costs.profile import ProfileOptions
-    from planner.flags import flag_message
 
     if target.name != "host" and args.target != "host":
         raise UserError(f"--target {args.target}: profiling runs kernels on this machine; "
@@ -149,9 +151,9 @@ def _profile_inputs(args: argparse.Namespace, target):
 def _graph(args: argparse.Namespace, target):
     """The graph `planner plan` with the same flags plans on `target`: its kernels are the
     ones the plan prices."""
+    from planner.cli.graph_flags import graph_options
     from planner.graph.prepare import prepare
     from planner.pipeline import step_graph
-    from planner.prepare_cli import graph_options
 
     return step_graph(prepare(args.graph, graph_options(args)), target)
 
@@ -254,6 +256,12 @@ def _report(args: argparse.Namespace, run) -> int:
     # A table that lacks a signature prices it analytically: a script chaining profile and
     # plan must see that, as with any partial result.
     return 1 if run.failures else 0
+
+
+# How each backend's kernels are measured: the CPU's by signature (or in a running step), the
+# GPU's through its own profiler (codegen.gpu_profiling).
+PROFILERS: dict[str, Callable[[argparse.Namespace, Callable[[], Any], Any], int]] = {
+    "cpu": _measure_cpu, "cuda": _measure_gpu}
 
 
 def run_update(args: argparse.Namespace) -> int:

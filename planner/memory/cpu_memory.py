@@ -78,7 +78,7 @@ def cpu_memory(graph: Graph, schedule: Schedule, model: CostModel | None = None,
     layout = lay_out(buffers, hb, options.alignment, options.heuristics, CPU_FIRST,
                      limit=budget if budgeted else None)
     if layout is None or options.forces:  # the user's recomputes and offloads too
-        from planner.memory.cpu import cpu_budget_memory
+        from planner.memory.cpu_budget import cpu_budget_memory
 
         if any(n.op in COLLECTIVE_OPS for n in graph.nodes):
             if options.forces:

@@ -20,9 +20,9 @@ from planner.errors import UserError
 
 
 def add_plan_commands(sub: Any) -> None:
-    from planner.decisions_cli import add_decision_flags
-    from planner.flags import field_flag
-    from planner.prepare_cli import add_graph_flags
+    from planner.cli.decisions import add_decision_flags
+    from planner.cli.flags import field_flag
+    from planner.cli.graph_flags import add_graph_flags
     from planner.schedule import ScheduleOptions
     from planner.schedule.parallel import DataParallelOptions
 
@@ -121,14 +121,14 @@ def run_plan(args: argparse.Namespace) -> int:
 def _run_plan(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
+    from planner.cli.decisions import memory_decisions
+    from planner.cli.flags import flag_message
+    from planner.cli.graph_flags import graph_options
     from planner.costs import load_table
-    from planner.decisions_cli import memory_decisions
-    from planner.flags import flag_message
     from planner.graph.prepare import prepare
     from planner.load import write_text
     from planner.memory.options import MemoryOptions, parse_budget
     from planner.pipeline import PlanOptions, plan
-    from planner.prepare_cli import graph_options
     from planner.schedule import ScheduleOptions
     from planner.schedule.parallel import DataParallelOptions
     from planner.target.presets import load_target

@@ -7,7 +7,7 @@ and everything the plan derives from it is derived again here and compared:
     op_types     a plan op named after a graph node runs that node's op type
     ordering     the plan's stated ordering (lanes and happens-before edges) implies every
                  pair the graph and the inserted ops need ordered: data, in-place, buffers an
-                 inserted op writes or reads (planner.verify_order); the plan's deps are not
+                 inserted op writes or reads (planner.verify.order); the plan's deps are not
                  trusted
     bytes        a buffer holding a graph tensor has at least the tensor's bytes; offsets and
                  ends fit in 2^62
@@ -17,7 +17,7 @@ and everything the plan derives from it is derived again here and compared:
                  an inserted op writes (a node writes its outputs' own buffers only)
     readers      every op reading a tensor is listed as a reader of one of its buffers, and
                  every inserted op as a reader of the buffers it reads
-    collectives  (planner.verify_order.collective_problems) every two collectives are ordered
+    collectives  (planner.verify.order.collective_problems) every two collectives are ordered
                  by the stated ordering, so every rank, running the same plan, issues them in
                  one order
     buckets      a collective's bucket is gradients: each member a gradient (role grad) a
@@ -26,7 +26,7 @@ and everything the plan derives from it is derived again here and compared:
                  collective's output, so no rank steps on its own unreduced gradient
     aliases      the buffer the graph's node writes an in-place update into aliases a buffer
                  of the tensor it updates (a recompute's copy goes to scratch)
-                 (planner.memory.verify: an alias is one the graph says, update, view or
+                 (planner.verify.memory: an alias is one the graph says, update, view or
                  an output written over its input, whose old value no op reads later)
 
 Shares no code with the scheduler or the memory planner.
@@ -58,7 +58,7 @@ from pydantic import ValidationError
 from planner.graph.ir import Graph
 from planner.graph.validate import check_graph
 from planner.ops.collective import COLLECTIVE_OPS
-from planner.verify_order import StatedOrder, collective_problems, ordering_problems
+from planner.verify.order import StatedOrder, collective_problems, ordering_problems
 
 # No size or offset may come near 2^63, where int64 sums in the executor would wrap.
 MAX_BYTES = 2**62
@@ -136,7 +136,7 @@ def buffer_writers(graph: Graph, plan: dict[str, Any]) -> list[str]:
     for b in plan.get("tensors") or []:
         t = b.get("tensor") or ""
         if b["name"] not in declared and t not in graph.tensor_map:
-            continue  # a scratch area or workspace: its op's own (planner.memory.verify)
+            continue  # a scratch area or workspace: its op's own (planner.verify.memory)
         if b["name"] not in declared and b["name"] != t:
             problems.append(f"buffer {b['name']!r} holds tensor {t!r} under another name, but "
                             f"no inserted op writes it: the node producing {t!r} writes the "
@@ -153,7 +153,7 @@ def buffer_writers(graph: Graph, plan: dict[str, Any]) -> list[str]:
 
 def buffer_readers(graph: Graph, plan: dict[str, Any]) -> list[str]:
     """Every op reading a tensor is listed as a reader of one of its buffers, and every
-    inserted op as a reader of each buffer it reads (planner.memory.verify orders a buffer's
+    inserted op as a reader of each buffer it reads (planner.verify.memory orders a buffer's
     listed accesses)."""
     buffers = plan.get("tensors") or []
     of_tensor: dict[str, list[dict[str, Any]]] = defaultdict(list)
@@ -163,7 +163,7 @@ def buffer_readers(graph: Graph, plan: dict[str, Any]) -> list[str]:
     for t in graph.tensors:
         held = of_tensor.get(t.name, [])
         if not held:
-            continue  # planner.memory.verify reports a tensor no buffer holds
+            continue  # planner.verify.memory reports a tensor no buffer holds
         listed = {r for b in held for r in b.get("readers", ())}
         problems += [f"op {reader.name!r} reads tensor {t.name!r}, but no buffer of it lists "
                      f"that reader" for reader in graph.consumers.get(t.name, ())
@@ -178,7 +178,7 @@ def buffer_readers(graph: Graph, plan: dict[str, Any]) -> list[str]:
 
 def update_aliases(graph: Graph, plan: dict[str, Any]) -> list[str]:
     """The buffer the graph's node writes an in-place update into aliases a buffer of the
-    tensor it updates (a recompute's copy goes to scratch). planner.memory.verify checks that
+    tensor it updates (a recompute's copy goes to scratch). planner.verify.memory checks that
     every alias is one the graph says."""
     buffers = plan.get("tensors") or []
     names = {b["name"]: b for b in buffers}
@@ -203,7 +203,7 @@ def bucket_members(graph: Graph, plan: dict[str, Any]) -> list[str]:
     """A reducing collective's bucket is gradients of the step, each reduced once; where the
     graph reduces gradients, every gradient read by the node writing a parameter's next value
     comes out of a collective (module docstring, `buckets`). Re-derived from the graph's
-    gradient tensors: which buckets the plan's layout makes is planner.memory.verify's."""
+    gradient tensors: which buckets the plan's layout makes is planner.verify.memory's."""
     reducing = [n for n in graph.nodes if n.op in REDUCING]
     if not reducing:
         return []

@@ -24,7 +24,7 @@ from planner.cli import main
 from planner.verify import verify_plan_data
 from tests.offloading import offloading_plan
 
-PLANS = Path(__file__).resolve().parent.parent / "examples" / "plans"
+PLANS = Path(__file__).resolve().parent.parent.parent / "examples" / "plans"
 BEFORE, AFTER = "layer1/block2/relu", "layer2/block1/downsample/conv"
 
 

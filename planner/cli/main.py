@@ -21,10 +21,10 @@ EXIT_INTERNAL_ERROR = 3
 
 
 def _flag_message(e: Exception) -> str | None:
-    # An options record's refusal of a field a flag set names the flag (planner.flags).
+    # An options record's refusal of a field a flag set names the flag (planner.cli.flags).
     from pydantic import ValidationError
 
-    from planner.flags import flag_message
+    from planner.cli.flags import flag_message
 
     return flag_message(e) if isinstance(e, ValidationError) else None
 
@@ -34,11 +34,11 @@ def build_parser() -> argparse.ArgumentParser:
     # executors that `profile` measures kernels with (the stages never import codegen).
     from codegen.cli import add_build_commands
     from planner import __version__
-    from planner.costs.cli import add_cost_commands
-    from planner.explain_cli import add_explain_command
-    from planner.fit_cli import add_memory_commands
-    from planner.plan_cli import add_plan_commands
-    from planner.target.cli import add_target_commands
+    from planner.cli.costs import add_cost_commands
+    from planner.cli.explain import add_explain_command
+    from planner.cli.fit import add_memory_commands
+    from planner.cli.plan import add_plan_commands
+    from planner.cli.target import add_target_commands
 
     parser = argparse.ArgumentParser(
         prog="planner",
@@ -74,7 +74,7 @@ def executor_measurers():
 # ---- planner graph --------------------------------------------------------------------------
 
 def add_graph_command(sub: Any) -> None:
-    from planner.prepare_cli import add_graph_flags
+    from planner.cli.graph_flags import add_graph_flags
 
     p = sub.add_parser(
         "graph", help="summarize a graph, convert it to graph JSON, or build its training graph",
@@ -89,10 +89,10 @@ def add_graph_command(sub: Any) -> None:
 
 
 def run_graph(args: argparse.Namespace) -> int:
+    from planner.cli.graph_flags import graph_options
     from planner.graph.prepare import prepare
     from planner.graph.summary import summarize
     from planner.load import write_text
-    from planner.prepare_cli import graph_options
 
     graph = prepare(args.graph, graph_options(args))
     if args.output:

@@ -1,0 +1,129 @@
+"""The whole state of a training run as PyTorch names it, from and into an executor:
+
+    ckpt = ex.state_dict()      # {"model": .., "optimizer": {"state": .., "param_groups": ..},
+                                #  "planner": ..}
+    ex.load_state_dict(ckpt)    # every tensor checked, then all written
+
+`model` holds the parameters and buffers (BatchNorm running statistics) by graph name (a
+planner.torch executor's are its module's state_dict keys behind "model."); `optimizer` is
+laid out as torch.optim's `state_dict()`: `param_groups` with each group's `lr`,
+`weight_decay` and the indices of its parameters, `state` per index with `momentum_buffer`
+(momentum) or `step`, `exp_avg`, `exp_avg_sq` (Adam, AdamW); `planner` holds the rest of what
+the executor keeps between steps (the dropout step count, the fp16 loss scale and its
+clean-step count), so a run stopped and resumed from it continues bit for bit. A schedule's
+position is the step count the caller gives it (planner/runtime/schedules.py), kept beside
+this, as a PyTorch scheduler's `state_dict()` is.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+
+from planner.graph.ir import Graph
+from planner.graph.optimizer import (
+    HYPERPARAMETERS,
+    hyperparameter_tensor,
+    parse_hyperparameter_tensor,
+)
+
+# PyTorch's names of the update ops' state slots.
+TORCH_SLOTS = {"velocity": "momentum_buffer", "m": "exp_avg", "v": "exp_avg_sq"}
+UPDATES = {"SGD": 0, "ApplyMomentum": 1, "ApplyAdam": 2}
+
+
+def _layout(graph: Graph) -> tuple[list[str], dict[str, tuple[int, str]], dict[int, list[int]],
+                                   str | None]:
+    """(updated parameters in graph order, {state tensor: (parameter index, torch slot name)},
+    {group: parameter indices}, the step-count tensor or None) of a training graph."""
+    params: list[str] = []
+    slots: dict[str, tuple[int, str]] = {}
+    groups: dict[int, list[int]] = {}
+    step = None
+    for n in graph.nodes:
+        if n.op == "ShardedUpdate":
+            raise ValueError("state_dict: a ZeRO-sharded plan (--shard-optimizer) holds 1/N of "
+                             "the optimizer state per rank; save params() per rank instead")
+        if n.op not in UPDATES:
+            continue
+        k = len(params)
+        params.append(n.inputs[0])
+        for j in range(UPDATES[n.op]):
+            slot = n.inputs[2 + j].rsplit("/", 1)[-1]
+            slots[n.inputs[2 + j]] = (k, TORCH_SLOTS[slot])
+        if n.op == "ApplyAdam":  # it reads this step's count: the held one, incremented
+            count = graph.producer.get(n.inputs[4])
+            step = count.inputs[0] if count is not None else n.inputs[4]
+        parsed = parse_hyperparameter_tensor(n.inputs[-2])
+        groups.setdefault(parsed[0] if parsed else 0, []).append(k)
+    return params, slots, groups, step
+
+
+def _graph(ex: Any) -> Graph:
+    return Graph.model_validate(json.loads(ex.plan)["graph"])
+
+
+def state_dict(ex: Any) -> dict[str, Any]:
+    """The run's state held by executor `ex` (module docstring): copies, by PyTorch's names."""
+    graph = _graph(ex)
+    held = ex.params()
+    params, slots, groups, step = _layout(graph)
+    hyper = ex.hyperparameters()
+    state: dict[int, dict[str, Any]] = {}
+    model, planner = {}, {}
+    for name, value in held.items():
+        if name in slots:
+            k, slot = slots[name]
+            state.setdefault(k, {})[slot] = value
+        elif parse_hyperparameter_tensor(name) is not None:
+            continue  # in param_groups
+        elif name == step:
+            for k in range(len(params)):
+                state.setdefault(k, {})["step"] = value.copy()
+        elif graph.tensor(name).role == "param" or (
+                graph.tensor(name).role == "state" and not name.startswith(("rng/", "optim/"))):
+            model[name] = value
+        else:
+            planner[name] = value
+    param_groups = [{**hyper.get(g, {}), "params": groups[g]} for g in sorted(groups)]
+    return {"model": model,
+            "optimizer": {"state": dict(sorted(state.items())), "param_groups": param_groups},
+            "planner": planner}
+
+
+def load_state_dict(ex: Any, checkpoint: dict[str, Any]) -> None:
+    """Load a `state_dict` into executor `ex` (a fresh one or the same): ValueError naming
+    what is missing or does not fit, before anything is written."""
+    graph = _graph(ex)
+    params, slots, groups, step = _layout(graph)
+    try:
+        model, optimizer = checkpoint["model"], checkpoint["optimizer"]
+        planner, state = checkpoint.get("planner", {}), optimizer["state"]
+        param_groups = optimizer["param_groups"]
+    except (KeyError, TypeError) as e:
+        raise ValueError(f"load_state_dict: the checkpoint lacks {e}; expected model, "
+                         f"optimizer (state, param_groups) and planner") from None
+    flat = {**model, **planner}
+    by_slot = {v: k for k, v in slots.items()}
+    for (k, slot), name in by_slot.items():
+        try:
+            flat[name] = state[k][slot]
+        except (KeyError, TypeError):
+            raise ValueError(f"load_state_dict: optimizer state of parameter {k} "
+                             f"({params[k]!r}) lacks {slot!r}") from None
+    if step is not None:
+        try:
+            flat[step] = np.asarray(state[0]["step"], np.float32)
+        except (KeyError, TypeError):
+            raise ValueError("load_state_dict: optimizer state 0 lacks 'step'") from None
+    if len(param_groups) != len(groups):
+        raise ValueError(f"load_state_dict: {len(param_groups)} parameter group(s), the plan "
+                         f"has {len(groups)}")
+    for g, group in zip(sorted(groups), param_groups, strict=True):
+        for name in HYPERPARAMETERS:
+            if name not in group:
+                raise ValueError(f"load_state_dict: parameter group {g} lacks {name!r}")
+            flat[hyperparameter_tensor(g, name)] = np.asarray(group[name], np.float32)
+    ex.load_params(flat)
