@@ -140,7 +140,7 @@ def test_the_command_exits_1_when_a_signature_was_not_measured(tmp_path, capsys)
     `plan --costs` must see the partial result in the exit code (130 stays 'interrupted')."""
     import argparse
 
-    from planner.costs.cli import _report
+    from planner.cli.costs import _report
 
     def time_op(s, k, cpus):
         if s == sig(2):
