@@ -43,6 +43,7 @@ from planner.memory.cpu_memory import cpu_memory
 from planner.memory.decision import MemoryDecision
 from planner.memory.gpu import gpu_memory
 from planner.memory.options import MemoryOptions
+from planner.memory.variants import ScheduleVariant, schedule_variants
 from planner.plan import MemoryPlan, OpPlan, Plan, PlanProvenance, PlanTarget, Summary, digest
 from planner.records import Backend, Record
 from planner.schedule.cpu import cpu_schedule
@@ -72,6 +73,9 @@ class PlanOptions(Record):
     schedule: ScheduleOptions = ScheduleOptions()
     memory: MemoryOptions = MemoryOptions()
     data_parallel: DataParallelOptions = DataParallelOptions()
+    # Carry the schedule's variants for fewer free cores (planner.memory.variants); a
+    # one-process CPU plan only.
+    variants: bool = True
 
 
 @dataclass(frozen=True)
@@ -102,6 +106,9 @@ class BackendPlanner:
     # one-stream plan does (co-running streams are kept only where they meet it too), so fit
     # plans one stream, the same answer without a second memory plan per trial.
     fit_schedule: ScheduleOptions
+    # The plan's variants for fewer free cores (planner.memory.variants), or None: a GPU's
+    # streams are not shared with other processes' threads.
+    variants: Callable[..., tuple[ScheduleVariant, ...]] | None = None
 
 
 def _cpu_resources(target: Target, ops: tuple[OpPlan, ...] = ()) -> PlanTarget:
@@ -134,7 +141,8 @@ BACKENDS: dict[Backend, BackendPlanner] = {
     "cpu": BackendPlanner(cpu_schedule, cpu_memory, _cpu_resources,
                           lambda t: t.host_memory_bytes, arena_limited=True,
                           one_lane=_cpu_one_lane, ranks_share_host=True,
-                          memory_orders=lambda s: True, fit_schedule=ScheduleOptions()),
+                          memory_orders=lambda s: True, fit_schedule=ScheduleOptions(),
+                          variants=schedule_variants),
     "cuda": BackendPlanner(stream_schedule, gpu_memory, _gpu_resources,
                            lambda t: t.gpus[0].memory_bytes, arena_limited=False,
                            one_lane=_gpu_one_lane, ranks_share_host=False,
@@ -303,11 +311,17 @@ def assemble(graph: Graph, model: CostModel, options: PlanOptions, schedule: Sch
         # Data parallelism is named only when used: one-process plans read as they did.
         options=options.model_dump(mode="json", exclude=None if options.data_parallel.ranks > 1
                                    else {"data_parallel"}), tool=f"planner {__version__}")
+    # The schedule for fewer free cores: a one-process plan's (a data-parallel plan's comm
+    # lane orders the collectives every rank issues).
+    make_variants = BACKENDS[schedule.backend].variants
+    variants = (make_variants(graph, ops, memory.inserted, memory.tensors, model)
+                if make_variants is not None and options.variants
+                and options.data_parallel.ranks == 1 else ())
     return Plan(graph=graph, kind=graph.kind, backend=schedule.backend,
                 target=BACKENDS[schedule.backend].resources(target, ops), ops=ops,
                 happens_before=happens, tensors=memory.tensors,
                 memory=MemoryPlan(ops=memory.inserted, convs=memory.convs), summary=summary,
-                provenance=provenance)
+                provenance=provenance, variants=variants)
 
 
 def _on_host(ops: tuple[OpPlan, ...], ids: tuple[int, ...]) -> tuple[OpPlan, ...]:

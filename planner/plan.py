@@ -62,6 +62,7 @@ from planner.memory.decision import (  # noqa: F401 - the plan's memory records,
     MemorySummary,
     TensorPlan,
 )
+from planner.memory.variants import ScheduleVariant
 from planner.records import Backend, Record, Seconds, Stream, canonical_json
 from planner.schedule.record import Edge, ScheduledOp, cpu_ranges  # noqa: F401 - re-exported
 
@@ -150,6 +151,9 @@ class Plan(Record):
     memory: MemoryPlan = MemoryPlan()
     summary: Summary
     provenance: PlanProvenance
+    # The schedule for fewer free cores: per core count, every op on one unpinned lane in
+    # execution order (planner.memory.variants); the executor picks one at run time.
+    variants: tuple[ScheduleVariant, ...] = ()
 
     model_config = Record.model_config | {"populate_by_name": True}
 

@@ -11,6 +11,7 @@ list every plan goes through:
     pins.py      the user's memory decisions (keep, recompute, offload, region budgets)
     graph.py     the plan against the graph it embeds
     order.py     what the executor orders, and every pair of ops that must be ordered
+    variants.py  the schedule variants for fewer free cores
 """
 
 from planner.verify.rules import verify_plan, verify_plan_data, verify_plan_text  # noqa: F401

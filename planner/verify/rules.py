@@ -30,6 +30,8 @@ ops) and the rule that failed. `verify_plan_data` is the list of rules, each a f
                    planner.verify.order) implies every pair the graph and the inserted ops
                    need ordered, and orders every two collectives (one order on every rank);
                    a collective's bucket is the step's gradients
+    variants       (planner.verify.variants) the schedule for fewer free cores: one lane in
+                   execution order keeps every stated ordering; thread counts within cores
 
 What each rule means for a user: docs/verify.md.
 
@@ -85,6 +87,7 @@ def verify_plan_data(plan: dict[str, Any], node_names: list[str] | None = None) 
     from planner.verify.memory import verify_memory_data
     from planner.verify.pins import pin_problems
     from planner.verify.summary import summary_problems
+    from planner.verify.variants import variant_problems
 
     facts = Facts(plan, node_names)
     problems: list[str] = []
@@ -94,6 +97,7 @@ def verify_plan_data(plan: dict[str, Any], node_names: list[str] | None = None) 
     problems += summary_problems(plan)
     problems += verify_memory_data(plan, facts.hb)
     problems += pin_problems(plan)  # the user's decisions, from the options it records
+    problems += variant_problems(plan)  # the schedule for fewer free cores
     if "graph" in plan:
         problems += verify_graph_data(plan, facts.hb)
     return problems

@@ -89,6 +89,16 @@ struct Schedule {
   // operands to TF32 on a GPU that has it (the tf32 precision policy), 0 for float32 math.
   // The CPU executor ignores it (no CPU has TF32).
   int tf32;
+  // The schedule for fewer free cores (planner/memory/variants.py): variant v runs every op
+  // on one unpinned lane in plan order, op k on variant_threads[v * num_ops + k] threads. It
+  // serves a process granted at least variant_cores[v] cores; variant_seconds[v] is its
+  // predicted step, step_seconds the main schedule's.
+  int num_variants;
+  const char* const* variant_names;
+  const int* variant_cores;
+  const int* variant_threads;
+  const double* variant_seconds;
+  double step_seconds;
 };
 
 }  // namespace planner

@@ -12,6 +12,8 @@
 #include "executor.h"
 #include "bindings.h"
 
+#include <nanobind/stl/optional.h>
+
 namespace nb = nanobind;
 using namespace nb::literals;
 
@@ -58,6 +60,29 @@ struct Io {
     // blocks of its own where the plan's area was too small (kernels allocate nothing else).
     d["host_store_bytes"] = ex.host_store_bytes();
     d["held_bytes"] = ex.arena_bytes() + ex.host_store_bytes() + ex.unplanned_scratch_bytes();
+    d["schedule"] = schedule_stats(ex.schedule_choice());
+  }
+  // Which schedule ran (the main one or a variant for fewer free cores), why, and what each
+  // measured (choice.h).
+  static nb::dict schedule_stats(const ScheduleChoice& c) {
+    nb::dict d;
+    d["running"] = c.options()[c.current()].name;
+    d["reason"] = c.reason();
+    d["pinned"] = c.pinned() >= 0;
+    d["switches"] = c.switches();
+    d["granted_cores"] = c.granted() == (1 << 30) ? -1 : c.granted();
+    nb::list all;
+    for (const auto& o : c.options()) {
+      nb::dict e;
+      e["name"] = o.name;
+      e["cores"] = o.cores;
+      e["predicted_seconds"] = o.predicted;
+      e["mean_seconds"] = o.mean;
+      e["steps"] = o.runs;
+      all.append(e);
+    }
+    d["schedules"] = all;
+    return d;
   }
 };
 
@@ -97,4 +122,31 @@ NB_MODULE(planner_cpu_rt, m) {
       "Pin each lane's team to the plan's CPUs (True, the default) or leave its threads where "
       "the OS puts them (False: on a machine other busy processes share, a pinned thread "
       "waits for its one CPU); between steps.");
+  cls.def(
+      "set_variant",
+      [](Executor& ex, std::optional<std::string> name) {
+        auto lock = planner::hold(ex);  // not while a step runs
+        if (!ex.concurrent())
+          throw nb::value_error("set_variant: this executor runs ops one at a time in plan "
+                                "order (concurrent=False); it has no schedules to choose");
+        ex.set_variant(name.value_or(""));
+      },
+      "name"_a.none(),
+      "Run the named schedule ('main' or a variant from variants()) from the next step on; "
+      "None: choose by the cores granted and the step times measured (the default).");
+  cls.def(
+      "variants",
+      [](const Executor& ex) {
+        nb::list out;
+        for (const auto& o : ex.schedule_choice().options()) {
+          nb::dict e;
+          e["name"] = o.name;
+          e["cores"] = o.cores;
+          e["predicted_seconds"] = o.predicted;
+          out.append(e);
+        }
+        return out;
+      },
+      "The schedules this executor chooses from: the plan's main one, then its variants for "
+      "fewer free cores (most cores first), each with the cores it needs and its predicted step.");
 }

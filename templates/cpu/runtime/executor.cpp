@@ -2,6 +2,8 @@
 
 #include <omp.h>
 
+#include "granted.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -17,7 +19,9 @@ Executor::Executor(const std::string& schedule_path, bool concurrent, int jitter
       stream_(engine_),
       arena_(loaded_.get().arena_bytes),
       host_store_(loaded_.get().host_bytes),
-      watchdog_seconds_(watchdog_seconds) {
+      watchdog_seconds_(watchdog_seconds),
+      choice_(choice_options(loaded_.get())),
+      jitter_us_(jitter_us) {
   // NaN compares false: a step would never time out, or (0, negative) fail at once.
   if (!(watchdog_seconds > 0.0) || watchdog_seconds == HUGE_VAL)
     throw std::invalid_argument("watchdog_seconds=" + std::to_string(watchdog_seconds) +
@@ -63,27 +67,101 @@ Executor::Executor(const std::string& schedule_path, bool concurrent, int jitter
   }
   // Each op's scratch: its planned area when that holds what the kernel asks for, else a block
   // of its own (never shared: ops may run at the same time).
-  for (int k = 0; k < s.num_ops; ++k) {
-    const OpSpec& op = s.ops[k];
-    int64_t need = static_cast<int64_t>(kernels_[k]->scratch_bytes());
-    if (need <= std::max<int64_t>(op.scratch_bytes, 0)) {
-      scratch_[k] = op.scratch_bytes > 0 ? arena_.base() + op.scratch_offset : nullptr;
-    } else {
-      overflow_[k] = std::make_unique<Arena>(need);
-      unplanned_ += need;
-      scratch_[k] = overflow_[k]->base();
-    }
-  }
+  for (int k = 0; k < s.num_ops; ++k)
+    scratch_[k] = scratch_area(s.ops[k], *kernels_[k], &overflow_[k]);
+  for (int v = 0; v < s.num_variants; ++v) variants_.push_back(nullptr);
 }
 
-void Executor::create(int k) {
+char* Executor::scratch_area(const OpSpec& op, const Kernel& kernel,
+                             std::unique_ptr<Arena>* overflow) {
+  int64_t need = static_cast<int64_t>(kernel.scratch_bytes());
+  if (need <= std::max<int64_t>(op.scratch_bytes, 0))
+    return op.scratch_bytes > 0 ? arena_.base() + op.scratch_offset : nullptr;
+  *overflow = std::make_unique<Arena>(need);
+  unplanned_ += need;
+  return (*overflow)->base();
+}
+
+std::vector<ScheduleChoice::Option> Executor::choice_options(const Schedule& s) {
+  // The main schedule needs every logical CPU it pins a team to.
+  std::vector<char> used;
+  for (int k = 0; k < s.num_ops; ++k)
+    for (int c = 0; c < s.ops[k].num_cpus; ++c) {
+      int cpu = s.cpus[s.ops[k].first_cpu + c];
+      if (cpu >= static_cast<int>(used.size())) used.resize(cpu + 1, 0);
+      used[cpu] = 1;
+    }
+  int cores = std::max<int>(1, static_cast<int>(std::count(used.begin(), used.end(), 1)));
+  std::vector<ScheduleChoice::Option> out{{"main", cores, s.step_seconds}};
+  for (int v = 0; v < s.num_variants; ++v)
+    out.push_back({s.variant_names[v], s.variant_cores[v], s.variant_seconds[v]});
+  return out;
+}
+
+Lanes& Executor::variant_lanes(int v) {
+  std::unique_ptr<Variant>& slot = variants_[v];
+  if (slot) return *slot->lanes;
   const Schedule& s = schedule();
-  const OpSpec& op = s.ops[k];
+  auto x = std::make_unique<Variant>();
+  x->ops.assign(s.ops, s.ops + s.num_ops);
+  for (int k = 0; k < s.num_ops; ++k) {
+    OpSpec& op = x->ops[k];
+    // One lane in plan order: every wait names an earlier op, already done on this lane.
+    op.threads = s.variant_threads[v * s.num_ops + k];
+    op.lane = 0;
+    op.num_cpus = 0;
+    op.smt = false;
+    op.group = -1;
+  }
+  x->schedule = s;
+  x->schedule.ops = x->ops.data();
+  x->schedule.num_lanes = 1;
+  x->kernels.resize(s.num_ops);
+  x->scratch.assign(s.num_ops, nullptr);
+  x->overflow.resize(s.num_ops);
+  x->stream = std::make_unique<dnnl::stream>(engine_);
+  Variant* raw = x.get();
+  x->lanes = std::make_unique<Lanes>(
+      x->schedule, [this, raw](int k) { raw->kernels[k] = make_kernel(raw->ops[k]); },
+      [this, raw](int k) {
+        run_kernel(k, *raw->kernels[k], raw->scratch[k], *raw->stream, raw->ops[k].threads);
+      },
+      jitter_us_);
+  x->lanes->set_pinning(false);
+  for (int k = 0; k < s.num_ops; ++k)
+    x->scratch[k] = scratch_area(x->ops[k], *x->kernels[k], &x->overflow[k]);
+  slot = std::move(x);
+  return *slot->lanes;
+}
+
+void Executor::set_variant(const std::string& name) {
+  if (name.empty()) return choice_.pin(-1);
+  const auto& options = choice_.options();
+  for (int i = 0; i < static_cast<int>(options.size()); ++i)
+    if (options[i].name == name) return choice_.pin(i);
+  std::string known;
+  for (const auto& o : options) known += (known.empty() ? "" : ", ") + o.name;
+  throw std::invalid_argument("no schedule named '" + name + "' in this plan (it has " + known +
+                              ")");
+}
+
+int Executor::granted_cores() {
+  // The quota changes rarely and costs a few file reads: read every 64 steps.
+  if (quota_checked_ < 0 || steps_ - quota_checked_ >= 64) {
+    quota_ = quota_cores();
+    quota_checked_ = steps_;
+  }
+  return std::min(affinity_cores(), quota_);
+}
+
+void Executor::create(int k) { kernels_[k] = make_kernel(schedule().ops[k]); }
+
+KernelPtr Executor::make_kernel(const OpSpec& op) {
   std::vector<TensorRef> in, out;
-  op_tensors(s, op, &in, &out);
+  op_tensors(schedule(), op, &in, &out);
   try {
     Node node{&op, in, out, Attrs(op.attrs), engine_, kernel_threads(op)};
-    kernels_[k] = registry().at(op.op)(node);
+    return registry().at(op.op)(node);
   } catch (const std::exception& e) {
     throw std::runtime_error(op_label(op) + ": " + e.what());
   }
@@ -92,9 +170,14 @@ void Executor::create(int k) {
 void Executor::run(int k) {
   const OpSpec& op = schedule().ops[k];
   dnnl::stream& stream = lane_streams_.empty() ? stream_ : lane_streams_[op.lane];
-  Run r{ptr_.data(), scratch_[k], stream.get(), kernel_threads(op), &collective_};
+  run_kernel(k, *kernels_[k], scratch_[k], stream, kernel_threads(op));
+}
+
+void Executor::run_kernel(int k, Kernel& kernel, char* scratch, dnnl::stream& stream,
+                          int threads) {
+  Run r{ptr_.data(), scratch, stream.get(), threads, &collective_};
   auto t0 = std::chrono::steady_clock::now();
-  kernels_[k]->run(r);
+  kernel.run(r);
   auto t1 = std::chrono::steady_clock::now();
   stats_[k].seconds += std::chrono::duration<double>(t1 - t0).count();
   stats_[k].calls += 1;
@@ -148,7 +231,12 @@ void Executor::run_step() {
   step_began_ = std::chrono::steady_clock::now();
   if (lanes_) {
     try {
-      lanes_->step(watchdog_seconds_);
+      int chosen = choice_.before_step(granted_cores());
+      Lanes& lanes = chosen == 0 ? *lanes_ : variant_lanes(chosen - 1);
+      step_began_ = std::chrono::steady_clock::now();
+      lanes.step(watchdog_seconds_);
+      choice_.after_step(std::chrono::duration<double>(std::chrono::steady_clock::now() -
+                                                       step_began_).count());
     } catch (const std::exception& e) {
       throw StepError(e.what());
     }

@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "choice.h"
 #include "executor_core.h"
 #include "kernel.h"
 #include "lanes.h"
@@ -61,6 +62,11 @@ class Executor : public ExecutorCore {
   void set_pinning(bool on) {
     if (lanes_) lanes_->set_pinning(on);
   }
+  // The schedule for fewer free cores (choice.h): which one the next step runs is chosen by
+  // what the process is granted and measures, unless pinned (a name from schedule_choice's
+  // options; "" returns to the rule). Between steps; the concurrent executor only.
+  void set_variant(const std::string& name);
+  const ScheduleChoice& schedule_choice() const { return choice_; }
 
  private:
   dnnl::engine engine_;
@@ -77,6 +83,22 @@ class Executor : public ExecutorCore {
   std::chrono::steady_clock::time_point step_began_;
   std::vector<std::pair<double, double>> span_;  // per op: (start, end) in the last step
   Collective collective_;
+  // A variant: the plan's ops on one unpinned lane with their own thread counts, its kernels
+  // made the first time it runs (oneDNN sizes a kernel's work split for its team).
+  struct Variant {
+    std::vector<OpSpec> ops;
+    Schedule schedule;
+    std::vector<KernelPtr> kernels;
+    std::vector<char*> scratch;
+    std::vector<std::unique_ptr<Arena>> overflow;
+    std::unique_ptr<dnnl::stream> stream;
+    std::unique_ptr<Lanes> lanes;
+  };
+  std::vector<std::unique_ptr<Variant>> variants_;  // choice_ option v + 1
+  ScheduleChoice choice_;
+  int64_t quota_checked_ = -1;
+  int quota_ = 1 << 30;
+  int jitter_us_;
   std::unique_ptr<Lanes> lanes_;  // its threads stop before the rest is destroyed
   // Runs every op: on the lanes, or one at a time in plan order; per-op times go to stats.
   void run_step() override;
@@ -85,6 +107,14 @@ class Executor : public ExecutorCore {
   char* home(int id) const;  // tensor id's bytes in the arena or the host store
   void create(int k);
   void run(int k);
+  KernelPtr make_kernel(const OpSpec& op);
+  // Op k's scratch: its planned area when that holds what the kernel asks for, else a block
+  // of its own in *overflow (never shared: ops may run at the same time), counted unplanned.
+  char* scratch_area(const OpSpec& op, const Kernel& kernel, std::unique_ptr<Arena>* overflow);
+  static std::vector<ScheduleChoice::Option> choice_options(const Schedule& s);
+  void run_kernel(int k, Kernel& kernel, char* scratch, dnnl::stream& stream, int threads);
+  Lanes& variant_lanes(int v);
+  int granted_cores();
 };
 
 }  // namespace planner

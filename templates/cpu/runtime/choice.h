@@ -1,0 +1,143 @@
+// Which schedule a step runs: the plan's main one (pinned teams co-running on its lanes) or a
+// variant for fewer free cores (planner/memory/variants.py: one unpinned lane). No oneDNN,
+// no threads: the executor asks before each step and reports the step's time after it.
+//
+// The rule (docs/executor.md, "Busy machines"):
+//  - never a schedule that needs more cores than the process is granted (affinity mask,
+//    cgroup quota: granted.h); when the running one stops fitting, the fastest predicted one
+//    that fits;
+//  - each schedule's step time is tracked (a moving average, the first step after a switch
+//    left out: its pages and caches are cold); when the running schedule is slower than
+//    predicted by kSlow (other processes hold its cores), fitting schedules not measured yet
+//    are tried, one at a time, for kMeasured steps each;
+//  - a measured schedule replaces the running one only when faster by kMargin (hysteresis);
+//  - now and then (every kFirstProbe steps, doubling to kLastProbe while probes lose) the
+//    fastest predicted schedule is measured again, so the executor goes back to the main
+//    schedule when the machine quietens.
+// A user may pin one (pin(i)); pin(-1) returns to the rule.
+#pragma once
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace planner {
+
+class ScheduleChoice {
+ public:
+  struct Option {
+    std::string name;
+    int cores;          // the fewest granted cores it runs on
+    double predicted;   // the plan's predicted step, seconds
+    double mean = 0.0;  // measured step, moving average (seconds)
+    int64_t steps = 0;  // steps measured since it was last (re)started
+    int64_t runs = 0;   // steps it ran, all told
+  };
+  static constexpr double kSlow = 1.3, kMargin = 0.9, kAlpha = 0.25;
+  static constexpr int64_t kMeasured = 3, kFirstProbe = 64, kLastProbe = 4096;
+
+  explicit ScheduleChoice(std::vector<Option> options) : options_(std::move(options)) {}
+
+  // The schedule the next step runs, given the cores the process is granted now.
+  int before_step(int granted) {
+    granted_ = granted;
+    if (pinned_ >= 0) return current_;
+    if (!fits(current_)) {
+      int best = fastest_predicted();
+      switch_to(best, "granted " + std::to_string(granted) + " core(s): " +
+                          options_[current_].name + " needs " +
+                          std::to_string(options_[current_].cores));
+      return current_;
+    }
+    if (++since_probe_ >= probe_every_) {
+      since_probe_ = 0;
+      int best = fastest_predicted();
+      if (best != current_) {
+        probing_ = true;
+        probe_every_ = std::min(probe_every_ * 2, kLastProbe);
+        restart(best);
+        switch_to(best, "measuring " + options_[best].name + " again (the machine may have "
+                        "quietened)");
+      }
+    }
+    return current_;
+  }
+
+  void after_step(double seconds) {
+    Option& o = options_[current_];
+    o.runs += 1;
+    if (warm_) {
+      o.mean = o.steps ? (1 - kAlpha) * o.mean + kAlpha * seconds : seconds;
+      o.steps += 1;
+    }
+    warm_ = true;
+    if (pinned_ >= 0 || o.steps < kMeasured) return;
+    // A measured schedule faster by the margin wins (a probe that wins resets the backoff).
+    int best = current_;
+    for (int i = 0; i < static_cast<int>(options_.size()); ++i)
+      if (fits(i) && options_[i].steps >= kMeasured &&
+          options_[i].mean < options_[best].mean * kMargin)
+        best = i;
+    if (best != current_) {
+      switch_to(best, "measured " + ms(options_[best].mean) + " per step against " +
+                          ms(o.mean) + " on " + o.name);
+      return;
+    }
+    if (probing_) {
+      probing_ = false;
+      probe_every_ = kFirstProbe;  // the probe won or tied: keep it, probe rarely again
+    }
+    if (o.mean > o.predicted * kSlow) {
+      for (int i = 0; i < static_cast<int>(options_.size()); ++i)
+        if (i != current_ && fits(i) && options_[i].steps < kMeasured) {
+          switch_to(i, o.name + " took " + ms(o.mean) + " per step, predicted " +
+                           ms(o.predicted) + ": trying " + options_[i].name);
+          return;
+        }
+    }
+  }
+
+  // Run option i from now on (-1: back to the rule).
+  void pin(int i) {
+    pinned_ = i;
+    if (i >= 0) switch_to(i, "pinned by set_variant");
+    else reason_ = "chosen by the rule again (set_variant(None))";
+  }
+  int current() const { return current_; }
+  int pinned() const { return pinned_; }
+  int granted() const { return granted_; }
+  int64_t switches() const { return switches_; }
+  const std::string& reason() const { return reason_; }
+  const std::vector<Option>& options() const { return options_; }
+
+ private:
+  bool fits(int i) const { return options_[i].cores <= granted_; }
+  int fastest_predicted() const {
+    int best = -1;
+    for (int i = 0; i < static_cast<int>(options_.size()); ++i)
+      if (fits(i) && (best < 0 || options_[i].predicted < options_[best].predicted)) best = i;
+    // Nothing fits (granted fewer cores than the smallest variant needs): the smallest.
+    return best >= 0 ? best : static_cast<int>(options_.size()) - 1;
+  }
+  void restart(int i) { options_[i].steps = 0; }
+  void switch_to(int i, std::string why) {
+    reason_ = std::move(why);
+    if (i == current_) return;
+    current_ = i;
+    warm_ = false;
+    switches_ += 1;
+  }
+  static std::string ms(double s) { return std::to_string(static_cast<int>(s * 1e6)) + " us"; }
+
+  std::vector<Option> options_;  // 0: the main schedule; then the variants, most cores first
+  int current_ = 0;
+  int pinned_ = -1;
+  int granted_ = 1 << 30;
+  bool warm_ = false;
+  bool probing_ = false;
+  int64_t since_probe_ = 0, probe_every_ = kFirstProbe;
+  int64_t switches_ = 0;
+  std::string reason_ = "the plan's schedule (nothing contends)";
+};
+
+}  // namespace planner
