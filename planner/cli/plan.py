@@ -56,6 +56,9 @@ def add_plan_commands(sub: Any) -> None:
                    help="--data-parallel: L of the N processes share one host (torchrun "
                         "--nproc-per-node L); each plans for and runs on its 1/L of the cores "
                         "(planner.target.shares)")
+    p.add_argument("--no-variants", action="store_true",
+                   help="leave out the schedules for fewer free cores (docs/executor.md: what "
+                        "the executor runs when other processes hold some of the cores)")
     p.add_argument("--interconnect", metavar="FILE",
                    help="--data-parallel: the link between ranks, measured (planner profile "
                         "--all-reduce N -o FILE); default: the target's estimate")
@@ -148,7 +151,8 @@ def _run_plan(args: argparse.Namespace) -> int:
                                               bucket_bytes=args.bucket_bytes,
                                               ranks_per_host=args.ranks_per_host,
                                               shard_optimizer=args.shard_optimizer,
-                                              link=_link(args.interconnect)))
+                                              link=_link(args.interconnect)),
+            variants=not args.no_variants)
     except ValidationError as e:
         raise UserError(flag_message(e) or e.errors()[0]["msg"].removeprefix("Value error, ")
                         ) from None
@@ -254,6 +258,10 @@ def format_summary(plan: dict[str, Any]) -> str:
         threads = ",".join(f"{k}x{n}" for k, n in v["threads"].items())
         smt = f", {v['smt']} on SMT" if v["smt"] else ""
         lines.append(f"  {op:<24} {v['count']:>5} {v['seconds'] * 1e3:>10.3f}  {threads}{smt}")
+    if plan.get("variants"):
+        lines.append("schedules for fewer free cores (one unpinned lane; docs/executor.md):")
+        lines += [f"  {v['name']:<10} step {v['step_seconds'] * 1e3:.3f} ms, up to "
+                  f"{max(v['threads'])} threads per op" for v in plan["variants"]]
     return "\n".join(lines)
 
 
