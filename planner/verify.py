@@ -30,6 +30,9 @@ ops) and the rule that failed. `verify_plan_data` is the list of rules, each a f
                    planner.verify_order) implies every pair the graph and the inserted ops
                    need ordered, and orders every two collectives (one order on every rank);
                    a collective's bucket is the step's gradients
+    evaluation     (a training plan's evaluation schedule) planner.verify_evaluation: derived
+                   from the embedded graph, sound by these rules, its parameters and states
+                   bound to the training plan's buffers of the same names
 
 What each rule means for a user: docs/verify.md.
 
@@ -96,6 +99,10 @@ def verify_plan_data(plan: dict[str, Any], node_names: list[str] | None = None) 
     problems += pin_problems(plan)  # the user's decisions, from the options it records
     if "graph" in plan:
         problems += verify_graph_data(plan, facts.hb)
+    if plan.get("evaluation") is not None:
+        from planner.verify_evaluation import evaluation_problems
+
+        problems += evaluation_problems(plan, verify_plan_data)
     return problems
 
 

@@ -8,7 +8,7 @@ Layers, lowest first (a module may import its own layer or a lower one):
     memory    planner/memory/
     plan      the Plan record and what reads finished plans: plan.py, verify*.py (and the
               arena rules of memory/verify.py, verify_pins.py), diff.py, memory_report.py,
-              replay.py
+              replay.py, evaluation.py (a training plan's evaluation record)
     driver    the pipeline and what runs it: pipeline.py, fit.py and curve.py (searches over
               whole plans), explain.py (re-plans a plan to say why)
     codegen   codegen/ (its profiling plans the placements it times through the driver)
@@ -34,7 +34,8 @@ FOLDERS = {"planner.costs": "costs", "planner.schedule": "schedule", "planner.me
 PLAN = {"planner.plan", "planner.memory.verify", "planner.memory.verify_inserted",
         "planner.verify", "planner.verify_graph",
         "planner.verify_order", "planner.verify_summary", "planner.diff", "planner.memory_report",
-        "planner.replay", "planner.verify_pins"}
+        "planner.replay", "planner.verify_pins", "planner.evaluation",
+        "planner.verify_evaluation"}
 ENTRY_POINTS = {"planner.cli", "planner.torch", "planner.torch.training"}
 DRIVER = {"planner.pipeline", "planner.fit", "planner.curve", "planner.explain"}
 
