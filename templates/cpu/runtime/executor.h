@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "evaluation.h"
 #include "executor_core.h"
 #include "kernel.h"
 #include "lanes.h"
@@ -62,6 +63,13 @@ class Executor : public ExecutorCore {
     if (lanes_) lanes_->set_pinning(on);
   }
 
+  // ---- evaluation from the same build (Plan.evaluation; evaluation.h) -------------------
+  // Whether the schedule library exports an evaluation schedule (a training plan's).
+  bool has_evaluation() const { return loaded_.exports("planner_evaluation_schedule"); }
+  // The evaluation, its kernels created at the first call (between steps: the caller holds
+  // mutex()). Throws when the plan carries none.
+  Evaluation& evaluation();
+
  private:
   dnnl::engine engine_;
   dnnl::stream stream_;
@@ -78,6 +86,7 @@ class Executor : public ExecutorCore {
   std::vector<std::pair<double, double>> span_;  // per op: (start, end) in the last step
   Collective collective_;
   std::unique_ptr<Lanes> lanes_;  // its threads stop before the rest is destroyed
+  std::unique_ptr<Evaluation> evaluation_;  // made by the first evaluation()
   // Runs every op: on the lanes, or one at a time in plan order; per-op times go to stats.
   void run_step() override;
   void check_feeds() override;

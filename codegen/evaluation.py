@@ -1,0 +1,62 @@
+"""The evaluation schedule of a training plan (Plan.evaluation, planner/evaluation.py) as the
+tree's evaluation.cpp: the same tables as schedule.cpp (templates/common/schedule.cpp.j2),
+exported as `planner_evaluation_schedule` from the same schedule library, with
+
+    bound tensors   store TRAINING_ARENA, at the training schedule's offset of the tensor of
+                    that name: an evaluation reads the parameters the step trains, no copy
+    own tensors     offsets from the evaluation arena's start (the plan's arena_offset), which
+                    holds activations only: arena_bytes is the plan's less arena_offset
+    plan JSON       none of its own (schedule.cpp holds the training plan, evaluation included)
+
+Example:
+    >>> from planner.graph.optimizer import Optimizer
+    >>> from planner.graph.prepare import GraphOptions, prepare
+    >>> from planner.pipeline import plan
+    >>> from planner.target import preset
+    >>> p = plan(prepare("zoo:mlp?batch=2&hidden=4&in_features=3&classes=2",
+    ...                  GraphOptions(optimizer=Optimizer(kind="sgd"))), preset("xeon-8180"))
+    >>> text = evaluation_source(p, "mlp")
+    >>> "planner_evaluation_schedule()" in text, text.count("planner::TRAINING_ARENA")
+    (True, 4)
+"""
+
+from __future__ import annotations
+
+from planner.errors import PlanError
+from planner.plan import Plan
+
+SYMBOL = "planner_evaluation_schedule"
+
+
+def evaluation_source(plan: Plan, name: str, layout: str = "plan") -> str:
+    """evaluation.cpp of the training plan `plan` (module docstring); `layout` is the one the
+    training schedule was rendered with (codegen.render), whose offsets the bound tensors
+    take."""
+    from codegen.layout import arena_layout, own_layout
+    from codegen.render import c_string, schedule_context
+
+    evaluation = plan.evaluation
+    if evaluation is None:
+        raise PlanError(f"plan {plan.graph.name!r} carries no evaluation schedule")
+    training = (arena_layout(plan.graph, plan.tensors) if layout == "plan"
+                else own_layout(plan.graph, plan.tensors)).offsets
+    env, context = schedule_context(evaluation.plan, name, "plan")
+    graph = evaluation.plan.graph
+    bound = {b.tensor: b.training for b in evaluation.bound}
+    start = evaluation.arena_offset
+    for row in context["tensors"]:
+        t = graph.tensors[row["index"]].name if row["index"] < len(graph.tensors) else ""
+        if t in bound:
+            row |= {"offset": training[bound[t]], "store": "TRAINING_ARENA"}
+        elif row["store"] == "ARENA":
+            row["offset"] -= start
+    for op in context["ops"]:
+        if op["scratch_offset"] >= 0:
+            op["scratch_offset"] -= start
+    if any(r["offset"] < 0 for r in context["tensors"]) or any(
+            op["scratch_bytes"] > 0 > op["scratch_offset"] for op in context["ops"]):
+        raise PlanError(f"plan {plan.graph.name!r}: its evaluation places bytes below its "
+                        f"arena_offset {start}; re-plan it")
+    context |= {"arena_bytes": context["arena_bytes"] - start, "plan_c": c_string(""),
+                "symbol": SYMBOL}
+    return env.get_template("schedule.cpp.j2").render(context)
