@@ -4,8 +4,9 @@ exported as `planner_evaluation_schedule` from the same schedule library, with
 
     bound tensors   store TRAINING_ARENA, at the training schedule's offset of the tensor of
                     that name: an evaluation reads the parameters the step trains, no copy
-    own tensors     offsets from the evaluation arena's start (the plan's arena_offset), which
-                    holds activations only: arena_bytes is the plan's less arena_offset
+    own tensors     offsets from the evaluation arena's start (the plan's arena_offset, down
+                    to a multiple of 256), which holds activations: arena_bytes is the plan's
+                    less that start
     plan JSON       none of its own (schedule.cpp holds the training plan, evaluation included)
 
 Example:
@@ -26,6 +27,7 @@ from planner.errors import PlanError
 from planner.plan import Plan
 
 SYMBOL = "planner_evaluation_schedule"
+ARENA_ALIGNMENT = 256
 
 
 def evaluation_source(plan: Plan, name: str, layout: str = "plan") -> str:
@@ -43,7 +45,10 @@ def evaluation_source(plan: Plan, name: str, layout: str = "plan") -> str:
     env, context = schedule_context(evaluation.plan, name, "plan")
     graph = evaluation.plan.graph
     bound = {b.tensor: b.training for b in evaluation.bound}
-    start = evaluation.arena_offset
+    # The evaluation arena starts at a multiple of the largest alignment an executor asks of a
+    # buffer (CUDA's scratch areas, 256 bytes) at or below the plan's arena_offset: allocated
+    # aligned, it keeps every buffer's alignment.
+    start = evaluation.arena_offset - evaluation.arena_offset % ARENA_ALIGNMENT
     for row in context["tensors"]:
         t = graph.tensors[row["index"]].name if row["index"] < len(graph.tensors) else ""
         if t in bound:
