@@ -55,6 +55,10 @@ def evaluation_graph(training: Graph) -> Graph:
         needed.update(node.inputs)
         kept.append(node)
     nodes = tuple(reversed(kept))
+    # An output only training writes (a BatchNorm's new running statistics, kept with --keep)
+    # is none of evaluation's.
+    written = {o for n in nodes for o in n.outputs}
+    outputs = tuple(o for o in outputs if o in written or o not in training.producer)
     used = set(outputs).union(*(set(n.inputs) | set(n.outputs) for n in nodes))
     tensors = tuple(t for t in training.tensors if t.name in used)
     return check_graph(Graph(name=training.name, kind="inference", tensors=tensors, nodes=nodes,

@@ -76,3 +76,11 @@ def test_it_is_deterministic_and_keeps_kept_tensors():
     g = prepare(bn_dropout_net(), GraphOptions(optimizer=Optimizer(kind="sgd"), keep=("relu",)))
     assert evaluation_graph(g).to_json() == evaluation_graph(g).to_json()
     assert evaluation_graph(g).outputs == ("fc2", "loss", "relu")
+
+
+def test_an_output_only_training_writes_is_left_out():
+    g = prepare(bn_dropout_net(), GraphOptions(optimizer=Optimizer(kind="sgd"),
+                                               keep=("bn:1", "bn:3")))
+    stats = [o for o in g.outputs if g.tensor(o).updates == "bn/running_mean"]
+    assert stats, g.outputs
+    assert evaluation_graph(g).outputs == ("fc2", "loss")
