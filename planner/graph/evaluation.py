@@ -36,29 +36,33 @@ def evaluation_graph(training: Graph) -> Graph:
     if training.kind != "training":
         raise GraphError(f"graph {training.name!r} is an {training.kind} graph: its evaluation "
                          f"graph is only made from a training graph")
-    # Dropout is the identity: a reader of its output reads its input.
+    # The forward nodes whose inputs evaluation has (a node training runs after the backward
+    # pass may read a gradient), in inference mode; Dropout is the identity: a reader of its
+    # output reads its input.
     same: dict[str, str] = {}
-    forward = [n for n in training.nodes if node_phase(training, n) == "forward"]
-    for n in forward:
+    have = {t.name for t in training.tensors if t.name not in training.producer}
+    forward: list[Node] = []
+    for n in training.nodes:
+        if node_phase(training, n) != "forward" or any(same.get(i, i) not in have
+                                                       for i in n.inputs):
+            continue
         if n.op == "Dropout":
             same[n.outputs[0]] = same.get(n.inputs[0], n.inputs[0])
-    outputs = tuple(dict.fromkeys(
-        same.get(o, o) for o in training.outputs
-        if training.producer.get(o) is None or training.producer[o] in forward))
+            continue
+        node = _inference_mode(n, same)
+        have.update(node.outputs)
+        forward.append(node)
+    # The step's outputs evaluation computes (not a BatchNorm's new running statistics, kept
+    # with --keep), and the nodes they need.
+    outputs = tuple(dict.fromkeys(same.get(o, o) for o in training.outputs
+                                  if same.get(o, o) in have))
     needed = set(outputs)
     kept: list[Node] = []
     for n in reversed(forward):
-        if n.op == "Dropout" or not needed.intersection(n.outputs[:1] if n.op == "BatchNorm"
-                                                        else n.outputs):
-            continue
-        node = _inference_mode(n, same)
-        needed.update(node.inputs)
-        kept.append(node)
+        if needed.intersection(n.outputs):
+            needed.update(n.inputs)
+            kept.append(n)
     nodes = tuple(reversed(kept))
-    # An output only training writes (a BatchNorm's new running statistics, kept with --keep)
-    # is none of evaluation's.
-    written = {o for n in nodes for o in n.outputs}
-    outputs = tuple(o for o in outputs if o in written or o not in training.producer)
     used = set(outputs).union(*(set(n.inputs) | set(n.outputs) for n in nodes))
     tensors = tuple(t for t in training.tensors if t.name in used)
     return check_graph(Graph(name=training.name, kind="inference", tensors=tensors, nodes=nodes,

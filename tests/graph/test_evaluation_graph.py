@@ -84,3 +84,17 @@ def test_an_output_only_training_writes_is_left_out():
     stats = [o for o in g.outputs if g.tensor(o).updates == "bn/running_mean"]
     assert stats, g.outputs
     assert evaluation_graph(g).outputs == ("fc2", "loss")
+
+
+def test_a_node_after_the_backward_pass_is_left_out():
+    # A forward-phase node (it writes an activation) reading a gradient, as training may run.
+    g = training(bn_dropout_net(), "sgd")
+    grad = next(t.name for t in g.tensors if t.role == "grad" and t.shape == (5, 4))
+    nodes = (*g.nodes, g.nodes[0].model_copy(update={"name": "late", "op": "Abs",
+                                                      "inputs": (grad,), "outputs": ("late",),
+                                                      "attrs": {}}))
+    tensors = (*g.tensors, g.tensor(grad).model_copy(update={"name": "late",
+                                                             "role": "activation"}))
+    g = g.model_copy(update={"nodes": nodes, "tensors": tensors, "outputs": (*g.outputs, "late")})
+    e = evaluation_graph(g)
+    assert "late" not in e.node_map and e.outputs == ("fc2", "loss")
