@@ -80,3 +80,22 @@ def test_verify_refuses_an_arena_offset_past_its_own_bytes(planned):
 
     problems = verify_plan_text(mutated(planned, past))
     assert any("lies below arena_offset" in p for p in problems), problems
+
+
+def test_the_command_plans_it_by_default_and_verify_checks_it(tmp_path, capsys):
+    import planner.cli as cli
+
+    spec = "zoo:lenet?batch=2&image=8&width=0.5"
+    with_it, without = str(tmp_path / "a.json"), str(tmp_path / "b.json")
+    assert cli.main(["plan", spec, "--train", "sgd", "--target", "knl-7250", "-o", with_it]) == 0
+    assert cli.main(["plan", spec, "--train", "sgd", "--target", "knl-7250", "--no-evaluation",
+                     "-o", without]) == 0
+    assert "evaluation" in json.loads(open(with_it).read())
+    assert "evaluation" not in json.loads(open(without).read())
+    assert cli.main(["verify", with_it]) == 0
+    data = json.loads(open(with_it).read())
+    data["evaluation"]["bound"][0]["training"] = "no-such-tensor"
+    open(with_it, "w").write(json.dumps(data))
+    capsys.readouterr()
+    assert cli.main(["verify", with_it]) == 1
+    assert "evaluation: tensor" in capsys.readouterr().out
