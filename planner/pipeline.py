@@ -10,6 +10,9 @@
         schedule = backend.schedule(graph, model, ...)    # a Schedule record
         memory   = backend.memory(graph, schedule, ...)   # a MemoryDecision, never a Plan
         plan     = assemble(graph, model, ...)            # summary, bounds, provenance: once
+        plan.evaluation = plan_evaluation(graph, ...)     # a training plan's: its evaluation
+                                                          # graph planned the same way
+                                                          # (planner/evaluation.py)
         verify(plan)                                      # the independent checker, always
 
 `decide` is the same without assembly and verification, for searches that plan many graphs

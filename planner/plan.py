@@ -208,7 +208,8 @@ class Evaluation(Record):
     its evaluation graph (planner.graph.evaluation) for the same target and costs, and the
     tensors of that plan bound to the training plan's bytes. The bound tensors keep their
     places in `plan.tensors` (the plan verifies as any plan); an executor gives them no bytes
-    of the evaluation arena, which starts at `arena_offset` of the plan's arena."""
+    of its evaluation arena, which holds the plan's arena from `arena_offset` on (every other
+    buffer lies there; codegen starts it at the aligned offset at or below)."""
 
     plan: Plan
     bound: tuple[Binding, ...] = ()
