@@ -106,3 +106,26 @@ def test_a_plan_without_an_evaluation_refuses_evaluate(mlp_inference_module):
     assert not ex.has_evaluation
     with pytest.raises(ValueError, match="carries no evaluation schedule"):
         ex.evaluate({})
+
+
+@pytest.mark.parametrize("model", ["resnet", "gpt", "lstm"])
+def test_zoo_models_evaluate_as_the_reference_with_the_planned_arena(model, tmp_path):
+    """Convolutions and BatchNorm, attention, an unrolled LSTM, with the memory plan's offsets
+    (the training arena shared, the evaluation's own from its arena_offset)."""
+    from planner.graph.autodiff import make_training_graph
+    from planner.zoo import build
+    from tests.codegen.helpers import start_state
+    from tests.codegen.test_zoo_models import MODELS
+
+    graph = make_training_graph(build(model, **MODELS[model]), Optimizer(kind="sgd", lr=0.01))
+    module = build_module(graph, tmp_path / model, layout="plan")
+    planned = Graph.model_validate(json.loads(module.plan)["graph"])
+    ex = module.Executor()
+    ex.load_params(start_state(planned))
+    feeds = random_feeds(planned, seed=3)
+    ex.step(feeds)
+    got = ex.evaluate(feeds)
+    want = run(evaluation_graph(planned), feeds, ex.params(), keep="outputs")
+    assert set(got) == set(want)
+    for name in want:  # float32 sums over at most a few hundred terms
+        assert rel_error(got[name], want[name]) < 1e-5, name
