@@ -9,7 +9,8 @@
     arena      no bytes it owns lie below arena_offset, which no bound tensor passes
 
 Example:
-    >>> evaluation_problems({"kind": "inference"})
+    >>> from planner.verify import verify_plan_data
+    >>> evaluation_problems({"kind": "inference"}, verify_plan_data)
     []
 """
 
@@ -26,14 +27,14 @@ from planner.graph.ir import Graph
 Verify = Callable[[dict[str, Any], list[str]], list[str]]
 
 
-def evaluation_problems(plan: dict[str, Any], verify: Verify | None = None) -> list[str]:
+def evaluation_problems(plan: dict[str, Any], verify: Verify) -> list[str]:
     """Every rule of the module docstring the plan (as JSON data) breaks, each message
     starting "evaluation: "; [] when it holds or the plan has no evaluation. `verify`: every
-    rule of a plan (planner.verify.verify_plan_data, which calls this)."""
+    rule of a plan (planner.verify.verify_plan_data, which calls this: passed in, as this
+    module is one of its rules)."""
     evaluation = plan.get("evaluation")
     if evaluation is None:
         return []
-    assert verify is not None, "a plan's evaluation is checked by planner.verify's rules"
     return [f"evaluation: {p}" for p in _problems(plan, evaluation, verify)]
 
 
