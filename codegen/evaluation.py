@@ -16,12 +16,15 @@ Example:
     >>> from planner.target import preset
     >>> p = plan(prepare("zoo:mlp?batch=2&hidden=4&in_features=3&classes=2",
     ...                  GraphOptions(optimizer=Optimizer(kind="sgd"))), preset("xeon-8180"))
-    >>> text = evaluation_source(p, "mlp")
+    >>> from codegen.render import render_files
+    >>> text = render_files(p, "mlp")["evaluation.cpp"]
     >>> "planner_evaluation_schedule()" in text, text.count("planner::TRAINING_ARENA")
     (True, 4)
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from planner.errors import PlanError
 from planner.plan import Plan
@@ -30,38 +33,40 @@ SYMBOL = "planner_evaluation_schedule"
 ARENA_ALIGNMENT = 256
 
 
-def evaluation_source(plan: Plan, name: str, layout: str = "plan") -> str:
-    """evaluation.cpp of the training plan `plan` (module docstring); `layout` is the one the
-    training schedule was rendered with (codegen.render), whose offsets the bound tensors
-    take."""
+def evaluation_context(plan: Plan, context: dict[str, Any], layout: str = "plan"
+                       ) -> dict[str, Any]:
+    """The context of evaluation.cpp: `context` (codegen.render.schedule_context of the plan's
+    evaluation plan) with its bound tensors in the training arena and its own from the
+    evaluation arena's start (module docstring). `layout` is the one the training schedule was
+    rendered with, whose offsets the bound tensors take."""
     from codegen.layout import arena_layout, own_layout
-    from codegen.render import c_string, schedule_context
 
     evaluation = plan.evaluation
     if evaluation is None:
         raise PlanError(f"plan {plan.graph.name!r} carries no evaluation schedule")
     training = (arena_layout(plan.graph, plan.tensors) if layout == "plan"
                 else own_layout(plan.graph, plan.tensors)).offsets
-    env, context = schedule_context(evaluation.plan, name, "plan")
     graph = evaluation.plan.graph
     bound = {b.tensor: b.training for b in evaluation.bound}
     # The evaluation arena starts at a multiple of the largest alignment an executor asks of a
     # buffer (CUDA's scratch areas, 256 bytes) at or below the plan's arena_offset: allocated
     # aligned, it keeps every buffer's alignment.
     start = evaluation.arena_offset - evaluation.arena_offset % ARENA_ALIGNMENT
+    tensors = []
     for row in context["tensors"]:
         t = graph.tensors[row["index"]].name if row["index"] < len(graph.tensors) else ""
         if t in bound:
-            row |= {"offset": training[bound[t]], "store": "TRAINING_ARENA"}
+            row = row | {"offset": training[bound[t]], "store": "TRAINING_ARENA"}
         elif row["store"] == "ARENA":
-            row["offset"] -= start
-    for op in context["ops"]:
-        if op["scratch_offset"] >= 0:
-            op["scratch_offset"] -= start
-    if any(r["offset"] < 0 for r in context["tensors"]) or any(
-            op["scratch_bytes"] > 0 > op["scratch_offset"] for op in context["ops"]):
+            row = row | {"offset": row["offset"] - start}
+        tensors.append(row)
+    ops = [op | {"scratch_offset": op["scratch_offset"] - start} if op["scratch_offset"] >= 0
+           else op for op in context["ops"]]
+    if any(r["offset"] < 0 for r in tensors) or any(
+            op["scratch_bytes"] > 0 > op["scratch_offset"] for op in ops):
         raise PlanError(f"plan {plan.graph.name!r}: its evaluation places bytes below its "
                         f"arena_offset {start}; re-plan it")
-    context |= {"arena_bytes": context["arena_bytes"] - start, "plan_c": c_string(""),
-                "symbol": SYMBOL}
-    return env.get_template("schedule.cpp.j2").render(context)
+    # No plan JSON of its own: schedule.cpp holds the training plan, evaluation included.
+    return context | {"tensors": tensors, "ops": ops,
+                      "arena_bytes": context["arena_bytes"] - start, "plan_c": '""',
+                      "symbol": SYMBOL}

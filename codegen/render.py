@@ -138,9 +138,11 @@ def render_files(plan: Plan, name: str, layout: str = "plan") -> dict[str, str]:
         "plan.json": context["plan_json"],
     }
     if plan.evaluation is not None:
-        from codegen.evaluation import evaluation_source
+        from codegen.evaluation import evaluation_context
 
-        files["evaluation.cpp"] = evaluation_source(plan, name, layout)
+        own_env, own = schedule_context(plan.evaluation.plan, name, "plan")
+        files["evaluation.cpp"] = own_env.get_template("schedule.cpp.j2").render(
+            evaluation_context(plan, own, layout))
     return files
 
 
