@@ -347,7 +347,10 @@ def build(rendered: RenderedTree, progress: Progress | None = None,
                   "cmake": hashlib.sha256((tree / "CMakeLists.txt").read_bytes()).hexdigest(),
                   "header": hashlib.sha256((COMMON / "schedule.h").read_bytes())
                   .hexdigest(),
-                  "flags": flags, "runtime": str(runtime)})
+                  "flags": flags, "runtime": str(runtime)}
+                 # A training plan's evaluation schedule (codegen/evaluation.py).
+                 | ({"evaluation": hashlib.sha256((tree / "evaluation.cpp").read_bytes())
+                     .hexdigest()} if (tree / "evaluation.cpp").exists() else {}))
     out = tree / "build"
     info_path = out / "executor.json"
     lib = out / f"libschedule-{key[:16]}.so"

@@ -128,6 +128,27 @@ def _capability_code(capability: str) -> int:
 def render_files(plan: Plan, name: str, layout: str = "plan") -> dict[str, str]:
     """The tree's files as text (pure: no file is written). Raises PlanError naming the first
     rule the plan breaks: a plan that does not verify is never compiled."""
+    env, context = schedule_context(plan, name, layout)
+    context["evaluation"] = plan.evaluation is not None
+    files = {
+        "schedule.cpp": env.get_template("schedule.cpp.j2").render(context),
+        "CMakeLists.txt": env.get_template("CMakeLists.txt.j2").render(context),
+        "__init__.py": env.get_template("__init__.py.j2").render(
+            {**context, "outputs": context["outputs_py"]}),
+        "plan.json": context["plan_json"],
+    }
+    if plan.evaluation is not None:
+        from codegen.evaluation import evaluation_context
+
+        own_env, own = schedule_context(plan.evaluation.plan, name, "plan")
+        files["evaluation.cpp"] = own_env.get_template("schedule.cpp.j2").render(
+            evaluation_context(plan, own, layout))
+    return files
+
+
+def schedule_context(plan: Plan, name: str, layout: str = "plan"
+                     ) -> tuple[jinja2.Environment, dict[str, Any]]:
+    """The templates' environment and the context of the plan's schedule.cpp (its tables)."""
     backend = runtime_for(plan)
     graph = plan.graph
     support.check(graph, backend, plan.target.compute_capability)
@@ -178,14 +199,10 @@ def render_files(plan: Plan, name: str, layout: str = "plan") -> dict[str, str]:
         "params": _describe(graph, ("param", "state", "optimizer-state"), skip_updates=True),
     }
     context["outputs_py"] = ascii(list(graph.outputs))
-    files = {
-        "schedule.cpp": env.get_template("schedule.cpp.j2").render(context),
-        "CMakeLists.txt": env.get_template("CMakeLists.txt.j2").render(context),
-        "__init__.py": env.get_template("__init__.py.j2").render(
-            {**context, "outputs": context["outputs_py"]}),
-        "plan.json": plan_json,
-    }
-    return files
+    context["plan_json"] = plan_json
+    # The symbol the schedule library exports it under (schedule.h).
+    context["symbol"] = "planner_schedule"
+    return env, context
 
 
 def refuse_unverified(plan: Plan) -> None:

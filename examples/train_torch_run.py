@@ -7,8 +7,8 @@ clip_grad_norm_, evaluation each epoch and a checkpoint each epoch (docs/trainin
                                                         # and compare with the whole run
 
 What differs from a plain PyTorch loop: `trainer(...)` plans and builds the step once (cached);
-the scheduler drives the executor through `ExecutorOptimizer`; evaluation runs the module
-itself in eval() mode on the executor's parameters (`load_into`: views, no copy); the
+the scheduler drives the executor through `ExecutorOptimizer`; evaluation runs the module in
+eval() mode from the same build (`Trainer.evaluate`: the parameters as trained, no copy); the
 checkpoint is `executor.state_dict()` (PyTorch's model/optimizer layout) beside the
 scheduler's. Exits 1 if test accuracy is 85% or less, or (--check) the resumed run's
 parameters differ from the whole run's by 1e-5 relative (they are usually the same bits).
@@ -67,12 +67,20 @@ def start(model: nn.Module, epochs: int, batches: int, out: Path):
     return t, opt, sched
 
 
-def accuracy(t, model: nn.Module, test: TensorDataset) -> float:
-    t.load_into(model)  # the module's tensors become views of the executor's parameters
-    model.eval()
-    with torch.no_grad():
-        x, y = test.tensors
-        return float((model(x).argmax(1) == y).float().mean())
+def accuracy(t, test: TensorDataset) -> float:
+    """The module in eval() mode from the same build (`Trainer.evaluate`), a training-sized
+    batch at a time; the last one padded with zeros, whose predictions are not counted."""
+    x, y = test.tensors
+    right = 0
+    for at in range(0, len(y), BATCH):
+        xs, ys = x[at:at + BATCH], y[at:at + BATCH]
+        take = len(ys)
+        if take < BATCH:
+            xs = torch.cat([xs, xs.new_zeros(BATCH - take, *xs.shape[1:])])
+            ys = torch.cat([ys, ys.new_zeros(BATCH - take)])
+        _, (logits,) = t.evaluate(xs, ys)
+        right += int((logits[:take].argmax(1) == ys[:take].numpy()).sum())
+    return right / len(y)
 
 
 def train(model, train_set, test, epochs: int, out: Path, resume: Path | None = None,
@@ -94,7 +102,7 @@ def train(model, train_set, test, epochs: int, out: Path, resume: Path | None = 
             opt.step()                      # this step's learning rates into the executor
             loss = t.step(x, y)
             sched.step()
-        acc = accuracy(t, model, test)
+        acc = accuracy(t, test)
         print(f"epoch {epoch + 1}: loss {loss:.4f}, test accuracy {acc:.1%}")
         torch.save({"run": _torch(t.executor.state_dict()), "scheduler": sched.state_dict(),
                     "data": loader.generator.get_state()}, out / f"epoch{epoch + 1}.pt")

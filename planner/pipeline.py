@@ -10,6 +10,9 @@
         schedule = backend.schedule(graph, model, ...)    # a Schedule record
         memory   = backend.memory(graph, schedule, ...)   # a MemoryDecision, never a Plan
         plan     = assemble(graph, model, ...)            # summary, bounds, provenance: once
+        plan.evaluation = plan_evaluation(graph, ...)     # a training plan's: its evaluation
+                                                          # graph planned the same way
+                                                          # (planner/evaluation.py)
         verify(plan)                                      # the independent checker, always
 
 `decide` is the same without assembly and verification, for searches that plan many graphs
@@ -36,6 +39,7 @@ from planner import __version__
 from planner.collection import fewer_collections
 from planner.costs import CostModel, CostTable
 from planner.errors import InfeasibleBudget, PlanError
+from planner.evaluation import plan_evaluation
 from planner.graph.data_parallel import compute_graph
 from planner.graph.for_cores import for_cores
 from planner.graph.ir import Graph
@@ -233,9 +237,11 @@ def place(graph: Graph, model: CostModel, schedule: Schedule,
 
 
 def plan(graph: Graph, target: Target, costs: CostTable | None = None,
-         options: PlanOptions | None = None, check: bool = True) -> Plan:
+         options: PlanOptions | None = None, check: bool = True,
+         evaluation: bool = True) -> Plan:
     """The verified plan of `graph` on `target` (module docstring). `check=False` skips the
     independent verification (tests that corrupt plans on purpose build them this way).
+    `evaluation`: a training plan carries its evaluation schedule (planner/evaluation.py).
 
     Raises InfeasibleBudget (a ValueError naming the smallest feasible budget), PlanError when
     the checker rejects the plan (a planner bug: the message names the rule and the op)."""
@@ -253,6 +259,9 @@ def plan(graph: Graph, target: Target, costs: CostTable | None = None,
     with fewer_collections():
         model, schedule, memory = decide(graph, share, costs, options)
         out = assemble(graph, model, options, schedule, memory, host=target)
+        if evaluation and graph.kind == "training" and options.data_parallel.ranks == 1:
+            out = out.model_copy(update={"evaluation": plan_evaluation(
+                graph, lambda g: _evaluation_plan(g, share, costs, options, target))})
         if share is not target:
             out = out.model_copy(update={"ops": _on_host(
                 out.ops, share_cpus(target, options.data_parallel.ranks_per_host))})
@@ -267,6 +276,17 @@ def plan(graph: Graph, target: Target, costs: CostTable | None = None,
                                 + (f" (and {len(problems) - 1} more)" if len(problems) > 1
                                    else ""))
     return out
+
+
+def _evaluation_plan(graph: Graph, share: Target, costs: CostTable | None,
+                     options: PlanOptions, host: Target) -> Plan:
+    # An evaluation graph's plan: its own small arena, without the step's budget (the one a
+    # user sets), with the same scheduler switches and alignment; no variants (an evaluation
+    # runs its ops one at a time, in plan order).
+    options = options.model_copy(update={"memory": MemoryOptions(
+        alignment=options.memory.alignment), "variants": False})
+    model, schedule, memory = decide(graph, share, costs, options)
+    return assemble(graph, model, options, schedule, memory, host=host)
 
 
 def assemble(graph: Graph, model: CostModel, options: PlanOptions, schedule: Schedule,

@@ -52,7 +52,7 @@ import hashlib
 from functools import cached_property
 from typing import Any, Literal
 
-from pydantic import Field, ValidationError
+from pydantic import Field, ValidationError, model_serializer
 
 from planner.errors import PlanError, UserError
 from planner.graph.ir import Graph
@@ -154,8 +154,18 @@ class Plan(Record):
     # The schedule for fewer free cores: per core count, every op on one unpinned lane in
     # execution order (planner.memory.variants); the executor picks one at run time.
     variants: tuple[ScheduleVariant, ...] = ()
+    # A training plan's evaluation schedule (planner/evaluation.py); absent from the JSON when
+    # None (inference plans, and training plans made without one).
+    evaluation: Evaluation | None = None
 
     model_config = Record.model_config | {"populate_by_name": True}
+
+    @model_serializer(mode="wrap")
+    def _without_evaluation(self, handler: Any) -> Any:
+        data = handler(self)
+        if isinstance(data, dict) and data.get("evaluation") is None:
+            data.pop("evaluation", None)
+        return data
 
     def op(self, name: str) -> OpPlan:
         for p in self.ops:
@@ -187,6 +197,30 @@ class Plan(Record):
         else."""
         check_schema(data)
         return cls.model_validate(data)
+
+
+class Binding(Record):
+    """An evaluation tensor whose bytes are the training plan's tensor `training` (a parameter
+    or state tensor of the same name): no arena slot of its own, no copy."""
+
+    tensor: str = Field(min_length=1)
+    training: str = Field(min_length=1)
+
+
+class Evaluation(Record):
+    """The evaluation schedule a training plan carries (planner/evaluation.py): the plan of
+    its evaluation graph (planner.graph.evaluation) for the same target and costs, and the
+    tensors of that plan bound to the training plan's bytes. The bound tensors keep their
+    places in `plan.tensors` (the plan verifies as any plan); an executor gives them no bytes
+    of its evaluation arena, which holds the plan's arena from `arena_offset` on (every other
+    buffer lies there; codegen starts it at the aligned offset at or below)."""
+
+    plan: Plan
+    bound: tuple[Binding, ...] = ()
+    arena_offset: int = Field(default=0, ge=0)
+
+
+Plan.model_rebuild()
 
 
 def digest(text: str) -> str:

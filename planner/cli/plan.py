@@ -69,6 +69,9 @@ def add_plan_commands(sub: Any) -> None:
                    help="--data-parallel: ZeRO-1: reduce-scatter the gradients, each process "
                         "updates its 1/N of the parameters holding 1/N of the optimizer "
                         "state, then all-gathers them")
+    p.add_argument("--no-evaluation", action="store_true",
+                   help="a training plan without its evaluation schedule (evaluate() is then "
+                        "refused; docs/training.md)")
     p.add_argument("-o", "--output", required=True, metavar="FILE")
     p.add_argument("--force", action="store_true", help="overwrite an existing different FILE")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
@@ -160,7 +163,7 @@ def _run_plan(args: argparse.Namespace) -> int:
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        out = plan(graph, target, table, options)
+        out = plan(graph, target, table, options, evaluation=not args.no_evaluation)
     text = out.to_json()
     write_text(args.output, text, force=args.force)
     if args.json:

@@ -8,6 +8,10 @@
         graph = kept(graph)            # --keep: tensors kept to the step's end
         graph = inference(graph)       # an inference graph's rewrites (planner/graph/inference.py)
 
+A training graph's evaluation graph (its forward part in inference mode, which a training plan
+also schedules) is a pass of the same kind, made from this graph by planning:
+planner.graph.evaluation.evaluation_graph.
+
 Each pass is a pure function of the graph and the options, and the graph is checked
 (planner.graph.validate.check_graph) after every one that changed it, so a pass that breaks a
 rule is caught where it does. The target is no input: the same model and options give the

@@ -29,8 +29,8 @@ PREFIX = "model."  # the wrapped module's attribute: its state_dict keys gain th
 
 
 def export(module: Any, inputs: Sequence[Any], loss: Callable | None, labels: Any) -> Any:
-    """torch.export of `loss(module(*inputs), labels)` (or of the module alone without a
-    loss), in the module's current train()/eval() mode."""
+    """torch.export of `loss(module(*inputs), labels)` followed by the module's outputs (or
+    of the module alone without a loss), in the module's current train()/eval() mode."""
     import torch
 
     class WithLoss(torch.nn.Module):
@@ -41,7 +41,10 @@ def export(module: Any, inputs: Sequence[Any], loss: Callable | None, labels: An
         def forward(self, *args: Any) -> Any:
             if loss is None:
                 return self.model(*args)
-            return loss(self.model(*args[:-1]), args[-1])
+            # The module's outputs after the loss: the step returns the loss (the first
+            # output), evaluate() both (the evaluation graph keeps the training graph's).
+            out = self.model(*args[:-1])
+            return loss(out, args[-1]), out
 
     wrapped = WithLoss(module).train(module.training)
     if loss is not None and any(labels is x for x in inputs):
@@ -78,6 +81,19 @@ class Trainer:
         out = self.executor.step(feeds)
         self.steps += 1
         return float(np.asarray(out[self.graph.outputs[0]]))
+
+    def evaluate(self, *inputs: Any) -> tuple[float, list[np.ndarray]]:
+        """The module in eval() mode on the parameters as trained, from the same build
+        (Executor.evaluate: BatchNorm on its running statistics, Dropout the identity, nothing
+        updated): the module's inputs followed by the labels, as `step`; returns the loss
+        and the module's outputs (numpy arrays, in the module's order)."""
+        if len(inputs) != len(self._feeds):
+            raise ValueError(f"evaluate takes {len(self._feeds)} arrays (the module's inputs, "
+                             f"then the labels), got {len(inputs)}")
+        feeds = {t.name: _numpy(v, t.dtype) for t, v in zip(self._feeds, inputs, strict=True)}
+        out = self.executor.evaluate(feeds)
+        loss = self.graph.outputs[0]
+        return float(np.asarray(out[loss])), [out[o] for o in self.graph.outputs[1:] if o in out]
 
     def params(self, copy: bool = True) -> dict[str, np.ndarray]:
         """Parameters and buffers keyed like `module.state_dict()`: copies, or (copy=False)

@@ -32,6 +32,9 @@ ops) and the rule that failed. `verify_plan_data` is the list of rules, each a f
                    a collective's bucket is the step's gradients
     variants       (planner.verify.variants) the schedule for fewer free cores: one lane in
                    execution order keeps every stated ordering; thread counts within cores
+    evaluation     (a training plan's evaluation schedule) planner.verify.evaluation: derived
+                   from the embedded graph, sound by these rules, its parameters and states
+                   bound to the training plan's buffers of the same names
 
 What each rule means for a user: docs/verify.md.
 
@@ -100,6 +103,10 @@ def verify_plan_data(plan: dict[str, Any], node_names: list[str] | None = None) 
     problems += variant_problems(plan)  # the schedule for fewer free cores
     if "graph" in plan:
         problems += verify_graph_data(plan, facts.hb)
+    if plan.get("evaluation") is not None:
+        from planner.verify.evaluation import evaluation_problems
+
+        problems += evaluation_problems(plan, verify_plan_data)
     return problems
 
 

@@ -26,6 +26,26 @@ LoadedSchedule::LoadedSchedule(const std::string& path, int backend) {
   auto get = reinterpret_cast<Get>(dlsym(lib_, "planner_schedule"));
   if (!get) throw std::runtime_error(path + " exports no planner_schedule");
   s_ = get();
+  index(path, backend);
+}
+
+LoadedSchedule::LoadedSchedule(const LoadedSchedule& training, const char* symbol)
+    : training_(&training.get()) {
+  using Get = const Schedule* (*)();
+  auto get = reinterpret_cast<Get>(training.exports(symbol) ? dlsym(training.lib_, symbol)
+                                                            : nullptr);
+  if (!get || !get())
+    throw std::runtime_error(std::string("plan '") + training.get().name + "' has no " +
+                             symbol + " (it was planned without one)");
+  s_ = get();
+  index(std::string(symbol) + " of plan '" + training.get().name + "'", training.get().backend);
+}
+
+bool LoadedSchedule::exports(const char* symbol) const {
+  return lib_ != nullptr && dlsym(lib_, symbol) != nullptr;
+}
+
+void LoadedSchedule::index(const std::string& path, int backend) {
   validate(path, backend);
   const Schedule& s = *s_;
   for (int i = 0; i < s.num_tensors; ++i) index_[s.tensors[i].name] = i;
@@ -57,6 +77,23 @@ static bool inside(int64_t offset, int64_t bytes, int64_t arena) {
   return offset >= 0 && bytes >= 0 && offset <= arena && bytes <= arena - offset;
 }
 
+// An evaluation schedule's tensor in the training arena: the training schedule's parameter
+// or state tensor of the same name, bytes and dtype, at the same offset.
+void LoadedSchedule::check_training(const std::string& label, const TensorSpec& t) const {
+  if (!training_) throw std::runtime_error(label + ": bad store");
+  for (int i = 0; i < training_->num_tensors; ++i) {
+    const TensorSpec& u = training_->tensors[i];
+    if (std::strcmp(u.name, t.name) != 0) continue;
+    if (u.store != ARENA || (u.role != PARAM && u.role != STATE) || u.offset != t.offset ||
+        u.nbytes != t.nbytes || u.dtype != t.dtype || t.alias_of >= 0 || u.rank != t.rank ||
+        t.rank < 0 || t.rank > kMaxRank || !std::equal(t.shape, t.shape + t.rank, u.shape))
+      break;
+    return;
+  }
+  throw std::runtime_error(label + ": not a parameter or state tensor of the training "
+                           "schedule at the same offset, bytes and dtype");
+}
+
 void LoadedSchedule::validate(const std::string& path, int backend) const {
   const Schedule& s = *s_;
   const char* names[] = {"cpu", "cuda"};
@@ -74,6 +111,10 @@ void LoadedSchedule::validate(const std::string& path, int backend) const {
   for (int i = 0; i < s.num_tensors; ++i) {
     const TensorSpec& t = s.tensors[i];
     std::string label = std::string("tensor '") + t.name + "'";
+    if (t.store == TRAINING_ARENA) {
+      check_training(label, t);
+      continue;
+    }
     if (t.store != ARENA && t.store != HOST_STORE)
       throw std::runtime_error(label + ": bad store");
     const int64_t room = t.store == HOST_STORE ? s.host_bytes : s.arena_bytes;

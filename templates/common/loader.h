@@ -18,6 +18,14 @@ class LoadedSchedule {
   LoadedSchedule(const LoadedSchedule&) = delete;
   LoadedSchedule& operator=(const LoadedSchedule&) = delete;
 
+  // The second schedule the same library may export under `symbol` (a training plan's
+  // evaluation schedule, planner_evaluation_schedule), checked as this one is; a tensor of
+  // store TRAINING_ARENA must be `training`'s tensor of the same name, offset and bytes.
+  // Throws when the library exports none.
+  LoadedSchedule(const LoadedSchedule& training, const char* symbol);
+  // Whether the library exports `symbol`.
+  bool exports(const char* symbol) const;
+
   const Schedule& get() const { return *s_; }
   int tensor_index(const std::string& name) const;  // -1 when absent
   // The tensor whose bytes tensor `id` shares (itself when it owns them).
@@ -25,6 +33,9 @@ class LoadedSchedule {
 
  private:
   void validate(const std::string& path, int backend) const;
+  void index(const std::string& path, int backend);
+  void check_training(const std::string& label, const TensorSpec& t) const;
+  const Schedule* training_ = nullptr;  // an evaluation schedule's training schedule
   void* lib_ = nullptr;  // stays loaded: its data backs strings handed to callers
   const Schedule* s_ = nullptr;
   std::unordered_map<std::string, int> index_;

@@ -14,7 +14,9 @@ enum DType : int { F32 = 0, F64 = 1, F16 = 2, I64 = 3, I32 = 4, BOOL = 5, BF16 =
 enum Role : int { INPUT = 0, LABEL = 1, PARAM = 2, STATE = 3, OPT_STATE = 4, ACTIVATION = 5,
                   GRAD = 6 };
 enum Backend : int { CPU = 0, CUDA = 1 };
-enum Store : int { ARENA = 0, HOST_STORE = 1 };
+// TRAINING_ARENA: an evaluation schedule's parameter or state tensor, whose offset is into
+// the training schedule's arena (its bytes are the training plan's, never copied).
+enum Store : int { ARENA = 0, HOST_STORE = 1, TRAINING_ARENA = 2 };
 
 constexpr int kMaxRank = 8;
 
@@ -103,5 +105,6 @@ struct Schedule {
 
 }  // namespace planner
 
-// The one symbol a schedule library exports.
+// The one symbol a schedule library exports; a training plan's also exports its evaluation
+// schedule (Plan.evaluation) as planner_evaluation_schedule.
 extern "C" const planner::Schedule* planner_schedule();

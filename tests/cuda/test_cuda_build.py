@@ -46,6 +46,8 @@ def test_training_executor_builds(model, size, tmp_path):
     plan = gpu_plan(graph)
     tree = render(plan, tmp_path / model, layout="plan")
     assert json.loads(tree.files["plan.json"])["backend"] == "cuda"
+    # A training plan's evaluation schedule is compiled into the same schedule library.
+    assert "evaluation.cpp" in tree.files and plan.evaluation is not None
     result = build(tree)
     assert result.runtime.name.startswith("planner_cuda_rt")
     assert "planner_cuda_rt" in tree.files["__init__.py"]

@@ -86,6 +86,54 @@ struct Io {
   }
 };
 
+// evaluate(feeds): a training plan's evaluation from the same build (evaluation.h). The
+// feeds are checked as step()'s are, then copied into the evaluation's own arena; the step's
+// parameters, state, optimizer state and step count are read, never written.
+nb::dict evaluate(Executor& ex, nb::dict feeds) {
+  auto lock = hold(ex);
+  refuse_in_flight(ex);
+  if (!ex.has_evaluation())
+    throw nb::value_error(("evaluate(): plan '" + std::string(ex.schedule().name) + "' carries "
+                           "no evaluation schedule (an inference plan, or one planned with "
+                           "--no-evaluation): use forward(), or re-plan it").c_str());
+  ex.check_loaded();
+  Evaluation& ev = ex.evaluation();
+  const Schedule& s = ev.schedule();
+  std::vector<std::pair<int, Array>> given;
+  for (auto [key, value] : feeds) {
+    std::string name = key_name(key, "feed");
+    int id = ev.tensor_index(name);
+    if (id < 0 || (ev.tensor(id).role != INPUT && ev.tensor(id).role != LABEL))
+      throw nb::value_error(("'" + name + "' is not an input of the evaluation of plan '" +
+                             ex.schedule().name + "'").c_str());
+    Array a;
+    if (!nb::try_cast(value, a))
+      throw nb::value_error(("feed '" + name + "' is not an array").c_str());
+    check(ev.tensor(id), a, "feed");
+    given.emplace_back(id, a);
+  }
+  for (int i = 0; i < s.num_tensors; ++i) {
+    const TensorSpec& t = s.tensors[i];
+    if (t.role != INPUT && t.role != LABEL) continue;
+    bool found = false;
+    for (auto& g : given) found |= g.first == i;
+    if (!found)
+      throw nb::value_error((std::string("missing feed '") + t.name + "' (" +
+                             dtype_name(t.dtype) + " " + shape_text(Shape(t.shape, t.shape + t.rank)) + ")").c_str());
+  }
+  for (auto& [id, a] : given) copy_in(ev.data(id), a, dtype_bytes(ev.tensor(id).dtype));
+  {
+    nb::gil_scoped_release release;
+    ev.check_feeds();
+    ev.run();
+  }
+  nb::dict out;
+  for (int o = 0; o < s.num_outputs; ++o)
+    out[ev.tensor(s.outputs[o]).name] = to_numpy(ev.tensor(s.outputs[o]),
+                                                 ev.data(s.outputs[o]), true, nb::handle());
+  return out;
+}
+
 }  // namespace
 }  // namespace planner
 
@@ -103,6 +151,12 @@ NB_MODULE(planner_cpu_rt, m) {
            "step with no progress for watchdog_seconds raises, naming the ops not finished.");
   planner::define_executor<Executor, planner::Io>(cls);
   planner::define_collective(cls, nb::device::cpu::value, [](const Executor&) { return 0; });
+  cls.def("evaluate", &planner::evaluate, "feeds"_a,
+          "Run the training plan's evaluation (the forward graph in inference mode: BatchNorm "
+          "on its running statistics, Dropout the identity) on the parameters as trained; "
+          "returns its outputs and loss by name. Changes no parameter, state or step count.");
+  cls.def_prop_ro("has_evaluation", &Executor::has_evaluation,
+                  "Whether the plan carries an evaluation schedule (evaluate() runs it).");
   cls.def(
       "place",
       [](Executor& ex, std::vector<int> cpu_map, std::vector<int> loose) {

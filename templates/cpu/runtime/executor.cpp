@@ -227,6 +227,11 @@ void Executor::check_feeds() {
 
 Executor::~Executor() { finish_async(); }
 
+Evaluation& Executor::evaluation() {
+  if (!evaluation_) evaluation_ = std::make_unique<Evaluation>(loaded_, arena_.base(), engine_);
+  return *evaluation_;
+}
+
 void Executor::run_step() {
   step_began_ = std::chrono::steady_clock::now();
   if (lanes_) {

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "choice.h"
+#include "evaluation.h"
 #include "executor_core.h"
 #include "kernel.h"
 #include "lanes.h"
@@ -68,6 +69,13 @@ class Executor : public ExecutorCore {
   void set_variant(const std::string& name);
   const ScheduleChoice& schedule_choice() const { return choice_; }
 
+  // ---- evaluation from the same build (Plan.evaluation; evaluation.h) -------------------
+  // Whether the schedule library exports an evaluation schedule (a training plan's).
+  bool has_evaluation() const { return loaded_.exports("planner_evaluation_schedule"); }
+  // The evaluation, its kernels created at the first call (between steps: the caller holds
+  // mutex()). Throws when the plan carries none.
+  Evaluation& evaluation();
+
  private:
   dnnl::engine engine_;
   dnnl::stream stream_;
@@ -100,6 +108,7 @@ class Executor : public ExecutorCore {
   int quota_ = 1 << 30;
   int jitter_us_;
   std::unique_ptr<Lanes> lanes_;  // its threads stop before the rest is destroyed
+  std::unique_ptr<Evaluation> evaluation_;  // made by the first evaluation()
   // Runs every op: on the lanes, or one at a time in plan order; per-op times go to stats.
   void run_step() override;
   void check_feeds() override;

@@ -106,6 +106,73 @@ struct Io {
   }
 };
 
+// evaluate(feeds): a training plan's evaluation from the same build (evaluation.h), as the
+// CPU runtime's: host feeds checked as step()'s and copied to the device, the outputs copied
+// back; the step's parameters, state and counts are read, never written.
+nb::dict evaluate(CudaExecutor& ex, nb::dict feeds) {
+  auto lock = hold(ex);
+  refuse_in_flight(ex);
+  if (!ex.has_evaluation())
+    throw nb::value_error(("evaluate(): plan '" + std::string(ex.schedule().name) + "' carries "
+                           "no evaluation schedule (an inference plan, or one planned with "
+                           "--no-evaluation): use forward(), or re-plan it").c_str());
+  ex.check_loaded();
+  CudaEvaluation* ev;
+  {
+    nb::gil_scoped_release release;  // waits for the step before
+    ev = &ex.evaluation();
+  }
+  const Schedule& s = ev->schedule();
+  std::vector<std::pair<int, Array>> given;
+  for (auto [key, value] : feeds) {
+    std::string name = key_name(key, "feed");
+    int id = ev->tensor_index(name);
+    if (id < 0 || (ev->tensor(id).role != INPUT && ev->tensor(id).role != LABEL))
+      throw nb::value_error(("'" + name + "' is not an input of the evaluation of plan '" +
+                             ex.schedule().name + "'").c_str());
+    Array a;
+    if (!nb::try_cast(value, a))
+      throw nb::value_error(("feed '" + name + "' is not a host array").c_str());
+    check(ev->tensor(id), a, "feed");
+    given.emplace_back(id, a);
+  }
+  for (int i = 0; i < s.num_tensors; ++i) {
+    const TensorSpec& t = s.tensors[i];
+    if (t.role != INPUT && t.role != LABEL) continue;
+    bool found = false;
+    for (auto& g : given) found |= g.first == i;
+    if (!found)
+      throw nb::value_error((std::string("missing feed '") + t.name + "' (" +
+                             dtype_name(t.dtype) + " " +
+                             shape_text(Shape(t.shape, t.shape + t.rank)) + ")").c_str());
+  }
+  std::vector<std::vector<char>> staged(given.size());
+  std::vector<const void*> bytes;
+  for (size_t g = 0; g < given.size(); ++g) {
+    const TensorSpec& t = ev->tensor(given[g].first);
+    bytes.push_back(host_bytes(t, given[g].second, check(t, given[g].second, "feed"),
+                               &staged[g]));
+  }
+  std::vector<std::vector<char>> results(s.num_outputs);
+  {
+    nb::gil_scoped_release release;
+    for (size_t g = 0; g < given.size(); ++g)
+      ev->write(given[g].first, bytes[g], ev->tensor(given[g].first).nbytes);
+    ev->run();
+    for (int o = 0; o < s.num_outputs; ++o) {
+      const TensorSpec& t = ev->tensor(s.outputs[o]);
+      results[o].resize(static_cast<size_t>(std::max<int64_t>(t.nbytes, 1)));
+      ev->read(s.outputs[o], results[o].data(), t.nbytes);
+    }
+  }
+  nb::dict out;
+  for (int o = 0; o < s.num_outputs; ++o) {
+    const TensorSpec& t = ev->tensor(s.outputs[o]);
+    out[t.name] = to_numpy(t, results[o].data(), true, nb::handle());
+  }
+  return out;
+}
+
 }  // namespace
 }  // namespace planner
 
@@ -140,6 +207,12 @@ NB_MODULE(planner_cuda_rt, m) {
           "replay it after; "
           "op_timing: time every op with events (stats()).");
   planner::define_executor<CudaExecutor, planner::Io>(cls);
+  cls.def("evaluate", &planner::evaluate, "feeds"_a,
+          "Run the training plan's evaluation (the forward graph in inference mode) on the "
+          "parameters as trained, on the device; host feeds; returns its outputs and loss by "
+          "name. Changes no parameter, state or step count.");
+  cls.def_prop_ro("has_evaluation", &CudaExecutor::has_evaluation,
+                  "Whether the plan carries an evaluation schedule (evaluate() runs it).");
   planner::define_collective(cls, nb::device::cuda::value,
                              [](const CudaExecutor& ex) { return ex.device(); });
   cls.def("find", [](CudaExecutor& ex, const std::string& op, int64_t workspace_bytes) {

@@ -222,6 +222,15 @@ void CudaExecutor::create(int k) {
   }
 }
 
+CudaEvaluation& CudaExecutor::evaluation() {
+  check_cuda(cudaSetDevice(device_), "cudaSetDevice");
+  wait_step();  // a failed step is reported as such; the evaluation follows it on stream 0
+  if (!evaluation_)
+    evaluation_ = std::make_unique<CudaEvaluation>(loaded_, arena_->base(), streams_[0],
+                                                   cudnn_[0], cublas_[0], tf32_);
+  return *evaluation_;
+}
+
 CudaExecutor::~CudaExecutor() {
   finish_async();
   cudaSetDevice(device_);

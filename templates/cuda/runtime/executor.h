@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "evaluation.h"
 #include "executor_core.h"
 #include "kernel.h"
 
@@ -116,6 +117,12 @@ class CudaExecutor : public ExecutorCore {
   // Allocates that workspace for the call, so a step's arena is untouched.
   std::vector<Measured> find(int op, int64_t workspace_bytes);
 
+  // ---- evaluation from the same build (Plan.evaluation; evaluation.h) -------------------
+  bool has_evaluation() const { return loaded_.exports("planner_evaluation_schedule"); }
+  // The evaluation, made at the first call after the step in flight ends (between steps:
+  // the caller holds mutex()). Throws when the plan carries none.
+  CudaEvaluation& evaluation();
+
  private:
   int device_;
   bool use_graph_, op_timing_;
@@ -152,6 +159,7 @@ class CudaExecutor : public ExecutorCore {
   // Waits for the step queued last, if any, and reads its time; throws StepError naming the
   // device's error when it failed.
   void wait_step() const;
+  std::unique_ptr<CudaEvaluation> evaluation_;  // made by the first evaluation()
 };
 
 }  // namespace planner

@@ -1,0 +1,93 @@
+"""The `evaluation` rule of `planner verify`: a training plan's evaluation schedule
+(planner/evaluation.py), re-derived from the plan's embedded graph.
+
+    derived    its graph is evaluation_graph of the training plan's embedded graph, exactly
+    plan       it is a sound plan by every rule of planner.verify (its own ops, lanes, edges,
+               arena), of the training plan's backend and machine
+    bound      every parameter and state tensor of its graph, and nothing else, is bound once,
+               to the training plan's buffer of the same name and bytes, on the device
+    arena      no bytes it owns lie below arena_offset, which no bound tensor passes
+
+Example:
+    >>> from planner.verify import verify_plan_data
+    >>> evaluation_problems({"kind": "inference"}, verify_plan_data)
+    []
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from pydantic import ValidationError
+
+from planner.graph.evaluation import evaluation_graph
+from planner.graph.ir import Graph
+
+Verify = Callable[[dict[str, Any], list[str]], list[str]]
+
+
+def evaluation_problems(plan: dict[str, Any], verify: Verify) -> list[str]:
+    """Every rule of the module docstring the plan (as JSON data) breaks, each message
+    starting "evaluation: "; [] when it holds or the plan has no evaluation. `verify`: every
+    rule of a plan (planner.verify.verify_plan_data, which calls this: passed in, as this
+    module is one of its rules)."""
+    evaluation = plan.get("evaluation")
+    if evaluation is None:
+        return []
+    return [f"evaluation: {p}" for p in _problems(plan, evaluation, verify)]
+
+
+def _problems(plan: dict[str, Any], evaluation: dict[str, Any], verify: Verify) -> list[str]:
+    if plan.get("kind") != "training":
+        return ["only a training plan carries an evaluation schedule"]
+    inner = evaluation["plan"]
+    try:
+        expected = evaluation_graph(Graph.model_validate(plan["graph"]))
+    except (ValidationError, ValueError) as e:
+        return [f"no evaluation graph can be made from the embedded graph: {e}"]
+    if Graph.model_validate(inner["graph"]) != expected:
+        return ["its graph is not the evaluation graph of the plan's embedded graph "
+                "(planner.graph.evaluation); re-plan it"]
+    problems = [f"{p}" for p in verify(inner, [n.name for n in expected.nodes])]
+    # Its target names the streams its own ops use (a GPU plan's): the machine must agree.
+    same = ("name", "core_of", "compute_capability", "gpu_memory_bytes")
+    if inner.get("backend") != plan.get("backend") or any(
+            inner["target"].get(k) != plan["target"].get(k) for k in same):
+        problems.append("it is planned for another backend or target than the training plan")
+    return problems + _binding_problems(plan, evaluation, expected)
+
+
+def _binding_problems(plan: dict[str, Any], evaluation: dict[str, Any],
+                      graph: Graph) -> list[str]:
+    problems = []
+    training = {t["name"]: t for t in plan.get("tensors", [])}
+    own = {t["name"]: t for t in evaluation["plan"].get("tensors", [])}
+    persistent = {t.name for t in graph.by_role("param", "state")}
+    seen: set[str] = set()
+    for b in evaluation.get("bound", []):
+        name, to = b["tensor"], b["training"]
+        if name not in persistent:
+            problems.append(f"tensor {name!r} is bound but is no parameter or state tensor")
+        elif name in seen:
+            problems.append(f"tensor {name!r} is bound twice")
+        elif to != name:
+            problems.append(f"tensor {name!r} is bound to the training plan's {to!r}, not to "
+                            f"its tensor of the same name")
+        elif to not in training or name not in own:
+            problems.append(f"tensor {name!r} is bound, but a plan has no buffer of that name")
+        elif (training[to]["bytes"], training[to]["placement"]) != (own[name]["bytes"], "device"):
+            problems.append(f"tensor {name!r} is bound to a training buffer of other bytes or "
+                            f"placement")
+        seen.add(name)
+    problems += [f"{kind} tensor {name!r} is not bound to the training plan's"
+                 for name in sorted(persistent - seen)
+                 for kind in [graph.tensor(name).role]]
+    start = evaluation.get("arena_offset", 0)
+    for t in own.values():
+        if t["name"] in seen and t["offset"] + t["bytes"] > start > 0:
+            problems.append(f"bound tensor {t['name']!r} ends past arena_offset {start}")
+        if t["name"] not in seen and t["placement"] == "device" and t["offset"] < start:
+            problems.append(f"buffer {t['name']!r} lies below arena_offset {start}, in bytes "
+                            f"the executor does not allocate")
+    return problems
