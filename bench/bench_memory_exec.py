@@ -138,6 +138,17 @@ def torch_ops() -> dict:
         # The statistics outputs, as the graph has them (nothing reads them in forward).
         return [y, x.mean(dims, keepdim=True), x.var(dims, keepdim=True, unbiased=False)]
 
+    def lstm_cell(xs, a):
+        # nn.LSTMCell's pointwise part on the graph's pre-activations (the gate GEMM is the
+        # graph's MatMul): the tests' translation through torch.lstm_cell adds a 4H x 4H
+        # identity GEMM per step, there for numerics, which would time torch's LSTM slower.
+        gates, c = xs[0], xs[1]
+        z = gates + xs[2] if len(xs) > 2 else gates
+        blocks = dict(zip(a["order"], torch.split(z, c.shape[1], 1), strict=True))
+        act = {k: torch.tanh(b) if k == "g" else torch.sigmoid(b) for k, b in blocks.items()}
+        c = act["f"] * c + act["i"] * act["g"]
+        return [act["o"] * torch.tanh(c), c, torch.cat([act[k] for k in a["order"]], 1)]
+
     def causal_mask(xs, a):
         n, m = xs[0].shape[-2:]
         above = torch.ones(n, m, dtype=torch.bool).triu(1)
@@ -149,6 +160,7 @@ def torch_ops() -> dict:
             "Scale": lambda xs, a: [xs[0] * a["factor"]],
             "Softmax": lambda xs, a: [torch.softmax(xs[0], a["axis"])],
             "Transpose": lambda xs, a: [xs[0].permute(a["perm"])],
+            "LSTMCell": lstm_cell,
             # math.prod, not numpy's, over the shape: torch.compile traces it without a break.
             "Flatten": lambda xs, a: [xs[0].reshape(math.prod(xs[0].shape[:a["axis"]]), -1)]}
 
@@ -195,10 +207,21 @@ def torch_step(spec: dict):
     # Normalized once, outside the step: torch.compile traces the step, not the planner's code.
     attrs = {n.name: get_op(n.op).normalize_attrs(n.attrs) for n in forward.nodes}
 
+    # Each forward value dropped after its last forward read, as a module's locals are: what
+    # stays alive is what autograd saved (kept in `env`, a step's forward peak would count
+    # every value the forward made).
+    last = {i: k for k, n in enumerate(forward.nodes) for i in n.inputs}
+    kept = set(values) | set(forward.outputs)
+    dead = [sorted(({i for i in n.inputs if last[i] == k} | set(n.outputs) - set(last))
+                   - kept) for k, n in enumerate(forward.nodes)]
+    index = {n.name: k for k, n in enumerate(forward.nodes)}
+
     def run_nodes(nodes, env):
         for n in nodes:
             env.update(zip(n.outputs, ops[n.op]([env[i] for i in n.inputs], attrs[n.name]),
                            strict=True))
+            for t in dead[index[n.name]]:
+                env.pop(t, None)
 
     def loss():
         env = dict(values)
