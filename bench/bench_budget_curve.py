@@ -3,8 +3,9 @@ machine's CPUs: for each model, the curve's points, then 4 of its plans (the sma
 the unconstrained arena and two between) built and run.
 
     python bench/bench_budget_curve.py [--models lenet,resnet18,lstm,gpt] [--points 8]
-                                       [--rounds 15] [--offload]
-    python bench/bench_budget_curve.py --torch [--models gpt,lstm] [--rounds 5]
+                                       [--rounds 15] [--offload] [--size MODEL:K=V,...]
+    python bench/bench_budget_curve.py --torch [--models resnet50,inception_v3,gpt_big,lstm_big]
+                                       [--rounds 11] [--torch-budgets 0.5,0.1]
 
 Recompute only by default: on a CPU the host store of an offloaded copy is the process's
 memory too, so only recompute lowers what the process holds (`--offload` plans with both, and
@@ -18,11 +19,19 @@ holds (stats()["held_bytes"]: arena, host store, scratch a kernel needed beyond 
 area); and two checks: measured step monotone within spread (each point's 25th percentile at
 or below the next smaller budget's 75th), held <= planned. The load average before and after.
 
-`--torch`: beside PyTorch eager, plain and with torch.utils.checkpoint over every transformer
-layer / LSTM layer, at bench/bench_memory_exec.py's sizes (its translator and child processes):
-every run, ours at the 4 budgets and torch's two, in a process of its own, taking turns step by
-step; "peak" is the process's resident memory above what it held after its imports (the same
-measure on both sides); then, for checkpoint, our fastest run whose peak is at or below its.
+`--torch` (the issue's acceptance: the big four at sizes where a step takes 0.1-1 s on this
+2-core host): the curve, then every run in a child process of its own (bench/bench_memory_exec.py's
+translator and children), taking turns step by step, alternating the order each round: ours at
+the 4 budgets, PyTorch eager plain, with torch.utils.checkpoint over every residual block /
+transformer layer / LSTM layer / Inception mixed block, and torch.compile's activation-memory
+budget (torch._functorch.config.activation_memory_budget, backend aot_eager_decomp_partition:
+the min-cut partitioner that reads the budget, aten ops run eagerly, no generated kernels) at
+each --torch-budgets value. "peak" is the process's peak resident memory (VmHWM) over the
+steady steps above what it held before it built its model, the same measure on every run:
+after the 3 warm-up steps freed memory goes back to the system (malloc_trim) and VmHWM is reset,
+so compile's tracing is not counted. Printed beside ours: planned (arena), held (the executor's
+own count) and the checks; then, per torch technique, our fastest run at or below its peak.
+Progress goes to stderr.
 
 The target is this host, detected once (`--target host` measures it anew each time, and its
 costs, hence its plans, vary a little); the cost model is the analytical one.
@@ -31,6 +40,7 @@ costs, hence its plans, vary a little); the cost model is the analytical one.
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import statistics
 import sys
@@ -42,7 +52,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-# Small sizes: a 2-core machine shared with other work.
+# Small sizes: a 2-core machine shared with other work. The default set (SMALL) plans and runs
+# in seconds; the big four (--torch --models resnet50,inception_v3,gpt_big,lstm_big) at sizes
+# where a step takes 0.1-1 s here.
 MODELS = {
     "lenet": ("lenet", {"batch": 32}),
     "resnet18": ("resnet", {"depth": 18, "batch": 4, "image": 64, "width": 0.5,
@@ -50,7 +62,16 @@ MODELS = {
     "lstm": ("lstm", {"batch": 16, "seq": 32, "hidden": 128, "layers": 2, "vocab": 500}),
     "gpt": ("gpt", {"batch": 4, "seq": 64, "dim": 64, "heads": 4, "layers": 2,
                     "vocab": 500}),
+    "resnet50": ("resnet", {"depth": 50, "batch": 8, "image": 128, "width": 0.5,
+                            "classes": 100}),
+    "inception_v3": ("inception_v3", {"batch": 4, "image": 139, "width": 0.5,
+                                      "classes": 100}),
+    "gpt_big": ("gpt", {"batch": 8, "seq": 128, "dim": 128, "heads": 4, "layers": 4,
+                        "vocab": 1000}),
+    "lstm_big": ("lstm", {"batch": 32, "seq": 64, "hidden": 256, "layers": 2,
+                          "vocab": 1000}),
 }
+SMALL = ("lenet", "resnet18", "lstm", "gpt")
 
 
 def quartiles(xs: list[float]) -> tuple[float, float, float]:
@@ -58,7 +79,8 @@ def quartiles(xs: list[float]) -> tuple[float, float, float]:
     return q[0], statistics.median(xs), q[2]
 
 
-def run_model(key: str, target, points: int, rounds: int, offload: bool) -> None:
+def run_model(key: str, kwargs: dict, target, points: int, rounds: int,
+              offload: bool) -> None:
     from codegen.load import load
     from codegen.package import build_package
     from planner.cli.curve import chosen
@@ -69,7 +91,7 @@ def run_model(key: str, target, points: int, rounds: int, offload: bool) -> None
     from planner.pipeline import PlanOptions
     from planner.zoo import build
 
-    name, kwargs = MODELS[key]
+    name = MODELS[key][0]
     graph = make_training_graph(build(name, **kwargs), Optimizer(kind="sgd"),
                                 cores=target.step_cores)
     t0 = time.perf_counter()
@@ -124,82 +146,144 @@ def run_model(key: str, target, points: int, rounds: int, offload: bool) -> None
             f"{op} {format_bytes(n)}" for op, n in sorted(unplanned.items())))
 
 
-def run_torch(key: str, target, points: int, rounds: int) -> None:
-    """Our curve's 4 plans beside torch plain and checkpoint, each in a child process."""
-    from bench.bench_memory_exec import LR, at_equal_peak, measure, torch_lacks
-    from bench.bench_memory_exec import MODELS as TORCH_MODELS
+def progress(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def run_torch(key: str, kwargs: dict, target, points: int, rounds: int,
+              budgets: list[float]) -> None:
+    """The curve, 4 of its plans, torch plain, checkpoint and compile's activation budgets,
+    each run in a child process of its own, taking turns step by step."""
+    from bench.bench_memory_exec import LR, at_equal_peak, measure, torch_ops
     from codegen.package import build_package
     from planner.cli.curve import chosen
-    from planner.curve import budget_curve
+    from planner.curve import budget_curve, format_curve
     from planner.graph.autodiff import Optimizer, make_training_graph
     from planner.memory.options import MemoryOptions
     from planner.pipeline import PlanOptions
     from planner.zoo import build
 
-    if key not in TORCH_MODELS or torch_lacks(key):
-        print(f"== {key}: no torch translation at bench_memory_exec's sizes")
-        return
-    name, kwargs = TORCH_MODELS[key]
-    graph = make_training_graph(build(name, **kwargs), Optimizer(kind="sgd", lr=LR),
-                                cores=target.step_cores)
+    name = MODELS[key][0]
+    forward = build(name, **kwargs)
+    lacks = sorted({n.op for n in forward.nodes} - set(torch_ops()))
+    graph = make_training_graph(forward, Optimizer(kind="sgd", lr=LR), cores=target.step_cores)
+    load_before = os.getloadavg()[0]
+    progress(f"{key}: planning the curve ({len(graph.nodes)} nodes, {points} points)")
+    t0 = time.perf_counter()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         result = budget_curve(graph, target, None,
                               PlanOptions(memory=MemoryOptions(offload=False)), points)
-    picks = [result.curve.points[i] for i in chosen(len(result.curve.points), 4)]
+    curve = result.curve
+    steps = [q.step_seconds for q in curve.points]
+    print(f"== {key} {name}({', '.join(f'{k}={v}' for k, v in kwargs.items())}): "
+          f"{len(graph.nodes)} nodes, curve planned in {time.perf_counter() - t0:.1f} s, "
+          f"load average {load_before:.2f}")
+    print(format_curve(curve))
+    print(f"  {len(curve.points)} points; predicted step non-increasing in the budget: "
+          f"{'yes' if all(b <= a for a, b in itertools.pairwise(steps)) else 'NO'}")
+    picks = [curve.points[i] for i in chosen(len(curve.points), 4)]
     with tempfile.TemporaryDirectory(prefix="bench-curve-torch-") as tmp:
         configs, planned = [], {}
-        for k, p in enumerate(picks):
-            _, built = build_package(result.plans[p.plan_sha256], f"{tmp}/{key}{k}")
-            label = f"ours {p.budget_bytes / 2**20:.2f} MiB"
-            configs.append((label, {"kind": "ours", "package": str(built.dir)}))
-            planned[label] = p
-        configs += [(f"torch {mode}", {"kind": "torch", "mode": mode, "model": key,
-                                       "threads": os.cpu_count() or 1})
-                    for mode in ("plain", "checkpoint")]
+        for k, q in enumerate(picks):
+            progress(f"{key}: building point {k + 1}/{len(picks)} "
+                     f"(budget {q.budget_bytes / 2**20:.2f} MiB)")
+            _, built = build_package(result.plans[q.plan_sha256], f"{tmp}/{key}{k}")
+            label = f"ours {q.budget_bytes / 2**20:.2f} MiB"
+            configs.append((label, {"kind": "ours", "package": str(built.dir), "steady": True}))
+            planned[label] = q
+        torch_spec = {"kind": "torch", "build": [name, kwargs], "threads": os.cpu_count() or 1,
+                      "steady": True}
+        if lacks:
+            print(f"  torch: the translator lacks {', '.join(lacks)}")
+        else:
+            configs += [(f"torch {mode}", {**torch_spec, "mode": mode})
+                        for mode in ("plain", "checkpoint")]
+            configs += [(f"torch budget {b:g}", {**torch_spec, "mode": "budget", "budget": b})
+                        for b in budgets]
+        progress(f"{key}: {len(configs)} runs warming (3 steps each), then {rounds} rounds")
         results = measure(configs, rounds)
-    print(f"== {key} ({kwargs}), {rounds} rounds:")
-    print(f"  {'run':<22} {'planned MiB':>11} {'pred ms':>8} {'meas ms':>8} {'peak MiB':>9} "
-          f"{'held MiB':>9}")
+    load_after = os.getloadavg()[0]
+    print(f"  {rounds} rounds, load average {load_before:.2f} before, {load_after:.2f} after "
+          f"(seven other jobs share the 2 cores: times are noisy)")
+    print(f"  {'run':<22} {'planned MiB':>11} {'held MiB':>9} {'peak MiB':>9} {'pred ms':>8} "
+          f"{'meas ms':>8} {'[p25, p75] ms':>17}")
+    rows = []
     for label, r in results.items():
-        p = planned.get(label)
+        q = planned.get(label)
+        lo, mid, hi = quartiles(r["times"])
+        if q:
+            rows.append((lo, mid, hi, r["held"] <= q.peak_bytes + q.host_bytes))
         print(f"  {label:<22} "
-              + (f"{(p.peak_bytes + p.host_bytes) / 2**20:>11.2f} {p.step_seconds * 1e3:>8.2f}"
-                 if p else f"{'':>11} {'':>8}")
-              + f" {r['median'] * 1e3:>8.1f} {r['peak'] / 2**20:>9.1f} "
-              + (f"{r['held'] / 2**20:>9.2f}" if r["held"] else ""))
+              + (f"{(q.peak_bytes + q.host_bytes) / 2**20:>11.2f} {r['held'] / 2**20:>9.2f}"
+                 if q else f"{'':>11} {'':>9}")
+              + f" {r['peak'] / 2**20:>9.1f} "
+              + (f"{q.step_seconds * 1e3:>8.1f}" if q else f"{'':>8}")
+              + f" {mid * 1e3:>8.1f} [{lo * 1e3:>7.1f}, {hi * 1e3:>7.1f}]")
+    # Larger budgets come later: each point no slower than the one before, within spread.
+    monotone = all(rows[k + 1][0] <= rows[k][2] for k in range(len(rows) - 1))
+    print(f"  ours: measured step monotone within spread (each p25 <= the smaller budget's "
+          f"p75): {'yes' if monotone else 'NO'}; held <= planned: "
+          f"{'yes' if all(r[3] for r in rows) else 'NO'}")
     ours = {k: v for k, v in results.items() if k in planned}
-    theirs = results["torch checkpoint"]
-    mine = at_equal_peak(ours, theirs["peak"])
-    print(f"  at torch checkpoint's peak ({theirs['peak'] / 2**20:.1f} MiB, "
-          f"{theirs['median'] * 1e3:.1f} ms): " + (
-              "no budget of ours reaches it" if mine is None else
-              f"ours {mine[0].removeprefix('ours ')}: peak {mine[1]['peak'] / 2**20:.1f} MiB, "
-              f"{mine[1]['median'] * 1e3:.1f} ms, torch/ours "
-              f"{theirs['median'] / mine[1]['median']:.2f}"))
+    for label, theirs in results.items():
+        if not label.startswith("torch") or label == "torch plain":
+            continue
+        mine = at_equal_peak(ours, theirs["peak"])
+        print(f"  at {label}'s peak ({theirs['peak'] / 2**20:.1f} MiB, "
+              f"{theirs['median'] * 1e3:.1f} ms): " + (
+                  "no budget of ours reaches it" if mine is None else
+                  f"ours {mine[0].removeprefix('ours ')}: peak "
+                  f"{mine[1]['peak'] / 2**20:.1f} MiB, {mine[1]['median'] * 1e3:.1f} ms, "
+                  f"torch/ours {theirs['median'] / mine[1]['median']:.2f}"), flush=True)
+
+
+def sizes(specs: list[str]) -> dict[str, dict]:
+    """`--size resnet50:batch=2,image=96` -> {"resnet50": {"batch": 2, "image": 96}}."""
+    out: dict[str, dict] = {}
+    for spec in specs:
+        key, _, pairs = spec.partition(":")
+        if key not in MODELS or not pairs:
+            raise SystemExit(f"--size {spec!r}: want MODEL:key=value,... with MODEL one of "
+                             f"{', '.join(MODELS)}")
+        for pair in pairs.split(","):
+            k, _, v = pair.partition("=")
+            try:
+                out.setdefault(key, {})[k] = float(v) if "." in v else int(v)
+            except ValueError:
+                raise SystemExit(f"--size {spec!r}: {pair!r} is not key=number") from None
+    return out
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--models", default=",".join(MODELS))
+    ap.add_argument("--models", default=",".join(SMALL))
+    ap.add_argument("--size", action="append", default=[], metavar="MODEL:K=V,...",
+                    help="a model's zoo sizes (repeatable), e.g. resnet50:batch=2,image=96")
     ap.add_argument("--points", type=int, default=8)
     ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--offload", action="store_true")
     ap.add_argument("--torch", action="store_true",
-                    help="beside torch plain and checkpoint (bench_memory_exec's sizes)")
+                    help="each run in a process of its own, beside torch plain, checkpoint "
+                         "and torch.compile's activation-memory budgets")
+    ap.add_argument("--torch-budgets", default="0.5,0.1",
+                    help="--torch: activation_memory_budget values (empty: none)")
     args = ap.parse_args()
     from planner.target.presets import load_target
 
+    override = sizes(args.size)
+    budgets = [float(b) for b in args.torch_budgets.split(",") if b]
     target = load_target("host")
     print(f"target host: {len(target.logical_cpus)} logical CPUs; load average before "
           f"{os.getloadavg()[0]:.2f}")
     for key in args.models.split(","):
         if key not in MODELS:
             raise SystemExit(f"unknown model {key!r}; known: {', '.join(MODELS)}")
+        kwargs = {**MODELS[key][1], **override.get(key, {})}
         if args.torch:
-            run_torch(key, target, args.points, args.rounds)
+            run_torch(key, kwargs, target, args.points, args.rounds, budgets)
         else:
-            run_model(key, target, args.points, args.rounds, args.offload)
+            run_model(key, kwargs, target, args.points, args.rounds, args.offload)
     print(f"load average after {os.getloadavg()[0]:.2f}")
     return 0
 

@@ -89,6 +89,13 @@ else:
     held = lambda: 0
 for _ in range(3):
     run()
+if spec.get("steady"):
+    # The peak of the steady steps: freed warm-up memory (torch.compile's tracing and
+    # partitioning) handed back to the system first, then the peak reset to what is resident.
+    import ctypes
+    ctypes.CDLL("libc.so.6").malloc_trim(0)
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
 print("ready", flush=True)
 for _ in sys.stdin:
     t0 = time.perf_counter()
@@ -131,6 +138,17 @@ def torch_ops() -> dict:
         # The statistics outputs, as the graph has them (nothing reads them in forward).
         return [y, x.mean(dims, keepdim=True), x.var(dims, keepdim=True, unbiased=False)]
 
+    def lstm_cell(xs, a):
+        # nn.LSTMCell's pointwise part on the graph's pre-activations (the gate GEMM is the
+        # graph's MatMul): the tests' translation through torch.lstm_cell adds a 4H x 4H
+        # identity GEMM per step, there for numerics, which would time torch's LSTM slower.
+        gates, c = xs[0], xs[1]
+        z = gates + xs[2] if len(xs) > 2 else gates
+        blocks = dict(zip(a["order"], torch.split(z, c.shape[1], 1), strict=True))
+        act = {k: torch.tanh(b) if k == "g" else torch.sigmoid(b) for k, b in blocks.items()}
+        c = act["f"] * c + act["i"] * act["g"]
+        return [act["o"] * torch.tanh(c), c, torch.cat([act[k] for k in a["order"]], 1)]
+
     def causal_mask(xs, a):
         n, m = xs[0].shape[-2:]
         above = torch.ones(n, m, dtype=torch.bool).triu(1)
@@ -141,7 +159,10 @@ def torch_ops() -> dict:
             "Gelu": lambda xs, a: [F.gelu(xs[0], approximate=a["approximate"])],
             "Scale": lambda xs, a: [xs[0] * a["factor"]],
             "Softmax": lambda xs, a: [torch.softmax(xs[0], a["axis"])],
-            "Transpose": lambda xs, a: [xs[0].permute(a["perm"])]}
+            "Transpose": lambda xs, a: [xs[0].permute(a["perm"])],
+            "LSTMCell": lstm_cell,
+            # math.prod, not numpy's, over the shape: torch.compile traces it without a break.
+            "Flatten": lambda xs, a: [xs[0].reshape(math.prod(xs[0].shape[:a["axis"]]), -1)]}
 
 
 def torch_step(spec: dict):
@@ -155,14 +176,17 @@ def torch_step(spec: dict):
 
     ops = torch_ops()
     torch.set_num_threads(spec["threads"])
-    name, kwargs = MODELS[spec["model"]]
+    name, kwargs = spec.get("build") or MODELS[spec["model"]]
     forward = build(name, **kwargs)
     state = init_params(forward, seed=0)
     feeds = random_feeds(forward, seed=1)
     params = {t.name: torch.tensor(state[t.name], requires_grad=True)
               for t in forward.by_role("param")}
     values = {**{k: torch.tensor(v) for k, v in state.items()},
-              **{k: torch.tensor(v) for k, v in feeds.items()}, **params}
+              # Indices as int64, what torch code feeds (compile's decompositions of
+              # embedding and cross-entropy build aranges in the index dtype: none for uint16).
+              **{k: torch.tensor(v if v.dtype.kind == "f" else v.astype("int64"))
+                 for k, v in feeds.items()}, **params}
     opt = torch.optim.SGD(list(params.values()), lr=LR)
     # Consecutive nodes of one block; what each block reads from before it and what is read
     # after it (only those leave a checkpointed block: the rest is recomputed in backward).
@@ -180,11 +204,24 @@ def torch_step(spec: dict):
         later |= {i for n in nodes for i in n.inputs}
     needs.reverse()
 
+    # Normalized once, outside the step: torch.compile traces the step, not the planner's code.
+    attrs = {n.name: get_op(n.op).normalize_attrs(n.attrs) for n in forward.nodes}
+
+    # Each forward value dropped after its last forward read, as a module's locals are: what
+    # stays alive is what autograd saved (kept in `env`, a step's forward peak would count
+    # every value the forward made).
+    last = {i: k for k, n in enumerate(forward.nodes) for i in n.inputs}
+    kept = set(values) | set(forward.outputs)
+    dead = [sorted(({i for i in n.inputs if last[i] == k} | set(n.outputs) - set(last))
+                   - kept) for k, n in enumerate(forward.nodes)]
+    index = {n.name: k for k, n in enumerate(forward.nodes)}
+
     def run_nodes(nodes, env):
         for n in nodes:
-            attrs = get_op(n.op).normalize_attrs(n.attrs)
-            env.update(zip(n.outputs, ops[n.op]([env[i] for i in n.inputs], attrs),
+            env.update(zip(n.outputs, ops[n.op]([env[i] for i in n.inputs], attrs[n.name]),
                            strict=True))
+            for t in dead[index[n.name]]:
+                env.pop(t, None)
 
     def loss():
         env = dict(values)
@@ -203,6 +240,14 @@ def torch_step(spec: dict):
             env.update(zip(out, checkpoint(block, *[env[r] for r in reads],
                                            use_reentrant=False), strict=True))
         return env["loss"]
+
+    if spec["mode"] == "budget":
+        # torch.compile's activation-memory budget (the min-cut partitioner's knapsack over
+        # what forward saves); aten ops run eagerly, no generated kernels: memory comparable.
+        import torch._functorch.config as functorch_config
+
+        functorch_config.activation_memory_budget = spec["budget"]
+        loss = torch.compile(loss, backend="aot_eager_decomp_partition")
 
     def step() -> None:
         opt.zero_grad(set_to_none=True)
@@ -309,6 +354,8 @@ def measure(configs: list[tuple[str, dict]], rounds: int) -> dict[str, dict]:
         return out
     finally:
         for p in procs.values():
+            if not p.stdin.closed:
+                p.stdin.close()  # a child still reading steps ends (one failed: the rest end)
             p.wait(timeout=600)
 
 

@@ -317,8 +317,10 @@ register(OpDef(
 
 register(OpDef(
     name="BiasAddGrad",
-    # Per-thread float64 partial sums of every channel (bias axis 1).
-    scratch=widening_scratch(lambda ins, outs, a, threads: 8 * ins[0].shape[1] * threads + 4096),
+    # Per-thread float64 partial sums of every channel: the output's length, the channels
+    # along `axis` (a transformer's last axis, not axis 1: sized on axis 1, a GPT's MLP bias
+    # gradient got a block beside the arena).
+    scratch=widening_scratch(lambda ins, outs, a, threads: 8 * outs[0].size * threads + 4096),
     cost_class="reduction", arity=1, attrs={"axis": Attr("int", 1)},
     infer=_bias_add_grad_infer,
     # one addition per dy element

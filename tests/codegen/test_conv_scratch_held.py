@@ -1,5 +1,6 @@
-"""A training plan's scratch areas hold what oneDNN's convolutions ask for on this host: no
-kernel gets a block beside the arena, so the process holds the arena the budget bounds.
+"""A training plan's scratch areas hold what oneDNN's convolutions (and the runtime's own
+loops) ask for on this host: no kernel gets a block beside the arena, so the process holds the
+arena the budget bounds.
 
 oneDNN's weight-gradient convolutions book per-thread partials of the weights (GEMM-based: 4x
 the weights' bytes per thread); before planner/ops/conv_scratch.py the plan reserved twice the
@@ -23,6 +24,9 @@ MODELS = {
     "lenet": ("lenet", {"batch": 32}),
     "resnet18": ("resnet", {"depth": 18, "batch": 4, "image": 64, "width": 0.5,
                             "classes": 10}),
+    # The bias gradients of a GPT's MLP sum over (batch, seq) into the last axis: sized on
+    # axis 1 (seq 8, not 768 channels) their per-thread partials overflowed the area.
+    "gpt": ("gpt", {"batch": 2, "seq": 8, "dim": 192, "heads": 2, "layers": 1, "vocab": 50}),
 }
 
 
