@@ -8,22 +8,23 @@
 #include <cmath>
 
 #include "../loops.h"
+#include "group_norm.h"
 
 namespace planner {
 namespace {
 
 class GroupNorm : public Kernel {
  public:
-  explicit GroupNorm(const Node& n)
-      : grad_(n.in.size() == 5), eps_(n.attrs.f("epsilon")) {
+  explicit GroupNorm(const Node& n) {
     require_f32(n);
-    const Shape& s = n.in[grad_ ? 1 : 0].shape;
-    batch_ = s[0];
-    channels_ = s[1];
-    groups_ = n.attrs.i("groups");
-    if (groups_ < 1 || channels_ % groups_ != 0)
-      throw std::runtime_error("GroupNorm: groups must divide the channels");
-    for (size_t k = 2; k < s.size(); ++k) space_ *= s[k];
+    const GroupNormGeometry g =  // common/group_norm.h
+        group_norm_geometry(n.attrs, n.in.size(), n.in[n.in.size() == 5 ? 1 : 0].shape);
+    grad_ = g.grad;
+    eps_ = g.eps;
+    batch_ = g.batch;
+    channels_ = g.channels;
+    groups_ = g.groups;
+    space_ = g.space;
     for (const auto& t : n.in) ids_.push_back(t.id);
     for (const auto& t : n.out) ids_.push_back(t.id);
   }

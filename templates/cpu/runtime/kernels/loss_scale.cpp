@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "../loops.h"
+#include "loss_scale.h"
 
 namespace planner {
 namespace {
@@ -52,9 +53,7 @@ class UpdateLossScale : public Kernel {
  public:
   explicit UpdateLossScale(const Node& n)
       : scale_(n.in[0].id), clean_(n.in[1].id), found_(n.in[2].id), scale_out_(n.out[0].id),
-        clean_out_(n.out[1].id), growth_(static_cast<float>(n.attrs.f("growth_factor"))),
-        backoff_(static_cast<float>(n.attrs.f("backoff_factor"))),
-        interval_(static_cast<float>(n.attrs.i("growth_interval"))) {
+        clean_out_(n.out[1].id), rule_(loss_scale_rule(n.attrs)) {
     require_f32(n);
   }
   void run(const Run& r) override {
@@ -63,9 +62,9 @@ class UpdateLossScale : public Kernel {
     const bool found = *r.at<float>(found_) != 0.f;
     float next_scale = scale, next_clean = 0.f;
     if (found) {
-      next_scale = scale * backoff_;
-    } else if (clean + 1.f == interval_) {
-      const float grown = scale * growth_;
+      next_scale = scale * rule_.backoff;
+    } else if (clean + 1.f == rule_.interval) {
+      const float grown = scale * rule_.growth;
       if (std::isfinite(grown)) next_scale = grown;
     } else {
       next_clean = clean + 1.f;
@@ -76,7 +75,7 @@ class UpdateLossScale : public Kernel {
 
  private:
   int scale_, clean_, found_, scale_out_, clean_out_;
-  float growth_, backoff_, interval_;
+  LossScaleRule rule_;  // common/loss_scale.h
 };
 
 class SkipOnOverflow : public Kernel {

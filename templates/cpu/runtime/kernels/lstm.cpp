@@ -7,34 +7,21 @@
 #include <string>
 
 #include "../kernel.h"
+#include "lstm.h"
 #include "../loops.h"
 #include "../vmath.h"
 
 namespace planner {
 namespace {
 
-// The column where each gate's block starts in a row of 4H: i, f, g, o.
-struct Blocks {
-  int64_t i, f, g, o;
-};
-
-Blocks blocks(const Node& n, int64_t hidden) {
-  const std::string order = n.attrs.s("order");
-  auto at = [&](char gate) {
-    const auto k = order.find(gate);
-    if (order.size() != 4 || k == std::string::npos)
-      throw std::runtime_error("LSTMCell: order must name the gates i, f, g, o once each");
-    return static_cast<int64_t>(k) * hidden;
-  };
-  return {at('i'), at('f'), at('g'), at('o')};
-}
+using Blocks = LstmGates;  // common/lstm.h
 
 class LSTMCell : public Kernel {
  public:
   explicit LSTMCell(const Node& n)
       : z_(n.in[0].id), cp_(n.in[1].id), zr_(n.in.size() > 2 ? n.in[2].id : -1),
         h_(n.out[0].id), c_(n.out[1].id), acts_(n.out[2].id), rows_(n.out[0].shape[0]),
-        hidden_(n.out[0].shape[1]), at_(blocks(n, hidden_)) {
+        hidden_(n.out[0].shape[1]), at_(lstm_gates(n.attrs, hidden_)) {
     require_f32(n);
   }
   void run(const Run& r) override {
@@ -88,7 +75,7 @@ class LSTMCellGrad : public Kernel {
   explicit LSTMCellGrad(const Node& n)
       : dh_(n.in[0].id), dc_(n.in[1].id), acts_(n.in[2].id), cp_(n.in[3].id), c_(n.in[4].id),
         dh2_(n.in.size() > 5 ? n.in[5].id : -1), dz_(n.out[0].id), dcp_(n.out[1].id), rows_(n.out[1].shape[0]),
-        hidden_(n.out[1].shape[1]), at_(blocks(n, hidden_)) {
+        hidden_(n.out[1].shape[1]), at_(lstm_gates(n.attrs, hidden_)) {
     require_f32(n);
   }
   void run(const Run& r) override {

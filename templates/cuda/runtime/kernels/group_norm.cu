@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "../groups.cuh"
+#include "group_norm.h"
 
 namespace planner {
 namespace {
@@ -94,16 +95,16 @@ __global__ void gn_dx(const float* __restrict__ dy, const float* __restrict__ x,
 class GroupNorm : public Kernel {
  public:
   explicit GroupNorm(const Node& n)
-      : grad_(n.in.size() == 5), threads_(block_threads(n)), eps_(n.attrs.f("epsilon")) {
+      : threads_(block_threads(n)) {
     require_f32(n);
-    const Shape& s = n.in[grad_ ? 1 : 0].shape;
-    if (s.size() < 2) throw std::runtime_error("GroupNorm: x must be (N, C, ...)");
-    batch_ = s[0];
-    channels_ = s[1];
-    groups_ = n.attrs.i("groups");
-    if (groups_ < 1 || channels_ % groups_ != 0)
-      throw std::runtime_error("GroupNorm: groups must divide the channels");
-    for (size_t k = 2; k < s.size(); ++k) space_ *= s[k];
+    const GroupNormGeometry g =  // common/group_norm.h
+        group_norm_geometry(n.attrs, n.in.size(), n.in[n.in.size() == 5 ? 1 : 0].shape);
+    grad_ = g.grad;
+    eps_ = g.eps;
+    batch_ = g.batch;
+    channels_ = g.channels;
+    groups_ = g.groups;
+    space_ = g.space;
     for (const auto& t : n.in) ids_.push_back(t.id);
     for (const auto& t : n.out) ids_.push_back(t.id);
   }

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "../kernel.h"
+#include "loss_scale.h"
 
 namespace planner {
 namespace {
@@ -88,21 +89,20 @@ class UpdateLossScale : public Kernel {
  public:
   explicit UpdateLossScale(const Node& n)
       : scale_(n.in[0].id), clean_(n.in[1].id), found_(n.in[2].id), scale_out_(n.out[0].id),
-        clean_out_(n.out[1].id), growth_(static_cast<float>(n.attrs.f("growth_factor"))),
-        backoff_(static_cast<float>(n.attrs.f("backoff_factor"))),
-        interval_(static_cast<float>(n.attrs.i("growth_interval"))) {
+        clean_out_(n.out[1].id), rule_(loss_scale_rule(n.attrs)) {
     require_f32(n);
   }
   void run(const Run& r) override {
     update_scale<<<1, 1, 0, r.stream>>>(r.at<float>(scale_), r.at<float>(clean_),
                                         r.at<float>(found_), r.at<float>(scale_out_),
-                                        r.at<float>(clean_out_), growth_, backoff_, interval_);
+                                        r.at<float>(clean_out_), rule_.growth, rule_.backoff,
+                                        rule_.interval);
     PLANNER_LAUNCHED("update_scale");
   }
 
  private:
   int scale_, clean_, found_, scale_out_, clean_out_;
-  float growth_, backoff_, interval_;
+  LossScaleRule rule_;  // common/loss_scale.h
 };
 
 class SkipOnOverflow : public Kernel {

@@ -7,24 +7,12 @@
 #include <string>
 
 #include "../kernel.h"
+#include "lstm.h"
 
 namespace planner {
 namespace {
 
-struct Blocks {
-  int64_t i, f, g, o;
-};
-
-Blocks blocks(const Node& n, int64_t hidden) {
-  const std::string order = n.attrs.s("order");
-  auto at = [&](char gate) {
-    const auto k = order.find(gate);
-    if (order.size() != 4 || k == std::string::npos)
-      throw std::runtime_error("LSTMCell: order must name the gates i, f, g, o once each");
-    return static_cast<int64_t>(k) * hidden;
-  };
-  return {at('i'), at('f'), at('g'), at('o')};
-}
+using Blocks = LstmGates;  // common/lstm.h
 
 // The reference's sigmoid: exp of a non-positive number only.
 __device__ __forceinline__ float sigmoid(float x) {
@@ -77,7 +65,7 @@ class LSTMCell : public Kernel {
  public:
   LSTMCell(const Node& n, bool grad)
       : grad_(grad), threads_(block_threads(n)), hidden_(n.out[grad ? 1 : 0].shape[1]),
-        total_(n.out[grad ? 1 : 0].size()), at_(blocks(n, hidden_)) {
+        total_(n.out[grad ? 1 : 0].size()), at_(lstm_gates(n.attrs, hidden_)) {
     for (const auto& t : n.in) {
       if (t.dtype != F32) throw std::runtime_error("LSTMCell: float32 only on the GPU");
       in_.push_back(t.id);
