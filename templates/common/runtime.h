@@ -53,6 +53,26 @@ inline int norm_axis(int64_t axis, size_t rank) {
   return static_cast<int>((axis % r + r) % r);
 }
 
+// A shape seen as (outer, extent, inner) around the axis attribute `key` names: how every op
+// that works along one axis (softmax, cumsum, layer normalization's rows) lays its tensor
+// out, read once for both backends. A scalar is one element along axis 0.
+struct AxisSplit {
+  int axis = 0;
+  int64_t outer = 1, extent = 1, inner = 1;
+};
+
+inline AxisSplit axis_split(const Attrs& attrs, const Shape& s, const char* key = "axis") {
+  AxisSplit a;
+  a.axis = norm_axis(attrs.i(key), s.size());
+  if (s.empty()) return a;
+  for (size_t k = 0; k < s.size(); ++k) {
+    if (static_cast<int>(k) < a.axis) a.outer *= s[k];
+    if (static_cast<int>(k) > a.axis) a.inner *= s[k];
+  }
+  a.extent = s[a.axis];
+  return a;
+}
+
 // For kernels written for float32 alone: refuses any other tensor (int64 indices may come in).
 // `N` is a backend's kernel-factory Node (its `in` and `out` TensorRefs).
 template <class N>

@@ -15,15 +15,10 @@ class CumSum : public Kernel {
       : x_(n.in[0].id), y_(n.out[0].id), exclusive_(n.attrs.b("exclusive")),
         reverse_(n.attrs.b("reverse")) {
     require_f32(n);
-    const Shape& s = n.in[0].shape;
-    if (!s.empty()) {
-      const size_t axis = static_cast<size_t>(norm_axis(n.attrs.i("axis"), s.size()));
-      for (size_t k = 0; k < s.size(); ++k) {
-        if (k < axis) outer_ *= s[k];
-        if (k > axis) inner_ *= s[k];
-      }
-      extent_ = s[axis];
-    }
+    const AxisSplit a = axis_split(n.attrs, n.in[0].shape);
+    outer_ = a.outer;
+    extent_ = a.extent;
+    inner_ = a.inner;
   }
   void run(const Run& r) override {
     const float* x = r.at<float>(x_);

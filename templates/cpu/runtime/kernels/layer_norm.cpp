@@ -16,9 +16,8 @@ struct View {
 
 View view(const Node& n, const TensorRef& x) {
   const Shape& s = x.shape;
-  const size_t axis = static_cast<size_t>(norm_axis(n.attrs.i("axis"), s.size()));
-  int64_t rows = 1, cols = 1;
-  for (size_t k = 0; k < s.size(); ++k) (k < axis ? rows : cols) *= s[k];
+  const AxisSplit a = axis_split(n.attrs, s);  // rows before the axis, columns from it
+  const int64_t rows = a.outer, cols = a.extent * a.inner;
   return {view_md({rows, cols}, x.dtype), view_md({rows}, x.dtype), view_md({cols}, x.dtype)};
 }
 

@@ -22,12 +22,11 @@ class Softmax : public DnnlKernel {
   Softmax(const Node& n, bool log) : x_(n.in[0].id), y_(n.out[0].id) {
     require_f32(n);
     const Shape& s = n.in[0].shape;
-    const int axis = norm_axis(n.attrs.i("axis"), s.size());
-    for (size_t k = 0; k < s.size(); ++k) {
-      if (static_cast<int>(k) < axis) outer_ *= s[k];
-      if (static_cast<int>(k) > axis) inner_ *= s[k];
-    }
-    len_ = s.empty() ? 1 : s[axis];
+    const AxisSplit a = axis_split(n.attrs, s);
+    const int axis = a.axis;
+    outer_ = a.outer;
+    len_ = a.extent;
+    inner_ = a.inner;
     auto md = plain_md(s, n.in[0].dtype);
     dnnl::softmax_forward::primitive_desc pd(
         n.engine, dnnl::prop_kind::forward_training,

@@ -36,15 +36,10 @@ class CumSum : public Kernel {
         exclusive_(n.attrs.b("exclusive")), reverse_(n.attrs.b("reverse")) {
     if (n.in[0].dtype != F32 || n.out[0].dtype != F32)
       throw std::runtime_error("CumSum: float32 tensors");
-    const Shape& s = n.in[0].shape;
-    if (!s.empty()) {
-      const size_t axis = static_cast<size_t>(norm_axis(n.attrs.i("axis"), s.size()));
-      for (size_t k = 0; k < s.size(); ++k) {
-        if (k < axis) outer_ *= s[k];
-        if (k > axis) inner_ *= s[k];
-      }
-      n_ = s[axis];
-    }
+    const AxisSplit a = axis_split(n.attrs, n.in[0].shape);
+    outer_ = a.outer;
+    n_ = a.extent;
+    inner_ = a.inner;
     blocks_ = blocks_for(outer_ * inner_, threads_);
   }
   void run(const Run& r) override {

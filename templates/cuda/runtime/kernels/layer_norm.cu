@@ -142,8 +142,9 @@ struct RowsView {
   int64_t rows = 1, n = 1;
   RowsView(const Node& node, const TensorRef& x) {
     if (x.shape.empty()) throw std::runtime_error("LayerNorm: x must have rank >= 1");
-    const size_t axis = static_cast<size_t>(norm_axis(node.attrs.i("axis"), x.shape.size()));
-    for (size_t k = 0; k < x.shape.size(); ++k) (k < axis ? rows : n) *= x.shape[k];
+    const AxisSplit a = axis_split(node.attrs, x.shape);  // rows before the axis, columns from it
+    rows = a.outer;
+    n = a.extent * a.inner;
   }
 };
 

@@ -23,13 +23,8 @@ class Softmax : public Kernel {
     if (n.out[0].shape != s)
       throw std::runtime_error("softmax output " + shape_text(n.out[0].shape) +
                                " differs from its input " + shape_text(s));
-    const int axis = norm_axis(n.attrs.i("axis"), s.size());
-    int64_t outer = 1, inner = 1;
-    for (size_t k = 0; k < s.size(); ++k) {
-      if (static_cast<int>(k) < axis) outer *= s[k];
-      if (static_cast<int>(k) > axis) inner *= s[k];
-    }
-    const int64_t len = s.empty() ? 1 : s[axis];
+    const AxisSplit a = axis_split(n.attrs, s);
+    const int64_t outer = a.outer, len = a.extent, inner = a.inner;
     empty_ = outer * len * inner == 0;
     if (!empty_) set_nchw(desc_, outer, len, inner, 1);
     for (const TensorRef& t : n.in) ids_.push_back(t.id);
