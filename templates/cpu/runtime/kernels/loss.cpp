@@ -49,12 +49,11 @@ class SoftmaxCrossEntropy : public DnnlKernel {
         ignore_(n.attrs.i("ignore_index")), eps_(n.attrs.f("label_smoothing")) {
     require_f32(n);
     const auto& s = n.in[off_].shape;
-    const int axis = norm_axis(n.attrs.i("axis"), s.size());
-    for (size_t k = 0; k < s.size(); ++k) {
-      if (static_cast<int>(k) < axis) outer_ *= s[k];
-      if (static_cast<int>(k) > axis) inner_ *= s[k];
-    }
-    classes_ = s[axis];
+    const AxisSplit a = axis_split(n.attrs, s);  // the classes along the axis
+    const int axis = a.axis;
+    outer_ = a.outer;
+    inner_ = a.inner;
+    classes_ = a.extent;
     if (!grad_ || inner_ != 1) return;
     auto md = plain_md(s, n.in[off_].dtype);
     dnnl::softmax_forward::primitive_desc pd(n.engine, dnnl::prop_kind::forward_inference,

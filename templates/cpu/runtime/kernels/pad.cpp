@@ -9,22 +9,21 @@
 #include <cstring>
 
 #include "../loops.h"
+#include "pad.h"
 
 namespace planner {
 namespace {
 
-std::vector<int64_t> source_table(int64_t n, int64_t before, int64_t after, const std::string& mode) {
+std::vector<int64_t> source_table(int64_t n, int64_t before, int64_t after, PadMode mode) {
   std::vector<int64_t> src(n + before + after);
   for (int64_t o = 0; o < static_cast<int64_t>(src.size()); ++o) {
     int64_t i = o - before;
-    if (mode == "constant") {
+    if (mode == kConstant) {
       src[o] = i >= 0 && i < n ? i : -1;
-    } else if (mode == "edge") {
+    } else if (mode == kEdge) {
       src[o] = i < 0 ? 0 : i >= n ? n - 1 : i;
-    } else if (mode == "reflect") {  // the shape rule keeps pads below n: one reflection
+    } else {  // reflect: the shape rule keeps pads below n, one reflection
       src[o] = i < 0 ? -i : i >= n ? 2 * (n - 1) - i : i;
-    } else {
-      throw std::runtime_error("Pad: unknown mode " + mode);
     }
   }
   return src;
@@ -37,16 +36,15 @@ class Pad : public Kernel {
     require_f32(n);
     small_ = grad ? n.out[0].shape : n.in[0].shape;
     big_ = grad ? n.in[0].shape : n.out[0].shape;
-    if (small_.empty()) small_ = big_ = {1};
-    const size_t rank = small_.size();
-    const std::vector<int64_t> pads = n.attrs.ints("pads");
-    const std::string mode = n.attrs.s("mode");
-    value_ = static_cast<float>(n.attrs.f("value"));
-    for (size_t a = 0; a < rank; ++a) {
-      const int64_t before = a < pads.size() ? pads[a] : 0;
-      const int64_t after = rank + a < pads.size() ? pads[rank + a] : 0;
-      table_.push_back(source_table(small_[a], before, after, mode));
+    PadAttrs p = pad_attrs(n.attrs, small_, big_);  // common/pad.h
+    value_ = p.value;
+    if (small_.empty()) {  // a scalar: one element, nothing padded
+      small_ = big_ = {1};
+      p.before = p.after = {0};
     }
+    const size_t rank = small_.size();
+    for (size_t a = 0; a < rank; ++a)
+      table_.push_back(source_table(small_[a], p.before[a], p.after[a], p.mode));
     strides_.assign(rank, 1);
     for (int a = static_cast<int>(rank) - 2; a >= 0; --a) strides_[a] = strides_[a + 1] * small_[a + 1];
     inner_ = big_.back();

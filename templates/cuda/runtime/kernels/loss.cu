@@ -162,12 +162,10 @@ class SoftmaxCrossEntropy : public Kernel {
     const TensorRef& x = n.in[off];
     if (x.shape.size() < 2)
       throw std::runtime_error("SoftmaxCrossEntropy: logits must be (N, C, ...)");
-    const int axis = norm_axis(n.attrs.i("axis"), x.shape.size());
-    for (size_t k = 0; k < x.shape.size(); ++k) {
-      if (static_cast<int>(k) < axis) outer_ *= x.shape[k];
-      if (static_cast<int>(k) > axis) inner_ *= x.shape[k];
-    }
-    cols_ = x.shape[axis];
+    const AxisSplit a = axis_split(n.attrs, x.shape);  // the classes along the axis
+    outer_ = a.outer;
+    inner_ = a.inner;
+    cols_ = a.extent;
     rows_ = outer_ * inner_;
     if (cols_ == 0 && rows_ > 0)
       throw std::runtime_error("SoftmaxCrossEntropy: logits with no classes");

@@ -16,11 +16,10 @@
 #include <string>
 
 #include "../groups.cuh"
+#include "pad.h"
 
 namespace planner {
 namespace {
-
-enum PadMode : int { kConstant = 0, kReflect = 1, kEdge = 2 };
 
 struct PadGeom {
   int rank;
@@ -129,19 +128,13 @@ class Pad : public Kernel {
     Shape small = grad ? n.out[0].shape : x.shape;
     Shape big = grad ? x.shape : n.out[0].shape;
     const size_t rank = small.size();
-    const std::vector<int64_t> pads = n.attrs.ints("pads");
-    const std::string mode = n.attrs.s("mode");
-    if (pads.size() != 2 * rank) throw std::runtime_error("Pad: pads must hold 2 * rank values");
-    g_.mode = mode == "constant" ? kConstant : mode == "reflect" ? kReflect
-            : mode == "edge"     ? kEdge
-                                 : -1;
-    if (g_.mode < 0) throw std::runtime_error("Pad: unknown mode " + mode);
-    g_.value = n.attrs.has("value") ? static_cast<float>(n.attrs.f("value")) : 0.f;
+    const PadAttrs p = pad_attrs(n.attrs, small, big);  // common/pad.h
+    g_.mode = p.mode;
+    g_.value = p.value;
     // Merge runs of unpadded axes (one axis of their product); keep at least one axis.
     int r = 0;
     for (size_t a = 0; a < rank; ++a) {
-      const int64_t b = pads[a], e = pads[rank + a];
-      if (big[a] != small[a] + b + e) throw std::runtime_error("Pad: shapes do not match pads");
+      const int64_t b = p.before[a], e = p.after[a];
       if (b == 0 && e == 0 && r > 0 && g_.before[r - 1] == 0 && g_.big[r - 1] == g_.small[r - 1]) {
         g_.small[r - 1] *= small[a];
         g_.big[r - 1] *= small[a];
