@@ -3,4 +3,4 @@
 # The old names of moved run-time modules (planner/runtime/) are the new modules themselves
 # (sys.modules aliases, kept for executors built before the move): their docstrings are
 # collected once, under the new names.
-collect_ignore = ["planner/checkpoint.py", "planner/distributed.py", "planner/hyperparameters.py"]
+collect_ignore = ["planner/runtime/checkpoint.py", "planner/runtime/distributed.py", "planner/runtime/hyperparameters.py"]

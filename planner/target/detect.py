@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from planner import __version__
+from planner.target.cgroup import cpu_quota
 from planner.target.host_cache import HostMeasurement, kept_measurement, machine_key
 from planner.target.measure import can_limit_blas_threads, gemm_flops, stream_bandwidth
 from planner.target.records import (
@@ -442,16 +443,27 @@ def cpu_math_peaks(cores: int, mhz: float, flags: frozenset[str],
 
 
 def detect(measure: bool = True, sys_root: Path = Path("/sys"), proc_root: Path = Path("/proc"),
-           nvidia_smi: str = "nvidia-smi", budget_s: float = 0.5, refresh: bool = False) -> Target:
+           nvidia_smi: str = "nvidia-smi", budget_s: float = 0.5, refresh: bool = False,
+           cgroup_root: Path = Path("/sys/fs/cgroup")) -> Target:
     """This host as a Target named "host". With measure=False, peaks are estimated (no timing).
 
     Measured peaks are this machine's kept measurement (planner.target.host_cache): measured
     when there is none or with `refresh`, `budget_s` bounding each of its measurements
     (one-core and all-core bandwidth, GEMM).
+
+    The target holds the CPUs granted to this process (its affinity mask) only; the cgroup CPU
+    quota is said in the notes and keys the kept measurement, and is not applied to the
+    topology (a quota is time, not a set of cores; docs/front-end.md).
     """
     allowed = set(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
     topo = read_topology(sys_root, _read(proc_root / "cpuinfo"), allowed)
+    quota, quota_note = cpu_quota(proc_root, cgroup_root)
     notes = list(topo.notes)
+    granted = len(topo.logical_cpus)
+    notes.append(f"granted: {granted} logical CPUs by the affinity mask; {quota_note}")
+    if quota is not None and quota < granted:
+        notes.append(f"the quota ({quota:g} cores) is below the {granted} granted CPUs: "
+                     f"threads beyond {max(1, int(quota))} are throttled, not faster")
     memory, note = host_memory_bytes(proc_root)
     if note:
         notes.append(note)
@@ -459,7 +471,7 @@ def detect(measure: bool = True, sys_root: Path = Path("/sys"), proc_root: Path 
     mhz = topo.mhz
     if measure:
         key = machine_key(topo.model, topo.flags, topo.logical_cpus, topo.cache_group_level,
-                          topo.cache_group_bytes)
+                          topo.cache_group_bytes, quota)
         m = kept_measurement(key, lambda: _measure(cores, topo.mhz, budget_s), refresh)
         mhz, core_bw = m.mhz, m.core_bandwidth
         all_bw = m.memory_bandwidth

@@ -58,12 +58,16 @@ def two_figures(x: float) -> float:
 
 
 def machine_key(model: str, flags: frozenset[str], logical_cpus: tuple[LogicalCPU, ...],
-                cache_group_level: int, cache_group_bytes: int) -> str:
+                cache_group_level: int, cache_group_bytes: int,
+                cpu_quota: float | None = None) -> str:
     """Digest of what identifies the machine (module docstring); the logical CPUs are those
-    this process may run on."""
+    this process may run on. A cgroup CPU quota throttles what is measured, so it is keyed;
+    without one the key is what it was before quotas were read (kept entries stay valid)."""
     data = {"model": model, "flags": sorted(flags),
             "logical_cpus": [c.model_dump(mode="json") for c in logical_cpus],
             "cache_group": [cache_group_level, cache_group_bytes]}
+    if cpu_quota is not None:
+        data["cpu_quota"] = cpu_quota
     return hashlib.sha256(canonical_json(data).encode()).hexdigest()[:32]
 
 

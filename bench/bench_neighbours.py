@@ -1,0 +1,170 @@
+"""A training step of the generated executor and of PyTorch eager on the same cores, with N
+neighbour processes each running a 2-thread BLAS loop (issue 36: steady under load).
+
+    python bench/bench_neighbours.py [--models lstm,resnet-50] [--neighbours 0,2,4]
+                                     [--rounds 3] [--steps 5] [--json out.json]
+
+bench/bench_under_load.py compares OpenMP wait policies against spinning neighbours; this one
+counts neighbours doing what a machine's other jobs do: numpy float32 512x512 matmuls under
+threadpoolctl limits=2. Neighbours start before and stop after each measurement; in each round
+every N is measured, the engines interleaved (ours, ours unpinned where the executor has
+set_pinning, eager); the table shows medians over rounds of each round's median step and the
+1-minute load average at each measurement. Where the executor has stats() (plan variants), the
+schedule that ran is printed. Progress to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_cpu_strategies import SGD  # noqa: E402
+from torch_baseline import torch_trainer  # noqa: E402
+
+from codegen.profiling import warmed_executor  # noqa: E402
+from planner.graph.autodiff import make_training_graph  # noqa: E402
+from planner.graph.interpret import init_params, random_feeds  # noqa: E402
+from planner.pipeline import PlanOptions, plan  # noqa: E402
+from planner.schedule import ScheduleOptions  # noqa: E402
+from planner.target.detect import detect  # noqa: E402
+from planner.zoo import build as zoo  # noqa: E402
+
+# The eager column runs the zoo graph through the torch translator
+# (bench/torch_baseline.py), which lacks LayerNorm: no zoo gpt here yet.
+MODELS = {
+    "lstm": ("lstm", dict(batch=16, seq=20, hidden=128, layers=2, vocab=1000)),
+    "resnet-50": ("resnet", dict(depth=50, batch=4, image=64, width=0.25, classes=100)),
+}
+
+
+def blas_loop() -> None:
+    from threadpoolctl import threadpool_limits
+
+    a = np.random.default_rng(0).standard_normal((512, 512), dtype=np.float32)
+    with threadpool_limits(limits=2):
+        while True:
+            a = (a @ a) * np.float32(1e-3)
+
+
+def neighbours(n: int) -> list[mp.Process]:
+    procs = [mp.Process(target=blas_loop, daemon=True) for _ in range(n)]
+    for p in procs:
+        p.start()
+    return procs
+
+
+def engines(label: str, folder: Path) -> tuple[dict, object]:
+    """The step functions by engine name, and the executor (for stats())."""
+    name, params = MODELS[label]
+    forward = zoo(name, **params)
+    graph = make_training_graph(forward, SGD)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        p = plan(graph, detect(), options=PlanOptions(schedule=ScheduleOptions(
+            strategy="uniform")))
+    feeds = random_feeds(graph, seed=1)
+    ex = warmed_executor(p, folder, init_params(graph, seed=0), feeds)
+    out = {"ours": lambda: ex.step(feeds)}
+    if hasattr(ex, "set_pinning"):
+        def unpinned():
+            ex.set_pinning(False)
+            try:
+                ex.step(feeds)
+            finally:
+                ex.set_pinning(True)
+        out["ours unpinned"] = unpinned
+    out["eager"] = torch_trainer(forward, SGD.lr, os.cpu_count() or 1)
+    return out, ex
+
+
+def measure(label: str, folder: Path, counts: list[int], rounds: int, steps: int) -> list[dict]:
+    runs, ex = engines(label, folder)
+    times = {(n, e): [] for n in counts for e in runs}
+    loads = {n: [] for n in counts}
+    ran = {}
+    for r in range(rounds):
+        for n in counts:
+            procs = neighbours(n)
+            try:
+                time.sleep(0.5 if n else 0.0)
+                for e, run in runs.items():
+                    run()
+                    t = []
+                    for _ in range(steps):
+                        t0 = time.perf_counter()
+                        run()
+                        t.append(time.perf_counter() - t0)
+                    times[n, e].append(float(np.median(t)))
+                loads[n].append(os.getloadavg()[0])
+                # stats() also holds per-op times; the schedule keys come with plan variants.
+                if hasattr(ex, "stats"):
+                    st = ex.stats()
+                    picked = {k: st[k] for k in ("variant", "reason") if k in st}
+                    if picked:
+                        ran[n] = ", ".join(f"{k} {v}" for k, v in picked.items())
+            finally:
+                for p in procs:
+                    p.kill()
+                    p.join()
+            print(f"{label}: round {r + 1}/{rounds}, {n} neighbours done", file=sys.stderr,
+                  flush=True)
+    return [{"model": label, "neighbours": n,
+             **{e: float(np.median(times[n, e])) for e in runs},
+             "load": float(np.median(loads[n])), "schedule": ran.get(n, "")}
+            for n in counts]
+
+
+def table(rows: list[dict]) -> str:
+    has_unpinned = any("ours unpinned" in r for r in rows)
+    head = (f"{'model':<10}{'N':>3}{'ours ms':>10}"
+            + (f"{'unpinned ms':>13}" if has_unpinned else "")
+            + f"{'eager ms':>10}{'eager/ours':>12}{'load':>7}")
+    lines = [head]
+    for r in rows:
+        lines.append(f"{r['model']:<10}{r['neighbours']:>3}{r['ours'] * 1e3:>10.1f}"
+                     + (f"{r['ours unpinned'] * 1e3:>13.1f}" if has_unpinned else "")
+                     + f"{r['eager'] * 1e3:>10.1f}{r['eager'] / r['ours']:>12.2f}"
+                     f"{r['load']:>7.2f}" + (f"  {r['schedule']}" if r["schedule"] else ""))
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--models", default="lstm")
+    ap.add_argument("--neighbours", default="0,2,4")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--json", type=Path)
+    args = ap.parse_args()
+    labels = args.models.split(",")
+    for label in labels:
+        if label not in MODELS:
+            sys.exit(f"--models: unknown model {label!r} (one of {', '.join(MODELS)})")
+    counts = [int(n) for n in args.neighbours.split(",")]
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="bench-neighbours-") as tmp:
+        for label in labels:
+            print(f"{label}: planning and building", file=sys.stderr, flush=True)
+            rows += measure(label, Path(tmp) / label.replace("-", "_"), counts, args.rounds,
+                            args.steps)
+    print(f"{os.cpu_count()} logical CPUs; neighbours: 2-thread numpy 512x512 matmul loops; "
+          f"median of {args.rounds} rounds x {args.steps} steps")
+    print(table(rows))
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,35 @@
+"""bench/bench_neighbours.py runs end to end at its tiniest: one model, 0 and 1 neighbours,
+one round of one step; every engine's time is measured and the JSON rows match the table."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("threadpoolctl")
+
+BENCH = Path(__file__).resolve().parents[1] / "bench" / "bench_neighbours.py"
+
+
+def test_tiny_run(tmp_path):
+    out = tmp_path / "rows.json"
+    run = subprocess.run([sys.executable, str(BENCH), "--models", "lstm", "--neighbours", "0,1",
+                          "--rounds", "1", "--steps", "1", "--json", str(out)],
+                         capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, run.stderr[-2000:]
+    rows = json.loads(out.read_text())
+    assert [r["neighbours"] for r in rows] == [0, 1]
+    for r in rows:
+        assert r["ours"] > 0 and r["eager"] > 0 and r["load"] >= 0
+        assert f"{r['eager'] / r['ours']:.2f}" in run.stdout
+
+
+def test_unknown_model_is_a_one_line_error():
+    run = subprocess.run([sys.executable, str(BENCH), "--models", "nope"],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode != 0 and "unknown model 'nope'" in run.stderr
