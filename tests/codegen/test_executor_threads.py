@@ -45,6 +45,7 @@ def run_threads(*targets) -> None:
 def test_two_threads_stepping_one_inference_executor_get_their_own_results(wide):
     graph, module = wide
     ex = module.Executor()
+    ex.set_variant("main")  # bit for bit: one schedule (docs/executor.md, busy machines)
     ex.load_params(init_params(graph, seed=0))
     feeds = [random_feeds(graph, seed=s)["x"] for s in (1, 2)]
     want = [ex.forward({"x": x})["logits"] for x in feeds]
@@ -64,6 +65,8 @@ def test_two_threads_training_one_executor_equal_the_same_steps_in_sequence(mlp_
     feeds = random_feeds(mlp_graph, seed=3)
     state = init_params(mlp_graph, seed=0)
     shared, alone = mlp_module.Executor(), mlp_module.Executor()
+    for ex in (shared, alone):
+        ex.set_variant("main")  # bit for bit: one schedule (docs/executor.md, busy machines)
     shared.load_params(state)
     alone.load_params(state)
     losses: list[float] = []

@@ -65,9 +65,13 @@ def _torch_run(model, batches, dtype) -> Step:
 
 def _ours(model, batches, out_dir):
     x0, y0 = batches[0]
-    return trainer(model, (x0,), loss=F.cross_entropy, labels=y0, optimizer="adamw", lr=LR,
-                   weight_decay=DECAY, clip_grad_norm=CLIP, out_dir=out_dir,
-                   groups=[ParamGroup(params=NO_DECAY, weight_decay=0.0)])
+    t = trainer(model, (x0,), loss=F.cross_entropy, labels=y0, optimizer="adamw", lr=LR,
+                weight_decay=DECAY, clip_grad_norm=CLIP, out_dir=out_dir,
+                groups=[ParamGroup(params=NO_DECAY, weight_decay=0.0)])
+    # Bit for bit across runs needs one schedule throughout (a switch to a variant for fewer
+    # free cores rounds its reductions differently: docs/executor.md).
+    t.executor.set_variant("main")
+    return t
 
 
 def _steps(t, batches, first, last) -> float:

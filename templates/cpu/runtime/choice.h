@@ -7,9 +7,11 @@
 //    cgroup quota: granted.h); when the running one stops fitting, the fastest predicted one
 //    that fits;
 //  - each schedule's step time is tracked (a moving average, the first step after a switch
-//    left out: its pages and caches are cold); when the running schedule is slower than
-//    predicted by kSlow (other processes hold its cores), fitting schedules not measured yet
-//    are tried, one at a time, for kMeasured steps each;
+//    left out: its pages and caches are cold); when the running schedule has become slower
+//    than its own best by kSlow, or runs kSlowPredicted times its prediction (other
+//    processes hold its cores), and by more than kNoise seconds (a sub-millisecond step's
+//    jitter is no contention), fitting schedules not measured yet are tried, one at a time,
+//    for kMeasured steps each;
 //  - a measured schedule replaces the running one only when faster by kMargin (hysteresis);
 //  - now and then (every kFirstProbe steps, doubling to kLastProbe while probes lose) the
 //    fastest predicted schedule is measured again, so the executor goes back to the main
@@ -32,8 +34,10 @@ class ScheduleChoice {
     double mean = 0.0;  // measured step, moving average (seconds)
     int64_t steps = 0;  // steps measured since it was last (re)started
     int64_t runs = 0;   // steps it ran, all told
+    double best = 0.0;  // the lowest moving average since it was (re)started
   };
-  static constexpr double kSlow = 1.3, kMargin = 0.9, kAlpha = 0.25;
+  static constexpr double kSlow = 1.3, kSlowPredicted = 3.0, kNoise = 5e-4;
+  static constexpr double kMargin = 0.9, kAlpha = 0.25;
   static constexpr int64_t kMeasured = 3, kFirstProbe = 64, kLastProbe = 4096;
 
   explicit ScheduleChoice(std::vector<Option> options) : options_(std::move(options)) {}
@@ -72,6 +76,7 @@ class ScheduleChoice {
     }
     warm_ = true;
     if (pinned_ >= 0 || o.steps < kMeasured) return;
+    if (o.steps == kMeasured || o.mean < o.best) o.best = o.mean;
     // A measured schedule faster by the margin wins (a probe that wins resets the backoff).
     int best = current_;
     for (int i = 0; i < static_cast<int>(options_.size()); ++i)
@@ -87,11 +92,14 @@ class ScheduleChoice {
       probing_ = false;
       probe_every_ = kFirstProbe;  // the probe won or tied: keep it, probe rarely again
     }
-    if (o.mean > o.predicted * kSlow) {
+    const bool slowed = o.mean > o.best * kSlow && o.mean - o.best > kNoise;
+    const bool contended = o.mean > o.predicted * kSlowPredicted && o.mean - o.predicted > kNoise;
+    if (slowed || contended) {
       for (int i = 0; i < static_cast<int>(options_.size()); ++i)
         if (i != current_ && fits(i) && options_[i].steps < kMeasured) {
-          switch_to(i, o.name + " took " + ms(o.mean) + " per step, predicted " +
-                           ms(o.predicted) + ": trying " + options_[i].name);
+          switch_to(i, o.name + " took " + ms(o.mean) + " per step (its best " + ms(o.best) +
+                           ", predicted " + ms(o.predicted) + "): trying " +
+                           options_[i].name);
           return;
         }
     }
