@@ -7,10 +7,12 @@ neighbour processes each running a 2-thread BLAS loop (issue 36: steady under lo
 bench/bench_under_load.py compares OpenMP wait policies against spinning neighbours; this one
 counts neighbours doing what a machine's other jobs do: numpy float32 512x512 matmuls under
 threadpoolctl limits=2. Neighbours start before and stop after each measurement; in each round
-every N is measured, the engines interleaved (ours, ours unpinned where the executor has
-set_pinning, eager); the table shows medians over rounds of each round's median step and the
-1-minute load average at each measurement. Where the executor has stats() (plan variants), the
-schedule that ran is printed. Progress to stderr.
+every N is measured, the engines interleaved: ours (the default executor: it chooses between
+the plan's main schedule and its variants for fewer free cores by what it measures, so it gets
+ADAPT_STEPS steps under the new neighbours first), ours main (pinned to the main schedule) and
+eager. The table shows medians over rounds of each round's median step and the 1-minute load
+average at each measurement, and which schedule the default executor ran and why. Progress to
+stderr.
 """
 
 from __future__ import annotations
@@ -36,13 +38,16 @@ from torch_baseline import torch_trainer  # noqa: E402
 from codegen.profiling import warmed_executor  # noqa: E402
 from planner.graph.autodiff import make_training_graph  # noqa: E402
 from planner.graph.interpret import init_params, random_feeds  # noqa: E402
-from planner.pipeline import PlanOptions, plan  # noqa: E402
-from planner.schedule import ScheduleOptions  # noqa: E402
+from planner.pipeline import plan  # noqa: E402
 from planner.target.detect import detect  # noqa: E402
 from planner.zoo import build as zoo  # noqa: E402
 
 # The eager column runs the zoo graph through the torch translator
 # (bench/torch_baseline.py), which lacks LayerNorm: no zoo gpt here yet.
+# Steps the default executor runs under new neighbours before it is timed: enough to notice
+# them (3 measured steps) and to measure a variant or two (choice.h).
+ADAPT_STEPS = 12
+
 MODELS = {
     "lstm": ("lstm", dict(batch=16, seq=20, hidden=128, layers=2, vocab=1000)),
     "resnet-50": ("resnet", dict(depth=50, batch=4, image=64, width=0.25, classes=100)),
@@ -72,19 +77,15 @@ def engines(label: str, folder: Path) -> tuple[dict, object]:
     graph = make_training_graph(forward, SGD)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        p = plan(graph, detect(), options=PlanOptions(schedule=ScheduleOptions(
-            strategy="uniform")))
+        p = plan(graph, detect())  # the default plan, with its variants for fewer cores
     feeds = random_feeds(graph, seed=1)
+    # Two executors of one build: the default (it chooses a schedule by what it measures) and
+    # one pinned to the plan's main schedule (what every step ran before variants).
     ex = warmed_executor(p, folder, init_params(graph, seed=0), feeds)
-    out = {"ours": lambda: ex.step(feeds)}
-    if hasattr(ex, "set_pinning"):
-        def unpinned():
-            ex.set_pinning(False)
-            try:
-                ex.step(feeds)
-            finally:
-                ex.set_pinning(True)
-        out["ours unpinned"] = unpinned
+    main = warmed_executor(p, folder, init_params(graph, seed=0), feeds)
+    if hasattr(main, "set_variant"):
+        main.set_variant("main")
+    out = {"ours": lambda: ex.step(feeds), "ours main": lambda: main.step(feeds)}
     out["eager"] = torch_trainer(forward, SGD.lr, os.cpu_count() or 1)
     return out, ex
 
@@ -100,7 +101,10 @@ def measure(label: str, folder: Path, counts: list[int], rounds: int, steps: int
             try:
                 time.sleep(0.5 if n else 0.0)
                 for e, run in runs.items():
-                    run()
+                    # Warm-up under these neighbours: the default executor notices them and
+                    # measures its schedules (choice.h) before the timed steps.
+                    for _ in range(ADAPT_STEPS if e == "ours" else 1):
+                        run()
                     t = []
                     for _ in range(steps):
                         t0 = time.perf_counter()
@@ -111,9 +115,10 @@ def measure(label: str, folder: Path, counts: list[int], rounds: int, steps: int
                 # stats() also holds per-op times; the schedule keys come with plan variants.
                 if hasattr(ex, "stats"):
                     st = ex.stats()
-                    picked = {k: st[k] for k in ("variant", "reason") if k in st}
-                    if picked:
-                        ran[n] = ", ".join(f"{k} {v}" for k, v in picked.items())
+                    sched = st.get("schedule")
+                    if sched:
+                        ran[n] = (f"ran {sched['running']} ({sched['switches']} switches so "
+                                  f"far): {sched['reason']}")
             finally:
                 for p in procs:
                     p.kill()
@@ -127,14 +132,14 @@ def measure(label: str, folder: Path, counts: list[int], rounds: int, steps: int
 
 
 def table(rows: list[dict]) -> str:
-    has_unpinned = any("ours unpinned" in r for r in rows)
+    has_main = any("ours main" in r for r in rows)
     head = (f"{'model':<10}{'N':>3}{'ours ms':>10}"
-            + (f"{'unpinned ms':>13}" if has_unpinned else "")
+            + (f"{'main ms':>10}" if has_main else "")
             + f"{'eager ms':>10}{'eager/ours':>12}{'load':>7}")
     lines = [head]
     for r in rows:
         lines.append(f"{r['model']:<10}{r['neighbours']:>3}{r['ours'] * 1e3:>10.1f}"
-                     + (f"{r['ours unpinned'] * 1e3:>13.1f}" if has_unpinned else "")
+                     + (f"{r['ours main'] * 1e3:>10.1f}" if has_main else "")
                      + f"{r['eager'] * 1e3:>10.1f}{r['eager'] / r['ours']:>12.2f}"
                      f"{r['load']:>7.2f}" + (f"  {r['schedule']}" if r["schedule"] else ""))
     return "\n".join(lines)

@@ -25,7 +25,8 @@ def test_tiny_run(tmp_path):
     rows = json.loads(out.read_text())
     assert [r["neighbours"] for r in rows] == [0, 1]
     for r in rows:
-        assert r["ours"] > 0 and r["eager"] > 0 and r["load"] >= 0
+        assert r["ours"] > 0 and r["ours main"] > 0 and r["eager"] > 0 and r["load"] >= 0
+        assert r["schedule"].startswith("ran ")  # which schedule the default executor ran
         assert f"{r['eager'] / r['ours']:.2f}" in run.stdout
 
 
