@@ -20,8 +20,8 @@ from tests.cuda.test_cuda_tf32 import ADD, NN, RAN_TF32, TF32_PRODUCT, K, M
 
 
 def schedule_tf32(files: dict[str, str]) -> int:
-    """The tf32 field of the rendered Schedule (its last)."""
-    return int(re.search(r"kSchedule = \{.*,\s*(\d),\s*\};", files["schedule.cpp"],
+    """The tf32 field of the rendered Schedule (the one before the schedule variants)."""
+    return int(re.search(r"kSchedule = \{.*,\s*(\d),\s*\d+, kVariantNames", files["schedule.cpp"],
                          re.S).group(1))
 
 
