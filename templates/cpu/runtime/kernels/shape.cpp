@@ -13,6 +13,7 @@
 
 #include "../dnnl_kernel.h"
 #include "../loops.h"
+#include "shape.h"
 
 namespace planner {
 namespace {
@@ -118,8 +119,7 @@ class SwapLastTwo : public Kernel {
 KernelPtr transpose(const Node& n) {
   const TensorRef &x = n.in[0], &y = n.out[0];
   const int rank = static_cast<int>(x.shape.size());
-  std::vector<int64_t> perm;
-  for (int64_t p : n.attrs.ints("perm")) perm.push_back(norm_axis(p, x.shape.size()));
+  const std::vector<int64_t> perm = transpose_perm(n.attrs, x.shape.size());  // common/shape.h
   bool swap_last_two = rank >= 2;
   for (int k = 0; k < rank && swap_last_two; ++k)
     swap_last_two = perm[k] == (k < rank - 2 ? k : 2 * rank - 3 - k);
@@ -147,7 +147,9 @@ KernelPtr expand(const Node& n) {
 // The view of a slice of `full` (begin/step per axis) with the sliced shape `part`.
 KernelPtr slice_kernel(const Node& n, const Shape& full, int full_id, const Shape& part,
                        int part_id, bool scatter, int dtype) {
-  auto begin = n.attrs.ints("begin"), step = n.attrs.ints("step");
+  const SliceWindow w = slice_window(n.attrs, full);  // common/shape.h
+  const std::vector<int64_t>& begin = w.begin;
+  const std::vector<int64_t>& step = w.step;
   Shape st = row_major_strides(full), strides(full.size());
   int64_t base = 0;
   for (size_t k = 0; k < full.size(); ++k) {

@@ -22,9 +22,11 @@
 #include <algorithm>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "../groups.cuh"
+#include "shape.h"
 
 namespace planner {
 namespace {
@@ -208,11 +210,10 @@ KernelPtr reshape(const Node& n) {
 
 KernelPtr transpose(const Node& n) {
   const TensorRef &x = n.in[0], &y = n.out[0];
-  const std::vector<int64_t> perm = n.attrs.ints("perm");
-  if (perm.size() != x.shape.size()) throw std::runtime_error("Transpose: perm does not fit x");
+  const std::vector<int64_t> perm = transpose_perm(n.attrs, x.shape.size());  // common/shape.h
   const Shape in_strides = row_major_strides(x.shape);
   Shape strides;
-  for (int64_t p : perm) strides.push_back(in_strides[norm_axis(p, x.shape.size())]);
+  for (int64_t p : perm) strides.push_back(in_strides[p]);
   auto k = std::make_unique<Moves>("Transpose");
   k->moves_.emplace_back(x.id, y.id, y.shape, strides, 0, dtype_bytes(x.dtype), false,
                          block_threads(n));
@@ -238,12 +239,9 @@ KernelPtr expand(const Node& n) {
 // Per-axis begin and step of a slice of a tensor of shape `full` (the kernel_attrs).
 void slice_attrs(const Node& n, const Shape& full, std::vector<int64_t>& begin,
                  std::vector<int64_t>& step) {
-  begin = n.attrs.ints("begin");
-  step = n.attrs.ints("step");
-  if (begin.size() != full.size() || step.size() != full.size())
-    throw std::runtime_error("Slice: begin and step must give every axis");
-  for (int64_t s : step)
-    if (s == 0) throw std::runtime_error("Slice: a step is 0");
+  SliceWindow w = slice_window(n.attrs, full);  // common/shape.h
+  begin = std::move(w.begin);
+  step = std::move(w.step);
 }
 
 KernelPtr slice(const Node& n) {
