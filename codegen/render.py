@@ -41,6 +41,7 @@ from codegen.backends import COMMON, runtime_for
 from codegen.errors import UnsupportedError
 from codegen.layout import ArenaLayout, arena_layout, own_layout
 from planner.errors import PlanError
+from planner.graph.accumulation import MICRO_STEP, micro_batches, optimizer_step_nodes
 from planner.graph.ir import Graph, Node
 from planner.ops import get_op
 from planner.ops.base import TensorType
@@ -193,6 +194,8 @@ def schedule_context(plan: Plan, name: str, layout: str = "plan"
                       "seconds": repr(float(v.step_seconds)),
                       "threads": ", ".join(map(str, v.threads))} for v in plan.variants],
         "step_seconds": repr(float(plan.summary.step_seconds)),
+        "micro_batches": micro_batches(graph),
+        "micro_step": index.get(MICRO_STEP, -1) if micro_batches(graph) > 1 else -1,
         "strings": strings.c_array(),
         "plan_c": c_string_lines(plan_json),
         "inputs": _describe(graph, ("input", "label")),
@@ -302,6 +305,7 @@ def _op_rows(plan: Plan, order: list, index: dict[str, int], arena: ArenaLayout,
     groups = {g: i for i, g in enumerate(dict.fromkeys(p.group for p in order if p.group))}
     planned = plan_attrs(plan)
     runs = op_buffers(plan)
+    step_only = optimizer_step_nodes(graph)
     rows, at, cpus, wait_list = [], 0, [], []
     for k, p in enumerate(order):
         kernel, op_type, reads, writes = runs[p.name]
@@ -322,6 +326,7 @@ def _op_rows(plan: Plan, order: list, index: dict[str, int], arena: ArenaLayout,
             "smt": "true" if p.smt else "false", "group": groups.get(p.group, -1),
             "first_wait": len(wait_list), "num_waits": len(before),
             "scratch_offset": offset, "scratch_bytes": nbytes,
+            "optimizer_step_only": "true" if kernel in step_only else "false",
         })
         cpus.extend(p.cpus)
         wait_list.extend(before)

@@ -40,6 +40,7 @@ from planner.collection import fewer_collections
 from planner.costs import CostModel, CostTable
 from planner.errors import InfeasibleBudget, PlanError
 from planner.evaluation import plan_evaluation
+from planner.graph.accumulation import micro_batches
 from planner.graph.data_parallel import compute_graph
 from planner.graph.for_cores import for_cores
 from planner.graph.ir import Graph
@@ -113,6 +114,9 @@ class BackendPlanner:
     # The plan's variants for fewer free cores (planner.memory.variants), or None: a GPU's
     # streams are not shared with other processes' threads.
     variants: Callable[..., tuple[ScheduleVariant, ...]] | None = None
+    # Whether its executor runs gradient accumulation (a step that skips the optimizer step's
+    # ops until a step's last micro-batch: planner/graph/accumulation.py).
+    accumulates: bool = False
 
 
 def _cpu_resources(target: Target, ops: tuple[OpPlan, ...] = ()) -> PlanTarget:
@@ -146,7 +150,7 @@ BACKENDS: dict[Backend, BackendPlanner] = {
                           lambda t: t.host_memory_bytes, arena_limited=True,
                           one_lane=_cpu_one_lane, ranks_share_host=True,
                           memory_orders=lambda s: True, fit_schedule=ScheduleOptions(),
-                          variants=schedule_variants),
+                          variants=schedule_variants, accumulates=True),
     "cuda": BackendPlanner(stream_schedule, gpu_memory, _gpu_resources,
                            lambda t: t.gpus[0].memory_bytes, arena_limited=False,
                            one_lane=_gpu_one_lane, ranks_share_host=False,
@@ -167,8 +171,18 @@ def step_graph(graph: Graph, target: Target,
     and, with ranks, with its gradient buckets' collectives (planner.schedule.parallel). A
     planning decision, as the target is: the plan embeds this graph, and everything that
     prices or plans a graph for a target (plan, fit, profile) calls this one function."""
+    data_parallel = data_parallel or DataParallelOptions()
+    if micro_batches(graph) > 1:
+        if not BACKENDS[target.backend].accumulates:
+            raise PlanError(f"graph {graph.name!r} accumulates gradients over "
+                            f"{micro_batches(graph)} micro-batches; the {target.backend} "
+                            f"executor does not run that yet: plan it for a CPU target")
+        if data_parallel.ranks > 1:
+            raise PlanError(f"graph {graph.name!r} accumulates gradients over "
+                            f"{micro_batches(graph)} micro-batches; data-parallel plans do not "
+                            f"accumulate yet: drop --accumulate or --data-parallel")
     graph = for_cores(graph, target.step_cores)
-    return data_parallel_graph(graph, target, data_parallel or DataParallelOptions())
+    return data_parallel_graph(graph, target, data_parallel)
 
 
 def decide(graph: Graph, target: Target, costs: CostTable | None = None,

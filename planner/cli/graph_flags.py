@@ -10,6 +10,8 @@
     --loss KIND[:OUTPUT]   a loss attached to an output, with a new label input
     --keep NAMES           tensors kept to the step's end, returned by the executor's step
     --train-dropout        ONNX: the Dropouts a training-mode export left without a flag train
+    --accumulate K         micro-batches per optimizer step (gradient accumulation: one step()
+                           per micro-batch, the update on every K-th)
     --precision P, --loss-scale-*, --no-loss-scaling     (planner/cli/precision.py)
 
 Example:
@@ -56,7 +58,22 @@ def add_graph_flags(p: argparse.ArgumentParser, train: str | None = None) -> Non
     p.add_argument("--train-dropout", action="store_true",
                    help="ONNX: train the Dropouts a training-mode export wrote without a "
                         "training flag (the import warns naming them)")
+    p.add_argument("--accumulate", metavar="K", type=positive_int, default=1,
+                   help="micro-batches per optimizer step: the graph's batch is one "
+                        "micro-batch, each step() takes one and every K-th applies the "
+                        "update to the mean of their gradients (docs/training.md)")
     add_precision_flags(p)
+
+
+def positive_int(text: str) -> int:
+    """argparse type: an integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {value}")
+    return value
 
 
 def graph_options(args: argparse.Namespace) -> Any:
@@ -75,7 +92,8 @@ def graph_options(args: argparse.Namespace) -> Any:
             optimizer=(Optimizer.parse(args.train, lr=args.lr, weight_decay=args.weight_decay)
                        if args.train else None),
             precision=args.precision, loss_scaling=scaling, loss=args.loss,
-            keep=tuple(args.keep or ()), train_dropout=args.train_dropout)
+            keep=tuple(args.keep or ()), train_dropout=args.train_dropout,
+            accumulate=args.accumulate)
     except ValidationError as e:
         raise UserError(e.errors()[0]["msg"].removeprefix("Value error, ")) from None
 

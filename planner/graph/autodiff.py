@@ -89,7 +89,8 @@ graph and every model builder or importer gets the same treatment. A zoo graph t
 them is kept as it is.
 
 Example:
-    >>> from planner.graph.builder import GraphBuilder
+    >>> from planner.graph.accumulation import MICRO_STEP, grad_sum_tensor, micro_step_tensor
+from planner.graph.builder import GraphBuilder
     >>> b = GraphBuilder("fit")
     >>> x, y = b.input("x", (4, 3)), b.input("y", (4, 2))
     >>> w = b.param("w", (3, 2), init="glorot")
@@ -107,6 +108,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from planner.dtypes import is_float
+from planner.graph.accumulation import MICRO_STEP, grad_sum_tensor, micro_step_tensor
 from planner.graph.builder import GraphBuilder
 from planner.graph.fold_bias import fold_bias_adds
 from planner.graph.for_cores import for_cores
@@ -148,7 +150,7 @@ class AutodiffError(ValueError):
 
 def make_training_graph(graph: Graph, optimizer: Optimizer, precision: str = "fp32",
                         loss_scaling: LossScaling | None = None,
-                        cores: int | None = None) -> Graph:
+                        cores: int | None = None, accumulate: int = 1) -> Graph:
     """Forward graph (ending in a loss) + optimizer -> training graph (kind "training").
 
     Parameters: `graph`, a forward graph whose outputs include one scalar loss; `optimizer`, the
@@ -157,7 +159,8 @@ def make_training_graph(graph: Graph, optimizer: Optimizer, precision: str = "fp
     one of planner.graph.precision.PRECISIONS; `loss_scaling`, fp16-mixed's dynamic loss
     scaling (LossScaling() when None; ignored by the other policies); `cores`, the physical
     CPU cores the step will run on, for the graph as planned there
-    (planner.graph.for_cores; planning applies it itself, so the front end leaves it out).
+    (planner.graph.for_cores; planning applies it itself, so the front end leaves it out);
+    `accumulate`, the micro-batches per optimizer step (planner/graph/accumulation.py).
     Returns: the training graph laid out as in the module docstring; its outputs are the
     forward graph's outputs.
     Raises: AutodiffError (no loss, no param reaches the loss, an op without a gradient rule
@@ -177,6 +180,7 @@ def make_training_graph(graph: Graph, optimizer: Optimizer, precision: str = "fp
     if not any(grads.values()):
         raise AutodiffError(f"graph {graph.name!r}: the loss {loss!r} depends on no param "
                             f"(params: {params[:5]}{' ...' if len(params) > 5 else ''})")
+    summed = _accumulate(b, graph, grads, accumulate) if accumulate > 1 else {}
     found_inf = _unscale(b, grads) if scaled else None
     if optimizer.clip_grad_norm is not None:
         _clip(b, grads, optimizer.clip_grad_norm)
@@ -184,9 +188,9 @@ def make_training_graph(graph: Graph, optimizer: Optimizer, precision: str = "fp
     if scaling is not None and found_inf is not None:
         updated.update(_update_loss_scale(b, scaling, found_inf))
     if DROPOUT_STEP in graph.tensor_map:
-        b.op_n("Increment", [DROPOUT_STEP], {"by": 1.0}, name=f"update/{DROPOUT_STEP}/increment",
-               outputs=[f"update/{DROPOUT_STEP}"])
-        updated[f"update/{DROPOUT_STEP}"] = DROPOUT_STEP
+        updated.update(_count(b, DROPOUT_STEP))
+    if summed:
+        updated.update(summed | _count(b, MICRO_STEP))
     marks = {**_running_stat_updates(graph), **updated}
     built = _rewritten(b.build(outputs=graph.outputs, kind="training"))
     built = fold_transposes(_mark_in_place(built, graph, marks))
@@ -204,7 +208,8 @@ def gradients(graph: Graph, wrt: Sequence[str] | None = None,
     Returns (graph, {t: name of its gradient tensor, or None when no gradient reaches it}); the
     gradients are appended to the graph's outputs.
 
-    >>> from planner.graph.builder import GraphBuilder
+    >>> from planner.graph.accumulation import MICRO_STEP, grad_sum_tensor, micro_step_tensor
+from planner.graph.builder import GraphBuilder
     >>> b = GraphBuilder()
     >>> x = b.input("x", (2, 3))
     >>> y = b.op("Relu", [x])
@@ -418,6 +423,33 @@ def _unscale(b: GraphBuilder, grads: dict[str, str | None]) -> str:
                            name="unscale", outputs=[*outs, FOUND_INF])
     grads.update(zip(params, outs, strict=True))
     return found
+
+
+def _accumulate(b: GraphBuilder, graph: Graph, grads: dict[str, str | None],
+                k: int) -> dict[str, str]:
+    """Each param's gradient summed over the optimizer step's micro-batches
+    (planner/graph/accumulation.py); `grads` now names the sums' new values. Returns
+    {new value: sum}."""
+    b.add_tensor(micro_step_tensor())
+    marks: dict[str, str] = {}
+    for p in graph.by_role("param"):
+        if not grads.get(p.name):
+            continue
+        dtype = b.type(grads[p.name]).dtype  # mixed precision: the gradient's, not the param's
+        total = b.add_tensor(grad_sum_tensor(p.model_copy(update={"dtype": dtype})))
+        nxt = f"update/{total}"
+        b.op_n("AccumulateGrad", [total, grads[p.name], MICRO_STEP], {"micro_batches": k},
+               name=f"{nxt}/accumulate", outputs=[nxt])
+        grads[p.name] = nxt
+        marks[nxt] = total
+    return marks
+
+
+def _count(b: GraphBuilder, counter: str) -> dict[str, str]:
+    """A step counter's Increment, last; returns {new value: counter}."""
+    b.op_n("Increment", [counter], {"by": 1.0}, name=f"update/{counter}/increment",
+           outputs=[f"update/{counter}"])
+    return {f"update/{counter}": counter}
 
 
 def _clip(b: GraphBuilder, grads: dict[str, str | None], max_norm: float) -> str:

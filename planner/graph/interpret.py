@@ -18,6 +18,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from planner.dtypes import LOW_FLOATS
+from planner.graph.accumulation import MICRO_STEP, micro_batches, optimizer_step_nodes
 from planner.graph.ir import Graph, Tensor
 from planner.ops import get_op
 
@@ -30,7 +31,10 @@ def run(graph: Graph, feeds: Mapping[str, np.ndarray], params: Mapping[str, np.n
         keep: str = "all") -> dict[str, np.ndarray]:
     """Run one step. Returns every tensor's value (keep="all") or only the graph outputs.
 
-    feeds: inputs and labels; params: params, state and optimizer-state tensors.
+    feeds: inputs and labels; params: params, state and optimizer-state tensors. With gradient
+    accumulation a step is one micro-batch: the optimizer step's nodes run on the last one
+    only (planner.graph.accumulation), and the persistent tensors they would update keep
+    their values.
     """
     env: dict[str, np.ndarray] = {}
     for t in graph.tensors:
@@ -38,7 +42,10 @@ def run(graph: Graph, feeds: Mapping[str, np.ndarray], params: Mapping[str, np.n
             env[t.name] = _fetch(feeds, t, "feed")
         elif t.role in ("param", "state", "optimizer-state") and t.updates is None:
             env[t.name] = _fetch(params, t, "parameter")
+    skipped = _skipped(graph, params)
     for n in graph.nodes:
+        if n.name in skipped:
+            continue
         opdef = get_op(n.op)
         outs = opdef.reference([as_float32(env[i]) for i in n.inputs], n.attrs)
         for name, value in zip(n.outputs, outs, strict=True):
@@ -51,6 +58,14 @@ def run(graph: Graph, feeds: Mapping[str, np.ndarray], params: Mapping[str, np.n
     if keep == "all":
         return env
     return {o: env[o] for o in graph.outputs}
+
+
+def _skipped(graph: Graph, params: Mapping[str, np.ndarray]) -> frozenset[str]:
+    """The optimizer step's nodes on a micro-batch that is not its step's last."""
+    k = micro_batches(graph)
+    if k == 1 or int(params[MICRO_STEP]) % k == k - 1:
+        return frozenset()
+    return optimizer_step_nodes(graph)
 
 
 def as_float32(v: np.ndarray) -> np.ndarray:
@@ -83,7 +98,7 @@ def train_step(graph: Graph, feeds: Mapping[str, np.ndarray],
     values = run(graph, feeds, state)
     new_state = dict(state)
     for t in graph.tensors:
-        if t.updates is not None:
+        if t.updates is not None and t.name in values:
             new_state[t.updates] = values[t.name]
     return {o: values[o] for o in graph.outputs}, new_state
 

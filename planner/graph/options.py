@@ -12,6 +12,8 @@ these options only (what depends on the cores is a planning decision, planner.pi
     loss           --loss KIND[:OUTPUT]  a loss attached to an output (planner/graph/loss.py)
     keep           --keep NAMES          tensors kept to the step's end and returned by it
     train_dropout  --train-dropout       an ONNX file's flagless Dropouts train too
+    accumulate     --accumulate K        micro-batches per optimizer step (gradient
+                                         accumulation, planner/graph/accumulation.py)
 
 Data parallelism is not here: its gradient buckets are sized from the target's interconnect,
 so its rewrite is planned (planner.pipeline.step_graph, PlanOptions.data_parallel).
@@ -30,7 +32,7 @@ Example:
 
 from __future__ import annotations
 
-from pydantic import model_validator
+from pydantic import Field, model_validator
 
 from planner.graph.optimizer import LossScaling, Optimizer
 from planner.graph.precision import Precision
@@ -46,6 +48,7 @@ class GraphOptions(Record):
     loss: str | None = None
     keep: tuple[str, ...] = ()
     train_dropout: bool = False
+    accumulate: int = Field(default=1, ge=1)
 
     @model_validator(mode="after")
     def _training_only(self) -> GraphOptions:
@@ -55,6 +58,9 @@ class GraphOptions(Record):
         if self.loss_scaling is not None and self.precision != "fp16-mixed":
             raise ValueError(f"loss scaling applies to --precision fp16-mixed (the policy "
                              f"with loss scaling), not {self.precision}")
+        if self.accumulate > 1 and self.optimizer is None:
+            raise ValueError(f"--accumulate needs --train (micro-batches of an optimizer step; "
+                             f"got {self.accumulate} without it)")
         return self
 
     @property

@@ -3,7 +3,8 @@
     prepare(model, options):
         graph = imported(model)        # ONNX file, graph JSON, .pt2 or zoo spec (planner.load)
         graph = with_loss(graph)       # --loss: a loss on an output, with a label input
-        graph = autodiff(graph)        # --train: backward, optimizer updates, precision casts
+        graph = autodiff(graph)        # --train: backward, gradient accumulation, optimizer
+                                       # updates, precision casts
                                        # (planner/graph/autodiff.py's own list of passes)
         graph = kept(graph)            # --keep: tensors kept to the step's end
         graph = inference(graph)       # an inference graph's rewrites (planner/graph/inference.py)
@@ -73,7 +74,7 @@ def autodiff(graph: Graph, options: GraphOptions) -> Graph:
     if options.optimizer is None:
         return graph
     return make_training_graph(graph, options.optimizer, precision=options.precision,
-                               loss_scaling=options.loss_scaling)
+                               loss_scaling=options.loss_scaling, accumulate=options.accumulate)
 
 
 def kept(graph: Graph, options: GraphOptions) -> Graph:

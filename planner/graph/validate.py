@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
+from planner.graph.accumulation import accumulation_problem
 from planner.graph.ir import EXTERNAL_ROLES, Graph, Node
 from planner.ops import OpError, TensorType, get_op
 
@@ -38,7 +39,8 @@ def check_graph(graph: Graph) -> Graph:
     Rules: unique names; known ops with valid attrs and arity; every input defined before use
     (a use before definition is reported as a cycle when there is one); each tensor produced
     once; inferred output shape and dtype equal to the declared tensor; graph outputs defined;
-    a marked loss (Graph.loss) is a float scalar output.
+    a marked loss (Graph.loss) is a float scalar output; with gradient accumulation, the
+    optimizer step reads summed gradients only (planner.graph.accumulation).
     """
     _check_names(graph)
     tensors = graph.tensor_map
@@ -72,6 +74,9 @@ def check_graph(graph: Graph) -> Graph:
             raise GraphError(f"graph output {o!r} is not a tensor of the graph")
     if graph.loss is not None:
         check_loss(graph, graph.loss)
+    problem = accumulation_problem(graph)
+    if problem is not None:
+        raise GraphError(problem)
     return graph
 
 

@@ -1,5 +1,6 @@
 """Training-step ops: parameter updates (SGD, ApplyMomentum, ApplyAdam), the step counter
-(Increment) and the loss seed of the backward pass (Fill).
+(Increment), the loss seed of the backward pass (Fill) and gradient accumulation over
+micro-batches (AccumulateGrad).
 
 An update op reads a persistent tensor and writes its next value; autodiff marks that output with
 `updates=<persistent tensor>` (planner/graph/ir.py), so executors write it over the old bytes.
@@ -249,4 +250,42 @@ register(OpDef(
                         signatures=("->float32", "->int64"), params=(("value", "float64", 0.0),)),
     doc="Fill [] -> a tensor of `shape` holding `value`; seeds the backward pass with "
         "d loss / d loss = 1.",
+))
+
+
+# ---- AccumulateGrad ---------------------------------------------------------------------------
+
+def _infer_accumulate(ins: list[TensorType], a: Attrs) -> list[TensorType]:
+    total, grad, micro_step = ins
+    require_float("AccumulateGrad", grad, "gradient")
+    if total != grad:
+        raise OpError(f"AccumulateGrad: the sum {list(total.shape)} ({total.dtype}) is not like "
+                      f"the gradient {list(grad.shape)} ({grad.dtype})")
+    if micro_step != TensorType((), "int64"):
+        raise OpError(f"AccumulateGrad: the micro-step count must be an int64 scalar, got "
+                      f"shape {list(micro_step.shape)} ({micro_step.dtype})")
+    if a["micro_batches"] < 2:
+        raise OpError(f"AccumulateGrad: micro_batches must be >= 2, got {a['micro_batches']}")
+    return [total]
+
+
+def _accumulate(xs: list[np.ndarray], a: Attrs) -> list[np.ndarray]:
+    total, grad, micro_step = xs
+    share = grad / grad.dtype.type(a["micro_batches"])
+    # The first micro-batch of an optimizer step starts the sum: what the last step left in
+    # it is never read.
+    return [share if int(micro_step) % a["micro_batches"] == 0 else total + share]
+
+
+register(OpDef(
+    name="AccumulateGrad", arity=3, recompute="never",
+    attrs={"micro_batches": Attr("int", required=True)},
+    nondiff_inputs=(2,),
+    infer=_infer_accumulate,
+    flops=lambda ins, outs, a: 2 * outs[0].size,
+    reference=_accumulate,
+    cost_class="elementwise",
+    doc="AccumulateGrad [sum, grad, micro_step] -> grad / K on the first of K micro-batches "
+        "(micro_step % K == 0), else sum + grad / K: gradient accumulation "
+        "(planner/graph/accumulation.py), written over the sum's bytes.",
 ))

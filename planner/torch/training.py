@@ -73,7 +73,8 @@ class Trainer:
 
     def step(self, *inputs: Any) -> float:
         """One training step on the module's inputs followed by the labels (torch tensors or
-        numpy arrays); returns the loss."""
+        numpy arrays); returns the loss. With `accumulate=K`, one micro-batch: every K-th
+        step updates the parameters."""
         if len(inputs) != len(self._feeds):
             raise ValueError(f"step takes {len(self._feeds)} arrays (the module's inputs, then "
                              f"the labels), got {len(inputs)}")
@@ -139,7 +140,8 @@ def _numpy(v: Any, dtype: str) -> np.ndarray:
 def trainer(module: Any, example_inputs: Sequence[Any], loss: Callable | None,
             labels: Any = None, *,
             optimizer: str = "sgd", lr: float | None = None, target: str = "host",
-            out_dir: str | Path | None = None, **optimizer_settings: Any) -> Trainer:
+            out_dir: str | Path | None = None, accumulate: int = 1,
+            **optimizer_settings: Any) -> Trainer:
     """Plan, build and load a training executor for `module`.
 
     example_inputs: the module's inputs for one step (their shapes are the executor's);
@@ -151,7 +153,10 @@ def trainer(module: Any, example_inputs: Sequence[Any], loss: Callable | None,
     optimizer: sgd | momentum | adam with `lr` and
     further settings (momentum, weight_decay, beta1, beta2, epsilon, nesterov) as
     planner.graph.Optimizer; target: `host` or a CPU target preset; out_dir: where the
-    executor's sources go (default: a fresh temporary folder).
+    executor's sources go (default: a fresh temporary folder); accumulate: micro-batches per
+    optimizer step (the example inputs are one micro-batch; each `step` takes one and every
+    `accumulate`-th updates the parameters with the mean of their gradients, as PyTorch's
+    `(loss / K).backward()` K times then `optimizer.step()`).
 
     Raises TorchImportError (an op the planner lacks, in one line naming the node), UserError
     or ValueError for bad settings.
@@ -171,7 +176,8 @@ def trainer(module: Any, example_inputs: Sequence[Any], loss: Callable | None,
     chosen = load_target(target)
     with warnings.catch_warnings():  # costs from the analytical model unless profiled
         warnings.simplefilter("ignore")
-        planned = plan(prepare(imported.graph, GraphOptions(optimizer=settings)), chosen)
+        planned = plan(prepare(imported.graph, GraphOptions(optimizer=settings,
+                                                              accumulate=accumulate)), chosen)
     graph = planned.graph  # as the step's cores rewrote it: the graph the executor runs
     name = "torch_" + hashlib.sha256(planned.to_json().encode()).hexdigest()[:16]
     folder = Path(out_dir) if out_dir is not None else Path(tempfile.mkdtemp(prefix="planner-"))

@@ -63,6 +63,9 @@ struct OpSpec {
   // convolution's workspace): a plan tensor with this op's lifetime, or -1 / 0 for none.
   int64_t scratch_offset;
   int64_t scratch_bytes;
+  // Gradient accumulation (planner/graph/accumulation.py): it belongs to the optimizer step,
+  // which runs on the last of Schedule::micro_batches micro-batches only.
+  bool optimizer_step_only;
 };
 
 struct Schedule {
@@ -101,6 +104,11 @@ struct Schedule {
   const int* variant_threads;
   const double* variant_seconds;
   double step_seconds;
+  // Gradient accumulation: micro-batches per optimizer step (1: none) and the int64 tensor
+  // counting the micro-batches taken (-1: none). A step whose count, read before it runs, is
+  // not one short of a multiple of micro_batches skips the optimizer_step_only ops.
+  int micro_batches;
+  int micro_step;
 };
 
 }  // namespace planner

@@ -268,6 +268,9 @@ CASES: dict[str, list[tuple]] = {
                   ([((3, 4), N), ((3, 4), N), ((3, 4), N), ((3, 4), U), ((), P),
                     ((), const(0.1)), ((), const(0.01))], {"decoupled": True})],
     "Increment": [([((), N)], {})],
+    # an optimizer step's first micro-batch (the sum restarts), and a later one
+    "AccumulateGrad": [([((3, 4), N), ((3, 4), N), ((), ("count", 8))], {"micro_batches": 4}),
+                       ([((3, 4), N), ((3, 4), N), ((), ("count", 5))], {"micro_batches": 4})],
     # clipped (17 normals: a norm near 4) and not
     "ClipGradNorm": [([((3, 4), N), ((5,), N)], {"max_norm": 1.0}),
                      ([((3, 4), N), ((5,), N)], {"max_norm": 100.0})],
@@ -337,6 +340,8 @@ def _value(shape, kind, rng):
         return rng.integers(0, 2, shape).astype(bool)
     if kind[0] == "const":
         return np.full(shape, kind[1], np.float32)
+    if kind[0] == "count":
+        return np.full(shape, kind[1], np.int64)
     return rng.integers(0, kind[1], shape).astype(np.int64)
 
 

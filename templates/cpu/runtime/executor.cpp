@@ -175,6 +175,10 @@ void Executor::run(int k) {
 
 void Executor::run_kernel(int k, Kernel& kernel, char* scratch, dnnl::stream& stream,
                           int threads) {
+  if (micro_batch_only_ && schedule().ops[k].optimizer_step_only) {
+    span_[k] = {0.0, 0.0};
+    return;
+  }
   Run r{ptr_.data(), scratch, stream.get(), threads, &collective_};
   auto t0 = std::chrono::steady_clock::now();
   kernel.run(r);
@@ -232,16 +236,26 @@ Evaluation& Executor::evaluation() {
   return *evaluation_;
 }
 
+bool Executor::micro_batch_only() const {
+  const Schedule& s = schedule();
+  if (s.micro_batches < 2 || s.micro_step < 0) return false;
+  int64_t taken = *reinterpret_cast<const int64_t*>(ptr_[s.micro_step]);
+  return taken % s.micro_batches != s.micro_batches - 1;
+}
+
 void Executor::run_step() {
   step_began_ = std::chrono::steady_clock::now();
+  micro_batch_only_ = micro_batch_only();
   if (lanes_) {
     try {
       int chosen = choice_.before_step(granted_cores());
       Lanes& lanes = chosen == 0 ? *lanes_ : variant_lanes(chosen - 1);
       step_began_ = std::chrono::steady_clock::now();
       lanes.step(watchdog_seconds_);
-      choice_.after_step(std::chrono::duration<double>(std::chrono::steady_clock::now() -
-                                                       step_began_).count());
+      // The choice compares steps of one kind: with accumulation, the micro-batches'.
+      if (micro_batch_only_ || schedule().micro_batches < 2)
+        choice_.after_step(std::chrono::duration<double>(std::chrono::steady_clock::now() -
+                                                         step_began_).count());
     } catch (const std::exception& e) {
       throw StepError(e.what());
     }

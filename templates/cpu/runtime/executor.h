@@ -109,6 +109,10 @@ class Executor : public ExecutorCore {
   int jitter_us_;
   std::unique_ptr<Lanes> lanes_;  // its threads stop before the rest is destroyed
   std::unique_ptr<Evaluation> evaluation_;  // made by the first evaluation()
+  // This step is a micro-batch before its optimizer step's last: the optimizer_step_only
+  // ops do not run (Schedule::micro_batches; set by run_step before any op runs).
+  bool micro_batch_only_ = false;
+  bool micro_batch_only() const;
   // Runs every op: on the lanes, or one at a time in plan order; per-op times go to stats.
   void run_step() override;
   void check_feeds() override;

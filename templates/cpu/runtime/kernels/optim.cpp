@@ -7,6 +7,7 @@
 // lr and wd are float32 scalars in the arena (a parameter group's), read each step.
 //   Increment [x]              x + by (float32 or int64)
 //   Fill [] / Zeros []         constant tensors
+//   AccumulateGrad [s, g, k]   g / K on an optimizer step's first micro-batch, else s + g / K
 // Updates run in place: the plan gives p' the bytes of p (and v' of v, ...).
 #include <omp.h>
 
@@ -103,6 +104,40 @@ class Increment : public Kernel {
   double by_;
 };
 
+// The sum of a gradient over K micro-batches (planner/graph/accumulation.py), written over
+// the sum's bytes. Division by K, not a product with 1/K: the reference's rounding.
+class AccumulateGrad : public Kernel {
+ public:
+  explicit AccumulateGrad(const Node& n)
+      : size_(n.in[0].size()), sum_(n.in[0].id), g_(n.in[1].id), step_(n.in[2].id),
+        out_(n.out[0].id), k_(n.attrs.i("micro_batches")) {
+    require_f32(n);
+    if (n.in[0].dtype != F32 || n.in[1].dtype != F32 || n.in[2].dtype != I64 ||
+        n.in[2].size() != 1)
+      throw std::runtime_error("AccumulateGrad: takes float32 sum and gradient and an int64 "
+                               "micro-step count");
+    if (k_ < 2) throw std::runtime_error("AccumulateGrad: micro_batches must be >= 2");
+  }
+  void run(const Run& r) override {
+    const float* s = r.at<float>(sum_);
+    const float* g = r.at<float>(g_);
+    float* o = r.at<float>(out_);
+    const float k = static_cast<float>(k_);
+    if (*r.at<int64_t>(step_) % k_ == 0) {
+#pragma omp parallel for
+      for (int64_t i = 0; i < size_; ++i) o[i] = g[i] / k;
+    } else {
+#pragma omp parallel for
+      for (int64_t i = 0; i < size_; ++i) o[i] = s[i] + g[i] / k;
+    }
+  }
+
+ private:
+  int64_t size_;
+  int sum_, g_, step_, out_;
+  int64_t k_;
+};
+
 // Fill (value) and Zeros: a constant of any dtype, written every step (cheap, and the bytes
 // may be shared with other tensors between steps).
 class Constant : public Kernel {
@@ -133,6 +168,7 @@ KernelPtr sgd(const Node& n) { return std::make_unique<Sgd>(n); }
 KernelPtr momentum(const Node& n) { return std::make_unique<Momentum>(n); }
 KernelPtr adam(const Node& n) { return std::make_unique<Adam>(n); }
 KernelPtr increment(const Node& n) { return std::make_unique<Increment>(n); }
+KernelPtr accumulate_grad(const Node& n) { return std::make_unique<AccumulateGrad>(n); }
 KernelPtr fill(const Node& n) { return std::make_unique<Constant>(n, n.attrs.f("value")); }
 KernelPtr zeros(const Node& n) { return std::make_unique<Constant>(n, 0.0); }
 
@@ -143,6 +179,7 @@ PLANNER_REGISTER_KERNELS(optim) {
   r["ApplyMomentum"] = momentum;
   r["ApplyAdam"] = adam;
   r["Increment"] = increment;
+  r["AccumulateGrad"] = accumulate_grad;
   r["Fill"] = fill;
   r["Zeros"] = zeros;
 }
