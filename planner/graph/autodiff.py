@@ -60,6 +60,9 @@ Layout of a training graph (node order is a topological order, deterministic for
     optim/group/<k>/weight_decay                             parameter group k, read by the
                                                              updates; planner/graph/optimizer.py)
     rng/step                 state             -            (int64 scalar, zeros; Dropout only)
+    optim/<param>/grad_sum   state             -            (--accumulate K: each gradient's
+    optim/micro_step                                         sum and the micro-batch count;
+                                                             planner/graph/accumulation.py)
     update/<param>           param             <param>
     update/<param>/<slot>    optimizer-state   optim/<param>/<slot>
     update/step              optimizer-state   optim/step
@@ -89,8 +92,7 @@ graph and every model builder or importer gets the same treatment. A zoo graph t
 them is kept as it is.
 
 Example:
-    >>> from planner.graph.accumulation import MICRO_STEP, grad_sum_tensor, micro_step_tensor
-from planner.graph.builder import GraphBuilder
+    >>> from planner.graph.builder import GraphBuilder
     >>> b = GraphBuilder("fit")
     >>> x, y = b.input("x", (4, 3)), b.input("y", (4, 2))
     >>> w = b.param("w", (3, 2), init="glorot")
@@ -208,8 +210,7 @@ def gradients(graph: Graph, wrt: Sequence[str] | None = None,
     Returns (graph, {t: name of its gradient tensor, or None when no gradient reaches it}); the
     gradients are appended to the graph's outputs.
 
-    >>> from planner.graph.accumulation import MICRO_STEP, grad_sum_tensor, micro_step_tensor
-from planner.graph.builder import GraphBuilder
+    >>> from planner.graph.builder import GraphBuilder
     >>> b = GraphBuilder()
     >>> x = b.input("x", (2, 3))
     >>> y = b.op("Relu", [x])
