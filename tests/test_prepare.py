@@ -109,7 +109,7 @@ def test_every_command_takes_the_graph_flags(command):
 
 
 @pytest.mark.parametrize("flags,message", [
-    (["--lr", "0.1"], "--lr and --weight-decay need --train"),
+    (["--lr", "0.1"], "--lr, --weight-decay and --lr-schedule need --train"),
     (["--precision", "bf16-mixed"], "--precision needs --train"),
     (["--train", "sgd", "--keep", "nope"], "has no tensor 'nope'"),
 ])

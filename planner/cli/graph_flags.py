@@ -10,6 +10,9 @@
     --loss KIND[:OUTPUT]   a loss attached to an output, with a new label input
     --keep NAMES           tensors kept to the step's end, returned by the executor's step
     --train-dropout        ONNX: the Dropouts a training-mode export left without a flag train
+    --lr-schedule S        a learning-rate schedule recorded in the plan and run in the step:
+                           KIND[:key=value,...], e.g. warmup-cosine:warmup=100,total=10000
+                           (planner/ops/lr_schedule.py)
     --accumulate K         micro-batches per optimizer step (gradient accumulation: one step()
                            per micro-batch, the update on every K-th)
     --precision P, --loss-scale-*, --no-loss-scaling     (planner/cli/precision.py)
@@ -51,6 +54,11 @@ def add_graph_flags(p: argparse.ArgumentParser, train: str | None = None) -> Non
     p.add_argument("--weight-decay", type=non_negative_number, default=None,
                    help="the optimizer's first weight decay (default: PyTorch's, 0.01 for "
                         "adamw, else 0)")
+    p.add_argument("--lr-schedule", metavar="KIND[:KEY=VALUE,...]", type=lr_schedule,
+                   help="a learning-rate schedule recorded in the plan, computed in the step "
+                        "from the optimizer steps taken: constant, warmup, cosine, "
+                        "warmup-cosine, step or one-cycle, with PyTorch's parameters "
+                        "(warmup-cosine:warmup=100,total=10000; docs/training.md)")
     p.add_argument("--loss", metavar="KIND[:OUTPUT][?OPTIONS]", help=LOSS_HELP)
     p.add_argument("--keep", metavar="NAMES", type=kept_names,
                    help="tensors (comma-separated) to keep to the step's end, so that the "
@@ -63,6 +71,16 @@ def add_graph_flags(p: argparse.ArgumentParser, train: str | None = None) -> Non
                         "micro-batch, each step() takes one and every K-th applies the "
                         "update to the mean of their gradients (docs/training.md)")
     add_precision_flags(p)
+
+
+def lr_schedule(text: str) -> Any:
+    """argparse type: a learning-rate schedule, KIND[:key=value,...]."""
+    from planner.ops.lr_schedule import LRSchedule
+
+    try:
+        return LRSchedule.parse(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def positive_int(text: str) -> int:
@@ -84,12 +102,14 @@ def graph_options(args: argparse.Namespace) -> Any:
     from planner.graph.optimizer import Optimizer
     from planner.graph.options import GraphOptions
 
-    if args.train is None and (args.lr is not None or args.weight_decay is not None):
-        raise UserError("--lr and --weight-decay need --train")
+    if args.train is None and (args.lr is not None or args.weight_decay is not None
+                               or args.lr_schedule is not None):
+        raise UserError("--lr, --weight-decay and --lr-schedule need --train")
     scaling = loss_scaling(args)
     try:
         return GraphOptions(
-            optimizer=(Optimizer.parse(args.train, lr=args.lr, weight_decay=args.weight_decay)
+            optimizer=(Optimizer.parse(args.train, lr=args.lr, weight_decay=args.weight_decay,
+                                       schedule=args.lr_schedule)
                        if args.train else None),
             precision=args.precision, loss_scaling=scaling, loss=args.loss,
             keep=tuple(args.keep or ()), train_dropout=args.train_dropout,

@@ -68,6 +68,10 @@ Layout of a training graph (node order is a topological order, deterministic for
     update/step              optimizer-state   optim/step
     update/rng/step          state             rng/step
 
+With a recorded learning-rate schedule (Optimizer.schedule): `optim/schedule_step` (int64
+scalar, optimizer-state, zeros) counts the optimizer steps taken, and each group's ScheduledLR
+`optim/group/<k>/lr/schedule` writes `optim/group/<k>/lr/scheduled`, the rate its updates read.
+
 fp16-mixed loss scaling (LossScaling; planner/ops/loss_scale.py): the backward seed is the
 scale itself, `optim/loss_scale` (float32 scalar, init "loss-scale": 2^16), instead of the Fill;
 `grad/unscale` (UnscaleGrads) divides every param's gradient by it into `grad/<param>/unscaled`
@@ -140,6 +144,8 @@ PHASES: tuple[str, ...] = ("forward", "backward", "update")
 # flag of each step's gradients (planner/ops/loss_scale.py).
 LOSS_SCALE = "optim/loss_scale"
 FOUND_INF = "grad/found_inf"
+# The optimizer steps taken, which a recorded learning-rate schedule reads (int64 scalar).
+SCHEDULE_STEP = "optim/schedule_step"
 # clip_grad_norm_'s total norm of the gradients (before clipping), a step's output on request.
 CLIP_TOTAL_NORM = "grad/total_norm"
 
@@ -193,6 +199,8 @@ def make_training_graph(graph: Graph, optimizer: Optimizer, precision: str = "fp
         updated.update(_count(b, DROPOUT_STEP))
     if summed:
         updated.update(summed | _count(b, MICRO_STEP))
+    if optimizer.schedule is not None:
+        updated.update(_count(b, SCHEDULE_STEP))
     marks = {**_running_stat_updates(graph), **updated}
     built = _rewritten(b.build(outputs=graph.outputs, kind="training"))
     built = fold_transposes(_mark_in_place(built, graph, marks))
@@ -519,11 +527,21 @@ def _emit_updates(b: GraphBuilder, graph: Graph, grads: Mapping[str, str | None]
 
 def _hyperparameters(b: GraphBuilder, optimizer: Optimizer) -> list[list[str]]:
     """Per parameter group, its hyperparameter tensors (float32 scalars, role state, init
-    constant: the optimizer's values are their first), in the update ops' input order."""
-    return [[b.add_tensor(Tensor(name=hyperparameter_tensor(k, name), shape=(), role="state",
-                                 init="constant", value=value))
-             for name, value in optimizer.hyperparameters(k).items()]
-            for k in range(len(optimizer.groups) + 1)]
+    constant: the optimizer's values are their first), in the update ops' input order; with
+    a recorded schedule, the learning rate its ScheduledLR computes from the first."""
+    groups = [[b.add_tensor(Tensor(name=hyperparameter_tensor(k, name), shape=(), role="state",
+                                   init="constant", value=value))
+               for name, value in optimizer.hyperparameters(k).items()]
+              for k in range(len(optimizer.groups) + 1)]
+    if optimizer.schedule is None:
+        return groups
+    b.add_tensor(Tensor(name=SCHEDULE_STEP, shape=(), dtype="int64", role="optimizer-state",
+                        init="zeros"))
+    for hyper in groups:
+        lr = hyper[0]
+        hyper[0], = b.op_n("ScheduledLR", [lr, SCHEDULE_STEP], optimizer.schedule.attrs(),
+                           name=f"{lr}/schedule", outputs=[f"{lr}/scheduled"])
+    return groups
 
 
 def _running_stat_updates(graph: Graph) -> dict[str, str]:

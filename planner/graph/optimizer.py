@@ -13,7 +13,9 @@ weight decay, as PyTorch's first entry of `param_groups`); a parameter joins the
 whose `params` pattern (a regular expression) it contains, else group 0. The learning rate and
 weight decay are not compiled in: each group's are float32 scalars the step reads,
 `optim/group/<k>/lr` and `optim/group/<k>/weight_decay` (role "state", init "constant": the
-value given here is only the first), set between steps (docs/training.md).
+value given here is only the first), set between steps (docs/training.md). With a `schedule`
+the updates read `optim/group/<k>/lr/scheduled`, the first rate times the schedule's factor at
+the optimizer steps taken (`optim/schedule_step`), computed in the step (ScheduledLR).
 
 Example:
     >>> Optimizer(kind="adam").update_attrs()
@@ -35,6 +37,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from planner.graph.ir import Record
+from planner.ops.lr_schedule import LRSchedule
 
 OptimizerKind = Literal["sgd", "momentum", "adam", "adamw"]
 
@@ -118,6 +121,10 @@ class Optimizer(Record):
     groups: tuple[ParamGroup, ...] = ()
     # torch.nn.utils.clip_grad_norm_(params, max_norm) before the update, None: no clipping
     clip_grad_norm: float | None = Field(default=None, gt=0)
+    # A learning-rate schedule recorded in the graph (planner/ops/lr_schedule.py): each
+    # group's update reads lr * factor(optimizer steps taken), computed in the step. None:
+    # the rate is what set_hyperparameters last wrote (a schedule driven from Python).
+    schedule: LRSchedule | None = None
 
     @model_validator(mode="before")
     @classmethod

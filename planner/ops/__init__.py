@@ -33,6 +33,7 @@ from planner.ops import (  # noqa: F401, E402
     log_softmax,
     loss,
     loss_scale,
+    lr_schedule,
     lstm,
     mask,
     matmul,

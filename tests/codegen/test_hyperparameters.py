@@ -13,6 +13,7 @@ import pytest
 from planner.graph.autodiff import make_training_graph
 from planner.graph.interpret import init_params, random_feeds, train_step
 from planner.graph.optimizer import Optimizer, ParamGroup, hyperparameter_tensor
+from planner.ops.lr_schedule import LRSchedule
 from planner.pipeline import plan
 from planner.target import preset
 from planner.zoo import build
@@ -117,3 +118,35 @@ def test_a_pytorch_scheduler_drives_the_executor(adamw):
     want = [[np.float32(base * 0.5 ** (k // 2)) for base in (0.01, 0.02)] for k in range(5)]
     assert seen == want
     assert ex.hyperparameters()[1]["weight_decay"] == 0.0
+
+
+RECORDED = LRSchedule(kind="warmup-cosine", warmup=2, total=8, start_factor=0.1,
+                      min_factor=0.05)
+
+
+def test_a_schedule_recorded_in_the_plan_runs_in_the_step(tmp_path):
+    optimizer = ADAMW.model_copy(update={"schedule": RECORDED})
+    graph = make_training_graph(build("mlp", **MLP), optimizer)
+    module = build_module(graph, tmp_path / "mlp_scheduled")
+    ex = module.Executor()
+    state = init_params(graph, seed=3)
+    ex.load_params(state)
+    rates = [hyperparameter_tensor(k, "lr") + "/scheduled" for k in (0, 1)]
+    for t in range(RECORDED.total + 1):
+        feeds = random_feeds(graph, seed=t)
+        got = ex.step(feeds, rates)
+        want, state = train_step(graph, feeds, state)
+        # The rate: the first one times the factor, in double, rounded once - as the
+        # reference (planner/ops/lr_schedule.py) computes it, so bit for bit.
+        for k, name in enumerate(rates):
+            base = np.float32(optimizer.hyperparameters(k)["lr"])
+            assert got[name] == np.float32(float(base) * RECORDED.factor(t)), (t, k)
+        assert rel_error(got["loss"], want["loss"]) < 1e-5
+    after = ex.params()
+    assert int(after["optim/schedule_step"]) == RECORDED.total + 1
+    for name, value in state.items():
+        assert rel_error(after[name], value) < 1e-4, name
+    # set_hyperparameters still sets the first rate the schedule scales
+    ex.set_hyperparameters({"lr": 0.5}, group=0)
+    got = ex.step(random_feeds(graph, seed=99), rates)
+    assert got[rates[0]] == np.float32(0.5 * RECORDED.factor(RECORDED.total + 1))

@@ -8,12 +8,14 @@
 //   Increment [x]              x + by (float32 or int64)
 //   Fill [] / Zeros []         constant tensors
 //   AccumulateGrad [s, g, k]   g / K on an optimizer step's first micro-batch, else s + g / K
+//   ScheduledLR [lr, t]        lr * factor(t): a recorded learning-rate schedule
 // Updates run in place: the plan gives p' the bytes of p (and v' of v, ...).
 #include <omp.h>
 
 #include <cmath>
 
 #include "../loops.h"
+#include "lr_schedule.h"
 #include "update_math.h"
 
 namespace planner {
@@ -138,6 +140,23 @@ class AccumulateGrad : public Kernel {
   int64_t k_;
 };
 
+class ScheduledLR : public Kernel {
+ public:
+  explicit ScheduledLR(const Node& n)
+      : lr_(n.in[0].id), step_(n.in[1].id), out_(n.out[0].id), s_(lr_schedule(n.attrs)) {
+    if (n.in[0].dtype != F32 || n.in[1].dtype != I64 || n.out[0].dtype != F32)
+      throw std::runtime_error("ScheduledLR: takes a float32 rate and an int64 step count");
+  }
+  void run(const Run& r) override {
+    const double lr = *r.at<float>(lr_);
+    *r.at<float>(out_) = static_cast<float>(lr * lr_factor(s_, *r.at<int64_t>(step_)));
+  }
+
+ private:
+  int lr_, step_, out_;
+  LRSchedule s_;  // common/lr_schedule.h
+};
+
 // Fill (value) and Zeros: a constant of any dtype, written every step (cheap, and the bytes
 // may be shared with other tensors between steps).
 class Constant : public Kernel {
@@ -169,6 +188,7 @@ KernelPtr momentum(const Node& n) { return std::make_unique<Momentum>(n); }
 KernelPtr adam(const Node& n) { return std::make_unique<Adam>(n); }
 KernelPtr increment(const Node& n) { return std::make_unique<Increment>(n); }
 KernelPtr accumulate_grad(const Node& n) { return std::make_unique<AccumulateGrad>(n); }
+KernelPtr scheduled_lr(const Node& n) { return std::make_unique<ScheduledLR>(n); }
 KernelPtr fill(const Node& n) { return std::make_unique<Constant>(n, n.attrs.f("value")); }
 KernelPtr zeros(const Node& n) { return std::make_unique<Constant>(n, 0.0); }
 
@@ -180,6 +200,7 @@ PLANNER_REGISTER_KERNELS(optim) {
   r["ApplyAdam"] = adam;
   r["Increment"] = increment;
   r["AccumulateGrad"] = accumulate_grad;
+  r["ScheduledLR"] = scheduled_lr;
   r["Fill"] = fill;
   r["Zeros"] = zeros;
 }
