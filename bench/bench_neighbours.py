@@ -1,12 +1,15 @@
 """A training step of the generated executor and of PyTorch eager on the same cores, with N
 neighbour processes each running a 2-thread BLAS loop (issue 36: steady under load).
 
-    python bench/bench_neighbours.py [--models lstm,resnet-50] [--neighbours 0,2,4]
+    python bench/bench_neighbours.py [--models lstm,resnet-50,gpt] [--neighbours 0,2,4,6,loader2]
                                      [--rounds 3] [--steps 5] [--json out.json]
 
 bench/bench_under_load.py compares OpenMP wait policies against spinning neighbours; this one
 counts neighbours doing what a machine's other jobs do: numpy float32 512x512 matmuls under
-threadpoolctl limits=2. Neighbours start before and stop after each measurement; in each round
+threadpoolctl limits=2; `loaderW` is a torch DataLoader of W worker processes preparing image
+batches (crop, flip, blur, normalise in numpy), one drawn before each step as a training loop
+does (the batches are not the model's inputs: the bench feeds its own). Neighbours start
+before and stop after each measurement; in each round
 every N is measured, the engines interleaved: ours (the default executor: it chooses between
 the plan's main schedule and its variants for fewer free cores by what it measures, so it gets
 ADAPT_STEPS steps under the new neighbours first), ours main (pinned to the main schedule) and
@@ -42,8 +45,7 @@ from planner.pipeline import plan  # noqa: E402
 from planner.target.detect import detect  # noqa: E402
 from planner.zoo import build as zoo  # noqa: E402
 
-# The eager column runs the zoo graph through the torch translator
-# (bench/torch_baseline.py), which lacks LayerNorm: no zoo gpt here yet.
+# The eager column runs the zoo graph through the torch translator (bench/torch_baseline.py).
 # Steps the default executor runs under new neighbours before it is timed: enough to notice
 # them (3 measured steps) and to measure a variant or two (choice.h).
 ADAPT_STEPS = 12
@@ -51,7 +53,9 @@ ADAPT_STEPS = 12
 MODELS = {
     "lstm": ("lstm", dict(batch=16, seq=20, hidden=128, layers=2, vocab=1000)),
     "resnet-50": ("resnet", dict(depth=50, batch=4, image=64, width=0.25, classes=100)),
+    "gpt": ("gpt", dict(batch=8, seq=64, dim=128, heads=4, layers=2, vocab=512)),
 }
+LOADER_BATCH = 16
 
 
 def blas_loop() -> None:
@@ -68,6 +72,44 @@ def neighbours(n: int) -> list[mp.Process]:
     for p in procs:
         p.start()
     return procs
+
+
+class Images:
+    """A map-style dataset whose items cost what image decoding and augmentation cost: a
+    random 3x96x96 image cropped to 64x64, maybe flipped, blurred and normalised."""
+
+    def __len__(self) -> int:
+        return 1 << 20
+
+    def __getitem__(self, k: int):
+        rng = np.random.default_rng(k)
+        img = rng.random((3, 96, 96), dtype=np.float32)
+        top, left = rng.integers(0, 32, 2)
+        img = img[:, top:top + 64, left:left + 64]
+        if k % 2:
+            img = img[:, :, ::-1]
+        for _ in range(4):  # a separable 3-tap blur, four times
+            img = (img[:, :, :-2] + img[:, :, 1:-1] + img[:, :, 2:]) / 3
+            img = (img[:, :-2, :] + img[:, 1:-1, :] + img[:, 2:, :]) / 3
+        return ((img - img.mean()) / (img.std() + 1e-6)).astype(np.float32), k % 10
+
+
+def loader(workers: int):
+    """An iterator over batches from a DataLoader of `workers` processes (torch's own)."""
+    from torch.utils.data import DataLoader
+
+    return iter(DataLoader(Images(), batch_size=LOADER_BATCH, shuffle=True, num_workers=workers,
+                           persistent_workers=True, prefetch_factor=2))
+
+
+def load(spec: str) -> tuple[list[mp.Process], object]:
+    """The neighbour processes of `spec` (N: BLAS loops; loaderW: a DataLoader's W workers)
+    and the batch iterator a step draws from first (None for BLAS loops)."""
+    if spec.startswith("loader"):
+        batches = loader(int(spec.removeprefix("loader")))
+        next(batches)  # the workers are up
+        return [], batches
+    return neighbours(int(spec)), None
 
 
 def engines(label: str, folder: Path) -> tuple[dict, object]:
@@ -90,23 +132,27 @@ def engines(label: str, folder: Path) -> tuple[dict, object]:
     return out, ex
 
 
-def measure(label: str, folder: Path, counts: list[int], rounds: int, steps: int) -> list[dict]:
+def measure(label: str, folder: Path, counts: list[str], rounds: int, steps: int) -> list[dict]:
     runs, ex = engines(label, folder)
     times = {(n, e): [] for n in counts for e in runs}
     loads = {n: [] for n in counts}
     ran = {}
     for r in range(rounds):
         for n in counts:
-            procs = neighbours(n)
+            procs, batches = load(n)
             try:
-                time.sleep(0.5 if n else 0.0)
+                time.sleep(0.5 if n != "0" else 0.0)
                 for e, run in runs.items():
                     # Warm-up under these neighbours: the default executor notices them and
                     # measures its schedules (choice.h) before the timed steps.
                     for _ in range(ADAPT_STEPS if e == "ours" else 1):
+                        if batches is not None:
+                            next(batches)
                         run()
                     t = []
                     for _ in range(steps):
+                        if batches is not None:
+                            next(batches)  # the loop's next batch, not timed
                         t0 = time.perf_counter()
                         run()
                         t.append(time.perf_counter() - t0)
@@ -123,6 +169,7 @@ def measure(label: str, folder: Path, counts: list[int], rounds: int, steps: int
                 for p in procs:
                     p.kill()
                     p.join()
+                del batches  # a DataLoader's workers stop with its iterator
             print(f"{label}: round {r + 1}/{rounds}, {n} neighbours done", file=sys.stderr,
                   flush=True)
     return [{"model": label, "neighbours": n,
@@ -133,12 +180,12 @@ def measure(label: str, folder: Path, counts: list[int], rounds: int, steps: int
 
 def table(rows: list[dict]) -> str:
     has_main = any("ours main" in r for r in rows)
-    head = (f"{'model':<10}{'N':>3}{'ours ms':>10}"
+    head = (f"{'model':<10}{'N':>8}{'ours ms':>10}"
             + (f"{'main ms':>10}" if has_main else "")
             + f"{'eager ms':>10}{'eager/ours':>12}{'load':>7}")
     lines = [head]
     for r in rows:
-        lines.append(f"{r['model']:<10}{r['neighbours']:>3}{r['ours'] * 1e3:>10.1f}"
+        lines.append(f"{r['model']:<10}{r['neighbours']:>8}{r['ours'] * 1e3:>10.1f}"
                      + (f"{r['ours main'] * 1e3:>10.1f}" if has_main else "")
                      + f"{r['eager'] * 1e3:>10.1f}{r['eager'] / r['ours']:>12.2f}"
                      f"{r['load']:>7.2f}" + (f"  {r['schedule']}" if r["schedule"] else ""))
@@ -148,7 +195,9 @@ def table(rows: list[dict]) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--models", default="lstm")
-    ap.add_argument("--neighbours", default="0,2,4")
+    ap.add_argument("--neighbours", default="0,2,4",
+                    help="per row: N BLAS-loop neighbours, or loaderW (a DataLoader of W "
+                         "workers feeding the loop)")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--json", type=Path)
@@ -157,14 +206,18 @@ def main() -> None:
     for label in labels:
         if label not in MODELS:
             sys.exit(f"--models: unknown model {label!r} (one of {', '.join(MODELS)})")
-    counts = [int(n) for n in args.neighbours.split(",")]
+    counts = args.neighbours.split(",")
+    for n in counts:
+        if not (n.isdigit() or (n.startswith("loader") and n[6:].isdigit())):
+            sys.exit(f"--neighbours: {n!r} is neither a count nor loaderW")
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench-neighbours-") as tmp:
         for label in labels:
             print(f"{label}: planning and building", file=sys.stderr, flush=True)
             rows += measure(label, Path(tmp) / label.replace("-", "_"), counts, args.rounds,
                             args.steps)
-    print(f"{os.cpu_count()} logical CPUs; neighbours: 2-thread numpy 512x512 matmul loops; "
+    print(f"{os.cpu_count()} logical CPUs; neighbours: N 2-thread numpy 512x512 matmul loops, or "
+          f"loaderW: a DataLoader's W workers (batch {LOADER_BATCH} of 64x64 augmented images); "
           f"median of {args.rounds} rounds x {args.steps} steps")
     print(table(rows))
     if args.json:

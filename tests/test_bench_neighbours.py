@@ -1,5 +1,5 @@
-"""bench/bench_neighbours.py runs end to end at its tiniest: one model, 0 and 1 neighbours,
-one round of one step; every engine's time is measured and the JSON rows match the table."""
+"""bench/bench_neighbours.py runs end to end at its tiniest: one model, no neighbour and a
+DataLoader of one worker, one round of one step; every engine's time is measured and the JSON rows match the table."""
 
 from __future__ import annotations
 
@@ -18,12 +18,12 @@ BENCH = Path(__file__).resolve().parents[1] / "bench" / "bench_neighbours.py"
 
 def test_tiny_run(tmp_path):
     out = tmp_path / "rows.json"
-    run = subprocess.run([sys.executable, str(BENCH), "--models", "lstm", "--neighbours", "0,1",
+    run = subprocess.run([sys.executable, str(BENCH), "--models", "lstm", "--neighbours", "0,loader1",
                           "--rounds", "1", "--steps", "1", "--json", str(out)],
                          capture_output=True, text=True, timeout=900)
     assert run.returncode == 0, run.stderr[-2000:]
     rows = json.loads(out.read_text())
-    assert [r["neighbours"] for r in rows] == [0, 1]
+    assert [r["neighbours"] for r in rows] == ["0", "loader1"]
     for r in rows:
         assert r["ours"] > 0 and r["ours main"] > 0 and r["eager"] > 0 and r["load"] >= 0
         assert r["schedule"].startswith("ran ")  # which schedule the default executor ran
@@ -34,3 +34,6 @@ def test_unknown_model_is_a_one_line_error():
     run = subprocess.run([sys.executable, str(BENCH), "--models", "nope"],
                          capture_output=True, text=True, timeout=120)
     assert run.returncode != 0 and "unknown model 'nope'" in run.stderr
+    run = subprocess.run([sys.executable, str(BENCH), "--neighbours", "2,loaders"],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode != 0 and "'loaders' is neither a count nor loaderW" in run.stderr

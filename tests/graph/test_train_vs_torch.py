@@ -33,6 +33,7 @@ MODELS = {
     "lenet": dict(batch=4, image=8, width=0.5),
     "resnet": dict(batch=4, image=32, width=0.0625, depth=18, classes=5),
     "lstm": dict(batch=2, seq=3, hidden=6, vocab=11, layers=2, dropout=0.3),
+    "gpt": dict(batch=2, seq=5, dim=8, heads=2, layers=1, vocab=13),
 }
 
 OPTIMIZERS = {
@@ -137,8 +138,31 @@ def torch_lstm_cell(xs, a):
     return [h, c, acts]
 
 
+def _causal_mask(xs, a):
+    x = xs[0]
+    rows, cols = x.shape[-2:]
+    keep = torch.ones(rows, cols, dtype=torch.bool, device=x.device).tril()
+    value = -float("inf") if a["value"] is None else a["value"]
+    return [x.masked_fill(~keep, value)]
+
+
+def _layer_norm(xs, a):
+    # y by PyTorch's kernel; the saved row statistics (keepdims) beside it, as the op's
+    x, scale, *bias = xs
+    axis = a["axis"] % x.dim()
+    axes = tuple(range(axis, x.dim()))
+    y = F.layer_norm(x, tuple(x.shape[axis:]), scale, bias[0] if bias else None, a["epsilon"])
+    return [y, x.mean(axes, keepdim=True), x.var(axes, unbiased=False, keepdim=True)]
+
+
 TORCH_OPS = {
     "MatMul": _matmul,
+    "LayerNorm": _layer_norm,
+    "Gelu": lambda xs, a: [F.gelu(xs[0], approximate=a["approximate"])],
+    "Softmax": lambda xs, a: [torch.softmax(xs[0], a["axis"])],
+    "Scale": lambda xs, a: [xs[0] * a["factor"]],
+    "CausalMask": _causal_mask,
+    "Transpose": lambda xs, a: [xs[0].permute(a["perm"])],
     "LSTMCell": torch_lstm_cell,
     "BiasAdd": _bias_add,
     "Conv2D": _conv2d,
