@@ -27,6 +27,12 @@ struct LRSchedule {
   double start_factor, min_factor, gamma, pct_start, div_factor, final_div_factor;
 };
 
+// ScheduledLR's tensors: a float32 first rate, an int64 step count, a float32 rate.
+inline void require_scheduled_lr_types(int lr, int step, int out) {
+  if (lr != F32 || step != I64 || out != F32)
+    throw std::runtime_error("ScheduledLR: takes a float32 rate and an int64 step count");
+}
+
 inline LRSchedule lr_schedule(const Attrs& a) {
   // The op's shape rule checked the ranges (LRSchedule's validators).
   const std::string kind = a.s("kind");

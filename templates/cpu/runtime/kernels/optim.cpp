@@ -144,8 +144,7 @@ class ScheduledLR : public Kernel {
  public:
   explicit ScheduledLR(const Node& n)
       : lr_(n.in[0].id), step_(n.in[1].id), out_(n.out[0].id), s_(lr_schedule(n.attrs)) {
-    if (n.in[0].dtype != F32 || n.in[1].dtype != I64 || n.out[0].dtype != F32)
-      throw std::runtime_error("ScheduledLR: takes a float32 rate and an int64 step count");
+    require_scheduled_lr_types(n.in[0].dtype, n.in[1].dtype, n.out[0].dtype);
   }
   void run(const Run& r) override {
     const double lr = *r.at<float>(lr_);
