@@ -11,6 +11,11 @@ With `data_parallel` (ranks >= 2) the value is one rank's batch of a data-parall
 (planner.schedule.parallel), which fits by liveness alone; with its `shard_optimizer` each
 rank holds 1/ranks of the optimizer state, so a larger batch may fit.
 
+With `global_batch` G the value is the micro-batch B of a plan that accumulates G / B of them
+per optimizer step (GraphOptions.accumulate, planner/graph/accumulation.py): the largest
+divisor of G that fits, so that a global batch beyond the budget still trains, on the memory
+of one micro-batch (and one gradient sum per parameter).
+
 `multiple` restricts the search to multiples of it (seed 001's Table 5 reports multiples of 16);
 depth varies n in ResNet's 3 x (10 + n) + 2 bottleneck configuration ([3, 4, n, 3], seed 001's
 Table 4 grows the third stage the same way).
@@ -21,6 +26,10 @@ Example:
     ...         budget_bytes=1 << 20, vary="batch", multiple=8)
     >>> r.value > 0 and r.peak_bytes <= 1 << 20
     True
+    >>> r = fit("zoo:mlp?hidden=64&in_features=32&classes=4", preset("xeon-8180"),
+    ...         budget_bytes=100_000, global_batch=96, optimizer="sgd")
+    >>> r.value * r.accumulate, r.accumulate > 1, r.peak_bytes <= 100_000
+    (96, True, True)
 """
 
 from __future__ import annotations
@@ -53,6 +62,7 @@ class Trial(Record):
 
     value: int
     fits: bool
+    accumulate: int = 1
     peak_bytes: int = 0
     smallest_bytes: int = 0
     step_seconds: float = 0.0
@@ -64,6 +74,7 @@ class FitResult(Record):
     model: str
     vary: Vary
     value: int
+    accumulate: int = 1  # micro-batches per optimizer step (with a global batch)
     budget_bytes: int
     target: str
     peak_bytes: int
@@ -97,11 +108,13 @@ def fit(spec: str, target: Target, budget_bytes: int, vary: Vary = "batch",
         optimizer: str = "momentum", multiple: int = 1, table: CostTable | None = None,
         options: MemoryOptions | None = None, precision: str = "fp32",
         data_parallel: DataParallelOptions | None = None,
-        graph_options: GraphOptions | None = None) -> FitResult:
+        graph_options: GraphOptions | None = None,
+        global_batch: int | None = None) -> FitResult:
     """Search as in the module docstring. `spec` is a zoo spec (`zoo:resnet?batch=16`); its
     other parameters stay fixed. Each value's graph is planner.graph.prepare's under
-    `graph_options` (default: a training graph with `optimizer` under `precision`). Raises
-    ValueError for a spec that cannot vary `vary`."""
+    `graph_options` (default: a training graph with `optimizer` under `precision`), with
+    `global_batch` accumulating it. Raises ValueError for a spec that cannot vary `vary`, or a
+    global batch the target or the options cannot accumulate."""
     name, params = parse_spec(spec)
     if vary == "depth" and name != "resnet":
         raise ValueError(f"--vary depth grows a ResNet; {spec!r} is model {name!r}")
@@ -118,33 +131,44 @@ def fit(spec: str, target: Target, budget_bytes: int, vary: Vary = "batch",
     options = (options or MemoryOptions()).model_copy(update={"budget_bytes": budget_bytes})
     graph_options = graph_options or GraphOptions(optimizer=Optimizer(kind=optimizer),
                                                   precision=precision)
+    micro = _micro_batches(global_batch, vary, multiple, target, graph_options, data_parallel)
     model = CostModel(target, table)
     trials: dict[int, Trial] = {}
 
     def value_of(k: int) -> int:
+        if micro:
+            return micro[k - 1]
         return depth_of(k) if vary == "depth" else k * multiple
 
+    def accumulate(value: int) -> int:
+        return global_batch // value if micro and global_batch else 1
+
     def fits(k: int) -> bool:
+        if micro and k > len(micro):
+            return False  # past the global batch itself
         if k in trials:
             return trials[k].fits
         value = value_of(k)
+        each = graph_options.model_copy(update={"accumulate": accumulate(value)})
         try:
-            graph = step_graph(prepare(build(name, **{**params, vary: value}), graph_options),
+            graph = step_graph(prepare(build(name, **{**params, vary: value}), each),
                                target, data_parallel)
         except ZooError:  # past the zoo's limits (depth, sizes): too big to consider
-            trials[k] = Trial(value=value, fits=False)
+            trials[k] = Trial(value=value, fits=False, accumulate=accumulate(value))
             return False
         try:
             check_graph_fits(graph, target, memory_of(target))
         except ValueError:  # its largest node alone is beyond the target's memory
-            trials[k] = Trial(value=value, fits=False)
+            trials[k] = Trial(value=value, fits=False, accumulate=accumulate(value))
             return False
         try:
             peak, step = peak_and_step(graph, model, options, data_parallel)
         except InfeasibleBudget as e:
-            trials[k] = Trial(value=value, fits=False, smallest_bytes=e.smallest_bytes)
+            trials[k] = Trial(value=value, fits=False, accumulate=accumulate(value),
+                              smallest_bytes=e.smallest_bytes)
             return False
-        trials[k] = Trial(value=value, fits=True, peak_bytes=peak, step_seconds=step)
+        trials[k] = Trial(value=value, fits=True, accumulate=accumulate(value), peak_bytes=peak,
+                          step_seconds=step)
         return True
 
     first = 6 if vary == "depth" else 1  # ResNet-50's n, or one multiple
@@ -152,10 +176,38 @@ def fit(spec: str, target: Target, budget_bytes: int, vary: Vary = "batch",
     ordered = tuple(trials[k] for k in sorted(trials))
     winner = trials.get(best) if best else None
     return FitResult(model=name, vary=vary, value=value_of(best) if best else 0,
+                     accumulate=accumulate(value_of(best)) if best else 1,
                      budget_bytes=budget_bytes, target=target.name,
                      peak_bytes=winner.peak_bytes if winner else 0,
                      step_seconds=winner.step_seconds if winner else 0.0, trials=ordered,
                      params={k: v for k, v in params.items() if k != vary})
+
+
+def _micro_batches(global_batch: int | None, vary: Vary, multiple: int, target: Target,
+                   options: GraphOptions, data_parallel: DataParallelOptions | None
+                   ) -> list[int]:
+    """The micro-batches a global batch may be cut into (its divisors that are multiples of
+    `multiple`), ascending; [] without one."""
+    if global_batch is None:
+        return []
+    if global_batch < 1:
+        raise ValueError(f"global batch must be >= 1, got {global_batch}")
+    if vary != "batch":
+        raise ValueError("a global batch is fit by varying the batch, not the depth")
+    if not BACKENDS[target.backend].accumulates:
+        raise ValueError(f"a global batch is reached by gradient accumulation, which the "
+                         f"{target.backend} executor does not run yet: fit for a CPU target")
+    if data_parallel is not None and data_parallel.ranks > 1:
+        raise ValueError("a global batch with --data-parallel: data-parallel plans do not "
+                         "accumulate yet")
+    if options.accumulate > 1:
+        raise ValueError("give the global batch or --accumulate, not both: fit chooses the "
+                         "accumulation")
+    out = [d for d in range(multiple, global_batch + 1, multiple) if global_batch % d == 0]
+    if not out:
+        raise ValueError(f"global batch {global_batch} has no divisor that is a multiple of "
+                         f"{multiple}")
+    return out
 
 
 def largest(fits: Callable[[int], bool], first: int) -> int:

@@ -1,6 +1,6 @@
 """`planner fit` (planner.fit), and the memory options `plan` and `show` read.
 
-    planner fit GRAPH --target T --budget 11GiB [--vary batch|depth] [graph flags: --train OPT
+    planner fit GRAPH --target T --budget 11GiB [--vary batch|depth] [--global-batch G] [graph flags: --train OPT
                 (default momentum) --lr --precision --loss --keep: planner/cli/graph_flags.py]
                 [--costs C] [--multiple N] [--json]
     planner fit GRAPH --target T --pareto [-o curve.json] [--plot curve.svg] [--measure N]
@@ -49,6 +49,10 @@ def add_memory_commands(sub: Any, measure_plans: Any = None) -> None:
     f.add_argument("--shard-optimizer", action="store_true",
                    help="--data-parallel: each process holds 1/N of the optimizer state "
                         "(ZeRO-1)")
+    f.add_argument("--global-batch", type=int, metavar="G",
+                   help="fit the micro-batch of a plan that accumulates G / micro-batch of "
+                        "them per optimizer step (--accumulate): the largest divisor of G "
+                        "that fits, so a batch beyond the budget still trains (CPU targets)")
     f.add_argument("--json", action="store_true")
     add_pareto_flags(f, measure_plans)
     f.set_defaults(run=run_fit)
@@ -92,8 +96,12 @@ def run_fit(args: argparse.Namespace) -> int:
     table = load_table(args.costs) if args.costs else None
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        result = fit(args.graph, target, budget, args.vary, multiple=args.multiple, table=table,
-                     data_parallel=dp if dp.ranks > 1 else None, graph_options=graph)
+        try:
+            result = fit(args.graph, target, budget, args.vary, multiple=args.multiple,
+                         table=table, data_parallel=dp if dp.ranks > 1 else None,
+                         graph_options=graph, global_batch=args.global_batch)
+        except ValueError as e:
+            raise UserError(f"--global-batch: {e}" if args.global_batch else str(e)) from None
     if args.json:
         print(json.dumps(result.model_dump(mode="json"), indent=2, sort_keys=True))
         return 0
@@ -110,9 +118,14 @@ def format_fit(result) -> str:
         detail = (f"peak {format_bytes(t.peak_bytes)}, step {t.step_seconds * 1e3:.1f} ms"
                   if t.fits else f"needs >= {format_bytes(t.smallest_bytes)}"
                   if t.smallest_bytes else "beyond the zoo's limits or the target's memory")
-        lines.append(f"  {result.vary} {t.value:>6}  {'fits' if t.fits else 'no  '}  {detail}")
+        each = f" x {t.accumulate:<4}" if t.accumulate > 1 else ""
+        lines.append(f"  {result.vary} {t.value:>6}{each}  {'fits' if t.fits else 'no  '}  "
+                     f"{detail}")
     if result.value:
-        lines.append(f"largest {result.vary}: {result.value} (peak "
+        times = (f" x accumulate {result.accumulate} = {result.value * result.accumulate} per "
+                 f"optimizer step (--accumulate {result.accumulate})"
+                 if result.accumulate > 1 else "")
+        lines.append(f"largest {result.vary}: {result.value}{times} (peak "
                      f"{format_bytes(result.peak_bytes)}, step "
                      f"{result.step_seconds * 1e3:.1f} ms)")
     else:

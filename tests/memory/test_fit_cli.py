@@ -134,3 +134,27 @@ def test_reports_and_chart():
     svg = memory_svg(plan, replayed)
     assert svg.count("<polyline") == 5 and "backward" in svg
     assert memory_svg(plan).count("<polyline") == 2
+
+
+def test_a_global_batch_beyond_the_budget_is_reached_by_accumulation(capsys):
+    cpu = preset("xeon-8180")
+    budget = 100_000
+    whole = fit(MLP, cpu, budget, optimizer="sgd")
+    assert 0 < whole.value < 96  # the global batch does not fit as one batch
+    r = fit(MLP, cpu, budget, optimizer="sgd", global_batch=96)
+    # The largest divisor of 96 whose accumulating plan fits, each trial planned with it:
+    # K micro-batches of r.value rows make the global batch, the next divisor does not fit.
+    assert r.value * r.accumulate == 96 and r.accumulate > 1 and r.peak_bytes <= budget
+    divisors = [d for d in range(1, 97) if 96 % d == 0]
+    tried = {t.value: t for t in r.trials}
+    assert all(t.value in divisors and t.accumulate == 96 // t.value for t in r.trials)
+    bigger = divisors[divisors.index(r.value) + 1]
+    assert bigger in tried and not tried[bigger].fits
+    from planner.cli.main import main
+
+    assert main(["fit", MLP, "--target", "xeon-8180", "--budget", str(budget), "--train", "sgd",
+                 "--global-batch", "96"]) == 0
+    assert (f"largest batch: {r.value} x accumulate {r.accumulate} = 96 per optimizer step"
+            in capsys.readouterr().out)
+    with pytest.raises(ValueError, match="does not run yet: fit for a CPU target"):
+        fit(MLP, GPU, 1 << 20, global_batch=96)
