@@ -1,5 +1,6 @@
 """bench/bench_neighbours.py runs end to end at its tiniest: one model, no neighbour and a
-DataLoader of one worker, one round of one step; every engine's time is measured and the JSON rows match the table."""
+DataLoader of one worker, one round of one step; every engine's time is measured and the JSON
+rows match the table."""
 
 from __future__ import annotations
 
@@ -18,8 +19,9 @@ BENCH = Path(__file__).resolve().parents[1] / "bench" / "bench_neighbours.py"
 
 def test_tiny_run(tmp_path):
     out = tmp_path / "rows.json"
-    run = subprocess.run([sys.executable, str(BENCH), "--models", "lstm", "--neighbours", "0,loader1",
-                          "--rounds", "1", "--steps", "1", "--json", str(out)],
+    run = subprocess.run([sys.executable, str(BENCH), "--models", "lstm",
+                          "--neighbours", "0,loader1", "--rounds", "1", "--steps", "1",
+                          "--json", str(out)],
                          capture_output=True, text=True, timeout=900)
     assert run.returncode == 0, run.stderr[-2000:]
     rows = json.loads(out.read_text())

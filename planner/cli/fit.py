@@ -1,6 +1,7 @@
 """`planner fit` (planner.fit), and the memory options `plan` and `show` read.
 
-    planner fit GRAPH --target T --budget 11GiB [--vary batch|depth] [--global-batch G] [graph flags: --train OPT
+    planner fit GRAPH --target T --budget 11GiB [--vary batch|depth] [--global-batch G]
+                [graph flags: --train OPT
                 (default momentum) --lr --precision --loss --keep: planner/cli/graph_flags.py]
                 [--costs C] [--multiple N] [--json]
     planner fit GRAPH --target T --pareto [-o curve.json] [--plot curve.svg] [--measure N]
