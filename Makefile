@@ -39,9 +39,14 @@ KERNEL_TESTS := tests/codegen/test_op_kernels.py tests/codegen/test_mixed_kernel
 	tests/codegen/test_scaled_softmax_kernel.py tests/codegen/test_onnx_conformance.py \
 	tests/codegen/test_onnx_node_conformance.py
 
+# Two workers, a test file each at a time (module fixtures build once): most tests plan in
+# one Python thread, so two cores finish the suite in ~60% of one worker's time.
+TEST_WORKERS ?= 2
+PYTEST := $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
+
 test: $(VENV)/.installed-test
-	$(PY) -m pytest -q
-	ONEDNN_MAX_CPU_ISA=AVX2 $(PY) -m pytest -q $(KERNEL_TESTS) -m "not slow"
+	$(PYTEST)
+	ONEDNN_MAX_CPU_ISA=AVX2 $(PYTEST) $(KERNEL_TESTS) -m "not slow"
 
 lint: $(VENV)/.installed-test
 	$(VENV)/bin/ruff check planner codegen tests examples bench
