@@ -1,21 +1,24 @@
 """A training step of the generated executor and of PyTorch eager on the same cores, with N
 neighbour processes each running a 2-thread BLAS loop (issue 36: steady under load).
 
-    python bench/bench_neighbours.py [--models lstm,resnet-50,gpt] [--neighbours 0,2,4,6,loader2]
+    python bench/bench_neighbours.py [--models lstm,resnet-50,gpt,mobilenet_v2,transformer_encoder]
+                                     [--neighbours 0,2,4,6,loader2]
                                      [--rounds 3] [--steps 5] [--json out.json]
 
 bench/bench_under_load.py compares OpenMP wait policies against spinning neighbours; this one
 counts neighbours doing what a machine's other jobs do: numpy float32 512x512 matmuls under
 threadpoolctl limits=2; `loaderW` is a torch DataLoader of W worker processes preparing image
 batches (crop, flip, blur, normalise in numpy), one drawn before each step as a training loop
-does (the batches are not the model's inputs: the bench feeds its own). Neighbours start
-before and stop after each measurement; in each round
-every N is measured, the engines interleaved: ours (the default executor: it chooses between
-the plan's main schedule and its variants for fewer free cores by what it measures, so it gets
-ADAPT_STEPS steps under the new neighbours first), ours main (pinned to the main schedule) and
-eager. The table shows medians over rounds of each round's median step and the 1-minute load
-average at each measurement, and which schedule the default executor ran and why. Progress to
-stderr.
+does (the batches are not the model's inputs: the bench feeds its own). mobilenet_v2 and
+transformer_encoder are nn.Modules (bench/cpu_modules.py) that planner.torch imports, plans
+and builds, against the module itself in eager; the other models are zoo graphs, whose eager
+column is their torch translation (bench/torch_baseline.py). Neighbours start before and stop
+after each measurement; in each round every N is measured, the engines interleaved: ours
+(the default executor: it chooses between the plan's main schedule and its variants for fewer
+free cores by what it measures, so it gets ADAPT_STEPS steps under the new neighbours first),
+ours main (pinned to the main schedule) and eager. The table shows medians over rounds of
+each round's median step and the 1-minute load average at each measurement, and which
+schedule the default executor ran and why. Progress to stderr.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_cpu_strategies import SGD  # noqa: E402
+from cpu_modules import MODULES  # noqa: E402
 from torch_baseline import torch_trainer  # noqa: E402
 
 from codegen.profiling import warmed_executor  # noqa: E402
@@ -112,8 +116,30 @@ def load(spec: str) -> tuple[list[mp.Process], object]:
     return neighbours(int(spec)), None
 
 
+def module_engines(label: str, folder: Path) -> tuple[dict, object]:
+    """An nn.Module's (bench/cpu_modules.py) steps: planner.torch's executor of it (default,
+    and a second one pinned to the main schedule) and the module itself in PyTorch eager."""
+    import copy
+
+    import torch
+    from cpu_modules import eager_step, example
+
+    from planner.torch import trainer
+
+    module, x, y = example(label)
+    made = [trainer(copy.deepcopy(module), (x,), loss=torch.nn.functional.cross_entropy,
+                    labels=y, optimizer="sgd", lr=SGD.lr, out_dir=folder) for _ in range(2)]
+    made[1].executor.set_variant("main")
+    out = {"ours": lambda: made[0].step(x, y), "ours main": lambda: made[1].step(x, y)}
+    torch.set_num_threads(os.cpu_count() or 1)
+    out["eager"] = eager_step(module, x, y, SGD.lr)
+    return out, made[0].executor
+
+
 def engines(label: str, folder: Path) -> tuple[dict, object]:
     """The step functions by engine name, and the executor (for stats())."""
+    if label in MODULES:
+        return module_engines(label, folder)
     name, params = MODELS[label]
     forward = zoo(name, **params)
     graph = make_training_graph(forward, SGD)
@@ -180,12 +206,12 @@ def measure(label: str, folder: Path, counts: list[str], rounds: int, steps: int
 
 def table(rows: list[dict]) -> str:
     has_main = any("ours main" in r for r in rows)
-    head = (f"{'model':<10}{'N':>8}{'ours ms':>10}"
+    head = (f"{'model':<20}{'N':>8}{'ours ms':>10}"
             + (f"{'main ms':>10}" if has_main else "")
             + f"{'eager ms':>10}{'eager/ours':>12}{'load':>7}")
     lines = [head]
     for r in rows:
-        lines.append(f"{r['model']:<10}{r['neighbours']:>8}{r['ours'] * 1e3:>10.1f}"
+        lines.append(f"{r['model']:<20}{r['neighbours']:>8}{r['ours'] * 1e3:>10.1f}"
                      + (f"{r['ours main'] * 1e3:>10.1f}" if has_main else "")
                      + f"{r['eager'] * 1e3:>10.1f}{r['eager'] / r['ours']:>12.2f}"
                      f"{r['load']:>7.2f}" + (f"  {r['schedule']}" if r["schedule"] else ""))
@@ -204,8 +230,9 @@ def main() -> None:
     args = ap.parse_args()
     labels = args.models.split(",")
     for label in labels:
-        if label not in MODELS:
-            sys.exit(f"--models: unknown model {label!r} (one of {', '.join(MODELS)})")
+        if label not in MODELS and label not in MODULES:
+            sys.exit(f"--models: unknown model {label!r} (one of "
+                     f"{', '.join([*MODELS, *MODULES])})")
     counts = args.neighbours.split(",")
     for n in counts:
         if not (n.isdigit() or (n.startswith("loader") and n[6:].isdigit())):

@@ -15,7 +15,9 @@
 //  - a measured schedule replaces the running one only when faster by kMargin (hysteresis);
 //  - now and then (every kFirstProbe steps, doubling to kLastProbe while probes lose) the
 //    fastest predicted schedule is measured again, so the executor goes back to the main
-//    schedule when the machine quietens.
+//    schedule when the machine quietens; at once when the running schedule itself has become
+//    faster than it ran when it was chosen by kSlow (and kNoise): the others' times, measured
+//    under the contention that has gone, are stale.
 // A user may pin one (pin(i)); pin(-1) returns to the rule.
 #pragma once
 #include <algorithm>
@@ -35,6 +37,7 @@ class ScheduleChoice {
     int64_t steps = 0;  // steps measured since it was last (re)started
     int64_t runs = 0;   // steps it ran, all told
     double best = 0.0;  // the lowest moving average since it was (re)started
+    double settled = 0.0;  // its moving average when it was chosen (kMeasured steps in)
   };
   static constexpr double kSlow = 1.3, kSlowPredicted = 3.0, kNoise = 5e-4;
   static constexpr double kMargin = 0.9, kAlpha = 0.25;
@@ -57,7 +60,7 @@ class ScheduleChoice {
       since_probe_ = 0;
       int best = fastest_predicted();
       if (best != current_) {
-        probing_ = true;
+        probe_ = best;
         probe_every_ = std::min(probe_every_ * 2, kLastProbe);
         restart(best);
         switch_to(best, "measuring " + options_[best].name + " again (the machine may have "
@@ -77,6 +80,7 @@ class ScheduleChoice {
     warm_ = true;
     if (pinned_ >= 0 || o.steps < kMeasured) return;
     if (o.steps == kMeasured || o.mean < o.best) o.best = o.mean;
+    if (o.steps == kMeasured) o.settled = o.mean;
     // A measured schedule faster by the margin wins (a probe that wins resets the backoff).
     int best = current_;
     for (int i = 0; i < static_cast<int>(options_.size()); ++i)
@@ -88,9 +92,19 @@ class ScheduleChoice {
                           ms(o.mean) + " on " + o.name);
       return;
     }
-    if (probing_) {
-      probing_ = false;
+    if (probe_ == current_) {
+      probe_ = -1;
       probe_every_ = kFirstProbe;  // the probe won or tied: keep it, probe rarely again
+    }
+    const int fastest = fastest_predicted();
+    if (current_ != fastest && o.mean * kSlow < o.settled && o.settled - o.mean > kNoise) {
+      // The machine has quietened: measure the fastest predicted schedule now.
+      o.settled = o.mean;
+      probe_ = fastest;
+      restart(fastest);
+      switch_to(fastest, o.name + " now takes " + ms(o.mean) + " per step, faster than when " +
+                             "it was chosen: measuring " + options_[fastest].name + " again");
+      return;
     }
     const bool slowed = o.mean > o.best * kSlow && o.mean - o.best > kNoise;
     const bool contended = o.mean > o.predicted * kSlowPredicted && o.mean - o.predicted > kNoise;
@@ -131,6 +145,7 @@ class ScheduleChoice {
   void switch_to(int i, std::string why) {
     reason_ = std::move(why);
     if (i == current_) return;
+    if (current_ == probe_) probe_ = -1;  // the probe lost: its backoff stands
     current_ = i;
     warm_ = false;
     switches_ += 1;
@@ -142,7 +157,7 @@ class ScheduleChoice {
   int pinned_ = -1;
   int granted_ = 1 << 30;
   bool warm_ = false;
-  bool probing_ = false;
+  int probe_ = -1;  // the schedule being measured again, until it wins, ties or loses
   int64_t since_probe_ = 0, probe_every_ = kFirstProbe;
   int64_t switches_ = 0;
   std::string reason_ = "the plan's schedule (nothing contends)";

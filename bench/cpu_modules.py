@@ -1,0 +1,113 @@
+"""nn.Modules the CPU benches train both ways: as PyTorch runs them (eager, torch.compile) and as
+planner.torch imports, plans and builds them. torchvision does not load beside this project's
+CPU build of torch, so MobileNetV2 is written here after torchvision's (its inverted-residual
+table, ReLU6, depthwise convolutions, BatchNorm, dropout head), at a width and an image size
+a 2-core step takes tens of milliseconds on; the encoder is torch's own
+nn.TransformerEncoder.
+
+MODULES maps a name to (constructor, input shape, classes).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+def _conv_bn(cin: int, cout: int, kernel: int, stride: int = 1, groups: int = 1,
+             act: bool = True) -> nn.Sequential:
+    layers = [nn.Conv2d(cin, cout, kernel, stride, kernel // 2, groups=groups, bias=False),
+              nn.BatchNorm2d(cout)]
+    return nn.Sequential(*layers, nn.ReLU6()) if act else nn.Sequential(*layers)
+
+
+class InvertedResidual(nn.Module):
+    def __init__(self, cin: int, cout: int, stride: int, expand: int) -> None:
+        super().__init__()
+        hidden = cin * expand
+        self.residual = stride == 1 and cin == cout
+        layers = [_conv_bn(cin, hidden, 1)] if expand != 1 else []
+        layers += [_conv_bn(hidden, hidden, 3, stride, groups=hidden),
+                   _conv_bn(hidden, cout, 1, act=False)]
+        self.block = nn.Sequential(*layers)
+
+    def forward(self, x):
+        return x + self.block(x) if self.residual else self.block(x)
+
+
+class MobileNetV2(nn.Module):
+    # torchvision's (expansion, channels, repeats, first stride) rows
+    SETTINGS = ((1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1),
+                (6, 160, 3, 2), (6, 320, 1, 1))
+
+    def __init__(self, width: float = 0.5, classes: int = 100) -> None:
+        super().__init__()
+
+        def ch(c: int) -> int:
+            return max(8, int(c * width + 4) // 8 * 8)
+
+        cin = ch(32)
+        layers = [_conv_bn(3, cin, 3, 2)]
+        for expand, c, repeats, stride in self.SETTINGS:
+            for k in range(repeats):
+                layers.append(InvertedResidual(cin, ch(c), stride if k == 0 else 1, expand))
+                cin = ch(c)
+        last = ch(1280)
+        layers.append(_conv_bn(cin, last, 1))
+        self.features = nn.Sequential(*layers)
+        self.classifier = nn.Sequential(nn.Dropout(0.2), nn.Linear(last, classes))
+
+    def forward(self, x):
+        x = nn.functional.adaptive_avg_pool2d(self.features(x), (1, 1))
+        return self.classifier(torch.flatten(x, 1))
+
+
+class Encoder(nn.Module):
+    """nn.TransformerEncoder (2 layers, d_model 128, 4 heads) over (N, T, 128) features,
+    mean-pooled into a linear head."""
+
+    def __init__(self, dim: int = 128, classes: int = 100) -> None:
+        super().__init__()
+        layer = nn.TransformerEncoderLayer(dim, 4, dim_feedforward=4 * dim, dropout=0.0,
+                                           batch_first=True)
+        self.encoder = nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
+        self.head = nn.Linear(dim, classes)
+
+    def forward(self, x):
+        return self.head(self.encoder(x).mean(1))
+
+
+MODULES = {
+    "mobilenet_v2": (MobileNetV2, (8, 3, 64, 64), 100),
+    "transformer_encoder": (Encoder, (8, 64, 128), 100),
+}
+
+
+def example(name: str, seed: int = 0) -> tuple[nn.Module, torch.Tensor, torch.Tensor]:
+    """The module `name` in train() mode and one batch of inputs and labels."""
+    make, shape, classes = MODULES[name]
+    torch.manual_seed(seed)
+    module = make().train()
+    g = torch.Generator().manual_seed(seed + 1)
+    return module, torch.randn(*shape, generator=g), torch.randint(0, classes, (shape[0],),
+                                                                   generator=g)
+
+
+def eager_step(module: nn.Module, x: torch.Tensor, y: torch.Tensor, lr: float,
+               compiled: bool = False):
+    """One SGD step of `module` on (x, y) as PyTorch runs it (torch.compile of the forward and
+    loss with `compiled`), warmed up."""
+    opt = torch.optim.SGD(module.parameters(), lr=lr)
+    def loss():
+        return nn.functional.cross_entropy(module(x), y)
+
+    fn = torch.compile(loss) if compiled else loss
+
+    def step() -> None:
+        opt.zero_grad(set_to_none=True)
+        fn().backward()
+        opt.step()
+
+    for _ in range(2):
+        step()
+    return step

@@ -1,0 +1,86 @@
+"""The executor's schedule choice (templates/cpu/runtime/choice.h) driven step by step with
+step times of a scripted machine: quiet, then contended (the main schedule's pinned teams
+slowed tenfold, the one-core variant 2.7x), then quiet again. It moves to the variant within a
+few steps of the contention, and back to the main schedule within a few steps of the quiet
+(not at the next periodic probe, 64 steps on); it never runs a schedule that needs more cores
+than granted; steady conditions cause no switching. The header is compiled on its own into a
+small driver (it has no oneDNN and no threads), so the rule is tested as the executor runs it.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+HEADER = Path(__file__).resolve().parents[2] / "templates" / "cpu" / "runtime"
+DRIVER = r"""
+#include <cstdio>
+#include "choice.h"
+int main() {
+  // main: two pinned cores, predicted 10 ms; cores-1: one unpinned core, predicted 15 ms
+  planner::ScheduleChoice c({{"main", 2, 0.010}, {"cores-1", 1, 0.015}});
+  int granted;
+  double main_s, variant_s;
+  while (std::scanf("%d %lf %lf", &granted, &main_s, &variant_s) == 3) {
+    int i = c.before_step(granted);
+    c.after_step(i == 0 ? main_s : variant_s);
+    std::printf("%d\t%s\n", i, c.reason().c_str());
+  }
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def choose(tmp_path_factory):
+    cxx = shutil.which("c++") or shutil.which("g++")
+    if cxx is None:
+        pytest.skip("no C++ compiler")
+    folder = tmp_path_factory.mktemp("choice")
+    (folder / "driver.cpp").write_text(DRIVER)
+    subprocess.run([cxx, "-std=c++17", "-O1", f"-I{HEADER}", "driver.cpp", "-o", "driver"],
+                   cwd=folder, check=True)
+
+    def run(steps: list[tuple[int, float, float]]) -> list[tuple[int, str]]:
+        script = "".join(f"{g} {a} {b}\n" for g, a, b in steps)
+        out = subprocess.run([str(folder / "driver")], input=script, capture_output=True,
+                             text=True, check=True).stdout
+        return [(int(i), why) for i, _, why in (line.partition("\t")
+                                                for line in out.splitlines())]
+
+    return run
+
+
+QUIET, BUSY = (2, 0.010, 0.015), (2, 0.100, 0.040)
+
+
+def test_contention_moves_to_the_variant_and_quiet_moves_back(choose):
+    # (100 busy steps: the periodic probe of the main schedule, at step 64, loses and backs
+    # off to 128 steps, so only the quiet rule brings it back in time)
+    ran = choose([QUIET] * 20 + [BUSY] * 100 + [QUIET] * 30)
+    chosen = [i for i, _ in ran]
+    assert set(chosen[:20]) == {0}  # quiet: the main schedule, nothing tried
+    # Busy: the variant within a few steps, for good within ten (the main schedule's moving
+    # average lags the contention's first steps, so one comparison may still favour it).
+    assert chosen.index(1, 20) - 20 <= 8
+    assert chosen[30:120].count(0) <= 4  # the one probe of the main schedule
+    back = next(k for k in range(120, 151) if chosen[k:] == [0] * (150 - k)) - 120
+    assert back <= 10, ran[120:]
+    assert "faster than when it was chosen" in " ".join(why for _, why in ran[120:])
+
+
+def test_a_schedule_needing_more_cores_than_granted_never_runs(choose):
+    ran = choose([QUIET] * 5 + [(1, 0.010, 0.015)] * 20 + [QUIET] * 5)
+    assert all(i == 1 for i, _ in ran[5:25])
+    assert "granted 1 core(s): main needs 2" in ran[5][1]
+
+
+def test_steady_conditions_do_not_switch(choose):
+    ran = choose([BUSY] * 10 + [BUSY] * 200)
+    chosen = [i for i, _ in ran]
+    settled = chosen[10:]
+    # On the variant, with a probe of the main schedule now and then (64 steps, then 128:
+    # backing off while probes lose), each 4 steps long.
+    assert settled.count(0) <= 2 * 4 and settled[-1] == 1
