@@ -6,7 +6,7 @@ ResNet, DenseNet and Inception graphs whose 30-step bf16 curves leave float32's 
 For each configuration, from the same start and batch (init_params / random_feeds, seed 0),
 30 SGD steps of: the reference interpreter on the float32 and the bf16-mixed training graph
 (bfloat16 emulated with ml_dtypes), and PyTorch on the same forward graph translated op by op
-(tests/graph/test_train_vs_torch.py) in float32 and under torch.autocast("cpu", bfloat16).
+(tests/torch_translator.py) in float32 and under torch.autocast("cpu", bfloat16).
 Printed: the first and last losses, the last-step gaps (ours bf16 vs ours float32, autocast vs
 torch float32, and torch float32 vs ours float32: two float32 implementations, the curve's own
 reproducibility), and the first step's gradient error against float64 (torch's autograd on
@@ -64,7 +64,7 @@ def torch_run(forward, lr: float, steps: int, dtype: str, autocast: bool):
     """(losses, first-step gradients) of PyTorch on the translated graph."""
     import torch
 
-    from tests.graph.test_train_vs_torch import torch_forward
+    from tests.torch_translator import torch_forward
 
     dt = getattr(torch, dtype)
     g = make_training_graph(forward, Optimizer(kind="sgd", lr=lr))

@@ -18,7 +18,7 @@ Per model (zoo training graphs, SGD, sizes that run in minutes on a small machin
    its parameter count checked against the zoo graph's), one torch.optim.SGD step eager and
    under torch.compile (inductor), torch.set_num_threads = the host's cores. inception_v3 at
    a width multiplier has no nn.Module twin: its eager column is the graph translated node by
-   node (tests/graph/test_train_vs_torch.py), and torch.compile is left out (on the
+   node (tests/torch_translator.py), and torch.compile is left out (on the
    translation it recompiles the per-op helpers for every shape: not what a user runs).
 5. Feedback: the optimized plan's measured op times (medians of 3 steps' stats()) fold into
    the cost table (planner.costs.feedback) and the graph is planned again: `re-planned`.

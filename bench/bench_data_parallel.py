@@ -114,7 +114,7 @@ def worker_ddp(model: str, ranks: int, steps: int) -> dict:
     import torch
     import torch.distributed as dist
 
-    from tests.graph.test_train_vs_torch import TORCH_OPS, torch_forward
+    from tests.torch_translator import TORCH_OPS, torch_forward
 
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // ranks))
     fwd = forward(model, ranks)

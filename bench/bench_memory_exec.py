@@ -13,7 +13,7 @@ smallest) and "smallest" (the smallest feasible budget the planner reports); the
 "rc smallest", recompute only (no offload) at mid and at the smallest budget recompute alone
 reaches: on a CPU the host store is the same memory as the arena, so only recompute lowers the
 process's peak. PyTorch runs the
-zoo graph translated node by node (tests/graph/test_train_vs_torch.py's translator).
+zoo graph translated node by node (tests/torch_translator.py).
 
 Each configuration runs in a process of its own, warm (3 steps), OpenMP threads waiting
 passively on both sides (the generated package's default), and the configurations of a model
@@ -121,11 +121,11 @@ def block_of(name: str) -> str:
 
 
 def torch_ops() -> dict:
-    """The torch translation of each forward op (tests/graph/test_train_vs_torch.py's, plus
+    """The torch translation of each forward op (tests/torch_translator.py's, plus
     the transformer's ops; torch's own dropout RNG: timing, not numerics)."""
     import torch
 
-    from tests.graph.test_train_vs_torch import TORCH_OPS
+    from tests.torch_translator import TORCH_OPS
 
     F = torch.nn.functional
 

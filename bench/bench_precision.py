@@ -1,6 +1,6 @@
 """bf16-mixed against float32: one SGD training step of the generated CPU executor in each
 precision, and PyTorch eager in float32 and under torch.autocast("cpu", dtype=torch.bfloat16),
-on the same models (tests/graph/test_train_vs_torch.py's translation).
+on the same models (tests/torch_translator.py).
 
     PYTHONPATH=. python bench/bench_precision.py [--rounds 5] [--steps 5]
 

@@ -1,5 +1,5 @@
 """The PyTorch baseline of the benches: one SGD training step of a forward graph translated
-node by node to torch calls (tests/graph/test_train_vs_torch.py), with torch.autograd and
+node by node to torch calls (tests/torch_translator.py), with torch.autograd and
 torch.optim.SGD, eagerly or under torch.compile (inductor), on the CPU or a GPU (there also
 captured whole as one CUDA graph and replayed, PyTorch's recipe for launch-bound steps)."""
 
@@ -24,7 +24,7 @@ def torch_trainer(forward, lr: float, threads: int, compiled: bool = False,
     float32 convolutions and GEMMs on TF32 tensor cores (torch.backends' allow_tf32)."""
     import torch
 
-    from tests.graph.test_train_vs_torch import TORCH_OPS, torch_forward
+    from tests.torch_translator import TORCH_OPS, torch_forward
 
     # Timing, not numerics: torch's own dropout (its RNG, in the compiled graph), as a PyTorch
     # user runs it, rather than the translator's bit-exact copy of the planner's mask (numpy).

@@ -115,7 +115,7 @@ def test_zoo_models_evaluate_as_the_reference_with_the_planned_arena(model, tmp_
     from planner.graph.autodiff import make_training_graph
     from planner.zoo import build
     from tests.codegen.helpers import start_state
-    from tests.codegen.test_zoo_models import MODELS
+    from tests.codegen.zoo_cases import MODELS
 
     graph = make_training_graph(build(model, **MODELS[model]), Optimizer(kind="sgd", lr=0.01))
     module = build_module(graph, tmp_path / model, layout="plan")

@@ -20,7 +20,7 @@ from planner.graph.optimizer import Optimizer
 from planner.zoo import build
 from tests.codegen.gradients import check_gradients
 from tests.codegen.helpers import build_module, start_state
-from tests.codegen.test_zoo_models import MODELS, SLOW
+from tests.codegen.zoo_cases import MODELS, SLOW
 
 # test_zoo_models' sizes, but densenet's batch: at batch 2 its last block normalizes 1x1 maps
 # over 2 values each, where BatchNorm's input gradient is zero but for its epsilon, and both

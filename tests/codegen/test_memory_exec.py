@@ -27,7 +27,7 @@ from planner.target.detect import detect
 from planner.verify import verify_plan
 from planner.zoo import build as zoo
 from tests.codegen.helpers import rel_error, start_state
-from tests.codegen.test_zoo_models import END_TO_END, MODELS, SLOW, allowed
+from tests.codegen.zoo_cases import END_TO_END, MODELS, SLOW, allowed
 
 # Models whose smallest budget needs recompute or transfers at these sizes (on the others,
 # running one op at a time with updates moved up reaches it alone). Not lenet and alexnet

@@ -16,7 +16,7 @@ from planner.schedule import ScheduleOptions
 from planner.verify import verify_plan
 from tests.codegen.helpers import rel_error, start_state
 from tests.codegen.test_memory_exec import graph_of, host, run_steps
-from tests.codegen.test_zoo_models import allowed
+from tests.codegen.zoo_cases import allowed
 
 
 @pytest.mark.slow

@@ -23,7 +23,7 @@ from planner.verify import verify_plan
 from planner.verify.variants import variant_problems
 from planner.zoo import build as zoo
 from tests.codegen.helpers import rel_error, start_state
-from tests.codegen.test_zoo_models import allowed
+from tests.codegen.zoo_cases import allowed
 
 pytestmark = pytest.mark.skipif(detect().cores < 2, reason="variants need two cores to differ")
 

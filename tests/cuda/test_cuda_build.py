@@ -16,7 +16,7 @@ from planner.graph.autodiff import make_training_graph
 from planner.graph.optimizer import Optimizer
 from planner.zoo import build as zoo
 from tests.codegen.helpers import gpu_plan, host_plan
-from tests.codegen.test_zoo_models import MODELS
+from tests.codegen.zoo_cases import MODELS
 
 
 def _import(path):

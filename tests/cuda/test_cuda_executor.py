@@ -22,7 +22,7 @@ from planner.schedule.record import lane_numbers
 from planner.verify import verify_plan
 from planner.zoo import build as zoo
 from tests.codegen.helpers import gpu_plan, rel_error, start_state
-from tests.codegen.test_zoo_models import END_TO_END, MODELS, allowed
+from tests.codegen.zoo_cases import END_TO_END, MODELS, allowed
 
 TOL = 1e-3  # the GPU executor's promise with TF32 off (tests/cuda/test_cuda_zoo.py)
 OPTIONS = {"streams": {}, "one-stream": {"streams": False}, "cuda-graph": {"cuda_graph": True}}

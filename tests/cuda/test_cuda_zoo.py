@@ -13,7 +13,7 @@ from planner.graph.interpret import random_feeds, train_step
 from planner.graph.optimizer import Optimizer
 from planner.zoo import build
 from tests.codegen.helpers import build_module, rel_error, start_state
-from tests.codegen.test_zoo_models import MODELS, check_training_step
+from tests.codegen.zoo_cases import MODELS, check_training_step
 
 pytestmark = pytest.mark.gpu
 

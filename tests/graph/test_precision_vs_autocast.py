@@ -32,7 +32,7 @@ from planner.zoo import build
 
 torch = pytest.importorskip("torch")
 
-from tests.graph.test_train_vs_torch import TORCH_OPS, torch_forward  # noqa: E402
+from tests.torch_translator import TORCH_OPS, torch_forward  # noqa: E402
 
 U = 2.0 ** -8  # bfloat16's unit roundoff, as tests/graph/test_precision.py writes it
 

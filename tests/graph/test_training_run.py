@@ -20,7 +20,7 @@ from planner.graph.interpret import init_params, random_feeds, train_step
 from planner.graph.optimizer import Optimizer, ParamGroup, hyperparameter_tensor
 from planner.runtime.schedules import Schedule
 from planner.zoo import build
-from tests.graph.test_train_vs_torch import as_float64, rel_error, torch_forward
+from tests.torch_translator import as_float64, rel_error, torch_forward
 
 torch = pytest.importorskip("torch")
 L = torch.optim.lr_scheduler

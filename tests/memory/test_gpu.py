@@ -242,7 +242,7 @@ def test_kernel_scratch_is_planned_for_every_op_that_needs_it(model):
     blocks the executor allocates at load outside the arena and the budget."""
     from planner.costs import graph_signatures
     from planner.costs.convalgo import kernel_scratch
-    from tests.codegen.test_zoo_models import MODELS
+    from tests.codegen.zoo_cases import MODELS
 
     graph = training(model, "sgd", **MODELS[model])
     sigs = graph_signatures(graph)

@@ -29,7 +29,7 @@ from planner.target import preset
 from planner.verify import verify_plan
 from planner.zoo import build
 from planner.zoo.layers import conv2d
-from tests.codegen.test_zoo_models import MODELS
+from tests.codegen.zoo_cases import MODELS
 
 H100 = preset("h100-80gb")
 MODEL = CostModel(H100)
