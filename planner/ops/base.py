@@ -15,7 +15,7 @@ An op definition keeps together
 
 Example (the whole definition of an op):
     >>> import numpy as np
-    >>> from planner.ops.base import OpDef, TensorType, register, elementwise_flops
+    >>> from planner.ops.base import REGISTRY, OpDef, TensorType, register, elementwise_flops
     >>> register(OpDef(
     ...     name="Square", arity=1,
     ...     infer=lambda ins, a: [ins[0]],
@@ -23,6 +23,7 @@ Example (the whole definition of an op):
     ...     reference=lambda xs, a: [xs[0] * xs[0]],
     ... ), replace=True).name
     'Square'
+    >>> del REGISTRY["Square"]  # only an example: the tests' process shares the registry
 
 Conventions shared by every op (the graph JSON contract):
   - images are NCHW; convolution weights OIHW; transposed-convolution weights IOHW
