@@ -1,8 +1,9 @@
 """A training step of the generated executor and of PyTorch eager on the same cores, with N
 neighbour processes each running a 2-thread BLAS loop (issue 36: steady under load).
 
-    python bench/bench_neighbours.py [--models lstm,resnet-50,gpt,mobilenet_v2,transformer_encoder]
-                                     [--neighbours 0,2,4,6,loader2]
+    python bench/bench_neighbours.py [--models lstm,resnet-50,gpt,mobilenet_v2,resnet18,
+                                              transformer_encoder]
+                                     [--neighbours 0,2,4,6,loader2] [--compile]
                                      [--rounds 3] [--steps 5] [--json out.json]
 
 bench/bench_under_load.py compares OpenMP wait policies against spinning neighbours; this one
@@ -116,9 +117,10 @@ def load(spec: str) -> tuple[list[mp.Process], object]:
     return neighbours(int(spec)), None
 
 
-def module_engines(label: str, folder: Path) -> tuple[dict, object]:
+def module_engines(label: str, folder: Path, compiled: bool) -> tuple[dict, object]:
     """An nn.Module's (bench/cpu_modules.py) steps: planner.torch's executor of it (default,
-    and a second one pinned to the main schedule) and the module itself in PyTorch eager."""
+    and a second one pinned to the main schedule) and the module itself in PyTorch eager (and
+    under torch.compile)."""
     import copy
 
     import torch
@@ -132,14 +134,16 @@ def module_engines(label: str, folder: Path) -> tuple[dict, object]:
     made[1].executor.set_variant("main")
     out = {"ours": lambda: made[0].step(x, y), "ours main": lambda: made[1].step(x, y)}
     torch.set_num_threads(os.cpu_count() or 1)
+    if compiled:
+        out["compile"] = eager_step(copy.deepcopy(module), x, y, SGD.lr, compiled=True)
     out["eager"] = eager_step(module, x, y, SGD.lr)
     return out, made[0].executor
 
 
-def engines(label: str, folder: Path) -> tuple[dict, object]:
+def engines(label: str, folder: Path, compiled: bool = False) -> tuple[dict, object]:
     """The step functions by engine name, and the executor (for stats())."""
     if label in MODULES:
-        return module_engines(label, folder)
+        return module_engines(label, folder, compiled)
     name, params = MODELS[label]
     forward = zoo(name, **params)
     graph = make_training_graph(forward, SGD)
@@ -155,11 +159,14 @@ def engines(label: str, folder: Path) -> tuple[dict, object]:
         main.set_variant("main")
     out = {"ours": lambda: ex.step(feeds), "ours main": lambda: main.step(feeds)}
     out["eager"] = torch_trainer(forward, SGD.lr, os.cpu_count() or 1)
+    if compiled:
+        out["compile"] = torch_trainer(forward, SGD.lr, os.cpu_count() or 1, compiled=True)
     return out, ex
 
 
-def measure(label: str, folder: Path, counts: list[str], rounds: int, steps: int) -> list[dict]:
-    runs, ex = engines(label, folder)
+def measure(label: str, folder: Path, counts: list[str], rounds: int, steps: int,
+            compiled: bool = False) -> list[dict]:
+    runs, ex = engines(label, folder, compiled)
     times = {(n, e): [] for n in counts for e in runs}
     loads = {n: [] for n in counts}
     ran = {}
@@ -206,15 +213,20 @@ def measure(label: str, folder: Path, counts: list[str], rounds: int, steps: int
 
 def table(rows: list[dict]) -> str:
     has_main = any("ours main" in r for r in rows)
+    has_compile = any("compile" in r for r in rows)
     head = (f"{'model':<20}{'N':>8}{'ours ms':>10}"
             + (f"{'main ms':>10}" if has_main else "")
-            + f"{'eager ms':>10}{'eager/ours':>12}{'load':>7}")
+            + f"{'eager ms':>10}{'eager/ours':>12}"
+            + (f"{'compile ms':>12}{'compile/ours':>14}" if has_compile else "")
+            + f"{'load':>7}")
     lines = [head]
     for r in rows:
         lines.append(f"{r['model']:<20}{r['neighbours']:>8}{r['ours'] * 1e3:>10.1f}"
                      + (f"{r['ours main'] * 1e3:>10.1f}" if has_main else "")
                      + f"{r['eager'] * 1e3:>10.1f}{r['eager'] / r['ours']:>12.2f}"
-                     f"{r['load']:>7.2f}" + (f"  {r['schedule']}" if r["schedule"] else ""))
+                     + (f"{r['compile'] * 1e3:>12.1f}{r['compile'] / r['ours']:>14.2f}"
+                        if has_compile else "")
+                     + f"{r['load']:>7.2f}" + (f"  {r['schedule']}" if r["schedule"] else ""))
     return "\n".join(lines)
 
 
@@ -226,6 +238,8 @@ def main() -> None:
                          "workers feeding the loop)")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--compile", action="store_true",
+                    help="also PyTorch under torch.compile (inductor), compiled before timing")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     labels = args.models.split(",")
@@ -242,7 +256,7 @@ def main() -> None:
         for label in labels:
             print(f"{label}: planning and building", file=sys.stderr, flush=True)
             rows += measure(label, Path(tmp) / label.replace("-", "_"), counts, args.rounds,
-                            args.steps)
+                            args.steps, args.compile)
     print(f"{os.cpu_count()} logical CPUs; neighbours: N 2-thread numpy 512x512 matmul loops, or "
           f"loaderW: a DataLoader's W workers (batch {LOADER_BATCH} of 64x64 augmented images); "
           f"median of {args.rounds} rounds x {args.steps} steps")

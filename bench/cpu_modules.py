@@ -1,8 +1,8 @@
-"""nn.Modules the CPU benches train both ways: as PyTorch runs them (eager, torch.compile) and as
-planner.torch imports, plans and builds them. torchvision does not load beside this project's
-CPU build of torch, so MobileNetV2 is written here after torchvision's (its inverted-residual
-table, ReLU6, depthwise convolutions, BatchNorm, dropout head), at a width and an image size
-a 2-core step takes tens of milliseconds on; the encoder is torch's own
+"""nn.Modules the CPU benches train both ways: as PyTorch runs them (eager, torch.compile) and
+as planner.torch imports, plans and builds them. torchvision does not load beside this
+project's CPU build of torch, so MobileNetV2 (its inverted-residual table, ReLU6, depthwise
+convolutions, BatchNorm, dropout head) and ResNet-18 are written here after torchvision's, at a
+width and an image size a 2-core step takes tens of milliseconds on; the encoder is torch's own
 nn.TransformerEncoder.
 
 MODULES maps a name to (constructor, input shape, classes).
@@ -62,6 +62,40 @@ class MobileNetV2(nn.Module):
         return self.classifier(torch.flatten(x, 1))
 
 
+class BasicBlock(nn.Module):
+    def __init__(self, cin: int, cout: int, stride: int) -> None:
+        super().__init__()
+        self.body = nn.Sequential(
+            nn.Conv2d(cin, cout, 3, stride, 1, bias=False), nn.BatchNorm2d(cout), nn.ReLU(),
+            nn.Conv2d(cout, cout, 3, 1, 1, bias=False), nn.BatchNorm2d(cout))
+        self.short = (nn.Sequential() if stride == 1 and cin == cout else nn.Sequential(
+            nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout)))
+
+    def forward(self, x):
+        return torch.relu(self.body(x) + self.short(x))
+
+
+class ResNet18(nn.Module):
+    """torchvision's resnet18 (two BasicBlocks per stage, 7x7 stem, max pool), `width` times
+    its channels."""
+
+    def __init__(self, width: float = 0.5, classes: int = 100) -> None:
+        super().__init__()
+        c = [int(64 * width * 2 ** k) for k in range(4)]
+        layers = [nn.Conv2d(3, c[0], 7, 2, 3, bias=False), nn.BatchNorm2d(c[0]), nn.ReLU(),
+                  nn.MaxPool2d(3, 2, 1)]
+        cin = c[0]
+        for k, cout in enumerate(c):
+            layers += [BasicBlock(cin, cout, 1 if k == 0 else 2), BasicBlock(cout, cout, 1)]
+            cin = cout
+        self.features = nn.Sequential(*layers)
+        self.fc = nn.Linear(cin, classes)
+
+    def forward(self, x):
+        x = nn.functional.adaptive_avg_pool2d(self.features(x), (1, 1))
+        return self.fc(torch.flatten(x, 1))
+
+
 class Encoder(nn.Module):
     """nn.TransformerEncoder (2 layers, d_model 128, 4 heads) over (N, T, 128) features,
     mean-pooled into a linear head."""
@@ -79,6 +113,7 @@ class Encoder(nn.Module):
 
 MODULES = {
     "mobilenet_v2": (MobileNetV2, (8, 3, 64, 64), 100),
+    "resnet18": (ResNet18, (8, 3, 64, 64), 100),
     "transformer_encoder": (Encoder, (8, 64, 128), 100),
 }
 
