@@ -1,12 +1,12 @@
 """Every CUDA kernel against its op's numpy reference, on clean inputs and on inputs holding
-NaN, +inf and -inf (tests/codegen/test_op_kernels.py's cases, run by the CUDA executor)."""
+NaN, +inf and -inf (tests/codegen/op_cases.py, run by the CUDA executor)."""
 
 from __future__ import annotations
 
 import pytest
 
 from codegen.backends import RUNTIMES
-from tests.codegen.test_op_kernels import CASES, VARIANTS, check_variant, run_variants
+from tests.codegen.op_cases import CASES, VARIANTS, check_variant, run_variants
 
 # float32 kernels: a few ulps per element; CUDA's expf / erff / tanhf are within 2 ulps and
 # cuDNN's convolution and pooling sums run in another order than numpy's (still float32,

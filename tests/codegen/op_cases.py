@@ -1,0 +1,433 @@
+"""The op-kernel cases: per op, input shapes and kinds and attrs (CASES), each case clean and
+with each float input poisoned with NaN, +inf and -inf (VARIANTS), run as the nodes of one
+inference graph on a backend's executor (run_variants) and checked against the op's reference
+(check_variant). tests/codegen/test_op_kernels.py runs them on the CPU executor,
+tests/cuda/test_cuda_kernels.py on the CUDA one."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from codegen.backends import RUNTIMES
+from planner.graph import GraphBuilder, check_graph
+from planner.ops import get_op
+from tests.codegen.helpers import build_module
+
+# Input kinds: N normal, P positive (variances, counts), U in (0, 1), ("ids", bound), B bool.
+N, P, U, B = "normal", "positive", "unit", "bool"
+W = "wide"  # uniform in (-12, 12): Gelu's tails, where 1 + erf(x / sqrt 2) underflows
+
+
+def ids(bound):
+    return ("ids", bound)
+
+
+def const(value):
+    """A float32 input of one value: the loss-scaling state and flags, which only their own
+    kernels write (a scale, an integral clean-step count, an inf/NaN flag of 0 or 1)."""
+    return ("const", value)
+
+
+X4 = (2, 3, 4, 5)
+POOL = {"kernel": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}
+CONV = {"strides": [2, 1], "pads": [1, 0, 1, 1], "groups": 1}
+LN = {"axis": -1, "epsilon": 1e-5}
+
+# op -> list of (input (shape, kind) pairs, attrs)
+CASES: dict[str, list[tuple]] = {
+    "Abs": [([((3, 8), N)], {})],
+    "Exp": [([((3, 8), N)], {})],
+    "Log": [([((3, 8), N)], {})],      # negative inputs: NaN in both
+    "Sqrt": [([((3, 8), N)], {})],
+    "Sign": [([((3, 8), N)], {})],
+    "Softplus": [([((3, 8), N)], {})],
+    "Elu": [([((3, 8), N)], {"alpha": 0.7})],
+    "EluGrad": [([((3, 8), N), ((3, 8), N)], {"alpha": 0.7})],
+    "Selu": [([((3, 8), N)], {})],
+    "SeluGrad": [([((3, 8), N), ((3, 8), N)], {})],
+    "Clip": [([((3, 8), N)], {"min": -0.5, "max": 0.6}), ([((3, 8), N)], {"max": 0.1})],
+    "ClipGrad": [([((3, 8), N), ((3, 8), N)], {"min": -0.5, "max": 0.6}),
+                 ([((3, 8), N), ((3, 8), N)], {"min": 0.0})],
+    "Erf": [([((3, 8), N)], {})],
+    # (3, 8): one vector and a ragged end; (9, 113) over (-12, 12): the tails (test_gelu_bound).
+    # Not the tanh form's gradient there: its slope is below 3e-17 for x < -7, where an
+    # infinite dy gives inf or NaN by whether a kernel's sigmoid saturates where the reference's
+    # float64 tanh does (the CPU kernel's does; the generated CUDA kernel's at 2u < -88).
+    "Gelu": [([((3, 8), N)], {}), ([((3, 8), N)], {"approximate": "tanh"}),
+             ([((9, 113), W)], {}), ([((9, 113), W)], {"approximate": "tanh"})],
+    "GeluGrad": [([((3, 8), N), ((3, 8), N)], {}),
+                 ([((3, 8), N), ((3, 8), N)], {"approximate": "tanh"}),
+                 ([((9, 113), N), ((9, 113), W)], {}),
+                 ([((9, 113), N), ((9, 113), N)], {"approximate": "tanh"})],
+    "Relu": [([((3, 8), N)], {})],
+    "ReluGrad": [([((3, 8), N), ((3, 8), N)], {})],
+    "LeakyRelu": [([((3, 8), N)], {"alpha": 0.2})],
+    "LeakyReluGrad": [([((3, 8), N), ((3, 8), N)], {"alpha": 0.2})],
+    "Tanh": [([((3, 8), N)], {})],
+    "TanhGrad": [([((3, 8), N), ((3, 8), N)], {})],
+    "Sigmoid": [([((3, 8), N)], {})],
+    "SigmoidGrad": [([((3, 8), N), ((3, 8), N)], {})],
+    "Neg": [([((3, 8), N)], {})],
+    "Scale": [([((3, 8), N)], {"factor": -1.5})],
+    # float32 -> float32 (a copy), int64 and bool -> float32 here; the low types in
+    # tests/codegen/test_mixed_precision.py
+    "Cast": [([((3, 8), N)], {"to": "float32"}),
+             # PyTorch's promotion of an int or bool tensor meeting a float one
+             ([((3, 8), ids(1 << 40))], {"to": "float32"}), ([((2, 5), B)], {"to": "float32"})],
+    "Softmax": [([((3, 8), N)], {}), ([((2, 5, 3), N)], {"axis": 1})],
+    "SoftmaxGrad": [([((3, 8), N), ((3, 8), U)], {})],
+    # (2, 2, 5, 4): more keys than queries (row 4 reads all 4); (3, 8): no mask
+    "ScaledSoftmax": [([((2, 2, 5, 4), N)], {"scale": 0.35, "causal": True}),
+                      ([((3, 8), N)], {"scale": -2.0})],
+    "ScaledSoftmaxGrad": [([((2, 5, 4), N), ((2, 5, 4), U)], {"scale": 0.35, "causal": True}),
+                          ([((3, 8), N), ((3, 8), U)], {"scale": 1.5})],
+    "LogSoftmax": [([((3, 8), N)], {}), ([((2, 5, 3), N)], {"axis": 1})],
+    "Add": [([((3, 8), N), ((8,), N)], {}), ([((3, 1), N), ((3, 8), N)], {})],
+    "Sub": [([((3, 8), N), ((3, 1), N)], {})],
+    "Mul": [([((2, 3, 8), N), ((3, 1), N)], {})],
+    "Div": [([((3, 8), N), ((3, 8), N)], {})],
+    "AddN": [([((3, 8), N), ((3, 8), N), ((3, 8), N)], {}),
+             ([((5, 131), N), ((5, 131), N)], {}),
+             ([((2, 9), N)] * 4, {}), ([((2, 9), N)] * 5, {})],  # 4 in the loop, 5 oneDNN's
+    "BiasAdd": [([(X4, N), ((3,), N)], {})],
+    # channels last: (75, 131) rows over blocks of 32 rows and strips of 128 columns, ragged
+    "BiasAddGrad": [([(X4, N)], {}), ([((2, 3, 8), N)], {"axis": -1}),
+                    ([((3, 25, 131), N)], {"axis": -1})],
+    "Pow": [([((3, 8), P), ((8,), N)], {}), ([((3, 8), N), ((1,), N)], {})],
+    "Max": [([((3, 8), N), ((3, 1), N)], {})],
+    "Min": [([((3, 8), N), ((8,), N)], {})],
+    "MaxGrad": [([((3, 8), N), ((3, 8), N), ((3, 1), N)], {})],
+    "MinGrad": [([((3, 8), N), ((8,), N), ((3, 8), N)], {})],
+    "Where": [([((3, 8), B), ((3, 8), N), ((8,), N)], {}),
+              ([((3, 1), ids(2)), ((3, 8), N), ((3, 8), N)], {}),
+              ([((8,), N), ((3, 8), N), ((1,), N)], {})],
+    "PRelu": [([(X4, N), ((3, 1, 1), N)], {})],
+    "PReluGrad": [([(X4, N), (X4, N), ((3, 1, 1), N)], {})],
+    "Pad": [([((3, 4), N)], {"pads": [1, 0, 2, 3], "value": 0.5}),
+            ([((3, 4), N)], {"pads": [2, 1, 1, 3], "mode": "reflect"}),
+            ([((2, 3, 4), N)], {"pads": [0, 1, 2, 1, 0, 3], "mode": "edge"})],
+    "PadGrad": [([((6, 7), N)], {"pads": [1, 0, 2, 3], "input_shape": [3, 4]}),
+                ([((6, 8), N)], {"pads": [2, 1, 1, 3], "mode": "reflect",
+                                 "input_shape": [3, 4]}),
+                ([((3, 7), N)], {"pads": [0, 2, 0, 1], "mode": "edge", "input_shape": [3, 4]})],
+    "LayerNorm": [([((2, 3, 8), N), ((8,), N), ((8,), N)], LN),
+                  ([((2, 3, 4), N), ((3, 4), N)], {"axis": 1, "epsilon": 1e-3})],
+    "LayerNormGrad": [([((2, 3, 8), N), ((2, 3, 8), N), ((8,), N), ((2, 3, 1), N),
+                        ((2, 3, 1), P)], LN)],
+    "CausalMask": [([((2, 4, 4), N)], {}), ([((3, 5), N)], {"value": -2.0})],
+    "MatMul": [([((3, 4), N), ((4, 5), N)], {}),
+               ([((2, 3, 4, 5), N), ((3, 6, 5), N)], {"transpose_b": True}),
+               ([((2, 4, 3), N), ((2, 4, 5), N)], {"transpose_a": True}),
+               # a batch times a matrix: one GEMM over the batch's rows
+               ([((2, 3, 4), N), ((5, 4), N)], {"transpose_b": True}),
+               ([((2, 2, 3, 4), N), ((4, 5), N)], {}),
+               # folded Transposes: attention's scores over split heads, its context merged
+               # back, batch and matrix axes mixed, broadcast batch axes under permutations
+               ([((2, 5, 3, 4), N), ((2, 5, 3, 4), N)],
+                {"transpose_b": True, "perm_a": [0, 2, 1, 3], "perm_b": [0, 2, 1, 3]}),
+               ([((2, 3, 5, 5), N), ((2, 5, 3, 4), N)],
+                {"perm_b": [0, 2, 1, 3], "perm_y": [0, 2, 1, 3]}),
+               ([((3, 4, 2, 5), N), ((2, 6, 3, 5), N)],
+                {"transpose_a": True, "perm_a": [2, 0, 3, 1], "transpose_b": True,
+                 "perm_b": [0, 2, 1, 3], "perm_y": [2, 0, 1, 3]}),
+               ([((3, 1, 2, 4), N), ((5, 3, 4, 6), N)],
+                {"transpose_a": True, "perm_a": [1, 0, 3, 2], "perm_y": [1, 0, 2, 3]}),
+               # a bias folded in (planner/graph/fold_bias.py): plain, and over a batch's rows
+               ([((3, 4), N), ((4, 5), N), ((5,), N)], {}),
+               ([((2, 3, 4), N), ((5, 4), N), ((5,), N)], {"transpose_b": True}),
+               ([((2, 3, 5, 5), N), ((2, 5, 3, 4), N), ((4,), N)],
+                {"perm_b": [0, 2, 1, 3], "perm_y": [0, 2, 1, 3]})],
+    # H = 4 and H = 19 (a vector loop's ragged end); acts of the gradient in (0, 1)
+    "LSTMCell": [([((3, 16), N), ((3, 4), N)], {}),
+                 ([((2, 76), N), ((2, 19), N), ((2, 76), N)], {"order": "iofg"})],
+    "LSTMCellGrad": [([((3, 4), N), ((3, 4), N), ((3, 16), U), ((3, 4), N), ((3, 4), N)], {}),
+                     ([((2, 19), N), ((2, 19), N), ((2, 76), U), ((2, 19), N), ((2, 19), N),
+                       ((2, 19), N)], {"order": "iofg"})],
+    # a run of axes leaving >= 8 trailing elements runs a plain loop: leading axes (a broadcast
+    # bias's gradient), one block and two blocks of columns (256 each) with a ragged end, axis 1
+    # of size 1 inside the run; middle axes with an outer axis
+    "ReduceSum": [([((2, 3, 4), N)], {"axes": [1]}),
+                  ([((5, 3, 9), N)], {"axes": [0, 1]}),
+                  ([((3, 1, 2, 300), N)], {"axes": [0, 2], "keepdims": True}),
+                  ([((2, 5, 3, 10), N)], {"axes": [1, 2]})],
+    "ReduceMean": [([((2, 3, 4), N)], {"axes": [0, 2], "keepdims": True}),
+                   ([((3, 7, 9), N)], {"axes": [1]})],
+    "GlobalAvgPool": [([(X4, N)], {})],
+    # small maps run channels-last, rows of 16 or more outputs run row by row (max_pool.cpp)
+    "MaxPool": [([(X4, N)], POOL), ([((1, 2, 5, 5), N)], {"kernel": [2, 2], "strides": [2, 2],
+                                                          "ceil_mode": True}),
+                ([((1, 2, 9, 34), N)], {**POOL, "ceil_mode": True}),
+                ([((1, 2, 5, 20), N)], {"kernel": [3, 3], "pads": [1, 1, 1, 1]})],
+    "MaxPoolGrad": [([((2, 3, 2, 3), N), (X4, N)], POOL),
+                    ([((1, 2, 5, 18), N), ((1, 2, 9, 34), N)], {**POOL, "ceil_mode": True}),
+                    ([((1, 2, 5, 20), N), ((1, 2, 5, 20), N)],
+                     {"kernel": [3, 3], "pads": [1, 1, 1, 1]})],
+    "AvgPool": [([(X4, N)], POOL)],
+    "AvgPoolGrad": [([((2, 3, 2, 3), N)], {**POOL, "input_shape": list(X4)})],
+    "Conv2D": [([(X4, N), ((4, 3, 3, 2), N)], CONV)],
+    "Conv2DBackpropInput": [([((2, 4, 2, 5), N), ((4, 3, 3, 2), N)],
+                             {**CONV, "input_shape": list(X4)})],
+    "Conv2DBackpropFilter": [([(X4, N), ((2, 4, 2, 5), N)],
+                              {**CONV, "filter_shape": [4, 3, 3, 2]})],
+    "ConvTranspose2D": [([((1, 4, 3, 3), N), ((4, 3, 3, 3), N)],
+                         {"strides": [2, 2], "pads": [1, 0, 1, 1]})],
+    "BatchNorm": [([(X4, N), ((3,), N), ((3,), N), ((3,), N), ((3,), P)], {}),
+                  ([(X4, N), ((3,), N), ((3,), N), ((3,), N), ((3,), P)], {"training": False})],
+    "BatchNormGrad": [([(X4, N), (X4, N), ((3,), N), ((3,), N), ((3,), P)], {})],
+    # Even sizes: ONNX's window reaches one channel further after c than before.
+    "LRN": [([((1, 5, 2, 2), N)], {"size": 3, "alpha": 0.5, "bias": 2.0}),
+            ([((2, 6, 3), N)], {"size": 4, "alpha": 0.5, "beta": 0.6, "bias": 2.0}),
+            ([((1, 3, 2, 2), N)], {"size": 2, "alpha": 0.8, "bias": 1.0})],
+    "LRNGrad": [([((1, 5, 2, 2), N), ((1, 5, 2, 2), N), ((1, 5, 2, 2), N)],
+                 {"size": 3, "alpha": 0.5, "bias": 2.0}),
+                ([((2, 6, 3), N), ((2, 6, 3), N), ((2, 6, 3), N)],
+                 {"size": 4, "alpha": 0.5, "beta": 0.6, "bias": 2.0})],
+    "Reshape": [([((2, 6), N)], {"shape": [3, -1]})],
+    "Flatten": [([(X4, N)], {})],
+    # the last axis kept (attention's heads): whole rows copied
+    "Transpose": [([((2, 3, 4), N)], {"perm": [2, 0, 1]}),
+                  ([((2, 3, 4, 5), N)], {"perm": [0, 2, 1, 3]}),
+                  # the last two axes swapped tile by tile: partial tiles, a batch axis
+                  ([((37, 70), N)], {"perm": [1, 0]}),
+                  ([((2, 33, 5), N)], {"perm": [0, 2, 1]})],
+    "Expand": [([((3, 1), N)], {"shape": [2, 3, 4]})],
+    "Slice": [([((4, 5), N)], {"starts": [1, 0], "ends": [3, 10], "axes": [0, 1],
+                               "steps": [1, 2]}),
+              ([((4, 5), N)], {"starts": [1, 1], "ends": [3, 4], "axes": [0, 1]}),
+              # torch.flip: backwards over both axes; every 2nd backwards
+              ([((4, 5), N)], {"starts": [-1, -1], "ends": [-5, -6], "axes": [0, 1],
+                               "steps": [-1, -1]}),
+              ([((4, 5), N)], {"starts": [4], "ends": [-6], "axes": [1], "steps": [-2]})],
+    "SliceGrad": [([((2, 3), N)], {"starts": [1, 0], "ends": [3, 10], "axes": [0, 1],
+                                   "steps": [1, 2], "input_shape": [4, 5]}),
+                  ([((2, 3), N)], {"starts": [1, 1], "ends": [3, 4], "axes": [0, 1],
+                                   "input_shape": [4, 5]}),
+                  ([((4, 3), N)], {"starts": [-1, 4], "ends": [-5, -6], "axes": [0, 1],
+                                   "steps": [-1, -2], "input_shape": [4, 5]})],
+    "Split": [([((2, 5), N)], {"axis": 1, "sizes": [2, 3]})],
+    "Concat": [([((2, 3), N), ((2, 1), N)], {"axis": 1}),
+               ([((2, 3, 2), ids(9)), ((2, 1, 2), ids(9))], {"axis": 1})],  # int64
+    "Embedding": [([((6, 4), N), ((2, 3), ids(6))], {})],
+    "EmbeddingGrad": [([((2, 3), ids(6)), ((2, 3, 4), N)], {"num_embeddings": 6})],
+    "SoftmaxCrossEntropy": [([((4, 5), N), ((4,), ids(5))], {}),
+                            ([((2, 5, 3, 4), N), ((2, 3, 4), ids(5))],
+                             {"ignore_index": 2, "label_smoothing": 0.1}),
+                            ([((3, 4, 5), N), ((3, 4), ids(5))], {"axis": 2}),
+                            ([((6, 37), N), ((6,), ids(37))], {})],
+    "SoftmaxCrossEntropyGrad": [([((), N), ((4, 5), N), ((4,), ids(5))], {}),
+                                ([((), N), ((6, 37), N), ((6,), ids(37))], {}),
+                                ([((), N), ((2, 5, 3, 4), N), ((2, 3, 4), ids(5))],
+                                 {"ignore_index": 2, "label_smoothing": 0.1}),
+                                ([((), N), ((3, 4, 5), N), ((3, 4), ids(5))], {"axis": 2})],
+    "GroupNorm": [([((2, 6, 3, 4), N), ((6,), N), ((6,), N)], {"groups": 3}),
+                  ([((2, 4, 5), N), ((4,), N), ((4,), N)], {"groups": 4, "epsilon": 1e-3})],
+    "GroupNormGrad": [([((2, 6, 3, 4), N), ((2, 6, 3, 4), N), ((6,), N), ((2, 3), N),
+                        ((2, 3), P)], {"groups": 3}),
+                      ([((2, 4, 5), N), ((2, 4, 5), N), ((4,), N), ((2, 4), N), ((2, 4), P)],
+                       {"groups": 4})],
+    "DepthToSpace": [([((2, 8, 3, 5), N)], {"blocksize": 2}),
+                     ([((1, 18, 2, 3), N)], {"blocksize": 3, "mode": "CRD"})],
+    "SpaceToDepth": [([((2, 2, 6, 4), N)], {"blocksize": 2}),
+                     ([((1, 2, 6, 9), N)], {"blocksize": 3, "mode": "CRD"})],
+    "CumSum": [([((3, 8), N)], {"axis": 1}),
+               ([((2, 5, 3), N)], {"axis": 1, "exclusive": True, "reverse": True}),
+               ([((4, 3), N)], {"axis": 0, "reverse": True})],
+    "TopK": [([((3, 8), N)], {"k": 3}),
+             ([((2, 6, 3), N)], {"k": 2, "axis": 1, "largest": False}),
+             ([((2, 5), N)], {"k": 5})],
+    # indices: distinct positions per line (_derived), as TopK gives
+    "TopKGrad": [([((3, 3), N), ((3, 3), ids(8))], {"axis": -1, "size": 8}),
+                 ([((2, 2, 3), N), ((2, 2, 3), ids(6))], {"axis": 1, "size": 6})],
+    "Resize": [([((2, 3, 4, 5), N)], {"sizes": [8, 10], "mode": "linear"}),
+               ([((2, 3, 4, 5), N)], {"sizes": [7, 3], "coordinate_mode": "asymmetric",
+                                      "nearest_mode": "floor"}),
+               ([((2, 3, 4, 5), N)], {"sizes": [6, 9], "mode": "linear",
+                                      "coordinate_mode": "align_corners"})],
+    "ResizeGrad": [([((2, 3, 8, 10), N)], {"sizes": [8, 10], "mode": "linear",
+                                           "input_sizes": [4, 5]}),
+                   ([((2, 3, 7, 3), N)], {"sizes": [7, 3], "input_sizes": [4, 5]}),
+                   ([((2, 3, 6, 9), N)], {"sizes": [6, 9], "mode": "linear",
+                                          "coordinate_mode": "align_corners",
+                                          "input_sizes": [4, 5]})],
+    "SigmoidBCE": [([((4, 5), N), ((4, 5), U)], {})],
+    "SigmoidBCEGrad": [([((), N), ((4, 5), N), ((4, 5), U)], {})],
+    "MSE": [([((4, 5), N), ((4, 5), N)], {})],
+    "MSEGrad": [([((), N), ((4, 5), N), ((4, 5), N)], {})],
+    # the last two inputs: the learning rate and weight decay
+    "SGD": [([((3, 4), N), ((3, 4), N), ((), const(0.1)), ((), const(0.01))], {})],
+    "ApplyMomentum": [([((3, 4), N), ((3, 4), N), ((3, 4), N), ((), const(0.1)),
+                        ((), const(0.0))], {})],
+    "ApplyAdam": [([((3, 4), N), ((3, 4), N), ((3, 4), N), ((3, 4), U), ((), P),
+                    ((), const(0.1)), ((), const(0.01))], {}),
+                  ([((3, 4), N), ((3, 4), N), ((3, 4), N), ((3, 4), U), ((), P),
+                    ((), const(0.1)), ((), const(0.01))], {"decoupled": True})],
+    "Increment": [([((), N)], {})],
+    # each kind of recorded learning-rate schedule, in and past its warm-up or first phase
+    "ScheduledLR": [([((), P), ((), ("count", t))], attrs) for t, attrs in (
+        (2, {"kind": "warmup-cosine", "warmup": 3, "total": 10, "start_factor": 0.1}),
+        (7, {"kind": "warmup-cosine", "warmup": 3, "total": 10, "min_factor": 0.05}),
+        (4, {"kind": "cosine", "total": 10}), (9, {"kind": "warmup", "warmup": 4}),
+        (5, {"kind": "step", "step_size": 2, "gamma": 0.5}), (3, {"kind": "constant"}),
+        (3, {"kind": "one-cycle", "total": 20}), (15, {"kind": "one-cycle", "total": 20}))],
+    # an optimizer step's first micro-batch (the sum restarts), and a later one
+    "AccumulateGrad": [([((3, 4), N), ((3, 4), N), ((), ("count", 8))], {"micro_batches": 4}),
+                       ([((3, 4), N), ((3, 4), N), ((), ("count", 5))], {"micro_batches": 4})],
+    # clipped (17 normals: a norm near 4) and not
+    "ClipGradNorm": [([((3, 4), N), ((5,), N)], {"max_norm": 1.0}),
+                     ([((3, 4), N), ((5,), N)], {"max_norm": 100.0})],
+    "UnscaleGrads": [([((3, 4), N), ((5,), N), ((), const(1024.0))], {})],
+    "UpdateLossScale": [([((), const(65536.0)), ((), const(1.0)), ((), const(0.0))],
+                         {"growth_interval": 2}),      # grows
+                        ([((), const(65536.0)), ((), const(0.0)), ((), const(0.0))],
+                         {"growth_interval": 2}),      # counts
+                        ([((), const(65536.0)), ((), const(1.0)), ((), const(1.0))],
+                         {"growth_interval": 2})],     # backs off
+    "SkipOnOverflow": [([((), const(1.0)), ((3, 4), N), ((3, 4), N)], {}),
+                       ([((), const(0.0)), ((3, 4), N), ((3, 4), N)], {})],
+    "Fill": [([], {"shape": [2, 3], "value": 1.5})],
+    "Zeros": [([], {"shape": [2, 3]})],
+    "Dropout": [([((4, 8), N)], {"rate": 0.3, "seed": 5}),
+                ([((4, 8), N), ((), ids(7))], {"rate": 0.5})],
+    "DropoutGrad": [([((4, 8), N)], {"rate": 0.3, "seed": 5})],
+}
+
+POISON = (np.nan, np.inf, -np.inf)
+
+# Inputs not poisoned, and why:
+UNPOISONED = {
+    # The reference multiplies the zero padding by every weight (dy), so a NaN or inf there
+    # reaches border outputs that a convolution skipping the padding (oneDNN, PyTorch) never
+    # computes from it.
+    "Conv2D": {1},
+    "Conv2DBackpropFilter": {1},
+    # The kernel hands oneDNN the variance 1 / invstd^2 - eps, which has no value for an
+    # infinite invstd (a saved statistic, never a user's input).
+    "BatchNormGrad": {4},
+    # Loss-scaling state and flags: values only their own kernels write. (A poisoned gradient
+    # is UnscaleGrads' point: its flag must come out 1.)
+    "UnscaleGrads": {2},
+    "UpdateLossScale": {0, 1, 2},
+    "SkipOnOverflow": {0},
+}
+
+
+def _derived(op, attrs, xs):
+    """Inputs that must be consistent with the others: LRNGrad's y is LRN(x), which its kernel
+    recomputes from x; TopKGrad's indices are distinct positions in [0, size) per line, as TopK
+    gives."""
+    if op == "TopKGrad":
+        axis = attrs["axis"] % xs[1].ndim
+        lines = np.moveaxis(xs[1], axis, -1).shape
+        shuffled = np.random.default_rng(1).random(lines[:-1] + (attrs["size"],))
+        order = np.argsort(shuffled, axis=-1)[..., :lines[-1]]
+        xs[1] = np.ascontiguousarray(np.moveaxis(order, -1, axis))
+    if op == "LRNGrad":
+        opdef = get_op("LRN")
+        with np.errstate(all="ignore"):
+            xs[2] = opdef.reference([xs[1]], opdef.normalize_attrs(attrs))[0]
+    return xs
+
+
+def _value(shape, kind, rng):
+    if kind == N:
+        return rng.standard_normal(shape).astype(np.float32)
+    if kind == P:
+        return rng.uniform(0.5, 2.0, shape).astype(np.float32)
+    if kind == U:
+        return rng.uniform(0.05, 0.95, shape).astype(np.float32)
+    if kind == W:
+        return rng.uniform(-12.0, 12.0, shape).astype(np.float32)
+    if kind == B:
+        return rng.integers(0, 2, shape).astype(bool)
+    if kind[0] == "const":
+        return np.full(shape, kind[1], np.float32)
+    if kind[0] == "count":
+        return np.full(shape, kind[1], np.int64)
+    return rng.integers(0, kind[1], shape).astype(np.int64)
+
+
+def _poisoned(x, rng):
+    """x with NaN, +inf and -inf at random positions (as many as fit)."""
+    x = x.copy()
+    spots = rng.permutation(x.size)[:len(POISON)]
+    for spot, v in zip(spots, POISON, strict=False):
+        x.reshape(-1)[spot] = v
+    return x
+
+
+def _variants():
+    """(label, op, attrs, inputs): each case clean, then with each float input poisoned."""
+    rng = np.random.default_rng(0)
+    out = []
+    for op, cases in sorted(CASES.items()):
+        for k, (specs, attrs) in enumerate(cases):
+            xs = _derived(op, attrs, [_value(s, kind, rng) for s, kind in specs])
+            out.append((f"{op}.{k}", op, attrs, xs))
+            for j, x in enumerate(xs):
+                if x.dtype == np.float32 and x.size and j not in UNPOISONED.get(op, ()):
+                    bad = list(xs)
+                    bad[j] = _poisoned(x, rng)
+                    out.append((f"{op}.{k}.nan{j}", op, attrs, _derived(op, attrs, bad)))
+    return out
+
+
+VARIANTS = _variants()
+
+
+def run_variants(folder, backend: str) -> dict[str, list]:
+    """Every variant's outputs from one executor of `backend` (of the ops it has kernels for:
+    AccumulateGrad is the CPU executor's alone)."""
+    b = GraphBuilder("op_kernels")
+    outs: dict[str, list[str]] = {}
+    feeds = {}
+    for label, op, attrs, xs in VARIANTS:
+        if op not in RUNTIMES[backend].ops:
+            continue
+        names = []
+        for j, x in enumerate(xs):
+            names.append(b.input(f"{label}/x{j}", x.shape, str(x.dtype)))
+            feeds[names[-1]] = x
+        with b.scope(label):
+            outs[label] = b.op_n(op, names, attrs)
+    graph = check_graph(b.build(outputs=[o for v in outs.values() for o in v]))
+    module = build_module(graph, folder, backend)
+    got = module.Executor().forward(feeds)
+    return {label: [got[o] for o in names] for label, names in outs.items()}
+
+
+def _f64(x):
+    return x.astype(np.float64) if x.dtype == np.float32 else x
+
+
+def check_variant(op, attrs, xs, outputs, tol: float, inf_or_nan: bool = False) -> None:
+    """One variant's outputs against the op's reference: NaN and infinities exactly where the
+    float32 reference has them, finite values within `tol` of the float64 reference (or 10x
+    numpy's own float32 error where that is larger: sums that cancel). `inf_or_nan`: where the
+    reference is infinite, NaN passes too (a kernel that folds an infinite operand into a
+    multiply-add meets inf - inf where the reference's order does not)."""
+    opdef = get_op(op)
+    full = opdef.normalize_attrs(attrs)
+    with np.errstate(all="ignore"):
+        single = opdef.reference(list(xs), full)
+        exact = opdef.reference([_f64(x) for x in xs], full)
+    for k, (got, near, want) in enumerate(zip(outputs, single, exact, strict=True)):
+        got, near = np.asarray(got), np.asarray(near)
+        assert got.shape == near.shape and got.dtype == near.dtype, f"output {k}"
+        if got.dtype.kind != "f":
+            assert np.array_equal(got, near), f"output {k}"
+            continue
+        # NaN and infinities exactly where the float32 reference has them
+        inf = np.isinf(near)
+        nan_ok = np.isnan(near) | (inf & inf_or_nan)
+        assert np.isnan(got[np.isnan(near)]).all() and not np.isnan(got[~nan_ok]).any(), \
+            f"output {k}: NaN at {np.argwhere(np.isnan(got) != np.isnan(near))[:4].tolist()}"
+        same = inf & ~np.isnan(got)
+        assert np.array_equal(got[same], near[same]), f"output {k}: infinities differ"
+        finite = np.isfinite(near) & np.isfinite(want)
+        if not finite.any():
+            continue
+        want = np.asarray(want, np.float64)[finite]
+        scale = max(float(np.abs(want).max()), 1e-30)
+        err = float(np.abs(got[finite] - want).max()) / scale
+        floor = 10 * float(np.abs(near[finite] - want).max()) / scale
+        assert err <= max(floor, tol), f"output {k}: rel. error {err:.2e}"
