@@ -31,13 +31,21 @@ from planner.ops.collective import BUCKET_ALIGNMENT, COLLECTIVE_OPS, SHARDED_UPD
 
 _UPDATES = frozenset(op for op, _ in UPDATE_OPS.values())
 # fp16-mixed's loss scaling reads the gradients first (planner/ops/loss_scale.py): it gets the
-# averaged ones, so every rank sees the same overflow flag and skips the same steps.
+# averaged ones, so every rank sees the same overflow flag and skips the same steps. Next,
+# clip_grad_norm_: the norm of the averaged gradients, as after DDP's backward (clipping each
+# rank's own and averaging those would scale by norms no single process computes).
 _UNSCALE = "UnscaleGrads"
+_CLIP = "ClipGradNorm"
 
 
 def _gradient_readers(graph: Graph) -> frozenset[str]:
-    """The ops whose gradient inputs are the all-reduced ones."""
-    return frozenset({_UNSCALE}) if any(n.op == _UNSCALE for n in graph.nodes) else _UPDATES
+    """The ops whose gradient inputs are the all-reduced ones: the first of UnscaleGrads,
+    ClipGradNorm and the updates to read the step's gradients."""
+    ops = {n.op for n in graph.nodes}
+    for first in (_UNSCALE, _CLIP):
+        if first in ops:
+            return frozenset({first})
+    return _UPDATES
 
 
 def reduced_gradients(graph: Graph) -> list[str]:
@@ -134,6 +142,11 @@ def with_sharded_updates(graph: Graph, bucket_list: list[list[str]], ranks: int,
     >>> gpu.tensor_map["shard/1/m"].shape  # the bias at 64 (256 bytes): 88 over 2, rounded up
     (64,)
     """
+    if any(n.op == _CLIP for n in graph.nodes):
+        # clip_grad_norm_ needs the norm of every averaged gradient; a rank holds its shard.
+        raise UserError(f"graph {graph.name!r}: --shard-optimizer with clip_grad_norm is not "
+                        f"supported yet (the global norm needs every averaged gradient; a "
+                        f"rank holds its shard only)")
     if any(n.op == _UNSCALE for n in graph.nodes):
         # UnscaleGrads reads every gradient to find an overflow, and every rank must skip the
         # same steps: after a reduce-scatter each rank holds only its shard of the averaged

@@ -47,22 +47,24 @@ BUCKET_BYTES = 256
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _graph(kind: str, batch: int):
-    return make_training_graph(zoo("mlp", batch=batch, **MLP), Optimizer(kind=kind, lr=LR[kind]))
+def _graph(kind: str, batch: int, clip: float | None = None):
+    return make_training_graph(zoo("mlp", batch=batch, **MLP),
+                               Optimizer(kind=kind, lr=LR[kind], clip_grad_norm=clip))
 
 
 def _build(kind: str, folder: Path, ranks: int = RANKS, per_host: int = 1,
-           shard: bool = False) -> Path:
+           shard: bool = False, clip: float | None = None) -> Path:
     """Plan the MLP (per-rank batch SHARD) for `ranks` processes, `per_host` of them sharing
-    a host (`shard`: with --shard-optimizer), render and build it."""
+    a host (`shard`: with --shard-optimizer; `clip`: clip_grad_norm_), render and build it."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        p = plan(_graph(kind, SHARD), detect(), options=PlanOptions(
+        p = plan(_graph(kind, SHARD, clip), detect(), options=PlanOptions(
             data_parallel=DataParallelOptions(ranks=ranks, bucket_bytes=BUCKET_BYTES,
                                               ranks_per_host=per_host,
                                               shard_optimizer=shard)))
     assert sum(op.op == ("ReduceScatter" if shard else "AllReduce") for op in p.ops) >= 2
-    name = f"mlp_dp_{kind}_{ranks}_{per_host}" + ("_zero1" if shard else "")
+    name = f"mlp_dp_{kind}_{ranks}_{per_host}" + ("_zero1" if shard else "") + (
+        "_clip" if clip else "")
     return build(render(p, folder / name)).dir
 
 
@@ -128,8 +130,10 @@ def _launch(packages: list[Path] | list[str], data: Path, outs: list[Path] | lis
 
 
 def _torch_reference(kind: str, params: dict[str, np.ndarray], x: np.ndarray,
-                     labels: np.ndarray) -> tuple[dict[str, np.ndarray], float]:
-    """PyTorch stepping the global batch in one process; also the largest gradient seen."""
+                     labels: np.ndarray, clip: float | None = None
+                     ) -> tuple[dict[str, np.ndarray], float]:
+    """PyTorch stepping the global batch in one process (clip_grad_norm_ with `clip`); also
+    the largest gradient seen."""
     names = [n for n in params if n.endswith("/weight") or n.endswith("/bias")]
     ts = {n: torch.tensor(params[n], requires_grad=True) for n in names}
     layers = sorted({n.rsplit("/", 1)[0] for n in names}, key=lambda s: int(s[2:]))
@@ -145,6 +149,8 @@ def _torch_reference(kind: str, params: dict[str, np.ndarray], x: np.ndarray,
         opt.zero_grad()
         loss.backward()
         gmax = max(gmax, max(float(t.grad.abs().max()) for t in ts.values()))
+        if clip is not None:
+            torch.nn.utils.clip_grad_norm_(list(ts.values()), clip)
         opt.step()
     return {n: t.detach().numpy() for n, t in ts.items()}, gmax
 
@@ -159,6 +165,20 @@ def test_ranks_match_one_process_on_the_global_batch(packages, tmp_path, kind, r
     runs = _launch([package] * ranks, data, outs, group="new" if kind == "adam" else "")
     _check_numbers(kind, ranks, runs, outs, params, x, labels)
     _check_summed_in_place(package, outs)
+
+
+def test_clipping_takes_the_norm_of_the_averaged_gradients(tmp_path):
+    # clip_grad_norm_ after the all-reduce, as after DDP's backward: every rank scales by the
+    # norm of the global batch's gradient (clipping each rank's own and averaging those
+    # equals no single process). max_norm 0.5 clips most of the 20 steps.
+    package = _build("sgd", tmp_path, clip=0.5)
+    graph = json.loads((package / "plan.json").read_text())["graph"]
+    clip = next(n for n in graph["nodes"] if n["op"] == "ClipGradNorm")
+    assert all(i.startswith("allreduce/") for i in clip["inputs"])
+    data, params, x, labels = _data(tmp_path)
+    outs = [tmp_path / f"rank{r}.npz" for r in range(RANKS)]
+    runs = _launch([package] * RANKS, data, outs)
+    _check_numbers("sgd", RANKS, runs, outs, params, x, labels, clip=0.5)
 
 
 def test_ranks_sharing_a_host_run_on_disjoint_cpus(packages, tmp_path):
@@ -207,7 +227,7 @@ def _check_summed_in_place(package: Path, outs: list[Path]) -> None:
         assert {o["impl"] for o in stats["ops"] if o["op"] == "AllReduce"} == {"in place"}
 
 
-def _check_numbers(kind, ranks, runs, outs, params, x, labels):
+def _check_numbers(kind, ranks, runs, outs, params, x, labels, clip=None):
     """Every rank ran, holds the same bits, and they equal PyTorch on the global batch."""
     for r in runs:
         assert r.returncode == 0, r.stdout[-2000:]
@@ -215,7 +235,7 @@ def _check_numbers(kind, ranks, runs, outs, params, x, labels):
     for name in got[0]:  # every rank holds the same bits (but its own optimizer state shards)
         if not name.startswith("shard/"):
             assert all(np.array_equal(got[0][name], g[name]) for g in got[1:]), name
-    want, gmax = _torch_reference(kind, params, x, labels)
+    want, gmax = _torch_reference(kind, params, x, labels, clip)
     # Float32 error: each step's gradient is a sum over the global batch of n = ranks x 8 rows
     # (and the layers' inner dimensions, at most 16), which the ranks and PyTorch add in
     # different orders: each side is within gamma = 2 (n + 16) eps of the exact sum, relative

@@ -241,6 +241,20 @@ def test_fp16_loss_scaling_checks_the_averaged_gradients():
                and n.op != "UnscaleGrads")
 
 
+def test_clip_grad_norm_reads_the_averaged_gradients():
+    """clip_grad_norm_ reads the all-reduced gradients (the norm of the global batch's), and
+    ZeRO-1, whose ranks hold a shard of them, refuses it in one line."""
+    g = make_training_graph(build("lenet", image=8, batch=8),
+                            Optimizer(kind="momentum", clip_grad_norm=1.0))
+    p = _dp_plan(g)
+    assert verify_plan(p) == []
+    reduced = {t for n in p.graph.nodes if n.op == "AllReduce" for t in n.outputs}
+    (clip,) = [n for n in p.graph.nodes if n.op == "ClipGradNorm"]
+    assert set(clip.inputs) == reduced
+    with pytest.raises(UserError, match="--shard-optimizer with clip_grad_norm"):
+        _zero1_plan(g)
+
+
 # ---- --shard-optimizer (ZeRO-1) ----------------------------------------------------------------
 
 def _zero1_plan(graph, ranks: int = 2, bucket_bytes: int | None = 4096):
