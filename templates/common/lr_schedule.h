@@ -27,12 +27,6 @@ struct LRSchedule {
   double start_factor, min_factor, gamma, pct_start, div_factor, final_div_factor;
 };
 
-// ScheduledLR's tensors: a float32 first rate, an int64 step count, a float32 rate.
-inline void require_scheduled_lr_types(int lr, int step, int out) {
-  if (lr != F32 || step != I64 || out != F32)
-    throw std::runtime_error("ScheduledLR: takes a float32 rate and an int64 step count");
-}
-
 inline LRSchedule lr_schedule(const Attrs& a) {
   // The op's shape rule checked the ranges (LRSchedule's validators).
   const std::string kind = a.s("kind");
@@ -59,6 +53,20 @@ PLANNER_HOST_DEVICE inline double lr_cosine(const LRSchedule& s, int64_t step, i
 
 PLANNER_HOST_DEVICE inline double lr_cos_anneal(double start, double end, double pct) {
   return end + (start - end) / 2.0 * (cos(M_PI * pct) + 1);
+}
+
+// A ScheduledLR node's operands and schedule, from either backend's kernel-factory Node `n`:
+// a float32 first rate, an int64 step count, a float32 rate.
+struct ScheduledLROperands {
+  int lr, step, out;
+  LRSchedule schedule;
+};
+
+template <class N>
+ScheduledLROperands scheduled_lr_operands(const N& n) {
+  if (n.in[0].dtype != F32 || n.in[1].dtype != I64 || n.out[0].dtype != F32)
+    throw std::runtime_error("ScheduledLR: takes a float32 rate and an int64 step count");
+  return {n.in[0].id, n.in[1].id, n.out[0].id, lr_schedule(n.attrs)};
 }
 
 // The learning rate at optimizer step `step` (0-based) over a group's first one.

@@ -17,18 +17,11 @@ class GroupNorm : public Kernel {
  public:
   explicit GroupNorm(const Node& n) {
     require_f32(n);
-    const GroupNormGeometry g =  // common/group_norm.h
-        group_norm_geometry(n.attrs, n.in.size(), n.in[n.in.size() == 5 ? 1 : 0].shape);
-    grad_ = g.grad;
-    eps_ = g.eps;
-    batch_ = g.batch;
-    channels_ = g.channels;
-    groups_ = g.groups;
-    space_ = g.space;
+    g_ = group_norm_geometry(n.attrs, n.in.size(), n.in[n.in.size() == 5 ? 1 : 0].shape);
     for (const auto& t : n.in) ids_.push_back(t.id);
     for (const auto& t : n.out) ids_.push_back(t.id);
   }
-  void run(const Run& r) override { grad_ ? backward(r) : forward(r); }
+  void run(const Run& r) override { g_.grad ? backward(r) : forward(r); }
 
  private:
   // ids_: forward x, scale, bias, y, mean, invstd; backward dy, x, scale, mean, invstd, dx,
@@ -40,9 +33,9 @@ class GroupNorm : public Kernel {
     float* y = r.at<float>(ids_[3]);
     float* mean = r.at<float>(ids_[4]);
     float* invstd = r.at<float>(ids_[5]);
-    const int64_t per = channels_ / groups_, m = per * space_, space = space_;
-    const int64_t runs = batch_ * groups_;
-    const double eps = eps_;
+    const int64_t per = g_.channels / g_.groups, m = per * g_.space, space = g_.space;
+    const int64_t runs = g_.batch * g_.groups;
+    const double eps = g_.eps;
 #pragma omp parallel for
     for (int64_t k = 0; k < runs; ++k) {
       const float* xk = x + k * m;
@@ -55,7 +48,7 @@ class GroupNorm : public Kernel {
       const float inv = static_cast<float>(1.0 / std::sqrt(sq / static_cast<double>(m) + eps));
       mean[k] = mu_f;
       invstd[k] = inv;
-      const int64_t c0 = (k % groups_) * per;
+      const int64_t c0 = (k % g_.groups) * per;
       float* yk = y + k * m;
       for (int64_t c = 0; c < per; ++c) {
         const float a = scale[c0 + c], b = bias[c0 + c];
@@ -76,14 +69,14 @@ class GroupNorm : public Kernel {
     float* dx = r.at<float>(ids_[5]);
     float* dscale = r.at<float>(ids_[6]);
     float* dbias = r.at<float>(ids_[7]);
-    const int64_t per = channels_ / groups_, m = per * space_, space = space_;
-    const int64_t runs = batch_ * groups_, channels = channels_, batch = batch_;
+    const int64_t per = g_.channels / g_.groups, m = per * g_.space, space = g_.space;
+    const int64_t runs = g_.batch * g_.groups, channels = g_.channels, batch = g_.batch;
     // dscale, dbias: per channel, over the batch and space.
 #pragma omp parallel for
     for (int64_t c = 0; c < channels; ++c) {
       double ds = 0, db = 0;
       for (int64_t b = 0; b < batch; ++b) {
-        const int64_t k = b * groups_ + c / per;
+        const int64_t k = b * g_.groups + c / per;
         const float mu = mean[k], inv = invstd[k];
         const float* dyc = dy + (b * channels + c) * space;
         const float* xc = x + (b * channels + c) * space;
@@ -99,7 +92,7 @@ class GroupNorm : public Kernel {
 #pragma omp parallel for
     for (int64_t k = 0; k < runs; ++k) {
       const float mu = mean[k], inv = invstd[k];
-      const int64_t c0 = (k % groups_) * per, base = k * m;
+      const int64_t c0 = (k % g_.groups) * per, base = k * m;
       double sg = 0, sgx = 0;
       for (int64_t c = 0; c < per; ++c)
         for (int64_t s = 0; s < space; ++s) {
@@ -119,9 +112,7 @@ class GroupNorm : public Kernel {
     }
   }
 
-  bool grad_;
-  double eps_;
-  int64_t batch_ = 0, channels_ = 0, groups_ = 1, space_ = 1;
+  GroupNormGeometry g_{};  // common/group_norm.h
   std::vector<int> ids_;
 };
 

@@ -142,18 +142,15 @@ class AccumulateGrad : public Kernel {
 
 class ScheduledLR : public Kernel {
  public:
-  explicit ScheduledLR(const Node& n)
-      : lr_(n.in[0].id), step_(n.in[1].id), out_(n.out[0].id), s_(lr_schedule(n.attrs)) {
-    require_scheduled_lr_types(n.in[0].dtype, n.in[1].dtype, n.out[0].dtype);
-  }
+  explicit ScheduledLR(const Node& n) : o_(scheduled_lr_operands(n)) {}
   void run(const Run& r) override {
-    const double lr = *r.at<float>(lr_);
-    *r.at<float>(out_) = static_cast<float>(lr * lr_factor(s_, *r.at<int64_t>(step_)));
+    const double lr = *r.at<float>(o_.lr);
+    *r.at<float>(o_.out) =
+        static_cast<float>(lr * lr_factor(o_.schedule, *r.at<int64_t>(o_.step)));
   }
 
  private:
-  int lr_, step_, out_;
-  LRSchedule s_;  // common/lr_schedule.h
+  ScheduledLROperands o_;  // common/lr_schedule.h
 };
 
 // Fill (value) and Zeros: a constant of any dtype, written every step (cheap, and the bytes

@@ -97,44 +97,37 @@ class GroupNorm : public Kernel {
   explicit GroupNorm(const Node& n)
       : threads_(block_threads(n)) {
     require_f32(n);
-    const GroupNormGeometry g =  // common/group_norm.h
-        group_norm_geometry(n.attrs, n.in.size(), n.in[n.in.size() == 5 ? 1 : 0].shape);
-    grad_ = g.grad;
-    eps_ = g.eps;
-    batch_ = g.batch;
-    channels_ = g.channels;
-    groups_ = g.groups;
-    space_ = g.space;
+    g_ = group_norm_geometry(n.attrs, n.in.size(), n.in[n.in.size() == 5 ? 1 : 0].shape);
     for (const auto& t : n.in) ids_.push_back(t.id);
     for (const auto& t : n.out) ids_.push_back(t.id);
   }
   void run(const Run& r) override {
-    const int64_t per = channels_ / groups_, runs = batch_ * groups_;
-    if (runs == 0 || per * space_ == 0) return;
+    const int64_t per = g_.channels / g_.groups, runs = g_.batch * g_.groups;
+    if (runs == 0 || per * g_.space == 0) return;
     const unsigned run_blocks = static_cast<unsigned>(runs < 65535 ? runs : 65535);
-    if (!grad_) {
+    if (!g_.grad) {
       gn_forward<<<run_blocks, threads_, 0, r.stream>>>(
           r.at<float>(ids_[0]), r.at<float>(ids_[1]), r.at<float>(ids_[2]), r.at<float>(ids_[3]),
-          r.at<float>(ids_[4]), r.at<float>(ids_[5]), runs, groups_, per, space_, eps_);
+          r.at<float>(ids_[4]), r.at<float>(ids_[5]), runs, g_.groups, per, g_.space, g_.eps);
       PLANNER_LAUNCHED("GroupNorm");
       return;
     }
-    const unsigned channel_blocks = static_cast<unsigned>(channels_ < 65535 ? channels_ : 65535);
+    const unsigned channel_blocks =
+        static_cast<unsigned>(g_.channels < 65535 ? g_.channels : 65535);
     gn_channel_grads<<<channel_blocks, threads_, 0, r.stream>>>(
         r.at<float>(ids_[0]), r.at<float>(ids_[1]), r.at<float>(ids_[3]), r.at<float>(ids_[4]),
-        r.at<float>(ids_[6]), r.at<float>(ids_[7]), batch_, channels_, groups_, per, space_);
+        r.at<float>(ids_[6]), r.at<float>(ids_[7]), g_.batch, g_.channels, g_.groups, per,
+        g_.space);
     PLANNER_LAUNCHED("GroupNormGrad dscale dbias");
     gn_dx<<<run_blocks, threads_, 0, r.stream>>>(
         r.at<float>(ids_[0]), r.at<float>(ids_[1]), r.at<float>(ids_[2]), r.at<float>(ids_[3]),
-        r.at<float>(ids_[4]), r.at<float>(ids_[5]), runs, groups_, per, space_);
+        r.at<float>(ids_[4]), r.at<float>(ids_[5]), runs, g_.groups, per, g_.space);
     PLANNER_LAUNCHED("GroupNormGrad dx");
   }
 
  private:
-  bool grad_;
   int threads_;
-  double eps_;
-  int64_t batch_ = 0, channels_ = 0, groups_ = 1, space_ = 1;
+  GroupNormGeometry g_{};  // common/group_norm.h
   std::vector<int> ids_;
 };
 

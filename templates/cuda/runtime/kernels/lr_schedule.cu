@@ -14,19 +14,15 @@ __global__ void scheduled_lr(const float* lr, const int64_t* step, float* y, LRS
 
 class ScheduledLR : public Kernel {
  public:
-  explicit ScheduledLR(const Node& n)
-      : lr_(n.in[0].id), step_(n.in[1].id), out_(n.out[0].id), s_(lr_schedule(n.attrs)) {
-    require_scheduled_lr_types(n.in[0].dtype, n.in[1].dtype, n.out[0].dtype);
-  }
+  explicit ScheduledLR(const Node& n) : o_(scheduled_lr_operands(n)) {}
   void run(const Run& r) override {
-    scheduled_lr<<<1, 1, 0, r.stream>>>(r.at<float>(lr_), r.at<int64_t>(step_),
-                                        r.at<float>(out_), s_);
+    scheduled_lr<<<1, 1, 0, r.stream>>>(r.at<float>(o_.lr), r.at<int64_t>(o_.step),
+                                        r.at<float>(o_.out), o_.schedule);
     PLANNER_LAUNCHED("scheduled_lr");
   }
 
  private:
-  int lr_, step_, out_;
-  LRSchedule s_;
+  ScheduledLROperands o_;  // common/lr_schedule.h
 };
 
 KernelPtr make_scheduled_lr(const Node& n) { return std::make_unique<ScheduledLR>(n); }
