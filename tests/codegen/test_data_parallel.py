@@ -319,7 +319,7 @@ def test_fp16_loss_scaling_skips_an_overflow_on_one_rank_on_every_rank(tmp_path)
     the flag is taken from the averaged gradients, so both ranks skip that step and keep
     bit-identical parameters, optimizer state and loss scales (PyTorch's rule over the flags)."""
     from planner.graph.optimizer import LossScaling
-    from tests.graph.test_loss_scale import torch_scales
+    from tests.graph.loss_scale_cases import torch_scales
 
     steps, overflow = 6, 2
     graph = make_training_graph(zoo("mlp", batch=SHARD, **MLP), Optimizer(kind="momentum"),

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.codegen.test_loss_scale import check_loss_scaling
+from tests.codegen.loss_scale_check import check_loss_scaling
 from tests.codegen.test_mixed_kernels import OPS, check_kernel, kernel_results
 from tests.codegen.test_mixed_precision import CASES, check_casts, check_mixed_step
 
