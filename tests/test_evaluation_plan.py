@@ -14,7 +14,7 @@ from planner.pipeline import plan
 from planner.plan import Plan
 from planner.target import preset
 from planner.verify import verify_plan_text
-from tests.graph.test_evaluation_graph import bn_dropout_net
+from tests.graph.evaluation_cases import bn_dropout_net
 
 
 @pytest.fixture(scope="module", params=["xeon-8180", "k40c-12gb"])

@@ -13,10 +13,8 @@ import numpy as np
 from codegen import support
 from codegen.backends import RUNTIMES
 from codegen.errors import UnsupportedError
-from planner.graph import check_graph
-from planner.graph.ir import Graph
 from tests.codegen.helpers import build_module
-from tests.codegen.test_onnx_conformance import prefixed
+from tests.codegen.merged_graph import merge
 from tests.importers.node_cases import RTOL, Outcome, excess, float32_cases
 
 # The executor's kernels are held to 1e-4 relative (as in test_onnx_conformance.py), the
@@ -44,11 +42,7 @@ def executor_excess(results: list[Outcome], folder: Path) -> dict[int, float]:
     tolerance (<= 1 passes)."""
     cases = {k: results[k] for k in runnable(results)}
     expected = {c.name: c.outputs for c in float32_cases()}
-    parts = [prefixed(f"c{k}/", r.graph) for k, r in cases.items()]
-    merged = check_graph(Graph(name="onnx_node_conformance", kind="inference",
-                               tensors=tuple(t for g in parts for t in g.tensors),
-                               nodes=tuple(n for g in parts for n in g.nodes),
-                               outputs=tuple(o for g in parts for o in g.outputs)))
+    merged = merge("onnx_node_conformance", {f"c{k}/": r.graph for k, r in cases.items()})
     ex = build_module(merged, folder / "onnx_node_conformance").Executor()
     ex.load_params({f"c{k}/{n}": v for k, r in cases.items() for n, v in r.params.items()})
     out = ex.forward({f"c{k}/{n}": v for k, r in cases.items() for n, v in r.feeds.items()})

@@ -70,7 +70,7 @@ CASES: dict[str, list[tuple]] = {
     "Neg": [([((3, 8), N)], {})],
     "Scale": [([((3, 8), N)], {"factor": -1.5})],
     # float32 -> float32 (a copy), int64 and bool -> float32 here; the low types in
-    # tests/codegen/test_mixed_precision.py
+    # tests/codegen/mixed_cases.py
     "Cast": [([((3, 8), N)], {"to": "float32"}),
              # PyTorch's promotion of an int or bool tensor meeting a float one
              ([((3, 8), ids(1 << 40))], {"to": "float32"}), ([((2, 5), B)], {"to": "float32"})],

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import warnings
@@ -27,7 +26,7 @@ from codegen.build import build
 from codegen.render import render
 from planner.graph.autodiff import make_training_graph
 from planner.graph.interpret import init_params
-from planner.graph.optimizer import Optimizer, parse_hyperparameter_tensor
+from planner.graph.optimizer import Optimizer
 from planner.pipeline import PlanOptions, plan
 from planner.schedule.parallel import DataParallelOptions
 from planner.target.detect import detect
@@ -39,33 +38,21 @@ torch = pytest.importorskip("torch")
 if not (dist.is_available() and dist.is_gloo_available()):
     pytest.skip("torch.distributed with gloo is not available", allow_module_level=True)
 
-RANKS, SHARD, STEPS = 2, 8, 20     # 2 processes x 8 rows: a global batch of 16
-MLP = dict(hidden=[16, 12], in_features=10, classes=4)
-LR = {"sgd": 0.1, "adam": 0.01}
-# Small buckets, so the plan has several all-reduces that overlap the rest of backward.
-BUCKET_BYTES = 256
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _graph(kind: str, batch: int, clip: float | None = None):
-    return make_training_graph(zoo("mlp", batch=batch, **MLP),
-                               Optimizer(kind=kind, lr=LR[kind], clip_grad_norm=clip))
-
-
-def _build(kind: str, folder: Path, ranks: int = RANKS, per_host: int = 1,
-           shard: bool = False, clip: float | None = None) -> Path:
-    """Plan the MLP (per-rank batch SHARD) for `ranks` processes, `per_host` of them sharing
-    a host (`shard`: with --shard-optimizer; `clip`: clip_grad_norm_), render and build it."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        p = plan(_graph(kind, SHARD, clip), detect(), options=PlanOptions(
-            data_parallel=DataParallelOptions(ranks=ranks, bucket_bytes=BUCKET_BYTES,
-                                              ranks_per_host=per_host,
-                                              shard_optimizer=shard)))
-    assert sum(op.op == ("ReduceScatter" if shard else "AllReduce") for op in p.ops) >= 2
-    name = f"mlp_dp_{kind}_{ranks}_{per_host}" + ("_zero1" if shard else "") + (
-        "_clip" if clip else "")
-    return build(render(p, folder / name)).dir
+from tests.codegen.dp_harness import (  # noqa: E402 - needs torch.distributed
+    BUCKET_BYTES,
+    LR,
+    MLP,
+    RANKS,
+    ROOT,
+    SHARD,
+    build_package,
+    check_numbers,
+    check_own_shards,
+    free_port,
+    launch_ranks,
+    torch_reference,
+    write_data,
+)
 
 
 @pytest.fixture(scope="module")
@@ -74,96 +61,19 @@ def packages(tmp_path_factory) -> dict[str, Path]:
     # Adam's take the whole host each.
     folder = tmp_path_factory.mktemp("dp")
     per_host = RANKS if detect(measure=False).cores >= RANKS else 1
-    return {"sgd": _build("sgd", folder, per_host=per_host), "adam": _build("adam", folder)}
-
-
-def _data(folder: Path, seed: int = 0, ranks: int = RANKS
-          ) -> tuple[Path, dict[str, np.ndarray], np.ndarray, np.ndarray]:
-    rng = np.random.default_rng(seed)
-    x = rng.standard_normal((STEPS, ranks * SHARD, MLP["in_features"])).astype(np.float32)
-    labels = rng.integers(0, MLP["classes"], (STEPS, ranks * SHARD)).astype(np.int64)
-    # the model's parameters only: each optimizer's plan holds its own learning rate (state
-    # the workers take from the plan's init, Executor(init=True))
-    params = {k: v for k, v in init_params(_graph("sgd", SHARD), seed=seed).items()
-              if parse_hyperparameter_tensor(k) is None}
-    path = folder / "data.npz"
-    np.savez(path, x=x, labels=labels, **{f"param:{k}": v for k, v in params.items()})
-    return path, params, x, labels
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _launch(packages: list[Path] | list[str], data: Path, outs: list[Path] | list[str],
-            die_after: int | None = None, world: int | None = None, timeout_s: float = 30.0,
-            group: str = "",
-            local: list[dict[str, str]] | None = None) -> list[subprocess.CompletedProcess]:
-    """Run one worker per package (rank = position) and wait for all, bounded; `local`: per
-    rank, more environment (torchrun's LOCAL_RANK and LOCAL_WORLD_SIZE; the worker's
-    DP_BACKEND and DP_DEVICE)."""
-    port, world = _free_port(), world or len(packages)
-    procs = []
-    for rank, (pkg, out) in enumerate(zip(packages, outs, strict=True)):
-        env = {k: v for k, v in os.environ.items() if not k.startswith("LOCAL_")}
-        env.update({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
-                    "RANK": str(rank), "WORLD_SIZE": str(world), "DP_TIMEOUT": str(timeout_s),
-                    "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "DP_GROUP": group,
-                    **(local[rank] if local else {})})
-        args = [sys.executable, "-m", "tests.codegen.dp_worker", str(pkg), str(data), str(out)]
-        if die_after is not None and rank == len(packages) - 1:
-            args.append(str(die_after))
-        procs.append(subprocess.Popen(args, env=env, cwd=ROOT, stdout=subprocess.PIPE,
-                                      stderr=subprocess.STDOUT, text=True))
-    results = []
-    for p in procs:
-        try:
-            stdout, _ = p.communicate(timeout=timeout_s * 4 + 60)
-        except subprocess.TimeoutExpired:
-            for q in procs:
-                q.kill()
-            pytest.fail("a rank hung past the process group's timeout")
-        results.append(subprocess.CompletedProcess(p.args, p.returncode, stdout, ""))
-    return results
-
-
-def _torch_reference(kind: str, params: dict[str, np.ndarray], x: np.ndarray,
-                     labels: np.ndarray, clip: float | None = None
-                     ) -> tuple[dict[str, np.ndarray], float]:
-    """PyTorch stepping the global batch in one process (clip_grad_norm_ with `clip`); also
-    the largest gradient seen."""
-    names = [n for n in params if n.endswith("/weight") or n.endswith("/bias")]
-    ts = {n: torch.tensor(params[n], requires_grad=True) for n in names}
-    layers = sorted({n.rsplit("/", 1)[0] for n in names}, key=lambda s: int(s[2:]))
-    opt = (torch.optim.SGD if kind == "sgd" else torch.optim.Adam)(ts.values(), lr=LR[kind])
-    gmax = 0.0
-    for step in range(x.shape[0]):
-        h = torch.from_numpy(x[step])
-        for k, layer in enumerate(layers):
-            h = h @ ts[f"{layer}/weight"] + ts[f"{layer}/bias"]
-            if k < len(layers) - 1:
-                h = torch.relu(h)
-        loss = torch.nn.functional.cross_entropy(h, torch.from_numpy(labels[step]))
-        opt.zero_grad()
-        loss.backward()
-        gmax = max(gmax, max(float(t.grad.abs().max()) for t in ts.values()))
-        if clip is not None:
-            torch.nn.utils.clip_grad_norm_(list(ts.values()), clip)
-        opt.step()
-    return {n: t.detach().numpy() for n, t in ts.items()}, gmax
+    return {"sgd": build_package("sgd", folder, per_host=per_host),
+            "adam": build_package("adam", folder)}
 
 
 @pytest.mark.parametrize("kind,ranks", [("adam", 2), ("sgd", 4)])
 def test_ranks_match_one_process_on_the_global_batch(packages, tmp_path, kind, ranks):
     # (SGD on 2 ranks: the test below.)
-    package = packages[kind] if ranks == RANKS else _build(kind, tmp_path, ranks)
-    data, params, x, labels = _data(tmp_path, ranks=ranks)
+    package = packages[kind] if ranks == RANKS else build_package(kind, tmp_path, ranks)
+    data, params, x, labels = write_data(tmp_path, ranks=ranks)
     outs = [tmp_path / f"rank{r}.npz" for r in range(ranks)]
     # Adam's ranks get their group passed explicitly (Executor(process_group=...)).
-    runs = _launch([package] * ranks, data, outs, group="new" if kind == "adam" else "")
-    _check_numbers(kind, ranks, runs, outs, params, x, labels)
+    runs = launch_ranks([package] * ranks, data, outs, group="new" if kind == "adam" else "")
+    check_numbers(kind, ranks, runs, outs, params, x, labels)
     _check_summed_in_place(package, outs)
 
 
@@ -171,14 +81,14 @@ def test_clipping_takes_the_norm_of_the_averaged_gradients(tmp_path):
     # clip_grad_norm_ after the all-reduce, as after DDP's backward: every rank scales by the
     # norm of the global batch's gradient (clipping each rank's own and averaging those
     # equals no single process). max_norm 0.5 clips most of the 20 steps.
-    package = _build("sgd", tmp_path, clip=0.5)
+    package = build_package("sgd", tmp_path, clip=0.5)
     graph = json.loads((package / "plan.json").read_text())["graph"]
     clip = next(n for n in graph["nodes"] if n["op"] == "ClipGradNorm")
     assert all(i.startswith("allreduce/") for i in clip["inputs"])
-    data, params, x, labels = _data(tmp_path)
+    data, params, x, labels = write_data(tmp_path)
     outs = [tmp_path / f"rank{r}.npz" for r in range(RANKS)]
-    runs = _launch([package] * RANKS, data, outs)
-    _check_numbers("sgd", RANKS, runs, outs, params, x, labels, clip=0.5)
+    runs = launch_ranks([package] * RANKS, data, outs)
+    check_numbers("sgd", RANKS, runs, outs, params, x, labels, clip=0.5)
 
 
 def test_ranks_sharing_a_host_run_on_disjoint_cpus(packages, tmp_path):
@@ -190,12 +100,12 @@ def test_ranks_sharing_a_host_run_on_disjoint_cpus(packages, tmp_path):
     if host.cores < 2 or len(os.sched_getaffinity(0)) < len(host.logical_cpus):
         pytest.skip("needs two cores this process may use")
     package = packages["sgd"]
-    data, params, x, labels = _data(tmp_path)
+    data, params, x, labels = write_data(tmp_path)
     outs = [tmp_path / f"rank{r}.npz" for r in range(RANKS)]
     local = [{"LOCAL_RANK": str(RANKS - 1 - r), "LOCAL_WORLD_SIZE": str(RANKS)}
              for r in range(RANKS)]
-    runs = _launch([package] * RANKS, data, outs, local=local)
-    _check_numbers("sgd", RANKS, runs, outs, params, x, labels)
+    runs = launch_ranks([package] * RANKS, data, outs, local=local)
+    check_numbers("sgd", RANKS, runs, outs, params, x, labels)
     _check_summed_in_place(package, outs)
     core_of = tuple(c.core for c in host.logical_cpus)
     used = []
@@ -227,39 +137,10 @@ def _check_summed_in_place(package: Path, outs: list[Path]) -> None:
         assert {o["impl"] for o in stats["ops"] if o["op"] == "AllReduce"} == {"in place"}
 
 
-def _check_numbers(kind, ranks, runs, outs, params, x, labels, clip=None):
-    """Every rank ran, holds the same bits, and they equal PyTorch on the global batch."""
-    for r in runs:
-        assert r.returncode == 0, r.stdout[-2000:]
-    got = [dict(np.load(o)) for o in outs]
-    for name in got[0]:  # every rank holds the same bits (but its own optimizer state shards)
-        if not name.startswith("shard/"):
-            assert all(np.array_equal(got[0][name], g[name]) for g in got[1:]), name
-    want, gmax = _torch_reference(kind, params, x, labels, clip)
-    # Float32 error: each step's gradient is a sum over the global batch of n = ranks x 8 rows
-    # (and the layers' inner dimensions, at most 16), which the ranks and PyTorch add in
-    # different orders: each side is within gamma = 2 (n + 16) eps of the exact sum, relative
-    # to the largest gradient gmax. SGD moves a parameter by lr * g per step, so 20 steps
-    # differ by at most steps * lr * 2 * gamma * gmax, times the growth a perturbation sees
-    # through 20 steps of a contraction-free map (<= e^(steps * lr) for Hessian norms below 1
-    # here).
-    # Adam divides by sqrt(v): a relative gradient error gamma moves the step lr * m / sqrt(v)
-    # by at most about 2 * gamma * lr where |g| dominates its rounding; we allow that per step.
-    eps = float(np.finfo(np.float32).eps)
-    gamma = 2 * (ranks * SHARD + 16) * eps
-    lr = LR[kind]
-    tol = (STEPS * lr * 2 * gamma * gmax * np.exp(STEPS * lr) if kind == "sgd"
-           else STEPS * lr * 4 * gamma * np.exp(STEPS * lr))
-    worst = max(float(np.max(np.abs(got[0][n] - want[n]))) for n in want)
-    moved = max(float(np.max(np.abs(want[n] - params[n]))) for n in want)
-    assert moved > 100 * tol  # the steps did move the parameters
-    assert worst <= tol, (worst, tol)
-
-
 def test_ranks_with_different_plans_are_refused_on_every_rank(packages, tmp_path):
-    data = _data(tmp_path)[0]
-    runs = _launch([packages["sgd"], packages["adam"]], data,
-                   [tmp_path / "a.npz", tmp_path / "b.npz"])
+    data = write_data(tmp_path)[0]
+    runs = launch_ranks([packages["sgd"], packages["adam"]], data,
+                        [tmp_path / "a.npz", tmp_path / "b.npz"])
     for rank, r in enumerate(runs):
         assert r.returncode == 3, r.stdout[-2000:]
         line = next(s for s in r.stdout.splitlines() if s.startswith(f"rank {rank} error:"))
@@ -267,17 +148,17 @@ def test_ranks_with_different_plans_are_refused_on_every_rank(packages, tmp_path
 
 
 def test_a_group_of_the_wrong_size_is_refused(packages, tmp_path):
-    data = _data(tmp_path)[0]
-    (r,) = _launch([packages["sgd"]], data, [tmp_path / "a.npz"])
+    data = write_data(tmp_path)[0]
+    (r,) = launch_ranks([packages["sgd"]], data, [tmp_path / "a.npz"])
     assert r.returncode == 3, r.stdout[-2000:]
     assert ("rank 0 error: rank 0: the plan was made for 2 processes (--data-parallel 2) but "
             "the process group has 1") in r.stdout
 
 
 def test_a_killed_rank_fails_the_others_within_the_timeout(packages, tmp_path):
-    data = _data(tmp_path)[0]
-    runs = _launch([packages["sgd"]] * RANKS, data, [tmp_path / "a.npz", tmp_path / "b.npz"],
-                   die_after=3, timeout_s=10.0)
+    data = write_data(tmp_path)[0]
+    runs = launch_ranks([packages["sgd"]] * RANKS, data, [tmp_path / "a.npz", tmp_path / "b.npz"],
+                        die_after=3, timeout_s=10.0)
     assert runs[1].returncode == 9
     assert runs[0].returncode == 3, runs[0].stdout[-2000:]
     line = next(s for s in runs[0].stdout.splitlines() if s.startswith("rank 0 error:"))
@@ -293,7 +174,7 @@ def test_train_digits_ddp_example_runs_under_torchrun(tmp_path, nodes):
         pytest.skip("torchrun is not installed beside this Python")
     env = {k: v for k, v in os.environ.items() if not k.startswith("LOCAL_")}
     env.update(PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
-    port = str(_free_port())
+    port = str(free_port())
     procs = [subprocess.Popen(
         [str(torchrun), "--nnodes", str(nodes), "--node-rank", str(node), "--nproc-per-node",
          str(2 // nodes), "--master-addr", "127.0.0.1", "--master-port", port,
@@ -319,7 +200,7 @@ def test_fp16_loss_scaling_skips_an_overflow_on_one_rank_on_every_rank(tmp_path)
     the flag is taken from the averaged gradients, so both ranks skip that step and keep
     bit-identical parameters, optimizer state and loss scales (PyTorch's rule over the flags)."""
     from planner.graph.optimizer import LossScaling
-    from tests.graph.test_loss_scale import torch_scales
+    from tests.graph.loss_scale_cases import torch_scales
 
     steps, overflow = 6, 2
     graph = make_training_graph(zoo("mlp", batch=SHARD, **MLP), Optimizer(kind="momentum"),
@@ -338,7 +219,7 @@ def test_fp16_loss_scaling_skips_an_overflow_on_one_rank_on_every_rank(tmp_path)
     data = tmp_path / "data.npz"
     np.savez(data, x=x, labels=labels, **{f"param:{k}": v for k, v in params.items()})
     outs = [tmp_path / f"rank{r}.npz" for r in range(RANKS)]
-    for r in _launch([package] * RANKS, data, outs):
+    for r in launch_ranks([package] * RANKS, data, outs):
         assert r.returncode == 0, r.stdout[-2000:]
     got = [dict(np.load(o)) for o in outs]
     for name in got[0]:
@@ -357,55 +238,25 @@ def test_sharded_optimizer_ranks_match_one_process_on_the_global_batch(tmp_path,
     another order) and are bit-identical on every rank; each rank's optimizer state is its
     own (the shards differ)."""
     kinds = ("sgd", "adam")
-    packages = [_build(kind, tmp_path, ranks, shard=True) for kind in kinds]
-    data, params, x, labels = _data(tmp_path, ranks=ranks)
+    packages = [build_package(kind, tmp_path, ranks, shard=True) for kind in kinds]
+    data, params, x, labels = write_data(tmp_path, ranks=ranks)
     outs = {kind: [tmp_path / f"{kind}{r}.npz" for r in range(ranks)] for kind in kinds}
-    runs = _launch([os.pathsep.join(map(str, packages))] * ranks, data,
-                   [os.pathsep.join(str(outs[k][r]) for k in kinds) for r in range(ranks)])
+    runs = launch_ranks([os.pathsep.join(map(str, packages))] * ranks, data,
+                        [os.pathsep.join(str(outs[k][r]) for k in kinds) for r in range(ranks)])
     for kind, package in zip(kinds, packages, strict=True):
-        _check_numbers(kind, ranks, runs, outs[kind], params, x, labels)
-        _check_own_shards(package, outs[kind])
+        check_numbers(kind, ranks, runs, outs[kind], params, x, labels)
+        check_own_shards(package, outs[kind])
     m = [dict(np.load(o))["shard/0/m"] for o in outs["adam"]]
     assert all(not np.array_equal(m[0], other) for other in m[1:])
-
-
-def _check_own_shards(package: Path, outs: list[Path]) -> None:
-    """Rank r reduce-scattered into, and all-gathered from, floats [r s, (r + 1) s) of each
-    bucket, s its shard: the bucket's first member's place in the arena plus r x s (one plan
-    on every rank; a shard offset that ignored the rank fails here), the whole padded bucket
-    handed to the process group."""
-    data = json.loads((package / "plan.json").read_text())
-    offset = {t["name"]: t["offset"] for t in data["tensors"]}
-    size = {t["name"]: t["shape"] for t in data["graph"]["tensors"]}
-    buckets: dict[str, set[tuple[int, int]]] = {"scatter": set(), "gather": set()}
-    for n in data["graph"]["nodes"]:
-        # (the bucket's first member's offset, its shard's floats: the gradient shard's)
-        grad = next((t for t in [*n["inputs"], *n["outputs"]] if t.endswith("/grad")
-                     and t.startswith("shard/")), None)
-        if n["op"] == "ReduceScatter":
-            buckets["scatter"].add((offset[n["inputs"][0]], size[grad][0]))
-        elif n["op"] == "ShardedUpdate":
-            buckets["gather"].add((offset[n["inputs"][0]], size[grad][0]))
-    ranks = len(outs)
-    for r, out in enumerate(outs):
-        facts = json.loads(Path(f"{out}.json").read_text())
-        base = facts["stats"]["arena_address"]
-        for kind in ("scatter", "gather"):
-            calls = facts["sharded"][kind]
-            assert calls, kind
-            got = {(whole - base, n_mine) for whole, n, mine, n_mine in calls}
-            assert got <= buckets[kind], (kind, got, buckets[kind])
-            for whole, n, mine, n_mine in calls:
-                assert n == ranks * n_mine and mine - whole == 4 * r * n_mine, (r, kind)
 
 
 def test_ranks_ending_without_destroying_the_group_exit_cleanly(packages, tmp_path):
     """Issue 32: a script that ends with a step in flight and without
     dist.destroy_process_group() aborted ("terminate called without an active exception",
     exit 134): its collective took the GIL while the interpreter finalized."""
-    data = _data(tmp_path)[0]
-    runs = _launch([packages["sgd"]] * RANKS, data, [tmp_path / "a.npz", tmp_path / "b.npz"],
-                   local=[{"DP_END": "in-flight"}] * RANKS)
+    data = write_data(tmp_path)[0]
+    runs = launch_ranks([packages["sgd"]] * RANKS, data, [tmp_path / "a.npz", tmp_path / "b.npz"],
+                        local=[{"DP_END": "in-flight"}] * RANKS)
     for r in runs:
         assert r.returncode == 0 and "terminate" not in r.stdout, r.stdout[-2000:]
 
@@ -417,10 +268,10 @@ def test_a_rank_without_its_own_place_is_refused_on_every_rank(packages, tmp_pat
     # has no share. Every rank refuses, not only the one whose LOCAL_RANK is wrong.
     if detect(measure=False).cores < RANKS:
         pytest.skip("the SGD package shares the host among its ranks on two cores or more")
-    data = _data(tmp_path)[0]
+    data = write_data(tmp_path)[0]
     local = [{"LOCAL_RANK": r, "LOCAL_WORLD_SIZE": str(RANKS)} for r in local_ranks]
-    runs = _launch([packages["sgd"]] * RANKS, data, [tmp_path / "a.npz", tmp_path / "b.npz"],
-                   local=local)
+    runs = launch_ranks([packages["sgd"]] * RANKS, data, [tmp_path / "a.npz", tmp_path / "b.npz"],
+                        local=local)
     why = "both have LOCAL_RANK 0" if local_ranks == ("0", "0") else "LOCAL_RANK='7'"
     for rank, r in enumerate(runs):
         assert r.returncode == 3, r.stdout[-2000:]
@@ -443,16 +294,16 @@ def test_bf16_mixed_ranks_match_one_process_on_the_global_batch(tmp_path):
             ranks=RANKS, bucket_bytes=1024)))
     assert sum(op.op == "AllReduce" for op in p.ops) >= 2
     package = build(render(p, tmp_path / "mlp_dp_bf16")).dir
-    path, params, x, labels = _data(tmp_path)
+    path, params, x, labels = write_data(tmp_path)
     x, labels = x[:steps], labels[:steps]
     np.savez(path, x=x, labels=labels, **{f"param:{k}": v for k, v in params.items()})
     outs = [tmp_path / f"rank{r}.npz" for r in range(RANKS)]
-    for r in _launch([package] * RANKS, path, outs):
+    for r in launch_ranks([package] * RANKS, path, outs):
         assert r.returncode == 0, r.stdout[-2000:]
     got = [dict(np.load(o)) for o in outs]
     for name in got[0]:
         assert np.array_equal(got[0][name], got[1][name]), name
-    want, gmax = _torch_reference("sgd", params, x, labels)
+    want, gmax = torch_reference("sgd", params, x, labels)
     # Error, first order: every value rounded to bfloat16 (unit roundoff u = 2^-8) is off by
     # a factor (1 + d), |d| <= u, and a gradient's terms pass through at most one rounding per
     # node that writes bfloat16 (a path visits each node once): the ranks' gradient of a step

@@ -5,7 +5,6 @@ plans: every op, and every recompute of it, at the same thread count) and the re
 
 from __future__ import annotations
 
-import functools
 import json
 import resource
 
@@ -23,9 +22,9 @@ from planner.memory.options import MemoryOptions
 from planner.pipeline import PlanOptions, plan
 from planner.plan import Plan
 from planner.schedule import ScheduleOptions
-from planner.target.detect import detect
 from planner.verify import verify_plan
 from planner.zoo import build as zoo
+from tests.codegen.budget_cases import graph_of, host, run_steps
 from tests.codegen.helpers import rel_error, start_state
 from tests.codegen.zoo_cases import END_TO_END, MODELS, SLOW, allowed
 
@@ -34,15 +33,6 @@ from tests.codegen.zoo_cases import END_TO_END, MODELS, SLOW, allowed
 # since their convolutions' scratch is planned as oneDNN books it: a weight gradient's
 # scratch is then their peak, which no recompute lowers.
 ADDS_OPS = {"resnet", "bert", "gpt"}
-SMALL = {"lenet": ("lenet", {"batch": 4, "image": 12, "width": 2.0}),  # offloads at its smallest
-         "alexnet": ("alexnet", {"batch": 2, "image": 63, "classes": 4})}
-
-
-@functools.cache
-def host():
-    """This host, detected once: detection measures it, so each call may differ a little, and
-    plans of one graph compared here must be made for one target."""
-    return detect()
 
 
 def budget_plan(graph, budget: int | None) -> Plan:
@@ -61,18 +51,6 @@ def smallest_feasible(graph) -> int:
     except InfeasibleBudget as e:
         return e.smallest_bytes
     raise AssertionError("64 bytes fit")
-
-
-def graph_of(key: str):
-    name, kwargs = SMALL[key]
-    return make_training_graph(zoo(name, **kwargs), Optimizer(kind="sgd", lr=0.1))
-
-
-def run_steps(p: Plan, where, state, feeds, steps: int = 1):
-    ex = load(build(render(p, where)).dir).Executor()
-    ex.load_params(state)
-    outs = [ex.step(feeds) for _ in range(steps)]
-    return ex, outs
 
 
 # Every zoo model at the zoo test's small size; the larger ones `slow` (2-core CI).

@@ -22,7 +22,8 @@ from planner.graph import check_graph
 from planner.graph.ir import Graph
 from planner.importers import OnnxImportError, import_onnx
 from tests.codegen.helpers import build_module
-from tests.importers.test_onnx_conformance import CASE_DIRS, _load
+from tests.codegen.merged_graph import merge
+from tests.importers.pytorch_cases import CASE_DIRS, load_tensor
 
 RTOL = 1e-4
 
@@ -53,23 +54,9 @@ def case(index: int) -> Case:
     data = d / "test_data_set_0"
     initializers = {t.name for t in model.graph.initializer}
     names = [i.name for i in model.graph.input if i.name not in initializers]
-    feeds = tuple((n, _load(data / f"input_{k}.pb")) for k, n in enumerate(names))
-    expected = tuple(_load(data / f"output_{k}.pb") for k in range(len(model.graph.output)))
+    feeds = tuple((n, load_tensor(data / f"input_{k}.pb")) for k, n in enumerate(names))
+    expected = tuple(load_tensor(data / f"output_{k}.pb") for k in range(len(model.graph.output)))
     return Case(d.name, graph, tuple(imported.params().items()), feeds, expected)
-
-
-def prefixed(prefix: str, g: Graph) -> Graph:
-    def p(name: str | None) -> str | None:
-        return None if name is None else prefix + name
-
-    return g.model_copy(update={
-        "tensors": tuple(t.model_copy(update={"name": p(t.name), "updates": p(t.updates)})
-                         for t in g.tensors),
-        "nodes": tuple(n.model_copy(update={"name": p(n.name),
-                                            "inputs": tuple(map(p, n.inputs)),
-                                            "outputs": tuple(map(p, n.outputs))})
-                       for n in g.nodes),
-        "outputs": tuple(map(p, g.outputs))})
 
 
 def runnable() -> list[int]:
@@ -79,11 +66,7 @@ def runnable() -> list[int]:
 @pytest.fixture(scope="module")
 def results(tmp_path_factory) -> dict[int, dict[str, np.ndarray]]:
     """Every runnable case's outputs from one executor of their merged graph."""
-    parts = [prefixed(f"c{k}/", case(k).graph) for k in runnable()]
-    merged = check_graph(Graph(name="onnx_conformance", kind="inference",
-                               tensors=tuple(t for g in parts for t in g.tensors),
-                               nodes=tuple(n for g in parts for n in g.nodes),
-                               outputs=tuple(o for g in parts for o in g.outputs)))
+    merged = merge("onnx_conformance", {f"c{k}/": case(k).graph for k in runnable()})
     module = build_module(merged, tmp_path_factory.mktemp("onnx") / "onnx_conformance")
     ex = module.Executor()
     ex.load_params({f"c{k}/{n}": v for k in runnable() for n, v in case(k).params})

@@ -16,8 +16,7 @@ torch = pytest.importorskip("torch")
 
 from codegen.backends import RUNTIMES  # noqa: E402
 from tests.codegen.helpers import build_module  # noqa: E402
-from tests.importers.test_torch_training import _case  # noqa: E402
-from tests.importers.torch_models import MODELS  # noqa: E402
+from tests.importers.torch_models import MODELS, model_case  # noqa: E402
 from tests.importers.torch_step import (  # noqa: E402
     Step,
     export,
@@ -30,7 +29,7 @@ from tests.importers.torch_step import (  # noqa: E402
 
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_executor_step_matches_pytorch(name, tmp_path_factory):
-    model, x, labels = _case(name)
+    model, x, labels = model_case(name)
     graph, start = training_graph(export(model, torch.from_numpy(x)))
     missing = sorted({n.op for n in graph.nodes if n.op not in RUNTIMES["cpu"].ops})
     if missing:
@@ -42,7 +41,7 @@ def test_lstm_step_for_one_core_matches_pytorch(tmp_path_factory):
     """The LSTM's training graph for a 1-core step: its weight gradient one GEMM over all
     steps and its recurrent weight copied transposed once (planner/graph/weight_grads.py,
     transposed_operands.py), stepped by the executor."""
-    model, x, labels = _case("lstm")
+    model, x, labels = model_case("lstm")
     graph, start = training_graph(export(model, torch.from_numpy(x)), cores=1)
     assert any(n.op == "Transpose" and n.name.endswith("/transposed") for n in graph.nodes)
     assert not any(n.name.endswith("/gemm0") for n in graph.nodes)

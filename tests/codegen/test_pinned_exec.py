@@ -14,8 +14,8 @@ from planner.memory.options import MemoryOptions, Pin
 from planner.pipeline import PlanOptions, plan
 from planner.schedule import ScheduleOptions
 from planner.verify import verify_plan
+from tests.codegen.budget_cases import graph_of, host, run_steps
 from tests.codegen.helpers import rel_error, start_state
-from tests.codegen.test_memory_exec import graph_of, host, run_steps
 from tests.codegen.zoo_cases import allowed
 
 

@@ -1,11 +1,9 @@
 """The tf32 policy from graph to generated executor, without a GPU: a tf32 plan's schedule tells
 the CUDA executor (Schedule::tf32), for a GPU without TF32 too (the executor then runs float32
 FMA math: it checks the device at load), an fp32 plan's does not; and the bound and margins
-tests/cuda/test_cuda_tf32.py holds a GPU's TF32 GEMM to, checked on numpy's emulation of it."""
+tests/codegen/tf32_cases.py derives for a GPU's TF32 GEMM, checked on numpy's emulation of it."""
 
 from __future__ import annotations
-
-import re
 
 import numpy as np
 import pytest
@@ -16,13 +14,7 @@ from planner.graph.optimizer import Optimizer
 from planner.pipeline import plan as make_plan
 from planner.target import preset
 from planner.zoo import build as zoo
-from tests.cuda.test_cuda_tf32 import ADD, NN, RAN_TF32, TF32_PRODUCT, K, M
-
-
-def schedule_tf32(files: dict[str, str]) -> int:
-    """The tf32 field of the rendered Schedule (the one before the schedule variants)."""
-    return int(re.search(r"kSchedule = \{.*,\s*(\d),\s*\d+, kVariantNames", files["schedule.cpp"],
-                         re.S).group(1))
+from tests.codegen.tf32_cases import ADD, NN, RAN_TF32, TF32_PRODUCT, K, M, schedule_tf32
 
 
 @pytest.fixture(scope="module")

@@ -17,24 +17,12 @@ from planner.graph.optimizer import Optimizer
 from planner.zoo import build as zoo
 from tests.codegen.helpers import gpu_plan, host_plan
 from tests.codegen.zoo_cases import MODELS
-
-
-def _import(path):
-    import importlib.util
-    import sys
-
-    if "planner_cuda_rt" in sys.modules:
-        return sys.modules["planner_cuda_rt"]
-    spec = importlib.util.spec_from_file_location("planner_cuda_rt", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    sys.modules["planner_cuda_rt"] = module
-    return module
+from tests.cuda.build_results import import_runtime, schedule_strings
 
 
 @pytest.mark.nvcc
 def test_runtime_registers_the_ops_codegen_reads():
-    runtime = _import(build_runtime(backend="cuda"))
+    runtime = import_runtime(build_runtime(backend="cuda"))
     assert set(runtime.registered_ops()) == set(RUNTIMES["cuda"].registered)
 
 
@@ -53,7 +41,8 @@ def test_training_executor_builds(model, size, tmp_path):
     assert "planner_cuda_rt" in tree.files["__init__.py"]
     # Convolutions carry the plan's algorithm to their kernels.
     convs = {c.node: c.algorithm for c in plan.memory.convs}
-    assert convs and all(f"conv_algo={a}".encode() in _strings(tree) for a in convs.values())
+    strings = schedule_strings(tree)
+    assert convs and all(f"conv_algo={a}".encode() in strings for a in convs.values())
 
 
 @pytest.mark.nvcc
@@ -81,14 +70,6 @@ def test_every_zoo_plan_generates_and_compiles(model, streams, target, tmp_path)
     result = build(tree)
     arch = {"a100-80gb": "sm80", "h100-80gb": "sm90"}[target]
     assert result.runtime.parent.parent.name.startswith(f"cuda-{arch}-runtime-")
-
-
-def _strings(tree) -> bytes:
-    """The schedule's string table, as bytes (names and attrs are data, not source text)."""
-    text = tree.files["schedule.cpp"]
-    body = text[text.index("kBytes[] = {") + len("kBytes[] = {"):]
-    body = body[:body.index("}")]
-    return bytes(int(b) for b in body.replace("\n", " ").split(",") if b.strip())
 
 
 @pytest.mark.parametrize("precision", ["fp32", "bf16-mixed", "fp16-mixed"])
@@ -139,7 +120,7 @@ def test_tf32_executor_builds(tmp_path):
     kernels read it (tests/cuda/test_cuda_tf32.py runs it on a GPU)."""
     from planner.pipeline import plan as make_plan
     from planner.target import preset
-    from tests.codegen.test_tf32_plan import schedule_tf32
+    from tests.codegen.tf32_cases import schedule_tf32
 
     graph = make_training_graph(zoo("lenet", batch=4, image=16), Optimizer(kind="sgd", lr=0.1),
                                 precision="tf32")

@@ -6,7 +6,7 @@ templates/cuda/runtime/kernels/collective.cu).
 Without a GPU (CI): a GPU data-parallel plan verifies (planner verify re-derives every pair
 of ops that must be ordered, so an event covers each dependency that crosses to or from the
 comm stream), renders with the comm stream as a lane of its own, and compiles for sm_80 and
-sm_90, sharded or not. On a GPU: two ranks train the MLP of tests/codegen/test_data_parallel.py
+sm_90, sharded or not. On a GPU: two ranks train the MLP of tests/codegen/dp_harness.py
 and match PyTorch stepping the global batch with every rank holding the same bits, as the
 same model planned for the CPU does on gloo there: NCCL with a GPU per rank; on a machine of
 one GPU, where NCCL refuses two ranks on one device, the two ranks share it over gloo's CUDA
@@ -28,21 +28,21 @@ from planner.verify import verify_plan
 from tests.codegen.helpers import gpu_test_target
 
 pytest.importorskip("torch.distributed")
-from tests.codegen.test_data_parallel import (  # noqa: E402 - needs torch.distributed
+from tests.codegen.dp_harness import (  # noqa: E402 - needs torch.distributed
     BUCKET_BYTES,
     RANKS,
     SHARD,
-    _build,
-    _check_numbers,
-    _check_own_shards,
-    _data,
-    _graph,
-    _launch,
+    build_package,
+    check_numbers,
+    check_own_shards,
+    launch_ranks,
+    mlp_graph,
+    write_data,
 )
 
 
 def _plan(kind: str, target, strategy: str = "optimized", shard: bool = False):
-    return plan(_graph(kind, SHARD), target, options=PlanOptions(
+    return plan(mlp_graph(kind, SHARD), target, options=PlanOptions(
         schedule=ScheduleOptions(strategy=strategy),
         data_parallel=DataParallelOptions(ranks=RANKS, bucket_bytes=BUCKET_BYTES,
                                           shard_optimizer=shard)))
@@ -81,17 +81,17 @@ def test_two_ranks_match_one_process_on_the_global_batch(tmp_path):
     gpus = torch.cuda.device_count()
     backend = "nccl" if gpus >= RANKS else "gloo"
     package = build(render(_plan("sgd", gpu_test_target()), tmp_path / "mlp_dp_sgd")).dir
-    data, params, x, labels = _data(tmp_path)
+    data, params, x, labels = write_data(tmp_path)
     outs = [tmp_path / f"rank{r}.npz" for r in range(RANKS)]
     local = [{"DP_BACKEND": backend, "DP_DEVICE": str(r % gpus)} for r in range(RANKS)]
-    runs = _launch([package] * RANKS, data, outs, local=local, timeout_s=120.0)
-    _check_numbers("sgd", RANKS, runs, outs, params, x, labels)
+    runs = launch_ranks([package] * RANKS, data, outs, local=local, timeout_s=120.0)
+    check_numbers("sgd", RANKS, runs, outs, params, x, labels)
     # The same model planned for the CPU, its ranks on gloo: both within the float32 bound of the
     # global batch's step, so within twice it of each other.
-    cpu = _build("sgd", tmp_path)
+    cpu = build_package("sgd", tmp_path)
     cpu_outs = [tmp_path / f"cpu{r}.npz" for r in range(RANKS)]
-    _check_numbers("sgd", RANKS, _launch([cpu] * RANKS, data, cpu_outs), cpu_outs, params, x,
-                   labels)
+    check_numbers("sgd", RANKS, launch_ranks([cpu] * RANKS, data, cpu_outs), cpu_outs, params, x,
+                  labels)
 
 
 @pytest.mark.gpu
@@ -114,14 +114,14 @@ def test_sharded_optimizer_ranks_match_one_process_on_the_global_batch(tmp_path)
     kinds = ("sgd", "adam")
     packages = [build(render(_plan(kind, target, shard=True), tmp_path / f"mlp_zero1_{kind}")).dir
                 for kind in kinds]
-    data, params, x, labels = _data(tmp_path)
+    data, params, x, labels = write_data(tmp_path)
     outs = {kind: [tmp_path / f"{kind}{r}.npz" for r in range(RANKS)] for kind in kinds}
     local = [{"DP_BACKEND": backend, "DP_DEVICE": str(r % gpus)} for r in range(RANKS)]
-    runs = _launch([os.pathsep.join(map(str, packages))] * RANKS, data,
-                   [os.pathsep.join(str(outs[k][r]) for k in kinds) for r in range(RANKS)],
-                   local=local, timeout_s=120.0)
+    runs = launch_ranks([os.pathsep.join(map(str, packages))] * RANKS, data,
+                        [os.pathsep.join(str(outs[k][r]) for k in kinds) for r in range(RANKS)],
+                        local=local, timeout_s=120.0)
     for kind, package in zip(kinds, packages, strict=True):
-        _check_numbers(kind, RANKS, runs, outs[kind], params, x, labels)
-        _check_own_shards(package, outs[kind])
+        check_numbers(kind, RANKS, runs, outs[kind], params, x, labels)
+        check_own_shards(package, outs[kind])
     m = [dict(np.load(o))["shard/0/m"] for o in outs["adam"]]
     assert not np.array_equal(m[0], m[1])

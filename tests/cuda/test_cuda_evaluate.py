@@ -18,7 +18,7 @@ from planner.graph.ir import Graph
 from planner.graph.optimizer import Optimizer
 from planner.graph.prepare import GraphOptions, prepare
 from tests.codegen.helpers import gpu_plan, rel_error
-from tests.graph.test_evaluation_graph import bn_dropout_net
+from tests.graph.evaluation_cases import bn_dropout_net
 
 
 @pytest.mark.gpu

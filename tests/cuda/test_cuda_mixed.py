@@ -2,20 +2,19 @@
 kernels (cuDNN convolutions and cuBLAS GEMMs in bfloat16 / float16 with float32 compute, batch
 norm with float32 statistics, pooling, the generated pointwise kernels, Cast, the loss-scaling
 ops) against the reference interpreter's emulated low-type step, with the CPU executor's checks
-and tolerances (tests/codegen/test_mixed_precision.py, test_mixed_kernels.py,
-test_loss_scale.py): each value within 2u|want| + 2^-16 max|want| (kernels), the loss within 4u
-and every update within 4u of its largest element (steps), u = 2^-8 for bfloat16 and 2^-11
-for float16. Marked gpu: skipped without one; bench/device/gpu_tests.sh runs them on a lent
-GPU."""
+and tolerances (tests/codegen/mixed_cases.py, mixed_kernel_cases.py, loss_scale_check.py):
+each value within 2u|want| + 2^-16 max|want| (kernels), the loss within 4u and every update
+within 4u of its largest element (steps), u = 2^-8 for bfloat16 and 2^-11 for float16.
+Marked gpu: skipped without one; bench/device/gpu_tests.sh runs them on a lent GPU."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from tests.codegen.test_loss_scale import check_loss_scaling
-from tests.codegen.test_mixed_kernels import OPS, check_kernel, kernel_results
-from tests.codegen.test_mixed_precision import CASES, check_casts, check_mixed_step
+from tests.codegen.loss_scale_check import check_loss_scaling
+from tests.codegen.mixed_cases import CASES, check_casts, check_mixed_step
+from tests.codegen.mixed_kernel_cases import OPS, check_kernel, kernel_results
 
 pytestmark = pytest.mark.gpu
 

@@ -1,30 +1,18 @@
 """The tf32 precision policy on a GPU with TF32 (compute capability 8.0 or newer): the float32
 convolutions (forward, data and filter gradients) and GEMM of one executor step against the
-float64 reference, within TF32's bound; the same graph without the policy within float32's.
+float64 reference, within TF32's bound (tests/codegen/tf32_cases.py derives it); the same graph
+without the policy within float32's.
 
-Tolerance. TF32 keeps 10 of float32's 23 significand bits. A library that rounds its operands
-to TF32 errs by at most u = 2^-11 of each; tensor cores fed raw float32 ignore the 13 low bits,
-a truncation of at most 2u = 2^-10. Take the latter for both operands: a product of rounded
-operands is off by at most (1 + 2^-10)^2 - 1 <= 2^-9 + 2^-20 of |a||b|. The K products are
-summed in float32 (tensor cores accumulate in float32; allow each add 2^-23, a truncating
-adder's error, not 2^-24), so each element y = sum_k a_k b_k is held to
+K in the bound is each op's contraction length (C kh kw for the forward convolution, O kh kw for
+its data gradient, N oh ow for its filter gradient, the shared axis for the GEMM); the last
+factor, sum_k |a_k| |b_k|, is the reference step run on the inputs' absolute values (every op
+here is bilinear in its two inputs). The float32 step is held to 1e-3 of the largest value, the
+GPU executor's promise with TF32 off (tests/cuda/test_cuda_executor.py).
 
-    |got - exact| <= (2^-9 + 2^-20 + K 2^-23) * sum_k |a_k| |b_k|,
-
-the last factor being the reference step run on the inputs' absolute values (every op here is
-bilinear in its two inputs). K is each op's contraction length (C kh kw for the forward
-convolution, O kh kw for its data gradient, N oh ow for its filter gradient, the shared axis for
-the GEMM). The float32 step is held to 1e-3 of the largest value, the GPU executor's promise
-with TF32 off (tests/cuda/test_cuda_executor.py).
-
-That TF32 really ran: a 64 x 128 x 96 GEMM under CUBLAS_COMPUTE_32F_FAST_TF32 runs on TF32
-tensor cores, and its errors then sit near 2^-11 / sqrt(K) of sum|a||b| (about 4e-5 here; the
-rounding errors of the K products have random signs), against float32's near 2^-24 / sqrt(K)
-(5e-9): the largest ratio is above 2^-18 with tf32 and below it without (the numpy emulation
-of both in tests/codegen/test_tf32_plan.py checks these margins without a GPU). cuDNN's
-CUDNN_DEFAULT_MATH only allows TF32 (it may still pick an FMA algorithm), so the convolutions
-are held to the bound alone. Marked gpu: skipped without one; bench/device/gpu_tests.sh runs
-it on a lent GPU.
+That TF32 really ran: the GEMM's largest error ratio is above RAN_TF32 with tf32 and below it
+without. cuDNN's CUDNN_DEFAULT_MATH only allows TF32 (it may still pick an FMA algorithm), so
+the convolutions are held to the bound alone. Marked gpu: skipped without one;
+bench/device/gpu_tests.sh runs it on a lent GPU.
 """
 
 from __future__ import annotations
@@ -38,17 +26,14 @@ from codegen.render import render
 from planner.graph.builder import GraphBuilder
 from planner.graph.interpret import run, widened
 from tests.codegen.helpers import gpu_plan, rel_error
+from tests.codegen.tf32_cases import ADD, NN, RAN_TF32, TF32_PRODUCT, K, M
 
 pytestmark = pytest.mark.gpu
 
-TF32_PRODUCT = 2.0 ** -9 + 2.0 ** -20   # two operands truncated to TF32, per |a||b|
-ADD = 2.0 ** -23                         # one float32 add of the accumulation
-RAN_TF32 = 2.0 ** -18                    # the GEMM's largest error ratio: TF32 above, float32 below
 FP32_TOL = 1e-3
 
 CONV = {"strides": [1, 1], "pads": [1, 1, 1, 1], "groups": 1}
 N, C, O, H, W, KH, KW = 4, 16, 24, 8, 8, 3, 3
-M, K, NN = 64, 128, 96
 # output -> its contraction length
 CONTRACTION = {"conv": C * KH * KW, "conv_data": O * KH * KW, "conv_filter": N * H * W,
                "matmul": K}

@@ -24,7 +24,7 @@ from planner.load import load_graph
 from planner.target import preset
 from planner.verify import verify_plan
 from tests.codegen.helpers import rel_error, start_state
-from tests.cuda.test_cuda_build import _import, _strings
+from tests.cuda.build_results import import_runtime, schedule_strings
 
 SPEC = "zoo:lenet?image=8&batch=4"
 
@@ -50,9 +50,9 @@ def test_profiling_plan_compiles_against_the_runtime(graph, tmp_path):
     assert len(plan.ops) == sum(len(BLOCKS) if w == "launches" else 1 for w in kinds)
     assert verify_plan(plan) == []
     tree = render(plan, tmp_path / "profile", layout="plan")
-    assert all(f"block={b}".encode() in _strings(tree) for b in BLOCKS)
+    assert all(f"block={b}".encode() in schedule_strings(tree) for b in BLOCKS)
     result = build(tree)
-    runtime = _import(result.runtime)
+    runtime = import_runtime(result.runtime)
     assert hasattr(runtime.Executor, "find")
 
 

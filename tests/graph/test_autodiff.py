@@ -21,6 +21,7 @@ from planner.graph.ir import Graph, Node, Tensor
 from planner.graph.optimizer import Optimizer
 from planner.graph.summary import summarize
 from planner.ops import REGISTRY, get_op
+from tests.zoo.small_configs import SMALL_TRAINING
 
 SGD = Optimizer(kind="sgd", lr=0.1)
 
@@ -334,25 +335,6 @@ def test_op_gradient_matches_finite_differences(op, case):
 
 # ---- finite differences, model by model --------------------------------------------------------
 
-# Small versions of every zoo model: every layer kind kept, channels and images shrunk. Batch 4
-# where the last BatchNorms see 1x1 maps: over two values their variance can come near epsilon,
-# where the loss curves too sharply for finite differences.
-SMALL_MODELS = {
-    "mlp": dict(batch=3, in_features=5, hidden=[4, 3], classes=3),
-    "lenet": dict(batch=2, image=8, width=0.5),
-    "alexnet": dict(batch=2, image=63, width=0.0625, classes=5),
-    "vgg16": dict(batch=2, image=32, width=0.0625, depth=11, classes=5),
-    "resnet": dict(batch=2, image=32, width=0.0625, depth=18, classes=5),
-    "inception_v3": dict(batch=4, image=75, width=0.0625, classes=5),
-    "densenet": dict(batch=4, image=32, width=0.125, classes=5),
-    "wide_deep": dict(batch=4, tables=3, vocab=[10], dim=2, dense=3, hidden=[4]),
-    "dcgan": dict(batch=2, image=8, nz=4, width=0.0625),
-    "lstm": dict(batch=2, seq=3, hidden=4, vocab=7, layers=2, dropout=0.3),
-    "gpt": dict(batch=2, seq=4, dim=8, heads=2, layers=2, vocab=7),
-    "bert": dict(batch=2, seq=4, dim=8, heads=2, layers=2, vocab=7),
-}
-
-
 def directional_errors(graph: Graph, samples: int = 4, seed: int = 0) -> dict[str, float]:
     """Relative errors of <grad, d> against central differences of the loss along d: for one
     random direction d over all params together, and for d over single params (the first one,
@@ -389,11 +371,11 @@ def directional_errors(graph: Graph, samples: int = 4, seed: int = 0) -> dict[st
     return errors
 
 
-@pytest.mark.parametrize("model", sorted(SMALL_MODELS))
+@pytest.mark.parametrize("model", sorted(SMALL_TRAINING))
 def test_zoo_model_gradients_match_finite_differences(model):
     from planner.zoo import build
 
-    errors = directional_errors(build(model, **SMALL_MODELS[model]))
+    errors = directional_errors(build(model, **SMALL_TRAINING[model]))
     assert max(errors.values()) < 1e-4, errors
 
 
@@ -412,7 +394,7 @@ def test_resnet50_training_graph_convolution_counts():
 def test_zoo_training_graphs_are_valid(model, kind):
     from planner.zoo import build
 
-    forward = build(model, **SMALL_MODELS[model])
+    forward = build(model, **SMALL_TRAINING[model])
     g = check_graph(make_training_graph(forward, Optimizer(kind=kind)))
     trained = {t.updates for t in g.tensors if t.role == "param" and t.updates}
     assert trained == {t.name for t in forward.by_role("param")}
@@ -474,7 +456,7 @@ def test_adam_first_step_moves_each_weight_by_lr_and_counts_steps():
 def test_train_step_returns_batchnorm_running_statistics():
     from planner.zoo import build
 
-    forward = build("resnet", **SMALL_MODELS["resnet"])
+    forward = build("resnet", **SMALL_TRAINING["resnet"])
     g = make_training_graph(forward, SGD)
     bn = next(n for n in g.nodes if n.op == "BatchNorm")
     new_mean, new_var = (g.tensor(o) for o in bn.outputs[1:3])
@@ -507,7 +489,7 @@ def test_training_reduces_the_loss_of_a_tiny_mlp():
 def test_summary_of_a_training_graph_splits_phases():
     from planner.zoo import build
 
-    forward = build("lenet", **SMALL_MODELS["lenet"])
+    forward = build("lenet", **SMALL_TRAINING["lenet"])
     before = summarize(forward)
     assert "phases" not in before and before["op_counts"]["Conv2D"] == 2
     s = summarize(make_training_graph(forward, Optimizer(kind="adam")))

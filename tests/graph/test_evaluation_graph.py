@@ -5,25 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from planner.graph import GraphBuilder
 from planner.graph.evaluation import evaluation_graph
 from planner.graph.interpret import init_params, random_feeds, run
 from planner.graph.optimizer import Optimizer
 from planner.graph.prepare import GraphOptions, prepare
 from planner.graph.validate import GraphError
-from planner.zoo.layers import batch_norm, dropout
-
-
-def bn_dropout_net() -> GraphBuilder:
-    """x -> MatMul -> BatchNorm -> Relu -> Dropout -> MatMul -> cross-entropy."""
-    b = GraphBuilder("bn_dropout")
-    x, y = b.input("x", (6, 5)), b.input("y", (6,), dtype="int64", role="label")
-    h = b.op("MatMul", [x, b.param("w1", (5, 4), init="glorot")], name="fc1")
-    h = b.op("Relu", [batch_norm(b, h, name="bn")], name="relu")
-    h = dropout(b, h, rate=0.5, seed=3, name="drop")
-    logits = b.op("MatMul", [h, b.param("w2", (4, 3), init="glorot")], name="fc2")
-    loss = b.op("SoftmaxCrossEntropy", [logits, y], name="loss")
-    return b.build(outputs=[logits, loss])
+from tests.graph.evaluation_cases import bn_dropout_net
 
 
 def training(graph, kind: str = "adam"):

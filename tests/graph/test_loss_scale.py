@@ -22,41 +22,18 @@ from planner.graph.autodiff import FOUND_INF, LOSS_SCALE, make_training_graph
 from planner.graph.interpret import INIT_LOSS_SCALE, init_params, random_feeds, run
 from planner.graph.optimizer import LossScaling, Optimizer
 from planner.zoo import build
-from tests.graph.test_autodiff import SMALL_MODELS
+from tests.graph.loss_scale_cases import (
+    GROWTH_INTERVAL,
+    OVERFLOW_STEP,
+    STEPS,
+    feeds_for,
+    loss_scaled_mlp,
+    params,
+    torch_scales,
+)
+from tests.zoo.small_configs import SMALL_TRAINING
 
 U16 = 2.0 ** -11
-GROWTH_INTERVAL = 3
-OVERFLOW_STEP = 2      # its input is large enough that the scaled gradients overflow float16
-STEPS = 8
-
-
-def graph(kind: str, scaling: LossScaling | None = None):
-    return make_training_graph(build("mlp", batch=4, hidden=[8], in_features=6, classes=3),
-                               Optimizer(kind=kind, lr=0.01), precision="fp16-mixed",
-                               loss_scaling=scaling or LossScaling(growth_interval=GROWTH_INTERVAL))
-
-
-def params(g) -> list[str]:
-    return [t.updates for t in g.tensors if t.role == "param" and t.updates]
-
-
-def feeds_for(g, step: int) -> dict[str, np.ndarray]:
-    f = random_feeds(g, seed=10 + step)
-    scale = 1e3 if step == OVERFLOW_STEP else 0.1   # 1e3 * 2^16 / 4 per element: past 65504
-    return {**f, "x": (f["x"] * scale).astype(np.float32)}
-
-
-def torch_scales(flags: list[bool], growth_interval: int) -> list[float]:
-    """The scale after each step, by PyTorch's update (GradScaler's defaults otherwise)."""
-    torch = pytest.importorskip("torch")
-    scale = torch.full((), INIT_LOSS_SCALE, dtype=torch.float32)
-    tracker = torch.zeros((), dtype=torch.int32)
-    out = []
-    for found in flags:
-        torch._amp_update_scale_(scale, tracker, torch.full((), float(found)), 2.0, 0.5,
-                                 growth_interval)
-        out.append(float(scale))
-    return out
 
 
 def train(g, steps: list[int], state):
@@ -80,7 +57,7 @@ pytestmark = [pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWar
 
 @pytest.mark.parametrize("kind", ["sgd", "momentum", "adam"])
 def test_overflow_skips_the_step_and_the_scale_follows_torch(kind):
-    g = graph(kind)
+    g = loss_scaled_mlp(kind)
     history = train(g, list(range(STEPS)), init_params(g, seed=1))
     flags = [found == 1.0 for found, _, _ in history]
     assert flags == [s == OVERFLOW_STEP for s in range(STEPS)]
@@ -100,7 +77,7 @@ def test_overflow_skips_the_step_and_the_scale_follows_torch(kind):
 
 @pytest.mark.parametrize("kind", ["sgd", "adam"])
 def test_clean_steps_match_unscaled_fp16_mixed(kind):
-    g, plain = graph(kind), graph(kind, LossScaling(enabled=False))
+    g, plain = loss_scaled_mlp(kind), loss_scaled_mlp(kind, LossScaling(enabled=False))
     assert not any(n.op == "UnscaleGrads" for n in plain.nodes)
     state = init_params(g, seed=1)
     clean = [s for s in range(STEPS) if s != OVERFLOW_STEP]
@@ -163,13 +140,13 @@ def test_zoo_models_skip_overflowing_steps(model):
     assert scales == torch_scales(flags, 2)
 
 
-@pytest.mark.parametrize("model", sorted(SMALL_MODELS))
+@pytest.mark.parametrize("model", sorted(SMALL_TRAINING))
 def test_every_zoo_model_skips_a_step_forced_to_overflow(model):
     """Every zoo model (small sizes): a loss scale of 2^40 set before step 1 overflows float16
     (any gradient element above 2^-24 scales past 65504); that step keeps params and optimizer
     state bit-identical and halves the scale; every step keeps them exactly when it is flagged.
     (Models whose inputs are token ids take no large input: the scale forces the overflow.)"""
-    g = make_training_graph(build(model, **SMALL_MODELS[model]),
+    g = make_training_graph(build(model, **SMALL_TRAINING[model]),
                             Optimizer(kind="momentum", lr=0.01), precision="fp16-mixed")
     state = init_params(g, seed=1)
     kept = [t.updates for t in g.tensors

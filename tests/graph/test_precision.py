@@ -182,11 +182,11 @@ def test_zoo_models_track_the_float32_loss_curve_in_bf16_mixed(model):
 
 
 def test_tolerance_sees_bfloat16_rounding():
-    """The executor test's bound (4u of each update, tests/codegen/test_mixed_precision.py) is
+    """The executor test's bound (4u of each update, tests/codegen/mixed_cases.py) is
     tight enough to tell a bfloat16 step from a float32 one: on that test's LeNet and start,
     the two reference steps differ by more than it."""
     from tests.codegen.helpers import start_state
-    from tests.codegen.test_mixed_precision import MODELS, mixed_graph, update_errors
+    from tests.codegen.mixed_cases import MODELS, mixed_graph, update_errors
 
     g16 = mixed_graph("lenet")
     g32 = make_training_graph(build("lenet", **MODELS["lenet"]), Optimizer(kind="sgd", lr=0.1))

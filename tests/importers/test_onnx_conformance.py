@@ -14,16 +14,12 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from onnx import numpy_helper
 
 from planner.graph import check_graph
 from planner.graph.interpret import run
 from planner.importers import OnnxImportError, import_onnx
 from tests.importers.node_cases import excess
-from tests.importers.onnx_models import ONNX_DATA
-
-CASE_DIRS = sorted(p for sub in ("pytorch-converted", "pytorch-operator")
-                   for p in (ONNX_DATA / sub).iterdir() if (p / "model.onnx").exists())
+from tests.importers.pytorch_cases import CASE_DIRS, load_tensor
 
 # What the planner does not have, by design or not yet: 3-D convolutions and pools, and
 # InstanceNormalization.
@@ -35,10 +31,6 @@ class Outcome:
     case: str
     unsupported: tuple[str, ...] = ()  # non-empty: skipped
     worst: float = 0.0                 # largest |got - want| / (rtol |want| + atol)
-
-
-def _load(path: Path) -> np.ndarray:
-    return numpy_helper.to_array(onnx.load_tensor(str(path)))
 
 
 @cache
@@ -54,8 +46,8 @@ def outcome(case_dir: Path) -> Outcome:
     data = case_dir / "test_data_set_0"
     initializers = {t.name for t in model.graph.initializer}
     names = [i.name for i in model.graph.input if i.name not in initializers]
-    feeds = {n: _load(data / f"input_{k}.pb") for k, n in enumerate(names)}
-    expected = [_load(data / f"output_{k}.pb") for k in range(len(model.graph.output))]
+    feeds = {n: load_tensor(data / f"input_{k}.pb") for k, n in enumerate(names)}
+    expected = [load_tensor(data / f"output_{k}.pb") for k in range(len(model.graph.output))]
     with np.errstate(invalid="ignore"):  # Sqrt and Pow cases have NaNs on purpose
         got = run(graph, feeds, imported.params(), keep="outputs")
     worst = 0.0

@@ -4,16 +4,8 @@ other tests) train through torch.export, the planner and a built executor as thr
 For each module, `trainer` builds the executor for this host; three SGD steps and, separately,
 three Adam steps on fixed batches must leave every parameter and buffer (keyed by
 state_dict() names; BatchNorm's running statistics and num_batches_tracked included) where
-PyTorch's own optimizer leaves them.
-
-Tolerance: the result is compared with PyTorch run in float64 (the exact answer to float32
-precision). Each float32 implementation differs from it by rounding, accumulated over the
-forward pass, the backward pass and three updates; PyTorch's own float32 run shows how large
-that is for this model and tensor (|t32 - t64|, "noise"). The executor sums in other orders
-(oneDNN's blocked GEMMs and convolutions), so its rounding differs but is of the same size: it
-may be off by 10 x noise, plus 16 float32 ulps of the tensor's scale for tensors where
-PyTorch's float32 happens to be exact (tests/importers/torch_step.py, `mismatches`). The losses
-of the steps agree to 1e-4 relative.
+PyTorch's own optimizer leaves them, within the float32 noise that
+tests/importers/torch_training_check.py measures.
 """
 
 from __future__ import annotations
@@ -33,9 +25,12 @@ from planner.torch import TorchImportError, load_pt2  # noqa: E402
 from planner.torch.convert import convert  # noqa: E402
 from planner.torch.training import export, trainer  # noqa: E402
 from tests.importers.torch_step import Step, mismatches  # noqa: E402
-
-STEPS = 3
-LR = {"sgd": 0.05, "adam": 0.01}
+from tests.importers.torch_training_check import (  # noqa: E402
+    LR,
+    STEPS,
+    torch_run,
+    trains_like_pytorch,
+)
 
 
 class SmallCNN(nn.Module):
@@ -145,37 +140,6 @@ def _case(name: str):
     g = torch.Generator().manual_seed(1)
     batches = [(torch.randn(*shape, generator=g), labels(g)) for _ in range(STEPS)]
     return model, loss, batches
-
-
-def _torch_run(model, loss, batches, optimizer: str, dtype) -> Step:
-    model = copy.deepcopy(model).to(dtype)
-    opt = (torch.optim.SGD(model.parameters(), lr=LR["sgd"]) if optimizer == "sgd"
-           else torch.optim.Adam(model.parameters(), lr=LR["adam"]))
-    losses = []
-    for x, y in batches:
-        opt.zero_grad()
-        value = loss(model(x.to(dtype) if x.is_floating_point() else x),
-                     y.to(dtype) if y.is_floating_point() else y)
-        value.backward()
-        opt.step()
-        losses.append(float(value))
-    return Step(losses[-1], {k: v.detach().numpy().copy() for k, v in model.state_dict().items()})
-
-
-def trains_like_pytorch(model, loss, batches, optimizer: str, out_dir):
-    """Our trainer and PyTorch (float32 and float64) step `model` on `batches`; our params()
-    are keyed like its state_dict() and within float32 noise of PyTorch's (`mismatches`).
-    Returns (trainer, ours, PyTorch float32, PyTorch float64)."""
-    x0, y0 = batches[0]
-    t = trainer(model, (x0,), loss=loss, labels=y0, optimizer=optimizer, lr=LR[optimizer],
-                out_dir=out_dir)
-    losses = [t.step(x, y) for x, y in batches]
-    ours = Step(losses[-1], t.params())
-    f32 = _torch_run(model, loss, batches, optimizer, torch.float32)
-    f64 = _torch_run(model, loss, batches, optimizer, torch.float64)
-    assert set(ours.state) == set(model.state_dict())
-    assert mismatches(ours, f32, f64) == []
-    return t, ours, f32, f64
 
 
 @pytest.mark.parametrize("optimizer", ["sgd", "adam"])
@@ -301,8 +265,8 @@ def test_tied_weights_train_as_one(tmp_path):
                 lr=LR["sgd"], out_dir=tmp_path)
     losses = [t.step(x, y) for x, y in batches]
     ours = Step(losses[-1], t.params())
-    f32 = _torch_run(model, loss, batches, "sgd", torch.float32)
-    f64 = _torch_run(model, loss, batches, "sgd", torch.float64)
+    f32 = torch_run(model, loss, batches, "sgd", torch.float32)
+    f64 = torch_run(model, loss, batches, "sgd", torch.float64)
     assert set(ours.state) == set(model.state_dict())
     assert mismatches(ours, f32, f64) == []
     np.testing.assert_array_equal(ours.state["out.weight"], ours.state["embed.weight"])

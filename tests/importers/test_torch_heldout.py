@@ -1,8 +1,8 @@
 """planner.torch on held-out models (torch_heldout.py: flip, GRU LM, MobileNetV3 and ConvNeXt
 blocks, a ViT with a class token): each trains through torch.export, the planner and a built
 CPU executor, and after three SGD steps on fixed batches its params(), keyed by state_dict()
-names, equal PyTorch's within float32 noise (the tolerance argument of test_torch_export.py,
-tests/importers/torch_step.py `mismatches`).
+names, equal PyTorch's within float32 noise (the tolerance argument of
+tests/importers/torch_training_check.py, tests/importers/torch_step.py `mismatches`).
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from planner.ops.base import get_op  # noqa: E402
 from planner.torch import TorchImportError  # noqa: E402
 from planner.torch.convert import convert  # noqa: E402
 from planner.torch.training import export  # noqa: E402
-from tests.importers.test_torch_export import STEPS, trains_like_pytorch  # noqa: E402
 from tests.importers.torch_heldout import MODELS  # noqa: E402
+from tests.importers.torch_training_check import STEPS, trains_like_pytorch  # noqa: E402
 
 
 def _case(name: str):

@@ -16,7 +16,7 @@ torch = pytest.importorskip("torch")
 from torch import nn  # noqa: E402
 
 from planner.graph.interpret import train_step  # noqa: E402
-from tests.importers.torch_models import CLASSES, MODELS  # noqa: E402
+from tests.importers.torch_models import MODELS, model_case  # noqa: E402
 from tests.importers.torch_step import (  # noqa: E402
     LR,
     export,
@@ -34,24 +34,9 @@ from tests.importers.torch_step import (  # noqa: E402
 DYNAMO_MODELS = ["squeezenet", "transformer", "lstm"]
 
 
-def _case(name: str, seed: int = 0):
-    make, shape = MODELS[name]
-    torch.manual_seed(seed)
-    model = make()
-    with torch.no_grad():
-        # Moved off their initial constants (LayerNorm's ones and zeros): the dynamo exporter
-        # merges initializers of equal value, which would tie fresh norm layers' weights.
-        for p in model.parameters():
-            p.add_(0.1 * torch.randn_like(p))
-    rng = np.random.default_rng(seed)
-    x = rng.standard_normal(shape).astype(np.float32)
-    labels = rng.integers(0, CLASSES, shape[0]).astype(np.int64)
-    return model, x, labels
-
-
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_one_sgd_step_matches_pytorch(name):
-    model, x, labels = _case(name)
+    model, x, labels = model_case(name)
     ours, start = planner_step(export(model, torch.from_numpy(x)), x, labels)
     f32 = torch_step(model, x, labels, torch.float32, start)
     f64 = torch_step(model, x, labels, torch.float64, start)
@@ -64,7 +49,7 @@ def test_one_sgd_step_matches_pytorch(name):
 @pytest.mark.parametrize("name", DYNAMO_MODELS)
 def test_dynamo_export_matches_pytorch(name):
     pytest.importorskip("onnxscript")  # the dynamo exporter's translator
-    model, x, labels = _case(name)
+    model, x, labels = model_case(name)
     ours, start = planner_step(export(model, torch.from_numpy(x), dynamo=True, opset=18), x,
                                labels)
     f32 = torch_step(model, x, labels, torch.float32, start)
@@ -87,7 +72,7 @@ OPSETS += [("lstm", 9), ("lstm", 21), ("transformer", 14), ("transformer", 21),
 
 @pytest.mark.parametrize(("name", "opset"), OPSETS)
 def test_opsets(name, opset):
-    model, x, labels = _case(name)
+    model, x, labels = model_case(name)
     ours, start = planner_step(export(model, torch.from_numpy(x), opset=opset), x, labels)
     f32 = torch_step(model, x, labels, torch.float32, start)
     f64 = torch_step(model, x, labels, torch.float64, start)
@@ -103,7 +88,7 @@ def test_dynamo_exports_of_batchnorm_models_train(name):
     # checked, for the four parameters with the largest step, against central differences of
     # the loss along that step.
     pytest.importorskip("onnxscript")
-    model, x, labels = _case(name)
+    model, x, labels = model_case(name)
     graph, state = training_graph(export(model, torch.from_numpy(x), dynamo=True, opset=18))
     feeds = feeds_of(graph, x, labels)
     outputs, new = train_step(graph, feeds, state)
@@ -137,7 +122,7 @@ def test_dynamo_exports_of_batchnorm_models_train(name):
 
 
 def test_batchnorm_running_statistics_follow_pytorch_train():
-    model, x, labels = _case("resnet")
+    model, x, labels = model_case("resnet")
     graph, _ = training_graph(export(model, torch.from_numpy(x)))
     updated = {t.updates for t in graph.tensors if t.updates}
     stats = {k for k in model.state_dict() if k.endswith(("running_mean", "running_var"))}
@@ -145,7 +130,7 @@ def test_batchnorm_running_statistics_follow_pytorch_train():
 
 
 def test_dropout_keeps_its_ratio():
-    model, x, _ = _case("vgg_bn")
+    model, x, _ = model_case("vgg_bn")
     graph, _ = training_graph(export(model, torch.from_numpy(x)))
     dropouts = [n for n in graph.nodes if n.op == "Dropout"]
     assert [n.attrs["rate"] for n in dropouts] == [pytest.approx(0.5)]
@@ -153,7 +138,7 @@ def test_dropout_keeps_its_ratio():
 
 
 def test_inference_export_trains_with_frozen_statistics():
-    model, x, _ = _case("resnet")
+    model, x, _ = model_case("resnet")
     model.eval()
     import io
 
@@ -181,7 +166,7 @@ def test_export_with_its_loss_trains_without_attaching_one():
     from planner.graph import Optimizer, init_params, make_training_graph
     from planner.importers import import_onnx
 
-    model, x, labels = _case("resnet")
+    model, x, labels = model_case("resnet")
     f = io.BytesIO()
     torch.onnx.export(_WithLoss(model).train(), (torch.from_numpy(x), torch.from_numpy(labels)),
                       f, dynamo=False, opset_version=17, input_names=["images", "labels"],

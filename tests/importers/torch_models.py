@@ -18,10 +18,12 @@ ops are built for the CUDA one), so these stand in for it:
 | lstm        | nn.LSTM (ONNX LSTM), its last step into a Linear                             |
 
 MODELS maps a name to (constructor, input shape); every model returns (N, CLASSES) logits.
+model_case builds one, seeded, with a batch of inputs and labels.
 """
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -246,3 +248,19 @@ MODELS = {
     "transformer": (Transformer, SEQUENCE),
     "lstm": (LSTM, (3, 4, 6)),
 }
+
+
+def model_case(name: str, seed: int = 0):
+    """(model, x, labels): the MODELS model `name`, seeded, and a batch for it (numpy)."""
+    make, shape = MODELS[name]
+    torch.manual_seed(seed)
+    model = make()
+    with torch.no_grad():
+        # Moved off their initial constants (LayerNorm's ones and zeros): the dynamo exporter
+        # merges initializers of equal value, which would tie fresh norm layers' weights.
+        for p in model.parameters():
+            p.add_(0.1 * torch.randn_like(p))
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal(shape).astype(np.float32)
+    labels = rng.integers(0, CLASSES, shape[0]).astype(np.int64)
+    return model, x, labels

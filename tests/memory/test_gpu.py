@@ -10,16 +10,15 @@ import pytest
 
 from planner.costs import CostModel, graph_signatures
 from planner.costs.convalgo import conv_algorithms
-from planner.graph.interpret import init_params, random_feeds, train_step
 from planner.memory import InfeasibleBudget, MemoryOptions
 from planner.ops import get_op
 from planner.pipeline import PlanOptions, place, plan
-from planner.replay import replay
 from planner.schedule import ScheduleOptions, stream_schedule
 from planner.target import preset
 from planner.verify import verify_plan_data
 from planner.verify.memory import verify_memory_data
 from tests.memory.conftest import training
+from tests.memory.replay_check import same_step
 
 FAST = ("best-fit-size", "best-fit-breadth", "first-fit-start")
 MODEL = CostModel(preset("k40c-12gb"))
@@ -51,20 +50,6 @@ def alexnet():
 @pytest.fixture(scope="module")
 def resnet():
     return training("resnet", "momentum", batch=4, image=16, width=0.25, depth=18, classes=4)
-
-
-REFERENCE: dict[str, tuple] = {}
-
-
-def same_step(plan, graph) -> bool:
-    """The plan run on real bytes gives the reference interpreter's step, bit for bit."""
-    feeds, state = random_feeds(graph), init_params(graph)
-    if graph.name not in REFERENCE:
-        REFERENCE[graph.name] = train_step(graph, feeds, state)
-    want_out, want_state = REFERENCE[graph.name]
-    out, new = replay(plan, feeds, state)
-    return all(np.array_equal(out[k], want_out[k]) for k in want_out) and \
-        all(np.array_equal(new[k], want_state[k]) for k in want_state)
 
 
 def sound(plan) -> bool:

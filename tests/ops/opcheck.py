@@ -56,6 +56,17 @@ def reference(op: str, inputs: Sequence[np.ndarray], attrs: dict[str, Any] | Non
     return opdef.reference(list(inputs), opdef.normalize_attrs(dict(attrs or {})))
 
 
+def checked_reference(op: str, inputs: Sequence[np.ndarray], **attrs: Any) -> list[np.ndarray]:
+    """The op's reference, after checking that its shape rule gives the shapes and dtypes the
+    reference produced (a planner that trusts the shape rule allocates by it)."""
+    opdef = get_op(op)
+    full = opdef.normalize_attrs(attrs)
+    types = opdef.infer([TensorType(x.shape, str(x.dtype)) for x in inputs], full)
+    outputs = opdef.reference(list(inputs), full)
+    assert [(y.shape, str(y.dtype)) for y in outputs] == [(t.shape, t.dtype) for t in types]
+    return outputs
+
+
 def apply_rule(op: str, inputs: Sequence[np.ndarray], attrs: dict[str, Any] | None = None,
                wrt: Sequence[int] | None = None, seed: int = 0, of: Sequence[int] | None = None
                ) -> tuple[list[np.ndarray | None], list[np.ndarray], list[str]]:
@@ -119,6 +130,8 @@ def check_gradient(op: str, inputs: Sequence[np.ndarray], attrs: dict[str, Any] 
     assert wanted, f"{op}: the rule gave no gradient at all"
     for k in wanted:
         assert grads[k] is not None, f"{op}: no gradient for input {k}"
+        # A float32 gradient of a float64 input would pass the tolerance and hide the cast.
+        assert grads[k].dtype == inputs[k].dtype, f"{op}: input {k} gradient is {grads[k].dtype}"
         expected = numeric_gradient(op, inputs, attrs, dys, k, of=of)
         err = rel_error(grads[k], expected)
         assert err < tol, f"{op}: input {k} gradient rel. error {err:.2e}"

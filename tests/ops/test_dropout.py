@@ -8,7 +8,7 @@ import pytest
 
 from planner.ops import OpError, TensorType, get_op
 from planner.ops.dropout import GOLDEN_GAMMA, dropout_mask, splitmix64
-from tests.ops.test_shape import check_gradient, ref
+from tests.ops.opcheck import check_gradient, checked_reference
 
 M64 = (1 << 64) - 1
 
@@ -65,25 +65,25 @@ def test_mask_is_deterministic_differs_across_seeds_and_keeps_one_minus_rate():
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_dropout_forward_scales_kept_elements(dtype):
     x = np.random.default_rng(1).standard_normal((4, 3, 5)).astype(dtype)
-    (y,) = ref("Dropout", [x], rate=0.25, seed=9)
+    (y,) = checked_reference("Dropout", [x], rate=0.25, seed=9)
     keep = dropout_mask(9, x.size, 0.25).reshape(x.shape)
     assert y.dtype == dtype
     assert np.array_equal(y[keep], x[keep] / dtype(0.75)) and not y[~keep].any()
     # As torch.nn.functional.dropout: kept elements are x / (1 - p), the rest 0.
-    (identity,) = ref("Dropout", [x], rate=0.0, seed=9)
+    (identity,) = checked_reference("Dropout", [x], rate=0.0, seed=9)
     assert np.array_equal(identity, x)
 
 
 def test_dropout_grad_recomputes_the_forward_mask():
     x = np.random.default_rng(2).standard_normal((6, 7)).astype(np.float32)
-    (y,) = ref("Dropout", [x], rate=0.5, seed=77)
-    (dx,) = ref("DropoutGrad", [np.ones_like(x)], rate=0.5, seed=77)
+    (y,) = checked_reference("Dropout", [x], rate=0.5, seed=77)
+    (dx,) = checked_reference("DropoutGrad", [np.ones_like(x)], rate=0.5, seed=77)
     assert np.array_equal(dx != 0, y != 0) and np.all(dx[dx != 0] == 2.0)
 
 
 def test_dropout_gradient_rule_by_finite_differences():
     x = np.random.default_rng(3).standard_normal((3, 4))
-    check_gradient("Dropout", {"x": x}, {"rate": 0.4, "seed": 2}, wrt=["x"])
+    check_gradient("Dropout", [x], {"rate": 0.4, "seed": 2})
 
 
 def test_dropout_flops_and_errors():
@@ -102,12 +102,13 @@ def test_dropout_flops_and_errors():
 
 def test_step_input_moves_the_seed_and_grad_follows():
     x = np.random.default_rng(4).standard_normal((8, 9)).astype(np.float32)
-    at = {step: ref("Dropout", [x, np.int64(step)], rate=0.5, seed=3)[0] for step in (0, 1, 2)}
+    at = {step: checked_reference("Dropout", [x, np.int64(step)], rate=0.5, seed=3)[0]
+          for step in (0, 1, 2)}
     # step 0 is the step-less mask; later steps are seed + step * 2**32, each a fresh mask
-    assert np.array_equal(at[0], ref("Dropout", [x], rate=0.5, seed=3)[0])
+    assert np.array_equal(at[0], checked_reference("Dropout", [x], rate=0.5, seed=3)[0])
     assert np.array_equal(at[2] != 0, dropout_mask(3 + 2 * 2**32, x.size, 0.5).reshape(x.shape))
     assert np.mean((at[1] != 0) != (at[2] != 0)) > 0.3
-    (dx,) = ref("DropoutGrad", [np.ones_like(x), np.int64(2)], rate=0.5, seed=3)
+    (dx,) = checked_reference("DropoutGrad", [np.ones_like(x), np.int64(2)], rate=0.5, seed=3)
     assert np.array_equal(dx != 0, at[2] != 0)
 
 

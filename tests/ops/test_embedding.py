@@ -8,7 +8,7 @@ import pytest
 
 from planner.graph import GraphBuilder
 from planner.ops import OpError, TensorType, get_op
-from tests.ops.test_shape import LocalGrad, check_gradient, ref
+from tests.ops.opcheck import RuleBuilder, apply_rule, check_gradient, checked_reference
 
 RNG = np.random.default_rng(0)
 
@@ -18,7 +18,7 @@ def test_embedding_matches_torch(ids_shape):
     torch = pytest.importorskip("torch")
     table = RNG.standard_normal((7, 3)).astype(np.float32)
     ids = RNG.integers(0, 7, ids_shape)
-    (y,) = ref("Embedding", [table, ids])
+    (y,) = checked_reference("Embedding", [table, ids])
     expected = torch.nn.functional.embedding(torch.from_numpy(ids), torch.from_numpy(table))
     assert np.array_equal(y, expected.numpy())
 
@@ -28,7 +28,7 @@ def test_embedding_grad_matches_torch_autograd_with_repeated_ids():
     table = RNG.standard_normal((6, 4))
     ids = np.array([[0, 3, 3], [5, 3, 0]])        # 3 three times, 0 twice, 1, 2 and 4 never
     dy = RNG.standard_normal((2, 3, 4))
-    (dtable,) = ref("EmbeddingGrad", [ids, dy], num_embeddings=6)
+    (dtable,) = checked_reference("EmbeddingGrad", [ids, dy], num_embeddings=6)
     t = torch.from_numpy(table).requires_grad_()
     torch.nn.functional.embedding(torch.from_numpy(ids), t).backward(torch.from_numpy(dy))
     np.testing.assert_allclose(dtable, t.grad.numpy(), rtol=1e-12, atol=1e-12)
@@ -37,9 +37,9 @@ def test_embedding_grad_matches_torch_autograd_with_repeated_ids():
 
 def test_embedding_gradient_rule_by_finite_differences():
     ids = np.array([[1, 1], [0, 4]])
-    graph, _ = check_gradient("Embedding", {"table": RNG.standard_normal((5, 3)), "ids": ids}, {},
-                              wrt=["table"])
-    assert [n.op for n in graph.nodes] == ["Embedding", "EmbeddingGrad"]
+    inputs = [RNG.standard_normal((5, 3)), ids]
+    check_gradient("Embedding", inputs, wrt=[0])
+    assert apply_rule("Embedding", inputs, wrt=[0])[2] == ["EmbeddingGrad"]
 
 
 def test_embedding_gradient_rule_never_differentiates_ids_or_a_frozen_table():
@@ -50,13 +50,13 @@ def test_embedding_gradient_rule_never_differentiates_ids_or_a_frozen_table():
     node = b.build().nodes[-1]
     rule = get_op("Embedding").gradient
     assert get_op("Embedding").nondiff_inputs == (1,)
-    assert rule(LocalGrad(b, {table, ids}), node, [dy])[1] is None
-    assert rule(LocalGrad(b, set()), node, [dy]) == [None, None]
+    assert rule(RuleBuilder(b, {table, ids}), node, [dy])[1] is None
+    assert rule(RuleBuilder(b, set()), node, [dy]) == [None, None]
 
 
 def test_float64_table_gives_float64_rows():
     table, ids = RNG.standard_normal((4, 2)), np.array([3, 0])
-    (y,) = ref("Embedding", [table, ids])
+    (y,) = checked_reference("Embedding", [table, ids])
     assert y.dtype == np.float64 and np.array_equal(y, table[[3, 0]])
 
 

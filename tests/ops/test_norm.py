@@ -8,6 +8,7 @@ import pytest
 from planner.graph import GraphBuilder, check_graph
 from planner.graph.interpret import run
 from planner.ops import OpError, TensorType, get_op
+from tests.ops.onnx_cases import onnx_case
 from tests.ops.opcheck import (
     RuleBuilder,
     apply_rule,
@@ -17,7 +18,6 @@ from tests.ops.opcheck import (
     rel_error,
     torch_gradients,
 )
-from tests.ops.test_conv import onnx_case
 
 SHAPES = [(4, 3), (2, 3, 5), (2, 3, 4, 5)]
 BN = {"epsilon": 1e-3, "momentum": 0.2}

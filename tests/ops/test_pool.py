@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 
 from planner.ops import OpError, TensorType, get_op
+from tests.ops.onnx_cases import onnx_case
 from tests.ops.opcheck import apply_rule, check_gradient, reference, rel_error, torch_gradients
-from tests.ops.test_conv import onnx_case
 
 # (x shape, attrs) accepted by torch's own padding argument: symmetric pads <= kernel / 2.
 MAX_CASES = [

@@ -1,88 +1,15 @@
 """Shape ops: forward references against torch, gradient rules against finite differences,
-shape errors that name what is wrong.
-
-`check_gradient` (also used by test_embedding and test_dropout) differentiates a one-node graph
-with planner.graph.autodiff.gradients (a vector-Jacobian product, so each rule runs as training
-graphs run it), evaluates it with the reference interpreter and compares with central
-differences of the op's reference in float64. `LocalGrad` calls a rule directly, to see what it
-does for inputs whose gradient is not wanted.
-"""
+shape errors that name what is wrong. The forward references run through checked_reference, so
+each op's shape rule is checked against what its reference produced."""
 
 from __future__ import annotations
-
-from collections.abc import Container, Sequence
 
 import numpy as np
 import pytest
 
-from planner.graph import Graph, GraphBuilder, GraphBuildError
-from planner.graph.autodiff import gradients
-from planner.graph.interpret import run
+from planner.graph import GraphBuilder, GraphBuildError
 from planner.ops import OpError, TensorType, get_op
-
-
-class LocalGrad:
-    """The GradBuilder protocol over a GraphBuilder, wanting gradients for `wanted` only."""
-
-    def __init__(self, builder: GraphBuilder, wanted: Container[str]) -> None:
-        self.builder, self.wanted = builder, wanted
-
-    def emit(self, op, inputs, attrs=None):
-        return self.builder.op_n(op, inputs, attrs)
-
-    def needs(self, tensor):
-        return tensor in self.wanted
-
-    def type(self, tensor):
-        return self.builder.type(tensor)
-
-
-def check_gradient(op: str, inputs: dict[str, np.ndarray], attrs: dict, wrt: Sequence[str],
-                   seeded_outputs: Sequence[int] | None = None, eps: float = 1e-6
-                   ) -> tuple[Graph, dict[str, str | None]]:
-    """Check op's gradient rule on L = sum_k <w_k, y_k> over the seeded outputs y_k (all by
-    default; the others get no incoming gradient) with random w_k, against central differences
-    of the op's reference, for every input named in `wrt` (float64). Returns autodiff's graph
-    and gradient tensor names."""
-    opdef = get_op(op)
-    b = GraphBuilder("gradcheck")
-    for name, value in inputs.items():
-        b.input(name, value.shape, str(value.dtype))
-    outs = b.op_n(op, list(inputs), attrs)
-    seeded = list(range(len(outs))) if seeded_outputs is None else list(seeded_outputs)
-    graph, grads = gradients(b.build(outputs=outs), wrt=list(wrt), of=[outs[k] for k in seeded])
-    rng = np.random.default_rng(1)
-    weights = {k: rng.standard_normal(graph.tensor(outs[k]).shape) for k in seeded}
-    values = run(graph, {**inputs, **{f"grad/{outs[k]}": w for k, w in weights.items()}}, {})
-    full = opdef.normalize_attrs(attrs)
-
-    def loss(feed: dict[str, np.ndarray]) -> float:
-        ys = opdef.reference([feed[n] for n in inputs], full)
-        return sum(float(np.sum(w * ys[k])) for k, w in weights.items())
-
-    for name in wrt:
-        assert grads[name] is not None, f"{op}: no gradient for {name}"
-        analytic = values[grads[name]]
-        numeric = np.zeros_like(inputs[name])
-        for i in np.ndindex(inputs[name].shape):
-            plus, minus = inputs[name].copy(), inputs[name].copy()
-            plus[i] += eps
-            minus[i] -= eps
-            numeric[i] = (loss({**inputs, name: plus}) - loss({**inputs, name: minus})) / (2 * eps)
-        assert analytic.shape == numeric.shape and analytic.dtype == np.float64
-        rel = np.max(np.abs(analytic - numeric)) / max(np.max(np.abs(numeric)), 1e-12)
-        assert rel < 1e-4, f"{op} gradient wrt {name}: relative error {rel:.2e}"
-    return graph, grads
-
-
-def ref(op: str, xs: list[np.ndarray], **attrs) -> list[np.ndarray]:
-    """Run an op's reference after checking that its shape rule agrees with the result."""
-    opdef = get_op(op)
-    full = opdef.normalize_attrs(attrs)
-    types = opdef.infer([TensorType(x.shape, str(x.dtype)) for x in xs], full)
-    ys = opdef.reference(xs, full)
-    assert [(y.shape, str(y.dtype)) for y in ys] == [(t.shape, t.dtype) for t in types]
-    return ys
+from tests.ops.opcheck import RuleBuilder, apply_rule, check_gradient, checked_reference
 
 
 def infer(op: str, shapes: list[tuple[int, ...]], **attrs) -> list[TensorType]:
@@ -104,7 +31,7 @@ def rand(*shape: int, dtype=np.float32) -> np.ndarray:
 def test_reshape_matches_torch(shape, target):
     torch = pytest.importorskip("torch")
     x = rand(*shape)
-    (y,) = ref("Reshape", [x], shape=target)
+    (y,) = checked_reference("Reshape", [x], shape=target)
     assert np.array_equal(y, torch.from_numpy(x).reshape(target).numpy())
 
 
@@ -114,7 +41,7 @@ def test_reshape_matches_torch(shape, target):
 def test_flatten_matches_torch(shape, axis):
     torch = pytest.importorskip("torch")
     x = rand(*shape)
-    (y,) = ref("Flatten", [x], axis=axis)
+    (y,) = checked_reference("Flatten", [x], axis=axis)
     rank = len(shape)
     axis = axis + rank if axis < 0 else axis  # ONNX: a negative axis counts from the end
     # ONNX Flatten is torch.flatten on each side of `axis`; an empty side becomes extent 1.
@@ -128,7 +55,7 @@ def test_flatten_matches_torch(shape, axis):
 def test_transpose_matches_torch_permute(perm):
     torch = pytest.importorskip("torch")
     x = rand(2, 3, 4, 5)
-    (y,) = ref("Transpose", [x], perm=perm)
+    (y,) = checked_reference("Transpose", [x], perm=perm)
     assert np.array_equal(y, torch.from_numpy(x).permute(*perm).numpy())
 
 
@@ -138,7 +65,7 @@ def test_transpose_matches_torch_permute(perm):
 def test_concat_matches_torch_cat(axis, shapes):
     torch = pytest.importorskip("torch")
     xs = [rand(*s) for s in shapes]
-    (y,) = ref("Concat", xs, axis=axis)
+    (y,) = checked_reference("Concat", xs, axis=axis)
     assert np.array_equal(y, torch.cat([torch.from_numpy(x) for x in xs], dim=axis).numpy())
 
 
@@ -146,7 +73,7 @@ def test_concat_matches_torch_cat(axis, shapes):
 def test_split_matches_torch_split(axis, sizes):
     torch = pytest.importorskip("torch")
     x = rand(6, 5, 3)
-    ys = ref("Split", [x], axis=axis, sizes=sizes)
+    ys = checked_reference("Split", [x], axis=axis, sizes=sizes)
     expected = torch.split(torch.from_numpy(x), sizes, dim=axis)
     assert len(ys) == len(sizes)
     for y, e in zip(ys, expected, strict=True):
@@ -163,7 +90,7 @@ def test_split_matches_torch_split(axis, sizes):
 def test_slice_matches_torch_indexing(starts, ends, axes, steps):
     torch = pytest.importorskip("torch")
     x = rand(4, 5, 6)
-    (y,) = ref("Slice", [x], starts=starts, ends=ends, axes=axes, steps=steps)
+    (y,) = checked_reference("Slice", [x], starts=starts, ends=ends, axes=axes, steps=steps)
     index = [slice(None)] * 3
     for s, e, a, st in zip(starts, ends, axes, steps or [1] * len(axes), strict=True):
         index[a] = slice(max(s, -x.shape[a]), min(e, x.shape[a]), st)
@@ -177,12 +104,12 @@ def test_slice_matches_torch_indexing(starts, ends, axes, steps):
 ])
 def test_slice_with_negative_steps_walks_backwards(starts, ends, axes, steps):
     x = rand(4, 5, 6)
-    (y,) = ref("Slice", [x], starts=starts, ends=ends, axes=axes, steps=steps)
+    (y,) = checked_reference("Slice", [x], starts=starts, ends=ends, axes=axes, steps=steps)
     index = [slice(None)] * 3
     for s, e, a, st in zip(starts, ends, axes, steps, strict=True):
         index[a] = slice(s, e, st)
     assert np.array_equal(y, x[tuple(index)])
-    (dx,) = ref("SliceGrad", [y], starts=starts, ends=ends, axes=axes, steps=steps,
+    (dx,) = checked_reference("SliceGrad", [y], starts=starts, ends=ends, axes=axes, steps=steps,
                 input_shape=list(x.shape))
     want = np.zeros_like(x)
     want[tuple(index)] = y
@@ -190,10 +117,11 @@ def test_slice_with_negative_steps_walks_backwards(starts, ends, axes, steps):
 
 
 def test_zeros_and_slice_grad():
-    (z,) = ref("Zeros", [], shape=[2, 3], dtype="float64")
+    (z,) = checked_reference("Zeros", [], shape=[2, 3], dtype="float64")
     assert z.dtype == np.float64 and z.shape == (2, 3) and not z.any()
     dy = rand(4, 2)
-    (dx,) = ref("SliceGrad", [dy], starts=[1], ends=[100], axes=[1], steps=[2], input_shape=[4, 4])
+    (dx,) = checked_reference("SliceGrad", [dy], starts=[1], ends=[100], axes=[1], steps=[2],
+                              input_shape=[4, 4])
     assert np.array_equal(dx[:, 1::2], dy) and not dx[:, 0::2].any()
 
 
@@ -203,7 +131,7 @@ def test_float64_stays_float64():
                       ("Transpose", {"perm": [1, 0]}), ("Concat", {"axis": 0}),
                       ("Split", {"sizes": [1, 1]}),
                       ("Slice", {"starts": [0], "ends": [1], "axes": [0]})]:
-        assert all(y.dtype == np.float64 for y in ref(op, [x], **attrs)), op
+        assert all(y.dtype == np.float64 for y in checked_reference(op, [x], **attrs)), op
 
 
 def test_data_movement_costs_no_flops_and_slice_reads_only_its_part():
@@ -232,22 +160,22 @@ def f64(*shape: int) -> np.ndarray:
                                        ("Slice", {"starts": [-2, 0], "ends": [9, 3],
                                                   "axes": [2, 1], "steps": [1, 2]})])
 def test_unary_shape_op_gradients(op, attrs):
-    check_gradient(op, {"x": f64(2, 3, 4)}, attrs, wrt=["x"])
+    check_gradient(op, [f64(2, 3, 4)], attrs)
 
 
 def test_concat_gradient_splits_dy():
-    _, grads = check_gradient("Concat", {"a": f64(2, 1, 3), "b": f64(2, 4, 3), "c": f64(2, 2, 3)},
-                              {"axis": -2}, wrt=["a", "b", "c"])
-    assert len(set(grads.values())) == 3
+    parts = [f64(2, 1, 3), f64(2, 4, 3), f64(2, 2, 3)]
+    grads, dys = check_gradient("Concat", parts, {"axis": -2})
+    assert np.array_equal(np.concatenate(grads, axis=-2), dys[0])
 
 
 def test_split_gradient_fills_missing_output_grads_with_zeros():
-    x = {"x": f64(3, 5)}
-    graph, _ = check_gradient("Split", x, {"axis": 1, "sizes": [2, 1, 2]}, wrt=["x"])
-    assert "Zeros" not in [n.op for n in graph.nodes]
-    graph, _ = check_gradient("Split", x, {"axis": 1, "sizes": [2, 1, 2]}, wrt=["x"],
-                              seeded_outputs=[0, 2])
-    assert [n.op for n in graph.nodes] == ["Split", "Zeros", "Concat"]
+    x, attrs = [f64(3, 5)], {"axis": 1, "sizes": [2, 1, 2]}
+    check_gradient("Split", x, attrs)
+    assert "Zeros" not in apply_rule("Split", x, attrs)[2]
+    (dx,), dys = check_gradient("Split", x, attrs, of=[0, 2])
+    assert apply_rule("Split", x, attrs, of=[0, 2])[2] == ["Zeros", "Concat"]
+    assert np.array_equal(dx, np.concatenate([dys[0], np.zeros((3, 1)), dys[1]], axis=1))
 
 
 def test_gradients_skip_inputs_not_needed():
@@ -256,11 +184,11 @@ def test_gradients_skip_inputs_not_needed():
     b.op("Concat", [a, c], {"axis": 0})
     dy = b.input("dy", (3, 3))
     node = b.build().nodes[-1]
-    assert get_op("Concat").gradient(LocalGrad(b, wanted={"c"}), node, [dy])[0] is None
-    assert get_op("Concat").gradient(LocalGrad(b, wanted=set()), node, [dy]) == [None, None]
+    assert get_op("Concat").gradient(RuleBuilder(b, wanted={"c"}), node, [dy])[0] is None
+    assert get_op("Concat").gradient(RuleBuilder(b, wanted=set()), node, [dy]) == [None, None]
     b.op_n("Split", [a], {"axis": 0, "sizes": [1, 1]})
     node = b.build().nodes[-1]
-    assert get_op("Split").gradient(LocalGrad(b, {a}), node, [None, None]) == [None]
+    assert get_op("Split").gradient(RuleBuilder(b, {a}), node, [None, None]) == [None]
 
 
 # ---- errors ---------------------------------------------------------------------------------

@@ -191,7 +191,7 @@ def test_multi_stream_plans_are_deterministic():
 
 def test_multi_stream_plans_fit_a_memory_budget():
     from planner.verify.memory import verify_memory_data
-    from tests.memory.test_gpu import same_step
+    from tests.memory.replay_check import same_step
 
     g = make_training_graph(build("resnet", **MODELS["resnet"]), Optimizer(kind="sgd", lr=0.1))
     free = plan(g, H100).summary.memory

@@ -19,7 +19,7 @@ from planner.schedule.cpu import schedule
 from planner.schedule.uniform import grid_pairs
 from planner.verify import verify_plan_text
 from tests.schedule.conftest import toy_target, training
-from tests.zoo.test_models import SMALL  # the zoo's small configurations, shared
+from tests.zoo.small_configs import SMALL
 
 
 def plan(graph, target, **options) -> Plan:

@@ -7,23 +7,10 @@ import pytest
 from planner.graph import check_graph
 from planner.graph.interpret import init_params, random_feeds, run
 from planner.zoo import MODELS, build
+from tests.zoo.small_configs import SMALL
 
-# Small configurations for the reference forward: tiny batch, image and width. Batch 2 where the
-# model has BatchNorm in training mode (it needs more than one value per channel).
-SMALL = {
-    "mlp": dict(batch=2, hidden=[4], in_features=3, classes=2),
-    "lenet": dict(batch=2, image=8, width=0.5),
-    "alexnet": dict(batch=1, image=63, width=0.0625, classes=5),
-    "vgg16": dict(batch=1, image=32, width=0.0625, classes=5),
-    "resnet": dict(batch=2, image=32, width=0.125, depth=18, classes=5),
-    "inception_v3": dict(batch=1, image=16, width=0.0625, classes=5),
-    "densenet": dict(batch=2, image=32, width=0.125, classes=5),
-    "wide_deep": dict(batch=4, tables=5, vocab=[7, 3, 5, 2, 9], dim=3, hidden=[8, 4]),
-    "dcgan": dict(batch=2, image=8, width=0.0625, nz=4),
-    "lstm": dict(batch=2, seq=3, hidden=4, vocab=11),
-    "gpt": dict(batch=2, seq=4, dim=8, heads=2, layers=1, vocab=11),
-    "bert": dict(batch=2, seq=4, dim=8, heads=2, layers=1, vocab=11),
-}
+# Beyond SMALL: a deeper ResNet, the standard Inception stem, LeNet at MNIST size, DCGAN without
+# its loss, a three-layer LSTM.
 EXTRA_SMALL = [
     ("resnet", dict(batch=2, image=16, width=0.0625, depth=50, classes=5)),
     ("inception_v3", dict(batch=2, image=75, width=0.0625, classes=5)),  # the standard stem

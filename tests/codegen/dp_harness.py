@@ -1,0 +1,196 @@
+"""The data-parallel tests' harness (tests/codegen/test_data_parallel.py on CPU executors,
+tests/cuda/test_cuda_data_parallel.py on GPU ones): the MLP the ranks train, its plan built as
+a package, the batches and start written for the workers (tests/codegen/dp_worker.py), the
+ranks launched as processes on this machine, and their results checked against PyTorch stepping
+the global batch in one process."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from codegen.build import build
+from codegen.render import render
+from planner.graph.autodiff import make_training_graph
+from planner.graph.interpret import init_params
+from planner.graph.optimizer import Optimizer, parse_hyperparameter_tensor
+from planner.pipeline import PlanOptions, plan
+from planner.schedule.parallel import DataParallelOptions
+from planner.target.detect import detect
+from planner.zoo import build as zoo
+
+RANKS, SHARD, STEPS = 2, 8, 20     # 2 processes x 8 rows: a global batch of 16
+MLP = dict(hidden=[16, 12], in_features=10, classes=4)
+LR = {"sgd": 0.1, "adam": 0.01}
+# Small buckets, so the plan has several all-reduces that overlap the rest of backward.
+BUCKET_BYTES = 256
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def mlp_graph(kind: str, batch: int, clip: float | None = None):
+    """The ranks' MLP training graph (`batch` rows per rank) with optimizer `kind`."""
+    return make_training_graph(zoo("mlp", batch=batch, **MLP),
+                               Optimizer(kind=kind, lr=LR[kind], clip_grad_norm=clip))
+
+
+def build_package(kind: str, folder: Path, ranks: int = RANKS, per_host: int = 1,
+                  shard: bool = False, clip: float | None = None) -> Path:
+    """Plan the MLP (per-rank batch SHARD) for `ranks` processes, `per_host` of them sharing
+    a host (`shard`: with --shard-optimizer; `clip`: clip_grad_norm_), render and build it."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        p = plan(mlp_graph(kind, SHARD, clip), detect(), options=PlanOptions(
+            data_parallel=DataParallelOptions(ranks=ranks, bucket_bytes=BUCKET_BYTES,
+                                              ranks_per_host=per_host,
+                                              shard_optimizer=shard)))
+    assert sum(op.op == ("ReduceScatter" if shard else "AllReduce") for op in p.ops) >= 2
+    name = f"mlp_dp_{kind}_{ranks}_{per_host}" + ("_zero1" if shard else "") + (
+        "_clip" if clip else "")
+    return build(render(p, folder / name)).dir
+
+
+def write_data(folder: Path, seed: int = 0, ranks: int = RANKS
+               ) -> tuple[Path, dict[str, np.ndarray], np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((STEPS, ranks * SHARD, MLP["in_features"])).astype(np.float32)
+    labels = rng.integers(0, MLP["classes"], (STEPS, ranks * SHARD)).astype(np.int64)
+    # the model's parameters only: each optimizer's plan holds its own learning rate (state
+    # the workers take from the plan's init, Executor(init=True))
+    params = {k: v for k, v in init_params(mlp_graph("sgd", SHARD), seed=seed).items()
+              if parse_hyperparameter_tensor(k) is None}
+    path = folder / "data.npz"
+    np.savez(path, x=x, labels=labels, **{f"param:{k}": v for k, v in params.items()})
+    return path, params, x, labels
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def launch_ranks(packages: list[Path] | list[str], data: Path, outs: list[Path] | list[str],
+                 die_after: int | None = None, world: int | None = None, timeout_s: float = 30.0,
+            group: str = "",
+            local: list[dict[str, str]] | None = None) -> list[subprocess.CompletedProcess]:
+    """Run one worker per package (rank = position) and wait for all, bounded; `local`: per
+    rank, more environment (torchrun's LOCAL_RANK and LOCAL_WORLD_SIZE; the worker's
+    DP_BACKEND and DP_DEVICE)."""
+    port, world = free_port(), world or len(packages)
+    procs = []
+    for rank, (pkg, out) in enumerate(zip(packages, outs, strict=True)):
+        env = {k: v for k, v in os.environ.items() if not k.startswith("LOCAL_")}
+        env.update({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
+                    "RANK": str(rank), "WORLD_SIZE": str(world), "DP_TIMEOUT": str(timeout_s),
+                    "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "DP_GROUP": group,
+                    **(local[rank] if local else {})})
+        args = [sys.executable, "-m", "tests.codegen.dp_worker", str(pkg), str(data), str(out)]
+        if die_after is not None and rank == len(packages) - 1:
+            args.append(str(die_after))
+        procs.append(subprocess.Popen(args, env=env, cwd=ROOT, stdout=subprocess.PIPE,
+                                      stderr=subprocess.STDOUT, text=True))
+    results = []
+    for p in procs:
+        try:
+            stdout, _ = p.communicate(timeout=timeout_s * 4 + 60)
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                q.kill()
+            pytest.fail("a rank hung past the process group's timeout")
+        results.append(subprocess.CompletedProcess(p.args, p.returncode, stdout, ""))
+    return results
+
+
+def torch_reference(kind: str, params: dict[str, np.ndarray], x: np.ndarray,
+                     labels: np.ndarray, clip: float | None = None
+                     ) -> tuple[dict[str, np.ndarray], float]:
+    """PyTorch stepping the global batch in one process (clip_grad_norm_ with `clip`); also
+    the largest gradient seen."""
+    import torch
+
+    names = [n for n in params if n.endswith("/weight") or n.endswith("/bias")]
+    ts = {n: torch.tensor(params[n], requires_grad=True) for n in names}
+    layers = sorted({n.rsplit("/", 1)[0] for n in names}, key=lambda s: int(s[2:]))
+    opt = (torch.optim.SGD if kind == "sgd" else torch.optim.Adam)(ts.values(), lr=LR[kind])
+    gmax = 0.0
+    for step in range(x.shape[0]):
+        h = torch.from_numpy(x[step])
+        for k, layer in enumerate(layers):
+            h = h @ ts[f"{layer}/weight"] + ts[f"{layer}/bias"]
+            if k < len(layers) - 1:
+                h = torch.relu(h)
+        loss = torch.nn.functional.cross_entropy(h, torch.from_numpy(labels[step]))
+        opt.zero_grad()
+        loss.backward()
+        gmax = max(gmax, max(float(t.grad.abs().max()) for t in ts.values()))
+        if clip is not None:
+            torch.nn.utils.clip_grad_norm_(list(ts.values()), clip)
+        opt.step()
+    return {n: t.detach().numpy() for n, t in ts.items()}, gmax
+
+
+def check_numbers(kind, ranks, runs, outs, params, x, labels, clip=None):
+    """Every rank ran, holds the same bits, and they equal PyTorch on the global batch."""
+    for r in runs:
+        assert r.returncode == 0, r.stdout[-2000:]
+    got = [dict(np.load(o)) for o in outs]
+    for name in got[0]:  # every rank holds the same bits (but its own optimizer state shards)
+        if not name.startswith("shard/"):
+            assert all(np.array_equal(got[0][name], g[name]) for g in got[1:]), name
+    want, gmax = torch_reference(kind, params, x, labels, clip)
+    # Float32 error: each step's gradient is a sum over the global batch of n = ranks x 8 rows
+    # (and the layers' inner dimensions, at most 16), which the ranks and PyTorch add in
+    # different orders: each side is within gamma = 2 (n + 16) eps of the exact sum, relative
+    # to the largest gradient gmax. SGD moves a parameter by lr * g per step, so 20 steps
+    # differ by at most steps * lr * 2 * gamma * gmax, times the growth a perturbation sees
+    # through 20 steps of a contraction-free map (<= e^(steps * lr) for Hessian norms below 1
+    # here).
+    # Adam divides by sqrt(v): a relative gradient error gamma moves the step lr * m / sqrt(v)
+    # by at most about 2 * gamma * lr where |g| dominates its rounding; we allow that per step.
+    eps = float(np.finfo(np.float32).eps)
+    gamma = 2 * (ranks * SHARD + 16) * eps
+    lr = LR[kind]
+    tol = (STEPS * lr * 2 * gamma * gmax * np.exp(STEPS * lr) if kind == "sgd"
+           else STEPS * lr * 4 * gamma * np.exp(STEPS * lr))
+    worst = max(float(np.max(np.abs(got[0][n] - want[n]))) for n in want)
+    moved = max(float(np.max(np.abs(want[n] - params[n]))) for n in want)
+    assert moved > 100 * tol  # the steps did move the parameters
+    assert worst <= tol, (worst, tol)
+
+
+def check_own_shards(package: Path, outs: list[Path]) -> None:
+    """Rank r reduce-scattered into, and all-gathered from, floats [r s, (r + 1) s) of each
+    bucket, s its shard: the bucket's first member's place in the arena plus r x s (one plan
+    on every rank; a shard offset that ignored the rank fails here), the whole padded bucket
+    handed to the process group."""
+    data = json.loads((package / "plan.json").read_text())
+    offset = {t["name"]: t["offset"] for t in data["tensors"]}
+    size = {t["name"]: t["shape"] for t in data["graph"]["tensors"]}
+    buckets: dict[str, set[tuple[int, int]]] = {"scatter": set(), "gather": set()}
+    for n in data["graph"]["nodes"]:
+        # (the bucket's first member's offset, its shard's floats: the gradient shard's)
+        grad = next((t for t in [*n["inputs"], *n["outputs"]] if t.endswith("/grad")
+                     and t.startswith("shard/")), None)
+        if n["op"] == "ReduceScatter":
+            buckets["scatter"].add((offset[n["inputs"][0]], size[grad][0]))
+        elif n["op"] == "ShardedUpdate":
+            buckets["gather"].add((offset[n["inputs"][0]], size[grad][0]))
+    ranks = len(outs)
+    for r, out in enumerate(outs):
+        facts = json.loads(Path(f"{out}.json").read_text())
+        base = facts["stats"]["arena_address"]
+        for kind in ("scatter", "gather"):
+            calls = facts["sharded"][kind]
+            assert calls, kind
+            got = {(whole - base, n_mine) for whole, n, mine, n_mine in calls}
+            assert got <= buckets[kind], (kind, got, buckets[kind])
+            for whole, n, mine, n_mine in calls:
+                assert n == ranks * n_mine and mine - whole == 4 * r * n_mine, (r, kind)

@@ -1,0 +1,32 @@
+"""Many small inference graphs as one: each part's tensor and node names prefixed, so that one
+plan, one build and one run of the executor cover them all (the ONNX conformance suites through
+the generated executor: tests/codegen/test_onnx_conformance.py, node_executor.py)."""
+
+from __future__ import annotations
+
+from planner.graph import check_graph
+from planner.graph.ir import Graph
+
+
+def prefixed(prefix: str, g: Graph) -> Graph:
+    """`g` with every tensor and node name (inputs, outputs, updates too) prefixed."""
+    def p(name: str | None) -> str | None:
+        return None if name is None else prefix + name
+
+    return g.model_copy(update={
+        "tensors": tuple(t.model_copy(update={"name": p(t.name), "updates": p(t.updates)})
+                         for t in g.tensors),
+        "nodes": tuple(n.model_copy(update={"name": p(n.name),
+                                            "inputs": tuple(map(p, n.inputs)),
+                                            "outputs": tuple(map(p, n.outputs))})
+                       for n in g.nodes),
+        "outputs": tuple(map(p, g.outputs))})
+
+
+def merge(name: str, parts: dict[str, Graph]) -> Graph:
+    """One inference graph of every part, its names prefixed by the part's key."""
+    graphs = [prefixed(prefix, g) for prefix, g in parts.items()]
+    return check_graph(Graph(name=name, kind="inference",
+                             tensors=tuple(t for g in graphs for t in g.tensors),
+                             nodes=tuple(n for g in graphs for n in g.nodes),
+                             outputs=tuple(o for g in graphs for o in g.outputs)))
