@@ -8,13 +8,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "host_device.h"
 #include "runtime.h"
-
-#ifdef __CUDACC__
-#define PLANNER_HOST_DEVICE __host__ __device__
-#else
-#define PLANNER_HOST_DEVICE
-#endif
 
 namespace planner {
 

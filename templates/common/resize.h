@@ -8,11 +8,7 @@
 #include <stdexcept>
 #include <string>
 
-#ifdef __CUDACC__
-#define PLANNER_HD __host__ __device__
-#else
-#define PLANNER_HD
-#endif
+#include "host_device.h"
 
 namespace planner {
 
@@ -28,7 +24,7 @@ struct ResizeAxis {
   int round = kPreferFloor;
 
   // Output coordinate o's taps: input indices i0, i1 (clamped to the axis) and i1's weight.
-  PLANNER_HD void taps(int64_t o, int64_t* i0, int64_t* i1, double* w1) const {
+  PLANNER_HOST_DEVICE void taps(int64_t o, int64_t* i0, int64_t* i1, double* w1) const {
     const double resized = static_cast<double>(length) * scale;
     double x;
     if (coord == kAlignCorners)
@@ -55,7 +51,9 @@ struct ResizeAxis {
     *i1 = clamp(static_cast<int64_t>(base) + 1);
     *w1 = x - base;
   }
-  PLANNER_HD int64_t clamp(int64_t i) const { return i < 0 ? 0 : (i >= length ? length - 1 : i); }
+  PLANNER_HOST_DEVICE int64_t clamp(int64_t i) const {
+    return i < 0 ? 0 : (i >= length ? length - 1 : i);
+  }
 };
 
 // The axes of a Resize / ResizeGrad node: H (0) and W (1) of input lengths in_h, in_w.

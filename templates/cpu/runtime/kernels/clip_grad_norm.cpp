@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "../loops.h"
+#include "clip_grad_norm.h"
 
 namespace planner {
 namespace {
@@ -17,20 +18,12 @@ constexpr int kChunks = 64;
 
 class ClipGradNorm : public Kernel {
  public:
-  explicit ClipGradNorm(const Node& n)
-      : total_(n.out.back().id), max_norm_(static_cast<float>(n.attrs.f("max_norm"))) {
-    require_f32(n);
-    for (size_t k = 0; k < n.in.size(); ++k) {
-      sizes_.push_back(n.in[k].size());
-      in_.push_back(n.in[k].id);
-      out_.push_back(n.out[k].id);
-    }
-  }
+  explicit ClipGradNorm(const Node& n) : c_(grad_clip(n)) {}  // common/clip_grad_norm.h
   void run(const Run& r) override {
     double squares = 0;  // of the per-gradient norms, each rounded to float as PyTorch's
-    for (size_t k = 0; k < in_.size(); ++k) {
-      const float* g = r.at<float>(in_[k]);
-      const int64_t size = sizes_[k];
+    for (size_t k = 0; k < c_.in.size(); ++k) {
+      const float* g = r.at<float>(c_.in[k]);
+      const int64_t size = c_.sizes[k];
       // Fixed chunks summed in chunk order, not an OpenMP reduction (whose order varies
       // from run to run): the same bits every step, so a resumed run repeats exactly.
       const int64_t chunk = (size + kChunks - 1) / kChunks;
@@ -47,23 +40,20 @@ class ClipGradNorm : public Kernel {
       squares += norm * norm;
     }
     const float total = static_cast<float>(std::sqrt(squares));
-    const float coef = std::min(max_norm_ / (total + 1e-6f), 1.f);
-    for (size_t k = 0; k < in_.size(); ++k) {
-      const float* g = r.at<float>(in_[k]);
-      float* y = r.at<float>(out_[k]);
-      const int64_t size = sizes_[k];
+    const float coef = std::min(c_.max_norm / (total + 1e-6f), 1.f);
+    for (size_t k = 0; k < c_.in.size(); ++k) {
+      const float* g = r.at<float>(c_.in[k]);
+      float* y = r.at<float>(c_.out[k]);
+      const int64_t size = c_.sizes[k];
 #pragma omp parallel for
       for (int64_t i = 0; i < size; ++i) y[i] = g[i] * coef;
     }
-    *r.at<float>(total_) = total;
+    *r.at<float>(c_.total) = total;
   }
 
  private:
-  std::vector<int64_t> sizes_;
-  std::vector<int> in_, out_;
+  GradClip c_;
   std::vector<double> part_ = std::vector<double>(kChunks);  // per chunk, reused every step
-  int total_;
-  float max_norm_;
 };
 
 KernelPtr clip_grad_norm(const Node& n) { return std::make_unique<ClipGradNorm>(n); }

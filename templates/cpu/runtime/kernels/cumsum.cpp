@@ -5,6 +5,7 @@
 #include <omp.h>
 
 #include "../loops.h"
+#include "cumsum.h"
 
 namespace planner {
 namespace {
@@ -12,19 +13,12 @@ namespace {
 class CumSum : public Kernel {
  public:
   explicit CumSum(const Node& n)
-      : x_(n.in[0].id), y_(n.out[0].id), exclusive_(n.attrs.b("exclusive")),
-        reverse_(n.attrs.b("reverse")) {
-    require_f32(n);
-    const AxisSplit a = axis_split(n.attrs, n.in[0].shape);
-    outer_ = a.outer;
-    extent_ = a.extent;
-    inner_ = a.inner;
-  }
+      : x_(n.in[0].id), y_(n.out[0].id), s_(cumsum_scan(n)) {}  // common/cumsum.h
   void run(const Run& r) override {
     const float* x = r.at<float>(x_);
     float* y = r.at<float>(y_);
-    const int64_t outer = outer_, n = extent_, inner = inner_;
-    const bool exclusive = exclusive_, reverse = reverse_;
+    const int64_t outer = s_.lines.outer, n = s_.lines.extent, inner = s_.lines.inner;
+    const bool exclusive = s_.exclusive, reverse = s_.reverse;
 #pragma omp parallel for
     for (int64_t o = 0; o < outer; ++o) {
       const float* xo = x + o * n * inner;
@@ -48,8 +42,7 @@ class CumSum : public Kernel {
 
  private:
   int x_, y_;
-  bool exclusive_, reverse_;
-  int64_t outer_ = 1, inner_ = 1, extent_ = 1;
+  CumSumScan s_;
 };
 
 KernelPtr cumsum(const Node& n) { return std::make_unique<CumSum>(n); }

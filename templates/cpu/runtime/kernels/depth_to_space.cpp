@@ -5,6 +5,7 @@
 #include <omp.h>
 
 #include "../loops.h"
+#include "depth_to_space.h"
 
 namespace planner {
 namespace {
@@ -12,24 +13,22 @@ namespace {
 class DepthToSpace : public Kernel {
  public:
   DepthToSpace(const Node& n, bool to_space)
-      : to_space_(to_space), x_(n.in[0].id), y_(n.out[0].id), b_(n.attrs.i("blocksize")),
-        crd_(n.attrs.s("mode") == "CRD"), bytes_(dtype_bytes(n.in[0].dtype)) {
-    const Shape& space = to_space ? n.out[0].shape : n.in[0].shape;
-    n_ = space[0], c_ = space[1], h_ = space[2] / b_, w_ = space[3] / b_;
-  }
+      : to_space_(to_space), x_(n.in[0].id), y_(n.out[0].id),
+        g_(depth_blocks(n, to_space)),  // common/depth_to_space.h
+        bytes_(dtype_bytes(n.in[0].dtype)) {}
   void run(const Run& r) override {
     const char* x = r.ptr[x_];
     char* y = r.ptr[y_];
-    const int64_t b = b_, c = c_, h = h_, w = w_, bytes = bytes_;
-    const int64_t rows = n_ * c * h * b;  // rows of the space side
+    const DepthBlocks g = g_;
+    const int64_t b = g.b, c = g.c, h = g.h, w = g.w, bytes = bytes_;
+    const int64_t rows = g.n * c * h * b;  // rows of the space side
 #pragma omp parallel for
     for (int64_t row = 0; row < rows; ++row) {
       const int64_t sh = row % (h * b), ch = (row / (h * b)) % c, nn = row / (h * b * c);
       const int64_t hh = sh / b, i = sh % b;
       for (int64_t sw = 0; sw < w * b; ++sw) {
         const int64_t ww = sw / b, j = sw % b;
-        const int64_t depth_c = crd_ ? ch * b * b + i * b + j : (i * b + j) * c + ch;
-        const int64_t depth = ((nn * c * b * b + depth_c) * h + hh) * w + ww;
+        const int64_t depth = g.depth(nn, ch, hh, i, ww, j);
         const int64_t space = row * w * b + sw;
         if (to_space_)
           std::memcpy(y + space * bytes, x + depth * bytes, bytes);
@@ -42,10 +41,8 @@ class DepthToSpace : public Kernel {
  private:
   bool to_space_;
   int x_, y_;
-  int64_t b_;
-  bool crd_;
+  DepthBlocks g_;
   int64_t bytes_;
-  int64_t n_ = 0, c_ = 0, h_ = 0, w_ = 0;
 };
 
 KernelPtr depth_to_space(const Node& n) { return std::make_unique<DepthToSpace>(n, true); }

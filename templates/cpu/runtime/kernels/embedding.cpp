@@ -9,12 +9,14 @@
 #include <string>
 
 #include "../loops.h"
+#include "embedding.h"
 
 namespace planner {
 namespace {
 
-void check_ids(const int64_t* ids, int64_t n, int64_t v) {
-  for (int64_t i = 0; i < n; ++i)
+void check_ids(const int64_t* ids, const EmbeddingRows& rows) {
+  const int64_t v = rows.vocab;
+  for (int64_t i = 0; i < rows.count; ++i)
     if (ids[i] < 0 || ids[i] >= v)
       throw StepError("id " + std::to_string(ids[i]) + " out of range [0, " + std::to_string(v) + ")");
 }
@@ -22,44 +24,38 @@ void check_ids(const int64_t* ids, int64_t n, int64_t v) {
 class Embedding : public Kernel {
  public:
   explicit Embedding(const Node& n)
-      : v_(n.in[0].shape[0]), d_(n.in[0].shape[1]), count_(n.in[1].size()), table_(n.in[0].id),
-        ids_(n.in[1].id), y_(n.out[0].id) {
-    require_f32(n);
-  }
+      : rows_(embedding_rows(n)), table_(n.in[0].id), ids_(n.in[1].id), y_(n.out[0].id) {}
   void check_feeds(const Run& r, const std::vector<char>& fed) const override {
-    if (fed[ids_]) check_ids(r.at<int64_t>(ids_), count_, v_);
+    if (fed[ids_]) check_ids(r.at<int64_t>(ids_), rows_);
   }
   void run(const Run& r) override {
     const float* table = r.at<float>(table_);
     const int64_t* ids = r.at<int64_t>(ids_);
     float* y = r.at<float>(y_);
-    check_ids(ids, count_, v_);
-    const int64_t count = count_, d = d_;
+    check_ids(ids, rows_);
+    const int64_t count = rows_.count, d = rows_.width;
 #pragma omp parallel for
     for (int64_t i = 0; i < count; ++i) std::memcpy(y + i * d, table + ids[i] * d, d * sizeof(float));
   }
 
  private:
-  int64_t v_, d_, count_;
+  EmbeddingRows rows_;
   int table_, ids_, y_;
 };
 
 class EmbeddingGrad : public Kernel {
  public:
   explicit EmbeddingGrad(const Node& n)
-      : v_(n.attrs.i("num_embeddings")), d_(n.out[0].shape[1]), count_(n.in[0].size()),
-        ids_(n.in[0].id), dy_(n.in[1].id), dt_(n.out[0].id) {
-    require_f32(n);
-  }
+      : rows_(embedding_grad_rows(n)), ids_(n.in[0].id), dy_(n.in[1].id), dt_(n.out[0].id) {}
   void check_feeds(const Run& r, const std::vector<char>& fed) const override {
-    if (fed[ids_]) check_ids(r.at<int64_t>(ids_), count_, v_);
+    if (fed[ids_]) check_ids(r.at<int64_t>(ids_), rows_);
   }
   void run(const Run& r) override {
     const int64_t* ids = r.at<int64_t>(ids_);
     const float* dy = r.at<float>(dy_);
     float* dt = r.at<float>(dt_);
-    check_ids(ids, count_, v_);
-    const int64_t count = count_, d = d_, v = v_;
+    check_ids(ids, rows_);
+    const int64_t count = rows_.count, d = rows_.width, v = rows_.vocab;
     std::memset(dt, 0, v * d * sizeof(float));
 #pragma omp parallel
     {
@@ -74,7 +70,7 @@ class EmbeddingGrad : public Kernel {
   }
 
  private:
-  int64_t v_, d_, count_;
+  EmbeddingRows rows_;
   int ids_, dy_, dt_;
 };
 

@@ -21,6 +21,7 @@
 #include "../dnnl_kernel.h"
 #include "../loops.h"
 #include "../vmath.h"
+#include "loss.h"
 
 namespace planner {
 namespace {
@@ -44,30 +45,23 @@ inline bool nan_row(const float* z, int64_t cols) {
 class SoftmaxCrossEntropy : public DnnlKernel {
  public:
   explicit SoftmaxCrossEntropy(const Node& n)
-      : grad_(n.in.size() == 3), off_(grad_ ? 1 : 0), logits_(n.in[off_].id),
-        labels_(n.in[off_ + 1].id), dloss_(grad_ ? n.in[0].id : -1), out_(n.out[0].id),
-        ignore_(n.attrs.i("ignore_index")), eps_(n.attrs.f("label_smoothing")) {
+      : e_(cross_entropy(n)) {  // common/loss.h
     require_f32(n);
-    const auto& s = n.in[off_].shape;
-    const AxisSplit a = axis_split(n.attrs, s);  // the classes along the axis
-    const int axis = a.axis;
-    outer_ = a.outer;
-    inner_ = a.inner;
-    classes_ = a.extent;
-    if (!grad_ || inner_ != 1) return;
-    auto md = plain_md(s, n.in[off_].dtype);
+    if (!e_.grad || e_.classes.inner != 1) return;
+    const TensorRef& x = n.in[1];
+    auto md = plain_md(x.shape, x.dtype);
     dnnl::softmax_forward::primitive_desc pd(n.engine, dnnl::prop_kind::forward_inference,
-                                             dnnl::algorithm::softmax_accurate, md, md, axis,
-                                             user_scratchpad());
-    add(dnnl::softmax_forward(pd), pd, {{DNNL_ARG_SRC, logits_}, {DNNL_ARG_DST, out_}});
+                                             dnnl::algorithm::softmax_accurate, md, md,
+                                             e_.classes.axis, user_scratchpad());
+    add(dnnl::softmax_forward(pd), pd, {{DNNL_ARG_SRC, e_.logits}, {DNNL_ARG_DST, e_.out}});
   }
   // Fed labels are checked before any op runs, so a step that raises changes no state.
   void check_feeds(const Run& r, const std::vector<char>& fed) const override {
-    if (fed[labels_]) counted(r.at<int64_t>(labels_));
+    if (fed[e_.labels]) counted(r.at<int64_t>(e_.labels));
   }
   void run(const Run& r) override {
-    const int64_t count = counted(r.at<int64_t>(labels_));
-    if (inner_ == 1)
+    const int64_t count = counted(r.at<int64_t>(e_.labels));
+    if (e_.classes.inner == 1)
       contiguous(r, count);
     else
       strided(r, count);
@@ -77,12 +71,12 @@ class SoftmaxCrossEntropy : public DnnlKernel {
   // The labels not ignored; StepError for one out of [0, classes).
   int64_t counted(const int64_t* lab) const {
     int64_t count = 0;
-    for (int64_t i = 0; i < outer_ * inner_; ++i) {
-      if (lab[i] == ignore_) continue;
-      if (lab[i] < 0 || lab[i] >= classes_)
+    for (int64_t i = 0; i < e_.classes.outer * e_.classes.inner; ++i) {
+      if (lab[i] == e_.ignore_index) continue;
+      if (lab[i] < 0 || lab[i] >= e_.classes.extent)
         throw StepError("label " + std::to_string(lab[i]) + " out of range [0, " +
-                        std::to_string(classes_) + ") (ignore_index " +
-                        std::to_string(ignore_) + ")");
+                        std::to_string(e_.classes.extent) + ") (ignore_index " +
+                        std::to_string(e_.ignore_index) + ")");
       ++count;
     }
     return count;
@@ -91,16 +85,16 @@ class SoftmaxCrossEntropy : public DnnlKernel {
   // Rows of C contiguous logits: a vectorizable float exp summed in double (forward); oneDNN's
   // softmax, then one pass per row for the label and the smoothing (gradient).
   void contiguous(const Run& r, int64_t count) {
-    const float* x = r.at<float>(logits_);
-    const int64_t* lab = r.at<int64_t>(labels_);
-    const int64_t rows = outer_, cols = classes_;
+    const float* x = r.at<float>(e_.logits);
+    const int64_t* lab = r.at<int64_t>(e_.labels);
+    const int64_t rows = e_.classes.outer, cols = e_.classes.extent;
     const float nan = std::numeric_limits<float>::quiet_NaN();
-    const double eps = eps_, keep = 1.0 - eps;
-    if (!grad_) {
+    const double eps = e_.label_smoothing, keep = 1.0 - eps;
+    if (!e_.grad) {
       double total = 0;
 #pragma omp parallel for reduction(+ : total)
       for (int64_t i = 0; i < rows; ++i) {
-        if (lab[i] == ignore_) continue;
+        if (lab[i] == e_.ignore_index) continue;
         const float* z = x + i * cols;
         if (nan_row(z, cols)) {
           total += nan;
@@ -120,19 +114,19 @@ class SoftmaxCrossEntropy : public DnnlKernel {
         total += eps == 0 ? nll : keep * nll + eps * (lse - sum_z / static_cast<double>(cols));
       }
       // The mean of no labels (all ignored) is NaN, as in PyTorch.
-      *r.at<float>(out_) = static_cast<float>(total / static_cast<double>(count));
+      *r.at<float>(e_.out) = static_cast<float>(total / static_cast<double>(count));
       return;
     }
     // As the reference: the weight dloss / count rounded to float first.
-    const float scale = *r.at<float>(dloss_) / static_cast<float>(count);
+    const float scale = *r.at<float>(e_.dloss) / static_cast<float>(count);
     const float spread = static_cast<float>(eps / static_cast<double>(cols));
     const float hit = static_cast<float>(keep) * scale;
     run_all(r);  // dx = softmax(logits)
-    float* dx = r.at<float>(out_);
+    float* dx = r.at<float>(e_.out);
 #pragma omp parallel for
     for (int64_t i = 0; i < rows; ++i) {
       float* d = dx + i * cols;
-      if (lab[i] == ignore_) {
+      if (lab[i] == e_.ignore_index) {
         for (int64_t c = 0; c < cols; ++c) d[c] = 0.f * scale;  // NaN if count is 0
         continue;
       }
@@ -148,16 +142,17 @@ class SoftmaxCrossEntropy : public DnnlKernel {
 
   // Classes strided by `inner` (scalar loops in double).
   void strided(const Run& r, int64_t count) {
-    const float* x = r.at<float>(logits_);
-    const int64_t* lab = r.at<int64_t>(labels_);
-    const int64_t positions = outer_ * inner_, classes = classes_, inner = inner_;
-    const double eps = eps_, keep = 1.0 - eps;
+    const float* x = r.at<float>(e_.logits);
+    const int64_t* lab = r.at<int64_t>(e_.labels);
+    const int64_t classes = e_.classes.extent, inner = e_.classes.inner;
+    const int64_t positions = e_.classes.outer * inner;
+    const double eps = e_.label_smoothing, keep = 1.0 - eps;
     auto base = [&](int64_t p) { return (p / inner) * classes * inner + p % inner; };
-    if (!grad_) {
+    if (!e_.grad) {
       double total = 0;
 #pragma omp parallel for reduction(+ : total)
       for (int64_t p = 0; p < positions; ++p) {
-        if (lab[p] == ignore_) continue;
+        if (lab[p] == e_.ignore_index) continue;
         const float* z = x + base(p);
         float m = z[0];
         for (int64_t c = 1; c < classes; ++c) m = std::max(m, z[c * inner]);
@@ -171,17 +166,17 @@ class SoftmaxCrossEntropy : public DnnlKernel {
         const double nll = lse - static_cast<double>(z[lab[p] * inner] - m);
         total += eps == 0 ? nll : keep * nll + eps * (lse - sum_z / static_cast<double>(classes));
       }
-      *r.at<float>(out_) = static_cast<float>(total / static_cast<double>(count));
+      *r.at<float>(e_.out) = static_cast<float>(total / static_cast<double>(count));
       return;
     }
-    const float scale = *r.at<float>(dloss_) / static_cast<float>(count);
+    const float scale = *r.at<float>(e_.dloss) / static_cast<float>(count);
     const double spread = eps / static_cast<double>(classes);
-    float* dx = r.at<float>(out_);
+    float* dx = r.at<float>(e_.out);
 #pragma omp parallel for
     for (int64_t p = 0; p < positions; ++p) {
       const float* z = x + base(p);
       float* d = dx + base(p);
-      if (lab[p] == ignore_) {
+      if (lab[p] == e_.ignore_index) {
         for (int64_t c = 0; c < classes; ++c) d[c * inner] = 0.f * scale;  // NaN if count is 0
         continue;
       }
@@ -197,12 +192,7 @@ class SoftmaxCrossEntropy : public DnnlKernel {
     }
   }
 
-  bool grad_;
-  int off_;
-  int logits_, labels_, dloss_, out_;
-  int64_t ignore_;
-  double eps_;
-  int64_t outer_ = 1, inner_ = 1, classes_ = 0;
+  CrossEntropy e_;
 };
 
 // Element-pair losses: kind 'b' (SigmoidBCE) or 'm' (MSE); gradient when there is a dloss.

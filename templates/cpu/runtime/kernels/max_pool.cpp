@@ -21,6 +21,7 @@
 
 #include "../dnnl_kernel.h"
 #include "../loops.h"
+#include "pool.h"
 
 namespace planner {
 namespace {
@@ -35,12 +36,10 @@ struct Geometry {
   std::vector<int64_t> col_lo, col_hi;
 
   Geometry(const Node& node, const Shape& x, const Shape& y) {
-    const auto k = node.attrs.ints("kernel"), s = node.attrs.ints("strides");
-    const auto p = node.attrs.ints("pads");
-    const auto d = node.attrs.has("dilations") ? node.attrs.ints("dilations")
-                                               : std::vector<int64_t>{1, 1};
+    const PoolWindow w = pool_window(node.attrs, x, y);  // common/pool.h
     n = x[0], c = x[1], ih = x[2], iw = x[3], oh = y[2], ow = y[3];
-    kh = k[0], kw = k[1], sh = s[0], sw = s[1], dh = d[0], dw = d[1], pt = p[0], pl = p[1];
+    kh = w.kernel[0], kw = w.kernel[1], sh = w.stride[0], sw = w.stride[1];
+    dh = w.dilation[0], dw = w.dilation[1], pt = w.pad_begin[0], pl = w.pad_begin[1];
     for (int64_t t = 0; t < kw; ++t) {
       int64_t lo = 0, hi = ow;
       while (lo < ow && lo * sw - pl + t * dw < 0) ++lo;

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "../dnnl_kernel.h"
+#include "norm.h"
 
 namespace planner {
 namespace {
@@ -29,10 +30,10 @@ Shape as4d(const Shape& x) {
 
 class BatchNormTraining : public DnnlKernel {
  public:
-  explicit BatchNormTraining(const Node& n)
+  BatchNormTraining(const Node& n, const BatchNormAttrs& a)
       : channels_(n.in[0].shape[1]), per_channel_(n.in[0].size() / n.in[0].shape[1]),
-        eps_(static_cast<float>(n.attrs.f("epsilon"))),
-        momentum_(static_cast<float>(n.attrs.f("momentum"))), rm_(n.in[3].id), rv_(n.in[4].id),
+        eps_(static_cast<float>(a.epsilon)), momentum_(static_cast<float>(a.momentum)),
+        rm_(n.in[3].id), rv_(n.in[4].id),
         rm_out_(n.out[1].id), rv_out_(n.out[2].id), mean_(n.out[3].id), invstd_(n.out[4].id) {
     auto md = view_md(as4d(n.in[0].shape), n.in[0].dtype);
     dnnl::batch_normalization_forward::primitive_desc pd(
@@ -69,10 +70,10 @@ class BatchNormTraining : public DnnlKernel {
   int64_t var_;
 };
 
-KernelPtr batch_norm_inference(const Node& n) {
+KernelPtr batch_norm_inference(const Node& n, const BatchNormAttrs& a) {
   auto md = view_md(as4d(n.in[0].shape), n.in[0].dtype);
   dnnl::batch_normalization_forward::primitive_desc pd(
-      n.engine, prop::forward_inference, md, md, static_cast<float>(n.attrs.f("epsilon")),
+      n.engine, prop::forward_inference, md, md, static_cast<float>(a.epsilon),
       flags::use_global_stats | flags::use_scale | flags::use_shift, user_scratchpad());
   auto k = std::make_unique<DnnlKernel>();
   k->add(dnnl::batch_normalization_forward(pd), pd,
@@ -82,8 +83,9 @@ KernelPtr batch_norm_inference(const Node& n) {
 }
 
 KernelPtr batch_norm_any(const Node& n) {
-  if (n.attrs.b("training")) return std::make_unique<BatchNormTraining>(n);
-  return batch_norm_inference(n);
+  const BatchNormAttrs a = batch_norm_attrs(n.attrs);  // common/norm.h
+  if (a.training) return std::make_unique<BatchNormTraining>(n, a);
+  return batch_norm_inference(n, a);
 }
 
 KernelPtr batch_norm(const Node& n) { return native_or_widened(n, batch_norm_any); }
@@ -92,7 +94,7 @@ KernelPtr batch_norm(const Node& n) { return native_or_widened(n, batch_norm_any
 class BatchNormGradTraining : public DnnlKernel {
  public:
   explicit BatchNormGradTraining(const Node& n)
-      : channels_(n.in[1].shape[1]), eps_(static_cast<float>(n.attrs.f("epsilon"))),
+      : channels_(n.in[1].shape[1]), eps_(static_cast<float>(batch_norm_attrs(n.attrs).epsilon)),
         invstd_(n.in[4].id) {
     auto md = view_md(as4d(n.in[1].shape), n.in[1].dtype);
     auto f = flags::use_scale | flags::use_shift;
@@ -127,7 +129,8 @@ class BatchNormGradInference : public Kernel {
  public:
   explicit BatchNormGradInference(const Node& n)
       : n_(n.in[1].shape[0]), c_(n.in[1].shape[1]), rest_(n.in[1].size() / (n_ * c_)),
-        eps_(static_cast<float>(n.attrs.f("epsilon"))), dy_(n.in[0].id), x_(n.in[1].id),
+        eps_(static_cast<float>(batch_norm_attrs(n.attrs).epsilon)), dy_(n.in[0].id),
+        x_(n.in[1].id),
         scale_(n.in[2].id), mean_(n.in[3].id), var_(n.in[4].id), dx_(n.out[0].id),
         dscale_(n.out[1].id), dbias_(n.out[2].id) {}
   void run(const Run& r) override {
@@ -166,18 +169,8 @@ KernelPtr batch_norm_grad_training(const Node& n) {
 }
 
 KernelPtr batch_norm_grad(const Node& n) {
-  if (n.attrs.b("training")) return native_or_widened(n, batch_norm_grad_training);
+  if (batch_norm_attrs(n.attrs).training) return native_or_widened(n, batch_norm_grad_training);
   return widened(n, batch_norm_grad_inference);
-}
-
-struct LrnParams {
-  int64_t size;
-  float alpha, beta, bias;
-};
-
-LrnParams lrn_params(const Node& n) {
-  return LrnParams{n.attrs.i("size"), static_cast<float>(n.attrs.f("alpha")),
-                   static_cast<float>(n.attrs.f("beta")), static_cast<float>(n.attrs.f("bias"))};
 }
 
 // LRN and LRNGrad of an even size, which oneDNN's symmetric window cannot express: ONNX's
@@ -188,7 +181,7 @@ LrnParams lrn_params(const Node& n) {
 //          (the window mirrored) of dy_c y_c / D_c
 class LrnEven : public Kernel {
  public:
-  LrnEven(const Node& n, bool grad) : grad_(grad), p_(lrn_params(n)) {
+  LrnEven(const Node& n, bool grad) : grad_(grad), p_(lrn_params(n.attrs)) {
     require_f32(n);
     const Shape& s = n.in[grad ? 1 : 0].shape;
     n_ = s[0];
@@ -243,16 +236,17 @@ class LrnEven : public Kernel {
   std::vector<int> ids_;
 };
 
-dnnl::lrn_forward::primitive_desc lrn_forward_pd(const Node& n, prop pk, const memory::desc& md) {
-  LrnParams p = lrn_params(n);
+dnnl::lrn_forward::primitive_desc lrn_forward_pd(const Node& n, const LrnParams& p, prop pk,
+                                                  const memory::desc& md) {
   return dnnl::lrn_forward::primitive_desc(n.engine, pk, alg::lrn_across_channels, md, md, p.size,
                                            p.alpha, p.beta, p.bias, user_scratchpad());
 }
 
 KernelPtr lrn(const Node& n) {
-  if (lrn_params(n).size % 2 == 0) return std::make_unique<LrnEven>(n, false);
+  const LrnParams p = lrn_params(n.attrs);  // common/norm.h
+  if (p.size % 2 == 0) return std::make_unique<LrnEven>(n, false);
   auto md = view_md(as4d(n.in[0].shape), n.in[0].dtype);
-  auto pd = lrn_forward_pd(n, prop::forward_inference, md);
+  auto pd = lrn_forward_pd(n, p, prop::forward_inference, md);
   auto k = std::make_unique<DnnlKernel>();
   k->add(dnnl::lrn_forward(pd), pd, {{DNNL_ARG_SRC, n.in[0].id}, {DNNL_ARG_DST, n.out[0].id}});
   return k;
@@ -260,10 +254,10 @@ KernelPtr lrn(const Node& n) {
 
 // [dy, x, y] -> dx: the forward runs again (training) for the workspace oneDNN's backward reads.
 KernelPtr lrn_grad(const Node& n) {
-  if (lrn_params(n).size % 2 == 0) return std::make_unique<LrnEven>(n, true);
+  const LrnParams p = lrn_params(n.attrs);
+  if (p.size % 2 == 0) return std::make_unique<LrnEven>(n, true);
   auto md = view_md(as4d(n.in[1].shape), n.in[1].dtype);
-  auto fwd = lrn_forward_pd(n, prop::forward_training, md);
-  LrnParams p = lrn_params(n);
+  auto fwd = lrn_forward_pd(n, p, prop::forward_training, md);
   dnnl::lrn_backward::primitive_desc bwd(n.engine, alg::lrn_across_channels, md, md, md, p.size,
                                          p.alpha, p.beta, p.bias, fwd, user_scratchpad());
   auto k = std::make_unique<DnnlKernel>();

@@ -17,6 +17,7 @@
 
 #include "../dnnl_kernel.h"
 #include "../loops.h"
+#include "reduce.h"
 
 namespace planner {
 namespace {
@@ -105,16 +106,12 @@ KernelPtr reduction(const Node& n, dnnl::algorithm a, const std::vector<bool>& r
   return k;
 }
 
-std::vector<bool> axes_mask(const Node& n) {
-  size_t rank = n.in[0].shape.size();
-  std::vector<int64_t> axes = n.attrs.ints("axes");
-  std::vector<bool> mask(rank, axes.empty());
-  for (int64_t a : axes) mask[norm_axis(a, rank)] = true;
-  return mask;
+KernelPtr reduce_sum(const Node& n) {
+  return reduction(n, dnnl::algorithm::reduction_sum, reduced_axes(n.attrs, n.in[0].shape.size()));
 }
-
-KernelPtr reduce_sum(const Node& n) { return reduction(n, dnnl::algorithm::reduction_sum, axes_mask(n)); }
-KernelPtr reduce_mean(const Node& n) { return reduction(n, dnnl::algorithm::reduction_mean, axes_mask(n)); }
+KernelPtr reduce_mean(const Node& n) {
+  return reduction(n, dnnl::algorithm::reduction_mean, reduced_axes(n.attrs, n.in[0].shape.size()));
+}
 
 // mine[k] += sum of x[o, k] over rows o in [first, last) of a row-major (rows, c) x: strips of
 // kStrip columns summed in float registers over blocks of kRows rows (a block's float sum is off
@@ -154,13 +151,10 @@ class BiasAddGrad : public Kernel {
   explicit BiasAddGrad(const Node& n)
       : x_(n.in[0].id), y_(n.out[0].id), team_(std::max(1, n.threads)) {
     require_f32(n);
-    const Shape& s = n.in[0].shape;
-    const size_t axis = static_cast<size_t>(norm_axis(n.attrs.i("axis"), s.size()));
-    for (size_t k = 0; k < s.size(); ++k) {
-      if (k < axis) outer_ *= s[k];
-      if (k > axis) inner_ *= s[k];
-    }
-    channels_ = s.empty() ? 1 : s[axis];
+    const AxisSplit a = axis_split(n.attrs, n.in[0].shape);  // the channels along the axis
+    outer_ = a.outer;
+    channels_ = a.extent;
+    inner_ = a.inner;
   }
   size_t scratch_bytes() const override { return sizeof(double) * team_ * channels_; }
   void run(const Run& r) override {

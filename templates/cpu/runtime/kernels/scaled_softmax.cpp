@@ -24,6 +24,7 @@
 
 #include "../dnnl_kernel.h"
 #include "../vmath.h"
+#include "scaled_softmax.h"
 
 // GCC 12's -O2 vectorizer cost model ("very cheap") leaves these loops of run-time length with
 // scalar prologues and remainders; the dynamic model, with the masked lanes and 1 / sum, took
@@ -35,25 +36,9 @@
 namespace planner {
 namespace {
 
-// The (rows of n along the last axis) view and the attrs both ops share.
-struct Rows {
-  int64_t rows = 0, n = 1, height = 1;  // height: rows per matrix (the mask's row index)
-  float scale;
-  bool causal;
-  explicit Rows(const Node& node)
-      : scale(static_cast<float>(node.attrs.f("scale"))), causal(node.attrs.b("causal")) {
-    require_f32(node);
-    const Shape& s = node.in[0].shape;
-    if (s.empty() || (causal && s.size() < 2))
-      throw std::runtime_error("ScaledSoftmax: input rank too small for its mask");
-    n = s.back();
-    height = causal ? s[s.size() - 2] : 1;
-    rows = n ? node.in[0].size() / n : 0;
-  }
-  // Scores the row reads: the unmasked ones.
-  int64_t width(int64_t row) const {
-    return causal ? std::min<int64_t>(row % height + 1, n) : n;
-  }
+// The rows both ops share (common/scaled_softmax.h) and this backend's loop extent.
+struct Rows : ScaledSoftmaxRows {
+  explicit Rows(const Node& node) : ScaledSoftmaxRows(scaled_softmax_geometry(node)) {}
   // The loops' extent: w rounded up to 16 lanes (within the row), the lanes past w masked, so
   // that a causal row's loops run whole vectors, without scalar remainders of exp.
   int64_t padded(int64_t w) const { return std::min<int64_t>(n, (w + 15) & ~int64_t{15}); }

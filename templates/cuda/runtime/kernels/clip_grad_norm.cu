@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "../kernel.h"
+#include "clip_grad_norm.h"
 
 namespace planner {
 namespace {
@@ -44,39 +45,28 @@ __global__ void scale_by_clip(const float* g, float* y, const float* total, floa
 class ClipGradNorm : public Kernel {
  public:
   explicit ClipGradNorm(const Node& n)
-      : total_(n.out.back().id), max_norm_(static_cast<float>(n.attrs.f("max_norm"))),
-        threads_(block_threads(n)) {
-    require_f32(n);
-    for (size_t k = 0; k < n.in.size(); ++k) {
-      sizes_.push_back(n.in[k].size());
-      in_.push_back(n.in[k].id);
-      out_.push_back(n.out[k].id);
-    }
-  }
+      : c_(grad_clip(n)), threads_(block_threads(n)) {}  // common/clip_grad_norm.h
   void run(const Run& r) override {
-    float* total = r.at<float>(total_);
+    float* total = r.at<float>(c_.total);
     PLANNER_CUDA(cudaMemsetAsync(total, 0, sizeof(float), r.stream));
-    for (size_t k = 0; k < in_.size(); ++k) {
-      if (sizes_[k] == 0) continue;
-      add_square_of_norm<<<1, kNormThreads, 0, r.stream>>>(r.at<float>(in_[k]), sizes_[k],
-                                                           total);
+    for (size_t k = 0; k < c_.in.size(); ++k) {
+      if (c_.sizes[k] == 0) continue;
+      add_square_of_norm<<<1, kNormThreads, 0, r.stream>>>(r.at<float>(c_.in[k]),
+                                                           c_.sizes[k], total);
       PLANNER_LAUNCHED("add_square_of_norm");
     }
     finish_norm<<<1, 1, 0, r.stream>>>(total);
     PLANNER_LAUNCHED("finish_norm");
-    for (size_t k = 0; k < in_.size(); ++k) {
-      if (sizes_[k] == 0) continue;
-      scale_by_clip<<<blocks_for(sizes_[k], threads_), threads_, 0, r.stream>>>(
-          r.at<float>(in_[k]), r.at<float>(out_[k]), total, max_norm_, sizes_[k]);
+    for (size_t k = 0; k < c_.in.size(); ++k) {
+      if (c_.sizes[k] == 0) continue;
+      scale_by_clip<<<blocks_for(c_.sizes[k], threads_), threads_, 0, r.stream>>>(
+          r.at<float>(c_.in[k]), r.at<float>(c_.out[k]), total, c_.max_norm, c_.sizes[k]);
       PLANNER_LAUNCHED("scale_by_clip");
     }
   }
 
  private:
-  std::vector<int64_t> sizes_;
-  std::vector<int> in_, out_;
-  int total_;
-  float max_norm_;
+  GradClip c_;
   int threads_;
 };
 

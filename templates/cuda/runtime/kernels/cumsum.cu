@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "../groups.cuh"
+#include "cumsum.h"
 
 namespace planner {
 namespace {
@@ -33,27 +34,22 @@ class CumSum : public Kernel {
  public:
   explicit CumSum(const Node& n)
       : threads_(block_threads(n)), x_(n.in[0].id), y_(n.out[0].id),
-        exclusive_(n.attrs.b("exclusive")), reverse_(n.attrs.b("reverse")) {
-    if (n.in[0].dtype != F32 || n.out[0].dtype != F32)
-      throw std::runtime_error("CumSum: float32 tensors");
-    const AxisSplit a = axis_split(n.attrs, n.in[0].shape);
-    outer_ = a.outer;
-    n_ = a.extent;
-    inner_ = a.inner;
-    blocks_ = blocks_for(outer_ * inner_, threads_);
+        s_(cumsum_scan(n)) {  // common/cumsum.h
+    blocks_ = blocks_for(s_.lines.outer * s_.lines.inner, threads_);
   }
   void run(const Run& r) override {
-    if (outer_ * inner_ * n_ == 0) return;
-    running_sums<<<blocks_, threads_, 0, r.stream>>>(r.at<float>(x_), r.at<float>(y_), outer_,
-                                                     n_, inner_, exclusive_, reverse_);
+    const AxisSplit& a = s_.lines;
+    if (a.outer * a.inner * a.extent == 0) return;
+    running_sums<<<blocks_, threads_, 0, r.stream>>>(r.at<float>(x_), r.at<float>(y_), a.outer,
+                                                     a.extent, a.inner, s_.exclusive,
+                                                     s_.reverse);
     PLANNER_LAUNCHED("CumSum");
   }
 
  private:
   int threads_;
   int x_, y_;
-  bool exclusive_, reverse_;
-  int64_t outer_ = 1, inner_ = 1, n_ = 1;
+  CumSumScan s_;
   unsigned blocks_ = 1;
 };
 

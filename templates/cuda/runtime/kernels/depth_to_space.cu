@@ -5,21 +5,22 @@
 #include <cstdint>
 
 #include "../groups.cuh"
+#include "depth_to_space.h"
 
 namespace planner {
 namespace {
 
 template <class T>
-__global__ void permute_blocks(const T* __restrict__ x, T* __restrict__ y, int64_t n, int64_t c,
-                               int64_t h, int64_t w, int64_t b, bool crd, bool to_space) {
-  const int64_t total = n * c * h * b * w * b;
+__global__ void permute_blocks(const T* __restrict__ x, T* __restrict__ y, DepthBlocks g,
+                               bool to_space) {
+  const int64_t h = g.h, w = g.w, b = g.b, c = g.c;
+  const int64_t total = g.n * c * h * b * w * b;
   for (int64_t s = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; s < total;
        s += int64_t{gridDim.x} * blockDim.x) {
     const int64_t sw = s % (w * b), row = s / (w * b);
     const int64_t sh = row % (h * b), ch = (row / (h * b)) % c, nn = row / (h * b * c);
     const int64_t hh = sh / b, i = sh % b, ww = sw / b, j = sw % b;
-    const int64_t depth_c = crd ? ch * b * b + i * b + j : (i * b + j) * c + ch;
-    const int64_t d = ((nn * c * b * b + depth_c) * h + hh) * w + ww;
+    const int64_t d = g.depth(nn, ch, hh, i, ww, j);
     if (to_space)
       y[s] = x[d];
     else
@@ -31,12 +32,9 @@ class DepthToSpace : public Kernel {
  public:
   DepthToSpace(const Node& n, bool to_space)
       : to_space_(to_space), threads_(block_threads(n)), x_(n.in[0].id), y_(n.out[0].id),
-        b_(n.attrs.i("blocksize")), crd_(n.attrs.s("mode") == "CRD"),
+        g_(depth_blocks(n, to_space)),  // common/depth_to_space.h
         bytes_(dtype_bytes(n.in[0].dtype)) {
-    const Shape& space = to_space ? n.out[0].shape : n.in[0].shape;
-    if (space.size() != 4 || b_ < 1) throw std::runtime_error("DepthToSpace: NCHW, blocksize >= 1");
-    n_ = space[0], c_ = space[1], h_ = space[2] / b_, w_ = space[3] / b_;
-    total_ = n_ * c_ * h_ * b_ * w_ * b_;
+    total_ = g_.n * g_.c * g_.h * g_.b * g_.w * g_.b;
     blocks_ = blocks_for(total_, threads_);
   }
   void run(const Run& r) override {
@@ -54,15 +52,14 @@ class DepthToSpace : public Kernel {
  private:
   template <class T> void go(const Run& r) {
     permute_blocks<T><<<blocks_, threads_, 0, r.stream>>>(
-        r.at<T>(x_), r.at<T>(y_), n_, c_, h_, w_, b_, crd_, to_space_);
+        r.at<T>(x_), r.at<T>(y_), g_, to_space_);
   }
   bool to_space_;
   int threads_;
   int x_, y_;
-  int64_t b_;
-  bool crd_;
+  DepthBlocks g_;
   int bytes_;
-  int64_t n_ = 0, c_ = 0, h_ = 0, w_ = 0, total_ = 0;
+  int64_t total_ = 0;
   unsigned blocks_ = 1;
 };
 

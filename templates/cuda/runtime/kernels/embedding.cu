@@ -16,6 +16,7 @@
 #include <cstdint>
 
 #include "../groups.cuh"
+#include "embedding.h"
 
 namespace planner {
 namespace {
@@ -76,15 +77,11 @@ __global__ void scatter_rows(const int64_t* __restrict__ ids, const T* __restric
 
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
-// The geometry both ops share: `count` rows of `d` floats, table rows 0..v-1.
+// The launch both ops share: `count` rows of `d` floats, table rows 0..v-1.
 class Rows : public Kernel {
  protected:
-  Rows(const Node& n, int64_t v, int64_t d, int64_t count)
-      : threads_(block_threads(n)), v_(v), d_(d), count_(count) {
-    for (const TensorRef& t : n.in)
-      if (t.dtype != F32 && t.dtype != I64)
-        throw std::runtime_error("Embedding kernels take float32 tensors and int64 ids");
-    if (n.out[0].dtype != F32) throw std::runtime_error("Embedding kernels write float32");
+  Rows(const Node& n, const EmbeddingRows& rows)  // common/embedding.h
+      : threads_(block_threads(n)), v_(rows.vocab), d_(rows.width), count_(rows.count) {
     vec_ = d_ % 4 == 0;
     blocks_ = blocks_for(count_ * d_, threads_);
     blocks4_ = blocks_for(count_ * (d_ / 4), threads_);
@@ -100,11 +97,7 @@ class Rows : public Kernel {
 class Embedding : public Rows {
  public:
   explicit Embedding(const Node& n)
-      : Rows(n, n.in[0].shape.at(0), n.in[0].shape.at(1), n.in[1].size()), table_(n.in[0].id),
-        ids_(n.in[1].id), y_(n.out[0].id) {
-    if (n.in[0].dtype != F32 || n.in[1].dtype != I64)
-      throw std::runtime_error("Embedding takes a float32 table and int64 ids");
-  }
+      : Rows(n, embedding_rows(n)), table_(n.in[0].id), ids_(n.in[1].id), y_(n.out[0].id) {}
   void run(const Run& r) override {
     if (count_ * d_ == 0) return;
     const float* table = r.at<float>(table_);
@@ -136,14 +129,7 @@ class Embedding : public Rows {
 class EmbeddingGrad : public Rows {
  public:
   explicit EmbeddingGrad(const Node& n)
-      : Rows(n, n.attrs.i("num_embeddings"), n.out[0].shape.at(1), n.in[0].size()),
-        ids_(n.in[0].id), dy_(n.in[1].id), dt_(n.out[0].id) {
-    if (n.in[0].dtype != I64 || n.in[1].dtype != F32)
-      throw std::runtime_error("EmbeddingGrad takes int64 ids and a float32 dy");
-    if (v_ <= 0) throw std::runtime_error("EmbeddingGrad: num_embeddings must be positive");
-    if (n.out[0].shape.at(0) != v_)
-      throw std::runtime_error("EmbeddingGrad: num_embeddings does not match dtable's rows");
-  }
+      : Rows(n, embedding_grad_rows(n)), ids_(n.in[0].id), dy_(n.in[1].id), dt_(n.out[0].id) {}
   void run(const Run& r) override {
     const int64_t* ids = r.at<int64_t>(ids_);
     const float* dy = r.at<float>(dy_);

@@ -17,6 +17,7 @@
 #include <cmath>
 
 #include "../groups.cuh"
+#include "loss.h"
 
 namespace planner {
 namespace {
@@ -155,62 +156,50 @@ void require_loss_types(const Node& n, bool labels) {
 class SoftmaxCrossEntropy : public Kernel {
  public:
   explicit SoftmaxCrossEntropy(const Node& n)
-      : grad_(n.in.size() == 3), threads_(block_threads(n)), ignore_(n.attrs.i("ignore_index")),
-        eps_(static_cast<float>(n.attrs.f("label_smoothing"))) {
+      : e_(cross_entropy(n)), threads_(block_threads(n)) {  // common/loss.h
     require_loss_types(n, true);
-    const int off = grad_ ? 1 : 0;
-    const TensorRef& x = n.in[off];
-    if (x.shape.size() < 2)
-      throw std::runtime_error("SoftmaxCrossEntropy: logits must be (N, C, ...)");
-    const AxisSplit a = axis_split(n.attrs, x.shape);  // the classes along the axis
-    outer_ = a.outer;
-    inner_ = a.inner;
-    cols_ = a.extent;
-    rows_ = outer_ * inner_;
-    if (cols_ == 0 && rows_ > 0)
+    rows_ = e_.classes.outer * e_.classes.inner;
+    if (e_.classes.extent == 0 && rows_ > 0)
       throw std::runtime_error("SoftmaxCrossEntropy: logits with no classes");
-    logits_ = x.id;
-    labels_ = n.in[off + 1].id;
-    dloss_ = grad_ ? n.in[0].id : -1;
-    out_ = n.out[0].id;
-    warp_ = cols_ <= kWarpRowMax;
+    warp_ = e_.classes.extent <= kWarpRowMax;
     blocks_ = row_blocks(rows_, warp_, threads_);
   }
   // The count of labels not ignored (a double), then the forward's per-position terms.
   size_t scratch_bytes() const override {
-    return sizeof(double) * (grad_ ? 1 : 1 + rows_);
+    return sizeof(double) * (e_.grad ? 1 : 1 + rows_);
   }
   void run(const Run& r) override {
-    const float* x = r.at<float>(logits_);
-    const int64_t* lab = r.at<int64_t>(labels_);
-    const float* dloss = grad_ ? r.at<float>(dloss_) : nullptr;
+    const float* x = r.at<float>(e_.logits);
+    const int64_t* lab = r.at<int64_t>(e_.labels);
+    const float* dloss = e_.grad ? r.at<float>(e_.dloss) : nullptr;
     double* count = reinterpret_cast<double*>(r.scratch);
-    double* term = grad_ ? nullptr : count + 1;
-    float* dx = grad_ ? r.at<float>(out_) : nullptr;
-    count_labels<<<1, threads_, 0, r.stream>>>(lab, rows_, ignore_, count);
+    double* term = e_.grad ? nullptr : count + 1;
+    float* dx = e_.grad ? r.at<float>(e_.out) : nullptr;
+    count_labels<<<1, threads_, 0, r.stream>>>(lab, rows_, e_.ignore_index, count);
     PLANNER_LAUNCHED("SoftmaxCrossEntropy count");
     if (rows_ > 0) {
+      const int64_t cols = e_.classes.extent, inner = e_.classes.inner;
+      const float eps = static_cast<float>(e_.label_smoothing);
       if (warp_)
-        sce_rows<true><<<blocks_, threads_, 0, r.stream>>>(x, lab, rows_, cols_, inner_, ignore_,
-                                                           eps_, dloss, count, term, dx);
+        sce_rows<true><<<blocks_, threads_, 0, r.stream>>>(x, lab, rows_, cols, inner,
+                                                           e_.ignore_index, eps, dloss, count,
+                                                           term, dx);
       else
-        sce_rows<false><<<blocks_, threads_, 0, r.stream>>>(x, lab, rows_, cols_, inner_, ignore_,
-                                                            eps_, dloss, count, term, dx);
+        sce_rows<false><<<blocks_, threads_, 0, r.stream>>>(x, lab, rows_, cols, inner,
+                                                            e_.ignore_index, eps, dloss, count,
+                                                            term, dx);
       PLANNER_LAUNCHED("SoftmaxCrossEntropy rows");
     }
-    if (!grad_) {
-      finish_ce<<<1, threads_, 0, r.stream>>>(term, rows_, count, r.at<float>(out_));
+    if (!e_.grad) {
+      finish_ce<<<1, threads_, 0, r.stream>>>(term, rows_, count, r.at<float>(e_.out));
       PLANNER_LAUNCHED("SoftmaxCrossEntropy mean");
     }
   }
 
  private:
-  bool grad_;
+  CrossEntropy e_;
   int threads_;
-  int64_t ignore_;
-  float eps_;
-  int64_t outer_ = 1, inner_ = 1, rows_ = 0, cols_ = 0;
-  int logits_ = -1, labels_ = -1, dloss_ = -1, out_ = -1;
+  int64_t rows_ = 0;  // positions, one label each
   bool warp_ = true;
   unsigned blocks_ = 1;
 };

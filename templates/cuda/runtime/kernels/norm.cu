@@ -23,6 +23,7 @@
 
 #include "../cudnn_kernel.h"
 #include "../low_float.cuh"
+#include "norm.h"
 
 namespace planner {
 namespace {
@@ -83,9 +84,10 @@ class BatchNorm : public Kernel {
     const int type = data_type(n, {0}, {0}, "BatchNorm");
     const Nci d = channels_of(n.in[0].shape, "BatchNorm");
     require_per_channel(n, 1, 4, d.c);
-    training_ = n.attrs.b("training");
-    eps_ = n.attrs.f("epsilon");
-    momentum_ = n.attrs.f("momentum");
+    const BatchNormAttrs a = batch_norm_attrs(n.attrs);  // common/norm.h
+    training_ = a.training;
+    eps_ = a.epsilon;
+    momentum_ = a.momentum;
     if (eps_ < CUDNN_BN_MIN_EPSILON)
       throw std::runtime_error("BatchNorm epsilon " + std::to_string(eps_) +
                                " is below cuDNN's minimum");
@@ -186,8 +188,9 @@ class BatchNormGrad : public Kernel {
     if (n.in[0].shape != n.in[1].shape || n.out[0].shape != n.in[1].shape)
       throw std::runtime_error("BatchNormGrad: dy, x and dx must have one shape");
     require_per_channel(n, 2, 4, d_.c);
-    training_ = !n.attrs.has("training") || n.attrs.b("training");
-    eps_ = n.attrs.f("epsilon");
+    const BatchNormAttrs a = batch_norm_attrs(n.attrs);  // common/norm.h
+    training_ = a.training;
+    eps_ = a.epsilon;
     for (const TensorRef& t : n.in) ids_.push_back(t.id);
     for (const TensorRef& t : n.out) ids_.push_back(t.id);
     set_nchw(x_, d_.n, d_.c, d_.inner, 1, cudnn_type(type_));
@@ -226,11 +229,6 @@ class BatchNormGrad : public Kernel {
 };
 
 // ---- LRN -------------------------------------------------------------------------------------
-
-struct LrnParams {
-  int size;
-  float alpha, beta, bias;
-};
 
 // D at channel c: bias + alpha/size * sum of x^2 over [c - (size-1)/2, c + size/2] in [0, C).
 __device__ inline float lrn_denominator(const float* __restrict__ xs, int64_t stride, int c,
@@ -289,9 +287,7 @@ class Lrn : public Kernel {
       if (t.shape != n.out[0].shape)
         throw std::runtime_error("LRN tensors must share one shape, got " +
                                  shape_text(t.shape) + " and " + shape_text(n.out[0].shape));
-    p_ = LrnParams{to_int(n.attrs.i("size"), "size"), static_cast<float>(n.attrs.f("alpha")),
-                   static_cast<float>(n.attrs.f("beta")), static_cast<float>(n.attrs.f("bias"))};
-    if (p_.size < 1) throw std::runtime_error("LRN size must be >= 1");
+    p_ = lrn_params(n.attrs);  // common/norm.h
     for (const TensorRef& t : n.in) ids_.push_back(t.id);
     ids_.push_back(n.out[0].id);
   }

@@ -19,6 +19,7 @@
 // a float32 mean (a reduction stays float32: planner/graph/precision.py).
 #include "../cudnn_kernel.h"
 #include "../low_float.cuh"
+#include "pool.h"
 
 namespace planner {
 namespace {
@@ -30,46 +31,14 @@ struct Geo {
   int top, left, bottom, right;
 };
 
-// Output size along one axis, as Window.out_hw: ceil_mode keeps a last partial window unless
-// it would start inside the bottom/right padding.
-int64_t out_size(int64_t in, int64_t k, int64_t s, int64_t d, int64_t lo, int64_t hi,
-                 bool ceil_mode) {
-  const int64_t room = in + lo + hi - (d * (k - 1) + 1);
-  if (room < 0) return 0;
-  int64_t n = (ceil_mode ? (room + s - 1) / s : room / s) + 1;
-  if (ceil_mode && (n - 1) * s >= in + lo) --n;
-  return n;
-}
-
-// The window of a pool over input x (N,C,H,W) with output y, checked against each other.
-Geo geometry(const Node& n, const Shape& x, const Shape& y) {
-  if (x.size() != 4 || y.size() != 4 || x[0] != y[0] || x[1] != y[1])
-    throw std::runtime_error("pooling needs NCHW input and output with the same N and C, got " +
-                             shape_text(x) + " and " + shape_text(y));
-  auto k = n.attrs.ints("kernel");
-  std::vector<int64_t> s = n.attrs.has("strides") ? n.attrs.ints("strides")
-                                                  : std::vector<int64_t>{1, 1};
-  std::vector<int64_t> p = n.attrs.has("pads") ? n.attrs.ints("pads")
-                                               : std::vector<int64_t>{0, 0, 0, 0};
-  std::vector<int64_t> d = n.attrs.has("dilations") ? n.attrs.ints("dilations")
-                                                    : std::vector<int64_t>{1, 1};
-  const bool ceil_mode = n.attrs.has("ceil_mode") && n.attrs.b("ceil_mode");
-  if (k.size() != 2 || s.size() != 2 || p.size() != 4 || d.size() != 2)
-    throw std::runtime_error("pooling attrs need kernel[2], strides[2], pads[4], dilations[2]");
-  for (int a = 0; a < 2; ++a) {
-    if (k[a] < 1 || s[a] < 1 || d[a] < 1 || p[a] < 0 || p[a + 2] < 0)
-      throw std::runtime_error("pooling kernel, strides and dilations must be >= 1, pads >= 0");
-    const int64_t o = out_size(x[2 + a], k[a], s[a], d[a], p[a], p[a + 2], ceil_mode);
-    if (o != y[2 + a])
-      throw std::runtime_error("pooling input " + shape_text(x) + " gives " +
-                               std::to_string(o) + " windows along axis " +
-                               std::to_string(2 + a) + ", the output is " + shape_text(y));
-  }
+// Window w of a pool over input x (N,C,H,W) with output y, in the kernels' ints.
+Geo geometry(const PoolWindow& w, const Shape& x, const Shape& y) {
   return Geo{x[0] * x[1], to_int(x[2], "H"), to_int(x[3], "W"), to_int(y[2], "OH"),
-             to_int(y[3], "OW"), to_int(k[0], "kernel"), to_int(k[1], "kernel"),
-             to_int(s[0], "stride"), to_int(s[1], "stride"), to_int(d[0], "dilation"),
-             to_int(d[1], "dilation"), to_int(p[0], "pad"), to_int(p[1], "pad"),
-             to_int(p[2], "pad"), to_int(p[3], "pad")};
+             to_int(y[3], "OW"), to_int(w.kernel[0], "kernel"), to_int(w.kernel[1], "kernel"),
+             to_int(w.stride[0], "stride"), to_int(w.stride[1], "stride"),
+             to_int(w.dilation[0], "dilation"), to_int(w.dilation[1], "dilation"),
+             to_int(w.pad_begin[0], "pad"), to_int(w.pad_begin[1], "pad"),
+             to_int(w.pad_end[0], "pad"), to_int(w.pad_end[1], "pad")};
 }
 
 constexpr int kThreads = 256;
@@ -225,26 +194,23 @@ class Pool : public Kernel {
     std::vector<TensorRef> all = n.in;
     all.insert(all.end(), n.out.begin(), n.out.end());
     type_ = one_float_type(all, "pooling");
-    switch (kind) {
-      case Kind::Max:  // [x] -> y
-        g_ = geometry(n, n.in[0].shape, n.out[0].shape);
-        break;
-      case Kind::MaxGrad:  // [dy, x] -> dx
-        if (n.out[0].shape != n.in[1].shape)
-          throw std::runtime_error("MaxPoolGrad: dx " + shape_text(n.out[0].shape) +
-                                   " differs from x " + shape_text(n.in[1].shape));
-        g_ = geometry(n, n.in[1].shape, n.in[0].shape);
-        break;
-      case Kind::Avg:  // [x] -> y
-        g_ = geometry(n, n.in[0].shape, n.out[0].shape);
-        break;
-      case Kind::AvgGrad:  // [dy] -> dx of shape input_shape
-        g_ = geometry(n, n.out[0].shape, n.in[0].shape);
-        break;
+    // The forward pool's x and y, whichever op this is.
+    const Shape *x = &n.in[0].shape, *y = &n.out[0].shape;  // MaxPool, AvgPool: [x] -> y
+    if (kind == Kind::MaxGrad) {  // [dy, x] -> dx
+      if (n.out[0].shape != n.in[1].shape)
+        throw std::runtime_error("MaxPoolGrad: dx " + shape_text(n.out[0].shape) +
+                                 " differs from x " + shape_text(n.in[1].shape));
+      x = &n.in[1].shape;
+      y = &n.in[0].shape;
+    } else if (kind == Kind::AvgGrad) {  // [dy] -> dx of shape input_shape
+      x = &n.out[0].shape;
+      y = &n.in[0].shape;
     }
+    const PoolWindow w = pool_window(n.attrs, *x, *y);  // common/pool.h
+    g_ = geometry(w, *x, *y);
     if (kind == Kind::Avg || kind == Kind::AvgGrad) {
       if (g_.dh != 1 || g_.dw != 1) throw std::runtime_error("AvgPool has no dilations");
-      include_pad_ = n.attrs.has("count_include_pad") && n.attrs.b("count_include_pad");
+      include_pad_ = w.count_include_pad;
     }
   }
 

@@ -11,6 +11,7 @@
 #include "../kernel.h"
 #include "../low_float.cuh"
 #include "pointwise.h"
+#include "reduce.h"
 
 namespace planner {
 
@@ -92,10 +93,10 @@ namespace {
 
 Shape reduced_to(const Node& n) {
   const Shape& s = n.in[0].shape;
-  std::vector<int64_t> axes = n.attrs.ints("axes");
+  const std::vector<bool> reduced = reduced_axes(n.attrs, s.size());  // common/reduce.h
   Shape to = s;
-  if (axes.empty()) std::fill(to.begin(), to.end(), 1);
-  for (int64_t a : axes) to[norm_axis(a, s.size())] = 1;
+  for (size_t k = 0; k < s.size(); ++k)
+    if (reduced[k]) to[k] = 1;
   return to;
 }
 
@@ -129,8 +130,8 @@ KernelPtr reduce_mean(const Node& n) {
 KernelPtr bias_add_grad(const Node& n) {
   const Shape& s = n.in[0].shape;
   Shape to(s.size(), 1);
-  const int axis = norm_axis(n.attrs.i("axis"), s.size());
-  to[axis] = s[axis];
+  const AxisSplit a = axis_split(n.attrs, s);  // the channels along the axis
+  to[a.axis] = a.extent;
   return std::make_unique<Sum>(n, to, 1.0, true);
 }
 

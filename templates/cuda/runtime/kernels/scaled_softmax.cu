@@ -17,22 +17,13 @@
 #include <cmath>
 
 #include "../groups.cuh"
+#include "scaled_softmax.h"
 
 namespace planner {
 namespace {
 
-struct RowsArgs {
-  int64_t rows, n, height;  // height: rows per matrix, the mask's row index is row % height
-  float scale;
-  bool causal;
-  __device__ int64_t width(int64_t row) const {
-    const int64_t w = row % height + 1;
-    return causal && w < n ? w : n;
-  }
-};
-
 template <bool kWarp>
-__global__ void scaled_softmax_rows(const float* __restrict__ x, RowsArgs a,
+__global__ void scaled_softmax_rows(const float* __restrict__ x, ScaledSoftmaxRows a,
                                     float* __restrict__ y) {
   const RowGroup<kWarp> g;
   for (int64_t row = g.first(); row < a.rows; row += g.stride()) {
@@ -65,7 +56,7 @@ __global__ void scaled_softmax_rows(const float* __restrict__ x, RowsArgs a,
 
 template <bool kWarp>
 __global__ void scaled_softmax_grad_rows(const float* __restrict__ dy,
-                                         const float* __restrict__ y, RowsArgs a,
+                                         const float* __restrict__ y, ScaledSoftmaxRows a,
                                          float* __restrict__ dx) {
   const RowGroup<kWarp> g;
   for (int64_t row = g.first(); row < a.rows; row += g.stride()) {
@@ -84,19 +75,7 @@ __global__ void scaled_softmax_grad_rows(const float* __restrict__ dy,
 class ScaledSoftmax : public Kernel {
  public:
   ScaledSoftmax(const Node& n, bool grad) : grad_(grad), threads_(block_threads(n)) {
-    require_f32(n);
-    const Shape& s = n.in[0].shape;
-    for (const TensorRef& t : n.in)
-      if (t.shape != s)
-        throw std::runtime_error("ScaledSoftmaxGrad: dy and y must share one shape, got " +
-                                 shape_text(t.shape) + " and " + shape_text(s));
-    a_.causal = n.attrs.b("causal");
-    a_.scale = static_cast<float>(n.attrs.f("scale"));
-    if (s.empty() || (a_.causal && s.size() < 2))
-      throw std::runtime_error("ScaledSoftmax: input rank too small for its mask");
-    a_.n = s.back();
-    a_.height = a_.causal ? s[s.size() - 2] : 1;
-    a_.rows = a_.n ? n.in[0].size() / a_.n : 0;
+    a_ = scaled_softmax_geometry(n);  // common/scaled_softmax.h
     warp_ = a_.n <= kWarpRowMax;
     blocks_ = row_blocks(a_.rows, warp_, threads_);
     for (const TensorRef& t : n.in) ids_.push_back(t.id);
@@ -119,7 +98,7 @@ class ScaledSoftmax : public Kernel {
  private:
   bool grad_;
   int threads_;
-  RowsArgs a_{};
+  ScaledSoftmaxRows a_{};
   bool warp_ = true;
   unsigned blocks_ = 1;
   std::vector<int> ids_;
