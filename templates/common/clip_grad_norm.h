@@ -5,6 +5,7 @@
 #include <stdexcept>
 #include <vector>
 
+#include "host_device.h"
 #include "runtime.h"
 
 namespace planner {
@@ -15,6 +16,14 @@ struct GradClip {
   int total;                    // total_norm
   float max_norm;
 };
+
+// What every gradient is multiplied by: min(max_norm / (total + 1e-6), 1) as PyTorch's
+// clip_grad_norm_ computes it, a NaN total giving a NaN factor (its clamp keeps NaN; fminf
+// would return 1 and leave the gradients unclipped on one backend only).
+PLANNER_HOST_DEVICE inline float clip_factor(float max_norm, float total) {
+  const float f = max_norm / (total + 1e-6f);
+  return 1.f < f ? 1.f : f;
+}
 
 // N: a backend's kernel-factory Node.
 template <class N>

@@ -40,7 +40,7 @@ class ClipGradNorm : public Kernel {
       squares += norm * norm;
     }
     const float total = static_cast<float>(std::sqrt(squares));
-    const float coef = std::min(c_.max_norm / (total + 1e-6f), 1.f);
+    const float coef = clip_factor(c_.max_norm, total);
     for (size_t k = 0; k < c_.in.size(); ++k) {
       const float* g = r.at<float>(c_.in[k]);
       float* y = r.at<float>(c_.out[k]);

@@ -36,7 +36,7 @@ __global__ void finish_norm(float* total) { *total = sqrtf(*total); }
 
 __global__ void scale_by_clip(const float* g, float* y, const float* total, float max_norm,
                               int64_t n) {
-  const float coef = fminf(max_norm / (*total + 1e-6f), 1.f);
+  const float coef = clip_factor(max_norm, *total);
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * blockDim.x)
     y[i] = g[i] * coef;
