@@ -135,4 +135,8 @@ def test_variants_are_deterministic_and_can_be_left_out(built):
         none = plan(graph, detect(), options=options.model_copy(update={"variants": False}))
     assert again.to_json() == p.to_json()
     assert none.variants == () and verify_plan(none) == []
-    assert np.isfinite(p.variants[0].step_seconds)
+    # Fewer cores: the fastest thread count among fewer choices, so never predicted faster;
+    # one core: every op on one thread.
+    steps = [v.step_seconds for v in p.variants]
+    assert all(np.isfinite(steps)) and steps == sorted(steps) and steps[0] > 0
+    assert p.variants[-1].cores == 1 and set(p.variants[-1].threads) == {1}
