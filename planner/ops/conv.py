@@ -11,6 +11,16 @@ The numpy references go through im2col: a strided view of the padded input with 
 (N, C, OH, OW, kH, kW), reshaped into one matrix per group and multiplied with BLAS. The data
 gradient is the transpose: a matrix product, then col2im (one strided add per kernel tap).
 
+A Conv2D may carry a convolution layer's bias and activation, folded in from the BiasAdd (axis 1)
+and Relu that followed it (planner/graph/fold_conv_bias.py): an optional third input, a bias of
+shape (O,) added to every output channel, and `activation` ("none" or "relu"; absent = none)
+applied after it, y = act(conv(x, w) + bias). The kernels do both as they write y (oneDNN's
+convolution bias and an eltwise post-op; a bias and activation pass after cuDNN's convolution),
+so a layer is one pass over its output instead of three. Folding happens after autodiff: the
+gradients of the BiasAdd and Relu (a BiasAddGrad of dy, a ReluGrad reading y, which the folded
+Conv2D writes under the same name) are already in the graph, and a Conv2D that carries either
+has no gradient rule of its own.
+
 Example:
     >>> import numpy as np
     >>> x, w = np.ones((1, 1, 4, 4)), np.ones((1, 1, 3, 3))
@@ -245,8 +255,42 @@ def _conv_args(attrs: Attrs, kernel: tuple[int, ...]) -> tuple[Window, int]:
 
 
 def conv2d_reference(xs: list[np.ndarray], attrs: Attrs) -> list[np.ndarray]:
-    x, w = xs
-    return [conv2d(x, w, *_conv_args(attrs, w.shape[2:]))]
+    x, w = xs[:2]
+    y = conv2d(x, w, *_conv_args(attrs, w.shape[2:]))
+    if len(xs) == 3:
+        y = y + xs[2].reshape(1, -1, 1, 1)
+    if _activation(attrs) == "relu":
+        y = get_op("Relu").reference([y], {})[0]   # Relu's own rule, NaN kept
+    return [y]
+
+
+# Conv2D's `activation` values: applied to conv(x, w) + bias as y is written.
+ACTIVATIONS = ("none", "relu")
+
+
+def _activation(attrs: Attrs) -> str:
+    return attrs.get("activation") or "none"
+
+
+def _conv2d_infer(ins: list[TensorType], a: Attrs) -> list[TensorType]:
+    if len(ins) > 3:
+        raise OpError(f"Conv2D takes 2 or 3 inputs (x, w, optional bias), got {len(ins)}")
+    y = conv_out_type("Conv2D", ins[0], ins[1], a)
+    if len(ins) == 3 and (ins[2].shape != (y.shape[1],) or ins[2].dtype != y.dtype):
+        raise OpError(f"Conv2D: bias must be {y.dtype} of shape [{y.shape[1]}] (the output "
+                      f"channels), got {ins[2].dtype} {list(ins[2].shape)}")
+    if _activation(a) not in ACTIVATIONS:
+        raise OpError(f"Conv2D: activation must be one of {list(ACTIVATIONS)}, got "
+                      f"{a['activation']!r}")
+    return [y]
+
+
+def _conv2d_flops(ins: list[TensorType], outs: list[TensorType], a: Attrs) -> int:
+    """The products, plus one addition per output for the bias and one comparison for the
+    activation (BiasAdd's and Relu's counts, which they replace)."""
+    y = outs[0]
+    return (_conv_flops(y, ins[1].shape) + (y.size if len(ins) == 3 else 0)
+            + (y.size if _activation(a) != "none" else 0))
 
 
 def _conv_attrs(attrs: Attrs) -> Attrs:
@@ -255,6 +299,10 @@ def _conv_attrs(attrs: Attrs) -> Attrs:
 
 def conv2d_gradient(g: GradBuilder, node, grad_outputs: list[str | None]) -> list[str | None]:
     (dy,) = grad_outputs
+    if len(node.inputs) > 2 or _activation(node.attrs) != "none":
+        raise OpError(f"Conv2D {node.name!r} carries a folded bias or activation: fold after "
+                      f"differentiating (planner/graph/fold_conv_bias.py), so that the "
+                      f"BiasAdd's and Relu's own gradients are in the graph")
     x, w = node.inputs
     if dy is None:
         return [None, None]
@@ -301,12 +349,14 @@ register(OpDef(
     gpu_scratch=padded_image_bytes(0),
     cost_class="conv",
     convolution=True,
-    recompute="expensive", arity=2, attrs=dict(CONV_ATTRS),
-    infer=lambda ins, a: [conv_out_type("Conv2D", ins[0], ins[1], a)],
-    flops=lambda ins, outs, a: _conv_flops(outs[0], ins[1].shape),
+    recompute="expensive", arity=None, min_inputs=2,
+    attrs={**CONV_ATTRS, "activation": Attr("str", optional=True)},
+    infer=_conv2d_infer,
+    flops=_conv2d_flops,
     reference=conv2d_reference,
     gradient=conv2d_gradient,
-    doc="y = conv(x, w): [x (N,C,H,W), w (O,C/groups,kH,kW)] -> (N,O,OH,OW); no bias.",
+    doc="y = act(conv(x, w) + bias): [x (N,C,H,W), w (O,C/groups,kH,kW), optional bias (O,)] "
+        "-> (N,O,OH,OW); activation none | relu (a folded BiasAdd and Relu).",
 ))
 
 

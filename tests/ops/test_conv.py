@@ -255,3 +255,46 @@ def test_builder_error_names_the_node():
     w = b.param("w", (8, 4, 3, 3))
     with pytest.raises(GraphBuildError, match="node 'conv1': Conv2D: input x has 3 channels"):
         b.op("Conv2D", [x, w], name="conv1")
+
+
+# ---- a folded bias and Relu (planner/graph/fold_conv_bias.py) --------------------------------
+
+
+@pytest.mark.parametrize("xs, ws, attrs", CONV_CASES)
+@pytest.mark.parametrize("bias, activation", [(True, "none"), (False, "relu"), (True, "relu")])
+def test_fused_conv2d_is_the_unfused_composition(xs, ws, attrs, bias, activation):
+    """Conv2D with a bias input and an activation is Conv2D, BiasAdd (axis 1), Relu, to the
+    bit: the same float32 operations in the same order."""
+    x, w = _random(xs, np.float32, 0), _random(ws, np.float32, 1)
+    b = _random((ws[0],), np.float32, 2)
+    (y,) = reference("Conv2D", [x, w], attrs)
+    if bias:
+        (y,) = reference("BiasAdd", [y, b], {"axis": 1})
+    if activation == "relu":
+        (y,) = reference("Relu", [y], {})
+    (fused,) = reference("Conv2D", [x, w, b] if bias else [x, w],
+                         {**attrs, "activation": activation})
+    assert fused.dtype == np.float32
+    np.testing.assert_array_equal(fused, y)
+
+
+def test_fused_conv2d_flops_count_the_bias_and_relu():
+    x, w, b = TensorType((2, 3, 6, 6)), TensorType((4, 3, 3, 3)), TensorType((4,))
+    attrs = _full("Conv2D", {"pads": [1, 1, 1, 1]})
+    (y,) = get_op("Conv2D").infer([x, w], attrs)
+    conv = get_op("Conv2D").flops([x, w], [y], attrs)
+    fused = get_op("Conv2D").flops([x, w, b], [y], {**attrs, "activation": "relu"})
+    assert fused == conv + get_op("BiasAdd").flops([y, b], [y], {"axis": 1}) \
+        + get_op("Relu").flops([y], [y], {})
+    assert get_op("Conv2D").bytes_moved([x, w, b], [y], attrs) == \
+        get_op("Conv2D").bytes_moved([x, w], [y], attrs) + b.nbytes
+
+
+def test_fused_conv2d_checks_its_bias_and_activation():
+    with pytest.raises(OpError, match=r"bias must be float32 of shape \[4\] \(the output "
+                                      r"channels\), got float32 \[3\]"):
+        _infer("Conv2D", [(1, 3, 5, 5), (4, 3, 3, 3), (3,)], {})
+    with pytest.raises(OpError, match=r"activation must be one of \['none', 'relu'\], got 'gelu'"):
+        _infer("Conv2D", [(1, 3, 5, 5), (4, 3, 3, 3)], {"activation": "gelu"})
+    with pytest.raises(OpError, match="Conv2D takes 2 or 3 inputs"):
+        _infer("Conv2D", [(1, 3, 5, 5), (4, 3, 3, 3), (4,), (4,)], {})
