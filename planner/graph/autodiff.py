@@ -27,6 +27,8 @@
     apply_precision  the precision policy's casts (planner/graph/precision.py; fp32: none)
     fold_bias_adds   a BiasAdd over the last axis of a MatMul's output becomes the MatMul's
                      bias input (planner/graph/fold_bias.py)
+    fold_conv_biases a Conv2D's BiasAdd over the channels and Relu become its bias input and
+                     activation (planner/graph/fold_conv_bias.py)
     for_cores        only with `cores` given: the rewrites a step on that many CPU cores
                      gets (planner/graph/for_cores.py). The front end never gives it (a
                      graph does not depend on the target): planning applies them
@@ -117,6 +119,7 @@ from planner.dtypes import is_float
 from planner.graph.accumulation import MICRO_STEP, grad_sum_tensor, micro_step_tensor
 from planner.graph.builder import GraphBuilder
 from planner.graph.fold_bias import fold_bias_adds
+from planner.graph.fold_conv_bias import fold_conv_biases
 from planner.graph.for_cores import for_cores
 from planner.graph.ir import Graph, Node, Tensor
 from planner.graph.lstm_grads import fold_lstm_dh_sums
@@ -204,7 +207,7 @@ def make_training_graph(graph: Graph, optimizer: Optimizer, precision: str = "fp
     marks = {**_running_stat_updates(graph), **updated}
     built = _rewritten(b.build(outputs=graph.outputs, kind="training"))
     built = fold_transposes(_mark_in_place(built, graph, marks))
-    return for_cores(fold_bias_adds(apply_precision(built, precision)), cores)
+    return for_cores(fold_conv_biases(fold_bias_adds(apply_precision(built, precision))), cores)
 
 
 def gradients(graph: Graph, wrt: Sequence[str] | None = None,

@@ -1,7 +1,7 @@
 """The rewrites an inference graph gets before it is planned, as a training graph gets its own
 from make_training_graph (planner/graph/autodiff.py): attention's softmax chains fused into
 ScaledSoftmax (softmax_fusion.py), then a GEMM's BiasAdd over the last axis folded into the
-GEMM (fold_bias.py). Every command that plans, profiles, writes or checks an inference graph
+GEMM (fold_bias.py), and a convolution's BiasAdd and Relu into the Conv2D (fold_conv_bias.py). Every command that plans, profiles, writes or checks an inference graph
 (`planner graph`, `plan`, `profile`, `verify --graph`) calls this one function, so all of them
 see the graph the plan's digest names. Training graphs pass through unchanged (autodiff has
 rewritten them already), and so does a graph with nothing to rewrite.
@@ -19,6 +19,7 @@ Example:
 from __future__ import annotations
 
 from planner.graph.fold_bias import fold_bias_adds
+from planner.graph.fold_conv_bias import fold_conv_biases
 from planner.graph.ir import Graph
 from planner.graph.softmax_fusion import fuse_softmax
 
@@ -27,4 +28,4 @@ def inference_rewrites(graph: Graph) -> Graph:
     """`graph` as it is planned (see the module docstring)."""
     if graph.kind != "inference":
         return graph
-    return fold_bias_adds(fuse_softmax(graph))
+    return fold_conv_biases(fold_bias_adds(fuse_softmax(graph)))

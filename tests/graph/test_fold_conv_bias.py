@@ -1,0 +1,123 @@
+"""fold_conv_biases: which Conv2D -> BiasAdd -> Relu chains become one Conv2D, and that the
+reference interpreter gives the same values for every kept tensor before and after (zoo:lenet,
+inference and training)."""
+
+import numpy as np
+import pytest
+
+import planner.graph.autodiff as autodiff
+from planner.graph import GraphBuilder, Optimizer, check_graph, make_training_graph
+from planner.graph.autodiff import gradients
+from planner.graph.fold_conv_bias import fold_conv_biases
+from planner.graph.interpret import init_params, random_feeds, run
+from planner.ops import OpError
+from planner.zoo import build
+
+LENET = dict(batch=4, image=12)
+
+
+def _ops(graph):
+    return [(n.op, len(n.inputs), n.attrs.get("activation")) for n in graph.nodes]
+
+
+def _layer(bias=True, relu=True, axis=1, dtype="float32", read_conv=False, read_add=False,
+           output_conv=False, output_add=False):
+    """x -> Conv2D [-> BiasAdd] [-> Relu] -> Sigmoid, with the asked-for extra readers and
+    graph outputs of the intermediate tensors."""
+    b = GraphBuilder("layer")
+    x, w = b.input("x", (2, 3, 6, 6), dtype), b.param("w", (4, 3, 3, 3), dtype=dtype)
+    y = conv = b.op("Conv2D", [x, w], {"pads": [1, 1, 1, 1]}, name="conv")
+    outs = []
+    if bias:
+        shape = (4,) if axis in (1, -3) else (6,)
+        y = add = b.op("BiasAdd", [y, b.param("bias", shape, dtype=dtype)], {"axis": axis},
+                       name="add")
+    if relu:
+        y = b.op("Relu", [y], name="relu")
+    outs.append(b.op("Sigmoid", [y], name="out"))
+    if read_conv:
+        outs.append(b.op("Tanh", [conv], name="other"))
+    if read_add:
+        outs.append(b.op("Tanh", [add], name="other"))
+    if output_conv:
+        outs.append(conv)
+    if output_add:
+        outs.append(add)
+    return b.build(outputs=outs)
+
+
+@pytest.mark.parametrize("case,inputs,activation,last", [
+    (dict(), ("x", "w", "bias"), "relu", "relu"),
+    (dict(relu=False), ("x", "w", "bias"), None, "add"),
+    (dict(bias=False), ("x", "w"), "relu", "relu"),
+    (dict(axis=-3), ("x", "w", "bias"), "relu", "relu"),     # axis 1 counted from the end
+    (dict(read_add=True), ("x", "w", "bias"), None, "add"),   # the Relu stays: add read twice
+    (dict(output_add=True), ("x", "w", "bias"), None, "add"),
+])
+def test_what_folds(case, inputs, activation, last):
+    g = _layer(**case)
+    folded = check_graph(fold_conv_biases(g))
+    conv = folded.producer[last]
+    assert (conv.name, conv.op, conv.inputs, conv.attrs.get("activation")) == \
+        ("conv", "Conv2D", inputs, activation)
+    assert "conv" not in folded.tensor_map and "BiasAdd" not in [n.op for n in folded.nodes]
+    # the folded Conv2D sits where the chain's last op was: before the reader of its output
+    order = [n.name for n in folded.nodes]
+    assert order.index("conv") < order.index("out")
+    feeds, params = random_feeds(g, seed=1), init_params(g, seed=2)
+    before, after = run(g, feeds, params), run(folded, feeds, params)
+    assert set(after) <= set(before)
+    for name, value in after.items():
+        np.testing.assert_array_equal(value, before[name], err_msg=name)
+    assert fold_conv_biases(folded) == folded
+
+
+@pytest.mark.parametrize("case", [
+    dict(read_conv=True, relu=False),   # the convolution's output is read elsewhere too
+    dict(output_conv=True, relu=False),  # ... or is a graph output
+    dict(axis=2, relu=False),           # a bias over rows, not channels
+    dict(dtype="bfloat16"),             # mixed precision's low convolutions
+])
+def test_what_is_not_folded(case):
+    g = _layer(**case)
+    assert fold_conv_biases(g) == g
+
+
+def test_a_fused_conv2d_refuses_to_be_differentiated():
+    """Folding comes after autodiff; a Conv2D that carries a bias or Relu says so if asked."""
+    g = fold_conv_biases(_layer())
+    with pytest.raises(OpError, match="fold after differentiating"):
+        gradients(g, wrt=["w"], of=["out"])
+
+
+def test_lenet_forward_folds_every_layer_and_keeps_values():
+    forward = build("lenet", **LENET)
+    folded = check_graph(fold_conv_biases(forward))
+    assert _ops(folded).count(("Conv2D", 3, "relu")) == 2
+    assert [n.op for n in folded.nodes].count("BiasAdd") == \
+        [n.op for n in forward.nodes].count("BiasAdd") - 2
+    feeds, params = random_feeds(forward, seed=1), init_params(forward, seed=2)
+    before, after = run(forward, feeds, params), run(folded, feeds, params)
+    for name, value in after.items():
+        np.testing.assert_array_equal(value, before[name], err_msg=name)
+
+
+def test_training_graph_folds_after_autodiff(monkeypatch):
+    """make_training_graph folds each convolution layer; the values of every tensor both graphs
+    have (the loss, the updated params) equal the unfolded graph's, and the backward ops of the
+    BiasAdd and Relu stay."""
+    forward = build("lenet", **LENET)
+    sgd = Optimizer(kind="sgd", lr=0.1)
+    folded = make_training_graph(forward, sgd)
+    monkeypatch.setattr(autodiff, "fold_conv_biases", lambda g: g)
+    plain = make_training_graph(forward, sgd)
+    assert _ops(folded).count(("Conv2D", 3, "relu")) == 2
+    assert len(folded.nodes) == len(plain.nodes) - 4
+    for op in ("BiasAddGrad", "ReluGrad", "Conv2DBackpropFilter"):
+        assert [n.op for n in folded.nodes].count(op) == [n.op for n in plain.nodes].count(op)
+    check_graph(folded)
+    feeds, params = random_feeds(plain, seed=3), init_params(plain, seed=4)
+    before, after = run(plain, feeds, params), run(folded, feeds, params)
+    assert set(after) < set(before)
+    for name, value in after.items():
+        np.testing.assert_array_equal(value, before[name], err_msg=name)
