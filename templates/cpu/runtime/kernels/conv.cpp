@@ -1,7 +1,16 @@
 // Convolutions with oneDNN: Conv2D (forward), Conv2DBackpropInput (backward data),
 // Conv2DBackpropFilter (backward weights), ConvTranspose2D (deconvolution forward). Tensors are
 // plain NCHW and OIHW (IOHW for transposed weights); grouped weights are the same bytes seen as
-// [G, O/G, I/G, kh, kw]. Attrs: strides, pads [top, left, bottom, right], dilations, groups.
+// [G, O/G, I/G, kh, kw]. Attrs: strides, pads [top, left, bottom, right], dilations, groups
+// (common/conv.h reads them for both backends).
+//
+// A Conv2D carrying a folded bias and Relu (planner/graph/fold_conv_bias.py) gives the bias to
+// the primitive as its bias argument and the Relu as an eltwise post-op: both are applied to
+// each output block as the kernel writes it, in float32 before any rounding to y's type,
+// instead of two more passes over y. One difference from the Relu kernel: oneDNN's JIT Relu
+// post-op is max(v, 0), which turns a NaN output into 0 (x86 max returns its second operand
+// when either is NaN; its reference implementation keeps NaN), where Relu keeps NaN. A NaN
+// there needs a NaN weight, bias or image already: a step whose loss was NaN.
 //
 // Each primitive is created on `any` layouts, so oneDNN picks the blocked layouts its fast
 // kernels want (on plain NCHW it falls back to slow GEMM-based paths: ResNet-18's backward
@@ -16,6 +25,7 @@
 // exactly, the product accumulates in float32 as the native kernel's does, and the result is
 // rounded once to the low type. Same numbers up to summation order; slower.
 #include "../dnnl_kernel.h"
+#include "conv.h"
 
 namespace planner {
 namespace {
@@ -23,14 +33,21 @@ namespace {
 using alg = dnnl::algorithm;
 using prop = dnnl::prop_kind;
 
+// The common geometry (common/conv.h) in oneDNN's terms.
 struct Geometry {
   memory::dims strides, dilation, pad_l, pad_r;
   int64_t groups;
+  ConvActivation activation;
 };
 
 Geometry geometry(const Node& n) {
-  auto s = n.attrs.ints("strides"), p = n.attrs.ints("pads"), d = n.attrs.ints("dilations");
-  return Geometry{{s[0], s[1]}, dnnl_dilation(d), {p[0], p[1]}, {p[2], p[3]}, n.attrs.i("groups")};
+  const ConvGeometry c = conv_geometry(n.attrs);
+  return Geometry{{c.strides[0], c.strides[1]},
+                  dnnl_dilation({c.dilations[0], c.dilations[1]}),
+                  {c.pads[0], c.pads[1]},
+                  {c.pads[2], c.pads[3]},
+                  c.groups,
+                  c.activation};
 }
 
 // OIHW weights (or their gradient), grouped when groups > 1.
@@ -109,24 +126,44 @@ KernelPtr on_chosen_layouts(const Node& n, const PD& pd, const std::vector<Opera
   return k;
 }
 
+// The forward primitive; with `bias` (a folded bias's plain descriptor) it adds it, and the
+// geometry's activation is its post-op. The backward ops' hints pass neither: oneDNN asks a
+// hint for its geometry and layouts only.
 dnnl::convolution_forward::primitive_desc forward_pd(const Node& n, const Geometry& g,
                                                      const memory::desc& x, const memory::desc& w,
-                                                     const memory::desc& y, dt c) {
+                                                     const memory::desc& y, dt c,
+                                                     const memory::desc* bias = nullptr) {
+  dnnl::primitive_attr attr = user_scratchpad();
+  if (g.activation == kActRelu) {
+    dnnl::post_ops ops;
+    ops.append_eltwise(alg::eltwise_relu, 0.f, 0.f);
+    attr.set_post_ops(ops);
+  }
+  if (bias)
+    return dnnl::convolution_forward::primitive_desc(
+        n.engine, prop::forward_training, alg::convolution_direct, any_md(x, c), any_md(w, c),
+        any_md(*bias, c), any_md(y, c), g.strides, g.dilation, g.pad_l, g.pad_r, attr);
   return dnnl::convolution_forward::primitive_desc(
       n.engine, prop::forward_training, alg::convolution_direct, any_md(x, c), any_md(w, c),
-      any_md(y, c), g.strides, g.dilation, g.pad_l, g.pad_r, user_scratchpad());
+      any_md(y, c), g.strides, g.dilation, g.pad_l, g.pad_r, attr);
 }
 
+// [x, w] or [x, w, bias] -> y
 KernelPtr conv2d(const Node& n) {
   Geometry g = geometry(n);
   const TensorRef &x = n.in[0], &w = n.in[1], &y = n.out[0];
   auto x_md = plain_md(x.shape, x.dtype);
   auto w_md = weights_md(w.shape, g.groups, w.dtype);
   auto y_md = plain_md(y.shape, y.dtype);
-  auto pd = on_compute_type(n, [&](dt c) { return forward_pd(n, g, x_md, w_md, y_md, c); });
-  return on_chosen_layouts<dnnl::convolution_forward>(
-      n, pd, {{DNNL_ARG_SRC, x.id, x_md}, {DNNL_ARG_WEIGHTS, w.id, w_md}},
-      {DNNL_ARG_DST, y.id, y_md});
+  std::vector<Operand> inputs = {{DNNL_ARG_SRC, x.id, x_md}, {DNNL_ARG_WEIGHTS, w.id, w_md}};
+  memory::desc bias_md;
+  if (n.in.size() == 3) {
+    bias_md = plain_md(n.in[2].shape, n.in[2].dtype);
+    inputs.push_back({DNNL_ARG_BIAS, n.in[2].id, bias_md});
+  }
+  const memory::desc* bias = n.in.size() == 3 ? &bias_md : nullptr;
+  auto pd = on_compute_type(n, [&](dt c) { return forward_pd(n, g, x_md, w_md, y_md, c, bias); });
+  return on_chosen_layouts<dnnl::convolution_forward>(n, pd, inputs, {DNNL_ARG_DST, y.id, y_md});
 }
 
 // [dy, w] -> dx of shape input_shape.

@@ -27,6 +27,12 @@
 // float32 accumulation, each output rounded once. The algorithms kept from cuDNN's heuristics
 // and find are those of the op's math type.
 //
+// A Conv2D carrying a folded bias and Relu (planner/graph/fold_conv_bias.py) adds them in one
+// pass over y after the convolution, in float32 before y's one rounding: one pass instead of
+// BiasAdd's and Relu's two. The Relu keeps NaN, as the Relu kernel and the reference do.
+// (cudnnConvolutionBiasActivationForward would save that pass too, but takes IMPLICIT_PRECOMP_GEMM
+// alone for some of its modes, where the plan chose the algorithm per convolution.)
+//
 // Profiling (`planner profile --target gpu`, Kernel::find) asks cuDNN's find
 // (cudnnFind*AlgorithmEx, the legacy API's benchmark) to run every algorithm on the kernel's
 // own descriptors and tensors, and names each by the plan's family for this direction, so
@@ -36,6 +42,7 @@
 
 #include "../cudnn_kernel.h"
 #include "../low_float.cuh"
+#include "conv.h"
 
 namespace planner {
 namespace {
@@ -170,6 +177,20 @@ __global__ void crop_planes(const T* __restrict__ xp, T* __restrict__ x, int64_t
   }
 }
 
+// y = act(y + bias[channel]) over an NCHW y of `plane` = H*W elements per channel; `bias` may
+// be null (an activation alone). The Relu is `v < 0 ? 0 : v`, which keeps NaN.
+template <class T>
+__global__ void bias_activation(T* __restrict__ y, const T* __restrict__ bias, int64_t total,
+                                int64_t plane, int64_t channels, int relu) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    float v = widen(y[i]);
+    if (bias) v += widen(bias[i / plane % channels]);
+    if (relu && v < 0.f) v = 0.f;
+    y[i] = narrow<T>(v);
+  }
+}
+
 }  // namespace
 
 // ---- the kernel ----------------------------------------------------------------------------
@@ -198,20 +219,23 @@ class CudnnConv : public Kernel {
       throw std::runtime_error("convolution tensors must be 4-D (NCHW, OIHW), got image " +
                                shape_text(image) + ", output " + shape_text(output) +
                                ", filter " + shape_text(filter));
-    auto s = n.attrs.ints("strides"), p = n.attrs.ints("pads");
-    std::vector<int64_t> d = n.attrs.has("dilations") ? n.attrs.ints("dilations")
-                                                       : std::vector<int64_t>{1, 1};
-    const int64_t groups = n.attrs.has("groups") ? n.attrs.i("groups") : 1;
-    if (s.size() != 2 || p.size() != 4 || d.size() != 2 || groups < 1)
-      throw std::runtime_error("convolution attrs need strides[2], pads[4], dilations[2] and "
-                               "groups >= 1");
+    const ConvGeometry g = conv_geometry(n.attrs);  // common/conv.h
+    const int64_t *s = g.strides, *p = g.pads, *d = g.dilations;
+    const int64_t groups = g.groups;
+    if (dir == Dir::Forward) {  // Conv2D: its folded bias and activation
+      bias_ = n.in.size() == 3 ? n.in[2].id : -1;
+      relu_ = g.activation == kActRelu;
+      if (bias_ >= 0 && n.in[2].shape != Shape{output[1]})
+        throw std::runtime_error("Conv2D bias must have shape [" + std::to_string(output[1]) +
+                                 "], got " + shape_text(n.in[2].shape));
+    }
     if (filter[1] * groups != image[1] || filter[0] % groups || filter[0] != output[1])
       throw std::runtime_error("filter " + shape_text(filter) + " with groups=" +
                                std::to_string(groups) + " does not map image " +
                                shape_text(image) + " to output " + shape_text(output));
 
     // Symmetric pads go to cuDNN; asymmetric ones make the image explicitly padded.
-    padded_ = p[0] != p[2] || p[1] != p[3];
+    padded_ = !g.symmetric();
     H_ = to_int(image[2], "H");
     W_ = to_int(image[3], "W");
     top_ = to_int(p[0], "pad top");
@@ -219,6 +243,9 @@ class CudnnConv : public Kernel {
     Hp_ = padded_ ? to_int(image[2] + p[0] + p[2], "padded H") : H_;
     Wp_ = padded_ ? to_int(image[3] + p[1] + p[3], "padded W") : W_;
     planes_ = image[0] * image[1];
+    out_total_ = output[0] * output[1] * output[2] * output[3];
+    out_plane_ = output[2] * output[3];
+    out_channels_ = output[1];
     if (padded_) temp_bytes_ = align256(esize_ * planes_ * Hp_ * Wp_);
 
     set_nchw(image_, image[0], image[1], Hp_, Wp_, cudnn_type(dtype_));
@@ -268,6 +295,7 @@ class CudnnConv : public Kernel {
           r.cudnn, &one, image_, x, filter_, r.ptr[ids_.filter], conv_,
           static_cast<cudnnConvolutionFwdAlgo_t>(algo_), ws, workspace_, &zero, output_,
           r.ptr[ids_.output]));
+      if (bias_ >= 0 || relu_) bias_and_activation(r);
     } else {
       PLANNER_CUDNN(cudnnConvolutionBackwardFilter(
           r.cudnn, &one, image_, x, output_, r.ptr[ids_.output], conv_,
@@ -324,6 +352,19 @@ class CudnnConv : public Kernel {
     });
     PLANNER_LAUNCHED("pad_planes");
     return temp;
+  }
+
+  // A Conv2D's folded bias and Relu, over the output cuDNN wrote.
+  void bias_and_activation(const Run& r) const {
+    const unsigned threads = 256;
+    with_float(dtype_, [&](auto t) {
+      using T = decltype(t);
+      bias_activation<T><<<blocks_for(out_total_, threads), threads, 0, r.stream>>>(
+          reinterpret_cast<T*>(r.ptr[ids_.output]),
+          bias_ >= 0 ? reinterpret_cast<const T*>(r.ptr[bias_]) : nullptr, out_total_,
+          out_plane_, out_channels_, relu_ ? 1 : 0);
+    });
+    PLANNER_LAUNCHED("bias_activation");
   }
 
   // The padded data gradient in the temporaries, cropped into the op's dx.
@@ -455,11 +496,14 @@ class CudnnConv : public Kernel {
   bool padded_ = false;
   int H_ = 0, W_ = 0, Hp_ = 0, Wp_ = 0, top_ = 0, left_ = 0;
   int64_t planes_ = 0;
+  int bias_ = -1;  // a Conv2D's folded bias tensor, or none
+  bool relu_ = false;
+  int64_t out_total_ = 0, out_plane_ = 0, out_channels_ = 0;
 };
 
 namespace {
 
-// [x, w] -> y
+// [x, w] or [x, w, bias] -> y
 KernelPtr conv2d(const Node& n) {
   return std::make_unique<CudnnConv>(n, Dir::Forward, Roles{n.in[0].id, n.out[0].id, n.in[1].id},
                                 n.in[0].shape, n.out[0].shape, n.in[1].shape);
