@@ -9,8 +9,9 @@
 // each output block as the kernel writes it, in float32 before any rounding to y's type,
 // instead of two more passes over y. One difference from the Relu kernel: oneDNN's JIT Relu
 // post-op is max(v, 0), which turns a NaN output into 0 (x86 max returns its second operand
-// when either is NaN; its reference implementation keeps NaN), where Relu keeps NaN. A NaN
-// there needs a NaN weight, bias or image already: a step whose loss was NaN.
+// when either is NaN; its reference implementation keeps NaN), where Relu keeps NaN. Such a
+// NaN comes from a NaN or infinite image, weight or bias; tests/codegen/op_cases.py poisons
+// no input of a fused-Relu case for that reason.
 //
 // Each primitive is created on `any` layouts, so oneDNN picks the blocked layouts its fast
 // kernels want (on plain NCHW it falls back to slow GEMM-based paths: ResNet-18's backward
