@@ -17,6 +17,8 @@ Relu's output y, which the Conv2D now writes under the same name) are already in
 read neither intermediate tensor. Mixed precision's bfloat16 / float16 convolutions are left as
 they are, as fold_bias.py leaves its GEMMs: folded, the bias and the Relu would act before y's
 one rounding instead of after it, a different step than the one the policy was measured with.
+One difference in values: on the CPU the folded Relu is oneDNN's post-op, which gives 0 for a
+NaN convolution output where Relu keeps NaN (templates/cpu/runtime/kernels/conv.cpp).
 
 Example:
     >>> from planner.graph.builder import GraphBuilder

@@ -121,3 +121,19 @@ def test_training_graph_folds_after_autodiff(monkeypatch):
     assert set(after) < set(before)
     for name, value in after.items():
         np.testing.assert_array_equal(value, before[name], err_msg=name)
+
+
+def test_inference_plans_are_folded_and_verify_against_their_graph(tmp_path, capsys):
+    """`planner plan` without --train folds the convolution layers; `verify --graph` re-derives
+    the same graph from the spec and accepts the fused Conv2Ds."""
+    import json
+
+    import planner.cli as cli
+
+    spec, out = "zoo:lenet?batch=2&image=12&loss=false", str(tmp_path / "p.json")
+    assert cli.main(["plan", spec, "--target", "knl-7250", "-o", out]) == 0
+    nodes = json.load(open(out))["graph"]["nodes"]
+    convs = [(len(n["inputs"]), n["attrs"].get("activation")) for n in nodes if n["op"] == "Conv2D"]
+    assert convs == [(3, "relu"), (3, "relu")]
+    assert cli.main(["verify", out, "--graph", spec]) == 0
+    capsys.readouterr()
