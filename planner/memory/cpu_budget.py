@@ -32,7 +32,7 @@ Example:
     >>> from planner.schedule import ScheduleOptions, cpu_schedule
     >>> from planner.target import preset
     >>> from planner.zoo import build
-    >>> g = make_training_graph(build("lenet", batch=8, image=16), Optimizer(kind="sgd"))
+    >>> g = make_training_graph(build("lenet", batch=8, image=32), Optimizer(kind="sgd"))
     >>> model = CostModel(preset("xeon-8180"))
     >>> s = cpu_schedule(g, model, ScheduleOptions(strategy="paper"))
     >>> free = cpu_memory(g, s, model).summary

@@ -47,8 +47,8 @@ def test_committed_plans_verify(name):
 
 def test_a_dropped_dependency_names_both_ops():
     data = plan_data()
-    drop_dependency(data, "conv1/bias_add", "relu1")
-    assert any("'relu1' reads tensor 'conv1/bias_add' written by op 'conv1/bias_add', "
+    drop_dependency(data, "conv1", "pool1")
+    assert any("'pool1' reads tensor 'relu1' written by op 'conv1', "
                + UNORDERED in p for p in problems(data))
 
 
@@ -62,10 +62,10 @@ def test_a_dropped_in_place_dependency_names_both_ops():
 
 def test_swapped_producer_and_consumer_fail():
     data = plan_data()
-    a, b = op(data, "conv1/bias_add"), op(data, "relu1")
+    a, b = op(data, "conv1"), op(data, "pool1")
     a["order"], b["order"] = b["order"], a["order"]
-    a["deps"], b["deps"] = ["relu1"], []
-    assert any("'relu1' reads tensor 'conv1/bias_add' written by op 'conv1/bias_add', but "
+    a["deps"], b["deps"] = ["pool1"], []
+    assert any("'pool1' reads tensor 'relu1' written by op 'conv1', but "
                "comes before it in execution order" in p for p in problems(data))
 
 
@@ -87,12 +87,12 @@ def test_shrunk_bytes_dropped_reader_and_dropped_alias_fail():
 
 def test_a_wrong_writer_and_op_type_fail():
     data = plan_data()
-    buffer(data, "relu1")["writer"] = "relu2"
-    op(data, "relu1")["op"] = "Tanh"
+    buffer(data, "relu1")["writer"] = "conv2"   # the fused conv1 writes relu1
+    op(data, "relu3")["op"] = "Tanh"
     found = "\n".join(problems(data))
-    assert "buffer 'relu1' of tensor 'relu1' names writer 'relu2', but the graph's is " \
-           "'relu1'" in found
-    assert "op 'relu1' runs 'Tanh', but the graph's node is a Relu" in found
+    assert "buffer 'relu1' of tensor 'relu1' names writer 'conv2', but the graph's is " \
+           "'conv1'" in found
+    assert "op 'relu3' runs 'Tanh', but the graph's node is a Relu" in found
 
 
 def test_an_edited_graph_with_its_digest_recomputed_fails_on_shape_rules(tmp_path, capsys):
