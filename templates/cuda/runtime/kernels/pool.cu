@@ -41,7 +41,7 @@ Geo geometry(const PoolWindow& w, const Shape& x, const Shape& y) {
              to_int(w.pad_end[0], "pad"), to_int(w.pad_end[1], "pad")};
 }
 
-constexpr int kThreads = 256;
+constexpr int kPoolThreads = 256;
 
 #define PLANNER_GRID_STRIDE(i, total)                                               \
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < (total); \
@@ -182,11 +182,11 @@ __global__ void global_avg_pool(const T* __restrict__ x, float* __restrict__ y,
 
 // ---- kernels ---------------------------------------------------------------------------------
 
-enum class Kind { Max, MaxGrad, Avg, AvgGrad };
+enum class PoolKind { Max, MaxGrad, Avg, AvgGrad };
 
 class Pool : public Kernel {
  public:
-  Pool(const Node& n, Kind kind)
+  Pool(const Node& n, PoolKind kind)
       : kind_(kind),
         in0_(n.in[0].id),
         in1_(n.in.size() > 1 ? n.in[1].id : -1),
@@ -196,44 +196,44 @@ class Pool : public Kernel {
     type_ = one_float_type(all, "pooling");
     // The forward pool's x and y, whichever op this is.
     const Shape *x = &n.in[0].shape, *y = &n.out[0].shape;  // MaxPool, AvgPool: [x] -> y
-    if (kind == Kind::MaxGrad) {  // [dy, x] -> dx
+    if (kind == PoolKind::MaxGrad) {  // [dy, x] -> dx
       if (n.out[0].shape != n.in[1].shape)
         throw std::runtime_error("MaxPoolGrad: dx " + shape_text(n.out[0].shape) +
                                  " differs from x " + shape_text(n.in[1].shape));
       x = &n.in[1].shape;
       y = &n.in[0].shape;
-    } else if (kind == Kind::AvgGrad) {  // [dy] -> dx of shape input_shape
+    } else if (kind == PoolKind::AvgGrad) {  // [dy] -> dx of shape input_shape
       x = &n.out[0].shape;
       y = &n.in[0].shape;
     }
     const PoolWindow w = pool_window(n.attrs, *x, *y);  // common/pool.h
     g_ = geometry(w, *x, *y);
-    if (kind == Kind::Avg || kind == Kind::AvgGrad) {
+    if (kind == PoolKind::Avg || kind == PoolKind::AvgGrad) {
       if (g_.dh != 1 || g_.dw != 1) throw std::runtime_error("AvgPool has no dilations");
       include_pad_ = w.count_include_pad;
     }
   }
 
   void run(const Run& r) override {
-    const bool backward = kind_ == Kind::MaxGrad || kind_ == Kind::AvgGrad;
+    const bool backward = kind_ == PoolKind::MaxGrad || kind_ == PoolKind::AvgGrad;
     const int64_t total = g_.planes * (backward ? int64_t{g_.H} * g_.W : int64_t{g_.OH} * g_.OW);
-    const unsigned blocks = blocks_for(total, kThreads);
+    const unsigned blocks = blocks_for(total, kPoolThreads);
     with_float(type_, [&](auto t) {
       using T = decltype(t);
       const T* a = r.at<T>(in0_);
       T* out = r.at<T>(out_);
       switch (kind_) {
-        case Kind::Max:
-          max_pool<T><<<blocks, kThreads, 0, r.stream>>>(a, out, g_);
+        case PoolKind::Max:
+          max_pool<T><<<blocks, kPoolThreads, 0, r.stream>>>(a, out, g_);
           break;
-        case Kind::MaxGrad:
-          max_pool_grad<T><<<blocks, kThreads, 0, r.stream>>>(a, r.at<T>(in1_), out, g_);
+        case PoolKind::MaxGrad:
+          max_pool_grad<T><<<blocks, kPoolThreads, 0, r.stream>>>(a, r.at<T>(in1_), out, g_);
           break;
-        case Kind::Avg:
-          avg_pool<T><<<blocks, kThreads, 0, r.stream>>>(a, out, g_, include_pad_);
+        case PoolKind::Avg:
+          avg_pool<T><<<blocks, kPoolThreads, 0, r.stream>>>(a, out, g_, include_pad_);
           break;
-        case Kind::AvgGrad:
-          avg_pool_grad<T><<<blocks, kThreads, 0, r.stream>>>(a, out, g_, include_pad_);
+        case PoolKind::AvgGrad:
+          avg_pool_grad<T><<<blocks, kPoolThreads, 0, r.stream>>>(a, out, g_, include_pad_);
           break;
       }
     });
@@ -241,7 +241,7 @@ class Pool : public Kernel {
   }
 
  private:
-  Kind kind_;
+  PoolKind kind_;
   int type_ = F32;
   int in0_, in1_, out_;  // MaxPoolGrad's second input is x
   Geo g_{};
@@ -263,10 +263,10 @@ class GlobalAvgPool : public Kernel {
   }
   void run(const Run& r) override {
     if (planes_ == 0) return;
-    const unsigned blocks = blocks_for(planes_, kThreads / 32);
+    const unsigned blocks = blocks_for(planes_, kPoolThreads / 32);
     with_float(type_, [&](auto t) {
       using T = decltype(t);
-      global_avg_pool<T><<<blocks, kThreads, 0, r.stream>>>(r.at<T>(x_), r.at<float>(y_),
+      global_avg_pool<T><<<blocks, kPoolThreads, 0, r.stream>>>(r.at<T>(x_), r.at<float>(y_),
                                                             planes_, hw_);
     });
     PLANNER_LAUNCHED("global_avg_pool");
@@ -277,10 +277,10 @@ class GlobalAvgPool : public Kernel {
   int64_t planes_ = 0, hw_ = 0;
 };
 
-KernelPtr max_pool_op(const Node& n) { return std::make_unique<Pool>(n, Kind::Max); }
-KernelPtr max_pool_grad_op(const Node& n) { return std::make_unique<Pool>(n, Kind::MaxGrad); }
-KernelPtr avg_pool_op(const Node& n) { return std::make_unique<Pool>(n, Kind::Avg); }
-KernelPtr avg_pool_grad_op(const Node& n) { return std::make_unique<Pool>(n, Kind::AvgGrad); }
+KernelPtr max_pool_op(const Node& n) { return std::make_unique<Pool>(n, PoolKind::Max); }
+KernelPtr max_pool_grad_op(const Node& n) { return std::make_unique<Pool>(n, PoolKind::MaxGrad); }
+KernelPtr avg_pool_op(const Node& n) { return std::make_unique<Pool>(n, PoolKind::Avg); }
+KernelPtr avg_pool_grad_op(const Node& n) { return std::make_unique<Pool>(n, PoolKind::AvgGrad); }
 KernelPtr global_avg_pool_op(const Node& n) { return std::make_unique<GlobalAvgPool>(n); }
 
 }  // namespace

@@ -9,11 +9,11 @@
 namespace planner {
 namespace {
 
-enum class Kind { Softmax, LogSoftmax, Grad };
+enum class SoftmaxKind { Softmax, LogSoftmax, Grad };
 
 class Softmax : public Kernel {
  public:
-  Softmax(const Node& n, Kind kind) : kind_(kind) {
+  Softmax(const Node& n, SoftmaxKind kind) : kind_(kind) {
     require_f32(n);
     const Shape& s = n.in[0].shape;
     for (const TensorRef& t : n.in)
@@ -35,27 +35,27 @@ class Softmax : public Kernel {
     if (empty_) return;
     const float one = 1.f, zero = 0.f;
     auto p = [&](int k) { return r.at<float>(ids_[k]); };
-    if (kind_ == Kind::Grad) {  // [dy, y] -> dx
+    if (kind_ == SoftmaxKind::Grad) {  // [dy, y] -> dx
       PLANNER_CUDNN(cudnnSoftmaxBackward(r.cudnn, CUDNN_SOFTMAX_ACCURATE,
                                          CUDNN_SOFTMAX_MODE_CHANNEL, &one, desc_, p(1), desc_,
                                          p(0), &zero, desc_, p(2)));
       return;
     }
     PLANNER_CUDNN(cudnnSoftmaxForward(
-        r.cudnn, kind_ == Kind::LogSoftmax ? CUDNN_SOFTMAX_LOG : CUDNN_SOFTMAX_ACCURATE,
+        r.cudnn, kind_ == SoftmaxKind::LogSoftmax ? CUDNN_SOFTMAX_LOG : CUDNN_SOFTMAX_ACCURATE,
         CUDNN_SOFTMAX_MODE_CHANNEL, &one, desc_, p(0), &zero, desc_, p(1)));
   }
 
  private:
-  Kind kind_;
+  SoftmaxKind kind_;
   bool empty_ = false;
   std::vector<int> ids_;
   TensorDesc desc_;
 };
 
-KernelPtr softmax(const Node& n) { return std::make_unique<Softmax>(n, Kind::Softmax); }
-KernelPtr log_softmax(const Node& n) { return std::make_unique<Softmax>(n, Kind::LogSoftmax); }
-KernelPtr softmax_grad(const Node& n) { return std::make_unique<Softmax>(n, Kind::Grad); }
+KernelPtr softmax(const Node& n) { return std::make_unique<Softmax>(n, SoftmaxKind::Softmax); }
+KernelPtr log_softmax(const Node& n) { return std::make_unique<Softmax>(n, SoftmaxKind::LogSoftmax); }
+KernelPtr softmax_grad(const Node& n) { return std::make_unique<Softmax>(n, SoftmaxKind::Grad); }
 
 }  // namespace
 
