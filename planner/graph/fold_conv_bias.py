@@ -3,8 +3,8 @@
 A convolution layer with a bias is Conv2D -> BiasAdd (axis 1) -> Relu, each a full pass over an
 activation as large as the layer's output (VGG's are its largest tensors). Conv2D's optional
 bias input and `activation` attr (planner/ops/conv.py) let the kernels add the bias and apply
-the Relu as they write y: oneDNN's convolution bias and eltwise post-op on the CPU, one pass
-after cuDNN's convolution on the GPU.
+the Relu in the same op: oneDNN's convolution bias and one Relu pass over y on the CPU, one
+bias-and-Relu pass after cuDNN's convolution on the GPU.
 
 `fold_conv_biases` rewrites every chain Conv2D [-> BiasAdd] [-> Relu] (at least one of the two)
 of a two-input Conv2D without an activation, where the BiasAdd adds a bias of its own over
@@ -17,8 +17,8 @@ Relu's output y, which the Conv2D now writes under the same name) are already in
 read neither intermediate tensor. Mixed precision's bfloat16 / float16 convolutions are left as
 they are, as fold_bias.py leaves its GEMMs: folded, the bias and the Relu would act before y's
 one rounding instead of after it, a different step than the one the policy was measured with.
-One difference in values: on the CPU the folded Relu is oneDNN's post-op, which gives 0 for a
-NaN convolution output where Relu keeps NaN (templates/cpu/runtime/kernels/conv.cpp).
+The folded Relu keeps NaN as Relu does (not oneDNN's Relu post-op, which gives 0 for it:
+templates/cpu/runtime/kernels/conv.cpp).
 
 Example:
     >>> from planner.graph.builder import GraphBuilder

@@ -14,12 +14,12 @@ gradient is the transpose: a matrix product, then col2im (one strided add per ke
 A Conv2D may carry a convolution layer's bias and activation, folded in from the BiasAdd (axis 1)
 and Relu that followed it (planner/graph/fold_conv_bias.py): an optional third input, a bias of
 shape (O,) added to every output channel, and `activation` ("none" or "relu"; absent = none)
-applied after it, y = act(conv(x, w) + bias). The kernels do both as they write y (oneDNN's
-convolution bias and an eltwise post-op; a bias and activation pass after cuDNN's convolution),
-so a layer is one pass over its output instead of three. Folding happens after autodiff: the
-gradients of the BiasAdd and Relu (a BiasAddGrad of dy, a ReluGrad reading y, which the folded
-Conv2D writes under the same name) are already in the graph, and a Conv2D that carries either
-has no gradient rule of its own.
+applied after it, y = act(conv(x, w) + bias), float32 only. The kernels do both in the op
+(oneDNN's convolution bias and one Relu pass over y; a bias and activation pass after cuDNN's
+convolution), so a layer is one op and one tensor instead of three. Folding happens after
+autodiff: the gradients of the BiasAdd and Relu (a BiasAddGrad of dy, a ReluGrad reading y,
+which the folded Conv2D writes under the same name) are already in the graph, and a Conv2D
+that carries either has no gradient rule of its own.
 
 Example:
     >>> import numpy as np
@@ -282,6 +282,9 @@ def _conv2d_infer(ins: list[TensorType], a: Attrs) -> list[TensorType]:
     if _activation(a) not in ACTIVATIONS:
         raise OpError(f"Conv2D: activation must be one of {list(ACTIVATIONS)}, got "
                       f"{a['activation']!r}")
+    if _activation(a) != "none" and y.dtype != "float32":
+        # The fold makes float32 ones alone; the kernels apply it to float32 y.
+        raise OpError(f"Conv2D: an activation needs float32 tensors, y is {y.dtype}")
     return [y]
 
 

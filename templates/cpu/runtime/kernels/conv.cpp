@@ -5,13 +5,12 @@
 // (common/conv.h reads them for both backends).
 //
 // A Conv2D carrying a folded bias and Relu (planner/graph/fold_conv_bias.py) gives the bias to
-// the primitive as its bias argument and the Relu as an eltwise post-op: both are applied to
-// each output block as the kernel writes it, in float32 before any rounding to y's type,
-// instead of two more passes over y. One difference from the Relu kernel: oneDNN's JIT Relu
-// post-op is max(v, 0), which turns a NaN output into 0 (x86 max returns its second operand
-// when either is NaN; its reference implementation keeps NaN), where Relu keeps NaN. Such a
-// NaN comes from a NaN or infinite image, weight or bias; tests/codegen/op_cases.py poisons
-// no input of a fused-Relu case for that reason.
+// the primitive as its bias argument (added to each output block as the kernel writes it), and
+// applies the Relu in one pass over y after it, as the Relu kernel does (v < 0 ? 0 : v). Not
+// oneDNN's Relu post-op: its JIT form is max(v, 0), which turns a NaN output into 0; after a
+// NaN weight that would hide the NaN from the loss and from every gradient (ReluGrad passes
+// nothing through a 0), so a diverged run would go on silently. The activation is float32's
+// alone (planner/ops/conv.py).
 //
 // Each primitive is created on `any` layouts, so oneDNN picks the blocked layouts its fast
 // kernels want (on plain NCHW it falls back to slow GEMM-based paths: ResNet-18's backward
@@ -127,27 +126,41 @@ KernelPtr on_chosen_layouts(const Node& n, const PD& pd, const std::vector<Opera
   return k;
 }
 
-// The forward primitive; with `bias` (a folded bias's plain descriptor) it adds it, and the
-// geometry's activation is its post-op. The backward ops' hints pass neither: oneDNN asks a
-// hint for its geometry and layouts only.
+// The forward primitive; with `bias` (a folded bias's plain descriptor) it adds it. The
+// backward ops' hints pass none: oneDNN asks a hint for its geometry and layouts only.
 dnnl::convolution_forward::primitive_desc forward_pd(const Node& n, const Geometry& g,
                                                      const memory::desc& x, const memory::desc& w,
                                                      const memory::desc& y, dt c,
                                                      const memory::desc* bias = nullptr) {
-  dnnl::primitive_attr attr = user_scratchpad();
-  if (g.activation == kActRelu) {
-    dnnl::post_ops ops;
-    ops.append_eltwise(alg::eltwise_relu, 0.f, 0.f);
-    attr.set_post_ops(ops);
-  }
   if (bias)
     return dnnl::convolution_forward::primitive_desc(
         n.engine, prop::forward_training, alg::convolution_direct, any_md(x, c), any_md(w, c),
-        any_md(*bias, c), any_md(y, c), g.strides, g.dilation, g.pad_l, g.pad_r, attr);
+        any_md(*bias, c), any_md(y, c), g.strides, g.dilation, g.pad_l, g.pad_r,
+        user_scratchpad());
   return dnnl::convolution_forward::primitive_desc(
       n.engine, prop::forward_training, alg::convolution_direct, any_md(x, c), any_md(w, c),
-      any_md(y, c), g.strides, g.dilation, g.pad_l, g.pad_r, attr);
+      any_md(y, c), g.strides, g.dilation, g.pad_l, g.pad_r, user_scratchpad());
 }
+
+// A Conv2D's primitives, then its folded Relu over the float32 y (the header comment).
+class ConvRelu : public Kernel {
+ public:
+  ConvRelu(KernelPtr conv, int y, int64_t size) : conv_(std::move(conv)), y_(y), size_(size) {}
+  size_t scratch_bytes() const override { return conv_->scratch_bytes(); }
+  std::string impl() const override { return conv_->impl() + " + relu"; }
+  void run(const Run& r) override {
+    conv_->run(r);
+    float* y = r.at<float>(y_);
+#pragma omp parallel for num_threads(r.threads) schedule(static)
+    for (int64_t i = 0; i < size_; ++i)
+      if (y[i] < 0.f) y[i] = 0.f;  // NaN compares false: kept, as Relu keeps it
+  }
+
+ private:
+  KernelPtr conv_;
+  int y_;
+  int64_t size_;
+};
 
 // [x, w] or [x, w, bias] -> y
 KernelPtr conv2d(const Node& n) {
@@ -164,7 +177,11 @@ KernelPtr conv2d(const Node& n) {
   }
   const memory::desc* bias = n.in.size() == 3 ? &bias_md : nullptr;
   auto pd = on_compute_type(n, [&](dt c) { return forward_pd(n, g, x_md, w_md, y_md, c, bias); });
-  return on_chosen_layouts<dnnl::convolution_forward>(n, pd, inputs, {DNNL_ARG_DST, y.id, y_md});
+  KernelPtr conv =
+      on_chosen_layouts<dnnl::convolution_forward>(n, pd, inputs, {DNNL_ARG_DST, y.id, y_md});
+  if (g.activation != kActRelu) return conv;
+  if (y.dtype != F32) throw std::runtime_error("Conv2D: a folded activation needs float32 y");
+  return std::make_unique<ConvRelu>(std::move(conv), y.id, y.size());
 }
 
 // [dy, w] -> dx of shape input_shape.
