@@ -13,10 +13,6 @@ std::string name_list(const std::vector<std::string>& names) {
   return out;
 }
 
-std::string op_label(const OpSpec& op) {
-  return std::string("op '") + op.name + "' (" + op.op + ")";
-}
-
 TensorRef tensor_ref(const Schedule& s, int id) {
   const TensorSpec& t = s.tensors[id];
   return TensorRef{id, Shape(t.shape, t.shape + t.rank), t.dtype};

@@ -22,8 +22,6 @@ struct OpStats {
 
 // "'a', 'b', ... (n in all)": names for an error message.
 std::string name_list(const std::vector<std::string>& names);
-// "op 'name' (Type)": how errors name an op.
-std::string op_label(const OpSpec& op);
 // Tensor `id` of the schedule as a kernel factory sees it.
 TensorRef tensor_ref(const Schedule& s, int id);
 // Op `op`'s inputs and outputs as its kernel factory sees them.

@@ -15,7 +15,7 @@ namespace planner {
 // No size or offset may come near 2^63, where int64 sums wrap.
 constexpr int64_t kMaxBytes = int64_t{1} << 62;
 
-static std::string op_label(const OpSpec& op) {
+std::string op_label(const OpSpec& op) {
   return std::string("op '") + op.name + "' (" + op.op + ")";
 }
 

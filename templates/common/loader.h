@@ -10,6 +10,9 @@
 
 namespace planner {
 
+// "op 'name' (Type)": how errors name an op.
+std::string op_label(const OpSpec& op);
+
 class LoadedSchedule {
  public:
   // Throws std::runtime_error naming the library, op or tensor when it is not usable by a

@@ -34,15 +34,15 @@ using alg = dnnl::algorithm;
 using prop = dnnl::prop_kind;
 
 // The common geometry (common/conv.h) in oneDNN's terms.
-struct Geometry {
+struct DnnlConvGeometry {
   memory::dims strides, dilation, pad_l, pad_r;
   int64_t groups;
   ConvActivation activation;
 };
 
-Geometry geometry(const Node& n) {
+DnnlConvGeometry dnnl_conv_geometry(const Node& n) {
   const ConvGeometry c = conv_geometry(n.attrs);
-  return Geometry{{c.strides[0], c.strides[1]},
+  return DnnlConvGeometry{{c.strides[0], c.strides[1]},
                   dnnl_dilation({c.dilations[0], c.dilations[1]}),
                   {c.pads[0], c.pads[1]},
                   {c.pads[2], c.pads[3]},
@@ -128,7 +128,7 @@ KernelPtr on_chosen_layouts(const Node& n, const PD& pd, const std::vector<Opera
 
 // The forward primitive; with `bias` (a folded bias's plain descriptor) it adds it. The
 // backward ops' hints pass none: oneDNN asks a hint for its geometry and layouts only.
-dnnl::convolution_forward::primitive_desc forward_pd(const Node& n, const Geometry& g,
+dnnl::convolution_forward::primitive_desc forward_pd(const Node& n, const DnnlConvGeometry& g,
                                                      const memory::desc& x, const memory::desc& w,
                                                      const memory::desc& y, dt c,
                                                      const memory::desc* bias = nullptr) {
@@ -164,7 +164,7 @@ class ConvRelu : public Kernel {
 
 // [x, w] or [x, w, bias] -> y
 KernelPtr conv2d(const Node& n) {
-  Geometry g = geometry(n);
+  DnnlConvGeometry g = dnnl_conv_geometry(n);
   const TensorRef &x = n.in[0], &w = n.in[1], &y = n.out[0];
   auto x_md = plain_md(x.shape, x.dtype);
   auto w_md = weights_md(w.shape, g.groups, w.dtype);
@@ -186,7 +186,7 @@ KernelPtr conv2d(const Node& n) {
 
 // [dy, w] -> dx of shape input_shape.
 KernelPtr conv2d_backprop_input(const Node& n) {
-  Geometry g = geometry(n);
+  DnnlConvGeometry g = dnnl_conv_geometry(n);
   const TensorRef &dy = n.in[0], &w = n.in[1], &dx = n.out[0];
   auto x_md = plain_md(dx.shape, dx.dtype);
   auto w_md = weights_md(w.shape, g.groups, w.dtype);
@@ -204,7 +204,7 @@ KernelPtr conv2d_backprop_input(const Node& n) {
 
 // [x, dy] -> dw of shape filter_shape.
 KernelPtr conv2d_backprop_filter(const Node& n) {
-  Geometry g = geometry(n);
+  DnnlConvGeometry g = dnnl_conv_geometry(n);
   const TensorRef &x = n.in[0], &dy = n.in[1], &dw = n.out[0];
   auto x_md = plain_md(x.shape, x.dtype);
   auto w_md = weights_md(dw.shape, g.groups, dw.dtype);
@@ -224,7 +224,7 @@ KernelPtr conv2d_backprop_filter(const Node& n) {
 // (grouped: [G, O/G, C/G, kh, kw]); ours hold C before O, so the view swaps their strides.
 // output_padding extends the bottom/right: it lowers oneDNN's right padding.
 KernelPtr conv_transpose2d(const Node& n) {
-  Geometry g = geometry(n);
+  DnnlConvGeometry g = dnnl_conv_geometry(n);
   auto op = n.attrs.ints("output_padding");
   g.pad_r[0] -= op[0];
   g.pad_r[1] -= op[1];

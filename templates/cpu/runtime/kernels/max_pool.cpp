@@ -30,12 +30,12 @@ constexpr int64_t kWideRow = 16;
 constexpr int64_t kChannelBlock = 64;  // channels per task in the channels-last backward
 constexpr float kLowest = -std::numeric_limits<float>::infinity();
 
-struct Geometry {
+struct MaxPoolGeometry {
   int64_t n, c, ih, iw, oh, ow, kh, kw, sh, sw, dh, dw, pt, pl;
   // per tap column kw: the output columns [lo, hi) whose tap is inside the input
   std::vector<int64_t> col_lo, col_hi;
 
-  Geometry(const Node& node, const Shape& x, const Shape& y) {
+  MaxPoolGeometry(const Node& node, const Shape& x, const Shape& y) {
     const PoolWindow w = pool_window(node.attrs, x, y);  // common/pool.h
     n = x[0], c = x[1], ih = x[2], iw = x[3], oh = y[2], ow = y[3];
     kh = w.kernel[0], kw = w.kernel[1], sh = w.stride[0], sw = w.stride[1];
@@ -117,7 +117,7 @@ class MaxPool : public Kernel {
 
  private:
   void rows(const float* x, float* y) const {
-    const Geometry& g = g_;
+    const MaxPoolGeometry& g = g_;
 #pragma omp parallel for collapse(2)
     for (int64_t p = 0; p < g.n * g.c; ++p) {
       for (int64_t orow = 0; orow < g.oh; ++orow) {
@@ -138,7 +138,7 @@ class MaxPool : public Kernel {
     }
   }
   void channels(const float* xt, float* yt) const {
-    const Geometry& g = g_;
+    const MaxPoolGeometry& g = g_;
     const int64_t c = g.c;
 #pragma omp parallel for collapse(2)
     for (int64_t b = 0; b < g.n; ++b) {
@@ -162,7 +162,7 @@ class MaxPool : public Kernel {
   }
 
   int x_, y_;
-  Geometry g_;
+  MaxPoolGeometry g_;
 };
 
 // [dy, x] -> dx: per output, the first maximum's position, then dy added there. Each task owns
@@ -199,7 +199,7 @@ class MaxPoolGrad : public Kernel {
     int32_t* at = reinterpret_cast<int32_t*>(r.scratch);
     float* best = reinterpret_cast<float*>(at + team * per_thread);
     if (!g_.channels_last()) return rows(dy, x, dx, team, at, best);
-    const Geometry& g = g_;
+    const MaxPoolGeometry& g = g_;
     float* xt = best + team * per_thread;
     float* dxt = xt + g.n * g.c * g.in_area();
     float* dyt = dxt + g.n * g.c * g.in_area();
@@ -212,7 +212,7 @@ class MaxPoolGrad : public Kernel {
  private:
   void rows(const float* dy, const float* x, float* dx, int team, int32_t* at_all,
             float* best_all) const {
-    const Geometry& g = g_;
+    const MaxPoolGeometry& g = g_;
 #pragma omp parallel num_threads(team)
     {
       const int t = omp_get_thread_num();
@@ -251,7 +251,7 @@ class MaxPoolGrad : public Kernel {
 
   void channels(const float* dyt, const float* xt, float* dxt, int team, int32_t* at_all,
                 float* best_all) const {
-    const Geometry& g = g_;
+    const MaxPoolGeometry& g = g_;
     const int64_t c = g.c, blocks = (c + kChannelBlock - 1) / kChannelBlock;
 #pragma omp parallel num_threads(team)
     {
@@ -294,7 +294,7 @@ class MaxPoolGrad : public Kernel {
   }
 
   int dy_, x_, dx_, team_;
-  Geometry g_;
+  MaxPoolGeometry g_;
 };
 
 KernelPtr max_pool_f32(const Node& n) { return std::make_unique<MaxPool>(n); }
