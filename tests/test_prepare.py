@@ -138,12 +138,13 @@ def test_profile_measures_the_signatures_of_the_graph_plan_plans(flags, two_core
     """`planner profile` then `plan --costs`: the profiler's list of kernels is the plan's
     graph's, CPU-core rewrites included (what it measures is tested in
     tests/costs/test_profile_kernels.py)."""
-    from planner.cli.costs import _graph
+    from planner.cli.costs import profiled_graph
     from planner.costs.signature import graph_signatures
     from planner.target.presets import load_target
 
     args = cli.build_parser().parse_args(["profile", LSTM, *flags, "-o", "c.json"])
-    profiled = {s.key for s in graph_signatures(_graph(args, load_target(two_core_file))).values()}
+    graph = profiled_graph(args, load_target(two_core_file))
+    profiled = {s.key for s in graph_signatures(graph).values()}
     out = str(tmp_path / "p.json")
     assert cli.main(["plan", LSTM, *flags, "--target", two_core_file, "-o", out]) == 0
     capsys.readouterr()

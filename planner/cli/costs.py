@@ -138,7 +138,7 @@ def _profile_inputs(args: argparse.Namespace, target):
     if target.name != "host" and args.target != "host":
         raise UserError(f"--target {args.target}: profiling runs kernels on this machine; "
                         f"use --target host (its CPUs) or --target gpu (its GPU)")
-    graph = _graph(args, target)
+    graph = profiled_graph(args, target)
     try:
         ProfileOptions(repeats=args.repeats)  # the flag's range; a climb measures once
         interval = args.interval if args.interval is not None else max(1, target.cores // 8)
@@ -148,7 +148,7 @@ def _profile_inputs(args: argparse.Namespace, target):
     return target, graph, options, _resumed(args.output, target)
 
 
-def _graph(args: argparse.Namespace, target):
+def profiled_graph(args: argparse.Namespace, target):
     """The graph `planner plan` with the same flags plans on `target`: its kernels are the
     ones the plan prices."""
     from planner.cli.graph_flags import graph_options
@@ -208,7 +208,7 @@ def _measure_gpu(args: argparse.Namespace, measurers: Callable[[], Any], target)
         raise UserError("--in-step, --interval and --max-threads are for CPU targets; "
                         "--target gpu measures each signature's kernels alone")
     workspace = parse_budget(args.max_workspace, "--max-workspace")
-    graph = _graph(args, target)
+    graph = profiled_graph(args, target)
     table = _resumed(args.output, target)
     gpu = measurers().gpu
     if gpu is None:
@@ -221,7 +221,7 @@ def _measure_gpu(args: argparse.Namespace, measurers: Callable[[], Any], target)
                           table=table, progress=progress, checkpoint=partial(_save, args.output),
                           bytes_of=measure.bytes_of)
     _save(args.output, run.table)
-    return _report(args, run)
+    return report_profile(args, run)
 
 
 def _measure_kernels(args: argparse.Namespace, measure, graph, target, options, table) -> int:
@@ -238,10 +238,10 @@ def _measure_kernels(args: argparse.Namespace, measure, graph, target, options, 
                       table=table, progress=None if args.json else sys.stderr,
                       checkpoint=partial(_save, args.output))
     _save(args.output, run.table)
-    return _report(args, run)
+    return report_profile(args, run)
 
 
-def _report(args: argparse.Namespace, run) -> int:
+def report_profile(args: argparse.Namespace, run) -> int:
     result = {"output": args.output, "measured": run.measured, "skipped": run.skipped,
               "complete": run.complete, "failures": [list(f) for f in run.failures]}
     if args.json:

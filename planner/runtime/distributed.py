@@ -154,7 +154,7 @@ def join(ex: Any, plan_json: str, group: Any = None) -> None:
             "one plan file)")
 
     _check_places(me, [(f[1], f[2]) for f in facts], _ranks(plan)[1])
-    ex.set_collective(_collective(group, size, me), me)
+    ex.set_collective(collective_callback(group, size, me), me)
     settle(ex, plan, me)
     _JOINED.add(ex)
 
@@ -208,7 +208,7 @@ def _finish_steps() -> None:
 _NAMES = ("all-reduce", "reduce-scatter", "all-gather")
 
 
-def _collective(group: Any, size: int, me: int) -> Any:
+def collective_callback(group: Any, size: int, me: int) -> Any:
     """fn(what, bucket, stream) of `ex.set_collective` for rank `me` of `group` (`size`
     ranks); what: 0 all-reduce, 1 reduce-scatter, 2 all-gather (the runtime's
     CollectiveKind)."""

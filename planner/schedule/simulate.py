@@ -113,12 +113,12 @@ def simulate(placements: Sequence[Placement], preds: Sequence[Sequence[int]], co
     """
     blocked, unblocks = unblocking(placements, preds)
     if not any(p.smt for p in placements):
-        return _exclusive(placements, blocked, unblocks, cores)
-    return _shared(placements, blocked, unblocks, cores, smt_slowdown)
+        return exclusive_cores_loop(placements, blocked, unblocks, cores)
+    return shared_cores_loop(placements, blocked, unblocks, cores, smt_slowdown)
 
 
-def _shared(placements: Sequence[Placement], blocked: list[int], unblocks: list[list[int]],
-            cores: int, f: float) -> SimResult:
+def shared_cores_loop(placements: Sequence[Placement], blocked: list[int],
+                      unblocks: list[list[int]], cores: int, f: float) -> SimResult:
     """The event loop with SMT interference (module docstring): start what is unblocked, then
     finish the earliest projected ends (those within EPSILON together) and start what they
     unblock, until nothing runs."""
@@ -262,8 +262,8 @@ class SharedCores:
         self.counts.append(self.running)
 
 
-def _exclusive(placements: Sequence[Placement], blocked: list[int],
-               unblocks: list[list[int]], cores: int) -> SimResult:
+def exclusive_cores_loop(placements: Sequence[Placement], blocked: list[int],
+                         unblocks: list[list[int]], cores: int) -> SimResult:
     """`simulate` when no placement uses a second hardware thread: no thread ever shares its
     core, so each op runs at its own pace from the event that unblocks it. The same events in
     the same order (ends within EPSILON finish together, at the first of them), so the same

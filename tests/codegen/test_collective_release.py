@@ -24,14 +24,14 @@ CHILD = textwrap.dedent("""
     import socket
     import torch
     import torch.distributed as dist
-    from planner.runtime.distributed import _collective
+    from planner.runtime.distributed import collective_callback
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0,
                             world_size=1)
-    fn = _collective(dist.group.WORLD, 1, 0)
+    fn = collective_callback(dist.group.WORLD, 1, 0)
     left = []
     for call in range(300):
         what = call % 3  # all-reduce, reduce-scatter, all-gather

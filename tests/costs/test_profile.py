@@ -140,7 +140,7 @@ def test_the_command_exits_1_when_a_signature_was_not_measured(tmp_path, capsys)
     `plan --costs` must see the partial result in the exit code (130 stays 'interrupted')."""
     import argparse
 
-    from planner.cli.costs import _report
+    from planner.cli.costs import report_profile
 
     def time_op(s, k, cpus):
         if s == sig(2):
@@ -149,7 +149,7 @@ def test_the_command_exits_1_when_a_signature_was_not_measured(tmp_path, capsys)
 
     args = argparse.Namespace(output=str(tmp_path / "c.json"), json=False)
     failed = profile([sig(1), sig(2)], XEON, time_op, progress=None)
-    assert _report(args, failed) == 1
+    assert report_profile(args, failed) == 1
     assert "not measured: " + sig(2).key in capsys.readouterr().err
     clean = profile([sig(1)], XEON, lambda s, k, c: 1.0, progress=None)
-    assert _report(args, clean) == 0
+    assert report_profile(args, clean) == 0

@@ -10,7 +10,12 @@ from planner.costs import CostModel
 from planner.costs.fixtures import TABLE_III, table_ii
 from planner.schedule.options import SMT_SLOWDOWN
 from planner.schedule.placement import Placement
-from planner.schedule.simulate import _exclusive, _shared, execution_waits, simulate
+from planner.schedule.simulate import (
+    exclusive_cores_loop,
+    shared_cores_loop,
+    simulate,
+    unblocking,
+)
 from planner.target import preset
 
 
@@ -90,13 +95,9 @@ def test_fast_path_without_smt_is_the_event_loop(ops, rnd):
                   for i, (cores, seconds) in enumerate(ops)]
     preds = tuple(tuple(sorted(rnd.sample(range(i), rnd.randint(0, min(i, 2)))))
                   for i in range(len(ops)))
-    waits = execution_waits(placements, preds)
-    unblocks: list[list[int]] = [[] for _ in placements]
-    for i, w in enumerate(waits):
-        for j in sorted(w):
-            unblocks[j].append(i)
-    fast = _exclusive(placements, [len(w) for w in waits], unblocks, 6)
-    slow = _shared(placements, [len(w) for w in waits], unblocks, 6, SMT_SLOWDOWN)
+    blocked, unblocks = unblocking(placements, preds)
+    fast = exclusive_cores_loop(placements, list(blocked), unblocks, 6)
+    slow = shared_cores_loop(placements, list(blocked), unblocks, 6, SMT_SLOWDOWN)
     assert fast == slow
     assert simulate(placements, preds, 6, SMT_SLOWDOWN) == fast
 
