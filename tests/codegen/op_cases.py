@@ -175,8 +175,16 @@ CASES: dict[str, list[tuple]] = {
                              {**CONV, "input_shape": list(X4)})],
     "Conv2DBackpropFilter": [([(X4, N), ((2, 4, 2, 5), N)],
                               {**CONV, "filter_shape": [4, 3, 3, 2]})],
+    # output padding; groups with dilation; dcgan's 4x4 stride-2 upsampling on channel counts
+    # for which oneDNN chooses blocked layouts (reordered in and out)
     "ConvTranspose2D": [([((1, 4, 3, 3), N), ((4, 3, 3, 3), N)],
-                         {"strides": [2, 2], "pads": [1, 0, 1, 1]})],
+                         {"strides": [2, 2], "pads": [1, 0, 1, 1]}),
+                        ([((2, 3, 4, 4), N), ((3, 2, 3, 3), N)],
+                         {"strides": [2, 2], "pads": [1, 1, 1, 1], "output_padding": [1, 1]}),
+                        ([((1, 4, 4, 3), N), ((4, 1, 3, 2), N)],
+                         {"groups": 2, "dilations": [2, 1], "pads": [1, 0, 2, 1]}),
+                        ([((2, 16, 4, 4), N), ((16, 8, 4, 4), N)],
+                         {"strides": [2, 2], "pads": [1, 1, 1, 1]})],
     "BatchNorm": [([(X4, N), ((3,), N), ((3,), N), ((3,), N), ((3,), P)], {}),
                   ([(X4, N), ((3,), N), ((3,), N), ((3,), N), ((3,), P)], {"training": False})],
     "BatchNormGrad": [([(X4, N), (X4, N), ((3,), N), ((3,), N), ((3,), P)], {})],

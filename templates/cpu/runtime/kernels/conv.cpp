@@ -222,7 +222,8 @@ KernelPtr conv2d_backprop_filter(const Node& n) {
 
 // [x (N,C,H,W), w (C, O/G, kh, kw)] -> y. oneDNN's deconvolution weights are [O, C, kh, kw]
 // (grouped: [G, O/G, C/G, kh, kw]); ours hold C before O, so the view swaps their strides.
-// output_padding extends the bottom/right: it lowers oneDNN's right padding.
+// output_padding extends the bottom/right: it lowers oneDNN's right padding. On `any` layouts
+// like the convolutions: on the plain ones oneDNN ran it as a GEMM (conv:any+gemm:jit).
 KernelPtr conv_transpose2d(const Node& n) {
   DnnlConvGeometry g = dnnl_conv_geometry(n);
   auto op = n.attrs.ints("output_padding");
@@ -237,14 +238,17 @@ KernelPtr conv_transpose2d(const Node& n) {
     w_md = memory::desc({g.groups, s[1], s[0] / g.groups, s[2], s[3]}, dnnl_type(w.dtype),
                         tag::giohw);
   }
-  dnnl::deconvolution_forward::primitive_desc pd(
-      n.engine, prop::forward_training, alg::deconvolution_direct, plain_md(x.shape, x.dtype),
-      w_md, plain_md(y.shape, y.dtype), g.strides, g.dilation, g.pad_l, g.pad_r,
-      user_scratchpad());
-  auto k = std::make_unique<DnnlKernel>();
-  k->add(dnnl::deconvolution_forward(pd), pd,
-         {{DNNL_ARG_SRC, x.id}, {DNNL_ARG_WEIGHTS, w.id}, {DNNL_ARG_DST, y.id}});
-  return k;
+  auto x_md = plain_md(x.shape, x.dtype);
+  auto y_md = plain_md(y.shape, y.dtype);
+  auto pd = on_compute_type(n, [&](dt c) {
+    return dnnl::deconvolution_forward::primitive_desc(
+        n.engine, prop::forward_training, alg::deconvolution_direct, any_md(x_md, c),
+        any_md(w_md, c), any_md(y_md, c), g.strides, g.dilation, g.pad_l, g.pad_r,
+        user_scratchpad());
+  });
+  return on_chosen_layouts<dnnl::deconvolution_forward>(
+      n, pd, {{DNNL_ARG_SRC, x.id, x_md}, {DNNL_ARG_WEIGHTS, w.id, w_md}},
+      {DNNL_ARG_DST, y.id, y_md});
 }
 
 }  // namespace
