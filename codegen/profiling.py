@@ -337,20 +337,23 @@ def profile_in_step(graph: Graph, target: Target, work_dir: str | Path,
         table = fold_stats(table, p, stats, date=date)
     if target.cores >= 2 and target.cpu is not None:
         corun, stats = measured(1, target.cores, table)
-        kappa, sigma = _fit_contention(graph, target, corun, alone, seconds(stats))
+        kappa, sigma = _fit_contention(target, corun, alone, seconds(stats))
         table = CostTable(target=table.target, entries=table.entries,
                           provenance=table.provenance, contention=kappa, corun_slowdown=sigma)
     return table
 
 
-def _fit_contention(graph: Graph, target: Target, corun: Plan, alone: dict[str, float],
+def _fit_contention(target: Target, corun: Plan, alone: dict[str, float],
                     measured: dict[str, float]) -> tuple[float, float]:
     """(kappa, sigma) from the co-running plan's ops: planned intervals, cores, bandwidth
     demands and memory-boundness at their times alone (Contention.demands), and the times
-    they took co-running."""
+    they took co-running. Of the plan's own graph: planning rewrites the graph it is given for
+    the cores (planner.graph.for_cores: an LSTM's weights transposed once per step), and the
+    plan's ops are that graph's nodes."""
     from planner.schedule.contention import Contention, fit_contention
     from planner.schedule.placement import Placement
 
+    graph = corun.graph
     index = {n.name: i for i, n in enumerate(graph.nodes)}
     ops = [o for o in corun.ops if alone.get(o.name, 0) > 0 and measured.get(o.name, 0) > 0]
     shared = Contention.of(graph, target.cpu, kappa=1.0)

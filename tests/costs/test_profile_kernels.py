@@ -160,3 +160,21 @@ def test_signatures_are_built_together_and_a_broken_one_fails_alone(tmp_path):
     run = profile(mixed, target, timer, options, progress=None)
     assert run.measured == 3 and [key for key, _ in run.failures] == [s.key for s in broken]
     assert "no kernel for op Sigmoid in bfloat16" in run.failures[1][1]
+
+
+def test_in_step_profile_of_a_graph_planning_rewrites_for_the_cores(tmp_path):
+    """Planning adds ops for the cores (planner.graph.for_cores: an LSTM's weights transposed
+    once per step); the co-running fit reads the plan's own graph, where those ops are (it
+    once indexed the graph it was given and failed on the first added op)."""
+    from codegen.profiling import profile_in_step
+    from planner.graph.autodiff import Optimizer, make_training_graph
+    from planner.target.presets import load_target
+    from planner.zoo import build
+
+    target = load_target("host")
+    if target.cores < 2:
+        pytest.skip("one core: nothing co-runs, no contention to fit")
+    graph = make_training_graph(build("lstm", batch=2, seq=3, hidden=8, layers=2, vocab=16,
+                                      dropout=0.0), Optimizer(kind="sgd"))
+    table = profile_in_step(graph, target, tmp_path, ProfileOptions(max_threads=1), steps=2)
+    assert table.contention is not None and table.contention >= 0
