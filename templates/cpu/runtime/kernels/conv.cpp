@@ -43,11 +43,11 @@ struct DnnlConvGeometry {
 DnnlConvGeometry dnnl_conv_geometry(const Node& n) {
   const ConvGeometry c = conv_geometry(n.attrs);
   return DnnlConvGeometry{{c.strides[0], c.strides[1]},
-                  dnnl_dilation({c.dilations[0], c.dilations[1]}),
-                  {c.pads[0], c.pads[1]},
-                  {c.pads[2], c.pads[3]},
-                  c.groups,
-                  c.activation};
+                          dnnl_dilation({c.dilations[0], c.dilations[1]}),
+                          {c.pads[0], c.pads[1]},
+                          {c.pads[2], c.pads[3]},
+                          c.groups,
+                          c.activation};
 }
 
 // OIHW weights (or their gradient), grouped when groups > 1.
