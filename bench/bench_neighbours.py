@@ -4,6 +4,7 @@ neighbour processes each running a 2-thread BLAS loop (issue 36: steady under lo
     python bench/bench_neighbours.py [--models lstm,resnet-50,gpt,mobilenet_v2,resnet18,
                                               transformer_encoder]
                                      [--neighbours 0,2,4,6,loader2] [--compile]
+                                     [--costs in-step|analytical]
                                      [--rounds 3] [--steps 5] [--json out.json]
 
 bench/bench_under_load.py compares OpenMP wait policies against spinning neighbours; this one
@@ -19,7 +20,10 @@ after each measurement; in each round every N is measured, the engines interleav
 free cores by what it measures, so it gets ADAPT_STEPS steps under the new neighbours first),
 ours main (pinned to the main schedule) and eager. The table shows medians over rounds of
 each round's median step and the 1-minute load average at each measurement, and which
-schedule the default executor ran and why. Progress to stderr.
+schedule the default executor ran and why. Plans are priced by an in-step profile taken on the
+quiet machine before the neighbours start (what `planner profile --in-step` measures;
+planner.torch's `costs="in-step"`), or with `--costs analytical` by the analytical cost model.
+Progress to stderr.
 """
 
 from __future__ import annotations
@@ -43,7 +47,7 @@ from bench_cpu_strategies import SGD  # noqa: E402
 from cpu_modules import MODULES  # noqa: E402
 from torch_baseline import torch_trainer  # noqa: E402
 
-from codegen.profiling import warmed_executor  # noqa: E402
+from codegen.profiling import profile_in_step, warmed_executor  # noqa: E402
 from planner.graph.autodiff import make_training_graph  # noqa: E402
 from planner.graph.interpret import init_params, random_feeds  # noqa: E402
 from planner.pipeline import plan  # noqa: E402
@@ -117,7 +121,7 @@ def load(spec: str) -> tuple[list[mp.Process], object]:
     return neighbours(int(spec)), None
 
 
-def module_engines(label: str, folder: Path, compiled: bool) -> tuple[dict, object]:
+def module_engines(label: str, folder: Path, compiled: bool, costs: str) -> tuple[dict, object]:
     """An nn.Module's (bench/cpu_modules.py) steps: planner.torch's executor of it (default,
     and a second one pinned to the main schedule) and the module itself in PyTorch eager (and
     under torch.compile)."""
@@ -129,8 +133,13 @@ def module_engines(label: str, folder: Path, compiled: bool) -> tuple[dict, obje
     from planner.torch import trainer
 
     module, x, y = example(label)
-    made = [trainer(copy.deepcopy(module), (x,), loss=torch.nn.functional.cross_entropy,
-                    labels=y, optimizer="sgd", lr=SGD.lr, out_dir=folder) for _ in range(2)]
+    table = None
+    made = []
+    for _ in range(2):  # the second one priced by the first one's profile
+        made.append(trainer(copy.deepcopy(module), (x,), loss=torch.nn.functional.cross_entropy,
+                            labels=y, optimizer="sgd", lr=SGD.lr, out_dir=folder,
+                            costs=table or (None if costs == "analytical" else costs)))
+        table = folder / "costs.json" if costs == "in-step" else None
     made[1].executor.set_variant("main")
     out = {"ours": lambda: made[0].step(x, y), "ours main": lambda: made[1].step(x, y)}
     torch.set_num_threads(os.cpu_count() or 1)
@@ -140,16 +149,19 @@ def module_engines(label: str, folder: Path, compiled: bool) -> tuple[dict, obje
     return out, made[0].executor
 
 
-def engines(label: str, folder: Path, compiled: bool = False) -> tuple[dict, object]:
+def engines(label: str, folder: Path, compiled: bool = False,
+            costs: str = "in-step") -> tuple[dict, object]:
     """The step functions by engine name, and the executor (for stats())."""
     if label in MODULES:
-        return module_engines(label, folder, compiled)
+        return module_engines(label, folder, compiled, costs)
     name, params = MODELS[label]
     forward = zoo(name, **params)
     graph = make_training_graph(forward, SGD)
+    target = detect()
+    table = profile_in_step(graph, target, folder / "profile") if costs == "in-step" else None
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        p = plan(graph, detect())  # the default plan, with its variants for fewer cores
+        p = plan(graph, target, table)  # the default plan, with its variants for fewer cores
     feeds = random_feeds(graph, seed=1)
     # Two executors of one build: the default (it chooses a schedule by what it measures) and
     # one pinned to the plan's main schedule (what every step ran before variants).
@@ -165,8 +177,8 @@ def engines(label: str, folder: Path, compiled: bool = False) -> tuple[dict, obj
 
 
 def measure(label: str, folder: Path, counts: list[str], rounds: int, steps: int,
-            compiled: bool = False) -> list[dict]:
-    runs, ex = engines(label, folder, compiled)
+            compiled: bool = False, costs: str = "in-step") -> list[dict]:
+    runs, ex = engines(label, folder, compiled, costs)
     times = {(n, e): [] for n in counts for e in runs}
     loads = {n: [] for n in counts}
     ran = {}
@@ -240,6 +252,9 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--compile", action="store_true",
                     help="also PyTorch under torch.compile (inductor), compiled before timing")
+    ap.add_argument("--costs", choices=("in-step", "analytical"), default="in-step",
+                    help="what plans are priced with: an in-step profile on this machine "
+                         "(default) or the analytical cost model")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     labels = args.models.split(",")
@@ -256,7 +271,7 @@ def main() -> None:
         for label in labels:
             print(f"{label}: planning and building", file=sys.stderr, flush=True)
             rows += measure(label, Path(tmp) / label.replace("-", "_"), counts, args.rounds,
-                            args.steps, args.compile)
+                            args.steps, args.compile, args.costs)
     print(f"{os.cpu_count()} logical CPUs; neighbours: N 2-thread numpy 512x512 matmul loops, or "
           f"loaderW: a DataLoader's W workers (batch {LOADER_BATCH} of 64x64 augmented images); "
           f"median of {args.rounds} rounds x {args.steps} steps")

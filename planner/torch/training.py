@@ -59,9 +59,11 @@ class Trainer:
     """A built training executor for one module (see `trainer`)."""
 
     def __init__(self, imported: TorchImport, graph: Any, executor: Any, module_keys: Sequence[str],
-                 start: Mapping[str, Any], aliases: Mapping[str, str] | None = None) -> None:
+                 start: Mapping[str, Any], aliases: Mapping[str, str] | None = None,
+                 plan: Any = None) -> None:
         self.imported = imported
         self.graph = graph
+        self.plan = plan  # the Plan it runs (its summary: predicted step, what priced it)
         self.executor = executor
         self.steps = 0
         self._keys = list(module_keys)
@@ -141,7 +143,7 @@ def trainer(module: Any, example_inputs: Sequence[Any], loss: Callable | None,
             labels: Any = None, *,
             optimizer: str = "sgd", lr: float | None = None, target: str = "host",
             out_dir: str | Path | None = None, accumulate: int = 1,
-            **optimizer_settings: Any) -> Trainer:
+            costs: Any = None, **optimizer_settings: Any) -> Trainer:
     """Plan, build and load a training executor for `module`.
 
     example_inputs: the module's inputs for one step (their shapes are the executor's);
@@ -156,7 +158,11 @@ def trainer(module: Any, example_inputs: Sequence[Any], loss: Callable | None,
     executor's sources go (default: a fresh temporary folder); accumulate: micro-batches per
     optimizer step (the example inputs are one micro-batch; each `step` takes one and every
     `accumulate`-th updates the parameters with the mean of their gradients, as PyTorch's
-    `(loss / K).backward()` K times then `optimizer.step()`).
+    `(loss / K).backward()` K times then `optimizer.step()`); costs: what the plan is priced
+    with: None (the analytical cost model), a cost table or the path of one (`planner profile`
+    on this target), or "in-step": every op measured inside the step on this machine first (a
+    few builds and steps, codegen.profiling.profile_in_step), the table kept as costs.json in
+    out_dir.
 
     Raises TorchImportError (an op the planner lacks, in one line naming the node), UserError
     or ValueError for bad settings.
@@ -174,13 +180,14 @@ def trainer(module: Any, example_inputs: Sequence[Any], loss: Callable | None,
     imported = convert(export(module, example_inputs, loss, labels),
                        name=type(module).__name__, module_root=PREFIX.rstrip("."))
     chosen = load_target(target)
-    with warnings.catch_warnings():  # costs from the analytical model unless profiled
+    prepared = prepare(imported.graph, GraphOptions(optimizer=settings, accumulate=accumulate))
+    folder = Path(out_dir) if out_dir is not None else Path(tempfile.mkdtemp(prefix="planner-"))
+    table = _cost_table(costs, prepared, chosen, folder)
+    with warnings.catch_warnings():  # an op the table lacks is priced analytically
         warnings.simplefilter("ignore")
-        planned = plan(prepare(imported.graph, GraphOptions(optimizer=settings,
-                                                              accumulate=accumulate)), chosen)
+        planned = plan(prepared, chosen, table)
     graph = planned.graph  # as the step's cores rewrote it: the graph the executor runs
     name = "torch_" + hashlib.sha256(planned.to_json().encode()).hexdigest()[:16]
-    folder = Path(out_dir) if out_dir is not None else Path(tempfile.mkdtemp(prefix="planner-"))
     module_py = load(build(render(planned, folder / name)).dir)
     executor = module_py.Executor()
     state = module.state_dict()
@@ -198,4 +205,27 @@ def trainer(module: Any, example_inputs: Sequence[Any], loss: Callable | None,
                if PREFIX + k not in held and storage(v) in first}
     start = {k: v.detach().cpu().numpy().copy() for k, v in state.items()
              if PREFIX + k not in held and k not in aliases}
-    return Trainer(imported, graph, executor, list(state), start, aliases)
+    return Trainer(imported, graph, executor, list(state), start, aliases, planned)
+
+
+def _cost_table(costs: Any, graph: Any, target: Any, folder: Path) -> Any:
+    """The cost table `trainer`'s plan is priced with (its `costs` argument); UserError for a
+    table of another target or a value that names none."""
+    from planner.costs import CostTable, load_table
+    from planner.errors import UserError
+
+    if costs is None or isinstance(costs, CostTable):
+        table = costs
+    elif costs == "in-step":
+        from codegen.profiling import profile_in_step
+        from planner.files import atomic_write
+
+        table = profile_in_step(graph, target, folder / "profile")
+        atomic_write(folder / "costs.json", table.to_json())
+    elif isinstance(costs, (str, Path)):
+        table = load_table(costs)
+    else:
+        raise UserError(f"costs: a cost table, its path or 'in-step', not {type(costs).__name__}")
+    if table is not None and table.target != target.name:
+        raise UserError(f"costs: a cost table of target {table.target!r}, not of {target.name!r}")
+    return table

@@ -42,13 +42,13 @@ def torch_run(model, loss, batches, optimizer: str, dtype) -> Step:
     return Step(losses[-1], {k: v.detach().numpy().copy() for k, v in model.state_dict().items()})
 
 
-def trains_like_pytorch(model, loss, batches, optimizer: str, out_dir):
-    """Our trainer and PyTorch (float32 and float64) step `model` on `batches`; our params()
-    are keyed like its state_dict() and within float32 noise of PyTorch's (`mismatches`).
-    Returns (trainer, ours, PyTorch float32, PyTorch float64)."""
+def trains_like_pytorch(model, loss, batches, optimizer: str, out_dir, costs=None):
+    """Our trainer (its plan priced by `costs`) and PyTorch (float32 and float64) step `model`
+    on `batches`; our params() are keyed like its state_dict() and within float32 noise of
+    PyTorch's (`mismatches`). Returns (trainer, ours, PyTorch float32, PyTorch float64)."""
     x0, y0 = batches[0]
     t = trainer(model, (x0,), loss=loss, labels=y0, optimizer=optimizer, lr=LR[optimizer],
-                out_dir=out_dir)
+                out_dir=out_dir, costs=costs)
     losses = [t.step(x, y) for x, y in batches]
     ours = Step(losses[-1], t.params())
     f32 = torch_run(model, loss, batches, optimizer, torch.float32)
