@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from planner.dtypes import LOW_FLOATS
 from planner.ops.base import (
     Attr,
     Attrs,
@@ -103,9 +104,11 @@ def _rule(grad_op: str, second: str, attr_names: tuple[str, ...] = ()):
 def _define(name: str, reference: Reference, flops: int, grad_op: str, second: str,
             grad_reference: Reference, grad_flops: int, attrs: dict[str, Attr],
             doc: str, cost_class: str = "elementwise", pointwise=None,
-            grad_pointwise=None, low: bool = False) -> None:
+            grad_pointwise=None, low: bool = False, scratch=None) -> None:
     """Register a forward activation and its gradient op; `low`: their kernels also run in
-    the low float types (planner.graph.precision.FOLLOW_OPS)."""
+    the low float types (planner.graph.precision.FOLLOW_OPS); `scratch`: both ops' rule
+    (default: widening_scratch, the CPU runtime's float32 loop on widened copies)."""
+    scratch = scratch or widening_scratch()
     unary, binary = "float32->float32", "float32,float32->float32"
     if low:
         unary, binary = (unary, *low_signatures(unary)), (binary, *low_signatures(binary))
@@ -113,7 +116,7 @@ def _define(name: str, reference: Reference, flops: int, grad_op: str, second: s
         unary, binary = (unary,), (binary,)
     register(OpDef(
         name=name, arity=1, attrs=attrs, cost_class=cost_class,
-        infer=_float_unary(name), scratch=widening_scratch(),
+        infer=_float_unary(name), scratch=scratch,
         flops=elementwise_flops(flops),
         reference=reference,
         gradient=_rule(grad_op, second, tuple(attrs)),
@@ -122,7 +125,7 @@ def _define(name: str, reference: Reference, flops: int, grad_op: str, second: s
     ))
     register(OpDef(
         name=grad_op, arity=2, attrs=attrs, cost_class=cost_class,
-        infer=_grad_infer(grad_op, second), scratch=widening_scratch(),
+        infer=_grad_infer(grad_op, second), scratch=scratch,
         flops=elementwise_flops(grad_flops),
         reference=grad_reference,
         doc=f"Gradient of {name}: [dy, {second}] -> dx.",
@@ -160,12 +163,27 @@ def _sigmoid_pw(m, xs, p):
     return [m.where(x >= 0, 1.0 / (1.0 + e), e / (1.0 + e))]
 
 
+def relu_scratch(ins: list[TensorType], outs: list[TensorType], a: Attrs, threads: int) -> int:
+    """Relu's and ReluGrad's scratch: none where every operand has the one low float type (the
+    CPU runtime runs them on the bits: kernels/math.cpp), else widening_scratch's copies.
+
+    >>> bf16 = TensorType((3, 5), "bfloat16")
+    >>> relu_scratch([bf16], [bf16], {}, 2), relu_scratch([bf16], [TensorType((3, 5))], {}, 2)
+    (0, 64)
+    """
+    dtypes = {t.dtype for t in (*ins, *outs)}
+    if len(dtypes) == 1 and dtypes <= LOW_FLOATS:
+        return 0
+    return widening_scratch()(ins, outs, a, threads)
+
+
 # Scalar formulas (generated kernels): np.maximum(x, 0) keeps NaN, so Relu is where(x < 0, 0, x).
 _define("Relu", lambda xs, a: [np.maximum(xs[0], 0)], 1,
         "ReluGrad", "y", lambda xs, a: [np.where(xs[1] > 0, xs[0], 0)], 1, {},
         "y = max(x, 0).",
         pointwise=lambda m, xs, p: [m.where(xs[0] < 0, 0.0, xs[0])],
-        grad_pointwise=lambda m, xs, p: [m.where(xs[1] > 0, xs[0], 0.0)], low=True)
+        grad_pointwise=lambda m, xs, p: [m.where(xs[1] > 0, xs[0], 0.0)], low=True,
+        scratch=relu_scratch)
 _define("LeakyRelu", _leaky_relu, 2,
         "LeakyReluGrad", "x", _leaky_relu_grad, 2, {"alpha": Attr("float", 0.01)},
         "y = x if x > 0 else alpha * x.",

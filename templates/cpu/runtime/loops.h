@@ -41,15 +41,17 @@ namespace planner {
 
 // y[i] = f(x[i]): a float32 element-wise loop. The functors here follow the numpy reference
 // element by element, NaN and infinities included (what oneDNN's eltwise does not promise).
-template <class F>
+// With T = uint16_t the loop runs on the 16-bit words of bfloat16 / float16 tensors (map1_bits:
+// functors on the bits, the caller checks the dtypes).
+template <class F, class T = float>
 class Map1 : public Kernel {
  public:
   Map1(const Node& n, F f) : x_(n.in[0].id), y_(n.out[0].id), size_(n.out[0].size()), f_(f) {
-    require_f32(n);
+    if constexpr (sizeof(T) == sizeof(float)) require_f32(n);
   }
   void run(const Run& r) override {
-    const float* x = r.at<float>(x_);
-    float* y = r.at<float>(y_);
+    const T* x = r.at<T>(x_);
+    T* y = r.at<T>(y_);
     const int64_t size = size_;
 #pragma omp parallel for
     for (int64_t i = 0; i < size; ++i) y[i] = f_(x[i]);
@@ -62,17 +64,17 @@ class Map1 : public Kernel {
 };
 
 // dx[i] = f(dy[i], x[i]) for two inputs of one shape (the gradient ops taking [dy, x]).
-template <class F>
+template <class F, class T = float>
 class Map2 : public Kernel {
  public:
   Map2(const Node& n, F f)
       : a_(n.in[0].id), b_(n.in[1].id), y_(n.out[0].id), size_(n.out[0].size()), f_(f) {
-    require_f32(n);
+    if constexpr (sizeof(T) == sizeof(float)) require_f32(n);
   }
   void run(const Run& r) override {
-    const float* a = r.at<float>(a_);
-    const float* b = r.at<float>(b_);
-    float* y = r.at<float>(y_);
+    const T* a = r.at<T>(a_);
+    const T* b = r.at<T>(b_);
+    T* y = r.at<T>(y_);
     const int64_t size = size_;
 #pragma omp parallel for
     for (int64_t i = 0; i < size; ++i) y[i] = f_(a[i], b[i]);
@@ -86,6 +88,12 @@ class Map2 : public Kernel {
 
 template <class F> KernelPtr map1(const Node& n, F f) { return std::make_unique<Map1<F>>(n, f); }
 template <class F> KernelPtr map2(const Node& n, F f) { return std::make_unique<Map2<F>>(n, f); }
+template <class F> KernelPtr map1_bits(const Node& n, F f) {
+  return std::make_unique<Map1<F, uint16_t>>(n, f);
+}
+template <class F> KernelPtr map2_bits(const Node& n, F f) {
+  return std::make_unique<Map2<F, uint16_t>>(n, f);
+}
 
 // numpy broadcasting of several inputs to one output shape, walked row by row: the output is
 // `rows` rows of `inner` elements (its last axis); per input, the element offset of a row's

@@ -22,9 +22,33 @@ KernelPtr relu_grad_f32(const Node& n) {
   return map2(n, [](float dy, float y) { return y > 0.f ? dy : 0.f; });
 }
 
-// bfloat16 / float16 (mixed precision's activations): the same loops on widened copies.
-KernelPtr relu(const Node& n) { return widened(n, relu_f32); }
-KernelPtr relu_grad(const Node& n) { return widened(n, relu_grad_f32); }
+// bfloat16 / float16 (mixed precision's activations) where every operand has the one low type:
+// on the bits, without widened copies. Exact: a Relu's result is its input or +0, ReluGrad's
+// dy or +0, as the float32 loop on widened copies rounds them. A magnitude (the bits without
+// the sign) from `nan` up is a NaN: 0x7f81 in bfloat16, 0x7c01 in float16 (planner/ops/
+// activation.py plans no scratch for them: relu_scratch).
+uint16_t low_nan(const Node& n) {
+  for (const auto* side : {&n.in, &n.out})
+    for (const TensorRef& t : *side)
+      if (t.dtype != n.out[0].dtype) return 0;
+  return n.out[0].dtype == BF16 ? 0x7f81 : n.out[0].dtype == F16 ? 0x7c01 : 0;
+}
+
+KernelPtr relu(const Node& n) {
+  if (const uint16_t nan = low_nan(n))  // x <= 0 (not NaN) -> +0
+    return map1_bits(n, [nan](uint16_t x) -> uint16_t {
+      return (x & 0x8000) && (x & 0x7fff) < nan ? 0 : x;
+    });
+  return widened(n, relu_f32);
+}
+
+KernelPtr relu_grad(const Node& n) {
+  if (const uint16_t nan = low_nan(n))  // y > 0: sign clear, not zero, not NaN
+    return map2_bits(n, [nan](uint16_t dy, uint16_t y) -> uint16_t {
+      return !(y & 0x8000) && y != 0 && y < nan ? dy : 0;
+    });
+  return widened(n, relu_grad_f32);
+}
 
 KernelPtr leaky_relu_grad(const Node& n) {
   const float a = static_cast<float>(n.attrs.f("alpha"));
