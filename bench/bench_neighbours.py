@@ -133,13 +133,11 @@ def module_engines(label: str, folder: Path, compiled: bool, costs: str) -> tupl
     from planner.torch import trainer
 
     module, x, y = example(label)
-    table = None
-    made = []
-    for _ in range(2):  # the second one priced by the first one's profile
-        made.append(trainer(copy.deepcopy(module), (x,), loss=torch.nn.functional.cross_entropy,
-                            labels=y, optimizer="sgd", lr=SGD.lr, out_dir=folder,
-                            costs=table or (None if costs == "analytical" else costs)))
-        table = folder / "costs.json" if costs == "in-step" else None
+    # the second executor priced by the first one's profile (trainer keeps it as costs.json)
+    measured = costs == "in-step"
+    made = [trainer(copy.deepcopy(module), (x,), loss=torch.nn.functional.cross_entropy,
+                    labels=y, optimizer="sgd", lr=SGD.lr, out_dir=folder, costs=priced)
+            for priced in (("in-step", folder / "costs.json") if measured else (None, None))]
     made[1].executor.set_variant("main")
     out = {"ours": lambda: made[0].step(x, y), "ours main": lambda: made[1].step(x, y)}
     torch.set_num_threads(os.cpu_count() or 1)

@@ -216,7 +216,7 @@ def _cost_table(costs: Any, graph: Any, target: Any, folder: Path) -> Any:
 
     if costs is None or isinstance(costs, CostTable):
         table = costs
-    elif costs == "in-step":
+    elif isinstance(costs, str) and costs == "in-step":
         from codegen.profiling import profile_in_step
         from planner.files import atomic_write
 

@@ -58,9 +58,11 @@ def test_a_table_of_another_target_or_no_table_is_refused(tmp_path):
     with pytest.raises(UserError, match="a cost table of target 'xeon-8180', not of 'host'"):
         trainer(small_cnn(), (x,), loss=torch.nn.functional.cross_entropy, labels=y,
                 out_dir=tmp_path, costs=other)
-    with pytest.raises(UserError, match="costs: a cost table, its path or 'in-step', not int"):
-        trainer(small_cnn(), (x,), loss=torch.nn.functional.cross_entropy, labels=y,
-                out_dir=tmp_path, costs=42)
+    for value, kind in ((42, "int"), (torch.zeros(2), "Tensor")):
+        with pytest.raises(UserError, match=f"costs: a cost table, its path or 'in-step', "
+                                            f"not {kind}"):
+            trainer(small_cnn(), (x,), loss=torch.nn.functional.cross_entropy, labels=y,
+                    out_dir=tmp_path, costs=value)
     with pytest.raises(UserError, match="no-such.json"):
         trainer(small_cnn(), (x,), loss=torch.nn.functional.cross_entropy, labels=y,
                 out_dir=tmp_path, costs=tmp_path / "no-such.json")
