@@ -73,7 +73,9 @@ inline void adam_update(const float* p, const float* g, const float* m, const fl
   const float shrink = a.decoupled ? 1.f - a.lr * a.weight_decay : 1.f;
   const float step_size = a.lr / (1.f - std::pow(b1, t));
   const float root = std::sqrt(1.f - std::pow(b2, t));
-#pragma omp parallel for
+  // simd: the shared scalars are read through OpenMP's data block, which the stores could
+  // alias as far as the compiler knows; every element is independent.
+#pragma omp parallel for simd
   for (int64_t i = 0; i < n; ++i) {
     float gi = wd != 0.f ? g[i] + wd * p[i] : g[i];
     float mn = b1 * m[i] + (1.f - b1) * gi;
