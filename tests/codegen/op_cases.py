@@ -185,9 +185,14 @@ CASES: dict[str, list[tuple]] = {
                          {"groups": 2, "dilations": [2, 1], "pads": [1, 0, 2, 1]}),
                         ([((2, 16, 4, 4), N), ((16, 8, 4, 4), N)],
                          {"strides": [2, 2], "pads": [1, 1, 1, 1]})],
+    # X4's runs of 20 per channel take the runtime's loops; (4, 3, 2, 3) and (6, 3) oneDNN's.
     "BatchNorm": [([(X4, N), ((3,), N), ((3,), N), ((3,), N), ((3,), P)], {}),
+                  ([((4, 3, 2, 3), N), ((3,), N), ((3,), N), ((3,), N), ((3,), P)], {}),
+                  ([((6, 3), N), ((3,), N), ((3,), N), ((3,), N), ((3,), P)], {}),
                   ([(X4, N), ((3,), N), ((3,), N), ((3,), N), ((3,), P)], {"training": False})],
-    "BatchNormGrad": [([(X4, N), (X4, N), ((3,), N), ((3,), N), ((3,), P)], {})],
+    "BatchNormGrad": [([(X4, N), (X4, N), ((3,), N), ((3,), N), ((3,), P)], {}),
+                      ([((4, 3, 2, 3), N), ((4, 3, 2, 3), N), ((3,), N), ((3,), N), ((3,), P)],
+                       {})],
     # Even sizes: ONNX's window reaches one channel further after c than before.
     "LRN": [([((1, 5, 2, 2), N)], {"size": 3, "alpha": 0.5, "bias": 2.0}),
             ([((2, 6, 3), N)], {"size": 4, "alpha": 0.5, "beta": 0.6, "bias": 2.0}),

@@ -1,0 +1,308 @@
+// BatchNorm (forward training with batch statistics, or inference with the running ones) and
+// BatchNormGrad. Inputs (N, C, ...) are seen as (N, C, rest, 1), the same bytes.
+//
+// float32 with batch statistics runs plain loops, one channel per thread at a time, each pass
+// over that channel's N runs of `rest` elements while they sit in the core's cache: oneDNN 3.2
+// has only its generic implementation (ncsp_bnorm) for the plain NCHW layout the plan keeps,
+// ~2-3x slower than these loops on DCGAN's and ResNet's shapes (bench/RESULTS.md). Sums are
+// in double, in a fixed order per channel: the result does not depend on the thread count.
+// Where a channel's runs are short (rest < kLoopRun: BatchNorm1d on (N, C)), the inference
+// form, and bfloat16 / float16 x, y, dy and dx (mixed precision, float32 parameters and
+// statistics: oneDNN's own mixed batch norm, float32 math inside, on widened copies where the
+// ISA has no bf16 batch norm) keep oneDNN. The running-statistics update (PyTorch's: unbiased
+// variance, new = (1 - momentum) old + momentum batch) and saved_invstd are small loops after
+// the statistics; oneDNN's BatchNormGrad gets the variance back from saved_invstd.
+#include <cmath>
+#include <vector>
+
+#include "../dnnl_kernel.h"
+#include "norm.h"
+
+namespace planner {
+namespace {
+
+using prop = dnnl::prop_kind;
+using flags = dnnl::normalization_flags;
+
+// Shortest run of a channel's elements the loops take (a vector of AVX-512 floats).
+constexpr int64_t kLoopRun = 16;
+
+struct ChannelRuns {
+  int64_t n, c, rest;  // x as (n, c, rest): channel k's runs start at (i * c + k) * rest
+  explicit ChannelRuns(const Shape& x) : n(x[0]), c(x[1]), rest(1) {
+    for (size_t k = 2; k < x.size(); ++k) rest *= x[k];
+  }
+  Shape as4d() const { return {n, c, rest, 1}; }
+  int64_t per_channel() const { return n * rest; }
+};
+
+bool loops_fit(const Node& n, const ChannelRuns& g) {
+  for (const auto* side : {&n.in, &n.out})
+    for (const TensorRef& t : *side)
+      if (t.dtype != F32) return false;
+  return g.rest >= kLoopRun;
+}
+
+// PyTorch's running update and the saved invstd from channel c's batch mean and (biased)
+// variance.
+struct RunningUpdate {
+  float eps, momentum, unbias;
+  RunningUpdate(const BatchNormAttrs& a, int64_t m)
+      : eps(static_cast<float>(a.epsilon)), momentum(static_cast<float>(a.momentum)),
+        unbias(static_cast<float>(static_cast<double>(m) / static_cast<double>(m - 1))) {}
+  void operator()(int64_t c, float mean, float var, const float* rm, const float* rv,
+                  float* rm_out, float* rv_out, float* invstd) const {
+    invstd[c] = 1.f / std::sqrt(var + eps);
+    rm_out[c] = (1.f - momentum) * rm[c] + momentum * mean;
+    rv_out[c] = (1.f - momentum) * rv[c] + momentum * (var * unbias);
+  }
+};
+
+// [x, scale, bias, running_mean, running_var] -> [y, running_mean', running_var', saved_mean,
+// saved_invstd], float32: mean, then the centred sum of squares (two passes: no cancellation),
+// then y = (x - mean) * (invstd * scale) + bias.
+class BatchNormLoops : public Kernel {
+ public:
+  BatchNormLoops(const Node& n, const BatchNormAttrs& a)
+      : g_(n.in[0].shape), update_(a, g_.per_channel()) {
+    for (const TensorRef& t : n.in) in_.push_back(t.id);
+    for (const TensorRef& t : n.out) out_.push_back(t.id);
+  }
+  void run(const Run& r) override {
+    const float *x = r.at<float>(in_[0]), *scale = r.at<float>(in_[1]),
+                *bias = r.at<float>(in_[2]), *rm = r.at<float>(in_[3]),
+                *rv = r.at<float>(in_[4]);
+    float *y = r.at<float>(out_[0]), *rm_out = r.at<float>(out_[1]),
+          *rv_out = r.at<float>(out_[2]), *mean_out = r.at<float>(out_[3]),
+          *invstd = r.at<float>(out_[4]);
+    const ChannelRuns g = g_;
+    const RunningUpdate update = update_;
+    const double m = static_cast<double>(g.per_channel());
+#pragma omp parallel for schedule(static) firstprivate(g, update)
+    for (int64_t c = 0; c < g.c; ++c) {
+      double sum = 0;
+      for (int64_t i = 0; i < g.n; ++i) {
+        const float* run = x + (i * g.c + c) * g.rest;
+#pragma omp simd reduction(+ : sum)
+        for (int64_t k = 0; k < g.rest; ++k) sum += run[k];
+      }
+      const double mean = sum / m;
+      double squares = 0;
+      for (int64_t i = 0; i < g.n; ++i) {
+        const float* run = x + (i * g.c + c) * g.rest;
+#pragma omp simd reduction(+ : squares)
+        for (int64_t k = 0; k < g.rest; ++k) {
+          const double d = run[k] - mean;
+          squares += d * d;
+        }
+      }
+      const float mean_f = static_cast<float>(mean);
+      update(c, mean_f, static_cast<float>(squares / m), rm, rv, rm_out, rv_out, invstd);
+      mean_out[c] = mean_f;
+      const float k = invstd[c] * scale[c], b = bias[c];
+      for (int64_t i = 0; i < g.n; ++i) {
+        const int64_t at = (i * g.c + c) * g.rest;
+#pragma omp simd
+        for (int64_t e = 0; e < g.rest; ++e) y[at + e] = (x[at + e] - mean_f) * k + b;
+      }
+    }
+  }
+
+ private:
+  ChannelRuns g_;
+  RunningUpdate update_;
+  std::vector<int> in_, out_;
+};
+
+// [dy, x, scale, saved_mean, saved_invstd] -> [dx, dscale, dbias], float32, batch statistics:
+// dbias = sum dy, dscale = sum dy * xhat, dx = scale * invstd * (dy - dbias / m - xhat *
+// dscale / m) with xhat = (x - mean) * invstd.
+class BatchNormGradLoops : public Kernel {
+ public:
+  explicit BatchNormGradLoops(const Node& n) : g_(n.in[1].shape) {
+    for (const TensorRef& t : n.in) in_.push_back(t.id);
+    for (const TensorRef& t : n.out) out_.push_back(t.id);
+  }
+  void run(const Run& r) override {
+    const float *dy = r.at<float>(in_[0]), *x = r.at<float>(in_[1]),
+                *scale = r.at<float>(in_[2]), *mean = r.at<float>(in_[3]),
+                *invstd = r.at<float>(in_[4]);
+    float *dx = r.at<float>(out_[0]), *dscale = r.at<float>(out_[1]),
+          *dbias = r.at<float>(out_[2]);
+    const ChannelRuns g = g_;
+    const double m = static_cast<double>(g.per_channel());
+#pragma omp parallel for schedule(static) firstprivate(g)
+    for (int64_t c = 0; c < g.c; ++c) {
+      const float mu = mean[c], inv = invstd[c];
+      double db = 0, ds = 0;
+      for (int64_t i = 0; i < g.n; ++i) {
+        const int64_t at = (i * g.c + c) * g.rest;
+#pragma omp simd reduction(+ : db, ds)
+        for (int64_t e = 0; e < g.rest; ++e) {
+          db += dy[at + e];
+          ds += static_cast<double>(dy[at + e]) * ((x[at + e] - mu) * inv);
+        }
+      }
+      dbias[c] = static_cast<float>(db);
+      dscale[c] = static_cast<float>(ds);
+      const float k = scale[c] * inv, dy_mean = static_cast<float>(db / m),
+                  xhat_k = static_cast<float>(ds / m);
+      for (int64_t i = 0; i < g.n; ++i) {
+        const int64_t at = (i * g.c + c) * g.rest;
+#pragma omp simd
+        for (int64_t e = 0; e < g.rest; ++e)
+          dx[at + e] = k * (dy[at + e] - dy_mean - (x[at + e] - mu) * inv * xhat_k);
+      }
+    }
+  }
+
+ private:
+  ChannelRuns g_;
+  std::vector<int> in_, out_;
+};
+
+// The oneDNN form of the same: its statistics, then the running update.
+class BatchNormTraining : public DnnlKernel {
+ public:
+  BatchNormTraining(const Node& n, const BatchNormAttrs& a)
+      : channels_(n.in[0].shape[1]), update_(a, ChannelRuns(n.in[0].shape).per_channel()),
+        rm_(n.in[3].id), rv_(n.in[4].id),
+        rm_out_(n.out[1].id), rv_out_(n.out[2].id), mean_(n.out[3].id), invstd_(n.out[4].id) {
+    auto md = view_md(ChannelRuns(n.in[0].shape).as4d(), n.in[0].dtype);
+    dnnl::batch_normalization_forward::primitive_desc pd(
+        n.engine, prop::forward_training, md, md, update_.eps,
+        flags::use_scale | flags::use_shift, user_scratchpad());
+    var_ = temp(channels_ * sizeof(float));
+    add(dnnl::batch_normalization_forward(pd), pd,
+        {{DNNL_ARG_SRC, n.in[0].id}, {DNNL_ARG_SCALE, n.in[1].id}, {DNNL_ARG_SHIFT, n.in[2].id},
+         {DNNL_ARG_DST, n.out[0].id}, {DNNL_ARG_MEAN, mean_}, {DNNL_ARG_VARIANCE, -1, var_}});
+  }
+  void run(const Run& r) override {
+    run_all(r);
+    const float* var = reinterpret_cast<const float*>(r.scratch + var_);
+    const float* mean = r.at<float>(mean_);
+    for (int64_t c = 0; c < channels_; ++c)
+      update_(c, mean[c], var[c], r.at<float>(rm_), r.at<float>(rv_), r.at<float>(rm_out_),
+              r.at<float>(rv_out_), r.at<float>(invstd_));
+  }
+
+ private:
+  int64_t channels_;
+  RunningUpdate update_;
+  int rm_, rv_, rm_out_, rv_out_, mean_, invstd_;
+  int64_t var_;
+};
+
+KernelPtr batch_norm_inference(const Node& n, const BatchNormAttrs& a) {
+  auto md = view_md(ChannelRuns(n.in[0].shape).as4d(), n.in[0].dtype);
+  dnnl::batch_normalization_forward::primitive_desc pd(
+      n.engine, prop::forward_inference, md, md, static_cast<float>(a.epsilon),
+      flags::use_global_stats | flags::use_scale | flags::use_shift, user_scratchpad());
+  auto k = std::make_unique<DnnlKernel>();
+  k->add(dnnl::batch_normalization_forward(pd), pd,
+         {{DNNL_ARG_SRC, n.in[0].id}, {DNNL_ARG_SCALE, n.in[1].id}, {DNNL_ARG_SHIFT, n.in[2].id},
+          {DNNL_ARG_MEAN, n.in[3].id}, {DNNL_ARG_VARIANCE, n.in[4].id}, {DNNL_ARG_DST, n.out[0].id}});
+  return k;
+}
+
+KernelPtr batch_norm_any(const Node& n) {
+  const BatchNormAttrs a = batch_norm_attrs(n.attrs);  // common/norm.h
+  if (!a.training) return batch_norm_inference(n, a);
+  if (loops_fit(n, ChannelRuns(n.in[0].shape))) return std::make_unique<BatchNormLoops>(n, a);
+  return std::make_unique<BatchNormTraining>(n, a);
+}
+
+KernelPtr batch_norm(const Node& n) { return native_or_widened(n, batch_norm_any); }
+
+// [dy, x, scale, saved_mean, saved_invstd] -> [dx, dscale, dbias].
+class BatchNormGradTraining : public DnnlKernel {
+ public:
+  explicit BatchNormGradTraining(const Node& n)
+      : channels_(n.in[1].shape[1]), eps_(static_cast<float>(batch_norm_attrs(n.attrs).epsilon)),
+        invstd_(n.in[4].id) {
+    auto md = view_md(ChannelRuns(n.in[1].shape).as4d(), n.in[1].dtype);
+    auto f = flags::use_scale | flags::use_shift;
+    dnnl::batch_normalization_forward::primitive_desc hint(n.engine, prop::forward_training, md,
+                                                           md, eps_, f, user_scratchpad());
+    dnnl::batch_normalization_backward::primitive_desc pd(n.engine, prop::backward, md, md, md,
+                                                          eps_, f, hint, user_scratchpad());
+    var_ = temp(channels_ * sizeof(float));
+    add(dnnl::batch_normalization_backward(pd), pd,
+        {{DNNL_ARG_DIFF_DST, n.in[0].id}, {DNNL_ARG_SRC, n.in[1].id}, {DNNL_ARG_SCALE, n.in[2].id},
+         {DNNL_ARG_MEAN, n.in[3].id}, {DNNL_ARG_VARIANCE, -1, var_},
+         {DNNL_ARG_DIFF_SRC, n.out[0].id}, {DNNL_ARG_DIFF_SCALE, n.out[1].id},
+         {DNNL_ARG_DIFF_SHIFT, n.out[2].id}});
+  }
+  void run(const Run& r) override {
+    float* var = reinterpret_cast<float*>(r.scratch + var_);
+    const float* invstd = r.at<float>(invstd_);
+    for (int64_t c = 0; c < channels_; ++c)
+      var[c] = static_cast<float>(1.0 / (static_cast<double>(invstd[c]) * invstd[c]) - eps_);
+    run_all(r);
+  }
+
+ private:
+  int64_t channels_;
+  float eps_;
+  int invstd_;
+  int64_t var_;
+};
+
+// training=False: the statistics are constants, dx = dy * scale * invstd (a loop).
+class BatchNormGradInference : public Kernel {
+ public:
+  explicit BatchNormGradInference(const Node& n)
+      : n_(n.in[1].shape[0]), c_(n.in[1].shape[1]), rest_(n.in[1].size() / (n_ * c_)),
+        eps_(static_cast<float>(batch_norm_attrs(n.attrs).epsilon)), dy_(n.in[0].id),
+        x_(n.in[1].id),
+        scale_(n.in[2].id), mean_(n.in[3].id), var_(n.in[4].id), dx_(n.out[0].id),
+        dscale_(n.out[1].id), dbias_(n.out[2].id) {}
+  void run(const Run& r) override {
+    const float *dy = r.at<float>(dy_), *x = r.at<float>(x_), *scale = r.at<float>(scale_);
+    const float *mean = r.at<float>(mean_), *var = r.at<float>(var_);
+    float *dx = r.at<float>(dx_), *dscale = r.at<float>(dscale_), *dbias = r.at<float>(dbias_);
+    const int64_t N = n_, C = c_, R = rest_;
+#pragma omp parallel for
+    for (int64_t c = 0; c < C; ++c) {
+      float inv = 1.f / std::sqrt(var[c] + eps_);
+      double ds = 0, db = 0;
+      for (int64_t i = 0; i < N; ++i)
+        for (int64_t k = 0; k < R; ++k) {
+          int64_t e = (i * C + c) * R + k;
+          db += dy[e];
+          ds += dy[e] * (x[e] - mean[c]) * inv;
+          dx[e] = dy[e] * scale[c] * inv;
+        }
+      dscale[c] = static_cast<float>(ds);
+      dbias[c] = static_cast<float>(db);
+    }
+  }
+
+ private:
+  int64_t n_, c_, rest_;
+  float eps_;
+  int dy_, x_, scale_, mean_, var_, dx_, dscale_, dbias_;
+};
+
+KernelPtr batch_norm_grad_inference(const Node& n) {
+  return std::make_unique<BatchNormGradInference>(n);
+}
+
+KernelPtr batch_norm_grad_training(const Node& n) {
+  if (loops_fit(n, ChannelRuns(n.in[1].shape))) return std::make_unique<BatchNormGradLoops>(n);
+  return std::make_unique<BatchNormGradTraining>(n);
+}
+
+KernelPtr batch_norm_grad(const Node& n) {
+  if (batch_norm_attrs(n.attrs).training) return native_or_widened(n, batch_norm_grad_training);
+  return widened(n, batch_norm_grad_inference);
+}
+
+}  // namespace
+
+PLANNER_REGISTER_KERNELS(batch_norm) {
+  r["BatchNorm"] = batch_norm;
+  r["BatchNormGrad"] = batch_norm_grad;
+}
+
+}  // namespace planner
