@@ -185,7 +185,8 @@ CASES: dict[str, list[tuple]] = {
                          {"groups": 2, "dilations": [2, 1], "pads": [1, 0, 2, 1]}),
                         ([((2, 16, 4, 4), N), ((16, 8, 4, 4), N)],
                          {"strides": [2, 2], "pads": [1, 1, 1, 1]})],
-    # X4's runs of 20 per channel take the runtime's loops; (4, 3, 2, 3) and (6, 3) oneDNN's.
+    # The runtime's loops: X4's runs of 20 (lanes and remainders), (4, 3, 2, 3)'s of 6
+    # (remainders only); (6, 3), one element per run, oneDNN's.
     "BatchNorm": [([(X4, N), ((3,), N), ((3,), N), ((3,), N), ((3,), P)], {}),
                   ([((4, 3, 2, 3), N), ((3,), N), ((3,), N), ((3,), N), ((3,), P)], {}),
                   ([((6, 3), N), ((3,), N), ((3,), N), ((3,), N), ((3,), P)], {}),

@@ -1,8 +1,8 @@
-"""BatchNorm and BatchNormGrad with batch statistics on float32 (N, C, rest >= 16) run plain
+"""BatchNorm and BatchNormGrad with batch statistics on float32 (N, C, rest >= 2) run plain
 loops in the CPU runtime (kernels/batch_norm.cpp), one channel per thread with sums in double
 in a fixed order: the reference's values within float32 rounding, and the same bits whichever
-thread count a schedule gives the op. Shorter runs (BatchNorm1d's (N, C)) keep oneDNN; both
-forms are in the op cases (tests/codegen/op_cases.py)."""
+thread count a schedule gives the op. BatchNorm1d's (N, C) keeps oneDNN; both forms are in the
+op cases (tests/codegen/op_cases.py)."""
 
 from __future__ import annotations
 

@@ -4,10 +4,10 @@
 // float32 with batch statistics runs plain loops, one channel per thread at a time, each pass
 // over that channel's N runs of `rest` elements while they sit in the core's cache: oneDNN 3.2
 // has only its generic implementation (ncsp_bnorm) for the plain NCHW layout the plan keeps,
-// ~2-3x slower than these loops on DCGAN's and ResNet's shapes (bench/RESULTS.md). Sums are
+// ~2-3x slower than these loops on DCGAN's and ResNet's shapes (1.4-2x on 2x2 maps) (bench/RESULTS.md). Sums are
 // in double, in a fixed order per channel: the result does not depend on the thread count.
-// Where a channel's runs are short (rest < kLoopRun: BatchNorm1d on (N, C)), the inference
-// form, and bfloat16 / float16 x, y, dy and dx (mixed precision, float32 parameters and
+// Where a channel's elements are not runs at all (rest 1: BatchNorm1d on (N, C)), the
+// inference form, and bfloat16 / float16 x, y, dy and dx (mixed precision, float32 parameters and
 // statistics: oneDNN's own mixed batch norm, float32 math inside, on widened copies where the
 // ISA has no bf16 batch norm) keep oneDNN. The running-statistics update (PyTorch's: unbiased
 // variance, new = (1 - momentum) old + momentum batch) and saved_invstd are small loops after
@@ -24,7 +24,7 @@ namespace {
 using prop = dnnl::prop_kind;
 using flags = dnnl::normalization_flags;
 
-// Shortest run of a channel's elements the loops take (a vector of AVX-512 floats).
+// Lane partials of a channel sum (a vector of AVX-512 floats).
 constexpr int64_t kLoopRun = 16;
 
 struct ChannelRuns {
@@ -34,13 +34,34 @@ struct ChannelRuns {
   }
   Shape as4d() const { return {n, c, rest, 1}; }
   int64_t per_channel() const { return n * rest; }
+  int64_t at(int64_t i, int64_t channel) const { return (i * c + channel) * rest; }
 };
+
+// The sum over channel c's elements e of f(e), in double: kLoopRun lane partials carried
+// across the channel's runs and added once at the end (a vector reduction per run cost more
+// than the run on 4x4 feature maps), the runs' remainders in one more partial. A fixed order:
+// the same bits on any thread count.
+template <class F>
+double channel_sum(const ChannelRuns& g, int64_t c, F f) {
+  double lanes[kLoopRun] = {};
+  double rest = 0;
+  const int64_t whole = g.rest / kLoopRun * kLoopRun;
+  for (int64_t i = 0; i < g.n; ++i) {
+    const int64_t at = g.at(i, c);
+    for (int64_t k = 0; k < whole; k += kLoopRun)
+#pragma omp simd
+      for (int64_t j = 0; j < kLoopRun; ++j) lanes[j] += f(at + k + j);
+    for (int64_t k = whole; k < g.rest; ++k) rest += f(at + k);
+  }
+  for (double v : lanes) rest += v;
+  return rest;
+}
 
 bool loops_fit(const Node& n, const ChannelRuns& g) {
   for (const auto* side : {&n.in, &n.out})
     for (const TensorRef& t : *side)
       if (t.dtype != F32) return false;
-  return g.rest >= kLoopRun;
+  return g.rest >= 2;
 }
 
 // PyTorch's running update and the saved invstd from channel c's batch mean and (biased)
@@ -80,28 +101,17 @@ class BatchNormLoops : public Kernel {
     const double m = static_cast<double>(g.per_channel());
 #pragma omp parallel for schedule(static) firstprivate(g, update)
     for (int64_t c = 0; c < g.c; ++c) {
-      double sum = 0;
-      for (int64_t i = 0; i < g.n; ++i) {
-        const float* run = x + (i * g.c + c) * g.rest;
-#pragma omp simd reduction(+ : sum)
-        for (int64_t k = 0; k < g.rest; ++k) sum += run[k];
-      }
-      const double mean = sum / m;
-      double squares = 0;
-      for (int64_t i = 0; i < g.n; ++i) {
-        const float* run = x + (i * g.c + c) * g.rest;
-#pragma omp simd reduction(+ : squares)
-        for (int64_t k = 0; k < g.rest; ++k) {
-          const double d = run[k] - mean;
-          squares += d * d;
-        }
-      }
+      const double mean = channel_sum(g, c, [x](int64_t e) -> double { return x[e]; }) / m;
+      const double squares = channel_sum(g, c, [x, mean](int64_t e) {
+        const double d = x[e] - mean;
+        return d * d;
+      });
       const float mean_f = static_cast<float>(mean);
       update(c, mean_f, static_cast<float>(squares / m), rm, rv, rm_out, rv_out, invstd);
       mean_out[c] = mean_f;
       const float k = invstd[c] * scale[c], b = bias[c];
       for (int64_t i = 0; i < g.n; ++i) {
-        const int64_t at = (i * g.c + c) * g.rest;
+        const int64_t at = g.at(i, c);
 #pragma omp simd
         for (int64_t e = 0; e < g.rest; ++e) y[at + e] = (x[at + e] - mean_f) * k + b;
       }
@@ -134,21 +144,16 @@ class BatchNormGradLoops : public Kernel {
 #pragma omp parallel for schedule(static) firstprivate(g)
     for (int64_t c = 0; c < g.c; ++c) {
       const float mu = mean[c], inv = invstd[c];
-      double db = 0, ds = 0;
-      for (int64_t i = 0; i < g.n; ++i) {
-        const int64_t at = (i * g.c + c) * g.rest;
-#pragma omp simd reduction(+ : db, ds)
-        for (int64_t e = 0; e < g.rest; ++e) {
-          db += dy[at + e];
-          ds += static_cast<double>(dy[at + e]) * ((x[at + e] - mu) * inv);
-        }
-      }
+      const double db = channel_sum(g, c, [dy](int64_t e) -> double { return dy[e]; });
+      const double ds = channel_sum(g, c, [dy, x, mu, inv](int64_t e) {
+        return static_cast<double>(dy[e]) * ((x[e] - mu) * inv);
+      });
       dbias[c] = static_cast<float>(db);
       dscale[c] = static_cast<float>(ds);
       const float k = scale[c] * inv, dy_mean = static_cast<float>(db / m),
                   xhat_k = static_cast<float>(ds / m);
       for (int64_t i = 0; i < g.n; ++i) {
-        const int64_t at = (i * g.c + c) * g.rest;
+        const int64_t at = g.at(i, c);
 #pragma omp simd
         for (int64_t e = 0; e < g.rest; ++e)
           dx[at + e] = k * (dy[at + e] - dy_mean - (x[at + e] - mu) * inv * xhat_k);

@@ -109,13 +109,13 @@ class AddNLoop : public Kernel {
     float* y = r.at<float>(y_);
     const int64_t size = size_;
     if (d != nullptr) {
-#pragma omp parallel for simd schedule(static)
+#pragma omp parallel for simd schedule(static) if(size >= kGrain)
       for (int64_t i = 0; i < size; ++i) y[i] = a[i] + b[i] + c[i] + d[i];
     } else if (c != nullptr) {
-#pragma omp parallel for simd schedule(static)
+#pragma omp parallel for simd schedule(static) if(size >= kGrain)
       for (int64_t i = 0; i < size; ++i) y[i] = a[i] + b[i] + c[i];
     } else {
-#pragma omp parallel for simd schedule(static)
+#pragma omp parallel for simd schedule(static) if(size >= kGrain)
       for (int64_t i = 0; i < size; ++i) y[i] = a[i] + b[i];
     }
   }

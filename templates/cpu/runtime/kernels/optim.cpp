@@ -126,10 +126,10 @@ class AccumulateGrad : public Kernel {
     float* o = r.at<float>(out_);
     const float k = static_cast<float>(k_);
     if (*r.at<int64_t>(step_) % k_ == 0) {
-#pragma omp parallel for
+#pragma omp parallel for if(size_ >= kGrain)
       for (int64_t i = 0; i < size_; ++i) o[i] = g[i] / k;
     } else {
-#pragma omp parallel for
+#pragma omp parallel for if(size_ >= kGrain)
       for (int64_t i = 0; i < size_; ++i) o[i] = s[i] + g[i] / k;
     }
   }

@@ -7,7 +7,7 @@
 #include <cmath>
 #include <cstdint>
 
-#include "../kernel.h"
+#include "../loops.h"
 
 namespace planner {
 
@@ -41,10 +41,10 @@ inline UpdateAttrs with_hyperparameters(UpdateAttrs a, const float* lr, const fl
 inline void sgd_update(const float* p, const float* g, float* o, int64_t n, const UpdateAttrs& a) {
   const float lr = a.lr, wd = a.weight_decay;
   if (wd != 0.f) {
-#pragma omp parallel for
+#pragma omp parallel for if(n >= kGrain)
     for (int64_t i = 0; i < n; ++i) o[i] = p[i] - lr * (g[i] + wd * p[i]);
   } else {
-#pragma omp parallel for
+#pragma omp parallel for if(n >= kGrain)
     for (int64_t i = 0; i < n; ++i) o[i] = p[i] - lr * g[i];
   }
 }
@@ -54,7 +54,7 @@ inline void momentum_update(const float* p, const float* g, const float* v, floa
                             int64_t n, const UpdateAttrs& a) {
   const float lr = a.lr, m = a.momentum, wd = a.weight_decay;
   const bool nesterov = a.nesterov;
-#pragma omp parallel for
+#pragma omp parallel for if(n >= kGrain)
   for (int64_t i = 0; i < n; ++i) {
     float gi = wd != 0.f ? g[i] + wd * p[i] : g[i];
     float vn = m * v[i] + gi;
@@ -75,7 +75,7 @@ inline void adam_update(const float* p, const float* g, const float* m, const fl
   const float root = std::sqrt(1.f - std::pow(b2, t));
   // simd: the shared scalars are read through OpenMP's data block, which the stores could
   // alias as far as the compiler knows; every element is independent.
-#pragma omp parallel for simd
+#pragma omp parallel for simd if(n >= kGrain)
   for (int64_t i = 0; i < n; ++i) {
     float gi = wd != 0.f ? g[i] + wd * p[i] : g[i];
     float mn = b1 * m[i] + (1.f - b1) * gi;
