@@ -8,8 +8,8 @@ Per model (zoo training graphs, SGD, sizes that run in minutes on a small machin
 
 1. Profile: `planner profile --in-step` of the training graph on this host (every op timed
    inside the step, one uniform plan per thread count; `--costs kernels`: each signature's
-   kernel alone, hill climbing over thread counts); cached in bench/.costs/ per model, host
-   and method.
+   kernel alone, hill climbing over thread counts); cached in bench/.costs/ per model, host,
+   method and CPU runtime (its build key: changed kernels are profiled anew).
 2. Plan with the profiled costs: uniform (every op on all cores, one at a time), every uniform
    grid configuration (intra x inter; the best measured one is reported), paper and optimized.
 3. Build each plan's executor; measure steps in alternating rounds (every variant once per
@@ -74,7 +74,9 @@ def zoo_name(label: str) -> str:
 
 
 def profiled_costs(label: str, graph, target, method: str = "in-step") -> CostTable:
-    """The cost table of `graph` on this host, profiled once and kept in bench/.costs/."""
+    """The cost table of `graph` on this host, profiled once per runtime and kept in
+    bench/.costs/ (a table measured against other kernels would price today's wrongly)."""
+    from codegen.build import runtime_key
     from codegen.profiling import KernelTimer, profile_in_step
     from planner.costs.profile import ProfileOptions, profile
     from planner.costs.signature import graph_signatures
@@ -82,7 +84,7 @@ def profiled_costs(label: str, graph, target, method: str = "in-step") -> CostTa
     folder = HERE / ".costs"
     folder.mkdir(exist_ok=True)
     suffix = "" if method == "kernels" else f".{method}"
-    path = folder / f"{label}.{target.cores}cores{suffix}.json"
+    path = folder / f"{label}.{target.cores}cores.{runtime_key()[:12]}{suffix}.json"
     table = load_table(path) if path.exists() else CostTable(target=target.name)
     options = ProfileOptions(interval=max(1, target.cores // 8), repeats=1)
     if method == "in-step":

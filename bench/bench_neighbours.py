@@ -15,7 +15,10 @@ does (the batches are not the model's inputs: the bench feeds its own). mobilene
 transformer_encoder are nn.Modules (bench/cpu_modules.py) that planner.torch imports, plans
 and builds, against the module itself in eager; the other models are zoo graphs, whose eager
 column is their torch translation (bench/torch_baseline.py). Neighbours start before and stop
-after each measurement; in each round every N is measured, the engines interleaved: ours
+after each measurement; in each round every N is measured, the engines interleaved, each in a
+process of its own (in one process PyTorch and the executor share one libgomp, and beside the
+executor's OpenMP teams libgomp cut every team's spinning short: PyTorch's eager mobilenet_v2
+step went from 32 to 80 ms, bench/results/2026-11-25-vectorized-loops.md): ours
 (the default executor: it chooses between the plan's main schedule and its variants for fewer
 free cores by what it measures, so it gets ADAPT_STEPS steps under the new neighbours first),
 ours main (pinned to the main schedule) and eager. The table shows medians over rounds of
@@ -121,100 +124,147 @@ def load(spec: str) -> tuple[list[mp.Process], object]:
     return neighbours(int(spec)), None
 
 
-def module_engines(label: str, folder: Path, compiled: bool, costs: str) -> tuple[dict, object]:
-    """An nn.Module's (bench/cpu_modules.py) steps: planner.torch's executor of it (default,
-    and a second one pinned to the main schedule) and the module itself in PyTorch eager (and
-    under torch.compile)."""
-    import copy
+def engine_names(compiled: bool) -> tuple[str, ...]:
+    return ("ours", "ours main", "eager") + (("compile",) if compiled else ())
 
+
+def module_engine(label: str, folder: Path, engine: str, costs: str):
+    """One engine of an nn.Module (bench/cpu_modules.py): planner.torch's executor of it (the
+    default, or pinned to the main schedule), or the module itself in PyTorch eager or under
+    torch.compile. Returns (step, executor or None)."""
     import torch
     from cpu_modules import eager_step, example
 
     from planner.torch import trainer
 
     module, x, y = example(label)
-    # the second executor priced by the first one's profile (trainer keeps it as costs.json)
-    measured = costs == "in-step"
-    made = [trainer(copy.deepcopy(module), (x,), loss=torch.nn.functional.cross_entropy,
-                    labels=y, optimizer="sgd", lr=SGD.lr, out_dir=folder, costs=priced)
-            for priced in (("in-step", folder / "costs.json") if measured else (None, None))]
-    made[1].executor.set_variant("main")
-    out = {"ours": lambda: made[0].step(x, y), "ours main": lambda: made[1].step(x, y)}
     torch.set_num_threads(os.cpu_count() or 1)
-    if compiled:
-        out["compile"] = eager_step(copy.deepcopy(module), x, y, SGD.lr, compiled=True)
-    out["eager"] = eager_step(module, x, y, SGD.lr)
-    return out, made[0].executor
+    if engine not in ("ours", "ours main"):
+        return eager_step(module, x, y, SGD.lr, compiled=engine == "compile"), None
+    # Both executors priced by one profile: the first to build takes it (trainer keeps it as
+    # costs.json), the second reads it.
+    priced = None
+    if costs == "in-step":
+        priced = folder / "costs.json" if (folder / "costs.json").exists() else "in-step"
+    t = trainer(module, (x,), loss=torch.nn.functional.cross_entropy, labels=y,
+                optimizer="sgd", lr=SGD.lr, out_dir=folder, costs=priced)
+    if engine == "ours main":
+        t.executor.set_variant("main")
+    return (lambda: t.step(x, y)), t.executor
 
 
-def engines(label: str, folder: Path, compiled: bool = False,
-            costs: str = "in-step") -> tuple[dict, object]:
-    """The step functions by engine name, and the executor (for stats())."""
-    if label in MODULES:
-        return module_engines(label, folder, compiled, costs)
+def zoo_engine(label: str, folder: Path, engine: str, costs: str):
+    """One engine of a zoo graph: the generated executor (default or pinned to the main
+    schedule), or its torch translation (bench/torch_baseline.py) eager or compiled."""
     name, params = MODELS[label]
     forward = zoo(name, **params)
+    if engine not in ("ours", "ours main"):
+        return torch_trainer(forward, SGD.lr, os.cpu_count() or 1,
+                             compiled=engine == "compile"), None
+    from planner.costs.records import CostTable
+
     graph = make_training_graph(forward, SGD)
     target = detect()
-    table = profile_in_step(graph, target, folder / "profile") if costs == "in-step" else None
+    table = None
+    if costs == "in-step":
+        path = folder / "costs.json"
+        if path.exists():
+            table = CostTable.model_validate_json(path.read_text())
+        else:
+            table = profile_in_step(graph, target, folder / "profile")
+            path.write_text(table.to_json())
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         p = plan(graph, target, table)  # the default plan, with its variants for fewer cores
     feeds = random_feeds(graph, seed=1)
-    # Two executors of one build: the default (it chooses a schedule by what it measures) and
-    # one pinned to the plan's main schedule (what every step ran before variants).
     ex = warmed_executor(p, folder, init_params(graph, seed=0), feeds)
-    main = warmed_executor(p, folder, init_params(graph, seed=0), feeds)
-    if hasattr(main, "set_variant"):
-        main.set_variant("main")
-    out = {"ours": lambda: ex.step(feeds), "ours main": lambda: main.step(feeds)}
-    out["eager"] = torch_trainer(forward, SGD.lr, os.cpu_count() or 1)
-    if compiled:
-        out["compile"] = torch_trainer(forward, SGD.lr, os.cpu_count() or 1, compiled=True)
-    return out, ex
+    if engine == "ours main" and hasattr(ex, "set_variant"):
+        ex.set_variant("main")
+    return (lambda: ex.step(feeds)), ex
+
+
+def serve(conn, label: str, folder: Path, engine: str, costs: str) -> None:
+    """An engine in a process of its own, stepping when told: "step" -> the step's seconds,
+    "schedule" -> which schedule the executor ran and why ("" for PyTorch), None -> exit."""
+    warnings.simplefilter("ignore")
+    make = module_engine if label in MODULES else zoo_engine
+    step, ex = make(label, folder, engine, costs)
+    conn.send("ready")
+    while (msg := conn.recv()) is not None:
+        if msg == "step":
+            t0 = time.perf_counter()
+            step()
+            conn.send(time.perf_counter() - t0)
+        else:
+            sched = ex.stats().get("schedule") if ex is not None else None
+            conn.send(f"ran {sched['running']} ({sched['switches']} switches so far): "
+                      f"{sched['reason']}" if sched else "")
+
+
+class Engine:
+    """The parent's handle on an engine process (started, built and warmed up on creation)."""
+
+    def __init__(self, label: str, folder: Path, engine: str, costs: str) -> None:
+        ctx = mp.get_context("spawn")
+        self.conn, child = ctx.Pipe()
+        self.proc = ctx.Process(target=serve, args=(child, label, folder, engine, costs),
+                                daemon=True)
+        self.proc.start()
+        if not self.conn.poll(1800) or self.conn.recv() != "ready":
+            raise SystemExit(f"{label}: the {engine} engine did not start")
+
+    def step(self) -> float:
+        self.conn.send("step")
+        return self.conn.recv()
+
+    def schedule(self) -> str:
+        self.conn.send("schedule")
+        return self.conn.recv()
+
+    def close(self) -> None:
+        self.conn.send(None)
+        self.proc.join(30)
 
 
 def measure(label: str, folder: Path, counts: list[str], rounds: int, steps: int,
             compiled: bool = False, costs: str = "in-step") -> list[dict]:
-    runs, ex = engines(label, folder, compiled, costs)
+    folder.mkdir(parents=True, exist_ok=True)
+    # One after another: the first executor's build and profile serve the second.
+    runs = {e: Engine(label, folder, e, costs) for e in engine_names(compiled)}
     times = {(n, e): [] for n in counts for e in runs}
     loads = {n: [] for n in counts}
     ran = {}
-    for r in range(rounds):
-        for n in counts:
-            procs, batches = load(n)
-            try:
-                time.sleep(0.5 if n != "0" else 0.0)
-                for e, run in runs.items():
-                    # Warm-up under these neighbours: the default executor notices them and
-                    # measures its schedules (choice.h) before the timed steps.
-                    for _ in range(ADAPT_STEPS if e == "ours" else 1):
-                        if batches is not None:
-                            next(batches)
-                        run()
-                    t = []
-                    for _ in range(steps):
-                        if batches is not None:
-                            next(batches)  # the loop's next batch, not timed
-                        t0 = time.perf_counter()
-                        run()
-                        t.append(time.perf_counter() - t0)
-                    times[n, e].append(float(np.median(t)))
-                loads[n].append(os.getloadavg()[0])
-                # stats() also holds per-op times; the schedule keys come with plan variants.
-                if hasattr(ex, "stats"):
-                    st = ex.stats()
-                    sched = st.get("schedule")
-                    if sched:
-                        ran[n] = (f"ran {sched['running']} ({sched['switches']} switches so "
-                                  f"far): {sched['reason']}")
-            finally:
-                for p in procs:
-                    p.kill()
-                    p.join()
-                del batches  # a DataLoader's workers stop with its iterator
-            print(f"{label}: round {r + 1}/{rounds}, {n} neighbours done", file=sys.stderr,
-                  flush=True)
+    try:
+        for r in range(rounds):
+            for n in counts:
+                procs, batches = load(n)
+                try:
+                    time.sleep(0.5 if n != "0" else 0.0)
+                    for e, engine in runs.items():
+                        # Warm-up under these neighbours: the default executor notices them
+                        # and measures its schedules (choice.h) before the timed steps.
+                        for _ in range(ADAPT_STEPS if e == "ours" else 1):
+                            if batches is not None:
+                                next(batches)
+                            engine.step()
+                        t = []
+                        for _ in range(steps):
+                            if batches is not None:
+                                next(batches)  # the loop's next batch, not timed
+                            t.append(engine.step())
+                        times[n, e].append(float(np.median(t)))
+                    loads[n].append(os.getloadavg()[0])
+                    ran[n] = runs["ours"].schedule()
+                finally:
+                    for p in procs:
+                        p.kill()
+                        p.join()
+                    del batches  # a DataLoader's workers stop with its iterator
+                print(f"{label}: round {r + 1}/{rounds}, {n} neighbours done", file=sys.stderr,
+                      flush=True)
+    finally:
+        for engine in runs.values():
+            engine.close()
     return [{"model": label, "neighbours": n,
              **{e: float(np.median(times[n, e])) for e in runs},
              "load": float(np.median(loads[n])), "schedule": ran.get(n, "")}

@@ -1,0 +1,117 @@
+"""nn.Modules trained by planner.torch's executor, by PyTorch eager and under torch.compile, each
+engine in a process of its own (issue 36: ahead of torch.compile on real modules).
+
+    python bench/bench_vs_compile.py [--models mobilenet_v2,resnet18,transformer_encoder]
+                                     [--rounds 3] [--steps 15]
+
+Why a process each: in one process the executor and PyTorch share one libgomp (torch's, loaded
+first), and once the executor's lanes have started their OpenMP teams the process holds more
+libgomp threads than CPUs, so libgomp cuts every team's spinning short and each parallel region
+wakes sleeping workers: on a 2-core VM PyTorch's eager mobilenet_v2 step went from 32 to 80 ms
+and ours from 27 to 35 (bench/RESULTS.md). bench/bench_neighbours.py measures the engines side
+by side in one process, as a training script that imports both would run them; this bench
+measures what each engine does alone.
+
+Each round runs every model's engines one after another (ours, eager, compile), each in a
+fresh `python` that builds (or, for compile, compiles) it, warms it up and times --steps steps;
+the table gives medians over rounds of each run's median step, and the 1-minute load average
+before and after. Our executor runs its plan's main schedule, priced by an in-step profile of
+the module (planner.torch's `costs="in-step"`) taken in the first round and kept for the
+others. Models: bench/cpu_modules.py (SGD, lr 0.01, 2 threads on the 2-core hosts).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(HERE))
+
+ENGINES = ("ours", "eager", "compile")
+LR = 0.01
+
+
+def one(label: str, engine: str, steps: int, folder: Path) -> float:
+    """The median step (seconds) of one engine of one module in this process."""
+    import torch
+    from cpu_modules import eager_step, example
+
+    module, x, y = example(label)
+    torch.set_num_threads(os.cpu_count() or 1)
+    if engine == "ours":
+        from planner.torch import trainer
+
+        costs = folder / "costs.json"
+        t = trainer(module, (x,), loss=torch.nn.functional.cross_entropy, labels=y,
+                    optimizer="sgd", lr=LR, out_dir=folder,
+                    costs=costs if costs.exists() else "in-step")
+        t.executor.set_variant("main")
+
+        def step() -> None:
+            t.step(x, y)
+    else:
+        step = eager_step(module, x, y, LR, compiled=engine == "compile")
+    for _ in range(3):
+        step()
+    times = []
+    for _ in range(steps):
+        start = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def measure(label: str, engine: str, steps: int, folder: Path) -> float:
+    out = subprocess.run([sys.executable, __file__, "--one", label, engine, "--steps", str(steps),
+                          "--folder", str(folder)], capture_output=True, text=True)
+    if out.returncode != 0:
+        raise SystemExit(f"{label} {engine}: {out.stderr.strip().splitlines()[-1]}")
+    return float(out.stdout.split()[-1])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--models", default="mobilenet_v2,resnet18,transformer_encoder")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=15)
+    ap.add_argument("--one", nargs=2, metavar=("MODEL", "ENGINE"), help=argparse.SUPPRESS)
+    ap.add_argument("--folder", type=Path, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.one:
+        print(one(*args.one, args.steps, args.folder))
+        return
+    models = args.models.split(",")
+    load_before = os.getloadavg()[0]
+    runs: dict[tuple[str, str], list[float]] = {}
+    with tempfile.TemporaryDirectory(prefix="bench-vs-compile-") as work:
+        for r in range(args.rounds):
+            for label in models:
+                for engine in ENGINES:
+                    runs.setdefault((label, engine), []).append(
+                        measure(label, engine, args.steps, Path(work) / label))
+                print(f"round {r + 1}/{args.rounds}: {label} done", file=sys.stderr)
+    ms = {k: statistics.median(v) * 1e3 for k, v in runs.items()}
+    print(f"{os.cpu_count()} logical CPUs; load average {load_before:.2f} before, "
+          f"{os.getloadavg()[0]:.2f} after; medians of {args.rounds} rounds of {args.steps} "
+          f"steps, each engine in its own process")
+    print(f"{'module':22s} {'ours ms':>8s} {'eager ms':>9s} {'compile ms':>11s} "
+          f"{'eager/ours':>11s} {'compile/ours':>13s}")
+    for label in models:
+        ours, eager, compiled = (ms[label, e] for e in ENGINES)
+        print(f"{label:22s} {ours:8.1f} {eager:9.1f} {compiled:11.1f} {eager / ours:11.2f} "
+              f"{compiled / ours:13.2f}")
+    print("each run's median step, ms, in round order:")
+    for (label, engine), times in runs.items():
+        print(f"  {label:22s} {engine:8s} " + " ".join(f"{t * 1e3:6.1f}" for t in times))
+
+
+if __name__ == "__main__":
+    main()
