@@ -89,6 +89,11 @@ def main() -> None:
         print(one(*args.one, args.steps, args.folder))
         return
     models = args.models.split(",")
+    from cpu_modules import MODULES
+
+    for label in models:
+        if label not in MODULES:
+            sys.exit(f"--models: unknown model {label!r} (one of {', '.join(MODULES)})")
     load_before = os.getloadavg()[0]
     runs: dict[tuple[str, str], list[float]] = {}
     with tempfile.TemporaryDirectory(prefix="bench-vs-compile-") as work:
