@@ -5,6 +5,7 @@ the reference interpreter's results."""
 from __future__ import annotations
 
 import os
+import time
 import warnings
 
 import numpy as np
@@ -140,3 +141,36 @@ def test_variants_are_deterministic_and_can_be_left_out(built):
     steps = [v.step_seconds for v in p.variants]
     assert all(np.isfinite(steps)) and steps == sorted(steps) and steps[0] > 0
     assert p.variants[-1].cores == 1 and set(p.variants[-1].threads) == {1}
+
+
+def _threads() -> int:
+    return len(os.listdir("/proc/self/task"))
+
+
+def test_a_schedule_left_lets_its_openmp_workers_go(tmp_path):
+    # libgomp spins at its barriers only while the process holds no more of its threads than
+    # CPUs: the idle team of a schedule not running would make every op of the running one
+    # wake its workers from sleep (Lanes::release_teams).
+    graph = make_training_graph(zoo("lenet", batch=4, image=12), Optimizer(kind="sgd", lr=0.05))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        # One lane of two-thread teams: a worker beside the lane's thread.
+        p = plan(graph, detect(), options=PlanOptions(
+            schedule=ScheduleOptions(strategy="uniform", intra=2, inter=1)))
+    module = load(build(render(p, tmp_path / "lenet_teams")).dir)
+    state, feeds = start_state(graph), random_feeds(graph, seed=5)
+    ex = module.Executor()
+    ex.load_params(state)
+    ex.step(feeds)  # the main schedule's team: its worker starts
+    with_team = _threads()
+    ex.set_variant("cores-1")
+    loss = ex.step(feeds)["loss"]  # the variant's lane thread starts, the main team's worker goes
+    deadline = time.monotonic() + 10
+    while _threads() > with_team and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert _threads() == with_team
+    assert_like_reference(graph, ex, loss, state, feeds, 2)
+    ex.set_variant("main")  # back: a new team, pinned again, the reference's results
+    loss = ex.step(feeds)["loss"]
+    assert ex.stats()["schedule"]["running"] == "main"
+    assert_like_reference(graph, ex, loss, state, feeds, 3)

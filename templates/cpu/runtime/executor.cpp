@@ -250,6 +250,8 @@ void Executor::run_step() {
     try {
       int chosen = choice_.before_step(granted_cores());
       Lanes& lanes = chosen == 0 ? *lanes_ : variant_lanes(chosen - 1);
+      if (last_lanes_ != nullptr && last_lanes_ != &lanes) last_lanes_->release_teams();
+      last_lanes_ = &lanes;
       step_began_ = std::chrono::steady_clock::now();
       lanes.step(watchdog_seconds_);
       // The choice compares steps of one kind: with accumulation, the micro-batches'.

@@ -108,6 +108,7 @@ class Executor : public ExecutorCore {
   int quota_ = 1 << 30;
   int jitter_us_;
   std::unique_ptr<Lanes> lanes_;  // its threads stop before the rest is destroyed
+  Lanes* last_lanes_ = nullptr;   // the lanes of the last step's schedule (main or a variant)
   std::unique_ptr<Evaluation> evaluation_;  // made by the first evaluation()
   // This step is a micro-batch before its optimizer step's last: the optimizer_step_only
   // ops do not run (Schedule::micro_batches; set by run_step before any op runs).

@@ -86,6 +86,14 @@ static void pin_self(const int* cpus, int n) {
   pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
 }
 
+void Lanes::release_teams() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    release_ += 1;
+  }
+  for (std::condition_variable& cv : lane_cv_) cv.notify_all();
+}
+
 void Lanes::set_pinning(bool on) {
   std::lock_guard<std::mutex> lock(mu_);
   pinning_ = on;
@@ -201,13 +209,21 @@ void Lanes::lane_main(int lane) {
   }
   load_cv_.notify_one();
   std::minstd_rand rng(1234567u + static_cast<unsigned>(lane));
-  int64_t seen = 0;
+  int64_t seen = 0, released = 0;
   for (;;) {
     {
       std::unique_lock<std::mutex> lock(mu_);
-      lane_cv_[lane].wait(lock, [&] { return stop_ || epoch_ > seen; });
+      lane_cv_[lane].wait(lock, [&] { return stop_ || epoch_ > seen || release_ > released; });
       if (stop_) return;
+      if (epoch_ <= seen) {  // between steps: let the team go (release_teams)
+        released = release_;
+        pinned_[lane].clear();  // a new team's threads are pinned afresh
+        lock.unlock();
+        omp_pause_resource_all(omp_pause_soft);
+        continue;
+      }
       seen = epoch_;
+      released = release_;  // running again: a release still pending is moot
     }
     for (size_t i = 0; i < mine.size();) {
       int k = mine[i];

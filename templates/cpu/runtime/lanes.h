@@ -71,6 +71,13 @@ class Lanes {
   // ViT's 2-thread step went from 104 to 37 ms unpinned at load average 27 (bench/RESULTS.md,
   // issue 25). Set between steps; pinned teams are let go at their next op.
   void set_pinning(bool on);
+  // Each lane's thread lets its OpenMP team's workers go (omp_pause_resource_all), between
+  // steps, while another schedule runs. libgomp spins only 100 times instead of 300,000 at its
+  // barriers once the process holds more of its threads than CPUs: the idle teams of a
+  // schedule not running would make every team of the running one wake its workers from
+  // sleep at each op (mobilenet_v2's main schedule 23 -> 37 ms after a spell on the variants,
+  // bench/RESULTS.md). The next step of these lanes starts new teams (and pins them again).
+  void release_teams();
 
  private:
   void lane_main(int lane);
@@ -93,6 +100,7 @@ class Lanes {
   bool pinning_ = true;
   cpu_set_t process_mask_;                 // the process's affinity at load (unpinned teams)
   std::vector<std::vector<int>> mapped_;   // per lane: an op's CPUs through cpu_map_
+  int64_t release_ = 0;                    // release_teams() calls so far
   std::vector<std::thread> threads_;
   mutable std::mutex mu_;
   std::vector<std::condition_variable> lane_cv_;  // per lane: its op may start, or a new step
