@@ -13,7 +13,10 @@ Per model (zoo training graphs, SGD, sizes that run in minutes on a small machin
 2. Plan with the profiled costs: uniform (every op on all cores, one at a time), every uniform
    grid configuration (intra x inter; the best measured one is reported), paper and optimized.
 3. Build each plan's executor; measure steps in alternating rounds (every variant once per
-   round, `steps` steps each), report the median over rounds of each round's median.
+   round, `steps` steps each), report the median over rounds of each round's median. Every
+   contender (each executor, PyTorch eager, torch.compile) runs in a process of its own
+   (step_process.py: in one process they shared a libgomp that woke sleeping workers at every
+   parallel region).
 4. PyTorch: the same model written as an nn.Module (bench/zoo_modules.py: what a user runs;
    its parameter count checked against the zoo graph's), one torch.optim.SGD step eager and
    under torch.compile (inductor), torch.set_num_threads = the host's cores. inception_v3 at
@@ -44,6 +47,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from step_process import StepProcess  # noqa: E402
 from torch_baseline import torch_trainer  # noqa: E402
 from zoo_modules import TWINS, module_trainer, zoo_twin_params  # noqa: E402
 
@@ -118,10 +122,20 @@ def variants(graph, target, table) -> dict[str, object]:
     return out
 
 
-def executor_runner(p, folder: Path, graph):
+def executor_step(p, folder: Path, graph):
+    """`p`'s executor (built under `folder`), warmed up: its step (in a StepProcess)."""
     feeds = random_feeds(graph, seed=1)
     ex = warmed_executor(p, folder, init_params(graph, seed=0), feeds)
     return lambda: ex.step(feeds)
+
+
+def built(p, folder: Path) -> None:
+    """`p` rendered and built under `folder` here (progress in this process), so that the
+    engine's process only loads it."""
+    from codegen.build import build
+    from codegen.render import render
+
+    build(render(p, folder))
 
 
 def replanned(p, folder: Path, graph, target, table):
@@ -135,17 +149,12 @@ def replanned(p, folder: Path, graph, target, table):
         strategy="optimized")))
 
 
-def measure(runners: dict[str, object], steps: int, rounds: int) -> dict[str, float]:
+def measure(runners: dict[str, StepProcess], steps: int, rounds: int) -> dict[str, float]:
     """Median over alternating rounds of each round's median step seconds."""
     per_round: dict[str, list[float]] = {k: [] for k in runners}
     for _ in range(rounds):
         for name, run in runners.items():
-            times = []
-            for _ in range(steps):
-                t0 = time.perf_counter()
-                run()
-                times.append(time.perf_counter() - t0)
-            per_round[name].append(statistics.median(times))
+            per_round[name].append(statistics.median(run.step() for _ in range(steps)))
     return {k: statistics.median(v) for k, v in per_round.items()}
 
 
@@ -165,25 +174,35 @@ def bench_model(label: str, target, steps: int, rounds: int, compiled: bool,
             warnings.simplefilter("ignore")
             plans["re-planned"] = replanned(plans["optimized"], Path(tmp) / "feedback", graph,
                                             target, table)
+        # Each contender in a process of its own (step_process.py: one libgomp per process).
         for name, p in plans.items():
-            runners[name] = executor_runner(p, Path(tmp) / name.replace(" ", "_"), graph)
+            folder = Path(tmp) / name.replace(" ", "_")
+            built(p, folder)
+            runners[name] = StepProcess(executor_step, p, folder, graph, what=name)
         failed = {}
         if label in TWINS:
             theirs, ours = zoo_twin_params(label, MODELS[label])
             if theirs != ours:
                 raise SystemExit(f"{label}: the nn.Module twin has {theirs} parameters, the "
                                  f"zoo graph {ours}")
-            runners["torch eager"] = module_trainer(label, MODELS[label], SGD.lr, target.cores)
+            runners["torch eager"] = StepProcess(module_trainer, label, MODELS[label], SGD.lr,
+                                                 target.cores, what="torch eager")
         else:
-            runners["torch eager"] = torch_trainer(forward, SGD.lr, target.cores)
+            runners["torch eager"] = StepProcess(torch_trainer, forward, SGD.lr, target.cores,
+                                                 what="torch eager")
             failed["torch.compile"] = "no nn.Module twin (eager: the node-by-node translation)"
         if compiled and label in TWINS:
             try:
-                runners["torch.compile"] = module_trainer(label, MODELS[label], SGD.lr,
-                                                          target.cores, compiled=True)
-            except Exception as e:  # noqa: BLE001 - a compiler bug must not lose the table
-                failed["torch.compile"] = f"{type(e).__name__}: {str(e).splitlines()[0][:120]}"
-        measured = measure(runners, steps, rounds)
+                runners["torch.compile"] = StepProcess(module_trainer, label, MODELS[label],
+                                                       SGD.lr, target.cores, True,
+                                                       what="torch.compile")
+            except SystemExit as e:  # a compiler bug must not lose the table
+                failed["torch.compile"] = str(e)[:120]
+        try:
+            measured = measure(runners, steps, rounds)
+        finally:
+            for run in runners.values():
+                run.close()
     grid = {k: v for k, v in measured.items() if k.startswith("grid") or k == "uniform"}
     best_grid = min(grid, key=grid.get)
     kept = min(("optimized", "re-planned", "uniform"), key=measured.get)
