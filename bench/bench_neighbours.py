@@ -48,6 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_cpu_strategies import SGD  # noqa: E402
 from cpu_modules import MODULES  # noqa: E402
+from step_process import StepProcess  # noqa: E402
 from torch_baseline import torch_trainer  # noqa: E402
 
 from codegen.profiling import profile_in_step, warmed_executor  # noqa: E402
@@ -183,54 +184,26 @@ def zoo_engine(label: str, folder: Path, engine: str, costs: str):
     return (lambda: ex.step(feeds)), ex
 
 
-def serve(conn, label: str, folder: Path, engine: str, costs: str) -> None:
-    """An engine in a process of its own, stepping when told: "step" -> the step's seconds,
-    "schedule" -> which schedule the executor ran and why ("" for PyTorch), None -> exit."""
-    warnings.simplefilter("ignore")
+def engine(label: str, folder: Path, name: str, costs: str):
+    """(step, report) of one engine, for a StepProcess: report() says which schedule the
+    default executor ran and why ("" for PyTorch)."""
     make = module_engine if label in MODULES else zoo_engine
-    step, ex = make(label, folder, engine, costs)
-    conn.send("ready")
-    while (msg := conn.recv()) is not None:
-        if msg == "step":
-            t0 = time.perf_counter()
-            step()
-            conn.send(time.perf_counter() - t0)
-        else:
-            sched = ex.stats().get("schedule") if ex is not None else None
-            conn.send(f"ran {sched['running']} ({sched['switches']} switches so far): "
-                      f"{sched['reason']}" if sched else "")
+    step, ex = make(label, folder, name, costs)
 
+    def report() -> str:
+        sched = ex.stats().get("schedule") if ex is not None else None
+        return (f"ran {sched['running']} ({sched['switches']} switches so far): "
+                f"{sched['reason']}" if sched else "")
 
-class Engine:
-    """The parent's handle on an engine process (started, built and warmed up on creation)."""
-
-    def __init__(self, label: str, folder: Path, engine: str, costs: str) -> None:
-        ctx = mp.get_context("spawn")
-        self.conn, child = ctx.Pipe()
-        self.proc = ctx.Process(target=serve, args=(child, label, folder, engine, costs),
-                                daemon=True)
-        self.proc.start()
-        if not self.conn.poll(1800) or self.conn.recv() != "ready":
-            raise SystemExit(f"{label}: the {engine} engine did not start")
-
-    def step(self) -> float:
-        self.conn.send("step")
-        return self.conn.recv()
-
-    def schedule(self) -> str:
-        self.conn.send("schedule")
-        return self.conn.recv()
-
-    def close(self) -> None:
-        self.conn.send(None)
-        self.proc.join(30)
+    return step, report
 
 
 def measure(label: str, folder: Path, counts: list[str], rounds: int, steps: int,
             compiled: bool = False, costs: str = "in-step") -> list[dict]:
     folder.mkdir(parents=True, exist_ok=True)
     # One after another: the first executor's build and profile serve the second.
-    runs = {e: Engine(label, folder, e, costs) for e in engine_names(compiled)}
+    runs = {e: StepProcess(engine, label, folder, e, costs, what=f"{label}: {e}")
+            for e in engine_names(compiled)}
     times = {(n, e): [] for n in counts for e in runs}
     loads = {n: [] for n in counts}
     ran = {}
@@ -240,21 +213,21 @@ def measure(label: str, folder: Path, counts: list[str], rounds: int, steps: int
                 procs, batches = load(n)
                 try:
                     time.sleep(0.5 if n != "0" else 0.0)
-                    for e, engine in runs.items():
+                    for e, run in runs.items():
                         # Warm-up under these neighbours: the default executor notices them
                         # and measures its schedules (choice.h) before the timed steps.
                         for _ in range(ADAPT_STEPS if e == "ours" else 1):
                             if batches is not None:
                                 next(batches)
-                            engine.step()
+                            run.step()
                         t = []
                         for _ in range(steps):
                             if batches is not None:
                                 next(batches)  # the loop's next batch, not timed
-                            t.append(engine.step())
+                            t.append(run.step())
                         times[n, e].append(float(np.median(t)))
                     loads[n].append(os.getloadavg()[0])
-                    ran[n] = runs["ours"].schedule()
+                    ran[n] = runs["ours"].report()
                 finally:
                     for p in procs:
                         p.kill()
@@ -263,8 +236,8 @@ def measure(label: str, folder: Path, counts: list[str], rounds: int, steps: int
                 print(f"{label}: round {r + 1}/{rounds}, {n} neighbours done", file=sys.stderr,
                       flush=True)
     finally:
-        for engine in runs.values():
-            engine.close()
+        for run in runs.values():
+            run.close()
     return [{"model": label, "neighbours": n,
              **{e: float(np.median(times[n, e])) for e in runs},
              "load": float(np.median(loads[n])), "schedule": ran.get(n, "")}

@@ -8,12 +8,12 @@ Why a process each: in one process the executor and PyTorch share one libgomp (t
 first), and once the executor's lanes have started their OpenMP teams the process holds more
 libgomp threads than CPUs, so libgomp cuts every team's spinning short and each parallel region
 wakes sleeping workers: on a 2-core VM PyTorch's eager mobilenet_v2 step went from 32 to 80 ms
-and ours from 27 to 35 (bench/RESULTS.md). bench/bench_neighbours.py measures the engines side
-by side in one process, as a training script that imports both would run them; this bench
-measures what each engine does alone.
+and ours from 27 to 35 (bench/RESULTS.md). bench/bench_neighbours.py measures the engines
+beside neighbour processes; this bench on the quiet machine, each run in a process of its own.
 
 Each round runs every model's engines one after another (ours, eager, compile), each in a
-fresh `python` that builds (or, for compile, compiles) it, warms it up and times --steps steps;
+fresh process (bench/step_process.py) that builds (or, for compile, compiles) it, warms it up
+and times --steps steps;
 the table gives medians over rounds of each run's median step, and the 1-minute load average
 before and after. Our executor runs its plan's main schedule, priced by an in-step profile of
 the module (planner.torch's `costs="in-step"`) taken in the first round and kept for the
@@ -25,56 +25,37 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
+from step_process import StepProcess  # noqa: E402
+
 ENGINES = ("ours", "eager", "compile")
-LR = 0.01
 
 
-def one(label: str, engine: str, steps: int, folder: Path) -> float:
-    """The median step (seconds) of one engine of one module in this process."""
-    import torch
-    from cpu_modules import eager_step, example
+def engine_step(label: str, engine: str, folder: Path):
+    """One engine of one module, warmed up (bench_neighbours.module_engine: ours is the
+    executor pinned to its plan's main schedule), for a StepProcess."""
+    from bench_neighbours import module_engine
 
-    module, x, y = example(label)
-    torch.set_num_threads(os.cpu_count() or 1)
-    if engine == "ours":
-        from planner.torch import trainer
-
-        costs = folder / "costs.json"
-        t = trainer(module, (x,), loss=torch.nn.functional.cross_entropy, labels=y,
-                    optimizer="sgd", lr=LR, out_dir=folder,
-                    costs=costs if costs.exists() else "in-step")
-        t.executor.set_variant("main")
-
-        def step() -> None:
-            t.step(x, y)
-    else:
-        step = eager_step(module, x, y, LR, compiled=engine == "compile")
+    step, _ = module_engine(label, folder, {"ours": "ours main"}.get(engine, engine), "in-step")
     for _ in range(3):
         step()
-    times = []
-    for _ in range(steps):
-        start = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    return step
 
 
 def measure(label: str, engine: str, steps: int, folder: Path) -> float:
-    out = subprocess.run([sys.executable, __file__, "--one", label, engine, "--steps", str(steps),
-                          "--folder", str(folder)], capture_output=True, text=True)
-    if out.returncode != 0:
-        raise SystemExit(f"{label} {engine}: {out.stderr.strip().splitlines()[-1]}")
-    return float(out.stdout.split()[-1])
+    """The median step (seconds) of `steps` steps in a fresh process."""
+    run = StepProcess(engine_step, label, engine, folder, what=f"{label} {engine}")
+    try:
+        return statistics.median(run.step() for _ in range(steps))
+    finally:
+        run.close()
 
 
 def main() -> None:
@@ -82,12 +63,7 @@ def main() -> None:
     ap.add_argument("--models", default="mobilenet_v2,resnet18,transformer_encoder")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--steps", type=int, default=15)
-    ap.add_argument("--one", nargs=2, metavar=("MODEL", "ENGINE"), help=argparse.SUPPRESS)
-    ap.add_argument("--folder", type=Path, help=argparse.SUPPRESS)
     args = ap.parse_args()
-    if args.one:
-        print(one(*args.one, args.steps, args.folder))
-        return
     models = args.models.split(",")
     from cpu_modules import MODULES
 

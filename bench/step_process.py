@@ -4,16 +4,17 @@ The CPU benches compare engines each in its own process: in one process PyTorch 
 executor share one libgomp (PyTorch's, loaded first), and once the process holds more libgomp
 threads than CPUs libgomp spins 100 times instead of 300,000 at every barrier, so each parallel
 region wakes sleeping workers; several executors in one process do the same to each other.
-PyTorch's eager resnet-50 step ran 75.8 ms alone and 119.2 beside the strategies bench's
-executors (bench/results/2026-11-25-vectorized-loops.md).
+PyTorch's eager mobilenet_v2 step went from 32 to 80 ms once an executor had stepped in its
+process (bench/results/2026-11-25-vectorized-loops.md).
 
     runner = StepProcess(make, arg1, arg2, what="uniform")  # make(*args) -> step callable
     seconds = runner.step()
+    runner.report()   # what make's optional report() says (which schedule ran, say)
     runner.close()
 
 `make` is a module-level function (the child imports it by name) that builds, warms up and
-returns the step; it runs in a fresh interpreter (multiprocessing's spawn), so nothing of the
-parent's OpenMP or PyTorch state comes along.
+returns the step, or (step, report) with report() -> str; it runs in a fresh interpreter
+(multiprocessing's spawn), so nothing of the parent's OpenMP or PyTorch state comes along.
 """
 
 from __future__ import annotations
@@ -26,9 +27,13 @@ from collections.abc import Callable
 
 def _serve(conn, make: Callable, args: tuple) -> None:
     warnings.simplefilter("ignore")
-    step = make(*args)
+    made = make(*args)
+    step, report = made if isinstance(made, tuple) else (made, None)
     conn.send("ready")
-    while conn.recv() is not None:
+    while (msg := conn.recv()) is not None:
+        if msg == "report":
+            conn.send(report() if report is not None else "")
+            continue
         start = time.perf_counter()
         step()
         conn.send(time.perf_counter() - start)
@@ -55,6 +60,10 @@ class StepProcess:
 
     def step(self) -> float:
         self.conn.send("step")
+        return self.conn.recv()
+
+    def report(self) -> str:
+        self.conn.send("report")
         return self.conn.recv()
 
     def close(self) -> None:
