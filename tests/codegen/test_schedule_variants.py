@@ -29,16 +29,21 @@ from tests.codegen.zoo_cases import allowed
 pytestmark = pytest.mark.skipif(detect().cores < 2, reason="variants need two cores to differ")
 
 
-@pytest.fixture(scope="module")
-def built(tmp_path_factory):
+def lenet_built(folder, intra: int, inter: int):
+    """(training graph, plan, loaded module) of a small LeNet whose main schedule is the
+    uniform grid intra x inter."""
     graph = make_training_graph(zoo("lenet", batch=4, image=12), Optimizer(kind="sgd", lr=0.05))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        # Two lanes of one thread each: the main schedule needs both cores.
         p = plan(graph, detect(), options=PlanOptions(
-            schedule=ScheduleOptions(strategy="uniform", intra=1, inter=2)))
-    module = load(build(render(p, tmp_path_factory.mktemp("variants") / "lenet")).dir)
-    return graph, p, module
+            schedule=ScheduleOptions(strategy="uniform", intra=intra, inter=inter)))
+    return graph, p, load(build(render(p, folder)).dir)
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    # Two lanes of one thread each: the main schedule needs both cores.
+    return lenet_built(tmp_path_factory.mktemp("variants") / "lenet", intra=1, inter=2)
 
 
 def reference(graph, state, feeds, steps):
@@ -151,13 +156,8 @@ def test_a_schedule_left_lets_its_openmp_workers_go(tmp_path):
     # libgomp spins at its barriers only while the process holds no more of its threads than
     # CPUs: the idle team of a schedule not running would make every op of the running one
     # wake its workers from sleep (Lanes::release_teams).
-    graph = make_training_graph(zoo("lenet", batch=4, image=12), Optimizer(kind="sgd", lr=0.05))
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        # One lane of two-thread teams: a worker beside the lane's thread.
-        p = plan(graph, detect(), options=PlanOptions(
-            schedule=ScheduleOptions(strategy="uniform", intra=2, inter=1)))
-    module = load(build(render(p, tmp_path / "lenet_teams")).dir)
+    # One lane of two-thread teams: a worker beside the lane's thread.
+    graph, _, module = lenet_built(tmp_path / "lenet_teams", intra=2, inter=1)
     state, feeds = start_state(graph), random_feeds(graph, seed=5)
     ex = module.Executor()
     ex.load_params(state)

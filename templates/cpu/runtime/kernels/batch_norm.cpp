@@ -4,14 +4,16 @@
 // float32 with batch statistics runs plain loops, one channel per thread at a time, each pass
 // over that channel's N runs of `rest` elements while they sit in the core's cache: oneDNN 3.2
 // has only its generic implementation (ncsp_bnorm) for the plain NCHW layout the plan keeps,
-// ~2-3x slower than these loops on DCGAN's and ResNet's shapes (1.4-2x on 2x2 maps) (bench/RESULTS.md). Sums are
-// in double, in a fixed order per channel: the result does not depend on the thread count.
-// Where a channel's elements are not runs at all (rest 1: BatchNorm1d on (N, C)), the
-// inference form, and bfloat16 / float16 x, y, dy and dx (mixed precision, float32 parameters and
-// statistics: oneDNN's own mixed batch norm, float32 math inside, on widened copies where the
-// ISA has no bf16 batch norm) keep oneDNN. The running-statistics update (PyTorch's: unbiased
-// variance, new = (1 - momentum) old + momentum batch) and saved_invstd are small loops after
-// the statistics; oneDNN's BatchNormGrad gets the variance back from saved_invstd.
+// ~2-3x slower than these loops on DCGAN's and ResNet's shapes, 1.4-2x on 2x2 maps
+// (bench/RESULTS.md). Sums are in double, in a fixed order per channel: the result does not
+// depend on the thread count. Where a channel's elements are not runs at all (rest 1:
+// BatchNorm1d on (N, C)), the inference form, and bfloat16 / float16 x, y, dy and dx (mixed
+// precision, float32 parameters and statistics: oneDNN's own mixed batch norm, float32 math
+// inside) keep oneDNN; where the ISA has no bf16 batch norm, the widened float32 copies take
+// these loops. The
+// running-statistics update (PyTorch's: unbiased variance, new = (1 - momentum) old + momentum
+// batch) and saved_invstd are small loops after the statistics; oneDNN's BatchNormGrad gets the
+// variance back from saved_invstd.
 #include <cmath>
 #include <vector>
 
