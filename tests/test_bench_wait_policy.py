@@ -1,0 +1,32 @@
+"""bench/bench_wait_policy.py runs end to end at its tiniest (wide_deep's twin, one round of one
+step under each policy), and a bad model name is a one-line error."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+
+BENCH = Path(__file__).resolve().parents[1] / "bench" / "bench_wait_policy.py"
+
+
+def test_tiny_run():
+    run = subprocess.run([sys.executable, str(BENCH), "--models", "wide_deep", "--rounds", "1",
+                          "--steps", "1"], capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-2000:]
+    row = next(line for line in run.stdout.splitlines() if line.startswith("| wide_deep"))
+    unset, passive, ratio = (float(c) for c in row.strip("| ").split(" | ")[1:])
+    assert min(unset, passive) > 0
+    # Times rounded to 0.1 ms (steps of a few ms: up to ~3% each), the ratio to 0.01.
+    assert ratio == pytest.approx(passive / unset, rel=0.06, abs=0.01)
+
+
+def test_an_unknown_model_is_a_one_line_error():
+    run = subprocess.run([sys.executable, str(BENCH), "--models", "nope"],
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode != 0
+    assert run.stderr.strip().splitlines()[-1].startswith("unknown model 'nope'")
