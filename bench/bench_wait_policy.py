@@ -52,12 +52,14 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--steps", type=int, default=5)
     args = parser.parse_args()
+    labels = args.models.split(",")
+    for label in labels:
+        if label not in MODELS:
+            raise SystemExit(f"unknown model {label!r}; known: {', '.join(MODELS)}")
     cores = len(os.sched_getaffinity(0))
     load = [os.getloadavg()[0]]
     rows = []
-    for label in args.models.split(","):
-        if label not in MODELS:
-            raise SystemExit(f"unknown model {label!r}; known: {', '.join(MODELS)}")
+    for label in labels:
         runners = {name: started(label, policy, cores) for name, policy in POLICIES.items()}
         per_round: dict[str, list[float]] = {name: [] for name in runners}
         try:

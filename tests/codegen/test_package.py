@@ -152,7 +152,7 @@ def test_the_runtime_waits_passively_without_leaving_it_in_the_environment(mlp_m
                                                                             user_value):
     """The package loads its OpenMP with passive waits unless the user chose a policy, and
     leaves os.environ as it found it: a PyTorch started from this process (a DataLoader
-    worker, a benchmark's child) inheriting passive waits ran 25-50% slower. libgomp prints
+    worker, a benchmark's child) inheriting passive waits ran 1.08-1.69x slower. libgomp prints
     what it read at load under OMP_DISPLAY_ENV=verbose: passive waits spin 0 times (its
     default, shown as 'PASSIVE' too, spins 300,000)."""
     from pathlib import Path
