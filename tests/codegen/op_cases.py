@@ -307,7 +307,9 @@ CASES: dict[str, list[tuple]] = {
     "Fill": [([], {"shape": [2, 3], "value": 1.5})],
     "Zeros": [([], {"shape": [2, 3]})],
     "Dropout": [([((4, 8), N)], {"rate": 0.3, "seed": 5}),
-                ([((4, 8), N), ((), ids(7))], {"rate": 0.5})],
+                ([((4, 8), N), ((), ids(7))], {"rate": 0.5}),
+                # past the kernel's one-thread grain, a rate whose threshold is no power of 2
+                ([((256, 160), N), ((), ids(3))], {"rate": 1 / 3, "seed": 11})],
     "DropoutGrad": [([((4, 8), N)], {"rate": 0.3, "seed": 5})],
 }
 

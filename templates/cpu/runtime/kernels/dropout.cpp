@@ -4,7 +4,15 @@
 //   keep iff (u >> 11) * 2^-53 >= rate;  y = x * keep / (1 - rate)
 // With a step input (the training graph's int64 rng/step), the seed is seed + step * 2^32, read
 // each run, so every step draws a fresh mask.
+//
+// The loop compares integers: (u >> 11) * 2^-53 >= rate exactly when (u >> 11) >= ceil(rate *
+// 2^53) (both scalings by 2^53 are exact and u >> 11 is an integer below 2^53), so the mask is
+// the reference's bit for bit. The double comparison it replaces was a branch the predictor
+// missed on half the elements at rate 0.5 and kept the loop scalar: 10.7 ns an element against
+// 1.2 vectorized (163,840 elements, one AVX2 core).
 #include <omp.h>
+
+#include <cmath>
 
 #include "../loops.h"
 
@@ -33,15 +41,15 @@ class Dropout : public Kernel {
   void run(const Run& r) override {
     const float* x = r.at<float>(x_);
     float* y = r.at<float>(y_);
-    const double rate = rate_;
     const float scale = static_cast<float>(1.0 - rate_);
+    const uint64_t keep_from = static_cast<uint64_t>(std::ceil(rate_ * 0x1.0p53));
     const uint64_t step = step_ >= 0 ? static_cast<uint64_t>(*r.at<int64_t>(step_)) : 0;
     const uint64_t base = (seed_ + (step << 32)) * kGoldenGamma;
     const int64_t size = size_;
-#pragma omp parallel for
+#pragma omp parallel for if(size >= kGrain)
     for (int64_t i = 0; i < size; ++i) {
-      uint64_t u = splitmix64(base + static_cast<uint64_t>(i));
-      float keep = static_cast<double>(u >> 11) * 0x1.0p-53 >= rate ? 1.f : 0.f;
+      const uint64_t u = splitmix64(base + static_cast<uint64_t>(i));
+      const float keep = (u >> 11) >= keep_from ? 1.f : 0.f;
       y[i] = x[i] * keep / scale;
     }
   }
