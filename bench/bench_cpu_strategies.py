@@ -83,7 +83,7 @@ def profiled_costs(label: str, graph, target, method: str = "in-step") -> CostTa
     from codegen.build import runtime_key
     from codegen.profiling import KernelTimer, profile_in_step
     from planner.costs.profile import ProfileOptions, profile
-    from planner.costs.signature import graph_signatures
+    from planner.graph.conv_layouts import profiled_signatures
 
     folder = HERE / ".costs"
     folder.mkdir(exist_ok=True)
@@ -93,15 +93,15 @@ def profiled_costs(label: str, graph, target, method: str = "in-step") -> CostTa
     options = ProfileOptions(interval=max(1, target.cores // 8), repeats=1)
     if method == "in-step":
         # A table kept from another version of the graph (another rewrite) lacks some of its
-        # signatures: profiled anew.
-        if not path.exists() or any(s not in table for s in graph_signatures(graph).values()):
+        # signatures (the convolutions' channels-last ones among them): profiled anew.
+        if not path.exists() or any(s not in table for s in profiled_signatures(graph)):
             with tempfile.TemporaryDirectory(prefix="planner-profile-") as work:
                 table = profile_in_step(graph, target, work, options, steps=5,
                                         progress=sys.stderr)
             path.write_text(table.to_json())
         return table
     with tempfile.TemporaryDirectory(prefix="planner-profile-") as work:
-        run = profile(list(graph_signatures(graph).values()), target,
+        run = profile(profiled_signatures(graph), target,
                       KernelTimer(target, work, options, steps=3), options, table=table,
                       checkpoint=lambda t: path.write_text(t.to_json()))
     path.write_text(run.table.to_json())
@@ -213,6 +213,9 @@ def bench_model(label: str, target, steps: int, rounds: int, compiled: bool,
         "measured_ms": {k: v * 1e3 for k, v in measured.items()},
         "predicted_ms": {k: p.summary.step_seconds * 1e3 for k, p in plans.items()},
         "best_grid": best_grid, "kept": kept, "failed": failed,
+        # What no schedule of these kernels beats: the optimized plan's lower bound from the
+        # same profile (the critical path at each op's fastest, the cores' share of the work).
+        "bound_ms": plans["optimized"].summary.lower_bound_seconds * 1e3,
     }
 
 
@@ -235,6 +238,10 @@ def report(rows: list[dict], target, load: tuple[str, str]) -> str:
             lines.append(f"  {name:<16}{ms:>12.2f}{pred_text}{base / ms:>11.3f}")
         for name, why in r["failed"].items():
             lines.append(f"  {name:<16} failed: {why}")
+        if "bound_ms" in r:
+            lines.append(f"  {'lower bound':<16}{r['bound_ms']:>12.2f}{'':>25}"
+                         f"{base / r['bound_ms']:>11.3f}   (any schedule of these kernels; "
+                         f"eager/bound {m['torch eager'] / r['bound_ms']:.3f})")
     return "\n".join(lines)
 
 
