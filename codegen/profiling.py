@@ -42,6 +42,7 @@ from planner.costs.model import CostModel, MissingCostWarning
 from planner.costs.profile import ProfileOptions
 from planner.costs.records import CostTable
 from planner.costs.signature import OpSignature, unique_signatures
+from planner.graph.conv_layouts import channels_last
 from planner.graph.ir import Graph, Node, Tensor
 from planner.graph.validate import check_graph
 from planner.ops.base import OpError
@@ -315,32 +316,47 @@ def profile_in_step(graph: Graph, target: Target, work_dir: str | Path,
     options = options or ProfileOptions()
     table = table or CostTable(target=target.name)
     state, feeds = init_params(graph, seed=0), random_feeds(graph, seed=1)
+    # The convolutions on channels-last layouts too, so that planning can choose
+    # (planner/graph/conv_layouts.py).
+    last = channels_last(graph)
+    graphs = {"": graph, "_nhwc": last} if last is not graph else {"": graph}
 
-    def measured(intra: int, inter: int, costs: CostTable) -> tuple[Plan, dict]:
+    def measured(intra: int, inter: int, costs: CostTable, kind: str = "") -> tuple[Plan, dict]:
+        g = graphs[kind]
         if progress is not None:
-            print(f"in-step profile: {len(graph.nodes)} ops, {inter} lane(s) of {intra} "
-                  f"thread(s): building and running", file=progress, flush=True)
+            print(f"in-step profile: {len(g.nodes)} ops{' (convolutions nhwc)' if kind else ''}"
+                  f", {inter} lane(s) of {intra} thread(s): building and running",
+                  file=progress, flush=True)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", MissingCostWarning)
-            p = plan(graph, target, costs, PlanOptions(schedule=ScheduleOptions(
+            # Priced without the channels-last measurements: the plan measures the layouts it
+            # is given, not those the table would choose for it.
+            p = plan(g, target, _without_layouts(costs), PlanOptions(schedule=ScheduleOptions(
                 strategy="uniform", intra=intra, inter=inter)))
-        ex = warmed_executor(p, Path(work_dir) / f"uniform_{intra}x{inter}", state, feeds)
+        ex = warmed_executor(p, Path(work_dir) / f"uniform_{intra}x{inter}{kind}", state, feeds)
         return p, median_stats(ex, feeds, steps)
 
     def seconds(stats: dict) -> dict[str, float]:
         return {o["name"]: o["seconds"] for o in stats["ops"]}
 
     alone: dict[str, float] = {}
-    for k in in_step_counts(target, options):
-        p, stats = measured(k, 1, table)
-        alone = seconds(stats) if k == 1 else alone
-        table = fold_stats(table, p, stats, date=date)
+    for kind in graphs:
+        for k in in_step_counts(target, options):
+            p, stats = measured(k, 1, table, kind)
+            alone = seconds(stats) if k == 1 and not kind else alone
+            table = fold_stats(table, p, stats, date=date)
     if target.cores >= 2 and target.cpu is not None:
         corun, stats = measured(1, target.cores, table)
         kappa, sigma = _fit_contention(target, corun, alone, seconds(stats))
         table = CostTable(target=table.target, entries=table.entries,
                           provenance=table.provenance, contention=kappa, corun_slowdown=sigma)
     return table
+
+
+def _without_layouts(table: CostTable) -> CostTable:
+    """`table` less the entries of convolutions on a chosen layout."""
+    return table.model_copy(update={"entries": tuple(e for e in table.entries
+                                                     if "layout" not in e.signature.attrs)})
 
 
 def _fit_contention(target: Target, corun: Plan, alone: dict[str, float],

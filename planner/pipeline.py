@@ -1,9 +1,10 @@
 """The planner, as one function: graph + target + cost table + options -> Plan.
 
     plan(graph, target, costs, options):
-        graph    = step_graph(graph, target, ...)         # the rewrites that depend on the
+        graph    = step_graph(graph, target, ..., costs)  # the rewrites that depend on the
                                                           # target: the step's CPU cores, the
-                                                          # ranks' gradient all-reduces
+                                                          # convolutions' measured layouts,
+                                                          # the ranks' gradient all-reduces
         model    = CostModel(target, costs)               # price: every op's time per thread
                                                           # count, per conv algorithm
         backend  = BACKENDS[target.backend]               # CPU or GPU: decided here only
@@ -41,6 +42,7 @@ from planner.costs import CostModel, CostTable
 from planner.errors import InfeasibleBudget, PlanError
 from planner.evaluation import plan_evaluation
 from planner.graph.accumulation import micro_batches
+from planner.graph.conv_layouts import conv_layouts
 from planner.graph.data_parallel import compute_graph
 from planner.graph.for_cores import for_cores
 from planner.graph.ir import Graph
@@ -166,11 +168,14 @@ def memory_of(target: Target) -> int:
 
 
 def step_graph(graph: Graph, target: Target,
-               data_parallel: DataParallelOptions | None = None) -> Graph:
-    """The graph a step on `target` runs: rewritten for its CPU cores (planner.graph.for_cores)
-    and, with ranks, with its gradient buckets' collectives (planner.schedule.parallel). A
-    planning decision, as the target is: the plan embeds this graph, and everything that
-    prices or plans a graph for a target (plan, fit, profile) calls this one function."""
+               data_parallel: DataParallelOptions | None = None,
+               costs: CostTable | None = None) -> Graph:
+    """The graph a step on `target` runs: rewritten for its CPU cores (planner.graph.for_cores),
+    on a CPU with each convolution's kernel layout that `costs` measured faster
+    (planner.graph.conv_layouts) and, with ranks, with its gradient buckets' collectives
+    (planner.schedule.parallel). A planning decision, as the target is: the plan embeds this
+    graph, and everything that prices or plans a graph for a target (plan, fit, profile) calls
+    this one function (a profile without costs: it measures both layouts)."""
     data_parallel = data_parallel or DataParallelOptions()
     if micro_batches(graph) > 1:
         if not BACKENDS[target.backend].accumulates:
@@ -182,6 +187,8 @@ def step_graph(graph: Graph, target: Target,
                             f"{micro_batches(graph)} micro-batches; data-parallel plans do not "
                             f"accumulate yet: drop --accumulate or --data-parallel")
     graph = for_cores(graph, target.step_cores)
+    if target.backend == "cpu":
+        graph = conv_layouts(graph, costs)
     return data_parallel_graph(graph, target, data_parallel)
 
 
@@ -262,7 +269,7 @@ def plan(graph: Graph, target: Target, costs: CostTable | None = None,
     from planner.limits import check_arena_fits, check_graph_fits
 
     options = options or PlanOptions()
-    graph = step_graph(graph, target, options.data_parallel)
+    graph = step_graph(graph, target, options.data_parallel, costs)
     # Ranks that share a host: each plans for its share of the cores and memory
     # (planner.schedule.ranks); the plan still names the whole host's CPUs.
     # A GPU rank has its device to itself: nothing to share.

@@ -311,10 +311,15 @@ def run_verify(args: argparse.Namespace) -> int:
     else:
         from planner.graph.for_cores import for_cores
         from planner.graph.prepare import prepare
+        from planner.graph.validate import GraphError
         from planner.plan import digest
 
         data = json.loads(text) if text.strip().startswith("{") else {}
         graph = for_cores(prepare(args.graph), _step_cores(data))  # as `plan` rewrote it
+        try:  # with the convolution layouts it chose from its costs, as it chose threads
+            graph = _with_recorded_layouts(graph, data)
+        except GraphError as e:
+            problems.append(f"the plan's convolution layouts: {e}")
         names = [n.name for n in graph.nodes]
         recorded = data.get("provenance", {}).get("graph_sha256")
         if recorded and recorded != digest(graph.to_json()):
@@ -322,6 +327,20 @@ def run_verify(args: argparse.Namespace) -> int:
                             f"{digest(graph.to_json())[:12]})")
     problems += verify_plan_text(text, names)
     return _report(args, problems)
+
+
+def _with_recorded_layouts(graph, data: Any):
+    """`graph` with the convolution layouts that the plan `data` records on nodes of the same
+    name (planner.graph.conv_layouts); GraphError for a value the op refuses."""
+    from planner.graph.conv_layouts import CONVOLUTIONS, with_layouts
+
+    try:
+        recorded = {n["name"]: n["attrs"]["layout"] for n in data["graph"]["nodes"]
+                    if "layout" in n["attrs"]}
+    except (KeyError, TypeError):
+        return graph  # no plan's graph: verify_plan_text names what is malformed
+    return with_layouts(graph, {n.name: recorded[n.name] for n in graph.nodes
+                                if n.op in CONVOLUTIONS and isinstance(recorded.get(n.name), str)})
 
 
 def _step_cores(data: Any) -> int | None:

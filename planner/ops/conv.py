@@ -160,6 +160,19 @@ CONV_ATTRS: dict[str, Attr] = {
     "groups": Attr("int", 1),
 }
 
+# Every convolution op's CPU kernel layout, a planning decision (planner/graph/conv_layouts.py):
+# absent, oneDNN picks the layouts of the image and output (`any`: blocked on x86); "nhwc" asks
+# for channels-last ones, which oneDNN's brgemm kernels take. Either way the tensors in the
+# arena stay NCHW and the kernel reorders; the numbers are the same convolution's. Not part
+# of the geometry: a gradient rule copies CONV_ATTRS, never a layout chosen for its forward.
+LAYOUTS = ("any", "nhwc")
+LAYOUT_ATTR = {"layout": Attr("str", optional=True)}
+
+
+def _check_layout(op: str, attrs: Attrs) -> None:
+    if attrs.get("layout", "any") not in LAYOUTS:
+        raise OpError(f"{op}: layout must be one of {list(LAYOUTS)}, got {attrs['layout']!r}")
+
 
 def _groups(op: str, attrs: Attrs) -> int:
     if attrs["groups"] < 1:
@@ -174,6 +187,7 @@ def conv_out_type(op: str, x: TensorType, w: TensorType, attrs: Attrs) -> Tensor
     require_float(op, x, "input x")
     if w.dtype != x.dtype:
         raise OpError(f"{op}: weight w is {w.dtype} but input x is {x.dtype}")
+    _check_layout(op, attrs)
     groups = _groups(op, attrs)
     n, c, h, wd = x.shape
     o, cg, kh, kw = w.shape
@@ -353,7 +367,7 @@ register(OpDef(
     cost_class="conv",
     convolution=True,
     recompute="expensive", arity=None, min_inputs=2,
-    attrs={**CONV_ATTRS, "activation": Attr("str", optional=True)},
+    attrs={**CONV_ATTRS, **LAYOUT_ATTR, "activation": Attr("str", optional=True)},
     infer=_conv2d_infer,
     flops=_conv2d_flops,
     reference=conv2d_reference,
@@ -377,7 +391,7 @@ register(OpDef(
     gpu_scratch=padded_image_bytes(-1),
     cost_class="conv",
     convolution=True, arity=2,
-    attrs={**CONV_ATTRS, "input_shape": Attr("ints", required=True)},
+    attrs={**CONV_ATTRS, **LAYOUT_ATTR, "input_shape": Attr("ints", required=True)},
     infer=_backprop_input_infer,
     flops=lambda ins, outs, a: _conv_flops(ins[0], ins[1].shape),
     reference=lambda xs, a: [conv2d_backprop_input(xs[0], xs[1], *_conv_args(a, xs[1].shape[2:]),
@@ -400,7 +414,7 @@ register(OpDef(
     gpu_scratch=padded_image_bytes(0),
     cost_class="conv",
     convolution=True, arity=2,
-    attrs={**CONV_ATTRS, "filter_shape": Attr("ints", required=True)},
+    attrs={**CONV_ATTRS, **LAYOUT_ATTR, "filter_shape": Attr("ints", required=True)},
     infer=_backprop_filter_infer,
     flops=lambda ins, outs, a: _conv_flops(ins[1], tuple(a["filter_shape"])),
     reference=lambda xs, a: [conv2d_backprop_filter(xs[0], xs[1],
@@ -428,6 +442,7 @@ def _transpose_out_type(ins: list[TensorType], a: Attrs) -> list[TensorType]:
     require_float(op, x, "input x")
     if w.dtype != x.dtype:
         raise OpError(f"{op}: weight w is {w.dtype} but input x is {x.dtype}")
+    _check_layout(op, a)
     groups = _groups(op, a)
     n, c, h, wd = x.shape
     if w.shape[0] != c:
@@ -477,7 +492,7 @@ register(OpDef(
     gpu_scratch=padded_image_bytes(-1),
     cost_class="conv",
     convolution=True,
-    recompute="expensive", arity=2, attrs=TRANSPOSE_ATTRS,
+    recompute="expensive", arity=2, attrs={**TRANSPOSE_ATTRS, **LAYOUT_ATTR},
     infer=_transpose_out_type,
     flops=lambda ins, outs, a: _conv_flops(ins[0], ins[1].shape),
     reference=conv_transpose2d_reference,

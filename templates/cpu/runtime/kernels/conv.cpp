@@ -14,9 +14,13 @@
 //
 // Each primitive is created on `any` layouts, so oneDNN picks the blocked layouts its fast
 // kernels want (on plain NCHW it falls back to slow GEMM-based paths: ResNet-18's backward
-// convolutions ran 2x PyTorch's). Operands whose chosen layout is not the plain one are reordered
-// into temporaries in the scratch area before the primitive, results back after it (as PyTorch's
-// eager oneDNN path does); the arena keeps plain tensors, so every other kernel is unchanged.
+// convolutions ran 2x PyTorch's); where the plan's `layout` attr says nhwc, the image and output
+// are channels-last instead, the layout oneDNN's brgemm kernels take (chosen per op from the
+// profile, planner/graph/conv_layouts.py: on an AVX2 EPYC a stride-2 4x4 forward ran 2.2x
+// faster on it, its weight gradient 1.5x slower). Operands whose chosen layout is not the plain
+// one are reordered into temporaries in the scratch area before the primitive, results back
+// after it (as PyTorch's eager oneDNN path does); the arena keeps plain tensors, so every other
+// kernel is unchanged.
 //
 // bfloat16 / float16 operands (mixed precision): the primitive reads and writes the low type and
 // accumulates in float32. On a CPU where oneDNN has no implementation for the low type (bf16
@@ -38,16 +42,21 @@ struct DnnlConvGeometry {
   memory::dims strides, dilation, pad_l, pad_r;
   int64_t groups;
   ConvActivation activation;
+  bool channels_last;  // the image and output in nhwc, not `any` (the `layout` attr)
 };
 
 DnnlConvGeometry dnnl_conv_geometry(const Node& n) {
   const ConvGeometry c = conv_geometry(n.attrs);
+  const std::string layout = n.attrs.has("layout") ? n.attrs.s("layout") : "any";
+  if (layout != "any" && layout != "nhwc")
+    throw std::runtime_error("convolution layout must be any or nhwc, got " + layout);
   return DnnlConvGeometry{{c.strides[0], c.strides[1]},
                           dnnl_dilation({c.dilations[0], c.dilations[1]}),
                           {c.pads[0], c.pads[1]},
                           {c.pads[2], c.pads[3]},
                           c.groups,
-                          c.activation};
+                          c.activation,
+                          layout == "nhwc"};
 }
 
 // OIHW weights (or their gradient), grouped when groups > 1.
@@ -61,6 +70,13 @@ memory::desc weights_md(const Shape& w, int64_t groups, int dtype) {
 memory::desc any_md(const memory::desc& plain, dt compute) {
   return memory::desc(plain.get_dims(), compute == dt::undef ? plain.get_data_type() : compute,
                       tag::any);
+}
+
+// An image or output (N, C, H, W): channels-last where the geometry asks, else `any_md`.
+memory::desc image_md(const memory::desc& plain, dt compute, const DnnlConvGeometry& g) {
+  if (!g.channels_last) return any_md(plain, compute);
+  return memory::desc(plain.get_dims(), compute == dt::undef ? plain.get_data_type() : compute,
+                      tag::nhwc);
 }
 
 bool low_precision(const Node& n) {
@@ -134,12 +150,13 @@ dnnl::convolution_forward::primitive_desc forward_pd(const Node& n, const DnnlCo
                                                      const memory::desc* bias = nullptr) {
   if (bias)
     return dnnl::convolution_forward::primitive_desc(
-        n.engine, prop::forward_training, alg::convolution_direct, any_md(x, c), any_md(w, c),
-        any_md(*bias, c), any_md(y, c), g.strides, g.dilation, g.pad_l, g.pad_r,
-        user_scratchpad());
+        n.engine, prop::forward_training, alg::convolution_direct, image_md(x, c, g),
+        any_md(w, c), any_md(*bias, c), image_md(y, c, g), g.strides, g.dilation, g.pad_l,
+        g.pad_r, user_scratchpad());
   return dnnl::convolution_forward::primitive_desc(
-      n.engine, prop::forward_training, alg::convolution_direct, any_md(x, c), any_md(w, c),
-      any_md(y, c), g.strides, g.dilation, g.pad_l, g.pad_r, user_scratchpad());
+      n.engine, prop::forward_training, alg::convolution_direct, image_md(x, c, g),
+      any_md(w, c), image_md(y, c, g), g.strides, g.dilation, g.pad_l, g.pad_r,
+      user_scratchpad());
 }
 
 // A Conv2D's primitives, then its folded Relu over the float32 y (the header comment).
@@ -194,8 +211,8 @@ KernelPtr conv2d_backprop_input(const Node& n) {
   auto pd = on_compute_type(n, [&](dt c) {
     auto hint = forward_pd(n, g, x_md, w_md, y_md, c);
     return dnnl::convolution_backward_data::primitive_desc(
-        n.engine, alg::convolution_direct, any_md(x_md, c), any_md(w_md, c), any_md(y_md, c),
-        g.strides, g.dilation, g.pad_l, g.pad_r, hint, user_scratchpad());
+        n.engine, alg::convolution_direct, image_md(x_md, c, g), any_md(w_md, c),
+        image_md(y_md, c, g), g.strides, g.dilation, g.pad_l, g.pad_r, hint, user_scratchpad());
   });
   return on_chosen_layouts<dnnl::convolution_backward_data>(
       n, pd, {{DNNL_ARG_DIFF_DST, dy.id, y_md}, {DNNL_ARG_WEIGHTS, w.id, w_md}},
@@ -212,8 +229,8 @@ KernelPtr conv2d_backprop_filter(const Node& n) {
   auto pd = on_compute_type(n, [&](dt c) {
     auto hint = forward_pd(n, g, x_md, w_md, y_md, c);
     return dnnl::convolution_backward_weights::primitive_desc(
-        n.engine, alg::convolution_direct, any_md(x_md, c), any_md(w_md, c), any_md(y_md, c),
-        g.strides, g.dilation, g.pad_l, g.pad_r, hint, user_scratchpad());
+        n.engine, alg::convolution_direct, image_md(x_md, c, g), any_md(w_md, c),
+        image_md(y_md, c, g), g.strides, g.dilation, g.pad_l, g.pad_r, hint, user_scratchpad());
   });
   return on_chosen_layouts<dnnl::convolution_backward_weights>(
       n, pd, {{DNNL_ARG_SRC, x.id, x_md}, {DNNL_ARG_DIFF_DST, dy.id, y_md}},
@@ -242,8 +259,8 @@ KernelPtr conv_transpose2d(const Node& n) {
   auto y_md = plain_md(y.shape, y.dtype);
   auto pd = on_compute_type(n, [&](dt c) {
     return dnnl::deconvolution_forward::primitive_desc(
-        n.engine, prop::forward_training, alg::deconvolution_direct, any_md(x_md, c),
-        any_md(w_md, c), any_md(y_md, c), g.strides, g.dilation, g.pad_l, g.pad_r,
+        n.engine, prop::forward_training, alg::deconvolution_direct, image_md(x_md, c, g),
+        any_md(w_md, c), image_md(y_md, c, g), g.strides, g.dilation, g.pad_l, g.pad_r,
         user_scratchpad());
   });
   return on_chosen_layouts<dnnl::deconvolution_forward>(

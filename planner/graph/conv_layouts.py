@@ -1,0 +1,102 @@
+"""Which layout each convolution's CPU kernel runs on: a planning decision, made from the profile.
+
+oneDNN on x86 has two families of convolution kernels: the direct JIT kernels on blocked layouts
+(what it picks when asked for `any`) and the brgemm kernels on channels-last (nhwc) ones. Which
+is faster depends on the op, its direction and the CPU: on an AVX2 EPYC, DCGAN's stride-2 4x4
+forward convolutions ran 2.2x faster channels-last, their weight gradients 1.5x slower. So the
+profile measures both (every conv op of `channels_last(graph)` beside the graph's own), and
+`conv_layouts` gives each conv node the layout its measurements favour, as the `layout` attr
+(planner/ops/conv.py) that the CPU kernel reads. The arena's tensors stay NCHW either way: the
+kernel reorders in and out, so no other op sees the choice, and the numbers are the same
+convolution's (up to summation order).
+
+Measured or nothing: a node is given nhwc only where the table holds measured CPU times of both
+its signatures at some thread counts and nhwc's sum over the counts both have is lower; a node
+priced analytically keeps oneDNN's own choice. The chosen attr is part of the plan's embedded
+graph (so a plan diff shows a layout that moved); `recorded_layouts` and `with_layouts` let
+`planner verify --graph` carry a plan's choices onto the graph it derives.
+
+Example: a table whose nhwc forward is faster gives the forward nhwc, the others keep theirs:
+
+    >>> from planner.costs.records import CostEntry, CostTable, CpuSample
+    >>> from planner.costs.signature import OpSignature, graph_signatures, unique_signatures
+    >>> from planner.graph.builder import GraphBuilder
+    >>> b = GraphBuilder("c")
+    >>> x = b.input("x", (2, 8, 6, 6))
+    >>> y = b.op("Conv2D", [x, b.param("w", (8, 8, 3, 3), init="glorot")], {"pads": [1, 1, 1, 1]})
+    >>> g = b.build([y])
+    >>> def timed(sig, seconds):
+    ...     return CostEntry(signature=sig, cpu=(CpuSample(threads=1, affinity="compact",
+    ...                                                    seconds=seconds),))
+    >>> (plain,) = graph_signatures(g).values()
+    >>> (last,) = graph_signatures(channels_last(g)).values()
+    >>> table = CostTable(target="t", entries=(timed(plain, 2.0), timed(last, 1.0)))
+    >>> [n.attrs.get("layout") for n in conv_layouts(g, table).nodes]
+    ['nhwc']
+    >>> [n.attrs.get("layout") for n in conv_layouts(g, CostTable(target="t")).nodes]
+    [None]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from planner.costs.records import CostTable
+from planner.costs.signature import OpSignature, graph_signatures, unique_signatures
+from planner.graph.ir import Graph
+from planner.graph.validate import check_graph
+
+CONVOLUTIONS = frozenset({"Conv2D", "Conv2DBackpropInput", "Conv2DBackpropFilter",
+                          "ConvTranspose2D"})
+CHANNELS_LAST = "nhwc"
+
+
+def channels_last(graph: Graph) -> Graph:
+    """`graph` with every convolution node's kernel on channels-last layouts: what a profile
+    measures beside the graph itself, so that `conv_layouts` can choose."""
+    return with_layouts(graph, {n.name: CHANNELS_LAST for n in graph.nodes
+                                if n.op in CONVOLUTIONS})
+
+
+def profiled_signatures(graph: Graph) -> list[OpSignature]:
+    """What a CPU profile of `graph` measures, each once: its ops' signatures and its
+    convolutions' channels-last ones."""
+    return unique_signatures([*graph_signatures(graph).values(),
+                              *graph_signatures(channels_last(graph)).values()])
+
+
+def conv_layouts(graph: Graph, table: CostTable | None) -> Graph:
+    """`graph` with `layout: nhwc` on each convolution whose measured channels-last times beat
+    its own (module docstring); `graph` itself when none does."""
+    convs = [n for n in graph.nodes if n.op in CONVOLUTIONS and "layout" not in n.attrs]
+    if table is None or not convs:
+        return graph
+    own = graph_signatures(graph)
+    last = graph_signatures(channels_last(graph))
+    chosen = {}
+    for n in convs:
+        a, b = _compact_seconds(table, own[n.name]), _compact_seconds(table, last[n.name])
+        both = sorted(a.keys() & b.keys())
+        if both and sum(b[k] for k in both) < sum(a[k] for k in both):
+            chosen[n.name] = CHANNELS_LAST
+    return with_layouts(graph, chosen)
+
+
+def recorded_layouts(graph: Graph) -> dict[str, str]:
+    """Node name -> the layout a plan's graph records for it."""
+    return {n.name: n.attrs["layout"] for n in graph.nodes if "layout" in n.attrs}
+
+
+def with_layouts(graph: Graph, layouts: Mapping[str, str]) -> Graph:
+    """`graph` with `layouts[name]` as the layout attr of each named node there, checked (a
+    value the op refuses is an error naming the node)."""
+    if not layouts:
+        return graph
+    nodes = tuple(n.model_copy(update={"attrs": {**n.attrs, "layout": layouts[n.name]}})
+                  if n.name in layouts else n for n in graph.nodes)
+    return check_graph(graph.model_copy(update={"nodes": nodes}))
+
+
+def _compact_seconds(table: CostTable, signature: OpSignature) -> dict[int, float]:
+    entry = table.entry(signature)
+    return dict(entry.cpu_points("compact")) if entry is not None else {}

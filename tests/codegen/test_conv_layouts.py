@@ -1,0 +1,105 @@
+"""Convolutions on channels-last kernels (planner/graph/conv_layouts.py): the same numbers as
+the reference, chosen from measured times only, carried through `planner verify --graph`.
+
+The CPU kernel reorders NCHW tensors into nhwc for oneDNN's brgemm kernels and back, so a step
+with every convolution channels-last must give what the reference interpreter gives, to the
+float32 tolerance of tests/codegen/gradients.py (the summation order is another kernel's).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from planner.costs.records import CostEntry, CostTable, CpuSample
+from planner.costs.signature import graph_signatures
+from planner.graph import Graph
+from planner.graph.autodiff import make_training_graph
+from planner.graph.conv_layouts import CONVOLUTIONS, channels_last, conv_layouts
+from planner.graph.interpret import random_feeds
+from planner.graph.optimizer import Optimizer
+from planner.graph.validate import GraphError, check_graph
+from planner.pipeline import plan
+from planner.target.detect import detect
+from planner.zoo import build
+from tests.codegen.gradients import check_gradients
+from tests.codegen.helpers import build_module, start_state
+from tests.codegen.zoo_cases import MODELS
+
+SGD = Optimizer(kind="sgd", lr=0.1)
+
+
+def _training(model: str) -> Graph:
+    return make_training_graph(build(model, **MODELS[model]), SGD)
+
+
+# dcgan: strided 4x4 convolutions and transposed ones (every conv op); resnet: 3x3 and 1x1
+# ones with BatchNorm between them.
+@pytest.mark.parametrize("model", ["dcgan", "resnet"])
+def test_channels_last_step_matches_reference(model, tmp_path_factory):
+    graph = channels_last(_training(model))
+    assert {n.attrs.get("layout") for n in graph.nodes if n.op in CONVOLUTIONS} == {"nhwc"}
+    module = build_module(graph, tmp_path_factory.mktemp("layouts") / f"nhwc_{model}")
+    planned = Graph.model_validate(json.loads(module.plan)["graph"])
+    assert {n.attrs.get("layout") for n in planned.nodes if n.op in CONVOLUTIONS} == {"nhwc"}
+    check_gradients(planned, module, start_state(planned), random_feeds(planned, seed=2))
+
+
+def _table(graph: Graph, seconds) -> CostTable:
+    """Every convolution's signature in both layouts, at 1 and 2 threads: seconds(node, layout)
+    at one thread, half of it at two."""
+    entries = {}
+    for layout, g in (("any", graph), ("nhwc", channels_last(graph))):
+        for name, sig in graph_signatures(g).items():
+            if g.node_map[name].op in CONVOLUTIONS:
+                t = seconds(g.node_map[name], layout)
+                entries[sig.key] = CostEntry(signature=sig, cpu=(
+                    CpuSample(threads=1, affinity="compact", seconds=t),
+                    CpuSample(threads=2, affinity="compact", seconds=t / 2)))
+    return CostTable(target=detect().name, entries=tuple(entries.values()))
+
+
+def test_the_layout_measured_faster_is_chosen():
+    graph = _training("dcgan")
+    # Channels-last faster for the forward convolutions alone.
+    table = _table(graph, lambda n, layout: 1.0 if layout == "nhwc" and n.op == "Conv2D" else 2.0)
+    chosen = conv_layouts(graph, table)
+    for n in chosen.nodes:
+        if n.op in CONVOLUTIONS:
+            assert n.attrs.get("layout") == ("nhwc" if n.op == "Conv2D" else None), n.name
+    # Slower everywhere, or not measured: oneDNN's own pick stays (and the graph is the same).
+    assert conv_layouts(graph, _table(graph, lambda n, layout: 1.0 + (layout == "nhwc"))) == graph
+    assert conv_layouts(graph, CostTable(target="host")) == graph
+
+
+def test_a_plan_records_its_layouts_and_verify_carries_them(tmp_path):
+    from planner.cli.main import main
+
+    graph = _training("dcgan")
+    table = _table(graph, lambda n, layout: 1.0 if layout == "nhwc" and n.op == "Conv2D" else 2.0)
+    p = plan(graph, detect(), table)
+    forward = {n.name for n in p.graph.nodes if n.op == "Conv2D"}
+    assert forward and {n.name for n in p.graph.nodes if n.attrs.get("layout")} == forward
+    path = tmp_path / "dcgan.plan.json"
+    path.write_text(p.to_json())
+    graph_path = tmp_path / "dcgan.graph.json"
+    graph_path.write_text(graph.to_json())
+    assert main(["verify", str(path), "--graph", str(graph_path)]) == 0
+    # A layout the op refuses, written into the plan: a problem line, not a traceback.
+    data = json.loads(path.read_text())
+    node = next(n for n in data["graph"]["nodes"] if n["name"] in forward)
+    node["attrs"]["layout"] = "nchw16c"
+    path.write_text(json.dumps(data))
+    assert main(["verify", str(path), "--graph", str(graph_path)]) == 1
+
+
+def test_an_unknown_layout_names_the_node():
+    graph = _training("dcgan")
+    conv = next(n for n in graph.nodes if n.op == "Conv2D")
+    bad = graph.model_copy(update={"nodes": tuple(
+        n.model_copy(update={"attrs": {**n.attrs, "layout": "nchw"}}) if n is conv else n
+        for n in graph.nodes)})
+    with pytest.raises(GraphError, match=re.escape(conv.name) + ".*layout"):
+        check_graph(bad)
