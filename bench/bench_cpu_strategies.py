@@ -82,8 +82,8 @@ def profiled_costs(label: str, graph, target, method: str = "in-step") -> CostTa
     bench/.costs/ (a table measured against other kernels would price today's wrongly)."""
     from codegen.build import runtime_key
     from codegen.profiling import KernelTimer, profile_in_step
+    from planner.costs.conv_layouts import profiled_signatures
     from planner.costs.profile import ProfileOptions, profile
-    from planner.graph.conv_layouts import profiled_signatures
 
     folder = HERE / ".costs"
     folder.mkdir(exist_ok=True)

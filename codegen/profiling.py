@@ -37,12 +37,12 @@ import numpy as np
 from codegen.build import build
 from codegen.load import load
 from codegen.render import module_name, render
+from planner.costs.conv_layouts import channels_last
 from planner.costs.gpu_profile import batches, signature_bytes
 from planner.costs.model import CostModel, MissingCostWarning
 from planner.costs.profile import ProfileOptions
 from planner.costs.records import CostTable
 from planner.costs.signature import OpSignature, unique_signatures
-from planner.graph.conv_layouts import channels_last
 from planner.graph.ir import Graph, Node, Tensor
 from planner.graph.validate import check_graph
 from planner.ops.base import OpError
@@ -317,7 +317,7 @@ def profile_in_step(graph: Graph, target: Target, work_dir: str | Path,
     table = table or CostTable(target=target.name)
     state, feeds = init_params(graph, seed=0), random_feeds(graph, seed=1)
     # The convolutions on channels-last layouts too, so that planning can choose
-    # (planner/graph/conv_layouts.py).
+    # (planner/costs/conv_layouts.py).
     last = channels_last(graph)
     graphs = {"": graph, "_nhwc": last} if last is not graph else {"": graph}
 

@@ -39,10 +39,10 @@ from dataclasses import dataclass
 from planner import __version__
 from planner.collection import fewer_collections
 from planner.costs import CostModel, CostTable
+from planner.costs.conv_layouts import conv_layouts
 from planner.errors import InfeasibleBudget, PlanError
 from planner.evaluation import plan_evaluation
 from planner.graph.accumulation import micro_batches
-from planner.graph.conv_layouts import conv_layouts
 from planner.graph.data_parallel import compute_graph
 from planner.graph.for_cores import for_cores
 from planner.graph.ir import Graph
@@ -172,7 +172,7 @@ def step_graph(graph: Graph, target: Target,
                costs: CostTable | None = None) -> Graph:
     """The graph a step on `target` runs: rewritten for its CPU cores (planner.graph.for_cores),
     on a CPU with each convolution's kernel layout that `costs` measured faster
-    (planner.graph.conv_layouts) and, with ranks, with its gradient buckets' collectives
+    (planner.costs.conv_layouts) and, with ranks, with its gradient buckets' collectives
     (planner.schedule.parallel). A planning decision, as the target is: the plan embeds this
     graph, and everything that prices or plans a graph for a target (plan, fit, profile) calls
     this one function (a profile without costs: it measures both layouts)."""

@@ -227,11 +227,11 @@ def _measure_gpu(args: argparse.Namespace, measurers: Callable[[], Any], target)
 def _measure_kernels(args: argparse.Namespace, measure, graph, target, options, table) -> int:
     """Each signature's kernel alone, hill climbing (planner.costs.profile), the table written
     after every signature; 130 when interrupted (a second run resumes)."""
+    from planner.costs.conv_layouts import profiled_signatures
     from planner.costs.profile import profile
-    from planner.graph.conv_layouts import profiled_signatures
 
     # The convolutions on channels-last layouts too: planning chooses between the two
-    # (planner/graph/conv_layouts.py).
+    # (planner/costs/conv_layouts.py).
     signatures = profiled_signatures(graph)
     with tempfile.TemporaryDirectory(prefix="planner-profile-") as work:
         timer = measure.kernel_timer(target, work, options, steps=max(1, args.repeats),

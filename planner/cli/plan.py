@@ -331,8 +331,8 @@ def run_verify(args: argparse.Namespace) -> int:
 
 def _with_recorded_layouts(graph, data: Any):
     """`graph` with the convolution layouts that the plan `data` records on nodes of the same
-    name (planner.graph.conv_layouts); GraphError for a value the op refuses."""
-    from planner.graph.conv_layouts import CONVOLUTIONS, with_layouts
+    name (planner.costs.conv_layouts); GraphError for a value the op refuses."""
+    from planner.costs.conv_layouts import CONVOLUTIONS, with_layouts
 
     try:
         recorded = {n["name"]: n["attrs"]["layout"] for n in data["graph"]["nodes"]

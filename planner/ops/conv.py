@@ -160,7 +160,7 @@ CONV_ATTRS: dict[str, Attr] = {
     "groups": Attr("int", 1),
 }
 
-# Every convolution op's CPU kernel layout, a planning decision (planner/graph/conv_layouts.py):
+# Every convolution op's CPU kernel layout, a planning decision (planner/costs/conv_layouts.py):
 # absent, oneDNN picks the layouts of the image and output (`any`: blocked on x86); "nhwc" asks
 # for channels-last ones, which oneDNN's brgemm kernels take. Either way the tensors in the
 # arena stay NCHW and the kernel reorders; the numbers are the same convolution's. Not part

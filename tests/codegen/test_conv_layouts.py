@@ -1,4 +1,4 @@
-"""Convolutions on channels-last kernels (planner/graph/conv_layouts.py): the same numbers as
+"""Convolutions on channels-last kernels (planner/costs/conv_layouts.py): the same numbers as
 the reference, chosen from measured times only, carried through `planner verify --graph`.
 
 The CPU kernel reorders NCHW tensors into nhwc for oneDNN's brgemm kernels and back, so a step
@@ -13,11 +13,11 @@ import re
 
 import pytest
 
+from planner.costs.conv_layouts import CONVOLUTIONS, channels_last, conv_layouts
 from planner.costs.records import CostEntry, CostTable, CpuSample
 from planner.costs.signature import graph_signatures
 from planner.graph import Graph
 from planner.graph.autodiff import make_training_graph
-from planner.graph.conv_layouts import CONVOLUTIONS, channels_last, conv_layouts
 from planner.graph.interpret import random_feeds
 from planner.graph.optimizer import Optimizer
 from planner.graph.validate import GraphError, check_graph
