@@ -1,5 +1,6 @@
 // oneDNN helpers of the CPU runtime: descriptors, user scratchpads, DnnlKernel.
 #include <algorithm>
+#include <cstring>
 
 #include "dnnl_kernel.h"
 
@@ -51,7 +52,7 @@ int64_t DnnlKernel::temp(size_t bytes) {
 }
 
 size_t DnnlKernel::add(const dnnl::primitive& prim, const dnnl::primitive_desc_base& pd,
-                       std::vector<Arg> args) {
+                       std::vector<Arg> args, bool zero_scratchpad) {
   Step s{prim, std::move(args), {}, {}};
   impl_ += (impl_.empty() ? "" : " + ") + std::string(pd.impl_info_str());
   dnnl::engine eng = pd.get_engine();
@@ -64,6 +65,7 @@ size_t DnnlKernel::add(const dnnl::primitive& prim, const dnnl::primitive_desc_b
     scratchpad_ = std::max(scratchpad_, align64(sp.get_size()));
     s.args.push_back(Arg{DNNL_ARG_SCRATCHPAD, -1, -2});
     s.mems.emplace_back(sp, eng, static_cast<void*>(nullptr));
+    if (zero_scratchpad) s.zeroed_bytes = sp.get_size();
   }
   for (size_t k = 0; k < s.args.size(); ++k)
     s.c_args.push_back(dnnl_exec_arg_t{s.args[k].dnnl_arg, s.mems[k].get()});
@@ -80,6 +82,7 @@ void DnnlKernel::run_one(size_t k, const Run& r) {
                               : r.scratch + temps_;  // the scratchpad follows the temporaries
     s.mems[a].set_data_handle(p);
   }
+  if (s.zeroed_bytes) std::memset(r.scratch + temps_, 0, s.zeroed_bytes);
   dnnl_status_t st = dnnl_primitive_execute(s.prim.get(), r.stream,
                                             static_cast<int>(s.c_args.size()), s.c_args.data());
   if (st != dnnl_success)

@@ -29,9 +29,11 @@ class DnnlKernel : public Kernel {
     int64_t temp = -1;   // >= 0: byte offset of a temporary in the scratch area
   };
 
-  // Add a primitive; its args name tensors or temporaries. Returns its index.
+  // Add a primitive; its args name tensors or temporaries. Returns its index. With
+  // `zero_scratchpad` its scratchpad is zeroed before every run (a primitive that reads
+  // scratchpad it never wrote: conv.cpp's low-precision weight gradients).
   size_t add(const dnnl::primitive& prim, const dnnl::primitive_desc_base& pd,
-             std::vector<Arg> args);
+             std::vector<Arg> args, bool zero_scratchpad = false);
   // Reserve a temporary of `bytes` in the scratch area; returns its offset.
   int64_t temp(size_t bytes);
 
@@ -51,6 +53,7 @@ class DnnlKernel : public Kernel {
     std::vector<Arg> args;
     std::vector<memory> mems;
     std::vector<dnnl_exec_arg_t> c_args;
+    size_t zeroed_bytes = 0;  // of the scratchpad, zeroed before each run
   };
   std::vector<Step> steps_;
   size_t temps_ = 0;

@@ -107,9 +107,10 @@ struct Operand {
 
 // A kernel running `prim` (made from `pd` on `any` layouts): inputs reordered from their plain
 // tensors into temporaries where the chosen layout differs, outputs reordered back after.
+// `zero_scratchpad`: DnnlKernel::add's.
 template <class Prim, class PD>
 KernelPtr on_chosen_layouts(const Node& n, const PD& pd, const std::vector<Operand>& inputs,
-                            const Operand& output) {
+                            const Operand& output, bool zero_scratchpad = false) {
   auto k = std::make_unique<DnnlKernel>();
   std::vector<DnnlKernel::Arg> args;
   auto reorder = [&](const memory::desc& from, DnnlKernel::Arg src, const memory::desc& to,
@@ -132,12 +133,12 @@ KernelPtr on_chosen_layouts(const Node& n, const PD& pd, const std::vector<Opera
   memory::desc chosen = pd.query_md(dnnl::query::exec_arg_md, output.arg);
   if (chosen == output.plain) {
     args.push_back({output.arg, output.tensor});
-    k->add(Prim(pd), pd, args);
+    k->add(Prim(pd), pd, args, zero_scratchpad);
     return k;
   }
   int64_t t = k->temp(chosen.get_size());
   args.push_back({output.arg, -1, t});
-  k->add(Prim(pd), pd, args);
+  k->add(Prim(pd), pd, args, zero_scratchpad);
   reorder(chosen, {0, -1, t}, output.plain, {0, output.tensor});
   return k;
 }
@@ -219,7 +220,12 @@ KernelPtr conv2d_backprop_input(const Node& n) {
       {DNNL_ARG_DIFF_SRC, dx.id, x_md});
 }
 
-// [x, dy] -> dw of shape filter_shape.
+// [x, dy] -> dw of shape filter_shape. oneDNN 3.2's bf16 weight-gradient kernels (jit_bf16 on
+// AVX512_CORE_BF16, brgconv on AMX) accumulate each kernel tap in scratchpad buffers they
+// never initialise for a tap that sees only padding (a 3x3 stride-2 convolution of a 1x1 map:
+// ResNet's last stage at small images); with a user scratchpad holding other kernels' bytes
+// those taps came out as garbage (5e28 where the gradient is 0). Zeroing the scratchpad first,
+// as a fresh allocation would be, gives the zeros; float32 kernels write every tap.
 KernelPtr conv2d_backprop_filter(const Node& n) {
   DnnlConvGeometry g = dnnl_conv_geometry(n);
   const TensorRef &x = n.in[0], &dy = n.in[1], &dw = n.out[0];
@@ -234,7 +240,7 @@ KernelPtr conv2d_backprop_filter(const Node& n) {
   });
   return on_chosen_layouts<dnnl::convolution_backward_weights>(
       n, pd, {{DNNL_ARG_SRC, x.id, x_md}, {DNNL_ARG_DIFF_DST, dy.id, y_md}},
-      {DNNL_ARG_DIFF_WEIGHTS, dw.id, w_md});
+      {DNNL_ARG_DIFF_WEIGHTS, dw.id, w_md}, low_precision(n));
 }
 
 // [x (N,C,H,W), w (C, O/G, kh, kw)] -> y. oneDNN's deconvolution weights are [O, C, kh, kw]
