@@ -56,7 +56,7 @@ from planner.costs import CostTable, load_table  # noqa: E402
 from planner.graph.autodiff import make_training_graph  # noqa: E402
 from planner.graph.interpret import init_params, random_feeds  # noqa: E402
 from planner.graph.optimizer import Optimizer  # noqa: E402
-from planner.pipeline import PlanOptions, plan  # noqa: E402
+from planner.pipeline import PlanOptions, plan, step_graph  # noqa: E402
 from planner.schedule import ScheduleOptions  # noqa: E402
 from planner.schedule.uniform import grid_pairs  # noqa: E402
 from planner.target.detect import detect  # noqa: E402
@@ -93,8 +93,12 @@ def profiled_costs(label: str, graph, target, method: str = "in-step") -> CostTa
     options = ProfileOptions(interval=max(1, target.cores // 8), repeats=1)
     if method == "in-step":
         # A table kept from another version of the graph (another rewrite) lacks some of its
-        # signatures (the convolutions' channels-last ones among them): profiled anew.
-        if not path.exists() or any(s not in table for s in profiled_signatures(graph)):
+        # signatures (the convolutions' channels-last ones among them): profiled anew. What
+        # the profile measures is the step's graph (an LSTM's weights transposed once per
+        # step), the one to check against: the graph itself made the LSTM's profile anew on
+        # every run, and its plans moved with each.
+        step = step_graph(graph, target)
+        if not path.exists() or any(s not in table for s in profiled_signatures(step)):
             with tempfile.TemporaryDirectory(prefix="planner-profile-") as work:
                 table = profile_in_step(graph, target, work, options, steps=5,
                                         progress=sys.stderr)

@@ -14,10 +14,11 @@ Communication hidden behind compute:
          ran (examples/train_digits_ddp.hidden_communication), last step of each round;
   DDP    from timing: 1 - (step - step under no_sync()) / (one all-reduce of all gradients,
          flat), clipped to [0, 1] (exposed communication over the communication alone).
-Both sides' OpenMP threads wait passively (OMP_WAIT_POLICY=passive, the generated package's
-default). P = 4 needs 4 cores (each rank plans on its share of whole cores: a 2-core host
-refuses it); `--procs 1,2,4` on the device machine (bench/device/cpu_bench.sh). Each process
-is started by this script (`--worker`), rendezvous on 127.0.0.1.
+Both sides' OpenMP threads wait as the generated package's do (codegen/backends.py:
+CPU_LOAD_ENVIRONMENT, a short spin before sleeping). P = 4 needs 4 cores (each rank plans on
+its share of whole cores: a 2-core host refuses it); `--procs 1,2,4` on the device machine
+(bench/device/cpu_bench.sh). Each process is started by this script (`--worker`), rendezvous
+on 127.0.0.1.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ sys.path.insert(0, str(ROOT))
 from bench_transformer import CONFIG as GPT  # noqa: E402
 from bench_transformer import torch_model  # noqa: E402
 
+from codegen.backends import CPU_LOAD_ENVIRONMENT  # noqa: E402
 from codegen.build import build  # noqa: E402
 from codegen.load import load  # noqa: E402
 from codegen.render import render  # noqa: E402
@@ -190,9 +192,9 @@ def launch(kind: str, pkg: Path | str, model: str, ranks: int, steps: int, out: 
     procs = []
     for rank in range(ranks):
         env = {k: v for k, v in os.environ.items() if not k.startswith("LOCAL_")}
-        # Both sides' OpenMP threads sleep while waiting (the generated package's default:
-        # spinning teams collapse with other processes on the cores, bench_under_load.py).
-        env.update(OMP_WAIT_POLICY="passive")
+        # Both sides' OpenMP threads wait as the generated package's do (a short spin, then
+        # sleep: long spinning teams collapse with other processes on the cores).
+        env.update(CPU_LOAD_ENVIRONMENT)
         env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
                    WORLD_SIZE=str(ranks), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(ranks),
                    PYTHONPATH=str(ROOT), OMP_NUM_THREADS=str(max(1, (os.cpu_count() or 1)

@@ -15,14 +15,15 @@ reaches: on a CPU the host store is the same memory as the arena, so only recomp
 process's peak. PyTorch runs the
 zoo graph translated node by node (tests/torch_translator.py).
 
-Each configuration runs in a process of its own, warm (3 steps), OpenMP threads waiting
-passively on both sides (the generated package's default), and the configurations of a model
-take turns step by step for `rounds` rounds (the machine is shared: alternating rounds see the
-same load); printed: the median step, its ratio to the unconstrained step ("x free": the
-median over rounds of the ratio of the two steps of one round), and the process's peak
-resident memory above what it held before it built its model (params, arena, host store,
-library scratch, torch's saved tensors: everything the step needs), measured the same way on
-both sides, with the executor's own count (arena + host store) beside it, and the load average.
+Each configuration runs in a process of its own, warm (3 steps), OpenMP threads waiting as the
+generated package's do on both sides (codegen/backends.py: CPU_LOAD_ENVIRONMENT), and the
+configurations of a model take turns step by step for `rounds` rounds (the machine is shared:
+alternating rounds see the same load); printed: the median step, its ratio to the unconstrained
+step ("x free": the median over rounds of the ratio of the two steps of one round), and the
+process's peak resident memory above what it held before it built its model (params, arena, host
+store, library scratch, torch's saved tensors: everything the step needs), measured the same way
+on both sides, with the executor's own count (arena + host store) beside it, and the load
+average.
 
 At equal measured peak: for each PyTorch technique, our fastest run whose measured peak is at
 or below the technique's (a measured run, no interpolation); none if no budget of ours got
@@ -45,6 +46,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from codegen.backends import CPU_LOAD_ENVIRONMENT  # noqa: E402
 
 # Reduced sizes (a 2-core machine shared with other work), large enough that activations, not
 # the processes' fixed memory (libraries, parameters), set the peak.
@@ -333,7 +336,7 @@ def measure(configs: list[tuple[str, dict]], rounds: int) -> dict[str, dict]:
         procs[label] = subprocess.Popen([sys.executable, "-c", CHILD, json.dumps(spec),
                                          str(ROOT)], stdin=subprocess.PIPE,
                                         stdout=subprocess.PIPE, text=True, cwd=ROOT,
-                                        env={**os.environ, "OMP_WAIT_POLICY": "passive"})
+                                        env={**os.environ, **CPU_LOAD_ENVIRONMENT})
     try:
         for label, p in procs.items():
             if p.stdout.readline().strip() != "ready":

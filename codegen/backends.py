@@ -54,6 +54,11 @@ class Runtime:
     # The oldest GPU compute capability (major, minor) whose libraries run a dtype (cuDNN and
     # cuBLAS take bfloat16 from Ampere, 8.0, on); absent: any the runtime builds for.
     min_capability: dict[str, tuple[int, int]] = field(default_factory=dict)
+    # What its libraries read from the environment once, when loaded: the package sets these
+    # only while the runtime loads (templates/common/package.py.j2), and none of them when the
+    # user set any variable of `load_choices` (a choice of their own).
+    load_environment: dict[str, str] = field(default_factory=dict)
+    load_choices: tuple[str, ...] = ()
     kernels: Path = field(init=False)
 
     def __post_init__(self) -> None:
@@ -84,13 +89,25 @@ MIXED_OPS: frozenset[str] = frozenset({
     "AvgPool", "AvgPoolGrad", "Add", "AddN", "Reshape", "Flatten", "Concat", "GlobalAvgPool",
     "Transpose"})
 
+# How long an OpenMP worker whose parallel region ended spins before it sleeps: 3,000 spins
+# (libgomp counts `pause` instructions: ~40 us on the 2-core Xeon, 13 ns each). Consecutive ops
+# of a lane open their parallel regions microseconds apart, so a team that sleeps at once
+# (OMP_WAIT_POLICY=passive, the package's choice until 2026-11-25) wakes its workers at every
+# op: uniform plans ran 2-2.5x slower and the optimized ones 3-7% (inception_v3 uniform 174 ->
+# 67 ms); 300 spins were too few (151 ms), more than 1,000 gained little. libgomp's own default
+# (300,000, ~4 ms) holds a core that a co-running lane or another process needs long after the
+# step has moved on (bench/bench_under_load.py; bench/RESULTS.md, "The executor's wait policy").
+CPU_LOAD_ENVIRONMENT = {"GOMP_SPINCOUNT": "3000"}
+
 RUNTIMES: dict[Backend, Runtime] = {
     "cpu": Runtime("cpu", "CPU", "planner_cpu_rt", TEMPLATES / "cpu" / "runtime",
                    TEMPLATES / "cpu" / "plan",
                    # float32 math, int64 ids and labels, bool conditions (Where)
                    frozenset({"float32", "int64", "bool"}),
                    # oneDNN bf16 / f16 primitives (a float32 fallback where the ISA has none)
-                   frozenset({"bfloat16", "float16"}), MIXED_OPS),
+                   frozenset({"bfloat16", "float16"}), MIXED_OPS,
+                   load_environment=CPU_LOAD_ENVIRONMENT,
+                   load_choices=("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")),
     "cuda": Runtime("cuda", "CUDA", "planner_cuda_rt", TEMPLATES / "cuda" / "runtime",
                     TEMPLATES / "cuda" / "plan", frozenset({"float32", "int64", "bool"}),
                     # cuDNN / cuBLAS in bf16 / f16 with float32 compute (tensor cores),

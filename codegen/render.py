@@ -202,6 +202,8 @@ def schedule_context(plan: Plan, name: str, layout: str = "plan"
         "params": _describe(graph, ("param", "state", "optimizer-state"), skip_updates=True),
     }
     context["outputs_py"] = ascii(list(graph.outputs))
+    context["load_environment"] = ascii(dict(sorted(backend.load_environment.items())))
+    context["load_choices"] = ascii(backend.load_choices)
     context["plan_json"] = plan_json
     # The symbol the schedule library exports it under (schedule.h).
     context["symbol"] = "planner_schedule"

@@ -147,22 +147,26 @@ def test_loading_never_replaces_a_module_the_process_imported(tmp_path):
     assert sys.modules["json"] is json
 
 
-@pytest.mark.parametrize("user_value", [None, "active"])
-def test_the_runtime_waits_passively_without_leaving_it_in_the_environment(mlp_module,
-                                                                            user_value):
-    """The package loads its OpenMP with passive waits unless the user chose a policy, and
-    leaves os.environ as it found it: a PyTorch started from this process (a DataLoader
-    worker, a benchmark's child) inheriting passive waits ran 1.08-1.69x slower. libgomp prints
-    what it read at load under OMP_DISPLAY_ENV=verbose: passive waits spin 0 times (its
-    default, shown as 'PASSIVE' too, spins 300,000)."""
+@pytest.mark.parametrize("user", [{}, {"OMP_WAIT_POLICY": "passive"}, {"GOMP_SPINCOUNT": "7"}])
+def test_the_runtime_spins_briefly_without_leaving_it_in_the_environment(mlp_module, user):
+    """The package loads its OpenMP with workers spinning 3,000 times before they sleep
+    (codegen/backends.py: CPU_LOAD_ENVIRONMENT) unless the user chose a wait policy or a spin
+    count, and leaves os.environ as it found it: a PyTorch started from this process (a
+    DataLoader worker, a benchmark's child) inheriting passive waits ran 1.08-1.69x slower.
+    libgomp prints what it read at load under OMP_DISPLAY_ENV=verbose; GOMP_SPINCOUNT overrides
+    OMP_WAIT_POLICY there, so the user's passive policy must leave it unset (0 spins)."""
     from pathlib import Path
+
+    from codegen.backends import CPU_LOAD_ENVIRONMENT
 
     folder = Path(mlp_module.__file__).parent
     script = ("import os, sys; from codegen.load import load; load(sys.argv[1]); "
-              "print(os.environ.get('OMP_WAIT_POLICY'))")
+              "print(sorted(k for k in os.environ if k.startswith(('OMP_', 'GOMP_'))))")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OMP_", "GOMP_"))}
-    env.update(OMP_DISPLAY_ENV="verbose", **({"OMP_WAIT_POLICY": user_value} if user_value else {}))
+    env.update(OMP_DISPLAY_ENV="verbose", **user)
     run = subprocess.run([sys.executable, "-c", script, str(folder)], env=env,
                          capture_output=True, text=True, timeout=120, check=True)
-    assert run.stdout.strip() == str(user_value)
-    assert ("OMP_WAIT_POLICY = 'ACTIVE'" if user_value else "GOMP_SPINCOUNT = '0'") in run.stderr
+    assert run.stdout.strip() == str(sorted(["OMP_DISPLAY_ENV", *user]))
+    spins = {"OMP_WAIT_POLICY": "0", "GOMP_SPINCOUNT": "7"}.get(
+        next(iter(user), ""), CPU_LOAD_ENVIRONMENT["GOMP_SPINCOUNT"])
+    assert f"GOMP_SPINCOUNT = '{spins}'" in run.stderr
