@@ -56,10 +56,13 @@ struct Io {
     // Where the arena starts in this process (with arena_bytes: whether a view handed to a
     // collective lies in it, i.e. was not copied out).
     d["arena_address"] = reinterpret_cast<uintptr_t>(ex.arena_base());
-    // Every byte the executor holds for tensors: the arena, the host store, and scratch
-    // blocks of its own where the plan's area was too small (kernels allocate nothing else).
+    // Every byte the executor holds for tensors: the arena, the host store, scratch blocks of
+    // its own where the plan's area was too small, and the MatMul weights it packs once per
+    // step (weight_packs.h; kernels allocate nothing else).
     d["host_store_bytes"] = ex.host_store_bytes();
-    d["held_bytes"] = ex.arena_bytes() + ex.host_store_bytes() + ex.unplanned_scratch_bytes();
+    d["packed_weight_bytes"] = ex.packed_weight_bytes();
+    d["held_bytes"] = ex.arena_bytes() + ex.host_store_bytes() + ex.unplanned_scratch_bytes() +
+                      ex.packed_weight_bytes();
     d["schedule"] = schedule_stats(ex.schedule_choice());
   }
   // Which schedule ran (the main one or a variant for fewer free cores), why, and what each

@@ -77,9 +77,10 @@ void DnnlKernel::run_one(size_t k, const Run& r) {
   Step& s = steps_[k];
   for (size_t a = 0; a < s.args.size(); ++a) {
     const Arg& arg = s.args[a];
-    char* p = arg.tensor >= 0 ? r.ptr[arg.tensor]
-              : arg.temp >= 0 ? r.scratch + arg.temp
-                              : r.scratch + temps_;  // the scratchpad follows the temporaries
+    char* p = arg.slot != nullptr ? *arg.slot
+              : arg.tensor >= 0 ? r.ptr[arg.tensor]
+              : arg.temp >= 0   ? r.scratch + arg.temp
+                                : r.scratch + temps_;  // the scratchpad follows the temporaries
     s.mems[a].set_data_handle(p);
   }
   if (s.zeroed_bytes) std::memset(r.scratch + temps_, 0, s.zeroed_bytes);

@@ -21,12 +21,14 @@ dnnl::primitive_attr user_scratchpad();
 
 class DnnlKernel : public Kernel {
  public:
-  // Where an argument's bytes are: a tensor, a temporary in this kernel's scratch area, or the
+  // Where an argument's bytes are: a tensor, a temporary in this kernel's scratch area, the
+  // address a slot holds when the primitive runs (a packed weight, weight_packs.h), or the
   // primitive's scratchpad.
   struct Arg {
     int dnnl_arg;
     int tensor;          // >= 0: tensor id
     int64_t temp = -1;   // >= 0: byte offset of a temporary in the scratch area
+    char* const* slot = nullptr;
   };
 
   // Add a primitive; its args name tensors or temporaries. Returns its index. With

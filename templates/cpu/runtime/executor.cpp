@@ -19,6 +19,7 @@ Executor::Executor(const std::string& schedule_path, bool concurrent, int jitter
       stream_(engine_),
       arena_(loaded_.get().arena_bytes),
       host_store_(loaded_.get().host_bytes),
+      packs_(loaded_.get()),
       watchdog_seconds_(watchdog_seconds),
       choice_(choice_options(loaded_.get())),
       jitter_us_(jitter_us) {
@@ -160,7 +161,7 @@ KernelPtr Executor::make_kernel(const OpSpec& op) {
   std::vector<TensorRef> in, out;
   op_tensors(schedule(), op, &in, &out);
   try {
-    Node node{&op, in, out, Attrs(op.attrs), engine_, kernel_threads(op)};
+    Node node{&op, in, out, Attrs(op.attrs), engine_, kernel_threads(op), &packs_};
     return registry().at(op.op)(node);
   } catch (const std::exception& e) {
     throw std::runtime_error(op_label(op) + ": " + e.what());
@@ -179,7 +180,7 @@ void Executor::run_kernel(int k, Kernel& kernel, char* scratch, dnnl::stream& st
     span_[k] = {0.0, 0.0};
     return;
   }
-  Run r{ptr_.data(), scratch, stream.get(), threads, &collective_};
+  Run r{ptr_.data(), scratch, stream.get(), threads, &collective_, pass_};
   auto t0 = std::chrono::steady_clock::now();
   kernel.run(r);
   auto t1 = std::chrono::steady_clock::now();
@@ -244,6 +245,7 @@ bool Executor::micro_batch_only() const {
 }
 
 void Executor::run_step() {
+  pass_ += 1;
   step_began_ = std::chrono::steady_clock::now();
   micro_batch_only_ = micro_batch_only();
   if (lanes_) {

@@ -16,6 +16,7 @@
 #include "executor_core.h"
 #include "kernel.h"
 #include "lanes.h"
+#include "weight_packs.h"
 
 namespace planner {
 
@@ -47,6 +48,8 @@ class Executor : public ExecutorCore {
   // The host store: offloaded copies, a block of its own beside the arena (plan: host_bytes).
   int64_t host_store_bytes() const { return host_store_.bytes(); }
   int64_t unplanned_scratch_bytes() const { return unplanned_; }
+  // B operands several MatMuls read, packed once per step beside the arena (weight_packs.h).
+  int64_t packed_weight_bytes() const { return packs_.bytes(); }
   int64_t pinnings() const { return lanes_ ? lanes_->pinnings() : 0; }
   // When op k started and ended in the last step, in seconds from the step's start: the
   // timeline that shows what the plan's simulator leaves out (the lanes' hand-offs).
@@ -87,6 +90,8 @@ class Executor : public ExecutorCore {
   std::vector<std::unique_ptr<Arena>> overflow_;
   int64_t unplanned_ = 0;
   std::vector<char*> ptr_;                     // current address of every tensor
+  WeightPacks packs_;
+  int64_t pass_ = 0;                           // runs over the schedule, failed ones too
   double watchdog_seconds_;
   std::chrono::steady_clock::time_point step_began_;
   std::vector<std::pair<double, double>> span_;  // per op: (start, end) in the last step

@@ -26,13 +26,17 @@
 
 namespace planner {
 
-// What a kernel factory sees: the op, its tensors, attrs, and the oneDNN engine.
+class WeightPacks;  // weight_packs.h
+
+// What a kernel factory sees: the op, its tensors, attrs, the oneDNN engine, and the
+// executor's packed weights (weight_packs.h; none where the kernel runs outside a step).
 struct Node {
   const OpSpec* spec;
   std::vector<TensorRef> in, out;
   Attrs attrs;
   const dnnl::engine& engine;
   int threads;
+  WeightPacks* packs = nullptr;
 };
 
 // What a running kernel sees: every tensor's current address, its scratch area, the stream.
@@ -42,6 +46,7 @@ struct Run {
   dnnl_stream_t stream;
   int threads;
   const Collective* collective = nullptr;  // the executor's, for collective ops
+  int64_t pass = 0;                        // this run over the schedule's (weight_packs.h)
   template <class T> T* at(int id) const { return reinterpret_cast<T*>(ptr[id]); }
 };
 

@@ -15,9 +15,13 @@
 // An optional third input, a (N,) bias (a BiasAdd over the last axis folded in by
 // planner/graph/fold_bias.py), is the primitive's bias argument: added as each output tile is
 // written, instead of a second pass over y.
+// A B that another MatMul of the schedule reads too (an LSTM's weight, read by every time
+// step) is multiplied from a copy in oneDNN's own blocked layout, packed once per step
+// (weight_packs.h) instead of by the primitive at every call.
 #include <algorithm>
 
 #include "../dnnl_kernel.h"
+#include "../weight_packs.h"
 
 namespace planner {
 namespace {
@@ -67,6 +71,47 @@ memory::desc result_md(const Shape& shape, const std::vector<int>& perm, int dty
   return memory::desc(d, dnnl_type(dtype), strides);
 }
 
+// The MatMul reading B from its pack: the pack made current for this pass, then the
+// primitive, its weights argument the pack's block.
+class PackedWeightsMatMul : public DnnlKernel {
+ public:
+  PackedWeightsMatMul(WeightPacks::Pack* pack, int b) : pack_(pack), b_(b) {}
+  char* const* slot() const { return &packed_; }
+  void run(const Run& r) override {
+    packed_ = pack_->current(r.pass, r.ptr[b_], r.stream);
+    run_all(r);
+  }
+
+ private:
+  WeightPacks::Pack* pack_;
+  int b_;
+  char* packed_ = nullptr;
+};
+
+// Op n's MatMul from a packed B (weight_packs.h), or null where B is not shared with another
+// MatMul, the product is batched, or oneDNN prefers B as it is.
+KernelPtr packed_weights_matmul(const Node& n, const memory::desc& a_md,
+                                const memory::desc& b_md, const memory::desc& y_md,
+                                const memory::desc* bias_md) {
+  const TensorRef& b = n.in[1];
+  if (n.packs == nullptr || n.attrs.has("perm_b") || b_md.get_ndims() != 2 ||
+      !n.packs->shared(b.id, n.attrs.b("transpose_b")))
+    return nullptr;
+  const memory::desc any(b_md.get_dims(), b_md.get_data_type(), tag::any);
+  auto pd = bias_md ? dnnl::matmul::primitive_desc(n.engine, a_md, any, *bias_md, y_md,
+                                                   user_scratchpad())
+                    : dnnl::matmul::primitive_desc(n.engine, a_md, any, y_md, user_scratchpad());
+  if (pd.weights_desc() == b_md) return nullptr;
+  auto k = std::make_unique<PackedWeightsMatMul>(
+      n.packs->pack(b.id, b_md, pd.weights_desc(), n.engine), b.id);
+  std::vector<DnnlKernel::Arg> args = {{DNNL_ARG_SRC, n.in[0].id},
+                                       {DNNL_ARG_WEIGHTS, -1, -1, k->slot()},
+                                       {DNNL_ARG_DST, n.out[0].id}};
+  if (bias_md) args.push_back({DNNL_ARG_BIAS, n.in[2].id});
+  k->add(dnnl::matmul(pd), pd, args);
+  return k;
+}
+
 KernelPtr matmul(const Node& n) {
   const TensorRef &a = n.in[0], &b = n.in[1], &y = n.out[0];
   const bool ta = n.attrs.b("transpose_a"), tb = n.attrs.b("transpose_b");
@@ -91,6 +136,14 @@ KernelPtr matmul(const Node& n) {
     Shape bias_dims(rank, 1);
     bias_dims[rank - 1] = y_shape.back();
     bias_md = plain_md(bias_dims, n.in[2].dtype);
+  }
+  try {
+    if (KernelPtr packed = packed_weights_matmul(n, a_md, b_md, y_md,
+                                                 biased ? &bias_md : nullptr))
+      return packed;
+  } catch (const dnnl::error& e) {  // no oneDNN matmul for these types: as below
+    bool low = y.dtype == BF16 || y.dtype == F16;
+    if (e.status != dnnl_unimplemented || !low) throw;
   }
   auto k = std::make_unique<DnnlKernel>();
   try {
