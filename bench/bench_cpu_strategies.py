@@ -94,9 +94,9 @@ def profiled_costs(label: str, graph, target, method: str = "in-step") -> CostTa
     if method == "in-step":
         # A table kept from another version of the graph (another rewrite) lacks some of its
         # signatures (the convolutions' channels-last ones among them): profiled anew. What
-        # the profile measures is the step's graph (an LSTM's weights transposed once per
-        # step), the one to check against: the graph itself made the LSTM's profile anew on
-        # every run, and its plans moved with each.
+        # the profile measures is the step's graph (rewritten for the cores: planner.graph.
+        # for_cores), the one to check against: the graph itself made the LSTM's profile anew
+        # on every run, and its plans moved with each.
         step = step_graph(graph, target)
         if not path.exists() or any(s not in table for s in profiled_signatures(step)):
             with tempfile.TemporaryDirectory(prefix="planner-profile-") as work:

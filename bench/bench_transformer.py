@@ -27,7 +27,7 @@ compile):
   --ops prints where our step goes instead (per op type, from stats()' timeline). Its
   training graph is made for the host's cores (`make_training_graph(cores=...)`, as `planner
   plan --train` makes it for its target): one weight-gradient GEMM per direction where no core
-  is left to overlap chunks, the recurrent weights copied transposed once per step.
+  is left to overlap chunks (the runtime packs the recurrent weights once per step).
 Our plan (the table's `plan` column) is priced by the model's in-step profile on this host
 (`--costs in-step`, the default: every op timed inside the step at each thread count, as
 `planner profile --in-step` does, kept in bench/.costs/ like bench_cpu_strategies.py's tables:

@@ -364,7 +364,7 @@ def _fit_contention(target: Target, corun: Plan, alone: dict[str, float],
     """(kappa, sigma) from the co-running plan's ops: planned intervals, cores, bandwidth
     demands and memory-boundness at their times alone (Contention.demands), and the times
     they took co-running. Of the plan's own graph: planning rewrites the graph it is given for
-    the cores (planner.graph.for_cores: an LSTM's weights transposed once per step), and the
+    the cores (planner.graph.for_cores: an LSTM's weight gradient as one GEMM), and the
     plan's ops are that graph's nodes."""
     from planner.schedule.contention import Contention, fit_contention
     from planner.schedule.placement import Placement

@@ -1,5 +1,6 @@
-"""bench/bench_wait_policy.py runs end to end at its tiniest (wide_deep's twin, one round of one
-step under each policy), and a bad model name is a one-line error."""
+"""bench/bench_wait_policy.py runs end to end at its tiniest (wide_deep's twin, and its
+executors at two spin counts, one round of one step each), and bad arguments are one-line
+errors."""
 
 from __future__ import annotations
 
@@ -23,6 +24,26 @@ def test_tiny_run():
     assert min(unset, passive) > 0
     # Times rounded to 0.1 ms (steps of a few ms: up to ~3% each), the ratio to 0.01.
     assert ratio == pytest.approx(passive / unset, rel=0.06, abs=0.01)
+
+
+def test_tiny_executor_run():
+    run = subprocess.run([sys.executable, str(BENCH), "--engine", "executor", "--models",
+                          "wide_deep", "--spins", "0,3000", "--rounds", "1", "--steps", "1"],
+                         capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, run.stderr[-2000:]
+    rows = [line for line in run.stdout.splitlines() if line.startswith("| wide_deep")]
+    assert [r.split(" | ")[1] for r in rows] == ["uniform", "optimized"]
+    for row in rows:
+        assert all(float(c) > 0 for c in row.strip("| ").split(" | ")[2:])
+    assert "| model | plan | 0 ms | 3000* ms |" in run.stdout
+
+
+def test_bad_spin_counts_are_a_one_line_error():
+    run = subprocess.run([sys.executable, str(BENCH), "--engine", "executor", "--spins", "a,1"],
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode != 0
+    assert run.stderr.strip().splitlines() == [
+        "--spins: whole numbers separated by commas, got 'a,1'"]
 
 
 def test_an_unknown_model_is_a_one_line_error():

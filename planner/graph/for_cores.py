@@ -1,16 +1,17 @@
 """A training graph made for the CPU cores its step runs on: the rewrites that depend on them.
 
 A graph depends on the model and its options only (planner.graph.prepare), never on a target;
-the two rewrites that pay only on a CPU with a given number of cores are planning decisions,
-made by planner.pipeline from the target and recorded in the plan's embedded graph:
+the rewrite that pays only on a CPU with a given number of cores is a planning decision, made
+by planner.pipeline from the target and recorded in the plan's embedded graph:
 
     whole weight gradients
         with no more cores than a graph has chunked weight-gradient sums (an RNN's recurrences
         keep that many cores busy), each sum of chunk GEMMs over concatenated rows becomes one
         GEMM over all of its rows: the chunks would only add work (planner/graph/weight_grads.py)
-    copied transposed operands
-        a transposed GEMM operand shared by short GEMMs (an RNN's recurrent weight) is copied
-        once, not packed by oneDNN on every call (planner/graph/transposed_operands.py)
+
+(A weight several GEMMs read, an RNN's recurrent one, was also copied transposed once per step
+here, so that oneDNN would not pack its transposed view at every call; the CPU runtime now packs
+such a weight once per step itself, from any view: templates/cpu/runtime/weight_packs.h.)
 
 `cores=None` (a GPU's step) and inference graphs are left as they are.
 
@@ -37,7 +38,6 @@ on one core, the chunks where a core is left to overlap them:
 from __future__ import annotations
 
 from planner.graph.ir import Graph, Node, Tensor
-from planner.graph.transposed_operands import _fresh, copy_transposed_operands
 from planner.graph.validate import check_graph
 
 
@@ -45,8 +45,9 @@ def for_cores(graph: Graph, cores: int | None) -> Graph:
     """`graph` as its step runs on `cores` physical CPU cores (see the module docstring)."""
     if cores is None or graph.kind != "training":
         return graph
-    out = whole_weight_gradients(graph) if cores <= _weight_gradient_sums(graph) else graph
-    out = copy_transposed_operands(out)
+    if cores > _weight_gradient_sums(graph):
+        return graph
+    out = whole_weight_gradients(graph)
     return graph if out is graph else check_graph(out)
 
 
@@ -79,7 +80,7 @@ def _one_gemm(graph: Graph, total: Node, chunks: list[Node]) -> tuple[list[Node]
     nodes, tensors, rows = [], [], []
     for side, k in (("a", 0), ("b", 1)):
         operands = tuple(i for g in chunks for i in graph.producer[g.inputs[k]].inputs)
-        name = _fresh(graph, f"{out.name}/rows_{side}")
+        name = graph.fresh_name(f"{out.name}/rows_{side}")
         shape = (sum(graph.tensor(i).shape[0] for i in operands),
                  graph.tensor(operands[0]).shape[1])
         tensors.append(Tensor(name=name, shape=shape, dtype=graph.tensor(operands[0]).dtype,

@@ -168,6 +168,16 @@ class Graph(Record):
     def by_role(self, *roles: str) -> tuple[Tensor, ...]:
         return tuple(t for t in self.tensors if t.role in roles)
 
+    def fresh_name(self, base: str) -> str:
+        """`base`, or `base`_k for the first k that no tensor or node of the graph uses (a
+        rewrite's new tensor or node)."""
+        taken = set(self.tensor_map) | set(self.node_map)
+        k, name = 0, base
+        while name in taken:
+            k += 1
+            name = f"{base}_{k}"
+        return name
+
     # ---- canonical JSON -------------------------------------------------------------------
     def to_json(self) -> str:
         """Canonical JSON: sorted keys, graph order kept, one node or tensor per line."""

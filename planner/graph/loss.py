@@ -90,18 +90,18 @@ def attach_loss(graph: Graph, kind: str = "cross-entropy", output: str | None = 
         raise LossError(f"output {output!r} is {y.dtype}; a loss needs a float output")
     b = _copy(graph)
     if kind == "mse":
-        target = b.input(_fresh(graph, "targets"), y.shape, y.dtype, role="label")
-        loss = b.op("MSE", [output, target], name="loss", outputs=[_fresh(graph, "loss")])
+        target = b.input(graph.fresh_name("targets"), y.shape, y.dtype, role="label")
+        loss = b.op("MSE", [output, target], name="loss", outputs=[graph.fresh_name("loss")])
         return check_graph(b.build(outputs=[loss, *graph.outputs]))
     shape, class_axis = class_axis_of(output, y.shape, axis)
     logits = _logits_of(graph, output, class_axis)
-    labels = b.label(_fresh(graph, "labels"), shape[:class_axis] + shape[class_axis + 1:])
+    labels = b.label(graph.fresh_name("labels"), shape[:class_axis] + shape[class_axis + 1:])
     if shape != y.shape:
         with b.scope("loss"):
             logits = b.op("Reshape", [logits], {"shape": list(shape)}, name="logits")
     attrs = {"axis": class_axis, "ignore_index": ignore_index, "label_smoothing": label_smoothing}
     loss = b.op("SoftmaxCrossEntropy", [logits, labels], attrs, name="loss",
-                outputs=[_fresh(graph, "loss")])
+                outputs=[graph.fresh_name("loss")])
     return check_graph(b.build(outputs=[loss, *graph.outputs]))
 
 
@@ -202,12 +202,3 @@ def _copy(graph: Graph) -> GraphBuilder:
     for n in graph.nodes:
         b.op_n(n.op, n.inputs, n.attrs, name=n.name, outputs=n.outputs)
     return b
-
-
-def _fresh(graph: Graph, base: str) -> str:
-    names = set(graph.tensor_map) | {n.name for n in graph.nodes}
-    name, k = base, 0
-    while name in names:
-        k += 1
-        name = f"{base}_{k}"
-    return name
