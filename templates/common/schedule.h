@@ -109,6 +109,10 @@ struct Schedule {
   // not one short of a multiple of micro_batches skips the optimizer_step_only ops.
   int micro_batches;
   int micro_step;
+  // 1: the CPU executor may hold MatMul weights packed once per step beside the arena
+  // (cpu/runtime/weight_packs.h); 0 for a plan under a memory budget, which holds its arena,
+  // its host store and nothing else.
+  int pack_weights;
 };
 
 }  // namespace planner

@@ -55,6 +55,7 @@ char* WeightPacks::Pack::current(int64_t pass, char* src, dnnl_stream_t stream) 
 }
 
 WeightPacks::WeightPacks(const Schedule& s) {
+  if (!s.pack_weights) return;  // a plan under a memory budget: nothing beside its arena
   std::vector<TensorRef> in, out;
   for (int k = 0; k < s.num_ops; ++k) {
     if (std::strcmp(s.ops[k].op, "MatMul") != 0) continue;

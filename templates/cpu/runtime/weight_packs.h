@@ -53,7 +53,8 @@ class WeightPacks {
     int64_t pass_ = -1;
   };
 
-  // Counts each tensor's MatMul readers (as B, transposed or not) in schedule `s`.
+  // Counts each tensor's MatMul readers (as B, transposed or not) in schedule `s`; none where
+  // the schedule holds no packs (Schedule::pack_weights: a plan under a memory budget).
   explicit WeightPacks(const Schedule& s);
   // Whether two or more MatMuls read tensor `id` as B, `transposed` as this one does.
   bool shared(int id, bool transposed) const {
