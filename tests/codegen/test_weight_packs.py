@@ -46,8 +46,9 @@ def test_packed_weights_follow_every_update(tmp_path, steps, packed):
         np.testing.assert_allclose(ex.params()["w"], state["w"], rtol=0, atol=1e-5)
     stats = ex.stats()
     # A packed (N, N) float32 weight in oneDNN's blocked layout: at least N * N * 4 bytes (its
-    # blocks pad); both ways it is read (plain forward, transposed backward) when shared.
-    assert (stats["packed_weight_bytes"] >= 2 * N * N * 4) == packed
+    # blocks pad). Which of the two ways it is read (plain forward, transposed backward) gets
+    # a pack is oneDNN's choice per ISA (AVX-512: both; AVX2: one), at least one of them.
+    assert (stats["packed_weight_bytes"] >= N * N * 4) == packed
     assert (stats["packed_weight_bytes"] == 0) == (not packed)
     assert stats["held_bytes"] == (stats["arena_bytes"] + stats["host_store_bytes"]
                                    + stats["unplanned_scratch_bytes"]
