@@ -89,7 +89,8 @@ class PackedWeightsMatMul : public DnnlKernel {
 };
 
 // Op n's MatMul from a packed B (weight_packs.h), or null where B is not shared with another
-// MatMul, the product is batched, or oneDNN prefers B as it is.
+// MatMul, the product is batched, oneDNN prefers B as it is, or oneDNN has no matmul for
+// these types (the caller's float32 fallback).
 KernelPtr packed_weights_matmul(const Node& n, const memory::desc& a_md,
                                 const memory::desc& b_md, const memory::desc& y_md,
                                 const memory::desc* bias_md) {
@@ -98,9 +99,15 @@ KernelPtr packed_weights_matmul(const Node& n, const memory::desc& a_md,
       !n.packs->shared(b.id, n.attrs.b("transpose_b")))
     return nullptr;
   const memory::desc any(b_md.get_dims(), b_md.get_data_type(), tag::any);
-  auto pd = bias_md ? dnnl::matmul::primitive_desc(n.engine, a_md, any, *bias_md, y_md,
-                                                   user_scratchpad())
-                    : dnnl::matmul::primitive_desc(n.engine, a_md, any, y_md, user_scratchpad());
+  dnnl::matmul::primitive_desc pd;
+  try {
+    pd = bias_md ? dnnl::matmul::primitive_desc(n.engine, a_md, any, *bias_md, y_md,
+                                                user_scratchpad())
+                 : dnnl::matmul::primitive_desc(n.engine, a_md, any, y_md, user_scratchpad());
+  } catch (const dnnl::error& e) {
+    if (e.status == dnnl_unimplemented) return nullptr;
+    throw;
+  }
   if (pd.weights_desc() == b_md) return nullptr;
   auto k = std::make_unique<PackedWeightsMatMul>(
       n.packs->pack(b.id, b_md, pd.weights_desc(), n.engine), b.id);
@@ -137,14 +144,8 @@ KernelPtr matmul(const Node& n) {
     bias_dims[rank - 1] = y_shape.back();
     bias_md = plain_md(bias_dims, n.in[2].dtype);
   }
-  try {
-    if (KernelPtr packed = packed_weights_matmul(n, a_md, b_md, y_md,
-                                                 biased ? &bias_md : nullptr))
-      return packed;
-  } catch (const dnnl::error& e) {  // no oneDNN matmul for these types: as below
-    bool low = y.dtype == BF16 || y.dtype == F16;
-    if (e.status != dnnl_unimplemented || !low) throw;
-  }
+  if (KernelPtr packed = packed_weights_matmul(n, a_md, b_md, y_md, biased ? &bias_md : nullptr))
+    return packed;
   auto k = std::make_unique<DnnlKernel>();
   try {
     auto pd = biased ? dnnl::matmul::primitive_desc(n.engine, a_md, b_md, bias_md, y_md,
