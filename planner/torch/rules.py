@@ -24,7 +24,6 @@ import math
 from planner.importers.gather import gather_rows
 from planner.importers.onnx.errors import Unsupported
 from planner.importers.onnx.values import Const
-from planner.importers.reduce_max import pool_max
 from planner.torch.context import UNAVAILABLE, NodeCtx, Value, rule
 from planner.torch.strided import VIEW_LIMIT, logical_index, view_ops
 
@@ -493,38 +492,7 @@ def upsample(n: NodeCtx) -> Value:
         "nearest_mode": "floor"})
 
 
-# ---- reductions ------------------------------------------------------------------------------
-
-@rule("aten.mean.dim", "aten.sum.dim_IntList", "aten.mean.default", "aten.sum.default")
-def reduce(n: NodeCtx) -> Value:
-    x = n.tensor(0)
-    rank = len(n.shape(x))
-    dims = n.arg(1, "dim") if n.op.endswith((".dim", ".dim_IntList")) else None
-    axes = sorted({_axis(n, d, rank) for d in dims}) if dims else list(range(rank))
-    keep = bool(n.arg(2, "keepdim", False)) if dims is not None else False
-    op = "ReduceMean" if ".mean." in n.op else "ReduceSum"
-    return n.emit1(op, [x], {"axes": axes, "keepdims": keep})
-
-
-@rule("aten.var.correction")
-def var(n: NodeCtx) -> Value:
-    """mean((x - mean(x))^2) with n - correction in the divisor (Bessel's by default)."""
-    x = n.tensor(0)
-    shape = n.shape(x)
-    dims = n.arg(1, "dim")
-    dims = [dims] if isinstance(dims, int) else list(dims or [])
-    axes = sorted({_axis(n, d, len(shape)) for d in dims}) if dims else list(range(len(shape)))
-    correction = n.kwargs.get("correction", n.arg(2, "correction"))
-    correction = 1.0 if correction is None else float(correction)
-    count = math.prod(shape[k] for k in axes)
-    if count - correction <= 0:
-        raise n.fail(f"variance of {count} elements with correction {correction}")
-    keep = bool(n.kwargs.get("keepdim", n.arg(3, "keepdim", False)))
-    mean = n.emit1("ReduceMean", [x], {"axes": axes, "keepdims": True})
-    d = n.emit1("Sub", [x, mean])
-    total = n.emit1("ReduceSum", [n.emit1("Mul", [d, d])], {"axes": axes, "keepdims": keep})
-    return n.emit1("Scale", [total], {"factor": 1.0 / (count - correction)})
-
+# ---- scans (the reductions are rules_reduce.py's) ---------------------------------------------
 
 @rule("aten.cumsum.default")
 def cumsum(n: NodeCtx) -> Value:
@@ -553,43 +521,6 @@ def topk(n: NodeCtx) -> Value:
     attrs = {"k": int(n.arg(1, "k")), "axis": _axis(n, n.arg(2, "dim", -1), len(shape)),
              "largest": bool(n.arg(3, "largest", True))}
     return tuple(n.emit("TopK", [x], attrs, n_out=2))
-
-
-@rule("aten.linalg_vector_norm.default")
-def vector_norm(n: NodeCtx) -> Value:
-    """The 2-norm (F.normalize, torch.norm): sqrt(sum(x * x)); other orders are refused."""
-    x = n.tensor(0)
-    if float(n.arg(1, "ord", 2)) != 2.0 or n.kwargs.get("dtype") is not None:
-        raise Unsupported(f"{n.op} (ord {n.arg(1, 'ord', 2)})")
-    shape = n.shape(x)
-    dims = n.arg(2, "dim")
-    dims = [dims] if isinstance(dims, int) else list(dims or [])
-    axes = sorted({_axis(n, d, len(shape)) for d in dims}) if dims else list(range(len(shape)))
-    keep = bool(n.arg(3, "keepdim", False))
-    total = n.emit1("ReduceSum", [n.emit1("Mul", [x, x])], {"axes": axes, "keepdims": keep})
-    return n.emit1("Sqrt", [total])
-
-
-@rule("aten.amax.default", "aten.amin.default", "aten.max.dim", "aten.min.dim")
-def amax(n: NodeCtx) -> Value:
-    """One MaxPool window over the reduced axes (planner/importers/reduce_max.py); max.dim's
-    indices are not computed."""
-    x = n.tensor(0)
-    shape = n.shape(x)
-    if not n.dtype(x).startswith(("float", "bfloat")):
-        raise Unsupported(f"{n.op} (of {n.dtype(x)} tensors)")
-    dims = n.arg(1, "dim", [])
-    dims = [dims] if isinstance(dims, int) else list(dims)
-    axes = sorted({_axis(n, d, len(shape)) for d in dims}) if dims else list(range(len(shape)))
-    keep = bool(n.arg(2, "keepdim", False))
-    out = tuple(1 if k in axes else d for k, d in enumerate(shape)) if keep else \
-        tuple(d for k, d in enumerate(shape) if k not in axes)
-    if 0 in shape:
-        raise n.fail(f"a max over an empty tensor of shape {list(shape)}")
-    y = x if all(shape[k] == 1 for k in axes) else \
-        pool_max(n.emit1, x, shape, axes, minimum=n.op.startswith(("aten.amin", "aten.min")))
-    y = _reshape_to(n, y, out)
-    return (y, UNAVAILABLE) if n.op.endswith(".dim") else y
 
 
 # ---- dense layers ----------------------------------------------------------------------------

@@ -153,6 +153,28 @@ CASES: dict[str, list[tuple]] = {
     "ReduceMean": [([((2, 3, 4), N)], {"axes": [0, 2], "keepdims": True}),
                    ([((3, 7, 9), N)], {"axes": [1]})],
     "GlobalAvgPool": [([(X4, N)], {})],
+    # the reduction family (reductions.cpp): strided groups, every axis, a 0-d result
+    "ReduceMax": [([((2, 3, 4), N)], {"axes": [0, 2]}), ([((3, 5), N)], {})],
+    "ReduceMin": [([((2, 3, 4), N)], {"axes": [-1], "keepdims": True})],
+    "ReduceProd": [([((3, 6), N)], {"axes": [1]}), ([((4, 3), N)], {"axes": [0]})],
+    "ReduceNanSum": [([((3, 5), N)], {"axes": [1]})],
+    "ReduceNanMean": [([((2, 3, 4), N)], {"axes": [1, 2]})],
+    "ReduceLogSumExp": [([((3, 7), W)], {"axes": [1]}), ([((2, 3, 4), N)], {"axes": [0, 2]})],
+    "ReduceNorm": [([((3, 5), N)], {"axes": [1]}), ([((2, 3, 4), N)], {"axes": [0, 2], "p": 0.5}),
+                   ([((3, 5), N)], {"p": 3.0}), ([((3, 5), N)], {"axes": [0], "p": 0.0}),
+                   ([((3, 5), N)], {"axes": [1], "p": 1.0, "keepdims": True})],
+    "ReduceAny": [([((3, 4), B)], {"axes": [1]}), ([((3, 4), ids(2))], {}),
+                  ([((3, 4), N)], {"axes": [0]})],
+    "ReduceAll": [([((3, 4), B)], {"axes": [0]}), ([((3, 4), ids(2))], {"axes": [1]}),
+                  ([((3, 4), N)], {})],
+    # y is the forward op's of x (_derived)
+    "ReduceGrad": [([((3,), N), ((3, 6), N), ((3,), N)], {"of": "ReduceProd", "axes": [1]}),
+                   ([((3, 1), N), ((3, 6), N), ((3, 1), P)],
+                    {"of": "ReduceNorm", "axes": [1], "keepdims": True, "p": 3.0}),
+                   ([((4,), N), ((2, 4, 3), N), ((4,), N)], {"of": "ReduceLogSumExp",
+                                                             "axes": [0, 2]}),
+                   ([((2,), N), ((2, 5), N), ((2,), N)], {"of": "ReduceNanMean", "axes": [1]}),
+                   ([((5,), N), ((2, 5), N), ((5,), N)], {"of": "ReduceMin", "axes": [0]})],
     # small maps run channels-last, rows of 16 or more outputs run row by row (max_pool.cpp)
     "MaxPool": [([(X4, N)], POOL), ([((1, 2, 5, 5), N)], {"kernel": [2, 2], "strides": [2, 2],
                                                           "ceil_mode": True}),
@@ -336,7 +358,12 @@ UNPOISONED = {
 def _derived(op, attrs, xs):
     """Inputs that must be consistent with the others: LRNGrad's y is LRN(x), which its kernel
     recomputes from x; TopKGrad's indices are distinct positions in [0, size) per line, as TopK
-    gives."""
+    gives; ReduceGrad's y is its forward op's y of x (ties of a max, zeros of a product)."""
+    if op == "ReduceGrad":
+        opdef = get_op(attrs["of"])
+        forward = {k: v for k, v in attrs.items() if k in opdef.attrs}
+        with np.errstate(all="ignore"):
+            xs[2] = opdef.reference([xs[1]], opdef.normalize_attrs(forward))[0]
     if op == "TopKGrad":
         axis = attrs["axis"] % xs[1].ndim
         lines = np.moveaxis(xs[1], axis, -1).shape

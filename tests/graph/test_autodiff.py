@@ -261,6 +261,18 @@ OP_CASES: dict[str, list[tuple]] = {
     "ReduceSum": [([F(2, 3, 4)], {"axes": [1]}, None, None),
                   ([F(2, 3)], {}, None, None)],
     "ReduceMean": [([F(2, 3, 4)], {"axes": [0, 2], "keepdims": True}, None, None)],
+    # the reduction family (random inputs: no ties, zeros or NaN, where the derivative is
+    # torch's subgradient rather than the limit of differences)
+    "ReduceMax": [([F(2, 3, 4)], {"axes": [0, 2]}, None, None)],
+    "ReduceMin": [([F(3, 4)], {"keepdims": True}, None, None)],
+    "ReduceProd": [([F(3, 4)], {"axes": [1]}, None, None)],
+    "ReduceNanSum": [([F(3, 4)], {"axes": [0]}, None, None)],
+    "ReduceNanMean": [([F(2, 3, 4)], {"axes": [1, 2], "keepdims": True}, None, None)],
+    "ReduceLogSumExp": [([F(3, 4)], {"axes": [1]}, None, None)],
+    "ReduceNorm": [([F(3, 4)], {"axes": [1]}, None, None),
+                   ([F(2, 3, 4)], {"axes": [0, 2], "p": 3.0}, None, None),
+                   ([F(3, 4)], {"p": 1.5}, None, None),
+                   ([F(3, 4)], {"axes": [0], "p": 0.5}, None, None)],
     "Embedding": [([F(5, 3), I(5, 2, 3)], {}, None, None)],
     "Dropout": [([F(4, 5)], {"rate": 0.3, "seed": 7}, None, None)],
     "SoftmaxCrossEntropy": [([F(4, 3), I(3, 4)], {}, None, None)],
