@@ -9,7 +9,7 @@ training=True, whose running statistics make_training_graph turns into in-place 
 (PyTorch's momentum and unbiased running variance); Dropout in training mode the planner's
 Dropout (its own counter-based mask, same rate and scaling); scaled_dot_product_attention
 MatMul, Scale, CausalMask / Add of the mask, Softmax, Dropout, MatMul; torch.roll two Slices
-and a Concat per rolled axis; torch.cumsum and torch.topk the planner's CumSum and TopK.
+and a Concat per rolled axis; torch.cumsum, torch.cumprod and torch.topk the planner's CumSum, CumProd and TopK.
 Arithmetic follows PyTorch's type promotion: an int or bool tensor meeting a float tensor or
 number is cast to the node's float dtype first (a Cast op, or a constant made in that dtype).
 The losses PyTorch traces with the model become the planner's: F.cross_entropy (classes on
@@ -494,7 +494,7 @@ def upsample(n: NodeCtx) -> Value:
 
 # ---- scans (the reductions are rules_reduce.py's) ---------------------------------------------
 
-@rule("aten.cumsum.default")
+@rule("aten.cumsum.default", "aten.cumprod.default")
 def cumsum(n: NodeCtx) -> Value:
     x = n.tensor(0)
     dtype = n.kwargs.get("dtype")
@@ -505,7 +505,8 @@ def cumsum(n: NodeCtx) -> Value:
     shape = n.shape(x)
     if not shape:
         return x
-    return n.emit1("CumSum", [x], {"axis": _axis(n, n.arg(1, "dim"), len(shape))})
+    return n.emit1("CumProd" if n.op == "aten.cumprod.default" else "CumSum", [x],
+                   {"axis": _axis(n, n.arg(1, "dim"), len(shape))})
 
 
 @rule("aten.topk.default")

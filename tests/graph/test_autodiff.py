@@ -212,6 +212,9 @@ OP_CASES: dict[str, list[tuple]] = {
                  ([F(2, 12), F(2, 3), F(2, 12)], {"order": "iofg"}, [0], None)],
     "DepthToSpace": [([F(1, 8, 2, 3)], {"blocksize": 2, "mode": "CRD"}, None, None)],
     "SpaceToDepth": [([F(1, 2, 4, 6)], {"blocksize": 2}, None, None)],
+    "CumProd": [([F(3, 4)], {"axis": 1}, None, None),
+                ([F(2, 3, 2)], {"axis": -2, "exclusive": True, "reverse": True}, None, None),
+                ([F(4, 3)], {"axis": 0, "reverse": True}, None, None)],
     "CumSum": [([F(3, 4)], {"axis": 1}, None, None),
                ([F(2, 3, 2)], {"axis": -2, "exclusive": True, "reverse": True}, None, None)],
     # the values (output 0); the int64 indices have no gradient

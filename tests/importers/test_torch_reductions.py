@@ -1,6 +1,6 @@
-"""The reductions (planner/ops/reductions.py, planner/torch/rules_reduce.py) through the torch
-front end, forward and gradient against PyTorch in float64 on the numpy reference; then every
-case at once on the CPU executor (one graph, one build)."""
+"""The reductions (planner/ops/reductions.py, planner/torch/rules_reduce.py) and cumprod through
+the torch front end, forward and gradient against PyTorch in float64 on the numpy reference;
+then every case at once on the CPU executor (one graph, one build)."""
 
 from __future__ import annotations
 
@@ -82,6 +82,10 @@ CASES = {
     "norm_minus_1": (lambda x: LA.vector_norm(x, -1, dim=1), [randn(3, 4)]),
     "norm_0d": (lambda x: LA.vector_norm(x), [randn()]),
     "torch_norm_p1": (lambda x: torch.norm(x, p=1, dim=1), [randn(3, 4)]),
+    "cumprod": (lambda x: torch.cumprod(x, 1), [randn(3, 5)]),
+    "cumprod_zeros": (lambda x: torch.cumprod(x, 1), [WITH_ZEROS]),
+    "cumprod_zeros_dim0": (lambda x: torch.cumprod(x, -2), [WITH_ZEROS]),
+    "cumprod_0d": (lambda x: torch.cumprod(x, 0), [randn()]),
     "normalize": (lambda x: torch.nn.functional.normalize(x, dim=1), [ZERO_ROW]),
 }
 
