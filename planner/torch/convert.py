@@ -7,7 +7,8 @@
    PReLU and Softplus, whose decompositions compare, which no planner op does, reflect and
    replicate padding, which decompose to gathers (the planner's Pad has those modes), and
    torch.roll, which decomposes to gathers too (it becomes two Slices and a Concat), and the
-   reductions rules_reduce.py keeps whole (all, logsumexp, nansum, nanmean),
+   reductions rules_reduce.py keeps whole (all, logsumexp, nansum, nanmean) and max_unpool
+   (rules_pool.py: its decomposition writes through index_put),
    so a linear layer is one GEMM with its weight transposed in place and the loss is the
    planner's loss op, whose gradient make_training_graph knows.
 2. The graph signature names every placeholder: a PARAMETER becomes a param tensor under its
@@ -39,6 +40,7 @@ from typing import Any
 import numpy as np
 
 import planner.torch.rules  # noqa: F401  (registering the rules)
+import planner.torch.rules_pool  # noqa: F401  (pools; its PRESERVED below)
 import planner.torch.rules_reduce  # noqa: F401  (the reductions; its PRESERVED below)
 from planner.graph.ir import Graph
 from planner.graph.validate import check_graph
@@ -52,7 +54,7 @@ PRESERVED = ("linear.default", "cross_entropy_loss.default", "mse_loss.default",
              "dropout.default", "scaled_dot_product_attention.default", "prelu.default",
              "softplus.default", "reflection_pad1d.default", "reflection_pad2d.default",
              "replication_pad1d.default", "replication_pad2d.default", "roll.default",
-             *planner.torch.rules_reduce.PRESERVED)
+             *planner.torch.rules_reduce.PRESERVED, *planner.torch.rules_pool.PRESERVED)
 
 
 @dataclass(frozen=True)

@@ -610,44 +610,6 @@ def convolution(n: NodeCtx) -> Value:
     return y if b is None else n.emit1("BiasAdd", [y, b], {"axis": 1})
 
 
-@rule("aten.max_pool2d_with_indices.default", "aten.max_pool2d.default")
-def max_pool(n: NodeCtx) -> Value:
-    x = n.tensor(0)
-    if len(n.shape(x)) != 4:
-        raise Unsupported(f"{n.op} (rank {len(n.shape(x))})")
-    kernel = _pair(n, 1, "kernel_size", [1], 2)
-    strides = _pair(n, 2, "stride", kernel, 2)
-    pads = _pair(n, 3, "padding", [0], 2)
-    attrs = {"kernel": kernel, "strides": strides, "pads": pads + pads,
-             "dilations": _pair(n, 4, "dilation", [1], 2),
-             "ceil_mode": bool(n.arg(5, "ceil_mode", False))}
-    y = n.emit1("MaxPool", [x], attrs)
-    return (y, UNAVAILABLE) if n.op.endswith("with_indices.default") else y
-
-
-@rule("aten.avg_pool2d.default")
-def avg_pool(n: NodeCtx) -> Value:
-    x = n.tensor(0)
-    if len(n.shape(x)) != 4:
-        raise Unsupported(f"{n.op} (rank {len(n.shape(x))})")
-    if n.arg(6, "divisor_override") is not None:
-        raise Unsupported(f"{n.op} (divisor_override)")
-    kernel = _pair(n, 1, "kernel_size", [1], 2)
-    attrs = {"kernel": kernel, "strides": _pair(n, 2, "stride", kernel, 2),
-             "pads": _pair(n, 3, "padding", [0], 2) * 2,
-             "ceil_mode": bool(n.arg(4, "ceil_mode", False)),
-             "count_include_pad": bool(n.arg(5, "count_include_pad", True))}
-    return n.emit1("AvgPool", [x], attrs)
-
-
-@rule("aten.adaptive_avg_pool2d.default", "aten._adaptive_avg_pool2d.default")
-def adaptive_avg_pool(n: NodeCtx) -> Value:
-    x = n.tensor(0)
-    if len(n.shape(x)) != 4 or tuple(n.out_shape[2:]) != (1, 1):
-        raise Unsupported(f"{n.op} (output size other than 1x1)")
-    return n.emit1("GlobalAvgPool", [x])
-
-
 # ---- normalization and dropout ---------------------------------------------------------------
 
 def _affine(n: NodeCtx, v: object, shape: tuple[int, ...], fill: float, like: str) -> str | Const:

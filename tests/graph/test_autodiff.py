@@ -264,6 +264,15 @@ OP_CASES: dict[str, list[tuple]] = {
     "ReduceSum": [([F(2, 3, 4)], {"axes": [1]}, None, None),
                   ([F(2, 3)], {}, None, None)],
     "ReduceMean": [([F(2, 3, 4)], {"axes": [0, 2], "keepdims": True}, None, None)],
+    # pools of 1 to 3 spatial axes (the max's values only: its indices have no gradient)
+    "MaxPoolND": [([F(1, 2, 7)], {"output_size": [3]}, [0], None),
+                  ([F(1, 1, 5, 4, 3)], {"kernel": [2, 2, 2], "strides": [1]}, [0], None)],
+    "AvgPoolND": [([F(1, 2, 7, 5)], {"output_size": [3, 4]}, None, None),
+                  ([F(1, 1, 5, 4, 3)], {"kernel": [3, 3, 3], "strides": [2], "pads": [1],
+                                        "count_include_pad": False}, None, None)],
+    "PoolScatter": [([F(1, 2, 3), I(6, 1, 2, 3)], {"spatial": [6], "accumulate": True}, None,
+                     [0])],
+    "PoolGather": [([F(1, 2, 6), I(6, 1, 2, 3)], {}, None, [0])],
     # the reduction family (random inputs: no ties, zeros or NaN, where the derivative is
     # torch's subgradient rather than the limit of differences)
     "ReduceMax": [([F(2, 3, 4)], {"axes": [0, 2]}, None, None)],
