@@ -11,10 +11,12 @@ Softplus, Elu, Selu, Clip, ...), binary_math (Pow, Max, Min, PRelu), log_softmax
 (Resize: nn.Upsample, F.interpolate). For transformers: layer_norm, gelu (Gelu, Erf), mask
 (Where, CausalMask), scaled_softmax (Scale, CausalMask and Softmax fused: ScaledSoftmax).
 group_norm: GroupNorm, InstanceNormalization. depth_to_space:
-DepthToSpace, SpaceToDepth (nn.PixelShuffle, nn.PixelUnshuffle). cumsum: CumSum. topk: TopK,
-TopKGrad. pool_nd: MaxPoolND, AvgPoolND (1 to 3 spatial axes, adaptive or
-windowed, with indices), PoolScatter, PoolGather (max_unpool). reductions: ReduceMax, ReduceMin, ReduceProd, ReduceNanSum, ReduceNanMean,
-ReduceLogSumExp, ReduceNorm, ReduceAny, ReduceAll and their ReduceGrad. lstm: LSTMCell (the element-wise part of an LSTM step, fused) and its gradient.
+DepthToSpace, SpaceToDepth (nn.PixelShuffle, nn.PixelUnshuffle). cumsum: CumSum, CumProd,
+CumProdGrad. topk: TopK, TopKGrad. pool_nd: MaxPoolND, AvgPoolND (1 to 3 spatial axes, adaptive
+or windowed, with indices), PoolScatter, PoolGather (max_unpool). reductions: ReduceMax,
+ReduceMin, ReduceProd, ReduceNanSum, ReduceNanMean, ReduceLogSumExp, ReduceNorm, ReduceAny,
+ReduceAll and their ReduceGrad. lstm: LSTMCell (the element-wise part of an LSTM step, fused)
+and its gradient.
 """
 
 from planner.ops import (  # noqa: F401, E402

@@ -4,12 +4,13 @@ planner ops, one rule per op family.
 Views and copies (view, reshape, flatten, squeeze, unsqueeze, clone, alias, ...) become a
 Reshape to the node's own static shape, or nothing when the shape is unchanged. Linear layers
 become MatMul with transpose_b (no Transpose of the weight) and a BiasAdd; convolutions Conv2D
-(1-D ones over (N, C, 1, L)); BatchNorm in training mode the planner's BatchNorm with
-training=True, whose running statistics make_training_graph turns into in-place updates
-(PyTorch's momentum and unbiased running variance); Dropout in training mode the planner's
-Dropout (its own counter-based mask, same rate and scaling); scaled_dot_product_attention
+(1-D ones over (N, C, 1, L), 3-D ones one per depth tap: rules_conv.py); BatchNorm in training
+mode the planner's BatchNorm with training=True, whose running statistics make_training_graph
+turns into in-place updates (PyTorch's momentum and unbiased running variance); Dropout in
+training mode the planner's Dropout (its own counter-based mask, same rate and scaling); scaled_dot_product_attention
 MatMul, Scale, CausalMask / Add of the mask, Softmax, Dropout, MatMul; torch.roll two Slices
-and a Concat per rolled axis; torch.cumsum, torch.cumprod and torch.topk the planner's CumSum, CumProd and TopK.
+and a Concat per rolled axis; torch.cumsum, torch.cumprod and torch.topk the planner's CumSum,
+CumProd and TopK.
 Arithmetic follows PyTorch's type promotion: an int or bool tensor meeting a float tensor or
 number is cast to the node's float dtype first (a Cast op, or a constant made in that dtype).
 The losses PyTorch traces with the model become the planner's: F.cross_entropy (classes on
@@ -25,6 +26,7 @@ from planner.importers.gather import gather_rows
 from planner.importers.onnx.errors import Unsupported
 from planner.importers.onnx.values import Const
 from planner.torch.context import UNAVAILABLE, NodeCtx, Value, rule
+from planner.torch.rules_conv import conv3d
 from planner.torch.strided import VIEW_LIMIT, logical_index, view_ops
 
 
@@ -583,13 +585,15 @@ def _pair(n: NodeCtx, k: int, name: str, default: list[int], dims: int) -> list[
 def convolution(n: NodeCtx) -> Value:
     x, w, b = n.tensor(0), n.tensor(1), n.arg(2, "bias")
     rank = len(n.shape(x))
-    if rank not in (3, 4):
+    if rank not in (3, 4, 5):
         raise Unsupported(f"{n.op} ({rank - 2}-D)")
     dims = rank - 2
     strides = _pair(n, 3, "stride", [1], dims)
     pads = _pair(n, 4, "padding", [0], dims)
     dilations = _pair(n, 5, "dilation", [1], dims)
     transposed, groups = bool(n.arg(6, "transposed", False)), int(n.arg(8, "groups", 1))
+    if dims == 3:
+        return conv3d(n, x, w, b, strides, pads, dilations, groups, transposed)
     out_pad = _pair(n, 7, "output_padding", [0], dims)
     if dims == 1:
         xs, ws = n.shape(x), n.shape(w)

@@ -19,12 +19,12 @@ struct PoolAxis {
   bool adaptive = true, include_pad = true;
 };
 
-struct PoolWindow {
+struct AxisTaps {
   int64_t first, count, step, divisor;
 };
 
 // Output o's window along axis a (planner/ops/pool_nd.py's axis_windows).
-PLANNER_HOST_DEVICE inline PoolWindow pool_window(const PoolAxis& a, int64_t o) {
+PLANNER_HOST_DEVICE inline AxisTaps axis_taps(const PoolAxis& a, int64_t o) {
   if (a.adaptive) {
     const int64_t first = o * a.in / a.out, end = ((o + 1) * a.in + a.out - 1) / a.out;
     return {first, end - first, 1, end - first};
@@ -86,8 +86,8 @@ template <class F>
 PLANNER_HOST_DEVICE int64_t pool_taps(const PoolGeometry& g, int64_t o, F f) {
   const int64_t ow = o % g.axis[2].out, oh = o / g.axis[2].out % g.axis[1].out,
                 od = o / (g.axis[2].out * g.axis[1].out);
-  const PoolWindow wd = pool_window(g.axis[0], od), wh = pool_window(g.axis[1], oh),
-                   ww = pool_window(g.axis[2], ow);
+  const AxisTaps wd = axis_taps(g.axis[0], od), wh = axis_taps(g.axis[1], oh),
+                   ww = axis_taps(g.axis[2], ow);
   for (int64_t i = 0; i < wd.count; ++i)
     for (int64_t j = 0; j < wh.count; ++j) {
       const int64_t row = ((wd.first + i * wd.step) * g.axis[1].in + wh.first + j * wh.step) *

@@ -80,10 +80,10 @@ def reference_outputs(case: Case) -> dict[str, np.ndarray]:
 
 
 def assert_close(got: np.ndarray, want: np.ndarray, what: str, rtol: float = 1e-4) -> None:
-    """Equal for bools and integers (indices); for floats within `rtol` of the largest |want| (float32 sums and
-    products of the few dozen elements these cases reduce are a few dozen ulps, 2^-24 each,
-    of that scale; 1e-4 leaves room for a transcendental function's own error), NaN and
-    infinities where torch has them."""
+    """Equal for bools and integers (indices); for floats within `rtol` of the largest |want|
+    (float32 sums and products of the few dozen elements these cases reduce are a few dozen
+    ulps, 2^-24 each, of that scale; 1e-4 leaves room for a transcendental function's own
+    error), NaN and infinities where torch has them."""
     got, want = np.asarray(got), np.asarray(want)
     assert got.shape == want.shape, f"{what}: shape {got.shape}, torch's {want.shape}"
     if want.dtype.kind in "biu":
