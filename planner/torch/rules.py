@@ -4,18 +4,19 @@ planner ops, one rule per op family.
 Views and copies (view, reshape, flatten, squeeze, unsqueeze, clone, alias, ...) become a
 Reshape to the node's own static shape, or nothing when the shape is unchanged. Linear layers
 become MatMul with transpose_b (no Transpose of the weight) and a BiasAdd; convolutions Conv2D
-(1-D ones over (N, C, 1, L), 3-D ones one per depth tap: rules_conv.py); BatchNorm in training
-mode the planner's BatchNorm with training=True, whose running statistics make_training_graph
-turns into in-place updates (PyTorch's momentum and unbiased running variance); Dropout in
-training mode the planner's Dropout (its own counter-based mask, same rate and scaling); scaled_dot_product_attention
+(1-D ones over (N, C, 1, L)); BatchNorm in training mode the planner's BatchNorm with
+training=True, whose running statistics make_training_graph turns into in-place updates
+(PyTorch's momentum and unbiased running variance); Dropout in training mode the planner's
+Dropout (its own counter-based mask, same rate and scaling); scaled_dot_product_attention
 MatMul, Scale, CausalMask / Add of the mask, Softmax, Dropout, MatMul; torch.roll two Slices
-and a Concat per rolled axis; torch.cumsum, torch.cumprod and torch.topk the planner's CumSum,
-CumProd and TopK.
+and a Concat per rolled axis; torch.cumsum and torch.topk the planner's CumSum and TopK.
 Arithmetic follows PyTorch's type promotion: an int or bool tensor meeting a float tensor or
 number is cast to the node's float dtype first (a Cast op, or a constant made in that dtype).
 The losses PyTorch traces with the model become the planner's: F.cross_entropy (classes on
 axis 1, as PyTorch's) a SoftmaxCrossEntropy over rows (axis 1 moved last when the logits have
-rank > 2), F.mse_loss MSE.
+rank > 2), F.mse_loss MSE. torch.cumprod is CumProd (the cumsum rule); 3-D convolutions are
+one Conv2D per depth tap (rules_conv.py); reductions and pools have rules_reduce.py and
+rules_pool.py.
 """
 
 from __future__ import annotations
