@@ -593,9 +593,10 @@ def convolution(n: NodeCtx) -> Value:
     pads = _pair(n, 4, "padding", [0], dims)
     dilations = _pair(n, 5, "dilation", [1], dims)
     transposed, groups = bool(n.arg(6, "transposed", False)), int(n.arg(8, "groups", 1))
-    if dims == 3:
-        return conv3d(n, x, w, b, strides, pads, dilations, groups, transposed)
     out_pad = _pair(n, 7, "output_padding", [0], dims)
+    if dims == 3:
+        return conv3d(n, x, w, b, strides, pads, dilations, groups,
+                      out_pad if transposed else None)
     if dims == 1:
         xs, ws = n.shape(x), n.shape(w)
         x = _reshape_to(n, x, (xs[0], xs[1], 1, xs[2]))

@@ -115,4 +115,24 @@ PLANNER_HOST_DEVICE PoolMax pool_max(const PoolGeometry& g, const T* plane, int6
   return m;
 }
 
+// PoolScatter [v, idx] -> y and PoolGather [x, idx] -> y: the (N * C) planes, the elements of a
+// plane of the larger side, and the indices per plane.
+struct PlaneIndexing {
+  bool scatter, accumulate;
+  int64_t planes = 0, plane = 0, per_plane = 0;
+};
+
+template <class N>
+PlaneIndexing plane_indexing(const N& n) {
+  const std::string op = n.spec->op;
+  if (n.in[0].dtype != F32 || n.in[1].dtype != I64 || n.out[0].dtype != F32)
+    throw std::runtime_error(op + ": float32 values and int64 indices");
+  PlaneIndexing p{op == "PoolScatter", op == "PoolScatter" && n.attrs.b("accumulate")};
+  const Shape& big = p.scatter ? n.out[0].shape : n.in[0].shape;
+  p.planes = big[0] * big[1];
+  p.plane = p.planes ? numel(big) / p.planes : 0;
+  p.per_plane = p.planes ? n.in[1].size() / p.planes : 0;
+  return p;
+}
+
 }  // namespace planner

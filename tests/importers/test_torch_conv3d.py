@@ -1,10 +1,9 @@
-"""3-D convolutions through the torch front end (planner/torch/rules_conv.py: one Conv2D per
-depth tap): forward, data and filter gradients against PyTorch in float64 on the numpy
-reference, then on the CPU executor."""
+"""3-D convolutions, plain and transposed, through the torch front end (planner/torch/
+rules_conv.py: one 2-D convolution per depth tap): forward, data and filter gradients against
+PyTorch in float64 on the numpy reference, then on the CPU executor."""
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -12,6 +11,7 @@ from torch.nn import functional as F  # noqa: E402
 
 from tests.importers.torch_op_check import (  # noqa: E402
     assert_close,
+    assert_cpu_executor_matches,
     imported_case,
     reference_outputs,
 )
@@ -33,6 +33,13 @@ CASES = {
                [randn(1, 4, 3, 4, 4), randn(6, 2, 3, 3, 3)]),
     "one_tap": (lambda x, w: F.conv3d(x, w, stride=2),
                 [randn(2, 2, 5, 4, 4), randn(3, 2, 1, 2, 2)]),
+    "transposed": (lambda x, w, b: F.conv_transpose3d(x, w, b), [randn(2, 3, 3, 4, 4),
+                                                                  randn(3, 2, 2, 3, 3), randn(2)]),
+    "transposed_stride_pad": (lambda x, w: F.conv_transpose3d(
+        x, w, stride=(2, 1, 2), padding=(1, 0, 1), output_padding=(1, 0, 1), dilation=(2, 1, 1)),
+                              [randn(1, 2, 3, 4, 3), randn(2, 3, 3, 2, 3)]),
+    "transposed_groups": (lambda x, w: F.conv_transpose3d(x, w, stride=3, groups=2),
+                          [randn(1, 4, 2, 3, 3), randn(4, 1, 2, 2, 2)]),
 }
 
 
@@ -53,13 +60,4 @@ def test_conv3d_matches_torch(case, cases):
 
 
 def test_cpu_executor_runs_every_case(cases, tmp_path):
-    from tests.codegen.helpers import build_module
-    from tests.codegen.merged_graph import merge
-
-    merged = merge("torch_conv3d", {f"{k}/": c.graph for k, c in cases.items()})
-    ex = build_module(merged, tmp_path / "conv3d").Executor()
-    ex.load_params({f"{k}/{n}": v for k, c in cases.items() for n, v in c.params.items()})
-    out = ex.forward({f"{k}/{n}": v for k, c in cases.items() for n, v in c.feeds.items()})
-    for k, c in cases.items():
-        for name, want in c.want.items():
-            assert_close(np.asarray(out[f"{k}/{name}"]), want, f"{k}: {name} (CPU executor)")
+    assert_cpu_executor_matches(cases, tmp_path / "torch_conv3d")

@@ -5,7 +5,6 @@ float64 on the numpy reference, then every case at once on the CPU executor."""
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -13,6 +12,7 @@ from torch.nn import functional as F  # noqa: E402
 
 from tests.importers.torch_op_check import (  # noqa: E402
     assert_close,
+    assert_cpu_executor_matches,
     imported_case,
     reference_outputs,
 )
@@ -85,13 +85,4 @@ def test_max_pool2d_without_indices_stays_the_planners_maxpool(cases):
 
 
 def test_cpu_executor_runs_every_case(cases, tmp_path):
-    from tests.codegen.helpers import build_module
-    from tests.codegen.merged_graph import merge
-
-    merged = merge("torch_pools", {f"{k}/": c.graph for k, c in cases.items()})
-    ex = build_module(merged, tmp_path / "pools").Executor()
-    ex.load_params({f"{k}/{n}": v for k, c in cases.items() for n, v in c.params.items()})
-    out = ex.forward({f"{k}/{n}": v for k, c in cases.items() for n, v in c.feeds.items()})
-    for k, c in cases.items():
-        for name, want in c.want.items():
-            assert_close(np.asarray(out[f"{k}/{name}"]), want, f"{k}: {name} (CPU executor)")
+    assert_cpu_executor_matches(cases, tmp_path / "torch_pools")

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -14,6 +13,7 @@ torch = pytest.importorskip("torch")
 from planner.torch import TorchImportError  # noqa: E402
 from tests.importers.torch_op_check import (  # noqa: E402
     assert_close,
+    assert_cpu_executor_matches,
     imported_case,
     reference_outputs,
 )
@@ -124,13 +124,4 @@ def test_refusals_name_the_node(fn, message):
 
 def test_cpu_executor_runs_every_case(cases, tmp_path):
     """All cases as one graph on the CPU executor, held to torch as the reference is."""
-    from tests.codegen.helpers import build_module
-    from tests.codegen.merged_graph import merge
-
-    merged = merge("torch_reductions", {f"{k}/": c.graph for k, c in cases.items()})
-    ex = build_module(merged, tmp_path / "reductions").Executor()
-    ex.load_params({f"{k}/{n}": v for k, c in cases.items() for n, v in c.params.items()})
-    out = ex.forward({f"{k}/{n}": v for k, c in cases.items() for n, v in c.feeds.items()})
-    for k, c in cases.items():
-        for name, want in c.want.items():
-            assert_close(np.asarray(out[f"{k}/{name}"]), want, f"{k}: {name} (CPU executor)")
+    assert_cpu_executor_matches(cases, tmp_path / "torch_reductions")

@@ -79,6 +79,21 @@ def reference_outputs(case: Case) -> dict[str, np.ndarray]:
     return run(case.graph, case.feeds, case.params, keep="outputs")
 
 
+def assert_cpu_executor_matches(cases: dict[str, Case], folder) -> None:
+    """Every case as one graph (names prefixed by its key) on the CPU executor: one plan, one
+    build, one run; each output held to torch as on the reference."""
+    from tests.codegen.helpers import build_module
+    from tests.codegen.merged_graph import merge
+
+    merged = merge(folder.name, {f"{k}/": c.graph for k, c in cases.items()})
+    ex = build_module(merged, folder).Executor()
+    ex.load_params({f"{k}/{n}": v for k, c in cases.items() for n, v in c.params.items()})
+    out = ex.forward({f"{k}/{n}": v for k, c in cases.items() for n, v in c.feeds.items()})
+    for k, c in cases.items():
+        for name, want in c.want.items():
+            assert_close(np.asarray(out[f"{k}/{name}"]), want, f"{k}: {name} (CPU executor)")
+
+
 def assert_close(got: np.ndarray, want: np.ndarray, what: str, rtol: float = 1e-4) -> None:
     """Equal for bools and integers (indices); for floats within `rtol` of the largest |want|
     (float32 sums and products of the few dozen elements these cases reduce are a few dozen

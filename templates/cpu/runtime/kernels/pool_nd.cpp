@@ -73,37 +73,30 @@ class WindowPoolGrad : public Kernel {
   PoolGeometry g_;
 };
 
-// The (N * C) planes and their sizes for PoolScatter [v, idx] -> y and PoolGather [x, idx] -> y.
+// PoolScatter [v, idx] -> y and PoolGather [x, idx] -> y, plane by plane.
 class PlaneIndexed : public Kernel {
  public:
   explicit PlaneIndexed(const Node& n)
       : a_(n.in[0].id), idx_(n.in[1].id), y_(n.out[0].id), op_(n.spec->op),
-        scatter_(op_ == "PoolScatter"),
-        accumulate_(scatter_ && n.attrs.b("accumulate")) {
-    if (n.in[0].dtype != F32 || n.in[1].dtype != I64 || n.out[0].dtype != F32)
-      throw std::runtime_error(op_ + ": float32 values and int64 indices");
-    const Shape& big = scatter_ ? n.out[0].shape : n.in[0].shape;
-    planes_ = big[0] * big[1];
-    plane_ = planes_ ? numel(big) / planes_ : 0;
-    per_plane_ = planes_ ? n.in[1].size() / planes_ : 0;
-  }
+        p_(plane_indexing(n)) {}  // common/pool_nd.h
   void run(const Run& r) override {
     const float* a = r.at<float>(a_);
     const int64_t* idx = r.at<int64_t>(idx_);
     float* y = r.at<float>(y_);
-    const int64_t plane = plane_, per = per_plane_;
+    const int64_t plane = p_.plane, per = p_.per_plane;
+    const bool scatter = p_.scatter, accumulate = p_.accumulate;
     std::atomic<int64_t> bad{-1};
 #pragma omp parallel for schedule(static)
-    for (int64_t p = 0; p < planes_; ++p) {
-      if (scatter_) std::fill(y + p * plane, y + (p + 1) * plane, 0.0f);
+    for (int64_t p = 0; p < p_.planes; ++p) {
+      if (scatter) std::fill(y + p * plane, y + (p + 1) * plane, 0.0f);
       for (int64_t k = p * per; k < (p + 1) * per; ++k) {
         const int64_t i = idx[k];
         if (i < 0 || i >= plane) {
           bad.store(k);
           continue;
         }
-        if (!scatter_) y[k] = a[p * plane + i];
-        else if (accumulate_) y[p * plane + i] += a[k];
+        if (!scatter) y[k] = a[p * plane + i];
+        else if (accumulate) y[p * plane + i] += a[k];
         else y[p * plane + i] = a[k];
       }
     }
@@ -115,8 +108,7 @@ class PlaneIndexed : public Kernel {
  private:
   int a_, idx_, y_;
   std::string op_;
-  bool scatter_, accumulate_;
-  int64_t planes_ = 0, plane_ = 0, per_plane_ = 0;
+  PlaneIndexing p_;
 };
 
 KernelPtr window_pool(const Node& n) { return std::make_unique<WindowPool>(n); }

@@ -119,34 +119,27 @@ class PlaneIndexed : public Kernel {
  public:
   explicit PlaneIndexed(const Node& n)
       : threads_(block_threads(n)), a_(n.in[0].id), idx_(n.in[1].id), y_(n.out[0].id),
-        scatter_(std::string(n.spec->op) == "PoolScatter"),
-        accumulate_(scatter_ && n.attrs.b("accumulate")), count_(n.in[1].size()) {
-    if (n.in[0].dtype != F32 || n.in[1].dtype != I64 || n.out[0].dtype != F32)
-      throw std::runtime_error(std::string(n.spec->op) + ": float32 values and int64 indices");
-    const Shape& big = scatter_ ? n.out[0].shape : n.in[0].shape;
-    planes_ = big[0] * big[1];
-    plane_ = planes_ ? numel(big) / planes_ : 0;
-    per_plane_ = planes_ ? count_ / planes_ : 0;
-    blocks_ = blocks_for(scatter_ ? planes_ : count_, threads_);
+        p_(plane_indexing(n)), count_(n.in[1].size()) {  // common/pool_nd.h
+    blocks_ = blocks_for(p_.scatter ? p_.planes : count_, threads_);
   }
   void run(const Run& r) override {
-    if (planes_ == 0) return;
-    if (scatter_)
+    if (p_.planes == 0) return;
+    if (p_.scatter)
       plane_scatter<<<blocks_, threads_, 0, r.stream>>>(r.at<float>(a_), r.at<int64_t>(idx_),
-                                                        r.at<float>(y_), planes_, plane_,
-                                                        per_plane_, accumulate_);
+                                                        r.at<float>(y_), p_.planes, p_.plane,
+                                                        p_.per_plane, p_.accumulate);
     else if (count_ > 0)
       plane_gather<<<blocks_, threads_, 0, r.stream>>>(r.at<float>(a_), r.at<int64_t>(idx_),
-                                                       r.at<float>(y_), count_, plane_,
-                                                       per_plane_);
+                                                       r.at<float>(y_), count_, p_.plane,
+                                                       p_.per_plane);
     PLANNER_LAUNCHED("plane_indexed");
   }
 
  private:
   int threads_;
   int a_, idx_, y_;
-  bool scatter_, accumulate_;
-  int64_t count_, planes_ = 0, plane_ = 0, per_plane_ = 0;
+  PlaneIndexing p_;
+  int64_t count_;
   unsigned blocks_ = 1;
 };
 
