@@ -4,9 +4,9 @@
 // keeps it. Forward ops split the outputs among the threads; the scatters (AvgPoolNDGrad,
 // PoolScatter) split the planes, each thread writing its own planes, so sums are in a fixed
 // order. An index outside its plane (PoolScatter, PoolGather: a max_unpool's indices are the
-// user's) fails the step naming the node's op and the index.
+// user's) fails the step naming the node's op and the index, before the step runs when the
+// indices are fed.
 #include <algorithm>
-#include <atomic>
 #include <string>
 
 #include "../loops.h"
@@ -73,36 +73,39 @@ class WindowPoolGrad : public Kernel {
   PoolGeometry g_;
 };
 
+void check_plane_indices(const int64_t* idx, const PlaneIndexing& p, const std::string& op) {
+  const int64_t count = p.planes * p.per_plane;
+  for (int64_t k = 0; k < count; ++k)
+    if (idx[k] < 0 || idx[k] >= p.plane)
+      throw StepError(op + ": index " + std::to_string(idx[k]) + " of the indices input is out "
+                      "of range [0, " + std::to_string(p.plane) + ")");
+}
+
 // PoolScatter [v, idx] -> y and PoolGather [x, idx] -> y, plane by plane.
 class PlaneIndexed : public Kernel {
  public:
   explicit PlaneIndexed(const Node& n)
       : a_(n.in[0].id), idx_(n.in[1].id), y_(n.out[0].id), op_(n.spec->op),
         p_(plane_indexing(n)) {}  // common/pool_nd.h
+  void check_feeds(const Run& r, const std::vector<char>& fed) const override {
+    if (fed[idx_]) check_plane_indices(r.at<int64_t>(idx_), p_, op_);
+  }
   void run(const Run& r) override {
     const float* a = r.at<float>(a_);
     const int64_t* idx = r.at<int64_t>(idx_);
     float* y = r.at<float>(y_);
+    check_plane_indices(idx, p_, op_);
     const int64_t plane = p_.plane, per = p_.per_plane;
     const bool scatter = p_.scatter, accumulate = p_.accumulate;
-    std::atomic<int64_t> bad{-1};
 #pragma omp parallel for schedule(static)
     for (int64_t p = 0; p < p_.planes; ++p) {
       if (scatter) std::fill(y + p * plane, y + (p + 1) * plane, 0.0f);
       for (int64_t k = p * per; k < (p + 1) * per; ++k) {
-        const int64_t i = idx[k];
-        if (i < 0 || i >= plane) {
-          bad.store(k);
-          continue;
-        }
-        if (!scatter) y[k] = a[p * plane + i];
-        else if (accumulate) y[p * plane + i] += a[k];
-        else y[p * plane + i] = a[k];
+        if (!scatter) y[k] = a[p * plane + idx[k]];
+        else if (accumulate) y[p * plane + idx[k]] += a[k];
+        else y[p * plane + idx[k]] = a[k];
       }
     }
-    if (bad.load() >= 0)
-      throw StepError(op_ + ": index " + std::to_string(idx[bad.load()]) + " of the indices "
-                      "input is out of range [0, " + std::to_string(plane) + ")");
   }
 
  private:
