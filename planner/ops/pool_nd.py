@@ -28,9 +28,10 @@ Example:
     >>> import numpy as np
     >>> from planner.ops import get_op
     >>> x = np.arange(5.0).reshape(1, 1, 5)
-    >>> get_op("AvgPoolND").reference([x], {"output_size": [3]})[0]
+    >>> avg, top = get_op("AvgPoolND"), get_op("MaxPoolND")
+    >>> avg.reference([x], avg.normalize_attrs({"output_size": [3]}))[0]
     array([[[0.5, 2. , 3.5]]])
-    >>> y, i = get_op("MaxPoolND").reference([x], {"kernel": [2], "strides": [2]})
+    >>> y, i = top.reference([x], top.normalize_attrs({"kernel": [2], "strides": [2]}))
     >>> y, i
     (array([[[1., 3.]]]), array([[[1, 3]]]))
 """
