@@ -182,10 +182,6 @@ def step_graph(graph: Graph, target: Target,
             raise PlanError(f"graph {graph.name!r} accumulates gradients over "
                             f"{micro_batches(graph)} micro-batches; the {target.backend} "
                             f"executor does not run that yet: plan it for a CPU target")
-        if data_parallel.ranks > 1:
-            raise PlanError(f"graph {graph.name!r} accumulates gradients over "
-                            f"{micro_batches(graph)} micro-batches; data-parallel plans do not "
-                            f"accumulate yet: drop --accumulate or --data-parallel")
     graph = for_cores(graph, target.step_cores)
     if target.backend == "cpu":
         graph = conv_layouts(graph, costs)
