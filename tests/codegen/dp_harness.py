@@ -205,3 +205,32 @@ def check_own_shards(package: Path, outs: list[Path]) -> None:
             assert got <= buckets[kind], (kind, got, buckets[kind])
             for whole, n, mine, n_mine in calls:
                 assert n == ranks * n_mine and mine - whole == 4 * r * n_mine, (r, kind)
+
+
+def check_evaluation(outs: list[Path], x: np.ndarray, labels: np.ndarray) -> None:
+    """Each rank's evaluate() of its rows of the first batch (dp_worker) equals PyTorch's
+    forward of the MLP with that rank's trained parameters: the plan's evaluation schedule,
+    from the same build, on every rank."""
+    import torch
+
+    ranks = len(outs)
+    shard = x.shape[1] // ranks
+    eps = float(np.finfo(np.float32).eps)
+    for r, out in enumerate(outs):
+        got = json.loads(Path(f"{out}.json").read_text())["evaluate"]
+        assert got is not None, "the data-parallel plan carries no evaluation"
+        params = {k: torch.tensor(v, dtype=torch.float64) for k, v in np.load(out).items()}
+        layers = sorted({n.rsplit("/", 1)[0] for n in params
+                         if n.endswith("/weight") and n.startswith("fc")},
+                        key=lambda s: int(s[2:]))
+        h = torch.tensor(x[0, r * shard:(r + 1) * shard], dtype=torch.float64)
+        for k, layer in enumerate(layers):
+            h = h @ params[f"{layer}/weight"] + params[f"{layer}/bias"]
+            if k < len(layers) - 1:
+                h = torch.relu(h)
+        loss = torch.nn.functional.cross_entropy(
+            h, torch.from_numpy(labels[0, r * shard:(r + 1) * shard]))
+        # float32 sums of at most 16 products per logit, relative to their magnitude
+        tol = 2 * 16 * eps * (1 + float(h.abs().max()))
+        np.testing.assert_allclose(np.asarray(got["logits"]), h.numpy(), rtol=0, atol=tol)
+        assert abs(float(np.asarray(got["loss"])) - float(loss)) <= tol

@@ -47,6 +47,7 @@ from tests.codegen.dp_harness import (  # noqa: E402 - needs torch.distributed
     SHARD,
     STEPS,
     build_package,
+    check_evaluation,
     check_numbers,
     check_own_shards,
     free_port,
@@ -76,6 +77,7 @@ def test_ranks_match_one_process_on_the_global_batch(packages, tmp_path, kind, r
     runs = launch_ranks([package] * ranks, data, outs, group="new" if kind == "adam" else "")
     check_numbers(kind, ranks, runs, outs, params, x, labels)
     _check_summed_in_place(package, outs)
+    check_evaluation(outs, x, labels)
 
 
 def test_clipping_takes_the_norm_of_the_averaged_gradients(tmp_path):
@@ -247,6 +249,7 @@ def test_sharded_optimizer_ranks_match_one_process_on_the_global_batch(tmp_path,
     for kind, package in zip(kinds, packages, strict=True):
         check_numbers(kind, ranks, runs, outs[kind], params, x, labels)
         check_own_shards(package, outs[kind])
+        check_evaluation(outs[kind], x, labels)
     m = [dict(np.load(o))["shard/0/m"] for o in outs["adam"]]
     assert all(not np.array_equal(m[0], other) for other in m[1:])
 
