@@ -2,9 +2,9 @@
 curve (`planner fit --pareto --plot`) and the timeline of a plan's step (`planner show
 --timeline`), drawn with matplotlib (the optional `plot` extra: pip install 'planner[plot]').
 
-The format follows the file's suffix (.svg, .png, .pdf). The bytes are a function of the plan
-alone: no creation date, and SVG element ids from a fixed salt, so a plot committed beside its
-plan diffs only when the plan does.
+The format follows the file's suffix: .svg or .png (matplotlib's PDFs carry an id that differs
+from run to run). The bytes are a function of the plan alone: no creation date, and SVG element
+ids from a fixed salt, so a plot committed beside its plan diffs only when the plan does.
 
 Example:
     >>> from planner.plots import plot_format
@@ -20,7 +20,7 @@ from typing import Any
 
 from planner.errors import UserError
 
-FORMATS = ("svg", "png", "pdf")
+FORMATS = ("svg", "png")
 # Op types coloured by name in a timeline, busiest first; the rest are grey ("other").
 TIMELINE_TYPES = 10
 
@@ -47,7 +47,7 @@ def _bytes(fig: Any, fmt: str) -> bytes:
     import matplotlib
 
     out = io.BytesIO()
-    metadata = {"Date": None} if fmt in ("svg", "pdf") else {}
+    metadata = {"Date": None} if fmt == "svg" else {}
     with matplotlib.rc_context({"svg.hashsalt": "planner", "svg.fonttype": "none"}):
         fig.savefig(out, format=fmt, metadata=metadata)
     return out.getvalue()

@@ -27,7 +27,7 @@ def add_pareto_flags(f: Any, measure_plans: Any = None) -> None:
     f.add_argument("--points", type=int, default=10, help="--pareto: budgets (default 10)")
     f.add_argument("-o", "--output", metavar="FILE", help="--pareto: write the curve as JSON")
     f.add_argument("--plot", metavar="FILE",
-                   help="--pareto: draw the curve (.svg, .png or .pdf; needs matplotlib: "
+                   help="--pareto: draw the curve (.svg or .png; needs matplotlib: "
                         "pip install 'planner[plot]')")
     f.add_argument("--measure", type=int, default=0, metavar="N",
                    help="--pareto: build and run N of the curve's plans (CPU target) and print "

@@ -81,8 +81,8 @@ def add_plan_commands(sub: Any) -> None:
     s.add_argument("plan", metavar="PLAN")
     s.add_argument("--json", action="store_true")
     s.add_argument("--timeline", metavar="FILE",
-                   help="draw the step as a Gantt chart of CPUs or streams over time (.svg, "
-                        ".png or .pdf; needs matplotlib: pip install 'planner[plot]')")
+                   help="draw the step as a Gantt chart of CPUs or streams over time (.svg or "
+                        ".png; needs matplotlib: pip install 'planner[plot]')")
     s.add_argument("--trace", metavar="JSON",
                    help="write the predicted step as Chrome trace JSON (open it in Perfetto "
                         "beside an executor's measured trace: docs/plans.md)")
