@@ -182,10 +182,6 @@ def step_graph(graph: Graph, target: Target,
             raise PlanError(f"graph {graph.name!r} accumulates gradients over "
                             f"{micro_batches(graph)} micro-batches; the {target.backend} "
                             f"executor does not run that yet: plan it for a CPU target")
-        if data_parallel.ranks > 1:
-            raise PlanError(f"graph {graph.name!r} accumulates gradients over "
-                            f"{micro_batches(graph)} micro-batches; data-parallel plans do not "
-                            f"accumulate yet: drop --accumulate or --data-parallel")
     graph = for_cores(graph, target.step_cores)
     if target.backend == "cpu":
         graph = conv_layouts(graph, costs)
@@ -280,12 +276,16 @@ def plan(graph: Graph, target: Target, costs: CostTable | None = None,
     with fewer_collections():
         model, schedule, memory = decide(graph, share, costs, options)
         out = assemble(graph, model, options, schedule, memory, host=target)
-        if evaluation and graph.kind == "training" and options.data_parallel.ranks == 1:
+        if evaluation and graph.kind == "training":
             out = out.model_copy(update={"evaluation": plan_evaluation(
                 graph, lambda g: _evaluation_plan(g, share, costs, options, target))})
         if share is not target:
-            out = out.model_copy(update={"ops": _on_host(
-                out.ops, share_cpus(target, options.data_parallel.ranks_per_host))})
+            cpus = share_cpus(target, options.data_parallel.ranks_per_host)
+            out = out.model_copy(update={"ops": _on_host(out.ops, cpus)})
+            if out.evaluation is not None:
+                e = out.evaluation
+                out = out.model_copy(update={"evaluation": e.model_copy(update={
+                    "plan": e.plan.model_copy(update={"ops": _on_host(e.plan.ops, cpus)})})})
         if out.summary.memory is not None and BACKENDS[out.backend].arena_limited:
             check_arena_fits(out.summary.memory.arena_bytes, graph, share)
         if check:
@@ -303,9 +303,11 @@ def _evaluation_plan(graph: Graph, share: Target, costs: CostTable | None,
                      options: PlanOptions, host: Target) -> Plan:
     # An evaluation graph's plan: its own small arena, without the step's budget (the one a
     # user sets), with the same scheduler switches and alignment; no variants (an evaluation
-    # runs its ops one at a time, in plan order).
+    # runs its ops one at a time, in plan order). A data-parallel step's evaluation has no
+    # collective: each rank evaluates its own shard (the metrics are the caller's to reduce).
     options = options.model_copy(update={"memory": MemoryOptions(
-        alignment=options.memory.alignment), "variants": False})
+        alignment=options.memory.alignment), "variants": False,
+        "data_parallel": DataParallelOptions()})
     model, schedule, memory = decide(graph, share, costs, options)
     return assemble(graph, model, options, schedule, memory, host=host)
 

@@ -57,6 +57,7 @@ from pydantic import Field, ValidationError, model_serializer
 from planner.errors import PlanError, UserError
 from planner.graph.ir import Graph
 from planner.memory.decision import (  # noqa: F401 - the plan's memory records, re-exported
+    TRANSFER_OPS,
     ConvChoice,
     MemoryOp,
     MemorySummary,

@@ -4,7 +4,7 @@
                  --lr LR --precision P --loss KIND[:OUT] --keep NAMES --train-dropout]
                  [--intra N --inter M]
                  [--grid] [--min-team-us US] -o plan.json
-    planner show PLAN [--json] [--timeline out.svg]
+    planner show PLAN [--json] [--timeline out.png] [--trace out.json]
     planner diff A B [--json]          exit 1 when the plans differ, 0 with "no differences"
     planner verify PLAN [--graph GRAPH] exit 1 when a rule is broken, naming the op
 """
@@ -80,7 +80,12 @@ def add_plan_commands(sub: Any) -> None:
     s = sub.add_parser("show", help="summarize a plan; optionally draw its timeline as SVG")
     s.add_argument("plan", metavar="PLAN")
     s.add_argument("--json", action="store_true")
-    s.add_argument("--timeline", metavar="SVG", help="write a Gantt chart of cores over time")
+    s.add_argument("--timeline", metavar="FILE",
+                   help="draw the step as a Gantt chart of CPUs or streams over time (.svg or "
+                        ".png; needs matplotlib: pip install 'planner[plot]')")
+    s.add_argument("--trace", metavar="JSON",
+                   help="write the predicted step as Chrome trace JSON (open it in Perfetto "
+                        "beside an executor's measured trace: docs/plans.md)")
     s.add_argument("--memory", metavar="SVG",
                    help="write memory over the step's ops: naive, liveness, + offload, "
                         "+ recompute (seed 001's Fig. 10)")
@@ -205,12 +210,17 @@ def run_show(args: argparse.Namespace) -> int:
     from planner.load import write_text
     from planner.memory_report import format_memory, memory_report, memory_svg
     from planner.plan import load_plan
-    from planner.schedule.timeline import timeline_svg
+    from planner.plots import plot_format, timeline_plot
+    from planner.schedule.trace import plan_trace
 
+    fmt = plot_format(args.timeline) if args.timeline else ""
     plan = load_plan(args.plan)
     data = plan.model_dump(mode="json", by_alias=True)
     if args.timeline:
-        write_text(args.timeline, timeline_svg(data), force=args.force)
+        write_text(args.timeline, timeline_plot(data, fmt), force=args.force)
+    if args.trace:
+        write_text(args.trace, json.dumps(plan_trace(data), sort_keys=True) + "\n",
+                   force=args.force)
     if args.memory:
         write_text(args.memory, memory_svg(plan, technique_curves_of(plan)), force=args.force)
     if args.json:
@@ -222,7 +232,7 @@ def run_show(args: argparse.Namespace) -> int:
         if memory:
             print(memory)
         print(decisions_line(data))
-        for path in (args.timeline, args.memory):
+        for path in (args.timeline, args.trace, args.memory):
             if path:
                 print(f"wrote {path}")
     return 0
