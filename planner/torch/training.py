@@ -143,7 +143,7 @@ def trainer(module: Any, example_inputs: Sequence[Any], loss: Callable | None,
             labels: Any = None, *,
             optimizer: str = "sgd", lr: float | None = None, target: str = "host",
             out_dir: str | Path | None = None, accumulate: int = 1,
-            costs: Any = None, **optimizer_settings: Any) -> Trainer:
+            costs: Any = None, adaptive: bool = False, **optimizer_settings: Any) -> Trainer:
     """Plan, build and load a training executor for `module`.
 
     example_inputs: the module's inputs for one step (their shapes are the executor's);
@@ -162,7 +162,9 @@ def trainer(module: Any, example_inputs: Sequence[Any], loss: Callable | None,
     with: None (the analytical cost model), a cost table or the path of one (`planner profile`
     on this target), or "in-step": every op measured inside the step on this machine first (a
     few builds and steps, codegen.profiling.profile_in_step), the table kept as costs.json in
-    out_dir.
+    out_dir; adaptive: let the executor switch to the plan's variants for fewer cores when the
+    machine is busy (False, the default: the main schedule always, so two runs, or a run and
+    its resumption, compute the same bits; docs/training.md).
 
     Raises TorchImportError (an op the planner lacks, in one line naming the node), UserError
     or ValueError for bad settings.
@@ -189,7 +191,7 @@ def trainer(module: Any, example_inputs: Sequence[Any], loss: Callable | None,
     graph = planned.graph  # as the step's cores rewrote it: the graph the executor runs
     name = "torch_" + hashlib.sha256(planned.to_json().encode()).hexdigest()[:16]
     module_py = load(build(render(planned, folder / name)).dir)
-    executor = module_py.Executor()
+    executor = module_py.Executor(adaptive=adaptive)
     state = module.state_dict()
     executor.load_params({**init_params(graph), **imported.params()})
     held = {t.name for t in graph.by_role("param", "state")}
