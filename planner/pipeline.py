@@ -38,7 +38,7 @@ from dataclasses import dataclass
 
 from planner import __version__
 from planner.collection import fewer_collections
-from planner.costs import CostModel, CostTable
+from planner.costs import CostModel, CostTable, graph_signatures
 from planner.costs.conv_layouts import conv_layouts
 from planner.errors import InfeasibleBudget, PlanError
 from planner.evaluation import plan_evaluation
@@ -344,7 +344,7 @@ def assemble(graph: Graph, model: CostModel, options: PlanOptions, schedule: Sch
         mean_corun=(sum(busy.values()) / step if step else 0.0) if retimed
         else schedule.mean_corun,
         ops=len(ops), analytical_signatures=schedule.analytical_signatures,
-        memory=memory.summary)
+        memory=memory.summary, **_priced(graph, model.table, schedule.backend))
     table = model.table
     provenance = PlanProvenance(
         graph_sha256=digest(graph.to_json()), target_sha256=target.digest(),
@@ -363,6 +363,16 @@ def assemble(graph: Graph, model: CostModel, options: PlanOptions, schedule: Sch
                 happens_before=happens, tensors=memory.tensors,
                 memory=MemoryPlan(ops=memory.inserted, convs=memory.convs), summary=summary,
                 provenance=provenance, variants=variants)
+
+
+def _priced(graph: Graph, table: CostTable | None, backend: str) -> dict[str, tuple[str, ...]]:
+    """Summary fields: which of a CPU plan's signatures `table` measured, which it lacked
+    (the analytical model priced them); none without a table."""
+    if table is None or backend != "cpu":
+        return {}
+    keys = sorted({s.key for s in graph_signatures(graph).values()})
+    return {"measured_signatures": tuple(k for k in keys if k in table.index),
+            "modelled_signatures": tuple(k for k in keys if k not in table.index)}
 
 
 def _on_host(ops: tuple[OpPlan, ...], ids: tuple[int, ...]) -> tuple[OpPlan, ...]:

@@ -59,6 +59,14 @@ def run(ex, graph, first: int, last: int, narrow=()):
             ex.step(feeds)
 
 
+def trained(module, state, graph, last: int, narrow=(), **options):
+    """A fresh executor from `state`, after steps 0..last-1 (`run`)."""
+    ex = module.Executor(**options)
+    ex.load_params(state)
+    run(ex, graph, 0, last, narrow)
+    return ex
+
+
 def assert_same_bits(got: dict, want: dict) -> None:
     assert set(got) == set(want)
     for name in want:
@@ -73,13 +81,8 @@ def test_the_plan_has_a_variant_of_other_thread_counts(built):
 
 def test_a_busy_machine_leaves_the_default_run_on_the_main_schedule_bit_for_bit(built):
     graph, _, module = built
-    state = start_state(graph)
-    quiet = module.Executor()
-    quiet.load_params(state)
-    run(quiet, graph, 0, STEPS)
-    busy = module.Executor()
-    busy.load_params(state)
-    run(busy, graph, 0, STEPS, NARROW)
+    quiet = trained(module, start_state(graph), graph, STEPS)
+    busy = trained(module, start_state(graph), graph, STEPS, NARROW)
     sched = busy.stats()["schedule"]
     assert sched["running"] == "main" and sched["switches"] == 0
     assert_same_bits(busy.params(), quiet.params())
@@ -87,9 +90,7 @@ def test_a_busy_machine_leaves_the_default_run_on_the_main_schedule_bit_for_bit(
 
 def test_an_adaptive_executor_switches_under_the_same_load(built):
     graph, _, module = built
-    ex = module.Executor(adaptive=True)
-    ex.load_params(start_state(graph))
-    run(ex, graph, 0, 2, NARROW)
+    ex = trained(module, start_state(graph), graph, 2, NARROW, adaptive=True)
     sched = ex.stats()["schedule"]
     assert sched["running"] == "cores-1" and sched["switches"] == 1
     assert "granted 1 core" in sched["reason"]
@@ -97,14 +98,8 @@ def test_an_adaptive_executor_switches_under_the_same_load(built):
 
 def test_resumed_under_load_equals_the_uninterrupted_quiet_run(built):
     graph, _, module = built
-    state = start_state(graph)
-    whole = module.Executor()
-    whole.load_params(state)
-    run(whole, graph, 0, STEPS)
-
-    first = module.Executor()
-    first.load_params(state)
-    run(first, graph, 0, STOP, NARROW)
+    whole = trained(module, start_state(graph), graph, STEPS)
+    first = trained(module, start_state(graph), graph, STOP, NARROW)
     saved = first.state_dict()
     resumed = module.Executor()
     resumed.load_state_dict(saved)
