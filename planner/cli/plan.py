@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections import Counter
 import sys
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 

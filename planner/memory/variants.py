@@ -38,8 +38,8 @@ from collections.abc import Callable, Sequence
 
 from pydantic import Field
 
-from planner.costs.model import CostModel, MissingCostWarning
 from planner.costs.analytical import cpu_times, curve_for, op_work
+from planner.costs.model import CostModel, MissingCostWarning
 from planner.costs.signature import OpSignature, graph_signatures
 from planner.graph.ir import Graph
 from planner.memory.decision import MemoryOp, TensorPlan
@@ -47,6 +47,7 @@ from planner.memory.scratch import kernel_scratch
 from planner.ops.base import TensorType
 from planner.records import Record, Seconds
 from planner.schedule.record import ScheduledOp
+
 
 class ScheduleVariant(Record):
     """One variant: `threads[i]` is the thread count of the plan's i-th op in execution

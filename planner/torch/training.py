@@ -164,9 +164,10 @@ def trainer(module: Any, example_inputs: Sequence[Any], loss: Callable | None,
     plan measured are run, with a progress line on stderr), "analytical" (the cost model), a
     cost table or the path of one (`planner profile` on this target), or "in-step": every op
     measured inside this step first (a few builds and steps, codegen.profiling.
-    profile_in_step), the table kept as costs.json in out_dir; adaptive: let the executor switch to the plan's variants for fewer cores when the
-    machine is busy (False, the default: the main schedule always, so two runs, or a run and
-    its resumption, compute the same bits; docs/training.md).
+    profile_in_step), the table kept as costs.json in out_dir; adaptive: let the executor
+    switch to the plan's variants for fewer cores when the machine is busy (False, the
+    default: the main schedule always, so two runs, or a run and its resumption, compute the
+    same bits; docs/training.md).
 
     Raises TorchImportError (an op the planner lacks, in one line naming the node), UserError
     or ValueError for bad settings.
