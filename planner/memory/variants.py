@@ -82,8 +82,10 @@ def schedule_variants(graph: Graph, ops: Sequence[ScheduledOp], inserted: Sequen
     counts = core_counts(model.target.cores)
     curves = _Curves(model)
     scratch: dict[tuple[int, int], int] = {}
-    # Per op, per count k (smallest first): its thread count and seconds on at most k threads.
+    # Per op, per count k (smallest first): its thread count and seconds on at most k threads;
+    # alike ops (one signature object: graph_signatures) with alike scratch areas share one.
     columns: list[list[tuple[int, float]]] = []
+    alike: dict[tuple[int, int], list[tuple[int, float]]] = {}
     for op in ops:
         node = graph.node_map.get(kernel_of.get(op.name, op.name))
         if node is None:  # a transfer: a copy, its planned time on at most k threads
@@ -94,6 +96,9 @@ def schedule_variants(graph: Graph, ops: Sequence[ScheduledOp], inserted: Sequen
         outs = [types[o] for o in node.outputs]
         signature = signatures[node.name]
         budget = area.get(op.name, 0)
+        if (id(signature), budget) in alike:
+            columns.append(alike[id(signature), budget])
+            continue
 
         def fits(t: int, node=node, ins=ins, outs=outs, signature=signature,
                  budget=budget) -> bool:
@@ -103,7 +108,9 @@ def schedule_variants(graph: Graph, ops: Sequence[ScheduledOp], inserted: Sequen
                 scratch[key] = kernel_scratch(node, ins, outs, t, model.table)
             return scratch[key] <= budget
 
-        columns.append([_fastest(curves.of(signature), k, fits) for k in reversed(counts)])
+        column = [_fastest(curves.of(signature), k, fits) for k in reversed(counts)]
+        alike[id(signature), budget] = column
+        columns.append(column)
     out: list[ScheduleVariant] = []
     # Smallest count first: a larger count that gives the same thread counts is the same
     # schedule, kept once under the fewest cores it needs.
