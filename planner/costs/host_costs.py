@@ -8,7 +8,10 @@ is a digest of the detected target (CPU model, logical CPUs, measured peaks) and
 version (its kernels). A plan asks for its graph's signatures (`profiled_signatures` of the
 graph as its step runs: planner.graph.for_cores); only those the store lacks are measured (by
 the `Measure` the caller passes in: codegen.profiling.measure_signatures, in batches, with a
-progress line), and the store keeps them for the next plan.
+progress line), and the store keeps them for the next plan. A kernel's time does not depend on
+the graph it was measured in, so one graph's measurements price another's: what differs from
+measuring the module's own step (`costs="in-step"`) is where an op's operands were last
+touched (here: fed to the batch's step, not written by a producer on other cores).
 
 The load is kept with each signature: the other processes' share of the machine while it was
 measured (the 1-minute load average less this process's one runnable thread, per logical CPU).

@@ -107,3 +107,28 @@ def test_a_second_graph_measures_only_the_kernels_the_first_did_not(tmp_path, mo
         warnings.simplefilter("ignore")
         plain = plan(second, host)
     assert "measured_signatures" not in plain.to_json()
+
+
+def test_the_cli_plans_the_host_from_kept_costs_and_says_so(tmp_path, monkeypatch, capsys):
+    import planner.cli as cli
+
+    monkeypatch.delenv("PLANNER_COSTS", raising=False)
+    monkeypatch.setattr("planner.costs.host_costs.cache_root", lambda: tmp_path)
+    spec = "zoo:mlp?batch=4&hidden=8&in_features=4&classes=3"
+    a, b = str(tmp_path / "a.json"), str(tmp_path / "b.json")
+    assert cli.main(["plan", spec, "--train", "sgd", "--target", "host", "-o", a]) == 0
+    first = capsys.readouterr()
+    assert "measuring costs on this host: signatures 1-" in first.err
+    assert cli.main(["plan", spec, "--train", "sgd", "--target", "host", "-o", b]) == 0
+    second = capsys.readouterr()
+    assert "measuring" not in second.err            # every signature kept: none measured
+    assert open(a).read() == open(b).read()
+    assert cli.main(["show", b]) == 0
+    assert "signature(s) priced by measured times" in capsys.readouterr().out
+    analytical = str(tmp_path / "m.json")
+    assert cli.main(["plan", spec, "--train", "sgd", "--target", "host", "--costs",
+                     "analytical", "-o", analytical]) == 0
+    assert "measured_signatures" not in open(analytical).read()
+    assert cli.main(["plan", spec, "--train", "sgd", "--target", "knl-7250", "--costs",
+                     "measured", "-o", str(tmp_path / "k.json")]) != 0
+    assert "'knl-7250' is not this machine's CPUs" in capsys.readouterr().err
