@@ -145,7 +145,7 @@ def module_engine(label: str, folder: Path, engine: str, costs: str):
         return eager_step(module, x, y, SGD.lr, compiled=engine == "compile"), None
     # Both executors priced by one profile: the first to build takes it (trainer keeps it as
     # costs.json), the second reads it.
-    priced = None
+    priced = "analytical"  # --costs analytical (the trainer's default is measured costs)
     if costs == "in-step":
         priced = folder / "costs.json" if (folder / "costs.json").exists() else "in-step"
     t = trainer(module, (x,), loss=torch.nn.functional.cross_entropy, labels=y,
