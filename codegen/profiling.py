@@ -362,7 +362,9 @@ def measure_signatures(signatures: Sequence[OpSignature], target: Target,
     batches: each batch's signatures one copy each in one graph (signatures_graph), its
     uniform plan per thread count built and run, so a batch costs a few builds whatever its
     size. What planner.costs.host_costs measures for the signatures it does not keep yet; one
-    progress line per batch."""
+    progress line per batch. A batch that fails is measured one signature at a time, and a
+    signature that fails alone is left out with a warning (the model prices it): one kernel
+    that cannot be measured never stops a plan."""
     import shutil
     import tempfile
 
@@ -372,6 +374,8 @@ def measure_signatures(signatures: Sequence[OpSignature], target: Target,
     groups = [tuple(g[k:k + BATCH_SIGNATURES])
               for g in batches(runnable, BATCH_BYTES, lambda s: held[s.key])
               for k in range(0, len(g), BATCH_SIGNATURES)]
+    # Outputs not inferred: alone, where it fails by itself (and says why).
+    groups += [(s,) for s in unique if held[s.key] is None]
     table = CostTable(target=target.name)
     work = Path(tempfile.mkdtemp(prefix="planner-costs-"))
     try:
@@ -379,14 +383,29 @@ def measure_signatures(signatures: Sequence[OpSignature], target: Target,
         for b, group in enumerate(groups, start=1):
             if progress is not None:
                 print(f"measuring costs on this host: signatures {done + 1}-{done + len(group)} "
-                      f"of {len(runnable)} (batch {b} of {len(groups)}; kept for later plans)",
+                      f"of {len(unique)} (batch {b} of {len(groups)}; kept for later plans)",
                       file=progress, flush=True)
-            graph = signatures_graph([(s, 1) for s in group])
-            table = profile_in_step(graph, target, work / f"batch{b}", steps=steps,
-                                    table=table, layouts=False)
+            table = _measured_batch(group, target, work / f"batch{b}", steps, table)
             done += len(group)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    return table
+
+
+def _measured_batch(group: tuple[OpSignature, ...], target: Target, folder: Path, steps: int,
+                    table: CostTable) -> CostTable:
+    """`table` with the group's signatures measured together, else one at a time, leaving
+    out (with a warning) those that fail alone."""
+    try:
+        return profile_in_step(signatures_graph([(s, 1) for s in group]), target, folder,
+                               steps=steps, table=table, layouts=False)
+    except Exception as e:  # noqa: BLE001 - any kernel's failure is that kernel's alone
+        if len(group) == 1:
+            warnings.warn(f"{group[0].key}: not measured ({type(e).__name__}: {e}); the "
+                          f"analytical model prices it", MissingCostWarning, stacklevel=3)
+            return table
+    for k, s in enumerate(group):
+        table = _measured_batch((s,), target, folder / f"alone{k}", steps, table)
     return table
 
 

@@ -132,3 +132,14 @@ def test_the_cli_plans_the_host_from_kept_costs_and_says_so(tmp_path, monkeypatc
     assert cli.main(["plan", spec, "--train", "sgd", "--target", "knl-7250", "--costs",
                      "measured", "-o", str(tmp_path / "k.json")]) != 0
     assert "'knl-7250' is not this machine's CPUs" in capsys.readouterr().err
+
+
+def test_a_signature_that_cannot_be_measured_is_left_to_the_model(tmp_path):
+    from codegen.profiling import measure_signatures
+
+    bad = OpSignature(op="NoSuchOp", shapes=((4,),), dtypes=("float32",))
+    with pytest.warns(UserWarning, match="NoSuchOp.*not measured"):
+        measured = measure_signatures([SIG, bad], detect(), steps=1)
+    assert SIG in measured and bad not in measured
+    kept = HostCosts(table=CostTable(target="host")).keep(measured, 0.0, [SIG, bad])
+    assert kept.timeless == (bad.key,) and kept.to_measure([SIG, bad], 0.0) == []
