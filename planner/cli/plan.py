@@ -107,7 +107,7 @@ def add_plan_commands(sub: Any, measurers: Callable[[], Any] | None = None) -> N
     v.set_defaults(run=run_verify)
 
 
-def _costs(args: argparse.Namespace, graph: Any, target: Any) -> Any:
+def _costs(args: argparse.Namespace, graph: Any, target: Any, options: Any) -> Any:
     """The cost table `--costs` names (module planner.costs.host_costs for 'measured'), or
     None for the analytical model."""
     from planner.costs import load_table
@@ -122,7 +122,10 @@ def _costs(args: argparse.Namespace, graph: Any, target: Any) -> Any:
     if measurers is None or measurers.signatures is None:
         raise UserError("--costs measured: this planner has no executors to measure with "
                         "(codegen is not installed)")
-    priced = host_table(graph, target, measurers.signatures, progress=sys.stderr)
+    from planner.pipeline import step_graph
+
+    priced = host_table(step_graph(graph, target, options.data_parallel), target,
+                        measurers.signatures, progress=sys.stderr)
     if priced.measured:
         print(f"measured {len(priced.measured)} signature(s) on this host, "
               f"{len(priced.kept)} kept from earlier plans", file=sys.stderr)
@@ -169,7 +172,6 @@ def _run_plan(args: argparse.Namespace) -> int:
 
     graph = prepare(args.graph, graph_options(args))
     target = load_target(args.target)
-    table = _costs(args, graph, target)
     budget = (parse_budget(args.memory_budget, "--memory-budget")
               if args.memory_budget is not None else None)
     try:
@@ -187,6 +189,7 @@ def _run_plan(args: argparse.Namespace) -> int:
     except ValidationError as e:
         raise UserError(flag_message(e) or e.errors()[0]["msg"].removeprefix("Value error, ")
                         ) from None
+    table = _costs(args, graph, target, options)
     import warnings
 
     with warnings.catch_warnings():

@@ -6,7 +6,7 @@ measured times by default. They are kept in the cache folder ($PLANNER_CACHE, de
 attrs: the layout among them; the thread count and placement are the samples'), where <host>
 is a digest of the detected target (CPU model, logical CPUs, measured peaks) and the planner's
 version (its kernels). A plan asks for its graph's signatures (`profiled_signatures` of the
-graph as its step runs: planner.graph.for_cores); only those the store lacks are measured (by
+graph as its step runs: planner.pipeline.step_graph); only those the store lacks are measured (by
 the `Measure` the caller passes in: codegen.profiling.measure_signatures, in batches, with a
 progress line), and the store keeps them for the next plan. A kernel's time does not depend on
 the graph it was measured in, so one graph's measurements price another's: what differs from
@@ -56,7 +56,6 @@ from planner.costs.conv_layouts import profiled_signatures
 from planner.costs.records import CostEntry, CostTable, CpuSample
 from planner.costs.signature import OpSignature
 from planner.files import atomic_write, cache_root, folder_lock
-from planner.graph.for_cores import for_cores
 from planner.graph.ir import Graph, canonical_json
 from planner.records import Record
 from planner.target.records import Target
@@ -181,15 +180,15 @@ class HostPricing(Record):
 
 def host_table(graph: Graph, target: Target, measure: Measure,
                progress: TextIO | None = None, load: float | None = None) -> HostPricing:
-    """The cost table a plan of `graph` on this host is priced by: its signatures' kept
-    measurements, those not kept (or kept from a busy machine, when it is quiet now) measured
-    by `measure` first and kept."""
+    """The cost table a plan of `graph` (the step's graph: planner.pipeline.step_graph) on
+    this host is priced by: its signatures' kept measurements, those not kept (or kept from a
+    busy machine, when it is quiet now) measured by `measure` first and kept."""
     if target.name != "host" or target.backend != "cpu":
         from planner.errors import UserError
 
         raise UserError(f"measured costs: target {target.name!r} is not this machine's CPUs "
                         f"('host'); give a cost table measured there, or 'analytical'")
-    wanted = profiled_signatures(for_cores(graph, target.step_cores))
+    wanted = profiled_signatures(graph)
     path = store_path(target)
     with folder_lock(path.parent / path.stem):  # two plans on one host take turns
         store = read_store(target)

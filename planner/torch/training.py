@@ -232,7 +232,10 @@ def _cost_table(costs: Any, graph: Any, target: Any, folder: Path) -> Any:
 
         from codegen.profiling import measure_signatures
         from planner.costs.host_costs import host_table
-        table = host_table(graph, target, measure_signatures, progress=sys.stderr).table
+        from planner.pipeline import step_graph
+
+        table = host_table(step_graph(graph, target), target, measure_signatures,
+                           progress=sys.stderr).table
     elif isinstance(costs, str) and costs == "in-step":
         from codegen.profiling import profile_in_step
         from planner.files import atomic_write
