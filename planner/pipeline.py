@@ -44,6 +44,7 @@ from planner.errors import InfeasibleBudget, PlanError
 from planner.evaluation import plan_evaluation
 from planner.graph.accumulation import micro_batches
 from planner.graph.data_parallel import compute_graph
+from planner.graph.evaluation import evaluation_graph
 from planner.graph.for_cores import for_cores
 from planner.graph.ir import Graph
 from planner.memory.cpu_memory import cpu_memory
@@ -190,6 +191,18 @@ def step_graph(graph: Graph, target: Target,
     if target.backend == "cpu":
         graph = conv_layouts(graph, costs)
     return data_parallel_graph(graph, target, data_parallel)
+
+
+def priced_graphs(graph: Graph, target: Target, options: PlanOptions | None = None,
+                  evaluation: bool = True) -> tuple[Graph, ...]:
+    """The graphs whose ops `plan(graph, target, ..., options, evaluation=)` prices: the step's
+    graph (both convolution layouts left to the costs) and a training plan's evaluation graph
+    (what measured costs are asked for: planner.costs.host_costs)."""
+    options = options or PlanOptions()
+    step = step_graph(graph, target, options.data_parallel)
+    if evaluation and step.kind == "training" and options.data_parallel.ranks == 1:
+        return step, evaluation_graph(step)
+    return (step,)
 
 
 def decide(graph: Graph, target: Target, costs: CostTable | None = None,

@@ -122,9 +122,9 @@ def _costs(args: argparse.Namespace, graph: Any, target: Any, options: Any) -> A
     if measurers is None or measurers.signatures is None:
         raise UserError("--costs measured: this planner has no executors to measure with "
                         "(codegen is not installed)")
-    from planner.pipeline import step_graph
+    from planner.pipeline import priced_graphs
 
-    priced = host_table(step_graph(graph, target, options.data_parallel), target,
+    priced = host_table(priced_graphs(graph, target, options, not args.no_evaluation), target,
                         measurers.signatures, progress=sys.stderr)
     if priced.measured:
         print(f"measured {len(priced.measured)} signature(s) on this host, "

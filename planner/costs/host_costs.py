@@ -6,7 +6,8 @@ measured times by default. They are kept in the cache folder ($PLANNER_CACHE, de
 attrs: the layout among them; the thread count and placement are the samples'), where <host>
 is a digest of the detected target (CPU model, logical CPUs, measured peaks) and the planner's
 version (its kernels). A plan asks for its graph's signatures (`profiled_signatures` of the
-graph as its step runs: planner.pipeline.step_graph); only those the store lacks are measured (by
+graph as its step runs, and of its evaluation: planner.pipeline.priced_graphs); only those the
+store lacks are measured (by
 the `Measure` the caller passes in: codegen.profiling.measure_signatures, in batches, with a
 progress line), and the store keeps them for the next plan. A kernel's time does not depend on
 the graph it was measured in, so one graph's measurements price another's: what differs from
@@ -54,7 +55,7 @@ from pydantic import Field, ValidationError
 
 from planner.costs.conv_layouts import profiled_signatures
 from planner.costs.records import CostEntry, CostTable, CpuSample
-from planner.costs.signature import OpSignature
+from planner.costs.signature import OpSignature, unique_signatures
 from planner.files import atomic_write, cache_root, folder_lock
 from planner.graph.ir import Graph, canonical_json
 from planner.records import Record
@@ -178,17 +179,18 @@ class HostPricing(Record):
     kept: tuple[str, ...] = ()
 
 
-def host_table(graph: Graph, target: Target, measure: Measure,
+def host_table(graphs: Sequence[Graph], target: Target, measure: Measure,
                progress: TextIO | None = None, load: float | None = None) -> HostPricing:
-    """The cost table a plan of `graph` (the step's graph: planner.pipeline.step_graph) on
-    this host is priced by: its signatures' kept measurements, those not kept (or kept from a
-    busy machine, when it is quiet now) measured by `measure` first and kept."""
+    """The cost table a plan of `graphs` (the step's graph and its evaluation graph:
+    planner.pipeline.priced_graphs) on this host is priced by: their signatures' kept
+    measurements, those not kept (or kept from a busy machine, when it is quiet now) measured
+    by `measure` first and kept."""
     if target.name != "host" or target.backend != "cpu":
         from planner.errors import UserError
 
         raise UserError(f"measured costs: target {target.name!r} is not this machine's CPUs "
                         f"('host'); give a cost table measured there, or 'analytical'")
-    wanted = profiled_signatures(graph)
+    wanted = unique_signatures([s for g in graphs for s in profiled_signatures(g)])
     path = store_path(target)
     with folder_lock(path.parent / path.stem):  # two plans on one host take turns
         store = read_store(target)

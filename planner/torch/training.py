@@ -232,9 +232,9 @@ def _cost_table(costs: Any, graph: Any, target: Any, folder: Path) -> Any:
 
         from codegen.profiling import measure_signatures
         from planner.costs.host_costs import host_table
-        from planner.pipeline import step_graph
+        from planner.pipeline import priced_graphs
 
-        table = host_table(step_graph(graph, target), target, measure_signatures,
+        table = host_table(priced_graphs(graph, target), target, measure_signatures,
                            progress=sys.stderr).table
     elif isinstance(costs, str) and costs == "in-step":
         from codegen.profiling import profile_in_step

@@ -64,7 +64,7 @@ def test_measured_costs_of_a_preset_are_refused():
     graph = make_training_graph(build("mlp", batch=2, hidden=[4], in_features=3, classes=2),
                                 Optimizer(kind="sgd"))
     with pytest.raises(UserError, match="'knl-7250' is not this machine"):
-        host_table(graph, preset("knl-7250"), lambda *a: CostTable(target="knl-7250"))
+        host_table([graph], preset("knl-7250"), lambda *a: CostTable(target="knl-7250"))
 
 
 def mlp(classes: int):
@@ -85,14 +85,14 @@ def test_a_second_graph_measures_only_the_kernels_the_first_did_not(tmp_path, mo
 
     host = detect()
     first, second = mlp(classes=4), mlp(classes=6)  # the same first layer, another head
-    a = host_table(first, host, counting, load=0.0)
+    a = host_table([first], host, counting, load=0.0)
     keys_a = {s.key for s in profiled_signatures(first)}
     assert set(asked[0]) == keys_a and set(a.measured) == keys_a and a.kept == ()
-    b = host_table(second, host, counting, load=0.0)
+    b = host_table([second], host, counting, load=0.0)
     keys_b = {s.key for s in profiled_signatures(second)}
     assert set(asked[1]) == keys_b - keys_a                  # the shared ones not again
     assert keys_a & keys_b and set(b.kept) == keys_a & keys_b
-    assert host_table(second, host, counting, load=0.0).measured == ()
+    assert host_table([second], host, counting, load=0.0).measured == ()
     assert len(asked) == 2
     # The plan is priced by every measured signature and says so.
     with warnings.catch_warnings():
