@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from planner.importers.onnx.errors import Unsupported
 from planner.importers.onnx.values import Const
+from planner.ops import get_op
+from planner.ops.pool_nd import axis_windows
 from planner.torch.context import UNAVAILABLE, NodeCtx, Value, rule
 from planner.torch.rules import _pair, _reshape_to
 
@@ -74,14 +76,9 @@ def max_pool(n: NodeCtx) -> Value:
 def _overhangs(shape: tuple[int, ...], a: dict) -> bool:
     """Whether ceil_mode's last window reaches past the padding on some axis: oneDNN's average
     (the planner's AvgPool on the CPU) then counts the overhang in count_include_pad's divisor,
-    where torch clips the window to the padded input."""
-    for n, k, s, p in zip(shape, a["kernel"], a["strides"], a["pads"], strict=True):
-        out = (n + 2 * p - k + s - 1) // s + 1
-        if (out - 1) * s >= n + p:
-            out -= 1
-        if (out - 1) * s - p + k > n + p:
-            return True
-    return False
+    where torch clips the window to the padded input (a divisor below the kernel's size)."""
+    windows = axis_windows("AvgPoolND", get_op("AvgPoolND").normalize_attrs(a), shape)
+    return any(w[-1].divisor < k for w, k in zip(windows, a["kernel"], strict=True))
 
 
 @rule("aten.avg_pool2d.default", "aten.avg_pool3d.default")
