@@ -133,7 +133,7 @@ from planner.graph.weight_grads import batch_weight_gradients
 from planner.ops import TensorType, get_op
 
 # Ops whose scalar output is a training loss (a mean over the batch).
-LOSS_OPS: frozenset[str] = frozenset({"SoftmaxCrossEntropy", "SigmoidBCE", "MSE"})
+LOSS_OPS: frozenset[str] = frozenset({"SoftmaxCrossEntropy", "SigmoidBCE", "MSE", "NLLLoss"})
 
 # Name prefixes the training graph reserves for what this pass adds.
 RESERVED_SCOPES: tuple[str, ...] = ("grad/", "update/", "optim/", "rng/")

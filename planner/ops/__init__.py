@@ -37,6 +37,7 @@ from planner.ops import (  # noqa: F401, E402
     lstm,
     mask,
     matmul,
+    nll_loss,
     norm,
     optim,
     pad,
