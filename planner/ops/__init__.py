@@ -42,6 +42,7 @@ from planner.ops import (  # noqa: F401, E402
     optim,
     pad,
     pool,
+    random,
     reduce,
     resize,
     scaled_softmax,
