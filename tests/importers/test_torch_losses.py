@@ -137,6 +137,18 @@ def test_focal_loss_on_cross_entropy_without_reduction():
     check_against_torch(focal, _x(N, C), _ids((N,)))
 
 
+def test_sigmoid_focal_loss_on_bce_with_logits_without_reduction():
+    """torchvision.ops.sigmoid_focal_loss (alpha 0.25, gamma 2), with 1 - v spelled -v + 1."""
+    def focal(z, t):
+        p = torch.sigmoid(z)
+        ce = F.binary_cross_entropy_with_logits(z, t, reduction="none")
+        p_t = p * t + (-p + 1) * (-t + 1)
+        alpha_t = 0.25 * t + 0.75 * (-t + 1)
+        return (alpha_t * ce * (-p_t + 1) ** 2).mean()
+
+    check_against_torch(focal, _x(N, C) * 2, (torch.rand(N, C) > 0.7).float())
+
+
 @pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
 @pytest.mark.parametrize("weighted", ["plain", "weight", "pos_weight", "both"])
 def test_binary_cross_entropy_with_logits(reduction, weighted):
