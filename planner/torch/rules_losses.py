@@ -26,8 +26,16 @@ graph's loss, and autodiff differentiates through both.
 | kl_div                                 | t (log t - x) (0 where t = 0); log_target: e^t (t-x) |
 | soft_margin_loss                       | softplus(-y x)                                       |
 | margin_ranking_loss                    | relu(-y (x1 - x2) + margin)                          |
+| hinge_embedding_loss                   | relu(margin - x) where y != 1, plus x where y != -1  |
+| cosine_embedding_loss                  | 1 - cos where y == 1, relu(cos - margin) where y ==  |
+|                                        | -1, cos = x1.x2 / sqrt((|x1|^2 + 1e-12)(|x2|^2 +     |
+|                                        | 1e-12)) over dim 1                                   |
 | log_sigmoid                            | -softplus(-x) (multilabel_soft_margin's building     |
 |                                        | block)                                               |
+
+Conditions on a target's value are Where's (a nonzero float condition is true): y != 1 is
+y - 1, y == 1 the same condition with the branches swapped, so no comparison op is needed and
+any target value (not only torch's documented 1 and -1) gives torch's result.
 
 The Huber form with min() has Huber's value and derivative on both sides of delta without a
 comparison op: a < delta gives 0.5 a^2, a >= delta gives delta (a - delta / 2).
@@ -51,6 +59,7 @@ LOSS_PRESERVED = ("cross_entropy_loss.default", "mse_loss.default", "nll_loss_nd
                   "binary_cross_entropy_with_logits.default", "binary_cross_entropy.default",
                   "l1_loss.default", "huber_loss.default", "smooth_l1_loss.default",
                   "kl_div.default", "soft_margin_loss.default", "margin_ranking_loss.default",
+                  "hinge_embedding_loss.default", "cosine_embedding_loss.default",
                   "log_sigmoid.default")
 
 
@@ -324,3 +333,46 @@ def margin_ranking(n: NodeCtx) -> Value:
 @rule("aten.log_sigmoid.default")
 def log_sigmoid(n: NodeCtx) -> Value:
     return n.emit1("Neg", [n.emit1("Softplus", [n.emit1("Neg", [n.tensor(0)])])])
+
+
+@rule("aten.hinge_embedding_loss.default")
+def hinge_embedding(n: NodeCtx) -> Value:
+    x, y = n.tensor(0), n.tensor(1)
+    margin, reduction = float(n.arg(2, "margin", 1.0)), _reduction(n, 3)
+    _same_shape(n, x, y)
+    _label(n, y)
+    y = _float(n, y, x)
+    dtype = n.dtype(x)
+    one, zero = n.const(1.0, dtype), n.const(0.0, dtype)
+    hinge = n.emit1("Relu", [n.emit1("Sub", [n.const(margin, dtype), x])])
+    not_one = n.emit1("Sub", [y, one])        # nonzero where y != 1
+    not_minus_one = n.emit1("Add", [y, one])  # nonzero where y != -1
+    per = n.emit1("Add", [n.emit1("Where", [not_one, hinge, zero]),
+                          n.emit1("Where", [not_minus_one, x, zero])])
+    return _reduce(n, per, reduction)
+
+
+@rule("aten.cosine_embedding_loss.default")
+def cosine_embedding(n: NodeCtx) -> Value:
+    x1, x2, y = n.tensor(0), n.tensor(1), n.tensor(2)
+    margin, reduction = float(n.arg(3, "margin", 0.0)), _reduction(n, 4)
+    _same_shape(n, x1, x2)
+    if len(n.shape(x1)) != 2 or n.shape(y) != n.shape(x1)[:1]:
+        raise Unsupported(f"{n.op} (inputs other than (N, D) with targets (N,))")
+    _label(n, y)
+    y = _float(n, y, x1)
+    dtype = n.dtype(x1)
+    one, zero = n.const(1.0, dtype), n.const(0.0, dtype)
+
+    def dot(a: str | Const, b: str | Const) -> str:
+        return n.emit1("ReduceSum", [n.emit1("Mul", [a, b])], {"axes": [1], "keepdims": False})
+
+    tiny = n.const(1e-12, dtype)  # torch's EPSILON in each squared magnitude
+    magnitudes = n.emit1("Mul", [n.emit1("Add", [dot(x1, x1), tiny]),
+                                 n.emit1("Add", [dot(x2, x2), tiny])])
+    cos = n.emit1("Div", [dot(x1, x2), n.emit1("Sqrt", [magnitudes])])
+    similar = n.emit1("Sub", [one, cos])
+    apart = n.emit1("Relu", [n.emit1("Sub", [cos, n.const(margin, dtype)])])
+    per = n.emit1("Add", [n.emit1("Where", [n.emit1("Sub", [y, one]), zero, similar]),
+                          n.emit1("Where", [n.emit1("Add", [y, one]), zero, apart])])
+    return _reduce(n, per, reduction)

@@ -238,3 +238,25 @@ def test_multilabel_soft_margin_by_log_sigmoid():
         return -(t * F.logsigmoid(z) + (-t + 1) * F.logsigmoid(-z)).mean(1).mean()
 
     check_against_torch(loss, _x(N, C) * 3, (torch.rand(N, C) > 0.5).float())
+
+
+SIGNS = torch.tensor([1.0, -1.0, 1.0, 0.5, -1.0, 1.0])  # 0.5: neither, as torch allows
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_hinge_embedding_loss(reduction):
+    def loss(x, y):
+        out = F.hinge_embedding_loss(x, y[:, None].expand(N, C), margin=0.7,
+                                     reduction=reduction)
+        return out.sum() if reduction == "none" else out
+
+    check_against_torch(loss, _x(N, C), SIGNS)
+
+
+@pytest.mark.parametrize("reduction", ["mean", "none"])
+def test_cosine_embedding_loss(reduction):
+    def loss(x, y):
+        out = F.cosine_embedding_loss(x[:, :3], x[:, 2:], y, margin=-0.2, reduction=reduction)
+        return out.pow(2).sum() if reduction == "none" else out
+
+    check_against_torch(loss, _x(N, C), SIGNS)
