@@ -118,7 +118,7 @@ def _normal(xs: list[np.ndarray], a: Attrs, shape: tuple[int, ...]) -> np.ndarra
 
 def _bernoulli(xs: list[np.ndarray], a: Attrs, shape: tuple[int, ...]) -> np.ndarray:
     d = draws(a["seed"], _step(xs), math.prod(shape))
-    p = xs[0].astype(np.float64).ravel() if xs and xs[0].dtype == np.float32 else a["p"]
+    p = xs[0].astype(np.float64).ravel() if xs and xs[0].dtype.kind == "f" else a["p"]
     u = (d >> np.uint64(11)).astype(np.float64)
     return (u < np.asarray(p) * 2.0**53).astype(np.float32).reshape(shape)
 
@@ -200,7 +200,7 @@ def _infer_of(op: str):
 
 def _reference_of(draw):
     def reference(xs: list[np.ndarray], a: Attrs) -> list[np.ndarray]:
-        if xs and xs[0].dtype == np.float32:
+        if xs and xs[0].dtype.kind == "f":  # Bernoulli's p
             shape = xs[0].shape
         elif "n" in a:
             shape = (a["n"],)
