@@ -79,7 +79,8 @@ def draws(seed: int, step: int, n: int, rank: int = 0) -> np.ndarray:
 
     >>> from planner.ops.dropout import dropout_mask
     >>> d = draws(seed=5, step=0, n=6)
-    >>> bool(((d >> 11).astype(float) * 2.0**-53 >= 0.3).tolist() == dropout_mask(5, 6, 0.3).tolist())
+    >>> keep = (d >> 11).astype(float) * 2.0**-53 >= 0.3
+    >>> keep.tolist() == dropout_mask(5, 6, 0.3).tolist()
     True
     """
     base = (step_seed(seed, step) * GOLDEN_GAMMA + rank * RANK_GAMMA) & _MASK64

@@ -38,20 +38,19 @@ from typing import Any
 import numpy as np
 
 import planner.torch.rules  # noqa: F401  (registering the rules)
-import planner.torch.rules_losses  # noqa: F401
-import planner.torch.rules_random  # noqa: F401
 from planner.graph.ir import Graph
 from planner.graph.validate import check_graph
 from planner.importers.onnx.context import Importer
 from planner.importers.onnx.errors import Unsupported
 from planner.importers.onnx.fold import FOLD_OUTPUT_LIMIT
 from planner.importers.onnx.values import Const
+from planner.torch.context import RULES, UNAVAILABLE, NodeCtx, TorchImportError
 from planner.torch.rules_losses import LOSS_PRESERVED
 from planner.torch.rules_random import RANDOM_PRESERVED
-from planner.torch.context import RULES, UNAVAILABLE, NodeCtx, TorchImportError
 
-PRESERVED = ("linear.default", *LOSS_PRESERVED, *RANDOM_PRESERVED, "dropout.default", "scaled_dot_product_attention.default", "prelu.default",
-             "softplus.default", "reflection_pad1d.default", "reflection_pad2d.default",
+PRESERVED = ("linear.default", *LOSS_PRESERVED, *RANDOM_PRESERVED, "dropout.default",
+             "scaled_dot_product_attention.default", "prelu.default", "softplus.default",
+             "reflection_pad1d.default", "reflection_pad2d.default",
              "replication_pad1d.default", "replication_pad2d.default", "roll.default")
 
 

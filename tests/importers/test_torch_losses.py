@@ -169,8 +169,8 @@ def test_binary_cross_entropy_with_logits(reduction, weighted):
 @pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
 def test_binary_cross_entropy_of_probabilities(reduction):
     def loss(z, t):
-        out = F.binary_cross_entropy(torch.sigmoid(z), t, weight=torch.linspace(0.5, 2, C, dtype=z.dtype),
-                                     reduction=reduction)
+        weight = torch.linspace(0.5, 2, C, dtype=z.dtype)
+        out = F.binary_cross_entropy(torch.sigmoid(z), t, weight=weight, reduction=reduction)
         return out.sum() if reduction == "none" else out
 
     check_against_torch(loss, _x(N, C), torch.rand(N, C))
