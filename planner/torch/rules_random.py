@@ -9,7 +9,8 @@ draws are a function of (seed, step, rank). They match torch's distributions, no
 |                                       | mean + std * RandomNormal(0, 1)                   |
 | bernoulli.p (bernoulli_(p) on a       | Bernoulli (p): stochastic depth's keep mask       |
 |   shaped tensor)                      |                                                   |
-| bernoulli (a tensor of probabilities) | Bernoulli [p]                                     |
+| bernoulli (a tensor of probabilities; | Bernoulli [p] (p broadcast to x's shape)          |
+|   x.bernoulli_(p))                    |                                                   |
 | randint                               | RandomInt                                         |
 | randperm                              | RandomPerm                                        |
 
@@ -87,12 +88,14 @@ def bernoulli_p(n: NodeCtx) -> Value:
     return _draw(n, "Bernoulli", [], {"shape": list(_float_out(n)), "p": p})
 
 
-@rule("aten.bernoulli.default")
+@rule("aten.bernoulli.default", "aten.bernoulli.Tensor")
 def bernoulli(n: NodeCtx) -> Value:
-    _float_out(n)
-    p = n.tensor(0)
+    shape = _float_out(n)
+    p = n.tensor(0) if n.op.endswith(".default") else n.tensor(1, "p")  # .Tensor: (self, p)
     if n.dtype(p) != "float32":
         raise Unsupported(f"{n.op} (probabilities of dtype {n.dtype(p)})")
+    if n.shape(p) != shape:  # x.bernoulli_(p) with p broadcast to x
+        p = n.emit1("Expand", [p], {"shape": list(shape)})
     return _draw(n, "Bernoulli", [p], {})
 
 
