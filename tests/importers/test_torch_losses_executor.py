@@ -1,0 +1,85 @@
+"""The losses' and random ops' kernels inside a training executor (planner.torch.trainer, the CPU
+executor): losses with options train as PyTorch does (tests/importers/torch_training_check.py's
+float32-noise rule), and a step with random ops is the reference interpreter's step (the same
+draws, the step counter moving on), deterministic for the plan.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+from torch import nn  # noqa: E402
+from torch.nn import functional as F  # noqa: E402
+
+from planner.graph import Optimizer, init_params, make_training_graph  # noqa: E402
+from planner.graph.interpret import train_step  # noqa: E402
+from planner.torch.convert import convert  # noqa: E402
+from planner.torch.training import export, trainer  # noqa: E402
+from tests.importers.test_torch_random import Residual  # noqa: E402
+from tests.importers.torch_training_check import trains_like_pytorch  # noqa: E402
+
+WEIGHT = torch.tensor([0.5, 2.0, 1.0, 0.25, 3.0])
+
+
+def smoothed_weighted_focal(z, y):
+    """Cross-entropy with class weights and label smoothing, per sample, focal-weighted by the
+    user: NLLLoss and its gradient, LogSoftmax, and arithmetic after a reduction='none' loss."""
+    ce = F.cross_entropy(z, y, weight=WEIGHT.to(z.dtype), label_smoothing=0.1, reduction="none",
+                         ignore_index=3)
+    return ((-torch.exp(-ce) + 1) ** 2 * ce).sum() / 8
+
+
+def tagged_bce(z, t):
+    return F.binary_cross_entropy_with_logits(z, t, pos_weight=torch.linspace(0.5, 3, 5,
+                                                                              dtype=z.dtype))
+
+
+@pytest.mark.parametrize("loss,target", [
+    (smoothed_weighted_focal, lambda g: torch.randint(0, 5, (8,), generator=g)),
+    (tagged_bce, lambda g: torch.rand(8, 5, generator=g)),
+], ids=["focal_ce", "bce_pos_weight"])
+def test_losses_with_options_train_as_pytorch_on_the_executor(loss, target, tmp_path):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(6, 16), nn.Tanh(), nn.Linear(16, 5))
+    g = torch.Generator().manual_seed(1)
+    batches = [(torch.randn(8, 6, generator=g), target(g)) for _ in range(3)]
+    trains_like_pytorch(model, loss, batches, "sgd", tmp_path)
+
+
+def test_a_step_with_random_ops_is_the_reference_step(tmp_path):
+    """Stochastic depth and a random noise input: the executor's parameters after three steps
+    are the reference interpreter's (the same masks each step: rng/step moves on alike)."""
+    torch.manual_seed(0)
+
+    class Noisy(Residual):
+        def forward(self, x):
+            return super().forward(x + 0.1 * torch.randn_like(x))
+
+    model = Noisy()
+    x, y = torch.randn(8, 3, 4, 4), torch.randint(0, 5, (8,))
+    t = trainer(model, (x,), loss=F.cross_entropy, labels=y, optimizer="sgd", lr=0.1,
+                out_dir=tmp_path / "noisy")
+    losses = [t.step(x, y) for _ in range(3)]
+    assert len(set(losses)) == 3  # fresh draws each step
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        imported = convert(export(model, (x,), F.cross_entropy, y), module_root="model")
+    graph = make_training_graph(imported.graph, Optimizer.parse("sgd", lr=0.1))
+    state = {**init_params(graph), **imported.params()}
+    feeds = dict(zip(imported.inputs, (x.numpy(), y.numpy()), strict=True))
+    reference = []
+    for _ in range(3):
+        out, state = train_step(graph, feeds, state)
+        reference.append(float(out[graph.outputs[0]]))
+    # The same draws on both sides; what differs is the order of float32 sums (oneDNN's
+    # blocked convolution and GEMMs against numpy's): a few ulps per op, ~1e-6 relative after
+    # three steps of this net, far below what a different mask moves (a dropped residual row).
+    np.testing.assert_allclose(losses, reference, rtol=1e-5)
+    ours = t.params()
+    for name, value in model.state_dict().items():
+        np.testing.assert_allclose(ours[name], state["model." + name], rtol=1e-4, atol=1e-6)
