@@ -81,5 +81,5 @@ def test_a_step_with_random_ops_is_the_reference_step(tmp_path):
     # three steps of this net, far below what a different mask moves (a dropped residual row).
     np.testing.assert_allclose(losses, reference, rtol=1e-5)
     ours = t.params()
-    for name, value in model.state_dict().items():
+    for name in model.state_dict():
         np.testing.assert_allclose(ours[name], state["model." + name], rtol=1e-4, atol=1e-6)
