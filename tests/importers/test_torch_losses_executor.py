@@ -113,3 +113,22 @@ def test_resuming_from_a_checkpoint_continues_the_random_stream(tmp_path):
     want, got = whole.params(), resumed.params()
     for name in want:
         np.testing.assert_array_equal(got[name], want[name], err_msg=name)
+
+
+def test_a_label_out_of_range_stops_the_step_naming_the_loss(tmp_path):
+    torch.manual_seed(0)
+    model = nn.Linear(6, 5)
+
+    def weighted(z, y):
+        return F.cross_entropy(z, y, weight=WEIGHT.to(z.dtype), ignore_index=-1)
+
+    x, y = torch.randn(4, 6), torch.tensor([0, 4, -1, 2])
+    t = trainer(model, (x,), loss=weighted, labels=y, optimizer="sgd", lr=0.1,
+                out_dir=tmp_path / "weighted")
+    before = t.params()
+    with pytest.raises(RuntimeError, match=r"NLLLoss\): label 7 out of range \[0, 5\) "
+                                           r"\(ignore_index -1\)"):
+        t.step(x, torch.tensor([0, 7, -1, 2]))
+    after = t.params()
+    assert all(np.array_equal(before[k], after[k]) for k in before)  # nothing half-done
+    t.step(x, y)  # the ignored -1 is no error
