@@ -113,9 +113,28 @@ def cross_entropy(n: NodeCtx) -> Value:
     logits, target = n.tensor(0), n.tensor(1)
     weight, reduction = n.arg(2, "weight"), _reduction(n, 3)
     ignore, eps = int(n.arg(4, "ignore_index", -100)), float(n.arg(5, "label_smoothing", 0.0))
-    shape = n.shape(logits)
-    if len(shape) < 2:
-        raise Unsupported(f"{n.op} (unbatched logits {list(shape)})")
+    if len(n.shape(logits)) == 1:  # unbatched: one position of C classes
+        _label(n, target)
+        logits, target = _batch_of_one(n, logits), _batch_of_one(n, target)
+        return _unbatched(n, _cross_entropy(n, logits, target, weight, reduction, ignore, eps))
+    return _cross_entropy(n, logits, target, weight, reduction, ignore, eps)
+
+
+def _batch_of_one(n: NodeCtx, v: str | Const) -> str | Const:
+    shape = (1, *n.shape(v))
+    if isinstance(v, Const):
+        return Const.of(n.imp.fresh(f"{n.label}/batch"), v.value().reshape(shape),
+                        origin="constant")
+    return n.emit1("Reshape", [v], {"shape": list(shape)})
+
+
+def _unbatched(n: NodeCtx, loss: str) -> str:
+    """The loss of a batch of one as torch's 0-d result (reduction none gives shape (1,))."""
+    return n.emit1("Reshape", [loss], {"shape": []}) if n.shape(loss) != () else loss
+
+
+def _cross_entropy(n: NodeCtx, logits: str | Const, target: str | Const, weight: object,
+                   reduction: int, ignore: int, eps: float) -> str:
     _label(n, target)
     if n.dtype(target).startswith(("float", "bfloat")):
         return _cross_entropy_probabilities(n, logits, target, weight, reduction, eps)
@@ -187,11 +206,13 @@ def nll_loss(n: NodeCtx) -> Value:
     logp, labels = n.tensor(0), n.tensor(1)
     weight, reduction, ignore = n.arg(2, "weight"), _reduction(n, 3), \
         int(n.arg(4, "ignore_index", -100))
-    if len(n.shape(logp)) < 2:
-        raise Unsupported(f"{n.op} (unbatched input {list(n.shape(logp))})")
     if n.dtype(labels) not in ("int64", "int32"):
         raise Unsupported(f"{n.op} (targets of dtype {n.dtype(labels)})")
     _label(n, labels)
+    if len(n.shape(logp)) == 1:  # unbatched: one position of C classes
+        loss = _nll(n, _batch_of_one(n, logp), _batch_of_one(n, _labels64(n, labels)), weight,
+                    reduction, ignore, 0.0)
+        return _unbatched(n, loss)
     return _nll(n, logp, _labels64(n, labels), weight, reduction, ignore, 0.0)
 
 

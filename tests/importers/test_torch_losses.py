@@ -260,3 +260,17 @@ def test_cosine_embedding_loss(reduction):
         return out.pow(2).sum() if reduction == "none" else out
 
     check_against_torch(loss, _x(N, C), SIGNS)
+
+
+@pytest.mark.parametrize("reduction", ["mean", "none"])
+@pytest.mark.parametrize("target", ["ids", "probabilities", "nll"])
+def test_unbatched_inputs(reduction, target):
+    """Logits (C,) with a 0-d label or (C,) probabilities: torch's 0-d loss."""
+    def loss(z, t):
+        if target == "nll":
+            return F.nll_loss(F.log_softmax(z, 0), t, weight=_as(WEIGHT, z), reduction=reduction)
+        return F.cross_entropy(z, t, weight=_as(WEIGHT, z), reduction=reduction,
+                               label_smoothing=0.1) * 2
+
+    t = torch.softmax(_x(C, seed=3), 0) if target == "probabilities" else torch.tensor(3)
+    check_against_torch(loss, _x(C), t)
