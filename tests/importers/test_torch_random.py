@@ -164,3 +164,19 @@ def test_copy_keeps_seeds_stable():
     a = convert(_export(Draws(), (x,))).graph
     b = convert(_export(copy.deepcopy(Draws()), (x,))).graph
     assert [n.attrs for n in a.nodes] == [n.attrs for n in b.nodes]
+
+
+def test_dropout2d_drops_whole_channels_through_bernoulli():
+    """nn.Dropout2d decomposes to bernoulli_ on an (N, C, 1, 1) tensor: each channel is all
+    zero or all x / (1 - p), about p of them dropped."""
+    x = torch.rand(16, 32, 3, 3) + 1.0
+    model = nn.Dropout2d(0.25).train()
+    imported = convert(_export(model, (x,)))
+    assert [n.op for n in imported.graph.nodes][0] == "Bernoulli"
+    out = run(imported.graph, {imported.inputs[0]: x.numpy()}, imported.params(),
+              keep="outputs")[imported.graph.outputs[0]]
+    kept = out.reshape(16 * 32, 9).any(axis=1)
+    scaled = out.reshape(16 * 32, 9)[kept] / x.numpy().reshape(16 * 32, 9)[kept]
+    np.testing.assert_allclose(scaled, 1 / 0.75, rtol=1e-6)
+    # 512 channels kept with probability 0.75: 4 standard deviations either way.
+    assert abs(kept.mean() - 0.75) < 4 * (0.75 * 0.25 / 512) ** 0.5
