@@ -18,7 +18,7 @@ Each op turns the draw of element i into its value (k24 = draw >> 40, a 24-bit i
                                  with u1 = (k24 + 1) * 2**-24 in (0, 1] and
                                  u2 = ((draw >> 16) & 0xFFFFFF) * 2**-24, in double
     Bernoulli      [(p), (step)] 1.0 where (draw >> 11) * 2**-53 < p else 0.0; p an attr, or a
-                                 float32 tensor (then the output has p's shape)
+                                 float tensor (then the output has p's shape and dtype)
     RandomInt      [(step)]      low + ((draw >> 32) * (high - low) >> 32), int64 in [low, high)
     RandomPerm     [(step)]      a permutation of 0..n-1 (int64): Fisher-Yates, position
                                  i = n-1 .. 1 swapped with j = (draw_i >> 32) * (i + 1) >> 32
@@ -32,7 +32,7 @@ float32 result with probability about 2**-28 per element. RandomInt's and Random
 multiply-shift maps a 32-bit draw to [0, m) with a bias of at most m / 2**32 (none for powers
 of two); m must be below 2**32.
 
-The ops have no gradient (torch's random ops have none either: a Bernoulli's p gets none).
+The ops have no gradient (torch's random ops have none either: a Bernoulli's p gets zero).
 
 FLOPs per element: RandomUniform 2, RandomNormal 8 (log, sqrt, cos, multiplies), Bernoulli 1,
 RandomInt 2, RandomPerm 2; the integer hash is not counted, as for Dropout.
@@ -52,6 +52,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from planner.dtypes import is_float
 from planner.ops.base import (
     Attr,
     Attrs,
@@ -121,7 +122,8 @@ def _bernoulli(xs: list[np.ndarray], a: Attrs, shape: tuple[int, ...]) -> np.nda
     d = draws(a["seed"], _step(xs), math.prod(shape))
     p = xs[0].astype(np.float64).ravel() if xs and xs[0].dtype.kind == "f" else a["p"]
     u = (d >> np.uint64(11)).astype(np.float64)
-    return (u < np.asarray(p) * 2.0**53).astype(np.float32).reshape(shape)
+    dtype = xs[0].dtype if xs and xs[0].dtype.kind == "f" else np.float32
+    return (u < np.asarray(p) * 2.0**53).astype(dtype).reshape(shape)
 
 
 def _below(d: np.ndarray, m: np.ndarray | int) -> np.ndarray:
@@ -153,7 +155,7 @@ def _check_inputs(op: str, ins: list[TensorType], takes_p: bool) -> TensorType |
         if rest[-1].shape != ():
             raise OpError(f"{op}: step must be an int64 scalar, got {list(rest[-1].shape)}")
         rest.pop()
-    if takes_p and rest and rest[0].dtype == "float32":
+    if takes_p and rest and is_float(rest[0].dtype):
         return rest.pop(0) if len(rest) == 1 else _too_many(op, ins)
     if rest:
         _too_many(op, ins)
@@ -195,7 +197,7 @@ def _infer_of(op: str):
             raise OpError(f"RandomNormal: std must not be negative, got {a['std']}")
         if op == "Bernoulli" and p is None and not 0.0 <= a["p"] <= 1.0:
             raise OpError(f"Bernoulli: p must lie in [0, 1], got {a['p']}")
-        return [TensorType(shape, "float32")]
+        return [TensorType(shape, p.dtype if p is not None else "float32")]
     return infer
 
 
@@ -212,7 +214,7 @@ def _reference_of(draw):
 
 
 def _no_gradient(g: GradBuilder, node: Node, grads: list[str | None]) -> list[str | None]:
-    """Random draws carry no gradient to their inputs (torch's bernoulli gives p none)."""
+    """A draw carries no gradient to its probabilities (torch's bernoulli gives p zero)."""
     return [None] * len(node.inputs)
 
 
@@ -242,7 +244,8 @@ for _name, _draw, _flops, _attrs, _doc in _ROWS:
         infer=_infer_of(_name),
         flops=elementwise_flops(_flops),
         reference=_reference_of(_draw),
-        gradient=_no_gradient,
-        nondiff_inputs=(0, 1),
+        # Only Bernoulli reads a float (p): the others never lie on a path from a param.
+        gradient=_no_gradient if _name == "Bernoulli" else None,
+        nondiff_inputs=(1,) if _name == "Bernoulli" else (0,),
         doc=_doc,
     ))
