@@ -39,10 +39,17 @@ class Random : public Kernel {
       }
       case RandomKind::kBernoulli: {
         float* y = r.at<float>(o_.out);
-        const float* p = o_.p >= 0 ? r.at<float>(o_.p) : nullptr;
+        if (o_.p >= 0) {  // any float p, NaN and p > 1 included, as the reference compares
+          const float* p = r.at<float>(o_.p);
+#pragma omp parallel for if(size >= kGrain)
+          for (int64_t i = 0; i < size; ++i)
+            y[i] = rng_bernoulli(rng_mix(base + static_cast<uint64_t>(i)), p[i]);
+          break;
+        }
+        const uint64_t below = rng_bernoulli_below(o_.a);
 #pragma omp parallel for if(size >= kGrain)
         for (int64_t i = 0; i < size; ++i)
-          y[i] = rng_bernoulli(rng_mix(base + static_cast<uint64_t>(i)), p ? p[i] : o_.a);
+          y[i] = rng_bernoulli_from(rng_mix(base + static_cast<uint64_t>(i)), below);
         break;
       }
       case RandomKind::kInt: {

@@ -17,7 +17,7 @@ __device__ __forceinline__ uint64_t device_base(uint64_t seed, const int64_t* st
 
 __global__ void random_float(RandomKind kind, uint64_t seed, const int64_t* __restrict__ step,
                              uint64_t rank, const float* __restrict__ p, double a, double b,
-                             int64_t size, float* __restrict__ y) {
+                             uint64_t below, int64_t size, float* __restrict__ y) {
   const uint64_t base = device_base(seed, step, rank);
   const float low = static_cast<float>(a), span = static_cast<float>(b) - low;
   for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < size;
@@ -28,7 +28,7 @@ __global__ void random_float(RandomKind kind, uint64_t seed, const int64_t* __re
     else if (kind == RandomKind::kNormal)
       y[i] = rng_normal(d, a, b);
     else
-      y[i] = rng_bernoulli(d, p ? static_cast<double>(p[i]) : a);
+      y[i] = p ? rng_bernoulli(d, static_cast<double>(p[i])) : rng_bernoulli_from(d, below);
   }
 }
 
@@ -71,8 +71,10 @@ class Random : public Kernel {
                                                      r.at<int64_t>(o_.out));
     } else {
       const float* p = o_.p >= 0 ? r.at<float>(o_.p) : nullptr;
+      const uint64_t below = o_.kind == RandomKind::kBernoulli ? rng_bernoulli_below(o_.a) : 0;
       random_float<<<blocks_, threads_, 0, r.stream>>>(o_.kind, o_.seed, step, rank, p, o_.a,
-                                                       o_.b, o_.size, r.at<float>(o_.out));
+                                                       o_.b, below, o_.size,
+                                                       r.at<float>(o_.out));
     }
     PLANNER_LAUNCHED("random draw");
   }
