@@ -73,9 +73,14 @@ def supported_ops_page() -> str:
              "refused with one line naming the op, the node and its module path",
              "(`layers.3.attn`).", "",
              "The loss is whatever float scalar the traced program returns first: PyTorch's",
-             "`F.cross_entropy` or `F.mse_loss` (the planner's loss ops), or a loss of several",
+             "losses with their options (planner/torch/rules_losses.py; a `reduction='none'`",
+             "loss reduced by the module's own arithmetic included), or a loss of several",
              "terms such as a VAE's `F.mse_loss(recon, x) + beta * kl`, which the import marks",
              "as the graph's loss (`Graph.loss`); with `loss=None` the module returns its own.",
+             "",
+             "Random ops (rand, randn, bernoulli, normal, uniform_, randint, randperm) draw",
+             "from the planner's counter-based generator keyed by (seed, step, rank), as",
+             "Dropout does: torch's distributions, not torch's bits (docs/pytorch.md).",
              ""]
     lines += aten_table()
     lines += ["", "## ONNX", "",

@@ -2,7 +2,9 @@
 
 Families: cast (dtype conversion), conv, pool, norm (BatchNorm, LRN), matmul (MatMul,
 BiasAdd), activation, elementwise (broadcasting binary ops, AddN, unary math), shape (Concat,
-Split, Slice, Reshape, Flatten, Transpose, ...), reduce, embedding, dropout, loss, optim
+Split, Slice, Reshape, Flatten, Transpose, ...), reduce, embedding, dropout, random (RandomUniform,
+RandomNormal, Bernoulli, RandomInt, RandomPerm on Dropout's generator), loss, nll_loss (NLLLoss:
+weights, ignore_index, smoothing, any reduction), optim
 (parameter updates, the step counter and the loss seed of training graphs), loss_scale
 (fp16-mixed dynamic loss scaling: UnscaleGrads, UpdateLossScale, SkipOnOverflow), collective
 (AllReduce of data-parallel training), clip_grad_norm (ClipGradNorm:
@@ -37,10 +39,12 @@ from planner.ops import (  # noqa: F401, E402
     lstm,
     mask,
     matmul,
+    nll_loss,
     norm,
     optim,
     pad,
     pool,
+    random,
     reduce,
     resize,
     scaled_softmax,

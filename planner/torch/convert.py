@@ -3,7 +3,7 @@
     convert(program) -> TorchImport(graph, consts, inputs, counters)
 
 1. `run_decompositions` to core ATen, keeping the ops the planner has as one op
-   (PRESERVED: F.linear, F.cross_entropy, F.mse_loss, dropout, scaled_dot_product_attention,
+   (PRESERVED: F.linear, the losses (rules_losses.py), dropout, scaled_dot_product_attention,
    PReLU and Softplus, whose decompositions compare, which no planner op does, reflect and
    replicate padding, which decompose to gathers (the planner's Pad has those modes), and
    torch.roll, which decomposes to gathers too (it becomes two Slices and a Concat),
@@ -45,10 +45,12 @@ from planner.importers.onnx.errors import Unsupported
 from planner.importers.onnx.fold import FOLD_OUTPUT_LIMIT
 from planner.importers.onnx.values import Const
 from planner.torch.context import RULES, UNAVAILABLE, NodeCtx, TorchImportError
+from planner.torch.rules_losses import LOSS_PRESERVED
+from planner.torch.rules_random import RANDOM_PRESERVED
 
-PRESERVED = ("linear.default", "cross_entropy_loss.default", "mse_loss.default",
-             "dropout.default", "scaled_dot_product_attention.default", "prelu.default",
-             "softplus.default", "reflection_pad1d.default", "reflection_pad2d.default",
+PRESERVED = ("linear.default", *LOSS_PRESERVED, *RANDOM_PRESERVED, "dropout.default",
+             "scaled_dot_product_attention.default", "prelu.default", "softplus.default",
+             "reflection_pad1d.default", "reflection_pad2d.default",
              "replication_pad1d.default", "replication_pad2d.default", "roll.default")
 
 
