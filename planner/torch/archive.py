@@ -56,7 +56,7 @@ class SavedArchive:
 
 def read_archive(path: str | Path) -> SavedArchive:
     """The program and tensors of a .pt2 archive, or a UserError naming the member and field."""
-    zipped = read_zip(path)
+    zipped = read_zip(path, "saved torch.export program")
     roots = {name.split("/", 1)[0] for name in zipped}
     if len(roots) != 1 or any("/" not in name for name in zipped):
         raise UserError(f"{path}: not a saved torch.export program (its members are not under "

@@ -89,14 +89,15 @@ def read_file(path: str | Path) -> bytes:
         os.close(fd)
 
 
-def read_zip(path: str | Path) -> dict[str, bytes]:
-    """Member name -> bytes of the zip archive at `path` (see the module docstring)."""
-    return read_zip_bytes(read_file(path), str(path))
+def read_zip(path: str | Path, kind: str = "zip archive") -> dict[str, bytes]:
+    """Member name -> bytes of the zip archive at `path` (see the module docstring); `kind`
+    names what the file should be, in messages."""
+    return read_zip_bytes(read_file(path), str(path), kind)
 
 
-def read_zip_bytes(data: bytes, where: str) -> dict[str, bytes]:
+def read_zip_bytes(data: bytes, where: str, kind: str = "zip archive") -> dict[str, bytes]:
     def refuse(why: str) -> UserError:
-        return UserError(f"{where}: not a zip archive the planner reads ({why})")
+        return UserError(f"{where}: not a {kind} the planner reads ({why})")
 
     entries, directory = _central(data, refuse)
     members: dict[str, bytes] = {}
@@ -246,10 +247,12 @@ def _local(data: bytes, entry: _Entry, refuse) -> tuple[int, int]:
         if tuple(_u(fmt, data, end, refuse)) != (entry.crc, entry.csize, entry.usize):
             raise refuse(f"{what}: its data descriptor and central entry disagree")
         end += struct.calcsize(fmt)
-    elif (crc, csize, usize) != (entry.crc, entry.csize, entry.usize) and not (
-            entry.zip64 and (csize, usize) == (_SATURATED32, _SATURATED32)
-            and crc == entry.crc):
-        raise refuse(f"{what}: its local header and central entry disagree on sizes")
+    else:
+        if (csize, usize) == (_SATURATED32, _SATURATED32):  # sizes in its zip64 field
+            extra = data[at + 30 + nlen:start]
+            usize, csize = _zip64(extra, usize, csize, 0, entry.name, refuse)[:2]
+        if (crc, csize, usize) != (entry.crc, entry.csize, entry.usize):
+            raise refuse(f"{what}: its local header and central entry disagree on sizes")
     return start, end
 
 
