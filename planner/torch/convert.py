@@ -45,7 +45,7 @@ from planner.importers.onnx.errors import Unsupported
 from planner.importers.onnx.fold import FOLD_OUTPUT_LIMIT
 from planner.importers.onnx.values import Const
 from planner.torch.context import RULES, UNAVAILABLE, NodeCtx, TorchImportError
-from planner.torch.record import Call, Program, Tensor, Value, from_exported, module_path
+from planner.torch.record import Call, Program, Tensor, Value, from_exported
 from planner.torch.saved import Ref
 from planner.torch.targets import resolve
 

@@ -236,8 +236,8 @@ def _bind(node: Node, out: Any, env: dict[str, Any], where: str) -> None:
     results = [out] if len(outs) == 1 and not (isinstance(out, (tuple, list)) and
                                                not isinstance(outs[0], tuple)) else out
     if not isinstance(results, (tuple, list)) or len(results) != len(outs):
-        raise UserError(f"{where}: node {node.name!r} declares {len(outs)} outputs, "
-                        f"{node.target} gives {len(results) if isinstance(results, (tuple, list)) else 1}")
+        raise UserError(f"{where}: node {node.name!r} declares {len(outs)} outputs, which "
+                        f"{node.target} does not give")
     for declared, value in zip(outs, results, strict=True):
         if isinstance(declared, Ref):
             env[declared.name] = value

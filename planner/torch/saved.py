@@ -11,11 +11,12 @@ or `torch.ops.prims.<op>.<overload>` naming an operator in torch's own registry 
 planner's allow-list (planner/torch/targets.py); it is resolved by that lookup, never by
 importing a path.
 
->>> parse_program({"graph_module": {}, "schema_version": {"major": 8, "minor": 0},
-...                "opset_version": {}, "range_constraints": {}, "guards_code": ["x"],
-...                "hack": 1}, "models/model.json")
-Traceback (most recent call last):
-planner.errors.UserError: models/model.json: field 'hack' is not in torch.export's schema (a field the planner does not read)
+>>> try:
+...     parse_program({"graph_module": {}, "schema_version": {"major": 8, "minor": 0},
+...                    "guards_code": ["x"], "hack": 1}, "models/model.json")
+... except UserError as e:
+...     print(e)
+models/model.json: field 'hack' is not in torch.export's schema (a field the planner does not read)
 """
 
 from __future__ import annotations
@@ -122,6 +123,9 @@ def parse_program(doc: Any, where: str) -> SavedProgram:
         if graph.get(name):
             raise _field(where, f"graph.{name}", "is not empty (symbolic values or custom "
                          "objects; export with static shapes and tensors only)")
+    for part in ("inputs", "outputs"):  # the signature names the same values; checked only
+        for k, a in enumerate(_list(graph[part], where, f"graph.{part}")):
+            argument(a, where, f"graph.{part}[{k}]")
     values = {}
     for name, meta in _dict(graph["tensor_values"], where, "graph.tensor_values").items():
         values[_name(name, where, "graph.tensor_values")] = tensor_meta(

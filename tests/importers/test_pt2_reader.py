@@ -6,12 +6,10 @@ from __future__ import annotations
 
 import io
 import os
-import struct
 import subprocess
 import sys
 import tracemalloc
 import zipfile
-import zlib
 
 import pytest
 
