@@ -270,18 +270,25 @@ def _output(doc: Any, where: str, what: str) -> Any:
     return argument(doc, where, what)
 
 
-def _input_spec(doc: Any, where: str, k: int) -> Spec:
-    what = f"signature.input_specs[{k}]"
+def _union(doc: Any, where: str, what: str) -> tuple[str, Any, str]:
+    """(member, value, its field path) of a one-member schema union."""
     if not isinstance(doc, dict) or len(doc) != 1:
-        raise _field(where, what, "is not one tagged input spec")
+        raise _field(where, what, "is not one tagged record")
     ((kind, v),) = doc.items()
-    here = f"{what}.{kind}"
+    return kind, v, f"{what}.{kind}"
+
+
+def _tensor_arg(v: Any, where: str, here: str) -> Ref:
+    value = argument(_object(v, where, ("arg",), (), here)["arg"], where, f"{here}.arg")
+    if not isinstance(value, Ref):
+        raise _field(where, f"{here}.arg", "is not a tensor (export with tensors only)")
+    return value
+
+
+def _input_spec(doc: Any, where: str, k: int) -> Spec:
+    kind, v, here = _union(doc, where, f"signature.input_specs[{k}]")
     if kind == "user_input":
-        spec = _object(v, where, ("arg",), (), here)
-        value = argument(spec["arg"], where, f"{here}.arg")
-        if not isinstance(value, Ref):
-            raise _field(where, f"{here}.arg", "is not a tensor (export with tensor inputs)")
-        return Spec("user_input", value.name)
+        return Spec("user_input", _tensor_arg(v, where, here).name)
     names = {"parameter": "parameter_name", "buffer": "buffer_name",
              "tensor_constant": "tensor_constant_name"}
     if kind not in names:
@@ -295,16 +302,9 @@ def _input_spec(doc: Any, where: str, k: int) -> Spec:
 
 
 def _output_spec(doc: Any, where: str, k: int) -> Spec:
-    what = f"signature.output_specs[{k}]"
-    if not isinstance(doc, dict) or len(doc) != 1:
-        raise _field(where, what, "is not one tagged output spec")
-    ((kind, v),) = doc.items()
-    here = f"{what}.{kind}"
+    kind, v, here = _union(doc, where, f"signature.output_specs[{k}]")
     if kind == "user_output":
-        value = argument(_object(v, where, ("arg",), (), here)["arg"], where, f"{here}.arg")
-        if not isinstance(value, Ref):
-            raise _field(where, f"{here}.arg", "is not a tensor")
-        return Spec("user_output", value.name)
+        return Spec("user_output", _tensor_arg(v, where, here).name)
     if kind == "buffer_mutation":
         spec = _object(v, where, ("arg", "buffer_name"), (), here)
         return Spec(kind, _ref(spec["arg"], where, f"{here}.arg").name,

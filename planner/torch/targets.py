@@ -2,8 +2,9 @@
 objects by a registry lookup (never by importing or evaluating a path from the file).
 
 A target `aten.<op>.<overload>` is allowed when torch's dispatcher registers that operator and
-it is one the importer converts (a rule of planner/torch/rules*.py), or one torch's
-decomposition turns into others: an operator with a CompositeImplicitAutograd kernel (written
+it is one the importer converts (a rule of planner/torch/rules*.py), a core-ATen operator
+(which the importer converts or, on constants alone, evaluates: a mask from `aten.arange`), or
+one torch's decomposition turns into others: an operator with a CompositeImplicitAutograd kernel (written
 in other ATen ops: `aten.linear`, `aten.conv2d`, `aten.batch_norm`, `aten._weight_norm`), an
 operator of torch.export's core-ATen decomposition table, or the in-place form (`add_`) of an
 allowed one. What the decomposition then gives must itself have a rule, or the import refuses
@@ -58,7 +59,7 @@ def allowed(target: str) -> bool:
     if target.startswith("prims."):
         return False
     if target in _decomposed() or torch._C._dispatch_has_kernel_for_dispatch_key(
-            qualified, "CompositeImplicitAutograd"):
+            qualified, "CompositeImplicitAutograd") or torch.Tag.core in _op(target).tags:
         return True
     op, overload = target.split(".")[1:]
     return op.endswith("_") and not op.startswith("_") and \
@@ -67,9 +68,15 @@ def allowed(target: str) -> bool:
 
 def resolve(target: str) -> Any:
     """torch's operator object for an allowed target, or None."""
-    import torch
-
     if target == "getitem" or not allowed(target):
         return None
+    return _op(target)
+
+
+def _op(target: str) -> Any:
+    """The operator object of a target the registry holds (checked before: only then is the
+    name looked up)."""
+    import torch
+
     space, op, overload = target.split(".")
     return getattr(getattr(getattr(torch.ops, space), op), overload)

@@ -7,9 +7,7 @@ sample input and guards_code that torch would run) never run: the marker never a
 
 from __future__ import annotations
 
-import io
 import json
-import os
 import pickle
 import random
 import zipfile
@@ -21,16 +19,9 @@ torch = pytest.importorskip("torch")
 
 from planner.errors import UserError  # noqa: E402
 from planner.torch import load_pt2  # noqa: E402
+from tests.importers.test_pt2_archive_hostile import _Mkdir, _zip  # noqa: E402
 
 CASES = 40  # per fuzzer: a few seconds each in CI
-
-
-class _Mkdir:
-    def __init__(self, marker: Path) -> None:
-        self.marker = str(marker)
-
-    def __reduce__(self):
-        return (os.mkdir, (self.marker,))
 
 
 class _Net(torch.nn.Module):
@@ -59,14 +50,6 @@ def base(tmp_path_factory):
     program["guards_code"] = [f"__import__('os').mkdir({str(marker)!r})"]
     members[f"{root}/models/model.json"] = json.dumps(program).encode()
     return members, marker, root
-
-
-def _zip(members: dict[str, bytes]) -> bytes:
-    buf = io.BytesIO()
-    with zipfile.ZipFile(buf, "w") as out:
-        for name, data in members.items():
-            out.writestr(name, data)
-    return buf.getvalue()
 
 
 def _load(data: bytes, path: Path, marker: Path, what: str) -> None:

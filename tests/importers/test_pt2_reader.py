@@ -18,6 +18,7 @@ torch = pytest.importorskip("torch")
 from planner.errors import UserError  # noqa: E402
 from planner.torch import load_pt2  # noqa: E402
 from planner.torch.convert import convert  # noqa: E402
+from tests.importers.test_pt2_archive_hostile import _zip  # noqa: E402
 from tests.importers.torch_models import MODELS, model_case  # noqa: E402
 
 
@@ -109,21 +110,13 @@ def _refused(tmp_path, data: bytes, match: str) -> str:
     return str(refused.value)
 
 
-def _rezip(members: dict[str, bytes], method=zipfile.ZIP_STORED) -> bytes:
-    buf = io.BytesIO()
-    with zipfile.ZipFile(buf, "w", method) as z:
-        for name, data in members.items():
-            z.writestr(name, data)
-    return buf.getvalue()
-
-
 def _members(data: bytes) -> dict[str, bytes]:
     with zipfile.ZipFile(io.BytesIO(data)) as z:
         return {n: z.read(n) for n in z.namelist()}
 
 
 def test_appended_and_prepended_bytes_are_refused(honest, tmp_path):
-    legacy = _rezip({"h/data/weights/model.pt": b"pickle"})
+    legacy = _zip({"h/data/weights/model.pt": b"pickle"})
     _refused(tmp_path, honest + legacy, "start|before the central directory|belong to no")
     _refused(tmp_path, b"\0" * 16 + honest, "zip64 end record|starts at byte|belong to no")
     _refused(tmp_path, honest + b"\0", "bytes after the end record")
@@ -151,7 +144,7 @@ def test_duplicate_member_is_refused(honest, tmp_path):
 def test_paths_outside_the_archive_are_refused(honest, name, tmp_path):
     members = _members(honest)
     members[name] = b""
-    _refused(tmp_path, _rezip(members), "not a plain relative file path")
+    _refused(tmp_path, _zip(members), "not a plain relative file path")
 
 
 def test_symlink_member_is_refused(honest, tmp_path):
@@ -169,7 +162,7 @@ def test_symlink_member_is_refused(honest, tmp_path):
 
 
 def test_encrypted_member_is_refused(honest, tmp_path):
-    data = bytearray(_rezip(_members(honest)))
+    data = bytearray(_zip(_members(honest)))
     at = data.find(b"PK\x01\x02")
     data[at + 8] |= 1  # the central entry's encryption flag
     _refused(tmp_path, bytes(data), "encrypted")
@@ -208,10 +201,10 @@ def test_fifo_is_refused_without_blocking(tmp_path):
 def test_big_endian_archive_is_refused(honest, tmp_path):
     members = _members(honest)
     members["h/byteorder"] = b"big"
-    _refused(tmp_path, _rezip(members), "member 'h/byteorder' holds b'big'")
+    _refused(tmp_path, _zip(members), "member 'h/byteorder' holds b'big'")
 
 
 def test_payload_shorter_than_its_declared_view_is_refused(honest, tmp_path):
     members = _members(honest)
     members["h/data/weights/weight_0"] = members["h/data/weights/weight_0"][:8]
-    _refused(tmp_path, _rezip(members), r"past its 2 elements")
+    _refused(tmp_path, _zip(members), r"past its 2 elements")
