@@ -8,7 +8,9 @@
    replicate padding, which decompose to gathers (the planner's Pad has those modes), and
    torch.roll, which decomposes to gathers too (it becomes two Slices and a Concat),
    so a linear layer is one GEMM with its weight transposed in place and the loss is the
-   planner's loss op, whose gradient make_training_graph knows.
+   planner's loss op, whose gradient make_training_graph knows. The decomposed program is
+   then recorded (planner/torch/record.py); a .pt2 file arrives as such a record already
+   (planner/torch/retrace.py), and from here both go the same way.
 2. The graph signature names every placeholder: a PARAMETER becomes a param tensor under its
    state_dict name, a BUFFER a state tensor (BatchNorm's running statistics), a lifted constant
    a state tensor holding its value, a USER_INPUT an input.
