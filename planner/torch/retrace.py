@@ -54,7 +54,11 @@ def retrace(saved: SavedArchive, where: str) -> Program:
         meta = program.values.get(spec.value)
         if meta is None:
             raise UserError(f"{where}: input {spec.value!r} has no graph.tensor_values entry")
-        examples.append(torch.empty(meta.shape, dtype=_dtype(meta.dtype)))
+        try:  # never written or read: torch traces with fake tensors of its shape
+            examples.append(torch.empty(meta.shape, dtype=_dtype(meta.dtype)))
+        except (RuntimeError, MemoryError) as e:
+            raise UserError(f"{where}: input {spec.value!r} of shape {list(meta.shape)} cannot "
+                            f"be allocated to trace the program ({type(e).__name__})") from None
     replay = _Replay(saved, ops, where)
     try:
         with warnings.catch_warnings():

@@ -5,6 +5,7 @@ gives; ambiguous zips, special files and a zip bomb are refused in one line."""
 from __future__ import annotations
 
 import io
+import json
 import os
 import subprocess
 import sys
@@ -223,3 +224,19 @@ def test_payload_shorter_than_its_declared_view_is_refused(honest, tmp_path):
     members = _members(honest)
     members["h/data/weights/weight_0"] = members["h/data/weights/weight_0"][:8]
     _refused(tmp_path, _zip(members), r"past its 2 elements")
+
+
+def test_input_too_large_to_trace_is_refused(tmp_path):
+    """Shapes are plain integers the planner plans with; one torch cannot even allocate to
+    trace is refused by name, not a raw allocator error."""
+    real = tmp_path / "real.pt2"
+    torch.export.save(torch.export.export(torch.nn.Linear(4, 3), (torch.randn(2, 4),)),
+                      str(real))
+    members = _members(real.read_bytes())
+    name = next(n for n in members if n.endswith("models/model.json"))
+    program = json.loads(members[name])
+    values = program["graph_module"]["graph"]["tensor_values"]
+    user = program["graph_module"]["signature"]["input_specs"][-1]["user_input"]
+    values[user["arg"]["as_tensor"]["name"]]["sizes"] = [{"as_int": 1 << 39}, {"as_int": 1 << 30}]
+    members[name] = json.dumps(program).encode()
+    _refused(tmp_path, _zip(members), "input 'input' of shape .* cannot be allocated")
