@@ -22,6 +22,7 @@ import numpy as np
 
 from planner.errors import UserError
 from planner.torch.archive import SavedArchive
+from planner.torch.convert import decompose
 from planner.torch.record import Program, from_exported
 from planner.torch.saved import Enum, Node, Ref
 from planner.torch.targets import resolve
@@ -37,8 +38,6 @@ def retrace(saved: SavedArchive, where: str) -> Program:
     """The decomposed record of a saved program (see the module docstring); UserError naming
     the member, node and field otherwise."""
     import torch
-
-    from planner.torch.convert import decompose
 
     program = saved.program
     ops = {}

@@ -3,12 +3,14 @@ objects by a registry lookup (never by importing or evaluating a path from the f
 
 A target `aten.<op>.<overload>` is allowed when torch's dispatcher registers that operator and
 it is one the importer converts (a rule of planner/torch/rules*.py), a core-ATen operator
-(which the importer converts or, on constants alone, evaluates: a mask from `aten.arange`), or
-one torch's decomposition turns into others: an operator with a CompositeImplicitAutograd kernel (written
-in other ATen ops: `aten.linear`, `aten.conv2d`, `aten.batch_norm`, `aten._weight_norm`), an
-operator of torch.export's core-ATen decomposition table, or the in-place form (`add_`) of an
-allowed one. What the decomposition then gives must itself have a rule, or the import refuses
-it naming the op. prims operators are allowed only where a rule converts them.
+(which the importer converts or, on constants alone, evaluates: a mask from `aten.arange`),
+or one torch's decomposition turns into others: an operator with a CompositeImplicitAutograd
+kernel (written in other ATen ops: `aten.linear`, `aten.conv2d`, `aten.batch_norm`,
+`aten._weight_norm`), an operator of torch.export's core-ATen decomposition table, or the
+in-place form (`add_`) of an allowed one. What the decomposition then gives must itself have a
+rule, or the import refuses it naming the op. prims operators are allowed only where a rule
+converts them. RULES is read as its importers filled it: planner/torch/convert.py imports
+every rule module, and the callers here import it first.
 
 >>> allowed("aten.relu.default"), allowed("aten.linear.default"), allowed("aten.nope.default")
 (True, True, False)
@@ -48,8 +50,6 @@ def _qualified(target: str) -> str | None:
 def allowed(target: str) -> bool:
     """Whether a node of a .pt2 file may call `target` (see the module docstring)."""
     import torch
-
-    import planner.torch.convert  # noqa: F401  (registering every rule)
 
     qualified = _qualified(target)
     if qualified is None or qualified not in _registry():
