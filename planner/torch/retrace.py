@@ -234,20 +234,19 @@ def _arguments(op: Any, node: Node, env: dict[str, Any], where: str) -> tuple[li
 def _bind(node: Node, out: Any, env: dict[str, Any], where: str) -> None:
     """What the call returned, under the names its outputs declare."""
     outs = node.outputs
-    if not outs:
-        return
-    results = [out] if len(outs) == 1 and not (isinstance(out, (tuple, list)) and
-                                               not isinstance(outs[0], tuple)) else out
-    if not isinstance(results, (tuple, list)) or len(results) != len(outs):
-        raise UserError(f"{where}: node {node.name!r} declares {len(outs)} outputs, which "
-                        f"{node.target} does not give")
-    for declared, value in zip(outs, results, strict=True):
-        if isinstance(declared, Ref):
-            env[declared.name] = value
-        elif isinstance(declared, tuple):
-            if not isinstance(value, (tuple, list)) or len(value) != len(declared):
-                raise UserError(f"{where}: node {node.name!r} declares a list of "
-                                f"{len(declared)} outputs, {node.target} gives another")
-            for ref, item in zip(declared, value, strict=True):
-                if isinstance(ref, Ref):
-                    env[ref.name] = item
+    single = len(outs) == 1 and not (isinstance(out, (tuple, list)) and
+                                     not isinstance(outs[0], tuple))
+    if outs:
+        _bind_each(node, outs, [out] if single else out, env, where)
+
+
+def _bind_each(node: Node, declared: tuple, values: Any, env: dict[str, Any],
+               where: str) -> None:
+    if not isinstance(values, (tuple, list)) or len(values) != len(declared):
+        raise UserError(f"{where}: node {node.name!r} declares {len(declared)} outputs where "
+                        f"{node.target} gives another number")
+    for name, value in zip(declared, values, strict=True):
+        if isinstance(name, Ref):
+            env[name.name] = value
+        elif isinstance(name, tuple):  # a list output (`as_tensors`)
+            _bind_each(node, name, value, env, where)
