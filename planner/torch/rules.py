@@ -128,21 +128,21 @@ def as_strided(n: NodeCtx) -> Value:
     """A strided view of known strides: the Reshape / Slice / Transpose chain reading the same
     elements (planner/torch/strided.py), or refused."""
     x = n.tensor(0)
-    source = n.node.args[0].meta.get("val") if n.node is not None else None
-    if source is None or not hasattr(source, "stride"):
+    source = n.traced(0, "self")
+    if source is None or not hasattr(source, "strides"):
         raise n.fail("the input's strides are unknown")
     shape = n.shape(x)
     if max(math.prod(shape), math.prod(n.ints(1, "size"))) > VIEW_LIMIT:
         raise n.fail(f"a strided view of a tensor of shape {list(shape)}: over {VIEW_LIMIT} "
                      f"elements")
     offset = n.arg(3, "storage_offset")
-    idx = logical_index(shape, source.stride(), source.storage_offset(),
+    idx = logical_index(shape, source.strides, source.offset,
                         n.ints(1, "size"), n.ints(2, "stride"),
-                        source.storage_offset() if offset is None else int(offset))
+                        source.offset if offset is None else int(offset))
     ops = view_ops(idx, math.prod(shape)) if idx is not None else None
     if ops is None:
         raise n.fail(f"size {n.ints(1, 'size')}, stride {n.ints(2, 'stride')} of an input of "
-                     f"shape {list(shape)} (strides {list(source.stride())}) is not a "
+                     f"shape {list(shape)} (strides {list(source.strides)}) is not a "
                      f"reshape, slice or transpose of it")
     for op, attrs in ops:
         if op != "Reshape" or list(n.shape(x)) != attrs["shape"]:
