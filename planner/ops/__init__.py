@@ -40,6 +40,7 @@ from planner.ops import (  # noqa: F401, E402
     norm,
     optim,
     pad,
+    pointwise_table,
     pool,
     reduce,
     resize,
