@@ -170,6 +170,21 @@ class _Math:
             return self._t.const(False, "bool")  # an integer or bool is never NaN
         return self._t.isnan(x)
 
+    def _finite_or(self, name, x, integral: bool):
+        x = self._expr(x)
+        if not _dtype_of(x).startswith("float"):
+            return self._t.const(integral, "bool")  # an integer or bool is finite
+        return getattr(self._t, name)(x)
+
+    def isinf(self, x):
+        return self._finite_or("isinf", x, False)
+
+    def isfinite(self, x):
+        return self._finite_or("isfinite", x, True)
+
+    def not_(self, a):
+        return self._t.Not(self._expr(a))
+
     def cast(self, x, dtype):
         x = self._expr(x, dtype)
         return x if _dtype_of(x) == dtype else x.astype(dtype)
@@ -193,6 +208,14 @@ class _Math:
     # no TVM intrinsic: the C library's (CUDA's device erfcf / expm1f; libm's on the host)
     def erfc(self, x): return self._extern("erfc", x)
     def expm1(self, x): return self._extern("expm1", x)
+
+    def call(self, name, *xs):
+        """A C library function of the pointwise table (planner.ops.pointwise_table.LIBM):
+        CUDA's <name>f."""
+        from planner.ops.pointwise_table import LIBM
+
+        assert name in LIBM, name
+        return self._extern(name, *xs)
 
 
 def _offset(tirx, dims, ss):
@@ -341,6 +364,11 @@ def cpu_func(spec: Spec):
     return build_compute(spec)[0]
 
 
+def _block_names(func) -> set[str]:
+    """Names of the blocks of a PrimFunc (its TVMScript's `sblock("...")`s)."""
+    return set(re.findall(r'sblock\("(\w+)"\)', func.script()))
+
+
 def schedule(spec: Spec, block: int):
     """The spec's PrimFunc split by `block` threads and bound to blockIdx.x / threadIdx.x."""
     import tvm
@@ -355,7 +383,10 @@ def schedule(spec: Spec, block: int):
     sch.bind(tx, "threadIdx.x")
     if pair:  # v2: the pair is one vector load / store
         sch.vectorize(pair[0])
+    present = _block_names(func)
     for name in load_names:
+        if name not in present:
+            continue  # an input the formula does not read (CopySignGradA's b): TE dropped it
         ld = sch.get_sblock(name)
         sch.set_scope(ld, 0, "local")
         sch.compute_at(ld, tx)

@@ -321,7 +321,7 @@ ROWS: tuple[Row, ...] = (
     Row("Reciprocal", _u(lambda m, x: 1.0 / x), "y = 1 / x.",
         grads=(lambda m, xs, y: -(y * y),), uses_y=True, aten=("reciprocal.default",)),
     Row("Square", _u(lambda m, x: x * x), "y = x * x.", accepts="numeric",
-        grads=(lambda m, xs, y: 2.0 * xs[0],), aten=("square.default",)),
+        grads=(lambda m, xs, y: 2.0 * xs[0],)),  # torch.square exports as pow(x, 2)
     # -- trigonometric and hyperbolic
     Row("Sin", _u(lambda m, x: m.call("sin", x)), "y = sin(x).",
         grads=(lambda m, xs, y: m.call("cos", xs[0]),), aten=("sin.default",)),
@@ -359,8 +359,8 @@ ROWS: tuple[Row, ...] = (
         aten=("round.default",)),
     Row("Trunc", _u(lambda m, x: m.call("trunc", x)), "y = x rounded toward zero.",
         aten=("trunc.default",)),
-    Row("Frac", _u(lambda m, x: x - m.call("trunc", x)), "y = x - trunc(x).", grads=(1,),
-        aten=("frac.default",)),
+    # torch.frac exports as x - trunc(x)
+    Row("Frac", _u(lambda m, x: x - m.call("trunc", x)), "y = x - trunc(x).", grads=(1,)),
     # -- special functions
     Row("Erfc", _u(lambda m, x: m.erfc(x)), "y = 1 - erf(x), without cancellation.",
         grads=(lambda m, xs, y: -TWO_OVER_SQRT_PI * m.exp(-(xs[0] * xs[0])),),
@@ -405,7 +405,7 @@ ROWS: tuple[Row, ...] = (
     Row("Lerp", lambda m, xs, p: [_lerp(m, *xs)], "y = a + w (b - a) (torch.lerp).", arity=3,
         grads=(lambda m, xs, y: 1.0 - xs[2], lambda m, xs, y: xs[2],
                lambda m, xs, y: xs[1] - xs[0]), flops=3,
-        aten=("lerp.Tensor",)),
+        aten=("lerp.Tensor", "lerp.Scalar")),
     # -- comparisons: bool results, no gradient
     _cmp("Equal", lambda m, a, b: a == b, "eq", "y = a == b."),
     _cmp("NotEqual", lambda m, a, b: a != b, "ne", "y = a != b (true where either is NaN)."),
@@ -500,12 +500,17 @@ def _grad_formula(row: Row, d: Derivative) -> Formula:
     return formula
 
 
-def _grad_infer(name: str, arity: int):
+def _grad_infer(name: str, flat: bool):
+    """[dy, inputs.., (y)] -> dx in dy's shape; a one-input row's (flat: its kernels read every
+    input at the output's index) takes operands of dy's shape only."""
     def infer(ins: list[TensorType], a: Attrs) -> list[TensorType]:
         dy = ins[0]
         for k, t in enumerate(ins[1:], start=1):
             if t.dtype != dy.dtype:
                 raise OpError(f"{name}: input {k} is {t.dtype} but dy is {dy.dtype}")
+            if flat and t.shape != dy.shape:
+                raise OpError(f"{name}: input {k} has shape {list(t.shape)}, dy "
+                              f"{list(dy.shape)}; they must match")
         if dy.dtype not in FLOATS:
             raise OpError(f"{name}: dy must be a float tensor, got {dy.dtype}")
         shape = dy.shape
@@ -543,12 +548,12 @@ def register_row(row: Row) -> None:
         formula = _grad_formula(row, d)
         register(OpDef(
             name=name, arity=n_in, cost_class="elementwise",
-            infer=_grad_infer(name, n_in),
+            infer=_grad_infer(name, flat=row.arity == 1),
             flops=elementwise_flops(row.flops + 1),
             reference=reference_of(formula, "same"),
             pointwise=Pointwise(formula, signatures=(",".join(["float32"] * n_in)
                                                      + "->float32",),
-                                broadcast=True),
+                                broadcast=row.arity > 1),
             doc=f"Gradient of {row.name} with respect to its input {k}: "
                 f"[dy, {', '.join(f'x{j}' for j in range(row.arity))}"
                 f"{', y' if row.uses_y else ''}] -> dy * d{row.name}/dx{k}.",

@@ -6,7 +6,9 @@
    (PRESERVED: F.linear, F.cross_entropy, F.mse_loss, dropout, scaled_dot_product_attention,
    PReLU and Softplus, whose decompositions compare, which no planner op does, reflect and
    replicate padding, which decompose to gathers (the planner's Pad has those modes), and
-   torch.roll, which decomposes to gathers too (it becomes two Slices and a Concat),
+   torch.roll, which decomposes to gathers too (it becomes two Slices and a Concat), lerp,
+   logaddexp, xlogy and isfinite, one row each of the pointwise table
+   (planner/ops/pointwise_table.py),
    so a linear layer is one GEMM with its weight transposed in place and the loss is the
    planner's loss op, whose gradient make_training_graph knows.
 2. The graph signature names every placeholder: a PARAMETER becomes a param tensor under its
@@ -38,6 +40,7 @@ from typing import Any
 import numpy as np
 
 import planner.torch.rules  # noqa: F401  (registering the rules)
+import planner.torch.rules_pointwise  # noqa: F401
 from planner.graph.ir import Graph
 from planner.graph.validate import check_graph
 from planner.importers.onnx.context import Importer
@@ -49,7 +52,10 @@ from planner.torch.context import RULES, UNAVAILABLE, NodeCtx, TorchImportError
 PRESERVED = ("linear.default", "cross_entropy_loss.default", "mse_loss.default",
              "dropout.default", "scaled_dot_product_attention.default", "prelu.default",
              "softplus.default", "reflection_pad1d.default", "reflection_pad2d.default",
-             "replication_pad1d.default", "replication_pad2d.default", "roll.default")
+             "replication_pad1d.default", "replication_pad2d.default", "roll.default",
+             # the pointwise table's rows (their decompositions compare and select)
+             "lerp.Scalar", "lerp.Tensor", "logaddexp.default", "xlogy.Tensor",
+             "isfinite.default")
 
 
 @dataclass(frozen=True)

@@ -76,7 +76,13 @@ CASES: dict[str, list[tuple]] = {
     # tests/codegen/mixed_cases.py
     "Cast": [([((3, 8), N)], {"to": "float32"}),
              # PyTorch's promotion of an int or bool tensor meeting a float one
-             ([((3, 8), ids(1 << 40))], {"to": "float32"}), ([((2, 5), B)], {"to": "float32"})],
+             ([((3, 8), ids(1 << 40))], {"to": "float32"}), ([((2, 5), B)], {"to": "float32"}),
+             # torch's .to() between float32, int64, int32 and bool (float truncates)
+             ([((3, 8), N)], {"to": "int64"}), ([((3, 8), N)], {"to": "int32"}),
+             ([((3, 8), N)], {"to": "bool"}), ([((3, 8), ids(3))], {"to": "bool"}),
+             ([((3, 8), ids(1 << 40))], {"to": "int32"}), ([((2, 5), B)], {"to": "int64"}),
+             ([((3, 8), ("ids32", 7))], {"to": "float32"}),
+             ([((3, 8), ("ids32", 7))], {"to": "int64"})],
     "Softmax": [([((3, 8), N)], {}), ([((2, 5, 3), N)], {"axis": 1})],
     "SoftmaxGrad": [([((3, 8), N), ((3, 8), U)], {})],
     # (2, 2, 5, 4): more keys than queries (row 4 reads all 4); (3, 8): no mask
@@ -372,6 +378,8 @@ def _value(shape, kind, rng):
         return rng.integers(0, 2, shape).astype(bool)
     if kind[0] == "const":
         return np.full(shape, kind[1], np.float32)
+    if kind[0] == "ids32":
+        return rng.integers(-kind[1], kind[1], shape).astype(np.int32)
     if kind[0] == "count":
         return np.full(shape, kind[1], np.int64)
     return rng.integers(0, kind[1], shape).astype(np.int64)
