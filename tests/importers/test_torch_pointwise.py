@@ -205,3 +205,67 @@ def test_comparisons_of_integer_tensors_give_bool():
     got = run(imported.graph, dict(zip(imported.inputs, (i.numpy(), j.numpy()), strict=True)),
               imported.params(), keep="outputs")[imported.graph.outputs[0]]
     np.testing.assert_array_equal(got, Ints()(i, j).detach().numpy())
+
+
+# ---- the CPU executor: a model of masks, casts and table rows, trained ----------------------
+
+class Gated(nn.Module):
+    """Masks from comparisons feeding where and arithmetic, casts of them, and table rows
+    (log1p, atan2, remainder, hypot) in the forward pass."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(6, 8)
+        self.out = nn.Linear(8, 4)
+
+    def forward(self, x):
+        h = self.fc(x)
+        keep = (h > -0.3) & ~torch.isnan(h)
+        h = torch.where(keep, h, 0.1 * h) + keep.to(torch.int32).to(torch.float32) * 0.05
+        h = torch.log1p(h.abs()) + torch.atan2(h, h.abs() + 1.0)
+        h = h + 0.1 * torch.remainder(h, 0.7) + 0.1 * torch.hypot(h, x[:, :1])
+        return self.out(h)
+
+
+def focal(out, onehot):
+    """A focal-style loss: (p - 1)^2 weighting, the true class by a one-hot mask."""
+    p = torch.softmax(out, dim=1)
+    chosen = torch.where(onehot > 0.5, p, torch.ones_like(p))
+    return ((p.detach() - 1.0) ** 2 * -torch.log(chosen)).sum() / out.shape[0]
+
+
+def _torch_train(model, batches, dtype):
+    import copy
+
+    from tests.importers.torch_step import Step
+
+    model = copy.deepcopy(model).to(dtype)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for x, y in batches:
+        opt.zero_grad()
+        value = focal(model(x.to(dtype)), y.to(dtype))
+        value.backward()
+        opt.step()
+    return Step(float(value), {k: v.detach().numpy().copy()
+                               for k, v in model.state_dict().items()})
+
+
+def test_masks_casts_and_rows_train_on_the_cpu_executor_like_pytorch(tmp_path):
+    import planner.torch
+    from tests.importers.torch_step import Step, mismatches
+
+    torch.manual_seed(0)
+    model = Gated()
+    batches = []
+    for _ in range(3):
+        x = torch.randn(5, 6)
+        batches.append((x, torch.nn.functional.one_hot(torch.randint(0, 4, (5,)), 4).float()))
+    x0, y0 = batches[0]
+    t = planner.torch.trainer(model, (x0,), loss=focal, labels=y0, lr=0.1, out_dir=tmp_path)
+    ops = {n.op for n in t.imported.graph.nodes}
+    assert {"Greater", "IsNaN", "Not", "And", "Log1p", "Atan2", "Remainder", "Hypot"} <= ops
+    assert {"bool", "int32"} <= {x.dtype for x in t.imported.graph.tensors}
+    losses = [t.step(x, y) for x, y in batches]
+    ours = Step(losses[-1], t.params())
+    assert mismatches(ours, _torch_train(model, batches, torch.float32),
+                      _torch_train(model, batches, torch.float64)) == []
