@@ -25,7 +25,6 @@ Example:
 
 from __future__ import annotations
 
-import argparse
 import math
 import sys
 from pathlib import Path
@@ -195,8 +194,8 @@ def _functor(name: str, ins: tuple[str, ...], out: str, body: str) -> str:
             f"  explicit {name}(const Node&) {{}}\n"
             f"  {CTYPES[out]} operator()({params}) const {{\n"
             + "".join(f"    {line}\n" for line in body.splitlines())
-            + f"  }}\n"
-            f"}};\n")
+            + "  }\n"
+            "};\n")
 
 
 def generate_cuda() -> str:
@@ -313,22 +312,10 @@ PLANNER_REGISTER_KERNELS(pointwise_table) {{
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m codegen.pointwise_cpp", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    mode = ap.add_mutually_exclusive_group(required=True)
-    mode.add_argument("--write", action="store_true", help="regenerate the files")
-    mode.add_argument("--check", action="store_true", help="exit 1 if a file is stale")
-    args = ap.parse_args(argv)
-    stale = 0
-    for path, text in generate_files().items():
-        if args.write:
-            path.write_text(text, encoding="utf-8")
-            print(f"wrote {path.name}: {len(TABLE)} ops")
-        elif not path.exists() or path.read_text(encoding="utf-8") != text:
-            print(f"{path.name} is stale: run python -m codegen.pointwise_cpp --write",
-                  file=sys.stderr)
-            stale = 1
-    return stale
+    from codegen.generated_files import main as generated_main
+
+    return generated_main("python -m codegen.pointwise_cpp", __doc__, generate_files,
+                          lambda text: f"{len(TABLE)} ops", argv)
 
 
 if __name__ == "__main__":

@@ -36,7 +36,6 @@ The output depends only on the ops' formulas and the TVM version (no time, no pa
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import math
 import re
@@ -558,25 +557,10 @@ inline const TvmKernel kTvmLowKernels[] = {{
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m codegen.tvm_kernels", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    mode = ap.add_mutually_exclusive_group(required=True)
-    mode.add_argument("--write", action="store_true", help="regenerate the file")
-    mode.add_argument("--check", action="store_true", help="exit 1 if the file is stale")
-    args = ap.parse_args(argv)
-    stale = 0
-    for path, text in generate_files().items():
-        if args.write:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text, encoding="utf-8")
-            print(f"wrote {path.name}: {text.count('__global__')} kernels")
-            continue
-        current = path.read_text(encoding="utf-8") if path.exists() else ""
-        if current != text:
-            print(f"{path.name} is stale: run python -m codegen.tvm_kernels --write",
-                  file=sys.stderr)
-            stale = 1
-    return stale
+    from codegen.generated_files import main as generated_main
+
+    return generated_main("python -m codegen.tvm_kernels", __doc__, generate_files,
+                          lambda text: f"{text.count('__global__')} kernels", argv)
 
 
 if __name__ == "__main__":

@@ -219,22 +219,33 @@ def _b(f: Callable[[Any, Any, Any], Any]) -> Formula:
     return lambda m, xs, p: [f(m, xs[0], xs[1])]
 
 
+# Formulas say "not equal" as not_(a == b) and "p xor q" with any / all: TVM's LLVM lowering
+# of != is an ordered compare (false for NaN) and of bool != bool a float compare.
+
+def _nonzero(m, x):
+    return m.not_(x == 0)
+
+
+def _xor(m, p, q):
+    return m.any(m.all(p, m.not_(q)), m.all(m.not_(p), q))
+
+
 def _div_floor(m, a, b):
     """torch's floor division of floats (div_floor_floating): from fmod, so that a / b rounding
     up to an integer does not move the quotient; a zero divisor gives a / b."""
     mod = m.call("fmod", a, b)
     div = (a - mod) / b
-    div = m.where(m.all(mod != 0, (b < 0) != (mod < 0)), div - 1.0, div)
+    div = m.where(m.all(_nonzero(m, mod), _xor(m, b < 0, mod < 0)), div - 1.0, div)
     floor = m.call("floor", div)
     floor = m.where(div - floor > 0.5, floor + 1.0, floor)
-    out = m.where(div != 0, floor, m.call("copysign", 0.0, a / b))
+    out = m.where(div == 0, m.call("copysign", 0.0, a / b), floor)
     return m.where(b == 0, a / b, out)
 
 
 def _remainder(m, a, b):
     """torch.remainder of floats: fmod moved to the divisor's sign."""
     mod = m.call("fmod", a, b)
-    return m.where(m.all(mod != 0, (b < 0) != (mod < 0)), mod + b, mod)
+    return m.where(m.all(_nonzero(m, mod), _xor(m, b < 0, mod < 0)), mod + b, mod)
 
 
 def _xlogy(m, x, y):
@@ -299,7 +310,9 @@ def _rsqrt(m, v):
 # ---- the rows -------------------------------------------------------------------------------
 
 def _cmp(name: str, f, aten: str, doc: str) -> Row:
-    return Row(name, _b(f), doc, arity=2, accepts="any", out="bool",
+    """A comparison of numbers (the torch front end compares bool tensors as int32: TVM
+    compares no bool values)."""
+    return Row(name, _b(f), doc, arity=2, accepts="numeric", out="bool",
                aten=(f"{aten}.Tensor", f"{aten}.Scalar"), domain=("int", "int"))
 
 
@@ -331,10 +344,12 @@ ROWS: tuple[Row, ...] = (
         grads=(lambda m, xs, y: 1.0 + y * y,), uses_y=True, aten=("tan.default",),
         domain=("sym",)),
     Row("Asin", _u(lambda m, x: m.call("asin", x)), "y = asin(x).",
-        grads=(lambda m, xs, y: _rsqrt(m, 1.0 - xs[0] * xs[0]),), aten=("asin.default",),
+        grads=(lambda m, xs, y: _rsqrt(m, (1.0 - xs[0]) * (1.0 + xs[0])),),
+        aten=("asin.default",),
         domain=("sym",)),
     Row("Acos", _u(lambda m, x: m.call("acos", x)), "y = acos(x).",
-        grads=(lambda m, xs, y: -_rsqrt(m, 1.0 - xs[0] * xs[0]),), aten=("acos.default",),
+        grads=(lambda m, xs, y: -_rsqrt(m, (1.0 - xs[0]) * (1.0 + xs[0])),),
+        aten=("acos.default",),
         domain=("sym",)),
     Row("Atan", _u(lambda m, x: m.call("atan", x)), "y = atan(x).",
         grads=(lambda m, xs, y: 1.0 / (1.0 + xs[0] * xs[0]),), aten=("atan.default",)),
@@ -345,10 +360,12 @@ ROWS: tuple[Row, ...] = (
     Row("Asinh", _u(lambda m, x: m.call("asinh", x)), "y = asinh(x).",
         grads=(lambda m, xs, y: _rsqrt(m, xs[0] * xs[0] + 1.0),), aten=("asinh.default",)),
     Row("Acosh", _u(lambda m, x: m.call("acosh", x)), "y = acosh(x).",
-        grads=(lambda m, xs, y: _rsqrt(m, xs[0] * xs[0] - 1.0),), aten=("acosh.default",),
+        grads=(lambda m, xs, y: _rsqrt(m, (xs[0] - 1.0) * (xs[0] + 1.0)),),
+        aten=("acosh.default",),
         domain=("gt1",)),
     Row("Atanh", _u(lambda m, x: m.call("atanh", x)), "y = atanh(x).",
-        grads=(lambda m, xs, y: 1.0 / (1.0 - xs[0] * xs[0]),), aten=("atanh.default",),
+        grads=(lambda m, xs, y: 1.0 / ((1.0 - xs[0]) * (1.0 + xs[0])),),
+        aten=("atanh.default",),
         domain=("sym",)),
     # -- rounding (torch's gradient is zero: none flows)
     Row("Floor", _u(lambda m, x: m.call("floor", x)), "y = floor(x).",
@@ -391,7 +408,7 @@ ROWS: tuple[Row, ...] = (
     Row("DivFloor", _b(_div_floor), "y = floor(a / b) (div with rounding_mode='floor').",
         arity=2, flops=6),
     Row("Xlogy", _b(_xlogy), "y = a * log(b), 0 where a == 0 (unless b is NaN).", arity=2,
-        grads=(lambda m, xs, y: _xlogy(m, m.where(xs[0] != 0, 1.0, 0.0), xs[1]),
+        grads=(lambda m, xs, y: _xlogy(m, m.where(xs[0] == 0, 0.0, 1.0), xs[1]),
                lambda m, xs, y: xs[0] / xs[1]), flops=3,
         aten=("xlogy.Tensor",), domain=("normal", "positive")),
     Row("LogAddExp", _b(_logaddexp), "y = log(exp(a) + exp(b)), without overflow.", arity=2,
@@ -408,19 +425,22 @@ ROWS: tuple[Row, ...] = (
         aten=("lerp.Tensor", "lerp.Scalar")),
     # -- comparisons: bool results, no gradient
     _cmp("Equal", lambda m, a, b: a == b, "eq", "y = a == b."),
-    _cmp("NotEqual", lambda m, a, b: a != b, "ne", "y = a != b (true where either is NaN)."),
+    _cmp("NotEqual", lambda m, a, b: m.not_(a == b), "ne",
+         "y = a != b (true where either is NaN)."),
     _cmp("Less", lambda m, a, b: a < b, "lt", "y = a < b."),
     _cmp("LessOrEqual", lambda m, a, b: a <= b, "le", "y = a <= b."),
     _cmp("Greater", lambda m, a, b: a > b, "gt", "y = a > b."),
     _cmp("GreaterOrEqual", lambda m, a, b: a >= b, "ge", "y = a >= b."),
     # -- logic: any dtype, non-zero (NaN too) is true
-    Row("And", _b(lambda m, a, b: m.all(a != 0, b != 0)), "y = a and b (non-zero is true).",
+    Row("And", _b(lambda m, a, b: m.all(_nonzero(m, a), _nonzero(m, b))),
+        "y = a and b (non-zero is true).",
         arity=2, accepts="any", out="bool", aten=("logical_and.default",),
         domain=("bool", "bool")),
-    Row("Or", _b(lambda m, a, b: m.any(a != 0, b != 0)), "y = a or b (non-zero is true).",
+    Row("Or", _b(lambda m, a, b: m.any(_nonzero(m, a), _nonzero(m, b))),
+        "y = a or b (non-zero is true).",
         arity=2, accepts="any", out="bool", aten=("logical_or.default",),
         domain=("bool", "bool")),
-    Row("Xor", _b(lambda m, a, b: m.any(m.all(a != 0, b == 0), m.all(a == 0, b != 0))),
+    Row("Xor", _b(lambda m, a, b: _xor(m, _nonzero(m, a), _nonzero(m, b))),
         "y = a xor b (non-zero is true).", arity=2, accepts="any", out="bool",
         aten=("logical_xor.default",), domain=("bool", "bool")),
     Row("Not", _u(lambda m, x: x == 0), "y = not x (zero is false).", accepts="any",

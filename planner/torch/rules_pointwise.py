@@ -88,6 +88,8 @@ def _row_rule(row: Row):
         dtype = promoted(n, values)
         if row.out == "same" and n.out_dtype:
             dtype = n.out_dtype  # an int tensor's sin is float
+        if dtype == "bool" and "bool" not in row.dtypes and row.out == "bool":
+            dtype = "int32"  # bool masks compared as 0 / 1
         if dtype not in row.dtypes:
             raise _refuse(n, row.name, dtype, row.dtypes)
         return n.emit1(row.name, [as_dtype(n, v, dtype) for v in values])

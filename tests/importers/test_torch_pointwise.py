@@ -231,7 +231,7 @@ def focal(out, onehot):
     """A focal-style loss: (p - 1)^2 weighting, the true class by a one-hot mask."""
     p = torch.softmax(out, dim=1)
     chosen = torch.where(onehot > 0.5, p, torch.ones_like(p))
-    return ((p.detach() - 1.0) ** 2 * -torch.log(chosen)).sum() / out.shape[0]
+    return ((p - 1.0) ** 2 * -torch.log(chosen)).sum() / out.shape[0]
 
 
 def _torch_train(model, batches, dtype):

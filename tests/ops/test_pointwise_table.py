@@ -101,7 +101,7 @@ def test_integer_and_bool_references():
 
 
 def test_costs_are_elementwise_per_row():
-    for name, row in TABLE.items():
+    for name in TABLE:
         op = get_op(name)
         assert op.cost_class == "elementwise", name
         t = TensorType((4, 5))

@@ -10,6 +10,7 @@
 
 #include "../dnnl_kernel.h"
 #include "../loops.h"
+#include "plain_dtypes.h"
 
 namespace planner {
 namespace {
@@ -34,24 +35,12 @@ class Convert : public Kernel {
   int64_t size_;
 };
 
-// f(T{}) with T the C type of a plain (non-low) dtype; false for the others.
-template <class F>
-bool with_plain(int dtype, F&& f) {
-  switch (dtype) {
-    case F32: f(float{}); return true;
-    case I64: f(int64_t{}); return true;
-    case I32: f(int32_t{}); return true;
-    case BOOL: f(bool{}); return true;
-  }
-  return false;
-}
-
 KernelPtr cast(const Node& n) {
   const TensorRef &x = n.in[0], &y = n.out[0];
   if (x.dtype == y.dtype) return std::make_unique<Copy>(x.id, y.id, y.size() * dtype_bytes(y.dtype));
   KernelPtr plain;
-  with_plain(x.dtype, [&](auto in) {
-    with_plain(y.dtype, [&](auto out) {
+  with_plain_dtype(x.dtype, [&](auto in) {
+    with_plain_dtype(y.dtype, [&](auto out) {
       plain = std::make_unique<Convert<decltype(in), decltype(out)>>(n);
     });
   });

@@ -27,13 +27,14 @@ struct PwtAcos_f_f {
 struct PwtAcosGrad_ff_f {
   explicit PwtAcosGrad_ff_f(const Node&) {}
   float operator()(float x0, float x1) const {
-    const float t0 = x1 * x1;
-    const float t1 = 1.0f - t0;
-    const float t2 = std::sqrt(t1);
-    const float t3 = 1.0f / t2;
-    const float t4 = -t3;
-    const float t5 = x0 * t4;
-    return t5;
+    const float t0 = 1.0f - x1;
+    const float t1 = 1.0f + x1;
+    const float t2 = t0 * t1;
+    const float t3 = std::sqrt(t2);
+    const float t4 = 1.0f / t3;
+    const float t5 = -t4;
+    const float t6 = x0 * t5;
+    return t6;
   }
 };
 
@@ -48,52 +49,61 @@ struct PwtAcosh_f_f {
 struct PwtAcoshGrad_ff_f {
   explicit PwtAcoshGrad_ff_f(const Node&) {}
   float operator()(float x0, float x1) const {
-    const float t0 = x1 * x1;
-    const float t1 = t0 - 1.0f;
-    const float t2 = std::sqrt(t1);
-    const float t3 = 1.0f / t2;
-    const float t4 = x0 * t3;
-    return t4;
+    const float t0 = x1 - 1.0f;
+    const float t1 = x1 + 1.0f;
+    const float t2 = t0 * t1;
+    const float t3 = std::sqrt(t2);
+    const float t4 = 1.0f / t3;
+    const float t5 = x0 * t4;
+    return t5;
   }
 };
 
 struct PwtAnd_ff_b {
   explicit PwtAnd_ff_b(const Node&) {}
   bool operator()(float x0, float x1) const {
-    const bool t0 = x0 != 0.0f;
-    const bool t1 = x1 != 0.0f;
-    const bool t2 = t0 && t1;
-    return t2;
+    const bool t0 = x0 == 0.0f;
+    const bool t1 = !t0;
+    const bool t2 = x1 == 0.0f;
+    const bool t3 = !t2;
+    const bool t4 = t1 && t3;
+    return t4;
   }
 };
 
 struct PwtAnd_ll_b {
   explicit PwtAnd_ll_b(const Node&) {}
   bool operator()(int64_t x0, int64_t x1) const {
-    const bool t0 = x0 != int64_t{0};
-    const bool t1 = x1 != int64_t{0};
-    const bool t2 = t0 && t1;
-    return t2;
+    const bool t0 = x0 == int64_t{0};
+    const bool t1 = !t0;
+    const bool t2 = x1 == int64_t{0};
+    const bool t3 = !t2;
+    const bool t4 = t1 && t3;
+    return t4;
   }
 };
 
 struct PwtAnd_ii_b {
   explicit PwtAnd_ii_b(const Node&) {}
   bool operator()(int32_t x0, int32_t x1) const {
-    const bool t0 = x0 != int32_t{0};
-    const bool t1 = x1 != int32_t{0};
-    const bool t2 = t0 && t1;
-    return t2;
+    const bool t0 = x0 == int32_t{0};
+    const bool t1 = !t0;
+    const bool t2 = x1 == int32_t{0};
+    const bool t3 = !t2;
+    const bool t4 = t1 && t3;
+    return t4;
   }
 };
 
 struct PwtAnd_bb_b {
   explicit PwtAnd_bb_b(const Node&) {}
   bool operator()(bool x0, bool x1) const {
-    const bool t0 = x0 != false;
-    const bool t1 = x1 != false;
-    const bool t2 = t0 && t1;
-    return t2;
+    const bool t0 = x0 == false;
+    const bool t1 = !t0;
+    const bool t2 = x1 == false;
+    const bool t3 = !t2;
+    const bool t4 = t1 && t3;
+    return t4;
   }
 };
 
@@ -108,12 +118,13 @@ struct PwtAsin_f_f {
 struct PwtAsinGrad_ff_f {
   explicit PwtAsinGrad_ff_f(const Node&) {}
   float operator()(float x0, float x1) const {
-    const float t0 = x1 * x1;
-    const float t1 = 1.0f - t0;
-    const float t2 = std::sqrt(t1);
-    const float t3 = 1.0f / t2;
-    const float t4 = x0 * t3;
-    return t4;
+    const float t0 = 1.0f - x1;
+    const float t1 = 1.0f + x1;
+    const float t2 = t0 * t1;
+    const float t3 = std::sqrt(t2);
+    const float t4 = 1.0f / t3;
+    const float t5 = x0 * t4;
+    return t5;
   }
 };
 
@@ -200,11 +211,12 @@ struct PwtAtanh_f_f {
 struct PwtAtanhGrad_ff_f {
   explicit PwtAtanhGrad_ff_f(const Node&) {}
   float operator()(float x0, float x1) const {
-    const float t0 = x1 * x1;
-    const float t1 = 1.0f - t0;
-    const float t2 = 1.0f / t1;
-    const float t3 = x0 * t2;
-    return t3;
+    const float t0 = 1.0f - x1;
+    const float t1 = 1.0f + x1;
+    const float t2 = t0 * t1;
+    const float t3 = 1.0f / t2;
+    const float t4 = x0 * t3;
+    return t4;
   }
 };
 
@@ -400,26 +412,31 @@ struct PwtDivFloor_ff_f {
     const float t0 = std::fmod(x0, x1);
     const float t1 = x0 - t0;
     const float t2 = t1 / x1;
-    const bool t3 = t0 != 0.0f;
-    const bool t4 = x1 < 0.0f;
-    const bool t5 = t0 < 0.0f;
-    const bool t6 = t4 != t5;
-    const bool t7 = t3 && t6;
-    const float t8 = t2 - 1.0f;
-    const float t9 = t7 ? t8 : t2;
-    const float t10 = std::floor(t9);
-    const float t11 = t9 - t10;
-    const bool t12 = t11 > 0.5f;
-    const float t13 = t10 + 1.0f;
-    const float t14 = t12 ? t13 : t10;
-    const bool t15 = t9 != 0.0f;
-    const float t16 = x0 / x1;
-    const float t17 = std::copysign(0.0f, t16);
-    const float t18 = t15 ? t14 : t17;
-    const bool t19 = x1 == 0.0f;
-    const float t20 = x0 / x1;
-    const float t21 = t19 ? t20 : t18;
-    return t21;
+    const bool t3 = t0 == 0.0f;
+    const bool t4 = !t3;
+    const bool t5 = x1 < 0.0f;
+    const bool t6 = t0 < 0.0f;
+    const bool t7 = !t6;
+    const bool t8 = t5 && t7;
+    const bool t9 = !t5;
+    const bool t10 = t9 && t6;
+    const bool t11 = t8 || t10;
+    const bool t12 = t4 && t11;
+    const float t13 = t2 - 1.0f;
+    const float t14 = t12 ? t13 : t2;
+    const float t15 = std::floor(t14);
+    const float t16 = t14 - t15;
+    const bool t17 = t16 > 0.5f;
+    const float t18 = t15 + 1.0f;
+    const float t19 = t17 ? t18 : t15;
+    const bool t20 = t14 == 0.0f;
+    const float t21 = x0 / x1;
+    const float t22 = std::copysign(0.0f, t21);
+    const float t23 = t20 ? t22 : t19;
+    const bool t24 = x1 == 0.0f;
+    const float t25 = x0 / x1;
+    const float t26 = t24 ? t25 : t23;
+    return t26;
   }
 };
 
@@ -451,14 +468,6 @@ struct PwtEqual_ll_b {
 struct PwtEqual_ii_b {
   explicit PwtEqual_ii_b(const Node&) {}
   bool operator()(int32_t x0, int32_t x1) const {
-    const bool t0 = x0 == x1;
-    return t0;
-  }
-};
-
-struct PwtEqual_bb_b {
-  explicit PwtEqual_bb_b(const Node&) {}
-  bool operator()(bool x0, bool x1) const {
     const bool t0 = x0 == x1;
     return t0;
   }
@@ -578,14 +587,6 @@ struct PwtGreater_ii_b {
   }
 };
 
-struct PwtGreater_bb_b {
-  explicit PwtGreater_bb_b(const Node&) {}
-  bool operator()(bool x0, bool x1) const {
-    const bool t0 = x0 > x1;
-    return t0;
-  }
-};
-
 struct PwtGreaterOrEqual_ff_b {
   explicit PwtGreaterOrEqual_ff_b(const Node&) {}
   bool operator()(float x0, float x1) const {
@@ -605,14 +606,6 @@ struct PwtGreaterOrEqual_ll_b {
 struct PwtGreaterOrEqual_ii_b {
   explicit PwtGreaterOrEqual_ii_b(const Node&) {}
   bool operator()(int32_t x0, int32_t x1) const {
-    const bool t0 = x0 >= x1;
-    return t0;
-  }
-};
-
-struct PwtGreaterOrEqual_bb_b {
-  explicit PwtGreaterOrEqual_bb_b(const Node&) {}
-  bool operator()(bool x0, bool x1) const {
     const bool t0 = x0 >= x1;
     return t0;
   }
@@ -776,14 +769,6 @@ struct PwtLess_ii_b {
   }
 };
 
-struct PwtLess_bb_b {
-  explicit PwtLess_bb_b(const Node&) {}
-  bool operator()(bool x0, bool x1) const {
-    const bool t0 = x0 < x1;
-    return t0;
-  }
-};
-
 struct PwtLessOrEqual_ff_b {
   explicit PwtLessOrEqual_ff_b(const Node&) {}
   bool operator()(float x0, float x1) const {
@@ -803,14 +788,6 @@ struct PwtLessOrEqual_ll_b {
 struct PwtLessOrEqual_ii_b {
   explicit PwtLessOrEqual_ii_b(const Node&) {}
   bool operator()(int32_t x0, int32_t x1) const {
-    const bool t0 = x0 <= x1;
-    return t0;
-  }
-};
-
-struct PwtLessOrEqual_bb_b {
-  explicit PwtLessOrEqual_bb_b(const Node&) {}
-  bool operator()(bool x0, bool x1) const {
     const bool t0 = x0 <= x1;
     return t0;
   }
@@ -1017,72 +994,75 @@ struct PwtNot_b_b {
 struct PwtNotEqual_ff_b {
   explicit PwtNotEqual_ff_b(const Node&) {}
   bool operator()(float x0, float x1) const {
-    const bool t0 = x0 != x1;
-    return t0;
+    const bool t0 = x0 == x1;
+    const bool t1 = !t0;
+    return t1;
   }
 };
 
 struct PwtNotEqual_ll_b {
   explicit PwtNotEqual_ll_b(const Node&) {}
   bool operator()(int64_t x0, int64_t x1) const {
-    const bool t0 = x0 != x1;
-    return t0;
+    const bool t0 = x0 == x1;
+    const bool t1 = !t0;
+    return t1;
   }
 };
 
 struct PwtNotEqual_ii_b {
   explicit PwtNotEqual_ii_b(const Node&) {}
   bool operator()(int32_t x0, int32_t x1) const {
-    const bool t0 = x0 != x1;
-    return t0;
-  }
-};
-
-struct PwtNotEqual_bb_b {
-  explicit PwtNotEqual_bb_b(const Node&) {}
-  bool operator()(bool x0, bool x1) const {
-    const bool t0 = x0 != x1;
-    return t0;
+    const bool t0 = x0 == x1;
+    const bool t1 = !t0;
+    return t1;
   }
 };
 
 struct PwtOr_ff_b {
   explicit PwtOr_ff_b(const Node&) {}
   bool operator()(float x0, float x1) const {
-    const bool t0 = x0 != 0.0f;
-    const bool t1 = x1 != 0.0f;
-    const bool t2 = t0 || t1;
-    return t2;
+    const bool t0 = x0 == 0.0f;
+    const bool t1 = !t0;
+    const bool t2 = x1 == 0.0f;
+    const bool t3 = !t2;
+    const bool t4 = t1 || t3;
+    return t4;
   }
 };
 
 struct PwtOr_ll_b {
   explicit PwtOr_ll_b(const Node&) {}
   bool operator()(int64_t x0, int64_t x1) const {
-    const bool t0 = x0 != int64_t{0};
-    const bool t1 = x1 != int64_t{0};
-    const bool t2 = t0 || t1;
-    return t2;
+    const bool t0 = x0 == int64_t{0};
+    const bool t1 = !t0;
+    const bool t2 = x1 == int64_t{0};
+    const bool t3 = !t2;
+    const bool t4 = t1 || t3;
+    return t4;
   }
 };
 
 struct PwtOr_ii_b {
   explicit PwtOr_ii_b(const Node&) {}
   bool operator()(int32_t x0, int32_t x1) const {
-    const bool t0 = x0 != int32_t{0};
-    const bool t1 = x1 != int32_t{0};
-    const bool t2 = t0 || t1;
-    return t2;
+    const bool t0 = x0 == int32_t{0};
+    const bool t1 = !t0;
+    const bool t2 = x1 == int32_t{0};
+    const bool t3 = !t2;
+    const bool t4 = t1 || t3;
+    return t4;
   }
 };
 
 struct PwtOr_bb_b {
   explicit PwtOr_bb_b(const Node&) {}
   bool operator()(bool x0, bool x1) const {
-    const bool t0 = x0 != false;
-    const bool t1 = x1 != false;
-    const bool t2 = t0 || t1;
-    return t2;
+    const bool t0 = x0 == false;
+    const bool t1 = !t0;
+    const bool t2 = x1 == false;
+    const bool t3 = !t2;
+    const bool t4 = t1 || t3;
+    return t4;
   }
 };
 
@@ -1108,14 +1088,19 @@ struct PwtRemainder_ff_f {
   explicit PwtRemainder_ff_f(const Node&) {}
   float operator()(float x0, float x1) const {
     const float t0 = std::fmod(x0, x1);
-    const bool t1 = t0 != 0.0f;
-    const bool t2 = x1 < 0.0f;
-    const bool t3 = t0 < 0.0f;
-    const bool t4 = t2 != t3;
-    const bool t5 = t1 && t4;
-    const float t6 = t0 + x1;
-    const float t7 = t5 ? t6 : t0;
-    return t7;
+    const bool t1 = t0 == 0.0f;
+    const bool t2 = !t1;
+    const bool t3 = x1 < 0.0f;
+    const bool t4 = t0 < 0.0f;
+    const bool t5 = !t4;
+    const bool t6 = t3 && t5;
+    const bool t7 = !t3;
+    const bool t8 = t7 && t4;
+    const bool t9 = t6 || t8;
+    const bool t10 = t2 && t9;
+    const float t11 = t0 + x1;
+    const float t12 = t10 ? t11 : t0;
+    return t12;
   }
 };
 
@@ -1125,28 +1110,33 @@ struct PwtRemainderGradB_fff_f {
     const float t0 = std::fmod(x1, x2);
     const float t1 = x1 - t0;
     const float t2 = t1 / x2;
-    const bool t3 = t0 != 0.0f;
-    const bool t4 = x2 < 0.0f;
-    const bool t5 = t0 < 0.0f;
-    const bool t6 = t4 != t5;
-    const bool t7 = t3 && t6;
-    const float t8 = t2 - 1.0f;
-    const float t9 = t7 ? t8 : t2;
-    const float t10 = std::floor(t9);
-    const float t11 = t9 - t10;
-    const bool t12 = t11 > 0.5f;
-    const float t13 = t10 + 1.0f;
-    const float t14 = t12 ? t13 : t10;
-    const bool t15 = t9 != 0.0f;
-    const float t16 = x1 / x2;
-    const float t17 = std::copysign(0.0f, t16);
-    const float t18 = t15 ? t14 : t17;
-    const bool t19 = x2 == 0.0f;
-    const float t20 = x1 / x2;
-    const float t21 = t19 ? t20 : t18;
-    const float t22 = -t21;
-    const float t23 = x0 * t22;
-    return t23;
+    const bool t3 = t0 == 0.0f;
+    const bool t4 = !t3;
+    const bool t5 = x2 < 0.0f;
+    const bool t6 = t0 < 0.0f;
+    const bool t7 = !t6;
+    const bool t8 = t5 && t7;
+    const bool t9 = !t5;
+    const bool t10 = t9 && t6;
+    const bool t11 = t8 || t10;
+    const bool t12 = t4 && t11;
+    const float t13 = t2 - 1.0f;
+    const float t14 = t12 ? t13 : t2;
+    const float t15 = std::floor(t14);
+    const float t16 = t14 - t15;
+    const bool t17 = t16 > 0.5f;
+    const float t18 = t15 + 1.0f;
+    const float t19 = t17 ? t18 : t15;
+    const bool t20 = t14 == 0.0f;
+    const float t21 = x1 / x2;
+    const float t22 = std::copysign(0.0f, t21);
+    const float t23 = t20 ? t22 : t19;
+    const bool t24 = x2 == 0.0f;
+    const float t25 = x1 / x2;
+    const float t26 = t24 ? t25 : t23;
+    const float t27 = -t26;
+    const float t28 = x0 * t27;
+    return t28;
   }
 };
 
@@ -1268,8 +1258,8 @@ struct PwtXlogy_ff_f {
 struct PwtXlogyGradA_fff_f {
   explicit PwtXlogyGradA_fff_f(const Node&) {}
   float operator()(float x0, float x1, float x2) const {
-    const bool t0 = x1 != 0.0f;
-    const float t1 = t0 ? 1.0f : 0.0f;
+    const bool t0 = x1 == 0.0f;
+    const float t1 = t0 ? 0.0f : 1.0f;
     const bool t2 = t1 == 0.0f;
     const bool t3 = std::isnan(x2);
     const bool t4 = !t3;
@@ -1294,56 +1284,64 @@ struct PwtXlogyGradB_fff_f {
 struct PwtXor_ff_b {
   explicit PwtXor_ff_b(const Node&) {}
   bool operator()(float x0, float x1) const {
-    const bool t0 = x0 != 0.0f;
-    const bool t1 = x1 == 0.0f;
-    const bool t2 = t0 && t1;
-    const bool t3 = x0 == 0.0f;
-    const bool t4 = x1 != 0.0f;
-    const bool t5 = t3 && t4;
-    const bool t6 = t2 || t5;
-    return t6;
+    const bool t0 = x0 == 0.0f;
+    const bool t1 = !t0;
+    const bool t2 = x1 == 0.0f;
+    const bool t3 = !t2;
+    const bool t4 = !t3;
+    const bool t5 = t1 && t4;
+    const bool t6 = !t1;
+    const bool t7 = t6 && t3;
+    const bool t8 = t5 || t7;
+    return t8;
   }
 };
 
 struct PwtXor_ll_b {
   explicit PwtXor_ll_b(const Node&) {}
   bool operator()(int64_t x0, int64_t x1) const {
-    const bool t0 = x0 != int64_t{0};
-    const bool t1 = x1 == int64_t{0};
-    const bool t2 = t0 && t1;
-    const bool t3 = x0 == int64_t{0};
-    const bool t4 = x1 != int64_t{0};
-    const bool t5 = t3 && t4;
-    const bool t6 = t2 || t5;
-    return t6;
+    const bool t0 = x0 == int64_t{0};
+    const bool t1 = !t0;
+    const bool t2 = x1 == int64_t{0};
+    const bool t3 = !t2;
+    const bool t4 = !t3;
+    const bool t5 = t1 && t4;
+    const bool t6 = !t1;
+    const bool t7 = t6 && t3;
+    const bool t8 = t5 || t7;
+    return t8;
   }
 };
 
 struct PwtXor_ii_b {
   explicit PwtXor_ii_b(const Node&) {}
   bool operator()(int32_t x0, int32_t x1) const {
-    const bool t0 = x0 != int32_t{0};
-    const bool t1 = x1 == int32_t{0};
-    const bool t2 = t0 && t1;
-    const bool t3 = x0 == int32_t{0};
-    const bool t4 = x1 != int32_t{0};
-    const bool t5 = t3 && t4;
-    const bool t6 = t2 || t5;
-    return t6;
+    const bool t0 = x0 == int32_t{0};
+    const bool t1 = !t0;
+    const bool t2 = x1 == int32_t{0};
+    const bool t3 = !t2;
+    const bool t4 = !t3;
+    const bool t5 = t1 && t4;
+    const bool t6 = !t1;
+    const bool t7 = t6 && t3;
+    const bool t8 = t5 || t7;
+    return t8;
   }
 };
 
 struct PwtXor_bb_b {
   explicit PwtXor_bb_b(const Node&) {}
   bool operator()(bool x0, bool x1) const {
-    const bool t0 = x0 != false;
-    const bool t1 = x1 == false;
-    const bool t2 = t0 && t1;
-    const bool t3 = x0 == false;
-    const bool t4 = x1 != false;
-    const bool t5 = t3 && t4;
-    const bool t6 = t2 || t5;
-    return t6;
+    const bool t0 = x0 == false;
+    const bool t1 = !t0;
+    const bool t2 = x1 == false;
+    const bool t3 = !t2;
+    const bool t4 = !t3;
+    const bool t5 = t1 && t4;
+    const bool t6 = !t1;
+    const bool t7 = t6 && t3;
+    const bool t8 = t5 || t7;
+    return t8;
   }
 };
 
@@ -1544,7 +1542,6 @@ KernelPtr pwt_Equal(const Node& n) {
       {"ff_?", &make_pointwise<PwtEqual_ff_b, bool, float, float>},
       {"ll_?", &make_pointwise<PwtEqual_ll_b, bool, int64_t, int64_t>},
       {"ii_?", &make_pointwise<PwtEqual_ii_b, bool, int32_t, int32_t>},
-      {"??_?", &make_pointwise<PwtEqual_bb_b, bool, bool, bool>},
   };
   return pick_pointwise(n, "Equal", kinds);
 }
@@ -1624,7 +1621,6 @@ KernelPtr pwt_Greater(const Node& n) {
       {"ff_?", &make_pointwise<PwtGreater_ff_b, bool, float, float>},
       {"ll_?", &make_pointwise<PwtGreater_ll_b, bool, int64_t, int64_t>},
       {"ii_?", &make_pointwise<PwtGreater_ii_b, bool, int32_t, int32_t>},
-      {"??_?", &make_pointwise<PwtGreater_bb_b, bool, bool, bool>},
   };
   return pick_pointwise(n, "Greater", kinds);
 }
@@ -1634,7 +1630,6 @@ KernelPtr pwt_GreaterOrEqual(const Node& n) {
       {"ff_?", &make_pointwise<PwtGreaterOrEqual_ff_b, bool, float, float>},
       {"ll_?", &make_pointwise<PwtGreaterOrEqual_ll_b, bool, int64_t, int64_t>},
       {"ii_?", &make_pointwise<PwtGreaterOrEqual_ii_b, bool, int32_t, int32_t>},
-      {"??_?", &make_pointwise<PwtGreaterOrEqual_bb_b, bool, bool, bool>},
   };
   return pick_pointwise(n, "GreaterOrEqual", kinds);
 }
@@ -1720,7 +1715,6 @@ KernelPtr pwt_Less(const Node& n) {
       {"ff_?", &make_pointwise<PwtLess_ff_b, bool, float, float>},
       {"ll_?", &make_pointwise<PwtLess_ll_b, bool, int64_t, int64_t>},
       {"ii_?", &make_pointwise<PwtLess_ii_b, bool, int32_t, int32_t>},
-      {"??_?", &make_pointwise<PwtLess_bb_b, bool, bool, bool>},
   };
   return pick_pointwise(n, "Less", kinds);
 }
@@ -1730,7 +1724,6 @@ KernelPtr pwt_LessOrEqual(const Node& n) {
       {"ff_?", &make_pointwise<PwtLessOrEqual_ff_b, bool, float, float>},
       {"ll_?", &make_pointwise<PwtLessOrEqual_ll_b, bool, int64_t, int64_t>},
       {"ii_?", &make_pointwise<PwtLessOrEqual_ii_b, bool, int32_t, int32_t>},
-      {"??_?", &make_pointwise<PwtLessOrEqual_bb_b, bool, bool, bool>},
   };
   return pick_pointwise(n, "LessOrEqual", kinds);
 }
@@ -1827,7 +1820,6 @@ KernelPtr pwt_NotEqual(const Node& n) {
       {"ff_?", &make_pointwise<PwtNotEqual_ff_b, bool, float, float>},
       {"ll_?", &make_pointwise<PwtNotEqual_ll_b, bool, int64_t, int64_t>},
       {"ii_?", &make_pointwise<PwtNotEqual_ii_b, bool, int32_t, int32_t>},
-      {"??_?", &make_pointwise<PwtNotEqual_bb_b, bool, bool, bool>},
   };
   return pick_pointwise(n, "NotEqual", kinds);
 }

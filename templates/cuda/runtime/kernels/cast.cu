@@ -11,6 +11,7 @@
 
 #include "../kernel.h"
 #include "../low_float.cuh"
+#include "plain_dtypes.h"
 
 namespace planner {
 namespace {
@@ -52,18 +53,6 @@ __global__ void cast_plain(const In* __restrict__ x, Out* __restrict__ y, int64_
   }
 }
 
-// f(T{}) with T the C type of float32, int64, int32 or bool; false for the others.
-template <class F>
-bool with_plain_type(int dtype, F&& f) {
-  switch (dtype) {
-    case F32: f(float{}); return true;
-    case I64: f(int64_t{}); return true;
-    case I32: f(int32_t{}); return true;
-    case BOOL: f(bool{}); return true;
-  }
-  return false;
-}
-
 bool aligned(const void* p, size_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
 
 class Cast : public Kernel {
@@ -78,8 +67,8 @@ class Cast : public Kernel {
       copy_ = std::make_unique<Copy>(x_, y_, n_ * dtype_bytes(to));
       return;
     }
-    with_plain_type(from, [&](auto in) {
-      with_plain_type(to, [&](auto out) {
+    with_plain_dtype(from, [&](auto in) {
+      with_plain_dtype(to, [&](auto out) {
         one_ = reinterpret_cast<const void*>(&cast_plain<decltype(in), decltype(out)>);
       });
     });
