@@ -94,6 +94,7 @@ def _row_rule(row: Row):
             raise _refuse(n, row.name, dtype, row.dtypes)
         return n.emit1(row.name, [as_dtype(n, v, dtype) for v in values])
 
+    convert.__name__ = f"row {row.name}"  # what docs/supported-ops.md names as its rule
     return convert
 
 
