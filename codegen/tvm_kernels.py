@@ -496,9 +496,19 @@ def _head(version: str, count: int) -> str:
                         block_list=list(BLOCKS))
 
 
+# TVM's CUDA source names float infinity CUDART_INF_F (math_constants.h); a host compiler
+# (the tests' plain-C run of the file) has it from the builtin.
+_INF = """#ifdef __CUDACC__
+#include <math_constants.h>
+#else
+#define CUDART_INF_F __builtin_huge_valf()
+#endif
+"""
+
+
 def _float_file(version: str, count: int, kernels: str, table: list[str]) -> str:
     return f"""{_head(version, count)}#include <cstdint>
-
+{_INF}
 {_PRAGMAS}
 {kernels}
 #pragma nv_diagnostic pop

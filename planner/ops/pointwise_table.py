@@ -219,11 +219,17 @@ def _b(f: Callable[[Any, Any, Any], Any]) -> Formula:
     return lambda m, xs, p: [f(m, xs[0], xs[1])]
 
 
-# Formulas say "not equal" as not_(a == b) and "p xor q" with any / all: TVM's LLVM lowering
-# of != is an ordered compare (false for NaN) and of bool != bool a float compare.
+# Formulas say "not equal" with NaN explicit and "p xor q" with any / all: TVM's LLVM lowering
+# of != is an ordered compare (false for NaN), and of bool != bool a float compare.
+
+def _differ(m, a, b):
+    """a != b, true where either is NaN."""
+    return m.any(m.not_(a == b), m.any(m.isnan(a), m.isnan(b)))
+
 
 def _nonzero(m, x):
-    return m.not_(x == 0)
+    """x != 0 (NaN is true)."""
+    return m.any(m.not_(x == 0), m.isnan(x))
 
 
 def _xor(m, p, q):
@@ -425,7 +431,7 @@ ROWS: tuple[Row, ...] = (
         aten=("lerp.Tensor", "lerp.Scalar")),
     # -- comparisons: bool results, no gradient
     _cmp("Equal", lambda m, a, b: a == b, "eq", "y = a == b."),
-    _cmp("NotEqual", lambda m, a, b: m.not_(a == b), "ne",
+    _cmp("NotEqual", _differ, "ne",
          "y = a != b (true where either is NaN)."),
     _cmp("Less", lambda m, a, b: a < b, "lt", "y = a < b."),
     _cmp("LessOrEqual", lambda m, a, b: a <= b, "le", "y = a <= b."),

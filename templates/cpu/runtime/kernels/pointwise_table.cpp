@@ -64,10 +64,14 @@ struct PwtAnd_ff_b {
   bool operator()(float x0, float x1) const {
     const bool t0 = x0 == 0.0f;
     const bool t1 = !t0;
-    const bool t2 = x1 == 0.0f;
-    const bool t3 = !t2;
-    const bool t4 = t1 && t3;
-    return t4;
+    const bool t2 = std::isnan(x0);
+    const bool t3 = t1 || t2;
+    const bool t4 = x1 == 0.0f;
+    const bool t5 = !t4;
+    const bool t6 = std::isnan(x1);
+    const bool t7 = t5 || t6;
+    const bool t8 = t3 && t7;
+    return t8;
   }
 };
 
@@ -76,10 +80,12 @@ struct PwtAnd_ll_b {
   bool operator()(int64_t x0, int64_t x1) const {
     const bool t0 = x0 == int64_t{0};
     const bool t1 = !t0;
-    const bool t2 = x1 == int64_t{0};
-    const bool t3 = !t2;
-    const bool t4 = t1 && t3;
-    return t4;
+    const bool t2 = t1 || false;
+    const bool t3 = x1 == int64_t{0};
+    const bool t4 = !t3;
+    const bool t5 = t4 || false;
+    const bool t6 = t2 && t5;
+    return t6;
   }
 };
 
@@ -88,10 +94,12 @@ struct PwtAnd_ii_b {
   bool operator()(int32_t x0, int32_t x1) const {
     const bool t0 = x0 == int32_t{0};
     const bool t1 = !t0;
-    const bool t2 = x1 == int32_t{0};
-    const bool t3 = !t2;
-    const bool t4 = t1 && t3;
-    return t4;
+    const bool t2 = t1 || false;
+    const bool t3 = x1 == int32_t{0};
+    const bool t4 = !t3;
+    const bool t5 = t4 || false;
+    const bool t6 = t2 && t5;
+    return t6;
   }
 };
 
@@ -100,10 +108,12 @@ struct PwtAnd_bb_b {
   bool operator()(bool x0, bool x1) const {
     const bool t0 = x0 == false;
     const bool t1 = !t0;
-    const bool t2 = x1 == false;
-    const bool t3 = !t2;
-    const bool t4 = t1 && t3;
-    return t4;
+    const bool t2 = t1 || false;
+    const bool t3 = x1 == false;
+    const bool t4 = !t3;
+    const bool t5 = t4 || false;
+    const bool t6 = t2 && t5;
+    return t6;
   }
 };
 
@@ -414,29 +424,31 @@ struct PwtDivFloor_ff_f {
     const float t2 = t1 / x1;
     const bool t3 = t0 == 0.0f;
     const bool t4 = !t3;
-    const bool t5 = x1 < 0.0f;
-    const bool t6 = t0 < 0.0f;
-    const bool t7 = !t6;
-    const bool t8 = t5 && t7;
-    const bool t9 = !t5;
-    const bool t10 = t9 && t6;
-    const bool t11 = t8 || t10;
-    const bool t12 = t4 && t11;
-    const float t13 = t2 - 1.0f;
-    const float t14 = t12 ? t13 : t2;
-    const float t15 = std::floor(t14);
-    const float t16 = t14 - t15;
-    const bool t17 = t16 > 0.5f;
-    const float t18 = t15 + 1.0f;
-    const float t19 = t17 ? t18 : t15;
-    const bool t20 = t14 == 0.0f;
-    const float t21 = x0 / x1;
-    const float t22 = std::copysign(0.0f, t21);
-    const float t23 = t20 ? t22 : t19;
-    const bool t24 = x1 == 0.0f;
-    const float t25 = x0 / x1;
-    const float t26 = t24 ? t25 : t23;
-    return t26;
+    const bool t5 = std::isnan(t0);
+    const bool t6 = t4 || t5;
+    const bool t7 = x1 < 0.0f;
+    const bool t8 = t0 < 0.0f;
+    const bool t9 = !t8;
+    const bool t10 = t7 && t9;
+    const bool t11 = !t7;
+    const bool t12 = t11 && t8;
+    const bool t13 = t10 || t12;
+    const bool t14 = t6 && t13;
+    const float t15 = t2 - 1.0f;
+    const float t16 = t14 ? t15 : t2;
+    const float t17 = std::floor(t16);
+    const float t18 = t16 - t17;
+    const bool t19 = t18 > 0.5f;
+    const float t20 = t17 + 1.0f;
+    const float t21 = t19 ? t20 : t17;
+    const bool t22 = t16 == 0.0f;
+    const float t23 = x0 / x1;
+    const float t24 = std::copysign(0.0f, t23);
+    const float t25 = t22 ? t24 : t21;
+    const bool t26 = x1 == 0.0f;
+    const float t27 = x0 / x1;
+    const float t28 = t26 ? t27 : t25;
+    return t28;
   }
 };
 
@@ -996,7 +1008,11 @@ struct PwtNotEqual_ff_b {
   bool operator()(float x0, float x1) const {
     const bool t0 = x0 == x1;
     const bool t1 = !t0;
-    return t1;
+    const bool t2 = std::isnan(x0);
+    const bool t3 = std::isnan(x1);
+    const bool t4 = t2 || t3;
+    const bool t5 = t1 || t4;
+    return t5;
   }
 };
 
@@ -1005,7 +1021,9 @@ struct PwtNotEqual_ll_b {
   bool operator()(int64_t x0, int64_t x1) const {
     const bool t0 = x0 == x1;
     const bool t1 = !t0;
-    return t1;
+    const bool t2 = false || false;
+    const bool t3 = t1 || t2;
+    return t3;
   }
 };
 
@@ -1014,7 +1032,9 @@ struct PwtNotEqual_ii_b {
   bool operator()(int32_t x0, int32_t x1) const {
     const bool t0 = x0 == x1;
     const bool t1 = !t0;
-    return t1;
+    const bool t2 = false || false;
+    const bool t3 = t1 || t2;
+    return t3;
   }
 };
 
@@ -1023,10 +1043,14 @@ struct PwtOr_ff_b {
   bool operator()(float x0, float x1) const {
     const bool t0 = x0 == 0.0f;
     const bool t1 = !t0;
-    const bool t2 = x1 == 0.0f;
-    const bool t3 = !t2;
-    const bool t4 = t1 || t3;
-    return t4;
+    const bool t2 = std::isnan(x0);
+    const bool t3 = t1 || t2;
+    const bool t4 = x1 == 0.0f;
+    const bool t5 = !t4;
+    const bool t6 = std::isnan(x1);
+    const bool t7 = t5 || t6;
+    const bool t8 = t3 || t7;
+    return t8;
   }
 };
 
@@ -1035,10 +1059,12 @@ struct PwtOr_ll_b {
   bool operator()(int64_t x0, int64_t x1) const {
     const bool t0 = x0 == int64_t{0};
     const bool t1 = !t0;
-    const bool t2 = x1 == int64_t{0};
-    const bool t3 = !t2;
-    const bool t4 = t1 || t3;
-    return t4;
+    const bool t2 = t1 || false;
+    const bool t3 = x1 == int64_t{0};
+    const bool t4 = !t3;
+    const bool t5 = t4 || false;
+    const bool t6 = t2 || t5;
+    return t6;
   }
 };
 
@@ -1047,10 +1073,12 @@ struct PwtOr_ii_b {
   bool operator()(int32_t x0, int32_t x1) const {
     const bool t0 = x0 == int32_t{0};
     const bool t1 = !t0;
-    const bool t2 = x1 == int32_t{0};
-    const bool t3 = !t2;
-    const bool t4 = t1 || t3;
-    return t4;
+    const bool t2 = t1 || false;
+    const bool t3 = x1 == int32_t{0};
+    const bool t4 = !t3;
+    const bool t5 = t4 || false;
+    const bool t6 = t2 || t5;
+    return t6;
   }
 };
 
@@ -1059,10 +1087,12 @@ struct PwtOr_bb_b {
   bool operator()(bool x0, bool x1) const {
     const bool t0 = x0 == false;
     const bool t1 = !t0;
-    const bool t2 = x1 == false;
-    const bool t3 = !t2;
-    const bool t4 = t1 || t3;
-    return t4;
+    const bool t2 = t1 || false;
+    const bool t3 = x1 == false;
+    const bool t4 = !t3;
+    const bool t5 = t4 || false;
+    const bool t6 = t2 || t5;
+    return t6;
   }
 };
 
@@ -1090,17 +1120,19 @@ struct PwtRemainder_ff_f {
     const float t0 = std::fmod(x0, x1);
     const bool t1 = t0 == 0.0f;
     const bool t2 = !t1;
-    const bool t3 = x1 < 0.0f;
-    const bool t4 = t0 < 0.0f;
-    const bool t5 = !t4;
-    const bool t6 = t3 && t5;
-    const bool t7 = !t3;
-    const bool t8 = t7 && t4;
-    const bool t9 = t6 || t8;
-    const bool t10 = t2 && t9;
-    const float t11 = t0 + x1;
-    const float t12 = t10 ? t11 : t0;
-    return t12;
+    const bool t3 = std::isnan(t0);
+    const bool t4 = t2 || t3;
+    const bool t5 = x1 < 0.0f;
+    const bool t6 = t0 < 0.0f;
+    const bool t7 = !t6;
+    const bool t8 = t5 && t7;
+    const bool t9 = !t5;
+    const bool t10 = t9 && t6;
+    const bool t11 = t8 || t10;
+    const bool t12 = t4 && t11;
+    const float t13 = t0 + x1;
+    const float t14 = t12 ? t13 : t0;
+    return t14;
   }
 };
 
@@ -1112,31 +1144,33 @@ struct PwtRemainderGradB_fff_f {
     const float t2 = t1 / x2;
     const bool t3 = t0 == 0.0f;
     const bool t4 = !t3;
-    const bool t5 = x2 < 0.0f;
-    const bool t6 = t0 < 0.0f;
-    const bool t7 = !t6;
-    const bool t8 = t5 && t7;
-    const bool t9 = !t5;
-    const bool t10 = t9 && t6;
-    const bool t11 = t8 || t10;
-    const bool t12 = t4 && t11;
-    const float t13 = t2 - 1.0f;
-    const float t14 = t12 ? t13 : t2;
-    const float t15 = std::floor(t14);
-    const float t16 = t14 - t15;
-    const bool t17 = t16 > 0.5f;
-    const float t18 = t15 + 1.0f;
-    const float t19 = t17 ? t18 : t15;
-    const bool t20 = t14 == 0.0f;
-    const float t21 = x1 / x2;
-    const float t22 = std::copysign(0.0f, t21);
-    const float t23 = t20 ? t22 : t19;
-    const bool t24 = x2 == 0.0f;
-    const float t25 = x1 / x2;
-    const float t26 = t24 ? t25 : t23;
-    const float t27 = -t26;
-    const float t28 = x0 * t27;
-    return t28;
+    const bool t5 = std::isnan(t0);
+    const bool t6 = t4 || t5;
+    const bool t7 = x2 < 0.0f;
+    const bool t8 = t0 < 0.0f;
+    const bool t9 = !t8;
+    const bool t10 = t7 && t9;
+    const bool t11 = !t7;
+    const bool t12 = t11 && t8;
+    const bool t13 = t10 || t12;
+    const bool t14 = t6 && t13;
+    const float t15 = t2 - 1.0f;
+    const float t16 = t14 ? t15 : t2;
+    const float t17 = std::floor(t16);
+    const float t18 = t16 - t17;
+    const bool t19 = t18 > 0.5f;
+    const float t20 = t17 + 1.0f;
+    const float t21 = t19 ? t20 : t17;
+    const bool t22 = t16 == 0.0f;
+    const float t23 = x1 / x2;
+    const float t24 = std::copysign(0.0f, t23);
+    const float t25 = t22 ? t24 : t21;
+    const bool t26 = x2 == 0.0f;
+    const float t27 = x1 / x2;
+    const float t28 = t26 ? t27 : t25;
+    const float t29 = -t28;
+    const float t30 = x0 * t29;
+    return t30;
   }
 };
 
@@ -1286,14 +1320,18 @@ struct PwtXor_ff_b {
   bool operator()(float x0, float x1) const {
     const bool t0 = x0 == 0.0f;
     const bool t1 = !t0;
-    const bool t2 = x1 == 0.0f;
-    const bool t3 = !t2;
-    const bool t4 = !t3;
-    const bool t5 = t1 && t4;
-    const bool t6 = !t1;
-    const bool t7 = t6 && t3;
-    const bool t8 = t5 || t7;
-    return t8;
+    const bool t2 = std::isnan(x0);
+    const bool t3 = t1 || t2;
+    const bool t4 = x1 == 0.0f;
+    const bool t5 = !t4;
+    const bool t6 = std::isnan(x1);
+    const bool t7 = t5 || t6;
+    const bool t8 = !t7;
+    const bool t9 = t3 && t8;
+    const bool t10 = !t3;
+    const bool t11 = t10 && t7;
+    const bool t12 = t9 || t11;
+    return t12;
   }
 };
 
@@ -1302,14 +1340,16 @@ struct PwtXor_ll_b {
   bool operator()(int64_t x0, int64_t x1) const {
     const bool t0 = x0 == int64_t{0};
     const bool t1 = !t0;
-    const bool t2 = x1 == int64_t{0};
-    const bool t3 = !t2;
+    const bool t2 = t1 || false;
+    const bool t3 = x1 == int64_t{0};
     const bool t4 = !t3;
-    const bool t5 = t1 && t4;
-    const bool t6 = !t1;
-    const bool t7 = t6 && t3;
-    const bool t8 = t5 || t7;
-    return t8;
+    const bool t5 = t4 || false;
+    const bool t6 = !t5;
+    const bool t7 = t2 && t6;
+    const bool t8 = !t2;
+    const bool t9 = t8 && t5;
+    const bool t10 = t7 || t9;
+    return t10;
   }
 };
 
@@ -1318,14 +1358,16 @@ struct PwtXor_ii_b {
   bool operator()(int32_t x0, int32_t x1) const {
     const bool t0 = x0 == int32_t{0};
     const bool t1 = !t0;
-    const bool t2 = x1 == int32_t{0};
-    const bool t3 = !t2;
+    const bool t2 = t1 || false;
+    const bool t3 = x1 == int32_t{0};
     const bool t4 = !t3;
-    const bool t5 = t1 && t4;
-    const bool t6 = !t1;
-    const bool t7 = t6 && t3;
-    const bool t8 = t5 || t7;
-    return t8;
+    const bool t5 = t4 || false;
+    const bool t6 = !t5;
+    const bool t7 = t2 && t6;
+    const bool t8 = !t2;
+    const bool t9 = t8 && t5;
+    const bool t10 = t7 || t9;
+    return t10;
   }
 };
 
@@ -1334,14 +1376,16 @@ struct PwtXor_bb_b {
   bool operator()(bool x0, bool x1) const {
     const bool t0 = x0 == false;
     const bool t1 = !t0;
-    const bool t2 = x1 == false;
-    const bool t3 = !t2;
+    const bool t2 = t1 || false;
+    const bool t3 = x1 == false;
     const bool t4 = !t3;
-    const bool t5 = t1 && t4;
-    const bool t6 = !t1;
-    const bool t7 = t6 && t3;
-    const bool t8 = t5 || t7;
-    return t8;
+    const bool t5 = t4 || false;
+    const bool t6 = !t5;
+    const bool t7 = t2 && t6;
+    const bool t8 = !t2;
+    const bool t9 = t8 && t5;
+    const bool t10 = t7 || t9;
+    return t10;
   }
 };
 

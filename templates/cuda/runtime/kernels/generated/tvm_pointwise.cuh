@@ -3,6 +3,11 @@
 // 469 computes x 3 threads-per-block variants [128, 256, 512].
 #pragma once
 #include <cstdint>
+#ifdef __CUDACC__
+#include <math_constants.h>
+#else
+#define CUDART_INF_F __builtin_huge_valf()
+#endif
 
 // TVM's source: float32 constants printed with double's digits (#1046), unused `cse_v` (#177)
 #pragma nv_diagnostic push
@@ -968,7 +973,7 @@ extern "C" __global__ void __launch_bounds__(128) tvm_And_ff_b_r1_b128_kernel(fl
     ld1_local_ptr[0] = in1_ptr[(((((int64_t)blockIdx.x) * (int64_t)128) + ((int64_t)threadIdx.x)) * s1_0)];
   }
   if (((((int64_t)blockIdx.x) * (int64_t)128) + ((int64_t)threadIdx.x)) < n) {
-    out_ptr[((((int64_t)blockIdx.x) * (int64_t)128) + ((int64_t)threadIdx.x))] = ((ld0_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) && (ld1_local_ptr[0] != 0x0p+0f/*0.000000e+00*/));
+    out_ptr[((((int64_t)blockIdx.x) * (int64_t)128) + ((int64_t)threadIdx.x))] = (((ld0_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) || (ld0_local_ptr[0] != ld0_local_ptr[0])) && ((ld1_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) || (ld1_local_ptr[0] != ld1_local_ptr[0])));
   }
 }
 
@@ -983,7 +988,7 @@ extern "C" __global__ void __launch_bounds__(256) tvm_And_ff_b_r1_b256_kernel(fl
     ld1_local_ptr[0] = in1_ptr[(((((int64_t)blockIdx.x) * (int64_t)256) + ((int64_t)threadIdx.x)) * s1_0)];
   }
   if (((((int64_t)blockIdx.x) * (int64_t)256) + ((int64_t)threadIdx.x)) < n) {
-    out_ptr[((((int64_t)blockIdx.x) * (int64_t)256) + ((int64_t)threadIdx.x))] = ((ld0_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) && (ld1_local_ptr[0] != 0x0p+0f/*0.000000e+00*/));
+    out_ptr[((((int64_t)blockIdx.x) * (int64_t)256) + ((int64_t)threadIdx.x))] = (((ld0_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) || (ld0_local_ptr[0] != ld0_local_ptr[0])) && ((ld1_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) || (ld1_local_ptr[0] != ld1_local_ptr[0])));
   }
 }
 
@@ -998,7 +1003,7 @@ extern "C" __global__ void __launch_bounds__(512) tvm_And_ff_b_r1_b512_kernel(fl
     ld1_local_ptr[0] = in1_ptr[(((((int64_t)blockIdx.x) * (int64_t)512) + ((int64_t)threadIdx.x)) * s1_0)];
   }
   if (((((int64_t)blockIdx.x) * (int64_t)512) + ((int64_t)threadIdx.x)) < n) {
-    out_ptr[((((int64_t)blockIdx.x) * (int64_t)512) + ((int64_t)threadIdx.x))] = ((ld0_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) && (ld1_local_ptr[0] != 0x0p+0f/*0.000000e+00*/));
+    out_ptr[((((int64_t)blockIdx.x) * (int64_t)512) + ((int64_t)threadIdx.x))] = (((ld0_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) || (ld0_local_ptr[0] != ld0_local_ptr[0])) && ((ld1_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) || (ld1_local_ptr[0] != ld1_local_ptr[0])));
   }
 }
 
@@ -1015,7 +1020,7 @@ extern "C" __global__ void __launch_bounds__(128) tvm_And_ff_b_r2_b128_kernel(fl
     ld1_local_ptr[0] = in1_ptr[(((((((int)blockIdx.x) * 128) + ((int)threadIdx.x)) % d1) * s1_1) + ((((((int)blockIdx.x) * 128) + ((int)threadIdx.x)) / d1) * s1_0))];
   }
   if (((((int)blockIdx.x) * 128) + ((int)threadIdx.x)) < n) {
-    out_ptr[((((int)blockIdx.x) * 128) + ((int)threadIdx.x))] = ((ld0_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) && (ld1_local_ptr[0] != 0x0p+0f/*0.000000e+00*/));
+    out_ptr[((((int)blockIdx.x) * 128) + ((int)threadIdx.x))] = (((ld0_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) || (ld0_local_ptr[0] != ld0_local_ptr[0])) && ((ld1_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) || (ld1_local_ptr[0] != ld1_local_ptr[0])));
   }
 }
 
@@ -1032,7 +1037,7 @@ extern "C" __global__ void __launch_bounds__(256) tvm_And_ff_b_r2_b256_kernel(fl
     ld1_local_ptr[0] = in1_ptr[(((((((int)blockIdx.x) * 256) + ((int)threadIdx.x)) % d1) * s1_1) + ((((((int)blockIdx.x) * 256) + ((int)threadIdx.x)) / d1) * s1_0))];
   }
   if (((((int)blockIdx.x) * 256) + ((int)threadIdx.x)) < n) {
-    out_ptr[((((int)blockIdx.x) * 256) + ((int)threadIdx.x))] = ((ld0_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) && (ld1_local_ptr[0] != 0x0p+0f/*0.000000e+00*/));
+    out_ptr[((((int)blockIdx.x) * 256) + ((int)threadIdx.x))] = (((ld0_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) || (ld0_local_ptr[0] != ld0_local_ptr[0])) && ((ld1_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) || (ld1_local_ptr[0] != ld1_local_ptr[0])));
   }
 }
 
@@ -1049,7 +1054,7 @@ extern "C" __global__ void __launch_bounds__(512) tvm_And_ff_b_r2_b512_kernel(fl
     ld1_local_ptr[0] = in1_ptr[(((((((int)blockIdx.x) * 512) + ((int)threadIdx.x)) % d1) * s1_1) + ((((((int)blockIdx.x) * 512) + ((int)threadIdx.x)) / d1) * s1_0))];
   }
   if (((((int)blockIdx.x) * 512) + ((int)threadIdx.x)) < n) {
-    out_ptr[((((int)blockIdx.x) * 512) + ((int)threadIdx.x))] = ((ld0_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) && (ld1_local_ptr[0] != 0x0p+0f/*0.000000e+00*/));
+    out_ptr[((((int)blockIdx.x) * 512) + ((int)threadIdx.x))] = (((ld0_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) || (ld0_local_ptr[0] != ld0_local_ptr[0])) && ((ld1_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) || (ld1_local_ptr[0] != ld1_local_ptr[0])));
   }
 }
 
@@ -1067,7 +1072,7 @@ extern "C" __global__ void __launch_bounds__(128) tvm_And_ff_b_r3_b128_kernel(fl
     ld1_local_ptr[0] = in1_ptr[((((((((int)blockIdx.x) * 128) + ((int)threadIdx.x)) % d2) * s1_2) + (((((((int)blockIdx.x) * 128) + ((int)threadIdx.x)) / d2) % d1) * s1_1)) + ((((((int)blockIdx.x) * 128) + ((int)threadIdx.x)) / (d2 * d1)) * s1_0))];
   }
   if (((((int)blockIdx.x) * 128) + ((int)threadIdx.x)) < n) {
-    out_ptr[((((int)blockIdx.x) * 128) + ((int)threadIdx.x))] = ((ld0_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) && (ld1_local_ptr[0] != 0x0p+0f/*0.000000e+00*/));
+    out_ptr[((((int)blockIdx.x) * 128) + ((int)threadIdx.x))] = (((ld0_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) || (ld0_local_ptr[0] != ld0_local_ptr[0])) && ((ld1_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) || (ld1_local_ptr[0] != ld1_local_ptr[0])));
   }
 }
 
@@ -1085,7 +1090,7 @@ extern "C" __global__ void __launch_bounds__(256) tvm_And_ff_b_r3_b256_kernel(fl
     ld1_local_ptr[0] = in1_ptr[((((((((int)blockIdx.x) * 256) + ((int)threadIdx.x)) % d2) * s1_2) + (((((((int)blockIdx.x) * 256) + ((int)threadIdx.x)) / d2) % d1) * s1_1)) + ((((((int)blockIdx.x) * 256) + ((int)threadIdx.x)) / (d2 * d1)) * s1_0))];
   }
   if (((((int)blockIdx.x) * 256) + ((int)threadIdx.x)) < n) {
-    out_ptr[((((int)blockIdx.x) * 256) + ((int)threadIdx.x))] = ((ld0_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) && (ld1_local_ptr[0] != 0x0p+0f/*0.000000e+00*/));
+    out_ptr[((((int)blockIdx.x) * 256) + ((int)threadIdx.x))] = (((ld0_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) || (ld0_local_ptr[0] != ld0_local_ptr[0])) && ((ld1_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) || (ld1_local_ptr[0] != ld1_local_ptr[0])));
   }
 }
 
@@ -1103,7 +1108,7 @@ extern "C" __global__ void __launch_bounds__(512) tvm_And_ff_b_r3_b512_kernel(fl
     ld1_local_ptr[0] = in1_ptr[((((((((int)blockIdx.x) * 512) + ((int)threadIdx.x)) % d2) * s1_2) + (((((((int)blockIdx.x) * 512) + ((int)threadIdx.x)) / d2) % d1) * s1_1)) + ((((((int)blockIdx.x) * 512) + ((int)threadIdx.x)) / (d2 * d1)) * s1_0))];
   }
   if (((((int)blockIdx.x) * 512) + ((int)threadIdx.x)) < n) {
-    out_ptr[((((int)blockIdx.x) * 512) + ((int)threadIdx.x))] = ((ld0_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) && (ld1_local_ptr[0] != 0x0p+0f/*0.000000e+00*/));
+    out_ptr[((((int)blockIdx.x) * 512) + ((int)threadIdx.x))] = (((ld0_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) || (ld0_local_ptr[0] != ld0_local_ptr[0])) && ((ld1_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) || (ld1_local_ptr[0] != ld1_local_ptr[0])));
   }
 }
 
@@ -1123,7 +1128,7 @@ extern "C" __global__ void __launch_bounds__(128) tvm_And_ff_b_r4_b128_kernel(fl
     ld1_local_ptr[0] = in1_ptr[(((((((((int)blockIdx.x) * 128) + ((int)threadIdx.x)) % d3) * s1_3) + (((((((int)blockIdx.x) * 128) + ((int)threadIdx.x)) / d3) % d2) * s1_2)) + (((((((int)blockIdx.x) * 128) + ((int)threadIdx.x)) / (d3 * d2)) % d1) * s1_1)) + ((((((int)blockIdx.x) * 128) + ((int)threadIdx.x)) / ((d3 * d2) * d1)) * s1_0))];
   }
   if (((((int)blockIdx.x) * 128) + ((int)threadIdx.x)) < n) {
-    out_ptr[((((int)blockIdx.x) * 128) + ((int)threadIdx.x))] = ((ld0_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) && (ld1_local_ptr[0] != 0x0p+0f/*0.000000e+00*/));
+    out_ptr[((((int)blockIdx.x) * 128) + ((int)threadIdx.x))] = (((ld0_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) || (ld0_local_ptr[0] != ld0_local_ptr[0])) && ((ld1_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) || (ld1_local_ptr[0] != ld1_local_ptr[0])));
   }
 }
 
@@ -1143,7 +1148,7 @@ extern "C" __global__ void __launch_bounds__(256) tvm_And_ff_b_r4_b256_kernel(fl
     ld1_local_ptr[0] = in1_ptr[(((((((((int)blockIdx.x) * 256) + ((int)threadIdx.x)) % d3) * s1_3) + (((((((int)blockIdx.x) * 256) + ((int)threadIdx.x)) / d3) % d2) * s1_2)) + (((((((int)blockIdx.x) * 256) + ((int)threadIdx.x)) / (d3 * d2)) % d1) * s1_1)) + ((((((int)blockIdx.x) * 256) + ((int)threadIdx.x)) / ((d3 * d2) * d1)) * s1_0))];
   }
   if (((((int)blockIdx.x) * 256) + ((int)threadIdx.x)) < n) {
-    out_ptr[((((int)blockIdx.x) * 256) + ((int)threadIdx.x))] = ((ld0_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) && (ld1_local_ptr[0] != 0x0p+0f/*0.000000e+00*/));
+    out_ptr[((((int)blockIdx.x) * 256) + ((int)threadIdx.x))] = (((ld0_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) || (ld0_local_ptr[0] != ld0_local_ptr[0])) && ((ld1_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) || (ld1_local_ptr[0] != ld1_local_ptr[0])));
   }
 }
 
@@ -1163,7 +1168,7 @@ extern "C" __global__ void __launch_bounds__(512) tvm_And_ff_b_r4_b512_kernel(fl
     ld1_local_ptr[0] = in1_ptr[(((((((((int)blockIdx.x) * 512) + ((int)threadIdx.x)) % d3) * s1_3) + (((((((int)blockIdx.x) * 512) + ((int)threadIdx.x)) / d3) % d2) * s1_2)) + (((((((int)blockIdx.x) * 512) + ((int)threadIdx.x)) / (d3 * d2)) % d1) * s1_1)) + ((((((int)blockIdx.x) * 512) + ((int)threadIdx.x)) / ((d3 * d2) * d1)) * s1_0))];
   }
   if (((((int)blockIdx.x) * 512) + ((int)threadIdx.x)) < n) {
-    out_ptr[((((int)blockIdx.x) * 512) + ((int)threadIdx.x))] = ((ld0_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) && (ld1_local_ptr[0] != 0x0p+0f/*0.000000e+00*/));
+    out_ptr[((((int)blockIdx.x) * 512) + ((int)threadIdx.x))] = (((ld0_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) || (ld0_local_ptr[0] != ld0_local_ptr[0])) && ((ld1_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) || (ld1_local_ptr[0] != ld1_local_ptr[0])));
   }
 }
 
@@ -1191,7 +1196,7 @@ extern "C" __global__ void __launch_bounds__(128) tvm_And_ff_b_r8_b128_kernel(fl
     ld1_local_ptr[0] = in1_ptr[(((((((((((((int)blockIdx.x) * 128) + ((int)threadIdx.x)) % d7) * s1_7) + (((((((int)blockIdx.x) * 128) + ((int)threadIdx.x)) / d7) % d6) * s1_6)) + (((((((int)blockIdx.x) * 128) + ((int)threadIdx.x)) / (d7 * d6)) % d5) * s1_5)) + (((((((int)blockIdx.x) * 128) + ((int)threadIdx.x)) / ((d7 * d6) * d5)) % d4) * s1_4)) + (((((((int)blockIdx.x) * 128) + ((int)threadIdx.x)) / (((d7 * d6) * d5) * d4)) % d3) * s1_3)) + (((((((int)blockIdx.x) * 128) + ((int)threadIdx.x)) / ((((d7 * d6) * d5) * d4) * d3)) % d2) * s1_2)) + (((((((int)blockIdx.x) * 128) + ((int)threadIdx.x)) / (((((d7 * d6) * d5) * d4) * d3) * d2)) % d1) * s1_1)) + ((((((int)blockIdx.x) * 128) + ((int)threadIdx.x)) / ((((((d7 * d6) * d5) * d4) * d3) * d2) * d1)) * s1_0))];
   }
   if (((((int)blockIdx.x) * 128) + ((int)threadIdx.x)) < n) {
-    out_ptr[((((int)blockIdx.x) * 128) + ((int)threadIdx.x))] = ((ld0_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) && (ld1_local_ptr[0] != 0x0p+0f/*0.000000e+00*/));
+    out_ptr[((((int)blockIdx.x) * 128) + ((int)threadIdx.x))] = (((ld0_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) || (ld0_local_ptr[0] != ld0_local_ptr[0])) && ((ld1_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) || (ld1_local_ptr[0] != ld1_local_ptr[0])));
   }
 }
 
@@ -1219,7 +1224,7 @@ extern "C" __global__ void __launch_bounds__(256) tvm_And_ff_b_r8_b256_kernel(fl
     ld1_local_ptr[0] = in1_ptr[(((((((((((((int)blockIdx.x) * 256) + ((int)threadIdx.x)) % d7) * s1_7) + (((((((int)blockIdx.x) * 256) + ((int)threadIdx.x)) / d7) % d6) * s1_6)) + (((((((int)blockIdx.x) * 256) + ((int)threadIdx.x)) / (d7 * d6)) % d5) * s1_5)) + (((((((int)blockIdx.x) * 256) + ((int)threadIdx.x)) / ((d7 * d6) * d5)) % d4) * s1_4)) + (((((((int)blockIdx.x) * 256) + ((int)threadIdx.x)) / (((d7 * d6) * d5) * d4)) % d3) * s1_3)) + (((((((int)blockIdx.x) * 256) + ((int)threadIdx.x)) / ((((d7 * d6) * d5) * d4) * d3)) % d2) * s1_2)) + (((((((int)blockIdx.x) * 256) + ((int)threadIdx.x)) / (((((d7 * d6) * d5) * d4) * d3) * d2)) % d1) * s1_1)) + ((((((int)blockIdx.x) * 256) + ((int)threadIdx.x)) / ((((((d7 * d6) * d5) * d4) * d3) * d2) * d1)) * s1_0))];
   }
   if (((((int)blockIdx.x) * 256) + ((int)threadIdx.x)) < n) {
-    out_ptr[((((int)blockIdx.x) * 256) + ((int)threadIdx.x))] = ((ld0_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) && (ld1_local_ptr[0] != 0x0p+0f/*0.000000e+00*/));
+    out_ptr[((((int)blockIdx.x) * 256) + ((int)threadIdx.x))] = (((ld0_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) || (ld0_local_ptr[0] != ld0_local_ptr[0])) && ((ld1_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) || (ld1_local_ptr[0] != ld1_local_ptr[0])));
   }
 }
 
@@ -1247,7 +1252,7 @@ extern "C" __global__ void __launch_bounds__(512) tvm_And_ff_b_r8_b512_kernel(fl
     ld1_local_ptr[0] = in1_ptr[(((((((((((((int)blockIdx.x) * 512) + ((int)threadIdx.x)) % d7) * s1_7) + (((((((int)blockIdx.x) * 512) + ((int)threadIdx.x)) / d7) % d6) * s1_6)) + (((((((int)blockIdx.x) * 512) + ((int)threadIdx.x)) / (d7 * d6)) % d5) * s1_5)) + (((((((int)blockIdx.x) * 512) + ((int)threadIdx.x)) / ((d7 * d6) * d5)) % d4) * s1_4)) + (((((((int)blockIdx.x) * 512) + ((int)threadIdx.x)) / (((d7 * d6) * d5) * d4)) % d3) * s1_3)) + (((((((int)blockIdx.x) * 512) + ((int)threadIdx.x)) / ((((d7 * d6) * d5) * d4) * d3)) % d2) * s1_2)) + (((((((int)blockIdx.x) * 512) + ((int)threadIdx.x)) / (((((d7 * d6) * d5) * d4) * d3) * d2)) % d1) * s1_1)) + ((((((int)blockIdx.x) * 512) + ((int)threadIdx.x)) / ((((((d7 * d6) * d5) * d4) * d3) * d2) * d1)) * s1_0))];
   }
   if (((((int)blockIdx.x) * 512) + ((int)threadIdx.x)) < n) {
-    out_ptr[((((int)blockIdx.x) * 512) + ((int)threadIdx.x))] = ((ld0_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) && (ld1_local_ptr[0] != 0x0p+0f/*0.000000e+00*/));
+    out_ptr[((((int)blockIdx.x) * 512) + ((int)threadIdx.x))] = (((ld0_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) || (ld0_local_ptr[0] != ld0_local_ptr[0])) && ((ld1_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) || (ld1_local_ptr[0] != ld1_local_ptr[0])));
   }
 }
 
@@ -6880,7 +6885,7 @@ extern "C" __global__ void __launch_bounds__(128) tvm_DivFloor_ff_f_r1_b128_kern
       condval = (ld0_local_ptr[0] / ld1_local_ptr[0]);
     } else {
       float condval_2;
-      if ((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+      if (((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
         condval_2 = (((ld0_local_ptr[0] - fmodf(ld0_local_ptr[0], ld1_local_ptr[0])) / ld1_local_ptr[0]) - 0x1p+0f/*1.000000e+00*/);
       } else {
         condval_2 = ((ld0_local_ptr[0] - fmodf(ld0_local_ptr[0], ld1_local_ptr[0])) / ld1_local_ptr[0]);
@@ -6890,13 +6895,13 @@ extern "C" __global__ void __launch_bounds__(128) tvm_DivFloor_ff_f_r1_b128_kern
         condval_1 = copysignf(0x0p+0f/*0.000000e+00*/, (ld0_local_ptr[0] / ld1_local_ptr[0]));
       } else {
         float condval_4;
-        if ((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+        if (((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
           condval_4 = (((ld0_local_ptr[0] - fmodf(ld0_local_ptr[0], ld1_local_ptr[0])) / ld1_local_ptr[0]) - 0x1p+0f/*1.000000e+00*/);
         } else {
           condval_4 = ((ld0_local_ptr[0] - fmodf(ld0_local_ptr[0], ld1_local_ptr[0])) / ld1_local_ptr[0]);
         }
         float condval_5;
-        if ((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+        if (((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
           condval_5 = (((ld0_local_ptr[0] - fmodf(ld0_local_ptr[0], ld1_local_ptr[0])) / ld1_local_ptr[0]) - 0x1p+0f/*1.000000e+00*/);
         } else {
           condval_5 = ((ld0_local_ptr[0] - fmodf(ld0_local_ptr[0], ld1_local_ptr[0])) / ld1_local_ptr[0]);
@@ -6904,7 +6909,7 @@ extern "C" __global__ void __launch_bounds__(128) tvm_DivFloor_ff_f_r1_b128_kern
         float condval_3;
         if (0x1p-1f/*5.000000e-01*/ < (condval_4 - floorf(condval_5))) {
           float condval_6;
-          if ((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+          if (((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
             condval_6 = (((ld0_local_ptr[0] - fmodf(ld0_local_ptr[0], ld1_local_ptr[0])) / ld1_local_ptr[0]) - 0x1p+0f/*1.000000e+00*/);
           } else {
             condval_6 = ((ld0_local_ptr[0] - fmodf(ld0_local_ptr[0], ld1_local_ptr[0])) / ld1_local_ptr[0]);
@@ -6912,7 +6917,7 @@ extern "C" __global__ void __launch_bounds__(128) tvm_DivFloor_ff_f_r1_b128_kern
           condval_3 = (floorf(condval_6) + 0x1p+0f/*1.000000e+00*/);
         } else {
           float condval_7;
-          if ((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+          if (((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
             condval_7 = (((ld0_local_ptr[0] - fmodf(ld0_local_ptr[0], ld1_local_ptr[0])) / ld1_local_ptr[0]) - 0x1p+0f/*1.000000e+00*/);
           } else {
             condval_7 = ((ld0_local_ptr[0] - fmodf(ld0_local_ptr[0], ld1_local_ptr[0])) / ld1_local_ptr[0]);
@@ -6943,7 +6948,7 @@ extern "C" __global__ void __launch_bounds__(256) tvm_DivFloor_ff_f_r1_b256_kern
       condval = (ld0_local_ptr[0] / ld1_local_ptr[0]);
     } else {
       float condval_2;
-      if ((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+      if (((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
         condval_2 = (((ld0_local_ptr[0] - fmodf(ld0_local_ptr[0], ld1_local_ptr[0])) / ld1_local_ptr[0]) - 0x1p+0f/*1.000000e+00*/);
       } else {
         condval_2 = ((ld0_local_ptr[0] - fmodf(ld0_local_ptr[0], ld1_local_ptr[0])) / ld1_local_ptr[0]);
@@ -6953,13 +6958,13 @@ extern "C" __global__ void __launch_bounds__(256) tvm_DivFloor_ff_f_r1_b256_kern
         condval_1 = copysignf(0x0p+0f/*0.000000e+00*/, (ld0_local_ptr[0] / ld1_local_ptr[0]));
       } else {
         float condval_4;
-        if ((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+        if (((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
           condval_4 = (((ld0_local_ptr[0] - fmodf(ld0_local_ptr[0], ld1_local_ptr[0])) / ld1_local_ptr[0]) - 0x1p+0f/*1.000000e+00*/);
         } else {
           condval_4 = ((ld0_local_ptr[0] - fmodf(ld0_local_ptr[0], ld1_local_ptr[0])) / ld1_local_ptr[0]);
         }
         float condval_5;
-        if ((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+        if (((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
           condval_5 = (((ld0_local_ptr[0] - fmodf(ld0_local_ptr[0], ld1_local_ptr[0])) / ld1_local_ptr[0]) - 0x1p+0f/*1.000000e+00*/);
         } else {
           condval_5 = ((ld0_local_ptr[0] - fmodf(ld0_local_ptr[0], ld1_local_ptr[0])) / ld1_local_ptr[0]);
@@ -6967,7 +6972,7 @@ extern "C" __global__ void __launch_bounds__(256) tvm_DivFloor_ff_f_r1_b256_kern
         float condval_3;
         if (0x1p-1f/*5.000000e-01*/ < (condval_4 - floorf(condval_5))) {
           float condval_6;
-          if ((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+          if (((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
             condval_6 = (((ld0_local_ptr[0] - fmodf(ld0_local_ptr[0], ld1_local_ptr[0])) / ld1_local_ptr[0]) - 0x1p+0f/*1.000000e+00*/);
           } else {
             condval_6 = ((ld0_local_ptr[0] - fmodf(ld0_local_ptr[0], ld1_local_ptr[0])) / ld1_local_ptr[0]);
@@ -6975,7 +6980,7 @@ extern "C" __global__ void __launch_bounds__(256) tvm_DivFloor_ff_f_r1_b256_kern
           condval_3 = (floorf(condval_6) + 0x1p+0f/*1.000000e+00*/);
         } else {
           float condval_7;
-          if ((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+          if (((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
             condval_7 = (((ld0_local_ptr[0] - fmodf(ld0_local_ptr[0], ld1_local_ptr[0])) / ld1_local_ptr[0]) - 0x1p+0f/*1.000000e+00*/);
           } else {
             condval_7 = ((ld0_local_ptr[0] - fmodf(ld0_local_ptr[0], ld1_local_ptr[0])) / ld1_local_ptr[0]);
@@ -7006,7 +7011,7 @@ extern "C" __global__ void __launch_bounds__(512) tvm_DivFloor_ff_f_r1_b512_kern
       condval = (ld0_local_ptr[0] / ld1_local_ptr[0]);
     } else {
       float condval_2;
-      if ((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+      if (((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
         condval_2 = (((ld0_local_ptr[0] - fmodf(ld0_local_ptr[0], ld1_local_ptr[0])) / ld1_local_ptr[0]) - 0x1p+0f/*1.000000e+00*/);
       } else {
         condval_2 = ((ld0_local_ptr[0] - fmodf(ld0_local_ptr[0], ld1_local_ptr[0])) / ld1_local_ptr[0]);
@@ -7016,13 +7021,13 @@ extern "C" __global__ void __launch_bounds__(512) tvm_DivFloor_ff_f_r1_b512_kern
         condval_1 = copysignf(0x0p+0f/*0.000000e+00*/, (ld0_local_ptr[0] / ld1_local_ptr[0]));
       } else {
         float condval_4;
-        if ((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+        if (((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
           condval_4 = (((ld0_local_ptr[0] - fmodf(ld0_local_ptr[0], ld1_local_ptr[0])) / ld1_local_ptr[0]) - 0x1p+0f/*1.000000e+00*/);
         } else {
           condval_4 = ((ld0_local_ptr[0] - fmodf(ld0_local_ptr[0], ld1_local_ptr[0])) / ld1_local_ptr[0]);
         }
         float condval_5;
-        if ((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+        if (((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
           condval_5 = (((ld0_local_ptr[0] - fmodf(ld0_local_ptr[0], ld1_local_ptr[0])) / ld1_local_ptr[0]) - 0x1p+0f/*1.000000e+00*/);
         } else {
           condval_5 = ((ld0_local_ptr[0] - fmodf(ld0_local_ptr[0], ld1_local_ptr[0])) / ld1_local_ptr[0]);
@@ -7030,7 +7035,7 @@ extern "C" __global__ void __launch_bounds__(512) tvm_DivFloor_ff_f_r1_b512_kern
         float condval_3;
         if (0x1p-1f/*5.000000e-01*/ < (condval_4 - floorf(condval_5))) {
           float condval_6;
-          if ((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+          if (((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
             condval_6 = (((ld0_local_ptr[0] - fmodf(ld0_local_ptr[0], ld1_local_ptr[0])) / ld1_local_ptr[0]) - 0x1p+0f/*1.000000e+00*/);
           } else {
             condval_6 = ((ld0_local_ptr[0] - fmodf(ld0_local_ptr[0], ld1_local_ptr[0])) / ld1_local_ptr[0]);
@@ -7038,7 +7043,7 @@ extern "C" __global__ void __launch_bounds__(512) tvm_DivFloor_ff_f_r1_b512_kern
           condval_3 = (floorf(condval_6) + 0x1p+0f/*1.000000e+00*/);
         } else {
           float condval_7;
-          if ((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+          if (((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
             condval_7 = (((ld0_local_ptr[0] - fmodf(ld0_local_ptr[0], ld1_local_ptr[0])) / ld1_local_ptr[0]) - 0x1p+0f/*1.000000e+00*/);
           } else {
             condval_7 = ((ld0_local_ptr[0] - fmodf(ld0_local_ptr[0], ld1_local_ptr[0])) / ld1_local_ptr[0]);
@@ -7071,7 +7076,7 @@ extern "C" __global__ void __launch_bounds__(128) tvm_DivFloor_ff_f_r2_b128_kern
       condval = (ld0_local_ptr[0] / ld1_local_ptr[0]);
     } else {
       float condval_2;
-      if ((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+      if (((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
         condval_2 = (((ld0_local_ptr[0] - fmodf(ld0_local_ptr[0], ld1_local_ptr[0])) / ld1_local_ptr[0]) - 0x1p+0f/*1.000000e+00*/);
       } else {
         condval_2 = ((ld0_local_ptr[0] - fmodf(ld0_local_ptr[0], ld1_local_ptr[0])) / ld1_local_ptr[0]);
@@ -7081,13 +7086,13 @@ extern "C" __global__ void __launch_bounds__(128) tvm_DivFloor_ff_f_r2_b128_kern
         condval_1 = copysignf(0x0p+0f/*0.000000e+00*/, (ld0_local_ptr[0] / ld1_local_ptr[0]));
       } else {
         float condval_4;
-        if ((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+        if (((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
           condval_4 = (((ld0_local_ptr[0] - fmodf(ld0_local_ptr[0], ld1_local_ptr[0])) / ld1_local_ptr[0]) - 0x1p+0f/*1.000000e+00*/);
         } else {
           condval_4 = ((ld0_local_ptr[0] - fmodf(ld0_local_ptr[0], ld1_local_ptr[0])) / ld1_local_ptr[0]);
         }
         float condval_5;
-        if ((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+        if (((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
           condval_5 = (((ld0_local_ptr[0] - fmodf(ld0_local_ptr[0], ld1_local_ptr[0])) / ld1_local_ptr[0]) - 0x1p+0f/*1.000000e+00*/);
         } else {
           condval_5 = ((ld0_local_ptr[0] - fmodf(ld0_local_ptr[0], ld1_local_ptr[0])) / ld1_local_ptr[0]);
@@ -7095,7 +7100,7 @@ extern "C" __global__ void __launch_bounds__(128) tvm_DivFloor_ff_f_r2_b128_kern
         float condval_3;
         if (0x1p-1f/*5.000000e-01*/ < (condval_4 - floorf(condval_5))) {
           float condval_6;
-          if ((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+          if (((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
             condval_6 = (((ld0_local_ptr[0] - fmodf(ld0_local_ptr[0], ld1_local_ptr[0])) / ld1_local_ptr[0]) - 0x1p+0f/*1.000000e+00*/);
           } else {
             condval_6 = ((ld0_local_ptr[0] - fmodf(ld0_local_ptr[0], ld1_local_ptr[0])) / ld1_local_ptr[0]);
@@ -7103,7 +7108,7 @@ extern "C" __global__ void __launch_bounds__(128) tvm_DivFloor_ff_f_r2_b128_kern
           condval_3 = (floorf(condval_6) + 0x1p+0f/*1.000000e+00*/);
         } else {
           float condval_7;
-          if ((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+          if (((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
             condval_7 = (((ld0_local_ptr[0] - fmodf(ld0_local_ptr[0], ld1_local_ptr[0])) / ld1_local_ptr[0]) - 0x1p+0f/*1.000000e+00*/);
           } else {
             condval_7 = ((ld0_local_ptr[0] - fmodf(ld0_local_ptr[0], ld1_local_ptr[0])) / ld1_local_ptr[0]);
@@ -7136,7 +7141,7 @@ extern "C" __global__ void __launch_bounds__(256) tvm_DivFloor_ff_f_r2_b256_kern
       condval = (ld0_local_ptr[0] / ld1_local_ptr[0]);
     } else {
       float condval_2;
-      if ((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+      if (((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
         condval_2 = (((ld0_local_ptr[0] - fmodf(ld0_local_ptr[0], ld1_local_ptr[0])) / ld1_local_ptr[0]) - 0x1p+0f/*1.000000e+00*/);
       } else {
         condval_2 = ((ld0_local_ptr[0] - fmodf(ld0_local_ptr[0], ld1_local_ptr[0])) / ld1_local_ptr[0]);
@@ -7146,13 +7151,13 @@ extern "C" __global__ void __launch_bounds__(256) tvm_DivFloor_ff_f_r2_b256_kern
         condval_1 = copysignf(0x0p+0f/*0.000000e+00*/, (ld0_local_ptr[0] / ld1_local_ptr[0]));
       } else {
         float condval_4;
-        if ((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+        if (((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
           condval_4 = (((ld0_local_ptr[0] - fmodf(ld0_local_ptr[0], ld1_local_ptr[0])) / ld1_local_ptr[0]) - 0x1p+0f/*1.000000e+00*/);
         } else {
           condval_4 = ((ld0_local_ptr[0] - fmodf(ld0_local_ptr[0], ld1_local_ptr[0])) / ld1_local_ptr[0]);
         }
         float condval_5;
-        if ((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+        if (((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
           condval_5 = (((ld0_local_ptr[0] - fmodf(ld0_local_ptr[0], ld1_local_ptr[0])) / ld1_local_ptr[0]) - 0x1p+0f/*1.000000e+00*/);
         } else {
           condval_5 = ((ld0_local_ptr[0] - fmodf(ld0_local_ptr[0], ld1_local_ptr[0])) / ld1_local_ptr[0]);
@@ -7160,7 +7165,7 @@ extern "C" __global__ void __launch_bounds__(256) tvm_DivFloor_ff_f_r2_b256_kern
         float condval_3;
         if (0x1p-1f/*5.000000e-01*/ < (condval_4 - floorf(condval_5))) {
           float condval_6;
-          if ((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+          if (((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
             condval_6 = (((ld0_local_ptr[0] - fmodf(ld0_local_ptr[0], ld1_local_ptr[0])) / ld1_local_ptr[0]) - 0x1p+0f/*1.000000e+00*/);
           } else {
             condval_6 = ((ld0_local_ptr[0] - fmodf(ld0_local_ptr[0], ld1_local_ptr[0])) / ld1_local_ptr[0]);
@@ -7168,7 +7173,7 @@ extern "C" __global__ void __launch_bounds__(256) tvm_DivFloor_ff_f_r2_b256_kern
           condval_3 = (floorf(condval_6) + 0x1p+0f/*1.000000e+00*/);
         } else {
           float condval_7;
-          if ((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+          if (((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
             condval_7 = (((ld0_local_ptr[0] - fmodf(ld0_local_ptr[0], ld1_local_ptr[0])) / ld1_local_ptr[0]) - 0x1p+0f/*1.000000e+00*/);
           } else {
             condval_7 = ((ld0_local_ptr[0] - fmodf(ld0_local_ptr[0], ld1_local_ptr[0])) / ld1_local_ptr[0]);
@@ -7201,7 +7206,7 @@ extern "C" __global__ void __launch_bounds__(512) tvm_DivFloor_ff_f_r2_b512_kern
       condval = (ld0_local_ptr[0] / ld1_local_ptr[0]);
     } else {
       float condval_2;
-      if ((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+      if (((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
         condval_2 = (((ld0_local_ptr[0] - fmodf(ld0_local_ptr[0], ld1_local_ptr[0])) / ld1_local_ptr[0]) - 0x1p+0f/*1.000000e+00*/);
       } else {
         condval_2 = ((ld0_local_ptr[0] - fmodf(ld0_local_ptr[0], ld1_local_ptr[0])) / ld1_local_ptr[0]);
@@ -7211,13 +7216,13 @@ extern "C" __global__ void __launch_bounds__(512) tvm_DivFloor_ff_f_r2_b512_kern
         condval_1 = copysignf(0x0p+0f/*0.000000e+00*/, (ld0_local_ptr[0] / ld1_local_ptr[0]));
       } else {
         float condval_4;
-        if ((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+        if (((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
           condval_4 = (((ld0_local_ptr[0] - fmodf(ld0_local_ptr[0], ld1_local_ptr[0])) / ld1_local_ptr[0]) - 0x1p+0f/*1.000000e+00*/);
         } else {
           condval_4 = ((ld0_local_ptr[0] - fmodf(ld0_local_ptr[0], ld1_local_ptr[0])) / ld1_local_ptr[0]);
         }
         float condval_5;
-        if ((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+        if (((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
           condval_5 = (((ld0_local_ptr[0] - fmodf(ld0_local_ptr[0], ld1_local_ptr[0])) / ld1_local_ptr[0]) - 0x1p+0f/*1.000000e+00*/);
         } else {
           condval_5 = ((ld0_local_ptr[0] - fmodf(ld0_local_ptr[0], ld1_local_ptr[0])) / ld1_local_ptr[0]);
@@ -7225,7 +7230,7 @@ extern "C" __global__ void __launch_bounds__(512) tvm_DivFloor_ff_f_r2_b512_kern
         float condval_3;
         if (0x1p-1f/*5.000000e-01*/ < (condval_4 - floorf(condval_5))) {
           float condval_6;
-          if ((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+          if (((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
             condval_6 = (((ld0_local_ptr[0] - fmodf(ld0_local_ptr[0], ld1_local_ptr[0])) / ld1_local_ptr[0]) - 0x1p+0f/*1.000000e+00*/);
           } else {
             condval_6 = ((ld0_local_ptr[0] - fmodf(ld0_local_ptr[0], ld1_local_ptr[0])) / ld1_local_ptr[0]);
@@ -7233,7 +7238,7 @@ extern "C" __global__ void __launch_bounds__(512) tvm_DivFloor_ff_f_r2_b512_kern
           condval_3 = (floorf(condval_6) + 0x1p+0f/*1.000000e+00*/);
         } else {
           float condval_7;
-          if ((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+          if (((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
             condval_7 = (((ld0_local_ptr[0] - fmodf(ld0_local_ptr[0], ld1_local_ptr[0])) / ld1_local_ptr[0]) - 0x1p+0f/*1.000000e+00*/);
           } else {
             condval_7 = ((ld0_local_ptr[0] - fmodf(ld0_local_ptr[0], ld1_local_ptr[0])) / ld1_local_ptr[0]);
@@ -7267,7 +7272,7 @@ extern "C" __global__ void __launch_bounds__(128) tvm_DivFloor_ff_f_r3_b128_kern
       condval = (ld0_local_ptr[0] / ld1_local_ptr[0]);
     } else {
       float condval_2;
-      if ((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+      if (((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
         condval_2 = (((ld0_local_ptr[0] - fmodf(ld0_local_ptr[0], ld1_local_ptr[0])) / ld1_local_ptr[0]) - 0x1p+0f/*1.000000e+00*/);
       } else {
         condval_2 = ((ld0_local_ptr[0] - fmodf(ld0_local_ptr[0], ld1_local_ptr[0])) / ld1_local_ptr[0]);
@@ -7277,13 +7282,13 @@ extern "C" __global__ void __launch_bounds__(128) tvm_DivFloor_ff_f_r3_b128_kern
         condval_1 = copysignf(0x0p+0f/*0.000000e+00*/, (ld0_local_ptr[0] / ld1_local_ptr[0]));
       } else {
         float condval_4;
-        if ((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+        if (((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
           condval_4 = (((ld0_local_ptr[0] - fmodf(ld0_local_ptr[0], ld1_local_ptr[0])) / ld1_local_ptr[0]) - 0x1p+0f/*1.000000e+00*/);
         } else {
           condval_4 = ((ld0_local_ptr[0] - fmodf(ld0_local_ptr[0], ld1_local_ptr[0])) / ld1_local_ptr[0]);
         }
         float condval_5;
-        if ((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+        if (((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
           condval_5 = (((ld0_local_ptr[0] - fmodf(ld0_local_ptr[0], ld1_local_ptr[0])) / ld1_local_ptr[0]) - 0x1p+0f/*1.000000e+00*/);
         } else {
           condval_5 = ((ld0_local_ptr[0] - fmodf(ld0_local_ptr[0], ld1_local_ptr[0])) / ld1_local_ptr[0]);
@@ -7291,7 +7296,7 @@ extern "C" __global__ void __launch_bounds__(128) tvm_DivFloor_ff_f_r3_b128_kern
         float condval_3;
         if (0x1p-1f/*5.000000e-01*/ < (condval_4 - floorf(condval_5))) {
           float condval_6;
-          if ((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+          if (((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
             condval_6 = (((ld0_local_ptr[0] - fmodf(ld0_local_ptr[0], ld1_local_ptr[0])) / ld1_local_ptr[0]) - 0x1p+0f/*1.000000e+00*/);
           } else {
             condval_6 = ((ld0_local_ptr[0] - fmodf(ld0_local_ptr[0], ld1_local_ptr[0])) / ld1_local_ptr[0]);
@@ -7299,7 +7304,7 @@ extern "C" __global__ void __launch_bounds__(128) tvm_DivFloor_ff_f_r3_b128_kern
           condval_3 = (floorf(condval_6) + 0x1p+0f/*1.000000e+00*/);
         } else {
           float condval_7;
-          if ((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+          if (((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
             condval_7 = (((ld0_local_ptr[0] - fmodf(ld0_local_ptr[0], ld1_local_ptr[0])) / ld1_local_ptr[0]) - 0x1p+0f/*1.000000e+00*/);
           } else {
             condval_7 = ((ld0_local_ptr[0] - fmodf(ld0_local_ptr[0], ld1_local_ptr[0])) / ld1_local_ptr[0]);
@@ -7333,7 +7338,7 @@ extern "C" __global__ void __launch_bounds__(256) tvm_DivFloor_ff_f_r3_b256_kern
       condval = (ld0_local_ptr[0] / ld1_local_ptr[0]);
     } else {
       float condval_2;
-      if ((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+      if (((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
         condval_2 = (((ld0_local_ptr[0] - fmodf(ld0_local_ptr[0], ld1_local_ptr[0])) / ld1_local_ptr[0]) - 0x1p+0f/*1.000000e+00*/);
       } else {
         condval_2 = ((ld0_local_ptr[0] - fmodf(ld0_local_ptr[0], ld1_local_ptr[0])) / ld1_local_ptr[0]);
@@ -7343,13 +7348,13 @@ extern "C" __global__ void __launch_bounds__(256) tvm_DivFloor_ff_f_r3_b256_kern
         condval_1 = copysignf(0x0p+0f/*0.000000e+00*/, (ld0_local_ptr[0] / ld1_local_ptr[0]));
       } else {
         float condval_4;
-        if ((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+        if (((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
           condval_4 = (((ld0_local_ptr[0] - fmodf(ld0_local_ptr[0], ld1_local_ptr[0])) / ld1_local_ptr[0]) - 0x1p+0f/*1.000000e+00*/);
         } else {
           condval_4 = ((ld0_local_ptr[0] - fmodf(ld0_local_ptr[0], ld1_local_ptr[0])) / ld1_local_ptr[0]);
         }
         float condval_5;
-        if ((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+        if (((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
           condval_5 = (((ld0_local_ptr[0] - fmodf(ld0_local_ptr[0], ld1_local_ptr[0])) / ld1_local_ptr[0]) - 0x1p+0f/*1.000000e+00*/);
         } else {
           condval_5 = ((ld0_local_ptr[0] - fmodf(ld0_local_ptr[0], ld1_local_ptr[0])) / ld1_local_ptr[0]);
@@ -7357,7 +7362,7 @@ extern "C" __global__ void __launch_bounds__(256) tvm_DivFloor_ff_f_r3_b256_kern
         float condval_3;
         if (0x1p-1f/*5.000000e-01*/ < (condval_4 - floorf(condval_5))) {
           float condval_6;
-          if ((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+          if (((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
             condval_6 = (((ld0_local_ptr[0] - fmodf(ld0_local_ptr[0], ld1_local_ptr[0])) / ld1_local_ptr[0]) - 0x1p+0f/*1.000000e+00*/);
           } else {
             condval_6 = ((ld0_local_ptr[0] - fmodf(ld0_local_ptr[0], ld1_local_ptr[0])) / ld1_local_ptr[0]);
@@ -7365,7 +7370,7 @@ extern "C" __global__ void __launch_bounds__(256) tvm_DivFloor_ff_f_r3_b256_kern
           condval_3 = (floorf(condval_6) + 0x1p+0f/*1.000000e+00*/);
         } else {
           float condval_7;
-          if ((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+          if (((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
             condval_7 = (((ld0_local_ptr[0] - fmodf(ld0_local_ptr[0], ld1_local_ptr[0])) / ld1_local_ptr[0]) - 0x1p+0f/*1.000000e+00*/);
           } else {
             condval_7 = ((ld0_local_ptr[0] - fmodf(ld0_local_ptr[0], ld1_local_ptr[0])) / ld1_local_ptr[0]);
@@ -7399,7 +7404,7 @@ extern "C" __global__ void __launch_bounds__(512) tvm_DivFloor_ff_f_r3_b512_kern
       condval = (ld0_local_ptr[0] / ld1_local_ptr[0]);
     } else {
       float condval_2;
-      if ((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+      if (((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
         condval_2 = (((ld0_local_ptr[0] - fmodf(ld0_local_ptr[0], ld1_local_ptr[0])) / ld1_local_ptr[0]) - 0x1p+0f/*1.000000e+00*/);
       } else {
         condval_2 = ((ld0_local_ptr[0] - fmodf(ld0_local_ptr[0], ld1_local_ptr[0])) / ld1_local_ptr[0]);
@@ -7409,13 +7414,13 @@ extern "C" __global__ void __launch_bounds__(512) tvm_DivFloor_ff_f_r3_b512_kern
         condval_1 = copysignf(0x0p+0f/*0.000000e+00*/, (ld0_local_ptr[0] / ld1_local_ptr[0]));
       } else {
         float condval_4;
-        if ((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+        if (((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
           condval_4 = (((ld0_local_ptr[0] - fmodf(ld0_local_ptr[0], ld1_local_ptr[0])) / ld1_local_ptr[0]) - 0x1p+0f/*1.000000e+00*/);
         } else {
           condval_4 = ((ld0_local_ptr[0] - fmodf(ld0_local_ptr[0], ld1_local_ptr[0])) / ld1_local_ptr[0]);
         }
         float condval_5;
-        if ((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+        if (((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
           condval_5 = (((ld0_local_ptr[0] - fmodf(ld0_local_ptr[0], ld1_local_ptr[0])) / ld1_local_ptr[0]) - 0x1p+0f/*1.000000e+00*/);
         } else {
           condval_5 = ((ld0_local_ptr[0] - fmodf(ld0_local_ptr[0], ld1_local_ptr[0])) / ld1_local_ptr[0]);
@@ -7423,7 +7428,7 @@ extern "C" __global__ void __launch_bounds__(512) tvm_DivFloor_ff_f_r3_b512_kern
         float condval_3;
         if (0x1p-1f/*5.000000e-01*/ < (condval_4 - floorf(condval_5))) {
           float condval_6;
-          if ((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+          if (((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
             condval_6 = (((ld0_local_ptr[0] - fmodf(ld0_local_ptr[0], ld1_local_ptr[0])) / ld1_local_ptr[0]) - 0x1p+0f/*1.000000e+00*/);
           } else {
             condval_6 = ((ld0_local_ptr[0] - fmodf(ld0_local_ptr[0], ld1_local_ptr[0])) / ld1_local_ptr[0]);
@@ -7431,7 +7436,7 @@ extern "C" __global__ void __launch_bounds__(512) tvm_DivFloor_ff_f_r3_b512_kern
           condval_3 = (floorf(condval_6) + 0x1p+0f/*1.000000e+00*/);
         } else {
           float condval_7;
-          if ((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+          if (((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
             condval_7 = (((ld0_local_ptr[0] - fmodf(ld0_local_ptr[0], ld1_local_ptr[0])) / ld1_local_ptr[0]) - 0x1p+0f/*1.000000e+00*/);
           } else {
             condval_7 = ((ld0_local_ptr[0] - fmodf(ld0_local_ptr[0], ld1_local_ptr[0])) / ld1_local_ptr[0]);
@@ -7467,7 +7472,7 @@ extern "C" __global__ void __launch_bounds__(128) tvm_DivFloor_ff_f_r4_b128_kern
       condval = (ld0_local_ptr[0] / ld1_local_ptr[0]);
     } else {
       float condval_2;
-      if ((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+      if (((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
         condval_2 = (((ld0_local_ptr[0] - fmodf(ld0_local_ptr[0], ld1_local_ptr[0])) / ld1_local_ptr[0]) - 0x1p+0f/*1.000000e+00*/);
       } else {
         condval_2 = ((ld0_local_ptr[0] - fmodf(ld0_local_ptr[0], ld1_local_ptr[0])) / ld1_local_ptr[0]);
@@ -7477,13 +7482,13 @@ extern "C" __global__ void __launch_bounds__(128) tvm_DivFloor_ff_f_r4_b128_kern
         condval_1 = copysignf(0x0p+0f/*0.000000e+00*/, (ld0_local_ptr[0] / ld1_local_ptr[0]));
       } else {
         float condval_4;
-        if ((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+        if (((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
           condval_4 = (((ld0_local_ptr[0] - fmodf(ld0_local_ptr[0], ld1_local_ptr[0])) / ld1_local_ptr[0]) - 0x1p+0f/*1.000000e+00*/);
         } else {
           condval_4 = ((ld0_local_ptr[0] - fmodf(ld0_local_ptr[0], ld1_local_ptr[0])) / ld1_local_ptr[0]);
         }
         float condval_5;
-        if ((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+        if (((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
           condval_5 = (((ld0_local_ptr[0] - fmodf(ld0_local_ptr[0], ld1_local_ptr[0])) / ld1_local_ptr[0]) - 0x1p+0f/*1.000000e+00*/);
         } else {
           condval_5 = ((ld0_local_ptr[0] - fmodf(ld0_local_ptr[0], ld1_local_ptr[0])) / ld1_local_ptr[0]);
@@ -7491,7 +7496,7 @@ extern "C" __global__ void __launch_bounds__(128) tvm_DivFloor_ff_f_r4_b128_kern
         float condval_3;
         if (0x1p-1f/*5.000000e-01*/ < (condval_4 - floorf(condval_5))) {
           float condval_6;
-          if ((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+          if (((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
             condval_6 = (((ld0_local_ptr[0] - fmodf(ld0_local_ptr[0], ld1_local_ptr[0])) / ld1_local_ptr[0]) - 0x1p+0f/*1.000000e+00*/);
           } else {
             condval_6 = ((ld0_local_ptr[0] - fmodf(ld0_local_ptr[0], ld1_local_ptr[0])) / ld1_local_ptr[0]);
@@ -7499,7 +7504,7 @@ extern "C" __global__ void __launch_bounds__(128) tvm_DivFloor_ff_f_r4_b128_kern
           condval_3 = (floorf(condval_6) + 0x1p+0f/*1.000000e+00*/);
         } else {
           float condval_7;
-          if ((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+          if (((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
             condval_7 = (((ld0_local_ptr[0] - fmodf(ld0_local_ptr[0], ld1_local_ptr[0])) / ld1_local_ptr[0]) - 0x1p+0f/*1.000000e+00*/);
           } else {
             condval_7 = ((ld0_local_ptr[0] - fmodf(ld0_local_ptr[0], ld1_local_ptr[0])) / ld1_local_ptr[0]);
@@ -7535,7 +7540,7 @@ extern "C" __global__ void __launch_bounds__(256) tvm_DivFloor_ff_f_r4_b256_kern
       condval = (ld0_local_ptr[0] / ld1_local_ptr[0]);
     } else {
       float condval_2;
-      if ((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+      if (((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
         condval_2 = (((ld0_local_ptr[0] - fmodf(ld0_local_ptr[0], ld1_local_ptr[0])) / ld1_local_ptr[0]) - 0x1p+0f/*1.000000e+00*/);
       } else {
         condval_2 = ((ld0_local_ptr[0] - fmodf(ld0_local_ptr[0], ld1_local_ptr[0])) / ld1_local_ptr[0]);
@@ -7545,13 +7550,13 @@ extern "C" __global__ void __launch_bounds__(256) tvm_DivFloor_ff_f_r4_b256_kern
         condval_1 = copysignf(0x0p+0f/*0.000000e+00*/, (ld0_local_ptr[0] / ld1_local_ptr[0]));
       } else {
         float condval_4;
-        if ((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+        if (((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
           condval_4 = (((ld0_local_ptr[0] - fmodf(ld0_local_ptr[0], ld1_local_ptr[0])) / ld1_local_ptr[0]) - 0x1p+0f/*1.000000e+00*/);
         } else {
           condval_4 = ((ld0_local_ptr[0] - fmodf(ld0_local_ptr[0], ld1_local_ptr[0])) / ld1_local_ptr[0]);
         }
         float condval_5;
-        if ((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+        if (((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
           condval_5 = (((ld0_local_ptr[0] - fmodf(ld0_local_ptr[0], ld1_local_ptr[0])) / ld1_local_ptr[0]) - 0x1p+0f/*1.000000e+00*/);
         } else {
           condval_5 = ((ld0_local_ptr[0] - fmodf(ld0_local_ptr[0], ld1_local_ptr[0])) / ld1_local_ptr[0]);
@@ -7559,7 +7564,7 @@ extern "C" __global__ void __launch_bounds__(256) tvm_DivFloor_ff_f_r4_b256_kern
         float condval_3;
         if (0x1p-1f/*5.000000e-01*/ < (condval_4 - floorf(condval_5))) {
           float condval_6;
-          if ((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+          if (((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
             condval_6 = (((ld0_local_ptr[0] - fmodf(ld0_local_ptr[0], ld1_local_ptr[0])) / ld1_local_ptr[0]) - 0x1p+0f/*1.000000e+00*/);
           } else {
             condval_6 = ((ld0_local_ptr[0] - fmodf(ld0_local_ptr[0], ld1_local_ptr[0])) / ld1_local_ptr[0]);
@@ -7567,7 +7572,7 @@ extern "C" __global__ void __launch_bounds__(256) tvm_DivFloor_ff_f_r4_b256_kern
           condval_3 = (floorf(condval_6) + 0x1p+0f/*1.000000e+00*/);
         } else {
           float condval_7;
-          if ((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+          if (((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
             condval_7 = (((ld0_local_ptr[0] - fmodf(ld0_local_ptr[0], ld1_local_ptr[0])) / ld1_local_ptr[0]) - 0x1p+0f/*1.000000e+00*/);
           } else {
             condval_7 = ((ld0_local_ptr[0] - fmodf(ld0_local_ptr[0], ld1_local_ptr[0])) / ld1_local_ptr[0]);
@@ -7603,7 +7608,7 @@ extern "C" __global__ void __launch_bounds__(512) tvm_DivFloor_ff_f_r4_b512_kern
       condval = (ld0_local_ptr[0] / ld1_local_ptr[0]);
     } else {
       float condval_2;
-      if ((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+      if (((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
         condval_2 = (((ld0_local_ptr[0] - fmodf(ld0_local_ptr[0], ld1_local_ptr[0])) / ld1_local_ptr[0]) - 0x1p+0f/*1.000000e+00*/);
       } else {
         condval_2 = ((ld0_local_ptr[0] - fmodf(ld0_local_ptr[0], ld1_local_ptr[0])) / ld1_local_ptr[0]);
@@ -7613,13 +7618,13 @@ extern "C" __global__ void __launch_bounds__(512) tvm_DivFloor_ff_f_r4_b512_kern
         condval_1 = copysignf(0x0p+0f/*0.000000e+00*/, (ld0_local_ptr[0] / ld1_local_ptr[0]));
       } else {
         float condval_4;
-        if ((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+        if (((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
           condval_4 = (((ld0_local_ptr[0] - fmodf(ld0_local_ptr[0], ld1_local_ptr[0])) / ld1_local_ptr[0]) - 0x1p+0f/*1.000000e+00*/);
         } else {
           condval_4 = ((ld0_local_ptr[0] - fmodf(ld0_local_ptr[0], ld1_local_ptr[0])) / ld1_local_ptr[0]);
         }
         float condval_5;
-        if ((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+        if (((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
           condval_5 = (((ld0_local_ptr[0] - fmodf(ld0_local_ptr[0], ld1_local_ptr[0])) / ld1_local_ptr[0]) - 0x1p+0f/*1.000000e+00*/);
         } else {
           condval_5 = ((ld0_local_ptr[0] - fmodf(ld0_local_ptr[0], ld1_local_ptr[0])) / ld1_local_ptr[0]);
@@ -7627,7 +7632,7 @@ extern "C" __global__ void __launch_bounds__(512) tvm_DivFloor_ff_f_r4_b512_kern
         float condval_3;
         if (0x1p-1f/*5.000000e-01*/ < (condval_4 - floorf(condval_5))) {
           float condval_6;
-          if ((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+          if (((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
             condval_6 = (((ld0_local_ptr[0] - fmodf(ld0_local_ptr[0], ld1_local_ptr[0])) / ld1_local_ptr[0]) - 0x1p+0f/*1.000000e+00*/);
           } else {
             condval_6 = ((ld0_local_ptr[0] - fmodf(ld0_local_ptr[0], ld1_local_ptr[0])) / ld1_local_ptr[0]);
@@ -7635,7 +7640,7 @@ extern "C" __global__ void __launch_bounds__(512) tvm_DivFloor_ff_f_r4_b512_kern
           condval_3 = (floorf(condval_6) + 0x1p+0f/*1.000000e+00*/);
         } else {
           float condval_7;
-          if ((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+          if (((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
             condval_7 = (((ld0_local_ptr[0] - fmodf(ld0_local_ptr[0], ld1_local_ptr[0])) / ld1_local_ptr[0]) - 0x1p+0f/*1.000000e+00*/);
           } else {
             condval_7 = ((ld0_local_ptr[0] - fmodf(ld0_local_ptr[0], ld1_local_ptr[0])) / ld1_local_ptr[0]);
@@ -7679,7 +7684,7 @@ extern "C" __global__ void __launch_bounds__(128) tvm_DivFloor_ff_f_r8_b128_kern
       condval = (ld0_local_ptr[0] / ld1_local_ptr[0]);
     } else {
       float condval_2;
-      if ((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+      if (((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
         condval_2 = (((ld0_local_ptr[0] - fmodf(ld0_local_ptr[0], ld1_local_ptr[0])) / ld1_local_ptr[0]) - 0x1p+0f/*1.000000e+00*/);
       } else {
         condval_2 = ((ld0_local_ptr[0] - fmodf(ld0_local_ptr[0], ld1_local_ptr[0])) / ld1_local_ptr[0]);
@@ -7689,13 +7694,13 @@ extern "C" __global__ void __launch_bounds__(128) tvm_DivFloor_ff_f_r8_b128_kern
         condval_1 = copysignf(0x0p+0f/*0.000000e+00*/, (ld0_local_ptr[0] / ld1_local_ptr[0]));
       } else {
         float condval_4;
-        if ((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+        if (((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
           condval_4 = (((ld0_local_ptr[0] - fmodf(ld0_local_ptr[0], ld1_local_ptr[0])) / ld1_local_ptr[0]) - 0x1p+0f/*1.000000e+00*/);
         } else {
           condval_4 = ((ld0_local_ptr[0] - fmodf(ld0_local_ptr[0], ld1_local_ptr[0])) / ld1_local_ptr[0]);
         }
         float condval_5;
-        if ((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+        if (((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
           condval_5 = (((ld0_local_ptr[0] - fmodf(ld0_local_ptr[0], ld1_local_ptr[0])) / ld1_local_ptr[0]) - 0x1p+0f/*1.000000e+00*/);
         } else {
           condval_5 = ((ld0_local_ptr[0] - fmodf(ld0_local_ptr[0], ld1_local_ptr[0])) / ld1_local_ptr[0]);
@@ -7703,7 +7708,7 @@ extern "C" __global__ void __launch_bounds__(128) tvm_DivFloor_ff_f_r8_b128_kern
         float condval_3;
         if (0x1p-1f/*5.000000e-01*/ < (condval_4 - floorf(condval_5))) {
           float condval_6;
-          if ((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+          if (((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
             condval_6 = (((ld0_local_ptr[0] - fmodf(ld0_local_ptr[0], ld1_local_ptr[0])) / ld1_local_ptr[0]) - 0x1p+0f/*1.000000e+00*/);
           } else {
             condval_6 = ((ld0_local_ptr[0] - fmodf(ld0_local_ptr[0], ld1_local_ptr[0])) / ld1_local_ptr[0]);
@@ -7711,7 +7716,7 @@ extern "C" __global__ void __launch_bounds__(128) tvm_DivFloor_ff_f_r8_b128_kern
           condval_3 = (floorf(condval_6) + 0x1p+0f/*1.000000e+00*/);
         } else {
           float condval_7;
-          if ((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+          if (((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
             condval_7 = (((ld0_local_ptr[0] - fmodf(ld0_local_ptr[0], ld1_local_ptr[0])) / ld1_local_ptr[0]) - 0x1p+0f/*1.000000e+00*/);
           } else {
             condval_7 = ((ld0_local_ptr[0] - fmodf(ld0_local_ptr[0], ld1_local_ptr[0])) / ld1_local_ptr[0]);
@@ -7755,7 +7760,7 @@ extern "C" __global__ void __launch_bounds__(256) tvm_DivFloor_ff_f_r8_b256_kern
       condval = (ld0_local_ptr[0] / ld1_local_ptr[0]);
     } else {
       float condval_2;
-      if ((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+      if (((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
         condval_2 = (((ld0_local_ptr[0] - fmodf(ld0_local_ptr[0], ld1_local_ptr[0])) / ld1_local_ptr[0]) - 0x1p+0f/*1.000000e+00*/);
       } else {
         condval_2 = ((ld0_local_ptr[0] - fmodf(ld0_local_ptr[0], ld1_local_ptr[0])) / ld1_local_ptr[0]);
@@ -7765,13 +7770,13 @@ extern "C" __global__ void __launch_bounds__(256) tvm_DivFloor_ff_f_r8_b256_kern
         condval_1 = copysignf(0x0p+0f/*0.000000e+00*/, (ld0_local_ptr[0] / ld1_local_ptr[0]));
       } else {
         float condval_4;
-        if ((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+        if (((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
           condval_4 = (((ld0_local_ptr[0] - fmodf(ld0_local_ptr[0], ld1_local_ptr[0])) / ld1_local_ptr[0]) - 0x1p+0f/*1.000000e+00*/);
         } else {
           condval_4 = ((ld0_local_ptr[0] - fmodf(ld0_local_ptr[0], ld1_local_ptr[0])) / ld1_local_ptr[0]);
         }
         float condval_5;
-        if ((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+        if (((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
           condval_5 = (((ld0_local_ptr[0] - fmodf(ld0_local_ptr[0], ld1_local_ptr[0])) / ld1_local_ptr[0]) - 0x1p+0f/*1.000000e+00*/);
         } else {
           condval_5 = ((ld0_local_ptr[0] - fmodf(ld0_local_ptr[0], ld1_local_ptr[0])) / ld1_local_ptr[0]);
@@ -7779,7 +7784,7 @@ extern "C" __global__ void __launch_bounds__(256) tvm_DivFloor_ff_f_r8_b256_kern
         float condval_3;
         if (0x1p-1f/*5.000000e-01*/ < (condval_4 - floorf(condval_5))) {
           float condval_6;
-          if ((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+          if (((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
             condval_6 = (((ld0_local_ptr[0] - fmodf(ld0_local_ptr[0], ld1_local_ptr[0])) / ld1_local_ptr[0]) - 0x1p+0f/*1.000000e+00*/);
           } else {
             condval_6 = ((ld0_local_ptr[0] - fmodf(ld0_local_ptr[0], ld1_local_ptr[0])) / ld1_local_ptr[0]);
@@ -7787,7 +7792,7 @@ extern "C" __global__ void __launch_bounds__(256) tvm_DivFloor_ff_f_r8_b256_kern
           condval_3 = (floorf(condval_6) + 0x1p+0f/*1.000000e+00*/);
         } else {
           float condval_7;
-          if ((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+          if (((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
             condval_7 = (((ld0_local_ptr[0] - fmodf(ld0_local_ptr[0], ld1_local_ptr[0])) / ld1_local_ptr[0]) - 0x1p+0f/*1.000000e+00*/);
           } else {
             condval_7 = ((ld0_local_ptr[0] - fmodf(ld0_local_ptr[0], ld1_local_ptr[0])) / ld1_local_ptr[0]);
@@ -7831,7 +7836,7 @@ extern "C" __global__ void __launch_bounds__(512) tvm_DivFloor_ff_f_r8_b512_kern
       condval = (ld0_local_ptr[0] / ld1_local_ptr[0]);
     } else {
       float condval_2;
-      if ((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+      if (((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
         condval_2 = (((ld0_local_ptr[0] - fmodf(ld0_local_ptr[0], ld1_local_ptr[0])) / ld1_local_ptr[0]) - 0x1p+0f/*1.000000e+00*/);
       } else {
         condval_2 = ((ld0_local_ptr[0] - fmodf(ld0_local_ptr[0], ld1_local_ptr[0])) / ld1_local_ptr[0]);
@@ -7841,13 +7846,13 @@ extern "C" __global__ void __launch_bounds__(512) tvm_DivFloor_ff_f_r8_b512_kern
         condval_1 = copysignf(0x0p+0f/*0.000000e+00*/, (ld0_local_ptr[0] / ld1_local_ptr[0]));
       } else {
         float condval_4;
-        if ((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+        if (((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
           condval_4 = (((ld0_local_ptr[0] - fmodf(ld0_local_ptr[0], ld1_local_ptr[0])) / ld1_local_ptr[0]) - 0x1p+0f/*1.000000e+00*/);
         } else {
           condval_4 = ((ld0_local_ptr[0] - fmodf(ld0_local_ptr[0], ld1_local_ptr[0])) / ld1_local_ptr[0]);
         }
         float condval_5;
-        if ((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+        if (((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
           condval_5 = (((ld0_local_ptr[0] - fmodf(ld0_local_ptr[0], ld1_local_ptr[0])) / ld1_local_ptr[0]) - 0x1p+0f/*1.000000e+00*/);
         } else {
           condval_5 = ((ld0_local_ptr[0] - fmodf(ld0_local_ptr[0], ld1_local_ptr[0])) / ld1_local_ptr[0]);
@@ -7855,7 +7860,7 @@ extern "C" __global__ void __launch_bounds__(512) tvm_DivFloor_ff_f_r8_b512_kern
         float condval_3;
         if (0x1p-1f/*5.000000e-01*/ < (condval_4 - floorf(condval_5))) {
           float condval_6;
-          if ((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+          if (((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
             condval_6 = (((ld0_local_ptr[0] - fmodf(ld0_local_ptr[0], ld1_local_ptr[0])) / ld1_local_ptr[0]) - 0x1p+0f/*1.000000e+00*/);
           } else {
             condval_6 = ((ld0_local_ptr[0] - fmodf(ld0_local_ptr[0], ld1_local_ptr[0])) / ld1_local_ptr[0]);
@@ -7863,7 +7868,7 @@ extern "C" __global__ void __launch_bounds__(512) tvm_DivFloor_ff_f_r8_b512_kern
           condval_3 = (floorf(condval_6) + 0x1p+0f/*1.000000e+00*/);
         } else {
           float condval_7;
-          if ((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+          if (((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
             condval_7 = (((ld0_local_ptr[0] - fmodf(ld0_local_ptr[0], ld1_local_ptr[0])) / ld1_local_ptr[0]) - 0x1p+0f/*1.000000e+00*/);
           } else {
             condval_7 = ((ld0_local_ptr[0] - fmodf(ld0_local_ptr[0], ld1_local_ptr[0])) / ld1_local_ptr[0]);
@@ -20924,7 +20929,7 @@ extern "C" __global__ void __launch_bounds__(128) tvm_NotEqual_ff_b_r1_b128_kern
     ld1_local_ptr[0] = in1_ptr[(((((int64_t)blockIdx.x) * (int64_t)128) + ((int64_t)threadIdx.x)) * s1_0)];
   }
   if (((((int64_t)blockIdx.x) * (int64_t)128) + ((int64_t)threadIdx.x)) < n) {
-    out_ptr[((((int64_t)blockIdx.x) * (int64_t)128) + ((int64_t)threadIdx.x))] = (ld0_local_ptr[0] != ld1_local_ptr[0]);
+    out_ptr[((((int64_t)blockIdx.x) * (int64_t)128) + ((int64_t)threadIdx.x))] = (((ld0_local_ptr[0] != ld1_local_ptr[0]) || (ld0_local_ptr[0] != ld0_local_ptr[0])) || (ld1_local_ptr[0] != ld1_local_ptr[0]));
   }
 }
 
@@ -20939,7 +20944,7 @@ extern "C" __global__ void __launch_bounds__(256) tvm_NotEqual_ff_b_r1_b256_kern
     ld1_local_ptr[0] = in1_ptr[(((((int64_t)blockIdx.x) * (int64_t)256) + ((int64_t)threadIdx.x)) * s1_0)];
   }
   if (((((int64_t)blockIdx.x) * (int64_t)256) + ((int64_t)threadIdx.x)) < n) {
-    out_ptr[((((int64_t)blockIdx.x) * (int64_t)256) + ((int64_t)threadIdx.x))] = (ld0_local_ptr[0] != ld1_local_ptr[0]);
+    out_ptr[((((int64_t)blockIdx.x) * (int64_t)256) + ((int64_t)threadIdx.x))] = (((ld0_local_ptr[0] != ld1_local_ptr[0]) || (ld0_local_ptr[0] != ld0_local_ptr[0])) || (ld1_local_ptr[0] != ld1_local_ptr[0]));
   }
 }
 
@@ -20954,7 +20959,7 @@ extern "C" __global__ void __launch_bounds__(512) tvm_NotEqual_ff_b_r1_b512_kern
     ld1_local_ptr[0] = in1_ptr[(((((int64_t)blockIdx.x) * (int64_t)512) + ((int64_t)threadIdx.x)) * s1_0)];
   }
   if (((((int64_t)blockIdx.x) * (int64_t)512) + ((int64_t)threadIdx.x)) < n) {
-    out_ptr[((((int64_t)blockIdx.x) * (int64_t)512) + ((int64_t)threadIdx.x))] = (ld0_local_ptr[0] != ld1_local_ptr[0]);
+    out_ptr[((((int64_t)blockIdx.x) * (int64_t)512) + ((int64_t)threadIdx.x))] = (((ld0_local_ptr[0] != ld1_local_ptr[0]) || (ld0_local_ptr[0] != ld0_local_ptr[0])) || (ld1_local_ptr[0] != ld1_local_ptr[0]));
   }
 }
 
@@ -20971,7 +20976,7 @@ extern "C" __global__ void __launch_bounds__(128) tvm_NotEqual_ff_b_r2_b128_kern
     ld1_local_ptr[0] = in1_ptr[(((((((int)blockIdx.x) * 128) + ((int)threadIdx.x)) % d1) * s1_1) + ((((((int)blockIdx.x) * 128) + ((int)threadIdx.x)) / d1) * s1_0))];
   }
   if (((((int)blockIdx.x) * 128) + ((int)threadIdx.x)) < n) {
-    out_ptr[((((int)blockIdx.x) * 128) + ((int)threadIdx.x))] = (ld0_local_ptr[0] != ld1_local_ptr[0]);
+    out_ptr[((((int)blockIdx.x) * 128) + ((int)threadIdx.x))] = (((ld0_local_ptr[0] != ld1_local_ptr[0]) || (ld0_local_ptr[0] != ld0_local_ptr[0])) || (ld1_local_ptr[0] != ld1_local_ptr[0]));
   }
 }
 
@@ -20988,7 +20993,7 @@ extern "C" __global__ void __launch_bounds__(256) tvm_NotEqual_ff_b_r2_b256_kern
     ld1_local_ptr[0] = in1_ptr[(((((((int)blockIdx.x) * 256) + ((int)threadIdx.x)) % d1) * s1_1) + ((((((int)blockIdx.x) * 256) + ((int)threadIdx.x)) / d1) * s1_0))];
   }
   if (((((int)blockIdx.x) * 256) + ((int)threadIdx.x)) < n) {
-    out_ptr[((((int)blockIdx.x) * 256) + ((int)threadIdx.x))] = (ld0_local_ptr[0] != ld1_local_ptr[0]);
+    out_ptr[((((int)blockIdx.x) * 256) + ((int)threadIdx.x))] = (((ld0_local_ptr[0] != ld1_local_ptr[0]) || (ld0_local_ptr[0] != ld0_local_ptr[0])) || (ld1_local_ptr[0] != ld1_local_ptr[0]));
   }
 }
 
@@ -21005,7 +21010,7 @@ extern "C" __global__ void __launch_bounds__(512) tvm_NotEqual_ff_b_r2_b512_kern
     ld1_local_ptr[0] = in1_ptr[(((((((int)blockIdx.x) * 512) + ((int)threadIdx.x)) % d1) * s1_1) + ((((((int)blockIdx.x) * 512) + ((int)threadIdx.x)) / d1) * s1_0))];
   }
   if (((((int)blockIdx.x) * 512) + ((int)threadIdx.x)) < n) {
-    out_ptr[((((int)blockIdx.x) * 512) + ((int)threadIdx.x))] = (ld0_local_ptr[0] != ld1_local_ptr[0]);
+    out_ptr[((((int)blockIdx.x) * 512) + ((int)threadIdx.x))] = (((ld0_local_ptr[0] != ld1_local_ptr[0]) || (ld0_local_ptr[0] != ld0_local_ptr[0])) || (ld1_local_ptr[0] != ld1_local_ptr[0]));
   }
 }
 
@@ -21023,7 +21028,7 @@ extern "C" __global__ void __launch_bounds__(128) tvm_NotEqual_ff_b_r3_b128_kern
     ld1_local_ptr[0] = in1_ptr[((((((((int)blockIdx.x) * 128) + ((int)threadIdx.x)) % d2) * s1_2) + (((((((int)blockIdx.x) * 128) + ((int)threadIdx.x)) / d2) % d1) * s1_1)) + ((((((int)blockIdx.x) * 128) + ((int)threadIdx.x)) / (d2 * d1)) * s1_0))];
   }
   if (((((int)blockIdx.x) * 128) + ((int)threadIdx.x)) < n) {
-    out_ptr[((((int)blockIdx.x) * 128) + ((int)threadIdx.x))] = (ld0_local_ptr[0] != ld1_local_ptr[0]);
+    out_ptr[((((int)blockIdx.x) * 128) + ((int)threadIdx.x))] = (((ld0_local_ptr[0] != ld1_local_ptr[0]) || (ld0_local_ptr[0] != ld0_local_ptr[0])) || (ld1_local_ptr[0] != ld1_local_ptr[0]));
   }
 }
 
@@ -21041,7 +21046,7 @@ extern "C" __global__ void __launch_bounds__(256) tvm_NotEqual_ff_b_r3_b256_kern
     ld1_local_ptr[0] = in1_ptr[((((((((int)blockIdx.x) * 256) + ((int)threadIdx.x)) % d2) * s1_2) + (((((((int)blockIdx.x) * 256) + ((int)threadIdx.x)) / d2) % d1) * s1_1)) + ((((((int)blockIdx.x) * 256) + ((int)threadIdx.x)) / (d2 * d1)) * s1_0))];
   }
   if (((((int)blockIdx.x) * 256) + ((int)threadIdx.x)) < n) {
-    out_ptr[((((int)blockIdx.x) * 256) + ((int)threadIdx.x))] = (ld0_local_ptr[0] != ld1_local_ptr[0]);
+    out_ptr[((((int)blockIdx.x) * 256) + ((int)threadIdx.x))] = (((ld0_local_ptr[0] != ld1_local_ptr[0]) || (ld0_local_ptr[0] != ld0_local_ptr[0])) || (ld1_local_ptr[0] != ld1_local_ptr[0]));
   }
 }
 
@@ -21059,7 +21064,7 @@ extern "C" __global__ void __launch_bounds__(512) tvm_NotEqual_ff_b_r3_b512_kern
     ld1_local_ptr[0] = in1_ptr[((((((((int)blockIdx.x) * 512) + ((int)threadIdx.x)) % d2) * s1_2) + (((((((int)blockIdx.x) * 512) + ((int)threadIdx.x)) / d2) % d1) * s1_1)) + ((((((int)blockIdx.x) * 512) + ((int)threadIdx.x)) / (d2 * d1)) * s1_0))];
   }
   if (((((int)blockIdx.x) * 512) + ((int)threadIdx.x)) < n) {
-    out_ptr[((((int)blockIdx.x) * 512) + ((int)threadIdx.x))] = (ld0_local_ptr[0] != ld1_local_ptr[0]);
+    out_ptr[((((int)blockIdx.x) * 512) + ((int)threadIdx.x))] = (((ld0_local_ptr[0] != ld1_local_ptr[0]) || (ld0_local_ptr[0] != ld0_local_ptr[0])) || (ld1_local_ptr[0] != ld1_local_ptr[0]));
   }
 }
 
@@ -21079,7 +21084,7 @@ extern "C" __global__ void __launch_bounds__(128) tvm_NotEqual_ff_b_r4_b128_kern
     ld1_local_ptr[0] = in1_ptr[(((((((((int)blockIdx.x) * 128) + ((int)threadIdx.x)) % d3) * s1_3) + (((((((int)blockIdx.x) * 128) + ((int)threadIdx.x)) / d3) % d2) * s1_2)) + (((((((int)blockIdx.x) * 128) + ((int)threadIdx.x)) / (d3 * d2)) % d1) * s1_1)) + ((((((int)blockIdx.x) * 128) + ((int)threadIdx.x)) / ((d3 * d2) * d1)) * s1_0))];
   }
   if (((((int)blockIdx.x) * 128) + ((int)threadIdx.x)) < n) {
-    out_ptr[((((int)blockIdx.x) * 128) + ((int)threadIdx.x))] = (ld0_local_ptr[0] != ld1_local_ptr[0]);
+    out_ptr[((((int)blockIdx.x) * 128) + ((int)threadIdx.x))] = (((ld0_local_ptr[0] != ld1_local_ptr[0]) || (ld0_local_ptr[0] != ld0_local_ptr[0])) || (ld1_local_ptr[0] != ld1_local_ptr[0]));
   }
 }
 
@@ -21099,7 +21104,7 @@ extern "C" __global__ void __launch_bounds__(256) tvm_NotEqual_ff_b_r4_b256_kern
     ld1_local_ptr[0] = in1_ptr[(((((((((int)blockIdx.x) * 256) + ((int)threadIdx.x)) % d3) * s1_3) + (((((((int)blockIdx.x) * 256) + ((int)threadIdx.x)) / d3) % d2) * s1_2)) + (((((((int)blockIdx.x) * 256) + ((int)threadIdx.x)) / (d3 * d2)) % d1) * s1_1)) + ((((((int)blockIdx.x) * 256) + ((int)threadIdx.x)) / ((d3 * d2) * d1)) * s1_0))];
   }
   if (((((int)blockIdx.x) * 256) + ((int)threadIdx.x)) < n) {
-    out_ptr[((((int)blockIdx.x) * 256) + ((int)threadIdx.x))] = (ld0_local_ptr[0] != ld1_local_ptr[0]);
+    out_ptr[((((int)blockIdx.x) * 256) + ((int)threadIdx.x))] = (((ld0_local_ptr[0] != ld1_local_ptr[0]) || (ld0_local_ptr[0] != ld0_local_ptr[0])) || (ld1_local_ptr[0] != ld1_local_ptr[0]));
   }
 }
 
@@ -21119,7 +21124,7 @@ extern "C" __global__ void __launch_bounds__(512) tvm_NotEqual_ff_b_r4_b512_kern
     ld1_local_ptr[0] = in1_ptr[(((((((((int)blockIdx.x) * 512) + ((int)threadIdx.x)) % d3) * s1_3) + (((((((int)blockIdx.x) * 512) + ((int)threadIdx.x)) / d3) % d2) * s1_2)) + (((((((int)blockIdx.x) * 512) + ((int)threadIdx.x)) / (d3 * d2)) % d1) * s1_1)) + ((((((int)blockIdx.x) * 512) + ((int)threadIdx.x)) / ((d3 * d2) * d1)) * s1_0))];
   }
   if (((((int)blockIdx.x) * 512) + ((int)threadIdx.x)) < n) {
-    out_ptr[((((int)blockIdx.x) * 512) + ((int)threadIdx.x))] = (ld0_local_ptr[0] != ld1_local_ptr[0]);
+    out_ptr[((((int)blockIdx.x) * 512) + ((int)threadIdx.x))] = (((ld0_local_ptr[0] != ld1_local_ptr[0]) || (ld0_local_ptr[0] != ld0_local_ptr[0])) || (ld1_local_ptr[0] != ld1_local_ptr[0]));
   }
 }
 
@@ -21147,7 +21152,7 @@ extern "C" __global__ void __launch_bounds__(128) tvm_NotEqual_ff_b_r8_b128_kern
     ld1_local_ptr[0] = in1_ptr[(((((((((((((int)blockIdx.x) * 128) + ((int)threadIdx.x)) % d7) * s1_7) + (((((((int)blockIdx.x) * 128) + ((int)threadIdx.x)) / d7) % d6) * s1_6)) + (((((((int)blockIdx.x) * 128) + ((int)threadIdx.x)) / (d7 * d6)) % d5) * s1_5)) + (((((((int)blockIdx.x) * 128) + ((int)threadIdx.x)) / ((d7 * d6) * d5)) % d4) * s1_4)) + (((((((int)blockIdx.x) * 128) + ((int)threadIdx.x)) / (((d7 * d6) * d5) * d4)) % d3) * s1_3)) + (((((((int)blockIdx.x) * 128) + ((int)threadIdx.x)) / ((((d7 * d6) * d5) * d4) * d3)) % d2) * s1_2)) + (((((((int)blockIdx.x) * 128) + ((int)threadIdx.x)) / (((((d7 * d6) * d5) * d4) * d3) * d2)) % d1) * s1_1)) + ((((((int)blockIdx.x) * 128) + ((int)threadIdx.x)) / ((((((d7 * d6) * d5) * d4) * d3) * d2) * d1)) * s1_0))];
   }
   if (((((int)blockIdx.x) * 128) + ((int)threadIdx.x)) < n) {
-    out_ptr[((((int)blockIdx.x) * 128) + ((int)threadIdx.x))] = (ld0_local_ptr[0] != ld1_local_ptr[0]);
+    out_ptr[((((int)blockIdx.x) * 128) + ((int)threadIdx.x))] = (((ld0_local_ptr[0] != ld1_local_ptr[0]) || (ld0_local_ptr[0] != ld0_local_ptr[0])) || (ld1_local_ptr[0] != ld1_local_ptr[0]));
   }
 }
 
@@ -21175,7 +21180,7 @@ extern "C" __global__ void __launch_bounds__(256) tvm_NotEqual_ff_b_r8_b256_kern
     ld1_local_ptr[0] = in1_ptr[(((((((((((((int)blockIdx.x) * 256) + ((int)threadIdx.x)) % d7) * s1_7) + (((((((int)blockIdx.x) * 256) + ((int)threadIdx.x)) / d7) % d6) * s1_6)) + (((((((int)blockIdx.x) * 256) + ((int)threadIdx.x)) / (d7 * d6)) % d5) * s1_5)) + (((((((int)blockIdx.x) * 256) + ((int)threadIdx.x)) / ((d7 * d6) * d5)) % d4) * s1_4)) + (((((((int)blockIdx.x) * 256) + ((int)threadIdx.x)) / (((d7 * d6) * d5) * d4)) % d3) * s1_3)) + (((((((int)blockIdx.x) * 256) + ((int)threadIdx.x)) / ((((d7 * d6) * d5) * d4) * d3)) % d2) * s1_2)) + (((((((int)blockIdx.x) * 256) + ((int)threadIdx.x)) / (((((d7 * d6) * d5) * d4) * d3) * d2)) % d1) * s1_1)) + ((((((int)blockIdx.x) * 256) + ((int)threadIdx.x)) / ((((((d7 * d6) * d5) * d4) * d3) * d2) * d1)) * s1_0))];
   }
   if (((((int)blockIdx.x) * 256) + ((int)threadIdx.x)) < n) {
-    out_ptr[((((int)blockIdx.x) * 256) + ((int)threadIdx.x))] = (ld0_local_ptr[0] != ld1_local_ptr[0]);
+    out_ptr[((((int)blockIdx.x) * 256) + ((int)threadIdx.x))] = (((ld0_local_ptr[0] != ld1_local_ptr[0]) || (ld0_local_ptr[0] != ld0_local_ptr[0])) || (ld1_local_ptr[0] != ld1_local_ptr[0]));
   }
 }
 
@@ -21203,7 +21208,7 @@ extern "C" __global__ void __launch_bounds__(512) tvm_NotEqual_ff_b_r8_b512_kern
     ld1_local_ptr[0] = in1_ptr[(((((((((((((int)blockIdx.x) * 512) + ((int)threadIdx.x)) % d7) * s1_7) + (((((((int)blockIdx.x) * 512) + ((int)threadIdx.x)) / d7) % d6) * s1_6)) + (((((((int)blockIdx.x) * 512) + ((int)threadIdx.x)) / (d7 * d6)) % d5) * s1_5)) + (((((((int)blockIdx.x) * 512) + ((int)threadIdx.x)) / ((d7 * d6) * d5)) % d4) * s1_4)) + (((((((int)blockIdx.x) * 512) + ((int)threadIdx.x)) / (((d7 * d6) * d5) * d4)) % d3) * s1_3)) + (((((((int)blockIdx.x) * 512) + ((int)threadIdx.x)) / ((((d7 * d6) * d5) * d4) * d3)) % d2) * s1_2)) + (((((((int)blockIdx.x) * 512) + ((int)threadIdx.x)) / (((((d7 * d6) * d5) * d4) * d3) * d2)) % d1) * s1_1)) + ((((((int)blockIdx.x) * 512) + ((int)threadIdx.x)) / ((((((d7 * d6) * d5) * d4) * d3) * d2) * d1)) * s1_0))];
   }
   if (((((int)blockIdx.x) * 512) + ((int)threadIdx.x)) < n) {
-    out_ptr[((((int)blockIdx.x) * 512) + ((int)threadIdx.x))] = (ld0_local_ptr[0] != ld1_local_ptr[0]);
+    out_ptr[((((int)blockIdx.x) * 512) + ((int)threadIdx.x))] = (((ld0_local_ptr[0] != ld1_local_ptr[0]) || (ld0_local_ptr[0] != ld0_local_ptr[0])) || (ld1_local_ptr[0] != ld1_local_ptr[0]));
   }
 }
 
@@ -21806,7 +21811,7 @@ extern "C" __global__ void __launch_bounds__(128) tvm_Or_ff_b_r1_b128_kernel(flo
     ld1_local_ptr[0] = in1_ptr[(((((int64_t)blockIdx.x) * (int64_t)128) + ((int64_t)threadIdx.x)) * s1_0)];
   }
   if (((((int64_t)blockIdx.x) * (int64_t)128) + ((int64_t)threadIdx.x)) < n) {
-    out_ptr[((((int64_t)blockIdx.x) * (int64_t)128) + ((int64_t)threadIdx.x))] = ((ld0_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) || (ld1_local_ptr[0] != 0x0p+0f/*0.000000e+00*/));
+    out_ptr[((((int64_t)blockIdx.x) * (int64_t)128) + ((int64_t)threadIdx.x))] = ((((ld0_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) || (ld0_local_ptr[0] != ld0_local_ptr[0])) || (ld1_local_ptr[0] != 0x0p+0f/*0.000000e+00*/)) || (ld1_local_ptr[0] != ld1_local_ptr[0]));
   }
 }
 
@@ -21821,7 +21826,7 @@ extern "C" __global__ void __launch_bounds__(256) tvm_Or_ff_b_r1_b256_kernel(flo
     ld1_local_ptr[0] = in1_ptr[(((((int64_t)blockIdx.x) * (int64_t)256) + ((int64_t)threadIdx.x)) * s1_0)];
   }
   if (((((int64_t)blockIdx.x) * (int64_t)256) + ((int64_t)threadIdx.x)) < n) {
-    out_ptr[((((int64_t)blockIdx.x) * (int64_t)256) + ((int64_t)threadIdx.x))] = ((ld0_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) || (ld1_local_ptr[0] != 0x0p+0f/*0.000000e+00*/));
+    out_ptr[((((int64_t)blockIdx.x) * (int64_t)256) + ((int64_t)threadIdx.x))] = ((((ld0_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) || (ld0_local_ptr[0] != ld0_local_ptr[0])) || (ld1_local_ptr[0] != 0x0p+0f/*0.000000e+00*/)) || (ld1_local_ptr[0] != ld1_local_ptr[0]));
   }
 }
 
@@ -21836,7 +21841,7 @@ extern "C" __global__ void __launch_bounds__(512) tvm_Or_ff_b_r1_b512_kernel(flo
     ld1_local_ptr[0] = in1_ptr[(((((int64_t)blockIdx.x) * (int64_t)512) + ((int64_t)threadIdx.x)) * s1_0)];
   }
   if (((((int64_t)blockIdx.x) * (int64_t)512) + ((int64_t)threadIdx.x)) < n) {
-    out_ptr[((((int64_t)blockIdx.x) * (int64_t)512) + ((int64_t)threadIdx.x))] = ((ld0_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) || (ld1_local_ptr[0] != 0x0p+0f/*0.000000e+00*/));
+    out_ptr[((((int64_t)blockIdx.x) * (int64_t)512) + ((int64_t)threadIdx.x))] = ((((ld0_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) || (ld0_local_ptr[0] != ld0_local_ptr[0])) || (ld1_local_ptr[0] != 0x0p+0f/*0.000000e+00*/)) || (ld1_local_ptr[0] != ld1_local_ptr[0]));
   }
 }
 
@@ -21853,7 +21858,7 @@ extern "C" __global__ void __launch_bounds__(128) tvm_Or_ff_b_r2_b128_kernel(flo
     ld1_local_ptr[0] = in1_ptr[(((((((int)blockIdx.x) * 128) + ((int)threadIdx.x)) % d1) * s1_1) + ((((((int)blockIdx.x) * 128) + ((int)threadIdx.x)) / d1) * s1_0))];
   }
   if (((((int)blockIdx.x) * 128) + ((int)threadIdx.x)) < n) {
-    out_ptr[((((int)blockIdx.x) * 128) + ((int)threadIdx.x))] = ((ld0_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) || (ld1_local_ptr[0] != 0x0p+0f/*0.000000e+00*/));
+    out_ptr[((((int)blockIdx.x) * 128) + ((int)threadIdx.x))] = ((((ld0_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) || (ld0_local_ptr[0] != ld0_local_ptr[0])) || (ld1_local_ptr[0] != 0x0p+0f/*0.000000e+00*/)) || (ld1_local_ptr[0] != ld1_local_ptr[0]));
   }
 }
 
@@ -21870,7 +21875,7 @@ extern "C" __global__ void __launch_bounds__(256) tvm_Or_ff_b_r2_b256_kernel(flo
     ld1_local_ptr[0] = in1_ptr[(((((((int)blockIdx.x) * 256) + ((int)threadIdx.x)) % d1) * s1_1) + ((((((int)blockIdx.x) * 256) + ((int)threadIdx.x)) / d1) * s1_0))];
   }
   if (((((int)blockIdx.x) * 256) + ((int)threadIdx.x)) < n) {
-    out_ptr[((((int)blockIdx.x) * 256) + ((int)threadIdx.x))] = ((ld0_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) || (ld1_local_ptr[0] != 0x0p+0f/*0.000000e+00*/));
+    out_ptr[((((int)blockIdx.x) * 256) + ((int)threadIdx.x))] = ((((ld0_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) || (ld0_local_ptr[0] != ld0_local_ptr[0])) || (ld1_local_ptr[0] != 0x0p+0f/*0.000000e+00*/)) || (ld1_local_ptr[0] != ld1_local_ptr[0]));
   }
 }
 
@@ -21887,7 +21892,7 @@ extern "C" __global__ void __launch_bounds__(512) tvm_Or_ff_b_r2_b512_kernel(flo
     ld1_local_ptr[0] = in1_ptr[(((((((int)blockIdx.x) * 512) + ((int)threadIdx.x)) % d1) * s1_1) + ((((((int)blockIdx.x) * 512) + ((int)threadIdx.x)) / d1) * s1_0))];
   }
   if (((((int)blockIdx.x) * 512) + ((int)threadIdx.x)) < n) {
-    out_ptr[((((int)blockIdx.x) * 512) + ((int)threadIdx.x))] = ((ld0_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) || (ld1_local_ptr[0] != 0x0p+0f/*0.000000e+00*/));
+    out_ptr[((((int)blockIdx.x) * 512) + ((int)threadIdx.x))] = ((((ld0_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) || (ld0_local_ptr[0] != ld0_local_ptr[0])) || (ld1_local_ptr[0] != 0x0p+0f/*0.000000e+00*/)) || (ld1_local_ptr[0] != ld1_local_ptr[0]));
   }
 }
 
@@ -21905,7 +21910,7 @@ extern "C" __global__ void __launch_bounds__(128) tvm_Or_ff_b_r3_b128_kernel(flo
     ld1_local_ptr[0] = in1_ptr[((((((((int)blockIdx.x) * 128) + ((int)threadIdx.x)) % d2) * s1_2) + (((((((int)blockIdx.x) * 128) + ((int)threadIdx.x)) / d2) % d1) * s1_1)) + ((((((int)blockIdx.x) * 128) + ((int)threadIdx.x)) / (d2 * d1)) * s1_0))];
   }
   if (((((int)blockIdx.x) * 128) + ((int)threadIdx.x)) < n) {
-    out_ptr[((((int)blockIdx.x) * 128) + ((int)threadIdx.x))] = ((ld0_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) || (ld1_local_ptr[0] != 0x0p+0f/*0.000000e+00*/));
+    out_ptr[((((int)blockIdx.x) * 128) + ((int)threadIdx.x))] = ((((ld0_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) || (ld0_local_ptr[0] != ld0_local_ptr[0])) || (ld1_local_ptr[0] != 0x0p+0f/*0.000000e+00*/)) || (ld1_local_ptr[0] != ld1_local_ptr[0]));
   }
 }
 
@@ -21923,7 +21928,7 @@ extern "C" __global__ void __launch_bounds__(256) tvm_Or_ff_b_r3_b256_kernel(flo
     ld1_local_ptr[0] = in1_ptr[((((((((int)blockIdx.x) * 256) + ((int)threadIdx.x)) % d2) * s1_2) + (((((((int)blockIdx.x) * 256) + ((int)threadIdx.x)) / d2) % d1) * s1_1)) + ((((((int)blockIdx.x) * 256) + ((int)threadIdx.x)) / (d2 * d1)) * s1_0))];
   }
   if (((((int)blockIdx.x) * 256) + ((int)threadIdx.x)) < n) {
-    out_ptr[((((int)blockIdx.x) * 256) + ((int)threadIdx.x))] = ((ld0_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) || (ld1_local_ptr[0] != 0x0p+0f/*0.000000e+00*/));
+    out_ptr[((((int)blockIdx.x) * 256) + ((int)threadIdx.x))] = ((((ld0_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) || (ld0_local_ptr[0] != ld0_local_ptr[0])) || (ld1_local_ptr[0] != 0x0p+0f/*0.000000e+00*/)) || (ld1_local_ptr[0] != ld1_local_ptr[0]));
   }
 }
 
@@ -21941,7 +21946,7 @@ extern "C" __global__ void __launch_bounds__(512) tvm_Or_ff_b_r3_b512_kernel(flo
     ld1_local_ptr[0] = in1_ptr[((((((((int)blockIdx.x) * 512) + ((int)threadIdx.x)) % d2) * s1_2) + (((((((int)blockIdx.x) * 512) + ((int)threadIdx.x)) / d2) % d1) * s1_1)) + ((((((int)blockIdx.x) * 512) + ((int)threadIdx.x)) / (d2 * d1)) * s1_0))];
   }
   if (((((int)blockIdx.x) * 512) + ((int)threadIdx.x)) < n) {
-    out_ptr[((((int)blockIdx.x) * 512) + ((int)threadIdx.x))] = ((ld0_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) || (ld1_local_ptr[0] != 0x0p+0f/*0.000000e+00*/));
+    out_ptr[((((int)blockIdx.x) * 512) + ((int)threadIdx.x))] = ((((ld0_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) || (ld0_local_ptr[0] != ld0_local_ptr[0])) || (ld1_local_ptr[0] != 0x0p+0f/*0.000000e+00*/)) || (ld1_local_ptr[0] != ld1_local_ptr[0]));
   }
 }
 
@@ -21961,7 +21966,7 @@ extern "C" __global__ void __launch_bounds__(128) tvm_Or_ff_b_r4_b128_kernel(flo
     ld1_local_ptr[0] = in1_ptr[(((((((((int)blockIdx.x) * 128) + ((int)threadIdx.x)) % d3) * s1_3) + (((((((int)blockIdx.x) * 128) + ((int)threadIdx.x)) / d3) % d2) * s1_2)) + (((((((int)blockIdx.x) * 128) + ((int)threadIdx.x)) / (d3 * d2)) % d1) * s1_1)) + ((((((int)blockIdx.x) * 128) + ((int)threadIdx.x)) / ((d3 * d2) * d1)) * s1_0))];
   }
   if (((((int)blockIdx.x) * 128) + ((int)threadIdx.x)) < n) {
-    out_ptr[((((int)blockIdx.x) * 128) + ((int)threadIdx.x))] = ((ld0_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) || (ld1_local_ptr[0] != 0x0p+0f/*0.000000e+00*/));
+    out_ptr[((((int)blockIdx.x) * 128) + ((int)threadIdx.x))] = ((((ld0_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) || (ld0_local_ptr[0] != ld0_local_ptr[0])) || (ld1_local_ptr[0] != 0x0p+0f/*0.000000e+00*/)) || (ld1_local_ptr[0] != ld1_local_ptr[0]));
   }
 }
 
@@ -21981,7 +21986,7 @@ extern "C" __global__ void __launch_bounds__(256) tvm_Or_ff_b_r4_b256_kernel(flo
     ld1_local_ptr[0] = in1_ptr[(((((((((int)blockIdx.x) * 256) + ((int)threadIdx.x)) % d3) * s1_3) + (((((((int)blockIdx.x) * 256) + ((int)threadIdx.x)) / d3) % d2) * s1_2)) + (((((((int)blockIdx.x) * 256) + ((int)threadIdx.x)) / (d3 * d2)) % d1) * s1_1)) + ((((((int)blockIdx.x) * 256) + ((int)threadIdx.x)) / ((d3 * d2) * d1)) * s1_0))];
   }
   if (((((int)blockIdx.x) * 256) + ((int)threadIdx.x)) < n) {
-    out_ptr[((((int)blockIdx.x) * 256) + ((int)threadIdx.x))] = ((ld0_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) || (ld1_local_ptr[0] != 0x0p+0f/*0.000000e+00*/));
+    out_ptr[((((int)blockIdx.x) * 256) + ((int)threadIdx.x))] = ((((ld0_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) || (ld0_local_ptr[0] != ld0_local_ptr[0])) || (ld1_local_ptr[0] != 0x0p+0f/*0.000000e+00*/)) || (ld1_local_ptr[0] != ld1_local_ptr[0]));
   }
 }
 
@@ -22001,7 +22006,7 @@ extern "C" __global__ void __launch_bounds__(512) tvm_Or_ff_b_r4_b512_kernel(flo
     ld1_local_ptr[0] = in1_ptr[(((((((((int)blockIdx.x) * 512) + ((int)threadIdx.x)) % d3) * s1_3) + (((((((int)blockIdx.x) * 512) + ((int)threadIdx.x)) / d3) % d2) * s1_2)) + (((((((int)blockIdx.x) * 512) + ((int)threadIdx.x)) / (d3 * d2)) % d1) * s1_1)) + ((((((int)blockIdx.x) * 512) + ((int)threadIdx.x)) / ((d3 * d2) * d1)) * s1_0))];
   }
   if (((((int)blockIdx.x) * 512) + ((int)threadIdx.x)) < n) {
-    out_ptr[((((int)blockIdx.x) * 512) + ((int)threadIdx.x))] = ((ld0_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) || (ld1_local_ptr[0] != 0x0p+0f/*0.000000e+00*/));
+    out_ptr[((((int)blockIdx.x) * 512) + ((int)threadIdx.x))] = ((((ld0_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) || (ld0_local_ptr[0] != ld0_local_ptr[0])) || (ld1_local_ptr[0] != 0x0p+0f/*0.000000e+00*/)) || (ld1_local_ptr[0] != ld1_local_ptr[0]));
   }
 }
 
@@ -22029,7 +22034,7 @@ extern "C" __global__ void __launch_bounds__(128) tvm_Or_ff_b_r8_b128_kernel(flo
     ld1_local_ptr[0] = in1_ptr[(((((((((((((int)blockIdx.x) * 128) + ((int)threadIdx.x)) % d7) * s1_7) + (((((((int)blockIdx.x) * 128) + ((int)threadIdx.x)) / d7) % d6) * s1_6)) + (((((((int)blockIdx.x) * 128) + ((int)threadIdx.x)) / (d7 * d6)) % d5) * s1_5)) + (((((((int)blockIdx.x) * 128) + ((int)threadIdx.x)) / ((d7 * d6) * d5)) % d4) * s1_4)) + (((((((int)blockIdx.x) * 128) + ((int)threadIdx.x)) / (((d7 * d6) * d5) * d4)) % d3) * s1_3)) + (((((((int)blockIdx.x) * 128) + ((int)threadIdx.x)) / ((((d7 * d6) * d5) * d4) * d3)) % d2) * s1_2)) + (((((((int)blockIdx.x) * 128) + ((int)threadIdx.x)) / (((((d7 * d6) * d5) * d4) * d3) * d2)) % d1) * s1_1)) + ((((((int)blockIdx.x) * 128) + ((int)threadIdx.x)) / ((((((d7 * d6) * d5) * d4) * d3) * d2) * d1)) * s1_0))];
   }
   if (((((int)blockIdx.x) * 128) + ((int)threadIdx.x)) < n) {
-    out_ptr[((((int)blockIdx.x) * 128) + ((int)threadIdx.x))] = ((ld0_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) || (ld1_local_ptr[0] != 0x0p+0f/*0.000000e+00*/));
+    out_ptr[((((int)blockIdx.x) * 128) + ((int)threadIdx.x))] = ((((ld0_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) || (ld0_local_ptr[0] != ld0_local_ptr[0])) || (ld1_local_ptr[0] != 0x0p+0f/*0.000000e+00*/)) || (ld1_local_ptr[0] != ld1_local_ptr[0]));
   }
 }
 
@@ -22057,7 +22062,7 @@ extern "C" __global__ void __launch_bounds__(256) tvm_Or_ff_b_r8_b256_kernel(flo
     ld1_local_ptr[0] = in1_ptr[(((((((((((((int)blockIdx.x) * 256) + ((int)threadIdx.x)) % d7) * s1_7) + (((((((int)blockIdx.x) * 256) + ((int)threadIdx.x)) / d7) % d6) * s1_6)) + (((((((int)blockIdx.x) * 256) + ((int)threadIdx.x)) / (d7 * d6)) % d5) * s1_5)) + (((((((int)blockIdx.x) * 256) + ((int)threadIdx.x)) / ((d7 * d6) * d5)) % d4) * s1_4)) + (((((((int)blockIdx.x) * 256) + ((int)threadIdx.x)) / (((d7 * d6) * d5) * d4)) % d3) * s1_3)) + (((((((int)blockIdx.x) * 256) + ((int)threadIdx.x)) / ((((d7 * d6) * d5) * d4) * d3)) % d2) * s1_2)) + (((((((int)blockIdx.x) * 256) + ((int)threadIdx.x)) / (((((d7 * d6) * d5) * d4) * d3) * d2)) % d1) * s1_1)) + ((((((int)blockIdx.x) * 256) + ((int)threadIdx.x)) / ((((((d7 * d6) * d5) * d4) * d3) * d2) * d1)) * s1_0))];
   }
   if (((((int)blockIdx.x) * 256) + ((int)threadIdx.x)) < n) {
-    out_ptr[((((int)blockIdx.x) * 256) + ((int)threadIdx.x))] = ((ld0_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) || (ld1_local_ptr[0] != 0x0p+0f/*0.000000e+00*/));
+    out_ptr[((((int)blockIdx.x) * 256) + ((int)threadIdx.x))] = ((((ld0_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) || (ld0_local_ptr[0] != ld0_local_ptr[0])) || (ld1_local_ptr[0] != 0x0p+0f/*0.000000e+00*/)) || (ld1_local_ptr[0] != ld1_local_ptr[0]));
   }
 }
 
@@ -22085,7 +22090,7 @@ extern "C" __global__ void __launch_bounds__(512) tvm_Or_ff_b_r8_b512_kernel(flo
     ld1_local_ptr[0] = in1_ptr[(((((((((((((int)blockIdx.x) * 512) + ((int)threadIdx.x)) % d7) * s1_7) + (((((((int)blockIdx.x) * 512) + ((int)threadIdx.x)) / d7) % d6) * s1_6)) + (((((((int)blockIdx.x) * 512) + ((int)threadIdx.x)) / (d7 * d6)) % d5) * s1_5)) + (((((((int)blockIdx.x) * 512) + ((int)threadIdx.x)) / ((d7 * d6) * d5)) % d4) * s1_4)) + (((((((int)blockIdx.x) * 512) + ((int)threadIdx.x)) / (((d7 * d6) * d5) * d4)) % d3) * s1_3)) + (((((((int)blockIdx.x) * 512) + ((int)threadIdx.x)) / ((((d7 * d6) * d5) * d4) * d3)) % d2) * s1_2)) + (((((((int)blockIdx.x) * 512) + ((int)threadIdx.x)) / (((((d7 * d6) * d5) * d4) * d3) * d2)) % d1) * s1_1)) + ((((((int)blockIdx.x) * 512) + ((int)threadIdx.x)) / ((((((d7 * d6) * d5) * d4) * d3) * d2) * d1)) * s1_0))];
   }
   if (((((int)blockIdx.x) * 512) + ((int)threadIdx.x)) < n) {
-    out_ptr[((((int)blockIdx.x) * 512) + ((int)threadIdx.x))] = ((ld0_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) || (ld1_local_ptr[0] != 0x0p+0f/*0.000000e+00*/));
+    out_ptr[((((int)blockIdx.x) * 512) + ((int)threadIdx.x))] = ((((ld0_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) || (ld0_local_ptr[0] != ld0_local_ptr[0])) || (ld1_local_ptr[0] != 0x0p+0f/*0.000000e+00*/)) || (ld1_local_ptr[0] != ld1_local_ptr[0]));
   }
 }
 
@@ -24015,7 +24020,7 @@ extern "C" __global__ void __launch_bounds__(128) tvm_Remainder_ff_f_r1_b128_ker
   }
   if (((((int64_t)blockIdx.x) * (int64_t)128) + ((int64_t)threadIdx.x)) < n) {
     float condval;
-    if ((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+    if (((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
       condval = (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) + ld1_local_ptr[0]);
     } else {
       condval = fmodf(ld0_local_ptr[0], ld1_local_ptr[0]);
@@ -24036,7 +24041,7 @@ extern "C" __global__ void __launch_bounds__(256) tvm_Remainder_ff_f_r1_b256_ker
   }
   if (((((int64_t)blockIdx.x) * (int64_t)256) + ((int64_t)threadIdx.x)) < n) {
     float condval;
-    if ((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+    if (((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
       condval = (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) + ld1_local_ptr[0]);
     } else {
       condval = fmodf(ld0_local_ptr[0], ld1_local_ptr[0]);
@@ -24057,7 +24062,7 @@ extern "C" __global__ void __launch_bounds__(512) tvm_Remainder_ff_f_r1_b512_ker
   }
   if (((((int64_t)blockIdx.x) * (int64_t)512) + ((int64_t)threadIdx.x)) < n) {
     float condval;
-    if ((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+    if (((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
       condval = (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) + ld1_local_ptr[0]);
     } else {
       condval = fmodf(ld0_local_ptr[0], ld1_local_ptr[0]);
@@ -24080,7 +24085,7 @@ extern "C" __global__ void __launch_bounds__(128) tvm_Remainder_ff_f_r2_b128_ker
   }
   if (((((int)blockIdx.x) * 128) + ((int)threadIdx.x)) < n) {
     float condval;
-    if ((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+    if (((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
       condval = (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) + ld1_local_ptr[0]);
     } else {
       condval = fmodf(ld0_local_ptr[0], ld1_local_ptr[0]);
@@ -24103,7 +24108,7 @@ extern "C" __global__ void __launch_bounds__(256) tvm_Remainder_ff_f_r2_b256_ker
   }
   if (((((int)blockIdx.x) * 256) + ((int)threadIdx.x)) < n) {
     float condval;
-    if ((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+    if (((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
       condval = (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) + ld1_local_ptr[0]);
     } else {
       condval = fmodf(ld0_local_ptr[0], ld1_local_ptr[0]);
@@ -24126,7 +24131,7 @@ extern "C" __global__ void __launch_bounds__(512) tvm_Remainder_ff_f_r2_b512_ker
   }
   if (((((int)blockIdx.x) * 512) + ((int)threadIdx.x)) < n) {
     float condval;
-    if ((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+    if (((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
       condval = (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) + ld1_local_ptr[0]);
     } else {
       condval = fmodf(ld0_local_ptr[0], ld1_local_ptr[0]);
@@ -24150,7 +24155,7 @@ extern "C" __global__ void __launch_bounds__(128) tvm_Remainder_ff_f_r3_b128_ker
   }
   if (((((int)blockIdx.x) * 128) + ((int)threadIdx.x)) < n) {
     float condval;
-    if ((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+    if (((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
       condval = (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) + ld1_local_ptr[0]);
     } else {
       condval = fmodf(ld0_local_ptr[0], ld1_local_ptr[0]);
@@ -24174,7 +24179,7 @@ extern "C" __global__ void __launch_bounds__(256) tvm_Remainder_ff_f_r3_b256_ker
   }
   if (((((int)blockIdx.x) * 256) + ((int)threadIdx.x)) < n) {
     float condval;
-    if ((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+    if (((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
       condval = (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) + ld1_local_ptr[0]);
     } else {
       condval = fmodf(ld0_local_ptr[0], ld1_local_ptr[0]);
@@ -24198,7 +24203,7 @@ extern "C" __global__ void __launch_bounds__(512) tvm_Remainder_ff_f_r3_b512_ker
   }
   if (((((int)blockIdx.x) * 512) + ((int)threadIdx.x)) < n) {
     float condval;
-    if ((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+    if (((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
       condval = (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) + ld1_local_ptr[0]);
     } else {
       condval = fmodf(ld0_local_ptr[0], ld1_local_ptr[0]);
@@ -24224,7 +24229,7 @@ extern "C" __global__ void __launch_bounds__(128) tvm_Remainder_ff_f_r4_b128_ker
   }
   if (((((int)blockIdx.x) * 128) + ((int)threadIdx.x)) < n) {
     float condval;
-    if ((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+    if (((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
       condval = (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) + ld1_local_ptr[0]);
     } else {
       condval = fmodf(ld0_local_ptr[0], ld1_local_ptr[0]);
@@ -24250,7 +24255,7 @@ extern "C" __global__ void __launch_bounds__(256) tvm_Remainder_ff_f_r4_b256_ker
   }
   if (((((int)blockIdx.x) * 256) + ((int)threadIdx.x)) < n) {
     float condval;
-    if ((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+    if (((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
       condval = (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) + ld1_local_ptr[0]);
     } else {
       condval = fmodf(ld0_local_ptr[0], ld1_local_ptr[0]);
@@ -24276,7 +24281,7 @@ extern "C" __global__ void __launch_bounds__(512) tvm_Remainder_ff_f_r4_b512_ker
   }
   if (((((int)blockIdx.x) * 512) + ((int)threadIdx.x)) < n) {
     float condval;
-    if ((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+    if (((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
       condval = (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) + ld1_local_ptr[0]);
     } else {
       condval = fmodf(ld0_local_ptr[0], ld1_local_ptr[0]);
@@ -24310,7 +24315,7 @@ extern "C" __global__ void __launch_bounds__(128) tvm_Remainder_ff_f_r8_b128_ker
   }
   if (((((int)blockIdx.x) * 128) + ((int)threadIdx.x)) < n) {
     float condval;
-    if ((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+    if (((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
       condval = (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) + ld1_local_ptr[0]);
     } else {
       condval = fmodf(ld0_local_ptr[0], ld1_local_ptr[0]);
@@ -24344,7 +24349,7 @@ extern "C" __global__ void __launch_bounds__(256) tvm_Remainder_ff_f_r8_b256_ker
   }
   if (((((int)blockIdx.x) * 256) + ((int)threadIdx.x)) < n) {
     float condval;
-    if ((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+    if (((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
       condval = (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) + ld1_local_ptr[0]);
     } else {
       condval = fmodf(ld0_local_ptr[0], ld1_local_ptr[0]);
@@ -24378,7 +24383,7 @@ extern "C" __global__ void __launch_bounds__(512) tvm_Remainder_ff_f_r8_b512_ker
   }
   if (((((int)blockIdx.x) * 512) + ((int)threadIdx.x)) < n) {
     float condval;
-    if ((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+    if (((fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) != fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) && (((ld1_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld0_local_ptr[0], ld1_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld1_local_ptr[0]) && (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
       condval = (fmodf(ld0_local_ptr[0], ld1_local_ptr[0]) + ld1_local_ptr[0]);
     } else {
       condval = fmodf(ld0_local_ptr[0], ld1_local_ptr[0]);
@@ -24407,7 +24412,7 @@ extern "C" __global__ void __launch_bounds__(128) tvm_RemainderGradB_fff_f_r1_b1
       condval = (ld1_local_ptr[0] / ld2_local_ptr[0]);
     } else {
       float condval_2;
-      if ((fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld2_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld2_local_ptr[0]) && (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+      if (((fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) && (((ld2_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld2_local_ptr[0]) && (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
         condval_2 = (((ld1_local_ptr[0] - fmodf(ld1_local_ptr[0], ld2_local_ptr[0])) / ld2_local_ptr[0]) - 0x1p+0f/*1.000000e+00*/);
       } else {
         condval_2 = ((ld1_local_ptr[0] - fmodf(ld1_local_ptr[0], ld2_local_ptr[0])) / ld2_local_ptr[0]);
@@ -24417,13 +24422,13 @@ extern "C" __global__ void __launch_bounds__(128) tvm_RemainderGradB_fff_f_r1_b1
         condval_1 = copysignf(0x0p+0f/*0.000000e+00*/, (ld1_local_ptr[0] / ld2_local_ptr[0]));
       } else {
         float condval_4;
-        if ((fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld2_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld2_local_ptr[0]) && (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+        if (((fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) && (((ld2_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld2_local_ptr[0]) && (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
           condval_4 = (((ld1_local_ptr[0] - fmodf(ld1_local_ptr[0], ld2_local_ptr[0])) / ld2_local_ptr[0]) - 0x1p+0f/*1.000000e+00*/);
         } else {
           condval_4 = ((ld1_local_ptr[0] - fmodf(ld1_local_ptr[0], ld2_local_ptr[0])) / ld2_local_ptr[0]);
         }
         float condval_5;
-        if ((fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld2_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld2_local_ptr[0]) && (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+        if (((fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) && (((ld2_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld2_local_ptr[0]) && (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
           condval_5 = (((ld1_local_ptr[0] - fmodf(ld1_local_ptr[0], ld2_local_ptr[0])) / ld2_local_ptr[0]) - 0x1p+0f/*1.000000e+00*/);
         } else {
           condval_5 = ((ld1_local_ptr[0] - fmodf(ld1_local_ptr[0], ld2_local_ptr[0])) / ld2_local_ptr[0]);
@@ -24431,7 +24436,7 @@ extern "C" __global__ void __launch_bounds__(128) tvm_RemainderGradB_fff_f_r1_b1
         float condval_3;
         if (0x1p-1f/*5.000000e-01*/ < (condval_4 - floorf(condval_5))) {
           float condval_6;
-          if ((fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld2_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld2_local_ptr[0]) && (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+          if (((fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) && (((ld2_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld2_local_ptr[0]) && (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
             condval_6 = (((ld1_local_ptr[0] - fmodf(ld1_local_ptr[0], ld2_local_ptr[0])) / ld2_local_ptr[0]) - 0x1p+0f/*1.000000e+00*/);
           } else {
             condval_6 = ((ld1_local_ptr[0] - fmodf(ld1_local_ptr[0], ld2_local_ptr[0])) / ld2_local_ptr[0]);
@@ -24439,7 +24444,7 @@ extern "C" __global__ void __launch_bounds__(128) tvm_RemainderGradB_fff_f_r1_b1
           condval_3 = (floorf(condval_6) + 0x1p+0f/*1.000000e+00*/);
         } else {
           float condval_7;
-          if ((fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld2_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld2_local_ptr[0]) && (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+          if (((fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) && (((ld2_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld2_local_ptr[0]) && (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
             condval_7 = (((ld1_local_ptr[0] - fmodf(ld1_local_ptr[0], ld2_local_ptr[0])) / ld2_local_ptr[0]) - 0x1p+0f/*1.000000e+00*/);
           } else {
             condval_7 = ((ld1_local_ptr[0] - fmodf(ld1_local_ptr[0], ld2_local_ptr[0])) / ld2_local_ptr[0]);
@@ -24474,7 +24479,7 @@ extern "C" __global__ void __launch_bounds__(256) tvm_RemainderGradB_fff_f_r1_b2
       condval = (ld1_local_ptr[0] / ld2_local_ptr[0]);
     } else {
       float condval_2;
-      if ((fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld2_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld2_local_ptr[0]) && (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+      if (((fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) && (((ld2_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld2_local_ptr[0]) && (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
         condval_2 = (((ld1_local_ptr[0] - fmodf(ld1_local_ptr[0], ld2_local_ptr[0])) / ld2_local_ptr[0]) - 0x1p+0f/*1.000000e+00*/);
       } else {
         condval_2 = ((ld1_local_ptr[0] - fmodf(ld1_local_ptr[0], ld2_local_ptr[0])) / ld2_local_ptr[0]);
@@ -24484,13 +24489,13 @@ extern "C" __global__ void __launch_bounds__(256) tvm_RemainderGradB_fff_f_r1_b2
         condval_1 = copysignf(0x0p+0f/*0.000000e+00*/, (ld1_local_ptr[0] / ld2_local_ptr[0]));
       } else {
         float condval_4;
-        if ((fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld2_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld2_local_ptr[0]) && (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+        if (((fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) && (((ld2_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld2_local_ptr[0]) && (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
           condval_4 = (((ld1_local_ptr[0] - fmodf(ld1_local_ptr[0], ld2_local_ptr[0])) / ld2_local_ptr[0]) - 0x1p+0f/*1.000000e+00*/);
         } else {
           condval_4 = ((ld1_local_ptr[0] - fmodf(ld1_local_ptr[0], ld2_local_ptr[0])) / ld2_local_ptr[0]);
         }
         float condval_5;
-        if ((fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld2_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld2_local_ptr[0]) && (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+        if (((fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) && (((ld2_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld2_local_ptr[0]) && (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
           condval_5 = (((ld1_local_ptr[0] - fmodf(ld1_local_ptr[0], ld2_local_ptr[0])) / ld2_local_ptr[0]) - 0x1p+0f/*1.000000e+00*/);
         } else {
           condval_5 = ((ld1_local_ptr[0] - fmodf(ld1_local_ptr[0], ld2_local_ptr[0])) / ld2_local_ptr[0]);
@@ -24498,7 +24503,7 @@ extern "C" __global__ void __launch_bounds__(256) tvm_RemainderGradB_fff_f_r1_b2
         float condval_3;
         if (0x1p-1f/*5.000000e-01*/ < (condval_4 - floorf(condval_5))) {
           float condval_6;
-          if ((fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld2_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld2_local_ptr[0]) && (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+          if (((fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) && (((ld2_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld2_local_ptr[0]) && (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
             condval_6 = (((ld1_local_ptr[0] - fmodf(ld1_local_ptr[0], ld2_local_ptr[0])) / ld2_local_ptr[0]) - 0x1p+0f/*1.000000e+00*/);
           } else {
             condval_6 = ((ld1_local_ptr[0] - fmodf(ld1_local_ptr[0], ld2_local_ptr[0])) / ld2_local_ptr[0]);
@@ -24506,7 +24511,7 @@ extern "C" __global__ void __launch_bounds__(256) tvm_RemainderGradB_fff_f_r1_b2
           condval_3 = (floorf(condval_6) + 0x1p+0f/*1.000000e+00*/);
         } else {
           float condval_7;
-          if ((fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld2_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld2_local_ptr[0]) && (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+          if (((fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) && (((ld2_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld2_local_ptr[0]) && (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
             condval_7 = (((ld1_local_ptr[0] - fmodf(ld1_local_ptr[0], ld2_local_ptr[0])) / ld2_local_ptr[0]) - 0x1p+0f/*1.000000e+00*/);
           } else {
             condval_7 = ((ld1_local_ptr[0] - fmodf(ld1_local_ptr[0], ld2_local_ptr[0])) / ld2_local_ptr[0]);
@@ -24541,7 +24546,7 @@ extern "C" __global__ void __launch_bounds__(512) tvm_RemainderGradB_fff_f_r1_b5
       condval = (ld1_local_ptr[0] / ld2_local_ptr[0]);
     } else {
       float condval_2;
-      if ((fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld2_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld2_local_ptr[0]) && (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+      if (((fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) && (((ld2_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld2_local_ptr[0]) && (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
         condval_2 = (((ld1_local_ptr[0] - fmodf(ld1_local_ptr[0], ld2_local_ptr[0])) / ld2_local_ptr[0]) - 0x1p+0f/*1.000000e+00*/);
       } else {
         condval_2 = ((ld1_local_ptr[0] - fmodf(ld1_local_ptr[0], ld2_local_ptr[0])) / ld2_local_ptr[0]);
@@ -24551,13 +24556,13 @@ extern "C" __global__ void __launch_bounds__(512) tvm_RemainderGradB_fff_f_r1_b5
         condval_1 = copysignf(0x0p+0f/*0.000000e+00*/, (ld1_local_ptr[0] / ld2_local_ptr[0]));
       } else {
         float condval_4;
-        if ((fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld2_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld2_local_ptr[0]) && (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+        if (((fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) && (((ld2_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld2_local_ptr[0]) && (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
           condval_4 = (((ld1_local_ptr[0] - fmodf(ld1_local_ptr[0], ld2_local_ptr[0])) / ld2_local_ptr[0]) - 0x1p+0f/*1.000000e+00*/);
         } else {
           condval_4 = ((ld1_local_ptr[0] - fmodf(ld1_local_ptr[0], ld2_local_ptr[0])) / ld2_local_ptr[0]);
         }
         float condval_5;
-        if ((fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld2_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld2_local_ptr[0]) && (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+        if (((fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) && (((ld2_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld2_local_ptr[0]) && (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
           condval_5 = (((ld1_local_ptr[0] - fmodf(ld1_local_ptr[0], ld2_local_ptr[0])) / ld2_local_ptr[0]) - 0x1p+0f/*1.000000e+00*/);
         } else {
           condval_5 = ((ld1_local_ptr[0] - fmodf(ld1_local_ptr[0], ld2_local_ptr[0])) / ld2_local_ptr[0]);
@@ -24565,7 +24570,7 @@ extern "C" __global__ void __launch_bounds__(512) tvm_RemainderGradB_fff_f_r1_b5
         float condval_3;
         if (0x1p-1f/*5.000000e-01*/ < (condval_4 - floorf(condval_5))) {
           float condval_6;
-          if ((fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld2_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld2_local_ptr[0]) && (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+          if (((fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) && (((ld2_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld2_local_ptr[0]) && (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
             condval_6 = (((ld1_local_ptr[0] - fmodf(ld1_local_ptr[0], ld2_local_ptr[0])) / ld2_local_ptr[0]) - 0x1p+0f/*1.000000e+00*/);
           } else {
             condval_6 = ((ld1_local_ptr[0] - fmodf(ld1_local_ptr[0], ld2_local_ptr[0])) / ld2_local_ptr[0]);
@@ -24573,7 +24578,7 @@ extern "C" __global__ void __launch_bounds__(512) tvm_RemainderGradB_fff_f_r1_b5
           condval_3 = (floorf(condval_6) + 0x1p+0f/*1.000000e+00*/);
         } else {
           float condval_7;
-          if ((fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld2_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld2_local_ptr[0]) && (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+          if (((fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) && (((ld2_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld2_local_ptr[0]) && (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
             condval_7 = (((ld1_local_ptr[0] - fmodf(ld1_local_ptr[0], ld2_local_ptr[0])) / ld2_local_ptr[0]) - 0x1p+0f/*1.000000e+00*/);
           } else {
             condval_7 = ((ld1_local_ptr[0] - fmodf(ld1_local_ptr[0], ld2_local_ptr[0])) / ld2_local_ptr[0]);
@@ -24610,7 +24615,7 @@ extern "C" __global__ void __launch_bounds__(128) tvm_RemainderGradB_fff_f_r2_b1
       condval = (ld1_local_ptr[0] / ld2_local_ptr[0]);
     } else {
       float condval_2;
-      if ((fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld2_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld2_local_ptr[0]) && (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+      if (((fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) && (((ld2_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld2_local_ptr[0]) && (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
         condval_2 = (((ld1_local_ptr[0] - fmodf(ld1_local_ptr[0], ld2_local_ptr[0])) / ld2_local_ptr[0]) - 0x1p+0f/*1.000000e+00*/);
       } else {
         condval_2 = ((ld1_local_ptr[0] - fmodf(ld1_local_ptr[0], ld2_local_ptr[0])) / ld2_local_ptr[0]);
@@ -24620,13 +24625,13 @@ extern "C" __global__ void __launch_bounds__(128) tvm_RemainderGradB_fff_f_r2_b1
         condval_1 = copysignf(0x0p+0f/*0.000000e+00*/, (ld1_local_ptr[0] / ld2_local_ptr[0]));
       } else {
         float condval_4;
-        if ((fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld2_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld2_local_ptr[0]) && (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+        if (((fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) && (((ld2_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld2_local_ptr[0]) && (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
           condval_4 = (((ld1_local_ptr[0] - fmodf(ld1_local_ptr[0], ld2_local_ptr[0])) / ld2_local_ptr[0]) - 0x1p+0f/*1.000000e+00*/);
         } else {
           condval_4 = ((ld1_local_ptr[0] - fmodf(ld1_local_ptr[0], ld2_local_ptr[0])) / ld2_local_ptr[0]);
         }
         float condval_5;
-        if ((fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld2_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld2_local_ptr[0]) && (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+        if (((fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) && (((ld2_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld2_local_ptr[0]) && (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
           condval_5 = (((ld1_local_ptr[0] - fmodf(ld1_local_ptr[0], ld2_local_ptr[0])) / ld2_local_ptr[0]) - 0x1p+0f/*1.000000e+00*/);
         } else {
           condval_5 = ((ld1_local_ptr[0] - fmodf(ld1_local_ptr[0], ld2_local_ptr[0])) / ld2_local_ptr[0]);
@@ -24634,7 +24639,7 @@ extern "C" __global__ void __launch_bounds__(128) tvm_RemainderGradB_fff_f_r2_b1
         float condval_3;
         if (0x1p-1f/*5.000000e-01*/ < (condval_4 - floorf(condval_5))) {
           float condval_6;
-          if ((fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld2_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld2_local_ptr[0]) && (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+          if (((fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) && (((ld2_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld2_local_ptr[0]) && (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
             condval_6 = (((ld1_local_ptr[0] - fmodf(ld1_local_ptr[0], ld2_local_ptr[0])) / ld2_local_ptr[0]) - 0x1p+0f/*1.000000e+00*/);
           } else {
             condval_6 = ((ld1_local_ptr[0] - fmodf(ld1_local_ptr[0], ld2_local_ptr[0])) / ld2_local_ptr[0]);
@@ -24642,7 +24647,7 @@ extern "C" __global__ void __launch_bounds__(128) tvm_RemainderGradB_fff_f_r2_b1
           condval_3 = (floorf(condval_6) + 0x1p+0f/*1.000000e+00*/);
         } else {
           float condval_7;
-          if ((fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld2_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld2_local_ptr[0]) && (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+          if (((fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) && (((ld2_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld2_local_ptr[0]) && (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
             condval_7 = (((ld1_local_ptr[0] - fmodf(ld1_local_ptr[0], ld2_local_ptr[0])) / ld2_local_ptr[0]) - 0x1p+0f/*1.000000e+00*/);
           } else {
             condval_7 = ((ld1_local_ptr[0] - fmodf(ld1_local_ptr[0], ld2_local_ptr[0])) / ld2_local_ptr[0]);
@@ -24679,7 +24684,7 @@ extern "C" __global__ void __launch_bounds__(256) tvm_RemainderGradB_fff_f_r2_b2
       condval = (ld1_local_ptr[0] / ld2_local_ptr[0]);
     } else {
       float condval_2;
-      if ((fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld2_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld2_local_ptr[0]) && (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+      if (((fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) && (((ld2_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld2_local_ptr[0]) && (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
         condval_2 = (((ld1_local_ptr[0] - fmodf(ld1_local_ptr[0], ld2_local_ptr[0])) / ld2_local_ptr[0]) - 0x1p+0f/*1.000000e+00*/);
       } else {
         condval_2 = ((ld1_local_ptr[0] - fmodf(ld1_local_ptr[0], ld2_local_ptr[0])) / ld2_local_ptr[0]);
@@ -24689,13 +24694,13 @@ extern "C" __global__ void __launch_bounds__(256) tvm_RemainderGradB_fff_f_r2_b2
         condval_1 = copysignf(0x0p+0f/*0.000000e+00*/, (ld1_local_ptr[0] / ld2_local_ptr[0]));
       } else {
         float condval_4;
-        if ((fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld2_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld2_local_ptr[0]) && (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+        if (((fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) && (((ld2_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld2_local_ptr[0]) && (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
           condval_4 = (((ld1_local_ptr[0] - fmodf(ld1_local_ptr[0], ld2_local_ptr[0])) / ld2_local_ptr[0]) - 0x1p+0f/*1.000000e+00*/);
         } else {
           condval_4 = ((ld1_local_ptr[0] - fmodf(ld1_local_ptr[0], ld2_local_ptr[0])) / ld2_local_ptr[0]);
         }
         float condval_5;
-        if ((fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld2_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld2_local_ptr[0]) && (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+        if (((fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) && (((ld2_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld2_local_ptr[0]) && (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
           condval_5 = (((ld1_local_ptr[0] - fmodf(ld1_local_ptr[0], ld2_local_ptr[0])) / ld2_local_ptr[0]) - 0x1p+0f/*1.000000e+00*/);
         } else {
           condval_5 = ((ld1_local_ptr[0] - fmodf(ld1_local_ptr[0], ld2_local_ptr[0])) / ld2_local_ptr[0]);
@@ -24703,7 +24708,7 @@ extern "C" __global__ void __launch_bounds__(256) tvm_RemainderGradB_fff_f_r2_b2
         float condval_3;
         if (0x1p-1f/*5.000000e-01*/ < (condval_4 - floorf(condval_5))) {
           float condval_6;
-          if ((fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld2_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld2_local_ptr[0]) && (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+          if (((fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) && (((ld2_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld2_local_ptr[0]) && (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
             condval_6 = (((ld1_local_ptr[0] - fmodf(ld1_local_ptr[0], ld2_local_ptr[0])) / ld2_local_ptr[0]) - 0x1p+0f/*1.000000e+00*/);
           } else {
             condval_6 = ((ld1_local_ptr[0] - fmodf(ld1_local_ptr[0], ld2_local_ptr[0])) / ld2_local_ptr[0]);
@@ -24711,7 +24716,7 @@ extern "C" __global__ void __launch_bounds__(256) tvm_RemainderGradB_fff_f_r2_b2
           condval_3 = (floorf(condval_6) + 0x1p+0f/*1.000000e+00*/);
         } else {
           float condval_7;
-          if ((fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld2_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld2_local_ptr[0]) && (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+          if (((fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) && (((ld2_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld2_local_ptr[0]) && (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
             condval_7 = (((ld1_local_ptr[0] - fmodf(ld1_local_ptr[0], ld2_local_ptr[0])) / ld2_local_ptr[0]) - 0x1p+0f/*1.000000e+00*/);
           } else {
             condval_7 = ((ld1_local_ptr[0] - fmodf(ld1_local_ptr[0], ld2_local_ptr[0])) / ld2_local_ptr[0]);
@@ -24748,7 +24753,7 @@ extern "C" __global__ void __launch_bounds__(512) tvm_RemainderGradB_fff_f_r2_b5
       condval = (ld1_local_ptr[0] / ld2_local_ptr[0]);
     } else {
       float condval_2;
-      if ((fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld2_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld2_local_ptr[0]) && (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+      if (((fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) && (((ld2_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld2_local_ptr[0]) && (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
         condval_2 = (((ld1_local_ptr[0] - fmodf(ld1_local_ptr[0], ld2_local_ptr[0])) / ld2_local_ptr[0]) - 0x1p+0f/*1.000000e+00*/);
       } else {
         condval_2 = ((ld1_local_ptr[0] - fmodf(ld1_local_ptr[0], ld2_local_ptr[0])) / ld2_local_ptr[0]);
@@ -24758,13 +24763,13 @@ extern "C" __global__ void __launch_bounds__(512) tvm_RemainderGradB_fff_f_r2_b5
         condval_1 = copysignf(0x0p+0f/*0.000000e+00*/, (ld1_local_ptr[0] / ld2_local_ptr[0]));
       } else {
         float condval_4;
-        if ((fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld2_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld2_local_ptr[0]) && (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+        if (((fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) && (((ld2_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld2_local_ptr[0]) && (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
           condval_4 = (((ld1_local_ptr[0] - fmodf(ld1_local_ptr[0], ld2_local_ptr[0])) / ld2_local_ptr[0]) - 0x1p+0f/*1.000000e+00*/);
         } else {
           condval_4 = ((ld1_local_ptr[0] - fmodf(ld1_local_ptr[0], ld2_local_ptr[0])) / ld2_local_ptr[0]);
         }
         float condval_5;
-        if ((fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld2_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld2_local_ptr[0]) && (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+        if (((fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) && (((ld2_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld2_local_ptr[0]) && (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
           condval_5 = (((ld1_local_ptr[0] - fmodf(ld1_local_ptr[0], ld2_local_ptr[0])) / ld2_local_ptr[0]) - 0x1p+0f/*1.000000e+00*/);
         } else {
           condval_5 = ((ld1_local_ptr[0] - fmodf(ld1_local_ptr[0], ld2_local_ptr[0])) / ld2_local_ptr[0]);
@@ -24772,7 +24777,7 @@ extern "C" __global__ void __launch_bounds__(512) tvm_RemainderGradB_fff_f_r2_b5
         float condval_3;
         if (0x1p-1f/*5.000000e-01*/ < (condval_4 - floorf(condval_5))) {
           float condval_6;
-          if ((fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld2_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld2_local_ptr[0]) && (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+          if (((fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) && (((ld2_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld2_local_ptr[0]) && (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
             condval_6 = (((ld1_local_ptr[0] - fmodf(ld1_local_ptr[0], ld2_local_ptr[0])) / ld2_local_ptr[0]) - 0x1p+0f/*1.000000e+00*/);
           } else {
             condval_6 = ((ld1_local_ptr[0] - fmodf(ld1_local_ptr[0], ld2_local_ptr[0])) / ld2_local_ptr[0]);
@@ -24780,7 +24785,7 @@ extern "C" __global__ void __launch_bounds__(512) tvm_RemainderGradB_fff_f_r2_b5
           condval_3 = (floorf(condval_6) + 0x1p+0f/*1.000000e+00*/);
         } else {
           float condval_7;
-          if ((fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld2_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld2_local_ptr[0]) && (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+          if (((fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) && (((ld2_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld2_local_ptr[0]) && (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
             condval_7 = (((ld1_local_ptr[0] - fmodf(ld1_local_ptr[0], ld2_local_ptr[0])) / ld2_local_ptr[0]) - 0x1p+0f/*1.000000e+00*/);
           } else {
             condval_7 = ((ld1_local_ptr[0] - fmodf(ld1_local_ptr[0], ld2_local_ptr[0])) / ld2_local_ptr[0]);
@@ -24818,7 +24823,7 @@ extern "C" __global__ void __launch_bounds__(128) tvm_RemainderGradB_fff_f_r3_b1
       condval = (ld1_local_ptr[0] / ld2_local_ptr[0]);
     } else {
       float condval_2;
-      if ((fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld2_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld2_local_ptr[0]) && (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+      if (((fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) && (((ld2_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld2_local_ptr[0]) && (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
         condval_2 = (((ld1_local_ptr[0] - fmodf(ld1_local_ptr[0], ld2_local_ptr[0])) / ld2_local_ptr[0]) - 0x1p+0f/*1.000000e+00*/);
       } else {
         condval_2 = ((ld1_local_ptr[0] - fmodf(ld1_local_ptr[0], ld2_local_ptr[0])) / ld2_local_ptr[0]);
@@ -24828,13 +24833,13 @@ extern "C" __global__ void __launch_bounds__(128) tvm_RemainderGradB_fff_f_r3_b1
         condval_1 = copysignf(0x0p+0f/*0.000000e+00*/, (ld1_local_ptr[0] / ld2_local_ptr[0]));
       } else {
         float condval_4;
-        if ((fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld2_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld2_local_ptr[0]) && (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+        if (((fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) && (((ld2_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld2_local_ptr[0]) && (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
           condval_4 = (((ld1_local_ptr[0] - fmodf(ld1_local_ptr[0], ld2_local_ptr[0])) / ld2_local_ptr[0]) - 0x1p+0f/*1.000000e+00*/);
         } else {
           condval_4 = ((ld1_local_ptr[0] - fmodf(ld1_local_ptr[0], ld2_local_ptr[0])) / ld2_local_ptr[0]);
         }
         float condval_5;
-        if ((fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld2_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld2_local_ptr[0]) && (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+        if (((fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) && (((ld2_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld2_local_ptr[0]) && (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
           condval_5 = (((ld1_local_ptr[0] - fmodf(ld1_local_ptr[0], ld2_local_ptr[0])) / ld2_local_ptr[0]) - 0x1p+0f/*1.000000e+00*/);
         } else {
           condval_5 = ((ld1_local_ptr[0] - fmodf(ld1_local_ptr[0], ld2_local_ptr[0])) / ld2_local_ptr[0]);
@@ -24842,7 +24847,7 @@ extern "C" __global__ void __launch_bounds__(128) tvm_RemainderGradB_fff_f_r3_b1
         float condval_3;
         if (0x1p-1f/*5.000000e-01*/ < (condval_4 - floorf(condval_5))) {
           float condval_6;
-          if ((fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld2_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld2_local_ptr[0]) && (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+          if (((fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) && (((ld2_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld2_local_ptr[0]) && (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
             condval_6 = (((ld1_local_ptr[0] - fmodf(ld1_local_ptr[0], ld2_local_ptr[0])) / ld2_local_ptr[0]) - 0x1p+0f/*1.000000e+00*/);
           } else {
             condval_6 = ((ld1_local_ptr[0] - fmodf(ld1_local_ptr[0], ld2_local_ptr[0])) / ld2_local_ptr[0]);
@@ -24850,7 +24855,7 @@ extern "C" __global__ void __launch_bounds__(128) tvm_RemainderGradB_fff_f_r3_b1
           condval_3 = (floorf(condval_6) + 0x1p+0f/*1.000000e+00*/);
         } else {
           float condval_7;
-          if ((fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld2_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld2_local_ptr[0]) && (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+          if (((fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) && (((ld2_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld2_local_ptr[0]) && (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
             condval_7 = (((ld1_local_ptr[0] - fmodf(ld1_local_ptr[0], ld2_local_ptr[0])) / ld2_local_ptr[0]) - 0x1p+0f/*1.000000e+00*/);
           } else {
             condval_7 = ((ld1_local_ptr[0] - fmodf(ld1_local_ptr[0], ld2_local_ptr[0])) / ld2_local_ptr[0]);
@@ -24888,7 +24893,7 @@ extern "C" __global__ void __launch_bounds__(256) tvm_RemainderGradB_fff_f_r3_b2
       condval = (ld1_local_ptr[0] / ld2_local_ptr[0]);
     } else {
       float condval_2;
-      if ((fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld2_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld2_local_ptr[0]) && (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+      if (((fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) && (((ld2_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld2_local_ptr[0]) && (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
         condval_2 = (((ld1_local_ptr[0] - fmodf(ld1_local_ptr[0], ld2_local_ptr[0])) / ld2_local_ptr[0]) - 0x1p+0f/*1.000000e+00*/);
       } else {
         condval_2 = ((ld1_local_ptr[0] - fmodf(ld1_local_ptr[0], ld2_local_ptr[0])) / ld2_local_ptr[0]);
@@ -24898,13 +24903,13 @@ extern "C" __global__ void __launch_bounds__(256) tvm_RemainderGradB_fff_f_r3_b2
         condval_1 = copysignf(0x0p+0f/*0.000000e+00*/, (ld1_local_ptr[0] / ld2_local_ptr[0]));
       } else {
         float condval_4;
-        if ((fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld2_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld2_local_ptr[0]) && (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+        if (((fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) && (((ld2_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld2_local_ptr[0]) && (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
           condval_4 = (((ld1_local_ptr[0] - fmodf(ld1_local_ptr[0], ld2_local_ptr[0])) / ld2_local_ptr[0]) - 0x1p+0f/*1.000000e+00*/);
         } else {
           condval_4 = ((ld1_local_ptr[0] - fmodf(ld1_local_ptr[0], ld2_local_ptr[0])) / ld2_local_ptr[0]);
         }
         float condval_5;
-        if ((fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld2_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld2_local_ptr[0]) && (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+        if (((fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) && (((ld2_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld2_local_ptr[0]) && (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
           condval_5 = (((ld1_local_ptr[0] - fmodf(ld1_local_ptr[0], ld2_local_ptr[0])) / ld2_local_ptr[0]) - 0x1p+0f/*1.000000e+00*/);
         } else {
           condval_5 = ((ld1_local_ptr[0] - fmodf(ld1_local_ptr[0], ld2_local_ptr[0])) / ld2_local_ptr[0]);
@@ -24912,7 +24917,7 @@ extern "C" __global__ void __launch_bounds__(256) tvm_RemainderGradB_fff_f_r3_b2
         float condval_3;
         if (0x1p-1f/*5.000000e-01*/ < (condval_4 - floorf(condval_5))) {
           float condval_6;
-          if ((fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld2_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld2_local_ptr[0]) && (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+          if (((fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) && (((ld2_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld2_local_ptr[0]) && (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
             condval_6 = (((ld1_local_ptr[0] - fmodf(ld1_local_ptr[0], ld2_local_ptr[0])) / ld2_local_ptr[0]) - 0x1p+0f/*1.000000e+00*/);
           } else {
             condval_6 = ((ld1_local_ptr[0] - fmodf(ld1_local_ptr[0], ld2_local_ptr[0])) / ld2_local_ptr[0]);
@@ -24920,7 +24925,7 @@ extern "C" __global__ void __launch_bounds__(256) tvm_RemainderGradB_fff_f_r3_b2
           condval_3 = (floorf(condval_6) + 0x1p+0f/*1.000000e+00*/);
         } else {
           float condval_7;
-          if ((fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld2_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld2_local_ptr[0]) && (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+          if (((fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) && (((ld2_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld2_local_ptr[0]) && (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
             condval_7 = (((ld1_local_ptr[0] - fmodf(ld1_local_ptr[0], ld2_local_ptr[0])) / ld2_local_ptr[0]) - 0x1p+0f/*1.000000e+00*/);
           } else {
             condval_7 = ((ld1_local_ptr[0] - fmodf(ld1_local_ptr[0], ld2_local_ptr[0])) / ld2_local_ptr[0]);
@@ -24958,7 +24963,7 @@ extern "C" __global__ void __launch_bounds__(512) tvm_RemainderGradB_fff_f_r3_b5
       condval = (ld1_local_ptr[0] / ld2_local_ptr[0]);
     } else {
       float condval_2;
-      if ((fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld2_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld2_local_ptr[0]) && (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+      if (((fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) && (((ld2_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld2_local_ptr[0]) && (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
         condval_2 = (((ld1_local_ptr[0] - fmodf(ld1_local_ptr[0], ld2_local_ptr[0])) / ld2_local_ptr[0]) - 0x1p+0f/*1.000000e+00*/);
       } else {
         condval_2 = ((ld1_local_ptr[0] - fmodf(ld1_local_ptr[0], ld2_local_ptr[0])) / ld2_local_ptr[0]);
@@ -24968,13 +24973,13 @@ extern "C" __global__ void __launch_bounds__(512) tvm_RemainderGradB_fff_f_r3_b5
         condval_1 = copysignf(0x0p+0f/*0.000000e+00*/, (ld1_local_ptr[0] / ld2_local_ptr[0]));
       } else {
         float condval_4;
-        if ((fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld2_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld2_local_ptr[0]) && (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+        if (((fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) && (((ld2_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld2_local_ptr[0]) && (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
           condval_4 = (((ld1_local_ptr[0] - fmodf(ld1_local_ptr[0], ld2_local_ptr[0])) / ld2_local_ptr[0]) - 0x1p+0f/*1.000000e+00*/);
         } else {
           condval_4 = ((ld1_local_ptr[0] - fmodf(ld1_local_ptr[0], ld2_local_ptr[0])) / ld2_local_ptr[0]);
         }
         float condval_5;
-        if ((fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld2_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld2_local_ptr[0]) && (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+        if (((fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) && (((ld2_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld2_local_ptr[0]) && (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
           condval_5 = (((ld1_local_ptr[0] - fmodf(ld1_local_ptr[0], ld2_local_ptr[0])) / ld2_local_ptr[0]) - 0x1p+0f/*1.000000e+00*/);
         } else {
           condval_5 = ((ld1_local_ptr[0] - fmodf(ld1_local_ptr[0], ld2_local_ptr[0])) / ld2_local_ptr[0]);
@@ -24982,7 +24987,7 @@ extern "C" __global__ void __launch_bounds__(512) tvm_RemainderGradB_fff_f_r3_b5
         float condval_3;
         if (0x1p-1f/*5.000000e-01*/ < (condval_4 - floorf(condval_5))) {
           float condval_6;
-          if ((fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld2_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld2_local_ptr[0]) && (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+          if (((fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) && (((ld2_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld2_local_ptr[0]) && (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
             condval_6 = (((ld1_local_ptr[0] - fmodf(ld1_local_ptr[0], ld2_local_ptr[0])) / ld2_local_ptr[0]) - 0x1p+0f/*1.000000e+00*/);
           } else {
             condval_6 = ((ld1_local_ptr[0] - fmodf(ld1_local_ptr[0], ld2_local_ptr[0])) / ld2_local_ptr[0]);
@@ -24990,7 +24995,7 @@ extern "C" __global__ void __launch_bounds__(512) tvm_RemainderGradB_fff_f_r3_b5
           condval_3 = (floorf(condval_6) + 0x1p+0f/*1.000000e+00*/);
         } else {
           float condval_7;
-          if ((fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld2_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld2_local_ptr[0]) && (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+          if (((fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) && (((ld2_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld2_local_ptr[0]) && (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
             condval_7 = (((ld1_local_ptr[0] - fmodf(ld1_local_ptr[0], ld2_local_ptr[0])) / ld2_local_ptr[0]) - 0x1p+0f/*1.000000e+00*/);
           } else {
             condval_7 = ((ld1_local_ptr[0] - fmodf(ld1_local_ptr[0], ld2_local_ptr[0])) / ld2_local_ptr[0]);
@@ -25030,7 +25035,7 @@ extern "C" __global__ void __launch_bounds__(128) tvm_RemainderGradB_fff_f_r4_b1
       condval = (ld1_local_ptr[0] / ld2_local_ptr[0]);
     } else {
       float condval_2;
-      if ((fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld2_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld2_local_ptr[0]) && (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+      if (((fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) && (((ld2_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld2_local_ptr[0]) && (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
         condval_2 = (((ld1_local_ptr[0] - fmodf(ld1_local_ptr[0], ld2_local_ptr[0])) / ld2_local_ptr[0]) - 0x1p+0f/*1.000000e+00*/);
       } else {
         condval_2 = ((ld1_local_ptr[0] - fmodf(ld1_local_ptr[0], ld2_local_ptr[0])) / ld2_local_ptr[0]);
@@ -25040,13 +25045,13 @@ extern "C" __global__ void __launch_bounds__(128) tvm_RemainderGradB_fff_f_r4_b1
         condval_1 = copysignf(0x0p+0f/*0.000000e+00*/, (ld1_local_ptr[0] / ld2_local_ptr[0]));
       } else {
         float condval_4;
-        if ((fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld2_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld2_local_ptr[0]) && (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+        if (((fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) && (((ld2_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld2_local_ptr[0]) && (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
           condval_4 = (((ld1_local_ptr[0] - fmodf(ld1_local_ptr[0], ld2_local_ptr[0])) / ld2_local_ptr[0]) - 0x1p+0f/*1.000000e+00*/);
         } else {
           condval_4 = ((ld1_local_ptr[0] - fmodf(ld1_local_ptr[0], ld2_local_ptr[0])) / ld2_local_ptr[0]);
         }
         float condval_5;
-        if ((fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld2_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld2_local_ptr[0]) && (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+        if (((fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) && (((ld2_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld2_local_ptr[0]) && (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
           condval_5 = (((ld1_local_ptr[0] - fmodf(ld1_local_ptr[0], ld2_local_ptr[0])) / ld2_local_ptr[0]) - 0x1p+0f/*1.000000e+00*/);
         } else {
           condval_5 = ((ld1_local_ptr[0] - fmodf(ld1_local_ptr[0], ld2_local_ptr[0])) / ld2_local_ptr[0]);
@@ -25054,7 +25059,7 @@ extern "C" __global__ void __launch_bounds__(128) tvm_RemainderGradB_fff_f_r4_b1
         float condval_3;
         if (0x1p-1f/*5.000000e-01*/ < (condval_4 - floorf(condval_5))) {
           float condval_6;
-          if ((fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld2_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld2_local_ptr[0]) && (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+          if (((fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) && (((ld2_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld2_local_ptr[0]) && (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
             condval_6 = (((ld1_local_ptr[0] - fmodf(ld1_local_ptr[0], ld2_local_ptr[0])) / ld2_local_ptr[0]) - 0x1p+0f/*1.000000e+00*/);
           } else {
             condval_6 = ((ld1_local_ptr[0] - fmodf(ld1_local_ptr[0], ld2_local_ptr[0])) / ld2_local_ptr[0]);
@@ -25062,7 +25067,7 @@ extern "C" __global__ void __launch_bounds__(128) tvm_RemainderGradB_fff_f_r4_b1
           condval_3 = (floorf(condval_6) + 0x1p+0f/*1.000000e+00*/);
         } else {
           float condval_7;
-          if ((fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld2_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld2_local_ptr[0]) && (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+          if (((fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) && (((ld2_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld2_local_ptr[0]) && (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
             condval_7 = (((ld1_local_ptr[0] - fmodf(ld1_local_ptr[0], ld2_local_ptr[0])) / ld2_local_ptr[0]) - 0x1p+0f/*1.000000e+00*/);
           } else {
             condval_7 = ((ld1_local_ptr[0] - fmodf(ld1_local_ptr[0], ld2_local_ptr[0])) / ld2_local_ptr[0]);
@@ -25102,7 +25107,7 @@ extern "C" __global__ void __launch_bounds__(256) tvm_RemainderGradB_fff_f_r4_b2
       condval = (ld1_local_ptr[0] / ld2_local_ptr[0]);
     } else {
       float condval_2;
-      if ((fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld2_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld2_local_ptr[0]) && (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+      if (((fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) && (((ld2_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld2_local_ptr[0]) && (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
         condval_2 = (((ld1_local_ptr[0] - fmodf(ld1_local_ptr[0], ld2_local_ptr[0])) / ld2_local_ptr[0]) - 0x1p+0f/*1.000000e+00*/);
       } else {
         condval_2 = ((ld1_local_ptr[0] - fmodf(ld1_local_ptr[0], ld2_local_ptr[0])) / ld2_local_ptr[0]);
@@ -25112,13 +25117,13 @@ extern "C" __global__ void __launch_bounds__(256) tvm_RemainderGradB_fff_f_r4_b2
         condval_1 = copysignf(0x0p+0f/*0.000000e+00*/, (ld1_local_ptr[0] / ld2_local_ptr[0]));
       } else {
         float condval_4;
-        if ((fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld2_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld2_local_ptr[0]) && (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+        if (((fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) && (((ld2_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld2_local_ptr[0]) && (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
           condval_4 = (((ld1_local_ptr[0] - fmodf(ld1_local_ptr[0], ld2_local_ptr[0])) / ld2_local_ptr[0]) - 0x1p+0f/*1.000000e+00*/);
         } else {
           condval_4 = ((ld1_local_ptr[0] - fmodf(ld1_local_ptr[0], ld2_local_ptr[0])) / ld2_local_ptr[0]);
         }
         float condval_5;
-        if ((fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld2_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld2_local_ptr[0]) && (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+        if (((fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) && (((ld2_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld2_local_ptr[0]) && (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
           condval_5 = (((ld1_local_ptr[0] - fmodf(ld1_local_ptr[0], ld2_local_ptr[0])) / ld2_local_ptr[0]) - 0x1p+0f/*1.000000e+00*/);
         } else {
           condval_5 = ((ld1_local_ptr[0] - fmodf(ld1_local_ptr[0], ld2_local_ptr[0])) / ld2_local_ptr[0]);
@@ -25126,7 +25131,7 @@ extern "C" __global__ void __launch_bounds__(256) tvm_RemainderGradB_fff_f_r4_b2
         float condval_3;
         if (0x1p-1f/*5.000000e-01*/ < (condval_4 - floorf(condval_5))) {
           float condval_6;
-          if ((fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld2_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld2_local_ptr[0]) && (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+          if (((fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) && (((ld2_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld2_local_ptr[0]) && (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
             condval_6 = (((ld1_local_ptr[0] - fmodf(ld1_local_ptr[0], ld2_local_ptr[0])) / ld2_local_ptr[0]) - 0x1p+0f/*1.000000e+00*/);
           } else {
             condval_6 = ((ld1_local_ptr[0] - fmodf(ld1_local_ptr[0], ld2_local_ptr[0])) / ld2_local_ptr[0]);
@@ -25134,7 +25139,7 @@ extern "C" __global__ void __launch_bounds__(256) tvm_RemainderGradB_fff_f_r4_b2
           condval_3 = (floorf(condval_6) + 0x1p+0f/*1.000000e+00*/);
         } else {
           float condval_7;
-          if ((fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld2_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld2_local_ptr[0]) && (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+          if (((fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) && (((ld2_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld2_local_ptr[0]) && (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
             condval_7 = (((ld1_local_ptr[0] - fmodf(ld1_local_ptr[0], ld2_local_ptr[0])) / ld2_local_ptr[0]) - 0x1p+0f/*1.000000e+00*/);
           } else {
             condval_7 = ((ld1_local_ptr[0] - fmodf(ld1_local_ptr[0], ld2_local_ptr[0])) / ld2_local_ptr[0]);
@@ -25174,7 +25179,7 @@ extern "C" __global__ void __launch_bounds__(512) tvm_RemainderGradB_fff_f_r4_b5
       condval = (ld1_local_ptr[0] / ld2_local_ptr[0]);
     } else {
       float condval_2;
-      if ((fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld2_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld2_local_ptr[0]) && (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+      if (((fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) && (((ld2_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld2_local_ptr[0]) && (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
         condval_2 = (((ld1_local_ptr[0] - fmodf(ld1_local_ptr[0], ld2_local_ptr[0])) / ld2_local_ptr[0]) - 0x1p+0f/*1.000000e+00*/);
       } else {
         condval_2 = ((ld1_local_ptr[0] - fmodf(ld1_local_ptr[0], ld2_local_ptr[0])) / ld2_local_ptr[0]);
@@ -25184,13 +25189,13 @@ extern "C" __global__ void __launch_bounds__(512) tvm_RemainderGradB_fff_f_r4_b5
         condval_1 = copysignf(0x0p+0f/*0.000000e+00*/, (ld1_local_ptr[0] / ld2_local_ptr[0]));
       } else {
         float condval_4;
-        if ((fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld2_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld2_local_ptr[0]) && (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+        if (((fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) && (((ld2_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld2_local_ptr[0]) && (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
           condval_4 = (((ld1_local_ptr[0] - fmodf(ld1_local_ptr[0], ld2_local_ptr[0])) / ld2_local_ptr[0]) - 0x1p+0f/*1.000000e+00*/);
         } else {
           condval_4 = ((ld1_local_ptr[0] - fmodf(ld1_local_ptr[0], ld2_local_ptr[0])) / ld2_local_ptr[0]);
         }
         float condval_5;
-        if ((fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld2_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld2_local_ptr[0]) && (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+        if (((fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) && (((ld2_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld2_local_ptr[0]) && (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
           condval_5 = (((ld1_local_ptr[0] - fmodf(ld1_local_ptr[0], ld2_local_ptr[0])) / ld2_local_ptr[0]) - 0x1p+0f/*1.000000e+00*/);
         } else {
           condval_5 = ((ld1_local_ptr[0] - fmodf(ld1_local_ptr[0], ld2_local_ptr[0])) / ld2_local_ptr[0]);
@@ -25198,7 +25203,7 @@ extern "C" __global__ void __launch_bounds__(512) tvm_RemainderGradB_fff_f_r4_b5
         float condval_3;
         if (0x1p-1f/*5.000000e-01*/ < (condval_4 - floorf(condval_5))) {
           float condval_6;
-          if ((fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld2_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld2_local_ptr[0]) && (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+          if (((fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) && (((ld2_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld2_local_ptr[0]) && (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
             condval_6 = (((ld1_local_ptr[0] - fmodf(ld1_local_ptr[0], ld2_local_ptr[0])) / ld2_local_ptr[0]) - 0x1p+0f/*1.000000e+00*/);
           } else {
             condval_6 = ((ld1_local_ptr[0] - fmodf(ld1_local_ptr[0], ld2_local_ptr[0])) / ld2_local_ptr[0]);
@@ -25206,7 +25211,7 @@ extern "C" __global__ void __launch_bounds__(512) tvm_RemainderGradB_fff_f_r4_b5
           condval_3 = (floorf(condval_6) + 0x1p+0f/*1.000000e+00*/);
         } else {
           float condval_7;
-          if ((fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld2_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld2_local_ptr[0]) && (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+          if (((fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) && (((ld2_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld2_local_ptr[0]) && (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
             condval_7 = (((ld1_local_ptr[0] - fmodf(ld1_local_ptr[0], ld2_local_ptr[0])) / ld2_local_ptr[0]) - 0x1p+0f/*1.000000e+00*/);
           } else {
             condval_7 = ((ld1_local_ptr[0] - fmodf(ld1_local_ptr[0], ld2_local_ptr[0])) / ld2_local_ptr[0]);
@@ -25254,7 +25259,7 @@ extern "C" __global__ void __launch_bounds__(128) tvm_RemainderGradB_fff_f_r8_b1
       condval = (ld1_local_ptr[0] / ld2_local_ptr[0]);
     } else {
       float condval_2;
-      if ((fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld2_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld2_local_ptr[0]) && (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+      if (((fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) && (((ld2_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld2_local_ptr[0]) && (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
         condval_2 = (((ld1_local_ptr[0] - fmodf(ld1_local_ptr[0], ld2_local_ptr[0])) / ld2_local_ptr[0]) - 0x1p+0f/*1.000000e+00*/);
       } else {
         condval_2 = ((ld1_local_ptr[0] - fmodf(ld1_local_ptr[0], ld2_local_ptr[0])) / ld2_local_ptr[0]);
@@ -25264,13 +25269,13 @@ extern "C" __global__ void __launch_bounds__(128) tvm_RemainderGradB_fff_f_r8_b1
         condval_1 = copysignf(0x0p+0f/*0.000000e+00*/, (ld1_local_ptr[0] / ld2_local_ptr[0]));
       } else {
         float condval_4;
-        if ((fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld2_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld2_local_ptr[0]) && (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+        if (((fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) && (((ld2_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld2_local_ptr[0]) && (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
           condval_4 = (((ld1_local_ptr[0] - fmodf(ld1_local_ptr[0], ld2_local_ptr[0])) / ld2_local_ptr[0]) - 0x1p+0f/*1.000000e+00*/);
         } else {
           condval_4 = ((ld1_local_ptr[0] - fmodf(ld1_local_ptr[0], ld2_local_ptr[0])) / ld2_local_ptr[0]);
         }
         float condval_5;
-        if ((fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld2_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld2_local_ptr[0]) && (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+        if (((fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) && (((ld2_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld2_local_ptr[0]) && (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
           condval_5 = (((ld1_local_ptr[0] - fmodf(ld1_local_ptr[0], ld2_local_ptr[0])) / ld2_local_ptr[0]) - 0x1p+0f/*1.000000e+00*/);
         } else {
           condval_5 = ((ld1_local_ptr[0] - fmodf(ld1_local_ptr[0], ld2_local_ptr[0])) / ld2_local_ptr[0]);
@@ -25278,7 +25283,7 @@ extern "C" __global__ void __launch_bounds__(128) tvm_RemainderGradB_fff_f_r8_b1
         float condval_3;
         if (0x1p-1f/*5.000000e-01*/ < (condval_4 - floorf(condval_5))) {
           float condval_6;
-          if ((fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld2_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld2_local_ptr[0]) && (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+          if (((fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) && (((ld2_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld2_local_ptr[0]) && (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
             condval_6 = (((ld1_local_ptr[0] - fmodf(ld1_local_ptr[0], ld2_local_ptr[0])) / ld2_local_ptr[0]) - 0x1p+0f/*1.000000e+00*/);
           } else {
             condval_6 = ((ld1_local_ptr[0] - fmodf(ld1_local_ptr[0], ld2_local_ptr[0])) / ld2_local_ptr[0]);
@@ -25286,7 +25291,7 @@ extern "C" __global__ void __launch_bounds__(128) tvm_RemainderGradB_fff_f_r8_b1
           condval_3 = (floorf(condval_6) + 0x1p+0f/*1.000000e+00*/);
         } else {
           float condval_7;
-          if ((fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld2_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld2_local_ptr[0]) && (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+          if (((fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) && (((ld2_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld2_local_ptr[0]) && (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
             condval_7 = (((ld1_local_ptr[0] - fmodf(ld1_local_ptr[0], ld2_local_ptr[0])) / ld2_local_ptr[0]) - 0x1p+0f/*1.000000e+00*/);
           } else {
             condval_7 = ((ld1_local_ptr[0] - fmodf(ld1_local_ptr[0], ld2_local_ptr[0])) / ld2_local_ptr[0]);
@@ -25334,7 +25339,7 @@ extern "C" __global__ void __launch_bounds__(256) tvm_RemainderGradB_fff_f_r8_b2
       condval = (ld1_local_ptr[0] / ld2_local_ptr[0]);
     } else {
       float condval_2;
-      if ((fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld2_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld2_local_ptr[0]) && (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+      if (((fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) && (((ld2_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld2_local_ptr[0]) && (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
         condval_2 = (((ld1_local_ptr[0] - fmodf(ld1_local_ptr[0], ld2_local_ptr[0])) / ld2_local_ptr[0]) - 0x1p+0f/*1.000000e+00*/);
       } else {
         condval_2 = ((ld1_local_ptr[0] - fmodf(ld1_local_ptr[0], ld2_local_ptr[0])) / ld2_local_ptr[0]);
@@ -25344,13 +25349,13 @@ extern "C" __global__ void __launch_bounds__(256) tvm_RemainderGradB_fff_f_r8_b2
         condval_1 = copysignf(0x0p+0f/*0.000000e+00*/, (ld1_local_ptr[0] / ld2_local_ptr[0]));
       } else {
         float condval_4;
-        if ((fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld2_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld2_local_ptr[0]) && (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+        if (((fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) && (((ld2_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld2_local_ptr[0]) && (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
           condval_4 = (((ld1_local_ptr[0] - fmodf(ld1_local_ptr[0], ld2_local_ptr[0])) / ld2_local_ptr[0]) - 0x1p+0f/*1.000000e+00*/);
         } else {
           condval_4 = ((ld1_local_ptr[0] - fmodf(ld1_local_ptr[0], ld2_local_ptr[0])) / ld2_local_ptr[0]);
         }
         float condval_5;
-        if ((fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld2_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld2_local_ptr[0]) && (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+        if (((fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) && (((ld2_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld2_local_ptr[0]) && (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
           condval_5 = (((ld1_local_ptr[0] - fmodf(ld1_local_ptr[0], ld2_local_ptr[0])) / ld2_local_ptr[0]) - 0x1p+0f/*1.000000e+00*/);
         } else {
           condval_5 = ((ld1_local_ptr[0] - fmodf(ld1_local_ptr[0], ld2_local_ptr[0])) / ld2_local_ptr[0]);
@@ -25358,7 +25363,7 @@ extern "C" __global__ void __launch_bounds__(256) tvm_RemainderGradB_fff_f_r8_b2
         float condval_3;
         if (0x1p-1f/*5.000000e-01*/ < (condval_4 - floorf(condval_5))) {
           float condval_6;
-          if ((fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld2_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld2_local_ptr[0]) && (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+          if (((fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) && (((ld2_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld2_local_ptr[0]) && (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
             condval_6 = (((ld1_local_ptr[0] - fmodf(ld1_local_ptr[0], ld2_local_ptr[0])) / ld2_local_ptr[0]) - 0x1p+0f/*1.000000e+00*/);
           } else {
             condval_6 = ((ld1_local_ptr[0] - fmodf(ld1_local_ptr[0], ld2_local_ptr[0])) / ld2_local_ptr[0]);
@@ -25366,7 +25371,7 @@ extern "C" __global__ void __launch_bounds__(256) tvm_RemainderGradB_fff_f_r8_b2
           condval_3 = (floorf(condval_6) + 0x1p+0f/*1.000000e+00*/);
         } else {
           float condval_7;
-          if ((fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld2_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld2_local_ptr[0]) && (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+          if (((fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) && (((ld2_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld2_local_ptr[0]) && (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
             condval_7 = (((ld1_local_ptr[0] - fmodf(ld1_local_ptr[0], ld2_local_ptr[0])) / ld2_local_ptr[0]) - 0x1p+0f/*1.000000e+00*/);
           } else {
             condval_7 = ((ld1_local_ptr[0] - fmodf(ld1_local_ptr[0], ld2_local_ptr[0])) / ld2_local_ptr[0]);
@@ -25414,7 +25419,7 @@ extern "C" __global__ void __launch_bounds__(512) tvm_RemainderGradB_fff_f_r8_b5
       condval = (ld1_local_ptr[0] / ld2_local_ptr[0]);
     } else {
       float condval_2;
-      if ((fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld2_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld2_local_ptr[0]) && (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+      if (((fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) && (((ld2_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld2_local_ptr[0]) && (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
         condval_2 = (((ld1_local_ptr[0] - fmodf(ld1_local_ptr[0], ld2_local_ptr[0])) / ld2_local_ptr[0]) - 0x1p+0f/*1.000000e+00*/);
       } else {
         condval_2 = ((ld1_local_ptr[0] - fmodf(ld1_local_ptr[0], ld2_local_ptr[0])) / ld2_local_ptr[0]);
@@ -25424,13 +25429,13 @@ extern "C" __global__ void __launch_bounds__(512) tvm_RemainderGradB_fff_f_r8_b5
         condval_1 = copysignf(0x0p+0f/*0.000000e+00*/, (ld1_local_ptr[0] / ld2_local_ptr[0]));
       } else {
         float condval_4;
-        if ((fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld2_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld2_local_ptr[0]) && (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+        if (((fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) && (((ld2_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld2_local_ptr[0]) && (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
           condval_4 = (((ld1_local_ptr[0] - fmodf(ld1_local_ptr[0], ld2_local_ptr[0])) / ld2_local_ptr[0]) - 0x1p+0f/*1.000000e+00*/);
         } else {
           condval_4 = ((ld1_local_ptr[0] - fmodf(ld1_local_ptr[0], ld2_local_ptr[0])) / ld2_local_ptr[0]);
         }
         float condval_5;
-        if ((fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld2_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld2_local_ptr[0]) && (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+        if (((fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) && (((ld2_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld2_local_ptr[0]) && (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
           condval_5 = (((ld1_local_ptr[0] - fmodf(ld1_local_ptr[0], ld2_local_ptr[0])) / ld2_local_ptr[0]) - 0x1p+0f/*1.000000e+00*/);
         } else {
           condval_5 = ((ld1_local_ptr[0] - fmodf(ld1_local_ptr[0], ld2_local_ptr[0])) / ld2_local_ptr[0]);
@@ -25438,7 +25443,7 @@ extern "C" __global__ void __launch_bounds__(512) tvm_RemainderGradB_fff_f_r8_b5
         float condval_3;
         if (0x1p-1f/*5.000000e-01*/ < (condval_4 - floorf(condval_5))) {
           float condval_6;
-          if ((fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld2_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld2_local_ptr[0]) && (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+          if (((fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) && (((ld2_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld2_local_ptr[0]) && (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
             condval_6 = (((ld1_local_ptr[0] - fmodf(ld1_local_ptr[0], ld2_local_ptr[0])) / ld2_local_ptr[0]) - 0x1p+0f/*1.000000e+00*/);
           } else {
             condval_6 = ((ld1_local_ptr[0] - fmodf(ld1_local_ptr[0], ld2_local_ptr[0])) / ld2_local_ptr[0]);
@@ -25446,7 +25451,7 @@ extern "C" __global__ void __launch_bounds__(512) tvm_RemainderGradB_fff_f_r8_b5
           condval_3 = (floorf(condval_6) + 0x1p+0f/*1.000000e+00*/);
         } else {
           float condval_7;
-          if ((fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) && (((ld2_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld2_local_ptr[0]) && (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
+          if (((fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != 0x0p+0f/*0.000000e+00*/) || (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) != fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) && (((ld2_local_ptr[0] < 0x0p+0f/*0.000000e+00*/) && (0x0p+0f/*0.000000e+00*/ <= fmodf(ld1_local_ptr[0], ld2_local_ptr[0]))) || ((0x0p+0f/*0.000000e+00*/ <= ld2_local_ptr[0]) && (fmodf(ld1_local_ptr[0], ld2_local_ptr[0]) < 0x0p+0f/*0.000000e+00*/)))) {
             condval_7 = (((ld1_local_ptr[0] - fmodf(ld1_local_ptr[0], ld2_local_ptr[0])) / ld2_local_ptr[0]) - 0x1p+0f/*1.000000e+00*/);
           } else {
             condval_7 = ((ld1_local_ptr[0] - fmodf(ld1_local_ptr[0], ld2_local_ptr[0])) / ld2_local_ptr[0]);
@@ -30923,7 +30928,7 @@ extern "C" __global__ void __launch_bounds__(128) tvm_Xor_ff_b_r1_b128_kernel(fl
     ld1_local_ptr[0] = in1_ptr[(((((int64_t)blockIdx.x) * (int64_t)128) + ((int64_t)threadIdx.x)) * s1_0)];
   }
   if (((((int64_t)blockIdx.x) * (int64_t)128) + ((int64_t)threadIdx.x)) < n) {
-    out_ptr[((((int64_t)blockIdx.x) * (int64_t)128) + ((int64_t)threadIdx.x))] = (((ld0_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) && (ld1_local_ptr[0] == 0x0p+0f/*0.000000e+00*/)) || ((ld0_local_ptr[0] == 0x0p+0f/*0.000000e+00*/) && (ld1_local_ptr[0] != 0x0p+0f/*0.000000e+00*/)));
+    out_ptr[((((int64_t)blockIdx.x) * (int64_t)128) + ((int64_t)threadIdx.x))] = (((((ld0_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) || (ld0_local_ptr[0] != ld0_local_ptr[0])) && (ld1_local_ptr[0] == 0x0p+0f/*0.000000e+00*/)) && !(ld1_local_ptr[0] != ld1_local_ptr[0])) || (((ld0_local_ptr[0] == 0x0p+0f/*0.000000e+00*/) && !(ld0_local_ptr[0] != ld0_local_ptr[0])) && ((ld1_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) || (ld1_local_ptr[0] != ld1_local_ptr[0]))));
   }
 }
 
@@ -30938,7 +30943,7 @@ extern "C" __global__ void __launch_bounds__(256) tvm_Xor_ff_b_r1_b256_kernel(fl
     ld1_local_ptr[0] = in1_ptr[(((((int64_t)blockIdx.x) * (int64_t)256) + ((int64_t)threadIdx.x)) * s1_0)];
   }
   if (((((int64_t)blockIdx.x) * (int64_t)256) + ((int64_t)threadIdx.x)) < n) {
-    out_ptr[((((int64_t)blockIdx.x) * (int64_t)256) + ((int64_t)threadIdx.x))] = (((ld0_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) && (ld1_local_ptr[0] == 0x0p+0f/*0.000000e+00*/)) || ((ld0_local_ptr[0] == 0x0p+0f/*0.000000e+00*/) && (ld1_local_ptr[0] != 0x0p+0f/*0.000000e+00*/)));
+    out_ptr[((((int64_t)blockIdx.x) * (int64_t)256) + ((int64_t)threadIdx.x))] = (((((ld0_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) || (ld0_local_ptr[0] != ld0_local_ptr[0])) && (ld1_local_ptr[0] == 0x0p+0f/*0.000000e+00*/)) && !(ld1_local_ptr[0] != ld1_local_ptr[0])) || (((ld0_local_ptr[0] == 0x0p+0f/*0.000000e+00*/) && !(ld0_local_ptr[0] != ld0_local_ptr[0])) && ((ld1_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) || (ld1_local_ptr[0] != ld1_local_ptr[0]))));
   }
 }
 
@@ -30953,7 +30958,7 @@ extern "C" __global__ void __launch_bounds__(512) tvm_Xor_ff_b_r1_b512_kernel(fl
     ld1_local_ptr[0] = in1_ptr[(((((int64_t)blockIdx.x) * (int64_t)512) + ((int64_t)threadIdx.x)) * s1_0)];
   }
   if (((((int64_t)blockIdx.x) * (int64_t)512) + ((int64_t)threadIdx.x)) < n) {
-    out_ptr[((((int64_t)blockIdx.x) * (int64_t)512) + ((int64_t)threadIdx.x))] = (((ld0_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) && (ld1_local_ptr[0] == 0x0p+0f/*0.000000e+00*/)) || ((ld0_local_ptr[0] == 0x0p+0f/*0.000000e+00*/) && (ld1_local_ptr[0] != 0x0p+0f/*0.000000e+00*/)));
+    out_ptr[((((int64_t)blockIdx.x) * (int64_t)512) + ((int64_t)threadIdx.x))] = (((((ld0_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) || (ld0_local_ptr[0] != ld0_local_ptr[0])) && (ld1_local_ptr[0] == 0x0p+0f/*0.000000e+00*/)) && !(ld1_local_ptr[0] != ld1_local_ptr[0])) || (((ld0_local_ptr[0] == 0x0p+0f/*0.000000e+00*/) && !(ld0_local_ptr[0] != ld0_local_ptr[0])) && ((ld1_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) || (ld1_local_ptr[0] != ld1_local_ptr[0]))));
   }
 }
 
@@ -30970,7 +30975,7 @@ extern "C" __global__ void __launch_bounds__(128) tvm_Xor_ff_b_r2_b128_kernel(fl
     ld1_local_ptr[0] = in1_ptr[(((((((int)blockIdx.x) * 128) + ((int)threadIdx.x)) % d1) * s1_1) + ((((((int)blockIdx.x) * 128) + ((int)threadIdx.x)) / d1) * s1_0))];
   }
   if (((((int)blockIdx.x) * 128) + ((int)threadIdx.x)) < n) {
-    out_ptr[((((int)blockIdx.x) * 128) + ((int)threadIdx.x))] = (((ld0_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) && (ld1_local_ptr[0] == 0x0p+0f/*0.000000e+00*/)) || ((ld0_local_ptr[0] == 0x0p+0f/*0.000000e+00*/) && (ld1_local_ptr[0] != 0x0p+0f/*0.000000e+00*/)));
+    out_ptr[((((int)blockIdx.x) * 128) + ((int)threadIdx.x))] = (((((ld0_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) || (ld0_local_ptr[0] != ld0_local_ptr[0])) && (ld1_local_ptr[0] == 0x0p+0f/*0.000000e+00*/)) && !(ld1_local_ptr[0] != ld1_local_ptr[0])) || (((ld0_local_ptr[0] == 0x0p+0f/*0.000000e+00*/) && !(ld0_local_ptr[0] != ld0_local_ptr[0])) && ((ld1_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) || (ld1_local_ptr[0] != ld1_local_ptr[0]))));
   }
 }
 
@@ -30987,7 +30992,7 @@ extern "C" __global__ void __launch_bounds__(256) tvm_Xor_ff_b_r2_b256_kernel(fl
     ld1_local_ptr[0] = in1_ptr[(((((((int)blockIdx.x) * 256) + ((int)threadIdx.x)) % d1) * s1_1) + ((((((int)blockIdx.x) * 256) + ((int)threadIdx.x)) / d1) * s1_0))];
   }
   if (((((int)blockIdx.x) * 256) + ((int)threadIdx.x)) < n) {
-    out_ptr[((((int)blockIdx.x) * 256) + ((int)threadIdx.x))] = (((ld0_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) && (ld1_local_ptr[0] == 0x0p+0f/*0.000000e+00*/)) || ((ld0_local_ptr[0] == 0x0p+0f/*0.000000e+00*/) && (ld1_local_ptr[0] != 0x0p+0f/*0.000000e+00*/)));
+    out_ptr[((((int)blockIdx.x) * 256) + ((int)threadIdx.x))] = (((((ld0_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) || (ld0_local_ptr[0] != ld0_local_ptr[0])) && (ld1_local_ptr[0] == 0x0p+0f/*0.000000e+00*/)) && !(ld1_local_ptr[0] != ld1_local_ptr[0])) || (((ld0_local_ptr[0] == 0x0p+0f/*0.000000e+00*/) && !(ld0_local_ptr[0] != ld0_local_ptr[0])) && ((ld1_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) || (ld1_local_ptr[0] != ld1_local_ptr[0]))));
   }
 }
 
@@ -31004,7 +31009,7 @@ extern "C" __global__ void __launch_bounds__(512) tvm_Xor_ff_b_r2_b512_kernel(fl
     ld1_local_ptr[0] = in1_ptr[(((((((int)blockIdx.x) * 512) + ((int)threadIdx.x)) % d1) * s1_1) + ((((((int)blockIdx.x) * 512) + ((int)threadIdx.x)) / d1) * s1_0))];
   }
   if (((((int)blockIdx.x) * 512) + ((int)threadIdx.x)) < n) {
-    out_ptr[((((int)blockIdx.x) * 512) + ((int)threadIdx.x))] = (((ld0_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) && (ld1_local_ptr[0] == 0x0p+0f/*0.000000e+00*/)) || ((ld0_local_ptr[0] == 0x0p+0f/*0.000000e+00*/) && (ld1_local_ptr[0] != 0x0p+0f/*0.000000e+00*/)));
+    out_ptr[((((int)blockIdx.x) * 512) + ((int)threadIdx.x))] = (((((ld0_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) || (ld0_local_ptr[0] != ld0_local_ptr[0])) && (ld1_local_ptr[0] == 0x0p+0f/*0.000000e+00*/)) && !(ld1_local_ptr[0] != ld1_local_ptr[0])) || (((ld0_local_ptr[0] == 0x0p+0f/*0.000000e+00*/) && !(ld0_local_ptr[0] != ld0_local_ptr[0])) && ((ld1_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) || (ld1_local_ptr[0] != ld1_local_ptr[0]))));
   }
 }
 
@@ -31022,7 +31027,7 @@ extern "C" __global__ void __launch_bounds__(128) tvm_Xor_ff_b_r3_b128_kernel(fl
     ld1_local_ptr[0] = in1_ptr[((((((((int)blockIdx.x) * 128) + ((int)threadIdx.x)) % d2) * s1_2) + (((((((int)blockIdx.x) * 128) + ((int)threadIdx.x)) / d2) % d1) * s1_1)) + ((((((int)blockIdx.x) * 128) + ((int)threadIdx.x)) / (d2 * d1)) * s1_0))];
   }
   if (((((int)blockIdx.x) * 128) + ((int)threadIdx.x)) < n) {
-    out_ptr[((((int)blockIdx.x) * 128) + ((int)threadIdx.x))] = (((ld0_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) && (ld1_local_ptr[0] == 0x0p+0f/*0.000000e+00*/)) || ((ld0_local_ptr[0] == 0x0p+0f/*0.000000e+00*/) && (ld1_local_ptr[0] != 0x0p+0f/*0.000000e+00*/)));
+    out_ptr[((((int)blockIdx.x) * 128) + ((int)threadIdx.x))] = (((((ld0_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) || (ld0_local_ptr[0] != ld0_local_ptr[0])) && (ld1_local_ptr[0] == 0x0p+0f/*0.000000e+00*/)) && !(ld1_local_ptr[0] != ld1_local_ptr[0])) || (((ld0_local_ptr[0] == 0x0p+0f/*0.000000e+00*/) && !(ld0_local_ptr[0] != ld0_local_ptr[0])) && ((ld1_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) || (ld1_local_ptr[0] != ld1_local_ptr[0]))));
   }
 }
 
@@ -31040,7 +31045,7 @@ extern "C" __global__ void __launch_bounds__(256) tvm_Xor_ff_b_r3_b256_kernel(fl
     ld1_local_ptr[0] = in1_ptr[((((((((int)blockIdx.x) * 256) + ((int)threadIdx.x)) % d2) * s1_2) + (((((((int)blockIdx.x) * 256) + ((int)threadIdx.x)) / d2) % d1) * s1_1)) + ((((((int)blockIdx.x) * 256) + ((int)threadIdx.x)) / (d2 * d1)) * s1_0))];
   }
   if (((((int)blockIdx.x) * 256) + ((int)threadIdx.x)) < n) {
-    out_ptr[((((int)blockIdx.x) * 256) + ((int)threadIdx.x))] = (((ld0_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) && (ld1_local_ptr[0] == 0x0p+0f/*0.000000e+00*/)) || ((ld0_local_ptr[0] == 0x0p+0f/*0.000000e+00*/) && (ld1_local_ptr[0] != 0x0p+0f/*0.000000e+00*/)));
+    out_ptr[((((int)blockIdx.x) * 256) + ((int)threadIdx.x))] = (((((ld0_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) || (ld0_local_ptr[0] != ld0_local_ptr[0])) && (ld1_local_ptr[0] == 0x0p+0f/*0.000000e+00*/)) && !(ld1_local_ptr[0] != ld1_local_ptr[0])) || (((ld0_local_ptr[0] == 0x0p+0f/*0.000000e+00*/) && !(ld0_local_ptr[0] != ld0_local_ptr[0])) && ((ld1_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) || (ld1_local_ptr[0] != ld1_local_ptr[0]))));
   }
 }
 
@@ -31058,7 +31063,7 @@ extern "C" __global__ void __launch_bounds__(512) tvm_Xor_ff_b_r3_b512_kernel(fl
     ld1_local_ptr[0] = in1_ptr[((((((((int)blockIdx.x) * 512) + ((int)threadIdx.x)) % d2) * s1_2) + (((((((int)blockIdx.x) * 512) + ((int)threadIdx.x)) / d2) % d1) * s1_1)) + ((((((int)blockIdx.x) * 512) + ((int)threadIdx.x)) / (d2 * d1)) * s1_0))];
   }
   if (((((int)blockIdx.x) * 512) + ((int)threadIdx.x)) < n) {
-    out_ptr[((((int)blockIdx.x) * 512) + ((int)threadIdx.x))] = (((ld0_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) && (ld1_local_ptr[0] == 0x0p+0f/*0.000000e+00*/)) || ((ld0_local_ptr[0] == 0x0p+0f/*0.000000e+00*/) && (ld1_local_ptr[0] != 0x0p+0f/*0.000000e+00*/)));
+    out_ptr[((((int)blockIdx.x) * 512) + ((int)threadIdx.x))] = (((((ld0_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) || (ld0_local_ptr[0] != ld0_local_ptr[0])) && (ld1_local_ptr[0] == 0x0p+0f/*0.000000e+00*/)) && !(ld1_local_ptr[0] != ld1_local_ptr[0])) || (((ld0_local_ptr[0] == 0x0p+0f/*0.000000e+00*/) && !(ld0_local_ptr[0] != ld0_local_ptr[0])) && ((ld1_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) || (ld1_local_ptr[0] != ld1_local_ptr[0]))));
   }
 }
 
@@ -31078,7 +31083,7 @@ extern "C" __global__ void __launch_bounds__(128) tvm_Xor_ff_b_r4_b128_kernel(fl
     ld1_local_ptr[0] = in1_ptr[(((((((((int)blockIdx.x) * 128) + ((int)threadIdx.x)) % d3) * s1_3) + (((((((int)blockIdx.x) * 128) + ((int)threadIdx.x)) / d3) % d2) * s1_2)) + (((((((int)blockIdx.x) * 128) + ((int)threadIdx.x)) / (d3 * d2)) % d1) * s1_1)) + ((((((int)blockIdx.x) * 128) + ((int)threadIdx.x)) / ((d3 * d2) * d1)) * s1_0))];
   }
   if (((((int)blockIdx.x) * 128) + ((int)threadIdx.x)) < n) {
-    out_ptr[((((int)blockIdx.x) * 128) + ((int)threadIdx.x))] = (((ld0_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) && (ld1_local_ptr[0] == 0x0p+0f/*0.000000e+00*/)) || ((ld0_local_ptr[0] == 0x0p+0f/*0.000000e+00*/) && (ld1_local_ptr[0] != 0x0p+0f/*0.000000e+00*/)));
+    out_ptr[((((int)blockIdx.x) * 128) + ((int)threadIdx.x))] = (((((ld0_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) || (ld0_local_ptr[0] != ld0_local_ptr[0])) && (ld1_local_ptr[0] == 0x0p+0f/*0.000000e+00*/)) && !(ld1_local_ptr[0] != ld1_local_ptr[0])) || (((ld0_local_ptr[0] == 0x0p+0f/*0.000000e+00*/) && !(ld0_local_ptr[0] != ld0_local_ptr[0])) && ((ld1_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) || (ld1_local_ptr[0] != ld1_local_ptr[0]))));
   }
 }
 
@@ -31098,7 +31103,7 @@ extern "C" __global__ void __launch_bounds__(256) tvm_Xor_ff_b_r4_b256_kernel(fl
     ld1_local_ptr[0] = in1_ptr[(((((((((int)blockIdx.x) * 256) + ((int)threadIdx.x)) % d3) * s1_3) + (((((((int)blockIdx.x) * 256) + ((int)threadIdx.x)) / d3) % d2) * s1_2)) + (((((((int)blockIdx.x) * 256) + ((int)threadIdx.x)) / (d3 * d2)) % d1) * s1_1)) + ((((((int)blockIdx.x) * 256) + ((int)threadIdx.x)) / ((d3 * d2) * d1)) * s1_0))];
   }
   if (((((int)blockIdx.x) * 256) + ((int)threadIdx.x)) < n) {
-    out_ptr[((((int)blockIdx.x) * 256) + ((int)threadIdx.x))] = (((ld0_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) && (ld1_local_ptr[0] == 0x0p+0f/*0.000000e+00*/)) || ((ld0_local_ptr[0] == 0x0p+0f/*0.000000e+00*/) && (ld1_local_ptr[0] != 0x0p+0f/*0.000000e+00*/)));
+    out_ptr[((((int)blockIdx.x) * 256) + ((int)threadIdx.x))] = (((((ld0_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) || (ld0_local_ptr[0] != ld0_local_ptr[0])) && (ld1_local_ptr[0] == 0x0p+0f/*0.000000e+00*/)) && !(ld1_local_ptr[0] != ld1_local_ptr[0])) || (((ld0_local_ptr[0] == 0x0p+0f/*0.000000e+00*/) && !(ld0_local_ptr[0] != ld0_local_ptr[0])) && ((ld1_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) || (ld1_local_ptr[0] != ld1_local_ptr[0]))));
   }
 }
 
@@ -31118,7 +31123,7 @@ extern "C" __global__ void __launch_bounds__(512) tvm_Xor_ff_b_r4_b512_kernel(fl
     ld1_local_ptr[0] = in1_ptr[(((((((((int)blockIdx.x) * 512) + ((int)threadIdx.x)) % d3) * s1_3) + (((((((int)blockIdx.x) * 512) + ((int)threadIdx.x)) / d3) % d2) * s1_2)) + (((((((int)blockIdx.x) * 512) + ((int)threadIdx.x)) / (d3 * d2)) % d1) * s1_1)) + ((((((int)blockIdx.x) * 512) + ((int)threadIdx.x)) / ((d3 * d2) * d1)) * s1_0))];
   }
   if (((((int)blockIdx.x) * 512) + ((int)threadIdx.x)) < n) {
-    out_ptr[((((int)blockIdx.x) * 512) + ((int)threadIdx.x))] = (((ld0_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) && (ld1_local_ptr[0] == 0x0p+0f/*0.000000e+00*/)) || ((ld0_local_ptr[0] == 0x0p+0f/*0.000000e+00*/) && (ld1_local_ptr[0] != 0x0p+0f/*0.000000e+00*/)));
+    out_ptr[((((int)blockIdx.x) * 512) + ((int)threadIdx.x))] = (((((ld0_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) || (ld0_local_ptr[0] != ld0_local_ptr[0])) && (ld1_local_ptr[0] == 0x0p+0f/*0.000000e+00*/)) && !(ld1_local_ptr[0] != ld1_local_ptr[0])) || (((ld0_local_ptr[0] == 0x0p+0f/*0.000000e+00*/) && !(ld0_local_ptr[0] != ld0_local_ptr[0])) && ((ld1_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) || (ld1_local_ptr[0] != ld1_local_ptr[0]))));
   }
 }
 
@@ -31146,7 +31151,7 @@ extern "C" __global__ void __launch_bounds__(128) tvm_Xor_ff_b_r8_b128_kernel(fl
     ld1_local_ptr[0] = in1_ptr[(((((((((((((int)blockIdx.x) * 128) + ((int)threadIdx.x)) % d7) * s1_7) + (((((((int)blockIdx.x) * 128) + ((int)threadIdx.x)) / d7) % d6) * s1_6)) + (((((((int)blockIdx.x) * 128) + ((int)threadIdx.x)) / (d7 * d6)) % d5) * s1_5)) + (((((((int)blockIdx.x) * 128) + ((int)threadIdx.x)) / ((d7 * d6) * d5)) % d4) * s1_4)) + (((((((int)blockIdx.x) * 128) + ((int)threadIdx.x)) / (((d7 * d6) * d5) * d4)) % d3) * s1_3)) + (((((((int)blockIdx.x) * 128) + ((int)threadIdx.x)) / ((((d7 * d6) * d5) * d4) * d3)) % d2) * s1_2)) + (((((((int)blockIdx.x) * 128) + ((int)threadIdx.x)) / (((((d7 * d6) * d5) * d4) * d3) * d2)) % d1) * s1_1)) + ((((((int)blockIdx.x) * 128) + ((int)threadIdx.x)) / ((((((d7 * d6) * d5) * d4) * d3) * d2) * d1)) * s1_0))];
   }
   if (((((int)blockIdx.x) * 128) + ((int)threadIdx.x)) < n) {
-    out_ptr[((((int)blockIdx.x) * 128) + ((int)threadIdx.x))] = (((ld0_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) && (ld1_local_ptr[0] == 0x0p+0f/*0.000000e+00*/)) || ((ld0_local_ptr[0] == 0x0p+0f/*0.000000e+00*/) && (ld1_local_ptr[0] != 0x0p+0f/*0.000000e+00*/)));
+    out_ptr[((((int)blockIdx.x) * 128) + ((int)threadIdx.x))] = (((((ld0_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) || (ld0_local_ptr[0] != ld0_local_ptr[0])) && (ld1_local_ptr[0] == 0x0p+0f/*0.000000e+00*/)) && !(ld1_local_ptr[0] != ld1_local_ptr[0])) || (((ld0_local_ptr[0] == 0x0p+0f/*0.000000e+00*/) && !(ld0_local_ptr[0] != ld0_local_ptr[0])) && ((ld1_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) || (ld1_local_ptr[0] != ld1_local_ptr[0]))));
   }
 }
 
@@ -31174,7 +31179,7 @@ extern "C" __global__ void __launch_bounds__(256) tvm_Xor_ff_b_r8_b256_kernel(fl
     ld1_local_ptr[0] = in1_ptr[(((((((((((((int)blockIdx.x) * 256) + ((int)threadIdx.x)) % d7) * s1_7) + (((((((int)blockIdx.x) * 256) + ((int)threadIdx.x)) / d7) % d6) * s1_6)) + (((((((int)blockIdx.x) * 256) + ((int)threadIdx.x)) / (d7 * d6)) % d5) * s1_5)) + (((((((int)blockIdx.x) * 256) + ((int)threadIdx.x)) / ((d7 * d6) * d5)) % d4) * s1_4)) + (((((((int)blockIdx.x) * 256) + ((int)threadIdx.x)) / (((d7 * d6) * d5) * d4)) % d3) * s1_3)) + (((((((int)blockIdx.x) * 256) + ((int)threadIdx.x)) / ((((d7 * d6) * d5) * d4) * d3)) % d2) * s1_2)) + (((((((int)blockIdx.x) * 256) + ((int)threadIdx.x)) / (((((d7 * d6) * d5) * d4) * d3) * d2)) % d1) * s1_1)) + ((((((int)blockIdx.x) * 256) + ((int)threadIdx.x)) / ((((((d7 * d6) * d5) * d4) * d3) * d2) * d1)) * s1_0))];
   }
   if (((((int)blockIdx.x) * 256) + ((int)threadIdx.x)) < n) {
-    out_ptr[((((int)blockIdx.x) * 256) + ((int)threadIdx.x))] = (((ld0_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) && (ld1_local_ptr[0] == 0x0p+0f/*0.000000e+00*/)) || ((ld0_local_ptr[0] == 0x0p+0f/*0.000000e+00*/) && (ld1_local_ptr[0] != 0x0p+0f/*0.000000e+00*/)));
+    out_ptr[((((int)blockIdx.x) * 256) + ((int)threadIdx.x))] = (((((ld0_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) || (ld0_local_ptr[0] != ld0_local_ptr[0])) && (ld1_local_ptr[0] == 0x0p+0f/*0.000000e+00*/)) && !(ld1_local_ptr[0] != ld1_local_ptr[0])) || (((ld0_local_ptr[0] == 0x0p+0f/*0.000000e+00*/) && !(ld0_local_ptr[0] != ld0_local_ptr[0])) && ((ld1_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) || (ld1_local_ptr[0] != ld1_local_ptr[0]))));
   }
 }
 
@@ -31202,7 +31207,7 @@ extern "C" __global__ void __launch_bounds__(512) tvm_Xor_ff_b_r8_b512_kernel(fl
     ld1_local_ptr[0] = in1_ptr[(((((((((((((int)blockIdx.x) * 512) + ((int)threadIdx.x)) % d7) * s1_7) + (((((((int)blockIdx.x) * 512) + ((int)threadIdx.x)) / d7) % d6) * s1_6)) + (((((((int)blockIdx.x) * 512) + ((int)threadIdx.x)) / (d7 * d6)) % d5) * s1_5)) + (((((((int)blockIdx.x) * 512) + ((int)threadIdx.x)) / ((d7 * d6) * d5)) % d4) * s1_4)) + (((((((int)blockIdx.x) * 512) + ((int)threadIdx.x)) / (((d7 * d6) * d5) * d4)) % d3) * s1_3)) + (((((((int)blockIdx.x) * 512) + ((int)threadIdx.x)) / ((((d7 * d6) * d5) * d4) * d3)) % d2) * s1_2)) + (((((((int)blockIdx.x) * 512) + ((int)threadIdx.x)) / (((((d7 * d6) * d5) * d4) * d3) * d2)) % d1) * s1_1)) + ((((((int)blockIdx.x) * 512) + ((int)threadIdx.x)) / ((((((d7 * d6) * d5) * d4) * d3) * d2) * d1)) * s1_0))];
   }
   if (((((int)blockIdx.x) * 512) + ((int)threadIdx.x)) < n) {
-    out_ptr[((((int)blockIdx.x) * 512) + ((int)threadIdx.x))] = (((ld0_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) && (ld1_local_ptr[0] == 0x0p+0f/*0.000000e+00*/)) || ((ld0_local_ptr[0] == 0x0p+0f/*0.000000e+00*/) && (ld1_local_ptr[0] != 0x0p+0f/*0.000000e+00*/)));
+    out_ptr[((((int)blockIdx.x) * 512) + ((int)threadIdx.x))] = (((((ld0_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) || (ld0_local_ptr[0] != ld0_local_ptr[0])) && (ld1_local_ptr[0] == 0x0p+0f/*0.000000e+00*/)) && !(ld1_local_ptr[0] != ld1_local_ptr[0])) || (((ld0_local_ptr[0] == 0x0p+0f/*0.000000e+00*/) && !(ld0_local_ptr[0] != ld0_local_ptr[0])) && ((ld1_local_ptr[0] != 0x0p+0f/*0.000000e+00*/) || (ld1_local_ptr[0] != ld1_local_ptr[0]))));
   }
 }
 
