@@ -496,12 +496,13 @@ def _head(version: str, count: int) -> str:
                         block_list=list(BLOCKS))
 
 
-# TVM's CUDA source names float infinity CUDART_INF_F (math_constants.h); a host compiler
-# (the tests' plain-C run of the file) has it from the builtin.
+# TVM's CUDA source names float infinity and NaN CUDART_INF_F and CUDART_NAN_F
+# (math_constants.h); a host compiler (the tests' plain-C run of the file) has them as builtins.
 _INF = """#ifdef __CUDACC__
 #include <math_constants.h>
 #else
 #define CUDART_INF_F __builtin_huge_valf()
+#define CUDART_NAN_F __builtin_nanf("")
 #endif
 """
 

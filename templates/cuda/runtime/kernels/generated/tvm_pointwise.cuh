@@ -7,6 +7,7 @@
 #include <math_constants.h>
 #else
 #define CUDART_INF_F __builtin_huge_valf()
+#define CUDART_NAN_F __builtin_nanf("")
 #endif
 
 // TVM's source: float32 constants printed with double's digits (#1046), unused `cse_v` (#177)
