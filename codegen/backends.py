@@ -73,8 +73,8 @@ class Runtime:
     @cached_property
     def ops(self) -> frozenset[str]:
         """The graph ops it runs: its registrations but the transfers memory planning adds
-        (planner.memory.decision.TRANSFER_OPS), which no graph node may name."""
-        from planner.memory.decision import TRANSFER_OPS
+        (planner.plan.TRANSFER_OPS), which no graph node may name."""
+        from planner.plan import TRANSFER_OPS
 
         return self.registered - frozenset(TRANSFER_OPS.values())
 

@@ -239,7 +239,7 @@ def _looks_like_json(data: bytes) -> bool:
     return True
 
 
-def write_text(path: str, text: str, force: bool = False) -> bool:
+def write_text(path: str, text: str | bytes, force: bool = False) -> bool:
     """Write `text` to `path`, refusing to replace a different existing file unless `force`.
 
     Returns False when the file already holds exactly this text (nothing written, so build
