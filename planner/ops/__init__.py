@@ -15,6 +15,9 @@ Softplus, Elu, Selu, Clip, ...), binary_math (Pow, Max, Min, PRelu), log_softmax
 group_norm: GroupNorm, InstanceNormalization. depth_to_space:
 DepthToSpace, SpaceToDepth (nn.PixelShuffle, nn.PixelUnshuffle). cumsum: CumSum. topk: TopK,
 TopKGrad. lstm: LSTMCell (the element-wise part of an LSTM step, fused) and its gradient.
+pointwise_table: element-wise ops as rows of one table (log1p, trigonometric, rounding, fmod,
+remainder, atan2, lerp, comparisons, logic, isnan, ...), each row's reference, gradient ops
+and kernels derived from its formula.
 """
 
 from planner.ops import (  # noqa: F401, E402
@@ -43,6 +46,7 @@ from planner.ops import (  # noqa: F401, E402
     norm,
     optim,
     pad,
+    pointwise_table,
     pool,
     random,
     reduce,

@@ -6,7 +6,9 @@
    (PRESERVED: F.linear, the losses (rules_losses.py), dropout, scaled_dot_product_attention,
    PReLU and Softplus, whose decompositions compare, which no planner op does, reflect and
    replicate padding, which decompose to gathers (the planner's Pad has those modes), and
-   torch.roll, which decomposes to gathers too (it becomes two Slices and a Concat),
+   torch.roll, which decomposes to gathers too (it becomes two Slices and a Concat), lerp,
+   logaddexp, xlogy and isfinite, one row each of the pointwise table
+   (planner/ops/pointwise_table.py),
    so a linear layer is one GEMM with its weight transposed in place and the loss is the
    planner's loss op, whose gradient make_training_graph knows. The decomposed program is
    then recorded (planner/torch/record.py); a .pt2 file arrives as such a record already
@@ -40,6 +42,7 @@ from typing import Any
 import numpy as np
 
 import planner.torch.rules  # noqa: F401  (registering the rules)
+import planner.torch.rules_pointwise  # noqa: F401
 from planner.graph.ir import Graph
 from planner.graph.validate import check_graph
 from planner.importers.onnx.context import Importer
@@ -56,7 +59,10 @@ from planner.torch.targets import resolve
 PRESERVED = ("linear.default", *LOSS_PRESERVED, *RANDOM_PRESERVED, "dropout.default",
              "scaled_dot_product_attention.default", "prelu.default", "softplus.default",
              "reflection_pad1d.default", "reflection_pad2d.default",
-             "replication_pad1d.default", "replication_pad2d.default", "roll.default")
+             "replication_pad1d.default", "replication_pad2d.default", "roll.default",
+             # the pointwise table's rows (their decompositions compare and select)
+             "lerp.Scalar", "lerp.Tensor", "logaddexp.default", "xlogy.Tensor",
+             "isfinite.default")
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ from planner.importers.onnx.errors import Unsupported
 from planner.importers.onnx.values import Const
 from planner.importers.reduce_max import pool_max
 from planner.torch.context import UNAVAILABLE, NodeCtx, Value, rule
+from planner.torch.rules_pointwise import bool_product, cast
 from planner.torch.strided import VIEW_LIMIT, logical_index, view_ops
 
 
@@ -52,7 +53,7 @@ def copy(n: NodeCtx) -> Value:
     x = n.tensor(0)
     dtype = n.kwargs.get("dtype", n.arg(1, "dtype") if n.op == "aten.to.dtype" else None)
     if dtype is not None and _dtype_name(dtype) != n.dtype(x):
-        raise Unsupported(f"{n.op} (cast to {_dtype_name(dtype)})")
+        return cast(n, x, _dtype_name(dtype))
     return x
 
 
@@ -386,6 +387,8 @@ def add_sub(n: NodeCtx) -> Value:
 
 @rule("aten.mul.Tensor", "aten.mul.Scalar", "aten.div.Tensor", "aten.div.Scalar")
 def mul_div(n: NodeCtx) -> Value:
+    if n.out_dtype == "bool":  # bool * bool: torch's logical and (isfinite decomposes to it)
+        return bool_product(n)
     a, other = _promoted(n, 0, "self"), n.arg(1, "other")
     div = n.op.startswith("aten.div")
     if div and n.kwargs.get("rounding_mode") is not None:
