@@ -2,7 +2,9 @@
 
 Families: cast (dtype conversion), conv, pool, norm (BatchNorm, LRN), matmul (MatMul,
 BiasAdd), activation, elementwise (broadcasting binary ops, AddN, unary math), shape (Concat,
-Split, Slice, Reshape, Flatten, Transpose, ...), reduce, embedding, dropout, loss, optim
+Split, Slice, Reshape, Flatten, Transpose, ...), reduce, embedding, dropout, random (RandomUniform,
+RandomNormal, Bernoulli, RandomInt, RandomPerm on Dropout's generator), loss, nll_loss (NLLLoss:
+weights, ignore_index, smoothing, any reduction), optim
 (parameter updates, the step counter and the loss seed of training graphs), loss_scale
 (fp16-mixed dynamic loss scaling: UnscaleGrads, UpdateLossScale, SkipOnOverflow), collective
 (AllReduce of data-parallel training), clip_grad_norm (ClipGradNorm:
@@ -16,7 +18,9 @@ CumProdGrad. topk: TopK, TopKGrad. pool_nd: MaxPoolND, AvgPoolND (1 to 3 spatial
 or windowed, with indices), PoolScatter, PoolGather (max_unpool). reductions: ReduceMax,
 ReduceMin, ReduceProd, ReduceNanSum, ReduceNanMean, ReduceLogSumExp, ReduceNorm, ReduceAny,
 ReduceAll and their ReduceGrad. lstm: LSTMCell (the element-wise part of an LSTM step, fused)
-and its gradient.
+and its gradient. pointwise_table: element-wise ops as rows of one table (log1p, trigonometric,
+rounding, fmod, remainder, atan2, lerp, comparisons, logic, isnan, ...), each row's reference,
+gradient ops and kernels derived from its formula.
 """
 
 from planner.ops import (  # noqa: F401, E402
@@ -41,11 +45,14 @@ from planner.ops import (  # noqa: F401, E402
     lstm,
     mask,
     matmul,
+    nll_loss,
     norm,
     optim,
     pad,
+    pointwise_table,
     pool,
     pool_nd,
+    random,
     reduce,
     reductions,
     resize,
