@@ -43,9 +43,10 @@ def _unbatched(n: NodeCtx, ys: list[str], added: bool) -> list:
 
 
 def _indices_read(n: NodeCtx) -> bool:
-    """Whether any user of the node takes its output 1 (the indices)."""
-    users = getattr(n.node, "users", {}) if n.node is not None else {}
-    return any(len(u.args) > 1 and u.args[1] == 1 for u in users)
+    """Whether the program reads the node's indices: torch.export keeps a getitem only for an
+    output something reads, so a max pool read twice is read for both. (Read for its indices
+    alone, the MaxPool's UNAVAILABLE indices are refused by name.)"""
+    return getattr(n.node, "users", 0) > 1
 
 
 def _window(n: NodeCtx, dims: int, avg: bool) -> dict:
