@@ -62,7 +62,9 @@ PRESERVED = ("linear.default", *LOSS_PRESERVED, *RANDOM_PRESERVED, "dropout.defa
              "replication_pad1d.default", "replication_pad2d.default", "roll.default",
              # the pointwise table's rows (their decompositions compare and select)
              "lerp.Scalar", "lerp.Tensor", "logaddexp.default", "xlogy.Tensor",
-             "isfinite.default")
+             "isfinite.default",
+             # detach() decomposes to alias, which passes the gradient on: a StopGradient
+             "detach.default")
 
 
 @dataclass(frozen=True)
