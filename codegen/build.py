@@ -40,7 +40,7 @@ from codegen.artifacts import file_record, intact
 from codegen.backends import COMMON, RUNTIMES, TEMPLATES
 from codegen.errors import BuildError
 from codegen.render import RenderedTree
-from planner.files import atomic_write
+from planner.files import atomic_write, open_lock
 
 # The oldest GPU architecture nvcc 13 builds for (Turing, compute capability 7.5).
 OLDEST_CUDA_ARCH = (7, 5)
@@ -248,7 +248,7 @@ def _host_cpu() -> str:
 @contextmanager
 def _locked(path: Path):
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w") as f:
+    with open_lock(path) as f:
         fcntl.flock(f, fcntl.LOCK_EX)
         try:
             yield
