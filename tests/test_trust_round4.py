@@ -161,3 +161,39 @@ def widened(graph: Graph) -> Graph:
     from planner.graph.interpret import widened as wide
 
     return wide(graph)
+
+
+# ---- vague ----------------------------------------------------------------------------------
+
+def test_a_gpu_target_on_a_host_without_one_is_refused_before_building(tmp_path):
+    torch = pytest.importorskip("torch")
+    from planner.target.detect import detect_gpus
+    from planner.torch import trainer
+
+    if detect_gpus(1)[0]:
+        pytest.skip("this host has a GPU: the target can run")
+    model = torch.nn.Linear(4, 2)
+    with pytest.raises(UserError, match="trainer: target 'a100-80gb' runs on a GPU, and this "
+                                        "host has none to run it .*use target='host'"):
+        trainer(model, [torch.randn(3, 4)], torch.nn.functional.cross_entropy,
+                torch.tensor([0, 1, 0]), target="a100-80gb", out_dir=tmp_path)
+    assert not any(tmp_path.iterdir())  # nothing rendered, nothing compiled
+
+
+def test_a_host_plan_is_explained_from_the_hosts_kept_measurement(tmp_path, monkeypatch,
+                                                                  capsys):
+    from planner.target.detect import detect
+
+    monkeypatch.setenv("PLANNER_CACHE", str(tmp_path / "cache"))
+    detect(budget_s=0.01)
+    out = tmp_path / "host.plan.json"
+    assert main(["plan", LENET, "--train", "sgd", "--target", "host", "-o", str(out)]) == 0
+    capsys.readouterr()
+    assert main(["explain", str(out)]) == 0
+    assert "plan (optimized): step" in capsys.readouterr().out
+    # The host measured again (another bandwidth): no longer the plan's target, said so.
+    [entry] = (tmp_path / "cache" / "hosts").glob("*.json")
+    data = json.loads(entry.read_text())
+    entry.write_text(json.dumps({**data, "memory_bandwidth": data["memory_bandwidth"] * 2}))
+    err = refused(capsys, ["explain", str(out)])
+    assert "is not the one the plan was made for" in err and "planner target detect" in err
