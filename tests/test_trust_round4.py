@@ -197,3 +197,16 @@ def test_a_host_plan_is_explained_from_the_hosts_kept_measurement(tmp_path, monk
     entry.write_text(json.dumps({**data, "memory_bandwidth": data["memory_bandwidth"] * 2}))
     err = refused(capsys, ["explain", str(out)])
     assert "is not the one the plan was made for" in err and "planner target detect" in err
+
+
+@pytest.mark.parametrize("field, value", [("core_bandwidth", 1e-300),
+                                          ("memory_bandwidth", 1e-300),
+                                          ("peak_flops", 1e300)])
+def test_a_target_file_of_implausible_rates_is_refused_by_name(tmp_path, capsys, field, value):
+    data = json.loads(preset("xeon-8180").to_json())
+    data["cpu"][field] = value
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(data))
+    err = refused(capsys, ["plan", LENET, "--train", "sgd", "--target", str(path),
+                           "-o", str(tmp_path / "p.json")])
+    assert f"{path}: not a valid target: cpu.{field} {value!r} is not a plausible rate" in err
