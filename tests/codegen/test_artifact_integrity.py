@@ -154,3 +154,19 @@ def test_a_full_disk_says_the_disk_is_full(tmp_path):
         _run([os.environ.get("CXX", "c++"), "-c", str(source), "-o", "/dev/full"], "compile",
              lambda s: None, tmp_path)
     assert "the disk is full" in str(info.value) and "\n" not in str(info.value)
+
+
+@pytest.mark.slow
+def test_a_corrupt_cached_runtime_is_linked_again(tmp_path, monkeypatch):
+    # A cache of its own: the runtime is built once here (minutes), then corrupted.
+    monkeypatch.setenv("PLANNER_CACHE", str(tmp_path))
+    said: list[str] = []
+    first = build_runtime(progress=said.append)
+    record = file_record(first)
+    flip(first)
+    said.clear()
+    again = build_runtime(progress=said.append)
+    assert any("building the CPU runtime" in s for s in said)
+    assert again == first and file_record(again) == record  # linked again from its objects
+    said.clear()
+    assert build_runtime(progress=said.append) == first and not said  # intact: reused
