@@ -60,15 +60,13 @@ def run_pareto(args: argparse.Namespace) -> int:
     from planner.cli.decisions import memory_decisions
     from planner.cli.graph_flags import graph_options
     from planner.costs import load_table
-    from planner.curve import budget_curve, enough_memory, format_curve
+    from planner.curve import MAX_POINTS, budget_curve, enough_memory, format_curve
     from planner.graph.prepare import prepare
     from planner.load import write_text
     from planner.memory.options import MemoryOptions
     from planner.pipeline import PlanOptions
     from planner.plots import curve_plot, plot_format
     from planner.target.presets import load_target
-
-    from planner.curve import MAX_POINTS
 
     fmt = plot_format(args.plot) if args.plot else ""
     if not 2 <= args.points <= MAX_POINTS:

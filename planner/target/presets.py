@@ -230,7 +230,8 @@ def implausible(target: Target) -> str | None:
     >>> t = preset("xeon-8180")
     >>> implausible(t) is None
     True
-    >>> implausible(t.model_copy(update={"cpu": t.cpu.model_copy(update={"core_bandwidth": 1e-300})}))
+    >>> slow = t.cpu.model_copy(update={"core_bandwidth": 1e-300})
+    >>> implausible(t.model_copy(update={"cpu": slow}))
     'cpu.core_bandwidth 1e-300 is not a plausible rate (between 1e+06 and 1e+18 per second)'
     """
     low, high = RATES

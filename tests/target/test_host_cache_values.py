@@ -60,7 +60,8 @@ def test_unmeasured_zeros_are_read(entry):
 def run_plan(env_cache: Path) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "planner.cli", *PLAN,
                            "-o", str(env_cache / "p.json")], capture_output=True, text=True,
-                          cwd=ROOT, timeout=120, env={**os.environ, "PLANNER_CACHE": str(env_cache)})
+                          cwd=ROOT, timeout=120,
+                          env={**os.environ, "PLANNER_CACHE": str(env_cache)})
 
 
 def test_a_fifo_in_place_of_the_entry_is_refused_without_blocking(entry):
