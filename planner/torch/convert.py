@@ -67,6 +67,8 @@ PRESERVED = ("linear.default", *LOSS_PRESERVED, *RANDOM_PRESERVED, "dropout.defa
              # the pointwise table's rows (their decompositions compare and select)
              "lerp.Scalar", "lerp.Tensor", "logaddexp.default", "xlogy.Tensor",
              "isfinite.default",
+             # detach() decomposes to alias, which passes the gradient on: a StopGradient
+             "detach.default",
              *planner.torch.rules_reduce.PRESERVED, *planner.torch.rules_pool.PRESERVED)
 
 

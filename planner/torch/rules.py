@@ -59,6 +59,14 @@ def copy(n: NodeCtx) -> Value:
     return x
 
 
+@rule("aten.detach.default")
+def detach(n: NodeCtx) -> Value:
+    """torch's detach(): kept whole by the decomposition (it would become aten.alias, which
+    passes the gradient on), a StopGradient."""
+    x = n.tensor(0)
+    return x if isinstance(x, Const) else n.emit1("StopGradient", [x])
+
+
 @rule("aten._assert_tensor_metadata.default")
 def assert_metadata(n: NodeCtx) -> Value:
     """The dtype check export writes before a `.to()`: the planner checks dtypes itself."""
