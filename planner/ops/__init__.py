@@ -13,11 +13,14 @@ Softplus, Elu, Selu, Clip, ...), binary_math (Pow, Max, Min, PRelu), log_softmax
 (Resize: nn.Upsample, F.interpolate). For transformers: layer_norm, gelu (Gelu, Erf), mask
 (Where, CausalMask), scaled_softmax (Scale, CausalMask and Softmax fused: ScaledSoftmax).
 group_norm: GroupNorm, InstanceNormalization. depth_to_space:
-DepthToSpace, SpaceToDepth (nn.PixelShuffle, nn.PixelUnshuffle). cumsum: CumSum. topk: TopK,
-TopKGrad. lstm: LSTMCell (the element-wise part of an LSTM step, fused) and its gradient.
-pointwise_table: element-wise ops as rows of one table (log1p, trigonometric, rounding, fmod,
-remainder, atan2, lerp, comparisons, logic, isnan, ...), each row's reference, gradient ops
-and kernels derived from its formula.
+DepthToSpace, SpaceToDepth (nn.PixelShuffle, nn.PixelUnshuffle). cumsum: CumSum, CumProd,
+CumProdGrad. topk: TopK, TopKGrad. pool_nd: MaxPoolND, AvgPoolND (1 to 3 spatial axes, adaptive
+or windowed, with indices), PoolScatter, PoolGather (max_unpool). reductions: ReduceMax,
+ReduceMin, ReduceProd, ReduceNanSum, ReduceNanMean, ReduceLogSumExp, ReduceNorm, ReduceAny,
+ReduceAll and their ReduceGrad. lstm: LSTMCell (the element-wise part of an LSTM step, fused)
+and its gradient. pointwise_table: element-wise ops as rows of one table (log1p, trigonometric,
+rounding, fmod, remainder, atan2, lerp, comparisons, logic, isnan, ...), each row's reference,
+gradient ops and kernels derived from its formula.
 """
 
 from planner.ops import (  # noqa: F401, E402
@@ -48,8 +51,10 @@ from planner.ops import (  # noqa: F401, E402
     pad,
     pointwise_table,
     pool,
+    pool_nd,
     random,
     reduce,
+    reductions,
     resize,
     scaled_softmax,
     shape,

@@ -8,7 +8,9 @@
    replicate padding, which decompose to gathers (the planner's Pad has those modes), and
    torch.roll, which decomposes to gathers too (it becomes two Slices and a Concat), lerp,
    logaddexp, xlogy and isfinite, one row each of the pointwise table
-   (planner/ops/pointwise_table.py),
+   (planner/ops/pointwise_table.py), the reductions rules_reduce.py keeps whole (all,
+   logsumexp, nansum, nanmean) and max_unpool (rules_pool.py: its decomposition writes through
+   index_put),
    so a linear layer is one GEMM with its weight transposed in place and the loss is the
    planner's loss op, whose gradient make_training_graph knows. The decomposed program is
    then recorded (planner/torch/record.py); a .pt2 file arrives as such a record already
@@ -43,6 +45,8 @@ import numpy as np
 
 import planner.torch.rules  # noqa: F401  (registering the rules)
 import planner.torch.rules_pointwise  # noqa: F401
+import planner.torch.rules_pool  # noqa: F401  (pools; its PRESERVED below)
+import planner.torch.rules_reduce  # noqa: F401  (the reductions; its PRESERVED below)
 from planner.graph.ir import Graph
 from planner.graph.validate import check_graph
 from planner.importers.onnx.context import Importer
@@ -64,7 +68,8 @@ PRESERVED = ("linear.default", *LOSS_PRESERVED, *RANDOM_PRESERVED, "dropout.defa
              "lerp.Scalar", "lerp.Tensor", "logaddexp.default", "xlogy.Tensor",
              "isfinite.default",
              # detach() decomposes to alias, which passes the gradient on: a StopGradient
-             "detach.default")
+             "detach.default",
+             *planner.torch.rules_reduce.PRESERVED, *planner.torch.rules_pool.PRESERVED)
 
 
 @dataclass(frozen=True)

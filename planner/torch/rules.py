@@ -13,6 +13,8 @@ and a Concat per rolled axis; torch.cumsum and torch.topk the planner's CumSum a
 Arithmetic follows PyTorch's type promotion: an int or bool tensor meeting a float tensor or
 number is cast to the node's float dtype first (a Cast op, or a constant made in that dtype).
 The losses PyTorch traces with the model become the planner's in rules_losses.py.
+torch.cumprod is CumProd (the cumsum rule); 3-D convolutions are one Conv2D per depth tap
+(rules_conv.py); reductions and pools have rules_reduce.py and rules_pool.py.
 """
 
 from __future__ import annotations
@@ -22,8 +24,8 @@ import math
 from planner.importers.gather import gather_rows
 from planner.importers.onnx.errors import Unsupported
 from planner.importers.onnx.values import Const
-from planner.importers.reduce_max import pool_max
 from planner.torch.context import UNAVAILABLE, NodeCtx, Value, rule
+from planner.torch.rules_conv import conv3d
 from planner.torch.rules_pointwise import bool_product, cast
 from planner.torch.strided import VIEW_LIMIT, logical_index, view_ops
 
@@ -502,40 +504,9 @@ def upsample(n: NodeCtx) -> Value:
         "nearest_mode": "floor"})
 
 
-# ---- reductions ------------------------------------------------------------------------------
+# ---- scans (the reductions are rules_reduce.py's) ---------------------------------------------
 
-@rule("aten.mean.dim", "aten.sum.dim_IntList", "aten.mean.default", "aten.sum.default")
-def reduce(n: NodeCtx) -> Value:
-    x = n.tensor(0)
-    rank = len(n.shape(x))
-    dims = n.arg(1, "dim") if n.op.endswith((".dim", ".dim_IntList")) else None
-    axes = sorted({_axis(n, d, rank) for d in dims}) if dims else list(range(rank))
-    keep = bool(n.arg(2, "keepdim", False)) if dims is not None else False
-    op = "ReduceMean" if ".mean." in n.op else "ReduceSum"
-    return n.emit1(op, [x], {"axes": axes, "keepdims": keep})
-
-
-@rule("aten.var.correction")
-def var(n: NodeCtx) -> Value:
-    """mean((x - mean(x))^2) with n - correction in the divisor (Bessel's by default)."""
-    x = n.tensor(0)
-    shape = n.shape(x)
-    dims = n.arg(1, "dim")
-    dims = [dims] if isinstance(dims, int) else list(dims or [])
-    axes = sorted({_axis(n, d, len(shape)) for d in dims}) if dims else list(range(len(shape)))
-    correction = n.kwargs.get("correction", n.arg(2, "correction"))
-    correction = 1.0 if correction is None else float(correction)
-    count = math.prod(shape[k] for k in axes)
-    if count - correction <= 0:
-        raise n.fail(f"variance of {count} elements with correction {correction}")
-    keep = bool(n.kwargs.get("keepdim", n.arg(3, "keepdim", False)))
-    mean = n.emit1("ReduceMean", [x], {"axes": axes, "keepdims": True})
-    d = n.emit1("Sub", [x, mean])
-    total = n.emit1("ReduceSum", [n.emit1("Mul", [d, d])], {"axes": axes, "keepdims": keep})
-    return n.emit1("Scale", [total], {"factor": 1.0 / (count - correction)})
-
-
-@rule("aten.cumsum.default")
+@rule("aten.cumsum.default", "aten.cumprod.default")
 def cumsum(n: NodeCtx) -> Value:
     x = n.tensor(0)
     dtype = n.kwargs.get("dtype")
@@ -546,7 +517,8 @@ def cumsum(n: NodeCtx) -> Value:
     shape = n.shape(x)
     if not shape:
         return x
-    return n.emit1("CumSum", [x], {"axis": _axis(n, n.arg(1, "dim"), len(shape))})
+    return n.emit1("CumProd" if n.op == "aten.cumprod.default" else "CumSum", [x],
+                   {"axis": _axis(n, n.arg(1, "dim"), len(shape))})
 
 
 @rule("aten.topk.default")
@@ -562,43 +534,6 @@ def topk(n: NodeCtx) -> Value:
     attrs = {"k": int(n.arg(1, "k")), "axis": _axis(n, n.arg(2, "dim", -1), len(shape)),
              "largest": bool(n.arg(3, "largest", True))}
     return tuple(n.emit("TopK", [x], attrs, n_out=2))
-
-
-@rule("aten.linalg_vector_norm.default")
-def vector_norm(n: NodeCtx) -> Value:
-    """The 2-norm (F.normalize, torch.norm): sqrt(sum(x * x)); other orders are refused."""
-    x = n.tensor(0)
-    if float(n.arg(1, "ord", 2)) != 2.0 or n.kwargs.get("dtype") is not None:
-        raise Unsupported(f"{n.op} (ord {n.arg(1, 'ord', 2)})")
-    shape = n.shape(x)
-    dims = n.arg(2, "dim")
-    dims = [dims] if isinstance(dims, int) else list(dims or [])
-    axes = sorted({_axis(n, d, len(shape)) for d in dims}) if dims else list(range(len(shape)))
-    keep = bool(n.arg(3, "keepdim", False))
-    total = n.emit1("ReduceSum", [n.emit1("Mul", [x, x])], {"axes": axes, "keepdims": keep})
-    return n.emit1("Sqrt", [total])
-
-
-@rule("aten.amax.default", "aten.amin.default", "aten.max.dim", "aten.min.dim")
-def amax(n: NodeCtx) -> Value:
-    """One MaxPool window over the reduced axes (planner/importers/reduce_max.py); max.dim's
-    indices are not computed."""
-    x = n.tensor(0)
-    shape = n.shape(x)
-    if not n.dtype(x).startswith(("float", "bfloat")):
-        raise Unsupported(f"{n.op} (of {n.dtype(x)} tensors)")
-    dims = n.arg(1, "dim", [])
-    dims = [dims] if isinstance(dims, int) else list(dims)
-    axes = sorted({_axis(n, d, len(shape)) for d in dims}) if dims else list(range(len(shape)))
-    keep = bool(n.arg(2, "keepdim", False))
-    out = tuple(1 if k in axes else d for k, d in enumerate(shape)) if keep else \
-        tuple(d for k, d in enumerate(shape) if k not in axes)
-    if 0 in shape:
-        raise n.fail(f"a max over an empty tensor of shape {list(shape)}")
-    y = x if all(shape[k] == 1 for k in axes) else \
-        pool_max(n.emit1, x, shape, axes, minimum=n.op.startswith(("aten.amin", "aten.min")))
-    y = _reshape_to(n, y, out)
-    return (y, UNAVAILABLE) if n.op.endswith(".dim") else y
 
 
 # ---- dense layers ----------------------------------------------------------------------------
@@ -660,7 +595,7 @@ def _pair(n: NodeCtx, k: int, name: str, default: list[int], dims: int) -> list[
 def convolution(n: NodeCtx) -> Value:
     x, w, b = n.tensor(0), n.tensor(1), n.arg(2, "bias")
     rank = len(n.shape(x))
-    if rank not in (3, 4):
+    if rank not in (3, 4, 5):
         raise Unsupported(f"{n.op} ({rank - 2}-D)")
     dims = rank - 2
     strides = _pair(n, 3, "stride", [1], dims)
@@ -668,6 +603,9 @@ def convolution(n: NodeCtx) -> Value:
     dilations = _pair(n, 5, "dilation", [1], dims)
     transposed, groups = bool(n.arg(6, "transposed", False)), int(n.arg(8, "groups", 1))
     out_pad = _pair(n, 7, "output_padding", [0], dims)
+    if dims == 3:
+        return conv3d(n, x, w, b, strides, pads, dilations, groups,
+                      out_pad if transposed else None)
     if dims == 1:
         xs, ws = n.shape(x), n.shape(w)
         x = _reshape_to(n, x, (xs[0], xs[1], 1, xs[2]))
@@ -685,44 +623,6 @@ def convolution(n: NodeCtx) -> Value:
         ys = n.shape(y)
         y = _reshape_to(n, y, (ys[0], ys[1], ys[3]))
     return y if b is None else n.emit1("BiasAdd", [y, b], {"axis": 1})
-
-
-@rule("aten.max_pool2d_with_indices.default", "aten.max_pool2d.default")
-def max_pool(n: NodeCtx) -> Value:
-    x = n.tensor(0)
-    if len(n.shape(x)) != 4:
-        raise Unsupported(f"{n.op} (rank {len(n.shape(x))})")
-    kernel = _pair(n, 1, "kernel_size", [1], 2)
-    strides = _pair(n, 2, "stride", kernel, 2)
-    pads = _pair(n, 3, "padding", [0], 2)
-    attrs = {"kernel": kernel, "strides": strides, "pads": pads + pads,
-             "dilations": _pair(n, 4, "dilation", [1], 2),
-             "ceil_mode": bool(n.arg(5, "ceil_mode", False))}
-    y = n.emit1("MaxPool", [x], attrs)
-    return (y, UNAVAILABLE) if n.op.endswith("with_indices.default") else y
-
-
-@rule("aten.avg_pool2d.default")
-def avg_pool(n: NodeCtx) -> Value:
-    x = n.tensor(0)
-    if len(n.shape(x)) != 4:
-        raise Unsupported(f"{n.op} (rank {len(n.shape(x))})")
-    if n.arg(6, "divisor_override") is not None:
-        raise Unsupported(f"{n.op} (divisor_override)")
-    kernel = _pair(n, 1, "kernel_size", [1], 2)
-    attrs = {"kernel": kernel, "strides": _pair(n, 2, "stride", kernel, 2),
-             "pads": _pair(n, 3, "padding", [0], 2) * 2,
-             "ceil_mode": bool(n.arg(4, "ceil_mode", False)),
-             "count_include_pad": bool(n.arg(5, "count_include_pad", True))}
-    return n.emit1("AvgPool", [x], attrs)
-
-
-@rule("aten.adaptive_avg_pool2d.default", "aten._adaptive_avg_pool2d.default")
-def adaptive_avg_pool(n: NodeCtx) -> Value:
-    x = n.tensor(0)
-    if len(n.shape(x)) != 4 or tuple(n.out_shape[2:]) != (1, 1):
-        raise Unsupported(f"{n.op} (output size other than 1x1)")
-    return n.emit1("GlobalAvgPool", [x])
 
 
 # ---- normalization and dropout ---------------------------------------------------------------

@@ -162,6 +162,46 @@ CASES: dict[str, list[tuple]] = {
     "ReduceMean": [([((2, 3, 4), N)], {"axes": [0, 2], "keepdims": True}),
                    ([((3, 7, 9), N)], {"axes": [1]})],
     "GlobalAvgPool": [([(X4, N)], {})],
+    # pools of 1 to 3 spatial axes (pool_nd.cpp): adaptive sizes that do not divide, dilation,
+    # ceil_mode, padding left out of or counted in the divisor
+    "MaxPoolND": [([((2, 3, 7), N)], {"output_size": [3]}),
+                  ([((1, 2, 7, 9), N)], {"kernel": [3, 2], "strides": [2, 1], "pads": [1, 0],
+                                         "dilations": [1, 2], "ceil_mode": True}),
+                  ([((1, 2, 5, 4, 6), N)], {"output_size": [2, 3, 4]})],
+    "AvgPoolND": [([((1, 2, 7, 5, 6), N)], {"kernel": [3, 3, 3], "strides": [2], "pads": [1]}),
+                  ([((2, 3, 7, 5), N)], {"output_size": [3, 4]}),
+                  ([((2, 3, 8), N)], {"kernel": [3], "strides": [2], "pads": [1],
+                                      "ceil_mode": True, "count_include_pad": False})],
+    "AvgPoolNDGrad": [([((1, 2, 4, 3, 3), N)], {"kernel": [3, 3, 3], "strides": [2], "pads": [1],
+                                                "input_shape": [1, 2, 7, 5, 6]}),
+                      ([((2, 3, 3, 4), N)], {"output_size": [3, 4], "input_shape": [2, 3, 7, 5]})],
+    "PoolScatter": [([((2, 3, 4), N), ((2, 3, 4), ids(9))], {"spatial": [9],
+                                                             "accumulate": True}),
+                    ([((1, 2, 2, 2), N), ((1, 2, 2, 2), ids(12))], {"spatial": [3, 4]})],
+    "PoolGather": [([((2, 3, 9), N), ((2, 3, 4), ids(9))], {}),
+                   ([((1, 2, 2, 3, 2), N), ((1, 2, 2, 2, 1), ids(12))], {})],
+    # the reduction family (reductions.cpp): strided groups, every axis, a 0-d result
+    "ReduceMax": [([((2, 3, 4), N)], {"axes": [0, 2]}), ([((3, 5), N)], {})],
+    "ReduceMin": [([((2, 3, 4), N)], {"axes": [-1], "keepdims": True})],
+    "ReduceProd": [([((3, 6), N)], {"axes": [1]}), ([((4, 3), N)], {"axes": [0]})],
+    "ReduceNanSum": [([((3, 5), N)], {"axes": [1]})],
+    "ReduceNanMean": [([((2, 3, 4), N)], {"axes": [1, 2]})],
+    "ReduceLogSumExp": [([((3, 7), W)], {"axes": [1]}), ([((2, 3, 4), N)], {"axes": [0, 2]})],
+    "ReduceNorm": [([((3, 5), N)], {"axes": [1]}), ([((2, 3, 4), N)], {"axes": [0, 2], "p": 0.5}),
+                   ([((3, 5), N)], {"p": 3.0}), ([((3, 5), N)], {"axes": [0], "p": 0.0}),
+                   ([((3, 5), N)], {"axes": [1], "p": 1.0, "keepdims": True})],
+    "ReduceAny": [([((3, 4), B)], {"axes": [1]}), ([((3, 4), ids(2))], {}),
+                  ([((3, 4), N)], {"axes": [0]})],
+    "ReduceAll": [([((3, 4), B)], {"axes": [0]}), ([((3, 4), ids(2))], {"axes": [1]}),
+                  ([((3, 4), N)], {})],
+    # y is the forward op's of x (_derived)
+    "ReduceGrad": [([((3,), N), ((3, 6), N), ((3,), N)], {"of": "ReduceProd", "axes": [1]}),
+                   ([((3, 1), N), ((3, 6), N), ((3, 1), P)],
+                    {"of": "ReduceNorm", "axes": [1], "keepdims": True, "p": 3.0}),
+                   ([((4,), N), ((2, 4, 3), N), ((4,), N)], {"of": "ReduceLogSumExp",
+                                                             "axes": [0, 2]}),
+                   ([((2,), N), ((2, 5), N), ((2,), N)], {"of": "ReduceNanMean", "axes": [1]}),
+                   ([((5,), N), ((2, 5), N), ((5,), N)], {"of": "ReduceMin", "axes": [0]})],
     # small maps run channels-last, rows of 16 or more outputs run row by row (max_pool.cpp)
     "MaxPool": [([(X4, N)], POOL), ([((1, 2, 5, 5), N)], {"kernel": [2, 2], "strides": [2, 2],
                                                           "ceil_mode": True}),
@@ -282,6 +322,11 @@ CASES: dict[str, list[tuple]] = {
     "CumSum": [([((3, 8), N)], {"axis": 1}),
                ([((2, 5, 3), N)], {"axis": 1, "exclusive": True, "reverse": True}),
                ([((4, 3), N)], {"axis": 0, "reverse": True})],
+    "CumProd": [([((3, 8), N)], {"axis": 1}),
+                ([((2, 3, 4), N)], {"axis": 0, "exclusive": True, "reverse": True})],
+    "CumProdGrad": [([((3, 8), N), ((3, 8), N)], {"axis": 1}),
+                    ([((2, 3, 4), N), ((2, 3, 4), N)], {"axis": 1, "exclusive": True}),
+                    ([((4, 5), N), ((4, 5), N)], {"axis": 0, "reverse": True})],
     "TopK": [([((3, 8), N)], {"k": 3}),
              ([((2, 6, 3), N)], {"k": 2, "axis": 1, "largest": False}),
              ([((2, 5), N)], {"k": 5})],
@@ -368,7 +413,12 @@ UNPOISONED = {
 def _derived(op, attrs, xs):
     """Inputs that must be consistent with the others: LRNGrad's y is LRN(x), which its kernel
     recomputes from x; TopKGrad's indices are distinct positions in [0, size) per line, as TopK
-    gives."""
+    gives; ReduceGrad's y is its forward op's y of x (ties of a max, zeros of a product)."""
+    if op == "ReduceGrad":
+        opdef = get_op(attrs["of"])
+        forward = {k: v for k, v in attrs.items() if k in opdef.attrs}
+        with np.errstate(all="ignore"):
+            xs[2] = opdef.reference([xs[1]], opdef.normalize_attrs(forward))[0]
     if op == "TopKGrad":
         axis = attrs["axis"] % xs[1].ndim
         lines = np.moveaxis(xs[1], axis, -1).shape
