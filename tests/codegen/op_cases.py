@@ -252,6 +252,7 @@ CASES: dict[str, list[tuple]] = {
                 ([((2, 6, 3), N), ((2, 6, 3), N), ((2, 6, 3), N)],
                  {"size": 4, "alpha": 0.5, "beta": 0.6, "bias": 2.0})],
     "Reshape": [([((2, 6), N)], {"shape": [3, -1]})],
+    "StopGradient": [([((2, 6), N)], {})],
     "Flatten": [([(X4, N)], {})],
     # the last axis kept (attention's heads): whole rows copied
     "Transpose": [([((2, 3, 4), N)], {"perm": [2, 0, 1]}),

@@ -124,8 +124,8 @@ def test_a_budget_plan_orders_the_sums_before_the_step_that_reads_them():
     # CPU memory decisions (a budget, or the user's offload) order the step serially, moving
     # each update right after its last predecessor: an update that reads another update's
     # output (the optimizer step reading a gradient sum; the micro-batch count incremented
-    # after every sum read it) comes after it, where it once went to the head of the step ("edge 25 -> 23 does not follow the
-    # execution order").
+    # after every sum read it) comes after it, where it once went to the head of the step
+    # ("edge 25 -> 23 does not follow the execution order").
     g = prepare("zoo:lenet?batch=64&image=16", GraphOptions(
         optimizer=Optimizer(kind="momentum"), accumulate=2))
     # (an offload the user asks for takes the budget search's path, whatever the budget)
