@@ -12,7 +12,8 @@ Softplus, Elu, Selu, Clip, ...), binary_math (Pow, Max, Min, PRelu), log_softmax
 (Where, CausalMask), scaled_softmax (Scale, CausalMask and Softmax fused: ScaledSoftmax).
 group_norm: GroupNorm, InstanceNormalization. depth_to_space:
 DepthToSpace, SpaceToDepth (nn.PixelShuffle, nn.PixelUnshuffle). cumsum: CumSum. topk: TopK,
-TopKGrad. lstm: LSTMCell (the element-wise part of an LSTM step, fused) and its gradient.
+TopKGrad. index: IndexGather, IndexScatter (gather, scatter, index_select, index_put, take).
+lstm: LSTMCell (the element-wise part of an LSTM step, fused) and its gradient.
 """
 
 from planner.ops import (  # noqa: F401, E402
@@ -29,6 +30,7 @@ from planner.ops import (  # noqa: F401, E402
     embedding,
     gelu,
     group_norm,
+    index,
     layer_norm,
     log_softmax,
     loss,

@@ -258,6 +258,30 @@ CASES: dict[str, list[tuple]] = {
     # indices: distinct positions per line (_derived), as TopK gives
     "TopKGrad": [([((3, 3), N), ((3, 3), ids(8))], {"axis": -1, "size": 8}),
                  ([((2, 2, 3), N), ((2, 2, 3), ids(6))], {"axis": 1, "size": 6})],
+    # rows (index_select, index_put) and elements (gather, scatter), an index smaller than x,
+    # repeated places (few ids), wrapped negative ids (_derived), past the kernels' grain
+    "IndexGather": [([((4, 5), N), ((3,), ids(4))], {"axis": 0}),
+                    ([((2, 5, 3), N), ((2, 4), ids(5))], {"axis": 1, "wrap": True}),
+                    ([((3, 4, 2), N), ((3, 6, 2), ids(4))], {"axis": 1, "mode": "elements"}),
+                    ([((3, 4, 5), N), ((2, 4, 3), ids(5))], {"axis": 2, "mode": "elements"}),
+                    ([((64, 700), N), ((300,), ids(64))], {"axis": 0})],
+    "IndexScatter": [([((6, 3), N), ((5,), ids(6)), ((5, 3), N)], {"axis": 0}),
+                     ([((6, 3), N), ((8,), ids(6)), ((8, 3), N)], {"axis": 0, "reduce": "sum"}),
+                     ([((3, 7), N), ((9,), ids(7)), ((3, 9), N)],
+                      {"axis": 1, "reduce": "mean", "include_self": False}),
+                     ([((3, 4, 2), N), ((3, 5, 2), ids(4)), ((3, 5, 2), N)],
+                      {"axis": 1, "mode": "elements", "reduce": "amax", "include_self": False}),
+                     ([((3, 4, 2), N), ((2, 6, 2), ids(4)), ((2, 6, 2), N)],
+                      {"axis": 1, "mode": "elements", "reduce": "amin"}),
+                     ([((3, 4, 2), N), ((3, 5, 2), ids(4)), ((3, 5, 2), U)],
+                      {"axis": 1, "mode": "elements", "reduce": "prod"}),
+                     ([((3, 4, 2), N), ((3, 5, 2), ids(4)), ((3, 5, 2), N)],
+                      {"axis": 1, "mode": "elements", "reduce": "mean"}),
+                     ([((4, 5), N), ((3,), ids(5))], {"axis": 1, "value": 2.5, "wrap": True}),
+                     ([((64, 700), N), ((300,), ids(64)), ((300, 700), N)],
+                      {"axis": 0, "reduce": "sum"}),
+                     ([((256, 200), N), ((256, 180), ids(200)), ((256, 180), N)],
+                      {"axis": 1, "mode": "elements", "reduce": "mean"})],
     "Resize": [([((2, 3, 4, 5), N)], {"sizes": [8, 10], "mode": "linear"}),
                ([((2, 3, 4, 5), N)], {"sizes": [7, 3], "coordinate_mode": "asymmetric",
                                       "nearest_mode": "floor"}),
@@ -336,13 +360,17 @@ UNPOISONED = {
 def _derived(op, attrs, xs):
     """Inputs that must be consistent with the others: LRNGrad's y is LRN(x), which its kernel
     recomputes from x; TopKGrad's indices are distinct positions in [0, size) per line, as TopK
-    gives."""
+    gives; a wrapping index op's ids take their negative spelling at every other element."""
     if op == "TopKGrad":
         axis = attrs["axis"] % xs[1].ndim
         lines = np.moveaxis(xs[1], axis, -1).shape
         shuffled = np.random.default_rng(1).random(lines[:-1] + (attrs["size"],))
         order = np.argsort(shuffled, axis=-1)[..., :lines[-1]]
         xs[1] = np.ascontiguousarray(np.moveaxis(order, -1, axis))
+    if op in ("IndexGather", "IndexScatter") and attrs.get("wrap"):
+        # every other id counted from the end
+        odd = (np.arange(xs[1].size) % 2).reshape(xs[1].shape) == 1
+        xs[1] = np.where(odd & (xs[1] >= 0), xs[1] - xs[0].shape[attrs["axis"]], xs[1])
     if op == "LRNGrad":
         opdef = get_op("LRN")
         with np.errstate(all="ignore"):

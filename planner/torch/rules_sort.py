@@ -1,0 +1,106 @@
+"""ATen's sort family on the planner's TopK (planner/ops/topk.py), whose gradient scatters
+dvalues back to the chosen positions:
+
+    sort, argsort     TopK with k = the whole axis (largest = descending)
+    argmax, argmin    TopK with k = 1 (argmin: of -x, so that NaN is chosen, as torch's is);
+                      no dim: over the flattened tensor
+    kthvalue, median  TopK of the k smallest, then its last (median: torch's lower median,
+                      k = (n + 1) // 2); median without dim: of the flattened tensor
+
+Ties: TopK orders equal values by lower index, so sort is stable (stable=True's answer, and a
+valid one for stable=False), argmax / argmin give the first occurrence (as torch documents),
+and kthvalue / median the position the stable order puts k-th (torch's kthvalue selects in
+place and promises no particular one among equal values). NaN is above every number: sorted
+last ascending and first descending, chosen by argmax and argmin, as in torch.
+"""
+
+from __future__ import annotations
+
+import math
+
+from planner.importers.onnx.errors import Unsupported
+from planner.importers.onnx.values import Const
+from planner.torch.context import NodeCtx, Value, rule
+
+
+def _input(n: NodeCtx) -> tuple[str | Const, tuple[int, ...]]:
+    x = n.tensor(0)
+    if not n.dtype(x).startswith(("float", "bfloat")):
+        raise Unsupported(f"{n.op} (of a {n.dtype(x)} tensor)")
+    return x, n.shape(x)
+
+
+def _axis(n: NodeCtx, dim: object, rank: int) -> int:
+    dim = -1 if dim is None else int(dim)  # type: ignore[call-overload]
+    if not -max(rank, 1) <= dim < max(rank, 1):
+        raise n.fail(f"dim {dim} out of range for rank {rank}")
+    return dim % max(rank, 1)
+
+
+def _lines(n: NodeCtx, x: str | Const, shape: tuple[int, ...], dim: object
+           ) -> tuple[str | Const, tuple[int, ...], int]:
+    """x, its shape and the axis to select along: the flattened x when dim is None, and a
+    0-d x as one line of one."""
+    if dim is None or not shape:
+        flat = (math.prod(shape),)
+        return (x if shape == flat else n.emit1("Reshape", [x], {"shape": list(flat)})), flat, 0
+    return x, shape, _axis(n, dim, len(shape))
+
+
+def _topk(n: NodeCtx, x: str | Const, k: int, axis: int, largest: bool) -> list[str]:
+    return n.emit("TopK", [x], {"k": k, "axis": axis, "largest": largest}, n_out=2)
+
+
+def _to_out(n: NodeCtx, v: str, shape: tuple[int, ...]) -> str:
+    return v if n.shape(v) == tuple(shape) else n.emit1("Reshape", [v], {"shape": list(shape)})
+
+
+@rule("aten.sort.default", "aten.sort.stable")
+def sort(n: NodeCtx) -> Value:
+    x, shape = _input(n)
+    if n.op == "aten.sort.stable":
+        dim, descending = n.kwargs.get("dim", -1), n.kwargs.get("descending", False)
+    else:
+        dim, descending = n.arg(1, "dim", -1), n.arg(2, "descending", False)
+    x, lines, axis = _lines(n, x, shape, dim)
+    values, indices = _topk(n, x, lines[axis], axis, bool(descending))
+    return _to_out(n, values, shape), _to_out(n, indices, shape)
+
+
+@rule("aten.argmax.default", "aten.argmin.default")
+def argmax(n: NodeCtx) -> Value:
+    x, shape = _input(n)
+    dim = n.arg(1, "dim")
+    x, lines, axis = _lines(n, x, shape, dim)
+    if n.op == "aten.argmin.default":
+        x = n.emit1("Neg", [x])
+    if lines[axis] == 0:
+        raise n.fail(f"an arg{'min' if 'argmin' in n.op else 'max'} over an empty dim")
+    return _to_out(n, _topk(n, x, 1, axis, True)[1], n.out_shape)
+
+
+@rule("aten.kthvalue.default", "aten.median.dim", "aten.median.default")
+def kthvalue(n: NodeCtx) -> Value:
+    x, shape = _input(n)
+    if n.op == "aten.kthvalue.default":
+        k, dim = int(n.arg(1, "k")), n.arg(2, "dim", -1)
+    else:
+        k, dim = 0, n.arg(1, "dim") if n.op == "aten.median.dim" else None
+    x, lines, axis = _lines(n, x, shape, dim)
+    size = lines[axis]
+    k = k or (size + 1) // 2
+    if not 1 <= k <= size:
+        raise n.fail(f"k = {k} out of range [1, {size}] for dim {axis}")
+    values, indices = _topk(n, x, k, axis, False)
+    picked = []
+    for v in (values, indices):
+        if k > 1:
+            v = n.emit1("Slice", [v], {"starts": [k - 1], "ends": [k], "axes": [axis]})
+        picked.append(v)
+    if n.op == "aten.median.default":
+        return _to_out(n, picked[0], n.out_shape)
+    keep = bool(n.arg(3 if n.op == "aten.kthvalue.default" else 2, "keepdim", False))
+    out = tuple(1 if j == axis else d for j, d in enumerate(lines)) if keep else \
+        tuple(d for j, d in enumerate(lines) if j != axis)
+    out = out if shape else ()
+    return _to_out(n, picked[0], out), _to_out(n, picked[1], out)
