@@ -1,0 +1,218 @@
+"""The index and sort families through the torch front end: each case is a tiny module calling
+the op on its float parameters, exported with torch.export and imported; its outputs and the
+gradients of its parameters (for random output gradients: a vector-Jacobian product) on the
+numpy reference are held to PyTorch's in float64, then every case runs in one build of the
+CPU executor and is held to the same numbers. Out-of-range indices are refused by name: a
+constant one at import, a computed one by the reference and by the executor when it runs."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+from torch import nn  # noqa: E402
+
+from planner.graph.autodiff import gradients  # noqa: E402
+from planner.graph.interpret import run  # noqa: E402
+from planner.ops import OpError  # noqa: E402
+from planner.torch import TorchImportError  # noqa: E402
+from planner.torch.convert import convert  # noqa: E402
+
+U32 = 2.0 ** -24
+
+
+class Op(nn.Module):
+    """f(self, *inputs) on parameters w (4, 5) and s (4, 3), and v (3, 5)."""
+
+    def __init__(self, f) -> None:
+        super().__init__()
+        g = torch.Generator().manual_seed(0)
+        self.w = nn.Parameter(torch.randn(4, 5, generator=g))
+        self.s = nn.Parameter(torch.randn(4, 3, generator=g))
+        self.v = nn.Parameter(torch.randn(3, 5, generator=g))
+        self.f = f
+
+    def forward(self, *inputs):
+        return self.f(self, *inputs)
+
+
+# distinct per row (a plain scatter of repeated places has no one answer in PyTorch)
+COLS = torch.tensor([[4, 0, 2], [1, 3, 0], [2, 4, 1], [0, 1, 3]])
+REPEATED = torch.tensor([[4, 0, 4], [1, 1, 1], [2, 4, 2], [0, 3, 3]])
+ROWS = torch.tensor([3, 0, 3])
+NEG = torch.tensor([-1, 0, -4])
+
+# name -> (f, inputs, differentiable): outputs and parameter gradients against torch's
+CASES = {
+    "gather": (lambda m, i: m.w.gather(1, i), (REPEATED,), True),
+    "gather-dim0": (lambda m, i: m.w.gather(0, i), (torch.tensor([[3, 0], [1, 1], [0, 3]]),),
+                    True),
+    "scatter": (lambda m, i: m.w.scatter(1, i, m.s), (COLS,), True),
+    "scatter-value": (lambda m, i: m.w.scatter(1, i, 2.5), (COLS,), True),
+    # torch.autograd fails on this one (src larger than the index): forward only
+    "scatter-larger-src": (lambda m, i: m.w.scatter(1, i[:, :2], m.s), (COLS,), False),
+    "scatter_add": (lambda m, i: m.w.scatter_add(1, i, m.s), (REPEATED,), True),
+    **{f"scatter_reduce-{r}-{inc}": (
+        lambda m, i, r=r, inc=inc: m.w.scatter_reduce(1, i, m.s, r, include_self=inc),
+        (REPEATED,), r in ("sum", "mean"))
+       for r in ("sum", "mean", "prod", "amax", "amin") for inc in (True, False)},
+    "index_select": (lambda m, i: m.w.index_select(1, i), (ROWS,), True),
+    "index_select-dim0": (lambda m, i: m.w.index_select(0, i), (ROWS,), True),
+    "index_add": (lambda m, i: m.w.index_add(0, i, m.v), (ROWS,), True),
+    "index_add-alpha": (lambda m, i: m.w.index_add(1, i, m.s, alpha=-0.5), (ROWS,), True),
+    "index_copy": (lambda m, i: m.w.index_copy(0, i, m.v), (torch.tensor([3, 0, 1]),), True),
+    "index_fill-negative": (lambda m, i: m.w.index_fill(1, i, -1.5), (NEG,), True),
+    "index_put-accumulate": (lambda m, i: m.w.index_put((i,), m.v, accumulate=True), (NEG,),
+                             True),
+    "index_put-broadcast": (lambda m, i: m.w.index_put((i,), m.v[0], accumulate=True),
+                            (ROWS,), True),
+    "getitem-negative": (lambda m, i: m.w[i] * 2.0, (NEG,), True),
+    "take-negative": (lambda m, i: m.w.take(i), (torch.tensor([[-1, 7], [19, -20]]),), True),
+    "sort": (lambda m: m.w.sort(1), (), True),
+    "sort-descending-dim0": (lambda m: m.w.sort(0, descending=True), (), True),
+    "sort-stable": (lambda m: torch.sort(m.w, dim=1, stable=True), (), True),
+    "argsort": (lambda m: (m.w.argsort(1, descending=True), m.w.argsort(0)), (), False),
+    "argmax": (lambda m: (m.w.argmax(1), m.w.argmax(), m.w.argmax(0, keepdim=True)), (), False),
+    "argmin": (lambda m: (m.w.argmin(1), m.w.argmin(), m.w.argmin(1, keepdim=True)), (), False),
+    "kthvalue": (lambda m: m.w.kthvalue(2, 1), (), True),
+    "kthvalue-keepdim": (lambda m: m.w.kthvalue(3, 0, keepdim=True), (), True),
+    "median": (lambda m: m.w.median(1), (), True),
+    "median-even": (lambda m: m.w.median(0), (), True),
+    "median-flat": (lambda m: m.w.median(), (), True),
+}
+
+
+def _outputs(value) -> list:
+    return list(value) if isinstance(value, (tuple, list)) else [value]
+
+
+def imported(name: str):
+    """(forward graph, its params, feeds by graph input, torch's float32 module, inputs)."""
+    f, inputs, _ = CASES[name]
+    module = Op(f)
+    imp = convert(torch.export.export(module, inputs))
+    feeds = {n: v.numpy() for n, v in zip(imp.inputs, inputs, strict=True)}
+    return imp.graph, imp.params(), feeds, module, inputs
+
+
+def torch_float64(module, inputs, dys: list, differentiable: bool = True):
+    """Outputs and the parameters' gradients of sum(output * dy) in float64."""
+    m64 = copy.deepcopy(module).double()
+    outs = _outputs(m64(*inputs))
+    params = dict(m64.named_parameters())
+    floats = [(o, dy) for o, dy in zip(outs, dys, strict=True)
+              if o.is_floating_point() and differentiable]
+    total = sum((o * torch.from_numpy(dy).double()).sum() for o, dy in floats)
+    grads = torch.autograd.grad(total, list(params.values()), allow_unused=True) \
+        if floats else [None] * len(params)
+    return ([o.detach().numpy() for o in outs],
+            {k: (g.numpy() if g is not None else np.zeros(params[k].shape))
+             for k, g in zip(params, grads, strict=True)})
+
+
+def case_graph(name: str):
+    """The case's graph with its parameters' gradients (random output gradients as inputs),
+    its feeds and params, and torch's float64 outputs and gradients."""
+    graph, params, feeds, module, inputs = imported(name)
+    differentiable = CASES[name][2]
+    rng = np.random.default_rng(1)
+    dys = [rng.standard_normal(graph.tensor(o).shape).astype(np.float32)
+           if graph.tensor(o).dtype == "float32" else None for o in graph.outputs]
+    want_out, want_grads = torch_float64(module, inputs, dys, differentiable)
+    floats = [o for o, dy in zip(graph.outputs, dys, strict=True) if dy is not None]
+    wrt = [t.name for t in graph.by_role("param")]
+    if differentiable and floats:
+        graph, grads = gradients(graph, wrt=wrt, of=floats)
+        feeds = {**feeds, **{f"grad/{o}": dy for o, dy in zip(graph.outputs, dys, strict=False)
+                             if dy is not None}}
+    else:
+        grads = {}
+    return graph, feeds, params, want_out, want_grads, grads
+
+
+def bound(want: np.ndarray) -> float:
+    """At most a few values combine into an element (a sum of at most 3, a product of at most
+    4, a mean): float32 keeps each within 8 ulps of the largest magnitude involved."""
+    return 8 * U32 * max(1.0, float(np.abs(want).max(initial=0.0))) * 4
+
+
+def check(graph, values: dict, case: tuple) -> None:
+    _, _, _, want_out, want_grads, grads = case
+    n_out = len(want_out)
+    for o, want in zip(list(graph.outputs)[:n_out], want_out, strict=True):
+        got = np.asarray(values[o])
+        if want.dtype.kind == "i":
+            np.testing.assert_array_equal(got, want, err_msg=o)
+        else:
+            np.testing.assert_allclose(got, want, rtol=0, atol=bound(want), err_msg=o)
+    for p, g in grads.items():
+        want = want_grads[p]
+        got = np.zeros(want.shape) if g is None else np.asarray(values[g])
+        np.testing.assert_allclose(got, want, rtol=0, atol=bound(want), err_msg=f"d{p}")
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_reference_matches_torch_float64(name):
+    case = case_graph(name)
+    graph, feeds, params = case[:3]
+    check(graph, run(graph, feeds, params), case)
+
+
+def test_the_ops_are_the_planners():
+    ops = {name: {n.op for n in imported(name)[0].nodes} for name in CASES}
+    assert ops["gather"] == {"IndexGather"} and ops["scatter_add"] == {"IndexScatter"}
+    assert ops["index_fill-negative"] == {"IndexScatter"}  # the constant as its value
+    assert {"IndexGather"} <= ops["take-negative"] and "TopK" in ops["median"]
+    assert ops["sort"] == {"TopK"}
+
+
+def test_cpu_executor_matches_torch(tmp_path):
+    """Every case (outputs and gradients) in one build of the CPU executor."""
+    from tests.codegen.helpers import build_module
+    from tests.codegen.merged_graph import merge
+
+    cases = {f"c{k}/": case_graph(name) for k, name in enumerate(sorted(CASES))}
+    merged = merge("index_sort", {p: c[0] for p, c in cases.items()})
+    ex = build_module(merged, tmp_path / "index_sort").Executor()
+    ex.load_params({p + n: v for p, c in cases.items() for n, v in c[2].items()})
+    out = ex.forward({p + n: v for p, c in cases.items() for n, v in c[1].items()})
+    for p, c in cases.items():
+        check(c[0], {o: out[p + o] for o in c[0].outputs}, c)
+
+
+class Gather(nn.Module):
+    def __init__(self, index: torch.Tensor) -> None:
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(4, 5))
+        self.register_buffer("index", index)
+
+    def forward(self, i):
+        return self.w.gather(1, self.index) + self.w.index_select(0, i).sum()
+
+
+def test_a_constant_index_out_of_range_is_refused_at_import():
+    program = torch.export.export(Gather(torch.tensor([[0, 5]] * 4)), (torch.tensor([0]),))
+    with pytest.raises(TorchImportError, match=r"node 'gather' \(aten.gather.default\): "
+                       r"constant index tensor .*index 5 out of range \[0, 5\) for dim 1"):
+        convert(program)
+
+
+def test_a_computed_index_out_of_range_is_refused_when_the_step_runs(tmp_path):
+    from tests.codegen.helpers import build_module
+
+    imp = convert(torch.export.export(Gather(torch.tensor([[0, 4]] * 4)), (torch.tensor([0]),)))
+    graph = imp.graph
+    (x,) = imp.inputs
+    ok = run(graph, {x: np.array([3])}, imp.params())
+    for bad in (-1, 4):  # index_select takes no negative index, as PyTorch's
+        with pytest.raises(OpError, match=rf"index {bad} out of range \[0, 4\) for dim 0"):
+            run(graph, {x: np.array([bad])}, imp.params())
+    ex = build_module(graph, tmp_path / "bad_index").Executor()
+    ex.load_params(imp.params())
+    out = ex.forward({x: np.array([3])})
+    np.testing.assert_allclose(out[graph.outputs[0]], ok[graph.outputs[0]], rtol=1e-6)
+    with pytest.raises(RuntimeError, match=r"IndexGather\): index -1 out of range \[0, 4\)"):
+        ex.forward({x: np.array([-1])})
