@@ -287,6 +287,8 @@ register(OpDef(
     reference=_scatter_reference, gradient=_scatter_gradient, nondiff_inputs=(1,),
     # the kernel copies x to the output (nothing when they share bytes), then writes
     in_place=lambda n: (0,), scratch=_scatter_scratch,
+    # the CUDA kernel's "mean" counts in a float per place of x
+    gpu_scratch=lambda ins, outs, a: 4 * ins[0].size if a["reduce"] == "mean" else 0,
     doc="out = x, then src (or value) written to the elements an int64 index names along "
         "axis, combined by reduce (none, sum, prod, mean, amax, amin; include_self).",
 ))
