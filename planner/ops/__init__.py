@@ -13,6 +13,7 @@ Softplus, Elu, Selu, Clip, ...), binary_math (Pow, Max, Min, PRelu), log_softmax
 group_norm: GroupNorm, InstanceNormalization. depth_to_space:
 DepthToSpace, SpaceToDepth (nn.PixelShuffle, nn.PixelUnshuffle). cumsum: CumSum. topk: TopK,
 TopKGrad. index: IndexGather, IndexScatter (gather, scatter, index_select, index_put, take).
+embedding_bag: EmbeddingBag, EmbeddingBagGrad.
 lstm: LSTMCell (the element-wise part of an LSTM step, fused) and its gradient.
 """
 
@@ -28,6 +29,7 @@ from planner.ops import (  # noqa: F401, E402
     dropout,
     elementwise,
     embedding,
+    embedding_bag,
     gelu,
     group_norm,
     index,

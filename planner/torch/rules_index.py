@@ -15,7 +15,7 @@ from planner.importers.onnx.errors import Unsupported
 from planner.importers.onnx.values import Const
 from planner.ops.base import OpError
 from planner.ops.index import check_range
-from planner.torch.context import NodeCtx, Value, rule
+from planner.torch.context import UNAVAILABLE, NodeCtx, Value, rule
 
 # scatter.reduce's names for scatter_reduce's
 SCATTER_REDUCE = {"add": "sum", "multiply": "prod"}
@@ -139,3 +139,33 @@ def index_put(n: NodeCtx) -> Value:
             raise n.fail(f"values of shape {list(vs)} do not broadcast to {list(want)}")
         values = n.emit1("Expand", [values], {"shape": list(want)})
     return n.emit1("IndexScatter", [x, index, values], attrs)
+
+
+BAG_MODES = {0: "sum", 1: "mean", 2: "max"}
+
+
+@rule("aten._embedding_bag.default", "aten._embedding_bag_forward_only.default")
+def embedding_bag(n: NodeCtx) -> Value:
+    """nn.EmbeddingBag: the planner's EmbeddingBag (planner/ops/embedding_bag.py); of the four
+    ATen outputs, the bags' rows and (mode max) the ids chosen."""
+    table, ids, offsets = n.tensor(0), n.tensor(1), n.tensor(2)
+    _float(n, table)
+    if n.arg(3, "scale_grad_by_freq", False):
+        raise Unsupported(f"{n.op} (scale_grad_by_freq)")
+    if n.arg(5, "sparse", False):
+        raise Unsupported(f"{n.op} (sparse gradients)")
+    for v in (ids, offsets):
+        if n.dtype(v) != "int64":
+            raise Unsupported(f"{n.op} ({n.dtype(v)} ids or offsets)")
+    weights = n.arg(6, "per_sample_weights")
+    padding = n.arg(8, "padding_idx")
+    attrs = {"mode": BAG_MODES[int(n.arg(4, "mode", 0))],
+             "include_last_offset": bool(n.arg(7, "include_last_offset", False)),
+             "padding_idx": -1 if padding is None or padding < 0 else int(padding)}
+    if padding is not None and padding < -1:
+        attrs["padding_idx"] = int(padding) + n.shape(table)[0]
+    inputs = [table, ids, offsets] + ([weights] if weights is not None else [])
+    if attrs["mode"] == "max":
+        y, arg = n.emit("EmbeddingBag", inputs, attrs, n_out=2)
+        return (y, UNAVAILABLE, UNAVAILABLE, arg)
+    return (n.emit1("EmbeddingBag", inputs, attrs), UNAVAILABLE, UNAVAILABLE, UNAVAILABLE)

@@ -258,6 +258,24 @@ CASES: dict[str, list[tuple]] = {
     # indices: distinct positions per line (_derived), as TopK gives
     "TopKGrad": [([((3, 3), N), ((3, 3), ids(8))], {"axis": -1, "size": 8}),
                  ([((2, 2, 3), N), ((2, 2, 3), ids(6))], {"axis": 1, "size": 6})],
+    # offsets (_derived): rising from 0, with an empty bag
+    "EmbeddingBag": [([((7, 4), N), ((9,), ids(7)), ((4,), ids(1))], {}),
+                     ([((7, 4), N), ((9,), ids(7)), ((4,), ids(1)), ((9,), N)], {}),
+                     ([((7, 4), N), ((9,), ids(7)), ((4,), ids(1))],
+                      {"mode": "mean", "padding_idx": 2}),
+                     ([((7, 4), N), ((9,), ids(7)), ((4,), ids(1))],
+                      {"mode": "max", "include_last_offset": True}),
+                     ([((300, 64), N), ((900,), ids(300)), ((40,), ids(1))], {"mode": "mean"})],
+    "EmbeddingBagGrad": [([((9,), ids(7)), ((4,), ids(1)), ((4, 3), N)],
+                          {"num_embeddings": 7}),
+                         ([((9,), ids(7)), ((4,), ids(1)), ((4, 3), N), ((9,), N)],
+                          {"num_embeddings": 7}),
+                         ([((9,), ids(7)), ((4,), ids(1)), ((4, 3), N)],
+                          {"num_embeddings": 7, "mode": "mean", "padding_idx": 2}),
+                         ([((9,), ids(7)), ((4,), ids(1)), ((3, 3), N), ((3, 3), ids(7))],
+                          {"num_embeddings": 7, "mode": "max", "include_last_offset": True}),
+                         ([((900,), ids(300)), ((40,), ids(1)), ((40, 64), N)],
+                          {"num_embeddings": 300, "mode": "mean"})],
     # rows (index_select, index_put) and elements (gather, scatter), an index smaller than x,
     # repeated places (few ids), wrapped negative ids (_derived), past the kernels' grain
     "IndexGather": [([((4, 5), N), ((3,), ids(4))], {"axis": 0}),
@@ -360,13 +378,23 @@ UNPOISONED = {
 def _derived(op, attrs, xs):
     """Inputs that must be consistent with the others: LRNGrad's y is LRN(x), which its kernel
     recomputes from x; TopKGrad's indices are distinct positions in [0, size) per line, as TopK
-    gives; a wrapping index op's ids take their negative spelling at every other element."""
+    gives; a wrapping index op's ids take their negative spelling at every other element;
+    EmbeddingBag's offsets rise from 0, with an empty bag."""
     if op == "TopKGrad":
         axis = attrs["axis"] % xs[1].ndim
         lines = np.moveaxis(xs[1], axis, -1).shape
         shuffled = np.random.default_rng(1).random(lines[:-1] + (attrs["size"],))
         order = np.argsort(shuffled, axis=-1)[..., :lines[-1]]
         xs[1] = np.ascontiguousarray(np.moveaxis(order, -1, axis))
+    if op in ("EmbeddingBag", "EmbeddingBagGrad"):
+        k = 2 if op == "EmbeddingBag" else 1
+        count = len(xs[k - 1])
+        offsets = np.sort(np.random.default_rng(2).integers(0, count + 1, len(xs[k])))
+        offsets[0] = 0
+        offsets[len(offsets) // 2] = offsets[len(offsets) // 2 - 1]  # an empty bag
+        if attrs.get("include_last_offset"):
+            offsets[-1] = count
+        xs[k] = offsets
     if op in ("IndexGather", "IndexScatter") and attrs.get("wrap"):
         # every other id counted from the end
         odd = (np.arange(xs[1].size) % 2).reshape(xs[1].shape) == 1

@@ -14,6 +14,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 from torch import nn  # noqa: E402
+from torch.nn import functional as F  # noqa: E402
 
 from planner.graph.autodiff import gradients  # noqa: E402
 from planner.graph.interpret import run  # noqa: E402
@@ -44,6 +45,7 @@ COLS = torch.tensor([[4, 0, 2], [1, 3, 0], [2, 4, 1], [0, 1, 3]])
 REPEATED = torch.tensor([[4, 0, 4], [1, 1, 1], [2, 4, 2], [0, 3, 3]])
 ROWS = torch.tensor([3, 0, 3])
 NEG = torch.tensor([-1, 0, -4])
+BAG = (torch.tensor([1, 3, 0, 3, 2, 1]), torch.tensor([0, 2, 2, 5]))  # an empty bag
 
 # name -> (f, inputs, differentiable): outputs and parameter gradients against torch's
 CASES = {
@@ -71,6 +73,17 @@ CASES = {
                             (ROWS,), True),
     "getitem-negative": (lambda m, i: m.w[i] * 2.0, (NEG,), True),
     "take-negative": (lambda m, i: m.w.take(i), (torch.tensor([[-1, 7], [19, -20]]),), True),
+    "embedding_bag-sum": (lambda m, i, o: F.embedding_bag(i, m.w, o, mode="sum"), BAG, True),
+    "embedding_bag-mean-padding": (
+        lambda m, i, o: F.embedding_bag(i, m.w, o, mode="mean", padding_idx=3), BAG, True),
+    "embedding_bag-max-last": (
+        lambda m, i, o: F.embedding_bag(i, m.w, o, mode="max", include_last_offset=True), BAG,
+        True),
+    "embedding_bag-weights": (
+        lambda m, i, o, w: F.embedding_bag(i, m.w, o, mode="sum", per_sample_weights=w),
+        (*BAG, torch.linspace(-1, 2, 6)), True),
+    "embedding_bag-2d": (lambda m, i: F.embedding_bag(i, m.w, mode="mean"),
+                         (torch.tensor([[1, 3], [0, 0], [2, 3]]),), True),
     "sort": (lambda m: m.w.sort(1), (), True),
     "sort-descending-dim0": (lambda m: m.w.sort(0, descending=True), (), True),
     "sort-stable": (lambda m: torch.sort(m.w, dim=1, stable=True), (), True),
@@ -101,7 +114,7 @@ def imported(name: str):
 def torch_float64(module, inputs, dys: list, differentiable: bool = True):
     """Outputs and the parameters' gradients of sum(output * dy) in float64."""
     m64 = copy.deepcopy(module).double()
-    outs = _outputs(m64(*inputs))
+    outs = _outputs(m64(*(x.double() if x.is_floating_point() else x for x in inputs)))
     params = dict(m64.named_parameters())
     floats = [(o, dy) for o, dy in zip(outs, dys, strict=True)
               if o.is_floating_point() and differentiable]
