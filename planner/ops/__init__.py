@@ -13,7 +13,7 @@ Softplus, Elu, Selu, Clip, ...), binary_math (Pow, Max, Min, PRelu), log_softmax
 group_norm: GroupNorm, InstanceNormalization. depth_to_space:
 DepthToSpace, SpaceToDepth (nn.PixelShuffle, nn.PixelUnshuffle). cumsum: CumSum. topk: TopK,
 TopKGrad. index: IndexGather, IndexScatter (gather, scatter, index_select, index_put, take).
-embedding_bag: EmbeddingBag, EmbeddingBagGrad.
+embedding_bag: EmbeddingBag, EmbeddingBagGrad. cummax: CumMax (cummax, cummin).
 lstm: LSTMCell (the element-wise part of an LSTM step, fused) and its gradient.
 """
 
@@ -24,6 +24,7 @@ from planner.ops import (  # noqa: F401, E402
     clip_grad_norm,
     collective,
     conv,
+    cummax,
     cumsum,
     depth_to_space,
     dropout,

@@ -6,6 +6,7 @@ dvalues back to the chosen positions:
                       no dim: over the flattened tensor
     kthvalue, median  TopK of the k smallest, then its last (median: torch's lower median,
                       k = (n + 1) // 2); median without dim: of the flattened tensor
+    cummax, cummin    CumMax (planner/ops/cummax.py: ties to the later index, as torch)
 
 Ties: TopK orders equal values by lower index, so sort is stable (stable=True's answer, and a
 valid one for stable=False), argmax / argmin give the first occurrence (as torch documents),
@@ -104,3 +105,12 @@ def kthvalue(n: NodeCtx) -> Value:
         tuple(d for j, d in enumerate(lines) if j != axis)
     out = out if shape else ()
     return _to_out(n, picked[0], out), _to_out(n, picked[1], out)
+
+
+@rule("aten.cummax.default", "aten.cummin.default")
+def cummax(n: NodeCtx) -> Value:
+    x, shape = _input(n)
+    x, lines, axis = _lines(n, x, shape, n.arg(1, "dim"))
+    values, indices = n.emit("CumMax", [x], {"axis": axis, "minimum": "cummin" in n.op},
+                             n_out=2)
+    return _to_out(n, values, shape), _to_out(n, indices, shape)

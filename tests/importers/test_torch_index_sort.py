@@ -95,11 +95,18 @@ CASES = {
     "median": (lambda m: m.w.median(1), (), True),
     "median-even": (lambda m: m.w.median(0), (), True),
     "median-flat": (lambda m: m.w.median(), (), True),
+    "cummax": (lambda m: m.w.cummax(1), (), True),
+    "cummax-ties": (lambda m, x: (x.cummax(1), x.cummin(0)),
+                    (torch.tensor([[1.0, 2.0, 2.0, 0.0], [2.0, 2.0, 1.0, 2.0],
+                                   [1.0, 0.0, 1.0, 0.0]]),), False),
+    "cummin": (lambda m: m.w.cummin(0), (), True),
 }
 
 
 def _outputs(value) -> list:
-    return list(value) if isinstance(value, (tuple, list)) else [value]
+    if isinstance(value, (tuple, list)):
+        return [t for v in value for t in _outputs(v)]
+    return [value]
 
 
 def imported(name: str):
