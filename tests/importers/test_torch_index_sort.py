@@ -103,6 +103,53 @@ CASES = {
 }
 
 
+class GNN(nn.Module):
+    """Message passing on a graph of 6 nodes: each edge's message from its source node's
+    features, summed into its destination by index_add_ and by scatter_add."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.msg = nn.Linear(4, 5)
+        self.out = nn.Linear(5, 2)
+
+    def forward(self, x, src, dst):
+        m = self.msg(x.index_select(0, src))
+        agg = torch.zeros(6, 5, dtype=x.dtype)
+        agg.index_add_(0, dst, m)
+        agg2 = torch.zeros(6, 5, dtype=x.dtype).scatter_add(0, dst[:, None].expand(-1, 5), m)
+        return self.out(torch.relu(agg + 0.5 * agg2))
+
+
+class MoE(nn.Module):
+    """Top-2 gating over 5 experts: each token's two experts' weights gathered by
+    index_select, a dense routing mask by scatter for the load-balancing term."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.gate = nn.Linear(4, 5)
+        self.experts = nn.Parameter(torch.randn(5, 4, 3) * 0.5)
+
+    def forward(self, x):
+        g = torch.softmax(self.gate(x), -1)
+        v, i = g.topk(2, dim=-1)
+        v = v / v.sum(-1, keepdim=True)
+        w = self.experts.index_select(0, i.reshape(-1)).reshape(6, 2, 4, 3)
+        y = (x[:, None, :, None] * w).sum(2)
+        out = (y * v[..., None]).sum(1)
+        mask = torch.zeros_like(g).scatter(1, i, 1.0)
+        return out, (mask.mean(0) * g.mean(0)).sum()
+
+
+EDGES = (torch.tensor([0, 1, 2, 3, 4, 5, 0, 2]), torch.tensor([1, 2, 3, 4, 5, 0, 3, 3]))
+# name -> (module, inputs): the issue's patterns, as the op cases
+PATTERNS = {
+    "gnn": (GNN, (torch.randn(6, 4, generator=torch.Generator().manual_seed(3)), *EDGES)),
+    "moe": (MoE, (torch.randn(6, 4, generator=torch.Generator().manual_seed(4)),)),
+}
+
+
 def _outputs(value) -> list:
     if isinstance(value, (tuple, list)):
         return [t for v in value for t in _outputs(v)]
@@ -111,8 +158,12 @@ def _outputs(value) -> list:
 
 def imported(name: str):
     """(forward graph, its params, feeds by graph input, torch's float32 module, inputs)."""
-    f, inputs, _ = CASES[name]
-    module = Op(f)
+    if name in PATTERNS:
+        factory, inputs = PATTERNS[name]
+        module = factory()
+    else:
+        f, inputs, _ = CASES[name]
+        module = Op(f)
     imp = convert(torch.export.export(module, inputs))
     feeds = {n: v.numpy() for n, v in zip(imp.inputs, inputs, strict=True)}
     return imp.graph, imp.params(), feeds, module, inputs
@@ -137,7 +188,7 @@ def case_graph(name: str):
     """The case's graph with its parameters' gradients (random output gradients as inputs),
     its feeds and params, and torch's float64 outputs and gradients."""
     graph, params, feeds, module, inputs = imported(name)
-    differentiable = CASES[name][2]
+    differentiable = name in PATTERNS or CASES[name][2]
     rng = np.random.default_rng(1)
     dys = [rng.standard_normal(graph.tensor(o).shape).astype(np.float32)
            if graph.tensor(o).dtype == "float32" else None for o in graph.outputs]
@@ -174,7 +225,7 @@ def check(graph, values: dict, case: tuple) -> None:
         np.testing.assert_allclose(got, want, rtol=0, atol=bound(want), err_msg=f"d{p}")
 
 
-@pytest.mark.parametrize("name", sorted(CASES))
+@pytest.mark.parametrize("name", sorted(CASES) + sorted(PATTERNS))
 def test_reference_matches_torch_float64(name):
     case = case_graph(name)
     graph, feeds, params = case[:3]
@@ -194,7 +245,8 @@ def test_cpu_executor_matches_torch(tmp_path):
     from tests.codegen.helpers import build_module
     from tests.codegen.merged_graph import merge
 
-    cases = {f"c{k}/": case_graph(name) for k, name in enumerate(sorted(CASES))}
+    cases = {f"c{k}/": case_graph(name)
+             for k, name in enumerate(sorted(CASES) + sorted(PATTERNS))}
     merged = merge("index_sort", {p: c[0] for p, c in cases.items()})
     ex = build_module(merged, tmp_path / "index_sort").Executor()
     ex.load_params({p + n: v for p, c in cases.items() for n, v in c[2].items()})
