@@ -3,7 +3,8 @@ dvalues back to the chosen positions:
 
     sort, argsort     TopK with k = the whole axis (largest = descending)
     argmax, argmin    TopK with k = 1 (argmin: of -x, so that NaN is chosen, as torch's is);
-                      no dim: over the flattened tensor
+                      no dim: over the flattened tensor; max.dim / min.dim whose indices
+                      are read likewise (values and indices)
     kthvalue, median  TopK of the k smallest, then its last (median: torch's lower median,
                       k = (n + 1) // 2); median without dim: of the flattened tensor
     cummax, cummin    CumMax (planner/ops/cummax.py: ties to the later index, as torch)
@@ -114,3 +115,21 @@ def cummax(n: NodeCtx) -> Value:
     values, indices = n.emit("CumMax", [x], {"axis": axis, "minimum": "cummin" in n.op},
                              n_out=2)
     return _to_out(n, values, shape), _to_out(n, indices, shape)
+
+
+def max_with_index(n: NodeCtx) -> Value:
+    """max.dim / min.dim (x, dim, keepdim) -> (values, indices): TopK of one (min: of -x,
+    negated back), whose gradient goes to the index chosen, as torch's."""
+    x, shape = _input(n)
+    x, lines, axis = _lines(n, x, shape, n.arg(1, "dim"))
+    minimum = n.op.startswith("aten.min")
+    if lines[axis] == 0:
+        raise n.fail("a max over an empty dim")
+    values, indices = _topk(n, n.emit1("Neg", [x]) if minimum else x, 1, axis, True)
+    if minimum:
+        values = n.emit1("Neg", [values])
+    keep = bool(n.arg(2, "keepdim", False))
+    out = tuple(1 if j == axis else d for j, d in enumerate(lines)) if keep else \
+        tuple(d for j, d in enumerate(lines) if j != axis)
+    out = out if shape else ()
+    return _to_out(n, values, out), _to_out(n, indices, out)

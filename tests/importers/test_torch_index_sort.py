@@ -90,6 +90,7 @@ CASES = {
     "argsort": (lambda m: (m.w.argsort(1, descending=True), m.w.argsort(0)), (), False),
     "argmax": (lambda m: (m.w.argmax(1), m.w.argmax(), m.w.argmax(0, keepdim=True)), (), False),
     "argmin": (lambda m: (m.w.argmin(1), m.w.argmin(), m.w.argmin(1, keepdim=True)), (), False),
+    "max-dim-indices": (lambda m: (m.w.max(1), m.w.min(0, keepdim=True)), (), True),
     "kthvalue": (lambda m: m.w.kthvalue(2, 1), (), True),
     "kthvalue-keepdim": (lambda m: m.w.kthvalue(3, 0, keepdim=True), (), True),
     "median": (lambda m: m.w.median(1), (), True),
