@@ -5,6 +5,7 @@ dvalues back to the chosen positions:
     argmax, argmin    TopK with k = 1 (argmin: of -x, so that NaN is chosen, as torch's is);
                       no dim: over the flattened tensor; max.dim / min.dim whose indices
                       are read likewise (values and indices)
+    argsort of an argsort's indices: those cast to float32 (exact below 2^24), sorted
     kthvalue, median  TopK of the k smallest, then its last (median: torch's lower median,
                       k = (n + 1) // 2); median without dim: of the flattened tensor
     cummax, cummin    CumMax (planner/ops/cummax.py: ties to the later index, as torch)
@@ -22,7 +23,7 @@ import math
 
 from planner.importers.onnx.errors import Unsupported
 from planner.importers.onnx.values import Const
-from planner.torch.context import NodeCtx, Value, rule
+from planner.torch.context import UNAVAILABLE, NodeCtx, Value, rule
 
 
 def _input(n: NodeCtx) -> tuple[str | Const, tuple[int, ...]]:
@@ -30,6 +31,14 @@ def _input(n: NodeCtx) -> tuple[str | Const, tuple[int, ...]]:
     if not n.dtype(x).startswith(("float", "bfloat")):
         raise Unsupported(f"{n.op} (of a {n.dtype(x)} tensor)")
     return x, n.shape(x)
+
+
+def _positions(n: NodeCtx, x: str | Const) -> bool:
+    """Is x the indices of a TopK (a sort's, an argsort's), whose values, below the axis'
+    extent, float32 holds exactly?"""
+    node = n.imp.builder.producer(x) if isinstance(x, str) else None
+    return node is not None and node.op == "TopK" and node.outputs[1] == x and \
+        n.shape(node.inputs[0])[node.attrs["axis"]] <= 2 ** 24
 
 
 def _axis(n: NodeCtx, dim: object, rank: int) -> int:
@@ -59,7 +68,17 @@ def _to_out(n: NodeCtx, v: str, shape: tuple[int, ...]) -> str:
 
 @rule("aten.sort.default", "aten.sort.stable")
 def sort(n: NodeCtx) -> Value:
+    """An argsort of an argsort's indices (the inverse permutation: a masked autoencoder's
+    ids_restore) sorts them as float32, exact below 2^24: its indices, not its values."""
+    x = n.tensor(0)
+    if _positions(n, x):
+        x = n.emit1("Cast", [x], {"to": "float32"})
+        return UNAVAILABLE, sort_lines(n, x, n.shape(x))[1]
     x, shape = _input(n)
+    return sort_lines(n, x, shape)
+
+
+def sort_lines(n: NodeCtx, x: str | Const, shape: tuple[int, ...]) -> tuple[str, str]:
     if n.op == "aten.sort.stable":
         dim, descending = n.kwargs.get("dim", -1), n.kwargs.get("descending", False)
     else:

@@ -88,6 +88,8 @@ CASES = {
     "sort-descending-dim0": (lambda m: m.w.sort(0, descending=True), (), True),
     "sort-stable": (lambda m: torch.sort(m.w, dim=1, stable=True), (), True),
     "argsort": (lambda m: (m.w.argsort(1, descending=True), m.w.argsort(0)), (), False),
+    "argsort-inverse": (lambda m: (m.w.argsort(1).argsort(1), m.w.gather(
+        1, m.w.argsort(1).argsort(1))), (), True),
     "argmax": (lambda m: (m.w.argmax(1), m.w.argmax(), m.w.argmax(0, keepdim=True)), (), False),
     "argmin": (lambda m: (m.w.argmin(1), m.w.argmin(), m.w.argmin(1, keepdim=True)), (), False),
     "max-dim-indices": (lambda m: (m.w.max(1), m.w.min(0, keepdim=True)), (), True),
