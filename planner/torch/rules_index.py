@@ -48,6 +48,18 @@ def _where(n: NodeCtx, x: str | Const, dim: int, mode: str, wrap: bool) -> dict:
     return {"axis": dim % max(rank, 1), "mode": mode, "wrap": wrap}
 
 
+def _lifted(n: NodeCtx, v: str | Const | None) -> str | Const | None:
+    """A 0-d tensor as shape (1,) (PyTorch indexes a scalar as a 1-element line)."""
+    if v is None or n.shape(v):
+        return v
+    return n.emit1("Reshape", [v], {"shape": [1]})
+
+
+def _out(n: NodeCtx, y: str) -> str:
+    return y if n.shape(y) == tuple(n.out_shape) else \
+        n.emit1("Reshape", [y], {"shape": list(n.out_shape)})
+
+
 def gather_rows_wrapped(n: NodeCtx, x: str | Const, axis: int, index: str | Const) -> str:
     """x indexed on `axis` by a computed int64 index, negative entries from the end (`x[idx]`,
     take)."""
@@ -58,17 +70,20 @@ def gather_rows_wrapped(n: NodeCtx, x: str | Const, axis: int, index: str | Cons
 def gather(n: NodeCtx) -> Value:
     x = n.tensor(0)
     _float(n, x)
+    scalar = not n.shape(x)
+    x = _lifted(n, x)
     where = _where(n, x, int(n.arg(1, "dim")), "elements", False)
     index = _index(n, n.arg(2, "index"), x, where)
-    return n.emit1("IndexGather", [x, index], where)
+    index = _lifted(n, index) if scalar else index
+    return _out(n, n.emit1("IndexGather", [x, index], where))
 
 
 @rule("aten.index_select.default")
 def index_select(n: NodeCtx) -> Value:
-    x = n.tensor(0)
+    x = _lifted(n, n.tensor(0))
     _float(n, x)
     where = _where(n, x, int(n.arg(1, "dim")), "rows", False)
-    return n.emit1("IndexGather", [x, _index(n, n.arg(2, "index"), x, where)], where)
+    return _out(n, n.emit1("IndexGather", [x, _index(n, n.arg(2, "index"), x, where)], where))
 
 
 @rule("aten.scatter.src", "aten.scatter.value", "aten.scatter.reduce",
@@ -76,8 +91,11 @@ def index_select(n: NodeCtx) -> Value:
 def scatter(n: NodeCtx) -> Value:
     x = n.tensor(0)
     _float(n, x)
+    scalar = not n.shape(x)
+    x = _lifted(n, x)
     where = _where(n, x, int(n.arg(1, "dim")), "elements", False)
     index = _index(n, n.arg(2, "index"), x, where)
+    index = _lifted(n, index) if scalar else index
     attrs = dict(where)
     if n.op == "aten.scatter_add.default":
         attrs["reduce"] = "sum"
@@ -91,8 +109,8 @@ def scatter(n: NodeCtx) -> Value:
         attrs["reduce"] = SCATTER_REDUCE[reduce]
     src = n.arg(3, "src" if "value" not in n.op else "value")
     if isinstance(src, (int, float)):
-        return n.emit1("IndexScatter", [x, index], {**attrs, "value": float(src)})
-    src = n.tensor(3, "src")
+        return _out(n, n.emit1("IndexScatter", [x, index], {**attrs, "value": float(src)}))
+    src = _lifted(n, n.tensor(3, "src")) if scalar else n.tensor(3, "src")
     want = n.shape(index)
     if n.shape(src) != want:
         # torch reads src's leading part of index's shape
@@ -103,7 +121,7 @@ def scatter(n: NodeCtx) -> Value:
         axes = [k for k, (s, i) in enumerate(zip(n.shape(src), want, strict=True)) if s != i]
         src = n.emit1("Slice", [src], {"starts": [0] * len(axes),
                                        "ends": [want[k] for k in axes], "axes": axes})
-    return n.emit1("IndexScatter", [x, index, src], attrs)
+    return _out(n, n.emit1("IndexScatter", [x, index, src], attrs))
 
 
 def _one_index(n: NodeCtx, indices: list) -> tuple[int, str | Const]:

@@ -136,11 +136,19 @@ def cummax(n: NodeCtx) -> Value:
     return _to_out(n, values, shape), _to_out(n, indices, shape)
 
 
+@rule("aten.max.default", "aten.min.default")
+def max_all(n: NodeCtx) -> Value:
+    """torch.max(x) / torch.min(x): the values of max.dim over the flattened x (NaN wins; the
+    gradient goes to the first of equal values, where torch's splits it between them)."""
+    return max_with_index(n)[0]
+
+
 def max_with_index(n: NodeCtx) -> Value:
     """max.dim / min.dim (x, dim, keepdim) -> (values, indices): TopK of one (min: of -x,
     negated back), whose gradient goes to the index chosen, as torch's."""
     x, shape = _input(n)
-    x, lines, axis = _lines(n, x, shape, n.arg(1, "dim"))
+    dim = n.arg(1, "dim") if n.op.endswith(".dim") else None
+    x, lines, axis = _lines(n, x, shape, dim)
     minimum = n.op.startswith("aten.min")
     if lines[axis] == 0:
         raise n.fail("a max over an empty dim")
@@ -150,5 +158,5 @@ def max_with_index(n: NodeCtx) -> Value:
     keep = bool(n.arg(2, "keepdim", False))
     out = tuple(1 if j == axis else d for j, d in enumerate(lines)) if keep else \
         tuple(d for j, d in enumerate(lines) if j != axis)
-    out = out if shape else ()
+    out = out if shape and dim is not None else ()
     return _to_out(n, values, out), _to_out(n, indices, out)
