@@ -26,7 +26,10 @@ values combined.
 Gradients (PyTorch's derivatives.yaml): IndexGather's is an IndexScatter-sum of dy into zeros;
 IndexScatter's dsrc = IndexGather(dy) (dy / count for "mean"), dx = dy where nothing was
 written and, at the written places, 0 ("none", or include_self=False), dy ("sum") or
-dy / count ("mean"). prod, amax and amin have none here: they are refused at autodiff.
+dy / count ("mean"). amax and amin (of a src) split each place's dy evenly between x's value
+and the src values equal to the result (IndexScatterGrad, PyTorch's rule, which counts x's value
+even with include_self=False and then gives x no gradient at the places written); prod has
+none here: it is refused at autodiff.
 
 Example:
     >>> import numpy as np
@@ -248,10 +251,14 @@ def _scatter_gradient(g: GradBuilder, node: Node, grads: list[str | None]) -> li
         return out
     a = node.attrs
     x, index = node.inputs[:2]
-    if a["reduce"] not in ("none", "sum", "mean"):
-        raise OpError(f"IndexScatter: no gradient for reduce={a['reduce']!r} (sum, mean and "
-                      f"none have one)")
     where = _where(a)
+    if a["reduce"] in ("amax", "amin") and len(node.inputs) == 3:
+        dx, dsrc = g.emit("IndexScatterGrad", [x, index, node.inputs[2], node.outputs[0], dy],
+                          {**where, "include_self": a["include_self"]})
+        return [dx if wanted[0] else None, None, dsrc if wanted[2] else None]
+    if a["reduce"] not in ("none", "sum", "mean"):
+        raise OpError(f"IndexScatter: no gradient for reduce={a['reduce']!r} (sum, mean, "
+                      f"none, and amax / amin of a src, have one)")
     per_place = dy
     if a["reduce"] == "mean":
         t = g.type(x)
@@ -291,4 +298,48 @@ register(OpDef(
     gpu_scratch=lambda ins, outs, a: 4 * ins[0].size if a["reduce"] == "mean" else 0,
     doc="out = x, then src (or value) written to the elements an int64 index names along "
         "axis, combined by reduce (none, sum, prod, mean, amax, amin; include_self).",
+))
+
+
+# ---- IndexScatterGrad: amax / amin ----------------------------------------------------------
+
+def _extreme_grad_infer(ins: list[TensorType], a: Attrs) -> list[TensorType]:
+    if len(ins) != 5:
+        raise OpError(f"IndexScatterGrad takes 5 inputs [x, index, src, out, dy], got {len(ins)}")
+    x, index, src, out, dy = ins
+    _scatter_check([x, index, src], {**a, "reduce": "amax"})
+    if out != x or dy != x:
+        raise OpError(f"IndexScatterGrad: out and dy must be {x.dtype} of x's shape "
+                      f"{list(x.shape)}")
+    return [x, src]
+
+
+def _extreme_grad_reference(xs: list[np.ndarray], a: Attrs) -> list[np.ndarray]:
+    x, index, src, out, dy = (np.asarray(v) for v in xs)
+    pos = positions(x.shape, index, a)
+    value = out.reshape(-1)[pos]
+    src_is = src.reshape(-1) == value
+    self_is = x.reshape(-1) == out.reshape(-1)
+    count = self_is.astype(x.dtype)
+    np.add.at(count, pos, src_is.astype(x.dtype))
+    with np.errstate(all="ignore"):
+        share = np.where(count > 0, dy.reshape(-1) / count, 0).astype(x.dtype)
+    dx = np.where(self_is, share, 0).astype(x.dtype)
+    if not a["include_self"]:
+        dx[pos] = 0
+    dsrc = np.where(src_is, share[pos], 0).astype(x.dtype)
+    return [dx.reshape(x.shape), dsrc.reshape(src.shape)]
+
+
+register(OpDef(
+    name="IndexScatterGrad", arity=5, cost_class="scatter",
+    attrs={**GATHER_ATTRS, "include_self": Attr("bool", True)},
+    infer=_extreme_grad_infer, flops=lambda ins, outs, a: 2 * ins[2].size + ins[0].size,
+    reference=_extreme_grad_reference, nondiff_inputs=(0, 1, 2, 3),
+    # the CPU kernel's counts: a line's places, per thread; the CUDA kernel's, one per place
+    scratch=lambda ins, outs, a, threads: 4 * threads * ins[0].shape[
+        norm_axis("IndexScatterGrad", a["axis"], ins[0].rank)],
+    gpu_scratch=lambda ins, outs, a: 4 * ins[0].size,
+    doc="[x, index, src, out, dy] -> [dx, dsrc] of an IndexScatter amax / amin: dy split "
+        "evenly between x and the src values equal to out at each place.",
 ))

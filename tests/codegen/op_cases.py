@@ -303,6 +303,14 @@ CASES: dict[str, list[tuple]] = {
                       {"axis": 0, "reduce": "sum"}),
                      ([((256, 200), N), ((256, 180), ids(200)), ((256, 180), N)],
                       {"axis": 1, "mode": "elements", "reduce": "mean"})],
+    # [x, index, src, out, dy]: out the amax / amin IndexScatter's (_derived), ties by rounding
+    "IndexScatterGrad": [([((6, 3), N), ((8,), ids(6)), ((8, 3), N), ((6, 3), N), ((6, 3), N)],
+                          {"axis": 0}),
+                         ([((3, 4, 2), N), ((3, 5, 2), ids(4)), ((3, 5, 2), N), ((3, 4, 2), N),
+                           ((3, 4, 2), N)],
+                          {"axis": 1, "mode": "elements", "include_self": False}),
+                         ([((64, 700), N), ((300,), ids(64)), ((300, 700), N), ((64, 700), N),
+                           ((64, 700), N)], {"axis": 0, "include_self": False})],
     "Resize": [([((2, 3, 4, 5), N)], {"sizes": [8, 10], "mode": "linear"}),
                ([((2, 3, 4, 5), N)], {"sizes": [7, 3], "coordinate_mode": "asymmetric",
                                       "nearest_mode": "floor"}),
@@ -382,7 +390,8 @@ def _derived(op, attrs, xs):
     """Inputs that must be consistent with the others: LRNGrad's y is LRN(x), which its kernel
     recomputes from x; TopKGrad's indices are distinct positions in [0, size) per line, as TopK
     gives; a wrapping index op's ids take their negative spelling at every other element;
-    EmbeddingBag's offsets rise from 0, with an empty bag."""
+    EmbeddingBag's offsets rise from 0, with an empty bag; IndexScatterGrad's out is the
+    IndexScatter it differentiates (of x and src rounded: ties)."""
     if op == "TopKGrad":
         axis = attrs["axis"] % xs[1].ndim
         lines = np.moveaxis(xs[1], axis, -1).shape
@@ -400,6 +409,11 @@ def _derived(op, attrs, xs):
         xs[k] = offsets
     if op == "CumMax" and xs[0].shape == (3, 9):
         xs[0] = np.round(xs[0])  # equal values
+    if op == "IndexScatterGrad":
+        xs[0], xs[2] = np.round(xs[0]), np.round(xs[2])
+        scatter = get_op("IndexScatter")
+        reduce = "amin" if xs[0].shape == (3, 4, 2) else "amax"
+        xs[3] = scatter.reference(xs[:3], scatter.normalize_attrs({**attrs, "reduce": reduce}))[0]
     if op in ("IndexGather", "IndexScatter") and attrs.get("wrap"):
         # every other id counted from the end
         odd = (np.arange(xs[1].size) % 2).reshape(xs[1].shape) == 1

@@ -201,14 +201,82 @@ class IndexScatter : public Kernel {
   int team_;
 };
 
+// The gradient of an amax / amin IndexScatter (planner/ops/index.py): x's places hold dy where
+// x is the result, the written places dy split between x and the src values equal to the
+// result. Lines as IndexGather's, one column each; the counts of a line's places in the
+// thread's part of the scratch.
+class IndexScatterGrad : public Kernel {
+ public:
+  explicit IndexScatterGrad(const Node& n)
+      : g_(index_geometry(n)), x_(n.in[0].id), i_(n.in[1].id), src_(n.in[2].id),
+        out_(n.in[3].id), dy_(n.in[4].id), dx_(n.out[0].id), dsrc_(n.out[1].id),
+        size_(n.out[0].size()), include_self_(n.attrs.b("include_self")),
+        team_(std::max(1, n.threads)) {
+    require_f32(n);
+  }
+  size_t scratch_bytes() const override { return sizeof(float) * team_ * g_.n; }
+  void check_feeds(const Run& r, const std::vector<char>& fed) const override {
+    if (fed[i_]) check_index(r.at<int64_t>(i_), index_count(g_), g_);
+  }
+  void run(const Run& r) override {
+    const IndexGeometry& g = g_;
+    const int64_t* idx = r.at<int64_t>(i_);
+    check_index(idx, index_count(g), g);
+    const float* x = r.at<float>(x_);
+    const float* src = r.at<float>(src_);
+    const float* out = r.at<float>(out_);
+    const float* dy = r.at<float>(dy_);
+    float* dx = r.at<float>(dx_);
+    float* dsrc = r.at<float>(dsrc_);
+    const int64_t size = size_;
+#pragma omp parallel for if(size >= kGrain)
+    for (int64_t k = 0; k < size; ++k) dx[k] = x[k] == out[k] ? dy[k] : 0.0f;
+    const int team = std::min(team_, std::max(1, r.threads));
+    const int64_t n = g.n, m = g.m, inner = g.inner, li = g.li;
+    // rows mode: a line per (outer, column); elements mode: IndexGather's lines
+    const int64_t lines = g.rows ? g.outer * inner : g.lines;
+    const bool self = include_self_;
+#pragma omp parallel for num_threads(team) if(lines * m >= kGrain)
+    for (int64_t line = 0; line < lines; ++line) {
+      float* count = reinterpret_cast<float*>(r.scratch) + omp_get_thread_num() * n;
+      const int64_t xb = g.rows ? (line / inner) * n * inner + line % inner : g.base(line);
+      const int64_t sb = (line / li) * m * li + line % li;
+      auto at = [&](int64_t j) { return g.take(idx[g.rows ? j : sb + j * li]); };
+      for (int64_t j = 0; j < m; ++j) {
+        const int64_t p = xb + at(j) * inner;
+        count[at(j)] = x[p] == out[p] ? 1.0f : 0.0f;
+      }
+      for (int64_t j = 0; j < m; ++j)
+        if (src[sb + j * li] == out[xb + at(j) * inner]) count[at(j)] += 1.0f;
+      for (int64_t j = 0; j < m; ++j) {
+        const int64_t v = at(j), p = xb + v * inner;
+        const float share = count[v] > 0.0f ? dy[p] / count[v] : 0.0f;
+        dx[p] = x[p] == out[p] ? share : 0.0f;
+        dsrc[sb + j * li] = src[sb + j * li] == out[p] ? share : 0.0f;
+      }
+      if (!self)
+        for (int64_t j = 0; j < m; ++j) dx[xb + at(j) * inner] = 0.0f;
+    }
+  }
+
+ private:
+  IndexGeometry g_;
+  int x_, i_, src_, out_, dy_, dx_, dsrc_;
+  int64_t size_;
+  bool include_self_;
+  int team_;
+};
+
 KernelPtr index_gather(const Node& n) { return std::make_unique<IndexGather>(n); }
 KernelPtr index_scatter(const Node& n) { return std::make_unique<IndexScatter>(n); }
+KernelPtr index_scatter_grad(const Node& n) { return std::make_unique<IndexScatterGrad>(n); }
 
 }  // namespace
 
 PLANNER_REGISTER_KERNELS(index) {
   r["IndexGather"] = index_gather;
   r["IndexScatter"] = index_scatter;
+  r["IndexScatterGrad"] = index_scatter_grad;
 }
 
 }  // namespace planner

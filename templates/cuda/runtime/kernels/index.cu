@@ -168,6 +168,52 @@ __global__ void divide(int64_t size, const float* __restrict__ counts, float sel
     if (counts[k] > 0.0f) out[k] /= counts[k] + self;
 }
 
+// IndexScatterGrad (amax / amin): counts[p] = whether x is the result at p, plus the src
+// values equal to it (atomics); then dx over x, dsrc over the written elements.
+__global__ void extreme_count(IndexLines l, const int64_t* __restrict__ idx,
+                              const float* __restrict__ src, const float* __restrict__ out,
+                              float* __restrict__ counts) {
+  const int64_t total = l.lines * l.m;
+  for (int64_t k = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; k < total;
+       k += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t line = k % l.lines, j = k / l.lines;
+    const int64_t v = l.take(idx[l.iat(line, j)]), xb = l.xbase(line);
+    if (v < 0) counts[xb] = NAN;
+    else if (src[l.sbase(line) + j * l.sstep()] == out[xb + v * l.inner])
+      atomicAdd(counts + xb + v * l.inner, 1.0f);
+  }
+}
+
+__global__ void extreme_self(int64_t size, const float* __restrict__ x,
+                             const float* __restrict__ out, const float* __restrict__ dy,
+                             float* __restrict__ counts, bool init, float* __restrict__ dx) {
+  for (int64_t k = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; k < size;
+       k += int64_t{gridDim.x} * blockDim.x) {
+    if (init) counts[k] = x[k] == out[k] ? 1.0f : 0.0f;
+    else dx[k] = x[k] == out[k] ? dy[k] / counts[k] : 0.0f;
+  }
+}
+
+__global__ void extreme_src(IndexLines l, const int64_t* __restrict__ idx,
+                            const float* __restrict__ src, const float* __restrict__ out,
+                            const float* __restrict__ dy, const float* __restrict__ counts,
+                            bool include_self, float* __restrict__ dx, float* __restrict__ dsrc) {
+  const int64_t total = l.lines * l.m;
+  for (int64_t k = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; k < total;
+       k += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t line = k % l.lines, j = k / l.lines;
+    const int64_t v = l.take(idx[l.iat(line, j)]), xb = l.xbase(line);
+    const int64_t s = l.sbase(line) + j * l.sstep();
+    if (v < 0) {
+      dsrc[s] = NAN;
+      continue;
+    }
+    const int64_t p = xb + v * l.inner;
+    dsrc[s] = src[s] == out[p] && counts[p] > 0.0f ? dy[p] / counts[p] : 0.0f;
+    if (!include_self) dx[p] = 0.0f;
+  }
+}
+
 class IndexGather : public Kernel {
  public:
   explicit IndexGather(const Node& n)
@@ -244,7 +290,48 @@ class IndexScatter : public Kernel {
   unsigned element_blocks_ = 1, line_blocks_ = 1, size_blocks_ = 1;
 };
 
+class IndexScatterGrad : public Kernel {
+ public:
+  explicit IndexScatterGrad(const Node& n)
+      : threads_(block_threads(n)), l_(index_lines(index_geometry(n))), x_(n.in[0].id),
+        i_(n.in[1].id), src_(n.in[2].id), out_(n.in[3].id), dy_(n.in[4].id),
+        dx_(n.out[0].id), dsrc_(n.out[1].id), size_(n.out[0].size()),
+        include_self_(n.attrs.b("include_self")) {
+    require_f32(n);
+    element_blocks_ = blocks_for(l_.lines * l_.m, threads_);
+    size_blocks_ = blocks_for(size_, threads_);
+  }
+  size_t scratch_bytes() const override { return sizeof(float) * size_; }
+  void run(const Run& r) override {
+    if (size_ == 0) return;
+    float* counts = reinterpret_cast<float*>(r.scratch);
+    const float* x = r.at<float>(x_);
+    const float* out = r.at<float>(out_);
+    const float* dy = r.at<float>(dy_);
+    float* dx = r.at<float>(dx_);
+    extreme_self<<<size_blocks_, threads_, 0, r.stream>>>(size_, x, out, dy, counts, true, dx);
+    if (l_.lines * l_.m > 0)
+      extreme_count<<<element_blocks_, threads_, 0, r.stream>>>(
+          l_, r.at<int64_t>(i_), r.at<float>(src_), out, counts);
+    extreme_self<<<size_blocks_, threads_, 0, r.stream>>>(size_, x, out, dy, counts, false, dx);
+    if (l_.lines * l_.m > 0)
+      extreme_src<<<element_blocks_, threads_, 0, r.stream>>>(
+          l_, r.at<int64_t>(i_), r.at<float>(src_), out, dy, counts, include_self_, dx,
+          r.at<float>(dsrc_));
+    PLANNER_LAUNCHED("IndexScatterGrad");
+  }
+
+ private:
+  int threads_;
+  IndexLines l_;
+  int x_, i_, src_, out_, dy_, dx_, dsrc_;
+  int64_t size_;
+  bool include_self_;
+  unsigned element_blocks_ = 1, size_blocks_ = 1;
+};
+
 KernelPtr index_gather(const Node& n) { return std::make_unique<IndexGather>(n); }
+KernelPtr index_scatter_grad(const Node& n) { return std::make_unique<IndexScatterGrad>(n); }
 KernelPtr index_scatter(const Node& n) { return std::make_unique<IndexScatter>(n); }
 
 }  // namespace
@@ -252,6 +339,7 @@ KernelPtr index_scatter(const Node& n) { return std::make_unique<IndexScatter>(n
 PLANNER_REGISTER_KERNELS(index) {
   r["IndexGather"] = index_gather;
   r["IndexScatter"] = index_scatter;
+  r["IndexScatterGrad"] = index_scatter_grad;
 }
 
 }  // namespace planner
