@@ -28,8 +28,9 @@ IndexScatter's dsrc = IndexGather(dy) (dy / count for "mean"), dx = dy where not
 written and, at the written places, 0 ("none", or include_self=False), dy ("sum") or
 dy / count ("mean"). amax and amin (of a src) split each place's dy evenly between x's value
 and the src values equal to the result (IndexScatterGrad, PyTorch's rule, which counts x's value
-even with include_self=False and then gives x no gradient at the places written); prod has
-none here: it is refused at autodiff.
+even with include_self=False and then gives x no gradient at the places written); prod gives
+each factor the product of the place's other factors (exactly, zeros included: PyTorch's
+answer), x's being the product of the src values written there.
 
 Example:
     >>> import numpy as np
@@ -252,13 +253,14 @@ def _scatter_gradient(g: GradBuilder, node: Node, grads: list[str | None]) -> li
     a = node.attrs
     x, index = node.inputs[:2]
     where = _where(a)
-    if a["reduce"] in ("amax", "amin") and len(node.inputs) == 3:
+    if a["reduce"] in ("amax", "amin", "prod") and len(node.inputs) == 3:
         dx, dsrc = g.emit("IndexScatterGrad", [x, index, node.inputs[2], node.outputs[0], dy],
-                          {**where, "include_self": a["include_self"]})
+                          {**where, "include_self": a["include_self"],
+                           "reduce": "prod" if a["reduce"] == "prod" else "amax"})
         return [dx if wanted[0] else None, None, dsrc if wanted[2] else None]
     if a["reduce"] not in ("none", "sum", "mean"):
-        raise OpError(f"IndexScatter: no gradient for reduce={a['reduce']!r} (sum, mean, "
-                      f"none, and amax / amin of a src, have one)")
+        raise OpError(f"IndexScatter: no gradient for reduce={a['reduce']!r} of a value (of a "
+                      f"src tensor it has one)")
     per_place = dy
     if a["reduce"] == "mean":
         t = g.type(x)
@@ -307,7 +309,10 @@ def _extreme_grad_infer(ins: list[TensorType], a: Attrs) -> list[TensorType]:
     if len(ins) != 5:
         raise OpError(f"IndexScatterGrad takes 5 inputs [x, index, src, out, dy], got {len(ins)}")
     x, index, src, out, dy = ins
-    _scatter_check([x, index, src], {**a, "reduce": "amax"})
+    if a["reduce"] not in ("amax", "prod"):
+        raise OpError(f"IndexScatterGrad: reduce must be 'amax' (amax, amin) or 'prod', got "
+                      f"{a['reduce']!r}")
+    _scatter_check([x, index, src], a)
     if out != x or dy != x:
         raise OpError(f"IndexScatterGrad: out and dy must be {x.dtype} of x's shape "
                       f"{list(x.shape)}")
@@ -317,6 +322,8 @@ def _extreme_grad_infer(ins: list[TensorType], a: Attrs) -> list[TensorType]:
 def _extreme_grad_reference(xs: list[np.ndarray], a: Attrs) -> list[np.ndarray]:
     x, index, src, out, dy = (np.asarray(v) for v in xs)
     pos = positions(x.shape, index, a)
+    if a["reduce"] == "prod":
+        return _prod_grad(x, pos, src, dy, a["include_self"])
     value = out.reshape(-1)[pos]
     src_is = src.reshape(-1) == value
     self_is = x.reshape(-1) == out.reshape(-1)
@@ -331,15 +338,36 @@ def _extreme_grad_reference(xs: list[np.ndarray], a: Attrs) -> list[np.ndarray]:
     return [dx.reshape(x.shape), dsrc.reshape(src.shape)]
 
 
+def _prod_grad(x: np.ndarray, pos: np.ndarray, src: np.ndarray, dy: np.ndarray,
+               include_self: bool) -> list[np.ndarray]:
+    """Each factor of a place's product gets dy times the product of the others, in index
+    order (the kernels' order)."""
+    flat, dyf = src.reshape(-1), dy.reshape(-1)
+    dx = dy.reshape(-1).copy()
+    dsrc = np.zeros_like(flat)
+    order = np.argsort(pos, kind="stable")
+    places, starts = np.unique(pos[order], return_index=True)
+    for p, group in zip(places, np.split(order, starts[1:]), strict=True):
+        factors = np.concatenate([x.reshape(-1)[p:p + 1] if include_self else flat[:0],
+                                  flat[group]])
+        before = np.concatenate([[1], np.cumprod(factors)[:-1]]).astype(x.dtype)
+        after = np.concatenate([np.cumprod(factors[::-1])[::-1][1:], [1]]).astype(x.dtype)
+        others = before * after * dyf[p]
+        dsrc[group] = others[1:] if include_self else others
+        dx[p] = others[0] if include_self else 0
+    return [dx.reshape(x.shape), dsrc.reshape(src.shape)]
+
+
 register(OpDef(
     name="IndexScatterGrad", arity=5, cost_class="scatter",
-    attrs={**GATHER_ATTRS, "include_self": Attr("bool", True)},
+    attrs={**GATHER_ATTRS, "include_self": Attr("bool", True), "reduce": Attr("str", "amax")},
     infer=_extreme_grad_infer, flops=lambda ins, outs, a: 2 * ins[2].size + ins[0].size,
     reference=_extreme_grad_reference, nondiff_inputs=(0, 1, 2, 3),
     # the CPU kernel's counts: a line's places, per thread; the CUDA kernel's, one per place
     scratch=lambda ins, outs, a, threads: 4 * threads * ins[0].shape[
         norm_axis("IndexScatterGrad", a["axis"], ins[0].rank)],
     gpu_scratch=lambda ins, outs, a: 4 * ins[0].size,
-    doc="[x, index, src, out, dy] -> [dx, dsrc] of an IndexScatter amax / amin: dy split "
-        "evenly between x and the src values equal to out at each place.",
+    doc="[x, index, src, out, dy] -> [dx, dsrc] of an IndexScatter amax / amin (reduce=amax: "
+        "dy split evenly between x and the src values equal to out at each place) or prod "
+        "(each factor: dy times the product of the others).",
 ))

@@ -310,7 +310,12 @@ CASES: dict[str, list[tuple]] = {
                            ((3, 4, 2), N)],
                           {"axis": 1, "mode": "elements", "include_self": False}),
                          ([((64, 700), N), ((300,), ids(64)), ((300, 700), N), ((64, 700), N),
-                           ((64, 700), N)], {"axis": 0, "include_self": False})],
+                           ((64, 700), N)], {"axis": 0, "include_self": False}),
+                         ([((5, 3), N), ((8,), ids(5)), ((8, 3), N), ((5, 3), N), ((5, 3), N)],
+                          {"axis": 0, "reduce": "prod"}),
+                         ([((3, 4, 2), N), ((3, 5, 2), ids(4)), ((3, 5, 2), N), ((3, 4, 2), N),
+                           ((3, 4, 2), N)], {"axis": 1, "mode": "elements", "reduce": "prod",
+                                             "include_self": False})],
     "Resize": [([((2, 3, 4, 5), N)], {"sizes": [8, 10], "mode": "linear"}),
                ([((2, 3, 4, 5), N)], {"sizes": [7, 3], "coordinate_mode": "asymmetric",
                                       "nearest_mode": "floor"}),
@@ -412,7 +417,7 @@ def _derived(op, attrs, xs):
     if op == "IndexScatterGrad":
         xs[0], xs[2] = np.round(xs[0]), np.round(xs[2])
         scatter = get_op("IndexScatter")
-        reduce = "amin" if xs[0].shape == (3, 4, 2) else "amax"
+        reduce = attrs.get("reduce") or ("amin" if xs[0].shape == (3, 4, 2) else "amax")
         xs[3] = scatter.reference(xs[:3], scatter.normalize_attrs({**attrs, "reduce": reduce}))[0]
     if op in ("IndexGather", "IndexScatter") and attrs.get("wrap"):
         # every other id counted from the end

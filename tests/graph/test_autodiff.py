@@ -232,7 +232,10 @@ OP_CASES: dict[str, list[tuple]] = {
                      ([F(5, 2), I(5, 7), F(7, 2)], {"axis": 0, "reduce": "amax"}, None, None),
                      ([F(3, 4), I(4, 3, 5), F(3, 5)],
                       {"axis": 1, "mode": "elements", "reduce": "amin", "include_self": False},
-                      None, None)],
+                      None, None),
+                     ([F(5, 2), I(5, 7), F(7, 2)], {"axis": 0, "reduce": "prod"}, None, None),
+                     ([F(5, 2), I(5, 7), F(7, 2)],
+                      {"axis": 0, "reduce": "prod", "include_self": False}, None, None)],
     "CumMax": [([F(3, 5)], {"axis": 1}, [0], None),
                ([F(4, 2)], {"axis": 0, "minimum": True}, [0], None)],
     # offsets all 0: two empty bags, then all ids in the last

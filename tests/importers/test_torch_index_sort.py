@@ -59,7 +59,7 @@ CASES = {
     "scatter_add": (lambda m, i: m.w.scatter_add(1, i, m.s), (REPEATED,), True),
     **{f"scatter_reduce-{r}-{inc}": (
         lambda m, i, r=r, inc=inc: m.w.scatter_reduce(1, i, m.s, r, include_self=inc),
-        (REPEATED,), r != "prod")
+        (REPEATED,), True)
        for r in ("sum", "mean", "prod", "amax", "amin") for inc in (True, False)},
     "index_select": (lambda m, i: m.w.index_select(1, i), (ROWS,), True),
     "index_select-dim0": (lambda m, i: m.w.index_select(0, i), (ROWS,), True),
@@ -300,10 +300,11 @@ def test_a_computed_index_out_of_range_is_refused_when_the_step_runs(tmp_path):
 
 
 @pytest.mark.parametrize("include_self", [True, False])
-@pytest.mark.parametrize("reduce", ["amax", "amin"])
+@pytest.mark.parametrize("reduce", ["amax", "amin", "prod"])
 def test_extreme_scatter_gradient_splits_ties_as_torch(reduce, include_self):
-    """Equal values at a place share its gradient evenly, x's value counted even when not
-    included (PyTorch's rule)."""
+    """amax / amin: equal values at a place share its gradient evenly, x's value counted even
+    when not included (PyTorch's rule); prod: each factor gets the product of the others,
+    with zeros among them (one, or two at a place)."""
     from planner.ops import get_op
 
     x = torch.tensor([[1.0, 5.0, 3.0, 2.0], [0.0, 0.0, 4.0, -1.0]], dtype=torch.float64,
@@ -323,6 +324,7 @@ def test_extreme_scatter_gradient_splits_ties_as_torch(reduce, include_self):
     np.testing.assert_array_equal(out, y.detach().numpy())
     got = get_op("IndexScatterGrad").reference(
         [x.detach().numpy(), index.numpy(), src.detach().numpy(), out, dy.numpy()],
-        {**where, "include_self": include_self})
+        {**where, "include_self": include_self,
+         "reduce": "prod" if reduce == "prod" else "amax"})
     for g, w in zip(got, want, strict=True):
         np.testing.assert_allclose(g, w.numpy(), rtol=1e-15)

@@ -203,15 +203,15 @@ class IndexScatter : public Kernel {
 
 // The gradient of an amax / amin IndexScatter (planner/ops/index.py): x's places hold dy where
 // x is the result, the written places dy split between x and the src values equal to the
-// result. Lines as IndexGather's, one column each; the counts of a line's places in the
-// thread's part of the scratch.
+// result; of a prod one, product_line. Lines as IndexGather's, one column each; the counts
+// (the running products) of a line's places in the thread's part of the scratch.
 class IndexScatterGrad : public Kernel {
  public:
   explicit IndexScatterGrad(const Node& n)
       : g_(index_geometry(n)), x_(n.in[0].id), i_(n.in[1].id), src_(n.in[2].id),
         out_(n.in[3].id), dy_(n.in[4].id), dx_(n.out[0].id), dsrc_(n.out[1].id),
         size_(n.out[0].size()), include_self_(n.attrs.b("include_self")),
-        team_(std::max(1, n.threads)) {
+        prod_(n.attrs.s("reduce") == "prod"), team_(std::max(1, n.threads)) {
     require_f32(n);
   }
   size_t scratch_bytes() const override { return sizeof(float) * team_ * g_.n; }
@@ -229,8 +229,9 @@ class IndexScatterGrad : public Kernel {
     float* dx = r.at<float>(dx_);
     float* dsrc = r.at<float>(dsrc_);
     const int64_t size = size_;
+    const bool prod = prod_;
 #pragma omp parallel for if(size >= kGrain)
-    for (int64_t k = 0; k < size; ++k) dx[k] = x[k] == out[k] ? dy[k] : 0.0f;
+    for (int64_t k = 0; k < size; ++k) dx[k] = prod || x[k] == out[k] ? dy[k] : 0.0f;
     const int team = std::min(team_, std::max(1, r.threads));
     const int64_t n = g.n, m = g.m, inner = g.inner, li = g.li;
     // rows mode: a line per (outer, column); elements mode: IndexGather's lines
@@ -242,6 +243,10 @@ class IndexScatterGrad : public Kernel {
       const int64_t xb = g.rows ? (line / inner) * n * inner + line % inner : g.base(line);
       const int64_t sb = (line / li) * m * li + line % li;
       auto at = [&](int64_t j) { return g.take(idx[g.rows ? j : sb + j * li]); };
+      if (prod) {
+        product_line(xb, sb, at, x, src, dy, self, count, dx, dsrc);
+        continue;
+      }
       for (int64_t j = 0; j < m; ++j) {
         const int64_t p = xb + at(j) * inner;
         count[at(j)] = x[p] == out[p] ? 1.0f : 0.0f;
@@ -260,10 +265,33 @@ class IndexScatterGrad : public Kernel {
   }
 
  private:
+  // prod: each factor of a place gets dy times the product of the others, as the prefix
+  // product before it times the suffix product after it (index order, x first)
+  template <class At>
+  void product_line(int64_t xb, int64_t sb, const At& at, const float* x, const float* src,
+                    const float* dy, bool self, float* run, float* dx, float* dsrc) const {
+    const int64_t m = g_.m, inner = g_.inner, li = g_.li;
+    for (int64_t j = 0; j < m; ++j) run[at(j)] = self ? x[xb + at(j) * inner] : 1.0f;
+    for (int64_t j = 0; j < m; ++j) {
+      dsrc[sb + j * li] = run[at(j)];
+      run[at(j)] *= src[sb + j * li];
+    }
+    for (int64_t j = 0; j < m; ++j) run[at(j)] = 1.0f;
+    for (int64_t j = m - 1; j >= 0; --j) {
+      const int64_t v = at(j);
+      dsrc[sb + j * li] = dsrc[sb + j * li] * run[v] * dy[xb + v * inner];
+      run[v] *= src[sb + j * li];
+    }
+    for (int64_t j = 0; j < m; ++j) {
+      const int64_t p = xb + at(j) * inner;
+      dx[p] = self ? run[at(j)] * dy[p] : 0.0f;
+    }
+  }
+
   IndexGeometry g_;
   int x_, i_, src_, out_, dy_, dx_, dsrc_;
   int64_t size_;
-  bool include_self_;
+  bool include_self_, prod_;
   int team_;
 };
 

@@ -214,6 +214,36 @@ __global__ void extreme_src(IndexLines l, const int64_t* __restrict__ idx,
   }
 }
 
+// IndexScatterGrad (prod): one thread per line, as the CPU's product_line, the running
+// products in `run` (one per place of x; a line's places are its own).
+__global__ void product_lines(IndexLines l, const int64_t* __restrict__ idx,
+                              const float* __restrict__ x, const float* __restrict__ src,
+                              const float* __restrict__ dy, bool self, float* __restrict__ run,
+                              float* __restrict__ dx, float* __restrict__ dsrc) {
+  for (int64_t line = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; line < l.lines;
+       line += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t xb = l.xbase(line), sb = l.sbase(line), step = l.sstep();
+    bool bad = false;
+    for (int64_t j = 0; j < l.m; ++j) bad |= l.take(idx[l.iat(line, j)]) < 0;
+    if (bad) {
+      dx[xb] = NAN;
+      continue;
+    }
+    auto at = [&](int64_t j) { return xb + l.take(idx[l.iat(line, j)]) * l.inner; };
+    for (int64_t j = 0; j < l.m; ++j) run[at(j)] = self ? x[at(j)] : 1.0f;
+    for (int64_t j = 0; j < l.m; ++j) {
+      dsrc[sb + j * step] = run[at(j)];
+      run[at(j)] *= src[sb + j * step];
+    }
+    for (int64_t j = 0; j < l.m; ++j) run[at(j)] = 1.0f;
+    for (int64_t j = l.m - 1; j >= 0; --j) {
+      dsrc[sb + j * step] = dsrc[sb + j * step] * run[at(j)] * dy[at(j)];
+      run[at(j)] *= src[sb + j * step];
+    }
+    for (int64_t j = 0; j < l.m; ++j) dx[at(j)] = self ? run[at(j)] * dy[at(j)] : 0.0f;
+  }
+}
+
 class IndexGather : public Kernel {
  public:
   explicit IndexGather(const Node& n)
@@ -296,9 +326,10 @@ class IndexScatterGrad : public Kernel {
       : threads_(block_threads(n)), l_(index_lines(index_geometry(n))), x_(n.in[0].id),
         i_(n.in[1].id), src_(n.in[2].id), out_(n.in[3].id), dy_(n.in[4].id),
         dx_(n.out[0].id), dsrc_(n.out[1].id), size_(n.out[0].size()),
-        include_self_(n.attrs.b("include_self")) {
+        include_self_(n.attrs.b("include_self")), prod_(n.attrs.s("reduce") == "prod") {
     require_f32(n);
     element_blocks_ = blocks_for(l_.lines * l_.m, threads_);
+    line_blocks_ = blocks_for(l_.lines, threads_);
     size_blocks_ = blocks_for(size_, threads_);
   }
   size_t scratch_bytes() const override { return sizeof(float) * size_; }
@@ -309,6 +340,16 @@ class IndexScatterGrad : public Kernel {
     const float* out = r.at<float>(out_);
     const float* dy = r.at<float>(dy_);
     float* dx = r.at<float>(dx_);
+    if (prod_) {
+      PLANNER_CUDA(cudaMemcpyAsync(dx, dy, sizeof(float) * size_, cudaMemcpyDeviceToDevice,
+                                   r.stream));
+      if (l_.lines * l_.m > 0)
+        product_lines<<<line_blocks_, threads_, 0, r.stream>>>(
+            l_, r.at<int64_t>(i_), x, r.at<float>(src_), dy, include_self_, counts, dx,
+            r.at<float>(dsrc_));
+      PLANNER_LAUNCHED("IndexScatterGrad");
+      return;
+    }
     extreme_self<<<size_blocks_, threads_, 0, r.stream>>>(size_, x, out, dy, counts, true, dx);
     if (l_.lines * l_.m > 0)
       extreme_count<<<element_blocks_, threads_, 0, r.stream>>>(
@@ -326,8 +367,8 @@ class IndexScatterGrad : public Kernel {
   IndexLines l_;
   int x_, i_, src_, out_, dy_, dx_, dsrc_;
   int64_t size_;
-  bool include_self_;
-  unsigned element_blocks_ = 1, size_blocks_ = 1;
+  bool include_self_, prod_;
+  unsigned element_blocks_ = 1, line_blocks_ = 1, size_blocks_ = 1;
 };
 
 KernelPtr index_gather(const Node& n) { return std::make_unique<IndexGather>(n); }
