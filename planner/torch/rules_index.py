@@ -11,6 +11,10 @@ naming the node; a computed one by the kernel when the step runs.
 
 from __future__ import annotations
 
+import math
+
+import numpy as np
+
 from planner.importers.onnx.errors import Unsupported
 from planner.importers.onnx.values import Const
 from planner.ops.base import OpError
@@ -108,9 +112,12 @@ def scatter(n: NodeCtx) -> Value:
             raise n.fail(f"reduce {reduce!r}: torch.scatter takes 'add' or 'multiply'")
         attrs["reduce"] = SCATTER_REDUCE[reduce]
     src = n.arg(3, "src" if "value" not in n.op else "value")
-    if isinstance(src, (int, float)):
+    if isinstance(src, (int, float)) and math.isfinite(src):
         return _out(n, n.emit1("IndexScatter", [x, index], {**attrs, "value": float(src)}))
-    src = _lifted(n, n.tensor(3, "src")) if scalar else n.tensor(3, "src")
+    if isinstance(src, (int, float)):  # an infinity or NaN: as a tensor (attrs are finite)
+        src = n.const(np.full(n.shape(index), src), n.dtype(x))
+    else:
+        src = _lifted(n, n.tensor(3, "src")) if scalar else n.tensor(3, "src")
     want = n.shape(index)
     if n.shape(src) != want:
         # torch reads src's leading part of index's shape
@@ -148,7 +155,7 @@ def index_put(n: NodeCtx) -> Value:
     want = (*shape[:axis], *n.shape(index), *shape[axis + 1:])
     if isinstance(values, Const):
         v = values.value()
-        if v.size and (v == v.reshape(-1)[0]).all():
+        if v.size and (v == v.reshape(-1)[0]).all() and np.isfinite(v.reshape(-1)[0]):
             return n.emit1("IndexScatter", [x, index], {**attrs, "value": float(v.reshape(-1)[0])})
     if n.shape(values) != want:
         vs = n.shape(values)

@@ -54,6 +54,8 @@ CASES = {
                     True),
     "scatter": (lambda m, i: m.w.scatter(1, i, m.s), (COLS,), True),
     "scatter-value": (lambda m, i: m.w.scatter(1, i, 2.5), (COLS,), True),
+    "scatter-value-inf": (lambda m, i: m.w.scatter(1, i, float("-inf")), (COLS,), True),
+    "index_fill-inf": (lambda m, i: m.w.index_fill(1, i, float("inf")), (NEG,), True),
     # torch.autograd fails on this one (src larger than the index): forward only
     "scatter-larger-src": (lambda m, i: m.w.scatter(1, i[:, :2], m.s), (COLS,), False),
     "scatter_add": (lambda m, i: m.w.scatter_add(1, i, m.s), (REPEATED,), True),
@@ -216,7 +218,8 @@ def case_graph(name: str):
 def bound(want: np.ndarray) -> float:
     """At most a few values combine into an element (a sum of at most 3, a product of at most
     4, a mean): float32 keeps each within 8 ulps of the largest magnitude involved."""
-    return 8 * U32 * max(1.0, float(np.abs(want).max(initial=0.0))) * 4
+    finite = np.abs(want[np.isfinite(want)])  # infinities must match exactly
+    return 8 * U32 * max(1.0, float(finite.max(initial=0.0))) * 4
 
 
 def check(graph, values: dict, case: tuple) -> None:
