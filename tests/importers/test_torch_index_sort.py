@@ -8,6 +8,7 @@ constant one at import, a computed one by the reference and by the executor when
 from __future__ import annotations
 
 import copy
+import functools
 
 import numpy as np
 import pytest
@@ -195,6 +196,7 @@ def torch_float64(module, inputs, dys: list, differentiable: bool = True):
              for k, g in zip(params, grads, strict=True)})
 
 
+@functools.cache
 def case_graph(name: str):
     """The case's graph with its parameters' gradients (random output gradients as inputs),
     its feeds and params, and torch's float64 outputs and gradients."""
