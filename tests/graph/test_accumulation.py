@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from planner.errors import PlanError
+from planner.errors import PlanError, UserError
 from planner.graph.accumulation import MICRO_STEP, micro_batches, optimizer_step_nodes
 from planner.graph.interpret import init_params, random_feeds, train_step, widened
 from planner.graph.optimizer import Optimizer, ParamGroup
@@ -93,9 +93,17 @@ def test_accumulation_is_a_training_option_and_a_cpu_plan():
     g = _graph(Optimizer(kind="sgd"), MICRO, 2)
     with pytest.raises(PlanError, match="the cuda executor does not run that yet"):
         plan(g, preset("h100-80gb"))
-    with pytest.raises(PlanError, match="data-parallel plans do not accumulate yet"):
+    # Data parallel: the collectives reduce the sums, once per optimizer step.
+    dp = plan(g, preset("xeon-8180"), options=PlanOptions(
+        data_parallel=DataParallelOptions(ranks=2)))
+    sums = {o for n in dp.graph.nodes if n.op == "AccumulateGrad" for o in n.outputs}
+    reduced = [t for n in dp.graph.nodes if n.op == "AllReduce" for t in n.inputs]
+    assert sorted(reduced) == sorted(sums)
+    assert set(optimizer_step_nodes(dp.graph)) >= {n.name for n in dp.graph.nodes
+                                                   if n.op == "AllReduce"}
+    with pytest.raises(UserError, match="--shard-optimizer with gradient accumulation"):
         plan(g, preset("xeon-8180"), options=PlanOptions(
-            data_parallel=DataParallelOptions(ranks=2)))
+            data_parallel=DataParallelOptions(ranks=2, shard_optimizer=True)))
 
 
 def test_the_accumulate_flag(capsys):

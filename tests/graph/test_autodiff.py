@@ -188,6 +188,9 @@ OP_CASES: dict[str, list[tuple]] = {
     "BiasAdd": [([F(2, 3, 2, 2), F(3)], {}, None, None), ([F(4, 3), F(3)], {}, None, None)],
     "Abs": [([F(3, 4)], {}, None, None)],
     "Sign": [([F(3, 4)], {}, None, None)],
+    # A draw's derivative in p is zero almost everywhere (p moved by the finite difference's
+    # step flips no draw at this seed), as torch's zero gradient for bernoulli.
+    "Bernoulli": [([U(3, 4)], {"seed": 3}, None, None)],
     "Exp": [([F(3, 4)], {}, None, None)],
     "Log": [([P(3, 4)], {}, None, None)],
     "Sqrt": [([P(3, 4)], {}, None, None)],
@@ -291,6 +294,11 @@ OP_CASES: dict[str, list[tuple]] = {
     "Dropout": [([F(4, 5)], {"rate": 0.3, "seed": 7}, None, None)],
     "SoftmaxCrossEntropy": [([F(4, 3), I(3, 4)], {}, None, None)],
     "SigmoidBCE": [([F(2, 3), U(2, 3)], {}, None, [0])],
+    "NLLLoss": [([F(4, 3), I(3, 4)], {}, None, None),
+                ([F(4, 3), I(3, 4), P(3)],
+                 {"reduction": "none", "ignore_index": 1, "label_smoothing": 0.2}, None, [0]),
+                ([F(2, 3, 4), I(3, 2, 4), P(3)], {"reduction": "sum", "label_smoothing": 0.1},
+                 None, [0])],
     "MSE": [([F(2, 3), F(2, 3)], {}, None, [0])],
 }
 

@@ -147,11 +147,14 @@ NB_MODULE(planner_cpu_rt, m) {
         "The op names this runtime has kernels for (codegen's supported list must agree).");
   // Weakly referenceable: planner.runtime.distributed finishes a joined executor's step at exit.
   nb::class_<Executor> cls(m, "Executor", nb::is_weak_referenceable());
-  cls      .def(nb::init<const std::string&, bool, int, double>(), "schedule_path"_a,
+  cls      .def(nb::init<const std::string&, bool, int, double, bool>(), "schedule_path"_a,
            "concurrent"_a = true, "jitter_us"_a = 0, "watchdog_seconds"_a = 600.0,
+           "adaptive"_a = false,
            "Load a schedule. concurrent: run ops on the plan's lanes (False: one at a time in "
            "plan order); jitter_us: lanes sleep up to that long before each op (tests); a "
-           "step with no progress for watchdog_seconds raises, naming the ops not finished.");
+           "step with no progress for watchdog_seconds raises, naming the ops not finished; "
+           "adaptive: switch to the plan's variants for fewer cores by load (False, the "
+           "default: the main schedule always, so runs give the same bits).");
   planner::define_executor<Executor, planner::Io>(cls);
   planner::define_collective(cls, nb::device::cpu::value, [](const Executor&) { return 0; });
   cls.def("evaluate", &planner::evaluate, "feeds"_a,
@@ -190,7 +193,8 @@ NB_MODULE(planner_cpu_rt, m) {
       },
       "name"_a.none(),
       "Run the named schedule ('main' or a variant from variants()) from the next step on; "
-      "None: choose by the cores granted and the step times measured (the default).");
+      "None: choose by the cores granted and the step times measured (adaptive=True's rule; "
+      "results then depend on the load).");
   cls.def(
       "variants",
       [](const Executor& ex) {
