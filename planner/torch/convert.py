@@ -43,8 +43,8 @@ import numpy as np
 
 import planner.torch.rules  # noqa: F401  (registering the rules)
 import planner.torch.rules_index  # noqa: F401
-import planner.torch.rules_sort  # noqa: F401
 import planner.torch.rules_pointwise  # noqa: F401
+import planner.torch.rules_sort  # noqa: F401
 from planner.graph.ir import Graph
 from planner.graph.validate import check_graph
 from planner.importers.onnx.context import Importer
