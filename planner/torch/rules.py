@@ -586,12 +586,8 @@ def vector_norm(n: NodeCtx) -> Value:
 
 @rule("aten.amax.default", "aten.amin.default", "aten.max.dim", "aten.min.dim")
 def amax(n: NodeCtx) -> Value:
-    """One MaxPool window over the reduced axes (planner/importers/reduce_max.py); max.dim
-    whose indices are read is a TopK of one instead (planner/torch/rules_sort.py)."""
-    if n.op.endswith(".dim") and _reads_output(n, 1):
-        from planner.torch.rules_sort import max_with_index
-
-        return max_with_index(n)
+    """One MaxPool window over the reduced axes (planner/importers/reduce_max.py); max.dim's
+    indices, when a node reads them, a TopK of one (planner/torch/rules_sort.py)."""
     x = n.tensor(0)
     shape = n.shape(x)
     if not n.dtype(x).startswith(("float", "bfloat")):
@@ -607,15 +603,11 @@ def amax(n: NodeCtx) -> Value:
     y = x if all(shape[k] == 1 for k in axes) else \
         pool_max(n.emit1, x, shape, axes, minimum=n.op.startswith(("aten.amin", "aten.min")))
     y = _reshape_to(n, y, out)
-    return (y, UNAVAILABLE) if n.op.endswith(".dim") else y
+    if not n.op.endswith(".dim"):
+        return y
+    from planner.torch.rules_sort import ReadLater, max_with_index
 
-
-def _reads_output(n: NodeCtx, k: int) -> bool:
-    """Does a node read output k of this multi-output node (a getitem of k)?"""
-    import operator
-
-    return n.node is not None and any(u.target is operator.getitem and u.args[1] == k
-                                      for u in n.node.users)
+    return ReadLater((y, UNAVAILABLE), {1: lambda: max_with_index(n)[1]})
 
 
 # ---- dense layers ----------------------------------------------------------------------------

@@ -143,6 +143,26 @@ def max_all(n: NodeCtx) -> Value:
     return max_with_index(n)[0]
 
 
+class ReadLater(tuple):
+    """A multi-output value whose output k is emitted when a node reads it (max.dim's
+    indices: a TopK beside the values' MaxPool only where they are used)."""
+
+    later: dict
+
+    def __new__(cls, values: tuple, later: dict) -> ReadLater:
+        made = super().__new__(cls, values)
+        made.later = dict(later)
+        return made
+
+    def __getitem__(self, k):  # type: ignore[override]
+        if isinstance(k, int) and k in self.later:
+            made = self.later[k]
+            if callable(made):
+                self.later[k] = made = made()
+            return made
+        return super().__getitem__(k)
+
+
 def max_with_index(n: NodeCtx) -> Value:
     """max.dim / min.dim (x, dim, keepdim) -> (values, indices): TopK of one (min: of -x,
     negated back), whose gradient goes to the index chosen, as torch's."""
