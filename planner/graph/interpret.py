@@ -182,6 +182,10 @@ def random_feeds(graph: Graph, seed: int = 0) -> dict[str, np.ndarray]:
     for t in graph.by_role("input", "label"):
         if t.dtype.startswith("int"):
             feeds[t.name] = rng.integers(0, _id_bound(graph, t.name), t.shape).astype(t.dtype)
+            if _offsets(graph, t.name) and t.shape[0]:
+                # bags' offsets: rising from 0
+                feeds[t.name] = np.sort(feeds[t.name] % (_offsets(graph, t.name) + 1))
+                feeds[t.name][0] = 0
         elif t.dtype == "bool":
             feeds[t.name] = rng.integers(0, 2, t.shape).astype(bool)
         elif t.role == "label":
@@ -191,11 +195,24 @@ def random_feeds(graph: Graph, seed: int = 0) -> dict[str, np.ndarray]:
     return feeds
 
 
+def _offsets(graph: Graph, name: str) -> int:
+    """The ids' count when `name` is the offsets of an EmbeddingBag's bags, else 0."""
+    for n in graph.consumers.get(name, ()):
+        if n.op in ("EmbeddingBag", "EmbeddingBagGrad"):
+            k = 1 if n.op == "EmbeddingBag" else 0
+            if n.inputs[k + 1] == name:
+                return graph.tensor(n.inputs[k]).shape[0]
+    return 0
+
+
 def _id_bound(graph: Graph, name: str) -> int:
     """Exclusive bound of valid integer ids for `name`: its consumer's class or table size."""
     for n in graph.consumers.get(name, ()):
-        if n.op == "Embedding":
+        if n.op in ("Embedding", "EmbeddingBag") and n.inputs[1] == name:
             return graph.tensor(n.inputs[0]).shape[0]
+        if n.op in ("IndexGather", "IndexScatter") and n.inputs[1] == name:
+            x = graph.tensor(n.inputs[0])
+            return max(1, x.shape[n.attrs["axis"] % len(x.shape)])
         if n.op == "SoftmaxCrossEntropy":
             return graph.tensor(n.inputs[0]).shape[n.attrs["axis"]]
     return 2

@@ -17,8 +17,10 @@ DepthToSpace, SpaceToDepth (nn.PixelShuffle, nn.PixelUnshuffle). cumsum: CumSum,
 CumProdGrad. topk: TopK, TopKGrad. pool_nd: MaxPoolND, AvgPoolND (1 to 3 spatial axes, adaptive
 or windowed, with indices), PoolScatter, PoolGather (max_unpool). reductions: ReduceMax,
 ReduceMin, ReduceProd, ReduceNanSum, ReduceNanMean, ReduceLogSumExp, ReduceNorm, ReduceAny,
-ReduceAll and their ReduceGrad. lstm: LSTMCell (the element-wise part of an LSTM step, fused)
-and its gradient. pointwise_table: element-wise ops as rows of one table (log1p, trigonometric,
+ReduceAll and their ReduceGrad. index: IndexGather, IndexScatter (gather, scatter,
+index_select, index_put, take). embedding_bag: EmbeddingBag, EmbeddingBagGrad. cummax: CumMax
+(cummax, cummin). lstm: LSTMCell (the element-wise part of an LSTM step, fused) and its
+gradient. pointwise_table: element-wise ops as rows of one table (log1p, trigonometric,
 rounding, fmod, remainder, atan2, lerp, comparisons, logic, isnan, ...), each row's reference,
 gradient ops and kernels derived from its formula.
 """
@@ -30,13 +32,16 @@ from planner.ops import (  # noqa: F401, E402
     clip_grad_norm,
     collective,
     conv,
+    cummax,
     cumsum,
     depth_to_space,
     dropout,
     elementwise,
     embedding,
+    embedding_bag,
     gelu,
     group_norm,
+    index,
     layer_norm,
     log_softmax,
     loss,

@@ -44,9 +44,11 @@ from typing import Any
 import numpy as np
 
 import planner.torch.rules  # noqa: F401  (registering the rules)
+import planner.torch.rules_index  # noqa: F401
 import planner.torch.rules_pointwise  # noqa: F401
 import planner.torch.rules_pool  # noqa: F401  (pools; its PRESERVED below)
 import planner.torch.rules_reduce  # noqa: F401  (the reductions; its PRESERVED below)
+import planner.torch.rules_sort  # noqa: F401
 from planner.graph.ir import Graph
 from planner.graph.validate import check_graph
 from planner.importers.onnx.context import Importer

@@ -163,9 +163,10 @@ def as_strided(n: NodeCtx) -> Value:
 
 @rule("aten.index.Tensor")
 def index(n: NodeCtx) -> Value:
-    """x[..., ids, ...] with integer ids (a relative-position-bias table indexed by a buffer):
-    a gather whose gradient is a scatter-add (planner/importers/gather.py). Constant ids on
-    several adjacent axes (`table[rows, cols]`) index those axes merged into one."""
+    """x[..., ids, ...] with integer ids: computed ones an IndexGather (negative ids from the
+    end); constant ones (a relative-position-bias table indexed by a buffer) a gather whose
+    gradient is a scatter-add (planner/importers/gather.py), and on several adjacent axes
+    (`table[rows, cols]`) an index of those axes merged into one."""
     x = n.tensor(0)
     shape = n.shape(x)
     picked = [(k, v) for k, v in enumerate(n.arg(1, "indices")) if v is not None]
@@ -184,7 +185,11 @@ def index(n: NodeCtx) -> Value:
         merged = math.prod(shape[k] for k in axes)
         shape = (*shape[:axis], merged, *shape[axis + len(axes):])
         x = _reshape_to(n, x, shape)
-    return gather_rows(n.emit1, x, shape, axis, ids, n.shape(ids))
+        return gather_rows(n.emit1, x, shape, axis, ids, n.shape(ids))
+    # computed ids: negative ones count from the end, as PyTorch's (planner/ops/index.py)
+    if n.dtype(ids) != "int64":
+        raise Unsupported(f"{n.op} (computed {n.dtype(ids)} indices)")
+    return n.emit1("IndexGather", [x, ids], {"axis": axis, "mode": "rows", "wrap": True})
 
 
 def _flat_index(n: NodeCtx, picked: list, shape: tuple[int, ...]) -> object:

@@ -115,7 +115,12 @@ def reduction(n: NodeCtx) -> Value:
         raise Unsupported(f"{n.op} (of {n.dtype(x)} tensors)")
     axes = reduced_axes(n, _dims(n, row.dim), len(n.shape(x)))
     y = n.emit1(row.op, [x], {"axes": axes, "keepdims": _keep(n, row.keepdim)})
-    return (y, UNAVAILABLE) if row.values_and_indices else y
+    if not row.values_and_indices:
+        return y
+    # max.dim's indices, where a node reads them: a TopK of one (planner/torch/rules_sort.py)
+    from planner.torch.rules_sort import ReadLater, max_with_index
+
+    return ReadLater((y, UNAVAILABLE), {1: lambda: max_with_index(n)[1]})
 
 
 @rule("aten.linalg_vector_norm.default")

@@ -137,9 +137,12 @@ def _alias_problems(plan: dict[str, Any], by_name: dict[str, dict[str, Any]]) ->
                 or base["bytes"] < t["bytes"]:
             out.append(f"buffer {t['name']!r} aliases {target!r} but does not sit in its bytes")
         tensor = t.get("tensor")
+        viewed = views.get(tensor)
+        # a view of an in-place output sits in the bytes that output was written over
         if graph.get("tensors") and base.get("tensor") not in (
-                updates.get(tensor), views.get(tensor)) and (
-                tensor != t["name"] or over.get(tensor) != target):
+                updates.get(tensor), viewed) and (
+                tensor != t["name"] or over.get(tensor) != target) and \
+                (viewed is None or over.get(viewed) != target):
             out.append(f"buffer {t['name']!r} aliases {target!r}, but the graph does not say "
                        f"tensor {tensor!r} updates {base.get('tensor')!r}, is a view of it "
                        f"or is written over its bytes in place")

@@ -320,6 +320,9 @@ CASES: dict[str, list[tuple]] = {
                      ([((1, 18, 2, 3), N)], {"blocksize": 3, "mode": "CRD"})],
     "SpaceToDepth": [([((2, 2, 6, 4), N)], {"blocksize": 2}),
                      ([((1, 2, 6, 9), N)], {"blocksize": 3, "mode": "CRD"})],
+    # ties: few distinct values (_derived)
+    "CumMax": [([((3, 8), N)], {"axis": 1}), ([((4, 5, 3), N)], {"axis": 1, "minimum": True}),
+               ([((3, 9), N)], {"axis": -1})],
     "CumSum": [([((3, 8), N)], {"axis": 1}),
                ([((2, 5, 3), N)], {"axis": 1, "exclusive": True, "reverse": True}),
                ([((4, 3), N)], {"axis": 0, "reverse": True})],
@@ -334,6 +337,61 @@ CASES: dict[str, list[tuple]] = {
     # indices: distinct positions per line (_derived), as TopK gives
     "TopKGrad": [([((3, 3), N), ((3, 3), ids(8))], {"axis": -1, "size": 8}),
                  ([((2, 2, 3), N), ((2, 2, 3), ids(6))], {"axis": 1, "size": 6})],
+    # offsets (_derived): rising from 0, with an empty bag
+    "EmbeddingBag": [([((7, 4), N), ((9,), ids(7)), ((4,), ids(1))], {}),
+                     ([((7, 4), N), ((9,), ids(7)), ((4,), ids(1)), ((9,), N)], {}),
+                     ([((7, 4), N), ((9,), ids(7)), ((4,), ids(1))],
+                      {"mode": "mean", "padding_idx": 2}),
+                     ([((7, 4), N), ((9,), ids(7)), ((4,), ids(1))],
+                      {"mode": "max", "include_last_offset": True}),
+                     ([((300, 64), N), ((900,), ids(300)), ((40,), ids(1))], {"mode": "mean"})],
+    "EmbeddingBagGrad": [([((9,), ids(7)), ((4,), ids(1)), ((4, 3), N)],
+                          {"num_embeddings": 7}),
+                         ([((9,), ids(7)), ((4,), ids(1)), ((4, 3), N), ((9,), N)],
+                          {"num_embeddings": 7}),
+                         ([((9,), ids(7)), ((4,), ids(1)), ((4, 3), N)],
+                          {"num_embeddings": 7, "mode": "mean", "padding_idx": 2}),
+                         ([((9,), ids(7)), ((4,), ids(1)), ((3, 3), N), ((3, 3), ids(7))],
+                          {"num_embeddings": 7, "mode": "max", "include_last_offset": True}),
+                         ([((900,), ids(300)), ((40,), ids(1)), ((40, 64), N)],
+                          {"num_embeddings": 300, "mode": "mean"})],
+    # rows (index_select, index_put) and elements (gather, scatter), an index smaller than x,
+    # repeated places (few ids), wrapped negative ids (_derived), past the kernels' grain
+    "IndexGather": [([((4, 5), N), ((3,), ids(4))], {"axis": 0}),
+                    ([((2, 5, 3), N), ((2, 4), ids(5))], {"axis": 1, "wrap": True}),
+                    ([((3, 4, 2), N), ((3, 6, 2), ids(4))], {"axis": 1, "mode": "elements"}),
+                    ([((3, 4, 5), N), ((2, 4, 3), ids(5))], {"axis": 2, "mode": "elements"}),
+                    ([((64, 700), N), ((300,), ids(64))], {"axis": 0})],
+    "IndexScatter": [([((6, 3), N), ((5,), ids(6)), ((5, 3), N)], {"axis": 0}),
+                     ([((6, 3), N), ((8,), ids(6)), ((8, 3), N)], {"axis": 0, "reduce": "sum"}),
+                     ([((3, 7), N), ((9,), ids(7)), ((3, 9), N)],
+                      {"axis": 1, "reduce": "mean", "include_self": False}),
+                     ([((3, 4, 2), N), ((3, 5, 2), ids(4)), ((3, 5, 2), N)],
+                      {"axis": 1, "mode": "elements", "reduce": "amax", "include_self": False}),
+                     ([((3, 4, 2), N), ((2, 6, 2), ids(4)), ((2, 6, 2), N)],
+                      {"axis": 1, "mode": "elements", "reduce": "amin"}),
+                     ([((3, 4, 2), N), ((3, 5, 2), ids(4)), ((3, 5, 2), U)],
+                      {"axis": 1, "mode": "elements", "reduce": "prod"}),
+                     ([((3, 4, 2), N), ((3, 5, 2), ids(4)), ((3, 5, 2), N)],
+                      {"axis": 1, "mode": "elements", "reduce": "mean"}),
+                     ([((4, 5), N), ((3,), ids(5))], {"axis": 1, "value": 2.5, "wrap": True}),
+                     ([((64, 700), N), ((300,), ids(64)), ((300, 700), N)],
+                      {"axis": 0, "reduce": "sum"}),
+                     ([((256, 200), N), ((256, 180), ids(200)), ((256, 180), N)],
+                      {"axis": 1, "mode": "elements", "reduce": "mean"})],
+    # [x, index, src, out, dy]: out the amax / amin IndexScatter's (_derived), ties by rounding
+    "IndexScatterGrad": [([((6, 3), N), ((8,), ids(6)), ((8, 3), N), ((6, 3), N), ((6, 3), N)],
+                          {"axis": 0}),
+                         ([((3, 4, 2), N), ((3, 5, 2), ids(4)), ((3, 5, 2), N), ((3, 4, 2), N),
+                           ((3, 4, 2), N)],
+                          {"axis": 1, "mode": "elements", "include_self": False}),
+                         ([((64, 700), N), ((300,), ids(64)), ((300, 700), N), ((64, 700), N),
+                           ((64, 700), N)], {"axis": 0, "include_self": False}),
+                         ([((5, 3), N), ((8,), ids(5)), ((8, 3), N), ((5, 3), N), ((5, 3), N)],
+                          {"axis": 0, "reduce": "prod"}),
+                         ([((3, 4, 2), N), ((3, 5, 2), ids(4)), ((3, 5, 2), N), ((3, 4, 2), N),
+                           ((3, 4, 2), N)], {"axis": 1, "mode": "elements", "reduce": "prod",
+                                             "include_self": False})],
     "Resize": [([((2, 3, 4, 5), N)], {"sizes": [8, 10], "mode": "linear"}),
                ([((2, 3, 4, 5), N)], {"sizes": [7, 3], "coordinate_mode": "asymmetric",
                                       "nearest_mode": "floor"}),
@@ -414,7 +472,10 @@ UNPOISONED = {
 def _derived(op, attrs, xs):
     """Inputs that must be consistent with the others: LRNGrad's y is LRN(x), which its kernel
     recomputes from x; TopKGrad's indices are distinct positions in [0, size) per line, as TopK
-    gives; ReduceGrad's y is its forward op's y of x (ties of a max, zeros of a product)."""
+    gives; ReduceGrad's y is its forward op's y of x (ties of a max, zeros of a product); a
+    wrapping index op's ids take their negative spelling at every other element;
+    EmbeddingBag's offsets rise from 0, with an empty bag; IndexScatterGrad's out is the
+    IndexScatter it differentiates (of x and src rounded: ties)."""
     if op == "ReduceGrad":
         opdef = get_op(attrs["of"])
         forward = {k: v for k, v in attrs.items() if k in opdef.attrs}
@@ -426,6 +487,26 @@ def _derived(op, attrs, xs):
         shuffled = np.random.default_rng(1).random(lines[:-1] + (attrs["size"],))
         order = np.argsort(shuffled, axis=-1)[..., :lines[-1]]
         xs[1] = np.ascontiguousarray(np.moveaxis(order, -1, axis))
+    if op in ("EmbeddingBag", "EmbeddingBagGrad"):
+        k = 2 if op == "EmbeddingBag" else 1
+        count = len(xs[k - 1])
+        offsets = np.sort(np.random.default_rng(2).integers(0, count + 1, len(xs[k])))
+        offsets[0] = 0
+        offsets[len(offsets) // 2] = offsets[len(offsets) // 2 - 1]  # an empty bag
+        if attrs.get("include_last_offset"):
+            offsets[-1] = count
+        xs[k] = offsets
+    if op == "CumMax" and xs[0].shape == (3, 9):
+        xs[0] = np.round(xs[0])  # equal values
+    if op == "IndexScatterGrad":
+        xs[0], xs[2] = np.round(xs[0]), np.round(xs[2])
+        scatter = get_op("IndexScatter")
+        reduce = attrs.get("reduce") or ("amin" if xs[0].shape == (3, 4, 2) else "amax")
+        xs[3] = scatter.reference(xs[:3], scatter.normalize_attrs({**attrs, "reduce": reduce}))[0]
+    if op in ("IndexGather", "IndexScatter") and attrs.get("wrap"):
+        # every other id counted from the end
+        odd = (np.arange(xs[1].size) % 2).reshape(xs[1].shape) == 1
+        xs[1] = np.where(odd & (xs[1] >= 0), xs[1] - xs[0].shape[attrs["axis"]], xs[1])
     if op == "LRNGrad":
         opdef = get_op("LRN")
         with np.errstate(all="ignore"):

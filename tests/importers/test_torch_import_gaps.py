@@ -310,9 +310,9 @@ class Overlapping(nn.Module):
         return torch.as_strided(x.transpose(0, 1), (3, 3), (1, 1))
 
 
-class Cumulative(nn.Module):
+class Determinant(nn.Module):
     def forward(self, x):
-        return torch.cummax(x, 1)[0]
+        return torch.linalg.det(x[:2, :2])
 
 
 class Apart(nn.Module):
@@ -327,8 +327,8 @@ class Apart(nn.Module):
 
 
 @pytest.mark.parametrize(("body", "message"), [
-    (Cumulative(), "unsupported ATen ops: aten.cummax.default (node 'cummax' in "
-                   "layers.3.attn)"),
+    (Determinant(), "unsupported ATen ops: aten._linalg_det.default (node '_linalg_det' in "
+                    "layers.3.attn)"),
     (Apart(), "unsupported ATen ops: aten.index.Tensor (indices on non-adjacent axes [0, 2]) "
               "(node 'index' in layers.3.attn)"),
     (Overlapping(), "node 'as_strided' in layers.3.attn (aten.as_strided.default): size "
