@@ -289,7 +289,10 @@ def plan(graph: Graph, target: Target, costs: CostTable | None = None,
     with fewer_collections():
         model, schedule, memory = decide(graph, share, costs, options)
         out = assemble(graph, model, options, schedule, memory, host=target)
-        if evaluation and graph.kind == "training":
+        # ZeRO-3's forward reads gathered copies: its evaluation would need collectives of
+        # its own, not planned yet (the plan carries none; evaluate() is refused).
+        if evaluation and graph.kind == "training" and not any(
+                n.op == "AllGather" for n in graph.nodes):
             out = out.model_copy(update={"evaluation": plan_evaluation(
                 graph, lambda g: _evaluation_plan(g, share, costs, options, target))})
         if share is not target:

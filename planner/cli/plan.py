@@ -76,6 +76,10 @@ def add_plan_commands(sub: Any, measurers: Callable[[], Any] | None = None) -> N
                    help="--data-parallel: ZeRO-1: reduce-scatter the gradients, each process "
                         "updates its 1/N of the parameters holding 1/N of the optimizer "
                         "state, then all-gathers them")
+    p.add_argument("--shard-parameters", action="store_true",
+                   help="--data-parallel: ZeRO-3: each process holds 1/N of the parameters, "
+                        "gradients and optimizer state; parameter buckets are all-gathered "
+                        "before their readers and freed after (CPU targets)")
     p.add_argument("--no-evaluation", action="store_true",
                    help="a training plan without its evaluation schedule (evaluate() is then "
                         "refused; docs/training.md)")
@@ -189,6 +193,7 @@ def _run_plan(args: argparse.Namespace) -> int:
                                               bucket_bytes=args.bucket_bytes,
                                               ranks_per_host=args.ranks_per_host,
                                               shard_optimizer=args.shard_optimizer,
+                                              shard_parameters=args.shard_parameters,
                                               link=_link(args.interconnect)),
             variants=not args.no_variants)
     except ValidationError as e:

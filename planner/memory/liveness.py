@@ -198,17 +198,18 @@ def buckets(graph: Graph) -> dict[str, tuple[str, int, int]]:
     """Tensor -> (the collective whose bucket holds it, its place there, the bucket's bytes
     when padded to shards, else 0): the buffers layout places side by side, in that order
     (planner.memory.layout.place). An in-place AllReduce's gradients, a ReduceScatter's, and
-    a ShardedUpdate's parameters (planner.ops.collective)."""
+    a ShardedUpdate's parameters, an AllGather's gathered copies (planner.ops.collective)."""
     from planner.ops.collective import shard_floats, sharded_parts
 
     out: dict[str, tuple[str, int, int]] = {}
     for n in graph.nodes:
         if n.op == "AllReduce" and n.attrs.get("in_place"):
             members, padded = n.inputs, 0
-        elif n.op in ("ReduceScatter", "ShardedUpdate"):
+        elif n.op in ("ReduceScatter", "ShardedUpdate", "AllGather"):
             k = (len(n.inputs) if n.op == "ReduceScatter"
+                 else len(n.outputs) if n.op == "AllGather"
                  else sharded_parts(len(n.inputs), n.attrs["update"])[0])
-            members = n.inputs[:k]
+            members = n.outputs if n.op == "AllGather" else n.inputs[:k]
             shard = shard_floats([graph.tensor_map[t].size for t in members], n.attrs["ranks"],
                                  n.attrs.get("alignment", 64))
             padded = n.attrs["ranks"] * shard * 4
