@@ -246,6 +246,7 @@ def run_show(args: argparse.Namespace) -> int:
     from planner.load import write_text
     from planner.memory_report import format_memory, memory_report, memory_svg
     from planner.plan import load_plan
+    from planner.sharding_report import format_sharding, sharding_report
     from planner.plots import plot_format, timeline_plot
     from planner.schedule.trace import plan_trace
 
@@ -260,13 +261,18 @@ def run_show(args: argparse.Namespace) -> int:
     if args.memory:
         write_text(args.memory, memory_svg(plan, technique_curves_of(plan)), force=args.force)
     if args.json:
+        zero3 = sharding_report(data)
         print(json.dumps({"summary": data["summary"], "by_type": by_type(data),
-                          "memory": memory_report(data)}, indent=2, sort_keys=True))
+                          "memory": memory_report(data)} | ({"zero3": zero3} if zero3 else {}),
+                         indent=2, sort_keys=True))
     else:
         print(format_summary(data))
         memory = format_memory(data)
         if memory:
             print(memory)
+        sharding = format_sharding(data)
+        if sharding:
+            print(sharding)
         print(decisions_line(data))
         for path in (args.timeline, args.trace, args.memory):
             if path:

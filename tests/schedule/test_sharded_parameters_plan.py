@@ -1,0 +1,173 @@
+"""--shard-parameters (ZeRO-3) planning: the LeNet plans, verifies and holds 1/N of its
+parameters, gradients and optimizer state; each all-gather's prefetch distance follows the link
+model within its memory bound; verify refuses broken gathered copies and updates; what does not
+combine yet is refused in one line."""
+
+from __future__ import annotations
+
+import copy
+import json
+import warnings
+
+import numpy as np
+import pytest
+
+from planner import cli
+from planner.errors import UserError
+from planner.graph.autodiff import make_training_graph
+from planner.graph.optimizer import Optimizer
+from planner.pipeline import PlanOptions, plan
+from planner.schedule.parallel import DataParallelOptions
+from planner.sharding_report import sharding_report
+from planner.target import preset
+from planner.target.interconnect import Interconnect
+from planner.verify import verify_plan_data
+from planner.zoo import build
+
+TARGET = "xeon-8180"
+
+
+def _graph(kind="adam", **opt):
+    return make_training_graph(build("lenet", batch=8, image=12), Optimizer(kind=kind, **opt))
+
+
+def _plan(graph=None, link=None, target=TARGET, shard=True, **dp):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return plan(graph or _graph(), preset(target), options=PlanOptions(
+            data_parallel=DataParallelOptions(ranks=2, bucket_bytes=4096, link=link,
+                                              shard_parameters=shard, **dp)))
+
+
+@pytest.fixture(scope="module")
+def zero3():
+    return json.loads(_plan().to_json())
+
+
+def test_a_sharded_plan_holds_its_share_of_parameters_gradients_and_state(zero3):
+    assert verify_plan_data(zero3) == []
+    r = sharding_report(zero3)
+    assert r["ranks"] == 2
+    # each kind's shard bytes: half the unsharded, plus at most the padding of each bucket
+    # (64 bytes per rank and bucket at most)
+    buckets = len({g["name"].split("/")[1] for g in r["gathers"]})
+    for kind, held in r["held_bytes"].items():
+        whole = r["unsharded_bytes"][kind]
+        assert whole // 2 <= held <= whole // 2 + 64 * buckets * (1 + (kind == "optimizer "
+                                                                        "state")), kind
+    nodes = zero3["graph"]["nodes"]
+    # no parameter by its name: persistent params are the shards alone
+    persistent = {t["name"] for t in zero3["graph"]["tensors"] if t["role"] == "param"
+                  and not t.get("updates") and not t["name"].startswith("optim/")}
+    assert persistent == {n["inputs"][0] for n in nodes if n["op"] == "AllGather"}
+    # gathered copies are not persistent: the arena reuses their bytes after the last reader
+    unsharded = json.loads(_plan(shard=False).to_json())
+    assert zero3["summary"]["memory"]["arena_bytes"] < unsharded["summary"]["memory"][
+        "arena_bytes"]
+    assert 0 < r["gathered_window_bytes"] <= r["unsharded_bytes"]["parameters"] + 64 * 2 * buckets
+
+
+def test_the_prefetch_distance_follows_the_link_within_its_memory_bound():
+    """A free link needs no prefetch; a slow one issues each gather as far ahead as its
+    memory bound lets it (not before the previous first reader)."""
+    fast = sharding_report(json.loads(_plan(link=Interconnect(
+        bandwidth=1e15, latency_seconds=1e-12)).to_json()))
+    slow_plan = json.loads(_plan(link=Interconnect(bandwidth=1e6,
+                                                   latency_seconds=1e-2)).to_json())
+    slow = sharding_report(slow_plan)
+    assert all(g["prefetch"] <= 1 for g in fast["gathers"]), fast["gathers"]
+    assert sum(g["prefetch"] for g in slow["gathers"]) > sum(g["prefetch"]
+                                                             for g in fast["gathers"])
+    # the bound: a gather is issued after the op before (its first reader - prefetch), which
+    # comes no earlier than the previous gather's first reader
+    order = {o["name"]: o["order"] for o in slow_plan["ops"]}
+    first = [order[g["first_reader"]] for g in slow["gathers"]]
+    assert first == sorted(first)
+
+
+def _node(data, name):
+    return next(n for n in data["graph"]["nodes"] if n["name"] == name)
+
+
+def test_verify_refuses_a_reader_of_a_freed_copy(zero3):
+    """A backward reader pointed at the forward copy that was freed after the last forward
+    reader (its bytes reused) in place of the copy gathered again."""
+    data = copy.deepcopy(zero3)
+    back = next(n for n in data["graph"]["nodes"] if n["name"].endswith("/backward"))
+    reader = next(n for n in data["graph"]["nodes"] if set(back["outputs"]) & set(n["inputs"]))
+    reader["inputs"] = [t.replace("regathered/", "gathered/") for t in reader["inputs"]]
+    problems = verify_plan_data(data)
+    assert problems and any(reader["name"] in p for p in problems), problems
+
+
+def test_verify_refuses_an_update_stepping_another_buckets_gradient_shard():
+    """Two updates' gradient shards swapped: of equal sizes (this MLP's fc1 and fc3 buckets:
+    32 floats a rank), only the re-derived buckets (the gathered shapes against the
+    scattered ones) tell them apart."""
+    mlp = make_training_graph(build("mlp", batch=4, hidden=[8, 8], in_features=6, classes=3),
+                              Optimizer(kind="sgd"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        data = json.loads(plan(mlp, preset(TARGET), options=PlanOptions(
+            data_parallel=DataParallelOptions(ranks=2, bucket_bytes=64,
+                                              shard_parameters=True))).to_json())
+    assert verify_plan_data(data) == []
+    sizes = {t["name"]: t["shape"] for t in data["graph"]["tensors"]}
+    ups = [n for n in data["graph"]["nodes"] if n["name"].startswith("shardedupdate/")]
+    a, b = next((a, b) for i, a in enumerate(ups) for b in ups[i + 1:]
+                if sizes[a["inputs"][1]] == sizes[b["inputs"][1]])
+    a["inputs"][1], b["inputs"][1] = b["inputs"][1], a["inputs"][1]
+    problems = verify_plan_data(data)
+    assert any(f"update {a['name']!r} steps shard" in p and "not the same floats" in p
+               for p in problems), problems
+
+
+def test_verify_refuses_a_reader_not_ordered_after_its_all_gather(zero3):
+    data = copy.deepcopy(zero3)
+    gather = next(n for n in data["graph"]["nodes"] if n["op"] == "AllGather")
+    reader = next(n["name"] for n in data["graph"]["nodes"]
+                  if set(gather["outputs"]) & set(n["inputs"]))
+    ops = {o["name"]: o for o in data["ops"]}
+    ops[gather["name"]]["lane"] = 1 + max(o["lane"] for o in data["ops"])
+    data["happens_before"] = [e for e in data["happens_before"]
+                              if e["before"] != gather["name"]]
+    problems = verify_plan_data(data)
+    assert any(f"op {reader!r} reads gathered copy" in p for p in problems), problems
+
+
+@pytest.mark.parametrize(("graph", "why"), [
+    (lambda: _graph("sgd", clip_grad_norm=1.0), "--shard-parameters with clip_grad_norm"),
+    (lambda: make_training_graph(build("lenet", batch=8, image=12), Optimizer(kind="sgd"),
+                                 accumulate=2), "--shard-parameters with gradient accumulation"),
+    (lambda: make_training_graph(build("lenet", batch=8, image=12), Optimizer(kind="sgd"),
+                                 precision="fp16-mixed"), "--shard-parameters with loss scaling"),
+])
+def test_what_does_not_combine_yet_is_refused_in_one_line(graph, why):
+    with pytest.raises(UserError, match=why) as e:
+        _plan(graph())
+    assert "\n" not in str(e.value)
+
+
+def test_a_gpu_target_and_one_rank_are_refused_in_one_line(tmp_path, capsys):
+    with pytest.raises(UserError, match="CPU executor only") as e:
+        _plan(target="a100-80gb")
+    assert "\n" not in str(e.value)
+    assert cli.main(["plan", "zoo:mlp?batch=4&hidden=8&in_features=6&classes=3", "--train",
+                     "sgd", "--target", TARGET, "--shard-parameters",
+                     "-o", str(tmp_path / "p.json")]) != 0
+    err = capsys.readouterr().err.strip()
+    assert "--shard-parameters shards the parameters among the ranks of --data-parallel N" \
+        in err and "\n" not in err
+
+
+def test_show_prints_the_shards_and_each_all_gathers_decisions(tmp_path, capsys):
+    out = tmp_path / "z3.json"
+    assert cli.main(["plan", "zoo:mlp?batch=4&hidden=8,8&in_features=6&classes=3", "--train",
+                     "adam", "--target", TARGET, "--data-parallel", "2", "--bucket-bytes",
+                     "64", "--shard-parameters", "-o", str(out)]) == 0
+    capsys.readouterr()
+    assert cli.main(["show", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "zero-3      per rank: parameters" in text and "sharded over 2 ranks" in text
+    assert "kept for backward" in text and "freed after its last forward reader" in text
+    assert np.sum(["issued" in line for line in text.splitlines()]) == 4
