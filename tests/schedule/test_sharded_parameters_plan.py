@@ -171,3 +171,27 @@ def test_show_prints_the_shards_and_each_all_gathers_decisions(tmp_path, capsys)
     assert "zero-3      per rank: parameters" in text and "sharded over 2 ranks" in text
     assert "kept for backward" in text and "freed after its last forward reader" in text
     assert np.sum(["issued" in line for line in text.splitlines()]) == 4
+
+
+def test_fit_finds_the_largest_batch_per_rank_of_a_sharded_plan():
+    """planner fit --data-parallel 2 --shard-parameters: the batch it answers plans within
+    the budget with its shards and all-gathers; one more row does not."""
+    from planner.fit import fit
+
+    spec = "zoo:mlp?hidden=64,64&in_features=32&classes=4"
+    dp = DataParallelOptions(ranks=2, shard_parameters=True, bucket_bytes=4096)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        r = fit(spec, preset(TARGET), 200_000, "batch", data_parallel=dp, optimizer="adam")
+    assert r.value > 0 and r.peak_bytes <= 200_000
+
+    def arena(batch):
+        g = make_training_graph(build("mlp", batch=batch, hidden=[64, 64], in_features=32,
+                                      classes=4), Optimizer(kind="adam"))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            p = plan(g, preset(TARGET), options=PlanOptions(data_parallel=dp))
+        assert any(op.op == "AllGather" for op in p.ops)
+        return p.summary.memory.arena_bytes
+
+    assert arena(r.value) <= 200_000 < arena(r.value + 1)
