@@ -10,6 +10,7 @@ import json
 import os
 
 import numpy as np
+import pytest
 
 from planner.runtime.sharded import gather_params
 from tests.codegen.dp_harness import (
@@ -50,37 +51,37 @@ def _held(outs) -> list[int]:
     return [int(json.loads(open(f"{o}.json").read())["stats"]["held_bytes"]) for o in outs]
 
 
-def test_sharded_parameter_ranks_match_one_process_on_the_global_batch(tmp_path):
-    """20 SGD then 20 Adam steps of --shard-parameters plans, and the unsharded plans, in one
-    process group: the gathered shards equal PyTorch on the global batch (check_numbers'
+@pytest.mark.parametrize("ranks", [RANKS, 4])
+def test_sharded_parameter_ranks_match_one_process_on_the_global_batch(tmp_path, ranks):
+    """20 SGD then 20 Adam steps of --shard-parameters plans, and the unsharded plans, on 2
+    and 4 ranks in one process group: the gathered shards equal PyTorch on the global batch (check_numbers'
     float32 tolerance), every rank's step really all-gathered and reduce-scattered its own
     shards, and each rank's held bytes are the unsharded plan's less (N-1)/N of the
     parameters, gradients and optimizer state, but for the gathered copies' window."""
     kinds = ("sgd", "adam")
-    zero3 = {k: build_package(k, tmp_path, shard_parameters=True) for k in kinds}
-    plain = {k: build_package(k, tmp_path) for k in kinds}
-    data, params, x, labels = write_data(tmp_path)
+    zero3 = {k: build_package(k, tmp_path, ranks, shard_parameters=True) for k in kinds}
+    plain = {k: build_package(k, tmp_path, ranks) for k in kinds}
+    data, params, x, labels = write_data(tmp_path, ranks=ranks)
     order = [(k, z) for k in kinds for z in (True, False)]
     pkgs = [(zero3 if z else plain)[k] for k, z in order]
-    outs = {(k, z): [tmp_path / f"{k}{'z' if z else 'p'}{r}.npz" for r in range(RANKS)]
+    outs = {(k, z): [tmp_path / f"{k}{'z' if z else 'p'}{r}.npz" for r in range(ranks)]
             for k, z in order}
-    runs = launch_ranks([os.pathsep.join(map(str, pkgs))] * RANKS, data,
-                        [os.pathsep.join(str(outs[o][r]) for o in order) for r in range(RANKS)])
-    for r in runs:
-        assert r.returncode == 0, r.stdout[-2000:]
+    runs = launch_ranks([os.pathsep.join(map(str, pkgs))] * ranks, data,
+                        [os.pathsep.join(str(outs[o][r]) for o in order) for r in range(ranks)])
+    assert all(r.returncode == 0 for r in runs), [r.stdout[-1500:] for r in runs]
     for kind in kinds:
         whole = _gathered(zero3[kind], outs[kind, True], tmp_path, kind)
-        check_numbers(kind, RANKS, runs, whole, params, x, labels)
+        check_numbers(kind, ranks, runs, whole, params, x, labels)
         # every rank gathered and scattered through the process group, its own shard placed
         for r, out in enumerate(outs[kind, True]):
             facts = json.loads(open(f"{out}.json").read())
             for what in ("scatter", "gather"):
                 calls = facts["sharded"][what]
                 assert calls, what
-                assert all(n == RANKS * n_mine and mine - whole_at == 4 * r * n_mine
+                assert all(n == ranks * n_mine and mine - whole_at == 4 * r * n_mine
                            for whole_at, n, mine, n_mine in calls), (what, calls)
         replicated, param_bytes = _replicated_bytes(plain[kind])
         held_plain, held_zero3 = _held(outs[kind, False]), _held(outs[kind, True])
-        saved = (RANKS - 1) * replicated // RANKS
+        saved = (ranks - 1) * replicated // ranks
         for h0, h3 in zip(held_plain, held_zero3, strict=True):
             assert h3 <= h0 - saved + param_bytes, (h3, h0, saved, param_bytes)

@@ -195,3 +195,36 @@ def test_fit_finds_the_largest_batch_per_rank_of_a_sharded_plan():
         return p.summary.memory.arena_bytes
 
     assert arena(r.value) <= 200_000 < arena(r.value + 1)
+
+
+def test_the_generated_arena_holds_every_sharded_buckets_padding():
+    """The executor's arena (codegen.layout) runs on to each reduce-scatter's and
+    all-gather's last shard, past its last member: with 4 ranks on this host the harness's
+    MLP had a gradient bucket at the arena's top, and ranks 2 and 3 wrote past the end of an
+    arena sized by its members (heap corruption). Here every bucket is moved to the top in
+    turn (its members side by side, as planned) and the arena must hold its padding."""
+    from codegen.layout import arena_layout
+    from planner.ops.collective import bucket_places, shard_floats
+
+    mlp = make_training_graph(build("mlp", batch=8, hidden=[16, 12], in_features=10,
+                                    classes=4), Optimizer(kind="sgd"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        p = plan(mlp, preset(TARGET), options=PlanOptions(data_parallel=DataParallelOptions(
+            ranks=4, bucket_bytes=256, shard_parameters=True)))
+    tm = p.graph.tensor_map
+    rows = [t.model_dump() for t in p.tensors]
+    top = arena_layout(p.graph, rows).bytes
+    padded = 0
+    for n in p.graph.nodes:
+        if n.op not in ("AllGather", "ReduceScatter"):
+            continue
+        members = n.outputs if n.op == "AllGather" else n.inputs
+        sizes = [tm[t].size for t in members]
+        places, last = bucket_places(sizes)
+        moved = [dict(r, offset=top + 4 * places[members.index(r["tensor"])])
+                 if r["tensor"] in members and r["name"] == r["tensor"] else r for r in rows]
+        end = top + 4 * 4 * shard_floats(sizes, 4)
+        padded += top + 4 * last < end  # the padding runs past the last member
+        assert arena_layout(p.graph, moved).bytes >= end, n.name
+    assert padded >= 2
