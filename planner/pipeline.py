@@ -61,6 +61,7 @@ from planner.schedule.parallel import (
     DataParallelOptions,
     comm_lane,
     data_parallel_graph,
+    planned_prefetch,
     interconnect,
 )
 from planner.schedule.ranks import share_cpus, share_target
@@ -348,6 +349,8 @@ def assemble(graph: Graph, model: CostModel, options: PlanOptions, schedule: Sch
     for e in (*stated, *memory.edges):
         named.setdefault((e.before, e.after), e)
     happens = tuple(named[k] for k in sorted(named, key=lambda e: (rank[e[1]], rank[e[0]])))
+    if any(n.op == "AllGather" for n in graph.nodes):  # ZeRO-3: each gather's distance as run
+        ops = tuple(planned_prefetch(graph, ops, happens))
     step = max((op.end for op in ops), default=0.0)
     bound = schedule.bound
     busy = {op.name: op.end - op.start for op in ops if op.name in rank}

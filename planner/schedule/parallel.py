@@ -45,6 +45,9 @@ Example:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import TypeVar
+
 from pydantic import Field, model_validator
 
 from planner.errors import UserError
@@ -63,6 +66,7 @@ from planner.target.interconnect import Interconnect, interconnect, ring_link
 from planner.target.records import Target
 
 COMM_LANE = "comm"
+Op = TypeVar("Op", bound=ScheduledOp)
 
 
 class DataParallelOptions(Record):
@@ -255,6 +259,29 @@ def _gather_ranks(graph: Graph, schedule: Schedule, rank: dict[str, float],
             issue_after[g.name] = (compute[at - d - 1].name,)
         last[g.inputs[0]] = max(i for t in g.outputs for i in readers.get(t, [at]))
     return issue_after, prefetch
+
+
+def planned_prefetch(graph: Graph, ops: Sequence[Op], edges: Sequence[Edge]) -> list[Op]:
+    """`ops` (in execution order) with each all-gather's `prefetch` as the plan runs it: the
+    compute ops between the last one ordered before it (the op it is issued behind; memory
+    planning's reuse edges may move that later than the schedule's choice) and its first
+    reader."""
+    pos = {op.name: k for k, op in enumerate(ops)}
+    compute = [k for k, op in enumerate(ops) if op.cpus]
+    into: dict[str, list[int]] = {}
+    for e in edges:
+        if e.before in pos and ops[pos[e.before]].cpus:
+            into.setdefault(e.after, []).append(pos[e.before])
+    out = list(ops)
+    for n in graph.nodes:
+        if n.op != "AllGather" or n.name not in pos:
+            continue
+        first = min((pos[r.name] for r in graph.nodes if set(n.outputs) & set(r.inputs)
+                     and r.name in pos), default=len(ops))
+        after = max(into.get(n.name, []), default=-1)
+        out[pos[n.name]] = ops[pos[n.name]].model_copy(
+            update={"prefetch": sum(after < k < first for k in compute)})
+    return out
 
 
 def _bucket_bytes(graph: Graph, n: Node) -> int:
