@@ -47,7 +47,8 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -91,6 +92,37 @@ def shard_floats(sizes: Sequence[int], ranks: int, alignment: int = 64) -> int:
     (32, 16, 64)
     """
     return _up(-(-bucket_places(sizes, alignment)[1] // ranks), alignment)
+
+
+def collective_buckets(nodes: Sequence[Any], floats: Callable[[str], int]
+                       ) -> dict[str, tuple[str, int, int]]:
+    """Tensor -> (the collective whose bucket holds it, its place there, the bucket's bytes
+    when padded to shards, else 0), over graph `nodes` (`floats`: a tensor's size): an
+    in-place AllReduce's gradients, a ReduceScatter's, a ShardedUpdate's parameters and an
+    AllGather's gathered copies. Memory planning lays them out side by side and codegen's
+    arena holds the padding.
+
+    >>> from types import SimpleNamespace as N
+    >>> nodes = [N(name="g", op="AllGather", inputs=("s",), outputs=("a", "b"),
+    ...            attrs={"ranks": 2})]
+    >>> collective_buckets(nodes, {"a": 3, "b": 20}.get)
+    {'a': ('g', 0, 256), 'b': ('g', 1, 256)}
+    """
+    out: dict[str, tuple[str, int, int]] = {}
+    for n in nodes:
+        if n.op == "AllReduce" and n.attrs.get("in_place"):
+            members, padded = tuple(n.inputs), 0
+        elif n.op in ("ReduceScatter", "ShardedUpdate", "AllGather"):
+            members = (tuple(n.inputs) if n.op == "ReduceScatter" else tuple(n.outputs)
+                       if n.op == "AllGather"
+                       else tuple(n.inputs[:sharded_parts(len(n.inputs), n.attrs["update"])[0]]))
+            shard = shard_floats([floats(t) for t in members], n.attrs["ranks"],
+                                 n.attrs.get("alignment", 64))
+            padded = n.attrs["ranks"] * shard * 4
+        else:
+            continue
+        out.update({t: (n.name, k, padded) for k, t in enumerate(members)})
+    return out
 
 
 def _alignment(a: Attrs) -> int:
