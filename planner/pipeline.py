@@ -61,8 +61,8 @@ from planner.schedule.parallel import (
     DataParallelOptions,
     comm_lane,
     data_parallel_graph,
-    planned_prefetch,
     interconnect,
+    planned_prefetch,
 )
 from planner.schedule.ranks import share_cpus, share_target
 from planner.schedule.record import Edge, Schedule, lane_numbers

@@ -246,9 +246,9 @@ def run_show(args: argparse.Namespace) -> int:
     from planner.load import write_text
     from planner.memory_report import format_memory, memory_report, memory_svg
     from planner.plan import load_plan
-    from planner.sharding_report import format_sharding, sharding_report
     from planner.plots import plot_format, timeline_plot
     from planner.schedule.trace import plan_trace
+    from planner.sharding_report import format_sharding, sharding_report
 
     fmt = plot_format(args.timeline) if args.timeline else ""
     plan = load_plan(args.plan)

@@ -57,8 +57,8 @@ from planner.graph.data_parallel import (
     with_sharded_updates,
 )
 from planner.graph.deps import predecessors
-from planner.graph.sharded_parameters import with_sharded_parameters
 from planner.graph.ir import Graph, Node
+from planner.graph.sharded_parameters import with_sharded_parameters
 from planner.ops.collective import COLLECTIVE_OPS
 from planner.records import Record
 from planner.schedule.record import Edge, Schedule, ScheduledOp
