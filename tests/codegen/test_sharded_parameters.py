@@ -56,8 +56,9 @@ def test_sharded_parameter_ranks_match_one_process_on_the_global_batch(tmp_path,
     """20 SGD then 20 Adam steps of --shard-parameters plans, and the unsharded plans, on 2
     and 4 ranks in one process group: the gathered shards equal PyTorch on the global batch
     (check_numbers' float32 tolerance), every rank's step really all-gathered and
-    reduce-scattered its own shards, and each rank's held bytes are the unsharded plan's less (N-1)/N of the
-    parameters, gradients and optimizer state, but for the gathered copies' window."""
+    reduce-scattered its own shards, and each rank's held bytes are the unsharded plan's
+    less (N-1)/N of the parameters, gradients and optimizer state, but for the gathered
+    copies' window."""
     kinds = ("sgd", "adam")
     zero3 = {k: build_package(k, tmp_path, ranks, shard_parameters=True) for k in kinds}
     plain = {k: build_package(k, tmp_path, ranks) for k in kinds}
