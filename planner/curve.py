@@ -117,6 +117,11 @@ def _plan(graph: Graph, target: Target, table: CostTable | None, options: PlanOp
             "memory": options.memory.model_copy(update={"budget_bytes": budget})}))
 
 
+# Each point is a plan made under its budget (seconds each on a large graph): a curve of more
+# points than a plot can show would run for hours.
+MAX_POINTS = 200
+
+
 def budgets_between(lo: int, hi: int, points: int) -> list[int]:
     """`points` budgets evenly spaced from lo to hi, both included, without repeats.
 
@@ -133,8 +138,8 @@ def budget_curve(graph: Graph, target: Target, table: CostTable | None = None,
     """The curve of `graph` on `target` (module docstring); `options.memory.budget_bytes` is
     ignored (each point sets its own). Raises InfeasibleBudget only if no budget at all fits
     (the unconstrained plan does not fit the target's memory)."""
-    if points < 2:
-        raise ValueError(f"a curve needs at least 2 points, got {points}")
+    if not 2 <= points <= MAX_POINTS:
+        raise ValueError(f"a curve has 2 to {MAX_POINTS} points, got {points}")
     options = options or PlanOptions()
     free = _plan(graph, target, table, options, None)
     m = free.summary.memory

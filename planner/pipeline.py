@@ -277,6 +277,7 @@ def plan(graph: Graph, target: Target, costs: CostTable | None = None,
     Raises InfeasibleBudget (a ValueError naming the smallest feasible budget), PlanError when
     the checker rejects the plan (a planner bug: the message names the rule and the op)."""
     from planner.limits import check_arena_fits, check_graph_fits
+    from planner.memory.pins import check_pins_name_tensors
 
     options = options or PlanOptions()
     graph = step_graph(graph, target, options.data_parallel, costs)
@@ -287,6 +288,7 @@ def plan(graph: Graph, target: Target, costs: CostTable | None = None,
              if options.data_parallel.ranks > 1 and BACKENDS[target.backend].ranks_share_host
              else target)
     check_graph_fits(graph, share, memory_of(share))  # nothing to plan, or far too large
+    check_pins_name_tensors(graph.tensor_map, options.memory.pins)
     with fewer_collections():
         model, schedule, memory = decide(graph, share, costs, options)
         out = assemble(graph, model, options, schedule, memory, host=target)

@@ -24,7 +24,8 @@ def add_pareto_flags(f: Any, measure_plans: Any = None) -> None:
                    help="the curve of predicted step time against memory budget, one plan per "
                         "point, from the smallest feasible budget to the unconstrained arena "
                         "(GRAPH may be any graph; --budget and --vary are not used)")
-    f.add_argument("--points", type=int, default=10, help="--pareto: budgets (default 10)")
+    f.add_argument("--points", type=int, default=10,
+                   help="--pareto: budgets, 2 to 200 (default 10)")
     f.add_argument("-o", "--output", metavar="FILE", help="--pareto: write the curve as JSON")
     f.add_argument("--plot", metavar="FILE",
                    help="--pareto: draw the curve (.svg or .png; needs matplotlib: "
@@ -59,7 +60,7 @@ def run_pareto(args: argparse.Namespace) -> int:
     from planner.cli.decisions import memory_decisions
     from planner.cli.graph_flags import graph_options
     from planner.costs import load_table
-    from planner.curve import budget_curve, enough_memory, format_curve
+    from planner.curve import MAX_POINTS, budget_curve, enough_memory, format_curve
     from planner.graph.prepare import prepare
     from planner.load import write_text
     from planner.memory.options import MemoryOptions
@@ -68,8 +69,8 @@ def run_pareto(args: argparse.Namespace) -> int:
     from planner.target.presets import load_target
 
     fmt = plot_format(args.plot) if args.plot else ""
-    if args.points < 2:
-        raise UserError(f"--points: a curve needs at least 2 points, got {args.points}")
+    if not 2 <= args.points <= MAX_POINTS:
+        raise UserError(f"--points {args.points}: a curve has 2 to {MAX_POINTS} points")
     if args.measure < 0 or args.steps < 1:
         raise UserError("--measure must be >= 0 and --steps >= 1")
     target = load_target(args.target)

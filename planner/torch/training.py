@@ -185,6 +185,7 @@ def trainer(module: Any, example_inputs: Sequence[Any], loss: Callable | None,
     imported = convert(export(module, example_inputs, loss, labels),
                        name=type(module).__name__, module_root=PREFIX.rstrip("."))
     chosen = load_target(target)
+    _check_runs_here(chosen)
     prepared = prepare(imported.graph, GraphOptions(optimizer=settings, accumulate=accumulate))
     folder = Path(out_dir) if out_dir is not None else Path(tempfile.mkdtemp(prefix="planner-"))
     table = _cost_table(costs, prepared, chosen, folder)
@@ -211,6 +212,22 @@ def trainer(module: Any, example_inputs: Sequence[Any], loss: Callable | None,
     start = {k: v.detach().cpu().numpy().copy() for k, v in state.items()
              if PREFIX + k not in held and k not in aliases}
     return Trainer(imported, graph, executor, list(state), start, aliases, planned)
+
+
+def _check_runs_here(target: Any) -> None:
+    """UserError, before anything is planned or compiled, for a target whose executor cannot
+    run in this process: a GPU target on a host where nvidia-smi lists no GPU."""
+    from planner.errors import UserError
+
+    if target.backend == "cpu":
+        return
+    from planner.target.detect import detect_gpus
+
+    gpus, notes = detect_gpus(1)
+    if not gpus:
+        raise UserError(f"trainer: target {target.name!r} runs on a GPU, and this host has "
+                        f"none to run it ({'; '.join(notes) or 'nvidia-smi lists none'}); "
+                        f"use target='host' or a CPU target preset")
 
 
 def _cost_table(costs: Any, graph: Any, target: Any, folder: Path) -> Any:

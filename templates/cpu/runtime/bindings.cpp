@@ -26,8 +26,7 @@ struct Io {
   static void feed(Executor& ex, int id, nb::handle value, bool copy) {
     Array a;
     if (!nb::try_cast(value, a))
-      throw nb::value_error((std::string("feed '") + ex.tensor(id).name + "' is not an array")
-                                .c_str());
+      throw not_an_array(value, std::string("feed '") + ex.tensor(id).name + "'");
     // A view of the executor's own memory (ex.params(copy=False)[...]) would be read after
     // an op wrote over it: copied in before the step instead.
     if (check(ex.tensor(id), a, "feed") && !copy &&
@@ -110,8 +109,7 @@ nb::dict evaluate(Executor& ex, nb::dict feeds) {
       throw nb::value_error(("'" + name + "' is not an input of the evaluation of plan '" +
                              ex.schedule().name + "'").c_str());
     Array a;
-    if (!nb::try_cast(value, a))
-      throw nb::value_error(("feed '" + name + "' is not an array").c_str());
+    if (!nb::try_cast(value, a)) throw not_an_array(value, "feed '" + name + "'");
     check(ev.tensor(id), a, "feed");
     given.emplace_back(id, a);
   }
