@@ -289,3 +289,14 @@ def test_every_optimizer_and_precision_plans_and_verifies_or_is_refused_in_one_l
                     p = plan(graph, target, options=options)
                 assert any(op.op == "AllGather" for op in p.ops), where
                 assert verify_plan(p) == [], where
+
+
+def test_diff_shows_the_prefetch_distances_another_link_gives():
+    from planner.diff import diff_plans
+
+    slow = json.loads(_plan(link=Interconnect(bandwidth=1e6, latency_seconds=1e-2)).to_json())
+    fast = json.loads(_plan(link=Interconnect(bandwidth=1e15,
+                                              latency_seconds=1e-12)).to_json())
+    changed = [c for c in diff_plans(slow, fast)["by_type"].get("AllGather", [])
+               if "prefetch" in c]
+    assert changed and all(c["prefetch"][0] != c["prefetch"][1] for c in changed)
