@@ -57,7 +57,11 @@ def shard_params(plan: Mapping[str, Any] | str, params: Mapping[str, np.ndarray]
         for name, shape in zip(names, shapes, strict=True):
             if name not in params:
                 raise UserError(f"shard_params: parameter {name!r} is missing")
-            x = np.asarray(params[name], dtype=np.float32)
+            try:
+                x = np.asarray(params[name], dtype=np.float32)
+            except (TypeError, ValueError):
+                raise UserError(f"shard_params: parameter {name!r} is not an array of "
+                                f"numbers") from None
             if x.shape != shape:
                 raise UserError(f"shard_params: parameter {name!r} has shape {list(x.shape)}, "
                                 f"the plan's is {list(shape)}")

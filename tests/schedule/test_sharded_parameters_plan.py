@@ -300,3 +300,28 @@ def test_diff_shows_the_prefetch_distances_another_link_gives():
     changed = [c for c in diff_plans(slow, fast)["by_type"].get("AllGather", [])
                if "prefetch" in c]
     assert changed and all(c["prefetch"][0] != c["prefetch"][1] for c in changed)
+
+
+def test_state_dict_of_a_sharded_plan_is_refused(zero3):
+    """A rank holds 1/N of each parameter: a state_dict would pass shards off as parameters."""
+    from planner.graph.ir import Graph
+    from planner.runtime.checkpoint import _layout
+
+    with pytest.raises(ValueError, match="--shard-parameters"):
+        _layout(Graph.model_validate(zero3["graph"]))
+
+
+def test_shard_params_names_a_missing_or_misshapen_parameter(zero3):
+    from planner.runtime.sharded import gather_params, shard_params, sharded_buckets
+
+    names = {n: s for ns, ss, _ in sharded_buckets(zero3).values()
+             for n, s in zip(ns, ss, strict=True)}
+    full = {n: np.arange(int(np.prod(s)), dtype=np.float32).reshape(s) for n, s in names.items()}
+    shards = [shard_params(zero3, full, r) for r in range(2)]
+    back = gather_params(zero3, shards)
+    assert all(np.array_equal(back[n], full[n]) for n in full)
+    name = sorted(full)[0]
+    with pytest.raises(UserError, match=f"parameter {name!r} is missing"):
+        shard_params(zero3, {k: v for k, v in full.items() if k != name}, 0)
+    with pytest.raises(UserError, match=f"parameter {name!r} has shape"):
+        shard_params(zero3, {**full, name: np.zeros(3, np.float32)}, 0)
