@@ -53,6 +53,7 @@ from pydantic import Field, model_validator
 from planner.errors import UserError
 from planner.graph.data_parallel import (
     buckets,
+    reduced_gradients,
     with_all_reduce,
     with_sharded_updates,
 )
@@ -116,6 +117,23 @@ def bucket_bytes(ranks: int, link: Interconnect) -> int:
     (at least one float)."""
     link = ring_link(link, ranks)
     return max(4, int(9 * ranks * link.latency_seconds * link.bandwidth))
+
+
+def gathered_bucket_bytes(graph: Graph, ranks: int) -> int:
+    """ZeRO-3's memory bound on a bucket: (r - 1) / (2 r) of the parameters' bytes (at least
+    one float), so that two gathered buckets (the prefetch bound lets two wait ahead of
+    compute) hold less than the shards save, (r - 1) / r of them.
+
+    >>> from planner.graph.autodiff import make_training_graph
+    >>> from planner.graph.optimizer import Optimizer
+    >>> from planner.zoo import build
+    >>> g = make_training_graph(build("mlp", batch=4, hidden=[8], in_features=3, classes=2),
+    ...                         Optimizer(kind="sgd"))
+    >>> gathered_bucket_bytes(g, 2)     # 200 bytes of parameters
+    50
+    """
+    total = sum(graph.tensor_map[g].nbytes for g in reduced_gradients(graph))
+    return max(4, (ranks - 1) * total // (2 * ranks))
 
 
 def collective_seconds(op: str, nbytes: int, ranks: int, link: Interconnect) -> float:
@@ -309,6 +327,8 @@ def data_parallel_graph(graph: Graph, target: Target, options: DataParallelOptio
         if target.backend != "cpu":
             raise UserError(f"graph {graph.name!r}: --shard-parameters runs on the CPU executor "
                             f"only yet (target backend {target.backend!r})")
+        if options.bucket_bytes is None:
+            limit = min(limit, gathered_bucket_bytes(graph, options.ranks))
         return with_sharded_parameters(graph, buckets(graph, limit), options.ranks,
                                        options.ranks_per_host)
     if options.shard_optimizer:
