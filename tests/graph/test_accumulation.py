@@ -16,6 +16,7 @@ from planner.graph.optimizer import Optimizer, ParamGroup
 from planner.graph.options import GraphOptions
 from planner.graph.prepare import prepare
 from planner.graph.validate import GraphError, check_graph
+from planner.memory.options import MemoryOptions, Pin
 from planner.pipeline import PlanOptions, plan
 from planner.schedule.parallel import DataParallelOptions
 from planner.target import preset
@@ -117,3 +118,22 @@ def test_the_accumulate_flag(capsys):
     assert "--accumulate needs --train" in capsys.readouterr().err
     assert main(["graph", MLP.format(batch=2), "--train", "sgd", "--accumulate", "2"]) == 0
     assert "AccumulateGrad" in capsys.readouterr().out
+
+
+def test_a_budget_plan_orders_the_sums_before_the_step_that_reads_them():
+    # CPU memory decisions (a budget, or the user's offload) order the step serially, moving
+    # each update right after its last predecessor: an update that reads another update's
+    # output (the optimizer step reading a gradient sum; the micro-batch count incremented
+    # after every sum read it) comes after it, where it once went to the head of the step ("edge 25 -> 23 does not follow the
+    # execution order").
+    g = prepare("zoo:lenet?batch=64&image=16", GraphOptions(
+        optimizer=Optimizer(kind="momentum"), accumulate=2))
+    # (an offload the user asks for takes the budget search's path, whatever the budget)
+    tight = plan(g, preset("xeon-8180"), options=PlanOptions(memory=MemoryOptions(
+        pins=(Pin(decision="offload", name="relu1"),))))
+    assert tight.summary.memory.offloaded_tensors >= 1
+    order = {op.name: op.order for op in tight.ops}
+    for n in tight.graph.nodes:
+        for m in tight.graph.nodes:
+            if set(m.outputs) & set(n.inputs):
+                assert order[m.name] < order[n.name], (m.name, n.name)
