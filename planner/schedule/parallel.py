@@ -290,12 +290,16 @@ def planned_prefetch(graph: Graph, ops: Sequence[Op], edges: Sequence[Edge]) -> 
     for e in edges:
         if e.before in pos and ops[pos[e.before]].cpus:
             into.setdefault(e.after, []).append(pos[e.before])
+    read_at: dict[str, int] = {}  # tensor -> its first reader's place
+    for r in graph.nodes:
+        for t in r.inputs:
+            if r.name in pos:
+                read_at[t] = min(read_at.get(t, len(ops)), pos[r.name])
     out = list(ops)
     for n in graph.nodes:
         if n.op != "AllGather" or n.name not in pos:
             continue
-        first = min((pos[r.name] for r in graph.nodes if set(n.outputs) & set(r.inputs)
-                     and r.name in pos), default=len(ops))
+        first = min((read_at.get(t, len(ops)) for t in n.outputs), default=len(ops))
         after = max(into.get(n.name, []), default=-1)
         out[pos[n.name]] = ops[pos[n.name]].model_copy(
             update={"prefetch": sum(after < k < first for k in compute)})
