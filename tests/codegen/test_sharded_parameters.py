@@ -76,6 +76,7 @@ def test_sharded_parameter_ranks_match_one_process_on_the_global_batch(tmp_path,
         # every rank gathered and scattered through the process group, its own shard placed
         for r, out in enumerate(outs[kind, True]):
             facts = json.loads(open(f"{out}.json").read())
+            assert facts["evaluate"] is None  # no evaluation schedule (docs/data-parallel.md)
             for what in ("scatter", "gather"):
                 calls = facts["sharded"][what]
                 assert calls, what
