@@ -325,3 +325,19 @@ def test_shard_params_names_a_missing_or_misshapen_parameter(zero3):
         shard_params(zero3, {k: v for k, v in full.items() if k != name}, 0)
     with pytest.raises(UserError, match=f"parameter {name!r} has shape"):
         shard_params(zero3, {**full, name: np.zeros(3, np.float32)}, 0)
+
+
+def test_default_buckets_keep_the_gathered_window_below_what_the_shards_save():
+    """Without --bucket-bytes a ZeRO-3 bucket closes at (N-1)/2N of the parameters: the
+    zoo's GPT on xeon-8180, whose link alone makes one bucket of all its parameters (every
+    one gathered at once, more than the shards save), gathers at most half of them at once."""
+    from planner.graph.options import GraphOptions
+    from planner.graph.prepare import prepare
+
+    graph = prepare("zoo:gpt?batch=2", GraphOptions(optimizer=Optimizer(kind="adamw")))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        r = sharding_report(json.loads(plan(graph, preset(TARGET), options=PlanOptions(
+            data_parallel=DataParallelOptions(ranks=2, shard_parameters=True))).to_json()))
+    assert len({g["name"].split("/")[1] for g in r["gathers"]}) > 2
+    assert r["gathered_window_bytes"] < r["unsharded_bytes"]["parameters"] // 2
