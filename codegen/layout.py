@@ -34,6 +34,7 @@ from typing import Any
 from planner.errors import PlanError
 from planner.graph.ir import Graph
 from planner.graph.views import view_aliases
+from planner.ops.collective import collective_buckets
 
 Offset = int  # bytes from the arena's start
 ALIGN = 64
@@ -126,7 +127,11 @@ def arena_layout(graph: Graph, planned: tuple[Any, ...] = ()) -> ArenaLayout:
     copies = tuple(Copy(e["name"], e["tensor"], int(e["offset"]), e.get("placement") == "host")
                    for e in copies_of(planned))
     size = {t.name: t.nbytes for t in graph.tensors}
-    end = max([offsets[t.name] + t.nbytes for t in graph.tensors]
+    # A sharded bucket's collective reads and writes on to its last shard's end, past its
+    # last member (planner.ops.collective): at the arena's top, that padding is the arena's.
+    padded = [offsets[t] + b for t, (_, k, b) in collective_buckets(
+        graph.nodes, lambda t: graph.tensor_map[t].size).items() if k == 0 and b]
+    end = max([offsets[t.name] + t.nbytes for t in graph.tensors] + padded
               + [o + b for o, b in scratch.values()]
               + [c.offset + size[c.tensor] for c in copies if not c.host], default=0)
     host = max([c.offset + size[c.tensor] for c in copies if c.host], default=0)

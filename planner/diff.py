@@ -6,7 +6,8 @@ Every decision a plan records is compared, so that review by diff misses none of
                 provenance
     summary     predicted times (step, bound, ratio, ...) and memory numbers (arena, LOAD, ...)
     ops         per op: threads, CPUs, stream, lane, group, SMT flag, affinity, dependencies,
-                a GPU kernel's threads per block; the execution order; ops in one plan only
+                a GPU kernel's threads per block, a ZeRO-3 all-gather's prefetch distance; the
+                execution order; ops in one plan only
     tensors     per buffer: offset, bytes, placement (device / host), lifetime, alias
     memory ops  recomputes, offloads and prefetches memory planning added
     convs       per convolution: algorithm, workspace bytes, time and its source
@@ -36,7 +37,8 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 SUMMARY_FIELDS = ("step_seconds", "lower_bound_seconds", "ratio", "utilization", "mean_corun")
-OP_FIELDS = ("threads", "cpus", "stream", "lane", "group", "smt", "affinity", "deps", "block")
+OP_FIELDS = ("threads", "cpus", "stream", "lane", "group", "smt", "affinity", "deps", "block",
+             "prefetch")
 TENSOR_FIELDS = ("offset", "bytes", "placement", "first", "last", "alias_of", "tensor",
                  "writer", "readers")
 MEMORY_OP_FIELDS = ("kind", "node", "inputs", "outputs")

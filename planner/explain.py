@@ -11,6 +11,8 @@ own inputs rather than taken from its claims.
               same search's decisions without this one, timed by the same simulator; and
               the budget at or above which the search stops before taking it
     conv      (GPU) its algorithm among the candidates: time and workspace of each
+    gather    (ZeRO-3) an all-gather's prefetch: the ops it overlaps, the seconds its reader
+              would wait, its memory bound (planner.explain_gather)
 
 Why re-plan rather than record the reasons in the plan: the reasons are the planner's
 intermediate state (the search's order of moves, the cost curves), larger than the plan and
@@ -41,9 +43,10 @@ import numpy as np
 
 from planner.costs import CostModel, CostTable
 from planner.errors import UserError
+from planner.explain_gather import explain_gather, format_gather
 from planner.memory.budget_search import Move
 from planner.memory.options import format_bytes
-from planner.pipeline import PlanOptions, assemble, decide
+from planner.pipeline import PlanOptions, assemble, decide, share_target
 from planner.plan import Plan, digest
 from planner.schedule.record import Schedule
 from planner.target.records import Target
@@ -81,12 +84,15 @@ def rederive(plan: Plan, target: Target, table: CostTable | None = None) -> Deri
         options = PlanOptions.model_validate(prov.options)
     except ValueError:
         raise UserError("the plan's provenance.options are not planner options") from None
-    if options.data_parallel.ranks > 1:
-        raise UserError("explain handles one-process plans; this one is data-parallel")
+    if options.data_parallel.ranks_per_host > 1:
+        raise UserError("explain handles plans of one rank per host; this one shares a host "
+                        "among ranks (--ranks-per-host)")
+    # A data-parallel plan is made for the target's share of one rank (its whole host here).
+    share = share_target(target, 1) if options.data_parallel.ranks > 1 else target
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        model, schedule, memory = decide(plan.graph, target, table, options)
-        again = assemble(plan.graph, model, options, schedule, memory)
+        model, schedule, memory = decide(plan.graph, share, table, options)
+        again = assemble(plan.graph, model, options, schedule, memory, host=target)
     # A training plan's evaluation schedule (planner/evaluation.py) is planned apart.
     if again.json_data != {k: v for k, v in plan.json_data.items() if k != "evaluation"}:
         raise UserError("planning the plan's inputs again does not give this plan (another "
@@ -136,7 +142,7 @@ def explain_op(d: Derived, name: str) -> dict[str, Any]:
                            "seconds": op.end - op.start}
     graph = d.plan.graph
     node = next((i for i, n in enumerate(graph.nodes) if n.name == name), None)
-    if d.plan.backend == "cpu" and node is not None:
+    if d.plan.backend == "cpu" and node is not None and op.cpus:  # (not a collective)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             curve = op_costs(graph, d.model).times[node]
@@ -340,6 +346,8 @@ def explain(d: Derived, name: str | None = None) -> dict[str, Any]:
         out: dict[str, Any] = {}
         if any(o.name == name for o in d.plan.ops):
             out["op"] = explain_op(d, name)
+            if name in d.plan.graph.node_map and d.plan.graph.node_map[name].op == "AllGather":
+                out["all_gather"] = explain_gather(d.plan, name)
             conv = explain_conv(d, name)
             if conv is not None:
                 out["conv"] = conv
@@ -362,6 +370,7 @@ def explain(d: Derived, name: str | None = None) -> dict[str, Any]:
 def format_explain(e: dict[str, Any]) -> str:
     if "op" in e or "tensor" in e:
         return "\n".join(([format_op(e["op"])] if "op" in e else [])
+                         + ([format_gather(e["all_gather"])] if "all_gather" in e else [])
                          + ([format_conv(e["conv"])] if "conv" in e else [])
                          + ([format_tensor(e["tensor"])] if "tensor" in e else []))
     budget = e["budget_bytes"]

@@ -9,7 +9,8 @@ needed), so the answer is exactly as good as the planner.
 
 With `data_parallel` (ranks >= 2) the value is one rank's batch of a data-parallel plan
 (planner.schedule.parallel), which fits by liveness alone; with its `shard_optimizer` each
-rank holds 1/ranks of the optimizer state, so a larger batch may fit.
+rank holds 1/ranks of the optimizer state, with `shard_parameters` (ZeRO-3) 1/ranks of the
+parameters and gradients too, so a larger batch may fit.
 
 With `global_batch` G the value is the micro-batch B of a plan that accumulates G / B of them
 per optimizer step (GraphOptions.accumulate, planner/graph/accumulation.py): the largest

@@ -62,6 +62,7 @@ from planner.schedule.parallel import (
     comm_lane,
     data_parallel_graph,
     interconnect,
+    planned_prefetch,
 )
 from planner.schedule.ranks import share_cpus, share_target
 from planner.schedule.record import Edge, Schedule, lane_numbers
@@ -291,7 +292,10 @@ def plan(graph: Graph, target: Target, costs: CostTable | None = None,
     with fewer_collections():
         model, schedule, memory = decide(graph, share, costs, options)
         out = assemble(graph, model, options, schedule, memory, host=target)
-        if evaluation and graph.kind == "training":
+        # ZeRO-3's forward reads gathered copies: its evaluation would need collectives of
+        # its own, not planned yet (the plan carries none; evaluate() is refused).
+        if evaluation and graph.kind == "training" and not any(
+                n.op == "AllGather" for n in graph.nodes):
             out = out.model_copy(update={"evaluation": plan_evaluation(
                 graph, lambda g: _evaluation_plan(g, share, costs, options, target))})
         if share is not target:
@@ -347,6 +351,8 @@ def assemble(graph: Graph, model: CostModel, options: PlanOptions, schedule: Sch
     for e in (*stated, *memory.edges):
         named.setdefault((e.before, e.after), e)
     happens = tuple(named[k] for k in sorted(named, key=lambda e: (rank[e[1]], rank[e[0]])))
+    if any(n.op == "AllGather" for n in graph.nodes):  # ZeRO-3: each gather's distance as run
+        ops = tuple(planned_prefetch(graph, ops, happens))
     step = max((op.end for op in ops), default=0.0)
     bound = schedule.bound
     busy = {op.name: op.end - op.start for op in ops if op.name in rank}

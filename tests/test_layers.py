@@ -8,7 +8,8 @@ Layers, lowest first (a module may import its own layer or a lower one):
     memory    planner/memory/
     plan      the Plan record and what reads finished plans: plan.py, planner/verify/ (the
               independent checker), diff.py, memory_report.py, replay.py, plots.py,
-              evaluation.py (a training plan's evaluation record)
+              evaluation.py (a training plan's evaluation record), explain_gather.py and
+              sharding_report.py (a ZeRO-3 plan's gathers)
     driver    the pipeline and what runs it: pipeline.py, fit.py and curve.py (searches over
               whole plans), explain.py (re-plans a plan to say why)
     codegen   codegen/ (its profiling plans the placements it times through the driver)
@@ -36,7 +37,7 @@ PLAN = {"planner.plan", "planner.verify.memory", "planner.verify.inserted",
         "planner.verify", "planner.verify.graph",
         "planner.verify.order", "planner.verify.summary", "planner.diff", "planner.memory_report",
         "planner.replay", "planner.verify.pins", "planner.evaluation", "planner.verify.evaluation",
-        "planner.plots"}
+        "planner.plots", "planner.explain_gather", "planner.sharding_report"}
 ENTRY_POINTS = {"planner.cli.main", "planner.torch", "planner.torch.training"}
 DRIVER = {"planner.pipeline", "planner.fit", "planner.curve", "planner.explain"}
 

@@ -50,6 +50,9 @@ def add_memory_commands(sub: Any, measure_plans: Any = None) -> None:
     f.add_argument("--shard-optimizer", action="store_true",
                    help="--data-parallel: each process holds 1/N of the optimizer state "
                         "(ZeRO-1)")
+    f.add_argument("--shard-parameters", action="store_true",
+                   help="--data-parallel: each process holds 1/N of the parameters, "
+                        "gradients and optimizer state (ZeRO-3, CPU targets)")
     f.add_argument("--global-batch", type=int, metavar="G",
                    help="fit the micro-batch of a plan that accumulates G / micro-batch of "
                         "them per optimizer step (--accumulate): the largest divisor of G "
@@ -90,7 +93,8 @@ def run_fit(args: argparse.Namespace) -> int:
     graph = graph_options(args)
     target = load_target(args.target)
     try:
-        dp = DataParallelOptions(ranks=args.data_parallel, shard_optimizer=args.shard_optimizer)
+        dp = DataParallelOptions(ranks=args.data_parallel, shard_optimizer=args.shard_optimizer,
+                                 shard_parameters=args.shard_parameters)
     except ValidationError as e:
         raise UserError(flag_message(e) or e.errors()[0]["msg"].removeprefix("Value error, ")
                         ) from None

@@ -76,6 +76,10 @@ def add_plan_commands(sub: Any, measurers: Callable[[], Any] | None = None) -> N
                    help="--data-parallel: ZeRO-1: reduce-scatter the gradients, each process "
                         "updates its 1/N of the parameters holding 1/N of the optimizer "
                         "state, then all-gathers them")
+    p.add_argument("--shard-parameters", action="store_true",
+                   help="--data-parallel: ZeRO-3: each process holds 1/N of the parameters, "
+                        "gradients and optimizer state; parameter buckets are all-gathered "
+                        "before their readers and freed after (CPU targets)")
     p.add_argument("--no-evaluation", action="store_true",
                    help="a training plan without its evaluation schedule (evaluate() is then "
                         "refused; docs/training.md)")
@@ -189,6 +193,7 @@ def _run_plan(args: argparse.Namespace) -> int:
                                               bucket_bytes=args.bucket_bytes,
                                               ranks_per_host=args.ranks_per_host,
                                               shard_optimizer=args.shard_optimizer,
+                                              shard_parameters=args.shard_parameters,
                                               link=_link(args.interconnect)),
             variants=not args.no_variants)
     except ValidationError as e:
@@ -243,6 +248,7 @@ def run_show(args: argparse.Namespace) -> int:
     from planner.plan import load_plan
     from planner.plots import plot_format, timeline_plot
     from planner.schedule.trace import plan_trace
+    from planner.sharding_report import format_sharding, sharding_report
 
     fmt = plot_format(args.timeline) if args.timeline else ""
     plan = load_plan(args.plan)
@@ -255,13 +261,18 @@ def run_show(args: argparse.Namespace) -> int:
     if args.memory:
         write_text(args.memory, memory_svg(plan, technique_curves_of(plan)), force=args.force)
     if args.json:
+        zero3 = sharding_report(data)
         print(json.dumps({"summary": data["summary"], "by_type": by_type(data),
-                          "memory": memory_report(data)}, indent=2, sort_keys=True))
+                          "memory": memory_report(data)} | ({"zero3": zero3} if zero3 else {}),
+                         indent=2, sort_keys=True))
     else:
         print(format_summary(data))
         memory = format_memory(data)
         if memory:
             print(memory)
+        sharding = format_sharding(data)
+        if sharding:
+            print(sharding)
         print(decisions_line(data))
         for path in (args.timeline, args.trace, args.memory):
             if path:

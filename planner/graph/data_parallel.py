@@ -130,6 +130,52 @@ def with_all_reduce(graph: Graph, bucket_list: list[list[str]], ranks: int,
         update={"tensors": tuple(tensors), "nodes": tuple(nodes)})))
 
 
+def refuse_unsharded(graph: Graph, flag: str) -> None:
+    """UserError (naming `flag`) where `graph` has what sharding does not combine with yet:
+    clip_grad_norm, gradient accumulation, loss scaling (fp16-mixed)."""
+    if any(n.op == _CLIP for n in graph.nodes):
+        # clip_grad_norm_ needs the norm of every averaged gradient; a rank holds its shard.
+        raise UserError(f"graph {graph.name!r}: {flag} with clip_grad_norm is not "
+                        f"supported yet (the global norm needs every averaged gradient; a "
+                        f"rank holds its shard only)")
+    if _sums(graph):
+        # A bucket's gradients must lie side by side for the reduce-scatter, and a sum's new
+        # value is its running sum's bytes, persistent state that layout does not move.
+        raise UserError(f"graph {graph.name!r}: {flag} with gradient accumulation "
+                        f"is not supported yet (the sums a reduce-scatter reads are state "
+                        f"the bucket layout cannot place); use --data-parallel without it")
+    if any(n.op == _UNSCALE for n in graph.nodes):
+        # UnscaleGrads reads every gradient to find an overflow, and every rank must skip the
+        # same steps: after a reduce-scatter each rank holds only its shard of the averaged
+        # gradients, so the flag would need a collective of its own (not planned yet).
+        raise UserError(f"graph {graph.name!r}: {flag} with loss scaling "
+                        f"(fp16-mixed) is not supported yet (the overflow check needs every "
+                        f"averaged gradient; a rank holds its shard only)")
+
+
+def sharded_gradients(graph: Graph, bucket_list: list[list[str]], flag: str) -> list[list[Node]]:
+    """Per bucket, the optimizer updates of its gradients, in bucket order; UserError (naming
+    `flag`) where a gradient has a reader besides its update or a bucket mixes updates."""
+    update_of = {n.inputs[1]: n for n in graph.nodes if n.op in SHARDED_UPDATES}
+    others = _other_readers(graph, frozenset(SHARDED_UPDATES))
+    for g in (g for b in bucket_list for g in b):
+        if g in others or g not in update_of:
+            raise UserError(f"graph {graph.name!r}: {flag} needs the optimizer "
+                            f"update to be gradient {g!r}'s only reader")
+    out = []
+    for k, b in enumerate(bucket_list):
+        ups = [update_of[g] for g in b]
+        # the update op, its attrs and its scalar inputs (step count, group hyperparameters)
+        kinds = {(u.op, tuple(sorted(u.attrs.items())), u.inputs[2 + len(SHARDED_UPDATES[u.op]):])
+                 for u in ups}
+        if len(kinds) > 1:
+            raise UserError(f"graph {graph.name!r}: {flag}: the parameters of "
+                            f"bucket {k} are updated by different optimizers or parameter "
+                            f"groups")
+        out.append(ups)
+    return out
+
+
 def with_sharded_updates(graph: Graph, bucket_list: list[list[str]], ranks: int,
                          ranks_per_host: int = 1, backend: str = "cpu") -> Graph:
     """`graph` with ZeRO-1's sharded updates: per bucket, a ReduceScatter node right after
@@ -154,24 +200,7 @@ def with_sharded_updates(graph: Graph, bucket_list: list[list[str]], ranks: int,
     >>> gpu.tensor_map["shard/1/m"].shape  # the bias at 64 (256 bytes): 88 over 2, rounded up
     (64,)
     """
-    if any(n.op == _CLIP for n in graph.nodes):
-        # clip_grad_norm_ needs the norm of every averaged gradient; a rank holds its shard.
-        raise UserError(f"graph {graph.name!r}: --shard-optimizer with clip_grad_norm is not "
-                        f"supported yet (the global norm needs every averaged gradient; a "
-                        f"rank holds its shard only)")
-    if _sums(graph):
-        # A bucket's gradients must lie side by side for the reduce-scatter, and a sum's new
-        # value is its running sum's bytes, persistent state that layout does not move.
-        raise UserError(f"graph {graph.name!r}: --shard-optimizer with gradient accumulation "
-                        f"is not supported yet (the sums a reduce-scatter reads are state "
-                        f"the bucket layout cannot place); use --data-parallel without it")
-    if any(n.op == _UNSCALE for n in graph.nodes):
-        # UnscaleGrads reads every gradient to find an overflow, and every rank must skip the
-        # same steps: after a reduce-scatter each rank holds only its shard of the averaged
-        # gradients, so the flag would need a collective of its own (not planned yet).
-        raise UserError(f"graph {graph.name!r}: --shard-optimizer with loss scaling "
-                        f"(fp16-mixed) is not supported yet (the overflow check needs every "
-                        f"averaged gradient; a rank holds its shard only)")
+    refuse_unsharded(graph, "--shard-optimizer")
     attrs: dict[str, int] = {"ranks": ranks}
     if ranks_per_host > 1:
         attrs["ranks_per_host"] = ranks_per_host
@@ -185,12 +214,6 @@ def with_sharded_updates(graph: Graph, bucket_list: list[list[str]], ranks: int,
         raise UserError(f"graph {graph.name!r}: the names reducescatter/..., "
                         f"shardedupdate/... and shard/... are reserved for --shard-optimizer "
                         f"({taken[0]!r})")
-    update_of = {n.inputs[1]: n for n in graph.nodes if n.op in SHARDED_UPDATES}
-    others = _other_readers(graph, frozenset(SHARDED_UPDATES))
-    for g in (g for b in bucket_list for g in b):
-        if g in others or g not in update_of:
-            raise UserError(f"graph {graph.name!r}: --shard-optimizer needs the optimizer "
-                            f"update to be gradient {g!r}'s only reader")
     scatter_after = {b[-1]: k for k, b in enumerate(bucket_list)}
     update_at: dict[str, int] = {}   # the last update of a bucket -> the bucket
     gone: set[str] = set()           # per-parameter state slots and updates replaced
@@ -198,15 +221,8 @@ def with_sharded_updates(graph: Graph, bucket_list: list[list[str]], ranks: int,
     sharded: dict[int, Node] = {}
     scatter: dict[int, Node] = {}
     tm = graph.tensor_map
-    for k, b in enumerate(bucket_list):
-        ups = [update_of[g] for g in b]
-        # the update op, its attrs and its scalar inputs (step count, group hyperparameters)
-        kinds = {(u.op, tuple(sorted(u.attrs.items())), u.inputs[2 + len(SHARDED_UPDATES[u.op]):])
-                 for u in ups}
-        if len(kinds) > 1:
-            raise UserError(f"graph {graph.name!r}: --shard-optimizer: the parameters of "
-                            f"bucket {k} are updated by different optimizers or parameter "
-                            f"groups")
+    for k, (b, ups) in enumerate(zip(bucket_list, sharded_gradients(
+            graph, bucket_list, "--shard-optimizer"), strict=True)):
         op, slots = ups[0].op, SHARDED_UPDATES[ups[0].op]
         params = [u.inputs[0] for u in ups]
         shard = (shard_floats([tm[p].size for p in params], ranks, alignment),)
@@ -241,13 +257,17 @@ def with_sharded_updates(graph: Graph, bucket_list: list[list[str]], ranks: int,
 def compute_graph(graph: Graph) -> Graph:
     """`graph` without its collectives, the updates reading the gradients again: what the
     compute lanes run (the inverse of with_all_reduce; with_sharded_updates' updates are
-    collectives, gone with their outputs)."""
+    collectives, gone with their outputs; what ZeRO-3's compute ops read of theirs stays,
+    unwritten, as inputs are)."""
     ar = [n for n in graph.nodes if n.op in COLLECTIVE_OPS]
     if not ar:
         return graph
     back = {r: g for n in ar if n.op == "AllReduce"
             for g, r in zip(n.inputs, n.outputs, strict=True)}
-    dropped = {t for n in ar if n.op != "AllReduce" for t in n.outputs}
+    # What compute ops read stays (ZeRO-3's gathered copies and gradient shards), written
+    # before they run as inputs are.
+    read = {t for n in graph.nodes if n.op not in COLLECTIVE_OPS for t in n.inputs}
+    dropped = {t for n in ar if n.op != "AllReduce" for t in n.outputs if t not in read}
     nodes = tuple(n.model_copy(update={"inputs": tuple(back.get(t, t) for t in n.inputs)})
                   for n in graph.nodes if n.op not in COLLECTIVE_OPS)
     tensors = tuple(t for t in graph.tensors if t.name not in back and t.name not in dropped)

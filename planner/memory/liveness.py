@@ -197,25 +197,10 @@ def byte_roots(graph: Graph) -> dict[str, str]:
 def buckets(graph: Graph) -> dict[str, tuple[str, int, int]]:
     """Tensor -> (the collective whose bucket holds it, its place there, the bucket's bytes
     when padded to shards, else 0): the buffers layout places side by side, in that order
-    (planner.memory.layout.place). An in-place AllReduce's gradients, a ReduceScatter's, and
-    a ShardedUpdate's parameters (planner.ops.collective)."""
-    from planner.ops.collective import shard_floats, sharded_parts
+    (planner.memory.layout.place; planner.ops.collective.collective_buckets)."""
+    from planner.ops.collective import collective_buckets
 
-    out: dict[str, tuple[str, int, int]] = {}
-    for n in graph.nodes:
-        if n.op == "AllReduce" and n.attrs.get("in_place"):
-            members, padded = n.inputs, 0
-        elif n.op in ("ReduceScatter", "ShardedUpdate"):
-            k = (len(n.inputs) if n.op == "ReduceScatter"
-                 else sharded_parts(len(n.inputs), n.attrs["update"])[0])
-            members = n.inputs[:k]
-            shard = shard_floats([graph.tensor_map[t].size for t in members], n.attrs["ranks"],
-                                 n.attrs.get("alignment", 64))
-            padded = n.attrs["ranks"] * shard * 4
-        else:
-            continue
-        out.update({t: (n.name, k, padded) for k, t in enumerate(members)})
-    return out
+    return collective_buckets(graph.nodes, lambda t: graph.tensor_map[t].size)
 
 
 def in_buckets(graph: Graph, buffers: list[Buffer]) -> list[Buffer]:

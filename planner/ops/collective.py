@@ -30,6 +30,14 @@ its all-gather are one op because the graph lets one op write a parameter's next
 reference interpreter runs one process as rank 0 (it holds rank 0's state only): its
 ShardedUpdate updates the floats of shard 0 and leaves the rest, which other ranks update.
 
+`AllGather [s] -> [p_1..p_k]` (ZeRO-3, planner plan --shard-parameters) is the inverse of the
+sharding: every rank holds its shard s of a bucket of parameters and the op writes the whole
+bucket, laid out as above, every rank's shard at its place (an all-gather in place on the
+bucket, after copying s to this rank's place); the members' shapes are its attrs (`ndims`,
+each member's rank, and `dims`, their shapes one after the other). The reference interpreter
+runs one process: with one rank the shard is the bucket; with more it holds one shard of
+several and refuses.
+
 Example:
     >>> import numpy as np
     >>> from planner.ops import get_op
@@ -39,7 +47,8 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -53,7 +62,7 @@ BUCKET_ALIGNMENT = {"cpu": 64, "cuda": 256}
 # The optimizer updates a ShardedUpdate runs and their state slots, in input order.
 SHARDED_UPDATES: dict[str, tuple[str, ...]] = {
     "SGD": (), "ApplyMomentum": ("velocity",), "ApplyAdam": ("m", "v")}
-COLLECTIVE_OPS = frozenset({"AllReduce", "ReduceScatter", "ShardedUpdate"})
+COLLECTIVE_OPS = frozenset({"AllReduce", "ReduceScatter", "ShardedUpdate", "AllGather"})
 
 
 def _up(n: int, alignment: int = 64) -> int:
@@ -83,6 +92,37 @@ def shard_floats(sizes: Sequence[int], ranks: int, alignment: int = 64) -> int:
     (32, 16, 64)
     """
     return _up(-(-bucket_places(sizes, alignment)[1] // ranks), alignment)
+
+
+def collective_buckets(nodes: Sequence[Any], floats: Callable[[str], int]
+                       ) -> dict[str, tuple[str, int, int]]:
+    """Tensor -> (the collective whose bucket holds it, its place there, the bucket's bytes
+    when padded to shards, else 0), over graph `nodes` (`floats`: a tensor's size): an
+    in-place AllReduce's gradients, a ReduceScatter's, a ShardedUpdate's parameters and an
+    AllGather's gathered copies. Memory planning lays them out side by side and codegen's
+    arena holds the padding.
+
+    >>> from types import SimpleNamespace as N
+    >>> nodes = [N(name="g", op="AllGather", inputs=("s",), outputs=("a", "b"),
+    ...            attrs={"ranks": 2})]
+    >>> collective_buckets(nodes, {"a": 3, "b": 20}.get)
+    {'a': ('g', 0, 256), 'b': ('g', 1, 256)}
+    """
+    out: dict[str, tuple[str, int, int]] = {}
+    for n in nodes:
+        if n.op == "AllReduce" and n.attrs.get("in_place"):
+            members, padded = tuple(n.inputs), 0
+        elif n.op in ("ReduceScatter", "ShardedUpdate", "AllGather"):
+            members = (tuple(n.inputs) if n.op == "ReduceScatter" else tuple(n.outputs)
+                       if n.op == "AllGather"
+                       else tuple(n.inputs[:sharded_parts(len(n.inputs), n.attrs["update"])[0]]))
+            shard = shard_floats([floats(t) for t in members], n.attrs["ranks"],
+                                 n.attrs.get("alignment", 64))
+            padded = n.attrs["ranks"] * shard * 4
+        else:
+            continue
+        out.update({t: (n.name, k, padded) for k, t in enumerate(members)})
+    return out
 
 
 def _alignment(a: Attrs) -> int:
@@ -277,4 +317,70 @@ register(OpDef(
     doc="ShardedUpdate [p_1..p_k, s, state shards, (step), lr, weight_decay] -> [p_1'..p_k', "
         "state shards']: "
         "`update` on this rank's shard of the parameters' bucket, then an all-gather of it.",
+))
+
+
+# ---- AllGather ------------------------------------------------------------------------------
+
+def gathered_shapes(a: Attrs) -> list[tuple[int, ...]]:
+    """The members' shapes of an AllGather (its `ndims` and `dims` attrs).
+
+    >>> gathered_shapes({"ndims": [2, 1], "dims": [3, 8, 8]})
+    [(3, 8), (8,)]
+    """
+    ndims, dims = list(a["ndims"]), list(a["dims"])
+    if not ndims or any(d < 0 for d in ndims) or sum(ndims) != len(dims) or \
+            any(d < 1 for d in dims):
+        raise OpError(f"AllGather: ndims {ndims} and dims {dims} do not describe the shapes of "
+                      f"one or more members (sum(ndims) dims, each >= 1)")
+    out, at = [], 0
+    for d in ndims:
+        out.append(tuple(dims[at:at + d]))
+        at += d
+    return out
+
+
+def _size(shape: tuple[int, ...]) -> int:
+    return int(np.prod(shape, dtype=np.int64))
+
+
+def _infer_gather(ins: list[TensorType], a: Attrs) -> list[TensorType]:
+    _check_ranks("AllGather", a)
+    shapes = gathered_shapes(a)
+    shard = shard_floats([_size(s) for s in shapes], a["ranks"], _alignment(a))
+    if len(ins) != 1 or ins[0] != TensorType((shard,), "float32"):
+        raise OpError(f"AllGather: reads one float32 shard of shape [{shard}] (the bucket of "
+                      f"{len(shapes)} member(s) over {a['ranks']} ranks)")
+    return [TensorType(s, "float32") for s in shapes]
+
+
+def _reference_gather(xs: list[np.ndarray], a: Attrs) -> list[np.ndarray]:
+    if a["ranks"] != 1:
+        raise OpError(f"AllGather: one process holds one shard of {a['ranks']}; the reference "
+                      f"interpreter cannot gather the others")
+    shapes = gathered_shapes(a)
+    places, _ = bucket_places([_size(s) for s in shapes], _alignment(a))
+    return [xs[0][at:at + _size(s)].reshape(s).copy()
+            for s, at in zip(shapes, places, strict=True)]
+
+
+register(OpDef(
+    name="AllGather",
+    cost_class="data-movement",
+    arity=1,
+    attrs={"ranks": Attr("int", required=True), "ranks_per_host": Attr("int", default=1),
+           "alignment": Attr("int", default=64),
+           # the members' shapes: each one's number of dims, then all their dims in order
+           "ndims": Attr("ints", required=True), "dims": Attr("ints", required=True),
+           # a forward gather's copy kept for backward's readers too (1), or freed after the
+           # last forward reader and gathered again (0); absent on a backward gather
+           "keep": Attr("int", optional=True)},
+    infer=_infer_gather,
+    flops=lambda ins, outs, a: 0,
+    # the shard copied to its place, the whole bucket written by the ranks' shards
+    bytes_moved=lambda ins, outs, a: 2 * ins[0].nbytes + a["ranks"] * ins[0].nbytes,
+    reference=_reference_gather,
+    recompute="never",
+    doc="[p_1..p_k] = the bucket of parameters whose shards the ranks hold, this rank's s "
+        "among them (an all-gather in place on the bucket).",
 ))

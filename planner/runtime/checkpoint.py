@@ -45,6 +45,10 @@ def _layout(graph: Graph) -> tuple[list[str], dict[str, tuple[int, str]], dict[i
     groups: dict[int, list[int]] = {}
     step = None
     for n in graph.nodes:
+        if n.op == "AllGather":
+            raise ValueError("state_dict: a ZeRO-3 plan (--shard-parameters) holds 1/N of the "
+                             "parameters per rank; save params() per rank instead "
+                             "(planner.runtime.sharded.gather_params puts them together)")
         if n.op == "ShardedUpdate":
             raise ValueError("state_dict: a ZeRO-sharded plan (--shard-optimizer) holds 1/N of "
                              "the optimizer state per rank; save params() per rank instead")

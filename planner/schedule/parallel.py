@@ -45,16 +45,21 @@ Example:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import TypeVar
+
 from pydantic import Field, model_validator
 
 from planner.errors import UserError
 from planner.graph.data_parallel import (
     buckets,
+    reduced_gradients,
     with_all_reduce,
     with_sharded_updates,
 )
 from planner.graph.deps import predecessors
 from planner.graph.ir import Graph, Node
+from planner.graph.sharded_parameters import with_sharded_parameters
 from planner.ops.collective import COLLECTIVE_OPS
 from planner.records import Record
 from planner.schedule.record import Edge, Schedule, ScheduledOp
@@ -62,6 +67,7 @@ from planner.target.interconnect import Interconnect, interconnect, ring_link
 from planner.target.records import Target
 
 COMM_LANE = "comm"
+Op = TypeVar("Op", bound=ScheduledOp)
 
 
 class DataParallelOptions(Record):
@@ -75,6 +81,9 @@ class DataParallelOptions(Record):
     ranks_per_host: int = Field(default=1, ge=1, le=4096)
     link: Interconnect | None = None
     shard_optimizer: bool = False
+    # ZeRO-3: the parameters sharded too (planner.graph.sharded_parameters); implies
+    # shard_optimizer's sharded optimizer state.
+    shard_parameters: bool = False
 
     @model_validator(mode="after")
     def _hosts(self) -> DataParallelOptions:
@@ -83,6 +92,9 @@ class DataParallelOptions(Record):
                              f"--data-parallel {self.ranks} (every host runs as many ranks)")
         if self.shard_optimizer and self.ranks == 1:
             raise ValueError("--shard-optimizer shards the optimizer state among the ranks of "
+                             "--data-parallel N (N >= 2)")
+        if self.shard_parameters and self.ranks == 1:
+            raise ValueError("--shard-parameters shards the parameters among the ranks of "
                              "--data-parallel N (N >= 2)")
         return self
 
@@ -107,11 +119,44 @@ def bucket_bytes(ranks: int, link: Interconnect) -> int:
     return max(4, int(9 * ranks * link.latency_seconds * link.bandwidth))
 
 
+def gathered_bucket_bytes(graph: Graph, ranks: int) -> int:
+    """ZeRO-3's memory bound on a bucket: (r - 1) / (2 r) of the parameters' bytes (at least
+    one float), so that two gathered buckets (the prefetch bound lets two wait ahead of
+    compute) hold less than the shards save, (r - 1) / r of them.
+
+    >>> from planner.graph.autodiff import make_training_graph
+    >>> from planner.graph.optimizer import Optimizer
+    >>> from planner.zoo import build
+    >>> g = make_training_graph(build("mlp", batch=4, hidden=[8], in_features=3, classes=2),
+    ...                         Optimizer(kind="sgd"))
+    >>> gathered_bucket_bytes(g, 2)     # 200 bytes of parameters
+    50
+    """
+    total = sum(graph.tensor_map[g].nbytes for g in reduced_gradients(graph))
+    return max(4, (ranks - 1) * total // (2 * ranks))
+
+
 def collective_seconds(op: str, nbytes: int, ranks: int, link: Interconnect) -> float:
     """A ring collective's time on a bucket of `nbytes`: an all-reduce, or half of one (a
     reduce-scatter, or the all-gather of a ShardedUpdate)."""
     whole = all_reduce_seconds(nbytes, ranks, link)
     return whole if op == "AllReduce" else whole / 2
+
+
+def prefetch_distance(seconds: float, before: list[float], limit: int) -> int:
+    """How many ops ahead of its first reader an all-gather of `seconds` is issued: the fewest
+    of the compute ops before the reader (`before`, their predicted seconds, nearest last)
+    whose time covers it, at most `limit` (the memory bound: not before the previous
+    all-gather's first reader, so at most two gathered buckets wait ahead of compute).
+
+    >>> prefetch_distance(3.0, [5.0, 1.0, 1.0, 2.0], 4), prefetch_distance(3.0, [1.0] * 9, 2)
+    (2, 2)
+    """
+    covered, d = 0.0, 0
+    while covered < seconds and d < min(limit, len(before)):
+        d += 1
+        covered += before[-d]
+    return d
 
 
 def comm_lane(graph: Graph, schedule: Schedule, link: Interconnect) -> Schedule:
@@ -128,7 +173,7 @@ def comm_lane(graph: Graph, schedule: Schedule, link: Interconnect) -> Schedule:
     ar = [n for n in graph.nodes if n.op in COLLECTIVE_OPS]
     if not ar:
         return schedule
-    reduced = {r for n in ar for r in n.outputs}
+    reduced = {r for n in ar if n.op != "AllGather" for r in n.outputs}
     # the readers of averaged gradients and what depends on them (after loss scaling's
     # UnscaleGrads, the updates), in graph order
     late: set[str] = set()
@@ -140,12 +185,14 @@ def comm_lane(graph: Graph, schedule: Schedule, link: Interconnect) -> Schedule:
             for k, op in enumerate(schedule.ops)}
     names = [n.name for n in graph.nodes]
     deps = {names[i]: tuple(names[p] for p in ps) for i, ps in enumerate(predecessors(graph))}
-    for n in ar:  # in graph order: a sharded update after its reduce-scatter
-        rank[n.name] = max((rank[d] for d in deps[n.name]), default=-1.0) + 0.5
-    order = sorted(rank, key=rank.__getitem__)  # topological: data edges point forward
-    at = {op.name: op for op in schedule.ops}
     seconds = {n.name: collective_seconds(n.op, _bucket_bytes(graph, n), n.attrs["ranks"],
                                           link) for n in ar}
+    for n in ar:  # in graph order: a sharded update after its reduce-scatter
+        if n.op != "AllGather":
+            rank[n.name] = max((rank[d] for d in deps[n.name]), default=-1.0) + 0.5
+    issue_after, prefetch = _gather_ranks(graph, schedule, rank, seconds)
+    order = sorted(rank, key=rank.__getitem__)  # topological: data edges point forward
+    at = {op.name: op for op in schedule.ops}
     edges: list[Edge] = []
     last_on: dict[int | str, ScheduledOp] = {}
     # Per place, the last op before the run of one group's members that ends there: a member
@@ -154,7 +201,7 @@ def comm_lane(graph: Graph, schedule: Schedule, link: Interconnect) -> Schedule:
     end: dict[str, float] = {}
     ops: list[ScheduledOp] = []
     for name in order:
-        before = set(deps[name])
+        before = set(deps[name]) | set(issue_after.get(name, ()))
         # Its CPUs (CPU), its stream (GPU), or the comm lane.
         places: tuple[int | str, ...] = ((at[name].cpus or (at[name].stream,)) if name in at
                                          else (COMM_LANE,))
@@ -169,7 +216,8 @@ def comm_lane(graph: Graph, schedule: Schedule, link: Interconnect) -> Schedule:
         ready = max((end[p] for p in before), default=0.0)
         if name in seconds:
             op = ScheduledOp(name=name, op=graph.node_map[name].op, stream=COMM_LANE,
-                             deps=deps[name], start=ready, end=ready + seconds[name])
+                             deps=deps[name], start=ready, end=ready + seconds[name],
+                             prefetch=prefetch.get(name, 0))
         else:
             old = at[name]
             op = old.model_copy(update={"start": ready, "end": ready + old.end - old.start,
@@ -190,8 +238,79 @@ def comm_lane(graph: Graph, schedule: Schedule, link: Interconnect) -> Schedule:
         "mean_corun": busy / step if step else 0.0})
 
 
+def _gather_ranks(graph: Graph, schedule: Schedule, rank: dict[str, float],
+                  seconds: dict[str, float]) -> tuple[dict[str, tuple[str, ...]], dict[str, int]]:
+    """Place each AllGather (ZeRO-3) in `rank`, prefetch_distance compute ops ahead of its
+    first reader; ({gather: the compute op it is issued after}, {gather: its distance})."""
+    gathers = [n for n in graph.nodes if n.op == "AllGather"]
+    if not gathers:
+        return {}, {}
+    compute = sorted((op for op in schedule.ops), key=lambda op: rank[op.name])
+    index = {op.name: i for i, op in enumerate(compute)}
+    readers: dict[str, list[int]] = {}
+    for n in graph.nodes:
+        if n.name in index:
+            for t in n.inputs:
+                readers.setdefault(t, []).append(index[n.name])
+    first = {g.name: min(i for t in g.outputs for i in readers.get(t, [len(compute)]))
+             for g in gathers}
+    issue_after: dict[str, tuple[str, ...]] = {}
+    prefetch: dict[str, int] = {}
+    # Memory bounds a gather's distance: not before the previous first reader (at most the
+    # copies of two readers' buckets wait ahead of compute), nor before the last reader of
+    # its own bucket's earlier copy (a backward gather would hold both).
+    bound, previous = 0, 0
+    last: dict[str, int] = {}
+    for g in sorted(gathers, key=lambda g: (first[g.name], graph.nodes.index(g))):
+        at = first[g.name]
+        if at != previous:
+            bound, previous = previous, at
+        low = max(bound, last.get(g.inputs[0], -1) + 1)
+        d = prefetch_distance(seconds[g.name],
+                              [op.end - op.start for op in compute[low:at]], at - low)
+        prefetch[g.name] = d
+        # right before the op d ahead of the reader, and issued once the op before that ends
+        # (ties, gathers issued before one op: in the order their readers need them)
+        rank[g.name] = (rank[compute[at - d].name] if at - d < len(compute)
+                        else max(rank.values()) + 1) - 0.5 + len(prefetch) * 1e-6
+        if at - d > 0:
+            issue_after[g.name] = (compute[at - d - 1].name,)
+        last[g.inputs[0]] = max(i for t in g.outputs for i in readers.get(t, [at]))
+    return issue_after, prefetch
+
+
+def planned_prefetch(graph: Graph, ops: Sequence[Op], edges: Sequence[Edge]) -> list[Op]:
+    """`ops` (in execution order) with each all-gather's `prefetch` as the plan runs it: the
+    compute ops between the last one ordered before it (the op it is issued behind; memory
+    planning's reuse edges may move that later than the schedule's choice) and its first
+    reader."""
+    pos = {op.name: k for k, op in enumerate(ops)}
+    compute = [k for k, op in enumerate(ops) if op.cpus]
+    into: dict[str, list[int]] = {}
+    for e in edges:
+        if e.before in pos and ops[pos[e.before]].cpus:
+            into.setdefault(e.after, []).append(pos[e.before])
+    read_at: dict[str, int] = {}  # tensor -> its first reader's place
+    for r in graph.nodes:
+        for t in r.inputs:
+            if r.name in pos:
+                read_at[t] = min(read_at.get(t, len(ops)), pos[r.name])
+    out = list(ops)
+    for n in graph.nodes:
+        if n.op != "AllGather" or n.name not in pos:
+            continue
+        first = min((read_at.get(t, len(ops)) for t in n.outputs), default=len(ops))
+        after = max(into.get(n.name, []), default=-1)
+        out[pos[n.name]] = ops[pos[n.name]].model_copy(
+            update={"prefetch": sum(after < k < first for k in compute)})
+    return out
+
+
 def _bucket_bytes(graph: Graph, n: Node) -> int:
-    # The bytes a collective moves: its gradients (a sharded update: its parameters).
+    # The bytes a collective moves: its gradients (a sharded update: its parameters; an
+    # all-gather: the gathered bucket).
+    if n.op == "AllGather":
+        return sum(graph.tensor_map[t].nbytes for t in n.outputs)
     if n.op == "ShardedUpdate":
         return sum(graph.tensor_map[t].nbytes for t in n.outputs
                    if graph.tensor_map[t].role == "param")
@@ -208,6 +327,14 @@ def data_parallel_graph(graph: Graph, target: Target, options: DataParallelOptio
                         f"(--train sgd|momentum|adam)")
     limit = options.bucket_bytes or bucket_bytes(options.ranks,
                                                  options.link or interconnect(target))
+    if options.shard_parameters:
+        if target.backend != "cpu":
+            raise UserError(f"graph {graph.name!r}: --shard-parameters runs on the CPU executor "
+                            f"only yet (target backend {target.backend!r})")
+        if options.bucket_bytes is None:
+            limit = min(limit, gathered_bucket_bytes(graph, options.ranks))
+        return with_sharded_parameters(graph, buckets(graph, limit), options.ranks,
+                                       options.ranks_per_host)
     if options.shard_optimizer:
         return with_sharded_updates(graph, buckets(graph, limit), options.ranks,
                                     options.ranks_per_host, target.backend)

@@ -25,6 +25,7 @@ and everything the plan derives from it is derived again here and compared:
                  output), none in two buckets nor reduced twice; and where the
                  graph reduces gradients, every gradient an update of a parameter reads is a
                  collective's output, so no rank steps on its own unreduced gradient
+    sharding     ZeRO-3's gathered copies, shards and their updates (planner.verify.sharding)
     aliases      the buffer the graph's node writes an in-place update into aliases a buffer
                  of the tensor it updates (a recompute's copy goes to scratch)
                  (planner.verify.memory: an alias is one the graph says, update, view or
@@ -60,6 +61,7 @@ from planner.graph.ir import Graph
 from planner.graph.validate import check_graph
 from planner.ops.collective import COLLECTIVE_OPS
 from planner.verify.order import StatedOrder, collective_problems, ordering_problems
+from planner.verify.sharding import sharding_problems
 
 # No size or offset may come near 2^63, where int64 sums in the executor would wrap.
 MAX_BYTES = 2**62
@@ -75,6 +77,7 @@ def verify_graph_data(plan: dict[str, Any], hb: StatedOrder | None = None) -> li
     hb = hb or StatedOrder(plan)
     problems += ordering_problems(graph, plan, hb)
     problems += collective_problems(graph, hb)
+    problems += sharding_problems(graph, hb)
     for rule in (buffer_bytes, buffer_writers, buffer_readers, update_aliases, bucket_members):
         problems += rule(graph, plan)
     return problems

@@ -254,6 +254,8 @@ def _bucket(n: dict[str, Any], size: dict[str, int],
     elif op == "ShardedUpdate":  # parameters first, as many as it writes back beside state
         slots = {"SGD": 0, "ApplyMomentum": 1, "ApplyAdam": 2}.get(attrs.get("update"), 0)
         members, only = ins[:len(n.get("outputs", [])) - slots], False
+    elif op == "AllGather":  # ZeRO-3: the gathered copies it writes, padded like the shards
+        members, only = list(n.get("outputs", [])), False
     else:
         return None
     step = align // 4  # in floats

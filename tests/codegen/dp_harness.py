@@ -44,18 +44,23 @@ def mlp_graph(kind: str, batch: int, clip: float | None = None, accumulate: int 
 
 
 def build_package(kind: str, folder: Path, ranks: int = RANKS, per_host: int = 1,
-                  shard: bool = False, clip: float | None = None, accumulate: int = 1) -> Path:
+                  shard: bool = False, clip: float | None = None, accumulate: int = 1,
+                  shard_parameters: bool = False) -> Path:
     """Plan the MLP (per-rank batch SHARD) for `ranks` processes, `per_host` of them sharing
-    a host (`shard`: with --shard-optimizer; `clip`: clip_grad_norm_; `accumulate`: micro-
-    batches per optimizer step), render and build it."""
+    a host (`shard`: with --shard-optimizer; `shard_parameters`: --shard-parameters;
+    `clip`: clip_grad_norm_; `accumulate`: micro-batches per optimizer step), render and
+    build it."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         p = plan(mlp_graph(kind, SHARD, clip, accumulate), detect(), options=PlanOptions(
             data_parallel=DataParallelOptions(ranks=ranks, bucket_bytes=BUCKET_BYTES,
                                               ranks_per_host=per_host,
-                                              shard_optimizer=shard)))
-    assert sum(op.op == ("ReduceScatter" if shard else "AllReduce") for op in p.ops) >= 2
+                                              shard_optimizer=shard,
+                                              shard_parameters=shard_parameters)))
+    sharded = shard or shard_parameters
+    assert sum(op.op == ("ReduceScatter" if sharded else "AllReduce") for op in p.ops) >= 2
     name = f"mlp_dp_{kind}_{ranks}_{per_host}" + ("_zero1" if shard else "") + (
+        "_zero3" if shard_parameters else "") + (
         "_clip" if clip else "") + (f"_acc{accumulate}" if accumulate > 1 else "")
     return build(render(p, folder / name)).dir
 

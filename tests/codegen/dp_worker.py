@@ -122,8 +122,11 @@ def _train(module, data, rank: int, world: int, die_after: int, user_error: type
                                  **device)
         else:  # torch.distributed's default group
             ex = module.Executor(init=True, **device)
-        ex.load_params({k[len("param:"):]: data[k] for k in data.files
-                        if k.startswith("param:")}, partial=True)
+        from planner.runtime.sharded import shard_params
+
+        # a ZeRO-3 plan holds this rank's shards of the parameters, not them
+        ex.load_params(shard_params(ex.plan, {k[len("param:"):]: data[k] for k in data.files
+                                              if k.startswith("param:")}, rank), partial=True)
         x, labels = data["x"], data["labels"]
         shard = x.shape[1] // world
         rows = slice(rank * shard, (rank + 1) * shard)

@@ -20,7 +20,9 @@ only, and models what the CPU executor does with a plan:
               after the step (the graph's outputs, parameters and state) are read by a last
               op every op happens-before
     rank      every two collectives are ordered; an in-place all-reduce's gradients lie side
-              by side (each at the previous end rounded up to 64 bytes) as its kernel sums them
+              by side (each at the previous end rounded up to 64 bytes) as its kernel sums them;
+              so do a reduce-scatter's gradients and an all-gather's copies (ZeRO-3), whose
+              kernels write on to the end of the last of the ranks' shards
 
 `problems(plan)` lists what it finds racing or misreading; [] when the plan is safe.
 """
@@ -34,7 +36,7 @@ from planner.ops import REGISTRY
 
 SIZE = {"float32": 4, "float16": 2, "bfloat16": 2, "int64": 8, "int32": 4, "uint8": 1,
         "bool": 1, "float64": 8, "int8": 1}
-COLLECTIVES = {"AllReduce", "ReduceScatter", "ShardedUpdate"}
+COLLECTIVES = {"AllReduce", "ReduceScatter", "ShardedUpdate", "AllGather"}
 TRANSFER = {"offload": ("device", "host"), "prefetch": ("host", "device")}
 PERSISTENT = {"input", "label", "param", "state", "optimizer-state"}
 START, END = "<before the step>", "<after the step>"
@@ -103,6 +105,9 @@ def problems(plan: dict[str, Any]) -> list[str]:
                     writes[name].append(t)
             if n["op"] == "AllReduce" and n["attrs"].get("in_place"):
                 out += _bucket(n, buffers, nbytes, spans)
+            if n["op"] in ("ReduceScatter", "AllGather"):
+                members = n["inputs"] if n["op"] == "ReduceScatter" else n["outputs"]
+                out += _bucket(n, buffers, nbytes, spans, members, n["attrs"]["ranks"])
         else:
             out.append(f"{name}: neither a node nor an added op")
     for b in plan["tensors"]:   # scratch: its op's own, read and written by it
@@ -216,10 +221,12 @@ def _happens_before(plan: dict[str, Any], ops: list[dict[str, Any]],
 
 
 def _bucket(n: dict[str, Any], buffers: dict[str, Any], nbytes: dict[str, int],
-            spans: list) -> list[str]:
-    """An in-place all-reduce's gradients side by side: the span its kernel reads and writes."""
+            spans: list, members: list[str] | None = None, ranks: int = 0) -> list[str]:
+    """An in-place all-reduce's gradients side by side: the span its kernel reads and writes;
+    with `ranks`, a sharded bucket's (a reduce-scatter's gradients, an all-gather's copies),
+    whose span runs on to `ranks` shards of a whole number of 64 bytes."""
     out, end, lo = [], None, None
-    for t in n["inputs"]:
+    for t in n["inputs"] if members is None else members:
         b = buffers.get(t)
         if b is None or b["placement"] != "device":
             return [f"{n['name']}: gradient {t} has no device buffer"]
@@ -227,6 +234,10 @@ def _bucket(n: dict[str, Any], buffers: dict[str, Any], nbytes: dict[str, int],
             out.append(f"{n['name']}: gradient {t} is not side by side with the previous one")
         lo = b["offset"] if lo is None else lo
         end = b["offset"] + nbytes[t]
+    if lo is not None and ranks:
+        per_rank = -(-((end - lo) // 4) // ranks) * 4     # bytes of whole floats
+        shard = -(-per_rank // 64) * 64
+        end = lo + ranks * shard
     if lo is not None:
         spans.append((n["name"], "", "device", lo, end))
     return out

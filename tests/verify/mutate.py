@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-COLLECTIVES = {"AllReduce", "ReduceScatter", "ShardedUpdate"}
+COLLECTIVES = {"AllReduce", "ReduceScatter", "ShardedUpdate", "AllGather"}
 
 
 def mutant(plan: dict[str, Any], rng: np.random.Generator) -> tuple[dict[str, Any], str]:

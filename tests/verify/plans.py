@@ -30,7 +30,8 @@ TARGET = "xeon-8180"
 # per-thread scratch is the peak alone, met by running ops one at a time.
 # `--data-parallel 2 --bucket-bytes 4096`: four all-reduces on the communication lane.
 RANKS, BUCKET_BYTES = 2, 4096
-KINDS = ("train", "budget", "parallel")
+# `zero3`: the same with --shard-parameters (all-gathers, reduce-scatters, updates of shards).
+KINDS = ("train", "budget", "parallel", "zero3")
 
 
 @functools.cache
@@ -43,9 +44,9 @@ def options(kind: str, budget: int | None = None) -> PlanOptions:
     """The options of each kind of plan (`budget`: the memory budget of the budget kind)."""
     if kind == "budget":
         return PlanOptions(memory=MemoryOptions(budget_bytes=budget))
-    if kind == "parallel":
-        return PlanOptions(data_parallel=DataParallelOptions(ranks=RANKS,
-                                                             bucket_bytes=BUCKET_BYTES))
+    if kind in ("parallel", "zero3"):
+        return PlanOptions(data_parallel=DataParallelOptions(
+            ranks=RANKS, bucket_bytes=BUCKET_BYTES, shard_parameters=kind == "zero3"))
     return PlanOptions(schedule=ScheduleOptions(strategy="optimized"))
 
 

@@ -18,6 +18,8 @@
 //                                     the optimizer update on the parameters' floats in this
 //                                     rank's shard (the padding left alone), then an
 //                                     all-gather of the parameters' bucket in place
+//   AllGather [s] -> [p_1..p_k]       (ZeRO-3) s copied to this rank's place in the gathered
+//                                     copies' bucket, then an all-gather of it in place
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -109,9 +111,16 @@ class ReduceScatter : public Kernel {
     const Collective& c = process_group(r.collective);
     float* bucket = bucket_.base(r, "gradients");
     c.run(kReduceScatter, bucket, bucket_.padded(), nullptr);
-    const float* mine = bucket + c.rank * bucket_.shard();
+    const int64_t lo = c.rank * bucket_.shard();
+    const float* mine = bucket + lo;
     float* o = r.at<float>(out_);
-    for (int64_t i = 0; i < bucket_.shard(); ++i) o[i] = mine[i] * scale_;
+    // The padding's floats are zeros (as the op's reference has them), not the sum of
+    // whatever bytes lay there: ZeRO-3 updates the whole shard, padding included.
+    std::fill(o, o + bucket_.shard(), 0.0f);
+    for (size_t j = 0; j < bucket_.size(); ++j) {
+      const auto [a, b] = bucket_.in_shard(j, c.rank);
+      for (int64_t i = a; i < b; ++i) o[i - lo] = mine[i - lo] * scale_;
+    }
   }
 
  private:
@@ -188,6 +197,32 @@ class ShardedUpdate : public Kernel {
   std::vector<int> state_, state_out_, out_;
 };
 
+// ZeRO-3 (planner plan --shard-parameters): AllGather [s] -> [p_1..p_k] writes this rank's
+// shard s of the parameters' bucket at its place in the bucket the gathered copies form (laid
+// out as a sharded bucket, planner.memory.layout), then all-gathers the bucket in place.
+class AllGather : public Kernel {
+ public:
+  explicit AllGather(const Node& n)
+      : bucket_(n.out, n.attrs.i("ranks"), bucket_alignment(n)), in_(n.in.at(0).id) {
+    require_f32(n);
+    if (n.in.size() != 1 || n.in[0].size() != bucket_.shard())
+      throw std::runtime_error("an all-gather reads one shard of its bucket");
+  }
+  std::string impl() const override { return "in place"; }
+  void run(const Run& r) override {
+    const Collective& c = process_group(r.collective);
+    float* base = bucket_.base(r, "gathered parameters");
+    std::memcpy(base + c.rank * bucket_.shard(), r.at<float>(in_),
+                static_cast<size_t>(bucket_.shard()) * sizeof(float));
+    c.run(kAllGather, base, bucket_.padded(), nullptr);
+  }
+
+ private:
+  ShardedBucket bucket_;
+  int in_;
+};
+
+KernelPtr make_all_gather(const Node& n) { return std::make_unique<AllGather>(n); }
 KernelPtr make_all_reduce(const Node& n) { return std::make_unique<AllReduce>(n); }
 KernelPtr make_reduce_scatter(const Node& n) { return std::make_unique<ReduceScatter>(n); }
 KernelPtr make_sharded_update(const Node& n) { return std::make_unique<ShardedUpdate>(n); }
@@ -198,6 +233,7 @@ PLANNER_REGISTER_KERNELS(collective) {
   r["AllReduce"] = make_all_reduce;
   r["ReduceScatter"] = make_reduce_scatter;
   r["ShardedUpdate"] = make_sharded_update;
+  r["AllGather"] = make_all_gather;
 }
 
 }  // namespace planner

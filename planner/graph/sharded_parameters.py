@@ -1,0 +1,150 @@
+"""ZeRO-3 (planner plan --shard-parameters) as a graph rewrite: every rank holds 1/N of each
+parameter bucket, of its gradients and of its optimizer state between steps, and gathers a
+bucket's parameters only while the step reads them.
+
+Per bucket k (the gradient buckets of planner.graph.data_parallel.buckets, whose parameters
+lie side by side as their gradients do, so a parameter shard and a gradient shard cover the
+same floats):
+
+    shard/k/param                 persistent: this rank's shard of the parameters' bucket
+    allgather/k                   AllGather -> gathered/<p>: before the bucket's first forward
+                                  reader; its copy lives until its last reader
+    allgather/k/backward          AllGather -> regathered/<p>: before its first backward
+                                  reader, unless the forward copy is kept (`keep` 1)
+    reducescatter/k               ReduceScatter of the gradients -> shard/k/grad (as ZeRO-1)
+    shardedupdate/k               the optimizer's own update (SGD, ApplyMomentum, ApplyAdam) on
+                                  the shards: shard/k/param, shard/k/grad, shard/k/<slot>; no
+                                  all-gather after it (the next step's gathers are that)
+
+Keeping the forward copy for backward is a decision made here from the graph: a bucket is kept
+where no other bucket's parameter is read between its last forward reader and its first
+backward reader (the last layers, whose gap is the loss): freeing it there would save its bytes
+only over parameter-free ops, at the price of one more all-gather. How far ahead of its first
+reader each all-gather is issued is the schedule's decision (planner.schedule.parallel).
+
+Example:
+    >>> from planner.graph.autodiff import make_training_graph
+    >>> from planner.graph.optimizer import Optimizer
+    >>> from planner.graph.data_parallel import buckets
+    >>> from planner.zoo import build
+    >>> g = make_training_graph(build("mlp", batch=4, hidden=[8, 8], in_features=3,
+    ...                               classes=2), Optimizer(kind="adam"))
+    >>> z = with_sharded_parameters(g, buckets(g, 64), ranks=2)
+    >>> [(n.name, n.attrs.get("keep")) for n in z.nodes if n.op == "AllGather"]
+    [('allgather/2', 0), ('allgather/1', 0), ('allgather/0', 1), ('allgather/1/backward', None)]
+    >>> z.tensor_map["shard/2/param"].shape, z.tensor_map["gathered/fc1/weight"].role
+    ((32,), 'activation')
+
+fc1's weight has no backward reader (no gradient of the input is needed); fc3's copy is kept
+over the loss; fc2's is freed after fc2 and gathered again for grad/fc2/matmul.
+"""
+
+from __future__ import annotations
+
+from planner.errors import UserError
+from planner.graph.data_parallel import refuse_unsharded, sharded_gradients
+from planner.graph.deps import in_dependency_order
+from planner.graph.ir import Graph, Node, Tensor
+from planner.graph.validate import check_graph
+from planner.ops.collective import SHARDED_UPDATES, shard_floats
+
+
+def backward_start(graph: Graph) -> int:
+    """The index of the first node that writes a gradient: backward starts there."""
+    return next((i for i, n in enumerate(graph.nodes)
+                 if any(graph.tensor_map[t].role == "grad" for t in n.outputs)), len(graph.nodes))
+
+
+def with_sharded_parameters(graph: Graph, bucket_list: list[list[str]], ranks: int,
+                            ranks_per_host: int = 1) -> Graph:
+    """`graph` with its parameters, gradients and optimizer state sharded over `ranks`
+    (module docstring). UserError for what it does not combine with yet (clipping,
+    accumulation, loss scaling), a gradient read by more than its update, a bucket of mixed
+    updates, and reserved names in use."""
+    refuse_unsharded(graph, "--shard-parameters")
+    reserved = ("reducescatter/", "shardedupdate/", "shard/", "allgather/", "gathered/",
+                "regathered/")
+    taken = sorted(t.name for t in graph.tensors if t.name.startswith(reserved)) + sorted(
+        n.name for n in graph.nodes if n.name.startswith(reserved))
+    if taken:
+        raise UserError(f"graph {graph.name!r}: the names {', '.join(r + '...' for r in reserved)}"
+                        f" are reserved for --shard-parameters ({taken[0]!r})")
+    attrs: dict[str, int] = {"ranks": ranks}
+    if ranks_per_host > 1:
+        attrs["ranks_per_host"] = ranks_per_host
+    tm = graph.tensor_map
+    groups = sharded_gradients(graph, bucket_list, "--shard-parameters")
+    bwd = backward_start(graph)
+    params_of = [[u.inputs[0] for u in ups] for ups in groups]
+    bucket_of = {p: k for k, ps in enumerate(params_of) for p in ps}
+    updates = {u.name for ups in groups for u in ups}
+    # Per parameter, the nodes reading it (its update aside), by index.
+    readers: dict[str, list[int]] = {p: [] for p in bucket_of}
+    for i, n in enumerate(graph.nodes):
+        if n.name in updates:
+            continue
+        for t in dict.fromkeys(n.inputs):
+            if t in readers:
+                readers[t].append(i)
+    for p in bucket_of:
+        if tm[p].dtype != "float32" or tm[p].role != "param" or p in graph.outputs:
+            raise UserError(f"graph {graph.name!r}: --shard-parameters shards float32 parameters "
+                            f"that the step does not output; {p!r} is not one")
+    gone: set[str] = set()
+    added: list[Tensor] = []
+    before: dict[int, list[Node]] = {}     # node index -> the gathers inserted before it
+    renamed: dict[int, dict[str, str]] = {}  # node index -> {parameter: its gathered copy}
+    update_at: dict[str, Node] = {}
+    scatter_after: dict[str, Node] = {}
+    for k, (b, ups, params) in enumerate(zip(bucket_list, groups, params_of, strict=True)):
+        slots = SHARDED_UPDATES[ups[0].op]
+        shard = (shard_floats([tm[p].size for p in params], ranks),)
+        own = Tensor(name=f"shard/{k}/param", shape=shard, role="param", init="zeros")
+        grad = Tensor(name=f"shard/{k}/grad", shape=shard, role="grad")
+        state = [Tensor(name=f"shard/{k}/{s}", shape=shard, role="optimizer-state",
+                        init="zeros") for s in slots]
+        nexts = [Tensor(name=f"{t.name}/next", shape=shard, role=t.role, updates=t.name)
+                 for t in (own, *state)]
+        added += [own, grad, *state, *nexts]
+        gone |= set(params) | {t for u in ups for t in (*u.inputs[2:2 + len(slots)], *u.outputs)}
+        gone |= {u.name for u in ups}
+        fwd = sorted({i for p in params for i in readers[p] if i < bwd})
+        back = sorted({i for p in params for i in readers[p] if i >= bwd})
+        others = {i for p, ks in bucket_of.items() if ks != k for i in readers[p]}
+        keep = bool(fwd and back) and not any(fwd[-1] < i < back[0] for i in others)
+        gather_attrs = {**attrs, "ndims": [len(tm[p].shape) for p in params],
+                        "dims": [d for p in params for d in tm[p].shape]}
+        for phase, at, prefix in (("forward", fwd + (back if keep else []), "gathered/"),
+                                  ("backward", [] if keep else back, "regathered/")):
+            if not at:
+                continue
+            copies = [Tensor(name=f"{prefix}{p}", shape=tm[p].shape) for p in params]
+            added += copies
+            name = f"allgather/{k}" + ("/backward" if phase == "backward" else "")
+            extra = {"keep": int(keep)} if phase == "forward" else {}
+            before.setdefault(at[0], []).append(Node(
+                name=name, op="AllGather", inputs=(own.name,),
+                outputs=tuple(c.name for c in copies), attrs={**gather_attrs, **extra}))
+            for i in at:
+                renamed.setdefault(i, {}).update({p: f"{prefix}{p}" for p in params})
+        scatter_after[b[-1]] = Node(name=f"reducescatter/{k}", op="ReduceScatter",
+                                    inputs=tuple(b), outputs=(grad.name,), attrs=dict(attrs))
+        step = ups[0].inputs[2 + len(slots):]
+        update_at[max(ups, key=graph.nodes.index).name] = Node(
+            name=f"shardedupdate/{k}", op=ups[0].op,
+            inputs=(own.name, grad.name, *(t.name for t in state), *step),
+            outputs=tuple(t.name for t in nexts), attrs=dict(ups[0].attrs))
+    nodes: list[Node] = []
+    for i, n in enumerate(graph.nodes):
+        nodes += before.get(i, [])
+        if n.name in update_at:
+            nodes.append(update_at[n.name])
+        elif n.name not in gone:
+            names = renamed.get(i, {})
+            nodes.append(n.model_copy(update={"inputs": tuple(names.get(t, t)
+                                                               for t in n.inputs)})
+                         if names else n)
+        nodes += [scatter_after[o] for o in n.outputs if o in scatter_after]
+    tensors = tuple(t for t in graph.tensors if t.name not in gone) + tuple(added)
+    return check_graph(in_dependency_order(graph.model_copy(
+        update={"tensors": tensors, "nodes": tuple(nodes)})))

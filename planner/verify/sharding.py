@@ -1,0 +1,100 @@
+"""ZeRO-3's rules (planner plan --shard-parameters), re-derived from the embedded graph and the
+plan's stated ordering; no code shared with planner.graph.sharded_parameters:
+
+    shards     a sharded parameter (a persistent param an AllGather reads) is read by
+               all-gathers and by the update writing its next value only: every other reader
+               reads a gathered copy
+    gathered   every reader of a gathered copy is ordered after the AllGather writing it (the
+               copy is complete: the whole bucket, every rank's shard); the bytes of a copy
+               are not reused before its last reader (planner.verify.memory's buffer rules)
+    stale      every all-gather of a shard is ordered before the update that writes the
+               shard's next value (else it would gather the next step's parameters)
+    updates    the update of a shard reads one gradient shard, written by one ReduceScatter
+               ordered before it, over gradients of the very shapes, in the very order, the
+               shard's all-gathers write: the same floats of the same bucket
+    ranks      every all-gather and reduce-scatter names the same ranks
+
+Collectives in one order on every rank: planner.verify.order.collective_problems (AllGather is
+a collective op).
+"""
+
+from __future__ import annotations
+
+from planner.graph.ir import Graph
+from planner.verify.order import StatedOrder
+
+
+def sharding_problems(graph: Graph, hb: StatedOrder) -> list[str]:
+    """Every rule of the module docstring the plan breaks; [] when it holds (or the graph
+    shards no parameter)."""
+    gathers = [n for n in graph.nodes if n.op == "AllGather"]
+    if not gathers:
+        return []
+    tm = graph.tensor_map
+    shards = {n.inputs[0] for n in gathers}
+    writer = {o: n for n in graph.nodes for o in n.outputs}
+    problems: list[str] = []
+    update_of: dict[str, str] = {}
+    for n in graph.nodes:
+        for o in n.outputs:
+            if tm[o].updates in shards:
+                update_of[tm[o].updates] = n.name
+    for s in sorted(shards):
+        if tm[s].role != "param" or tm[s].updates is not None:
+            problems.append(f"all-gathered tensor {s!r} is not a persistent parameter shard")
+    for n in graph.nodes:
+        for t in n.inputs:
+            if t in shards and n.op != "AllGather" and update_of.get(t) != n.name:
+                problems.append(f"op {n.name!r} reads parameter shard {t!r} itself, 1/N of the "
+                                f"bucket, not a gathered copy")
+    gathered = {o: g for g in gathers for o in g.outputs}
+    for n in graph.nodes:
+        for t in dict.fromkeys(n.inputs):
+            g = gathered.get(t)
+            if g is not None and not _ordered(hb, g.name, n.name):
+                problems.append(f"op {n.name!r} reads gathered copy {t!r} but nothing the "
+                                f"executor enforces orders all-gather {g.name!r} before it")
+    for g in gathers:
+        up = update_of.get(g.inputs[0])
+        if up is not None and not _ordered(hb, g.name, up):
+            problems.append(f"all-gather {g.name!r} is not ordered before {up!r}, which writes "
+                            f"the next value of shard {g.inputs[0]!r}")
+    ranks = {int(n.attrs["ranks"]) for n in graph.nodes
+             if n.op in ("AllGather", "ReduceScatter")}
+    if len(ranks) > 1:
+        problems.append(f"the collectives name different ranks {sorted(ranks)}")
+    for s in sorted(shards):
+        up = update_of.get(s)
+        if up is None:
+            problems.append(f"parameter shard {s!r} has no update")
+            continue
+        node = graph.node_map[up]
+        grads = [t for t in node.inputs if tm[t].role == "grad"]
+        rs = [writer.get(t) for t in grads]
+        if len(grads) != 1 or rs[0] is None or rs[0].op != "ReduceScatter":
+            problems.append(f"update {up!r} of shard {s!r} reads no gradient shard a "
+                            f"reduce-scatter writes ({grads})")
+            continue
+        scatter = rs[0]
+        if not _ordered(hb, scatter.name, up):
+            problems.append(f"update {up!r} is not ordered after {scatter.name!r}")
+        scattered = [tm[t].shape for t in scatter.inputs]
+        for g in (g for g in gathers if g.inputs[0] == s):
+            if [tm[o].shape for o in g.outputs] != scattered:
+                problems.append(f"update {up!r} steps shard {s!r} (gathered by {g.name!r} as "
+                                f"{[list(tm[o].shape) for o in g.outputs]}) with the shard of "
+                                f"{scatter.name!r}'s bucket {[list(x) for x in scattered]}: "
+                                f"not the same floats")
+    readers: dict[str, list[str]] = {}
+    for n in graph.nodes:
+        for t in n.inputs:
+            readers.setdefault(t, []).append(n.name)
+    for t in (t for n in graph.nodes if n.op == "ReduceScatter" for t in n.outputs):
+        if len(readers.get(t, [])) != 1:
+            problems.append(f"gradient shard {t!r} is read by {readers.get(t, [])}: one update "
+                            f"steps it")
+    return problems
+
+
+def _ordered(hb: StatedOrder, a: str, b: str) -> bool:
+    return a in hb.position and b in hb.position and hb.before(a, b)

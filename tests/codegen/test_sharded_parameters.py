@@ -1,0 +1,89 @@
+"""--shard-parameters (ZeRO-3) on the CPU executor: 2 gloo processes on this machine, each
+holding 1/2 of every parameter bucket, of its gradients and of its optimizer state, gather
+the buckets before their readers (tests/codegen/dp_harness.py, dp_worker.py), and end with
+parameters equal to PyTorch stepping the global batch in one process; each rank holds fewer
+bytes than the unsharded data-parallel plan by its share of what it no longer replicates."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+from planner.runtime.sharded import gather_params
+from tests.codegen.dp_harness import (
+    RANKS,
+    build_package,
+    check_numbers,
+    launch_ranks,
+    write_data,
+)
+
+
+def _gathered(package, outs, tmp_path, tag):
+    """Every rank's shards put back together (the same whole parameters for each rank's
+    slot, as check_numbers compares them), written as npz files."""
+    plan = (package / "plan.json").read_text()
+    shards = [dict(np.load(o)) for o in outs]
+    whole = gather_params(plan, shards)
+    paths = []
+    for r, own in enumerate(shards):
+        rest = {k: v for k, v in own.items() if not k.startswith("shard/")}
+        path = tmp_path / f"{tag}_whole{r}.npz"
+        np.savez(path, **rest, **whole)
+        paths.append(path)
+    return paths
+
+
+def _replicated_bytes(package) -> tuple[int, int]:
+    """(bytes of the parameters, gradients and optimizer state an unsharded plan holds per
+    rank, of them the parameters'): each updated parameter, its gradient and its slots."""
+    graph = json.loads((package / "plan.json").read_text())["graph"]
+    size = {t["name"]: 4 * int(np.prod(t["shape"], dtype=np.int64)) for t in graph["tensors"]}
+    slots = {"SGD": 0, "ApplyMomentum": 1, "ApplyAdam": 2}
+    params = [(n["inputs"][0], slots[n["op"]]) for n in graph["nodes"] if n["op"] in slots]
+    return sum(size[p] * (2 + k) for p, k in params), sum(size[p] for p, _ in params)
+
+
+def _held(outs) -> list[int]:
+    return [int(json.loads(open(f"{o}.json").read())["stats"]["held_bytes"]) for o in outs]
+
+
+@pytest.mark.parametrize("ranks", [RANKS, 4])
+def test_sharded_parameter_ranks_match_one_process_on_the_global_batch(tmp_path, ranks):
+    """20 SGD then 20 Adam steps of --shard-parameters plans, and the unsharded plans, on 2
+    and 4 ranks in one process group: the gathered shards equal PyTorch on the global batch
+    (check_numbers' float32 tolerance), every rank's step really all-gathered and
+    reduce-scattered its own shards, and each rank's held bytes are the unsharded plan's
+    less (N-1)/N of the parameters, gradients and optimizer state, but for the gathered
+    copies' window."""
+    kinds = ("sgd", "adam")
+    zero3 = {k: build_package(k, tmp_path, ranks, shard_parameters=True) for k in kinds}
+    plain = {k: build_package(k, tmp_path, ranks) for k in kinds}
+    data, params, x, labels = write_data(tmp_path, ranks=ranks)
+    order = [(k, z) for k in kinds for z in (True, False)]
+    pkgs = [(zero3 if z else plain)[k] for k, z in order]
+    outs = {(k, z): [tmp_path / f"{k}{'z' if z else 'p'}{r}.npz" for r in range(ranks)]
+            for k, z in order}
+    runs = launch_ranks([os.pathsep.join(map(str, pkgs))] * ranks, data,
+                        [os.pathsep.join(str(outs[o][r]) for o in order) for r in range(ranks)])
+    assert all(r.returncode == 0 for r in runs), [r.stdout[-1500:] for r in runs]
+    for kind in kinds:
+        whole = _gathered(zero3[kind], outs[kind, True], tmp_path, kind)
+        check_numbers(kind, ranks, runs, whole, params, x, labels)
+        # every rank gathered and scattered through the process group, its own shard placed
+        for r, out in enumerate(outs[kind, True]):
+            facts = json.loads(open(f"{out}.json").read())
+            assert facts["evaluate"] is None  # no evaluation schedule (docs/data-parallel.md)
+            for what in ("scatter", "gather"):
+                calls = facts["sharded"][what]
+                assert calls, what
+                assert all(n == ranks * n_mine and mine - whole_at == 4 * r * n_mine
+                           for whole_at, n, mine, n_mine in calls), (what, calls)
+        replicated, param_bytes = _replicated_bytes(plain[kind])
+        held_plain, held_zero3 = _held(outs[kind, False]), _held(outs[kind, True])
+        saved = (ranks - 1) * replicated // ranks
+        for h0, h3 in zip(held_plain, held_zero3, strict=True):
+            assert h3 <= h0 - saved + param_bytes, (h3, h0, saved, param_bytes)
