@@ -38,13 +38,15 @@ from typing import Any
 import numpy as np
 
 import planner.torch.rules  # noqa: F401  (registering the rules)
+import planner.torch.rules_scalar  # noqa: F401
 from planner.graph.ir import Graph
 from planner.graph.validate import check_graph
 from planner.importers.onnx.context import Importer
 from planner.importers.onnx.errors import Unsupported
 from planner.importers.onnx.fold import FOLD_OUTPUT_LIMIT
 from planner.importers.onnx.values import Const
-from planner.torch.context import RULES, UNAVAILABLE, NodeCtx, TorchImportError
+from planner.torch.context import RULES, UNAVAILABLE, NodeCtx, TorchImportError, _in
+from planner.torch.origin import location, module_path  # noqa: F401  (module_path: re-exported)
 
 PRESERVED = ("linear.default", "cross_entropy_loss.default", "mse_loss.default",
              "dropout.default", "scaled_dot_product_attention.default", "prelu.default",
@@ -176,17 +178,6 @@ def _counters(program: Any, nodes: list) -> dict[str, str]:
     return out
 
 
-def module_path(node: Any, root: str = "") -> str:
-    """The path of the innermost module whose forward wrote the node (`layers.3.attn`), less
-    the `root` prefix; "" for the root module or a node without an nn_module_stack."""
-    stack = node.meta.get("nn_module_stack") or {}
-    path = next((str(v[0]) for v in reversed(list(stack.values()))
-                 if isinstance(v, tuple) and v), "")
-    if root and (path == root or path.startswith(root + ".")):
-        path = path[len(root) + 1:]
-    return path
-
-
 def _convert_nodes(imp: Importer, nodes: list, env: dict[str, Any], skip: set[str],
                    root: str = "") -> None:
     """Convert every call_function node; collect every unsupported op, then raise once."""
@@ -218,21 +209,20 @@ def _convert_nodes(imp: Importer, nodes: list, env: dict[str, Any], skip: set[st
                 shape, dtype = _meta(node) if hasattr(node.meta.get("val"), "shape") else \
                     (None, None)
                 ctx = NodeCtx(imp, node.name, op, args, dict(kwargs), shape, dropouts, dtype,
-                              node, module_path(node, root))
+                              node, location(node, root))
                 value = RULES[op](ctx)
             _check(imp, node, value)
             env[node.name] = value
         except Unsupported as e:
             if e.what not in unsupported:
-                unsupported[e.what], modules[e.what] = node.name, module_path(node, root)
+                unsupported[e.what], modules[e.what] = node.name, location(node, root)
             poisoned.add(node.name)
         except TorchImportError as e:
             first_error = first_error or e
             poisoned.add(node.name)
         except Exception as e:  # a corrupt program: still one line naming the node
-            where = module_path(node, root)
             first_error = first_error or TorchImportError(
-                f"node {node.name!r}{' in ' + where if where else ''} ({op}): cannot convert: "
+                f"node {node.name!r}{_in(location(node, root))} ({op}): cannot convert: "
                 f"{type(e).__name__}: {e}")
             poisoned.add(node.name)
     if unsupported:
@@ -265,7 +255,8 @@ def _fold(imp: Importer, node: Any, env: Mapping[str, Any]) -> Const | tuple[Con
     import torch.fx
 
     def tensor(a: Any) -> Any:
-        return torch.from_numpy(np.ascontiguousarray(env[a.name].value()))
+        # np.array, not np.ascontiguousarray, which makes a 0-d value 1-d
+        return torch.from_numpy(np.array(env[a.name].value(), order="C"))
 
     def const(t: Any) -> Const:
         if not isinstance(t, torch.Tensor):

@@ -39,6 +39,14 @@ def _axis(n: NodeCtx, axis: int, rank: int) -> int:
     return axis % max(rank, 1)
 
 
+def _axes(n: NodeCtx, dims: object, rank: int) -> list[int]:
+    """The axes a reduction over `dims` (an int, a list, or None/[]: every axis) covers. A 0-d
+    tensor has none: torch accepts dim 0 or -1 for it and returns the value itself."""
+    dims = [dims] if isinstance(dims, int) else list(dims or [])
+    axes = sorted({_axis(n, d, rank) for d in dims}) if dims else list(range(rank))
+    return axes if rank else []
+
+
 # ---- views and copies ----------------------------------------------------------------------
 
 @rule("aten.view.default", "aten._unsafe_view.default", "aten.reshape.default",
@@ -369,6 +377,15 @@ def _promoted(n: NodeCtx, k: int, name: str) -> str | Const:
 @rule("aten.add.Tensor", "aten.sub.Tensor", "aten.add.Scalar", "aten.sub.Scalar",
       "aten.rsub.Scalar", "aten.rsub.Tensor")
 def add_sub(n: NodeCtx) -> Value:
+    first = n.arg(0, "self")
+    if _number(first) and n.op in ("aten.sub.Tensor", "aten.add.Tensor"):
+        # `1 - t` (torch.rsub too) exports as sub.Tensor(1, t): first - alpha * t.
+        b = _promoted(n, 1, "other")
+        alpha = n.arg(2, "alpha", 1)
+        if alpha != 1:
+            b = n.emit1("Scale", [b], {"factor": float(alpha)})
+        return n.emit1("Sub" if n.op == "aten.sub.Tensor" else "Add",
+                       [n.const(first, n.dtype(b)), b])
     a = _promoted(n, 0, "self")
     dtype = n.dtype(a)
     other, alpha = n.arg(1, "other"), n.arg(2, "alpha", 1)
@@ -388,10 +405,16 @@ def add_sub(n: NodeCtx) -> Value:
 
 @rule("aten.mul.Tensor", "aten.mul.Scalar", "aten.div.Tensor", "aten.div.Scalar")
 def mul_div(n: NodeCtx) -> Value:
-    a, other = _promoted(n, 0, "self"), n.arg(1, "other")
     div = n.op.startswith("aten.div")
     if div and n.kwargs.get("rounding_mode") is not None:
         raise Unsupported(f"{n.op} (rounding_mode)")
+    first = n.arg(0, "self")
+    if _number(first) and n.op in ("aten.mul.Tensor", "aten.div.Tensor"):
+        b = _promoted(n, 1, "other")  # `2 / t` as div.Tensor(2, t)
+        if not div:
+            return n.emit1("Scale", [b], {"factor": float(first)})
+        return n.emit1("Div", [n.const(first, n.dtype(b)), b])
+    a, other = _promoted(n, 0, "self"), n.arg(1, "other")
     if _number(other):
         if not n.dtype(a).startswith(("float", "bfloat")):
             raise Unsupported(f"{n.op} (of {n.dtype(a)} tensors)")
@@ -473,7 +496,8 @@ def softmax(n: NodeCtx) -> Value:
 def upsample(n: NodeCtx) -> Value:
     """nn.Upsample / F.interpolate on (N, C, H, W): the planner's Resize. PyTorch's nearest is
     ONNX's asymmetric floor; bilinear without align_corners is pytorch_half_pixel. A given
-    scale factor is used as given (PyTorch samples with 1 / scale, not in / out)."""
+    scale factor is used as given (PyTorch samples with 1 / scale, not in / out), except with
+    align_corners, where PyTorch ignores it."""
     x = n.tensor(0)
     bilinear = "bilinear" in n.op
     if n.op.endswith(".vec"):
@@ -482,6 +506,8 @@ def upsample(n: NodeCtx) -> Value:
         scales = [n.arg(3 if bilinear else 2, "scales_h"), n.arg(4 if bilinear else 3, "scales_w")]
         scales = None if None in scales else scales
     align = bool(n.arg(2, "align_corners", False)) if bilinear else False
+    if align:  # PyTorch maps corners to corners, (in - 1) / (out - 1), whatever the scale
+        scales = None
     sizes = list(n.out_shape[2:])
     if sizes == list(n.shape(x)[2:]) and (not scales or list(scales) == [1.0, 1.0]):
         return x
@@ -500,8 +526,10 @@ def reduce(n: NodeCtx) -> Value:
     x = n.tensor(0)
     rank = len(n.shape(x))
     dims = n.arg(1, "dim") if n.op.endswith((".dim", ".dim_IntList")) else None
-    axes = sorted({_axis(n, d, rank) for d in dims}) if dims else list(range(rank))
+    axes = _axes(n, dims, rank)
     keep = bool(n.arg(2, "keepdim", False)) if dims is not None else False
+    if not axes:  # a 0-d tensor: its own sum and mean
+        return x
     op = "ReduceMean" if ".mean." in n.op else "ReduceSum"
     return n.emit1(op, [x], {"axes": axes, "keepdims": keep})
 
@@ -561,13 +589,17 @@ def vector_norm(n: NodeCtx) -> Value:
     x = n.tensor(0)
     if float(n.arg(1, "ord", 2)) != 2.0 or n.kwargs.get("dtype") is not None:
         raise Unsupported(f"{n.op} (ord {n.arg(1, 'ord', 2)})")
-    shape = n.shape(x)
-    dims = n.arg(2, "dim")
-    dims = [dims] if isinstance(dims, int) else list(dims or [])
-    axes = sorted({_axis(n, d, len(shape)) for d in dims}) if dims else list(range(len(shape)))
+    axes = _axes(n, n.arg(2, "dim"), len(n.shape(x)))
     keep = bool(n.arg(3, "keepdim", False))
-    total = n.emit1("ReduceSum", [n.emit1("Mul", [x, x])], {"axes": axes, "keepdims": keep})
-    return n.emit1("Sqrt", [total])
+    total = n.emit1("Mul", [x, x])
+    if axes:
+        total = n.emit1("ReduceSum", [total], {"axes": axes, "keepdims": keep})
+    # torch's gradient at a zero norm is 0 (its subgradient), where sqrt's is 0 * inf: the
+    # root reads 1 there and the result is 0 (Where's gradient reaches neither branch's
+    # other side), so forward and backward are exact.
+    zero, one = (n.const(v, n.dtype(x)) for v in (0.0, 1.0))
+    root = n.emit1("Sqrt", [n.emit1("Where", [total, total, one])])
+    return n.emit1("Where", [total, root, zero])
 
 
 @rule("aten.amax.default", "aten.amin.default", "aten.max.dim", "aten.min.dim")
@@ -578,9 +610,7 @@ def amax(n: NodeCtx) -> Value:
     shape = n.shape(x)
     if not n.dtype(x).startswith(("float", "bfloat")):
         raise Unsupported(f"{n.op} (of {n.dtype(x)} tensors)")
-    dims = n.arg(1, "dim", [])
-    dims = [dims] if isinstance(dims, int) else list(dims)
-    axes = sorted({_axis(n, d, len(shape)) for d in dims}) if dims else list(range(len(shape)))
+    axes = _axes(n, n.arg(1, "dim", []), len(shape))
     keep = bool(n.arg(2, "keepdim", False))
     out = tuple(1 if k in axes else d for k, d in enumerate(shape)) if keep else \
         tuple(d for k, d in enumerate(shape) if k not in axes)
