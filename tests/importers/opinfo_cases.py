@@ -234,8 +234,10 @@ def _torch_run(op: Any, sample: Any, dtype: Any, grads: bool, cotangents: Sequen
     return [o.detach().numpy() for o in outs], g, diff
 
 
-def _compare(what: str, ours: np.ndarray, t32: np.ndarray, t64: np.ndarray) -> str:
-    """'' when `ours` is within the tolerance of the module docstring, else what is off."""
+def compare(what: str, ours: np.ndarray, t32: np.ndarray, t64: np.ndarray,
+            ulps: float = 16) -> str:
+    """'' when `ours` is within the tolerance of the module docstring (its floor `ulps`
+    float32 ulps of the tensor's scale), else what is off."""
     if ours.shape != t64.shape:
         return f"{what}: shape {list(ours.shape)}, torch's {list(t64.shape)}"
     if t64.dtype.kind not in "fc":
@@ -258,7 +260,7 @@ def _compare(what: str, ours: np.ndarray, t32: np.ndarray, t64: np.ndarray) -> s
         err = float(np.max(np.abs(o - w)))
         noise = float(np.max(np.abs(n - w)))
     scale = float(np.max(np.abs(w)))
-    if not math.isfinite(err) or err > 10 * noise + 16 * EPS32 * scale:
+    if not math.isfinite(err) or err > 10 * noise + ulps * EPS32 * scale:
         return f"{what}: error {err:.3g}, torch float32 noise {noise:.3g}, scale {scale:.3g}"
     return ""
 
@@ -279,9 +281,23 @@ def _refusal(e: Exception) -> tuple[str, str]:
     return ("crash" if ": cannot convert: " in line else "refused"), line
 
 
-def check_sample(op: Any, sample: Any, seed: int = 0) -> tuple[str, str]:
+@dataclass(frozen=True)
+class Run:
+    """A passing sample as the executor check needs it: the forward-and-backward graph, its
+    params and feeds (the cotangents), and torch's float32 and float64 values of each output
+    of the graph that the check compares (the op's outputs, the parameters' gradients)."""
+
+    graph: Any
+    params: dict[str, np.ndarray]
+    feeds: dict[str, np.ndarray]
+    torch: dict[str, tuple[np.ndarray, np.ndarray]]
+
+
+def check_sample(op: Any, sample: Any, seed: int = 0,
+                 runs: list[Run] | None = None) -> tuple[str, str]:
     """One sample: (status, detail) as in the module docstring, status never "export" but
-    raising _Skip when torch cannot export it."""
+    raising _Skip when torch cannot export it. A passing sample whose values are compared (not
+    a random op's) is appended to `runs` when given."""
     import torch
 
     from planner.graph.autodiff import gradients
@@ -336,7 +352,8 @@ def check_sample(op: Any, sample: Any, seed: int = 0) -> tuple[str, str]:
     try:
         with np.errstate(all="ignore"), warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            got = run(graph, {f"grad/{n}": v for n, v in cot.items()}, imported.params())
+            feeds = {f"grad/{n}": v for n, v in cot.items()}
+            got = run(graph, feeds, imported.params())
     except errors as e:
         return _refusal(e)
     except Exception as e:
@@ -357,7 +374,7 @@ def check_sample(op: Any, sample: Any, seed: int = 0) -> tuple[str, str]:
                 return "wrong", (f"output {k}: shape {list(mine.shape)}, torch's "
                                  f"{list(o64[k].shape)}")
             continue
-        bad = _compare(f"output {k}", mine, o32[k], o64[k])
+        bad = compare(f"output {k}", mine, o32[k], o64[k])
         if bad:
             return "wrong", bad
     if not random:
@@ -366,9 +383,13 @@ def check_sample(op: Any, sample: Any, seed: int = 0) -> tuple[str, str]:
                 else None
             if mine is None:
                 continue
-            bad = _compare(f"gradient of {p}", np.asarray(mine), g32[p], g64[p])
+            bad = compare(f"gradient of {p}", np.asarray(mine), g32[p], g64[p])
             if bad:
                 return "wrong", bad
+    if runs is not None and not random:
+        refs = {n: (o32[k], o64[k]) for k, n in zip(distinct, names, strict=True)}
+        refs |= {gnames[p]: (g32[p], g64[p]) for p in wrt if gnames.get(p) and p in g64}
+        runs.append(Run(graph, imported.params(), feeds, refs))
     return "pass", ""
 
 
@@ -389,8 +410,9 @@ def check_call(fn: Any, x: Any, *args: Any, **kwargs: Any) -> tuple[str, str]:
         return "export", str(e)
 
 
-def check_opinfo(op: Any, samples: int = SAMPLES) -> Outcome:
-    """The outcome of one OpInfo over its first `samples` samples (module docstring)."""
+def check_opinfo(op: Any, samples: int = SAMPLES, runs: list[Run] | None = None) -> Outcome:
+    """The outcome of one OpInfo over its first `samples` samples (module docstring); its
+    passing samples are appended to `runs` when given (check_sample)."""
     name, family = full_name(op), family_of(full_name(op), type(op).__name__)
     tried = exported = 0
     first_skip = ""
@@ -402,7 +424,7 @@ def check_opinfo(op: Any, samples: int = SAMPLES) -> Outcome:
     for k, sample in enumerate(inputs):
         tried += 1
         try:
-            status, detail = check_sample(op, sample, seed=k)
+            status, detail = check_sample(op, sample, seed=k, runs=runs)
         except _Skip as e:
             first_skip = first_skip or f"sample {k}: {e}"
             continue
