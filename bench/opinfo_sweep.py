@@ -43,7 +43,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("names", nargs="*", help="only these OpInfos (default: all)")
     args = parser.parse_args(argv)
     start = time.perf_counter()
-    outcomes = sweep(args.names or None, jobs=args.jobs)
+    count = [0]
+
+    def progress(o) -> None:
+        count[0] += 1
+        print(f"[{count[0]}] {o.name}: {o.status}", file=sys.stderr, flush=True)
+
+    outcomes = sweep(args.names or None, jobs=args.jobs, progress=progress)
     seconds = time.perf_counter() - start
     print(table(outcomes))
     refused = collections.Counter(

@@ -454,16 +454,85 @@ def check_named(name: str, samples: int = SAMPLES) -> Outcome:
 
 # ---- the sweep and its table ------------------------------------------------------------------
 
-def sweep(names: Sequence[str] | None = None, jobs: int = 1) -> list[Outcome]:
-    """check_opinfo of every OpInfo (or those named), on `jobs` processes, in name order."""
-    names = sorted(by_name()) if names is None else sorted(names)
-    if jobs <= 1:
-        return [check_named(n) for n in names]
-    import multiprocessing
+TIMEOUT = 600.0  # seconds without a finished OpInfo before its worker is taken for hung
 
-    ctx = multiprocessing.get_context("spawn")
-    with ctx.Pool(jobs, maxtasksperchild=50) as pool:
-        return list(pool.imap(check_named, names, chunksize=4))
+
+def sweep(names: Sequence[str] | None = None, jobs: int = 1,
+          progress: Any = None) -> list[Outcome]:
+    """check_opinfo of every OpInfo (or those named), in name order, on `jobs` worker
+    processes (`python -m tests.importers.opinfo_cases`, an OpInfo a line in, an Outcome a
+    line out). An OpInfo whose worker dies (a signal inside torch) or goes TIMEOUT seconds
+    without an answer is a crash; a new worker takes the rest. `progress(outcome)` is called
+    as each one finishes."""
+    import threading
+
+    ops = by_name()
+    names = sorted(ops) if names is None else sorted(names)
+    families = {n: family_of(n, type(ops[n]).__name__) for n in names}
+    shards = [names[k::max(jobs, 1)] for k in range(max(jobs, 1))]
+    done: dict[str, Outcome] = {}
+    lock = threading.Lock()
+
+    def record(o: Outcome) -> None:
+        with lock:
+            done[o.name] = o
+            if progress is not None:
+                progress(o)
+
+    threads = [threading.Thread(target=_run_shard, args=(shard, families, record))
+               for shard in shards]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return [done[n] for n in names]
+
+
+def _run_shard(names: list[str], families: dict[str, str], record: Any) -> None:
+    import subprocess
+    import sys
+    import threading
+
+    root = Path(__file__).resolve().parents[2]
+    pending = list(names)
+    while pending:
+        proc = subprocess.Popen([sys.executable, "-m", "tests.importers.opinfo_cases"],
+                                cwd=root, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.DEVNULL, text=True)
+        assert proc.stdin is not None and proc.stdout is not None
+        proc.stdin.write("\n".join(pending) + "\n")
+        proc.stdin.close()
+        timer = threading.Timer(TIMEOUT, proc.kill)
+        timer.start()
+        for line in proc.stdout:
+            if not line.startswith("{"):
+                continue
+            timer.cancel()
+            o = Outcome(**json.loads(line))
+            pending.remove(o.name)
+            record(o)
+            timer = threading.Timer(TIMEOUT, proc.kill)
+            timer.start()
+        timer.cancel()
+        code = proc.wait()
+        if pending:  # the worker died on pending[0] (or hung on it)
+            name = pending.pop(0)
+            why = f"the process died ({code})" if code != -9 else \
+                f"no answer in {TIMEOUT:.0f} s"
+            record(Outcome(name, families[name], "crash", why))
+
+
+def _worker() -> None:
+    """The worker: OpInfo names on stdin, one Outcome as JSON a line on stdout."""
+    import dataclasses
+    import sys
+
+    out, sys.stdout = sys.stdout, sys.stderr  # what torch prints does not mix with the answers
+    ops = by_name()
+    for name in sys.stdin.read().split():
+        o = check_opinfo(ops[name])
+        out.write(json.dumps(dataclasses.asdict(o)) + "\n")
+        out.flush()
 
 
 @dataclass(frozen=True)
@@ -536,3 +605,7 @@ def table(outcomes: Sequence[Outcome]) -> str:
         mine = [o for o in tried if o.family == family]
         lines.append(f"| {family} | {sum(o.status == 'pass' for o in mine)} / {len(mine)} |")
     return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    _worker()
