@@ -80,7 +80,8 @@ def opinfo_section(path: Path = OPINFO_EXPECTATIONS) -> list[str]:
              "torch.export, imported, and run forward and backward on the reference",
              "interpreter against torch in float64 (tests/importers/test_opinfo.py; `make",
              "opinfo` reruns all and rewrites the counts). *Tried*: exportable by",
-             "torch.export; *pass*: forward and backward equal to torch on every sample;",
+             "torch.export; *pass*: forward and backward equal to torch on every sample",
+             "(for random ops and `empty`, whose values torch does not fix, their shapes);",
              "*refused*: one line naming the op; *off*: silently wrong or a crash.", "",
              f"{sum(o == 'pass' for _, o in tried)} of {len(tried)} exportable OpInfos pass "
              f"({len(rows)} float32 OpInfos in op_db).", "",
