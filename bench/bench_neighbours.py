@@ -19,11 +19,12 @@ after each measurement; in each round every N is measured, the engines interleav
 process of its own (in one process PyTorch and the executor share one libgomp, and beside the
 executor's OpenMP teams libgomp cut every team's spinning short: PyTorch's eager mobilenet_v2
 step went from 32 to 80 ms, bench/results/2026-11-25-vectorized-loops.md): ours
-(the default executor: it chooses between the plan's main schedule and its variants for fewer
-free cores by what it measures, so it gets ADAPT_STEPS steps under the new neighbours first),
-ours main (pinned to the main schedule) and eager. The table shows medians over rounds of
+(the adaptive executor, `set_variant(None)`: it chooses between the plan's main schedule and
+its variants for fewer free cores by what it measures, so it gets ADAPT_STEPS steps under the
+new neighbours first), ours main (the default executor since issue 51: the main schedule
+whatever the load, the same bits every run) and eager. The table shows medians over rounds of
 each round's median step and the 1-minute load average at each measurement, and which
-schedule the default executor ran and why. Plans are priced by an in-step profile taken on the
+schedule the adaptive executor ran and why. Plans are priced by an in-step profile taken on the
 quiet machine before the neighbours start (what `planner profile --in-step` measures;
 planner.torch's `costs="in-step"`), or with `--costs analytical` by the analytical cost model.
 Progress to stderr.
@@ -59,7 +60,7 @@ from planner.target.detect import detect  # noqa: E402
 from planner.zoo import build as zoo  # noqa: E402
 
 # The eager column runs the zoo graph through the torch translator (bench/torch_baseline.py).
-# Steps the default executor runs under new neighbours before it is timed: enough to notice
+# Steps the adaptive executor runs under new neighbours before it is timed: enough to notice
 # them (3 measured steps) and to measure a variant or two (choice.h).
 ADAPT_STEPS = 12
 
@@ -144,13 +145,13 @@ def module_engine(label: str, folder: Path, engine: str, costs: str):
         return eager_step(module, x, y, SGD.lr, compiled=engine == "compile"), None
     # Both executors priced by one profile: the first to build takes it (trainer keeps it as
     # costs.json), the second reads it.
-    priced = None
+    priced = "analytical"  # --costs analytical (the trainer's default is measured costs)
     if costs == "in-step":
         priced = folder / "costs.json" if (folder / "costs.json").exists() else "in-step"
     t = trainer(module, (x,), loss=torch.nn.functional.cross_entropy, labels=y,
                 optimizer="sgd", lr=SGD.lr, out_dir=folder, costs=priced)
-    if engine == "ours main":
-        t.executor.set_variant("main")
+    if engine == "ours":
+        t.executor.set_variant(None)  # adaptive: switches by load
     return (lambda: t.step(x, y)), t.executor
 
 
@@ -179,14 +180,14 @@ def zoo_engine(label: str, folder: Path, engine: str, costs: str):
         p = plan(graph, target, table)  # the default plan, with its variants for fewer cores
     feeds = random_feeds(graph, seed=1)
     ex = warmed_executor(p, folder, init_params(graph, seed=0), feeds)
-    if engine == "ours main" and hasattr(ex, "set_variant"):
-        ex.set_variant("main")
+    if engine == "ours" and hasattr(ex, "set_variant"):
+        ex.set_variant(None)  # adaptive: switches by load
     return (lambda: ex.step(feeds)), ex
 
 
 def engine(label: str, folder: Path, name: str, costs: str):
     """(step, report) of one engine, for a StepProcess: report() says which schedule the
-    default executor ran and why ("" for PyTorch)."""
+    adaptive executor ran and why ("" for PyTorch)."""
     make = module_engine if label in MODULES else zoo_engine
     step, ex = make(label, folder, name, costs)
 
@@ -214,7 +215,7 @@ def measure(label: str, folder: Path, counts: list[str], rounds: int, steps: int
                 try:
                     time.sleep(0.5 if n != "0" else 0.0)
                     for e, run in runs.items():
-                        # Warm-up under these neighbours: the default executor notices them
+                        # Warm-up under these neighbours: the adaptive executor notices them
                         # and measures its schedules (choice.h) before the timed steps.
                         for _ in range(ADAPT_STEPS if e == "ours" else 1):
                             if batches is not None:

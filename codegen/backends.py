@@ -73,8 +73,8 @@ class Runtime:
     @cached_property
     def ops(self) -> frozenset[str]:
         """The graph ops it runs: its registrations but the transfers memory planning adds
-        (planner.memory.decision.TRANSFER_OPS), which no graph node may name."""
-        from planner.memory.decision import TRANSFER_OPS
+        (planner.plan.TRANSFER_OPS), which no graph node may name."""
+        from planner.plan import TRANSFER_OPS
 
         return self.registered - frozenset(TRANSFER_OPS.values())
 
@@ -102,14 +102,16 @@ CPU_LOAD_ENVIRONMENT = {"GOMP_SPINCOUNT": "3000"}
 RUNTIMES: dict[Backend, Runtime] = {
     "cpu": Runtime("cpu", "CPU", "planner_cpu_rt", TEMPLATES / "cpu" / "runtime",
                    TEMPLATES / "cpu" / "plan",
-                   # float32 math, int64 ids and labels, bool conditions (Where)
-                   frozenset({"float32", "int64", "bool"}),
+                   # float32 math, int64 ids and labels, bool masks and conditions (Where,
+                   # comparisons), int32 casts and comparisons (the pointwise table)
+                   frozenset({"float32", "int64", "int32", "bool"}),
                    # oneDNN bf16 / f16 primitives (a float32 fallback where the ISA has none)
                    frozenset({"bfloat16", "float16"}), MIXED_OPS,
                    load_environment=CPU_LOAD_ENVIRONMENT,
                    load_choices=("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")),
     "cuda": Runtime("cuda", "CUDA", "planner_cuda_rt", TEMPLATES / "cuda" / "runtime",
-                    TEMPLATES / "cuda" / "plan", frozenset({"float32", "int64", "bool"}),
+                    TEMPLATES / "cuda" / "plan",
+                    frozenset({"float32", "int64", "int32", "bool"}),
                     # cuDNN / cuBLAS in bf16 / f16 with float32 compute (tensor cores),
                     # generated pointwise kernels with float32 arithmetic inside
                     frozenset({"bfloat16", "float16"}), MIXED_OPS, {"bfloat16": (8, 0)}),

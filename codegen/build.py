@@ -19,6 +19,7 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import json
@@ -35,10 +36,11 @@ from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
+from codegen.artifacts import file_record, intact
 from codegen.backends import COMMON, RUNTIMES, TEMPLATES
 from codegen.errors import BuildError
 from codegen.render import RenderedTree
-from planner.files import atomic_write
+from planner.files import atomic_write, open_lock
 
 # The oldest GPU architecture nvcc 13 builds for (Turing, compute capability 7.5).
 OLDEST_CUDA_ARCH = (7, 5)
@@ -246,7 +248,7 @@ def _host_cpu() -> str:
 @contextmanager
 def _locked(path: Path):
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w") as f:
+    with open_lock(path) as f:
         fcntl.flock(f, fcntl.LOCK_EX)
         try:
             yield
@@ -266,35 +268,73 @@ def build_runtime(progress: Progress | None = None, sanitize: tuple[str, ...] = 
         raise BuildError("sanitizers instrument the CPU runtime; use compute-sanitizer for "
                          "the CUDA one")
     key = runtime_key(compiler, sanitize, backend, arch)
-    sources = RUNTIMES[backend].sources
     kind = how.folder(arch)
     root = cache_root() / f"{kind}-runtime-{key[:16]}"
-    done = root / "module.txt"
-    with _locked(cache_root() / f"{kind}-runtime-{key[:16]}.lock"):
-        if done.exists() and Path(done.read_text().strip()).exists():
-            return Path(done.read_text().strip())
-        say(f"building the {backend.upper()} runtime (kernel library, once per target) in {root}")
-        src = root / "src"
-        if src.exists():
-            shutil.rmtree(src)
-        # The runtime's CMakeLists finds the shared sources at ../../common.
-        shutil.copytree(COMMON, src / "common")
-        shutil.copytree(sources, src / sources.relative_to(TEMPLATES))
-        import nanobind
+    module = RUNTIMES[backend].module
+    with contextlib.ExitStack() as held:
+        try:
+            held.enter_context(_locked(cache_root() / f"{kind}-runtime-{key[:16]}.lock"))
+        except OSError as e:
+            # A shared cache this process may only read: an intact runtime there needs no lock.
+            kept = kept_runtime(root, module)
+            if kept is None:
+                raise BuildError(f"{root}: the runtime cache cannot be written "
+                                 f"({e.strerror or e}) and holds no intact runtime to use; "
+                                 f"set PLANNER_CACHE to a writable folder") from None
+            return kept
+        kept = kept_runtime(root, module)
+        if kept is not None:
+            return kept
+        return _build_runtime(root, module, backend, sanitize, arch, say)
 
-        defines = {
-            "CMAKE_BUILD_TYPE": "Release",
-            "Python_EXECUTABLE": sys.executable,
-            "nanobind_DIR": nanobind.cmake_dir(),
-            **how.defines(sanitize, arch),
-        }
-        _cmake(src / sources.relative_to(TEMPLATES), root / "build", defines, say, own=src)
-        module = RUNTIMES[backend].module
-        modules = sorted((root / "build").glob(f"{module}*.so"))
-        if not modules:
-            raise BuildError(f"the runtime build in {root} produced no {module} module")
-        atomic_write(done, str(modules[0]))
-        return modules[0]
+
+def kept_runtime(root: Path, module: str) -> Path | None:
+    """The runtime module a build left in `root`, if its record (module.json: the file's name
+    in root/build, its size and sha256) holds and the file is intact; else None."""
+    try:
+        record = json.loads((root / "module.json").read_text())
+    except (OSError, ValueError):
+        return None
+    name = record.get("module") if isinstance(record, dict) else None
+    if not (isinstance(name, str) and name.startswith(module) and name.endswith(".so")
+            and "/" not in name):
+        return None
+    path = root / "build" / name
+    return path if intact(path, record) else None
+
+
+def _build_runtime(root: Path, module: str, backend: str, sanitize: tuple[str, ...],
+                   arch: str, say: Progress) -> Path:
+    """Build the runtime into `root` (under its lock) and record what was built."""
+    how = RUNTIME_BUILDS[backend]
+    sources = RUNTIMES[backend].sources
+    say(f"building the {backend.upper()} runtime (kernel library, once per target) in {root}")
+    src = root / "src"
+    if src.exists():
+        shutil.rmtree(src)
+    # The runtime's CMakeLists finds the shared sources at ../../common.
+    shutil.copytree(COMMON, src / "common")
+    shutil.copytree(sources, src / sources.relative_to(TEMPLATES))
+    import nanobind
+
+    defines = {
+        "CMAKE_BUILD_TYPE": "Release",
+        "Python_EXECUTABLE": sys.executable,
+        "nanobind_DIR": nanobind.cmake_dir(),
+        **how.defines(sanitize, arch),
+    }
+    # A module left without an intact record (corrupt, or a build cut short) is linked
+    # again: Ninja alone would take a changed file newer than its objects as up to date.
+    for stale in (root / "build").glob(f"{module}*.so"):
+        stale.unlink()
+    _cmake(src / sources.relative_to(TEMPLATES), root / "build", defines, say, own=src)
+    modules = sorted((root / "build").glob(f"{module}*.so"))
+    if not modules:
+        raise BuildError(f"the runtime build in {root} produced no {module} module")
+    atomic_write(root / "module.json",
+                 json.dumps({"module": modules[0].name, **file_record(modules[0])},
+                            indent=2, sort_keys=True) + "\n")
+    return modules[0]
 
 
 def _cpu_defines(sanitize: tuple[str, ...], arch: str) -> dict[str, str]:
@@ -366,9 +406,10 @@ def build(rendered: RenderedTree, progress: Progress | None = None,
     out = tree / "build"
     info_path = out / "executor.json"
     lib = out / f"libschedule-{key[:16]}.so"
+    # The package checks both libraries against these records before it loads them.
     info = {"key": key, "runtime": str(runtime), "schedule": lib.name,
-            "sanitize": sorted(sanitize)}
-    if lib.exists() and info_path.exists() and json.loads(info_path.read_text()) == info:
+            "sanitize": sorted(sanitize), "runtime_file": file_record(runtime)}
+    if _up_to_date(info_path, info, lib):
         say(f"{tree.name}: up to date")
         return BuildResult(tree.name, tree, runtime, lib, True, time.perf_counter() - start)
     say(f"{tree.name}: compiling the schedule")
@@ -378,13 +419,29 @@ def build(rendered: RenderedTree, progress: Progress | None = None,
                "PLANNER_RUNTIME_INCLUDE": str(COMMON)}
     # One CMake folder per flag set: CMake configures once and would keep old flags.
     cmake_dir = out / "cmake" / digest(defines)[:12]
+    # Linked again, never taken as up to date by its time: it may be the corrupt one.
+    (cmake_dir / "libschedule.so").unlink(missing_ok=True)
     _cmake(tree, cmake_dir, defines, say, own=tree)
     for old in out.glob("libschedule-*.so"):
         old.unlink()
     # A new name per content: a process that loaded an older build keeps its own copy.
     shutil.copy2(cmake_dir / "libschedule.so", lib)
+    info["schedule_file"] = file_record(lib)
     atomic_write(info_path, json.dumps(info, indent=2, sort_keys=True) + "\n")
     return BuildResult(tree.name, tree, runtime, lib, False, time.perf_counter() - start)
+
+
+def _up_to_date(info_path: Path, info: dict, lib: Path) -> bool:
+    """Whether the stamp `info_path` is `info` (plus the schedule's record) and the schedule
+    library it names is intact."""
+    try:
+        kept = json.loads(info_path.read_text())
+    except (OSError, ValueError):
+        return False
+    if not isinstance(kept, dict):
+        return False
+    record = kept.pop("schedule_file", None)
+    return kept == info and intact(lib, record)
 
 
 def _cmake(src: Path, build_dir: Path, defines: dict[str, str], say: Progress,
@@ -403,6 +460,10 @@ def _run(args: list[str], what: str, say: Progress, own: Path) -> None:
     proc = subprocess.run(args, capture_output=True, text=True)
     log = proc.stdout + proc.stderr
     if proc.returncode != 0:
+        if "No space left on device" in log:
+            raise BuildError(f"{what} failed: the disk is full (No space left on device) while "
+                             f"building in {own}; free space there or in the cache folder "
+                             f"({cache_root()})", log=log)
         first, path = first_error(log, str(own))
         where = f" in {path}" if path else ""
         raise BuildError(f"{what} failed{where}: {first or log.strip().splitlines()[-1:]}",

@@ -11,7 +11,7 @@ copy its own 64-byte-aligned bytes, except that
   - an in-place update (`updates=p`) shares p's bytes (the executor writes it over p), and
   - the output of a view op (Reshape, Flatten) of a non-persistent tensor shares its input's
     bytes (the kernel then copies nothing): the rule memory planning follows too
-    (planner.memory.liveness.view_aliases), so both layouts alias the same tensors;
+    (planner.graph.views.view_aliases), so both layouts alias the same tensors;
 and every op's planned scratch area its own 256-byte-aligned bytes after them (never shared,
 so ops may run at the same time). An output the memory plan writes over its input
 (OpDef.in_place: UnscaleGrads) gets bytes of its own here: its kernels run either way.
@@ -33,7 +33,7 @@ from typing import Any
 
 from planner.errors import PlanError
 from planner.graph.ir import Graph
-from planner.memory.liveness import view_aliases
+from planner.graph.views import view_aliases
 
 Offset = int  # bytes from the arena's start
 ALIGN = 64

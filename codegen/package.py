@@ -2,7 +2,10 @@
 
     DIR absent, empty, or holding this plan's executor   build (in place when the plan is the
                                                          same: the cache makes that instant)
-    DIR holding another plan's executor or other files   refused unless --force
+    DIR holding another plan's executor or other files   refused unless --force (the default
+                                                         folder, generated/NAME: replaced
+                                                         when it holds only what a build
+                                                         writes, BUILT)
     DIR not a folder                                     refused
 
 A new plan is rendered and compiled in a sibling temporary folder, which replaces DIR only once
@@ -116,10 +119,19 @@ def _check_folder(out: Path, text: str, force: bool, replace_executors: bool) ->
     if not any(out.iterdir()) or holds(out / "plan.json", text) or force:
         return
     executor = (out / "plan.json").is_file() and (out / "__init__.py").is_file()
-    if executor and replace_executors:
+    others = sorted(p.name for p in out.iterdir() if p.name not in BUILT)
+    if executor and replace_executors and not others:
         return
     what = "the executor of another plan" if executor else "files that are not an executor"
-    raise UserError(f"{out}: holds {what}; pass --force to replace it")
+    theirs = f" and {others[0]!r}, which no build wrote" if executor and others else ""
+    raise UserError(f"{out}: holds {what}{theirs}; pass --force to replace it")
+
+
+# What a build writes in its folder (codegen.render's files, the build folder, Python's byte
+# code): an executor holding anything else holds the user's files too (a checkpoint, a run's
+# logs), and the default folder is replaced only without them.
+BUILT = frozenset({"schedule.cpp", "evaluation.cpp", "CMakeLists.txt", "__init__.py",
+                   "plan.json", "build", "__pycache__"})
 
 
 def _replace(out: Path, new: Path) -> None:

@@ -289,7 +289,7 @@ def in_step_counts(target: Target, options: ProfileOptions) -> list[int]:
 def profile_in_step(graph: Graph, target: Target, work_dir: str | Path,
                     options: ProfileOptions | None = None, steps: int = 5,
                     table: CostTable | None = None, progress: TextIO | None = None,
-                    date: str | None = None) -> CostTable:
+                    date: str | None = None, layouts: bool = True) -> CostTable:
     """Every op's seconds inside the step, at each thread count of the grid: per count k, the
     uniform plan (each op on k compact CPUs, one op at a time) is built and run `steps` steps
     after a warm-up, and its stats() (each op's median over the steps: `median_stats`) fold
@@ -307,6 +307,9 @@ def profile_in_step(graph: Graph, target: Target, work_dir: str | Path,
     gives the table's `contention` and `corun_slowdown` (planner.schedule.contention.
     fit_contention), which the simulator then charges co-running ops for the memory bandwidth
     and the rest of the machine they share.
+
+    layouts=False measures the graph's convolutions on their own layouts only (a graph of
+    signatures that lists the channels-last ones itself: `measure_signatures`).
     """
     from planner.costs.feedback import fold_stats
     from planner.graph.interpret import init_params, random_feeds
@@ -318,7 +321,7 @@ def profile_in_step(graph: Graph, target: Target, work_dir: str | Path,
     state, feeds = init_params(graph, seed=0), random_feeds(graph, seed=1)
     # The convolutions on channels-last layouts too, so that planning can choose
     # (planner/costs/conv_layouts.py).
-    last = channels_last(graph)
+    last = channels_last(graph) if layouts else graph
     graphs = {"": graph, "_nhwc": last} if last is not graph else {"": graph}
 
     def measured(intra: int, inter: int, costs: CostTable, kind: str = "") -> tuple[Plan, dict]:
@@ -350,6 +353,59 @@ def profile_in_step(graph: Graph, target: Target, work_dir: str | Path,
         kappa, sigma = _fit_contention(target, corun, alone, seconds(stats))
         table = CostTable(target=table.target, entries=table.entries,
                           provenance=table.provenance, contention=kappa, corun_slowdown=sigma)
+    return table
+
+
+def measure_signatures(signatures: Sequence[OpSignature], target: Target,
+                       progress: TextIO | None = None, steps: int = 5) -> CostTable:
+    """The signatures measured on this host as `profile_in_step` measures a step's ops, in
+    batches: each batch's signatures one copy each in one graph (signatures_graph), its
+    uniform plan per thread count built and run, so a batch costs a few builds whatever its
+    size. What planner.costs.host_costs measures for the signatures it does not keep yet; one
+    progress line per batch. A batch that fails is measured one signature at a time, and a
+    signature that fails alone is left out with a warning (the model prices it): one kernel
+    that cannot be measured never stops a plan."""
+    import shutil
+    import tempfile
+
+    unique = unique_signatures(signatures)
+    held = {s.key: _held_bytes(s, 1) for s in unique}
+    runnable = [s for s in unique if held[s.key] is not None]
+    groups = [tuple(g[k:k + BATCH_SIGNATURES])
+              for g in batches(runnable, BATCH_BYTES, lambda s: held[s.key])
+              for k in range(0, len(g), BATCH_SIGNATURES)]
+    # Outputs not inferred: alone, where it fails by itself (and says why).
+    groups += [(s,) for s in unique if held[s.key] is None]
+    table = CostTable(target=target.name)
+    work = Path(tempfile.mkdtemp(prefix="planner-costs-"))
+    try:
+        done = 0
+        for b, group in enumerate(groups, start=1):
+            if progress is not None:
+                print(f"measuring costs on this host: signatures {done + 1}-{done + len(group)} "
+                      f"of {len(unique)} (batch {b} of {len(groups)}; kept for later plans)",
+                      file=progress, flush=True)
+            table = _measured_batch(group, target, work / f"batch{b}", steps, table)
+            done += len(group)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return table
+
+
+def _measured_batch(group: tuple[OpSignature, ...], target: Target, folder: Path, steps: int,
+                    table: CostTable) -> CostTable:
+    """`table` with the group's signatures measured together, else one at a time, leaving
+    out (with a warning) those that fail alone."""
+    try:
+        return profile_in_step(signatures_graph([(s, 1) for s in group]), target, folder,
+                               steps=steps, table=table, layouts=False)
+    except Exception as e:  # noqa: BLE001 - any kernel's failure is that kernel's alone
+        if len(group) == 1:
+            warnings.warn(f"{group[0].key}: not measured ({type(e).__name__}: {e}); the "
+                          f"analytical model prices it", MissingCostWarning, stacklevel=3)
+            return table
+    for k, s in enumerate(group):
+        table = _measured_batch((s,), target, folder / f"alone{k}", steps, table)
     return table
 
 

@@ -195,9 +195,9 @@ def schedule_context(plan: Plan, name: str, layout: str = "plan"
                       "threads": ", ".join(map(str, v.threads))} for v in plan.variants],
         "step_seconds": repr(float(plan.summary.step_seconds)),
         "micro_batches": micro_batches(graph),
-        # Packs live outside the arena: a plan held to a memory budget gets none.
-        "pack_weights": int(plan.summary.memory is None
-                            or plan.summary.memory.budget_bytes is None),
+        # memory planning's decision (MemorySummary.weight_packs)
+        "pack_weights": int(plan.summary.memory is not None
+                            and plan.summary.memory.weight_packs),
         "micro_step": index.get(MICRO_STEP, -1) if micro_batches(graph) > 1 else -1,
         "strings": strings.c_array(),
         "plan_c": c_string_lines(plan_json),

@@ -5,13 +5,16 @@ clip_grad_norm_, evaluation each epoch and a checkpoint each epoch (docs/trainin
     python examples/train_torch_run.py                  # 3 epochs on scikit-learn's digits
     python examples/train_torch_run.py --check          # also resume from epoch 1's checkpoint
                                                         # and compare with the whole run
+    python examples/train_torch_run.py --save run.npz   # the trained parameters, to compare
+                                                        # runs (the same bits every run)
 
 What differs from a plain PyTorch loop: `trainer(...)` plans and builds the step once (cached);
 the scheduler drives the executor through `ExecutorOptimizer`; evaluation runs the module in
 eval() mode from the same build (`Trainer.evaluate`: the parameters as trained, no copy); the
 checkpoint is `executor.state_dict()` (PyTorch's model/optimizer layout) beside the
 scheduler's. Exits 1 if test accuracy is 85% or less, or (--check) the resumed run's
-parameters differ from the whole run's by 1e-5 relative (they are usually the same bits).
+parameters are not the whole run's bit for bit (the executor runs the plan's main schedule
+whatever the machine's load: docs/training.md, "Reproducibility").
 """
 
 from __future__ import annotations
@@ -132,6 +135,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=None, help="build and checkpoint folder")
     ap.add_argument("--check", action="store_true",
                     help="resume from epoch 1's checkpoint and compare with the whole run")
+    ap.add_argument("--save", type=Path, default=None,
+                    help="write the trained parameters to this .npz file")
     args = ap.parse_args(argv)
     out = args.out or Path(tempfile.mkdtemp(prefix="train-torch-run-"))
     out.mkdir(parents=True, exist_ok=True)
@@ -140,6 +145,8 @@ def main(argv: list[str] | None = None) -> int:
     model = Net()
     start_state = {k: v.clone() for k, v in model.state_dict().items()}
     whole, acc = train(model, train_set, test, args.epochs, out)
+    if args.save is not None:
+        np.savez(args.save, **whole)
     status = 0 if acc > 0.85 else 1
     if args.check and args.epochs > 1:
         fresh = Net()
@@ -150,9 +157,7 @@ def main(argv: list[str] | None = None) -> int:
                     for k in whole)
         print("resumed from epoch 1: " + ("bit for bit the whole run" if worst == 0 else
                                           f"{worst:.2g} (relative) from the whole run"))
-        # Bit for bit in most runs; one run in four on a loaded machine ended a few float32
-        # ulps away (not traced yet: some kernel's order of summation?), so a bound here.
-        status |= 0 if worst < 1e-5 else 1
+        status |= 0 if worst == 0 else 1
     return status
 
 

@@ -117,6 +117,11 @@ def _plan(graph: Graph, target: Target, table: CostTable | None, options: PlanOp
             "memory": options.memory.model_copy(update={"budget_bytes": budget})}))
 
 
+# Each point is a plan made under its budget (seconds each on a large graph): a curve of more
+# points than a plot can show would run for hours.
+MAX_POINTS = 200
+
+
 def budgets_between(lo: int, hi: int, points: int) -> list[int]:
     """`points` budgets evenly spaced from lo to hi, both included, without repeats.
 
@@ -133,8 +138,8 @@ def budget_curve(graph: Graph, target: Target, table: CostTable | None = None,
     """The curve of `graph` on `target` (module docstring); `options.memory.budget_bytes` is
     ignored (each point sets its own). Raises InfeasibleBudget only if no budget at all fits
     (the unconstrained plan does not fit the target's memory)."""
-    if points < 2:
-        raise ValueError(f"a curve needs at least 2 points, got {points}")
+    if not 2 <= points <= MAX_POINTS:
+        raise ValueError(f"a curve has 2 to {MAX_POINTS} points, got {points}")
     options = options or PlanOptions()
     free = _plan(graph, target, table, options, None)
     m = free.summary.memory
@@ -194,32 +199,17 @@ def format_curve(curve: Curve) -> str:
     return "\n".join(lines)
 
 
-def curve_svg(curve: Curve, width: int = 640, height: int = 360) -> str:
-    """Predicted step (y) against planned peak (x) as a step line with a dot per point."""
-    pad = 50
-    xs = [p.peak_bytes for p in curve.points] + [curve.free_bytes, curve.smallest_bytes]
-    ys = [p.step_seconds for p in curve.points]
-    x0, x1 = min(xs), max(xs)
-    y0, y1 = 0.0, max(ys) * 1.05 or 1.0
+def enough_memory(curve: Curve, within: float = 0.01) -> CurvePoint:
+    """The point of smallest budget whose predicted step is within `within` of the fastest:
+    memory beyond it buys nothing (the plot rings it).
 
-    def x(v: float) -> float:
-        return pad + (v - x0) / ((x1 - x0) or 1) * (width - 2 * pad)
-
-    def y(v: float) -> float:
-        return height - pad - (v - y0) / (y1 - y0) * (height - 2 * pad)
-
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-           f'font-family="sans-serif" font-size="11">',
-           f'<rect width="{width}" height="{height}" fill="white"/>',
-           f'<line x1="{pad}" y1="{height - pad}" x2="{width - pad}" y2="{height - pad}" '
-           f'stroke="black"/>',
-           f'<line x1="{pad}" y1="{pad}" x2="{pad}" y2="{height - pad}" stroke="black"/>',
-           f'<text x="{width / 2}" y="{height - 12}" text-anchor="middle">planned peak '
-           f'({x0 / 2**20:.2f} to {x1 / 2**20:.2f} MiB)</text>',
-           f'<text x="12" y="{pad - 12}">predicted step (0 to {y1 * 1e3:.3f} ms)</text>']
-    pts = sorted((p.peak_bytes, p.step_seconds) for p in curve.points)
-    path = " ".join(f"{x(a):.1f},{y(b):.1f}" for a, b in pts)
-    out.append(f'<polyline points="{path}" fill="none" stroke="#1f77b4" stroke-width="2"/>')
-    out += [f'<circle cx="{x(a):.1f}" cy="{y(b):.1f}" r="3" fill="#1f77b4"/>' for a, b in pts]
-    out.append("</svg>")
-    return "\n".join(out) + "\n"
+    >>> c = Curve(graph="g", graph_sha256="", target="t", target_sha256="",
+    ...           per_op_bound_bytes=1, smallest_bytes=1, free_bytes=4, points=tuple(
+    ...     CurvePoint(budget_bytes=b, plan_budget_bytes=b, plan_sha256=str(b), peak_bytes=b,
+    ...                load_bytes=b, step_seconds=s) for b, s in ((1, 2.0), (2, 1.005), (4, 1.0))))
+    >>> enough_memory(c).budget_bytes
+    2
+    """
+    best = min(p.step_seconds for p in curve.points)
+    return min((p for p in curve.points if p.step_seconds <= best * (1 + within)),
+               key=lambda p: p.budget_bytes)

@@ -39,3 +39,28 @@ def num_elements(shape: tuple[int, ...]) -> int:
 
 def num_bytes(shape: tuple[int, ...], dtype: str) -> int:
     return math.prod(shape) * DTYPE_BYTES[dtype]
+
+
+def float32_value(value: float) -> float:
+    """`value`, where float32 (what a step reads a hyperparameter as) holds it as a finite
+    number that is 0 only where `value` is; ValueError saying what float32 makes of it
+    otherwise (1e39 would be inf, 1e-46 zero: a step would silently train with either).
+
+    >>> float32_value(0.1), float32_value(0.0)
+    (0.1, 0.0)
+    >>> float32_value(1e39)
+    Traceback (most recent call last):
+    ValueError: 1e+39 is not a finite float32 (at most 3.4e+38)
+    >>> float32_value(1e-46)
+    Traceback (most recent call last):
+    ValueError: 1e-46 is 0 in float32 (the smallest float32 above 0 is 1.4e-45)
+    """
+    import numpy as np
+
+    with np.errstate(over="ignore"):
+        held = float(np.float32(value))
+    if not math.isfinite(held):
+        raise ValueError(f"{value!r} is not a finite float32 (at most 3.4e+38)")
+    if held == 0 and value != 0:
+        raise ValueError(f"{value!r} is 0 in float32 (the smallest float32 above 0 is 1.4e-45)")
+    return value

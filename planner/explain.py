@@ -66,9 +66,12 @@ def rederive(plan: Plan, target: Target, table: CostTable | None = None) -> Deri
     if digest(plan.graph.to_json()) != prov.graph_sha256:
         raise UserError("the plan's embedded graph does not match its provenance.graph_sha256")
     if target.digest() != prov.target_sha256:
+        host = (" (this host, measured again since by `planner target detect`, or another "
+                "machine: save the target the plan was made with by `planner target detect "
+                "-o FILE` where and when you plan)" if target.name == "host" else "")
         raise UserError(f"target {target.name!r} is not the one the plan was made for "
-                        f"(target_sha256 {target.digest()[:12]} != {prov.target_sha256[:12]}); "
-                        f"give it with --target FILE")
+                        f"(target_sha256 {target.digest()[:12]} != {prov.target_sha256[:12]})"
+                        f"{host}; give it with --target FILE")
     costs = digest(table.to_json()) if table is not None else ""
     if costs != prov.costs_sha256:
         raise UserError("the cost table is not the one the plan was made with (costs_sha256 "

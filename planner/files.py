@@ -14,12 +14,14 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
 import stat
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from planner.errors import UserError
 
@@ -106,12 +108,29 @@ def folder_lock(folder: str | Path) -> Iterator[None]:
     commands writing one folder take turns."""
     f = Path(folder)
     f.parent.mkdir(parents=True, exist_ok=True)
-    with open(f.parent / f".{f.name}.lock", "a") as handle:
+    with open_lock(f.parent / f".{f.name}.lock") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:
             yield
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def open_lock(path: Path) -> Any:
+    """Lock file `path` opened for flock, created if absent. Opening never blocks: a FIFO or
+    another special file in its place (which an open for writing would wait on forever) is
+    refused, naming it."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NONBLOCK
+                     | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
+    except OSError as e:
+        if e.errno not in (errno.ENXIO, errno.ELOOP):  # ENXIO: a FIFO with no reader
+            raise
+        raise UserError(f"{path}: lock file is not a regular file; remove it") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise UserError(f"{path}: lock file is not a regular file; remove it")
+    return os.fdopen(fd, "a")
 
 
 def write_generated_page(argv: list[str] | None, description: str, page: str) -> int:

@@ -34,6 +34,7 @@ Example:
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections.abc import Callable
 from typing import Any, Literal
@@ -42,7 +43,7 @@ from planner.costs import CostModel, CostTable
 from planner.errors import InfeasibleBudget
 from planner.graph.ir import Graph, Record
 from planner.graph.optimizer import Optimizer
-from planner.graph.options import GraphOptions
+from planner.graph.options import MAX_ACCUMULATE, GraphOptions
 from planner.graph.prepare import prepare
 from planner.limits import check_graph_fits
 from planner.memory.options import MemoryOptions
@@ -190,8 +191,8 @@ def _micro_batches(global_batch: int | None, vary: Vary, multiple: int, target: 
     `multiple`), ascending; [] without one."""
     if global_batch is None:
         return []
-    if global_batch < 1:
-        raise ValueError(f"global batch must be >= 1, got {global_batch}")
+    if not 1 <= global_batch <= MAX_GLOBAL_BATCH:
+        raise ValueError(f"global batch must be between 1 and 2^48, got {global_batch}")
     if vary != "batch":
         raise ValueError("a global batch is fit by varying the batch, not the depth")
     if not BACKENDS[target.backend].accumulates:
@@ -203,11 +204,29 @@ def _micro_batches(global_batch: int | None, vary: Vary, multiple: int, target: 
     if options.accumulate > 1:
         raise ValueError("give the global batch or --accumulate, not both: fit chooses the "
                          "accumulation")
-    out = [d for d in range(multiple, global_batch + 1, multiple) if global_batch % d == 0]
+    # A micro-batch accumulated more often than an executor counts is no choice.
+    out = [d for d in divisors(global_batch)
+           if d % multiple == 0 and global_batch // d <= MAX_ACCUMULATE]
     if not out:
         raise ValueError(f"global batch {global_batch} has no divisor that is a multiple of "
-                         f"{multiple}")
+                         f"{multiple} and at least 1/{MAX_ACCUMULATE} of it (--accumulate's "
+                         f"largest)")
     return out
+
+
+# The divisor search takes sqrt(G) steps (2^24 at most); and a larger batch's micro-batch,
+# at least G / 2^31, would be 2^17 samples or more.
+MAX_GLOBAL_BATCH = 2**48
+
+
+def divisors(n: int) -> list[int]:
+    """The divisors of `n` >= 1, ascending, in O(sqrt n) steps.
+
+    >>> divisors(12), divisors(1), len(divisors(10**12))
+    ([1, 2, 3, 4, 6, 12], [1], 169)
+    """
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return sorted({*small, *(n // d for d in small)})
 
 
 def largest(fits: Callable[[int], bool], first: int) -> int:

@@ -36,13 +36,13 @@ def load_graph(spec: str, train_dropout: bool = False) -> Graph:
         raise UserError(f"{spec}: is a directory, not a graph file")
     if not path.is_file():
         raise UserError(f"{spec}: is not a regular file")  # a FIFO would block the read
-    data = path.read_bytes()
     suffix = path.suffix.lower()
     try:
-        if suffix == ".pt2":
+        if suffix == ".pt2":  # its reader opens the file itself, once (planner/torch/archive.py)
             from planner.torch.program import load_pt2
 
             return check_graph(load_pt2(path, name=path.stem))
+        data = path.read_bytes()
         if suffix == ".onnx" or (suffix != ".json" and not _looks_like_json(data)):
             from planner.importers import load_onnx
 
@@ -239,7 +239,7 @@ def _looks_like_json(data: bytes) -> bool:
     return True
 
 
-def write_text(path: str, text: str, force: bool = False) -> bool:
+def write_text(path: str, text: str | bytes, force: bool = False) -> bool:
     """Write `text` to `path`, refusing to replace a different existing file unless `force`.
 
     Returns False when the file already holds exactly this text (nothing written, so build

@@ -38,12 +38,13 @@ from dataclasses import dataclass
 
 from planner import __version__
 from planner.collection import fewer_collections
-from planner.costs import CostModel, CostTable
+from planner.costs import CostModel, CostTable, graph_signatures
 from planner.costs.conv_layouts import conv_layouts
 from planner.errors import InfeasibleBudget, PlanError
 from planner.evaluation import plan_evaluation
 from planner.graph.accumulation import micro_batches
 from planner.graph.data_parallel import compute_graph
+from planner.graph.evaluation import evaluation_graph
 from planner.graph.for_cores import for_cores
 from planner.graph.ir import Graph
 from planner.memory.cpu_memory import cpu_memory
@@ -182,14 +183,22 @@ def step_graph(graph: Graph, target: Target,
             raise PlanError(f"graph {graph.name!r} accumulates gradients over "
                             f"{micro_batches(graph)} micro-batches; the {target.backend} "
                             f"executor does not run that yet: plan it for a CPU target")
-        if data_parallel.ranks > 1:
-            raise PlanError(f"graph {graph.name!r} accumulates gradients over "
-                            f"{micro_batches(graph)} micro-batches; data-parallel plans do not "
-                            f"accumulate yet: drop --accumulate or --data-parallel")
     graph = for_cores(graph, target.step_cores)
     if target.backend == "cpu":
         graph = conv_layouts(graph, costs)
     return data_parallel_graph(graph, target, data_parallel)
+
+
+def priced_graphs(graph: Graph, target: Target, options: PlanOptions | None = None,
+                  evaluation: bool = True) -> tuple[Graph, ...]:
+    """The graphs whose ops `plan(graph, target, ..., options, evaluation=)` prices: the step's
+    graph (both convolution layouts left to the costs) and a training plan's evaluation graph
+    (what measured costs are asked for: planner.costs.host_costs)."""
+    options = options or PlanOptions()
+    step = step_graph(graph, target, options.data_parallel)
+    if evaluation and step.kind == "training" and options.data_parallel.ranks == 1:
+        return step, evaluation_graph(step)
+    return (step,)
 
 
 def decide(graph: Graph, target: Target, costs: CostTable | None = None,
@@ -267,6 +276,7 @@ def plan(graph: Graph, target: Target, costs: CostTable | None = None,
     Raises InfeasibleBudget (a ValueError naming the smallest feasible budget), PlanError when
     the checker rejects the plan (a planner bug: the message names the rule and the op)."""
     from planner.limits import check_arena_fits, check_graph_fits
+    from planner.memory.pins import check_pins_name_tensors
 
     options = options or PlanOptions()
     graph = step_graph(graph, target, options.data_parallel, costs)
@@ -277,15 +287,20 @@ def plan(graph: Graph, target: Target, costs: CostTable | None = None,
              if options.data_parallel.ranks > 1 and BACKENDS[target.backend].ranks_share_host
              else target)
     check_graph_fits(graph, share, memory_of(share))  # nothing to plan, or far too large
+    check_pins_name_tensors(graph.tensor_map, options.memory.pins)
     with fewer_collections():
         model, schedule, memory = decide(graph, share, costs, options)
         out = assemble(graph, model, options, schedule, memory, host=target)
-        if evaluation and graph.kind == "training" and options.data_parallel.ranks == 1:
+        if evaluation and graph.kind == "training":
             out = out.model_copy(update={"evaluation": plan_evaluation(
                 graph, lambda g: _evaluation_plan(g, share, costs, options, target))})
         if share is not target:
-            out = out.model_copy(update={"ops": _on_host(
-                out.ops, share_cpus(target, options.data_parallel.ranks_per_host))})
+            cpus = share_cpus(target, options.data_parallel.ranks_per_host)
+            out = out.model_copy(update={"ops": _on_host(out.ops, cpus)})
+            if out.evaluation is not None:
+                e = out.evaluation
+                out = out.model_copy(update={"evaluation": e.model_copy(update={
+                    "plan": e.plan.model_copy(update={"ops": _on_host(e.plan.ops, cpus)})})})
         if out.summary.memory is not None and BACKENDS[out.backend].arena_limited:
             check_arena_fits(out.summary.memory.arena_bytes, graph, share)
         if check:
@@ -303,9 +318,11 @@ def _evaluation_plan(graph: Graph, share: Target, costs: CostTable | None,
                      options: PlanOptions, host: Target) -> Plan:
     # An evaluation graph's plan: its own small arena, without the step's budget (the one a
     # user sets), with the same scheduler switches and alignment; no variants (an evaluation
-    # runs its ops one at a time, in plan order).
+    # runs its ops one at a time, in plan order). A data-parallel step's evaluation has no
+    # collective: each rank evaluates its own shard (the metrics are the caller's to reduce).
     options = options.model_copy(update={"memory": MemoryOptions(
-        alignment=options.memory.alignment), "variants": False})
+        alignment=options.memory.alignment), "variants": False,
+        "data_parallel": DataParallelOptions()})
     model, schedule, memory = decide(graph, share, costs, options)
     return assemble(graph, model, options, schedule, memory, host=host)
 
@@ -344,7 +361,7 @@ def assemble(graph: Graph, model: CostModel, options: PlanOptions, schedule: Sch
         mean_corun=(sum(busy.values()) / step if step else 0.0) if retimed
         else schedule.mean_corun,
         ops=len(ops), analytical_signatures=schedule.analytical_signatures,
-        memory=memory.summary)
+        memory=memory.summary, **_priced(graph, model.table, schedule.backend))
     table = model.table
     provenance = PlanProvenance(
         graph_sha256=digest(graph.to_json()), target_sha256=target.digest(),
@@ -363,6 +380,16 @@ def assemble(graph: Graph, model: CostModel, options: PlanOptions, schedule: Sch
                 happens_before=happens, tensors=memory.tensors,
                 memory=MemoryPlan(ops=memory.inserted, convs=memory.convs), summary=summary,
                 provenance=provenance, variants=variants)
+
+
+def _priced(graph: Graph, table: CostTable | None, backend: str) -> dict[str, tuple[str, ...]]:
+    """Summary fields: which of a CPU plan's signatures `table` measured, which it lacked
+    (the analytical model priced them); none without a table."""
+    if table is None or backend != "cpu":
+        return {}
+    keys = sorted({s.key for s in graph_signatures(graph).values()})
+    return {"measured_signatures": tuple(k for k in keys if k in table.index),
+            "modelled_signatures": tuple(k for k in keys if k not in table.index)}
 
 
 def _on_host(ops: tuple[OpPlan, ...], ids: tuple[int, ...]) -> tuple[OpPlan, ...]:

@@ -57,6 +57,7 @@ from pydantic import Field, ValidationError, model_serializer
 from planner.errors import PlanError, UserError
 from planner.graph.ir import Graph
 from planner.memory.decision import (  # noqa: F401 - the plan's memory records, re-exported
+    TRANSFER_OPS,
     ConvChoice,
     MemoryOp,
     MemorySummary,
@@ -101,6 +102,19 @@ class Summary(Record):
     analytical_signatures: int = 0
     # Memory planning's numbers (planner.memory); None until memory is planned.
     memory: MemorySummary | None = None
+    # A CPU plan priced with a cost table: the keys of its signatures the table measured and
+    # of those the analytical model priced (`planner show`); absent from the JSON without a
+    # table (every signature modelled: analytical_signatures counts them).
+    measured_signatures: tuple[str, ...] | None = None
+    modelled_signatures: tuple[str, ...] | None = None
+
+    @model_serializer(mode="wrap")
+    def _without_unpriced(self, handler: Any) -> Any:
+        data = handler(self)
+        for k in ("measured_signatures", "modelled_signatures"):
+            if isinstance(data, dict) and data.get(k) is None:
+                data.pop(k, None)
+        return data
 
 
 class PlanTarget(Record):

@@ -7,8 +7,8 @@ Layers, lowest first (a module may import its own layer or a lower one):
     schedule  planner/schedule/
     memory    planner/memory/
     plan      the Plan record and what reads finished plans: plan.py, planner/verify/ (the
-              independent checker), diff.py, memory_report.py, replay.py, evaluation.py (a
-              training plan's evaluation record)
+              independent checker), diff.py, memory_report.py, replay.py, plots.py,
+              evaluation.py (a training plan's evaluation record)
     driver    the pipeline and what runs it: pipeline.py, fit.py and curve.py (searches over
               whole plans), explain.py (re-plans a plan to say why)
     codegen   codegen/ (its profiling plans the placements it times through the driver)
@@ -35,7 +35,8 @@ FOLDERS = {"planner.costs": "costs", "planner.schedule": "schedule", "planner.me
 PLAN = {"planner.plan", "planner.verify.memory", "planner.verify.inserted",
         "planner.verify", "planner.verify.graph",
         "planner.verify.order", "planner.verify.summary", "planner.diff", "planner.memory_report",
-        "planner.replay", "planner.verify.pins", "planner.evaluation", "planner.verify.evaluation"}
+        "planner.replay", "planner.verify.pins", "planner.evaluation", "planner.verify.evaluation",
+        "planner.plots"}
 ENTRY_POINTS = {"planner.cli.main", "planner.torch", "planner.torch.training"}
 DRIVER = {"planner.pipeline", "planner.fit", "planner.curve", "planner.explain"}
 
@@ -135,3 +136,31 @@ def test_the_checks_see_function_level_and_upward_imports(tmp_path):
     assert upward(nx.DiGraph([("planner.cli.fit", "codegen.build")])) == [
         "planner.cli.fit imports codegen.build: only the entry points wire codegen in"]
     assert layer("planner.memory.gpu") == "memory" and layer("planner.memory_report") == "plan"
+
+
+# What the independent checker may read of the graph layer: the IR and its validity rules, not
+# the builders of what it checks (the evaluation graph, autodiff, the data-parallel rewrite).
+VERIFY_READS_OF_GRAPH = {"planner.graph.ir", "planner.graph.validate"}
+
+
+def stage_imports(g: nx.DiGraph) -> list[str]:
+    """planner verify importing memory planning or a graph builder, and codegen importing
+    memory planning: each takes what it needs from the plan (docs/architecture.md)."""
+    bad = []
+    for a, b in sorted(g.edges):
+        if a.startswith("planner.verify") and (
+                b.startswith("planner.memory") or (b.startswith("planner.graph")
+                                                   and b not in VERIFY_READS_OF_GRAPH)):
+            bad.append(f"{a} imports {b}, a stage it checks")
+        elif a.startswith("codegen") and b.startswith("planner.memory"):
+            bad.append(f"{a} imports {b}: codegen reads memory decisions from the plan")
+    return bad
+
+
+def test_the_checker_and_codegen_import_no_stage_they_read():
+    assert stage_imports(import_graph()) == []
+    assert stage_imports(nx.DiGraph([("planner.verify.pins", "planner.memory.pins"),
+                                     ("codegen.layout", "planner.memory.liveness")])) == [
+        "codegen.layout imports planner.memory.liveness: codegen reads memory decisions from "
+        "the plan",
+        "planner.verify.pins imports planner.memory.pins, a stage it checks"]

@@ -30,7 +30,7 @@ def test_plan_show_verify_diff(tmp_path, capsys):
     assert d["different"] and d["by_type"] and d["summary"]["step_seconds"]
     svg = str(tmp_path / "t.svg")
     assert run("show", a, "--timeline", svg) == 0
-    assert open(svg).read().startswith("<svg") and "Conv2D" in capsys.readouterr().out
+    assert open(svg).read().startswith("<?xml") and "Conv2D" in capsys.readouterr().out
 
 
 def test_uniform_lanes_and_bad_input(tmp_path, capsys):

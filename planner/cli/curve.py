@@ -1,8 +1,8 @@
 """`planner fit GRAPH --target T --pareto`: the step-time / memory-budget curve (planner.curve),
-written as JSON and SVG, and `--measure N`: N of its plans built and run on this machine's CPUs,
-measured step and measured arena beside the prediction.
+written as JSON and drawn (planner.plots), and `--measure N`: N of its plans built and run on
+this machine's CPUs, measured step and measured arena beside the prediction.
 
-    planner fit GRAPH --target T --pareto [--points 10] [-o curve.json] [--plot curve.svg]
+    planner fit GRAPH --target T --pareto [--points 10] [-o curve.json] [--plot curve.png]
                 [--measure 4] [--steps 10] [--no-offload] [the memory decisions of `plan`]
 """
 
@@ -24,9 +24,12 @@ def add_pareto_flags(f: Any, measure_plans: Any = None) -> None:
                    help="the curve of predicted step time against memory budget, one plan per "
                         "point, from the smallest feasible budget to the unconstrained arena "
                         "(GRAPH may be any graph; --budget and --vary are not used)")
-    f.add_argument("--points", type=int, default=10, help="--pareto: budgets (default 10)")
+    f.add_argument("--points", type=int, default=10,
+                   help="--pareto: budgets, 2 to 200 (default 10)")
     f.add_argument("-o", "--output", metavar="FILE", help="--pareto: write the curve as JSON")
-    f.add_argument("--plot", metavar="SVG", help="--pareto: draw the curve")
+    f.add_argument("--plot", metavar="FILE",
+                   help="--pareto: draw the curve (.svg or .png; needs matplotlib: "
+                        "pip install 'planner[plot]')")
     f.add_argument("--measure", type=int, default=0, metavar="N",
                    help="--pareto: build and run N of the curve's plans (CPU target) and print "
                         "measured step and arena beside the prediction")
@@ -57,15 +60,17 @@ def run_pareto(args: argparse.Namespace) -> int:
     from planner.cli.decisions import memory_decisions
     from planner.cli.graph_flags import graph_options
     from planner.costs import load_table
-    from planner.curve import budget_curve, curve_svg, format_curve
+    from planner.curve import MAX_POINTS, budget_curve, enough_memory, format_curve
     from planner.graph.prepare import prepare
     from planner.load import write_text
     from planner.memory.options import MemoryOptions
     from planner.pipeline import PlanOptions
+    from planner.plots import curve_plot, plot_format
     from planner.target.presets import load_target
 
-    if args.points < 2:
-        raise UserError(f"--points: a curve needs at least 2 points, got {args.points}")
+    fmt = plot_format(args.plot) if args.plot else ""
+    if not 2 <= args.points <= MAX_POINTS:
+        raise UserError(f"--points {args.points}: a curve has 2 to {MAX_POINTS} points")
     if args.measure < 0 or args.steps < 1:
         raise UserError("--measure must be >= 0 and --steps >= 1")
     target = load_target(args.target)
@@ -80,14 +85,15 @@ def run_pareto(args: argparse.Namespace) -> int:
     curve = result.curve
     if args.output:
         write_text(args.output, curve.to_json(), force=args.force)
-    if args.plot:
-        write_text(args.plot, curve_svg(curve), force=args.force)
     measured = {}
     if args.measure:
         shas = list(dict.fromkeys(curve.points[i].plan_sha256
                                   for i in chosen(len(curve.points), args.measure)))
         measured = dict(zip(shas, args.measure_plans([result.plans[s] for s in shas], args.steps),
                             strict=True))
+    if args.plot:
+        write_text(args.plot, curve_plot(curve, fmt, measured, enough_memory(curve).plan_sha256),
+                   force=args.force)
     if args.json:
         print(json.dumps({"curve": curve.model_dump(mode="json"), "measured": measured},
                          indent=2, sort_keys=True))

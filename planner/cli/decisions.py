@@ -66,9 +66,19 @@ def memory_decisions(args: argparse.Namespace) -> dict[str, Any]:
     pins += [("offload", n) for n in args.offload]
     for text in args.region_budget:
         prefix, sep, size = text.partition("=")
-        if not sep:
-            raise UserError(f"--region-budget {text!r}: expected PREFIX=BYTES")
+        if not sep or not prefix:
+            raise UserError(f"--region-budget {text!r}: expected PREFIX=BYTES (a module path, "
+                            f"then the bytes)")
         regions.append((prefix, size))
+    for decision, name in pins:
+        if not name:
+            raise UserError(f"--{FLAGS[decision]} '': expected a tensor name or module path")
+    seen: set[str] = set()
+    for prefix, _ in regions:
+        if prefix in seen:
+            raise UserError(f"--region-budget {prefix}: given twice; give one budget per "
+                            f"module path")
+        seen.add(prefix)
     try:
         return {"pins": tuple(Pin(decision=d, name=n) for d, n in pins),
                 "region_budgets": tuple(
@@ -78,3 +88,7 @@ def memory_decisions(args: argparse.Namespace) -> dict[str, Any]:
         first = e.errors()[0]
         raise UserError(f"memory decision: {'.'.join(map(str, first['loc']))}: "
                         f"{first['msg']}") from None
+
+
+# The flag of each decision, for messages.
+FLAGS = {"keep": "keep-tensor", "recompute": "recompute", "offload": "offload"}

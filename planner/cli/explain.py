@@ -19,7 +19,8 @@ def add_explain_command(sub: Any) -> None:
     e.add_argument("plan", metavar="PLAN")
     e.add_argument("name", metavar="NAME", nargs="?", help="an op or tensor of the plan")
     e.add_argument("--target", help="preset name or target JSON file (default: the preset "
-                                    "the plan names)")
+                                    "the plan names, or this host's kept measurement for a "
+                                    "plan made with --target host)")
     e.add_argument("--costs", help="the cost table the plan was made with")
     e.add_argument("--json", action="store_true")
     e.set_defaults(run=run_explain)
@@ -33,7 +34,9 @@ def run_explain(args: argparse.Namespace) -> int:
 
     plan = load_plan(args.plan)
     name = args.target or plan.target.name
-    if args.target is None and name not in PRESETS:
+    # A host plan is explained from this host's kept measurement (what `--target host` read
+    # when it was made here); rederive refuses it, naming why, where that is not its target.
+    if args.target is None and name not in PRESETS and name != "host":
         raise UserError(f"{args.plan}: target {name!r} is no preset; give it with --target FILE")
     target = load_target(name)
     table = load_table(args.costs) if args.costs else None

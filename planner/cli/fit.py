@@ -102,7 +102,8 @@ def run_fit(args: argparse.Namespace) -> int:
                          table=table, data_parallel=dp if dp.ranks > 1 else None,
                          graph_options=graph, global_batch=args.global_batch)
         except ValueError as e:
-            raise UserError(f"--global-batch: {e}" if args.global_batch else str(e)) from None
+            raise UserError(f"--global-batch {args.global_batch}: {e}"
+                            if args.global_batch is not None else str(e)) from None
     if args.json:
         print(json.dumps(result.model_dump(mode="json"), indent=2, sort_keys=True))
         return 0

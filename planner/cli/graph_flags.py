@@ -115,7 +115,15 @@ def graph_options(args: argparse.Namespace) -> Any:
             keep=tuple(args.keep or ()), train_dropout=args.train_dropout,
             accumulate=args.accumulate)
     except ValidationError as e:
-        raise UserError(e.errors()[0]["msg"].removeprefix("Value error, ")) from None
+        first = e.errors()[0]
+        flag = FIELD_FLAGS.get(first["loc"][0]) if first["loc"] else None
+        said = first["msg"].removeprefix("Value error, ")
+        raise UserError(f"{flag} {first['input']}: {said[:1].lower()}{said[1:]}" if flag
+                        else said) from None
+
+
+# GraphOptions' fields a flag sets directly: a refused value names its flag.
+FIELD_FLAGS = {"accumulate": "--accumulate", "lr": "--lr", "weight_decay": "--weight-decay"}
 
 
 def positive_number(text: str) -> float:

@@ -47,7 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     add_graph_command(sub)
     add_target_commands(sub)
-    add_plan_commands(sub)
+    add_plan_commands(sub, executor_measurers)
     add_build_commands(sub)
     add_memory_commands(sub, measure_plans)
     add_explain_command(sub)
@@ -65,10 +65,11 @@ def measure_plans(plans: list, steps: int) -> list[dict[str, float]]:
 def executor_measurers():
     """The Measurers `planner profile` runs kernels with: the generated executors."""
     from codegen.gpu_profiling import GpuProfiler
-    from codegen.profiling import KernelTimer, profile_in_step
+    from codegen.profiling import KernelTimer, measure_signatures, profile_in_step
     from planner.costs.profile import Measurers
 
-    return Measurers(kernel_timer=KernelTimer, in_step=profile_in_step, gpu=GpuProfiler)
+    return Measurers(kernel_timer=KernelTimer, in_step=profile_in_step, gpu=GpuProfiler,
+                     signatures=measure_signatures)
 
 
 # ---- planner graph --------------------------------------------------------------------------

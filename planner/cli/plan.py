@@ -4,7 +4,7 @@
                  --lr LR --precision P --loss KIND[:OUT] --keep NAMES --train-dropout]
                  [--intra N --inter M]
                  [--grid] [--min-team-us US] -o plan.json
-    planner show PLAN [--json] [--timeline out.svg]
+    planner show PLAN [--json] [--timeline out.png] [--trace out.json]
     planner diff A B [--json]          exit 1 when the plans differ, 0 with "no differences"
     planner verify PLAN [--graph GRAPH] exit 1 when a rule is broken, naming the op
 """
@@ -13,13 +13,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 from planner.errors import UserError
 
 
-def add_plan_commands(sub: Any) -> None:
+def add_plan_commands(sub: Any, measurers: Callable[[], Any] | None = None) -> None:
     from planner.cli.decisions import add_decision_flags
     from planner.cli.flags import field_flag
     from planner.cli.graph_flags import add_graph_flags
@@ -31,7 +33,12 @@ def add_plan_commands(sub: Any) -> None:
     p.add_argument("--target", required=True,
                    help="preset name, 'host' (this machine's CPUs), 'gpu' (its first NVIDIA GPU) "
                         "or target JSON file")
-    p.add_argument("--costs", help="cost table JSON (default: the analytical model)")
+    p.add_argument("--costs", metavar="C",
+                   help="what prices the plan: 'measured' (times measured on this machine, "
+                        "kept per host in the cache: only kernels not measured yet are run), "
+                        "'analytical' (the model) or a cost table JSON; default: measured for "
+                        "--target host, the model for other targets ($PLANNER_COSTS overrides "
+                        "the default)")
     p.add_argument("--strategy", choices=["uniform", "paper", "optimized"], default="optimized")
     add_graph_flags(p)
     field_flag(p, "--intra", ScheduleOptions, "intra", type=int,
@@ -75,12 +82,17 @@ def add_plan_commands(sub: Any) -> None:
     p.add_argument("-o", "--output", required=True, metavar="FILE")
     p.add_argument("--force", action="store_true", help="overwrite an existing different FILE")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
-    p.set_defaults(run=run_plan)
+    p.set_defaults(run=run_plan, measurers=measurers)
 
     s = sub.add_parser("show", help="summarize a plan; optionally draw its timeline as SVG")
     s.add_argument("plan", metavar="PLAN")
     s.add_argument("--json", action="store_true")
-    s.add_argument("--timeline", metavar="SVG", help="write a Gantt chart of cores over time")
+    s.add_argument("--timeline", metavar="FILE",
+                   help="draw the step as a Gantt chart of CPUs or streams over time (.svg or "
+                        ".png; needs matplotlib: pip install 'planner[plot]')")
+    s.add_argument("--trace", metavar="JSON",
+                   help="write the predicted step as Chrome trace JSON (open it in Perfetto "
+                        "beside an executor's measured trace: docs/plans.md)")
     s.add_argument("--memory", metavar="SVG",
                    help="write memory over the step's ops: naive, liveness, + offload, "
                         "+ recompute (seed 001's Fig. 10)")
@@ -98,6 +110,31 @@ def add_plan_commands(sub: Any) -> None:
     v.add_argument("--graph", metavar="GRAPH", help="also check the ops against this graph")
     v.add_argument("--json", action="store_true")
     v.set_defaults(run=run_verify)
+
+
+def _costs(args: argparse.Namespace, graph: Any, target: Any, options: Any) -> Any:
+    """The cost table `--costs` names (module planner.costs.host_costs for 'measured'), or
+    None for the analytical model."""
+    from planner.costs import load_table
+    from planner.costs.host_costs import COST_SOURCES, default_costs, host_table
+
+    costs = args.costs or default_costs(target)
+    if costs not in COST_SOURCES:
+        return load_table(costs)
+    if costs == "analytical":
+        return None
+    measurers = args.measurers() if args.measurers is not None else None
+    if measurers is None or measurers.signatures is None:
+        raise UserError("--costs measured: this planner has no executors to measure with "
+                        "(codegen is not installed)")
+    from planner.pipeline import priced_graphs
+
+    priced = host_table(priced_graphs(graph, target, options, not args.no_evaluation), target,
+                        measurers.signatures, progress=sys.stderr)
+    if priced.measured:
+        print(f"measured {len(priced.measured)} signature(s) on this host, "
+              f"{len(priced.kept)} kept from earlier plans", file=sys.stderr)
+    return priced.table
 
 
 def _link(path: str | None):
@@ -130,7 +167,6 @@ def _run_plan(args: argparse.Namespace) -> int:
     from planner.cli.decisions import memory_decisions
     from planner.cli.flags import flag_message
     from planner.cli.graph_flags import graph_options
-    from planner.costs import load_table
     from planner.graph.prepare import prepare
     from planner.load import write_text
     from planner.memory.options import MemoryOptions, parse_budget
@@ -141,7 +177,6 @@ def _run_plan(args: argparse.Namespace) -> int:
 
     graph = prepare(args.graph, graph_options(args))
     target = load_target(args.target)
-    table = load_table(args.costs) if args.costs else None
     budget = (parse_budget(args.memory_budget, "--memory-budget")
               if args.memory_budget is not None else None)
     try:
@@ -159,6 +194,7 @@ def _run_plan(args: argparse.Namespace) -> int:
     except ValidationError as e:
         raise UserError(flag_message(e) or e.errors()[0]["msg"].removeprefix("Value error, ")
                         ) from None
+    table = _costs(args, graph, target, options)
     import warnings
 
     with warnings.catch_warnings():
@@ -205,12 +241,17 @@ def run_show(args: argparse.Namespace) -> int:
     from planner.load import write_text
     from planner.memory_report import format_memory, memory_report, memory_svg
     from planner.plan import load_plan
-    from planner.schedule.timeline import timeline_svg
+    from planner.plots import plot_format, timeline_plot
+    from planner.schedule.trace import plan_trace
 
+    fmt = plot_format(args.timeline) if args.timeline else ""
     plan = load_plan(args.plan)
     data = plan.model_dump(mode="json", by_alias=True)
     if args.timeline:
-        write_text(args.timeline, timeline_svg(data), force=args.force)
+        write_text(args.timeline, timeline_plot(data, fmt), force=args.force)
+    if args.trace:
+        write_text(args.trace, json.dumps(plan_trace(data), sort_keys=True) + "\n",
+                   force=args.force)
     if args.memory:
         write_text(args.memory, memory_svg(plan, technique_curves_of(plan)), force=args.force)
     if args.json:
@@ -222,7 +263,7 @@ def run_show(args: argparse.Namespace) -> int:
         if memory:
             print(memory)
         print(decisions_line(data))
-        for path in (args.timeline, args.memory):
+        for path in (args.timeline, args.trace, args.memory):
             if path:
                 print(f"wrote {path}")
     return 0
@@ -252,7 +293,13 @@ def format_summary(plan: dict[str, Any]) -> str:
              f", cut {s.get('cut_bound_seconds', 0.0) * 1e3:.3f})"
              f"; ratio {s['ratio']:.3f}",
              f"  utilization {s['utilization']:.1%}; mean co-running ops {s['mean_corun']:.2f}"]
-    if s.get("analytical_signatures"):
+    if s.get("measured_signatures") is not None:
+        modelled = s.get("modelled_signatures") or []
+        lines.append(f"  {len(s['measured_signatures'])} signature(s) priced by measured times, "
+                     f"{len(modelled)} by the analytical model"
+                     + (": " + "; ".join(modelled[:5]) + ("; ..." if len(modelled) > 5 else "")
+                        if modelled else ""))
+    elif s.get("analytical_signatures"):
         lines.append(f"  {s['analytical_signatures']} signature(s) priced by the analytical "
                      f"model")
     lines.append("ops by type (count, busy ms, thread counts):")

@@ -7,6 +7,7 @@ analytical fallback, the hill-climbing profiling driver, and seed 002's publishe
     model.py       CostModel.time(signature, threads, affinity) -> Prediction
     accuracy.py    seed 002 Table V's accuracy and the hold-out experiment
     profile.py     hill climbing against a time_op callable
+    host_costs.py  measured costs kept per host, what plans of this machine are priced by
     fixtures.py    seed 002's Tables II, III and VI as cost tables on knl-7250
 """
 

@@ -62,11 +62,14 @@ class Measurers:
     gpu(target, work_dir, steps=, max_workspace_bytes=, progress=) -> the measure of
         planner.costs.gpu_profile on this machine's GPU, with its bytes_of(signature) for the
         driver's batches (codegen.gpu_profiling.GpuProfiler)
+    signatures(signatures, target, progress) -> a table of those signatures measured on this
+        host, what planner.costs.host_costs keeps (codegen.profiling.measure_signatures)
     """
 
     kernel_timer: Callable[..., TimeOp]
     in_step: Callable[..., CostTable]
     gpu: Callable[..., Callable] | None = None
+    signatures: Callable[..., CostTable] | None = None
 
 
 class ProfileOptions(Record):

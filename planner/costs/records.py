@@ -41,6 +41,11 @@ from planner.graph.ir import Record, canonical_json
 from planner.target.records import Affinity
 
 Seconds = float
+# What one run of one op may take, in seconds: a picosecond to an hour. Outside, the value was
+# not measured (planner profile times nothing shorter than a launch, nothing for an hour), and
+# a step priced with it is no longer a finite sum of its ops' times (1e300 s makes every
+# start time equal, every buffer live at once): refused by name where a table is read.
+SECONDS = {"ge": 1e-12, "le": 3600.0}
 
 
 class CpuSample(Record):
@@ -48,7 +53,7 @@ class CpuSample(Record):
 
     threads: int = Field(ge=1)
     affinity: Affinity
-    seconds: Seconds = Field(gt=0)
+    seconds: Seconds = Field(**SECONDS)
     repeats: int = Field(default=1, ge=1)
     # Bytes of scratch the kernel asked for at this placement (layout temporaries and library
     # scratchpads: the executor's stats()), None where not measured. Plans size the op's
@@ -60,7 +65,7 @@ class ConvAlgoSample(Record):
     """A GPU convolution algorithm (cuDNN's name for it), its time and workspace."""
 
     algorithm: str = Field(min_length=1)
-    seconds: Seconds = Field(gt=0)
+    seconds: Seconds = Field(**SECONDS)
     workspace_bytes: int = Field(ge=0)
 
 
@@ -69,7 +74,7 @@ class LaunchSample(Record):
 
     threads_per_block: int = Field(ge=1)
     blocks: int = Field(ge=1)
-    seconds: Seconds = Field(gt=0)
+    seconds: Seconds = Field(**SECONDS)
 
 
 class CostEntry(Record):
@@ -81,7 +86,7 @@ class CostEntry(Record):
     gpu_launches: tuple[LaunchSample, ...] = ()
     # Median seconds of the op alone on the GPU, run as its kernel chooses (no algorithm or
     # launch configuration for a plan to pick); None: not measured.
-    gpu_seconds: Seconds | None = Field(default=None, gt=0)
+    gpu_seconds: Seconds | None = Field(default=None, **SECONDS)
 
     @field_validator("cpu")
     @classmethod

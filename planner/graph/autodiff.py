@@ -131,9 +131,10 @@ from planner.graph.transpose_fold import fold_transposes
 from planner.graph.validate import GraphError, check_graph, check_loss, normalize_attrs
 from planner.graph.weight_grads import batch_weight_gradients
 from planner.ops import TensorType, get_op
+from planner.ops.random import RANDOM_OPS
 
 # Ops whose scalar output is a training loss (a mean over the batch).
-LOSS_OPS: frozenset[str] = frozenset({"SoftmaxCrossEntropy", "SigmoidBCE", "MSE"})
+LOSS_OPS: frozenset[str] = frozenset({"SoftmaxCrossEntropy", "SigmoidBCE", "MSE", "NLLLoss"})
 
 # Name prefixes the training graph reserves for what this pass adds.
 RESERVED_SCOPES: tuple[str, ...] = ("grad/", "update/", "optim/", "rng/")
@@ -402,15 +403,25 @@ def _prepare(graph: Graph) -> Graph:
 
 
 def add_dropout_step(graph: Graph) -> Graph:
-    """Dropout nodes without a step input read DROPOUT_STEP (int64 scalar, role state, zeros),
-    so each training step draws a fresh mask; the graph is unchanged when there are none.
-    (make_training_graph's first pass; public so other runtimes can run the same forward.)"""
+    """Dropout and random nodes (planner/ops/random.py) without a step input read
+    DROPOUT_STEP (int64 scalar, role state, zeros), so each training step draws fresh numbers;
+    the graph is unchanged when there are none. (make_training_graph's first pass; public so
+    other runtimes can run the same forward.)"""
     nodes = [n.model_copy(update={"inputs": (*n.inputs, DROPOUT_STEP)})
-             if n.op == "Dropout" and len(n.inputs) == 1 else n for n in graph.nodes]
+             if _draws_without_step(graph, n) else n for n in graph.nodes]
     if nodes == list(graph.nodes):
         return graph
     counter = Tensor(name=DROPOUT_STEP, shape=(), dtype="int64", role="state", init="zeros")
     return _replace(graph, nodes=tuple(nodes), tensors=(*graph.tensors, counter))
+
+
+def _draws_without_step(graph: Graph, node: Node) -> bool:
+    if node.op == "Dropout":
+        return len(node.inputs) == 1
+    if node.op not in RANDOM_OPS:
+        return False
+    last = graph.tensor(node.inputs[-1]) if node.inputs else None
+    return last is None or last.dtype != "int64"
 
 
 def _copy_forward(graph: Graph) -> GraphBuilder:

@@ -35,6 +35,7 @@ _UPDATES = frozenset(op for op, _ in UPDATE_OPS.values())
 # clip_grad_norm_: the norm of the averaged gradients, as after DDP's backward (clipping each
 # rank's own and averaging those would scale by norms no single process computes).
 _UNSCALE = "UnscaleGrads"
+_ACCUMULATE = "AccumulateGrad"
 _CLIP = "ClipGradNorm"
 
 
@@ -50,11 +51,20 @@ def _gradient_readers(graph: Graph) -> frozenset[str]:
 
 def reduced_gradients(graph: Graph) -> list[str]:
     """The gradients the optimizer updates read (or, with loss scaling, its UnscaleGrads),
-    in the order backward writes them."""
+    in the order backward writes them. With gradient accumulation those are the sums' new
+    values (AccumulateGrad's outputs), so the collectives read them and run once per
+    optimizer step, on its last micro-batch (planner.graph.accumulation: every reader of a
+    sum's new value is an optimizer-step node), as PyTorch's `no_sync()` does."""
     readers = _gradient_readers(graph)
+    sums = _sums(graph)
     read = {t for n in graph.nodes if n.op in readers for t in n.inputs
-            if graph.tensor_map[t].role == "grad"}
+            if graph.tensor_map[t].role == "grad" or t in sums}
     return [t for n in graph.nodes for t in n.outputs if t in read]
+
+
+def _sums(graph: Graph) -> set[str]:
+    """The new values of the gradient sums of an accumulating graph."""
+    return {o for n in graph.nodes if n.op == _ACCUMULATE for o in n.outputs}
 
 
 def buckets(graph: Graph, limit: int) -> list[list[str]]:
@@ -97,7 +107,9 @@ def with_all_reduce(graph: Graph, bucket_list: list[list[str]], ranks: int,
     # side (planner.memory.layout): one whose gradients nothing else reads.
     # (A view's bytes are another tensor's: not its own to place.)
     readers = _gradient_readers(graph)
-    others = _other_readers(graph, readers)
+    # A gradient sum's new value (accumulation) is written over its running sum's bytes, a
+    # state tensor's: not a buffer layout can place, so the all-reduce copies it out.
+    others = _other_readers(graph, readers) | _sums(graph)
     tensors = list(graph.tensors) + [
         Tensor(name=reduced[g], shape=graph.tensor_map[g].shape,
                dtype=graph.tensor_map[g].dtype, role="grad")
@@ -147,6 +159,12 @@ def with_sharded_updates(graph: Graph, bucket_list: list[list[str]], ranks: int,
         raise UserError(f"graph {graph.name!r}: --shard-optimizer with clip_grad_norm is not "
                         f"supported yet (the global norm needs every averaged gradient; a "
                         f"rank holds its shard only)")
+    if _sums(graph):
+        # A bucket's gradients must lie side by side for the reduce-scatter, and a sum's new
+        # value is its running sum's bytes, persistent state that layout does not move.
+        raise UserError(f"graph {graph.name!r}: --shard-optimizer with gradient accumulation "
+                        f"is not supported yet (the sums a reduce-scatter reads are state "
+                        f"the bucket layout cannot place); use --data-parallel without it")
     if any(n.op == _UNSCALE for n in graph.nodes):
         # UnscaleGrads reads every gradient to find an overflow, and every rank must skip the
         # same steps: after a reduce-scatter each rank holds only its shard of the averaged

@@ -36,6 +36,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from planner.dtypes import float32_value
 from planner.graph.ir import Record
 from planner.ops.lr_schedule import LRSchedule
 
@@ -92,6 +93,11 @@ class ParamGroup(Record):
     lr: float | None = Field(default=None, gt=0)
     weight_decay: float | None = Field(default=None, ge=0)
 
+    @field_validator("lr", "weight_decay")
+    @classmethod
+    def _float32(cls, v: float | None) -> float | None:
+        return v if v is None else float32_value(v)
+
     @field_validator("params")
     @classmethod
     def _compiles(cls, pattern: str) -> str:
@@ -125,6 +131,12 @@ class Optimizer(Record):
     # group's update reads lr * factor(optimizer steps taken), computed in the step. None:
     # the rate is what set_hyperparameters last wrote (a schedule driven from Python).
     schedule: LRSchedule | None = None
+
+    # The step reads them as float32 scalars (docs/training.md).
+    @field_validator("lr", "weight_decay", "momentum", "epsilon", "clip_grad_norm")
+    @classmethod
+    def _float32(cls, v: float | None) -> float | None:
+        return v if v is None else float32_value(v)
 
     @model_validator(mode="before")
     @classmethod

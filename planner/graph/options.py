@@ -38,6 +38,8 @@ from planner.graph.optimizer import LossScaling, Optimizer
 from planner.graph.precision import Precision
 from planner.records import Record
 
+MAX_ACCUMULATE = 2**31 - 1
+
 
 class GraphOptions(Record):
     """The options of a graph (module docstring); the defaults give the inference graph."""
@@ -48,7 +50,8 @@ class GraphOptions(Record):
     loss: str | None = None
     keep: tuple[str, ...] = ()
     train_dropout: bool = False
-    accumulate: int = Field(default=1, ge=1)
+    # The executors count micro-batches in a C++ int (schedule.h): at most 2^31 - 1.
+    accumulate: int = Field(default=1, ge=1, le=MAX_ACCUMULATE)
 
     @model_validator(mode="after")
     def _training_only(self) -> GraphOptions:

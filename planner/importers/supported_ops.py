@@ -34,8 +34,9 @@ LEFT = (
     "`max_pool` indices and `max.dim` indices",
     "`scaled_dot_product_attention` with a boolean mask or grouped-query heads; Dropout "
     "with p = 1",
-    "casts between dtypes inside the graph other than int/bool to float promotion; "
-    "integer arithmetic on computed tensors",
+    "arithmetic (add, mul, floor division, fmod, ...) on computed integer tensors, and "
+    "bitwise ops on integer tensors (comparisons, logic and casts of them are supported); "
+    "float64 tensors on the executors (the reference interpreter runs them)",
     "random ops in forward (`randn_like`: feed the noise as an input, as a VAE's "
     "reparametrization can); data-dependent control flow and symbolic shapes",
     "ONNX: Gather of a computed integer tensor; GatherND, ScatterND and ScatterElements on "
@@ -109,9 +110,23 @@ def supported_ops_page() -> str:
              "refused with one line naming the op, the node and its module path",
              "(`layers.3.attn`).", "",
              "The loss is whatever float scalar the traced program returns first: PyTorch's",
-             "`F.cross_entropy` or `F.mse_loss` (the planner's loss ops), or a loss of several",
+             "losses with their options (planner/torch/rules_losses.py; a `reduction='none'`",
+             "loss reduced by the module's own arithmetic included), or a loss of several",
              "terms such as a VAE's `F.mse_loss(recon, x) + beta * kl`, which the import marks",
              "as the graph's loss (`Graph.loss`); with `loss=None` the module returns its own.",
+             "",
+             "Random ops (rand, randn, bernoulli, normal, uniform_, randint, randperm) draw",
+             "from the planner's counter-based generator keyed by (seed, step, rank), as",
+             "Dropout does: torch's distributions, not torch's bits (docs/pytorch.md).",
+             "Bool and integer tensors: comparisons (`eq`, `ne`, `lt`, `le`, `gt`, `ge`, Tensor",
+             "and Scalar), `logical_*`, bitwise ops on bool, `isnan` / `isinf` / `isfinite`",
+             "give bool tensors; casts (`.to()`, `_to_copy`) go between bool, int32, int64,",
+             "float32, bfloat16 and float16 either way (float to int truncates toward zero,",
+             "non-zero and NaN are true); a mask feeds `where`, `masked_fill` and arithmetic,",
+             "with PyTorch's type promotion (a bool or int tensor meeting a float one is cast to",
+             "the float type). An op given a dtype it does not take is refused in one line",
+             "naming the op, the node, its module path and the dtype. The element-wise rows",
+             "(`log1p`, `atan2`, `remainder`, ...) are planner/ops/pointwise_table.py's.",
              ""]
     lines += aten_table()
     lines += ["", "## ONNX", "",

@@ -141,4 +141,4 @@ def summarize(graph: Graph, buffers: list[Buffer], layout: Layout, budget: int |
         per_op_bound_bytes=per_op_bound(graph, workspace), resident_bytes=resident_bytes(graph),
         liveness_load_bytes=load if liveness_load is None else liveness_load,
         budget_bytes=budget, host_bytes=layout.host, allocator=layout.heuristic,
-        reuse_edges=len(layout.edges), **extra)
+        reuse_edges=len(layout.edges), weight_packs=budget is None, **extra)

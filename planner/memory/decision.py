@@ -60,6 +60,11 @@ class MemorySummary(Record):
     stall_seconds: Seconds = 0.0
     # Extra happens-before edges that memory reuse needed.
     reuse_edges: int = 0
+    # The CPU executor packs each MatMul weight that several GEMMs read into oneDNN's blocked
+    # layout once per step, held beside the arena (templates/cpu/runtime/weight_packs.h): a
+    # decision of memory planning, since a plan held to a budget holds its arena and host
+    # store and nothing else (so none there).
+    weight_packs: bool = False
 
 
 class TensorPlan(Record):

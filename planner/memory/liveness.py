@@ -41,12 +41,11 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from planner.graph.ir import Graph
+from planner.graph.views import PERSISTENT_ROLES, view_aliases  # noqa: F401 (memory's names)
 
 Bytes = int
 Seconds = float
 
-# Roles whose tensors persist across steps (one buffer each, live the whole step).
-PERSISTENT_ROLES = frozenset({"param", "state", "optimizer-state"})
 EXTERNAL_INPUT_ROLES = frozenset({"input", "label"})
 
 
@@ -106,24 +105,6 @@ class Buffer:
     def accessors(self) -> tuple[int, ...]:
         """Ops touching it inside the step: its writer (if any) and its readers."""
         return ((self.writer,) if self.writer >= 0 else ()) + self.readers
-
-
-def view_aliases(graph: Graph) -> dict[str, str]:
-    """View outputs -> the tensor whose bytes they share (the root of a chain of views):
-    every output of a view op (`OpDef.view`) whose input is not persistent state.
-
-    >>> from planner.zoo import build
-    >>> view_aliases(build("lenet", batch=2))
-    {'flatten': 'pool2'}
-    """
-    from planner.ops import get_op
-
-    roles = {t.name: t.role for t in graph.tensors}
-    out: dict[str, str] = {}
-    for n in graph.nodes:
-        if get_op(n.op).view and roles.get(n.inputs[0]) not in PERSISTENT_ROLES:
-            out[n.outputs[0]] = out.get(n.inputs[0], n.inputs[0])
-    return out
 
 
 def in_place_aliases(graph: Graph, views: dict[str, str] | None = None) -> dict[str, str]:

@@ -81,6 +81,16 @@ class MemoryOptions(Record):
         memory planning then runs the budget search's steps even without a budget."""
         return bool(self.region_budgets) or any(p.decision != "keep" for p in self.pins)
 
+    @field_validator("region_budgets")
+    @classmethod
+    def _one_budget_per_region(cls, v: tuple[RegionBudget, ...]) -> tuple[RegionBudget, ...]:
+        prefixes = [r.prefix for r in v]
+        twice = sorted({p for p in prefixes if prefixes.count(p) > 1})
+        if twice:
+            raise ValueError(f"region budget for {twice[0]!r} given twice; give one per "
+                             f"module path")
+        return v
+
     @field_validator("heuristics")
     @classmethod
     def _known(cls, v: tuple[str, ...]) -> tuple[str, ...]:

@@ -161,5 +161,23 @@ def _touches(state: State, m: Move, names: set[str]) -> bool:
     return any(t in names for t in state.stash.segments[m.segment].stashed)
 
 
+def check_pins_name_tensors(tensors: Iterable[str], pins: tuple[Pin, ...]) -> None:
+    """UserError for a pin naming no tensor of the graph (nor a module path one lies under):
+    checked for every plan, so a kept name the graph lacks is refused as a recomputed or
+    offloaded one is, also where no budget search runs to apply it.
+
+    >>> check_pins_name_tensors(["fc1/relu"], (Pin(decision="keep", name="fc1"),))
+    >>> check_pins_name_tensors(["fc1/relu"], (Pin(decision="keep", name="fc2"),))
+    ... # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    planner.errors.UserError: --keep-tensor fc2: no activation nor other tensor of the graph is ...
+    """
+    names = list(tensors)
+    for p in pins:
+        if not any(under(p.name, t) for t in names):
+            raise UserError(f"--{_flag(p)} {p.name}: no activation nor other tensor of the "
+                            f"graph is named so or lies under it")
+
+
 def _flag(p: Pin) -> str:
     return "keep-tensor" if p.decision == "keep" else p.decision

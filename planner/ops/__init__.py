@@ -2,7 +2,9 @@
 
 Families: cast (dtype conversion), conv, pool, norm (BatchNorm, LRN), matmul (MatMul,
 BiasAdd), activation, elementwise (broadcasting binary ops, AddN, unary math), shape (Concat,
-Split, Slice, Reshape, Flatten, Transpose, ...), reduce, embedding, dropout, loss, optim
+Split, Slice, Reshape, Flatten, Transpose, ...), reduce, embedding, dropout, random (RandomUniform,
+RandomNormal, Bernoulli, RandomInt, RandomPerm on Dropout's generator), loss, nll_loss (NLLLoss:
+weights, ignore_index, smoothing, any reduction), optim
 (parameter updates, the step counter and the loss seed of training graphs), loss_scale
 (fp16-mixed dynamic loss scaling: UnscaleGrads, UpdateLossScale, SkipOnOverflow), collective
 (AllReduce of data-parallel training), clip_grad_norm (ClipGradNorm:
@@ -13,6 +15,9 @@ Softplus, Elu, Selu, Clip, ...), binary_math (Pow, Max, Min, PRelu), log_softmax
 group_norm: GroupNorm, InstanceNormalization. depth_to_space:
 DepthToSpace, SpaceToDepth (nn.PixelShuffle, nn.PixelUnshuffle). cumsum: CumSum. topk: TopK,
 TopKGrad. lstm: LSTMCell (the element-wise part of an LSTM step, fused) and its gradient.
+pointwise_table: element-wise ops as rows of one table (log1p, trigonometric, rounding, fmod,
+remainder, atan2, lerp, comparisons, logic, isnan, ...), each row's reference, gradient ops
+and kernels derived from its formula.
 """
 
 from planner.ops import (  # noqa: F401, E402
@@ -37,10 +42,13 @@ from planner.ops import (  # noqa: F401, E402
     lstm,
     mask,
     matmul,
+    nll_loss,
     norm,
     optim,
     pad,
+    pointwise_table,
     pool,
+    random,
     reduce,
     resize,
     scaled_softmax,

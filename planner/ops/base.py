@@ -120,8 +120,10 @@ class Pointwise:
     `formula(m, xs, p)` returns the op's outputs at one element, given `xs`, its inputs there,
     and `p`, the runtime parameters (and `structural` attrs) by name. `m` is a math namespace
     (the generator's): m.exp, m.log, m.sqrt, m.abs, m.tanh, m.erf, m.erfc, m.expm1, m.log1p,
-    m.pow, m.where(cond, a, b) (both evaluated), m.isnan, m.any, m.all, m.cast(x, dtype),
-    m.u64(constant), and m.index, the element's flat index (int64). Operators + - * / < > ==
+    m.pow, m.where(cond, a, b) (both evaluated), m.isnan, m.isinf, m.isfinite, m.any, m.all,
+    m.not_, m.cast(x, dtype), m.u64(constant), m.call(name, *xs) (a C library function of
+    planner.ops.pointwise_table.LIBM: sin, atan2, lgamma, ...), and m.index, the element's flat
+    index (int64). Operators + - * / < > ==
     ^ >> work on its values; a Python number takes the dtype of the value it meets.
     The formula is the reference's, NaN and infinities included (the tests compare the two).
 

@@ -316,13 +316,19 @@ def _conv_attrs(attrs: Attrs) -> Attrs:
 
 def conv2d_gradient(g: GradBuilder, node, grad_outputs: list[str | None]) -> list[str | None]:
     (dy,) = grad_outputs
-    if len(node.inputs) > 2 or _activation(node.attrs) != "none":
-        raise OpError(f"Conv2D {node.name!r} carries a folded bias or activation: fold after "
-                      f"differentiating (planner/graph/fold_conv_bias.py), so that the "
-                      f"BiasAdd's and Relu's own gradients are in the graph")
-    x, w = node.inputs
+    x, w = node.inputs[:2]
+    bias = node.inputs[2:]
     if dy is None:
-        return [None, None]
+        return [None, None, *(None for _ in bias)]
+    # A Conv2D carrying its layer's folded bias and Relu (a graph written after
+    # fold_conv_bias.py, as `planner graph -o` writes one): their gradients first, the Relu's
+    # from y as Relu's own rule takes it, then the bias's over the channels.
+    if _activation(node.attrs) == "relu":
+        (dy,) = g.emit("ReluGrad", [dy, node.outputs[0]])
+    elif _activation(node.attrs) != "none":
+        raise OpError(f"Conv2D {node.name!r}: no gradient for a folded activation "
+                      f"{_activation(node.attrs)!r}")
+    dbias = [g.emit("BiasAddGrad", [dy], {"axis": 1})[0] if g.needs(b) else None for b in bias]
     attrs = _conv_attrs(get_op("Conv2D").normalize_attrs(node.attrs))
     dx = dw = None
     if g.needs(x):
@@ -331,7 +337,7 @@ def conv2d_gradient(g: GradBuilder, node, grad_outputs: list[str | None]) -> lis
     if g.needs(w):
         (dw,) = g.emit("Conv2DBackpropFilter", [x, dy],
                        {**attrs, "filter_shape": list(g.type(w).shape)})
-    return [dx, dw]
+    return [dx, dw, *dbias]
 
 
 def padded_image_bytes(image: int):

@@ -25,7 +25,9 @@ training graph's `rng/step` counter, planner/graph/autodiff.py) moves the seed t
     seed_t = seed + step * 2**32   (mod 2**64)
 
 so step 0, or no step input, gives the mask above, and nodes whose seeds differ (below 2**32)
-never share a mask at any step. DropoutGrad reads the same step as its Dropout.
+never share a mask at any step. DropoutGrad reads the same step as its Dropout. The random ops
+(planner/ops/random.py) draw from this same stream, keyed by their own seeds; a Dropout's mask
+is the stream of data-parallel rank 0 on every rank.
 
 Example:
     >>> dropout_mask(seed=0, n=8, rate=0.5).astype(int).tolist()

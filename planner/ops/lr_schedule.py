@@ -88,6 +88,8 @@ class LRSchedule(Record):
             if not eq or key not in cls.model_fields or key == "kind":
                 raise ValueError(f"schedule {text!r}: {item!r} is not key=value of "
                                  f"{sorted(set(cls.model_fields) - {'kind'})}")
+            if key in fields:
+                raise ValueError(f"schedule {text!r}: {key} is given twice")
             fields[key] = value
         try:
             return cls(**fields)

@@ -110,6 +110,28 @@ register(OpDef(
 ))
 
 
+# ---- StopGradient -------------------------------------------------------------------------------
+# PyTorch's `t.detach()` (exported as aten.detach, decomposed to aten.alias, which passes the
+# gradient on): the same bytes forward, and no gradient to its input, so what reads a detached
+# value trains as torch does.
+
+def _no_gradient(g: GradBuilder, node: Node, grad_outputs: Grads) -> Grads:
+    return [None]
+
+
+register(OpDef(
+    name="StopGradient",
+    cost_class="data-movement",
+    view=True,
+    infer=lambda ins, a: [ins[0]],
+    flops=zero_flops,
+    reference=lambda xs, a: [xs[0].copy()],
+    gradient=_no_gradient,
+    nondiff_inputs=(0,),
+    doc="y = x, with no gradient flowing back to x (torch's detach()).",
+))
+
+
 # ---- Flatten ------------------------------------------------------------------------------------
 
 def _flatten_shape(shape: tuple[int, ...], axis: int) -> tuple[int, int]:

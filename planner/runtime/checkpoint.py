@@ -22,12 +22,14 @@ from typing import Any
 
 import numpy as np
 
+from planner.graph.accumulation import MICRO_STEP
 from planner.graph.ir import Graph
 from planner.graph.optimizer import (
     HYPERPARAMETERS,
     hyperparameter_tensor,
     parse_hyperparameter_tensor,
 )
+from planner.runtime.hyperparameters import hyperparameter_value
 
 # PyTorch's names of the update ops' state slots.
 TORCH_SLOTS = {"velocity": "momentum_buffer", "m": "exp_avg", "v": "exp_avg_sq"}
@@ -82,8 +84,7 @@ def state_dict(ex: Any) -> dict[str, Any]:
         elif name == step:
             for k in range(len(params)):
                 state.setdefault(k, {})["step"] = value.copy()
-        elif graph.tensor(name).role == "param" or (
-                graph.tensor(name).role == "state" and not name.startswith(("rng/", "optim/"))):
+        elif _in_model(graph, name):
             model[name] = value
         else:
             planner[name] = value
@@ -91,6 +92,12 @@ def state_dict(ex: Any) -> dict[str, Any]:
     return {"model": model,
             "optimizer": {"state": dict(sorted(state.items())), "param_groups": param_groups},
             "planner": planner}
+
+
+def _in_model(graph: Graph, name: str) -> bool:
+    """Whether held tensor `name` is the module's (a parameter or buffer), not the planner's."""
+    t = graph.tensor(name)
+    return t.role == "param" or (t.role == "state" and not name.startswith(("rng/", "optim/")))
 
 
 def load_state_dict(ex: Any, checkpoint: dict[str, Any]) -> None:
@@ -105,6 +112,11 @@ def load_state_dict(ex: Any, checkpoint: dict[str, Any]) -> None:
     except (KeyError, TypeError) as e:
         raise ValueError(f"load_state_dict: the checkpoint lacks {e}; expected model, "
                          f"optimizer (state, param_groups) and planner") from None
+    if not all(isinstance(part, dict) for part in (model, planner, state)) \
+            or not isinstance(param_groups, list):
+        raise ValueError("load_state_dict: model, planner and optimizer state must be dicts "
+                         "and optimizer param_groups a list")
+    _check_complete(ex, graph, model, planner, slots, step)
     flat = {**model, **planner}
     by_slot = {v: k for k, v in slots.items()}
     for (k, slot), name in by_slot.items():
@@ -122,8 +134,47 @@ def load_state_dict(ex: Any, checkpoint: dict[str, Any]) -> None:
         raise ValueError(f"load_state_dict: {len(param_groups)} parameter group(s), the plan "
                          f"has {len(groups)}")
     for g, group in zip(sorted(groups), param_groups, strict=True):
+        if not isinstance(group, dict):
+            raise ValueError(f"load_state_dict: parameter group {g} is not a dict")
         for name in HYPERPARAMETERS:
             if name not in group:
                 raise ValueError(f"load_state_dict: parameter group {g} lacks {name!r}")
-            flat[hyperparameter_tensor(g, name)] = np.asarray(group[name], np.float32)
+            value = hyperparameter_value(group[name], f"load_state_dict: parameter group {g} "
+                                                      f"{name}")
+            flat[hyperparameter_tensor(g, name)] = np.asarray(value, np.float32)
+        if list(group.get("params", ())) != groups[g]:
+            raise ValueError(f"load_state_dict: parameter group {g} holds parameters "
+                             f"{group.get('params')!r}, the plan's group {g} holds {groups[g]}")
+    if MICRO_STEP in flat:
+        _check_micro_step(flat[MICRO_STEP])
     ex.load_params(flat)
+
+
+def _check_complete(ex: Any, graph: Graph, model: dict, planner: dict,
+                    slots: dict[str, tuple[int, str]], step: str | None) -> None:
+    """ValueError naming the first tensor the executor holds that the checkpoint's model or
+    planner part lacks (docs/training.md: a missing parameter is never kept silently)."""
+    for name in sorted(ex.params(copy=False)):
+        if name in slots or name == step or parse_hyperparameter_tensor(name) is not None:
+            continue  # from the optimizer part
+        part, where = (model, "model") if _in_model(graph, name) else (planner, "planner")
+        if name not in part:
+            raise ValueError(f"load_state_dict: the checkpoint's {where} part lacks {name!r}")
+
+
+# The micro-batches a run may have taken: the int64 count grows by one a step, and one near
+# 2^63 would wrap negative within a run (its micro-batch index, count % K, negative: no update
+# would run again).
+MAX_MICRO_STEP = 2**62
+
+
+def _check_micro_step(value: Any) -> None:
+    """ValueError unless the micro-batch count is a whole number from 0 to MAX_MICRO_STEP."""
+    try:
+        count = np.asarray(value)
+        ok = count.shape == () and count.dtype.kind in "iu" and 0 <= int(count) <= MAX_MICRO_STEP
+    except (TypeError, ValueError):
+        ok = False
+    if not ok:
+        raise ValueError(f"load_state_dict: {MICRO_STEP} must be a whole number from 0 to 2^62 "
+                         f"(the micro-batches taken), got {value!r}")

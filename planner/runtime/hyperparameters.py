@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from planner.dtypes import float32_value
 from planner.graph.optimizer import hyperparameter_tensor, parse_hyperparameter_tensor
 
 
@@ -73,13 +74,29 @@ def set_hyperparameters(ex: Any, values: Mapping[str, float], group: int = 0) ->
                              for g, h in sorted(held.items())) or "none"
             raise ValueError(f"set_hyperparameters: the plan has no hyperparameter {name!r} of "
                              f"parameter group {group} (it has: {have})")
-        try:
-            number = float(value)
-        except (TypeError, ValueError):
-            raise ValueError(f"set_hyperparameters: {name} must be a number, got "
-                             f"{value!r}") from None
-        if not math.isfinite(number) or number < 0:
-            raise ValueError(f"set_hyperparameters: {name} must be finite and >= 0, got {value}")
+        number = hyperparameter_value(value, f"set_hyperparameters: {name}")
         writes[hyperparameter_tensor(int(group), name)] = np.asarray(number, dtype=np.float32)
     if writes:
         ex.load_params(writes, partial=True)
+
+
+def hyperparameter_value(value: Any, what: str) -> float:
+    """`value` as the number a step reads: finite, >= 0, and held by float32 as itself or
+    at least not as inf or a lost 0 (planner.dtypes.float32_value); ValueError naming `what`.
+
+    >>> hyperparameter_value("fast", "lr")
+    Traceback (most recent call last):
+    ValueError: lr must be a number, got 'fast'
+    """
+    if isinstance(value, (bool, str, bytes)):
+        raise ValueError(f"{what} must be a number, got {value!r}")
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{what} must be a number, got {value!r}") from None
+    if not math.isfinite(number) or number < 0:
+        raise ValueError(f"{what} must be finite and >= 0, got {value}")
+    try:
+        return float32_value(number)
+    except ValueError as e:
+        raise ValueError(f"{what}: {e}") from None

@@ -120,7 +120,9 @@ class ComputeSteps:
 
 def stream_order(graph: Graph, order: list[str] | None = None) -> list[int]:
     """Node indices in stream order: `order` (node names; default the graph's) with every
-    update node moved to right after its last predecessor."""
+    update node moved to right after its last predecessor: its last non-update one, or later
+    where it reads what another update writes (gradient accumulation's sums, which the
+    optimizer step reads; the micro-batch count their sums read before it is incremented)."""
     names = [n.name for n in graph.nodes]
     where = {name: i for i, name in enumerate(names)}
     base = [where[n] for n in order] if order is not None else list(range(len(names)))
@@ -131,22 +133,35 @@ def stream_order(graph: Graph, order: list[str] | None = None) -> list[int]:
     rest = [i for i in base if i not in updates]
     position = {i: k for k, i in enumerate(rest)}
     at = {i: k for k, i in enumerate(base)}
-    for u in sorted(updates, key=at.__getitem__):
-        anchors = [position[p] for p in preds[u] if p in position]
-        if anchors:
-            after.setdefault(rest[max(anchors)], []).append(u)
+    anchor: dict[int, int] = {}  # an update -> the position it follows (-1: the head)
+    for u in sorted(updates, key=at.__getitem__):  # (base is in dependency order)
+        anchor[u] = max([position[p] for p in preds[u] if p in position]
+                        + [anchor[p] for p in preds[u] if p in anchor], default=-1)
+        if anchor[u] >= 0:
+            after.setdefault(rest[anchor[u]], []).append(u)
         else:
             head.append(u)
-    out = list(head)
+    out = _settle(head, preds, updates)
     for i in rest:
         out.append(i)
-        out.extend(_settle(after.get(i, []), preds, updates, after))
+        out.extend(_settle(after.get(i, []), preds, updates))
     return out
 
 
-def _settle(us: list[int], preds, updates: set[int], after: dict[int, list[int]]) -> list[int]:
-    # Updates that follow other updates (Adam's shared step count) come after them.
-    return sorted(us, key=lambda u: (sum(1 for p in preds[u] if p in updates), u))
+def _settle(us: list[int], preds, updates: set[int]) -> list[int]:
+    # Updates that follow other updates (Adam's shared step count) come after them: by the
+    # count of update predecessors, then index, each only once those of its group it reads
+    # after are out (a topological order, the same as the sort wherever that one is).
+    key = {u: (sum(1 for p in preds[u] if p in updates), u) for u in us}
+    waiting = {u: {p for p in preds[u] if p in key} for u in us}
+    out: list[int] = []
+    while waiting:
+        u = min((u for u, ps in waiting.items() if not ps), key=key.__getitem__)
+        out.append(u)
+        del waiting[u]
+        for ps in waiting.values():
+            ps.discard(u)
+    return out
 
 
 def compute_steps(graph: Graph, model: CostModel, order: list[str] | None = None,

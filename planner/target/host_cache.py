@@ -26,11 +26,14 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
+import stat
 from collections.abc import Callable
 from pathlib import Path
 
 from pydantic import ValidationError
 
+from planner.errors import UserError
 from planner.files import atomic_write, cache_root, folder_lock
 from planner.graph.ir import canonical_json
 from planner.records import Record
@@ -98,9 +101,46 @@ def kept_measurement(key: str, measure: Callable[[], HostMeasurement],
         return measured
 
 
+# What a kept value may be (bytes/s, FLOP/s, MHz): wider than any machine measures, narrow
+# enough that every time the planner derives from them stays a finite number of seconds. A
+# value outside (1e-300 GB/s, a string, true) was not measured: refused by name, not planned
+# with. gemm_flops_one_core and mhz are 0 where they could not be measured.
+PLAUSIBLE = {"core_bandwidth": (1e6, 1e14), "memory_bandwidth": (1e6, 1e14),
+             "gemm_flops_all_cores": (1e6, 1e17), "gemm_flops_one_core": (1e6, 1e17),
+             "mhz": (1.0, 1e5)}
+UNMEASURED_ZERO = ("gemm_flops_one_core", "mhz")
+
+
 def _read(path: Path) -> HostMeasurement | None:
+    """The entry at `path`; None where there is none or its text is not JSON (measured
+    again); UserError naming the file and field for anything else (a FIFO or another special
+    file is never opened)."""
     try:
-        return HostMeasurement.model_validate_json(path.read_bytes()).rounded()
-    except (OSError, ValidationError, ValueError):
+        st = path.lstat()
+    except OSError:
         return None
+    if not stat.S_ISREG(st.st_mode):
+        raise _refused(path, "is not a regular file")
+    try:
+        data = json.loads(path.read_bytes())
+    except (OSError, ValueError):
+        return None
+    try:
+        kept = HostMeasurement.model_validate(data, strict=True)
+    except ValidationError as e:
+        first = e.errors()[0]
+        field = ".".join(map(str, first["loc"])) or "the entry"
+        raise _refused(path, f"{field}: {first['msg'].lower()} (got "
+                             f"{json.dumps(first.get('input'))[:40]})") from None
+    for field, (low, high) in PLAUSIBLE.items():
+        value = getattr(kept, field)
+        if not (low <= value <= high or (value == 0 and field in UNMEASURED_ZERO)):
+            raise _refused(path, f"{field} {value!r} is not a plausible measurement (between "
+                                 f"{low:g} and {high:g})")
+    return kept.rounded()
+
+
+def _refused(path: Path, why: str) -> UserError:
+    return UserError(f"host measurement {path}: {why}; run `planner target detect` to measure "
+                     f"this machine again")
 

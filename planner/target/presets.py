@@ -207,8 +207,47 @@ def load_target(spec: str) -> Target:
 
     data = read_json(path, "target")
     try:
-        return Target.model_validate(data)
+        target = Target.model_validate(data)
     except ValidationError as e:
         from planner.load import describe_validation_error
 
         raise UserError(f"{spec}: not a valid target: {describe_validation_error(e)}") from None
+    problem = implausible(target)
+    if problem:
+        raise UserError(f"{spec}: not a valid target: {problem}")
+    return target
+
+
+# What a target file's rates may be (FLOP/s, bytes/s): wider than any machine, narrow enough
+# that every time derived from them is a finite number of seconds (a bandwidth of 1e-300 made
+# every step infinite and the planner's own check fail).
+RATES = (1e6, 1e18)
+
+
+def implausible(target: Target) -> str | None:
+    """'FIELD VALUE is ...' for the first rate of `target` outside RATES; None when all hold.
+
+    >>> t = preset("xeon-8180")
+    >>> implausible(t) is None
+    True
+    >>> slow = t.cpu.model_copy(update={"core_bandwidth": 1e-300})
+    >>> implausible(t.model_copy(update={"cpu": slow}))
+    'cpu.core_bandwidth 1e-300 is not a plausible rate (between 1e+06 and 1e+18 per second)'
+    """
+    low, high = RATES
+    rates = []
+    if target.cpu is not None:
+        rates += [(f"cpu.{f}", getattr(target.cpu, f))
+                  for f in ("peak_flops", "memory_bandwidth", "core_bandwidth")]
+        rates += [(f"cpu.math_peak_flops.{k}", v)
+                  for k, v in (target.cpu.math_peak_flops or {}).items()]
+    for i, g in enumerate(target.gpus):
+        rates += [(f"gpus.{i}.{f}", getattr(g, f))
+                  for f in ("peak_flops", "memory_bandwidth", "host_link_bandwidth")]
+        rates += [(f"gpus.{i}.math_peak_flops.{k}", v)
+                  for k, v in (g.math_peak_flops or {}).items()]
+    for field, value in rates:
+        if not low <= value <= high:
+            return (f"{field} {value!r} is not a plausible rate (between {low:g} and {high:g} "
+                    f"per second)")
+    return None

@@ -91,9 +91,10 @@ class NodeCtx:
     def __init__(self, imp: Importer, label: str, op: str, args: Sequence[Any],
                  kwargs: dict[str, Any], shape: tuple[int, ...] | None,
                  dropouts: list[int], dtype: str | None = None, node: Any = None,
-                 module: str = "") -> None:
+                 module: str = "", values: dict[str, Any] | None = None) -> None:
         self.imp = imp
-        self.node = node  # the fx node: its inputs' FakeTensors tell their strides
+        self.node = node  # the call's record (planner/torch/record.py Call)
+        self._values = values or {}  # value name -> its record Value (shape, dtype, strides)
         self.module = module  # the module path of the node (`layers.3.attn`), for messages
         self.label = label
         self.op = op
@@ -118,6 +119,16 @@ class NodeCtx:
         if not isinstance(v, (str, Const)):
             raise self.fail(f"argument {k} is not a tensor")
         return v
+
+    def traced(self, k: int, name: str = "") -> Any:
+        """The traced Value (shape, dtype, strides, storage offset) of tensor argument k, as
+        the program declares it; None where unknown."""
+        from planner.torch.saved import Ref
+
+        if self.node is None:
+            return None
+        ref = self.node.args[k] if k < len(self.node.args) else self.node.kwargs.get(name)
+        return self._values.get(ref.name) if isinstance(ref, Ref) else None
 
     def shape(self, v: str | Const) -> tuple[int, ...]:
         return self.imp.type_of(v, self.label).shape

@@ -3,12 +3,16 @@
     convert(program) -> TorchImport(graph, consts, inputs, counters)
 
 1. `run_decompositions` to core ATen, keeping the ops the planner has as one op
-   (PRESERVED: F.linear, F.cross_entropy, F.mse_loss, dropout, scaled_dot_product_attention,
+   (PRESERVED: F.linear, the losses (rules_losses.py), dropout, scaled_dot_product_attention,
    PReLU and Softplus, whose decompositions compare, which no planner op does, reflect and
    replicate padding, which decompose to gathers (the planner's Pad has those modes), and
-   torch.roll, which decomposes to gathers too (it becomes two Slices and a Concat),
+   torch.roll, which decomposes to gathers too (it becomes two Slices and a Concat), lerp,
+   logaddexp, xlogy and isfinite, one row each of the pointwise table
+   (planner/ops/pointwise_table.py),
    so a linear layer is one GEMM with its weight transposed in place and the loss is the
-   planner's loss op, whose gradient make_training_graph knows.
+   planner's loss op, whose gradient make_training_graph knows. The decomposed program is
+   then recorded (planner/torch/record.py); a .pt2 file arrives as such a record already
+   (planner/torch/retrace.py), and from here both go the same way.
 2. The graph signature names every placeholder: a PARAMETER becomes a param tensor under its
    state_dict name, a BUFFER a state tensor (BatchNorm's running statistics), a lifted constant
    a state tensor holding its value, a USER_INPUT an input.
@@ -30,7 +34,7 @@ never code; the graph's validation refuses control characters in them.
 
 from __future__ import annotations
 
-import operator
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -38,7 +42,7 @@ from typing import Any
 import numpy as np
 
 import planner.torch.rules  # noqa: F401  (registering the rules)
-import planner.torch.rules_scalar  # noqa: F401
+import planner.torch.rules_pointwise  # noqa: F401
 from planner.graph.ir import Graph
 from planner.graph.validate import check_graph
 from planner.importers.onnx.context import Importer
@@ -46,12 +50,21 @@ from planner.importers.onnx.errors import Unsupported
 from planner.importers.onnx.fold import FOLD_OUTPUT_LIMIT
 from planner.importers.onnx.values import Const
 from planner.torch.context import RULES, UNAVAILABLE, NodeCtx, TorchImportError, _in
-from planner.torch.origin import location, module_path  # noqa: F401  (module_path: re-exported)
+from planner.torch.record import Call, Program, Tensor, Value, from_exported
+from planner.torch.rules_losses import LOSS_PRESERVED
+from planner.torch.rules_random import RANDOM_PRESERVED
+from planner.torch.saved import Ref
+from planner.torch.targets import resolve
 
-PRESERVED = ("linear.default", "cross_entropy_loss.default", "mse_loss.default",
-             "dropout.default", "scaled_dot_product_attention.default", "prelu.default",
-             "softplus.default", "reflection_pad1d.default", "reflection_pad2d.default",
-             "replication_pad1d.default", "replication_pad2d.default", "roll.default")
+PRESERVED = ("linear.default", *LOSS_PRESERVED, *RANDOM_PRESERVED, "dropout.default",
+             "scaled_dot_product_attention.default", "prelu.default", "softplus.default",
+             "reflection_pad1d.default", "reflection_pad2d.default",
+             "replication_pad1d.default", "replication_pad2d.default", "roll.default",
+             # the pointwise table's rows (their decompositions compare and select)
+             "lerp.Scalar", "lerp.Tensor", "logaddexp.default", "xlogy.Tensor",
+             "isfinite.default",
+             # detach() decomposes to alias, which passes the gradient on: a StopGradient
+             "detach.default")
 
 
 @dataclass(frozen=True)
@@ -83,49 +96,40 @@ def decompose(program: Any) -> Any:
 
 
 def convert(program: Any, name: str = "torch", module_root: str = "") -> TorchImport:
-    """Import an ExportedProgram (see the module docstring). Raises TorchImportError, naming
-    the node, its ATen op and its module path (from the node's nn_module_stack), less
-    `module_root`: the path of the user's module inside the exported one (the trainer's
-    wrapper holds it as `model`)."""
-    try:
-        program = decompose(program)
-    except Exception as e:  # a program torch itself cannot decompose
-        raise TorchImportError(f"cannot decompose the program: {type(e).__name__}: "
-                               f"{str(e).splitlines()[0] if str(e) else ''}") from None
-    from torch.export.graph_signature import InputKind
-
-    sig = program.graph_signature
-    gm = program.graph_module
-    nodes = list(gm.graph.nodes)
-    specs = {s.arg.name: s for s in sig.input_specs if hasattr(s.arg, "name")}
-    buffers = {s.target for s in sig.input_specs if s.kind == InputKind.BUFFER}
-    reserved = {n.name for n in nodes} | {s.target for s in sig.input_specs if s.target}
+    """Import a program: an ExportedProgram traced in this process (decomposed, then recorded,
+    planner/torch/record.py) or a record already made (a .pt2 file's, planner/torch/retrace.py).
+    Raises TorchImportError, naming the node, its ATen op and its module path (from the node's
+    nn_module_stack), less `module_root`: the path of the user's module inside the exported
+    one (the trainer's wrapper holds it as `model`)."""
+    if not isinstance(program, Program):
+        try:
+            program = decompose(program)
+        except Exception as e:  # a program torch itself cannot decompose
+            raise TorchImportError(f"cannot decompose the program: {type(e).__name__}: "
+                                   f"{str(e).splitlines()[0] if str(e) else ''}") from None
+        program = from_exported(program, module_root)
+    buffers = {i.target for i in program.inputs if i.kind == "buffer"}
+    reserved = {c.name for c in program.calls} | {i.name for i in program.inputs} | \
+        {i.target for i in program.inputs if i.target}
     imp = Importer(graph_name=name, opset=0, reserved=reserved, state_names=set(buffers),
                    init_hints={}, used=set())
     env: dict[str, Any] = {}
+    metas: dict[str, Any] = {}
     inputs: list[str] = []
-    state = program.state_dict
-    constants = getattr(program, "constants", {}) or {}
-    for node in nodes:
-        if node.op != "placeholder":
-            continue
-        spec = specs.get(node.name)
-        kind = spec.kind if spec is not None else None
-        if kind == InputKind.USER_INPUT:
-            shape, dtype = _meta(node)
-            env[node.name] = imp.builder.input(node.name, shape, dtype)
-            inputs.append(node.name)
-        elif kind in (InputKind.PARAMETER, InputKind.BUFFER):
-            source = state if spec.target in state else constants
-            env[node.name] = _const(spec.target, source, "initializer")
-        elif kind in (InputKind.CONSTANT_TENSOR,):
-            env[node.name] = _const(spec.target, constants, "constant")
+    for spec in program.inputs:
+        metas[spec.name] = spec.value
+        if spec.kind == "user_input":
+            if spec.value is None:
+                raise TorchImportError(f"input {spec.name!r}: no tensor metadata")
+            env[spec.name] = imp.builder.input(spec.name, spec.value.shape, spec.value.dtype)
+            inputs.append(spec.name)
         else:
-            raise TorchImportError(f"input {node.name!r}: unsupported kind "
-                                   f"{getattr(kind, 'name', kind)}")
-    counters = _counters(program, nodes)
-    _convert_nodes(imp, nodes, env, skip=set(counters.values()), root=module_root)
-    graph_outputs = _outputs(program, nodes, env, imp, counters)
+            env[spec.name] = _const(spec.target, program.tensors,
+                                    "constant" if spec.kind == "tensor_constant" else
+                                    "initializer")
+    counters = _counters(program)
+    _convert_nodes(imp, program.calls, env, metas, skip=set(counters.values()))
+    graph_outputs = _outputs(program, env, imp, counters)
     graph = check_graph(imp.builder.build(outputs=graph_outputs,
                                           loss=_traced_loss(imp, graph_outputs)))
     return TorchImport(graph, {t.name: imp.consts[t.name] for t in graph.tensors
@@ -133,175 +137,167 @@ def convert(program: Any, name: str = "torch", module_root: str = "") -> TorchIm
                        {buf: 1 for buf in counters})
 
 
-def _meta(node: Any) -> tuple[tuple[int, ...], str]:
-    val = node.meta.get("val")
-    if val is None or not hasattr(val, "shape"):
-        raise TorchImportError(f"node {node.name!r}: no tensor metadata")
-    try:
-        shape = tuple(int(d) for d in val.shape)
-    except TypeError:
-        raise TorchImportError(f"node {node.name!r}: symbolic shape {list(val.shape)}; export "
-                               f"with static shapes") from None
-    return shape, str(val.dtype).removeprefix("torch.")
+def _meta(call: Call) -> tuple[tuple[int, ...], str]:
+    if not isinstance(call.out, Value):
+        raise TorchImportError(f"node {call.name!r}: no tensor metadata")
+    return call.out.shape, call.out.dtype
 
 
-def _const(target: str, source: Mapping[str, Any], origin: str) -> Const:
-    if target not in source:
+def _const(target: str, tensors: Mapping[str, Tensor], origin: str) -> Const:
+    t = tensors.get(target)
+    if t is None:
         raise TorchImportError(f"tensor {target!r}: not in the program's state")
-    t = source[target]
-    if not hasattr(t, "shape"):
-        raise TorchImportError(f"tensor {target!r}: not a tensor")
-    dtype = str(t.dtype).removeprefix("torch.")
-    return Const(target, tuple(int(d) for d in t.shape), dtype, origin,  # type: ignore[arg-type]
-                 lambda: t.detach().cpu().contiguous().numpy())
+    return Const(target, t.shape, t.dtype, origin, t.load)  # type: ignore[arg-type]
 
 
-def _counters(program: Any, nodes: list) -> dict[str, str]:
+def _counters(program: Program) -> dict[str, str]:
     """Integer buffers mutated as `buffer + constant` (BatchNorm's num_batches_tracked): buffer
-    name -> the fx node computing the new value, which the graph leaves out."""
-    from torch.export.graph_signature import OutputKind
-
-    placeholders = {s.arg.name: s.target for s in program.graph_signature.input_specs
-                    if hasattr(s.arg, "name")}
-    by_name = {n.name: n for n in nodes}
+    name -> the call computing the new value, which the graph leaves out."""
+    placeholders = {i.name: i.target for i in program.inputs}
+    by_name = {c.name: c for c in program.calls}
     out: dict[str, str] = {}
-    for spec in program.graph_signature.output_specs:
-        if spec.kind != OutputKind.BUFFER_MUTATION:
+    for spec in program.outputs:
+        if spec.kind != "buffer_mutation":
             continue
-        node = by_name.get(spec.arg.name)
-        if (node is not None and str(node.target) == "aten.add.Tensor" and len(node.args) >= 2
-                and getattr(node.args[0], "op", None) == "placeholder"
-                and placeholders.get(node.args[0].name) == spec.target
-                and node.args[1] == 1 and len(node.users) == 1
-                and str(node.meta["val"].dtype) in ("torch.int64", "torch.int32")):
-            out[spec.target] = node.name
+        call = by_name.get(spec.name)
+        if (call is not None and call.target == "aten.add.Tensor" and len(call.args) >= 2
+                and isinstance(call.args[0], Ref)
+                and placeholders.get(call.args[0].name) == spec.target
+                and call.args[1] == 1 and call.users == 1
+                and isinstance(call.out, Value) and call.out.dtype in ("int64", "int32")):
+            out[spec.target] = call.name
     return out
 
 
-def _convert_nodes(imp: Importer, nodes: list, env: dict[str, Any], skip: set[str],
-                   root: str = "") -> None:
-    """Convert every call_function node; collect every unsupported op, then raise once."""
-    import torch.fx
+def _args(v: Any, env: Mapping[str, Any]) -> Any:
+    """Arguments with every Ref replaced by what its value became."""
+    if isinstance(v, Ref):
+        return env[v.name]
+    if isinstance(v, (tuple, list)):
+        return type(v)(_args(i, env) for i in v)
+    return v
 
+
+def _convert_nodes(imp: Importer, calls: tuple[Call, ...], env: dict[str, Any],
+                   metas: dict[str, Any], skip: set[str]) -> None:
+    """Convert every call; collect every unsupported op, then raise once."""
     unsupported: dict[str, str] = {}
     modules: dict[str, str] = {}
     first_error: TorchImportError | None = None
     dropouts = [0]
     poisoned: set[str] = set()
-    for node in nodes:
-        if node.op != "call_function" or node.name in skip:
+    for call in calls:
+        metas[call.name] = call.out
+        if call.name in skip:
             continue
-        op = "getitem" if node.target is operator.getitem else str(node.target)
-        reads = [a.name for a in node.all_input_nodes]
-        if any(r in poisoned for r in reads):
-            poisoned.add(node.name)
+        op = call.target
+        if any(r in poisoned for r in call.reads()):
+            poisoned.add(call.name)
             continue
         try:
-            if node.target is operator.getitem:
-                value = env[node.args[0].name][node.args[1]]
-            elif _foldable(node, env):
-                value = _fold(imp, node, env)
+            if op == "getitem":
+                value = env[call.args[0].name][call.args[1]]
+            elif _foldable(call, env):
+                value = _fold(imp, call, env)
             else:
                 if op not in RULES:
                     raise Unsupported(op)
-                args = torch.fx.node.map_arg(node.args, lambda a: env[a.name])
-                kwargs = torch.fx.node.map_arg(node.kwargs, lambda a: env[a.name])
-                shape, dtype = _meta(node) if hasattr(node.meta.get("val"), "shape") else \
-                    (None, None)
-                ctx = NodeCtx(imp, node.name, op, args, dict(kwargs), shape, dropouts, dtype,
-                              node, location(node, root))
+                shape, dtype = _meta(call) if isinstance(call.out, Value) else (None, None)
+                ctx = NodeCtx(imp, call.name, op, _args(call.args, env),
+                              dict(_args(dict(call.kwargs), env)), shape, dropouts, dtype,
+                              call, call.place or call.module, metas)
                 value = RULES[op](ctx)
-            _check(imp, node, value)
-            env[node.name] = value
+            _check(imp, call, value)
+            env[call.name] = value
         except Unsupported as e:
             if e.what not in unsupported:
-                unsupported[e.what], modules[e.what] = node.name, location(node, root)
-            poisoned.add(node.name)
+                unsupported[e.what], modules[e.what] = call.name, call.place or call.module
+            poisoned.add(call.name)
         except TorchImportError as e:
             first_error = first_error or e
-            poisoned.add(node.name)
+            poisoned.add(call.name)
         except Exception as e:  # a corrupt program: still one line naming the node
             first_error = first_error or TorchImportError(
-                f"node {node.name!r}{_in(location(node, root))} ({op}): cannot convert: "
+                f"node {call.name!r}{_in(call.place or call.module)} ({op}): cannot convert: "
                 f"{type(e).__name__}: {e}")
-            poisoned.add(node.name)
+            poisoned.add(call.name)
     if unsupported:
         raise TorchImportError.unsupported_ops(unsupported, modules)
     if first_error is not None:
         raise first_error
 
 
-def _foldable(node: Any, env: Mapping[str, Any]) -> bool:
-    """Is the node a computation on constants alone (a causal mask built in forward from
+def _foldable(call: Call, env: Mapping[str, Any]) -> bool:
+    """Is the call a computation on constants alone (a causal mask built in forward from
     arange, tril, comparisons), which torch itself evaluates now? Not on float parameters or
     buffers (they stay tensors the planner trains or updates), not a random op, and not an
     output past FOLD_OUTPUT_LIMIT elements."""
     import torch
 
-    reads = [env.get(a.name) for a in node.all_input_nodes]
+    reads = [env.get(r) for r in call.reads()]
     if not all(isinstance(v, Const) and v.foldable for v in reads):
         return False
-    if not isinstance(node.target, torch._ops.OpOverload) or \
-            torch.Tag.nondeterministic_seeded in node.target.tags:
+    op = resolve(call.target)
+    if op is None or torch.Tag.nondeterministic_seeded in op.tags:
         return False
-    val = node.meta.get("val")
-    vals = val if isinstance(val, (tuple, list)) else (val,)
-    return all(hasattr(v, "numel") for v in vals) and \
-        sum(v.numel() for v in vals) <= FOLD_OUTPUT_LIMIT
+    vals = call.out if isinstance(call.out, tuple) else (call.out,)
+    return all(isinstance(v, Value) for v in vals) and \
+        sum(math.prod(v.shape) for v in vals) <= FOLD_OUTPUT_LIMIT
 
 
-def _fold(imp: Importer, node: Any, env: Mapping[str, Any]) -> Const | tuple[Const, ...]:
+def _fold(imp: Importer, call: Call, env: Mapping[str, Any]) -> Const | tuple[Const, ...]:
     import torch
-    import torch.fx
 
-    def tensor(a: Any) -> Any:
-        # np.array, not np.ascontiguousarray, which makes a 0-d value 1-d
-        return torch.from_numpy(np.array(env[a.name].value(), order="C"))
+    def tensor(v: Any) -> Any:
+        if isinstance(v, Ref):
+            # np.array, not np.ascontiguousarray, which makes a 0-d value 1-d
+            return torch.from_numpy(np.array(env[v.name].value(), order="C"))
+        if isinstance(v, (tuple, list)):
+            return type(v)(tensor(i) for i in v)
+        return v
 
     def const(t: Any) -> Const:
         if not isinstance(t, torch.Tensor):
-            raise Unsupported(f"{node.target} (of constants, giving {type(t).__name__})")
-        return Const.of(imp.fresh(node.name), t.detach().cpu().numpy(), origin="constant")
+            raise Unsupported(f"{call.target} (of constants, giving {type(t).__name__})")
+        return Const.of(imp.fresh(call.name), t.detach().cpu().numpy(), origin="constant")
 
-    args = torch.fx.node.map_arg(node.args, tensor)
-    kwargs = torch.fx.node.map_arg(node.kwargs, tensor)
+    op = resolve(call.target)
     with torch.no_grad():
-        out = node.target(*args, **kwargs)
+        out = op(*tensor(call.args), **{k: tensor(v) for k, v in call.kwargs.items()})
     return tuple(const(t) for t in out) if isinstance(out, (tuple, list)) else const(out)
 
 
-def _check(imp: Importer, node: Any, value: Any) -> None:
+def _check(imp: Importer, call: Call, value: Any) -> None:
     """The planner's shape for a tensor result is the one torch traced."""
-    if isinstance(value, (str, Const)) and hasattr(node.meta.get("val"), "shape"):
-        want, _ = _meta(node)
-        got = imp.type_of(value, node.name).shape
+    if isinstance(value, (str, Const)) and isinstance(call.out, Value):
+        want = call.out.shape
+        got = imp.type_of(value, call.name).shape
         if got != want:
-            raise TorchImportError(f"node {node.name!r} ({node.target}): planner shape "
+            raise TorchImportError(f"node {call.name!r} ({call.target}): planner shape "
                                    f"{list(got)}, torch's {list(want)}")
 
 
-def _outputs(program: Any, nodes: list, env: dict[str, Any], imp: Importer,
+def _outputs(program: Program, env: dict[str, Any], imp: Importer,
              counters: Mapping[str, str]) -> list[str]:
-    from torch.export.graph_signature import OutputKind
-
-    placeholders = {s.target: s.arg.name for s in program.graph_signature.input_specs
-                    if hasattr(s.arg, "name")}
+    placeholders = {i.target: i.name for i in program.inputs if i.target}
     outputs: list[str] = []
-    for spec in program.graph_signature.output_specs:
-        arg = getattr(spec.arg, "name", None)
-        if spec.kind == OutputKind.USER_OUTPUT:
-            value = env.get(arg) if arg else None
+    for spec in program.outputs:
+        if spec.kind == "user_output":
+            value = env.get(spec.name)
             if not isinstance(value, (str, Const)):
-                raise TorchImportError(f"output {arg!r}: not a tensor the planner computes")
+                raise TorchImportError(f"output {spec.name!r}: not a tensor the planner "
+                                       "computes")
             outputs.append(imp.as_tensor(value))
-        elif spec.kind == OutputKind.BUFFER_MUTATION:
+        elif spec.kind == "buffer_mutation":
             if spec.target in counters:
                 continue
-            if not _planner_updates(imp, env.get(arg), env.get(placeholders.get(spec.target))):
-                raise TorchImportError(f"buffer {spec.target!r}: mutated by node {arg!r}, "
-                                       f"which the planner does not update in place")
+            if not _planner_updates(imp, env.get(spec.name),
+                                    env.get(placeholders.get(spec.target))):
+                raise TorchImportError(f"buffer {spec.target!r}: mutated by node "
+                                       f"{spec.name!r}, which the planner does not update in "
+                                       "place")
         else:
-            raise TorchImportError(f"output {arg!r}: unsupported kind {spec.kind.name}")
+            raise TorchImportError(f"output {spec.name!r}: unsupported kind {spec.kind}")
     return list(dict.fromkeys(outputs))
 
 

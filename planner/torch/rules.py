@@ -12,9 +12,7 @@ MatMul, Scale, CausalMask / Add of the mask, Softmax, Dropout, MatMul; torch.rol
 and a Concat per rolled axis; torch.cumsum and torch.topk the planner's CumSum and TopK.
 Arithmetic follows PyTorch's type promotion: an int or bool tensor meeting a float tensor or
 number is cast to the node's float dtype first (a Cast op, or a constant made in that dtype).
-The losses PyTorch traces with the model become the planner's: F.cross_entropy (classes on
-axis 1, as PyTorch's) a SoftmaxCrossEntropy over rows (axis 1 moved last when the logits have
-rank > 2), F.mse_loss MSE.
+The losses PyTorch traces with the model become the planner's in rules_losses.py.
 """
 
 from __future__ import annotations
@@ -26,6 +24,7 @@ from planner.importers.onnx.errors import Unsupported
 from planner.importers.onnx.values import Const
 from planner.importers.reduce_max import pool_max
 from planner.torch.context import UNAVAILABLE, NodeCtx, Value, rule
+from planner.torch.rules_pointwise import bool_product, cast
 from planner.torch.strided import VIEW_LIMIT, logical_index, view_ops
 
 
@@ -62,8 +61,16 @@ def copy(n: NodeCtx) -> Value:
     x = n.tensor(0)
     dtype = n.kwargs.get("dtype", n.arg(1, "dtype") if n.op == "aten.to.dtype" else None)
     if dtype is not None and _dtype_name(dtype) != n.dtype(x):
-        raise Unsupported(f"{n.op} (cast to {_dtype_name(dtype)})")
+        return cast(n, x, _dtype_name(dtype))
     return x
+
+
+@rule("aten.detach.default")
+def detach(n: NodeCtx) -> Value:
+    """torch's detach(): kept whole by the decomposition (it would become aten.alias, which
+    passes the gradient on), a StopGradient."""
+    x = n.tensor(0)
+    return x if isinstance(x, Const) else n.emit1("StopGradient", [x])
 
 
 @rule("aten._assert_tensor_metadata.default")
@@ -138,21 +145,21 @@ def as_strided(n: NodeCtx) -> Value:
     """A strided view of known strides: the Reshape / Slice / Transpose chain reading the same
     elements (planner/torch/strided.py), or refused."""
     x = n.tensor(0)
-    source = n.node.args[0].meta.get("val") if n.node is not None else None
-    if source is None or not hasattr(source, "stride"):
+    source = n.traced(0, "self")
+    if source is None or not hasattr(source, "strides"):
         raise n.fail("the input's strides are unknown")
     shape = n.shape(x)
     if max(math.prod(shape), math.prod(n.ints(1, "size"))) > VIEW_LIMIT:
         raise n.fail(f"a strided view of a tensor of shape {list(shape)}: over {VIEW_LIMIT} "
                      f"elements")
     offset = n.arg(3, "storage_offset")
-    idx = logical_index(shape, source.stride(), source.storage_offset(),
+    idx = logical_index(shape, source.strides, source.offset,
                         n.ints(1, "size"), n.ints(2, "stride"),
-                        source.storage_offset() if offset is None else int(offset))
+                        source.offset if offset is None else int(offset))
     ops = view_ops(idx, math.prod(shape)) if idx is not None else None
     if ops is None:
         raise n.fail(f"size {n.ints(1, 'size')}, stride {n.ints(2, 'stride')} of an input of "
-                     f"shape {list(shape)} (strides {list(source.stride())}) is not a "
+                     f"shape {list(shape)} (strides {list(source.strides)}) is not a "
                      f"reshape, slice or transpose of it")
     for op, attrs in ops:
         if op != "Reshape" or list(n.shape(x)) != attrs["shape"]:
@@ -405,6 +412,8 @@ def add_sub(n: NodeCtx) -> Value:
 
 @rule("aten.mul.Tensor", "aten.mul.Scalar", "aten.div.Tensor", "aten.div.Scalar")
 def mul_div(n: NodeCtx) -> Value:
+    if n.out_dtype == "bool":  # bool * bool: torch's logical and (isfinite decomposes to it)
+        return bool_product(n)
     div = n.op.startswith("aten.div")
     if div and n.kwargs.get("rounding_mode") is not None:
         raise Unsupported(f"{n.op} (rounding_mode)")
@@ -869,52 +878,3 @@ def full(n: NodeCtx) -> Value:
     dtype = _dtype_name(dtype) if dtype is not None else "float32"
     return Const.of(n.imp.fresh(n.label), np.full(n.out_shape, value, dtype=dtype),
                     origin="constant")
-
-
-# ---- losses ----------------------------------------------------------------------------------
-
-MEAN = 1  # at::Reduction::Mean
-
-
-@rule("aten.cross_entropy_loss.default")
-def cross_entropy(n: NodeCtx) -> Value:
-    logits, labels = n.tensor(0), n.tensor(1)
-    weight, reduction = n.arg(2, "weight"), n.arg(3, "reduction", MEAN)
-    ignore, smoothing = int(n.arg(4, "ignore_index", -100)), float(n.arg(5, "label_smoothing", 0.0))
-    shape = n.shape(logits)
-    if weight is not None:
-        raise Unsupported(f"{n.op} (class weights)")
-    if reduction != MEAN:
-        raise Unsupported(f"{n.op} (reduction other than mean)")
-    if smoothing != 0:
-        raise Unsupported(f"{n.op} (label_smoothing)")
-    if n.dtype(labels) not in ("int64", "int32") or len(shape) < 2:
-        raise Unsupported(f"{n.op} (class probabilities as targets, or unbatched logits)")
-    classes = shape[1]
-    # A label equal to ignore_index is left out of the mean in PyTorch. The planner's loss has
-    # no ignore_index yet: a negative one (PyTorch's default, -100) cannot be a class, and the
-    # planner refuses such a label at step time; one inside [0, C) would train differently.
-    if 0 <= ignore <= classes - 1:
-        raise Unsupported(f"{n.op} (ignore_index {ignore} inside the class range)")
-    if len(shape) > 2:
-        # PyTorch's classes are on axis 1: move them last, then one row per position.
-        rows = shape[0] * math.prod(shape[2:])
-        perm = [0, *range(2, len(shape)), 1]
-        logits = n.emit1("Transpose", [logits], {"perm": perm})
-        logits = n.emit1("Reshape", [logits], {"shape": [rows, classes]})
-        labels = _reshape_to(n, labels, (rows,))
-    if isinstance(labels, str):
-        n.imp.mark_label(labels)
-    return n.emit1("SoftmaxCrossEntropy", [logits, labels])
-
-
-@rule("aten.mse_loss.default")
-def mse(n: NodeCtx) -> Value:
-    pred, target = n.tensor(0), n.tensor(1)
-    if n.arg(2, "reduction", MEAN) != MEAN:
-        raise Unsupported(f"{n.op} (reduction other than mean)")
-    if n.shape(pred) != n.shape(target):
-        raise Unsupported(f"{n.op} (broadcast target)")
-    if isinstance(target, str):
-        n.imp.mark_label(target)
-    return n.emit1("MSE", [pred, target])

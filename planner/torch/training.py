@@ -154,7 +154,7 @@ def trainer(module: Any, example_inputs: Sequence[Any], loss: Callable | None,
             labels: Any = None, *,
             optimizer: str = "sgd", lr: float | None = None, target: str = "host",
             out_dir: str | Path | None = None, accumulate: int = 1,
-            costs: Any = None, **optimizer_settings: Any) -> Trainer:
+            costs: Any = None, adaptive: bool = False, **optimizer_settings: Any) -> Trainer:
     """Plan, build and load a training executor for `module`.
 
     example_inputs: the module's inputs for one step (their shapes are the executor's);
@@ -170,10 +170,15 @@ def trainer(module: Any, example_inputs: Sequence[Any], loss: Callable | None,
     optimizer step (the example inputs are one micro-batch; each `step` takes one and every
     `accumulate`-th updates the parameters with the mean of their gradients, as PyTorch's
     `(loss / K).backward()` K times then `optimizer.step()`); costs: what the plan is priced
-    with: None (the analytical cost model), a cost table or the path of one (`planner profile`
-    on this target), or "in-step": every op measured inside the step on this machine first (a
-    few builds and steps, codegen.profiling.profile_in_step), the table kept as costs.json in
-    out_dir.
+    with: None (the default: "measured" on the host, planner.costs.host_costs.default_costs),
+    "measured" (times measured on this machine and kept per host: only the kernels no earlier
+    plan measured are run, with a progress line on stderr), "analytical" (the cost model), a
+    cost table or the path of one (`planner profile` on this target), or "in-step": every op
+    measured inside this step first (a few builds and steps, codegen.profiling.
+    profile_in_step), the table kept as costs.json in out_dir; adaptive: let the executor
+    switch to the plan's variants for fewer cores when the machine is busy (False, the
+    default: the main schedule always, so two runs, or a run and its resumption, compute the
+    same bits; docs/training.md).
 
     Raises TorchImportError (an op the planner lacks, in one line naming the node), UserError
     or ValueError for bad settings.
@@ -191,6 +196,7 @@ def trainer(module: Any, example_inputs: Sequence[Any], loss: Callable | None,
     imported = convert(export(module, example_inputs, loss, labels),
                        name=type(module).__name__, module_root=PREFIX.rstrip("."))
     chosen = load_target(target)
+    _check_runs_here(chosen)
     prepared = prepare(imported.graph, GraphOptions(optimizer=settings, accumulate=accumulate))
     folder = Path(out_dir) if out_dir is not None else Path(tempfile.mkdtemp(prefix="planner-"))
     table = _cost_table(costs, prepared, chosen, folder)
@@ -200,7 +206,7 @@ def trainer(module: Any, example_inputs: Sequence[Any], loss: Callable | None,
     graph = planned.graph  # as the step's cores rewrote it: the graph the executor runs
     name = "torch_" + hashlib.sha256(planned.to_json().encode()).hexdigest()[:16]
     module_py = load(build(render(planned, folder / name)).dir)
-    executor = module_py.Executor()
+    executor = module_py.Executor(adaptive=adaptive)
     state = module.state_dict()
     executor.load_params({**init_params(graph), **imported.params()})
     held = {t.name for t in graph.by_role("param", "state")}
@@ -219,14 +225,45 @@ def trainer(module: Any, example_inputs: Sequence[Any], loss: Callable | None,
     return Trainer(imported, graph, executor, list(state), start, aliases, planned)
 
 
+def _check_runs_here(target: Any) -> None:
+    """UserError, before anything is planned or compiled, for a target whose executor cannot
+    run in this process: a GPU target on a host where nvidia-smi lists no GPU."""
+    from planner.errors import UserError
+
+    if target.backend == "cpu":
+        return
+    from planner.target.detect import detect_gpus
+
+    gpus, notes = detect_gpus(1)
+    if not gpus:
+        raise UserError(f"trainer: target {target.name!r} runs on a GPU, and this host has "
+                        f"none to run it ({'; '.join(notes) or 'nvidia-smi lists none'}); "
+                        f"use target='host' or a CPU target preset")
+
+
 def _cost_table(costs: Any, graph: Any, target: Any, folder: Path) -> Any:
     """The cost table `trainer`'s plan is priced with (its `costs` argument); UserError for a
     table of another target or a value that names none."""
     from planner.costs import CostTable, load_table
     from planner.errors import UserError
 
-    if costs is None or isinstance(costs, CostTable):
+    if costs is None:
+        from planner.costs.host_costs import default_costs
+
+        costs = default_costs(target)
+    if isinstance(costs, CostTable):
         table = costs
+    elif isinstance(costs, str) and costs == "analytical":
+        table = None
+    elif isinstance(costs, str) and costs == "measured":
+        import sys
+
+        from codegen.profiling import measure_signatures
+        from planner.costs.host_costs import host_table
+        from planner.pipeline import priced_graphs
+
+        table = host_table(priced_graphs(graph, target), target, measure_signatures,
+                           progress=sys.stderr).table
     elif isinstance(costs, str) and costs == "in-step":
         from codegen.profiling import profile_in_step
         from planner.files import atomic_write
@@ -236,7 +273,8 @@ def _cost_table(costs: Any, graph: Any, target: Any, folder: Path) -> Any:
     elif isinstance(costs, (str, Path)):
         table = load_table(costs)
     else:
-        raise UserError(f"costs: a cost table, its path or 'in-step', not {type(costs).__name__}")
+        raise UserError(f"costs: 'measured', 'analytical', 'in-step', a cost table or its "
+                        f"path, not {type(costs).__name__}")
     if table is not None and table.target != target.name:
         raise UserError(f"costs: a cost table of target {table.target!r}, not of {target.name!r}")
     return table

@@ -1,7 +1,12 @@
 """The `evaluation` rule of `planner verify`: a training plan's evaluation schedule
 (planner/evaluation.py), re-derived from the plan's embedded graph.
 
-    derived    its graph is evaluation_graph of the training plan's embedded graph, exactly
+    derived    its graph is the forward part of the training plan's embedded graph in
+               inference mode, exactly, re-derived here from the graph's roles (nothing of
+               planner.graph.evaluation, the builder it checks, is imported): a forward node
+               writes no gradient and not only next values; Dropout passes its input on;
+               BatchNorm reads its running statistics and writes y alone; the outputs are the
+               step's that such nodes compute, and the nodes and tensors they need
     plan       it is a sound plan by every rule of planner.verify (its own ops, lanes, edges,
                arena), of the training plan's backend and machine
     bound      every parameter and state tensor of its graph, and nothing else, is bound once,
@@ -21,8 +26,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from planner.graph.evaluation import evaluation_graph
-from planner.graph.ir import Graph
+from planner.graph.ir import Graph, Node
 
 Verify = Callable[[dict[str, Any], list[str]], list[str]]
 
@@ -43,7 +47,7 @@ def _problems(plan: dict[str, Any], evaluation: dict[str, Any], verify: Verify) 
         return ["only a training plan carries an evaluation schedule"]
     inner = evaluation["plan"]
     try:
-        expected = evaluation_graph(Graph.model_validate(plan["graph"]))
+        expected = _forward_in_inference_mode(Graph.model_validate(plan["graph"]))
     except (ValidationError, ValueError) as e:
         return [f"no evaluation graph can be made from the embedded graph: {e}"]
     if Graph.model_validate(inner["graph"]) != expected:
@@ -56,6 +60,45 @@ def _problems(plan: dict[str, Any], evaluation: dict[str, Any], verify: Verify) 
             inner["target"].get(k) != plan["target"].get(k) for k in same):
         problems.append("it is planned for another backend or target than the training plan")
     return problems + _binding_problems(plan, evaluation, expected)
+
+
+def _forward_in_inference_mode(training: Graph) -> Graph:
+    """The `derived` rule's graph (module docstring)."""
+    tensor = training.tensor_map
+    passed: dict[str, str] = {}        # a Dropout's output -> the tensor it passes on
+    made: dict[str, Node] = {}         # a computable tensor -> its inference-mode producer
+    known = {t.name for t in training.tensors if t.name not in training.producer}
+
+    def at(t: str) -> str:
+        return passed.get(t, t)
+
+    for n in training.nodes:
+        outs = [tensor[o] for o in n.outputs]
+        if any(t.role == "grad" for t in outs) or all(t.updates is not None for t in outs):
+            continue  # backward, or an update
+        if not all(at(i) in known or at(i) in made for i in n.inputs):
+            continue  # reads what only training computes
+        if n.op == "Dropout":
+            passed[n.outputs[0]] = at(n.inputs[0])
+            continue
+        infer = n.model_copy(update={"inputs": tuple(at(i) for i in n.inputs)})
+        if n.op == "BatchNorm" and n.attrs.get("training", True):
+            infer = infer.model_copy(update={"attrs": {**n.attrs, "training": False},
+                                             "outputs": n.outputs[:1]})
+        made.update({o: infer for o in infer.outputs})
+    outputs = tuple(dict.fromkeys(at(o) for o in training.outputs
+                                  if at(o) in made or at(o) in known))
+    wanted, stack = set(), [o for o in outputs if o in made]
+    while stack:  # the producers the outputs need, back to the graph's sources
+        node = made[stack.pop()]
+        if node.name not in wanted:
+            wanted.add(node.name)
+            stack += [i for i in node.inputs if i in made]
+    nodes = tuple({n.name: n for n in made.values() if n.name in wanted}.values())
+    used = set(outputs).union(*(set(n.inputs) | set(n.outputs) for n in nodes))
+    return Graph(name=training.name, kind="inference", math=training.math, outputs=outputs,
+                 tensors=tuple(t for t in training.tensors if t.name in used), nodes=nodes,
+                 loss=training.loss if training.loss in outputs else None)
 
 
 def _binding_problems(plan: dict[str, Any], evaluation: dict[str, Any],

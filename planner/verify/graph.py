@@ -21,7 +21,8 @@ and everything the plan derives from it is derived again here and compared:
                  by the stated ordering, so every rank, running the same plan, issues them in
                  one order
     buckets      a collective's bucket is gradients: each member a gradient (role grad) a
-                 node of the step writes, none in two buckets nor reduced twice; and where the
+                 node of the step writes, or a gradient sum's new value (AccumulateGrad's
+                 output), none in two buckets nor reduced twice; and where the
                  graph reduces gradients, every gradient an update of a parameter reads is a
                  collective's output, so no rank steps on its own unreduced gradient
     aliases      the buffer the graph's node writes an in-place update into aliases a buffer
@@ -220,7 +221,9 @@ def bucket_members(graph: Graph, plan: dict[str, Any]) -> list[str]:
     for n in reducing:
         for t in n.inputs:
             role = graph.tensor_map[t].role
-            if role != "grad" or t not in producer or t in reduced:
+            # with accumulation, a gradient sum's new value (once per optimizer step)
+            summed = t in producer and producer[t].op == "AccumulateGrad"
+            if (role != "grad" and not summed) or t not in producer or t in reduced:
                 problems.append(f"collective {n.name!r} reduces tensor {t!r}, which is not a "
                                 f"gradient the step writes (role {role}"
                                 f"{', already reduced' if t in reduced else ''})")

@@ -1,5 +1,6 @@
 """The rules an op memory planning added (plan.memory.ops, planner.memory.decision.MemoryOp)
-must follow for an executor to run it as it runs a graph node:
+must follow for an executor to run it as it runs a graph node (nothing of planner.memory is
+imported: the rules are re-derived from the plan's data):
 
     buffers     every buffer it reads or writes is one of the plan's (plan.tensors)
     recompute   its node exists, and it reads one buffer per input of the node, each holding
@@ -27,7 +28,13 @@ from __future__ import annotations
 from typing import Any
 
 from planner.dtypes import DTYPE_BYTES
-from planner.memory.decision import TRANSFER_PLACEMENTS
+
+# The plan format's copies between the device arena and the host store (docs/plans.md): the
+# kind of an added op -> (its op type, the side it reads, the side it writes). Spelled here,
+# as the format says, not taken from memory planning, whose ops this checks
+# (tests/verify/test_independent_vocabulary.py holds the two to one format).
+TRANSFERS = {"offload": ("Offload", "device", "host"), "prefetch": ("Prefetch", "host", "device")}
+TRANSFER_PLACEMENTS = {kind: (a, b) for kind, (_, a, b) in TRANSFERS.items()}
 
 
 def inserted_op_problems(plan: dict[str, Any]) -> list[str]:

@@ -11,6 +11,7 @@ trusted. Each rule names the field it finds wrong:
     inserted   recompute_ops, offloaded_tensors, transfer_bytes (2 x the bytes offloads read),
                recompute_seconds and stall_seconds from the inserted ops and the streams;
                reuse_edges at most the plan's edges
+    packs      weight_packs only in a CPU plan without a memory budget
 
 Example:
     >>> plan = {"ops": [{"name": "a", "start": 0.0, "end": 2.0}],
@@ -25,9 +26,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from planner.memory.decision import TRANSFER_OPS
+from planner.verify.inserted import TRANSFERS as _TRANSFER_KINDS
 
-TRANSFERS = frozenset(TRANSFER_OPS.values())  # the copies' op types (Offload, Prefetch)
+TRANSFERS = frozenset(op for op, _, _ in _TRANSFER_KINDS.values())  # Offload, Prefetch
 
 # Times are compared with this slack (seconds, plus a relative part): float sums.
 TOLERANCE = 1e-9
@@ -42,7 +43,25 @@ def summary_problems(plan: dict[str, Any]) -> list[str]:
     if summary.get("memory"):
         problems += memory_figures(plan, summary["memory"])
         problems += inserted_figures(plan, summary["memory"])
+        problems += weight_pack_problems(plan, summary["memory"])
     return problems
+
+
+def weight_pack_problems(plan: dict[str, Any], memory: dict[str, Any]) -> list[str]:
+    """`packs`: weight packs (held beside the arena, by the CPU executor alone) only in a CPU
+    plan that no budget holds to its arena and host store.
+
+    >>> weight_pack_problems({"backend": "cpu"}, {"weight_packs": True, "budget_bytes": 9})
+    ['summary weight_packs: packs are held beside the arena, which budget_bytes 9 bounds']
+    """
+    if not memory.get("weight_packs"):
+        return []
+    if plan.get("backend", "cpu") != "cpu":
+        return [f"summary weight_packs: the {plan.get('backend')} executor packs no weights"]
+    if memory.get("budget_bytes") is not None:
+        return [f"summary weight_packs: packs are held beside the arena, which budget_bytes "
+                f"{memory['budget_bytes']} bounds"]
+    return []
 
 
 def _close(a: float, b: float) -> bool:

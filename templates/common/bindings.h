@@ -54,6 +54,23 @@ inline std::string key_name(nb::handle key, const char* what) {
   return nb::cast<std::string>(key);
 }
 
+// Why `value` given for `what` (feed 'x') is not `kind` (an array): a numpy array in another
+// byte order than the host's (dtype '>f4') has no DLPack form, so nanobind refuses it as it
+// refuses a list; that one is named with the conversion that makes it readable.
+inline nb::builtin_exception not_an_array(nb::handle value, const std::string& what,
+                                          const char* kind = "an array") {
+  std::string order, dtype;
+  if (nb::hasattr(value, "dtype") && nb::hasattr(value.attr("dtype"), "byteorder") &&
+      nb::hasattr(value.attr("dtype"), "str") &&
+      nb::try_cast(value.attr("dtype").attr("byteorder"), order) && order == ">" &&
+      nb::try_cast(value.attr("dtype").attr("str"), dtype)) {
+    return nb::value_error((what + " is big-endian (dtype " + dtype + "); convert it to the "
+                            "host's byte order first: a.astype(a.dtype.newbyteorder('='))")
+                               .c_str());
+  }
+  return nb::value_error((what + " is not " + kind).c_str());
+}
+
 template <class Ex>
 void refuse_in_flight(const Ex& ex) {
   if (ex.in_flight()) throw nb::value_error("a step is in flight (step_async): wait() first");
@@ -158,8 +175,7 @@ void define_executor(nb::class_<Ex>& cls) {
                  throw nb::value_error(("'" + name + "' is not a parameter or state tensor of "
                                         "plan '" + ex.schedule().name + "'").c_str());
                Array a;
-               if (!nb::try_cast(value, a))
-                 throw nb::value_error(("parameter '" + name + "' is not an array").c_str());
+               if (!nb::try_cast(value, a)) throw not_an_array(value, "parameter '" + name + "'");
                check(ex.tensor(id), a, "parameter");
                checked.emplace_back(id, a);
                given.push_back(id);

@@ -35,25 +35,28 @@ BUCKET_BYTES = 256
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def mlp_graph(kind: str, batch: int, clip: float | None = None):
-    """The ranks' MLP training graph (`batch` rows per rank) with optimizer `kind`."""
+def mlp_graph(kind: str, batch: int, clip: float | None = None, accumulate: int = 1):
+    """The ranks' MLP training graph (`batch` rows per rank and micro-batch) with optimizer
+    `kind`, one optimizer step per `accumulate` micro-batches."""
     return make_training_graph(zoo("mlp", batch=batch, **MLP),
-                               Optimizer(kind=kind, lr=LR[kind], clip_grad_norm=clip))
+                               Optimizer(kind=kind, lr=LR[kind], clip_grad_norm=clip),
+                               accumulate=accumulate)
 
 
 def build_package(kind: str, folder: Path, ranks: int = RANKS, per_host: int = 1,
-                  shard: bool = False, clip: float | None = None) -> Path:
+                  shard: bool = False, clip: float | None = None, accumulate: int = 1) -> Path:
     """Plan the MLP (per-rank batch SHARD) for `ranks` processes, `per_host` of them sharing
-    a host (`shard`: with --shard-optimizer; `clip`: clip_grad_norm_), render and build it."""
+    a host (`shard`: with --shard-optimizer; `clip`: clip_grad_norm_; `accumulate`: micro-
+    batches per optimizer step), render and build it."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        p = plan(mlp_graph(kind, SHARD, clip), detect(), options=PlanOptions(
+        p = plan(mlp_graph(kind, SHARD, clip, accumulate), detect(), options=PlanOptions(
             data_parallel=DataParallelOptions(ranks=ranks, bucket_bytes=BUCKET_BYTES,
                                               ranks_per_host=per_host,
                                               shard_optimizer=shard)))
     assert sum(op.op == ("ReduceScatter" if shard else "AllReduce") for op in p.ops) >= 2
     name = f"mlp_dp_{kind}_{ranks}_{per_host}" + ("_zero1" if shard else "") + (
-        "_clip" if clip else "")
+        "_clip" if clip else "") + (f"_acc{accumulate}" if accumulate > 1 else "")
     return build(render(p, folder / name)).dir
 
 
@@ -110,10 +113,14 @@ def launch_ranks(packages: list[Path] | list[str], data: Path, outs: list[Path] 
 
 
 def torch_reference(kind: str, params: dict[str, np.ndarray], x: np.ndarray,
-                     labels: np.ndarray, clip: float | None = None
+                     labels: np.ndarray, clip: float | None = None, accumulate: int = 1
                      ) -> tuple[dict[str, np.ndarray], float]:
-    """PyTorch stepping the global batch in one process (clip_grad_norm_ with `clip`); also
-    the largest gradient seen."""
+    """PyTorch stepping the global batch in one process (clip_grad_norm_ with `clip`): with
+    `accumulate` K, one optimizer step on K consecutive batches of x as one batch of K times
+    the rows; also the largest gradient seen."""
+    if accumulate > 1:
+        x = x.reshape(x.shape[0] // accumulate, accumulate * x.shape[1], *x.shape[2:])
+        labels = labels.reshape(labels.shape[0] // accumulate, -1)
     import torch
 
     names = [n for n in params if n.endswith("/weight") or n.endswith("/bias")]
@@ -137,15 +144,18 @@ def torch_reference(kind: str, params: dict[str, np.ndarray], x: np.ndarray,
     return {n: t.detach().numpy() for n, t in ts.items()}, gmax
 
 
-def check_numbers(kind, ranks, runs, outs, params, x, labels, clip=None):
-    """Every rank ran, holds the same bits, and they equal PyTorch on the global batch."""
+def check_numbers(kind, ranks, runs, outs, params, x, labels, clip=None, accumulate=1):
+    """Every rank ran, holds the same bits, and they equal PyTorch on the global batch (of
+    `accumulate` micro-batches per rank)."""
     for r in runs:
         assert r.returncode == 0, r.stdout[-2000:]
     got = [dict(np.load(o)) for o in outs]
-    for name in got[0]:  # every rank holds the same bits (but its own optimizer state shards)
-        if not name.startswith("shard/"):
+    # Every rank holds the same bits, but its own optimizer state shards and its own sums of
+    # its micro-batches' gradients (reduced once per optimizer step, into a copy).
+    for name in got[0]:
+        if not name.startswith("shard/") and not name.endswith("/grad_sum"):
             assert all(np.array_equal(got[0][name], g[name]) for g in got[1:]), name
-    want, gmax = torch_reference(kind, params, x, labels, clip)
+    want, gmax = torch_reference(kind, params, x, labels, clip, accumulate)
     # Float32 error: each step's gradient is a sum over the global batch of n = ranks x 8 rows
     # (and the layers' inner dimensions, at most 16), which the ranks and PyTorch add in
     # different orders: each side is within gamma = 2 (n + 16) eps of the exact sum, relative
@@ -156,10 +166,11 @@ def check_numbers(kind, ranks, runs, outs, params, x, labels, clip=None):
     # Adam divides by sqrt(v): a relative gradient error gamma moves the step lr * m / sqrt(v)
     # by at most about 2 * gamma * lr where |g| dominates its rounding; we allow that per step.
     eps = float(np.finfo(np.float32).eps)
-    gamma = 2 * (ranks * SHARD + 16) * eps
-    lr = LR[kind]
-    tol = (STEPS * lr * 2 * gamma * gmax * np.exp(STEPS * lr) if kind == "sgd"
-           else STEPS * lr * 4 * gamma * np.exp(STEPS * lr))
+    # With accumulation: STEPS / K optimizer steps, each over K times the rows.
+    gamma = 2 * (accumulate * ranks * SHARD + 16) * eps
+    lr, steps = LR[kind], STEPS // accumulate
+    tol = (steps * lr * 2 * gamma * gmax * np.exp(steps * lr) if kind == "sgd"
+           else steps * lr * 4 * gamma * np.exp(steps * lr))
     worst = max(float(np.max(np.abs(got[0][n] - want[n]))) for n in want)
     moved = max(float(np.max(np.abs(want[n] - params[n]))) for n in want)
     assert moved > 100 * tol  # the steps did move the parameters
@@ -194,3 +205,32 @@ def check_own_shards(package: Path, outs: list[Path]) -> None:
             assert got <= buckets[kind], (kind, got, buckets[kind])
             for whole, n, mine, n_mine in calls:
                 assert n == ranks * n_mine and mine - whole == 4 * r * n_mine, (r, kind)
+
+
+def check_evaluation(outs: list[Path], x: np.ndarray, labels: np.ndarray) -> None:
+    """Each rank's evaluate() of its rows of the first batch (dp_worker) equals PyTorch's
+    forward of the MLP with that rank's trained parameters: the plan's evaluation schedule,
+    from the same build, on every rank."""
+    import torch
+
+    ranks = len(outs)
+    shard = x.shape[1] // ranks
+    eps = float(np.finfo(np.float32).eps)
+    for r, out in enumerate(outs):
+        got = json.loads(Path(f"{out}.json").read_text())["evaluate"]
+        assert got is not None, "the data-parallel plan carries no evaluation"
+        params = {k: torch.tensor(v, dtype=torch.float64) for k, v in np.load(out).items()}
+        layers = sorted({n.rsplit("/", 1)[0] for n in params
+                         if n.endswith("/weight") and n.startswith("fc")},
+                        key=lambda s: int(s[2:]))
+        h = torch.tensor(x[0, r * shard:(r + 1) * shard], dtype=torch.float64)
+        for k, layer in enumerate(layers):
+            h = h @ params[f"{layer}/weight"] + params[f"{layer}/bias"]
+            if k < len(layers) - 1:
+                h = torch.relu(h)
+        loss = torch.nn.functional.cross_entropy(
+            h, torch.from_numpy(labels[0, r * shard:(r + 1) * shard]))
+        # float32 sums of at most 16 products per logit, relative to their magnitude
+        tol = 2 * 16 * eps * (1 + float(h.abs().max()))
+        np.testing.assert_allclose(np.asarray(got["logits"]), h.numpy(), rtol=0, atol=tol)
+        assert abs(float(np.asarray(got["loss"])) - float(loss)) <= tol

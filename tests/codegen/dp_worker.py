@@ -7,10 +7,11 @@ DATA.npz, steps its shard of every global batch there (rows rank*B .. (rank+1)*B
 writes its parameters to OUT.npz and the CPUs each of its threads may run on (the OS's
 affinity, /proc/self/task), the address and length of every bucket the all-reduce summed, the
 (bucket, shard) addresses and lengths of every reduce-scatter and all-gather, and the
-executor's stats() to OUT.npz.json. A UserError (or a failed step) is printed
-on one line prefixed `rank R error:` and exits 3. PACKAGE_DIR and OUT.npz may each be a list
-(os.pathsep between): the packages run one after the other in the one process group, each
-from the same initial parameters, each writing its own OUT. With `die_after` k it exits
+executor's stats() and its evaluate() of its rows of the first batch to OUT.npz.json. A
+UserError (or a failed step) is printed on one line prefixed `rank R error:` and exits 3.
+PACKAGE_DIR and OUT.npz may each be a list (os.pathsep between): the packages run one after
+the other in the one process group, each from the same initial parameters, each writing its
+own OUT. With `die_after` k it exits
 abruptly after k steps (a killed rank). DP_GROUP=new passes a new group of every rank as
 `process_group`. DP_END=in-flight ends the script with a step in flight (started, not
 waited for) and without destroying the process group.
@@ -90,9 +91,16 @@ def main(package: str, data_path: str, out_path: str, die_after: int = -1) -> in
             calls.clear()
         ex = _train(load(pkg), data, rank, world, die_after, UserError)
         np.savez(out, **ex.params())
+        # the plan's evaluation from the same build, on this rank's rows of the first batch
+        rows = slice(rank * (data["x"].shape[1] // world), (rank + 1) * (data["x"].shape[1]
+                                                                        // world))
+        evaluated = {k: np.asarray(v).tolist() for k, v in ex.evaluate(
+            {"x": data["x"][0, rows], "labels": data["labels"][0, rows]}).items()} \
+            if ex.has_evaluation else None
         with open(out + ".json", "w") as f:
             json.dump({"threads": thread_cpus(), "summed": summed[-8:], "stats": ex.stats(),
-                       "sharded": {k: v[-8:] for k, v in sharded.items()}}, f, default=str)
+                       "sharded": {k: v[-8:] for k, v in sharded.items()},
+                       "evaluate": evaluated}, f, default=str)
     if os.environ.get("DP_END") == "in-flight":
         # a script that ends with a step still in flight and its group never destroyed
         rows = slice(0, data["x"].shape[1] // world)

@@ -12,10 +12,13 @@ from codegen.backends import RUNTIMES
 from planner.graph import GraphBuilder, check_graph
 from planner.ops import get_op
 from tests.codegen.helpers import build_module
+from tests.codegen.pointwise_cases import derive as derive_table_inputs
+from tests.codegen.pointwise_cases import table_cases
 
 # Input kinds: N normal, P positive (variances, counts), U in (0, 1), ("ids", bound), B bool.
 N, P, U, B = "normal", "positive", "unit", "bool"
 W = "wide"  # uniform in (-12, 12): Gelu's tails, where 1 + erf(x / sqrt 2) underflows
+S, G = "sym", "gt1"  # uniform in (-0.9, 0.9) (asin, atanh) and in (1.1, 3) (acosh)
 
 
 def ids(bound):
@@ -73,7 +76,13 @@ CASES: dict[str, list[tuple]] = {
     # tests/codegen/mixed_cases.py
     "Cast": [([((3, 8), N)], {"to": "float32"}),
              # PyTorch's promotion of an int or bool tensor meeting a float one
-             ([((3, 8), ids(1 << 40))], {"to": "float32"}), ([((2, 5), B)], {"to": "float32"})],
+             ([((3, 8), ids(1 << 40))], {"to": "float32"}), ([((2, 5), B)], {"to": "float32"}),
+             # torch's .to() between float32, int64, int32 and bool (float truncates)
+             ([((3, 8), N)], {"to": "int64"}), ([((3, 8), N)], {"to": "int32"}),
+             ([((3, 8), N)], {"to": "bool"}), ([((3, 8), ids(3))], {"to": "bool"}),
+             ([((3, 8), ids(1 << 40))], {"to": "int32"}), ([((2, 5), B)], {"to": "int64"}),
+             ([((3, 8), ("ids32", 7))], {"to": "float32"}),
+             ([((3, 8), ("ids32", 7))], {"to": "int64"})],
     "Softmax": [([((3, 8), N)], {}), ([((2, 5, 3), N)], {"axis": 1})],
     "SoftmaxGrad": [([((3, 8), N), ((3, 8), U)], {})],
     # (2, 2, 5, 4): more keys than queries (row 4 reads all 4); (3, 8): no mask
@@ -239,6 +248,27 @@ CASES: dict[str, list[tuple]] = {
                                 ([((), N), ((2, 5, 3, 4), N), ((2, 3, 4), ids(5))],
                                  {"ignore_index": 2, "label_smoothing": 0.1}),
                                 ([((), N), ((3, 4, 5), N), ((3, 4), ids(5))], {"axis": 2})],
+    "NLLLoss": [([((4, 5), N), ((4,), ids(5))], {}),
+                ([((4, 5), N), ((4,), ids(5)), ((5,), P)],
+                 {"reduction": "none", "ignore_index": 1, "label_smoothing": 0.2}),
+                ([((2, 5, 3, 4), N), ((2, 3, 4), ids(5)), ((5,), P)],
+                 {"reduction": "mean", "ignore_index": 2, "label_smoothing": 0.1}),
+                ([((3, 4, 5), N), ((3, 4), ids(5))], {"axis": 2, "reduction": "sum"})],
+    "NLLLossGrad": [([((), N), ((4, 5), N), ((4,), ids(5))], {}),
+                    ([((4,), N), ((4, 5), N), ((4,), ids(5)), ((5,), P)],
+                     {"reduction": "none", "ignore_index": 1, "label_smoothing": 0.2}),
+                    ([((), N), ((2, 5, 3, 4), N), ((2, 3, 4), ids(5)), ((5,), P)],
+                     {"reduction": "mean", "ignore_index": 2, "label_smoothing": 0.1}),
+                    ([((), N), ((3, 4, 5), N), ((3, 4), ids(5))],
+                     {"axis": 2, "reduction": "sum"})],
+    # The random ops draw from (seed, step): the executor's draws are the reference's.
+    "RandomUniform": [([], {"shape": [3, 5], "seed": 3, "low": -2.0, "high": 5.0}),
+                      ([((), ids(50))], {"shape": [40], "seed": 9})],
+    "RandomNormal": [([((), ids(50))], {"shape": [6, 7], "seed": 4, "mean": 1.0, "std": 3.0})],
+    "Bernoulli": [([((4, 5), U), ((), ids(50))], {"seed": 2}),
+                  ([], {"shape": [8, 1], "seed": 1, "p": 0.3})],
+    "RandomInt": [([((), ids(50))], {"shape": [30], "seed": 5, "low": -3, "high": 10})],
+    "RandomPerm": [([((), ids(50))], {"n": 17, "seed": 6})],
     "GroupNorm": [([((2, 6, 3, 4), N), ((6,), N), ((6,), N)], {"groups": 3}),
                   ([((2, 4, 5), N), ((4,), N), ((4,), N)], {"groups": 4, "epsilon": 1e-3})],
     "GroupNormGrad": [([((2, 6, 3, 4), N), ((2, 6, 3, 4), N), ((6,), N), ((2, 3), N),
@@ -316,6 +346,8 @@ CASES: dict[str, list[tuple]] = {
 POISON = (np.nan, np.inf, -np.inf)
 
 # Inputs not poisoned, and why:
+CASES.update(table_cases())  # the pointwise table's rows (tests/codegen/pointwise_cases.py)
+
 UNPOISONED = {
     # The reference multiplies the zero padding by every weight (dy), so a NaN or inf there
     # reaches border outputs that a convolution skipping the padding (oneDNN, PyTorch) never
@@ -347,7 +379,7 @@ def _derived(op, attrs, xs):
         opdef = get_op("LRN")
         with np.errstate(all="ignore"):
             xs[2] = opdef.reference([xs[1]], opdef.normalize_attrs(attrs))[0]
-    return xs
+    return derive_table_inputs(op, xs)
 
 
 def _value(shape, kind, rng):
@@ -359,10 +391,16 @@ def _value(shape, kind, rng):
         return rng.uniform(0.05, 0.95, shape).astype(np.float32)
     if kind == W:
         return rng.uniform(-12.0, 12.0, shape).astype(np.float32)
+    if kind == S:
+        return rng.uniform(-0.9, 0.9, shape).astype(np.float32)
+    if kind == G:
+        return rng.uniform(1.1, 3.0, shape).astype(np.float32)
     if kind == B:
         return rng.integers(0, 2, shape).astype(bool)
     if kind[0] == "const":
         return np.full(shape, kind[1], np.float32)
+    if kind[0] == "ids32":
+        return rng.integers(-kind[1], kind[1], shape).astype(np.int32)
     if kind[0] == "count":
         return np.full(shape, kind[1], np.int64)
     return rng.integers(0, kind[1], shape).astype(np.int64)

@@ -45,7 +45,9 @@ from tests.codegen.dp_harness import (  # noqa: E402 - needs torch.distributed
     RANKS,
     ROOT,
     SHARD,
+    STEPS,
     build_package,
+    check_evaluation,
     check_numbers,
     check_own_shards,
     free_port,
@@ -75,6 +77,7 @@ def test_ranks_match_one_process_on_the_global_batch(packages, tmp_path, kind, r
     runs = launch_ranks([package] * ranks, data, outs, group="new" if kind == "adam" else "")
     check_numbers(kind, ranks, runs, outs, params, x, labels)
     _check_summed_in_place(package, outs)
+    check_evaluation(outs, x, labels)
 
 
 def test_clipping_takes_the_norm_of_the_averaged_gradients(tmp_path):
@@ -246,6 +249,7 @@ def test_sharded_optimizer_ranks_match_one_process_on_the_global_batch(tmp_path,
     for kind, package in zip(kinds, packages, strict=True):
         check_numbers(kind, ranks, runs, outs[kind], params, x, labels)
         check_own_shards(package, outs[kind])
+        check_evaluation(outs[kind], x, labels)
     m = [dict(np.load(o))["shard/0/m"] for o in outs["adam"]]
     assert all(not np.array_equal(m[0], other) for other in m[1:])
 
@@ -321,3 +325,23 @@ def test_bf16_mixed_ranks_match_one_process_on_the_global_batch(tmp_path):
     # is off by about as much as the steps moved.
     assert moved > 2 * tol, (moved, tol, worst)
     assert worst <= tol, (worst, tol)
+
+
+@pytest.mark.parametrize("kind", ["sgd", "adam"])
+def test_accumulating_ranks_match_one_process_on_the_global_batch(tmp_path, kind):
+    # 2 ranks x 2 micro-batches of 8 rows: each optimizer step equals PyTorch's on 32 rows.
+    # The all-reduce reads the gradient sums once per optimizer step (no_sync() in DDP): a
+    # plan reducing every micro-batch's gradient, or none, moves the parameters elsewhere.
+    package = build_package(kind, tmp_path, accumulate=2)
+    step = json.loads((package / "plan.json").read_text())
+    reduced = {t for n in step["graph"]["nodes"] if n["op"] == "AllReduce" for t in n["inputs"]}
+    assert reduced and all(t.endswith("/grad_sum") for t in reduced)
+    data, params, x, labels = write_data(tmp_path)
+    outs = [tmp_path / f"acc{r}.npz" for r in range(RANKS)]
+    runs = launch_ranks([package] * RANKS, data, outs)
+    check_numbers(kind, RANKS, runs, outs, params, x, labels, accumulate=2)
+    for out in outs:  # one all-reduce call per optimizer step, none on the other micro-batches
+        stats = json.loads(Path(f"{out}.json").read_text())["stats"]
+        calls = {o["name"]: o["calls"] for o in stats["ops"]}
+        assert {calls[n["name"]] for n in step["graph"]["nodes"]
+                if n["op"] == "AllReduce"} == {STEPS // 2}

@@ -88,10 +88,10 @@ def test_every_schedule_pinned_gives_the_reference_results(built):
         assert_like_reference(graph, ex, losses[-1], state, feeds, 2)
 
 
-def test_a_narrowed_affinity_mask_moves_the_step_to_a_one_core_variant(built):
+def test_a_narrowed_affinity_mask_moves_an_adaptive_step_to_a_one_core_variant(built):
     graph, _, module = built
     state, feeds = start_state(graph), random_feeds(graph, seed=4)
-    ex = module.Executor()
+    ex = module.Executor(adaptive=True)
     ex.load_params(state)
     ex.step(feeds)
     assert ex.stats()["schedule"]["running"] == "main"
@@ -112,6 +112,8 @@ def test_a_narrowed_affinity_mask_moves_the_step_to_a_one_core_variant(built):
 def test_an_unknown_schedule_name_is_refused_naming_the_known_ones(built):
     _, _, module = built
     ex = module.Executor()
+    # By default the main schedule is held (reproducible bits); None lets the rule choose.
+    assert ex.stats()["schedule"]["pinned"] and "same bits" in ex.stats()["schedule"]["reason"]
     with pytest.raises(ValueError, match="no schedule named 'fast'.*main, cores-"):
         ex.set_variant("fast")
     ex.set_variant(None)

@@ -1,7 +1,8 @@
 """planner.torch's trainer priced by measurement: `costs="in-step"` profiles the step's ops on
 this machine before planning (codegen.profiling.profile_in_step), keeps the table as
 costs.json in out_dir, and trains as PyTorch does; a table of another target, or a value that
-names no table, is refused in one line."""
+names no table, is refused in one line. By default (no `costs`) the plan is priced by times
+measured on this host and kept: a second module with the same kernels measures none again."""
 
 from __future__ import annotations
 
@@ -59,10 +60,57 @@ def test_a_table_of_another_target_or_no_table_is_refused(tmp_path):
         trainer(small_cnn(), (x,), loss=torch.nn.functional.cross_entropy, labels=y,
                 out_dir=tmp_path, costs=other)
     for value, kind in ((42, "int"), (torch.zeros(2), "Tensor")):
-        with pytest.raises(UserError, match=f"costs: a cost table, its path or 'in-step', "
-                                            f"not {kind}"):
+        with pytest.raises(UserError, match=f"costs: 'measured', 'analytical', 'in-step', a "
+                                            f"cost table or its path, not {kind}"):
             trainer(small_cnn(), (x,), loss=torch.nn.functional.cross_entropy, labels=y,
                     out_dir=tmp_path, costs=value)
     with pytest.raises(UserError, match="no-such.json"):
         trainer(small_cnn(), (x,), loss=torch.nn.functional.cross_entropy, labels=y,
                 out_dir=tmp_path, costs=tmp_path / "no-such.json")
+
+
+class SameKernels(torch.nn.Module):
+    """small_cnn's layers in a module of its own: another module, the same kernels."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(3)
+        self.body = small_cnn()
+
+    def forward(self, x):
+        return self.body(x)
+
+
+def test_the_default_measures_once_per_host_and_the_next_module_reuses_it(tmp_path,
+                                                                          monkeypatch):
+    import codegen.profiling as profiling
+
+    monkeypatch.delenv("PLANNER_COSTS", raising=False)
+    monkeypatch.setattr("planner.costs.host_costs.cache_root", lambda: tmp_path / "cache")
+    measured: list[int] = []
+    real = profiling.measure_signatures
+
+    def counting(signatures, target, progress=None):
+        measured.append(len(signatures))
+        return real(signatures, target, progress, steps=2)
+
+    monkeypatch.setattr(profiling, "measure_signatures", counting)
+    x, y = batches(1)[0]
+    first = trainer(small_cnn(), (x,), loss=torch.nn.functional.cross_entropy, labels=y,
+                    lr=LR["sgd"], out_dir=tmp_path / "first")
+    assert len(measured) == 1 and measured[0] > 0
+    # The step and its evaluation (BatchNorm on running statistics) priced by measurements;
+    # a view's kernel takes no time: the model prices it.
+    for p in (first.plan, first.plan.evaluation.plan):
+        assert p.summary.measured_signatures
+        assert all(k.startswith(("Flatten", "Reshape")) for k in p.summary.modelled_signatures)
+    second = trainer(SameKernels(), (x,), loss=torch.nn.functional.cross_entropy, labels=y,
+                     lr=LR["sgd"], out_dir=tmp_path / "second")
+    assert measured == measured[:1]  # nothing measured again
+    assert second.plan.summary.measured_signatures == first.plan.summary.measured_signatures
+    assert second.plan.summary.step_seconds == first.plan.summary.step_seconds
+    analytical = trainer(SameKernels(), (x,), loss=torch.nn.functional.cross_entropy,
+                         labels=y, lr=LR["sgd"], out_dir=tmp_path / "model",
+                         costs="analytical")
+    assert analytical.plan.summary.measured_signatures is None
+    assert analytical.plan.provenance.costs_sha256 == ""

@@ -202,11 +202,13 @@ def test_unsupported_op_is_one_line_naming_the_node():
                         r"test_torch_export\.py:\d+\)", str(e.value))
 
 
-def test_cross_entropy_ignore_index_inside_classes_is_refused():
+def test_cross_entropy_ignore_index_inside_classes_is_the_losss_own():
+    """(Its values and gradient against torch: tests/importers/test_torch_losses.py.)"""
     x, y = torch.randn(3, 4), torch.randint(0, 4, (3,))
-    with pytest.raises(TorchImportError, match="ignore_index 2 inside the class range"):
-        convert(export(nn.Linear(4, 4), (x,), lambda z, t: F.cross_entropy(z, t,
-                                                                            ignore_index=2), y))
+    graph = convert(export(nn.Linear(4, 4), (x,), lambda z, t: F.cross_entropy(
+        z, t, ignore_index=2), y)).graph
+    (loss,) = [n for n in graph.nodes if n.op == "SoftmaxCrossEntropy"]
+    assert loss.attrs["ignore_index"] == 2
 
 
 def test_planner_graph_reads_a_saved_program(tmp_path):

@@ -66,7 +66,7 @@ def test_cli_writes_the_same_bytes_twice(tmp_path, capsys):
     assert "budget curve" in capsys.readouterr().out
     assert cli.main([*args, "-o", b]) == 0
     assert open(a, "rb").read() == open(b, "rb").read()
-    assert open(svg).read().startswith("<svg")
+    assert "<svg" in open(svg).read()
     steps = [p["step_seconds"] for p in json.load(open(a))["points"]]
     assert steps == sorted(steps, reverse=True)
 

@@ -82,10 +82,10 @@ def test_the_all_reduces_overlap_the_rest_of_backward():
 
 
 def test_the_timeline_draws_the_comm_lane_as_a_row():
-    from planner.schedule.timeline import timeline_svg
+    from planner.plots import timeline_plot
 
-    svg = timeline_svg(_dp_plan(_lenet()).json_data)
-    assert ">comm</text>" in svg and "(AllReduce)</title>" in svg
+    svg = timeline_plot(_dp_plan(_lenet()).json_data, "svg").decode()
+    assert ">stream comm</text>" in svg and ">AllReduce</text>" in svg
 
 
 def test_verify_finds_an_update_not_ordered_after_its_all_reduce():

@@ -26,8 +26,7 @@ struct Io {
   static void feed(Executor& ex, int id, nb::handle value, bool copy) {
     Array a;
     if (!nb::try_cast(value, a))
-      throw nb::value_error((std::string("feed '") + ex.tensor(id).name + "' is not an array")
-                                .c_str());
+      throw not_an_array(value, std::string("feed '") + ex.tensor(id).name + "'");
     // A view of the executor's own memory (ex.params(copy=False)[...]) would be read after
     // an op wrote over it: copied in before the step instead.
     if (check(ex.tensor(id), a, "feed") && !copy &&
@@ -110,8 +109,7 @@ nb::dict evaluate(Executor& ex, nb::dict feeds) {
       throw nb::value_error(("'" + name + "' is not an input of the evaluation of plan '" +
                              ex.schedule().name + "'").c_str());
     Array a;
-    if (!nb::try_cast(value, a))
-      throw nb::value_error(("feed '" + name + "' is not an array").c_str());
+    if (!nb::try_cast(value, a)) throw not_an_array(value, "feed '" + name + "'");
     check(ev.tensor(id), a, "feed");
     given.emplace_back(id, a);
   }
@@ -147,11 +145,14 @@ NB_MODULE(planner_cpu_rt, m) {
         "The op names this runtime has kernels for (codegen's supported list must agree).");
   // Weakly referenceable: planner.runtime.distributed finishes a joined executor's step at exit.
   nb::class_<Executor> cls(m, "Executor", nb::is_weak_referenceable());
-  cls      .def(nb::init<const std::string&, bool, int, double>(), "schedule_path"_a,
+  cls      .def(nb::init<const std::string&, bool, int, double, bool>(), "schedule_path"_a,
            "concurrent"_a = true, "jitter_us"_a = 0, "watchdog_seconds"_a = 600.0,
+           "adaptive"_a = false,
            "Load a schedule. concurrent: run ops on the plan's lanes (False: one at a time in "
            "plan order); jitter_us: lanes sleep up to that long before each op (tests); a "
-           "step with no progress for watchdog_seconds raises, naming the ops not finished.");
+           "step with no progress for watchdog_seconds raises, naming the ops not finished; "
+           "adaptive: switch to the plan's variants for fewer cores by load (False, the "
+           "default: the main schedule always, so runs give the same bits).");
   planner::define_executor<Executor, planner::Io>(cls);
   planner::define_collective(cls, nb::device::cpu::value, [](const Executor&) { return 0; });
   cls.def("evaluate", &planner::evaluate, "feeds"_a,
@@ -190,7 +191,8 @@ NB_MODULE(planner_cpu_rt, m) {
       },
       "name"_a.none(),
       "Run the named schedule ('main' or a variant from variants()) from the next step on; "
-      "None: choose by the cores granted and the step times measured (the default).");
+      "None: choose by the cores granted and the step times measured (adaptive=True's rule; "
+      "results then depend on the load).");
   cls.def(
       "variants",
       [](const Executor& ex) {

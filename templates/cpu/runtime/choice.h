@@ -18,7 +18,9 @@
 //    schedule when the machine quietens; at once when the running schedule itself has become
 //    faster than it ran when it was chosen by kSlow (and kNoise): the others' times, measured
 //    under the contention that has gone, are stale.
-// A user may pin one (pin(i)); pin(-1) returns to the rule.
+// A user may pin one (pin(i)); pin(-1) returns to the rule. The executor pins the main
+// schedule unless built adaptive (executor.h): a variant runs other thread counts, so its
+// reductions round in another order, and results would depend on the machine's load.
 #pragma once
 #include <algorithm>
 #include <cstdint>
@@ -120,9 +122,9 @@ class ScheduleChoice {
   }
 
   // Run option i from now on (-1: back to the rule).
-  void pin(int i) {
+  void pin(int i, std::string why = "pinned by set_variant") {
     pinned_ = i;
-    if (i >= 0) switch_to(i, "pinned by set_variant");
+    if (i >= 0) switch_to(i, std::move(why));
     else reason_ = "chosen by the rule again (set_variant(None))";
   }
   int current() const { return current_; }

@@ -13,7 +13,7 @@
 namespace planner {
 
 Executor::Executor(const std::string& schedule_path, bool concurrent, int jitter_us,
-                   double watchdog_seconds)
+                   double watchdog_seconds, bool adaptive)
     : ExecutorCore(schedule_path, CPU),
       engine_(dnnl::engine::kind::cpu, 0),
       stream_(engine_),
@@ -71,6 +71,9 @@ Executor::Executor(const std::string& schedule_path, bool concurrent, int jitter
   for (int k = 0; k < s.num_ops; ++k)
     scratch_[k] = scratch_area(s.ops[k], *kernels_[k], &overflow_[k]);
   for (int v = 0; v < s.num_variants; ++v) variants_.push_back(nullptr);
+  if (!adaptive)
+    choice_.pin(0, "the main schedule whatever the load: the same bits every run "
+                   "(adaptive=True, or set_variant(None), switches by load)");
 }
 
 char* Executor::scratch_area(const OpSpec& op, const Kernel& kernel,

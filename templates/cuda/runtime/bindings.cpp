@@ -52,8 +52,7 @@ struct Io {
     }
     Array a;
     if (!nb::try_cast(value, a))
-      throw nb::value_error((std::string("feed '") + t.name + "' is not a host or CUDA array")
-                                .c_str());
+      throw not_an_array(value, std::string("feed '") + t.name + "'", "a host or CUDA array");
     std::vector<char> staging;
     const void* bytes = host_bytes(t, a, check(t, a, "feed"), &staging);
     // The copy waits for the step before (a step ends with no host wait): not with the GIL.
@@ -132,7 +131,7 @@ nb::dict evaluate(CudaExecutor& ex, nb::dict feeds) {
                              ex.schedule().name + "'").c_str());
     Array a;
     if (!nb::try_cast(value, a))
-      throw nb::value_error(("feed '" + name + "' is not a host array").c_str());
+      throw not_an_array(value, "feed '" + name + "'", "a host array");
     check(ev->tensor(id), a, "feed");
     given.emplace_back(id, a);
   }

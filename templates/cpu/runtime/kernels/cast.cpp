@@ -1,24 +1,33 @@
 // Cast: one oneDNN reorder between two plain layouts of different data types (float32 <->
 // bfloat16 / float16), rounding to nearest even as the numpy reference (ml_dtypes) does.
-// oneDNN's reorders convert these types on every x86-64 CPU, AVX2 ones included. An int64 or
-// bool tensor to float32 (PyTorch's type promotion: an int tensor added to a float one) is a
-// plain loop, as oneDNN has no 64-bit integers; int64 rounds to the nearest float32, as numpy.
+// oneDNN's reorders convert these types on every x86-64 CPU, AVX2 ones included. Between
+// float32, int64, int32 and bool (comparisons' masks, integer ids, PyTorch's .to()) a plain
+// loop, as numpy's astype: an integer rounds to the nearest float32, a float truncates toward
+// zero, anything is true where non-zero (NaN too), a bool is 0 or 1. (oneDNN has no 64-bit
+// integers, and its reorder to int32 rounds rather than truncates.) A low float to or from an
+// integer or bool goes through float32 in two Casts (the torch front end emits them).
+#include <type_traits>
+
 #include "../dnnl_kernel.h"
 #include "../loops.h"
+#include "plain_dtypes.h"
 
 namespace planner {
 namespace {
 
-template <class T>
-class ToFloat : public Kernel {
+template <class In, class Out>
+class Convert : public Kernel {
  public:
-  explicit ToFloat(const Node& n) : x_(n.in[0].id), y_(n.out[0].id), size_(n.out[0].size()) {}
+  explicit Convert(const Node& n) : x_(n.in[0].id), y_(n.out[0].id), size_(n.out[0].size()) {}
   void run(const Run& r) override {
-    const T* x = r.at<T>(x_);
-    float* y = r.at<float>(y_);
+    const In* x = r.at<In>(x_);
+    Out* y = r.at<Out>(y_);
     const int64_t size = size_;
-#pragma omp parallel for
-    for (int64_t i = 0; i < size; ++i) y[i] = static_cast<float>(x[i]);
+#pragma omp parallel for simd if(size >= kGrain)
+    for (int64_t i = 0; i < size; ++i) {
+      if constexpr (std::is_same_v<Out, bool>) y[i] = x[i] != In{0};
+      else y[i] = static_cast<Out>(x[i]);
+    }
   }
 
  private:
@@ -28,8 +37,14 @@ class ToFloat : public Kernel {
 
 KernelPtr cast(const Node& n) {
   const TensorRef &x = n.in[0], &y = n.out[0];
-  if (y.dtype == F32 && x.dtype == I64) return std::make_unique<ToFloat<int64_t>>(n);
-  if (y.dtype == F32 && x.dtype == BOOL) return std::make_unique<ToFloat<bool>>(n);
+  if (x.dtype == y.dtype) return std::make_unique<Copy>(x.id, y.id, y.size() * dtype_bytes(y.dtype));
+  KernelPtr plain;
+  with_plain_dtype(x.dtype, [&](auto in) {
+    with_plain_dtype(y.dtype, [&](auto out) {
+      plain = std::make_unique<Convert<decltype(in), decltype(out)>>(n);
+    });
+  });
+  if (plain) return plain;
   auto pd = dnnl::reorder::primitive_desc(n.engine, plain_md(x.shape, x.dtype), n.engine,
                                           plain_md(y.shape, y.dtype), user_scratchpad());
   auto k = std::make_unique<DnnlKernel>();

@@ -15,18 +15,10 @@
 #include <cmath>
 
 #include "../loops.h"
+#include "random.h"  // the generator the random ops share: Dropout's mask is its rank-0 stream
 
 namespace planner {
 namespace {
-
-constexpr uint64_t kGoldenGamma = 0x9E3779B97F4A7C15ull;
-
-inline uint64_t splitmix64(uint64_t state) {
-  uint64_t z = state + kGoldenGamma;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
 
 class Dropout : public Kernel {
  public:
@@ -44,11 +36,11 @@ class Dropout : public Kernel {
     const float scale = static_cast<float>(1.0 - rate_);
     const uint64_t keep_from = static_cast<uint64_t>(std::ceil(rate_ * 0x1.0p53));
     const uint64_t step = step_ >= 0 ? static_cast<uint64_t>(*r.at<int64_t>(step_)) : 0;
-    const uint64_t base = (seed_ + (step << 32)) * kGoldenGamma;
+    const uint64_t base = rng_base(seed_, step, 0);
     const int64_t size = size_;
 #pragma omp parallel for if(size >= kGrain)
     for (int64_t i = 0; i < size; ++i) {
-      const uint64_t u = splitmix64(base + static_cast<uint64_t>(i));
+      const uint64_t u = rng_mix(base + static_cast<uint64_t>(i));
       const float keep = (u >> 11) >= keep_from ? 1.f : 0.f;
       y[i] = x[i] * keep / scale;
     }

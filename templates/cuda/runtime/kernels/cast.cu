@@ -3,11 +3,15 @@
 // reference's ml_dtypes / numpy; the low types to float32 widen exactly; a cast to the same
 // type is a copy. Two elements per thread (float2, nv_bfloat162, half2 loads and stores) when
 // the count is even and both addresses are aligned for them, checked each step; else one.
+// Between float32, int64, int32 and bool (masks, ids, PyTorch's .to()), one element per
+// thread as numpy's astype: a float truncates toward zero, non-zero is true, a bool is 0 or 1.
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "../kernel.h"
 #include "../low_float.cuh"
+#include "plain_dtypes.h"
 
 namespace planner {
 namespace {
@@ -40,6 +44,15 @@ __global__ void cast_two(const In* __restrict__ x, Out* __restrict__ y, int64_t 
   }
 }
 
+template <class In, class Out>
+__global__ void cast_plain(const In* __restrict__ x, Out* __restrict__ y, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    if constexpr (std::is_same_v<Out, bool>) y[i] = x[i] != In{0};
+    else y[i] = static_cast<Out>(x[i]);
+  }
+}
+
 bool aligned(const void* p, size_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
 
 class Cast : public Kernel {
@@ -54,9 +67,15 @@ class Cast : public Kernel {
       copy_ = std::make_unique<Copy>(x_, y_, n_ * dtype_bytes(to));
       return;
     }
+    with_plain_dtype(from, [&](auto in) {
+      with_plain_dtype(to, [&](auto out) {
+        one_ = reinterpret_cast<const void*>(&cast_plain<decltype(in), decltype(out)>);
+      });
+    });
+    if (one_) return;  // no paired form
     if ((from != F32 && !is_low_float(from)) || (to != F32 && !is_low_float(to)))
       throw std::runtime_error("Cast: the CUDA kernel converts between float32, bfloat16 and "
-                               "float16 only");
+                               "float16, and between float32, int64, int32 and bool");
     align_ = 2 * static_cast<size_t>(std::max(dtype_bytes(from), dtype_bytes(to)));
     with_float(from, [&](auto in) {
       with_float(to, [&](auto out) {
@@ -73,7 +92,7 @@ class Cast : public Kernel {
     if (n_ == 0) return;
     const void* x = r.ptr[x_];
     void* y = r.ptr[y_];
-    const bool pairs = n_ % 2 == 0 && aligned(x, align_) && aligned(y, align_);
+    const bool pairs = two_ && n_ % 2 == 0 && aligned(x, align_) && aligned(y, align_);
     int64_t count = pairs ? n_ / 2 : n_;
     void* args[] = {&x, &y, &count};
     PLANNER_CUDA(cudaLaunchKernel(pairs ? two_ : one_, dim3(blocks_for(count, threads_)),

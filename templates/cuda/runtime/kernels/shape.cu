@@ -411,6 +411,7 @@ KernelPtr concat(const Node& n) {
 PLANNER_REGISTER_KERNELS(shape) {
   r["Reshape"] = reshape;
   r["Flatten"] = reshape;
+  r["StopGradient"] = reshape;  // a view: the same bytes, no gradient (planner/ops/shape.py)
   r["Transpose"] = transpose;
   r["Expand"] = expand;
   r["Slice"] = slice;

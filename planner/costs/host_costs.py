@@ -1,0 +1,222 @@
+"""Measured costs kept per host: every kernel measured on this machine once, for every later plan.
+
+A plan of the machine it runs on (`--target host`, `planner.torch.trainer`) is priced by
+measured times by default. They are kept in the cache folder ($PLANNER_CACHE, default
+~/.cache/planner) under `costs/<host>.json`, keyed by signature (op, input shapes and dtypes,
+attrs: the layout among them; the thread count and placement are the samples'), where <host>
+is a digest of the detected target (CPU model, logical CPUs, measured peaks) and the planner's
+version (its kernels). A plan asks for its graph's signatures (`profiled_signatures` of the
+graph as its step runs, and of its evaluation: planner.pipeline.priced_graphs); only those the
+store lacks are measured (by
+the `Measure` the caller passes in: codegen.profiling.measure_signatures, in batches, with a
+progress line), and the store keeps them for the next plan. A kernel's time does not depend on
+the graph it was measured in, so one graph's measurements price another's: what differs from
+measuring the module's own step (`costs="in-step"`) is where an op's operands were last
+touched (here: fed to the batch's step, not written by a producer on other cores).
+
+The load is kept with each signature: the other processes' share of the machine while it was
+measured (the 1-minute load average less this process's one runnable thread, per logical CPU).
+A measurement taken on a busy machine (`BUSY`) is not the cached truth for long: when a later
+plan finds the machine quiet, it measures those signatures again, and a quiet measurement
+replaces a busy one. Repeated measurements under the same conditions keep the best (fastest)
+time of each sample: noise only ever slows a kernel.
+
+The plan is priced by the store's entries for its signatures only, so it depends on what was
+measured for it, not on what else the store holds.
+
+Example (a store, a quiet measurement of one signature, then a busy one of the same):
+    >>> from planner.costs.records import CostEntry, CpuSample
+    >>> sig = OpSignature(op="Relu", shapes=((64,),), dtypes=("float32",))
+    >>> def table(seconds):
+    ...     return CostTable(target="host", entries=(CostEntry(signature=sig, cpu=(
+    ...         CpuSample(threads=1, affinity="compact", seconds=seconds),)),))
+    >>> kept = HostCosts(table=CostTable(target="host"))
+    >>> [s.key for s in kept.to_measure([sig], load=0.0)] == [sig.key]
+    True
+    >>> kept = kept.keep(table(2e-6), load=0.0)
+    >>> kept.to_measure([sig], load=0.0)
+    []
+    >>> kept.keep(table(1e-6), load=0.9).table.entries[0].cpu[0].seconds  # busy: not kept
+    2e-06
+    >>> kept.keep(table(1e-6), load=0.0).table.entries[0].cpu[0].seconds  # best of repeats
+    1e-06
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TextIO
+
+from pydantic import Field, ValidationError
+
+from planner.costs.conv_layouts import profiled_signatures
+from planner.costs.records import CostEntry, CostTable, CpuSample
+from planner.costs.signature import OpSignature, unique_signatures
+from planner.files import atomic_write, cache_root, folder_lock
+from planner.graph.ir import Graph, canonical_json
+from planner.records import Record
+from planner.target.records import Target
+
+# Above this load (the other processes' runnable threads per logical CPU) a measurement is
+# taken on a busy machine: kept until the machine is quiet, then measured again.
+BUSY = 0.25
+
+# (signatures, target, progress) -> a cost table of them measured on this machine.
+Measure = Callable[[Sequence[OpSignature], Target, "TextIO | None"], CostTable]
+
+
+class HostCosts(Record):
+    """The measured costs kept for one host: a cost table, and per signature key the load it
+    was measured under (module docstring)."""
+
+    table: CostTable
+    loads: dict[str, float] = Field(default_factory=dict)
+    # Signatures measured that gave no time (a view's kernel does nothing): the model prices
+    # them, and they are not measured again.
+    timeless: tuple[str, ...] = ()
+
+    def to_measure(self, signatures: Sequence[OpSignature], load: float) -> list[OpSignature]:
+        """Of `signatures`, those to measure now: never measured, or measured on a busy
+        machine while this one (at `load`) is quiet."""
+        skip = set(self.timeless)
+        return [s for s in signatures if s.key not in skip and (
+            s not in self.table or (load <= BUSY and self.loads.get(s.key, 0.0) > BUSY))]
+
+    def keep(self, measured: CostTable, load: float,
+             asked: Sequence[OpSignature] = ()) -> HostCosts:
+        """The store with `measured` (taken at `load`) kept: a new signature's entry as is; of a
+        signature measured before, a quiet measurement replaces a busy one, a busy one never
+        replaces a quiet one, and alike conditions keep each sample's best time. Of `asked`
+        (what was measured), those `measured` has no time for are kept as timeless."""
+        entries = dict(self.table.index)
+        loads = dict(self.loads)
+        timeless = set(self.timeless) | {s.key for s in asked
+                                         if s.key not in measured.index and s.key not in entries}
+        for key, new in measured.index.items():
+            old, was = entries.get(key), loads.get(key, 0.0)
+            if old is None or (was > BUSY >= load):
+                entries[key], loads[key] = new, load
+            elif (load > BUSY) == (was > BUSY):
+                entries[key], loads[key] = _best(old, new), min(was, load)
+        contention = measured.contention if measured.contention is not None \
+            else self.table.contention
+        slowdown = measured.corun_slowdown if measured.corun_slowdown is not None \
+            else self.table.corun_slowdown
+        table = CostTable(target=self.table.target, entries=tuple(entries.values()),
+                          provenance=self.table.provenance + measured.provenance,
+                          contention=contention, corun_slowdown=slowdown)
+        return HostCosts(table=table, loads=loads, timeless=tuple(sorted(timeless)))
+
+    def for_signatures(self, signatures: Sequence[OpSignature]) -> CostTable:
+        """The table of `signatures`' entries (what a plan of them is priced by)."""
+        keys = {s.key for s in signatures}
+        return CostTable(target=self.table.target,
+                         entries=tuple(e for e in self.table.entries if e.key in keys),
+                         contention=self.table.contention,
+                         corun_slowdown=self.table.corun_slowdown)
+
+
+def _best(old: CostEntry, new: CostEntry) -> CostEntry:
+    """Per (affinity, threads): the faster sample (its scratch figure the larger seen)."""
+    samples = {(s.affinity, s.threads): s for s in old.cpu}
+    for s in new.cpu:
+        k = (s.affinity, s.threads)
+        was = samples.get(k)
+        if was is None:
+            samples[k] = s
+            continue
+        fast = min(was, s, key=lambda x: x.seconds)
+        scratch = [x.scratch_bytes for x in (was, s) if x.scratch_bytes is not None]
+        samples[k] = CpuSample(threads=s.threads, affinity=s.affinity, seconds=fast.seconds,
+                               repeats=was.repeats + s.repeats,
+                               scratch_bytes=max(scratch) if scratch else None)
+    return old.model_copy(update={"cpu": tuple(samples.values())})
+
+
+def host_key(target: Target) -> str:
+    """Digest of what the kept times depend on: the detected target (less its notes and
+    provenance: the day it was detected) and the planner's version (its kernels)."""
+    from planner import __version__
+
+    data = target.model_dump(mode="json", exclude={"notes", "provenance"})
+    return hashlib.sha256(canonical_json({"target": data, "planner": __version__})
+                          .encode()).hexdigest()[:32]
+
+
+def store_path(target: Target) -> Path:
+    return cache_root() / "costs" / f"{host_key(target)}.json"
+
+
+def load_now() -> float:
+    """The other processes' runnable threads per logical CPU now (module docstring)."""
+    cpus = os.cpu_count() or 1
+    return round(max(0.0, os.getloadavg()[0] - 1.0) / cpus, 3)
+
+
+def read_store(target: Target) -> HostCosts:
+    """The host's kept costs; an empty store when there are none or the file is not one
+    (it is measured again and replaced)."""
+    path = store_path(target)
+    empty = HostCosts(table=CostTable(target=target.name))
+    with contextlib.suppress(OSError, ValueError, ValidationError):
+        if path.is_file():
+            kept = HostCosts.model_validate_json(path.read_text(encoding="utf-8"))
+            if kept.table.target == target.name:
+                return kept
+    return empty
+
+
+class HostPricing(Record):
+    """What `host_table` did: the plan's table, and which of its signatures were measured now,
+    which were kept from before."""
+
+    table: CostTable
+    measured: tuple[str, ...] = ()
+    kept: tuple[str, ...] = ()
+
+
+def host_table(graphs: Sequence[Graph], target: Target, measure: Measure,
+               progress: TextIO | None = None, load: float | None = None) -> HostPricing:
+    """The cost table a plan of `graphs` (the step's graph and its evaluation graph:
+    planner.pipeline.priced_graphs) on this host is priced by: their signatures' kept
+    measurements, those not kept (or kept from a busy machine, when it is quiet now) measured
+    by `measure` first and kept."""
+    if target.name != "host" or target.backend != "cpu":
+        from planner.errors import UserError
+
+        raise UserError(f"measured costs: target {target.name!r} is not this machine's CPUs "
+                        f"('host'); give a cost table measured there, or 'analytical'")
+    wanted = unique_signatures([s for g in graphs for s in profiled_signatures(g)])
+    path = store_path(target)
+    with folder_lock(path.parent / path.stem):  # two plans on one host take turns
+        store = read_store(target)
+        now = load_now() if load is None else load
+        missing = store.to_measure(wanted, now)
+        if missing:
+            store = store.keep(measure(missing, target, progress), now, missing)
+            atomic_write(path, canonical_json(store.model_dump(mode="json", exclude_none=True)))
+    fresh = {s.key for s in missing}
+    return HostPricing(table=store.for_signatures(wanted),
+                       measured=tuple(sorted(fresh)),
+                       kept=tuple(sorted(s.key for s in wanted if s.key not in fresh)))
+
+
+COST_SOURCES = ("measured", "analytical")
+
+
+def default_costs(target: Target) -> str:
+    """What prices a plan when nobody says: measured times on the machine the plan runs on
+    (the detected host's CPUs), the analytical model on any other target (a preset: not this
+    machine), or everywhere when $PLANNER_COSTS is "analytical" (a test suite that does not
+    care about costs says so once)."""
+    from planner.errors import UserError
+
+    env = os.environ.get("PLANNER_COSTS")
+    if env and env not in COST_SOURCES:
+        raise UserError(f"PLANNER_COSTS={env!r}: give one of {', '.join(COST_SOURCES)}")
+    here = target.name == "host" and target.backend == "cpu"
+    return "measured" if here and env != "analytical" else "analytical"

@@ -1,0 +1,106 @@
+// The kernel template of the pointwise table's ops (planner/ops/pointwise_table.py): one loop
+// for every row, instantiated with the row's functor, which codegen/pointwise_cpp.py renders
+// from the row's scalar formula into kernels/pointwise_table.cpp (generated, checked in).
+//
+// y = f(x0, x1, ...) with numpy broadcasting of the inputs to the output. Inputs of the
+// output's size are read at the output's index, in one flat loop the compiler vectorizes;
+// otherwise the output is walked row by row (its last axis), each input at its row's offset
+// with a step of 0 or 1 along the row (loops.h's Broadcast). Both loops run on the calling
+// thread below kGrain elements and split over the team above it, as map1 / map2 do.
+#pragma once
+#include <array>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <utility>
+
+#include "loops.h"
+
+namespace planner {
+
+template <class F, class Y, class... X>
+class PointwiseFamily : public Kernel {
+  static constexpr size_t kArity = sizeof...(X);
+
+ public:
+  explicit PointwiseFamily(const Node& n)
+      : f_(n), y_(n.out[0].id), size_(n.out[0].size()),
+        geometry_(n.out[0].shape, shapes_of(n.in)) {
+    for (size_t k = 0; k < kArity; ++k) {
+      ids_[k] = n.in[k].id;
+      flat_ = flat_ && n.in[k].size() == size_;
+    }
+  }
+  void run(const Run& r) override { run_with(r, std::index_sequence_for<X...>{}); }
+
+ private:
+  template <size_t... K>
+  void run_with(const Run& r, std::index_sequence<K...>) {
+    Y* y = r.at<Y>(y_);
+    const std::tuple<const X*...> xs{reinterpret_cast<const X*>(r.ptr[ids_[K]])...};
+    const F f = f_;  // a private copy: a member read through `this` would block vectorizing
+    const int64_t size = size_;
+    if (flat_) {
+#pragma omp parallel for simd firstprivate(f) if(size >= kGrain)
+      for (int64_t i = 0; i < size; ++i) y[i] = f(std::get<K>(xs)[i]...);
+      return;
+    }
+    const int64_t rows = geometry_.rows(), inner = geometry_.inner();
+    const std::array<int64_t, kArity> steps{geometry_.step(K)...};
+#pragma omp parallel for firstprivate(f) if(size >= kGrain)
+    for (int64_t row = 0; row < rows; ++row) {
+      const std::tuple<const X*...> at{std::get<K>(xs) + geometry_.offset(K, row)...};
+      Y* out = y + row * inner;
+      for (int64_t j = 0; j < inner; ++j) out[j] = f(std::get<K>(at)[j * steps[K]]...);
+    }
+  }
+
+  F f_;
+  int y_;
+  int64_t size_;
+  Broadcast geometry_;
+  std::array<int, kArity> ids_{};
+  bool flat_ = true;
+};
+
+// The kernel of `op` for the node's dtypes: `kinds` lists, per signature the op was generated
+// for ("ff_b": float32, float32 -> bool; numpy's type characters), its factory.
+struct PointwiseKind {
+  const char* sig;
+  KernelPtr (*make)(const Node&);
+};
+
+template <class F, class Y, class... X>
+KernelPtr make_pointwise(const Node& n) {
+  return std::make_unique<PointwiseFamily<F, Y, X...>>(n);
+}
+
+inline char pointwise_code(int dtype) {
+  switch (dtype) {
+    case F32: return 'f';
+    case F64: return 'd';
+    case I64: return 'l';
+    case I32: return 'i';
+    case BOOL: return '?';
+    case BF16: return 'E';
+    case F16: return 'e';
+  }
+  return '-';
+}
+
+template <size_t N>
+KernelPtr pick_pointwise(const Node& n, const char* op, const PointwiseKind (&kinds)[N]) {
+  std::string sig;
+  for (const TensorRef& t : n.in) sig += pointwise_code(t.dtype);
+  sig += '_';
+  for (const TensorRef& t : n.out) sig += pointwise_code(t.dtype);
+  for (const PointwiseKind& k : kinds)
+    if (sig == k.sig) return k.make(n);
+  std::string have;
+  for (const PointwiseKind& k : kinds) have += std::string(have.empty() ? "" : ", ") + k.sig;
+  throw std::runtime_error(std::string(op) + ": no CPU kernel for dtypes " + sig +
+                           " (it has " + have + ")");
+}
+
+}  // namespace planner

@@ -1,0 +1,145 @@
+"""Measured costs kept per host (planner.costs.host_costs): a plan of this machine is priced
+by measured times, each signature measured once (a later plan that shares kernels measures
+only its new ones), a busy machine's measurements replaced when it is quiet, the best of
+repeats kept, and the plan saying which of its signatures were measured."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+
+from planner.costs.conv_layouts import profiled_signatures
+from planner.costs.host_costs import BUSY, HostCosts, default_costs, host_table, read_store
+from planner.costs.records import CostEntry, CostTable, CpuSample
+from planner.costs.signature import OpSignature
+from planner.errors import UserError
+from planner.graph.autodiff import make_training_graph
+from planner.graph.optimizer import Optimizer
+from planner.pipeline import plan
+from planner.target import preset
+from planner.target.detect import detect
+from planner.zoo import build
+
+SIG = OpSignature(op="Relu", shapes=((256,),), dtypes=("float32",))
+
+
+def table(seconds: float, threads: int = 1) -> CostTable:
+    return CostTable(target="host", entries=(CostEntry(signature=SIG, cpu=(
+        CpuSample(threads=threads, affinity="compact", seconds=seconds),)),))
+
+
+def test_a_busy_measurement_is_measured_again_when_quiet_and_then_replaced():
+    busy = HostCosts(table=CostTable(target="host")).keep(table(5e-6), load=BUSY + 1)
+    assert busy.to_measure([SIG], load=BUSY + 1) == []       # still busy: kept as it is
+    assert busy.to_measure([SIG], load=0.0) == [SIG]          # quiet: measure it again
+    quiet = busy.keep(table(3e-6), load=0.0)
+    assert quiet.table.entries[0].cpu[0].seconds == 3e-6 and quiet.loads[SIG.key] == 0.0
+    assert quiet.to_measure([SIG], load=0.0) == []
+    # A slower quiet repeat keeps the best; another thread count joins the entry.
+    again = quiet.keep(table(4e-6), load=0.0).keep(table(2e-6, threads=2), load=0.0)
+    assert [(s.threads, s.seconds, s.repeats) for s in again.table.entries[0].cpu] == [
+        (1, 3e-6, 2), (2, 2e-6, 1)]
+
+
+def test_signatures_measured_without_a_time_are_not_measured_again():
+    other = OpSignature(op="Reshape", shapes=((4, 4),), dtypes=("float32",),
+                        attrs={"shape": [16]})
+    kept = HostCosts(table=CostTable(target="host")).keep(table(1e-6), 0.0, [SIG, other])
+    assert kept.timeless == (other.key,) and kept.to_measure([SIG, other], 0.0) == []
+
+
+def test_the_default_is_measured_on_the_host_only(monkeypatch):
+    monkeypatch.delenv("PLANNER_COSTS", raising=False)
+    assert default_costs(detect()) == "measured"
+    assert default_costs(preset("knl-7250")) == "analytical"
+    monkeypatch.setenv("PLANNER_COSTS", "analytical")
+    assert default_costs(detect()) == "analytical"
+    monkeypatch.setenv("PLANNER_COSTS", "fast")
+    with pytest.raises(UserError, match="PLANNER_COSTS='fast'"):
+        default_costs(detect())
+
+
+def test_measured_costs_of_a_preset_are_refused():
+    graph = make_training_graph(build("mlp", batch=2, hidden=[4], in_features=3, classes=2),
+                                Optimizer(kind="sgd"))
+    with pytest.raises(UserError, match="'knl-7250' is not this machine"):
+        host_table([graph], preset("knl-7250"), lambda *a: CostTable(target="knl-7250"))
+
+
+def mlp(classes: int):
+    return make_training_graph(build("mlp", batch=8, hidden=[16], in_features=8,
+                                     classes=classes), Optimizer(kind="sgd", lr=0.1))
+
+
+def test_a_second_graph_measures_only_the_kernels_the_first_did_not(tmp_path, monkeypatch):
+    from codegen.profiling import measure_signatures
+
+    # A store of its own (the built runtime stays where the suite's other tests keep it).
+    monkeypatch.setattr("planner.costs.host_costs.cache_root", lambda: tmp_path)
+    asked: list[list[str]] = []
+
+    def counting(signatures, target, progress=None):
+        asked.append([s.key for s in signatures])
+        return measure_signatures(signatures, target, progress, steps=2)
+
+    host = detect()
+    first, second = mlp(classes=4), mlp(classes=6)  # the same first layer, another head
+    a = host_table([first], host, counting, load=0.0)
+    keys_a = {s.key for s in profiled_signatures(first)}
+    assert set(asked[0]) == keys_a and set(a.measured) == keys_a and a.kept == ()
+    b = host_table([second], host, counting, load=0.0)
+    keys_b = {s.key for s in profiled_signatures(second)}
+    assert set(asked[1]) == keys_b - keys_a                  # the shared ones not again
+    assert keys_a & keys_b and set(b.kept) == keys_a & keys_b
+    assert host_table([second], host, counting, load=0.0).measured == ()
+    assert len(asked) == 2
+    # The plan is priced by every measured signature and says so.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        p = plan(second, host, b.table)
+    timeless = set(read_store(host).timeless)
+    assert set(p.summary.measured_signatures) == keys_b - timeless
+    assert set(p.summary.modelled_signatures) == keys_b & timeless
+    assert p.summary.analytical_signatures == len(p.summary.modelled_signatures)
+    # Without a table the plan records no lists: plans made before read as they did.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        plain = plan(second, host)
+    assert "measured_signatures" not in plain.to_json()
+
+
+def test_the_cli_plans_the_host_from_kept_costs_and_says_so(tmp_path, monkeypatch, capsys):
+    import planner.cli as cli
+
+    monkeypatch.delenv("PLANNER_COSTS", raising=False)
+    monkeypatch.setattr("planner.costs.host_costs.cache_root", lambda: tmp_path)
+    spec = "zoo:mlp?batch=4&hidden=8&in_features=4&classes=3"
+    a, b = str(tmp_path / "a.json"), str(tmp_path / "b.json")
+    assert cli.main(["plan", spec, "--train", "sgd", "--target", "host", "-o", a]) == 0
+    first = capsys.readouterr()
+    assert "measuring costs on this host: signatures 1-" in first.err
+    assert cli.main(["plan", spec, "--train", "sgd", "--target", "host", "-o", b]) == 0
+    second = capsys.readouterr()
+    assert "measuring" not in second.err            # every signature kept: none measured
+    assert open(a).read() == open(b).read()
+    assert cli.main(["show", b]) == 0
+    assert "signature(s) priced by measured times" in capsys.readouterr().out
+    analytical = str(tmp_path / "m.json")
+    assert cli.main(["plan", spec, "--train", "sgd", "--target", "host", "--costs",
+                     "analytical", "-o", analytical]) == 0
+    assert "measured_signatures" not in open(analytical).read()
+    assert cli.main(["plan", spec, "--train", "sgd", "--target", "knl-7250", "--costs",
+                     "measured", "-o", str(tmp_path / "k.json")]) != 0
+    assert "'knl-7250' is not this machine's CPUs" in capsys.readouterr().err
+
+
+def test_a_signature_that_cannot_be_measured_is_left_to_the_model(tmp_path):
+    from codegen.profiling import measure_signatures
+
+    bad = OpSignature(op="NoSuchOp", shapes=((4,),), dtypes=("float32",))
+    with pytest.warns(UserWarning, match="NoSuchOp.*not measured"):
+        measured = measure_signatures([SIG, bad], detect(), steps=1)
+    assert SIG in measured and bad not in measured
+    kept = HostCosts(table=CostTable(target="host")).keep(measured, 0.0, [SIG, bad])
+    assert kept.timeless == (bad.key,) and kept.to_measure([SIG, bad], 0.0) == []

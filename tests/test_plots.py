@@ -1,0 +1,47 @@
+"""The drawings of planner/plots.py: the same plan gives the same bytes, a format by suffix, and
+a one-line error naming the extra when matplotlib is missing."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+
+from planner.cli import main
+from planner.errors import UserError
+from planner.plots import plot_format, timeline_plot
+
+SPEC = "zoo:lenet?image=8&batch=4"
+
+
+@pytest.fixture(scope="module")
+def lenet_plan(tmp_path_factory):
+    path = tmp_path_factory.mktemp("plots") / "lenet.plan.json"
+    assert main(["plan", SPEC, "--train", "sgd", "--target", "xeon-8180", "-o", str(path)]) == 0
+    return json.loads(path.read_text())
+
+
+@pytest.mark.parametrize("fmt", ["svg", "png"])
+def test_same_plan_same_bytes(lenet_plan, fmt):
+    first = timeline_plot(lenet_plan, fmt)
+    assert first == timeline_plot(lenet_plan, fmt)
+    assert first.startswith({"svg": b"<?xml", "png": b"\x89PNG"}[fmt])
+
+
+def test_every_row_is_labelled(lenet_plan):
+    svg = timeline_plot(lenet_plan, "svg").decode()
+    cpus = {c for op in lenet_plan["ops"] for c in op["cpus"]}
+    assert len(cpus) > 1 and all(f">cpu {c}</text>" in svg for c in cpus)
+
+
+def test_a_suffix_it_cannot_write_is_refused():
+    assert plot_format("a/b.PNG") == "png"
+    with pytest.raises(UserError, match="not 'jpg'"):
+        plot_format("x.jpg")
+
+
+def test_missing_matplotlib_names_the_extra(lenet_plan, monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib.figure", None)
+    with pytest.raises(UserError, match=r"pip install 'planner\[plot\]'"):
+        timeline_plot(lenet_plan, "svg")
