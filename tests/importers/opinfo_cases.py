@@ -241,7 +241,9 @@ def _torch_run(op: Any, sample: Any, dtype: Any, grads: bool, cotangents: Sequen
         got = torch.autograd.grad(ys, ps, cs, allow_unused=True)
         g = {p: (np.zeros(tuple(getattr(m, p).shape)) if v is None else v.detach().numpy())
              for p, v in zip(params, got, strict=True)}
-    return [o.detach().numpy() for o in outs], g, diff
+    # numpy has no bfloat16: such an output is compared as its exact float32 value
+    return [(o.detach().float() if o.dtype == torch.bfloat16 else o.detach()).numpy()
+            for o in outs], g, diff
 
 
 def compare(what: str, ours: np.ndarray, t32: np.ndarray, t64: np.ndarray,
