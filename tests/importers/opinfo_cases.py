@@ -366,7 +366,10 @@ def check_sample(op: Any, sample: Any, seed: int = 0,
         return _refusal(e)
     except Exception as e:
         return "crash", f"import: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
-    cot = {n: rng.standard_normal(graph.tensor(n).shape).astype(np.float32) for n in of}
+    # in each output's own dtype (a float16 or bfloat16 result's feed is one); torch reads the
+    # same values as float32, exactly
+    cot = {n: rng.standard_normal(graph.tensor(n).shape).astype(graph.tensor(n).dtype)
+           for n in of}
     try:
         with np.errstate(all="ignore"), warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -378,7 +381,8 @@ def check_sample(op: Any, sample: Any, seed: int = 0,
         return "crash", f"run: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
     # torch's cotangent for each of its outputs: ours where the import differentiates it.
     by_pos = dict(zip(distinct, names, strict=True))
-    cotangents = [torch.from_numpy(cot[by_pos[first[user[k]]]]) if by_pos.get(first[user[k]])
+    cotangents = [torch.from_numpy(cot[by_pos[first[user[k]]]].astype(np.float32))
+                  if by_pos.get(first[user[k]])
                   in cot else torch.zeros(outs[k].shape, dtype=outs[k].dtype)
                   for k in range(len(user))]
     with warnings.catch_warnings():
