@@ -10,7 +10,7 @@ PY := $(VENV)/bin/python
 PLANNER := $(VENV)/bin/planner
 DEMO_EXTRAS ?= demo
 
-.PHONY: demo test lint bench
+.PHONY: demo test lint bench opinfo
 
 $(VENV)/.created:
 	python3 -m venv $(VENV)
@@ -58,3 +58,10 @@ lint: $(VENV)/.installed-test
 
 bench: $(VENV)/.installed-test
 	for b in bench/bench_*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+
+# The whole OpInfo sweep (tests/importers/test_opinfo.py runs a fixed subset of it): every
+# float32 OpInfo of torch's op_db through the torch front end on two processes; rewrites
+# tests/importers/opinfo_expectations.json and docs/supported-ops.md and prints the table
+# (bench/RESULTS.md). `git diff` then shows which OpInfos changed.
+opinfo: $(VENV)/.installed-test
+	$(PY) bench/opinfo_sweep.py --jobs 2 --write

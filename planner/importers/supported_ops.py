@@ -10,6 +10,14 @@ tests/importers/test_supported_ops_page.py checks that the file is current.
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
+# What tests/importers/test_opinfo.py expects of each OpInfo of PyTorch's op_db (written by
+# `make opinfo`): the per-family counts below come from it; absent outside a checkout.
+OPINFO_EXPECTATIONS = (Path(__file__).resolve().parents[2] / "tests" / "importers"
+                       / "opinfo_expectations.json")
+
 # Known gaps, each refused with a one-line error naming the node (and for ATen its module
 # path): the rules' own refusals, worded for a user.
 LEFT = (
@@ -59,6 +67,34 @@ def aten_table() -> list[str]:
                     for op in sorted(RULES)]
 
 
+def opinfo_section(path: Path = OPINFO_EXPECTATIONS) -> list[str]:
+    """Pass counts per family of the OpInfo conformance suite, from its expectations file
+    (OpInfo name -> [family, outcome]); [] without the file."""
+    if not path.exists():
+        return []
+    rows = json.loads(path.read_text(encoding="utf-8")).values()
+    families = sorted({family for family, _ in rows})
+    tried = [(f, o) for f, o in rows if o != "export"]
+    lines = ["## PyTorch's OpInfo database", "",
+             "Every float32 OpInfo of PyTorch's `op_db` (up to 3 of its own sample inputs,",
+             "float tensors as parameters of a module calling the op) exported by",
+             "torch.export, imported, and run forward and backward on the reference",
+             "interpreter against torch in float64 (tests/importers/test_opinfo.py; `make",
+             "opinfo` reruns all and rewrites the counts). *Tried*: exportable by",
+             "torch.export; *pass*: forward and backward equal to torch on every sample",
+             "(for random ops and `empty`, whose values torch does not fix, their shapes);",
+             "*refused*: one line naming the op; *off*: silently wrong or a crash.", "",
+             f"{sum(o == 'pass' for _, o in tried)} of {len(tried)} exportable OpInfos pass "
+             f"({len(rows)} float32 OpInfos in op_db).", "",
+             "| family | pass | refused | off | tried |", "| --- | --- | --- | --- | --- |"]
+    for family in families:
+        mine = [o for f, o in tried if f == family]
+        off = sum(o.startswith(("wrong:", "crash:")) for o in mine)
+        lines.append(f"| {family} | {mine.count('pass')} | {len(mine) - mine.count('pass') - off}"
+                     f" | {off} | {len(mine)} |")
+    return lines + [""]
+
+
 def supported_ops_page() -> str:
     """docs/supported-ops.md's text."""
     lines = ["# Supported ops of the two front ends", "",
@@ -98,7 +134,7 @@ def supported_ops_page() -> str:
               "import when its inputs are constants (shape arithmetic), and refused otherwise",
               "unless it also has planner ops.", ""]
     lines += onnx_table()
-    lines += ["", "## What is left", ""]
+    lines += ["", *opinfo_section(), "## What is left", ""]
     lines += [f"- {gap}" for gap in LEFT]
     return "\n".join(lines) + "\n"
 

@@ -112,7 +112,8 @@ def _embedding_grad_reference(xs: list[np.ndarray], a: Attrs) -> list[np.ndarray
     _check_range("EmbeddingGrad", ids, num_embeddings)
     dtable = np.zeros((num_embeddings, dim), dtype=dy.dtype)
     # np.add.at accumulates repeated ids (plain fancy-index += would keep only the last).
-    np.add.at(dtable, ids.reshape(-1), dy.reshape(-1, dim))
+    # (ids.size, dim), not (-1, dim): numpy cannot infer -1 when dim is 0 (an empty batch).
+    np.add.at(dtable, ids.reshape(-1), dy.reshape(ids.size, dim))
     return [dtable]
 
 

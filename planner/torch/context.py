@@ -48,7 +48,11 @@ class TorchImportError(ValueError):
 
 
 def _in(module: str) -> str:
-    return f" in {module}" if module else ""
+    """" in layers.3.attn" for a module path; a place that starts with a preposition
+    (`from logsumexp at model.py:8`, `at model.py:12`: planner/torch/origin.py) as it is."""
+    if not module:
+        return ""
+    return f" {module}" if module.startswith(("from ", "at ")) else f" in {module}"
 
 
 class _Unavailable:

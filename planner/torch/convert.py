@@ -55,7 +55,7 @@ from planner.importers.onnx.context import Importer
 from planner.importers.onnx.errors import Unsupported
 from planner.importers.onnx.fold import FOLD_OUTPUT_LIMIT
 from planner.importers.onnx.values import Const
-from planner.torch.context import RULES, UNAVAILABLE, NodeCtx, TorchImportError
+from planner.torch.context import RULES, UNAVAILABLE, NodeCtx, TorchImportError, _in
 from planner.torch.record import Call, Program, Tensor, Value, from_exported
 from planner.torch.rules_losses import LOSS_PRESERVED
 from planner.torch.rules_random import RANDOM_PRESERVED
@@ -212,21 +212,20 @@ def _convert_nodes(imp: Importer, calls: tuple[Call, ...], env: dict[str, Any],
                 shape, dtype = _meta(call) if isinstance(call.out, Value) else (None, None)
                 ctx = NodeCtx(imp, call.name, op, _args(call.args, env),
                               dict(_args(dict(call.kwargs), env)), shape, dropouts, dtype,
-                              call, call.module, metas)
+                              call, call.place or call.module, metas)
                 value = RULES[op](ctx)
             _check(imp, call, value)
             env[call.name] = value
         except Unsupported as e:
             if e.what not in unsupported:
-                unsupported[e.what], modules[e.what] = call.name, call.module
+                unsupported[e.what], modules[e.what] = call.name, call.place or call.module
             poisoned.add(call.name)
         except TorchImportError as e:
             first_error = first_error or e
             poisoned.add(call.name)
         except Exception as e:  # a corrupt program: still one line naming the node
-            where = call.module
             first_error = first_error or TorchImportError(
-                f"node {call.name!r}{' in ' + where if where else ''} ({op}): cannot convert: "
+                f"node {call.name!r}{_in(call.place or call.module)} ({op}): cannot convert: "
                 f"{type(e).__name__}: {e}")
             poisoned.add(call.name)
     if unsupported:
@@ -258,7 +257,8 @@ def _fold(imp: Importer, call: Call, env: Mapping[str, Any]) -> Const | tuple[Co
 
     def tensor(v: Any) -> Any:
         if isinstance(v, Ref):
-            return torch.from_numpy(np.ascontiguousarray(env[v.name].value()))
+            # np.array, not np.ascontiguousarray, which makes a 0-d value 1-d
+            return torch.from_numpy(np.array(env[v.name].value(), order="C"))
         if isinstance(v, (tuple, list)):
             return type(v)(tensor(i) for i in v)
         return v

@@ -46,6 +46,7 @@ class Call:
     out: Any
     module: str = ""
     users: int = 0
+    place: str = ""  # where messages place it (planner/torch/origin.py); in-process only
 
     def reads(self) -> list[str]:
         """The values the call reads, in argument order."""
@@ -123,7 +124,7 @@ class Program:
                           target=targets.get(i.target, i.target)) for i in self.inputs),
             tuple(replace(c, name=names[c.name], args=ref(c.args),
                           kwargs={k: ref(v) for k, v in c.kwargs.items()},
-                          module=modules(c.module)) for c in self.calls),
+                          module=modules(c.module), place="") for c in self.calls),
             tuple(replace(o, name=names.get(o.name, o.name), target=targets.get(o.target,
                                                                                 o.target))
                   for o in self.outputs),
@@ -134,6 +135,8 @@ def from_exported(program: Any, root: str = "") -> Program:
     """The record of a decomposed ExportedProgram traced in this process; module paths less
     the `root` prefix (the trainer's wrapper holds the user's module as `model`)."""
     from torch.export.graph_signature import InputKind, OutputKind
+
+    from planner.torch.origin import location
 
     sig = program.graph_signature
     kinds = {InputKind.USER_INPUT: "user_input", InputKind.PARAMETER: "parameter",
@@ -161,7 +164,8 @@ def from_exported(program: Any, root: str = "") -> Program:
                               torch.fx.node.map_arg(tuple(node.args), lambda a: Ref(a.name)),
                               dict(torch.fx.node.map_arg(dict(node.kwargs),
                                                          lambda a: Ref(a.name))),
-                              out, module_path(node, root), len(node.users)))
+                              out, module_path(node, root), len(node.users),
+                              location(node, root)))
     outputs = []
     for spec in sig.output_specs:
         kind = {OutputKind.USER_OUTPUT: "user_output",

@@ -40,6 +40,14 @@ def _axis(n: NodeCtx, axis: int, rank: int) -> int:
     return axis % max(rank, 1)
 
 
+def _axes(n: NodeCtx, dims: object, rank: int) -> list[int]:
+    """The axes a reduction over `dims` (an int, a list, or None/[]: every axis) covers. A 0-d
+    tensor has none: torch accepts dim 0 or -1 for it and returns the value itself."""
+    dims = [dims] if isinstance(dims, int) else list(dims or [])
+    axes = sorted({_axis(n, d, rank) for d in dims}) if dims else list(range(rank))
+    return axes if rank else []
+
+
 # ---- views and copies ----------------------------------------------------------------------
 
 @rule("aten.view.default", "aten._unsafe_view.default", "aten.reshape.default",
@@ -383,6 +391,15 @@ def _promoted(n: NodeCtx, k: int, name: str) -> str | Const:
 @rule("aten.add.Tensor", "aten.sub.Tensor", "aten.add.Scalar", "aten.sub.Scalar",
       "aten.rsub.Scalar", "aten.rsub.Tensor")
 def add_sub(n: NodeCtx) -> Value:
+    first = n.arg(0, "self")
+    if _number(first) and n.op in ("aten.sub.Tensor", "aten.add.Tensor"):
+        # `1 - t` (torch.rsub too) exports as sub.Tensor(1, t): first - alpha * t.
+        b = _promoted(n, 1, "other")
+        alpha = n.arg(2, "alpha", 1)
+        if alpha != 1:
+            b = n.emit1("Scale", [b], {"factor": float(alpha)})
+        return n.emit1("Sub" if n.op == "aten.sub.Tensor" else "Add",
+                       [n.const(first, n.dtype(b)), b])
     a = _promoted(n, 0, "self")
     dtype = n.dtype(a)
     other, alpha = n.arg(1, "other"), n.arg(2, "alpha", 1)
@@ -404,10 +421,16 @@ def add_sub(n: NodeCtx) -> Value:
 def mul_div(n: NodeCtx) -> Value:
     if n.out_dtype == "bool":  # bool * bool: torch's logical and (isfinite decomposes to it)
         return bool_product(n)
-    a, other = _promoted(n, 0, "self"), n.arg(1, "other")
     div = n.op.startswith("aten.div")
     if div and n.kwargs.get("rounding_mode") is not None:
         raise Unsupported(f"{n.op} (rounding_mode)")
+    first = n.arg(0, "self")
+    if _number(first) and n.op in ("aten.mul.Tensor", "aten.div.Tensor"):
+        b = _promoted(n, 1, "other")  # `2 / t` as div.Tensor(2, t)
+        if not div:
+            return n.emit1("Scale", [b], {"factor": float(first)})
+        return n.emit1("Div", [n.const(first, n.dtype(b)), b])
+    a, other = _promoted(n, 0, "self"), n.arg(1, "other")
     if _number(other):
         if not n.dtype(a).startswith(("float", "bfloat")):
             raise Unsupported(f"{n.op} (of {n.dtype(a)} tensors)")
@@ -489,7 +512,8 @@ def softmax(n: NodeCtx) -> Value:
 def upsample(n: NodeCtx) -> Value:
     """nn.Upsample / F.interpolate on (N, C, H, W): the planner's Resize. PyTorch's nearest is
     ONNX's asymmetric floor; bilinear without align_corners is pytorch_half_pixel. A given
-    scale factor is used as given (PyTorch samples with 1 / scale, not in / out)."""
+    scale factor is used as given (PyTorch samples with 1 / scale, not in / out), except with
+    align_corners, where PyTorch ignores it."""
     x = n.tensor(0)
     bilinear = "bilinear" in n.op
     if n.op.endswith(".vec"):
@@ -498,6 +522,8 @@ def upsample(n: NodeCtx) -> Value:
         scales = [n.arg(3 if bilinear else 2, "scales_h"), n.arg(4 if bilinear else 3, "scales_w")]
         scales = None if None in scales else scales
     align = bool(n.arg(2, "align_corners", False)) if bilinear else False
+    if align:  # PyTorch maps corners to corners, (in - 1) / (out - 1), whatever the scale
+        scales = None
     sizes = list(n.out_shape[2:])
     if sizes == list(n.shape(x)[2:]) and (not scales or list(scales) == [1.0, 1.0]):
         return x

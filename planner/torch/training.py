@@ -24,13 +24,16 @@ from typing import Any
 import numpy as np
 
 from planner.torch.convert import TorchImport, convert
+from planner.torch.export_watch import custom_gradients, export_failed, watching
 
 PREFIX = "model."  # the wrapped module's attribute: its state_dict keys gain this prefix
 
 
 def export(module: Any, inputs: Sequence[Any], loss: Callable | None, labels: Any) -> Any:
     """torch.export of `loss(module(*inputs), labels)` followed by the module's outputs (or
-    of the module alone without a loss), in the module's current train()/eval() mode."""
+    of the module alone without a loss), in the module's current train()/eval() mode.
+    TorchImportError, in one line, where torch.export fails or the trace goes through a
+    torch.autograd.Function of the user's (planner/torch/export_watch.py)."""
     import torch
 
     class WithLoss(torch.nn.Module):
@@ -50,9 +53,17 @@ def export(module: Any, inputs: Sequence[Any], loss: Callable | None, labels: An
     if loss is not None and any(labels is x for x in inputs):
         labels = labels.clone()  # an autoencoder's target: export would merge the two inputs
     args = (*inputs, labels) if loss is not None else tuple(inputs)
-    with warnings.catch_warnings():
+    name = type(module).__name__
+    with warnings.catch_warnings(), watching(wrapped, module, PREFIX) as watch:
         warnings.simplefilter("ignore")
-        return torch.export.export(wrapped, args)
+        try:
+            program = torch.export.export(wrapped, args)
+        except Exception as e:  # torch's own failure, as one line saying where and what to do
+            raise export_failed(e, watch, name) from None
+    refusal = custom_gradients(watch, name)
+    if refusal is not None:
+        raise refusal
+    return program
 
 
 class Trainer:

@@ -10,6 +10,17 @@ import importlib
 import pytest
 
 
+def pytest_collection_modifyitems(config, items):
+    """The whole OpInfo sweep runs only when asked for by `-m opinfo_full` (make opinfo)."""
+    expr = config.getoption("markexpr") or ""
+    if "opinfo_full" in expr and "not opinfo_full" not in expr:
+        return
+    skip = pytest.mark.skip(reason="the whole OpInfo sweep: run with -m opinfo_full")
+    for item in items:
+        if "opinfo_full" in item.keywords:
+            item.add_marker(skip)
+
+
 @pytest.fixture(autouse=True, scope="session")
 def export_once_per_module():
     try:

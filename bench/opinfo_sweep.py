@@ -1,0 +1,80 @@
+"""PyTorch's OpInfo database through the torch front end (issue 46): every float32 OpInfo of
+op_db, up to 3 of its samples each, exported, imported and run forward and backward on the
+reference interpreter against torch in float64 (tests/importers/opinfo_cases.py); prints the
+issue's table, the families' clean/tried counts and the ATen ops refused most often.
+
+    python bench/opinfo_sweep.py [--jobs 2] [--write] [--top N] [NAME ...]
+
+--write rewrites tests/importers/opinfo_expectations.json (what tests/importers/test_opinfo.py
+expects of each OpInfo) and docs/supported-ops.md, whose per-family counts come from it:
+`make opinfo` runs this with --write on two processes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import re
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tests.importers.opinfo_cases import (  # noqa: E402
+    EXPECTATIONS,
+    Expected,
+    expectations_json,
+    load_expectations,
+    sweep,
+    table,
+)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1),
+                        help="processes (default: 2, or 1 on one core)")
+    parser.add_argument("--write", action="store_true",
+                        help="rewrite the expectations file and docs/supported-ops.md")
+    parser.add_argument("--top", type=int, default=25, help="how many refused ops to list")
+    parser.add_argument("names", nargs="*", help="only these OpInfos (default: all)")
+    args = parser.parse_args(argv)
+    start = time.perf_counter()
+    count = [0]
+
+    def progress(o) -> None:
+        count[0] += 1
+        print(f"[{count[0]}] {o.name}: {o.status}", file=sys.stderr, flush=True)
+
+    outcomes = sweep(args.names or None, jobs=args.jobs, progress=progress)
+    seconds = time.perf_counter() - start
+    print(table(outcomes))
+    refused = collections.Counter(
+        op for o in outcomes if o.status == "refused"
+        for op in re.findall(r"(aten\.[A-Za-z0-9_]+\.[A-Za-z0-9_]+)", o.detail.split(" (node")[0]))
+    print(f"\nATen ops refused, by OpInfos they block (top {args.top}):")
+    for op, n in refused.most_common(args.top):
+        print(f"  {n:>4}  {op}")
+    old = load_expectations()
+    changed = [o.name for o in outcomes if o.name in old and old[o.name].outcome != o.expectation]
+    print(f"\n{len(changed)} OpInfos differ from {EXPECTATIONS.name}"
+          + (f": {', '.join(changed[:40])}" if changed else ""))
+    if args.write:
+        rows = dict(old) if args.names else {}  # a subset updates its rows only
+        rows.update({o.name: Expected(o.family, o.expectation) for o in outcomes})
+        EXPECTATIONS.write_text(expectations_json(rows), encoding="utf-8")
+        from planner.importers.supported_ops import supported_ops_page
+
+        (ROOT / "docs" / "supported-ops.md").write_text(supported_ops_page(), encoding="utf-8")
+        print(f"wrote {EXPECTATIONS.relative_to(ROOT)} and docs/supported-ops.md")
+    load = os.getloadavg()
+    print(f"({seconds:.0f} s on {args.jobs} processes; load average {load[0]:.2f} "
+          f"{load[1]:.2f} {load[2]:.2f})")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,172 @@
+"""What happened while torch.export traced a module: the trainer's export (training.py) runs
+inside `watching(model)`, which knows which submodule was running when torch.export failed and
+which `torch.autograd.Function`s the trace went through, so that both become one line.
+
+- An error of torch.export itself (`DynamicOutputShapeException` for `aten._ctc_loss`, a
+  FakeTensor TypeError inside `pack_padded_sequence`) becomes a TorchImportError saying
+  torch.export could not trace the module, where (the module path, or the loss), the torch
+  function and op it failed in, and what to do.
+- A `torch.autograd.Function` subclass of the user's: torch.export traces its forward and
+  drops its custom backward, so the planner would train with the derivative of the forward
+  instead of the user's gradient. It is refused, naming the function and the module.
+
+Both watch the Python the trace runs (non-strict export): module forward hooks keep the stack
+of running modules, and `Function.apply` is wrapped for the duration. Functions defined inside
+torch itself are not the user's (their backward is the forward's derivative) and pass.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import traceback
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from planner.torch.context import TorchImportError
+
+# The torch functions whose failure under export has a known way round: what to do.
+ADVICE = {
+    "pack_padded_sequence": "pad the sequences instead of packing them (run the RNN on the "
+                            "padded batch and mask its outputs)",
+    "pack_sequence": "pad the sequences instead of packing them (run the RNN on the padded "
+                     "batch and mask its outputs)",
+}
+DATA_DEPENDENT = ("an op whose output shape depends on the data cannot be traced: compute it "
+                  "outside the module and the loss the trainer traces")
+PACKED = ADVICE["pack_padded_sequence"]
+# Frames between the user's call and the torch function it called (nn.Module's call path): a
+# module's own `forward` is named by the module path instead.
+CALL_WRAPPERS = frozenset({"_call_impl", "_wrapped_call_impl", "module_call_wrapper",
+                           "__call__", "forward", "inner", "call_module"})
+GENERIC = ("make that code traceable by torch.export (static shapes, no Python control flow "
+           "on tensor values)")
+
+
+@dataclass
+class Watch:
+    """The trace as it runs: the paths of the modules running (innermost last), whether the
+    user's module has returned, and the user's autograd.Functions applied (name, path)."""
+
+    names: dict[int, str]
+    model: Any
+    running: list[str] = field(default_factory=list)
+    model_done: bool = False
+    functions: list[tuple[str, str]] = field(default_factory=list)
+
+    def where(self) -> str:
+        """The innermost running module's path, `the loss` after the module returned."""
+        path = self.running[-1] if self.running else ""
+        if not path and self.model_done:
+            return "in the loss"
+        return f"in {path}" if path else ""
+
+
+@contextlib.contextmanager
+def watching(wrapped: Any, model: Any, prefix: str = "") -> Iterator[Watch]:
+    """Watch a trace of `wrapped`, whose submodule `model` is the user's (its paths lose
+    `prefix`, the user's module's own attribute name and dot)."""
+    import torch
+    from torch.nn.modules import module as nn_module
+
+    names = {id(m): n.removeprefix(prefix) if n.startswith(prefix) else n
+             for n, m in wrapped.named_modules()}
+    names[id(model)] = ""
+    watch = Watch(names, model)
+
+    def pre(m: Any, args: Any) -> None:
+        if id(m) in names:
+            watch.running.append(names[id(m)])
+
+    def post(m: Any, args: Any, out: Any) -> None:
+        if id(m) in names and watch.running:
+            watch.running.pop()
+            watch.model_done = watch.model_done or m is model
+
+    function = torch.autograd.Function
+    real = function.__dict__["apply"]
+
+    def apply(cls: Any, *args: Any, **kwargs: Any) -> Any:
+        if not str(getattr(cls, "__module__", "")).startswith("torch."):
+            watch.functions.append((cls.__qualname__, watch.where().removeprefix("in ")))
+        return real.__func__(cls, *args, **kwargs)
+
+    hooks = [nn_module.register_module_forward_pre_hook(pre),
+             nn_module.register_module_forward_hook(post)]
+    function.apply = classmethod(apply)
+    try:
+        yield watch
+    finally:
+        function.apply = real
+        for h in hooks:
+            h.remove()
+
+
+def custom_gradients(watch: Watch, module: str) -> TorchImportError | None:
+    """The refusal of the user's autograd.Functions the trace went through, if any."""
+    if not watch.functions:
+        return None
+    seen = list(dict.fromkeys(watch.functions))
+    listed = ", ".join(f"{fn}{' in ' + path if path else ''}" for fn, path in seen)
+    return TorchImportError(
+        f"{module}: torch.autograd.Function {listed}: torch.export traces its forward and drops "
+        f"its backward, so the step would train with another gradient than PyTorch's; write "
+        f"it with torch ops (its gradient is then theirs)")
+
+
+def export_failed(e: BaseException, watch: Watch, module: str) -> TorchImportError:
+    """One line for an exception torch.export raised while tracing `module` (a class name)."""
+    from torch._subclasses.fake_tensor import DynamicOutputShapeException
+
+    where = watch.where()
+    called = _called_torch_function(e)
+    text = str(e).strip().splitlines()[0] if str(e).strip() else ""
+    if isinstance(e, DynamicOutputShapeException):
+        what, advice = f"{text} has an output shape that depends on the data", DATA_DEPENDENT
+    else:
+        what = f"{type(e).__name__}: {text}"
+        advice = PACKED if _packed(e) else ADVICE.get(called, GENERIC)
+    line = (f"torch.export could not trace {module}{' ' + where if where else ''}"
+            f"{f' ({called})' if called else ''}: {what[:200]}; {advice}")
+    return TorchImportError(line)
+
+
+def _called_torch_function(e: BaseException) -> str:
+    """The torch function the user's code called when the error came: the first frame inside
+    torch after the last frame of the user's code ("" when none can be told)."""
+    import torch
+
+    torch_dir = Path(torch.__file__).parent
+    frames = traceback.extract_tb(e.__traceback__)
+    inside = [_under(f.filename, torch_dir) for f in frames]
+    planner_dir = Path(__file__).resolve().parents[1]
+    user = [k for k, f in enumerate(frames)
+            if not inside[k] and not _under(f.filename, planner_dir)]
+    if not user:
+        return ""
+    for k in range(user[-1] + 1, len(frames)):
+        if not inside[k]:
+            break
+        if frames[k].name not in CALL_WRAPPERS:
+            return "" if frames[k].name.startswith("_") else frames[k].name
+    return ""
+
+
+def _packed(e: BaseException) -> bool:
+    """Did the failing call read a PackedSequence (an RNN fed pack_padded_sequence's result)?"""
+    from torch.nn.utils.rnn import PackedSequence
+
+    tb = e.__traceback__
+    while tb is not None:
+        if any(isinstance(v, PackedSequence) for v in tb.tb_frame.f_locals.values()):
+            return True
+        tb = tb.tb_next
+    return False
+
+
+def _under(filename: str, folder: Path) -> bool:
+    try:
+        return Path(filename).resolve().is_relative_to(folder)
+    except (OSError, ValueError):
+        return False

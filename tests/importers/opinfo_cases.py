@@ -1,0 +1,633 @@
+"""PyTorch's own operator test database (`op_db` of torch.testing._internal.
+common_methods_invocations) through the torch front end: the harness of
+tests/importers/test_opinfo.py and bench/opinfo_sweep.py.
+
+For each OpInfo (float32, CPU, its first SAMPLES sample inputs), every sample becomes a tiny
+nn.Module whose float tensor arguments are parameters (other tensors are buffers), calling the
+op and returning its tensor results. The module is exported by torch.export, converted by
+planner.torch.convert (the trainer's own import), and run on the numpy reference interpreter
+forward and backward: the vector-Jacobian product of fixed random cotangents, with respect to
+every parameter (planner.graph.autodiff.gradients). Both are compared with the same module
+in float64 in torch (the exact answer to float32 precision).
+
+Tolerance: a float32 implementation differs from float64 by rounding; torch's own float32 run
+of the same module shows how large that is (`noise` = max |t32 - t64| of the tensor). The
+planner computes in other orders, so its rounding differs but is of the same size: it may be
+off by 10 x noise plus 16 float32 ulps of the tensor's scale (torch_step.mismatches' rule).
+Where torch's float64 value is not finite the planner's must be the same NaN or infinity;
+where only torch's float32 overflows, the element is not compared. Integer and bool results
+are compared exactly. An op drawing random numbers (a `nondeterministic_seeded` ATen op in
+the program) cannot share torch's stream, and `empty` leaves memory as it finds it: only
+shapes and dtypes are compared there.
+
+Outcome of an OpInfo, over its samples that torch can export:
+    pass     every sample imports and matches forward and backward;
+    export   torch.export fails on every sample (not this project's to fix);
+    refused  a planner error, one line (the first failing sample's);
+    wrong    imported and ran, but a value is off (silently wrong);
+    crash    any other exception (an IndexError, numpy's) instead of a one-line refusal.
+Its `expectation` is the line tests/importers/opinfo_expectations.json holds for it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import warnings
+import zlib
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+SAMPLES = 3
+# ATen ops whose values torch leaves undefined (uninitialized memory): compared like random ops.
+UNINITIALIZED = frozenset({"empty", "empty_like", "empty_strided", "new_empty",
+                           "new_empty_strided", "empty_permuted"})
+EPS32 = float(np.finfo(np.float32).eps)
+EXPECTATIONS = Path(__file__).with_name("opinfo_expectations.json")
+MAX_LINE = 300  # an expectation line is cut here: a refusal names the op in its first words
+
+# Family of an OpInfo: the first row whose test holds (name prefixes, exact names, OpInfo
+# classes); rows follow the issue's families. "elementwise" catches the remaining ufuncs.
+FAMILIES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("random", ("=normal", "normal.", "=bernoulli", "=multinomial", "rand", "=uniform",
+                "=cauchy", "=exponential", "=geometric", "=log_normal", "nn.functional.dropout",
+                "nn.functional.alpha_dropout", "nn.functional.feature_alpha_dropout",
+                "nn.functional.rrelu", "=svd_lowrank", "=pca_lowrank",
+                "nn.functional.fractional_max_pool")),
+    ("casts", ("=bfloat16", "=bool", "=byte", "=char", "=double", "=float", "=half", "=int",
+               "=long", "=short", "=cdouble", "=cfloat", "=chalf", "=to")),
+    ("losses", ("nn.functional.cross_entropy", "nn.functional.linear_cross_entropy",
+                "nn.functional.binary_cross_entropy", "nn.functional.kl_div", "_loss")),
+    ("embedding", ("nn.functional.embedding",)),
+    ("pooling", ("nn.functional.adaptive_", "nn.functional.avg_pool", "nn.functional.max_pool",
+                 "nn.functional.max_unpool", "max_pool2d_with_indices_backward")),
+    ("convolution", ("nn.functional.conv", "nn.functional.unfold")),
+    ("comparison and logic", ("=eq", "=ne", "=lt", "=le", "=gt", "=ge", "logical_", "=isnan",
+                              "=isinf", "=isfinite", "=isposinf", "=isneginf", "=isreal",
+                              "=isclose", "=allclose", "=equal", "=signbit", "=isin")),
+    ("index", ("=gather", "scatter", "index_", "=take", "=take_along_dim", "=put",
+               "=__getitem__", "_unsafe_masked_index", "=masked_select", "=masked_scatter",
+               "=nonzero", "=nonzero_static", "=argwhere", "=masked_fill")),
+    ("sort", ("=sort", "=argsort", "=msort", "=topk", "=kthvalue", "=median", "=nanmedian",
+              "=mode", "=cummax", "=cummin", "=argmax", "=argmin", "max.", "min.",
+              "=maximum", "=minimum", "=fmax", "=fmin", "=aminmax", "unique", "=searchsorted",
+              "=bucketize", "quantile", "=histc", "histogram")),
+    ("special", ("special.", "polygamma", "mvlgamma", "=igamma", "=igammac", "=i0",
+                 "=digamma", "=lgamma", "=erf", "=erfc", "=erfinv", "=xlogy", "=sinc")),
+    ("fft", ("fft.", "=stft", "signal.windows.")),
+    ("masked", ("masked.",)),
+    ("matmul", ("=addmm", "addmm.", "=addmv", "=addbmm", "=baddbmm", "=dot", "=vdot", "=bmm",
+                "bmm.", "=mv", "=addr", "=mm", "=matmul", "=__rmatmul__", "=inner", "=outer",
+                "=kron", "=einsum", "=tensordot", "linalg.multi_dot", "linalg.vecdot",
+                "nn.functional.linear", "nn.functional.bilinear",
+                "nn.functional.scaled_dot_product_attention",
+                "nn.functional.multi_head_attention_forward")),
+    ("linalg", ("linalg.", "cholesky", "=lu", "lu_", "=qr", "=svd", "=geqrf", "=ormqr",
+                "=triangular_solve", "=pinverse", "=matrix_exp", "=logdet", "=cdist",
+                "nn.functional.pdist", "=cross", "=cov", "=corrcoef")),
+    ("reductions", ("#ReductionOpInfo", "=sum_to_size", "=cumsum", "=cumprod", "=logcumsumexp",
+                    "=logsumexp", "var_mean", "std_mean", "=norm", "norm.", "=dist",
+                    "=trace", "=renorm", "=trapz", "=trapezoid", "=cumulative_trapezoid",
+                    "=diff", "=gradient")),
+    ("resampling", ("nn.functional.interpolate", "nn.functional.upsample", "_upsample",
+                    "grid_sample", "grid_sampler", "nn.functional.pixel_", "channel_shuffle")),
+    ("normalization and activation", ("softmax", "softmin", "_norm", "nn.functional.normalize",
+                                      "nn.functional.", "=sigmoid", "=logit", "=glu")),
+    ("factories", ("=arange", "=linspace", "linspace.", "=logspace", "logspace.", "=zeros",
+                   "=ones", "=empty", "=full", "=eye", "_like", "new_", "=scalar_tensor",
+                   "=empty_strided", "=empty_permuted", "=item", "=fill", "=zero_")),
+    ("elementwise", ("#UnaryUfuncInfo", "#BinaryUfuncInfo", "=addcmul", "=addcdiv", "=lerp",
+                     "=clamp", "=where", "=nan_to_num", "=frexp", "=ldexp", "=logaddexp2",
+                     "=float_power", "=polar", "=hypot", "jiterator")),
+)
+
+
+def family_of(name: str, kind: str = "OpInfo") -> str:
+    """The family of an OpInfo by its full name and class name ("shape and view" when no row
+    matches).
+
+    >>> family_of("gather"), family_of("nn.functional.max_pool2d"), family_of("cat")
+    ('index', 'pooling', 'shape and view')
+    >>> family_of("sum", "ReductionOpInfo"), family_of("exp", "UnaryUfuncInfo")
+    ('reductions', 'elementwise')
+    """
+    for family, tests in FAMILIES:
+        for t in tests:
+            if (t.startswith("=") and name == t[1:]) or (t.startswith("#") and kind == t[1:]) \
+                    or (t[0] not in "=#" and t in name):
+                return family
+    return "shape and view"
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What happened to one OpInfo: `status` (pass | export | refused | wrong | crash),
+    `detail` (the line saying why, with numbers), the samples tried, and whether every
+    exportable sample imported (converted and differentiated)."""
+
+    name: str
+    family: str
+    status: str
+    detail: str = ""
+    samples: int = 0
+    imported: bool = False
+
+    @property
+    def expectation(self) -> str:
+        """The stable line the expectations file holds: pass | export | the refusal line |
+        `wrong: <which tensor>` | `crash: <exception>` (numbers of a mismatch left out)."""
+        if self.status in ("pass", "export"):
+            return self.status
+        line = self.detail.splitlines()[0] if self.detail else ""
+        if self.status == "wrong":
+            line = "wrong: " + line.split(": error", 1)[0]
+        elif self.status == "crash":
+            line = "crash: " + line
+        return line[:MAX_LINE]
+
+
+def full_name(op: Any) -> str:
+    return op.name + (f".{op.variant_test_name}" if op.variant_test_name else "")
+
+
+def opinfos() -> list[Any]:
+    """The OpInfos of op_db that support float32 on the CPU, by full name."""
+    import torch
+    from torch.testing._internal.common_methods_invocations import op_db
+
+    return [op for op in op_db if torch.float32 in op.supported_dtypes("cpu")]
+
+
+def by_name() -> dict[str, Any]:
+    return {full_name(op): op for op in opinfos()}
+
+
+# ---- one sample -------------------------------------------------------------------------------
+
+class _Skip(Exception):
+    """The sample cannot be exported by torch (status "export")."""
+
+
+def _planner_errors() -> tuple[type, ...]:
+    from planner.errors import PlanError, UserError
+    from planner.graph.autodiff import AutodiffError
+    from planner.graph.builder import GraphBuildError
+    from planner.graph.validate import GraphError
+    from planner.importers.onnx.errors import OnnxImportError
+    from planner.ops.base import OpError
+    from planner.torch.context import TorchImportError
+
+    return (TorchImportError, AutodiffError, GraphBuildError, GraphError, OpError,
+            OnnxImportError, UserError, PlanError)
+
+
+def _module(op: Any, sample: Any, dtype: Any, grads: bool) -> tuple[Any, list[str]]:
+    """An nn.Module calling `op` on `sample` with its tensors in `dtype` (floats; others as
+    they are): float tensors are parameters p0, p1, ... (requiring grad when `grads`), other
+    tensors buffers b0, ...; returns it and its parameter names."""
+    import torch
+    from torch.utils import _pytree as pytree
+
+    leaves, spec = pytree.tree_flatten((sample.input, sample.args, sample.kwargs))
+
+    class Op(torch.nn.Module):
+        def forward(self) -> Any:
+            own = [getattr(self, n) if n else v for n, v in zip(names, leaves, strict=True)]
+            x, args, kwargs = pytree.tree_unflatten(own, spec)
+            out = op.op(x, *args, **kwargs)
+            return tuple(t for t in pytree.tree_leaves(out) if isinstance(t, torch.Tensor))
+
+    m = Op()
+    names: list[str] = []
+    params: list[str] = []
+    for v in leaves:
+        if not isinstance(v, torch.Tensor):
+            names.append("")
+        elif v.is_floating_point():
+            names.append(f"p{len(params)}")
+            params.append(names[-1])
+            m.register_parameter(names[-1], torch.nn.Parameter(
+                v.detach().to(dtype).clone(), requires_grad=grads))
+        else:
+            names.append(f"b{sum(n.startswith('b') for n in names)}")
+            m.register_buffer(names[-1], v.detach().clone())
+    return m, params
+
+
+def pytree_leaves(tree: Any) -> list[Any]:
+    from torch.utils import _pytree as pytree
+
+    return pytree.tree_leaves(tree)
+
+
+def _torch_run(op: Any, sample: Any, dtype: Any, grads: bool, cotangents: Sequence[Any] | None
+               ) -> tuple[list[np.ndarray], dict[str, np.ndarray], list[bool]]:
+    """torch's outputs in `dtype`, its gradients with respect to each parameter for the
+    cotangents (None: zeros where no gradient reaches), and which outputs are differentiable."""
+    import torch
+
+    m, params = _module(op, sample, dtype, grads)
+    outs = m()
+    diff = [o.requires_grad for o in outs]
+    g: dict[str, np.ndarray] = {}
+    if grads and cotangents is not None and any(diff):
+        ys = [o for o, d in zip(outs, diff, strict=True) if d]
+        cs = [c.to(o.dtype) for o, c, d in zip(outs, cotangents, diff, strict=True) if d]
+        ps = [getattr(m, p) for p in params]
+        got = torch.autograd.grad(ys, ps, cs, allow_unused=True)
+        g = {p: (np.zeros(tuple(getattr(m, p).shape)) if v is None else v.detach().numpy())
+             for p, v in zip(params, got, strict=True)}
+    # numpy has no bfloat16: such an output is compared as its exact float32 value
+    return [(o.detach().float() if o.dtype == torch.bfloat16 else o.detach()).numpy()
+            for o in outs], g, diff
+
+
+def compare(what: str, ours: np.ndarray, t32: np.ndarray, t64: np.ndarray,
+            ulps: float = 16) -> str:
+    """'' when `ours` is within the tolerance of the module docstring (its floor `ulps`
+    float32 ulps of the tensor's scale), else what is off."""
+    if ours.shape != t64.shape:
+        return f"{what}: shape {list(ours.shape)}, torch's {list(t64.shape)}"
+    if t64.dtype.kind not in "fc":
+        if ours.dtype.kind != t64.dtype.kind and not (t64.dtype.kind in "iu"
+                                                     and ours.dtype.kind in "iu"):
+            return f"{what}: dtype {ours.dtype}, torch's {t64.dtype}"
+        bad = np.asarray(ours != t64)
+        return f"{what}: {int(bad.sum())} elements differ" if bad.any() else ""
+    ours, t32, want = (np.asarray(a, np.float64) for a in (ours, t32, t64))
+    finite = np.isfinite(want)
+    special = ~finite & ~(np.isnan(want) & np.isnan(ours)) & (ours != want)
+    if special.any():
+        k = int(np.argmax(special))
+        return f"{what}: error at element {k}: {ours.flat[k]} where torch has {want.flat[k]}"
+    compared = finite & np.isfinite(t32)
+    if not compared.any():
+        return ""
+    w, o, n = want[compared], ours[compared], t32[compared]
+    with np.errstate(invalid="ignore", over="ignore"):
+        err = float(np.max(np.abs(o - w)))
+        noise = float(np.max(np.abs(n - w)))
+    scale = float(np.max(np.abs(w)))
+    if not math.isfinite(err) or err > 10 * noise + ulps * EPS32 * scale:
+        return f"{what}: error {err:.3g}, torch float32 noise {noise:.3g}, scale {scale:.3g}"
+    return ""
+
+
+def _seeded(op: Any) -> Any:
+    """The OpInfo's sample inputs (float32, CPU), from a seed of its name: the same values on
+    every run."""
+    import torch
+
+    torch.manual_seed(zlib.crc32(full_name(op).encode()))
+    return op.sample_inputs("cpu", torch.float32, requires_grad=op.supports_autograd)
+
+
+def _refusal(e: Exception) -> tuple[str, str]:
+    """A planner error's line: a refusal, or a crash where the importer wrapped an internal
+    exception of a rule (`cannot convert: IndexError: ...`)."""
+    line = str(e).splitlines()[0] if str(e) else type(e).__name__
+    return ("crash" if ": cannot convert: " in line else "refused"), line
+
+
+@dataclass(frozen=True)
+class Run:
+    """A passing sample as the executor check needs it: the forward-and-backward graph, its
+    params and feeds (the cotangents), and torch's float32 and float64 values of each output
+    of the graph that the check compares (the op's outputs, the parameters' gradients)."""
+
+    graph: Any
+    params: dict[str, np.ndarray]
+    feeds: dict[str, np.ndarray]
+    torch: dict[str, tuple[np.ndarray, np.ndarray]]
+
+
+def check_sample(op: Any, sample: Any, seed: int = 0,
+                 runs: list[Run] | None = None) -> tuple[str, str]:
+    """One sample: (status, detail) as in the module docstring, status never "export" but
+    raising _Skip when torch cannot export it. A passing sample whose values are compared (not
+    a random op's) is appended to `runs` when given."""
+    import torch
+
+    from planner.graph.autodiff import gradients
+    from planner.graph.interpret import run
+    from planner.torch.convert import convert
+
+    grads = bool(op.supports_autograd)
+    leaves = pytree_leaves((sample.input, sample.args, sample.kwargs))
+    if any(isinstance(v, torch.Tensor) and v.layout != torch.strided for v in leaves):
+        # torch.export aborts the process on sparse tensors (a c10::Error in autograd's
+        # input metadata), which is torch's own limit
+        raise _Skip("sparse tensors")
+    module, params = _module(op, sample, torch.float32, grads)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            outs = module()
+            if not outs:
+                raise _Skip("returns no tensor")
+            program = torch.export.export(module, ())
+    except _Skip:
+        raise
+    except Exception as e:  # torch's own failure: the OpInfo is "not exportable"
+        raise _Skip(f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}") from None
+    user = [getattr(s.arg, "name", None) for s in program.graph_signature.output_specs
+            if s.kind.name == "USER_OUTPUT"]
+    first: dict[Any, int] = {}  # a tensor returned twice is one graph output
+    for k, n in enumerate(user):
+        first.setdefault(n, k)
+    distinct = sorted(set(first.values()))
+    random = any(isinstance(n.target, torch._ops.OpOverload)
+                 and (torch.Tag.nondeterministic_seeded in n.target.tags
+                      or n.target._opname in UNINITIALIZED)
+                 for n in program.graph.nodes if n.op == "call_function")
+    errors = _planner_errors()
+    rng = np.random.default_rng(seed)
+    for node in program.graph.nodes:
+        # A refusal would name this file's line (the op's call here) as the user's: dropped,
+        # so that the expected lines do not move with this file.
+        node.meta.pop("stack_trace", None)
+    try:
+        imported = convert(program, name="opinfo")
+        names = list(imported.graph.outputs)
+        if len(names) != len(distinct):
+            return "crash", (f"the import gave {len(names)} outputs for torch's "
+                             f"{len(distinct)}")
+        diff_t = [outs[k].requires_grad for k in distinct]
+        of = [n for n, d in zip(names, diff_t, strict=True)
+              if d and imported.graph.tensor(n).dtype.startswith("float")]
+        wrt = [p for p in params if any(t.name == p for t in imported.graph.by_role("param"))]
+        graph, gnames = gradients(imported.graph, wrt=wrt, of=of) if (of and wrt) else \
+            (imported.graph, {})
+    except errors as e:
+        return _refusal(e)
+    except Exception as e:
+        return "crash", f"import: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+    # in each output's own dtype (a float16 or bfloat16 result's feed is one); torch reads the
+    # same values as float32, exactly
+    cot = {n: rng.standard_normal(graph.tensor(n).shape).astype(graph.tensor(n).dtype)
+           for n in of}
+    try:
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            feeds = {f"grad/{n}": v for n, v in cot.items()}
+            got = run(graph, feeds, imported.params())
+    except errors as e:
+        return _refusal(e)
+    except Exception as e:
+        return "crash", f"run: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+    # torch's cotangent for each of its outputs: ours where the import differentiates it.
+    by_pos = dict(zip(distinct, names, strict=True))
+    cotangents = [torch.from_numpy(cot[by_pos[first[user[k]]]].astype(np.float32))
+                  if by_pos.get(first[user[k]])
+                  in cot else torch.zeros(outs[k].shape, dtype=outs[k].dtype)
+                  for k in range(len(user))]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        o32, g32, _ = _torch_run(op, sample, torch.float32, grads, cotangents)
+        o64, g64, _ = _torch_run(op, sample, torch.float64, grads, cotangents)
+    for k, n in zip(distinct, names, strict=True):
+        mine = np.asarray(got[n])
+        if random:
+            if mine.shape != o64[k].shape:
+                return "wrong", (f"output {k}: shape {list(mine.shape)}, torch's "
+                                 f"{list(o64[k].shape)}")
+            continue
+        bad = compare(f"output {k}", mine, o32[k], o64[k])
+        if bad:
+            return "wrong", bad
+    if not random:
+        for p in wrt:
+            mine = got[gnames[p]] if gnames.get(p) else np.zeros(g64[p].shape) if p in g64 \
+                else None
+            if mine is None:
+                continue
+            bad = compare(f"gradient of {p}", np.asarray(mine), g32[p], g64[p])
+            if bad:
+                return "wrong", bad
+    if runs is not None and not random:
+        refs = {n: (o32[k], o64[k]) for k, n in zip(distinct, names, strict=True)}
+        refs |= {gnames[p]: (g32[p], g64[p]) for p in wrt if gnames.get(p) and p in g64}
+        runs.append(Run(graph, imported.params(), feeds, refs))
+    return "pass", ""
+
+
+def check_call(fn: Any, x: Any, *args: Any, **kwargs: Any) -> tuple[str, str]:
+    """check_sample of `fn(x, *args, **kwargs)` (a module's op written by hand, not an OpInfo):
+    (status, detail); status "export" when torch cannot export it.
+
+    >>> import torch
+    >>> check_call(torch.tanh, torch.linspace(-2.0, 2.0, 5))
+    ('pass', '')
+    """
+    from types import SimpleNamespace
+
+    op = SimpleNamespace(op=fn, supports_autograd=True)
+    try:
+        return check_sample(op, SimpleNamespace(input=x, args=args, kwargs=kwargs))
+    except _Skip as e:
+        return "export", str(e)
+
+
+def check_opinfo(op: Any, samples: int = SAMPLES, runs: list[Run] | None = None) -> Outcome:
+    """The outcome of one OpInfo over its first `samples` samples (module docstring); its
+    passing samples are appended to `runs` when given (check_sample)."""
+    name, family = full_name(op), family_of(full_name(op), type(op).__name__)
+    tried = exported = 0
+    first_skip = ""
+    results: list[tuple[str, str]] = []
+    try:
+        inputs = list(_first(_seeded(op), samples))
+    except Exception as e:  # the OpInfo's own sample generator fails on this torch
+        return Outcome(name, family, "export", f"sample inputs: {type(e).__name__}: {e}")
+    for k, sample in enumerate(inputs):
+        tried += 1
+        try:
+            status, detail = check_sample(op, sample, seed=k, runs=runs)
+        except _Skip as e:
+            first_skip = first_skip or f"sample {k}: {e}"
+            continue
+        exported += 1
+        results.append((status, f"sample {k}: {detail}" if status in ("wrong",) else detail))
+    if not exported:
+        return Outcome(name, family, "export", first_skip or "no samples", tried)
+    imported = all(s in ("pass", "wrong") for s, _ in results)
+    for status in ("crash", "wrong", "refused"):
+        for s, detail in results:
+            if s == status:
+                return Outcome(name, family, status, detail, tried, imported)
+    return Outcome(name, family, "pass", "", tried, imported)
+
+
+def _first(it: Iterable[Any], n: int) -> Iterator[Any]:
+    for k, v in enumerate(it):
+        if k >= n:
+            return
+        yield v
+
+
+def check_named(name: str, samples: int = SAMPLES) -> Outcome:
+    """check_opinfo of the OpInfo named `name` (a pool worker's task)."""
+    return check_opinfo(by_name()[name], samples)
+
+
+# ---- the sweep and its table ------------------------------------------------------------------
+
+TIMEOUT = 600.0  # seconds without a finished OpInfo before its worker is taken for hung
+
+
+def sweep(names: Sequence[str] | None = None, jobs: int = 1,
+          progress: Any = None) -> list[Outcome]:
+    """check_opinfo of every OpInfo (or those named), in name order, on `jobs` worker
+    processes (`python -m tests.importers.opinfo_cases`, an OpInfo a line in, an Outcome a
+    line out). An OpInfo whose worker dies (a signal inside torch) or goes TIMEOUT seconds
+    without an answer is a crash; a new worker takes the rest. `progress(outcome)` is called
+    as each one finishes."""
+    import threading
+
+    ops = by_name()
+    names = sorted(ops) if names is None else sorted(names)
+    families = {n: family_of(n, type(ops[n]).__name__) for n in names}
+    shards = [names[k::max(jobs, 1)] for k in range(max(jobs, 1))]
+    done: dict[str, Outcome] = {}
+    lock = threading.Lock()
+
+    def record(o: Outcome) -> None:
+        with lock:
+            done[o.name] = o
+            if progress is not None:
+                progress(o)
+
+    threads = [threading.Thread(target=_run_shard, args=(shard, families, record))
+               for shard in shards]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return [done[n] for n in names]
+
+
+def _run_shard(names: list[str], families: dict[str, str], record: Any) -> None:
+    import subprocess
+    import sys
+    import threading
+
+    root = Path(__file__).resolve().parents[2]
+    pending = list(names)
+    while pending:
+        proc = subprocess.Popen([sys.executable, "-m", "tests.importers.opinfo_cases"],
+                                cwd=root, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.DEVNULL, text=True)
+        assert proc.stdin is not None and proc.stdout is not None
+        proc.stdin.write("\n".join(pending) + "\n")
+        proc.stdin.close()
+        timer = threading.Timer(TIMEOUT, proc.kill)
+        timer.start()
+        for line in proc.stdout:
+            if not line.startswith("{"):
+                continue
+            timer.cancel()
+            o = Outcome(**json.loads(line))
+            pending.remove(o.name)
+            record(o)
+            timer = threading.Timer(TIMEOUT, proc.kill)
+            timer.start()
+        timer.cancel()
+        code = proc.wait()
+        if pending:  # the worker died on pending[0] (or hung on it)
+            name = pending.pop(0)
+            why = f"the process died ({code})" if code != -9 else \
+                f"no answer in {TIMEOUT:.0f} s"
+            record(Outcome(name, families[name], "crash", why))
+
+
+def _worker() -> None:
+    """The worker: OpInfo names on stdin, one Outcome as JSON a line on stdout."""
+    import dataclasses
+    import sys
+
+    out, sys.stdout = sys.stdout, sys.stderr  # what torch prints does not mix with the answers
+    ops = by_name()
+    for name in sys.stdin.read().split():
+        o = check_opinfo(ops[name])
+        out.write(json.dumps(dataclasses.asdict(o)) + "\n")
+        out.flush()
+
+
+@dataclass(frozen=True)
+class Expected:
+    """An OpInfo's row of the expectations file."""
+
+    family: str
+    outcome: str  # Outcome.expectation
+
+
+def load_expectations(path: Path = EXPECTATIONS) -> dict[str, Expected]:
+    """OpInfo name -> its expected outcome ({} before the first sweep)."""
+    if not path.exists():
+        return {}
+    rows = json.loads(path.read_text(encoding="utf-8"))
+    return {name: Expected(*row) for name, row in rows.items()}
+
+
+def expectations_json(rows: dict[str, Expected]) -> str:
+    """The expectations file: OpInfo name -> [family, expectation line], by name, a row a
+    line (so that a change of one OpInfo is one line of a diff)."""
+    lines = [f"{json.dumps(n)}: {json.dumps([rows[n].family, rows[n].outcome])}"
+             for n in sorted(rows)]
+    return "{\n" + ",\n".join(lines) + "\n}\n"
+
+
+FAST_PER_FAMILY = 6
+
+
+def fast_subset(expected: dict[str, Expected], per_family: int = FAST_PER_FAMILY) -> list[str]:
+    """A fixed, family-balanced selection: `per_family` OpInfos of each family, evenly spaced
+    in name order (all of a smaller family).
+
+    >>> rows = {f"op{k}": Expected("a" if k < 8 else "b", "pass") for k in range(10)}
+    >>> fast_subset(rows, 3)
+    ['op0', 'op2', 'op5', 'op8', 'op9']
+    """
+    chosen: list[str] = []
+    families = sorted({e.family for e in expected.values()})
+    for family in families:
+        names = sorted(n for n, e in expected.items() if e.family == family)
+        step = max(len(names) / per_family, 1.0)
+        chosen += sorted({names[int(k * step)] for k in range(min(per_family, len(names)))})
+    return chosen
+
+
+def table(outcomes: Sequence[Outcome]) -> str:
+    """The issue's table: OpInfos exportable, imported on every sample, equal to torch forward
+    and backward, silently wrong, crashing; then clean/tried per family (tried: exportable)."""
+    tried = [o for o in outcomes if o.status != "export"]
+    n = max(len(tried), 1)
+
+    def row(what: str, k: int, names: Sequence[str] = ()) -> str:
+        listed = f" ({', '.join(names)})" if names else ""
+        return f"| {what} | {k} ({100 * k / n:.0f}%){listed} |"
+
+    wrong = [o.name for o in tried if o.status == "wrong"]
+    crash = [o.name for o in tried if o.status == "crash"]
+    lines = ["| | OpInfos |", "| --- | --- |",
+             f"| float32 OpInfos in op_db | {len(outcomes)} |",
+             f"| exportable by torch.export | {len(tried)} |",
+             row("import on every sample", sum(o.imported for o in tried)),
+             row("forward and backward equal to torch on every sample",
+                 sum(o.status == "pass" for o in tried)),
+             row("silently wrong", len(wrong), wrong),
+             row("crash instead of a refusal", len(crash), crash),
+             row("refused in one line", sum(o.status == "refused" for o in tried)),
+             "", "| family | clean / tried |", "| --- | --- |"]
+    for family in sorted({o.family for o in outcomes}):
+        mine = [o for o in tried if o.family == family]
+        lines.append(f"| {family} | {sum(o.status == 'pass' for o in mine)} / {len(mine)} |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    _worker()

@@ -1,0 +1,71 @@
+"""The silent-wrong and crash cases the OpInfo sweep found (issue 46, deliverable 6), each
+through the sweep's own check (tests/importers/opinfo_cases.check_call: exported, imported,
+forward and backward on the reference interpreter against torch in float64)."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+F = torch.nn.functional
+
+from tests.importers.opinfo_cases import check_call  # noqa: E402
+
+
+def _rows_with_a_zero_row():
+    x = torch.randn(4, 5, generator=torch.Generator().manual_seed(0))
+    x[1] = 0.0
+    return x
+
+
+@pytest.mark.parametrize("scale", [1.7, 2.5, 0.6])
+def test_bilinear_align_corners_ignores_a_non_integer_scale_as_torch_does(scale):
+    # PyTorch maps corner to corner, (in - 1) / (out - 1); the scale only sets out's size
+    # (it was used as the sampling ratio: forward off by up to 0.99).
+    x = torch.randn(1, 2, 5, 6, generator=torch.Generator().manual_seed(1))
+    assert check_call(lambda t: F.upsample_bilinear(t, scale_factor=scale), x) == ("pass", "")
+    assert check_call(lambda t: F.interpolate(t, scale_factor=scale, mode="bilinear",
+                                              align_corners=True), x) == ("pass", "")
+
+
+@pytest.mark.parametrize("fn", [
+    lambda t: torch.linalg.norm(t, dim=1),
+    lambda t: torch.linalg.vector_norm(t, dim=1, keepdim=True),
+    lambda t: F.normalize(t, dim=1),
+    lambda t: torch.linalg.vector_norm(t[1]),
+], ids=["linalg.norm", "vector_norm-keepdim", "normalize", "norm-of-zero-vector"])
+def test_norm_gradient_at_a_zero_row_is_torch_subgradient_zero(fn):
+    assert check_call(fn, _rows_with_a_zero_row()) == ("pass", "")
+
+
+@pytest.mark.parametrize("fn", [torch.amax, torch.amin, torch.logsumexp, torch.sum, torch.mean])
+@pytest.mark.parametrize("dim", [0, -1])
+def test_reductions_of_a_0d_tensor_with_dim(fn, dim):
+    status, detail = check_call(lambda t: fn(t, dim=dim, keepdim=True), torch.tensor(0.7))
+    # logsumexp decomposes to an eq.Scalar the planner may not have: a refusal is allowed,
+    # an IndexError (a crash) is not.
+    assert status == "pass" or (fn is torch.logsumexp and status == "refused"), detail
+
+
+def test_unfold_of_an_empty_batch_runs_backward():
+    assert check_call(lambda t: F.unfold(t, (2, 2)), torch.randn(0, 2, 4, 4)) == ("pass", "")
+
+
+def test_a_0d_constant_built_by_slice_assignment_stays_0d():
+    def fn(p):
+        c = torch.zeros(4)
+        c[1:3] = torch.tensor(2.0)
+        m = torch.zeros((1, 3, 3, 1))
+        m[:, :2, 1:, :] = 3.0
+        return p * c[2].clone() + m.sum()
+
+    assert check_call(fn, torch.randn(3)) == ("pass", "")
+
+
+@pytest.mark.parametrize("fn", [
+    lambda t: 1 - t, lambda t: torch.rsub(t, 1), lambda t: 1 / t, lambda t: 2 ** t,
+    lambda t: 3 / t, lambda t: 0.5 ** t, lambda t: 2 - 3 * t, lambda t: torch.sub(2, t, alpha=3),
+], ids=["1-t", "rsub", "1/t", "2**t", "3/t", "0.5**t", "2-3t", "sub-alpha"])
+def test_scalar_first_arithmetic(fn):
+    x = torch.rand(3, 4, generator=torch.Generator().manual_seed(2)) + 0.5
+    assert check_call(fn, x) == ("pass", "")
