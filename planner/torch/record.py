@@ -199,8 +199,15 @@ def _value(node: Any, val: Any) -> Value | None:
         shape = tuple(int(d) for d in val.shape)
         strides = tuple(int(s) for s in val.stride())
         offset = int(val.storage_offset())
-    except TypeError:
+    except (TypeError, RuntimeError) as e:  # a symbol (dynamic shapes), or data-dependent
         from planner.torch.context import TorchImportError
+
+        if "DataDependent" in type(e).__name__:  # nonzero, masked_select, unique, ...
+            raise TorchImportError(
+                f"node {node.name!r} ({getattr(node, 'target', '')}): its output shape "
+                f"depends on the data ({[str(d) for d in val.shape]}); the planner plans "
+                f"static shapes: compute it outside the traced module, or use a fixed-size "
+                f"form (torch.where with a mask, nonzero_static)") from None
         raise TorchImportError(f"node {node.name!r}: symbolic shape {list(val.shape)}; export "
                                "with static shapes") from None
     return Value(shape, str(val.dtype).removeprefix("torch."), strides, offset)

@@ -10,7 +10,6 @@ from planner.graph import GraphBuilder, Optimizer, check_graph, make_training_gr
 from planner.graph.autodiff import gradients
 from planner.graph.fold_conv_bias import fold_conv_biases
 from planner.graph.interpret import init_params, random_feeds, run
-from planner.ops import OpError
 from planner.zoo import build
 
 LENET = dict(batch=4, image=12)
@@ -83,11 +82,21 @@ def test_what_is_not_folded(case):
     assert fold_conv_biases(g) == g
 
 
-def test_a_fused_conv2d_refuses_to_be_differentiated():
-    """Folding comes after autodiff; a Conv2D that carries a bias or Relu says so if asked."""
-    g = fold_conv_biases(_layer())
-    with pytest.raises(OpError, match="fold after differentiating"):
-        gradients(g, wrt=["w"], of=["out"])
+def test_a_fused_conv2d_differentiates_as_its_parts():
+    """Folding comes after autodiff, but a graph written after it (planner graph -o, then
+    planner plan --train) differentiates too: a Conv2D that carries its bias and Relu has the
+    gradient of the Conv2D, BiasAdd and Relu it replaced."""
+    layer = _layer()
+    feeds, params = random_feeds(layer, seed=3), init_params(layer, seed=4)
+    want = {}
+    for g in (layer, fold_conv_biases(layer)):
+        training, grads = gradients(g, wrt=["w", "bias"], of=["out"])
+        seed = {f"grad/{o}": np.ones(training.tensor(o).shape, np.float32) for o in ["out"]}
+        values = run(training, {**feeds, **seed}, params)
+        got = {p: values[grads[p]] for p in ("w", "bias")}
+        for p in got:
+            want.setdefault(p, got[p])
+            np.testing.assert_allclose(got[p], want[p], rtol=1e-5, atol=1e-6, err_msg=p)
 
 
 def test_lenet_forward_folds_every_layer_and_keeps_values():

@@ -239,8 +239,9 @@ def _torch_run(op: Any, sample: Any, dtype: Any, grads: bool, cotangents: Sequen
         cs = [c.to(o.dtype) for o, c, d in zip(outs, cotangents, diff, strict=True) if d]
         ps = [getattr(m, p) for p in params]
         got = torch.autograd.grad(ys, ps, cs, allow_unused=True)
-        g = {p: (np.zeros(tuple(getattr(m, p).shape)) if v is None else v.detach().numpy())
-             for p, v in zip(params, got, strict=True)}
+        # (force: torch's gradient of a constant op, sgn's, is a ZeroTensor)
+        g = {p: (np.zeros(tuple(getattr(m, p).shape)) if v is None
+                 else v.detach().numpy(force=True)) for p, v in zip(params, got, strict=True)}
     # numpy has no bfloat16: such an output is compared as its exact float32 value
     return [(o.detach().float() if o.dtype == torch.bfloat16 else o.detach()).numpy()
             for o in outs], g, diff
