@@ -15,10 +15,19 @@ import re
 from pathlib import PurePath
 from typing import Any
 
-from planner.torch.record import module_path
-
 _FRAME = re.compile(r'File "([^"]+)", line (\d+)')
 
+
+
+def module_path(node: Any, root: str = "") -> str:
+    """The path of the innermost module whose forward wrote the fx node (`layers.3.attn`),
+    less the `root` prefix; "" for the root module or a node without an nn_module_stack."""
+    stack = node.meta.get("nn_module_stack") or {}
+    path = next((str(v[0]) for v in reversed(list(stack.values()))
+                 if isinstance(v, tuple) and v), "")
+    if root and (path == root or path.startswith(root + ".")):
+        path = path[len(root) + 1:]
+    return path
 
 def _innermost(node: Any) -> str | None:
     stack = node.meta.get("nn_module_stack") or {}

@@ -136,7 +136,7 @@ def from_exported(program: Any, root: str = "") -> Program:
     the `root` prefix (the trainer's wrapper holds the user's module as `model`)."""
     from torch.export.graph_signature import InputKind, OutputKind
 
-    from planner.torch.origin import location
+    from planner.torch.origin import location, module_path
 
     sig = program.graph_signature
     kinds = {InputKind.USER_INPUT: "user_input", InputKind.PARAMETER: "parameter",
@@ -179,17 +179,6 @@ def from_exported(program: Any, root: str = "") -> Program:
                   if hasattr(v, "shape")},
                **{k: _tensor(v) for k, v in program.state_dict.items()}}
     return Program(tuple(inputs), tuple(calls), tuple(outputs), tensors)
-
-
-def module_path(node: Any, root: str = "") -> str:
-    """The path of the innermost module whose forward wrote the fx node (`layers.3.attn`),
-    less the `root` prefix; "" for the root module or a node without an nn_module_stack."""
-    stack = node.meta.get("nn_module_stack") or {}
-    path = next((str(v[0]) for v in reversed(list(stack.values()))
-                 if isinstance(v, tuple) and v), "")
-    if root and (path == root or path.startswith(root + ".")):
-        path = path[len(root) + 1:]
-    return path
 
 
 def _value(node: Any, val: Any) -> Value | None:

@@ -328,7 +328,7 @@ class Apart(nn.Module):
 
 @pytest.mark.parametrize(("body", "message"), [
     (Determinant(), "unsupported ATen ops: aten._linalg_det.default (node '_linalg_det' in "
-                    "layers.3.attn)"),
+                    "layers.3.attn, from linalg_det)"),
     (Apart(), "unsupported ATen ops: aten.index.Tensor (indices on non-adjacent axes [0, 2]) "
               "(node 'index' in layers.3.attn)"),
     (Overlapping(), "node 'as_strided' in layers.3.attn (aten.as_strided.default): size "

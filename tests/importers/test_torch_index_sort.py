@@ -281,8 +281,10 @@ class Gather(nn.Module):
 
 def test_a_constant_index_out_of_range_is_refused_at_import():
     program = torch.export.export(Gather(torch.tensor([[0, 5]] * 4)), (torch.tensor([0]),))
-    with pytest.raises(TorchImportError, match=r"node 'gather' \(aten.gather.default\): "
-                       r"constant index tensor .*index 5 out of range \[0, 5\) for dim 1"):
+    # (the node's place, the test's file and line, between its name and its op)
+    with pytest.raises(TorchImportError, match=r"node 'gather' at test_torch_index_sort\.py:\d+ "
+                       r"\(aten.gather.default\): constant index tensor .*index 5 out of "
+                       r"range \[0, 5\) for dim 1"):
         convert(program)
 
 

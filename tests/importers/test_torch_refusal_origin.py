@@ -1,5 +1,5 @@
 """Refusals name what the user wrote (issue 46, deliverable 6; issue 49, deliverable 4): the
-function a refused ATen op was decomposed from (`logsumexp`, `one_hot`), a place for ops of the
+function a refused ATen op was decomposed from (`hardsigmoid`, `one_hot`), a place for ops of the
 top-level forward (file and line) and of the loss; a torch.autograd.Function of the user's is
 refused (torch.export would drop its backward); torch.export's own failures are one line
 naming the module path, the op and what to do."""
@@ -23,20 +23,22 @@ from planner.torch.training import export  # noqa: E402
 F = nn.functional
 
 
-class LogSumExp(nn.Module):
+class HardSigmoid(nn.Module):
+    # (a function torch decomposes: add, clamp, div; logsumexp, once the example, is now
+    # imported whole)
     def forward(self, x):
-        return torch.logsumexp(x, dim=1)
+        return F.hardsigmoid(x)
 
 
 class Model(nn.Module):
     def __init__(self) -> None:
         super().__init__()
         self.p = nn.Parameter(torch.randn(3, 4))
-        self.inner = LogSumExp()
+        self.inner = HardSigmoid()
 
     def forward(self, y):
         h = F.one_hot(y, 4).float()  # ONE_HOT_LINE
-        return self.inner(self.p) + (h * self.p).sum(1)
+        return self.inner(self.p).sum(1) + (h * self.p).sum(1)
 
 
 def _line(marker: str) -> int:
@@ -53,7 +55,7 @@ def test_a_decomposed_op_names_the_function_and_the_place():
     nodes = _nodes(Model(), (torch.tensor([0, 1, 3]),))
     inner = [n for n in nodes.values() if n.meta.get("nn_module_stack", {})
              and list(n.meta["nn_module_stack"].values())[-1][0] == "model.inner"]
-    assert inner and {location(n, "model") for n in inner} == {"inner, from logsumexp"}
+    assert inner and {location(n, "model") for n in inner} == {"inner, from hardsigmoid"}
     (ge,) = [n for n in nodes.values() if str(n.target) == "aten.ge.Scalar"]
     here = f"test_torch_refusal_origin.py:{_line('ONE_HOT_LINE')}"
     assert location(ge, "model") == f"from one_hot at {here}"
@@ -63,21 +65,21 @@ def test_a_decomposed_op_names_the_function_and_the_place():
 
 def test_an_op_of_the_loss_is_placed_in_the_loss():
     nodes = _nodes(nn.Linear(4, 3), (torch.randn(2, 4),),
-                   lambda out, y: torch.logsumexp(out, 0).mean() + F.mse_loss(out, y),
+                   lambda out, y: F.hardsigmoid(out).mean() + F.mse_loss(out, y),
                    torch.randn(2, 3))
     places = {location(n, "model") for n in nodes.values()}
-    assert "the loss, from logsumexp" in places
+    assert "the loss, from hardsigmoid" in places
 
 
 def test_the_refusal_line_carries_the_origin(monkeypatch):
-    # amax has a rule; without it the import refuses the amax inside torch.logsumexp (the
-    # first op of its decomposition: nothing after it is converted).
-    monkeypatch.delitem(RULES, "aten.amax.default")
-    model = nn.Sequential(nn.Linear(4, 4), LogSumExp())
+    # clamp has a rule; without it the import refuses the clamp inside F.hardsigmoid (the
+    # first op of its decomposition without a rule: nothing after it is converted).
+    monkeypatch.delitem(RULES, "aten.clamp.default")
+    model = nn.Sequential(nn.Linear(4, 4), HardSigmoid())
     with pytest.raises(TorchImportError) as e:
         convert(export(model, (torch.randn(3, 4),), None, None), module_root="model")
-    assert str(e.value) == ("unsupported ATen ops: aten.amax.default (node 'amax' in 1, from "
-                            "logsumexp)")
+    assert str(e.value) == ("unsupported ATen ops: aten.clamp.default (node 'clamp' in 1, from "
+                            "hardsigmoid)")
 
 
 class Doubled(torch.autograd.Function):
