@@ -17,13 +17,13 @@ Example (the whole definition of an op):
     >>> import numpy as np
     >>> from planner.ops.base import REGISTRY, OpDef, TensorType, register, elementwise_flops
     >>> register(OpDef(
-    ...     name="Square", arity=1,
+    ...     name="ExampleSquare", arity=1,
     ...     infer=lambda ins, a: [ins[0]],
     ...     flops=elementwise_flops(1),
     ...     reference=lambda xs, a: [xs[0] * xs[0]],
-    ... ), replace=True).name
-    'Square'
-    >>> del REGISTRY["Square"]  # only an example: the tests' process shares the registry
+    ... )).name
+    'ExampleSquare'
+    >>> del REGISTRY["ExampleSquare"]  # only an example: the tests' process shares the registry
 
 Conventions shared by every op (the graph JSON contract):
   - images are NCHW; convolution weights OIHW; transposed-convolution weights IOHW
