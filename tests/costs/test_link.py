@@ -32,7 +32,11 @@ def test_times_that_do_not_grow_are_refused():
 def test_profile_measures_a_gloo_group_and_plan_prices_with_it(tmp_path, capsys):
     pytest.importorskip("torch.distributed")
     link = tmp_path / "link.json"
-    assert cli.main(["profile", "--all-reduce", "2", "-o", str(link)]) == 0
+    # A busy machine (the suite's other worker) can leave all-reduce times flat in the size,
+    # which the fit rightly refuses ("measure ... on a quieter machine"): measured again, up to
+    # three times, before the test calls the measurement broken.
+    assert any(cli.main(["profile", "--all-reduce", "2", "-o", str(link)]) == 0
+               for _ in range(3))
     measured = Interconnect.model_validate_json(link.read_text())
     assert measured.bandwidth > 0 and measured.latency_seconds >= 0
     assert "measured: gloo all-reduce over 2 processes" in measured.source
