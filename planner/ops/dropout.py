@@ -26,8 +26,9 @@ training graph's `rng/step` counter, planner/graph/autodiff.py) moves the seed t
 
 so step 0, or no step input, gives the mask above, and nodes whose seeds differ (below 2**32)
 never share a mask at any step. DropoutGrad reads the same step as its Dropout. The random ops
-(planner/ops/random.py) draw from this same stream, keyed by their own seeds; a Dropout's mask
-is the stream of data-parallel rank 0 on every rank.
+(planner/ops/random.py) draw from this same stream, keyed by their own seeds; data-parallel
+rank k draws its rank-k stream (`draws(seed, step, n, rank=k)`), so ranks drop independent
+elements; the formulas above are rank 0's, which the reference interpreter runs as.
 
 Example:
     >>> dropout_mask(seed=0, n=8, rate=0.5).astype(int).tolist()

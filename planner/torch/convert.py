@@ -27,7 +27,10 @@
    loss. A BUFFER_MUTATION must be what the planner
    updates itself (the new running statistics of a training BatchNorm reading that buffer), or
    an integer counter incremented by a constant (`num_batches_tracked += 1`), which the graph
-   leaves out and `counters` reports, for the trainer to count steps into. Anything else is
+   leaves out and `counters` reports, for the trainer to count steps into. A buffer or a
+   parameter overwritten by a fresh draw (`self.noise.normal_()`, `w.uniform_()` under
+   no_grad: a value of random ops alone, never the old one) is drawn anew inside every step,
+   where the forward reads it, and its stored value is left as it was. Anything else is
    refused.
 
 Names from the program (node names, state_dict keys) are data: they name tensors and nodes,
@@ -58,7 +61,7 @@ from planner.importers.onnx.values import Const
 from planner.torch.context import RULES, UNAVAILABLE, NodeCtx, TorchImportError, _in
 from planner.torch.record import Call, Program, Tensor, Value, from_exported
 from planner.torch.rules_losses import LOSS_PRESERVED
-from planner.torch.rules_random import RANDOM_PRESERVED
+from planner.torch.rules_random import RANDOM_PRESERVED, UNINITIALIZED, fresh_draw
 from planner.torch.saved import Ref
 from planner.torch.targets import resolve
 
@@ -237,7 +240,8 @@ def _convert_nodes(imp: Importer, calls: tuple[Call, ...], env: dict[str, Any],
 def _foldable(call: Call, env: Mapping[str, Any]) -> bool:
     """Is the call a computation on constants alone (a causal mask built in forward from
     arange, tril, comparisons), which torch itself evaluates now? Not on float parameters or
-    buffers (they stay tensors the planner trains or updates), not a random op, and not an
+    buffers (they stay tensors the planner trains or updates), not a random op or an `empty`
+    (whose rule gives zeros, not the memory torch finds), and not an
     output past FOLD_OUTPUT_LIMIT elements."""
     import torch
 
@@ -245,7 +249,7 @@ def _foldable(call: Call, env: Mapping[str, Any]) -> bool:
     if not all(isinstance(v, Const) and v.foldable for v in reads):
         return False
     op = resolve(call.target)
-    if op is None or torch.Tag.nondeterministic_seeded in op.tags:
+    if op is None or torch.Tag.nondeterministic_seeded in op.tags or call.target in UNINITIALIZED:
         return False
     vals = call.out if isinstance(call.out, tuple) else (call.out,)
     return all(isinstance(v, Value) for v in vals) and \
@@ -295,9 +299,13 @@ def _outputs(program: Program, env: dict[str, Any], imp: Importer,
                 raise TorchImportError(f"output {spec.name!r}: not a tensor the planner "
                                        "computes")
             outputs.append(imp.as_tensor(value))
-        elif spec.kind == "buffer_mutation":
-            if spec.target in counters:
+        elif spec.kind in ("buffer_mutation", "parameter_mutation"):
+            if spec.target in counters or fresh_draw(imp, env.get(spec.name)):
                 continue
+            if spec.kind == "parameter_mutation":
+                raise TorchImportError(f"parameter {spec.target!r}: overwritten in forward by "
+                                       f"node {spec.name!r}, which is not a fresh random draw "
+                                       "(the planner updates parameters by the optimizer only)")
             if not _planner_updates(imp, env.get(spec.name),
                                     env.get(placeholders.get(spec.target))):
                 raise TorchImportError(f"buffer {spec.target!r}: mutated by node "

@@ -77,7 +77,8 @@ class Input:
 
 @dataclass(frozen=True)
 class Output:
-    """kind is user_output or buffer_mutation (target: the buffer); name the value written."""
+    """kind is user_output, buffer_mutation or parameter_mutation (target: the buffer or
+    parameter); name the value written."""
 
     kind: str
     name: str
@@ -169,7 +170,8 @@ def from_exported(program: Any, root: str = "") -> Program:
     outputs = []
     for spec in sig.output_specs:
         kind = {OutputKind.USER_OUTPUT: "user_output",
-                OutputKind.BUFFER_MUTATION: "buffer_mutation"}.get(spec.kind)
+                OutputKind.BUFFER_MUTATION: "buffer_mutation",
+                OutputKind.PARAMETER_MUTATION: "parameter_mutation"}.get(spec.kind)
         arg = getattr(spec.arg, "name", None)
         if kind is None or arg is None:
             from planner.torch.context import TorchImportError

@@ -12,19 +12,45 @@ draws are a function of (seed, step, rank). They match torch's distributions, no
 | bernoulli (a tensor of probabilities; | Bernoulli [p] (p broadcast to x's shape)          |
 |   x.bernoulli_(p))                    |                                                   |
 | randint                               | RandomInt                                         |
+| randint_like (of a float tensor)      | RandomInt, cast to the tensor's dtype             |
 | randperm                              | RandomPerm                                        |
+| exponential_(lambd)                   | -log1p(-u) / lambd, u = RandomUniform [0, 1)      |
+| cauchy_(median, sigma)                | median + sigma tan(pi (u - 1/2)), the angle      |
+|                                       | clipped inside (-pi/2, pi/2) (float32 pi/2 is     |
+|                                       | above pi/2, where tan changes sign)               |
+| geometric_(p)                         | max(1, ceil(log1p(-u) / log1p(-p))): the trials   |
+|                                       | to the first success, u = 0 counted as one        |
+| log_normal_(mean, std)                | exp(RandomNormal(mean, std))                      |
+| rrelu (training; rrelu_with_noise)    | x r where x <= 0, r = RandomUniform(lower, upper) |
+|                                       | (noise r, else 1); the gradient dx = dy noise     |
+
+The in-place forms draw into the tensor they are called on: a buffer or a parameter so
+overwritten (`self.noise.exponential_()`) is drawn anew each step (planner/torch/convert.py).
+The uninitialized factories (empty, empty_like, empty_permuted, new_empty, new_empty_strided,
+empty_strided) give zeros: torch promises no values, and zeros keep a plan's bytes the same from
+one import to the next.
 
 A float result other than float32 is refused (the kernels draw float32).
 """
 
 from __future__ import annotations
 
+import math
+from typing import Any
+
+import numpy as np
+
 from planner.importers.onnx.errors import Unsupported
 from planner.importers.onnx.values import Const
+from planner.ops.random import RANDOM_OPS
 from planner.torch.context import NodeCtx, Value, rule
 
 # Kept whole by convert.decompose (torch decomposes bernoulli(p) into rand, lt and a cast).
 RANDOM_PRESERVED = ("bernoulli.default",)
+
+UNINITIALIZED = ("aten.empty.memory_format", "aten.empty_like.default",
+                 "aten.empty_permuted.default", "aten.new_empty.default",
+                 "aten.new_empty_strided.default", "aten.empty_strided.default")
 
 
 def _float_out(n: NodeCtx) -> tuple[int, ...]:
@@ -119,3 +145,121 @@ def randperm(n: NodeCtx) -> Value:
     if not 0 <= count < 2**32:
         raise n.fail(f"randperm needs 0 <= n < 2**32, got {count}")
     return _draw(n, "RandomPerm", [], {"n": count})
+
+
+@rule("aten.randint_like.default", "aten.randint_like.low_dtype")
+def randint_like(n: NodeCtx) -> Value:
+    low, high = (0, int(n.arg(1, "high"))) if n.op.endswith(".default") else \
+        (int(n.arg(1, "low")), int(n.arg(2, "high")))
+    if not 0 < high - low < 2**32:
+        raise n.fail(f"randint_like needs 0 < high - low < 2**32, got [{low}, {high})")
+    if n.out_dtype not in ("int64", "float32"):
+        raise Unsupported(f"{n.op} (a {n.out_dtype} result; the planner draws int64 or float32)")
+    ints = _draw(n, "RandomInt", [], {"shape": list(n.out_shape or ()), "low": low,
+                                      "high": high})
+    return ints if n.out_dtype == "int64" else n.emit1("Cast", [ints], {"to": "float32"})
+
+
+def _unit(n: NodeCtx) -> str:
+    """u uniform in [0, 1) of the node's (float32) shape."""
+    return _draw(n, "RandomUniform", [], {"shape": list(_float_out(n))})
+
+
+def _scaled(n: NodeCtx, x: str, scale: float, shift: float = 0.0) -> str:
+    if scale != 1.0:
+        x = n.emit1("Mul", [x, n.const(scale, "float32")])
+    return n.emit1("Add", [x, n.const(shift, "float32")]) if shift else x
+
+
+@rule("aten.exponential.default")
+def exponential(n: NodeCtx) -> Value:
+    lambd = float(n.arg(1, "lambd", 1.0))
+    if not lambd > 0:
+        raise n.fail(f"exponential_ needs lambd > 0, got {lambd}")
+    return _scaled(n, n.emit1("Log1p", [n.emit1("Neg", [_unit(n)])]), -1.0 / lambd)
+
+
+# float32 below pi/2: tan's argument stays on the side it was drawn on
+_HALF_PI_BELOW = float(np.nextafter(np.float32(math.pi / 2), np.float32(0)))
+
+
+@rule("aten.cauchy.default")
+def cauchy(n: NodeCtx) -> Value:
+    median, sigma = float(n.arg(1, "median", 0.0)), float(n.arg(2, "sigma", 1.0))
+    if not sigma > 0:
+        raise n.fail(f"cauchy_ needs sigma > 0, got {sigma}")
+    angle = n.emit1("Clip", [_scaled(n, _unit(n), math.pi, -math.pi / 2)],
+                    {"min": -_HALF_PI_BELOW, "max": _HALF_PI_BELOW})
+    return _scaled(n, n.emit1("Tan", [angle]), sigma, median)
+
+
+@rule("aten.geometric.default")
+def geometric(n: NodeCtx) -> Value:
+    p = float(n.arg(1, "p"))
+    if not 0 < p < 1:
+        raise n.fail(f"geometric_ needs 0 < p < 1, got {p}")
+    trials = n.emit1("Log1p", [n.emit1("Neg", [_unit(n)])])
+    trials = n.emit1("Ceil", [_scaled(n, trials, 1.0 / math.log1p(-p))])
+    return n.emit1("Max", [trials, n.const(1.0, "float32")])
+
+
+@rule("aten.log_normal.default")
+def log_normal(n: NodeCtx) -> Value:
+    mean, std = float(n.arg(1, "mean", 1.0)), float(n.arg(2, "std", 2.0))
+    if not std > 0:
+        raise n.fail(f"log_normal_ needs std > 0, got {std}")
+    return n.emit1("Exp", [_draw(n, "RandomNormal", [], {"shape": list(_float_out(n)),
+                                                           "mean": mean, "std": std})])
+
+
+@rule("aten.rrelu_with_noise_functional.default")
+def rrelu(n: NodeCtx) -> Value:
+    """(x, noise, lower, upper, training) -> (y, noise'): in training x r where x <= 0 with r
+    drawn in [lower, upper) (noise' = r there, 1 elsewhere); in eval the leaky slope
+    (lower + upper) / 2 and noise as it was."""
+    x = n.tensor(0)
+    lower, upper = float(n.arg(2, "lower", 1 / 8)), float(n.arg(3, "upper", 1 / 3))
+    training = bool(n.arg(4, "training", False))
+    if n.dtype(x) != "float32":
+        raise Unsupported(f"{n.op} (of a {n.dtype(x)} tensor)")
+    if not lower <= upper:
+        raise n.fail(f"rrelu needs lower <= upper, got [{lower}, {upper}]")
+    if not training:
+        return n.emit1("LeakyRelu", [x], {"alpha": (lower + upper) / 2}), n.tensor(1)
+    slope = _draw(n, "RandomUniform", [], {"shape": list(n.shape(x)), "low": lower,
+                                           "high": upper})
+    negative = n.emit1("LessOrEqual", [x, n.const(0.0, "float32")])
+    noise = n.emit1("Where", [negative, slope, n.const(1.0, "float32")])
+    return n.emit1("Mul", [x, noise]), noise
+
+
+@rule(*UNINITIALIZED)
+def empty(n: NodeCtx) -> Value:
+    if n.out_dtype is None or n.out_shape is None:
+        raise n.fail("no tensor metadata")
+    return Const.of(n.imp.fresh(n.label), np.zeros(n.out_shape, dtype=n.out_dtype),
+                    origin="constant")
+
+
+def fresh_draw(imp: Any, value: object) -> bool:
+    """Is `value` made by random ops from constants alone (never from a parameter, a buffer or
+    an input): a tensor drawn anew, whatever it held before?"""
+    if not isinstance(value, (str, Const)):
+        return False
+    stack, seen, drawn = [value if isinstance(value, str) else value.name], set(), False
+    while stack:
+        name = stack.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        const = imp.consts.get(name)
+        if const is not None:
+            if const.origin == "initializer":
+                return False
+            continue
+        node = imp.builder.producer(name)
+        if node is None:
+            return False
+        drawn |= node.op in RANDOM_OPS
+        stack.extend(node.inputs)
+    return drawn

@@ -51,6 +51,16 @@ inline RandomKind random_kind(const std::string& op) {
   throw std::runtime_error("not a random op: " + op);
 }
 
+// Rank k's stream keyed by seed alone: (seed + rank * kRngRankSeed) * kRngGoldenGamma adds
+// rank * kRngRankGamma to rng_base's counter (kRngRankSeed = kRngRankGamma / kRngGoldenGamma mod
+// 2^64; the golden gamma is odd, so invertible), for kernels that take the seed as their key
+// (the generated Dropout on CUDA, which knows no rank).
+constexpr uint64_t kRngRankSeed = 0x75B8311BA71FD2B7ull;
+
+PLANNER_HOST_DEVICE inline uint64_t rng_rank_seed(uint64_t seed, uint64_t rank) {
+  return seed + rank * kRngRankSeed;
+}
+
 // N: a backend's kernel-factory Node.
 template <class N>
 RandomOp random_op(const N& n) {

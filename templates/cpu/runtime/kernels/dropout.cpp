@@ -3,7 +3,8 @@
 //   u = splitmix64(seed * 0x9E3779B97F4A7C15 + i)  (uint64 wrap-around)
 //   keep iff (u >> 11) * 2^-53 >= rate;  y = x * keep / (1 - rate)
 // With a step input (the training graph's int64 rng/step), the seed is seed + step * 2^32, read
-// each run, so every step draws a fresh mask.
+// each run, so every step draws a fresh mask; data-parallel rank k draws the generator's rank-k
+// stream (common/random.h), so ranks drop independent elements of their own micro-batches.
 //
 // The loop compares integers: (u >> 11) * 2^-53 >= rate exactly when (u >> 11) >= ceil(rate *
 // 2^53) (both scalings by 2^53 are exact and u >> 11 is an integer below 2^53), so the mask is
@@ -15,7 +16,7 @@
 #include <cmath>
 
 #include "../loops.h"
-#include "random.h"  // the generator the random ops share: Dropout's mask is its rank-0 stream
+#include "random.h"  // the generator the random ops share
 
 namespace planner {
 namespace {
@@ -36,7 +37,8 @@ class Dropout : public Kernel {
     const float scale = static_cast<float>(1.0 - rate_);
     const uint64_t keep_from = static_cast<uint64_t>(std::ceil(rate_ * 0x1.0p53));
     const uint64_t step = step_ >= 0 ? static_cast<uint64_t>(*r.at<int64_t>(step_)) : 0;
-    const uint64_t base = rng_base(seed_, step, 0);
+    const uint64_t rank = r.collective ? static_cast<uint64_t>(r.collective->rank) : 0;
+    const uint64_t base = rng_base(seed_, step, rank);
     const int64_t size = size_;
 #pragma omp parallel for if(size >= kGrain)
     for (int64_t i = 0; i < size; ++i) {

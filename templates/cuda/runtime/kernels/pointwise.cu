@@ -25,6 +25,7 @@
 #include "../kernel.h"
 #include "generated/tvm_pointwise_low.cuh"
 #include "pointwise.h"
+#include "random.h"  // rng_rank_seed: Dropout's stream of the rank
 
 namespace planner {
 
@@ -223,6 +224,7 @@ GeneratedLaunch::Bound GeneratedLaunch::bind(const Node& n, const char* op, cons
       const std::string& key = p[0];
       if (type == 'u') {
         s.u = n.attrs.has(key) ? n.attrs.u(key) : std::strtoull(p[2].c_str(), nullptr, 10);
+        if (key == "seed") b.seed_slot = a, b.seed = s.u;
       } else {
         const double v = n.attrs.has(key) ? n.attrs.f(key) : std::strtod(p[2].c_str(), nullptr);
         if (type == 'f') s.f = static_cast<float>(v);
@@ -237,6 +239,9 @@ GeneratedLaunch::Bound GeneratedLaunch::bind(const Node& n, const char* op, cons
 
 void GeneratedLaunch::launch(Bound& b, const Run& r) {
   for (const auto& [slot, id] : b.pointers) b.slots[slot].p = id < 0 ? r.scratch : r.ptr[id];
+  if (b.seed_slot != static_cast<size_t>(-1))
+    b.slots[b.seed_slot].u =
+        rng_rank_seed(b.seed, r.collective ? static_cast<uint64_t>(r.collective->rank) : 0);
   b.argv.clear();
   for (Slot& s : b.slots) b.argv.push_back(&s);
   const int64_t blocks = (b.threads + b.block - 1) / b.block;

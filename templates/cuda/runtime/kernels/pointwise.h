@@ -48,6 +48,9 @@ class GeneratedLaunch {
     std::vector<Slot> slots;
     std::vector<void*> argv;
     std::vector<std::pair<size_t, int>> pointers;  // (slot, tensor id)
+    // Dropout's `seed` param: moved to the data-parallel rank's stream at launch
+    size_t seed_slot = static_cast<size_t>(-1);
+    uint64_t seed = 0;
   };
   static Bound bind(const Node& n, const char* op, const TvmKernel& k,
                     const std::vector<TensorRef>& in, const std::vector<TensorRef>& out,
