@@ -25,6 +25,7 @@ from planner.importers.gather import gather_rows
 from planner.importers.onnx.errors import Unsupported
 from planner.importers.onnx.values import Const
 from planner.torch.context import UNAVAILABLE, NodeCtx, Value, rule
+from planner.torch.norm_stats import group_norm_stats, layer_norm_stats
 from planner.torch.rules_conv import conv3d
 from planner.torch.rules_pointwise import bool_product, cast
 from planner.torch.strided import VIEW_LIMIT, logical_index, view_ops
@@ -695,7 +696,7 @@ def group_norm(n: NodeCtx) -> Value:
     b = _affine(n, n.arg(2, "bias"), channels, 0.0, x)
     attrs = {"groups": int(n.arg(6, "group")), "epsilon": float(n.arg(7, "eps"))}
     y = n.emit("GroupNorm", [x, w, b], attrs, n_out=3)[0]
-    return (y, UNAVAILABLE, UNAVAILABLE)
+    return group_norm_stats(n, y, x, attrs["groups"], attrs["epsilon"])
 
 
 @rule("aten._native_batch_norm_legit.no_stats")
@@ -722,8 +723,7 @@ def layer_norm(n: NodeCtx) -> Value:
     b = n.arg(3, "bias")
     inputs = [x, w] if b is None else [x, w, b]
     attrs = {"axis": len(n.shape(x)) - len(shape), "epsilon": float(n.arg(4, "eps"))}
-    y = n.emit("LayerNorm", inputs, attrs, n_out=3)[0]
-    return (y, UNAVAILABLE, UNAVAILABLE)
+    return layer_norm_stats(n, n.emit("LayerNorm", inputs, attrs, n_out=3), attrs["epsilon"])
 
 
 @rule("aten.native_dropout.default", "aten.dropout.default")

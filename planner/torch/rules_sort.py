@@ -9,6 +9,9 @@ dvalues back to the chosen positions:
     kthvalue, median  TopK of the k smallest, then its last (median: torch's lower median,
                       k = (n + 1) // 2); median without dim: of the flattened tensor
     cummax, cummin    CumMax (planner/ops/cummax.py: ties to the later index, as torch)
+    nanmedian         the sorted line (NaN last) read at position (count of numbers - 1) // 2,
+                      a gather by a computed position (0 where all are NaN: NaN, as torch);
+                      the indices gathered as float32 (exact below 2^24)
 
 Ties: TopK orders equal values by lower index, so sort is stable (stable=True's answer, and a
 valid one for stable=False), argmax / argmin give the first occurrence (as torch documents),
@@ -173,3 +176,33 @@ def max_with_index(n: NodeCtx) -> Value:
         tuple(d for j, d in enumerate(lines) if j != axis)
     out = out if shape and dim is not None else ()
     return _to_out(n, values, out), _to_out(n, indices, out)
+
+
+@rule("aten.nanmedian.default", "aten.nanmedian.dim")
+def nanmedian(n: NodeCtx) -> Value:
+    x, shape = _input(n)
+    dim = n.arg(1, "dim") if n.op == "aten.nanmedian.dim" else None
+    x, lines, axis = _lines(n, x, shape, dim)
+    if lines[axis] == 0:
+        raise n.fail("a nanmedian over an empty dim")
+    if lines[axis] > 2 ** 24:
+        raise n.fail(f"a nanmedian over {lines[axis]} elements (the planner's positions are "
+                     "exact below 2^24)")
+    values, indices = _topk(n, x, lines[axis], axis, False)  # NaN last
+    numbers = n.emit1("Cast", [n.emit1("Not", [n.emit1("IsNaN", [x])])], {"to": "float32"})
+    count = n.emit1("ReduceSum", [numbers], {"axes": [axis], "keepdims": True})
+    half = n.emit1("Mul", [n.emit1("Add", [count, n.const(-1.0, "float32")]),
+                           n.const(0.5, "float32")])
+    position = n.emit1("Cast", [n.emit1("Max", [n.emit1("Floor", [half]),
+                                                n.const(0.0, "float32")])], {"to": "int64"})
+    where = {"axis": axis, "mode": "elements", "wrap": False}
+    picked = n.emit1("IndexGather", [values, position], where)
+    at = n.emit1("IndexGather", [n.emit1("Cast", [indices], {"to": "float32"}), position], where)
+    at = n.emit1("Cast", [at], {"to": "int64"})
+    if dim is None:
+        return _to_out(n, picked, n.out_shape)
+    keep = bool(n.arg(2, "keepdim", False))
+    out = tuple(1 if j == axis else d for j, d in enumerate(lines)) if keep else \
+        tuple(d for j, d in enumerate(lines) if j != axis)
+    out = out if shape else ()
+    return _to_out(n, picked, out), _to_out(n, at, out)
