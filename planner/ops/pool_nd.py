@@ -235,8 +235,9 @@ def _max_infer(ins: list[TensorType], a: Attrs) -> list[TensorType]:
 
 def _avg_grad_infer(ins: list[TensorType], a: Attrs) -> list[TensorType]:
     x = TensorType(tuple(a["input_shape"]), ins[0].dtype)
-    if min(x.shape, default=0) < 1:
-        raise OpError(f"AvgPoolNDGrad: input_shape {list(x.shape)} must be positive")
+    if x.rank < 3 or min(x.shape[2:]) < 1:  # an empty batch or channel axis is a no-op
+        raise OpError(f"AvgPoolNDGrad: input_shape {list(x.shape)} must be (N, C, 1 to 3 "
+                      "positive spatial sizes)")
     want = _window_type("AvgPoolNDGrad", x, a)
     if ins[0].shape != want:
         raise OpError(f"AvgPoolNDGrad: dy is {list(ins[0].shape)}, the pool gives {list(want)}")

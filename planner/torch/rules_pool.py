@@ -7,7 +7,10 @@ output size, and max_unpool (planner/ops/pool_nd.py's MaxPoolND, AvgPoolND, Pool
     avg_pool2d                    the planner's AvgPool, or AvgPoolND where ceil_mode's last
                                   window overhangs the padding and count_include_pad is set
                                   (oneDNN would count the overhang in the divisor)
-    avg_pool3d                    AvgPoolND (divisor_override refused for both)
+    avg_pool3d                    AvgPoolND
+    divisor_override (both)       AvgPoolND without the padding counted, times each window's
+                                  taps / divisor_override (a constant of the output's shape):
+                                  the window's sum over the divisor
     adaptive_avg_pool2d / 3d      GlobalAvgPool for an output of 1 x 1 (2-D), else AvgPoolND
     adaptive_max_pool2d / 3d      MaxPoolND (y and indices)
     max_unpool2d / 3d             PoolScatter of the values at their indices into zeros
@@ -21,6 +24,7 @@ from __future__ import annotations
 from planner.importers.onnx.errors import Unsupported
 from planner.importers.onnx.values import Const
 from planner.ops import get_op
+from planner.ops.base import OpError
 from planner.ops.pool_nd import axis_windows
 from planner.torch.context import UNAVAILABLE, NodeCtx, Value, rule
 from planner.torch.rules import _pair, _reshape_to
@@ -86,17 +90,37 @@ def _overhangs(shape: tuple[int, ...], a: dict) -> bool:
 def avg_pool(n: NodeCtx) -> Value:
     """2-D: the planner's AvgPool (oneDNN's), or AvgPoolND where ceil_mode's last window
     overhangs the padding and the padding counts; 3-D: AvgPoolND."""
-    if n.arg(6, "divisor_override") is not None:
-        raise Unsupported(f"{n.op} (divisor_override)")
     dims = 3 if "pool3d" in n.op else 2
     x, added = _batched(n, n.tensor(0), dims)
     attrs = _window(n, dims, avg=True)
+    divisor = n.arg(6, "divisor_override")
+    if divisor is not None:
+        return _unbatched(n, [_pool_sum(n, x, attrs, int(divisor))], added)[0]
     if dims == 2 and not (attrs["ceil_mode"] and attrs["count_include_pad"]
                           and _overhangs(n.shape(x)[2:], attrs)):
         y = n.emit1("AvgPool", [x], {**attrs, "pads": attrs["pads"] * 2})
     else:
         y = n.emit1("AvgPoolND", [x], attrs)
     return _unbatched(n, [y], added)[0]
+
+
+def _pool_sum(n: NodeCtx, x: str | Const, attrs: dict, divisor: int) -> str:
+    """Each window's sum (its taps inside x) over `divisor`."""
+    import numpy as np
+
+    if divisor == 0:
+        raise n.fail("divisor_override must not be 0")
+    attrs = {**attrs, "count_include_pad": False}
+    try:
+        windows = axis_windows("AvgPoolND", get_op("AvgPoolND").normalize_attrs(attrs),
+                               n.shape(x)[2:])
+    except OpError as e:
+        raise n.fail(str(e)) from None
+    taps = np.ones((1, 1), dtype=np.float64)
+    for axis in windows:
+        taps = np.multiply.outer(taps, [w.count for w in axis])
+    scale = n.const((taps / divisor).astype(np.float32), "float32")
+    return n.emit1("Mul", [n.emit1("AvgPoolND", [x], attrs), scale])
 
 
 @rule("aten.adaptive_avg_pool2d.default", "aten._adaptive_avg_pool2d.default",
