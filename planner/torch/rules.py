@@ -26,7 +26,7 @@ from planner.importers.onnx.errors import Unsupported
 from planner.importers.onnx.values import Const
 from planner.torch.context import UNAVAILABLE, NodeCtx, Value, rule
 from planner.torch.norm_stats import group_norm_stats, layer_norm_stats
-from planner.torch.rules_conv import conv3d
+from planner.torch.rules_conv import conv3d, conv_transpose2d
 from planner.torch.rules_pointwise import bool_product, cast
 from planner.torch.strided import VIEW_LIMIT, logical_index, view_ops
 
@@ -646,7 +646,7 @@ def convolution(n: NodeCtx) -> Value:
                                              [0, *out_pad])
     attrs = {"strides": strides, "pads": pads + pads, "dilations": dilations, "groups": groups}
     if transposed:
-        y = n.emit1("ConvTranspose2D", [x, w], {**attrs, "output_padding": out_pad})
+        y = conv_transpose2d(n, x, w, {**attrs, "output_padding": out_pad})
     else:
         if any(out_pad):
             raise n.fail("output_padding on a convolution that is not transposed")

@@ -14,6 +14,10 @@ along depth by sd (zeros between: a Pad of a new axis, folded into depth), shift
 (a Pad in front), the taps' results added, and the pd padded depths cropped from both ends
 (output_padding extends the far end).
 
+A 2-D output_padding of a stride or more (torch allows it below the dilation too) is taken from
+the far pad first (those rows hold computed values: the padding crops them), then the rest, past
+every tap, as zero rows: ConvTranspose2D's own output_padding up to stride - 1, a Pad beyond.
+
 Gradients are the 2-D ones' (backward data and filter per tap, through the Slices and Pads), so
 forward, backward data and backward filter run oneDNN's (CPU) and cuDNN's (GPU) 2-D
 convolutions, priced and planned as they are (algorithms, workspaces).
@@ -93,7 +97,7 @@ def _transposed(n: NodeCtx, x: str | Const, w: str | Const, sd: int, pd: int, dd
     rows = _as_batch(n, x)
     terms = []
     for kd in range(taps):
-        y = _from_batch(n, n.emit1("ConvTranspose2D", [rows, _tap(n, w, kd)], attrs), batch)
+        y = _from_batch(n, conv_transpose2d(n, rows, _tap(n, w, kd), attrs), batch)
         _, out, _, oh, ow = n.shape(y)
         if sd > 1:  # input depth i at i * sd: a zero-padded axis of sd after each, folded in
             y = n.emit1("Reshape", [y], {"shape": [batch, out, depth, 1, oh * ow]})
@@ -109,4 +113,21 @@ def _transposed(n: NodeCtx, x: str | Const, w: str | Const, sd: int, pd: int, dd
     y = terms[0] if len(terms) == 1 else n.emit1("AddN", terms)
     if pd:
         y = n.emit1("Slice", [y], {"starts": [pd], "ends": [pd + out_depth], "axes": [2]})
+    return y
+
+
+def conv_transpose2d(n: NodeCtx, x: str | Const, w: str | Const, attrs: dict) -> str:
+    """ConvTranspose2D with any output_padding torch takes (module docstring)."""
+    strides, pads, extra = attrs["strides"], list(attrs["pads"]), list(attrs["output_padding"])
+    zeros = [0, 0]
+    for j in range(2):
+        if extra[j] >= strides[j]:
+            cut = min(pads[2 + j], extra[j])
+            pads[2 + j] -= cut
+            rest = extra[j] - cut
+            extra[j] = min(rest, strides[j] - 1)
+            zeros[j] = rest - extra[j]
+    y = n.emit1("ConvTranspose2D", [x, w], {**attrs, "pads": pads, "output_padding": extra})
+    if any(zeros):
+        y = n.emit1("Pad", [y], {"pads": [0, 0, 0, 0, 0, 0, *zeros]})
     return y
