@@ -1,0 +1,124 @@
+"""Cases beyond the OpInfo samples for nanmedian, the norms' statistics outputs, avg_pool's
+divisor_override, empty batches and conv_transpose's output_padding: each module exported,
+imported and run forward and backward on the reference interpreter against torch in float64
+(tests/importers/opinfo_cases.check_call, the OpInfo suite's own comparison)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+torch = pytest.importorskip("torch")
+from torch.nn import functional as F  # noqa: E402
+
+from tests.importers.opinfo_cases import check_call  # noqa: E402
+
+NAN = math.nan
+
+
+def _distinct(*shape: int) -> torch.Tensor:
+    """Values without ties (a median's gradient goes to one index; torch's and the planner's
+    agree on which only where the values differ)."""
+    g = torch.Generator().manual_seed(math.prod(shape))
+    return (torch.randperm(math.prod(shape), generator=g).float() / 7.0 - 3.0).reshape(shape)
+
+
+def _with_nans(all_nan: bool = False) -> torch.Tensor:
+    x = _distinct(4, 6)
+    x[0, 1] = x[0, 4] = NAN  # some NaN
+    x[3, 0] = NAN
+    if all_nan:
+        x[2] = NAN
+    return x
+
+
+@pytest.mark.parametrize("call", [
+    lambda t: torch.nanmedian(t),
+    lambda t: torch.nanmedian(t, dim=1),
+    lambda t: torch.nanmedian(t, dim=0, keepdim=True),
+    lambda t: torch.nanmedian(t[:, :5], dim=-1),  # an odd count of numbers on some lines
+], ids=["all", "dim1", "dim0-keepdim", "odd"])
+def test_nanmedian_skips_nans(call):
+    assert check_call(call, _with_nans()) == ("pass", "")
+
+
+@pytest.mark.parametrize("width", [5, 6])
+def test_nanmedian_is_nan_where_every_value_is(width):
+    """Values only: torch's index on an all-NaN line (so where its gradient goes) is whatever
+    its nth_element leaves there (3 of 6 on this machine), which it does not document."""
+    assert check_call(lambda t: torch.nanmedian(t[:, :width], dim=1).values.detach(),
+                      _with_nans(all_nan=True)) == ("pass", "")
+    assert check_call(lambda t: torch.nanmedian(t[:, :width]), _with_nans(all_nan=True)) == \
+        ("pass", "")
+
+
+def test_nanmedian_of_a_line_without_nan_is_the_lower_median():
+    assert check_call(lambda t: torch.nanmedian(t, dim=1), _distinct(3, 8)) == ("pass", "")
+
+
+@pytest.mark.parametrize("groups", [1, 2, 6])
+def test_group_norms_mean_and_rstd_are_torchs_with_their_gradients(groups):
+    x = _distinct(2, 6, 5)
+    assert check_call(lambda t: torch.native_group_norm(t, None, None, 2, 6, 5, groups, 1e-3),
+                      x) == ("pass", "")
+
+
+def test_layer_norms_mean_and_rstd_are_torchs():
+    x = _distinct(3, 4, 5)
+    assert check_call(lambda t: torch.native_layer_norm(t, [4, 5], None, None, 1e-2),
+                      x) == ("pass", "")
+
+
+@pytest.mark.parametrize("kwargs", [
+    {"kernel_size": 3, "stride": 2, "padding": 1, "divisor_override": 2},
+    {"kernel_size": 3, "stride": 2, "padding": 1, "ceil_mode": True, "divisor_override": 5},
+    {"kernel_size": 2, "stride": 1, "count_include_pad": False, "divisor_override": 3},
+], ids=["padded", "ceil", "exclusive"])
+def test_avg_pool2d_divisor_override_divides_each_window_sum(kwargs):
+    assert check_call(lambda t: F.avg_pool2d(t, **kwargs), _distinct(2, 3, 7, 6)) == \
+        ("pass", "")
+
+
+def test_avg_pool3d_divisor_override():
+    assert check_call(lambda t: F.avg_pool3d(t, 3, 2, 1, ceil_mode=True, divisor_override=4),
+                      _distinct(1, 2, 5, 6, 5)) == ("pass", "")
+
+
+@pytest.mark.parametrize("pool", [
+    lambda t: F.adaptive_avg_pool1d(t, 3),
+    lambda t: F.adaptive_avg_pool3d(t, (2, 3, 1)),
+], ids=["1d", "3d"])
+def test_adaptive_avg_pool_of_an_empty_batch(pool):
+    x = torch.zeros((0, 4, 7) if pool.__code__.co_consts.count(3) == 1 else (0, 2, 4, 6, 3))
+    assert check_call(pool, x) == ("pass", "")
+
+
+@pytest.mark.parametrize("kwargs", [
+    # output_padding above the stride, below the dilation, more than the padding: zero rows
+    {"stride": 2, "padding": 0, "output_padding": 2, "dilation": 3},
+    # taken from the far pad first
+    {"stride": (2, 1), "padding": (2, 1), "output_padding": (2, 1), "dilation": (3, 2)},
+    # partly from the pad, the rest as ConvTranspose2D's own output_padding and a Pad
+    {"stride": 2, "padding": 1, "output_padding": 3, "dilation": 4, "groups": 2},
+], ids=["zeros", "pad", "both"])
+def test_conv_transpose2d_output_padding_up_to_the_dilation(kwargs):
+    x, w, b = _distinct(2, 4, 3, 4), _distinct(4, 3, 2, 3) / 5, _distinct(3 * kwargs.get(
+        "groups", 1))
+    w = w if kwargs.get("groups", 1) == 1 else _distinct(4, 3, 2, 3) / 5
+    assert check_call(lambda t, ww, bb: F.conv_transpose2d(t, ww, bb, **kwargs), x, w, b) == \
+        ("pass", "")
+
+
+def test_conv_transpose3d_output_padding_up_to_the_dilation():
+    x, w = _distinct(1, 2, 3, 3, 2), _distinct(2, 2, 2, 2, 2) / 5
+    assert check_call(lambda t, ww: F.conv_transpose3d(t, ww, stride=(1, 2, 2), padding=1,
+                                                       output_padding=(0, 2, 1),
+                                                       dilation=(1, 3, 2)), x, w) == \
+        ("pass", "")
+
+
+def test_conv_transpose1d_output_padding_up_to_the_dilation():
+    x, w = _distinct(2, 3, 5), _distinct(3, 2, 3) / 5
+    assert check_call(lambda t, ww: F.conv_transpose1d(t, ww, stride=2, output_padding=3,
+                                                       dilation=4), x, w) == ("pass", "")
