@@ -1,0 +1,186 @@
+"""ATen's search and histogram ops as comparisons and counts (no gradient: torch gives none):
+
+    searchsorted(seq, v)   the count of seq's entries below v along seq's last axis (side
+                           'right': at or below), each v against its own line of seq (or the
+                           one line of a 1-D seq); a sorter only reorders seq, which a count
+                           does not see
+    bucketize(v, edges)    searchsorted(edges, v)
+    histc(x, bins, lo, hi) per bin, the elements of x in it: bins of equal width over
+                           [lo, hi] (lo = hi: x's own min and max, widened by 1 each way where
+                           those are equal too, as torch), the last bin closed, elements outside
+                           not counted
+    histogram(x, bins)     histc's counts (weighted, or a density) and the bin edges; with a
+                           tensor of edges, bins between consecutive edges
+
+An element's bin is the count of inner edges at or below it, compared with the edges as they
+are (torch's histogram reads its edges the same way). Counts are summed in float32, exact below
+2^24 per bin. Comparisons follow torch's binary search where NaN is concerned: `!(s >= v)` (left)
+and `!(s > v)` (right), so a NaN value lands past every entry and a sorted seq's trailing NaNs
+count below every value. Each compares every value with every entry of its line: memory and
+work of values x entries (a bucketize of a million values into 100 edges: 10^8 compares).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from planner.importers.onnx.errors import Unsupported
+from planner.importers.onnx.values import Const
+from planner.torch.context import NodeCtx, Value, rule
+
+
+def _float(n: NodeCtx, *xs: str | Const) -> None:
+    for x in xs:
+        if n.dtype(x) != "float32":
+            raise Unsupported(f"{n.op} (of a {n.dtype(x)} tensor)")
+
+
+def _count(n: NodeCtx, cmp: str, axis: int) -> str:
+    counted = n.emit1("Cast", [cmp], {"to": "float32"})
+    return n.emit1("ReduceSum", [counted], {"axes": [axis], "keepdims": False})
+
+
+def _below(n: NodeCtx, seq: str | Const, v: str | Const, right: bool) -> str:
+    """bool: seq entry below v (!(s >= v)), or at or below (!(s > v)) with right."""
+    return n.emit1("Not", [n.emit1("Greater" if right else "GreaterOrEqual", [seq, v])])
+
+
+def search(n: NodeCtx, seq: str | Const, v: str | Const, right: bool, dtype: str) -> str:
+    shape, entries = n.shape(v), n.shape(seq)
+    if len(entries) > 1:  # a line per value line: (*B, 1, N) against (*B, M, 1)
+        if entries[:-1] != shape[:-1]:
+            raise n.fail(f"sorted_sequence {list(entries)} and values {list(shape)} differ "
+                         "before the last axis")
+        seq = n.emit1("Reshape", [seq], {"shape": [*entries[:-1], 1, entries[-1]]})
+    values = n.emit1("Reshape", [v], {"shape": [*shape, 1]})
+    count = _count(n, _below(n, seq, values, right), len(shape))
+    return n.emit1("Cast", [count], {"to": dtype})
+
+
+def _side(n: NodeCtx, right_at: int) -> bool:
+    side = n.kwargs.get("side")
+    right = bool(n.arg(right_at, "right", False))
+    if side is not None and side not in ("left", "right"):
+        raise n.fail(f"side must be 'left' or 'right', got {side!r}")
+    if side is not None and right != (side == "right") and "right" in n.kwargs:
+        raise n.fail(f"side {side!r} and right={right} disagree")
+    return right or side == "right"
+
+
+@rule("aten.searchsorted.Tensor", "aten.searchsorted.Scalar")
+def searchsorted(n: NodeCtx) -> Value:
+    seq = n.tensor(0)
+    v = n.arg(1, "self")
+    v = n.const(float(v), "float32") if isinstance(v, (int, float)) else v
+    _float(n, seq, v)
+    if not n.shape(seq):
+        raise n.fail("sorted_sequence must have at least one axis")
+    return search(n, seq, v, _side(n, 3), "int32" if n.arg(2, "out_int32", False) else "int64")
+
+
+@rule("aten.bucketize.Tensor", "aten.bucketize.Scalar")
+def bucketize(n: NodeCtx) -> Value:
+    v, edges = n.arg(0, "self"), n.tensor(1)
+    v = n.const(float(v), "float32") if isinstance(v, (int, float)) else v
+    _float(n, v, edges)
+    if len(n.shape(edges)) != 1:
+        raise n.fail(f"boundaries must be 1-D, got {list(n.shape(edges))}")
+    dtype = "int32" if n.arg(2, "out_int32", False) else "int64"
+    return search(n, edges, v, bool(n.arg(3, "right", False)), dtype)
+
+
+def _scalar(n: NodeCtx, v: float) -> Const:
+    return n.const(np.array([v], dtype=np.float32), "float32")
+
+
+def _range(n: NodeCtx, x: str | Const, lo: float, hi: float, widen: float
+           ) -> tuple[str | Const, ...]:
+    """The histogram's range as (1,) tensors: [lo, hi], or x's own min and max where lo == hi
+    ([0, 1] for an empty x), each moved out by `widen` where the two are equal (histc 1,
+    histogram 1/2: torch's)."""
+    if lo != hi:
+        if not lo < hi:
+            raise n.fail(f"max {hi} must not be below min {lo}")
+        return _scalar(n, lo), _scalar(n, hi)
+    if 0 in n.shape(x):
+        return _scalar(n, 0.0), _scalar(n, 1.0)
+    flat = n.emit1("Reshape", [x], {"shape": [-1]})
+    low = n.emit1("ReduceMin", [flat], {"axes": [0], "keepdims": True})
+    high = n.emit1("ReduceMax", [flat], {"axes": [0], "keepdims": True})
+    same = n.emit1("Equal", [low, high])
+    return (n.emit1("Where", [same, n.emit1("Add", [low, _scalar(n, -widen)]), low]),
+            n.emit1("Where", [same, n.emit1("Add", [high, _scalar(n, widen)]), high]))
+
+
+def _edges(n: NodeCtx, lo: str | Const, hi: str | Const, bins: int) -> str:
+    """lo, lo + (hi - lo) j / bins for 0 < j < bins, hi: (bins + 1,)."""
+    parts: list[str | Const] = [lo]
+    if bins > 1:
+        steps = n.const((np.arange(1, bins) / bins).astype(np.float32), "float32")
+        parts.append(n.emit1("Add", [lo, n.emit1("Mul", [n.emit1("Sub", [hi, lo]), steps])]))
+    parts.append(hi)
+    return n.emit1("Concat", parts, {"axis": 0})
+
+
+def _counts(n: NodeCtx, x: str | Const, edges: str | Const, bins: int,
+            weight: str | Const | None) -> str:
+    """Per bin between consecutive edges (bins + 1 of them, the last bin closed), the elements
+    (or weights) of x in it."""
+    flat = n.emit1("Reshape", [x], {"shape": [-1, 1]})
+    inner = n.emit1("Slice", [edges], {"starts": [1], "ends": [bins], "axes": [0]})
+    first = n.emit1("Slice", [edges], {"starts": [0], "ends": [1], "axes": [0]})
+    last = n.emit1("Slice", [edges], {"starts": [bins], "ends": [bins + 1], "axes": [0]})
+    at = n.emit1("ReduceSum", [n.emit1("Cast", [n.emit1("LessOrEqual", [inner, flat])],
+                                       {"to": "float32"})],
+                 {"axes": [1], "keepdims": True}) if bins > 1 else \
+        n.emit1("Mul", [flat, _scalar(n, 0.0)])
+    inside = n.emit1("And", [n.emit1("GreaterOrEqual", [flat, first]),
+                             n.emit1("LessOrEqual", [flat, last])])
+    slots = n.const(np.arange(bins, dtype=np.float32).reshape(1, bins), "float32")
+    hits = n.emit1("Cast", [n.emit1("And", [n.emit1("Equal", [at, slots]), inside])],
+                   {"to": "float32"})
+    if weight is not None:
+        hits = n.emit1("Mul", [hits, n.emit1("Reshape", [weight], {"shape": [-1, 1]})])
+    return n.emit1("ReduceSum", [hits], {"axes": [0], "keepdims": False})
+
+
+@rule("aten.histc.default")
+def histc(n: NodeCtx) -> Value:
+    x = n.tensor(0)
+    _float(n, x)
+    bins = int(n.arg(1, "bins", 100))
+    if bins < 1:
+        raise n.fail(f"bins must be positive, got {bins}")
+    lo, hi = _range(n, x, float(n.arg(2, "min", 0)), float(n.arg(3, "max", 0)), 1.0)
+    return _counts(n, x, _edges(n, lo, hi, bins), bins, None)
+
+
+@rule("aten.histogram.bin_ct", "aten.histogram.bins_tensor")
+def histogram(n: NodeCtx) -> Value:
+    x = n.tensor(0)
+    weight = n.kwargs.get("weight")  # weight, range and density: keyword-only
+    density = bool(n.kwargs.get("density", False))
+    _float(n, x, *([weight] if weight is not None else []))
+    if n.op.endswith("bins_tensor"):
+        edges = n.tensor(1, "bins")
+        _float(n, edges)
+        if len(n.shape(edges)) != 1 or n.shape(edges)[0] < 2:
+            raise n.fail(f"bins must be a 1-D tensor of 2 or more edges, got "
+                         f"{list(n.shape(edges))}")
+        bins = n.shape(edges)[0] - 1
+    else:
+        bins = int(n.arg(1, "bins", 100))
+        if bins < 1:
+            raise n.fail(f"bins must be positive, got {bins}")
+        span = n.kwargs.get("range")
+        lo, hi = (float(span[0]), float(span[1])) if span is not None else (0.0, 0.0)
+        edges = _edges(n, *_range(n, x, lo, hi, 0.5), bins)
+    hist = _counts(n, x, edges, bins, weight)
+    if density:  # hist / (its total x each bin's width)
+        widths = n.emit1("Sub", [n.emit1("Slice", [edges], {"starts": [1], "ends": [bins + 1],
+                                                           "axes": [0]}),
+                                 n.emit1("Slice", [edges], {"starts": [0], "ends": [bins],
+                                                           "axes": [0]})])
+        total = n.emit1("ReduceSum", [hist], {"axes": [0], "keepdims": True})
+        hist = n.emit1("Div", [hist, n.emit1("Mul", [total, widths])])
+    return hist, edges
