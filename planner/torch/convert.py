@@ -214,9 +214,10 @@ def _convert_nodes(imp: Importer, calls: tuple[Call, ...], env: dict[str, Any],
                 if op not in RULES:
                     raise Unsupported(op)
                 shape, dtype = _meta(call) if isinstance(call.out, Value) else (None, None)
-                ctx = NodeCtx(imp, call.name, op, _args(call.args, env),
-                              dict(_args(dict(call.kwargs), env)), shape, dropouts, dtype,
-                              call, call.place or call.module, metas)
+                # keyword tensors too (histogram's weight): a Ref inside a dict is resolved
+                kwargs = {k: _args(v, env) for k, v in call.kwargs.items()}
+                ctx = NodeCtx(imp, call.name, op, _args(call.args, env), kwargs, shape,
+                              dropouts, dtype, call, call.place or call.module, metas)
                 value = RULES[op](ctx)
             _check(imp, call, value)
             env[call.name] = value

@@ -12,11 +12,12 @@
     histogram(x, bins)     histc's counts (weighted, or a density) and the bin edges; with a
                            tensor of edges, bins between consecutive edges
 
-An element's bin is the count of inner edges at or below it, compared with the edges as they
-are (torch's histogram reads its edges the same way). Counts are summed in float32, exact below
-2^24 per bin. Comparisons follow torch's binary search where NaN is concerned: `!(s >= v)` (left)
-and `!(s > v)` (right), so a NaN value lands past every entry and a sorted seq's trailing NaNs
-count below every value. Each compares every value with every entry of its line: memory and
+An element's bin is, as torch's kernels find it: for histogram, the count of inner edges at or
+below it (its edges computed as torch.linspace rounds them); for histc, trunc((x - lo) bins /
+(hi - lo)) in float32. Counts are summed in float32, exact below
+2^24 per bin. searchsorted compares as torch's binary search does, `!(s >= v)` (left) and `!(s > v)`
+(right), so a NaN value lands past every entry (a seq holding NaN is not sorted: torch's
+answer then depends on where its search steps, the count's on every entry). Each compares every value with every entry of its line: memory and
 work of values x entries (a bucketize of a million values into 100 edges: 10^8 compares).
 """
 
@@ -113,27 +114,37 @@ def _range(n: NodeCtx, x: str | Const, lo: float, hi: float, widen: float
 
 
 def _edges(n: NodeCtx, lo: str | Const, hi: str | Const, bins: int) -> str:
-    """lo, lo + (hi - lo) j / bins for 0 < j < bins, hi: (bins + 1,)."""
-    parts: list[str | Const] = [lo]
-    if bins > 1:
-        steps = n.const((np.arange(1, bins) / bins).astype(np.float32), "float32")
-        parts.append(n.emit1("Add", [lo, n.emit1("Mul", [n.emit1("Sub", [hi, lo]), steps])]))
-    parts.append(hi)
-    return n.emit1("Concat", parts, {"axis": 0})
+    """torch.linspace(lo, hi, bins + 1) as torch's CPU kernel rounds it: with step =
+    (hi - lo) / bins, lo + step j in the first half, hi - step (bins - j) in the second."""
+    step = n.emit1("Div", [n.emit1("Sub", [hi, lo]), _scalar(n, float(bins))])
+    half = (bins + 1) // 2
+    ahead = n.const(np.arange(half, dtype=np.float32), "float32")
+    behind = n.const(np.arange(bins - half, -1, -1, dtype=np.float32), "float32")
+    return n.emit1("Concat", [n.emit1("Add", [lo, n.emit1("Mul", [step, ahead])]),
+                              n.emit1("Sub", [hi, n.emit1("Mul", [step, behind])])],
+                   {"axis": 0})
 
 
 def _counts(n: NodeCtx, x: str | Const, edges: str | Const, bins: int,
-            weight: str | Const | None) -> str:
+            weight: str | Const | None, linear: bool = False) -> str:
     """Per bin between consecutive edges (bins + 1 of them, the last bin closed), the elements
-    (or weights) of x in it."""
+    (or weights) of x in it: an element's bin is the count of inner edges at or below it, or
+    with `linear` (histc's rule in torch; edges are then [lo, hi] alone)
+    trunc((x - lo) bins / (hi - lo)) in float32."""
     flat = n.emit1("Reshape", [x], {"shape": [-1, 1]})
-    inner = n.emit1("Slice", [edges], {"starts": [1], "ends": [bins], "axes": [0]})
+    end = n.shape(edges)[0] - 1
     first = n.emit1("Slice", [edges], {"starts": [0], "ends": [1], "axes": [0]})
-    last = n.emit1("Slice", [edges], {"starts": [bins], "ends": [bins + 1], "axes": [0]})
-    at = n.emit1("ReduceSum", [n.emit1("Cast", [n.emit1("LessOrEqual", [inner, flat])],
-                                       {"to": "float32"})],
-                 {"axes": [1], "keepdims": True}) if bins > 1 else \
-        n.emit1("Mul", [flat, _scalar(n, 0.0)])
+    last = n.emit1("Slice", [edges], {"starts": [end], "ends": [end + 1], "axes": [0]})
+    if linear:
+        scaled = n.emit1("Mul", [n.emit1("Sub", [flat, first]), _scalar(n, float(bins))])
+        at = n.emit1("Floor", [n.emit1("Div", [scaled, n.emit1("Sub", [last, first])])])
+        at = n.emit1("Min", [at, _scalar(n, float(bins - 1))])  # x = hi: the last bin
+    elif bins > 1:
+        inner = n.emit1("Slice", [edges], {"starts": [1], "ends": [bins], "axes": [0]})
+        at = n.emit1("ReduceSum", [n.emit1("Cast", [n.emit1("LessOrEqual", [inner, flat])],
+                                           {"to": "float32"})], {"axes": [1], "keepdims": True})
+    else:
+        at = n.emit1("Mul", [flat, _scalar(n, 0.0)])
     inside = n.emit1("And", [n.emit1("GreaterOrEqual", [flat, first]),
                              n.emit1("LessOrEqual", [flat, last])])
     slots = n.const(np.arange(bins, dtype=np.float32).reshape(1, bins), "float32")
@@ -152,7 +163,7 @@ def histc(n: NodeCtx) -> Value:
     if bins < 1:
         raise n.fail(f"bins must be positive, got {bins}")
     lo, hi = _range(n, x, float(n.arg(2, "min", 0)), float(n.arg(3, "max", 0)), 1.0)
-    return _counts(n, x, _edges(n, lo, hi, bins), bins, None)
+    return _counts(n, x, n.emit1("Concat", [lo, hi], {"axis": 0}), bins, None, linear=True)
 
 
 @rule("aten.histogram.bin_ct", "aten.histogram.bins_tensor")

@@ -12,7 +12,7 @@ import pytest
 torch = pytest.importorskip("torch")
 from torch.nn import functional as F  # noqa: E402
 
-from tests.importers.opinfo_cases import check_call  # noqa: E402
+from tests.importers.opinfo_cases import check_call, check_sample  # noqa: E402
 
 NAN = math.nan
 
@@ -122,3 +122,74 @@ def test_conv_transpose1d_output_padding_up_to_the_dilation():
     x, w = _distinct(2, 3, 5), _distinct(3, 2, 3) / 5
     assert check_call(lambda t, ww: F.conv_transpose1d(t, ww, stride=2, output_padding=3,
                                                        dilation=4), x, w) == ("pass", "")
+
+
+# ---- search and histograms (planner/torch/rules_search.py) ------------------------------------
+
+_SEQ = torch.tensor([-2.0, -0.5, -0.5, 0.0, 1.25, 3.0])
+
+
+@pytest.mark.parametrize("kwargs", [{}, {"right": True}, {"side": "right"},
+                                    {"out_int32": True}],
+                         ids=["left", "right", "side", "int32"])
+def test_searchsorted_on_ties_and_the_ends(kwargs):
+    v = torch.tensor([[-3.0, -2.0, -0.5, 0.0, 0.1], [3.0, 4.0, 1.25, -0.5, NAN]])
+    assert check_call(lambda s, x: torch.searchsorted(s, x, **kwargs), _SEQ, v) == ("pass", "")
+
+
+def test_searchsorted_with_a_line_per_row_and_a_sorter():
+    seq = torch.tensor([[3.0, -1.0, 2.0, 0.0], [5.0, 1.0, 4.0, 9.0]])
+    sorter = torch.argsort(seq, dim=1)
+    v = torch.tensor([[0.0, 2.5, -4.0], [4.0, 9.0, 10.0]])
+    assert check_call(lambda s, x, o: torch.searchsorted(s, x, sorter=o), seq, v, sorter) == \
+        ("pass", "")
+    assert check_call(lambda s, x: torch.searchsorted(s, x, right=True), seq.sort().values,
+                      v) == ("pass", "")
+
+
+def test_searchsorted_of_nan_and_a_scalar():
+    assert check_call(lambda s, x: torch.searchsorted(s, x), _SEQ,
+                      torch.tensor([-1.0, 0.5, 2.0, NAN])) == ("pass", "")
+    assert check_call(lambda s: torch.searchsorted(s, 0.5), _SEQ) == ("pass", "")
+
+
+def test_bucketize_and_isin():
+    x = torch.tensor([[-3.0, -0.5, 1.0], [3.0, 0.0, 7.0]])
+    assert check_call(lambda t, e: torch.bucketize(t, e, right=True), x, _SEQ) == ("pass", "")
+    assert check_call(lambda t, e: torch.isin(t, e), x, _SEQ) == ("pass", "")
+    assert check_call(lambda t, e: torch.isin(t, e, invert=True), x, _SEQ) == ("pass", "")
+
+
+@pytest.mark.parametrize("call", [
+    lambda t: torch.histc(t, bins=7, min=-1.0, max=2.0),  # elements outside not counted
+    lambda t: torch.histc(t, bins=5),  # the data's own range, the maximum in the last bin
+    lambda t: torch.histc(t[:1, :1], bins=4),  # one value: [v - 1, v + 1]
+    lambda t: torch.histc(t * 0.0 + 1.0, bins=3),  # equal values: [0, 2]
+], ids=["range", "data", "widened", "equal"])
+def test_histc(call):
+    assert _no_gradient(call, _distinct(4, 5)) == ("pass", "")
+
+
+def _no_gradient(fn, *args, **kwargs):
+    """check_call of an op torch does not differentiate (histc, histogram)."""
+    from types import SimpleNamespace
+
+    return check_sample(SimpleNamespace(op=fn, supports_autograd=False),
+                        SimpleNamespace(input=args[0], args=args[1:], kwargs=kwargs))
+
+
+@pytest.mark.parametrize("kwargs", [
+    {"bins": 6}, {"bins": 4, "range": (-1.0, 1.5)}, {"bins": 5, "density": True},
+    {"bins": 3, "range": (-2.0, 0.0), "density": True}, {"bins": 12},
+], ids=["data", "range", "density", "range-density", "many"])
+def test_histogram_of_a_bin_count(kwargs):
+    assert _no_gradient(lambda t: torch.histogram(t, **kwargs), _distinct(3, 7)) == \
+        ("pass", "")
+
+
+def test_histogram_with_weights_and_edges():
+    x, w = _distinct(20), torch.linspace(0.1, 2.0, 20)
+    edges = torch.tensor([-3.0, -1.0, 0.0, 0.5, 4.0])
+    assert _no_gradient(lambda t, ww: torch.histogram(t, 4, weight=ww), x, w) == ("pass", "")
+    assert _no_gradient(lambda t, e, ww: torch.histogram(t, e, weight=ww, density=True),
+                        x, edges, w) == ("pass", "")
