@@ -14,6 +14,8 @@ output size, and max_unpool (planner/ops/pool_nd.py's MaxPoolND, AvgPoolND, Pool
     adaptive_avg_pool2d / 3d      GlobalAvgPool for an output of 1 x 1 (2-D), else AvgPoolND
     adaptive_max_pool2d / 3d      MaxPoolND (y and indices)
     max_unpool2d / 3d             PoolScatter of the values at their indices into zeros
+    max_pool2d/3d_with_indices_   PoolScatter (accumulate) of grad_output at the indices:
+      backward                    the gradient called directly
 
 1-D pools reach these as 2-D ones over (N, C, 1, L) (torch's own decomposition); an input
 without its batch axis gets one for the op, dropped after.
@@ -26,8 +28,9 @@ from planner.importers.onnx.values import Const
 from planner.ops import get_op
 from planner.ops.base import OpError
 from planner.ops.pool_nd import axis_windows
-from planner.torch.context import UNAVAILABLE, NodeCtx, Value, rule
+from planner.torch.context import NodeCtx, Value, rule
 from planner.torch.rules import _pair, _reshape_to
+from planner.torch.rules_sort import ReadLater
 
 PRESERVED = ("max_unpool2d.default", "max_unpool3d.default")
 
@@ -49,7 +52,7 @@ def _unbatched(n: NodeCtx, ys: list[str], added: bool) -> list:
 def _indices_read(n: NodeCtx) -> bool:
     """Whether the program reads the node's indices: torch.export keeps a getitem only for an
     output something reads, so a max pool read twice is read for both. (Read for its indices
-    alone, the MaxPool's UNAVAILABLE indices are refused by name.)"""
+    alone, its indices are MaxPoolND's, made where read: rules_sort.ReadLater.)"""
     return getattr(n.node, "users", 0) > 1
 
 
@@ -74,7 +77,11 @@ def max_pool(n: NodeCtx) -> Value:
     if dims == 2 and not _indices_read(n):
         y = n.emit1("MaxPool", [x], {**attrs, "pads": attrs["pads"] * 2})
         (y,) = _unbatched(n, [y], added)
-        return (y, UNAVAILABLE) if n.op.endswith("with_indices.default") else y
+        if not n.op.endswith("with_indices.default"):
+            return y
+        # read for its indices alone (a gradient called directly): MaxPoolND's, made then
+        return ReadLater((y, None), {1: lambda: _unbatched(
+            n, n.emit("MaxPoolND", [x], attrs, n_out=2), added)[1]})
     return tuple(_unbatched(n, n.emit("MaxPoolND", [x], attrs, n_out=2), added))
 
 
@@ -149,4 +156,22 @@ def max_unpool(n: NodeCtx) -> Value:
     if len(spatial) != dims:
         raise n.fail(f"output_size {spatial} is not {dims}-D")
     y = n.emit1("PoolScatter", [values, indices], {"spatial": spatial, "accumulate": False})
+    return _unbatched(n, [y], added)[0]
+
+
+@rule("aten.max_pool2d_with_indices_backward.default",
+      "aten.max_pool3d_with_indices_backward.default")
+def max_pool_backward(n: NodeCtx) -> Value:
+    """max_pool's gradient called directly (grad_output, self, kernel, stride, padding,
+    dilation, ceil_mode, indices): each grad at its index of a zero plane of self's size,
+    summed where windows overlap (MaxPoolND's own gradient)."""
+    dims = 3 if "pool3d" in n.op else 2
+    dy, added = _batched(n, n.tensor(0), dims)
+    x, _ = _batched(n, n.tensor(1), dims)
+    indices, _ = _batched(n, n.tensor(7, "indices"), dims)
+    if n.shape(indices) != n.shape(dy):
+        raise n.fail(f"indices {list(n.shape(indices))} and grad_output "
+                     f"{list(n.shape(dy))} differ")
+    y = n.emit1("PoolScatter", [dy, indices], {"spatial": list(n.shape(x)[2:]),
+                                               "accumulate": True})
     return _unbatched(n, [y], added)[0]

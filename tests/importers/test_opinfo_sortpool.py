@@ -193,3 +193,22 @@ def test_histogram_with_weights_and_edges():
     assert _no_gradient(lambda t, ww: torch.histogram(t, 4, weight=ww), x, w) == ("pass", "")
     assert _no_gradient(lambda t, e, ww: torch.histogram(t, e, weight=ww, density=True),
                         x, edges, w) == ("pass", "")
+
+
+@pytest.mark.parametrize("dims", [2, 3])
+def test_max_pool_backward_called_directly_differentiates_in_its_grad(dims):
+    """The gradient called as an op, its own gradient taken with respect to grad_output (a
+    parameter here) and the input (none: the indices carry no gradient)."""
+    aten = torch.ops.aten
+    pool = aten.max_pool2d_with_indices if dims == 2 else aten.max_pool3d_with_indices
+    back = aten.max_pool2d_with_indices_backward if dims == 2 else \
+        aten.max_pool3d_with_indices_backward
+    k, s, p, d = [3] * dims, [2] * dims, [1] * dims, [1] * dims
+    x = _distinct(2, 3, *([5] * dims))
+
+    def call(g, t):
+        _, idx = pool(t, k, s, p, d, True)
+        return back(g, t, k, s, p, d, True, idx)
+
+    g = _distinct(2, 3, *([3] * dims))
+    assert check_call(call, g, x) == ("pass", "")
