@@ -23,6 +23,11 @@ draws are a function of (seed, step, rank). They match torch's distributions, no
 | log_normal_(mean, std)                | exp(RandomNormal(mean, std))                      |
 | rrelu (training; rrelu_with_noise)    | x r where x <= 0, r = RandomUniform(lower, upper) |
 |                                       | (noise r, else 1); the gradient dx = dy noise     |
+| multinomial, without replacement      | the k largest log p - log E, E = -log1p(-u) an    |
+|                                       | exponential draw per category (torch's own        |
+|                                       | exponential race): TopK's indices                 |
+| multinomial, with replacement         | per sample, the count of cumsum(p) entries at or  |
+|                                       | below u sum(p) (the inverse CDF), at most C - 1   |
 
 The in-place forms draw into the tensor they are called on: a buffer or a parameter so
 overwritten (`self.noise.exponential_()`) is drawn anew each step (planner/torch/convert.py).
@@ -263,3 +268,33 @@ def fresh_draw(imp: Any, value: object) -> bool:
         drawn |= node.op in RANDOM_OPS
         stack.extend(node.inputs)
     return drawn
+
+
+@rule("aten.multinomial.default")
+def multinomial(n: NodeCtx) -> Value:
+    p = n.tensor(0)
+    samples, replace = int(n.arg(1, "num_samples")), bool(n.arg(2, "replacement", False))
+    shape = n.shape(p)
+    if n.dtype(p) != "float32" or len(shape) not in (1, 2) or not shape[-1]:
+        raise Unsupported(f"{n.op} (of a {n.dtype(p)} {list(shape)} tensor)")
+    if samples < 1 or (not replace and samples > shape[-1]):
+        raise n.fail(f"num_samples {samples} must be in [1, {shape[-1]}] without replacement")
+    axis = len(shape) - 1
+    if not replace:
+        u = _draw(n, "RandomUniform", [], {"shape": list(shape)})
+        race = n.emit1("Max", [n.emit1("Neg", [n.emit1("Log1p", [n.emit1("Neg", [u])])]),
+                               n.const(2.0**-30, "float32")])  # u = 0 would give log 0
+        keys = n.emit1("Sub", [n.emit1("Log", [p]), n.emit1("Log", [race])])
+        return n.emit("TopK", [keys], {"k": samples, "axis": axis, "largest": True},
+                      n_out=2)[1]
+    rows = shape[:-1]
+    cdf = n.emit1("CumSum", [p], {"axis": axis})
+    total = n.emit1("Slice", [cdf], {"starts": [shape[-1] - 1], "ends": [shape[-1]],
+                                     "axes": [axis]})
+    u = _draw(n, "RandomUniform", [], {"shape": [*rows, samples]})
+    target = n.emit1("Reshape", [n.emit1("Mul", [u, total])], {"shape": [*rows, samples, 1]})
+    lines = n.emit1("Reshape", [cdf], {"shape": [*rows, 1, shape[-1]]})
+    below = n.emit1("Cast", [n.emit1("LessOrEqual", [lines, target])], {"to": "float32"})
+    count = n.emit1("ReduceSum", [below], {"axes": [axis + 1], "keepdims": False})
+    count = n.emit1("Min", [count, n.const(float(shape[-1] - 1), "float32")])
+    return n.emit1("Cast", [count], {"to": "int64"})

@@ -167,3 +167,41 @@ def test_uninitialized_factories_are_zeros_and_the_plan_is_the_same_every_import
     np.testing.assert_array_equal(out[a.graph.outputs[1]], np.zeros((2, 3), np.float32))
     assert a.graph == b.graph
     assert all(np.array_equal(v, b.params()[k]) for k, v in a.params().items())
+
+
+PROBS = [0.1, 0.0, 0.25, 0.4, 0.05, 0.2]
+
+
+def _multinomial(samples: int, replacement: bool, rows: int) -> np.ndarray:
+    class M(nn.Module):
+        def forward(self, p):
+            return torch.multinomial(p, samples, replacement=replacement)
+
+    p = torch.tensor([PROBS] * rows) * 3.0  # unnormalized, as torch takes them
+    imported = convert(_export(M(), (p,)))
+    (out,) = imported.graph.outputs
+    return run(imported.graph, {imported.inputs[0]: p.numpy()}, {}, keep="outputs")[out]
+
+
+def _chi2_below_bound(picks: np.ndarray, probs: np.ndarray) -> None:
+    keep = probs > 0
+    counts = np.bincount(picks.ravel(), minlength=len(probs))
+    assert counts[~keep].sum() == 0  # a zero-probability category is never drawn
+    want = picks.size * probs[keep]
+    chi2 = float(np.sum((counts[keep] - want) ** 2 / want))
+    k = keep.sum() - 1
+    assert chi2 < k + 5 * math.sqrt(2 * k)
+
+
+def test_multinomial_with_replacement_draws_each_category_by_its_weight():
+    picks = _multinomial(N // 4, True, 4)
+    assert picks.shape == (4, N // 4) and picks.dtype == np.int64
+    _chi2_below_bound(picks, np.array(PROBS))
+
+
+def test_multinomial_without_replacement_draws_distinct_categories_in_weight_order():
+    picks = _multinomial(3, False, N // 4)
+    assert picks.shape == (N // 4, 3)
+    assert all(len(set(row)) == 3 for row in picks.tolist())
+    _chi2_below_bound(picks[:, 0], np.array(PROBS))  # the first: by the weights
+    assert not np.isin(picks, [1]).any()
