@@ -9,6 +9,10 @@ dvalues back to the chosen positions:
     kthvalue, median  TopK of the k smallest, then its last (median: torch's lower median,
                       k = (n + 1) // 2); median without dim: of the flattened tensor
     cummax, cummin    CumMax (planner/ops/cummax.py: ties to the later index, as torch)
+    logcumsumexp      log2(n) steps of y = logaddexp(y, y shifted by 2^k along the axis,
+                      float32's lowest shifted in): the scan of the pointwise table's stable LogAddExp,
+                      log2(n) roundings of it deep (a max-shifted cumsum underflows where a
+                      line spans more than ~88)
     nanmedian         the sorted line (NaN last) read at position (count of numbers - 1) // 2,
                       a gather by a computed position (0 where all are NaN: NaN, as torch);
                       the indices gathered as float32 (exact below 2^24)
@@ -206,3 +210,23 @@ def nanmedian(n: NodeCtx) -> Value:
         tuple(d for j, d in enumerate(lines) if j != axis)
     out = out if shape else ()
     return _to_out(n, picked, out), _to_out(n, at, out)
+
+
+# shifted in where a line has no earlier element: float32's lowest, which logaddexp passes over
+# (exp(lowest - y) is 0) as it would -inf, which Pad does not take
+_LOWEST = -3.4028234663852886e38
+
+
+@rule("aten.logcumsumexp.default")
+def logcumsumexp(n: NodeCtx) -> Value:
+    x, shape = _input(n)
+    x, lines, axis = _lines(n, x, shape, n.arg(1, "dim"))
+    size, y, step = lines[axis], x, 1
+    while step < size:
+        pads = [0] * (2 * len(lines))
+        pads[axis] = step
+        shifted = n.emit1("Slice", [n.emit1("Pad", [y], {"pads": pads, "value": _LOWEST})],
+                          {"starts": [0], "ends": [size], "axes": [axis]})
+        y = n.emit1("LogAddExp", [y, shifted])
+        step *= 2
+    return _to_out(n, y, shape)  # a line of one (or none): x itself

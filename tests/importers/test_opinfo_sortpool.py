@@ -212,3 +212,16 @@ def test_max_pool_backward_called_directly_differentiates_in_its_grad(dims):
 
     g = _distinct(2, 3, *([3] * dims))
     assert check_call(call, g, x) == ("pass", "")
+
+
+@pytest.mark.parametrize("dim", [0, 1, -1])
+def test_logcumsumexp_over_a_range_wider_than_exp_holds(dim):
+    """Lines rising from -500 to 40: a max-shifted cumsum would underflow to -inf at their
+    start; the scan of logaddexp keeps every value (and its gradient) torch's."""
+    x = torch.linspace(-500.0, 40.0, 5 * 37).reshape(5, 37) + _distinct(5, 37)
+    assert check_call(lambda t: torch.logcumsumexp(t, dim), x) == ("pass", "")
+
+
+def test_logcumsumexp_of_a_line_of_one_and_a_scalar():
+    assert check_call(lambda t: torch.logcumsumexp(t, 1), _distinct(3, 1)) == ("pass", "")
+    assert check_call(lambda t: torch.logcumsumexp(t, 0), torch.tensor(2.0)) == ("pass", "")
