@@ -198,8 +198,8 @@ def random_feeds(graph: Graph, seed: int = 0) -> dict[str, np.ndarray]:
 def _offsets(graph: Graph, name: str) -> int:
     """The ids' count when `name` is the offsets of an EmbeddingBag's bags, else 0."""
     for n in graph.consumers.get(name, ()):
-        if n.op in ("EmbeddingBag", "EmbeddingBagGrad"):
-            k = 1 if n.op == "EmbeddingBag" else 0
+        if n.op in ("EmbeddingBag", "EmbeddingBagGrad", "EmbeddingBagWeightGrad"):
+            k = 0 if n.op == "EmbeddingBagGrad" else 1
             if n.inputs[k + 1] == name:
                 return graph.tensor(n.inputs[k]).shape[0]
     return 0

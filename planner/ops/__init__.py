@@ -18,11 +18,11 @@ CumProdGrad. topk: TopK, TopKGrad. pool_nd: MaxPoolND, AvgPoolND (1 to 3 spatial
 or windowed, with indices), PoolScatter, PoolGather (max_unpool). reductions: ReduceMax,
 ReduceMin, ReduceProd, ReduceNanSum, ReduceNanMean, ReduceLogSumExp, ReduceNorm, ReduceAny,
 ReduceAll and their ReduceGrad. index: IndexGather, IndexScatter (gather, scatter,
-index_select, index_put, take). embedding_bag: EmbeddingBag, EmbeddingBagGrad. cummax: CumMax
-(cummax, cummin). lstm: LSTMCell (the element-wise part of an LSTM step, fused) and its
-gradient. pointwise_table: element-wise ops as rows of one table (log1p, trigonometric,
-rounding, fmod, remainder, atan2, lerp, comparisons, logic, isnan, ...), each row's reference,
-gradient ops and kernels derived from its formula.
+index_select, index_put, take). embedding_bag: EmbeddingBag, EmbeddingBagGrad,
+EmbeddingBagWeightGrad. cummax: CumMax (cummax, cummin). lstm: LSTMCell (the element-wise
+part of an LSTM step, fused) and its gradient. pointwise_table: element-wise ops as rows of
+one table (log1p, trigonometric, rounding, fmod, remainder, atan2, lerp, comparisons, logic,
+isnan, ...), each row's reference, gradient ops and kernels derived from its formula.
 """
 
 from planner.ops import (  # noqa: F401, E402

@@ -4,6 +4,7 @@ of the table's width; EmbeddingBagGrad, its gradient into the table.
     EmbeddingBag [table (V, D), ids (N,), offsets (B,) or (B + 1,)[, weights (N,)]]
         -> y (B, D)[, argmax (B, D) int64 with mode "max"]
     EmbeddingBagGrad [ids, offsets, dy (B, D)[, weights (N,) | argmax]] -> dtable (V, D)
+    EmbeddingBagWeightGrad [table, ids, offsets, dy (B, D)] -> dweights (N,), mode "sum"
 
 Bag b holds the ids from offsets[b] up to offsets[b + 1], the last one up to N (with
 `include_last_offset` offsets has B + 1 entries, the last one N in CSR form; it is not read,
@@ -16,8 +17,9 @@ start at 0 and rise to at most N, are refused (by the reference and by the kerne
 nothing out of bounds).
 
 The gradient: dtable[id] += dy[bag] (times the id's weight in "sum", over the bag's count in
-"mean"); in "max" each column's dy goes to the id argmax names. Per-sample weights get none
-here (PyTorch's DLRM feeds them as data); asking for one is refused at autodiff.
+"mean"); in "max" each column's dy goes to the id argmax names. A per-sample weight's is
+EmbeddingBagWeightGrad: dweights[i] = dy[its bag] . table[ids[i]] (0 for a padding id), as
+PyTorch's; D multiply-adds per id.
 
 Example:
     >>> import numpy as np
@@ -129,11 +131,13 @@ def _reference(xs: list[np.ndarray], a: Attrs) -> list[np.ndarray]:
 def _gradient(g: GradBuilder, node: Node, grads: list[str | None]) -> list[str | None]:
     dy = grads[0]
     out: list[str | None] = [None] * len(node.inputs)
-    if dy is None or not g.needs(node.inputs[0]):
+    if dy is None:
         return out
-    if len(node.inputs) == 4 and g.needs(node.inputs[3]):
-        raise OpError("EmbeddingBag: no gradient for per-sample weights")
     table, ids, offsets = node.inputs[:3]
+    if len(node.inputs) == 4 and node.attrs["mode"] != "max" and g.needs(node.inputs[3]):
+        out[3] = g.emit("EmbeddingBagWeightGrad", [table, ids, offsets, dy], node.attrs)[0]
+    if not g.needs(table):
+        return out
     extra = node.outputs[1:] if node.attrs["mode"] == "max" else node.inputs[3:]
     out[0] = g.emit("EmbeddingBagGrad", [ids, offsets, dy, *extra],
                     {**node.attrs, "num_embeddings": g.type(table).shape[0]})[0]
@@ -204,4 +208,36 @@ register(OpDef(
     reference=_grad_reference, nondiff_inputs=(0, 1, 3),
     doc="dtable: each bag's dy added to the rows of its ids (weighted, or over the count for "
         "mean; max: to the id argmax names per column).",
+))
+
+
+def _weight_grad_infer(ins: list[TensorType], a: Attrs) -> list[TensorType]:
+    if len(ins) != 4:
+        raise OpError(f"EmbeddingBagWeightGrad takes [table, ids, offsets, dy], got {len(ins)}")
+    table, ids, offsets, dy = ins
+    if a["mode"] != "sum":
+        raise OpError("EmbeddingBagWeightGrad: per-sample weights only with mode 'sum'")
+    bags_ = _check_inputs("EmbeddingBagWeightGrad", ids, offsets, a)
+    require_float("EmbeddingBagWeightGrad", dy, "dy")
+    if table.rank != 2 or dy.shape != (bags_, table.shape[1]) or table.dtype != dy.dtype:
+        raise OpError(f"EmbeddingBagWeightGrad: dy must be {dy.dtype} ({bags_}, D) of a (V, D) "
+                      f"table, got {list(dy.shape)} and {table.dtype} {list(table.shape)}")
+    return [TensorType(ids.shape, dy.dtype)]
+
+
+def _weight_grad_reference(xs: list[np.ndarray], a: Attrs) -> list[np.ndarray]:
+    table, ids, offsets, dy = (np.asarray(x) for x in xs)
+    dw = np.zeros(ids.shape, dtype=dy.dtype)
+    for b, at in enumerate(bags(ids, offsets, table.shape[0], a)):
+        dw[at] = table[ids[at]] @ dy[b]
+    return [dw]
+
+
+register(OpDef(
+    name="EmbeddingBagWeightGrad", arity=4, attrs=ATTRS, cost_class="scatter",
+    infer=_weight_grad_infer, flops=lambda ins, outs, a: 2 * ins[1].shape[0] * ins[0].shape[1],
+    bytes_moved=lambda ins, outs, a: _bytes(ins[:3], outs, a) + ins[3].nbytes,
+    reference=_weight_grad_reference, nondiff_inputs=(0, 1, 2, 3),
+    doc="dweights[i] = dy[bag of i] . table[ids[i]] (0 for padding ids): the per-sample "
+        "weights' gradient of a sum EmbeddingBag.",
 ))

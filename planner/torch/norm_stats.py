@@ -22,7 +22,8 @@ def _shape_of(n: NodeCtx, k: int) -> list[int]:
 
 
 def _rstd(n: NodeCtx, var: str, eps: float) -> str:
-    return n.emit1("Reciprocal", [n.emit1("Sqrt", [n.emit1("Add", [var, n.const(eps, "float32")])])])
+    shifted = n.emit1("Add", [var, n.const(eps, "float32")])
+    return n.emit1("Reciprocal", [n.emit1("Sqrt", [shifted])])
 
 
 def _reshaped(n: NodeCtx, v: str, k: int) -> str:

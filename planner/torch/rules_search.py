@@ -14,11 +14,12 @@
 
 An element's bin is, as torch's kernels find it: for histogram, the count of inner edges at or
 below it (its edges computed as torch.linspace rounds them); for histc, trunc((x - lo) bins /
-(hi - lo)) in float32. Counts are summed in float32, exact below
-2^24 per bin. searchsorted compares as torch's binary search does, `!(s >= v)` (left) and `!(s > v)`
-(right), so a NaN value lands past every entry (a seq holding NaN is not sorted: torch's
-answer then depends on where its search steps, the count's on every entry). Each compares every value with every entry of its line: memory and
-work of values x entries (a bucketize of a million values into 100 edges: 10^8 compares).
+(hi - lo)) in float32. Counts are summed in float32, exact below 2^24 per bin. searchsorted
+compares as torch's binary search does, `!(s >= v)` (left) and `!(s > v)` (right), so a NaN
+value lands past every entry (a seq holding NaN is not sorted: torch's answer then depends on
+where its search steps, the count's on every entry). Each compares every value with every
+entry of its line: memory and work of values x entries (a bucketize of a million values into
+100 edges: 10^8 compares).
 """
 
 from __future__ import annotations

@@ -10,9 +10,9 @@ dvalues back to the chosen positions:
                       k = (n + 1) // 2); median without dim: of the flattened tensor
     cummax, cummin    CumMax (planner/ops/cummax.py: ties to the later index, as torch)
     logcumsumexp      log2(n) steps of y = logaddexp(y, y shifted by 2^k along the axis,
-                      float32's lowest shifted in): the scan of the pointwise table's stable LogAddExp,
-                      log2(n) roundings of it deep (a max-shifted cumsum underflows where a
-                      line spans more than ~88)
+                      float32's lowest shifted in): a scan of the pointwise table's stable
+                      LogAddExp, log2(n) roundings deep (a max-shifted cumsum underflows
+                      where a line spans more than ~88)
     nanmedian         the sorted line (NaN last) read at position (count of numbers - 1) // 2,
                       a gather by a computed position (0 where all are NaN: NaN, as torch);
                       the indices gathered as float32 (exact below 2^24)

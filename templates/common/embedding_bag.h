@@ -21,8 +21,9 @@ struct Bags {
   int64_t end(const int64_t* off, int64_t b) const { return b + 1 < bags ? off[b + 1] : ids; }
 };
 
-// N: a backend's kernel-factory Node. `forward`: EmbeddingBag [table, ids, offsets, ...];
-// else EmbeddingBagGrad [ids, offsets, dy, ...] with num_embeddings.
+// N: a backend's kernel-factory Node. `forward`: EmbeddingBag [table, ids, offsets, ...] (or
+// EmbeddingBagWeightGrad [table, ids, offsets, dy]); else EmbeddingBagGrad [ids, offsets, dy,
+// ...] with num_embeddings.
 template <class N>
 Bags embedding_bags(const N& n, bool forward) {
   Bags g;

@@ -345,6 +345,9 @@ CASES: dict[str, list[tuple]] = {
                      ([((7, 4), N), ((9,), ids(7)), ((4,), ids(1))],
                       {"mode": "max", "include_last_offset": True}),
                      ([((300, 64), N), ((900,), ids(300)), ((40,), ids(1))], {"mode": "mean"})],
+    "EmbeddingBagWeightGrad": [([((7, 4), N), ((9,), ids(7)), ((4,), ids(1)), ((4, 4), N)], {}),
+                               ([((7, 4), N), ((9,), ids(7)), ((3,), ids(1)), ((2, 4), N)],
+                                {"padding_idx": 2, "include_last_offset": True})],
     "EmbeddingBagGrad": [([((9,), ids(7)), ((4,), ids(1)), ((4, 3), N)],
                           {"num_embeddings": 7}),
                          ([((9,), ids(7)), ((4,), ids(1)), ((4, 3), N), ((9,), N)],
@@ -487,8 +490,8 @@ def _derived(op, attrs, xs):
         shuffled = np.random.default_rng(1).random(lines[:-1] + (attrs["size"],))
         order = np.argsort(shuffled, axis=-1)[..., :lines[-1]]
         xs[1] = np.ascontiguousarray(np.moveaxis(order, -1, axis))
-    if op in ("EmbeddingBag", "EmbeddingBagGrad"):
-        k = 2 if op == "EmbeddingBag" else 1
+    if op in ("EmbeddingBag", "EmbeddingBagGrad", "EmbeddingBagWeightGrad"):
+        k = 1 if op == "EmbeddingBagGrad" else 2
         count = len(xs[k - 1])
         offsets = np.sort(np.random.default_rng(2).integers(0, count + 1, len(xs[k])))
         offsets[0] = 0

@@ -246,7 +246,8 @@ OP_CASES: dict[str, list[tuple]] = {
                ([F(4, 2)], {"axis": 0, "minimum": True}, [0], None)],
     # offsets all 0: two empty bags, then all ids in the last
     "EmbeddingBag": [([F(5, 3), I(5, 6), I(1, 3)], {}, None, None),
-                     ([F(5, 3), I(5, 6), I(1, 3), F(6)], {}, None, [0]),
+                     ([F(5, 3), I(5, 6), I(1, 3), F(6)], {}, None, [0, 3]),
+                     ([F(5, 3), I(5, 6), I(1, 3), F(6)], {"padding_idx": 2}, None, [3]),
                      ([F(5, 3), I(5, 6), I(1, 3)], {"mode": "mean"}, None, None),
                      ([F(5, 3), I(5, 6), I(1, 3)], {"mode": "max"}, [0], None)],
     "Where": [([I(2, 2, 3), F(2, 3), F(3)], {}, None, None)],

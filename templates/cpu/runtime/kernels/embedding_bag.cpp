@@ -1,4 +1,5 @@
-// EmbeddingBag and EmbeddingBagGrad (planner/ops/embedding_bag.py), plain OpenMP loops.
+// EmbeddingBag, EmbeddingBagGrad and EmbeddingBagWeightGrad (planner/ops/embedding_bag.py),
+// plain OpenMP loops.
 // The forward gives each thread whole bags (a bag's row is its own); the gradient splits the
 // table's columns between threads, each adding every bag's dy in id order, so repeated ids
 // never race and the sums are the same whatever the thread count. Ids and offsets are
@@ -132,7 +133,50 @@ class EmbeddingBagGrad : public Kernel {
   int ids_, offsets_, dy_, extra_, dt_;
 };
 
+// dweights[i] = dy[bag] . table[ids[i]]: each thread whole bags, each id its own output.
+class EmbeddingBagWeightGrad : public Kernel {
+ public:
+  explicit EmbeddingBagWeightGrad(const Node& n)
+      : g_(embedding_bags(n, true)), table_(n.in[0].id), ids_(n.in[1].id),
+        offsets_(n.in[2].id), dy_(n.in[3].id), dw_(n.out[0].id) {
+    if (n.in[0].dtype != F32 || n.in[3].dtype != F32 || n.out[0].dtype != F32)
+      throw std::runtime_error("EmbeddingBagWeightGrad: float32 table, dy and dweights");
+  }
+  void check_feeds(const Run& r, const std::vector<char>& fed) const override {
+    if (fed[ids_] && fed[offsets_]) check_bags(g_, r.at<int64_t>(ids_), r.at<int64_t>(offsets_));
+  }
+  void run(const Run& r) override {
+    const float* table = r.at<float>(table_);
+    const int64_t* ids = r.at<int64_t>(ids_);
+    const int64_t* off = r.at<int64_t>(offsets_);
+    const float* dy = r.at<float>(dy_);
+    float* dw = r.at<float>(dw_);
+    const Bags g = g_;
+    check_bags(g, ids, off);
+    const int64_t d = g.width;
+    std::fill_n(dw, g.ids, 0.0f);  // ids before the first offset's bag: none; padding: 0
+#pragma omp parallel for if(g.ids * d >= kGrain)
+    for (int64_t b = 0; b < g.bags; ++b) {
+      const float* g_row = dy + b * d;
+      for (int64_t i = off[b]; i < g.end(off, b); ++i) {
+        if (ids[i] == g.padding) continue;
+        const float* row = table + ids[i] * d;
+        float acc = 0.0f;
+        for (int64_t c = 0; c < d; ++c) acc += g_row[c] * row[c];
+        dw[i] = acc;
+      }
+    }
+  }
+
+ private:
+  Bags g_;
+  int table_, ids_, offsets_, dy_, dw_;
+};
+
 KernelPtr embedding_bag(const Node& n) { return std::make_unique<EmbeddingBag>(n); }
+KernelPtr embedding_bag_weight_grad(const Node& n) {
+  return std::make_unique<EmbeddingBagWeightGrad>(n);
+}
 KernelPtr embedding_bag_grad(const Node& n) { return std::make_unique<EmbeddingBagGrad>(n); }
 
 }  // namespace
@@ -140,6 +184,7 @@ KernelPtr embedding_bag_grad(const Node& n) { return std::make_unique<EmbeddingB
 PLANNER_REGISTER_KERNELS(embedding_bag) {
   r["EmbeddingBag"] = embedding_bag;
   r["EmbeddingBagGrad"] = embedding_bag_grad;
+  r["EmbeddingBagWeightGrad"] = embedding_bag_weight_grad;
 }
 
 }  // namespace planner

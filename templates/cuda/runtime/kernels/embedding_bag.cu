@@ -1,5 +1,5 @@
-// EmbeddingBag and EmbeddingBagGrad on the GPU, following planner/ops/embedding_bag.py and
-// the CPU kernels (common/embedding_bag.h's bags).
+// EmbeddingBag, EmbeddingBagGrad and EmbeddingBagWeightGrad on the GPU, following
+// planner/ops/embedding_bag.py and the CPU kernels (common/embedding_bag.h's bags).
 //
 // Why it is built this way:
 // - One thread per (bag, column), walking the bag's ids in order: the forward sums in the
@@ -95,6 +95,31 @@ __global__ void bag_backward(Bags g, const int64_t* __restrict__ ids,
   }
 }
 
+// One thread per bag, each id of it its own output (dy[bag] . table[id], in the CPU's order);
+// a bag with bad offsets or ids stores NaN over dweights[0].
+__global__ void bag_weight_backward(Bags g, const float* __restrict__ table,
+                                    const int64_t* __restrict__ ids,
+                                    const int64_t* __restrict__ off,
+                                    const float* __restrict__ dy, float* __restrict__ dw) {
+  for (int64_t b = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; b < g.bags;
+       b += int64_t{gridDim.x} * blockDim.x) {
+    int64_t s, e;
+    bag_range(g, off, b, &s, &e);
+    if (s > e && g.ids > 0) dw[0] = NAN;
+    for (int64_t i = s; i < e; ++i) {
+      const int64_t id = ids[i];
+      if (id == g.padding) continue;
+      if (id < 0 || id >= g.vocab) {
+        dw[0] = NAN;
+        continue;
+      }
+      float acc = 0.0f;
+      for (int64_t c = 0; c < g.width; ++c) acc += dy[b * g.width + c] * table[id * g.width + c];
+      dw[i] = acc;
+    }
+  }
+}
+
 class EmbeddingBag : public Kernel {
  public:
   explicit EmbeddingBag(const Node& n)
@@ -147,7 +172,34 @@ class EmbeddingBagGrad : public Kernel {
   unsigned blocks_ = 1;
 };
 
+class EmbeddingBagWeightGrad : public Kernel {
+ public:
+  explicit EmbeddingBagWeightGrad(const Node& n)
+      : threads_(block_threads(n)), g_(embedding_bags(n, true)), table_(n.in[0].id),
+        ids_(n.in[1].id), offsets_(n.in[2].id), dy_(n.in[3].id), dw_(n.out[0].id) {
+    blocks_ = blocks_for(g_.bags, threads_);
+  }
+  void run(const Run& r) override {
+    float* dw = r.at<float>(dw_);
+    if (g_.ids > 0) PLANNER_CUDA(cudaMemsetAsync(dw, 0, sizeof(float) * g_.ids, r.stream));
+    if (g_.bags == 0) return;
+    bag_weight_backward<<<blocks_, threads_, 0, r.stream>>>(
+        g_, r.at<float>(table_), r.at<int64_t>(ids_), r.at<int64_t>(offsets_),
+        r.at<float>(dy_), dw);
+    PLANNER_LAUNCHED("EmbeddingBagWeightGrad");
+  }
+
+ private:
+  int threads_;
+  Bags g_;
+  int table_, ids_, offsets_, dy_, dw_;
+  unsigned blocks_ = 1;
+};
+
 KernelPtr embedding_bag(const Node& n) { return std::make_unique<EmbeddingBag>(n); }
+KernelPtr embedding_bag_weight_grad(const Node& n) {
+  return std::make_unique<EmbeddingBagWeightGrad>(n);
+}
 KernelPtr embedding_bag_grad(const Node& n) { return std::make_unique<EmbeddingBagGrad>(n); }
 
 }  // namespace
@@ -155,6 +207,7 @@ KernelPtr embedding_bag_grad(const Node& n) { return std::make_unique<EmbeddingB
 PLANNER_REGISTER_KERNELS(embedding_bag) {
   r["EmbeddingBag"] = embedding_bag;
   r["EmbeddingBagGrad"] = embedding_bag_grad;
+  r["EmbeddingBagWeightGrad"] = embedding_bag_weight_grad;
 }
 
 }  // namespace planner

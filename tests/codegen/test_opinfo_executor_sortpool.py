@@ -1,0 +1,27 @@
+"""The OpInfos that the search, histogram, median, pool, transposed-convolution and norm
+statistics rules made pass (planner/torch/rules_search.py, rules_sort.py, rules_pool.py,
+rules_conv.py, norm_stats.py), their passing samples through the generated CPU executor as
+tests/codegen/test_opinfo_executor.py runs the fast subset's: one build, each output and
+gradient held to torch's float64 value."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("expecttest")
+
+from tests.codegen.test_opinfo_executor import passing_samples_on_the_cpu_executor  # noqa: E402
+
+NAMES = ("nanmedian", "masked.median", "native_layer_norm", "native_group_norm",
+         "nn.functional.avg_pool2d", "nn.functional.avg_pool3d",
+         "nn.functional.adaptive_avg_pool1d", "nn.functional.adaptive_avg_pool3d",
+         "nn.functional.conv_transpose2d", "nn.functional.conv_transpose3d", "searchsorted",
+         "bucketize", "isin", "histc", "histogram", "max_pool2d_with_indices_backward",
+         "logcumsumexp")
+
+
+def test_their_passing_samples_on_the_cpu_executor(tmp_path):
+    count, bad = passing_samples_on_the_cpu_executor(NAMES, tmp_path / "sortpool")
+    assert count >= 30, f"only {count} samples the CPU executor can run"
+    assert bad == []
