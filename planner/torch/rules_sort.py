@@ -13,6 +13,10 @@ dvalues back to the chosen positions:
                       float32's lowest shifted in): a scan of the pointwise table's stable
                       LogAddExp, log2(n) roundings deep (a max-shifted cumsum underflows
                       where a line spans more than ~88)
+    mode              the most frequent value (ties: the smallest), at its last index, as
+                      torch: per element the count of its equals on the line (n^2 compares,
+                      a NaN counting once, as torch's runs of a sorted line), then the value
+                      gathered at that index (its gradient goes there)
     nanmedian         the sorted line (NaN last) read at position (count of numbers - 1) // 2,
                       a gather by a computed position (0 where all are NaN: NaN, as torch);
                       the indices gathered as float32 (exact below 2^24)
@@ -27,6 +31,8 @@ last ascending and first descending, chosen by argmax and argmin, as in torch.
 from __future__ import annotations
 
 import math
+
+import numpy as np
 
 from planner.importers.onnx.errors import Unsupported
 from planner.importers.onnx.values import Const
@@ -230,3 +236,41 @@ def logcumsumexp(n: NodeCtx) -> Value:
         y = n.emit1("LogAddExp", [y, shifted])
         step *= 2
     return _to_out(n, y, shape)  # a line of one (or none): x itself
+
+
+@rule("aten.mode.default")
+def mode(n: NodeCtx) -> Value:
+    x, shape = _input(n)
+    x, lines, axis = _lines(n, x, shape, n.arg(1, "dim", -1))
+    size = lines[axis]
+    if size == 0:
+        raise n.fail("a mode over an empty dim")
+    if size > 2 ** 24:
+        raise n.fail(f"a mode over {size} elements (the planner's positions are exact below "
+                     "2^24)")
+    pairs = n.emit1("Equal", [
+        n.emit1("Reshape", [x], {"shape": [*lines[:axis + 1], 1, *lines[axis + 1:]]}),
+        n.emit1("Reshape", [x], {"shape": [*lines[:axis], 1, *lines[axis:]]})])
+    count = n.emit1("ReduceSum", [n.emit1("Cast", [pairs], {"to": "float32"})],
+                    {"axes": [axis + 1], "keepdims": False})
+    count = n.emit1("Max", [count, n.const(1.0, "float32")])  # NaN: a run of its own
+    most = n.emit1("ReduceMax", [count], {"axes": [axis], "keepdims": True})
+    chosen = n.emit1("And", [n.emit1("Equal", [count, most]),
+                             n.emit1("Not", [n.emit1("IsNaN", [x])])])
+    inf = n.const(math.inf, "float32")
+    value = n.emit1("ReduceMin", [n.emit1("Where", [chosen, x, inf])],
+                    {"axes": [axis], "keepdims": True})
+    where = [1] * len(lines)
+    where[axis] = size
+    positions = n.const(np.arange(size, dtype=np.float32).reshape(where), "float32")
+    last = n.emit1("ReduceMax", [n.emit1("Where", [n.emit1("Equal", [x, value]), positions,
+                                                   n.const(0.0, "float32")])],
+                   {"axes": [axis], "keepdims": True})  # a line of NaN alone: index 0
+    index = n.emit1("Cast", [last], {"to": "int64"})
+    picked = n.emit1("IndexGather", [x, index], {"axis": axis, "mode": "elements",
+                                                 "wrap": False})
+    keep = bool(n.arg(2, "keepdim", False))
+    out = tuple(1 if j == axis else d for j, d in enumerate(lines)) if keep else \
+        tuple(d for j, d in enumerate(lines) if j != axis)
+    out = out if shape else ()
+    return _to_out(n, picked, out), _to_out(n, index, out)

@@ -225,3 +225,15 @@ def test_logcumsumexp_over_a_range_wider_than_exp_holds(dim):
 def test_logcumsumexp_of_a_line_of_one_and_a_scalar():
     assert check_call(lambda t: torch.logcumsumexp(t, 1), _distinct(3, 1)) == ("pass", "")
     assert check_call(lambda t: torch.logcumsumexp(t, 0), torch.tensor(2.0)) == ("pass", "")
+
+
+@pytest.mark.parametrize("call,x", [
+    # ties of count: the smallest value, at its last index
+    (lambda t: torch.mode(t, 1), [[3.0, 1.0, 3.0, 1.0, 2.0, 1.0, 3.0],
+                                  [5.0, 2.0, 2.0, 5.0, 7.0, 7.0, 0.0]]),
+    (lambda t: torch.mode(t, 0, keepdim=True), [[3.0, 5.0], [1.0, 2.0], [3.0, 2.0], [1.0, 5.0]]),
+    (lambda t: torch.mode(t, 1), [[1.0, NAN, NAN, 2.0]]),  # NaN: each its own run
+    (lambda t: torch.mode(t), 3.0),
+], ids=["ties", "dim0", "nan", "scalar"])
+def test_mode_is_the_most_frequent_smallest_value_at_its_last_index(call, x):
+    assert check_call(call, torch.tensor(x)) == ("pass", "")
