@@ -16,27 +16,45 @@
 namespace planner {
 namespace {
 
-class EmbeddingBag : public Kernel {
+// The bags' geometry, ids and offsets every bag kernel reads, checked before anything is.
+class BagKernel : public Kernel {
+ public:
+  void check_feeds(const Run& r, const std::vector<char>& fed) const override {
+    if (fed[ids_] && fed[offsets_]) check_bags(g_, r.at<int64_t>(ids_), r.at<int64_t>(offsets_));
+  }
+
+ protected:
+  // forward: [table, ids, offsets, ...] (EmbeddingBag, EmbeddingBagWeightGrad); else
+  // EmbeddingBagGrad's [ids, offsets, ...]
+  BagKernel(const Node& n, bool forward)
+      : g_(embedding_bags(n, forward)), ids_(n.in[forward ? 1 : 0].id),
+        offsets_(n.in[forward ? 2 : 1].id) {}
+  // this run's ids, checked with the offsets before anything reads either
+  const int64_t* checked_ids(const Run& r) const {
+    check_bags(g_, r.at<int64_t>(ids_), r.at<int64_t>(offsets_));
+    return r.at<int64_t>(ids_);
+  }
+  Bags g_;
+  int ids_, offsets_;
+};
+
+class EmbeddingBag : public BagKernel {
  public:
   explicit EmbeddingBag(const Node& n)
-      : g_(embedding_bags(n, true)), table_(n.in[0].id), ids_(n.in[1].id),
-        offsets_(n.in[2].id), weights_(n.in.size() > 3 ? n.in[3].id : -1), y_(n.out[0].id),
+      : BagKernel(n, true), table_(n.in[0].id),
+        weights_(n.in.size() > 3 ? n.in[3].id : -1), y_(n.out[0].id),
         arg_(n.out.size() > 1 ? n.out[1].id : -1) {
     if (n.in[0].dtype != F32 || n.out[0].dtype != F32 || (weights_ >= 0 && n.in[3].dtype != F32))
       throw std::runtime_error("EmbeddingBag: float32 table, weights and output");
   }
-  void check_feeds(const Run& r, const std::vector<char>& fed) const override {
-    if (fed[ids_] && fed[offsets_]) check_bags(g_, r.at<int64_t>(ids_), r.at<int64_t>(offsets_));
-  }
   void run(const Run& r) override {
     const float* table = r.at<float>(table_);
-    const int64_t* ids = r.at<int64_t>(ids_);
+    const int64_t* ids = checked_ids(r);
     const int64_t* off = r.at<int64_t>(offsets_);
     const float* w = weights_ >= 0 ? r.at<float>(weights_) : nullptr;
     float* y = r.at<float>(y_);
     int64_t* arg = arg_ >= 0 ? r.at<int64_t>(arg_) : nullptr;
     const Bags g = g_;
-    check_bags(g, ids, off);
     const int64_t d = g.width;
 #pragma omp parallel for if(g.ids * d >= kGrain)
     for (int64_t b = 0; b < g.bags; ++b) {
@@ -70,30 +88,25 @@ class EmbeddingBag : public Kernel {
   }
 
  private:
-  Bags g_;
-  int table_, ids_, offsets_, weights_, y_, arg_;
+  int table_, weights_, y_, arg_;
 };
 
-class EmbeddingBagGrad : public Kernel {
+class EmbeddingBagGrad : public BagKernel {
  public:
   explicit EmbeddingBagGrad(const Node& n)
-      : g_(embedding_bags(n, false)), ids_(n.in[0].id), offsets_(n.in[1].id), dy_(n.in[2].id),
-        extra_(n.in.size() > 3 ? n.in[3].id : -1), dt_(n.out[0].id) {
+      : BagKernel(n, false), dy_(n.in[2].id), extra_(n.in.size() > 3 ? n.in[3].id : -1),
+        dt_(n.out[0].id) {
     if (n.in[2].dtype != F32 || n.out[0].dtype != F32)
       throw std::runtime_error("EmbeddingBagGrad: float32 dy and dtable");
     if (g_.vocab != n.attrs.i("num_embeddings"))
       throw std::runtime_error("EmbeddingBagGrad: dtable must have num_embeddings rows");
   }
-  void check_feeds(const Run& r, const std::vector<char>& fed) const override {
-    if (fed[ids_] && fed[offsets_]) check_bags(g_, r.at<int64_t>(ids_), r.at<int64_t>(offsets_));
-  }
   void run(const Run& r) override {
-    const int64_t* ids = r.at<int64_t>(ids_);
+    const int64_t* ids = checked_ids(r);
     const int64_t* off = r.at<int64_t>(offsets_);
     const float* dy = r.at<float>(dy_);
     float* dt = r.at<float>(dt_);
     const Bags g = g_;
-    check_bags(g, ids, off);
     const int64_t d = g.width;
     std::memset(dt, 0, sizeof(float) * g.vocab * d);
     if (g.mode == BagMode::kMax) {
@@ -129,30 +142,24 @@ class EmbeddingBagGrad : public Kernel {
   }
 
  private:
-  Bags g_;
-  int ids_, offsets_, dy_, extra_, dt_;
+  int dy_, extra_, dt_;
 };
 
 // dweights[i] = dy[bag] . table[ids[i]]: each thread whole bags, each id its own output.
-class EmbeddingBagWeightGrad : public Kernel {
+class EmbeddingBagWeightGrad : public BagKernel {
  public:
   explicit EmbeddingBagWeightGrad(const Node& n)
-      : g_(embedding_bags(n, true)), table_(n.in[0].id), ids_(n.in[1].id),
-        offsets_(n.in[2].id), dy_(n.in[3].id), dw_(n.out[0].id) {
+      : BagKernel(n, true), table_(n.in[0].id), dy_(n.in[3].id), dw_(n.out[0].id) {
     if (n.in[0].dtype != F32 || n.in[3].dtype != F32 || n.out[0].dtype != F32)
       throw std::runtime_error("EmbeddingBagWeightGrad: float32 table, dy and dweights");
   }
-  void check_feeds(const Run& r, const std::vector<char>& fed) const override {
-    if (fed[ids_] && fed[offsets_]) check_bags(g_, r.at<int64_t>(ids_), r.at<int64_t>(offsets_));
-  }
   void run(const Run& r) override {
     const float* table = r.at<float>(table_);
-    const int64_t* ids = r.at<int64_t>(ids_);
+    const int64_t* ids = checked_ids(r);
     const int64_t* off = r.at<int64_t>(offsets_);
     const float* dy = r.at<float>(dy_);
     float* dw = r.at<float>(dw_);
     const Bags g = g_;
-    check_bags(g, ids, off);
     const int64_t d = g.width;
     std::fill_n(dw, g.ids, 0.0f);  // ids before the first offset's bag: none; padding: 0
 #pragma omp parallel for if(g.ids * d >= kGrain)
@@ -169,8 +176,7 @@ class EmbeddingBagWeightGrad : public Kernel {
   }
 
  private:
-  Bags g_;
-  int table_, ids_, offsets_, dy_, dw_;
+  int table_, dy_, dw_;
 };
 
 KernelPtr embedding_bag(const Node& n) { return std::make_unique<EmbeddingBag>(n); }
