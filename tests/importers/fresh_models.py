@@ -143,6 +143,9 @@ class MAE(nn.Module):
         self.decoder = nn.Sequential(nn.LayerNorm(dim), nn.Linear(dim, dim), nn.GELU(),
                                      nn.Linear(dim, patch_dim))
 
+    def extra_repr(self) -> str:
+        return f"keep={self.keep}"
+
     def forward(self, x, noise=None):
         n, length, _ = x.shape
         h = self.embed(x) + self.pos
@@ -200,6 +203,9 @@ class DropBlock(nn.Module):
             nn.Conv2d(cout, cout, 3, 1, 1, bias=False), nn.BatchNorm2d(cout))
         self.short = (nn.Identity() if stride == 1 and cin == cout else nn.Sequential(
             nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout)))
+
+    def extra_repr(self) -> str:  # as torchvision's StochasticDepth shows its p
+        return f"p={self.p}"
 
     def forward(self, x):
         return F.relu(self.short(x) + stochastic_depth(self.body(x), self.p, self.training))
