@@ -331,7 +331,7 @@ class Fresh:
 
 
 def _moe_batch(g, bench):
-    tokens, dim = (256, 64) if bench else (16, 8)
+    tokens, dim = (128, 32) if bench else (16, 8)
     return torch.randn(tokens, dim, generator=g), torch.randint(0, 5, (tokens,), generator=g)
 
 
@@ -366,7 +366,7 @@ def _mae_fixed_batch(g, bench):
 
 
 def _image_batch(g, bench):
-    n, side = (16, 32) if bench else (4, 8)
+    n, side = (8, 32) if bench else (4, 8)
     return torch.randn(n, 3, side, side, generator=g), torch.randint(0, 5, (n,), generator=g)
 
 
@@ -376,13 +376,13 @@ def _focal_batch(g, bench):
 
 
 def _gpt_batch(g, bench):
-    vocab, (n, t) = (97, (8, 64)) if bench else (17, (3, 8))
+    vocab, (n, t) = (97, (8, 32)) if bench else (17, (3, 8))
     ids = torch.randint(0, vocab, (n, t + 1), generator=g)
     return ids[:, :-1].contiguous(), ids[:, 1:].contiguous()
 
 
 MODELS: dict[str, Fresh] = {
-    "moe": Fresh(lambda bench: MoE(64, 128, 8, 5, 256) if bench else MoE(), _moe_batch,
+    "moe": Fresh(lambda bench: MoE(32, 64, 8, 5, 128) if bench else MoE(), _moe_batch,
                  _moe_loss),
     "gnn": Fresh(lambda bench: GNN(32, 64) if bench else GNN(), _gnn_batch, F.cross_entropy),
     "dlrm": Fresh(lambda bench: DLRM(13, 16, _DLRM_ROWS[True], 64) if bench else DLRM(),
@@ -394,6 +394,6 @@ MODELS: dict[str, Fresh] = {
         _image_batch, F.cross_entropy),
     "focal": Fresh(lambda bench: FocalClassifier(64, 128) if bench else FocalClassifier(),
                    _focal_batch, focal_loss),
-    "gpt": Fresh(lambda bench: GPT(97, 64, 4, 2, 64) if bench else GPT(), _gpt_batch,
+    "gpt": Fresh(lambda bench: GPT(97, 64, 4, 2, 32) if bench else GPT(), _gpt_batch,
                  _smoothed_lm_loss),
 }
