@@ -223,3 +223,16 @@ def test_stochastic_depth_drop_rates_and_seeds():
     b = np.concatenate([draw(2, k, 0.5) for k in range(50)])
     assert not np.array_equal(a, b)
 
+
+
+def test_an_in_step_profile_steps_on_the_example_batch(tmp_path):
+    """costs="in-step" runs the step to measure it: on the trainer's example batch, since
+    random feeds are not bags' offsets (rows of one (tables, batch) input each) and the
+    EmbeddingBag would refuse them."""
+    model = _model("dlrm")
+    batches = _batches("dlrm", 1)
+    *inputs, labels = batches[0]
+    t = trainer(model, tuple(inputs), loss=MODELS["dlrm"].loss, labels=labels, optimizer="sgd",
+                lr=LR["sgd"], out_dir=tmp_path, costs="in-step")
+    assert (tmp_path / "costs.json").exists()
+    assert np.isfinite(t.step(*batches[0]))
