@@ -236,3 +236,28 @@ def test_an_in_step_profile_steps_on_the_example_batch(tmp_path):
                 lr=LR["sgd"], out_dir=tmp_path, costs="in-step")
     assert (tmp_path / "costs.json").exists()
     assert np.isfinite(t.step(*batches[0]))
+
+
+class _DLRMInForward(fresh_models.DLRM):
+    """The DLRM with its interaction written as DLRM's reference code does, in forward: the
+    lower triangle's pairs by torch.tril_indices and `Z[:, li, lj]` (a factory of constants
+    torch evaluates at import, and an index on two axes)."""
+
+    def forward(self, dense, indices, offsets):
+        x = self.bottom(dense)
+        vectors = [x] + [t(indices[k], offsets[k]) for k, t in enumerate(self.tables)]
+        t = torch.stack(vectors, dim=1)
+        z = torch.bmm(t, t.transpose(1, 2))
+        li, lj = torch.tril_indices(t.shape[1], t.shape[1], offset=-1)
+        return self.top(torch.cat([x, z[:, li, lj]], dim=1)).squeeze(1)
+
+
+def test_dlrm_with_tril_indices_in_forward_trains_like_pytorch(tmp_path):
+    torch.manual_seed(0)
+    model = _DLRMInForward().train()
+    batches = _batches("dlrm")
+    *inputs, labels = batches[0]
+    t = trainer(model, tuple(inputs), loss=MODELS["dlrm"].loss, labels=labels, optimizer="sgd",
+                lr=LR["sgd"], out_dir=tmp_path, costs="analytical")
+    losses = [t.step(*b) for b in batches]
+    _equal(losses, t.params(), model, MODELS["dlrm"].loss, batches, "sgd")
