@@ -50,6 +50,7 @@ from planner.pipeline import PlanOptions, assemble, place
 from planner.plan import Plan, digest
 from planner.records import CpuId
 from planner.schedule.record import Bound, Edge, Schedule, ScheduledOp
+from planner.target.backends import traits
 from planner.target.records import AFFINITIES, Target, affinity_cpus
 
 
@@ -123,7 +124,7 @@ def placements_plan(graph: Graph, target: Target,
     """A plan running node k of `graph` on placements[k] (threads, CPUs), one after another:
     a schedule of one op per second, memory planned and assembled as any plan of a CPU
     target. ValueError for a target whose plans do not run on its CPUs."""
-    if target.backend != "cpu":
+    if not traits(target).timed_on_host:
         raise ValueError(f"target {target.name!r}: kernels are timed on its CPUs, and its "
                          f"plans run on the {target.backend} backend")
     ops = tuple(ScheduledOp(name=node.name, op=node.op, cpus=cpus, threads=threads,
@@ -163,7 +164,7 @@ class KernelTimer:
     def __init__(self, target: Target, work_dir: str | Path,
                  options: ProfileOptions | None = None, steps: int = 5,
                  signatures: Sequence[OpSignature] = ()) -> None:
-        if target.backend != "cpu":
+        if not traits(target).timed_on_host:
             raise ValueError(f"target {target.name!r} has no CPU executor to measure on")
         self.target, self.dir, self.steps = target, Path(work_dir), steps
         self.options = options or ProfileOptions()

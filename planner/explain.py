@@ -46,9 +46,10 @@ from planner.errors import UserError
 from planner.explain_gather import explain_gather, format_gather
 from planner.memory.budget_search import Move
 from planner.memory.options import format_bytes
-from planner.pipeline import PlanOptions, assemble, decide, share_target
+from planner.pipeline import BACKENDS, PlanOptions, assemble, decide, share_target
 from planner.plan import Plan, digest
 from planner.schedule.record import Schedule
+from planner.target.backends import BACKEND_TRAITS
 from planner.target.records import Target
 
 
@@ -142,7 +143,7 @@ def explain_op(d: Derived, name: str) -> dict[str, Any]:
                            "seconds": op.end - op.start}
     graph = d.plan.graph
     node = next((i for i, n in enumerate(graph.nodes) if n.name == name), None)
-    if d.plan.backend == "cpu" and node is not None and op.cpus:  # (not a collective)
+    if BACKEND_TRAITS[d.plan.backend].host_cores and node is not None and op.cpus:  # (not a collective)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             curve = op_costs(graph, d.model).times[node]
@@ -230,24 +231,24 @@ class Counterfactual:
 def counterfactual(d: Derived, tensor: str) -> Counterfactual | None:
     """Replay the CPU budget search's decisions with and without those about `tensor` (None:
     no budget decision names it)."""
-    from planner.memory.cpu_budget import cpu_budget_solve
     from planner.memory.liveness import live_profile
 
     memory = d.options.memory
-    if d.plan.backend != "cpu" or not d.plan.memory.ops \
+    solve = BACKENDS[d.plan.backend].budget_solve
+    if solve is None or not d.plan.memory.ops \
             or (memory.budget_bytes is None and not memory.forces):
         return None
     graph = d.plan.graph
-    solved, _ = cpu_budget_solve(graph, d.schedule, d.model, memory)
+    solved, _ = solve(graph, d.schedule, d.model, memory)
     log = list(solved.state.log)
     mine = _moves_of(solved.state, tensor)
     if not mine:
         return None
     kept = [m for k, m in enumerate(log) if k not in mine]
-    with_, _ = cpu_budget_solve(graph, d.schedule, d.model, memory, moves=log)
-    without, _ = cpu_budget_solve(graph, d.schedule, d.model, memory, moves=kept)
+    with_, _ = solve(graph, d.schedule, d.model, memory, moves=log)
+    without, _ = solve(graph, d.schedule, d.model, memory, moves=kept)
     # The decisions before it, laid out and timed as a plan would be.
-    before, _ = cpu_budget_solve(graph, d.schedule, d.model, memory, moves=log[:mine[0]])
+    before, _ = solve(graph, d.schedule, d.model, memory, moves=log[:mine[0]])
 
     def load(s) -> int:
         return int(live_profile(s.buffers)[1].max())

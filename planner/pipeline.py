@@ -35,6 +35,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from planner import __version__
 from planner.collection import fewer_collections
@@ -47,9 +48,10 @@ from planner.graph.data_parallel import compute_graph
 from planner.graph.evaluation import evaluation_graph
 from planner.graph.for_cores import for_cores
 from planner.graph.ir import Graph
+from planner.memory.cpu_budget import cpu_budget_solve
 from planner.memory.cpu_memory import cpu_memory
 from planner.memory.decision import MemoryDecision
-from planner.memory.gpu import gpu_memory
+from planner.memory.gpu import gpu_memory, technique_curves
 from planner.memory.options import MemoryOptions
 from planner.memory.variants import ScheduleVariant, schedule_variants
 from planner.plan import MemoryPlan, OpPlan, Plan, PlanProvenance, PlanTarget, Summary, digest
@@ -73,6 +75,7 @@ from planner.schedule.streams import (
     is_compute,
     stream_schedule,
 )
+from planner.target.backends import traits
 from planner.target.records import Target
 
 
@@ -121,6 +124,15 @@ class BackendPlanner:
     # Whether its executor runs gradient accumulation (a step that skips the optimizer step's
     # ops until a step's last micro-batch: planner/graph/accumulation.py).
     accumulates: bool = False
+    # The budget search whose decisions `explain` replays with and without one of them
+    # (planner.memory.cpu_budget), or None: a GPU plan's greedy is explained by its curves.
+    budget_solve: Callable[..., Any] | None = None
+    # Seed 001's Fig. 10 counterfactual curves (liveness, + offload, + recompute) that `show
+    # --memory` draws (planner.memory.gpu.technique_curves), or None.
+    technique_curves: Callable[..., Any] | None = None
+    # Whether the summary names which signatures the cost table measured and which the
+    # analytical model priced (a CPU table's signatures are the host's profiled ones).
+    lists_priced: bool = False
 
 
 def _cpu_resources(target: Target, ops: tuple[OpPlan, ...] = ()) -> PlanTarget:
@@ -154,12 +166,14 @@ BACKENDS: dict[Backend, BackendPlanner] = {
                           lambda t: t.host_memory_bytes, arena_limited=True,
                           one_lane=_cpu_one_lane, ranks_share_host=True,
                           memory_orders=lambda s: True, fit_schedule=ScheduleOptions(),
-                          variants=schedule_variants, accumulates=True),
+                          variants=schedule_variants, accumulates=True,
+                          budget_solve=cpu_budget_solve, lists_priced=True),
     "cuda": BackendPlanner(stream_schedule, gpu_memory, _gpu_resources,
                            lambda t: t.gpus[0].memory_bytes, arena_limited=False,
                            one_lane=_gpu_one_lane, ranks_share_host=False,
                            memory_orders=lambda s: s.strategy == "streams",
-                           fit_schedule=ScheduleOptions(strategy="uniform")),
+                           fit_schedule=ScheduleOptions(strategy="uniform"),
+                           technique_curves=technique_curves),
 }
 
 
@@ -185,7 +199,7 @@ def step_graph(graph: Graph, target: Target,
                             f"{micro_batches(graph)} micro-batches; the {target.backend} "
                             f"executor does not run that yet: plan it for a CPU target")
     graph = for_cores(graph, target.step_cores)
-    if target.backend == "cpu":
+    if traits(target).conv_layouts:
         graph = conv_layouts(graph, costs)
     return data_parallel_graph(graph, target, data_parallel)
 
@@ -367,7 +381,8 @@ def assemble(graph: Graph, model: CostModel, options: PlanOptions, schedule: Sch
         mean_corun=(sum(busy.values()) / step if step else 0.0) if retimed
         else schedule.mean_corun,
         ops=len(ops), analytical_signatures=schedule.analytical_signatures,
-        memory=memory.summary, **_priced(graph, model.table, schedule.backend))
+        memory=memory.summary,
+        **_priced(graph, model.table, BACKENDS[schedule.backend].lists_priced))
     table = model.table
     provenance = PlanProvenance(
         graph_sha256=digest(graph.to_json()), target_sha256=target.digest(),
@@ -388,10 +403,10 @@ def assemble(graph: Graph, model: CostModel, options: PlanOptions, schedule: Sch
                 provenance=provenance, variants=variants)
 
 
-def _priced(graph: Graph, table: CostTable | None, backend: str) -> dict[str, tuple[str, ...]]:
+def _priced(graph: Graph, table: CostTable | None, listed: bool) -> dict[str, tuple[str, ...]]:
     """Summary fields: which of a CPU plan's signatures `table` measured, which it lacked
-    (the analytical model priced them); none without a table."""
-    if table is None or backend != "cpu":
+    (the analytical model priced them); none without a table (or `listed`)."""
+    if table is None or not listed:
         return {}
     keys = sorted({s.key for s in graph_signatures(graph).values()})
     return {"measured_signatures": tuple(k for k in keys if k in table.index),

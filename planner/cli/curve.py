@@ -66,6 +66,7 @@ def run_pareto(args: argparse.Namespace) -> int:
     from planner.memory.options import MemoryOptions
     from planner.pipeline import PlanOptions
     from planner.plots import curve_plot, plot_format
+    from planner.target.backends import traits
     from planner.target.presets import load_target
 
     fmt = plot_format(args.plot) if args.plot else ""
@@ -74,7 +75,7 @@ def run_pareto(args: argparse.Namespace) -> int:
     if args.measure < 0 or args.steps < 1:
         raise UserError("--measure must be >= 0 and --steps >= 1")
     target = load_target(args.target)
-    if args.measure and target.backend != "cpu":
+    if args.measure and not traits(target).timed_on_host:
         raise UserError(f"--measure runs the CPU executor; target {target.name!r} is "
                         f"{target.backend}")
     graph = prepare(args.graph, graph_options(args))

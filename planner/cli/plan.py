@@ -232,13 +232,14 @@ def technique_curves_of(plan) -> dict | None:
     whose target is a preset (a plan names its target, not its whole description); else
     None (the chart shows the plan's own curve and naive)."""
     from planner.costs import CostModel
-    from planner.memory.gpu import technique_curves
     from planner.memory_report import graph_order
+    from planner.pipeline import BACKENDS
     from planner.target.presets import PRESETS, preset
 
-    if plan.backend != "cuda" or plan.target.name not in PRESETS:
+    curves = BACKENDS[plan.backend].technique_curves
+    if curves is None or plan.target.name not in PRESETS:
         return None
-    return technique_curves(plan.graph, graph_order(plan), CostModel(preset(plan.target.name)))
+    return curves(plan.graph, graph_order(plan), CostModel(preset(plan.target.name)))
 
 
 def run_show(args: argparse.Namespace) -> int:
@@ -404,9 +405,11 @@ def _with_recorded_layouts(graph, data: Any):
 def _step_cores(data: Any) -> int | None:
     """The physical cores a CPU plan's data names (its logical CPUs' cores); None for a GPU
     plan or data that is no plan (verify_plan_text reports what is malformed)."""
+    from planner.target.backends import BACKEND_TRAITS
+
     try:
-        return (len(set(data["target"]["core_of"])) or None) if data["backend"] == "cpu" \
-            else None
+        return (len(set(data["target"]["core_of"])) or None) \
+            if BACKEND_TRAITS[data["backend"]].host_cores else None
     except (KeyError, TypeError):
         return None
 

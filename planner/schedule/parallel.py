@@ -63,6 +63,7 @@ from planner.graph.sharded_parameters import with_sharded_parameters
 from planner.ops.collective import COLLECTIVE_OPS
 from planner.records import Record
 from planner.schedule.record import Edge, Schedule, ScheduledOp
+from planner.target.backends import traits
 from planner.target.interconnect import Interconnect, interconnect, ring_link
 from planner.target.records import Target
 
@@ -328,7 +329,7 @@ def data_parallel_graph(graph: Graph, target: Target, options: DataParallelOptio
     limit = options.bucket_bytes or bucket_bytes(options.ranks,
                                                  options.link or interconnect(target))
     if options.shard_parameters:
-        if target.backend != "cpu":
+        if not traits(target).shards_parameters:
             raise UserError(f"graph {graph.name!r}: --shard-parameters runs on the CPU executor "
                             f"only yet (target backend {target.backend!r})")
         if options.bucket_bytes is None:

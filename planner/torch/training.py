@@ -230,7 +230,9 @@ def _check_runs_here(target: Any) -> None:
     run in this process: a GPU target on a host where nvidia-smi lists no GPU."""
     from planner.errors import UserError
 
-    if target.backend == "cpu":
+    from planner.target.backends import traits
+
+    if traits(target).host_cores:
         return
     from planner.target.detect import detect_gpus
 
