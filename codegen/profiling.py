@@ -39,14 +39,14 @@ from codegen.load import load
 from codegen.render import module_name, render
 from planner.costs.conv_layouts import channels_last
 from planner.costs.gpu_profile import batches, signature_bytes
-from planner.costs.model import CostModel, MissingCostWarning
+from planner.costs.model import MissingCostWarning
 from planner.costs.profile import ProfileOptions
 from planner.costs.records import CostTable
 from planner.costs.signature import OpSignature, unique_signatures
 from planner.graph.ir import Graph, Node, Tensor
 from planner.graph.validate import check_graph
 from planner.ops.base import OpError
-from planner.pipeline import PlanOptions, assemble, place
+from planner.pipeline import planning, run
 from planner.plan import Plan, digest
 from planner.records import CpuId
 from planner.schedule.record import Bound, Edge, Schedule, ScheduledOp
@@ -137,8 +137,11 @@ def placements_plan(graph: Graph, target: Target,
         edges=tuple(Edge(before=a.name, after=b.name)
                     for a, b in zip(ops, ops[1:], strict=False)),
         bound=Bound(seconds=seconds, critical_path=seconds, area=seconds), mean_corun=1.0)
-    model = CostModel(target)
-    return assemble(graph, model, PlanOptions(), schedule, place(graph, model, schedule))
+    # The pipeline's stages after scheduling, as for any plan of the target.
+    out = run(planning(graph, target).but(schedule=schedule),
+              ("price", "place memory", "assemble")).plan
+    assert out is not None
+    return out
 
 
 # Signatures measured by one executor (one compile for all): a batch's outputs stay live to

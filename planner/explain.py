@@ -46,7 +46,7 @@ from planner.errors import UserError
 from planner.explain_gather import explain_gather, format_gather
 from planner.memory.budget_search import Move
 from planner.memory.options import format_bytes
-from planner.pipeline import BACKENDS, PlanOptions, assemble, decide, share_target
+from planner.pipeline import BACKENDS, DECISIONS, PlanOptions, planning, run
 from planner.plan import Plan, digest
 from planner.schedule.record import Schedule
 from planner.target.backends import BACKEND_TRAITS
@@ -88,17 +88,17 @@ def rederive(plan: Plan, target: Target, table: CostTable | None = None) -> Deri
     if options.data_parallel.ranks_per_host > 1:
         raise UserError("explain handles plans of one rank per host; this one shares a host "
                         "among ranks (--ranks-per-host)")
-    # A data-parallel plan is made for the target's share of one rank (its whole host here).
-    share = share_target(target, 1) if options.data_parallel.ranks > 1 else target
+    # The embedded graph is the step graph: the stages after it, but the evaluation's (a
+    # training plan's evaluation schedule, planner/evaluation.py, is planned apart).
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        model, schedule, memory = decide(plan.graph, share, table, options)
-        again = assemble(plan.graph, model, options, schedule, memory, host=target)
-    # A training plan's evaluation schedule (planner/evaluation.py) is planned apart.
-    if again.json_data != {k: v for k, v in plan.json_data.items() if k != "evaluation"}:
+        again = run(planning(plan.graph, target, table, options, evaluation=False, check=False),
+                    (*DECISIONS, "assemble"))
+    assert again.plan is not None and again.model is not None and again.schedule is not None
+    if again.plan.json_data != {k: v for k, v in plan.json_data.items() if k != "evaluation"}:
         raise UserError("planning the plan's inputs again does not give this plan (another "
                         "planner version, or an edited file): nothing to explain from")
-    return Derived(plan, model, schedule, options)
+    return Derived(plan, again.model, again.schedule, options)
 
 
 # ---- ops ------------------------------------------------------------------------------------
@@ -143,7 +143,8 @@ def explain_op(d: Derived, name: str) -> dict[str, Any]:
                            "seconds": op.end - op.start}
     graph = d.plan.graph
     node = next((i for i, n in enumerate(graph.nodes) if n.name == name), None)
-    if BACKEND_TRAITS[d.plan.backend].host_cores and node is not None and op.cpus:  # (not a collective)
+    # (op.cpus: not a collective)
+    if BACKEND_TRAITS[d.plan.backend].host_cores and node is not None and op.cpus:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             curve = op_costs(graph, d.model).times[node]

@@ -368,17 +368,16 @@ def run_verify(args: argparse.Namespace) -> int:
         embedded = _embedded_graph_problems(text)
         names, problems = embedded if embedded else (None, [])
     else:
-        from planner.graph.for_cores import for_cores
         from planner.graph.prepare import prepare
-        from planner.graph.validate import GraphError
+        from planner.graph.step import step_graph
         from planner.plan import digest
 
         data = json.loads(text) if text.strip().startswith("{") else {}
-        graph = for_cores(prepare(args.graph), _step_cores(data))  # as `plan` rewrote it
-        try:  # with the convolution layouts it chose from its costs, as it chose threads
-            graph = _with_recorded_layouts(graph, data)
-        except GraphError as e:
-            problems.append(f"the plan's convolution layouts: {e}")
+        graph = prepare(args.graph)
+        try:  # the step graph's passes under the choices the plan records
+            graph = step_graph(graph, _recorded_choices(graph, data))
+        except ValueError as e:
+            problems.append(f"the plan's step choices: {e}")
         names = [n.name for n in graph.nodes]
         recorded = data.get("provenance", {}).get("graph_sha256")
         if recorded and recorded != digest(graph.to_json()):
@@ -388,18 +387,34 @@ def run_verify(args: argparse.Namespace) -> int:
     return _report(args, problems)
 
 
-def _with_recorded_layouts(graph, data: Any):
-    """`graph` with the convolution layouts that the plan `data` records on nodes of the same
-    name (planner.costs.conv_layouts); GraphError for a value the op refuses."""
-    from planner.costs.conv_layouts import CONVOLUTIONS, with_layouts
+def _recorded_choices(graph, data: Any):
+    """The step graph's choices (planner.graph.step) that the plan `data` records: its CPUs'
+    cores, the convolution layouts on nodes of the same name (planner.costs.conv_layouts) and,
+    for a data-parallel plan, its collectives as planning chooses them for its options on its
+    target (a preset: a plan names its target, not its whole description). ValueError for
+    what cannot be re-derived; data that is no plan gives none (verify_plan_text reports it)."""
+    from planner.costs.conv_layouts import CONVOLUTIONS
+    from planner.graph.step import StepChoices
+    from planner.schedule.parallel import DataParallelOptions, chosen_collectives
+    from planner.target.presets import PRESETS, preset
 
     try:
         recorded = {n["name"]: n["attrs"]["layout"] for n in data["graph"]["nodes"]
                     if "layout" in n["attrs"]}
-    except (KeyError, TypeError):
-        return graph  # no plan's graph: verify_plan_text names what is malformed
-    return with_layouts(graph, {n.name: recorded[n.name] for n in graph.nodes
-                                if n.op in CONVOLUTIONS and isinstance(recorded.get(n.name), str)})
+        parallel = DataParallelOptions.model_validate(
+            data["provenance"]["options"].get("data_parallel", {}))
+        name = data["target"]["name"]
+    except (KeyError, TypeError, AttributeError, ValueError):
+        return StepChoices(cores=_step_cores(data))
+    layouts = {n.name: recorded[n.name] for n in graph.nodes
+               if n.op in CONVOLUTIONS and isinstance(recorded.get(n.name), str)}
+    if parallel.ranks == 1:
+        return StepChoices(cores=_step_cores(data), layouts=layouts)
+    if name not in PRESETS:
+        raise ValueError(f"a data-parallel plan's buckets are sized for its target; {name!r} "
+                         f"is no preset: verify the plan without --graph")
+    return StepChoices(cores=_step_cores(data), layouts=layouts,
+                       collectives=chosen_collectives(graph, preset(name), parallel))
 
 
 def _step_cores(data: Any) -> int | None:
