@@ -89,3 +89,18 @@ def test_data_parallel_options_reach_the_step_graph():
                      options=PlanOptions(data_parallel=DataParallelOptions(ranks=2))),
             ("step graph",))
     assert any(n.op == "AllReduce" for n in p.graph.nodes) and p.plan is None
+
+
+def test_autodiff_rewrites_are_a_checked_pass_tuple():
+    from planner.graph.autodiff import GRADIENT_PASSES, TRAINING_PASSES, Differentiated, rewritten
+    from planner.graph.validate import GraphError
+
+    names = [name for name, _ in TRAINING_PASSES]
+    assert names[:len(GRADIENT_PASSES)] == [name for name, _ in GRADIENT_PASSES]
+    assert names[-3:] == ["apply_precision", "fold_bias_adds", "fold_conv_biases"]
+    g = prepare(SPEC, GraphOptions(optimizer=Optimizer(kind="sgd")))
+    assert rewritten(g, Differentiated(g, {}), TRAINING_PASSES) == g  # a fixed point
+    # A pass that drops the first node leaves its output undefined: caught right after it.
+    broken = (("drop", lambda graph, d: graph.model_copy(update={"nodes": graph.nodes[1:]})),)
+    with pytest.raises(GraphError, match="not defined|used before"):
+        rewritten(g, Differentiated(g, {}), broken)
