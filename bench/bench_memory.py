@@ -35,7 +35,7 @@ from planner.graph.optimizer import Optimizer
 from planner.graph.options import GraphOptions
 from planner.graph.prepare import prepare
 from planner.memory import InfeasibleBudget, MemoryOptions
-from planner.memory.budget_search import State
+from planner.memory.budget.search import State
 from planner.memory.milp import greedy_recompute, profile_with, recompute_milp
 from planner.memory.stash import analyze
 from planner.pipeline import PlanOptions, plan

@@ -44,7 +44,7 @@ import numpy as np
 from planner.costs import CostModel, CostTable
 from planner.errors import UserError
 from planner.explain_gather import explain_gather, format_gather
-from planner.memory.budget_search import Move
+from planner.memory.budget.search import Move
 from planner.memory.options import format_bytes
 from planner.pipeline import BACKENDS, DECISIONS, PlanOptions, planning, run
 from planner.plan import Plan, digest
