@@ -147,7 +147,7 @@ def _link(path: str | None):
         return None
     from pydantic import ValidationError
 
-    from planner.load import read_json
+    from planner.json_input import read_json
     from planner.target.interconnect import Interconnect
 
     try:
@@ -171,8 +171,8 @@ def _run_plan(args: argparse.Namespace) -> int:
     from planner.cli.decisions import memory_decisions
     from planner.cli.flags import flag_message
     from planner.cli.graph_flags import graph_options
+    from planner.files import write_text
     from planner.graph.prepare import prepare
-    from planner.load import write_text
     from planner.memory.options import MemoryOptions, parse_budget
     from planner.pipeline import PlanOptions, plan
     from planner.schedule import ScheduleOptions
@@ -216,7 +216,7 @@ def _run_plan(args: argparse.Namespace) -> int:
 
 
 def _read_json(path: str) -> dict[str, Any]:
-    from planner.load import read_json
+    from planner.json_input import read_json
     from planner.plan import plan_data_problem
 
     data = read_json(path, "plan")
@@ -244,7 +244,7 @@ def technique_curves_of(plan) -> dict | None:
 
 def run_show(args: argparse.Namespace) -> int:
     from planner.diff import decisions_line
-    from planner.load import write_text
+    from planner.files import write_text
     from planner.memory_report import format_memory, memory_report, memory_svg
     from planner.plan import load_plan
     from planner.plots import plot_format, timeline_plot
@@ -353,7 +353,7 @@ def _embedded_graph_problems(text: str) -> tuple[list[str], list[str]] | None:
 
 
 def run_verify(args: argparse.Namespace) -> int:
-    from planner.load import read_json
+    from planner.json_input import read_json
     from planner.verify import verify_plan_text
 
     try:
