@@ -7,11 +7,11 @@ Layers, lowest first (a module may import its own layer or a lower one):
     schedule  planner/schedule/
     memory    planner/memory/
     plan      the Plan record and what reads finished plans: plan.py, planner/verify/ (the
-              independent checker), diff.py, memory_report.py, replay.py, plots.py,
-              evaluation.py (a training plan's evaluation record), explain_gather.py and
-              sharding_report.py (a ZeRO-3 plan's gathers)
+              independent checker), planner/report/ (diff, memory reports, replay, plots,
+              placement words, a ZeRO-3 plan's gathers), evaluation.py (a training plan's
+              evaluation record)
     driver    the pipeline and what runs it: pipeline.py, fit.py and curve.py (searches over
-              whole plans), explain.py (re-plans a plan to say why)
+              whole plans), report/explain.py (re-plans a plan to say why)
     codegen   codegen/ (its profiling plans the placements it times through the driver)
     command   planner/cli/ (every command) and the entry points where planner and codegen
               meet: planner/cli/main.py (wires codegen's commands and measurers in) and
@@ -33,13 +33,11 @@ import networkx as nx
 ROOT = Path(__file__).resolve().parent.parent
 LAYERS = ("base", "costs", "schedule", "memory", "plan", "driver", "codegen", "command")
 FOLDERS = {"planner.costs": "costs", "planner.schedule": "schedule", "planner.memory": "memory"}
-PLAN = {"planner.plan", "planner.verify.memory", "planner.verify.inserted",
-        "planner.verify", "planner.verify.graph",
-        "planner.verify.order", "planner.verify.summary", "planner.diff", "planner.memory_report",
-        "planner.replay", "planner.verify.pins", "planner.evaluation", "planner.verify.evaluation",
-        "planner.plots", "planner.explain_gather", "planner.sharding_report"}
+PLAN = {"planner.plan", "planner.evaluation"}
+# planner/report/ is of the plan layer, but for explain (DRIVER).
+REPORT = "planner.report"
 ENTRY_POINTS = {"planner.cli.main", "planner.torch", "planner.torch.training"}
-DRIVER = {"planner.pipeline", "planner.fit", "planner.curve", "planner.explain"}
+DRIVER = {"planner.pipeline", "planner.fit", "planner.curve", "planner.report.explain"}
 
 
 def modules() -> dict[str, Path]:
@@ -60,7 +58,7 @@ def layer(module: str) -> str:
         return "command"
     if module in DRIVER:
         return "driver"
-    if module in PLAN or module.startswith("planner.verify."):
+    if module in PLAN or module.startswith(("planner.verify", REPORT)):
         return "plan"
     for folder, name in FOLDERS.items():
         if module == folder or module.startswith(folder + "."):
@@ -136,7 +134,7 @@ def test_the_checks_see_function_level_and_upward_imports(tmp_path):
                          "planner.schedule.a (schedule) imports planner.pipeline (driver)"]
     assert upward(nx.DiGraph([("planner.cli.fit", "codegen.build")])) == [
         "planner.cli.fit imports codegen.build: only the entry points wire codegen in"]
-    assert layer("planner.memory.gpu") == "memory" and layer("planner.memory_report") == "plan"
+    assert layer("planner.memory.gpu") == "memory" and layer("planner.report.memory") == "plan"
 
 
 # What the independent checker may read of the graph layer: the IR and its validity rules, not

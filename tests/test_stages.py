@@ -73,7 +73,7 @@ def test_verify_graph_rederives_a_data_parallel_step(tmp_path, capsys):
 def test_no_driver_relists_the_stages():
     """Outside pipeline.py, no module calls the stages' steps one by one: they run `run`."""
     relisted = re.compile(r"\b(decide|assemble|place|step_graph)\(")
-    drivers = ["planner/fit.py", "planner/explain.py", "planner/cli/plan.py",
+    drivers = ["planner/fit.py", "planner/report/explain.py", "planner/cli/plan.py",
                "codegen/profiling.py", "planner/curve.py"]
     found = [f"{d}:{k}" for d in drivers
              for k, line in enumerate((ROOT / d).read_text(encoding="utf-8").splitlines(), 1)

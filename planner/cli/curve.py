@@ -1,5 +1,5 @@
 """`planner fit GRAPH --target T --pareto`: the step-time / memory-budget curve (planner.curve),
-written as JSON and drawn (planner.plots), and `--measure N`: N of its plans built and run on
+written as JSON and drawn (planner.report.plots), and `--measure N`: N of its plans built and run on
 this machine's CPUs, measured step and measured arena beside the prediction.
 
     planner fit GRAPH --target T --pareto [--points 10] [-o curve.json] [--plot curve.png]
@@ -65,7 +65,7 @@ def run_pareto(args: argparse.Namespace) -> int:
     from planner.graph.prepare import prepare
     from planner.memory.options import MemoryOptions
     from planner.pipeline import PlanOptions
-    from planner.plots import curve_plot, plot_format
+    from planner.report.plots import curve_plot, plot_format
     from planner.target.backends import traits
     from planner.target.presets import load_target
 

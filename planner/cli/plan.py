@@ -232,8 +232,8 @@ def technique_curves_of(plan) -> dict | None:
     whose target is a preset (a plan names its target, not its whole description); else
     None (the chart shows the plan's own curve and naive)."""
     from planner.costs import CostModel
-    from planner.memory_report import graph_order
     from planner.pipeline import BACKENDS
+    from planner.report.memory import graph_order
     from planner.target.presets import PRESETS, preset
 
     curves = BACKENDS[plan.backend].technique_curves
@@ -243,13 +243,13 @@ def technique_curves_of(plan) -> dict | None:
 
 
 def run_show(args: argparse.Namespace) -> int:
-    from planner.diff import decisions_line
     from planner.files import write_text
-    from planner.memory_report import format_memory, memory_report, memory_svg
     from planner.plan import load_plan
-    from planner.plots import plot_format, timeline_plot
+    from planner.report.diff import decisions_line
+    from planner.report.memory import format_memory, memory_report, memory_svg
+    from planner.report.plots import plot_format, timeline_plot
+    from planner.report.sharding import format_sharding, sharding_report
     from planner.schedule.trace import plan_trace
-    from planner.sharding_report import format_sharding, sharding_report
 
     fmt = plot_format(args.timeline) if args.timeline else ""
     plan = load_plan(args.plan)
@@ -328,7 +328,7 @@ def format_summary(plan: dict[str, Any]) -> str:
 
 
 def run_diff(args: argparse.Namespace) -> int:
-    from planner.diff import diff_plans, format_diff
+    from planner.report.diff import diff_plans, format_diff
 
     d = diff_plans(_read_json(args.a), _read_json(args.b))
     print(json.dumps(d, indent=2, sort_keys=True) if args.json else format_diff(d))

@@ -32,8 +32,8 @@ Options:
     options.py     MemoryOptions, byte counts as text
 
 What reads finished plans sits above the stages, beside planner/plan.py: the reports and
-seed 001's Fig. 10 (planner/memory_report.py), running a plan on real bytes against the
-reference interpreter (planner/replay.py); so does `planner fit`, which plans many graphs
+seed 001's Fig. 10 (planner/report/memory.py), running a plan on real bytes against the
+reference interpreter (planner/report/replay.py); so does `planner fit`, which plans many graphs
 through the whole pipeline (planner/fit.py, its command planner/cli/fit.py).
 """
 

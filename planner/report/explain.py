@@ -12,7 +12,7 @@ own inputs rather than taken from its claims.
               the budget at or above which the search stops before taking it
     conv      (GPU) its algorithm among the candidates: time and workspace of each
     gather    (ZeRO-3) an all-gather's prefetch: the ops it overlaps, the seconds its reader
-              would wait, its memory bound (planner.explain_gather)
+              would wait, its memory bound (planner.report.explain_gather)
 
 Why re-plan rather than record the reasons in the plan: the reasons are the planner's
 intermediate state (the search's order of moves, the cost curves), larger than the plan and
@@ -43,11 +43,11 @@ import numpy as np
 
 from planner.costs import CostModel, CostTable
 from planner.errors import UserError
-from planner.explain_gather import explain_gather, format_gather
 from planner.memory.budget.search import Move
 from planner.memory.options import format_bytes
 from planner.pipeline import BACKENDS, DECISIONS, PlanOptions, planning, run
 from planner.plan import Plan, digest
+from planner.report.explain_gather import explain_gather, format_gather
 from planner.schedule.record import Schedule
 from planner.target.backends import BACKEND_TRAITS
 from planner.target.records import Target
@@ -192,7 +192,7 @@ def _ranges(ids: list[int]) -> str:
 # ---- tensors --------------------------------------------------------------------------------
 def placement(plan: Plan, tensor: str) -> str:
     """kept, recomputed or offloaded: what memory planning did to a graph tensor."""
-    from planner.placement import placements
+    from planner.report.placement import placements
 
     return placements(plan.json_data).get(tensor, "kept")
 
@@ -357,7 +357,7 @@ def explain(d: Derived, name: str | None = None) -> dict[str, Any]:
         if name in d.plan.graph.tensor_map or not out:
             out["tensor"] = explain_tensor(d, name)
         return out
-    from planner.placement import placements
+    from planner.report.placement import placements
 
     decided = sorted(placements(d.plan.json_data))
     s = d.plan.summary
