@@ -2,7 +2,8 @@
 
 Layers, lowest first (a module may import its own layer or a lower one):
 
-    base      records, errors, files, loading; graph/, ops/, target/, zoo/, importers/
+    base      records, errors, files, loading; graph/, ops/, target/, zoo/, importers/; within
+              it, ir < ops < passes < importers < frontend (BASE_ORDER)
     costs     planner/costs/
     schedule  planner/schedule/
     memory    planner/memory/
@@ -163,3 +164,51 @@ def test_the_checker_and_codegen_import_no_stage_they_read():
         "codegen.layout imports planner.memory.liveness: codegen reads memory decisions from "
         "the plan",
         "planner.verify.pins imports planner.memory.pins, a stage it checks"]
+
+
+# The base layer in order, lowest first: the IR and its vocabulary, the ops (with the builder and
+# the validity rules, which read the ops' shape rules), the graph passes, the importers (ONNX,
+# torch.export, the zoo's builders), the front end (prepare, its options, loading a model, the
+# user's JSON). A module of the base layer not named here is not ordered within it.
+BASE_ORDER = ("ir", "ops", "passes", "importers", "frontend")
+BASE_IR = {"planner.graph.ir", "planner.graph.accumulation", "planner.records", "planner.errors",
+           "planner.dtypes"}
+BASE_OPS = {"planner.graph.builder", "planner.graph.validate"}
+FRONTEND = {"planner.graph.prepare", "planner.graph.options", "planner.load",
+            "planner.json_input"}
+
+
+def base_level(module: str) -> str | None:
+    """Where a base-layer module stands in BASE_ORDER (None: not ordered)."""
+    if module in FRONTEND:
+        return "frontend"
+    if module.startswith(("planner.importers", "planner.torch", "planner.zoo")):
+        return "importers"
+    if module in BASE_IR:
+        return "ir"
+    if module in BASE_OPS or module == "planner.ops" or module.startswith("planner.ops."):
+        return "ops"
+    if module == "planner.graph" or module.startswith("planner.graph."):
+        return "passes"
+    return None
+
+
+def base_upward(g: nx.DiGraph) -> list[str]:
+    rank = {name: k for k, name in enumerate(BASE_ORDER)}
+    bad = []
+    for a, b in sorted(g.edges):
+        if layer(a) != "base" or layer(b) != "base":
+            continue
+        la, lb = base_level(a), base_level(b)
+        if la is not None and lb is not None and rank[lb] > rank[la]:
+            bad.append(f"{a} ({la}) imports {b} ({lb})")
+    return bad
+
+
+def test_the_base_layer_points_down_too():
+    assert base_upward(import_graph()) == []
+    assert base_upward(nx.DiGraph([("planner.ops.conv", "planner.graph.autodiff"),
+                                   ("planner.graph.autodiff", "planner.graph.prepare"),
+                                   ("planner.graph.prepare", "planner.importers.onnx")])) == [
+        "planner.graph.autodiff (passes) imports planner.graph.prepare (frontend)",
+        "planner.ops.conv (ops) imports planner.graph.autodiff (passes)"]
