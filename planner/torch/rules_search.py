@@ -11,6 +11,8 @@
                            not counted
     histogram(x, bins)     histc's counts (weighted, or a density) and the bin edges; with a
                            tensor of edges, bins between consecutive edges
+    histogramdd(x, bins)   over x's last axis as D coordinates, each dim binned as histogram
+                           does, the cells counted in row-major order (values x cells)
 
 An element's bin is, as torch's kernels find it: for histogram, the count of inner edges at or
 below it (its edges computed as torch.linspace rounds them); for histc, trunc((x - lo) bins /
@@ -126,13 +128,12 @@ def _edges(n: NodeCtx, lo: str | Const, hi: str | Const, bins: int) -> str:
                    {"axis": 0})
 
 
-def _counts(n: NodeCtx, x: str | Const, edges: str | Const, bins: int,
-            weight: str | Const | None, linear: bool = False) -> str:
-    """Per bin between consecutive edges (bins + 1 of them, the last bin closed), the elements
-    (or weights) of x in it: an element's bin is the count of inner edges at or below it, or
-    with `linear` (histc's rule in torch; edges are then [lo, hi] alone)
+def _bin_of(n: NodeCtx, flat: str, edges: str | Const, bins: int, linear: bool = False
+            ) -> tuple[str, str]:
+    """Each element's bin between consecutive edges (bins + 1 of them, the last bin closed)
+    as float32 (N, 1), and whether it lies inside them: the count of inner edges at or below
+    it, or with `linear` (histc's rule in torch; edges are then [lo, hi] alone)
     trunc((x - lo) bins / (hi - lo)) in float32."""
-    flat = n.emit1("Reshape", [x], {"shape": [-1, 1]})
     end = n.shape(edges)[0] - 1
     first = n.emit1("Slice", [edges], {"starts": [0], "ends": [1], "axes": [0]})
     last = n.emit1("Slice", [edges], {"starts": [end], "ends": [end + 1], "axes": [0]})
@@ -148,12 +149,31 @@ def _counts(n: NodeCtx, x: str | Const, edges: str | Const, bins: int,
         at = n.emit1("Mul", [flat, _scalar(n, 0.0)])
     inside = n.emit1("And", [n.emit1("GreaterOrEqual", [flat, first]),
                              n.emit1("LessOrEqual", [flat, last])])
+    return at, inside
+
+
+def _tally(n: NodeCtx, at: str, inside: str, bins: int, weight: str | Const | None) -> str:
+    """Per bin 0..bins-1, the elements (or their weights) inside whose bin `at` is it."""
     slots = n.const(np.arange(bins, dtype=np.float32).reshape(1, bins), "float32")
     hits = n.emit1("Cast", [n.emit1("And", [n.emit1("Equal", [at, slots]), inside])],
                    {"to": "float32"})
     if weight is not None:
         hits = n.emit1("Mul", [hits, n.emit1("Reshape", [weight], {"shape": [-1, 1]})])
     return n.emit1("ReduceSum", [hits], {"axes": [0], "keepdims": False})
+
+
+def _counts(n: NodeCtx, x: str | Const, edges: str | Const, bins: int,
+            weight: str | Const | None, linear: bool = False) -> str:
+    """histc's and histogram's counts of x's elements (_bin_of, _tally)."""
+    at, inside = _bin_of(n, n.emit1("Reshape", [x], {"shape": [-1, 1]}), edges, bins, linear)
+    return _tally(n, at, inside, bins, weight)
+
+
+def _widths(n: NodeCtx, edges: str | Const, bins: int) -> str:
+    return n.emit1("Sub", [n.emit1("Slice", [edges], {"starts": [1], "ends": [bins + 1],
+                                                     "axes": [0]}),
+                           n.emit1("Slice", [edges], {"starts": [0], "ends": [bins],
+                                                     "axes": [0]})])
 
 
 @rule("aten.histc.default")
@@ -189,10 +209,79 @@ def histogram(n: NodeCtx) -> Value:
         edges = _edges(n, *_range(n, x, lo, hi, 0.5), bins)
     hist = _counts(n, x, edges, bins, weight)
     if density:  # hist / (its total x each bin's width)
-        widths = n.emit1("Sub", [n.emit1("Slice", [edges], {"starts": [1], "ends": [bins + 1],
-                                                           "axes": [0]}),
-                                 n.emit1("Slice", [edges], {"starts": [0], "ends": [bins],
-                                                           "axes": [0]})])
         total = n.emit1("ReduceSum", [hist], {"axes": [0], "keepdims": True})
-        hist = n.emit1("Div", [hist, n.emit1("Mul", [total, widths])])
+        hist = n.emit1("Div", [hist, n.emit1("Mul", [total, _widths(n, edges, bins)])])
     return hist, edges
+
+
+def _dd_input(n: NodeCtx) -> tuple[str, int, str | Const | None, bool]:
+    """histogramdd's x as (N, D) and D, its weight and density."""
+    x = n.tensor(0)
+    weight = n.kwargs.get("weight")
+    _float(n, x, *([weight] if weight is not None else []))
+    shape = n.shape(x)
+    if not shape:
+        raise n.fail("histogramdd needs x of shape (..., D)")
+    return n.emit1("Reshape", [x], {"shape": [-1, shape[-1]]}), shape[-1], weight, \
+        bool(n.kwargs.get("density", False))
+
+
+def _dd_edges(n: NodeCtx, x: str, dims: int) -> list[str]:
+    """The bin_cts forms' edges per dim: [range[2d], range[2d + 1]] or the column's own."""
+    bins = n.ints(1, "bins")
+    if len(bins) != dims or min(bins, default=1) < 1:
+        raise n.fail(f"bins {bins} must be {dims} positive counts")
+    span = n.kwargs.get("range")
+    if span is not None and len(span) != 2 * dims:
+        raise n.fail(f"range {list(span)} must hold {2 * dims} numbers")
+    edges = []
+    for d, count in enumerate(bins):
+        column = n.emit1("Slice", [x], {"starts": [d], "ends": [d + 1], "axes": [1]})
+        lo, hi = (float(span[2 * d]), float(span[2 * d + 1])) if span is not None else (0, 0)
+        edges.append(_edges(n, *_range(n, column, lo, hi, 0.5), count))
+    return edges
+
+
+@rule("aten._histogramdd_bin_edges.default")
+def histogramdd_edges(n: NodeCtx) -> Value:
+    x, dims, _, _ = _dd_input(n)
+    return tuple(_dd_edges(n, x, dims))
+
+
+@rule("aten._histogramdd_from_bin_cts.default", "aten._histogramdd_from_bin_tensors.default")
+def histogramdd(n: NodeCtx) -> Value:
+    """One tally over the cells of the D axes: a cell is the row-major index of its bins."""
+    x, dims, weight, density = _dd_input(n)
+    if n.op.endswith("bin_cts.default"):
+        edges: list = _dd_edges(n, x, dims)
+    else:
+        edges = list(n.arg(1, "bins") or [])
+        if len(edges) != dims or any(not isinstance(e, (str, Const)) for e in edges):
+            raise n.fail(f"bins must be {dims} tensors of edges")
+        _float(n, *edges)
+        if any(len(n.shape(e)) != 1 or n.shape(e)[0] < 2 for e in edges):
+            raise n.fail("each dim's bins must be a 1-D tensor of 2 or more edges")
+    counts = [n.shape(e)[0] - 1 for e in edges]
+    cell, inside = None, None
+    for d, (e, count) in enumerate(zip(edges, counts, strict=True)):
+        column = n.emit1("Slice", [x], {"starts": [d], "ends": [d + 1], "axes": [1]})
+        at, within = _bin_of(n, column, e, count)
+        stride = float(np.prod(counts[d + 1:], dtype=np.float64))
+        at = at if stride == 1 else n.emit1("Mul", [at, _scalar(n, stride)])
+        cell = at if cell is None else n.emit1("Add", [cell, at])
+        inside = within if inside is None else n.emit1("And", [inside, within])
+    hist = _tally(n, cell, inside, int(np.prod(counts)), weight)
+    if density:  # over the total and each cell's volume
+        hist = n.emit1("Div", [hist, n.emit1("ReduceSum", [hist], {"axes": [0],
+                                                                    "keepdims": True})])
+        hist = n.emit1("Reshape", [hist], {"shape": counts})
+        for d, (e, count) in enumerate(zip(edges, counts, strict=True)):
+            shape = [1] * dims
+            shape[d] = count
+            widths = n.emit1("Reshape", [_widths(n, e, count)], {"shape": shape})
+            hist = n.emit1("Div", [hist, widths])
+    return _to_shape(n, hist, counts)
+
+
+def _to_shape(n: NodeCtx, v: str, shape: list[int]) -> str:
+    return v if list(n.shape(v)) == shape else n.emit1("Reshape", [v], {"shape": shape})

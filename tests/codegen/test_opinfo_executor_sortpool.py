@@ -18,7 +18,7 @@ NAMES = ("nanmedian", "masked.median", "native_layer_norm", "native_group_norm",
          "nn.functional.adaptive_avg_pool1d", "nn.functional.adaptive_avg_pool3d",
          "nn.functional.conv_transpose2d", "nn.functional.conv_transpose3d", "searchsorted",
          "bucketize", "isin", "histc", "histogram", "max_pool2d_with_indices_backward",
-         "logcumsumexp", "mode", "nn.functional.embedding_bag")
+         "logcumsumexp", "mode", "nn.functional.embedding_bag", "histogramdd")
 
 
 def test_their_passing_samples_on_the_cpu_executor(tmp_path):

@@ -237,3 +237,21 @@ def test_logcumsumexp_of_a_line_of_one_and_a_scalar():
 ], ids=["ties", "dim0", "nan", "scalar"])
 def test_mode_is_the_most_frequent_smallest_value_at_its_last_index(call, x):
     assert check_call(call, torch.tensor(x)) == ("pass", "")
+
+
+@pytest.mark.parametrize("kwargs", [
+    {"bins": [3, 4]}, {"bins": [2, 5], "range": [-2.0, 1.0, -3.0, 2.5]},
+    {"bins": [4, 3], "density": True},
+], ids=["data", "range", "density"])
+def test_histogramdd_of_bin_counts(kwargs):
+    assert _no_gradient(lambda t: torch.histogramdd(t, **kwargs), _distinct(6, 2, 2)) == \
+        ("pass", "")
+
+
+def test_histogramdd_with_edges_and_weights():
+    x, w = _distinct(12, 3), torch.linspace(0.5, 2.0, 12)
+    edges = [torch.tensor([-3.0, -1.0, 2.0]), torch.tensor([-2.0, 0.0, 1.0, 3.0]),
+             torch.tensor([-4.0, 4.0])]
+    assert _no_gradient(lambda t, a, b, c, ww: torch.histogramdd(t, [a, b, c], weight=ww,
+                                                                  density=True),
+                        x, *edges, w) == ("pass", "")
