@@ -101,7 +101,7 @@ def peak_and_step(graph: Graph, model: CostModel, options: MemoryOptions,
         warnings.simplefilter("ignore")
         _, schedule, memory = decide(graph, model.target, model.table, PlanOptions(
             memory=options, schedule=schedule_options,
-            data_parallel=data_parallel or DataParallelOptions()))
+            data_parallel=data_parallel or DataParallelOptions()), model)
     step = max((op.end for op in memory.ops or schedule.ops), default=0.0)
     return memory.summary.peak_bytes, step
 

@@ -203,14 +203,18 @@ def priced_graphs(graph: Graph, target: Target, options: PlanOptions | None = No
 
 
 def decide(graph: Graph, target: Target, costs: CostTable | None = None,
-           options: PlanOptions | None = None) -> tuple[CostModel, Schedule, MemoryDecision]:
+           options: PlanOptions | None = None, model: CostModel | None = None
+           ) -> tuple[CostModel, Schedule, MemoryDecision]:
     """Price, schedule and plan memory: every decision of a plan, not yet a Plan record.
-    Raises InfeasibleBudget when no plan fits options.memory.budget_bytes."""
+    `model`: the CostModel(target, costs) another graph of the same plan was priced by (its
+    curves are kept: a signature is priced once per plan). Raises InfeasibleBudget when no
+    plan fits options.memory.budget_bytes."""
     options = options or PlanOptions()
     backend = BACKENDS[target.backend]
     link = options.data_parallel.link or interconnect(target)
     with fewer_collections():
-        model = CostModel(target, costs)
+        if model is None or model.target is not target or model.table is not costs:
+            model = CostModel(target, costs)
         # The compute lanes' schedule, then the gradients' all-reduces on the comm lane.
         schedule = comm_lane(graph, backend.schedule(compute_graph(graph), model,
                                                      options.schedule), link)
@@ -297,7 +301,7 @@ def plan(graph: Graph, target: Target, costs: CostTable | None = None,
         if evaluation and graph.kind == "training" and not any(
                 n.op == "AllGather" for n in graph.nodes):
             out = out.model_copy(update={"evaluation": plan_evaluation(
-                graph, lambda g: _evaluation_plan(g, share, costs, options, target))})
+                graph, lambda g: _evaluation_plan(g, model, options, target))})
         if share is not target:
             cpus = share_cpus(target, options.data_parallel.ranks_per_host)
             out = out.model_copy(update={"ops": _on_host(out.ops, cpus)})
@@ -318,8 +322,8 @@ def plan(graph: Graph, target: Target, costs: CostTable | None = None,
     return out
 
 
-def _evaluation_plan(graph: Graph, share: Target, costs: CostTable | None,
-                     options: PlanOptions, host: Target) -> Plan:
+def _evaluation_plan(graph: Graph, model: CostModel, options: PlanOptions,
+                     host: Target) -> Plan:
     # An evaluation graph's plan: its own small arena, without the step's budget (the one a
     # user sets), with the same scheduler switches and alignment; no variants (an evaluation
     # runs its ops one at a time, in plan order). A data-parallel step's evaluation has no
@@ -327,7 +331,7 @@ def _evaluation_plan(graph: Graph, share: Target, costs: CostTable | None,
     options = options.model_copy(update={"memory": MemoryOptions(
         alignment=options.memory.alignment), "variants": False,
         "data_parallel": DataParallelOptions()})
-    model, schedule, memory = decide(graph, share, costs, options)
+    model, schedule, memory = decide(graph, model.target, model.table, options, model)
     return assemble(graph, model, options, schedule, memory, host=host)
 
 
