@@ -392,6 +392,18 @@ def measure_signatures(signatures: Sequence[OpSignature], target: Target,
     return table
 
 
+def host_measured(graph: Graph, target: Target, progress: TextIO | None = None) -> CostTable:
+    """The table a plan of `graph` on this host is priced by when nobody names one (`--costs
+    measured`, planner.torch's default): the kept measurements of its step's and its
+    evaluation's signatures, those the host's store lacks measured first
+    (planner.costs.host_costs.host_table, with measure_signatures)."""
+    from planner.costs.host_costs import host_table
+    from planner.pipeline import priced_graphs
+
+    return host_table(priced_graphs(graph, target), target, measure_signatures,
+                      progress=progress).table
+
+
 def _measured_batch(group: tuple[OpSignature, ...], target: Target, folder: Path, steps: int,
                     table: CostTable) -> CostTable:
     """`table` with the group's signatures measured together, else one at a time, leaving

@@ -114,3 +114,66 @@ def test_the_default_measures_once_per_host_and_the_next_module_reuses_it(tmp_pa
                          costs="analytical")
     assert analytical.plan.summary.measured_signatures is None
     assert analytical.plan.provenance.costs_sha256 == ""
+
+
+def conv_mlp():
+    torch.manual_seed(5)
+    return torch.nn.Sequential(
+        torch.nn.Conv2d(3, 16, 3, padding=1), torch.nn.BatchNorm2d(16), torch.nn.ReLU(),
+        torch.nn.Conv2d(16, 16, 3, padding=1), torch.nn.ReLU(), torch.nn.Flatten(),
+        torch.nn.Linear(16 * 8 * 8, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10))
+
+
+def decisions(plan) -> dict[tuple[str, str, str], object]:
+    """What a cost table decides in a plan of the host: each graph op's thread count and each
+    convolution's kernel layout, in the step and in its evaluation."""
+    from planner.costs.conv_layouts import CONVOLUTIONS
+
+    out: dict[tuple[str, str, str], object] = {}
+    for part, p in (("step", plan), ("evaluation", plan.evaluation.plan)):
+        nodes = {n.name: n for n in p.graph.nodes}
+        out |= {(part, "threads", op.name): op.threads for op in p.ops if op.name in nodes}
+        out |= {(part, "layout", n.name): n.attrs.get("layout", "its own")
+                for n in nodes.values() if n.op in CONVOLUTIONS}
+    return out
+
+
+def outside_noise(plan, repeats) -> list[str]:
+    """The decisions of `plan` that none of the plans `repeats` (the same module priced by
+    repeated in-step profiles) made: where the repeated profiles agree, a plan within their
+    noise agrees too; where they differ, the decision is noise and either value is."""
+    theirs = [decisions(r) for r in repeats]
+    return [f"{part} {what} of {name}: {value!r}, in-step {[t.get((part, what, name)) for t in theirs]}"
+            for (part, what, name), value in sorted(decisions(plan).items())
+            if all(t.get((part, what, name)) != value for t in theirs)]
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(strict=True, reason=(
+    "issue 51's acceptance, not met: measured per signature, the co-run slowdown fits 0.2 "
+    "(in-step: 1.4-2.2) and one-thread times 2.1x the in-step ones, so the default co-runs "
+    "one-thread lanes where both in-step plans run one two-thread lane, and runs 1.4-1.5x "
+    "slower (bench/results/2026-11-25-default-vs-in-step.md); strict: passing, it says so"))
+def test_the_default_plan_is_the_in_step_plan_within_the_noise_of_repeated_profiles(
+        tmp_path, monkeypatch):
+    """The acceptance of issue 51: trainer() with no `costs` (times measured per signature and
+    kept per host) plans as costs="in-step" does, within noise. Noise, precisely: two in-step
+    profiles of the same module on the same machine, each planned; a decision (an op's thread
+    count, a convolution's layout, step and evaluation) on which they differ is noise, one on
+    which they agree is not, and the default plan must make it too. The predicted steps are
+    the tables' own (measured per signature, an op's operands are not the ones its producer
+    just wrote: bench/results/2026-11-25-default-vs-in-step.md) and are not compared."""
+    monkeypatch.delenv("PLANNER_COSTS", raising=False)
+    monkeypatch.setattr("planner.costs.host_costs.cache_root", lambda: tmp_path / "cache")
+    g = torch.Generator().manual_seed(2)
+    x, y = torch.randn(16, 3, 8, 8, generator=g), torch.randint(0, 10, (16,), generator=g)
+
+    def planned(name, **costs):
+        return trainer(conv_mlp(), (x,), loss=torch.nn.functional.cross_entropy, labels=y,
+                       lr=LR["sgd"], out_dir=tmp_path / name, **costs).plan
+
+    default = planned("default")
+    assert default.summary.measured_signatures  # priced by the host's measurements
+    repeats = [planned(f"in-step{k}", costs="in-step") for k in range(2)]
+    problems = outside_noise(default, repeats)
+    assert not problems, "\n".join(problems)
