@@ -18,7 +18,8 @@ the table gives medians over rounds of each run's median step, and the 1-minute 
 before and after. Our executor runs its plan's main schedule, priced by an in-step profile of
 the module (planner.torch's `costs="in-step"`) taken in the first round and kept for the
 others, or with `--costs measured` by planner.torch's default (each signature measured once
-per host and kept in $PLANNER_CACHE). Models: bench/cpu_modules.py (SGD, lr 0.01, 2 threads on the 2-core hosts).
+per host and kept in $PLANNER_CACHE). Models: bench/cpu_modules.py (SGD, lr 0.01, 2 threads on
+the 2-core hosts).
 """
 
 from __future__ import annotations

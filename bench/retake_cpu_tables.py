@@ -67,7 +67,7 @@ def main() -> None:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
         [str(HERE.parent), *filter(None, [os.environ.get("PYTHONPATH")])]))
     env.pop("PLANNER_COSTS", None)  # the default: measured on this host
-    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
     lines = [f"# CPU tables with the default (measured) costs, {now}", "",
              f"{os.cpu_count()} logical CPUs; `python bench/retake_cpu_tables.py"
              f"{' --quick' if args.quick else ''}`", ""]

@@ -37,9 +37,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from pydantic import Field
-
 import numpy as np
+from pydantic import Field
 
 from planner.costs.analytical import (
     ScalingCurve,

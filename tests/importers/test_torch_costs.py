@@ -143,9 +143,10 @@ def outside_noise(plan, repeats) -> list[str]:
     repeated in-step profiles) made: where the repeated profiles agree, a plan within their
     noise agrees too; where they differ, the decision is noise and either value is."""
     theirs = [decisions(r) for r in repeats]
-    return [f"{part} {what} of {name}: {value!r}, in-step {[t.get((part, what, name)) for t in theirs]}"
-            for (part, what, name), value in sorted(decisions(plan).items())
-            if all(t.get((part, what, name)) != value for t in theirs)]
+    return [f"{part} {what} of {name}: {value!r}, in-step {[t.get(key) for t in theirs]}"
+            for key, value in sorted(decisions(plan).items())
+            for part, what, name in [key]
+            if all(t.get(key) != value for t in theirs)]
 
 
 @pytest.mark.slow
