@@ -8,10 +8,11 @@ by two in-step profiles, on this host.
 Printed: the plans' decisions outside the noise of the repeated in-step profiles (the test's
 `outside_noise`: an op's thread count or a convolution's layout on which both in-step plans
 agree and the default does not), per signature the default's measured time over the first
-in-step profile's (one and two threads), each table's contention figures, the first in-step
-table planned with the default's contention figures instead of its own (which of the two
-differences moves the plan), every plan's predicted step, and the executors' real steps taken
-in turns (bench/paired_steps.py: the median of the per-pair ratios and its quartiles).
+in-step profile's (one and two threads; the second in-step profile's likewise: their noise),
+each table's contention figures, the first in-step table planned with the default's
+contention figures instead of its own (which of the two differences moves the plan), every
+plan's predicted step, and the executors' real steps taken in turns (bench/paired_steps.py:
+the median of the per-pair ratios and its quartiles).
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ def main() -> None:
     from bench.paired_steps import paired
     from planner.pipeline import plan
     from planner.torch import trainer
-    from tests.importers.test_torch_costs import conv_mlp, decisions, outside_noise
+    from tests.importers.test_torch_costs import conv_mlp, decisions, outside_noise, ratios
     from tests.importers.torch_training_check import LR
 
     work = Path(tempfile.mkdtemp(prefix="default-vs-in-step-"))
@@ -62,12 +63,13 @@ def main() -> None:
           f"in-step 2 unlike in-step 1: {len(outside_noise(plans['in-step 2'], repeats[:1]))}")
     store = host_costs.read_store(_host()).table
     first = _table(made["in-step 1"][2])
+    second = _table(made["in-step 2"][2])
     for threads in (1, 2):
-        r = sorted(_ratios(store, first, threads))
-        print(f"per signature, default / in-step 1 at {threads} thread(s): median "
-              f"{statistics.median(r):.2f}, quartiles {_q(r)}, {len(r)} signatures")
-    for name, t in (("default", store), ("in-step 1", first),
-                    ("in-step 2", _table(made["in-step 2"][2]))):
+        for name, t in (("default", store), ("in-step 2", second)):
+            r = sorted(ratios(t, first, threads))
+            print(f"per signature, {name} / in-step 1 at {threads} thread(s): median "
+                  f"{statistics.median(r):.2f}, quartiles {_q(r)}, {len(r)} signatures")
+    for name, t in (("default", store), ("in-step 1", first), ("in-step 2", second)):
         print(f"{name} contention {t.contention}, co-run slowdown {t.corun_slowdown}")
     swapped = first.model_copy(update={"contention": store.contention,
                                        "corun_slowdown": store.corun_slowdown})
@@ -96,15 +98,6 @@ def _table(folder: Path):
     from planner.costs import load_table
 
     return load_table(folder / "costs.json")
-
-
-def _ratios(a, b, threads: int) -> list[float]:
-    def seconds(entry):
-        return {s.threads: s.seconds for s in entry.cpu if s.affinity == "compact"}
-
-    other = {e.key: e for e in b.entries}
-    return [seconds(e)[threads] / seconds(other[e.key])[threads] for e in a.entries
-            if e.key in other and threads in seconds(e) and threads in seconds(other[e.key])]
 
 
 def _q(values: list[float]) -> str:
