@@ -129,72 +129,39 @@ class ReduceScatter : public Kernel {
   float scale_;
 };
 
+// The operands and which floats are this rank's: common/sharded_update.h, as on CUDA.
 class ShardedUpdate : public Kernel {
  public:
-  explicit ShardedUpdate(const Node& n)
-      : update_(n.attrs.s("update")), slots_(update_ == "SGD" ? 0 : update_ == "ApplyMomentum" ? 1 : 2),
-        params_(std::vector<TensorRef>(n.in.begin(), n.in.begin() + param_count(n)),
-                n.attrs.i("ranks"), bucket_alignment(n)),
-        a_(update_attrs(n)) {
-    require_f32(n);
-    if (update_ != "SGD" && update_ != "ApplyMomentum" && update_ != "ApplyAdam")
-      throw std::runtime_error("a sharded update runs SGD, ApplyMomentum or ApplyAdam");
-    const size_t k = params_.size();
-    for (size_t j = 0; j <= static_cast<size_t>(slots_); ++j)
-      if (n.in[k + j].size() != params_.shard())
-        throw std::runtime_error("a sharded update's gradient and state are one shard each");
-    g_ = n.in[k].id;
-    for (int j = 0; j < slots_; ++j) {
-      state_.push_back(n.in[k + 1 + j].id);
-      state_out_.push_back(n.out[k + j].id);
-    }
-    if (update_ == "ApplyAdam") t_ = n.in[k + 1 + slots_].id;
-    lr_ = n.in[n.in.size() - 2].id;
-    wd_ = n.in[n.in.size() - 1].id;
-    for (size_t j = 0; j < k; ++j) out_.push_back(n.out[j].id);
+  explicit ShardedUpdate(const Node& n) : u_(n, bucket_alignment(n)) {
+    static_cast<UpdateHyper&>(a_) = u_.hyper;
   }
   std::string impl() const override { return "shard, all-gather in place"; }
   void run(const Run& r) override {
     const Collective& c = process_group(r.collective);
-    float* base = params_.base(r, "parameters");
-    const int64_t lo = c.rank * params_.shard();
-    const float t = t_ >= 0 ? *r.at<float>(t_) : 0.f;
-    const UpdateAttrs hyper = with_hyperparameters(a_, r.at<float>(lr_), r.at<float>(wd_));
-    for (size_t j = 0; j < params_.size(); ++j) {
-      // The floats of parameter j in this rank's shard: [a, b) of the bucket.
-      const auto [a, b] = params_.in_shard(j, c.rank);
-      if (a >= b) continue;
-      const int64_t e = a - params_.at(j), i = a - lo, n = b - a;
+    float* base = u_.params.base(r, "parameters");
+    const float t = u_.step_count >= 0 ? *r.at<float>(u_.step_count) : 0.f;
+    const UpdateAttrs hyper = with_hyperparameters(a_, r.at<float>(u_.lr), r.at<float>(u_.wd));
+    u_.each_piece(c.rank, [&](size_t j, int64_t a, int64_t e, int64_t i, int64_t n) {
       const float* p = base + a;
-      float* po = r.at<float>(out_[j]) + e;
-      const float* g = r.at<float>(g_) + i;
-      if (slots_ == 0) {
+      float* po = r.at<float>(u_.out[j]) + e;
+      const float* g = r.at<float>(u_.grad) + i;
+      if (u_.slots == 0) {
         sgd_update(p, g, po, n, hyper);
-      } else if (slots_ == 1) {
-        momentum_update(p, g, r.at<float>(state_[0]) + i, po, r.at<float>(state_out_[0]) + i,
-                        n, hyper);
+      } else if (u_.slots == 1) {
+        momentum_update(p, g, r.at<float>(u_.state[0]) + i, po,
+                        r.at<float>(u_.state_out[0]) + i, n, hyper);
       } else {
-        adam_update(p, g, r.at<float>(state_[0]) + i, r.at<float>(state_[1]) + i, t, po,
-                    r.at<float>(state_out_[0]) + i, r.at<float>(state_out_[1]) + i, n, hyper);
+        adam_update(p, g, r.at<float>(u_.state[0]) + i, r.at<float>(u_.state[1]) + i, t, po,
+                    r.at<float>(u_.state_out[0]) + i, r.at<float>(u_.state_out[1]) + i, n,
+                    hyper);
       }
-    }
-    c.run(kAllGather, base, params_.padded(), nullptr);
+    });
+    c.run(kAllGather, base, u_.params.padded(), nullptr);
   }
 
  private:
-  // Inputs: the parameters, the gradient shard, the state shards, Adam's step count, lr, wd.
-  static size_t param_count(const Node& n) {
-    const std::string u = n.attrs.s("update");
-    const size_t rest = 3 + (u == "SGD" ? 0 : u == "ApplyMomentum" ? 1 : 3);
-    if (n.in.size() <= rest) throw std::runtime_error("a sharded update needs parameters");
-    return n.in.size() - rest;
-  }
-  std::string update_;
-  int slots_;
-  ShardedBucket params_;
+  ShardedUpdateOperands u_;
   UpdateAttrs a_;
-  int g_ = -1, t_ = -1, lr_ = -1, wd_ = -1;
-  std::vector<int> state_, state_out_, out_;
 };
 
 // ZeRO-3 (planner plan --shard-parameters): AllGather [s] -> [p_1..p_k] writes this rank's
