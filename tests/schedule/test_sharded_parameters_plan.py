@@ -302,13 +302,25 @@ def test_diff_shows_the_prefetch_distances_another_link_gives():
     assert changed and all(c["prefetch"][0] != c["prefetch"][1] for c in changed)
 
 
-def test_state_dict_of_a_sharded_plan_is_refused(zero3):
-    """A rank holds 1/N of each parameter: a state_dict would pass shards off as parameters."""
+def test_the_state_dict_layout_of_a_sharded_plan_names_whole_parameters(zero3):
+    """state_dict reads a ZeRO-3 plan by bucket: each bucket's parameters as its all-gathers
+    write them (not the shard, which the update op's first input is), its state shards by
+    torch's slot names; the unsharded layout is never asked for it."""
     from planner.graph.ir import Graph
-    from planner.runtime.checkpoint import _layout
+    from planner.runtime.checkpoint import TORCH_SLOTS
+    from planner.runtime.sharded import sharded_buckets
+    from planner.runtime.sharded_checkpoint import held_shards, sharded_layout
 
-    with pytest.raises(ValueError, match="--shard-parameters"):
-        _layout(Graph.model_validate(zero3["graph"]))
+    layout = sharded_layout(Graph.model_validate(zero3["graph"]), TORCH_SLOTS)
+    want = sharded_buckets(zero3)
+    assert {b.shard: list(b.params) for b in layout.buckets} == {
+        s: names for s, (names, _, _) in want.items()}
+    assert all(b.slots == {"exp_avg": f"{b.shard[:-len('param')]}m",
+                           "exp_avg_sq": f"{b.shard[:-len('param')]}v"}
+               for b in layout.buckets)
+    assert layout.step is not None and not layout.step.startswith("shard/")
+    assert held_shards(layout) == {t for b in layout.buckets
+                                   for t in (b.shard, *b.slots.values())}
 
 
 def test_shard_params_names_a_missing_or_misshapen_parameter(zero3):
