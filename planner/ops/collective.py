@@ -38,6 +38,14 @@ each member's rank, and `dims`, their shapes one after the other). The reference
 runs one process: with one rank the shard is the bucket; with more it holds one shard of
 several and refuses.
 
+`ShardedClipGradNorm [s_1..s_k] -> [s_1 c..s_k c, total_norm]` is clip_grad_norm_ after a
+reduce-scatter (--shard-optimizer or --shard-parameters with clip_grad_norm): every rank holds
+its shards of the averaged gradients (their padding zeros), so the global norm is the square
+root of the sum over the ranks of each rank's sum of squares, one float all-reduced; every rank
+then scales its shards by c = min(max_norm / (total_norm + 1e-6), 1), as ClipGradNorm. A
+collective (the comm lane runs it in the one order of every rank's collectives); the reference
+interpreter, one process, runs it for one rank only.
+
 Example:
     >>> import numpy as np
     >>> from planner.ops import get_op
@@ -62,7 +70,8 @@ BUCKET_ALIGNMENT = {"cpu": 64, "cuda": 256}
 # The optimizer updates a ShardedUpdate runs and their state slots, in input order.
 SHARDED_UPDATES: dict[str, tuple[str, ...]] = {
     "SGD": (), "ApplyMomentum": ("velocity",), "ApplyAdam": ("m", "v")}
-COLLECTIVE_OPS = frozenset({"AllReduce", "ReduceScatter", "ShardedUpdate", "AllGather"})
+COLLECTIVE_OPS = frozenset({"AllReduce", "ReduceScatter", "ShardedUpdate", "AllGather",
+                            "ShardedClipGradNorm"})
 
 
 def _up(n: int, alignment: int = 64) -> int:
@@ -383,4 +392,38 @@ register(OpDef(
     recompute="never",
     doc="[p_1..p_k] = the bucket of parameters whose shards the ranks hold, this rank's s "
         "among them (an all-gather in place on the bucket).",
+))
+
+
+# ---- ShardedClipGradNorm ----------------------------------------------------------------------
+
+def _infer_clip(ins: list[TensorType], a: Attrs) -> list[TensorType]:
+    _check_ranks("ShardedClipGradNorm", a)
+    return get_op("ClipGradNorm").infer(ins, a)
+
+
+def _reference_clip(xs: list[np.ndarray], a: Attrs) -> list[np.ndarray]:
+    if a["ranks"] != 1:
+        raise OpError(f"ShardedClipGradNorm: one process holds one shard of {a['ranks']}; the "
+                      f"reference interpreter cannot add the others' squares")
+    return get_op("ClipGradNorm").reference(xs, a)
+
+
+register(OpDef(
+    name="ShardedClipGradNorm",
+    cost_class="reduction",
+    arity=None,
+    attrs={"ranks": Attr("int", required=True), "ranks_per_host": Attr("int", default=1),
+           "max_norm": Attr("float", required=True)},
+    in_place=lambda n: range(n),
+    infer=_infer_clip,
+    flops=lambda ins, outs, a: 3 * sum(t.size for t in ins),
+    bytes_moved=lambda ins, outs, a: 3 * sum(t.nbytes for t in ins) + 4,
+    reference=_reference_clip,
+    recompute="never",
+    # the float the ranks sum (its own 64 bytes of the arena, a view the process group reads)
+    scratch=lambda ins, outs, a, threads: 64,
+    doc="clip_grad_norm_ over gradient shards [s_1..s_k] -> [s_1 c..s_k c, total_norm]: the "
+        "shards' squares summed, then summed over the ranks (an all-reduce of one float), "
+        "c = min(max_norm / (total_norm + 1e-6), 1).",
 ))

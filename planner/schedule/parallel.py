@@ -137,10 +137,11 @@ def gathered_bucket_bytes(graph: Graph, ranks: int) -> int:
 
 
 def collective_seconds(op: str, nbytes: int, ranks: int, link: Interconnect) -> float:
-    """A ring collective's time on a bucket of `nbytes`: an all-reduce, or half of one (a
-    reduce-scatter, or the all-gather of a ShardedUpdate)."""
+    """A ring collective's time on a bucket of `nbytes`: an all-reduce (of one float: the
+    sharded clip's sum of squares), or half of one (a reduce-scatter, or the all-gather of a
+    ShardedUpdate)."""
     whole = all_reduce_seconds(nbytes, ranks, link)
-    return whole if op == "AllReduce" else whole / 2
+    return whole if op in ("AllReduce", "ShardedClipGradNorm") else whole / 2
 
 
 def prefetch_distance(seconds: float, before: list[float], limit: int) -> int:
@@ -311,6 +312,8 @@ def _bucket_bytes(graph: Graph, n: Node) -> int:
     # all-gather: the gathered bucket).
     if n.op == "AllGather":
         return sum(graph.tensor_map[t].nbytes for t in n.outputs)
+    if n.op == "ShardedClipGradNorm":
+        return 4
     if n.op == "ShardedUpdate":
         return sum(graph.tensor_map[t].nbytes for t in n.outputs
                    if graph.tensor_map[t].role == "param")

@@ -29,7 +29,7 @@ from planner.zoo import build as zoo
 
 RANKS, SHARD, STEPS = 2, 8, 20     # 2 processes x 8 rows: a global batch of 16
 MLP = dict(hidden=[16, 12], in_features=10, classes=4)
-LR = {"sgd": 0.1, "adam": 0.01}
+LR = {"sgd": 0.1, "adam": 0.01, "adamw": 0.01}  # adamw: weight decay 0.01 (both defaults)
 # Small buckets, so the plan has several all-reduces that overlap the rest of backward.
 BUCKET_BYTES = 256
 ROOT = Path(__file__).resolve().parents[2]
@@ -134,7 +134,8 @@ def torch_reference(kind: str, params: dict[str, np.ndarray], x: np.ndarray,
     names = [n for n in params if n.endswith("/weight") or n.endswith("/bias")]
     ts = {n: torch.tensor(params[n], requires_grad=True) for n in names}
     layers = sorted({n.rsplit("/", 1)[0] for n in names}, key=lambda s: int(s[2:]))
-    opt = (torch.optim.SGD if kind == "sgd" else torch.optim.Adam)(ts.values(), lr=LR[kind])
+    opt = {"sgd": torch.optim.SGD, "adam": torch.optim.Adam, "adamw": torch.optim.AdamW}[kind](
+        ts.values(), lr=LR[kind])
     gmax = 0.0
     for step in range(x.shape[0]):
         h = torch.from_numpy(x[step])

@@ -20,12 +20,19 @@
 //                                     all-gather of the parameters' bucket in place
 //   AllGather [s] -> [p_1..p_k]       (ZeRO-3) s copied to this rank's place in the gathered
 //                                     copies' bucket, then an all-gather of it in place
+//   ShardedClipGradNorm [s_1..s_k] -> [s_1 c..s_k c, total_norm]
+//                                     clip_grad_norm_ over this rank's gradient shards: their
+//                                     squares summed (double, in a fixed order), the float
+//                                     sum all-reduced over the ranks in the op's scratch,
+//                                     total_norm its root, c as ClipGradNorm's
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <string>
 
 #include "../loops.h"
+#include "clip_grad_norm.h"
 #include "update_math.h"
 
 namespace planner {
@@ -189,7 +196,39 @@ class AllGather : public Kernel {
   int in_;
 };
 
+class ShardedClipGradNorm : public Kernel {
+ public:
+  explicit ShardedClipGradNorm(const Node& n) : c_(grad_clip(n)) {}  // common/clip_grad_norm.h
+  size_t scratch_bytes() const override { return kAlign; }  // the float the ranks sum
+  std::string impl() const override { return "all-reduce of the squares"; }
+  void run(const Run& r) override {
+    const Collective& c = process_group(r.collective);
+    // The shards' squares in one fixed order (a serial loop: the same bits every step, so a
+    // resumed run repeats exactly; a shard is 1/N of the gradients).
+    double squares = 0;
+    for (size_t k = 0; k < c_.in.size(); ++k) {
+      const float* g = r.at<float>(c_.in[k]);
+      for (int64_t i = 0; i < c_.sizes[k]; ++i) squares += static_cast<double>(g[i]) * g[i];
+    }
+    float* sum = reinterpret_cast<float*>(r.scratch);
+    *sum = static_cast<float>(squares);
+    c.run(kAllReduce, sum, 1, nullptr);
+    const float total = std::sqrt(*sum);
+    const float coef = clip_factor(c_.max_norm, total);
+    for (size_t k = 0; k < c_.in.size(); ++k) {
+      const float* g = r.at<float>(c_.in[k]);
+      float* y = r.at<float>(c_.out[k]);
+      for (int64_t i = 0; i < c_.sizes[k]; ++i) y[i] = g[i] * coef;
+    }
+    *r.at<float>(c_.total) = total;
+  }
+
+ private:
+  GradClip c_;
+};
+
 KernelPtr make_all_gather(const Node& n) { return std::make_unique<AllGather>(n); }
+KernelPtr make_sharded_clip(const Node& n) { return std::make_unique<ShardedClipGradNorm>(n); }
 KernelPtr make_all_reduce(const Node& n) { return std::make_unique<AllReduce>(n); }
 KernelPtr make_reduce_scatter(const Node& n) { return std::make_unique<ReduceScatter>(n); }
 KernelPtr make_sharded_update(const Node& n) { return std::make_unique<ShardedUpdate>(n); }
@@ -201,6 +240,7 @@ PLANNER_REGISTER_KERNELS(collective) {
   r["ReduceScatter"] = make_reduce_scatter;
   r["ShardedUpdate"] = make_sharded_update;
   r["AllGather"] = make_all_gather;
+  r["ShardedClipGradNorm"] = make_sharded_clip;
 }
 
 }  // namespace planner
