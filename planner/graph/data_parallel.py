@@ -132,13 +132,7 @@ def with_all_reduce(graph: Graph, bucket_list: list[list[str]], ranks: int,
 
 def refuse_unsharded(graph: Graph, flag: str) -> None:
     """UserError (naming `flag`) where `graph` has what sharding does not combine with yet:
-    gradient accumulation, loss scaling (fp16-mixed)."""
-    if _sums(graph):
-        # A bucket's gradients must lie side by side for the reduce-scatter, and a sum's new
-        # value is its running sum's bytes, persistent state that layout does not move.
-        raise UserError(f"graph {graph.name!r}: {flag} with gradient accumulation "
-                        f"is not supported yet (the sums a reduce-scatter reads are state "
-                        f"the bucket layout cannot place); use --data-parallel without it")
+    loss scaling (fp16-mixed)."""
     if any(n.op == _UNSCALE for n in graph.nodes):
         # UnscaleGrads reads every gradient to find an overflow, and every rank must skip the
         # same steps: after a reduce-scatter each rank holds only its shard of the averaged
@@ -146,6 +140,14 @@ def refuse_unsharded(graph: Graph, flag: str) -> None:
         raise UserError(f"graph {graph.name!r}: {flag} with loss scaling "
                         f"(fp16-mixed) is not supported yet (the overflow check needs every "
                         f"averaged gradient; a rank holds its shard only)")
+
+
+def scatter_attrs(graph: Graph, bucket: list[str], attrs: dict[str, int]) -> dict[str, int]:
+    """A bucket's ReduceScatter attrs: `attrs`, with `in_place` 0 where the bucket holds
+    gradient sums' new values (accumulation): a sum's new value is written over its running
+    sum's bytes, state that the bucket layout cannot place, so the reduce-scatter sums a copy
+    in its scratch area and each rank's sums stay its own."""
+    return {**attrs, "in_place": 0} if set(bucket) & _sums(graph) else dict(attrs)
 
 
 def without_clip(graph: Graph) -> tuple[Graph, Node | None]:
@@ -273,7 +275,7 @@ def with_sharded_updates(graph: Graph, bucket_list: list[list[str]], ranks: int,
         gone |= {t for u in ups for t in (*u.inputs[2:2 + len(slots)], *u.outputs[1:])}
         gone |= {u.name for u in ups}
         scatter[k] = Node(name=f"reducescatter/{k}", op="ReduceScatter", inputs=tuple(b),
-                          outputs=(grad.name,), attrs=dict(attrs))
+                          outputs=(grad.name,), attrs=scatter_attrs(graph, b, attrs))
         step = ups[0].inputs[2 + len(slots):]
         sharded[k] = Node(name=f"shardedupdate/{k}", op="ShardedUpdate",
                           inputs=(*params, grad.name, *(t.name for t in state), *step),

@@ -44,6 +44,7 @@ from __future__ import annotations
 from planner.errors import UserError
 from planner.graph.data_parallel import (
     refuse_unsharded,
+    scatter_attrs,
     sharded_gradients,
     with_clipped_shards,
     without_clip,
@@ -64,7 +65,7 @@ def with_sharded_parameters(graph: Graph, bucket_list: list[list[str]], ranks: i
                             ranks_per_host: int = 1) -> Graph:
     """`graph` with its parameters, gradients and optimizer state sharded over `ranks`
     (module docstring), clip_grad_norm's over the gradient shards (with_clipped_shards).
-    UserError for what it does not combine with yet (accumulation, loss scaling), a
+    UserError for what it does not combine with yet (loss scaling), a
     gradient read by more than its update, a bucket of mixed updates, and reserved names in
     use."""
     refuse_unsharded(graph, "--shard-parameters")
@@ -135,7 +136,8 @@ def with_sharded_parameters(graph: Graph, bucket_list: list[list[str]], ranks: i
             for i in at:
                 renamed.setdefault(i, {}).update({p: f"{prefix}{p}" for p in params})
         scatter_after[b[-1]] = Node(name=f"reducescatter/{k}", op="ReduceScatter",
-                                    inputs=tuple(b), outputs=(grad.name,), attrs=dict(attrs))
+                                    inputs=tuple(b), outputs=(grad.name,),
+                                    attrs=scatter_attrs(graph, b, attrs))
         step = ups[0].inputs[2 + len(slots):]
         update_at[max(ups, key=graph.nodes.index).name] = Node(
             name=f"shardedupdate/{k}", op=ups[0].op,

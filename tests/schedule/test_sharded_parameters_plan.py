@@ -136,8 +136,6 @@ def test_verify_refuses_a_reader_not_ordered_after_its_all_gather(zero3):
 
 @pytest.mark.parametrize(("graph", "why"), [
     (lambda: make_training_graph(build("lenet", batch=8, image=12), Optimizer(kind="sgd"),
-                                 accumulate=2), "--shard-parameters with gradient accumulation"),
-    (lambda: make_training_graph(build("lenet", batch=8, image=12), Optimizer(kind="sgd"),
                                  precision="fp16-mixed"), "--shard-parameters with loss scaling"),
 ])
 def test_what_does_not_combine_yet_is_refused_in_one_line(graph, why):

@@ -104,19 +104,26 @@ int64_t bucket_alignment(const Node& n) {
   return n.attrs.has("alignment") ? n.attrs.i("alignment") : kAlign;
 }
 
+// With `in_place` 0 (accumulation: the gradients are the sums' new values, state the bucket
+// layout does not move) the bucket is a copy of them laid out alike in the op's scratch area,
+// its padding zeros, and each rank's sums stay its own.
 class ReduceScatter : public Kernel {
  public:
   explicit ReduceScatter(const Node& n)
       : bucket_(n.in, n.attrs.i("ranks"), bucket_alignment(n)), out_(n.out[0].id),
-        scale_(1.0f / static_cast<float>(n.attrs.i("ranks"))) {
+        scale_(1.0f / static_cast<float>(n.attrs.i("ranks"))),
+        in_place_(!n.attrs.has("in_place") || n.attrs.i("in_place") != 0) {
     require_f32(n);
     if (n.out.size() != 1 || n.out[0].size() != bucket_.shard())
       throw std::runtime_error("a reduce-scatter writes one shard of its bucket");
   }
-  std::string impl() const override { return "in place"; }
+  size_t scratch_bytes() const override {
+    return in_place_ ? 0 : static_cast<size_t>(bucket_.padded()) * sizeof(float);
+  }
+  std::string impl() const override { return in_place_ ? "in place" : "copied to scratch"; }
   void run(const Run& r) override {
     const Collective& c = process_group(r.collective);
-    float* bucket = bucket_.base(r, "gradients");
+    float* bucket = in_place_ ? bucket_.base(r, "gradients") : copied(r);
     c.run(kReduceScatter, bucket, bucket_.padded(), nullptr);
     const int64_t lo = c.rank * bucket_.shard();
     const float* mine = bucket + lo;
@@ -131,9 +138,18 @@ class ReduceScatter : public Kernel {
   }
 
  private:
+  float* copied(const Run& r) const {
+    float* b = reinterpret_cast<float*>(r.scratch);
+    std::fill(b, b + bucket_.padded(), 0.0f);
+    for (size_t j = 0; j < bucket_.size(); ++j)
+      std::memcpy(b + bucket_.at(j), r.at<float>(bucket_.id(j)),
+                  static_cast<size_t>(bucket_.count(j)) * sizeof(float));
+    return b;
+  }
   ShardedBucket bucket_;
   int out_;
   float scale_;
+  bool in_place_;
 };
 
 // The operands and which floats are this rank's: common/sharded_update.h, as on CUDA.

@@ -123,6 +123,10 @@ class ReduceScatter : public Kernel {
       throw std::runtime_error("a sharded bucket on the GPU is aligned to 256 bytes");
     if (n.out.size() != 1 || n.out[0].size() != bucket_.shard())
       throw std::runtime_error("a reduce-scatter writes one shard of its bucket");
+    // (a copy into scratch serves accumulation, which the CUDA executor does not run yet)
+    if (n.attrs.has("in_place") && n.attrs.i("in_place") == 0)
+      throw std::runtime_error("a reduce-scatter of gradient sums (accumulation) runs on the "
+                               "CPU executor only yet");
   }
   std::string detail() const override { return "in place"; }
   void run(const Run& r) override {
