@@ -201,15 +201,22 @@ def rank_env(rank: int, ranks: int, port: int) -> dict[str, str]:
     return env
 
 
-def launch(kind: str, pkg: Path | str, model: str, ranks: int, steps: int, out: Path) -> dict:
+def run_ranks(script: str, kind: str, pkg: Path | str, model: str, ranks: int, steps: int,
+              out: Path, timeout: float = 900) -> None:
+    """`script --worker kind pkg model ranks steps out` as `ranks` processes of one group on
+    this host; SystemExit naming the run where a rank fails."""
     port = _free_port()
-    procs = [subprocess.Popen([sys.executable, __file__, "--worker", kind, str(pkg), model,
+    procs = [subprocess.Popen([sys.executable, script, "--worker", kind, str(pkg), model,
                                str(ranks), str(steps), str(out)],
                               env=rank_env(rank, ranks, port), cwd=ROOT)
              for rank in range(ranks)]
     for p in procs:
-        if p.wait(timeout=900) != 0:
+        if p.wait(timeout=timeout) != 0:
             raise SystemExit(f"{kind} {model} x{ranks}: a rank exited {p.returncode}")
+
+
+def launch(kind: str, pkg: Path | str, model: str, ranks: int, steps: int, out: Path) -> dict:
+    run_ranks(__file__, kind, pkg, model, ranks, steps, out)
     return json.loads(out.read_text())
 
 

@@ -41,7 +41,6 @@ import argparse
 import datetime
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import warnings
@@ -53,7 +52,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from bench_data_parallel import _free_port, _median_step, rank_env  # noqa: E402
+from bench_data_parallel import _median_step, run_ranks  # noqa: E402
 from bench_transformer import CONFIG as GPT  # noqa: E402
 
 RESNET = dict(depth=50, batch=8, image=32, width=0.25, classes=10)
@@ -195,14 +194,7 @@ def worker(argv: list[str]) -> int:
 
 def launch(kind: str, pkg: Path | str, model: str, ranks: int, steps: int, out: Path) -> dict:
     """Rank 0's step time and the largest peak over the ranks."""
-    port = _free_port()
-    procs = [subprocess.Popen([sys.executable, __file__, "--worker", kind, str(pkg), model,
-                               str(ranks), str(steps), str(out)],
-                              env=rank_env(rank, ranks, port), cwd=ROOT)
-             for rank in range(ranks)]
-    for p in procs:
-        if p.wait(timeout=1800) != 0:
-            raise SystemExit(f"{kind} {model} x{ranks}: a rank exited {p.returncode}")
+    run_ranks(__file__, kind, pkg, model, ranks, steps, out, timeout=1800)
     got = [json.loads(Path(f"{out}.{r}").read_text()) for r in range(ranks)]
     return {"step_s": got[0]["step_s"], "peak_bytes": max(g["peak_bytes"] for g in got)}
 
