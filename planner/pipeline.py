@@ -292,10 +292,9 @@ def plan(graph: Graph, target: Target, costs: CostTable | None = None,
     with fewer_collections():
         model, schedule, memory = decide(graph, share, costs, options)
         out = assemble(graph, model, options, schedule, memory, host=target)
-        # ZeRO-3's forward reads gathered copies: its evaluation would need collectives of
-        # its own, not planned yet (the plan carries none; evaluate() is refused).
-        if evaluation and graph.kind == "training" and not any(
-                n.op == "AllGather" for n in graph.nodes):
+        # (ZeRO-3's evaluation keeps the forward's all-gathers: collectives of its own, on
+        # the process group the step runs on.)
+        if evaluation and graph.kind == "training":
             out = out.model_copy(update={"evaluation": plan_evaluation(
                 graph, lambda g: _evaluation_plan(g, share, costs, options, target))})
         if share is not target:
@@ -323,7 +322,8 @@ def _evaluation_plan(graph: Graph, share: Target, costs: CostTable | None,
     # An evaluation graph's plan: its own small arena, without the step's budget (the one a
     # user sets), with the same scheduler switches and alignment; no variants (an evaluation
     # runs its ops one at a time, in plan order). A data-parallel step's evaluation has no
-    # collective: each rank evaluates its own shard (the metrics are the caller's to reduce).
+    # collective but ZeRO-3's all-gathers (its graph's, on the step's process group): each
+    # rank evaluates its own shard (the metrics are the caller's to reduce).
     options = options.model_copy(update={"memory": MemoryOptions(
         alignment=options.memory.alignment), "variants": False,
         "data_parallel": DataParallelOptions()})

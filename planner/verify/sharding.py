@@ -15,6 +15,8 @@ plan's stated ordering; no code shared with planner.graph.sharded_parameters:
                ShardedClipGradNorm, clip_grad_norm_ over the shards, ordered before it: the
                shard it clips)
     ranks      every all-gather and reduce-scatter names the same ranks
+An evaluation plan's graph (kind "inference": ZeRO-3's forward with its all-gathers) has the
+shards and gathered rules; no update.
 
 Collectives in one order on every rank: planner.verify.order.collective_problems (AllGather is
 a collective op).
@@ -68,7 +70,8 @@ def sharding_problems(graph: Graph, hb: StatedOrder) -> list[str]:
     for s in sorted(shards):
         up = update_of.get(s)
         if up is None:
-            problems.append(f"parameter shard {s!r} has no update")
+            if graph.kind == "training":  # (an evaluation reads the shards, updates none)
+                problems.append(f"parameter shard {s!r} has no update")
             continue
         node = graph.node_map[up]
         grads = [_unclipped(t, writer, hb, up, problems) for t in node.inputs
