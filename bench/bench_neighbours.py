@@ -53,8 +53,9 @@ from step_process import StepProcess  # noqa: E402
 from torch_baseline import torch_trainer  # noqa: E402
 
 from codegen.profiling import profile_in_step, warmed_executor  # noqa: E402
-from planner.graph.autodiff import make_training_graph  # noqa: E402
 from planner.graph.interpret import init_params, random_feeds  # noqa: E402
+from planner.graph.options import GraphOptions  # noqa: E402
+from planner.graph.prepare import prepare  # noqa: E402
 from planner.pipeline import plan  # noqa: E402
 from planner.target.detect import detect  # noqa: E402
 from planner.zoo import build as zoo  # noqa: E402
@@ -165,7 +166,7 @@ def zoo_engine(label: str, folder: Path, engine: str, costs: str):
                              compiled=engine == "compile"), None
     from planner.costs.records import CostTable
 
-    graph = make_training_graph(forward, SGD)
+    graph = prepare(forward, GraphOptions(optimizer=SGD))
     target = detect()
     table = None
     if costs == "in-step":

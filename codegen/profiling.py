@@ -39,17 +39,18 @@ from codegen.load import load
 from codegen.render import module_name, render
 from planner.costs.conv_layouts import channels_last
 from planner.costs.gpu_profile import batches, signature_bytes
-from planner.costs.model import CostModel, MissingCostWarning
+from planner.costs.model import MissingCostWarning
 from planner.costs.profile import ProfileOptions
 from planner.costs.records import CostTable
 from planner.costs.signature import OpSignature, unique_signatures
 from planner.graph.ir import Graph, Node, Tensor
 from planner.graph.validate import check_graph
 from planner.ops.base import OpError
-from planner.pipeline import PlanOptions, assemble, place
+from planner.pipeline import planning, run
 from planner.plan import Plan, digest
 from planner.records import CpuId
 from planner.schedule.record import Bound, Edge, Schedule, ScheduledOp
+from planner.target.backends import traits
 from planner.target.records import AFFINITIES, Target, affinity_cpus
 
 
@@ -123,7 +124,7 @@ def placements_plan(graph: Graph, target: Target,
     """A plan running node k of `graph` on placements[k] (threads, CPUs), one after another:
     a schedule of one op per second, memory planned and assembled as any plan of a CPU
     target. ValueError for a target whose plans do not run on its CPUs."""
-    if target.backend != "cpu":
+    if not traits(target).timed_on_host:
         raise ValueError(f"target {target.name!r}: kernels are timed on its CPUs, and its "
                          f"plans run on the {target.backend} backend")
     ops = tuple(ScheduledOp(name=node.name, op=node.op, cpus=cpus, threads=threads,
@@ -136,8 +137,11 @@ def placements_plan(graph: Graph, target: Target,
         edges=tuple(Edge(before=a.name, after=b.name)
                     for a, b in zip(ops, ops[1:], strict=False)),
         bound=Bound(seconds=seconds, critical_path=seconds, area=seconds), mean_corun=1.0)
-    model = CostModel(target)
-    return assemble(graph, model, PlanOptions(), schedule, place(graph, model, schedule))
+    # The pipeline's stages after scheduling, as for any plan of the target.
+    out = run(planning(graph, target).but(schedule=schedule),
+              ("price", "place memory", "assemble")).plan
+    assert out is not None
+    return out
 
 
 # Signatures measured by one executor (one compile for all): a batch's outputs stay live to
@@ -163,7 +167,7 @@ class KernelTimer:
     def __init__(self, target: Target, work_dir: str | Path,
                  options: ProfileOptions | None = None, steps: int = 5,
                  signatures: Sequence[OpSignature] = ()) -> None:
-        if target.backend != "cpu":
+        if not traits(target).timed_on_host:
             raise ValueError(f"target {target.name!r} has no CPU executor to measure on")
         self.target, self.dir, self.steps = target, Path(work_dir), steps
         self.options = options or ProfileOptions()

@@ -229,8 +229,9 @@ def _check_runs_here(target: Any) -> None:
     """UserError, before anything is planned or compiled, for a target whose executor cannot
     run in this process: a GPU target on a host where nvidia-smi lists no GPU."""
     from planner.errors import UserError
+    from planner.target.backends import traits
 
-    if target.backend == "cpu":
+    if traits(target).host_cores:
         return
     from planner.target.detect import detect_gpus
 
