@@ -237,10 +237,6 @@ def with_sharded_updates(graph: Graph, bucket_list: list[list[str]], ranks: int,
     """
     refuse_unsharded(graph, "--shard-optimizer")
     graph, clip = without_clip(graph)
-    if clip is not None and backend != "cpu":
-        raise UserError(f"graph {graph.name!r}: --shard-optimizer with clip_grad_norm runs on "
-                        f"the CPU executor only yet (the CUDA executor has no "
-                        f"ShardedClipGradNorm kernel)")
     attrs: dict[str, int] = {"ranks": ranks}
     if ranks_per_host > 1:
         attrs["ranks_per_host"] = ranks_per_host

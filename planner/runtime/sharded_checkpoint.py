@@ -24,7 +24,13 @@ import numpy as np
 
 from planner.graph.ir import Graph
 from planner.graph.optimizer import parse_hyperparameter_tensor
-from planner.ops.collective import flat_bucket, gathered_shapes, shard_floats, sharded_parts
+from planner.ops.collective import (
+    SHARDED_UPDATES,
+    flat_bucket,
+    gathered_shapes,
+    shard_floats,
+    sharded_parts,
+)
 
 _COPIES = ("regathered/", "gathered/")
 
@@ -51,8 +57,6 @@ class Layout(NamedTuple):
 def sharded_layout(graph: Graph, torch_slots: dict[str, str]) -> Layout | None:
     """The buckets of a sharded plan's graph, in the plan's order; None for a plan that
     shards nothing. torch_slots: the update ops' slot names in PyTorch's words."""
-    from planner.runtime.checkpoint import UPDATES
-
     gathers = {n.inputs[0]: n for n in graph.nodes if n.op == "AllGather"}
     buckets: list[Bucket] = []
     step = None
@@ -63,12 +67,12 @@ def sharded_layout(graph: Graph, torch_slots: dict[str, str]) -> Layout | None:
             shapes = tuple(graph.tensor(p).shape for p in params)
             states, count = n.inputs[k + 1:k + 1 + slots], n.inputs[k + 1 + slots]
             shard, attrs = None, n.attrs
-        elif n.op in UPDATES and n.inputs[0] in gathers:
+        elif n.op in SHARDED_UPDATES and n.inputs[0] in gathers:
             g = gathers[n.inputs[0]]
             params = tuple(o.removeprefix(_COPIES[0]).removeprefix(_COPIES[1])
                            for o in g.outputs)
             shapes = tuple(gathered_shapes(g.attrs))
-            slots, has_step = UPDATES[n.op], n.op == "ApplyAdam"
+            slots, has_step = len(SHARDED_UPDATES[n.op]), n.op == "ApplyAdam"
             states, count = n.inputs[2:2 + slots], n.inputs[4] if has_step else ""
             shard, attrs = n.inputs[0], g.attrs
         else:

@@ -327,7 +327,8 @@ def chosen_collectives(graph: Graph, target: Target, options: DataParallelOption
                        link: Interconnect | None = None) -> Collectives:
     """The data-parallel rewrite of `graph` (planner.graph.step): its buckets sized by the
     link's model (`link`, else the options', else the target's), unless the options size them.
-    UserError for an inference graph, or ZeRO-3 on a backend that does not run it."""
+    UserError for an inference graph, or ZeRO-3 (or a sharded clip) on a backend that does
+    not run it."""
     if options.ranks == 1:
         return Collectives()
     if graph.kind != "training":
@@ -344,6 +345,11 @@ def chosen_collectives(graph: Graph, target: Target, options: DataParallelOption
             limit = min(limit, gathered_bucket_bytes(graph, options.ranks))
         rewrite = "sharded-parameters"
     elif options.shard_optimizer:
+        if not traits(target).clips_shards and any(n.op == "ClipGradNorm"
+                                                   for n in graph.nodes):
+            raise UserError(f"graph {graph.name!r}: --shard-optimizer with clip_grad_norm runs "
+                            f"on the CPU executor only yet (target backend "
+                            f"{target.backend!r} has no ShardedClipGradNorm kernel)")
         rewrite = "sharded-updates"
     return Collectives(ranks=options.ranks, ranks_per_host=options.ranks_per_host,
                        rewrite=rewrite, bucket_bytes=limit, backend=target.backend)
