@@ -70,10 +70,11 @@ def forward(model: str, ranks: int):
 
 
 def training_graph(model: str, ranks: int):
-    from planner.graph.autodiff import make_training_graph
     from planner.graph.optimizer import Optimizer
+    from planner.graph.options import GraphOptions
+    from planner.graph.prepare import prepare
 
-    return make_training_graph(forward(model, ranks), Optimizer(kind="adam", lr=LR))
+    return prepare(forward(model, ranks), GraphOptions(optimizer=Optimizer(kind="adam", lr=LR)))
 
 
 def package(kind: str, model: str, ranks: int, folder: Path, small_bucket: int) -> Path:
