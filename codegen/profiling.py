@@ -28,7 +28,7 @@ from __future__ import annotations
 import math
 import statistics
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TextIO
 
@@ -293,7 +293,8 @@ def in_step_counts(target: Target, options: ProfileOptions) -> list[int]:
 def profile_in_step(graph: Graph, target: Target, work_dir: str | Path,
                     options: ProfileOptions | None = None, steps: int = 5,
                     table: CostTable | None = None, progress: TextIO | None = None,
-                    date: str | None = None, layouts: bool = True) -> CostTable:
+                    date: str | None = None, layouts: bool = True,
+                    feeds: Mapping[str, np.ndarray] | None = None) -> CostTable:
     """Every op's seconds inside the step, at each thread count of the grid: per count k, the
     uniform plan (each op on k compact CPUs, one op at a time) is built and run `steps` steps
     after a warm-up, and its stats() (each op's median over the steps: `median_stats`) fold
@@ -313,7 +314,9 @@ def profile_in_step(graph: Graph, target: Target, work_dir: str | Path,
     and the rest of the machine they share.
 
     layouts=False measures the graph's convolutions on their own layouts only (a graph of
-    signatures that lists the channels-last ones itself: `measure_signatures`).
+    signatures that lists the channels-last ones itself: `measure_signatures`). `feeds`: the
+    step's inputs where random ones would not do (a trainer's example batch: bags' offsets,
+    edge lists), the rest drawn by random_feeds.
     """
     from planner.costs.feedback import fold_stats
     from planner.graph.interpret import init_params, random_feeds
@@ -322,7 +325,7 @@ def profile_in_step(graph: Graph, target: Target, work_dir: str | Path,
 
     options = options or ProfileOptions()
     table = table or CostTable(target=target.name)
-    state, feeds = init_params(graph, seed=0), random_feeds(graph, seed=1)
+    state, feeds = init_params(graph, seed=0), {**random_feeds(graph, seed=1), **(feeds or {})}
     # The convolutions on channels-last layouts too, so that planning can choose
     # (planner/costs/conv_layouts.py).
     last = channels_last(graph) if layouts else graph
