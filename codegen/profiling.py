@@ -28,7 +28,7 @@ from __future__ import annotations
 import math
 import statistics
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TextIO
 
@@ -39,17 +39,18 @@ from codegen.load import load
 from codegen.render import module_name, render
 from planner.costs.conv_layouts import channels_last
 from planner.costs.gpu_profile import batches, signature_bytes
-from planner.costs.model import CostModel, MissingCostWarning
+from planner.costs.model import MissingCostWarning
 from planner.costs.profile import ProfileOptions
 from planner.costs.records import CostTable
 from planner.costs.signature import OpSignature, unique_signatures
 from planner.graph.ir import Graph, Node, Tensor
 from planner.graph.validate import check_graph
 from planner.ops.base import OpError
-from planner.pipeline import PlanOptions, assemble, place
+from planner.pipeline import planning, run
 from planner.plan import Plan, digest
 from planner.records import CpuId
 from planner.schedule.record import Bound, Edge, Schedule, ScheduledOp
+from planner.target.backends import traits
 from planner.target.records import AFFINITIES, Target, affinity_cpus
 
 
@@ -139,7 +140,7 @@ def placements_plan(graph: Graph, target: Target,
     """A plan running node k of `graph` on placements[k] (threads, CPUs), one after another:
     a schedule of one op per second, memory planned and assembled as any plan of a CPU
     target. ValueError for a target whose plans do not run on its CPUs."""
-    if target.backend != "cpu":
+    if not traits(target).timed_on_host:
         raise ValueError(f"target {target.name!r}: kernels are timed on its CPUs, and its "
                          f"plans run on the {target.backend} backend")
     ops = tuple(ScheduledOp(name=node.name, op=node.op, cpus=cpus, threads=threads,
@@ -152,8 +153,11 @@ def placements_plan(graph: Graph, target: Target,
         edges=tuple(Edge(before=a.name, after=b.name)
                     for a, b in zip(ops, ops[1:], strict=False)),
         bound=Bound(seconds=seconds, critical_path=seconds, area=seconds), mean_corun=1.0)
-    model = CostModel(target)
-    return assemble(graph, model, PlanOptions(), schedule, place(graph, model, schedule))
+    # The pipeline's stages after scheduling, as for any plan of the target.
+    out = run(planning(graph, target).but(schedule=schedule),
+              ("price", "place memory", "assemble")).plan
+    assert out is not None
+    return out
 
 
 # Signatures measured by one executor (one compile for all): a batch's outputs stay live to
@@ -179,7 +183,7 @@ class KernelTimer:
     def __init__(self, target: Target, work_dir: str | Path,
                  options: ProfileOptions | None = None, steps: int = 5,
                  signatures: Sequence[OpSignature] = ()) -> None:
-        if target.backend != "cpu":
+        if not traits(target).timed_on_host:
             raise ValueError(f"target {target.name!r} has no CPU executor to measure on")
         self.target, self.dir, self.steps = target, Path(work_dir), steps
         self.options = options or ProfileOptions()
@@ -320,6 +324,7 @@ def profile_in_step(graph: Graph, target: Target, work_dir: str | Path,
                     options: ProfileOptions | None = None, steps: int = 5,
                     table: CostTable | None = None, progress: TextIO | None = None,
                     date: str | None = None, layouts: bool = True,
+                    feeds: Mapping[str, np.ndarray] | None = None,
                     corun: bool = True) -> CostTable:
     """Every op's seconds inside the step, at each thread count of the grid: per count k, the
     uniform plan (each op on k compact CPUs, one op at a time) is built and run `steps` steps
@@ -340,14 +345,16 @@ def profile_in_step(graph: Graph, target: Target, work_dir: str | Path,
     bandwidth and the rest of the machine they share (`step_contention`).
 
     layouts=False measures the graph's convolutions on their own layouts only (a graph of
-    signatures that lists the channels-last ones itself: `measure_signatures`).
+    signatures that lists the channels-last ones itself: `measure_signatures`). `feeds`: the
+    step's inputs where random ones would not do (a trainer's example batch: bags' offsets,
+    edge lists), the rest drawn by random_feeds.
     """
     from planner.costs.feedback import fold_stats
     from planner.graph.interpret import init_params, random_feeds
 
     options = options or ProfileOptions()
     table = table or CostTable(target=target.name)
-    state, feeds = init_params(graph, seed=0), random_feeds(graph, seed=1)
+    state, feeds = init_params(graph, seed=0), {**random_feeds(graph, seed=1), **(feeds or {})}
     # The convolutions on channels-last layouts too, so that planning can choose
     # (planner/costs/conv_layouts.py).
     last = channels_last(graph) if layouts else graph
@@ -368,7 +375,8 @@ def profile_in_step(graph: Graph, target: Target, work_dir: str | Path,
 
 
 def step_contention(graph: Graph, target: Target, table: CostTable,
-                    progress: TextIO | None = None, steps: int = 40
+                    progress: TextIO | None = None, steps: int = 40,
+                    feeds: Mapping[str, np.ndarray] | None = None
                     ) -> tuple[float, float] | None:
     """(contention, corun_slowdown) of this host fitted from `graph`'s own step, as
     `profile_in_step` fits them: its uniform plan of one one-thread lane against its uniform
@@ -378,7 +386,7 @@ def step_contention(graph: Graph, target: Target, table: CostTable,
     planner.costs.host_costs keeps beside the signatures' times: a graph of signatures co-runs
     ops that share no data, and fitted from it the slowdown of co-running came out 0.2-0.5
     where a step's own lanes, handing their outputs across cores, gave 1.4-2.2
-    (bench/results/2026-11-25-default-vs-in-step.md)."""
+    (bench/results/2026-11-25-default-vs-in-step.md). `feeds` as profile_in_step's."""
     import shutil
     import tempfile
 
@@ -386,7 +394,7 @@ def step_contention(graph: Graph, target: Target, table: CostTable,
 
     if target.cores < 2 or target.cpu is None:
         return None
-    state, feeds = init_params(graph, seed=0), random_feeds(graph, seed=1)
+    state, feeds = init_params(graph, seed=0), {**random_feeds(graph, seed=1), **(feeds or {})}
     work = Path(tempfile.mkdtemp(prefix="planner-corun-"))
     try:
         built = [_uniform_executor(graph, target, table, lanes, work, state, feeds, progress)
@@ -479,17 +487,22 @@ def measure_signatures(signatures: Sequence[OpSignature], target: Target,
     return table
 
 
-def host_measured(graph: Graph, target: Target, progress: TextIO | None = None) -> CostTable:
+def host_measured(graph: Graph, target: Target, progress: TextIO | None = None,
+                  feeds: Mapping[str, np.ndarray] | None = None) -> CostTable:
     """The table a plan of `graph` on this host is priced by when nobody names one (`--costs
     measured`, planner.torch's default): the kept measurements of its step's and its
     evaluation's signatures, those the host's store lacks measured first
     (planner.costs.host_costs.host_table, with measure_signatures), and the host's contention
-    figures, fitted from this step's co-running lanes if none were yet (step_contention)."""
+    figures, fitted from this step's co-running lanes if none were yet (step_contention;
+    `feeds` as profile_in_step's)."""
     from planner.costs.host_costs import host_table
     from planner.pipeline import priced_graphs
 
+    def corun(step: Graph, target: Target, table: CostTable, progress: TextIO | None):
+        return step_contention(step, target, table, progress, feeds=feeds)
+
     return host_table(priced_graphs(graph, target), target, measure_signatures,
-                      progress=progress, corun=step_contention).table
+                      progress=progress, corun=corun).table
 
 
 def _measured_batch(group: tuple[OpSignature, ...], target: Target, folder: Path, steps: int,
