@@ -20,6 +20,7 @@ from planner.importers.onnx.values import Const
 from planner.ops.base import OpError
 from planner.ops.index import check_range
 from planner.torch.context import UNAVAILABLE, NodeCtx, Value, rule
+from planner.torch.rules_pointwise import as_dtype
 
 # scatter.reduce's names for scatter_reduce's
 SCATTER_REDUCE = {"add": "sum", "multiply": "prod"}
@@ -31,9 +32,12 @@ def _float(n: NodeCtx, x: str | Const) -> None:
 
 
 def _index(n: NodeCtx, index: object, x: str | Const, attrs: dict) -> str | Const:
-    """An int64 index tensor; a constant one is checked against x now."""
+    """An int64 index tensor (an int32 one cast, as PyTorch's kernels widen it); a constant
+    one is checked against x now."""
     if not isinstance(index, (str, Const)):
         raise n.fail("the index is not a tensor")
+    if n.dtype(index) == "int32":
+        index = as_dtype(n, index, "int64")
     if n.dtype(index) != "int64":
         raise Unsupported(f"{n.op} ({n.dtype(index)} indices)")
     if isinstance(index, Const):

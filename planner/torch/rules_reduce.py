@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from planner.importers.onnx.errors import Unsupported
 from planner.importers.onnx.values import Const
 from planner.torch.context import UNAVAILABLE, NodeCtx, Value, rule
+from planner.torch.rules_pointwise import as_dtype
 
 PRESERVED = ("all.default", "all.dim", "all.dims", "logsumexp.default", "nansum.default",
              "nanmean.default")
@@ -71,6 +72,8 @@ ROWS: dict[str, Row] = {
     "aten.all.dims": Row("ReduceAll"),
 }
 
+# the accumulation torch runs in int64 for a bool or int32 input
+PROMOTED = ("ReduceSum",)
 FLOAT_ONLY = ("ReduceMax", "ReduceMin", "ReduceProd", "ReduceNanSum",
               "ReduceNanMean", "ReduceLogSumExp")
 
@@ -110,6 +113,9 @@ def _same_dtype(n: NodeCtx, x: str | Const) -> None:
 def reduction(n: NodeCtx) -> Value:
     row = ROWS[n.op]
     x = n.tensor(0)
+    if row.op in PROMOTED and n.out_dtype and n.dtype(x) in ("bool", "int32"):
+        # torch sums bool and int tensors in int64: count_nonzero's sum of a mask
+        x = as_dtype(n, x, n.out_dtype)
     _same_dtype(n, x)
     if row.op in FLOAT_ONLY and not n.dtype(x).startswith(("float", "bfloat")):
         raise Unsupported(f"{n.op} (of {n.dtype(x)} tensors)")
