@@ -49,6 +49,7 @@ import planner.torch.rules_pointwise  # noqa: F401
 import planner.torch.rules_pool  # noqa: F401  (pools; its PRESERVED below)
 import planner.torch.rules_reduce  # noqa: F401  (the reductions; its PRESERVED below)
 import planner.torch.rules_sort  # noqa: F401
+import planner.torch.rules_views  # noqa: F401
 from planner.graph.ir import Graph
 from planner.graph.validate import check_graph
 from planner.importers.onnx.context import Importer
@@ -57,12 +58,13 @@ from planner.importers.onnx.fold import FOLD_OUTPUT_LIMIT
 from planner.importers.onnx.values import Const
 from planner.torch.context import RULES, UNAVAILABLE, NodeCtx, TorchImportError, _in
 from planner.torch.record import Call, Program, Tensor, Value, from_exported
+from planner.torch.rules_index import INDEX_PRESERVED
 from planner.torch.rules_losses import LOSS_PRESERVED
 from planner.torch.rules_random import RANDOM_PRESERVED
 from planner.torch.saved import Ref
 from planner.torch.targets import resolve
 
-PRESERVED = ("linear.default", *LOSS_PRESERVED, *RANDOM_PRESERVED, "dropout.default",
+PRESERVED = ("linear.default", *LOSS_PRESERVED, *INDEX_PRESERVED, *RANDOM_PRESERVED, "dropout.default",
              "scaled_dot_product_attention.default", "prelu.default", "softplus.default",
              "reflection_pad1d.default", "reflection_pad2d.default",
              "replication_pad1d.default", "replication_pad2d.default", "roll.default",

@@ -21,6 +21,7 @@ from planner.ops.base import OpError
 from planner.ops.index import check_range
 from planner.torch.context import UNAVAILABLE, NodeCtx, Value, rule
 from planner.torch.rules_pointwise import as_dtype
+from planner.torch.strided import VIEW_LIMIT, logical_index
 
 # scatter.reduce's names for scatter_reduce's
 SCATTER_REDUCE = {"add": "sum", "multiply": "prod"}
@@ -136,21 +137,90 @@ def scatter(n: NodeCtx) -> Value:
 
 
 def _one_index(n: NodeCtx, indices: list) -> tuple[int, str | Const]:
-    """index_put's indices: one tensor, on axis k (None on the axes before it)."""
+    """index_put's indices: one computed tensor, on axis k (None on the axes before it)."""
     picked = [(k, v) for k, v in enumerate(indices) if v is not None]
     if len(picked) != 1:
-        raise Unsupported(f"{n.op} (indices on {len(picked)} axes)")
+        raise Unsupported(f"{n.op} (computed indices on {len(picked)} axes)")
+    if n.dtype(picked[0][1]) == "bool":
+        raise Unsupported(f"{n.op} (a computed bool mask)")
     return picked[0]
+
+
+# ---- constant index maps ---------------------------------------------------------------------
+# An op whose elements are named by constants (a slice, a strided view, a mask or index known at
+# import) reads or writes x through the flat positions it names: an IndexGather (gradient: a
+# scatter-add, so overlapping windows accumulate) or IndexScatter on x seen as one line.
+
+def positions_of(n: NodeCtx, shape: tuple[int, ...], pick: object) -> np.ndarray:
+    """The flat positions of x[pick] (numpy's indexing, which is PyTorch's: ints, slices,
+    bool masks, broadcast int arrays with negative entries from the end) in x of `shape`, as
+    an int64 array of x[pick]'s shape; out-of-range indices refused naming the node."""
+    flat = np.arange(math.prod(shape), dtype=np.int64).reshape(shape)
+    try:
+        return np.asarray(flat[pick], dtype=np.int64)
+    except IndexError as e:
+        raise n.fail(f"constant indices: {e}") from None
+
+
+def _line(n: NodeCtx, x: str | Const) -> str | Const:
+    size = math.prod(n.shape(x))
+    return x if n.shape(x) == (size,) else n.emit1("Reshape", [x], {"shape": [size]})
+
+
+def gather_positions(n: NodeCtx, x: str | Const, pos: np.ndarray) -> Value:
+    """x's elements at the flat positions `pos`, in pos's shape."""
+    if not pos.size:
+        return n.emit1("Zeros", [], {"shape": list(pos.shape), "dtype": n.dtype(x)})
+    y = n.emit1("IndexGather", [_line(n, x), n.const(pos.reshape(-1), "int64")],
+                {"axis": 0, "mode": "rows", "wrap": False})
+    return y if pos.shape == (pos.size,) else n.emit1("Reshape", [y], {"shape": list(pos.shape)})
+
+
+def scatter_positions(n: NodeCtx, x: str | Const, pos: np.ndarray, src: str | Const,
+                      reduce: str = "none") -> Value:
+    """x with src (broadcast to pos's shape) written (or combined by `reduce`) at the flat
+    positions `pos`."""
+    if not pos.size:
+        return x
+    if n.shape(src) != pos.shape:
+        src = _broadcast(n, src, pos.shape)
+    y = n.emit1("IndexScatter", [_line(n, x), n.const(pos.reshape(-1), "int64"),
+                                 _line(n, src)],
+                {"axis": 0, "mode": "rows", "wrap": False, "reduce": reduce})
+    return _out(n, y)
+
+
+def _broadcast(n: NodeCtx, v: str | Const, want: tuple[int, ...]) -> str:
+    vs = n.shape(v)
+    pairs = zip(vs[::-1], want[::-1], strict=False)
+    if len(vs) > len(want) or any(a not in (1, b) for a, b in pairs):
+        raise n.fail(f"values of shape {list(vs)} do not broadcast to {list(want)}")
+    return n.emit1("Expand", [v], {"shape": list(want)})
+
+
+def _constant_pick(n: NodeCtx, indices: list) -> tuple | None:
+    """index_put's indices as a numpy index when every given one is a constant."""
+    if not all(v is None or (isinstance(v, Const) and v.foldable) for v in indices):
+        return None
+    return tuple(slice(None) if v is None else v.value() for v in indices)
 
 
 @rule("aten.index_put.default")
 def index_put(n: NodeCtx) -> Value:
     """x[..., idx] = values (accumulate: +=): index_put_, and torch.export's index_add,
     index_copy, index_fill. values broadcast to the slices written; a constant of one value
-    (index_fill) becomes the op's value attribute."""
+    (index_fill) becomes the op's value attribute. Constant indices (bool masks, several axes:
+    `x[mask] = v`, `x[rows, cols] += v`) name their positions now."""
     x = n.tensor(0)
     _float(n, x)
-    axis, index = _one_index(n, list(n.arg(1, "indices")))
+    indices = list(n.arg(1, "indices"))
+    picked = [v for v in indices if v is not None]
+    pick = _constant_pick(n, indices)
+    if pick is not None and (len(picked) != 1 or n.dtype(picked[0]) == "bool"):
+        pos = positions_of(n, n.shape(x), pick)
+        return scatter_positions(n, x, pos, n.tensor(2, "values"),
+                                 "sum" if n.arg(3, "accumulate", False) else "none")
+    axis, index = _one_index(n, indices)
     where = _where(n, x, axis, "rows", True)
     index = _index(n, index, x, where)
     values = n.tensor(2, "values")
@@ -162,11 +232,7 @@ def index_put(n: NodeCtx) -> Value:
         if v.size and (v == v.reshape(-1)[0]).all() and np.isfinite(v.reshape(-1)[0]):
             return n.emit1("IndexScatter", [x, index], {**attrs, "value": float(v.reshape(-1)[0])})
     if n.shape(values) != want:
-        vs = n.shape(values)
-        pairs = zip(vs[::-1], want[::-1], strict=False)
-        if len(vs) > len(want) or any(a not in (1, b) for a, b in pairs):
-            raise n.fail(f"values of shape {list(vs)} do not broadcast to {list(want)}")
-        values = n.emit1("Expand", [values], {"shape": list(want)})
+        values = _broadcast(n, values, want)
     return n.emit1("IndexScatter", [x, index, values], attrs)
 
 
@@ -198,3 +264,127 @@ def embedding_bag(n: NodeCtx) -> Value:
         y, arg = n.emit("EmbeddingBag", inputs, attrs, n_out=2)
         return (y, UNAVAILABLE, UNAVAILABLE, arg)
     return (n.emit1("EmbeddingBag", inputs, attrs), UNAVAILABLE, UNAVAILABLE, UNAVAILABLE)
+
+
+# ---- flat, slice, strided and masked index ops -------------------------------------------------
+
+# kept whole by the decomposition: take's (`x.reshape(-1)[index]`) turns a 0-d index into a
+# Python int, which torch.export cannot trace (GuardOnDataDependentSymNode)
+INDEX_PRESERVED = ("take.default",)
+_FLAT = {"axis": 0, "mode": "rows", "wrap": True}
+
+
+@rule("aten.take.default")
+def take(n: NodeCtx) -> Value:
+    """torch.take: x flattened, indexed by an index of any shape (negative from the end)."""
+    x = n.tensor(0)
+    _float(n, x)
+    line = _line(n, x)
+    index = _lifted(n, _index(n, n.tensor(1, "index"), line, _FLAT))
+    return _out(n, n.emit1("IndexGather", [line, index], _FLAT))
+
+
+@rule("aten.put.default")
+def put(n: NodeCtx) -> Value:
+    """torch.put: source written (accumulate: added) to x flattened at index (negative from
+    the end)."""
+    x = n.tensor(0)
+    _float(n, x)
+    line = _line(n, x)
+    index = _line(n, _index(n, n.tensor(1, "index"), line, _FLAT))
+    source = _line(n, n.tensor(2, "source"))
+    if n.shape(source) != n.shape(index):
+        raise n.fail(f"source of {n.shape(source)[0]} elements for {n.shape(index)[0]} indices")
+    reduce = "sum" if n.arg(3, "accumulate", False) else "none"
+    return _out(n, n.emit1("IndexScatter", [line, index, source], {**_FLAT, "reduce": reduce}))
+
+
+@rule("aten.index_reduce.default")
+def index_reduce(n: NodeCtx) -> Value:
+    """torch.index_reduce: source's slices combined into x's at index along dim (prod, mean,
+    amax, amin; with x's own value when include_self): IndexScatter's reductions."""
+    x = n.tensor(0)
+    _float(n, x)
+    scalar = not n.shape(x)
+    x = _lifted(n, x)
+    where = _where(n, x, int(n.arg(1, "dim")), "rows", False)
+    index = _index(n, n.tensor(2, "index"), x, where)
+    source = _lifted(n, n.tensor(3, "source")) if scalar else n.tensor(3, "source")
+    reduce = str(n.arg(4, "reduce"))
+    if reduce not in ("prod", "mean", "amax", "amin"):
+        raise n.fail(f"reduce {reduce!r}: index_reduce takes prod, mean, amax or amin")
+    attrs = {**where, "reduce": reduce, "include_self": bool(n.arg(5, "include_self", True))}
+    return _out(n, n.emit1("IndexScatter", [x, index, source], attrs))
+
+
+def _constant(n: NodeCtx, v: object, what: str) -> np.ndarray:
+    if not (isinstance(v, Const) and v.foldable):
+        raise Unsupported(f"{n.op} (a computed {what})")
+    return v.value()
+
+
+@rule("aten.masked_scatter.default")
+def masked_scatter(n: NodeCtx) -> Value:
+    """x with the elements where a constant mask (broadcast to x) holds taken from source's
+    first elements in order."""
+    x = n.tensor(0)
+    _float(n, x)
+    shape = n.shape(x)
+    mask = np.broadcast_to(_constant(n, n.tensor(1, "mask"), "mask"), shape)
+    pos = positions_of(n, shape, mask.astype(bool))
+    source = _line(n, n.tensor(2, "source"))
+    if n.shape(source)[0] < pos.size:
+        raise n.fail(f"source has {n.shape(source)[0]} elements for {pos.size} masked ones")
+    if n.shape(source)[0] > pos.size:
+        source = n.emit1("Slice", [source], {"starts": [0], "ends": [pos.size], "axes": [0]})
+    return scatter_positions(n, x, pos, source)
+
+
+@rule("aten.slice_scatter.default")
+def slice_scatter(n: NodeCtx) -> Value:
+    """x with src written to x[..., start:end:step, ...] on dim."""
+    x, src = n.tensor(0), n.tensor(1, "src")
+    _float(n, x)
+    shape = n.shape(x)
+    dim = _where(n, x, int(n.arg(2, "dim", 0)), "rows", False)["axis"]
+    start, end, step = n.arg(3, "start"), n.arg(4, "end"), int(n.arg(5, "step", 1) or 1)
+    if step < 1:
+        raise n.fail(f"step {step} must be positive")
+    pos = positions_of(n, shape, (slice(None),) * dim + (slice(start, end, step),))
+    if n.shape(src) != pos.shape:
+        raise n.fail(f"src of shape {list(n.shape(src))} for a slice of shape "
+                     f"{list(pos.shape)}")
+    return scatter_positions(n, x, pos, src)
+
+
+def strided_positions(n: NodeCtx, k: int, size: list[int], stride: list[int],
+                      offset: object) -> np.ndarray:
+    """The flat positions in tensor argument k that its strided view (size, stride,
+    storage_offset) reads (planner/torch/strided.py), or refused."""
+    x = n.tensor(k)
+    source = n.traced(k, "self")
+    if source is None or not hasattr(source, "strides"):
+        raise n.fail("the input's strides are unknown")
+    shape, want = n.shape(x), tuple(size)
+    if 0 in want:
+        return np.zeros(want, dtype=np.int64)
+    start = source.offset if offset is None else int(offset)
+    # a 0-d view reads the element at the offset
+    idx = logical_index(shape, source.strides, source.offset, size or [1], stride or [1], start)
+    if idx is None:
+        raise n.fail(f"size {size}, stride {stride} reads outside the input of shape "
+                     f"{list(shape)} (strides {list(source.strides)}), or over "
+                     f"{VIEW_LIMIT} elements")
+    return idx.reshape(want)
+
+
+@rule("aten.as_strided_scatter.default")
+def as_strided_scatter(n: NodeCtx) -> Value:
+    """x with src written to the elements of its strided view (size, stride, offset)."""
+    x, src = n.tensor(0), n.tensor(1, "src")
+    _float(n, x)
+    pos = strided_positions(n, 0, n.ints(2, "size"), n.ints(3, "stride"),
+                            n.arg(4, "storage_offset"))
+    if n.shape(src) != pos.shape:
+        raise n.fail(f"src of shape {list(n.shape(src))} for a view of shape {list(pos.shape)}")
+    return scatter_positions(n, x, pos, src)

@@ -1,0 +1,105 @@
+"""Copy-views and windowed views of ATen (the `_copy` variants torch.export keeps, narrow,
+unbind, Tensor.unfold, resize) and aten.copy, which decompositions write to fill a slice.
+
+Views the planner has as ops (a Slice, a Split) become those; a view reading elements twice
+or out of order (Tensor.unfold's overlapping windows) is a gather of the positions it reads,
+known at import (planner/torch/rules_index.py), whose gradient adds up the reads.
+aten.copy(self, src) is src broadcast to self's shape in self's dtype: torch.export writes it
+where a decomposition fills a slice of a tensor (F.pad's circular mode, torch.diff with
+prepend, linalg.matrix_power(x, 0)), and only src's values (and gradient) reach the result.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from planner.torch.context import NodeCtx, Value, rule
+from planner.torch.rules_index import gather_positions
+from planner.torch.rules_pointwise import as_dtype
+
+
+def _axis(n: NodeCtx, dim: object, rank: int) -> int:
+    width = max(rank, 1)
+    if not isinstance(dim, int) or not -width <= dim < width:
+        raise n.fail(f"dim {dim} out of range for rank {rank}")
+    return dim % width
+
+
+def _shaped(n: NodeCtx, v, shape: tuple[int, ...]) -> Value:
+    return v if n.shape(v) == tuple(shape) else n.emit1("Reshape", [v], {"shape": list(shape)})
+
+
+@rule("aten.copy.default")
+def copy(n: NodeCtx) -> Value:
+    """self's values replaced by src's (broadcast, cast to self's dtype)."""
+    self_, src = n.tensor(0), n.tensor(1, "src")
+    want, have = n.shape(self_), n.shape(src)
+    y = as_dtype(n, src, n.dtype(self_))
+    if have == want:
+        return y
+    pairs = zip(have[::-1], want[::-1], strict=False)
+    if len(have) > len(want) or any(a not in (1, b) for a, b in pairs):
+        raise n.fail(f"src of shape {list(have)} does not broadcast to {list(want)}")
+    return n.emit1("Expand", [y], {"shape": list(want)})
+
+
+@rule("aten.narrow_copy.default")
+def narrow_copy(n: NodeCtx) -> Value:
+    """x.narrow(dim, start, length): a Slice."""
+    x = n.tensor(0)
+    shape = n.shape(x)
+    axis = _axis(n, n.arg(1, "dim"), len(shape))
+    start, length = int(n.arg(2, "start")), int(n.arg(3, "length"))
+    start += shape[axis] if start < 0 else 0
+    if not (0 <= start and length >= 0 and start + length <= shape[axis]):
+        raise n.fail(f"start {start}, length {length} out of range for dim {axis} of size "
+                     f"{shape[axis]}")
+    if (start, length) == (0, shape[axis]):
+        return x
+    return n.emit1("Slice", [x], {"starts": [start], "ends": [start + length], "axes": [axis]})
+
+
+@rule("aten.unbind_copy.int")
+def unbind_copy(n: NodeCtx) -> Value:
+    """x.unbind(dim): each index of dim a tensor of x's other axes (a Split of ones)."""
+    x = n.tensor(0)
+    shape = n.shape(x)
+    axis = _axis(n, n.arg(1, "dim", 0), len(shape))
+    rest = shape[:axis] + shape[axis + 1:]
+    if shape[axis] == 1:
+        return (_shaped(n, x, rest),)
+    parts = n.emit("Split", [x], {"axis": axis, "sizes": [1] * shape[axis]},
+                   n_out=shape[axis])
+    return tuple(_shaped(n, p, rest) for p in parts)
+
+
+@rule("aten.unfold.default", "aten.unfold_copy.default")
+def unfold(n: NodeCtx) -> Value:
+    """Tensor.unfold(dim, size, step): windows of `size` elements every `step` along dim, as
+    a new last axis: the gather of each window's positions."""
+    x = n.tensor(0)
+    shape = n.shape(x)
+    axis = _axis(n, n.arg(1, "dimension"), len(shape))
+    size, step = int(n.arg(2, "size")), int(n.arg(3, "step"))
+    line = shape or (1,)
+    if not 0 <= size <= line[axis] or step < 1:
+        raise n.fail(f"size {size}, step {step} for dim {axis} of size {line[axis]}")
+    flat = np.arange(int(np.prod(line)), dtype=np.int64).reshape(line)
+    windows = np.lib.stride_tricks.sliding_window_view(flat, size, axis=axis)
+    pick = (slice(None),) * axis + (slice(None, None, step),)
+    return gather_positions(n, x, np.ascontiguousarray(windows[pick]).reshape(n.out_shape))
+
+
+@rule("aten.resize.default")
+def resize(n: NodeCtx) -> Value:
+    """x.resize_(size) / resize_as_: a reshape when the element count stays; a smaller count
+    keeps the first elements (the storage's), a larger one would read uninitialized memory."""
+    x = n.tensor(0)
+    size = tuple(n.ints(1, "size"))
+    have, want = int(np.prod(n.shape(x))), int(np.prod(size))
+    if want > have:
+        raise n.fail(f"resizing {have} elements to {want}: the new ones are uninitialized")
+    if want < have:
+        x = n.emit1("Slice", [_shaped(n, x, (have,))], {"starts": [0], "ends": [want],
+                                                          "axes": [0]})
+    return _shaped(n, x, size)
