@@ -184,6 +184,8 @@ def _args(v: Any, env: Mapping[str, Any]) -> Any:
         return env[v.name]
     if isinstance(v, (tuple, list)):
         return type(v)(_args(i, env) for i in v)
+    if isinstance(v, dict):  # keyword arguments (segment_reduce's lengths)
+        return {k: _args(i, env) for k, i in v.items()}
     return v
 
 
@@ -213,7 +215,7 @@ def _convert_nodes(imp: Importer, calls: tuple[Call, ...], env: dict[str, Any],
                     raise Unsupported(op)
                 shape, dtype = _meta(call) if isinstance(call.out, Value) else (None, None)
                 ctx = NodeCtx(imp, call.name, op, _args(call.args, env),
-                              dict(_args(dict(call.kwargs), env)), shape, dropouts, dtype,
+                              _args(dict(call.kwargs), env), shape, dropouts, dtype,
                               call, call.place or call.module, metas)
                 value = RULES[op](ctx)
             _check(imp, call, value)

@@ -28,6 +28,7 @@ from planner.torch.context import UNAVAILABLE, NodeCtx, Value, rule
 from planner.torch.rules_conv import conv3d
 from planner.torch.rules_index import gather_positions, strided_positions
 from planner.torch.rules_pointwise import bool_product, cast
+from planner.torch.rules_views import padded_by_index
 from planner.torch.strided import VIEW_LIMIT, logical_index, view_ops
 
 
@@ -305,7 +306,7 @@ def pad(n: NodeCtx) -> Value:
     x = n.tensor(0)
     rank = len(n.shape(x))
     flat = n.ints(1, "padding" if "constant" not in n.op else "pad")
-    if len(flat) % 2 or len(flat) // 2 > rank or any(p < 0 for p in flat):
+    if len(flat) % 2 or len(flat) // 2 > rank:
         raise Unsupported(f"{n.op} (padding {flat})")
     before, after = [0] * rank, [0] * rank
     for k in range(len(flat) // 2):
@@ -313,6 +314,9 @@ def pad(n: NodeCtx) -> Value:
     if not any(flat):
         return x
     mode = "constant" if "constant" in n.op else "reflect" if "reflection" in n.op else "edge"
+    if any(p < 0 for p in flat):
+        # negative padding crops (planner/torch/rules_views.py)
+        return padded_by_index(n, x, before, after, mode, float(n.arg(2, "value", 0.0)))
     value = float(n.arg(2, "value", 0.0)) if mode == "constant" else 0.0
     return n.emit1("Pad", [x], {"pads": before + after, "mode": mode, "value": value})
 

@@ -388,3 +388,90 @@ def as_strided_scatter(n: NodeCtx) -> Value:
     if n.shape(src) != pos.shape:
         raise n.fail(f"src of shape {list(n.shape(src))} for a view of shape {list(pos.shape)}")
     return scatter_positions(n, x, pos, src)
+
+
+SEGMENT_REDUCE = {"sum": ("sum", 0.0), "mean": ("sum", 0.0), "prod": ("prod", 1.0),
+                  "max": ("amax", -math.inf), "min": ("amin", math.inf)}
+
+
+@rule("aten.segment_reduce.default")
+def segment_reduce(n: NodeCtx) -> Value:
+    """torch.segment_reduce with constant lengths or offsets: each segment of data along axis
+    combined (sum, mean, prod, max, min) with `initial` (else the reduction's identity; an
+    empty segment's mean is NaN, as torch's), an IndexScatter of data into those starting
+    values at each element's segment."""
+    data = n.tensor(0)
+    _float(n, data)
+    reduce = str(n.arg(1, "reduce"))
+    if reduce not in SEGMENT_REDUCE:
+        raise n.fail(f"reduce {reduce!r}: segment_reduce takes {', '.join(SEGMENT_REDUCE)}")
+    shape = n.shape(data)
+    axis = _where(n, data, int(n.arg(5, "axis", 0)), "rows", False)["axis"]
+    if n.arg(3, "indices") is not None:
+        raise Unsupported(f"{n.op} (indices)")
+    lengths, offsets = n.arg(2, "lengths"), n.arg(4, "offsets")
+    if lengths is not None:
+        lengths = _constant(n, lengths, "lengths")
+    elif offsets is not None:
+        lengths = np.diff(_constant(n, offsets, "offsets"), axis=-1)
+    else:
+        raise n.fail("neither lengths nor offsets given")
+    lengths = np.asarray(lengths, dtype=np.int64)
+    outer, inner = shape[:axis], shape[axis + 1:]
+    if lengths.shape[:-1] != outer or (lengths < 0).any() or \
+            (lengths.sum(axis=-1) != shape[axis]).any():
+        raise n.fail(f"lengths of shape {list(lengths.shape)} do not split dim {axis} of "
+                     f"data of shape {list(shape)}")
+    count = lengths.shape[-1]
+    rows = lengths.reshape(-1, count)
+    segment = np.stack([np.repeat(np.arange(count), r) for r in rows]) if rows.size else \
+        np.zeros((rows.shape[0], shape[axis]), dtype=np.int64)
+    size = math.prod(inner)
+    pos = ((np.arange(rows.shape[0])[:, None] * count + segment)[:, :, None] * size
+           + np.arange(size)[None, None, :]).reshape(shape)
+    combine, identity = SEGMENT_REDUCE[reduce]
+    initial = n.arg(7, "initial")
+    start = np.full((*outer, count, *inner), identity if initial is None else float(initial))
+    empty = (lengths == 0).reshape((*outer, count) + (1,) * len(inner))
+    if reduce == "mean" and initial is None:
+        start = np.where(empty, np.nan, start)
+    y = scatter_positions(n, n.const(start, n.dtype(data)), pos, data, combine)
+    if reduce != "mean":
+        return y
+    divisor = np.broadcast_to(np.maximum(lengths, 1).reshape(empty.shape), start.shape)
+    return n.emit1("Div", [y, n.const(divisor, n.dtype(data))])
+
+
+# counts and coordinates travel as float32, exact below 2^24
+EXACT = 1 << 24
+
+
+@rule("aten.nonzero_static.default")
+def nonzero_static(n: NodeCtx) -> Value:
+    """torch.nonzero_static(x, size, fill_value): the coordinates of x's first `size` non-zero
+    elements in C order, as an int64 (size, rank) tensor, rows past the count fill_value. Each
+    non-zero element's row is the count of those before it (an exclusive CumSum); the rows
+    are scattered into fill_value's, the elements past `size` into a row cut off after."""
+    x = n.tensor(0)
+    size, fill = int(n.arg(1, "size")), int(n.arg(2, "fill_value", -1))
+    shape = n.shape(x)
+    count = math.prod(shape)
+    if size < 0:
+        raise n.fail(f"size {size} must be >= 0")
+    if not shape:
+        return n.emit1("Zeros", [], {"shape": [size, 0], "dtype": "int64"})
+    if max(count, size, abs(fill)) >= EXACT:
+        raise Unsupported(f"{n.op} (over {EXACT} elements, or a fill_value beyond it)")
+    line = _line(n, x)
+    nonzero = n.emit1("NotEqual", [line, n.const(0, n.dtype(x))])
+    before = n.emit1("CumSum", [n.emit1("Cast", [nonzero], {"to": "float32"})],
+                     {"axis": 0, "exclusive": True})
+    kept = n.emit1("And", [nonzero, n.emit1("Less", [before, n.const(size, "float32")])])
+    row = n.emit1("Cast", [n.emit1("Where", [kept, before, n.const(size, "float32")])],
+                  {"to": "int64"})
+    coords = np.stack(np.unravel_index(np.arange(count), shape), axis=-1).astype(np.float32)
+    rows = n.emit1("IndexScatter", [n.const(np.full((size + 1, len(shape)), fill), "float32"),
+                                    row, n.const(coords, "float32")],
+                   {"axis": 0, "mode": "rows", "wrap": False})
+    rows = n.emit1("Slice", [rows], {"starts": [0], "ends": [size], "axes": [0]})
+    return n.emit1("Cast", [rows], {"to": "int64"})

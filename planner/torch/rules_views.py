@@ -103,3 +103,34 @@ def resize(n: NodeCtx) -> Value:
         x = n.emit1("Slice", [_shaped(n, x, (have,))], {"starts": [0], "ends": [want],
                                                           "axes": [0]})
     return _shaped(n, x, size)
+
+
+def padded_by_index(n: NodeCtx, x, before: list[int], after: list[int], mode: str,
+                    value: float) -> Value:
+    """F.pad with negative widths (cropping) too: per padded axis, the source index of each
+    output position, torch's (constant: a crop, then the Pad of what is left; edge: the
+    nearest element; reflect: mirrored at the ends) as an IndexGather of a constant index,
+    whose gradient adds up the reads."""
+    shape = list(n.shape(x))
+    if mode == "constant":
+        axes = [k for k in range(len(shape)) if before[k] < 0 or after[k] < 0]
+        x = n.emit1("Slice", [x], {"starts": [max(-before[k], 0) for k in axes],
+                                   "ends": [shape[k] - max(-after[k], 0) for k in axes],
+                                   "axes": axes})
+        pads = [max(p, 0) for p in before] + [max(p, 0) for p in after]
+        return x if not any(pads) else \
+            n.emit1("Pad", [x], {"pads": pads, "mode": "constant", "value": value})
+    for k, (b, e) in enumerate(zip(before, after, strict=True)):
+        if not (b or e):
+            continue
+        size = shape[k] + b + e
+        if size < 0 or shape[k] == 0 or (mode == "reflect" and max(b, e) >= shape[k]):
+            raise n.fail(f"padding ({b}, {e}) of dim {k} of size {shape[k]}")
+        j = np.arange(size, dtype=np.int64) - b
+        if mode == "reflect":
+            j = np.abs(j)
+            j = np.where(j >= shape[k], 2 * (shape[k] - 1) - j, j)
+        src = n.const(np.clip(j, 0, shape[k] - 1), "int64")
+        x = n.emit1("IndexGather", [x, src], {"axis": k, "mode": "rows", "wrap": False})
+        shape[k] = size
+    return x
