@@ -141,9 +141,34 @@ def _one_index(n: NodeCtx, indices: list) -> tuple[int, str | Const]:
     picked = [(k, v) for k, v in enumerate(indices) if v is not None]
     if len(picked) != 1:
         raise Unsupported(f"{n.op} (computed indices on {len(picked)} axes)")
-    if n.dtype(picked[0][1]) == "bool":
-        raise Unsupported(f"{n.op} (a computed bool mask)")
     return picked[0]
+
+
+def masked_put(n: NodeCtx, x: str | Const, axis: int, mask: str | Const) -> Value:
+    """`x[..., mask] = values` (accumulate: +=) with a computed bool mask over x's axes from
+    `axis`: a Where, when values broadcast to the slices the mask picks (a count-shaped
+    values tensor would be a data-dependent shape, which the planner does not plan)."""
+    shape, mshape = n.shape(x), n.shape(mask)
+    rest = shape[axis + len(mshape):]
+    if shape[axis:axis + len(mshape)] != mshape:
+        raise n.fail(f"a mask of shape {list(mshape)} for dims {axis}.. of a tensor of shape "
+                     f"{list(shape)}")
+    values = n.tensor(2, "values")
+    vs = n.shape(values)
+    while len(vs) > len(rest) and vs[0] == 1:
+        vs = vs[1:]
+    if len(vs) > len(rest) or any(a not in (1, b) for a, b in
+                                  zip(vs[::-1], rest[::-1], strict=False)):
+        raise Unsupported(f"{n.op} (values of shape {list(n.shape(values))} for a computed "
+                          f"mask: only values that broadcast to each picked slice)")
+    values = n.emit1("Reshape", [values], {"shape": [1] * (len(shape) - len(vs)) + list(vs)})
+    mask = n.emit1("Reshape", [mask], {"shape": [1] * axis + list(mshape) + [1] * len(rest)})
+    mask = n.emit1("Expand", [mask], {"shape": list(shape)})
+    values = n.emit1("Expand", [values], {"shape": list(shape)})
+    if not n.arg(3, "accumulate", False):
+        return n.emit1("Where", [mask, values, x])
+    zero = n.const(np.zeros((1,) * len(shape)), n.dtype(x))
+    return n.emit1("Add", [x, n.emit1("Where", [mask, values, zero])])
 
 
 # ---- constant index maps ---------------------------------------------------------------------
@@ -221,6 +246,8 @@ def index_put(n: NodeCtx) -> Value:
         return scatter_positions(n, x, pos, n.tensor(2, "values"),
                                  "sum" if n.arg(3, "accumulate", False) else "none")
     axis, index = _one_index(n, indices)
+    if n.dtype(index) == "bool":
+        return masked_put(n, x, axis, index)
     where = _where(n, x, axis, "rows", True)
     index = _index(n, index, x, where)
     values = n.tensor(2, "values")

@@ -109,13 +109,24 @@ def _same_dtype(n: NodeCtx, x: str | Const) -> None:
         raise Unsupported(f"{n.op} (to {str(dtype).removeprefix('torch.')} from {n.dtype(x)})")
 
 
+def promoted_sum(n: NodeCtx, row: Row, x: str | Const) -> Value:
+    """torch sums bool and int32 tensors in int64 (count_nonzero's sum of a mask): a mask's
+    counts in float32 (the executors' sums are float), exact below 2^24 terms; an int32's in
+    int64."""
+    axes = reduced_axes(n, _dims(n, row.dim), len(n.shape(x)))
+    terms = math.prod(n.shape(x)[a] for a in axes) if axes else math.prod(n.shape(x))
+    exact = n.dtype(x) == "bool" and terms < 1 << 24
+    x = as_dtype(n, x, "float32" if exact else n.out_dtype)
+    y = n.emit1(row.op, [x], {"axes": axes, "keepdims": _keep(n, row.keepdim)})
+    return as_dtype(n, y, n.out_dtype)
+
+
 @rule(*ROWS)
 def reduction(n: NodeCtx) -> Value:
     row = ROWS[n.op]
     x = n.tensor(0)
     if row.op in PROMOTED and n.out_dtype and n.dtype(x) in ("bool", "int32"):
-        # torch sums bool and int tensors in int64: count_nonzero's sum of a mask
-        x = as_dtype(n, x, n.out_dtype)
+        return promoted_sum(n, row, x)
     _same_dtype(n, x)
     if row.op in FLOAT_ONLY and not n.dtype(x).startswith(("float", "bfloat")):
         raise Unsupported(f"{n.op} (of {n.dtype(x)} tensors)")
