@@ -9,8 +9,8 @@
    torch.roll, which decomposes to gathers too (it becomes two Slices and a Concat), lerp,
    logaddexp, xlogy and isfinite, one row each of the pointwise table
    (planner/ops/pointwise_table.py), the reductions rules_reduce.py keeps whole (all,
-   logsumexp, nansum, nanmean) and max_unpool (rules_pool.py: its decomposition writes through
-   index_put),
+   logsumexp, nansum, nanmean), max_unpool (rules_pool.py: its decomposition writes through
+   index_put) and take (rules_index.py: its decomposition reads a 0-d index as a Python int),
    so a linear layer is one GEMM with its weight transposed in place and the loss is the
    planner's loss op, whose gradient make_training_graph knows. The decomposed program is
    then recorded (planner/torch/record.py); a .pt2 file arrives as such a record already
@@ -64,7 +64,8 @@ from planner.torch.rules_random import RANDOM_PRESERVED
 from planner.torch.saved import Ref
 from planner.torch.targets import resolve
 
-PRESERVED = ("linear.default", *LOSS_PRESERVED, *INDEX_PRESERVED, *RANDOM_PRESERVED, "dropout.default",
+PRESERVED = ("linear.default", *LOSS_PRESERVED, *INDEX_PRESERVED, *RANDOM_PRESERVED,
+             "dropout.default",
              "scaled_dot_product_attention.default", "prelu.default", "softplus.default",
              "reflection_pad1d.default", "reflection_pad2d.default",
              "replication_pad1d.default", "replication_pad2d.default", "roll.default",

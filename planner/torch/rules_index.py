@@ -180,7 +180,7 @@ def positions_of(n: NodeCtx, shape: tuple[int, ...], pick: object) -> np.ndarray
     """The flat positions of x[pick] (numpy's indexing, which is PyTorch's: ints, slices,
     bool masks, broadcast int arrays with negative entries from the end) in x of `shape`, as
     an int64 array of x[pick]'s shape; out-of-range indices refused naming the node."""
-    flat = np.arange(math.prod(shape), dtype=np.int64).reshape(shape)
+    flat = flat_positions(n, shape)
     try:
         return np.asarray(flat[pick], dtype=np.int64)
     except IndexError as e:
@@ -192,8 +192,21 @@ def _line(n: NodeCtx, x: str | Const) -> str | Const:
     return x if n.shape(x) == (size,) else n.emit1("Reshape", [x], {"shape": [size]})
 
 
+def _limit(n: NodeCtx, size: int) -> None:
+    # the map is a constant of the plan: a larger one is refused, not stored
+    if size > VIEW_LIMIT:
+        raise n.fail(f"{size} positions known at import: over {VIEW_LIMIT}")
+
+
+def flat_positions(n: NodeCtx, shape: tuple[int, ...]) -> np.ndarray:
+    """Each element's flat position in a tensor of `shape` (refused over VIEW_LIMIT)."""
+    _limit(n, math.prod(shape))
+    return np.arange(math.prod(shape), dtype=np.int64).reshape(shape)
+
+
 def gather_positions(n: NodeCtx, x: str | Const, pos: np.ndarray) -> Value:
     """x's elements at the flat positions `pos`, in pos's shape."""
+    _limit(n, pos.size)
     if not pos.size:
         return n.emit1("Zeros", [], {"shape": list(pos.shape), "dtype": n.dtype(x)})
     y = n.emit1("IndexGather", [_line(n, x), n.const(pos.reshape(-1), "int64")],
@@ -205,6 +218,7 @@ def scatter_positions(n: NodeCtx, x: str | Const, pos: np.ndarray, src: str | Co
                       reduce: str = "none") -> Value:
     """x with src (broadcast to pos's shape) written (or combined by `reduce`) at the flat
     positions `pos`."""
+    _limit(n, pos.size)
     if not pos.size:
         return x
     if n.shape(src) != pos.shape:

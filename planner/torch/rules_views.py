@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from planner.torch.context import NodeCtx, Value, rule
-from planner.torch.rules_index import gather_positions
+from planner.torch.rules_index import flat_positions, gather_positions
 from planner.torch.rules_pointwise import as_dtype
 
 
@@ -84,7 +84,7 @@ def unfold(n: NodeCtx) -> Value:
     line = shape or (1,)
     if not 0 <= size <= line[axis] or step < 1:
         raise n.fail(f"size {size}, step {step} for dim {axis} of size {line[axis]}")
-    flat = np.arange(int(np.prod(line)), dtype=np.int64).reshape(line)
+    flat = flat_positions(n, line)
     windows = np.lib.stride_tricks.sliding_window_view(flat, size, axis=axis)
     pick = (slice(None),) * axis + (slice(None, None, step),)
     return gather_positions(n, x, np.ascontiguousarray(windows[pick]).reshape(n.out_shape))
