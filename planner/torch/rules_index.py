@@ -75,15 +75,21 @@ def gather_rows_wrapped(n: NodeCtx, x: str | Const, axis: int, index: str | Cons
     return n.emit1("IndexGather", [x, index], {"axis": axis, "mode": "rows", "wrap": True})
 
 
-@rule("aten.gather.default")
-def gather(n: NodeCtx) -> Value:
+def _indexed(n: NodeCtx, mode: str) -> tuple[str | Const, bool, dict, str | Const]:
+    """(x, whether x is 0-d, where, index) of an op(x, dim, index, ...): a 0-d x and its
+    index lifted to one element."""
     x = n.tensor(0)
     _float(n, x)
     scalar = not n.shape(x)
     x = _lifted(n, x)
-    where = _where(n, x, int(n.arg(1, "dim")), "elements", False)
+    where = _where(n, x, int(n.arg(1, "dim")), mode, False)
     index = _index(n, n.arg(2, "index"), x, where)
-    index = _lifted(n, index) if scalar else index
+    return x, scalar, where, _lifted(n, index) if scalar else index
+
+
+@rule("aten.gather.default")
+def gather(n: NodeCtx) -> Value:
+    x, _, where, index = _indexed(n, "elements")
     return _out(n, n.emit1("IndexGather", [x, index], where))
 
 
@@ -98,13 +104,7 @@ def index_select(n: NodeCtx) -> Value:
 @rule("aten.scatter.src", "aten.scatter.value", "aten.scatter.reduce",
       "aten.scatter.value_reduce", "aten.scatter_add.default", "aten.scatter_reduce.two")
 def scatter(n: NodeCtx) -> Value:
-    x = n.tensor(0)
-    _float(n, x)
-    scalar = not n.shape(x)
-    x = _lifted(n, x)
-    where = _where(n, x, int(n.arg(1, "dim")), "elements", False)
-    index = _index(n, n.arg(2, "index"), x, where)
-    index = _lifted(n, index) if scalar else index
+    x, scalar, where, index = _indexed(n, "elements")
     attrs = dict(where)
     if n.op == "aten.scatter_add.default":
         attrs["reduce"] = "sum"
@@ -344,12 +344,7 @@ def put(n: NodeCtx) -> Value:
 def index_reduce(n: NodeCtx) -> Value:
     """torch.index_reduce: source's slices combined into x's at index along dim (prod, mean,
     amax, amin; with x's own value when include_self): IndexScatter's reductions."""
-    x = n.tensor(0)
-    _float(n, x)
-    scalar = not n.shape(x)
-    x = _lifted(n, x)
-    where = _where(n, x, int(n.arg(1, "dim")), "rows", False)
-    index = _index(n, n.tensor(2, "index"), x, where)
+    x, scalar, where, index = _indexed(n, "rows")
     source = _lifted(n, n.tensor(3, "source")) if scalar else n.tensor(3, "source")
     reduce = str(n.arg(4, "reduce"))
     if reduce not in ("prod", "mean", "amax", "amin"):

@@ -7,12 +7,15 @@ known at import (planner/torch/rules_index.py), whose gradient adds up the reads
 aten.copy(self, src) is src broadcast to self's shape in self's dtype: torch.export writes it
 where a decomposition fills a slice of a tensor (F.pad's circular mode, torch.diff with
 prepend, linalg.matrix_power(x, 0)), and only src's values (and gradient) reach the result.
+An uninitialized tensor (empty_like, empty_permuted, new_empty_strided) is zeros.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from planner.dtypes import DTYPE_BYTES
+from planner.importers.onnx.values import Const
 from planner.torch.context import NodeCtx, Value, rule
 from planner.torch.rules_index import flat_positions, gather_positions
 from planner.torch.rules_pointwise import as_dtype
@@ -134,3 +137,18 @@ def padded_by_index(n: NodeCtx, x, before: list[int], after: list[int], mode: st
         x = n.emit1("IndexGather", [x, src], {"axis": k, "mode": "rows", "wrap": False})
         shape[k] = size
     return x
+
+
+@rule("aten.empty_permuted.default", "aten.new_empty_strided.default",
+      "aten.empty_like.default", "aten.new_empty.default", "aten.empty.memory_format",
+      "aten.empty_strided.default")
+def empty(n: NodeCtx) -> Value:
+    """An uninitialized tensor (torch leaves its values undefined, and every use writes it
+    first): zeros of the node's shape and dtype, so that a plan's bytes do not depend on
+    memory. Its layout (physical order, strides) is torch's concern: the planner's tensors
+    are contiguous."""
+    if n.out_dtype not in DTYPE_BYTES:
+        raise n.fail(f"an empty {n.out_dtype} tensor: the planner's dtypes are "
+                     f"{', '.join(DTYPE_BYTES)}")
+    return Const.of(n.imp.fresh(n.label), np.zeros(n.out_shape, dtype=n.out_dtype),
+                    origin="constant")

@@ -196,9 +196,7 @@ def test_every_case_on_the_cpu_executor(tmp_path):
     OpInfo executor check's)."""
     from codegen import support
     from codegen.backends import RUNTIMES
-    from tests.codegen.helpers import build_module
-    from tests.codegen.merged_graph import merge
-    from tests.importers.opinfo_cases import EPS32, compare
+    from tests.codegen.merged_graph import executor_mismatches
 
     runs = []
     for name in sorted(CASES):
@@ -210,14 +208,4 @@ def test_every_case_on_the_cpu_executor(tmp_path):
         for r in RUNS[name]:
             support.check(r.graph, RUNTIMES["cpu"])
             runs.append((name, r))
-    merged = merge("index_views", {f"s{k}/": r.graph for k, (_, r) in enumerate(runs)})
-    executor = build_module(merged, tmp_path / "index_views").Executor()
-    executor.load_params({f"s{k}/{n}": v for k, (_, r) in enumerate(runs)
-                          for n, v in r.params.items()})
-    out = executor.forward({f"s{k}/{n}": v for k, (_, r) in enumerate(runs)
-                            for n, v in r.feeds.items()})
-    bad = [compare(f"{label}: {tensor}", np.asarray(out[f"s{k}/{tensor}"]), t32, t64,
-                   ulps=1e-4 / EPS32)
-           for k, (label, r) in enumerate(runs) for tensor, (t32, t64) in r.torch.items()]
-    assert [b for b in bad if b] == []
-
+    assert executor_mismatches("index_views", runs, tmp_path) == []
