@@ -171,6 +171,10 @@ def masked_put(n: NodeCtx, x: str | Const, axis: int, mask: str | Const) -> Valu
     return n.emit1("Add", [x, n.emit1("Where", [mask, values, zero])])
 
 
+# counts and coordinates travel as float32, exact below 2^24
+EXACT = 1 << 24
+
+
 # ---- constant index maps ---------------------------------------------------------------------
 # An op whose elements are named by constants (a slice, a strided view, a mask or index known at
 # import) reads or writes x through the flat positions it names: an IndexGather (gradient: a
@@ -361,11 +365,14 @@ def _constant(n: NodeCtx, v: object, what: str) -> np.ndarray:
 
 @rule("aten.masked_scatter.default")
 def masked_scatter(n: NodeCtx) -> Value:
-    """x with the elements where a constant mask (broadcast to x) holds taken from source's
-    first elements in order."""
+    """x with the elements where a mask (broadcast to x) holds taken from source's first
+    elements in order: a constant mask names their positions now; a computed one counts the
+    masked elements before each (an exclusive CumSum) to gather source's."""
     x = n.tensor(0)
     _float(n, x)
     shape = n.shape(x)
+    if not (isinstance(n.tensor(1, "mask"), Const) and n.tensor(1, "mask").foldable):
+        return _computed_masked_scatter(n, x)
     mask = np.broadcast_to(_constant(n, n.tensor(1, "mask"), "mask"), shape)
     pos = positions_of(n, shape, mask.astype(bool))
     source = _line(n, n.tensor(2, "source"))
@@ -374,6 +381,28 @@ def masked_scatter(n: NodeCtx) -> Value:
     if n.shape(source)[0] > pos.size:
         source = n.emit1("Slice", [source], {"starts": [0], "ends": [pos.size], "axes": [0]})
     return scatter_positions(n, x, pos, source)
+
+
+def _computed_masked_scatter(n: NodeCtx, x: str | Const) -> Value:
+    shape, mask, source = n.shape(x), n.tensor(1, "mask"), _line(n, n.tensor(2, "source"))
+    count = math.prod(shape)
+    if count >= EXACT:
+        raise Unsupported(f"{n.op} (a computed mask over {EXACT} elements or more)")
+    ms = n.shape(mask)
+    if len(ms) > len(shape) or any(a not in (1, b) for a, b in
+                                   zip(ms[::-1], shape[::-1], strict=False)):
+        raise n.fail(f"a mask of shape {list(ms)} for a tensor of shape {list(shape)}")
+    if ms != shape:
+        mask = n.emit1("Expand", [mask], {"shape": list(shape)})
+    mask = _line(n, mask)
+    before = n.emit1("CumSum", [n.emit1("Cast", [mask], {"to": "float32"})],
+                     {"axis": 0, "exclusive": True})
+    # unmasked places read source's first element, which Where drops; a masked one past
+    # source's end is refused when the step runs (IndexGather's range check)
+    index = n.emit1("Cast", [n.emit1("Where", [mask, before, n.const(0, "float32")])],
+                    {"to": "int64"})
+    taken = n.emit1("IndexGather", [source, index], {"axis": 0, "mode": "rows", "wrap": False})
+    return _out(n, n.emit1("Where", [mask, taken, _line(n, x)]))
 
 
 @rule("aten.slice_scatter.default")
@@ -476,10 +505,6 @@ def segment_reduce(n: NodeCtx) -> Value:
         return y
     divisor = np.broadcast_to(np.maximum(lengths, 1).reshape(empty.shape), start.shape)
     return n.emit1("Div", [y, n.const(divisor, n.dtype(data))])
-
-
-# counts and coordinates travel as float32, exact below 2^24
-EXACT = 1 << 24
 
 
 @rule("aten.nonzero_static.default")

@@ -102,7 +102,11 @@ def _masked_rows_add(x: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     return torch.index_put(x, (x.sum(1) > 0,), v, accumulate=True)
 
 
-CASES |= {"index_put-computed-mask": (_masked_set, X, (rnd(()).reshape(()),), {}),
+CASES |= {"masked_scatter-computed": (lambda x, s: x.masked_scatter(x > 0.2, s * 3), X,
+                                      (rnd(20),), {}),
+          "masked_scatter-computed-broadcast": (
+              lambda x, s: x.masked_scatter(x.sum(0) > 0, s), X, (rnd(4, 5),), {}),
+          "index_put-computed-mask": (_masked_set, X, (rnd(()).reshape(()),), {}),
           "index_put-computed-mask-rows-accumulate": (_masked_rows_add, X, (rnd(5),), {})}
 
 
@@ -209,3 +213,33 @@ def test_every_case_on_the_cpu_executor(tmp_path):
             support.check(r.graph, RUNTIMES["cpu"])
             runs.append((name, r))
     assert executor_mismatches("index_views", runs, tmp_path) == []
+
+
+class Scattered(torch.nn.Module):
+    def forward(self, x, s):
+        return x.masked_scatter(x > 0, s)
+
+
+def test_a_computed_mask_past_the_source_is_refused_when_the_step_runs(tmp_path):
+    """By the reference, and by the CPU executor naming the node, before it reads."""
+    from planner.graph.interpret import run
+    from planner.ops import OpError
+    from tests.codegen.helpers import build_module
+
+    x, s = torch.tensor([[1.0, -1.0], [2.0, -3.0]]), torch.tensor([5.0, 6.0])
+    imp = convert(torch.export.export(Scattered(), (x, s)))
+    feeds = dict(zip(imp.inputs, (x.numpy(), s.numpy()), strict=True))
+    (out,) = imp.graph.outputs
+    got = run(imp.graph, feeds, imp.params())[out]
+    np.testing.assert_array_equal(got, Scattered()(x, s).numpy())
+    feeds[imp.inputs[0]] = np.ones((2, 2), np.float32)  # 4 masked, 2 in the source
+    with pytest.raises(OpError, match=r"index 2 out of range \[0, 2\)"):
+        run(imp.graph, feeds, imp.params())
+    ex = build_module(imp.graph, tmp_path / "masked_scatter").Executor()
+    ex.load_params(imp.params())
+    feeds[imp.inputs[0]] = x.numpy()
+    np.testing.assert_array_equal(ex.forward(feeds)[out], got)
+    feeds[imp.inputs[0]] = np.ones((2, 2), np.float32)
+    with pytest.raises(RuntimeError, match=r"'masked_scatter[^']*' \(IndexGather\): index 2 "
+                                           r"out of range \[0, 2\)"):
+        ex.forward(feeds)
