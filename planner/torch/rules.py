@@ -199,6 +199,8 @@ def index(n: NodeCtx) -> Value:
         x = _reshape_to(n, x, shape)
         return gather_rows(n.emit1, x, shape, axis, ids, n.shape(ids))
     # computed ids: negative ones count from the end, as PyTorch's (planner/ops/index.py)
+    if n.dtype(ids) == "int32":
+        ids = cast(n, ids, "int64")
     if n.dtype(ids) != "int64":
         raise Unsupported(f"{n.op} (computed {n.dtype(ids)} indices)")
     return n.emit1("IndexGather", [x, ids], {"axis": axis, "mode": "rows", "wrap": True})

@@ -43,6 +43,12 @@ def _columns_set(x: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
 CASES = {
     "gather-int32": (torch.gather, X, (1, torch.tensor([[4, 0], [1, 1], [3, 2], [0, 0]],
                                                        dtype=torch.int32)), {}),
+    # a computed int32 index (rows 3, -1, 0, 2), widened
+    "index-computed-int32": (
+        lambda x: x[(x[:, 0] * 0 + torch.tensor([3.0, -1.0, 0.0, 2.0])).to(torch.int32)], X,
+        (), {}),
+    "index_select-int32": (torch.index_select, X,
+                           (1, torch.tensor([4, 0, 4], dtype=torch.int32)), {}),
     "count_nonzero": (lambda x: torch.count_nonzero(x.relu(), dim=1), X, (), {}),
     "take-2d-negative": (torch.take, X, (torch.tensor([[-1, 0], [19, -20]]),), {}),
     "take-0d": (torch.take, X, (torch.tensor(7),), {}),
