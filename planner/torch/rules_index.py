@@ -187,7 +187,7 @@ def positions_of(n: NodeCtx, shape: tuple[int, ...], pick: object) -> np.ndarray
     flat = flat_positions(n, shape)
     try:
         return np.asarray(flat[pick], dtype=np.int64)
-    except IndexError as e:
+    except (IndexError, ValueError) as e:  # out of range; shapes that do not broadcast
         raise n.fail(f"constant indices: {e}") from None
 
 
