@@ -61,6 +61,7 @@ from planner.torch.record import Call, Program, Tensor, Value, from_exported
 from planner.torch.rules_index import INDEX_PRESERVED
 from planner.torch.rules_losses import LOSS_PRESERVED
 from planner.torch.rules_random import RANDOM_PRESERVED
+from planner.torch.rules_views import UNINITIALIZED
 from planner.torch.saved import Ref
 from planner.torch.targets import resolve
 
@@ -250,7 +251,8 @@ def _foldable(call: Call, env: Mapping[str, Any]) -> bool:
     if not all(isinstance(v, Const) and v.foldable for v in reads):
         return False
     op = resolve(call.target)
-    if op is None or torch.Tag.nondeterministic_seeded in op.tags:
+    if op is None or torch.Tag.nondeterministic_seeded in op.tags or \
+            call.target in UNINITIALIZED:  # torch's values would be whatever memory held
         return False
     vals = call.out if isinstance(call.out, tuple) else (call.out,)
     return all(isinstance(v, Value) for v in vals) and \

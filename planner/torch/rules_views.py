@@ -139,9 +139,14 @@ def padded_by_index(n: NodeCtx, x, before: list[int], after: list[int], mode: st
     return x
 
 
-@rule("aten.empty_permuted.default", "aten.new_empty_strided.default",
-      "aten.empty_like.default", "aten.new_empty.default", "aten.empty.memory_format",
-      "aten.empty_strided.default")
+# never evaluated by torch at import (convert.py folds constant ops): their values would be
+# what memory held, and the plan's bytes with them
+UNINITIALIZED = ("aten.empty_permuted.default", "aten.new_empty_strided.default",
+                 "aten.empty_like.default", "aten.new_empty.default",
+                 "aten.empty.memory_format", "aten.empty_strided.default")
+
+
+@rule(*UNINITIALIZED)
 def empty(n: NodeCtx) -> Value:
     """An uninitialized tensor (torch leaves its values undefined, and every use writes it
     first): zeros of the node's shape and dtype, so that a plan's bytes do not depend on

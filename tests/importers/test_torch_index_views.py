@@ -249,3 +249,26 @@ def test_a_computed_mask_past_the_source_is_refused_when_the_step_runs(tmp_path)
     with pytest.raises(RuntimeError, match=r"'masked_scatter[^']*' \(IndexGather\): index 2 "
                                            r"out of range \[0, 2\)"):
         ex.forward(feeds)
+
+
+class Circular(torch.nn.Module):
+    def forward(self, x):
+        return F.pad(x, (1, 2), mode="circular") * 2.0  # decomposes through torch.empty
+
+
+def test_an_uninitialized_tensor_is_zeros_not_what_memory_held():
+    """torch.empty's values are not evaluated at import (they would be whatever memory held,
+    and the plan's bytes with them): two imports are the same graph, its empty tensor a Fill
+    of zeros."""
+    x = rnd(1, 3, 3)
+    first, second = (convert(torch.export.export(Circular(), (x,))) for _ in range(2))
+    assert first.graph == second.graph
+    fills = [n for n in first.graph.nodes if n.op == "Fill"]
+    assert [n.attrs["value"] for n in fills] == [0.0]
+    # (it reads no tensor, which would otherwise have torch evaluate it at import)
+    from planner.torch.convert import _foldable, decompose
+    from planner.torch.record import from_exported
+
+    program = from_exported(decompose(torch.export.export(Circular(), (x,))))
+    (empty,) = [c for c in program.calls if c.target == "aten.empty.memory_format"]
+    assert not empty.reads() and not _foldable(empty, {})
