@@ -10,7 +10,8 @@
    logaddexp, xlogy and isfinite, one row each of the pointwise table
    (planner/ops/pointwise_table.py), the reductions rules_reduce.py keeps whole (all,
    logsumexp, nansum, nanmean), max_unpool (rules_pool.py: its decomposition writes through
-   index_put) and take (rules_index.py: its decomposition reads a 0-d index as a Python int),
+   index_put), take (rules_index.py: its decomposition reads a 0-d index as a Python int)
+   and one_hot (rules_onehot.py: its decomposition asserts, which no op does),
    so a linear layer is one GEMM with its weight transposed in place and the loss is the
    planner's loss op, whose gradient make_training_graph knows. The decomposed program is
    then recorded (planner/torch/record.py); a .pt2 file arrives as such a record already
@@ -45,6 +46,7 @@ import numpy as np
 
 import planner.torch.rules  # noqa: F401  (registering the rules)
 import planner.torch.rules_index  # noqa: F401
+import planner.torch.rules_onehot  # noqa: F401  (F.one_hot; its PRESERVED below)
 import planner.torch.rules_pointwise  # noqa: F401
 import planner.torch.rules_pool  # noqa: F401  (pools; its PRESERVED below)
 import planner.torch.rules_reduce  # noqa: F401  (the reductions; its PRESERVED below)
@@ -75,7 +77,8 @@ PRESERVED = ("linear.default", *LOSS_PRESERVED, *INDEX_PRESERVED, *RANDOM_PRESER
              "isfinite.default",
              # detach() decomposes to alias, which passes the gradient on: a StopGradient
              "detach.default",
-             *planner.torch.rules_reduce.PRESERVED, *planner.torch.rules_pool.PRESERVED)
+             *planner.torch.rules_reduce.PRESERVED, *planner.torch.rules_pool.PRESERVED,
+             *planner.torch.rules_onehot.ONEHOT_PRESERVED)
 
 
 @dataclass(frozen=True)

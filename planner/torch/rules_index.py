@@ -75,6 +75,12 @@ def gather_rows_wrapped(n: NodeCtx, x: str | Const, axis: int, index: str | Cons
     return n.emit1("IndexGather", [x, index], {"axis": axis, "mode": "rows", "wrap": True})
 
 
+def gather_rows_checked(n: NodeCtx, x: str | Const, index: str | Const) -> str:
+    """x's rows at an int64 index, negative or out-of-range entries refused (one_hot)."""
+    where = {"axis": 0, "mode": "rows", "wrap": False}
+    return n.emit1("IndexGather", [x, _index(n, index, x, where)], where)
+
+
 def _indexed(n: NodeCtx, mode: str) -> tuple[str | Const, bool, dict, str | Const]:
     """(x, whether x is 0-d, where, index) of an op(x, dim, index, ...): a 0-d x and its
     index lifted to one element."""
