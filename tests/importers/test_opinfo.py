@@ -72,6 +72,10 @@ KNOWN_OFF = {
     # a 0-d input near -10: the gradient 3.9e-5 comes out 2e-4 off relative (torch's 4e-8),
     # the mark of a derivative taken from y + alpha, which cancels, rather than from exp(x)
     "nn.functional.celu": "wrong: sample 2: gradient of p0",
+    # torch's gradient is off, ours is right: torch passes dy to self where src overwrites it
+    # (the OpInfo marks TestBwdGradients.test_fn_grad an expected failure);
+    # tests/importers/test_torch_index_views.py holds ours to zero there
+    "as_strided_scatter": "wrong: sample 0: gradient of p0",
     # rows masked to -inf whole: the forward is torch's zeros, the gradient NaN
     "torch.ops.aten._safe_softmax.default": "wrong: sample 0: gradient of p0",
 }
