@@ -177,7 +177,7 @@ def test_the_default_measures_signatures_as_the_step_runs_them(tmp_path, monkeyp
 
     The plans themselves are not compared: at that load two in-step profiles of this module
     disagree on 1-38 of its 53 decisions (each op's thread count, each convolution's layout),
-    and the default plan fell outside their noise on 3-35 decisions with these measurements,
+    and the default plan fell outside their noise on 3-40 decisions with these measurements,
     0-39 without (bench/bench_default_vs_in_step.py prints all of it;
     bench/results/2026-11-26-default-vs-in-step-written.md)."""
     import statistics
