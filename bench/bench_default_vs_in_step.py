@@ -1,12 +1,12 @@
 """The default trainer plan (times measured per signature, kept per host) against the plan of
 `costs="in-step"` (the module's own step profiled), issue 51's acceptance: the same module
-(tests/importers/test_torch_costs.py's conv_mlp) planned by the default once (a fresh cache) and
+(conv_mlp below) planned by the default once (a fresh cache) and
 by two in-step profiles, on this host.
 
     PYTHONPATH=. python bench/bench_default_vs_in_step.py [--pairs 60]
 
-Printed: the plans' decisions outside the noise of the repeated in-step profiles (the test's
-`outside_noise`: an op's thread count or a convolution's layout on which both in-step plans
+Printed: the plans' decisions outside the noise of the repeated in-step profiles
+(`outside_noise`: an op's thread count or a convolution's layout on which both in-step plans
 agree and the default does not), per signature the default's measured time over the first
 in-step profile's (one and two threads; the second in-step profile's likewise: their noise),
 each table's contention figures, the first in-step table planned with the default's
@@ -29,6 +29,52 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 
+def conv_mlp():
+    import torch
+
+    torch.manual_seed(5)
+    return torch.nn.Sequential(
+        torch.nn.Conv2d(3, 16, 3, padding=1), torch.nn.BatchNorm2d(16), torch.nn.ReLU(),
+        torch.nn.Conv2d(16, 16, 3, padding=1), torch.nn.ReLU(), torch.nn.Flatten(),
+        torch.nn.Linear(16 * 8 * 8, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10))
+
+
+def decisions(plan) -> dict[tuple[str, str, str], object]:
+    """What a cost table decides in a plan of the host: each graph op's thread count and each
+    convolution's kernel layout, in the step and in its evaluation."""
+    from planner.costs.conv_layouts import CONVOLUTIONS
+
+    out: dict[tuple[str, str, str], object] = {}
+    for part, p in (("step", plan), ("evaluation", plan.evaluation.plan)):
+        nodes = {n.name: n for n in p.graph.nodes}
+        out |= {(part, "threads", op.name): op.threads for op in p.ops if op.name in nodes}
+        out |= {(part, "layout", n.name): n.attrs.get("layout", "its own")
+                for n in nodes.values() if n.op in CONVOLUTIONS}
+    return out
+
+
+def ratios(table, reference, threads: int) -> list[float]:
+    """Per signature both tables measured on `threads` compact threads: `table`'s seconds over
+    `reference`'s."""
+    def seconds(entry):
+        return {s.threads: s.seconds for s in entry.cpu if s.affinity == "compact"}
+
+    other = {e.key: seconds(e) for e in reference.entries}
+    return [seconds(e)[threads] / other[e.key][threads] for e in table.entries
+            if threads in seconds(e) and threads in other.get(e.key, {})]
+
+
+def outside_noise(plan, repeats) -> list[str]:
+    """The decisions of `plan` that none of the plans `repeats` (the same module priced by
+    repeated in-step profiles) made: where the repeated profiles agree, a plan within their
+    noise agrees too; where they differ, the decision is noise and either value is."""
+    theirs = [decisions(r) for r in repeats]
+    return [f"{part} {what} of {name}: {value!r}, in-step {[t.get(key) for t in theirs]}"
+            for key, value in sorted(decisions(plan).items())
+            for part, what, name in [key]
+            if all(t.get(key) != value for t in theirs)]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--pairs", type=int, default=60)
@@ -41,7 +87,6 @@ def main() -> None:
     from bench.paired_steps import paired
     from planner.pipeline import plan
     from planner.torch import trainer
-    from tests.importers.test_torch_costs import conv_mlp, decisions, outside_noise, ratios
     from tests.importers.torch_training_check import LR
 
     work = Path(tempfile.mkdtemp(prefix="default-vs-in-step-"))
@@ -81,9 +126,9 @@ def main() -> None:
     for a, b in (("default", "in-step 1"), ("default", "in-step 2"),
                  ("in-step 1", "in-step 2")):
         times = paired(made[a][1], made[b][1], args.pairs)
-        ratios = sorted(p / q for p, q in zip(times["A"], times["B"], strict=True))
-        print(f"measured step {a} / {b}: median {statistics.median(ratios):.3f}, quartiles "
-              f"{_q(ratios)} ({len(ratios)} pairs; {statistics.median(times['A']) * 1e6:.0f} "
+        steps = sorted(p / q for p, q in zip(times["A"], times["B"], strict=True))
+        print(f"measured step {a} / {b}: median {statistics.median(steps):.3f}, quartiles "
+              f"{_q(steps)} ({len(steps)} pairs; {statistics.median(times['A']) * 1e6:.0f} "
               f"vs {statistics.median(times['B']) * 1e6:.0f} us); load average "
               f"{os.getloadavg()[0]:.1f}")
 

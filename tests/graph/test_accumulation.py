@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from planner.errors import PlanError, UserError
+from planner.errors import PlanError
 from planner.graph.accumulation import MICRO_STEP, micro_batches, optimizer_step_nodes
 from planner.graph.interpret import init_params, random_feeds, train_step, widened
 from planner.graph.optimizer import Optimizer, ParamGroup
