@@ -45,6 +45,7 @@ import numpy as np
 
 import planner.torch.rules  # noqa: F401  (registering the rules)
 import planner.torch.rules_index  # noqa: F401
+import planner.torch.rules_linalg  # noqa: F401
 import planner.torch.rules_pointwise  # noqa: F401
 import planner.torch.rules_pool  # noqa: F401  (pools; its PRESERVED below)
 import planner.torch.rules_reduce  # noqa: F401  (the reductions; its PRESERVED below)
