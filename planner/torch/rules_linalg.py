@@ -282,3 +282,132 @@ def pdist(n: NodeCtx) -> Value:
     a, b = (gather_rows(n.emit1, x, (rows, cols), 0, n.const(ids, "int64"), ids.shape)
             for ids in (first, second))
     return _norm(n, n.emit1("Sub", [a, b]), float(n.arg(1, "p", 2)), [1])
+
+
+# ---- solvers and factorizations (planner/ops/linalg.py) ---------------------------------------
+
+def _batched(n: NodeCtx, a: str | Const, b: str | Const) -> tuple[str | Const, str | Const]:
+    """A (..., n, n) and B (..., n, k) with their batch axes broadcast to one shape."""
+    sa, sb = n.shape(a), n.shape(b)
+    try:
+        batch = tuple(np.broadcast_shapes(sa[:-2], sb[:-2]))
+    except ValueError:
+        raise n.fail(f"batch shapes {list(sa[:-2])} and {list(sb[:-2])} do not broadcast") \
+            from None
+    out = []
+    for v, s in ((a, sa), (b, sb)):
+        if s[:-2] != batch:
+            v = _reshape(n, v, (1,) * (len(batch) + 2 - len(s)) + s)
+            v = n.emit1("Expand", [v], {"shape": [*batch, *s[-2:]]})
+        out.append(v)
+    return out[0], out[1]
+
+
+def _mt(n: NodeCtx, x: str | Const) -> str:
+    """The matrices of x transposed."""
+    rank = len(n.shape(x))
+    return n.emit1("Transpose", [x], {"perm": [*range(rank - 2), rank - 1, rank - 2]})
+
+
+def solve(n: NodeCtx, a: str | Const, b: str | Const, left: bool = True) -> str:
+    """X with A X = B (left) or X A = B; B a matrix or, as torch.linalg.solve reads it, a
+    vector (rank 1, or A's batch shape + [n])."""
+    _float(n, a, b)
+    sa, sb = n.shape(a), n.shape(b)
+    vector = len(sb) == 1 or (len(sb) == len(sa) - 1 and sb == sa[:-1])
+    if vector:
+        b = _reshape(n, b, (*sb, 1) if left else (*sb[:-1], 1, sb[-1]))
+    if left:
+        a, b = _batched(n, a, b)
+        x = n.emit1("MatrixSolve", [a, b], {"transpose": False})
+    else:
+        a, b = _batched(n, a, b)
+        x = _mt(n, n.emit1("MatrixSolve", [a, _mt(n, b)], {"transpose": True}))
+    if not vector:
+        return x
+    sx = n.shape(x)
+    return _reshape(n, x, sx[:-1] if left else (*sx[:-2], sx[-1]))
+
+
+@rule("aten._linalg_solve_ex.default")
+def linalg_solve(n: NodeCtx) -> Value:
+    return solve(n, n.tensor(0), n.tensor(1), bool(n.arg(2, "left", True))), \
+        *(UNAVAILABLE,) * 3
+
+
+@rule("aten.linalg_inv_ex.default", "aten.linalg_inv.default")
+def inverse(n: NodeCtx) -> Value:
+    x = n.tensor(0)
+    _float(n, x)
+    y = n.emit1("MatrixInverse", [x])
+    return y if n.op == "aten.linalg_inv.default" else (y, UNAVAILABLE)
+
+
+@rule("aten._linalg_slogdet.default", "aten._linalg_det.default")
+def slogdet(n: NodeCtx) -> Value:
+    """det = sign * exp(log|det|): torch's gradient of det at a non-singular matrix, the same
+    det A^-T."""
+    x = n.tensor(0)
+    _float(n, x)
+    sign, logabs = n.emit("MatrixSlogdet", [x], n_out=2)
+    if n.op == "aten._linalg_slogdet.default":
+        return sign, logabs, UNAVAILABLE, UNAVAILABLE
+    return n.emit1("Mul", [sign, n.emit1("Exp", [logabs])]), UNAVAILABLE, UNAVAILABLE
+
+
+def _cholesky(n: NodeCtx, x: str | Const, upper: bool) -> str:
+    _float(n, x)
+    low = n.emit1("Cholesky", [x])
+    return _mt(n, low) if upper else low
+
+
+@rule("aten.linalg_cholesky_ex.default", "aten.cholesky.default")
+def cholesky(n: NodeCtx) -> Value:
+    y = _cholesky(n, n.tensor(0), bool(n.arg(1, "upper", False)))
+    return y if n.op == "aten.cholesky.default" else (y, UNAVAILABLE)
+
+
+def _gram(n: NodeCtx, factor: str | Const, upper: bool) -> str:
+    """A = L L^T of a Cholesky factor (U^T U of an upper one)."""
+    _float(n, factor)
+    return n.emit1("MatMul", [factor, factor], {"transpose_a": upper, "transpose_b": not upper})
+
+
+@rule("aten.cholesky_solve.default")
+def cholesky_solve(n: NodeCtx) -> Value:
+    b, factor = n.tensor(0), n.tensor(1)
+    return solve(n, _gram(n, factor, bool(n.arg(2, "upper", False))), b)
+
+
+@rule("aten.cholesky_inverse.default")
+def cholesky_inverse(n: NodeCtx) -> Value:
+    return n.emit1("MatrixInverse", [_gram(n, n.tensor(0), bool(n.arg(1, "upper", False)))])
+
+
+def _triangle(n: NodeCtx, a: str | Const, upper: bool, unit: bool) -> str:
+    """A's upper or lower triangle, the rest zeros (unit: ones on the diagonal instead of A's):
+    what a triangular solve reads of A, so that A's gradient stays in that triangle."""
+    size = n.shape(a)[-1]
+    keep = np.triu(np.ones((size, size), bool), int(unit)) if upper else \
+        np.tril(np.ones((size, size), bool), -int(unit))
+    fill = np.eye(size) if unit else np.zeros((size, size))
+    return n.emit1("Where", [n.const(keep, "bool"), a, n.const(fill, n.dtype(a))])
+
+
+@rule("aten.linalg_solve_triangular.default")
+def solve_triangular(n: NodeCtx) -> Value:
+    a, b = n.tensor(0), n.tensor(1)
+    _float(n, a, b)
+    tri = _triangle(n, a, bool(n.kwargs.get("upper", n.arg(2, "upper"))),
+                    bool(n.kwargs.get("unitriangular", False)))
+    return solve(n, tri, b, bool(n.kwargs.get("left", True)))
+
+
+@rule("aten.triangular_solve.default")
+def triangular_solve(n: NodeCtx) -> Value:
+    """(X, A's clone) with op(A) X = B, op(A) = A or A^T, A upper or lower (unit) triangular."""
+    b, a = n.tensor(0), n.tensor(1)
+    _float(n, a, b)
+    tri = _triangle(n, a, bool(n.arg(2, "upper", True)), bool(n.arg(4, "unitriangular", False)))
+    tri = _mt(n, tri) if n.arg(3, "transpose", False) else tri
+    return solve(n, tri, b), a

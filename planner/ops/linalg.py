@@ -1,0 +1,275 @@
+"""Batched small-matrix linear algebra: the square matrices of the last two axes, each solved on
+its own (torch.linalg's inv, solve, slogdet, cholesky and what decomposes onto them).
+
+    MatrixInverse  [A (..., n, n)] -> A^-1
+    MatrixSolve    [A (..., n, n), B (..., n, k)] -> X with A X = B (transpose: A^T X = B);
+                   A and B share their batch axes
+    MatrixSlogdet  [A (..., n, n)] -> sign (...), log|det A| (...)
+    Cholesky       [A (..., n, n)] -> L, lower triangular with L L^T = A (A symmetric positive
+                   definite; only A's lower triangle is read, as LAPACK's potrf)
+
+The kernels factor each matrix in float64 whatever the tensor's dtype (LU with partial
+pivoting, templates/common/small_linalg.h, one matrix per thread), and round once. A singular
+matrix is not an error: its zero pivot divides, so inverse and solve give inf or NaN, slogdet
+sign 0 and log|det| -inf (torch raises for inverse and solve, and gives the same slogdet);
+Cholesky of a matrix that is not positive definite gives NaN from the first failing column on.
+
+Gradients (derivatives.yaml's formulas, in the graph's own MatMul and these ops):
+
+    MatrixInverse  dA = -Y^T dY Y^T
+    MatrixSolve    dB = solve(A, dX, transpose flipped); dA = -dB X^T (transpose: -X dB^T)
+    MatrixSlogdet  dA = dlogabs A^-T (sign has none)
+    Cholesky       dA = L^-T sym(tril(L^T dL)) L^-1, sym(M) = (M + strict-lower(M)^T) / 2
+
+FLOPs: n^3 per matrix for the factorization (2/3 n^3 LU, 1/3 n^3 Cholesky, as multiply-adds
+of 2), plus 2 n^2 per right-hand side column of a solve (inverse: n columns).
+
+Example:
+    >>> import numpy as np
+    >>> from planner.ops import get_op
+    >>> a = np.array([[4.0, 2.0], [2.0, 3.0]])
+    >>> get_op("MatrixInverse").reference([a], {})[0] @ a
+    array([[1., 0.],
+           [0., 1.]])
+    >>> [v.round(6) for v in get_op("MatrixSlogdet").reference([a], {})]
+    [array(1.), array(2.079442)]
+    >>> get_op("Cholesky").reference([a], {})[0].round(4)
+    array([[2.    , 0.    ],
+           [1.    , 1.4142]])
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from planner.ops.base import (
+    Attr,
+    Attrs,
+    GradBuilder,
+    OpDef,
+    OpError,
+    TensorType,
+    register,
+    require_float,
+)
+
+if TYPE_CHECKING:
+    from planner.graph.ir import Node
+
+
+def _square(op: str, a: TensorType) -> int:
+    require_float(op, a, "A")
+    if a.rank < 2 or a.shape[-1] != a.shape[-2]:
+        raise OpError(f"{op}: A must be square matrices (..., n, n), got shape {list(a.shape)}")
+    return a.shape[-1]
+
+
+def _batch(t: TensorType) -> int:
+    return int(np.prod(t.shape[:-2], dtype=np.int64))
+
+
+def _factor_flops(ins: list[TensorType], outs: list[TensorType], a: Attrs) -> int:
+    n = ins[0].shape[-1]
+    columns = ins[1].shape[-1] if len(ins) > 1 else n if outs[0].shape == ins[0].shape else 0
+    return _batch(ins[0]) * (n ** 3 + 2 * n * n * columns)
+
+
+def _wide(x: np.ndarray) -> np.ndarray:
+    return np.asarray(x, dtype=np.float64)
+
+
+# ---- MatrixInverse ---------------------------------------------------------------------------
+
+def _inverse_infer(ins: list[TensorType], a: Attrs) -> list[TensorType]:
+    _square("MatrixInverse", ins[0])
+    return [ins[0]]
+
+
+def _inverse(xs: list[np.ndarray], a: Attrs) -> list[np.ndarray]:
+    with np.errstate(all="ignore"):
+        return [_solve(_wide(xs[0]), np.broadcast_to(np.eye(xs[0].shape[-1]), xs[0].shape),
+                       False).astype(xs[0].dtype)]
+
+
+def _solve(a: np.ndarray, b: np.ndarray, transpose: bool) -> np.ndarray:
+    """numpy.linalg.solve, but a singular matrix gives what the kernels give (inf / NaN from
+    the zero pivot) instead of raising."""
+    a = np.swapaxes(a, -1, -2) if transpose else a
+    try:
+        return np.linalg.solve(a, b)
+    except np.linalg.LinAlgError:
+        return _lu_solve(a, b)
+
+
+def _lu_solve(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Gaussian elimination with partial pivoting, matrix by matrix, as the kernels do."""
+    out = np.empty(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) + b.shape[-2:])
+    a = np.broadcast_to(a, out.shape[:-2] + a.shape[-2:])
+    b = np.broadcast_to(b, out.shape)
+    for idx in np.ndindex(out.shape[:-2]):
+        m, rhs = a[idx].copy(), b[idx].copy()
+        n = m.shape[0]
+        for k in range(n):
+            p = k + int(np.argmax(np.abs(m[k:, k])))
+            m[[k, p]], rhs[[k, p]] = m[[p, k]], rhs[[p, k]]
+            for i in range(k + 1, n):
+                f = m[i, k] / m[k, k]
+                m[i, k:] -= f * m[k, k:]
+                rhs[i] -= f * rhs[k]
+        for k in range(n - 1, -1, -1):
+            rhs[k] = (rhs[k] - m[k, k + 1:] @ rhs[k + 1:]) / m[k, k]
+        out[idx] = rhs
+    return out
+
+
+def _transpose(g: GradBuilder, x: str) -> str:
+    rank = len(g.type(x).shape)
+    perm = [*range(rank - 2), rank - 1, rank - 2]
+    return g.emit("Transpose", [x], {"perm": perm})[0]
+
+
+def _matmul(g: GradBuilder, a: str, b: str, ta: bool = False, tb: bool = False) -> str:
+    return g.emit("MatMul", [a, b], {"transpose_a": ta, "transpose_b": tb})[0]
+
+
+def _inverse_gradient(g: GradBuilder, node: Node, grads: list[str | None]) -> list[str | None]:
+    dy = grads[0]
+    if dy is None or not g.needs(node.inputs[0]):
+        return [None]
+    y = node.outputs[0]
+    t = _matmul(g, y, dy, ta=True)
+    return [g.emit("Neg", [_matmul(g, t, y, tb=True)])[0]]
+
+
+register(OpDef(
+    name="MatrixInverse", arity=1, cost_class="gemm", recompute="expensive",
+    infer=_inverse_infer, flops=_factor_flops, reference=_inverse, gradient=_inverse_gradient,
+    scratch=lambda ins, outs, a, threads: threads * _work(ins[0].shape[-1]),
+    doc="The inverse of each square matrix of the last two axes (LU, partial pivoting).",
+))
+
+
+def _work(n: int) -> int:
+    """Bytes of float64 workspace one matrix's factorization needs: the matrix and its pivots."""
+    return 8 * (n * n + n)
+
+
+# ---- MatrixSolve -----------------------------------------------------------------------------
+
+def _solve_infer(ins: list[TensorType], a: Attrs) -> list[TensorType]:
+    n = _square("MatrixSolve", ins[0])
+    b = ins[1]
+    require_float("MatrixSolve", b, "B")
+    if b.dtype != ins[0].dtype or b.rank != ins[0].rank or b.shape[:-2] != ins[0].shape[:-2] \
+            or b.shape[-2] != n:
+        raise OpError(f"MatrixSolve: B must be {ins[0].dtype} of shape "
+                      f"{list(ins[0].shape[:-2])} + [{n}, k], got {b.dtype} {list(b.shape)}")
+    return [b]
+
+
+def _solve_reference(xs: list[np.ndarray], a: Attrs) -> list[np.ndarray]:
+    with np.errstate(all="ignore"):
+        return [_solve(_wide(xs[0]), _wide(xs[1]), a["transpose"]).astype(xs[1].dtype)]
+
+
+def _solve_gradient(g: GradBuilder, node: Node, grads: list[str | None]) -> list[str | None]:
+    dx = grads[0]
+    a, b = node.inputs
+    if dx is None or not (g.needs(a) or g.needs(b)):
+        return [None, None]
+    transpose = node.attrs["transpose"]
+    db = g.emit("MatrixSolve", [a, dx], {"transpose": not transpose})[0]
+    x = node.outputs[0]
+    da = None
+    if g.needs(a):
+        da = g.emit("Neg", [_matmul(g, x, db, tb=True) if transpose else
+                            _matmul(g, db, x, tb=True)])[0]
+    return [da, db if g.needs(b) else None]
+
+
+register(OpDef(
+    name="MatrixSolve", arity=2, cost_class="gemm", recompute="expensive",
+    attrs={"transpose": Attr("bool", False)},
+    infer=_solve_infer, flops=_factor_flops, reference=_solve_reference,
+    gradient=_solve_gradient,
+    scratch=lambda ins, outs, a, threads: threads * _work(ins[0].shape[-1]),
+    doc="X with A X = B (transpose: A^T X = B) for each matrix of the last two axes.",
+))
+
+
+# ---- MatrixSlogdet ---------------------------------------------------------------------------
+
+def _slogdet_infer(ins: list[TensorType], a: Attrs) -> list[TensorType]:
+    _square("MatrixSlogdet", ins[0])
+    out = TensorType(ins[0].shape[:-2], ins[0].dtype)
+    return [out, out]
+
+
+def _slogdet(xs: list[np.ndarray], a: Attrs) -> list[np.ndarray]:
+    sign, logabs = np.linalg.slogdet(_wide(xs[0]))
+    return [np.asarray(sign).astype(xs[0].dtype), np.asarray(logabs).astype(xs[0].dtype)]
+
+
+def _slogdet_gradient(g: GradBuilder, node: Node, grads: list[str | None]) -> list[str | None]:
+    dlog = grads[1]
+    a = node.inputs[0]
+    if dlog is None or not g.needs(a):
+        return [None]
+    shape = g.type(a).shape
+    scale = g.emit("Reshape", [dlog], {"shape": [*shape[:-2], 1, 1]})[0]
+    inv_t = _transpose(g, g.emit("MatrixInverse", [a])[0])
+    return [g.emit("Mul", [scale, inv_t])[0]]
+
+
+register(OpDef(
+    name="MatrixSlogdet", arity=1, cost_class="gemm", recompute="expensive",
+    infer=_slogdet_infer, flops=_factor_flops, reference=_slogdet, gradient=_slogdet_gradient,
+    scratch=lambda ins, outs, a, threads: threads * _work(ins[0].shape[-1]),
+    doc="sign and log|det| of each square matrix of the last two axes (LU, partial pivoting).",
+))
+
+
+# ---- Cholesky --------------------------------------------------------------------------------
+
+def _cholesky_infer(ins: list[TensorType], a: Attrs) -> list[TensorType]:
+    _square("Cholesky", ins[0])
+    return [ins[0]]
+
+
+def _cholesky(xs: list[np.ndarray], a: Attrs) -> list[np.ndarray]:
+    x = _wide(xs[0])
+    out = np.zeros_like(x)
+    n = x.shape[-1]
+    with np.errstate(all="ignore"):
+        for j in range(n):  # column by column, as the kernels: NaN past a failing pivot
+            d = x[..., j, j] - np.sum(out[..., j, :j] ** 2, axis=-1)
+            out[..., j, j] = np.sqrt(np.where(d > 0, d, np.nan))
+            for i in range(j + 1, n):
+                out[..., i, j] = (x[..., i, j] - np.sum(out[..., i, :j] * out[..., j, :j],
+                                                        axis=-1)) / out[..., j, j]
+    return [out.astype(xs[0].dtype)]
+
+
+def _cholesky_gradient(g: GradBuilder, node: Node, grads: list[str | None]) -> list[str | None]:
+    dl = grads[0]
+    if dl is None or not g.needs(node.inputs[0]):
+        return [None]
+    low = node.outputs[0]
+    # M = tril(L^T dL); its strict lower triangle transposed is M^T less M^T's lower triangle
+    # (M's diagonal): CausalMask keeps a lower triangle
+    m = g.emit("CausalMask", [_matmul(g, low, dl, ta=True)], {"value": 0.0})[0]
+    mt = _transpose(g, m)
+    upper = g.emit("Sub", [mt, g.emit("CausalMask", [mt], {"value": 0.0})[0]])[0]
+    sym = g.emit("Scale", [g.emit("Add", [m, upper])[0]], {"factor": 0.5})[0]
+    inv = g.emit("MatrixInverse", [low])[0]
+    return [_matmul(g, _matmul(g, inv, sym, ta=True), inv)]
+
+
+register(OpDef(
+    name="Cholesky", arity=1, cost_class="gemm", recompute="expensive",
+    infer=_cholesky_infer, flops=lambda ins, outs, a: _batch(ins[0]) * ins[0].shape[-1] ** 3 // 3,
+    reference=_cholesky, gradient=_cholesky_gradient,
+    doc="Lower-triangular L with L L^T = A for each symmetric positive definite matrix.",
+))
