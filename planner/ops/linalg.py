@@ -80,6 +80,18 @@ def _wide(x: np.ndarray) -> np.ndarray:
     return np.asarray(x, dtype=np.float64)
 
 
+def _scratch(ins: list[TensorType], outs: list[TensorType], a: Attrs, threads: int) -> int:
+    """A workspace per thread (templates/common/small_linalg.h): the matrix, a column and
+    the pivots, 8 bytes each."""
+    n = ins[0].shape[-1]
+    return threads * 8 * (n * n + 2 * n)
+
+
+def _gpu_scratch(ins: list[TensorType], outs: list[TensorType], a: Attrs) -> int:
+    """The CUDA kernel's: a workspace per matrix (one GPU thread each)."""
+    return _scratch(ins, outs, a, _batch(ins[0]))
+
+
 # ---- MatrixInverse ---------------------------------------------------------------------------
 
 def _inverse_infer(ins: list[TensorType], a: Attrs) -> list[TensorType]:
@@ -146,14 +158,9 @@ def _inverse_gradient(g: GradBuilder, node: Node, grads: list[str | None]) -> li
 register(OpDef(
     name="MatrixInverse", arity=1, cost_class="gemm", recompute="expensive",
     infer=_inverse_infer, flops=_factor_flops, reference=_inverse, gradient=_inverse_gradient,
-    scratch=lambda ins, outs, a, threads: threads * _work(ins[0].shape[-1]),
+    scratch=_scratch, gpu_scratch=_gpu_scratch,
     doc="The inverse of each square matrix of the last two axes (LU, partial pivoting).",
 ))
-
-
-def _work(n: int) -> int:
-    """Bytes of float64 workspace one matrix's factorization needs: the matrix and its pivots."""
-    return 8 * (n * n + n)
 
 
 # ---- MatrixSolve -----------------------------------------------------------------------------
@@ -194,7 +201,7 @@ register(OpDef(
     attrs={"transpose": Attr("bool", False)},
     infer=_solve_infer, flops=_factor_flops, reference=_solve_reference,
     gradient=_solve_gradient,
-    scratch=lambda ins, outs, a, threads: threads * _work(ins[0].shape[-1]),
+    scratch=_scratch, gpu_scratch=_gpu_scratch,
     doc="X with A X = B (transpose: A^T X = B) for each matrix of the last two axes.",
 ))
 
@@ -226,7 +233,7 @@ def _slogdet_gradient(g: GradBuilder, node: Node, grads: list[str | None]) -> li
 register(OpDef(
     name="MatrixSlogdet", arity=1, cost_class="gemm", recompute="expensive",
     infer=_slogdet_infer, flops=_factor_flops, reference=_slogdet, gradient=_slogdet_gradient,
-    scratch=lambda ins, outs, a, threads: threads * _work(ins[0].shape[-1]),
+    scratch=_scratch, gpu_scratch=_gpu_scratch,
     doc="sign and log|det| of each square matrix of the last two axes (LU, partial pivoting).",
 ))
 
@@ -270,6 +277,6 @@ def _cholesky_gradient(g: GradBuilder, node: Node, grads: list[str | None]) -> l
 register(OpDef(
     name="Cholesky", arity=1, cost_class="gemm", recompute="expensive",
     infer=_cholesky_infer, flops=lambda ins, outs, a: _batch(ins[0]) * ins[0].shape[-1] ** 3 // 3,
-    reference=_cholesky, gradient=_cholesky_gradient,
+    reference=_cholesky, gradient=_cholesky_gradient, scratch=_scratch, gpu_scratch=_gpu_scratch,
     doc="Lower-triangular L with L L^T = A for each symmetric positive definite matrix.",
 ))

@@ -1,0 +1,99 @@
+"""The small-matrix ops (planner/ops/linalg.py): references against torch.linalg in float64,
+gradients against torch autograd (derivatives.yaml's formulas, in float64) and finite
+differences, what a singular matrix gives, and the shape errors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from planner.ops import OpError, TensorType, get_op
+from tests.ops.opcheck import check_gradient, checked_reference, torch_gradients
+
+torch = pytest.importorskip("torch")
+
+
+def _x(shape, seed=0):
+    return np.random.default_rng(seed).standard_normal(shape)
+
+
+def _spd(shape, seed=0):
+    x = _x(shape, seed)
+    return x @ np.swapaxes(x, -1, -2) + shape[-1] * np.eye(shape[-1])
+
+
+CASES = [  # op, inputs, attrs, torch's function of the same inputs
+    ("MatrixInverse", [_x((2, 3, 4, 4))], {}, torch.linalg.inv),
+    ("MatrixSolve", [_x((3, 4, 4)), _x((3, 4, 2), 1)], {}, torch.linalg.solve),
+    ("MatrixSolve", [_x((5, 5)), _x((5, 3), 1)], {"transpose": True},
+     lambda a, b: torch.linalg.solve(a.mT, b)),
+    ("MatrixSlogdet", [_x((3, 4, 4))], {}, torch.linalg.slogdet),
+    ("Cholesky", [_spd((2, 4, 4))], {}, torch.linalg.cholesky),
+]
+
+
+@pytest.mark.parametrize("op,inputs,attrs,fn", CASES, ids=[c[0] for c in CASES])
+def test_reference_is_torchs(op, inputs, attrs, fn):
+    got = checked_reference(op, inputs, **attrs)
+    want = fn(*[torch.tensor(x) for x in inputs])
+    want = want if isinstance(want, (tuple, list)) else [want]
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(g, w.numpy(), rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("op,inputs,attrs,fn", CASES, ids=[c[0] for c in CASES])
+def test_gradient_is_torchs(op, inputs, attrs, fn):
+    """Against torch autograd in float64; and finite differences, but for Cholesky, whose
+    gradient (torch's) assumes a symmetric perturbation of A while its value reads only A's
+    lower triangle."""
+    if op == "Cholesky":
+        from tests.ops.opcheck import apply_rule
+
+        grads, dys, _ = apply_rule(op, inputs, attrs)
+    else:
+        grads, dys = check_gradient(op, inputs, attrs, of=[1] if op == "MatrixSlogdet" else None)
+    if op == "MatrixSlogdet":  # sign has no gradient: torch's dy for it is zero
+        dys = [np.zeros_like(dys[0]), *dys] if len(dys) == 1 else dys
+    wrt = [k for k, g in enumerate(grads) if g is not None]
+    want = torch_gradients(fn, inputs, dys, wrt)
+    for k, w in zip(wrt, want, strict=True):
+        np.testing.assert_allclose(grads[k], w, rtol=1e-8, atol=1e-10)
+
+
+def test_a_singular_matrix_gives_infinities_not_an_error():
+    """torch raises for the inverse of a singular matrix; the planner's op computes through the
+    zero pivot, as its kernels do (inf or NaN), and slogdet gives sign 0, log|det| -inf, as
+    torch.s; Cholesky of a matrix that is not positive definite NaN from the failing pivot on."""
+    a = np.array([[1.0, 2.0], [2.0, 4.0]])
+    (y,) = get_op("MatrixInverse").reference([a], {})
+    assert not np.isfinite(y).all()
+    sign, logabs = get_op("MatrixSlogdet").reference([a], {})
+    assert sign == 0 and logabs == -np.inf
+    (low,) = get_op("Cholesky").reference([-np.eye(2)], {})
+    assert np.isnan(low[np.tril_indices(2)]).all()  # the upper triangle stays 0
+
+
+def test_float32_is_rounded_once_from_float64():
+    """The kernels factor in float64: the float32 reference is the float64 one rounded."""
+    a = _x((3, 6, 6)).astype(np.float32)
+    (y,) = get_op("MatrixInverse").reference([a], {})
+    assert y.dtype == np.float32
+    np.testing.assert_array_equal(y, np.linalg.inv(a.astype(np.float64)).astype(np.float32))
+
+
+@pytest.mark.parametrize("op,shapes,attrs,message", [
+    ("MatrixInverse", [(3, 4)], {}, "square matrices"),
+    ("MatrixInverse", [(4,)], {}, "square matrices"),
+    ("MatrixSolve", [(3, 3), (4, 2)], {}, "B must be"),
+    ("MatrixSolve", [(2, 3, 3), (3, 3, 1)], {}, "B must be"),
+    ("Cholesky", [(2, 3)], {}, "square matrices"),
+])
+def test_shape_errors_name_the_operand(op, shapes, attrs, message):
+    opdef = get_op(op)
+    with pytest.raises(OpError, match=message):
+        opdef.infer([TensorType(s) for s in shapes], opdef.normalize_attrs(attrs))
+
+
+def test_integer_matrices_are_refused():
+    with pytest.raises(OpError, match="float"):
+        get_op("MatrixInverse").infer([TensorType((2, 2), "int64")], {})
