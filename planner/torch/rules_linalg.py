@@ -17,6 +17,23 @@ gradients the planner's autodiff already knows:
     _pdist_forward                the rows of every pair i < j gathered (constant ids), their
                                   difference's p-norm
 
+Solvers and factorizations on planner/ops/linalg.py's MatrixInverse, MatrixSolve, MatrixSlogdet
+and Cholesky:
+
+    linalg_inv(_ex), _linalg_solve_ex   MatrixInverse, MatrixSolve (a vector B, left=False and
+                                        broadcast batches reshaped, transposed, expanded)
+    _linalg_det, _linalg_slogdet        MatrixSlogdet (det = sign * exp(log|det|))
+    cholesky, linalg_cholesky_ex        Cholesky (upper: its transpose)
+    cholesky_solve, cholesky_inverse    MatrixSolve, MatrixInverse of L L^T (U^T U)
+    linalg_solve_triangular,            MatrixSolve of A's triangle (a Where with constant
+    triangular_solve                    masks, so that A's gradient stays in that triangle)
+    lu_unpack, linalg_lu_solve          with pivots known at import: P a constant, L and U
+                                        A's triangles, X two triangular solves and a GEMM by P
+
+The `_ex` forms' info output is not computed (an error only when read). torch's error checks
+of these ops, which torch.export threads on an effect token, are dropped when the program is
+recorded (planner/torch/record.py): a singular matrix gives inf or NaN, where torch raises.
+
 cdist's "use_mm_for_euclid_dist" modes compute the same distances as the difference's norm
 (torch's mm path is an algebraic rewrite of it, with more rounding, not other values).
 """
@@ -411,3 +428,71 @@ def triangular_solve(n: NodeCtx) -> Value:
     tri = _triangle(n, a, bool(n.arg(2, "upper", True)), bool(n.arg(4, "unitriangular", False)))
     tri = _mt(n, tri) if n.arg(3, "transpose", False) else tri
     return solve(n, tri, b), a
+
+
+# ---- LU factors with known pivots ------------------------------------------------------------
+
+def _permutations(n: NodeCtx, pivots: str | Const, rows: int) -> np.ndarray:
+    """P of A = P L U from LAPACK's 1-based pivots (row k swapped with row pivots[k] - 1, in
+    order), per batch: pivots known at import (a buffer, a constant), else refused."""
+    if not isinstance(pivots, Const):
+        raise Unsupported(f"{n.op} (pivots computed in the step)")
+    piv = np.asarray(pivots.value(), dtype=np.int64)
+    out = np.empty((*piv.shape[:-1], rows, rows))
+    for idx in np.ndindex(piv.shape[:-1]):
+        order = np.arange(rows)
+        for k, p in enumerate(piv[idx]):
+            if not 1 <= p <= rows:
+                raise n.fail(f"pivot {int(p)} out of range [1, {rows}]")
+            order[[k, p - 1]] = order[[p - 1, k]]
+        out[idx] = np.eye(rows)[order].T
+    return out
+
+
+def _factors(n: NodeCtx, lu: str | Const) -> tuple[str, str]:
+    """L (unit lower, (..., m, k)) and U (upper, (..., k, n)) packed in LU, k = min(m, n)."""
+    rows, cols = n.shape(lu)[-2:]
+    k = min(rows, cols)
+    parts = []
+    for shape, axis, lower in (((rows, k), -1, True), ((k, cols), -2, False)):
+        part = lu if shape == (rows, cols) else \
+            n.emit1("Slice", [lu], {"starts": [0], "ends": [k], "axes": [axis]})
+        keep = np.tril(np.ones(shape, bool), -1) if lower else np.triu(np.ones(shape, bool))
+        fill = np.eye(*shape) if lower else np.zeros(shape)
+        parts.append(n.emit1("Where", [n.const(keep, "bool"), part,
+                                       n.const(fill, n.dtype(lu))]))
+    return parts[0], parts[1]
+
+
+@rule("aten.lu_unpack.default")
+def lu_unpack(n: NodeCtx) -> Value:
+    lu, pivots = n.tensor(0), n.tensor(1)
+    _float(n, lu)
+    if not (n.arg(2, "unpack_data", True) and n.arg(3, "unpack_pivots", True)):
+        raise Unsupported(f"{n.op} (unpack_data or unpack_pivots False)")
+    low, up = _factors(n, lu)
+    return n.const(_permutations(n, pivots, n.shape(lu)[-2]), n.dtype(lu)), low, up
+
+
+@rule("aten.linalg_lu_solve.default")
+def lu_solve(n: NodeCtx) -> Value:
+    """X from A = P L U: two triangular solves and a permutation (a GEMM by the constant P),
+    as torch's: A X = B, A^T X = B (adjoint), X A = B or X A^T = B (left False) by
+    transposing."""
+    lu, pivots, b = n.tensor(0), n.tensor(1), n.tensor(2)
+    _float(n, lu, b)
+    left, adjoint = bool(n.kwargs.get("left", True)), bool(n.kwargs.get("adjoint", False))
+    if n.shape(lu)[-1] != n.shape(lu)[-2]:
+        raise n.fail(f"LU of shape {list(n.shape(lu))} is not square")
+    p = n.const(_permutations(n, pivots, n.shape(lu)[-1]), n.dtype(lu))
+    low, up = _factors(n, lu)
+    # X A = B is A^T X^T = B^T: a left solve of B^T with the adjoint flipped
+    rhs, transpose = (b, adjoint) if left else (_mt(n, b), not adjoint)
+    if not transpose:  # X = U \ (L \ (P^T B))
+        x = solve(n, low, n.emit1("MatMul", [p, rhs], {"transpose_a": True,
+                                                       "transpose_b": False}))
+        x = solve(n, up, x)
+    else:  # A^T = U^T L^T P^T: X = P (L^T \ (U^T \ B))
+        x = solve(n, _mt(n, low), solve(n, _mt(n, up), rhs))
+        x = n.emit1("MatMul", [p, x])
+    return x if left else _mt(n, x)

@@ -53,7 +53,8 @@ LINALG = ("linalg.inv", "linalg.solve", "linalg.det", "linalg.slogdet", "logdet"
           "linalg.cholesky", "cholesky_solve", "cholesky_inverse", "linalg.solve_triangular",
           "triangular_solve", "linalg.tensorinv", "linalg.tensorsolve", "linalg.matrix_power",
           "diagonal", "diagonal_scatter", "trace", "addmv", "addbmm", "nn.functional.bilinear",
-          "nn.functional.linear", "cdist", "dist", "nn.functional.pdist")
+          "nn.functional.linear", "cdist", "dist", "nn.functional.pdist", "lu_unpack",
+          "lu_solve", "linalg.lu_solve")
 
 
 def test_linalg_passing_samples_on_the_cpu_executor(tmp_path):
