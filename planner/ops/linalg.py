@@ -8,6 +8,10 @@ its own (torch.linalg's inv, solve, slogdet, cholesky and what decomposes onto t
     Cholesky       [A (..., n, n)] -> L, lower triangular with L L^T = A (A symmetric positive
                    definite; only A's lower triangle is read, as LAPACK's potrf)
 
+MatrixInverse, MatrixSolve and Cholesky with attr `info` also give torch's `_ex` forms' info
+(int32, per matrix): 0, or the 1-based pivot where the factorization met a zero pivot (LU) or
+a minor that is not positive definite (Cholesky).
+
 The kernels factor each matrix in float64 whatever the tensor's dtype (LU with partial
 pivoting, templates/common/small_linalg.h, one matrix per thread), and round once. A singular
 matrix is not an error: its zero pivot divides, so inverse and solve give inf or NaN, slogdet
@@ -92,17 +96,52 @@ def _gpu_scratch(ins: list[TensorType], outs: list[TensorType], a: Attrs) -> int
     return _scratch(ins, outs, a, _batch(ins[0]))
 
 
+def _info_type(a: TensorType, attrs: Attrs) -> list[TensorType]:
+    """The optional second output (attr `info`, torch's `_ex` forms): per matrix, 0, or k > 0
+    where the factorization failed at pivot k (1-based): LU's first zero pivot, Cholesky's
+    first leading minor that is not positive definite."""
+    return [TensorType(a.shape[:-2], "int32")] if attrs.get("info") else []
+
+
+def _first_bad(bad: np.ndarray) -> np.ndarray:
+    """Per matrix, 1 + the first True of the last axis, or 0 (always, for 0 x 0 matrices)."""
+    if bad.shape[-1] == 0:
+        return np.zeros(bad.shape[:-1], np.int32)
+    return np.where(bad.any(-1), np.argmax(bad, -1) + 1, 0).astype(np.int32)
+
+
+def _lu_info(x: np.ndarray, a: Attrs) -> list[np.ndarray]:
+    """info of the kernels' LU (partial pivoting, float64), where a pivot is exactly 0."""
+    if not a.get("info"):
+        return []
+    m = np.array(x, dtype=np.float64)
+    n = m.shape[-1]
+    zero = np.zeros(m.shape[:-1], bool)
+    with np.errstate(all="ignore"):
+        for idx in np.ndindex(m.shape[:-2]):
+            w = m[idx]
+            for k in range(n):
+                p = k + int(np.argmax(np.abs(w[k:, k])))
+                w[[k, p]] = w[[p, k]]
+                zero[idx + (k,)] = w[k, k] == 0
+                w[k + 1:, k:] -= np.outer(w[k + 1:, k] / w[k, k], w[k, k:])
+    return [_first_bad(zero)]
+
+
+_INFO = {"info": Attr("bool", False, optional=True)}
+
+
 # ---- MatrixInverse ---------------------------------------------------------------------------
 
 def _inverse_infer(ins: list[TensorType], a: Attrs) -> list[TensorType]:
     _square("MatrixInverse", ins[0])
-    return [ins[0]]
+    return [ins[0], *_info_type(ins[0], a)]
 
 
 def _inverse(xs: list[np.ndarray], a: Attrs) -> list[np.ndarray]:
     with np.errstate(all="ignore"):
         return [_solve(_wide(xs[0]), np.broadcast_to(np.eye(xs[0].shape[-1]), xs[0].shape),
-                       False).astype(xs[0].dtype)]
+                       False).astype(xs[0].dtype), *_lu_info(xs[0], a)]
 
 
 def _solve(a: np.ndarray, b: np.ndarray, transpose: bool) -> np.ndarray:
@@ -156,7 +195,7 @@ def _inverse_gradient(g: GradBuilder, node: Node, grads: list[str | None]) -> li
 
 
 register(OpDef(
-    name="MatrixInverse", arity=1, cost_class="gemm", recompute="expensive",
+    name="MatrixInverse", arity=1, cost_class="gemm", recompute="expensive", attrs=_INFO,
     infer=_inverse_infer, flops=_factor_flops, reference=_inverse, gradient=_inverse_gradient,
     scratch=_scratch, gpu_scratch=_gpu_scratch,
     doc="The inverse of each square matrix of the last two axes (LU, partial pivoting).",
@@ -173,12 +212,13 @@ def _solve_infer(ins: list[TensorType], a: Attrs) -> list[TensorType]:
             or b.shape[-2] != n:
         raise OpError(f"MatrixSolve: B must be {ins[0].dtype} of shape "
                       f"{list(ins[0].shape[:-2])} + [{n}, k], got {b.dtype} {list(b.shape)}")
-    return [b]
+    return [b, *_info_type(ins[0], a)]
 
 
 def _solve_reference(xs: list[np.ndarray], a: Attrs) -> list[np.ndarray]:
     with np.errstate(all="ignore"):
-        return [_solve(_wide(xs[0]), _wide(xs[1]), a["transpose"]).astype(xs[1].dtype)]
+        return [_solve(_wide(xs[0]), _wide(xs[1]), a["transpose"]).astype(xs[1].dtype),
+                *_lu_info(xs[0], a)]
 
 
 def _solve_gradient(g: GradBuilder, node: Node, grads: list[str | None]) -> list[str | None]:
@@ -198,7 +238,7 @@ def _solve_gradient(g: GradBuilder, node: Node, grads: list[str | None]) -> list
 
 register(OpDef(
     name="MatrixSolve", arity=2, cost_class="gemm", recompute="expensive",
-    attrs={"transpose": Attr("bool", False)},
+    attrs={"transpose": Attr("bool", False), **_INFO},
     infer=_solve_infer, flops=_factor_flops, reference=_solve_reference,
     gradient=_solve_gradient,
     scratch=_scratch, gpu_scratch=_gpu_scratch,
@@ -242,7 +282,7 @@ register(OpDef(
 
 def _cholesky_infer(ins: list[TensorType], a: Attrs) -> list[TensorType]:
     _square("Cholesky", ins[0])
-    return [ins[0]]
+    return [ins[0], *_info_type(ins[0], a)]
 
 
 def _cholesky(xs: list[np.ndarray], a: Attrs) -> list[np.ndarray]:
@@ -256,7 +296,9 @@ def _cholesky(xs: list[np.ndarray], a: Attrs) -> list[np.ndarray]:
             for i in range(j + 1, n):
                 out[..., i, j] = (x[..., i, j] - np.sum(out[..., i, :j] * out[..., j, :j],
                                                         axis=-1)) / out[..., j, j]
-    return [out.astype(xs[0].dtype)]
+    failed = np.isnan(np.diagonal(out, axis1=-2, axis2=-1))
+    info = [_first_bad(failed)] if a.get("info") else []
+    return [out.astype(xs[0].dtype), *info]
 
 
 def _cholesky_gradient(g: GradBuilder, node: Node, grads: list[str | None]) -> list[str | None]:
@@ -275,7 +317,7 @@ def _cholesky_gradient(g: GradBuilder, node: Node, grads: list[str | None]) -> l
 
 
 register(OpDef(
-    name="Cholesky", arity=1, cost_class="gemm", recompute="expensive",
+    name="Cholesky", arity=1, cost_class="gemm", recompute="expensive", attrs=_INFO,
     infer=_cholesky_infer, flops=lambda ins, outs, a: _batch(ins[0]) * ins[0].shape[-1] ** 3 // 3,
     reference=_cholesky, gradient=_cholesky_gradient, scratch=_scratch, gpu_scratch=_gpu_scratch,
     doc="Lower-triangular L with L L^T = A for each symmetric positive definite matrix.",

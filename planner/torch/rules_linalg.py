@@ -30,7 +30,8 @@ and Cholesky:
     lu_unpack, linalg_lu_solve          with pivots known at import: P a constant, L and U
                                         A's triangles, X two triangular solves and a GEMM by P
 
-The `_ex` forms' info output is not computed (an error only when read). torch's error checks
+The `_ex` forms' info is the ops' own (attr info); LU and pivots are not computed (an error
+only when read). torch's error checks
 of these ops, which torch.export threads on an effect token, are dropped when the program is
 recorded (planner/torch/record.py): a singular matrix gives inf or NaN, where torch raises.
 
@@ -326,20 +327,23 @@ def _mt(n: NodeCtx, x: str | Const) -> str:
     return n.emit1("Transpose", [x], {"perm": [*range(rank - 2), rank - 1, rank - 2]})
 
 
-def solve(n: NodeCtx, a: str | Const, b: str | Const, left: bool = True) -> str:
+def solve(n: NodeCtx, a: str | Const, b: str | Const, left: bool = True,
+          info: list[str] | None = None) -> str:
     """X with A X = B (left) or X A = B; B a matrix or, as torch.linalg.solve reads it, a
-    vector (rank 1, or A's batch shape + [n])."""
+    vector (rank 1, or A's batch shape + [n]). `info`, when given, gets the solve's info
+    output (torch's `_ex` forms)."""
     _float(n, a, b)
     sa, sb = n.shape(a), n.shape(b)
     vector = len(sb) == 1 or (len(sb) == len(sa) - 1 and sb == sa[:-1])
     if vector:
         b = _reshape(n, b, (*sb, 1) if left else (*sb[:-1], 1, sb[-1]))
-    if left:
-        a, b = _batched(n, a, b)
-        x = n.emit1("MatrixSolve", [a, b], {"transpose": False})
-    else:
-        a, b = _batched(n, a, b)
-        x = _mt(n, n.emit1("MatrixSolve", [a, _mt(n, b)], {"transpose": True}))
+    a, b = _batched(n, a, b)
+    outs = n.emit("MatrixSolve", [a, b if left else _mt(n, b)],
+                  {"transpose": not left, **({"info": True} if info is not None else {})},
+                  n_out=1 + (info is not None))
+    if info is not None:
+        info.append(outs[1])
+    x = outs[0] if left else _mt(n, outs[0])
     if not vector:
         return x
     sx = n.shape(x)
@@ -348,16 +352,19 @@ def solve(n: NodeCtx, a: str | Const, b: str | Const, left: bool = True) -> str:
 
 @rule("aten._linalg_solve_ex.default")
 def linalg_solve(n: NodeCtx) -> Value:
-    return solve(n, n.tensor(0), n.tensor(1), bool(n.arg(2, "left", True))), \
-        *(UNAVAILABLE,) * 3
+    """(X, LU, pivots, info): the LU factors are not computed (an error only when read)."""
+    info: list[str] = []
+    x = solve(n, n.tensor(0), n.tensor(1), bool(n.arg(2, "left", True)), info)
+    return x, UNAVAILABLE, UNAVAILABLE, info[0]
 
 
 @rule("aten.linalg_inv_ex.default", "aten.linalg_inv.default")
 def inverse(n: NodeCtx) -> Value:
     x = n.tensor(0)
     _float(n, x)
-    y = n.emit1("MatrixInverse", [x])
-    return y if n.op == "aten.linalg_inv.default" else (y, UNAVAILABLE)
+    if n.op == "aten.linalg_inv.default":
+        return n.emit1("MatrixInverse", [x])
+    return tuple(n.emit("MatrixInverse", [x], {"info": True}, n_out=2))
 
 
 @rule("aten._linalg_slogdet.default", "aten._linalg_det.default")
@@ -372,16 +379,14 @@ def slogdet(n: NodeCtx) -> Value:
     return n.emit1("Mul", [sign, n.emit1("Exp", [logabs])]), UNAVAILABLE, UNAVAILABLE
 
 
-def _cholesky(n: NodeCtx, x: str | Const, upper: bool) -> str:
-    _float(n, x)
-    low = n.emit1("Cholesky", [x])
-    return _mt(n, low) if upper else low
-
-
 @rule("aten.linalg_cholesky_ex.default", "aten.cholesky.default")
 def cholesky(n: NodeCtx) -> Value:
-    y = _cholesky(n, n.tensor(0), bool(n.arg(1, "upper", False)))
-    return y if n.op == "aten.cholesky.default" else (y, UNAVAILABLE)
+    x = n.tensor(0)
+    _float(n, x)
+    ex = n.op == "aten.linalg_cholesky_ex.default"
+    outs = n.emit("Cholesky", [x], {"info": True} if ex else {}, n_out=1 + ex)
+    y = _mt(n, outs[0]) if n.arg(1, "upper", False) else outs[0]
+    return (y, outs[1]) if ex else y
 
 
 def _gram(n: NodeCtx, factor: str | Const, upper: bool) -> str:

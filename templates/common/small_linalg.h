@@ -5,6 +5,8 @@
 //
 // A zero pivot is not an error: it divides, so a singular matrix's inverse and solve hold inf
 // or NaN, its slogdet sign 0 and log|det| -inf; Cholesky gives NaN from a non-positive pivot on.
+// Where the op has an int32 info output (torch's `_ex` forms), it gets the 1-based index of the
+// first zero LU pivot or failed Cholesky pivot, or 0.
 #pragma once
 #include <cmath>
 #include <cstdint>
@@ -110,23 +112,25 @@ PLANNER_HOST_DEVICE inline void lu_solve(const double* w, const int64_t* piv, in
   }
 }
 
-// Matrix m of the batch: a, b (a solve's right-hand sides) in, y (and y2: slogdet's log|det|)
-// out; work holds small_linalg_work(n) float64 values.
+// Matrix m of the batch: a, b (a solve's right-hand sides) in, y (and y2: slogdet's log|det|;
+// info, when not null) out; work holds small_linalg_work(n) float64 values.
 PLANNER_HOST_DEVICE inline void small_linalg_one(const SmallLinalgShape& s, int64_t m,
                                                  const float* a, const float* b, float* y,
-                                                 float* y2, double* work) {
+                                                 float* y2, int32_t* info, double* work) {
   const int64_t n = s.n, k = s.k;
   double* w = work;
   double* col = work + n * n;
   int64_t* piv = reinterpret_cast<int64_t*>(col + n);
   a += m * n * n;
   for (int64_t i = 0; i < n * n; ++i) w[i] = a[i];
+  int32_t failed = 0;
   if (s.op == SmallLinalg::kCholesky) {
     y += m * n * n;
     for (int64_t j = 0; j < n; ++j) {
       double d = w[j * n + j];
       for (int64_t c = 0; c < j; ++c) d -= w[j * n + c] * w[j * n + c];
       w[j * n + j] = d > 0 ? sqrt(d) : NAN;
+      if (!(d > 0) && failed == 0) failed = static_cast<int32_t>(j + 1);
       for (int64_t i = j + 1; i < n; ++i) {
         double v = w[i * n + j];
         for (int64_t c = 0; c < j; ++c) v -= w[i * n + c] * w[j * n + c];
@@ -135,9 +139,13 @@ PLANNER_HOST_DEVICE inline void small_linalg_one(const SmallLinalgShape& s, int6
     }
     for (int64_t i = 0; i < n; ++i)
       for (int64_t j = 0; j < n; ++j) y[i * n + j] = j <= i ? static_cast<float>(w[i * n + j]) : 0.0f;
+    if (info) info[m] = failed;
     return;
   }
   const int sign = lu_factor(w, piv, n);
+  for (int64_t i = n - 1; i >= 0; --i)
+    if (w[i * n + i] == 0) failed = static_cast<int32_t>(i + 1);
+  if (info) info[m] = failed;
   if (s.op == SmallLinalg::kSlogdet) {
     double sgn = sign, logabs = 0;
     for (int64_t i = 0; i < n; ++i) {

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from planner.ops import OpError, TensorType, get_op
-from tests.ops.opcheck import check_gradient, checked_reference, torch_gradients
+from tests.ops.opcheck import check_gradient, checked_reference, reference, torch_gradients
 
 torch = pytest.importorskip("torch")
 
@@ -97,3 +97,21 @@ def test_shape_errors_name_the_operand(op, shapes, attrs, message):
 def test_integer_matrices_are_refused():
     with pytest.raises(OpError, match="float"):
         get_op("MatrixInverse").infer([TensorType((2, 2), "int64")], {})
+
+
+def test_info_is_torchs():
+    """The `_ex` forms' info: the first zero LU pivot, the first failed Cholesky pivot (1-based),
+    0 for a matrix that factors; torch's for the same matrices."""
+    a = np.stack([np.array([[1.0, 2.0, 0.0], [2.0, 4.0, 1.0], [0.0, 1.0, 1.0]]),
+                  np.zeros((3, 3)), np.eye(3)])
+    info = reference("MatrixInverse", [a], {"info": True})[1]
+    np.testing.assert_array_equal(info, torch.linalg.inv_ex(torch.tensor(a)).info.numpy())
+    info = reference("MatrixSolve", [a, np.ones((3, 3, 1))], {"info": True})[1]
+    np.testing.assert_array_equal(info, torch.linalg.inv_ex(torch.tensor(a)).info.numpy())
+    spd = _spd((3, 4, 4))
+    spd[1, 1:, 1:] *= -1
+    spd[2, 3, 3] = -100.0
+    info = reference("Cholesky", [spd], {"info": True})[1]
+    assert info.dtype == np.int32
+    np.testing.assert_array_equal(info, torch.linalg.cholesky_ex(torch.tensor(spd)).info.numpy())
+    assert info.tolist() == [0, 2, 4]

@@ -13,11 +13,12 @@ namespace {
 
 __global__ void small_matrices_kernel(SmallLinalgShape s, const float* __restrict__ a,
                                       const float* __restrict__ b, float* __restrict__ y,
-                                      float* __restrict__ y2, double* __restrict__ work) {
+                                      float* __restrict__ y2, int32_t* __restrict__ info,
+                                      double* __restrict__ work) {
   const int64_t per = small_linalg_work(s.n);
   for (int64_t m = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; m < s.batch;
        m += int64_t{gridDim.x} * blockDim.x)
-    small_linalg_one(s, m, a, b, y, y2, work + m * per);
+    small_linalg_one(s, m, a, b, y, y2, info, work + m * per);
 }
 
 class SmallMatrices : public Kernel {
@@ -25,7 +26,8 @@ class SmallMatrices : public Kernel {
   explicit SmallMatrices(const Node& n)
       : s_(small_linalg_shape(n)), threads_(block_threads(n)), a_(n.in[0].id),
         b_(n.in.size() > 1 ? n.in[1].id : -1), y_(n.out[0].id),
-        y2_(n.out.size() > 1 ? n.out[1].id : -1) {
+        y2_(n.out.size() > 1 && s_.op == SmallLinalg::kSlogdet ? n.out[1].id : -1),
+        info_(n.out.size() > 1 && s_.op != SmallLinalg::kSlogdet ? n.out[1].id : -1) {
     blocks_ = blocks_for(s_.batch, threads_);
   }
   size_t scratch_bytes() const override {
@@ -36,14 +38,15 @@ class SmallMatrices : public Kernel {
     if (s_.batch == 0) return;
     small_matrices_kernel<<<blocks_, threads_, 0, r.stream>>>(
         s_, r.at<float>(a_), b_ >= 0 ? r.at<float>(b_) : nullptr, r.at<float>(y_),
-        y2_ >= 0 ? r.at<float>(y2_) : nullptr, reinterpret_cast<double*>(r.scratch));
+        y2_ >= 0 ? r.at<float>(y2_) : nullptr, info_ >= 0 ? r.at<int32_t>(info_) : nullptr,
+        reinterpret_cast<double*>(r.scratch));
     PLANNER_LAUNCHED("small matrices");
   }
 
  private:
   SmallLinalgShape s_;
   int threads_;
-  int a_, b_, y_, y2_;
+  int a_, b_, y_, y2_, info_;
   unsigned blocks_ = 1;
 };
 
