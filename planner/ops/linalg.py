@@ -5,6 +5,9 @@ its own (torch.linalg's inv, solve, slogdet, cholesky and what decomposes onto t
     MatrixSolve    [A (..., n, n), B (..., n, k)] -> X with A X = B (transpose: A^T X = B);
                    A and B share their batch axes
     MatrixSlogdet  [A (..., n, n)] -> sign (...), log|det A| (...)
+    MatrixSvd      [A (..., m, n)] -> U (..., m, k), S (..., k) descending, Vh (..., k, n),
+                   k = min(m, n): the thin SVD by one-sided Jacobi rotations in float64, each
+                   (u_j, vh_j) signed so that u_j's largest entry is positive
     Cholesky       [A (..., n, n)] -> L, lower triangular with L L^T = A (A symmetric positive
                    definite; only A's lower triangle is read, as LAPACK's potrf)
 
@@ -23,6 +26,7 @@ Gradients (derivatives.yaml's formulas, in the graph's own MatMul and these ops)
     MatrixInverse  dA = -Y^T dY Y^T
     MatrixSolve    dB = solve(A, dX, transpose flipped); dA = -dB X^T (transpose: -X dB^T)
     MatrixSlogdet  dA = dlogabs A^-T (sign has none)
+    MatrixSvd      dA = U diag(dS) Vh (the singular values' part; none through U and Vh)
     Cholesky       dA = L^-T sym(tril(L^T dL)) L^-1, sym(M) = (M + strict-lower(M)^T) / 2
 
 FLOPs: n^3 per matrix for the factorization (2/3 n^3 LU, 1/3 n^3 Cholesky, as multiply-adds
@@ -321,4 +325,67 @@ register(OpDef(
     infer=_cholesky_infer, flops=lambda ins, outs, a: _batch(ins[0]) * ins[0].shape[-1] ** 3 // 3,
     reference=_cholesky, gradient=_cholesky_gradient, scratch=_scratch, gpu_scratch=_gpu_scratch,
     doc="Lower-triangular L with L L^T = A for each symmetric positive definite matrix.",
+))
+
+
+# ---- MatrixSvd -------------------------------------------------------------------------------
+
+def _svd_infer(ins: list[TensorType], a: Attrs) -> list[TensorType]:
+    x = ins[0]
+    require_float("MatrixSvd", x, "A")
+    if x.rank < 2:
+        raise OpError(f"MatrixSvd: A must be matrices (..., m, n), got shape {list(x.shape)}")
+    *batch, m, n = x.shape
+    k = min(m, n)
+    return [TensorType((*batch, m, k), x.dtype), TensorType((*batch, k), x.dtype),
+            TensorType((*batch, k, n), x.dtype)]
+
+
+def _svd(xs: list[np.ndarray], a: Attrs) -> list[np.ndarray]:
+    """numpy.linalg.svd (thin), each pair (u_j, vh_j) signed as the kernels sign theirs: u_j's
+    entry of largest magnitude (the first such) positive."""
+    x = _wide(xs[0])
+    *batch, m, n = x.shape
+    k = min(m, n)
+    if x.size == 0:
+        u, s, vh = np.zeros((*batch, m, k)), np.zeros((*batch, k)), np.zeros((*batch, k, n))
+    else:
+        u, s, vh = np.linalg.svd(x, full_matrices=False)
+        top = np.take_along_axis(u, np.argmax(np.abs(u), axis=-2)[..., None, :], axis=-2)
+        flip = np.where(top < 0, -1.0, 1.0)
+        u, vh = u * flip, vh * np.swapaxes(flip, -1, -2)
+    return [v.astype(xs[0].dtype) for v in (u, s, vh)]
+
+
+def _svd_gradient(g: GradBuilder, node: Node, grads: list[str | None]) -> list[str | None]:
+    """dA = U diag(dS) Vh, the singular values' part of derivatives.yaml's svd_backward; the
+    singular vectors' part is not built (torch's vectors are LAPACK's choice of signs, which
+    the planner's kernels do not follow: the ATen rules never expose them)."""
+    du, ds, dvh = grads
+    if du is not None or dvh is not None:
+        raise OpError("MatrixSvd: no gradient through the singular vectors U and Vh")
+    if ds is None or not g.needs(node.inputs[0]):
+        return [None]
+    u, _, vh = node.outputs
+    k = g.type(ds).shape[-1]
+    scaled = g.emit("Mul", [u, g.emit("Reshape", [ds], {"shape": [*g.type(ds).shape[:-1], 1,
+                                                                    k]})[0]])[0]
+    return [_matmul(g, scaled, vh)]
+
+
+def _svd_scratch(ins: list[TensorType], outs: list[TensorType], a: Attrs, threads: int) -> int:
+    """A workspace per thread: A's tall orientation (r x c), the rotations (c x c), c norms."""
+    m, n = ins[0].shape[-2:]
+    r, c = max(m, n), min(m, n)
+    return threads * 8 * (r * c + c * c + c)
+
+
+register(OpDef(
+    name="MatrixSvd", arity=1, cost_class="gemm", recompute="expensive",
+    infer=_svd_infer, reference=_svd, gradient=_svd_gradient, scratch=_svd_scratch,
+    gpu_scratch=lambda ins, outs, a: _svd_scratch(ins, outs, a, _batch(ins[0])),
+    # a few Jacobi sweeps of c (c - 1) / 2 column rotations, 6 r multiply-adds each
+    flops=lambda ins, outs, a: _batch(ins[0]) * 10 * 6 * max(ins[0].shape[-2:]) *
+    min(ins[0].shape[-2:]) ** 2,
+    doc="Thin SVD A = U diag(S) Vh of each matrix of the last two axes (one-sided Jacobi).",
 ))

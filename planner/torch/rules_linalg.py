@@ -29,6 +29,8 @@ and Cholesky:
     triangular_solve                    masks, so that A's gradient stays in that triangle)
     lu_unpack, linalg_lu_solve          with pivots known at import: P a constant, L and U
                                         A's triangles, X two triangular solves and a GEMM by P
+    _linalg_svd                         MatrixSvd's singular values (svdvals, the nuclear and
+                                        2-norms, cond, matrix_rank); U and Vh are not offered
 
 The `_ex` forms' info is the ops' own (attr info); LU and pivots are not computed (an error
 only when read). torch's error checks
@@ -501,3 +503,14 @@ def lu_solve(n: NodeCtx) -> Value:
         x = solve(n, _mt(n, low), solve(n, _mt(n, up), rhs))
         x = n.emit1("MatMul", [p, x])
     return x if left else _mt(n, x)
+
+
+@rule("aten._linalg_svd.default")
+def svd(n: NodeCtx) -> Value:
+    """(U, S, Vh): S only. The singular vectors' signs are LAPACK's choice, which the planner's
+    MatrixSvd does not follow, so they are not offered (an error when read): svdvals, the
+    nuclear and 2-norms, cond and matrix_rank import."""
+    x = n.tensor(0)
+    _float(n, x)
+    _, values, _ = n.emit("MatrixSvd", [x], n_out=3)
+    return UNAVAILABLE, values, UNAVAILABLE

@@ -19,16 +19,29 @@
 
 namespace planner {
 
-enum class SmallLinalg { kInverse, kSolve, kSlogdet, kCholesky };
+enum class SmallLinalg { kInverse, kSolve, kSlogdet, kCholesky, kSvd };
 
 struct SmallLinalgShape {
   SmallLinalg op;
   int64_t batch, n, k;  // k: right-hand sides of a solve (n for an inverse)
   bool transpose;       // solve A^T X = B
+  int64_t rows = 0;     // MatrixSvd: A is rows x n
 };
 
-// float64 values of one matrix's workspace: the matrix, one column, then n int64 pivots.
-PLANNER_HOST_DEVICE inline int64_t small_linalg_work(int64_t n) { return n * n + 2 * n; }
+// float64 values of one matrix's workspace: the matrix, one column, then n int64 pivots; for
+// MatrixSvd the tall orientation of A (r x c), its right rotations (c x c) and c norms.
+PLANNER_HOST_DEVICE inline int64_t small_linalg_work(const SmallLinalgShape& s) {
+  if (s.op == SmallLinalg::kSvd) {
+    const int64_t r = s.rows > s.n ? s.rows : s.n, c = s.rows > s.n ? s.n : s.rows;
+    return r * c + c * c + c;
+  }
+  return s.n * s.n + 2 * s.n;
+}
+
+// Its second output is float values (slogdet's log|det|, the SVD's S), not an int32 info.
+inline bool has_values(const SmallLinalgShape& s) {
+  return s.op == SmallLinalg::kSlogdet || s.op == SmallLinalg::kSvd;
+}
 
 // N: a backend's kernel-factory Node.
 template <class N>
@@ -47,6 +60,9 @@ SmallLinalgShape small_linalg_shape(const N& n) {
     s.op = SmallLinalg::kSlogdet;
   } else if (op == "Cholesky") {
     s.op = SmallLinalg::kCholesky;
+  } else if (op == "MatrixSvd") {
+    s.op = SmallLinalg::kSvd;
+    s.rows = a[a.size() - 2];
   }
   return s;
 }
@@ -112,12 +128,94 @@ PLANNER_HOST_DEVICE inline void lu_solve(const double* w, const int64_t* piv, in
   }
 }
 
+// The thin SVD A = U diag(S) Vh of the rows x cols row-major a by one-sided Jacobi rotations
+// (Hestenes) of the tall orientation's columns, in float64: S descending; each pair (u_j, vh_j)
+// signed so that u_j's entry of largest magnitude (the first such) is positive, as the
+// reference signs LAPACK's; a zero singular value's u_j is 0.
+PLANNER_HOST_DEVICE inline void small_svd(const float* a, int64_t rows, int64_t cols, float* u,
+                                          float* sv, float* vh, double* work) {
+  const bool tall = rows >= cols;
+  const int64_t r = tall ? rows : cols, c = tall ? cols : rows;
+  double* w = work;             // r x c: A (tall) or A^T, rotated into U diag(S)
+  double* v = work + r * c;     // c x c: the rotations, V
+  double* norm = v + c * c;     // c: the singular values
+  for (int64_t i = 0; i < r; ++i)
+    for (int64_t j = 0; j < c; ++j) w[i * c + j] = tall ? a[i * cols + j] : a[j * cols + i];
+  for (int64_t i = 0; i < c * c; ++i) v[i] = i % (c + 1) == 0 ? 1.0 : 0.0;
+  for (int sweep = 0; sweep < 60; ++sweep) {
+    bool rotated = false;
+    for (int64_t p = 0; p + 1 < c; ++p)
+      for (int64_t q = p + 1; q < c; ++q) {
+        double alpha = 0, beta = 0, gamma = 0;
+        for (int64_t i = 0; i < r; ++i) {
+          alpha += w[i * c + p] * w[i * c + p];
+          beta += w[i * c + q] * w[i * c + q];
+          gamma += w[i * c + p] * w[i * c + q];
+        }
+        if (!(fabs(gamma) > 1e-15 * sqrt(alpha * beta))) continue;  // NaN: no rotation
+        rotated = true;
+        const double zeta = (beta - alpha) / (2 * gamma);
+        const double t = (zeta >= 0 ? 1.0 : -1.0) / (fabs(zeta) + sqrt(1 + zeta * zeta));
+        const double cs = 1 / sqrt(1 + t * t), sn = cs * t;
+        for (int64_t i = 0; i < r; ++i) {
+          const double wp = w[i * c + p], wq = w[i * c + q];
+          w[i * c + p] = cs * wp - sn * wq;
+          w[i * c + q] = sn * wp + cs * wq;
+        }
+        for (int64_t i = 0; i < c; ++i) {
+          const double vp = v[i * c + p], vq = v[i * c + q];
+          v[i * c + p] = cs * vp - sn * vq;
+          v[i * c + q] = sn * vp + cs * vq;
+        }
+      }
+    if (!rotated) break;
+  }
+  for (int64_t j = 0; j < c; ++j) {
+    double sum = 0;
+    for (int64_t i = 0; i < r; ++i) sum += w[i * c + j] * w[i * c + j];
+    norm[j] = sqrt(sum);
+  }
+  // output j takes the largest singular value left (ties: the lower column)
+  for (int64_t j = 0; j < c; ++j) {
+    int64_t best = -1;  // -1 marks a column taken (a norm is >= 0 or NaN)
+    for (int64_t i = 0; i < c; ++i)
+      if (norm[i] != -1.0 && (best < 0 || norm[i] > norm[best])) best = i;
+    const double sigma = norm[best];
+    norm[best] = -1.0;
+    // left vector w[:, best] / sigma (length r), right vector v[:, best] (length c)
+    // u_j is the left vector (tall) or the right one (A^T was factored)
+    const double* uj = tall ? w + best : v + best;
+    int64_t top = 0;
+    for (int64_t i = 1; i < (tall ? r : c); ++i)
+      if (fabs(uj[i * c]) > fabs(uj[top * c])) top = i;
+    const double flip = uj[top * c] < 0 ? -1.0 : 1.0;
+    const double scale = sigma > 0 ? flip / sigma : 0.0;
+    sv[j] = static_cast<float>(sigma);
+    for (int64_t i = 0; i < r; ++i) {
+      const float left = static_cast<float>(w[i * c + best] * scale);
+      if (tall) u[i * c + j] = left; else vh[j * cols + i] = left;
+    }
+    for (int64_t i = 0; i < c; ++i) {
+      const float right = static_cast<float>(v[i * c + best] * flip);
+      if (tall) vh[j * cols + i] = right; else u[i * c + j] = right;
+    }
+  }
+}
+
 // Matrix m of the batch: a, b (a solve's right-hand sides) in, y (and y2: slogdet's log|det|;
-// info, when not null) out; work holds small_linalg_work(n) float64 values.
+// info, when not null; MatrixSvd: U, S, Vh as y, y2, y3) out; work holds small_linalg_work(s) float64
+// values.
 PLANNER_HOST_DEVICE inline void small_linalg_one(const SmallLinalgShape& s, int64_t m,
                                                  const float* a, const float* b, float* y,
-                                                 float* y2, int32_t* info, double* work) {
+                                                 float* y2, float* y3, int32_t* info,
+                                                 double* work) {
   const int64_t n = s.n, k = s.k;
+  if (s.op == SmallLinalg::kSvd) {  // y: U, y2: S, y3: Vh
+    const int64_t c = s.rows < n ? s.rows : n;
+    small_svd(a + m * s.rows * n, s.rows, n, y + m * s.rows * c, y2 + m * c, y3 + m * c * n,
+              work);
+    return;
+  }
   double* w = work;
   double* col = work + n * n;
   int64_t* piv = reinterpret_cast<int64_t*>(col + n);

@@ -442,6 +442,7 @@ CASES: dict[str, list[tuple]] = {
     "MatrixSolve": [([((2, 4, 4), N), ((2, 4, 3), N)], {"info": True}),
                     ([((3, 3), N), ((3, 2), N)], {"transpose": True})],
     "MatrixSlogdet": [([((3, 4, 4), N)], {})],
+    "MatrixSvd": [([((2, 5, 3), N)], {}), ([((3, 4), N)], {}), ([((4, 4), N)], {})],
     # made positive definite, but for the second matrix with info (_derived)
     "Cholesky": [([((2, 5, 5), N)], {}), ([((2, 4, 4), N)], {"info": True})],
     "Fill": [([], {"shape": [2, 3], "value": 1.5})],
@@ -477,6 +478,7 @@ UNPOISONED = {
     "MatrixInverse": {0},
     "MatrixSolve": {0, 1},
     "MatrixSlogdet": {0},
+    "MatrixSvd": {0},
     "Cholesky": {0},
 }
 

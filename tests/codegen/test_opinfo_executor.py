@@ -54,7 +54,8 @@ LINALG = ("linalg.inv", "linalg.solve", "linalg.det", "linalg.slogdet", "logdet"
           "triangular_solve", "linalg.tensorinv", "linalg.tensorsolve", "linalg.matrix_power",
           "diagonal", "diagonal_scatter", "trace", "addmv", "addbmm", "nn.functional.bilinear",
           "nn.functional.linear", "cdist", "dist", "nn.functional.pdist", "lu_unpack",
-          "lu_solve", "linalg.lu_solve", "linalg.inv_ex", "linalg.solve_ex", "linalg.cholesky_ex")
+          "lu_solve", "linalg.lu_solve", "linalg.inv_ex", "linalg.solve_ex", "linalg.cholesky_ex",
+          "linalg.svdvals", "norm.nuc", "linalg.cond")
 
 
 def test_linalg_passing_samples_on_the_cpu_executor(tmp_path):

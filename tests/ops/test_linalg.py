@@ -32,6 +32,32 @@ CASES = [  # op, inputs, attrs, torch's function of the same inputs
 ]
 
 
+@pytest.mark.parametrize("shape", [(2, 5, 3), (3, 4), (4, 4)])
+def test_svd_reference_and_its_singular_values_gradient_are_torchs(shape):
+    """The thin SVD reconstructs A with orthonormal U, Vh and torch's singular values; the
+    gradient of S (the only one MatrixSvd has) is torch.linalg.svdvals' and finite
+    differences'."""
+    x = _x(shape)
+    u, s, vh = checked_reference("MatrixSvd", [x])
+    np.testing.assert_allclose(u @ (s[..., None] * vh), x, atol=1e-12)
+    k = min(shape[-2:])
+    np.testing.assert_allclose(np.swapaxes(u, -1, -2) @ u, np.broadcast_to(np.eye(k), s.shape
+                                                                           + (k,)), atol=1e-12)
+    np.testing.assert_allclose(s, torch.linalg.svdvals(torch.tensor(x)).numpy(), rtol=1e-12)
+    top = np.take_along_axis(u, np.argmax(np.abs(u), axis=-2)[..., None, :], axis=-2)
+    assert (top > 0).all()  # the sign convention the kernels share
+    grads, dys = check_gradient("MatrixSvd", [x], of=[1])
+    (want,) = torch_gradients(torch.linalg.svdvals, [x], dys, [0])
+    np.testing.assert_allclose(grads[0], want, rtol=1e-8, atol=1e-10)
+
+
+def test_svd_has_no_gradient_through_its_vectors():
+    from tests.ops.opcheck import apply_rule
+
+    with pytest.raises(OpError, match="singular vectors"):
+        apply_rule("MatrixSvd", [_x((3, 3))], of=[0])
+
+
 @pytest.mark.parametrize("op,inputs,attrs,fn", CASES, ids=[c[0] for c in CASES])
 def test_reference_is_torchs(op, inputs, attrs, fn):
     got = checked_reference(op, inputs, **attrs)
