@@ -48,6 +48,7 @@ import planner.torch.rules_index  # noqa: F401
 import planner.torch.rules_linalg  # noqa: F401
 import planner.torch.rules_pointwise  # noqa: F401
 import planner.torch.rules_pool  # noqa: F401  (pools; its PRESERVED below)
+import planner.torch.rules_products  # noqa: F401
 import planner.torch.rules_reduce  # noqa: F401  (the reductions; its PRESERVED below)
 import planner.torch.rules_sort  # noqa: F401
 from planner.graph.ir import Graph

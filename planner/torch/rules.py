@@ -26,8 +26,8 @@ from planner.importers.onnx.errors import Unsupported
 from planner.importers.onnx.values import Const
 from planner.torch.context import UNAVAILABLE, NodeCtx, Value, rule
 from planner.torch.rules_conv import conv3d
-from planner.torch.rules_linalg import scaled_sum
 from planner.torch.rules_pointwise import bool_product, cast
+from planner.torch.rules_products import scaled_sum
 from planner.torch.strided import VIEW_LIMIT, logical_index, view_ops
 
 

@@ -48,7 +48,8 @@ def test_fast_subset_passing_samples_on_the_cpu_executor(tmp_path):
 
 
 # The small-matrix ops and the diagonals, matrix-vector products and distances made of others
-# (planner/ops/linalg.py, planner/torch/rules_linalg.py): not all in the fast subset.
+# (planner/ops/linalg.py, planner/torch/rules_linalg.py, rules_products.py): not all in the
+# fast subset.
 LINALG = ("linalg.inv", "linalg.solve", "linalg.det", "linalg.slogdet", "logdet", "cholesky",
           "linalg.cholesky", "cholesky_solve", "cholesky_inverse", "linalg.solve_triangular",
           "triangular_solve", "linalg.tensorinv", "linalg.tensorsolve", "linalg.matrix_power",
