@@ -26,7 +26,8 @@ Gradients (derivatives.yaml's formulas, in the graph's own MatMul and these ops)
     MatrixInverse  dA = -Y^T dY Y^T
     MatrixSolve    dB = solve(A, dX, transpose flipped); dA = -dB X^T (transpose: -X dB^T)
     MatrixSlogdet  dA = dlogabs A^-T (sign has none)
-    MatrixSvd      dA = U diag(dS) Vh (the singular values' part; none through U and Vh)
+    MatrixSvd      dA = U (skew(U^T dU) S / E + S skew(V^T dV) / E + diag(dS)) Vh, and the
+                   parts of dU, dVh outside U's, V's span (svd_backward; E_jk = S_k^2 - S_j^2)
     Cholesky       dA = L^-T sym(tril(L^T dL)) L^-1, sym(M) = (M + strict-lower(M)^T) / 2
 
 FLOPs: n^3 per matrix for the factorization (2/3 n^3 LU, 1/3 n^3 Cholesky, as multiply-adds
@@ -358,19 +359,55 @@ def _svd(xs: list[np.ndarray], a: Attrs) -> list[np.ndarray]:
 
 
 def _svd_gradient(g: GradBuilder, node: Node, grads: list[str | None]) -> list[str | None]:
-    """dA = U diag(dS) Vh, the singular values' part of derivatives.yaml's svd_backward; the
-    singular vectors' part is not built (torch's vectors are LAPACK's choice of signs, which
-    the planner's kernels do not follow: the ATen rules never expose them)."""
+    """derivatives.yaml's svd_backward (thin SVD, real): with E_jk = S_k^2 - S_j^2 (1 on the
+    diagonal) and skew(X) = X - X^T,
+
+        G  = (skew(U^T dU) S_k + S_j skew(V^T dV)) / E + diag(dS)
+        dA = U G Vh, plus (I - U U^T) dU S^-1 Vh when m > k,
+                     or U S^-1 dVh (I - V Vh) when n > k.
+
+    It is invariant to the signs of the pairs (u_j, vh_j) where the loss is (torch's pinv),
+    and, as torch's, not defined at repeated singular values."""
     du, ds, dvh = grads
-    if du is not None or dvh is not None:
-        raise OpError("MatrixSvd: no gradient through the singular vectors U and Vh")
-    if ds is None or not g.needs(node.inputs[0]):
+    a = node.inputs[0]
+    if not g.needs(a) or (du is None and ds is None and dvh is None):
         return [None]
-    u, _, vh = node.outputs
-    k = g.type(ds).shape[-1]
-    scaled = g.emit("Mul", [u, g.emit("Reshape", [ds], {"shape": [*g.type(ds).shape[:-1], 1,
-                                                                    k]})[0]])[0]
-    return [_matmul(g, scaled, vh)]
+    u, s, vh = node.outputs
+    *batch, k = g.type(s).shape
+    m, n = g.type(a).shape[-2:]
+
+    def emit(op: str, *ins: str, **attrs) -> str:
+        return g.emit(op, list(ins), attrs)[0]
+
+    row = emit("Reshape", s, shape=[*batch, 1, k])
+    if du is None and dvh is None:  # the singular values alone: U diag(dS) Vh
+        return [_matmul(g, emit("Mul", u, emit("Reshape", ds, shape=[*batch, 1, k])), vh)]
+    col = emit("Reshape", s, shape=[*batch, k, 1])
+    lower = emit("CausalMask", emit("Fill", shape=[k, k], value=1.0, dtype=g.type(s).dtype),
+                 value=0.0)
+    eye = emit("Mul", lower, emit("Transpose", lower, perm=[1, 0]))
+    square = emit("Mul", s, s)
+    gap = emit("Add", emit("Sub", emit("Reshape", square, shape=[*batch, 1, k]),
+                           emit("Reshape", square, shape=[*batch, k, 1])), eye)
+    terms = []
+    if du is not None:
+        x = _matmul(g, u, du, ta=True)
+        terms.append(emit("Mul", emit("Sub", x, _transpose(g, x)), row))
+    if dvh is not None:
+        x = _matmul(g, vh, dvh, tb=True)  # V^T dV, dV = dVh^T
+        terms.append(emit("Mul", col, emit("Sub", x, _transpose(g, x))))
+    inner = emit("Div", terms[0] if len(terms) == 1 else emit("Add", *terms), gap)
+    if ds is not None:
+        inner = emit("Add", inner, emit("Mul", eye, emit("Reshape", ds, shape=[*batch, 1, k])))
+    if m > k and du is not None:
+        scaled = emit("Div", du, row)  # dU S^-1
+        outer = emit("Sub", scaled, _matmul(g, u, _matmul(g, u, scaled, ta=True)))
+        return [_matmul(g, emit("Add", _matmul(g, u, inner), outer), vh)]
+    if n > k and dvh is not None:
+        scaled = emit("Div", dvh, col)  # S^-1 dVh
+        outer = emit("Sub", scaled, _matmul(g, _matmul(g, scaled, vh, tb=True), vh))
+        return [_matmul(g, u, emit("Add", _matmul(g, inner, vh), outer))]
+    return [_matmul(g, u, _matmul(g, inner, vh))]
 
 
 def _svd_scratch(ins: list[TensorType], outs: list[TensorType], a: Attrs, threads: int) -> int:

@@ -184,6 +184,8 @@ def _args(v: Any, env: Mapping[str, Any]) -> Any:
         return env[v.name]
     if isinstance(v, (tuple, list)):
         return type(v)(_args(i, env) for i in v)
+    if isinstance(v, dict):  # keyword arguments (linalg_pinv's atol and rtol tensors)
+        return {k: _args(i, env) for k, i in v.items()}
     return v
 
 

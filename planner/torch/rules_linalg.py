@@ -12,6 +12,7 @@ MatrixSolve, MatrixSlogdet, Cholesky and MatrixSvd:
                                         A's triangles, X two triangular solves and a GEMM by P
     _linalg_svd                         MatrixSvd's singular values (svdvals, the nuclear and
                                         2-norms, cond, matrix_rank); U and Vh are not offered
+    linalg_pinv                         MatrixSvd, Vh^T diag(1 / S above the tolerance) U^T
 
 The `_ex` forms' info is the ops' own (attr info); LU and pivots are not computed (an error
 only when read). torch's error checks of these ops, which torch.export threads on an effect
@@ -237,3 +238,64 @@ def svd(n: NodeCtx) -> Value:
     require_floats(n, x)
     _, values, _ = n.emit("MatrixSvd", [x], n_out=3)
     return UNAVAILABLE, values, UNAVAILABLE
+
+
+def _scalar(n: NodeCtx, v: object, name: str) -> float | None:
+    """A tolerance given as a number or a constant tensor (None when absent)."""
+    if v is None or isinstance(v, (int, float)):
+        return v if v is None else float(v)
+    if isinstance(v, Const) and v.value().size == 1:
+        return float(v.value().reshape(()))
+    raise Unsupported(f"{n.op} ({name} computed in the step)")
+
+
+@rule("aten.linalg_pinv.atol_rtol_tensor", "aten.linalg_pinv.atol_rtol_float")
+def pinv(n: NodeCtx) -> Value:
+    """torch's linalg_pinv: Vh^T diag(S+) U^T with S+ = 1 / S where S > max(atol, rtol S_max),
+    else 0 (rtol: eps * max(m, n) when neither is given, 0 when only atol is), with torch's
+    gradient (pinv_backward, through _pinv_differential), not the SVD's."""
+    x = n.tensor(0)
+    require_floats(n, x)
+    if n.kwargs.get("hermitian", n.arg(3, "hermitian", False)):
+        raise Unsupported(f"{n.op} (hermitian: an eigendecomposition)")
+    atol = _scalar(n, n.kwargs.get("atol", n.arg(1, "atol")), "atol")
+    rtol = _scalar(n, n.kwargs.get("rtol", n.arg(2, "rtol")), "rtol")
+    *batch, m, cols = n.shape(x)
+    if rtol is None:
+        rtol = float(np.finfo(n.dtype(x)).eps) * max(m, cols) if atol is None else 0.0
+    k = min(m, cols)
+    u, s, vh = n.emit("MatrixSvd", [x], n_out=3)
+    tol = n.emit1("Scale", [n.emit1("Slice", [s], {"starts": [0], "ends": [1], "axes": [-1]})],
+                  {"factor": rtol})
+    if atol:
+        tol = n.emit1("Max", [tol, n.const(atol, n.dtype(x))])
+    kept = n.emit1("Greater", [s, tol])
+    inverse = n.emit1("Where", [kept, n.emit1("Reciprocal", [s]), n.const(0.0, n.dtype(x))])
+    scaled = n.emit1("Mul", [_mt(n, vh), reshape_to(n, inverse, (*batch, 1, k))])
+    p = n.emit1("StopGradient", [n.emit1("MatMul", [scaled, u], {"transpose_a": False,
+                                                                  "transpose_b": True})])
+    return n.emit1("Add", [p, _pinv_differential(n, x, p)])
+
+
+def _pinv_differential(n: NodeCtx, x: str | Const, p: str) -> str:
+    """L(A) - L(A) held (0, exactly), whose gradient is pinv's, torch's pinv_backward: L is
+    the differential of P = pinv(A) at the held A0 and P,
+
+        L(A) = -P A P + P P^T A^T (I - A0 P) + (I - P A0) A^T P^T P,
+
+    linear in A. Through the SVD the gradient would divide by gaps between singular values,
+    undefined where A is rank-deficient, where pinv's own derivative (constant rank) is not."""
+    def mm(a: str | Const, b: str | Const, ta: bool = False, tb: bool = False) -> str:
+        return n.emit1("MatMul", [a, b], {"transpose_a": ta, "transpose_b": tb})
+
+    held = n.emit1("StopGradient", [x])
+    pp = mm(p, p, tb=True)      # P P^T       (n x n)
+    ap = mm(held, p)            # A0 P        (m x m)
+    ptp = mm(p, p, ta=True)     # P^T P       (m x m)
+    pa = mm(p, held)            # P A0        (n x n)
+    xt = _mt(n, x)
+    terms = [n.emit1("Neg", [mm(mm(p, x), p)]), mm(pp, xt),
+             n.emit1("Neg", [mm(mm(pp, xt), ap)]), mm(xt, ptp),
+             n.emit1("Neg", [mm(mm(pa, xt), ptp)])]
+    total = n.emit1("AddN", terms)
+    return n.emit1("Sub", [total, n.emit1("StopGradient", [total])])

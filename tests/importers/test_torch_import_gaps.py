@@ -310,9 +310,9 @@ class Overlapping(nn.Module):
         return torch.as_strided(x.transpose(0, 1), (3, 3), (1, 1))
 
 
-class Determinant(nn.Module):
+class Eigenvalues(nn.Module):
     def forward(self, x):
-        return torch.linalg.det(x[:2, :2])
+        return torch.linalg.eigvalsh(x[:2, :2])
 
 
 class Apart(nn.Module):
@@ -327,8 +327,8 @@ class Apart(nn.Module):
 
 
 @pytest.mark.parametrize(("body", "message"), [
-    (Determinant(), "unsupported ATen ops: aten._linalg_det.default (node '_linalg_det' in "
-                    "layers.3.attn, from linalg_det)"),
+    (Eigenvalues(), "unsupported ATen ops: aten._linalg_eigh.default (node '_linalg_eigh' in "
+                    "layers.3.attn, from linalg_eigvalsh)"),
     (Apart(), "unsupported ATen ops: aten.index.Tensor (indices on non-adjacent axes [0, 2]) "
               "(node 'index' in layers.3.attn)"),
     (Overlapping(), "node 'as_strided' in layers.3.attn (aten.as_strided.default): size "

@@ -51,11 +51,33 @@ def test_svd_reference_and_its_singular_values_gradient_are_torchs(shape):
     np.testing.assert_allclose(grads[0], want, rtol=1e-8, atol=1e-10)
 
 
-def test_svd_has_no_gradient_through_its_vectors():
-    from tests.ops.opcheck import apply_rule
+@pytest.mark.parametrize("shape", [(2, 5, 3), (3, 4), (4, 4)])
+def test_svd_gradient_through_its_vectors(shape):
+    """svd_backward through U and Vh against finite differences (the kernels' signs are a
+    smooth choice away from ties), and through torch.linalg.pinv, which does not depend on
+    the signs, against torch autograd."""
+    x = _x(shape, 3)
+    check_gradient("MatrixSvd", [x], tol=1e-5)
+    from planner.graph import GraphBuilder
+    from planner.graph.autodiff import gradients
+    from planner.graph.interpret import run
 
-    with pytest.raises(OpError, match="singular vectors"):
-        apply_rule("MatrixSvd", [_x((3, 3))], of=[0])
+    b = GraphBuilder("pinv")
+    a = b.input("a", x.shape, "float64")
+    u, s, vh = b.op_n("MatrixSvd", [a])
+    k = min(shape[-2:])
+    sinv = b.op_n("Reciprocal", [s])[0]
+    scaled = b.op_n("Mul", [b.op_n("Transpose", [vh], {"perm": [*range(len(shape) - 2),
+                                                                  len(shape) - 1,
+                                                                  len(shape) - 2]})[0],
+                            b.op_n("Reshape", [sinv], {"shape": [*shape[:-2], 1, k]})[0]])[0]
+    pinv = b.op_n("MatMul", [scaled, u], {"transpose_a": False, "transpose_b": True})[0]
+    graph, names = gradients(b.build(outputs=[pinv]), wrt=[a], of=[pinv])
+    dy = _x(shape[:-2] + shape[::-1][:2], 4)
+    got = run(graph, {a: x, f"grad/{pinv}": dy}, {})
+    (want,) = torch_gradients(torch.linalg.pinv, [x], [dy], [0])
+    np.testing.assert_allclose(got[pinv], np.linalg.pinv(x), rtol=1e-9, atol=1e-10)
+    np.testing.assert_allclose(got[names[a]], want, rtol=1e-7, atol=1e-9)
 
 
 @pytest.mark.parametrize("op,inputs,attrs,fn", CASES, ids=[c[0] for c in CASES])
