@@ -10,6 +10,8 @@ its own (torch.linalg's inv, solve, slogdet, cholesky and what decomposes onto t
                    (u_j, vh_j) signed so that u_j's largest entry is positive
     Cholesky       [A (..., n, n)] -> L, lower triangular with L L^T = A (A symmetric positive
                    definite; only A's lower triangle is read, as LAPACK's potrf)
+    MatrixQr       [A (..., m, n), m >= n] -> Q (..., m, n), R (..., n, n): the reduced QR by
+                   Householder reflections signed as LAPACK's (torch's, numpy's)
 
 MatrixInverse, MatrixSolve and Cholesky with attr `info` also give torch's `_ex` forms' info
 (int32, per matrix): 0, or the 1-based pivot where the factorization met a zero pivot (LU) or
@@ -26,6 +28,7 @@ Gradients (derivatives.yaml's formulas, in the graph's own MatMul and these ops)
     MatrixInverse  dA = -Y^T dY Y^T
     MatrixSolve    dB = solve(A, dX, transpose flipped); dA = -dB X^T (transpose: -X dB^T)
     MatrixSlogdet  dA = dlogabs A^-T (sign has none)
+    MatrixQr       dA = (dQ + Q copyltu(R dR^T - dQ^T Q)) R^-T (linalg_qr_backward, m >= n)
     MatrixSvd      dA = U (skew(U^T dU) S / E + S skew(V^T dV) / E + diag(dS)) Vh, and the
                    parts of dU, dVh outside U's, V's span (svd_backward; E_jk = S_k^2 - S_j^2)
     Cholesky       dA = L^-T sym(tril(L^T dL)) L^-1, sym(M) = (M + strict-lower(M)^T) / 2
@@ -425,4 +428,68 @@ register(OpDef(
     flops=lambda ins, outs, a: _batch(ins[0]) * 10 * 6 * max(ins[0].shape[-2:]) *
     min(ins[0].shape[-2:]) ** 2,
     doc="Thin SVD A = U diag(S) Vh of each matrix of the last two axes (one-sided Jacobi).",
+))
+
+
+# ---- MatrixQr --------------------------------------------------------------------------------
+
+def _qr_infer(ins: list[TensorType], a: Attrs) -> list[TensorType]:
+    x = ins[0]
+    require_float("MatrixQr", x, "A")
+    if x.rank < 2 or x.shape[-2] < x.shape[-1]:
+        raise OpError(f"MatrixQr: A must be tall or square matrices (..., m, n), m >= n, got "
+                      f"shape {list(x.shape)}")
+    n = x.shape[-1]
+    return [x, TensorType((*x.shape[:-2], n, n), x.dtype)]
+
+
+def _qr(xs: list[np.ndarray], a: Attrs) -> list[np.ndarray]:
+    """numpy.linalg.qr (LAPACK's geqrf and orgqr: the kernels' Householder signs)."""
+    x = _wide(xs[0])
+    if x.size == 0:
+        q, r = np.zeros(x.shape), np.zeros((*x.shape[:-2], x.shape[-1], x.shape[-1]))
+    else:
+        q, r = np.linalg.qr(x)
+    return [q.astype(xs[0].dtype), r.astype(xs[0].dtype)]
+
+
+def _qr_gradient(g: GradBuilder, node: Node, grads: list[str | None]) -> list[str | None]:
+    """derivatives.yaml's linalg_qr_backward for m >= n: with M = R dR^T - dQ^T Q,
+    dA = (dQ + Q copyltu(M)) R^-T, copyltu(M) the symmetric matrix of M's lower triangle."""
+    dq, dr = grads
+    a = node.inputs[0]
+    if not g.needs(a) or (dq is None and dr is None):
+        return [None]
+    q, r = node.outputs
+    terms = []
+    if dr is not None:
+        terms.append(_matmul(g, r, dr, tb=True))
+    if dq is not None:
+        terms.append(g.emit("Neg", [_matmul(g, dq, q, ta=True)])[0])
+    m = terms[0] if len(terms) == 1 else g.emit("Add", terms)[0]
+    low = g.emit("CausalMask", [m], {"value": 0.0})[0]
+    up = _transpose(g, low)
+    sym = g.emit("Sub", [g.emit("Add", [low, up])[0],
+                         g.emit("CausalMask", [up], {"value": 0.0})[0]])[0]
+    x = _matmul(g, q, sym)
+    if dq is not None:
+        x = g.emit("Add", [dq, x])[0]
+    # X R^-T = (R^-1 X^T)^T
+    return [_transpose(g, g.emit("MatrixSolve", [r, _transpose(g, x)])[0])]
+
+
+def _qr_scratch(ins: list[TensorType], outs: list[TensorType], a: Attrs, threads: int) -> int:
+    """A workspace per thread: the vectors and R, Q, the scales (float64)."""
+    m, n = ins[0].shape[-2:]
+    return threads * 8 * (2 * m * n + n)
+
+
+register(OpDef(
+    name="MatrixQr", arity=1, cost_class="gemm", recompute="expensive",
+    infer=_qr_infer, reference=_qr, gradient=_qr_gradient, scratch=_qr_scratch,
+    gpu_scratch=lambda ins, outs, a: _qr_scratch(ins, outs, a, _batch(ins[0])),
+    # Householder: 2 n^2 (m - n/3) for R, as much again for Q
+    flops=lambda ins, outs, a: _batch(ins[0]) * 4 * ins[0].shape[-1] ** 2 *
+    max(ins[0].shape[-2] - ins[0].shape[-1] // 3, 1),
+    doc="Reduced QR A = Q R of each tall or square matrix (Householder, LAPACK's signs).",
 ))

@@ -1,5 +1,5 @@
 """torch.linalg's solvers and factorizations on planner/ops/linalg.py's MatrixInverse,
-MatrixSolve, MatrixSlogdet, Cholesky and MatrixSvd:
+MatrixSolve, MatrixSlogdet, Cholesky, MatrixSvd and MatrixQr:
 
     linalg_inv(_ex), _linalg_solve_ex   MatrixInverse, MatrixSolve (a vector B, left=False and
                                         broadcast batches reshaped, transposed, expanded)
@@ -13,6 +13,7 @@ MatrixSolve, MatrixSlogdet, Cholesky and MatrixSvd:
     _linalg_svd                         MatrixSvd's singular values (svdvals, the nuclear and
                                         2-norms, cond, matrix_rank); U and Vh are not offered
     linalg_pinv                         MatrixSvd, Vh^T diag(1 / S above the tolerance) U^T
+    linalg_qr                           MatrixQr (tall or square; modes reduced and r)
 
 The `_ex` forms' info is the ops' own (attr info); LU and pivots are not computed (an error
 only when read). torch's error checks of these ops, which torch.export threads on an effect
@@ -299,3 +300,17 @@ def _pinv_differential(n: NodeCtx, x: str | Const, p: str) -> str:
              n.emit1("Neg", [mm(mm(pa, xt), ptp)])]
     total = n.emit1("AddN", terms)
     return n.emit1("Sub", [total, n.emit1("StopGradient", [total])])
+
+
+@rule("aten.linalg_qr.default")
+def qr(n: NodeCtx) -> Value:
+    """The reduced QR of tall or square matrices (mode 'reduced'); mode 'r' gives R alone."""
+    x = n.tensor(0)
+    require_floats(n, x)
+    mode = n.arg(1, "mode", "reduced")
+    rows, cols = n.shape(x)[-2:]
+    if mode not in ("reduced", "r") or rows < cols:
+        raise Unsupported(f"{n.op} (mode {mode!r} of a {rows} x {cols} matrix)" if mode not in
+                          ("reduced", "r") else f"{n.op} (a wide {rows} x {cols} matrix)")
+    q, r = n.emit("MatrixQr", [x], n_out=2)
+    return (UNAVAILABLE if mode == "r" else q), r

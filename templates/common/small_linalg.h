@@ -19,18 +19,20 @@
 
 namespace planner {
 
-enum class SmallLinalg { kInverse, kSolve, kSlogdet, kCholesky, kSvd };
+enum class SmallLinalg { kInverse, kSolve, kSlogdet, kCholesky, kSvd, kQr };
 
 struct SmallLinalgShape {
   SmallLinalg op;
   int64_t batch, n, k;  // k: right-hand sides of a solve (n for an inverse)
   bool transpose;       // solve A^T X = B
-  int64_t rows = 0;     // MatrixSvd: A is rows x n
+  int64_t rows = 0;     // MatrixSvd, MatrixQr: A is rows x n
 };
 
 // float64 values of one matrix's workspace: the matrix, one column, then n int64 pivots; for
-// MatrixSvd the tall orientation of A (r x c), its right rotations (c x c) and c norms.
+// MatrixSvd the tall orientation of A (r x c), its right rotations (c x c) and c norms; for
+// MatrixQr A's Householder vectors and R (rows x n), Q (rows x n) and n scales.
 PLANNER_HOST_DEVICE inline int64_t small_linalg_work(const SmallLinalgShape& s) {
+  if (s.op == SmallLinalg::kQr) return 2 * s.rows * s.n + s.n;
   if (s.op == SmallLinalg::kSvd) {
     const int64_t r = s.rows > s.n ? s.rows : s.n, c = s.rows > s.n ? s.n : s.rows;
     return r * c + c * c + c;
@@ -38,9 +40,10 @@ PLANNER_HOST_DEVICE inline int64_t small_linalg_work(const SmallLinalgShape& s) 
   return s.n * s.n + 2 * s.n;
 }
 
-// Its second output is float values (slogdet's log|det|, the SVD's S), not an int32 info.
+// Its second output is float values (slogdet's log|det|, the SVD's S, QR's R), not an int32
+// info.
 inline bool has_values(const SmallLinalgShape& s) {
-  return s.op == SmallLinalg::kSlogdet || s.op == SmallLinalg::kSvd;
+  return s.op == SmallLinalg::kSlogdet || s.op == SmallLinalg::kSvd || s.op == SmallLinalg::kQr;
 }
 
 // N: a backend's kernel-factory Node.
@@ -60,8 +63,8 @@ SmallLinalgShape small_linalg_shape(const N& n) {
     s.op = SmallLinalg::kSlogdet;
   } else if (op == "Cholesky") {
     s.op = SmallLinalg::kCholesky;
-  } else if (op == "MatrixSvd") {
-    s.op = SmallLinalg::kSvd;
+  } else if (op == "MatrixSvd" || op == "MatrixQr") {
+    s.op = op == "MatrixSvd" ? SmallLinalg::kSvd : SmallLinalg::kQr;
     s.rows = a[a.size() - 2];
   }
   return s;
@@ -202,6 +205,50 @@ PLANNER_HOST_DEVICE inline void small_svd(const float* a, int64_t rows, int64_t 
   }
 }
 
+// The reduced QR A = Q R of the rows x cols (rows >= cols) row-major a by Householder
+// reflections in float64, as LAPACK's geqrf and orgqr sign them (dlarfg: R's diagonal entry is
+// minus the sign of the column's leading entry times its norm; a column already zero below
+// the diagonal is left as it is).
+PLANNER_HOST_DEVICE inline void small_qr(const float* a, int64_t rows, int64_t cols, float* q,
+                                         float* r, double* work) {
+  double* w = work;                    // rows x cols: R above the diagonal, the vectors below
+  double* acc = work + rows * cols;    // rows x cols: Q
+  double* tau = acc + rows * cols;     // cols
+  for (int64_t i = 0; i < rows * cols; ++i) w[i] = a[i];
+  for (int64_t j = 0; j < cols; ++j) {
+    const double alpha = w[j * cols + j];
+    double xnorm = 0;
+    for (int64_t i = j + 1; i < rows; ++i) xnorm += w[i * cols + j] * w[i * cols + j];
+    xnorm = sqrt(xnorm);
+    tau[j] = 0;
+    if (xnorm == 0) continue;
+    const double beta = -copysign(sqrt(alpha * alpha + xnorm * xnorm), alpha);
+    tau[j] = (beta - alpha) / beta;
+    for (int64_t i = j + 1; i < rows; ++i) w[i * cols + j] /= alpha - beta;
+    w[j * cols + j] = beta;
+    for (int64_t c = j + 1; c < cols; ++c) {  // H_j = I - tau v v^T, v = (1, w[j+1:, j])
+      double dot = w[j * cols + c];
+      for (int64_t i = j + 1; i < rows; ++i) dot += w[i * cols + j] * w[i * cols + c];
+      dot *= tau[j];
+      w[j * cols + c] -= dot;
+      for (int64_t i = j + 1; i < rows; ++i) w[i * cols + c] -= dot * w[i * cols + j];
+    }
+  }
+  for (int64_t i = 0; i < rows * cols; ++i) acc[i] = i / cols == i % cols ? 1.0 : 0.0;
+  for (int64_t j = cols - 1; j >= 0; --j)  // Q = H_0 ... H_{cols-1} I, from the last
+    for (int64_t c = j; c < cols; ++c) {
+      double dot = acc[j * cols + c];
+      for (int64_t i = j + 1; i < rows; ++i) dot += w[i * cols + j] * acc[i * cols + c];
+      dot *= tau[j];
+      acc[j * cols + c] -= dot;
+      for (int64_t i = j + 1; i < rows; ++i) acc[i * cols + c] -= dot * w[i * cols + j];
+    }
+  for (int64_t i = 0; i < rows * cols; ++i) q[i] = static_cast<float>(acc[i]);
+  for (int64_t i = 0; i < cols; ++i)
+    for (int64_t c = 0; c < cols; ++c)
+      r[i * cols + c] = c >= i ? static_cast<float>(w[i * cols + c]) : 0.0f;
+}
+
 // Matrix m of the batch: a, b (a solve's right-hand sides) in, y (and y2: slogdet's log|det|;
 // info, when not null; MatrixSvd: U, S, Vh as y, y2, y3) out; work holds small_linalg_work(s) float64
 // values.
@@ -210,6 +257,10 @@ PLANNER_HOST_DEVICE inline void small_linalg_one(const SmallLinalgShape& s, int6
                                                  float* y2, float* y3, int32_t* info,
                                                  double* work) {
   const int64_t n = s.n, k = s.k;
+  if (s.op == SmallLinalg::kQr) {  // y: Q, y2: R
+    small_qr(a + m * s.rows * n, s.rows, n, y + m * s.rows * n, y2 + m * n * n, work);
+    return;
+  }
   if (s.op == SmallLinalg::kSvd) {  // y: U, y2: S, y3: Vh
     const int64_t c = s.rows < n ? s.rows : n;
     small_svd(a + m * s.rows * n, s.rows, n, y + m * s.rows * c, y2 + m * c, y3 + m * c * n,

@@ -443,6 +443,7 @@ CASES: dict[str, list[tuple]] = {
                     ([((3, 3), N), ((3, 2), N)], {"transpose": True})],
     "MatrixSlogdet": [([((3, 4, 4), N)], {})],
     "MatrixSvd": [([((2, 5, 3), N)], {}), ([((3, 4), N)], {}), ([((4, 4), N)], {})],
+    "MatrixQr": [([((2, 5, 3), N)], {}), ([((4, 4), N)], {})],
     # made positive definite, but for the second matrix with info (_derived)
     "Cholesky": [([((2, 5, 5), N)], {}), ([((2, 4, 4), N)], {"info": True})],
     "Fill": [([], {"shape": [2, 3], "value": 1.5})],
@@ -479,6 +480,7 @@ UNPOISONED = {
     "MatrixSolve": {0, 1},
     "MatrixSlogdet": {0},
     "MatrixSvd": {0},
+    "MatrixQr": {0},
     "Cholesky": {0},
 }
 

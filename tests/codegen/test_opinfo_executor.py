@@ -56,7 +56,8 @@ LINALG = ("linalg.inv", "linalg.solve", "linalg.det", "linalg.slogdet", "logdet"
           "diagonal", "diagonal_scatter", "trace", "addmv", "addbmm", "nn.functional.bilinear",
           "nn.functional.linear", "cdist", "dist", "nn.functional.pdist", "lu_unpack",
           "lu_solve", "linalg.lu_solve", "linalg.inv_ex", "linalg.solve_ex", "linalg.cholesky_ex",
-          "linalg.svdvals", "norm.nuc", "linalg.cond", "linalg.pinv", "linalg.pinv.singular")
+          "linalg.svdvals", "norm.nuc", "linalg.cond", "linalg.pinv", "linalg.pinv.singular",
+          "linalg.qr", "qr")
 
 
 def test_linalg_passing_samples_on_the_cpu_executor(tmp_path):

@@ -29,6 +29,8 @@ CASES = [  # op, inputs, attrs, torch's function of the same inputs
      lambda a, b: torch.linalg.solve(a.mT, b)),
     ("MatrixSlogdet", [_x((3, 4, 4))], {}, torch.linalg.slogdet),
     ("Cholesky", [_spd((2, 4, 4))], {}, torch.linalg.cholesky),
+    ("MatrixQr", [_x((2, 5, 3))], {}, torch.linalg.qr),
+    ("MatrixQr", [_x((4, 4), 2)], {}, torch.linalg.qr),
 ]
 
 

@@ -1,4 +1,4 @@
-// MatrixInverse, MatrixSolve, MatrixSlogdet, Cholesky and MatrixSvd (planner/ops/linalg.py): the matrices
+// MatrixInverse, MatrixSolve, MatrixSlogdet, Cholesky, MatrixSvd and MatrixQr (planner/ops/linalg.py): the matrices
 // of the batch split between threads, each factored by common/small_linalg.h in its thread's
 // part of the scratch.
 #include <omp.h>
@@ -54,6 +54,7 @@ PLANNER_REGISTER_KERNELS(linalg) {
   r["MatrixSlogdet"] = small_matrices;
   r["Cholesky"] = small_matrices;
   r["MatrixSvd"] = small_matrices;
+  r["MatrixQr"] = small_matrices;
 }
 
 }  // namespace planner

@@ -1,4 +1,4 @@
-// MatrixInverse, MatrixSolve, MatrixSlogdet, Cholesky and MatrixSvd on the GPU (planner/ops/linalg.py):
+// MatrixInverse, MatrixSolve, MatrixSlogdet, Cholesky, MatrixSvd and MatrixQr on the GPU (planner/ops/linalg.py):
 // one thread per matrix of the batch, each factoring its matrix with common/small_linalg.h
 // (the CPU kernel's functions) in its own float64 workspace of the op's scratch. Meant for
 // the small matrices torch.linalg's training uses see: a batch of large matrices runs one
@@ -63,6 +63,7 @@ PLANNER_REGISTER_KERNELS(linalg) {
   r["MatrixSlogdet"] = small_matrices;
   r["Cholesky"] = small_matrices;
   r["MatrixSvd"] = small_matrices;
+  r["MatrixQr"] = small_matrices;
 }
 
 }  // namespace planner
