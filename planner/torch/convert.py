@@ -9,8 +9,8 @@
    torch.roll, which decomposes to gathers too (it becomes two Slices and a Concat), lerp,
    logaddexp, xlogy and isfinite, one row each of the pointwise table
    (planner/ops/pointwise_table.py), the reductions rules_reduce.py keeps whole (all,
-   logsumexp, nansum, nanmean) and max_unpool (rules_pool.py: its decomposition writes through
-   index_put),
+   logsumexp, nansum, nanmean), max_unpool (rules_pool.py: its decomposition writes through
+   index_put) and one_hot (rules_onehot.py: its decomposition asserts, which no op does),
    so a linear layer is one GEMM with its weight transposed in place and the loss is the
    planner's loss op, whose gradient make_training_graph knows. The decomposed program is
    then recorded (planner/torch/record.py); a .pt2 file arrives as such a record already
@@ -46,6 +46,7 @@ import numpy as np
 import planner.torch.rules  # noqa: F401  (registering the rules)
 import planner.torch.rules_index  # noqa: F401
 import planner.torch.rules_linalg  # noqa: F401
+import planner.torch.rules_onehot  # noqa: F401  (F.one_hot; its PRESERVED below)
 import planner.torch.rules_pointwise  # noqa: F401
 import planner.torch.rules_pool  # noqa: F401  (pools; its PRESERVED below)
 import planner.torch.rules_products  # noqa: F401
@@ -73,7 +74,8 @@ PRESERVED = ("linear.default", *LOSS_PRESERVED, *RANDOM_PRESERVED, "dropout.defa
              "isfinite.default",
              # detach() decomposes to alias, which passes the gradient on: a StopGradient
              "detach.default",
-             *planner.torch.rules_reduce.PRESERVED, *planner.torch.rules_pool.PRESERVED)
+             *planner.torch.rules_reduce.PRESERVED, *planner.torch.rules_pool.PRESERVED,
+             *planner.torch.rules_onehot.ONEHOT_PRESERVED)
 
 
 @dataclass(frozen=True)
