@@ -213,11 +213,13 @@ def bucket_members(graph: Graph, plan: dict[str, Any]) -> list[str]:
         return []
     producer = {o: n for n in graph.nodes for o in n.outputs}
     reduced = {o for n in reducing for o in n.outputs}
-    # A gradient made of reduced ones alone (unscaled, clipped) is reduced too.
+    # A gradient made of reduced ones alone (unscaled, clipped: the shards' clip too) is
+    # reduced too.
     derived = set(reduced)
     for n in graph.nodes:
         grads = [t for t in n.inputs if graph.tensor_map[t].role == "grad"]
-        if n.op not in COLLECTIVE_OPS and grads and all(t in derived for t in grads):
+        if (n.op not in COLLECTIVE_OPS or n.op == "ShardedClipGradNorm") and grads \
+                and all(t in derived for t in grads):
             derived.update(n.outputs)
     problems = []
     bucket_of: dict[str, str] = {}
