@@ -43,6 +43,7 @@ from planner.ops import (  # noqa: F401, E402
     group_norm,
     index,
     layer_norm,
+    linalg,
     log_softmax,
     loss,
     loss_scale,

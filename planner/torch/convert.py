@@ -46,9 +46,11 @@ import numpy as np
 
 import planner.torch.rules  # noqa: F401  (registering the rules)
 import planner.torch.rules_index  # noqa: F401
+import planner.torch.rules_linalg  # noqa: F401
 import planner.torch.rules_onehot  # noqa: F401  (F.one_hot; its PRESERVED below)
 import planner.torch.rules_pointwise  # noqa: F401
 import planner.torch.rules_pool  # noqa: F401  (pools; its PRESERVED below)
+import planner.torch.rules_products  # noqa: F401
 import planner.torch.rules_reduce  # noqa: F401  (the reductions; its PRESERVED below)
 import planner.torch.rules_sort  # noqa: F401
 import planner.torch.rules_views  # noqa: F401
@@ -189,7 +191,7 @@ def _args(v: Any, env: Mapping[str, Any]) -> Any:
         return env[v.name]
     if isinstance(v, (tuple, list)):
         return type(v)(_args(i, env) for i in v)
-    if isinstance(v, dict):  # keyword arguments (segment_reduce's lengths)
+    if isinstance(v, dict):  # keyword arguments (segment_reduce's lengths, pinv's atol/rtol)
         return {k: _args(i, env) for k, i in v.items()}
     return v
 

@@ -28,6 +28,7 @@ from planner.torch.context import UNAVAILABLE, NodeCtx, Value, rule
 from planner.torch.rules_conv import conv3d
 from planner.torch.rules_index import gather_positions, strided_positions
 from planner.torch.rules_pointwise import bool_product, cast
+from planner.torch.rules_products import scaled_sum
 from planner.torch.rules_views import padded_by_index
 from planner.torch.strided import VIEW_LIMIT, logical_index, view_ops
 
@@ -583,28 +584,11 @@ def _matmul_rank(n: NodeCtx, *vs: str | Const) -> None:
         raise Unsupported(f"{n.op} (rank-1 operand)")
 
 
-@rule("aten.linear.default")
-def linear(n: NodeCtx) -> Value:
-    x, w, b = n.tensor(0), n.tensor(1), n.arg(2, "bias")
-    _matmul_rank(n, x, w)
-    y = n.emit1("MatMul", [x, w], {"transpose_a": False, "transpose_b": True})
-    return y if b is None else n.emit1("BiasAdd", [y, b], {"axis": len(n.shape(y)) - 1})
-
-
 @rule("aten.addmm.default")
 def addmm(n: NodeCtx) -> Value:
     bias, a, b = n.tensor(0), n.tensor(1), n.tensor(2)
-    beta, alpha = n.kwargs.get("beta", 1), n.kwargs.get("alpha", 1)
-    y = n.emit1("MatMul", [a, b])
-    if alpha != 1:
-        y = n.emit1("Scale", [y], {"factor": float(alpha)})
-    if beta == 0:
-        return y
-    if beta != 1:
-        bias = n.emit1("Scale", [bias], {"factor": float(beta)})
-    if n.shape(bias) == n.shape(y)[-1:]:
-        return n.emit1("BiasAdd", [y, bias], {"axis": 1})
-    return n.emit1("Add", [y, bias])
+    return scaled_sum(n, bias, n.emit1("MatMul", [a, b]), n.kwargs.get("beta", 1),
+                      n.kwargs.get("alpha", 1))
 
 
 @rule("aten.mm.default", "aten.bmm.default", "aten.matmul.default")

@@ -315,9 +315,9 @@ class Grown(nn.Module):
         return x.clone().resize_(5, 5)
 
 
-class Determinant(nn.Module):
+class Eigenvalues(nn.Module):
     def forward(self, x):
-        return torch.linalg.det(x[:2, :2])
+        return torch.linalg.eigvalsh(x[:2, :2])
 
 
 class Apart(nn.Module):
@@ -332,8 +332,8 @@ class Apart(nn.Module):
 
 
 @pytest.mark.parametrize(("body", "message"), [
-    (Determinant(), "unsupported ATen ops: aten._linalg_det.default (node '_linalg_det' in "
-                    "layers.3.attn, from linalg_det)"),
+    (Eigenvalues(), "unsupported ATen ops: aten._linalg_eigh.default (node '_linalg_eigh' in "
+                    "layers.3.attn, from linalg_eigvalsh)"),
     (Apart(), "unsupported ATen ops: aten.index.Tensor (indices on non-adjacent axes [0, 2]) "
               "(node 'index' in layers.3.attn)"),
     (Grown(), "node 'resize' in layers.3.attn, from resize_ (aten.resize.default): resizing "
