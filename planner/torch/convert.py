@@ -49,6 +49,7 @@ import planner.torch.rules_pointwise  # noqa: F401
 import planner.torch.rules_pool  # noqa: F401  (pools; its PRESERVED below)
 import planner.torch.rules_reduce  # noqa: F401  (the reductions; its PRESERVED below)
 import planner.torch.rules_sort  # noqa: F401
+import planner.torch.rules_special  # noqa: F401
 from planner.graph.ir import Graph
 from planner.graph.validate import check_graph
 from planner.importers.onnx.context import Importer
@@ -71,7 +72,8 @@ PRESERVED = ("linear.default", *LOSS_PRESERVED, *RANDOM_PRESERVED, "dropout.defa
              "isfinite.default",
              # detach() decomposes to alias, which passes the gradient on: a StopGradient
              "detach.default",
-             *planner.torch.rules_reduce.PRESERVED, *planner.torch.rules_pool.PRESERVED)
+             *planner.torch.rules_reduce.PRESERVED, *planner.torch.rules_pool.PRESERVED,
+             *planner.torch.rules_special.PRESERVED)
 
 
 @dataclass(frozen=True)
