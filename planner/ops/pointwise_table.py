@@ -164,7 +164,7 @@ class Row:
     formula   y = formula(m, xs, p)[0], as Pointwise.formula (one output)
     arity     inputs (all of one dtype, broadcast as numpy)
     accepts   "float", "numeric" (and int64, int32) or "any" (and bool): the input dtypes
-    out       "same" (the input's dtype) or "bool"
+    out       "same" (the input's dtype), "bool" or "int32" (frexp's exponent)
     grads     per input, its derivative d(m, xs, y), 1 (dy passes on unchanged) or None (no
               gradient: torch's is zero); grads=None: no input has one (piecewise constant ops,
               predicates)
@@ -194,7 +194,7 @@ class Row:
         return ACCEPTS[self.accepts]
 
     def out_dtype(self, dtype: str) -> str:
-        return "bool" if self.out == "bool" else dtype
+        return dtype if self.out == "same" else self.out
 
     def signatures(self) -> tuple[str, ...]:
         """Pointwise signatures ("float32,float32->bool") of its kernels."""
@@ -504,7 +504,7 @@ def _infer(row: Row) -> Callable[[list[TensorType], Attrs], list[TensorType]]:
 def reference_of(formula: Formula, out: str) -> Callable[[list[np.ndarray], Attrs],
                                                          list[np.ndarray]]:
     """The numpy reference of a formula: evaluated over NUMPY (a low float in float32, rounded
-    once), broadcast to the inputs' shape, in the output dtype ("same" or "bool")."""
+    once), broadcast to the inputs' shape, in the output dtype ("same", "bool", "int32")."""
     def reference(xs: list[np.ndarray], a: Attrs) -> list[np.ndarray]:
         xs = [np.asarray(x) for x in xs]
         dtype = xs[0].dtype
@@ -512,7 +512,7 @@ def reference_of(formula: Formula, out: str) -> Callable[[list[np.ndarray], Attr
         with np.errstate(all="ignore"):
             ys = formula(NUMPY, work, dict(a))
         shape = np.broadcast_shapes(*(x.shape for x in xs))
-        want = np.dtype(bool) if out == "bool" else dtype
+        want = dtype if out == "same" else np.dtype(out)
         return [np.broadcast_to(np.asarray(y), shape).astype(want) for y in ys]
 
     return reference

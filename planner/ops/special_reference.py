@@ -1,7 +1,7 @@
 """The numpy references of the special functions the pointwise table's rows call as
 m.call("planner_<name>", ...): scipy.special's, with torch's conventions where the two differ:
-the polynomials' float degree truncated toward zero, zero for a negative degree, Hermite
-polynomials NaN above degree 128 (torch's float32 kernels); the incomplete gamma functions'
+the polynomials' float degree truncated toward zero, zero for a negative, NaN or infinite
+degree, Hermite polynomials NaN above degree 128 (torch's float32 kernels); the incomplete gamma functions'
 edge cases in torch's order (x = 0 first, then infinite a, then infinite x, NaN after);
 zeta(x, +inf) NaN (but zeta(1, q) = inf). At x = +-inf a polynomial of degree k >= 1 is its limit, +-inf (where
 torch's recurrence meets inf - inf and gives NaN). The executors' kernels call the
@@ -43,18 +43,19 @@ def _float64(fn: Callable[..., np.ndarray]) -> Callable[..., np.ndarray]:
 
 def _polynomial(fn: Callable[[np.ndarray, np.ndarray], np.ndarray],
                 limit: int = POLYNOMIAL_DEGREE_LIMIT, alternating: bool = False):
-    """P_n(x) of a float degree n: truncated toward zero; 0 below zero; NaN for NaN or a degree
-    past `limit`; at x = +-inf the limit by the leading coefficient's sign (positive, or
-    (-1)^k: `alternating`) and the degree's parity."""
+    """P_n(x) of a float degree n: truncated toward zero; 0 below zero and for a NaN or
+    infinite degree (torch's Hermite rule: -1); NaN past `limit`; at x = +-inf the limit by the
+    leading coefficient's sign (positive, or (-1)^k: `alternating`) and the degree's parity."""
     def apply(x: np.ndarray, n: np.ndarray) -> np.ndarray:
         x, n = np.broadcast_arrays(x, np.trunc(n))
-        bad = np.isnan(n) | (n > limit)
+        n = np.where(np.isfinite(n), n, -1.0)
+        bad = n > limit
         k = np.where(bad | (n < 0), 0, n).astype(np.int64)
         out = fn(k, np.where(np.isinf(x), 0.0, x))
         odd = k % 2 == 1
         negative = (x < 0) & odd ^ (alternating & odd)
         limit_value = np.where(k == 0, 1.0, np.where(negative, -np.inf, np.inf))
-        out = np.where(np.isinf(x), limit_value, out)
+        out = np.where(np.isinf(x), limit_value, np.where(k == 0, 1.0, out))  # P_0 = 1, at NaN too
         return np.where(bad, np.nan, np.where(n < 0, 0.0, out))
 
     return _float64(apply)
@@ -129,6 +130,9 @@ SPECIAL_FUNCTIONS: dict[str, Callable[..., np.ndarray]] = {
     "planner_igammac": _incomplete_gamma(lower=False),
     # polygamma(n, x), n a whole number >= 1 (the row's constant)
     "planner_polygamma": lambda n, x: _float64(_polygamma)(np.asarray(n, np.asarray(x).dtype), x),
+    # frexp's parts (the exponent as a float: the row casts it to int32)
+    "planner_frexp_mantissa": lambda x: np.frexp(x)[0],
+    "planner_frexp_exponent": lambda x: np.frexp(x)[1].astype(np.asarray(x).dtype),
     "planner_chebyshev_t": _polynomial(sc.eval_chebyt),
     "planner_chebyshev_u": _polynomial(_chebyshev_u),
     "planner_chebyshev_v": _polynomial(_chebyshev_v),

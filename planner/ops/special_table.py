@@ -102,6 +102,15 @@ ROWS: tuple[Row, ...] = (
                                         - y * (_sign(m, xs[0]) + 1.0 / xs[0])),),
         uses_y=True, flops=30, aten=("special_i1e.default",)),
     *(_polygamma_row(n) for n in POLYGAMMA_ORDERS),
+    # torch.frexp's two outputs (the mantissa's derivative is 2^-exponent, torch's)
+    Row("FrexpMantissa", _call1("planner_frexp_mantissa"),
+        "y = x's mantissa m, x = m 2^e with |m| in [0.5, 1) (x for 0, inf and NaN).",
+        grads=(lambda m, xs, y: m.call("exp2", -m.call("planner_frexp_exponent", xs[0])),),
+        flops=2),
+    Row("FrexpExponent",
+        lambda m, xs, p: [m.cast(m.call("planner_frexp_exponent", xs[0]), "int32")],
+        "y = x's exponent e (int32), x = m 2^e with |m| in [0.5, 1) (0 for 0, inf and NaN).",
+        out="int32", flops=2),
     Row("Igamma", _call2("planner_igamma"),
         "y = P(a, x), the regularized lower incomplete gamma function: [a, x].", arity=2,
         grads=(None, lambda m, xs, y: _gamma_density(m, xs[0], xs[1])), flops=60,
@@ -170,3 +179,7 @@ ROWS = tuple(dataclasses.replace(row, blocks=(256,)) for row in ROWS)
 
 for _row in ROWS:
     register_row(_row)
+
+# the ops these rows define (theirs and their gradient ops'): kernels calling special_math.h
+OPS = frozenset(name for row in ROWS for name in (
+    row.name, *(row.grad_name(k) for k, d in enumerate(row.grads or ()) if d not in (None, 1))))

@@ -41,6 +41,12 @@ def polygamma(n: NodeCtx) -> Value:
     return n.emit1(f"Polygamma{order}", [x])
 
 
+@rule("aten.frexp.Tensor")
+def frexp(n: NodeCtx) -> Value:
+    x = _float_input(n, 0)
+    return n.emit1("FrexpMantissa", [x]), n.emit1("FrexpExponent", [x])
+
+
 @rule("aten.special_modified_bessel_i0.default", "aten.special_modified_bessel_i1.default")
 def modified_bessel_i(n: NodeCtx) -> Value:
     op = "I0" if n.op.endswith("i0.default") else "I1"

@@ -2,19 +2,41 @@
 // definition for both executors: the CPU runtime's generated functors
 // (kernels/pointwise_table.cpp) and the TVM-generated CUDA kernels (tvm_pointwise.cuh) call the
 // `planner_<name>f` functions at the end, which compute in double and round once to float.
+// The numpy reference of each row is scipy.special's, not this file: tests hold the two equal
+// (tests/ops/test_special_functions.py).
 //
-// The algorithms are PyTorch's (aten/src/ATen/native/Math.h, BSD-3-Clause, Copyright (c)
-// Facebook, Inc. and its affiliates), ported with its coefficient tables so that results follow
-// torch's to float32 rounding: the Cephes Math Library's (Copyright (c) 2018, Steven Moshier;
-// 3-Clause BSD: redistribution with this notice; provided "as is" without warranty) for zeta,
-// ndtri, the Bessel, modified Bessel and Airy functions, and the polynomial recurrences;
-// erfinv from Gary L. Pavlis's erfinv.c (Copyright (c) 2014 Indiana University, New BSD
-// license, same terms). erfcx, the incomplete gamma functions and polygamma are this file's own:
-// exp(x^2) erfc(x) in double with Laplace's continued fraction beyond x = 25; the regularized
-// incomplete gamma by its series, Lentz's continued fraction or DLMF 8.7.3 where torch picks each;
-// polygamma(n, x) = (-1)^(n+1) n! zeta(n + 1, x).
+// The algorithms and coefficient tables of zeta, ndtri, erfinv, the Bessel, modified Bessel and
+// Airy functions and the polynomial recurrences are PyTorch's (aten/src/ATen/native/Math.h),
+// themselves from the Cephes Math Library and, for erfinv, Gary L. Pavlis's erfinv.c; with one
+// change: Cephes evaluates the asymptotic denominators of J0, J1, Y0, Y1 and Ai with an implicit
+// leading coefficient of 1 (p1evl), which torch's loops drop (its J0..Y1 are up to 9e-7 off past
+// |x| = 5, its Ai 3e-6 below -2.09); here they keep it. erfcx, the incomplete gamma functions
+// and polygamma are this file's own: exp(x^2) erfc(x) in double with Laplace's continued
+// fraction beyond x = 25; the regularized incomplete gamma functions by their series, Lentz's
+// continued fraction or DLMF 8.7.3, chosen as torch chooses; polygamma(n, x) =
+// (-1)^(n+1) n! zeta(n + 1, x).
 //
-// The numpy reference of each row is scipy.special's, not this file: tests hold the two equal.
+// Copyright (c) 2016- Facebook, Inc. and its affiliates (PyTorch); Copyright (c) 2018, Steven
+// Moshier (Cephes); Copyright (c) 2014 Indiana University (erfinv.c, written by Gary L. Pavlis).
+// All rights reserved. Redistribution and use in source and binary forms, with or without
+// modification, are permitted provided that the following conditions are met:
+// * Redistributions of source code must retain the above copyright notice, this list of
+//   conditions and the following disclaimer.
+// * Redistributions in binary form must reproduce the above copyright notice, this list of
+//   conditions and the following disclaimer in the documentation and/or other materials
+//   provided with the distribution.
+// * Neither the names of the copyright holders nor the names of their contributors may be used
+//   to endorse or promote products derived from this software without specific prior written
+//   permission.
+// THIS SOFTWARE IS PROVIDED BY THE COPYRIGHT HOLDERS AND CONTRIBUTORS "AS IS" AND ANY EXPRESS OR
+// IMPLIED WARRANTIES, INCLUDING, BUT NOT LIMITED TO, THE IMPLIED WARRANTIES OF MERCHANTABILITY
+// AND FITNESS FOR A PARTICULAR PURPOSE ARE DISCLAIMED. IN NO EVENT SHALL THE COPYRIGHT HOLDERS OR
+// CONTRIBUTORS BE LIABLE FOR ANY DIRECT, INDIRECT, INCIDENTAL, SPECIAL, EXEMPLARY, OR
+// CONSEQUENTIAL DAMAGES (INCLUDING, BUT NOT LIMITED TO, PROCUREMENT OF SUBSTITUTE GOODS OR
+// SERVICES; LOSS OF USE, DATA, OR PROFITS; OR BUSINESS INTERRUPTION) HOWEVER CAUSED AND ON ANY
+// THEORY OF LIABILITY, WHETHER IN CONTRACT, STRICT LIABILITY, OR TORT (INCLUDING NEGLIGENCE OR
+// OTHERWISE) ARISING IN ANY WAY OUT OF THE USE OF THIS SOFTWARE, EVEN IF ADVISED OF THE
+// POSSIBILITY OF SUCH DAMAGE.
 #pragma once
 
 #include <cmath>
@@ -427,7 +449,7 @@ inline PLANNER_HOST_DEVICE T airy_ai_forward(T x) {
             afn = afn * (z * z) + AFN[index];
         }
 
-        T afd = 0.0;
+        T afd = 1.0;
 
         for (uint8_t index = 0; index <= 8; index++) {
             afd = afd * (z * z) + AFD[index];
@@ -439,7 +461,7 @@ inline PLANNER_HOST_DEVICE T airy_ai_forward(T x) {
             agn = agn * (z * z) + AGN[index];
         }
 
-        T agd = 0.0;
+        T agd = 1.0;
 
         for (uint8_t index = 0; index <= 10 - 1; index++) {
             agd = agd * (z * z) + AGD[index];
@@ -609,7 +631,7 @@ inline PLANNER_HOST_DEVICE T bessel_j0_forward(T x) {
         qp = qp * (T(25.0) / (x * x)) + QP[index];
     }
 
-    T qq = 0.0;
+    T qq = 1.0;
 
     for (uint8_t index = 0; index <= 6; index++) {
         qq = qq * (T(25.0) / (x * x)) + QQ[index];
@@ -717,7 +739,7 @@ inline PLANNER_HOST_DEVICE T bessel_j1_forward(T x) {
         qp = qp * (T(5.0) / x * (T(5.0) / x)) + QP[index];
     }
 
-    T qq = 0.0;
+    T qq = 1.0;
 
     for (uint8_t index = 0; index <= 6; index++) {
         qq = qq * (T(5.0) / x * (T(5.0) / x)) + QQ[index];
@@ -832,7 +854,7 @@ inline PLANNER_HOST_DEVICE T bessel_y0_forward(T x) {
         qp = qp * (T(25.0) / (x * x)) + QP[index];
     }
 
-    T qq = 0.0;
+    T qq = 1.0;
 
     for (uint8_t index = 0; index <= 6; index++) {
         qq = qq * (T(25.0) / (x * x)) + QQ[index];
@@ -946,7 +968,7 @@ inline PLANNER_HOST_DEVICE T bessel_y1_forward(T x) {
         qp = qp * (T(5.0) / x * (T(5.0) / x)) + QP[index];
     }
 
-    T qq = 0.0;
+    T qq = 1.0;
 
     for (uint8_t index = 0; index <= 6; index++) {
         qq = qq * (T(5.0) / x * (T(5.0) / x)) + QQ[index];
@@ -994,10 +1016,6 @@ inline PLANNER_HOST_DEVICE T chebyshev_polynomial_t_forward(T x, int64_t n) {
     return r;
 } // chebyshev_polynomial_t_forward(T x, int64_t n)
 
-template<typename T>
-inline PLANNER_HOST_DEVICE T chebyshev_polynomial_t_forward(T x, T n) {
-    return chebyshev_polynomial_t_forward(x, static_cast<int64_t>(n));
-} // chebyshev_polynomial_t_forward(T x, T n)
 
 template<typename T>
 inline PLANNER_HOST_DEVICE T chebyshev_polynomial_u_forward(T x, int64_t n) {
@@ -1042,10 +1060,6 @@ inline PLANNER_HOST_DEVICE T chebyshev_polynomial_u_forward(T x, int64_t n) {
     return r;
 } // chebyshev_polynomial_u_forward(T x, int64_t n)
 
-template<typename T>
-inline PLANNER_HOST_DEVICE T chebyshev_polynomial_u_forward(T x, T n) {
-    return chebyshev_polynomial_u_forward(x, static_cast<int64_t>(n));
-} // chebyshev_polynomial_u_forward(T x, T n)
 
 template<typename T>
 inline PLANNER_HOST_DEVICE T chebyshev_polynomial_v_forward(T x, int64_t n) {
@@ -1098,10 +1112,6 @@ inline PLANNER_HOST_DEVICE T chebyshev_polynomial_v_forward(T x, int64_t n) {
     return r;
 } // chebyshev_polynomial_v_forward(T x, int64_t n)
 
-template<typename T>
-inline PLANNER_HOST_DEVICE T chebyshev_polynomial_v_forward(T x, T n) {
-    return chebyshev_polynomial_v_forward(x, static_cast<int64_t>(n));
-} // chebyshev_polynomial_v_forward(T x, T n)
 
 template<typename T>
 inline PLANNER_HOST_DEVICE T chebyshev_polynomial_w_forward(T x, int64_t n) {
@@ -1158,10 +1168,6 @@ inline PLANNER_HOST_DEVICE T chebyshev_polynomial_w_forward(T x, int64_t n) {
     return r;
 } // chebyshev_polynomial_w_forward(T x, int64_t n)
 
-template<typename T>
-inline PLANNER_HOST_DEVICE T chebyshev_polynomial_w_forward(T x, T n) {
-    return chebyshev_polynomial_w_forward(x, static_cast<int64_t>(n));
-} // chebyshev_polynomial_w_forward(T x, T n)
 
 
 template<typename T>
@@ -1195,15 +1201,7 @@ inline PLANNER_HOST_DEVICE T hermite_polynomial_h_forward(T x, int64_t n) {
     return r;
 } // hermite_polynomial_h_forward(T x, int64_t n)
 
-template<typename T, bool is_cuda=false, std::enable_if_t<!std::is_floating_point_v<T>, int> = 0>
-inline PLANNER_HOST_DEVICE T hermite_polynomial_h_forward(T x, T n) {
-    return hermite_polynomial_h_forward(x, static_cast<int64_t>(n));
-} // hermite_polynomial_h_forward(T x, T n)
 
-template<typename T, bool is_cuda=false, std::enable_if_t<std::is_floating_point_v<T>, int> = 0>
-inline PLANNER_HOST_DEVICE T hermite_polynomial_h_forward(T x, T n) {
-    return hermite_polynomial_h_forward(x, (!std::isinf(n) && !std::isnan(n)) ? static_cast<int64_t>(n) : static_cast<int64_t>(-1));
-} // hermite_polynomial_h_forward(T x, T n)
 
 template<typename T>
 inline PLANNER_HOST_DEVICE T hermite_polynomial_he_forward(T x, int64_t n) {
@@ -1236,10 +1234,6 @@ inline PLANNER_HOST_DEVICE T hermite_polynomial_he_forward(T x, int64_t n) {
     return r;
 } // hermite_polynomial_he_forward(T x, int64_t n)
 
-template<typename T>
-inline PLANNER_HOST_DEVICE T hermite_polynomial_he_forward(T x, T n) {
-    return hermite_polynomial_he_forward(x, static_cast<int64_t>(n));
-} // hermite_polynomial_he_forward(T x, T n)
 
 template<typename T>
 inline PLANNER_HOST_DEVICE T laguerre_polynomial_l_forward(T x, int64_t n) {
@@ -1272,10 +1266,6 @@ inline PLANNER_HOST_DEVICE T laguerre_polynomial_l_forward(T x, int64_t n) {
     return r;
 } // laguerre_polynomial_l_forward(T x, int64_t n)
 
-template<typename T>
-inline PLANNER_HOST_DEVICE T laguerre_polynomial_l_forward(T x, T n) {
-    return laguerre_polynomial_l_forward(x, static_cast<int64_t>(n));
-} // laguerre_polynomial_l_forward(T x, T n)
 
 template<typename T>
 inline PLANNER_HOST_DEVICE T legendre_polynomial_p_forward(T x, int64_t n) {
@@ -1312,10 +1302,6 @@ inline PLANNER_HOST_DEVICE T legendre_polynomial_p_forward(T x, int64_t n) {
     return r;
 } // legendre_polynomial_p_forward(T x, int64_t n)
 
-template<typename T>
-inline PLANNER_HOST_DEVICE T legendre_polynomial_p_forward(T x, T n) {
-    return legendre_polynomial_p_forward(x, static_cast<int64_t>(n));
-} // legendre_polynomial_p_forward(T x, T n)
 
 template<typename T>
 inline PLANNER_HOST_DEVICE T modified_bessel_i0_scaled(T x) {
@@ -1514,160 +1500,7 @@ inline PLANNER_HOST_DEVICE T modified_bessel_i1_forward(T x) {
 }
 
 
-template<typename T>
-inline PLANNER_HOST_DEVICE T modified_bessel_k0_forward(T x) {
-    static const T A[] = {
-            +1.37446543561352307156e-16,
-            +4.25981614279661018399e-14,
-            +1.03496952576338420167e-11,
-            +1.90451637722020886025e-09,
-            +2.53479107902614945675e-07,
-            +2.28621210311945178607e-05,
-            +1.26461541144692592338e-03,
-            +3.59799365153615016266e-02,
-            +3.44289899924628486886e-01,
-            -5.35327393233902768720e-01,
-    };
 
-    static const T B[] = {
-            +5.30043377268626276149e-18,
-            -1.64758043015242134646e-17,
-            +5.21039150503902756861e-17,
-            -1.67823109680541210385e-16,
-            +5.51205597852431940784e-16,
-            -1.84859337734377901440e-15,
-            +6.34007647740507060557e-15,
-            -2.22751332699166985548e-14,
-            +8.03289077536357521100e-14,
-            -2.98009692317273043925e-13,
-            +1.14034058820847496303e-12,
-            -4.51459788337394416547e-12,
-            +1.85594911495471785253e-11,
-            -7.95748924447710747776e-11,
-            +3.57739728140030116597e-10,
-            -1.69753450938905987466e-09,
-            +8.57403401741422608519e-09,
-            -4.66048989768794782956e-08,
-            +2.76681363944501510342e-07,
-            -1.83175552271911948767e-06,
-            +1.39498137188764993662e-05,
-            -1.28495495816278026384e-04,
-            +1.56988388573005337491e-03,
-            -3.14481013119645005427e-02,
-            +2.44030308206595545468e+00,
-    };
-
-    if (x == T(0.0)) {
-        return T(INFINITY);
-    }
-
-    if (x < T(0.0)) {
-        return T(NAN);
-    }
-
-    T p = T{0};
-    T q = 0.0;
-
-    if (x <= T(2.0)) {
-        T a = A[0];
-
-        for (uint8_t index = 1; index < 10; index++) {
-            p = q;
-            q = a;
-            a = (x * x - T(2.0)) * q - p + A[index];
-        }
-
-        return T(0.5) * (a - p) - std::log(0.5 * x) * modified_bessel_i0_forward(x);
-    }
-
-    T b = B[0];
-
-    for (uint8_t index = 1; index < 25; index++) {
-        p = q;
-        q = b;
-        b = (T(8.0) / x - T(2.0)) * q - p + B[index];
-    }
-
-    return std::exp(-x) * (T(0.5) * (b - p)) / std::sqrt(x);
-} // modified_bessel_k0_forward(T x)
-
-template<typename T>
-inline PLANNER_HOST_DEVICE T modified_bessel_k1_forward(T x) {
-    static const T A[] = {
-            -7.02386347938628759343e-18,
-            -2.42744985051936593393e-15,
-            -6.66690169419932900609e-13,
-            -1.41148839263352776110e-10,
-            -2.21338763073472585583e-08,
-            -2.43340614156596823496e-06,
-            -1.73028895751305206302e-04,
-            -6.97572385963986435018e-03,
-            -1.22611180822657148235e-01,
-            -3.53155960776544875667e-01,
-            +1.52530022733894777053e+00,
-    };
-
-    static const T B[] = {
-            -5.75674448366501715755e-18,
-            +1.79405087314755922667e-17,
-            -5.68946255844285935196e-17,
-            +1.83809354436663880070e-16,
-            -6.05704724837331885336e-16,
-            +2.03870316562433424052e-15,
-            -7.01983709041831346144e-15,
-            +2.47715442448130437068e-14,
-            -8.97670518232499435011e-14,
-            +3.34841966607842919884e-13,
-            -1.28917396095102890680e-12,
-            +5.13963967348173025100e-12,
-            -2.12996783842756842877e-11,
-            +9.21831518760500529508e-11,
-            -4.19035475934189648750e-10,
-            +2.01504975519703286596e-09,
-            -1.03457624656780970260e-08,
-            +5.74108412545004946722e-08,
-            -3.50196060308781257119e-07,
-            +2.40648494783721712015e-06,
-            -1.93619797416608296024e-05,
-            +1.95215518471351631108e-04,
-            -2.85781685962277938680e-03,
-            +1.03923736576817238437e-01,
-            +2.72062619048444266945e+00,
-    };
-
-    if (x == T(0.0)) {
-        return T(INFINITY);
-    }
-
-    if (x < T(0.0)) {
-        return T(NAN);
-    }
-
-    T p = T{0};
-    T q = 0.0;
-
-    if (x <= T(2.0)) {
-        T a = A[0];
-
-        for (uint8_t index = 1; index < 11; index++) {
-            p = q;
-            q = a;
-            a = (x * x - T(2.0)) * q - p + A[index];
-        }
-
-        return std::log(T(0.5) * x) * modified_bessel_i1_forward(x) + T(0.5) * (a - p) / x;
-    }
-
-    T b = B[0];
-
-    for (uint8_t index = 1; index < 25; index++) {
-        p = q;
-        q = b;
-        b = (T(8.0) / x - T(2.0)) * q - p + B[index];
-    }
-
-    return std::exp(-x) * (T(0.5) * (b - p)) / std::sqrt(x);
-} // modified_bessel_k1_forward(T x)
 
 template<typename T>
 inline PLANNER_HOST_DEVICE T scaled_modified_bessel_k0_forward(T x) {
@@ -1824,217 +1657,13 @@ inline PLANNER_HOST_DEVICE T scaled_modified_bessel_k1_forward(T x) {
     return (T(0.5) * (b - p) / std::sqrt(x));
 } // T scaled_modified_bessel_k1_forward(T x)
 
-template<typename T>
-inline PLANNER_HOST_DEVICE T shifted_chebyshev_polynomial_t_forward(T x, int64_t n) {
-    if (n < 0) {
-        return T(0.0);
-    }
 
-    if (x == T(1.0)) {
-        return T(1.0);
-    }
 
-    if (x == T(0.0)) {
-        if (n % 2 == 0) {
-            return T(1.0);
-        }
 
-        return T(-1.0);
-    }
 
-    if ((n > 6) && (std::abs(x + x - T(1.0)) < T(1.0))) {
-        return std::cos(n * std::acos(x + x - T(1.0)));
-    }
 
-    if (n == 0) {
-        return T(1.0);
-    }
 
-    if (n == 1) {
-        return x + x - T(1.0);
-    }
 
-    T p = T(1.0);
-    T q = x + x - T(1.0);
-    T r = q;
-
-    for (int64_t k = 2; (k <= n) && !std::isnan(q); k++) {
-        r = (x + x - T(1.0) + (x + x - T(1.0))) * q - p;
-        p = q;
-        q = r;
-    }
-
-    return r;
-} // shifted_chebyshev_polynomial_t_forward(T x, int64_t n)
-
-template<typename T>
-inline PLANNER_HOST_DEVICE T shifted_chebyshev_polynomial_t_forward(T x, T n) {
-    return shifted_chebyshev_polynomial_t_forward(x, static_cast<int64_t>(n));
-} // shifted_chebyshev_polynomial_t_forward(T x, T n)
-
-template<typename T>
-inline PLANNER_HOST_DEVICE T shifted_chebyshev_polynomial_u_forward(T x, int64_t n) {
-    if (n < 0) {
-        return T(0.0);
-    }
-
-    if (x == T(1.0)) {
-        return n + 1;
-    }
-
-    if (x == T(0.0)) {
-        if (n % 2 == 0) {
-            return n + 1;
-        }
-
-        return -(n + 1);
-    }
-
-    if ((n > 6) && (std::abs(x + x - T(1.0)) < T(1.0))) {
-        if (std::sin(std::acos(x + x - T(1.0))) != T(0.0)) {
-            return std::sin((n + 1) * std::acos(x + x - T(1.0))) / std::sin(std::acos(x + x - T(1.0)));
-        }
-
-        return (n + 1) * std::cos((n + 1) * std::acos(x + x - T(1.0))) / (x + x - T(1.0));
-    }
-
-    if (n == 0) {
-        return T(1.0);
-    }
-
-    if (n == 1) {
-        return x + x - T(1.0) + (x + x - T(1.0));
-    }
-
-    T p = T(1.0);
-    T q = x + x - T(1.0) + (x + x - T(1.0));
-    T r = q;
-
-    for (int64_t k = 2; (k <= n) && !std::isnan(q); k++) {
-        r = (x + x - T(1.0) + (x + x - T(1.0))) * q - p;
-        p = q;
-        q = r;
-    }
-
-    return r;
-} // shifted_chebyshev_polynomial_u_forward(T x, int64_t n)
-
-template<typename T>
-inline PLANNER_HOST_DEVICE T shifted_chebyshev_polynomial_u_forward(T x, T n) {
-    return shifted_chebyshev_polynomial_u_forward(x, static_cast<int64_t>(n));
-} // shifted_chebyshev_polynomial_u_forward(T x, T n)
-
-template<typename T>
-inline PLANNER_HOST_DEVICE T shifted_chebyshev_polynomial_v_forward(T x, int64_t n) {
-    if (n < 0) {
-        return T(0.0);
-    }
-
-    if (x == T(1.0)) {
-        return T(1.0);
-    }
-
-    if (x == T(0.0)) {
-        if (n % 2 == 0) {
-            return (n + n + 1);
-        }
-
-        return -(n + n + 1);
-    }
-
-    if ((n > 6) && (std::abs(x + x - T(1.0)) < T(1.0))) {
-        if (std::sin(std::acos(x + x - T(1.0)) / T(2.0)) != T(1.0)) {
-            return std::cos((n + T(0.5)) * std::acos(x + x - T(1.0))) / std::cos(std::acos(x + x - T(1.0)) / T(2.0));
-        }
-
-        if (n % 2 == 0) {
-            return n + n + 1;
-        }
-
-        return -(n + n + 1);
-    }
-
-    if (n == 0) {
-        return T(1.0);
-    }
-
-    if (n == 1) {
-        return x + x - T(1.0) + (x + x - T(1.0)) - T(1.0);
-    }
-
-    T p = T(1.0);
-    T q = x + x - T(1.0) + (x + x - T(1.0)) - T(1.0);
-    T r = q;
-
-    for (int64_t k = 2; (k <= n) && !std::isnan(q); k++) {
-        r = (x + x - T(1.0) + (x + x - T(1.0))) * q - p;
-        p = q;
-        q = r;
-    }
-
-    return r;
-} // shifted_chebyshev_polynomial_v_forward(T x, int64_t n)
-
-template<typename T>
-inline PLANNER_HOST_DEVICE T shifted_chebyshev_polynomial_v_forward(T x, T n) {
-    return shifted_chebyshev_polynomial_v_forward(x, static_cast<int64_t>(n));
-} // shifted_chebyshev_polynomial_v_forward(T x, T n)
-
-template<typename T>
-inline PLANNER_HOST_DEVICE T shifted_chebyshev_polynomial_w_forward(T x, int64_t n) {
-    if (n < 0) {
-        return T(0.0);
-    }
-
-    if (x == T(1.0)) {
-        return n + n + 1;
-    }
-
-    if (x == T(0.0)) {
-        if (n % 2 == 0) {
-            return T(1.0);
-        }
-
-        return T(-1.0);
-    }
-
-    if ((n > 4) && (std::abs(x + x - T(1.0)) < T(1.0))) {
-        if (std::cos(std::acos(x + x - T(1.0)) / T(2.0)) != T(1.0)) {
-            return std::sin((n + T(0.5)) * std::acos(x + x - T(1.0))) / std::sin(std::acos(x + x - T(1.0)) / T(2.0));
-        }
-
-        if (n % 2 == 0) {
-            return T(1.0);
-        }
-
-        return T(-1.0);
-    }
-
-    if (n == 0) {
-        return T(1.0);
-    }
-
-    if (n == 1) {
-        return x + x - T(1.0) + (x + x - T(1.0)) + T(1.0);
-    }
-
-    T p = T(1.0);
-    T q = x + x - T(1.0) + (x + x - T(1.0)) + T(1.0);
-    T r = q;
-
-    for (int64_t k = 2; (k <= n) && !std::isnan(q); k++) {
-        r = (x + x - T(1.0) + (x + x - T(1.0))) * q - p;
-        p = q;
-        q = r;
-    }
-
-    return r;
-} // shifted_chebyshev_polynomial_w_forward(T x, int64_t n)
-
-template<typename T>
-inline PLANNER_HOST_DEVICE T shifted_chebyshev_polynomial_w_forward(T x, T n) {
-    return shifted_chebyshev_polynomial_w_forward(x, static_cast<int64_t>(n));
-} // shifted_chebyshev_polynomial_w_forward(T x, T n)
 
 template<typename T>
 inline PLANNER_HOST_DEVICE T spherical_bessel_j0_forward(T x) {
@@ -2164,8 +1793,9 @@ PLANNER_HOST_DEVICE inline T polygamma(int n, T x) {
   return sign * std::exp(log_gamma(T(n) + T(1))) * zeta<T>(T(n + 1), x);
 }
 
-// The polynomials' degree n comes as a float (torch truncates it toward zero); beyond this
-// the recurrences' loops are refused as NaN rather than run for ever.
+// The polynomials' degree n comes as a float: torch truncates it toward zero and takes a NaN or
+// infinite one as -1 (the polynomial is 0 then); beyond this degree the recurrences' loops are
+// refused as NaN rather than run for ever.
 constexpr double kPolynomialDegreeLimit = 65536.0;
 
 // P_k(x) of a float degree; at x = +-inf the limit, +-inf by the leading coefficient's sign
@@ -2175,8 +1805,8 @@ template <typename F>
 PLANNER_HOST_DEVICE inline float polynomial(F f, float x, float n, bool alternating,
                                             double limit = kPolynomialDegreeLimit) {
   const double k = std::trunc(static_cast<double>(n));
-  if (std::isnan(k) || k > limit) return NAN;
-  if (k < 0) return 0.0f;
+  if (!std::isfinite(k) || k < 0) return 0.0f;
+  if (k > limit) return NAN;
   const int64_t degree = static_cast<int64_t>(k);
   if (std::isinf(x) && !std::isnan(x)) {
     if (degree == 0) return 1.0f;
@@ -2206,8 +1836,10 @@ PLANNER_SPECIAL_UNARY(planner_i0f, planner::special::modified_bessel_i0_forward(
 PLANNER_SPECIAL_UNARY(planner_i1f, planner::special::modified_bessel_i1_forward(x))
 PLANNER_SPECIAL_UNARY(planner_i0ef, planner::special::modified_bessel_i0_scaled(x))
 PLANNER_SPECIAL_UNARY(planner_i1ef, planner::special::modified_bessel_i1_scaled(x))
-PLANNER_SPECIAL_UNARY(planner_k0f, planner::special::modified_bessel_k0_forward(x))
-PLANNER_SPECIAL_UNARY(planner_k1f, planner::special::modified_bessel_k1_forward(x))
+PLANNER_SPECIAL_UNARY(planner_k0f,
+                      std::exp(-x) * planner::special::scaled_modified_bessel_k0_forward(x))
+PLANNER_SPECIAL_UNARY(planner_k1f,
+                      std::exp(-x) * planner::special::scaled_modified_bessel_k1_forward(x))
 PLANNER_SPECIAL_UNARY(planner_k0ef, planner::special::scaled_modified_bessel_k0_forward(x))
 PLANNER_SPECIAL_UNARY(planner_k1ef, planner::special::scaled_modified_bessel_k1_forward(x))
 PLANNER_SPECIAL_UNARY(planner_bessel_j0f, planner::special::bessel_j0_forward(x))
@@ -2219,6 +1851,19 @@ PLANNER_SPECIAL_UNARY(planner_spherical_bessel_j0f,
                       planner::special::spherical_bessel_j0_forward(x))
 
 #undef PLANNER_SPECIAL_UNARY
+
+// frexp's parts: x = mantissa 2^exponent, |mantissa| in [0.5, 1) (x itself for 0, inf, NaN,
+// with exponent 0)
+PLANNER_HOST_DEVICE inline float planner_frexp_mantissaf(float x) {
+  int exponent;
+  return std::frexp(x, &exponent);
+}
+
+PLANNER_HOST_DEVICE inline float planner_frexp_exponentf(float x) {
+  int exponent = 0;
+  std::frexp(x, &exponent);
+  return std::isfinite(x) ? static_cast<float>(exponent) : 0.0f;
+}
 
 PLANNER_HOST_DEVICE inline float planner_zetaf(float x, float q) {
   return static_cast<float>(planner::special::zeta<double>(x, q));
@@ -2237,30 +1882,32 @@ PLANNER_HOST_DEVICE inline float planner_polygammaf(float n, float x) {
   return static_cast<float>(planner::special::polygamma<double>(static_cast<int>(n), x));
 }
 
-#define PLANNER_SPECIAL_POLYNOMIAL(name, fn, ...)                                         \
+// P(v, k) of each: the shifted Chebyshev polynomials are the plain ones at 2x - 1 (torch's
+// shifted functions are theirs with x + x - 1 written out)
+#define PLANNER_SPECIAL_POLYNOMIAL(name, fn, at, ...)                                     \
   PLANNER_HOST_DEVICE inline float name(float x, float n) {                               \
     return planner::special::polynomial(                                                  \
-        [](double v, int64_t k) { return planner::special::fn<double>(v, k); }, x, n,      \
+        [](double v, int64_t k) { return planner::special::fn<double>(at, k); }, x, n,     \
         __VA_ARGS__);                                                                     \
   }
 
-PLANNER_SPECIAL_POLYNOMIAL(planner_chebyshev_tf, chebyshev_polynomial_t_forward, false)
-PLANNER_SPECIAL_POLYNOMIAL(planner_chebyshev_uf, chebyshev_polynomial_u_forward, false)
-PLANNER_SPECIAL_POLYNOMIAL(planner_chebyshev_vf, chebyshev_polynomial_v_forward, false)
-PLANNER_SPECIAL_POLYNOMIAL(planner_chebyshev_wf, chebyshev_polynomial_w_forward, false)
-PLANNER_SPECIAL_POLYNOMIAL(planner_shifted_chebyshev_tf, shifted_chebyshev_polynomial_t_forward,
-                           false)
-PLANNER_SPECIAL_POLYNOMIAL(planner_shifted_chebyshev_uf, shifted_chebyshev_polynomial_u_forward,
-                           false)
-PLANNER_SPECIAL_POLYNOMIAL(planner_shifted_chebyshev_vf, shifted_chebyshev_polynomial_v_forward,
-                           false)
-PLANNER_SPECIAL_POLYNOMIAL(planner_shifted_chebyshev_wf, shifted_chebyshev_polynomial_w_forward,
-                           false)
-PLANNER_SPECIAL_POLYNOMIAL(planner_hermite_hf, hermite_polynomial_h_forward, false,
+PLANNER_SPECIAL_POLYNOMIAL(planner_chebyshev_tf, chebyshev_polynomial_t_forward, v, false)
+PLANNER_SPECIAL_POLYNOMIAL(planner_chebyshev_uf, chebyshev_polynomial_u_forward, v, false)
+PLANNER_SPECIAL_POLYNOMIAL(planner_chebyshev_vf, chebyshev_polynomial_v_forward, v, false)
+PLANNER_SPECIAL_POLYNOMIAL(planner_chebyshev_wf, chebyshev_polynomial_w_forward, v, false)
+PLANNER_SPECIAL_POLYNOMIAL(planner_shifted_chebyshev_tf, chebyshev_polynomial_t_forward,
+                           v + v - 1.0, false)
+PLANNER_SPECIAL_POLYNOMIAL(planner_shifted_chebyshev_uf, chebyshev_polynomial_u_forward,
+                           v + v - 1.0, false)
+PLANNER_SPECIAL_POLYNOMIAL(planner_shifted_chebyshev_vf, chebyshev_polynomial_v_forward,
+                           v + v - 1.0, false)
+PLANNER_SPECIAL_POLYNOMIAL(planner_shifted_chebyshev_wf, chebyshev_polynomial_w_forward,
+                           v + v - 1.0, false)
+PLANNER_SPECIAL_POLYNOMIAL(planner_hermite_hf, hermite_polynomial_h_forward, v, false,
                            planner::special::kHermiteLimit)
-PLANNER_SPECIAL_POLYNOMIAL(planner_hermite_hef, hermite_polynomial_he_forward, false,
+PLANNER_SPECIAL_POLYNOMIAL(planner_hermite_hef, hermite_polynomial_he_forward, v, false,
                            planner::special::kHermiteLimit)
-PLANNER_SPECIAL_POLYNOMIAL(planner_laguerre_lf, laguerre_polynomial_l_forward, true)
-PLANNER_SPECIAL_POLYNOMIAL(planner_legendre_pf, legendre_polynomial_p_forward, false)
+PLANNER_SPECIAL_POLYNOMIAL(planner_laguerre_lf, laguerre_polynomial_l_forward, v, true)
+PLANNER_SPECIAL_POLYNOMIAL(planner_legendre_pf, legendre_polynomial_p_forward, v, false)
 
 #undef PLANNER_SPECIAL_POLYNOMIAL

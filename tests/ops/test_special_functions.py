@@ -8,6 +8,7 @@ round with decimals)."""
 from __future__ import annotations
 
 import itertools
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -18,7 +19,7 @@ import pytest
 from planner.ops import get_op
 from planner.ops.pointwise_table import NumpyMath
 from planner.ops.special_reference import SPECIAL_FUNCTIONS
-from planner.ops.special_table import POLYGAMMA_ORDERS, ROWS
+from planner.ops.special_table import OPS, POLYGAMMA_ORDERS, ROWS
 
 torch = pytest.importorskip("torch")
 
@@ -37,13 +38,16 @@ def _torch_fn(row):
     if row.name.startswith("Polygamma"):
         n = int(row.name.removeprefix("Polygamma"))
         return lambda x: torch.polygamma(n, x)
+    if row.name.startswith("Frexp"):
+        part = 0 if row.name == "FrexpMantissa" else 1
+        return lambda x: torch.frexp(x)[part]
     name, overload = row.aten[0].split(".")
     return getattr(getattr(torch.ops.aten, name), overload)
 
 
 def _grid(row) -> list[np.ndarray]:
     if row in POLYNOMIALS:
-        cols = list(zip(*itertools.product(VALUES[1:], DEGREES), strict=True))
+        cols = list(zip(*itertools.product(VALUES, DEGREES), strict=True))
     elif row.arity == 2:
         cols = list(zip(*itertools.product(VALUES, repeat=2), strict=True))
     else:
@@ -99,15 +103,15 @@ def test_reference_is_torchs(row):
 
 def test_polynomials_at_infinity_and_beyond_their_degrees():
     """The limit at +-inf (the leading coefficient's sign and the degree's parity); 0 below
-    degree 0; NaN for a NaN degree, above 128 for Hermite's (torch's float32 limit) and above
-    65536 for the others (a loop bound)."""
+    degree 0 and for a NaN degree (torch's Hermite rule); NaN above degree 128 for Hermite's
+    (torch's float32 limit) and above 65536 for the others (a loop bound)."""
     x = np.array([np.inf, -np.inf, np.inf, -np.inf, np.inf, 0.3, 0.3, 0.3, 0.3])
     n = np.array([3.0, 3.0, 2.0, 2.0, 0.0, -1.0, np.nan, 129.0, 70000.0])
     ref = {r.name: get_op(r.name).reference([x, n], {})[0] for r in POLYNOMIALS}
     np.testing.assert_array_equal(ref["ChebyshevT"][:5], [np.inf, -np.inf, np.inf, np.inf, 1])
     np.testing.assert_array_equal(ref["LaguerreL"][:5], [-np.inf, np.inf, np.inf, np.inf, 1])
     for name, y in ref.items():
-        assert y[5] == 0 and np.isnan(y[6]) and np.isnan(y[8]), name
+        assert y[5] == 0 and y[6] == 0 and np.isnan(y[8]), name
         assert np.isnan(y[7]) == name.startswith("Hermite"), name
 
 
@@ -231,3 +235,133 @@ def _check_float32(got: np.ndarray, want64: np.ndarray, what: str, unit: bool = 
     err = np.abs(got[ok].astype(np.float64) - want64[ok])
     tol = 4 * EPS32 * (np.abs(want64[ok]) + (1.0 if unit else 0.0)) + 1e-37
     assert (err <= tol).all(), (what, got[ok][err > tol][:4], want64[ok][err > tol][:4])
+
+
+# ---- the generated CUDA kernels, run on the host ----------------------------------------------
+
+GENERATED = ROOT / "templates" / "cuda" / "runtime" / "kernels" / "generated"
+_ENTRY = re.compile(r'\{"(\w+)", "\w+", "", ([01]), 1, 256, \(const void\*\)(\w+), "([^"]*)"')
+_HARNESS = r"""
+#include <cmath>
+#include <cstdio>
+#include <cstdint>
+struct Index { unsigned x; };
+static Index blockIdx, threadIdx;
+#define __global__
+#define __launch_bounds__(n)
+#include "tvm_pointwise.cuh"
+template <typename F> void launch(int64_t n, F f) {
+  for (unsigned b = 0; b < (n + 255) / 256; ++b)
+    for (unsigned t = 0; t < 256; ++t) {
+      blockIdx.x = b;
+      threadIdx.x = t;
+      f();
+    }
+}
+int main() {
+BODY
+}
+"""
+N = 64
+
+
+def _kernel_inputs(op: str, n_in: int, rng) -> list[np.ndarray]:
+    from planner.ops.pointwise_table import TABLE
+    from tests.codegen.pointwise_cases import derive
+
+    row = TABLE[op]
+    forward = next((r for r in ROWS for k in range(r.arity)
+                    if r.grads and r.grads[k] not in (None, 1) and r.grad_name(k) == op), None)
+    domains = list((forward or row).inputs_domain)
+    if forward is not None:  # [dy, x.., (y)]
+        domains = ["normal", *domains] + (["normal"] if forward.uses_y else [])
+    xs = [rng.uniform(*DOMAINS.get(d, (-6.0, 6.0)), size=N).astype(np.float32)
+          for d in domains[:n_in]]
+    xs[-1][:4] = [np.nan, np.inf, -np.inf, 0.0] if forward is None else xs[-1][:4]
+    return derive(op, xs)
+
+
+def test_generated_cuda_kernels_of_the_rows_on_the_host(tmp_path):
+    """Each special row's generated CUDA kernel (and its gradient ops'), flat (rank 0) or
+    broadcast at rank 1 with contiguous operands, built for the host with special_math.h (the
+    launch qualifiers defined away, every (block, thread) run in turn) against the op's
+    reference: the TVM source calls the header's functions with the formula's arguments."""
+    from tests.codegen.op_cases import check_variant
+
+    cxx = shutil.which("g++") or shutil.which("c++")
+    if cxx is None:
+        pytest.skip("no host C++ compiler")
+    text = (GENERATED / "tvm_pointwise.cuh").read_text()
+    entries = {op: (int(rank), sym, args) for op, rank, sym, args in _ENTRY.findall(text)
+               if op in OPS}
+    assert set(entries) == OPS, sorted(OPS - set(entries))
+    rng = np.random.default_rng(11)
+    body, cases = [], {}
+    for k, (op, (rank, sym, args)) in enumerate(sorted(entries.items())):
+        names = [a.split(":")[0] for a in args.split(",")]  # (inputs it does not read left out)
+        xs = _kernel_inputs(op, get_op(op).arity, rng)
+        cases[op] = xs
+        for j, x in enumerate(xs):
+            values = ", ".join(float(v).hex() if np.isfinite(v) else
+                               ("NAN" if np.isnan(v) else ("INFINITY" if v > 0 else "-INFINITY"))
+                               for v in x.astype(np.float64))
+            body.append(f"  static float c{k}_in{j}[{N}] = {{{values}}};")
+        out_type = "int32_t" if get_op(op).pointwise.signatures[0].endswith("int32") else "float"
+        body.append(f"  static {out_type} c{k}_out[{N}];")
+        call = ", ".join(f"c{k}_{name}" if name.startswith("in") else f"c{k}_out"
+                         if name.startswith("out") else str(N) if name == "n" else "1"
+                         for name in names)
+        body.append(f"  launch({N}, [&] {{ {sym}({call}); }});")
+        body.append(f'  for (int i = 0; i < {N}; ++i) std::printf("%a\\n", '
+                    f"static_cast<double>(c{k}_out[i]));")
+        assert rank in (0, 1)
+    src = tmp_path / "main.cpp"
+    src.write_text(_HARNESS.replace("BODY", "\n".join(body)))
+    exe = tmp_path / "main"
+    done = subprocess.run([cxx, "-std=c++17", "-O1", "-w", f"-I{GENERATED}", f"-I{COMMON}",
+                           str(src), "-o", str(exe)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-4000:]
+    out = subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout.split()
+    got = np.array([float.fromhex(v) for v in out]).reshape(len(cases), N)
+    for k, (op, xs) in enumerate(sorted(cases.items())):
+        dtype = get_op(op).pointwise.signatures[0].split("->")[1]
+        try:
+            check_variant(op, {}, xs, [got[k].astype(dtype)], 16 * EPS32)
+        except AssertionError as e:
+            raise AssertionError(f"{op}: {e}") from None
+
+
+# ---- the ATen rules ------------------------------------------------------------------------------
+
+class _Apply(torch.nn.Module):
+    def __init__(self, f) -> None:
+        super().__init__()
+        self.f = f
+        self.p = torch.nn.Parameter(torch.tensor([0.3, 1.7, 2.5]))
+
+    def forward(self):
+        return self.f(self.p)
+
+
+def _ops_of(f) -> list[str]:
+    from planner.torch.convert import convert
+
+    imported = convert(torch.export.export(_Apply(f), ()))
+    return [node.op for node in imported.graph.nodes]
+
+
+def test_polygamma_orders_pick_their_rows_and_higher_ones_are_refused():
+    from planner.torch.context import TorchImportError
+
+    assert "Digamma" in _ops_of(lambda p: torch.polygamma(0, p))
+    assert "Polygamma3" in _ops_of(lambda p: torch.special.polygamma(3, p))
+    with pytest.raises(TorchImportError, match=r"aten\.polygamma\.default \(order 5: the "
+                                               r"planner has orders 0 to 4\)") as err:
+        _ops_of(lambda p: torch.polygamma(5, p))
+    assert "\n" not in str(err.value)
+
+
+def test_modified_bessel_i_has_no_gradient_as_torchs():
+    ops = _ops_of(torch.special.modified_bessel_i0)
+    assert ops.index("I0") < ops.index("StopGradient")
+    assert "I1" in _ops_of(torch.special.modified_bessel_i1)
