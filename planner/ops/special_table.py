@@ -4,7 +4,7 @@ numpy reference is scipy.special's: planner/ops/special_reference.py), with torc
 where torch has one (none where it has none: the Bessel and Airy functions, zeta, the
 polynomials, the incomplete gamma functions with respect to a).
 
-Polygamma's order is a row each (Polygamma1 .. Polygamma4: ψ⁽ⁿ⁾, n = 0 is Digamma), whose
+Polygamma's order is a row each (Polygamma1 .. Polygamma4; order 0 is Digamma), whose
 derivative is the next order's function.
 
 Example:
@@ -19,12 +19,11 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from planner.ops.pointwise_table import Row, register_row
+from planner.ops.pointwise_table import TWO_OVER_SQRT_PI, Row, register_row
 
 SQRT_PI_OVER_2 = math.sqrt(math.pi) / 2.0
 SQRT_2PI = math.sqrt(2.0 * math.pi)
 SQRT_HALF = math.sqrt(0.5)
-TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
 POLYGAMMA_ORDERS = (1, 2, 3, 4)
 
 
