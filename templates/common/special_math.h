@@ -217,6 +217,18 @@ PLANNER_HOST_DEVICE inline T polevl(const T x, const T A[], size_t len) {
   return result;
 }
 
+// Cephes's p1evl: a polynomial whose leading coefficient, 1, its table leaves out:
+// x^len + A[0] x^(len - 1) + ... + A[len - 1]
+template <typename T>
+PLANNER_HOST_DEVICE inline T p1evl(const T x, const T A[], size_t len) {
+  T result = 1;
+  for (size_t i = 0; i < len; i++) {
+    result = result * x + A[i];
+  }
+  return result;
+}
+
+
 /*
  * This function is derived from the implementation of the i1e function in the Cephes Math Library.
  * See note [3-Clause BSD License for the Cephes Math Library].
@@ -443,29 +455,13 @@ inline PLANNER_HOST_DEVICE T airy_ai_forward(T x) {
     if (x < T(-2.09)) {
         T z = T(1.0) / (T(-2.0) * x * std::sqrt(-x) / T(3.0));
 
-        T afn = 0.0;
+        const T afn = polevl(z * z, AFN, 8);
 
-        for (uint8_t index = 0; index <= 8; index++) {
-            afn = afn * (z * z) + AFN[index];
-        }
+        const T afd = p1evl(z * z, AFD, 9);
 
-        T afd = 1.0;
+        const T agn = polevl(z * z, AGN, 10);
 
-        for (uint8_t index = 0; index <= 8; index++) {
-            afd = afd * (z * z) + AFD[index];
-        }
-
-        T agn = 0.0;
-
-        for (uint8_t index = 0; index <= 10 + 0; index++) {
-            agn = agn * (z * z) + AGN[index];
-        }
-
-        T agd = 1.0;
-
-        for (uint8_t index = 0; index <= 10 - 1; index++) {
-            agd = agd * (z * z) + AGD[index];
-        }
+        const T agd = p1evl(z * z, AGD, 10);
 
         T t = T(-2.0) * x * std::sqrt(-x) / T(3.0) + T(0.25) * T(3.14159265358979323846);
 
@@ -477,17 +473,9 @@ inline PLANNER_HOST_DEVICE T airy_ai_forward(T x) {
 
         T zeta = T(2.0) * x * std::sqrt(x) / T(3.0);
 
-        T an = 0.0;
+        const T an = polevl(T(1.0) / zeta, AN, 7);
 
-        for (uint8_t index = 0; index <= 7; index++) {
-            an = an * (T(1.0) / zeta) + AN[index];
-        }
-
-        T ad = 0.0;
-
-        for (uint8_t index = 0; index <= 7; index++) {
-            ad = ad * (T(1.0) / zeta) + AD[index];
-        }
+        const T ad = polevl(T(1.0) / zeta, AD, 7);
 
         ai = T(5.64189583547756286948e-01) * (an / ad) / (T(2.0) * std::sqrt(std::sqrt(x)) * std::exp(zeta));
 
@@ -528,8 +516,22 @@ inline PLANNER_HOST_DEVICE T airy_ai_forward(T x) {
     return ai;
 } // T airy_ai(T x)
 
-template<typename T>
-inline PLANNER_HOST_DEVICE T bessel_j0_forward(T x) {
+// sqrt(2 / (pi x)) (P cos t - Q sin t) for J, (P sin t + Q cos t) for Y, t = x - phase: P and
+// Q rational functions of 25 / x^2 (Cephes's PP / PQ and QP / QQ, QQ with its leading 1)
+template <typename T>
+PLANNER_HOST_DEVICE inline T bessel_hankel(T x, const T* PP, const T* PQ, const T* QP,
+                                           const T* QQ, T phase, bool second_kind) {
+    const T z = T(25.0) / (x * x);
+    const T p = polevl(z, PP, 6) / polevl(z, PQ, 6);
+    const T q = T(5.0) / x * (polevl(z, QP, 7) / p1evl(z, QQ, 7));
+    const T s = std::sin(x - phase), c = std::cos(x - phase);
+    return (second_kind ? p * s + q * c : p * c - q * s) *
+           T(0.797884560802865355879892119868763737) / std::sqrt(x);
+}
+
+// J0 and Y0 for x > 5: Hankel's asymptotic P and Q, the tables both share
+template <typename T>
+PLANNER_HOST_DEVICE inline T bessel_hankel0(T x, bool second_kind) {
     static const T PP[] = {
             +7.96936729297347051624e-04,
             +8.28352392107440799803e-02,
@@ -571,77 +573,12 @@ inline PLANNER_HOST_DEVICE T bessel_j0_forward(T x) {
             +2.42005740240291393179e+02,
     };
 
-    static const T RP[] = {
-            -4.79443220978201773821e+09,
-            +1.95617491946556577543e+12,
-            -2.49248344360967716204e+14,
-            +9.70862251047306323952e+15,
-    };
+    return bessel_hankel(x, PP, PQ, QP, QQ, T(0.785398163397448309615660845819875721), second_kind);
+}
 
-    static const T RQ[] = {
-            +4.99563147152651017219e+02,
-            +1.73785401676374683123e+05,
-            +4.84409658339962045305e+07,
-            +1.11855537045356834862e+10,
-            +2.11277520115489217587e+12,
-            +3.10518229857422583814e+14,
-            +3.18121955943204943306e+16,
-            +1.71086294081043136091e+18,
-    };
-
-    if (x < T(0)) {
-        x = -x;
-    }
-
-    if (x <= T(5.0)) {
-        if (x < T(0.00001)) {
-            return T(1.0) - x * x / T(4.0);
-        }
-
-        T rp = 0.0;
-
-        for (uint8_t index = 0; index <= 3; index++) {
-            rp = rp * (x * x) + RP[index];
-        }
-
-        T rq = 0.0;
-
-        for (uint8_t index = 0; index <= 7; index++) {
-            rq = rq * (x * x) + RQ[index];
-        }
-
-        return (x * x - T(5.78318596294678452118e+00)) * (x * x - T(3.04712623436620863991e+01)) * rp / rq;
-    }
-
-    T pp = 0.0;
-
-    for (uint8_t index = 0; index <= 6; index++) {
-        pp = pp * (T(25.0) / (x * x)) + PP[index];
-    }
-
-    T pq = 0.0;
-
-    for (uint8_t index = 0; index <= 6; index++) {
-        pq = pq * (T(25.0) / (x * x)) + PQ[index];
-    }
-
-    T qp = 0.0;
-
-    for (uint8_t index = 0; index <= 7; index++) {
-        qp = qp * (T(25.0) / (x * x)) + QP[index];
-    }
-
-    T qq = 1.0;
-
-    for (uint8_t index = 0; index <= 6; index++) {
-        qq = qq * (T(25.0) / (x * x)) + QQ[index];
-    }
-
-    return (pp / pq * std::cos(x - T(0.785398163397448309615660845819875721)) - T(5.0) / x * (qp / qq) * std::sin(x - T(0.785398163397448309615660845819875721))) * T(0.797884560802865355879892119868763737) / std::sqrt(x);
-} // bessel_j0_forward(T x)
-
-template<typename T>
-inline PLANNER_HOST_DEVICE T bessel_j1_forward(T x) {
+// J1 and Y1 for x > 5: Hankel's asymptotic P and Q, the tables both share
+template <typename T>
+PLANNER_HOST_DEVICE inline T bessel_hankel1(T x, bool second_kind) {
     static const T PP[] = {
             +7.62125616208173112003e-04,
             +7.31397056940917570436e-02,
@@ -683,6 +620,50 @@ inline PLANNER_HOST_DEVICE T bessel_j1_forward(T x) {
             +3.36093607810698293419e+02,
     };
 
+    return bessel_hankel(x, PP, PQ, QP, QQ, T(2.356194490192344928846982537459627163), second_kind);
+}
+
+template<typename T>
+inline PLANNER_HOST_DEVICE T bessel_j0_forward(T x) {
+    static const T RP[] = {
+            -4.79443220978201773821e+09,
+            +1.95617491946556577543e+12,
+            -2.49248344360967716204e+14,
+            +9.70862251047306323952e+15,
+    };
+
+    static const T RQ[] = {
+            +4.99563147152651017219e+02,
+            +1.73785401676374683123e+05,
+            +4.84409658339962045305e+07,
+            +1.11855537045356834862e+10,
+            +2.11277520115489217587e+12,
+            +3.10518229857422583814e+14,
+            +3.18121955943204943306e+16,
+            +1.71086294081043136091e+18,
+    };
+
+    if (x < T(0)) {
+        x = -x;
+    }
+
+    if (x <= T(5.0)) {
+        if (x < T(0.00001)) {
+            return T(1.0) - x * x / T(4.0);
+        }
+
+        const T rp = polevl(x * x, RP, 3);
+
+        const T rq = polevl(x * x, RQ, 7);
+
+        return (x * x - T(5.78318596294678452118e+00)) * (x * x - T(3.04712623436620863991e+01)) * rp / rq;
+    }
+
+    return bessel_hankel0(x, false);
+} // bessel_j0_forward(T x)
+
+template<typename T>
+inline PLANNER_HOST_DEVICE T bessel_j1_forward(T x) {
     static const T RP[] = {
             -8.99971225705559398224e+08,
             +4.52228297998194034323e+11,
@@ -706,91 +687,18 @@ inline PLANNER_HOST_DEVICE T bessel_j1_forward(T x) {
     }
 
     if (x <= T(5.0)) {
-        T rp = 0.0;
+        const T rp = polevl(x * x, RP, 3);
 
-        for (uint8_t index = 0; index <= 3; index++) {
-            rp = rp * (x * x) + RP[index];
-        }
-
-        T rq = 0.0;
-
-        for (uint8_t index = 0; index <= 7; index++) {
-            rq = rq * (x * x) + RQ[index];
-        }
+        const T rq = polevl(x * x, RQ, 7);
 
         return rp / rq * x * (x * x - T(1.46819706421238932572e+01)) * (x * x - T(4.92184563216946036703e+01));
     }
 
-    T pp = 0.0;
-
-    for (uint8_t index = 0; index <= 6; index++) {
-        pp = pp * (T(5.0) / x * (T(5.0) / x)) + PP[index];
-    }
-
-    T pq = 0.0;
-
-    for (uint8_t index = 0; index <= 6; index++) {
-        pq = pq * (T(5.0) / x * (T(5.0) / x)) + PQ[index];
-    }
-
-    T qp = 0.0;
-
-    for (uint8_t index = 0; index <= 7; index++) {
-        qp = qp * (T(5.0) / x * (T(5.0) / x)) + QP[index];
-    }
-
-    T qq = 1.0;
-
-    for (uint8_t index = 0; index <= 6; index++) {
-        qq = qq * (T(5.0) / x * (T(5.0) / x)) + QQ[index];
-    }
-
-    return (pp / pq * std::cos(x - T(2.356194490192344928846982537459627163)) - T(5.0) / x * (qp / qq) * std::sin(x - T(2.356194490192344928846982537459627163))) * T(0.797884560802865355879892119868763737) / std::sqrt(x);
+    return bessel_hankel1(x, false);
 } // bessel_j1_forward(T x)
 
 template<typename T>
 inline PLANNER_HOST_DEVICE T bessel_y0_forward(T x) {
-    static const T PP[] = {
-            +7.96936729297347051624e-04,
-            +8.28352392107440799803e-02,
-            +1.23953371646414299388e+00,
-            +5.44725003058768775090e+00,
-            +8.74716500199817011941e+00,
-            +5.30324038235394892183e+00,
-            +9.99999999999999997821e-01,
-    };
-
-    static const T PQ[] = {
-            +9.24408810558863637013e-04,
-            +8.56288474354474431428e-02,
-            +1.25352743901058953537e+00,
-            +5.47097740330417105182e+00,
-            +8.76190883237069594232e+00,
-            +5.30605288235394617618e+00,
-            +1.00000000000000000218e+00,
-    };
-
-    static const T QP[] = {
-            -1.13663838898469149931e-02,
-            -1.28252718670509318512e+00,
-            -1.95539544257735972385e+01,
-            -9.32060152123768231369e+01,
-            -1.77681167980488050595e+02,
-            -1.47077505154951170175e+02,
-            -5.14105326766599330220e+01,
-            -6.05014350600728481186e+00,
-    };
-
-    static const T QQ[] = {
-            +6.43178256118178023184e+01,
-            +8.56430025976980587198e+02,
-            +3.88240183605401609683e+03,
-            +7.24046774195652478189e+03,
-            +5.93072701187316984827e+03,
-            +2.06209331660327847417e+03,
-            +2.42005740240291393179e+02,
-    };
-
     static const T YP[] = {
             +1.55924367855235737965e+04,
             -1.46639295903971606143e+07,
@@ -821,91 +729,18 @@ inline PLANNER_HOST_DEVICE T bessel_y0_forward(T x) {
             return T(NAN);
         }
 
-        T yp = 0.0;
+        const T yp = polevl(x * x, YP, 7);
 
-        for (uint8_t index = 0; index <= 7; index++) {
-            yp = yp * (x * x) + YP[index];
-        }
-
-        T yq = 0.0;
-
-        for (uint8_t index = 0; index <= 6; index++) {
-            yq = yq * (x * x) + YQ[index];
-        }
+        const T yq = polevl(x * x, YQ, 6);
 
         return yp / yq + (T(0.636619772367581343075535053490057448) * std::log(x) * bessel_j0_forward(x));
     }
 
-    T pp = 0.0;
-
-    for (uint8_t index = 0; index <= 6; index++) {
-        pp = pp * (T(25.0) / (x * x)) + PP[index];
-    }
-
-    T pq = 0.0;
-
-    for (uint8_t index = 0; index <= 6; index++) {
-        pq = pq * (T(25.0) / (x * x)) + PQ[index];
-    }
-
-    T qp = 0.0;
-
-    for (uint8_t index = 0; index <= 7; index++) {
-        qp = qp * (T(25.0) / (x * x)) + QP[index];
-    }
-
-    T qq = 1.0;
-
-    for (uint8_t index = 0; index <= 6; index++) {
-        qq = qq * (T(25.0) / (x * x)) + QQ[index];
-    }
-
-    return (pp / pq * std::sin(x - T(0.785398163397448309615660845819875721)) + T(5.0) / x * (qp / qq) * std::cos(x - T(0.785398163397448309615660845819875721))) * T(0.797884560802865355879892119868763737) / std::sqrt(x);
+    return bessel_hankel0(x, true);
 } // bessel_y0_forward(T x)
 
 template<typename T>
 inline PLANNER_HOST_DEVICE T bessel_y1_forward(T x) {
-    static const T PP[] = {
-            +7.62125616208173112003e-04,
-            +7.31397056940917570436e-02,
-            +1.12719608129684925192e+00,
-            +5.11207951146807644818e+00,
-            +8.42404590141772420927e+00,
-            +5.21451598682361504063e+00,
-            +1.00000000000000000254e+00,
-    };
-
-    static const T PQ[] = {
-            +5.71323128072548699714e-04,
-            +6.88455908754495404082e-02,
-            +1.10514232634061696926e+00,
-            +5.07386386128601488557e+00,
-            +8.39985554327604159757e+00,
-            +5.20982848682361821619e+00,
-            +9.99999999999999997461e-01,
-    };
-
-    static const T QP[] = {
-            +5.10862594750176621635e-02,
-            +4.98213872951233449420e+00,
-            +7.58238284132545283818e+01,
-            +3.66779609360150777800e+02,
-            +7.10856304998926107277e+02,
-            +5.97489612400613639965e+02,
-            +2.11688757100572135698e+02,
-            +2.52070205858023719784e+01,
-    };
-
-    static const T QQ[] = {
-            +7.42373277035675149943e+01,
-            +1.05644886038262816351e+03,
-            +4.98641058337653607651e+03,
-            +9.56231892404756170795e+03,
-            +7.99704160447350683650e+03,
-            +2.82619278517639096600e+03,
-            +3.36093607810698293419e+02,
-    };
-
     static const T YP[] = {
             +1.26320474790178026440e+09,
             -6.47355876379160291031e+11,
@@ -935,54 +770,32 @@ inline PLANNER_HOST_DEVICE T bessel_y1_forward(T x) {
             return T(NAN);
         }
 
-        T yp = 0.0;
+        const T yp = polevl(x * x, YP, 5);
 
-        for (uint8_t index = 0; index <= 5; index++) {
-            yp = yp * (x * x) + YP[index];
-        }
-
-        T yq = 0.0;
-
-        for (uint8_t index = 0; index <= 7; index++) {
-            yq = yq * (x * x) + YQ[index];
-        }
+        const T yq = polevl(x * x, YQ, 7);
 
         return x * (yp / yq) + (T(0.636619772367581343075535053490057448) * (bessel_j1_forward(x) * std::log(x) - T(1.0) / x));
     }
 
-    T pp = 0.0;
-
-    for (uint8_t index = 0; index <= 6; index++) {
-        pp = pp * (T(5.0) / x * (T(5.0) / x)) + PP[index];
-    }
-
-    T pq = 0.0;
-
-    for (uint8_t index = 0; index <= 6; index++) {
-        pq = pq * (T(5.0) / x * (T(5.0) / x)) + PQ[index];
-    }
-
-    T qp = 0.0;
-
-    for (uint8_t index = 0; index <= 7; index++) {
-        qp = qp * (T(5.0) / x * (T(5.0) / x)) + QP[index];
-    }
-
-    T qq = 1.0;
-
-    for (uint8_t index = 0; index <= 6; index++) {
-        qq = qq * (T(5.0) / x * (T(5.0) / x)) + QQ[index];
-    }
-
-    return (pp / pq * std::sin(x - T(2.356194490192344928846982537459627163)) + T(5.0) / x * (qp / qq) * std::cos(x - T(2.356194490192344928846982537459627163))) * T(0.797884560802865355879892119868763737) / std::sqrt(x);
+    return bessel_hankel1(x, true);
 } // bessel_y1_forward(T x)
+
+// The Chebyshev kinds' three-term recurrence P_k = 2x P_(k-1) - P_(k-2) from P_0 = 1 and
+// P_1 = `first` (the kinds differ there only) up to P_n, n >= 1; it stops at a NaN (past an
+// overflow, inf - inf)
+template <typename T>
+PLANNER_HOST_DEVICE inline T chebyshev_recurrence(T x, T first, int64_t n) {
+    T p = T(1.0), q = first;
+    for (int64_t k = 2; (k <= n) && !std::isnan(q); k++) {
+        const T r = (x + x) * q - p;
+        p = q;
+        q = r;
+    }
+    return q;
+}
 
 template<typename T>
 inline PLANNER_HOST_DEVICE T chebyshev_polynomial_t_forward(T x, int64_t n) {
-    if (n < 0) {
-        return T(0.0);
-    }
-
     if (std::abs(x) == T(1.0)) {
         if (x > T(0.0) || n % 2 == 0) {
             return T(1.0);
@@ -995,34 +808,16 @@ inline PLANNER_HOST_DEVICE T chebyshev_polynomial_t_forward(T x, int64_t n) {
         return std::cos(n * std::acos(x));
     }
 
-    if (n == 0) {
-        return T(1.0);
-    }
-
     if (n == 1) {
         return x;
     }
 
-    T p = T(1.0);
-    T q = x;
-    T r = x;
-
-    for (int64_t k = 2; (k <= n) && !std::isnan(q); k++) {
-        r = (x + x) * q - p;
-        p = q;
-        q = r;
-    }
-
-    return r;
+    return chebyshev_recurrence(x, x, n);
 } // chebyshev_polynomial_t_forward(T x, int64_t n)
 
 
 template<typename T>
 inline PLANNER_HOST_DEVICE T chebyshev_polynomial_u_forward(T x, int64_t n) {
-    if (n < 0) {
-        return T(0.0);
-    }
-
     if (std::abs(x) == T(1.0)) {
         if (x > T(0.0) || n % 2 == 0) {
             return n + 1;
@@ -1039,34 +834,16 @@ inline PLANNER_HOST_DEVICE T chebyshev_polynomial_u_forward(T x, int64_t n) {
         return (n + 1) * std::cos((n + 1) * std::acos(x)) / x;
     }
 
-    if (n == 0) {
-        return T(1.0);
-    }
-
     if (n == 1) {
         return x + x;
     }
 
-    T p = T(1.0);
-    T q = x + x;
-    T r = q;
-
-    for (int64_t k = 2; (k <= n) && !std::isnan(q); k++) {
-        r = (x + x) * q - p;
-        p = q;
-        q = r;
-    }
-
-    return r;
+    return chebyshev_recurrence(x, x + x, n);
 } // chebyshev_polynomial_u_forward(T x, int64_t n)
 
 
 template<typename T>
 inline PLANNER_HOST_DEVICE T chebyshev_polynomial_v_forward(T x, int64_t n) {
-    if (n < 0) {
-        return T(0.0);
-    }
-
     if (std::abs(x) == T(1.0)) {
         if (x > T(0.0)) {
             return T(1.0);
@@ -1091,34 +868,16 @@ inline PLANNER_HOST_DEVICE T chebyshev_polynomial_v_forward(T x, int64_t n) {
         return -(n + n + 1);
     }
 
-    if (n == 0) {
-        return T(1.0);
-    }
-
     if (n == 1) {
         return x + x - T(1.0);
     }
 
-    T p = T(1.0);
-    T q = x + x - T(1.0);
-    T r = q;
-
-    for (int64_t k = 2; (k <= n) && !std::isnan(q); k++) {
-        r = (x + x) * q - p;
-        p = q;
-        q = r;
-    }
-
-    return r;
+    return chebyshev_recurrence(x, x + x - T(1.0), n);
 } // chebyshev_polynomial_v_forward(T x, int64_t n)
 
 
 template<typename T>
 inline PLANNER_HOST_DEVICE T chebyshev_polynomial_w_forward(T x, int64_t n) {
-    if (n < 0) {
-        return T(0.0);
-    }
-
     if (std::abs(x) == T(1.0)) {
         if (x > T(0.0)) {
             return n + n + 1;
@@ -1147,39 +906,17 @@ inline PLANNER_HOST_DEVICE T chebyshev_polynomial_w_forward(T x, int64_t n) {
         return T(-1.0);
     }
 
-    if (n == 0) {
-        return T(1.0);
-    }
-
     if (n == 1) {
         return x + x + T(1.0);
     }
 
-    T p = T(1.0);
-    T q = x + x + T(1.0);
-    T r = q;
-
-    for (int64_t k = 2; (k <= n) && !std::isnan(q); k++) {
-        r = (x + x) * q - p;
-        p = q;
-        q = r;
-    }
-
-    return r;
+    return chebyshev_recurrence(x, x + x + T(1.0), n);
 } // chebyshev_polynomial_w_forward(T x, int64_t n)
 
 
 
 template<typename T>
 inline PLANNER_HOST_DEVICE T hermite_polynomial_h_forward(T x, int64_t n) {
-    if (n < 0) {
-        return T(0.0);
-    }
-
-    if (n == 0) {
-        return T(1.0);
-    }
-
     if (n == 1) {
         return x + x;
     }
@@ -1205,14 +942,6 @@ inline PLANNER_HOST_DEVICE T hermite_polynomial_h_forward(T x, int64_t n) {
 
 template<typename T>
 inline PLANNER_HOST_DEVICE T hermite_polynomial_he_forward(T x, int64_t n) {
-    if (n < 0) {
-        return T(0.0);
-    }
-
-    if (n == 0) {
-        return T(1.0);
-    }
-
     if (n == 1) {
         return x;
     }
@@ -1237,15 +966,7 @@ inline PLANNER_HOST_DEVICE T hermite_polynomial_he_forward(T x, int64_t n) {
 
 template<typename T>
 inline PLANNER_HOST_DEVICE T laguerre_polynomial_l_forward(T x, int64_t n) {
-    if (n < 0) {
-        return T(0.0);
-    }
-
     if (std::abs(x) == T(0.0)) {
-        return T(1.0);
-    }
-
-    if (n == 0) {
         return T(1.0);
     }
 
@@ -1269,20 +990,12 @@ inline PLANNER_HOST_DEVICE T laguerre_polynomial_l_forward(T x, int64_t n) {
 
 template<typename T>
 inline PLANNER_HOST_DEVICE T legendre_polynomial_p_forward(T x, int64_t n) {
-    if (n < 0) {
-        return T(0.0);
-    }
-
     if (std::abs(x) == T(1.0)) {
         if (x > T(0.0) || n % 2 == 0) {
             return T(1.0);
         }
 
         return T(-1.0);
-    }
-
-    if (n == 0) {
-        return T(1.0);
     }
 
     if (n == 1) {
@@ -1302,6 +1015,19 @@ inline PLANNER_HOST_DEVICE T legendre_polynomial_p_forward(T x, int64_t n) {
     return r;
 } // legendre_polynomial_p_forward(T x, int64_t n)
 
+
+// Clenshaw's sum of the Chebyshev series c[0..len) at x (Cephes's chbevl): the tables of the
+// modified Bessel functions below
+template <typename T>
+PLANNER_HOST_DEVICE inline T chbevl(T x, const T* c, int len) {
+    T b0 = c[0], b1 = 0.0, b2 = 0.0;
+    for (int index = 1; index < len; index++) {
+        b2 = b1;
+        b1 = b0;
+        b0 = x * b1 - b2 + c[index];
+    }
+    return T(0.5) * (b0 - b2);
+}
 
 template<typename T>
 inline PLANNER_HOST_DEVICE T modified_bessel_i0_scaled(T x) {
@@ -1366,30 +1092,15 @@ inline PLANNER_HOST_DEVICE T modified_bessel_i0_scaled(T x) {
             +8.04490411014108831608e-01,
     };
 
-    T p = T{0};
-    T q = 0.0;
-
     if (std::abs(x) <= T(8.0)) {
-        T a = A[0];
+        const T a = chbevl(((std::abs(x) / T(2.0)) - T(2.0)), A, 30);
 
-        for (uint8_t index = 1; index < 30; index++) {
-            p = q;
-            q = a;
-            a = ((std::abs(x) / T(2.0)) - T(2.0)) * q - p + A[index];
-        }
-
-        return T(1) * (T(0.5) * (a - p));
+        return T(1) * a;
     }
 
-    T b = B[0];
+    const T b = chbevl((T(32.0) / std::abs(x) - T(2.0)), B, 25);
 
-    for (uint8_t index = 1; index < 25; index++) {
-        p = q;
-        q = b;
-        b = (T(32.0) / std::abs(x) - T(2.0)) * q - p + B[index];
-    }
-
-    return T(1) * (T(0.5) * (b - p)) / std::sqrt(std::abs(x));
+    return T(1) * b / std::sqrt(std::abs(x));
 } // modified_bessel_i0_scaled(T x)
 
 template <typename T>
@@ -1460,38 +1171,23 @@ inline PLANNER_HOST_DEVICE T modified_bessel_i1_scaled(T x) {
             +7.78576235018280120474e-01,
     };
 
-    T p = T{0};
-    T q = 0.0;
-
     if (std::abs(x) <= T(8.0)) {
-        T a = A[0];
-
-        for (uint8_t index = 1; index < 29; index++) {
-            p = q;
-            q = a;
-            a = ((std::abs(x) / T(2.0)) - T(2.0)) * q - p + A[index];
-        }
+        const T a = chbevl(((std::abs(x) / T(2.0)) - T(2.0)), A, 29);
 
         if (x < T(0.0)) {
-            return -(T(0.5) * (a - p) * std::abs(x) * T(1));
+            return -(a * std::abs(x) * T(1));
         }
 
-        return T(0.5) * (a - p) * std::abs(x) * T(1);
+        return a * std::abs(x) * T(1);
     }
 
-    T b = B[0];
-
-    for (uint8_t index = 1; index < 25; index++) {
-        p = q;
-        q = b;
-        b = (T(32.0) / std::abs(x) - T(2.0)) * q - p + B[index];
-    }
+    const T b = chbevl((T(32.0) / std::abs(x) - T(2.0)), B, 25);
 
     if (x < T(0.0)) {
-        return -(T(1) * (T(0.5) * (b - p)) / std::sqrt(std::abs(x)));
+        return -(T(1) * b / std::sqrt(std::abs(x)));
     }
 
-    return T(1) * (T(0.5) * (b - p)) / std::sqrt(std::abs(x));
+    return T(1) * b / std::sqrt(std::abs(x));
 } // modified_bessel_i1_scaled(T x)
 
 template <typename T>
@@ -1553,30 +1249,15 @@ inline PLANNER_HOST_DEVICE T scaled_modified_bessel_k0_forward(T x) {
         return T(NAN);
     }
 
-    T p = T{0};
-    T q = 0.0;
-
     if (x <= T(2.0)) {
-        T a = A[0];
+        const T a = chbevl((x * x - T(2.0)), A, 10);
 
-        for (uint64_t index = 1; index < 10; index++) {
-            p = q;
-            q = a;
-            a = (x * x - T(2.0)) * q - p + A[index];
-        }
-
-        return (T(0.5) * (a - p) - std::log(T(0.5) * x) * modified_bessel_i0_forward(x)) * std::exp(x);
+        return (a - std::log(T(0.5) * x) * modified_bessel_i0_forward(x)) * std::exp(x);
     }
 
-    T b = B[0];
+    const T b = chbevl((T(8.0) / x - T(2.0)), B, 25);
 
-    for (uint64_t index = 1; index < 25; index++) {
-        p = q;
-        q = b;
-        b = (T(8.0) / x - T(2.0)) * q - p + B[index];
-    }
-
-    return T(0.5) * (b - p) / std::sqrt(x);
+    return b / std::sqrt(x);
 } // T scaled_modified_bessel_k0_forward(T x)
 
 template<typename T>
@@ -1631,30 +1312,15 @@ inline PLANNER_HOST_DEVICE T scaled_modified_bessel_k1_forward(T x) {
         return T(NAN);
     }
 
-    T p = T{0};
-    T q = 0.0;
-
     if (x <= T(2.0)) {
-        T a = A[0];
+        const T a = chbevl((x * x - T(2.0)), A, 11);
 
-        for (uint64_t index = 1; index < 11; index++) {
-            p = q;
-            q = a;
-            a = (x * x - T(2.0)) * q - p + A[index];
-        }
-
-        return (std::log(T(0.5) * x) * modified_bessel_i1_forward(x) + T(0.5) * (a - p) / x) * std::exp(x);
+        return (std::log(T(0.5) * x) * modified_bessel_i1_forward(x) + a / x) * std::exp(x);
     }
 
-    T b = B[0];
+    const T b = chbevl((T(8.0) / x - T(2.0)), B, 25);
 
-    for (uint64_t index = 1; index < 25; index++) {
-        p = q;
-        q = b;
-        b = (T(8.0) / x - T(2.0)) * q - p + B[index];
-    }
-
-    return (T(0.5) * (b - p) / std::sqrt(x));
+    return (b / std::sqrt(x));
 } // T scaled_modified_bessel_k1_forward(T x)
 
 
@@ -1808,8 +1474,8 @@ PLANNER_HOST_DEVICE inline float polynomial(F f, float x, float n, bool alternat
   if (!std::isfinite(k) || k < 0) return 0.0f;
   if (k > limit) return NAN;
   const int64_t degree = static_cast<int64_t>(k);
-  if (std::isinf(x) && !std::isnan(x)) {
-    if (degree == 0) return 1.0f;
+  if (degree == 0) return 1.0f;  // the forms below take degrees from 1
+  if (std::isinf(x)) {
     const bool odd = degree % 2 == 1;
     const bool negative = (x < 0 && odd) != (alternating && odd);
     return negative ? -INFINITY : INFINITY;
