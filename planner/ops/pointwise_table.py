@@ -98,7 +98,7 @@ LIBM: dict[str, Callable[..., np.ndarray]] = {
     "floor": np.floor, "ceil": np.ceil, "trunc": np.trunc,
     "nearbyint": np.rint,  # round half to even, as torch.round
     "atan2": np.arctan2, "fmod": np.fmod, "hypot": np.hypot, "copysign": np.copysign,
-    "nextafter": np.nextafter,
+    "nextafter": np.nextafter, "fmax": np.fmax, "fmin": np.fmin,
     "erfc": _elementwise(math.erfc), "lgamma": _elementwise(_lgamma),
     **SPECIAL_FUNCTIONS,
 }
@@ -316,6 +316,11 @@ def _trigamma(m, x):
     return m.where(x < 0, reflected, psi1)
 
 
+def _first_wins(m, beats, b):
+    """fmax / fmin give a: a beats b (or ties), or b is NaN (torch's gradient rule)."""
+    return m.any(beats, m.isnan(b))
+
+
 def _rsqrt(m, v):
     return 1.0 / m.sqrt(v)
 
@@ -433,6 +438,17 @@ ROWS: tuple[Row, ...] = (
         grads=(lambda m, xs, y: 1.0 / (1.0 + m.exp(xs[1] - xs[0])),
                lambda m, xs, y: 1.0 / (1.0 + m.exp(xs[0] - xs[1]))), flops=5,
         aten=("logaddexp.default",)),
+    # NaN-ignoring extrema (C's fmax / fmin); the gradient goes to a (ties too) unless b wins
+    Row("Fmax", _b(lambda m, a, b: m.call("fmax", a, b)),
+        "y = max(a, b), the other where one is NaN.", arity=2,
+        grads=(lambda m, xs, y: m.where(_first_wins(m, xs[0] >= xs[1], xs[1]), 1.0, 0.0),
+               lambda m, xs, y: m.where(_first_wins(m, xs[0] >= xs[1], xs[1]), 0.0, 1.0)),
+        aten=("fmax.default",)),
+    Row("Fmin", _b(lambda m, a, b: m.call("fmin", a, b)),
+        "y = min(a, b), the other where one is NaN.", arity=2,
+        grads=(lambda m, xs, y: m.where(_first_wins(m, xs[0] <= xs[1], xs[1]), 1.0, 0.0),
+               lambda m, xs, y: m.where(_first_wins(m, xs[0] <= xs[1], xs[1]), 0.0, 1.0)),
+        aten=("fmin.default",)),
     Row("NextAfter", _b(lambda m, a, b: m.call("nextafter", a, b)),
         "y = the float after a in the direction of b.", arity=2, grads=(1, None),
         aten=("nextafter.default",)),
