@@ -24,9 +24,11 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from planner.graph.autodiff import add_dropout_step, find_loss, make_training_graph  # noqa: E402
+from planner.graph.autodiff import add_dropout_step, find_loss  # noqa: E402
 from planner.graph.interpret import init_params, random_feeds, run, train_step  # noqa: E402
 from planner.graph.optimizer import Optimizer  # noqa: E402
+from planner.graph.options import GraphOptions  # noqa: E402
+from planner.graph.prepare import prepare  # noqa: E402
 from planner.zoo import build  # noqa: E402
 
 # (model, configuration, learning rate)
@@ -40,7 +42,7 @@ CONFIGS = [
 
 
 def ours(forward, precision: str, lr: float, steps: int) -> list[float]:
-    g = make_training_graph(forward, Optimizer(kind="sgd", lr=lr), precision=precision)
+    g = prepare(forward, GraphOptions(optimizer=Optimizer(kind="sgd", lr=lr), precision=precision))
     state, feeds = init_params(g, seed=0), random_feeds(g, seed=0)
     losses = []
     for _ in range(steps):
@@ -51,7 +53,7 @@ def ours(forward, precision: str, lr: float, steps: int) -> list[float]:
 
 def ours_grads(forward, precision: str) -> np.ndarray:
     """Every param's first-step gradient, read off an SGD step with lr 1."""
-    g = make_training_graph(forward, Optimizer(kind="sgd", lr=1.0), precision=precision)
+    g = prepare(forward, GraphOptions(optimizer=Optimizer(kind="sgd", lr=1.0), precision=precision))
     state = init_params(g, seed=0)
     values = run(g, random_feeds(g, seed=0), state)
     new = {t.updates: t.name for t in g.tensors if t.updates is not None}
@@ -67,7 +69,7 @@ def torch_run(forward, lr: float, steps: int, dtype: str, autocast: bool):
     from tests.torch_translator import torch_forward
 
     dt = getattr(torch, dtype)
-    g = make_training_graph(forward, Optimizer(kind="sgd", lr=lr))
+    g = prepare(forward, GraphOptions(optimizer=Optimizer(kind="sgd", lr=lr)))
     state, feeds = init_params(g, seed=0), random_feeds(g, seed=0)
 
     def tensor(v):

@@ -85,15 +85,16 @@ def run_model(key: str, kwargs: dict, target, points: int, rounds: int,
     from codegen.package import build_package
     from planner.cli.curve import chosen
     from planner.curve import budget_curve, format_curve
-    from planner.graph.autodiff import Optimizer, make_training_graph
     from planner.graph.interpret import init_params, random_feeds
+    from planner.graph.optimizer import Optimizer
+    from planner.graph.options import GraphOptions
+    from planner.graph.prepare import prepare
     from planner.memory.options import MemoryOptions, format_bytes
     from planner.pipeline import PlanOptions
     from planner.zoo import build
 
     name = MODELS[key][0]
-    graph = make_training_graph(build(name, **kwargs), Optimizer(kind="sgd"),
-                                cores=target.step_cores)
+    graph = prepare(build(name, **kwargs), GraphOptions(optimizer=Optimizer(kind="sgd")))
     t0 = time.perf_counter()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -158,7 +159,9 @@ def run_torch(key: str, kwargs: dict, target, points: int, rounds: int,
     from codegen.package import build_package
     from planner.cli.curve import chosen
     from planner.curve import budget_curve, format_curve
-    from planner.graph.autodiff import Optimizer, make_training_graph
+    from planner.graph.optimizer import Optimizer
+    from planner.graph.options import GraphOptions
+    from planner.graph.prepare import prepare
     from planner.memory.options import MemoryOptions
     from planner.pipeline import PlanOptions
     from planner.zoo import build
@@ -166,7 +169,7 @@ def run_torch(key: str, kwargs: dict, target, points: int, rounds: int,
     name = MODELS[key][0]
     forward = build(name, **kwargs)
     lacks = sorted({n.op for n in forward.nodes} - set(torch_ops()))
-    graph = make_training_graph(forward, Optimizer(kind="sgd", lr=LR), cores=target.step_cores)
+    graph = prepare(forward, GraphOptions(optimizer=Optimizer(kind="sgd", lr=LR)))
     load_before = os.getloadavg()[0]
     progress(f"{key}: planning the curve ({len(graph.nodes)} nodes, {points} points)")
     t0 = time.perf_counter()

@@ -42,13 +42,15 @@ MODELS = {
 def budgets(spec: str, target) -> dict[str, int]:
     """The midpoint and the smallest feasible budget of `spec`'s uniform plan on `target`."""
     from planner.errors import InfeasibleBudget
-    from planner.graph.autodiff import Optimizer, make_training_graph
+    from planner.graph.optimizer import Optimizer
+    from planner.graph.options import GraphOptions
+    from planner.graph.prepare import prepare
     from planner.load import load_graph
     from planner.memory.options import MemoryOptions
     from planner.pipeline import PlanOptions, plan
     from planner.schedule import ScheduleOptions
 
-    graph = make_training_graph(load_graph(spec), Optimizer(kind="sgd"))
+    graph = prepare(load_graph(spec), GraphOptions(optimizer=Optimizer(kind="sgd")))
 
     def planned(budget):
         with warnings.catch_warnings():

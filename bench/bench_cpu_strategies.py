@@ -53,9 +53,10 @@ from zoo_modules import TWINS, module_trainer, zoo_twin_params  # noqa: E402
 
 from codegen.profiling import median_stats, warmed_executor  # noqa: E402
 from planner.costs import CostTable, load_table  # noqa: E402
-from planner.graph.autodiff import make_training_graph  # noqa: E402
 from planner.graph.interpret import init_params, random_feeds  # noqa: E402
 from planner.graph.optimizer import Optimizer  # noqa: E402
+from planner.graph.options import GraphOptions  # noqa: E402
+from planner.graph.prepare import prepare  # noqa: E402
 from planner.pipeline import PlanOptions, plan, step_graph  # noqa: E402
 from planner.schedule import ScheduleOptions  # noqa: E402
 from planner.schedule.uniform import grid_pairs  # noqa: E402
@@ -165,7 +166,7 @@ def measure(runners: dict[str, StepProcess], steps: int, rounds: int) -> dict[st
 def bench_model(label: str, target, steps: int, rounds: int, compiled: bool,
                 costs: str = "in-step") -> dict:
     forward = zoo(zoo_name(label), **MODELS[label])
-    graph = make_training_graph(forward, SGD)
+    graph = prepare(forward, GraphOptions(optimizer=SGD))
     t0 = time.perf_counter()
     table = profiled_costs(label, graph, target, costs)
     profile_s = time.perf_counter() - t0

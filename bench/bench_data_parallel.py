@@ -48,9 +48,10 @@ from codegen.backends import CPU_LOAD_ENVIRONMENT  # noqa: E402
 from codegen.build import build  # noqa: E402
 from codegen.load import load  # noqa: E402
 from codegen.render import render  # noqa: E402
-from planner.graph.autodiff import make_training_graph  # noqa: E402
 from planner.graph.interpret import init_params, random_feeds  # noqa: E402
 from planner.graph.optimizer import Optimizer  # noqa: E402
+from planner.graph.options import GraphOptions  # noqa: E402
+from planner.graph.prepare import prepare  # noqa: E402
 from planner.pipeline import PlanOptions, plan  # noqa: E402
 from planner.schedule.parallel import DataParallelOptions  # noqa: E402
 from planner.target.detect import detect  # noqa: E402
@@ -73,7 +74,7 @@ def forward(model: str, ranks: int):
 
 
 def package(model: str, ranks: int, folder: Path, shard: bool = False) -> Path:
-    graph = make_training_graph(forward(model, ranks), SGD)
+    graph = prepare(forward(model, ranks), GraphOptions(optimizer=SGD))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         p = plan(graph, detect(), options=PlanOptions(data_parallel=DataParallelOptions(
@@ -102,7 +103,7 @@ def _median_step(step, steps: int) -> float:
 
 
 def worker_ours(pkg: str, model: str, ranks: int, steps: int) -> dict:
-    graph = make_training_graph(forward(model, ranks), SGD)
+    graph = prepare(forward(model, ranks), GraphOptions(optimizer=SGD))
     ex = load(pkg).Executor()  # joins the default group (and this rank's cores)
     ex.load_params(init_params(graph, seed=0))
     feeds = random_feeds(graph, seed=1)

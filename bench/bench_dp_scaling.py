@@ -29,8 +29,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from planner.graph.autodiff import make_training_graph  # noqa: E402
 from planner.graph.optimizer import Optimizer  # noqa: E402
+from planner.graph.options import GraphOptions  # noqa: E402
+from planner.graph.prepare import prepare  # noqa: E402
 from planner.pipeline import PlanOptions, plan  # noqa: E402
 from planner.plan import Plan  # noqa: E402
 from planner.schedule.parallel import DataParallelOptions  # noqa: E402
@@ -63,7 +64,7 @@ PUBLISHED = (
 
 def graph_of(model: str):
     name, params, optimizer = MODELS[model]
-    return make_training_graph(zoo(name, **params), Optimizer(kind=optimizer))
+    return prepare(zoo(name, **params), GraphOptions(optimizer=Optimizer(kind=optimizer)))
 
 
 def planned(graph, target: str, ranks: int, bucket: int | None) -> Plan:

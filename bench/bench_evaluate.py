@@ -59,14 +59,15 @@ def main() -> int:
     parser.add_argument("--batch", type=int, default=32)
     args = parser.parse_args()
     demo = example()
-    from planner.graph.autodiff import make_training_graph
     from planner.graph.interpret import init_params
     from planner.graph.optimizer import Optimizer
+    from planner.graph.options import GraphOptions
+    from planner.graph.prepare import prepare
     from planner.zoo import build
 
     digits = demo.reference_example().load_digits(seed=0)
-    graph = make_training_graph(build("lenet", batch=args.batch, image=8),
-                                Optimizer(kind="sgd", lr=0.1))
+    graph = prepare(build("lenet", batch=args.batch, image=8),
+                    GraphOptions(optimizer=Optimizer(kind="sgd", lr=0.1)))
     with tempfile.TemporaryDirectory() as tmp:
         ex = demo.executor_module(graph, Path(tmp) / "lenet_digits_train",
                                   say=lambda s: None).Executor()

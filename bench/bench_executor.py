@@ -29,9 +29,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from codegen.build import build  # noqa: E402
 from codegen.load import load  # noqa: E402
 from codegen.render import render  # noqa: E402
-from planner.graph.autodiff import make_training_graph  # noqa: E402
 from planner.graph.interpret import init_params, random_feeds  # noqa: E402
 from planner.graph.optimizer import Optimizer  # noqa: E402
+from planner.graph.options import GraphOptions  # noqa: E402
+from planner.graph.prepare import prepare  # noqa: E402
 from planner.pipeline import PlanOptions, plan  # noqa: E402
 from planner.schedule import ScheduleOptions  # noqa: E402
 from planner.target.detect import detect  # noqa: E402
@@ -54,7 +55,7 @@ def plan_for(graph, target):
 
 
 def bench_build(target) -> None:
-    graph = make_training_graph(zoo("resnet", depth=50, batch=32), SGD)
+    graph = prepare(zoo("resnet", depth=50, batch=32), GraphOptions(optimizer=SGD))
     plan = plan_for(graph, target)
     with tempfile.TemporaryDirectory() as tmp:
         os.environ["PLANNER_CACHE"] = str(Path(tmp) / "cache")
@@ -105,7 +106,7 @@ def bench_steps(target, steps: int = 10) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for label, name, params in STEP_MODELS:
             forward = zoo(name, **params)
-            graph = make_training_graph(forward, SGD)
+            graph = prepare(forward, GraphOptions(optimizer=SGD))
             ours = executor_step(graph, target, Path(tmp) / name, steps)
             theirs = torch_step(forward, steps)
             config = ",".join(f"{k}={v}" for k, v in params.items())

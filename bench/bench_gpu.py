@@ -58,9 +58,10 @@ from torch_modules import MODULES  # noqa: E402
 from codegen.build import build  # noqa: E402
 from codegen.load import load  # noqa: E402
 from codegen.render import render  # noqa: E402
-from planner.graph.autodiff import make_training_graph  # noqa: E402
 from planner.graph.interpret import init_params, random_feeds  # noqa: E402
 from planner.graph.optimizer import Optimizer  # noqa: E402
+from planner.graph.options import GraphOptions  # noqa: E402
+from planner.graph.prepare import prepare  # noqa: E402
 from planner.pipeline import PlanOptions, plan  # noqa: E402
 from planner.schedule import ScheduleOptions  # noqa: E402
 from planner.schedule.streams import is_compute  # noqa: E402
@@ -160,7 +161,7 @@ def bench_model(label: str, target, steps: int, rounds: int, compiled: bool,
                 torch_graph: bool = False, precision: str = "fp32") -> dict:
     name, size = MODELS[label]
     forward = zoo(name, **size)
-    graph = make_training_graph(forward, SGD, precision=precision)
+    graph = prepare(forward, GraphOptions(optimizer=SGD, precision=precision))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         p = plan(graph, target)
@@ -297,7 +298,7 @@ def dry_run_models(labels: list[str], target, precision: str, compiled: bool) ->
     lines = [f"dry run for target {target.name}, precision {precision}: nothing is measured"]
     for label in labels:
         name, size = MODELS[label]
-        graph = make_training_graph(zoo(name, **size), SGD, precision=precision)
+        graph = prepare(zoo(name, **size), GraphOptions(optimizer=SGD, precision=precision))
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             p = plan(graph, target)

@@ -42,8 +42,9 @@ from codegen.render import render  # noqa: E402
 from planner.costs import graph_signatures  # noqa: E402
 from planner.costs.gpu_profile import profile_gpu  # noqa: E402
 from planner.costs.records import CostTable, load_table, save_table  # noqa: E402
-from planner.graph.autodiff import make_training_graph  # noqa: E402
 from planner.graph.interpret import init_params, random_feeds  # noqa: E402
+from planner.graph.options import GraphOptions  # noqa: E402
+from planner.graph.prepare import prepare  # noqa: E402
 from planner.pipeline import plan  # noqa: E402
 from planner.target.presets import load_target  # noqa: E402
 from planner.zoo import build as zoo  # noqa: E402
@@ -94,7 +95,7 @@ def measure(steppers: dict, steps: int, rounds: int) -> dict[str, tuple[float, f
 def bench_model(label: str, target, costs_dir: Path, steps: int, rounds: int,
                 profile_steps: int) -> dict:
     name, size = MODELS[label]
-    graph = make_training_graph(zoo(name, **size), SGD)
+    graph = prepare(zoo(name, **size), GraphOptions(optimizer=SGD))
     table, profile_s = profiled(label, graph, target, costs_dir, profile_steps)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -121,7 +122,7 @@ def dry_run(labels: list[str], target) -> str:
     lines = [f"dry run for target {target.name}: nothing is measured"]
     for label in labels:
         name, size = MODELS[label]
-        graph = make_training_graph(zoo(name, **size), SGD)
+        graph = prepare(zoo(name, **size), GraphOptions(optimizer=SGD))
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             p = plan(graph, target)

@@ -26,8 +26,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from planner.costs import CostModel  # noqa: E402
-from planner.graph.autodiff import make_training_graph  # noqa: E402
 from planner.graph.optimizer import Optimizer  # noqa: E402
+from planner.graph.options import GraphOptions  # noqa: E402
+from planner.graph.prepare import prepare  # noqa: E402
 from planner.pipeline import PlanOptions, place, plan  # noqa: E402
 from planner.schedule import ScheduleOptions  # noqa: E402
 from planner.schedule.streams import co_running, compute_steps, is_compute  # noqa: E402
@@ -50,7 +51,7 @@ UNIFORM = PlanOptions(schedule=ScheduleOptions(strategy="uniform"))
 
 def compare(label: str, target: str) -> dict:
     name, size = MODELS[label]
-    graph = make_training_graph(build(name, **size), Optimizer(kind="sgd", lr=0.01))
+    graph = prepare(build(name, **size), GraphOptions(optimizer=Optimizer(kind="sgd", lr=0.01)))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         t0 = time.perf_counter()

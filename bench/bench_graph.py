@@ -36,9 +36,11 @@ def command_time(args: list[str]) -> float:
 
 
 def training_graph(spec: str, optimizer: str):
-    from planner.graph.autodiff import Optimizer, make_training_graph
+    from planner.graph.optimizer import Optimizer
+    from planner.graph.options import GraphOptions
+    from planner.graph.prepare import prepare
 
-    return make_training_graph(load_graph(spec), Optimizer(kind=optimizer))
+    return prepare(load_graph(spec), GraphOptions(optimizer=Optimizer(kind=optimizer)))
 
 
 def main() -> None:

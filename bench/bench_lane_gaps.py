@@ -33,8 +33,9 @@ from bench_cpu_strategies import (  # noqa: E402
 )
 
 from codegen.profiling import waits_between_ops, warmed_executor  # noqa: E402
-from planner.graph.autodiff import make_training_graph  # noqa: E402
 from planner.graph.interpret import init_params, random_feeds  # noqa: E402
+from planner.graph.options import GraphOptions  # noqa: E402
+from planner.graph.prepare import prepare  # noqa: E402
 from planner.pipeline import PlanOptions, plan  # noqa: E402
 from planner.schedule import ScheduleOptions  # noqa: E402
 from planner.target.detect import detect  # noqa: E402
@@ -42,7 +43,7 @@ from planner.zoo import build as zoo  # noqa: E402
 
 
 def bench_model(label: str, target, steps: int, strategy: str) -> dict:
-    graph = make_training_graph(zoo(zoo_name(label), **MODELS[label]), SGD)
+    graph = prepare(zoo(zoo_name(label), **MODELS[label]), GraphOptions(optimizer=SGD))
     table = profiled_costs(label, graph, target)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

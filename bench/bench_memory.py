@@ -31,9 +31,11 @@ import numpy as np
 
 from planner.costs import CostModel
 from planner.fit import fit
-from planner.graph.autodiff import Optimizer, make_training_graph
+from planner.graph.optimizer import Optimizer
+from planner.graph.options import GraphOptions
+from planner.graph.prepare import prepare
 from planner.memory import InfeasibleBudget, MemoryOptions
-from planner.memory.budget_search import State
+from planner.memory.budget.search import State
 from planner.memory.milp import greedy_recompute, profile_with, recompute_milp
 from planner.memory.stash import analyze
 from planner.pipeline import PlanOptions, plan
@@ -66,7 +68,7 @@ def arena() -> None:
         for train in (True, False):
             g = build(name)
             if train:
-                g = make_training_graph(g, Optimizer(kind="momentum"))
+                g = prepare(g, GraphOptions(optimizer=Optimizer(kind="momentum")))
             for label, model in (("knl-7250", cpu), (GPU, gpu)):
                 p = plan(g, model.target)
                 m = p.summary.memory
@@ -91,7 +93,7 @@ def alexnet() -> None:
     model = CostModel(preset(GPU))
     print("AlexNet, batch 200, k40c-12gb (seed 001 Fig. 10); MB = 10^6 bytes")
     for optimizer in ("sgd", "momentum"):
-        g = make_training_graph(build("alexnet", batch=200), Optimizer(kind=optimizer))
+        g = prepare(build("alexnet", batch=200), GraphOptions(optimizer=Optimizer(kind=optimizer)))
         free = plan(g, model.target).summary.memory
         stash = analyze(compute_steps(g, model))
         live = State(stash, 1.0).load()
@@ -123,7 +125,7 @@ def alexnet() -> None:
 
 def sweep() -> None:
     model = CostModel(preset(GPU))
-    g = make_training_graph(build("alexnet", batch=200), Optimizer(kind="momentum"))
+    g = prepare(build("alexnet", batch=200), GraphOptions(optimizer=Optimizer(kind="momentum")))
     free = plan(g, model.target)
     print("AlexNet, batch 200, momentum, k40c-12gb: tightening the budget")
     print(f"{'budget MiB':>11}{'peak MiB':>10}{'step ms':>9}{'stall ms':>9}{'offloads':>9}"
@@ -164,7 +166,7 @@ def milp() -> None:
                                                        classes=4))]
     for strategy in ("cost-aware", "memory-centric"):
         for label, name, params in cases:
-            g = make_training_graph(build(name, **params), Optimizer(kind="sgd"))
+            g = prepare(build(name, **params), GraphOptions(optimizer=Optimizer(kind="sgd")))
             stash = analyze(compute_steps(g, model), strategy)
             top = State(stash, 1.0, offload=False).load()
             bottom = profile_with(stash, range(len(stash.segments))).load()

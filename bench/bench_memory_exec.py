@@ -279,14 +279,15 @@ def plans(model: str, work: Path, target) -> list[tuple[str, Path, int]]:
     from codegen.build import build as build_package
     from codegen.render import render
     from planner.errors import InfeasibleBudget
-    from planner.graph.autodiff import make_training_graph
     from planner.graph.optimizer import Optimizer
+    from planner.graph.options import GraphOptions
+    from planner.graph.prepare import prepare
     from planner.memory.options import MemoryOptions
     from planner.pipeline import PlanOptions, plan
     from planner.zoo import build
 
     name, kwargs = MODELS[model]
-    graph = make_training_graph(build(name, **kwargs), Optimizer(kind="sgd", lr=LR))
+    graph = prepare(build(name, **kwargs), GraphOptions(optimizer=Optimizer(kind="sgd", lr=LR)))
 
     def at(budget, offload=True):
         with warnings.catch_warnings():

@@ -48,13 +48,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_cpu_strategies import SGD  # noqa: E402
-from cpu_modules import MODULES  # noqa: E402
+from cpu_modules import FRESH, MODULES  # noqa: E402
 from step_process import StepProcess  # noqa: E402
 from torch_baseline import torch_trainer  # noqa: E402
 
 from codegen.profiling import profile_in_step, warmed_executor  # noqa: E402
-from planner.graph.autodiff import make_training_graph  # noqa: E402
 from planner.graph.interpret import init_params, random_feeds  # noqa: E402
+from planner.graph.options import GraphOptions  # noqa: E402
+from planner.graph.prepare import prepare  # noqa: E402
 from planner.pipeline import plan  # noqa: E402
 from planner.target.detect import detect  # noqa: E402
 from planner.zoo import build as zoo  # noqa: E402
@@ -139,20 +140,20 @@ def module_engine(label: str, folder: Path, engine: str, costs: str):
 
     from planner.torch import trainer
 
-    module, x, y = example(label)
+    module, inputs, y, loss = example(label)
     torch.set_num_threads(os.cpu_count() or 1)
     if engine not in ("ours", "ours main"):
-        return eager_step(module, x, y, SGD.lr, compiled=engine == "compile"), None
+        return eager_step(module, inputs, y, loss, SGD.lr, compiled=engine == "compile"), None
     # Both executors priced by one profile: the first to build takes it (trainer keeps it as
     # costs.json), the second reads it.
     priced = "analytical"  # --costs analytical (the trainer's default is measured costs)
     if costs == "in-step":
         priced = folder / "costs.json" if (folder / "costs.json").exists() else "in-step"
-    t = trainer(module, (x,), loss=torch.nn.functional.cross_entropy, labels=y,
-                optimizer="sgd", lr=SGD.lr, out_dir=folder, costs=priced)
+    t = trainer(module, inputs, loss=loss, labels=y, optimizer="sgd", lr=SGD.lr,
+                out_dir=folder, costs=priced)
     if engine == "ours":
         t.executor.set_variant(None)  # adaptive: switches by load
-    return (lambda: t.step(x, y)), t.executor
+    return (lambda: t.step(*inputs, y)), t.executor
 
 
 def zoo_engine(label: str, folder: Path, engine: str, costs: str):
@@ -165,7 +166,7 @@ def zoo_engine(label: str, folder: Path, engine: str, costs: str):
                              compiled=engine == "compile"), None
     from planner.costs.records import CostTable
 
-    graph = make_training_graph(forward, SGD)
+    graph = prepare(forward, GraphOptions(optimizer=SGD))
     target = detect()
     table = None
     if costs == "in-step":
@@ -188,7 +189,7 @@ def zoo_engine(label: str, folder: Path, engine: str, costs: str):
 def engine(label: str, folder: Path, name: str, costs: str):
     """(step, report) of one engine, for a StepProcess: report() says which schedule the
     adaptive executor ran and why ("" for PyTorch)."""
-    make = module_engine if label in MODULES else zoo_engine
+    make = module_engine if label in MODULES or label in FRESH else zoo_engine
     step, ex = make(label, folder, name, costs)
 
     def report() -> str:

@@ -27,9 +27,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from codegen.build import build  # noqa: E402
 from codegen.load import load  # noqa: E402
 from codegen.render import render  # noqa: E402
-from planner.graph.autodiff import make_training_graph  # noqa: E402
 from planner.graph.interpret import init_params, random_feeds  # noqa: E402
 from planner.graph.optimizer import Optimizer  # noqa: E402
+from planner.graph.options import GraphOptions  # noqa: E402
+from planner.graph.prepare import prepare  # noqa: E402
 from planner.pipeline import PlanOptions, plan  # noqa: E402
 from planner.schedule import ScheduleOptions  # noqa: E402
 from planner.target.detect import detect  # noqa: E402
@@ -44,7 +45,7 @@ SGD = Optimizer(kind="sgd", lr=0.01)
 
 
 def executor(forward, precision: str, target, folder: Path):
-    graph = make_training_graph(forward, SGD, precision=precision)
+    graph = prepare(forward, GraphOptions(optimizer=SGD, precision=precision))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         planned = plan(graph, target, options=PlanOptions(

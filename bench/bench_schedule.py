@@ -32,7 +32,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from planner.costs import CostModel  # noqa: E402
-from planner.graph.autodiff import Optimizer, make_training_graph  # noqa: E402
+from planner.graph.optimizer import Optimizer  # noqa: E402
+from planner.graph.options import GraphOptions  # noqa: E402
+from planner.graph.prepare import prepare  # noqa: E402
 from planner.pipeline import PlanOptions, plan  # noqa: E402
 from planner.schedule import ScheduleOptions  # noqa: E402
 from planner.target import preset  # noqa: E402
@@ -52,7 +54,7 @@ def main() -> None:
     print(f"{'model':<14}{'ops':>7}{'uniform':>10}{'grid':>10}{'paper':>10}{'optimized':>11}"
           f"{'cp|area':>10}{'bound':>10}{'/cp|area':>10}{'/bound':>8}{'plan s':>8}")
     for label, name, params in MODELS:
-        g = make_training_graph(build(name, **params), Optimizer(kind="sgd"))
+        g = prepare(build(name, **params), GraphOptions(optimizer=Optimizer(kind="sgd")))
         row = []
         for opts in (ScheduleOptions(strategy="uniform"),
                      ScheduleOptions(strategy="uniform", grid=True),
@@ -69,8 +71,8 @@ def main() -> None:
               f"{s.lower_bound_seconds * 1e3:>10.2f}{s.step_seconds / design:>10.3f}"
               f"{s.ratio:>8.3f}{seconds:>8.1f}")
     if "--quick" not in sys.argv:
-        g = make_training_graph(build("resnet", depth=1001, batch=2, image=32),
-                                Optimizer(kind="sgd"))
+        g = prepare(build("resnet", depth=1001, batch=2, image=32),
+                    GraphOptions(optimizer=Optimizer(kind="sgd")))
         t0 = time.perf_counter()
         p = plan(g, model.target, model.table)
         print(f"resnet-1001 training ({len(g.nodes)} ops): optimized planned in "
@@ -126,7 +128,7 @@ def command_seconds(spec: str, runs: int, cached: bool = False) -> tuple[float, 
 def in_process_seconds(spec: str, runs: int) -> float:
     from planner.zoo import from_spec
 
-    graph = make_training_graph(from_spec(spec), Optimizer(kind="sgd"))
+    graph = prepare(from_spec(spec), GraphOptions(optimizer=Optimizer(kind="sgd")))
     target = preset("knl-7250")
     seconds = []
     for _ in range(runs):

@@ -25,8 +25,8 @@ compile):
   matters most to. --lanes 2 runs the uniform plan as two lanes of threads / 2 cores each (ops
   in graph order, as TensorFlow's inter-op pool): the BiLSTM's two directions side by side.
   --ops prints where our step goes instead (per op type, from stats()' timeline). Its
-  training graph is made for the host's cores (`make_training_graph(cores=...)`, as `planner
-  plan --train` makes it for its target): one weight-gradient GEMM per direction where no core
+  step graph is planned for the host's cores (the step graph's for_cores pass, as `planner
+  plan --train` plans it for its target): one weight-gradient GEMM per direction where no core
   is left to overlap chunks (the runtime packs the recurrent weights once per step).
 Our plan (the table's `plan` column) is priced by the model's in-step profile on this host
 (`--costs in-step`, the default: every op timed inside the step at each thread count, as
@@ -79,9 +79,10 @@ from bench_cpu_strategies import profiled_costs  # noqa: E402
 from codegen.build import build  # noqa: E402
 from codegen.load import load  # noqa: E402
 from codegen.render import render  # noqa: E402
-from planner.graph.autodiff import make_training_graph  # noqa: E402
 from planner.graph.interpret import random_feeds  # noqa: E402
 from planner.graph.optimizer import Optimizer  # noqa: E402
+from planner.graph.options import GraphOptions  # noqa: E402
+from planner.graph.prepare import prepare  # noqa: E402
 from planner.pipeline import PlanOptions, plan  # noqa: E402
 from planner.schedule import ScheduleOptions  # noqa: E402
 from planner.target.detect import detect  # noqa: E402
@@ -206,7 +207,7 @@ def case(kind: str, target):
 
     sgd = Optimizer(kind="sgd", lr=LR)
     if kind in ("gpt", "bert"):
-        graph = make_training_graph(zoo(kind, **CONFIG), sgd)
+        graph = prepare(zoo(kind, **CONFIG), GraphOptions(optimizer=sgd))
         feeds = random_feeds(graph, seed=1)
         tokens, labels = torch.from_numpy(feeds["tokens"]), torch.from_numpy(feeds["labels"])
         return graph, None, torch_model(kind), (tokens, labels), None, None
@@ -216,8 +217,8 @@ def case(kind: str, target):
 
         module, inputs, labels = vit_module()
         imported = convert(export(module, inputs, F.cross_entropy, labels), name="vit")
-        return (make_training_graph(imported.graph, sgd), imported.params(), module, inputs,
-                labels, F.cross_entropy)
+        return (prepare(imported.graph, GraphOptions(optimizer=sgd)), imported.params(), module,
+                inputs, labels, F.cross_entropy)
     if kind == "bilstm":
         from planner.graph.loss import attach_loss
         from planner.importers.onnx import import_onnx
@@ -227,8 +228,7 @@ def case(kind: str, target):
         torch.onnx.export(module, inputs, buf, dynamo=False, input_names=["tokens"],
                           output_names=["logits"])
         imported = import_onnx(buf.getvalue(), name="bilstm")
-        graph = make_training_graph(attach_loss(imported.graph, "cross-entropy"), sgd,
-                                    cores=target.step_cores)
+        graph = prepare(attach_loss(imported.graph, "cross-entropy"), GraphOptions(optimizer=sgd))
         return graph, imported.params(), module, inputs, labels, F.cross_entropy
     raise SystemExit(f"unknown model {kind!r}: gpt, bert, vit or bilstm")
 

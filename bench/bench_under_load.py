@@ -62,12 +62,13 @@ def child(folder: str, rounds: int, steps: int) -> dict:
     from bench.bench_executor import SGD
     from bench.torch_baseline import torch_trainer
     from codegen.load import load
-    from planner.graph.autodiff import make_training_graph
     from planner.graph.interpret import init_params, random_feeds
+    from planner.graph.options import GraphOptions
+    from planner.graph.prepare import prepare
     from planner.zoo import build as zoo
 
     forward = zoo("resnet", **MODEL)
-    graph = make_training_graph(forward, SGD)
+    graph = prepare(forward, GraphOptions(optimizer=SGD))
     ex = load(folder).Executor()
     ex.load_params(init_params(graph, seed=0))
     feeds = random_feeds(graph, seed=1)
@@ -104,13 +105,14 @@ def build_executor(folder: Path) -> None:
 
     from bench.bench_executor import SGD
     from codegen.package import build_package
-    from planner.graph.autodiff import make_training_graph
+    from planner.graph.options import GraphOptions
+    from planner.graph.prepare import prepare
     from planner.pipeline import PlanOptions, plan
     from planner.schedule import ScheduleOptions
     from planner.target.detect import detect
     from planner.zoo import build as zoo
 
-    graph = make_training_graph(zoo("resnet", **MODEL), SGD)
+    graph = prepare(zoo("resnet", **MODEL), GraphOptions(optimizer=SGD))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         p = plan(graph, detect(), options=PlanOptions(

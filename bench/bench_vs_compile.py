@@ -3,6 +3,7 @@ engine in a process of its own (issue 36: ahead of torch.compile on real modules
 
     python bench/bench_vs_compile.py [--models mobilenet_v2,resnet18,transformer_encoder]
                                      [--rounds 3] [--steps 15]
+    python bench/bench_vs_compile.py --models fresh   # the seven of issue 46
 
 Why a process each: in one process the executor and PyTorch share one libgomp (torch's, loaded
 first), and once the executor's lanes have started their OpenMP teams the process holds more
@@ -15,9 +16,10 @@ Each round runs every model's engines one after another (ours, eager, compile), 
 fresh process (bench/step_process.py) that builds (or, for compile, compiles) it, warms it up
 and times --steps steps;
 the table gives medians over rounds of each run's median step, and the 1-minute load average
-before and after. Our executor runs its plan's main schedule, priced by an in-step profile of
-the module (planner.torch's `costs="in-step"`) taken in the first round and kept for the
-others. Models: bench/cpu_modules.py (SGD, lr 0.01, 2 threads on the 2-core hosts).
+before, after each round and after. Our executor runs its plan's main schedule, priced by an
+in-step profile of the module (planner.torch's `costs="in-step"`) taken in the first round and
+kept for the others. Models: bench/cpu_modules.py (SGD, lr 0.01, 2 threads on the 2-core
+hosts); `fresh` names its FRESH seven (tests/importers/fresh_models.py at bench sizes).
 """
 
 from __future__ import annotations
@@ -64,12 +66,14 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--steps", type=int, default=15)
     args = ap.parse_args()
-    models = args.models.split(",")
-    from cpu_modules import MODULES
+    from cpu_modules import FRESH, MODULES
 
+    models = [m for label in args.models.split(",")
+              for m in (FRESH if label == "fresh" else (label,))]
     for label in models:
-        if label not in MODULES:
-            sys.exit(f"--models: unknown model {label!r} (one of {', '.join(MODULES)})")
+        if label not in MODULES and label not in FRESH:
+            sys.exit(f"--models: unknown model {label!r} (one of {', '.join(MODULES)}, "
+                     f"{', '.join(FRESH)} or fresh)")
     load_before = os.getloadavg()[0]
     runs: dict[tuple[str, str], list[float]] = {}
     with tempfile.TemporaryDirectory(prefix="bench-vs-compile-") as work:
@@ -78,7 +82,8 @@ def main() -> None:
                 for engine in ENGINES:
                     runs.setdefault((label, engine), []).append(
                         measure(label, engine, args.steps, Path(work) / label))
-                print(f"round {r + 1}/{args.rounds}: {label} done", file=sys.stderr)
+                print(f"round {r + 1}/{args.rounds}: {label} done, load average "
+                      f"{os.getloadavg()[0]:.2f}", file=sys.stderr, flush=True)
     ms = {k: statistics.median(v) * 1e3 for k, v in runs.items()}
     print(f"{os.cpu_count()} logical CPUs; load average {load_before:.2f} before, "
           f"{os.getloadavg()[0]:.2f} after; medians of {args.rounds} rounds of {args.steps} "

@@ -81,14 +81,15 @@ def eager_runners(label: str, cores: int) -> dict[str, StepProcess]:
 
 def executor_runners(label: str, spins: list[int], tmp: Path) -> dict[str, StepProcess]:
     """`label`'s uniform and optimized executors in one process per spin count."""
-    from planner.graph.autodiff import make_training_graph
+    from planner.graph.options import GraphOptions
+    from planner.graph.prepare import prepare
     from planner.pipeline import PlanOptions, plan
     from planner.schedule import ScheduleOptions
     from planner.target.detect import detect
     from planner.zoo import build as zoo
 
     target = detect()
-    graph = make_training_graph(zoo(zoo_name(label), **MODELS[label]), SGD)
+    graph = prepare(zoo(zoo_name(label), **MODELS[label]), GraphOptions(optimizer=SGD))
     table = profiled_costs(label, graph, target)
     runners = {}
     for strategy in ("uniform", "optimized"):

@@ -25,6 +25,8 @@ import bench_executor  # noqa: E402
 
 from planner.costs import CostModel  # noqa: E402
 from planner.graph import autodiff  # noqa: E402
+from planner.graph.options import GraphOptions  # noqa: E402
+from planner.graph.prepare import prepare  # noqa: E402
 from planner.pipeline import plan  # noqa: E402
 from planner.target import preset  # noqa: E402
 from planner.target.detect import detect  # noqa: E402
@@ -39,7 +41,7 @@ def per_step_graph(forward):
     rewrite = autodiff.batch_weight_gradients
     autodiff.batch_weight_gradients = lambda g: g
     try:
-        return autodiff.make_training_graph(forward, bench_executor.SGD)
+        return prepare(forward, GraphOptions(optimizer=bench_executor.SGD))
     finally:
         autodiff.batch_weight_gradients = rewrite
 
@@ -55,7 +57,7 @@ def main() -> None:
         for label, params in MODELS:
             forward = zoo("lstm", **params)
             graphs = {"per-step": per_step_graph(forward),
-                      "batched": autodiff.make_training_graph(forward, bench_executor.SGD)}
+                      "batched": prepare(forward, GraphOptions(optimizer=bench_executor.SGD))}
             times: dict[str, list[float]] = {k: [] for k in graphs}
             for _ in range(3):
                 for name, g in graphs.items():

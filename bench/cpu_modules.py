@@ -3,15 +3,24 @@ as planner.torch imports, plans and builds them. torchvision does not load besid
 project's CPU build of torch, so MobileNetV2 (its inverted-residual table, ReLU6, depthwise
 convolutions, BatchNorm, dropout head) and ResNet-18 are written here after torchvision's, at a
 width and an image size a 2-core step takes tens of milliseconds on; the encoder is torch's own
-nn.TransformerEncoder.
+nn.TransformerEncoder. FRESH are the seven models of tests/importers/fresh_models.py (issue 46:
+a top-2 MoE, a GNN, a DLRM, a masked autoencoder, a stochastic-depth ResNet, focal loss, a GPT
+with label smoothing) at their bench sizes, each with its own inputs and loss.
 
-MODULES maps a name to (constructor, input shape, classes).
+MODULES maps a name to (constructor, input shape, classes); `example(name)` gives any of
+MODULES or FRESH as a module with its inputs, labels and loss.
 """
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
 import torch
 from torch import nn
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.importers.fresh_models
 
 
 def _conv_bn(cin: int, cout: int, kernel: int, stride: int = 1, groups: int = 1,
@@ -118,23 +127,34 @@ MODULES = {
 }
 
 
-def example(name: str, seed: int = 0) -> tuple[nn.Module, torch.Tensor, torch.Tensor]:
-    """The module `name` in train() mode and one batch of inputs and labels."""
-    make, shape, classes = MODULES[name]
+FRESH = ("moe", "gnn", "dlrm", "mae", "stochastic_depth", "focal", "gpt")
+
+
+def example(name: str, seed: int = 0) -> tuple[nn.Module, tuple, torch.Tensor, Callable]:
+    """The module `name` (of MODULES or FRESH) in train() mode, one batch of its inputs, the
+    labels, and the loss (called as loss(module(*inputs), labels))."""
     torch.manual_seed(seed)
-    module = make().train()
     g = torch.Generator().manual_seed(seed + 1)
-    return module, torch.randn(*shape, generator=g), torch.randint(0, classes, (shape[0],),
-                                                                   generator=g)
+    if name in FRESH:
+        from tests.importers.fresh_models import MODELS as FRESH_MODELS
+
+        fresh = FRESH_MODELS[name]
+        module = fresh.make(True).train()
+        *inputs, labels = fresh.batch(g, True)
+        return module, tuple(inputs), labels, fresh.loss
+    make, shape, classes = MODULES[name]
+    module = make().train()
+    return (module, (torch.randn(*shape, generator=g),),
+            torch.randint(0, classes, (shape[0],), generator=g), nn.functional.cross_entropy)
 
 
-def eager_step(module: nn.Module, x: torch.Tensor, y: torch.Tensor, lr: float,
+def eager_step(module: nn.Module, inputs: tuple, y: torch.Tensor, loss_fn: Callable, lr: float,
                compiled: bool = False):
-    """One SGD step of `module` on (x, y) as PyTorch runs it (torch.compile of the forward and
-    loss with `compiled`), warmed up."""
+    """One SGD step of `module` on (inputs, y) as PyTorch runs it (torch.compile of the
+    forward and loss with `compiled`), warmed up."""
     opt = torch.optim.SGD(module.parameters(), lr=lr)
     def loss():
-        return nn.functional.cross_entropy(module(x), y)
+        return loss_fn(module(*inputs), y)
 
     fn = torch.compile(loss) if compiled else loss
 

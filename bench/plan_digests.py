@@ -22,8 +22,9 @@ import warnings
 # This checkout's planner, whatever else is installed.
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from planner.graph.autodiff import make_training_graph  # noqa: E402
 from planner.graph.optimizer import Optimizer  # noqa: E402
+from planner.graph.options import GraphOptions  # noqa: E402
+from planner.graph.prepare import prepare  # noqa: E402
 from planner.pipeline import plan  # noqa: E402
 from planner.target import preset  # noqa: E402
 from planner.zoo import MODELS, build  # noqa: E402
@@ -43,7 +44,7 @@ def main() -> None:
         for train in (True, False):
             g = build(name)
             if train:
-                g = make_training_graph(g, Optimizer(kind="momentum"))
+                g = prepare(g, GraphOptions(optimizer=Optimizer(kind="momentum")))
             for target in targets:
                 t0 = time.perf_counter()
                 text = plan(g, target).to_json()
@@ -57,7 +58,7 @@ def main() -> None:
         from planner.zoo import from_spec
 
         for label, spec, _, _ in TIMED:
-            g = make_training_graph(from_spec(spec), Optimizer(kind="sgd"))
+            g = prepare(from_spec(spec), GraphOptions(optimizer=Optimizer(kind="sgd")))
             t0 = time.perf_counter()
             text = plan(g, targets[0]).to_json()
             seconds = time.perf_counter() - t0

@@ -116,12 +116,14 @@ def export_onnx(name: str, folder: Path) -> Path:
 def onnx_graph(name: str, folder: Path):
     """Our training graph of the module: its ONNX export imported, the loss attached to its
     output (cross-entropy with a label input, or mse with a target input), SGD."""
-    from planner.graph.autodiff import make_training_graph
+    from planner.graph.loss import with_loss
     from planner.graph.optimizer import Optimizer
-    from planner.load import load_graph, with_loss
+    from planner.graph.options import GraphOptions
+    from planner.graph.prepare import prepare
+    from planner.load import load_graph
 
     graph = with_loss(load_graph(str(export_onnx(name, folder))), MODULES[name].loss)
-    return make_training_graph(graph, Optimizer(kind="sgd", lr=LR))
+    return prepare(graph, GraphOptions(optimizer=Optimizer(kind="sgd", lr=LR)))
 
 
 def module_trainer(name: str, mode: str = "eager", device: str = "cuda") -> Callable[[], None]:

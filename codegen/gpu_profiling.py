@@ -43,6 +43,7 @@ from planner.costs.signature import OpSignature
 from planner.graph.precision import compute_type
 from planner.ops import REGISTRY, get_op
 from planner.plan import Plan, digest
+from planner.target.backends import traits
 from planner.target.records import Target
 
 # Ops whose CUDA kernel launches a generated kernel with the plan's `block` (pointwise.cu:
@@ -102,7 +103,7 @@ class GpuProfiler:
     def __init__(self, target: Target, work_dir: str | Path, steps: int = 5, repeats: int = 3,
                  max_workspace_bytes: int = DEFAULT_MAX_WORKSPACE, device: int = 0,
                  progress: TextIO | None = None) -> None:
-        if target.backend != "cuda":
+        if traits(target).timed_on_host:
             raise ValueError(f"target {target.name!r} has no GPU to measure on")
         self.target, self.dir = target, Path(work_dir)
         self.steps, self.repeats, self.device = max(1, steps), max(1, repeats), device

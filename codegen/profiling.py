@@ -28,7 +28,7 @@ from __future__ import annotations
 import math
 import statistics
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TextIO
 
@@ -39,17 +39,18 @@ from codegen.load import load
 from codegen.render import module_name, render
 from planner.costs.conv_layouts import channels_last
 from planner.costs.gpu_profile import batches, signature_bytes
-from planner.costs.model import CostModel, MissingCostWarning
+from planner.costs.model import MissingCostWarning
 from planner.costs.profile import ProfileOptions
 from planner.costs.records import CostTable
 from planner.costs.signature import OpSignature, unique_signatures
 from planner.graph.ir import Graph, Node, Tensor
 from planner.graph.validate import check_graph
 from planner.ops.base import OpError
-from planner.pipeline import PlanOptions, assemble, place
+from planner.pipeline import planning, run
 from planner.plan import Plan, digest
 from planner.records import CpuId
 from planner.schedule.record import Bound, Edge, Schedule, ScheduledOp
+from planner.target.backends import traits
 from planner.target.records import AFFINITIES, Target, affinity_cpus
 
 
@@ -123,7 +124,7 @@ def placements_plan(graph: Graph, target: Target,
     """A plan running node k of `graph` on placements[k] (threads, CPUs), one after another:
     a schedule of one op per second, memory planned and assembled as any plan of a CPU
     target. ValueError for a target whose plans do not run on its CPUs."""
-    if target.backend != "cpu":
+    if not traits(target).timed_on_host:
         raise ValueError(f"target {target.name!r}: kernels are timed on its CPUs, and its "
                          f"plans run on the {target.backend} backend")
     ops = tuple(ScheduledOp(name=node.name, op=node.op, cpus=cpus, threads=threads,
@@ -136,8 +137,11 @@ def placements_plan(graph: Graph, target: Target,
         edges=tuple(Edge(before=a.name, after=b.name)
                     for a, b in zip(ops, ops[1:], strict=False)),
         bound=Bound(seconds=seconds, critical_path=seconds, area=seconds), mean_corun=1.0)
-    model = CostModel(target)
-    return assemble(graph, model, PlanOptions(), schedule, place(graph, model, schedule))
+    # The pipeline's stages after scheduling, as for any plan of the target.
+    out = run(planning(graph, target).but(schedule=schedule),
+              ("price", "place memory", "assemble")).plan
+    assert out is not None
+    return out
 
 
 # Signatures measured by one executor (one compile for all): a batch's outputs stay live to
@@ -163,7 +167,7 @@ class KernelTimer:
     def __init__(self, target: Target, work_dir: str | Path,
                  options: ProfileOptions | None = None, steps: int = 5,
                  signatures: Sequence[OpSignature] = ()) -> None:
-        if target.backend != "cpu":
+        if not traits(target).timed_on_host:
             raise ValueError(f"target {target.name!r} has no CPU executor to measure on")
         self.target, self.dir, self.steps = target, Path(work_dir), steps
         self.options = options or ProfileOptions()
@@ -289,7 +293,8 @@ def in_step_counts(target: Target, options: ProfileOptions) -> list[int]:
 def profile_in_step(graph: Graph, target: Target, work_dir: str | Path,
                     options: ProfileOptions | None = None, steps: int = 5,
                     table: CostTable | None = None, progress: TextIO | None = None,
-                    date: str | None = None, layouts: bool = True) -> CostTable:
+                    date: str | None = None, layouts: bool = True,
+                    feeds: Mapping[str, np.ndarray] | None = None) -> CostTable:
     """Every op's seconds inside the step, at each thread count of the grid: per count k, the
     uniform plan (each op on k compact CPUs, one op at a time) is built and run `steps` steps
     after a warm-up, and its stats() (each op's median over the steps: `median_stats`) fold
@@ -309,7 +314,9 @@ def profile_in_step(graph: Graph, target: Target, work_dir: str | Path,
     and the rest of the machine they share.
 
     layouts=False measures the graph's convolutions on their own layouts only (a graph of
-    signatures that lists the channels-last ones itself: `measure_signatures`).
+    signatures that lists the channels-last ones itself: `measure_signatures`). `feeds`: the
+    step's inputs where random ones would not do (a trainer's example batch: bags' offsets,
+    edge lists), the rest drawn by random_feeds.
     """
     from planner.costs.feedback import fold_stats
     from planner.graph.interpret import init_params, random_feeds
@@ -318,7 +325,7 @@ def profile_in_step(graph: Graph, target: Target, work_dir: str | Path,
 
     options = options or ProfileOptions()
     table = table or CostTable(target=target.name)
-    state, feeds = init_params(graph, seed=0), random_feeds(graph, seed=1)
+    state, feeds = init_params(graph, seed=0), {**random_feeds(graph, seed=1), **(feeds or {})}
     # The convolutions on channels-last layouts too, so that planning can choose
     # (planner/costs/conv_layouts.py).
     last = channels_last(graph) if layouts else graph

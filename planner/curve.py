@@ -8,7 +8,7 @@ the smallest feasible budget (at or above the per-op bound) to the unconstrained
               budget is replaced by that one (it fits the larger budget too): a user who buys
               memory never gets a slower step
 
-Why replace rather than re-search: the budget search is greedy (planner.memory.budget_search), so a
+Why replace rather than re-search: the budget search is greedy (planner.memory.budget.search), so a
 larger budget may stop at a state whose layout or lane order happens to be slower; the smaller
 budget's plan is a plan that is known to fit and known to be faster.
 

@@ -133,6 +133,23 @@ def open_lock(path: Path) -> Any:
     return os.fdopen(fd, "a")
 
 
+def write_text(path: str, text: str | bytes, force: bool = False) -> bool:
+    """Write `text` to `path`, refusing to replace a different existing file unless `force`.
+
+    Returns False when the file already holds exactly this text (nothing written, so build
+    tools watching timestamps see no change). The write is atomic (planner.files): a failure
+    leaves the old file whole. A target that is not a regular file (a FIFO, /dev/full, a
+    folder) is refused before anything is read from it.
+    """
+    check_target(path)
+    if holds(path, text):
+        return False
+    if Path(path).exists() and not force:
+        raise UserError(f"{path} exists and differs; pass --force to overwrite it")
+    atomic_write(path, text)
+    return True
+
+
 def write_generated_page(argv: list[str] | None, description: str, page: str) -> int:
     """The command line of a generated docs page (`python -m ... -o docs/PAGE.md`): `page`
     written to -o, or to stdout without it."""

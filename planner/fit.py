@@ -40,15 +40,14 @@ import warnings
 from collections.abc import Callable
 from typing import Any, Literal
 
-from planner.costs import CostModel, CostTable
+from planner.costs import CostTable
 from planner.errors import InfeasibleBudget
 from planner.graph.ir import Graph, Record
 from planner.graph.optimizer import Optimizer
 from planner.graph.options import MAX_ACCUMULATE, GraphOptions
 from planner.graph.prepare import prepare
-from planner.limits import check_graph_fits
 from planner.memory.options import MemoryOptions
-from planner.pipeline import BACKENDS, PlanOptions, decide, memory_of, step_graph
+from planner.pipeline import BACKENDS, DECISIONS, Planning, PlanOptions, memory_of, planning, run
 from planner.schedule.parallel import DataParallelOptions
 from planner.target.records import Target
 from planner.zoo import ZooError, build, parse_spec
@@ -90,20 +89,26 @@ def depth_of(n: int) -> int:
     return 3 * (10 + n) + 2
 
 
-def peak_and_step(graph: Graph, model: CostModel, options: MemoryOptions,
-                  data_parallel: DataParallelOptions | None = None) -> tuple[int, float]:
-    """Planned peak bytes and step seconds of `graph` on the model's target, by the pipeline's
-    decisions (no Plan is assembled). Raises InfeasibleBudget when the budget cannot be met;
-    its smallest budget is a lower bound (fit needs only "does not fit")."""
-    options = options.model_copy(update={"infeasible_probes": 0})
-    schedule_options = BACKENDS[model.target.backend].fit_schedule
+def fit_planning(graph: Graph, target: Target, table: CostTable | None, options: MemoryOptions,
+                 data_parallel: DataParallelOptions | None = None) -> Planning:
+    """The record the pipeline's stages plan a trial from: fit's schedule for the backend
+    (BackendPlanner.fit_schedule), no probes for the smallest budget (a lower bound does:
+    fit needs only "does not fit")."""
+    return planning(graph, target, table, PlanOptions(
+        memory=options.model_copy(update={"infeasible_probes": 0}),
+        schedule=BACKENDS[target.backend].fit_schedule,
+        data_parallel=data_parallel or DataParallelOptions()))
+
+
+def peak_and_step(p: Planning) -> tuple[int, float]:
+    """Planned peak bytes and step seconds of a step graph's record, by the pipeline's
+    decisions (no Plan is assembled). Raises InfeasibleBudget when the budget cannot be met."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        _, schedule, memory = decide(graph, model.target, model.table, PlanOptions(
-            memory=options, schedule=schedule_options,
-            data_parallel=data_parallel or DataParallelOptions()))
-    step = max((op.end for op in memory.ops or schedule.ops), default=0.0)
-    return memory.summary.peak_bytes, step
+        p = run(p, DECISIONS)
+    assert p.schedule is not None and p.memory is not None
+    step = max((op.end for op in p.memory.ops or p.schedule.ops), default=0.0)
+    return p.memory.summary.peak_bytes, step
 
 
 def fit(spec: str, target: Target, budget_bytes: int, vary: Vary = "batch",
@@ -134,7 +139,6 @@ def fit(spec: str, target: Target, budget_bytes: int, vary: Vary = "batch",
     graph_options = graph_options or GraphOptions(optimizer=Optimizer(kind=optimizer),
                                                   precision=precision)
     micro = _micro_batches(global_batch, vary, multiple, target, graph_options, data_parallel)
-    model = CostModel(target, table)
     trials: dict[int, Trial] = {}
 
     def value_of(k: int) -> int:
@@ -153,18 +157,18 @@ def fit(spec: str, target: Target, budget_bytes: int, vary: Vary = "batch",
         value = value_of(k)
         each = graph_options.model_copy(update={"accumulate": accumulate(value)})
         try:
-            graph = step_graph(prepare(build(name, **{**params, vary: value}), each),
-                               target, data_parallel)
+            p = run(fit_planning(prepare(build(name, **{**params, vary: value}), each),
+                                 target, table, options, data_parallel), ("step graph",))
         except ZooError:  # past the zoo's limits (depth, sizes): too big to consider
             trials[k] = Trial(value=value, fits=False, accumulate=accumulate(value))
             return False
         try:
-            check_graph_fits(graph, target, memory_of(target))
+            p = run(p, ("fits",))
         except ValueError:  # its largest node alone is beyond the target's memory
             trials[k] = Trial(value=value, fits=False, accumulate=accumulate(value))
             return False
         try:
-            peak, step = peak_and_step(graph, model, options, data_parallel)
+            peak, step = peak_and_step(p)
         except InfeasibleBudget as e:
             trials[k] = Trial(value=value, fits=False, accumulate=accumulate(value),
                               smallest_bytes=e.smallest_bytes)

@@ -1,24 +1,27 @@
-"""The planner, as one function: graph + target + cost table + options -> Plan.
+"""The planner, as named stages over one record: graph + target + cost table + options -> Plan.
 
-    plan(graph, target, costs, options):
-        graph    = step_graph(graph, target, ..., costs)  # the rewrites that depend on the
-                                                          # target: the step's CPU cores, the
-                                                          # convolutions' measured layouts,
-                                                          # the ranks' gradient all-reduces
-        model    = CostModel(target, costs)               # price: every op's time per thread
-                                                          # count, per conv algorithm
-        backend  = BACKENDS[target.backend]               # CPU or GPU: decided here only
-        schedule = backend.schedule(graph, model, ...)    # a Schedule record
-        memory   = backend.memory(graph, schedule, ...)   # a MemoryDecision, never a Plan
-        plan     = assemble(graph, model, ...)            # summary, bounds, provenance: once
-        plan.evaluation = plan_evaluation(graph, ...)     # a training plan's: its evaluation
-                                                          # graph planned the same way
-                                                          # (planner/evaluation.py)
-        verify(plan)                                      # the independent checker, always
+    plan(graph, target, costs, options) = run(planning(graph, target, costs, options)).plan
 
-`decide` is the same without assembly and verification, for searches that plan many graphs
-and keep none (`planner fit`); `place` is memory planning alone, for a schedule made
-elsewhere (profiling's placements).
+    STAGES, each a pure function Planning -> Planning:
+        step graph    the rewrites that depend on the target (planner.graph.step's passes,
+                      each checked): the step's CPU cores, the convolutions' measured layouts,
+                      the ranks' gradient collectives
+        fits          nothing to plan, or a node far too large: refused before any decision
+        price         CostModel(target, costs): every op's time per thread count, per conv
+                      algorithm
+        schedule      BACKENDS[target.backend].schedule (CPU or GPU: decided here only), the
+                      collectives on the comm lane, and the one-lane schedule it is compared with
+        place memory  BACKENDS[...].memory: a MemoryDecision (the faster of the two schedules
+                      that meet the budget)
+        assemble      the Plan record: summary, bounds, provenance, once; on the host's CPUs
+        evaluation    a training plan's evaluation graph planned by the same stages
+                      (planner/evaluation.py)
+        verify        the independent checker, always (unless check=False)
+
+Drivers that need part of the back half run those stages by name (`run(p, names)`): `decide`
+is DECISIONS (price, schedule, place memory), for searches that plan many graphs and keep none
+(`planner fit`); explain re-runs the decisions and assembly of a plan's embedded step graph;
+profiling's placements start from a schedule made elsewhere (`place` is memory planning alone).
 
 Example:
     >>> from planner.target import preset
@@ -34,22 +37,25 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Any
 
 from planner import __version__
 from planner.collection import fewer_collections
 from planner.costs import CostModel, CostTable, graph_signatures
-from planner.costs.conv_layouts import conv_layouts
+from planner.costs.conv_layouts import chosen_layouts
 from planner.errors import InfeasibleBudget, PlanError
 from planner.evaluation import plan_evaluation
 from planner.graph.accumulation import micro_batches
 from planner.graph.data_parallel import compute_graph
 from planner.graph.evaluation import evaluation_graph
-from planner.graph.for_cores import for_cores
 from planner.graph.ir import Graph
+from planner.graph.step import StepChoices
+from planner.graph.step import step_graph as step_passes
+from planner.memory.cpu_budget import cpu_budget_solve
 from planner.memory.cpu_memory import cpu_memory
 from planner.memory.decision import MemoryDecision
-from planner.memory.gpu import gpu_memory
+from planner.memory.gpu import gpu_memory, technique_curves
 from planner.memory.options import MemoryOptions
 from planner.memory.variants import ScheduleVariant, schedule_variants
 from planner.plan import MemoryPlan, OpPlan, Plan, PlanProvenance, PlanTarget, Summary, digest
@@ -59,8 +65,8 @@ from planner.schedule.gpu_share import busy_seconds
 from planner.schedule.options import ScheduleOptions
 from planner.schedule.parallel import (
     DataParallelOptions,
+    chosen_collectives,
     comm_lane,
-    data_parallel_graph,
     interconnect,
     planned_prefetch,
 )
@@ -73,6 +79,7 @@ from planner.schedule.streams import (
     is_compute,
     stream_schedule,
 )
+from planner.target.backends import traits
 from planner.target.records import Target
 
 
@@ -121,6 +128,15 @@ class BackendPlanner:
     # Whether its executor runs gradient accumulation (a step that skips the optimizer step's
     # ops until a step's last micro-batch: planner/graph/accumulation.py).
     accumulates: bool = False
+    # The budget search whose decisions `explain` replays with and without one of them
+    # (planner.memory.cpu_budget), or None: a GPU plan's greedy is explained by its curves.
+    budget_solve: Callable[..., Any] | None = None
+    # Seed 001's Fig. 10 counterfactual curves (liveness, + offload, + recompute) that `show
+    # --memory` draws (planner.memory.gpu.technique_curves), or None.
+    technique_curves: Callable[..., Any] | None = None
+    # Whether the summary names which signatures the cost table measured and which the
+    # analytical model priced (a CPU table's signatures are the host's profiled ones).
+    lists_priced: bool = False
 
 
 def _cpu_resources(target: Target, ops: tuple[OpPlan, ...] = ()) -> PlanTarget:
@@ -154,12 +170,14 @@ BACKENDS: dict[Backend, BackendPlanner] = {
                           lambda t: t.host_memory_bytes, arena_limited=True,
                           one_lane=_cpu_one_lane, ranks_share_host=True,
                           memory_orders=lambda s: True, fit_schedule=ScheduleOptions(),
-                          variants=schedule_variants, accumulates=True),
+                          variants=schedule_variants, accumulates=True,
+                          budget_solve=cpu_budget_solve, lists_priced=True),
     "cuda": BackendPlanner(stream_schedule, gpu_memory, _gpu_resources,
                            lambda t: t.gpus[0].memory_bytes, arena_limited=False,
                            one_lane=_gpu_one_lane, ranks_share_host=False,
                            memory_orders=lambda s: s.strategy == "streams",
-                           fit_schedule=ScheduleOptions(strategy="uniform")),
+                           fit_schedule=ScheduleOptions(strategy="uniform"),
+                           technique_curves=technique_curves),
 }
 
 
@@ -172,22 +190,30 @@ def memory_of(target: Target) -> int:
 def step_graph(graph: Graph, target: Target,
                data_parallel: DataParallelOptions | None = None,
                costs: CostTable | None = None) -> Graph:
-    """The graph a step on `target` runs: rewritten for its CPU cores (planner.graph.for_cores),
-    on a CPU with each convolution's kernel layout that `costs` measured faster
-    (planner.costs.conv_layouts) and, with ranks, with its gradient buckets' collectives
-    (planner.schedule.parallel). A planning decision, as the target is: the plan embeds this
-    graph, and everything that prices or plans a graph for a target (plan, fit, profile) calls
-    this one function (a profile without costs: it measures both layouts)."""
+    """The graph a step on `target` runs: the step graph's passes (planner.graph.step) under
+    what planning chooses for the target (`step_choices`). A planning decision, as the target
+    is: the plan embeds this graph, and everything that prices or plans a graph for a target
+    (plan, fit, profile) runs this stage."""
+    return step_passes(graph, step_choices(graph, target, data_parallel, costs))
+
+
+def step_choices(graph: Graph, target: Target, data_parallel: DataParallelOptions | None = None,
+                 costs: CostTable | None = None) -> StepChoices:
+    """What the step graph's passes read: the target's CPU cores (planner.graph.for_cores), on
+    a backend whose convolution layouts are chosen the layouts `costs` measured faster
+    (planner.costs.conv_layouts; without costs none: a profile measures both) and, with ranks,
+    the gradient buckets' collectives (planner.schedule.parallel). PlanError for gradient
+    accumulation on a backend whose executor does not run it."""
     data_parallel = data_parallel or DataParallelOptions()
     if micro_batches(graph) > 1:
         if not BACKENDS[target.backend].accumulates:
             raise PlanError(f"graph {graph.name!r} accumulates gradients over "
                             f"{micro_batches(graph)} micro-batches; the {target.backend} "
                             f"executor does not run that yet: plan it for a CPU target")
-    graph = for_cores(graph, target.step_cores)
-    if target.backend == "cpu":
-        graph = conv_layouts(graph, costs)
-    return data_parallel_graph(graph, target, data_parallel)
+    return StepChoices(cores=target.step_cores,
+                       layouts=chosen_layouts(graph, costs) if traits(target).conv_layouts
+                       else {},
+                       collectives=chosen_collectives(graph, target, data_parallel))
 
 
 def priced_graphs(graph: Graph, target: Target, options: PlanOptions | None = None,
@@ -202,23 +228,168 @@ def priced_graphs(graph: Graph, target: Target, options: PlanOptions | None = No
     return (step,)
 
 
+# ---- the stages ------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Planning:
+    """One plan in the making: its inputs, and what each stage of STAGES decided so far."""
+
+    graph: Graph
+    # The machine the plan names; `share`, what one rank plans for (ranks that share a host:
+    # its share of the cores and memory, planner.schedule.ranks; else the target itself).
+    target: Target
+    share: Target
+    costs: CostTable | None
+    options: PlanOptions
+    # A training plan carries its evaluation schedule (planner/evaluation.py).
+    evaluation: bool = True
+    # The independent checker runs (tests that corrupt plans on purpose skip it).
+    check: bool = True
+    model: CostModel | None = None
+    schedule: Schedule | None = None
+    # The one-lane schedule the schedule is compared with (BackendPlanner.one_lane), if any.
+    one_lane: Schedule | None = None
+    memory: MemoryDecision | None = None
+    plan: Plan | None = None
+
+    def but(self, **changes: Any) -> Planning:
+        return replace(self, **changes)
+
+
+def planning(graph: Graph, target: Target, costs: CostTable | None = None,
+             options: PlanOptions | None = None, evaluation: bool = True,
+             check: bool = True) -> Planning:
+    """The record STAGES start from: nothing decided yet."""
+    options = options or PlanOptions()
+    # A GPU rank has its device to itself: nothing to share.
+    share = (share_target(target, options.data_parallel.ranks_per_host)
+             if options.data_parallel.ranks > 1 and BACKENDS[target.backend].ranks_share_host
+             else target)
+    return Planning(graph, target, share, costs, options, evaluation, check)
+
+
+def _step(p: Planning) -> Planning:
+    return p.but(graph=step_graph(p.graph, p.target, p.options.data_parallel, p.costs))
+
+
+def _fits(p: Planning) -> Planning:
+    """Nothing to plan, a node far too large for the memory, pins naming no tensor: refused
+    before any decision (ValueError)."""
+    from planner.limits import check_graph_fits
+    from planner.memory.pins import check_pins_name_tensors
+
+    check_graph_fits(p.graph, p.share, memory_of(p.share))
+    check_pins_name_tensors(p.graph.tensor_map, p.options.memory.pins)
+    return p
+
+
+def _price(p: Planning) -> Planning:
+    return p.but(model=CostModel(p.share, p.costs))
+
+
+def _schedule(p: Planning) -> Planning:
+    """The compute lanes' schedule, then the gradients' collectives on the comm lane; and the
+    one-lane schedule it is compared with."""
+    assert p.model is not None
+    backend = BACKENDS[p.share.backend]
+    link = p.options.data_parallel.link or interconnect(p.share)
+    compute = compute_graph(p.graph)
+    schedule = comm_lane(p.graph, backend.schedule(compute, p.model, p.options.schedule), link)
+    one_lane = backend.one_lane(schedule, p.options)
+    return p.but(schedule=schedule, one_lane=None if one_lane is None else
+                 comm_lane(p.graph, backend.schedule(compute, p.model, one_lane), link))
+
+
+def _place_memory(p: Planning) -> Planning:
+    """Memory planning of the schedule (and of the one-lane one: the faster plan is kept).
+    Raises InfeasibleBudget when no plan fits options.memory.budget_bytes."""
+    assert p.model is not None and p.schedule is not None
+    if p.one_lane is None:
+        return p.but(memory=place(p.graph, p.model, p.schedule, p.options.memory))
+    schedule, memory = _co_running_if_faster(p.graph, p.model, p.schedule, p.one_lane,
+                                             p.options)
+    return p.but(schedule=schedule, one_lane=None, memory=memory)
+
+
+def _assemble(p: Planning) -> Planning:
+    """The Plan record, on the host's CPUs where it was planned on a share of them, its arena
+    held to the memory where the backend's is."""
+    from planner.limits import check_arena_fits
+
+    assert p.model is not None and p.schedule is not None and p.memory is not None
+    out = _on_host_plan(assemble(p.graph, p.model, p.options, p.schedule, p.memory,
+                                 host=p.target), p)
+    if out.summary.memory is not None and BACKENDS[out.backend].arena_limited:
+        check_arena_fits(out.summary.memory.arena_bytes, p.graph, p.share)
+    return p.but(plan=out)
+
+
+def _evaluation(p: Planning) -> Planning:
+    """A training plan's evaluation schedule: its evaluation graph planned by the same stages
+    (planner/evaluation.py). ZeRO-3's forward reads gathered copies: its evaluation would need
+    collectives of its own, not planned yet (the plan carries none; evaluate() is refused)."""
+    assert p.plan is not None
+    if not p.evaluation or p.graph.kind != "training" or any(
+            n.op == "AllGather" for n in p.graph.nodes):
+        return p
+    return p.but(plan=p.plan.model_copy(update={"evaluation": plan_evaluation(
+        p.graph, lambda g: _on_host_plan(_evaluation_plan(g, p), p))}))
+
+
+def _verify(p: Planning) -> Planning:
+    """The independent checker (planner.verify): PlanError when it rejects the plan (a
+    planner bug: the message names the rule and the op)."""
+    if not p.check:
+        return p
+    from planner.verify import verify_plan
+
+    assert p.plan is not None
+    problems = verify_plan(p.plan)
+    if problems:
+        raise PlanError(f"the planner made a plan that does not verify: {problems[0]}"
+                        + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""))
+    return p
+
+
+Stage = Callable[[Planning], Planning]
+
+# The back half, in order: each a pure function of the record (the front half is
+# planner.graph.prepare's PASSES). Drivers that need part of it run those stages by name.
+STAGES: tuple[tuple[str, Stage], ...] = (
+    ("step graph", _step),
+    ("fits", _fits),
+    ("price", _price),
+    ("schedule", _schedule),
+    ("place memory", _place_memory),
+    ("assemble", _assemble),
+    ("evaluation", _evaluation),
+    ("verify", _verify),
+)
+# The decisions of a plan, before it is a Plan record (`decide`).
+DECISIONS = ("price", "schedule", "place memory")
+
+
+def run(p: Planning, names: tuple[str, ...] | None = None) -> Planning:
+    """`p` through the stages of STAGES named in `names` (all of them: None), in STAGES'
+    order."""
+    unknown = set(names or ()) - {name for name, _ in STAGES}
+    if unknown:
+        raise ValueError(f"no stage named {sorted(unknown)[0]!r}")
+    with fewer_collections():
+        for name, stage in STAGES:
+            if names is None or name in names:
+                p = stage(p)
+    return p
+
+
 def decide(graph: Graph, target: Target, costs: CostTable | None = None,
            options: PlanOptions | None = None) -> tuple[CostModel, Schedule, MemoryDecision]:
-    """Price, schedule and plan memory: every decision of a plan, not yet a Plan record.
-    Raises InfeasibleBudget when no plan fits options.memory.budget_bytes."""
+    """Price, schedule and plan memory of a step graph on `target` (one rank's share): every
+    decision of a plan, not yet a Plan record. Raises InfeasibleBudget when no plan fits
+    options.memory.budget_bytes."""
     options = options or PlanOptions()
-    backend = BACKENDS[target.backend]
-    link = options.data_parallel.link or interconnect(target)
-    with fewer_collections():
-        model = CostModel(target, costs)
-        # The compute lanes' schedule, then the gradients' all-reduces on the comm lane.
-        schedule = comm_lane(graph, backend.schedule(compute_graph(graph), model,
-                                                     options.schedule), link)
-        one_lane = backend.one_lane(schedule, options)
-        if one_lane is not None:
-            one = comm_lane(graph, backend.schedule(compute_graph(graph), model, one_lane), link)
-            return model, *_co_running_if_faster(graph, model, schedule, one, options)
-        return model, schedule, place(graph, model, schedule, options.memory)
+    p = run(Planning(graph, target, target, costs, options), DECISIONS)
+    assert p.model is not None and p.schedule is not None and p.memory is not None
+    return p.model, p.schedule, p.memory
 
 
 def _co_running_if_faster(graph: Graph, model: CostModel, schedule: Schedule, one: Schedule,
@@ -270,65 +441,38 @@ def place(graph: Graph, model: CostModel, schedule: Schedule,
 def plan(graph: Graph, target: Target, costs: CostTable | None = None,
          options: PlanOptions | None = None, check: bool = True,
          evaluation: bool = True) -> Plan:
-    """The verified plan of `graph` on `target` (module docstring). `check=False` skips the
-    independent verification (tests that corrupt plans on purpose build them this way).
-    `evaluation`: a training plan carries its evaluation schedule (planner/evaluation.py).
+    """The verified plan of `graph` on `target`: the graph through every stage of STAGES
+    (module docstring). `check=False` skips the independent verification (tests that corrupt
+    plans on purpose build them this way). `evaluation`: a training plan carries its
+    evaluation schedule (planner/evaluation.py).
 
     Raises InfeasibleBudget (a ValueError naming the smallest feasible budget), PlanError when
     the checker rejects the plan (a planner bug: the message names the rule and the op)."""
-    from planner.limits import check_arena_fits, check_graph_fits
-    from planner.memory.pins import check_pins_name_tensors
-
-    options = options or PlanOptions()
-    graph = step_graph(graph, target, options.data_parallel, costs)
-    # Ranks that share a host: each plans for its share of the cores and memory
-    # (planner.schedule.ranks); the plan still names the whole host's CPUs.
-    # A GPU rank has its device to itself: nothing to share.
-    share = (share_target(target, options.data_parallel.ranks_per_host)
-             if options.data_parallel.ranks > 1 and BACKENDS[target.backend].ranks_share_host
-             else target)
-    check_graph_fits(graph, share, memory_of(share))  # nothing to plan, or far too large
-    check_pins_name_tensors(graph.tensor_map, options.memory.pins)
-    with fewer_collections():
-        model, schedule, memory = decide(graph, share, costs, options)
-        out = assemble(graph, model, options, schedule, memory, host=target)
-        # ZeRO-3's forward reads gathered copies: its evaluation would need collectives of
-        # its own, not planned yet (the plan carries none; evaluate() is refused).
-        if evaluation and graph.kind == "training" and not any(
-                n.op == "AllGather" for n in graph.nodes):
-            out = out.model_copy(update={"evaluation": plan_evaluation(
-                graph, lambda g: _evaluation_plan(g, share, costs, options, target))})
-        if share is not target:
-            cpus = share_cpus(target, options.data_parallel.ranks_per_host)
-            out = out.model_copy(update={"ops": _on_host(out.ops, cpus)})
-            if out.evaluation is not None:
-                e = out.evaluation
-                out = out.model_copy(update={"evaluation": e.model_copy(update={
-                    "plan": e.plan.model_copy(update={"ops": _on_host(e.plan.ops, cpus)})})})
-        if out.summary.memory is not None and BACKENDS[out.backend].arena_limited:
-            check_arena_fits(out.summary.memory.arena_bytes, graph, share)
-        if check:
-            from planner.verify import verify_plan
-
-            problems = verify_plan(out)
-            if problems:
-                raise PlanError(f"the planner made a plan that does not verify: {problems[0]}"
-                                + (f" (and {len(problems) - 1} more)" if len(problems) > 1
-                                   else ""))
+    out = run(planning(graph, target, costs, options, evaluation, check)).plan
+    assert out is not None
     return out
 
 
-def _evaluation_plan(graph: Graph, share: Target, costs: CostTable | None,
-                     options: PlanOptions, host: Target) -> Plan:
+def _evaluation_plan(graph: Graph, p: Planning) -> Plan:
     # An evaluation graph's plan: its own small arena, without the step's budget (the one a
     # user sets), with the same scheduler switches and alignment; no variants (an evaluation
     # runs its ops one at a time, in plan order). A data-parallel step's evaluation has no
     # collective: each rank evaluates its own shard (the metrics are the caller's to reduce).
-    options = options.model_copy(update={"memory": MemoryOptions(
-        alignment=options.memory.alignment), "variants": False,
+    options = p.options.model_copy(update={"memory": MemoryOptions(
+        alignment=p.options.memory.alignment), "variants": False,
         "data_parallel": DataParallelOptions()})
-    model, schedule, memory = decide(graph, share, costs, options)
-    return assemble(graph, model, options, schedule, memory, host=host)
+    e = run(p.but(graph=graph, options=options, model=None, schedule=None, memory=None,
+                  plan=None), DECISIONS)
+    assert e.model is not None and e.schedule is not None and e.memory is not None
+    return assemble(graph, e.model, options, e.schedule, e.memory, host=p.target)
+
+
+def _on_host_plan(plan: Plan, p: Planning) -> Plan:
+    """`plan`'s ops on the host's CPUs where it was planned on a share of them."""
+    if p.share is p.target:
+        return plan
+    cpus = share_cpus(p.target, p.options.data_parallel.ranks_per_host)
+    return plan.model_copy(update={"ops": _on_host(plan.ops, cpus)})
 
 
 def assemble(graph: Graph, model: CostModel, options: PlanOptions, schedule: Schedule,
@@ -367,7 +511,8 @@ def assemble(graph: Graph, model: CostModel, options: PlanOptions, schedule: Sch
         mean_corun=(sum(busy.values()) / step if step else 0.0) if retimed
         else schedule.mean_corun,
         ops=len(ops), analytical_signatures=schedule.analytical_signatures,
-        memory=memory.summary, **_priced(graph, model.table, schedule.backend))
+        memory=memory.summary,
+        **_priced(graph, model.table, BACKENDS[schedule.backend].lists_priced))
     table = model.table
     provenance = PlanProvenance(
         graph_sha256=digest(graph.to_json()), target_sha256=target.digest(),
@@ -388,10 +533,10 @@ def assemble(graph: Graph, model: CostModel, options: PlanOptions, schedule: Sch
                 provenance=provenance, variants=variants)
 
 
-def _priced(graph: Graph, table: CostTable | None, backend: str) -> dict[str, tuple[str, ...]]:
+def _priced(graph: Graph, table: CostTable | None, listed: bool) -> dict[str, tuple[str, ...]]:
     """Summary fields: which of a CPU plan's signatures `table` measured, which it lacked
-    (the analytical model priced them); none without a table."""
-    if table is None or backend != "cpu":
+    (the analytical model priced them); none without a table (or `listed`)."""
+    if table is None or not listed:
         return {}
     keys = sorted({s.key for s in graph_signatures(graph).values()})
     return {"measured_signatures": tuple(k for k in keys if k in table.index),

@@ -2,16 +2,17 @@
 
 Layers, lowest first (a module may import its own layer or a lower one):
 
-    base      records, errors, files, loading; graph/, ops/, target/, zoo/, importers/
+    base      records, errors, files, loading; graph/, ops/, target/, zoo/, importers/; within
+              it, ir < ops < passes < importers < frontend (BASE_ORDER)
     costs     planner/costs/
     schedule  planner/schedule/
     memory    planner/memory/
     plan      the Plan record and what reads finished plans: plan.py, planner/verify/ (the
-              independent checker), diff.py, memory_report.py, replay.py, plots.py,
-              evaluation.py (a training plan's evaluation record), explain_gather.py and
-              sharding_report.py (a ZeRO-3 plan's gathers)
+              independent checker), planner/report/ (diff, memory reports, replay, plots,
+              placement words, a ZeRO-3 plan's gathers), evaluation.py (a training plan's
+              evaluation record)
     driver    the pipeline and what runs it: pipeline.py, fit.py and curve.py (searches over
-              whole plans), explain.py (re-plans a plan to say why)
+              whole plans), report/explain.py (re-plans a plan to say why)
     codegen   codegen/ (its profiling plans the placements it times through the driver)
     command   planner/cli/ (every command) and the entry points where planner and codegen
               meet: planner/cli/main.py (wires codegen's commands and measurers in) and
@@ -33,13 +34,11 @@ import networkx as nx
 ROOT = Path(__file__).resolve().parent.parent
 LAYERS = ("base", "costs", "schedule", "memory", "plan", "driver", "codegen", "command")
 FOLDERS = {"planner.costs": "costs", "planner.schedule": "schedule", "planner.memory": "memory"}
-PLAN = {"planner.plan", "planner.verify.memory", "planner.verify.inserted",
-        "planner.verify", "planner.verify.graph",
-        "planner.verify.order", "planner.verify.summary", "planner.diff", "planner.memory_report",
-        "planner.replay", "planner.verify.pins", "planner.evaluation", "planner.verify.evaluation",
-        "planner.plots", "planner.explain_gather", "planner.sharding_report"}
+PLAN = {"planner.plan", "planner.evaluation"}
+# planner/report/ is of the plan layer, but for explain (DRIVER).
+REPORT = "planner.report"
 ENTRY_POINTS = {"planner.cli.main", "planner.torch", "planner.torch.training"}
-DRIVER = {"planner.pipeline", "planner.fit", "planner.curve", "planner.explain"}
+DRIVER = {"planner.pipeline", "planner.fit", "planner.curve", "planner.report.explain"}
 
 
 def modules() -> dict[str, Path]:
@@ -60,7 +59,7 @@ def layer(module: str) -> str:
         return "command"
     if module in DRIVER:
         return "driver"
-    if module in PLAN or module.startswith("planner.verify."):
+    if module in PLAN or module.startswith(("planner.verify", REPORT)):
         return "plan"
     for folder, name in FOLDERS.items():
         if module == folder or module.startswith(folder + "."):
@@ -136,7 +135,7 @@ def test_the_checks_see_function_level_and_upward_imports(tmp_path):
                          "planner.schedule.a (schedule) imports planner.pipeline (driver)"]
     assert upward(nx.DiGraph([("planner.cli.fit", "codegen.build")])) == [
         "planner.cli.fit imports codegen.build: only the entry points wire codegen in"]
-    assert layer("planner.memory.gpu") == "memory" and layer("planner.memory_report") == "plan"
+    assert layer("planner.memory.gpu") == "memory" and layer("planner.report.memory") == "plan"
 
 
 # What the independent checker may read of the graph layer: the IR and its validity rules, not
@@ -165,3 +164,51 @@ def test_the_checker_and_codegen_import_no_stage_they_read():
         "codegen.layout imports planner.memory.liveness: codegen reads memory decisions from "
         "the plan",
         "planner.verify.pins imports planner.memory.pins, a stage it checks"]
+
+
+# The base layer in order, lowest first: the IR and its vocabulary, the ops (with the builder and
+# the validity rules, which read the ops' shape rules), the graph passes, the importers (ONNX,
+# torch.export, the zoo's builders), the front end (prepare, its options, loading a model, the
+# user's JSON). A module of the base layer not named here is not ordered within it.
+BASE_ORDER = ("ir", "ops", "passes", "importers", "frontend")
+BASE_IR = {"planner.graph.ir", "planner.graph.accumulation", "planner.records", "planner.errors",
+           "planner.dtypes"}
+BASE_OPS = {"planner.graph.builder", "planner.graph.validate"}
+FRONTEND = {"planner.graph.prepare", "planner.graph.options", "planner.load",
+            "planner.json_input"}
+
+
+def base_level(module: str) -> str | None:
+    """Where a base-layer module stands in BASE_ORDER (None: not ordered)."""
+    if module in FRONTEND:
+        return "frontend"
+    if module.startswith(("planner.importers", "planner.torch", "planner.zoo")):
+        return "importers"
+    if module in BASE_IR:
+        return "ir"
+    if module in BASE_OPS or module == "planner.ops" or module.startswith("planner.ops."):
+        return "ops"
+    if module == "planner.graph" or module.startswith("planner.graph."):
+        return "passes"
+    return None
+
+
+def base_upward(g: nx.DiGraph) -> list[str]:
+    rank = {name: k for k, name in enumerate(BASE_ORDER)}
+    bad = []
+    for a, b in sorted(g.edges):
+        if layer(a) != "base" or layer(b) != "base":
+            continue
+        la, lb = base_level(a), base_level(b)
+        if la is not None and lb is not None and rank[lb] > rank[la]:
+            bad.append(f"{a} ({la}) imports {b} ({lb})")
+    return bad
+
+
+def test_the_base_layer_points_down_too():
+    assert base_upward(import_graph()) == []
+    assert base_upward(nx.DiGraph([("planner.ops.conv", "planner.graph.autodiff"),
+                                   ("planner.graph.autodiff", "planner.graph.prepare"),
+                                   ("planner.graph.prepare", "planner.importers.onnx")])) == [
+        "planner.graph.autodiff (passes) imports planner.graph.prepare (frontend)",
+        "planner.ops.conv (ops) imports planner.graph.autodiff (passes)"]

@@ -1,5 +1,5 @@
-"""The drawings of planner/plots.py: the same plan gives the same bytes, a format by suffix, and
-a one-line error naming the extra when matplotlib is missing."""
+"""The drawings of planner/report/plots.py: the same plan gives the same bytes, a format by
+suffix, and a one-line error naming the extra when matplotlib is missing."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 
 from planner.cli import main
 from planner.errors import UserError
-from planner.plots import plot_format, timeline_plot
+from planner.report.plots import plot_format, timeline_plot
 
 SPEC = "zoo:lenet?image=8&batch=4"
 

@@ -1,5 +1,5 @@
 """`planner fit GRAPH --target T --pareto`: the step-time / memory-budget curve (planner.curve),
-written as JSON and drawn (planner.plots), and `--measure N`: N of its plans built and run on
+written as JSON and drawn (planner.report.plots), and `--measure N`: N of its plans built and run on
 this machine's CPUs, measured step and measured arena beside the prediction.
 
     planner fit GRAPH --target T --pareto [--points 10] [-o curve.json] [--plot curve.png]
@@ -61,11 +61,12 @@ def run_pareto(args: argparse.Namespace) -> int:
     from planner.cli.graph_flags import graph_options
     from planner.costs import load_table
     from planner.curve import MAX_POINTS, budget_curve, enough_memory, format_curve
+    from planner.files import write_text
     from planner.graph.prepare import prepare
-    from planner.load import write_text
     from planner.memory.options import MemoryOptions
     from planner.pipeline import PlanOptions
-    from planner.plots import curve_plot, plot_format
+    from planner.report.plots import curve_plot, plot_format
+    from planner.target.backends import traits
     from planner.target.presets import load_target
 
     fmt = plot_format(args.plot) if args.plot else ""
@@ -74,7 +75,7 @@ def run_pareto(args: argparse.Namespace) -> int:
     if args.measure < 0 or args.steps < 1:
         raise UserError("--measure must be >= 0 and --steps >= 1")
     target = load_target(args.target)
-    if args.measure and target.backend != "cpu":
+    if args.measure and not traits(target).timed_on_host:
         raise UserError(f"--measure runs the CPU executor; target {target.name!r} is "
                         f"{target.backend}")
     graph = prepare(args.graph, graph_options(args))

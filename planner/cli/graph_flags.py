@@ -42,7 +42,6 @@ OPTIMIZERS = ("sgd", "momentum", "adam", "adamw")
 def add_graph_flags(p: argparse.ArgumentParser, train: str | None = None) -> None:
     """GraphOptions' flags on command `p`; `train`: its default optimizer (None: inference)."""
     from planner.cli.precision import add_precision_flags
-    from planner.load import LOSS_HELP, kept_names
 
     p.add_argument("--train", choices=OPTIMIZERS, default=train,
                    help="the training graph (forward, backward, updates) with this optimizer"
@@ -146,3 +145,14 @@ def non_negative_number(text: str) -> float:
     if not (math.isfinite(value) and value >= 0):
         raise argparse.ArgumentTypeError(f"{text!r} must be a finite number >= 0")
     return value
+
+
+def kept_names(text: str) -> list[str]:
+    """argparse type of --keep: comma-separated tensor names."""
+    return [n for n in (part.strip() for part in text.split(",")) if n]
+
+
+LOSS_HELP = ("attach a loss to an output (default: the only one) with a new label input: "
+             "cross-entropy (int64 class ids; classes on axis 1 as PyTorch's; options "
+             "?axis=A&ignore_index=I&label_smoothing=S) or mse (float targets), e.g. "
+             "--loss cross-entropy:logits")

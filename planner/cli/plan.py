@@ -147,7 +147,7 @@ def _link(path: str | None):
         return None
     from pydantic import ValidationError
 
-    from planner.load import read_json
+    from planner.json_input import read_json
     from planner.target.interconnect import Interconnect
 
     try:
@@ -171,8 +171,8 @@ def _run_plan(args: argparse.Namespace) -> int:
     from planner.cli.decisions import memory_decisions
     from planner.cli.flags import flag_message
     from planner.cli.graph_flags import graph_options
+    from planner.files import write_text
     from planner.graph.prepare import prepare
-    from planner.load import write_text
     from planner.memory.options import MemoryOptions, parse_budget
     from planner.pipeline import PlanOptions, plan
     from planner.schedule import ScheduleOptions
@@ -216,7 +216,7 @@ def _run_plan(args: argparse.Namespace) -> int:
 
 
 def _read_json(path: str) -> dict[str, Any]:
-    from planner.load import read_json
+    from planner.json_input import read_json
     from planner.plan import plan_data_problem
 
     data = read_json(path, "plan")
@@ -232,23 +232,24 @@ def technique_curves_of(plan) -> dict | None:
     whose target is a preset (a plan names its target, not its whole description); else
     None (the chart shows the plan's own curve and naive)."""
     from planner.costs import CostModel
-    from planner.memory.gpu import technique_curves
-    from planner.memory_report import graph_order
+    from planner.pipeline import BACKENDS
+    from planner.report.memory import graph_order
     from planner.target.presets import PRESETS, preset
 
-    if plan.backend != "cuda" or plan.target.name not in PRESETS:
+    curves = BACKENDS[plan.backend].technique_curves
+    if curves is None or plan.target.name not in PRESETS:
         return None
-    return technique_curves(plan.graph, graph_order(plan), CostModel(preset(plan.target.name)))
+    return curves(plan.graph, graph_order(plan), CostModel(preset(plan.target.name)))
 
 
 def run_show(args: argparse.Namespace) -> int:
-    from planner.diff import decisions_line
-    from planner.load import write_text
-    from planner.memory_report import format_memory, memory_report, memory_svg
+    from planner.files import write_text
     from planner.plan import load_plan
-    from planner.plots import plot_format, timeline_plot
+    from planner.report.diff import decisions_line
+    from planner.report.memory import format_memory, memory_report, memory_svg
+    from planner.report.plots import plot_format, timeline_plot
+    from planner.report.sharding import format_sharding, sharding_report
     from planner.schedule.trace import plan_trace
-    from planner.sharding_report import format_sharding, sharding_report
 
     fmt = plot_format(args.timeline) if args.timeline else ""
     plan = load_plan(args.plan)
@@ -327,7 +328,7 @@ def format_summary(plan: dict[str, Any]) -> str:
 
 
 def run_diff(args: argparse.Namespace) -> int:
-    from planner.diff import diff_plans, format_diff
+    from planner.report.diff import diff_plans, format_diff
 
     d = diff_plans(_read_json(args.a), _read_json(args.b))
     print(json.dumps(d, indent=2, sort_keys=True) if args.json else format_diff(d))
@@ -352,7 +353,7 @@ def _embedded_graph_problems(text: str) -> tuple[list[str], list[str]] | None:
 
 
 def run_verify(args: argparse.Namespace) -> int:
-    from planner.load import read_json
+    from planner.json_input import read_json
     from planner.verify import verify_plan_text
 
     try:
@@ -367,17 +368,16 @@ def run_verify(args: argparse.Namespace) -> int:
         embedded = _embedded_graph_problems(text)
         names, problems = embedded if embedded else (None, [])
     else:
-        from planner.graph.for_cores import for_cores
         from planner.graph.prepare import prepare
-        from planner.graph.validate import GraphError
+        from planner.graph.step import step_graph
         from planner.plan import digest
 
         data = json.loads(text) if text.strip().startswith("{") else {}
-        graph = for_cores(prepare(args.graph), _step_cores(data))  # as `plan` rewrote it
-        try:  # with the convolution layouts it chose from its costs, as it chose threads
-            graph = _with_recorded_layouts(graph, data)
-        except GraphError as e:
-            problems.append(f"the plan's convolution layouts: {e}")
+        graph = prepare(args.graph)
+        try:  # the step graph's passes under the choices the plan records
+            graph = step_graph(graph, _recorded_choices(graph, data))
+        except ValueError as e:
+            problems.append(f"the plan's step choices: {e}")
         names = [n.name for n in graph.nodes]
         recorded = data.get("provenance", {}).get("graph_sha256")
         if recorded and recorded != digest(graph.to_json()):
@@ -387,26 +387,44 @@ def run_verify(args: argparse.Namespace) -> int:
     return _report(args, problems)
 
 
-def _with_recorded_layouts(graph, data: Any):
-    """`graph` with the convolution layouts that the plan `data` records on nodes of the same
-    name (planner.costs.conv_layouts); GraphError for a value the op refuses."""
-    from planner.costs.conv_layouts import CONVOLUTIONS, with_layouts
+def _recorded_choices(graph, data: Any):
+    """The step graph's choices (planner.graph.step) that the plan `data` records: its CPUs'
+    cores, the convolution layouts on nodes of the same name (planner.costs.conv_layouts) and,
+    for a data-parallel plan, its collectives as planning chooses them for its options on its
+    target (a preset: a plan names its target, not its whole description). ValueError for
+    what cannot be re-derived; data that is no plan gives none (verify_plan_text reports it)."""
+    from planner.costs.conv_layouts import CONVOLUTIONS
+    from planner.graph.step import StepChoices
+    from planner.schedule.parallel import DataParallelOptions, chosen_collectives
+    from planner.target.presets import PRESETS, preset
 
     try:
         recorded = {n["name"]: n["attrs"]["layout"] for n in data["graph"]["nodes"]
                     if "layout" in n["attrs"]}
-    except (KeyError, TypeError):
-        return graph  # no plan's graph: verify_plan_text names what is malformed
-    return with_layouts(graph, {n.name: recorded[n.name] for n in graph.nodes
-                                if n.op in CONVOLUTIONS and isinstance(recorded.get(n.name), str)})
+        parallel = DataParallelOptions.model_validate(
+            data["provenance"]["options"].get("data_parallel", {}))
+        name = data["target"]["name"]
+    except (KeyError, TypeError, AttributeError, ValueError):
+        return StepChoices(cores=_step_cores(data))
+    layouts = {n.name: recorded[n.name] for n in graph.nodes
+               if n.op in CONVOLUTIONS and isinstance(recorded.get(n.name), str)}
+    if parallel.ranks == 1:
+        return StepChoices(cores=_step_cores(data), layouts=layouts)
+    if name not in PRESETS:
+        raise ValueError(f"a data-parallel plan's buckets are sized for its target; {name!r} "
+                         f"is no preset: verify the plan without --graph")
+    return StepChoices(cores=_step_cores(data), layouts=layouts,
+                       collectives=chosen_collectives(graph, preset(name), parallel))
 
 
 def _step_cores(data: Any) -> int | None:
     """The physical cores a CPU plan's data names (its logical CPUs' cores); None for a GPU
     plan or data that is no plan (verify_plan_text reports what is malformed)."""
+    from planner.target.backends import BACKEND_TRAITS
+
     try:
-        return (len(set(data["target"]["core_of"])) or None) if data["backend"] == "cpu" \
-            else None
+        return (len(set(data["target"]["core_of"])) or None) \
+            if BACKEND_TRAITS[data["backend"]].host_cores else None
     except (KeyError, TypeError):
         return None
 

@@ -39,12 +39,10 @@ Example: a table whose nhwc forward is faster gives the forward nhwc, the others
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 from planner.costs.records import CostTable
 from planner.costs.signature import OpSignature, graph_signatures, unique_signatures
 from planner.graph.ir import Graph
-from planner.graph.validate import check_graph
+from planner.graph.step import with_layouts
 
 CONVOLUTIONS = frozenset({"Conv2D", "Conv2DBackpropInput", "Conv2DBackpropFilter",
                           "ConvTranspose2D"})
@@ -68,9 +66,15 @@ def profiled_signatures(graph: Graph) -> list[OpSignature]:
 def conv_layouts(graph: Graph, table: CostTable | None) -> Graph:
     """`graph` with `layout: nhwc` on each convolution whose measured channels-last times beat
     its own (module docstring); `graph` itself when none does."""
+    return with_layouts(graph, chosen_layouts(graph, table))
+
+
+def chosen_layouts(graph: Graph, table: CostTable | None) -> dict[str, str]:
+    """Convolution node name -> `nhwc` where its measured channels-last times beat its own
+    (the step graph's layouts: planner.graph.step)."""
     convs = [n for n in graph.nodes if n.op in CONVOLUTIONS and "layout" not in n.attrs]
     if table is None or not convs:
-        return graph
+        return {}
     own = graph_signatures(graph)
     last = graph_signatures(channels_last(graph))
     chosen = {}
@@ -79,22 +83,12 @@ def conv_layouts(graph: Graph, table: CostTable | None) -> Graph:
         both = sorted(a.keys() & b.keys())
         if both and sum(b[k] for k in both) < sum(a[k] for k in both):
             chosen[n.name] = CHANNELS_LAST
-    return with_layouts(graph, chosen)
+    return chosen
 
 
 def recorded_layouts(graph: Graph) -> dict[str, str]:
     """Node name -> the layout a plan's graph records for it."""
     return {n.name: n.attrs["layout"] for n in graph.nodes if "layout" in n.attrs}
-
-
-def with_layouts(graph: Graph, layouts: Mapping[str, str]) -> Graph:
-    """`graph` with `layouts[name]` as the layout attr of each named node there, checked (a
-    value the op refuses is an error naming the node)."""
-    if not layouts:
-        return graph
-    nodes = tuple(n.model_copy(update={"attrs": {**n.attrs, "layout": layouts[n.name]}})
-                  if n.name in layouts else n for n in graph.nodes)
-    return check_graph(graph.model_copy(update={"nodes": nodes}))
 
 
 def _compact_seconds(table: CostTable, signature: OpSignature) -> dict[int, float]:

@@ -31,6 +31,7 @@ from planner import __version__
 from planner.costs.records import CostEntry, CostTable, CpuSample, Provenance, merge
 from planner.costs.signature import graph_signatures
 from planner.errors import UserError
+from planner.target.backends import BACKEND_TRAITS
 
 
 def fold_stats(table: CostTable, plan, stats: dict[str, Any], date: str | None = None
@@ -39,7 +40,7 @@ def fold_stats(table: CostTable, plan, stats: dict[str, Any], date: str | None =
     if table.target != plan.target.name:
         raise UserError(f"cost table is for {table.target!r}, the plan for "
                         f"{plan.target.name!r}")
-    if plan.backend != "cpu":
+    if not BACKEND_TRAITS[plan.backend].timed_on_host:
         raise UserError("only CPU plans' measured times fold into a cost table so far")
     ops = {o.name: o for o in plan.ops}
     sigs = graph_signatures(plan.graph)

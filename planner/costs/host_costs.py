@@ -59,6 +59,7 @@ from planner.costs.signature import OpSignature, unique_signatures
 from planner.files import atomic_write, cache_root, folder_lock
 from planner.graph.ir import Graph, canonical_json
 from planner.records import Record
+from planner.target.backends import traits
 from planner.target.records import Target
 
 # Above this load (the other processes' runnable threads per logical CPU) a measurement is
@@ -185,7 +186,7 @@ def host_table(graphs: Sequence[Graph], target: Target, measure: Measure,
     planner.pipeline.priced_graphs) on this host is priced by: their signatures' kept
     measurements, those not kept (or kept from a busy machine, when it is quiet now) measured
     by `measure` first and kept."""
-    if target.name != "host" or target.backend != "cpu":
+    if target.name != "host" or not traits(target).timed_on_host:
         from planner.errors import UserError
 
         raise UserError(f"measured costs: target {target.name!r} is not this machine's CPUs "
@@ -218,5 +219,5 @@ def default_costs(target: Target) -> str:
     env = os.environ.get("PLANNER_COSTS")
     if env and env not in COST_SOURCES:
         raise UserError(f"PLANNER_COSTS={env!r}: give one of {', '.join(COST_SOURCES)}")
-    here = target.name == "host" and target.backend == "cpu"
+    here = target.name == "host" and traits(target).timed_on_host
     return "measured" if here and env != "analytical" else "analytical"

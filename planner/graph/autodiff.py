@@ -1,6 +1,7 @@
 """Autodiff: a forward graph and an optimizer -> one training graph (reverse mode, graph rewrite).
 
-`make_training_graph` is a short list of passes:
+`make_training_graph` is a short list of passes (those after emit_updates are the checked
+tuple TRAINING_PASSES):
 
     find_loss        the graph's marked loss (Graph.loss), else its scalar output written by a
                      loss op (an error names the outputs when there is none)
@@ -29,15 +30,14 @@
                      bias input (planner/graph/fold_bias.py)
     fold_conv_biases a Conv2D's BiasAdd over the channels and Relu become its bias input and
                      activation (planner/graph/fold_conv_bias.py)
-    for_cores        only with `cores` given: the rewrites a step on that many CPU cores
-                     gets (planner/graph/for_cores.py). The front end never gives it (a
-                     graph does not depend on the target): planning applies them
-                     (planner.pipeline.step_graph)
+
+What depends on the CPU cores a step runs on is planning's (planner/graph/step.py): a graph
+does not depend on the target.
 
 Every node is added through GraphBuilder, so it passes the same shape rules as any graph as it is
 added; in-place order holds by construction (updates come last). The forward graph is validated
-on the way in; the training graph is not re-validated on the way out (tests do that), to keep
-large graphs fast.
+on the way in, and the graph again after each rewrite that changed it (`rewritten`, as the
+front end's passes are), so a rewrite that breaks a rule is caught where it does.
 
 Only what is needed is differentiated: a tensor gets a gradient only if it lies on a path from a
 param to the loss, so neither the first layer's input nor the labels get one, and a branch that
@@ -112,7 +112,7 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from planner.dtypes import is_float
@@ -120,7 +120,6 @@ from planner.graph.accumulation import MICRO_STEP, grad_sum_tensor, micro_step_t
 from planner.graph.builder import GraphBuilder
 from planner.graph.fold_bias import fold_bias_adds
 from planner.graph.fold_conv_bias import fold_conv_biases
-from planner.graph.for_cores import for_cores
 from planner.graph.ir import Graph, Node, Tensor
 from planner.graph.lstm_grads import fold_lstm_dh_sums
 from planner.graph.optimizer import LossScaling, Optimizer, hyperparameter_tensor
@@ -161,17 +160,14 @@ class AutodiffError(ValueError):
 # ---- the passes -------------------------------------------------------------------------------
 
 def make_training_graph(graph: Graph, optimizer: Optimizer, precision: str = "fp32",
-                        loss_scaling: LossScaling | None = None,
-                        cores: int | None = None, accumulate: int = 1) -> Graph:
+                        loss_scaling: LossScaling | None = None, accumulate: int = 1) -> Graph:
     """Forward graph (ending in a loss) + optimizer -> training graph (kind "training").
 
     Parameters: `graph`, a forward graph whose outputs include one scalar loss; `optimizer`, the
     update rule applied to every param that receives a gradient (a param the loss does not
     depend on is left alone, as torch.optim skips parameters whose grad is None); `precision`,
     one of planner.graph.precision.PRECISIONS; `loss_scaling`, fp16-mixed's dynamic loss
-    scaling (LossScaling() when None; ignored by the other policies); `cores`, the physical
-    CPU cores the step will run on, for the graph as planned there
-    (planner.graph.for_cores; planning applies it itself, so the front end leaves it out);
+    scaling (LossScaling() when None; ignored by the other policies);
     `accumulate`, the micro-batches per optimizer step (planner/graph/accumulation.py).
     Returns: the training graph laid out as in the module docstring; its outputs are the
     forward graph's outputs.
@@ -206,9 +202,8 @@ def make_training_graph(graph: Graph, optimizer: Optimizer, precision: str = "fp
     if optimizer.schedule is not None:
         updated.update(_count(b, SCHEDULE_STEP))
     marks = {**_running_stat_updates(graph), **updated}
-    built = _rewritten(b.build(outputs=graph.outputs, kind="training"))
-    built = fold_transposes(_mark_in_place(built, graph, marks))
-    return for_cores(fold_conv_biases(fold_bias_adds(apply_precision(built, precision))), cores)
+    return rewritten(b.build(outputs=graph.outputs, kind="training"),
+                     Differentiated(graph, marks, precision), TRAINING_PASSES)
 
 
 def gradients(graph: Graph, wrt: Sequence[str] | None = None,
@@ -245,13 +240,50 @@ def gradients(graph: Graph, wrt: Sequence[str] | None = None,
                  for y in of}
     grads = _differentiate(b, graph, wrt, seeds)
     outputs = list(dict.fromkeys([*graph.outputs, *(g for g in grads.values() if g)]))
-    built = _rewritten(b.build(outputs=outputs, kind="training"))
-    return fold_transposes(_mark_in_place(built, graph, {})), grads
+    return rewritten(b.build(outputs=outputs, kind="training"), Differentiated(graph, {}),
+                     GRADIENT_PASSES), grads
 
 
-def _rewritten(built: Graph) -> Graph:
-    """The differentiated graph after the rewrites that precede mark_in_place (module docstring)."""
-    return fuse_softmax(batch_weight_gradients(join_slice_gradients(fold_lstm_dh_sums(built))))
+@dataclass(frozen=True)
+class Differentiated:
+    """What the passes after differentiation read besides the graph: the forward graph, the
+    persistent tensors' next values (mark_in_place) and the precision policy."""
+
+    forward: Graph
+    marks: Mapping[str, str]
+    precision: str = "fp32"
+
+
+TrainingPass = Callable[[Graph, Differentiated], Graph]
+
+# The rewrites of a differentiated graph, in order (module docstring): `gradients`' graphs get
+# the first ones, training graphs all of them.
+GRADIENT_PASSES: tuple[tuple[str, TrainingPass], ...] = (
+    ("fold_lstm_dh_sums", lambda g, d: fold_lstm_dh_sums(g)),
+    ("join_slice_gradients", lambda g, d: join_slice_gradients(g)),
+    ("batch_weight_gradients", lambda g, d: batch_weight_gradients(g)),
+    ("fuse_softmax", lambda g, d: fuse_softmax(g)),
+    ("mark_in_place", lambda g, d: _mark_in_place(g, d.forward, d.marks)),
+    ("fold_transposes", lambda g, d: fold_transposes(g)),
+)
+TRAINING_PASSES: tuple[tuple[str, TrainingPass], ...] = (
+    *GRADIENT_PASSES,
+    ("apply_precision", lambda g, d: apply_precision(g, d.precision)),
+    ("fold_bias_adds", lambda g, d: fold_bias_adds(g)),
+    ("fold_conv_biases", lambda g, d: fold_conv_biases(g)),
+)
+
+
+def rewritten(built: Graph, differentiated: Differentiated,
+              passes: tuple[tuple[str, TrainingPass], ...]) -> Graph:
+    """`built` through `passes`, checked (planner.graph.validate) after each one that changed
+    it, as the front end's passes are (planner.graph.prepare): a pass that breaks a rule is
+    caught where it does."""
+    graph = built
+    for _, training_pass in passes:
+        out = training_pass(graph, differentiated)
+        graph = graph if out is graph else check_graph(out)
+    return graph
 
 
 def find_loss(graph: Graph) -> str:

@@ -202,3 +202,18 @@ def _copy(graph: Graph) -> GraphBuilder:
     for n in graph.nodes:
         b.op_n(n.op, n.inputs, n.attrs, name=n.name, outputs=n.outputs)
     return b
+
+
+def with_loss(graph: Graph, spec: str | None) -> Graph:
+    """The graph with the loss a `--loss KIND[:OUTPUT]` option names attached (unchanged when
+    spec is None); see planner.graph.loss.
+
+    >>> from planner.zoo import build
+    >>> g = build("mlp", batch=2, hidden=[4], in_features=3, classes=2, loss=False)
+    >>> with_loss(g, "cross-entropy:logits").outputs
+    ('loss', 'logits')
+    """
+    if spec is None:
+        return graph
+    kind, output, options = parse_loss_spec(spec)
+    return attach_loss(graph, kind, output, **options)

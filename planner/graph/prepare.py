@@ -32,9 +32,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from planner.errors import UserError
 from planner.graph.autodiff import make_training_graph
 from planner.graph.inference import inference_rewrites
 from planner.graph.ir import Graph
+from planner.graph.loss import with_loss as attached
 from planner.graph.options import GraphOptions
 from planner.graph.validate import check_graph
 
@@ -65,8 +67,6 @@ def imported(model: str | Graph, options: GraphOptions) -> Graph:
 
 
 def with_loss(graph: Graph, options: GraphOptions) -> Graph:
-    from planner.load import with_loss as attached
-
     return attached(graph, options.loss)
 
 
@@ -78,9 +78,27 @@ def autodiff(graph: Graph, options: GraphOptions) -> Graph:
 
 
 def kept(graph: Graph, options: GraphOptions) -> Graph:
-    from planner.load import with_kept
-
     return with_kept(graph, list(options.keep))
+
+
+def with_kept(graph: Graph, names: list[str] | None) -> Graph:
+    """The graph with tensors `names` added to its outputs, which the plan keeps to the end of
+    the step (no later tensor reuses their bytes), so that an executor's step returns them;
+    UserError naming a tensor the graph does not have.
+
+    >>> from planner.zoo import build
+    >>> g = build("mlp", batch=2, hidden=[4], in_features=3, classes=2)
+    >>> with_kept(g, ["relu1"]).outputs
+    ('logits', 'loss', 'relu1')
+    """
+    if not names:
+        return graph
+    tensors = graph.tensor_map
+    for name in names:
+        if name not in tensors:
+            raise UserError(f"--keep: graph {graph.name!r} has no tensor {name!r}")
+    kept = tuple(dict.fromkeys((*graph.outputs, *names)))
+    return check_graph(graph.model_copy(update={"outputs": kept}))
 
 
 def inference(graph: Graph, options: GraphOptions) -> Graph:

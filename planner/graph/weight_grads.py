@@ -44,8 +44,9 @@ Example:
     [('grad/w/sum/rows_a', 'Concat'), ('grad/w/sum/rows_b', 'Concat'), ('grad/w/sum', 'MatMul')]
 
 Nine steps: three chunks and a sum of their partials, or, planned for one core
-(make_training_graph's `cores`, planner.graph.for_cores), one GEMM over all steps:
+(planner.graph.for_cores, a pass of the step graph), one GEMM over all steps:
 
+    >>> from planner.graph.for_cores import for_cores
     >>> b = GraphBuilder("nine")
     >>> w, y = b.param("w", (3, 2), init="glorot"), b.input("y", (4, 2))
     >>> s = b.op("AddN", [b.op("MatMul", [b.input(f"x{t}", (4, 3)), w]) for t in range(9)])
@@ -56,7 +57,7 @@ Nine steps: three chunks and a sum of their partials, or, planned for one core
     >>> gemms(make_training_graph(forward, Optimizer(kind="sgd")))  # doctest: +NORMALIZE_WHITESPACE
     [('grad/w/sum/gemm0', (12, 3)), ('grad/w/sum/gemm1', (12, 3)), ('grad/w/sum/gemm2', (12, 3)),
      ('grad/w/sum', (3, 2))]
-    >>> gemms(make_training_graph(forward, Optimizer(kind="sgd"), cores=1))
+    >>> gemms(for_cores(make_training_graph(forward, Optimizer(kind="sgd")), 1))
     [('grad/w/sum', (36, 3))]
 """
 

@@ -15,22 +15,25 @@ Any schedule (liveness and offsets):
 The independent checks of a plan's buffers and of the ops added here sit with the other
 checkers, above the stages they check (planner/verify/memory.py, inserted.py).
 
-GPU stream schedules under a budget (the compute order and prices: planner.schedule.streams;
-convolution algorithms: planner.costs.convalgo):
+Under a budget (the compute order and prices: planner.schedule.streams; convolution
+algorithms: planner.costs.convalgo):
     stash.py       checkpoints and recompute segments (speed-, memory-centric, cost-aware)
-    budget_search.py  the state (modes, exact live-bytes profile) and the greedy over moves
     materialize.py the ops, buffers and edges of a state (compute, d2h, h2d streams)
-    gpu.py         gpu_memory: decide, place, workspaces, times, the MemoryDecision
+    budget/        the budget solver both backends share:
+        search.py  the state (modes, exact live-bytes profile) and the greedy over moves
+        solver.py  decide, lay, workspaces, times, the MemoryDecision of a solved state
+    gpu.py         its GPU front: gpu_memory of a stream schedule (device alignment, the
+                   library handles, the CUDA kernels' scratch)
+    cpu_budget.py  its CPU front: CPU schedules below their liveness arena, one op at a time,
+                   every op's kernel scratch laid out, offloads to a host store
     milp.py        the exact MILP (HiGHS) that cross-checks the greedy's recomputation
-    cpu_budget.py  CPU schedules below their liveness arena: the same decisions, one op at a
-                   time, every op's kernel scratch laid out, offloads to a host store
 
 Options:
     options.py     MemoryOptions, byte counts as text
 
 What reads finished plans sits above the stages, beside planner/plan.py: the reports and
-seed 001's Fig. 10 (planner/memory_report.py), running a plan on real bytes against the
-reference interpreter (planner/replay.py); so does `planner fit`, which plans many graphs
+seed 001's Fig. 10 (planner/report/memory.py), running a plan on real bytes against the
+reference interpreter (planner/report/replay.py); so does `planner fit`, which plans many graphs
 through the whole pipeline (planner/fit.py, its command planner/cli/fit.py).
 """
 

@@ -9,7 +9,7 @@ order, carried out by the CPU executor's lanes.
                  (driver.scratch_buffers' rule, at the op's thread count) laid out with it:
                  a recompute of a node gets a scratch area of its own too; an offload
                  costs the full time of both its copies (nothing runs beside a copy
-                 that takes a core; planner.memory.budget_search)
+                 that takes a core; planner.memory.budget.search)
     lanes        in the materialized order (a topological order), every op on its planned
                  CPUs: a graph node keeps its CPUs, thread count and smt mark (a recompute
                  runs its node's kernel at the same thread count, so it writes the same
@@ -53,9 +53,17 @@ from planner.costs.records import CostTable
 from planner.graph.autodiff import node_phase
 from planner.graph.ir import Graph
 from planner.memory.arena import CPU_FIRST
-from planner.memory.budget_search import Move, State
+from planner.memory.budget.search import Move, State
+from planner.memory.budget.solver import (
+    Placed,
+    Solved,
+    decide,
+    decide_memory,
+    lay,
+    simulate,
+    solve,
+)
 from planner.memory.decision import MemoryDecision
-from planner.memory.gpu import Placed, Solved, decide, decide_memory, lay, simulate, solve
 from planner.memory.layout import place
 from planner.memory.liveness import Buffer, per_op_bound
 from planner.memory.materialize import Material

@@ -1,7 +1,7 @@
 """A lower bound on the arena of a budget state, from its live-bytes profile alone: what the
 budget search checks before it materializes and lays out a state (the slow part).
 
-The state's profile (planner.memory.budget_search) counts the tensors and the recomputed copies.
+The state's profile (planner.memory.budget.search) counts the tensors and the recomputed copies.
 The materialized step holds more, at keys that never move when decisions change:
 
     kernels      the buffers a backend's kernels need besides the tensors (ExtraBuffers:
@@ -25,8 +25,9 @@ Inception-v3 at its midpoint budget laid out 93 states, now 1.
 Example:
     >>> from planner.costs import CostModel
     >>> from planner.graph.autodiff import Optimizer, make_training_graph
-    >>> from planner.memory.budget_search import State
-    >>> from planner.memory.gpu import kernel_scratch, lay
+    >>> from planner.memory.budget.search import State
+    >>> from planner.memory.budget.solver import lay
+    >>> from planner.memory.gpu import kernel_scratch
     >>> from planner.memory.options import MemoryOptions
     >>> from planner.memory.stash import analyze
     >>> from planner.schedule.streams import compute_steps
@@ -50,7 +51,7 @@ from collections.abc import Callable
 import numpy as np
 
 from planner.memory.arena import aligned
-from planner.memory.budget_search import State
+from planner.memory.budget.search import State
 from planner.memory.liveness import PERSISTENT_ROLES, Buffer
 from planner.memory.materialize import Material, OpSpec, node_specs, recompute_specs
 from planner.memory.stash import Stash

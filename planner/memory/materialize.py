@@ -21,7 +21,7 @@ of its segment's recompute); outputs a recompute writes only because its node ha
 Example:
     >>> from planner.costs import CostModel
     >>> from planner.target import preset
-    >>> from planner.memory.budget_search import State
+    >>> from planner.memory.budget.search import State
     >>> from planner.schedule.streams import compute_steps
     >>> from planner.memory.stash import analyze
     >>> from planner.graph.autodiff import Optimizer, make_training_graph
@@ -42,7 +42,7 @@ import bisect
 from dataclasses import dataclass, field
 
 from planner.graph.deps import predecessors
-from planner.memory.budget_search import State
+from planner.memory.budget.search import State
 from planner.memory.decision import TRANSFER_OPS
 from planner.memory.liveness import PERSISTENT_ROLES, Buffer, in_buckets
 from planner.memory.stash import Segment, Stash

@@ -42,7 +42,7 @@ from dataclasses import dataclass
 import highspy
 import numpy as np
 
-from planner.memory.budget_search import Move, State, cheapest_stop, source_reads
+from planner.memory.budget.search import Move, State, cheapest_stop, source_reads
 from planner.memory.stash import Stash
 
 
@@ -58,7 +58,7 @@ class RecomputeChoice:
 
 
 def greedy_recompute(stash: Stash, budget: int) -> RecomputeChoice:
-    """The greedy of planner.memory.budget_search with offload off, stopped as it stops there but on
+    """The greedy of planner.memory.budget.search with offload off, stopped as it stops there but on
     LOAD (the MILP's constraint) rather than the laid-out arena."""
     state = State(stash, 1.0, offload=False)
     while (stop := cheapest_stop(state, budget, lambda s: True)) is None:

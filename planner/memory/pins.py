@@ -30,7 +30,7 @@ from dataclasses import replace
 import numpy as np
 
 from planner.errors import UserError
-from planner.memory.budget_search import Move, State
+from planner.memory.budget.search import Move, State
 from planner.memory.options import Pin, RegionBudget
 
 

@@ -31,11 +31,12 @@ the latency terms are at most a tenth of the bucket's time, b >= 9 r alpha bandw
 buckets would pay mostly latency, larger ones start their transfer later than needed.
 
 Example:
-    >>> from planner.graph.autodiff import make_training_graph
+    >>> from planner.graph.data_parallel import buckets, with_all_reduce
     >>> from planner.graph.optimizer import Optimizer
-    >>> from planner.zoo import build
-    >>> g = make_training_graph(build("mlp", batch=4, hidden=[8], in_features=3, classes=2),
-    ...                         Optimizer(kind="sgd"))
+    >>> from planner.graph.options import GraphOptions
+    >>> from planner.graph.prepare import prepare
+    >>> g = prepare("zoo:mlp?batch=4&hidden=8&in_features=3&classes=2",
+    ...             GraphOptions(optimizer=Optimizer(kind="sgd")))
     >>> [len(b) for b in buckets(g, 64)]           # bytes: 8 + 64 | 32 + 96 of fc2, fc1
     [2, 2]
     >>> dp = with_all_reduce(g, buckets(g, 64), ranks=2)
@@ -46,23 +47,19 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TypeVar
+from typing import Literal, TypeVar
 
 from pydantic import Field, model_validator
 
 from planner.errors import UserError
-from planner.graph.data_parallel import (
-    buckets,
-    reduced_gradients,
-    with_all_reduce,
-    with_sharded_updates,
-)
+from planner.graph.data_parallel import reduced_gradients
 from planner.graph.deps import predecessors
 from planner.graph.ir import Graph, Node
-from planner.graph.sharded_parameters import with_sharded_parameters
+from planner.graph.step import Collectives, collectives
 from planner.ops.collective import COLLECTIVE_OPS
 from planner.records import Record
 from planner.schedule.record import Edge, Schedule, ScheduledOp
+from planner.target.backends import traits
 from planner.target.interconnect import Interconnect, interconnect, ring_link
 from planner.target.records import Target
 
@@ -124,11 +121,11 @@ def gathered_bucket_bytes(graph: Graph, ranks: int) -> int:
     one float), so that two gathered buckets (the prefetch bound lets two wait ahead of
     compute) hold less than the shards save, (r - 1) / r of them.
 
-    >>> from planner.graph.autodiff import make_training_graph
     >>> from planner.graph.optimizer import Optimizer
-    >>> from planner.zoo import build
-    >>> g = make_training_graph(build("mlp", batch=4, hidden=[8], in_features=3, classes=2),
-    ...                         Optimizer(kind="sgd"))
+    >>> from planner.graph.options import GraphOptions
+    >>> from planner.graph.prepare import prepare
+    >>> g = prepare("zoo:mlp?batch=4&hidden=8&in_features=3&classes=2",
+    ...             GraphOptions(optimizer=Optimizer(kind="sgd")))
     >>> gathered_bucket_bytes(g, 2)     # 200 bytes of parameters
     50
     """
@@ -320,22 +317,30 @@ def _bucket_bytes(graph: Graph, n: Node) -> int:
 def data_parallel_graph(graph: Graph, target: Target, options: DataParallelOptions) -> Graph:
     """The graph every rank runs: `graph` itself for one rank, else with its gradient
     buckets' all-reduces (UserError for an inference graph)."""
+    return collectives(graph, chosen_collectives(graph, target, options))
+
+
+def chosen_collectives(graph: Graph, target: Target, options: DataParallelOptions,
+                       link: Interconnect | None = None) -> Collectives:
+    """The data-parallel rewrite of `graph` (planner.graph.step): its buckets sized by the
+    link's model (`link`, else the options', else the target's), unless the options size them.
+    UserError for an inference graph, or ZeRO-3 on a backend that does not run it."""
     if options.ranks == 1:
-        return graph
+        return Collectives()
     if graph.kind != "training":
         raise UserError(f"graph {graph.name!r}: --data-parallel needs a training graph "
                         f"(--train sgd|momentum|adam)")
     limit = options.bucket_bytes or bucket_bytes(options.ranks,
-                                                 options.link or interconnect(target))
+                                                 link or options.link or interconnect(target))
+    rewrite: Literal["all-reduce", "sharded-updates", "sharded-parameters"] = "all-reduce"
     if options.shard_parameters:
-        if target.backend != "cpu":
+        if not traits(target).shards_parameters:
             raise UserError(f"graph {graph.name!r}: --shard-parameters runs on the CPU executor "
                             f"only yet (target backend {target.backend!r})")
         if options.bucket_bytes is None:
             limit = min(limit, gathered_bucket_bytes(graph, options.ranks))
-        return with_sharded_parameters(graph, buckets(graph, limit), options.ranks,
-                                       options.ranks_per_host)
-    if options.shard_optimizer:
-        return with_sharded_updates(graph, buckets(graph, limit), options.ranks,
-                                    options.ranks_per_host, target.backend)
-    return with_all_reduce(graph, buckets(graph, limit), options.ranks, options.ranks_per_host)
+        rewrite = "sharded-parameters"
+    elif options.shard_optimizer:
+        rewrite = "sharded-updates"
+    return Collectives(ranks=options.ranks, ranks_per_host=options.ranks_per_host,
+                       rewrite=rewrite, bucket_bytes=limit, backend=target.backend)

@@ -30,6 +30,7 @@ from pydantic import Field, model_validator
 
 from planner.ops.collective import COLLECTIVE_OPS
 from planner.records import Backend, CpuId, Record, Seconds, Stream
+from planner.target.backends import BACKEND_TRAITS
 from planner.target.records import Affinity
 
 
@@ -122,7 +123,7 @@ class Schedule(Record):
 
     @model_validator(mode="after")
     def _placed_for_backend(self) -> Schedule:
-        field = "cpus" if self.backend == "cpu" else "stream"
+        field = BACKEND_TRAITS[self.backend].placed_by
         for op in self.ops:
             # A CPU plan's collectives run on the communication lane (planner.schedule.parallel).
             if not getattr(op, field) and not (op.op in COLLECTIVE_OPS and op.stream == "comm"):

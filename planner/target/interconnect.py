@@ -25,6 +25,7 @@ from __future__ import annotations
 from pydantic import Field
 
 from planner.records import Record
+from planner.target.backends import traits
 from planner.target.records import Target
 
 
@@ -95,7 +96,7 @@ def interconnect(target: Target) -> Interconnect:
     """
     if target.name in INTERCONNECTS:
         return INTERCONNECTS[target.name]
-    if target.backend == "cuda" and target.gpus:
+    if traits(target).gpu_links and target.gpus:
         return Interconnect(bandwidth=target.gpus[0].host_link_bandwidth, latency_seconds=5e-6,
                             source="estimate: NCCL over PCIe between the GPUs of one host "
                                    "(the host link, 5 us a step)")

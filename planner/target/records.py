@@ -29,6 +29,7 @@ from typing import Annotated, Literal
 from pydantic import Field, model_validator
 
 from planner.records import Backend, CpuId, Record, canonical_json
+from planner.target.backends import BACKEND_TRAITS
 
 # How the threads of one op are placed on cores (seed 002, Section III-C):
 #   compact  fill one cache group's cores before the next (threads share the group's cache)
@@ -244,7 +245,7 @@ class Target(Record):
         """The physical cores a training step runs on, for the rewrites planning makes for them
         (planner.graph.for_cores): a CPU target's cores (a host sliced to N CPUs has those),
         None for a GPU's step."""
-        return self.cores if self.backend == "cpu" else None
+        return self.cores if BACKEND_TRAITS[self.backend].host_cores else None
 
     @cached_property
     def core_cpus(self) -> tuple[tuple[CpuId, ...], ...]:
@@ -280,7 +281,7 @@ class Target(Record):
 
     @classmethod
     def from_json(cls, text: str) -> Target:
-        from planner.load import parse_json  # every command's reader
+        from planner.json_input import parse_json  # every command's reader
 
         return cls.model_validate(parse_json(text, "target"))
 

@@ -9,8 +9,8 @@
    torch.roll, which decomposes to gathers too (it becomes two Slices and a Concat), lerp,
    logaddexp, xlogy and isfinite, one row each of the pointwise table
    (planner/ops/pointwise_table.py), the reductions rules_reduce.py keeps whole (all,
-   logsumexp, nansum, nanmean) and max_unpool (rules_pool.py: its decomposition writes through
-   index_put),
+   logsumexp, nansum, nanmean), max_unpool (rules_pool.py: its decomposition writes through
+   index_put) and one_hot (rules_onehot.py: its decomposition asserts, which no op does),
    so a linear layer is one GEMM with its weight transposed in place and the loss is the
    planner's loss op, whose gradient make_training_graph knows. The decomposed program is
    then recorded (planner/torch/record.py); a .pt2 file arrives as such a record already
@@ -45,11 +45,12 @@ import numpy as np
 
 import planner.torch.rules  # noqa: F401  (registering the rules)
 import planner.torch.rules_index  # noqa: F401
+import planner.torch.rules_onehot  # noqa: F401  (F.one_hot; its PRESERVED below)
 import planner.torch.rules_pointwise  # noqa: F401
 import planner.torch.rules_pool  # noqa: F401  (pools; its PRESERVED below)
 import planner.torch.rules_reduce  # noqa: F401  (the reductions; its PRESERVED below)
 import planner.torch.rules_sort  # noqa: F401
-import planner.torch.rules_special  # noqa: F401
+import planner.torch.rules_special  # noqa: F401  (special functions; its PRESERVED below)
 from planner.graph.ir import Graph
 from planner.graph.validate import check_graph
 from planner.importers.onnx.context import Importer
@@ -73,6 +74,7 @@ PRESERVED = ("linear.default", *LOSS_PRESERVED, *RANDOM_PRESERVED, "dropout.defa
              # detach() decomposes to alias, which passes the gradient on: a StopGradient
              "detach.default",
              *planner.torch.rules_reduce.PRESERVED, *planner.torch.rules_pool.PRESERVED,
+             *planner.torch.rules_onehot.ONEHOT_PRESERVED,
              *planner.torch.rules_special.PRESERVED)
 
 

@@ -1,6 +1,6 @@
 """Where an fx node came from, for the import's messages: the module path (`layers.3.attn`),
 the function the user called when the node is one of its decomposition's (`logsumexp` for the
-`aten.eq.Scalar` inside torch.logsumexp, `one_hot` for F.one_hot's compares), and for a node in
+`aten.eq.Scalar` inside torch.logsumexp, `logit` for torch.logit's compares), and for a node in
 the top-level forward, where nothing else places it, the file and line of the user's code; a
 node of the loss the trainer traces with the module is `in the loss`.
 
@@ -62,7 +62,7 @@ def user_line(node: Any) -> str:
 def location(node: Any, root: str = "") -> str:
     """The node's place for a message, as NodeCtx.module holds it: `layers.3.attn`,
     `inner, from logsumexp`, `the loss, from logsumexp`, or for the top-level forward
-    `from one_hot at model.py:8` / `at model.py:12` (context._in puts " in " before a module
+    `from logit at model.py:8` / `at model.py:12` (context._in puts " in " before a module
     path only)."""
     path = module_path(node, root)
     source = source_function(node)

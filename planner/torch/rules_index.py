@@ -70,6 +70,12 @@ def gather_rows_wrapped(n: NodeCtx, x: str | Const, axis: int, index: str | Cons
     return n.emit1("IndexGather", [x, index], {"axis": axis, "mode": "rows", "wrap": True})
 
 
+def gather_rows_checked(n: NodeCtx, x: str | Const, index: str | Const) -> str:
+    """x's rows at an int64 index, negative or out-of-range entries refused (one_hot)."""
+    where = {"axis": 0, "mode": "rows", "wrap": False}
+    return n.emit1("IndexGather", [x, _index(n, index, x, where)], where)
+
+
 @rule("aten.gather.default")
 def gather(n: NodeCtx) -> Value:
     x = n.tensor(0)

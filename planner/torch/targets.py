@@ -7,7 +7,9 @@ it is one the importer converts (a rule of planner/torch/rules*.py), a core-ATen
 or one torch's decomposition turns into others: an operator with a CompositeImplicitAutograd
 kernel (written in other ATen ops: `aten.linear`, `aten.conv2d`, `aten.batch_norm`,
 `aten._weight_norm`), an operator of torch.export's core-ATen decomposition table, or the
-in-place form (`add_`) of an allowed one. What the decomposition then gives must itself have a
+in-place form (`add_`) of an allowed one, or a factory of index constants that reads no
+tensor (CONSTANT_FACTORIES: DLRM's `torch.tril_indices` in forward), which only torch
+evaluates at import. What the decomposition then gives must itself have a
 rule, or the import refuses it naming the op. prims operators are allowed only where a rule
 converts them. RULES is read as its importers filled it: planner/torch/convert.py imports
 every rule module, and the callers here import it first.
@@ -46,6 +48,9 @@ def _qualified(target: str) -> str | None:
     return f"{parts[0]}::{parts[1]}" + ("" if parts[2] == "default" else f".{parts[2]}")
 
 
+CONSTANT_FACTORIES = frozenset({"aten.tril_indices.default", "aten.triu_indices.default"})
+
+
 @functools.cache
 def allowed(target: str) -> bool:
     """Whether a node of a .pt2 file may call `target` (see the module docstring)."""
@@ -54,7 +59,7 @@ def allowed(target: str) -> bool:
     qualified = _qualified(target)
     if qualified is None or qualified not in _registry():
         return False
-    if target in RULES:
+    if target in RULES or target in CONSTANT_FACTORIES:
         return True
     if target.startswith("prims."):
         return False

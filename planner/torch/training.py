@@ -199,7 +199,11 @@ def trainer(module: Any, example_inputs: Sequence[Any], loss: Callable | None,
     _check_runs_here(chosen)
     prepared = prepare(imported.graph, GraphOptions(optimizer=settings, accumulate=accumulate))
     folder = Path(out_dir) if out_dir is not None else Path(tempfile.mkdtemp(prefix="planner-"))
-    table = _cost_table(costs, prepared, chosen, folder)
+    examples = (*example_inputs, labels) if loss is not None else tuple(example_inputs)
+    by_name = {t.name: t for t in prepared.tensors}
+    table = _cost_table(costs, prepared, chosen, folder, {  # an in-step profile steps on them
+        name: _numpy(v, by_name[name].dtype)
+        for name, v in zip(imported.inputs, examples, strict=False) if name in by_name})
     with warnings.catch_warnings():  # an op the table lacks is priced analytically
         warnings.simplefilter("ignore")
         planned = plan(prepared, chosen, table)
@@ -229,8 +233,9 @@ def _check_runs_here(target: Any) -> None:
     """UserError, before anything is planned or compiled, for a target whose executor cannot
     run in this process: a GPU target on a host where nvidia-smi lists no GPU."""
     from planner.errors import UserError
+    from planner.target.backends import traits
 
-    if target.backend == "cpu":
+    if traits(target).host_cores:
         return
     from planner.target.detect import detect_gpus
 
@@ -241,9 +246,11 @@ def _check_runs_here(target: Any) -> None:
                         f"use target='host' or a CPU target preset")
 
 
-def _cost_table(costs: Any, graph: Any, target: Any, folder: Path) -> Any:
-    """The cost table `trainer`'s plan is priced with (its `costs` argument); UserError for a
-    table of another target or a value that names none."""
+def _cost_table(costs: Any, graph: Any, target: Any, folder: Path,
+                examples: Mapping[str, np.ndarray]) -> Any:
+    """The cost table `trainer`'s plan is priced with (its `costs` argument; "in-step" steps
+    on the example batch `examples`); UserError for a table of another target or a value that
+    names none."""
     from planner.costs import CostTable, load_table
     from planner.errors import UserError
 
@@ -268,7 +275,7 @@ def _cost_table(costs: Any, graph: Any, target: Any, folder: Path) -> Any:
         from codegen.profiling import profile_in_step
         from planner.files import atomic_write
 
-        table = profile_in_step(graph, target, folder / "profile")
+        table = profile_in_step(graph, target, folder / "profile", feeds=examples)
         atomic_write(folder / "costs.json", table.to_json())
     elif isinstance(costs, (str, Path)):
         table = load_table(costs)

@@ -63,7 +63,7 @@ def _recorded(memory: dict[str, Any]) -> tuple[list[tuple[str, str]], list[tuple
 
 def pin_problems(plan: dict[str, Any]) -> list[str]:
     """Every decision of the module docstring the plan (JSON data) does not hold."""
-    from planner.placement import placements
+    from planner.report.placement import placements
 
     memory = (((plan.get("provenance") or {}).get("options") or {}).get("memory") or {})
     if not memory.get("pins") and not memory.get("region_budgets"):

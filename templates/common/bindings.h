@@ -76,18 +76,20 @@ void refuse_in_flight(const Ex& ex) {
   if (ex.in_flight()) throw nb::value_error("a step is in flight (step_async): wait() first");
 }
 
-// Checks every feed name and requested output before anything runs, then binds the feeds
-// (Io::feed checks each array). Returns the ids to return after the step.
-template <class Ex, class Io>
-std::vector<int> prepare(Ex& ex, nb::dict feeds, const std::vector<std::string>& extra,
-                         bool copy, std::vector<int>* bound_ids) {
-  const Schedule& s = ex.schedule();
+// The values of `feeds` by tensor id, before any is read: each names an input or label of
+// `runs` (an executor, or its evaluation: `of` names it, "plan 'p'"), and every input and label
+// is given (the missing one named with its dtype and shape_of(id)); ValueError otherwise. The
+// values themselves are the caller's to check (each backend takes other arrays).
+template <class Runs, class ShapeOf>
+std::vector<std::pair<int, nb::handle>> named_feeds(const Runs& runs, nb::dict feeds,
+                                                    const std::string& of, ShapeOf shape_of) {
+  const Schedule& s = runs.schedule();
   std::vector<std::pair<int, nb::handle>> given;
   for (auto [key, value] : feeds) {
     std::string name = key_name(key, "feed");
-    int id = ex.tensor_index(name);
-    if (id < 0 || (ex.tensor(id).role != INPUT && ex.tensor(id).role != LABEL))
-      throw nb::value_error(("'" + name + "' is not an input of plan '" + s.name + "'").c_str());
+    int id = runs.tensor_index(name);
+    if (id < 0 || (runs.tensor(id).role != INPUT && runs.tensor(id).role != LABEL))
+      throw nb::value_error(("'" + name + "' is not an input of " + of).c_str());
     given.emplace_back(id, value);
   }
   for (int i = 0; i < s.num_tensors; ++i) {
@@ -97,8 +99,41 @@ std::vector<int> prepare(Ex& ex, nb::dict feeds, const std::vector<std::string>&
     for (auto& g : given) found |= g.first == i;
     if (!found)
       throw nb::value_error((std::string("missing feed '") + t.name + "' (" + dtype_name(t.dtype) +
-                             " " + shape_text(ex.shape(i)) + ")").c_str());
+                             " " + shape_text(shape_of(i)) + ")").c_str());
   }
+  return given;
+}
+
+// named_feeds of a training plan's evaluation (an evaluation's shapes are its schedule's),
+// each value a host array checked against its tensor (`kind`: what the backend takes, for
+// the message); ValueError naming the feed otherwise.
+template <class Evaluation>
+std::vector<std::pair<int, Array>> evaluation_feeds(const Evaluation& ev, nb::dict feeds,
+                                                    const std::string& plan_name,
+                                                    const char* kind) {
+  std::vector<std::pair<int, Array>> given;
+  for (auto& [id, value] : named_feeds(ev, feeds, "the evaluation of plan '" + plan_name + "'",
+                                       [&](int i) {
+                                         const TensorSpec& t = ev.tensor(i);
+                                         return Shape(t.shape, t.shape + t.rank);
+                                       })) {
+    Array a;
+    if (!nb::try_cast(value, a))
+      throw not_an_array(value, std::string("feed '") + ev.tensor(id).name + "'", kind);
+    check(ev.tensor(id), a, "feed");
+    given.emplace_back(id, a);
+  }
+  return given;
+}
+
+// Checks every feed name and requested output before anything runs, then binds the feeds
+// (Io::feed checks each array). Returns the ids to return after the step.
+template <class Ex, class Io>
+std::vector<int> prepare(Ex& ex, nb::dict feeds, const std::vector<std::string>& extra,
+                         bool copy, std::vector<int>* bound_ids) {
+  const Schedule& s = ex.schedule();
+  std::vector<std::pair<int, nb::handle>> given = named_feeds(
+      ex, feeds, "plan '" + std::string(s.name) + "'", [&](int i) { return ex.shape(i); });
   std::vector<int> wanted(s.outputs, s.outputs + s.num_outputs);
   for (const std::string& name : extra) {
     int id = ex.tensor_index(name);

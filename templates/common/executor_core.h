@@ -96,4 +96,25 @@ class ExecutorCore {
   bool in_flight_ = false;
 };
 
+// check_feeds of a step or an evaluation: each op's check of the values it is fed (a kernel's
+// check_feeds(run, fed): a label out of range), before any op runs, where fed[id] says whether
+// tensor id holds its value then (a feed, a parameter or state, or a view of one). Throws
+// StepError naming the op.
+template <class Kernels, class Run>
+void check_fed_values(const LoadedSchedule& loaded, const Kernels& kernels, const Run& r) {
+  const Schedule& s = loaded.get();
+  std::vector<char> fed(s.num_tensors);
+  for (int i = 0; i < s.num_tensors; ++i) {
+    int role = s.tensors[loaded.root(i)].role;
+    fed[i] = role == INPUT || role == LABEL || role == PARAM || role == STATE;
+  }
+  for (int k = 0; k < s.num_ops; ++k) {
+    try {
+      kernels[k]->check_feeds(r, fed);
+    } catch (const std::exception& e) {
+      throw StepError(op_label(s.ops[k]) + ": " + e.what());
+    }
+  }
+}
+
 }  // namespace planner

@@ -115,6 +115,37 @@ PLANNER_HOST_DEVICE PoolMax pool_max(const PoolGeometry& g, const T* plane, int6
   return m;
 }
 
+// Output k (the outputs' flat order) of MaxPoolND, with its index in `idx`, or of AvgPoolND
+// (idx null): both backends' body, one output per CPU iteration or GPU thread.
+PLANNER_HOST_DEVICE inline void pool_output(const PoolGeometry& g, const float* x, float* y,
+                                            int64_t* idx, int64_t k) {
+  const float* plane = x + k / g.out_plane * g.in_plane;
+  const int64_t o = k % g.out_plane;
+  if (idx) {
+    const PoolMax m = pool_max(g, plane, o);
+    y[k] = m.value;
+    idx[k] = m.index;
+  } else {
+    double sum = 0.0;
+    const int64_t divisor = pool_taps(g, o, [&](int64_t i) { sum += plane[i]; });
+    y[k] = static_cast<float>(sum / static_cast<double>(divisor));
+  }
+}
+
+// AvgPoolNDGrad of plane p: its dx zeroed, then each output's dy shared over its window, the
+// outputs in order (so the sums come out in one order on both backends; no atomics).
+PLANNER_HOST_DEVICE inline void pool_plane_slopes(const PoolGeometry& g, const float* dy,
+                                                  float* dx, int64_t p) {
+  float* out = dx + p * g.in_plane;
+  for (int64_t i = 0; i < g.in_plane; ++i) out[i] = 0.0f;
+  for (int64_t o = 0; o < g.out_plane; ++o) {
+    // a first walk for the divisor (the window's own), as the reference shares dy
+    const float share =
+        dy[p * g.out_plane + o] / static_cast<float>(pool_taps(g, o, [](int64_t) {}));
+    pool_taps(g, o, [&](int64_t i) { out[i] += share; });
+  }
+}
+
 // PoolScatter [v, idx] -> y and PoolGather [x, idx] -> y: the (N * C) planes, the elements of a
 // plane of the larger side, and the indices per plane.
 struct PlaneIndexing {

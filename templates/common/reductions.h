@@ -182,4 +182,28 @@ PLANNER_HOST_DEVICE inline double fold_slope(Fold f, double p, double x, double 
   }
 }
 
+// Output o of a fold: its group (the elements at x + kept offset + offset(k), k < count) folded
+// in double, written as bool (ReduceAny, ReduceAll) or float32: both backends' body, one group
+// per CPU iteration or GPU thread. offset(k): a table made at load on the CPU, computed on the GPU.
+template <class T, class Offset>
+PLANNER_HOST_DEVICE void fold_output(Fold f, double p, const FoldView& v, const T* x, void* y,
+                                     int64_t o, Offset offset) {
+  const T* g = x + fold_offset(o, v.kept);
+  const double r = fold_group(f, p, v.count, [&](int64_t k) { return double(g[offset(k)]); });
+  if (f == Fold::Any || f == Fold::All) static_cast<bool*>(y)[o] = r != 0.0;
+  else static_cast<float*>(y)[o] = static_cast<float>(r);
+}
+
+// ReduceGrad of group o: its statistics, then each element's slope.
+template <class Offset>
+PLANNER_HOST_DEVICE void fold_output_slopes(Fold f, double p, const FoldView& v, const float* dy,
+                                            const float* x, const float* y, float* dx, int64_t o,
+                                            Offset offset) {
+  const int64_t base = fold_offset(o, v.kept);
+  const float* g = x + base;
+  const FoldStats s = fold_stats(f, v.count, y[o], [&](int64_t k) { return double(g[offset(k)]); });
+  for (int64_t k = 0; k < v.count; ++k)
+    dx[base + offset(k)] = static_cast<float>(fold_slope(f, p, g[offset(k)], y[o], dy[o], s));
+}
+
 }  // namespace planner

@@ -21,6 +21,19 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+def _structure(module) -> tuple:
+    """What a module's program depends on besides its tensors: each submodule's class and mode
+    and its plain attributes (a drop probability, a flag), which repr() omits unless the class
+    writes an extra_repr."""
+    hidden = {"training", "_parameters", "_buffers", "_modules", "_non_persistent_buffers_set"}
+    return tuple(
+        (name, type(m).__module__, type(m).__qualname__, m.training,
+         tuple(sorted((k, repr(v)) for k, v in vars(m).items()
+                      if k not in hidden and not k.startswith("_")
+                      and isinstance(v, (bool, int, float, str, tuple, type(None))))))
+        for name, m in module.named_modules())
+
+
 @pytest.fixture(autouse=True, scope="session")
 def export_once_per_module():
     try:
@@ -35,7 +48,7 @@ def export_once_per_module():
 
     def export(module, inputs, loss, labels):
         # What the program is a function of: structure, mode, values, inputs, the loss.
-        key = (repr(module), module.training, tensor_digest(module.state_dict().values()),
+        key = (repr(module), _structure(module), tensor_digest(module.state_dict().values()),
                tensor_digest(inputs), loss,
                None if labels is None else tensor_digest([labels]))
         if key not in made:

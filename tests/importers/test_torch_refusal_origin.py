@@ -1,5 +1,5 @@
 """Refusals name what the user wrote (issue 46, deliverable 6; issue 49, deliverable 4): the
-function a refused ATen op was decomposed from (`hardsigmoid`, `one_hot`), a place for ops of the
+function a refused ATen op was decomposed from (`hardsigmoid`, `logit`), a place for ops of the
 top-level forward (file and line) and of the loss; a torch.autograd.Function of the user's is
 refused (torch.export would drop its backward); torch.export's own failures are one line
 naming the module path, the op and what to do."""
@@ -37,7 +37,7 @@ class Model(nn.Module):
         self.inner = HardSigmoid()
 
     def forward(self, y):
-        h = F.one_hot(y, 4).float()  # ONE_HOT_LINE
+        h = torch.logit(y.float())[:, None]  # LOGIT_LINE (one_hot, once the example, is kept whole)
         return self.inner(self.p).sum(1) + (h * self.p).sum(1)
 
 
@@ -56,9 +56,9 @@ def test_a_decomposed_op_names_the_function_and_the_place():
     inner = [n for n in nodes.values() if n.meta.get("nn_module_stack", {})
              and list(n.meta["nn_module_stack"].values())[-1][0] == "model.inner"]
     assert inner and {location(n, "model") for n in inner} == {"inner, from hardsigmoid"}
-    (ge,) = [n for n in nodes.values() if str(n.target) == "aten.ge.Scalar"]
-    here = f"test_torch_refusal_origin.py:{_line('ONE_HOT_LINE')}"
-    assert location(ge, "model") == f"from one_hot at {here}"
+    (gt,) = [n for n in nodes.values() if str(n.target) == "aten.gt.Scalar"]
+    here = f"test_torch_refusal_origin.py:{_line('LOGIT_LINE')}"
+    assert location(gt, "model") == f"from logit at {here}"
     (mul,) = [n for n in nodes.values() if str(n.target) == "aten.mul.Tensor"]
     assert location(mul, "model") == f"at test_torch_refusal_origin.py:{_line('(h * self.p)')}"
 

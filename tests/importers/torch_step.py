@@ -26,6 +26,7 @@ import torch
 from torch import nn
 
 from planner.graph import Graph, Optimizer, attach_loss, init_params, make_training_graph
+from planner.graph.for_cores import for_cores
 from planner.graph.interpret import train_step
 from planner.importers import import_onnx
 from planner.ops.dropout import dropout_mask, step_seed
@@ -125,11 +126,11 @@ def with_planner_dropout(model: nn.Module) -> nn.Module:
 
 def training_graph(onnx_bytes: bytes, cores: int | None = None
                    ) -> tuple[Graph, dict[str, np.ndarray]]:
-    """The SGD training graph of an export (for a step on `cores` cores, see
-    make_training_graph) and its starting state (the export's weights)."""
+    """The SGD training graph of an export (for a step on `cores` cores: the step graph's
+    for_cores pass) and its starting state (the export's weights)."""
     imported = import_onnx(onnx_bytes)
-    graph = make_training_graph(attach_loss(imported.graph, "cross-entropy"),
-                                Optimizer(kind="sgd", lr=LR), cores=cores)
+    graph = for_cores(make_training_graph(attach_loss(imported.graph, "cross-entropy"),
+                                          Optimizer(kind="sgd", lr=LR)), cores)
     return graph, {**init_params(graph), **imported.params()}
 
 

@@ -1,5 +1,5 @@
-"""A plan replayed on real bytes (planner.replay) against the reference interpreter's step: the
-GPU memory tests (tests/memory/test_gpu.py) and the stream schedules under a budget
+"""A plan replayed on real bytes (planner.report.replay) against the reference interpreter's
+step: the GPU memory tests (tests/memory/test_gpu.py) and the stream schedules under a budget
 (tests/schedule/test_gpu_streams.py) hold their plans to it."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from planner.graph.interpret import init_params, random_feeds, train_step
-from planner.replay import replay
+from planner.report.replay import replay
 
 # The reference step per graph name: the tests replay several plans of one graph.
 REFERENCE: dict[str, tuple] = {}

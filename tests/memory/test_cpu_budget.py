@@ -11,7 +11,7 @@ from planner.errors import InfeasibleBudget
 from planner.fit import fit
 from planner.graph.autodiff import make_training_graph
 from planner.graph.optimizer import Optimizer
-from planner.memory.budget_search import State
+from planner.memory.budget.search import State
 from planner.memory.cpu_budget import cpu_steps
 from planner.memory.options import MemoryOptions
 from planner.memory.stash import analyze

@@ -14,14 +14,14 @@ from planner.errors import UserError
 from planner.fit import fit, largest
 from planner.memory import InfeasibleBudget, MemoryOptions, parse_bytes
 from planner.memory.gpu import technique_curves
-from planner.memory_report import (
+from planner.pipeline import PlanOptions, plan
+from planner.report.memory import (
     format_memory,
     graph_order,
     memory_curves,
     memory_report,
     memory_svg,
 )
-from planner.pipeline import PlanOptions, plan
 from planner.target import preset
 from tests.memory.conftest import toy_target, training
 

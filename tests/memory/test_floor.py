@@ -8,13 +8,14 @@ from dataclasses import replace
 
 import pytest
 
+import planner.memory.budget.solver as solver
 import planner.memory.gpu as gpu
 from planner.costs import CostModel
 from planner.errors import InfeasibleBudget
 from planner.graph.autodiff import make_training_graph
 from planner.graph.optimizer import Optimizer
 from planner.memory.arena import aligned
-from planner.memory.budget_search import State
+from planner.memory.budget.search import State
 from planner.memory.floor import ArenaFloor
 from planner.memory.liveness import load_bytes
 from planner.memory.options import MemoryOptions
@@ -48,7 +49,7 @@ def test_floor_is_below_every_laid_out_arena_and_counts_the_scratch():
     floor = ArenaFloor(state.stash, extra, options.alignment)
     seen = 0
     while True:
-        placed = gpu.lay(state, options, extra)
+        placed = solver.lay(state, options, extra)
         live = load_bytes([replace(b, bytes=aligned(b.bytes, options.alignment))
                            for b in placed.material.buffers])
         assert state.load() <= floor(state) <= live <= placed.arena
@@ -66,7 +67,7 @@ def test_the_cpu_search_lays_out_only_states_that_may_fit(resnet, monkeypatch):
     """On a CPU plan the scratch areas are much of the peak: a state whose floor exceeds the
     budget is never laid out, and there are such states (the tensors' LOAD alone fits)."""
     laid, skipped = [], []
-    lay, above = gpu.lay, ArenaFloor.above
+    lay, above = solver.lay, ArenaFloor.above
 
     def counting_lay(state, options, extra=None, limit=None):
         laid.append(ArenaFloor(state.stash, extra, options.alignment)(state))
@@ -79,7 +80,7 @@ def test_the_cpu_search_lays_out_only_states_that_may_fit(resnet, monkeypatch):
             skipped.append(state)
         return out
 
-    monkeypatch.setattr(gpu, "lay", counting_lay)
+    monkeypatch.setattr(solver, "lay", counting_lay)
     monkeypatch.setattr(ArenaFloor, "above", counting_above)
     options = PlanOptions(memory=MemoryOptions(budget_bytes=64))
     with pytest.raises(InfeasibleBudget) as e:

@@ -23,7 +23,7 @@ from planner.memory import MemoryOptions
 from planner.memory.liveness import in_place_aliases, view_aliases
 from planner.ops import base
 from planner.pipeline import PlanOptions, plan
-from planner.replay import replay
+from planner.report.replay import replay
 from planner.target import preset
 from planner.verify import verify_plan, verify_plan_data
 from planner.zoo import build

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from planner.costs import CostModel
-from planner.memory.budget_search import State
+from planner.memory.budget.search import State
 from planner.memory.milp import greedy_recompute, profile_with, recompute_milp
 from planner.memory.stash import analyze
 from planner.schedule.streams import compute_steps

@@ -10,8 +10,8 @@ import pytest
 
 import planner.cli as cli
 from codegen.render import render_files
-from planner.placement import placements
 from planner.plan import load_plan
+from planner.report.placement import placements
 
 SPEC = "zoo:alexnet?batch=2&image=63&width=0.125&classes=4"
 PLAN = ["plan", SPEC, "--train", "sgd", "--target", "xeon-8180"]

@@ -16,7 +16,7 @@ from planner.graph.interpret import init_params, random_feeds, train_step
 from planner.memory import InfeasibleBudget, MemoryOptions
 from planner.memory.gpu import DEVICE_ALIGNMENT
 from planner.pipeline import PlanOptions, plan
-from planner.replay import replay
+from planner.report.replay import replay
 from planner.target import preset
 from planner.verify import verify_plan_data
 from planner.verify.memory import verify_memory_data

@@ -82,7 +82,7 @@ def test_the_all_reduces_overlap_the_rest_of_backward():
 
 
 def test_the_timeline_draws_the_comm_lane_as_a_row():
-    from planner.plots import timeline_plot
+    from planner.report.plots import timeline_plot
 
     svg = timeline_plot(_dp_plan(_lenet()).json_data, "svg").decode()
     assert ">stream comm</text>" in svg and ">AllReduce</text>" in svg
@@ -326,7 +326,7 @@ def test_sharded_buckets_are_padded_to_the_ranks_shards_in_the_arena():
 def test_each_rank_holds_a_shard_of_the_optimizer_state():
     # Adam's m and v: per rank, 1/N of the unsharded plan's, each bucket padded to N shards
     # of 64-byte multiples; the summary line says so.
-    from planner.memory_report import format_memory, memory_report
+    from planner.report.memory import format_memory, memory_report
 
     ranks = 4
     graph = _lenet("adam")

@@ -17,8 +17,8 @@ from planner.errors import UserError
 from planner.graph.autodiff import make_training_graph
 from planner.graph.optimizer import Optimizer
 from planner.pipeline import PlanOptions, plan
+from planner.report.sharding import sharding_report
 from planner.schedule.parallel import DataParallelOptions
-from planner.sharding_report import sharding_report
 from planner.target import preset
 from planner.target.interconnect import Interconnect
 from planner.verify import verify_plan_data
@@ -233,8 +233,8 @@ def test_explain_says_why_an_all_gather_starts_where_it_does(tmp_path, capsys):
     """planner explain re-derives a ZeRO-3 plan and explains each gather: the ops it overlaps
     are its prefetch distance; on a slow link they do not cover it (its reader waits), for a
     reason it names; on a free one its reader does not wait."""
-    from planner.explain import explain, rederive
-    from planner.explain_gather import explain_gather
+    from planner.report.explain import explain, rederive
+    from planner.report.explain_gather import explain_gather
 
     for link, waits in ((Interconnect(bandwidth=1e6, latency_seconds=1e-2), True),
                         (Interconnect(bandwidth=1e15, latency_seconds=1e-12), False)):
@@ -292,7 +292,7 @@ def test_every_optimizer_and_precision_plans_and_verifies_or_is_refused_in_one_l
 
 
 def test_diff_shows_the_prefetch_distances_another_link_gives():
-    from planner.diff import diff_plans
+    from planner.report.diff import diff_plans
 
     slow = json.loads(_plan(link=Interconnect(bandwidth=1e6, latency_seconds=1e-2)).to_json())
     fast = json.loads(_plan(link=Interconnect(bandwidth=1e15,

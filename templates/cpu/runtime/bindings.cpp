@@ -102,27 +102,8 @@ nb::dict evaluate(Executor& ex, nb::dict feeds) {
   ex.check_loaded();
   Evaluation& ev = ex.evaluation();
   const Schedule& s = ev.schedule();
-  std::vector<std::pair<int, Array>> given;
-  for (auto [key, value] : feeds) {
-    std::string name = key_name(key, "feed");
-    int id = ev.tensor_index(name);
-    if (id < 0 || (ev.tensor(id).role != INPUT && ev.tensor(id).role != LABEL))
-      throw nb::value_error(("'" + name + "' is not an input of the evaluation of plan '" +
-                             ex.schedule().name + "'").c_str());
-    Array a;
-    if (!nb::try_cast(value, a)) throw not_an_array(value, "feed '" + name + "'");
-    check(ev.tensor(id), a, "feed");
-    given.emplace_back(id, a);
-  }
-  for (int i = 0; i < s.num_tensors; ++i) {
-    const TensorSpec& t = s.tensors[i];
-    if (t.role != INPUT && t.role != LABEL) continue;
-    bool found = false;
-    for (auto& g : given) found |= g.first == i;
-    if (!found)
-      throw nb::value_error((std::string("missing feed '") + t.name + "' (" +
-                             dtype_name(t.dtype) + " " + shape_text(Shape(t.shape, t.shape + t.rank)) + ")").c_str());
-  }
+  std::vector<std::pair<int, Array>> given =
+      evaluation_feeds(ev, feeds, ex.schedule().name, "an array");
   for (auto& [id, a] : given) copy_in(ev.data(id), a, dtype_bytes(ev.tensor(id).dtype));
   {
     nb::gil_scoped_release release;

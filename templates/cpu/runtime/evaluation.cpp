@@ -64,20 +64,7 @@ Evaluation::Evaluation(const LoadedSchedule& training, char* training_arena,
 }
 
 void Evaluation::check_feeds() {
-  const Schedule& s = schedule();
-  std::vector<char> fed(s.num_tensors);
-  for (int i = 0; i < s.num_tensors; ++i) {
-    int role = s.tensors[loaded_.root(i)].role;
-    fed[i] = role == INPUT || role == LABEL || role == PARAM || role == STATE;
-  }
-  Run r{ptr_.data(), nullptr, stream_.get(), 1};
-  for (int k = 0; k < s.num_ops; ++k) {
-    try {
-      kernels_[k]->check_feeds(r, fed);
-    } catch (const std::exception& e) {
-      throw StepError(op_label(s.ops[k]) + ": " + e.what());
-    }
-  }
+  check_fed_values(loaded_, kernels_, Run{ptr_.data(), nullptr, stream_.get(), 1});
 }
 
 void Evaluation::run() {

@@ -26,19 +26,7 @@ class WindowPool : public Kernel {
     int64_t* idx = idx_ >= 0 ? r.at<int64_t>(idx_) : nullptr;
     const PoolGeometry& g = g_;
 #pragma omp parallel for schedule(static)
-    for (int64_t k = 0; k < g.planes * g.out_plane; ++k) {
-      const float* plane = x + k / g.out_plane * g.in_plane;
-      const int64_t o = k % g.out_plane;
-      if (idx) {
-        const PoolMax m = pool_max(g, plane, o);
-        y[k] = m.value;
-        idx[k] = m.index;
-      } else {
-        double sum = 0.0;
-        const int64_t divisor = pool_taps(g, o, [&](int64_t i) { sum += plane[i]; });
-        y[k] = static_cast<float>(sum / static_cast<double>(divisor));
-      }
-    }
+    for (int64_t k = 0; k < g.planes * g.out_plane; ++k) pool_output(g, x, y, idx, k);
   }
 
  private:
@@ -56,16 +44,7 @@ class WindowPoolGrad : public Kernel {
     float* dx = r.at<float>(dx_);
     const PoolGeometry& g = g_;
 #pragma omp parallel for schedule(static)
-    for (int64_t plane = 0; plane < g.planes; ++plane) {
-      float* out = dx + plane * g.in_plane;
-      std::fill(out, out + g.in_plane, 0.0f);
-      for (int64_t o = 0; o < g.out_plane; ++o) {
-        const float d = dy[plane * g.out_plane + o];
-        // a first walk for the divisor (the window's own), as the reference shares dy
-        const float share = d / static_cast<float>(pool_taps(g, o, [](int64_t) {}));
-        pool_taps(g, o, [&](int64_t i) { out[i] += share; });
-      }
-    }
+    for (int64_t plane = 0; plane < g.planes; ++plane) pool_plane_slopes(g, dy, dx, plane);
   }
 
  private:

@@ -35,18 +35,15 @@ class FoldKernel : public Kernel {
  private:
   template <class T>
   void fold(const Run& r, const T* x) {
-    const int64_t outputs = view_.outputs, count = view_.count;
+    const int64_t outputs = view_.outputs;
     const int64_t* off = offsets_.data();
     const Fold f = f_;
     const double p = p_;
+    const FoldView& v = view_;
     void* y = r.ptr[y_];
 #pragma omp parallel for schedule(static)
-    for (int64_t o = 0; o < outputs; ++o) {
-      const T* g = x + fold_offset(o, view_.kept);
-      const double v = fold_group(f, p, count, [&](int64_t k) { return double(g[off[k]]); });
-      if (f == Fold::Any || f == Fold::All) static_cast<bool*>(y)[o] = v != 0.0;
-      else static_cast<float*>(y)[o] = static_cast<float>(v);
-    }
+    for (int64_t o = 0; o < outputs; ++o)
+      fold_output(f, p, v, x, y, o, [off](int64_t k) { return off[k]; });  // common/reductions.h
   }
 
   int x_, y_, x_type_;
@@ -68,18 +65,14 @@ class FoldGradKernel : public Kernel {
   void run(const Run& r) override {
     const float *dy = r.at<float>(dy_), *x = r.at<float>(x_), *y = r.at<float>(y_);
     float* dx = r.at<float>(dx_);
-    const int64_t outputs = view_.outputs, count = view_.count;
+    const int64_t outputs = view_.outputs;
     const int64_t* off = offsets_.data();
     const Fold f = f_;
     const double p = p_;
+    const FoldView& v = view_;
 #pragma omp parallel for schedule(static)
-    for (int64_t o = 0; o < outputs; ++o) {
-      const int64_t base = fold_offset(o, view_.kept);
-      const float* g = x + base;
-      const FoldStats s = fold_stats(f, count, y[o], [&](int64_t k) { return double(g[off[k]]); });
-      for (int64_t k = 0; k < count; ++k)
-        dx[base + off[k]] = static_cast<float>(fold_slope(f, p, g[off[k]], y[o], dy[o], s));
-    }
+    for (int64_t o = 0; o < outputs; ++o)
+      fold_output_slopes(f, p, v, dy, x, y, dx, o, [off](int64_t k) { return off[k]; });
   }
 
  private:

@@ -17,33 +17,15 @@ namespace {
 __global__ void window_pools(const float* __restrict__ x, float* __restrict__ y,
                              int64_t* __restrict__ idx, PoolGeometry g) {
   for (int64_t k = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; k < g.planes * g.out_plane;
-       k += int64_t{gridDim.x} * blockDim.x) {
-    const float* plane = x + k / g.out_plane * g.in_plane;
-    const int64_t o = k % g.out_plane;
-    if (idx) {
-      const PoolMax m = pool_max(g, plane, o);
-      y[k] = m.value;
-      idx[k] = m.index;
-    } else {
-      double sum = 0.0;
-      const int64_t divisor = pool_taps(g, o, [&](int64_t i) { sum += plane[i]; });
-      y[k] = static_cast<float>(sum / static_cast<double>(divisor));
-    }
-  }
+       k += int64_t{gridDim.x} * blockDim.x)
+    pool_output(g, x, y, idx, k);  // common/pool_nd.h
 }
 
 __global__ void window_pool_slopes(const float* __restrict__ dy, float* __restrict__ dx,
                                    PoolGeometry g) {
   for (int64_t p = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; p < g.planes;
-       p += int64_t{gridDim.x} * blockDim.x) {
-    float* out = dx + p * g.in_plane;
-    for (int64_t i = 0; i < g.in_plane; ++i) out[i] = 0.0f;
-    for (int64_t o = 0; o < g.out_plane; ++o) {
-      const float share =
-          dy[p * g.out_plane + o] / static_cast<float>(pool_taps(g, o, [](int64_t) {}));
-      pool_taps(g, o, [&](int64_t i) { out[i] += share; });
-    }
-  }
+       p += int64_t{gridDim.x} * blockDim.x)
+    pool_plane_slopes(g, dy, dx, p);
 }
 
 __global__ void plane_scatter(const float* __restrict__ v, const int64_t* __restrict__ idx,

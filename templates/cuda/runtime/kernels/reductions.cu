@@ -15,28 +15,17 @@ namespace {
 template <class T>
 __global__ void fold_groups(const T* __restrict__ x, void* y, FoldView v, Fold f, double p) {
   for (int64_t o = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; o < v.outputs;
-       o += int64_t{gridDim.x} * blockDim.x) {
-    const T* g = x + fold_offset(o, v.kept);
-    const double r = fold_group(f, p, v.count,
-                                [&](int64_t k) { return double(g[fold_offset(k, v.reduced)]); });
-    if (f == Fold::Any || f == Fold::All) static_cast<bool*>(y)[o] = r != 0.0;
-    else static_cast<float*>(y)[o] = static_cast<float>(r);
-  }
+       o += int64_t{gridDim.x} * blockDim.x)
+    fold_output(f, p, v, x, y, o, [&](int64_t k) { return fold_offset(k, v.reduced); });
 }
 
 __global__ void fold_slopes(const float* __restrict__ dy, const float* __restrict__ x,
                             const float* __restrict__ y, float* __restrict__ dx, FoldView v,
                             Fold f, double p) {
   for (int64_t o = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; o < v.outputs;
-       o += int64_t{gridDim.x} * blockDim.x) {
-    const int64_t base = fold_offset(o, v.kept);
-    auto at = [&](int64_t k) { return double(x[base + fold_offset(k, v.reduced)]); };
-    const FoldStats s = fold_stats(f, v.count, y[o], at);
-    for (int64_t k = 0; k < v.count; ++k) {
-      const int64_t i = base + fold_offset(k, v.reduced);
-      dx[i] = static_cast<float>(fold_slope(f, p, x[i], y[o], dy[o], s));
-    }
-  }
+       o += int64_t{gridDim.x} * blockDim.x)
+    fold_output_slopes(f, p, v, dy, x, y, dx, o,
+                       [&](int64_t k) { return fold_offset(k, v.reduced); });
 }
 
 class FoldKernel : public Kernel {

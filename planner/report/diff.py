@@ -90,7 +90,7 @@ def diff_plans(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     graph_changed = a.get("graph") != b.get("graph")
     only_a = sorted(ops_a.keys() - ops_b.keys())
     only_b = sorted(ops_b.keys() - ops_a.keys())
-    from planner.placement import placements
+    from planner.report.placement import placements
 
     # Why the memory ops differ, in explain's words; and the budget, the usual reason.
     pl_a, pl_b = placements(a), placements(b)

@@ -7,7 +7,7 @@ from run to run). The bytes are a function of the plan alone: no creation date, 
 ids from a fixed salt, so a plot committed beside its plan diffs only when the plan does.
 
 Example:
-    >>> from planner.plots import plot_format
+    >>> from planner.report.plots import plot_format
     >>> plot_format("curve.svg"), plot_format("t.PNG")
     ('svg', 'png')
 """

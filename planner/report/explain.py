@@ -12,7 +12,7 @@ own inputs rather than taken from its claims.
               the budget at or above which the search stops before taking it
     conv      (GPU) its algorithm among the candidates: time and workspace of each
     gather    (ZeRO-3) an all-gather's prefetch: the ops it overlaps, the seconds its reader
-              would wait, its memory bound (planner.explain_gather)
+              would wait, its memory bound (planner.report.explain_gather)
 
 Why re-plan rather than record the reasons in the plan: the reasons are the planner's
 intermediate state (the search's order of moves, the cost curves), larger than the plan and
@@ -43,12 +43,13 @@ import numpy as np
 
 from planner.costs import CostModel, CostTable
 from planner.errors import UserError
-from planner.explain_gather import explain_gather, format_gather
-from planner.memory.budget_search import Move
+from planner.memory.budget.search import Move
 from planner.memory.options import format_bytes
-from planner.pipeline import PlanOptions, assemble, decide, share_target
+from planner.pipeline import BACKENDS, DECISIONS, PlanOptions, planning, run
 from planner.plan import Plan, digest
+from planner.report.explain_gather import explain_gather, format_gather
 from planner.schedule.record import Schedule
+from planner.target.backends import BACKEND_TRAITS
 from planner.target.records import Target
 
 
@@ -87,17 +88,17 @@ def rederive(plan: Plan, target: Target, table: CostTable | None = None) -> Deri
     if options.data_parallel.ranks_per_host > 1:
         raise UserError("explain handles plans of one rank per host; this one shares a host "
                         "among ranks (--ranks-per-host)")
-    # A data-parallel plan is made for the target's share of one rank (its whole host here).
-    share = share_target(target, 1) if options.data_parallel.ranks > 1 else target
+    # The embedded graph is the step graph: the stages after it, but the evaluation's (a
+    # training plan's evaluation schedule, planner/evaluation.py, is planned apart).
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        model, schedule, memory = decide(plan.graph, share, table, options)
-        again = assemble(plan.graph, model, options, schedule, memory, host=target)
-    # A training plan's evaluation schedule (planner/evaluation.py) is planned apart.
-    if again.json_data != {k: v for k, v in plan.json_data.items() if k != "evaluation"}:
+        again = run(planning(plan.graph, target, table, options, evaluation=False, check=False),
+                    (*DECISIONS, "assemble"))
+    assert again.plan is not None and again.model is not None and again.schedule is not None
+    if again.plan.json_data != {k: v for k, v in plan.json_data.items() if k != "evaluation"}:
         raise UserError("planning the plan's inputs again does not give this plan (another "
                         "planner version, or an edited file): nothing to explain from")
-    return Derived(plan, model, schedule, options)
+    return Derived(plan, again.model, again.schedule, options)
 
 
 # ---- ops ------------------------------------------------------------------------------------
@@ -142,7 +143,8 @@ def explain_op(d: Derived, name: str) -> dict[str, Any]:
                            "seconds": op.end - op.start}
     graph = d.plan.graph
     node = next((i for i, n in enumerate(graph.nodes) if n.name == name), None)
-    if d.plan.backend == "cpu" and node is not None and op.cpus:  # (not a collective)
+    # (op.cpus: not a collective)
+    if BACKEND_TRAITS[d.plan.backend].host_cores and node is not None and op.cpus:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             curve = op_costs(graph, d.model).times[node]
@@ -190,7 +192,7 @@ def _ranges(ids: list[int]) -> str:
 # ---- tensors --------------------------------------------------------------------------------
 def placement(plan: Plan, tensor: str) -> str:
     """kept, recomputed or offloaded: what memory planning did to a graph tensor."""
-    from planner.placement import placements
+    from planner.report.placement import placements
 
     return placements(plan.json_data).get(tensor, "kept")
 
@@ -230,24 +232,24 @@ class Counterfactual:
 def counterfactual(d: Derived, tensor: str) -> Counterfactual | None:
     """Replay the CPU budget search's decisions with and without those about `tensor` (None:
     no budget decision names it)."""
-    from planner.memory.cpu_budget import cpu_budget_solve
     from planner.memory.liveness import live_profile
 
     memory = d.options.memory
-    if d.plan.backend != "cpu" or not d.plan.memory.ops \
+    solve = BACKENDS[d.plan.backend].budget_solve
+    if solve is None or not d.plan.memory.ops \
             or (memory.budget_bytes is None and not memory.forces):
         return None
     graph = d.plan.graph
-    solved, _ = cpu_budget_solve(graph, d.schedule, d.model, memory)
+    solved, _ = solve(graph, d.schedule, d.model, memory)
     log = list(solved.state.log)
     mine = _moves_of(solved.state, tensor)
     if not mine:
         return None
     kept = [m for k, m in enumerate(log) if k not in mine]
-    with_, _ = cpu_budget_solve(graph, d.schedule, d.model, memory, moves=log)
-    without, _ = cpu_budget_solve(graph, d.schedule, d.model, memory, moves=kept)
+    with_, _ = solve(graph, d.schedule, d.model, memory, moves=log)
+    without, _ = solve(graph, d.schedule, d.model, memory, moves=kept)
     # The decisions before it, laid out and timed as a plan would be.
-    before, _ = cpu_budget_solve(graph, d.schedule, d.model, memory, moves=log[:mine[0]])
+    before, _ = solve(graph, d.schedule, d.model, memory, moves=log[:mine[0]])
 
     def load(s) -> int:
         return int(live_profile(s.buffers)[1].max())
@@ -355,7 +357,7 @@ def explain(d: Derived, name: str | None = None) -> dict[str, Any]:
         if name in d.plan.graph.tensor_map or not out:
             out["tensor"] = explain_tensor(d, name)
         return out
-    from planner.placement import placements
+    from planner.report.placement import placements
 
     decided = sorted(placements(d.plan.json_data))
     s = d.plan.summary

@@ -1,0 +1,100 @@
+"""The step graph: the rewrites that depend on the machine a step runs on, as passes over what
+planning chose for it (`StepChoices`), each checked as the front end's are (planner.graph.prepare).
+
+    step_graph(graph, choices):
+        graph = for_cores(graph, choices.cores)         # a CPU step's cores (for_cores.py)
+        graph = with_layouts(graph, choices.layouts)    # each convolution's kernel layout
+        graph = collectives(graph, choices.collectives) # the ranks' gradient buckets: all-reduces,
+                                                        # ZeRO-1's sharded updates or ZeRO-3's
+                                                        # gathers (planner.graph.data_parallel)
+
+The choices are planning's (planner.pipeline.step_choices: the target's cores, the layouts the
+costs measured faster, the buckets the link's model sizes); `planner verify --graph` makes the
+same graph from the choices a plan records. The passes are pure: no target, no cost table.
+
+Example:
+    >>> from planner.graph.prepare import prepare
+    >>> from planner.graph.options import GraphOptions
+    >>> from planner.graph.optimizer import Optimizer
+    >>> g = prepare("zoo:mlp?batch=4&hidden=8&in_features=4&classes=2",
+    ...             GraphOptions(optimizer=Optimizer(kind="sgd")))
+    >>> step = step_graph(g, StepChoices(collectives=Collectives(ranks=2, bucket_bytes=1 << 20)))
+    >>> sorted({n.op for n in step.nodes} - {n.op for n in g.nodes})
+    ['AllReduce']
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Literal
+
+from pydantic import Field
+
+from planner.graph.data_parallel import buckets, with_all_reduce, with_sharded_updates
+from planner.graph.for_cores import for_cores
+from planner.graph.ir import Graph
+from planner.graph.sharded_parameters import with_sharded_parameters
+from planner.graph.validate import check_graph
+from planner.records import Backend, Record
+
+
+class Collectives(Record):
+    """The data-parallel rewrite planning chose: how many ranks, which rewrite, the buckets'
+    size limit (1 rank: none)."""
+
+    ranks: int = Field(default=1, ge=1)
+    ranks_per_host: int = Field(default=1, ge=1)
+    rewrite: Literal["all-reduce", "sharded-updates", "sharded-parameters"] = "all-reduce"
+    bucket_bytes: int = Field(default=0, ge=0)
+    # The arena whose alignment ZeRO-1's buckets follow (planner.graph.data_parallel).
+    backend: Backend = "cpu"
+
+
+class StepChoices(Record):
+    """What the step graph's passes read (module docstring)."""
+
+    # The physical CPU cores a step runs on; None: a GPU's step.
+    cores: int | None = None
+    # Convolution node name -> kernel layout (planner.costs.conv_layouts chooses them).
+    layouts: dict[str, str] = {}
+    collectives: Collectives = Collectives()
+
+
+def with_layouts(graph: Graph, layouts: Mapping[str, str]) -> Graph:
+    """`graph` with `layouts[name]` as the layout attr of each named node there, checked (a
+    value the op refuses is an error naming the node)."""
+    if not layouts:
+        return graph
+    nodes = tuple(n.model_copy(update={"attrs": {**n.attrs, "layout": layouts[n.name]}})
+                  if n.name in layouts else n for n in graph.nodes)
+    return check_graph(graph.model_copy(update={"nodes": nodes}))
+
+
+def collectives(graph: Graph, choice: Collectives) -> Graph:
+    """`graph` with the gradient buckets' collectives `choice` names (none for one rank)."""
+    if choice.ranks == 1:
+        return graph
+    bucket_list = buckets(graph, choice.bucket_bytes)
+    if choice.rewrite == "sharded-parameters":
+        return with_sharded_parameters(graph, bucket_list, choice.ranks, choice.ranks_per_host)
+    if choice.rewrite == "sharded-updates":
+        return with_sharded_updates(graph, bucket_list, choice.ranks, choice.ranks_per_host,
+                                    choice.backend)
+    return with_all_reduce(graph, bucket_list, choice.ranks, choice.ranks_per_host)
+
+
+StepPass = Callable[[Graph, StepChoices], Graph]
+
+STEP_PASSES: tuple[tuple[str, StepPass], ...] = (
+    ("for cores", lambda g, c: for_cores(g, c.cores)),
+    ("conv layouts", lambda g, c: with_layouts(g, c.layouts)),
+    ("collectives", lambda g, c: collectives(g, c.collectives)),
+)
+
+
+def step_graph(graph: Graph, choices: StepChoices) -> Graph:
+    """`graph` as a step under `choices` runs it (module docstring)."""
+    for _, step_pass in STEP_PASSES:
+        rewritten = step_pass(graph, choices)
+        graph = graph if rewritten is graph else check_graph(rewritten)
+    return graph
