@@ -327,6 +327,10 @@ def _rsqrt(m, v):
 
 # ---- the rows -------------------------------------------------------------------------------
 
+# Ops rare in a training step take one CUDA threads-per-block variant (the block choice is for
+# the hot element-wise ops a plan tunes), keeping the generated kernels few.
+RARE = (256,)
+
 def _cmp(name: str, f, aten: str, doc: str) -> Row:
     """A comparison of numbers (the torch front end compares bool tensors as int32: TVM
     compares no bool values)."""
@@ -353,7 +357,7 @@ ROWS: tuple[Row, ...] = (
     Row("Ldexp", _b(lambda m, a, b: a * m.call("exp2", b)), "y = a * 2^b.", arity=2,
         grads=(lambda m, xs, y: m.call("exp2", xs[1]),
                lambda m, xs, y: xs[0] * m.call("exp2", xs[1]) * LN2), flops=2,
-        aten=("ldexp.Tensor",)),
+        aten=("ldexp.Tensor",), blocks=RARE),
     Row("Reciprocal", _u(lambda m, x: 1.0 / x), "y = 1 / x.",
         grads=(lambda m, xs, y: -(y * y),), uses_y=True, aten=("reciprocal.default",)),
     Row("Square", _u(lambda m, x: x * x), "y = x * x.", accepts="numeric",
@@ -443,15 +447,15 @@ ROWS: tuple[Row, ...] = (
         "y = max(a, b), the other where one is NaN.", arity=2,
         grads=(lambda m, xs, y: m.where(_first_wins(m, xs[0] >= xs[1], xs[1]), 1.0, 0.0),
                lambda m, xs, y: m.where(_first_wins(m, xs[0] >= xs[1], xs[1]), 0.0, 1.0)),
-        aten=("fmax.default",)),
+        aten=("fmax.default",), blocks=RARE),
     Row("Fmin", _b(lambda m, a, b: m.call("fmin", a, b)),
         "y = min(a, b), the other where one is NaN.", arity=2,
         grads=(lambda m, xs, y: m.where(_first_wins(m, xs[0] <= xs[1], xs[1]), 1.0, 0.0),
                lambda m, xs, y: m.where(_first_wins(m, xs[0] <= xs[1], xs[1]), 0.0, 1.0)),
-        aten=("fmin.default",)),
+        aten=("fmin.default",), blocks=RARE),
     Row("NextAfter", _b(lambda m, a, b: m.call("nextafter", a, b)),
         "y = the float after a in the direction of b.", arity=2, grads=(1, None),
-        aten=("nextafter.default",)),
+        aten=("nextafter.default",), blocks=RARE),
     Row("CopySign", _b(lambda m, a, b: m.call("copysign", a, b)),
         "y = |a| with the sign of b.", arity=2,
         grads=(lambda m, xs, y: m.where(xs[0] == 0, 0.0, y / xs[0]), None), uses_y=True,
@@ -484,7 +488,7 @@ ROWS: tuple[Row, ...] = (
         out="bool", aten=("logical_not.default",), domain=("bool",)),
     Row("SignBit", _u(lambda m, x: m.call("copysign", 1.0, x) < 0.0),
         "y = x's sign bit is set (-0.0 and NaNs with it too).", out="bool",
-        aten=("signbit.default",)),
+        aten=("signbit.default",), blocks=RARE),
     Row("IsNaN", _u(lambda m, x: m.isnan(x)), "y = x is NaN.", accepts="numeric", out="bool",
         aten=("isnan.default",)),
     Row("IsInf", _u(lambda m, x: m.isinf(x)), "y = x is +inf or -inf.", accepts="numeric",
