@@ -26,7 +26,9 @@ from planner.importers.onnx.errors import Unsupported
 from planner.importers.onnx.values import Const
 from planner.torch.context import UNAVAILABLE, NodeCtx, Value, rule
 from planner.torch.rules_conv import conv3d
+from planner.torch.rules_index import gather_positions, strided_positions
 from planner.torch.rules_pointwise import bool_product, cast
+from planner.torch.rules_views import padded_by_index
 from planner.torch.strided import VIEW_LIMIT, logical_index, view_ops
 
 
@@ -52,7 +54,8 @@ def _axes(n: NodeCtx, dims: object, rank: int) -> list[int]:
 
 @rule("aten.view.default", "aten._unsafe_view.default", "aten.reshape.default",
       "aten.flatten.using_ints", "aten.unsqueeze.default", "aten.squeeze.dims",
-      "aten.squeeze.dim", "aten.squeeze.default", "aten.unflatten.int", "aten.view_as.default")
+      "aten.squeeze.dim", "aten.squeeze.default", "aten.unflatten.int", "aten.view_as.default",
+      "aten.view_copy.default")
 def view(n: NodeCtx) -> Value:
     return _reshape_to(n, n.tensor(0), n.out_shape)
 
@@ -93,11 +96,12 @@ def expand(n: NodeCtx) -> Value:
     return n.emit1("Expand", [x], {"shape": list(n.out_shape)})
 
 
-@rule("aten.permute.default", "aten.t.default", "aten.transpose.int", "aten.numpy_T.default")
+@rule("aten.permute.default", "aten.t.default", "aten.transpose.int", "aten.numpy_T.default",
+      "aten.permute_copy.default")
 def permute(n: NodeCtx) -> Value:
     x = n.tensor(0)
     rank = len(n.shape(x))
-    if n.op == "aten.permute.default":
+    if n.op in ("aten.permute.default", "aten.permute_copy.default"):
         perm = [_axis(n, a, rank) for a in n.ints(1, "dims")]
     else:
         a, b = ((0, 1) if n.op == "aten.t.default" and rank == 2 else
@@ -142,10 +146,11 @@ def slice_(n: NodeCtx) -> Value:
                                   "steps": [step]})
 
 
-@rule("aten.as_strided.default")
+@rule("aten.as_strided.default", "aten.as_strided_copy.default")
 def as_strided(n: NodeCtx) -> Value:
     """A strided view of known strides: the Reshape / Slice / Transpose chain reading the same
-    elements (planner/torch/strided.py), or refused."""
+    elements (planner/torch/strided.py), else (an overlapping or reordering view) a gather of
+    the elements it reads, whose gradient adds up where the view reads an element twice."""
     x = n.tensor(0)
     source = n.traced(0, "self")
     if source is None or not hasattr(source, "strides"):
@@ -160,9 +165,8 @@ def as_strided(n: NodeCtx) -> Value:
                         source.offset if offset is None else int(offset))
     ops = view_ops(idx, math.prod(shape)) if idx is not None else None
     if ops is None:
-        raise n.fail(f"size {n.ints(1, 'size')}, stride {n.ints(2, 'stride')} of an input of "
-                     f"shape {list(shape)} (strides {list(source.strides)}) is not a "
-                     f"reshape, slice or transpose of it")
+        return gather_positions(n, x, strided_positions(n, 0, n.ints(1, "size"),
+                                                        n.ints(2, "stride"), offset))
     for op, attrs in ops:
         if op != "Reshape" or list(n.shape(x)) != attrs["shape"]:
             x = n.emit1(op, [x], attrs)
@@ -195,6 +199,8 @@ def index(n: NodeCtx) -> Value:
         x = _reshape_to(n, x, shape)
         return gather_rows(n.emit1, x, shape, axis, ids, n.shape(ids))
     # computed ids: negative ones count from the end, as PyTorch's (planner/ops/index.py)
+    if n.dtype(ids) == "int32":
+        ids = cast(n, ids, "int64")
     if n.dtype(ids) != "int64":
         raise Unsupported(f"{n.op} (computed {n.dtype(ids)} indices)")
     return n.emit1("IndexGather", [x, ids], {"axis": axis, "mode": "rows", "wrap": True})
@@ -302,7 +308,7 @@ def pad(n: NodeCtx) -> Value:
     x = n.tensor(0)
     rank = len(n.shape(x))
     flat = n.ints(1, "padding" if "constant" not in n.op else "pad")
-    if len(flat) % 2 or len(flat) // 2 > rank or any(p < 0 for p in flat):
+    if len(flat) % 2 or len(flat) // 2 > rank:
         raise Unsupported(f"{n.op} (padding {flat})")
     before, after = [0] * rank, [0] * rank
     for k in range(len(flat) // 2):
@@ -310,6 +316,9 @@ def pad(n: NodeCtx) -> Value:
     if not any(flat):
         return x
     mode = "constant" if "constant" in n.op else "reflect" if "reflection" in n.op else "edge"
+    if any(p < 0 for p in flat):
+        # negative padding crops (planner/torch/rules_views.py)
+        return padded_by_index(n, x, before, after, mode, float(n.arg(2, "value", 0.0)))
     value = float(n.arg(2, "value", 0.0)) if mode == "constant" else 0.0
     return n.emit1("Pad", [x], {"pads": before + after, "mode": mode, "value": value})
 

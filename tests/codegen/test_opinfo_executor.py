@@ -9,7 +9,6 @@ rounded)."""
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 pytest.importorskip("torch")
@@ -18,18 +17,14 @@ pytest.importorskip("expecttest")
 from codegen import support  # noqa: E402
 from codegen.backends import RUNTIMES  # noqa: E402
 from codegen.errors import UnsupportedError  # noqa: E402
-from tests.codegen.helpers import build_module  # noqa: E402
-from tests.codegen.merged_graph import merge  # noqa: E402
+from tests.codegen.merged_graph import executor_mismatches  # noqa: E402
 from tests.importers.opinfo_cases import (  # noqa: E402
-    EPS32,
     by_name,
     check_opinfo,
-    compare,
     fast_subset,
     load_expectations,
 )
 
-EXECUTOR_ULPS = 1e-4 / EPS32
 MIN_RUNS = 40  # the fast subset's passing samples the CPU runtime has ops for, at least
 
 
@@ -52,13 +47,4 @@ def test_fast_subset_passing_samples_on_the_cpu_executor(tmp_path):
         check_opinfo(ops[name], runs=mine)
         runs += [(f"{name} sample {k}", r) for k, r in enumerate(mine) if _runnable(r.graph)]
     assert len(runs) >= MIN_RUNS, f"only {len(runs)} samples the CPU executor can run"
-    merged = merge("opinfo_executor", {f"s{k}/": r.graph for k, (_, r) in enumerate(runs)})
-    executor = build_module(merged, tmp_path / "opinfo_executor").Executor()
-    executor.load_params({f"s{k}/{n}": v for k, (_, r) in enumerate(runs)
-                          for n, v in r.params.items()})
-    out = executor.forward({f"s{k}/{n}": v for k, (_, r) in enumerate(runs)
-                            for n, v in r.feeds.items()})
-    bad = [compare(f"{label}: {tensor}", np.asarray(out[f"s{k}/{tensor}"]), t32, t64,
-                   ulps=EXECUTOR_ULPS)
-           for k, (label, r) in enumerate(runs) for tensor, (t32, t64) in r.torch.items()]
-    assert [b for b in bad if b] == []
+    assert executor_mismatches("opinfo_executor", runs, tmp_path) == []

@@ -64,6 +64,10 @@ def test_expectations_name_every_float32_opinfo_of_op_db():
 # Silently wrong or crashing OpInfos known and not yet fixed, with why: the acceptance
 # is none. A new one, or one fixed, fails the test below (then edit this table).
 KNOWN_OFF = {
+    # torch's gradient is off, ours is right: torch passes dy to self where src overwrites it
+    # (the OpInfo marks TestBwdGradients.test_fn_grad an expected failure);
+    # tests/importers/test_torch_index_views.py holds ours to zero there
+    "as_strided_scatter": "wrong: sample 0: gradient of p0",
     # rows masked to -inf whole: the forward is torch's zeros, the gradient NaN
     "torch.ops.aten._safe_softmax.default": "wrong: sample 0: gradient of p0",
 }
