@@ -64,6 +64,7 @@ from planner.ops import (  # noqa: F401, E402
     resize,
     scaled_softmax,
     shape,
+    special_table,
     topk,
     unary_math,
 )

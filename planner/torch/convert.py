@@ -53,6 +53,7 @@ import planner.torch.rules_pool  # noqa: F401  (pools; its PRESERVED below)
 import planner.torch.rules_products  # noqa: F401
 import planner.torch.rules_reduce  # noqa: F401  (the reductions; its PRESERVED below)
 import planner.torch.rules_sort  # noqa: F401
+import planner.torch.rules_special  # noqa: F401  (special functions; its PRESERVED below)
 import planner.torch.rules_views  # noqa: F401
 from planner.graph.ir import Graph
 from planner.graph.validate import check_graph
@@ -80,7 +81,8 @@ PRESERVED = ("linear.default", *LOSS_PRESERVED, *INDEX_PRESERVED, *RANDOM_PRESER
              # detach() decomposes to alias, which passes the gradient on: a StopGradient
              "detach.default",
              *planner.torch.rules_reduce.PRESERVED, *planner.torch.rules_pool.PRESERVED,
-             *planner.torch.rules_onehot.ONEHOT_PRESERVED)
+             *planner.torch.rules_onehot.ONEHOT_PRESERVED,
+             *planner.torch.rules_special.PRESERVED)
 
 
 @dataclass(frozen=True)

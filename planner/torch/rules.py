@@ -368,16 +368,18 @@ def prelu(n: NodeCtx) -> Value:
 
 @rule("aten.softplus.default")
 def softplus(n: NodeCtx) -> Value:
-    """log(1 + exp(beta x)) / beta; PyTorch's x above threshold / beta is that value to float32
-    for the default threshold 20."""
+    """log(1 + exp(beta x)) / beta, x itself where beta x > threshold; at the default threshold
+    20 the two are equal to float32, so the switch is kept only below 15."""
     x = n.tensor(0)
     beta, threshold = float(n.arg(1, "beta", 1.0)), float(n.arg(2, "threshold", 20.0))
-    if threshold < 15.0:  # below it, x and log1p(exp(x)) differ in float32
-        raise Unsupported(f"{n.op} (threshold {threshold})")
-    if beta == 1.0:
-        return n.emit1("Softplus", [x])
-    y = n.emit1("Softplus", [n.emit1("Scale", [x], {"factor": beta})])
-    return n.emit1("Scale", [y], {"factor": 1.0 / beta})
+    bx = x if beta == 1.0 else n.emit1("Scale", [x], {"factor": beta})
+    y = n.emit1("Softplus", [bx])
+    if beta != 1.0:
+        y = n.emit1("Scale", [y], {"factor": 1.0 / beta})
+    if threshold >= 15.0:
+        return y
+    above = n.emit1("Greater", [bx, n.const(threshold, n.dtype(x))])
+    return n.emit1("Where", [above, x, y])
 
 
 def _number(v: object) -> bool:
@@ -466,7 +468,13 @@ def rsqrt(n: NodeCtx) -> Value:
 
 @rule("aten.where.self")
 def where(n: NodeCtx) -> Value:
-    return n.emit1("Where", [n.tensor(0), n.tensor(1), n.tensor(2)])
+    """The branches promoted to one dtype as torch.where does (heaviside's int64 0 / 1 beside
+    a float tensor)."""
+    from planner.torch.rules_pointwise import as_dtype, promoted
+
+    a, b = n.tensor(1), n.tensor(2)
+    dtype = n.out_dtype or promoted(n, [a, b])
+    return n.emit1("Where", [n.tensor(0), as_dtype(n, a, dtype), as_dtype(n, b, dtype)])
 
 
 @rule("aten.masked_fill.Scalar")
@@ -498,9 +506,12 @@ def leaky_relu(n: NodeCtx) -> Value:
 
 @rule("aten.elu.default")
 def elu(n: NodeCtx) -> Value:
-    if n.arg(2, "scale", 1) != 1 or n.arg(3, "input_scale", 1) != 1:
-        raise Unsupported(f"{n.op} (scale)")
-    return n.emit1("Elu", [n.tensor(0)], {"alpha": float(n.arg(1, "alpha", 1.0))})
+    scale, alpha = float(n.arg(2, "scale", 1)), float(n.arg(1, "alpha", 1.0))
+    if n.arg(3, "input_scale", 1) != 1:
+        raise Unsupported(f"{n.op} (input_scale)")
+    if scale != 1:  # selu: scale * elu(x, alpha)
+        return n.emit1("Selu", [n.tensor(0)], {"alpha": alpha, "gamma": scale})
+    return n.emit1("Elu", [n.tensor(0)], {"alpha": alpha})
 
 
 @rule("aten.silu.default")
