@@ -2,14 +2,17 @@
 PyTorch eager and torch.compile on the same cores.
 
     python bench/bench_cpu_strategies.py [--models lstm,dcgan,...] [--steps 5] [--rounds 3]
-                                         [--costs in-step|kernels] [--no-compile] [--json]
+                                         [--costs in-step|kernels|measured] [--no-compile]
+                                         [--json]
 
 Per model (zoo training graphs, SGD, sizes that run in minutes on a small machine):
 
 1. Profile: `planner profile --in-step` of the training graph on this host (every op timed
    inside the step, one uniform plan per thread count; `--costs kernels`: each signature's
    kernel alone, hill climbing over thread counts); cached in bench/.costs/ per model, host,
-   method and CPU runtime (its build key: changed kernels are profiled anew).
+   method and CPU runtime (its build key: changed kernels are profiled anew); `--costs
+   measured`: what a plan of this host is priced by when nobody names a table (each signature
+   measured once per host and kept in $PLANNER_CACHE: codegen.profiling.host_measured).
 2. Plan with the profiled costs: uniform (every op on all cores, one at a time), every uniform
    grid configuration (intra x inter; the best measured one is reported), paper and optimized.
 3. Build each plan's executor; measure steps in alternating rounds (every variant once per
@@ -86,6 +89,10 @@ def profiled_costs(label: str, graph, target, method: str = "in-step") -> CostTa
     from planner.costs.conv_layouts import profiled_signatures
     from planner.costs.profile import ProfileOptions, profile
 
+    if method == "measured":
+        from codegen.profiling import host_measured
+
+        return host_measured(graph, target, progress=sys.stderr)
     folder = HERE / ".costs"
     folder.mkdir(exist_ok=True)
     suffix = "" if method == "kernels" else f".{method}"
@@ -269,9 +276,11 @@ def main() -> None:
     parser.add_argument("--models", default=",".join(MODELS))
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--costs", choices=["in-step", "kernels"], default="in-step",
-                        help="how ops are profiled: inside the step (default) or each "
-                             "signature's kernel alone")
+    parser.add_argument("--costs", choices=["in-step", "kernels", "measured"],
+                        default="in-step",
+                        help="how ops are profiled: inside the step (default), each "
+                             "signature's kernel alone, or as the planner's default prices a "
+                             "plan of this host (measured per signature, kept per host)")
     parser.add_argument("--no-compile", action="store_true", help="skip torch.compile")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()

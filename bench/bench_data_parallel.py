@@ -188,24 +188,36 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def launch(kind: str, pkg: Path | str, model: str, ranks: int, steps: int, out: Path) -> dict:
+def rank_env(rank: int, ranks: int, port: int) -> dict[str, str]:
+    """The environment of rank `rank` of `ranks` processes on this host, each on 1/ranks of
+    the cores, rendezvous on 127.0.0.1:port."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LOCAL_")}
+    # Both sides' OpenMP threads wait as the generated package's do (a short spin, then
+    # sleep: long spinning teams collapse with other processes on the cores).
+    env.update(CPU_LOAD_ENVIRONMENT)
+    env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
+               WORLD_SIZE=str(ranks), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(ranks),
+               PYTHONPATH=str(ROOT), OMP_NUM_THREADS=str(max(1, (os.cpu_count() or 1)
+                                                             // ranks)))
+    return env
+
+
+def run_ranks(script: str, kind: str, pkg: Path | str, model: str, ranks: int, steps: int,
+              out: Path, timeout: float = 900) -> None:
+    """`script --worker kind pkg model ranks steps out` as `ranks` processes of one group on
+    this host; SystemExit naming the run where a rank fails."""
     port = _free_port()
-    procs = []
-    for rank in range(ranks):
-        env = {k: v for k, v in os.environ.items() if not k.startswith("LOCAL_")}
-        # Both sides' OpenMP threads wait as the generated package's do (a short spin, then
-        # sleep: long spinning teams collapse with other processes on the cores).
-        env.update(CPU_LOAD_ENVIRONMENT)
-        env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
-                   WORLD_SIZE=str(ranks), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(ranks),
-                   PYTHONPATH=str(ROOT), OMP_NUM_THREADS=str(max(1, (os.cpu_count() or 1)
-                                                                 // ranks)))
-        procs.append(subprocess.Popen(
-            [sys.executable, __file__, "--worker", kind, str(pkg), model, str(ranks),
-             str(steps), str(out)], env=env, cwd=ROOT))
+    procs = [subprocess.Popen([sys.executable, script, "--worker", kind, str(pkg), model,
+                               str(ranks), str(steps), str(out)],
+                              env=rank_env(rank, ranks, port), cwd=ROOT)
+             for rank in range(ranks)]
     for p in procs:
-        if p.wait(timeout=900) != 0:
+        if p.wait(timeout=timeout) != 0:
             raise SystemExit(f"{kind} {model} x{ranks}: a rank exited {p.returncode}")
+
+
+def launch(kind: str, pkg: Path | str, model: str, ranks: int, steps: int, out: Path) -> dict:
+    run_ranks(__file__, kind, pkg, model, ranks, steps, out)
     return json.loads(out.read_text())
 
 

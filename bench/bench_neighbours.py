@@ -4,7 +4,7 @@ neighbour processes each running a 2-thread BLAS loop (issue 36: steady under lo
     python bench/bench_neighbours.py [--models lstm,resnet-50,gpt,mobilenet_v2,resnet18,
                                               transformer_encoder]
                                      [--neighbours 0,2,4,6,loader2] [--compile]
-                                     [--costs in-step|analytical]
+                                     [--costs in-step|analytical|measured]
                                      [--rounds 3] [--steps 5] [--json out.json]
 
 bench/bench_under_load.py compares OpenMP wait policies against spinning neighbours; this one
@@ -26,8 +26,9 @@ whatever the load, the same bits every run) and eager. The table shows medians o
 each round's median step and the 1-minute load average at each measurement, and which
 schedule the adaptive executor ran and why. Plans are priced by an in-step profile taken on the
 quiet machine before the neighbours start (what `planner profile --in-step` measures;
-planner.torch's `costs="in-step"`), or with `--costs analytical` by the analytical cost model.
-Progress to stderr.
+planner.torch's `costs="in-step"`), with `--costs measured` as a plan of this host is by
+default (each signature measured once per host and kept: codegen.profiling.host_measured), or
+with `--costs analytical` by the analytical cost model. Progress to stderr.
 """
 
 from __future__ import annotations
@@ -146,7 +147,7 @@ def module_engine(label: str, folder: Path, engine: str, costs: str):
         return eager_step(module, inputs, y, loss, SGD.lr, compiled=engine == "compile"), None
     # Both executors priced by one profile: the first to build takes it (trainer keeps it as
     # costs.json), the second reads it.
-    priced = "analytical"  # --costs analytical (the trainer's default is measured costs)
+    priced = costs  # analytical, or measured (the trainer's default)
     if costs == "in-step":
         priced = folder / "costs.json" if (folder / "costs.json").exists() else "in-step"
     t = trainer(module, inputs, loss=loss, labels=y, optimizer="sgd", lr=SGD.lr,
@@ -176,6 +177,10 @@ def zoo_engine(label: str, folder: Path, engine: str, costs: str):
         else:
             table = profile_in_step(graph, target, folder / "profile")
             path.write_text(table.to_json())
+    elif costs == "measured":
+        from codegen.profiling import host_measured
+
+        table = host_measured(graph, target)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         p = plan(graph, target, table)  # the default plan, with its variants for fewer cores
@@ -275,9 +280,10 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--compile", action="store_true",
                     help="also PyTorch under torch.compile (inductor), compiled before timing")
-    ap.add_argument("--costs", choices=("in-step", "analytical"), default="in-step",
+    ap.add_argument("--costs", choices=("in-step", "analytical", "measured"), default="in-step",
                     help="what plans are priced with: an in-step profile on this machine "
-                         "(default) or the analytical cost model")
+                         "(default), the host's kept measurements (the planner's default) or "
+                         "the analytical cost model")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     labels = args.models.split(",")

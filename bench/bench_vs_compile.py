@@ -2,7 +2,7 @@
 engine in a process of its own (issue 36: ahead of torch.compile on real modules).
 
     python bench/bench_vs_compile.py [--models mobilenet_v2,resnet18,transformer_encoder]
-                                     [--rounds 3] [--steps 15]
+                                     [--rounds 3] [--steps 15] [--costs in-step|measured]
     python bench/bench_vs_compile.py --models fresh   # the seven of issue 46
 
 Why a process each: in one process the executor and PyTorch share one libgomp (torch's, loaded
@@ -18,8 +18,10 @@ and times --steps steps;
 the table gives medians over rounds of each run's median step, and the 1-minute load average
 before, after each round and after. Our executor runs its plan's main schedule, priced by an
 in-step profile of the module (planner.torch's `costs="in-step"`) taken in the first round and
-kept for the others. Models: bench/cpu_modules.py (SGD, lr 0.01, 2 threads on the 2-core
-hosts); `fresh` names its FRESH seven (tests/importers/fresh_models.py at bench sizes).
+kept for the others, or with `--costs measured` by planner.torch's default (each signature
+measured once per host and kept in $PLANNER_CACHE). Models: bench/cpu_modules.py (SGD, lr 0.01,
+2 threads on the 2-core hosts); `fresh` names its FRESH seven (tests/importers/fresh_models.py
+at bench sizes).
 """
 
 from __future__ import annotations
@@ -40,20 +42,20 @@ from step_process import StepProcess  # noqa: E402
 ENGINES = ("ours", "eager", "compile")
 
 
-def engine_step(label: str, engine: str, folder: Path):
+def engine_step(label: str, engine: str, folder: Path, costs: str = "in-step"):
     """One engine of one module, warmed up (bench_neighbours.module_engine: ours is the
-    executor pinned to its plan's main schedule), for a StepProcess."""
+    executor pinned to its plan's main schedule, priced by `costs`), for a StepProcess."""
     from bench_neighbours import module_engine
 
-    step, _ = module_engine(label, folder, {"ours": "ours main"}.get(engine, engine), "in-step")
+    step, _ = module_engine(label, folder, {"ours": "ours main"}.get(engine, engine), costs)
     for _ in range(3):
         step()
     return step
 
 
-def measure(label: str, engine: str, steps: int, folder: Path) -> float:
+def measure(label: str, engine: str, steps: int, folder: Path, costs: str = "in-step") -> float:
     """The median step (seconds) of `steps` steps in a fresh process."""
-    run = StepProcess(engine_step, label, engine, folder, what=f"{label} {engine}")
+    run = StepProcess(engine_step, label, engine, folder, costs, what=f"{label} {engine}")
     try:
         return statistics.median(run.step() for _ in range(steps))
     finally:
@@ -65,6 +67,9 @@ def main() -> None:
     ap.add_argument("--models", default="mobilenet_v2,resnet18,transformer_encoder")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--steps", type=int, default=15)
+    ap.add_argument("--costs", choices=("in-step", "measured"), default="in-step",
+                    help="what our plans are priced with: an in-step profile of the module, or "
+                         "planner.torch's default (measured per signature, kept per host)")
     args = ap.parse_args()
     from cpu_modules import FRESH, MODULES
 
@@ -81,13 +86,13 @@ def main() -> None:
             for label in models:
                 for engine in ENGINES:
                     runs.setdefault((label, engine), []).append(
-                        measure(label, engine, args.steps, Path(work) / label))
+                        measure(label, engine, args.steps, Path(work) / label, args.costs))
                 print(f"round {r + 1}/{args.rounds}: {label} done, load average "
                       f"{os.getloadavg()[0]:.2f}", file=sys.stderr, flush=True)
     ms = {k: statistics.median(v) * 1e3 for k, v in runs.items()}
     print(f"{os.cpu_count()} logical CPUs; load average {load_before:.2f} before, "
           f"{os.getloadavg()[0]:.2f} after; medians of {args.rounds} rounds of {args.steps} "
-          f"steps, each engine in its own process")
+          f"steps, each engine in its own process; ours priced by {args.costs} costs")
     print(f"{'module':22s} {'ours ms':>8s} {'eager ms':>9s} {'compile ms':>11s} "
           f"{'eager/ours':>11s} {'compile/ours':>13s}")
     for label in models:

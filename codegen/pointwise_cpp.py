@@ -45,6 +45,13 @@ CODES = {"float32": "f", "int64": "l", "int32": "i", "bool": "?"}  # pointwise_f
 _SPECIAL = {"lgamma": "planner_lgamma"}
 
 
+def _cpp_name(name: str) -> str:
+    """The C++ function of a LIBM name: special_math.h's planner_<name>f, else the C library's."""
+    if name.startswith("planner_"):
+        return name + "f"
+    return _SPECIAL.get(name, "std::" + name)
+
+
 class Body:
     """The statements of one functor: each sub-expression bound once to a local `t<k>`."""
 
@@ -150,7 +157,7 @@ class CppMath:
     def _fn(self, name: str, *xs) -> CExpr:
         d = self._dtype(*xs)
         args = ", ".join(literal(x, d).text for x in xs)
-        return self.body.bind(f"{_SPECIAL.get(name, 'std::' + name)}({args})", d)
+        return self.body.bind(f"{_cpp_name(name)}({args})", d)
 
     def call(self, name: str, *xs):
         if name not in LIBM:
@@ -244,6 +251,7 @@ _FILE = """\
 #include <limits>
 
 #include "../pointwise_family.h"
+#include "special_math.h"
 
 namespace planner {{
 namespace {{

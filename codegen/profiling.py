@@ -63,14 +63,15 @@ def copies_graph(sig: OpSignature, copies: int) -> Graph:
     return check_graph(graph)
 
 
-def signatures_graph(runs: list[tuple[OpSignature, int]]) -> Graph:
+def signatures_graph(runs: list[tuple[OpSignature, int]], written: bool = False) -> Graph:
     """copies_graph of several signatures in one graph: for run k, its inputs and copies
-    named `s{k}_in{i}`, `s{k}_copy{j}` (its nodes in the order given)."""
+    named `s{k}_in{i}`, `s{k}_copy{j}` (its nodes in the order given). written=True: every
+    float32 operand written in the graph just before its signature's copies (WRITTEN)."""
     tensors: list[Tensor] = []
     nodes: list[Node] = []
     outputs: list[str] = []
     for k, (sig, copies) in enumerate(runs):
-        ts, ns, outs = _copies(sig, copies, f"s{k}_")
+        ts, ns, outs = _copies(sig, copies, f"s{k}_", written)
         tensors += ts
         nodes += ns
         outputs += outs
@@ -85,16 +86,29 @@ def signatures_graph(runs: list[tuple[OpSignature, int]]) -> Graph:
 # before the copies and is not one of them (the timers read the copies' times only).
 CAST_IN_GRAPH = frozenset({"bfloat16"})
 
+# Operands a step's op reads were just written by its producer (in its cores' caches, or
+# handed over from another lane's); operands fed before a batch's step sit behind the other
+# signatures' data (memory-bound ops ran 2-3x slower so: bench/results/
+# 2026-11-25-default-vs-in-step.md). With written=True each float32 operand is fed and
+# negated in the graph (Neg: a parallel loop over the operand, as a step's producers write
+# theirs on their team's cores, and a standard normal feed stays one) right before its
+# consumer: the uniform plans' FIFO lanes run it just before the copies, and the co-running
+# lanes hand some of them across cores, as a step's do. Other operands are fed as they are
+# (integer ids valid for their consumer: graph.interpret.random_feeds), bfloat16 ones cast
+# in the graph as always.
+WRITTEN = "float32"
 
-def _copies(sig: OpSignature, copies: int, prefix: str
+
+def _copies(sig: OpSignature, copies: int, prefix: str, written: bool = False
             ) -> tuple[tuple[Tensor, ...], tuple[Node, ...], tuple[str, ...]]:
-    """The tensors and nodes of `copies` runs of the signature (the in-graph casts first),
-    and the copies' outputs (the graph's)."""
+    """The tensors and nodes of `copies` runs of the signature (the in-graph casts and writes
+    first), and the copies' outputs (the graph's)."""
     from planner.ops import get_op
     from planner.ops.base import TensorType
 
     inputs = tuple(Tensor(name=f"{prefix}in{i}", shape=s, dtype=d,
-                          role="activation" if d in CAST_IN_GRAPH else "input")
+                          role="activation" if d in CAST_IN_GRAPH or (written and d == WRITTEN)
+                          else "input")
                    for i, (s, d) in enumerate(zip(sig.shapes, sig.dtypes, strict=True)))
     op = get_op(sig.op)
     attrs = op.normalize_attrs(dict(sig.attrs))
@@ -107,7 +121,9 @@ def _copies(sig: OpSignature, copies: int, prefix: str
         fed = Tensor(name=f"{prefix}fed{i}", shape=t.shape, dtype="float32", role="input")
         tensors += [fed, t]
         nodes.append(Node(name=f"{prefix}cast{i}", op="Cast", attrs={"to": t.dtype},
-                          inputs=(fed.name,), outputs=(t.name,)))
+                          inputs=(fed.name,), outputs=(t.name,)) if t.dtype in CAST_IN_GRAPH
+                     else Node(name=f"{prefix}write{i}", op="Neg", inputs=(fed.name,),
+                               outputs=(t.name,)))
     outputs: list[str] = []
     for k in range(copies):
         names = tuple(f"{prefix}out{k}_{j}" for j in range(len(outs)))
@@ -268,11 +284,25 @@ def median_stats(executor, feeds: dict[str, np.ndarray], steps: int) -> dict:
     steps. Why the median: a step a neighbour's burst of work slows (a shared machine, a page
     the kernel reclaims) would otherwise move every op of that step in the cost table, and
     the plans made from it by as much."""
-    per_step = []
+    return interleaved_median_stats([executor], feeds, steps)[0]
+
+
+def interleaved_median_stats(executors: Sequence, feeds: dict[str, np.ndarray], steps: int
+                             ) -> list[dict]:
+    """`median_stats` of several warm executors of one graph, their steps taken in turns: a
+    neighbour's burst of work falls on all of them alike, not on one (what their ratios,
+    a contention fit's, would read as their difference)."""
+    runs: list[list[dict]] = [[] for _ in executors]
     for _ in range(max(1, steps)):
-        executor.reset_stats()
-        executor.step(feeds)
-        per_step.append(executor.stats())
+        for executor, per_step in zip(executors, runs, strict=True):
+            executor.reset_stats()
+            executor.step(feeds)
+            per_step.append(executor.stats())
+    return [_medians(per_step) for per_step in runs]
+
+
+def _medians(per_step: list[dict]) -> dict:
+    """The last step's stats() with each op's median seconds over `per_step`."""
     seconds: dict[str, list[float]] = {}
     for stats in per_step:
         for row in stats["ops"]:
@@ -294,7 +324,8 @@ def profile_in_step(graph: Graph, target: Target, work_dir: str | Path,
                     options: ProfileOptions | None = None, steps: int = 5,
                     table: CostTable | None = None, progress: TextIO | None = None,
                     date: str | None = None, layouts: bool = True,
-                    feeds: Mapping[str, np.ndarray] | None = None) -> CostTable:
+                    feeds: Mapping[str, np.ndarray] | None = None,
+                    corun: bool = True) -> CostTable:
     """Every op's seconds inside the step, at each thread count of the grid: per count k, the
     uniform plan (each op on k compact CPUs, one op at a time) is built and run `steps` steps
     after a warm-up, and its stats() (each op's median over the steps: `median_stats`) fold
@@ -307,11 +338,11 @@ def profile_in_step(graph: Graph, target: Target, work_dir: str | Path,
     ops that is most of the time: the 2-core development machine ran LSTM's ops on two threads
     1.8x slower in the step than alone. The step's own measurement prices what the plans run.
 
-    With two cores or more, the uniform plan of one-thread lanes on every core (ops co-running
-    wherever the graph lets them) is run too: how much slower each op ran there than alone
-    gives the table's `contention` and `corun_slowdown` (planner.schedule.contention.
-    fit_contention), which the simulator then charges co-running ops for the memory bandwidth
-    and the rest of the machine they share.
+    With two cores or more (and `corun`), the uniform plan of one-thread lanes on every core
+    (ops co-running wherever the graph lets them) is run too: how much slower each op ran
+    there than alone gives the table's `contention` and `corun_slowdown` (planner.schedule.
+    contention.fit_contention), which the simulator then charges co-running ops for the memory
+    bandwidth and the rest of the machine they share (`step_contention`).
 
     layouts=False measures the graph's convolutions on their own layouts only (a graph of
     signatures that lists the channels-last ones itself: `measure_signatures`). `feeds`: the
@@ -320,8 +351,6 @@ def profile_in_step(graph: Graph, target: Target, work_dir: str | Path,
     """
     from planner.costs.feedback import fold_stats
     from planner.graph.interpret import init_params, random_feeds
-    from planner.pipeline import PlanOptions, plan
-    from planner.schedule import ScheduleOptions
 
     options = options or ProfileOptions()
     table = table or CostTable(target=target.name)
@@ -330,37 +359,96 @@ def profile_in_step(graph: Graph, target: Target, work_dir: str | Path,
     # (planner/costs/conv_layouts.py).
     last = channels_last(graph) if layouts else graph
     graphs = {"": graph, "_nhwc": last} if last is not graph else {"": graph}
-
-    def measured(intra: int, inter: int, costs: CostTable, kind: str = "") -> tuple[Plan, dict]:
-        g = graphs[kind]
-        if progress is not None:
-            print(f"in-step profile: {len(g.nodes)} ops{' (convolutions nhwc)' if kind else ''}"
-                  f", {inter} lane(s) of {intra} thread(s): building and running",
-                  file=progress, flush=True)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", MissingCostWarning)
-            # Priced without the channels-last measurements: the plan measures the layouts it
-            # is given, not those the table would choose for it.
-            p = plan(g, target, _without_layouts(costs), PlanOptions(schedule=ScheduleOptions(
-                strategy="uniform", intra=intra, inter=inter)))
-        ex = warmed_executor(p, Path(work_dir) / f"uniform_{intra}x{inter}{kind}", state, feeds)
-        return p, median_stats(ex, feeds, steps)
-
-    def seconds(stats: dict) -> dict[str, float]:
-        return {o["name"]: o["seconds"] for o in stats["ops"]}
-
     alone: dict[str, float] = {}
-    for kind in graphs:
+    for kind, g in graphs.items():
         for k in in_step_counts(target, options):
-            p, stats = measured(k, 1, table, kind)
-            alone = seconds(stats) if k == 1 and not kind else alone
+            p, stats = _uniform_stats(g, target, table, (k, 1), Path(work_dir), state, feeds,
+                                      steps, progress, kind)
+            alone = _seconds(stats) if k == 1 and not kind else alone
             table = fold_stats(table, p, stats, date=date)
-    if target.cores >= 2 and target.cpu is not None:
-        corun, stats = measured(1, target.cores, table)
-        kappa, sigma = _fit_contention(target, corun, alone, seconds(stats))
+    if corun and target.cores >= 2 and target.cpu is not None:
+        kappa, sigma = _corun_fit(graph, target, table, alone, Path(work_dir), state, feeds,
+                                  steps, progress)
         table = CostTable(target=table.target, entries=table.entries,
                           provenance=table.provenance, contention=kappa, corun_slowdown=sigma)
     return table
+
+
+def step_contention(graph: Graph, target: Target, table: CostTable,
+                    progress: TextIO | None = None, steps: int = 40,
+                    feeds: Mapping[str, np.ndarray] | None = None
+                    ) -> tuple[float, float] | None:
+    """(contention, corun_slowdown) of this host fitted from `graph`'s own step, as
+    `profile_in_step` fits them: its uniform plan of one one-thread lane against its uniform
+    plan of one-thread lanes on every core, priced by `table`, their `steps` steps taken in
+    turns (the figures are kept for every later plan on the host: more steps than a profile's,
+    a step's work is short beside its builds); None on a target of one core. What
+    planner.costs.host_costs keeps beside the signatures' times: a graph of signatures co-runs
+    ops that share no data, and fitted from it the slowdown of co-running came out 0.2-0.5
+    where a step's own lanes, handing their outputs across cores, gave 1.4-2.2
+    (bench/results/2026-11-25-default-vs-in-step.md). `feeds` as profile_in_step's."""
+    import shutil
+    import tempfile
+
+    from planner.graph.interpret import init_params, random_feeds
+
+    if target.cores < 2 or target.cpu is None:
+        return None
+    state, feeds = init_params(graph, seed=0), {**random_feeds(graph, seed=1), **(feeds or {})}
+    work = Path(tempfile.mkdtemp(prefix="planner-corun-"))
+    try:
+        built = [_uniform_executor(graph, target, table, lanes, work, state, feeds, progress)
+                 for lanes in ((1, 1), (1, target.cores))]
+        alone, corun = interleaved_median_stats([ex for _, ex in built], feeds, steps)
+        return _fit_contention(target, built[1][0], _seconds(alone), _seconds(corun))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _uniform_stats(graph: Graph, target: Target, costs: CostTable, lanes: tuple[int, int],
+                   work_dir: Path, state: dict, feeds: dict, steps: int,
+                   progress: TextIO | None, kind: str = "") -> tuple[Plan, dict]:
+    """The uniform plan of `graph` with `lanes` (threads per op, lanes), priced by `costs`,
+    built under `work_dir` and run: the plan and its `median_stats`."""
+    p, ex = _uniform_executor(graph, target, costs, lanes, work_dir, state, feeds, progress,
+                              kind)
+    return p, median_stats(ex, feeds, steps)
+
+
+def _uniform_executor(graph: Graph, target: Target, costs: CostTable, lanes: tuple[int, int],
+                      work_dir: Path, state: dict, feeds: dict, progress: TextIO | None,
+                      kind: str = "") -> tuple[Plan, object]:
+    """The uniform plan of `graph` with `lanes` (threads per op, lanes), priced by `costs`,
+    and its executor built under `work_dir`, warm."""
+    from planner.pipeline import PlanOptions, plan
+    from planner.schedule import ScheduleOptions
+
+    intra, inter = lanes
+    if progress is not None:
+        print(f"in-step profile: {len(graph.nodes)} ops{' (convolutions nhwc)' if kind else ''}"
+              f", {inter} lane(s) of {intra} thread(s): building and running",
+              file=progress, flush=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", MissingCostWarning)
+        # Priced without the channels-last measurements: the plan measures the layouts it
+        # is given, not those the table would choose for it.
+        p = plan(graph, target, _without_layouts(costs), PlanOptions(schedule=ScheduleOptions(
+            strategy="uniform", intra=intra, inter=inter)))
+    return p, warmed_executor(p, work_dir / f"uniform_{intra}x{inter}{kind}", state, feeds)
+
+
+def _seconds(stats: dict) -> dict[str, float]:
+    return {o["name"]: o["seconds"] for o in stats["ops"]}
+
+
+def _corun_fit(graph: Graph, target: Target, table: CostTable, alone: dict[str, float],
+               work_dir: Path, state: dict, feeds: dict, steps: int,
+               progress: TextIO | None) -> tuple[float, float]:
+    """(kappa, sigma) from `graph`'s one-thread lanes on every core, against `alone` (its ops'
+    seconds in the one-lane plan)."""
+    corun, stats = _uniform_stats(graph, target, table, (1, target.cores), work_dir, state,
+                                  feeds, steps, progress)
+    return _fit_contention(target, corun, alone, _seconds(stats))
 
 
 def measure_signatures(signatures: Sequence[OpSignature], target: Target,
@@ -399,13 +487,36 @@ def measure_signatures(signatures: Sequence[OpSignature], target: Target,
     return table
 
 
+def host_measured(graph: Graph, target: Target, progress: TextIO | None = None,
+                  feeds: Mapping[str, np.ndarray] | None = None) -> CostTable:
+    """The table a plan of `graph` on this host is priced by when nobody names one (`--costs
+    measured`, planner.torch's default): the kept measurements of its step's and its
+    evaluation's signatures, those the host's store lacks measured first
+    (planner.costs.host_costs.host_table, with measure_signatures), and the host's contention
+    figures, fitted from this step's co-running lanes if none were yet (step_contention;
+    `feeds` as profile_in_step's)."""
+    from planner.costs.host_costs import host_table
+    from planner.pipeline import priced_graphs
+
+    def corun(step: Graph, target: Target, table: CostTable, progress: TextIO | None):
+        return step_contention(step, target, table, progress, feeds=feeds)
+
+    return host_table(priced_graphs(graph, target), target, measure_signatures,
+                      progress=progress, corun=corun).table
+
+
 def _measured_batch(group: tuple[OpSignature, ...], target: Target, folder: Path, steps: int,
                     table: CostTable) -> CostTable:
     """`table` with the group's signatures measured together, else one at a time, leaving
     out (with a warning) those that fail alone."""
     try:
-        return profile_in_step(signatures_graph([(s, 1) for s in group]), target, folder,
-                               steps=steps, table=table, layouts=False)
+        measured = profile_in_step(signatures_graph([(s, 1) for s in group], written=True),
+                                   target, folder, steps=steps, table=table, layouts=False,
+                                   corun=False)
+        # The group's signatures only: not the in-graph writes and casts of their operands.
+        keys = {s.key for s in group} | set(table.index)
+        return measured.model_copy(update={"entries": tuple(e for e in measured.entries
+                                                            if e.key in keys)})
     except Exception as e:  # noqa: BLE001 - any kernel's failure is that kernel's alone
         if len(group) == 1:
             warnings.warn(f"{group[0].key}: not measured ({type(e).__name__}: {e}); the "

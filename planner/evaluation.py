@@ -11,9 +11,10 @@ Memory planning puts persistent tensors at the arena's bottom (planner/memory/la
 the bound tensors are a prefix of the evaluation plan's arena that the executor does not
 allocate: its evaluation arena is [arena_offset, arena_bytes) of the plan's, activations only.
 `planner verify` re-derives all of it from the training plan's embedded graph
-(planner/verify/evaluation.py). A data-parallel plan's evaluation has no collective: each
-rank evaluates its own shard of the data on its own share of the cores, and reducing the
-metrics (a loss, a count of right answers) is the caller's, with torch.distributed.
+(planner/verify/evaluation.py). A data-parallel plan's evaluation has no collective but a
+ZeRO-3 plan's all-gathers of the parameter shards (every rank evaluates together): each rank
+evaluates its own shard of the data on its own share of the cores, and reducing the metrics
+(a loss, a count of right answers) is the caller's, with torch.distributed.
 
 Example:
     >>> from planner.graph.optimizer import Optimizer

@@ -283,6 +283,10 @@ def _fits(p: Planning) -> Planning:
 
 
 def _price(p: Planning) -> Planning:
+    # A model the record already holds for the same share and table (the step's, for its
+    # evaluation plan) keeps its curves: a signature is priced once per plan.
+    if p.model is not None and p.model.target is p.share and p.model.table is p.costs:
+        return p
     return p.but(model=CostModel(p.share, p.costs))
 
 
@@ -325,11 +329,10 @@ def _assemble(p: Planning) -> Planning:
 
 def _evaluation(p: Planning) -> Planning:
     """A training plan's evaluation schedule: its evaluation graph planned by the same stages
-    (planner/evaluation.py). ZeRO-3's forward reads gathered copies: its evaluation would need
-    collectives of its own, not planned yet (the plan carries none; evaluate() is refused)."""
+    (planner/evaluation.py). ZeRO-3's keeps the forward's all-gathers: collectives of its own,
+    on the process group the step runs on."""
     assert p.plan is not None
-    if not p.evaluation or p.graph.kind != "training" or any(
-            n.op == "AllGather" for n in p.graph.nodes):
+    if not p.evaluation or p.graph.kind != "training":
         return p
     return p.but(plan=p.plan.model_copy(update={"evaluation": plan_evaluation(
         p.graph, lambda g: _on_host_plan(_evaluation_plan(g, p), p))}))
@@ -457,12 +460,13 @@ def _evaluation_plan(graph: Graph, p: Planning) -> Plan:
     # An evaluation graph's plan: its own small arena, without the step's budget (the one a
     # user sets), with the same scheduler switches and alignment; no variants (an evaluation
     # runs its ops one at a time, in plan order). A data-parallel step's evaluation has no
-    # collective: each rank evaluates its own shard (the metrics are the caller's to reduce).
+    # collective but ZeRO-3's all-gathers (its graph's, on the step's process group): each
+    # rank evaluates its own shard (the metrics are the caller's to reduce).
     options = p.options.model_copy(update={"memory": MemoryOptions(
         alignment=p.options.memory.alignment), "variants": False,
         "data_parallel": DataParallelOptions()})
-    e = run(p.but(graph=graph, options=options, model=None, schedule=None, memory=None,
-                  plan=None), DECISIONS)
+    e = run(p.but(graph=graph, options=options, schedule=None, memory=None, plan=None),
+            DECISIONS)
     assert e.model is not None and e.schedule is not None and e.memory is not None
     return assemble(graph, e.model, options, e.schedule, e.memory, host=p.target)
 

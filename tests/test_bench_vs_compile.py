@@ -33,4 +33,5 @@ def test_an_unknown_model_is_a_one_line_error():
                          capture_output=True, text=True, timeout=300)
     assert run.returncode != 0
     assert run.stderr.strip().splitlines() == [
-        "--models: unknown model 'nope' (one of mobilenet_v2, resnet18, transformer_encoder)"]
+        "--models: unknown model 'nope' (one of mobilenet_v2, resnet18, transformer_encoder, moe, "
+        "gnn, dlrm, mae, stochastic_depth, focal, gpt or fresh)"]

@@ -65,11 +65,16 @@ def measure_plans(plans: list, steps: int) -> list[dict[str, float]]:
 def executor_measurers():
     """The Measurers `planner profile` runs kernels with: the generated executors."""
     from codegen.gpu_profiling import GpuProfiler
-    from codegen.profiling import KernelTimer, measure_signatures, profile_in_step
+    from codegen.profiling import (
+        KernelTimer,
+        measure_signatures,
+        profile_in_step,
+        step_contention,
+    )
     from planner.costs.profile import Measurers
 
     return Measurers(kernel_timer=KernelTimer, in_step=profile_in_step, gpu=GpuProfiler,
-                     signatures=measure_signatures)
+                     signatures=measure_signatures, step_corun=step_contention)
 
 
 # ---- planner graph --------------------------------------------------------------------------

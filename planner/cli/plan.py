@@ -134,7 +134,7 @@ def _costs(args: argparse.Namespace, graph: Any, target: Any, options: Any) -> A
     from planner.pipeline import priced_graphs
 
     priced = host_table(priced_graphs(graph, target, options, not args.no_evaluation), target,
-                        measurers.signatures, progress=sys.stderr)
+                        measurers.signatures, progress=sys.stderr, corun=measurers.step_corun)
     if priced.measured:
         print(f"measured {len(priced.measured)} signature(s) on this host, "
               f"{len(priced.kept)} kept from earlier plans", file=sys.stderr)

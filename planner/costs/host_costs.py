@@ -21,8 +21,15 @@ plan finds the machine quiet, it measures those signatures again, and a quiet me
 replaces a busy one. Repeated measurements under the same conditions keep the best (fastest)
 time of each sample: noise only ever slows a kernel.
 
-The plan is priced by the store's entries for its signatures only, so it depends on what was
-measured for it, not on what else the store holds.
+The host's contention figures (the table's `contention` and `corun_slowdown`: how much
+co-running ops slow each other) are kept beside the signatures, fitted by the caller's `corun`
+from the step of the first plan that asks (its own lanes co-running, handing data across
+cores, as a step's do; a graph of signatures co-runs ops that share nothing and fits too small
+a slowdown), with the load they were fitted under: fitted again, as a signature is measured
+again, when a busy machine's fit meets a quiet machine.
+
+The plan is priced by the store's entries for its signatures only (and the host's contention
+figures), so it depends on what was measured for it, not on what else the store holds.
 
 Example (a store, a quiet measurement of one signature, then a busy one of the same):
     >>> from planner.costs.records import CostEntry, CpuSample
@@ -68,6 +75,9 @@ BUSY = 0.25
 
 # (signatures, target, progress) -> a cost table of them measured on this machine.
 Measure = Callable[[Sequence[OpSignature], Target, "TextIO | None"], CostTable]
+# (a step's graph, target, its cost table, progress) -> the host's (contention,
+# corun_slowdown) fitted from that step's co-running lanes, or None (one core).
+Corun = Callable[[Graph, Target, CostTable, "TextIO | None"], "tuple[float, float] | None"]
 
 
 class HostCosts(Record):
@@ -79,6 +89,23 @@ class HostCosts(Record):
     # Signatures measured that gave no time (a view's kernel does nothing): the model prices
     # them, and they are not measured again.
     timeless: tuple[str, ...] = ()
+    # The load the table's contention figures were fitted under (from a step's co-running
+    # lanes: host_table's `corun`); None while none was.
+    corun_load: float | None = None
+
+    def to_fit(self, load: float) -> bool:
+        """Whether to fit the contention figures now (at `load`): never fitted, or fitted on a
+        busy machine while this one is quiet."""
+        return self.corun_load is None or (load <= BUSY < self.corun_load)
+
+    def fitted(self, figures: tuple[float, float] | None, load: float) -> HostCosts:
+        """The store with the contention figures `figures` (None: none to fit) fitted at
+        `load`."""
+        if figures is None:
+            return self.model_copy(update={"corun_load": load})
+        table = self.table.model_copy(update={"contention": figures[0],
+                                              "corun_slowdown": figures[1]})
+        return self.model_copy(update={"table": table, "corun_load": load})
 
     def to_measure(self, signatures: Sequence[OpSignature], load: float) -> list[OpSignature]:
         """Of `signatures`, those to measure now: never measured, or measured on a busy
@@ -110,7 +137,8 @@ class HostCosts(Record):
         table = CostTable(target=self.table.target, entries=tuple(entries.values()),
                           provenance=self.table.provenance + measured.provenance,
                           contention=contention, corun_slowdown=slowdown)
-        return HostCosts(table=table, loads=loads, timeless=tuple(sorted(timeless)))
+        return HostCosts(table=table, loads=loads, timeless=tuple(sorted(timeless)),
+                         corun_load=self.corun_load)
 
     def for_signatures(self, signatures: Sequence[OpSignature]) -> CostTable:
         """The table of `signatures`' entries (what a plan of them is priced by)."""
@@ -181,11 +209,14 @@ class HostPricing(Record):
 
 
 def host_table(graphs: Sequence[Graph], target: Target, measure: Measure,
-               progress: TextIO | None = None, load: float | None = None) -> HostPricing:
+               progress: TextIO | None = None, load: float | None = None,
+               corun: Corun | None = None) -> HostPricing:
     """The cost table a plan of `graphs` (the step's graph and its evaluation graph:
     planner.pipeline.priced_graphs) on this host is priced by: their signatures' kept
     measurements, those not kept (or kept from a busy machine, when it is quiet now) measured
-    by `measure` first and kept."""
+    by `measure` first and kept. With `corun`, the host's contention figures are fitted from
+    the step's (graphs[0]) co-running lanes the first time (or again when a busy machine's
+    fit meets a quiet one) and kept for every later plan."""
     if target.name != "host" or not traits(target).timed_on_host:
         from planner.errors import UserError
 
@@ -197,8 +228,13 @@ def host_table(graphs: Sequence[Graph], target: Target, measure: Measure,
         store = read_store(target)
         now = load_now() if load is None else load
         missing = store.to_measure(wanted, now)
+        fit = corun is not None and store.to_fit(now)
         if missing:
             store = store.keep(measure(missing, target, progress), now, missing)
+        if fit:
+            store = store.fitted(corun(graphs[0], target, store.for_signatures(wanted),
+                                       progress), now)
+        if missing or fit:
             atomic_write(path, canonical_json(store.model_dump(mode="json", exclude_none=True)))
     fresh = {s.key for s in missing}
     return HostPricing(table=store.for_signatures(wanted),

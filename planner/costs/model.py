@@ -37,9 +37,17 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+import numpy as np
 from pydantic import Field
 
-from planner.costs.analytical import ScalingCurve, cpu_time, curve_for, gpu_time, op_work
+from planner.costs.analytical import (
+    ScalingCurve,
+    cpu_time,
+    cpu_times,
+    curve_for,
+    gpu_time,
+    op_work,
+)
 from planner.costs.records import CostTable
 from planner.costs.signature import OpSignature
 from planner.graph.ir import Record
@@ -132,6 +140,10 @@ class CostModel:
     # Per-op-type curves that override the cost classes' (a model calibrated to a machine).
     curves: dict[str, ScalingCurve] = field(default_factory=dict)
     interpolation: Interpolation = "linear"
+    # Analytical CPU curves by signature key, priced once per model: the schedule, its
+    # evaluation's and the variants read the same ones (planner.pipeline shares the model).
+    _curves: dict[str, np.ndarray] = field(default_factory=dict, init=False, repr=False,
+                                           compare=False)
 
     def __post_init__(self) -> None:
         if self.table is not None and self.table.target != self.target.name:
@@ -141,6 +153,17 @@ class CostModel:
     @property
     def max_threads(self) -> int:
         return self.target.cores
+
+    def analytical_curve(self, signature: OpSignature) -> np.ndarray:
+        """The analytical model's seconds on 1..max_threads threads (one roofline per count:
+        it cannot tell affinities apart), computed once per signature key. Read it; never
+        change it (every caller shares the array)."""
+        curve = self._curves.get(signature.key)
+        if curve is None:
+            curve = self._curves[signature.key] = cpu_times(
+                op_work(signature), self.max_threads, self.target,
+                curve_for(signature.op, self.curves))
+        return curve
 
     def time(self, signature: OpSignature, threads: int,
              affinity: Affinity = "compact") -> Prediction:

@@ -64,12 +64,15 @@ class Measurers:
         driver's batches (codegen.gpu_profiling.GpuProfiler)
     signatures(signatures, target, progress) -> a table of those signatures measured on this
         host, what planner.costs.host_costs keeps (codegen.profiling.measure_signatures)
+    step_corun(graph, target, table, progress) -> this host's contention figures fitted from
+        the step's co-running lanes, kept beside them (codegen.profiling.step_contention)
     """
 
     kernel_timer: Callable[..., TimeOp]
     in_step: Callable[..., CostTable]
     gpu: Callable[..., Callable] | None = None
     signatures: Callable[..., CostTable] | None = None
+    step_corun: Callable[..., tuple[float, float] | None] | None = None
 
 
 class ProfileOptions(Record):

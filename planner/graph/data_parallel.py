@@ -132,18 +132,7 @@ def with_all_reduce(graph: Graph, bucket_list: list[list[str]], ranks: int,
 
 def refuse_unsharded(graph: Graph, flag: str) -> None:
     """UserError (naming `flag`) where `graph` has what sharding does not combine with yet:
-    clip_grad_norm, gradient accumulation, loss scaling (fp16-mixed)."""
-    if any(n.op == _CLIP for n in graph.nodes):
-        # clip_grad_norm_ needs the norm of every averaged gradient; a rank holds its shard.
-        raise UserError(f"graph {graph.name!r}: {flag} with clip_grad_norm is not "
-                        f"supported yet (the global norm needs every averaged gradient; a "
-                        f"rank holds its shard only)")
-    if _sums(graph):
-        # A bucket's gradients must lie side by side for the reduce-scatter, and a sum's new
-        # value is its running sum's bytes, persistent state that layout does not move.
-        raise UserError(f"graph {graph.name!r}: {flag} with gradient accumulation "
-                        f"is not supported yet (the sums a reduce-scatter reads are state "
-                        f"the bucket layout cannot place); use --data-parallel without it")
+    loss scaling (fp16-mixed)."""
     if any(n.op == _UNSCALE for n in graph.nodes):
         # UnscaleGrads reads every gradient to find an overflow, and every rank must skip the
         # same steps: after a reduce-scatter each rank holds only its shard of the averaged
@@ -151,6 +140,52 @@ def refuse_unsharded(graph: Graph, flag: str) -> None:
         raise UserError(f"graph {graph.name!r}: {flag} with loss scaling "
                         f"(fp16-mixed) is not supported yet (the overflow check needs every "
                         f"averaged gradient; a rank holds its shard only)")
+
+
+def scatter_attrs(graph: Graph, bucket: list[str], attrs: dict[str, int]) -> dict[str, int]:
+    """A bucket's ReduceScatter attrs: `attrs`, with `in_place` 0 where the bucket holds
+    gradient sums' new values (accumulation): a sum's new value is written over its running
+    sum's bytes, state that the bucket layout cannot place, so the reduce-scatter sums a copy
+    in its scratch area and each rank's sums stay its own."""
+    return {**attrs, "in_place": 0} if set(bucket) & _sums(graph) else dict(attrs)
+
+
+def without_clip(graph: Graph) -> tuple[Graph, Node | None]:
+    """`graph` with its ClipGradNorm taken out (the updates reading the gradients it read),
+    and that node (None without one): sharding reduce-scatters the gradients first and clips
+    their shards after (with_clipped_shards)."""
+    clip = next((n for n in graph.nodes if n.op == _CLIP), None)
+    if clip is None:
+        return graph, None
+    back = dict(zip(clip.outputs[:-1], clip.inputs, strict=True))
+    nodes = tuple(n.model_copy(update={"inputs": tuple(back.get(t, t) for t in n.inputs)})
+                  for n in graph.nodes if n is not clip)
+    tensors = tuple(t for t in graph.tensors if t.name not in back)
+    return graph.model_copy(update={"tensors": tensors, "nodes": nodes}), clip
+
+
+def with_clipped_shards(graph: Graph, clip: Node | None, attrs: dict[str, int]) -> Graph:
+    """`graph` (sharded) with `clip` (without_clip's) back as a ShardedClipGradNorm over every
+    reduce-scatter's gradient shard, right after the last of them: the global norm of the
+    averaged gradients from every rank's shards (planner.ops.collective), each update reading
+    its shard clipped (`<shard>/clipped`), as clip_grad_norm_ after DDP's backward."""
+    if clip is None:
+        return graph
+    shards = [n.outputs[0] for n in graph.nodes if n.op == "ReduceScatter"]
+    clipped = {s: f"{s}/clipped" for s in shards}
+    last = max(i for i, n in enumerate(graph.nodes) if n.op == "ReduceScatter")
+    node = Node(name=clip.name, op="ShardedClipGradNorm", inputs=tuple(shards),
+                outputs=(*clipped.values(), clip.outputs[-1]),
+                attrs={**{k: v for k, v in attrs.items() if k != "alignment"}, **clip.attrs})
+    nodes = [n if n.op == "ReduceScatter" else
+             n.model_copy(update={"inputs": tuple(clipped.get(t, t) for t in n.inputs)})
+             for n in graph.nodes]
+    nodes.insert(last + 1, node)
+    tm = graph.tensor_map
+    tensors = (*graph.tensors, *(Tensor(name=c, shape=tm[s].shape, role="grad")
+                                 for s, c in clipped.items()))
+    return check_graph(in_dependency_order(graph.model_copy(
+        update={"tensors": tensors, "nodes": tuple(nodes)})))
 
 
 def sharded_gradients(graph: Graph, bucket_list: list[list[str]], flag: str) -> list[list[Node]]:
@@ -201,6 +236,7 @@ def with_sharded_updates(graph: Graph, bucket_list: list[list[str]], ranks: int,
     (64,)
     """
     refuse_unsharded(graph, "--shard-optimizer")
+    graph, clip = without_clip(graph)
     attrs: dict[str, int] = {"ranks": ranks}
     if ranks_per_host > 1:
         attrs["ranks_per_host"] = ranks_per_host
@@ -235,7 +271,7 @@ def with_sharded_updates(graph: Graph, bucket_list: list[list[str]], ranks: int,
         gone |= {t for u in ups for t in (*u.inputs[2:2 + len(slots)], *u.outputs[1:])}
         gone |= {u.name for u in ups}
         scatter[k] = Node(name=f"reducescatter/{k}", op="ReduceScatter", inputs=tuple(b),
-                          outputs=(grad.name,), attrs=dict(attrs))
+                          outputs=(grad.name,), attrs=scatter_attrs(graph, b, attrs))
         step = ups[0].inputs[2 + len(slots):]
         sharded[k] = Node(name=f"shardedupdate/{k}", op="ShardedUpdate",
                           inputs=(*params, grad.name, *(t.name for t in state), *step),
@@ -250,8 +286,8 @@ def with_sharded_updates(graph: Graph, bucket_list: list[list[str]], ranks: int,
             nodes.append(n)
         nodes += [scatter[scatter_after[o]] for o in n.outputs if o in scatter_after]
     tensors = tuple(t for t in graph.tensors if t.name not in gone) + tuple(added)
-    return check_graph(in_dependency_order(graph.model_copy(
-        update={"tensors": tensors, "nodes": tuple(nodes)})))
+    return with_clipped_shards(check_graph(in_dependency_order(graph.model_copy(
+        update={"tensors": tensors, "nodes": tuple(nodes)}))), clip, attrs)
 
 
 def compute_graph(graph: Graph) -> Graph:

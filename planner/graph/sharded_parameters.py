@@ -42,7 +42,13 @@ over the loss; fc2's is freed after fc2 and gathered again for grad/fc2/matmul.
 from __future__ import annotations
 
 from planner.errors import UserError
-from planner.graph.data_parallel import refuse_unsharded, sharded_gradients
+from planner.graph.data_parallel import (
+    refuse_unsharded,
+    scatter_attrs,
+    sharded_gradients,
+    with_clipped_shards,
+    without_clip,
+)
 from planner.graph.deps import in_dependency_order
 from planner.graph.ir import Graph, Node, Tensor
 from planner.graph.validate import check_graph
@@ -58,10 +64,12 @@ def backward_start(graph: Graph) -> int:
 def with_sharded_parameters(graph: Graph, bucket_list: list[list[str]], ranks: int,
                             ranks_per_host: int = 1) -> Graph:
     """`graph` with its parameters, gradients and optimizer state sharded over `ranks`
-    (module docstring). UserError for what it does not combine with yet (clipping,
-    accumulation, loss scaling), a gradient read by more than its update, a bucket of mixed
-    updates, and reserved names in use."""
+    (module docstring), clip_grad_norm's over the gradient shards (with_clipped_shards).
+    UserError for what it does not combine with yet (loss scaling), a
+    gradient read by more than its update, a bucket of mixed updates, and reserved names in
+    use."""
     refuse_unsharded(graph, "--shard-parameters")
+    graph, clip = without_clip(graph)
     reserved = ("reducescatter/", "shardedupdate/", "shard/", "allgather/", "gathered/",
                 "regathered/")
     taken = sorted(t.name for t in graph.tensors if t.name.startswith(reserved)) + sorted(
@@ -128,7 +136,8 @@ def with_sharded_parameters(graph: Graph, bucket_list: list[list[str]], ranks: i
             for i in at:
                 renamed.setdefault(i, {}).update({p: f"{prefix}{p}" for p in params})
         scatter_after[b[-1]] = Node(name=f"reducescatter/{k}", op="ReduceScatter",
-                                    inputs=tuple(b), outputs=(grad.name,), attrs=dict(attrs))
+                                    inputs=tuple(b), outputs=(grad.name,),
+                                    attrs=scatter_attrs(graph, b, attrs))
         step = ups[0].inputs[2 + len(slots):]
         update_at[max(ups, key=graph.nodes.index).name] = Node(
             name=f"shardedupdate/{k}", op=ups[0].op,
@@ -146,5 +155,6 @@ def with_sharded_parameters(graph: Graph, bucket_list: list[list[str]], ranks: i
                          if names else n)
         nodes += [scatter_after[o] for o in n.outputs if o in scatter_after]
     tensors = tuple(t for t in graph.tensors if t.name not in gone) + tuple(added)
-    return check_graph(in_dependency_order(graph.model_copy(
-        update={"tensors": tensors, "nodes": tuple(nodes)})))
+    return with_clipped_shards(check_graph(in_dependency_order(graph.model_copy(
+        update={"tensors": tensors, "nodes": tuple(nodes)}))), clip, attrs)
+

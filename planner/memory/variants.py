@@ -38,7 +38,6 @@ from collections.abc import Callable, Sequence
 
 from pydantic import Field
 
-from planner.costs.analytical import cpu_times, curve_for, op_work
 from planner.costs.model import CostModel, MissingCostWarning
 from planner.costs.signature import OpSignature, graph_signatures
 from planner.graph.ir import Graph
@@ -139,9 +138,7 @@ class _Curves:
         model, cores = self.model, self.model.target.cores
         entry = model.table.entry(signature) if model.table is not None else None
         if entry is None or not entry.cpu:
-            work = op_work(signature)
-            times = cpu_times(work, cores, model.target, curve_for(signature.op, model.curves))
-            seconds = [float(x) for x in times]
+            seconds = model.analytical_curve(signature).tolist()
         else:
             # The main schedule already warned about signatures the table lacks.
             with warnings.catch_warnings():

@@ -43,6 +43,7 @@ from planner.ops import (  # noqa: F401, E402
     group_norm,
     index,
     layer_norm,
+    linalg,
     log_softmax,
     loss,
     loss_scale,
@@ -63,6 +64,7 @@ from planner.ops import (  # noqa: F401, E402
     resize,
     scaled_softmax,
     shape,
+    special_table,
     topk,
     unary_math,
 )

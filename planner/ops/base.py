@@ -140,6 +140,8 @@ class Pointwise:
     reduce_to    (output, input): that output is a per-element contribution the kernel sums
                  down to the input's shape (PReluGrad's dslope)
     extents      (name, axis): input 0's extent along axis, an int64 parameter in p
+    blocks       the threads-per-block variants to generate (None: every one the generator
+                 offers); a compute-bound formula, whose time the block does not move, takes one
     """
 
     formula: Callable[[Any, list[Any], dict[str, Any]], list[Any]]
@@ -151,6 +153,7 @@ class Pointwise:
     arities: tuple[int, ...] = ()
     reduce_to: tuple[tuple[int, int], ...] = ()
     extents: tuple[tuple[str, int], ...] = ()
+    blocks: tuple[int, ...] | None = None
 
 
 def low_signatures(*signatures: str) -> tuple[str, ...]:

@@ -20,7 +20,8 @@ starts aligned), and rank r owns floats [r * shard, (r + 1) * shard) of it:
     shards   [ rank 0's        | rank 1's        | ...           ]
 
 `ReduceScatter [g_1..g_k] -> [s]` writes rank r's shard of the bucket averaged over the ranks
-(a sum reduce-scatter in place on the gradients, then 1/ranks): s = (1/ranks) sum over ranks
+(a sum reduce-scatter in place on the gradients, or with `in_place` 0 on a copy of them laid out
+alike in the op's scratch area, then 1/ranks): s = (1/ranks) sum over ranks
 of bucket[r * shard : (r + 1) * shard]. `ShardedUpdate [p_1..p_k, s, state shards.., (step),
 lr, wd] -> [p_1'..p_k', state shards']` runs the optimizer `update` (SGD, ApplyMomentum, ApplyAdam:
 planner.ops.optim's formulas) on the floats of rank r's shard of the parameters, laid out
@@ -37,6 +38,14 @@ bucket, after copying s to this rank's place); the members' shapes are its attrs
 each member's rank, and `dims`, their shapes one after the other). The reference interpreter
 runs one process: with one rank the shard is the bucket; with more it holds one shard of
 several and refuses.
+
+`ShardedClipGradNorm [s_1..s_k] -> [s_1 c..s_k c, total_norm]` is clip_grad_norm_ after a
+reduce-scatter (--shard-optimizer or --shard-parameters with clip_grad_norm): every rank holds
+its shards of the averaged gradients (their padding zeros), so the global norm is the square
+root of the sum over the ranks of each rank's sum of squares, one float all-reduced; every rank
+then scales its shards by c = min(max_norm / (total_norm + 1e-6), 1), as ClipGradNorm. A
+collective (the comm lane runs it in the one order of every rank's collectives); the reference
+interpreter, one process, runs it for one rank only.
 
 Example:
     >>> import numpy as np
@@ -62,7 +71,8 @@ BUCKET_ALIGNMENT = {"cpu": 64, "cuda": 256}
 # The optimizer updates a ShardedUpdate runs and their state slots, in input order.
 SHARDED_UPDATES: dict[str, tuple[str, ...]] = {
     "SGD": (), "ApplyMomentum": ("velocity",), "ApplyAdam": ("m", "v")}
-COLLECTIVE_OPS = frozenset({"AllReduce", "ReduceScatter", "ShardedUpdate", "AllGather"})
+COLLECTIVE_OPS = frozenset({"AllReduce", "ReduceScatter", "ShardedUpdate", "AllGather",
+                            "ShardedClipGradNorm"})
 
 
 def _up(n: int, alignment: int = 64) -> int:
@@ -99,8 +109,8 @@ def collective_buckets(nodes: Sequence[Any], floats: Callable[[str], int]
     """Tensor -> (the collective whose bucket holds it, its place there, the bucket's bytes
     when padded to shards, else 0), over graph `nodes` (`floats`: a tensor's size): an
     in-place AllReduce's gradients, a ReduceScatter's, a ShardedUpdate's parameters and an
-    AllGather's gathered copies. Memory planning lays them out side by side and codegen's
-    arena holds the padding.
+    AllGather's gathered copies (not a ReduceScatter's that copies them into scratch).
+    Memory planning lays them out side by side and codegen's arena holds the padding.
 
     >>> from types import SimpleNamespace as N
     >>> nodes = [N(name="g", op="AllGather", inputs=("s",), outputs=("a", "b"),
@@ -112,7 +122,8 @@ def collective_buckets(nodes: Sequence[Any], floats: Callable[[str], int]
     for n in nodes:
         if n.op == "AllReduce" and n.attrs.get("in_place"):
             members, padded = tuple(n.inputs), 0
-        elif n.op in ("ReduceScatter", "ShardedUpdate", "AllGather"):
+        elif n.op in ("ReduceScatter", "ShardedUpdate", "AllGather") and (
+                n.op != "ReduceScatter" or n.attrs.get("in_place", 1)):
             members = (tuple(n.inputs) if n.op == "ReduceScatter" else tuple(n.outputs)
                        if n.op == "AllGather"
                        else tuple(n.inputs[:sharded_parts(len(n.inputs), n.attrs["update"])[0]]))
@@ -191,6 +202,8 @@ register(OpDef(
 
 def _infer_scatter(ins: list[TensorType], a: Attrs) -> list[TensorType]:
     _check_ranks("ReduceScatter", a)
+    if a.get("in_place", 1) not in (0, 1):
+        raise OpError(f"ReduceScatter: in_place is 0 or 1, got {a['in_place']}")
     for t in ins:
         if t.dtype != "float32":
             raise OpError(f"ReduceScatter: gradients must be float32, got {t.dtype}")
@@ -218,16 +231,20 @@ register(OpDef(
     cost_class="data-movement",
     arity=None,
     # alignment: bytes between the bucket's members and shards (BUCKET_ALIGNMENT)
+    # in_place 0: the gradients are copied into the op's scratch area, laid out as the
+    # bucket (with accumulation the sums' new values, state the layout does not move)
     attrs={"ranks": Attr("int", required=True), "ranks_per_host": Attr("int", default=1),
-           "alignment": Attr("int", default=64)},
+           "alignment": Attr("int", default=64), "in_place": Attr("int", default=1)},
     infer=_infer_scatter,
     flops=lambda ins, outs, a: sum(t.size for t in ins),
     # the reduction's reads and writes of the bucket, the shard's copy out
     bytes_moved=lambda ins, outs, a: 2 * sum(t.nbytes for t in ins) + 2 * outs[0].nbytes,
     reference=_reference_scatter,
     recompute="never",
+    scratch=lambda ins, outs, a, threads: (0 if a.get("in_place", 1)
+                                           else a["ranks"] * outs[0].nbytes),
     doc="s = this rank's shard of the gradient bucket [g_1..g_k], averaged over the ranks "
-        "(a sum reduce-scatter in place, then 1/ranks).",
+        "(a sum reduce-scatter in place, or on a copy in scratch, then 1/ranks).",
 ))
 
 
@@ -383,4 +400,38 @@ register(OpDef(
     recompute="never",
     doc="[p_1..p_k] = the bucket of parameters whose shards the ranks hold, this rank's s "
         "among them (an all-gather in place on the bucket).",
+))
+
+
+# ---- ShardedClipGradNorm ----------------------------------------------------------------------
+
+def _infer_clip(ins: list[TensorType], a: Attrs) -> list[TensorType]:
+    _check_ranks("ShardedClipGradNorm", a)
+    return get_op("ClipGradNorm").infer(ins, a)
+
+
+def _reference_clip(xs: list[np.ndarray], a: Attrs) -> list[np.ndarray]:
+    if a["ranks"] != 1:
+        raise OpError(f"ShardedClipGradNorm: one process holds one shard of {a['ranks']}; the "
+                      f"reference interpreter cannot add the others' squares")
+    return get_op("ClipGradNorm").reference(xs, a)
+
+
+register(OpDef(
+    name="ShardedClipGradNorm",
+    cost_class="reduction",
+    arity=None,
+    attrs={"ranks": Attr("int", required=True), "ranks_per_host": Attr("int", default=1),
+           "max_norm": Attr("float", required=True)},
+    in_place=lambda n: range(n),
+    infer=_infer_clip,
+    flops=lambda ins, outs, a: 3 * sum(t.size for t in ins),
+    bytes_moved=lambda ins, outs, a: 3 * sum(t.nbytes for t in ins) + 4,
+    reference=_reference_clip,
+    recompute="never",
+    # the float the ranks sum (its own 64 bytes of the arena, a view the process group reads)
+    scratch=lambda ins, outs, a, threads: 64,
+    doc="clip_grad_norm_ over gradient shards [s_1..s_k] -> [s_1 c..s_k c, total_norm]: the "
+        "shards' squares summed, then summed over the ranks (an all-reduce of one float), "
+        "c = min(max_norm / (total_norm + 1e-6), 1).",
 ))

@@ -61,7 +61,7 @@ def _widths(op: str, shape: tuple[int, ...], a: Attrs) -> list[tuple[int, int]]:
         raise OpError(f"{op}: pads {pads} must be >= 0 (cropping is a Slice)")
     widths = list(zip(pads[:rank], pads[rank:], strict=True))
     for axis, ((before, after), n) in enumerate(zip(widths, shape, strict=True)):
-        if mode == "reflect" and max(before, after) > n - 1:
+        if mode == "reflect" and (before or after) and max(before, after) > n - 1:
             raise OpError(f"{op}: reflect padding of {max(before, after)} on axis {axis} needs "
                           f"a dimension larger than that, got {n}")
         if mode == "edge" and (before or after) and n == 0:

@@ -56,6 +56,7 @@ from planner.ops.base import (
 )
 from planner.ops.elementwise import broadcast_shapes
 from planner.ops.reduce import sum_to_shape
+from planner.ops.special_reference import SPECIAL_FUNCTIONS
 
 if TYPE_CHECKING:
     from planner.graph.ir import Node
@@ -86,7 +87,8 @@ def _lgamma(v: float) -> float:
 
 
 # The C library functions a formula may call as m.call(name, ...): numpy's equivalent of each
-# (C++ std::<name>, CUDA <name>f). Names come from here, never from a graph.
+# (C++ std::<name>, CUDA <name>f), and the special functions of templates/common/special_math.h
+# (planner_<name>: <name>f in both). Names come from here, never from a graph.
 LIBM: dict[str, Callable[..., np.ndarray]] = {
     "log2": np.log2, "log10": np.log10, "exp2": np.exp2,
     "sin": np.sin, "cos": np.cos, "tan": np.tan,
@@ -96,7 +98,9 @@ LIBM: dict[str, Callable[..., np.ndarray]] = {
     "floor": np.floor, "ceil": np.ceil, "trunc": np.trunc,
     "nearbyint": np.rint,  # round half to even, as torch.round
     "atan2": np.arctan2, "fmod": np.fmod, "hypot": np.hypot, "copysign": np.copysign,
+    "nextafter": np.nextafter, "fmax": np.fmax, "fmin": np.fmin,
     "erfc": _elementwise(math.erfc), "lgamma": _elementwise(_lgamma),
+    **SPECIAL_FUNCTIONS,
 }
 
 
@@ -160,13 +164,14 @@ class Row:
     formula   y = formula(m, xs, p)[0], as Pointwise.formula (one output)
     arity     inputs (all of one dtype, broadcast as numpy)
     accepts   "float", "numeric" (and int64, int32) or "any" (and bool): the input dtypes
-    out       "same" (the input's dtype) or "bool"
+    out       "same" (the input's dtype), "bool" or "int32" (frexp's exponent)
     grads     per input, its derivative d(m, xs, y), 1 (dy passes on unchanged) or None (no
               gradient: torch's is zero); grads=None: no input has one (piecewise constant ops,
               predicates)
     uses_y    a derivative reads the output y
     flops     per output element, a transcendental function counting one
     aten      the ATen overloads ("log1p.default") the torch front end maps to it
+    blocks    the CUDA kernels' threads-per-block variants (Pointwise.blocks; None: all)
     domain    per input, where its tests sample it: "normal", "positive" (0.5, 2), "unit"
               (0.05, 0.95), "sym" (-0.9, 0.9), "gt1" (1.1, 3), "bool", "int"
     """
@@ -182,13 +187,14 @@ class Row:
     flops: int = 1
     aten: tuple[str, ...] = ()
     domain: tuple[str, ...] = ()
+    blocks: tuple[int, ...] | None = None
 
     @property
     def dtypes(self) -> tuple[str, ...]:
         return ACCEPTS[self.accepts]
 
     def out_dtype(self, dtype: str) -> str:
-        return "bool" if self.out == "bool" else dtype
+        return dtype if self.out == "same" else self.out
 
     def signatures(self) -> tuple[str, ...]:
         """Pointwise signatures ("float32,float32->bool") of its kernels."""
@@ -288,7 +294,8 @@ def _digamma(m, x):
     series = m.log(z) - 0.5 / z - r * (1.0 / 12 - r * (1.0 / 120 - r * (1.0 / 252 - r * (
         1.0 / 240 - r * (1.0 / 132)))))
     psi = series - shift
-    reflected = psi - math.pi / m.call("tan", math.pi * x)
+    # tan(pi x) = tan(pi r), r = x's fractional part: pi r rounds far less than pi x (torch's)
+    reflected = psi - math.pi / m.call("tan", math.pi * (x - m.call("trunc", x)))
     pole = m.all(x <= 0, x == m.call("floor", x))
     return m.where(x == 0, -math.inf * m.call("copysign", 1.0, x),
                    m.where(pole, math.nan, m.where(x < 0, reflected, psi)))
@@ -309,11 +316,20 @@ def _trigamma(m, x):
     return m.where(x < 0, reflected, psi1)
 
 
+def _first_wins(m, beats, b):
+    """fmax / fmin give a: a beats b (or ties), or b is NaN (torch's gradient rule)."""
+    return m.any(beats, m.isnan(b))
+
+
 def _rsqrt(m, v):
     return 1.0 / m.sqrt(v)
 
 
 # ---- the rows -------------------------------------------------------------------------------
+
+# Ops rare in a training step take one CUDA threads-per-block variant (the block choice is for
+# the hot element-wise ops a plan tunes), keeping the generated kernels few.
+RARE = (256,)
 
 def _cmp(name: str, f, aten: str, doc: str) -> Row:
     """A comparison of numbers (the torch front end compares bool tensors as int32: TVM
@@ -327,8 +343,9 @@ ROWS: tuple[Row, ...] = (
     Row("Log1p", _u(lambda m, x: m.log1p(x)), "y = log(1 + x).",
         grads=(lambda m, xs, y: 1.0 / (xs[0] + 1.0),), aten=("log1p.default",),
         domain=("positive",)),
+    # the derivative from exp(x), not y + 1, which cancels where y is near -1 (x << 0)
     Row("Expm1", _u(lambda m, x: m.expm1(x)), "y = exp(x) - 1.",
-        grads=(lambda m, xs, y: y + 1.0,), uses_y=True, aten=("expm1.default",)),
+        grads=(lambda m, xs, y: m.exp(xs[0]),), aten=("expm1.default",)),
     Row("Log2", _u(lambda m, x: m.call("log2", x)), "y = log2(x).",
         grads=(lambda m, xs, y: 1.0 / (xs[0] * LN2),), aten=("log2.default",),
         domain=("positive",)),
@@ -337,6 +354,10 @@ ROWS: tuple[Row, ...] = (
         domain=("positive",)),
     Row("Exp2", _u(lambda m, x: m.call("exp2", x)), "y = 2^x.",
         grads=(lambda m, xs, y: y * LN2,), uses_y=True, aten=("exp2.default",)),
+    Row("Ldexp", _b(lambda m, a, b: a * m.call("exp2", b)), "y = a * 2^b.", arity=2,
+        grads=(lambda m, xs, y: m.call("exp2", xs[1]),
+               lambda m, xs, y: xs[0] * m.call("exp2", xs[1]) * LN2), flops=2,
+        aten=("ldexp.Tensor",), blocks=RARE),
     Row("Reciprocal", _u(lambda m, x: 1.0 / x), "y = 1 / x.",
         grads=(lambda m, xs, y: -(y * y),), uses_y=True, aten=("reciprocal.default",)),
     Row("Square", _u(lambda m, x: x * x), "y = x * x.", accepts="numeric",
@@ -421,6 +442,20 @@ ROWS: tuple[Row, ...] = (
         grads=(lambda m, xs, y: 1.0 / (1.0 + m.exp(xs[1] - xs[0])),
                lambda m, xs, y: 1.0 / (1.0 + m.exp(xs[0] - xs[1]))), flops=5,
         aten=("logaddexp.default",)),
+    # NaN-ignoring extrema (C's fmax / fmin); the gradient goes to a (ties too) unless b wins
+    Row("Fmax", _b(lambda m, a, b: m.call("fmax", a, b)),
+        "y = max(a, b), the other where one is NaN.", arity=2,
+        grads=(lambda m, xs, y: m.where(_first_wins(m, xs[0] >= xs[1], xs[1]), 1.0, 0.0),
+               lambda m, xs, y: m.where(_first_wins(m, xs[0] >= xs[1], xs[1]), 0.0, 1.0)),
+        aten=("fmax.default",), blocks=RARE),
+    Row("Fmin", _b(lambda m, a, b: m.call("fmin", a, b)),
+        "y = min(a, b), the other where one is NaN.", arity=2,
+        grads=(lambda m, xs, y: m.where(_first_wins(m, xs[0] <= xs[1], xs[1]), 1.0, 0.0),
+               lambda m, xs, y: m.where(_first_wins(m, xs[0] <= xs[1], xs[1]), 0.0, 1.0)),
+        aten=("fmin.default",), blocks=RARE),
+    Row("NextAfter", _b(lambda m, a, b: m.call("nextafter", a, b)),
+        "y = the float after a in the direction of b.", arity=2, grads=(1, None),
+        aten=("nextafter.default",), blocks=RARE),
     Row("CopySign", _b(lambda m, a, b: m.call("copysign", a, b)),
         "y = |a| with the sign of b.", arity=2,
         grads=(lambda m, xs, y: m.where(xs[0] == 0, 0.0, y / xs[0]), None), uses_y=True,
@@ -451,6 +486,9 @@ ROWS: tuple[Row, ...] = (
         aten=("logical_xor.default",), domain=("bool", "bool")),
     Row("Not", _u(lambda m, x: x == 0), "y = not x (zero is false).", accepts="any",
         out="bool", aten=("logical_not.default",), domain=("bool",)),
+    Row("SignBit", _u(lambda m, x: m.call("copysign", 1.0, x) < 0.0),
+        "y = x's sign bit is set (-0.0 and NaNs with it too).", out="bool",
+        aten=("signbit.default",), blocks=RARE),
     Row("IsNaN", _u(lambda m, x: m.isnan(x)), "y = x is NaN.", accepts="numeric", out="bool",
         aten=("isnan.default",)),
     Row("IsInf", _u(lambda m, x: m.isinf(x)), "y = x is +inf or -inf.", accepts="numeric",
@@ -486,7 +524,7 @@ def _infer(row: Row) -> Callable[[list[TensorType], Attrs], list[TensorType]]:
 def reference_of(formula: Formula, out: str) -> Callable[[list[np.ndarray], Attrs],
                                                          list[np.ndarray]]:
     """The numpy reference of a formula: evaluated over NUMPY (a low float in float32, rounded
-    once), broadcast to the inputs' shape, in the output dtype ("same" or "bool")."""
+    once), broadcast to the inputs' shape, in the output dtype ("same", "bool", "int32")."""
     def reference(xs: list[np.ndarray], a: Attrs) -> list[np.ndarray]:
         xs = [np.asarray(x) for x in xs]
         dtype = xs[0].dtype
@@ -494,7 +532,7 @@ def reference_of(formula: Formula, out: str) -> Callable[[list[np.ndarray], Attr
         with np.errstate(all="ignore"):
             ys = formula(NUMPY, work, dict(a))
         shape = np.broadcast_shapes(*(x.shape for x in xs))
-        want = np.dtype(bool) if out == "bool" else dtype
+        want = dtype if out == "same" else np.dtype(out)
         return [np.broadcast_to(np.asarray(y), shape).astype(want) for y in ys]
 
     return reference
@@ -559,7 +597,8 @@ def register_row(row: Row) -> None:
         reference=reference_of(row.formula, row.out),
         gradient=_gradient(row),
         nondiff_inputs=() if row.out == "same" else tuple(range(row.arity)),
-        pointwise=Pointwise(row.formula, signatures=row.signatures(), broadcast=row.arity > 1),
+        pointwise=Pointwise(row.formula, signatures=row.signatures(), broadcast=row.arity > 1,
+                            blocks=row.blocks),
         doc=row.doc,
     ))
     TABLE[row.name] = row
@@ -579,7 +618,7 @@ def register_row(row: Row) -> None:
             reference=reference_of(formula, "same"),
             pointwise=Pointwise(formula, signatures=(",".join(["float32"] * n_in)
                                                      + "->float32",),
-                                broadcast=row.arity > 1),
+                                broadcast=row.arity > 1, blocks=row.blocks),
             doc=f"Gradient of {row.name} with respect to its input {k}: "
                 f"[dy, {', '.join(f'x{j}' for j in range(row.arity))}"
                 f"{', y' if row.uses_y else ''}] -> dy * d{row.name}/dx{k}.",

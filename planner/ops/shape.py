@@ -12,6 +12,7 @@ Gradients stay within this family:
     Concat(axis)      -> Split(axis, sizes = the inputs' extents)
     Split(axis)       -> Concat(axis) of the output gradients, a missing one replaced by Zeros
     Slice             -> SliceGrad (scatter dy into zeros of the input shape)
+    SliceGrad         -> Slice (the same elements read back)
 
 Example:
     >>> import numpy as np
@@ -422,6 +423,14 @@ def _slice_grad_reference(xs: list[np.ndarray], a: Attrs) -> list[np.ndarray]:
     return [dx]
 
 
+def _slice_grad_gradient(g: GradBuilder, node: Node, grad_outputs: Grads) -> Grads:
+    # SliceGrad places dy in zeros: its own gradient reads the same elements back
+    ddx = grad_outputs[0]
+    if ddx is None or not g.needs(node.inputs[0]):
+        return [None]
+    return g.emit("Slice", [ddx], {k: node.attrs[k] for k in ("starts", "ends", "axes", "steps")})
+
+
 register(OpDef(
     name="SliceGrad",
     cost_class="data-movement",
@@ -429,6 +438,7 @@ register(OpDef(
     infer=_slice_grad_infer,
     flops=zero_flops,
     reference=_slice_grad_reference,
+    gradient=_slice_grad_gradient,
     kernel_attrs=lambda ins, a: slice_geometry(tuple(a["input_shape"]), a),
     doc="dx of Slice: zeros of input_shape with dy written where the slice selected.",
 ))

@@ -30,6 +30,13 @@ from planner.graph.optimizer import (
     parse_hyperparameter_tensor,
 )
 from planner.runtime.hyperparameters import hyperparameter_value
+from planner.runtime.sharded_checkpoint import (
+    Layout,
+    held_shards,
+    own_shards,
+    sharded_layout,
+    whole_state,
+)
 
 # PyTorch's names of the update ops' state slots.
 TORCH_SLOTS = {"velocity": "momentum_buffer", "m": "exp_avg", "v": "exp_avg_sq"}
@@ -39,19 +46,13 @@ UPDATES = {"SGD": 0, "ApplyMomentum": 1, "ApplyAdam": 2}
 def _layout(graph: Graph) -> tuple[list[str], dict[str, tuple[int, str]], dict[int, list[int]],
                                    str | None]:
     """(updated parameters in graph order, {state tensor: (parameter index, torch slot name)},
-    {group: parameter indices}, the step-count tensor or None) of a training graph."""
+    {group: parameter indices}, the step-count tensor or None) of a training graph that
+    shards nothing."""
     params: list[str] = []
     slots: dict[str, tuple[int, str]] = {}
     groups: dict[int, list[int]] = {}
     step = None
     for n in graph.nodes:
-        if n.op == "AllGather":
-            raise ValueError("state_dict: a ZeRO-3 plan (--shard-parameters) holds 1/N of the "
-                             "parameters per rank; save params() per rank instead "
-                             "(planner.runtime.sharded.gather_params puts them together)")
-        if n.op == "ShardedUpdate":
-            raise ValueError("state_dict: a ZeRO-sharded plan (--shard-optimizer) holds 1/N of "
-                             "the optimizer state per rank; save params() per rank instead")
         if n.op not in UPDATES:
             continue
         k = len(params)
@@ -74,6 +75,9 @@ def _graph(ex: Any) -> Graph:
 def state_dict(ex: Any) -> dict[str, Any]:
     """The run's state held by executor `ex` (module docstring): copies, by PyTorch's names."""
     graph = _graph(ex)
+    layout = sharded_layout(graph, TORCH_SLOTS)
+    if layout is not None:
+        return _sharded_state_dict(ex, graph, layout)
     held = ex.params()
     params, slots, groups, step = _layout(graph)
     hyper = ex.hyperparameters()
@@ -98,6 +102,36 @@ def state_dict(ex: Any) -> dict[str, Any]:
             "planner": planner}
 
 
+def _sharded_state_dict(ex: Any, graph: Graph, layout: Layout) -> dict[str, Any]:
+    """A sharded plan's whole state, gathered from every rank (planner.runtime.
+    sharded_checkpoint): optimizer state and parameter groups by parameter name."""
+    held = ex.params()
+    params, slots = whole_state(ex, layout, held)
+    shards = held_shards(layout)
+    model: dict[str, Any] = dict(params)
+    planner: dict[str, Any] = {}
+    for name, value in held.items():
+        if (name in shards or name in params or name == layout.step
+                or parse_hyperparameter_tensor(name) is not None):
+            continue
+        (model if _in_model(graph, name) else planner)[name] = value
+    step = {"step": held[layout.step].copy()} if layout.step is not None else {}
+    state = {p: {**step, **slots[p]} for b in layout.buckets for p in b.params if p in slots}
+    hyper = ex.hyperparameters()
+    groups = _sharded_groups(layout)
+    return {"model": model,
+            "optimizer": {"state": state, "param_groups": [
+                {**hyper.get(g, {}), "params": groups[g]} for g in sorted(groups)]},
+            "planner": planner}
+
+
+def _sharded_groups(layout: Layout) -> dict[int, list[str]]:
+    groups: dict[int, list[str]] = {}
+    for b in layout.buckets:
+        groups.setdefault(b.group, []).extend(b.params)
+    return groups
+
+
 def _in_model(graph: Graph, name: str) -> bool:
     """Whether held tensor `name` is the module's (a parameter or buffer), not the planner's."""
     t = graph.tensor(name)
@@ -108,7 +142,6 @@ def load_state_dict(ex: Any, checkpoint: dict[str, Any]) -> None:
     """Load a `state_dict` into executor `ex` (a fresh one or the same): ValueError naming
     what is missing or does not fit, before anything is written."""
     graph = _graph(ex)
-    params, slots, groups, step = _layout(graph)
     try:
         model, optimizer = checkpoint["model"], checkpoint["optimizer"]
         planner, state = checkpoint.get("planner", {}), optimizer["state"]
@@ -120,6 +153,11 @@ def load_state_dict(ex: Any, checkpoint: dict[str, Any]) -> None:
             or not isinstance(param_groups, list):
         raise ValueError("load_state_dict: model, planner and optimizer state must be dicts "
                          "and optimizer param_groups a list")
+    layout = sharded_layout(graph, TORCH_SLOTS)
+    if layout is not None:
+        _load_sharded(ex, graph, layout, model, planner, state, param_groups)
+        return
+    params, slots, groups, step = _layout(graph)
     _check_complete(ex, graph, model, planner, slots, step)
     flat = {**model, **planner}
     by_slot = {v: k for k, v in slots.items()}
@@ -134,6 +172,17 @@ def load_state_dict(ex: Any, checkpoint: dict[str, Any]) -> None:
             flat[step] = np.asarray(state[0]["step"], np.float32)
         except (KeyError, TypeError):
             raise ValueError("load_state_dict: optimizer state 0 lacks 'step'") from None
+    _load_groups(param_groups, groups, flat)
+    if MICRO_STEP in flat:
+        _check_micro_step(flat[MICRO_STEP])
+    ex.load_params(flat)
+
+
+def _load_groups(param_groups: list, groups: dict[int, list], flat: dict[str, Any],
+                 by_name: bool = False) -> None:
+    """Each parameter group's hyperparameters into `flat`, after checking that the
+    checkpoint's groups hold the plan's parameters (`groups`: per group, its parameters'
+    indices; `by_name`: their names, in any order, as a sharded plan's)."""
     if len(param_groups) != len(groups):
         raise ValueError(f"load_state_dict: {len(param_groups)} parameter group(s), the plan "
                          f"has {len(groups)}")
@@ -146,12 +195,10 @@ def load_state_dict(ex: Any, checkpoint: dict[str, Any]) -> None:
             value = hyperparameter_value(group[name], f"load_state_dict: parameter group {g} "
                                                       f"{name}")
             flat[hyperparameter_tensor(g, name)] = np.asarray(value, np.float32)
-        if list(group.get("params", ())) != groups[g]:
+        got = list(group.get("params", ()))
+        if (sorted(map(str, got)) != sorted(groups[g]) if by_name else got != groups[g]):
             raise ValueError(f"load_state_dict: parameter group {g} holds parameters "
                              f"{group.get('params')!r}, the plan's group {g} holds {groups[g]}")
-    if MICRO_STEP in flat:
-        _check_micro_step(flat[MICRO_STEP])
-    ex.load_params(flat)
 
 
 def _check_complete(ex: Any, graph: Graph, model: dict, planner: dict,
@@ -164,6 +211,38 @@ def _check_complete(ex: Any, graph: Graph, model: dict, planner: dict,
         part, where = (model, "model") if _in_model(graph, name) else (planner, "planner")
         if name not in part:
             raise ValueError(f"load_state_dict: the checkpoint's {where} part lacks {name!r}")
+
+
+def _load_sharded(ex: Any, graph: Graph, layout: Layout, model: dict, planner: dict,
+                  state: dict, param_groups: list) -> None:
+    """A whole state (any rank's state_dict of this model) into a sharded plan's executor:
+    this rank's shards cut from it; ValueError naming what is missing or does not fit."""
+    flat = own_shards(ex, layout, model, state)
+    sharded = {p for b in layout.buckets for p in b.params}
+    if layout.step is not None:
+        first = layout.buckets[0].params[0]
+        try:
+            flat[layout.step] = np.asarray(state[first]["step"], np.float32)
+        except (KeyError, TypeError):
+            raise ValueError(f"load_state_dict: optimizer state of parameter {first!r} lacks "
+                             f"'step'") from None
+    _load_groups(param_groups, _sharded_groups(layout), flat, by_name=True)
+    shards = held_shards(layout)
+    held = ex.params(copy=False)
+    for name in sorted(held):
+        if name in flat or name in shards or parse_hyperparameter_tensor(name) is not None:
+            continue
+        part, where = (model, "model") if _in_model(graph, name) else (planner, "planner")
+        if name not in part:
+            raise ValueError(f"load_state_dict: the checkpoint's {where} part lacks {name!r}")
+        flat[name] = part[name]
+    for name in (*model, *planner):
+        if name not in flat and name not in sharded:
+            raise ValueError(f"load_state_dict: {name!r} is not a parameter or state tensor of "
+                             f"this plan")
+    if MICRO_STEP in flat:
+        _check_micro_step(flat[MICRO_STEP])
+    ex.load_params(flat)
 
 
 # The micro-batches a run may have taken: the int64 count grows by one a step, and one near

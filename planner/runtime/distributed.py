@@ -157,6 +157,7 @@ def join(ex: Any, plan_json: str, group: Any = None) -> None:
     ex.set_collective(collective_callback(group, size, me), me)
     settle(ex, plan, me)
     _JOINED.add(ex)
+    _GROUPS[ex] = (group, me)
 
 
 def _host_place(rank: int, per_host: int) -> tuple[str, int | str]:
@@ -196,6 +197,14 @@ def _check_places(me: int, places: list[tuple[str, int | str]], per_host: int) -
 # Executors joined to a process group: a step still in flight when the script ends is waited
 # for before the interpreter finalizes (its collective needs Python and the group), not cut.
 _JOINED: weakref.WeakSet[Any] = weakref.WeakSet()
+# Each joined executor's process group and its rank there (a sharded plan's state_dict
+# gathers its shards on it).
+_GROUPS: weakref.WeakKeyDictionary[Any, tuple[Any, int]] = weakref.WeakKeyDictionary()
+
+
+def group_of(ex: Any) -> tuple[Any, int] | None:
+    """(the process group executor `ex` joined, its rank there), None if it joined none."""
+    return _GROUPS.get(ex)
 
 
 @atexit.register

@@ -199,16 +199,31 @@ class Hulls:
         # The picks often repeat the last step's (on ResNet-1001, 95% of the steps): so does
         # their longest path, the step's costliest part, kept rather than searched again.
         path_of: tuple[np.ndarray, list[int]] = (np.empty(0), [])
+        # Per band, buffers its products are written into (the same values as fresh arrays,
+        # without an allocation per step), and whether it is every node in order: then its
+        # picks are written straight into x, value_at and work_at.
+        scratch = [(np.empty_like(d), np.empty_like(d), len(nodes) == n)
+                   for nodes, d, _, _ in bands]
         for step in range(iterations):
             # Per node, the hull vertex minimising flow x duration + mu x work (the first, on
             # ties), band by band: the same picks and sums as over the padded matrices.
-            for nodes, band_durations, band_work, row_starts in bands:
-                value = flow[nodes][:, None] * band_durations + mu * band_work
+            for (nodes, band_durations, band_work, row_starts), (value, scaled, whole) in zip(
+                    bands, scratch, strict=True):
+                np.multiply((flow if whole else flow.take(nodes))[:, None], band_durations,
+                            out=value)
+                np.multiply(band_work, mu, out=scaled)
+                value += scaled
                 # Flat positions of the picks: take() on them is cheaper than 2-D indexing.
-                pick = row_starts + value.argmin(axis=1)
-                x[nodes] = band_durations.take(pick)
-                value_at[nodes] = value.take(pick)
-                work_at[nodes] = band_work.take(pick)
+                pick = value.argmin(axis=1)
+                pick += row_starts
+                if whole:
+                    band_durations.take(pick, out=x)
+                    value.take(pick, out=value_at)
+                    band_work.take(pick, out=work_at)
+                else:
+                    x[nodes] = band_durations.take(pick)
+                    value_at[nodes] = value.take(pick)
+                    work_at[nodes] = band_work.take(pick)
             picked += x
             steps += 1
             found = float(value_at.sum())

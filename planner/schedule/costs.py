@@ -26,7 +26,6 @@ from functools import cached_property
 import numpy as np
 
 from planner.costs import CostModel, MissingCostWarning, graph_signatures
-from planner.costs.analytical import cpu_times, curve_for, op_work
 from planner.graph.ir import Graph
 from planner.target.records import AFFINITIES, Affinity
 
@@ -135,10 +134,7 @@ def _curve(model: CostModel, sig, cores: int) -> tuple[np.ndarray, tuple[Affinit
     entry = model.table.entry(sig) if model.table is not None else None
     if entry is None or not entry.cpu:
         # The analytical model cannot tell affinities apart: one roofline per thread count.
-        work = op_work(sig)
-        curve = curve_for(sig.op, model.curves)
-        t = cpu_times(work, cores, model.target, curve)
-        return t, ("compact",) * cores, True
+        return model.analytical_curve(sig), ("compact",) * cores, True
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", MissingCostWarning)
         per = {a: np.array([model.time(sig, k, a).seconds for k in range(1, cores + 1)])

@@ -134,10 +134,11 @@ def gathered_bucket_bytes(graph: Graph, ranks: int) -> int:
 
 
 def collective_seconds(op: str, nbytes: int, ranks: int, link: Interconnect) -> float:
-    """A ring collective's time on a bucket of `nbytes`: an all-reduce, or half of one (a
-    reduce-scatter, or the all-gather of a ShardedUpdate)."""
+    """A ring collective's time on a bucket of `nbytes`: an all-reduce (of one float: the
+    sharded clip's sum of squares), or half of one (a reduce-scatter, or the all-gather of a
+    ShardedUpdate)."""
     whole = all_reduce_seconds(nbytes, ranks, link)
-    return whole if op == "AllReduce" else whole / 2
+    return whole if op in ("AllReduce", "ShardedClipGradNorm") else whole / 2
 
 
 def prefetch_distance(seconds: float, before: list[float], limit: int) -> int:
@@ -308,6 +309,8 @@ def _bucket_bytes(graph: Graph, n: Node) -> int:
     # all-gather: the gathered bucket).
     if n.op == "AllGather":
         return sum(graph.tensor_map[t].nbytes for t in n.outputs)
+    if n.op == "ShardedClipGradNorm":
+        return 4
     if n.op == "ShardedUpdate":
         return sum(graph.tensor_map[t].nbytes for t in n.outputs
                    if graph.tensor_map[t].role == "param")
@@ -324,7 +327,8 @@ def chosen_collectives(graph: Graph, target: Target, options: DataParallelOption
                        link: Interconnect | None = None) -> Collectives:
     """The data-parallel rewrite of `graph` (planner.graph.step): its buckets sized by the
     link's model (`link`, else the options', else the target's), unless the options size them.
-    UserError for an inference graph, or ZeRO-3 on a backend that does not run it."""
+    UserError for an inference graph, or ZeRO-3 (or a sharded clip) on a backend that does
+    not run it."""
     if options.ranks == 1:
         return Collectives()
     if graph.kind != "training":
@@ -341,6 +345,11 @@ def chosen_collectives(graph: Graph, target: Target, options: DataParallelOption
             limit = min(limit, gathered_bucket_bytes(graph, options.ranks))
         rewrite = "sharded-parameters"
     elif options.shard_optimizer:
+        if not traits(target).clips_shards and any(n.op == "ClipGradNorm"
+                                                   for n in graph.nodes):
+            raise UserError(f"graph {graph.name!r}: --shard-optimizer with clip_grad_norm runs "
+                            f"on the CPU executor only yet (target backend "
+                            f"{target.backend!r} has no ShardedClipGradNorm kernel)")
         rewrite = "sharded-updates"
     return Collectives(ranks=options.ranks, ranks_per_host=options.ranks_per_host,
                        rewrite=rewrite, bucket_bytes=limit, backend=target.backend)

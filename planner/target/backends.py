@@ -51,13 +51,18 @@ class BackendTraits:
     gpu_links: bool
     # Whether its executor runs sharded parameters (ZeRO-3: planner.graph.sharded_parameters).
     shards_parameters: bool
+    # Whether its executor clips gradient shards (ShardedClipGradNorm: clip_grad_norm with
+    # --shard-optimizer or --shard-parameters).
+    clips_shards: bool
 
 
 BACKEND_TRAITS: dict[Backend, BackendTraits] = {
     "cpu": BackendTraits("cpu", placed_by="cpus", host_cores=True, timed_on_host=True,
-                         conv_layouts=True, gpu_links=False, shards_parameters=True),
+                         conv_layouts=True, gpu_links=False, shards_parameters=True,
+                         clips_shards=True),
     "cuda": BackendTraits("cuda", placed_by="stream", host_cores=False, timed_on_host=False,
-                          conv_layouts=False, gpu_links=True, shards_parameters=False),
+                          conv_layouts=False, gpu_links=True, shards_parameters=False,
+                          clips_shards=False),
 }
 
 

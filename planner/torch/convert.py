@@ -10,7 +10,8 @@
    logaddexp, xlogy and isfinite, one row each of the pointwise table
    (planner/ops/pointwise_table.py), the reductions rules_reduce.py keeps whole (all,
    logsumexp, nansum, nanmean), max_unpool (rules_pool.py: its decomposition writes through
-   index_put) and one_hot (rules_onehot.py: its decomposition asserts, which no op does),
+   index_put), take (rules_index.py: its decomposition reads a 0-d index as a Python int)
+   and one_hot (rules_onehot.py: its decomposition asserts, which no op does),
    so a linear layer is one GEMM with its weight transposed in place and the loss is the
    planner's loss op, whose gradient make_training_graph knows. The decomposed program is
    then recorded (planner/torch/record.py); a .pt2 file arrives as such a record already
@@ -48,12 +49,16 @@ import numpy as np
 
 import planner.torch.rules  # noqa: F401  (registering the rules)
 import planner.torch.rules_index  # noqa: F401
+import planner.torch.rules_linalg  # noqa: F401
 import planner.torch.rules_onehot  # noqa: F401  (F.one_hot; its PRESERVED below)
 import planner.torch.rules_pointwise  # noqa: F401
 import planner.torch.rules_pool  # noqa: F401  (pools; its PRESERVED below)
+import planner.torch.rules_products  # noqa: F401
 import planner.torch.rules_reduce  # noqa: F401  (the reductions; its PRESERVED below)
 import planner.torch.rules_search  # noqa: F401
 import planner.torch.rules_sort  # noqa: F401
+import planner.torch.rules_special  # noqa: F401  (special functions; its PRESERVED below)
+import planner.torch.rules_views  # noqa: F401
 from planner.graph.ir import Graph
 from planner.graph.validate import check_graph
 from planner.importers.onnx.context import Importer
@@ -62,12 +67,15 @@ from planner.importers.onnx.fold import FOLD_OUTPUT_LIMIT
 from planner.importers.onnx.values import Const
 from planner.torch.context import RULES, UNAVAILABLE, NodeCtx, TorchImportError, _in
 from planner.torch.record import Call, Program, Tensor, Value, from_exported
+from planner.torch.rules_index import INDEX_PRESERVED
 from planner.torch.rules_losses import LOSS_PRESERVED
-from planner.torch.rules_random import RANDOM_PRESERVED, UNINITIALIZED, fresh_draw
+from planner.torch.rules_random import RANDOM_PRESERVED, fresh_draw
+from planner.torch.rules_views import UNINITIALIZED
 from planner.torch.saved import Ref
 from planner.torch.targets import resolve
 
-PRESERVED = ("linear.default", *LOSS_PRESERVED, *RANDOM_PRESERVED, "dropout.default",
+PRESERVED = ("linear.default", *LOSS_PRESERVED, *INDEX_PRESERVED, *RANDOM_PRESERVED,
+             "dropout.default",
              "scaled_dot_product_attention.default", "prelu.default", "softplus.default",
              "reflection_pad1d.default", "reflection_pad2d.default",
              "replication_pad1d.default", "replication_pad2d.default", "roll.default",
@@ -77,7 +85,8 @@ PRESERVED = ("linear.default", *LOSS_PRESERVED, *RANDOM_PRESERVED, "dropout.defa
              # detach() decomposes to alias, which passes the gradient on: a StopGradient
              "detach.default",
              *planner.torch.rules_reduce.PRESERVED, *planner.torch.rules_pool.PRESERVED,
-             *planner.torch.rules_onehot.ONEHOT_PRESERVED)
+             *planner.torch.rules_onehot.ONEHOT_PRESERVED,
+             *planner.torch.rules_special.PRESERVED)
 
 
 @dataclass(frozen=True)
@@ -188,6 +197,8 @@ def _args(v: Any, env: Mapping[str, Any]) -> Any:
         return env[v.name]
     if isinstance(v, (tuple, list)):
         return type(v)(_args(i, env) for i in v)
+    if isinstance(v, dict):  # keyword arguments (segment_reduce's lengths, pinv's atol/rtol)
+        return {k: _args(i, env) for k, i in v.items()}
     return v
 
 
@@ -216,10 +227,9 @@ def _convert_nodes(imp: Importer, calls: tuple[Call, ...], env: dict[str, Any],
                 if op not in RULES:
                     raise Unsupported(op)
                 shape, dtype = _meta(call) if isinstance(call.out, Value) else (None, None)
-                # keyword tensors too (histogram's weight): a Ref inside a dict is resolved
-                kwargs = {k: _args(v, env) for k, v in call.kwargs.items()}
-                ctx = NodeCtx(imp, call.name, op, _args(call.args, env), kwargs, shape,
-                              dropouts, dtype, call, call.place or call.module, metas)
+                ctx = NodeCtx(imp, call.name, op, _args(call.args, env),
+                              _args(dict(call.kwargs), env), shape, dropouts, dtype,
+                              call, call.place or call.module, metas)
                 value = RULES[op](ctx)
             _check(imp, call, value)
             env[call.name] = value
@@ -253,7 +263,8 @@ def _foldable(call: Call, env: Mapping[str, Any]) -> bool:
     if not all(isinstance(v, Const) and v.foldable for v in reads):
         return False
     op = resolve(call.target)
-    if op is None or torch.Tag.nondeterministic_seeded in op.tags or call.target in UNINITIALIZED:
+    if op is None or torch.Tag.nondeterministic_seeded in op.tags or \
+            call.target in UNINITIALIZED:  # torch's values would be whatever memory held
         return False
     vals = call.out if isinstance(call.out, tuple) else (call.out,)
     return all(isinstance(v, Value) for v in vals) and \

@@ -144,9 +144,13 @@ def from_exported(program: Any, root: str = "") -> Program:
              InputKind.BUFFER: "buffer", InputKind.CONSTANT_TENSOR: "tensor_constant"}
     specs = {s.arg.name: s for s in sig.input_specs if hasattr(s.arg, "name")}
     inputs, calls = [], []
+    tokens: set[str] = set()  # effect tokens and the calls that only pass one on
     for node in program.graph_module.graph.nodes:
         if node.op == "placeholder":
             spec = specs.get(node.name)
+            if spec is not None and spec.kind == InputKind.TOKEN:
+                tokens.add(node.name)
+                continue
             kind = kinds.get(spec.kind) if spec is not None else None
             if kind is None:
                 from planner.torch.context import TorchImportError
@@ -154,6 +158,8 @@ def from_exported(program: Any, root: str = "") -> Program:
                                        f"{getattr(getattr(spec, 'kind', None), 'name', None)}")
             inputs.append(Input(node.name, kind, spec.target or "", _value(node, node.meta.get(
                 "val"))))
+        elif node.op == "call_function" and _passes_token(node, tokens):
+            tokens.add(node.name)
         elif node.op == "call_function":
             import torch.fx
 
@@ -173,6 +179,8 @@ def from_exported(program: Any, root: str = "") -> Program:
                 OutputKind.BUFFER_MUTATION: "buffer_mutation",
                 OutputKind.PARAMETER_MUTATION: "parameter_mutation"}.get(spec.kind)
         arg = getattr(spec.arg, "name", None)
+        if spec.kind == OutputKind.TOKEN and arg in tokens:
+            continue
         if kind is None or arg is None:
             from planner.torch.context import TorchImportError
             raise TorchImportError(f"output {arg!r}: unsupported kind {spec.kind.name}")
@@ -181,6 +189,32 @@ def from_exported(program: Any, root: str = "") -> Program:
                   if hasattr(v, "shape")},
                **{k: _tensor(v) for k, v in program.state_dict.items()}}
     return Program(tuple(inputs), tuple(calls), tuple(outputs), tensors)
+
+
+# Ops torch.export threads on an effect token whose only effect is raising an error
+# (torch.linalg's singular-matrix and not-positive-definite checks): the record drops them with
+# their tokens, so the executors compute what the op gives there (inf or NaN) instead of
+# raising. Any other effect is refused.
+CHECK_EFFECTS = frozenset({"aten._linalg_check_errors.default"})
+
+
+def _passes_token(node: Any, tokens: set[str]) -> bool:
+    """Is the call an error check run on an effect token (`with_effects(token, check, ...)`), or
+    the getitem of the token it returns? Another op with an effect is refused in one line."""
+    import torch
+
+    if node.target is operator.getitem:
+        return getattr(node.args[0], "name", None) in tokens
+    if node.target is not torch.ops.higher_order.with_effects:
+        return False
+    op = str(node.args[1])
+    if op not in CHECK_EFFECTS:
+        from planner.torch.context import TorchImportError
+
+        raise TorchImportError(f"node {node.name!r} ({op}): an op with a side effect torch "
+                               f"orders by an effect token; the planner accepts only the error "
+                               f"checks {sorted(CHECK_EFFECTS)}")
+    return True
 
 
 def _value(node: Any, val: Any) -> Value | None:

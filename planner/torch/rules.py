@@ -27,7 +27,10 @@ from planner.importers.onnx.values import Const
 from planner.torch.context import UNAVAILABLE, NodeCtx, Value, rule
 from planner.torch.norm_stats import group_norm_stats, layer_norm_stats
 from planner.torch.rules_conv import conv3d, conv_transpose2d
+from planner.torch.rules_index import gather_positions, strided_positions
 from planner.torch.rules_pointwise import bool_product, cast
+from planner.torch.rules_products import scaled_sum
+from planner.torch.rules_views import padded_by_index
 from planner.torch.strided import VIEW_LIMIT, logical_index, view_ops
 
 
@@ -53,7 +56,8 @@ def _axes(n: NodeCtx, dims: object, rank: int) -> list[int]:
 
 @rule("aten.view.default", "aten._unsafe_view.default", "aten.reshape.default",
       "aten.flatten.using_ints", "aten.unsqueeze.default", "aten.squeeze.dims",
-      "aten.squeeze.dim", "aten.squeeze.default", "aten.unflatten.int", "aten.view_as.default")
+      "aten.squeeze.dim", "aten.squeeze.default", "aten.unflatten.int", "aten.view_as.default",
+      "aten.view_copy.default")
 def view(n: NodeCtx) -> Value:
     return _reshape_to(n, n.tensor(0), n.out_shape)
 
@@ -94,11 +98,12 @@ def expand(n: NodeCtx) -> Value:
     return n.emit1("Expand", [x], {"shape": list(n.out_shape)})
 
 
-@rule("aten.permute.default", "aten.t.default", "aten.transpose.int", "aten.numpy_T.default")
+@rule("aten.permute.default", "aten.t.default", "aten.transpose.int", "aten.numpy_T.default",
+      "aten.permute_copy.default")
 def permute(n: NodeCtx) -> Value:
     x = n.tensor(0)
     rank = len(n.shape(x))
-    if n.op == "aten.permute.default":
+    if n.op in ("aten.permute.default", "aten.permute_copy.default"):
         perm = [_axis(n, a, rank) for a in n.ints(1, "dims")]
     else:
         a, b = ((0, 1) if n.op == "aten.t.default" and rank == 2 else
@@ -143,10 +148,11 @@ def slice_(n: NodeCtx) -> Value:
                                   "steps": [step]})
 
 
-@rule("aten.as_strided.default")
+@rule("aten.as_strided.default", "aten.as_strided_copy.default")
 def as_strided(n: NodeCtx) -> Value:
     """A strided view of known strides: the Reshape / Slice / Transpose chain reading the same
-    elements (planner/torch/strided.py), or refused."""
+    elements (planner/torch/strided.py), else (an overlapping or reordering view) a gather of
+    the elements it reads, whose gradient adds up where the view reads an element twice."""
     x = n.tensor(0)
     source = n.traced(0, "self")
     if source is None or not hasattr(source, "strides"):
@@ -161,9 +167,8 @@ def as_strided(n: NodeCtx) -> Value:
                         source.offset if offset is None else int(offset))
     ops = view_ops(idx, math.prod(shape)) if idx is not None else None
     if ops is None:
-        raise n.fail(f"size {n.ints(1, 'size')}, stride {n.ints(2, 'stride')} of an input of "
-                     f"shape {list(shape)} (strides {list(source.strides)}) is not a "
-                     f"reshape, slice or transpose of it")
+        return gather_positions(n, x, strided_positions(n, 0, n.ints(1, "size"),
+                                                        n.ints(2, "stride"), offset))
     for op, attrs in ops:
         if op != "Reshape" or list(n.shape(x)) != attrs["shape"]:
             x = n.emit1(op, [x], attrs)
@@ -196,6 +201,8 @@ def index(n: NodeCtx) -> Value:
         x = _reshape_to(n, x, shape)
         return gather_rows(n.emit1, x, shape, axis, ids, n.shape(ids))
     # computed ids: negative ones count from the end, as PyTorch's (planner/ops/index.py)
+    if n.dtype(ids) == "int32":
+        ids = cast(n, ids, "int64")
     if n.dtype(ids) != "int64":
         raise Unsupported(f"{n.op} (computed {n.dtype(ids)} indices)")
     return n.emit1("IndexGather", [x, ids], {"axis": axis, "mode": "rows", "wrap": True})
@@ -303,7 +310,7 @@ def pad(n: NodeCtx) -> Value:
     x = n.tensor(0)
     rank = len(n.shape(x))
     flat = n.ints(1, "padding" if "constant" not in n.op else "pad")
-    if len(flat) % 2 or len(flat) // 2 > rank or any(p < 0 for p in flat):
+    if len(flat) % 2 or len(flat) // 2 > rank:
         raise Unsupported(f"{n.op} (padding {flat})")
     before, after = [0] * rank, [0] * rank
     for k in range(len(flat) // 2):
@@ -311,6 +318,9 @@ def pad(n: NodeCtx) -> Value:
     if not any(flat):
         return x
     mode = "constant" if "constant" in n.op else "reflect" if "reflection" in n.op else "edge"
+    if any(p < 0 for p in flat):
+        # negative padding crops (planner/torch/rules_views.py)
+        return padded_by_index(n, x, before, after, mode, float(n.arg(2, "value", 0.0)))
     value = float(n.arg(2, "value", 0.0)) if mode == "constant" else 0.0
     return n.emit1("Pad", [x], {"pads": before + after, "mode": mode, "value": value})
 
@@ -359,16 +369,18 @@ def prelu(n: NodeCtx) -> Value:
 
 @rule("aten.softplus.default")
 def softplus(n: NodeCtx) -> Value:
-    """log(1 + exp(beta x)) / beta; PyTorch's x above threshold / beta is that value to float32
-    for the default threshold 20."""
+    """log(1 + exp(beta x)) / beta, x itself where beta x > threshold; at the default threshold
+    20 the two are equal to float32, so the switch is kept only below 15."""
     x = n.tensor(0)
     beta, threshold = float(n.arg(1, "beta", 1.0)), float(n.arg(2, "threshold", 20.0))
-    if threshold < 15.0:  # below it, x and log1p(exp(x)) differ in float32
-        raise Unsupported(f"{n.op} (threshold {threshold})")
-    if beta == 1.0:
-        return n.emit1("Softplus", [x])
-    y = n.emit1("Softplus", [n.emit1("Scale", [x], {"factor": beta})])
-    return n.emit1("Scale", [y], {"factor": 1.0 / beta})
+    bx = x if beta == 1.0 else n.emit1("Scale", [x], {"factor": beta})
+    y = n.emit1("Softplus", [bx])
+    if beta != 1.0:
+        y = n.emit1("Scale", [y], {"factor": 1.0 / beta})
+    if threshold >= 15.0:
+        return y
+    above = n.emit1("Greater", [bx, n.const(threshold, n.dtype(x))])
+    return n.emit1("Where", [above, x, y])
 
 
 def _number(v: object) -> bool:
@@ -457,7 +469,13 @@ def rsqrt(n: NodeCtx) -> Value:
 
 @rule("aten.where.self")
 def where(n: NodeCtx) -> Value:
-    return n.emit1("Where", [n.tensor(0), n.tensor(1), n.tensor(2)])
+    """The branches promoted to one dtype as torch.where does (heaviside's int64 0 / 1 beside
+    a float tensor)."""
+    from planner.torch.rules_pointwise import as_dtype, promoted
+
+    a, b = n.tensor(1), n.tensor(2)
+    dtype = n.out_dtype or promoted(n, [a, b])
+    return n.emit1("Where", [n.tensor(0), as_dtype(n, a, dtype), as_dtype(n, b, dtype)])
 
 
 @rule("aten.masked_fill.Scalar")
@@ -489,9 +507,12 @@ def leaky_relu(n: NodeCtx) -> Value:
 
 @rule("aten.elu.default")
 def elu(n: NodeCtx) -> Value:
-    if n.arg(2, "scale", 1) != 1 or n.arg(3, "input_scale", 1) != 1:
-        raise Unsupported(f"{n.op} (scale)")
-    return n.emit1("Elu", [n.tensor(0)], {"alpha": float(n.arg(1, "alpha", 1.0))})
+    scale, alpha = float(n.arg(2, "scale", 1)), float(n.arg(1, "alpha", 1.0))
+    if n.arg(3, "input_scale", 1) != 1:
+        raise Unsupported(f"{n.op} (input_scale)")
+    if scale != 1:  # selu: scale * elu(x, alpha)
+        return n.emit1("Selu", [n.tensor(0)], {"alpha": alpha, "gamma": scale})
+    return n.emit1("Elu", [n.tensor(0)], {"alpha": alpha})
 
 
 @rule("aten.silu.default")
@@ -575,28 +596,11 @@ def _matmul_rank(n: NodeCtx, *vs: str | Const) -> None:
         raise Unsupported(f"{n.op} (rank-1 operand)")
 
 
-@rule("aten.linear.default")
-def linear(n: NodeCtx) -> Value:
-    x, w, b = n.tensor(0), n.tensor(1), n.arg(2, "bias")
-    _matmul_rank(n, x, w)
-    y = n.emit1("MatMul", [x, w], {"transpose_a": False, "transpose_b": True})
-    return y if b is None else n.emit1("BiasAdd", [y, b], {"axis": len(n.shape(y)) - 1})
-
-
 @rule("aten.addmm.default")
 def addmm(n: NodeCtx) -> Value:
     bias, a, b = n.tensor(0), n.tensor(1), n.tensor(2)
-    beta, alpha = n.kwargs.get("beta", 1), n.kwargs.get("alpha", 1)
-    y = n.emit1("MatMul", [a, b])
-    if alpha != 1:
-        y = n.emit1("Scale", [y], {"factor": float(alpha)})
-    if beta == 0:
-        return y
-    if beta != 1:
-        bias = n.emit1("Scale", [bias], {"factor": float(beta)})
-    if n.shape(bias) == n.shape(y)[-1:]:
-        return n.emit1("BiasAdd", [y, bias], {"axis": 1})
-    return n.emit1("Add", [y, bias])
+    return scaled_sum(n, bias, n.emit1("MatMul", [a, b]), n.kwargs.get("beta", 1),
+                      n.kwargs.get("alpha", 1))
 
 
 @rule("aten.mm.default", "aten.bmm.default", "aten.matmul.default")

@@ -31,9 +31,6 @@ draws are a function of (seed, step, rank). They match torch's distributions, no
 
 The in-place forms draw into the tensor they are called on: a buffer or a parameter so
 overwritten (`self.noise.exponential_()`) is drawn anew each step (planner/torch/convert.py).
-The uninitialized factories (empty, empty_like, empty_permuted, new_empty, new_empty_strided,
-empty_strided) give zeros: torch promises no values, and zeros keep a plan's bytes the same from
-one import to the next.
 
 A float result other than float32 is refused (the kernels draw float32).
 """
@@ -53,9 +50,6 @@ from planner.torch.context import NodeCtx, Value, rule
 # Kept whole by convert.decompose (torch decomposes bernoulli(p) into rand, lt and a cast).
 RANDOM_PRESERVED = ("bernoulli.default",)
 
-UNINITIALIZED = ("aten.empty.memory_format", "aten.empty_like.default",
-                 "aten.empty_permuted.default", "aten.new_empty.default",
-                 "aten.new_empty_strided.default", "aten.empty_strided.default")
 
 
 def _float_out(n: NodeCtx) -> tuple[int, ...]:
@@ -236,14 +230,6 @@ def rrelu(n: NodeCtx) -> Value:
     negative = n.emit1("LessOrEqual", [x, n.const(0.0, "float32")])
     noise = n.emit1("Where", [negative, slope, n.const(1.0, "float32")])
     return n.emit1("Mul", [x, noise]), noise
-
-
-@rule(*UNINITIALIZED)
-def empty(n: NodeCtx) -> Value:
-    if n.out_dtype is None or n.out_shape is None:
-        raise n.fail("no tensor metadata")
-    return Const.of(n.imp.fresh(n.label), np.zeros(n.out_shape, dtype=n.out_dtype),
-                    origin="constant")
 
 
 def fresh_draw(imp: Any, value: object) -> bool:

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from planner.importers.onnx.errors import Unsupported
 from planner.importers.onnx.values import Const
 from planner.torch.context import UNAVAILABLE, NodeCtx, Value, rule
+from planner.torch.rules_pointwise import as_dtype
 
 PRESERVED = ("all.default", "all.dim", "all.dims", "logsumexp.default", "nansum.default",
              "nanmean.default")
@@ -71,6 +72,8 @@ ROWS: dict[str, Row] = {
     "aten.all.dims": Row("ReduceAll"),
 }
 
+# the accumulation torch runs in int64 for a bool or int32 input
+PROMOTED = ("ReduceSum",)
 FLOAT_ONLY = ("ReduceMax", "ReduceMin", "ReduceProd", "ReduceNanSum",
               "ReduceNanMean", "ReduceLogSumExp")
 
@@ -106,10 +109,24 @@ def _same_dtype(n: NodeCtx, x: str | Const) -> None:
         raise Unsupported(f"{n.op} (to {str(dtype).removeprefix('torch.')} from {n.dtype(x)})")
 
 
+def promoted_sum(n: NodeCtx, row: Row, x: str | Const) -> Value:
+    """torch sums bool and int32 tensors in int64 (count_nonzero's sum of a mask): a mask's
+    counts in float32 (the executors' sums are float), exact below 2^24 terms; an int32's in
+    int64."""
+    axes = reduced_axes(n, _dims(n, row.dim), len(n.shape(x)))
+    terms = math.prod(n.shape(x)[a] for a in axes) if axes else math.prod(n.shape(x))
+    exact = n.dtype(x) == "bool" and terms < 1 << 24
+    x = as_dtype(n, x, "float32" if exact else n.out_dtype)
+    y = n.emit1(row.op, [x], {"axes": axes, "keepdims": _keep(n, row.keepdim)})
+    return as_dtype(n, y, n.out_dtype)
+
+
 @rule(*ROWS)
 def reduction(n: NodeCtx) -> Value:
     row = ROWS[n.op]
     x = n.tensor(0)
+    if row.op in PROMOTED and n.out_dtype and n.dtype(x) in ("bool", "int32"):
+        return promoted_sum(n, row, x)
     _same_dtype(n, x)
     if row.op in FLOAT_ONLY and not n.dtype(x).startswith(("float", "bfloat")):
         raise Unsupported(f"{n.op} (of {n.dtype(x)} tensors)")

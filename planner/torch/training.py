@@ -265,12 +265,9 @@ def _cost_table(costs: Any, graph: Any, target: Any, folder: Path,
     elif isinstance(costs, str) and costs == "measured":
         import sys
 
-        from codegen.profiling import measure_signatures
-        from planner.costs.host_costs import host_table
-        from planner.pipeline import priced_graphs
+        from codegen.profiling import host_measured
 
-        table = host_table(priced_graphs(graph, target), target, measure_signatures,
-                           progress=sys.stderr).table
+        table = host_measured(graph, target, progress=sys.stderr, feeds=examples)
     elif isinstance(costs, str) and costs == "in-step":
         from codegen.profiling import profile_in_step
         from planner.files import atomic_write

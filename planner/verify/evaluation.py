@@ -28,32 +28,44 @@ from pydantic import ValidationError
 
 from planner.graph.ir import Graph, Node
 
-Verify = Callable[[dict[str, Any], list[str]], list[str]]
+Verify = Callable[..., list[str]]
 
 
-def evaluation_problems(plan: dict[str, Any], verify: Verify) -> list[str]:
+def evaluation_problems(plan: dict[str, Any], verify: Verify,
+                        graphs: dict[int, Graph] | None = None) -> list[str]:
     """Every rule of the module docstring the plan (as JSON data) breaks, each message
     starting "evaluation: "; [] when it holds or the plan has no evaluation. `verify`: every
     rule of a plan (planner.verify.verify_plan_data, which calls this: passed in, as this
-    module is one of its rules)."""
+    module is one of its rules); `graphs`: the graphs its check validated, by the id of their
+    data (planner.verify.graph.embedded_graph), shared with `verify`."""
     evaluation = plan.get("evaluation")
     if evaluation is None:
         return []
-    return [f"evaluation: {p}" for p in _problems(plan, evaluation, verify)]
+    return [f"evaluation: {p}" for p in _problems(plan, evaluation, verify,
+                                                  {} if graphs is None else graphs)]
 
 
-def _problems(plan: dict[str, Any], evaluation: dict[str, Any], verify: Verify) -> list[str]:
+def _validated(raw: Any, graphs: dict[int, Graph]) -> Graph:
+    # Validated once per check: the training plan's graph by the graph rule, the evaluation's
+    # here (then its own graph rule reads this record).
+    if id(raw) not in graphs:
+        graphs[id(raw)] = Graph.model_validate(raw)
+    return graphs[id(raw)]
+
+
+def _problems(plan: dict[str, Any], evaluation: dict[str, Any], verify: Verify,
+              graphs: dict[int, Graph]) -> list[str]:
     if plan.get("kind") != "training":
         return ["only a training plan carries an evaluation schedule"]
     inner = evaluation["plan"]
     try:
-        expected = _forward_in_inference_mode(Graph.model_validate(plan["graph"]))
+        expected = _forward_in_inference_mode(_validated(plan["graph"], graphs))
     except (ValidationError, ValueError) as e:
         return [f"no evaluation graph can be made from the embedded graph: {e}"]
-    if Graph.model_validate(inner["graph"]) != expected:
+    if _validated(inner["graph"], graphs) != expected:
         return ["its graph is not the evaluation graph of the plan's embedded graph "
                 "(planner.graph.evaluation); re-plan it"]
-    problems = [f"{p}" for p in verify(inner, [n.name for n in expected.nodes])]
+    problems = [f"{p}" for p in verify(inner, [n.name for n in expected.nodes], graphs)]
     # Its target names the streams its own ops use (a GPU plan's): the machine must agree.
     same = ("name", "core_of", "compute_capability", "gpu_memory_bytes")
     if inner.get("backend") != plan.get("backend") or any(

@@ -67,10 +67,11 @@ from planner.verify.sharding import sharding_problems
 MAX_BYTES = 2**62
 
 
-def verify_graph_data(plan: dict[str, Any], hb: StatedOrder | None = None) -> list[str]:
+def verify_graph_data(plan: dict[str, Any], hb: StatedOrder | None = None,
+                      graphs: dict[int, Graph] | None = None) -> list[str]:
     """Every rule of the module docstring the plan (as JSON data) breaks; [] when it holds.
-    `hb`: the plan's StatedOrder, when the caller has it."""
-    graph, problems = embedded_graph(plan)
+    `hb`: the plan's StatedOrder, when the caller has it; `graphs`: embedded_graph's."""
+    graph, problems = embedded_graph(plan, graphs)
     if graph is None:
         return problems
     problems += op_types(graph, plan)
@@ -83,13 +84,21 @@ def verify_graph_data(plan: dict[str, Any], hb: StatedOrder | None = None) -> li
     return problems
 
 
-def embedded_graph(plan: dict[str, Any]) -> tuple[Graph | None, list[str]]:
-    """The plan's graph, validated again; (None, [the reason]) when it is not a valid graph."""
+def embedded_graph(plan: dict[str, Any], graphs: dict[int, Graph] | None = None
+                   ) -> tuple[Graph | None, list[str]]:
+    """The plan's graph, validated again; (None, [the reason]) when it is not a valid graph.
+    `graphs`: records one check validated already, by the id of their data (still held by the
+    plan being checked, so no id is reused); the one validated here is added."""
     raw = plan.get("graph")
     if not isinstance(raw, dict):
         return None, ["the plan embeds no graph"]
     try:
-        graph = check_graph(Graph.model_validate(raw))
+        record = graphs.get(id(raw)) if graphs is not None else None
+        if record is None:
+            record = Graph.model_validate(raw)
+            if graphs is not None:
+                graphs[id(raw)] = record
+        graph = check_graph(record)
     except ValidationError as e:
         first = e.errors()[0]
         where = ".".join(str(p) for p in first["loc"])
@@ -213,11 +222,13 @@ def bucket_members(graph: Graph, plan: dict[str, Any]) -> list[str]:
         return []
     producer = {o: n for n in graph.nodes for o in n.outputs}
     reduced = {o for n in reducing for o in n.outputs}
-    # A gradient made of reduced ones alone (unscaled, clipped) is reduced too.
+    # A gradient made of reduced ones alone (unscaled, clipped: the shards' clip too) is
+    # reduced too.
     derived = set(reduced)
     for n in graph.nodes:
         grads = [t for t in n.inputs if graph.tensor_map[t].role == "grad"]
-        if n.op not in COLLECTIVE_OPS and grads and all(t in derived for t in grads):
+        if (n.op not in COLLECTIVE_OPS or n.op == "ShardedClipGradNorm") and grads \
+                and all(t in derived for t in grads):
             derived.update(n.outputs)
     problems = []
     bucket_of: dict[str, str] = {}

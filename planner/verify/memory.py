@@ -250,6 +250,8 @@ def _bucket(n: dict[str, Any], size: dict[str, int],
     if op == "AllReduce":
         return (ins, 0, True) if attrs.get("in_place") else None
     if op == "ReduceScatter":
+        if not attrs.get("in_place", 1):  # copied into its scratch area, laid out there
+            return None
         members, only = ins, True
     elif op == "ShardedUpdate":  # parameters first, as many as it writes back beside state
         slots = {"SGD": 0, "ApplyMomentum": 1, "ApplyAdam": 2}.get(attrs.get("update"), 0)

@@ -83,8 +83,12 @@ class Facts:
         self.hb = StatedOrder(self.plan)
 
 
-def verify_plan_data(plan: dict[str, Any], node_names: list[str] | None = None) -> list[str]:
-    """Every rule the plan breaks, one message each naming the op(s); [] when it is sound."""
+def verify_plan_data(plan: dict[str, Any], node_names: list[str] | None = None,
+                     graphs: dict[int, Any] | None = None) -> list[str]:
+    """Every rule the plan breaks, one message each naming the op(s); [] when it is sound.
+    `graphs`: the graphs this check validated, by the id of their JSON data (a training plan's
+    evaluation rule reads its graph and the evaluation's, each validated once per check)."""
+    graphs = {} if graphs is None else graphs
     from planner.verify.graph import verify_graph_data
     from planner.verify.inserted import inserted_op_problems
     from planner.verify.memory import verify_memory_data
@@ -102,11 +106,11 @@ def verify_plan_data(plan: dict[str, Any], node_names: list[str] | None = None) 
     problems += pin_problems(plan)  # the user's decisions, from the options it records
     problems += variant_problems(plan)  # the schedule for fewer free cores
     if "graph" in plan:
-        problems += verify_graph_data(plan, facts.hb)
+        problems += verify_graph_data(plan, facts.hb, graphs)
     if plan.get("evaluation") is not None:
         from planner.verify.evaluation import evaluation_problems
 
-        problems += evaluation_problems(plan, verify_plan_data)
+        problems += evaluation_problems(plan, verify_plan_data, graphs)
     return problems
 
 

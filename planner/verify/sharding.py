@@ -11,8 +11,12 @@ plan's stated ordering; no code shared with planner.graph.sharded_parameters:
                shard's next value (else it would gather the next step's parameters)
     updates    the update of a shard reads one gradient shard, written by one ReduceScatter
                ordered before it, over gradients of the very shapes, in the very order, the
-               shard's all-gathers write: the same floats of the same bucket
+               shard's all-gathers write: the same floats of the same bucket (through a
+               ShardedClipGradNorm, clip_grad_norm_ over the shards, ordered before it: the
+               shard it clips)
     ranks      every all-gather and reduce-scatter names the same ranks
+An evaluation plan's graph (kind "inference": ZeRO-3's forward with its all-gathers) has the
+shards and gathered rules; no update.
 
 Collectives in one order on every rank: planner.verify.order.collective_problems (AllGather is
 a collective op).
@@ -20,7 +24,7 @@ a collective op).
 
 from __future__ import annotations
 
-from planner.graph.ir import Graph
+from planner.graph.ir import Graph, Node
 from planner.verify.order import StatedOrder
 
 
@@ -66,10 +70,12 @@ def sharding_problems(graph: Graph, hb: StatedOrder) -> list[str]:
     for s in sorted(shards):
         up = update_of.get(s)
         if up is None:
-            problems.append(f"parameter shard {s!r} has no update")
+            if graph.kind == "training":  # (an evaluation reads the shards, updates none)
+                problems.append(f"parameter shard {s!r} has no update")
             continue
         node = graph.node_map[up]
-        grads = [t for t in node.inputs if tm[t].role == "grad"]
+        grads = [_unclipped(t, writer, hb, up, problems) for t in node.inputs
+                 if tm[t].role == "grad"]
         rs = [writer.get(t) for t in grads]
         if len(grads) != 1 or rs[0] is None or rs[0].op != "ReduceScatter":
             problems.append(f"update {up!r} of shard {s!r} reads no gradient shard a "
@@ -92,8 +98,20 @@ def sharding_problems(graph: Graph, hb: StatedOrder) -> list[str]:
     for t in (t for n in graph.nodes if n.op == "ReduceScatter" for t in n.outputs):
         if len(readers.get(t, [])) != 1:
             problems.append(f"gradient shard {t!r} is read by {readers.get(t, [])}: one update "
-                            f"steps it")
+                            f"(or the clip, then one update) steps it")
     return problems
+
+
+def _unclipped(t: str, writer: dict[str, Node], hb: StatedOrder, up: str,
+               problems: list[str]) -> str:
+    """The gradient shard `t` clips (a ShardedClipGradNorm's output: its input at the same
+    place, the clip ordered before update `up`), else `t` itself."""
+    clip = writer.get(t)
+    if clip is None or clip.op != "ShardedClipGradNorm" or t not in clip.outputs[:-1]:
+        return t
+    if not _ordered(hb, clip.name, up):
+        problems.append(f"update {up!r} is not ordered after the clip {clip.name!r}")
+    return clip.inputs[clip.outputs.index(t)]
 
 
 def _ordered(hb: StatedOrder, a: str, b: str) -> bool:

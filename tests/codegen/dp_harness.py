@@ -29,7 +29,7 @@ from planner.zoo import build as zoo
 
 RANKS, SHARD, STEPS = 2, 8, 20     # 2 processes x 8 rows: a global batch of 16
 MLP = dict(hidden=[16, 12], in_features=10, classes=4)
-LR = {"sgd": 0.1, "adam": 0.01}
+LR = {"sgd": 0.1, "adam": 0.01, "adamw": 0.01}  # adamw: weight decay 0.01 (both defaults)
 # Small buckets, so the plan has several all-reduces that overlap the rest of backward.
 BUCKET_BYTES = 256
 ROOT = Path(__file__).resolve().parents[2]
@@ -88,10 +88,11 @@ def free_port() -> int:
 def launch_ranks(packages: list[Path] | list[str], data: Path, outs: list[Path] | list[str],
                  die_after: int | None = None, world: int | None = None, timeout_s: float = 30.0,
             group: str = "",
-            local: list[dict[str, str]] | None = None) -> list[subprocess.CompletedProcess]:
+            local: list[dict[str, str]] | None = None,
+            worker: str = "tests.codegen.dp_worker") -> list[subprocess.CompletedProcess]:
     """Run one worker per package (rank = position) and wait for all, bounded; `local`: per
     rank, more environment (torchrun's LOCAL_RANK and LOCAL_WORLD_SIZE; the worker's
-    DP_BACKEND and DP_DEVICE)."""
+    DP_BACKEND and DP_DEVICE); `worker`: the worker's module."""
     port, world = free_port(), world or len(packages)
     procs = []
     for rank, (pkg, out) in enumerate(zip(packages, outs, strict=True)):
@@ -100,7 +101,7 @@ def launch_ranks(packages: list[Path] | list[str], data: Path, outs: list[Path] 
                     "RANK": str(rank), "WORLD_SIZE": str(world), "DP_TIMEOUT": str(timeout_s),
                     "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "DP_GROUP": group,
                     **(local[rank] if local else {})})
-        args = [sys.executable, "-m", "tests.codegen.dp_worker", str(pkg), str(data), str(out)]
+        args = [sys.executable, "-m", worker, str(pkg), str(data), str(out)]
         if die_after is not None and rank == len(packages) - 1:
             args.append(str(die_after))
         procs.append(subprocess.Popen(args, env=env, cwd=ROOT, stdout=subprocess.PIPE,
@@ -118,11 +119,13 @@ def launch_ranks(packages: list[Path] | list[str], data: Path, outs: list[Path] 
 
 
 def torch_reference(kind: str, params: dict[str, np.ndarray], x: np.ndarray,
-                     labels: np.ndarray, clip: float | None = None, accumulate: int = 1
+                     labels: np.ndarray, clip: float | None = None, accumulate: int = 1,
+                     state: dict[str, dict[str, np.ndarray]] | None = None
                      ) -> tuple[dict[str, np.ndarray], float]:
     """PyTorch stepping the global batch in one process (clip_grad_norm_ with `clip`): with
     `accumulate` K, one optimizer step on K consecutive batches of x as one batch of K times
-    the rows; also the largest gradient seen."""
+    the rows; also the largest gradient seen. `state`, if given, receives the optimizer's
+    final state per parameter name (torch's slot names)."""
     if accumulate > 1:
         x = x.reshape(x.shape[0] // accumulate, accumulate * x.shape[1], *x.shape[2:])
         labels = labels.reshape(labels.shape[0] // accumulate, -1)
@@ -131,7 +134,8 @@ def torch_reference(kind: str, params: dict[str, np.ndarray], x: np.ndarray,
     names = [n for n in params if n.endswith("/weight") or n.endswith("/bias")]
     ts = {n: torch.tensor(params[n], requires_grad=True) for n in names}
     layers = sorted({n.rsplit("/", 1)[0] for n in names}, key=lambda s: int(s[2:]))
-    opt = (torch.optim.SGD if kind == "sgd" else torch.optim.Adam)(ts.values(), lr=LR[kind])
+    opt = {"sgd": torch.optim.SGD, "adam": torch.optim.Adam, "adamw": torch.optim.AdamW}[kind](
+        ts.values(), lr=LR[kind])
     gmax = 0.0
     for step in range(x.shape[0]):
         h = torch.from_numpy(x[step])
@@ -146,6 +150,9 @@ def torch_reference(kind: str, params: dict[str, np.ndarray], x: np.ndarray,
         if clip is not None:
             torch.nn.utils.clip_grad_norm_(list(ts.values()), clip)
         opt.step()
+    if state is not None:
+        state.update({n: {k: np.asarray(v) for k, v in opt.state[t].items()}
+                      for n, t in ts.items()})
     return {n: t.detach().numpy() for n, t in ts.items()}, gmax
 
 

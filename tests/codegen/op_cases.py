@@ -441,6 +441,14 @@ CASES: dict[str, list[tuple]] = {
                          {"growth_interval": 2})],     # backs off
     "SkipOnOverflow": [([((), const(1.0)), ((3, 4), N), ((3, 4), N)], {}),
                        ([((), const(0.0)), ((3, 4), N), ((3, 4), N)], {})],
+    "MatrixInverse": [([((3, 4, 4), N)], {}), ([((5, 5), N)], {"info": True})],
+    "MatrixSolve": [([((2, 4, 4), N), ((2, 4, 3), N)], {"info": True}),
+                    ([((3, 3), N), ((3, 2), N)], {"transpose": True})],
+    "MatrixSlogdet": [([((3, 4, 4), N)], {})],
+    "MatrixSvd": [([((2, 5, 3), N)], {}), ([((3, 4), N)], {}), ([((4, 4), N)], {})],
+    "MatrixQr": [([((2, 5, 3), N)], {}), ([((4, 4), N)], {})],
+    # made positive definite, but for the second matrix with info (_derived)
+    "Cholesky": [([((2, 5, 5), N)], {}), ([((2, 4, 4), N)], {"info": True})],
     "Fill": [([], {"shape": [2, 3], "value": 1.5})],
     "Zeros": [([], {"shape": [2, 3]})],
     "Dropout": [([((4, 8), N)], {"rate": 0.3, "seed": 5}),
@@ -454,6 +462,10 @@ POISON = (np.nan, np.inf, -np.inf)
 
 # Inputs not poisoned, and why:
 CASES.update(table_cases())  # the pointwise table's rows (tests/codegen/pointwise_cases.py)
+
+# ops whose result is defined by the float format itself (the next float32 after a): held to the
+# float32 reference bit for bit, not to the float64 one
+FORMAT_EXACT = {"NextAfter"}
 
 UNPOISONED = {
     # The reference multiplies the zero padding by every weight (dy), so a NaN or inf there
@@ -469,6 +481,14 @@ UNPOISONED = {
     "UnscaleGrads": {2},
     "UpdateLossScale": {0, 1, 2},
     "SkipOnOverflow": {0},
+    # A NaN or infinity in a matrix spreads through its whole factorization in an order of its
+    # own: LAPACK's blocked one (the reference's numpy.linalg) is not the kernels' row by row.
+    "MatrixInverse": {0},
+    "MatrixSolve": {0, 1},
+    "MatrixSlogdet": {0},
+    "MatrixSvd": {0},
+    "MatrixQr": {0},
+    "Cholesky": {0},
 }
 
 
@@ -478,7 +498,8 @@ def _derived(op, attrs, xs):
     gives; ReduceGrad's y is its forward op's y of x (ties of a max, zeros of a product); a
     wrapping index op's ids take their negative spelling at every other element;
     EmbeddingBag's offsets rise from 0, with an empty bag; IndexScatterGrad's out is the
-    IndexScatter it differentiates (of x and src rounded: ties)."""
+    IndexScatter it differentiates (of x and src rounded: ties); Cholesky's A is x x^T + n I
+    (positive definite; with info, a matrix that is not)."""
     if op == "ReduceGrad":
         opdef = get_op(attrs["of"])
         forward = {k: v for k, v in attrs.items() if k in opdef.attrs}
@@ -499,6 +520,11 @@ def _derived(op, attrs, xs):
         if attrs.get("include_last_offset"):
             offsets[-1] = count
         xs[k] = offsets
+    if op == "Cholesky":
+        xs[0] = xs[0] @ np.swapaxes(xs[0], -1, -2) + xs[0].shape[-1] * np.eye(xs[0].shape[-1],
+                                                                              dtype=np.float32)
+        if attrs.get("info"):
+            xs[0][1, 2:, 2:] *= -1  # fails at pivot 3
     if op == "CumMax" and xs[0].shape == (3, 9):
         xs[0] = np.round(xs[0])  # equal values
     if op == "IndexScatterGrad":
@@ -608,8 +634,8 @@ def check_variant(op, attrs, xs, outputs, tol: float, inf_or_nan: bool = False) 
     for k, (got, near, want) in enumerate(zip(outputs, single, exact, strict=True)):
         got, near = np.asarray(got), np.asarray(near)
         assert got.shape == near.shape and got.dtype == near.dtype, f"output {k}"
-        if got.dtype.kind != "f":
-            assert np.array_equal(got, near), f"output {k}"
+        if got.dtype.kind != "f" or op in FORMAT_EXACT:
+            assert np.array_equal(got, near, equal_nan=got.dtype.kind == "f"), f"output {k}"
             continue
         # NaN and infinities exactly where the float32 reference has them
         inf = np.isinf(near)

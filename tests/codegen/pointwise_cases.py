@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from planner.ops import get_op
+from planner.ops import special_table
 from planner.ops.pointwise_table import ROWS, Row
 
 # a row's domain -> op_cases' input kinds (ids(5): int64 in [0, 5))
@@ -51,14 +52,15 @@ def _grad_cases(row: Row) -> dict[str, list[tuple]]:
 
 def table_cases() -> dict[str, list[tuple]]:
     cases: dict[str, list[tuple]] = {}
-    for row in ROWS:
+    for row in (*ROWS, *special_table.ROWS):
         cases[row.name] = _row_cases(row)
         cases.update(_grad_cases(row))
     return cases
 
 
 # gradient op -> its forward row, for the ops whose last input is y
-USES_Y = {row.grad_name(k): row for row in ROWS if row.uses_y and row.grads
+USES_Y = {row.grad_name(k): row for row in (*ROWS, *special_table.ROWS)
+          if row.uses_y and row.grads
           for k, d in enumerate(row.grads) if d not in (None, 1)}
 
 

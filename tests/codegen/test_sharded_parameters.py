@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 
 import numpy as np
 import pytest
@@ -16,6 +17,7 @@ from planner.runtime.sharded import gather_params
 from tests.codegen.dp_harness import (
     RANKS,
     build_package,
+    check_evaluation,
     check_numbers,
     launch_ranks,
     write_data,
@@ -55,7 +57,8 @@ def _held(outs) -> list[int]:
 def test_sharded_parameter_ranks_match_one_process_on_the_global_batch(tmp_path, ranks):
     """20 SGD then 20 Adam steps of --shard-parameters plans, and the unsharded plans, on 2
     and 4 ranks in one process group: the gathered shards equal PyTorch on the global batch
-    (check_numbers' float32 tolerance), every rank's step really all-gathered and
+    (check_numbers' float32 tolerance), each rank's evaluate() equals PyTorch's forward of
+    its rows, every rank's step really all-gathered and
     reduce-scattered its own shards, and each rank's held bytes are the unsharded plan's
     less (N-1)/N of the parameters, gradients and optimizer state, but for the gathered
     copies' window."""
@@ -73,10 +76,14 @@ def test_sharded_parameter_ranks_match_one_process_on_the_global_batch(tmp_path,
     for kind in kinds:
         whole = _gathered(zero3[kind], outs[kind, True], tmp_path, kind)
         check_numbers(kind, ranks, runs, whole, params, x, labels)
+        # each rank's evaluate() of its rows, from the same build (its all-gathers on the
+        # group), equals PyTorch's forward with the gathered parameters
+        for out, w in zip(outs[kind, True], whole, strict=True):
+            shutil.copy(f"{out}.json", f"{w}.json")
+        check_evaluation(whole, x, labels)
         # every rank gathered and scattered through the process group, its own shard placed
         for r, out in enumerate(outs[kind, True]):
             facts = json.loads(open(f"{out}.json").read())
-            assert facts["evaluate"] is None  # no evaluation schedule (docs/data-parallel.md)
             for what in ("scatter", "gather"):
                 calls = facts["sharded"][what]
                 assert calls, what

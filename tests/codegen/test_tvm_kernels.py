@@ -21,6 +21,7 @@ tvm = pytest.importorskip("tvm")
 from codegen import tvm_kernels as tk  # noqa: E402
 from planner.dtypes import LOW_FLOATS  # noqa: E402
 from planner.ops import get_op  # noqa: E402
+from planner.ops.special_table import OPS as SPECIAL_OPS  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 RUNTIME = ROOT / "templates" / "cuda" / "runtime"
@@ -144,7 +145,7 @@ def _check(op: str, got: list[np.ndarray], xs: list[np.ndarray], attrs,
     for g, r32, r64, mag in zip(got, ref32, ref64, mags, strict=True):
         r32 = np.broadcast_to(r32, g.shape)
         r64 = np.broadcast_to(r64, g.shape)
-        if g.dtype != np.float32:
+        if g.dtype != np.float32 or op in FORMAT_EXACT:
             np.testing.assert_array_equal(g, r32, err_msg=op)
             continue
         special = ~np.isfinite(r32)
@@ -165,10 +166,17 @@ def _cases():
         key = (spec.ops, spec.ins, spec.form, spec.rank, spec.vec)
         if spec.rank in (2, 4, 8) or key in seen:
             continue  # ranks 1 and 3 stand for the broadcast index math
+        if SPECIAL_OPS.intersection(spec.ops):
+            # their formulas call special_math.h, which an "llvm" build cannot link: their CUDA
+            # source runs on the host in tests/ops/test_special_functions.py
+            continue
         seen.add(key)
         vec = f"-v{spec.vec}" if spec.vec > 1 else ""
         yield pytest.param(spec, id=f"{spec.ops[0]}-{spec.sig}-{spec.form_text}-r{spec.rank}{vec}")
 
+
+# the next float32 after a: defined by the format, held to the float32 reference bit for bit
+FORMAT_EXACT = {"NextAfter"}
 
 # TVM 0.27's LLVM lowering folds the splitmix64 hash to a constant across indices (its CUDA
 # source is the plain C expression): Dropout is checked on the CUDA source itself below.
@@ -300,6 +308,7 @@ def test_dropout_cuda_source_on_the_host(tmp_path):
     (tmp_path / "main.cpp").write_text(HARNESS)
     exe = tmp_path / "main"
     done = subprocess.run([cxx, "-std=c++17", "-O1", "-w", f"-I{tk.OUT.parent}",
+                           f"-I{ROOT / 'templates' / 'common'}",
                            str(tmp_path / "main.cpp"), "-o", str(exe)],
                           capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-4000:]

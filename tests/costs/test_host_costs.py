@@ -42,6 +42,24 @@ def test_a_busy_measurement_is_measured_again_when_quiet_and_then_replaced():
         (1, 3e-6, 2), (2, 2e-6, 1)]
 
 
+def test_the_contention_figures_are_fitted_once_and_again_only_from_busy_to_quiet():
+    fresh = HostCosts(table=CostTable(target="host"))
+    assert fresh.to_fit(load=BUSY + 1) and fresh.to_fit(load=0.0)
+    busy = fresh.fitted((0.1, 1.5), load=BUSY + 1)
+    assert (busy.table.contention, busy.table.corun_slowdown) == (0.1, 1.5)
+    assert not busy.to_fit(load=BUSY + 1) and busy.to_fit(load=0.0)
+    quiet = busy.fitted((0.2, 1.2), load=0.0)
+    assert not quiet.to_fit(load=0.0) and not quiet.to_fit(load=BUSY + 1)
+    # Kept through later measurements of signatures (they fit none of their own), and in
+    # the table a plan is priced by.
+    kept = quiet.keep(table(1e-6), load=0.0)
+    assert kept.corun_load == 0.0
+    priced = kept.for_signatures([SIG])
+    assert (priced.contention, priced.corun_slowdown) == (0.2, 1.2)
+    # One core: nothing to fit, and not tried again.
+    assert not fresh.fitted(None, load=0.0).to_fit(load=0.0)
+
+
 def test_signatures_measured_without_a_time_are_not_measured_again():
     other = OpSignature(op="Reshape", shapes=((4, 4),), dtypes=("float32",),
                         attrs={"shape": [16]})
@@ -119,9 +137,17 @@ def test_the_cli_plans_the_host_from_kept_costs_and_says_so(tmp_path, monkeypatc
     assert cli.main(["plan", spec, "--train", "sgd", "--target", "host", "-o", a]) == 0
     first = capsys.readouterr()
     assert "measuring costs on this host: signatures 1-" in first.err
+    # The host's contention figures fitted from the step's own co-running lanes, once.
+    host = detect()
+    store = read_store(host)
+    assert store.corun_load is not None
+    if host.cores >= 2 and host.cpu is not None:
+        assert f"{host.cores} lane(s) of 1 thread(s)" in first.err
+        assert store.table.corun_slowdown is not None
     assert cli.main(["plan", spec, "--train", "sgd", "--target", "host", "-o", b]) == 0
     second = capsys.readouterr()
     assert "measuring" not in second.err            # every signature kept: none measured
+    assert "lane(s)" not in second.err              # nor the contention fitted again
     assert open(a).read() == open(b).read()
     assert cli.main(["show", b]) == 0
     assert "signature(s) priced by measured times" in capsys.readouterr().out
@@ -143,3 +169,32 @@ def test_a_signature_that_cannot_be_measured_is_left_to_the_model(tmp_path):
     assert SIG in measured and bad not in measured
     kept = HostCosts(table=CostTable(target="host")).keep(measured, 0.0, [SIG, bad])
     assert kept.timeless == (bad.key,) and kept.to_measure([SIG, bad], 0.0) == []
+
+
+def test_a_batch_writes_each_float_operand_just_before_its_signature_runs():
+    """measure_signatures' graph (signatures_graph(written=True)): each float32 operand
+    negated in the graph right before its consumer, integer ids fed as they are; the one-lane
+    uniform plan runs each write just before its signature, the two-lane one hands some
+    across lanes, as a step's producers do."""
+    from codegen.profiling import signatures_graph
+    from planner.pipeline import PlanOptions
+    from planner.schedule import ScheduleOptions
+
+    gather = OpSignature(op="Embedding", shapes=((10, 4), (3,)), dtypes=("float32", "int64"))
+    matmul = OpSignature(op="MatMul", shapes=((8, 8), (8, 8)), dtypes=("float32", "float32"))
+    g = signatures_graph([(gather, 1), (matmul, 1)], written=True)
+    assert [(n.name, n.op) for n in g.nodes] == [
+        ("s0_write0", "Neg"), ("s0_copy0", "Embedding"), ("s1_write0", "Neg"),
+        ("s1_write1", "Neg"), ("s1_copy0", "MatMul")]
+    assert g.tensor("s0_in1").role == "input" and g.tensor("s0_in0").role == "activation"
+    host = preset("xeon-8180")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        lanes = {inter: plan(g, host, None, PlanOptions(schedule=ScheduleOptions(
+            strategy="uniform", intra=1, inter=inter))) for inter in (1, 2)}
+    assert [o.name for o in sorted(lanes[1].ops, key=lambda o: o.order)] == [
+        n.name for n in g.nodes]
+    lane = {o.name: o.lane for o in lanes[2].ops}
+    writer = {n.outputs[0]: n.name for n in g.nodes if n.op == "Neg"}
+    assert any(lane[writer[t]] != lane[n.name] for n in g.nodes if n.op != "Neg"
+               for t in n.inputs if t in writer)  # an operand handed across lanes

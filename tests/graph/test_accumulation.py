@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from planner.errors import PlanError, UserError
+from planner.errors import PlanError
 from planner.graph.accumulation import MICRO_STEP, micro_batches, optimizer_step_nodes
 from planner.graph.interpret import init_params, random_feeds, train_step, widened
 from planner.graph.optimizer import Optimizer, ParamGroup
@@ -102,9 +102,17 @@ def test_accumulation_is_a_training_option_and_a_cpu_plan():
     assert sorted(reduced) == sorted(sums)
     assert set(optimizer_step_nodes(dp.graph)) >= {n.name for n in dp.graph.nodes
                                                    if n.op == "AllReduce"}
-    with pytest.raises(UserError, match="--shard-optimizer with gradient accumulation"):
-        plan(g, preset("xeon-8180"), options=PlanOptions(
-            data_parallel=DataParallelOptions(ranks=2, shard_optimizer=True)))
+    # Sharded (ZeRO-1, ZeRO-3): the reduce-scatters sum copies of the sums (in_place 0),
+    # once per optimizer step, as do the sharded updates.
+    for shard in ({"shard_optimizer": True}, {"shard_parameters": True}):
+        z = plan(g, preset("xeon-8180"), options=PlanOptions(
+            data_parallel=DataParallelOptions(ranks=2, **shard)))
+        scatters = [n for n in z.graph.nodes if n.op == "ReduceScatter"]
+        assert sorted(t for n in scatters for t in n.inputs) == sorted(sums)
+        assert all(n.attrs["in_place"] == 0 for n in scatters)
+        step = optimizer_step_nodes(z.graph)
+        assert {n.name for n in scatters} <= step
+        assert not any(n.name in step for n in z.graph.nodes if n.op == "AllGather")
 
 
 def test_the_accumulate_flag(capsys):

@@ -390,9 +390,14 @@ def _pointwise_cases() -> dict[str, list[tuple]]:
     """One case per row of the pointwise table (planner/ops/pointwise_table.py), each input
     sampled in the row's own domain (where its derivative exists)."""
     from planner.ops.pointwise_table import ROWS
+    from planner.ops.special_table import ROWS as SPECIAL_ROWS
+
+    def wrt(r):  # the inputs with a derivative (the incomplete gamma's a has none, as torch's)
+        return None if r.grads is None or None not in r.grads else \
+            [k for k, d in enumerate(r.grads) if d is not None]
 
     return {r.name: [([(d, (3, 4)) for d in (r.domain or ("normal",) * r.arity)], {}, None,
-                      None)] for r in ROWS}
+                      wrt(r))] for r in (*ROWS, *SPECIAL_ROWS)}
 
 
 OP_CASES.update({op: cases for op, cases in _pointwise_cases().items() if op not in OP_CASES})

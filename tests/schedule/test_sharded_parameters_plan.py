@@ -135,9 +135,6 @@ def test_verify_refuses_a_reader_not_ordered_after_its_all_gather(zero3):
 
 
 @pytest.mark.parametrize(("graph", "why"), [
-    (lambda: _graph("sgd", clip_grad_norm=1.0), "--shard-parameters with clip_grad_norm"),
-    (lambda: make_training_graph(build("lenet", batch=8, image=12), Optimizer(kind="sgd"),
-                                 accumulate=2), "--shard-parameters with gradient accumulation"),
     (lambda: make_training_graph(build("lenet", batch=8, image=12), Optimizer(kind="sgd"),
                                  precision="fp16-mixed"), "--shard-parameters with loss scaling"),
 ])
@@ -145,6 +142,31 @@ def test_what_does_not_combine_yet_is_refused_in_one_line(graph, why):
     with pytest.raises(UserError, match=why) as e:
         _plan(graph())
     assert "\n" not in str(e.value)
+
+
+def test_clip_grad_norm_clips_the_gradient_shards_after_the_last_reduce_scatter():
+    """A ZeRO-3 plan with clip_grad_norm: one ShardedClipGradNorm on the comm lane reads every
+    reduce-scatter's shard, after them all, and every update reads its shard clipped; verify
+    follows the update's gradient through the clip, and refuses an update reading a shard the
+    clip does not order before it."""
+    p = _plan(_graph("adamw", clip_grad_norm=1.0))
+    data = json.loads(p.to_json())
+    assert verify_plan_data(data) == []
+    (clip,) = [n for n in p.graph.nodes if n.op == "ShardedClipGradNorm"]
+    scatters = [n for n in p.graph.nodes if n.op == "ReduceScatter"]
+    assert list(clip.inputs) == [n.outputs[0] for n in scatters]
+    assert p.op(clip.name).stream == "comm"
+    assert all(p.op(clip.name).start >= p.op(n.name).end for n in scatters)
+    updates = [n for n in p.graph.nodes
+               if n.op == "ApplyAdam" and n.inputs[0].startswith("shard/")]
+    assert sorted(u.inputs[1] for u in updates) == sorted(clip.outputs[:-1])
+    up = updates[0]
+    data["happens_before"] = [e for e in data["happens_before"] if e["after"] != up.name]
+    for op in data["ops"]:
+        if op["name"] == up.name:
+            op["lane"] = 1 + max(o["lane"] for o in data["ops"])
+    assert any(f"update {up.name!r} is not ordered after the clip" in q
+               for q in verify_plan_data(data))
 
 
 def test_a_gpu_target_and_one_rank_are_refused_in_one_line(tmp_path, capsys):
@@ -302,13 +324,25 @@ def test_diff_shows_the_prefetch_distances_another_link_gives():
     assert changed and all(c["prefetch"][0] != c["prefetch"][1] for c in changed)
 
 
-def test_state_dict_of_a_sharded_plan_is_refused(zero3):
-    """A rank holds 1/N of each parameter: a state_dict would pass shards off as parameters."""
+def test_the_state_dict_layout_of_a_sharded_plan_names_whole_parameters(zero3):
+    """state_dict reads a ZeRO-3 plan by bucket: each bucket's parameters as its all-gathers
+    write them (not the shard, which the update op's first input is), its state shards by
+    torch's slot names; the unsharded layout is never asked for it."""
     from planner.graph.ir import Graph
-    from planner.runtime.checkpoint import _layout
+    from planner.runtime.checkpoint import TORCH_SLOTS
+    from planner.runtime.sharded import sharded_buckets
+    from planner.runtime.sharded_checkpoint import held_shards, sharded_layout
 
-    with pytest.raises(ValueError, match="--shard-parameters"):
-        _layout(Graph.model_validate(zero3["graph"]))
+    layout = sharded_layout(Graph.model_validate(zero3["graph"]), TORCH_SLOTS)
+    want = sharded_buckets(zero3)
+    assert {b.shard: list(b.params) for b in layout.buckets} == {
+        s: names for s, (names, _, _) in want.items()}
+    assert all(b.slots == {"exp_avg": f"{b.shard[:-len('param')]}m",
+                           "exp_avg_sq": f"{b.shard[:-len('param')]}v"}
+               for b in layout.buckets)
+    assert layout.step is not None and not layout.step.startswith("shard/")
+    assert held_shards(layout) == {t for b in layout.buckets
+                                   for t in (b.shard, *b.slots.values())}
 
 
 def test_shard_params_names_a_missing_or_misshapen_parameter(zero3):

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-COLLECTIVES = {"AllReduce", "ReduceScatter", "ShardedUpdate", "AllGather"}
+COLLECTIVES = {"AllReduce", "ReduceScatter", "ShardedUpdate", "AllGather", "ShardedClipGradNorm"}
 
 
 def mutant(plan: dict[str, Any], rng: np.random.Generator) -> tuple[dict[str, Any], str]:

@@ -96,9 +96,8 @@ nb::dict evaluate(Executor& ex, nb::dict feeds) {
   refuse_in_flight(ex);
   if (!ex.has_evaluation())
     throw nb::value_error(("evaluate(): plan '" + std::string(ex.schedule().name) + "' carries "
-                           "no evaluation schedule (an inference plan, one planned with "
-                           "--no-evaluation, or a --shard-parameters plan): use forward(), "
-                           "or re-plan it").c_str());
+                           "no evaluation schedule (an inference plan, or one planned with "
+                           "--no-evaluation): use forward(), or re-plan it").c_str());
   ex.check_loaded();
   Evaluation& ev = ex.evaluation();
   const Schedule& s = ev.schedule();
@@ -108,7 +107,7 @@ nb::dict evaluate(Executor& ex, nb::dict feeds) {
   {
     nb::gil_scoped_release release;
     ev.check_feeds();
-    ev.run();
+    ev.run(ex.collective());
   }
   nb::dict out;
   for (int o = 0; o < s.num_outputs; ++o)

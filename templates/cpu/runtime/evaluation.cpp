@@ -67,13 +67,13 @@ void Evaluation::check_feeds() {
   check_fed_values(loaded_, kernels_, Run{ptr_.data(), nullptr, stream_.get(), 1});
 }
 
-void Evaluation::run() {
+void Evaluation::run(const Collective* collective) {
   const Schedule& s = schedule();
   SavedThreads saved;
   for (int k = 0; k < s.num_ops; ++k) {
     const OpSpec& op = s.ops[k];
     omp_set_num_threads(kernel_threads(op));
-    Run r{ptr_.data(), scratch_[k], stream_.get(), kernel_threads(op)};
+    Run r{ptr_.data(), scratch_[k], stream_.get(), kernel_threads(op), collective};
     try {
       kernels_[k]->run(r);
     } catch (const std::exception& e) {

@@ -3,7 +3,8 @@
 // created at the first evaluate, run in plan order on the calling thread, each op with its
 // planned team size. Its activations live in an arena of their own; its parameters and
 // states point at the training arena's bytes (store TRAINING_ARENA): an evaluation reads what
-// the steps trained, and writes nothing of the step's.
+// the steps trained, and writes nothing of the step's. A ZeRO-3 plan's evaluation gathers the
+// parameter shards (AllGather) on the step's process group, into its own arena.
 #pragma once
 #include <memory>
 #include <string>
@@ -28,8 +29,9 @@ class Evaluation {
   // Throws StepError naming the op for a feed value an op would refuse (a label out of
   // range), before any op runs.
   void check_feeds();
-  // Every op once, in plan order; throws StepError naming the op.
-  void run();
+  // Every op once, in plan order; throws StepError naming the op. `collective`: the
+  // executor's process group, for a ZeRO-3 evaluation's all-gathers.
+  void run(const Collective* collective = nullptr);
 
  private:
   LoadedSchedule loaded_;

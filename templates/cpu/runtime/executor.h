@@ -60,6 +60,9 @@ class Executor : public ExecutorCore {
   // The process group of a data-parallel plan's collective ops (common/collective.h; set
   // between steps).
   void set_collective(Collective c) { collective_ = std::move(c); }
+  // The process group's collective (null before set_collective): an evaluation's
+  // all-gathers (ZeRO-3) run on it too.
+  const Collective* collective() const { return collective_ ? &collective_ : nullptr; }
   // Where the plan's CPUs and its comm lane run in this process (Lanes::place; a rank that
   // shares its host). Between steps; nothing to place when ops run one at a time.
   void place(std::vector<int> cpu_map, std::vector<int> loose) {

@@ -20,12 +20,19 @@
 //                                     all-gather of the parameters' bucket in place
 //   AllGather [s] -> [p_1..p_k]       (ZeRO-3) s copied to this rank's place in the gathered
 //                                     copies' bucket, then an all-gather of it in place
+//   ShardedClipGradNorm [s_1..s_k] -> [s_1 c..s_k c, total_norm]
+//                                     clip_grad_norm_ over this rank's gradient shards: their
+//                                     squares summed (double, in a fixed order), the float
+//                                     sum all-reduced over the ranks in the op's scratch,
+//                                     total_norm its root, c as ClipGradNorm's
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <string>
 
 #include "../loops.h"
+#include "clip_grad_norm.h"
 #include "update_math.h"
 
 namespace planner {
@@ -97,19 +104,26 @@ int64_t bucket_alignment(const Node& n) {
   return n.attrs.has("alignment") ? n.attrs.i("alignment") : kAlign;
 }
 
+// With `in_place` 0 (accumulation: the gradients are the sums' new values, state the bucket
+// layout does not move) the bucket is a copy of them laid out alike in the op's scratch area,
+// its padding zeros, and each rank's sums stay its own.
 class ReduceScatter : public Kernel {
  public:
   explicit ReduceScatter(const Node& n)
       : bucket_(n.in, n.attrs.i("ranks"), bucket_alignment(n)), out_(n.out[0].id),
-        scale_(1.0f / static_cast<float>(n.attrs.i("ranks"))) {
+        scale_(1.0f / static_cast<float>(n.attrs.i("ranks"))),
+        in_place_(!n.attrs.has("in_place") || n.attrs.i("in_place") != 0) {
     require_f32(n);
     if (n.out.size() != 1 || n.out[0].size() != bucket_.shard())
       throw std::runtime_error("a reduce-scatter writes one shard of its bucket");
   }
-  std::string impl() const override { return "in place"; }
+  size_t scratch_bytes() const override {
+    return in_place_ ? 0 : static_cast<size_t>(bucket_.padded()) * sizeof(float);
+  }
+  std::string impl() const override { return in_place_ ? "in place" : "copied to scratch"; }
   void run(const Run& r) override {
     const Collective& c = process_group(r.collective);
-    float* bucket = bucket_.base(r, "gradients");
+    float* bucket = in_place_ ? bucket_.base(r, "gradients") : copied(r);
     c.run(kReduceScatter, bucket, bucket_.padded(), nullptr);
     const int64_t lo = c.rank * bucket_.shard();
     const float* mine = bucket + lo;
@@ -124,77 +138,53 @@ class ReduceScatter : public Kernel {
   }
 
  private:
+  float* copied(const Run& r) const {
+    float* b = reinterpret_cast<float*>(r.scratch);
+    std::fill(b, b + bucket_.padded(), 0.0f);
+    for (size_t j = 0; j < bucket_.size(); ++j)
+      std::memcpy(b + bucket_.at(j), r.at<float>(bucket_.id(j)),
+                  static_cast<size_t>(bucket_.count(j)) * sizeof(float));
+    return b;
+  }
   ShardedBucket bucket_;
   int out_;
   float scale_;
+  bool in_place_;
 };
 
+// The operands and which floats are this rank's: common/sharded_update.h, as on CUDA.
 class ShardedUpdate : public Kernel {
  public:
-  explicit ShardedUpdate(const Node& n)
-      : update_(n.attrs.s("update")), slots_(update_ == "SGD" ? 0 : update_ == "ApplyMomentum" ? 1 : 2),
-        params_(std::vector<TensorRef>(n.in.begin(), n.in.begin() + param_count(n)),
-                n.attrs.i("ranks"), bucket_alignment(n)),
-        a_(update_attrs(n)) {
-    require_f32(n);
-    if (update_ != "SGD" && update_ != "ApplyMomentum" && update_ != "ApplyAdam")
-      throw std::runtime_error("a sharded update runs SGD, ApplyMomentum or ApplyAdam");
-    const size_t k = params_.size();
-    for (size_t j = 0; j <= static_cast<size_t>(slots_); ++j)
-      if (n.in[k + j].size() != params_.shard())
-        throw std::runtime_error("a sharded update's gradient and state are one shard each");
-    g_ = n.in[k].id;
-    for (int j = 0; j < slots_; ++j) {
-      state_.push_back(n.in[k + 1 + j].id);
-      state_out_.push_back(n.out[k + j].id);
-    }
-    if (update_ == "ApplyAdam") t_ = n.in[k + 1 + slots_].id;
-    lr_ = n.in[n.in.size() - 2].id;
-    wd_ = n.in[n.in.size() - 1].id;
-    for (size_t j = 0; j < k; ++j) out_.push_back(n.out[j].id);
+  explicit ShardedUpdate(const Node& n) : u_(n, bucket_alignment(n)) {
+    static_cast<UpdateHyper&>(a_) = u_.hyper;
   }
   std::string impl() const override { return "shard, all-gather in place"; }
   void run(const Run& r) override {
     const Collective& c = process_group(r.collective);
-    float* base = params_.base(r, "parameters");
-    const int64_t lo = c.rank * params_.shard();
-    const float t = t_ >= 0 ? *r.at<float>(t_) : 0.f;
-    const UpdateAttrs hyper = with_hyperparameters(a_, r.at<float>(lr_), r.at<float>(wd_));
-    for (size_t j = 0; j < params_.size(); ++j) {
-      // The floats of parameter j in this rank's shard: [a, b) of the bucket.
-      const auto [a, b] = params_.in_shard(j, c.rank);
-      if (a >= b) continue;
-      const int64_t e = a - params_.at(j), i = a - lo, n = b - a;
+    float* base = u_.params.base(r, "parameters");
+    const float t = u_.step_count >= 0 ? *r.at<float>(u_.step_count) : 0.f;
+    const UpdateAttrs hyper = with_hyperparameters(a_, r.at<float>(u_.lr), r.at<float>(u_.wd));
+    u_.each_piece(c.rank, [&](size_t j, int64_t a, int64_t e, int64_t i, int64_t n) {
       const float* p = base + a;
-      float* po = r.at<float>(out_[j]) + e;
-      const float* g = r.at<float>(g_) + i;
-      if (slots_ == 0) {
+      float* po = r.at<float>(u_.out[j]) + e;
+      const float* g = r.at<float>(u_.grad) + i;
+      if (u_.slots == 0) {
         sgd_update(p, g, po, n, hyper);
-      } else if (slots_ == 1) {
-        momentum_update(p, g, r.at<float>(state_[0]) + i, po, r.at<float>(state_out_[0]) + i,
-                        n, hyper);
+      } else if (u_.slots == 1) {
+        momentum_update(p, g, r.at<float>(u_.state[0]) + i, po,
+                        r.at<float>(u_.state_out[0]) + i, n, hyper);
       } else {
-        adam_update(p, g, r.at<float>(state_[0]) + i, r.at<float>(state_[1]) + i, t, po,
-                    r.at<float>(state_out_[0]) + i, r.at<float>(state_out_[1]) + i, n, hyper);
+        adam_update(p, g, r.at<float>(u_.state[0]) + i, r.at<float>(u_.state[1]) + i, t, po,
+                    r.at<float>(u_.state_out[0]) + i, r.at<float>(u_.state_out[1]) + i, n,
+                    hyper);
       }
-    }
-    c.run(kAllGather, base, params_.padded(), nullptr);
+    });
+    c.run(kAllGather, base, u_.params.padded(), nullptr);
   }
 
  private:
-  // Inputs: the parameters, the gradient shard, the state shards, Adam's step count, lr, wd.
-  static size_t param_count(const Node& n) {
-    const std::string u = n.attrs.s("update");
-    const size_t rest = 3 + (u == "SGD" ? 0 : u == "ApplyMomentum" ? 1 : 3);
-    if (n.in.size() <= rest) throw std::runtime_error("a sharded update needs parameters");
-    return n.in.size() - rest;
-  }
-  std::string update_;
-  int slots_;
-  ShardedBucket params_;
+  ShardedUpdateOperands u_;
   UpdateAttrs a_;
-  int g_ = -1, t_ = -1, lr_ = -1, wd_ = -1;
-  std::vector<int> state_, state_out_, out_;
 };
 
 // ZeRO-3 (planner plan --shard-parameters): AllGather [s] -> [p_1..p_k] writes this rank's
@@ -222,7 +212,39 @@ class AllGather : public Kernel {
   int in_;
 };
 
+class ShardedClipGradNorm : public Kernel {
+ public:
+  explicit ShardedClipGradNorm(const Node& n) : c_(grad_clip(n)) {}  // common/clip_grad_norm.h
+  size_t scratch_bytes() const override { return kAlign; }  // the float the ranks sum
+  std::string impl() const override { return "all-reduce of the squares"; }
+  void run(const Run& r) override {
+    const Collective& c = process_group(r.collective);
+    // The shards' squares in one fixed order (a serial loop: the same bits every step, so a
+    // resumed run repeats exactly; a shard is 1/N of the gradients).
+    double squares = 0;
+    for (size_t k = 0; k < c_.in.size(); ++k) {
+      const float* g = r.at<float>(c_.in[k]);
+      for (int64_t i = 0; i < c_.sizes[k]; ++i) squares += static_cast<double>(g[i]) * g[i];
+    }
+    float* sum = reinterpret_cast<float*>(r.scratch);
+    *sum = static_cast<float>(squares);
+    c.run(kAllReduce, sum, 1, nullptr);
+    const float total = std::sqrt(*sum);
+    const float coef = clip_factor(c_.max_norm, total);
+    for (size_t k = 0; k < c_.in.size(); ++k) {
+      const float* g = r.at<float>(c_.in[k]);
+      float* y = r.at<float>(c_.out[k]);
+      for (int64_t i = 0; i < c_.sizes[k]; ++i) y[i] = g[i] * coef;
+    }
+    *r.at<float>(c_.total) = total;
+  }
+
+ private:
+  GradClip c_;
+};
+
 KernelPtr make_all_gather(const Node& n) { return std::make_unique<AllGather>(n); }
+KernelPtr make_sharded_clip(const Node& n) { return std::make_unique<ShardedClipGradNorm>(n); }
 KernelPtr make_all_reduce(const Node& n) { return std::make_unique<AllReduce>(n); }
 KernelPtr make_reduce_scatter(const Node& n) { return std::make_unique<ReduceScatter>(n); }
 KernelPtr make_sharded_update(const Node& n) { return std::make_unique<ShardedUpdate>(n); }
@@ -234,6 +256,7 @@ PLANNER_REGISTER_KERNELS(collective) {
   r["ReduceScatter"] = make_reduce_scatter;
   r["ShardedUpdate"] = make_sharded_update;
   r["AllGather"] = make_all_gather;
+  r["ShardedClipGradNorm"] = make_sharded_clip;
 }
 
 }  // namespace planner

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "../kernel.h"
+#include "sharded_update.h"
 
 namespace planner {
 namespace {
@@ -122,6 +123,10 @@ class ReduceScatter : public Kernel {
       throw std::runtime_error("a sharded bucket on the GPU is aligned to 256 bytes");
     if (n.out.size() != 1 || n.out[0].size() != bucket_.shard())
       throw std::runtime_error("a reduce-scatter writes one shard of its bucket");
+    // (a copy into scratch serves accumulation, which the CUDA executor does not run yet)
+    if (n.attrs.has("in_place") && n.attrs.i("in_place") == 0)
+      throw std::runtime_error("a reduce-scatter of gradient sums (accumulation) runs on the "
+                               "CPU executor only yet");
   }
   std::string detail() const override { return "in place"; }
   void run(const Run& r) override {
@@ -140,146 +145,73 @@ class ReduceScatter : public Kernel {
   float scale_;
 };
 
-// The updates of planner/ops/optim.py on n floats (the CPU's update_math.h, element by
-// element). Outputs may be the inputs' bytes. The learning rate and weight decay are read on
-// the device (a parameter group's scalars in the arena, set between steps), as the step count.
-struct UpdateArgs {
-  float momentum = 0.9f, beta1 = 0.9f, beta2 = 0.999f, epsilon = 1e-8f;
-  bool nesterov = false, decoupled = false;
-};
-
-UpdateArgs update_args(const Node& n) {
-  UpdateArgs a;
-  if (n.attrs.has("momentum")) a.momentum = static_cast<float>(n.attrs.f("momentum"));
-  if (n.attrs.has("nesterov")) a.nesterov = n.attrs.b("nesterov");
-  if (n.attrs.has("beta1")) a.beta1 = static_cast<float>(n.attrs.f("beta1"));
-  if (n.attrs.has("beta2")) a.beta2 = static_cast<float>(n.attrs.f("beta2"));
-  if (n.attrs.has("epsilon")) a.epsilon = static_cast<float>(n.attrs.f("epsilon"));
-  if (n.attrs.has("decoupled")) a.decoupled = n.attrs.b("decoupled");
-  return a;
-}
-
-// p' = p - lr (g + wd p)
+// The updates of planner/ops/optim.py on n floats, element by element with
+// common/sharded_update.h's formulas (the CPU's too). Outputs may be the inputs' bytes. The
+// learning rate and weight decay are read on the device (a parameter group's scalars in the
+// arena, set between steps), as the step count.
 __global__ void sgd_shard(const float* p, const float* g, float* po, int64_t n,
                           const float* lr_at, const float* wd_at) {
   const float lr = *lr_at, wd = *wd_at;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
-    po[i] = wd != 0.f ? p[i] - lr * (g[i] + wd * p[i]) : p[i] - lr * g[i];
+    po[i] = sgd_element(p[i], g[i], lr, wd);
 }
 
-// g' = g + wd p; v' = m v + g'; p' = p - lr (nesterov ? g' + m v' : v')
 __global__ void momentum_shard(const float* p, const float* g, const float* v, float* po,
                                float* vo, int64_t n, const float* lr_at, const float* wd_at,
-                               UpdateArgs a) {
+                               UpdateHyper a) {
   const float lr = *lr_at, wd = *wd_at;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const float gi = wd != 0.f ? g[i] + wd * p[i] : g[i];
-    const float vn = a.momentum * v[i] + gi;
-    const float step = a.nesterov ? gi + a.momentum * vn : vn;
-    vo[i] = vn;
-    po[i] = p[i] - lr * step;
-  }
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    momentum_element(p[i], g[i], v[i], po[i], vo[i], lr, wd, a.momentum, a.nesterov);
 }
 
-// torch.optim.Adam (AdamW when decoupled) with bias correction by the step count *t (this
-// step's, from 1, read on the device: the step count lives in the arena)
 __global__ void adam_shard(const float* p, const float* g, const float* m, const float* v,
                            const float* t, float* po, float* mo, float* vo, int64_t n,
-                           const float* lr_at, const float* wd_at, UpdateArgs a) {
-  const float lr = *lr_at;
-  const float wd = a.decoupled ? 0.f : *wd_at;
-  const float shrink = a.decoupled ? 1.f - lr * *wd_at : 1.f;
-  const float step_size = lr / (1.f - powf(a.beta1, *t));
-  const float root = sqrtf(1.f - powf(a.beta2, *t));
+                           const float* lr_at, const float* wd_at, UpdateHyper a) {
+  const AdamStep s = adam_step(a, *lr_at, *wd_at, *t);
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const float gi = wd != 0.f ? g[i] + wd * p[i] : g[i];
-    const float mn = a.beta1 * m[i] + (1.f - a.beta1) * gi;
-    const float vn = a.beta2 * v[i] + (1.f - a.beta2) * gi * gi;
-    const float denom = sqrtf(vn) / root + a.epsilon;
-    mo[i] = mn;
-    vo[i] = vn;
-    po[i] = p[i] * shrink - step_size * (mn / denom);
-  }
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    adam_element(p[i], g[i], m[i], v[i], po[i], mo[i], vo[i], a, s);
 }
 
+// The operands and which floats are this rank's: common/sharded_update.h, as on the CPU.
 class ShardedUpdate : public Kernel {
  public:
-  explicit ShardedUpdate(const Node& n)
-      : update_(n.attrs.s("update")),
-        slots_(update_ == "SGD" ? 0 : update_ == "ApplyMomentum" ? 1 : 2),
-        params_(std::vector<TensorRef>(n.in.begin(), n.in.begin() + param_count(n)),
-                n.attrs.i("ranks"), bucket_alignment(n)),
-        a_(update_args(n)) {
-    require_f32(n, "a sharded update");
-    if (update_ != "SGD" && update_ != "ApplyMomentum" && update_ != "ApplyAdam")
-      throw std::runtime_error("a sharded update runs SGD, ApplyMomentum or ApplyAdam");
+  explicit ShardedUpdate(const Node& n) : u_(n, bucket_alignment(n)) {
     if (bucket_alignment(n) % kBucketAlign)
       throw std::runtime_error("a sharded bucket on the GPU is aligned to 256 bytes");
-    const size_t k = params_.size();
-    if (n.out.size() != k + static_cast<size_t>(slots_))
-      throw std::runtime_error("a sharded update writes its parameters and state shards");
-    for (size_t j = 0; j <= static_cast<size_t>(slots_); ++j)
-      if (n.in[k + j].size() != params_.shard())
-        throw std::runtime_error("a sharded update's gradient and state are one shard each");
-    g_ = n.in[k].id;
-    for (int j = 0; j < slots_; ++j) {
-      state_.push_back(n.in[k + 1 + j].id);
-      state_out_.push_back(n.out[k + j].id);
-    }
-    if (update_ == "ApplyAdam") t_ = n.in[k + 1 + slots_].id;
-    lr_ = n.in[n.in.size() - 2].id;
-    wd_ = n.in[n.in.size() - 1].id;
-    for (size_t j = 0; j < k; ++j) out_.push_back(n.out[j].id);
   }
   std::string detail() const override { return "shard, all-gather in place"; }
   void run(const Run& r) override {
     const Collective& c = process_group(r.collective);
-    float* base = params_.base(r, "parameters");
-    const int64_t lo = c.rank * params_.shard();
-    for (size_t j = 0; j < params_.size(); ++j) {
-      // The floats of parameter j in this rank's shard: [a, b) of the bucket.
-      const auto [a, b] = params_.in_shard(j, c.rank);
-      if (a >= b) continue;
-      const int64_t e = a - params_.at(j), i = a - lo, n = b - a;
+    float* base = u_.params.base(r, "parameters");
+    const float* lr = r.at<float>(u_.lr);
+    const float* wd = r.at<float>(u_.wd);
+    u_.each_piece(c.rank, [&](size_t j, int64_t a, int64_t e, int64_t i, int64_t n) {
       const float* p = base + a;
-      float* po = r.at<float>(out_[j]) + e;
-      const float* g = r.at<float>(g_) + i;
+      float* po = r.at<float>(u_.out[j]) + e;
+      const float* g = r.at<float>(u_.grad) + i;
       const unsigned blocks = blocks_for(n, 256);
-      const float* lr = r.at<float>(lr_);
-      const float* wd = r.at<float>(wd_);
-      if (slots_ == 0) {
+      if (u_.slots == 0) {
         sgd_shard<<<blocks, 256, 0, r.stream>>>(p, g, po, n, lr, wd);
-      } else if (slots_ == 1) {
+      } else if (u_.slots == 1) {
         momentum_shard<<<blocks, 256, 0, r.stream>>>(
-            p, g, r.at<float>(state_[0]) + i, po, r.at<float>(state_out_[0]) + i, n, lr, wd,
-            a_);
+            p, g, r.at<float>(u_.state[0]) + i, po, r.at<float>(u_.state_out[0]) + i, n, lr,
+            wd, u_.hyper);
       } else {
         adam_shard<<<blocks, 256, 0, r.stream>>>(
-            p, g, r.at<float>(state_[0]) + i, r.at<float>(state_[1]) + i, r.at<float>(t_), po,
-            r.at<float>(state_out_[0]) + i, r.at<float>(state_out_[1]) + i, n, lr, wd, a_);
+            p, g, r.at<float>(u_.state[0]) + i, r.at<float>(u_.state[1]) + i,
+            r.at<float>(u_.step_count), po, r.at<float>(u_.state_out[0]) + i,
+            r.at<float>(u_.state_out[1]) + i, n, lr, wd, u_.hyper);
       }
       PLANNER_LAUNCHED("sharded update");
-    }
-    c.run(kAllGather, base, params_.padded(), r.stream);
+    });
+    c.run(kAllGather, base, u_.params.padded(), r.stream);
   }
 
  private:
-  // Inputs: the parameters, the gradient shard, the state shards, Adam's step count, lr, wd.
-  static size_t param_count(const Node& n) {
-    const std::string u = n.attrs.s("update");
-    const size_t rest = 3 + (u == "SGD" ? 0 : u == "ApplyMomentum" ? 1 : 3);
-    if (n.in.size() <= rest) throw std::runtime_error("a sharded update needs parameters");
-    return n.in.size() - rest;
-  }
-  std::string update_;
-  int slots_;
-  ShardedBucket params_;
-  UpdateArgs a_;
-  int g_ = -1, t_ = -1, lr_ = -1, wd_ = -1;
-  std::vector<int> state_, state_out_, out_;
+  ShardedUpdateOperands u_;
 };
 
 KernelPtr make_all_reduce(const Node& n) { return std::make_unique<AllReduce>(n); }

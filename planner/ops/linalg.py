@@ -1,0 +1,495 @@
+"""Batched small-matrix linear algebra: the square matrices of the last two axes, each solved on
+its own (torch.linalg's inv, solve, slogdet, cholesky and what decomposes onto them).
+
+    MatrixInverse  [A (..., n, n)] -> A^-1
+    MatrixSolve    [A (..., n, n), B (..., n, k)] -> X with A X = B (transpose: A^T X = B);
+                   A and B share their batch axes
+    MatrixSlogdet  [A (..., n, n)] -> sign (...), log|det A| (...)
+    MatrixSvd      [A (..., m, n)] -> U (..., m, k), S (..., k) descending, Vh (..., k, n),
+                   k = min(m, n): the thin SVD by one-sided Jacobi rotations in float64, each
+                   (u_j, vh_j) signed so that u_j's largest entry is positive
+    Cholesky       [A (..., n, n)] -> L, lower triangular with L L^T = A (A symmetric positive
+                   definite; only A's lower triangle is read, as LAPACK's potrf)
+    MatrixQr       [A (..., m, n), m >= n] -> Q (..., m, n), R (..., n, n): the reduced QR by
+                   Householder reflections signed as LAPACK's (torch's, numpy's)
+
+MatrixInverse, MatrixSolve and Cholesky with attr `info` also give torch's `_ex` forms' info
+(int32, per matrix): 0, or the 1-based pivot where the factorization met a zero pivot (LU) or
+a minor that is not positive definite (Cholesky).
+
+The kernels factor each matrix in float64 whatever the tensor's dtype (LU with partial
+pivoting, templates/common/small_linalg.h, one matrix per thread), and round once. A singular
+matrix is not an error: its zero pivot divides, so inverse and solve give inf or NaN, slogdet
+sign 0 and log|det| -inf (torch raises for inverse and solve, and gives the same slogdet);
+Cholesky of a matrix that is not positive definite gives NaN from the first failing column on.
+
+Gradients (derivatives.yaml's formulas, in the graph's own MatMul and these ops):
+
+    MatrixInverse  dA = -Y^T dY Y^T
+    MatrixSolve    dB = solve(A, dX, transpose flipped); dA = -dB X^T (transpose: -X dB^T)
+    MatrixSlogdet  dA = dlogabs A^-T (sign has none)
+    MatrixQr       dA = (dQ + Q copyltu(R dR^T - dQ^T Q)) R^-T (linalg_qr_backward, m >= n)
+    MatrixSvd      dA = U (skew(U^T dU) S / E + S skew(V^T dV) / E + diag(dS)) Vh, and the
+                   parts of dU, dVh outside U's, V's span (svd_backward; E_jk = S_k^2 - S_j^2)
+    Cholesky       dA = L^-T sym(tril(L^T dL)) L^-1, sym(M) = (M + strict-lower(M)^T) / 2
+
+FLOPs: n^3 per matrix for the factorization (2/3 n^3 LU, 1/3 n^3 Cholesky, as multiply-adds
+of 2), plus 2 n^2 per right-hand side column of a solve (inverse: n columns).
+
+Example:
+    >>> import numpy as np
+    >>> from planner.ops import get_op
+    >>> a = np.array([[4.0, 2.0], [2.0, 3.0]])
+    >>> (get_op("MatrixInverse").reference([a], {})[0] @ a).round(12)
+    array([[1., 0.],
+           [0., 1.]])
+    >>> [round(float(v), 6) for v in get_op("MatrixSlogdet").reference([a], {})]
+    [1.0, 2.079442]
+    >>> get_op("Cholesky").reference([a], {})[0].round(4)
+    array([[2.    , 0.    ],
+           [1.    , 1.4142]])
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from planner.ops.base import (
+    Attr,
+    Attrs,
+    GradBuilder,
+    OpDef,
+    OpError,
+    TensorType,
+    register,
+    require_float,
+)
+
+if TYPE_CHECKING:
+    from planner.graph.ir import Node
+
+
+def _square(op: str, a: TensorType) -> int:
+    require_float(op, a, "A")
+    if a.rank < 2 or a.shape[-1] != a.shape[-2]:
+        raise OpError(f"{op}: A must be square matrices (..., n, n), got shape {list(a.shape)}")
+    return a.shape[-1]
+
+
+def _batch(t: TensorType) -> int:
+    return int(np.prod(t.shape[:-2], dtype=np.int64))
+
+
+def _factor_flops(ins: list[TensorType], outs: list[TensorType], a: Attrs) -> int:
+    n = ins[0].shape[-1]
+    columns = ins[1].shape[-1] if len(ins) > 1 else n if outs[0].shape == ins[0].shape else 0
+    return _batch(ins[0]) * (n ** 3 + 2 * n * n * columns)
+
+
+def _wide(x: np.ndarray) -> np.ndarray:
+    return np.asarray(x, dtype=np.float64)
+
+
+def _scratch(ins: list[TensorType], outs: list[TensorType], a: Attrs, threads: int) -> int:
+    """A workspace per thread (templates/common/small_linalg.h): the matrix, a column and
+    the pivots, 8 bytes each."""
+    n = ins[0].shape[-1]
+    return threads * 8 * (n * n + 2 * n)
+
+
+def _gpu_scratch(ins: list[TensorType], outs: list[TensorType], a: Attrs) -> int:
+    """The CUDA kernel's: a workspace per matrix (one GPU thread each)."""
+    return _scratch(ins, outs, a, _batch(ins[0]))
+
+
+def _info_type(a: TensorType, attrs: Attrs) -> list[TensorType]:
+    """The optional second output (attr `info`, torch's `_ex` forms): per matrix, 0, or k > 0
+    where the factorization failed at pivot k (1-based): LU's first zero pivot, Cholesky's
+    first leading minor that is not positive definite."""
+    return [TensorType(a.shape[:-2], "int32")] if attrs.get("info") else []
+
+
+def _first_bad(bad: np.ndarray) -> np.ndarray:
+    """Per matrix, 1 + the first True of the last axis, or 0 (always, for 0 x 0 matrices)."""
+    if bad.shape[-1] == 0:
+        return np.zeros(bad.shape[:-1], np.int32)
+    return np.where(bad.any(-1), np.argmax(bad, -1) + 1, 0).astype(np.int32)
+
+
+def _lu_info(x: np.ndarray, a: Attrs) -> list[np.ndarray]:
+    """info of the kernels' LU (partial pivoting, float64), where a pivot is exactly 0."""
+    if not a.get("info"):
+        return []
+    m = np.array(x, dtype=np.float64)
+    n = m.shape[-1]
+    zero = np.zeros(m.shape[:-1], bool)
+    with np.errstate(all="ignore"):
+        for idx in np.ndindex(m.shape[:-2]):
+            w = m[idx]
+            for k in range(n):
+                p = k + int(np.argmax(np.abs(w[k:, k])))
+                w[[k, p]] = w[[p, k]]
+                zero[idx + (k,)] = w[k, k] == 0
+                w[k + 1:, k:] -= np.outer(w[k + 1:, k] / w[k, k], w[k, k:])
+    return [_first_bad(zero)]
+
+
+_INFO = {"info": Attr("bool", False, optional=True)}
+
+
+# ---- MatrixInverse ---------------------------------------------------------------------------
+
+def _inverse_infer(ins: list[TensorType], a: Attrs) -> list[TensorType]:
+    _square("MatrixInverse", ins[0])
+    return [ins[0], *_info_type(ins[0], a)]
+
+
+def _inverse(xs: list[np.ndarray], a: Attrs) -> list[np.ndarray]:
+    with np.errstate(all="ignore"):
+        return [_solve(_wide(xs[0]), np.broadcast_to(np.eye(xs[0].shape[-1]), xs[0].shape),
+                       False).astype(xs[0].dtype), *_lu_info(xs[0], a)]
+
+
+def _solve(a: np.ndarray, b: np.ndarray, transpose: bool) -> np.ndarray:
+    """numpy.linalg.solve, but a singular matrix gives what the kernels give (inf / NaN from
+    the zero pivot) instead of raising."""
+    a = np.swapaxes(a, -1, -2) if transpose else a
+    try:
+        return np.linalg.solve(a, b)
+    except np.linalg.LinAlgError:
+        return _lu_solve(a, b)
+
+
+def _lu_solve(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Gaussian elimination with partial pivoting, matrix by matrix, as the kernels do."""
+    out = np.empty(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) + b.shape[-2:])
+    a = np.broadcast_to(a, out.shape[:-2] + a.shape[-2:])
+    b = np.broadcast_to(b, out.shape)
+    for idx in np.ndindex(out.shape[:-2]):
+        m, rhs = a[idx].copy(), b[idx].copy()
+        n = m.shape[0]
+        for k in range(n):
+            p = k + int(np.argmax(np.abs(m[k:, k])))
+            m[[k, p]], rhs[[k, p]] = m[[p, k]], rhs[[p, k]]
+            for i in range(k + 1, n):
+                f = m[i, k] / m[k, k]
+                m[i, k:] -= f * m[k, k:]
+                rhs[i] -= f * rhs[k]
+        for k in range(n - 1, -1, -1):
+            rhs[k] = (rhs[k] - m[k, k + 1:] @ rhs[k + 1:]) / m[k, k]
+        out[idx] = rhs
+    return out
+
+
+def _transpose(g: GradBuilder, x: str) -> str:
+    rank = len(g.type(x).shape)
+    perm = [*range(rank - 2), rank - 1, rank - 2]
+    return g.emit("Transpose", [x], {"perm": perm})[0]
+
+
+def _matmul(g: GradBuilder, a: str, b: str, ta: bool = False, tb: bool = False) -> str:
+    return g.emit("MatMul", [a, b], {"transpose_a": ta, "transpose_b": tb})[0]
+
+
+def _inverse_gradient(g: GradBuilder, node: Node, grads: list[str | None]) -> list[str | None]:
+    dy = grads[0]
+    if dy is None or not g.needs(node.inputs[0]):
+        return [None]
+    y = node.outputs[0]
+    t = _matmul(g, y, dy, ta=True)
+    return [g.emit("Neg", [_matmul(g, t, y, tb=True)])[0]]
+
+
+register(OpDef(
+    name="MatrixInverse", arity=1, cost_class="gemm", recompute="expensive", attrs=_INFO,
+    infer=_inverse_infer, flops=_factor_flops, reference=_inverse, gradient=_inverse_gradient,
+    scratch=_scratch, gpu_scratch=_gpu_scratch,
+    doc="The inverse of each square matrix of the last two axes (LU, partial pivoting).",
+))
+
+
+# ---- MatrixSolve -----------------------------------------------------------------------------
+
+def _solve_infer(ins: list[TensorType], a: Attrs) -> list[TensorType]:
+    n = _square("MatrixSolve", ins[0])
+    b = ins[1]
+    require_float("MatrixSolve", b, "B")
+    if b.dtype != ins[0].dtype or b.rank != ins[0].rank or b.shape[:-2] != ins[0].shape[:-2] \
+            or b.shape[-2] != n:
+        raise OpError(f"MatrixSolve: B must be {ins[0].dtype} of shape "
+                      f"{list(ins[0].shape[:-2])} + [{n}, k], got {b.dtype} {list(b.shape)}")
+    return [b, *_info_type(ins[0], a)]
+
+
+def _solve_reference(xs: list[np.ndarray], a: Attrs) -> list[np.ndarray]:
+    with np.errstate(all="ignore"):
+        return [_solve(_wide(xs[0]), _wide(xs[1]), a["transpose"]).astype(xs[1].dtype),
+                *_lu_info(xs[0], a)]
+
+
+def _solve_gradient(g: GradBuilder, node: Node, grads: list[str | None]) -> list[str | None]:
+    dx = grads[0]
+    a, b = node.inputs
+    if dx is None or not (g.needs(a) or g.needs(b)):
+        return [None, None]
+    transpose = node.attrs["transpose"]
+    db = g.emit("MatrixSolve", [a, dx], {"transpose": not transpose})[0]
+    x = node.outputs[0]
+    da = None
+    if g.needs(a):
+        da = g.emit("Neg", [_matmul(g, x, db, tb=True) if transpose else
+                            _matmul(g, db, x, tb=True)])[0]
+    return [da, db if g.needs(b) else None]
+
+
+register(OpDef(
+    name="MatrixSolve", arity=2, cost_class="gemm", recompute="expensive",
+    attrs={"transpose": Attr("bool", False), **_INFO},
+    infer=_solve_infer, flops=_factor_flops, reference=_solve_reference,
+    gradient=_solve_gradient,
+    scratch=_scratch, gpu_scratch=_gpu_scratch,
+    doc="X with A X = B (transpose: A^T X = B) for each matrix of the last two axes.",
+))
+
+
+# ---- MatrixSlogdet ---------------------------------------------------------------------------
+
+def _slogdet_infer(ins: list[TensorType], a: Attrs) -> list[TensorType]:
+    _square("MatrixSlogdet", ins[0])
+    out = TensorType(ins[0].shape[:-2], ins[0].dtype)
+    return [out, out]
+
+
+def _slogdet(xs: list[np.ndarray], a: Attrs) -> list[np.ndarray]:
+    sign, logabs = np.linalg.slogdet(_wide(xs[0]))
+    return [np.asarray(sign).astype(xs[0].dtype), np.asarray(logabs).astype(xs[0].dtype)]
+
+
+def _slogdet_gradient(g: GradBuilder, node: Node, grads: list[str | None]) -> list[str | None]:
+    dlog = grads[1]
+    a = node.inputs[0]
+    if dlog is None or not g.needs(a):
+        return [None]
+    shape = g.type(a).shape
+    scale = g.emit("Reshape", [dlog], {"shape": [*shape[:-2], 1, 1]})[0]
+    inv_t = _transpose(g, g.emit("MatrixInverse", [a])[0])
+    return [g.emit("Mul", [scale, inv_t])[0]]
+
+
+register(OpDef(
+    name="MatrixSlogdet", arity=1, cost_class="gemm", recompute="expensive",
+    infer=_slogdet_infer, flops=_factor_flops, reference=_slogdet, gradient=_slogdet_gradient,
+    scratch=_scratch, gpu_scratch=_gpu_scratch,
+    doc="sign and log|det| of each square matrix of the last two axes (LU, partial pivoting).",
+))
+
+
+# ---- Cholesky --------------------------------------------------------------------------------
+
+def _cholesky_infer(ins: list[TensorType], a: Attrs) -> list[TensorType]:
+    _square("Cholesky", ins[0])
+    return [ins[0], *_info_type(ins[0], a)]
+
+
+def _cholesky(xs: list[np.ndarray], a: Attrs) -> list[np.ndarray]:
+    x = _wide(xs[0])
+    out = np.zeros_like(x)
+    n = x.shape[-1]
+    with np.errstate(all="ignore"):
+        for j in range(n):  # column by column, as the kernels: NaN past a failing pivot
+            d = x[..., j, j] - np.sum(out[..., j, :j] ** 2, axis=-1)
+            out[..., j, j] = np.sqrt(np.where(d > 0, d, np.nan))
+            for i in range(j + 1, n):
+                out[..., i, j] = (x[..., i, j] - np.sum(out[..., i, :j] * out[..., j, :j],
+                                                        axis=-1)) / out[..., j, j]
+    failed = np.isnan(np.diagonal(out, axis1=-2, axis2=-1))
+    info = [_first_bad(failed)] if a.get("info") else []
+    return [out.astype(xs[0].dtype), *info]
+
+
+def _cholesky_gradient(g: GradBuilder, node: Node, grads: list[str | None]) -> list[str | None]:
+    dl = grads[0]
+    if dl is None or not g.needs(node.inputs[0]):
+        return [None]
+    low = node.outputs[0]
+    # M = tril(L^T dL); its strict lower triangle transposed is M^T less M^T's lower triangle
+    # (M's diagonal): CausalMask keeps a lower triangle
+    m = g.emit("CausalMask", [_matmul(g, low, dl, ta=True)], {"value": 0.0})[0]
+    mt = _transpose(g, m)
+    upper = g.emit("Sub", [mt, g.emit("CausalMask", [mt], {"value": 0.0})[0]])[0]
+    sym = g.emit("Scale", [g.emit("Add", [m, upper])[0]], {"factor": 0.5})[0]
+    inv = g.emit("MatrixInverse", [low])[0]
+    return [_matmul(g, _matmul(g, inv, sym, ta=True), inv)]
+
+
+register(OpDef(
+    name="Cholesky", arity=1, cost_class="gemm", recompute="expensive", attrs=_INFO,
+    infer=_cholesky_infer, flops=lambda ins, outs, a: _batch(ins[0]) * ins[0].shape[-1] ** 3 // 3,
+    reference=_cholesky, gradient=_cholesky_gradient, scratch=_scratch, gpu_scratch=_gpu_scratch,
+    doc="Lower-triangular L with L L^T = A for each symmetric positive definite matrix.",
+))
+
+
+# ---- MatrixSvd -------------------------------------------------------------------------------
+
+def _svd_infer(ins: list[TensorType], a: Attrs) -> list[TensorType]:
+    x = ins[0]
+    require_float("MatrixSvd", x, "A")
+    if x.rank < 2:
+        raise OpError(f"MatrixSvd: A must be matrices (..., m, n), got shape {list(x.shape)}")
+    *batch, m, n = x.shape
+    k = min(m, n)
+    return [TensorType((*batch, m, k), x.dtype), TensorType((*batch, k), x.dtype),
+            TensorType((*batch, k, n), x.dtype)]
+
+
+def _svd(xs: list[np.ndarray], a: Attrs) -> list[np.ndarray]:
+    """numpy.linalg.svd (thin), each pair (u_j, vh_j) signed as the kernels sign theirs: u_j's
+    entry of largest magnitude (the first such) positive."""
+    x = _wide(xs[0])
+    *batch, m, n = x.shape
+    k = min(m, n)
+    if x.size == 0:
+        u, s, vh = np.zeros((*batch, m, k)), np.zeros((*batch, k)), np.zeros((*batch, k, n))
+    else:
+        u, s, vh = np.linalg.svd(x, full_matrices=False)
+        top = np.take_along_axis(u, np.argmax(np.abs(u), axis=-2)[..., None, :], axis=-2)
+        flip = np.where(top < 0, -1.0, 1.0)
+        u, vh = u * flip, vh * np.swapaxes(flip, -1, -2)
+    return [v.astype(xs[0].dtype) for v in (u, s, vh)]
+
+
+def _svd_gradient(g: GradBuilder, node: Node, grads: list[str | None]) -> list[str | None]:
+    """derivatives.yaml's svd_backward (thin SVD, real): with E_jk = S_k^2 - S_j^2 (1 on the
+    diagonal) and skew(X) = X - X^T,
+
+        G  = (skew(U^T dU) S_k + S_j skew(V^T dV)) / E + diag(dS)
+        dA = U G Vh, plus (I - U U^T) dU S^-1 Vh when m > k,
+                     or U S^-1 dVh (I - V Vh) when n > k.
+
+    It is invariant to the signs of the pairs (u_j, vh_j) where the loss is (torch's pinv),
+    and, as torch's, not defined at repeated singular values."""
+    du, ds, dvh = grads
+    a = node.inputs[0]
+    if not g.needs(a) or (du is None and ds is None and dvh is None):
+        return [None]
+    u, s, vh = node.outputs
+    *batch, k = g.type(s).shape
+    m, n = g.type(a).shape[-2:]
+
+    def emit(op: str, *ins: str, **attrs) -> str:
+        return g.emit(op, list(ins), attrs)[0]
+
+    row = emit("Reshape", s, shape=[*batch, 1, k])
+    if du is None and dvh is None:  # the singular values alone: U diag(dS) Vh
+        return [_matmul(g, emit("Mul", u, emit("Reshape", ds, shape=[*batch, 1, k])), vh)]
+    col = emit("Reshape", s, shape=[*batch, k, 1])
+    lower = emit("CausalMask", emit("Fill", shape=[k, k], value=1.0, dtype=g.type(s).dtype),
+                 value=0.0)
+    eye = emit("Mul", lower, emit("Transpose", lower, perm=[1, 0]))
+    square = emit("Mul", s, s)
+    gap = emit("Add", emit("Sub", emit("Reshape", square, shape=[*batch, 1, k]),
+                           emit("Reshape", square, shape=[*batch, k, 1])), eye)
+    terms = []
+    if du is not None:
+        x = _matmul(g, u, du, ta=True)
+        terms.append(emit("Mul", emit("Sub", x, _transpose(g, x)), row))
+    if dvh is not None:
+        x = _matmul(g, vh, dvh, tb=True)  # V^T dV, dV = dVh^T
+        terms.append(emit("Mul", col, emit("Sub", x, _transpose(g, x))))
+    inner = emit("Div", terms[0] if len(terms) == 1 else emit("Add", *terms), gap)
+    if ds is not None:
+        inner = emit("Add", inner, emit("Mul", eye, emit("Reshape", ds, shape=[*batch, 1, k])))
+    if m > k and du is not None:
+        scaled = emit("Div", du, row)  # dU S^-1
+        outer = emit("Sub", scaled, _matmul(g, u, _matmul(g, u, scaled, ta=True)))
+        return [_matmul(g, emit("Add", _matmul(g, u, inner), outer), vh)]
+    if n > k and dvh is not None:
+        scaled = emit("Div", dvh, col)  # S^-1 dVh
+        outer = emit("Sub", scaled, _matmul(g, _matmul(g, scaled, vh, tb=True), vh))
+        return [_matmul(g, u, emit("Add", _matmul(g, inner, vh), outer))]
+    return [_matmul(g, u, _matmul(g, inner, vh))]
+
+
+def _svd_scratch(ins: list[TensorType], outs: list[TensorType], a: Attrs, threads: int) -> int:
+    """A workspace per thread: A's tall orientation (r x c), the rotations (c x c), c norms."""
+    m, n = ins[0].shape[-2:]
+    r, c = max(m, n), min(m, n)
+    return threads * 8 * (r * c + c * c + c)
+
+
+register(OpDef(
+    name="MatrixSvd", arity=1, cost_class="gemm", recompute="expensive",
+    infer=_svd_infer, reference=_svd, gradient=_svd_gradient, scratch=_svd_scratch,
+    gpu_scratch=lambda ins, outs, a: _svd_scratch(ins, outs, a, _batch(ins[0])),
+    # a few Jacobi sweeps of c (c - 1) / 2 column rotations, 6 r multiply-adds each
+    flops=lambda ins, outs, a: _batch(ins[0]) * 10 * 6 * max(ins[0].shape[-2:]) *
+    min(ins[0].shape[-2:]) ** 2,
+    doc="Thin SVD A = U diag(S) Vh of each matrix of the last two axes (one-sided Jacobi).",
+))
+
+
+# ---- MatrixQr --------------------------------------------------------------------------------
+
+def _qr_infer(ins: list[TensorType], a: Attrs) -> list[TensorType]:
+    x = ins[0]
+    require_float("MatrixQr", x, "A")
+    if x.rank < 2 or x.shape[-2] < x.shape[-1]:
+        raise OpError(f"MatrixQr: A must be tall or square matrices (..., m, n), m >= n, got "
+                      f"shape {list(x.shape)}")
+    n = x.shape[-1]
+    return [x, TensorType((*x.shape[:-2], n, n), x.dtype)]
+
+
+def _qr(xs: list[np.ndarray], a: Attrs) -> list[np.ndarray]:
+    """numpy.linalg.qr (LAPACK's geqrf and orgqr: the kernels' Householder signs)."""
+    x = _wide(xs[0])
+    if x.size == 0:
+        q, r = np.zeros(x.shape), np.zeros((*x.shape[:-2], x.shape[-1], x.shape[-1]))
+    else:
+        q, r = np.linalg.qr(x)
+    return [q.astype(xs[0].dtype), r.astype(xs[0].dtype)]
+
+
+def _qr_gradient(g: GradBuilder, node: Node, grads: list[str | None]) -> list[str | None]:
+    """derivatives.yaml's linalg_qr_backward for m >= n: with M = R dR^T - dQ^T Q,
+    dA = (dQ + Q copyltu(M)) R^-T, copyltu(M) the symmetric matrix of M's lower triangle."""
+    dq, dr = grads
+    a = node.inputs[0]
+    if not g.needs(a) or (dq is None and dr is None):
+        return [None]
+    q, r = node.outputs
+    terms = []
+    if dr is not None:
+        terms.append(_matmul(g, r, dr, tb=True))
+    if dq is not None:
+        terms.append(g.emit("Neg", [_matmul(g, dq, q, ta=True)])[0])
+    m = terms[0] if len(terms) == 1 else g.emit("Add", terms)[0]
+    low = g.emit("CausalMask", [m], {"value": 0.0})[0]
+    up = _transpose(g, low)
+    sym = g.emit("Sub", [g.emit("Add", [low, up])[0],
+                         g.emit("CausalMask", [up], {"value": 0.0})[0]])[0]
+    x = _matmul(g, q, sym)
+    if dq is not None:
+        x = g.emit("Add", [dq, x])[0]
+    # X R^-T = (R^-1 X^T)^T
+    return [_transpose(g, g.emit("MatrixSolve", [r, _transpose(g, x)])[0])]
+
+
+def _qr_scratch(ins: list[TensorType], outs: list[TensorType], a: Attrs, threads: int) -> int:
+    """A workspace per thread: the vectors and R, Q, the scales (float64)."""
+    m, n = ins[0].shape[-2:]
+    return threads * 8 * (2 * m * n + n)
+
+
+register(OpDef(
+    name="MatrixQr", arity=1, cost_class="gemm", recompute="expensive",
+    infer=_qr_infer, reference=_qr, gradient=_qr_gradient, scratch=_qr_scratch,
+    gpu_scratch=lambda ins, outs, a: _qr_scratch(ins, outs, a, _batch(ins[0])),
+    # Householder: 2 n^2 (m - n/3) for R, as much again for Q
+    flops=lambda ins, outs, a: _batch(ins[0]) * 4 * ins[0].shape[-1] ** 2 *
+    max(ins[0].shape[-2] - ins[0].shape[-1] // 3, 1),
+    doc="Reduced QR A = Q R of each tall or square matrix (Householder, LAPACK's signs).",
+))
