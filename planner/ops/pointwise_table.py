@@ -168,6 +168,10 @@ class Row:
     grads     per input, its derivative d(m, xs, y), 1 (dy passes on unchanged) or None (no
               gradient: torch's is zero); grads=None: no input has one (piecewise constant ops,
               predicates)
+    differentiable
+              False: the op has no gradient rule at all (torch defines no derivative: a loss
+              that needs one through it is refused by autodiff, naming the node, where a
+              zero would train silently otherwise)
     uses_y    a derivative reads the output y
     flops     per output element, a transcendental function counting one
     aten      the ATen overloads ("log1p.default") the torch front end maps to it
@@ -188,6 +192,7 @@ class Row:
     aten: tuple[str, ...] = ()
     domain: tuple[str, ...] = ()
     blocks: tuple[int, ...] | None = None
+    differentiable: bool = True
 
     @property
     def dtypes(self) -> tuple[str, ...]:
@@ -595,7 +600,7 @@ def register_row(row: Row) -> None:
         infer=_infer(row),
         flops=elementwise_flops(row.flops),
         reference=reference_of(row.formula, row.out),
-        gradient=_gradient(row),
+        gradient=_gradient(row) if row.differentiable else None,
         nondiff_inputs=() if row.out == "same" else tuple(range(row.arity)),
         pointwise=Pointwise(row.formula, signatures=row.signatures(), broadcast=row.arity > 1,
                             blocks=row.blocks),

@@ -1,9 +1,10 @@
 """The numpy references of the special functions the pointwise table's rows call as
 m.call("planner_<name>", ...): scipy.special's, with torch's conventions where the two differ:
 the polynomials' float degree truncated toward zero, zero for a negative, NaN or infinite
-degree, Hermite polynomials NaN above degree 128 (torch's float32 kernels); the incomplete gamma functions'
-edge cases in torch's order (x = 0 first, then infinite a, then infinite x, NaN after);
-zeta(x, +inf) NaN (but zeta(1, q) = inf). At x = +-inf a polynomial of degree k >= 1 is its limit, +-inf (where
+degree, Hermite polynomials NaN above degree 128 (torch's float32 kernels); the incomplete
+gamma functions' edge cases in torch's order (x = 0 first, then infinite a, then infinite x,
+NaN after); zeta(x, +inf) NaN (but zeta(1, q) = inf). At x = +-inf a polynomial of degree
+k >= 1 is its limit, +-inf (where
 torch's recurrence meets inf - inf and gives NaN). The executors' kernels call the
 C++ of templates/common/special_math.h (`planner_<name>f`), a port of PyTorch's algorithms, so
 the two are independent; tests/ops/test_special_functions.py holds them equal and both to

@@ -61,9 +61,9 @@ def _polygamma_row(n: int) -> Row:
 
 def _plain(name: str, fn: str, doc: str, aten: str, arity: int = 1, flops: int = 30,
            domain: tuple[str, ...] = ()) -> Row:
-    """A row without a gradient (torch's output is not differentiable)."""
+    """A row without a gradient rule (torch defines no derivative for it)."""
     return Row(name, (_call1 if arity == 1 else _call2)(fn), doc, arity=arity, flops=flops,
-               aten=(aten,), domain=domain)
+               aten=(aten,), domain=domain, differentiable=False)
 
 
 def _polynomial(name: str, fn: str, what: str, aten: str) -> Row:

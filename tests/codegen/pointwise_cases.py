@@ -7,8 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from planner.ops import get_op
-from planner.ops import special_table
+from planner.ops import get_op, special_table
 from planner.ops.pointwise_table import ROWS, Row
 
 # a row's domain -> op_cases' input kinds (ids(5): int64 in [0, 5))
