@@ -75,7 +75,7 @@ from planner.torch.saved import Ref
 from planner.torch.targets import resolve
 
 PRESERVED = ("linear.default", *LOSS_PRESERVED, *INDEX_PRESERVED, *RANDOM_PRESERVED,
-             "dropout.default",
+             "dropout.default", "_safe_softmax.default",
              "scaled_dot_product_attention.default", "prelu.default", "softplus.default",
              "reflection_pad1d.default", "reflection_pad2d.default",
              "replication_pad1d.default", "replication_pad2d.default", "roll.default",

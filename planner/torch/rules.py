@@ -529,6 +529,21 @@ def softmax(n: NodeCtx) -> Value:
     return n.emit1(op, [x], {"axis": _axis(n, n.arg(1, "dim"), len(n.shape(x)))})
 
 
+@rule("aten._safe_softmax.default")
+def safe_softmax(n: NodeCtx) -> Value:
+    """Softmax whose rows masked to -inf whole give zeros (attention over padding). Kept whole
+    (convert.PRESERVED): torch's decomposition takes the softmax of the -inf row (NaN) and
+    then masks it, so its gradient is 0 * NaN; here the masked rows are zeroed before the
+    softmax too, and the gradient there is torch's, 0."""
+    x = n.tensor(0)
+    axis = _axis(n, n.arg(1, "dim"), len(n.shape(x)))
+    top = n.emit1("ReduceMax", [x], {"axes": [axis], "keepdims": True})
+    masked = n.emit1("Equal", [top, n.const(-math.inf, n.dtype(x))])
+    zero = n.const(0.0, n.dtype(x))
+    y = n.emit1("Softmax", [n.emit1("Where", [masked, zero, x])], {"axis": axis})
+    return n.emit1("Where", [masked, zero, y])
+
+
 @rule("aten.upsample_nearest2d.vec", "aten.upsample_bilinear2d.vec",
       "aten.upsample_nearest2d.default", "aten.upsample_bilinear2d.default")
 def upsample(n: NodeCtx) -> Value:

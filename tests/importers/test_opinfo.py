@@ -68,8 +68,6 @@ KNOWN_OFF = {
     # (the OpInfo marks TestBwdGradients.test_fn_grad an expected failure);
     # tests/importers/test_torch_index_views.py holds ours to zero there
     "as_strided_scatter": "wrong: sample 0: gradient of p0",
-    # rows masked to -inf whole: the forward is torch's zeros, the gradient NaN
-    "torch.ops.aten._safe_softmax.default": "wrong: sample 0: gradient of p0",
 }
 
 
