@@ -222,7 +222,10 @@ def comm_lane(graph: Graph, schedule: Schedule, link: Interconnect) -> Schedule:
                                         "deps": deps[name]})
         edges += [Edge(before=b, after=name) for b in sorted(before, key=rank.__getitem__)]
         for c in places:
-            last_on[c] = op
+            # a run's member that a collective delayed may end after the members ordered
+            # after it: what follows the run there waits for the one that ends last
+            if not joins[c] or op.end >= last_on[c].end:
+                last_on[c] = op
         end[name] = op.end
         ops.append(op)
     # Execution order is start order (as cpu_schedule's), so memory planning's reuse edges

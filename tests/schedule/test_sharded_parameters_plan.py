@@ -375,3 +375,15 @@ def test_default_buckets_keep_the_gathered_window_below_what_the_shards_save():
             data_parallel=DataParallelOptions(ranks=2, shard_parameters=True))).to_json()))
     assert len({g["name"].split("/")[1] for g in r["gathers"]}) > 2
     assert r["gathered_window_bytes"] < r["unsharded_bytes"]["parameters"] // 2
+
+
+def test_a_group_member_a_collective_delays_holds_its_cpus_until_it_ends(tmp_path):
+    """A co-run group of sharded updates whose last member waits for a later reduce-scatter:
+    what the schedule puts after the group on one of its CPUs waits for that member, not for
+    the member ordered last (the 16-rank plan failed its verification: two updates on CPU 22
+    at once)."""
+    out = tmp_path / "gpt16.json"
+    assert cli.main(["plan", "zoo:gpt?batch=8&seq=256&dim=768&heads=12&layers=12", "--train",
+                     "adamw", "--target", TARGET, "--data-parallel", "16",
+                     "--shard-parameters", "--no-evaluation", "-o", str(out)]) == 0
+    assert verify_plan_data(json.loads(out.read_text())) == []
