@@ -536,6 +536,9 @@ def safe_softmax(n: NodeCtx) -> Value:
     then masks it, so its gradient is 0 * NaN; here the masked rows are zeroed before the
     softmax too, and the gradient there is torch's, 0."""
     x = n.tensor(0)
+    dtype = n.arg(2, "dtype", None)
+    if dtype is not None and _dtype_name(dtype) != n.dtype(x):  # computed in dtype, as torch
+        x = cast(n, x, _dtype_name(dtype))
     axis = _axis(n, n.arg(1, "dim"), len(n.shape(x)))
     top = n.emit1("ReduceMax", [x], {"axes": [axis], "keepdims": True})
     masked = n.emit1("Equal", [top, n.const(-math.inf, n.dtype(x))])

@@ -69,3 +69,22 @@ def test_a_0d_constant_built_by_slice_assignment_stays_0d():
 def test_scalar_first_arithmetic(fn):
     x = torch.rand(3, 4, generator=torch.Generator().manual_seed(2)) + 0.5
     assert check_call(fn, x) == ("pass", "")
+
+
+def test_safe_softmax_zeroes_masked_rows_with_torchs_gradient_and_dtype():
+    """aten._safe_softmax kept whole: a row masked to -inf whole gives zeros and a zero
+    gradient (the decomposition's was NaN); its dtype argument computes in that dtype."""
+    import numpy as np
+
+    from tests.importers.torch_op_check import imported_case, reference_outputs
+
+    mask = torch.zeros(3, 4, dtype=torch.bool)
+    mask[1] = True
+    for dtype in (None, torch.float64):
+        case = imported_case(lambda w, dtype=dtype: torch.ops.aten._safe_softmax.default(
+            w.masked_fill(mask, float("-inf")), -1, dtype=dtype), [torch.randn(3, 4)])
+        got = reference_outputs(case)
+        for name, want in case.want.items():
+            assert np.all(np.isfinite(got[name])), name
+            np.testing.assert_allclose(got[name], want, rtol=1e-5, atol=1e-6)
+        assert got[case.graph.outputs[0]].dtype == (np.float32 if dtype is None else np.float64)
