@@ -28,6 +28,7 @@ from __future__ import annotations
 from typing import Any
 
 from planner.errors import UserError
+from planner.graph.sharded_parameters import backward_start
 from planner.plan import Plan
 
 
@@ -96,7 +97,27 @@ def explain_gather(plan: Plan, name: str) -> dict[str, Any]:
             "prefetch": me.prefetch, "issued_after": behind[0] if behind else "",
             "overlaps": [o.name for o in overlaps], "covered_seconds": covered,
             "stall_seconds": stall, "not_earlier": why,
-            "keep": node.attrs.get("keep")}
+            "keep": node.attrs.get("keep"), "keep_gap_seconds": _keep_gap(plan, node, at, ops)}
+
+
+def _keep_gap(plan: Plan, node: Any, at: dict[str, int], ops: list[Any]) -> float | None:
+    """The keep decision's price, for a forward all-gather: the predicted time from its copy's
+    last forward reader's end to its bucket's first backward reader's start (kept: its bytes
+    held over it; freed: the bytes that time saves, for one more all-gather); None else."""
+    if node.attrs.get("keep") is None:
+        return None
+    graph = plan.graph
+    bwd = backward_start(graph)
+    index = {n.name: i for i, n in enumerate(graph.nodes)}
+    again = [g for g in graph.nodes if g.op == "AllGather" and g.inputs == node.inputs]
+    copies = {t for g in again for t in g.outputs}
+    reads = [(index[n.name], ops[at[n.name]]) for n in graph.nodes
+             if n.name in at and copies & set(n.inputs)]
+    forward = [o.end for i, o in reads if i < bwd]
+    backward = [o.start for i, o in reads if i >= bwd]
+    if not forward or not backward:
+        return None
+    return max(0.0, min(backward) - max(forward))
 
 
 def format_gather(e: dict[str, Any]) -> str:
@@ -111,9 +132,13 @@ def format_gather(e: dict[str, Any]) -> str:
                  + ("its reader does not wait for it" if e["stall_seconds"] <= 0 else
                     f"its reader waits {e['stall_seconds'] * us:.1f} us"))
     lines.append(f"  not earlier: {e['not_earlier']}")
+    gap = e.get("keep_gap_seconds")
+    price = ("" if gap is None else
+             f" ({e['bytes']:,} bytes over the {gap * us:.1f} us between them, against one "
+             f"more all-gather of {e['seconds'] * us:.1f} us)")
     if e["keep"] is not None:
         lines.append("  its copy is kept for backward's readers (no other bucket is read "
-                     "between its last forward and first backward reader)" if e["keep"] else
-                     "  its copy is freed after its last forward reader and gathered again "
-                     "for backward")
+                     f"between its last forward and first backward reader){price}" if e["keep"]
+                     else "  its copy is freed after its last forward reader and gathered "
+                     f"again for backward{price}")
     return "\n".join(lines)

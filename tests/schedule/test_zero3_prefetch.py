@@ -88,7 +88,7 @@ def test_no_gather_waits_on_the_lane_behind_a_later_reduce_scatter(small):
 
     lane = sorted((o for o in small.ops if not o.cpus), key=lambda o: o.order)
     assert any(o.op == "ReduceScatter" for o in lane)
-    for before, gather in zip(lane, lane[1:]):
+    for before, gather in zip(lane, lane[1:], strict=False):
         if gather.op == "AllGather" and before.op == "ReduceScatter":
             assert ready(before.name) <= ready(gather.name), (before.name, gather.name)
 
@@ -105,3 +105,21 @@ def test_the_zero3_step_stays_with_zero1s_and_grows_with_the_ranks():
         assert z3.summary.step_seconds <= 1.05 * z1.summary.step_seconds, ranks
         steps.append(z3.summary.step_seconds)
     assert steps == sorted(steps)
+
+
+def test_explain_prices_each_keep_decision(small):
+    """explain gives each forward gather's keep decision its price: the bytes over the time
+    between the copy's last forward reader and its bucket's first backward reader. The copy
+    kept is the one over the loss, the shortest gap; those freed span their layers' backward."""
+    from planner.report.explain_gather import explain_gather, format_gather
+
+    gaps = {}
+    for n in small.graph.nodes:
+        if n.op == "AllGather" and "keep" in n.attrs:
+            e = explain_gather(small, n.name)
+            assert e["keep_gap_seconds"] > 0, n.name
+            assert f"{e['bytes']:,} bytes over the" in format_gather(e)
+            gaps[n.name] = (e["keep"], e["keep_gap_seconds"])
+    kept = [g for k, g in gaps.values() if k]
+    freed = [g for k, g in gaps.values() if not k]
+    assert kept and freed and max(kept) < min(freed)
