@@ -74,9 +74,9 @@ def forward(model: str, ranks: int):
 
 
 def training_graph(model: str, ranks: int):
-    from planner.graph.optimizer import Optimizer
     from planner.frontend.options import GraphOptions
     from planner.frontend.prepare import prepare
+    from planner.graph.optimizer import Optimizer
 
     return prepare(forward(model, ranks), GraphOptions(optimizer=Optimizer(kind="adam", lr=LR)))
 
