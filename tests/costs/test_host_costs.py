@@ -15,6 +15,7 @@ from planner.costs.records import CostEntry, CostTable, CpuSample
 from planner.costs.signature import OpSignature
 from planner.errors import UserError
 from planner.graph.autodiff import make_training_graph
+from planner.graph.ir import Graph, Node, Tensor
 from planner.graph.optimizer import Optimizer
 from planner.pipeline import plan
 from planner.target import preset
@@ -198,3 +199,55 @@ def test_a_batch_writes_each_float_operand_just_before_its_signature_runs():
     writer = {n.outputs[0]: n.name for n in g.nodes if n.op == "Neg"}
     assert any(lane[writer[t]] != lane[n.name] for n in g.nodes if n.op != "Neg"
                for t in n.inputs if t in writer)  # an operand handed across lanes
+
+
+def test_a_measurement_beside_a_busy_neighbour_is_kept_as_busy(tmp_path, monkeypatch):
+    """The load kept with a measurement is the other processes' share over the measurement
+    itself, not the lagging load average: neighbours that spin through it (and that the
+    average, read before, does not show) make it a busy one, measured again when quiet."""
+    import math
+    import os
+    import subprocess
+    import sys
+    import time
+
+    monkeypatch.setattr("planner.costs.host_costs.cache_root", lambda: tmp_path)
+    monkeypatch.setattr("planner.costs.host_costs.load_now", lambda: 0.0)  # "quiet" before
+    spinners = max(1, math.ceil(2 * BUSY * (os.cpu_count() or 1)))
+
+    def beside_neighbours(signatures, target, progress=None):
+        procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
+                 for _ in range(spinners)]
+        try:
+            time.sleep(1.5)  # this process idle: the busy CPU time is theirs
+        finally:
+            for p in procs:
+                p.kill()
+                p.wait()
+        return table(2e-6)
+
+    g = Graph(name="g", kind="inference", tensors=(
+        Tensor(name="x", shape=(256,), dtype="float32", role="input"),
+        Tensor(name="y", shape=(256,), dtype="float32")),
+        nodes=(Node(name="relu", op="Relu", inputs=("x",), outputs=("y",)),), outputs=("y",))
+    host = detect()
+    host_table([g], host, beside_neighbours)
+    store = read_store(host)
+    assert store.loads[SIG.key] > BUSY
+    assert store.to_measure([SIG], load=0.0) == [SIG]   # measured again once quiet
+
+
+def test_stores_kept_before_the_measurements_recorded_their_own_load_are_not_trusted():
+    """Version 1 stores kept the lagging load average with each entry (busy measurements
+    among the quiet ones): their host key is not today's, so they are measured again."""
+    import hashlib
+
+    from planner import __version__
+    from planner.costs.host_costs import STORE_VERSION, host_key
+    from planner.graph.ir import canonical_json
+
+    host = detect()
+    data = host.model_dump(mode="json", exclude={"notes", "provenance"})
+    v1 = hashlib.sha256(canonical_json({"target": data, "planner": __version__}).encode()
+                        ).hexdigest()[:32]
+    assert STORE_VERSION >= 2 and host_key(host) != v1
