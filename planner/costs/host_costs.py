@@ -19,11 +19,12 @@ The load is kept with each signature: the other processes' share of the machine 
 measured, read from the kernel's CPU counters over the measurement itself (`CpuClock`: every
 CPU's busy time, the hypervisor's steal among it, less this process's and its builds' own, per
 logical CPU and second). Not the 1-minute load average: it lags, and less an assumed one
-runnable thread of ours it read 0.044 beside a neighbour that held one of two CPUs (the
-measuring process had just started); that store's two-thread times came out no faster than
-one thread (a team waits for its slowest thread), and the uniform plans it priced predicted
-1.2-2x what they ran (bench/results/2026-11-26-measured-costs-load.md). Where the counters are
-missing (not Linux), the load average stands in (`load_now`).
+runnable thread of ours it read 0.044 while others ran (1.09 with the measuring process
+seconds old; 2.33 over five minutes). That store's two-thread GEMMs came out no faster than
+one thread (a team waits for a descheduled thread: their steps ran 1.4-2.8 ms or 8-17 ms
+beside neighbours), and the uniform plans it priced predicted 1.2-2x what they ran
+(bench/results/2026-11-26-measured-costs-load.md). Where the counters are missing (not
+Linux), the load average stands in (`load_now`).
 
 A measurement taken on a busy machine (`BUSY`) is not the cached truth for long: when a later
 plan finds the machine quiet (the other processes' share over a glance of GLANCE_SECONDS,

@@ -213,17 +213,9 @@ def test_a_measurement_beside_a_busy_neighbour_is_kept_as_busy(tmp_path, monkeyp
 
     monkeypatch.setattr("planner.costs.host_costs.cache_root", lambda: tmp_path)
     monkeypatch.setattr("planner.costs.host_costs.load_now", lambda: 0.0)  # "quiet" before
-    spinners = max(1, math.ceil(2 * BUSY * (os.cpu_count() or 1)))
 
-    def beside_neighbours(signatures, target, progress=None):
-        procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
-                 for _ in range(spinners)]
-        try:
-            time.sleep(1.5)  # this process idle: the busy CPU time is theirs
-        finally:
-            for p in procs:
-                p.kill()
-                p.wait()
+    def meanwhile(signatures, target, progress=None):
+        time.sleep(1.5)  # this process idle: the busy CPU time is the neighbours'
         return table(2e-6)
 
     g = Graph(name="g", kind="inference", tensors=(
@@ -231,7 +223,17 @@ def test_a_measurement_beside_a_busy_neighbour_is_kept_as_busy(tmp_path, monkeyp
         Tensor(name="y", shape=(256,), dtype="float32")),
         nodes=(Node(name="relu", op="Relu", inputs=("x",), outputs=("y",)),), outputs=("y",))
     host = detect()
-    host_table([g], host, beside_neighbours)
+    # Neighbours, not builds of ours: reaped only after the measurement, their CPU time is
+    # no part of this process's children's (a build's, waited for, is).
+    spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
+                for _ in range(max(1, math.ceil(2 * BUSY * (os.cpu_count() or 1))))]
+    try:
+        time.sleep(0.3)  # running
+        host_table([g], host, meanwhile)
+    finally:
+        for p in spinners:
+            p.kill()
+            p.wait()
     store = read_store(host)
     assert store.loads[SIG.key] > BUSY
     assert store.to_measure([SIG], load=0.0) == [SIG]   # measured again once quiet
