@@ -181,6 +181,9 @@ class ShardedUpdate : public Kernel {
   explicit ShardedUpdate(const Node& n) : u_(n, bucket_alignment(n)) {
     if (bucket_alignment(n) % kBucketAlign)
       throw std::runtime_error("a sharded bucket on the GPU is aligned to 256 bytes");
+    if (u_.found_inf >= 0)  // (the planner refuses such plans for GPU targets)
+      throw std::runtime_error("a sharded update that skips overflowing fp16 steps runs on "
+                               "the CPU executor only yet");
   }
   std::string detail() const override { return "shard, all-gather in place"; }
   void run(const Run& r) override {
