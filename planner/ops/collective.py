@@ -244,6 +244,11 @@ def _reference_scatter(xs: list[np.ndarray], a: Attrs) -> list[np.ndarray]:
     return [flat_bucket(xs, a["ranks"], _alignment(a))[:shard]]
 
 
+def _scatter_scratch(outs: list[TensorType], a: Attrs) -> int:
+    # in_place 0: the bucket, every rank's shard, copied into scratch
+    return 0 if a.get("in_place", 1) else a["ranks"] * outs[0].nbytes
+
+
 register(OpDef(
     name="ReduceScatter",
     cost_class="data-movement",
@@ -259,8 +264,9 @@ register(OpDef(
     bytes_moved=lambda ins, outs, a: 2 * sum(t.nbytes for t in ins) + 2 * outs[0].nbytes,
     reference=_reference_scatter,
     recompute="never",
-    scratch=lambda ins, outs, a, threads: (0 if a.get("in_place", 1)
-                                           else a["ranks"] * outs[0].nbytes),
+    scratch=lambda ins, outs, a, threads: _scatter_scratch(outs, a),
+    # (the CUDA kernel's copy too: compiled, not yet run; accumulation is refused on GPUs)
+    gpu_scratch=lambda ins, outs, a: _scatter_scratch(outs, a),
     doc="s = this rank's shard of the gradient bucket [g_1..g_k], averaged over the ranks "
         "(a sum reduce-scatter in place, or on a copy in scratch, then 1/ranks).",
 ))
@@ -468,8 +474,10 @@ register(OpDef(
     bytes_moved=lambda ins, outs, a: 3 * sum(t.nbytes for t in ins) + 4,
     reference=_reference_clip,
     recompute="never",
-    # the float the ranks sum (its own 64 bytes of the arena, a view the process group reads)
+    # the float the ranks sum (its own 64 bytes of the arena, a view the process group reads;
+    # 256 of the device arena: compiled, not yet run on a GPU, where it is refused)
     scratch=lambda ins, outs, a, threads: 64,
+    gpu_scratch=lambda ins, outs, a: 256,
     doc="clip_grad_norm_ over gradient shards [s_1..s_k] -> [s_1 c..s_k c, total_norm]: the "
         "shards' squares summed, then summed over the ranks (an all-reduce of one float), "
         "c = min(max_norm / (total_norm + 1e-6), 1).",
@@ -491,8 +499,9 @@ register(OpDef(
     bytes_moved=lambda ins, outs, a: 2 * sum(t.nbytes for t in ins[:-1]) + 8,
     reference=_reference_unscale,
     recompute="never",
-    # the flag the ranks sum (its own 64 bytes of the arena, a view the process group reads)
+    # the flag the ranks sum (as ShardedClipGradNorm's)
     scratch=lambda ins, outs, a, threads: 64,
+    gpu_scratch=lambda ins, outs, a: 256,
     doc="GradScaler.unscale_ over gradient shards [s_1..s_k, scale] -> [s_1 / scale.. s_k / "
         "scale, found_inf]: found_inf 1 where any rank's shards hold an inf or NaN (each "
         "rank's flag summed over the ranks, an all-reduce of one float), else 0.",
