@@ -71,8 +71,8 @@ def forward(model: str, ranks: int):
 
 def training_graph(model: str, ranks: int):
     from planner.graph.optimizer import Optimizer
-    from planner.graph.options import GraphOptions
-    from planner.graph.prepare import prepare
+    from planner.frontend.options import GraphOptions
+    from planner.frontend.prepare import prepare
 
     return prepare(forward(model, ranks), GraphOptions(optimizer=Optimizer(kind="adam", lr=LR)))
 

@@ -33,8 +33,8 @@ buckets would pay mostly latency, larger ones start their transfer later than ne
 Example:
     >>> from planner.graph.data_parallel import buckets, with_all_reduce
     >>> from planner.graph.optimizer import Optimizer
-    >>> from planner.graph.options import GraphOptions
-    >>> from planner.graph.prepare import prepare
+    >>> from planner.frontend.options import GraphOptions
+    >>> from planner.frontend.prepare import prepare
     >>> g = prepare("zoo:mlp?batch=4&hidden=8&in_features=3&classes=2",
     ...             GraphOptions(optimizer=Optimizer(kind="sgd")))
     >>> [len(b) for b in buckets(g, 64)]           # bytes: 8 + 64 | 32 + 96 of fc2, fc1
@@ -124,8 +124,8 @@ def gathered_bucket_bytes(graph: Graph, ranks: int) -> int:
     compute) hold less than the shards save, (r - 1) / r of them.
 
     >>> from planner.graph.optimizer import Optimizer
-    >>> from planner.graph.options import GraphOptions
-    >>> from planner.graph.prepare import prepare
+    >>> from planner.frontend.options import GraphOptions
+    >>> from planner.frontend.prepare import prepare
     >>> g = prepare("zoo:mlp?batch=4&hidden=8&in_features=3&classes=2",
     ...             GraphOptions(optimizer=Optimizer(kind="sgd")))
     >>> gathered_bucket_bytes(g, 2)     # 200 bytes of parameters

@@ -277,8 +277,8 @@ def test_every_optimizer_and_precision_plans_and_verifies_or_is_refused_in_one_l
     a two-core host (ResNet-18 on the first only): a plan with all-gathers that verifies, or
     fp16-mixed's loss scaling over the shards (one ShardedUnscaleGrads reading every
     reduce-scatter's shard, whose flag every skip and the scale's update read)."""
-    from planner.graph.options import GraphOptions
-    from planner.graph.prepare import prepare
+    from planner.frontend.options import GraphOptions
+    from planner.frontend.prepare import prepare
     from planner.verify import verify_plan
     from tests.targets import two_cores
 
@@ -352,8 +352,8 @@ def test_default_buckets_keep_the_gathered_window_below_what_the_shards_save():
     """Without --bucket-bytes a ZeRO-3 bucket closes at (N-1)/2N of the parameters: the
     zoo's GPT on xeon-8180, whose link alone makes one bucket of all its parameters (every
     one gathered at once, more than the shards save), gathers at most half of them at once."""
-    from planner.graph.options import GraphOptions
-    from planner.graph.prepare import prepare
+    from planner.frontend.options import GraphOptions
+    from planner.frontend.prepare import prepare
 
     graph = prepare("zoo:gpt?batch=2", GraphOptions(optimizer=Optimizer(kind="adamw")))
     with warnings.catch_warnings():
