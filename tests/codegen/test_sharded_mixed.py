@@ -32,8 +32,9 @@ MAX_NORM = 0.5
 STEPS = 8         # fp16-mixed's: few enough that float16's error, grown by e^(steps lr) over
 OVERFLOW = 2      # the steps, stays well below what they move; rank 1's rows of step
                   # OVERFLOW overflow float16 once scaled
-# (optimizer, ZeRO stage, clip_grad_norm_)
-RUNS = (("sgd", 3, None), ("sgd", 1, None), ("adamw", 3, MAX_NORM), ("adamw", 1, MAX_NORM))
+# (optimizer, ZeRO stage (0: replicated, the reference of AdamW's), clip_grad_norm_)
+RUNS = (("sgd", 3, None), ("sgd", 1, None), ("adamw", 3, MAX_NORM), ("adamw", 1, MAX_NORM),
+        ("adamw", 0, MAX_NORM))
 EPS32 = float(np.finfo(np.float32).eps)
 
 
@@ -60,79 +61,108 @@ def _low_writers(package, dtype: str) -> int:
     return sum(bool(set(n["outputs"]) & low) for n in graph["nodes"])
 
 
-def _sgd_tolerance(low: int, unit: float, ranks: int, steps: int, gmax: float) -> float:
+def _sgd_tolerance(low: int, unit: float, rows: int, steps: int, gmax: float) -> float:
     """SGD's parameters against PyTorch (float32) after `steps` steps: every value rounded to
     the low type (unit roundoff `unit`) is off by a factor (1 + d), |d| <= unit, and a
     gradient's terms pass through at most `low` such roundings, so a step's gradient is
     within (low unit + gamma32) gmax of the exact one (gamma32: the float32 sums over the
     global batch and the layers' inner dimensions, in another order on each side, bounded
-    as dp_harness.check_numbers does), PyTorch's within gamma32 gmax; SGD turns that into
+    as dp_harness.check_numbers does; `rows` of an optimizer step's global batch), PyTorch's
+    within gamma32 gmax; SGD turns that into
     parameters as check_numbers derives. (Loss scaling is exact: the scales are powers of
     two, and at 2^15 or more no gradient here falls to float16's subnormals by more than
     2^-25 / 2^15 absolute.)"""
-    gamma32 = 2 * (ranks * SHARD + 16) * EPS32
+    gamma32 = 2 * (rows + 16) * EPS32
     lr = LR["sgd"]
     return steps * lr * (low * unit + 2 * gamma32) * gmax * np.exp(steps * lr)
 
 
-def _adam_tolerance(low: int, unit: float, ranks: int, steps: int) -> float:
-    """AdamW's parameters against PyTorch's: a step's gradient is within a relative
-    gamma = low unit + 2 gamma32 of the exact one (as _sgd_tolerance), clip_grad_norm_'s
-    factor too (it is made of them); Adam divides by sqrt(v), so where |g| dominates its
-    rounding a relative error gamma moves the step lr m / sqrt(v) by at most about
-    2 gamma lr, which dp_harness.check_numbers allows twice per step."""
-    gamma = low * unit + 2 * 2 * (ranks * SHARD + 16) * EPS32
-    lr = LR["adamw"]
-    return steps * lr * 4 * gamma * np.exp(steps * lr)
-
-
 def _same_on_every_rank(files) -> list[dict[str, np.ndarray]]:
+    """Every rank's state, the same bits on every rank but its own shards and its own sums of
+    its micro-batches' gradients."""
     got = [dict(np.load(f)) for f in files]
     for name in got[0]:
-        if not name.startswith("shard/"):
+        if not name.startswith("shard/") and not name.endswith("/grad_sum"):
             assert all(np.array_equal(got[0][name], g[name]) for g in got[1:]), name
     return got
+
+
+def _fp16_runs(tmp_path, ranks: int, runs_, k: int = 1) -> None:
+    """Build `runs_` (optimizer, ZeRO stage, clip) in fp16-mixed with `k` micro-batches per
+    optimizer step, run them on `ranks` gloo ranks over _data, and check them: every rank holds
+    the same bits, skipped the optimizer step holding micro-batch OVERFLOW (the scale halved
+    once, Adam's step count not counting it), and summed its flag with the others'. SGD ends
+    where PyTorch does stepping the other steps' global batches, within float16's error
+    (_sgd_tolerance). AdamW is held to the replicated plan's run (stage 0: all-reduced
+    gradients, one UnscaleGrads over them, every rank doing the same float16 arithmetic on its
+    rows) within float32's error (dp_harness.check_numbers' Adam bound): Adam divides each
+    element's step by its own magnitude, so a float16 rounding of a gradient element nearer
+    zero than its error can turn that element's step, and no float16 bound holds per element
+    against PyTorch's float32."""
+    pkgs = [build_package(kind, tmp_path, ranks, shard=zero == 1, shard_parameters=zero == 3,
+                          clip=clip, accumulate=k, precision="fp16-mixed")
+            for kind, zero, clip in runs_]
+    for (_, zero, _), pkg in zip(runs_, pkgs, strict=True):
+        graph = json.loads((pkg / "plan.json").read_text())["graph"]
+        unscale = [n for n in graph["nodes"] if n["op"] == "ShardedUnscaleGrads"]
+        shards = sorted(n["outputs"][0] for n in graph["nodes"] if n["op"] == "ReduceScatter")
+        assert len(unscale) == bool(zero) and (not zero or sorted(unscale[0]["inputs"][:-1])
+                                               == shards)
+        assert any(n["op"] == "UnscaleGrads" for n in graph["nodes"]) == (not zero)
+    data, params, x, labels = _data(tmp_path, ranks)
+    outs = [[tmp_path / f"{kind}{zero}_{k}_{r}.npz" for r in range(ranks)]
+            for kind, zero, _ in runs_]
+    runs = launch_ranks([os.pathsep.join(map(str, pkgs))] * ranks, data,
+                        [os.pathsep.join(str(o[r]) for o in outs) for r in range(ranks)])
+    assert all(r.returncode == 0 for r in runs), [r.stdout[-1500:] for r in runs]
+    kept = [s for s in range(STEPS) if s // k != OVERFLOW // k]
+    steps, rows = len(kept) // k, k * ranks * SHARD
+    final = {}
+    for (kind, zero, _), pkg, files in zip(runs_, pkgs, outs, strict=True):
+        got = _same_on_every_rank(files)
+        # one overflow at the first scale: halved once, never grown (interval 2000)
+        assert float(got[0]["optim/loss_scale"]) == INIT_LOSS_SCALE / 2, (kind, zero)
+        if kind == "adamw":  # the skipped step is not counted
+            assert float(got[0]["optim/step"]) == steps
+        for f in files if zero else []:  # every rank summed its flag with the others'
+            facts = json.loads(open(f"{f}.json").read())
+            assert any(n == 1 for _, n in facts["summed"]), facts["summed"]
+        whole = _gathered(pkg, files, tmp_path, f"{kind}{zero}_{k}") if zero == 3 else files
+        final[kind, zero] = dict(np.load(whole[0]))
+    for (kind, zero, clip), pkg in zip(runs_, pkgs, strict=True):
+        if kind == "sgd":
+            want, gmax = torch_reference(kind, params, x[kept], labels[kept], clip,
+                                         accumulate=k)
+            tol = _sgd_tolerance(_low_writers(pkg, "float16"), 2.0 ** -11, rows, steps, gmax)
+        elif zero:
+            want = final[kind, 0]
+            gamma32 = 2 * (rows + 16) * EPS32
+            tol = steps * LR[kind] * 4 * gamma32 * np.exp(steps * LR[kind])
+        else:
+            continue
+        mine = final[kind, zero]
+        worst = max(float(np.max(np.abs(mine[n] - want[n]))) for n in params)
+        moved = max(float(np.max(np.abs(want[n] - params[n]))) for n in params)
+        assert moved > 2 * tol, (kind, zero, moved, tol)
+        assert worst <= tol, (kind, zero, worst, tol)
 
 
 @pytest.mark.parametrize("ranks", [RANKS, 4])
 def test_fp16_sharded_ranks_skip_the_step_one_rank_overflows_and_match_pytorch(tmp_path, ranks):
     """fp16-mixed, ZeRO-3 and ZeRO-1, SGD and AdamW with clip_grad_norm_: at step OVERFLOW
-    only rank 1's gradients overflow; every rank skips that step (its parameters, optimizer
-    state and Adam's step count as they were) and halves the scale, and the parameters end
-    where PyTorch's do stepping the global batch of every other step."""
-    pkgs = [build_package(kind, tmp_path, ranks, shard=zero == 1, shard_parameters=zero == 3,
-                          clip=clip, precision="fp16-mixed") for kind, zero, clip in RUNS]
-    for pkg in pkgs:
-        graph = json.loads((pkg / "plan.json").read_text())["graph"]
-        unscale = [n for n in graph["nodes"] if n["op"] == "ShardedUnscaleGrads"]
-        shards = sorted(n["outputs"][0] for n in graph["nodes"] if n["op"] == "ReduceScatter")
-        assert len(unscale) == 1 and sorted(unscale[0]["inputs"][:-1]) == shards
-        assert not any(n["op"] == "UnscaleGrads" for n in graph["nodes"])
-    data, params, x, labels = _data(tmp_path, ranks)
-    outs = [[tmp_path / f"{kind}{zero}_{r}.npz" for r in range(ranks)] for kind, zero, _ in RUNS]
-    runs = launch_ranks([os.pathsep.join(map(str, pkgs))] * ranks, data,
-                        [os.pathsep.join(str(o[r]) for o in outs) for r in range(ranks)])
-    assert all(r.returncode == 0 for r in runs), [r.stdout[-1500:] for r in runs]
-    kept = [s for s in range(STEPS) if s != OVERFLOW]
-    for (kind, zero, clip), pkg, files in zip(RUNS, pkgs, outs, strict=True):
-        got = _same_on_every_rank(files)
-        # one overflow at the first scale: halved once, never grown (interval 2000)
-        assert float(got[0]["optim/loss_scale"]) == INIT_LOSS_SCALE / 2, kind
-        if kind == "adamw":  # the skipped step is not counted
-            assert float(got[0]["optim/step"]) == len(kept)
-        for f in files:  # every rank summed its flag with the others' (one float)
-            facts = json.loads(open(f"{f}.json").read())
-            assert any(n == 1 for _, n in facts["summed"]), facts["summed"]
-        whole = _gathered(pkg, files, tmp_path, f"{kind}{zero}") if zero == 3 else files
-        mine = dict(np.load(whole[0]))
-        want, gmax = torch_reference(kind, params, x[kept], labels[kept], clip)
-        worst = max(float(np.max(np.abs(mine[n] - want[n]))) for n in want)
-        moved = max(float(np.max(np.abs(want[n] - params[n]))) for n in want)
-        low = _low_writers(pkg, "float16")
-        tol = (_sgd_tolerance(low, 2.0 ** -11, ranks, len(kept), gmax) if kind == "sgd"
-               else _adam_tolerance(low, 2.0 ** -11, ranks, len(kept)))
-        assert moved > 2 * tol, (kind, zero, moved, tol)
-        assert worst <= tol, (kind, zero, worst, tol)
+    only rank 1's gradients overflow; every rank skips that step and halves the scale, and
+    the parameters end where one process's do on the global batch of every other step
+    (_fp16_runs)."""
+    _fp16_runs(tmp_path, ranks, RUNS)
+
+
+def test_fp16_sharded_accumulation_skips_the_optimizer_step_one_micro_batch_overflows(tmp_path):
+    """fp16-mixed with 2 micro-batches per optimizer step on 2 ranks (SGD with ZeRO-3, AdamW
+    with clip_grad_norm_ and ZeRO-1): the shards of the gradient sums are unscaled and checked
+    once per optimizer step, on its last micro-batch; rank 1's rows of micro-batch OVERFLOW
+    overflow, so every rank skips the optimizer step holding it (_fp16_runs)."""
+    _fp16_runs(tmp_path, RANKS, (("sgd", 3, None), ("adamw", 1, MAX_NORM),
+                                 ("adamw", 0, MAX_NORM)), k=2)
 
 
 def test_bf16_mixed_shards_match_pytorch_to_bfloat16s_accuracy(tmp_path):
@@ -156,8 +186,10 @@ def test_bf16_mixed_shards_match_pytorch_to_bfloat16s_accuracy(tmp_path):
         _same_on_every_rank(files)
         whole = _gathered(pkg, files, tmp_path, f"bf16_{zero}") if zero == 3 else files
         mine = dict(np.load(whole[0]))
-        tol = _sgd_tolerance(_low_writers(pkg, "bfloat16"), 2.0 ** -8, RANKS, steps, gmax)
+        tol = _sgd_tolerance(_low_writers(pkg, "bfloat16"), 2.0 ** -8, RANKS * SHARD, steps,
+                             gmax)
         worst = max(float(np.max(np.abs(mine[n] - want[n]))) for n in want)
         moved = max(float(np.max(np.abs(want[n] - params[n]))) for n in want)
         assert moved > 2 * tol, (zero, moved, tol)
         assert worst <= tol, (zero, worst, tol)
+
