@@ -89,7 +89,8 @@ def list_moldable(costs: OpCosts, preds: Sequence[Sequence[int]], priority: Sequ
     def decide(now: float, ready: list[int], machine: Machine) -> list[Placement]:
         started: list[Placement] = []
         queue = sorted(ready, key=rank.__getitem__)
-        if group_min is not None:
+        # A group needs group_min ready ops (most decisions see three or four).
+        if group_min is not None and len(queue) >= group_min:
             by_key: dict[str, list[int]] = {}
             for i in queue:
                 by_key.setdefault(costs.keys[i], []).append(i)

@@ -80,14 +80,19 @@ def execution_waits(placements: Sequence[Placement],
         missing = sorted(set(range(len(preds))) - set(where))
         raise ValueError(f"nodes {missing[:5]} are not placed")
     waits: list[set[int]] = []
-    # The last placement on each core's first (last_on[0]) and second hardware thread.
-    last_on: tuple[dict[int, int], dict[int, int]] = ({}, {})
+    # The last placement on each core's first (last_on[0]) and second hardware thread, -1
+    # before any: indexed by core, read and written by map() (an all-core op touches every
+    # core, at every placement of the search's candidates).
+    cores = 1 + max((max(p.cores) for p in placements if p.cores), default=-1)
+    last_on = ([-1] * cores, [-1] * cores)
     for i, p in enumerate(placements):
         w = {where[u] for v in p.nodes for u in preds[v]}
         slots = last_on[1 if p.smt else 0]
-        w.update(slots[c] for c in p.cores if c in slots)
-        slots.update(dict.fromkeys(p.cores, i))
+        w.update(map(slots.__getitem__, p.cores))
+        for c in p.cores:
+            slots[c] = i
         w.discard(i)
+        w.discard(-1)
         waits.append(w)
     return waits
 
