@@ -123,8 +123,9 @@ def list_moldable(costs: OpCosts, preds: Sequence[Sequence[int]], priority: Sequ
                 others = queued - allot[i] if fill else 0
                 if free - others > limit:
                     wide = best[i][free - others - 1]
-                    if now + t[wide - 1] <= min((e for e, _, p in machine.running if not p.smt),
-                                                default=math.inf):
+                    # Running placements are sorted by end: the first without SMT ends first.
+                    if now + t[wide - 1] <= next((e for e, _, p in machine.running
+                                                  if not p.smt), math.inf):
                         k = wide
             finish = now + t[k - 1]
             if reserved is not None:
