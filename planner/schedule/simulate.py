@@ -42,9 +42,9 @@ Example:
 from __future__ import annotations
 
 import heapq
-from itertools import compress
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import compress
 
 import numpy as np
 
