@@ -38,10 +38,10 @@ def main() -> None:
     warnings.simplefilter("ignore")
     from planner.collection import fewer_collections
     from planner.costs import CostModel
+    from planner.frontend.options import GraphOptions
+    from planner.frontend.prepare import prepare
     from planner.graph.deps import predecessors
     from planner.graph.optimizer import Optimizer
-    from planner.graph.options import GraphOptions
-    from planner.graph.prepare import prepare
     from planner.pipeline import plan, step_graph
     from planner.schedule import cpu
     from planner.schedule.bound import capacity, lower_bound
