@@ -38,6 +38,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any, Protocol
 
 import numpy as np
@@ -346,21 +347,32 @@ def reorder_scratch(copies: int, per_thread: int = 4096):
     ...                    [TensorType((2, 8, 8, 8))], {}, 2)
     31104
     """
-    def padded(t: TensorType, weight: bool) -> int:
+    def rule(ins: list[TensorType], outs: list[TensorType], attrs: Attrs, threads: int) -> int:
+        operands = _padded_operands(tuple((tuple(t.shape), t.dtype) for t in ins),
+                                    tuple((tuple(t.shape), t.dtype) for t in outs))
+        return copies * operands + per_thread * threads
+
+    return rule
+
+
+@lru_cache(maxsize=4096)
+def _padded_operands(ins: tuple[tuple[tuple[int, ...], str], ...],
+                     outs: tuple[tuple[tuple[int, ...], str], ...]) -> int:
+    """reorder_scratch's operand bytes (shapes and dtypes), blocked: the part of its rule no
+    thread count changes, cached (planning asks for an op's scratch at many thread counts:
+    planner.memory.variants)."""
+    def padded(shape: tuple[int, ...], dtype: str, weight: bool) -> int:
         # Fewer than 8 channels (a first layer's image) stay in plain layouts.
-        s = list(t.shape)
+        s = list(shape)
         if len(s) >= 2 and s[1] >= 8:
             s[1] = -(-s[1] // 16) * 16
         if weight and len(s) == 4 and s[0] >= 8:
             s[0] = -(-s[0] // 16) * 16
-        return num_bytes(tuple(s), t.dtype)
+        return num_bytes(tuple(s), dtype)
 
-    def rule(ins: list[TensorType], outs: list[TensorType], attrs: Attrs, threads: int) -> int:
-        operands = [padded(t, k == 1) for k, t in enumerate(ins)]
-        operands += [padded(t, False) for t in outs]
-        return copies * sum(operands) + per_thread * threads
-
-    return rule
+    operands = [padded(shape, dtype, k == 1) for k, (shape, dtype) in enumerate(ins)]
+    operands += [padded(shape, dtype, False) for shape, dtype in outs]
+    return sum(operands)
 
 
 def zero_flops(ins: list[TensorType], outs: list[TensorType], attrs: Attrs) -> int:

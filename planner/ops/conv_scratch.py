@@ -33,6 +33,8 @@ True
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from planner.dtypes import num_bytes
 from planner.ops.base import Attrs, Scratch, TensorType
 
@@ -136,17 +138,33 @@ def conv_scratch(op: str) -> Scratch:
 
         x, w, y = of("x"), of("w"), of("y")
         groups = int(attrs.get("groups", 1))
-        wshape = w.shape
-        if op == "ConvTranspose2D":   # IOHW (C, O/groups, ...) seen as the Conv2D's OIHW
-            wshape = (wshape[1] * groups, wshape[0] // groups, *wshape[2:])
-        # A data gradient's dx is written by kernels that want it blocked, whatever its channels.
-        image = "image" if op in ("Conv2D", "Conv2DBackpropFilter") else "output"
-        temps = (_padded_bytes(x, image) + _padded_bytes(TensorType(wshape, w.dtype), "weight")
-                 + _padded_bytes(y, "output") + 3 * 64)
-        dw = op == "Conv2DBackpropFilter"
-        direct = dw and direct_kernels_apply(x.shape, wshape, attrs)
-        return temps + library_scratchpad(x.shape, wshape, y.shape, groups, dw,
-                                          max(1, threads), direct)
+        temps, wshape, direct = _geometry(
+            op, (tuple(x.shape), x.dtype), (tuple(w.shape), w.dtype), (tuple(y.shape), y.dtype),
+            groups, tuple(attrs.get("pads") or (0, 0, 0, 0)),
+            tuple(attrs.get("dilations") or (1, 1)))
+        return temps + library_scratchpad(x.shape, wshape, y.shape, groups,
+                                          op == "Conv2DBackpropFilter", max(1, threads), direct)
 
     return rule
 
+
+@lru_cache(maxsize=4096)
+def _geometry(op: str, x: tuple[tuple[int, ...], str], w: tuple[tuple[int, ...], str],
+              y: tuple[tuple[int, ...], str], groups: int, pads: tuple[int, ...],
+              dilations: tuple[int, ...]) -> tuple[int, tuple[int, ...], bool]:
+    """What a convolution's scratch takes whatever its thread count (x, w, y: shape and
+    dtype): the layout temporaries' bytes, the weights' shape as the Conv2D's OIHW, whether
+    the direct weight-gradient kernels apply. A pure function of its arguments, cached:
+    planning asks for a node's scratch at many thread counts (its schedule variants,
+    planner.memory.variants)."""
+    wshape = w[0]
+    if op == "ConvTranspose2D":   # IOHW (C, O/groups, ...) seen as the Conv2D's OIHW
+        wshape = (wshape[1] * groups, wshape[0] // groups, *wshape[2:])
+    # A data gradient's dx is written by kernels that want it blocked, whatever its channels.
+    image = "image" if op in ("Conv2D", "Conv2DBackpropFilter") else "output"
+    temps = (_padded_bytes(TensorType(*x), image)
+             + _padded_bytes(TensorType(wshape, w[1]), "weight")
+             + _padded_bytes(TensorType(*y), "output") + 3 * 64)
+    direct = op == "Conv2DBackpropFilter" and direct_kernels_apply(
+        x[0], wshape, {"groups": groups, "pads": pads, "dilations": dilations})
+    return temps, wshape, direct

@@ -89,7 +89,8 @@ def list_moldable(costs: OpCosts, preds: Sequence[Sequence[int]], priority: Sequ
     def decide(now: float, ready: list[int], machine: Machine) -> list[Placement]:
         started: list[Placement] = []
         queue = sorted(ready, key=rank.__getitem__)
-        if group_min is not None:
+        # A group needs group_min ready ops (most decisions see three or four).
+        if group_min is not None and len(queue) >= group_min:
             by_key: dict[str, list[int]] = {}
             for i in queue:
                 by_key.setdefault(costs.keys[i], []).append(i)
@@ -122,8 +123,9 @@ def list_moldable(costs: OpCosts, preds: Sequence[Sequence[int]], priority: Sequ
                 others = queued - allot[i] if fill else 0
                 if free - others > limit:
                     wide = best[i][free - others - 1]
-                    if now + t[wide - 1] <= min((e for e, _, p in machine.running if not p.smt),
-                                                default=math.inf):
+                    # Running placements are sorted by end: the first without SMT ends first.
+                    if now + t[wide - 1] <= next((e for e, _, p in machine.running
+                                                  if not p.smt), math.inf):
                         k = wide
             finish = now + t[k - 1]
             if reserved is not None:

@@ -44,6 +44,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import compress
 
 import numpy as np
 
@@ -80,14 +81,19 @@ def execution_waits(placements: Sequence[Placement],
         missing = sorted(set(range(len(preds))) - set(where))
         raise ValueError(f"nodes {missing[:5]} are not placed")
     waits: list[set[int]] = []
-    # The last placement on each core's first (last_on[0]) and second hardware thread.
-    last_on: tuple[dict[int, int], dict[int, int]] = ({}, {})
+    # The last placement on each core's first (last_on[0]) and second hardware thread, -1
+    # before any: indexed by core, read and written by map() (an all-core op touches every
+    # core, at every placement of the search's candidates).
+    cores = 1 + max((max(p.cores) for p in placements if p.cores), default=-1)
+    last_on = ([-1] * cores, [-1] * cores)
     for i, p in enumerate(placements):
         w = {where[u] for v in p.nodes for u in preds[v]}
         slots = last_on[1 if p.smt else 0]
-        w.update(slots[c] for c in p.cores if c in slots)
-        slots.update(dict.fromkeys(p.cores, i))
+        w.update(map(slots.__getitem__, p.cores))
+        for c in p.cores:
+            slots[c] = i
         w.discard(i)
+        w.discard(-1)
         waits.append(w)
     return waits
 
@@ -152,8 +158,9 @@ class SharedCores:
         self.slot_of = [1 if p.smt else 0 for p in placements]
         self.starts = [0.0] * n
         self.ends = [0.0] * n
-        # occupant[c][s]: the running placement on slot s of core c, or -1.
-        self.occupant = [[-1, -1] for _ in range(cores)]
+        # on[s][c]: the running placement on slot s of core c, or -1 (a list per slot: a
+        # wide op's cores are read by map()).
+        self.on = ([-1] * cores, [-1] * cores)
         self.busy = [0.0] * cores
         self.busy_since = [0.0] * cores
         # Per running placement: progress of its threads that have ever shared their core
@@ -213,9 +220,9 @@ class SharedCores:
     def reshare(self, i: int) -> None:
         """i's sharing changed: its progress so far, the cores it shares now, its new end."""
         self.advance(i)
-        now, occupant = self.now, self.occupant
-        other = 1 - self.slot_of[i]
-        now_shared = frozenset(c for c in self.placements[i].cores if occupant[c][other] >= 0)
+        now, held = self.now, self.on[1 - self.slot_of[i]]
+        cores = self.placements[i].cores
+        now_shared = frozenset(compress(cores, [h >= 0 for h in map(held.__getitem__, cores)]))
         prog = self.progress[i]
         for c in now_shared:
             if c not in prog:
@@ -225,19 +232,19 @@ class SharedCores:
 
     def neighbours(self, i: int) -> list[int]:
         """The placements on the other hardware thread of i's cores."""
-        other, occupant = 1 - self.slot_of[i], self.occupant
-        return sorted({occupant[c][other] for c in self.placements[i].cores
-                       if occupant[c][other] >= 0})
+        near = set(map(self.on[1 - self.slot_of[i]].__getitem__, self.placements[i].cores))
+        near.discard(-1)
+        return sorted(near)
 
     def start(self, i: int) -> None:
         """i starts now; it and its neighbours reshare their cores."""
-        now, occupant = self.now, self.occupant
+        now, (first, second) = self.now, self.on
         self.starts[i] = self.mark[i] = now
-        s = self.slot_of[i]
+        mine = self.on[self.slot_of[i]]
         for c in self.placements[i].cores:
-            if occupant[c][0] < 0 and occupant[c][1] < 0:
+            if first[c] < 0 and second[c] < 0:
                 self.busy_since[c] = now
-            occupant[c][s] = i
+            mine[c] = i
         self.running += 1
         self.reshare(i)
         for j in self.neighbours(i):
@@ -246,13 +253,13 @@ class SharedCores:
 
     def finish(self, i: int) -> None:
         """i ends now; its cores' busy time, and its neighbours reshare."""
-        now, occupant = self.now, self.occupant
+        now, (first, second) = self.now, self.on
         self.ends[i] = now
-        s = self.slot_of[i]
+        mine = self.on[self.slot_of[i]]
         near = self.neighbours(i)
         for c in self.placements[i].cores:
-            occupant[c][s] = -1
-            if occupant[c][0] < 0 and occupant[c][1] < 0:
+            mine[c] = -1
+            if first[c] < 0 and second[c] < 0:
                 self.busy[c] += now - self.busy_since[c]
         self.version[i] += 1
         self.running -= 1
