@@ -602,22 +602,27 @@ def _variants():
 VARIANTS = _variants()
 
 
-def run_variants(folder, backend: str) -> dict[str, list]:
-    """Every variant's outputs from one executor of `backend` (of the ops it has kernels for:
-    AccumulateGrad is the CPU executor's alone)."""
-    b = GraphBuilder("op_kernels")
+def nodes_graph(name: str, variants) -> tuple:
+    """(graph, feeds, outputs by label): each (label, op, attrs, inputs) one node of one
+    inference graph, its inputs fed under the label."""
+    b = GraphBuilder(name)
     outs: dict[str, list[str]] = {}
     feeds = {}
-    for label, op, attrs, xs in VARIANTS:
-        if op not in RUNTIMES[backend].ops:
-            continue
+    for label, op, attrs, xs in variants:
         names = []
         for j, x in enumerate(xs):
             names.append(b.input(f"{label}/x{j}", x.shape, str(x.dtype)))
             feeds[names[-1]] = x
         with b.scope(label):
             outs[label] = b.op_n(op, names, attrs)
-    graph = check_graph(b.build(outputs=[o for v in outs.values() for o in v]))
+    return check_graph(b.build(outputs=[o for v in outs.values() for o in v])), feeds, outs
+
+
+def run_variants(folder, backend: str) -> dict[str, list]:
+    """Every variant's outputs from one executor of `backend` (of the ops it has kernels for:
+    AccumulateGrad is the CPU executor's alone)."""
+    graph, feeds, outs = nodes_graph(
+        "op_kernels", [v for v in VARIANTS if v[1] in RUNTIMES[backend].ops])
     module = build_module(graph, folder, backend)
     got = module.Executor().forward(feeds)
     return {label: [got[o] for o in names] for label, names in outs.items()}

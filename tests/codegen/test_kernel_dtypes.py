@@ -28,7 +28,7 @@ from planner.ops import TensorType, get_op
 from planner.ops.base import OpError
 from tests.codegen.helpers import build_module
 from tests.codegen.integer_cases import derive  # divisors kept from zero
-from tests.codegen.op_cases import VARIANTS
+from tests.codegen.op_cases import VARIANTS, nodes_graph
 
 CPU = RUNTIMES["cpu"]
 PLAIN = ("float32", "int64", "int32", "bool", "int16", "int8", "uint8")
@@ -105,16 +105,7 @@ def test_every_declared_set_has_a_node():
 
 @pytest.fixture(scope="module")
 def executed(tmp_path_factory):
-    b = GraphBuilder("kernel_dtypes")
-    outs, feeds = {}, {}
-    for label, op, attrs, xs in SAMPLES:
-        names = []
-        for j, x in enumerate(xs):
-            names.append(b.input(f"{label}/x{j}", x.shape, str(x.dtype)))
-            feeds[names[-1]] = x
-        with b.scope(label):
-            outs[label] = b.op_n(op, names, attrs)
-    graph = check_graph(b.build(outputs=[o for v in outs.values() for o in v]))
+    graph, feeds, outs = nodes_graph("kernel_dtypes", SAMPLES)
     support.check(graph, CPU)  # everything walked is admitted
     got = build_module(graph, tmp_path_factory.mktemp("dtypes") / "kernel_dtypes").Executor() \
         .forward(feeds)
