@@ -58,8 +58,8 @@ from codegen.profiling import median_stats, warmed_executor  # noqa: E402
 from planner.costs import CostTable, load_table  # noqa: E402
 from planner.graph.interpret import init_params, random_feeds  # noqa: E402
 from planner.graph.optimizer import Optimizer  # noqa: E402
-from planner.graph.options import GraphOptions  # noqa: E402
-from planner.graph.prepare import prepare  # noqa: E402
+from planner.frontend.options import GraphOptions  # noqa: E402
+from planner.frontend.prepare import prepare  # noqa: E402
 from planner.pipeline import PlanOptions, plan, step_graph  # noqa: E402
 from planner.schedule import ScheduleOptions  # noqa: E402
 from planner.schedule.uniform import grid_pairs  # noqa: E402

@@ -61,8 +61,8 @@ def main() -> int:
     demo = example()
     from planner.graph.interpret import init_params
     from planner.graph.optimizer import Optimizer
-    from planner.graph.options import GraphOptions
-    from planner.graph.prepare import prepare
+    from planner.frontend.options import GraphOptions
+    from planner.frontend.prepare import prepare
     from planner.zoo import build
 
     digits = demo.reference_example().load_digits(seed=0)

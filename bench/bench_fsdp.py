@@ -4,7 +4,7 @@ our ZeRO-1 (`--shard-optimizer`), our plain data-parallel plan and PyTorch DDP b
 per-rank peak memory and step time at the same global batch (issue 47).
 
     python bench/bench_fsdp.py [--steps 6] [--rounds 3] [--models gpt,resnet-50] [--procs 2]
-                               [--small-bucket 262144]
+                               [--small-bucket 262144] [--analytical]
 
 Models (Adam, lr 1e-3, global batch 8 split P ways):
 - gpt: zoo:gpt at bench_transformer's size against its GPT-2 style nn.Module;
@@ -14,7 +14,11 @@ FSDP2 shards each transformer block / bottleneck block with its own `fully_shard
 root (the embedding, tied head, stem, classifier), as FSDP2's documentation does; its default
 prefetch (one block ahead) and reshard-after-forward. Each process runs on 1/P of the cores
 (ours: planned with --ranks-per-host P; torch: set_num_threads(cores / P)); rendezvous on
-127.0.0.1 over gloo. Ours: zero3 (the planner's buckets), zero3s (--bucket-bytes
+127.0.0.1 over gloo. Ours are planned on this host's in-step profile of a rank's training
+graph (`planner profile --in-step --max-threads cores/P`; `--analytical`: without one), so each
+kernel's scratch area is what oneDNN asked for here rather than the analytical bound, which for
+a GEMM is two copies of its operands (the GPT's head weight-gradient GEMM: 1.75 MiB reserved,
+256 KiB asked for). Ours: zero3 (the planner's buckets), zero3s (--bucket-bytes
 --small-bucket: smaller parameter groups, fewer gathered bytes at once), zero1, dp; torch:
 fsdp2, ddp. P = 4 needs 4 cores (each rank plans on its share of whole cores).
 
@@ -70,14 +74,28 @@ def forward(model: str, ranks: int):
 
 
 def training_graph(model: str, ranks: int):
+    from planner.frontend.options import GraphOptions
+    from planner.frontend.prepare import prepare
     from planner.graph.optimizer import Optimizer
-    from planner.graph.options import GraphOptions
-    from planner.graph.prepare import prepare
 
     return prepare(forward(model, ranks), GraphOptions(optimizer=Optimizer(kind="adam", lr=LR)))
 
 
-def package(kind: str, model: str, ranks: int, folder: Path, small_bucket: int) -> Path:
+def measured(model: str, ranks: int, folder: Path):
+    """The in-step profile of a rank's training graph on this host, at a rank's thread count
+    (`planner profile --in-step --max-threads cores/P`): each op's time and the scratch bytes
+    its kernel asked for, which the plans' arenas then reserve in place of the analytical
+    bound (planner.memory.scratch)."""
+    from codegen.profiling import profile_in_step
+    from planner.costs.profile import ProfileOptions
+    from planner.target.detect import detect
+
+    return profile_in_step(training_graph(model, ranks), detect(), folder / f"profile_{model}",
+                           ProfileOptions(max_threads=max(1, (os.cpu_count() or 1) // ranks)))
+
+
+def package(kind: str, model: str, ranks: int, folder: Path, small_bucket: int,
+            costs=None) -> Path:
     from codegen.build import build
     from codegen.render import render
     from planner.pipeline import PlanOptions, plan
@@ -86,7 +104,7 @@ def package(kind: str, model: str, ranks: int, folder: Path, small_bucket: int) 
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        p = plan(training_graph(model, ranks), detect(), options=PlanOptions(
+        p = plan(training_graph(model, ranks), detect(), costs, options=PlanOptions(
             data_parallel=DataParallelOptions(
                 ranks=ranks, ranks_per_host=ranks, shard_optimizer=kind == "zero1",
                 shard_parameters=kind.startswith("zero3"),
@@ -210,6 +228,8 @@ def main() -> None:
     parser.add_argument("--procs", default="2", help="process counts P, comma-separated")
     parser.add_argument("--small-bucket", type=int, default=2**18,
                         help="the zero3s contender's --bucket-bytes (0: leave it out)")
+    parser.add_argument("--analytical", action="store_true",
+                        help="plan ours on the analytical cost model (no in-step profile)")
     args = parser.parse_args()
     print(f"host: {os.cpu_count()} logical CPUs; load average before: "
           f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
@@ -220,7 +240,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for model in args.models.split(","):
             for ranks in map(int, args.procs.split(",")):
-                pkgs = {k: package(k, model, ranks, Path(tmp), args.small_bucket) for k in ours}
+                costs = None if args.analytical else measured(model, ranks, Path(tmp))
+                pkgs = {k: package(k, model, ranks, Path(tmp), args.small_bucket, costs)
+                        for k in ours}
                 rows: dict[str, list[dict]] = {k: [] for k in kinds}
                 for r in range(args.rounds):
                     for kind in kinds[::1 if r % 2 == 0 else -1]:

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 
 from planner.graph.summary import summarize
-from planner.load import load_graph
+from planner.frontend.load import load_graph
 
 
 def timed(fn: Callable[[], object], repeats: int = 3) -> float:
@@ -37,8 +37,8 @@ def command_time(args: list[str]) -> float:
 
 def training_graph(spec: str, optimizer: str):
     from planner.graph.optimizer import Optimizer
-    from planner.graph.options import GraphOptions
-    from planner.graph.prepare import prepare
+    from planner.frontend.options import GraphOptions
+    from planner.frontend.prepare import prepare
 
     return prepare(load_graph(spec), GraphOptions(optimizer=Optimizer(kind=optimizer)))
 

@@ -280,8 +280,8 @@ def plans(model: str, work: Path, target) -> list[tuple[str, Path, int]]:
     from codegen.render import render
     from planner.errors import InfeasibleBudget
     from planner.graph.optimizer import Optimizer
-    from planner.graph.options import GraphOptions
-    from planner.graph.prepare import prepare
+    from planner.frontend.options import GraphOptions
+    from planner.frontend.prepare import prepare
     from planner.memory.options import MemoryOptions
     from planner.pipeline import PlanOptions, plan
     from planner.zoo import build

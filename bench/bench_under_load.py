@@ -63,8 +63,8 @@ def child(folder: str, rounds: int, steps: int) -> dict:
     from bench.torch_baseline import torch_trainer
     from codegen.load import load
     from planner.graph.interpret import init_params, random_feeds
-    from planner.graph.options import GraphOptions
-    from planner.graph.prepare import prepare
+    from planner.frontend.options import GraphOptions
+    from planner.frontend.prepare import prepare
     from planner.zoo import build as zoo
 
     forward = zoo("resnet", **MODEL)
@@ -105,8 +105,8 @@ def build_executor(folder: Path) -> None:
 
     from bench.bench_executor import SGD
     from codegen.package import build_package
-    from planner.graph.options import GraphOptions
-    from planner.graph.prepare import prepare
+    from planner.frontend.options import GraphOptions
+    from planner.frontend.prepare import prepare
     from planner.pipeline import PlanOptions, plan
     from planner.schedule import ScheduleOptions
     from planner.target.detect import detect

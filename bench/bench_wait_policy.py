@@ -81,8 +81,8 @@ def eager_runners(label: str, cores: int) -> dict[str, StepProcess]:
 
 def executor_runners(label: str, spins: list[int], tmp: Path) -> dict[str, StepProcess]:
     """`label`'s uniform and optimized executors in one process per spin count."""
-    from planner.graph.options import GraphOptions
-    from planner.graph.prepare import prepare
+    from planner.frontend.options import GraphOptions
+    from planner.frontend.prepare import prepare
     from planner.pipeline import PlanOptions, plan
     from planner.schedule import ScheduleOptions
     from planner.target.detect import detect

@@ -118,9 +118,9 @@ def onnx_graph(name: str, folder: Path):
     output (cross-entropy with a label input, or mse with a target input), SGD."""
     from planner.graph.loss import with_loss
     from planner.graph.optimizer import Optimizer
-    from planner.graph.options import GraphOptions
-    from planner.graph.prepare import prepare
-    from planner.load import load_graph
+    from planner.frontend.options import GraphOptions
+    from planner.frontend.prepare import prepare
+    from planner.frontend.load import load_graph
 
     graph = with_loss(load_graph(str(export_onnx(name, folder))), MODULES[name].loss)
     return prepare(graph, GraphOptions(optimizer=Optimizer(kind="sgd", lr=LR)))

@@ -11,7 +11,7 @@ exported as `planner_evaluation_schedule` from the same schedule library, with
 
 Example:
     >>> from planner.graph.optimizer import Optimizer
-    >>> from planner.graph.prepare import GraphOptions, prepare
+    >>> from planner.frontend.prepare import GraphOptions, prepare
     >>> from planner.pipeline import plan
     >>> from planner.target import preset
     >>> p = plan(prepare("zoo:mlp?batch=2&hidden=4&in_features=3&classes=2",

@@ -28,7 +28,7 @@ from __future__ import annotations
 import math
 import statistics
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TextIO
 
@@ -279,16 +279,22 @@ def _feeds(graph: Graph) -> dict[str, np.ndarray]:
     return random_feeds(graph, seed=0)
 
 
-def median_stats(executor, feeds: dict[str, np.ndarray], steps: int) -> dict:
+def median_stats(executor, feeds: dict[str, np.ndarray], steps: int,
+                 statistic: Statistic = statistics.median) -> dict:
     """`steps` steps of a warm executor; its stats() with each op's median seconds over the
-    steps. Why the median: a step a neighbour's burst of work slows (a shared machine, a page
-    the kernel reclaims) would otherwise move every op of that step in the cost table, and
-    the plans made from it by as much."""
-    return interleaved_median_stats([executor], feeds, steps)[0]
+    steps (or another `statistic` of them: `min`, as measure_signatures takes). Why the
+    median: a step a neighbour's burst of work slows (a shared machine, a page the kernel
+    reclaims) would otherwise move every op of that step in the cost table, and the plans
+    made from it by as much."""
+    return interleaved_median_stats([executor], feeds, steps, statistic)[0]
 
 
-def interleaved_median_stats(executors: Sequence, feeds: dict[str, np.ndarray], steps: int
-                             ) -> list[dict]:
+# Of an op's seconds over several steps, the one a cost table keeps.
+Statistic = Callable[[Sequence[float]], float]
+
+
+def interleaved_median_stats(executors: Sequence, feeds: dict[str, np.ndarray], steps: int,
+                             statistic: Statistic = statistics.median) -> list[dict]:
     """`median_stats` of several warm executors of one graph, their steps taken in turns: a
     neighbour's burst of work falls on all of them alike, not on one (what their ratios,
     a contention fit's, would read as their difference)."""
@@ -298,17 +304,23 @@ def interleaved_median_stats(executors: Sequence, feeds: dict[str, np.ndarray], 
             executor.reset_stats()
             executor.step(feeds)
             per_step.append(executor.stats())
-    return [_medians(per_step) for per_step in runs]
+    return [_over_steps(per_step, statistic) for per_step in runs]
 
 
-def _medians(per_step: list[dict]) -> dict:
-    """The last step's stats() with each op's median seconds over `per_step`."""
+def _over_steps(per_step: list[dict], statistic: Statistic = statistics.median) -> dict:
+    """The last step's stats() with each op's `statistic` of its seconds over `per_step`.
+
+    Example (an op slowed in one step of three):
+        >>> steps = [{"ops": [{"name": "a", "seconds": s}]} for s in (2e-6, 9e-6, 3e-6)]
+        >>> [_over_steps(steps)["ops"][0]["seconds"], _over_steps(steps, min)["ops"][0]["seconds"]]
+        [3e-06, 2e-06]
+    """
     seconds: dict[str, list[float]] = {}
     for stats in per_step:
         for row in stats["ops"]:
             seconds.setdefault(row["name"], []).append(row["seconds"])
     out = dict(per_step[-1])
-    out["ops"] = [dict(row, calls=len(per_step), seconds=statistics.median(seconds[row["name"]]))
+    out["ops"] = [dict(row, calls=len(per_step), seconds=statistic(seconds[row["name"]]))
                   for row in per_step[-1]["ops"]]
     return out
 
@@ -325,7 +337,7 @@ def profile_in_step(graph: Graph, target: Target, work_dir: str | Path,
                     table: CostTable | None = None, progress: TextIO | None = None,
                     date: str | None = None, layouts: bool = True,
                     feeds: Mapping[str, np.ndarray] | None = None,
-                    corun: bool = True) -> CostTable:
+                    corun: bool = True, statistic: Statistic = statistics.median) -> CostTable:
     """Every op's seconds inside the step, at each thread count of the grid: per count k, the
     uniform plan (each op on k compact CPUs, one op at a time) is built and run `steps` steps
     after a warm-up, and its stats() (each op's median over the steps: `median_stats`) fold
@@ -347,7 +359,8 @@ def profile_in_step(graph: Graph, target: Target, work_dir: str | Path,
     layouts=False measures the graph's convolutions on their own layouts only (a graph of
     signatures that lists the channels-last ones itself: `measure_signatures`). `feeds`: the
     step's inputs where random ones would not do (a trainer's example batch: bags' offsets,
-    edge lists), the rest drawn by random_feeds.
+    edge lists), the rest drawn by random_feeds. `statistic`: of each op's seconds over the
+    steps, the one kept (`median_stats`).
     """
     from planner.costs.feedback import fold_stats
     from planner.graph.interpret import init_params, random_feeds
@@ -363,7 +376,7 @@ def profile_in_step(graph: Graph, target: Target, work_dir: str | Path,
     for kind, g in graphs.items():
         for k in in_step_counts(target, options):
             p, stats = _uniform_stats(g, target, table, (k, 1), Path(work_dir), state, feeds,
-                                      steps, progress, kind)
+                                      steps, progress, kind, statistic)
             alone = _seconds(stats) if k == 1 and not kind else alone
             table = fold_stats(table, p, stats, date=date)
     if corun and target.cores >= 2 and target.cpu is not None:
@@ -407,12 +420,13 @@ def step_contention(graph: Graph, target: Target, table: CostTable,
 
 def _uniform_stats(graph: Graph, target: Target, costs: CostTable, lanes: tuple[int, int],
                    work_dir: Path, state: dict, feeds: dict, steps: int,
-                   progress: TextIO | None, kind: str = "") -> tuple[Plan, dict]:
+                   progress: TextIO | None, kind: str = "",
+                   statistic: Statistic = statistics.median) -> tuple[Plan, dict]:
     """The uniform plan of `graph` with `lanes` (threads per op, lanes), priced by `costs`,
     built under `work_dir` and run: the plan and its `median_stats`."""
     p, ex = _uniform_executor(graph, target, costs, lanes, work_dir, state, feeds, progress,
                               kind)
-    return p, median_stats(ex, feeds, steps)
+    return p, median_stats(ex, feeds, steps, statistic)
 
 
 def _uniform_executor(graph: Graph, target: Target, costs: CostTable, lanes: tuple[int, int],
@@ -457,8 +471,12 @@ def measure_signatures(signatures: Sequence[OpSignature], target: Target,
     batches: each batch's signatures one copy each in one graph (signatures_graph), its
     uniform plan per thread count built and run, so a batch costs a few builds whatever its
     size. What planner.costs.host_costs measures for the signatures it does not keep yet; one
-    progress line per batch. A batch that fails is measured one signature at a time, and a
-    signature that fails alone is left out with a warning (the model prices it): one kernel
+    progress line per batch. Each op's fastest step is kept, not its median: the store keeps
+    the best of repeated measurements (noise only slows a kernel), and beside neighbours a
+    median of five steps still held a two-thread GEMM's 20.8 ms against 1.46 ms the next time
+    (a team waiting for a descheduled thread; bench/results/2026-11-26-measured-costs-load.md).
+    A batch that fails is measured one signature at a time, and a signature that fails alone
+    is left out with a warning (the model prices it): one kernel
     that cannot be measured never stops a plan."""
     import shutil
     import tempfile
@@ -512,7 +530,7 @@ def _measured_batch(group: tuple[OpSignature, ...], target: Target, folder: Path
     try:
         measured = profile_in_step(signatures_graph([(s, 1) for s in group], written=True),
                                    target, folder, steps=steps, table=table, layouts=False,
-                                   corun=False)
+                                   corun=False, statistic=min)
         # The group's signatures only: not the in-graph writes and casts of their operands.
         keys = {s.key for s in group} | set(table.index)
         return measured.model_copy(update={"entries": tuple(e for e in measured.entries

@@ -18,7 +18,7 @@ evaluates its own shard of the data on its own share of the cores, and reducing 
 
 Example:
     >>> from planner.graph.optimizer import Optimizer
-    >>> from planner.graph.prepare import GraphOptions, prepare
+    >>> from planner.frontend.prepare import GraphOptions, prepare
     >>> from planner.pipeline import plan
     >>> from planner.target import preset
     >>> g = prepare("zoo:mlp?batch=2&hidden=4&in_features=3&classes=2",

@@ -44,8 +44,8 @@ from planner.costs import CostTable
 from planner.errors import InfeasibleBudget
 from planner.graph.ir import Graph, Record
 from planner.graph.optimizer import Optimizer
-from planner.graph.options import MAX_ACCUMULATE, GraphOptions
-from planner.graph.prepare import prepare
+from planner.frontend.options import MAX_ACCUMULATE, GraphOptions
+from planner.frontend.prepare import prepare
 from planner.memory.options import MemoryOptions
 from planner.pipeline import BACKENDS, DECISIONS, Planning, PlanOptions, memory_of, planning, run
 from planner.schedule.parallel import DataParallelOptions
@@ -118,7 +118,7 @@ def fit(spec: str, target: Target, budget_bytes: int, vary: Vary = "batch",
         graph_options: GraphOptions | None = None,
         global_batch: int | None = None) -> FitResult:
     """Search as in the module docstring. `spec` is a zoo spec (`zoo:resnet?batch=16`); its
-    other parameters stay fixed. Each value's graph is planner.graph.prepare's under
+    other parameters stay fixed. Each value's graph is planner.frontend.prepare's under
     `graph_options` (default: a training graph with `optimizer` under `precision`), with
     `global_batch` accumulating it. Raises ValueError for a spec that cannot vary `vary`, or a
     global batch the target or the options cannot accumulate."""

@@ -356,7 +356,7 @@ def _verify(p: Planning) -> Planning:
 Stage = Callable[[Planning], Planning]
 
 # The back half, in order: each a pure function of the record (the front half is
-# planner.graph.prepare's PASSES). Drivers that need part of it run those stages by name.
+# planner.frontend.prepare's PASSES). Drivers that need part of it run those stages by name.
 STAGES: tuple[tuple[str, Stage], ...] = (
     ("step graph", _step),
     ("fits", _fits),

@@ -200,9 +200,9 @@ class Plan(Record):
     @classmethod
     def from_json(cls, text: str) -> Plan:
         """The plan of a file's text; PlanError for another schema, ValidationError else
-        (UserError for text that is not JSON: planner.json_input.parse_json, every command's
+        (UserError for text that is not JSON: planner.frontend.json_input.parse_json, every command's
         reader)."""
-        from planner.json_input import parse_json
+        from planner.frontend.json_input import parse_json
 
         return cls.from_data(parse_json(text, "plan"))
 
@@ -245,7 +245,7 @@ def digest(text: str) -> str:
 
 def load_plan(path: str) -> Plan:
     """Read a plan file; UserError naming the file and the bad field."""
-    from planner.json_input import read_json
+    from planner.frontend.json_input import read_json
 
     data = read_json(path, "plan")
     try:
@@ -253,7 +253,7 @@ def load_plan(path: str) -> Plan:
     except PlanError as e:
         raise UserError(f"{path}: {e}") from None
     except ValidationError as e:
-        from planner.json_input import describe_validation_error
+        from planner.frontend.json_input import describe_validation_error
 
         raise UserError(f"{path}: not a valid plan: {describe_validation_error(e)}") from None
     actual = digest(plan.graph.to_json())
@@ -272,7 +272,7 @@ def plan_data_problem(data: Any) -> str:
     except PlanError as e:
         return str(e)
     except ValidationError as e:
-        from planner.json_input import describe_validation_error
+        from planner.frontend.json_input import describe_validation_error
 
         return f"not a valid plan: {describe_validation_error(e)}"
     return ""

@@ -2,7 +2,7 @@
 
 Layers, lowest first (a module may import its own layer or a lower one):
 
-    base      records, errors, files, loading; graph/, ops/, target/, zoo/, importers/; within
+    base      records, errors, files; graph/, ops/, target/, zoo/, importers/, frontend/; within
               it, ir < ops < passes < importers < frontend (BASE_ORDER)
     costs     planner/costs/
     schedule  planner/schedule/
@@ -174,13 +174,11 @@ BASE_ORDER = ("ir", "ops", "passes", "importers", "frontend")
 BASE_IR = {"planner.graph.ir", "planner.graph.accumulation", "planner.records", "planner.errors",
            "planner.dtypes"}
 BASE_OPS = {"planner.graph.builder", "planner.graph.validate"}
-FRONTEND = {"planner.graph.prepare", "planner.graph.options", "planner.load",
-            "planner.json_input"}
 
 
 def base_level(module: str) -> str | None:
     """Where a base-layer module stands in BASE_ORDER (None: not ordered)."""
-    if module in FRONTEND:
+    if module == "planner.frontend" or module.startswith("planner.frontend."):
         return "frontend"
     if module.startswith(("planner.importers", "planner.torch", "planner.zoo")):
         return "importers"
@@ -208,7 +206,7 @@ def base_upward(g: nx.DiGraph) -> list[str]:
 def test_the_base_layer_points_down_too():
     assert base_upward(import_graph()) == []
     assert base_upward(nx.DiGraph([("planner.ops.conv", "planner.graph.autodiff"),
-                                   ("planner.graph.autodiff", "planner.graph.prepare"),
-                                   ("planner.graph.prepare", "planner.importers.onnx")])) == [
-        "planner.graph.autodiff (passes) imports planner.graph.prepare (frontend)",
+                                   ("planner.graph.autodiff", "planner.frontend.prepare"),
+                                   ("planner.frontend.prepare", "planner.importers.onnx")])) == [
+        "planner.graph.autodiff (passes) imports planner.frontend.prepare (frontend)",
         "planner.ops.conv (ops) imports planner.graph.autodiff (passes)"]

@@ -1,4 +1,4 @@
-"""One front end (planner.graph.prepare): every command makes its graph with one call and one
+"""One front end (planner.frontend.prepare): every command makes its graph with one call and one
 set of flags, the graph does not depend on the target, and what depends on the step's cores
 is planned (planner.graph.for_cores through planner.pipeline.step_graph)."""
 
@@ -13,8 +13,8 @@ import planner.cli as cli
 from planner.graph.for_cores import for_cores
 from planner.graph.interpret import init_params, random_feeds, train_step
 from planner.graph.optimizer import Optimizer
-from planner.graph.options import GraphOptions
-from planner.graph.prepare import prepare
+from planner.frontend.options import GraphOptions
+from planner.frontend.prepare import prepare
 from planner.pipeline import plan
 from planner.target.presets import preset
 from tests.targets import two_cores

@@ -11,8 +11,8 @@ import pytest
 
 import planner.cli as cli
 from planner.graph.optimizer import Optimizer
-from planner.graph.options import GraphOptions
-from planner.graph.prepare import prepare
+from planner.frontend.options import GraphOptions
+from planner.frontend.prepare import prepare
 from planner.graph.step import STEP_PASSES, StepChoices, step_graph
 from planner.pipeline import STAGES, PlanOptions, plan, planning, run
 from planner.schedule.parallel import DataParallelOptions

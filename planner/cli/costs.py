@@ -152,7 +152,7 @@ def profiled_graph(args: argparse.Namespace, target):
     """The graph `planner plan` with the same flags plans on `target`: its kernels are the
     ones the plan prices."""
     from planner.cli.graph_flags import graph_options
-    from planner.graph.prepare import prepare
+    from planner.frontend.prepare import prepare
     from planner.pipeline import step_graph
 
     return step_graph(prepare(args.graph, graph_options(args)), target)
@@ -272,7 +272,7 @@ def run_update(args: argparse.Namespace) -> int:
     from planner.costs.feedback import fold_stats
     from planner.costs.records import CostTable, load_table
     from planner.files import write_text
-    from planner.json_input import read_json
+    from planner.frontend.json_input import read_json
     from planner.plan import load_plan
 
     plan = load_plan(args.plan)

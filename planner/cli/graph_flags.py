@@ -99,7 +99,7 @@ def graph_options(args: argparse.Namespace) -> Any:
 
     from planner.cli.precision import loss_scaling
     from planner.graph.optimizer import Optimizer
-    from planner.graph.options import GraphOptions
+    from planner.frontend.options import GraphOptions
 
     if args.train is None and (args.lr is not None or args.weight_decay is not None
                                or args.lr_schedule is not None):

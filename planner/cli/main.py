@@ -97,7 +97,7 @@ def add_graph_command(sub: Any) -> None:
 def run_graph(args: argparse.Namespace) -> int:
     from planner.cli.graph_flags import graph_options
     from planner.files import write_text
-    from planner.graph.prepare import prepare
+    from planner.frontend.prepare import prepare
     from planner.graph.summary import summarize
 
     graph = prepare(args.graph, graph_options(args))

@@ -147,7 +147,7 @@ def _link(path: str | None):
         return None
     from pydantic import ValidationError
 
-    from planner.json_input import read_json
+    from planner.frontend.json_input import read_json
     from planner.target.interconnect import Interconnect
 
     try:
@@ -172,7 +172,7 @@ def _run_plan(args: argparse.Namespace) -> int:
     from planner.cli.flags import flag_message
     from planner.cli.graph_flags import graph_options
     from planner.files import write_text
-    from planner.graph.prepare import prepare
+    from planner.frontend.prepare import prepare
     from planner.memory.options import MemoryOptions, parse_budget
     from planner.pipeline import PlanOptions, plan
     from planner.schedule import ScheduleOptions
@@ -216,7 +216,7 @@ def _run_plan(args: argparse.Namespace) -> int:
 
 
 def _read_json(path: str) -> dict[str, Any]:
-    from planner.json_input import read_json
+    from planner.frontend.json_input import read_json
     from planner.plan import plan_data_problem
 
     data = read_json(path, "plan")
@@ -353,7 +353,7 @@ def _embedded_graph_problems(text: str) -> tuple[list[str], list[str]] | None:
 
 
 def run_verify(args: argparse.Namespace) -> int:
-    from planner.json_input import read_json
+    from planner.frontend.json_input import read_json
     from planner.verify import verify_plan_text
 
     try:
@@ -368,7 +368,7 @@ def run_verify(args: argparse.Namespace) -> int:
         embedded = _embedded_graph_problems(text)
         names, problems = embedded if embedded else (None, [])
     else:
-        from planner.graph.prepare import prepare
+        from planner.frontend.prepare import prepare
         from planner.graph.step import step_graph
         from planner.plan import digest
 

@@ -4,22 +4,33 @@ A plan of the machine it runs on (`--target host`, `planner.torch.trainer`) is p
 measured times by default. They are kept in the cache folder ($PLANNER_CACHE, default
 ~/.cache/planner) under `costs/<host>.json`, keyed by signature (op, input shapes and dtypes,
 attrs: the layout among them; the thread count and placement are the samples'), where <host>
-is a digest of the detected target (CPU model, logical CPUs, measured peaks) and the planner's
-version (its kernels). A plan asks for its graph's signatures (`profiled_signatures` of the
-graph as its step runs, and of its evaluation: planner.pipeline.priced_graphs); only those the
-store lacks are measured (by
-the `Measure` the caller passes in: codegen.profiling.measure_signatures, in batches, with a
-progress line), and the store keeps them for the next plan. A kernel's time does not depend on
-the graph it was measured in, so one graph's measurements price another's: what differs from
-measuring the module's own step (`costs="in-step"`) is where an op's operands were last
-touched (here: fed to the batch's step, not written by a producer on other cores).
+is a digest of the detected target (CPU model, logical CPUs, measured peaks), the planner's
+version (its kernels) and the store's (`STORE_VERSION`: a store of another is measured anew).
+A plan asks for its graph's signatures (`profiled_signatures` of the graph as its step runs,
+and of its evaluation: planner.pipeline.priced_graphs); only those the store lacks are
+measured (by the `Measure` the caller passes in: codegen.profiling.measure_signatures, in
+batches, with a progress line), and the store keeps them for the next plan. A kernel's time
+does not depend on the graph it was measured in, so one graph's measurements price another's:
+what differs from measuring the module's own step (`costs="in-step"`) is where an op's
+operands were last touched (here: fed to the batch's step, not written by a producer on other
+cores).
 
 The load is kept with each signature: the other processes' share of the machine while it was
-measured (the 1-minute load average less this process's one runnable thread, per logical CPU).
+measured, read from the kernel's CPU counters over the measurement itself (`CpuClock`: every
+CPU's busy time, the hypervisor's steal among it, less this process's and its builds' own, per
+logical CPU and second). Not the 1-minute load average: it lags, and less an assumed one
+runnable thread of ours it read 0.044 while others ran (1.09 with the measuring process
+seconds old; 2.33 over five minutes). That store's two-thread GEMMs came out no faster than
+one thread (a team waits for a descheduled thread: their steps ran 1.4-2.8 ms or 8-17 ms
+beside neighbours), and the uniform plans it priced predicted 1.2-2x what they ran
+(bench/results/2026-11-26-measured-costs-load.md). Where the counters are missing (not
+Linux), the load average stands in (`load_now`).
+
 A measurement taken on a busy machine (`BUSY`) is not the cached truth for long: when a later
-plan finds the machine quiet, it measures those signatures again, and a quiet measurement
-replaces a busy one. Repeated measurements under the same conditions keep the best (fastest)
-time of each sample: noise only ever slows a kernel.
+plan finds the machine quiet (the other processes' share over a glance of GLANCE_SECONDS,
+taken only when the plan has busy entries to decide on), it measures those signatures again,
+and a quiet measurement replaces a busy one. Repeated measurements under the same conditions
+keep the best (fastest) time of each sample: noise only ever slows a kernel.
 
 The host's contention figures (the table's `contention` and `corun_slowdown`: how much
 co-running ops slow each other) are kept beside the signatures, fitted by the caller's `corun`
@@ -54,6 +65,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TextIO
@@ -166,13 +178,21 @@ def _best(old: CostEntry, new: CostEntry) -> CostEntry:
     return old.model_copy(update={"cpu": tuple(samples.values())})
 
 
+# What a kept entry means: 2 since its load is the measurement's own (CpuClock); stores of
+# version 1 recorded the lagging load average, busy measurements among them as quiet ones, so
+# they are left behind (another file) and their signatures measured again.
+STORE_VERSION = 2
+
+
 def host_key(target: Target) -> str:
     """Digest of what the kept times depend on: the detected target (less its notes and
-    provenance: the day it was detected) and the planner's version (its kernels)."""
+    provenance: the day it was detected), the planner's version (its kernels) and the
+    store's (STORE_VERSION)."""
     from planner import __version__
 
     data = target.model_dump(mode="json", exclude={"notes", "provenance"})
-    return hashlib.sha256(canonical_json({"target": data, "planner": __version__})
+    return hashlib.sha256(canonical_json({"target": data, "planner": __version__,
+                                          "store": STORE_VERSION})
                           .encode()).hexdigest()[:32]
 
 
@@ -181,9 +201,78 @@ def store_path(target: Target) -> Path:
 
 
 def load_now() -> float:
-    """The other processes' runnable threads per logical CPU now (module docstring)."""
+    """The other processes' runnable threads per logical CPU, from the 1-minute load average
+    less this process's one runnable thread: whether the machine is quiet enough to measure
+    again (module docstring); a lagging figure, so a measurement records its own (CpuClock)."""
     cpus = os.cpu_count() or 1
     return round(max(0.0, os.getloadavg()[0] - 1.0) / cpus, 3)
+
+
+class CpuTimes(Record):
+    """Seconds of CPU time since boot: every CPU's busy time (`machine`, steal included) and
+    this process's own (`own`: its threads' and its finished children's, the builds')."""
+
+    machine: float
+    own: float
+
+
+def cpu_times(stat: str | None = None) -> CpuTimes | None:
+    """The counters now, from /proc/stat's first line (`stat`: its text, for a test); None
+    where there is none (not Linux).
+
+    Example (user nice system idle iowait irq softirq steal, in clock ticks):
+        >>> t = cpu_times("cpu  300 0 100 5000 7 0 0 100 0 0\\n")
+        >>> t.machine == 500 / os.sysconf("SC_CLK_TCK")
+        True
+    """
+    if stat is None:
+        try:
+            with open("/proc/stat", encoding="ascii") as f:
+                stat = f.readline()
+        except OSError:
+            return None
+    fields = stat.split()
+    if len(fields) < 9 or fields[0] != "cpu":
+        return None
+    user, nice, system, _idle, _iowait, irq, softirq, steal = map(int, fields[1:9])
+    t = os.times()
+    return CpuTimes(machine=(user + nice + system + irq + softirq + steal)
+                    / os.sysconf("SC_CLK_TCK"),
+                    own=t.user + t.system + t.children_user + t.children_system)
+
+
+def others_share(before: CpuTimes, after: CpuTimes, seconds: float, cpus: int) -> float:
+    """The other processes' share of the machine between two readings `seconds` apart: their
+    CPU time (the machine's busy time less ours) per logical CPU and second, as a load.
+
+    Example (a neighbour held one of two CPUs for the 2 s, we used 1.5 CPU-seconds):
+        >>> a, b = CpuTimes(machine=10.0, own=1.0), CpuTimes(machine=13.5, own=2.5)
+        >>> others_share(a, b, 2.0, 2)
+        0.5
+    """
+    if seconds <= 0:
+        return 0.0
+    others = (after.machine - before.machine) - (after.own - before.own)
+    return round(max(0.0, others) / (seconds * max(1, cpus)), 3)
+
+
+class CpuClock:
+    """The other processes' share of the machine over a stretch of this one's work:
+
+        clock = CpuClock()
+        ...  # measure
+        load = clock.share()   # None where the counters are missing
+    """
+
+    def __init__(self) -> None:
+        self._start, self._t0 = cpu_times(), time.monotonic()
+
+    def share(self) -> float | None:
+        end = cpu_times()
+        if self._start is None or end is None:
+            return None
+        return others_share(self._start, end, time.monotonic() - self._t0,
+                            os.cpu_count() or 1)
 
 
 def read_store(target: Target) -> HostCosts:
@@ -216,7 +305,9 @@ def host_table(graphs: Sequence[Graph], target: Target, measure: Measure,
     measurements, those not kept (or kept from a busy machine, when it is quiet now) measured
     by `measure` first and kept. With `corun`, the host's contention figures are fitted from
     the step's (graphs[0]) co-running lanes the first time (or again when a busy machine's
-    fit meets a quiet one) and kept for every later plan."""
+    fit meets a quiet one) and kept for every later plan. `load`: the load to decide and keep
+    by (a test's); None: whether to measure again by `load_now`, each measurement kept with
+    the other processes' share over it (CpuClock)."""
     if target.name != "host" or not traits(target).timed_on_host:
         from planner.errors import UserError
 
@@ -226,20 +317,52 @@ def host_table(graphs: Sequence[Graph], target: Target, measure: Measure,
     path = store_path(target)
     with folder_lock(path.parent / path.stem):  # two plans on one host take turns
         store = read_store(target)
-        now = load_now() if load is None else load
+        now = load if load is not None else _load_to_decide(store, wanted)
         missing = store.to_measure(wanted, now)
         fit = corun is not None and store.to_fit(now)
         if missing:
-            store = store.keep(measure(missing, target, progress), now, missing)
+            clock = CpuClock()
+            measured = measure(missing, target, progress)
+            store = store.keep(measured, _during(clock, load, now), missing)
         if fit:
-            store = store.fitted(corun(graphs[0], target, store.for_signatures(wanted),
-                                       progress), now)
+            clock = CpuClock()
+            figures = corun(graphs[0], target, store.for_signatures(wanted), progress)
+            store = store.fitted(figures, _during(clock, load, now))
         if missing or fit:
             atomic_write(path, canonical_json(store.model_dump(mode="json", exclude_none=True)))
     fresh = {s.key for s in missing}
     return HostPricing(table=store.for_signatures(wanted),
                        measured=tuple(sorted(fresh)),
                        kept=tuple(sorted(s.key for s in wanted if s.key not in fresh)))
+
+
+# How long `_load_to_decide` watches the machine: long enough for the kernel's counters (clock
+# ticks of 1-10 ms) to tell a neighbour's share, short beside the measurement it may spare.
+GLANCE_SECONDS = 0.2
+
+
+def _load_to_decide(store: HostCosts, wanted: Sequence[OpSignature]) -> float:
+    """The load by which to decide whether to measure busy entries (or a busy fit) again: the
+    other processes' share over a short glance (CpuClock), only where the store holds such
+    entries for `wanted` (a plan with nothing to decide does not wait); the load average
+    where the counters are missing."""
+    busy = (store.corun_load or 0.0) > BUSY or any(
+        store.loads.get(s.key, 0.0) > BUSY for s in wanted if s in store.table)
+    if not busy:
+        return load_now()
+    clock = CpuClock()
+    time.sleep(GLANCE_SECONDS)
+    share = clock.share()
+    return load_now() if share is None else share
+
+
+def _during(clock: CpuClock, given: float | None, now: float) -> float:
+    """The load a measurement is kept with: the caller's when it gave one (a test), else the
+    other processes' share over the measurement (`clock`), else the load average's `now`."""
+    if given is not None:
+        return given
+    share = clock.share()
+    return now if share is None else share
 
 
 COST_SOURCES = ("measured", "analytical")

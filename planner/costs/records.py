@@ -182,7 +182,7 @@ class CostTable(Record):
 
     @classmethod
     def from_json(cls, text: str) -> CostTable:
-        from planner.json_input import parse_json  # every command's reader
+        from planner.frontend.json_input import parse_json  # every command's reader
 
         return cls.model_validate(parse_json(text, "cost table"))
 
@@ -234,12 +234,12 @@ def save_table(table: CostTable, path: str | Path) -> None:
 
 def load_table(path: str | Path) -> CostTable:
     """Read a cost table; UserError naming the file and the bad field."""
-    from planner.json_input import read_json
+    from planner.frontend.json_input import read_json
 
     data = read_json(path, "cost table")
     try:
         return CostTable.model_validate(data)
     except ValidationError as e:
-        from planner.json_input import describe_validation_error
+        from planner.frontend.json_input import describe_validation_error
 
         raise UserError(f"{path}: not a valid cost table: {describe_validation_error(e)}") from None

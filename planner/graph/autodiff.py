@@ -277,7 +277,7 @@ TRAINING_PASSES: tuple[tuple[str, TrainingPass], ...] = (
 def rewritten(built: Graph, differentiated: Differentiated,
               passes: tuple[tuple[str, TrainingPass], ...]) -> Graph:
     """`built` through `passes`, checked (planner.graph.validate) after each one that changed
-    it, as the front end's passes are (planner.graph.prepare): a pass that breaks a rule is
+    it, as the front end's passes are (planner.frontend.prepare): a pass that breaks a rule is
     caught where it does."""
     graph = built
     for _, training_pass in passes:

@@ -15,7 +15,7 @@ tensor of the evaluation graph names the training tensor whose bytes it reads. T
 
 Example:
     >>> from planner.graph.optimizer import Optimizer
-    >>> from planner.graph.prepare import prepare, GraphOptions
+    >>> from planner.frontend.prepare import prepare, GraphOptions
     >>> g = prepare("zoo:mlp?batch=2&hidden=4&in_features=3&classes=2",
     ...             GraphOptions(optimizer=Optimizer(kind="sgd")))
     >>> e = evaluation_graph(g)

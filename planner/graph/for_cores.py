@@ -1,6 +1,6 @@
 """A training graph made for the CPU cores its step runs on: the rewrites that depend on them.
 
-A graph depends on the model and its options only (planner.graph.prepare), never on a target;
+A graph depends on the model and its options only (planner.frontend.prepare), never on a target;
 the rewrite that pays only on a CPU with a given number of cores is a planning decision, made
 by planner.pipeline from the target and recorded in the plan's embedded graph:
 

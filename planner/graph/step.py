@@ -1,5 +1,5 @@
 """The step graph: the rewrites that depend on the machine a step runs on, as passes over what
-planning chose for it (`StepChoices`), each checked as the front end's are (planner.graph.prepare).
+planning chose for it (`StepChoices`), each checked as the front end's are (planner.frontend.prepare).
 
     step_graph(graph, choices):
         graph = for_cores(graph, choices.cores)         # a CPU step's cores (for_cores.py)
@@ -13,8 +13,8 @@ costs measured faster, the buckets the link's model sizes); `planner verify --gr
 same graph from the choices a plan records. The passes are pure: no target, no cost table.
 
 Example:
-    >>> from planner.graph.prepare import prepare
-    >>> from planner.graph.options import GraphOptions
+    >>> from planner.frontend.prepare import prepare
+    >>> from planner.frontend.options import GraphOptions
     >>> from planner.graph.optimizer import Optimizer
     >>> g = prepare("zoo:mlp?batch=4&hidden=8&in_features=4&classes=2",
     ...             GraphOptions(optimizer=Optimizer(kind="sgd")))

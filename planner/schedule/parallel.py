@@ -33,8 +33,8 @@ buckets would pay mostly latency, larger ones start their transfer later than ne
 Example:
     >>> from planner.graph.data_parallel import buckets, with_all_reduce
     >>> from planner.graph.optimizer import Optimizer
-    >>> from planner.graph.options import GraphOptions
-    >>> from planner.graph.prepare import prepare
+    >>> from planner.frontend.options import GraphOptions
+    >>> from planner.frontend.prepare import prepare
     >>> g = prepare("zoo:mlp?batch=4&hidden=8&in_features=3&classes=2",
     ...             GraphOptions(optimizer=Optimizer(kind="sgd")))
     >>> [len(b) for b in buckets(g, 64)]           # bytes: 8 + 64 | 32 + 96 of fc2, fc1
@@ -46,7 +46,8 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import bisect
+from collections.abc import Callable, Sequence
 from typing import Literal, TypeVar
 
 from pydantic import Field, model_validator
@@ -122,8 +123,8 @@ def gathered_bucket_bytes(graph: Graph, ranks: int) -> int:
     compute) hold less than the shards save, (r - 1) / r of them.
 
     >>> from planner.graph.optimizer import Optimizer
-    >>> from planner.graph.options import GraphOptions
-    >>> from planner.graph.prepare import prepare
+    >>> from planner.frontend.options import GraphOptions
+    >>> from planner.frontend.prepare import prepare
     >>> g = prepare("zoo:mlp?batch=4&hidden=8&in_features=3&classes=2",
     ...             GraphOptions(optimizer=Optimizer(kind="sgd")))
     >>> gathered_bucket_bytes(g, 2)     # 200 bytes of parameters
@@ -141,20 +142,23 @@ def collective_seconds(op: str, nbytes: int, ranks: int, link: Interconnect) -> 
     return whole if op in ("AllReduce", "ShardedClipGradNorm") else whole / 2
 
 
-def prefetch_distance(seconds: float, before: list[float], limit: int) -> int:
-    """How many ops ahead of its first reader an all-gather of `seconds` is issued: the fewest
-    of the compute ops before the reader (`before`, their predicted seconds, nearest last)
-    whose time covers it, at most `limit` (the memory bound: not before the previous
-    all-gather's first reader, so at most two gathered buckets wait ahead of compute).
+def issue_point(seconds: float, start: float, ends: Sequence[float]) -> int:
+    """Which op an all-gather of `seconds` is issued behind, of the candidates the memory
+    bound allows (their predicted ends, `ends`, in schedule order; the first one the earliest
+    allowed), for a first reader predicted to start at `start`: the one ending last that still
+    leaves the gather's time before `start` (it hides the gather and holds the copy the
+    least), else the one ending first (its reader waits the least). Times, not op counts:
+    on co-running CPU lanes an op ordered just before the reader may end long after it starts.
 
-    >>> prefetch_distance(3.0, [5.0, 1.0, 1.0, 2.0], 4), prefetch_distance(3.0, [1.0] * 9, 2)
-    (2, 2)
+    >>> issue_point(3.0, 10.0, [1.0, 6.0, 8.0, 9.5])     # 6 + 3 <= 10; 8 + 3 > 10
+    1
+    >>> issue_point(3.0, 10.0, [9.0, 30.0, 9.5])         # none hides it: the earliest end
+    0
     """
-    covered, d = 0.0, 0
-    while covered < seconds and d < min(limit, len(before)):
-        d += 1
-        covered += before[-d]
-    return d
+    fits = [i for i, e in enumerate(ends) if e + seconds <= start]
+    if fits:
+        return max(fits, key=lambda i: (ends[i], i))
+    return min(range(len(ends)), key=lambda i: (ends[i], i))
 
 
 def comm_lane(graph: Graph, schedule: Schedule, link: Interconnect) -> Schedule:
@@ -185,9 +189,21 @@ def comm_lane(graph: Graph, schedule: Schedule, link: Interconnect) -> Schedule:
     deps = {names[i]: tuple(names[p] for p in ps) for i, ps in enumerate(predecessors(graph))}
     seconds = {n.name: collective_seconds(n.op, _bucket_bytes(graph, n), n.attrs["ranks"],
                                           link) for n in ar}
+    # ZeRO-3: a lane of all-gathers that readers wait for runs its collectives in the order
+    # they are ready (a reduce-scatter once its bucket's last gradient is predicted written),
+    # not in the order their inputs' writers started: a reduce-scatter behind a long
+    # weight-gradient GEMM would otherwise hold up the gathers of the layers before it. And
+    # a reduce-scatter, which only the updates after backward wait for, yields to a gather
+    # ready before it would end: it goes in the order as if ready at its own end.
+    gathering = any(n.op == "AllGather" for n in ar)
+    when = _ready_rank(schedule, rank) if gathering else None
+    ends = {op.name: op.end for op in schedule.ops}
     for n in ar:  # in graph order: a sharded update after its reduce-scatter
         if n.op != "AllGather":
             rank[n.name] = max((rank[d] for d in deps[n.name]), default=-1.0) + 0.5
+            if when is not None:
+                rank[n.name] = max(rank[n.name], when(seconds[n.name] + max(
+                    (ends[d] for d in deps[n.name] if d in ends), default=0.0)))
     issue_after, prefetch = _gather_ranks(graph, schedule, rank, seconds)
     order = sorted(rank, key=rank.__getitem__)  # topological: data edges point forward
     at = {op.name: op for op in schedule.ops}
@@ -239,15 +255,39 @@ def comm_lane(graph: Graph, schedule: Schedule, link: Interconnect) -> Schedule:
         "mean_corun": busy / step if step else 0.0})
 
 
+def _ready_rank(schedule: Schedule, rank: dict[str, float]) -> Callable[[float], float]:
+    """A function: predicted time t -> the rank just before the first compute op (in rank
+    order, of those that keep their place: not the updates moved after backward) predicted to
+    start at or after t, where an op ready at t goes in the order; after the last of them if
+    none does (still before the updates moved after it)."""
+    compute = sorted((op for op in schedule.ops if rank[op.name] < len(schedule.ops)),
+                     key=lambda op: rank[op.name])
+    highest, peaks = 0.0, []
+    for op in compute:  # the running maximum of the starts: the first op at or after t
+        highest = max(highest, op.start)
+        peaks.append(highest)
+    last = rank[compute[-1].name] + 0.25 if compute else -0.5
+
+    def when(t: float) -> float:
+        i = bisect.bisect_left(peaks, t)
+        return rank[compute[i].name] - 0.5 if i < len(compute) else last
+
+    return when
+
+
 def _gather_ranks(graph: Graph, schedule: Schedule, rank: dict[str, float],
                   seconds: dict[str, float]) -> tuple[dict[str, tuple[str, ...]], dict[str, int]]:
-    """Place each AllGather (ZeRO-3) in `rank`, prefetch_distance compute ops ahead of its
-    first reader; ({gather: the compute op it is issued after}, {gather: its distance})."""
+    """Place each AllGather (ZeRO-3) in `rank`, issued behind the op issue_point chooses of
+    those between its memory bound and its first reader, on the compute schedule's predicted
+    times; ({gather: the compute op it is issued after}, {gather: how many compute ops ahead
+    of its first reader that is})."""
     gathers = [n for n in graph.nodes if n.op == "AllGather"]
     if not gathers:
         return {}, {}
     compute = sorted((op for op in schedule.ops), key=lambda op: rank[op.name])
     index = {op.name: i for i, op in enumerate(compute)}
+    when = _ready_rank(schedule, rank)
+    step = max((op.end for op in compute), default=0.0)
     readers: dict[str, list[int]] = {}
     for n in graph.nodes:
         if n.name in index:
@@ -257,7 +297,7 @@ def _gather_ranks(graph: Graph, schedule: Schedule, rank: dict[str, float],
              for g in gathers}
     issue_after: dict[str, tuple[str, ...]] = {}
     prefetch: dict[str, int] = {}
-    # Memory bounds a gather's distance: not before the previous first reader (at most the
+    # Memory bounds a gather's issue: not before the previous first reader (at most the
     # copies of two readers' buckets wait ahead of compute), nor before the last reader of
     # its own bucket's earlier copy (a backward gather would hold both).
     bound, previous = 0, 0
@@ -267,15 +307,20 @@ def _gather_ranks(graph: Graph, schedule: Schedule, rank: dict[str, float],
         if at != previous:
             bound, previous = previous, at
         low = max(bound, last.get(g.inputs[0], -1) + 1)
-        d = prefetch_distance(seconds[g.name],
-                              [op.end - op.start for op in compute[low:at]], at - low)
-        prefetch[g.name] = d
-        # right before the op d ahead of the reader, and issued once the op before that ends
-        # (ties, gathers issued before one op: in the order their readers need them)
-        rank[g.name] = (rank[compute[at - d].name] if at - d < len(compute)
-                        else max(rank.values()) + 1) - 0.5 + len(prefetch) * 1e-6
-        if at - d > 0:
-            issue_after[g.name] = (compute[at - d - 1].name,)
+        # behind compute[low - 1] at the earliest (the step's start: -1, ending at 0)
+        behind = list(range(low - 1, at))
+        i = behind[issue_point(seconds[g.name], compute[at].start if at < len(compute)
+                               else step, [compute[j].end if j >= 0 else 0.0
+                                           for j in behind])]
+        prefetch[g.name] = at - 1 - i
+        # where an op ready when its issuer ends goes, after the issuer and before the reader
+        # (ties, gathers issued at one place: in the order their readers need them)
+        top = rank[compute[at].name] if at < len(compute) else max(rank.values()) + 1
+        low_rank = rank[compute[i].name] if i >= 0 else -1.0
+        rank[g.name] = min(max(when(compute[i].end if i >= 0 else 0.0), low_rank + 0.5),
+                           top - 0.5) + len(prefetch) * 1e-6
+        if i >= 0:
+            issue_after[g.name] = (compute[i].name,)
         last[g.inputs[0]] = max(i for t in g.outputs for i in readers.get(t, [at]))
     return issue_after, prefetch
 

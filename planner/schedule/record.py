@@ -64,7 +64,7 @@ class ScheduledOp(Record):
     # them: the executor orders ops by lanes and happens-before edges only (planner.plan).
     deps: tuple[str, ...] = ()
     # An all-gather of sharded parameters (ZeRO-3): how many compute ops ahead of its first
-    # reader it is issued (planner.schedule.parallel.prefetch_distance); 0 elsewhere.
+    # reader it is issued (planner.schedule.parallel.issue_point); 0 elsewhere.
     prefetch: int = Field(default=0, ge=0, exclude_if=lambda v: v == 0)
     start: Seconds = Field(ge=0)
     end: Seconds = Field(ge=0)

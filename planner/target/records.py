@@ -281,7 +281,7 @@ class Target(Record):
 
     @classmethod
     def from_json(cls, text: str) -> Target:
-        from planner.json_input import parse_json  # every command's reader
+        from planner.frontend.json_input import parse_json  # every command's reader
 
         return cls.model_validate(parse_json(text, "target"))
 

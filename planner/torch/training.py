@@ -187,8 +187,8 @@ def trainer(module: Any, example_inputs: Sequence[Any], loss: Callable | None,
     from codegen.load import load
     from codegen.render import render
     from planner.graph import Optimizer, init_params
-    from planner.graph.options import GraphOptions
-    from planner.graph.prepare import prepare
+    from planner.frontend.options import GraphOptions
+    from planner.frontend.prepare import prepare
     from planner.pipeline import plan
     from planner.target.presets import load_target
 

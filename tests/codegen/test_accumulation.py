@@ -13,8 +13,8 @@ from planner.graph.accumulation import MICRO_STEP, optimizer_step_nodes
 from planner.graph.interpret import random_feeds, train_step, widened
 from planner.graph.ir import Graph
 from planner.graph.optimizer import Optimizer, ParamGroup
-from planner.graph.options import GraphOptions
-from planner.graph.prepare import prepare
+from planner.frontend.options import GraphOptions
+from planner.frontend.prepare import prepare
 from tests.codegen.helpers import build_module, rel_error, start_state
 
 K = 4

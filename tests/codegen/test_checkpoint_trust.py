@@ -11,8 +11,8 @@ import pytest
 
 from planner.graph.accumulation import MICRO_STEP
 from planner.graph.optimizer import Optimizer, ParamGroup
-from planner.graph.options import GraphOptions
-from planner.graph.prepare import prepare
+from planner.frontend.options import GraphOptions
+from planner.frontend.prepare import prepare
 from tests.codegen.helpers import build_module
 
 BAD = [("fast", "must be a number, got 'fast'"), (float("nan"), "must be finite and >= 0"),

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from planner.errors import UserError
 from planner.graph import GraphBuilder
-from planner.json_input import graph_from_json
+from planner.frontend.json_input import graph_from_json
 
 
 def base_document() -> dict:

@@ -224,11 +224,11 @@ def test_crafted_archive_runs_nothing(real, kind, tmp_path):
 
 @pytest.mark.parametrize("entry", ["graph", "plan", "load_graph"])
 def test_every_entry_point_runs_nothing(real, entry, tmp_path):
-    """`planner graph`, `planner plan` and planner.load.load_graph read the same way."""
+    """`planner graph`, `planner plan` and planner.frontend.load.load_graph read the same way."""
     for kind in ("guards_code", "higher-order subgraph name"):
         path, _, marker = _craft(real, tmp_path, kind)
         if entry == "load_graph":
-            from planner.load import load_graph
+            from planner.frontend.load import load_graph
             try:
                 load_graph(str(path))
             except UserError:

@@ -19,8 +19,8 @@ import pytest
 import planner.cli as cli
 from planner.errors import UserError
 from planner.graph.optimizer import Optimizer
-from planner.graph.options import GraphOptions
-from planner.graph.prepare import prepare
+from planner.frontend.options import GraphOptions
+from planner.frontend.prepare import prepare
 from planner.pipeline import PlanOptions, plan
 from planner.schedule.parallel import DataParallelOptions
 from planner.target import preset

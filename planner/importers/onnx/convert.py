@@ -98,7 +98,7 @@ def convert(source: Source, name: str | None = None,
         except Unsupported as e:
             raise OnnxImportError.unsupported_ops({e.what: out.name}) from None
     # GraphBuilder applied every op's rules; the order is topological by construction, so
-    # check_graph (which callers run, e.g. planner.load) would find nothing new here.
+    # check_graph (which callers run, e.g. planner.frontend.load) would find nothing new here.
     graph = imp.builder.build(outputs=outputs)
     training = imp.dropouts > 0 or any(n.op == "BatchNorm" and n.attrs.get("training")
                                        for n in graph.nodes)

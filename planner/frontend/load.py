@@ -1,5 +1,5 @@
 """Loading a model: the GRAPH argument every command takes, the front end's first step
-(planner.graph.prepare).
+(planner.frontend.prepare).
 
 A GRAPH argument is one of
   - a zoo spec: `zoo:resnet?depth=50&batch=32`,
@@ -15,7 +15,7 @@ from pathlib import Path
 
 from planner.errors import UserError
 from planner.graph import Graph, check_graph
-from planner.json_input import graph_from_data, parse_json_bytes
+from planner.frontend.json_input import graph_from_data, parse_json_bytes
 
 
 def load_graph(spec: str, train_dropout: bool = False) -> Graph:

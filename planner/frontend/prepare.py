@@ -1,7 +1,7 @@
 """The front end as one function: a model and its GraphOptions -> the Graph every command plans.
 
     prepare(model, options):
-        graph = imported(model)        # ONNX file, graph JSON, .pt2 or zoo spec (planner.load)
+        graph = imported(model)        # ONNX file, graph JSON, .pt2 or zoo spec (planner.frontend.load)
         graph = with_loss(graph)       # --loss: a loss on an output, with a label input
         graph = autodiff(graph)        # --train: backward, gradient accumulation, optimizer
                                        # updates, precision casts
@@ -37,7 +37,7 @@ from planner.graph.autodiff import make_training_graph
 from planner.graph.inference import inference_rewrites
 from planner.graph.ir import Graph
 from planner.graph.loss import with_loss as attached
-from planner.graph.options import GraphOptions
+from planner.frontend.options import GraphOptions
 from planner.graph.validate import check_graph
 
 Pass = Callable[[Graph, GraphOptions], Graph]
@@ -57,11 +57,11 @@ def prepare(model: str | Graph, options: GraphOptions | None = None) -> Graph:
 
 
 def imported(model: str | Graph, options: GraphOptions) -> Graph:
-    """A GRAPH spelling loaded (planner.load.load_graph checks what it loads), or the Graph
+    """A GRAPH spelling loaded (planner.frontend.load.load_graph checks what it loads), or the Graph
     itself, checked."""
     if isinstance(model, Graph):
         return check_graph(model)
-    from planner.load import load_graph
+    from planner.frontend.load import load_graph
 
     return load_graph(model, options.train_dropout)
 

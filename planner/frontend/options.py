@@ -1,7 +1,7 @@
 """GraphOptions: everything besides the model that decides the graph a command plans.
 
 One record for every command (`graph`, `plan`, `profile`, `fit`) and for planner.torch, read
-by planner.graph.prepare; its flags are added to each command by one function
+by planner.frontend.prepare; its flags are added to each command by one function
 (planner/cli/graph_flags.py). The target is not among them: a graph depends on the model and
 these options only (what depends on the cores is a planning decision, planner.pipeline).
 
