@@ -148,3 +148,17 @@ def test_cuda_refuses_the_cpus_integer_kernels():
     assert cuda.admits("Where", ["bool", "int64", "int64"], ["int64"])
     assert not cuda.admits("Where", ["bool", "bool", "bool"], ["bool"])
     assert "BitwiseAnd" not in cuda.ops
+
+
+def test_the_executor_refuses_at_load_what_the_kernel_does_not_declare(tmp_path, monkeypatch):
+    """The registration's declaration is the executor's too: the same int32 ReduceAny, rendered
+    past the plan-time check, is refused when the executor loads, naming the op and both sets,
+    before any step runs."""
+    b = GraphBuilder("undeclared_at_load")
+    x = b.input("x", (3, 4), "int32")
+    graph = check_graph(b.build(outputs=b.op_n("ReduceAny", [x], {"axes": [1]})))
+    monkeypatch.setattr(support, "check", lambda *args, **kwargs: None)
+    module = build_module(graph, tmp_path / "undeclared_at_load")
+    with pytest.raises(RuntimeError, match=r"ReduceAny.*the kernel takes dtypes "
+                                           r"float32,bool\|int64,bool\|bool, not bool,int32"):
+        module.Executor()
