@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from planner.dtypes import DTYPE_BYTES, is_float
+from planner.dtypes import DTYPE_BYTES, LOW_FLOATS, is_float
 from planner.ops.base import Attr, Attrs, GradBuilder, OpDef, OpError, TensorType, register
 
 if TYPE_CHECKING:
@@ -39,7 +39,8 @@ def _cast(xs: list[np.ndarray], a: Attrs) -> list[np.ndarray]:
     """numpy's astype; a float to int16, int8 or uint8 through int64, wrapping (what the
     executors and PyTorch on x86 give: the direct conversion out of range is undefined in C)."""
     x = np.asarray(xs[0])
-    if x.dtype.kind == "f" and a["to"] in ("int16", "int8", "uint8"):
+    floating = x.dtype.kind == "f" or str(x.dtype) in LOW_FLOATS
+    if floating and a["to"] in ("int16", "int8", "uint8"):
         with np.errstate(invalid="ignore"):
             x = x.astype(np.int64)
     return [x.astype(a["to"])]

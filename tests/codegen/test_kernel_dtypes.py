@@ -6,11 +6,13 @@ time).
 
 The walk is complete, not a sample: for each declared op, each of its sets but float32 alone
 (test_op_kernels.py runs every op in float32) and, for a "*" (any dtype) declaration, each of
-int64, int32, bool, int16, int8 and uint8, plus every Cast between any two of them and
-float32. A node of each is
-made from the op's cases in tests/codegen/op_cases.py, its inputs retyped within the set (small
-integers, zeros among them); all of them are one graph, planned, built and run once. Their
-values are integers, bools or floats holding integers, so every output is compared exactly.
+int64, int32, bool, int16, int8 and uint8; plus every Cast between any two of them, float32,
+bfloat16 and float16 (a low float counts as float32 in a declaration: mixed precision has its
+own rule, codegen.backends.MIXED_OPS; a low input is made by a Cast in the graph). A node of
+each is made from the op's cases in tests/codegen/op_cases.py, its inputs retyped within the
+set (small integers, zeros among them); all of them are one graph, planned, built and run
+once. Their values are integers, bools or floats holding integers (a Cast's, fractions in
+(-300, 300): a conversion rounds once), so every output is compared exactly.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from tests.codegen.op_cases import VARIANTS, nodes_graph
 
 CPU = RUNTIMES["cpu"]
 PLAIN = ("float32", "int64", "int32", "bool", "int16", "int8", "uint8")
+LOW = ("bfloat16", "float16")  # not fed (numpy takes no bfloat16 over DLPack): made in-graph
 
 
 def _values(x: np.ndarray, dtype: str, rng) -> np.ndarray:
@@ -82,7 +85,9 @@ def _walk():
             elif s != {"float32"}:
                 wanted.append(s)
         if op == "Cast":  # from values in (-300, 300), fractions too: truncation and wrapping
-            for a, b in itertools.permutations(PLAIN, 2):
+            for a, b in itertools.product(PLAIN, PLAIN + LOW):
+                if a == b:
+                    continue
                 x = rng.uniform(-300, 300, (3, 5)).astype(np.float32)
                 x = get_op("Cast").reference([x], {"to": a})[0]
                 samples.append((f"Cast.{a}.{b}", op, {"to": b}, [x]))
@@ -162,3 +167,23 @@ def test_the_executor_refuses_at_load_what_the_kernel_does_not_declare(tmp_path,
     with pytest.raises(RuntimeError, match=r"ReduceAny.*the kernel takes dtypes "
                                            r"float32,bool\|int64,bool\|bool, not bool,int32"):
         module.Executor()
+
+
+def test_casts_from_the_low_floats(tmp_path):
+    """bfloat16 and float16 to every other dtype (the low value made in the graph from float32:
+    feeds cannot be bfloat16), exactly as the reference."""
+    rng = np.random.default_rng(1)
+    x = rng.uniform(-300, 300, (3, 5)).astype(np.float32)
+    b = GraphBuilder("low_casts")
+    name = b.input("x", x.shape, "float32")
+    outs, want = [], []
+    cast = get_op("Cast")
+    for low in LOW:
+        (narrow,) = b.op_n("Cast", [name], {"to": low})
+        for to in PLAIN + tuple(d for d in LOW if d != low):
+            outs += b.op_n("Cast", [narrow], {"to": to})
+            want.append(cast.reference(cast.reference([x], {"to": low}), {"to": to})[0])
+    graph = check_graph(b.build(outputs=outs))
+    got = build_module(graph, tmp_path / "low_casts").Executor().forward({name: x})
+    for o, w in zip(outs, want, strict=True):
+        assert np.asarray(got[o]).dtype == w.dtype and np.array_equal(got[o], w), o

@@ -5,7 +5,8 @@
 // PyTorch's .to()) a plain loop, as numpy's astype: an integer rounds to the nearest float32, a
 // float truncates toward zero, anything is true where non-zero (NaN too), a bool is 0 or 1. (oneDNN has no 64-bit
 // integers, and its reorder to int32 rounds rather than truncates.) A low float to or from an
-// integer or bool goes through float32 in two Casts (the torch front end emits them).
+// integer, bool or the other low float goes through float32 copies (the torch front end emits
+// two Casts instead).
 #include <type_traits>
 
 #include "../dnnl_kernel.h"
@@ -39,9 +40,15 @@ class Convert : public Kernel {
   int64_t size_;
 };
 
+bool low_float(int dtype) { return dtype == BF16 || dtype == F16; }
+
 KernelPtr cast(const Node& n) {
   const TensorRef &x = n.in[0], &y = n.out[0];
   if (x.dtype == y.dtype) return std::make_unique<Copy>(x.id, y.id, y.size() * dtype_bytes(y.dtype));
+  // a low float to or from anything but float32 (an integer, bool, the other low float): through
+  // float32 copies (oneDNN reorders neither to 64-bit integers nor bfloat16 to float16 directly)
+  if ((low_float(x.dtype) || low_float(y.dtype)) && x.dtype != F32 && y.dtype != F32)
+    return widened(n, cast);
   KernelPtr plain;
   with_plain_dtype<true>(x.dtype, [&](auto in) {
     with_plain_dtype<true>(y.dtype, [&](auto out) {
