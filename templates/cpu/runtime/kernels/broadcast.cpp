@@ -1,8 +1,7 @@
 // Broadcasting ops as plain OpenMP loops, row by row over the output (see Broadcast in
 // loops.h): Pow, Max, Min (NaN propagates, as numpy's maximum/minimum; oneDNN's binary max
 // drops it), MaxGrad, MinGrad (torch's tie rule), Where (a bool, float32, int64 or int32
-// condition and branches),
-// PRelu and PReluGrad.
+// condition; branches of those or int16, int8, uint8), PRelu and PReluGrad.
 #include <omp.h>
 
 #include <cmath>
@@ -138,7 +137,10 @@ KernelPtr where(const Node& n) {
   if (n.in[1].dtype == I64) return where_of<int64_t>(n);
   if (n.in[1].dtype == I32) return where_of<int32_t>(n);
   if (n.in[1].dtype == BOOL) return where_of<bool>(n);
-  throw std::runtime_error("Where: the branches must be float32, int64, int32 or bool");
+  if (n.in[1].dtype == I16) return where_of<int16_t>(n);
+  if (n.in[1].dtype == I8) return where_of<int8_t>(n);
+  if (n.in[1].dtype == U8) return where_of<uint8_t>(n);
+  throw std::runtime_error("Where: the branches must be float32, an integer or bool");
 }
 
 KernelPtr prelu(const Node& n) {
@@ -195,7 +197,7 @@ PLANNER_REGISTER_KERNELS(broadcast) {
   r["Min"] = {min_, "float32|int64|int32|int16|int8|uint8"};
   r["MaxGrad"] = max_grad;
   r["MinGrad"] = min_grad;
-  r["Where"] = {where, "bool|bool,float32|bool,int64|bool,int32|float32|float32,int64|float32,int32|int64|int32,int64|int32"};
+  r["Where"] = {where, "bool|bool,float32|bool,int64|bool,int32|bool,int16|bool,int8|bool,uint8|float32|float32,int64|float32,int32|float32,int16|float32,int8|float32,uint8|int64|int32,int64|int16,int64|int64,int8|int64,uint8|int32|int16,int32|int32,int8|int32,uint8"};
   r["PRelu"] = prelu;
   r["PReluGrad"] = prelu_grad;
 }
