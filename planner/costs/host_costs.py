@@ -232,7 +232,7 @@ def cpu_times(stat: str | None = None) -> CpuTimes | None:
         except OSError:
             return None
     fields = stat.split()
-    if len(fields) < 9 or fields[0] != "cpu":
+    if len(fields) < 9 or not stat.startswith("cpu "):  # the all-CPU line, not "cpu0"
         return None
     user, nice, system, _idle, _iowait, irq, softirq, steal = map(int, fields[1:9])
     t = os.times()

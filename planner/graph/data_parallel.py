@@ -25,6 +25,7 @@ from planner.errors import UserError
 from planner.graph.deps import in_dependency_order
 from planner.graph.ir import Graph, Node, Tensor
 from planner.graph.optimizer import UPDATE_OPS
+from planner.graph.sharded_scaling import with_unscaled_shards, without_loss_scaling
 from planner.graph.validate import check_graph
 from planner.ops import get_op
 from planner.ops.collective import BUCKET_ALIGNMENT, COLLECTIVE_OPS, SHARDED_UPDATES, shard_floats
@@ -130,18 +131,6 @@ def with_all_reduce(graph: Graph, bucket_list: list[list[str]], ranks: int,
         update={"tensors": tuple(tensors), "nodes": tuple(nodes)})))
 
 
-def refuse_unsharded(graph: Graph, flag: str) -> None:
-    """UserError (naming `flag`) where `graph` has what sharding does not combine with yet:
-    loss scaling (fp16-mixed)."""
-    if any(n.op == _UNSCALE for n in graph.nodes):
-        # UnscaleGrads reads every gradient to find an overflow, and every rank must skip the
-        # same steps: after a reduce-scatter each rank holds only its shard of the averaged
-        # gradients, so the flag would need a collective of its own (not planned yet).
-        raise UserError(f"graph {graph.name!r}: {flag} with loss scaling "
-                        f"(fp16-mixed) is not supported yet (the overflow check needs every "
-                        f"averaged gradient; a rank holds its shard only)")
-
-
 def scatter_attrs(graph: Graph, bucket: list[str], attrs: dict[str, int]) -> dict[str, int]:
     """A bucket's ReduceScatter attrs: `attrs`, with `in_place` 0 where the bucket holds
     gradient sums' new values (accumulation): a sum's new value is written over its running
@@ -218,8 +207,9 @@ def with_sharded_updates(graph: Graph, bucket_list: list[list[str]], ranks: int,
     (where the last of them was), holding shards of the optimizer state
     (`shard/<k>/<slot>`) in place of the per-parameter slots; the buckets aligned as
     `backend`'s arena aligns them (BUCKET_ALIGNMENT, named in the ops' `alignment` attr where
-    it is not the CPU's). UserError where a gradient has a reader besides its update, a bucket
-    mixes updates, or the graph scales its loss (fp16-mixed).
+    it is not the CPU's); clip_grad_norm over the gradient shards (with_clipped_shards) and
+    fp16-mixed's loss scaling over them (planner.graph.sharded_scaling). UserError where a
+    gradient has a reader besides its update or a bucket mixes updates.
 
     >>> from planner.graph.autodiff import make_training_graph
     >>> from planner.graph.optimizer import Optimizer
@@ -235,7 +225,7 @@ def with_sharded_updates(graph: Graph, bucket_list: list[list[str]], ranks: int,
     >>> gpu.tensor_map["shard/1/m"].shape  # the bias at 64 (256 bytes): 88 over 2, rounded up
     (64,)
     """
-    refuse_unsharded(graph, "--shard-optimizer")
+    graph, scaling = without_loss_scaling(graph)
     graph, clip = without_clip(graph)
     attrs: dict[str, int] = {"ranks": ranks}
     if ranks_per_host > 1:
@@ -286,8 +276,9 @@ def with_sharded_updates(graph: Graph, bucket_list: list[list[str]], ranks: int,
             nodes.append(n)
         nodes += [scatter[scatter_after[o]] for o in n.outputs if o in scatter_after]
     tensors = tuple(t for t in graph.tensors if t.name not in gone) + tuple(added)
-    return with_clipped_shards(check_graph(in_dependency_order(graph.model_copy(
-        update={"tensors": tensors, "nodes": tuple(nodes)}))), clip, attrs)
+    return with_unscaled_shards(with_clipped_shards(check_graph(in_dependency_order(
+        graph.model_copy(update={"tensors": tensors, "nodes": tuple(nodes)}))), clip, attrs),
+        scaling, attrs)
 
 
 def compute_graph(graph: Graph) -> Graph:

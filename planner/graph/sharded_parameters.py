@@ -43,7 +43,6 @@ from __future__ import annotations
 
 from planner.errors import UserError
 from planner.graph.data_parallel import (
-    refuse_unsharded,
     scatter_attrs,
     sharded_gradients,
     with_clipped_shards,
@@ -51,6 +50,7 @@ from planner.graph.data_parallel import (
 )
 from planner.graph.deps import in_dependency_order
 from planner.graph.ir import Graph, Node, Tensor
+from planner.graph.sharded_scaling import with_unscaled_shards, without_loss_scaling
 from planner.graph.validate import check_graph
 from planner.ops.collective import SHARDED_UPDATES, shard_floats
 
@@ -64,11 +64,11 @@ def backward_start(graph: Graph) -> int:
 def with_sharded_parameters(graph: Graph, bucket_list: list[list[str]], ranks: int,
                             ranks_per_host: int = 1) -> Graph:
     """`graph` with its parameters, gradients and optimizer state sharded over `ranks`
-    (module docstring), clip_grad_norm's over the gradient shards (with_clipped_shards).
-    UserError for what it does not combine with yet (loss scaling), a
+    (module docstring), clip_grad_norm's over the gradient shards (with_clipped_shards),
+    fp16-mixed's loss scaling over them (planner.graph.sharded_scaling). UserError for a
     gradient read by more than its update, a bucket of mixed updates, and reserved names in
     use."""
-    refuse_unsharded(graph, "--shard-parameters")
+    graph, scaling = without_loss_scaling(graph)
     graph, clip = without_clip(graph)
     reserved = ("reducescatter/", "shardedupdate/", "shard/", "allgather/", "gathered/",
                 "regathered/")
@@ -155,6 +155,7 @@ def with_sharded_parameters(graph: Graph, bucket_list: list[list[str]], ranks: i
                          if names else n)
         nodes += [scatter_after[o] for o in n.outputs if o in scatter_after]
     tensors = tuple(t for t in graph.tensors if t.name not in gone) + tuple(added)
-    return with_clipped_shards(check_graph(in_dependency_order(graph.model_copy(
-        update={"tensors": tensors, "nodes": tuple(nodes)}))), clip, attrs)
+    return with_unscaled_shards(with_clipped_shards(check_graph(in_dependency_order(
+        graph.model_copy(update={"tensors": tensors, "nodes": tuple(nodes)}))), clip, attrs),
+        scaling, attrs)
 

@@ -47,6 +47,14 @@ then scales its shards by c = min(max_norm / (total_norm + 1e-6), 1), as ClipGra
 collective (the comm lane runs it in the one order of every rank's collectives); the reference
 interpreter, one process, runs it for one rank only.
 
+`ShardedUnscaleGrads [s_1..s_k, scale] -> [s_1 / scale..s_k / scale, found_inf]` is
+GradScaler.unscale_ after the reduce-scatters (fp16-mixed with --shard-optimizer or
+--shard-parameters): every rank unscales its shards and finds whether they hold an inf or
+NaN, and the ranks sum that flag (one float all-reduced), so found_inf is 1 on every rank where
+any rank's shards overflowed: every rank skips the same steps (a ShardedUpdate's
+`skip_on_overflow`, SkipOnOverflow) and updates its scale alike, as FSDP's ShardedGradScaler.
+The reference interpreter, one process, runs it for one rank only.
+
 Example:
     >>> import numpy as np
     >>> from planner.ops import get_op
@@ -61,7 +69,17 @@ from typing import Any
 
 import numpy as np
 
-from planner.ops.base import Attr, Attrs, OpDef, OpError, TensorType, get_op, register
+from planner.ops.base import (
+    Attr,
+    Attrs,
+    Infer,
+    OpDef,
+    OpError,
+    Reference,
+    TensorType,
+    get_op,
+    register,
+)
 from planner.ops.optim import HYPER_INPUTS
 
 # The bytes between a sharded bucket's members and shards per backend: its arena's alignment
@@ -72,7 +90,7 @@ BUCKET_ALIGNMENT = {"cpu": 64, "cuda": 256}
 SHARDED_UPDATES: dict[str, tuple[str, ...]] = {
     "SGD": (), "ApplyMomentum": ("velocity",), "ApplyAdam": ("m", "v")}
 COLLECTIVE_OPS = frozenset({"AllReduce", "ReduceScatter", "ShardedUpdate", "AllGather",
-                            "ShardedClipGradNorm"})
+                            "ShardedClipGradNorm", "ShardedUnscaleGrads"})
 
 
 def _up(n: int, alignment: int = 64) -> int:
@@ -126,7 +144,7 @@ def collective_buckets(nodes: Sequence[Any], floats: Callable[[str], int]
                 n.op != "ReduceScatter" or n.attrs.get("in_place", 1)):
             members = (tuple(n.inputs) if n.op == "ReduceScatter" else tuple(n.outputs)
                        if n.op == "AllGather"
-                       else tuple(n.inputs[:sharded_parts(len(n.inputs), n.attrs["update"])[0]]))
+                       else tuple(n.inputs[:sharded_parts(len(n.inputs), n.attrs)[0]]))
             shard = shard_floats([floats(t) for t in members], n.attrs["ranks"],
                                  n.attrs.get("alignment", 64))
             padded = n.attrs["ranks"] * shard * 4
@@ -226,6 +244,11 @@ def _reference_scatter(xs: list[np.ndarray], a: Attrs) -> list[np.ndarray]:
     return [flat_bucket(xs, a["ranks"], _alignment(a))[:shard]]
 
 
+def _scatter_scratch(outs: list[TensorType], a: Attrs) -> int:
+    # in_place 0: the bucket, every rank's shard, copied into scratch
+    return 0 if a.get("in_place", 1) else a["ranks"] * outs[0].nbytes
+
+
 register(OpDef(
     name="ReduceScatter",
     cost_class="data-movement",
@@ -241,8 +264,9 @@ register(OpDef(
     bytes_moved=lambda ins, outs, a: 2 * sum(t.nbytes for t in ins) + 2 * outs[0].nbytes,
     reference=_reference_scatter,
     recompute="never",
-    scratch=lambda ins, outs, a, threads: (0 if a.get("in_place", 1)
-                                           else a["ranks"] * outs[0].nbytes),
+    scratch=lambda ins, outs, a, threads: _scatter_scratch(outs, a),
+    # (the CUDA kernel's copy too: compiled, not yet run; accumulation is refused on GPUs)
+    gpu_scratch=lambda ins, outs, a: _scatter_scratch(outs, a),
     doc="s = this rank's shard of the gradient bucket [g_1..g_k], averaged over the ranks "
         "(a sum reduce-scatter in place, or on a copy in scratch, then 1/ranks).",
 ))
@@ -250,14 +274,17 @@ register(OpDef(
 
 # ---- ShardedUpdate ----------------------------------------------------------------------------
 
-def sharded_parts(n_inputs: int, update: str) -> tuple[int, int, bool]:
+def sharded_parts(n_inputs: int, a: Attrs) -> tuple[int, int, bool]:
     """(parameters, state slots, takes a step count) of a ShardedUpdate with `n_inputs`
-    inputs running `update`; OpError for an update it does not run."""
+    inputs and attrs `a` (its `update`; `skip_on_overflow`: the last input is the overflow
+    flag); OpError for an update it does not run."""
+    update = a["update"]
     if update not in SHARDED_UPDATES:
         raise OpError(f"ShardedUpdate: update must be one of {sorted(SHARDED_UPDATES)}, got "
                       f"{update!r}")
     slots, step = len(SHARDED_UPDATES[update]), update == "ApplyAdam"
-    k = n_inputs - 1 - slots - int(step) - len(HYPER_INPUTS)
+    k = (n_inputs - 1 - slots - int(step) - len(HYPER_INPUTS)
+         - int(bool(a.get("skip_on_overflow"))))
     if k < 1:
         raise OpError(f"ShardedUpdate: {update} over a shard needs parameters, the gradient "
                       f"shard and {slots} state shard(s); got {n_inputs} inputs")
@@ -266,7 +293,7 @@ def sharded_parts(n_inputs: int, update: str) -> tuple[int, int, bool]:
 
 def _infer_sharded(ins: list[TensorType], a: Attrs) -> list[TensorType]:
     _check_ranks("ShardedUpdate", a)
-    k, slots, step = sharded_parts(len(ins), a["update"])
+    k, slots, step = sharded_parts(len(ins), a)
     params = ins[:k]
     for t in params:
         if t.dtype != "float32":
@@ -279,7 +306,9 @@ def _infer_sharded(ins: list[TensorType], a: Attrs) -> list[TensorType]:
             raise OpError(f"ShardedUpdate: {what} must be float32 of shape {list(shard.shape)} "
                           f"(a shard of the bucket), got {list(t.shape)} ({t.dtype})")
     scalars = ins[k + 1 + slots:]
-    for what, t in zip(("the step count",) * step + HYPER_INPUTS, scalars, strict=True):
+    flag = ("the overflow flag",) * bool(a.get("skip_on_overflow"))
+    for what, t in zip(("the step count",) * step + HYPER_INPUTS + flag, scalars,
+                       strict=True):
         if t != TensorType((), "float32"):
             raise OpError(f"ShardedUpdate: {what} must be a float32 scalar")
     return [*params, *[shard] * slots]
@@ -290,7 +319,11 @@ def _update_attrs(a: Attrs) -> Attrs:
 
 
 def _reference_sharded(xs: list[np.ndarray], a: Attrs) -> list[np.ndarray]:
-    k, slots, step = sharded_parts(len(xs), a["update"])
+    k, slots, step = sharded_parts(len(xs), a)
+    if a.get("skip_on_overflow"):
+        *xs, found = xs
+        if found:  # GradScaler.step skips optimizer.step(): parameters and state as they are
+            return [x.copy() for x in (*xs[:k], *xs[k + 1:k + 1 + slots])]
     params, (g, *rest) = xs[:k], xs[k:]
     shard = g.size
     flat = flat_bucket(params, a["ranks"], _alignment(a))
@@ -302,16 +335,16 @@ def _reference_sharded(xs: list[np.ndarray], a: Attrs) -> list[np.ndarray]:
 
 
 def _flops_sharded(ins: list[TensorType], outs: list[TensorType], a: Attrs) -> int:
-    k, slots, _ = sharded_parts(len(ins), a["update"])
+    k, slots, _ = sharded_parts(len(ins), a)
     base = get_op(a["update"])
-    one = [TensorType((1,), "float32")] * (len(ins) - k)
+    one = [TensorType((1,), "float32")] * (len(ins) - k - int(bool(a.get("skip_on_overflow"))))
     return ins[k].size * base.flops(one, one[:1 + slots], _update_attrs(a))
 
 
 def _bytes_sharded(ins: list[TensorType], outs: list[TensorType], a: Attrs) -> int:
     # The shard's update (parameters and state read and written, the gradient read), then
     # the all-gather's writes of the whole bucket of parameters.
-    k, slots, _ = sharded_parts(len(ins), a["update"])
+    k, slots, _ = sharded_parts(len(ins), a)
     return (3 + 2 * slots) * ins[k].nbytes + sum(t.nbytes for t in ins[:k])
 
 
@@ -325,15 +358,19 @@ register(OpDef(
            # the update's own (planner.ops.optim), those it does not take left at defaults
            "momentum": Attr("float", 0.9), "nesterov": Attr("bool", False),
            "beta1": Attr("float", 0.9), "beta2": Attr("float", 0.999),
-           "epsilon": Attr("float", 1e-8), "decoupled": Attr("bool", False)},
+           "epsilon": Attr("float", 1e-8), "decoupled": Attr("bool", False),
+           # fp16-mixed (planner.graph.sharded_scaling): the last input is the overflow flag
+           # reduced over the ranks; a step it marks leaves parameters and state as they are
+           "skip_on_overflow": Attr("bool", optional=True)},
     infer=_infer_sharded,
     flops=_flops_sharded,
     bytes_moved=_bytes_sharded,
     reference=_reference_sharded,
     recompute="never",
-    doc="ShardedUpdate [p_1..p_k, s, state shards, (step), lr, weight_decay] -> [p_1'..p_k', "
-        "state shards']: "
-        "`update` on this rank's shard of the parameters' bucket, then an all-gather of it.",
+    doc="ShardedUpdate [p_1..p_k, s, state shards, (step), lr, weight_decay, (found_inf)] -> "
+        "[p_1'..p_k', state shards']: "
+        "`update` on this rank's shard of the parameters' bucket, then an all-gather of it "
+        "(neither where skip_on_overflow and found_inf is nonzero).",
 ))
 
 
@@ -403,19 +440,27 @@ register(OpDef(
 ))
 
 
-# ---- ShardedClipGradNorm ----------------------------------------------------------------------
+# ---- ShardedClipGradNorm, ShardedUnscaleGrads -------------------------------------------------
 
-def _infer_clip(ins: list[TensorType], a: Attrs) -> list[TensorType]:
-    _check_ranks("ShardedClipGradNorm", a)
-    return get_op("ClipGradNorm").infer(ins, a)
+def _over_shards(name: str, base: str, others: str) -> tuple[Infer, Reference]:
+    """The shape rule and reference of collective `name`: op `base`'s over one rank's gradient
+    shards (with the ranks' attrs), the reference for one rank only (a process holds one
+    shard: it cannot `others`)."""
+    def infer(ins: list[TensorType], a: Attrs) -> list[TensorType]:
+        _check_ranks(name, a)
+        return get_op(base).infer(ins, a)
+
+    def reference(xs: list[np.ndarray], a: Attrs) -> list[np.ndarray]:
+        if a["ranks"] != 1:
+            raise OpError(f"{name}: one process holds one shard of {a['ranks']}; the "
+                          f"reference interpreter cannot {others}")
+        return get_op(base).reference(xs, a)
+
+    return infer, reference
 
 
-def _reference_clip(xs: list[np.ndarray], a: Attrs) -> list[np.ndarray]:
-    if a["ranks"] != 1:
-        raise OpError(f"ShardedClipGradNorm: one process holds one shard of {a['ranks']}; the "
-                      f"reference interpreter cannot add the others' squares")
-    return get_op("ClipGradNorm").reference(xs, a)
-
+_infer_clip, _reference_clip = _over_shards("ShardedClipGradNorm", "ClipGradNorm",
+                                            "add the others' squares")
 
 register(OpDef(
     name="ShardedClipGradNorm",
@@ -429,9 +474,35 @@ register(OpDef(
     bytes_moved=lambda ins, outs, a: 3 * sum(t.nbytes for t in ins) + 4,
     reference=_reference_clip,
     recompute="never",
-    # the float the ranks sum (its own 64 bytes of the arena, a view the process group reads)
+    # the float the ranks sum (its own 64 bytes of the arena, a view the process group reads;
+    # 256 of the device arena: compiled, not yet run on a GPU, where it is refused)
     scratch=lambda ins, outs, a, threads: 64,
+    gpu_scratch=lambda ins, outs, a: 256,
     doc="clip_grad_norm_ over gradient shards [s_1..s_k] -> [s_1 c..s_k c, total_norm]: the "
         "shards' squares summed, then summed over the ranks (an all-reduce of one float), "
         "c = min(max_norm / (total_norm + 1e-6), 1).",
+))
+
+
+_infer_unscale, _reference_unscale = _over_shards("ShardedUnscaleGrads", "UnscaleGrads",
+                                                  "see the others' overflows")
+
+register(OpDef(
+    name="ShardedUnscaleGrads",
+    cost_class="reduction",
+    arity=None,
+    min_inputs=2,
+    attrs={"ranks": Attr("int", required=True), "ranks_per_host": Attr("int", default=1)},
+    in_place=lambda n: range(n - 1),
+    infer=_infer_unscale,
+    flops=lambda ins, outs, a: 2 * sum(t.size for t in ins[:-1]),
+    bytes_moved=lambda ins, outs, a: 2 * sum(t.nbytes for t in ins[:-1]) + 8,
+    reference=_reference_unscale,
+    recompute="never",
+    # the flag the ranks sum (as ShardedClipGradNorm's)
+    scratch=lambda ins, outs, a, threads: 64,
+    gpu_scratch=lambda ins, outs, a: 256,
+    doc="GradScaler.unscale_ over gradient shards [s_1..s_k, scale] -> [s_1 / scale.. s_k / "
+        "scale, found_inf]: found_inf 1 where any rank's shards hold an inf or NaN (each "
+        "rank's flag summed over the ranks, an all-reduce of one float), else 0.",
 ))

@@ -62,7 +62,7 @@ def sharded_layout(graph: Graph, torch_slots: dict[str, str]) -> Layout | None:
     step = None
     for n in graph.nodes:
         if n.op == "ShardedUpdate":
-            k, slots, has_step = sharded_parts(len(n.inputs), n.attrs["update"])
+            k, slots, has_step = sharded_parts(len(n.inputs), n.attrs)
             params = tuple(n.inputs[:k])
             shapes = tuple(graph.tensor(p).shape for p in params)
             states, count = n.inputs[k + 1:k + 1 + slots], n.inputs[k + 1 + slots]
@@ -80,7 +80,9 @@ def sharded_layout(graph: Graph, torch_slots: dict[str, str]) -> Layout | None:
         if has_step:  # the update reads this step's count: the held one, incremented
             producer = graph.producer.get(count)
             step = producer.inputs[0] if producer is not None else count
-        parsed = parse_hyperparameter_tensor(n.inputs[-2])
+        # the learning rate's tensor names the group (a skipping update reads the flag last)
+        parsed = parse_hyperparameter_tensor(n.inputs[-3 if n.attrs.get("skip_on_overflow")
+                                                      else -2])
         buckets.append(Bucket(params, shapes, int(attrs["ranks"]),
                               int(attrs.get("alignment", 64)), shard,
                               {torch_slots[s.rsplit("/", 1)[-1]]: s for s in states},

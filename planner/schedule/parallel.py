@@ -65,6 +65,8 @@ from planner.target.interconnect import Interconnect, interconnect, ring_link
 from planner.target.records import Target
 
 COMM_LANE = "comm"
+# The collectives that all-reduce one float of their own (the rest is each rank's shards).
+_ONE_FLOAT = ("ShardedClipGradNorm", "ShardedUnscaleGrads")
 Op = TypeVar("Op", bound=ScheduledOp)
 
 
@@ -136,10 +138,10 @@ def gathered_bucket_bytes(graph: Graph, ranks: int) -> int:
 
 def collective_seconds(op: str, nbytes: int, ranks: int, link: Interconnect) -> float:
     """A ring collective's time on a bucket of `nbytes`: an all-reduce (of one float: the
-    sharded clip's sum of squares), or half of one (a reduce-scatter, or the all-gather of a
-    ShardedUpdate)."""
+    sharded clip's sum of squares, the sharded unscale's overflow flag), or half of one (a
+    reduce-scatter, or the all-gather of a ShardedUpdate)."""
     whole = all_reduce_seconds(nbytes, ranks, link)
-    return whole if op in ("AllReduce", "ShardedClipGradNorm") else whole / 2
+    return whole if op in ("AllReduce", *_ONE_FLOAT) else whole / 2
 
 
 def issue_point(seconds: float, start: float, ends: Sequence[float]) -> int:
@@ -357,7 +359,7 @@ def _bucket_bytes(graph: Graph, n: Node) -> int:
     # all-gather: the gathered bucket).
     if n.op == "AllGather":
         return sum(graph.tensor_map[t].nbytes for t in n.outputs)
-    if n.op == "ShardedClipGradNorm":
+    if n.op in _ONE_FLOAT:
         return 4
     if n.op == "ShardedUpdate":
         return sum(graph.tensor_map[t].nbytes for t in n.outputs
@@ -398,6 +400,11 @@ def chosen_collectives(graph: Graph, target: Target, options: DataParallelOption
             raise UserError(f"graph {graph.name!r}: --shard-optimizer with clip_grad_norm runs "
                             f"on the CPU executor only yet (target backend "
                             f"{target.backend!r} has no ShardedClipGradNorm kernel)")
+        if not traits(target).unscales_shards and any(n.op == "UnscaleGrads"
+                                                      for n in graph.nodes):
+            raise UserError(f"graph {graph.name!r}: --shard-optimizer with fp16-mixed's loss "
+                            f"scaling runs on the CPU executor only yet (target backend "
+                            f"{target.backend!r} has no ShardedUnscaleGrads kernel)")
         rewrite = "sharded-updates"
     return Collectives(ranks=options.ranks, ranks_per_host=options.ranks_per_host,
                        rewrite=rewrite, bucket_bytes=limit, backend=target.backend)

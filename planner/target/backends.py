@@ -54,15 +54,18 @@ class BackendTraits:
     # Whether its executor clips gradient shards (ShardedClipGradNorm: clip_grad_norm with
     # --shard-optimizer or --shard-parameters).
     clips_shards: bool
+    # Whether its executor unscales gradient shards and skips sharded updates on overflow
+    # (ShardedUnscaleGrads, ShardedUpdate's skip_on_overflow: fp16-mixed with sharding).
+    unscales_shards: bool
 
 
 BACKEND_TRAITS: dict[Backend, BackendTraits] = {
     "cpu": BackendTraits("cpu", placed_by="cpus", host_cores=True, timed_on_host=True,
                          conv_layouts=True, gpu_links=False, shards_parameters=True,
-                         clips_shards=True),
+                         clips_shards=True, unscales_shards=True),
     "cuda": BackendTraits("cuda", placed_by="stream", host_cores=False, timed_on_host=False,
                           conv_layouts=False, gpu_links=True, shards_parameters=False,
-                          clips_shards=False),
+                          clips_shards=False, unscales_shards=False),
 }
 
 

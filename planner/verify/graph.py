@@ -26,6 +26,8 @@ and everything the plan derives from it is derived again here and compared:
                  graph reduces gradients, every gradient an update of a parameter reads is a
                  collective's output, so no rank steps on its own unreduced gradient
     sharding     ZeRO-3's gathered copies, shards and their updates (planner.verify.sharding)
+    overflow     fp16-mixed's overflow flag every skip and scale update reads is reduced over
+                 the ranks, and guards every parameter's next value (planner.verify.overflow)
     aliases      the buffer the graph's node writes an in-place update into aliases a buffer
                  of the tensor it updates (a recompute's copy goes to scratch)
                  (planner.verify.memory: an alias is one the graph says, update, view or
@@ -61,6 +63,7 @@ from planner.graph.ir import Graph
 from planner.graph.validate import check_graph
 from planner.ops.collective import COLLECTIVE_OPS
 from planner.verify.order import StatedOrder, collective_problems, ordering_problems
+from planner.verify.overflow import overflow_flag_problems
 from planner.verify.sharding import sharding_problems
 
 # No size or offset may come near 2^63, where int64 sums in the executor would wrap.
@@ -79,7 +82,8 @@ def verify_graph_data(plan: dict[str, Any], hb: StatedOrder | None = None,
     problems += ordering_problems(graph, plan, hb)
     problems += collective_problems(graph, hb)
     problems += sharding_problems(graph, hb)
-    for rule in (buffer_bytes, buffer_writers, buffer_readers, update_aliases, bucket_members):
+    for rule in (buffer_bytes, buffer_writers, buffer_readers, update_aliases, bucket_members,
+                 overflow_flag_problems):
         problems += rule(graph, plan)
     return problems
 
@@ -210,6 +214,8 @@ def update_aliases(graph: Graph, plan: dict[str, Any]) -> list[str]:
 
 # The collectives that reduce gradients (a ShardedUpdate reads a ReduceScatter's shard).
 REDUCING = ("AllReduce", "ReduceScatter")
+# The collectives whose gradient outputs are made of their reduced inputs alone.
+_UNSCALE_CLIP = ("ShardedClipGradNorm", "ShardedUnscaleGrads")
 
 
 def bucket_members(graph: Graph, plan: dict[str, Any]) -> list[str]:
@@ -227,7 +233,7 @@ def bucket_members(graph: Graph, plan: dict[str, Any]) -> list[str]:
     derived = set(reduced)
     for n in graph.nodes:
         grads = [t for t in n.inputs if graph.tensor_map[t].role == "grad"]
-        if (n.op not in COLLECTIVE_OPS or n.op == "ShardedClipGradNorm") and grads \
+        if (n.op not in COLLECTIVE_OPS or n.op in _UNSCALE_CLIP) and grads \
                 and all(t in derived for t in grads):
             derived.update(n.outputs)
     problems = []

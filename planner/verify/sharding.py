@@ -12,8 +12,10 @@ plan's stated ordering; no code shared with planner.graph.sharded_parameters:
     updates    the update of a shard reads one gradient shard, written by one ReduceScatter
                ordered before it, over gradients of the very shapes, in the very order, the
                shard's all-gathers write: the same floats of the same bucket (through a
-               ShardedClipGradNorm, clip_grad_norm_ over the shards, ordered before it: the
-               shard it clips)
+               ShardedClipGradNorm, clip_grad_norm_ over the shards, and a
+               ShardedUnscaleGrads, fp16-mixed's, each ordered before it: the shard it
+               clips or unscales); with fp16-mixed, the update writes the next value that a
+               SkipOnOverflow writes over the shard, ordered after every gather of it
     ranks      every all-gather and reduce-scatter names the same ranks
 An evaluation plan's graph (kind "inference": ZeRO-3's forward with its all-gathers) has the
 shards and gathered rules; no update.
@@ -39,16 +41,21 @@ def sharding_problems(graph: Graph, hb: StatedOrder) -> list[str]:
     writer = {o: n for n in graph.nodes for o in n.outputs}
     problems: list[str] = []
     update_of: dict[str, str] = {}
+    skip_of: dict[str, str] = {}   # fp16-mixed: the SkipOnOverflow writing a shard's next value
     for n in graph.nodes:
         for o in n.outputs:
             if tm[o].updates in shards:
                 update_of[tm[o].updates] = n.name
+                if n.op == "SkipOnOverflow" and n.inputs[1] in writer:
+                    skip_of[tm[o].updates] = n.name
+                    update_of[tm[o].updates] = writer[n.inputs[1]].name
     for s in sorted(shards):
         if tm[s].role != "param" or tm[s].updates is not None:
             problems.append(f"all-gathered tensor {s!r} is not a persistent parameter shard")
     for n in graph.nodes:
         for t in n.inputs:
-            if t in shards and n.op != "AllGather" and update_of.get(t) != n.name:
+            if t in shards and n.op != "AllGather" and n.name not in (update_of.get(t),
+                                                                       skip_of.get(t)):
                 problems.append(f"op {n.name!r} reads parameter shard {t!r} itself, 1/N of the "
                                 f"bucket, not a gathered copy")
     gathered = {o: g for g in gathers for o in g.outputs}
@@ -59,10 +66,10 @@ def sharding_problems(graph: Graph, hb: StatedOrder) -> list[str]:
                 problems.append(f"op {n.name!r} reads gathered copy {t!r} but nothing the "
                                 f"executor enforces orders all-gather {g.name!r} before it")
     for g in gathers:
-        up = update_of.get(g.inputs[0])
-        if up is not None and not _ordered(hb, g.name, up):
-            problems.append(f"all-gather {g.name!r} is not ordered before {up!r}, which writes "
-                            f"the next value of shard {g.inputs[0]!r}")
+        for up in (update_of.get(g.inputs[0]), skip_of.get(g.inputs[0])):
+            if up is not None and not _ordered(hb, g.name, up):
+                problems.append(f"all-gather {g.name!r} is not ordered before {up!r}, which "
+                                f"writes the next value of shard {g.inputs[0]!r}")
     ranks = {int(n.attrs["ranks"]) for n in graph.nodes
              if n.op in ("AllGather", "ReduceScatter")}
     if len(ranks) > 1:
@@ -104,14 +111,20 @@ def sharding_problems(graph: Graph, hb: StatedOrder) -> list[str]:
 
 def _unclipped(t: str, writer: dict[str, Node], hb: StatedOrder, up: str,
                problems: list[str]) -> str:
-    """The gradient shard `t` clips (a ShardedClipGradNorm's output: its input at the same
-    place, the clip ordered before update `up`), else `t` itself."""
-    clip = writer.get(t)
-    if clip is None or clip.op != "ShardedClipGradNorm" or t not in clip.outputs[:-1]:
+    """The gradient shard `t` is made of: through a ShardedClipGradNorm and a
+    ShardedUnscaleGrads (fp16-mixed) whose output it is, their input at the same place (each
+    ordered before update `up`), else `t` itself."""
+    op = writer.get(t)
+    if op is None or op.op not in _SHARD_STEPS or t not in op.outputs[:-1]:
         return t
-    if not _ordered(hb, clip.name, up):
-        problems.append(f"update {up!r} is not ordered after the clip {clip.name!r}")
-    return clip.inputs[clip.outputs.index(t)]
+    if not _ordered(hb, op.name, up):
+        what = "the clip" if op.op == "ShardedClipGradNorm" else "the unscale"
+        problems.append(f"update {up!r} is not ordered after {what} {op.name!r}")
+    return _unclipped(op.inputs[op.outputs.index(t)], writer, hb, up, problems)
+
+
+# The collectives between a reduce-scatter and the update that steps its shard.
+_SHARD_STEPS = ("ShardedClipGradNorm", "ShardedUnscaleGrads")
 
 
 def _ordered(hb: StatedOrder, a: str, b: str) -> bool:

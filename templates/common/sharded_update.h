@@ -74,7 +74,8 @@ PLANNER_HOST_DEVICE inline void adam_element(float p, float g, float m, float v,
 
 // A ShardedUpdate node's operands: the parameters' bucket (laid out at `alignment`), the
 // gradient shard, the state shards (SGD none, ApplyMomentum v, ApplyAdam m and v), Adam's step
-// count, lr, wd; the outputs: the parameters, then the state shards.
+// count, lr, wd, and with `skip_on_overflow` the overflow flag (fp16-mixed: every rank's the
+// same, reduced over the ranks); the outputs: the parameters, then the state shards.
 class ShardedUpdateOperands {
  public:
   template <class N>
@@ -99,8 +100,10 @@ class ShardedUpdateOperands {
       state_out.push_back(n.out[k + j].id);
     }
     if (update == "ApplyAdam") step_count = n.in[k + 1 + slots].id;
-    lr = n.in[n.in.size() - 2].id;
-    wd = n.in[n.in.size() - 1].id;
+    const size_t flag = skips(n) ? 1 : 0;
+    if (flag) found_inf = n.in.back().id;
+    lr = n.in[n.in.size() - 2 - flag].id;
+    wd = n.in[n.in.size() - 1 - flag].id;
     for (size_t j = 0; j < k; ++j) out.push_back(n.out[j].id);
   }
 
@@ -120,14 +123,18 @@ class ShardedUpdateOperands {
   int slots;
   ShardedBucket params;
   UpdateHyper hyper;
-  int grad = -1, step_count = -1, lr = -1, wd = -1;
+  int grad = -1, step_count = -1, lr = -1, wd = -1, found_inf = -1;
   std::vector<int> state, state_out, out;
 
  private:
   template <class N>
+  static bool skips(const N& n) {
+    return n.attrs.has("skip_on_overflow") && n.attrs.b("skip_on_overflow");
+  }
+  template <class N>
   static size_t param_count(const N& n) {
     const std::string u = n.attrs.s("update");
-    const size_t rest = 3 + (u == "SGD" ? 0 : u == "ApplyMomentum" ? 1 : 3);
+    const size_t rest = 3 + (u == "SGD" ? 0 : u == "ApplyMomentum" ? 1 : 3) + (skips(n) ? 1 : 0);
     if (n.in.size() <= rest) throw std::runtime_error("a sharded update needs parameters");
     return n.in.size() - rest;
   }

@@ -35,24 +35,26 @@ BUCKET_BYTES = 256
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def mlp_graph(kind: str, batch: int, clip: float | None = None, accumulate: int = 1):
+def mlp_graph(kind: str, batch: int, clip: float | None = None, accumulate: int = 1,
+              precision: str = "fp32"):
     """The ranks' MLP training graph (`batch` rows per rank and micro-batch) with optimizer
-    `kind`, one optimizer step per `accumulate` micro-batches."""
+    `kind`, one optimizer step per `accumulate` micro-batches, in `precision`."""
     return make_training_graph(zoo("mlp", batch=batch, **MLP),
                                Optimizer(kind=kind, lr=LR[kind], clip_grad_norm=clip),
-                               accumulate=accumulate)
+                               precision=precision, accumulate=accumulate)
 
 
 def build_package(kind: str, folder: Path, ranks: int = RANKS, per_host: int = 1,
                   shard: bool = False, clip: float | None = None, accumulate: int = 1,
-                  shard_parameters: bool = False) -> Path:
+                  shard_parameters: bool = False, precision: str = "fp32") -> Path:
     """Plan the MLP (per-rank batch SHARD) for `ranks` processes, `per_host` of them sharing
     a host (`shard`: with --shard-optimizer; `shard_parameters`: --shard-parameters;
-    `clip`: clip_grad_norm_; `accumulate`: micro-batches per optimizer step), render and
-    build it."""
+    `clip`: clip_grad_norm_; `accumulate`: micro-batches per optimizer step; `precision`),
+    render and build it."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        p = plan(mlp_graph(kind, SHARD, clip, accumulate), detect(), options=PlanOptions(
+        graph = mlp_graph(kind, SHARD, clip, accumulate, precision)
+        p = plan(graph, detect(), options=PlanOptions(
             data_parallel=DataParallelOptions(ranks=ranks, bucket_bytes=BUCKET_BYTES,
                                               ranks_per_host=per_host,
                                               shard_optimizer=shard,
@@ -61,7 +63,8 @@ def build_package(kind: str, folder: Path, ranks: int = RANKS, per_host: int = 1
     assert sum(op.op == ("ReduceScatter" if sharded else "AllReduce") for op in p.ops) >= 2
     name = f"mlp_dp_{kind}_{ranks}_{per_host}" + ("_zero1" if shard else "") + (
         "_zero3" if shard_parameters else "") + (
-        "_clip" if clip else "") + (f"_acc{accumulate}" if accumulate > 1 else "")
+        "_clip" if clip else "") + (f"_acc{accumulate}" if accumulate > 1 else "") + (
+        f"_{precision.replace('-', '_')}" if precision != "fp32" else "")
     return build(render(p, folder / name)).dir
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from codegen.backends import RUNTIMES
+from planner.ops.collective import COLLECTIVE_OPS
 from tests.codegen.op_cases import CASES, VARIANTS, check_variant, run_variants
 
 # float32 kernels: a few ulps per element; CUDA's expf / erff / tanhf are within 2 ulps and
@@ -24,7 +25,7 @@ CUDA_VARIANTS = [v for v in VARIANTS if v[1] in RUNTIMES["cuda"].ops]
 
 def test_the_cases_cover_every_cuda_op():
     # The collectives need a process group: tests/cuda/test_cuda_data_parallel.py runs them.
-    ops = RUNTIMES["cuda"].ops - {"AllReduce", "ReduceScatter", "ShardedUpdate"}
+    ops = RUNTIMES["cuda"].ops - COLLECTIVE_OPS
     assert set(ops) <= set(CASES), sorted(set(ops) - set(CASES))
 
 

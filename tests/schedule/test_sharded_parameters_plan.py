@@ -134,16 +134,6 @@ def test_verify_refuses_a_reader_not_ordered_after_its_all_gather(zero3):
     assert any(f"op {reader!r} reads gathered copy" in p for p in problems), problems
 
 
-@pytest.mark.parametrize(("graph", "why"), [
-    (lambda: make_training_graph(build("lenet", batch=8, image=12), Optimizer(kind="sgd"),
-                                 precision="fp16-mixed"), "--shard-parameters with loss scaling"),
-])
-def test_what_does_not_combine_yet_is_refused_in_one_line(graph, why):
-    with pytest.raises(UserError, match=why) as e:
-        _plan(graph())
-    assert "\n" not in str(e.value)
-
-
 def test_clip_grad_norm_clips_the_gradient_shards_after_the_last_reduce_scatter():
     """A ZeRO-3 plan with clip_grad_norm: one ShardedClipGradNorm on the comm lane reads every
     reduce-scatter's shard, after them all, and every update reads its shard clipped; verify
@@ -288,7 +278,8 @@ SWEEP = {"mlp": "zoo:mlp?batch=8&hidden=16,12&in_features=10&classes=4",
 def test_every_optimizer_and_precision_plans_and_verifies_or_is_refused_in_one_line(model):
     """SGD, momentum, Adam x fp32, bf16-mixed, fp16-mixed, on 2 ranks of xeon-8180 and 4 of
     a two-core host (ResNet-18 on the first only): a plan with all-gathers that verifies, or
-    fp16-mixed's loss scaling refused in one line naming --shard-parameters."""
+    fp16-mixed's loss scaling over the shards (one ShardedUnscaleGrads reading every
+    reduce-scatter's shard, whose flag every skip and the scale's update read)."""
     from planner.frontend.options import GraphOptions
     from planner.frontend.prepare import prepare
     from planner.verify import verify_plan
@@ -303,17 +294,13 @@ def test_every_optimizer_and_precision_plans_and_verifies_or_is_refused_in_one_l
                 options = PlanOptions(data_parallel=DataParallelOptions(
                     ranks=ranks, shard_parameters=True))
                 where = (model, optimizer, precision, ranks, target.name)
-                if precision == "fp16-mixed":
-                    with pytest.raises(UserError) as refused:
-                        plan(graph, target, options=options)
-                    assert "\n" not in str(refused.value), where
-                    assert "--shard-parameters with loss scaling" in str(refused.value), where
-                    continue
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")
                     p = plan(graph, target, options=options)
                 assert any(op.op == "AllGather" for op in p.ops), where
                 assert verify_plan(p) == [], where
+                unscale = [op for op in p.ops if op.op == "ShardedUnscaleGrads"]
+                assert len(unscale) == (precision == "fp16-mixed"), where
 
 
 def test_diff_shows_the_prefetch_distances_another_link_gives():

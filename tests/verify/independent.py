@@ -36,7 +36,8 @@ from planner.ops import REGISTRY
 
 SIZE = {"float32": 4, "float16": 2, "bfloat16": 2, "int64": 8, "int32": 4, "uint8": 1,
         "bool": 1, "float64": 8, "int8": 1}
-COLLECTIVES = {"AllReduce", "ReduceScatter", "ShardedUpdate", "AllGather", "ShardedClipGradNorm"}
+COLLECTIVES = {"AllReduce", "ReduceScatter", "ShardedUpdate", "AllGather", "ShardedClipGradNorm",
+               "ShardedUnscaleGrads"}
 TRANSFER = {"offload": ("device", "host"), "prefetch": ("host", "device")}
 PERSISTENT = {"input", "label", "param", "state", "optimizer-state"}
 START, END = "<before the step>", "<after the step>"

@@ -16,7 +16,8 @@ from typing import Any
 
 import numpy as np
 
-COLLECTIVES = {"AllReduce", "ReduceScatter", "ShardedUpdate", "AllGather", "ShardedClipGradNorm"}
+COLLECTIVES = {"AllReduce", "ReduceScatter", "ShardedUpdate", "AllGather", "ShardedClipGradNorm",
+               "ShardedUnscaleGrads"}
 
 
 def mutant(plan: dict[str, Any], rng: np.random.Generator) -> tuple[dict[str, Any], str]:

@@ -30,23 +30,25 @@ TARGET = "xeon-8180"
 # per-thread scratch is the peak alone, met by running ops one at a time.
 # `--data-parallel 2 --bucket-bytes 4096`: four all-reduces on the communication lane.
 RANKS, BUCKET_BYTES = 2, 4096
-# `zero3`: the same with --shard-parameters (all-gathers, reduce-scatters, updates of shards).
-KINDS = ("train", "budget", "parallel", "zero3")
+# `zero3`: the same with --shard-parameters (all-gathers, reduce-scatters, updates of shards);
+# `zero3-fp16`: that in fp16-mixed (the shards unscaled in place, the flag reduced, each
+# shard's next value behind a SkipOnOverflow).
+KINDS = ("train", "budget", "parallel", "zero3", "zero3-fp16")
 
 
 @functools.cache
-def lenet(width: float = 1.0) -> Graph:
+def lenet(width: float = 1.0, precision: str = "fp32") -> Graph:
     return make_training_graph(zoo("lenet", batch=4, image=12, width=width),
-                               Optimizer(kind="sgd", lr=0.1))
+                               Optimizer(kind="sgd", lr=0.1), precision=precision)
 
 
 def options(kind: str, budget: int | None = None) -> PlanOptions:
     """The options of each kind of plan (`budget`: the memory budget of the budget kind)."""
     if kind == "budget":
         return PlanOptions(memory=MemoryOptions(budget_bytes=budget))
-    if kind in ("parallel", "zero3"):
+    if kind in ("parallel", "zero3", "zero3-fp16"):
         return PlanOptions(data_parallel=DataParallelOptions(
-            ranks=RANKS, bucket_bytes=BUCKET_BYTES, shard_parameters=kind == "zero3"))
+            ranks=RANKS, bucket_bytes=BUCKET_BYTES, shard_parameters=kind != "parallel"))
     return PlanOptions(schedule=ScheduleOptions(strategy="optimized"))
 
 
@@ -57,7 +59,8 @@ def make(kind: str, target, budget: int | None = None) -> Plan:
         budget = smallest_budget(target)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return plan(lenet(4.0 if kind == "budget" else 1.0), target,
+        return plan(lenet(4.0 if kind == "budget" else 1.0,
+                          "fp16-mixed" if kind == "zero3-fp16" else "fp32"), target,
                     options=options(kind, budget))
 
 

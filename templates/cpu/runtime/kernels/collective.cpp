@@ -20,6 +20,8 @@
 //                                     all-gather of the parameters' bucket in place
 //   AllGather [s] -> [p_1..p_k]       (ZeRO-3) s copied to this rank's place in the gathered
 //                                     copies' bucket, then an all-gather of it in place
+//                                     (with skip_on_overflow, found_inf last: a step it
+//                                     marks updates and gathers nothing)
 //   ShardedClipGradNorm [s_1..s_k] -> [s_1 c..s_k c, total_norm]
 //                                     clip_grad_norm_ over this rank's gradient shards: their
 //                                     squares summed (double, in a fixed order), the float
@@ -162,6 +164,17 @@ class ShardedUpdate : public Kernel {
   void run(const Run& r) override {
     const Collective& c = process_group(r.collective);
     float* base = u_.params.base(r, "parameters");
+    if (u_.found_inf >= 0 && *r.at<float>(u_.found_inf) != 0.f) {
+      // An overflowing fp16 step (the flag every rank reduced alike): no update and no
+      // all-gather on any rank; the parameters are their own bytes, a state shard's next
+      // value holds the old one.
+      for (int j = 0; j < u_.slots; ++j) {
+        const float* old = r.at<float>(u_.state[j]);
+        float* next = r.at<float>(u_.state_out[j]);
+        if (next != old) std::copy(old, old + u_.params.shard(), next);
+      }
+      return;
+    }
     const float t = u_.step_count >= 0 ? *r.at<float>(u_.step_count) : 0.f;
     const UpdateAttrs hyper = with_hyperparameters(a_, r.at<float>(u_.lr), r.at<float>(u_.wd));
     u_.each_piece(c.rank, [&](size_t j, int64_t a, int64_t e, int64_t i, int64_t n) {

@@ -2,13 +2,18 @@
 //   UnscaleGrads [g1 .. gn, scale] -> [g1 * (1/scale) .. gn * (1/scale), found_inf]
 //   UpdateLossScale [scale, clean, found_inf] -> [scale', clean']   torch._amp_update_scale_
 //   SkipOnOverflow [found_inf, next, old] -> found_inf ? old : next  (written over old)
+//   ShardedUnscaleGrads [s1 .. sn, scale] -> [s1 * (1/scale) .. sn * (1/scale), found_inf]
+//       (fp16-mixed under sharding, on the comm lane) UnscaleGrads over this rank's gradient
+//       shards, its flag summed over the ranks in the op's scratch: 1 where any rank overflowed
 #include <omp.h>
 
 #include <algorithm>
 #include <cmath>
+#include <string>
 #include <vector>
 
 #include "../loops.h"
+#include "collective.h"
 #include "loss_scale.h"
 
 namespace planner {
@@ -24,7 +29,11 @@ class UnscaleGrads : public Kernel {
       out_.push_back(n.out[k].id);
     }
   }
-  void run(const Run& r) override {
+  void run(const Run& r) override { *r.at<float>(found_) = unscale(r) ? 1.f : 0.f; }
+
+ protected:
+  // Writes every g / scale; whether any g is an inf or NaN.
+  bool unscale(const Run& r) const {
     // GradScaler: the reciprocal in double, rounded to float once.
     const float inv = static_cast<float>(1.0 / static_cast<double>(*r.at<float>(scale_)));
     int bad = 0;
@@ -40,13 +49,29 @@ class UnscaleGrads : public Kernel {
         y[i] = g[i] * inv;
       }
     }
-    *r.at<float>(found_) = bad ? 1.f : 0.f;
+    return bad != 0;
   }
+  int found() const { return found_; }
 
  private:
   std::vector<int64_t> sizes_;
   std::vector<int> in_, out_;
   int scale_, found_;
+};
+
+// FSDP's ShardedGradScaler: each rank's found_inf all-reduced, so every rank skips alike.
+class ShardedUnscaleGrads : public UnscaleGrads {
+ public:
+  using UnscaleGrads::UnscaleGrads;
+  size_t scratch_bytes() const override { return 64; }  // the float the ranks sum
+  std::string impl() const override { return "all-reduce of the flag"; }
+  void run(const Run& r) override {
+    const Collective& c = process_group(r.collective);
+    float* flag = reinterpret_cast<float*>(r.scratch);
+    *flag = unscale(r) ? 1.f : 0.f;
+    c.run(kAllReduce, flag, 1, nullptr);
+    *r.at<float>(found()) = *flag != 0.f ? 1.f : 0.f;
+  }
 };
 
 class UpdateLossScale : public Kernel {
@@ -108,6 +133,9 @@ class SkipOnOverflow : public Kernel {
 KernelPtr unscale_grads(const Node& n) { return std::make_unique<UnscaleGrads>(n); }
 KernelPtr update_loss_scale(const Node& n) { return std::make_unique<UpdateLossScale>(n); }
 KernelPtr skip_on_overflow(const Node& n) { return std::make_unique<SkipOnOverflow>(n); }
+KernelPtr sharded_unscale_grads(const Node& n) {
+  return std::make_unique<ShardedUnscaleGrads>(n);
+}
 
 }  // namespace
 
@@ -115,6 +143,7 @@ PLANNER_REGISTER_KERNELS(loss_scale) {
   r["UnscaleGrads"] = unscale_grads;
   r["UpdateLossScale"] = update_loss_scale;
   r["SkipOnOverflow"] = skip_on_overflow;
+  r["ShardedUnscaleGrads"] = sharded_unscale_grads;
 }
 
 }  // namespace planner

@@ -6,6 +6,12 @@
 // The outputs may be the gradients' bytes: every norm is taken before any scale is written.
 // One block per gradient's norm: enough for the small step it is (a wide reduction is a
 // later change).
+//   ShardedClipGradNorm [s1 .. sn] -> [s1 * c .. sn * c, total_norm] (--shard-optimizer or
+//     --shard-parameters, planner/ops/collective.py): the same over this rank's gradient
+//     shards, their squares summed into the op's scratch and all-reduced over the ranks on the
+//     op's stream (the executor's collective) before the root; compiled, not yet run on a GPU,
+//     and refused at planning for GPU targets until it is (planner.target.backends).
+#include <string>
 #include <vector>
 
 #include "../kernel.h"
@@ -34,6 +40,8 @@ __global__ void add_square_of_norm(const float* g, int64_t n, float* total) {
 
 __global__ void finish_norm(float* total) { *total = sqrtf(*total); }
 
+__global__ void root_into(const float* squares, float* total) { *total = sqrtf(*squares); }
+
 __global__ void scale_by_clip(const float* g, float* y, const float* total, float max_norm,
                               int64_t n) {
   const float coef = clip_factor(max_norm, *total);
@@ -48,15 +56,25 @@ class ClipGradNorm : public Kernel {
       : c_(grad_clip(n)), threads_(block_threads(n)) {}  // common/clip_grad_norm.h
   void run(const Run& r) override {
     float* total = r.at<float>(c_.total);
-    PLANNER_CUDA(cudaMemsetAsync(total, 0, sizeof(float), r.stream));
+    add_squares(r, total);
+    finish_norm<<<1, 1, 0, r.stream>>>(total);
+    PLANNER_LAUNCHED("finish_norm");
+    scale(r, total);
+  }
+
+ protected:
+  // *into = the sum of every gradient's squared norm
+  void add_squares(const Run& r, float* into) const {
+    PLANNER_CUDA(cudaMemsetAsync(into, 0, sizeof(float), r.stream));
     for (size_t k = 0; k < c_.in.size(); ++k) {
       if (c_.sizes[k] == 0) continue;
       add_square_of_norm<<<1, kNormThreads, 0, r.stream>>>(r.at<float>(c_.in[k]),
-                                                           c_.sizes[k], total);
+                                                           c_.sizes[k], into);
       PLANNER_LAUNCHED("add_square_of_norm");
     }
-    finish_norm<<<1, 1, 0, r.stream>>>(total);
-    PLANNER_LAUNCHED("finish_norm");
+  }
+  // every output = its gradient times the clip factor of the norm *total (on the device)
+  void scale(const Run& r, const float* total) const {
     for (size_t k = 0; k < c_.in.size(); ++k) {
       if (c_.sizes[k] == 0) continue;
       scale_by_clip<<<blocks_for(c_.sizes[k], threads_), threads_, 0, r.stream>>>(
@@ -64,16 +82,41 @@ class ClipGradNorm : public Kernel {
       PLANNER_LAUNCHED("scale_by_clip");
     }
   }
+  int total() const { return c_.total; }
 
  private:
   GradClip c_;
   int threads_;
 };
 
+// The shards' squares summed over the ranks (one float in scratch, all-reduced on the op's
+// stream), then clipped as above.
+class ShardedClipGradNorm : public ClipGradNorm {
+ public:
+  using ClipGradNorm::ClipGradNorm;
+  size_t scratch_bytes() const override { return 256; }  // the float the ranks sum
+  std::string detail() const override { return "all-reduce of the squares"; }
+  void run(const Run& r) override {
+    float* squares = reinterpret_cast<float*>(r.scratch);
+    add_squares(r, squares);
+    process_group(r.collective).run(kAllReduce, squares, 1, r.stream);
+    float* total = r.at<float>(ClipGradNorm::total());
+    root_into<<<1, 1, 0, r.stream>>>(squares, total);
+    PLANNER_LAUNCHED("root_into");
+    scale(r, total);
+  }
+};
+
 KernelPtr clip_grad_norm(const Node& n) { return std::make_unique<ClipGradNorm>(n); }
+KernelPtr sharded_clip_grad_norm(const Node& n) {
+  return std::make_unique<ShardedClipGradNorm>(n);
+}
 
 }  // namespace
 
-PLANNER_REGISTER_KERNELS(clip_grad_norm) { r["ClipGradNorm"] = clip_grad_norm; }
+PLANNER_REGISTER_KERNELS(clip_grad_norm) {
+  r["ClipGradNorm"] = clip_grad_norm;
+  r["ShardedClipGradNorm"] = sharded_clip_grad_norm;
+}
 
 }  // namespace planner

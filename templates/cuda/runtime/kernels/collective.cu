@@ -113,25 +113,29 @@ void require_f32(const Node& n, const char* op) {
       if (t.dtype != F32) throw std::runtime_error(std::string(op) + " runs on float32 tensors");
 }
 
+// With `in_place` 0 (accumulation: the gradients are the sums' new values, state the bucket
+// layout does not move) the bucket is a copy of them laid out alike in the op's scratch, its
+// padding zeros, as on the CPU; compiled, not yet run on a GPU (the CUDA executor does not
+// run accumulation yet: refused at planning).
 class ReduceScatter : public Kernel {
  public:
   explicit ReduceScatter(const Node& n)
       : bucket_(n.in, n.attrs.i("ranks"), bucket_alignment(n)), out_(n.out[0].id),
-        scale_(1.0f / static_cast<float>(n.attrs.i("ranks"))) {
+        scale_(1.0f / static_cast<float>(n.attrs.i("ranks"))),
+        in_place_(!n.attrs.has("in_place") || n.attrs.i("in_place") != 0) {
     require_f32(n, "a reduce-scatter");
     if (bucket_alignment(n) % kBucketAlign)
       throw std::runtime_error("a sharded bucket on the GPU is aligned to 256 bytes");
     if (n.out.size() != 1 || n.out[0].size() != bucket_.shard())
       throw std::runtime_error("a reduce-scatter writes one shard of its bucket");
-    // (a copy into scratch serves accumulation, which the CUDA executor does not run yet)
-    if (n.attrs.has("in_place") && n.attrs.i("in_place") == 0)
-      throw std::runtime_error("a reduce-scatter of gradient sums (accumulation) runs on the "
-                               "CPU executor only yet");
   }
-  std::string detail() const override { return "in place"; }
+  size_t scratch_bytes() const override {
+    return in_place_ ? 0 : static_cast<size_t>(bucket_.padded()) * sizeof(float);
+  }
+  std::string detail() const override { return in_place_ ? "in place" : "copied to scratch"; }
   void run(const Run& r) override {
     const Collective& c = process_group(r.collective);
-    float* bucket = bucket_.base(r, "gradients");
+    float* bucket = in_place_ ? bucket_.base(r, "gradients") : copied(r);
     c.run(kReduceScatter, bucket, bucket_.padded(), r.stream);
     const int64_t n = bucket_.shard();
     scale_into<<<blocks_for(n, 256), 256, 0, r.stream>>>(
@@ -140,17 +144,41 @@ class ReduceScatter : public Kernel {
   }
 
  private:
+  float* copied(const Run& r) const {
+    float* b = reinterpret_cast<float*>(r.scratch);
+    check_cuda(cudaMemsetAsync(b, 0, bucket_.padded() * sizeof(float), r.stream),
+               "cudaMemsetAsync (bucket)");
+    for (size_t j = 0; j < bucket_.size(); ++j)
+      check_cuda(cudaMemcpyAsync(b + bucket_.at(j), r.at<float>(bucket_.id(j)),
+                                 bucket_.count(j) * sizeof(float), cudaMemcpyDeviceToDevice,
+                                 r.stream),
+                 "cudaMemcpyAsync (bucket)");
+    return b;
+  }
   ShardedBucket bucket_;
   int out_;
   float scale_;
+  bool in_place_;
 };
 
 // The updates of planner/ops/optim.py on n floats, element by element with
 // common/sharded_update.h's formulas (the CPU's too). Outputs may be the inputs' bytes. The
 // learning rate and weight decay are read on the device (a parameter group's scalars in the
-// arena, set between steps), as the step count.
+// arena, set between steps), as the step count and, with `skip_on_overflow`, the overflow
+// flag (`found`, else null): on a step it marks, the parameters are left (their outputs are
+// their bytes) and each state shard's next value is its old one.
+__device__ inline bool skipped(const float* found) { return found != nullptr && *found != 0.f; }
+
+__device__ inline void keep(const float* old, float* next, int64_t n) {
+  if (next == old) return;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    next[i] = old[i];
+}
+
 __global__ void sgd_shard(const float* p, const float* g, float* po, int64_t n,
-                          const float* lr_at, const float* wd_at) {
+                          const float* lr_at, const float* wd_at, const float* found) {
+  if (skipped(found)) return;
   const float lr = *lr_at, wd = *wd_at;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
@@ -159,7 +187,8 @@ __global__ void sgd_shard(const float* p, const float* g, float* po, int64_t n,
 
 __global__ void momentum_shard(const float* p, const float* g, const float* v, float* po,
                                float* vo, int64_t n, const float* lr_at, const float* wd_at,
-                               UpdateHyper a) {
+                               UpdateHyper a, const float* found) {
+  if (skipped(found)) return keep(v, vo, n);
   const float lr = *lr_at, wd = *wd_at;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
@@ -168,7 +197,12 @@ __global__ void momentum_shard(const float* p, const float* g, const float* v, f
 
 __global__ void adam_shard(const float* p, const float* g, const float* m, const float* v,
                            const float* t, float* po, float* mo, float* vo, int64_t n,
-                           const float* lr_at, const float* wd_at, UpdateHyper a) {
+                           const float* lr_at, const float* wd_at, UpdateHyper a,
+                           const float* found) {
+  if (skipped(found)) {
+    keep(m, mo, n);
+    return keep(v, vo, n);
+  }
   const AdamStep s = adam_step(a, *lr_at, *wd_at, *t);
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
@@ -188,22 +222,24 @@ class ShardedUpdate : public Kernel {
     float* base = u_.params.base(r, "parameters");
     const float* lr = r.at<float>(u_.lr);
     const float* wd = r.at<float>(u_.wd);
+    // every rank reads the same flag: all skip, and all-gather their unchanged parameters
+    const float* found = u_.found_inf >= 0 ? r.at<float>(u_.found_inf) : nullptr;
     u_.each_piece(c.rank, [&](size_t j, int64_t a, int64_t e, int64_t i, int64_t n) {
       const float* p = base + a;
       float* po = r.at<float>(u_.out[j]) + e;
       const float* g = r.at<float>(u_.grad) + i;
       const unsigned blocks = blocks_for(n, 256);
       if (u_.slots == 0) {
-        sgd_shard<<<blocks, 256, 0, r.stream>>>(p, g, po, n, lr, wd);
+        sgd_shard<<<blocks, 256, 0, r.stream>>>(p, g, po, n, lr, wd, found);
       } else if (u_.slots == 1) {
         momentum_shard<<<blocks, 256, 0, r.stream>>>(
             p, g, r.at<float>(u_.state[0]) + i, po, r.at<float>(u_.state_out[0]) + i, n, lr,
-            wd, u_.hyper);
+            wd, u_.hyper, found);
       } else {
         adam_shard<<<blocks, 256, 0, r.stream>>>(
             p, g, r.at<float>(u_.state[0]) + i, r.at<float>(u_.state[1]) + i,
             r.at<float>(u_.step_count), po, r.at<float>(u_.state_out[0]) + i,
-            r.at<float>(u_.state_out[1]) + i, n, lr, wd, u_.hyper);
+            r.at<float>(u_.state_out[1]) + i, n, lr, wd, u_.hyper, found);
       }
       PLANNER_LAUNCHED("sharded update");
     });

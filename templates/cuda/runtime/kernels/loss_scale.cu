@@ -8,6 +8,12 @@
 //     planning may put gk / scale in gk's bytes (OpDef.in_place), so g is not __restrict__
 //   UpdateLossScale [scale, clean, found_inf] -> [scale', clean']   torch._amp_update_scale_
 //   SkipOnOverflow [found_inf, next, old] -> found_inf ? old : next  (written over old)
+//   ShardedUnscaleGrads [s1 .. sn, scale] -> [s1 * (1/scale) .. sn * (1/scale), found_inf]
+//     (fp16-mixed under sharding) UnscaleGrads over this rank's gradient shards, its flag
+//     summed over the ranks in the op's scratch (the executor's collective, on the op's
+//     stream) and written as 0 or 1; compiled, not yet run on a GPU, and refused at planning
+//     for GPU targets until it is (planner.target.backends)
+#include <string>
 #include <vector>
 
 #include "../kernel.h"
@@ -68,8 +74,11 @@ class UnscaleGrads : public Kernel {
       out_.push_back(n.out[k].id);
     }
   }
-  void run(const Run& r) override {
-    float* found = r.at<float>(found_);
+  void run(const Run& r) override { unscale_into(r, r.at<float>(found_)); }
+
+ protected:
+  // Every g / scale; *found = 1 where any g is an inf or NaN, else 0.
+  void unscale_into(const Run& r, float* found) const {
     PLANNER_CUDA(cudaMemsetAsync(found, 0, sizeof(float), r.stream));
     for (size_t k = 0; k < in_.size(); ++k) {
       if (sizes_[k] == 0) continue;
@@ -78,11 +87,31 @@ class UnscaleGrads : public Kernel {
       PLANNER_LAUNCHED("unscale");
     }
   }
+  int found() const { return found_; }
 
  private:
   std::vector<int64_t> sizes_;
   std::vector<int> in_, out_;
   int scale_, found_, threads_;
+};
+
+__global__ void any_rank(const float* summed, float* found) {
+  *found = *summed != 0.f ? 1.f : 0.f;
+}
+
+// FSDP's ShardedGradScaler: each rank's flag all-reduced, so every rank skips alike.
+class ShardedUnscaleGrads : public UnscaleGrads {
+ public:
+  using UnscaleGrads::UnscaleGrads;
+  size_t scratch_bytes() const override { return 256; }  // the float the ranks sum
+  std::string detail() const override { return "all-reduce of the flag"; }
+  void run(const Run& r) override {
+    float* summed = reinterpret_cast<float*>(r.scratch);
+    unscale_into(r, summed);
+    process_group(r.collective).run(kAllReduce, summed, 1, r.stream);
+    any_rank<<<1, 1, 0, r.stream>>>(summed, r.at<float>(found()));
+    PLANNER_LAUNCHED("any_rank");
+  }
 };
 
 class UpdateLossScale : public Kernel {
@@ -127,6 +156,9 @@ class SkipOnOverflow : public Kernel {
 KernelPtr unscale_grads(const Node& n) { return std::make_unique<UnscaleGrads>(n); }
 KernelPtr update_loss_scale(const Node& n) { return std::make_unique<UpdateLossScale>(n); }
 KernelPtr skip_on_overflow_op(const Node& n) { return std::make_unique<SkipOnOverflow>(n); }
+KernelPtr sharded_unscale_grads(const Node& n) {
+  return std::make_unique<ShardedUnscaleGrads>(n);
+}
 
 }  // namespace
 
@@ -134,6 +166,7 @@ PLANNER_REGISTER_KERNELS(loss_scale) {
   r["UnscaleGrads"] = unscale_grads;
   r["UpdateLossScale"] = update_loss_scale;
   r["SkipOnOverflow"] = skip_on_overflow_op;
+  r["ShardedUnscaleGrads"] = sharded_unscale_grads;
 }
 
 }  // namespace planner
