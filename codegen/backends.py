@@ -6,7 +6,9 @@ per host and cached), its per-plan package template, the element types it moves,
 it has kernels for. That list is read from the kernel registrations themselves
 (`r["Op"] = factory;` inside PLANNER_REGISTER_KERNELS, templates/cpu/runtime/kernel.h), so
 adding a kernel is one file and one registration; a test checks it against the built
-runtime's `registered_ops()`.
+runtime's `registered_ops()`. So are the dtype sets a kernel takes, where it declares them
+(`r["Op"] = {factory, "float32|int64"};`, templates/common/kernel_dtypes.h): `admits` answers
+from them, and the executor refuses the same nodes at load.
 
     templates/common/   schedule data, attrs parser, loader, arena, array checks: every backend
     templates/cpu/      oneDNN + OpenMP kernels, the CPU executor, its bindings
@@ -21,6 +23,7 @@ Example:
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -32,6 +35,12 @@ TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
 COMMON = TEMPLATES / "common"
 
 _REGISTRATION = re.compile(r'\br\["([A-Za-z0-9_]+)"\]\s*=')
+# `r["Op"] = {factory, "float32|int64"};`: the dtype sets it takes (common/kernel_dtypes.h)
+_DECLARED = re.compile(r'\br\["([A-Za-z0-9_]+)"\]\s*=\s*\{\s*[A-Za-z0-9_:]+\s*,\s*"([^"]*)"\s*\}')
+# What a kernel registered without a declaration takes: float32 tensors, int64 indices with
+# them (require_f32 in templates/common/runtime.h).
+UNDECLARED: tuple[frozenset[str], ...] = (frozenset({"float32"}), frozenset({"float32", "int64"}))
+ANY = frozenset({"*"})
 
 
 @dataclass(frozen=True)
@@ -59,6 +68,10 @@ class Runtime:
     # user set any variable of `load_choices` (a choice of their own).
     load_environment: dict[str, str] = field(default_factory=dict)
     load_choices: tuple[str, ...] = ()
+    # For a runtime whose kernels declare no dtypes: the ops that take integer or bool tensors
+    # only in their Pointwise signatures (its generated kernels; none for an op without one),
+    # where `dtypes` alone would admit every such node (the CPU's kernels take more).
+    integer_checked_ops: frozenset[str] = frozenset()
     kernels: Path = field(init=False)
 
     def __post_init__(self) -> None:
@@ -69,6 +82,38 @@ class Runtime:
         """Op names its kernel files register (the runtime's `registered_ops()`)."""
         return frozenset(m.group(1) for f in sorted(self.kernels.glob("*.c[pu]*"))
                          for m in _REGISTRATION.finditer(f.read_text(encoding="utf-8")))
+
+    @cached_property
+    def kernel_dtypes(self) -> dict[str, tuple[frozenset[str], ...]]:
+        """Per op, the dtype sets its kernel declares it takes (empty: the runtime's kernels
+        declare none, and the runtime's `dtypes` hold for every op)."""
+        return {m.group(1): tuple(frozenset(one.split(",")) for one in m.group(2).split("|"))
+                for f in sorted(self.kernels.glob("*.c[pu]*"))
+                for m in _DECLARED.finditer(f.read_text(encoding="utf-8"))}
+
+    def admits(self, op: str, ins: Sequence[str], outs: Sequence[str]) -> bool:
+        """Whether the kernel of `op` takes a node whose inputs and outputs have these dtypes
+        (the low floats counted as float32: their own rule is `low_precision_ops`).
+
+            >>> cpu = RUNTIMES["cpu"]
+            >>> cpu.admits("ReduceSum", ["int64"], ["int64"])
+            True
+            >>> cpu.admits("Relu", ["int64"], ["int64"])  # its kernel declares nothing
+            False
+        """
+        dtypes = {*ins, *outs}
+        if not self.kernel_dtypes:
+            if not dtypes - {"float32", "float64"} - self.low_dtypes:
+                return True
+            if op not in self.integer_checked_ops:
+                return True
+            from planner.ops import get_op
+
+            pointwise = get_op(op).pointwise
+            return pointwise is not None and f"{','.join(ins)}->{','.join(outs)}" in \
+                pointwise.signatures
+        have = frozenset("float32" if d in self.low_dtypes else d for d in dtypes)
+        return any(s == ANY or s == have for s in self.kernel_dtypes.get(op, UNDECLARED))
 
     @cached_property
     def ops(self) -> frozenset[str]:
@@ -103,8 +148,9 @@ RUNTIMES: dict[Backend, Runtime] = {
     "cpu": Runtime("cpu", "CPU", "planner_cpu_rt", TEMPLATES / "cpu" / "runtime",
                    TEMPLATES / "cpu" / "plan",
                    # float32 math, int64 ids and labels, bool masks and conditions (Where,
-                   # comparisons), int32 casts and comparisons (the pointwise table)
-                   frozenset({"float32", "int64", "int32", "bool"}),
+                   # comparisons), integer arithmetic (kernels/integer.cpp), int16, int8 and
+                   # uint8 storage (casts, the integer kernels)
+                   frozenset({"float32", "int64", "int32", "bool", "int16", "int8", "uint8"}),
                    # oneDNN bf16 / f16 primitives (a float32 fallback where the ISA has none)
                    frozenset({"bfloat16", "float16"}), MIXED_OPS,
                    load_environment=CPU_LOAD_ENVIRONMENT,
@@ -114,7 +160,11 @@ RUNTIMES: dict[Backend, Runtime] = {
                     frozenset({"float32", "int64", "int32", "bool"}),
                     # cuDNN / cuBLAS in bf16 / f16 with float32 compute (tensor cores),
                     # generated pointwise kernels with float32 arithmetic inside
-                    frozenset({"bfloat16", "float16"}), MIXED_OPS, {"bfloat16": (8, 0)}),
+                    frozenset({"bfloat16", "float16"}), MIXED_OPS, {"bfloat16": (8, 0)},
+                    # the CPU's integer kernels (templates/cpu/runtime/kernels/integer.cpp)
+                    integer_checked_ops=frozenset({
+                        "Add", "Sub", "Mul", "Neg", "Abs", "Max", "Min", "Where", "ReduceSum",
+                        "ReduceProd", "ReduceMax", "ReduceMin", "CumSum"})),
 }
 
 

@@ -195,6 +195,13 @@ def _signatures(row: Row) -> list[tuple[tuple[str, ...], str]]:
     return out
 
 
+def _declared(row: Row) -> str:
+    """The dtype sets of its kernels, as the registration declares them
+    (templates/common/kernel_dtypes.h)."""
+    sets = [",".join(sorted({*ins, out})) for ins, out in _signatures(row)]
+    return "|".join(dict.fromkeys(sets))
+
+
 def _functor(name: str, ins: tuple[str, ...], out: str, body: str) -> str:
     params = ", ".join(f"{CTYPES[d]} x{k}" for k, d in enumerate(ins))
     return (f"struct {name} {{\n"
@@ -237,7 +244,7 @@ def generate() -> str:
         factories.append(f"KernelPtr pwt_{op}(const Node& n) {{\n"
                          f"  static const PointwiseKind kinds[] = {{\n" + "\n".join(kinds)
                          + f"\n  }};\n  return pick_pointwise(n, \"{op}\", kinds);\n}}\n")
-        registrations.append(f'  r["{op}"] = pwt_{op};')
+        registrations.append(f'  r["{op}"] = {{pwt_{op}, "{_declared(row)}"}};')
     return _FILE.format(count=len(TABLE), functors="\n".join(functors),
                         factories="\n".join(factories), registrations="\n".join(registrations))
 

@@ -49,7 +49,8 @@ from planner.plan import Plan
 from planner.records import Backend
 
 DTYPE_CODES = {"float32": "F32", "float64": "F64", "float16": "F16", "int64": "I64",
-               "int32": "I32", "bool": "BOOL", "bfloat16": "BF16"}
+               "int32": "I32", "bool": "BOOL", "bfloat16": "BF16", "int16": "I16", "int8": "I8",
+               "uint8": "U8"}
 ROLE_CODES = {"input": "INPUT", "label": "LABEL", "param": "PARAM", "state": "STATE",
               "optimizer-state": "OPT_STATE", "activation": "ACTIVATION", "grad": "GRAD"}
 MAX_RANK = 8

@@ -1,7 +1,10 @@
-"""What a backend's executor runs: the ops it has kernels for and the dtypes it moves.
+"""What a backend's executor runs: the ops it has kernels for and the dtypes each takes.
 
-`check` reports every node or tensor outside them at once, before anything is rendered or
-compiled (codegen.backends reads the ops from the kernel registrations).
+A node runs when its op has a kernel and the set of its tensors' dtypes is one that kernel
+declares where it registers (codegen.backends.Runtime.admits; the executor refuses the same
+node at load). `check` reports every node or tensor outside them at once, before anything is
+rendered or compiled (codegen.backends reads the ops and their dtypes from the kernel
+registrations).
 
 Example:
     >>> from codegen.backends import RUNTIMES
@@ -39,6 +42,10 @@ def check(graph: Graph, backend: Runtime, capability: str = "") -> None:
             if have < backend.min_capability.get(t.dtype, have):
                 old.setdefault(t.dtype, t.name)
     for n in graph.nodes:
+        ins = [graph.tensor(t).dtype for t in n.inputs]
+        outs = [graph.tensor(t).dtype for t in n.outputs]
+        if n.op in backend.ops and not backend.admits(n.op, ins, outs):
+            ops.setdefault(f"{n.op} in {','.join(sorted({*ins, *outs}))}", n.name)
         low = [t for t in (*n.inputs, *n.outputs) if graph.tensor(t).dtype in backend.low_dtypes]
         if low and n.op not in backend.low_precision_ops:
             d = graph.tensor(low[0]).dtype

@@ -16,11 +16,18 @@ from typing import Literal
 
 import ml_dtypes  # noqa: F401  (registers the "bfloat16" numpy dtype name)
 
-DType = Literal["float32", "float64", "float16", "bfloat16", "int64", "int32", "bool"]
+DType = Literal["float32", "float64", "float16", "bfloat16", "int64", "int32", "int16", "int8",
+                "uint8", "bool"]
 
 DTYPE_BYTES: dict[str, int] = {
-    "float32": 4, "float64": 8, "float16": 2, "bfloat16": 2, "int64": 8, "int32": 4, "bool": 1,
+    "float32": 4, "float64": 8, "float16": 2, "bfloat16": 2, "int64": 8, "int32": 4, "int16": 2,
+    "int8": 1, "uint8": 1, "bool": 1,
 }
+
+# The integer types, widest first. int16, int8 and uint8 are storage types (quantized codes,
+# image bytes): they cast, compare (as int32) and reduce; the integer kernels compute in them
+# with PyTorch's wrapping (templates/cpu/runtime/kernels/integer.cpp).
+INTEGER_DTYPES: tuple[str, ...] = ("int64", "int32", "int16", "int8", "uint8")
 
 # Float types that a kernel computes with float32 accumulation and whose values float32 holds
 # exactly (so widening one to float32 loses nothing).

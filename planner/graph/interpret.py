@@ -182,6 +182,8 @@ def random_feeds(graph: Graph, seed: int = 0) -> dict[str, np.ndarray]:
     for t in graph.by_role("input", "label"):
         if t.dtype.startswith("int"):
             feeds[t.name] = rng.integers(0, _id_bound(graph, t.name), t.shape).astype(t.dtype)
+            if _divisor(graph, t.name):  # a zero integer divisor stops the step
+                feeds[t.name] += 1
             if _offsets(graph, t.name) and t.shape[0]:
                 # bags' offsets: rising from 0
                 feeds[t.name] = np.sort(feeds[t.name] % (_offsets(graph, t.name) + 1))
@@ -193,6 +195,12 @@ def random_feeds(graph: Graph, seed: int = 0) -> dict[str, np.ndarray]:
         else:
             feeds[t.name] = rng.standard_normal(t.shape).astype(t.dtype)
     return feeds
+
+
+def _divisor(graph: Graph, name: str) -> bool:
+    """Whether `name` divides in an integer division or remainder (planner/ops/integer.py)."""
+    return any(n.op in ("IntDivFloor", "IntDivTrunc", "IntRemainder") and n.inputs[1] == name
+               for n in graph.consumers.get(name, ()))
 
 
 def _offsets(graph: Graph, name: str) -> int:

@@ -23,6 +23,7 @@ EmbeddingBagWeightGrad. cummax: CumMax (cummax, cummin). lstm: LSTMCell (the ele
 part of an LSTM step, fused) and its gradient. pointwise_table: element-wise ops as rows of
 one table (log1p, trigonometric, rounding, fmod, remainder, atan2, lerp, comparisons, logic,
 isnan, ...), each row's reference, gradient ops and kernels derived from its formula.
+integer: BitwiseAnd/Or/Xor/Not, ShiftLeft/Right, IntDivFloor, IntDivTrunc, IntRemainder.
 """
 
 from planner.ops import (  # noqa: F401, E402
@@ -42,6 +43,7 @@ from planner.ops import (  # noqa: F401, E402
     gelu,
     group_norm,
     index,
+    integer,
     layer_norm,
     linalg,
     log_softmax,

@@ -1,7 +1,7 @@
 """The scans: running sums and products along one axis (torch.cumsum, torch.cumprod, ONNX
 CumSum), one row each.
 
-    CumSum  [x] -> y, same shape and dtype
+    CumSum  [x] -> y, same shape and dtype (float, or an integer: exact, wrapping)
     y[..., i, ...] = sum of x[..., j, ...] over j <= i        (default)
                      over j < i  with exclusive (y[..., 0, ...] = 0)
                      over j >= i with reverse (j > i with both)
@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from planner.dtypes import INTEGER_DTYPES
 from planner.ops.base import (
     Attr,
     Attrs,
@@ -53,7 +54,8 @@ if TYPE_CHECKING:
 def _infer(op: str):
     def infer(ins: list[TensorType], a: Attrs) -> list[TensorType]:
         for t in ins:
-            require_float(op, t)
+            if not (op == "CumSum" and t.dtype in INTEGER_DTYPES):  # counts: exact, wrapping
+                require_float(op, t)
         if ins[1:] and ins[1] != ins[0]:
             raise OpError(f"{op}: dy {list(ins[0].shape)} and x {list(ins[1].shape)} differ")
         norm_axis(op, a["axis"], ins[0].rank)

@@ -1,8 +1,8 @@
 """Selection ops: Where (ONNX's) and CausalMask (attention's mask of future positions).
 
 Where [cond, a, b] -> y = a where cond else b, all three broadcasting as numpy. cond may be bool,
-or a number (float32, int64: non-zero is true, so a NaN condition is true, as numpy's) since the
-executors move float32 and int64 (and read bool inputs). a and b share a dtype, which y keeps.
+or a number (float32, int64, int32: non-zero is true, so a NaN condition is true, as numpy's).
+a and b share a dtype (bool too), which y keeps.
 Gradients: da = sum_to(Where(cond, dy, 0)), db = sum_to(Where(cond, 0, dy)); cond gets none.
 
 CausalMask [x] attrs value -> y: over the last two axes (rows i, columns j), y = x where j <= i,
@@ -44,7 +44,7 @@ from planner.ops.reduce import sum_to_shape
 if TYPE_CHECKING:
     from planner.graph.ir import Node
 
-COND_DTYPES = ("bool", "float32", "float64", "int64")
+COND_DTYPES = ("bool", "float32", "float64", "int64", "int32")
 
 
 # ---- Where ------------------------------------------------------------------------------------
@@ -55,8 +55,6 @@ def _where_infer(ins: list[TensorType], a: Attrs) -> list[TensorType]:
         raise OpError(f"Where: condition must be one of {list(COND_DTYPES)}, got {cond.dtype}")
     if x.dtype != y.dtype:
         raise OpError(f"Where: the two branches differ in dtype: {x.dtype} and {y.dtype}")
-    if x.dtype == "bool":
-        raise OpError("Where: the branches must be numeric, got bool")
     shape = broadcast_shapes("Where", broadcast_shapes("Where", cond.shape, x.shape), y.shape)
     return [TensorType(shape, x.dtype)]
 

@@ -15,8 +15,9 @@ kernel per backend reading the same rows (templates/common/reductions.h).
     ReduceAll        bool: every element is nonzero; no gradient
 
 Every op takes `axes` and `keepdims` as ReduceSum does (empty axes: every axis; so a 0-d x
-reduces nothing and y = f(x) of its one element). The float ones take float inputs; Any and All
-any dtype. A max, min or log-sum-exp over no elements is refused (torch raises too).
+reduces nothing and y = f(x) of its one element). The float ones take float inputs; Max, Min
+and Prod integers too (exact, the product wrapping as two's complement, as torch's);
+Any and All any dtype. A max, min or log-sum-exp over no elements is refused (torch raises too).
 
 ReduceGrad [dy, x, y] -> dx (attr `of`: the forward op) is the gradient of each, PyTorch's
 formula with y and dy broadcast back over the reduced axes:
@@ -56,6 +57,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from planner.dtypes import INTEGER_DTYPES
 from planner.ops.base import (
     Attr,
     Attrs,
@@ -85,6 +87,7 @@ class Row:
     flops: int = 1
     boolean: bool = False  # bool output, any input dtype
     nonempty: bool = False  # refused over no elements
+    integer: bool = False  # integers too (planner.dtypes.INTEGER_DTYPES: exact, wrapping)
     doc: str = ""
 
 
@@ -158,9 +161,11 @@ def _fold(fn) -> Fold:
 
 
 ROWS: dict[str, Row] = {
-    "ReduceMax": Row(_fold(np.max), _extremum_slope, nonempty=True, doc="y = max of x"),
-    "ReduceMin": Row(_fold(np.min), _extremum_slope, nonempty=True, doc="y = min of x"),
-    "ReduceProd": Row(_fold(np.prod), _prod_slope, doc="y = product of x"),
+    "ReduceMax": Row(_fold(np.max), _extremum_slope, nonempty=True, integer=True,
+                     doc="y = max of x"),
+    "ReduceMin": Row(_fold(np.min), _extremum_slope, nonempty=True, integer=True,
+                     doc="y = min of x"),
+    "ReduceProd": Row(_fold(np.prod), _prod_slope, integer=True, doc="y = product of x"),
     "ReduceNanSum": Row(_fold(np.nansum), _nansum_slope, doc="y = sum of x's non-NaN elements"),
     "ReduceNanMean": Row(_fold(np.nanmean), _nanmean_slope,
                          doc="y = mean of x's non-NaN elements"),
@@ -185,7 +190,7 @@ def _infer(op: str):
 
     def infer(ins: list[TensorType], a: Attrs) -> list[TensorType]:
         x = ins[0]
-        if not row.boolean:
+        if not row.boolean and not (row.integer and x.dtype in INTEGER_DTYPES):
             require_float(op, x)
         axes = _axes(op, x, a)
         if row.nonempty and _count(x.shape, axes) == 0:

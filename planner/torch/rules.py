@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 
+from planner.dtypes import INTEGER_DTYPES
 from planner.importers.gather import gather_rows
 from planner.importers.onnx.errors import Unsupported
 from planner.importers.onnx.values import Const
@@ -28,7 +29,7 @@ from planner.torch.context import UNAVAILABLE, NodeCtx, Value, rule
 from planner.torch.norm_stats import group_norm_stats, layer_norm_stats
 from planner.torch.rules_conv import conv3d, conv_transpose2d
 from planner.torch.rules_index import gather_positions, strided_positions
-from planner.torch.rules_pointwise import bool_product, cast
+from planner.torch.rules_pointwise import bool_product, cast, clamp_numbers
 from planner.torch.rules_products import scaled_sum
 from planner.torch.rules_views import padded_by_index
 from planner.torch.strided import VIEW_LIMIT, logical_index, view_ops
@@ -389,16 +390,26 @@ def _number(v: object) -> bool:
 
 def _promoted(n: NodeCtx, k: int, name: str) -> str | Const:
     """Tensor argument k in the node's own dtype: PyTorch computes an int or bool tensor met by
-    a float one (or a float number) in the float dtype, so it is cast first."""
+    a float one (or a float number) in the float dtype, and an int32 or bool one met by an
+    int64 one in int64, so it is cast first."""
     v = n.tensor(k, name)
     want = n.out_dtype or n.dtype(v)
     if n.dtype(v) == want:
         return v
     if isinstance(v, Const):
         return n.const(v.value(), want)
-    if not want.startswith(("float", "bfloat")):
+    if not want.startswith(("float", "bfloat")) and want not in INTEGER_DTYPES:
         raise Unsupported(f"{n.op} ({n.dtype(v)} to {want})")
     return n.emit1("Cast", [v], {"to": want})
+
+
+def _times(n: NodeCtx, v: str | Const, factor: float | int) -> str | Const:
+    """v * factor, a number: Scale of a float tensor, Mul by a constant of an integer one
+    (Scale is float: int64 * 3 must stay exact)."""
+    dtype = n.dtype(v)
+    if dtype in INTEGER_DTYPES:
+        return n.emit1("Mul", [v, n.const(factor, dtype)])
+    return n.emit1("Scale", [v], {"factor": float(factor)})
 
 
 @rule("aten.add.Tensor", "aten.sub.Tensor", "aten.add.Scalar", "aten.sub.Scalar",
@@ -410,7 +421,7 @@ def add_sub(n: NodeCtx) -> Value:
         b = _promoted(n, 1, "other")
         alpha = n.arg(2, "alpha", 1)
         if alpha != 1:
-            b = n.emit1("Scale", [b], {"factor": float(alpha)})
+            b = _times(n, b, alpha)
         return n.emit1("Sub" if n.op == "aten.sub.Tensor" else "Add",
                        [n.const(first, n.dtype(b)), b])
     a = _promoted(n, 0, "self")
@@ -419,14 +430,14 @@ def add_sub(n: NodeCtx) -> Value:
     b = n.const(other, dtype) if _number(other) else _promoted(n, 1, "other")
     if n.op.startswith("aten.rsub"):  # other - alpha * a
         if alpha != 1:
-            a = n.emit1("Scale", [a], {"factor": float(alpha)})
+            a = _times(n, a, alpha)
         return n.emit1("Sub", [b, a])
     if _number(other) and other * alpha == 0:
         return a
     if _number(other):
         b = n.const(other * alpha, dtype)
     elif alpha != 1:
-        b = n.emit1("Scale", [b], {"factor": float(alpha)})
+        b = _times(n, b, alpha)
     return n.emit1("Sub" if n.op.startswith("aten.sub") else "Add", [a, b])
 
 
@@ -441,13 +452,13 @@ def mul_div(n: NodeCtx) -> Value:
     if _number(first) and n.op in ("aten.mul.Tensor", "aten.div.Tensor"):
         b = _promoted(n, 1, "other")  # `2 / t` as div.Tensor(2, t)
         if not div:
-            return n.emit1("Scale", [b], {"factor": float(first)})
+            return _times(n, b, first)
         return n.emit1("Div", [n.const(first, n.dtype(b)), b])
     a, other = _promoted(n, 0, "self"), n.arg(1, "other")
     if _number(other):
-        if not n.dtype(a).startswith(("float", "bfloat")):
+        if div and not n.dtype(a).startswith(("float", "bfloat")):
             raise Unsupported(f"{n.op} (of {n.dtype(a)} tensors)")
-        return n.emit1("Scale", [a], {"factor": 1.0 / other if div else float(other)})
+        return _times(n, a, 1.0 / other if div else other)
     return n.emit1("Div" if div else "Mul", [a, _promoted(n, 1, "other")])
 
 
@@ -495,9 +506,12 @@ def gelu(n: NodeCtx) -> Value:
 def hardtanh(n: NodeCtx) -> Value:
     low, high = (n.arg(1, "min_val", -1.0), n.arg(2, "max_val", 1.0)) \
         if n.op == "aten.hardtanh.default" else (n.arg(1, "min"), n.arg(2, "max"))
+    x = n.tensor(0)
+    if n.op != "aten.hardtanh.default" and n.dtype(x) in INTEGER_DTYPES:
+        return clamp_numbers(n, x, low, high)  # Max / Min of integers, or a float Clip
     bounds = {"min": None if low is None else float(low),
               "max": None if high is None else float(high)}
-    return n.emit1("Clip", [n.tensor(0)], bounds)
+    return n.emit1("Clip", [x], bounds)
 
 
 @rule("aten.leaky_relu.default")
@@ -579,11 +593,17 @@ def upsample(n: NodeCtx) -> Value:
 
 @rule("aten.cumsum.default", "aten.cumprod.default")
 def cumsum(n: NodeCtx) -> Value:
+    """A running sum or product; torch sums a bool or int32 tensor in int64 (its result's
+    dtype, as a `dtype` argument's), exactly (planner/ops/cumsum.py)."""
     x = n.tensor(0)
     dtype = n.kwargs.get("dtype")
-    if dtype is not None and _dtype_name(dtype) != n.dtype(x):
+    want = n.out_dtype or (_dtype_name(dtype) if dtype is not None else n.dtype(x))
+    integer = n.op == "aten.cumsum.default" and want in INTEGER_DTYPES
+    if dtype is not None and _dtype_name(dtype) != n.dtype(x) and not integer:
         raise Unsupported(f"{n.op} (cast to {_dtype_name(dtype)})")
-    if not n.dtype(x).startswith(("float", "bfloat")):
+    if integer:
+        x = cast(n, x, want)
+    elif not n.dtype(x).startswith(("float", "bfloat")):
         raise Unsupported(f"{n.op} (of {n.dtype(x)} tensors)")
     shape = n.shape(x)
     if not shape:

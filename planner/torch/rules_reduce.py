@@ -7,11 +7,12 @@ accepts dim 0 or -1 (and keepdim) and reduces nothing, so y is x's one element (
 norm of a scalar is |x|); negative dims count from the end; a dim given twice is refused.
 
     sum, mean                     ReduceSum, ReduceMean
-    amax, amin, max, min          ReduceMax, ReduceMin (torch.max(x, dim)'s values: its indices
-                                  are not computed; its gradient is shared among tied maxima as
-                                  amax's, where torch's goes to the index it returned)
-    prod, nansum, nanmean,        ReduceProd, ReduceNanSum, ReduceNanMean, ReduceLogSumExp
-    logsumexp
+    amax, amin, max, min          ReduceMax, ReduceMin, of floats and integers (torch.max(x,
+                                  dim)'s values: its indices are not computed; its gradient is
+                                  shared among tied maxima as amax's, where torch's goes to the
+                                  index it returned)
+    prod, nansum, nanmean,        ReduceProd (of integers too: bool and int32 in int64, as
+    logsumexp                     sum), ReduceNanSum, ReduceNanMean, ReduceLogSumExp
     any, all                      ReduceAny, ReduceAll (bool)
     linalg_vector_norm            ReduceNorm for finite ord; ReduceMax / ReduceMin of |x| for
                                   inf / -inf
@@ -28,6 +29,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from planner.dtypes import INTEGER_DTYPES
 from planner.importers.onnx.errors import Unsupported
 from planner.importers.onnx.values import Const
 from planner.torch.context import UNAVAILABLE, NodeCtx, Value, rule
@@ -73,9 +75,11 @@ ROWS: dict[str, Row] = {
 }
 
 # the accumulation torch runs in int64 for a bool or int32 input
-PROMOTED = ("ReduceSum",)
+PROMOTED = ("ReduceSum", "ReduceProd")
 FLOAT_ONLY = ("ReduceMax", "ReduceMin", "ReduceProd", "ReduceNanSum",
               "ReduceNanMean", "ReduceLogSumExp")
+# ... of which these take int64 and int32 too (exact; planner/ops/reductions.py)
+INTEGER_TOO = ("ReduceMax", "ReduceMin", "ReduceProd")
 
 
 def reduced_axes(n: NodeCtx, dims: object, rank: int) -> list[int]:
@@ -110,9 +114,9 @@ def _same_dtype(n: NodeCtx, x: str | Const) -> None:
 
 
 def promoted_sum(n: NodeCtx, row: Row, x: str | Const) -> Value:
-    """torch sums bool and int32 tensors in int64 (count_nonzero's sum of a mask): a mask's
-    counts in float32 (the executors' sums are float), exact below 2^24 terms; an int32's in
-    int64."""
+    """torch sums (and multiplies) bool and int32 tensors in int64 (count_nonzero's sum of a
+    mask): a mask's in float32 (every executor's sums take float32), exact below 2^24 terms; an
+    int32's in int64 (the CPU's integer kernels)."""
     axes = reduced_axes(n, _dims(n, row.dim), len(n.shape(x)))
     terms = math.prod(n.shape(x)[a] for a in axes) if axes else math.prod(n.shape(x))
     exact = n.dtype(x) == "bool" and terms < 1 << 24
@@ -125,10 +129,12 @@ def promoted_sum(n: NodeCtx, row: Row, x: str | Const) -> Value:
 def reduction(n: NodeCtx) -> Value:
     row = ROWS[n.op]
     x = n.tensor(0)
-    if row.op in PROMOTED and n.out_dtype and n.dtype(x) in ("bool", "int32"):
+    if row.op in PROMOTED and n.out_dtype and n.dtype(x) in ("bool", "int32", "int16", "int8",
+                                                               "uint8"):
         return promoted_sum(n, row, x)
     _same_dtype(n, x)
-    if row.op in FLOAT_ONLY and not n.dtype(x).startswith(("float", "bfloat")):
+    if row.op in FLOAT_ONLY and not n.dtype(x).startswith(("float", "bfloat")) and not (
+            row.op in INTEGER_TOO and n.dtype(x) in INTEGER_DTYPES):
         raise Unsupported(f"{n.op} (of {n.dtype(x)} tensors)")
     axes = reduced_axes(n, _dims(n, row.dim), len(n.shape(x)))
     y = n.emit1(row.op, [x], {"axes": axes, "keepdims": _keep(n, row.keepdim)})

@@ -26,6 +26,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from planner.dtypes import DTYPE_BYTES
 from planner.verify.inserted import TRANSFERS as _TRANSFER_KINDS
 
 TRANSFERS = frozenset(op for op, _, _ in _TRANSFER_KINDS.values())  # Offload, Prefetch
@@ -154,9 +155,7 @@ def memory_figures(plan: dict[str, Any], m: dict[str, Any]) -> list[str]:
 
 
 def _nbytes(t: dict[str, Any]) -> int:
-    size = {"float64": 8, "int64": 8, "float32": 4, "int32": 4, "float16": 2, "bfloat16": 2,
-            "bool": 1}
-    return size.get(t.get("dtype"), 0) * math.prod(t.get("shape", ()))
+    return DTYPE_BYTES.get(t.get("dtype"), 0) * math.prod(t.get("shape", ()))
 
 
 def inserted_figures(plan: dict[str, Any], m: dict[str, Any]) -> list[str]:

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "kernel_dtypes.h"  // dtype_name
 #include "runtime.h"
 
 namespace planner {
@@ -17,19 +18,6 @@ namespace nb = nanobind;
 
 using Array = nb::ndarray<nb::ro, nb::device::cpu>;
 
-inline const char* dtype_name(int d) {
-  switch (d) {
-    case F32: return "float32";
-    case F64: return "float64";
-    case F16: return "float16";
-    case BF16: return "bfloat16";
-    case I64: return "int64";
-    case I32: return "int32";
-    case BOOL: return "bool";
-  }
-  return "?";
-}
-
 inline nb::dlpack::dtype dl_dtype(int d) {
   switch (d) {
     case F32: return nb::dtype<float>();
@@ -37,6 +25,9 @@ inline nb::dlpack::dtype dl_dtype(int d) {
     case I64: return nb::dtype<int64_t>();
     case I32: return nb::dtype<int32_t>();
     case BOOL: return nb::dtype<bool>();
+    case I16: return nb::dtype<int16_t>();
+    case I8: return nb::dtype<int8_t>();
+    case U8: return nb::dtype<uint8_t>();
     case F16: return nb::dlpack::dtype{static_cast<uint8_t>(nb::dlpack::dtype_code::Float), 16, 1};
     case BF16: return nb::dlpack::dtype{static_cast<uint8_t>(nb::dlpack::dtype_code::Bfloat), 16, 1};
   }

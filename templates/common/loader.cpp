@@ -126,7 +126,7 @@ void LoadedSchedule::validate(const std::string& path, int backend) const {
     if (t.store == HOST_STORE && t.alias_of >= 0)
       throw std::runtime_error(label + ": a host store copy aliases another tensor");
     if (t.rank < 0 || t.rank > kMaxRank) throw std::runtime_error(label + ": bad rank");
-    if (t.dtype < F32 || t.dtype > BF16) throw std::runtime_error(label + ": bad dtype");
+    if (t.dtype < F32 || t.dtype > U8) throw std::runtime_error(label + ": bad dtype");
     int64_t n = 1;
     for (int k = 0; k < t.rank; ++k) {
       if (t.shape[k] < 0 || (t.shape[k] && n > std::numeric_limits<int64_t>::max() / 8 / t.shape[k]))

@@ -4,17 +4,38 @@
 //
 //   PLANNER_REGISTER_KERNELS(myfamily) {
 //     r["MyOp"] = make_my_op;      // the op's name, as in planner/ops
+//     r["MyIntOp"] = {make_my_int_op, "float32|int64|int32"};  // the dtypes it takes
 //   }
 //
-// codegen reads the same `r["..."] =` lines to know which ops the backend runs
-// (codegen/backends.py), and a test compares them with the built runtime's registered_ops().
+// codegen reads the same `r["..."] =` lines to know which ops the backend runs and in which
+// dtypes (codegen/backends.py), and a test compares them with the built runtime's
+// registered_ops().
 #pragma once
 #include <map>
 #include <string>
 
+#include "kernel_dtypes.h"
+
 namespace planner {
 
-using Registry = std::map<std::string, Factory>;
+// A registration: the factory and the dtype sets it takes (common/kernel_dtypes.h; null: not
+// declared). Calling it refuses a node outside them before the factory sees it.
+struct KernelEntry {
+  Factory make = nullptr;
+  const char* dtypes = nullptr;
+  KernelEntry() = default;
+  KernelEntry(Factory f) : make(f) {}  // NOLINT: `r["Op"] = factory;`
+  KernelEntry(Factory f, const char* d) : make(f), dtypes(d) {}
+  template <class N>
+  auto operator()(const N& n) const {
+    if (dtypes && !dtype_set_admitted(dtypes, dtype_set_text(n)))
+      throw std::runtime_error("the kernel takes dtypes " + std::string(dtypes) + ", not " +
+                               dtype_set_text(n));
+    return make(n);
+  }
+};
+
+using Registry = std::map<std::string, KernelEntry>;
 
 // One registry per runtime library (an inline function's static is one object across it).
 inline Registry& mutable_registry() {

@@ -16,8 +16,8 @@ int dtype_bytes(int dtype) {
   switch (dtype) {
     case F32: case I32: return 4;
     case F64: case I64: return 8;
-    case F16: case BF16: return 2;
-    case BOOL: return 1;
+    case F16: case BF16: case I16: return 2;
+    case BOOL: case I8: case U8: return 1;
   }
   throw std::runtime_error("unknown dtype code " + std::to_string(dtype));
 }

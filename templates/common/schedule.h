@@ -10,7 +10,8 @@
 
 namespace planner {
 
-enum DType : int { F32 = 0, F64 = 1, F16 = 2, I64 = 3, I32 = 4, BOOL = 5, BF16 = 6 };
+enum DType : int { F32 = 0, F64 = 1, F16 = 2, I64 = 3, I32 = 4, BOOL = 5, BF16 = 6, I16 = 7, I8 = 8,
+                   U8 = 9 };
 enum Role : int { INPUT = 0, LABEL = 1, PARAM = 2, STATE = 3, OPT_STATE = 4, ACTIVATION = 5,
                   GRAD = 6 };
 enum Backend : int { CPU = 0, CUDA = 1 };

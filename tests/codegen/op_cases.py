@@ -12,6 +12,8 @@ from codegen.backends import RUNTIMES
 from planner.graph import GraphBuilder, check_graph
 from planner.ops import get_op
 from tests.codegen.helpers import build_module
+from tests.codegen.integer_cases import INTEGER_CASES
+from tests.codegen.integer_cases import derive as derive_integer_inputs
 from tests.codegen.pointwise_cases import derive as derive_table_inputs
 from tests.codegen.pointwise_cases import table_cases
 
@@ -464,6 +466,7 @@ POISON = (np.nan, np.inf, -np.inf)
 
 # Inputs not poisoned, and why:
 CASES.update(table_cases())  # the pointwise table's rows (tests/codegen/pointwise_cases.py)
+CASES.update(INTEGER_CASES)  # planner/ops/integer.py's (tests/codegen/integer_cases.py)
 
 # ops whose result is defined by the float format itself (the next float32 after a): held to the
 # float32 reference bit for bit, not to the float64 one
@@ -542,7 +545,7 @@ def _derived(op, attrs, xs):
         opdef = get_op("LRN")
         with np.errstate(all="ignore"):
             xs[2] = opdef.reference([xs[1]], opdef.normalize_attrs(attrs))[0]
-    return derive_table_inputs(op, xs)
+    return derive_integer_inputs(op, derive_table_inputs(op, xs))
 
 
 def _value(shape, kind, rng):
@@ -562,6 +565,8 @@ def _value(shape, kind, rng):
         return rng.integers(0, 2, shape).astype(bool)
     if kind[0] == "const":
         return np.full(shape, kind[1], np.float32)
+    if kind[0] == "sint":
+        return rng.integers(-kind[1], kind[1], shape).astype(np.int64)
     if kind[0] == "ids32":
         return rng.integers(-kind[1], kind[1], shape).astype(np.int32)
     if kind[0] == "count":
@@ -597,22 +602,27 @@ def _variants():
 VARIANTS = _variants()
 
 
-def run_variants(folder, backend: str) -> dict[str, list]:
-    """Every variant's outputs from one executor of `backend` (of the ops it has kernels for:
-    AccumulateGrad is the CPU executor's alone)."""
-    b = GraphBuilder("op_kernels")
+def nodes_graph(name: str, variants) -> tuple:
+    """(graph, feeds, outputs by label): each (label, op, attrs, inputs) one node of one
+    inference graph, its inputs fed under the label."""
+    b = GraphBuilder(name)
     outs: dict[str, list[str]] = {}
     feeds = {}
-    for label, op, attrs, xs in VARIANTS:
-        if op not in RUNTIMES[backend].ops:
-            continue
+    for label, op, attrs, xs in variants:
         names = []
         for j, x in enumerate(xs):
             names.append(b.input(f"{label}/x{j}", x.shape, str(x.dtype)))
             feeds[names[-1]] = x
         with b.scope(label):
             outs[label] = b.op_n(op, names, attrs)
-    graph = check_graph(b.build(outputs=[o for v in outs.values() for o in v]))
+    return check_graph(b.build(outputs=[o for v in outs.values() for o in v])), feeds, outs
+
+
+def run_variants(folder, backend: str) -> dict[str, list]:
+    """Every variant's outputs from one executor of `backend` (of the ops it has kernels for:
+    AccumulateGrad is the CPU executor's alone)."""
+    graph, feeds, outs = nodes_graph(
+        "op_kernels", [v for v in VARIANTS if v[1] in RUNTIMES[backend].ops])
     module = build_module(graph, folder, backend)
     got = module.Executor().forward(feeds)
     return {label: [got[o] for o in names] for label, names in outs.items()}

@@ -92,8 +92,12 @@ def test_topk_gradient_scatters_into_the_chosen_positions(k, axis, largest):
 def test_shape_errors_name_the_sizes():
     with pytest.raises(OpError, match=r"k = 6 out of range \[0, 5\] for axis 1"):
         get_op("TopK").infer([TensorType((2, 5))], {"k": 6, "axis": 1, "largest": True})
-    with pytest.raises(OpError, match="CumSum: input must be a float tensor, got int64"):
-        get_op("CumSum").infer([TensorType((2, 5), "int64")],
+    # (CumSum sums integers exactly; the product of integers is not one of its kernels)
+    with pytest.raises(OpError, match="CumProd: input must be a float tensor, got int64"):
+        get_op("CumProd").infer([TensorType((2, 5), "int64")],
+                                {"axis": 0, "exclusive": False, "reverse": False})
+    with pytest.raises(OpError, match="CumSum: input must be a float tensor, got bool"):
+        get_op("CumSum").infer([TensorType((2, 5), "bool")],
                                {"axis": 0, "exclusive": False, "reverse": False})
     with pytest.raises(OpError, match="indices must be int64 of dvalues' shape"):
         get_op("TopKGrad").infer([TensorType((2, 3)), TensorType((2, 3), "int32")],

@@ -9,6 +9,7 @@
 
 #include "../dnnl_kernel.h"
 #include "../loops.h"
+#include "integer.h"
 
 namespace planner {
 namespace {
@@ -19,7 +20,7 @@ Shape padded(const Shape& s, size_t rank) {
   return d;
 }
 
-// y = a (op) b with numpy broadcasting, for shapes oneDNN cannot take and for int64 tensors.
+// y = a (op) b with numpy broadcasting, for shapes oneDNN cannot take.
 template <class T>
 class BroadcastLoop : public Kernel {
  public:
@@ -133,15 +134,15 @@ KernelPtr binary_prim(const Node& n, dnnl::algorithm alg, int first, int second)
 KernelPtr binary(const Node& n, dnnl::algorithm alg, char op, bool commutes) {
   const Shape& y = n.out[0].shape;
   size_t r = y.size();
-  if (n.in[0].dtype == I64 && n.in[1].dtype == I64 && op != '/')
-    return std::make_unique<BroadcastLoop<int64_t>>(n, op);
+  if (is_integer(n.in[0].dtype) && op != '/')  // kernels/integer.cpp: wrapping arithmetic
+    return int_elementwise(n, op == '+' ? IntOp::Add : op == '-' ? IntOp::Sub : IntOp::Mul);
   const bool low = (n.in[0].dtype == BF16 || n.in[0].dtype == F16) &&
                    n.in[1].dtype == n.in[0].dtype && n.out[0].dtype == n.in[0].dtype;
   if (low && padded(n.in[0].shape, r) == y && padded(n.in[1].shape, r) == y)
     return binary_prim(n, alg, 0, 1);  // mixed precision's residual adds: float32 math inside
   if (n.in[0].dtype != F32 || n.in[1].dtype != F32)
-    throw std::runtime_error("binary ops take float32 tensors (or int64, but for Div; or "
-                             "two bfloat16 / float16 tensors of the output's shape)");
+    throw std::runtime_error("binary ops take float32 tensors (or int64 or int32, but for "
+                             "Div; or two bfloat16 / float16 tensors of the output's shape)");
   if (padded(n.in[0].shape, r) == y) {
     if (int64_t inner = trailing_runs(padded(n.in[1].shape, r), y))
       return std::make_unique<RunScalarLoop>(n, op, 0, 1, inner);
@@ -247,9 +248,9 @@ KernelPtr bias_add(const Node& n) { return native_or_widened(n, bias_add_any); }
 }  // namespace
 
 PLANNER_REGISTER_KERNELS(binary) {
-  r["Add"] = add;
-  r["Sub"] = sub;
-  r["Mul"] = mul;
+  r["Add"] = {add, "float32|int64|int32|int16|int8|uint8"};
+  r["Sub"] = {sub, "float32|int64|int32|int16|int8|uint8"};
+  r["Mul"] = {mul, "float32|int64|int32|int16|int8|uint8"};
   r["Div"] = div;
   r["BiasAdd"] = bias_add;
   r["AddN"] = add_n;

@@ -1,12 +1,13 @@
 // Broadcasting ops as plain OpenMP loops, row by row over the output (see Broadcast in
 // loops.h): Pow, Max, Min (NaN propagates, as numpy's maximum/minimum; oneDNN's binary max
-// drops it), MaxGrad, MinGrad (torch's tie rule), Where (bool, float32 or int64 condition),
-// PRelu and PReluGrad.
+// drops it), MaxGrad, MinGrad (torch's tie rule), Where (a bool, float32, int64 or int32
+// condition; branches of those or int16, int8, uint8), PRelu and PReluGrad.
 #include <omp.h>
 
 #include <cmath>
 
 #include "../loops.h"
+#include "integer.h"
 
 namespace planner {
 namespace {
@@ -43,9 +44,11 @@ template <class F> KernelPtr binary(const Node& n, F f) { return std::make_uniqu
 
 KernelPtr pow_(const Node& n) { return binary(n, [](float a, float b) { return std::pow(a, b); }); }
 KernelPtr max_(const Node& n) {
+  if (is_integer(n.in[0].dtype)) return int_elementwise(n, IntOp::Max);
   return binary(n, [](float a, float b) { return a != a || a > b ? a : b; });
 }
 KernelPtr min_(const Node& n) {
+  if (is_integer(n.in[0].dtype)) return int_elementwise(n, IntOp::Min);
   return binary(n, [](float a, float b) { return a != a || a < b ? a : b; });
 }
 
@@ -124,14 +127,20 @@ KernelPtr where_of(const Node& n) {
     case BOOL: return std::make_unique<Where<bool, V>>(n);
     case F32: return std::make_unique<Where<float, V>>(n);
     case I64: return std::make_unique<Where<int64_t, V>>(n);
+    case I32: return std::make_unique<Where<int32_t, V>>(n);
   }
-  throw std::runtime_error("Where: the condition must be bool, float32 or int64");
+  throw std::runtime_error("Where: the condition must be bool, float32, int64 or int32");
 }
 
 KernelPtr where(const Node& n) {
   if (n.in[1].dtype == F32) return where_of<float>(n);
   if (n.in[1].dtype == I64) return where_of<int64_t>(n);
-  throw std::runtime_error("Where: the branches must be float32 or int64");
+  if (n.in[1].dtype == I32) return where_of<int32_t>(n);
+  if (n.in[1].dtype == BOOL) return where_of<bool>(n);
+  if (n.in[1].dtype == I16) return where_of<int16_t>(n);
+  if (n.in[1].dtype == I8) return where_of<int8_t>(n);
+  if (n.in[1].dtype == U8) return where_of<uint8_t>(n);
+  throw std::runtime_error("Where: the branches must be float32, an integer or bool");
 }
 
 KernelPtr prelu(const Node& n) {
@@ -184,11 +193,11 @@ KernelPtr prelu_grad(const Node& n) { return std::make_unique<PReluGrad>(n); }
 
 PLANNER_REGISTER_KERNELS(broadcast) {
   r["Pow"] = pow_;
-  r["Max"] = max_;
-  r["Min"] = min_;
+  r["Max"] = {max_, "float32|int64|int32|int16|int8|uint8"};
+  r["Min"] = {min_, "float32|int64|int32|int16|int8|uint8"};
   r["MaxGrad"] = max_grad;
   r["MinGrad"] = min_grad;
-  r["Where"] = where;
+  r["Where"] = {where, "bool|bool,float32|bool,int64|bool,int32|bool,int16|bool,int8|bool,uint8|float32|float32,int64|float32,int32|float32,int16|float32,int8|float32,uint8|int64|int32,int64|int16,int64|int64,int8|int64,uint8|int32|int16,int32|int32,int8|int32,uint8"};
   r["PRelu"] = prelu;
   r["PReluGrad"] = prelu_grad;
 }

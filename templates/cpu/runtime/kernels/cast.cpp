@@ -1,11 +1,12 @@
 // Cast: one oneDNN reorder between two plain layouts of different data types (float32 <->
 // bfloat16 / float16), rounding to nearest even as the numpy reference (ml_dtypes) does.
 // oneDNN's reorders convert these types on every x86-64 CPU, AVX2 ones included. Between
-// float32, int64, int32 and bool (comparisons' masks, integer ids, PyTorch's .to()) a plain
-// loop, as numpy's astype: an integer rounds to the nearest float32, a float truncates toward
-// zero, anything is true where non-zero (NaN too), a bool is 0 or 1. (oneDNN has no 64-bit
+// float32, int64, int32, bool, int16, int8 and uint8 (comparisons' masks, integer ids,
+// PyTorch's .to()) a plain loop, as numpy's astype: an integer rounds to the nearest float32, a
+// float truncates toward zero, anything is true where non-zero (NaN too), a bool is 0 or 1. (oneDNN has no 64-bit
 // integers, and its reorder to int32 rounds rather than truncates.) A low float to or from an
-// integer or bool goes through float32 in two Casts (the torch front end emits them).
+// integer, bool or the other low float goes through float32 copies (the torch front end emits
+// two Casts instead).
 #include <type_traits>
 
 #include "../dnnl_kernel.h"
@@ -26,6 +27,10 @@ class Convert : public Kernel {
 #pragma omp parallel for simd if(size >= kGrain)
     for (int64_t i = 0; i < size; ++i) {
       if constexpr (std::is_same_v<Out, bool>) y[i] = x[i] != In{0};
+      // a float to a storage integer through int64, wrapping as PyTorch's x86 kernels do
+      // (a direct conversion out of the type's range is undefined)
+      else if constexpr (std::is_floating_point_v<In> && sizeof(Out) < 4)
+        y[i] = static_cast<Out>(static_cast<int64_t>(x[i]));
       else y[i] = static_cast<Out>(x[i]);
     }
   }
@@ -35,12 +40,18 @@ class Convert : public Kernel {
   int64_t size_;
 };
 
+bool low_float(int dtype) { return dtype == BF16 || dtype == F16; }
+
 KernelPtr cast(const Node& n) {
   const TensorRef &x = n.in[0], &y = n.out[0];
   if (x.dtype == y.dtype) return std::make_unique<Copy>(x.id, y.id, y.size() * dtype_bytes(y.dtype));
+  // a low float to or from anything but float32 (an integer, bool, the other low float): through
+  // float32 copies (oneDNN reorders neither to 64-bit integers nor bfloat16 to float16 directly)
+  if ((low_float(x.dtype) || low_float(y.dtype)) && x.dtype != F32 && y.dtype != F32)
+    return widened(n, cast);
   KernelPtr plain;
-  with_plain_dtype(x.dtype, [&](auto in) {
-    with_plain_dtype(y.dtype, [&](auto out) {
+  with_plain_dtype<true>(x.dtype, [&](auto in) {
+    with_plain_dtype<true>(y.dtype, [&](auto out) {
       plain = std::make_unique<Convert<decltype(in), decltype(out)>>(n);
     });
   });
@@ -54,6 +65,6 @@ KernelPtr cast(const Node& n) {
 
 }  // namespace
 
-PLANNER_REGISTER_KERNELS(cast) { r["Cast"] = cast; }
+PLANNER_REGISTER_KERNELS(cast) { r["Cast"] = {cast, "*"}; }
 
 }  // namespace planner

@@ -8,6 +8,7 @@
 
 #include "../loops.h"
 #include "cumsum.h"
+#include "integer.h"
 
 namespace planner {
 namespace {
@@ -85,13 +86,17 @@ class CumProdGrad : public Kernel {
   CumSumScan s_;
 };
 
-KernelPtr cumsum(const Node& n) { return std::make_unique<CumSum>(n); }
+KernelPtr cumsum(const Node& n) {
+  if (is_integer(n.in[0].dtype) && std::strcmp(n.spec->op, "CumSum") == 0)
+    return int_running_sum(n);  // kernels/integer.cpp: exact, wrapping
+  return std::make_unique<CumSum>(n);
+}
 KernelPtr cumprod_grad(const Node& n) { return std::make_unique<CumProdGrad>(n); }
 
 }  // namespace
 
 PLANNER_REGISTER_KERNELS(cumsum) {
-  r["CumSum"] = cumsum;
+  r["CumSum"] = {cumsum, "float32|int64|int32|int16|int8|uint8"};
   r["CumProd"] = cumsum;
   r["CumProdGrad"] = cumprod_grad;
 }

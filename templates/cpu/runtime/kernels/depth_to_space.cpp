@@ -51,8 +51,8 @@ KernelPtr space_to_depth(const Node& n) { return std::make_unique<DepthToSpace>(
 }  // namespace
 
 PLANNER_REGISTER_KERNELS(depth_to_space) {
-  r["DepthToSpace"] = depth_to_space;
-  r["SpaceToDepth"] = space_to_depth;
+  r["DepthToSpace"] = {depth_to_space, "*"};
+  r["SpaceToDepth"] = {space_to_depth, "*"};
 }
 
 }  // namespace planner

@@ -22,6 +22,7 @@
 #include "../dnnl_kernel.h"
 #include "../loops.h"
 #include "../vmath.h"
+#include "integer.h"
 
 namespace planner {
 namespace {
@@ -57,7 +58,10 @@ KernelPtr leaky_relu(const Node& n) {
 }
 KernelPtr tanh_(const Node& n) { return eltwise_fwd(n, alg::eltwise_tanh, 0.f, 0.f); }
 KernelPtr sigmoid(const Node& n) { return eltwise_fwd(n, alg::eltwise_logistic, 0.f, 0.f); }
-KernelPtr neg(const Node& n) { return eltwise_fwd(n, alg::eltwise_linear, -1.f, 0.f); }
+KernelPtr neg(const Node& n) {
+  if (is_integer(n.in[0].dtype)) return int_elementwise(n, IntOp::Neg);
+  return eltwise_fwd(n, alg::eltwise_linear, -1.f, 0.f);
+}
 KernelPtr scale(const Node& n) {
   return eltwise_fwd(n, alg::eltwise_linear, static_cast<float>(n.attrs.f("factor")), 0.f);
 }
@@ -69,7 +73,10 @@ KernelPtr sigmoid_grad(const Node& n) {
 
 KernelPtr log_(const Node& n) { return eltwise_fwd(n, alg::eltwise_log, 0.f, 0.f); }
 KernelPtr sqrt_(const Node& n) { return eltwise_fwd(n, alg::eltwise_sqrt, 0.f, 0.f); }
-KernelPtr abs_(const Node& n) { return eltwise_fwd(n, alg::eltwise_abs, 0.f, 0.f); }
+KernelPtr abs_(const Node& n) {
+  if (is_integer(n.in[0].dtype)) return int_elementwise(n, IntOp::Abs);
+  return eltwise_fwd(n, alg::eltwise_abs, 0.f, 0.f);
+}
 KernelPtr softplus(const Node& n) { return eltwise_fwd(n, alg::eltwise_soft_relu, 1.f, 0.f); }
 KernelPtr elu(const Node& n) {
   return eltwise_fwd(n, alg::eltwise_elu, static_cast<float>(n.attrs.f("alpha")), 0.f);
@@ -236,14 +243,14 @@ PLANNER_REGISTER_KERNELS(eltwise) {
   r["LeakyRelu"] = leaky_relu;
   r["Tanh"] = tanh_;
   r["Sigmoid"] = sigmoid;
-  r["Neg"] = neg;
+  r["Neg"] = {neg, "float32|int64|int32|int16|int8|uint8"};
   r["Scale"] = scale;
   r["TanhGrad"] = tanh_grad;
   r["SigmoidGrad"] = sigmoid_grad;
   r["SoftmaxGrad"] = softmax_grad;
   r["Log"] = log_;
   r["Sqrt"] = sqrt_;
-  r["Abs"] = abs_;
+  r["Abs"] = {abs_, "float32|int64|int32|int16|int8|uint8"};
   r["Softplus"] = softplus;
   r["Elu"] = elu;
   r["Gelu"] = gelu;

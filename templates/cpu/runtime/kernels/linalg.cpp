@@ -49,10 +49,11 @@ KernelPtr small_matrices(const Node& n) { return std::make_unique<SmallMatrices>
 }  // namespace
 
 PLANNER_REGISTER_KERNELS(linalg) {
-  r["MatrixInverse"] = small_matrices;
-  r["MatrixSolve"] = small_matrices;
+  // (int32: the `info` output of a factorization that may fail)
+  r["MatrixInverse"] = {small_matrices, "float32|float32,int32"};
+  r["MatrixSolve"] = {small_matrices, "float32|float32,int32"};
   r["MatrixSlogdet"] = small_matrices;
-  r["Cholesky"] = small_matrices;
+  r["Cholesky"] = {small_matrices, "float32|float32,int32"};
   r["MatrixSvd"] = small_matrices;
   r["MatrixQr"] = small_matrices;
 }

@@ -167,6 +167,9 @@ class Constant : public Kernel {
         case F64: reinterpret_cast<double*>(y)[i] = value_; break;
         case I64: reinterpret_cast<int64_t*>(y)[i] = static_cast<int64_t>(value_); break;
         case I32: reinterpret_cast<int32_t*>(y)[i] = static_cast<int32_t>(value_); break;
+        case I16: reinterpret_cast<int16_t*>(y)[i] = static_cast<int16_t>(value_); break;
+        case I8: reinterpret_cast<int8_t*>(y)[i] = static_cast<int8_t>(value_); break;
+        case U8: reinterpret_cast<uint8_t*>(y)[i] = static_cast<uint8_t>(value_); break;
         case BOOL: reinterpret_cast<bool*>(y)[i] = value_ != 0; break;
         default: throw std::runtime_error("constant of an unsupported dtype");
       }
@@ -194,11 +197,11 @@ PLANNER_REGISTER_KERNELS(optim) {
   r["SGD"] = sgd;
   r["ApplyMomentum"] = momentum;
   r["ApplyAdam"] = adam;
-  r["Increment"] = increment;
+  r["Increment"] = {increment, "float32|int64"};
   r["AccumulateGrad"] = accumulate_grad;
   r["ScheduledLR"] = scheduled_lr;
-  r["Fill"] = fill;
-  r["Zeros"] = zeros;
+  r["Fill"] = {fill, "*"};
+  r["Zeros"] = {zeros, "*"};
 }
 
 }  // namespace planner

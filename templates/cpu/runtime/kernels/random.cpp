@@ -85,8 +85,8 @@ PLANNER_REGISTER_KERNELS(random) {
   r["RandomUniform"] = random_kernel;
   r["RandomNormal"] = random_kernel;
   r["Bernoulli"] = random_kernel;
-  r["RandomInt"] = random_kernel;
-  r["RandomPerm"] = random_kernel;
+  r["RandomInt"] = {random_kernel, "int64"};
+  r["RandomPerm"] = {random_kernel, "int64"};
 }
 
 }  // namespace planner

@@ -17,6 +17,7 @@
 
 #include "../dnnl_kernel.h"
 #include "../loops.h"
+#include "integer.h"
 #include "reduce.h"
 
 namespace planner {
@@ -107,6 +108,7 @@ KernelPtr reduction(const Node& n, dnnl::algorithm a, const std::vector<bool>& r
 }
 
 KernelPtr reduce_sum(const Node& n) {
+  if (is_integer(n.in[0].dtype)) return int_reduction(n, IntOp::Sum);  // oneDNN has no int64
   return reduction(n, dnnl::algorithm::reduction_sum, reduced_axes(n.attrs, n.in[0].shape.size()));
 }
 KernelPtr reduce_mean(const Node& n) {
@@ -206,7 +208,7 @@ KernelPtr global_avg_pool(const Node& n) { return native_or_widened(n, global_av
 }  // namespace
 
 PLANNER_REGISTER_KERNELS(reduce) {
-  r["ReduceSum"] = reduce_sum;
+  r["ReduceSum"] = {reduce_sum, "float32|int64|int32|int16|int8|uint8"};
   r["ReduceMean"] = reduce_mean;
   r["BiasAddGrad"] = bias_add_grad;
   r["GlobalAvgPool"] = global_avg_pool;

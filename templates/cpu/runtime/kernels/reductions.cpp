@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "../loops.h"
+#include "integer.h"
 #include "reductions.h"
 
 namespace planner {
@@ -83,21 +84,28 @@ class FoldGradKernel : public Kernel {
   std::vector<int64_t> offsets_;
 };
 
-KernelPtr fold_kernel(const Node& n) { return std::make_unique<FoldKernel>(n); }
+// ReduceMax, ReduceMin and ReduceProd of integers: exact, in the integer type (kernels/integer.cpp).
+KernelPtr fold_kernel(const Node& n) {
+  const Fold f = fold_of(n.spec->op);
+  if (is_integer(n.in[0].dtype) && (f == Fold::Max || f == Fold::Min || f == Fold::Prod))
+    return int_reduction(n, f == Fold::Max ? IntOp::ReduceMax : f == Fold::Min ? IntOp::ReduceMin
+                                                                              : IntOp::Prod);
+  return std::make_unique<FoldKernel>(n);
+}
 KernelPtr fold_grad_kernel(const Node& n) { return std::make_unique<FoldGradKernel>(n); }
 
 }  // namespace
 
 PLANNER_REGISTER_KERNELS(reductions) {
-  r["ReduceMax"] = fold_kernel;
-  r["ReduceMin"] = fold_kernel;
-  r["ReduceProd"] = fold_kernel;
+  r["ReduceMax"] = {fold_kernel, "float32|int64|int32|int16|int8|uint8"};
+  r["ReduceMin"] = {fold_kernel, "float32|int64|int32|int16|int8|uint8"};
+  r["ReduceProd"] = {fold_kernel, "float32|int64|int32|int16|int8|uint8"};
   r["ReduceNanSum"] = fold_kernel;
   r["ReduceNanMean"] = fold_kernel;
   r["ReduceLogSumExp"] = fold_kernel;
   r["ReduceNorm"] = fold_kernel;
-  r["ReduceAny"] = fold_kernel;
-  r["ReduceAll"] = fold_kernel;
+  r["ReduceAny"] = {fold_kernel, "float32,bool|int64,bool|bool"};
+  r["ReduceAll"] = {fold_kernel, "float32,bool|int64,bool|bool"};
   r["ReduceGrad"] = fold_grad_kernel;
 }
 

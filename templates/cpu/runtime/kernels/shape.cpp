@@ -270,15 +270,15 @@ KernelPtr concat(const Node& n) {
 }  // namespace
 
 PLANNER_REGISTER_KERNELS(shape) {
-  r["Reshape"] = reshape;
-  r["Flatten"] = reshape;
-  r["StopGradient"] = reshape;  // a view: the same bytes, no gradient (planner/ops/shape.py)
-  r["Transpose"] = transpose;
-  r["Expand"] = expand;
-  r["Slice"] = slice;
-  r["SliceGrad"] = slice_grad;
-  r["Split"] = split;
-  r["Concat"] = concat;
+  r["Reshape"] = {reshape, "*"};
+  r["Flatten"] = {reshape, "*"};
+  r["StopGradient"] = {reshape, "*"};  // a view: the same bytes, no gradient (planner/ops/shape.py)
+  r["Transpose"] = {transpose, "*"};
+  r["Expand"] = {expand, "*"};
+  r["Slice"] = {slice, "*"};
+  r["SliceGrad"] = {slice_grad, "*"};
+  r["Split"] = {split, "*"};
+  r["Concat"] = {concat, "*"};
 }
 
 }  // namespace planner

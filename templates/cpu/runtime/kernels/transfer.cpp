@@ -22,8 +22,8 @@ KernelPtr transfer(const Node& n) {
 }  // namespace
 
 PLANNER_REGISTER_KERNELS(transfer) {
-  r["Offload"] = transfer;
-  r["Prefetch"] = transfer;
+  r["Offload"] = {transfer, "*"};
+  r["Prefetch"] = {transfer, "*"};
 }
 
 }  // namespace planner
