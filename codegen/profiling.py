@@ -372,18 +372,16 @@ def profile_in_step(graph: Graph, target: Target, work_dir: str | Path,
     # (planner/costs/conv_layouts.py).
     last = channels_last(graph) if layouts else graph
     graphs = {"": graph, "_nhwc": last} if last is not graph else {"": graph}
-    alone: dict[str, float] = {}
     for kind, g in graphs.items():
         for k in in_step_counts(target, options):
             p, stats = _uniform_stats(g, target, table, (k, 1), Path(work_dir), state, feeds,
                                       steps, progress, kind, statistic)
-            alone = _seconds(stats) if k == 1 and not kind else alone
             table = fold_stats(table, p, stats, date=date)
-    if corun and target.cores >= 2 and target.cpu is not None:
-        kappa, sigma = _corun_fit(graph, target, table, alone, Path(work_dir), state, feeds,
-                                  steps, progress)
+    figures = step_contention(graph, target, table, progress, steps, feeds) if corun else None
+    if figures is not None:
         table = CostTable(target=table.target, entries=table.entries,
-                          provenance=table.provenance, contention=kappa, corun_slowdown=sigma)
+                          provenance=table.provenance, contention=figures[0],
+                          corun_slowdown=figures[1])
     return table
 
 
@@ -391,18 +389,19 @@ def step_contention(graph: Graph, target: Target, table: CostTable,
                     progress: TextIO | None = None, steps: int = 40,
                     feeds: Mapping[str, np.ndarray] | None = None
                     ) -> tuple[float, float] | None:
-    """(contention, corun_slowdown) of this host fitted from `graph`'s own step, as
-    `profile_in_step` fits them: its uniform plan of one one-thread lane against its uniform
-    plan of one-thread lanes on every core, priced by `table`, their `steps` steps taken in
-    turns (the figures are kept for every later plan on the host: more steps than a profile's,
-    a step's work is short beside its builds); None on a target of one core. What
-    planner.costs.host_costs keeps beside the signatures' times: a graph of signatures co-runs
-    ops that share no data, and fitted from it the slowdown of co-running came out 0.2-0.5
-    where a step's own lanes, handing their outputs across cores, gave 1.4-2.2
-    (bench/results/2026-11-25-default-vs-in-step.md). `feeds` as profile_in_step's."""
+    """(contention, corun_slowdown) of this host fitted from `graph`'s own step: its uniform
+    plan of one one-thread lane against its uniform plan of one-thread lanes on every core,
+    priced by `table`, each run in a process of its own (codegen.isolated: in one process
+    their libgomps spoil each other), their `steps` steps taken in turns (`_fit_contention`);
+    None on a target of one core. What planner.costs.host_costs keeps beside the signatures'
+    times: a graph of signatures co-runs ops that share no data, and fitted from it the
+    slowdown of co-running came out 0.2-0.5 where a step's own lanes, handing their outputs
+    across cores, gave 1.4-2.2 (bench/results/2026-11-25-default-vs-in-step.md). `feeds` as
+    profile_in_step's."""
     import shutil
     import tempfile
 
+    from codegen.isolated import steps_in_turns
     from planner.graph.interpret import init_params, random_feeds
 
     if target.cores < 2 or target.cpu is None:
@@ -410,10 +409,13 @@ def step_contention(graph: Graph, target: Target, table: CostTable,
     state, feeds = init_params(graph, seed=0), {**random_feeds(graph, seed=1), **(feeds or {})}
     work = Path(tempfile.mkdtemp(prefix="planner-corun-"))
     try:
-        built = [_uniform_executor(graph, target, table, lanes, work, state, feeds, progress)
+        plans = [_uniform_plan(graph, target, table, lanes, progress)
                  for lanes in ((1, 1), (1, target.cores))]
-        alone, corun = interleaved_median_stats([ex for _, ex in built], feeds, steps)
-        return _fit_contention(target, built[1][0], _seconds(alone), _seconds(corun))
+        packages = [build(render(p, work / f"lanes{k}")).dir for k, p in enumerate(plans)]
+        lone, corun = steps_in_turns(packages, state, feeds, steps)
+        return _fit_contention(target, plans[0], plans[1], _without_layouts(table),
+                               [_seconds(_over_steps([s for _, s in run])) for run in (lone, corun)],
+                               [statistics.median(t for t, _ in run) for run in (lone, corun)])
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -434,6 +436,16 @@ def _uniform_executor(graph: Graph, target: Target, costs: CostTable, lanes: tup
                       kind: str = "") -> tuple[Plan, object]:
     """The uniform plan of `graph` with `lanes` (threads per op, lanes), priced by `costs`,
     and its executor built under `work_dir`, warm."""
+    p = _uniform_plan(graph, target, costs, lanes, progress, kind)
+    intra, inter = lanes
+    return p, warmed_executor(p, work_dir / f"uniform_{intra}x{inter}{kind}", state, feeds)
+
+
+def _uniform_plan(graph: Graph, target: Target, costs: CostTable, lanes: tuple[int, int],
+                  progress: TextIO | None, kind: str = "") -> Plan:
+    """The uniform plan of `graph` with `lanes` (threads per op, lanes), priced by `costs`
+    (less its channels-last measurements: the plan measures the layouts it is given, not
+    those the table would choose for it)."""
     from planner.pipeline import PlanOptions, plan
     from planner.schedule import ScheduleOptions
 
@@ -444,25 +456,12 @@ def _uniform_executor(graph: Graph, target: Target, costs: CostTable, lanes: tup
               file=progress, flush=True)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", MissingCostWarning)
-        # Priced without the channels-last measurements: the plan measures the layouts it
-        # is given, not those the table would choose for it.
-        p = plan(graph, target, _without_layouts(costs), PlanOptions(schedule=ScheduleOptions(
-            strategy="uniform", intra=intra, inter=inter)))
-    return p, warmed_executor(p, work_dir / f"uniform_{intra}x{inter}{kind}", state, feeds)
+        return plan(graph, target, _without_layouts(costs), PlanOptions(
+            schedule=ScheduleOptions(strategy="uniform", intra=intra, inter=inter)))
 
 
 def _seconds(stats: dict) -> dict[str, float]:
     return {o["name"]: o["seconds"] for o in stats["ops"]}
-
-
-def _corun_fit(graph: Graph, target: Target, table: CostTable, alone: dict[str, float],
-               work_dir: Path, state: dict, feeds: dict, steps: int,
-               progress: TextIO | None) -> tuple[float, float]:
-    """(kappa, sigma) from `graph`'s one-thread lanes on every core, against `alone` (its ops'
-    seconds in the one-lane plan)."""
-    corun, stats = _uniform_stats(graph, target, table, (1, target.cores), work_dir, state,
-                                  feeds, steps, progress)
-    return _fit_contention(target, corun, alone, _seconds(stats))
 
 
 def measure_signatures(signatures: Sequence[OpSignature], target: Target,
@@ -551,27 +550,48 @@ def _without_layouts(table: CostTable) -> CostTable:
                                                      if "layout" not in e.signature.attrs)})
 
 
-def _fit_contention(target: Target, corun: Plan, alone: dict[str, float],
-                    measured: dict[str, float]) -> tuple[float, float]:
-    """(kappa, sigma) from the co-running plan's ops: planned intervals, cores, bandwidth
-    demands and memory-boundness at their times alone (Contention.demands), and the times
-    they took co-running. Of the plan's own graph: planning rewrites the graph it is given for
-    the cores (planner.graph.for_cores: an LSTM's weight gradient as one GEMM), and the
-    plan's ops are that graph's nodes."""
-    from planner.schedule.contention import Contention, fit_contention
+def _fit_contention(target: Target, lone: Plan, corun: Plan, costs: CostTable,
+                    alone_corun: Sequence[dict[str, float]], steps: Sequence[float]
+                    ) -> tuple[float, float]:
+    """(kappa, sigma) from the one-lane plan `lone` and the co-running plan `corun`, both
+    priced by `costs`: their ops' measured seconds `alone_corun` and their measured `steps`.
+
+    kappa from the co-running plan's ops (planner.schedule.contention.fit_contention: planned
+    intervals, cores, bandwidth demands and memory-boundness at their times alone, and the
+    times they took co-running). sigma from the step (step_slowdown): the one at which the
+    simulator prices the co-running plan's step as measured, in the simulator's terms
+    (measured x the one-lane plan's predicted / measured step: what the store's times miss
+    of any step, the load among it, is not charged to co-running). Of the plans' own graph:
+    planning rewrites the graph it is given for the cores (planner.graph.for_cores: an LSTM's
+    weight gradient as one GEMM), and the plan's ops are that graph's nodes."""
+    from planner.costs import CostModel
+    from planner.schedule import ScheduleOptions
+    from planner.schedule.contention import Contention, fit_contention, step_slowdown
+    from planner.schedule.cpu import cpu_schedule
     from planner.schedule.placement import Placement
 
+    alone, measured = alone_corun
     graph = corun.graph
     index = {n.name: i for i, n in enumerate(graph.nodes)}
     ops = [o for o in corun.ops if alone.get(o.name, 0) > 0 and measured.get(o.name, 0) > 0]
     shared = Contention.of(graph, target.cpu, kappa=1.0)
     demand, mu = shared.demands([Placement((index[o.name],), tuple(o.cpus), "compact",
                                            alone[o.name], o.start) for o in ops])
-    kappa, sigma = fit_contention(
+    kappa, _ = fit_contention(
         [alone[o.name] for o in ops], [measured[o.name] for o in ops],
         [o.start for o in ops], [o.end for o in ops], demand, mu, shared.memory,
         [len(o.cpus) for o in ops], target.cores)
-    return round(kappa, 6), round(sigma, 6)
+    kappa = round(kappa, 6)
+    options = ScheduleOptions(strategy="uniform", intra=1, inter=target.cores)
+
+    def predict(sigma: float) -> float:
+        figures = costs.model_copy(update={"contention": kappa, "corun_slowdown": sigma})
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", MissingCostWarning)
+            return cpu_schedule(graph, CostModel(target, figures), options).step_seconds
+
+    goal = steps[1] * lone.summary.step_seconds / steps[0] if steps[0] > 0 else 0.0
+    return kappa, step_slowdown(predict, goal)
 
 
 def waits_between_ops(plan: Plan, stats: dict) -> tuple[list[float], list[float]]:

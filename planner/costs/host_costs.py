@@ -81,6 +81,12 @@ from planner.records import Record
 from planner.target.backends import traits
 from planner.target.records import Target
 
+# Which fit of the contention figures a store's are from: 1 fitted sigma to the co-running
+# ops' stretches, each plan's executor in one process (co-running came out nearly free: kappa
+# 0.02, sigma 0, and LSTM's two-lane plans ran 12-20% slower than priced); 2 fits sigma to the
+# co-running step, each executor in a process of its own (codegen.profiling.step_contention).
+CORUN_FIT = 2
+
 # Above this load (the other processes' runnable threads per logical CPU) a measurement is
 # taken on a busy machine: kept until the machine is quiet, then measured again.
 BUSY = 0.25
@@ -104,20 +110,24 @@ class HostCosts(Record):
     # The load the table's contention figures were fitted under (from a step's co-running
     # lanes: host_table's `corun`); None while none was.
     corun_load: float | None = None
+    # The fit (CORUN_FIT) that gave them: another's are fitted again.
+    corun_fit: int = 0
 
     def to_fit(self, load: float) -> bool:
-        """Whether to fit the contention figures now (at `load`): never fitted, or fitted on a
-        busy machine while this one is quiet."""
-        return self.corun_load is None or (load <= BUSY < self.corun_load)
+        """Whether to fit the contention figures now (at `load`): never fitted, fitted by
+        another fit, or fitted on a busy machine while this one is quiet."""
+        return self.corun_load is None or self.corun_fit != CORUN_FIT or (
+            load <= BUSY < self.corun_load)
 
     def fitted(self, figures: tuple[float, float] | None, load: float) -> HostCosts:
         """The store with the contention figures `figures` (None: none to fit) fitted at
         `load`."""
         if figures is None:
-            return self.model_copy(update={"corun_load": load})
+            return self.model_copy(update={"corun_load": load, "corun_fit": CORUN_FIT})
         table = self.table.model_copy(update={"contention": figures[0],
                                               "corun_slowdown": figures[1]})
-        return self.model_copy(update={"table": table, "corun_load": load})
+        return self.model_copy(update={"table": table, "corun_load": load,
+                                       "corun_fit": CORUN_FIT})
 
     def to_measure(self, signatures: Sequence[OpSignature], load: float) -> list[OpSignature]:
         """Of `signatures`, those to measure now: never measured, or measured on a busy
@@ -150,7 +160,7 @@ class HostCosts(Record):
                           provenance=self.table.provenance + measured.provenance,
                           contention=contention, corun_slowdown=slowdown)
         return HostCosts(table=table, loads=loads, timeless=tuple(sorted(timeless)),
-                         corun_load=self.corun_load)
+                         corun_load=self.corun_load, corun_fit=self.corun_fit)
 
     def for_signatures(self, signatures: Sequence[OpSignature]) -> CostTable:
         """The table of `signatures`' entries (what a plan of them is priced by)."""

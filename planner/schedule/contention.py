@@ -34,7 +34,7 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from planner.costs.analytical import op_work
@@ -212,3 +212,32 @@ def nonnegative_fit(rows: Sequence[tuple[float, float, float]]) -> tuple[float, 
     only_a = (max(0.0, s1y / s11), 0.0) if s11 > 0 else (0.0, 0.0)
     only_b = (0.0, max(0.0, s2y / s22)) if s22 > 0 else (0.0, 0.0)
     return min((only_a, only_b), key=lambda ab: loss(*ab))
+
+
+def step_slowdown(predict: Callable[[float], float], goal: float, most: float = 16.0,
+                  rounds: int = 40) -> float:
+    """The sigma >= 0 at which `predict(sigma)`, a co-running plan's simulated step (rising
+    with sigma), meets `goal`, the step it measured (in the simulator's terms: scaled by the
+    one-lane plan's predicted over measured step); by bisection. 0 where sigma 0 already
+    predicts it as slow, `most` where even `most` predicts it faster.
+
+    Why the step and not its ops alone: co-running lanes also wait for each other's hand-offs
+    (a woken thread: 23-31 us each on the 2-core VM, 1.1-1.7 ms of LSTM's step) and the
+    simulator has no term for those; fitted to the ops' stretches only, the figures priced
+    LSTM's two-lane plans 12-20% faster than they ran. Fitted to the step, sigma charges
+    co-running ops what co-running costs the step.
+
+    >>> step_slowdown(lambda s: 10.0 * (1.0 + 0.5 * s), 12.0)   # a step 20% slower
+    0.4
+    >>> step_slowdown(lambda s: 10.0 * (1.0 + s), 9.0)          # faster than predicted
+    0.0
+    """
+    if predict(0.0) >= goal:
+        return 0.0
+    if predict(most) <= goal:
+        return most
+    low, high = 0.0, most
+    for _ in range(rounds):
+        mid = 0.5 * (low + high)
+        low, high = (mid, high) if predict(mid) < goal else (low, mid)
+    return round(0.5 * (low + high), 6)

@@ -10,7 +10,7 @@ import warnings
 import pytest
 
 from planner.costs.conv_layouts import profiled_signatures
-from planner.costs.host_costs import BUSY, HostCosts, default_costs, host_table, read_store
+from planner.costs.host_costs import BUSY, CORUN_FIT, HostCosts, default_costs, host_table, read_store
 from planner.costs.records import CostEntry, CostTable, CpuSample
 from planner.costs.signature import OpSignature
 from planner.errors import UserError
@@ -59,6 +59,17 @@ def test_the_contention_figures_are_fitted_once_and_again_only_from_busy_to_quie
     assert (priced.contention, priced.corun_slowdown) == (0.2, 1.2)
     # One core: nothing to fit, and not tried again.
     assert not fresh.fitted(None, load=0.0).to_fit(load=0.0)
+
+
+def test_figures_of_another_fit_are_fitted_again():
+    # A store kept before the fit changed (no corun_fit recorded): its quiet figures, fitted
+    # from the ops' stretches, priced co-running as free; fitted again, once.
+    kept = HostCosts.model_validate({"table": {"target": "host", "contention": 0.02,
+                                               "corun_slowdown": 0.0}, "corun_load": 0.0})
+    assert kept.to_fit(load=0.0) and kept.to_fit(load=BUSY + 1)
+    refit = kept.fitted((0.02, 0.4), load=0.0)
+    assert refit.corun_fit == CORUN_FIT and not refit.to_fit(load=0.0)
+    assert refit.keep(table(1e-6), load=0.0).corun_fit == CORUN_FIT
 
 
 def test_signatures_measured_without_a_time_are_not_measured_again():

@@ -1,0 +1,69 @@
+"""The host's contention figures from a step's co-running lanes (codegen.profiling.
+_fit_contention): on synthetic alone and co-running times made by the simulator with known
+figures, the fit recovers them, whatever share of every step the store's times miss."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+
+from codegen.profiling import _fit_contention, _uniform_plan
+from planner.costs import CostModel, CostTable
+from planner.graph.autodiff import make_training_graph
+from planner.graph.optimizer import Optimizer
+from planner.schedule import ScheduleOptions, cpu_schedule
+from planner.zoo import build
+from tests.targets import two_cores
+
+TARGET = two_cores()
+GRAPH = make_training_graph(build("mlp", batch=64, hidden=[256, 256, 256], in_features=256,
+                                  classes=10), Optimizer(kind="sgd"))
+COSTS = CostTable(target=TARGET.name)  # every op priced by the model: times to start from
+
+
+def plans():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return [_uniform_plan(GRAPH, TARGET, COSTS, lanes, None) for lanes in ((1, 1), (1, 2))]
+
+
+def simulated_step(graph, sigma: float) -> float:
+    """The two-lane step as the simulator runs it with a co-running slowdown `sigma`."""
+    figures = COSTS.model_copy(update={"contention": 0.0, "corun_slowdown": sigma})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return cpu_schedule(graph, CostModel(TARGET, figures), ScheduleOptions(
+            strategy="uniform", intra=1, inter=2)).step_seconds
+
+
+@pytest.mark.parametrize("sigma", [0.0, 0.15, 0.4])
+@pytest.mark.parametrize("missed", [1.0, 1.3])
+def test_the_fit_recovers_the_slowdown_that_made_the_co_running_step(sigma, missed):
+    lone, corun = plans()
+    assert {len({o.lane for o in p.ops}) for p in (lone, corun)} == {1, 2}
+    # The machine: every op as planned alone, in both plans (no op stretched: kappa 0), the
+    # co-running step `sigma` slower than the contention-free simulator's, and both steps
+    # `missed` slower than the store's times say (the load, the step's own overhead).
+    alone = {o.name: (o.end - o.start) * missed for o in lone.ops}
+    steps = (lone.summary.step_seconds * missed, simulated_step(corun.graph, sigma) * missed)
+    kappa, got = _fit_contention(TARGET, lone, corun, COSTS, (alone, alone), steps)
+    assert kappa == 0.0
+    assert got == pytest.approx(sigma, abs=1e-5)
+    # Priced with the fitted figures, the co-running step is predicted as measured.
+    assert simulated_step(corun.graph, got) == pytest.approx(steps[1] / missed, rel=1e-5)
+
+
+def test_co_running_ops_stretched_alike_give_kappa_and_the_step_the_rest():
+    lone, corun = plans()
+    alone = {o.name: o.end - o.start for o in lone.ops}
+    stretched = {k: 1.2 * v for k, v in alone.items()}
+    steps = (lone.summary.step_seconds, simulated_step(corun.graph, 0.3))
+    kappa, sigma = _fit_contention(TARGET, lone, corun, COSTS, (alone, stretched), steps)
+    assert kappa >= 0.0 and sigma >= 0.0
+    figures = COSTS.model_copy(update={"contention": kappa, "corun_slowdown": sigma})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        step = cpu_schedule(corun.graph, CostModel(TARGET, figures), ScheduleOptions(
+            strategy="uniform", intra=1, inter=2)).step_seconds
+    assert step == pytest.approx(steps[1], rel=1e-5)
