@@ -412,10 +412,10 @@ def step_contention(graph: Graph, target: Target, table: CostTable,
         plans = [_uniform_plan(graph, target, table, lanes, progress)
                  for lanes in ((1, 1), (1, target.cores))]
         packages = [build(render(p, work / f"lanes{k}")).dir for k, p in enumerate(plans)]
-        lone, corun = steps_in_turns(packages, state, feeds, steps)
+        runs = steps_in_turns(packages, state, feeds, steps)
         return _fit_contention(target, plans[0], plans[1], _without_layouts(table),
-                               [_seconds(_over_steps([s for _, s in run])) for run in (lone, corun)],
-                               [statistics.median(t for t, _ in run) for run in (lone, corun)])
+                               [_seconds(_over_steps([s for _, s in run])) for run in runs],
+                               [statistics.median(t for t, _ in run) for run in runs])
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

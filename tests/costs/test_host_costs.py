@@ -10,7 +10,14 @@ import warnings
 import pytest
 
 from planner.costs.conv_layouts import profiled_signatures
-from planner.costs.host_costs import BUSY, CORUN_FIT, HostCosts, default_costs, host_table, read_store
+from planner.costs.host_costs import (
+    BUSY,
+    CORUN_FIT,
+    HostCosts,
+    default_costs,
+    host_table,
+    read_store,
+)
 from planner.costs.records import CostEntry, CostTable, CpuSample
 from planner.costs.signature import OpSignature
 from planner.errors import UserError
