@@ -140,8 +140,9 @@ class CostTable(Record):
     # co-running. None: not measured, plans simulate without contention.
     contention: float | None = Field(default=None, ge=0)
     # How much slower any op runs while ops run on all the other cores, whatever it moves
-    # (shared last-level cache, clocks, a VM's host hyper-threads): the simulator's sigma,
-    # fitted with kappa. None: not measured.
+    # (shared last-level cache, clocks, a VM's host hyper-threads, the lanes' hand-offs): the
+    # simulator's sigma, fitted so that it prices the co-running step as it ran
+    # (codegen.profiling.step_contention). None: not measured.
     corun_slowdown: float | None = Field(default=None, ge=0)
 
     @field_validator("entries")
