@@ -14,9 +14,10 @@ of its pace alone: a purely memory-bound op gets its share B d / D of the bandwi
 stretches by D / B), a compute-bound one is not slowed by the bandwidth. sigma is what every
 op loses to busy neighbours whatever it moves: the last-level cache their working sets share,
 a lower clock with more cores active, and on a virtual machine host hyper-threads that the
-guest sees as separate cores. `kappa` and `sigma` calibrate the model on the machine: the
-stretch of co-running ops measured inside the step (`fit_contention`). kappa = sigma = 0 is
-the contention-free simulator.
+guest sees as separate cores. `kappa` and `sigma` calibrate the model on the machine: kappa
+from the stretch of co-running ops measured inside the step (`fit_contention`), sigma from the
+co-running step itself (`step_slowdown`: it also carries the lanes' hand-offs, which the
+simulator has no term for). kappa = sigma = 0 is the contention-free simulator.
 
     ops    a (mu 1, d = B)   b (mu 1, d = B)   c (mu 0)
     alone  |==== 1 s ====|   |== 0.5 s ==|      |== 1 s ==|
