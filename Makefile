@@ -39,7 +39,8 @@ demo: $(VENV)/.installed-demo
 # the same kernels with or without the cap, so the pass would repeat the first one.
 KERNEL_TESTS := tests/codegen/test_op_kernels.py tests/codegen/test_mixed_kernels.py \
 	tests/codegen/test_scaled_softmax_kernel.py tests/codegen/test_onnx_conformance.py \
-	tests/codegen/test_onnx_node_conformance.py tests/codegen/test_weight_packs.py
+	tests/codegen/test_onnx_node_conformance.py tests/codegen/test_weight_packs.py \
+	tests/codegen/test_kernel_dtypes.py
 
 # Two workers, a test file each at a time (module fixtures build once): most tests plan in
 # one Python thread, so two cores finish the suite in ~60% of one worker's time.

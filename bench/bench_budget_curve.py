@@ -85,10 +85,10 @@ def run_model(key: str, kwargs: dict, target, points: int, rounds: int,
     from codegen.package import build_package
     from planner.cli.curve import chosen
     from planner.curve import budget_curve, format_curve
-    from planner.graph.interpret import init_params, random_feeds
-    from planner.graph.optimizer import Optimizer
     from planner.frontend.options import GraphOptions
     from planner.frontend.prepare import prepare
+    from planner.graph.interpret import init_params, random_feeds
+    from planner.graph.optimizer import Optimizer
     from planner.memory.options import MemoryOptions, format_bytes
     from planner.pipeline import PlanOptions
     from planner.zoo import build
@@ -159,9 +159,9 @@ def run_torch(key: str, kwargs: dict, target, points: int, rounds: int,
     from codegen.package import build_package
     from planner.cli.curve import chosen
     from planner.curve import budget_curve, format_curve
-    from planner.graph.optimizer import Optimizer
     from planner.frontend.options import GraphOptions
     from planner.frontend.prepare import prepare
+    from planner.graph.optimizer import Optimizer
     from planner.memory.options import MemoryOptions
     from planner.pipeline import PlanOptions
     from planner.zoo import build

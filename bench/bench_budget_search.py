@@ -42,10 +42,10 @@ MODELS = {
 def budgets(spec: str, target) -> dict[str, int]:
     """The midpoint and the smallest feasible budget of `spec`'s uniform plan on `target`."""
     from planner.errors import InfeasibleBudget
-    from planner.graph.optimizer import Optimizer
+    from planner.frontend.load import load_graph
     from planner.frontend.options import GraphOptions
     from planner.frontend.prepare import prepare
-    from planner.frontend.load import load_graph
+    from planner.graph.optimizer import Optimizer
     from planner.memory.options import MemoryOptions
     from planner.pipeline import PlanOptions, plan
     from planner.schedule import ScheduleOptions

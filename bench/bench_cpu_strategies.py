@@ -56,10 +56,10 @@ from zoo_modules import TWINS, module_trainer, zoo_twin_params  # noqa: E402
 
 from codegen.profiling import median_stats, warmed_executor  # noqa: E402
 from planner.costs import CostTable, load_table  # noqa: E402
-from planner.graph.interpret import init_params, random_feeds  # noqa: E402
-from planner.graph.optimizer import Optimizer  # noqa: E402
 from planner.frontend.options import GraphOptions  # noqa: E402
 from planner.frontend.prepare import prepare  # noqa: E402
+from planner.graph.interpret import init_params, random_feeds  # noqa: E402
+from planner.graph.optimizer import Optimizer  # noqa: E402
 from planner.pipeline import PlanOptions, plan, step_graph  # noqa: E402
 from planner.schedule import ScheduleOptions  # noqa: E402
 from planner.schedule.uniform import grid_pairs  # noqa: E402

@@ -48,10 +48,10 @@ from codegen.backends import CPU_LOAD_ENVIRONMENT  # noqa: E402
 from codegen.build import build  # noqa: E402
 from codegen.load import load  # noqa: E402
 from codegen.render import render  # noqa: E402
-from planner.graph.interpret import init_params, random_feeds  # noqa: E402
-from planner.graph.optimizer import Optimizer  # noqa: E402
 from planner.frontend.options import GraphOptions  # noqa: E402
 from planner.frontend.prepare import prepare  # noqa: E402
+from planner.graph.interpret import init_params, random_feeds  # noqa: E402
+from planner.graph.optimizer import Optimizer  # noqa: E402
 from planner.pipeline import PlanOptions, plan  # noqa: E402
 from planner.schedule.parallel import DataParallelOptions  # noqa: E402
 from planner.target.detect import detect  # noqa: E402

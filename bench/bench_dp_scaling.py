@@ -29,9 +29,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from planner.graph.optimizer import Optimizer  # noqa: E402
 from planner.frontend.options import GraphOptions  # noqa: E402
 from planner.frontend.prepare import prepare  # noqa: E402
+from planner.graph.optimizer import Optimizer  # noqa: E402
 from planner.pipeline import PlanOptions, plan  # noqa: E402
 from planner.plan import Plan  # noqa: E402
 from planner.schedule.parallel import DataParallelOptions  # noqa: E402

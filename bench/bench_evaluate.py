@@ -59,10 +59,10 @@ def main() -> int:
     parser.add_argument("--batch", type=int, default=32)
     args = parser.parse_args()
     demo = example()
-    from planner.graph.interpret import init_params
-    from planner.graph.optimizer import Optimizer
     from planner.frontend.options import GraphOptions
     from planner.frontend.prepare import prepare
+    from planner.graph.interpret import init_params
+    from planner.graph.optimizer import Optimizer
     from planner.zoo import build
 
     digits = demo.reference_example().load_digits(seed=0)

@@ -42,9 +42,9 @@ from codegen.render import render  # noqa: E402
 from planner.costs import graph_signatures  # noqa: E402
 from planner.costs.gpu_profile import profile_gpu  # noqa: E402
 from planner.costs.records import CostTable, load_table, save_table  # noqa: E402
-from planner.graph.interpret import init_params, random_feeds  # noqa: E402
 from planner.frontend.options import GraphOptions  # noqa: E402
 from planner.frontend.prepare import prepare  # noqa: E402
+from planner.graph.interpret import init_params, random_feeds  # noqa: E402
 from planner.pipeline import plan  # noqa: E402
 from planner.target.presets import load_target  # noqa: E402
 from planner.zoo import build as zoo  # noqa: E402

@@ -26,9 +26,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from planner.costs import CostModel  # noqa: E402
-from planner.graph.optimizer import Optimizer  # noqa: E402
 from planner.frontend.options import GraphOptions  # noqa: E402
 from planner.frontend.prepare import prepare  # noqa: E402
+from planner.graph.optimizer import Optimizer  # noqa: E402
 from planner.pipeline import PlanOptions, place, plan  # noqa: E402
 from planner.schedule import ScheduleOptions  # noqa: E402
 from planner.schedule.streams import co_running, compute_steps, is_compute  # noqa: E402

@@ -14,8 +14,8 @@ import sys
 import time
 from collections.abc import Callable
 
-from planner.graph.summary import summarize
 from planner.frontend.load import load_graph
+from planner.graph.summary import summarize
 
 
 def timed(fn: Callable[[], object], repeats: int = 3) -> float:
@@ -36,9 +36,9 @@ def command_time(args: list[str]) -> float:
 
 
 def training_graph(spec: str, optimizer: str):
-    from planner.graph.optimizer import Optimizer
     from planner.frontend.options import GraphOptions
     from planner.frontend.prepare import prepare
+    from planner.graph.optimizer import Optimizer
 
     return prepare(load_graph(spec), GraphOptions(optimizer=Optimizer(kind=optimizer)))
 

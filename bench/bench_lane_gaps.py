@@ -33,9 +33,9 @@ from bench_cpu_strategies import (  # noqa: E402
 )
 
 from codegen.profiling import waits_between_ops, warmed_executor  # noqa: E402
-from planner.graph.interpret import init_params, random_feeds  # noqa: E402
 from planner.frontend.options import GraphOptions  # noqa: E402
 from planner.frontend.prepare import prepare  # noqa: E402
+from planner.graph.interpret import init_params, random_feeds  # noqa: E402
 from planner.pipeline import PlanOptions, plan  # noqa: E402
 from planner.schedule import ScheduleOptions  # noqa: E402
 from planner.target.detect import detect  # noqa: E402

@@ -31,9 +31,9 @@ import numpy as np
 
 from planner.costs import CostModel
 from planner.fit import fit
-from planner.graph.optimizer import Optimizer
 from planner.frontend.options import GraphOptions
 from planner.frontend.prepare import prepare
+from planner.graph.optimizer import Optimizer
 from planner.memory import InfeasibleBudget, MemoryOptions
 from planner.memory.budget.search import State
 from planner.memory.milp import greedy_recompute, profile_with, recompute_milp

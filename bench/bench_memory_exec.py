@@ -279,9 +279,9 @@ def plans(model: str, work: Path, target) -> list[tuple[str, Path, int]]:
     from codegen.build import build as build_package
     from codegen.render import render
     from planner.errors import InfeasibleBudget
-    from planner.graph.optimizer import Optimizer
     from planner.frontend.options import GraphOptions
     from planner.frontend.prepare import prepare
+    from planner.graph.optimizer import Optimizer
     from planner.memory.options import MemoryOptions
     from planner.pipeline import PlanOptions, plan
     from planner.zoo import build

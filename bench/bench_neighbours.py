@@ -54,9 +54,9 @@ from step_process import StepProcess  # noqa: E402
 from torch_baseline import torch_trainer  # noqa: E402
 
 from codegen.profiling import profile_in_step, warmed_executor  # noqa: E402
-from planner.graph.interpret import init_params, random_feeds  # noqa: E402
 from planner.frontend.options import GraphOptions  # noqa: E402
 from planner.frontend.prepare import prepare  # noqa: E402
+from planner.graph.interpret import init_params, random_feeds  # noqa: E402
 from planner.pipeline import plan  # noqa: E402
 from planner.target.detect import detect  # noqa: E402
 from planner.zoo import build as zoo  # noqa: E402

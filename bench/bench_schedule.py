@@ -32,9 +32,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from planner.costs import CostModel  # noqa: E402
-from planner.graph.optimizer import Optimizer  # noqa: E402
 from planner.frontend.options import GraphOptions  # noqa: E402
 from planner.frontend.prepare import prepare  # noqa: E402
+from planner.graph.optimizer import Optimizer  # noqa: E402
 from planner.pipeline import PlanOptions, plan  # noqa: E402
 from planner.schedule import ScheduleOptions  # noqa: E402
 from planner.target import preset  # noqa: E402

@@ -62,9 +62,9 @@ def child(folder: str, rounds: int, steps: int) -> dict:
     from bench.bench_executor import SGD
     from bench.torch_baseline import torch_trainer
     from codegen.load import load
-    from planner.graph.interpret import init_params, random_feeds
     from planner.frontend.options import GraphOptions
     from planner.frontend.prepare import prepare
+    from planner.graph.interpret import init_params, random_feeds
     from planner.zoo import build as zoo
 
     forward = zoo("resnet", **MODEL)

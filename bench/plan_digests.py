@@ -22,9 +22,9 @@ import warnings
 # This checkout's planner, whatever else is installed.
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from planner.graph.optimizer import Optimizer  # noqa: E402
 from planner.frontend.options import GraphOptions  # noqa: E402
 from planner.frontend.prepare import prepare  # noqa: E402
+from planner.graph.optimizer import Optimizer  # noqa: E402
 from planner.pipeline import plan  # noqa: E402
 from planner.target import preset  # noqa: E402
 from planner.zoo import MODELS, build  # noqa: E402

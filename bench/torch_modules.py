@@ -116,11 +116,11 @@ def export_onnx(name: str, folder: Path) -> Path:
 def onnx_graph(name: str, folder: Path):
     """Our training graph of the module: its ONNX export imported, the loss attached to its
     output (cross-entropy with a label input, or mse with a target input), SGD."""
-    from planner.graph.loss import with_loss
-    from planner.graph.optimizer import Optimizer
+    from planner.frontend.load import load_graph
     from planner.frontend.options import GraphOptions
     from planner.frontend.prepare import prepare
-    from planner.frontend.load import load_graph
+    from planner.graph.loss import with_loss
+    from planner.graph.optimizer import Optimizer
 
     graph = with_loss(load_graph(str(export_onnx(name, folder))), MODULES[name].loss)
     return prepare(graph, GraphOptions(optimizer=Optimizer(kind="sgd", lr=LR)))

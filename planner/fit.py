@@ -42,10 +42,10 @@ from typing import Any, Literal
 
 from planner.costs import CostTable
 from planner.errors import InfeasibleBudget
-from planner.graph.ir import Graph, Record
-from planner.graph.optimizer import Optimizer
 from planner.frontend.options import MAX_ACCUMULATE, GraphOptions
 from planner.frontend.prepare import prepare
+from planner.graph.ir import Graph, Record
+from planner.graph.optimizer import Optimizer
 from planner.memory.options import MemoryOptions
 from planner.pipeline import BACKENDS, DECISIONS, Planning, PlanOptions, memory_of, planning, run
 from planner.schedule.parallel import DataParallelOptions

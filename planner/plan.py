@@ -200,8 +200,8 @@ class Plan(Record):
     @classmethod
     def from_json(cls, text: str) -> Plan:
         """The plan of a file's text; PlanError for another schema, ValidationError else
-        (UserError for text that is not JSON: planner.frontend.json_input.parse_json, every command's
-        reader)."""
+        (UserError for text that is not JSON: planner.frontend.json_input.parse_json, every
+        command's reader)."""
         from planner.frontend.json_input import parse_json
 
         return cls.from_data(parse_json(text, "plan"))

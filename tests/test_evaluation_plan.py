@@ -7,9 +7,9 @@ import json
 
 import pytest
 
+from planner.frontend.prepare import GraphOptions, prepare
 from planner.graph.evaluation import evaluation_graph
 from planner.graph.optimizer import Optimizer
-from planner.frontend.prepare import GraphOptions, prepare
 from planner.pipeline import plan
 from planner.plan import Plan
 from planner.target import preset

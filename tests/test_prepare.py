@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 
 import planner.cli as cli
+from planner.frontend.options import GraphOptions
+from planner.frontend.prepare import prepare
 from planner.graph.for_cores import for_cores
 from planner.graph.interpret import init_params, random_feeds, train_step
 from planner.graph.optimizer import Optimizer
-from planner.frontend.options import GraphOptions
-from planner.frontend.prepare import prepare
 from planner.pipeline import plan
 from planner.target.presets import preset
 from tests.targets import two_cores

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 import planner.cli as cli
-from planner.graph.optimizer import Optimizer
 from planner.frontend.options import GraphOptions
 from planner.frontend.prepare import prepare
+from planner.graph.optimizer import Optimizer
 from planner.graph.step import STEP_PASSES, StepChoices, step_graph
 from planner.pipeline import STAGES, PlanOptions, plan, planning, run
 from planner.schedule.parallel import DataParallelOptions

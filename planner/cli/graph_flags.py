@@ -98,8 +98,8 @@ def graph_options(args: argparse.Namespace) -> Any:
     from pydantic import ValidationError
 
     from planner.cli.precision import loss_scaling
-    from planner.graph.optimizer import Optimizer
     from planner.frontend.options import GraphOptions
+    from planner.graph.optimizer import Optimizer
 
     if args.train is None and (args.lr is not None or args.weight_decay is not None
                                or args.lr_schedule is not None):

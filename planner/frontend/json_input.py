@@ -1,6 +1,7 @@
 """Reading the JSON the user gives (graphs, plans, cost tables, targets, options): one size
 limit, UTF-8 throughout, pydantic's errors in one line naming the field, the graph normalised
-and validated. Every command's reader (read_json) and the graph loader (planner.frontend.load) use it.
+and validated. Every command's reader (read_json) and the graph loader
+(planner.frontend.load) use it.
 """
 
 from __future__ import annotations

@@ -14,8 +14,8 @@ import json
 from pathlib import Path
 
 from planner.errors import UserError
-from planner.graph import Graph, check_graph
 from planner.frontend.json_input import graph_from_data, parse_json_bytes
+from planner.graph import Graph, check_graph
 
 
 def load_graph(spec: str, train_dropout: bool = False) -> Graph:

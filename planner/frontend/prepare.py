@@ -1,7 +1,7 @@
 """The front end as one function: a model and its GraphOptions -> the Graph every command plans.
 
     prepare(model, options):
-        graph = imported(model)        # ONNX file, graph JSON, .pt2 or zoo spec (planner.frontend.load)
+        graph = imported(model)        # ONNX file, graph JSON, .pt2 or zoo spec (load.py)
         graph = with_loss(graph)       # --loss: a loss on an output, with a label input
         graph = autodiff(graph)        # --train: backward, gradient accumulation, optimizer
                                        # updates, precision casts
@@ -33,11 +33,11 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from planner.errors import UserError
+from planner.frontend.options import GraphOptions
 from planner.graph.autodiff import make_training_graph
 from planner.graph.inference import inference_rewrites
 from planner.graph.ir import Graph
 from planner.graph.loss import with_loss as attached
-from planner.frontend.options import GraphOptions
 from planner.graph.validate import check_graph
 
 Pass = Callable[[Graph, GraphOptions], Graph]

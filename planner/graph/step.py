@@ -1,5 +1,6 @@
 """The step graph: the rewrites that depend on the machine a step runs on, as passes over what
-planning chose for it (`StepChoices`), each checked as the front end's are (planner.frontend.prepare).
+planning chose for it (`StepChoices`), each checked as the front end's are
+(planner.frontend.prepare).
 
     step_graph(graph, choices):
         graph = for_cores(graph, choices.cores)         # a CPU step's cores (for_cores.py)

@@ -186,9 +186,9 @@ def trainer(module: Any, example_inputs: Sequence[Any], loss: Callable | None,
     from codegen.build import build
     from codegen.load import load
     from codegen.render import render
-    from planner.graph import Optimizer, init_params
     from planner.frontend.options import GraphOptions
     from planner.frontend.prepare import prepare
+    from planner.graph import Optimizer, init_params
     from planner.pipeline import plan
     from planner.target.presets import load_target
 

@@ -8,11 +8,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from planner.frontend.prepare import with_kept
 from planner.graph.autodiff import make_training_graph
 from planner.graph.builder import GraphBuilder
 from planner.graph.interpret import random_feeds, run
 from planner.graph.optimizer import Optimizer
-from planner.frontend.prepare import with_kept
 from planner.zoo import build
 from planner.zoo.layers import batch_norm, conv2d, head, relu
 from tests.codegen.helpers import build_module, rel_error, start_state

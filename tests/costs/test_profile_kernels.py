@@ -110,8 +110,8 @@ def test_folded_co_running_times_are_times_alone_again():
 
 
 def test_in_step_profile_measures_every_op_at_every_thread_count(tmp_path, capsys):
-    from planner.graph.autodiff import Optimizer, make_training_graph
     from planner.frontend.load import load_graph
+    from planner.graph.autodiff import Optimizer, make_training_graph
 
     costs = str(tmp_path / "in-step.json")
     assert cli.main(["profile", SPEC, "--train", "sgd", "--target", "host", "-o", costs,

@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 
 from planner.errors import PlanError
+from planner.frontend.options import GraphOptions
+from planner.frontend.prepare import prepare
 from planner.graph.accumulation import MICRO_STEP, micro_batches, optimizer_step_nodes
 from planner.graph.interpret import init_params, random_feeds, train_step, widened
 from planner.graph.optimizer import Optimizer, ParamGroup
-from planner.frontend.options import GraphOptions
-from planner.frontend.prepare import prepare
 from planner.graph.validate import GraphError, check_graph
 from planner.memory.options import MemoryOptions, Pin
 from planner.pipeline import PlanOptions, plan

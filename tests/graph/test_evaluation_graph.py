@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from planner.frontend.prepare import GraphOptions, prepare
 from planner.graph.evaluation import evaluation_graph
 from planner.graph.interpret import init_params, random_feeds, run
 from planner.graph.optimizer import Optimizer
-from planner.frontend.prepare import GraphOptions, prepare
 from planner.graph.validate import GraphError
 from tests.graph.evaluation_cases import bn_dropout_net
 

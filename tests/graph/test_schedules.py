@@ -68,10 +68,10 @@ def test_a_schedule_recorded_in_the_graph_equals_the_one_applied_from_python():
     # The same run twice in the reference interpreter, with accumulation over 2 micro-batches
     # and two groups: the rates computed in the step (ScheduledLR) against the rates set
     # between steps; first rates exact in float32, so bit for bit.
-    from planner.graph.interpret import init_params, random_feeds, train_step
-    from planner.graph.optimizer import Optimizer, ParamGroup
     from planner.frontend.options import GraphOptions
     from planner.frontend.prepare import prepare
+    from planner.graph.interpret import init_params, random_feeds, train_step
+    from planner.graph.optimizer import Optimizer, ParamGroup
 
     schedule = Schedule(kind="warmup-cosine", warmup=2, total=6, start_factor=0.5)
     spec = "zoo:mlp?batch=4&hidden=8&in_features=5&classes=3"

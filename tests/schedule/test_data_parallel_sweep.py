@@ -17,9 +17,9 @@ import warnings
 import pytest
 
 import planner.cli as cli
-from planner.graph.optimizer import Optimizer
 from planner.frontend.options import GraphOptions
 from planner.frontend.prepare import prepare
+from planner.graph.optimizer import Optimizer
 from planner.pipeline import PlanOptions, plan
 from planner.schedule.parallel import DataParallelOptions
 from planner.target import preset
