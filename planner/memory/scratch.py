@@ -22,6 +22,8 @@ Example (a measured sample replaces the rule at its thread count only):
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from planner.costs.records import CostTable
 from planner.costs.signature import node_signature
 from planner.graph.ir import Node
@@ -32,24 +34,35 @@ from planner.ops.base import TensorType
 def kernel_scratch(node: Node, ins: list[TensorType], outs: list[TensorType], threads: int,
                    table: CostTable | None) -> int:
     """Bytes of `node`'s scratch area when its kernel runs with `threads` threads."""
+    return scratch_by_threads(node, ins, outs, table)(threads)
+
+
+def scratch_by_threads(node: Node, ins: list[TensorType], outs: list[TensorType],
+                       table: CostTable | None) -> Callable[[int], int]:
+    """kernel_scratch of `node` as a function of its thread count: the op's rule and the
+    table's samples of its signature looked up once, for callers that ask at many thread
+    counts (a plan's schedule variants: planner.memory.variants)."""
     rule = get_op(node.op).scratch
     if rule is None:
-        return 0
-    measured = _measured(node, ins, threads, table)
-    if measured is not None:
-        return measured
-    return rule(ins, outs, node.attrs, threads)
+        return lambda threads: 0
+    measured = _measured(node, ins, table)
+
+    def at(threads: int) -> int:
+        if threads in measured:
+            return measured[threads]
+        return rule(ins, outs, node.attrs, threads)
+
+    return at
 
 
-def _measured(node: Node, ins: list[TensorType], threads: int,
-              table: CostTable | None) -> int | None:
-    """The largest scratch measured for the node's signature at `threads` threads (either
-    affinity: the kernel is created the same way), None without one."""
+def _measured(node: Node, ins: list[TensorType], table: CostTable | None) -> dict[int, int]:
+    """Per thread count, the largest scratch measured for the node's signature (either
+    affinity: the kernel is created the same way); thread counts without one are absent."""
     if table is None or not table.entries:
-        return None
+        return {}
     entry = table.entry(node_signature(node, ins))
-    if entry is None:
-        return None
-    seen = [s.scratch_bytes for s in entry.cpu
-            if s.threads == threads and s.scratch_bytes is not None]
-    return max(seen) if seen else None
+    out: dict[int, int] = {}
+    for s in entry.cpu if entry is not None else ():
+        if s.scratch_bytes is not None:
+            out[s.threads] = max(out.get(s.threads, s.scratch_bytes), s.scratch_bytes)
+    return out

@@ -34,6 +34,7 @@ Example:
 from __future__ import annotations
 
 import warnings
+from bisect import bisect_left
 from collections.abc import Callable, Sequence
 
 from pydantic import Field
@@ -42,7 +43,7 @@ from planner.costs.model import CostModel, MissingCostWarning
 from planner.costs.signature import OpSignature, graph_signatures
 from planner.graph.ir import Graph
 from planner.memory.decision import MemoryOp, TensorPlan
-from planner.memory.scratch import kernel_scratch
+from planner.memory.scratch import scratch_by_threads
 from planner.ops.base import TensorType
 from planner.records import Record, Seconds
 from planner.schedule.record import ScheduledOp
@@ -80,7 +81,8 @@ def schedule_variants(graph: Graph, ops: Sequence[ScheduledOp], inserted: Sequen
     types = {t.name: TensorType(t.shape, t.dtype) for t in graph.tensors}
     counts = core_counts(model.target.cores)
     curves = _Curves(model)
-    scratch: dict[tuple[int, int], int] = {}
+    # Per signature, its scratch by thread count, asked for lazily (the fastest counts first).
+    scratch: dict[int, tuple[Callable[[int], int], dict[int, int]]] = {}
     # Per op, per count k (smallest first): its thread count and seconds on at most k threads;
     # alike ops (one signature object: graph_signatures) with alike scratch areas share one.
     columns: list[list[tuple[int, float]]] = []
@@ -99,15 +101,17 @@ def schedule_variants(graph: Graph, ops: Sequence[ScheduledOp], inserted: Sequen
             columns.append(alike[id(signature), budget])
             continue
 
-        def fits(t: int, node=node, ins=ins, outs=outs, signature=signature,
-                 budget=budget) -> bool:
-            # Alike nodes share one signature object (graph_signatures): one scratch figure.
-            key = (id(signature), t)
-            if key not in scratch:
-                scratch[key] = kernel_scratch(node, ins, outs, t, model.table)
-            return scratch[key] <= budget
+        # Alike nodes share one signature object (graph_signatures): one scratch figure.
+        if id(signature) not in scratch:
+            scratch[id(signature)] = (scratch_by_threads(node, ins, outs, model.table), {})
+        rule, known = scratch[id(signature)]
 
-        column = [_fastest(curves.of(signature), k, fits) for k in reversed(counts)]
+        def fits(t: int, rule=rule, known=known, budget=budget) -> bool:
+            if t not in known:
+                known[t] = rule(t)
+            return known[t] <= budget
+
+        column = _fastest(curves.of(signature), counts[::-1], fits)
         alike[id(signature), budget] = column
         columns.append(column)
     out: list[ScheduleVariant] = []
@@ -151,11 +155,24 @@ class _Curves:
         return ranked
 
 
-def _fastest(ranked: list[tuple[float, int]], k: int, fits: Callable[[int], bool]
-             ) -> tuple[int, float]:
-    """The fastest thread count up to k whose scratch fits (ties: fewer threads); one thread
-    if none fits."""
+def _fastest(ranked: list[tuple[float, int]], ks: Sequence[int], fits: Callable[[int], bool]
+             ) -> list[tuple[int, float]]:
+    """Per count k of `ks` (ascending): the fastest thread count up to k whose scratch fits
+    (ties: fewer threads), with its seconds; one thread if none fits.
+
+    One pass over `ranked` for all of them: the first count that fits answers every count
+    at or above it still unanswered, so each thread count is checked once (per k, a scan
+    from the fastest checked the fast ones again for every k)."""
+    out: list[tuple[int, float] | None] = [None] * len(ks)
+    waiting = len(ks)  # ks[:waiting] are unanswered: those below every count that fit
     for s, t in ranked:
-        if t <= k and fits(t):
-            return t, s
-    return 1, next(s for s, t in ranked if t == 1)
+        if not waiting:
+            break
+        if t <= ks[waiting - 1] and fits(t):
+            answered = bisect_left(ks, t, 0, waiting)
+            out[answered:waiting] = [(t, s)] * (waiting - answered)
+            waiting = answered
+    if waiting:
+        one = next(s for s, t in ranked if t == 1)
+        out[:waiting] = [(1, one)] * waiting
+    return out  # type: ignore[return-value]
