@@ -82,10 +82,18 @@ def _format(value: Any, depth: int, top: bool = False) -> str:
         return "{\n" + ",\n".join(items) + "\n" + pad + "}" if items else "{}"
     if _is_record_list(value):
         # Most records hold no record list: those are written compact, without recursing.
-        items = [inner + (_format(v, depth + 1) if _holds_record_list(v) else _compact(v))
-                 for v in value]
+        items = [inner + _record(v, depth + 1) for v in value]
         return "[\n" + ",\n".join(items) + "\n" + pad + "]"
     return _compact(value)
+
+
+def _record(value: dict[str, Any], depth: int) -> str:
+    # A record list's compact text starts "[{", so a record whose text lacks it holds none:
+    # one substring search instead of a walk over its fields (most records of a plan).
+    text = _compact(value)
+    if "[{" in text and _holds_record_list(value):
+        return _format(value, depth)
+    return text
 
 
 def _is_record_list(value: Any) -> bool:

@@ -113,11 +113,18 @@ def scratch_buffers(graph: Graph, ops: list[ScheduledOp], table: CostTable | Non
     and read by that op alone, live while it runs: ops running at the same time never share
     scratch."""
     out = []
+    types: dict[str, TensorType] = {}  # one record per tensor, however many ops read it
+
+    def of(name: str) -> TensorType:
+        if name not in types:
+            t = graph.tensor(name)
+            types[name] = TensorType(t.shape, t.dtype)
+        return types[name]
+
     for i, op in enumerate(ops):
         node = graph.node_map[op.name]
-        ins = [TensorType(graph.tensor(t).shape, graph.tensor(t).dtype) for t in node.inputs]
-        outs = [TensorType(graph.tensor(t).shape, graph.tensor(t).dtype) for t in node.outputs]
-        nbytes = kernel_scratch(node, ins, outs, op.threads, table)
+        nbytes = kernel_scratch(node, [of(t) for t in node.inputs], [of(t) for t in node.outputs],
+                                op.threads, table)
         if nbytes > 0:
             out.append(Buffer(f"{op.name}@scratch", "", nbytes, op.start, op.end, i, i, i, (i,),
                               "scratch"))

@@ -89,15 +89,14 @@ def place(buffers: Sequence[Buffer], alignment: int = 64,
         # One unit per bucket (its members, in order, side by side within it), one per other
         # buffer.
         always = _units(buffers, [i for i in own if whole_step(buffers[i], before, after)])
-        always.sort(key=lambda m: (-_unit_bytes(buffers, m, alignment), buffers[m[0]].name))
+        spans = {id(m): _unit_bytes(buffers, m, alignment) for m in always}
+        always.sort(key=lambda m: (-spans[id(m)], buffers[m[0]].name))
         top = 0
         for m in always:
             _stack(buffers, m, top, alignment, offsets)
-            top += aligned(_unit_bytes(buffers, m, alignment), alignment)
+            top += aligned(spans[id(m)], alignment)
         members = _units(buffers, [i for i in own if not whole_step(buffers[i], before, after)])
-        blocks = [Block(_unit_bytes(buffers, m, alignment),
-                        min(buffers[i].start for i in m), max(buffers[i].end for i in m))
-                  for m in members]
+        blocks = [_unit_block(buffers, m, alignment) for m in members]
         # The host pool is plentiful: its first heuristic is enough.
         ask = heuristics if placement == "device" else heuristics[:1]
         cap = None if limit is None or placement == "host" else limit - top
@@ -133,6 +132,15 @@ def _unit_bytes(buffers: Sequence[Buffer], m: Sequence[int], alignment: int) -> 
     # padded size when split into shards.
     span = sum(aligned(buffers[i].bytes, alignment) for i in m[:-1]) + buffers[m[-1]].bytes
     return max(span, buffers[m[0]].bucket_bytes)
+
+
+def _unit_block(buffers: Sequence[Buffer], m: Sequence[int], alignment: int) -> Block:
+    # What the heuristics place of a unit: most are one buffer (a few thousand per plan).
+    if len(m) == 1:
+        b = buffers[m[0]]
+        return Block(max(b.bytes, b.bucket_bytes), b.start, b.end)
+    return Block(_unit_bytes(buffers, m, alignment), min(buffers[i].start for i in m),
+                 max(buffers[i].end for i in m))
 
 
 def _stack(buffers: Sequence[Buffer], m: Sequence[int], at: int, alignment: int,

@@ -33,6 +33,8 @@ True
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from functools import lru_cache
 
 from planner.dtypes import num_bytes
@@ -100,63 +102,97 @@ def library_scratchpad(x: tuple[int, ...], w: tuple[int, ...], y: tuple[int, ...
     >>> library_scratchpad((4, 256, 2, 2), (256, 256, 3, 3), (4, 256, 2, 2), 1, True, 2)
     18976768
     """
-    _, c, h, wd = x
-    o, c_g, kh, kw = w
-    oh, ow = y[2], y[3]
-    welems = o * c_g * kh * kw
-    per_thread = c_g * kh * kw * oh * ow + h * wd * c_g + oh * ow * (o // groups)
-    if weight_gradient and not direct:
-        per_thread += 4 * welems   # the reduction buffer: weights' bytes counted as floats
-    # The GEMM path threads over the batch only while its estimate of this stays under
-    # min(1 GiB, 15 x threads x the tensors' bytes); else it runs its GEMMs on one team.
-    gemm = F32 * threads * per_thread
-    if gemm >= GEMM_LIMIT:
-        gemm = F32 * per_thread
-    jit = 0
-    if weight_gradient:
-        padded = groups * _round(o // groups) * _round(c_g) * kh * kw + groups * _round(o // groups)
-        # Threads split the reduction over the batch (and, jit_avx512_common's 2-D harness,
-        # over output rows): no more partials than N x output rows (nthr_mb_max).
-        jit = F32 * min(threads, x[0] * max(oh, ow)) * padded
-    # brgemm convolutions (jit_brgemm_conv*_utils.cpp) stage per thread a block of the padded
-    # input and an accumulator (at most one padded image each) and a batch list (64 bytes an
-    # element, one per kernel tap and input block); each of their 4 bookings is page-aligned.
-    taps = kh * kw * -(-c_g // BLOCK)
-    images = (oh + kh) * (ow + kw) * _round(o) + (h + kh) * (wd + kw) * _round(c)
-    brgemm = threads * (F32 * images + 64 * taps) + 4 * SLACK
-    return max(gemm, jit, brgemm) + 3 * SLACK
+    return Bookings.of(x, w, y, groups, weight_gradient, direct).at(threads)
+
+
+@dataclass(frozen=True)
+class Bookings:
+    """library_scratchpad's figures that no thread count changes, per thread: the GEMM path's
+    bytes, the direct weight-gradient kernels' padded weights (0 without a weight gradient)
+    and how many partials they keep at most, the brgemm path's bytes."""
+
+    gemm: int
+    partial: int
+    partials: int
+    brgemm: int
+
+    @classmethod
+    def of(cls, x: tuple[int, ...], w: tuple[int, ...], y: tuple[int, ...], groups: int,
+           weight_gradient: bool, direct: bool = False) -> Bookings:
+        _, c, h, wd = x
+        o, c_g, kh, kw = w
+        oh, ow = y[2], y[3]
+        welems = o * c_g * kh * kw
+        per_thread = c_g * kh * kw * oh * ow + h * wd * c_g + oh * ow * (o // groups)
+        if weight_gradient and not direct:
+            per_thread += 4 * welems   # the reduction buffer: weights' bytes counted as floats
+        padded = 0
+        if weight_gradient:
+            padded = (groups * _round(o // groups) * _round(c_g) * kh * kw
+                      + groups * _round(o // groups))
+        # brgemm convolutions (jit_brgemm_conv*_utils.cpp) stage per thread a block of the
+        # padded input and an accumulator (at most one padded image each) and a batch list
+        # (64 bytes an element, one per kernel tap and input block); each of their 4
+        # bookings is page-aligned.
+        taps = kh * kw * -(-c_g // BLOCK)
+        images = (oh + kh) * (ow + kw) * _round(o) + (h + kh) * (wd + kw) * _round(c)
+        # Threads split the direct kernels' reduction over the batch (and, jit_avx512_common's
+        # 2-D harness, over output rows): no more partials than N x output rows (nthr_mb_max).
+        return cls(gemm=F32 * per_thread, partial=F32 * padded, partials=x[0] * max(oh, ow),
+                   brgemm=F32 * images + 64 * taps)
+
+    def at(self, threads: int) -> int:
+        """The largest scratchpad at `threads` threads."""
+        # The GEMM path threads over the batch only while its estimate of this stays under
+        # min(1 GiB, 15 x threads x the tensors' bytes); else it runs its GEMMs on one team.
+        gemm = threads * self.gemm
+        if gemm >= GEMM_LIMIT:
+            gemm = self.gemm
+        jit = min(threads, self.partials) * self.partial
+        brgemm = threads * self.brgemm + 4 * SLACK
+        return max(gemm, jit, brgemm) + 3 * SLACK
 
 
 def conv_scratch(op: str) -> Scratch:
     """The `scratch` rule of convolution op `op`: layout temporaries + library_scratchpad."""
-    roles = ROLES[op]
+    return ConvScratch(op)
 
-    def rule(ins: list[TensorType], outs: list[TensorType], attrs: Attrs, threads: int) -> int:
+
+class ConvScratch:
+    """A convolution's `scratch` rule (conv_scratch). `by_threads` is the rule of one node
+    as a function of its thread count, the geometry worked out once: planning asks for a
+    node's scratch at many thread counts (its schedule variants, planner.memory.variants)."""
+
+    def __init__(self, op: str) -> None:
+        self.op = op
+        self.roles = ROLES[op]
+
+    def __call__(self, ins: list[TensorType], outs: list[TensorType], attrs: Attrs,
+                 threads: int) -> int:
+        return self.by_threads(ins, outs, attrs)(threads)
+
+    def by_threads(self, ins: list[TensorType], outs: list[TensorType],
+                   attrs: Attrs) -> Callable[[int], int]:
         def of(role: str) -> TensorType:
-            side, k = roles[role]
+            side, k = self.roles[role]
             return (ins if side == "in" else outs)[k]
 
         x, w, y = of("x"), of("w"), of("y")
-        groups = int(attrs.get("groups", 1))
-        temps, wshape, direct = _geometry(
-            op, (tuple(x.shape), x.dtype), (tuple(w.shape), w.dtype), (tuple(y.shape), y.dtype),
-            groups, tuple(attrs.get("pads") or (0, 0, 0, 0)),
-            tuple(attrs.get("dilations") or (1, 1)))
-        return temps + library_scratchpad(x.shape, wshape, y.shape, groups,
-                                          op == "Conv2DBackpropFilter", max(1, threads), direct)
-
-    return rule
+        temps, bookings = _geometry(
+            self.op, (tuple(x.shape), x.dtype), (tuple(w.shape), w.dtype),
+            (tuple(y.shape), y.dtype), int(attrs.get("groups", 1)),
+            tuple(attrs.get("pads") or (0, 0, 0, 0)), tuple(attrs.get("dilations") or (1, 1)))
+        return lambda threads: temps + bookings.at(max(1, threads))
 
 
 @lru_cache(maxsize=4096)
 def _geometry(op: str, x: tuple[tuple[int, ...], str], w: tuple[tuple[int, ...], str],
               y: tuple[tuple[int, ...], str], groups: int, pads: tuple[int, ...],
-              dilations: tuple[int, ...]) -> tuple[int, tuple[int, ...], bool]:
+              dilations: tuple[int, ...]) -> tuple[int, Bookings]:
     """What a convolution's scratch takes whatever its thread count (x, w, y: shape and
-    dtype): the layout temporaries' bytes, the weights' shape as the Conv2D's OIHW, whether
-    the direct weight-gradient kernels apply. A pure function of its arguments, cached:
-    planning asks for a node's scratch at many thread counts (its schedule variants,
-    planner.memory.variants)."""
+    dtype): the layout temporaries' bytes and the library's bookings. A pure function of its
+    arguments, cached: planning asks for a node's scratch at many thread counts (its
+    schedule variants, planner.memory.variants)."""
     wshape = w[0]
     if op == "ConvTranspose2D":   # IOHW (C, O/groups, ...) seen as the Conv2D's OIHW
         wshape = (wshape[1] * groups, wshape[0] // groups, *wshape[2:])
@@ -167,4 +203,4 @@ def _geometry(op: str, x: tuple[tuple[int, ...], str], w: tuple[tuple[int, ...],
              + _padded_bytes(TensorType(*y), "output") + 3 * 64)
     direct = op == "Conv2DBackpropFilter" and direct_kernels_apply(
         x[0], wshape, {"groups": groups, "pads": pads, "dilations": dilations})
-    return temps, wshape, direct
+    return temps, Bookings.of(x[0], wshape, y[0], groups, op == "Conv2DBackpropFilter", direct)
