@@ -65,13 +65,14 @@ def sharing_pairs(buffers: Sequence[Buffer], offsets: Sequence[int]) -> list[tup
                     new_lo.append(z)
                     new_hi.append(hi[k])
                     new_who.append(who[k])
-            new_lo.append(a)
-            new_hi.append(z)
-            new_who.append(i)
-            order = sorted(range(len(new_lo)), key=lambda j: new_lo[j])
-            lo[k0:k1] = [new_lo[j] for j in order]
-            hi[k0:k1] = [new_hi[j] for j in order]
-            who[k0:k1] = [new_who[j] for j in order]
+            # The pieces kept are in address order, none starting at a: i's goes between.
+            at = bisect_left(new_lo, a)
+            new_lo.insert(at, a)
+            new_hi.insert(at, z)
+            new_who.insert(at, i)
+            lo[k0:k1] = new_lo
+            hi[k0:k1] = new_hi
+            who[k0:k1] = new_who
     return sorted(pairs)
 
 

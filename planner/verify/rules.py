@@ -246,10 +246,14 @@ def overlap(f: Facts) -> list[str]:
     core_sets = {id(op): {f.core_of[c] for c in op["cpus"] if 0 <= c < len(f.core_of)}
                  for op in f.ops}
     for a, b in _concurrent_pairs(f.ops):
-        same_group = a.get("group") and a.get("group") == b.get("group")
         if a.get("stream") and a.get("stream") == b.get("stream"):
             problems.append(f"ops {a['name']!r} and {b['name']!r} run at the same time on "
                             f"stream {a['stream']!r}")
+        # Most concurrent pairs share no core: two disjointness tests, no sets built.
+        if cpu_sets[id(a)].isdisjoint(cpu_sets[id(b)]) and \
+                core_sets[id(a)].isdisjoint(core_sets[id(b)]):
+            continue
+        same_group = a.get("group") and a.get("group") == b.get("group")
         shared = cpu_sets[id(a)] & cpu_sets[id(b)]
         if shared and not same_group:
             problems.append(f"ops {a['name']!r} and {b['name']!r} run at the same time on "
@@ -342,9 +346,10 @@ def _concurrent_pairs(ops: list[dict[str, Any]]):
     by_start = sorted(ops, key=lambda o: (o["start"], o["order"]))
     active: list[dict[str, Any]] = []
     for b in by_start:
-        active = [a for a in active if a["end"] - TOLERANCE > b["start"]]
-        for a in active:
-            if b["start"] < a["end"] - TOLERANCE and a["start"] < b["end"] - TOLERANCE:
+        start, end = b["start"], b["end"] - TOLERANCE
+        active = [a for a in active if a["end"] - TOLERANCE > start]
+        for a in active:  # each ends after b starts (by more than the slack)
+            if a["start"] < end:
                 yield (a, b) if a["order"] < b["order"] else (b, a)
         active.append(b)
 
