@@ -121,10 +121,19 @@ def place(buffers: Sequence[Buffer], alignment: int = 64,
 
 def _units(buffers: Sequence[Buffer], indices: Sequence[int]) -> list[list[int]]:
     # The buffers at `indices` grouped by bucket (members in bucket order), one per other.
-    units: dict[str, list[int]] = {}
+    units: list[list[int]] = []
+    bucket: dict[str, list[int]] = {}
     for i in indices:
-        units.setdefault(buffers[i].bucket or f"\0{i}", []).append(i)
-    return [sorted(m, key=lambda i: buffers[i].bucket_at) for m in units.values()]
+        name = buffers[i].bucket
+        if not name:
+            units.append([i])
+        elif name in bucket:
+            bucket[name].append(i)
+        else:
+            units.append(bucket.setdefault(name, [i]))
+    for m in bucket.values():
+        m.sort(key=lambda i: buffers[i].bucket_at)
+    return units
 
 
 def _unit_bytes(buffers: Sequence[Buffer], m: Sequence[int], alignment: int) -> Bytes:
