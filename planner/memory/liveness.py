@@ -236,28 +236,33 @@ def graph_buffers(graph: Graph, schedule: OpTimes) -> list[Buffer]:
         readers[root] += readers[alias]
         if alias in outputs:
             outputs.add(root)
+    # The step's bounds once (`after` is a max over every op), the ops' times as Python floats
+    # (numpy scalars are slow to read one at a time).
+    times = (schedule.before, schedule.after, schedule.start.tolist(), schedule.end.tolist())
     buffers = [_buffer(t, writer.get(t.name, -1), sorted(set(readers[t.name])),
-                       t.name in outputs, schedule, n) for t in graph.tensors]
+                       t.name in outputs, times, n) for t in graph.tensors]
     return in_buckets(graph, [
         replace(b, kind="view" if b.tensor in views else "in-place", alias_of=roots[b.tensor])
         if b.tensor in roots else b for b in buffers])
 
 
-def _buffer(t, w: int, rs: list[int], is_output: bool, s: OpTimes, n: int) -> Buffer:
+def _buffer(t, w: int, rs: list[int], is_output: bool,
+            times: tuple[Seconds, Seconds, list[Seconds], list[Seconds]], n: int) -> Buffer:
+    before, after, starts, ends = times
     persistent = t.role in PERSISTENT_ROLES
     if t.updates is not None:
         # Written over the bytes of `t.updates` by its writer; lives as long as that does.
-        return Buffer(t.name, t.name, t.nbytes, s.before, s.after, -1, n, w, tuple(rs),
+        return Buffer(t.name, t.name, t.nbytes, before, after, -1, n, w, tuple(rs),
                       "persistent", alias_of=t.updates)
     if persistent:
-        return Buffer(t.name, t.name, t.nbytes, s.before, s.after, -1, n, -1, tuple(rs),
+        return Buffer(t.name, t.name, t.nbytes, before, after, -1, n, -1, tuple(rs),
                       "persistent")
-    start = s.before if w < 0 else float(s.start[w])
+    start = before if w < 0 else starts[w]
     first = -1 if w < 0 else w
     if is_output:
-        return Buffer(t.name, t.name, t.nbytes, start, s.after, first, n, w, tuple(rs),
+        return Buffer(t.name, t.name, t.nbytes, start, after, first, n, w, tuple(rs),
                       "output")
-    end = max([float(s.end[r]) for r in rs], default=start if w < 0 else float(s.end[w]))
+    end = max([ends[r] for r in rs], default=start if w < 0 else ends[w])
     last = max(rs, default=first)
     kind = "input" if w < 0 else "activation"
     return Buffer(t.name, t.name, t.nbytes, start, end, first, last, w, tuple(rs), kind)
@@ -311,10 +316,11 @@ def per_op_bound(graph: Graph, workspace: dict[str, Bytes] | None = None) -> Byt
     # A view or an in-place output shares its root's bytes: counted once, as the root's
     # (liveness gives the two one buffer, so a Reshape's own bound never exceeds its load).
     roots = byte_roots(graph)
+    # Each tensor's bytes once, however many ops touch it (persistent ones: counted apart).
+    transient = {t.name: 0 if t.role in PERSISTENT_ROLES else t.nbytes for t in graph.tensors}
     largest = 0
     for node in graph.nodes:
-        touched = [graph.tensor(t) for t in dict.fromkeys(
-            roots.get(t, t) for t in (*node.inputs, *node.outputs))]
-        own = sum(t.nbytes for t in touched if t.role not in PERSISTENT_ROLES)
+        own = sum(transient[t] for t in dict.fromkeys(
+            roots.get(t, t) for t in (*node.inputs, *node.outputs)))
         largest = max(largest, own + workspace.get(node.name, 0))
     return largest + resident_bytes(graph)
