@@ -117,11 +117,12 @@ def schedule_variants(graph: Graph, ops: Sequence[ScheduledOp], inserted: Sequen
     out: list[ScheduleVariant] = []
     # Smallest count first: a larger count that gives the same thread counts is the same
     # schedule, kept once under the fewest cores it needs.
-    for j, k in enumerate(reversed(counts)):
-        threads = tuple(c[j][0] for c in columns)
+    # Per count, every op's (threads, seconds) in execution order (zip: a transpose in C).
+    rows = zip(*columns) if columns else [()] * len(counts)
+    for k, row in zip(reversed(counts), rows, strict=True):
+        threads, seconds = zip(*row) if row else ((), ())
         if not out or out[-1].threads != threads:
-            out.append(ScheduleVariant(name=f"cores-{k}", cores=k,
-                                       step_seconds=sum(c[j][1] for c in columns),
+            out.append(ScheduleVariant(name=f"cores-{k}", cores=k, step_seconds=sum(seconds),
                                        threads=threads))
     return tuple(reversed(out))
 
