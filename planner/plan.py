@@ -52,7 +52,7 @@ import hashlib
 from functools import cached_property
 from typing import Any, Literal
 
-from pydantic import Field, ValidationError, model_serializer
+from pydantic import Field, ValidationError
 
 from planner.errors import PlanError, UserError
 from planner.graph.ir import Graph
@@ -105,16 +105,12 @@ class Summary(Record):
     # A CPU plan priced with a cost table: the keys of its signatures the table measured and
     # of those the analytical model priced (`planner show`); absent from the JSON without a
     # table (every signature modelled: analytical_signatures counts them).
-    measured_signatures: tuple[str, ...] | None = None
-    modelled_signatures: tuple[str, ...] | None = None
-
-    @model_serializer(mode="wrap")
-    def _without_unpriced(self, handler: Any) -> Any:
-        data = handler(self)
-        for k in ("measured_signatures", "modelled_signatures"):
-            if isinstance(data, dict) and data.get(k) is None:
-                data.pop(k, None)
-        return data
+    # (exclude_if, not a wrapping model serializer: one of those on a record makes every
+    # dump of what holds it several times slower: a plan's, 0.029 s -> 0.011 s.)
+    measured_signatures: tuple[str, ...] | None = Field(default=None,
+                                                        exclude_if=lambda v: v is None)
+    modelled_signatures: tuple[str, ...] | None = Field(default=None,
+                                                        exclude_if=lambda v: v is None)
 
 
 class PlanTarget(Record):
@@ -169,17 +165,10 @@ class Plan(Record):
     # execution order (planner.memory.variants); the executor picks one at run time.
     variants: tuple[ScheduleVariant, ...] = ()
     # A training plan's evaluation schedule (planner/evaluation.py); absent from the JSON when
-    # None (inference plans, and training plans made without one).
-    evaluation: Evaluation | None = None
+    # None (inference plans, and training plans made without one). (exclude_if: see Summary.)
+    evaluation: Evaluation | None = Field(default=None, exclude_if=lambda v: v is None)
 
     model_config = Record.model_config | {"populate_by_name": True}
-
-    @model_serializer(mode="wrap")
-    def _without_evaluation(self, handler: Any) -> Any:
-        data = handler(self)
-        if isinstance(data, dict) and data.get("evaluation") is None:
-            data.pop("evaluation", None)
-        return data
 
     def op(self, name: str) -> OpPlan:
         for p in self.ops:
