@@ -93,8 +93,6 @@ def schedule_variants(graph: Graph, ops: Sequence[ScheduledOp], inserted: Sequen
             columns.append([(t, (op.end - op.start) * op.threads / t)
                             for t in (min(op.threads, k) for k in reversed(counts))])
             continue
-        ins = [types[i] for i in node.inputs]
-        outs = [types[o] for o in node.outputs]
         signature = signatures[node.name]
         budget = area.get(op.name, 0)
         if (id(signature), budget) in alike:
@@ -103,6 +101,8 @@ def schedule_variants(graph: Graph, ops: Sequence[ScheduledOp], inserted: Sequen
 
         # Alike nodes share one signature object (graph_signatures): one scratch figure.
         if id(signature) not in scratch:
+            ins = [types[i] for i in node.inputs]
+            outs = [types[o] for o in node.outputs]
             scratch[id(signature)] = (scratch_by_threads(node, ins, outs, model.table), {})
         rule, known = scratch[id(signature)]
 

@@ -347,12 +347,26 @@ def reorder_scratch(copies: int, per_thread: int = 4096):
     ...                    [TensorType((2, 8, 8, 8))], {}, 2)
     31104
     """
-    def rule(ins: list[TensorType], outs: list[TensorType], attrs: Attrs, threads: int) -> int:
-        operands = _padded_operands(tuple((tuple(t.shape), t.dtype) for t in ins),
-                                    tuple((tuple(t.shape), t.dtype) for t in outs))
-        return copies * operands + per_thread * threads
+    return ReorderScratch(copies, per_thread)
 
-    return rule
+
+@dataclass(frozen=True)
+class ReorderScratch:
+    """reorder_scratch's rule. `by_threads`: one node's rule as a function of its thread
+    count, its operands' bytes worked out once (planner.memory.scratch)."""
+
+    copies: int
+    per_thread: int
+
+    def __call__(self, ins: list[TensorType], outs: list[TensorType], attrs: Attrs,
+                 threads: int) -> int:
+        return self.by_threads(ins, outs, attrs)(threads)
+
+    def by_threads(self, ins: list[TensorType], outs: list[TensorType],
+                   attrs: Attrs) -> Callable[[int], int]:
+        fixed = self.copies * _padded_operands(tuple((tuple(t.shape), t.dtype) for t in ins),
+                                               tuple((tuple(t.shape), t.dtype) for t in outs))
+        return lambda threads: fixed + self.per_thread * threads
 
 
 @lru_cache(maxsize=4096)

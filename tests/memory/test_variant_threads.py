@@ -66,3 +66,18 @@ def test_scratch_by_threads_is_kernel_scratch_measured_or_not():
     assert measured(3) == scratch_by_threads(node, [x, w], y, None)(3) > 7000  # no figure
     relu = Node(name="r", op="Relu", inputs=["x"], outputs=["z"])
     assert scratch_by_threads(relu, [x], [x], table)(4) == 0
+
+
+def test_a_reorder_rule_by_thread_count_is_the_rule():
+    # oneDNN primitives' rule (planner.ops.base.reorder_scratch): operands' padded bytes once,
+    # plus 4 KiB per thread.
+    from planner.ops.base import reorder_scratch
+
+    ins, outs = [TensorType((2, 3, 8, 8)), TensorType((8, 3, 3, 3))], [TensorType((2, 8, 8, 8))]
+    rule = reorder_scratch(2)
+    at = rule.by_threads(ins, outs, {})
+    assert [at(t) for t in range(1, 9)] == [rule(ins, outs, {}, t) for t in range(1, 9)]
+    # float32 operands, channels (and the weight's outputs) padded to 16 but an image's 3:
+    # image 2x3x8x8, weight 16x3x3x3, output 2x16x8x8
+    padded = 4 * (2 * 3 * 8 * 8 + 16 * 3 * 3 * 3 + 2 * 16 * 8 * 8)
+    assert [at(t) for t in (1, 2, 7)] == [2 * padded + 4096 * t for t in (1, 2, 7)]
