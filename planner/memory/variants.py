@@ -118,9 +118,9 @@ def schedule_variants(graph: Graph, ops: Sequence[ScheduledOp], inserted: Sequen
     # Smallest count first: a larger count that gives the same thread counts is the same
     # schedule, kept once under the fewest cores it needs.
     # Per count, every op's (threads, seconds) in execution order (zip: a transpose in C).
-    rows = zip(*columns) if columns else [()] * len(counts)
+    rows = zip(*columns, strict=True) if columns else [()] * len(counts)
     for k, row in zip(reversed(counts), rows, strict=True):
-        threads, seconds = zip(*row) if row else ((), ())
+        threads, seconds = zip(*row, strict=True) if row else ((), ())
         if not out or out[-1].threads != threads:
             out.append(ScheduleVariant(name=f"cores-{k}", cores=k, step_seconds=sum(seconds),
                                        threads=threads))
