@@ -520,7 +520,8 @@ def allocate(blocks: Sequence[Block], heuristics: Sequence[str] = tuple(HEURISTI
     early; one named earlier stops only above it), and none runs once an arena equals LOAD:
     the result is the same as running them all, in any order. `first`: those of `heuristics`
     to run before the others, for speed alone: the sooner a small arena is known, the sooner
-    the others stop (CPU_FIRST)."""
+    the others stop (CPU_FIRST); the first named heuristic still runs before them as far as
+    LOAD (if it reaches LOAD, it wins)."""
     unknown = [h for h in heuristics if h not in HEURISTICS]
     if unknown or not heuristics:
         raise ValueError(f"unknown allocation heuristic(s) {unknown}; known: "
@@ -535,9 +536,9 @@ def allocate(blocks: Sequence[Block], heuristics: Sequence[str] = tuple(HEURISTI
     early = [h for h in first if h in rank]
     if early and early[0] != heuristics[0] and (limit is None or floor <= limit):
         # The first named heuristic at LOAD wins whatever the others find, so it is tried
-        # first, stopping as soon as it exceeds LOAD: on most CPU plans it reaches LOAD
-        # (Inception-v3 b16 on knl-7250: allocate 0.033 -> 0.015 s), and where it does not
-        # it stops early (about 2% of the zoo's CPU allocations' time).
+        # first, stopping as soon as it exceeds LOAD. It reaches LOAD in 43 of the zoo's 72
+        # CPU layouts (knl-7250, xeon-8180; Inception-v3 b16 on knl-7250: allocate 0.033 ->
+        # 0.015 s), and where it does not it stops early (2% of those layouts' time).
         found = HEURISTICS[heuristics[0]](blocks, alignment, floor + 1)
         if found is not None:
             return Allocation(tuple(found[0]), found[1], heuristics[0])
