@@ -485,10 +485,9 @@ def assemble(graph: Graph, model: CostModel, options: PlanOptions, schedule: Sch
     planning's, when it re-timed them), every ordering edge, the summary, provenance. `host`:
     the machine the plan names when the model priced a share of it (ranks per host)."""
     target = host or model.target
-    # A ScheduledOp's __dict__ holds its fields (no dump to copy them), validated when it was
-    # made, as are an order and a lane counted from 0: not validated again.
+    # A ScheduledOp's __dict__ holds its fields (no dump to copy them).
     placed = memory.ops or schedule.ops
-    ops = tuple(OpPlan.model_construct(order=k, lane=lane, **op.__dict__)
+    ops = tuple(OpPlan(order=k, lane=lane, **op.__dict__)
                 for k, (op, lane) in enumerate(zip(placed, lane_numbers(placed), strict=True)))
     rank = {op.name: op.order for op in ops}
     # Each distinct edge once, the records the schedule and memory planning made (building

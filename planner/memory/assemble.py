@@ -37,7 +37,5 @@ def decision(ops: Sequence[ScheduledOp], buffers: Sequence[Buffer], layout: Layo
     edges = sorted(set(layout.edges), key=lambda e: (e[1], e[0]))
     return MemoryDecision(
         tensors=tensor_plans(buffers, layout, ops),
-        # Op names, validated with their ops: not again (thousands of edges).
-        edges=tuple(Edge.model_construct(before=ops[u].name, after=ops[w].name)
-                    for u, w in edges),
+        edges=tuple(Edge(before=ops[u].name, after=ops[w].name) for u, w in edges),
         summary=memory)
