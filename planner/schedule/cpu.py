@@ -23,6 +23,7 @@ Example:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -38,8 +39,8 @@ from planner.schedule.options import ScheduleOptions
 from planner.schedule.paper import paper
 from planner.schedule.placement import Placement, in_order
 from planner.schedule.record import Bound, Edge, Schedule, ScheduledOp
-from planner.schedule.simulate import SimResult, simulate
-from planner.schedule.uniform import grid_pairs, uniform
+from planner.schedule.simulate import SimResult, simulate, step_floor, sure_floor
+from planner.schedule.uniform import grid_pairs, uniform, uniform_floor
 from planner.target.records import Target
 
 
@@ -140,14 +141,14 @@ def optimized(costs: OpCosts, preds: Sequence[Sequence[int]], op_types: Sequence
     `durations`: the allotment relaxation's per-node durations (bound.py); none, no
     relaxation-guided candidates."""
     search = Search(costs, preds, groups, options, timed, durations)
-    fallbacks = (baseline_runs(costs, preds, op_types, groups, smt, cores, options, timed)
-                 if baselines else [])
     allot, use_smt, widen = search.first_allotment(smt and options.smt)
     allot, best_step = search.widen_late_ops(allot, use_smt, widen)
     allot = search.move_heaviest(allot, use_smt, best_step)
     search.blend_priorities(allot, use_smt)
     search.jitter_priorities(allot, use_smt, widen)
     own = min(search.results, key=lambda r: r[0])
+    fallbacks = (baseline_runs(costs, preds, op_types, groups, smt, cores, options, timed,
+                               own[0]) if baselines else [])
     if not fallbacks:
         return own[1]
     base = min(fallbacks, key=lambda r: r[0])
@@ -159,14 +160,27 @@ Run = tuple[float, list[Placement]]
 
 def baseline_runs(costs: OpCosts, preds: Sequence[Sequence[int]], op_types: Sequence[str],
                   groups: tuple[tuple[int, ...], ...], smt: bool, cores: int,
-                  options: ScheduleOptions, timed) -> list[Run]:
+                  options: ScheduleOptions, timed, own: float = math.inf) -> list[Run]:
     """The baselines: the uniform grid's whole-machine lanes (intra x inter = cores:
     TensorFlow's recommendation and its inter-op variants) and the paper's strategy. The
     optimized plan is never predicted slower than any of them, and is one of them unless the
-    search's own schedule wins by options.min_gain."""
-    return ([timed(uniform(costs, preds, groups, a, b)) for a, b in grid_pairs(cores)
-             if a * b == cores]
-            + [timed(paper(costs, preds, op_types, groups, smt, options))])
+    search's own schedule wins by options.min_gain.
+
+    `own`, the search's best step: a baseline whose step floor (simulate.sure_floor) it
+    already beats by min_gain is left out, unsimulated (a uniform one not even
+    list-scheduled). That changes no choice, ties included: the search's schedule beats it
+    whatever its simulated step, and where a baseline is chosen, it is one whose step is below
+    own / (1 - min_gain), which every left-out one's is not."""
+    n = len(preds)
+
+    def beaten(floor: float) -> bool:
+        # Float products are monotone: beaten here means beaten by the simulated step too.
+        return own <= sure_floor(floor, n) * (1.0 - options.min_gain)
+
+    runs = [timed(uniform(costs, preds, groups, a, b)) for a, b in grid_pairs(cores)
+            if a * b == cores and not beaten(uniform_floor(costs, preds, a, b))]
+    ps = paper(costs, preds, op_types, groups, smt, options)
+    return runs if beaten(step_floor(ps, preds)) else [*runs, timed(ps)]
 
 
 class Search:

@@ -48,6 +48,7 @@ from itertools import compress
 
 import numpy as np
 
+from planner.schedule.bound import bottom_levels
 from planner.schedule.placement import Placement
 
 # Ends closer than this (relative) to the earliest one finish in the same event (float noise).
@@ -108,6 +109,45 @@ def unblocking(placements: Sequence[Placement], preds: Sequence[Sequence[int]]
         for j in sorted(w):
             unblocks[j].append(i)
     return [len(w) for w in waits], unblocks
+
+
+def step_floor(placements: Sequence[Placement], preds: Sequence[Sequence[int]]) -> float:
+    """A lower bound on the step of these placements, without running them: the busiest
+    hardware-thread slot's seconds (its ops run one after another) and the longest chain of
+    dependencies through ops placed alone (a placement of several nodes counts 0 there: a
+    path may pass two of its nodes). No simulator runs an op faster than alone; less the
+    event loops' merging of near-equal ends (`sure_floor`), every one's step is at least this.
+
+    >>> from planner.schedule.placement import Placement
+    >>> ps = [Placement((0,), (0,), "compact", 2.0, 0.0),
+    ...       Placement((1,), (1,), "compact", 1.0, 0.0),
+    ...       Placement((2,), (0, 1), "compact", 0.5, 2.0)]
+    >>> step_floor(ps, ((), (), (1,))), simulate(ps, ((), (), (1,)), 2, 1.9).step_seconds
+    (2.5, 2.5)
+    """
+    # Seconds per (slot, cores) first: the search's schedules repeat a few core sets.
+    per_set: dict[tuple[bool, tuple[int, ...]], float] = {}
+    alone = [0.0] * len(preds)
+    for p in placements:
+        key = (p.smt, p.cores)
+        per_set[key] = per_set.get(key, 0.0) + p.seconds
+        if len(p.nodes) == 1:
+            alone[p.nodes[0]] = p.seconds
+    per_slot: dict[tuple[bool, int], float] = {}
+    for (smt, cores), seconds in per_set.items():
+        for c in cores:
+            per_slot[smt, c] = per_slot.get((smt, c), 0.0) + seconds
+    return max(max(per_slot.values(), default=0.0),
+               max(bottom_levels(alone, preds), default=0.0))
+
+
+def sure_floor(floor: float, placements: int) -> float:
+    """`floor`, a lower bound on a step computed in floats, less what the simulators can take
+    off it: each event loop finishes ends within EPSILON of the earliest together, at the
+    earliest, and rounds each end; along a chain of `placements` ops that is at most
+    placements x (EPSILON + rounding) x max(step, 1), and the floor's own sums round by less
+    (2**-53 per term). Every simulator's step_seconds is at least what this returns."""
+    return floor - 4 * (placements + 1) * EPSILON * max(floor, 1.0)
 
 
 def simulate(placements: Sequence[Placement], preds: Sequence[Sequence[int]], cores: int,
