@@ -10,15 +10,18 @@ timing here is its own guess; the simulator gives the plan's times.
 Example:
     >>> m = Machine(groups=((0, 1),), smt=False)
     >>> p = m.start((0,), 2, "compact", seconds=1.0, now=0.0)
-    >>> sorted(m.free), p.cores, list(m.releases(0.0))
-    ([], (0, 1), [(1.0, 2)])
+    >>> sorted(m.free), p.cores
+    ([], (0, 1))
+    >>> end, done = m.finish_next()
+    >>> end, done == [p], sorted(m.free)
+    (1.0, True, [0, 1])
 """
 
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable, Iterator, Sequence
-from functools import lru_cache
+from collections.abc import Callable, Sequence
+from functools import lru_cache, partial
 
 from planner.schedule.cores import pick_cores
 from planner.schedule.placement import Placement
@@ -28,13 +31,15 @@ from planner.target.records import Affinity
 PICK_CACHE = 16384
 
 
-# pick_cores by (groups, free cores, k, affinity), a pure function: a list schedule meets
-# the same few free sets over and over (98% of ResNet-1001's picks, half of Inception-v3's),
-# and the search's candidates meet each other's (a third more of Inception-v3's).
-@lru_cache(maxsize=PICK_CACHE)
-def _picked(groups: tuple[tuple[int, ...], ...], pool: frozenset[int], k: int,
-            affinity: Affinity) -> tuple[int, ...]:
-    return pick_cores(groups, pool, k, affinity)
+# pick_cores by (free cores, k, affinity) for one groups, a pure function: a list schedule
+# meets the same few free sets over and over (98% of ResNet-1001's picks, half of
+# Inception-v3's), and the search's candidates meet each other's (a third more of
+# Inception-v3's). One cache per groups, found once per Machine: hashing the groups tuple at
+# every pick cost as much as the rest of the look-up.
+@lru_cache(maxsize=16)
+def _picker(groups: tuple[tuple[int, ...], ...]
+            ) -> Callable[[frozenset[int], int, Affinity], tuple[int, ...]]:
+    return lru_cache(maxsize=PICK_CACHE)(partial(pick_cores, groups))
 
 
 class Machine:
@@ -49,6 +54,7 @@ class Machine:
         # read them in end order at nearly every decision (`releases`), and only a few run.
         self.running: list[tuple[float, int, Placement]] = []
         self._seq = 0
+        self._picked = _picker(groups)
 
     def start(self, nodes: tuple[int, ...], k: int, affinity: Affinity, seconds: float,
               now: float, smt: bool = False, cores: tuple[int, ...] | None = None,
@@ -57,17 +63,17 @@ class Machine:
 
         `seconds` is the time alone on those cores (the placement's); `until`, when given, is
         the strategy's guess of the end instead of now + seconds (an SMT op, slowed)."""
-        pool = self.smt_free & (set(range(self.cores)) - self.free) if smt else self.free
-        chosen = cores if cores is not None else self._pick(pool, k, affinity)
+        if cores is not None:
+            chosen = cores
+        elif smt:
+            chosen = self._picked(frozenset(self.smt_free - self.free), k, affinity)
+        else:
+            chosen = self._picked(frozenset(self.free), k, affinity)
         (self.smt_free if smt else self.free).difference_update(chosen)
-        p = Placement(nodes=nodes, cores=chosen, affinity=affinity, seconds=seconds, start=now,
-                      smt=smt, group=group)
-        bisect.insort(self.running, (p.end if until is None else until, self._seq, p))
+        p = Placement(nodes, chosen, affinity, seconds, now, smt, group)
+        bisect.insort(self.running, (now + seconds if until is None else until, self._seq, p))
         self._seq += 1
         return p
-
-    def _pick(self, pool: set[int], k: int, affinity: Affinity) -> tuple[int, ...]:
-        return _picked(self.groups, frozenset(pool), k, affinity)
 
     def finish_next(self) -> tuple[float, list[Placement]]:
         """Pop every placement ending first; free its cores. Returns (end time, placements)."""
@@ -80,15 +86,6 @@ class Machine:
         for p in done:
             (self.smt_free if p.smt else self.free).update(p.cores)
         return end, done
-
-    def releases(self, now: float) -> Iterator[tuple[float, int]]:
-        """(time, free cores then) at each future end of a non-SMT placement, ascending
-        (lazily: a strategy stops reading once enough cores come free)."""
-        free = len(self.free)
-        for end, _, p in self.running:
-            if not p.smt:
-                free += p.threads
-                yield max(end, now), free
 
     def horizon(self, now: float) -> float:
         """Seconds until the last running op ends (0 when idle)."""
@@ -125,10 +122,11 @@ def list_schedule(preds: Sequence[Sequence[int]], machine: Machine,
             if started:
                 # `ready` stays sorted; deleting the few started nodes by bisection beats
                 # rebuilding it when thousands wait (ResNet-1001's weight updates).
-                for v in sorted(v for p in started for v in p.nodes):
-                    at = bisect.bisect_left(ready, v)
-                    if at < len(ready) and ready[at] == v:
-                        del ready[at]
+                for p in started:
+                    for v in p.nodes:
+                        at = bisect.bisect_left(ready, v)
+                        if at < len(ready) and ready[at] == v:
+                            del ready[at]
                 placed.extend(started)
         if not machine.running:
             raise ValueError(f"strategy started nothing on an idle machine with ready ops "
@@ -142,7 +140,7 @@ def list_schedule(preds: Sequence[Sequence[int]], machine: Machine,
                     waiting[s] -= 1
                     if waiting[s] == 0:
                         new.append(s)
-        if new:  # a few new nodes into a long sorted list: inserted, not sorted again
-            for v in sorted(new):
-                bisect.insort(ready, v)
+        # A few new nodes into a long sorted list: inserted, not sorted again.
+        for v in new:
+            bisect.insort(ready, v)
     return placed

@@ -76,6 +76,7 @@ def list_moldable(costs: OpCosts, preds: Sequence[Sequence[int]], priority: Sequ
     fill = widen == "fill"
     times = costs.time_lists
     best = costs.best_prefix
+    affinity = costs.affinity
     # Rank of each node in priority order (highest first, ties by index): ready lists sort by
     # it without a Python key function per comparison (they can hold thousands of ops).
     rank = [0] * len(priority)
@@ -109,43 +110,51 @@ def list_moldable(costs: OpCosts, preds: Sequence[Sequence[int]], priority: Sequ
         reserved: float | None = None
         # Allotments still in the queue (integers: any order sums the same).
         queued = sum(map(allot.__getitem__, queue)) if fill else 0
+        # The machine's free set and its running list, which start() updates in place.
+        free_cores, running = machine.free, machine.running
         for i in list(queue):
-            free = len(machine.free)
+            free = len(free_cores)
             if free == 0:
                 break
-            t = times[i]
-            limit = min(allot[i], free)
-            k = best[i][limit - 1]
+            t, a, fastest = times[i], allot[i], best[i]
+            limit = min(a, free)
+            k = fastest[limit - 1]
             if widen and reserved is None and free > limit and (fill or len(queue) == 1):
                 # No op becomes ready before the first running one ends: free cores that the
                 # other ready ops' allotments leave, and that this op can finish on before
                 # then, would idle; it takes them.
-                others = queued - allot[i] if fill else 0
+                others = queued - a if fill else 0
                 if free - others > limit:
-                    wide = best[i][free - others - 1]
+                    wide = fastest[free - others - 1]
                     # Running placements are sorted by end: the first without SMT ends first.
-                    if now + t[wide - 1] <= next((e for e, _, p in machine.running
-                                                  if not p.smt), math.inf):
+                    if now + t[wide - 1] <= next((e for e, _, p in running if not p.smt),
+                                                 math.inf):
                         k = wide
             finish = now + t[k - 1]
             if reserved is not None:
                 if finish <= reserved:
-                    started.append(machine.start((i,), k, costs.affinity[i][k - 1], t[k - 1],
-                                                 now))
+                    started.append(machine.start((i,), k, affinity[i][k - 1], t[k - 1], now))
                     queue.remove(i)
-                    queued -= allot[i]
+                    queued -= a
                 continue
             wait_best, wait_at = finish, None
-            for at, free_then in machine.releases(now):
-                kw = best[i][min(allot[i], free_then) - 1]
+            free_then = free
+            # At each end of a running non-SMT placement, the cores free then (a loop here:
+            # a generator of these cost a tenth of the list schedule).
+            for end, _, p in running:
+                if p.smt:
+                    continue
+                free_then += len(p.cores)
+                at = max(end, now)
+                kw = fastest[min(a, free_then) - 1]
                 if at + t[kw - 1] < wait_best * (1 - 1e-9):
                     wait_best, wait_at = at + t[kw - 1], at
-                if free_then >= allot[i]:
+                if free_then >= a:
                     break
-            if wait_at is None or not machine.running:
-                started.append(machine.start((i,), k, costs.affinity[i][k - 1], t[k - 1], now))
+            if wait_at is None or not running:
+                started.append(machine.start((i,), k, affinity[i][k - 1], t[k - 1], now))
                 queue.remove(i)
-                queued -= allot[i]
+                queued -= a
             else:
                 reserved = wait_at
         if smt and machine.smt_free and queue:
@@ -158,7 +167,7 @@ def list_moldable(costs: OpCosts, preds: Sequence[Sequence[int]], priority: Sequ
                     k = best[i][slots - 1]
                     t_alone = times[i][k - 1]
                     if smt_slowdown * t_alone <= left:
-                        started.append(machine.start((i,), k, costs.affinity[i][k - 1],
+                        started.append(machine.start((i,), k, affinity[i][k - 1],
                                                      t_alone, now, smt=True,
                                                      until=now + smt_slowdown * t_alone))
                         queue.remove(i)
