@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from itertools import repeat
 
 import numpy as np
 
@@ -341,15 +342,23 @@ def record(graph: Graph, target: Target, options: ScheduleOptions, costs: OpCost
     order), so that everything later in time is later in order: memory planning's reuse edges
     (one buffer's last use before another's write, in time) then always point forward, and
     every edge the executor waits on names an earlier op."""
+    if [c.id for c in target.logical_cpus] != list(range(len(target.logical_cpus))):
+        raise ValueError(f"target {target.name!r}: logical CPU ids must be 0..n-1 for a plan")
     names = [n.name for n in graph.nodes]
     ops: list[ScheduledOp] = []
-    last_on: dict[int, str] = {}
+    # The last op on each logical CPU so far (None: none yet).
+    last_on: list[str | None] = [None] * len(target.logical_cpus)
     edges: set[tuple[str, str]] = set()
     rank: dict[str, int] = {}
+    # Logical CPUs by (cores, slot): the placements repeat a few core sets.
+    cpus_of: dict[tuple[tuple[int, ...], bool], tuple[int, ...]] = {}
     timed = sorted(zip(placements, sim.starts, sim.ends, range(len(placements)), strict=True),
                    key=lambda r: (r[1], r[2], r[3]))
     for p, start, end, _ in timed:
-        cpus = tuple(sorted(target.core_cpus[c][1 if p.smt else 0] for c in p.cores))
+        cpus = cpus_of.get((p.cores, p.smt))
+        if cpus is None:
+            cpus = cpus_of[p.cores, p.smt] = tuple(sorted(
+                target.core_cpus[c][1 if p.smt else 0] for c in p.cores))
         for v in sorted(p.nodes):
             node = graph.nodes[v]
             deps = tuple(names[u] for u in preds[v])
@@ -357,15 +366,13 @@ def record(graph: Graph, target: Target, options: ScheduleOptions, costs: OpCost
                                    affinity=p.affinity, smt=p.smt, group=p.group, deps=deps,
                                    start=start, end=end))
             rank[node.name] = len(rank)
-            edges.update((d, node.name) for d in deps)
+            edges.update(zip(deps, repeat(node.name)))
         first, last = names[min(p.nodes)], names[max(p.nodes)]
         own = {names[v] for v in p.nodes}
+        edges.update((before, first) for before in set(map(last_on.__getitem__, cpus))
+                     if before is not None and before not in own)
         for c in cpus:
-            if c in last_on and last_on[c] not in own:
-                edges.add((last_on[c], first))
             last_on[c] = last
-    if [c.id for c in target.logical_cpus] != list(range(len(target.logical_cpus))):
-        raise ValueError(f"target {target.name!r}: logical CPU ids must be 0..n-1 for a plan")
     return Schedule(
         backend="cpu", strategy=options.strategy, ops=tuple(ops),
         edges=tuple(Edge(before=a, after=b)

@@ -178,8 +178,8 @@ def list_moldable(costs: OpCosts, preds: Sequence[Sequence[int]], priority: Sequ
 
 def allot_all(costs: OpCosts, stretch: float, critical: Sequence[bool]) -> list[int]:
     """Per node: its fastest count when critical, else the stretch allotment."""
-    return [costs.best_threads(i) if critical[i] else allotment(costs.times[i], stretch)
-            for i in range(len(costs.times))]
+    fewest = costs.per_curve(lambda t: allotment(t, stretch))
+    return [costs.best_threads(i) if critical[i] else fewest[i] for i in range(len(costs.times))]
 
 
 def relaxed_allotment(costs: OpCosts, durations: Sequence[float], scale: float) -> list[int]:

@@ -56,8 +56,15 @@ def paper(costs: OpCosts, preds: Sequence[Sequence[int]], op_types: Sequence[str
     n = len(preds)
     k1 = [costs.best_threads(i) for i in range(n)]
     k2 = type_threads(costs, op_types) if options.per_type_threads else k1
-    cands = [candidate_threads(costs, i, k2[i], options.candidates, options.max_thread_change)
-             for i in range(n)]
+    # Per curve and Strategy 2 count: alike nodes share both.
+    made: dict[tuple[int, int], list[int]] = {}
+    cands = []
+    for i in range(n):
+        key = (id(costs.times[i]), k2[i])
+        if key not in made:
+            made[key] = candidate_threads(costs, i, k2[i], options.candidates,
+                                          options.max_thread_change)
+        cands.append(made[key])
     times = costs.time_lists
     serial = [t[0] for t in times]
     at_k2 = [times[i][k2[i] - 1] for i in range(n)]
