@@ -35,7 +35,13 @@ from planner.graph.ir import Graph
 from planner.schedule.bound import bottom_levels, capacity, lower_bound, top_levels
 from planner.schedule.contention import Contention, simulate_contended
 from planner.schedule.costs import OpCosts, op_costs
-from planner.schedule.optimized import Widen, allot_all, list_moldable, relaxed_allotment
+from planner.schedule.optimized import (
+    Widen,
+    allot_all,
+    list_moldable,
+    may_group,
+    relaxed_allotment,
+)
 from planner.schedule.options import ScheduleOptions
 from planner.schedule.paper import paper
 from planner.schedule.placement import Placement, in_order
@@ -201,6 +207,7 @@ class Search:
         cp = max(self.bottom, default=0.0)
         self.critical = [top[i] + self.bottom[i] >= cp * (1 - 1e-9) for i in range(self.n)]
         self.group_min = options.group_min if options.grouping else None
+        self.groupable = None if self.group_min is None else may_group(costs, self.group_min)
         self.results: list[Run] = []
         self._ran: dict[tuple, Run] = {}
 
@@ -223,7 +230,7 @@ class Search:
             prio = [b * j for b, j in zip(prio, jitter, strict=True)]
         out = self.timed(list_moldable(self.costs, self.preds, prio, allot, self.groups,
                                        use_smt, self.options.smt_slowdown, self.group_min,
-                                       widen=widen))
+                                       widen=widen, groupable=self.groupable))
         if jitter is None:
             self._ran[key] = out
         self.results.append(out)

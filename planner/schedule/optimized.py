@@ -70,13 +70,18 @@ WIDEN: tuple[Widen, ...] = ("", "last", "fill")
 def list_moldable(costs: OpCosts, preds: Sequence[Sequence[int]], priority: Sequence[float],
                   allot: Sequence[int], groups: tuple[tuple[int, ...], ...], smt: bool,
                   smt_slowdown: float, group_min: int | None,
-                  widen: Widen = "fill") -> list[Placement]:
+                  widen: Widen = "fill", groupable: Sequence[bool] | None = None
+                  ) -> list[Placement]:
     """One list schedule (see the module docstring). `group_min` None: no grouping; `widen`:
-    which ops may take more threads than allotted when cores would idle otherwise (WIDEN)."""
+    which ops may take more threads than allotted when cores would idle otherwise (WIDEN);
+    `groupable`: may_group(costs, group_min), where the caller has it."""
     fill = widen == "fill"
     times = costs.time_lists
     best = costs.best_prefix
     affinity = costs.affinity
+    keys = costs.keys
+    if group_min is not None and groupable is None:
+        groupable = may_group(costs, group_min)
     # Rank of each node in priority order (highest first, ties by index): ready lists sort by
     # it without a Python key function per comparison (they can hold thousands of ops).
     rank = [0] * len(priority)
@@ -85,16 +90,17 @@ def list_moldable(costs: OpCosts, preds: Sequence[Sequence[int]], priority: Sequ
 
     def loop_time(members: list[int], k: int) -> float:
         # One parallel loop over independent ops, one op per thread at a time.
-        return math.ceil(len(members) / k) * costs.time(members[0], 1)
+        return math.ceil(len(members) / k) * times[members[0]][0]
 
     def decide(now: float, ready: list[int], machine: Machine) -> list[Placement]:
         started: list[Placement] = []
         queue = sorted(ready, key=rank.__getitem__)
         # A group needs group_min ready ops (most decisions see three or four).
-        if group_min is not None and len(queue) >= group_min:
+        if groupable is not None and len(queue) >= group_min:
             by_key: dict[str, list[int]] = {}
             for i in queue:
-                by_key.setdefault(costs.keys[i], []).append(i)
+                if groupable[i]:
+                    by_key.setdefault(keys[i], []).append(i)
             for members in by_key.values():
                 free = len(machine.free)
                 if len(members) >= group_min and free >= 1:
@@ -174,6 +180,30 @@ def list_moldable(costs: OpCosts, preds: Sequence[Sequence[int]], priority: Sequ
         return started
 
     return list_schedule(preds, Machine(groups, smt=smt), decide)
+
+
+def may_group(costs: OpCosts, group_min: int) -> list[bool]:
+    """Per node, whether it may ever run in a group: its signature has group_min nodes, and
+    one thread's time of the first of them is below all their fastest times one after
+    another. Otherwise no ready subset of them groups: a group's loop takes at least one
+    thread's time of its first op, and its ops alone take at most (count x the largest
+    fastest time) (the margin holds any float sum's rounding).
+
+    >>> import numpy as np
+    >>> c = OpCosts(times=(np.array([4.0, 2.0]),) * 4 + (np.array([4.0, 0.9]),) * 4,
+    ...             affinity=(("compact",) * 2,) * 8, keys=("a",) * 4 + ("b",) * 4,
+    ...             analytical=())
+    >>> may_group(c, 4)[::4], may_group(c, 5)[::4]
+    ([True, False], [False, False])
+    """
+    members: dict[str, list[int]] = {}
+    for i, key in enumerate(costs.keys):
+        members.setdefault(key, []).append(i)
+    times, fastest = costs.time_lists, costs.fastest_seconds
+    may = {key: len(m) >= group_min and min(times[i][0] for i in m)
+           < len(m) * max(fastest[i] for i in m) * (1 + 1e-9)
+           for key, m in members.items()}
+    return [may[key] for key in costs.keys]
 
 
 def allot_all(costs: OpCosts, stretch: float, critical: Sequence[bool]) -> list[int]:
