@@ -20,41 +20,88 @@ Example:
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable, Sequence
-from functools import lru_cache, partial
+from collections.abc import Callable, Iterable, Sequence
+from functools import lru_cache
 
 from planner.schedule.cores import pick_cores
 from planner.schedule.placement import Placement
 from planner.target.records import Affinity
 
-# Most remembered core picks (bounds their memory on huge graphs).
+# Most remembered core picks per cache-group layout (bounds their memory on huge graphs).
 PICK_CACHE = 16384
 
 
 # pick_cores by (free cores, k, affinity) for one groups, a pure function: a list schedule
 # meets the same few free sets over and over (98% of ResNet-1001's picks, half of
 # Inception-v3's), and the search's candidates meet each other's (a third more of
-# Inception-v3's). One cache per groups, found once per Machine: hashing the groups tuple at
-# every pick cost as much as the rest of the look-up.
+# Inception-v3's). One table per groups, found once per Machine.
 @lru_cache(maxsize=16)
-def _picker(groups: tuple[tuple[int, ...], ...]
-            ) -> Callable[[frozenset[int], int, Affinity], tuple[int, ...]]:
-    return lru_cache(maxsize=PICK_CACHE)(partial(pick_cores, groups))
+def _picks(groups: tuple[tuple[int, ...], ...]
+           ) -> dict[tuple[int, int, Affinity], tuple[tuple[int, ...], int]]:
+    return {}
+
+
+def bits(cores: Iterable[int]) -> int:
+    """The bit mask of these cores (bit c: core c).
+
+    >>> bin(bits((0, 2)))
+    '0b101'
+    """
+    mask = 0
+    for c in cores:
+        mask |= 1 << c
+    return mask
+
+
+def members(mask: int, cores: int) -> set[int]:
+    """The cores of a bit mask, below `cores`."""
+    return {c for c in range(cores) if mask >> c & 1}
 
 
 class Machine:
-    """Free cores, free hyper-thread slots and running placements of one list schedule."""
+    """Free cores, free hyper-thread slots and running placements of one list schedule.
+
+    Free cores are bit masks (bit c: core c's first hardware thread, or in `smt_mask` its
+    second, is free), not sets: a list schedule starts and ends tens of thousands of ops, and
+    an op on many cores cost a set operation per core at each, and a frozen copy of the set
+    to look its cores up."""
 
     def __init__(self, groups: tuple[tuple[int, ...], ...], smt: bool) -> None:
         self.groups = groups
         self.cores = sum(len(g) for g in groups)
-        self.free: set[int] = set(range(self.cores))
-        self.smt_free: set[int] = set(range(self.cores)) if smt else set()
+        every = (1 << self.cores) - 1
+        self.free_mask = every
+        self.smt_mask = every if smt else 0
         # Running placements as (end, start sequence, placement), kept sorted: the strategies
-        # read them in end order at nearly every decision (`releases`), and only a few run.
+        # read them in end order at nearly every decision, and only a few run.
         self.running: list[tuple[float, int, Placement]] = []
         self._seq = 0
-        self._picked = _picker(groups)
+        # Each running placement's cores as a mask, by start sequence.
+        self._held: dict[int, int] = {}
+        self._picks = _picks(groups)
+
+    @property
+    def free(self) -> set[int]:
+        """The free cores (first hardware threads)."""
+        return members(self.free_mask, self.cores)
+
+    @property
+    def smt_free(self) -> set[int]:
+        """The cores whose second hardware thread is free."""
+        return members(self.smt_mask, self.cores)
+
+    @property
+    def free_count(self) -> int:
+        return self.free_mask.bit_count()
+
+    def all_free(self, cores: Sequence[int]) -> bool:
+        """Whether every one of `cores` is free."""
+        mask = bits(cores)
+        return self.free_mask & mask == mask
+
+    def smt_slots(self, cores: Sequence[int]) -> int:
+        """How many of `cores` have their second hardware thread free."""
+        return (self.smt_mask & bits(cores)).bit_count()
 
     def start(self, nodes: tuple[int, ...], k: int, affinity: Affinity, seconds: float,
               now: float, smt: bool = False, cores: tuple[int, ...] | None = None,
@@ -64,28 +111,41 @@ class Machine:
         `seconds` is the time alone on those cores (the placement's); `until`, when given, is
         the strategy's guess of the end instead of now + seconds (an SMT op, slowed)."""
         if cores is not None:
-            chosen = cores
-        elif smt:
-            chosen = self._picked(frozenset(self.smt_free - self.free), k, affinity)
+            chosen, mask = cores, bits(cores)
         else:
-            chosen = self._picked(frozenset(self.free), k, affinity)
-        (self.smt_free if smt else self.free).difference_update(chosen)
+            pool = self.smt_mask & ~self.free_mask if smt else self.free_mask
+            picked = self._picks.get((pool, k, affinity))
+            if picked is None:
+                if len(self._picks) >= PICK_CACHE:
+                    self._picks.clear()
+                chosen = pick_cores(self.groups, members(pool, self.cores), k, affinity)
+                picked = self._picks[pool, k, affinity] = (chosen, bits(chosen))
+            chosen, mask = picked
+        if smt:
+            self.smt_mask &= ~mask
+        else:
+            self.free_mask &= ~mask
         p = Placement(nodes, chosen, affinity, seconds, now, smt, group)
         bisect.insort(self.running, (now + seconds if until is None else until, self._seq, p))
+        self._held[self._seq] = mask
         self._seq += 1
         return p
 
     def finish_next(self) -> tuple[float, list[Placement]]:
         """Pop every placement ending first; free its cores. Returns (end time, placements)."""
-        end = self.running[0][0]
+        running = self.running
+        end = running[0][0]
         count = 1
-        while count < len(self.running) and self.running[count][0] <= end:
+        while count < len(running) and running[count][0] <= end:
             count += 1
-        done = [p for _, _, p in self.running[:count]]
-        del self.running[:count]
-        for p in done:
-            (self.smt_free if p.smt else self.free).update(p.cores)
-        return end, done
+        done = running[:count]
+        del running[:count]
+        for _, seq, p in done:
+            if p.smt:
+                self.smt_mask |= self._held.pop(seq)
+            else:
+                self.free_mask |= self._held.pop(seq)
+        return end, [p for _, _, p in done]
 
     def horizon(self, now: float) -> float:
         """Seconds until the last running op ends (0 when idle)."""

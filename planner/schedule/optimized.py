@@ -102,7 +102,7 @@ def list_moldable(costs: OpCosts, preds: Sequence[Sequence[int]], priority: Sequ
                 if groupable[i]:
                     by_key.setdefault(keys[i], []).append(i)
             for members in by_key.values():
-                free = len(machine.free)
+                free = machine.free_count
                 if len(members) >= group_min and free >= 1:
                     k = min(len(members), free)
                     grouped = loop_time(members, k)
@@ -116,10 +116,10 @@ def list_moldable(costs: OpCosts, preds: Sequence[Sequence[int]], priority: Sequ
         reserved: float | None = None
         # Allotments still in the queue (integers: any order sums the same).
         queued = sum(map(allot.__getitem__, queue)) if fill else 0
-        # The machine's free set and its running list, which start() updates in place.
-        free_cores, running = machine.free, machine.running
+        # The machine's running list, which start() updates in place.
+        running = machine.running
         for i in list(queue):
-            free = len(free_cores)
+            free = machine.free_count
             if free == 0:
                 break
             t, a, fastest = times[i], allot[i], best[i]
@@ -163,11 +163,11 @@ def list_moldable(costs: OpCosts, preds: Sequence[Sequence[int]], priority: Sequ
                 queued -= a
             else:
                 reserved = wait_at
-        if smt and machine.smt_free and queue:
+        if smt and machine.smt_mask and queue:
             for w in machine.wide():
                 left = w.end - now
                 for i in sorted(queue, key=lambda j: (times[j][0], j)):
-                    slots = len(machine.smt_free & set(w.cores))
+                    slots = machine.smt_slots(w.cores)
                     if slots == 0:
                         break
                     k = best[i][slots - 1]

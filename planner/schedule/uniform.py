@@ -48,7 +48,7 @@ def uniform(costs: OpCosts, preds: Sequence[Sequence[int]],
         for lane in lanes:
             if taken == len(ready):
                 break
-            if machine.free.issuperset(lane):
+            if machine.all_free(lane):
                 i = ready[taken]
                 taken += 1
                 one = costs.time(i, 1)
