@@ -20,7 +20,7 @@ Example:
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from functools import lru_cache
 
 from planner.schedule.cores import pick_cores
@@ -41,7 +41,8 @@ def _picks(groups: tuple[tuple[int, ...], ...]
     return {}
 
 
-def bits(cores: Iterable[int]) -> int:
+@lru_cache(maxsize=PICK_CACHE)  # a few core sets recur: lanes, wide ops, picks
+def bits(cores: tuple[int, ...]) -> int:
     """The bit mask of these cores (bit c: core c).
 
     >>> bin(bits((0, 2)))
@@ -94,12 +95,12 @@ class Machine:
     def free_count(self) -> int:
         return self.free_mask.bit_count()
 
-    def all_free(self, cores: Sequence[int]) -> bool:
+    def all_free(self, cores: tuple[int, ...]) -> bool:
         """Whether every one of `cores` is free."""
         mask = bits(cores)
         return self.free_mask & mask == mask
 
-    def smt_slots(self, cores: Sequence[int]) -> int:
+    def smt_slots(self, cores: tuple[int, ...]) -> int:
         """How many of `cores` have their second hardware thread free."""
         return (self.smt_mask & bits(cores)).bit_count()
 
