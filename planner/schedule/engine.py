@@ -72,6 +72,8 @@ class Machine:
         self.cores = sum(len(g) for g in groups)
         every = (1 << self.cores) - 1
         self.free_mask = every
+        # Its bits set (the strategies ask at every op they consider).
+        self.free_count = self.cores
         self.smt_mask = every if smt else 0
         # Running placements as (end, start sequence, placement), kept sorted: the strategies
         # read them in end order at nearly every decision, and only a few run.
@@ -90,10 +92,6 @@ class Machine:
     def smt_free(self) -> set[int]:
         """The cores whose second hardware thread is free."""
         return members(self.smt_mask, self.cores)
-
-    @property
-    def free_count(self) -> int:
-        return self.free_mask.bit_count()
 
     def all_free(self, cores: tuple[int, ...]) -> bool:
         """Whether every one of `cores` is free."""
@@ -126,6 +124,7 @@ class Machine:
             self.smt_mask &= ~mask
         else:
             self.free_mask &= ~mask
+            self.free_count = self.free_mask.bit_count()
         p = Placement(nodes, chosen, affinity, seconds, now, smt, group)
         bisect.insort(self.running, (now + seconds if until is None else until, self._seq, p))
         self._held[self._seq] = mask
@@ -146,6 +145,7 @@ class Machine:
                 self.smt_mask |= self._held.pop(seq)
             else:
                 self.free_mask |= self._held.pop(seq)
+        self.free_count = self.free_mask.bit_count()
         return end, [p for _, _, p in done]
 
     def horizon(self, now: float) -> float:

@@ -87,6 +87,7 @@ def list_moldable(costs: OpCosts, preds: Sequence[Sequence[int]], priority: Sequ
     rank = [0] * len(priority)
     for r, i in enumerate(sorted(range(len(priority)), key=lambda i: (-priority[i], i))):
         rank[i] = r
+    by_rank = rank.__getitem__
 
     def loop_time(members: list[int], k: int) -> float:
         # One parallel loop over independent ops, one op per thread at a time.
@@ -94,7 +95,7 @@ def list_moldable(costs: OpCosts, preds: Sequence[Sequence[int]], priority: Sequ
 
     def decide(now: float, ready: list[int], machine: Machine) -> list[Placement]:
         started: list[Placement] = []
-        queue = sorted(ready, key=rank.__getitem__)
+        queue = sorted(ready, key=by_rank)
         # A group needs group_min ready ops (most decisions see three or four).
         if groupable is not None and len(queue) >= group_min:
             by_key: dict[str, list[int]] = {}
