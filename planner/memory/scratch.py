@@ -46,8 +46,8 @@ def scratch_by_threads(node: Node, ins: list[TensorType], outs: list[TensorType]
     if rule is None:
         return lambda threads: 0
     measured = _measured(node, ins, table)
-    # A rule may work out what no thread count changes once (the convolutions':
-    # planner.ops.conv_scratch.ConvScratch).
+    # A rule may work out what no thread count changes once (its `by_threads`: the
+    # convolutions', planner.ops.conv_scratch.ConvScratch; oneDNN's, ops.base.ReorderScratch).
     by_threads = getattr(rule, "by_threads", None)
     of = by_threads(ins, outs, node.attrs) if by_threads is not None else \
         (lambda threads: rule(ins, outs, node.attrs, threads))
