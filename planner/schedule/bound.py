@@ -104,11 +104,11 @@ def bottom_levels(times: Sequence[float], preds: Sequence[Sequence[int]]) -> lis
 
 def lower_bound(costs: OpCosts, preds: Sequence[Sequence[int]], capacity: float) -> Bound:
     """Critical path, area, allotment and cut bounds, and their max (seconds)."""
-    n = len(preds)
     fastest = costs.fastest_seconds
     cp = max(bottom_levels(fastest, preds), default=0.0)
-    area = sum(costs.min_area(i) for i in range(n)) / capacity
     hulls = Hulls.of(costs)
+    # Each hull ends at its curve's least work, min_area (the same floats, summed in order).
+    area = sum(hulls.work[:, -1].tolist()) / capacity
     allot, durations = hulls.relax(preds, capacity)
     cut = cut_bound(hulls, preds, capacity, fastest, durations)
     return Bound(critical_path=cp, area=area, seconds=max(cp, area, allot, cut),
@@ -123,10 +123,13 @@ def work_hull(times: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     (array([1.9, 2. , 4. ]), array([5.7, 4. , 4. ]))
     """
     work = times * np.arange(1, len(times) + 1)
-    pareto: list[tuple[float, float]] = []
-    for j in np.argsort(times, kind="stable"):
-        if not pareto or work[j] < pareto[-1][1]:
-            pareto.append((float(times[j]), float(work[j])))
+    order = np.argsort(times, kind="stable")
+    by_time = work[order]
+    # The Pareto front: each count that takes less work than every count before it in order.
+    front = np.empty(len(by_time), dtype=bool)
+    front[:1] = True
+    front[1:] = by_time[1:] < np.minimum.accumulate(by_time)[:-1]
+    pareto = zip(times[order][front].tolist(), by_time[front].tolist(), strict=True)
     hull: list[tuple[float, float]] = []
     for x, w in pareto:
         while len(hull) >= 2:
@@ -157,17 +160,27 @@ class Hulls:
 
     @staticmethod
     def of(costs: OpCosts) -> Hulls:
-        memo: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-        for t in costs.times:  # nodes of one signature share their curve
-            if id(t) not in memo:
-                memo[id(t)] = work_hull(t)
-        hulls = [memo[id(t)] for t in costs.times]
+        # Nodes of one signature share their curve, and signatures often share its values:
+        # one hull per distinct curve, then one row of it per node.
+        by_id: dict[int, int] = {}
+        by_value: dict[tuple[str, bytes], int] = {}
+        hulls: list[tuple[np.ndarray, np.ndarray]] = []
+        rows = []
+        for t in costs.times:
+            if id(t) not in by_id:
+                key = (t.dtype.str, t.tobytes())
+                if key not in by_value:
+                    by_value[key] = len(hulls)
+                    hulls.append(work_hull(t))
+                by_id[id(t)] = by_value[key]
+            rows.append(by_id[id(t)])
         width = max((len(x) for x, _ in hulls), default=1)
         durations = np.empty((len(hulls), width))
         work = np.empty((len(hulls), width))
         for i, (x, w) in enumerate(hulls):
             durations[i, :len(x)], durations[i, len(x):] = x, x[-1]
             work[i, :len(w)], work[i, len(w):] = w, w[-1]
+        durations, work = durations[rows], work[rows]
         return Hulls(durations, work)
 
     def subset(self, nodes: Sequence[int]) -> Hulls:
@@ -188,7 +201,9 @@ class Hulls:
         durations, work = self.durations, self.work / capacity
         bands = _bands(durations, work)
         flow = np.zeros(n)
-        flow[longest_path(durations[:, 0].tolist(), preds)] = 1.0
+        # Longest paths over the picks, the costliest part of a step: prepared once.
+        walk = _prepared(_without_shortcuts(preds) if _strictly_growing(durations) else preds)
+        flow[_longest_path(durations[:, 0].tolist(), walk)] = 1.0
         mu = 0.0
         # (f = 0, mu = 1) is the area term; the first step, (critical path, mu = 0), the path.
         best = float(work.min(axis=1).sum())
@@ -198,7 +213,7 @@ class Hulls:
         x, value_at, work_at = np.empty(n), np.empty(n), np.empty(n)
         # The picks often repeat the last step's (on ResNet-1001, 95% of the steps): so does
         # their longest path, the step's costliest part, kept rather than searched again.
-        path_of: tuple[np.ndarray, list[int]] = (np.empty(0), [])
+        path_of = (np.empty(0), np.empty(0, dtype=np.intp))
         # Per band, buffers its products are written into (the same values as fresh arrays,
         # without an allocation per step), and whether it is every node in order: then its
         # picks are written straight into x, value_at and work_at.
@@ -234,7 +249,8 @@ class Hulls:
                 if since == PLATEAU_STEPS:
                     break
             if not np.array_equal(x, path_of[0]):
-                path_of = (x.copy(), longest_path(x.tolist(), preds))
+                # An index array, once: a list would be converted at each use below.
+                path_of = (x.copy(), np.array(_longest_path(x.tolist(), walk)))
             path = path_of[1]
             gamma = 2.0 / (step + 3.0)
             flow *= 1.0 - gamma
@@ -246,40 +262,46 @@ class Hulls:
         return best, (picked / steps).tolist()
 
 
-# Extra matrix cells a band of nodes may carry rather than start a band of its own (a band
-# costs a few numpy calls per Frank-Wolfe step).
+# A band costs a few numpy calls per Frank-Wolfe step: as much time as this many matrix cells.
 BAND_CELLS = 4096
 
 
 def _bands(durations: np.ndarray, work: np.ndarray) -> list[tuple[np.ndarray, ...]]:
-    """The nodes grouped by hull length, each group's matrices cut to its longest hull: hulls
-    are padded with their last vertex, and padding never wins a first-minimum pick, so
-    skipping it changes nothing but the time (ResNet-1001's hulls: a third of the width).
+    """The nodes grouped by hull length, each group's matrices cut to its longest hull.
+
+    A vertex whose work equals the previous vertex's never wins a first-minimum pick: it is no
+    faster (durations ascend) and, with flow and mu >= 0, flow x duration + mu x work rounds to
+    no less. That drops the hull's last vertex (the least work again at the slowest time) and
+    the padding, so skipping them changes nothing but the time (ResNet-1001's hulls: a third
+    of the width); a node whose fastest count is its least-work one keeps a single vertex.
+    The bands minimise cells plus BAND_CELLS per band over cuts of the ascending lengths.
 
     Returns (node indices, durations, work, each row's first flat position) per band."""
     n, width = durations.shape
-    changes = (durations[:, 1:] != durations[:, :-1]) | (work[:, 1:] != work[:, :-1])
-    # Per node, the columns up to its last change: the rest repeat the last vertex.
-    last = np.where(changes.any(axis=1), width - 1 - np.argmax(changes[:, ::-1], axis=1), 0)
-    lengths = last + 1
-    order = np.argsort(lengths, kind="stable")
-    # Greedy bands over ascending lengths: a node joins the current band unless widening the
-    # band to its length costs more cells than a new band.
-    bands: list[list[int]] = []
-    band_width = 0
-    for i in order.tolist():
-        length = int(lengths[i])
-        if bands and (length - band_width) * len(bands[-1]) <= BAND_CELLS:
-            bands[-1].append(i)
-        else:
-            bands.append([i])
-        band_width = length
+    changes = work[:, 1:] != work[:, :-1]
+    # Per node, the columns up to its last change of work.
+    lengths = np.where(changes.any(axis=1), width - 1 - np.argmax(changes[:, ::-1], axis=1), 0) + 1
+    sizes, counts = np.unique(lengths, return_counts=True)
+    sizes, rows = sizes.tolist(), np.cumsum(counts).tolist()
+    # cost[k]: the least cost of banding every node no longer than sizes[k - 1]; cut[k] where
+    # its last band starts.
+    cost, cut = [0.0], [0]
+    for k in range(1, len(sizes) + 1):
+        options = [cost[j] + BAND_CELLS + sizes[k - 1] * (rows[k - 1] - (rows[j - 1] if j else 0))
+                   for j in range(k)]
+        j = options.index(min(options))
+        cost.append(options[j])
+        cut.append(j)
     out = []
-    for members in bands:
-        nodes = np.array(sorted(members))
-        w = int(lengths[nodes].max())
+    k = len(sizes)
+    while k:
+        j = cut[k]
+        low = sizes[j - 1] if j else 0
+        nodes = np.flatnonzero((lengths > low) & (lengths <= sizes[k - 1]))
+        w = sizes[k - 1]
         out.append((nodes, durations[nodes, :w], work[nodes, :w], np.arange(len(nodes)) * w))
-    return out
+        k = j
+    return out[::-1]
 
 
 def cut_bound(hulls: Hulls, preds: Sequence[Sequence[int]], capacity: float,
@@ -361,10 +383,28 @@ def top_levels(times: Sequence[float], preds: Sequence[Sequence[int]]) -> list[f
 
 def longest_path(times: Sequence[float], preds: Sequence[Sequence[int]]) -> list[int]:
     """Node indices of a longest path (node weights `times`), from its first node."""
-    n = len(preds)
+    return _longest_path(times, _prepared(preds))
+
+
+def _prepared(preds: Sequence[Sequence[int]]) -> list[int | Sequence[int]]:
+    """preds for _longest_path, which walks many times: a node's only predecessor as an int
+    (the step graphs' single-input nodes are nearly half of them), else its sequence."""
+    return [ps[0] if len(ps) == 1 else ps for ps in preds]
+
+
+def _longest_path(times: Sequence[float], prepared: Sequence[int | Sequence[int]]) -> list[int]:
+    n = len(prepared)
     dist = [0.0] * n
     via = [-1] * n
-    for i, ps in enumerate(preds):
+    for i, ps in enumerate(prepared):
+        if ps.__class__ is int:  # the loop below, for one predecessor without its overhead
+            d = dist[ps]
+            if d > 0.0:
+                dist[i] = d + times[i]
+                via[i] = ps
+            else:
+                dist[i] = 0.0 + times[i]
+            continue
         best, arg = 0.0, -1
         for p in ps:
             d = dist[p]
@@ -378,3 +418,32 @@ def longest_path(times: Sequence[float], preds: Sequence[Sequence[int]]) -> list
         path.append(node)
         node = via[node]
     return path[::-1]
+
+
+def _without_shortcuts(preds: Sequence[Sequence[int]]) -> list[tuple[int, ...]]:
+    """preds less each edge p -> v where p is also an ancestor of another predecessor of v:
+    a longer way from p to v exists (a third of the step graphs' edges)."""
+    ancestors: list[int] = []  # per node, a bit set
+    out = []
+    for ps in preds:
+        covered = 0
+        for q in ps:
+            covered |= ancestors[q]
+        out.append(tuple(p for p in ps if not covered >> p & 1))
+        for p in ps:
+            covered |= 1 << p
+        ancestors.append(covered)
+    return out
+
+
+def _strictly_growing(durations: np.ndarray) -> bool:
+    """Whether, whatever vertex of its hull each node takes, a path's length grows strictly at
+    each node as it is summed: every duration is positive and at least 2^-40 of the longest
+    conceivable path (every node at its slowest), above the rounding step of any path's
+    length (2^-52 of it). Then a node's predecessor that is also an ancestor of another
+    predecessor is strictly shorter than that one, so dropping its edge
+    (_without_shortcuts) changes no longest path, tie-breaks included."""
+    if durations.size == 0:
+        return False
+    shortest, total = float(durations.min()), float(durations.max(axis=1).sum())
+    return bool(0.0 < shortest and np.isfinite(total) and shortest >= total * 2.0**-40)

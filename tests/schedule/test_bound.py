@@ -152,3 +152,50 @@ def test_banded_relaxation_is_the_padded_one(n, seed):
                   for i in range(n))
     hulls = Hulls.of(costs)
     assert hulls.relax(preds, 3.0) == padded_relax(hulls, preds, 3.0)
+
+
+def direct_longest_path(times, preds) -> list[int]:
+    """The first longest path, written the direct way: per node the first predecessor that
+    ends strictly later than 0 and than every one before it."""
+    dist, via = [], []
+    for i, ps in enumerate(preds):
+        best, arg = 0.0, -1
+        for p in ps:
+            if dist[p] > best:
+                best, arg = dist[p], p
+        dist.append(best + times[i])
+        via.append(arg)
+    path = [dist.index(max(dist))]
+    while via[path[-1]] >= 0:
+        path.append(via[path[-1]])
+    return path[::-1]
+
+
+@st.composite
+def tied_dags(draw):
+    # few distinct durations, zero among them: path lengths tie often
+    n = draw(st.integers(1, 30))
+    preds = tuple(tuple(sorted(draw(st.sets(st.integers(0, i - 1), max_size=4)))) if i else ()
+                  for i in range(n))
+    return preds, [draw(st.sampled_from([0.0, 0.5, 1.0, 1.5, 3.0])) for _ in range(n)]
+
+
+@settings(max_examples=200, deadline=None)
+@given(tied_dags())
+def test_longest_path_is_the_first_longest(dag):
+    preds, times = dag
+    assert longest_path(times, preds) == direct_longest_path(times, preds)
+
+
+@settings(max_examples=60, deadline=None)
+@given(tied_dags(), st.integers(2, 6))
+def test_relaxation_is_the_padded_one_where_paths_tie(dag, cores):
+    # relax drops the edges a longer way covers (when every duration is positive); with
+    # durations on a coarse grid, paths tie and the first-longest choice must not move.
+    preds, base = dag
+    times = [np.array([1.0 + b] + [(1.0 + b) * 2 / (k + 1) for k in range(1, cores)])
+             for b in base]
+    costs = OpCosts(times=tuple(times), affinity=(("compact",) * cores,) * len(times),
+                    keys=tuple(f"op{i}" for i in range(len(times))), analytical=())
+    hulls = Hulls.of(costs)
+    assert hulls.relax(preds, 2.0) == padded_relax(hulls, preds, 2.0)
