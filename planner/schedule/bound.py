@@ -219,6 +219,9 @@ class Hulls:
         # picks are written straight into x, value_at and work_at.
         scratch = [(np.empty_like(d), np.empty_like(d), len(nodes) == n)
                    for nodes, d, _, _ in bands]
+        for nodes, band_durations, band_work, _ in bands:
+            if band_durations.shape[1] == 1:  # picked at every step
+                x[nodes], work_at[nodes] = band_durations[:, 0], band_work[:, 0]
         for step in range(iterations):
             # Per node, the hull vertex minimising flow x duration + mu x work (the first, on
             # ties), band by band: the same picks and sums as over the padded matrices.
@@ -228,6 +231,9 @@ class Hulls:
                             out=value)
                 np.multiply(band_work, mu, out=scaled)
                 value += scaled
+                if band_durations.shape[1] == 1:  # its only vertex: x, work_at set below
+                    value_at[nodes] = value[:, 0]
+                    continue
                 # Flat positions of the picks: take() on them is cheaper than 2-D indexing.
                 pick = value.argmin(axis=1)
                 pick += row_starts
@@ -248,6 +254,8 @@ class Hulls:
                 best, since = max(best, found), since + 1
                 if since == PLATEAU_STEPS:
                     break
+            if step + 1 == iterations:  # no flow after the last step
+                break
             if not np.array_equal(x, path_of[0]):
                 # An index array, once: a list would be converted at each use below.
                 path_of = (x.copy(), np.array(_longest_path(x.tolist(), walk)))
