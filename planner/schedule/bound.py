@@ -58,6 +58,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import NamedTuple
 
 import numpy as np
@@ -202,7 +203,7 @@ class Hulls:
         bands = _bands(durations, work)
         flow = np.zeros(n)
         # Longest paths over the picks, the costliest part of a step: prepared once.
-        walk = _prepared(_without_shortcuts(preds) if _strictly_growing(durations) else preds)
+        walk = _Walk.of(preds, growing=_strictly_growing(durations))
         flow[_longest_path(durations[:, 0].tolist(), walk)] = 1.0
         mu = 0.0
         # (f = 0, mu = 1) is the area term; the first step, (critical path, mu = 0), the path.
@@ -391,20 +392,40 @@ def top_levels(times: Sequence[float], preds: Sequence[Sequence[int]]) -> list[f
 
 def longest_path(times: Sequence[float], preds: Sequence[Sequence[int]]) -> list[int]:
     """Node indices of a longest path (node weights `times`), from its first node."""
-    return _longest_path(times, _prepared(preds))
+    return _longest_path(times, _Walk.of(preds, growing=False))
 
 
-def _prepared(preds: Sequence[Sequence[int]]) -> list[int | Sequence[int]]:
-    """preds for _longest_path, which walks many times: a node's only predecessor as an int
-    (the step graphs' single-input nodes are nearly half of them), else its sequence."""
-    return [ps[0] if len(ps) == 1 else ps for ps in preds]
+class _Walk(NamedTuple):
+    """A graph prepared for many longest paths (_longest_path)."""
+
+    # Per node its only predecessor as an int (nearly half of a step graph's nodes), else its
+    # sequence of them.
+    preds: list[int | Sequence[int]]
+    # The nodes a longest path may end at, ascending, and a getter of their distances from a
+    # list of every node's; None: every node.
+    ends: tuple[tuple[int, ...], itemgetter] | None
+
+    @staticmethod
+    def of(preds: Sequence[Sequence[int]], growing: bool) -> _Walk:
+        """`growing`: every path's length grows strictly at each node (_strictly_growing).
+        Then shortcut edges go (_without_shortcuts) and paths end at sinks only: a node's
+        successor ends strictly later."""
+        ends = None
+        if growing:
+            preds = _without_shortcuts(preds)
+            sinks = set(range(len(preds))).difference(p for ps in preds for p in ps)
+            if len(sinks) > 1:  # itemgetter of one index gives no tuple
+                ends = (tuple(sorted(sinks)), itemgetter(*sorted(sinks)))
+        return _Walk([ps[0] if len(ps) == 1 else ps for ps in preds], ends)
 
 
-def _longest_path(times: Sequence[float], prepared: Sequence[int | Sequence[int]]) -> list[int]:
-    n = len(prepared)
+def _longest_path(times: Sequence[float], walk: _Walk) -> list[int]:
+    """longest_path, the first longest: per node the first predecessor ending strictly later
+    than 0 and than every one before it, and the first node ending last."""
+    n = len(walk.preds)
     dist = [0.0] * n
     via = [-1] * n
-    for i, ps in enumerate(prepared):
+    for i, ps in enumerate(walk.preds):
         if ps.__class__ is int:  # the loop below, for one predecessor without its overhead
             d = dist[ps]
             if d > 0.0:
@@ -420,7 +441,12 @@ def _longest_path(times: Sequence[float], prepared: Sequence[int | Sequence[int]
                 best, arg = d, p
         dist[i] = best + times[i]
         via[i] = arg
-    node = dist.index(max(dist))  # the first longest, as max with a key would pick
+    if walk.ends is None:
+        node = dist.index(max(dist))  # the first longest, as max with a key would pick
+    else:
+        ends, distances = walk.ends
+        last = distances(dist)
+        node = ends[last.index(max(last))]
     path = []
     while node >= 0:
         path.append(node)
@@ -449,8 +475,8 @@ def _strictly_growing(durations: np.ndarray) -> bool:
     each node as it is summed: every duration is positive and at least 2^-40 of the longest
     conceivable path (every node at its slowest), above the rounding step of any path's
     length (2^-52 of it). Then a node's predecessor that is also an ancestor of another
-    predecessor is strictly shorter than that one, so dropping its edge
-    (_without_shortcuts) changes no longest path, tie-breaks included."""
+    predecessor is strictly shorter than that one, so dropping its edge changes no longest
+    path, tie-breaks included (_Walk.of)."""
     if durations.size == 0:
         return False
     shortest, total = float(durations.min()), float(durations.max(axis=1).sum())

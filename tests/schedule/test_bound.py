@@ -190,9 +190,12 @@ def test_longest_path_is_the_first_longest(dag):
 @settings(max_examples=60, deadline=None)
 @given(tied_dags(), st.integers(2, 6))
 def test_relaxation_is_the_padded_one_where_paths_tie(dag, cores):
-    # relax drops the edges a longer way covers (when every duration is positive); with
-    # durations on a coarse grid, paths tie and the first-longest choice must not move.
+    # relax drops the edges a longer way covers and ends paths at sinks (when every duration
+    # is positive); with durations on a coarse grid and the graph twice side by side, paths
+    # tie and the first-longest choice must not move.
     preds, base = dag
+    preds += tuple(tuple(p + len(base) for p in ps) for ps in preds)
+    base = base + base
     times = [np.array([1.0 + b] + [(1.0 + b) * 2 / (k + 1) for k in range(1, cores)])
              for b in base]
     costs = OpCosts(times=tuple(times), affinity=(("compact",) * cores,) * len(times),
