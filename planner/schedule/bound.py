@@ -286,10 +286,11 @@ def _bands(durations: np.ndarray, work: np.ndarray) -> list[tuple[np.ndarray, ..
     The bands minimise cells plus BAND_CELLS per band over cuts of the ascending lengths.
 
     Returns (node indices, durations, work, each row's first flat position) per band."""
-    n, width = durations.shape
+    width = work.shape[1]
     changes = work[:, 1:] != work[:, :-1]
     # Per node, the columns up to its last change of work.
-    lengths = np.where(changes.any(axis=1), width - 1 - np.argmax(changes[:, ::-1], axis=1), 0) + 1
+    last = np.where(changes.any(axis=1), width - 1 - np.argmax(changes[:, ::-1], axis=1), 0)
+    lengths = last + 1
     sizes, counts = np.unique(lengths, return_counts=True)
     sizes, rows = sizes.tolist(), np.cumsum(counts).tolist()
     # cost[k]: the least cost of banding every node no longer than sizes[k - 1]; cut[k] where
