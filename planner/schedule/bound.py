@@ -203,7 +203,8 @@ class Hulls:
         bands = _bands(durations, work)
         flow = np.zeros(n)
         # Longest paths over the picks, the costliest part of a step: prepared once.
-        walk = _Walk.of(preds, growing=_strictly_growing(durations))
+        growing = _strictly_growing(durations)
+        walk = _Walk.of(preds, growing)
         flow[_longest_path(durations[:, 0].tolist(), walk)] = 1.0
         mu = 0.0
         # (f = 0, mu = 1) is the area term; the first step, (critical path, mu = 0), the path.
@@ -213,8 +214,12 @@ class Hulls:
         steps = 0
         x, value_at, work_at = np.empty(n), np.empty(n), np.empty(n)
         # The picks often repeat the last step's (on ResNet-1001, 95% of the steps): so does
-        # their longest path, the step's costliest part, kept rather than searched again.
-        path_of = (np.empty(0), np.empty(0, dtype=np.intp))
+        # their longest path, the step's costliest part, kept rather than searched again:
+        # the picks, the path's distances (_distances) and the path once traced.
+        last_x, (dist, via, end), path = np.empty(0), ([0.0], [-1], 0), None
+        # With positive durations (growing), the path's length summed along it (dist[end]) and
+        # as x[path].sum() differ by rounding only, less than this fraction of it.
+        slack = n * 2.0**-50
         # Per band, buffers its products are written into (the same values as fresh arrays,
         # without an allocation per step), and whether it is every node in order: then its
         # picks are written straight into x, value_at and work_at.
@@ -257,14 +262,18 @@ class Hulls:
                     break
             if step + 1 == iterations:  # no flow after the last step
                 break
-            if not np.array_equal(x, path_of[0]):
-                # An index array, once: a list would be converted at each use below.
-                path_of = (x.copy(), np.array(_longest_path(x.tolist(), walk)))
-            path = path_of[1]
+            if not np.array_equal(x, last_x):
+                last_x, (dist, via, end), path = x.copy(), _distances(x.tolist(), walk), None
             gamma = 2.0 / (step + 3.0)
             flow *= 1.0 - gamma
             mu *= 1.0 - gamma
-            if float(x[path].sum()) >= float(work_at.sum()):
+            total_work = float(work_at.sum())
+            if growing and dist[end] < total_work * (1.0 - slack):  # no path needed
+                mu += gamma
+                continue
+            if path is None:  # an index array, once: a list would be converted at each use
+                path = np.array(_trace(via, end))
+            if float(x[path].sum()) >= total_work:
                 flow[path] += gamma
             else:
                 mu += gamma
@@ -423,6 +432,12 @@ class _Walk(NamedTuple):
 def _longest_path(times: Sequence[float], walk: _Walk) -> list[int]:
     """longest_path, the first longest: per node the first predecessor ending strictly later
     than 0 and than every one before it, and the first node ending last."""
+    return _trace(*_distances(times, walk)[1:])
+
+
+def _distances(times: Sequence[float], walk: _Walk) -> tuple[list[float], list[int], int]:
+    """Per node the longest path's length to its end and its predecessor on that path (-1:
+    none), and the node where the first longest path ends."""
     n = len(walk.preds)
     dist = [0.0] * n
     via = [-1] * n
@@ -443,15 +458,20 @@ def _longest_path(times: Sequence[float], walk: _Walk) -> list[int]:
         dist[i] = best + times[i]
         via[i] = arg
     if walk.ends is None:
-        node = dist.index(max(dist))  # the first longest, as max with a key would pick
+        end = dist.index(max(dist))  # the first longest, as max with a key would pick
     else:
         ends, distances = walk.ends
         last = distances(dist)
-        node = ends[last.index(max(last))]
+        end = ends[last.index(max(last))]
+    return dist, via, end
+
+
+def _trace(via: Sequence[int], end: int) -> list[int]:
+    """The path to `end` along `via`, from its first node."""
     path = []
-    while node >= 0:
-        path.append(node)
-        node = via[node]
+    while end >= 0:
+        path.append(end)
+        end = via[end]
     return path[::-1]
 
 
