@@ -406,11 +406,14 @@ def longest_path(times: Sequence[float], preds: Sequence[Sequence[int]]) -> list
 
 
 class _Walk(NamedTuple):
-    """A graph prepared for many longest paths (_longest_path)."""
+    """A graph prepared for many longest paths (_distances)."""
 
-    # Per node its only predecessor as an int (nearly half of a step graph's nodes), else its
-    # sequence of them.
+    # Per node its predecessors; on a growing walk (below), a node's only predecessor as an
+    # int (four in five of a step graph's nodes once shortcuts go).
     preds: list[int | Sequence[int]]
+    # Per node, the predecessor a longest path to it comes through where that is fixed: the
+    # only one on a growing walk; else -1.
+    via: list[int]
     # The nodes a longest path may end at, ascending, and a getter of their distances from a
     # list of every node's; None: every node.
     ends: tuple[tuple[int, ...], itemgetter] | None
@@ -418,15 +421,17 @@ class _Walk(NamedTuple):
     @staticmethod
     def of(preds: Sequence[Sequence[int]], growing: bool) -> _Walk:
         """`growing`: every path's length grows strictly at each node (_strictly_growing).
-        Then shortcut edges go (_without_shortcuts) and paths end at sinks only: a node's
-        successor ends strictly later."""
-        ends = None
-        if growing:
-            preds = _without_shortcuts(preds)
-            sinks = set(range(len(preds))).difference(p for ps in preds for p in ps)
-            if len(sinks) > 1:  # itemgetter of one index gives no tuple
-                ends = (tuple(sorted(sinks)), itemgetter(*sorted(sinks)))
-        return _Walk([ps[0] if len(ps) == 1 else ps for ps in preds], ends)
+        Then shortcut edges go (_without_shortcuts), every node's path is longer than 0 (so
+        an only predecessor is the way in), and paths end at sinks only: a node's successor
+        ends strictly later."""
+        if not growing:
+            return _Walk(list(preds), [-1] * len(preds), None)
+        preds = _without_shortcuts(preds)
+        sinks = sorted(set(range(len(preds))).difference(p for ps in preds for p in ps))
+        # (itemgetter of one index gives no tuple)
+        ends = (tuple(sinks), itemgetter(*sinks)) if len(sinks) > 1 else None
+        alone = [ps[0] if len(ps) == 1 else ps for ps in preds]
+        return _Walk(alone, [ps if ps.__class__ is int else -1 for ps in alone], ends)
 
 
 def _longest_path(times: Sequence[float], walk: _Walk) -> list[int]:
@@ -438,17 +443,11 @@ def _longest_path(times: Sequence[float], walk: _Walk) -> list[int]:
 def _distances(times: Sequence[float], walk: _Walk) -> tuple[list[float], list[int], int]:
     """Per node the longest path's length to its end and its predecessor on that path (-1:
     none), and the node where the first longest path ends."""
-    n = len(walk.preds)
-    dist = [0.0] * n
-    via = [-1] * n
+    dist = [0.0] * len(walk.preds)
+    via = walk.via.copy()
     for i, ps in enumerate(walk.preds):
-        if ps.__class__ is int:  # the loop below, for one predecessor without its overhead
-            d = dist[ps]
-            if d > 0.0:
-                dist[i] = d + times[i]
-                via[i] = ps
-            else:
-                dist[i] = 0.0 + times[i]
+        if ps.__class__ is int:  # the loop below, where it would take ps (_Walk.of)
+            dist[i] = dist[ps] + times[i]
             continue
         best, arg = 0.0, -1
         for p in ps:
