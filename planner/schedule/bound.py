@@ -201,11 +201,16 @@ class Hulls:
             return 0.0, []
         durations, work = self.durations, self.work / capacity
         bands = _bands(durations, work)
-        flow = np.zeros(n)
+        # The steps keep their per-node vectors in band order, each band a slice of them:
+        # node order[k] at position k, node v at position[v].
+        order = np.concatenate([nodes for nodes, _, _, _ in bands])
+        position = np.empty(n, dtype=np.intp)
+        position[order] = np.arange(n)
         # Longest paths over the picks, the costliest part of a step: prepared once.
         growing = _strictly_growing(durations)
-        walk = _Walk.of(preds, growing)
-        flow[_longest_path(durations[:, 0].tolist(), walk)] = 1.0
+        walk = _Walk.of(preds, growing, position.tolist())
+        flow = np.zeros(n)
+        flow[_longest_path(durations[order, 0].tolist(), walk)] = 1.0
         mu = 0.0
         # (f = 0, mu = 1) is the area term; the first step, (critical path, mu = 0), the path.
         best = float(work.min(axis=1).sum())
@@ -220,40 +225,36 @@ class Hulls:
         # With positive durations (growing), the path's length summed along it (dist[end]) and
         # as x[path].sum() differ by rounding only, less than this fraction of it.
         slack = n * 2.0**-50
-        # Per band, buffers its products are written into (the same values as fresh arrays,
-        # without an allocation per step), and whether it is every node in order: then its
-        # picks are written straight into x, value_at and work_at.
-        scratch = [(np.empty_like(d), np.empty_like(d), len(nodes) == n)
-                   for nodes, d, _, _ in bands]
+        # Per band, its slice of the vectors, and buffers its products are written into (the
+        # same values as fresh arrays, without an allocation per step).
+        slices = []
+        start = 0
         for nodes, band_durations, band_work, _ in bands:
+            band = slice(start, start + len(nodes))
+            start = band.stop
+            slices.append((band, np.empty_like(band_durations), np.empty_like(band_durations)))
             if band_durations.shape[1] == 1:  # picked at every step
-                x[nodes], work_at[nodes] = band_durations[:, 0], band_work[:, 0]
+                x[band], work_at[band] = band_durations[:, 0], band_work[:, 0]
         for step in range(iterations):
             # Per node, the hull vertex minimising flow x duration + mu x work (the first, on
             # ties), band by band: the same picks and sums as over the padded matrices.
-            for (nodes, band_durations, band_work, row_starts), (value, scaled, whole) in zip(
-                    bands, scratch, strict=True):
-                np.multiply((flow if whole else flow.take(nodes))[:, None], band_durations,
-                            out=value)
+            for (_, band_durations, band_work, row_starts), (band, value, scaled) in zip(
+                    bands, slices, strict=True):
+                np.multiply(flow[band, None], band_durations, out=value)
                 np.multiply(band_work, mu, out=scaled)
                 value += scaled
-                if band_durations.shape[1] == 1:  # its only vertex: x, work_at set below
-                    value_at[nodes] = value[:, 0]
+                if band_durations.shape[1] == 1:  # its only vertex: x, work_at set above
+                    value_at[band] = value[:, 0]
                     continue
                 # Flat positions of the picks: take() on them is cheaper than 2-D indexing.
                 pick = value.argmin(axis=1)
                 pick += row_starts
-                if whole:
-                    band_durations.take(pick, out=x)
-                    value.take(pick, out=value_at)
-                    band_work.take(pick, out=work_at)
-                else:
-                    x[nodes] = band_durations.take(pick)
-                    value_at[nodes] = value.take(pick)
-                    work_at[nodes] = band_work.take(pick)
+                band_durations.take(pick, out=x[band])
+                value.take(pick, out=value_at[band])
+                band_work.take(pick, out=work_at[band])
             picked += x
             steps += 1
-            found = float(value_at.sum())
+            found = float(value_at.take(position).sum())  # summed in node order
             if found > best * (1 + PLATEAU_GAIN):
                 best, since = found, 0
             else:
@@ -267,7 +268,7 @@ class Hulls:
             gamma = 2.0 / (step + 3.0)
             flow *= 1.0 - gamma
             mu *= 1.0 - gamma
-            total_work = float(work_at.sum())
+            total_work = float(work_at.take(position).sum())
             if growing and dist[end] < total_work * (1.0 - slack):  # no path needed
                 mu += gamma
                 continue
@@ -277,7 +278,7 @@ class Hulls:
                 flow[path] += gamma
             else:
                 mu += gamma
-        return best, (picked / steps).tolist()
+        return best, (picked / steps).take(position).tolist()
 
 
 # A band costs a few numpy calls per Frank-Wolfe step: as much time as this many matrix cells.
@@ -406,32 +407,43 @@ def longest_path(times: Sequence[float], preds: Sequence[Sequence[int]]) -> list
 
 
 class _Walk(NamedTuple):
-    """A graph prepared for many longest paths (_distances)."""
+    """A graph prepared for many longest paths (_distances), its nodes at given positions of
+    the lists of times and distances (at each node's index where not said)."""
 
-    # Per node its predecessors; on a growing walk (below), a node's only predecessor as an
-    # int (four in five of a step graph's nodes once shortcuts go).
-    preds: list[int | Sequence[int]]
-    # Per node, the predecessor a longest path to it comes through where that is fixed: the
-    # only one on a growing walk; else -1.
+    # Per node in graph order, its position.
+    at: Sequence[int]
+    # Per node in graph order, its predecessors' positions; on a growing walk (below), an
+    # only predecessor's as an int (four in five of a step graph's nodes once shortcuts go).
+    preds: list[int | tuple[int, ...]]
+    # Per position, the predecessor a longest path to it comes through where that is fixed:
+    # the only one on a growing walk; else -1.
     via: list[int]
-    # The nodes a longest path may end at, ascending, and a getter of their distances from a
-    # list of every node's; None: every node.
-    ends: tuple[tuple[int, ...], itemgetter] | None
+    # The positions a longest path may end at, in graph order, and a getter of their
+    # distances from a list of every position's (None for one: itemgetter gives no tuple).
+    ends: tuple[int, ...]
+    end_distances: itemgetter | None
 
     @staticmethod
-    def of(preds: Sequence[Sequence[int]], growing: bool) -> _Walk:
+    def of(preds: Sequence[Sequence[int]], growing: bool,
+           at: Sequence[int] | None = None) -> _Walk:
         """`growing`: every path's length grows strictly at each node (_strictly_growing).
         Then shortcut edges go (_without_shortcuts), every node's path is longer than 0 (so
         an only predecessor is the way in), and paths end at sinks only: a node's successor
         ends strictly later."""
-        if not growing:
-            return _Walk(list(preds), [-1] * len(preds), None)
-        preds = _without_shortcuts(preds)
-        sinks = sorted(set(range(len(preds))).difference(p for ps in preds for p in ps))
-        # (itemgetter of one index gives no tuple)
-        ends = (tuple(sinks), itemgetter(*sinks)) if len(sinks) > 1 else None
-        alone = [ps[0] if len(ps) == 1 else ps for ps in preds]
-        return _Walk(alone, [ps if ps.__class__ is int else -1 for ps in alone], ends)
+        n = len(preds)
+        at = range(n) if at is None else at
+        ends = range(n)
+        if growing:
+            preds = _without_shortcuts(preds)
+            ends = sorted(set(ends).difference(p for ps in preds for p in ps))
+        ends = tuple(at[v] for v in ends)
+        walk = [at[ps[0]] if growing and len(ps) == 1 else tuple(at[p] for p in ps)
+                for ps in preds]
+        via = [-1] * n
+        for v, ps in enumerate(walk):
+            if ps.__class__ is int:
+                via[at[v]] = ps
+        return _Walk(at, walk, via, ends, itemgetter(*ends) if len(ends) > 1 else None)
 
 
 def _longest_path(times: Sequence[float], walk: _Walk) -> list[int]:
@@ -445,7 +457,7 @@ def _distances(times: Sequence[float], walk: _Walk) -> tuple[list[float], list[i
     none), and the node where the first longest path ends."""
     dist = [0.0] * len(walk.preds)
     via = walk.via.copy()
-    for i, ps in enumerate(walk.preds):
+    for i, ps in zip(walk.at, walk.preds, strict=True):
         if ps.__class__ is int:  # the loop below, where it would take ps (_Walk.of)
             dist[i] = dist[ps] + times[i]
             continue
@@ -456,12 +468,11 @@ def _distances(times: Sequence[float], walk: _Walk) -> tuple[list[float], list[i
                 best, arg = d, p
         dist[i] = best + times[i]
         via[i] = arg
-    if walk.ends is None:
-        end = dist.index(max(dist))  # the first longest, as max with a key would pick
+    if walk.end_distances is None:
+        end = walk.ends[0] if walk.ends else -1
     else:
-        ends, distances = walk.ends
-        last = distances(dist)
-        end = ends[last.index(max(last))]
+        last = walk.end_distances(dist)
+        end = walk.ends[last.index(max(last))]  # the first longest, as max with a key picks
     return dist, via, end
 
 

@@ -188,17 +188,33 @@ def test_longest_path_is_the_first_longest(dag):
 
 
 @settings(max_examples=60, deadline=None)
-@given(tied_dags(), st.integers(2, 6))
-def test_relaxation_is_the_padded_one_where_paths_tie(dag, cores):
+@given(tied_dags(), st.integers(2, 6), st.booleans())
+def test_relaxation_is_the_padded_one_where_paths_tie(dag, cores, idle):
     # relax drops the edges a longer way covers and ends paths at sinks (when every duration
     # is positive); with durations on a coarse grid and the graph twice side by side, paths
-    # tie and the first-longest choice must not move.
+    # tie and the first-longest choice must not move. `idle`: the ops drawn as 0 take no
+    # time at all, and paths no longer grow at every node.
     preds, base = dag
     preds += tuple(tuple(p + len(base) for p in ps) for ps in preds)
     base = base + base
     times = [np.array([1.0 + b] + [(1.0 + b) * 2 / (k + 1) for k in range(1, cores)])
-             for b in base]
+             * (0.0 if idle and b == 0.0 else 1.0) for b in base]
     costs = OpCosts(times=tuple(times), affinity=(("compact",) * cores,) * len(times),
                     keys=tuple(f"op{i}" for i in range(len(times))), analytical=())
     hulls = Hulls.of(costs)
+    assert hulls.relax(preds, 2.0) == padded_relax(hulls, preds, 2.0)
+
+
+@pytest.mark.parametrize("idle", [False, True])
+def test_relaxation_ties_go_to_the_first_node_when_bands_reorder_nodes(idle):
+    # Node 0 and 600 one-vertex nodes end equally late at first; the relaxation keeps the
+    # one-vertex hulls in a band of their own, before node 0's long hull. `idle`: one more
+    # node takes no time at all, so paths do not grow at every node. The first longest path
+    # must still be node 0's, as in the padded computation.
+    k = np.arange(1, 41)
+    curve = 1.0 / k + 0.01 * k
+    times = (curve * 2.0 / curve.min(),) + (np.full(40, 2.0),) * 600 + (np.zeros(40),) * idle
+    costs = OpCosts(times=times, affinity=(("compact",) * 40,) * len(times),
+                    keys=("op",) * len(times), analytical=())
+    hulls, preds = Hulls.of(costs), ((),) * len(times)
     assert hulls.relax(preds, 2.0) == padded_relax(hulls, preds, 2.0)
