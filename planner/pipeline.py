@@ -9,13 +9,15 @@
         fits          nothing to plan, or a node far too large: refused before any decision
         price         CostModel(target, costs): every op's time per thread count, per conv
                       algorithm
+        evaluation    a training plan's evaluation graph planned by the same stages
+                      (planner/evaluation.py); nothing reads it before `assemble`, so `run`
+                      plans it beside the next stages, in a forked child (planner.beside)
         schedule      BACKENDS[target.backend].schedule (CPU or GPU: decided here only), the
                       collectives on the comm lane, and the one-lane schedule it is compared with
         place memory  BACKENDS[...].memory: a MemoryDecision (the faster of the two schedules
                       that meet the budget)
-        assemble      the Plan record: summary, bounds, provenance, once; on the host's CPUs
-        evaluation    a training plan's evaluation graph planned by the same stages
-                      (planner/evaluation.py)
+        assemble      the Plan record: summary, bounds, provenance, once; on the host's CPUs;
+                      with the evaluation schedule
         verify        the independent checker, always (unless check=False)
 
 Drivers that need part of the back half run those stages by name (`run(p, names)`): `decide`
@@ -37,10 +39,13 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import ExitStack
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any
 
 from planner import __version__
+from planner.beside import beside
 from planner.collection import fewer_collections
 from planner.costs import CostModel, CostTable, graph_signatures
 from planner.costs.conv_layouts import chosen_layouts
@@ -58,7 +63,16 @@ from planner.memory.decision import MemoryDecision
 from planner.memory.gpu import gpu_memory, technique_curves
 from planner.memory.options import MemoryOptions
 from planner.memory.variants import ScheduleVariant, schedule_variants
-from planner.plan import MemoryPlan, OpPlan, Plan, PlanProvenance, PlanTarget, Summary, digest
+from planner.plan import (
+    Evaluation,
+    MemoryPlan,
+    OpPlan,
+    Plan,
+    PlanProvenance,
+    PlanTarget,
+    Summary,
+    digest,
+)
 from planner.records import Backend, Record
 from planner.schedule.cpu import cpu_schedule
 from planner.schedule.gpu_share import busy_seconds
@@ -249,6 +263,8 @@ class Planning:
     # The one-lane schedule the schedule is compared with (BackendPlanner.one_lane), if any.
     one_lane: Schedule | None = None
     memory: MemoryDecision | None = None
+    # A training plan's evaluation schedule, planned beside the step's (`_evaluation`).
+    evaluation_plan: Evaluation | None = None
     plan: Plan | None = None
 
     def but(self, **changes: Any) -> Planning:
@@ -322,6 +338,8 @@ def _assemble(p: Planning) -> Planning:
     assert p.model is not None and p.schedule is not None and p.memory is not None
     out = _on_host_plan(assemble(p.graph, p.model, p.options, p.schedule, p.memory,
                                  host=p.target), p)
+    if p.evaluation_plan is not None:
+        out = out.model_copy(update={"evaluation": p.evaluation_plan})
     if out.summary.memory is not None and BACKENDS[out.backend].arena_limited:
         check_arena_fits(out.summary.memory.arena_bytes, p.graph, p.share)
     return p.but(plan=out)
@@ -329,13 +347,13 @@ def _assemble(p: Planning) -> Planning:
 
 def _evaluation(p: Planning) -> Planning:
     """A training plan's evaluation schedule: its evaluation graph planned by the same stages
-    (planner/evaluation.py). ZeRO-3's keeps the forward's all-gathers: collectives of its own,
-    on the process group the step runs on."""
-    assert p.plan is not None
+    (planner/evaluation.py), on the prices of the step's. ZeRO-3's keeps the forward's
+    all-gathers: collectives of its own, on the process group the step runs on. Nothing reads
+    it before `assemble`: `run` plans it beside the step's stages (BESIDE)."""
     if not p.evaluation or p.graph.kind != "training":
         return p
-    return p.but(plan=p.plan.model_copy(update={"evaluation": plan_evaluation(
-        p.graph, lambda g: _on_host_plan(_evaluation_plan(g, p), p))}))
+    return p.but(evaluation_plan=plan_evaluation(
+        p.graph, lambda g: _on_host_plan(_evaluation_plan(g, p), p)))
 
 
 def _verify(p: Planning) -> Planning:
@@ -361,12 +379,19 @@ STAGES: tuple[tuple[str, Stage], ...] = (
     ("step graph", _step),
     ("fits", _fits),
     ("price", _price),
+    ("evaluation", _evaluation),
     ("schedule", _schedule),
     ("place memory", _place_memory),
     ("assemble", _assemble),
-    ("evaluation", _evaluation),
     ("verify", _verify),
 )
+# Stages that may run beside the ones after them (planner.beside: in a forked child, where a
+# core is free and the graph large enough to pay for the fork): name -> the field of the record
+# it decides, and the first stage that reads that field.
+BESIDE: dict[str, tuple[str, str]] = {"evaluation": ("evaluation_plan", "assemble")}
+# Nodes of the step graph from which a child is worth forking: a fork and the pickled result
+# cost about 20 ms; inception_v3's evaluation plan (1,018 step nodes) takes 140 ms.
+BESIDE_NODES = 400
 # The decisions of a plan, before it is a Plan record (`decide`).
 DECISIONS = ("price", "schedule", "place memory")
 
@@ -377,11 +402,29 @@ def run(p: Planning, names: tuple[str, ...] | None = None) -> Planning:
     unknown = set(names or ()) - {name for name, _ in STAGES}
     if unknown:
         raise ValueError(f"no stage named {sorted(unknown)[0]!r}")
-    with fewer_collections():
-        for name, stage in STAGES:
-            if names is None or name in names:
+    chosen = [(name, stage) for name, stage in STAGES if names is None or name in names]
+    with fewer_collections(), ExitStack() as children:
+        # field -> (its result, the stage that reads it) of stages running beside
+        pending: dict[str, tuple[Callable[[], Any], str]] = {}
+        for name, stage in chosen:
+            for field, (result, reader) in list(pending.items()):
+                if reader == name:
+                    p = p.but(**{field: result()})
+                    del pending[field]
+            if name in BESIDE and any(n == BESIDE[name][1] for n, _ in chosen):
+                field, reader = BESIDE[name]
+                planned = partial(_decided, stage, p, field)
+                pending[field] = (children.enter_context(
+                    beside(planned, worth=len(p.graph.nodes) >= BESIDE_NODES)), reader)
+            else:
                 p = stage(p)
     return p
+
+
+def _decided(stage: Stage, p: Planning, field: str) -> Any:
+    """What `stage` decides of `p`: one field of the record (picklable, unlike the record's
+    cost model)."""
+    return getattr(stage(p), field)
 
 
 def decide(graph: Graph, target: Target, costs: CostTable | None = None,

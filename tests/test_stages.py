@@ -23,8 +23,8 @@ SPEC = "zoo:lenet?batch=2&image=8&width=0.5"
 
 
 def test_the_stages_in_order_and_plan_is_all_of_them():
-    assert [name for name, _ in STAGES] == ["step graph", "fits", "price", "schedule",
-                                            "place memory", "assemble", "evaluation", "verify"]
+    assert [name for name, _ in STAGES] == ["step graph", "fits", "price", "evaluation",
+                                            "schedule", "place memory", "assemble", "verify"]
     g = prepare(SPEC, GraphOptions(optimizer=Optimizer(kind="sgd")))
     target = preset("knl-7250")
     p = planning(g, target)
@@ -42,7 +42,7 @@ def test_a_stage_runs_on_what_the_earlier_ones_decided():
     decided = run(planning(g, target), ("step graph", "fits", "price", "schedule",
                                         "place memory"))
     assert decided.plan is None and decided.memory is not None
-    assembled = run(decided, ("assemble", "evaluation", "verify"))
+    assembled = run(decided, ("evaluation", "assemble", "verify"))
     assert assembled.plan is not None
     assert assembled.plan.to_json() == plan(g, target).to_json()
 

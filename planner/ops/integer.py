@@ -17,9 +17,9 @@ whose formulas go through fmod and floor in floating point: exact for floats, no
 beyond 2^53, so integers have rows of their own. Operands share one integer dtype, broadcast
 as numpy; the result keeps it. Overflow wraps as two's complement (the most negative value
 divided by -1 is itself, where PyTorch's CPU kernel dies of a floating-point exception); a zero
-divisor is refused when the op runs (PyTorch raises ZeroDivisionError). Integer results have no gradient. Add, Sub, Mul, Neg, Abs, Max, Min
-and the reductions take integers too (their own definitions); the CPU runs all of them in
-templates/cpu/runtime/kernels/integer.cpp.
+divisor is refused when the op runs (PyTorch raises ZeroDivisionError). Integer results have
+no gradient. Add, Sub, Mul, Neg, Abs, Max, Min and the reductions take integers too (their own
+definitions); the CPU runs all of them in templates/cpu/runtime/kernels/integer.cpp.
 
 Example:
     >>> import numpy as np
