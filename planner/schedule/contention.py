@@ -84,7 +84,7 @@ def simulate_contended(placements: Sequence[Placement], preds: Sequence[Sequence
     if any(p.smt for p in placements):
         raise ValueError("the contended simulator does not model SMT placements")
     n = len(placements)
-    blocked, unblocks = unblocking(placements, preds)
+    blocked, unblocks = unblocking(placements, preds, cores)
     demand, mu = contention.demands(placements)
     kappa, bandwidth = contention.kappa, contention.memory
     left = [p.seconds for p in placements]

@@ -20,8 +20,10 @@ Example:
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
+from typing import TypeVar
 
 import numpy as np
 
@@ -30,6 +32,7 @@ from planner.graph.ir import Graph
 from planner.target.records import AFFINITIES, Affinity
 
 Seconds = float
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -55,11 +58,24 @@ class OpCosts:
 
     def best_threads(self, i: int, limit: int | None = None) -> int:
         """Fewest threads reaching node i's shortest time with at most `limit` threads."""
+        if limit is None:  # the same count, from the curves' cached prefixes
+            return self.best_prefix[i][-1]
         t = self.times[i][: limit or self.cores]
         return int(np.argmin(t)) + 1
 
     def fastest(self, i: int) -> Seconds:
-        return float(self.times[i].min())
+        return self.fastest_seconds[i]
+
+    def per_curve(self, f: Callable[[np.ndarray], T]) -> list[T]:
+        """f of every node's curve, called once per curve that nodes share (op_costs gives
+        alike nodes one array)."""
+        memo: dict[int, T] = {}
+        out = []
+        for t in self.times:
+            if id(t) not in memo:
+                memo[id(t)] = f(t)
+            out.append(memo[id(t)])
+        return out
 
     @cached_property
     def time_lists(self) -> tuple[list[float], ...]:

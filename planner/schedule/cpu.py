@@ -23,7 +23,9 @@ Example:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
+from itertools import repeat
 
 import numpy as np
 
@@ -33,13 +35,19 @@ from planner.graph.ir import Graph
 from planner.schedule.bound import bottom_levels, capacity, lower_bound, top_levels
 from planner.schedule.contention import Contention, simulate_contended
 from planner.schedule.costs import OpCosts, op_costs
-from planner.schedule.optimized import Widen, allot_all, list_moldable, relaxed_allotment
+from planner.schedule.optimized import (
+    Widen,
+    allot_all,
+    list_moldable,
+    may_group,
+    relaxed_allotment,
+)
 from planner.schedule.options import ScheduleOptions
 from planner.schedule.paper import paper
 from planner.schedule.placement import Placement, in_order
 from planner.schedule.record import Bound, Edge, Schedule, ScheduledOp
-from planner.schedule.simulate import SimResult, simulate
-from planner.schedule.uniform import grid_pairs, uniform
+from planner.schedule.simulate import SimResult, simulate, step_floor, sure_floor
+from planner.schedule.uniform import grid_pairs, uniform, uniform_floor
 from planner.target.records import Target
 
 
@@ -140,14 +148,14 @@ def optimized(costs: OpCosts, preds: Sequence[Sequence[int]], op_types: Sequence
     `durations`: the allotment relaxation's per-node durations (bound.py); none, no
     relaxation-guided candidates."""
     search = Search(costs, preds, groups, options, timed, durations)
-    fallbacks = (baseline_runs(costs, preds, op_types, groups, smt, cores, options, timed)
-                 if baselines else [])
     allot, use_smt, widen = search.first_allotment(smt and options.smt)
     allot, best_step = search.widen_late_ops(allot, use_smt, widen)
     allot = search.move_heaviest(allot, use_smt, best_step)
     search.blend_priorities(allot, use_smt)
     search.jitter_priorities(allot, use_smt, widen)
     own = min(search.results, key=lambda r: r[0])
+    fallbacks = (baseline_runs(costs, preds, op_types, groups, smt, cores, options, timed,
+                               own[0]) if baselines else [])
     if not fallbacks:
         return own[1]
     base = min(fallbacks, key=lambda r: r[0])
@@ -159,14 +167,27 @@ Run = tuple[float, list[Placement]]
 
 def baseline_runs(costs: OpCosts, preds: Sequence[Sequence[int]], op_types: Sequence[str],
                   groups: tuple[tuple[int, ...], ...], smt: bool, cores: int,
-                  options: ScheduleOptions, timed) -> list[Run]:
+                  options: ScheduleOptions, timed, own: float = math.inf) -> list[Run]:
     """The baselines: the uniform grid's whole-machine lanes (intra x inter = cores:
     TensorFlow's recommendation and its inter-op variants) and the paper's strategy. The
     optimized plan is never predicted slower than any of them, and is one of them unless the
-    search's own schedule wins by options.min_gain."""
-    return ([timed(uniform(costs, preds, groups, a, b)) for a, b in grid_pairs(cores)
-             if a * b == cores]
-            + [timed(paper(costs, preds, op_types, groups, smt, options))])
+    search's own schedule wins by options.min_gain.
+
+    `own`, the search's best step: a baseline whose step floor (simulate.sure_floor) it
+    already beats by min_gain is left out, unsimulated (a uniform one not even
+    list-scheduled). That changes no choice, ties included: the search's schedule beats it
+    whatever its simulated step, and where a baseline is chosen, it is one whose step is below
+    own / (1 - min_gain), which every left-out one's is not."""
+    n = len(preds)
+
+    def beaten(floor: float) -> bool:
+        # Float products are monotone: beaten here means beaten by the simulated step too.
+        return own <= sure_floor(floor, n) * (1.0 - options.min_gain)
+
+    runs = [timed(uniform(costs, preds, groups, a, b)) for a, b in grid_pairs(cores)
+            if a * b == cores and not beaten(uniform_floor(costs, preds, a, b))]
+    ps = paper(costs, preds, op_types, groups, smt, options)
+    return runs if beaten(step_floor(ps, preds)) else [*runs, timed(ps)]
 
 
 class Search:
@@ -186,6 +207,7 @@ class Search:
         cp = max(self.bottom, default=0.0)
         self.critical = [top[i] + self.bottom[i] >= cp * (1 - 1e-9) for i in range(self.n)]
         self.group_min = options.group_min if options.grouping else None
+        self.groupable = None if self.group_min is None else may_group(costs, self.group_min)
         self.results: list[Run] = []
         self._ran: dict[tuple, Run] = {}
 
@@ -208,7 +230,7 @@ class Search:
             prio = [b * j for b, j in zip(prio, jitter, strict=True)]
         out = self.timed(list_moldable(self.costs, self.preds, prio, allot, self.groups,
                                        use_smt, self.options.smt_slowdown, self.group_min,
-                                       widen=widen))
+                                       widen=widen, groupable=self.groupable))
         if jitter is None:
             self._ran[key] = out
         self.results.append(out)
@@ -327,15 +349,23 @@ def record(graph: Graph, target: Target, options: ScheduleOptions, costs: OpCost
     order), so that everything later in time is later in order: memory planning's reuse edges
     (one buffer's last use before another's write, in time) then always point forward, and
     every edge the executor waits on names an earlier op."""
+    if [c.id for c in target.logical_cpus] != list(range(len(target.logical_cpus))):
+        raise ValueError(f"target {target.name!r}: logical CPU ids must be 0..n-1 for a plan")
     names = [n.name for n in graph.nodes]
     ops: list[ScheduledOp] = []
-    last_on: dict[int, str] = {}
+    # The last op on each logical CPU so far (None: none yet).
+    last_on: list[str | None] = [None] * len(target.logical_cpus)
     edges: set[tuple[str, str]] = set()
     rank: dict[str, int] = {}
+    # Logical CPUs by (cores, slot): the placements repeat a few core sets.
+    cpus_of: dict[tuple[tuple[int, ...], bool], tuple[int, ...]] = {}
     timed = sorted(zip(placements, sim.starts, sim.ends, range(len(placements)), strict=True),
                    key=lambda r: (r[1], r[2], r[3]))
     for p, start, end, _ in timed:
-        cpus = tuple(sorted(target.core_cpus[c][1 if p.smt else 0] for c in p.cores))
+        cpus = cpus_of.get((p.cores, p.smt))
+        if cpus is None:
+            cpus = cpus_of[p.cores, p.smt] = tuple(sorted(
+                target.core_cpus[c][1 if p.smt else 0] for c in p.cores))
         for v in sorted(p.nodes):
             node = graph.nodes[v]
             deps = tuple(names[u] for u in preds[v])
@@ -343,15 +373,13 @@ def record(graph: Graph, target: Target, options: ScheduleOptions, costs: OpCost
                                    affinity=p.affinity, smt=p.smt, group=p.group, deps=deps,
                                    start=start, end=end))
             rank[node.name] = len(rank)
-            edges.update((d, node.name) for d in deps)
+            edges.update(zip(deps, repeat(node.name)))
         first, last = names[min(p.nodes)], names[max(p.nodes)]
         own = {names[v] for v in p.nodes}
+        edges.update((before, first) for before in set(map(last_on.__getitem__, cpus))
+                     if before is not None and before not in own)
         for c in cpus:
-            if c in last_on and last_on[c] not in own:
-                edges.add((last_on[c], first))
             last_on[c] = last
-    if [c.id for c in target.logical_cpus] != list(range(len(target.logical_cpus))):
-        raise ValueError(f"target {target.name!r}: logical CPU ids must be 0..n-1 for a plan")
     return Schedule(
         backend="cpu", strategy=options.strategy, ops=tuple(ops),
         edges=tuple(Edge(before=a, after=b)

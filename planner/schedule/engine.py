@@ -10,45 +10,97 @@ timing here is its own guess; the simulator gives the plan's times.
 Example:
     >>> m = Machine(groups=((0, 1),), smt=False)
     >>> p = m.start((0,), 2, "compact", seconds=1.0, now=0.0)
-    >>> sorted(m.free), p.cores, list(m.releases(0.0))
-    ([], (0, 1), [(1.0, 2)])
+    >>> sorted(m.free), p.cores
+    ([], (0, 1))
+    >>> end, done = m.finish_next()
+    >>> end, done == [p], sorted(m.free)
+    (1.0, True, [0, 1])
 """
 
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from functools import lru_cache
 
 from planner.schedule.cores import pick_cores
 from planner.schedule.placement import Placement
 from planner.target.records import Affinity
 
-# Most remembered core picks (bounds their memory on huge graphs).
+# Most remembered core picks per cache-group layout (bounds their memory on huge graphs).
 PICK_CACHE = 16384
 
 
-# pick_cores by (groups, free cores, k, affinity), a pure function: a list schedule meets
-# the same few free sets over and over (98% of ResNet-1001's picks, half of Inception-v3's),
-# and the search's candidates meet each other's (a third more of Inception-v3's).
-@lru_cache(maxsize=PICK_CACHE)
-def _picked(groups: tuple[tuple[int, ...], ...], pool: frozenset[int], k: int,
-            affinity: Affinity) -> tuple[int, ...]:
-    return pick_cores(groups, pool, k, affinity)
+# pick_cores by (free cores, k, affinity) for one groups, a pure function: a list schedule
+# meets the same few free sets over and over (98% of ResNet-1001's picks, half of
+# Inception-v3's), and the search's candidates meet each other's (a third more of
+# Inception-v3's). One table per groups, found once per Machine.
+@lru_cache(maxsize=16)
+def _picks(groups: tuple[tuple[int, ...], ...]
+           ) -> dict[tuple[int, int, Affinity], tuple[tuple[int, ...], int]]:
+    return {}
+
+
+@lru_cache(maxsize=PICK_CACHE)  # a few core sets recur: lanes, wide ops, picks
+def bits(cores: tuple[int, ...]) -> int:
+    """The bit mask of these cores (bit c: core c).
+
+    >>> bin(bits((0, 2)))
+    '0b101'
+    """
+    mask = 0
+    for c in cores:
+        mask |= 1 << c
+    return mask
+
+
+def members(mask: int, cores: int) -> set[int]:
+    """The cores of a bit mask, below `cores`."""
+    return {c for c in range(cores) if mask >> c & 1}
 
 
 class Machine:
-    """Free cores, free hyper-thread slots and running placements of one list schedule."""
+    """Free cores, free hyper-thread slots and running placements of one list schedule.
+
+    Free cores are bit masks (bit c: core c's first hardware thread, or in `smt_mask` its
+    second, is free), not sets: a list schedule starts and ends tens of thousands of ops, and
+    an op on many cores cost a set operation per core at each, and a frozen copy of the set
+    to look its cores up."""
 
     def __init__(self, groups: tuple[tuple[int, ...], ...], smt: bool) -> None:
         self.groups = groups
         self.cores = sum(len(g) for g in groups)
-        self.free: set[int] = set(range(self.cores))
-        self.smt_free: set[int] = set(range(self.cores)) if smt else set()
+        every = (1 << self.cores) - 1
+        self.free_mask = every
+        # Its bits set (the strategies ask at every op they consider).
+        self.free_count = self.cores
+        self.smt_mask = every if smt else 0
         # Running placements as (end, start sequence, placement), kept sorted: the strategies
-        # read them in end order at nearly every decision (`releases`), and only a few run.
+        # read them in end order at nearly every decision, and only a few run.
         self.running: list[tuple[float, int, Placement]] = []
         self._seq = 0
+        # Each running placement's cores as a mask, by start sequence.
+        self._held: dict[int, int] = {}
+        self._picks = _picks(groups)
+
+    @property
+    def free(self) -> set[int]:
+        """The free cores (first hardware threads)."""
+        return members(self.free_mask, self.cores)
+
+    @property
+    def smt_free(self) -> set[int]:
+        """The cores whose second hardware thread is free."""
+        return members(self.smt_mask, self.cores)
+
+    def all_free(self, cores: tuple[int, ...]) -> bool:
+        """Whether every one of `cores` is free."""
+        mask = bits(cores)
+        return self.free_mask & mask == mask
+
+    def smt_slots(self, cores: tuple[int, ...]) -> int:
+        """How many of `cores` have their second hardware thread free."""
+        return (self.smt_mask & bits(cores)).bit_count()
 
     def start(self, nodes: tuple[int, ...], k: int, affinity: Affinity, seconds: float,
               now: float, smt: bool = False, cores: tuple[int, ...] | None = None,
@@ -57,38 +109,44 @@ class Machine:
 
         `seconds` is the time alone on those cores (the placement's); `until`, when given, is
         the strategy's guess of the end instead of now + seconds (an SMT op, slowed)."""
-        pool = self.smt_free & (set(range(self.cores)) - self.free) if smt else self.free
-        chosen = cores if cores is not None else self._pick(pool, k, affinity)
-        (self.smt_free if smt else self.free).difference_update(chosen)
-        p = Placement(nodes=nodes, cores=chosen, affinity=affinity, seconds=seconds, start=now,
-                      smt=smt, group=group)
-        bisect.insort(self.running, (p.end if until is None else until, self._seq, p))
+        if cores is not None:
+            chosen, mask = cores, bits(cores)
+        else:
+            pool = self.smt_mask & ~self.free_mask if smt else self.free_mask
+            picked = self._picks.get((pool, k, affinity))
+            if picked is None:
+                if len(self._picks) >= PICK_CACHE:
+                    self._picks.clear()
+                chosen = pick_cores(self.groups, members(pool, self.cores), k, affinity)
+                picked = self._picks[pool, k, affinity] = (chosen, bits(chosen))
+            chosen, mask = picked
+        if smt:
+            self.smt_mask &= ~mask
+        else:
+            self.free_mask &= ~mask
+            self.free_count = self.free_mask.bit_count()
+        p = Placement(nodes, chosen, affinity, seconds, now, smt, group)
+        bisect.insort(self.running, (now + seconds if until is None else until, self._seq, p))
+        self._held[self._seq] = mask
         self._seq += 1
         return p
 
-    def _pick(self, pool: set[int], k: int, affinity: Affinity) -> tuple[int, ...]:
-        return _picked(self.groups, frozenset(pool), k, affinity)
-
     def finish_next(self) -> tuple[float, list[Placement]]:
         """Pop every placement ending first; free its cores. Returns (end time, placements)."""
-        end = self.running[0][0]
+        running = self.running
+        end = running[0][0]
         count = 1
-        while count < len(self.running) and self.running[count][0] <= end:
+        while count < len(running) and running[count][0] <= end:
             count += 1
-        done = [p for _, _, p in self.running[:count]]
-        del self.running[:count]
-        for p in done:
-            (self.smt_free if p.smt else self.free).update(p.cores)
-        return end, done
-
-    def releases(self, now: float) -> Iterator[tuple[float, int]]:
-        """(time, free cores then) at each future end of a non-SMT placement, ascending
-        (lazily: a strategy stops reading once enough cores come free)."""
-        free = len(self.free)
-        for end, _, p in self.running:
-            if not p.smt:
-                free += p.threads
-                yield max(end, now), free
+        done = running[:count]
+        del running[:count]
+        for _, seq, p in done:
+            if p.smt:
+                self.smt_mask |= self._held.pop(seq)
+            else:
+                self.free_mask |= self._held.pop(seq)
+        self.free_count = self.free_mask.bit_count()
+        return end, [p for _, _, p in done]
 
     def horizon(self, now: float) -> float:
         """Seconds until the last running op ends (0 when idle)."""
@@ -125,10 +183,11 @@ def list_schedule(preds: Sequence[Sequence[int]], machine: Machine,
             if started:
                 # `ready` stays sorted; deleting the few started nodes by bisection beats
                 # rebuilding it when thousands wait (ResNet-1001's weight updates).
-                for v in sorted(v for p in started for v in p.nodes):
-                    at = bisect.bisect_left(ready, v)
-                    if at < len(ready) and ready[at] == v:
-                        del ready[at]
+                for p in started:
+                    for v in p.nodes:
+                        at = bisect.bisect_left(ready, v)
+                        if at < len(ready) and ready[at] == v:
+                            del ready[at]
                 placed.extend(started)
         if not machine.running:
             raise ValueError(f"strategy started nothing on an idle machine with ready ops "
@@ -142,7 +201,7 @@ def list_schedule(preds: Sequence[Sequence[int]], machine: Machine,
                     waiting[s] -= 1
                     if waiting[s] == 0:
                         new.append(s)
-        if new:  # a few new nodes into a long sorted list: inserted, not sorted again
-            for v in sorted(new):
-                bisect.insort(ready, v)
+        # A few new nodes into a long sorted list: inserted, not sorted again.
+        for v in new:
+            bisect.insort(ready, v)
     return placed

@@ -70,32 +70,40 @@ WIDEN: tuple[Widen, ...] = ("", "last", "fill")
 def list_moldable(costs: OpCosts, preds: Sequence[Sequence[int]], priority: Sequence[float],
                   allot: Sequence[int], groups: tuple[tuple[int, ...], ...], smt: bool,
                   smt_slowdown: float, group_min: int | None,
-                  widen: Widen = "fill") -> list[Placement]:
+                  widen: Widen = "fill", groupable: Sequence[bool] | None = None
+                  ) -> list[Placement]:
     """One list schedule (see the module docstring). `group_min` None: no grouping; `widen`:
-    which ops may take more threads than allotted when cores would idle otherwise (WIDEN)."""
+    which ops may take more threads than allotted when cores would idle otherwise (WIDEN);
+    `groupable`: may_group(costs, group_min), where the caller has it."""
     fill = widen == "fill"
     times = costs.time_lists
     best = costs.best_prefix
+    affinity = costs.affinity
+    keys = costs.keys
+    if group_min is not None and groupable is None:
+        groupable = may_group(costs, group_min)
     # Rank of each node in priority order (highest first, ties by index): ready lists sort by
     # it without a Python key function per comparison (they can hold thousands of ops).
     rank = [0] * len(priority)
     for r, i in enumerate(sorted(range(len(priority)), key=lambda i: (-priority[i], i))):
         rank[i] = r
+    by_rank = rank.__getitem__
 
     def loop_time(members: list[int], k: int) -> float:
         # One parallel loop over independent ops, one op per thread at a time.
-        return math.ceil(len(members) / k) * costs.time(members[0], 1)
+        return math.ceil(len(members) / k) * times[members[0]][0]
 
     def decide(now: float, ready: list[int], machine: Machine) -> list[Placement]:
         started: list[Placement] = []
-        queue = sorted(ready, key=rank.__getitem__)
+        queue = sorted(ready, key=by_rank)
         # A group needs group_min ready ops (most decisions see three or four).
-        if group_min is not None and len(queue) >= group_min:
+        if groupable is not None and len(queue) >= group_min:
             by_key: dict[str, list[int]] = {}
             for i in queue:
-                by_key.setdefault(costs.keys[i], []).append(i)
+                if groupable[i]:
+                    by_key.setdefault(keys[i], []).append(i)
             for members in by_key.values():
-                free = len(machine.free)
+                free = machine.free_count
                 if len(members) >= group_min and free >= 1:
                     k = min(len(members), free)
                     grouped = loop_time(members, k)
@@ -109,56 +117,64 @@ def list_moldable(costs: OpCosts, preds: Sequence[Sequence[int]], priority: Sequ
         reserved: float | None = None
         # Allotments still in the queue (integers: any order sums the same).
         queued = sum(map(allot.__getitem__, queue)) if fill else 0
+        # The machine's running list, which start() updates in place.
+        running = machine.running
         for i in list(queue):
-            free = len(machine.free)
+            free = machine.free_count
             if free == 0:
                 break
-            t = times[i]
-            limit = min(allot[i], free)
-            k = best[i][limit - 1]
+            t, a, fastest = times[i], allot[i], best[i]
+            limit = min(a, free)
+            k = fastest[limit - 1]
             if widen and reserved is None and free > limit and (fill or len(queue) == 1):
                 # No op becomes ready before the first running one ends: free cores that the
                 # other ready ops' allotments leave, and that this op can finish on before
                 # then, would idle; it takes them.
-                others = queued - allot[i] if fill else 0
+                others = queued - a if fill else 0
                 if free - others > limit:
-                    wide = best[i][free - others - 1]
+                    wide = fastest[free - others - 1]
                     # Running placements are sorted by end: the first without SMT ends first.
-                    if now + t[wide - 1] <= next((e for e, _, p in machine.running
-                                                  if not p.smt), math.inf):
+                    if now + t[wide - 1] <= next((e for e, _, p in running if not p.smt),
+                                                 math.inf):
                         k = wide
             finish = now + t[k - 1]
             if reserved is not None:
                 if finish <= reserved:
-                    started.append(machine.start((i,), k, costs.affinity[i][k - 1], t[k - 1],
-                                                 now))
+                    started.append(machine.start((i,), k, affinity[i][k - 1], t[k - 1], now))
                     queue.remove(i)
-                    queued -= allot[i]
+                    queued -= a
                 continue
             wait_best, wait_at = finish, None
-            for at, free_then in machine.releases(now):
-                kw = best[i][min(allot[i], free_then) - 1]
+            free_then = free
+            # At each end of a running non-SMT placement, the cores free then (a loop here:
+            # a generator of these cost a tenth of the list schedule).
+            for end, _, p in running:
+                if p.smt:
+                    continue
+                free_then += len(p.cores)
+                at = max(end, now)
+                kw = fastest[min(a, free_then) - 1]
                 if at + t[kw - 1] < wait_best * (1 - 1e-9):
                     wait_best, wait_at = at + t[kw - 1], at
-                if free_then >= allot[i]:
+                if free_then >= a:
                     break
-            if wait_at is None or not machine.running:
-                started.append(machine.start((i,), k, costs.affinity[i][k - 1], t[k - 1], now))
+            if wait_at is None or not running:
+                started.append(machine.start((i,), k, affinity[i][k - 1], t[k - 1], now))
                 queue.remove(i)
-                queued -= allot[i]
+                queued -= a
             else:
                 reserved = wait_at
-        if smt and machine.smt_free and queue:
+        if smt and machine.smt_mask and queue:
             for w in machine.wide():
                 left = w.end - now
                 for i in sorted(queue, key=lambda j: (times[j][0], j)):
-                    slots = len(machine.smt_free & set(w.cores))
+                    slots = machine.smt_slots(w.cores)
                     if slots == 0:
                         break
                     k = best[i][slots - 1]
                     t_alone = times[i][k - 1]
                     if smt_slowdown * t_alone <= left:
-                        started.append(machine.start((i,), k, costs.affinity[i][k - 1],
+                        started.append(machine.start((i,), k, affinity[i][k - 1],
                                                      t_alone, now, smt=True,
                                                      until=now + smt_slowdown * t_alone))
                         queue.remove(i)
@@ -167,10 +183,34 @@ def list_moldable(costs: OpCosts, preds: Sequence[Sequence[int]], priority: Sequ
     return list_schedule(preds, Machine(groups, smt=smt), decide)
 
 
+def may_group(costs: OpCosts, group_min: int) -> list[bool]:
+    """Per node, whether it may ever run in a group: its signature has group_min nodes, and
+    one thread's time of the first of them is below all their fastest times one after
+    another. Otherwise no ready subset of them groups: a group's loop takes at least one
+    thread's time of its first op, and its ops alone take at most (count x the largest
+    fastest time) (the margin holds any float sum's rounding).
+
+    >>> import numpy as np
+    >>> c = OpCosts(times=(np.array([4.0, 2.0]),) * 4 + (np.array([4.0, 0.9]),) * 4,
+    ...             affinity=(("compact",) * 2,) * 8, keys=("a",) * 4 + ("b",) * 4,
+    ...             analytical=())
+    >>> may_group(c, 4)[::4], may_group(c, 5)[::4]
+    ([True, False], [False, False])
+    """
+    members: dict[str, list[int]] = {}
+    for i, key in enumerate(costs.keys):
+        members.setdefault(key, []).append(i)
+    times, fastest = costs.time_lists, costs.fastest_seconds
+    may = {key: len(m) >= group_min and min(times[i][0] for i in m)
+           < len(m) * max(fastest[i] for i in m) * (1 + 1e-9)
+           for key, m in members.items()}
+    return [may[key] for key in costs.keys]
+
+
 def allot_all(costs: OpCosts, stretch: float, critical: Sequence[bool]) -> list[int]:
     """Per node: its fastest count when critical, else the stretch allotment."""
-    return [costs.best_threads(i) if critical[i] else allotment(costs.times[i], stretch)
-            for i in range(len(costs.times))]
+    fewest = costs.per_curve(lambda t: allotment(t, stretch))
+    return [costs.best_threads(i) if critical[i] else fewest[i] for i in range(len(costs.times))]
 
 
 def relaxed_allotment(costs: OpCosts, durations: Sequence[float], scale: float) -> list[int]:

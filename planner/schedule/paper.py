@@ -56,8 +56,15 @@ def paper(costs: OpCosts, preds: Sequence[Sequence[int]], op_types: Sequence[str
     n = len(preds)
     k1 = [costs.best_threads(i) for i in range(n)]
     k2 = type_threads(costs, op_types) if options.per_type_threads else k1
-    cands = [candidate_threads(costs, i, k2[i], options.candidates, options.max_thread_change)
-             for i in range(n)]
+    # Per curve and Strategy 2 count: alike nodes share both.
+    made: dict[tuple[int, int], list[int]] = {}
+    cands = []
+    for i in range(n):
+        key = (id(costs.times[i]), k2[i])
+        if key not in made:
+            made[key] = candidate_threads(costs, i, k2[i], options.candidates,
+                                          options.max_thread_change)
+        cands.append(made[key])
     times = costs.time_lists
     serial = [t[0] for t in times]
     at_k2 = [times[i][k2[i] - 1] for i in range(n)]
@@ -85,11 +92,11 @@ def paper(costs: OpCosts, preds: Sequence[Sequence[int]], op_types: Sequence[str
         taken: set[int] = set()
         by_cost: np.ndarray | None = None
         progress = True
-        while len(taken) < len(queue) and machine.free and progress:
+        while len(taken) < len(queue) and machine.free_mask and progress:
             progress = False
             if options.corun and machine.running:
                 horizon = machine.horizon(now)
-                free = len(machine.free)
+                free = machine.free_count
                 # Free cores only shrink during the scan: an op that fails this test at its
                 # start fails it at its turn too.
                 could = at[(low_k_of[at] <= free) & (low_t_of[at] <= horizon)].tolist()
@@ -102,7 +109,7 @@ def paper(costs: OpCosts, preds: Sequence[Sequence[int]], op_types: Sequence[str
                         started.append(machine.start((i,), k, affinity(i, k),
                                                      times[i][k - 1], now))
                         taken.add(i)
-                        free = len(machine.free)
+                        free = machine.free_count
                         progress = True
             if progress or len(taken) == len(queue):
                 continue
@@ -117,12 +124,12 @@ def paper(costs: OpCosts, preds: Sequence[Sequence[int]], op_types: Sequence[str
                     break
                 by_cost[first] = n
             idle = not machine.running
-            if (idle or options.corun) and k2[i] <= len(machine.free) or idle:
-                k = min(k2[i], len(machine.free))
+            if (idle or options.corun) and k2[i] <= machine.free_count or idle:
+                k = min(k2[i], machine.free_count)
                 started.append(machine.start((i,), k, affinity(i, k), times[i][k - 1], now))
                 taken.add(i)
                 progress = options.corun
-        wide = machine.wide() if options.hyperthreads and machine.smt_free else []
+        wide = machine.wide() if options.hyperthreads and machine.smt_mask else []
         if wide and len(taken) < len(queue):
             by_serial = sorted(queue, key=serial_rank.__getitem__)
             for w in wide:
@@ -130,7 +137,7 @@ def paper(costs: OpCosts, preds: Sequence[Sequence[int]], op_types: Sequence[str
                 for i in by_serial:
                     if i in taken:
                         continue
-                    slots = len(machine.smt_free & set(w.cores))
+                    slots = machine.smt_slots(w.cores)
                     k = min(k2[i], slots)
                     if k >= 1 and f * times[i][k - 1] <= left:
                         t = times[i][k - 1]

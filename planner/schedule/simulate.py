@@ -48,6 +48,7 @@ from itertools import compress
 
 import numpy as np
 
+from planner.schedule.bound import bottom_levels
 from planner.schedule.placement import Placement
 
 # Ends closer than this (relative) to the earliest one finish in the same event (float noise).
@@ -67,10 +68,11 @@ class SimResult:
     events: int
 
 
-def execution_waits(placements: Sequence[Placement],
-                    preds: Sequence[Sequence[int]]) -> list[set[int]]:
+def execution_waits(placements: Sequence[Placement], preds: Sequence[Sequence[int]],
+                    cores: int | None = None) -> list[set[int]]:
     """Per placement, the placements it waits for: its nodes' producers and the previous
-    placement on each of its (core, slot) pairs. ValueError for a node placed twice or never."""
+    placement on each of its (core, slot) pairs. ValueError for a node placed twice or never.
+    `cores`: how many cores the machine has (None: as many as the placements use)."""
     where: dict[int, int] = {}
     for i, p in enumerate(placements):
         for v in p.nodes:
@@ -84,10 +86,14 @@ def execution_waits(placements: Sequence[Placement],
     # The last placement on each core's first (last_on[0]) and second hardware thread, -1
     # before any: indexed by core, read and written by map() (an all-core op touches every
     # core, at every placement of the search's candidates).
-    cores = 1 + max((max(p.cores) for p in placements if p.cores), default=-1)
+    if cores is None:
+        cores = 1 + max((max(p.cores) for p in placements if p.cores), default=-1)
     last_on = ([-1] * cores, [-1] * cores)
+    producer = where.__getitem__
     for i, p in enumerate(placements):
-        w = {where[u] for v in p.nodes for u in preds[v]}
+        nodes = p.nodes
+        w = (set(map(producer, preds[nodes[0]])) if len(nodes) == 1 else
+             {where[u] for v in nodes for u in preds[v]})
         slots = last_on[1 if p.smt else 0]
         w.update(map(slots.__getitem__, p.cores))
         for c in p.cores:
@@ -98,16 +104,55 @@ def execution_waits(placements: Sequence[Placement],
     return waits
 
 
-def unblocking(placements: Sequence[Placement], preds: Sequence[Sequence[int]]
-               ) -> tuple[list[int], list[list[int]]]:
+def unblocking(placements: Sequence[Placement], preds: Sequence[Sequence[int]],
+               cores: int | None = None) -> tuple[list[int], list[list[int]]]:
     """What every event loop starts from: per placement, how many placements it waits for,
     and which placements each one's end lets go (execution_waits, inverted)."""
-    waits = execution_waits(placements, preds)
+    waits = execution_waits(placements, preds, cores)
     unblocks: list[list[int]] = [[] for _ in range(len(placements))]
-    for i, w in enumerate(waits):
-        for j in sorted(w):
+    for i, w in enumerate(waits):  # each list ascending, whatever order w is read in
+        for j in w:
             unblocks[j].append(i)
     return [len(w) for w in waits], unblocks
+
+
+def step_floor(placements: Sequence[Placement], preds: Sequence[Sequence[int]]) -> float:
+    """A lower bound on the step of these placements, without running them: the busiest
+    hardware-thread slot's seconds (its ops run one after another) and the longest chain of
+    dependencies through ops placed alone (a placement of several nodes counts 0 there: a
+    path may pass two of its nodes). No simulator runs an op faster than alone; less the
+    event loops' merging of near-equal ends (`sure_floor`), every one's step is at least this.
+
+    >>> from planner.schedule.placement import Placement
+    >>> ps = [Placement((0,), (0,), "compact", 2.0, 0.0),
+    ...       Placement((1,), (1,), "compact", 1.0, 0.0),
+    ...       Placement((2,), (0, 1), "compact", 0.5, 2.0)]
+    >>> step_floor(ps, ((), (), (1,))), simulate(ps, ((), (), (1,)), 2, 1.9).step_seconds
+    (2.5, 2.5)
+    """
+    # Seconds per (slot, cores) first: the search's schedules repeat a few core sets.
+    per_set: dict[tuple[bool, tuple[int, ...]], float] = {}
+    alone = [0.0] * len(preds)
+    for p in placements:
+        key = (p.smt, p.cores)
+        per_set[key] = per_set.get(key, 0.0) + p.seconds
+        if len(p.nodes) == 1:
+            alone[p.nodes[0]] = p.seconds
+    per_slot: dict[tuple[bool, int], float] = {}
+    for (smt, cores), seconds in per_set.items():
+        for c in cores:
+            per_slot[smt, c] = per_slot.get((smt, c), 0.0) + seconds
+    return max(max(per_slot.values(), default=0.0),
+               max(bottom_levels(alone, preds), default=0.0))
+
+
+def sure_floor(floor: float, placements: int) -> float:
+    """`floor`, a lower bound on a step computed in floats, less what the simulators can take
+    off it: each event loop finishes ends within EPSILON of the earliest together, at the
+    earliest, and rounds each end; along a chain of `placements` ops that is at most
+    placements x (EPSILON + rounding) x max(step, 1), and the floor's own sums round by less
+    (2**-53 per term). Every simulator's step_seconds is at least what this returns."""
+    return floor - 4 * (placements + 1) * EPSILON * max(floor, 1.0)
 
 
 def simulate(placements: Sequence[Placement], preds: Sequence[Sequence[int]], cores: int,
@@ -117,7 +162,7 @@ def simulate(placements: Sequence[Placement], preds: Sequence[Sequence[int]], co
     Raises ValueError when the placements cannot all run (a node placed twice or never, or an
     order that waits on itself).
     """
-    blocked, unblocks = unblocking(placements, preds)
+    blocked, unblocks = unblocking(placements, preds, cores)
     if not any(p.smt for p in placements):
         return exclusive_cores_loop(placements, blocked, unblocks, cores)
     return shared_cores_loop(placements, blocked, unblocks, cores, smt_slowdown)
@@ -277,6 +322,7 @@ def exclusive_cores_loop(placements: Sequence[Placement], blocked: list[int],
     floats; most candidates of the optimized search take this path, several times faster."""
     n = len(placements)
     seconds = [p.seconds for p in placements]
+    cores_of = [p.cores for p in placements]
     starts = [0.0] * n
     ends = [0.0] * n
     # Each finished op's busy time, added to its cores at the end in finish order (the same
@@ -294,31 +340,36 @@ def exclusive_cores_loop(placements: Sequence[Placement], blocked: list[int],
             heapq.heappush(heap, (seconds[i], i))
             running += 1
             counts.append(running)
+    pop, push = heapq.heappop, heapq.heappush
     while heap:
-        end, i = heapq.heappop(heap)
+        end, i = pop(heap)
         now = max(now, end)
         finished = [i]
         limit = end + EPSILON * max(abs(end), 1.0)
         while heap and heap[0][0] <= limit:
-            finished.append(heapq.heappop(heap)[1])
+            finished.append(pop(heap)[1])
+        if len(finished) > 1:
+            finished.sort()
         newly: list[int] = []
-        for i in sorted(finished):
+        for i in finished:
             ends[i] = now
             # A core is busy from each op's start to its end (one op at a time on it).
-            held = placements[i].cores
+            held = cores_of[i]
             on_cores.extend(held)
             ran.append(now - starts[i])
             widths.append(len(held))
             running -= 1
-            done += 1
             counts.append(running)
             for j in unblocks[i]:
                 blocked[j] -= 1
                 if blocked[j] == 0:
                     newly.append(j)
-        for j in sorted(newly):
+        done += len(finished)
+        if len(newly) > 1:
+            newly.sort()
+        for j in newly:
             starts[j] = now
-            heapq.heappush(heap, (now + seconds[j], j))
+            push(heap, (now + seconds[j], j))
             running += 1
             counts.append(running)
     total = np.zeros(cores)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from planner.schedule.bound import bottom_levels
 from planner.schedule.costs import OpCosts
 from planner.schedule.engine import Machine, list_schedule
 from planner.schedule.placement import Placement
@@ -47,7 +48,7 @@ def uniform(costs: OpCosts, preds: Sequence[Sequence[int]],
         for lane in lanes:
             if taken == len(ready):
                 break
-            if machine.free.issuperset(lane):
+            if machine.all_free(lane):
                 i = ready[taken]
                 taken += 1
                 one = costs.time(i, 1)
@@ -59,6 +60,23 @@ def uniform(costs: OpCosts, preds: Sequence[Sequence[int]],
         return started
 
     return list_schedule(preds, Machine(groups, smt=False), decide)
+
+
+def uniform_floor(costs: OpCosts, preds: Sequence[Sequence[int]], intra: int,
+                  inter: int) -> float:
+    """A lower bound on the step of `uniform(costs, preds, groups, intra, inter)` (no
+    min_team_seconds: every op on its lane's `intra` cores), without list-scheduling it: some
+    lane runs at least its share of the ops' time one after another, and the longest path at
+    those times runs in order (as simulate.step_floor; less simulate.sure_floor's margin).
+
+    >>> import numpy as np
+    >>> c = OpCosts(times=(np.array([2.0, 1.0]),) * 3, affinity=(("compact",) * 2,) * 3,
+    ...             keys=("a",) * 3, analytical=())
+    >>> uniform_floor(c, ((), (0,), ()), 1, 2), uniform_floor(c, ((), (0,), ()), 2, 1)
+    (4.0, 3.0)
+    """
+    at = [t[intra - 1] for t in costs.time_lists]
+    return max(sum(at) / inter, max(bottom_levels(at, preds), default=0.0))
 
 
 def grid_pairs(cores: int) -> list[tuple[int, int]]:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from planner.schedule import ScheduleOptions
 from planner.schedule.costs import OpCosts
@@ -83,3 +85,22 @@ def test_allotment_moves_let_two_independent_ops_share_the_cores():
         stretch=1.0, refine_rounds=0, search_rounds=0, allot_moves=0, grouping=False), timed)
     assert simulate(with_baselines, preds, 4, 1.9).step_seconds == pytest.approx(2.2)
     assert {p.threads for p in with_baselines} == {2}
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 2), st.floats(0.1, 4.0), st.floats(1.0, 12.0)),
+                min_size=4, max_size=14), st.integers(2, 4), st.randoms())
+def test_leaving_out_nodes_that_may_not_group_changes_no_schedule(nodes, group_min, rnd):
+    # Nodes of three signatures, each with its own curve (alike signatures need not share
+    # one here): one thread's time, and a speedup on 4 cores; grouping considered for every
+    # node, or only where may_group allows, gives the same list schedule.
+    times = tuple(np.array([t / min(k, s) for k in range(1, 5)]) for _, t, s in nodes)
+    c = OpCosts(times=times, affinity=(("compact",) * 4,) * len(nodes),
+                keys=tuple(f"k{key}" for key, _, _ in nodes), analytical=())
+    preds = tuple(tuple(sorted(rnd.sample(range(i), rnd.randint(0, min(i, 1)))))
+                  for i in range(len(nodes)))
+    prio = [rnd.random() for _ in nodes]
+    allot = [rnd.randint(1, 4) for _ in nodes]
+    every = list_moldable(c, preds, prio, allot, GROUPS, False, 1.9, group_min,
+                          groupable=[True] * len(nodes))
+    assert list_moldable(c, preds, prio, allot, GROUPS, False, 1.9, group_min) == every
