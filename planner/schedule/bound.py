@@ -58,6 +58,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import NamedTuple
 
 import numpy as np
@@ -104,11 +105,11 @@ def bottom_levels(times: Sequence[float], preds: Sequence[Sequence[int]]) -> lis
 
 def lower_bound(costs: OpCosts, preds: Sequence[Sequence[int]], capacity: float) -> Bound:
     """Critical path, area, allotment and cut bounds, and their max (seconds)."""
-    n = len(preds)
     fastest = costs.fastest_seconds
     cp = max(bottom_levels(fastest, preds), default=0.0)
-    area = sum(costs.min_area(i) for i in range(n)) / capacity
     hulls = Hulls.of(costs)
+    # Each hull ends at its curve's least work, min_area (the same floats, summed in order).
+    area = sum(hulls.work[:, -1].tolist()) / capacity
     allot, durations = hulls.relax(preds, capacity)
     cut = cut_bound(hulls, preds, capacity, fastest, durations)
     return Bound(critical_path=cp, area=area, seconds=max(cp, area, allot, cut),
@@ -123,10 +124,13 @@ def work_hull(times: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     (array([1.9, 2. , 4. ]), array([5.7, 4. , 4. ]))
     """
     work = times * np.arange(1, len(times) + 1)
-    pareto: list[tuple[float, float]] = []
-    for j in np.argsort(times, kind="stable"):
-        if not pareto or work[j] < pareto[-1][1]:
-            pareto.append((float(times[j]), float(work[j])))
+    order = np.argsort(times, kind="stable")
+    by_time = work[order]
+    # The Pareto front: each count that takes less work than every count before it in order.
+    front = np.empty(len(by_time), dtype=bool)
+    front[:1] = True
+    front[1:] = by_time[1:] < np.minimum.accumulate(by_time)[:-1]
+    pareto = zip(times[order][front].tolist(), by_time[front].tolist(), strict=True)
     hull: list[tuple[float, float]] = []
     for x, w in pareto:
         while len(hull) >= 2:
@@ -157,17 +161,27 @@ class Hulls:
 
     @staticmethod
     def of(costs: OpCosts) -> Hulls:
-        memo: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-        for t in costs.times:  # nodes of one signature share their curve
-            if id(t) not in memo:
-                memo[id(t)] = work_hull(t)
-        hulls = [memo[id(t)] for t in costs.times]
+        # Nodes of one signature share their curve, and signatures often share its values:
+        # one hull per distinct curve, then one row of it per node.
+        by_id: dict[int, int] = {}
+        by_value: dict[tuple[str, bytes], int] = {}
+        hulls: list[tuple[np.ndarray, np.ndarray]] = []
+        rows = []
+        for t in costs.times:
+            if id(t) not in by_id:
+                key = (t.dtype.str, t.tobytes())
+                if key not in by_value:
+                    by_value[key] = len(hulls)
+                    hulls.append(work_hull(t))
+                by_id[id(t)] = by_value[key]
+            rows.append(by_id[id(t)])
         width = max((len(x) for x, _ in hulls), default=1)
         durations = np.empty((len(hulls), width))
         work = np.empty((len(hulls), width))
         for i, (x, w) in enumerate(hulls):
             durations[i, :len(x)], durations[i, len(x):] = x, x[-1]
             work[i, :len(w)], work[i, len(w):] = w, w[-1]
+        durations, work = durations[rows], work[rows]
         return Hulls(durations, work)
 
     def subset(self, nodes: Sequence[int]) -> Hulls:
@@ -187,8 +201,16 @@ class Hulls:
             return 0.0, []
         durations, work = self.durations, self.work / capacity
         bands = _bands(durations, work)
+        # The steps keep their per-node vectors in band order, each band a slice of them:
+        # node order[k] at position k, node v at position[v].
+        order = np.concatenate([nodes for nodes, _, _, _ in bands])
+        position = np.empty(n, dtype=np.intp)
+        position[order] = np.arange(n)
+        # Longest paths over the picks, the costliest part of a step: prepared once.
+        growing = _strictly_growing(durations)
+        walk = _Walk.of(preds, growing, position.tolist())
         flow = np.zeros(n)
-        flow[longest_path(durations[:, 0].tolist(), preds)] = 1.0
+        flow[_longest_path(durations[order, 0].tolist(), walk)] = 1.0
         mu = 0.0
         # (f = 0, mu = 1) is the area term; the first step, (critical path, mu = 0), the path.
         best = float(work.min(axis=1).sum())
@@ -197,89 +219,109 @@ class Hulls:
         steps = 0
         x, value_at, work_at = np.empty(n), np.empty(n), np.empty(n)
         # The picks often repeat the last step's (on ResNet-1001, 95% of the steps): so does
-        # their longest path, the step's costliest part, kept rather than searched again.
-        path_of: tuple[np.ndarray, list[int]] = (np.empty(0), [])
-        # Per band, buffers its products are written into (the same values as fresh arrays,
-        # without an allocation per step), and whether it is every node in order: then its
-        # picks are written straight into x, value_at and work_at.
-        scratch = [(np.empty_like(d), np.empty_like(d), len(nodes) == n)
-                   for nodes, d, _, _ in bands]
+        # their longest path, the step's costliest part, kept rather than searched again:
+        # the picks, the path's distances (_distances) and the path once traced.
+        last_x, (dist, via, end), path = np.empty(0), ([0.0], [-1], 0), None
+        # With positive durations (growing), the path's length summed along it (dist[end]) and
+        # as x[path].sum() differ by rounding only, less than this fraction of it.
+        slack = n * 2.0**-50
+        # Per band, its slice of the vectors, and buffers its products are written into (the
+        # same values as fresh arrays, without an allocation per step).
+        slices = []
+        start = 0
+        for nodes, band_durations, band_work, _ in bands:
+            band = slice(start, start + len(nodes))
+            start = band.stop
+            slices.append((band, np.empty_like(band_durations), np.empty_like(band_durations)))
+            if band_durations.shape[1] == 1:  # picked at every step
+                x[band], work_at[band] = band_durations[:, 0], band_work[:, 0]
         for step in range(iterations):
             # Per node, the hull vertex minimising flow x duration + mu x work (the first, on
             # ties), band by band: the same picks and sums as over the padded matrices.
-            for (nodes, band_durations, band_work, row_starts), (value, scaled, whole) in zip(
-                    bands, scratch, strict=True):
-                np.multiply((flow if whole else flow.take(nodes))[:, None], band_durations,
-                            out=value)
+            for (_, band_durations, band_work, row_starts), (band, value, scaled) in zip(
+                    bands, slices, strict=True):
+                np.multiply(flow[band, None], band_durations, out=value)
                 np.multiply(band_work, mu, out=scaled)
                 value += scaled
+                if band_durations.shape[1] == 1:  # its only vertex: x, work_at set above
+                    value_at[band] = value[:, 0]
+                    continue
                 # Flat positions of the picks: take() on them is cheaper than 2-D indexing.
                 pick = value.argmin(axis=1)
                 pick += row_starts
-                if whole:
-                    band_durations.take(pick, out=x)
-                    value.take(pick, out=value_at)
-                    band_work.take(pick, out=work_at)
-                else:
-                    x[nodes] = band_durations.take(pick)
-                    value_at[nodes] = value.take(pick)
-                    work_at[nodes] = band_work.take(pick)
+                band_durations.take(pick, out=x[band])
+                value.take(pick, out=value_at[band])
+                band_work.take(pick, out=work_at[band])
             picked += x
             steps += 1
-            found = float(value_at.sum())
+            found = float(value_at.take(position).sum())  # summed in node order
             if found > best * (1 + PLATEAU_GAIN):
                 best, since = found, 0
             else:
                 best, since = max(best, found), since + 1
                 if since == PLATEAU_STEPS:
                     break
-            if not np.array_equal(x, path_of[0]):
-                path_of = (x.copy(), longest_path(x.tolist(), preds))
-            path = path_of[1]
+            if step + 1 == iterations:  # no flow after the last step
+                break
+            if not np.array_equal(x, last_x):
+                last_x, (dist, via, end), path = x.copy(), _distances(x.tolist(), walk), None
             gamma = 2.0 / (step + 3.0)
             flow *= 1.0 - gamma
             mu *= 1.0 - gamma
-            if float(x[path].sum()) >= float(work_at.sum()):
+            total_work = float(work_at.take(position).sum())
+            if growing and dist[end] < total_work * (1.0 - slack):  # no path needed
+                mu += gamma
+                continue
+            if path is None:  # an index array, once: a list would be converted at each use
+                path = np.array(_trace(via, end))
+            if float(x[path].sum()) >= total_work:
                 flow[path] += gamma
             else:
                 mu += gamma
-        return best, (picked / steps).tolist()
+        return best, (picked / steps).take(position).tolist()
 
 
-# Extra matrix cells a band of nodes may carry rather than start a band of its own (a band
-# costs a few numpy calls per Frank-Wolfe step).
+# A band costs a few numpy calls per Frank-Wolfe step: as much time as this many matrix cells.
 BAND_CELLS = 4096
 
 
 def _bands(durations: np.ndarray, work: np.ndarray) -> list[tuple[np.ndarray, ...]]:
-    """The nodes grouped by hull length, each group's matrices cut to its longest hull: hulls
-    are padded with their last vertex, and padding never wins a first-minimum pick, so
-    skipping it changes nothing but the time (ResNet-1001's hulls: a third of the width).
+    """The nodes grouped by hull length, each group's matrices cut to its longest hull.
+
+    A vertex whose work equals the previous vertex's never wins a first-minimum pick: it is no
+    faster (durations ascend) and, with flow and mu >= 0, flow x duration + mu x work rounds to
+    no less. That drops the hull's last vertex (the least work again at the slowest time) and
+    the padding, so skipping them changes nothing but the time (ResNet-1001's hulls: a third
+    of the width); a node whose fastest count is its least-work one keeps a single vertex.
+    The bands minimise cells plus BAND_CELLS per band over cuts of the ascending lengths.
 
     Returns (node indices, durations, work, each row's first flat position) per band."""
-    n, width = durations.shape
-    changes = (durations[:, 1:] != durations[:, :-1]) | (work[:, 1:] != work[:, :-1])
-    # Per node, the columns up to its last change: the rest repeat the last vertex.
+    width = work.shape[1]
+    changes = work[:, 1:] != work[:, :-1]
+    # Per node, the columns up to its last change of work.
     last = np.where(changes.any(axis=1), width - 1 - np.argmax(changes[:, ::-1], axis=1), 0)
     lengths = last + 1
-    order = np.argsort(lengths, kind="stable")
-    # Greedy bands over ascending lengths: a node joins the current band unless widening the
-    # band to its length costs more cells than a new band.
-    bands: list[list[int]] = []
-    band_width = 0
-    for i in order.tolist():
-        length = int(lengths[i])
-        if bands and (length - band_width) * len(bands[-1]) <= BAND_CELLS:
-            bands[-1].append(i)
-        else:
-            bands.append([i])
-        band_width = length
+    sizes, counts = np.unique(lengths, return_counts=True)
+    sizes, rows = sizes.tolist(), np.cumsum(counts).tolist()
+    # cost[k]: the least cost of banding every node no longer than sizes[k - 1]; cut[k] where
+    # its last band starts.
+    cost, cut = [0.0], [0]
+    for k in range(1, len(sizes) + 1):
+        options = [cost[j] + BAND_CELLS + sizes[k - 1] * (rows[k - 1] - (rows[j - 1] if j else 0))
+                   for j in range(k)]
+        j = options.index(min(options))
+        cost.append(options[j])
+        cut.append(j)
     out = []
-    for members in bands:
-        nodes = np.array(sorted(members))
-        w = int(lengths[nodes].max())
+    k = len(sizes)
+    while k:
+        j = cut[k]
+        low = sizes[j - 1] if j else 0
+        nodes = np.flatnonzero((lengths > low) & (lengths <= sizes[k - 1]))
+        w = sizes[k - 1]
         out.append((nodes, durations[nodes, :w], work[nodes, :w], np.arange(len(nodes)) * w))
-    return out
+        k = j
+    return out[::-1]
 
 
 def cut_bound(hulls: Hulls, preds: Sequence[Sequence[int]], capacity: float,
@@ -361,10 +403,66 @@ def top_levels(times: Sequence[float], preds: Sequence[Sequence[int]]) -> list[f
 
 def longest_path(times: Sequence[float], preds: Sequence[Sequence[int]]) -> list[int]:
     """Node indices of a longest path (node weights `times`), from its first node."""
-    n = len(preds)
-    dist = [0.0] * n
-    via = [-1] * n
-    for i, ps in enumerate(preds):
+    return _longest_path(times, _Walk.of(preds, growing=False))
+
+
+class _Walk(NamedTuple):
+    """A graph prepared for many longest paths (_distances), its nodes at given positions of
+    the lists of times and distances (at each node's index where not said)."""
+
+    # Per node in graph order, its position.
+    at: Sequence[int]
+    # Per node in graph order, its predecessors' positions; on a growing walk (below), an
+    # only predecessor's as an int (four in five of a step graph's nodes once shortcuts go).
+    preds: list[int | tuple[int, ...]]
+    # Per position, the predecessor a longest path to it comes through where that is fixed:
+    # the only one on a growing walk; else -1.
+    via: list[int]
+    # The positions a longest path may end at, in graph order, and a getter of their
+    # distances from a list of every position's (None for one: itemgetter gives no tuple).
+    ends: tuple[int, ...]
+    end_distances: itemgetter | None
+
+    @staticmethod
+    def of(preds: Sequence[Sequence[int]], growing: bool,
+           at: Sequence[int] | None = None) -> _Walk:
+        """`growing`: every path's length grows strictly at each node (_strictly_growing).
+        Then shortcut edges go (_without_shortcuts, up to SHORTCUT_NODES nodes), every
+        node's path is longer than 0 (so
+        an only predecessor is the way in), and paths end at sinks only: a node's successor
+        ends strictly later."""
+        n = len(preds)
+        at = range(n) if at is None else at
+        ends = range(n)
+        if growing:
+            if n <= SHORTCUT_NODES:
+                preds = _without_shortcuts(preds)
+            ends = sorted(set(ends).difference(p for ps in preds for p in ps))
+        ends = tuple(at[v] for v in ends)
+        walk = [at[ps[0]] if growing and len(ps) == 1 else tuple(at[p] for p in ps)
+                for ps in preds]
+        via = [-1] * n
+        for v, ps in enumerate(walk):
+            if ps.__class__ is int:
+                via[at[v]] = ps
+        return _Walk(at, walk, via, ends, itemgetter(*ends) if len(ends) > 1 else None)
+
+
+def _longest_path(times: Sequence[float], walk: _Walk) -> list[int]:
+    """longest_path, the first longest: per node the first predecessor ending strictly later
+    than 0 and than every one before it, and the first node ending last."""
+    return _trace(*_distances(times, walk)[1:])
+
+
+def _distances(times: Sequence[float], walk: _Walk) -> tuple[list[float], list[int], int]:
+    """Per node the longest path's length to its end and its predecessor on that path (-1:
+    none), and the node where the first longest path ends."""
+    dist = [0.0] * len(walk.preds)
+    via = walk.via.copy()
+    for i, ps in zip(walk.at, walk.preds, strict=True):
+        if ps.__class__ is int:  # the loop below, where it would take ps (_Walk.of)
+            dist[i] = dist[ps] + times[i]
+            continue
         best, arg = 0.0, -1
         for p in ps:
             d = dist[p]
@@ -372,9 +470,61 @@ def longest_path(times: Sequence[float], preds: Sequence[Sequence[int]]) -> list
                 best, arg = d, p
         dist[i] = best + times[i]
         via[i] = arg
-    node = dist.index(max(dist))  # the first longest, as max with a key would pick
+    if walk.end_distances is None:
+        end = walk.ends[0] if walk.ends else -1
+    else:
+        last = walk.end_distances(dist)
+        end = walk.ends[last.index(max(last))]  # the first longest, as max with a key picks
+    return dist, via, end
+
+
+def _trace(via: Sequence[int], end: int) -> list[int]:
+    """The path to `end` along `via`, from its first node."""
     path = []
-    while node >= 0:
-        path.append(node)
-        node = via[node]
+    while end >= 0:
+        path.append(end)
+        end = via[end]
     return path[::-1]
+
+
+# _without_shortcuts holds a bit set of ancestors per node until its last successor: a training
+# graph's forward nodes wait for the backward pass, up to nodes^2 / 16 bytes (25 MB at this
+# size, ResNet-1001's 10,712 nodes 3.5 MB). Larger graphs walk every edge.
+SHORTCUT_NODES = 20_000
+
+
+def _without_shortcuts(preds: Sequence[Sequence[int]]) -> list[tuple[int, ...]]:
+    """preds less each edge p -> v where p is also an ancestor of another predecessor of v:
+    a longer way from p to v exists (a third of the step graphs' edges)."""
+    last_use = [-1] * len(preds)  # per node, its last successor
+    for v, ps in enumerate(preds):
+        for p in ps:
+            last_use[p] = v
+    # Per node, its ancestors as a bit set, dropped after its last successor: the sets
+    # held at once are the graph's width, not its length.
+    ancestors: list[int] = []
+    out = []
+    for v, ps in enumerate(preds):
+        covered = 0
+        for q in ps:
+            covered |= ancestors[q]
+        out.append(tuple(p for p in ps if not covered >> p & 1))
+        for p in ps:
+            covered |= 1 << p
+            if last_use[p] == v:
+                ancestors[p] = 0
+        ancestors.append(covered if last_use[v] > v else 0)
+    return out
+
+
+def _strictly_growing(durations: np.ndarray) -> bool:
+    """Whether, whatever vertex of its hull each node takes, a path's length grows strictly at
+    each node as it is summed: every duration is positive and at least 2^-40 of the longest
+    conceivable path (every node at its slowest), above the rounding step of any path's
+    length (2^-52 of it). Then a node's predecessor that is also an ancestor of another
+    predecessor is strictly shorter than that one, so dropping its edge changes no longest
+    path, tie-breaks included (_Walk.of)."""
+    if durations.size == 0:
+        return False
+    shortest, total = float(durations.min()), float(durations.max(axis=1).sum())
+    return bool(0.0 < shortest and np.isfinite(total) and shortest >= total * 2.0**-40)

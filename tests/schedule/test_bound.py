@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from unittest import mock
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from planner.schedule import bound
 from planner.schedule.bound import (
     ITERATIONS,
     PLATEAU_GAIN,
@@ -152,3 +155,71 @@ def test_banded_relaxation_is_the_padded_one(n, seed):
                   for i in range(n))
     hulls = Hulls.of(costs)
     assert hulls.relax(preds, 3.0) == padded_relax(hulls, preds, 3.0)
+
+
+def direct_longest_path(times, preds) -> list[int]:
+    """The first longest path, written the direct way: per node the first predecessor that
+    ends strictly later than 0 and than every one before it."""
+    dist, via = [], []
+    for i, ps in enumerate(preds):
+        best, arg = 0.0, -1
+        for p in ps:
+            if dist[p] > best:
+                best, arg = dist[p], p
+        dist.append(best + times[i])
+        via.append(arg)
+    path = [dist.index(max(dist))]
+    while via[path[-1]] >= 0:
+        path.append(via[path[-1]])
+    return path[::-1]
+
+
+@st.composite
+def tied_dags(draw):
+    # few distinct durations, zero among them: path lengths tie often
+    n = draw(st.integers(1, 30))
+    preds = tuple(tuple(sorted(draw(st.sets(st.integers(0, i - 1), max_size=4)))) if i else ()
+                  for i in range(n))
+    return preds, [draw(st.sampled_from([0.0, 0.5, 1.0, 1.5, 3.0])) for _ in range(n)]
+
+
+@settings(max_examples=200, deadline=None)
+@given(tied_dags())
+def test_longest_path_is_the_first_longest(dag):
+    preds, times = dag
+    assert longest_path(times, preds) == direct_longest_path(times, preds)
+
+
+@settings(max_examples=60, deadline=None)
+@given(tied_dags(), st.integers(2, 6), st.booleans(), st.booleans())
+def test_relaxation_is_the_padded_one_where_paths_tie(dag, cores, idle, shortcuts):
+    # relax drops the edges a longer way covers (unless `shortcuts`: as on graphs too large)
+    # and ends paths at sinks (when every duration is positive); with durations on a coarse
+    # grid and the graph twice side by side, paths tie and the first-longest choice must not
+    # move. `idle`: the ops drawn as 0 take no time at all, and paths no longer grow at
+    # every node.
+    preds, base = dag
+    preds += tuple(tuple(p + len(base) for p in ps) for ps in preds)
+    base = base + base
+    times = [np.array([1.0 + b] + [(1.0 + b) * 2 / (k + 1) for k in range(1, cores)])
+             * (0.0 if idle and b == 0.0 else 1.0) for b in base]
+    costs = OpCosts(times=tuple(times), affinity=(("compact",) * cores,) * len(times),
+                    keys=tuple(f"op{i}" for i in range(len(times))), analytical=())
+    hulls = Hulls.of(costs)
+    with mock.patch.object(bound, "SHORTCUT_NODES", 0 if shortcuts else bound.SHORTCUT_NODES):
+        assert hulls.relax(preds, 2.0) == padded_relax(hulls, preds, 2.0)
+
+
+@pytest.mark.parametrize("idle", [False, True])
+def test_relaxation_ties_go_to_the_first_node_when_bands_reorder_nodes(idle):
+    # Node 0 and 600 one-vertex nodes end equally late at first; the relaxation keeps the
+    # one-vertex hulls in a band of their own, before node 0's long hull. `idle`: one more
+    # node takes no time at all, so paths do not grow at every node. The first longest path
+    # must still be node 0's, as in the padded computation.
+    k = np.arange(1, 41)
+    curve = 1.0 / k + 0.01 * k
+    times = (curve * 2.0 / curve.min(),) + (np.full(40, 2.0),) * 600 + (np.zeros(40),) * idle
+    costs = OpCosts(times=times, affinity=(("compact",) * 40,) * len(times),
+                    keys=("op",) * len(times), analytical=())
+    hulls, preds = Hulls.of(costs), ((),) * len(times)
+    assert hulls.relax(preds, 2.0) == padded_relax(hulls, preds, 2.0)
