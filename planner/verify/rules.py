@@ -242,24 +242,24 @@ def overlap(f: Facts) -> list[str]:
     ["ops 'a' and 'b' run at the same time on logical CPUs [0]"]
     """
     problems = []
-    cpu_sets = {id(op): set(op["cpus"]) for op in f.ops}
-    core_sets = {id(op): {f.core_of[c] for c in op["cpus"] if 0 <= c < len(f.core_of)}
-                 for op in f.ops}
+    # Per op, its logical CPUs and their physical cores.
+    sets = {id(op): (set(op["cpus"]), {f.core_of[c] for c in op["cpus"]
+                                       if 0 <= c < len(f.core_of)}) for op in f.ops}
     for a, b in _concurrent_pairs(f.ops):
         if a.get("stream") and a.get("stream") == b.get("stream"):
             problems.append(f"ops {a['name']!r} and {b['name']!r} run at the same time on "
                             f"stream {a['stream']!r}")
+        (cpus_a, cores_a), (cpus_b, cores_b) = sets[id(a)], sets[id(b)]
         # Most concurrent pairs share no core: two disjointness tests, no sets built.
-        if cpu_sets[id(a)].isdisjoint(cpu_sets[id(b)]) and \
-                core_sets[id(a)].isdisjoint(core_sets[id(b)]):
+        if cpus_a.isdisjoint(cpus_b) and cores_a.isdisjoint(cores_b):
             continue
         same_group = a.get("group") and a.get("group") == b.get("group")
-        shared = cpu_sets[id(a)] & cpu_sets[id(b)]
+        shared = cpus_a & cpus_b
         if shared and not same_group:
             problems.append(f"ops {a['name']!r} and {b['name']!r} run at the same time on "
                             f"logical CPUs {sorted(shared)}")
             continue
-        cores = core_sets[id(a)] & core_sets[id(b)]
+        cores = cores_a & cores_b
         if cores and not same_group and not (a.get("smt") or b.get("smt")):
             problems.append(f"ops {a['name']!r} and {b['name']!r} share physical cores "
                             f"{sorted(cores)} at the same time, and neither is marked smt")
