@@ -185,8 +185,9 @@ def buffer_readers(graph: Graph, plan: dict[str, Any]) -> list[str]:
         problems += [f"op {reader.name!r} reads tensor {t.name!r}, but no buffer of it lists "
                      f"that reader" for reader in graph.consumers.get(t.name, ())
                      if reader.name not in listed]
-    readers = {b["name"]: set(b.get("readers", ())) for b in buffers}
-    for m in (plan.get("memory") or {}).get("ops", []):
+    inserted = (plan.get("memory") or {}).get("ops", [])
+    readers = {b["name"]: set(b.get("readers", ())) for b in buffers} if inserted else {}
+    for m in inserted:
         problems += [f"inserted op {m['name']!r} reads buffer {b!r}, which does not list it "
                      f"as a reader" for b in m.get("inputs", ())
                      if b in readers and m["name"] not in readers[b]]
