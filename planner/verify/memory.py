@@ -417,6 +417,10 @@ def _ordered(a: dict[str, Any], b: dict[str, Any], hb: StatedOrder, after_step: 
     writer = roots.get(_root(b), b).get("writer")
     if not writer or a["last"] >= after_step:
         return False
-    accesses = ([a["writer"]] if a.get("writer") else []) + list(a.get("readers", []))
     # An access by an op the plan lacks is reported by the field rules; it orders nothing.
-    return all(hb.before(u, writer) for u in accesses)
+    if a.get("writer") and not hb.before(a["writer"], writer):
+        return False
+    for u in a.get("readers", ()):
+        if not hb.before(u, writer):
+            return False
+    return True
