@@ -36,7 +36,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=5)
     args = ap.parse_args()
     warnings.simplefilter("ignore")
-    from planner.collection import fewer_collections
+    from planner.collection import collector_off
     from planner.costs import CostModel
     from planner.frontend.options import GraphOptions
     from planner.frontend.prepare import prepare
@@ -50,7 +50,7 @@ def main() -> None:
     from planner.target.presets import load_target
 
     target = load_target(args.target)
-    with fewer_collections():
+    with collector_off():
         graph = prepare(args.graph, GraphOptions(optimizer=Optimizer(kind="sgd")))
         step = step_graph(graph, target)
         costs, preds = op_costs(step, CostModel(target)), predecessors(step)

@@ -48,7 +48,7 @@ from pydantic import TypeAdapter
 
 from planner import __version__
 from planner.beside import beside
-from planner.collection import fewer_collections
+from planner.collection import collector_off
 from planner.costs import CostModel, CostTable, graph_signatures
 from planner.costs.conv_layouts import chosen_layouts
 from planner.errors import InfeasibleBudget, PlanError
@@ -405,7 +405,7 @@ def run(p: Planning, names: tuple[str, ...] | None = None) -> Planning:
     if unknown:
         raise ValueError(f"no stage named {sorted(unknown)[0]!r}")
     chosen = [(name, stage) for name, stage in STAGES if names is None or name in names]
-    with fewer_collections(), ExitStack() as children:
+    with collector_off(), ExitStack() as children:
         # field -> (its result, the stage that reads it) of stages running beside
         pending: dict[str, tuple[Callable[[], Any], str]] = {}
         for name, stage in chosen:

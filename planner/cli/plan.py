@@ -159,9 +159,9 @@ def _link(path: str | None):
 
 
 def run_plan(args: argparse.Namespace) -> int:
-    from planner.collection import fewer_collections
+    from planner.collection import collector_off
 
-    with fewer_collections():  # the whole command: graph, plan and its JSON
+    with collector_off():  # the whole command: graph, plan and its JSON
         return _run_plan(args)
 
 

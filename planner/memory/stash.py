@@ -195,6 +195,35 @@ def _recomputable(graph: Graph, node: Node, output: str) -> bool:
     return all(graph.tensor(o).updates is None for o in node.outputs)
 
 
+def _droppable(t: str, stack: frozenset[str], steps: ComputeSteps, uses: dict[str, TensorUse],
+               stashed: frozenset[str], resolved: dict[str, bool]) -> bool:
+    """Whether t can be recomputed from values that are kept, through cheap ops (memoised in
+    `resolved`). A function of the module, not a closure of analyze: a recursive closure is
+    a reference cycle, which planning (with the cyclic collector off) would not free."""
+    if t in resolved:
+        return resolved[t]
+    graph, phase = steps.graph, steps.phase
+    u = uses.get(t)
+    ok = (u is not None and u.writer >= 0 and phase[u.writer] == "forward"
+          and not u.output and t not in stack
+          and _recomputable(graph, steps.nodes[u.writer], t)
+          and not (t in stashed and len(u.forward_reads) > 1))
+    if ok:
+        node = steps.nodes[u.writer]
+        for k, i in enumerate(node.inputs):
+            role = graph.tensor(i).role
+            if i in stashed or role in ("param", "input", "label"):
+                continue
+            if node.op == "BatchNorm" and k in (3, 4):
+                continue  # replaced by the saved statistics
+            if role in PERSISTENT_ROLES or not _droppable(i, stack | {t}, steps, uses, stashed,
+                                                          resolved):
+                ok = False
+                break
+    resolved[t] = ok
+    return ok
+
+
 def analyze(steps: ComputeSteps, strategy: str = "cost-aware") -> Stash:
     """Stash, checkpoints and segments of a stream (module docstring). `strategy`:
     cost-aware (default), speed-centric or memory-centric for every segment."""
@@ -206,31 +235,7 @@ def analyze(steps: ComputeSteps, strategy: str = "cost-aware") -> Stash:
                         and (u.writer < 0 or phase[u.writer] == "forward"))
     producer = {t: i for i, n in enumerate(steps.nodes) for t in n.outputs}
     resolved: dict[str, bool] = {}
-
-    def droppable(t: str, stack: frozenset[str] = frozenset()) -> bool:
-        """Whether t can be recomputed from values that are kept, through cheap ops."""
-        if t in resolved:
-            return resolved[t]
-        u = uses.get(t)
-        ok = (u is not None and u.writer >= 0 and phase[u.writer] == "forward"
-              and not u.output and t not in stack
-              and _recomputable(graph, steps.nodes[u.writer], t)
-              and not (t in stashed and len(u.forward_reads) > 1))
-        if ok:
-            node = steps.nodes[u.writer]
-            for k, i in enumerate(node.inputs):
-                role = graph.tensor(i).role
-                if i in stashed or role in ("param", "input", "label"):
-                    continue
-                if node.op == "BatchNorm" and k in (3, 4):
-                    continue  # replaced by the saved statistics
-                if role in PERSISTENT_ROLES or not droppable(i, stack | {t}):
-                    ok = False
-                    break
-        resolved[t] = ok
-        return ok
-
-    drop = {t for t in stashed if droppable(t)}
+    drop = {t for t in stashed if _droppable(t, frozenset(), steps, uses, stashed, resolved)}
     checkpoints = frozenset(stashed - drop)
     members = set(drop)
     frontier = list(drop)
