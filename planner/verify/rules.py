@@ -356,8 +356,14 @@ def _concurrent_pairs(ops: list[dict[str, Any]]):
 
 def verify_plan(plan) -> list[str]:
     """verify_plan_data of a Plan record, against its embedded graph's nodes."""
-    # The same data the plan's file holds (made once per plan: writing it reuses them).
-    return verify_plan_data(plan.json_data, [n.name for n in plan.graph.nodes])
+    # The same data the plan's file holds (made once per plan: writing it reuses them). Its
+    # graphs are the record's own, validated records (their data is their dump): the rules
+    # check them as they would a file's, without validating the dump again.
+    data = plan.json_data
+    graphs = {id(data["graph"]): plan.graph}
+    if plan.evaluation is not None:
+        graphs[id(data["evaluation"]["plan"]["graph"])] = plan.evaluation.plan.graph
+    return verify_plan_data(data, [n.name for n in plan.graph.nodes], graphs)
 
 
 def verify_plan_text(text: str, node_names: list[str] | None = None) -> list[str]:
