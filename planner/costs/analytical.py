@@ -28,6 +28,7 @@ Example:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -122,21 +123,34 @@ def cpu_time(work: Work, threads: int, target: Target, curve: ScalingCurve) -> f
 def cpu_times(work: Work, cores: int, target: Target, curve: ScalingCurve) -> np.ndarray:
     """`cpu_time` on 1, 2, ..., `cores` threads, as one array (a scheduler prices every thread
     count of every signature: Inception-v3 on 68 cores, 21,000 of them)."""
+    return cpu_times_of([work], [curve], cores, target)[0]
+
+
+def cpu_times_of(works: Sequence[Work], curves: Sequence[ScalingCurve], cores: int,
+                 target: Target) -> np.ndarray:
+    """`cpu_times` of many ops at once: row i is works[i]'s under curves[i]. Each element is
+    the same floats in the same order as one op's alone (per-op numbers are columns,
+    broadcast), in one array expression instead of one per op."""
     cpu = target.cpu
     if cpu is None:
         raise ValueError(f"target {target.name!r} has no CPU")
-    core_flops = cpu.peak_flops_for(work.math) / target.cores * curve.efficiency
+
+    def column(values: list[float]) -> np.ndarray:
+        return np.array(values, dtype=np.float64).reshape(-1, 1)
+
+    core_flops = column([cpu.peak_flops_for(w.math) / target.cores * c.efficiency
+                         for w, c in zip(works, curves, strict=True)])
     k = np.arange(1, cores + 1, dtype=np.float64)
-
-    def roofline(k: np.ndarray) -> np.ndarray:
-        bandwidth = np.minimum(cpu.memory_bandwidth, k * cpu.core_bandwidth)
-        return np.maximum(work.flops / (k * core_flops), work.bytes / bandwidth)
-
-    s = curve.serial_fraction
+    bandwidth = np.minimum(cpu.memory_bandwidth, k * cpu.core_bandwidth)
+    # The roofline at every count; its first column is one thread's.
+    roofline = np.maximum(column([w.flops for w in works]) / (k * core_flops),
+                          column([w.bytes for w in works]) / bandwidth)
+    s = column([c.serial_fraction for c in curves])
     # ceil(log2(k)) exactly, from the integers: the depth of a reduction tree over k threads.
     depth = np.array([(j - 1).bit_length() for j in range(1, cores + 1)], dtype=np.float64)
-    return (CALL_SECONDS + s * roofline(k[:1]) + (1 - s) * roofline(k)
-            + curve.spawn_seconds * (k - 1) + curve.sync_seconds * depth)
+    return (CALL_SECONDS + s * roofline[:, :1] + (1 - s) * roofline
+            + column([c.spawn_seconds for c in curves]) * (k - 1)
+            + column([c.sync_seconds for c in curves]) * depth)
 
 
 def gpu_time(work: Work, gpu: GPU, curve: ScalingCurve) -> float:

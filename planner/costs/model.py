@@ -43,7 +43,7 @@ from pydantic import Field
 from planner.costs.analytical import (
     ScalingCurve,
     cpu_time,
-    cpu_times,
+    cpu_times_of,
     curve_for,
     gpu_time,
     op_work,
@@ -158,12 +158,24 @@ class CostModel:
         """The analytical model's seconds on 1..max_threads threads (one roofline per count:
         it cannot tell affinities apart), computed once per signature key. Read it; never
         change it (every caller shares the array)."""
-        curve = self._curves.get(signature.key)
-        if curve is None:
-            curve = self._curves[signature.key] = cpu_times(
-                op_work(signature), self.max_threads, self.target,
-                curve_for(signature.op, self.curves))
-        return curve
+        return self.analytical_curves([signature])[0]
+
+    def analytical_curves(self, signatures: Sequence[OpSignature],
+                          keys: Sequence[str] | None = None) -> list[np.ndarray]:
+        """`analytical_curve` of each signature (`keys`: their keys, where the caller has
+        them); those not priced yet are priced together (one array expression for all,
+        analytical.cpu_times_of: the same floats)."""
+        keys = [s.key for s in signatures] if keys is None else keys
+        new: dict[str, OpSignature] = {}
+        for signature, key in zip(signatures, keys, strict=True):
+            if key not in self._curves:
+                new.setdefault(key, signature)
+        if new:
+            rows = cpu_times_of([op_work(s) for s in new.values()],
+                                [curve_for(s.op, self.curves) for s in new.values()],
+                                self.max_threads, self.target)
+            self._curves.update(zip(new, rows, strict=True))
+        return [self._curves[key] for key in keys]
 
     def time(self, signature: OpSignature, threads: int,
              affinity: Affinity = "compact") -> Prediction:

@@ -24,7 +24,9 @@ executors do, and gets the float32 signatures:
 from __future__ import annotations
 
 import json
+import weakref
 from collections.abc import Sequence
+from functools import partial
 from typing import Any, Literal
 
 from pydantic import Field, model_serializer, model_validator
@@ -127,8 +129,30 @@ def kernel_math(graph: Graph, gpu: GPU | None) -> str | None:
 
 def graph_signatures(graph: Graph, gpu: GPU | None = None) -> dict[str, OpSignature]:
     """Node name -> signature, for every node of the graph, in graph order, as its kernels run
-    on `gpu` (None: on a CPU; `kernel_math`)."""
+    on `gpu` (None: on a CPU; `kernel_math`). Built once per graph and math mode while the
+    graph lives (`_BUILT`): a plan asks for its step graph's several times."""
     math = kernel_math(graph, gpu)
+    held = _BUILT.get(id(graph))
+    if held is None or held[0]() is not graph:
+        held = _BUILT[id(graph)] = (weakref.ref(graph, partial(_forget, id(graph))), {})
+    built = held[1].get(math)
+    if built is None:
+        built = held[1][math] = _build_signatures(graph, math)
+    return dict(built)  # the caller's own: the built one stays as built
+
+
+# Per graph (by identity, while it lives) and math mode, its signatures: graphs are frozen
+# records, so one build serves the schedule's op costs and memory's variants of one plan.
+_BUILT: dict[int, tuple[weakref.ref[Graph], dict[str | None, dict[str, OpSignature]]]] = {}
+
+
+def _forget(graph_id: int, ref: weakref.ref[Graph]) -> None:
+    # The graph is gone: its entry, unless a graph made since at its address holds it now.
+    if _BUILT.get(graph_id, (None,))[0] is ref:
+        del _BUILT[graph_id]
+
+
+def _build_signatures(graph: Graph, math: str | None) -> dict[str, OpSignature]:
     types = {t.name: TensorType(t.shape, t.dtype) for t in graph.tensors}
     # Nodes alike (op, input types, attributes) share one signature: a deep graph repeats a
     # few hundred, and building one (attributes normalized, a validated record) is the cost.

@@ -27,7 +27,7 @@ from typing import TypeVar
 
 import numpy as np
 
-from planner.costs import CostModel, MissingCostWarning, graph_signatures
+from planner.costs import CostModel, MissingCostWarning, OpSignature, graph_signatures
 from planner.graph.ir import Graph
 from planner.target.records import AFFINITIES, Affinity
 
@@ -126,17 +126,28 @@ def op_costs(graph: Graph, model: CostModel) -> OpCosts:
     signatures = graph_signatures(graph)
     # Each key written once per signature object (alike nodes share one, graph_signatures).
     key_by_id: dict[int, str] = {}
+    first: dict[str, OpSignature] = {}
     for sig in signatures.values():
         if id(sig) not in key_by_id:
-            key_by_id[id(sig)] = sig.key
-    key_of = {name: key_by_id[id(sig)] for name, sig in signatures.items()}
+            key = key_by_id[id(sig)] = sig.key
+            first.setdefault(key, sig)
     curves: dict[str, tuple[np.ndarray, tuple[Affinity, ...], bool]] = {}
-    for name, sig in signatures.items():
-        if key_of[name] not in curves:
-            curves[key_of[name]] = _curve(model, sig, cores)
+    modelled = []
+    for key, sig in first.items():
+        entry = model.table.entry(sig) if model.table is not None else None
+        if entry is None or not entry.cpu:
+            modelled.append(key)
+        else:
+            curves[key] = _measured_curve(model, sig, cores)
+    # The analytical model cannot tell affinities apart: one roofline per thread count. The
+    # signatures it prices are priced together (CostModel.analytical_curves).
+    compact = ("compact",) * cores
+    for key, t in zip(modelled, model.analytical_curves([first[k] for k in modelled], modelled),
+                      strict=True):
+        curves[key] = t, compact, True
     times, affinity, keys = [], [], []
     for node in graph.nodes:
-        key = key_of[node.name]
+        key = key_by_id[id(signatures[node.name])]
         t, a, _ = curves[key]
         times.append(t)
         affinity.append(a)
@@ -146,11 +157,8 @@ def op_costs(graph: Graph, model: CostModel) -> OpCosts:
                    analytical=missing)
 
 
-def _curve(model: CostModel, sig, cores: int) -> tuple[np.ndarray, tuple[Affinity, ...], bool]:
-    entry = model.table.entry(sig) if model.table is not None else None
-    if entry is None or not entry.cpu:
-        # The analytical model cannot tell affinities apart: one roofline per thread count.
-        return model.analytical_curve(sig), ("compact",) * cores, True
+def _measured_curve(model: CostModel, sig: OpSignature, cores: int
+                    ) -> tuple[np.ndarray, tuple[Affinity, ...], bool]:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", MissingCostWarning)
         per = {a: np.array([model.time(sig, k, a).seconds for k in range(1, cores + 1)])
