@@ -160,6 +160,20 @@ class Machine:
 Decide = Callable[[float, list[int], Machine], list[Placement]]
 
 
+@lru_cache(maxsize=4)
+def _dependents(preds: Sequence[Sequence[int]]
+                ) -> tuple[tuple[int, ...], tuple[tuple[int, ...], ...], tuple[int, ...]]:
+    """Per node, how many distinct nodes it waits for and which wait for it; and the nodes
+    that wait for none, ascending."""
+    succ: list[list[int]] = [[] for _ in preds]
+    for i, ps in enumerate(preds):
+        for p in set(ps):
+            succ[p].append(i)
+    waiting = tuple(len(set(p)) for p in preds)
+    return (waiting, tuple(map(tuple, succ)),
+            tuple(i for i in range(len(preds)) if waiting[i] == 0))
+
+
 def list_schedule(preds: Sequence[Sequence[int]], machine: Machine,
                   decide: Decide) -> list[Placement]:
     """Run `decide` at time 0 and after every op end until every node is placed.
@@ -168,12 +182,14 @@ def list_schedule(preds: Sequence[Sequence[int]], machine: Machine,
     machine is idle; ValueError otherwise (a strategy bug, named).
     """
     n = len(preds)
-    waiting = [len(set(p)) for p in preds]
-    succ: list[list[int]] = [[] for _ in range(n)]
-    for i, ps in enumerate(preds):
-        for p in set(ps):
-            succ[p].append(i)
-    ready = sorted(i for i in range(n) if waiting[i] == 0)
+    # The search list-schedules one graph's dependencies ten times or more: their counts and
+    # successors are found once (preds of tuples, the schedulers' own, are hashable).
+    try:
+        counts, succ, first = _dependents(preds)
+    except TypeError:  # lists among them: not hashable, found for this call alone
+        counts, succ, first = _dependents.__wrapped__(preds)
+    waiting = list(counts)
+    ready = list(first)
     placed: list[Placement] = []
     now = 0.0
     finished = 0

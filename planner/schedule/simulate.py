@@ -343,9 +343,11 @@ def exclusive_cores_loop(placements: Sequence[Placement], blocked: list[int],
     pop, push = heapq.heappop, heapq.heappush
     while heap:
         end, i = pop(heap)
-        now = max(now, end)
+        # Conditionals for max(): the same values, without a builtin's call per event.
+        if end > now:
+            now = end
         finished = [i]
-        limit = end + EPSILON * max(abs(end), 1.0)
+        limit = end + EPSILON * (abs(end) if abs(end) >= 1.0 else 1.0)
         while heap and heap[0][0] <= limit:
             finished.append(pop(heap)[1])
         if len(finished) > 1:
