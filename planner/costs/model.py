@@ -160,22 +160,19 @@ class CostModel:
         change it (every caller shares the array)."""
         return self.analytical_curves([signature])[0]
 
-    def analytical_curves(self, signatures: Sequence[OpSignature],
-                          keys: Sequence[str] | None = None) -> list[np.ndarray]:
-        """`analytical_curve` of each signature (`keys`: their keys, where the caller has
-        them); those not priced yet are priced together (one array expression for all,
-        analytical.cpu_times_of: the same floats)."""
-        keys = [s.key for s in signatures] if keys is None else keys
+    def analytical_curves(self, signatures: Sequence[OpSignature]) -> list[np.ndarray]:
+        """`analytical_curve` of each signature; those not priced yet are priced together
+        (one array expression for all, analytical.cpu_times_of: the same floats)."""
         new: dict[str, OpSignature] = {}
-        for signature, key in zip(signatures, keys, strict=True):
-            if key not in self._curves:
-                new.setdefault(key, signature)
+        for signature in signatures:
+            if signature.key not in self._curves:
+                new.setdefault(signature.key, signature)
         if new:
             rows = cpu_times_of([op_work(s) for s in new.values()],
                                 [curve_for(s.op, self.curves) for s in new.values()],
                                 self.max_threads, self.target)
             self._curves.update(zip(new, rows, strict=True))
-        return [self._curves[key] for key in keys]
+        return [self._curves[s.key] for s in signatures]
 
     def time(self, signature: OpSignature, threads: int,
              affinity: Affinity = "compact") -> Prediction:

@@ -26,7 +26,7 @@ from __future__ import annotations
 import json
 import weakref
 from collections.abc import Sequence
-from functools import partial
+from functools import cached_property, partial
 from typing import Any, Literal
 
 from pydantic import Field, model_serializer, model_validator
@@ -65,7 +65,7 @@ class OpSignature(Record):
             data.pop("math_mode", None)
         return data
 
-    @property
+    @cached_property  # written once per signature: a plan's costs and variants both ask
     def key(self) -> str:
         """`Op(dtype[shape], ...) {attrs}` and ` math=<mode>` when it has one: unique per
         signature, readable in cost tables."""

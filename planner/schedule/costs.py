@@ -20,7 +20,7 @@ Example:
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import TypeVar
@@ -33,6 +33,7 @@ from planner.target.records import AFFINITIES, Affinity
 
 Seconds = float
 T = TypeVar("T")
+C = TypeVar("C")
 
 
 @dataclass(frozen=True)
@@ -69,27 +70,16 @@ class OpCosts:
     def per_curve(self, f: Callable[[np.ndarray], T]) -> list[T]:
         """f of every node's curve, called once per curve that nodes share (op_costs gives
         alike nodes one array)."""
-        memo: dict[int, T] = {}
-        out = []
-        for t in self.times:
-            if id(t) not in memo:
-                memo[id(t)] = f(t)
-            out.append(memo[id(t)])
-        return out
+        return _once_per_curve(self.times, f)
 
     @cached_property
     def time_lists(self) -> tuple[list[float], ...]:
         """times as Python lists (the list schedulers index them many times)."""
-        memo: dict[int, list[float]] = {}
-        for t in self.times:  # once per signature's curve (nodes share them)
-            if id(t) not in memo:
-                memo[id(t)] = np.asarray(t, dtype=np.float64).tolist()
-        return tuple(memo[id(t)] for t in self.times)
+        return tuple(self.per_curve(lambda t: np.asarray(t, dtype=np.float64).tolist()))
 
     @cached_property
     def best_prefix(self) -> tuple[list[int], ...]:
         """best_prefix[i][m - 1] = best_threads(i, limit=m), for every m."""
-        memo: dict[int, list[int]] = {}
 
         def prefix(t: list[float]) -> list[int]:
             out, best = [], 0
@@ -99,10 +89,7 @@ class OpCosts:
                 out.append(best + 1)
             return out
 
-        for t in self.time_lists:  # once per shared curve
-            if id(t) not in memo:
-                memo[id(t)] = prefix(t)
-        return tuple(memo[id(t)] for t in self.time_lists)
+        return tuple(_once_per_curve(self.time_lists, prefix))
 
     @cached_property
     def matrix(self) -> np.ndarray:
@@ -112,7 +99,7 @@ class OpCosts:
     @cached_property
     def fastest_seconds(self) -> list[float]:
         """fastest(i) for every node."""
-        return [min(t) for t in self.time_lists]
+        return _once_per_curve(self.time_lists, min)
 
     def min_area(self, i: int) -> Seconds:
         """min over k of k * t(k): the least core-seconds node i can take."""
@@ -120,17 +107,25 @@ class OpCosts:
         return float((t * np.arange(1, len(t) + 1)).min())
 
 
+def _once_per_curve(curves: Sequence[C], f: Callable[[C], T]) -> list[T]:
+    # Nodes alike share one curve object: f once per object.
+    memo: dict[int, T] = {}
+    out = []
+    for t in curves:
+        if id(t) not in memo:
+            memo[id(t)] = f(t)
+        out.append(memo[id(t)])
+    return out
+
+
 def op_costs(graph: Graph, model: CostModel) -> OpCosts:
     """Time curves of every node of `graph` under `model` (see the module docstring)."""
     cores = model.max_threads
     signatures = graph_signatures(graph)
-    # Each key written once per signature object (alike nodes share one, graph_signatures).
-    key_by_id: dict[int, str] = {}
+    # The first signature of each key (alike nodes share one object, graph_signatures).
     first: dict[str, OpSignature] = {}
     for sig in signatures.values():
-        if id(sig) not in key_by_id:
-            key = key_by_id[id(sig)] = sig.key
-            first.setdefault(key, sig)
+        first.setdefault(sig.key, sig)
     curves: dict[str, tuple[np.ndarray, tuple[Affinity, ...], bool]] = {}
     modelled = []
     for key, sig in first.items():
@@ -142,12 +137,12 @@ def op_costs(graph: Graph, model: CostModel) -> OpCosts:
     # The analytical model cannot tell affinities apart: one roofline per thread count. The
     # signatures it prices are priced together (CostModel.analytical_curves).
     compact = ("compact",) * cores
-    for key, t in zip(modelled, model.analytical_curves([first[k] for k in modelled], modelled),
+    for key, t in zip(modelled, model.analytical_curves([first[k] for k in modelled]),
                       strict=True):
         curves[key] = t, compact, True
     times, affinity, keys = [], [], []
     for node in graph.nodes:
-        key = key_by_id[id(signatures[node.name])]
+        key = signatures[node.name].key
         t, a, _ = curves[key]
         times.append(t)
         affinity.append(a)
