@@ -26,6 +26,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from itertools import repeat
+from operator import itemgetter
 
 import numpy as np
 
@@ -360,7 +361,7 @@ def record(graph: Graph, target: Target, options: ScheduleOptions, costs: OpCost
     # Logical CPUs by (cores, slot): the placements repeat a few core sets.
     cpus_of: dict[tuple[tuple[int, ...], bool], tuple[int, ...]] = {}
     timed = sorted(zip(placements, sim.starts, sim.ends, range(len(placements)), strict=True),
-                   key=lambda r: (r[1], r[2], r[3]))
+                   key=itemgetter(1, 2, 3))
     for p, start, end, _ in timed:
         cpus = cpus_of.get((p.cores, p.smt))
         if cpus is None:
@@ -368,7 +369,7 @@ def record(graph: Graph, target: Target, options: ScheduleOptions, costs: OpCost
                 target.core_cpus[c][1 if p.smt else 0] for c in p.cores))
         for v in sorted(p.nodes):
             node = graph.nodes[v]
-            deps = tuple(names[u] for u in preds[v])
+            deps = tuple(map(names.__getitem__, preds[v]))
             ops.append(ScheduledOp(name=node.name, op=node.op, cpus=cpus, threads=p.threads,
                                    affinity=p.affinity, smt=p.smt, group=p.group, deps=deps,
                                    start=start, end=end))

@@ -57,7 +57,12 @@ from planner.schedule.placement import Placement
 
 def allotment(times: np.ndarray, stretch: float) -> int:
     """Fewest threads whose time is within `stretch` x the fastest."""
-    return int(np.argmax(times <= times.min() * stretch)) + 1
+    return int(allotments(times[None, :], stretch)[0])
+
+
+def allotments(curves: np.ndarray, stretch: float) -> np.ndarray:
+    """`allotment` of each row of `curves` (the same products and comparisons)."""
+    return (curves <= curves.min(axis=1, keepdims=True) * stretch).argmax(axis=1) + 1
 
 
 Widen = Literal["", "last", "fill"]
@@ -211,7 +216,7 @@ def may_group(costs: OpCosts, group_min: int) -> list[bool]:
 
 def allot_all(costs: OpCosts, stretch: float, critical: Sequence[bool]) -> list[int]:
     """Per node: its fastest count when critical, else the stretch allotment."""
-    fewest = costs.per_curve(lambda t: allotment(t, stretch))
+    fewest = allotments(costs.matrix, stretch).tolist() if costs.times else []
     return [costs.best_threads(i) if critical[i] else fewest[i] for i in range(len(costs.times))]
 
 

@@ -30,6 +30,10 @@ from planner.schedule.engine import Machine, list_schedule
 from planner.schedule.options import ScheduleOptions
 from planner.schedule.placement import Placement
 
+# Ready queues longer than this are scanned with numpy (ResNet-1001's hundreds of waiting
+# weight updates); shorter ones in Python.
+LONG_QUEUE = 32
+
 
 def type_threads(costs: OpCosts, op_types: Sequence[str]) -> list[int]:
     """Strategy 2: per node, the best thread count of its type's most expensive instance."""
@@ -88,7 +92,10 @@ def paper(costs: OpCosts, preds: Sequence[Sequence[int]], op_types: Sequence[str
     def decide(now: float, ready: list[int], machine: Machine) -> list[Placement]:
         started: list[Placement] = []
         queue = list(ready)
-        at = np.fromiter(queue, dtype=np.intp, count=len(queue))
+        # A short queue (most decisions see a few ops) is scanned in Python: numpy's calls
+        # cost more than they save there.
+        long = len(queue) > LONG_QUEUE
+        at = np.fromiter(queue, dtype=np.intp, count=len(queue)) if long else None
         taken: set[int] = set()
         by_cost: np.ndarray | None = None
         progress = True
@@ -99,7 +106,9 @@ def paper(costs: OpCosts, preds: Sequence[Sequence[int]], op_types: Sequence[str
                 free = machine.free_count
                 # Free cores only shrink during the scan: an op that fails this test at its
                 # start fails it at its turn too.
-                could = at[(low_k_of[at] <= free) & (low_t_of[at] <= horizon)].tolist()
+                could = (at[(low_k_of[at] <= free) & (low_t_of[at] <= horizon)].tolist()
+                         if at is not None else
+                         [i for i in queue if low_k[i] <= free and low_t[i] <= horizon])
                 for i in could:
                     if i in taken or low_k[i] > free or low_t[i] > horizon:
                         continue
@@ -115,14 +124,17 @@ def paper(costs: OpCosts, preds: Sequence[Sequence[int]], op_types: Sequence[str
                 continue
             # Nothing fits: the most expensive ready op runs with Strategy 2's count.
             # The untaken op of the least cost rank (ranks are distinct), taken ones masked.
-            if by_cost is None:
-                by_cost = cost_rank_of[at]
-            while True:
-                first = int(by_cost.argmin())
-                i = queue[first]
-                if i not in taken:
-                    break
-                by_cost[first] = n
+            if at is None:
+                i = min((j for j in queue if j not in taken), key=cost_rank.__getitem__)
+            else:
+                if by_cost is None:
+                    by_cost = cost_rank_of[at]
+                while True:
+                    first = int(by_cost.argmin())
+                    i = queue[first]
+                    if i not in taken:
+                        break
+                    by_cost[first] = n
             idle = not machine.running
             if (idle or options.corun) and k2[i] <= machine.free_count or idle:
                 k = min(k2[i], machine.free_count)
@@ -134,16 +146,18 @@ def paper(costs: OpCosts, preds: Sequence[Sequence[int]], op_types: Sequence[str
             by_serial = sorted(queue, key=serial_rank.__getitem__)
             for w in wide:
                 left = w.end - now
+                # Its free sibling slots, counted again only when an op takes some.
+                slots = machine.smt_slots(w.cores)
                 for i in by_serial:
                     if i in taken:
                         continue
-                    slots = machine.smt_slots(w.cores)
                     k = min(k2[i], slots)
                     if k >= 1 and f * times[i][k - 1] <= left:
                         t = times[i][k - 1]
                         started.append(machine.start((i,), k, affinity(i, k), t, now,
                                                      smt=True, until=now + f * t))
                         taken.add(i)
+                        slots = machine.smt_slots(w.cores)
         return started
 
     return list_schedule(preds, Machine(groups, smt=smt), decide)
