@@ -27,6 +27,8 @@ from planner.schedule.cores import pick_cores
 from planner.schedule.placement import Placement
 from planner.target.records import Affinity
 
+_new_tuple = tuple.__new__
+
 # Most remembered core picks per cache-group layout (bounds their memory on huge graphs).
 PICK_CACHE = 16384
 
@@ -125,7 +127,9 @@ class Machine:
         else:
             self.free_mask &= ~mask
             self.free_count = self.free_mask.bit_count()
-        p = Placement(nodes, chosen, affinity, seconds, now, smt, group)
+        # Every field given, so made as _make makes one (the named tuple's own __new__ is a
+        # Python function; a plan starts some 20,000 ops).
+        p = _new_tuple(Placement, (nodes, chosen, affinity, seconds, now, smt, group))
         bisect.insort(self.running, (now + seconds if until is None else until, self._seq, p))
         self._held[self._seq] = mask
         self._seq += 1
@@ -154,7 +158,7 @@ class Machine:
 
     def wide(self) -> list[Placement]:
         """Running non-SMT placements that hold every core."""
-        return [p for _, _, p in self.running if not p.smt and p.threads == self.cores]
+        return [p for _, _, p in self.running if not p.smt and len(p.cores) == self.cores]
 
 
 Decide = Callable[[float, list[int], Machine], list[Placement]]
