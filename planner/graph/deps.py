@@ -23,22 +23,22 @@ from planner.graph.ir import Graph
 
 def predecessors(graph: Graph) -> tuple[tuple[int, ...], ...]:
     """Per node index, the indices of the nodes that must finish before it starts (ascending)."""
-    index = {n.name: i for i, n in enumerate(graph.nodes)}
-    producer = {out: index[n.name] for n in graph.nodes for out in n.outputs}
+    producer = {out: i for i, n in enumerate(graph.nodes) for out in n.outputs}
     readers: dict[str, list[int]] = {}
     for i, n in enumerate(graph.nodes):
         for t in n.inputs:
             readers.setdefault(t, []).append(i)
-    preds: list[set[int]] = [set() for _ in graph.nodes]
+    tensors = graph.tensor_map
+    preds: list[tuple[int, ...]] = []
     for i, n in enumerate(graph.nodes):
-        preds[i].update(producer[t] for t in n.inputs if t in producer)
+        before = {producer[t] for t in n.inputs if t in producer}
         for out in n.outputs:
-            old = graph.tensor_map[out].updates if out in graph.tensor_map else None
-            if old is not None:
-                preds[i].update(r for r in readers.get(old, ()) if r != i)
-    for i in range(len(preds)):
-        preds[i].discard(i)
-    return tuple(tuple(sorted(p)) for p in preds)
+            tensor = tensors.get(out)
+            if tensor is not None and tensor.updates is not None:
+                before.update(readers.get(tensor.updates, ()))
+        before.discard(i)
+        preds.append(tuple(sorted(before)))
+    return tuple(preds)
 
 
 def successors(preds: Sequence[Sequence[int]]) -> tuple[tuple[int, ...], ...]:
