@@ -58,18 +58,23 @@ def paper(costs: OpCosts, preds: Sequence[Sequence[int]], op_types: Sequence[str
           options: ScheduleOptions) -> list[Placement]:
     """Placements of Strategies 1-4 (see the module docstring)."""
     n = len(preds)
-    k1 = [costs.best_threads(i) for i in range(n)]
-    k2 = type_threads(costs, op_types) if options.per_type_threads else k1
-    # Per curve and Strategy 2 count: alike nodes share both.
-    made: dict[tuple[int, int], list[int]] = {}
-    cands = []
+    k2 = (type_threads(costs, op_types) if options.per_type_threads
+          else [costs.best_threads(i) for i in range(n)])
+    times = costs.time_lists
+    # Per node, its candidates and their least threads and least time (most ops fit nowhere,
+    # and these let the scan skip them without looking at every candidate); per curve and
+    # Strategy 2 count, as alike nodes share both.
+    made: dict[tuple[int, int], tuple[list[int], int, float]] = {}
+    cands, low_k, low_t = [], [], []
     for i in range(n):
         key = (id(costs.times[i]), k2[i])
         if key not in made:
-            made[key] = candidate_threads(costs, i, k2[i], options.candidates,
-                                          options.max_thread_change)
-        cands.append(made[key])
-    times = costs.time_lists
+            c = candidate_threads(costs, i, k2[i], options.candidates, options.max_thread_change)
+            made[key] = c, min(c), min(times[i][k - 1] for k in c)
+        c, least_k, least_t = made[key]
+        cands.append(c)
+        low_k.append(least_k)
+        low_t.append(least_t)
     serial = [t[0] for t in times]
     at_k2 = [times[i][k2[i] - 1] for i in range(n)]
     f = options.smt_slowdown
@@ -77,10 +82,6 @@ def paper(costs: OpCosts, preds: Sequence[Sequence[int]], op_types: Sequence[str
     def affinity(i: int, k: int) -> str:
         return costs.affinity[i][k - 1]
 
-    # The least threads and least time of each op's candidates: most ops fit nowhere, and
-    # these let the scan skip them without looking at every candidate.
-    low_k = [min(c) for c in cands]
-    low_t = [min(times[i][k - 1] for k in cands[i]) for i in range(n)]
     # Ranks of the two orders decide sorts ready ops by (precomputed: the queue can be long).
     cost_rank = _ranks(sorted(range(n), key=lambda j: (-at_k2[j], j)))
     serial_rank = _ranks(sorted(range(n), key=lambda j: (serial[j], j)))
