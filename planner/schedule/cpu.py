@@ -46,7 +46,7 @@ from planner.schedule.optimized import (
 from planner.schedule.options import ScheduleOptions
 from planner.schedule.paper import paper
 from planner.schedule.placement import Placement, in_order
-from planner.schedule.record import Bound, Edge, Schedule, ScheduledOp
+from planner.schedule.record import Bound, Schedule
 from planner.schedule.simulate import SimResult, simulate, step_floor, sure_floor
 from planner.schedule.uniform import grid_pairs, uniform, uniform_floor
 from planner.target.records import Target
@@ -353,7 +353,9 @@ def record(graph: Graph, target: Target, options: ScheduleOptions, costs: OpCost
     if [c.id for c in target.logical_cpus] != list(range(len(target.logical_cpus))):
         raise ValueError(f"target {target.name!r}: logical CPU ids must be 0..n-1 for a plan")
     names = [n.name for n in graph.nodes]
-    ops: list[ScheduledOp] = []
+    # Ops and edges as data, which the Schedule validates in one pass (a ScheduledOp() or
+    # Edge() call each cost a third more).
+    ops: list[dict] = []
     # The last op on each logical CPU so far (None: none yet).
     last_on: list[str | None] = [None] * len(target.logical_cpus)
     edges: set[tuple[str, str]] = set()
@@ -370,9 +372,9 @@ def record(graph: Graph, target: Target, options: ScheduleOptions, costs: OpCost
         for v in sorted(p.nodes):
             node = graph.nodes[v]
             deps = tuple(map(names.__getitem__, preds[v]))
-            ops.append(ScheduledOp(name=node.name, op=node.op, cpus=cpus, threads=p.threads,
-                                   affinity=p.affinity, smt=p.smt, group=p.group, deps=deps,
-                                   start=start, end=end))
+            ops.append({"name": node.name, "op": node.op, "cpus": cpus, "threads": p.threads,
+                        "affinity": p.affinity, "smt": p.smt, "group": p.group, "deps": deps,
+                        "start": start, "end": end})
             rank[node.name] = len(rank)
             edges.update(zip(deps, repeat(node.name)))
         first, last = names[min(p.nodes)], names[max(p.nodes)]
@@ -382,9 +384,9 @@ def record(graph: Graph, target: Target, options: ScheduleOptions, costs: OpCost
         for c in cpus:
             last_on[c] = last
     return Schedule(
-        backend="cpu", strategy=options.strategy, ops=tuple(ops),
-        edges=tuple(Edge(before=a, after=b)
-                    for a, b in sorted(edges, key=lambda e: (rank[e[1]], rank[e[0]]))),
+        backend="cpu", strategy=options.strategy, ops=ops,
+        edges=[{"before": a, "after": b}
+               for a, b in sorted(edges, key=lambda e: (rank[e[1]], rank[e[0]]))],
         bound=Bound(seconds=bound.seconds, critical_path=bound.critical_path, area=bound.area,
                     allotment=bound.allotment, cut=bound.cut),
         utilization=sim.utilization, mean_corun=sim.mean_corun,
