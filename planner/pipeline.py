@@ -340,16 +340,11 @@ def _assemble(p: Planning) -> Planning:
     assert p.model is not None and p.schedule is not None and p.memory is not None
     out = _on_host_plan(assemble(p.graph, p.model, p.options, p.schedule, p.memory,
                                  host=p.target), p)
+    if p.evaluation_plan is not None:
+        out = out.model_copy(update={"evaluation": p.evaluation_plan})
     if out.summary.memory is not None and BACKENDS[out.backend].arena_limited:
         check_arena_fits(out.summary.memory.arena_bytes, p.graph, p.share)
-    return _evaluation_attached(p.but(plan=out))
-
-
-def _evaluation_attached(p: Planning) -> Planning:
-    """The assembled plan with its evaluation schedule, where one was planned."""
-    if p.plan is None or p.evaluation_plan is None:
-        return p
-    return p.but(plan=p.plan.model_copy(update={"evaluation": p.evaluation_plan}))
+    return p.but(plan=out)
 
 
 def _evaluation(p: Planning) -> Planning:
@@ -396,10 +391,6 @@ STAGES: tuple[tuple[str, Stage], ...] = (
 # core is free and the graph large enough to pay for the fork): name -> the field of the record
 # it decides, and the first stage that reads that field.
 BESIDE: dict[str, tuple[str, str]] = {"evaluation": ("evaluation_plan", "assemble")}
-# Fields decided beside that their reader takes once its own work is done: how its result
-# takes the field. The step's plan is assembled while the child may still be planning the
-# evaluation (inception_v3: the parent waited for it there, idle, for up to 20 ms).
-LATE: dict[str, Callable[[Planning], Planning]] = {"evaluation_plan": _evaluation_attached}
 # Nodes of the step graph from which a child is worth forking: a fork and the pickled result
 # cost about 20 ms; inception_v3's evaluation plan (1,018 step nodes) takes 140 ms.
 BESIDE_NODES = 400
@@ -418,10 +409,10 @@ def run(p: Planning, names: tuple[str, ...] | None = None) -> Planning:
         # field -> (its result, the stage that reads it) of stages running beside
         pending: dict[str, tuple[Callable[[], Any], str]] = {}
         for name, stage in chosen:
-            due = [field for field, (_, reader) in pending.items() if reader == name]
-            for field in due:
-                if field not in LATE:
-                    p = p.but(**{field: pending.pop(field)[0]()})
+            for field, (result, reader) in list(pending.items()):
+                if reader == name:
+                    p = p.but(**{field: result()})
+                    del pending[field]
             if name in BESIDE and any(n == BESIDE[name][1] for n, _ in chosen):
                 field, reader = BESIDE[name]
                 planned = partial(_decided, stage, p, field)
@@ -429,9 +420,6 @@ def run(p: Planning, names: tuple[str, ...] | None = None) -> Planning:
                     beside(planned, worth=len(p.graph.nodes) >= BESIDE_NODES)), reader)
             else:
                 p = stage(p)
-            for field in due:
-                if field in pending:
-                    p = LATE[field](p.but(**{field: pending.pop(field)[0]()}))
     return p
 
 
