@@ -96,12 +96,15 @@ def _write(value: Any, depth: int, out: list[str], top: bool = False) -> None:
         # Most lists hold no record that holds a record list: those are encoded in one call
         # and split into lines at the records' bounds (record by record cost a fifth more).
         # The compact text of the list is "[" + the records' joined by "," + "]"; where "},{"
-        # occurs once per bound it occurs nowhere else, and a record whose text lacks "[{"
-        # holds no record list (_write_record).
+        # occurs once per bound it occurs nowhere else (the length the replacement added
+        # counts them), and a record whose text lacks "[{" holds no record list
+        # (_write_record).
         body = _compact(value)[1:-1]
-        if "[{" not in body and body.count("},{") == len(value) - 1:
-            out += ("[\n", inner, body.replace("},{", f"}},\n{inner}{{"), f"\n{pad}]")
-            return
+        if "[{" not in body:
+            lines = body.replace("},{", f"}},\n{inner}{{")
+            if len(lines) - len(body) == (len(value) - 1) * (len(inner) + 1):
+                out += ("[\n", inner, lines, f"\n{pad}]")
+                return
         out.append("[\n")
         for j, v in enumerate(value):
             out.append(f",\n{inner}" if j else inner)
