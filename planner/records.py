@@ -73,7 +73,7 @@ def canonical_json(data: Any) -> str:
     }
     """
     # Written into one list of pieces, joined once: a plan's text is megabytes, and each
-    # concatenation of a level's text copied it again (a third of the time).
+    # concatenation of a level's text copied it again.
     out: list[str] = []
     _write(data, 0, out, top=True)
     out.append("\n")
