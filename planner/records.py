@@ -56,7 +56,7 @@ class Record(BaseModel):
 
 
 
-def canonical_json(data: Any) -> str:
+def canonical_json(data: Any, written: dict[str, str] | None = None) -> str:
     """Deterministic JSON text: sorted keys; records with record lists spread over lines.
 
     A list of records (dicts) is written one record per line, and a record holding such a list
@@ -71,16 +71,31 @@ def canonical_json(data: Any) -> str:
         {"x":2}
       ]
     }
+
+    `written`: the text of some of the top-level keys' values, as canonical_part(value, 1)
+    wrote it (made beforehand, where it cost nothing: planner.plan.Evaluation.json_text).
     """
     # Written into one list of pieces, joined once: a plan's text is megabytes, and each
     # concatenation of a level's text copied it again.
     out: list[str] = []
-    _write(data, 0, out, top=True)
+    _write(data, 0, out, top=True, written=written or {})
     out.append("\n")
     return "".join(out)
 
 
-def _write(value: Any, depth: int, out: list[str], top: bool = False) -> None:
+def canonical_part(value: Any, depth: int) -> str:
+    """The text canonical_json writes for `value` at nesting `depth` (1: a top-level key's).
+
+    >>> canonical_part({"b": [{"y": 1}]}, 1)
+    '{\\n    "b": [\\n      {"y":1}\\n    ]\\n  }'
+    """
+    out: list[str] = []
+    _write(value, depth, out)
+    return "".join(out)
+
+
+def _write(value: Any, depth: int, out: list[str], top: bool = False,
+           written: dict[str, str] | None = None) -> None:
     pad, inner = "  " * depth, "  " * (depth + 1)
     if isinstance(value, dict) and (top or _holds_record_list(value)):
         if not value:
@@ -89,7 +104,10 @@ def _write(value: Any, depth: int, out: list[str], top: bool = False) -> None:
         out.append("{\n")
         for j, k in enumerate(sorted(value)):
             out.append(f",\n{inner}{_key(k)}: " if j else f"{inner}{_key(k)}: ")
-            _write(value[k], depth + 1, out)
+            if written and k in written:
+                out.append(written[k])
+            else:
+                _write(value[k], depth + 1, out)
         out.append(f"\n{pad}}}")
         return
     if _is_record_list(value):
