@@ -72,15 +72,17 @@ def beside(compute: Callable[[], T], worth: bool) -> Iterator[Callable[[], T]]:
         finally:
             os._exit(status)
     os.close(write_end)
-    waited = False
+    read = False
 
     def result() -> T:
-        nonlocal waited
+        nonlocal read
+        # To the end of the pipe: the child closes it once the whole pickle is written, and
+        # leaves (reaped when the block ends, off the caller's path). A child that failed or
+        # died wrote nothing, or a pickle cut short that does not load.
         with os.fdopen(read_end, "rb") as pipe:
+            read = True
             payload = pipe.read()
-        _, status = os.waitpid(pid, 0)
-        waited = True
-        if status == 0 and payload:
+        if payload:
             try:
                 return pickle.loads(payload)
             except Exception:  # noqa: BLE001 - a broken payload: compute it here
@@ -90,10 +92,7 @@ def beside(compute: Callable[[], T], worth: bool) -> Iterator[Callable[[], T]]:
     try:
         yield result
     finally:
-        if not waited:
+        if not read:
             os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-            try:
-                os.close(read_end)
-            except OSError:
-                pass
+            os.close(read_end)
+        os.waitpid(pid, 0)

@@ -354,8 +354,11 @@ def _evaluation(p: Planning) -> Planning:
     it before `assemble`: `run` plans it beside the step's stages (BESIDE)."""
     if not p.evaluation or p.graph.kind != "training":
         return p
-    return p.but(evaluation_plan=plan_evaluation(
-        p.graph, lambda g: _on_host_plan(_evaluation_plan(g, p), p)))
+    evaluation = plan_evaluation(p.graph, lambda g: _on_host_plan(_evaluation_plan(g, p), p))
+    # Its text made here, beside the step's stages (the child has time to spare): writing
+    # the plan takes it as it is.
+    _ = evaluation.json_text
+    return p.but(evaluation_plan=evaluation)
 
 
 def _verify(p: Planning) -> Planning:

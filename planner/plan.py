@@ -64,7 +64,7 @@ from planner.memory.decision import (  # noqa: F401 - the plan's memory records,
     TensorPlan,
 )
 from planner.memory.variants import ScheduleVariant
-from planner.records import Backend, Record, Seconds, Stream, canonical_json
+from planner.records import Backend, Record, Seconds, Stream, canonical_json, canonical_part
 from planner.schedule.record import Edge, ScheduledOp, cpu_ranges  # noqa: F401 - re-exported
 
 SCHEMA = "planner.plan/3"
@@ -185,7 +185,8 @@ class Plan(Record):
 
     def to_json(self) -> str:
         """Canonical JSON: sorted keys, ops in execution order, one op or edge per line."""
-        return canonical_json(self.json_data)
+        return canonical_json(self.json_data, written=None if self.evaluation is None
+                              else {"evaluation": self.evaluation.json_text})
 
     @classmethod
     def from_json(cls, text: str) -> Plan:
@@ -223,6 +224,14 @@ class Evaluation(Record):
     plan: Plan
     bound: tuple[Binding, ...] = ()
     arena_offset: int = Field(default=0, ge=0)
+
+    @cached_property
+    def json_text(self) -> str:
+        """Its text in the training plan's file (its value there, canonical_part at depth 1),
+        made once: where it is planned beside the step's (planner.pipeline._evaluation, in a
+        forked child with time to spare), the text comes back with the record, and writing
+        the training plan takes it as it is (a quarter of inception_v3's to_json)."""
+        return canonical_part(self.model_dump(mode="json", by_alias=True), 1)
 
 
 Plan.model_rebuild()

@@ -56,7 +56,7 @@ class Record(BaseModel):
 
 
 
-def canonical_json(data: Any) -> str:
+def canonical_json(data: Any, written: dict[str, str] | None = None) -> str:
     """Deterministic JSON text: sorted keys; records with record lists spread over lines.
 
     A list of records (dicts) is written one record per line, and a record holding such a list
@@ -71,29 +71,75 @@ def canonical_json(data: Any) -> str:
         {"x":2}
       ]
     }
+
+    `written`: the text of some of the top-level keys' values, as canonical_part(value, 1)
+    wrote it (made beforehand, where it cost nothing: planner.plan.Evaluation.json_text).
     """
-    return _format(data, 0, top=True) + "\n"
+    # Written into one list of pieces, joined once: a plan's text is megabytes, and each
+    # concatenation of a level's text copied it again.
+    out: list[str] = []
+    _write(data, 0, out, top=True, written=written or {})
+    out.append("\n")
+    return "".join(out)
 
 
-def _format(value: Any, depth: int, top: bool = False) -> str:
+def canonical_part(value: Any, depth: int) -> str:
+    """The text canonical_json writes for `value` at nesting `depth` (1: a top-level key's).
+
+    >>> canonical_part({"b": [{"y": 1}]}, 1)
+    '{\\n    "b": [\\n      {"y":1}\\n    ]\\n  }'
+    """
+    out: list[str] = []
+    _write(value, depth, out)
+    return "".join(out)
+
+
+def _write(value: Any, depth: int, out: list[str], top: bool = False,
+           written: dict[str, str] | None = None) -> None:
     pad, inner = "  " * depth, "  " * (depth + 1)
     if isinstance(value, dict) and (top or _holds_record_list(value)):
-        items = [f"{inner}{_key(k)}: {_format(value[k], depth + 1)}" for k in sorted(value)]
-        return "{\n" + ",\n".join(items) + "\n" + pad + "}" if items else "{}"
+        if not value:
+            out.append("{}")
+            return
+        out.append("{\n")
+        for j, k in enumerate(sorted(value)):
+            out.append(f",\n{inner}{_key(k)}: " if j else f"{inner}{_key(k)}: ")
+            if written and k in written:
+                out.append(written[k])
+            else:
+                _write(value[k], depth + 1, out)
+        out.append(f"\n{pad}}}")
+        return
     if _is_record_list(value):
-        # Most records hold no record list: those are written compact, without recursing.
-        items = [inner + _record(v, depth + 1) for v in value]
-        return "[\n" + ",\n".join(items) + "\n" + pad + "]"
-    return _compact(value)
+        # Most lists hold no record that holds a record list: those are encoded in one call
+        # and split into lines at the records' bounds (record by record cost a fifth more).
+        # The compact text of the list is "[" + the records' joined by "," + "]"; where "},{"
+        # occurs once per bound it occurs nowhere else (the length the replacement added
+        # counts them), and a record whose text lacks "[{" holds no record list
+        # (_write_record).
+        body = _compact(value)[1:-1]
+        if "[{" not in body:
+            lines = body.replace("},{", f"}},\n{inner}{{")
+            if len(lines) - len(body) == (len(value) - 1) * (len(inner) + 1):
+                out += ("[\n", inner, lines, f"\n{pad}]")
+                return
+        out.append("[\n")
+        for j, v in enumerate(value):
+            out.append(f",\n{inner}" if j else inner)
+            _write_record(v, depth + 1, out)
+        out.append(f"\n{pad}]")
+        return
+    out.append(_compact(value))
 
 
-def _record(value: dict[str, Any], depth: int) -> str:
+def _write_record(value: dict[str, Any], depth: int, out: list[str]) -> None:
     # A record list's compact text starts "[{", so a record whose text lacks it holds none:
     # one substring search instead of a walk over its fields (most records of a plan).
     text = _compact(value)
     if "[{" in text and _holds_record_list(value):
-        return _format(value, depth)
-    return text
+        _write(value, depth, out)
+    else:
+        out.append(text)
 
 
 def _is_record_list(value: Any) -> bool:

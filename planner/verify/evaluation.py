@@ -93,7 +93,10 @@ def _forward_in_inference_mode(training: Graph) -> Graph:
         if n.op == "Dropout":
             passed[n.outputs[0]] = at(n.inputs[0])
             continue
-        infer = n.model_copy(update={"inputs": tuple(at(i) for i in n.inputs)})
+        inputs = tuple(at(i) for i in n.inputs)
+        # Nodes are immutable: one whose inputs pass through no Dropout is kept as it is
+        # (a copy of each was a fifth of this rule).
+        infer = n if inputs == n.inputs else n.model_copy(update={"inputs": inputs})
         if n.op == "BatchNorm" and n.attrs.get("training", True):
             infer = infer.model_copy(update={"attrs": {**n.attrs, "training": False},
                                              "outputs": n.outputs[:1]})
