@@ -58,19 +58,23 @@ def test_a_child_killed_midway_is_computed_again_here():
 
 
 @needs_fork
-def test_a_parent_that_stops_waiting_leaves_no_child():
-    started = []
+def test_a_parent_that_stops_waiting_leaves_no_child(tmp_path):
+    import time
+
+    pid_file = tmp_path / "child.pid"
 
     def sleeps():
-        import time
+        pid_file.write_text(str(os.getpid()))
         time.sleep(60)
 
     with pytest.raises(RuntimeError, match="step failed"), beside(sleeps, worth=True):
-        started.append(True)
+        deadline = time.monotonic() + 30
+        while not (pid_file.exists() and pid_file.read_text()) and time.monotonic() < deadline:
+            time.sleep(0.01)
         raise RuntimeError("step failed")
-    assert started
-    with pytest.raises(ChildProcessError):  # killed and reaped: no child left to wait for
-        os.waitpid(-1, os.WNOHANG)
+    child = int(pid_file.read_text())
+    with pytest.raises(ChildProcessError):  # killed and reaped: no such child to wait for
+        os.waitpid(child, os.WNOHANG)
 
 
 def test_no_fork_where_it_is_unsafe_or_switched_off(monkeypatch):
