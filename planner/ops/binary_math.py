@@ -4,8 +4,9 @@ PRelu with PReluGrad.
 Pow, Max and Min broadcast as numpy does; both inputs have one dtype, which the output keeps
 (Pow takes floats only). Gradients, as PyTorch's:
 
-    Pow   da = dy * b * a^(b - 1);   db = dy * y * log(a)   (NaN where a < 0, as log; torch
-          instead gives 0 for a == 0, b >= 0 there, and for b == 0 in da)
+    Pow   PowGradA [dy, a, b, y] -> dy * b * a^(b - 1), 0 where b == 0;
+          PowGradB [dy, a, b, y] -> dy * y * log(a), 0 where a == 0 and b >= 0 (torch's
+          pow_backward_self / _exponent: planner/ops/kinks.py), summed to each input's shape
     Max   MaxGrad [dy, a, b] -> [da, db] in the output's shape: dy goes to the larger input,
           half to each on a tie (torch.maximum's rule; a NaN compares neither way, so both
           inputs get dy), then summed down to each input's shape
@@ -13,8 +14,8 @@ Pow, Max and Min broadcast as numpy does; both inputs have one dtype, which the 
 
 PRelu [x, slope]: y = x if x >= 0 else slope * x, where slope broadcasts to x's shape (ONNX's
 unidirectional broadcasting: slope (C, 1, 1) for x (N, C, H, W), or a single slope (1,)).
-PReluGrad [dy, x, slope] -> [dx, dslope]; dslope sums dy * x over the elements where x < 0 back
-down to slope's shape.
+PReluGrad [dy, x, slope] -> [dx, dslope]: torch's, dy where x > 0 else slope * dy (at 0 too:
+planner/ops/kinks.py); dslope sums dy * x over the other elements back down to slope's shape.
 
 FLOPs per output element: Pow 1, Max 1, Min 1, MaxGrad/MinGrad 3 (two compares, a halving),
 PRelu 2 (compare, multiply), PReluGrad 4.
@@ -45,6 +46,7 @@ from planner.ops.base import (
     register,
     require_float,
 )
+from planner.ops import kinks
 from planner.ops.elementwise import F32_BINARY, binary_infer, broadcast_shapes
 from planner.ops.reduce import sum_to_shape
 
@@ -66,17 +68,16 @@ def _binary(name: str, fn: Callable[[np.ndarray, np.ndarray], np.ndarray], gradi
 
 
 def _pow_gradient(g: GradBuilder, node: Node, grads: list[str | None]) -> list[str | None]:
+    """torch's pow_backward_self / _exponent (planner/ops/kinks.py): PowGradA, PowGradB."""
     a, b = node.inputs
     dy = grads[0]
     da = db = None
     if dy is not None and g.needs(a):
-        one = g.emit("Fill", [], {"shape": [], "value": 1.0, "dtype": g.type(b).dtype})[0]
-        power = g.emit("Pow", [a, g.emit("Sub", [b, one])[0]])[0]
-        slope = g.emit("Mul", [b, power])[0]
-        da = sum_to_shape(g, g.emit("Mul", [dy, slope])[0], g.type(a).shape)
+        da = sum_to_shape(g, g.emit("PowGradA", [dy, a, b, node.outputs[0]])[0],
+                          g.type(a).shape)
     if dy is not None and g.needs(b):
-        slope = g.emit("Mul", [node.outputs[0], g.emit("Log", [a])[0]])[0]
-        db = sum_to_shape(g, g.emit("Mul", [dy, slope])[0], g.type(b).shape)
+        db = sum_to_shape(g, g.emit("PowGradB", [dy, a, b, node.outputs[0]])[0],
+                          g.type(b).shape)
     return [da, db]
 
 
@@ -194,9 +195,9 @@ def _sum_to(value: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
 
 def _prelu_grad(xs: list[np.ndarray], a: Attrs) -> list[np.ndarray]:
     dy, x, slope = xs
-    neg = x < 0
-    dx = np.where(neg, slope * dy, dy)
-    dslope = _sum_to(np.where(neg, dy * x, np.zeros((), dtype=x.dtype)), slope.shape)
+    passes = kinks.prelu_passes(np, x)  # torch's: x > 0 (slope * dy at 0 and for NaN)
+    dx = np.where(passes, dy, slope * dy)
+    dslope = _sum_to(np.where(passes, np.zeros((), dtype=x.dtype), dy * x), slope.shape)
     return [dx, dslope.astype(slope.dtype, copy=False)]
 
 
@@ -231,8 +232,8 @@ register(OpDef(
     reference=_prelu_grad,
     # per element of x: dx and dy * x where x < 0, which the kernel sums to slope's shape
     pointwise=Pointwise(
-        lambda m, xs, p: [m.where(xs[1] < 0, xs[2] * xs[0], xs[0]),
-                          m.where(xs[1] < 0, xs[0] * xs[1], 0.0)],
+        lambda m, xs, p: [m.where(kinks.prelu_passes(m, xs[1]), xs[0], xs[2] * xs[0]),
+                          m.where(kinks.prelu_passes(m, xs[1]), 0.0, xs[0] * xs[1])],
         signatures=("float32,float32,float32->float32,float32",), broadcast=True,
         reduce_to=((1, 2),)),
     doc="Gradient of PRelu: [dy, x, slope] -> [dx, dslope].",

@@ -54,6 +54,7 @@ from planner.ops.base import (
     elementwise_flops,
     register,
 )
+from planner.ops import kinks
 from planner.ops.elementwise import broadcast_shapes
 from planner.ops.reduce import sum_to_shape
 from planner.ops.special_reference import SPECIAL_FUNCTIONS
@@ -270,6 +271,40 @@ def _xlogy(m, x, y):
     return m.where(m.all(x == 0, m.not_(m.isnan(y))), 0.0, x * m.log(y))
 
 
+def _xlog1py(m, x, y):
+    """x * log1p(y), 0 where x == 0 unless y is NaN (torch.special.xlog1py)."""
+    return m.where(m.all(x == 0, m.not_(m.isnan(y))), 0.0, x * m.log1p(y))
+
+
+def _entr(m, x):
+    """-x log x for x > 0, 0 at 0, -inf below, NaN for NaN (torch.special.entr)."""
+    return m.where(m.isnan(x), x, m.where(x > 0, -x * m.log(m.where(x > 0, x, 1.0)),
+                                          m.where(x == 0, 0.0, -math.inf)))
+
+
+def _sinc(m, x):
+    """sin(pi x) / (pi x), 1 at 0 (torch.sinc)."""
+    px = x * math.pi
+    return m.where(x == 0, 1.0, m.call("sin", px) / m.where(x == 0, 1.0, px))
+
+
+def _clamp(m, x, lo, hi):
+    """torch.clamp of tensor bounds: min(max(x, lo), hi), NaN where any of the three is."""
+    low = m.where(m.any(x < lo, m.isnan(lo)), lo, x)
+    return m.where(m.any(low > hi, m.isnan(hi)), hi, low)
+
+
+def _relu6_of_shift(m, x):
+    """min(max(x + 3, 0), 6): hardsigmoid's and hardswish's, as torch's kernels (NaN stays)."""
+    t = x + 3.0
+    t = m.where(t < 0.0, 0.0, t)
+    return m.where(t > 6.0, 6.0, t)
+
+
+def _mask(m, passes):
+    return m.where(passes, 1.0, 0.0)
+
+
 def _logaddexp(m, a, b):
     """log(exp(a) + exp(b)) = max + log1p(exp(-|a - b|)); equal infinities give themselves."""
     top = m.where(a > b, a, b)
@@ -420,10 +455,46 @@ ROWS: tuple[Row, ...] = (
     Row("Digamma", _u(_digamma), "y = d/dx log gamma(x) (series; poles as torch's).",
         grads=(lambda m, xs, y: _trigamma(m, xs[0]),), flops=40, aten=("digamma.default",),
         domain=("positive",)),
+    # kept whole at import: torch's gradients at their kinks and 0/0 points are planner/ops/
+    # kinks.py's, where their decompositions' (clamp, where) are not
+    Row("Sinc", _u(_sinc), "y = sin(pi x) / (pi x), 1 at 0.",
+        grads=(lambda m, xs, y: kinks.sinc_slope(m, xs[0]),), flops=4,
+        aten=("sinc.default",), blocks=RARE),
+    Row("Entr", _u(_entr), "y = -x log x (0 at 0, -inf below 0).",
+        grads=(lambda m, xs, y: kinks.entr_slope(m, xs[0]),), flops=3,
+        aten=("special_entr.default",), domain=("positive",), blocks=RARE),
+    Row("HardSigmoid", _u(lambda m, x: _relu6_of_shift(m, x) / 6.0), "y = min(max(x + 3, 0), 6) / 6 (torch's hardsigmoid).",
+        grads=(lambda m, xs, y: kinks.hardsigmoid_slope(m, xs[0]),), flops=3,
+        aten=("hardsigmoid.default",)),
+    Row("HardSwish", _u(lambda m, x: x * _relu6_of_shift(m, x) / 6.0),
+        "y = x min(max(x + 3, 0), 6) / 6 (torch's hardswish).",
+        grads=(lambda m, xs, y: kinks.hardswish_slope(m, xs[0]),), flops=4,
+        aten=("hardswish.default",)),
+    # hardtanh(x, lo, hi) (relu6 is hardtanh(x, 0, 6)): the bounds are inputs (scalars at
+    # import) and have no gradient; x's is 0 at both corners, where Clip's (clamp's) is 1
+    Row("HardTanh", lambda m, xs, p: [_clamp(m, *xs)],
+        "y = min(max(x, lo), hi): [x, lo, hi] (torch's hardtanh; its gradient is 0 at lo, hi).",
+        arity=3, grads=(lambda m, xs, y: _mask(m, kinks.hardtanh_passes(m, *xs)), None, None),
+        flops=2),
+    Row("Clamp", lambda m, xs, p: [_clamp(m, *xs)],
+        "y = min(max(x, lo), hi) of tensor bounds: [x, lo, hi] (torch.clamp).", arity=3,
+        grads=(lambda m, xs, y: _mask(m, kinks.clamp_passes(m, *xs)),
+               lambda m, xs, y: _mask(m, kinks.clamp_min_bound_takes(m, *xs)),
+               lambda m, xs, y: _mask(m, kinks.clamp_max_bound_takes(m, *xs))), flops=2),
+    Row("ClampMin", _b(lambda m, x, lo: m.where(m.any(x < lo, m.isnan(lo)), lo, x)),
+        "y = max(x, lo) of a tensor bound: [x, lo] (torch.clamp_min; a tie goes to x).",
+        arity=2,
+        grads=(lambda m, xs, y: _mask(m, xs[0] >= xs[1]),
+               lambda m, xs, y: _mask(m, xs[0] < xs[1]))),
+    Row("ClampMax", _b(lambda m, x, hi: m.where(m.any(x > hi, m.isnan(hi)), hi, x)),
+        "y = min(x, hi) of a tensor bound: [x, hi] (torch.clamp_max; a tie goes to x).",
+        arity=2,
+        grads=(lambda m, xs, y: _mask(m, xs[0] <= xs[1]),
+               lambda m, xs, y: _mask(m, xs[0] > xs[1]))),
     # -- binary math
     Row("Atan2", _b(lambda m, a, b: m.call("atan2", a, b)), "y = atan2(a, b).", arity=2,
-        grads=(lambda m, xs, y: xs[1] / (xs[0] * xs[0] + xs[1] * xs[1]),
-               lambda m, xs, y: -xs[0] / (xs[0] * xs[0] + xs[1] * xs[1])),
+        grads=(lambda m, xs, y: xs[1] * kinks.atan2_reciprocal(m, xs[0], xs[1]),
+               lambda m, xs, y: -xs[0] * kinks.atan2_reciprocal(m, xs[0], xs[1])),
         aten=("atan2.default",)),
     Row("Hypot", _b(lambda m, a, b: m.call("hypot", a, b)), "y = sqrt(a^2 + b^2).", arity=2,
         grads=(lambda m, xs, y: xs[0] / y, lambda m, xs, y: xs[1] / y), uses_y=True,
@@ -440,9 +511,13 @@ ROWS: tuple[Row, ...] = (
     Row("DivFloor", _b(_div_floor), "y = floor(a / b) (div with rounding_mode='floor').",
         arity=2, flops=6),
     Row("Xlogy", _b(_xlogy), "y = a * log(b), 0 where a == 0 (unless b is NaN).", arity=2,
-        grads=(lambda m, xs, y: _xlogy(m, m.where(xs[0] == 0, 0.0, 1.0), xs[1]),
+        grads=(lambda m, xs, y: kinks.xlogy_slope(m, xs[0], xs[1]),
                lambda m, xs, y: xs[0] / xs[1]), flops=3,
         aten=("xlogy.Tensor",), domain=("normal", "positive")),
+    Row("Xlog1py", _b(_xlog1py), "y = a * log1p(b), 0 where a == 0 (unless b is NaN).",
+        arity=2, grads=(lambda m, xs, y: kinks.xlog1py_slope(m, xs[0], xs[1]),
+                        lambda m, xs, y: xs[0] / (xs[1] + 1.0)), flops=3,
+        aten=("special_xlog1py.default",), domain=("normal", "positive"), blocks=RARE),
     Row("LogAddExp", _b(_logaddexp), "y = log(exp(a) + exp(b)), without overflow.", arity=2,
         grads=(lambda m, xs, y: 1.0 / (1.0 + m.exp(xs[1] - xs[0])),
                lambda m, xs, y: 1.0 / (1.0 + m.exp(xs[0] - xs[1]))), flops=5,
@@ -607,6 +682,11 @@ def register_row(row: Row) -> None:
         doc=row.doc,
     ))
     TABLE[row.name] = row
+    register_grads(row)
+
+
+def register_grads(row: Row) -> None:
+    """Register a row's gradient ops (alone for an op defined elsewhere: Pow's)."""
     if row.grads is None:
         return
     assert row.out == "same", row.name
@@ -633,3 +713,11 @@ def register_row(row: Row) -> None:
 
 for _row in ROWS:
     register_row(_row)
+
+# Pow is planner/ops/binary_math.py's (its forward kernel is hand-written); its gradient ops
+# are rows' so that torch's conventions at base 0 (planner/ops/kinks.py) reach every kernel:
+# PowGradA [dy, a, b, y] and PowGradB [dy, a, b, y]
+register_grads(Row("Pow", _b(lambda m, a, b: m.pow(a, b)), "", arity=2, uses_y=True,
+                   grads=(lambda m, xs, y: kinks.pow_base_slope(m, xs[0], xs[1]),
+                          lambda m, xs, y: kinks.pow_exponent_slope(m, xs[0], xs[1], y)),
+                   flops=3))

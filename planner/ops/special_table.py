@@ -1,8 +1,9 @@
 """The special functions as pointwise-table rows (planner/ops/pointwise_table.py's Row): each a
 call of a function of templates/common/special_math.h (m.call("planner_<name>", ...), whose
 numpy reference is scipy.special's: planner/ops/special_reference.py), with torch's derivatives
-where torch has one (none where it has none: the Bessel and Airy functions, zeta, the
-polynomials, the incomplete gamma functions with respect to a).
+where torch has one; none where torch's output is non-differentiable (the Bessel and Airy
+functions, the polynomials: no gradient flows, as torch's), and a refusal where torch's derivative
+is not implemented (zeta).
 
 Polygamma's order is a row each (Polygamma1 .. Polygamma4; order 0 is Digamma), whose
 derivative is the next order's function.
@@ -60,15 +61,20 @@ def _polygamma_row(n: int) -> Row:
 
 
 def _plain(name: str, fn: str, doc: str, aten: str, arity: int = 1, flops: int = 30,
-           domain: tuple[str, ...] = ()) -> Row:
-    """A row without a gradient rule (torch defines no derivative for it)."""
+           domain: tuple[str, ...] = (), refused: bool = False) -> Row:
+    """A row torch gives no gradient: its output is non-differentiable (no gradient reaches its
+    inputs, the rest of the module trains: planner/ops/kinks.py), or, `refused`, its
+    derivative is not implemented (autodiff refuses a loss that needs it, as torch raises)."""
     return Row(name, (_call1 if arity == 1 else _call2)(fn), doc, arity=arity, flops=flops,
-               aten=(aten,), domain=domain, differentiable=False)
+               aten=(aten,), domain=domain, differentiable=not refused)
 
 
 def _polynomial(name: str, fn: str, what: str, aten: str) -> Row:
-    return _plain(name, fn, f"y = the {what} of degree trunc(n) at x (0 for n < 0): [x, n].",
-                  aten, arity=2, flops=20)
+    row = _plain(name, fn, f"y = the {what} of degree trunc(n) at x (0 for n < 0): [x, n].",
+                 aten, arity=2, flops=20)
+    # torch.special.*_polynomial_*(x, 3) exports as the n_scalar overload, (2.0, n) x_scalar
+    base = aten.split(".")[0]
+    return dataclasses.replace(row, aten=(aten, f"{base}.n_scalar", f"{base}.x_scalar"))
 
 
 ROWS: tuple[Row, ...] = (
@@ -119,7 +125,7 @@ ROWS: tuple[Row, ...] = (
         arity=2, grads=(None, lambda m, xs, y: -_gamma_density(m, xs[0], xs[1])), flops=60,
         aten=("igammac.default",), domain=("positive", "positive")),
     _plain("Zeta", "planner_zeta", "y = the Hurwitz zeta function zeta(x, q): [x, q].",
-           "special_zeta.default", arity=2, flops=60, domain=("gt1", "positive")),
+           "special_zeta.default", arity=2, flops=60, domain=("gt1", "positive"), refused=True),
     _plain("BesselJ0", "planner_bessel_j0", "y = the Bessel function J0(x).",
            "special_bessel_j0.default"),
     _plain("BesselJ1", "planner_bessel_j1", "y = the Bessel function J1(x).",

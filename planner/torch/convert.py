@@ -82,6 +82,10 @@ PRESERVED = ("linear.default", *LOSS_PRESERVED, *INDEX_PRESERVED, *RANDOM_PRESER
              # the pointwise table's rows (their decompositions compare and select)
              "lerp.Scalar", "lerp.Tensor", "logaddexp.default", "xlogy.Tensor",
              "isfinite.default",
+             # their gradients at kinks and 0 / 0 points are torch's own (planner/ops/
+             # kinks.py), not their decompositions' (clamp's, where's)
+             "hardsigmoid.default", "hardswish.default", "sinc.default",
+             "special_entr.default", "special_xlog1py.default",
              # detach() decomposes to alias, which passes the gradient on: a StopGradient
              "detach.default",
              *planner.torch.rules_reduce.PRESERVED, *planner.torch.rules_pool.PRESERVED,

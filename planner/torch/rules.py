@@ -502,12 +502,22 @@ def gelu(n: NodeCtx) -> Value:
     return n.emit1("Gelu", [n.tensor(0)], {"approximate": n.arg(1, "approximate", "none")})
 
 
-@rule("aten.hardtanh.default", "aten.clamp.default", "aten.clamp_min.default")
+@rule("aten.hardtanh.default")
 def hardtanh(n: NodeCtx) -> Value:
-    low, high = (n.arg(1, "min_val", -1.0), n.arg(2, "max_val", 1.0)) \
-        if n.op == "aten.hardtanh.default" else (n.arg(1, "min"), n.arg(2, "max"))
+    """HardTanh (relu6 is hardtanh(x, 0, 6)): its gradient is 0 at both corners
+    (planner/ops/kinks.py), where clamp's passes."""
     x = n.tensor(0)
-    if n.op != "aten.hardtanh.default" and n.dtype(x) in INTEGER_DTYPES:
+    if n.dtype(x) in INTEGER_DTYPES:
+        raise n.fail(f"hardtanh of {n.dtype(x)} tensors (torch takes floats)")
+    low, high = float(n.arg(1, "min_val", -1.0)), float(n.arg(2, "max_val", 1.0))
+    return n.emit1("HardTanh", [x, n.const(low, n.dtype(x)), n.const(high, n.dtype(x))])
+
+
+@rule("aten.clamp.default", "aten.clamp_min.default")
+def clamp(n: NodeCtx) -> Value:
+    low, high = n.arg(1, "min"), n.arg(2, "max")
+    x = n.tensor(0)
+    if n.dtype(x) in INTEGER_DTYPES:
         return clamp_numbers(n, x, low, high)  # Max / Min of integers, or a float Clip
     bounds = {"min": None if low is None else float(low),
               "max": None if high is None else float(high)}

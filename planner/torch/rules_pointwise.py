@@ -225,7 +225,8 @@ def extremum(n: NodeCtx) -> Value:
 
 @rule("aten.clamp.Tensor", "aten.clamp_min.Tensor", "aten.clamp_max.Tensor")
 def clamp_tensor(n: NodeCtx) -> Value:
-    """min(max(x, lo), hi) with tensor bounds (Max and Min propagate NaN, as torch.clamp)."""
+    """min(max(x, lo), hi) with tensor bounds: of floats the Clamp rows, of integers Max and
+    Min."""
     x = n.tensor(0)
     if n.op == "aten.clamp.Tensor":
         lo, hi = n.arg(1, "min"), n.arg(2, "max")
@@ -237,6 +238,13 @@ def clamp_tensor(n: NodeCtx) -> Value:
     if _kind(dtype) != 2 and dtype not in INTEGERS:
         raise _refuse(n, "clamp", dtype, FLOATS + INTEGERS)
     y = as_dtype(n, x, dtype)
+    if dtype not in INTEGERS:
+        # the pointwise table's Clamp rows: a tie goes to x, as torch's clamp_backward_min_max
+        # (planner/ops/kinks.py), where Max / Min would halve it
+        bounds = [as_dtype(n, b, dtype) for b in (lo, hi) if b is not None]
+        op = "Clamp" if lo is not None and hi is not None else \
+            "ClampMin" if lo is not None else "ClampMax"
+        return n.emit1(op, [y, *bounds])
     if lo is not None:
         y = n.emit1("Max", [y, as_dtype(n, lo, dtype)])
     if hi is not None:

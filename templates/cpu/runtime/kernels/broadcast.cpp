@@ -147,7 +147,8 @@ KernelPtr prelu(const Node& n) {
   return binary(n, [](float x, float slope) { return x < 0.f ? slope * x : x; });
 }
 
-// [dy, x, slope] -> [dx, dslope]. dslope sums dy * x where x < 0 over the elements each slope
+// [dy, x, slope] -> [dx, dslope], torch's convention (planner/ops/kinks.py): dy where x > 0,
+// else slope * dy (x == 0 and NaN too). dslope sums dy * x where not x > 0 over the elements each slope
 // value covers: one pass in double in the scratch area, serial (a few parameters, summed in a
 // fixed order), then dx in parallel.
 class PReluGrad : public Kernel {
@@ -170,14 +171,14 @@ class PReluGrad : public Kernel {
     for (int64_t row = 0; row < bc_.rows(); ++row) {
       const int64_t o = row * inner, so = bc_.offset(1, row);
       for (int64_t i = 0; i < inner; ++i)
-        if (x[o + i] < 0.f) acc[so + i * ss] += static_cast<double>(dy[o + i]) * x[o + i];
+        if (!(x[o + i] > 0.f)) acc[so + i * ss] += static_cast<double>(dy[o + i]) * x[o + i];
     }
     for (int64_t k = 0; k < slopes_; ++k) ds[k] = static_cast<float>(acc[k]);
 #pragma omp parallel for
     for (int64_t row = 0; row < bc_.rows(); ++row) {
       const int64_t o = row * inner, so = bc_.offset(1, row);
       for (int64_t i = 0; i < inner; ++i)
-        dx[o + i] = x[o + i] < 0.f ? s[so + i * ss] * dy[o + i] : dy[o + i];
+        dx[o + i] = x[o + i] > 0.f ? dy[o + i] : s[so + i * ss] * dy[o + i];
     }
   }
 
