@@ -50,6 +50,7 @@ import numpy as np
 import planner.torch.rules  # noqa: F401  (registering the rules)
 import planner.torch.rules_index  # noqa: F401
 import planner.torch.rules_linalg  # noqa: F401
+import planner.torch.rules_margin  # noqa: F401  (the margin losses; MARGIN_PRESERVED below)
 import planner.torch.rules_onehot  # noqa: F401  (F.one_hot; its PRESERVED below)
 import planner.torch.rules_pointwise  # noqa: F401
 import planner.torch.rules_pool  # noqa: F401  (pools; its PRESERVED below)
@@ -69,12 +70,13 @@ from planner.torch.context import RULES, UNAVAILABLE, NodeCtx, TorchImportError,
 from planner.torch.record import Call, Program, Tensor, Value, from_exported
 from planner.torch.rules_index import INDEX_PRESERVED
 from planner.torch.rules_losses import LOSS_PRESERVED
+from planner.torch.rules_margin import MARGIN_PRESERVED
 from planner.torch.rules_random import RANDOM_PRESERVED, fresh_draw
 from planner.torch.rules_views import UNINITIALIZED
 from planner.torch.saved import Ref
 from planner.torch.targets import resolve
 
-PRESERVED = ("linear.default", *LOSS_PRESERVED, *INDEX_PRESERVED, *RANDOM_PRESERVED,
+PRESERVED = ("linear.default", *LOSS_PRESERVED, *MARGIN_PRESERVED, *INDEX_PRESERVED, *RANDOM_PRESERVED,
              "dropout.default", "_safe_softmax.default",
              "scaled_dot_product_attention.default", "prelu.default", "softplus.default",
              "reflection_pad1d.default", "reflection_pad2d.default",
@@ -118,7 +120,21 @@ def decompose(program: Any) -> Any:
     for name in PRESERVED:
         op, overload = name.split(".")
         table.pop(getattr(getattr(torch.ops.aten, op), overload), None)
-    return program.run_decompositions(table)
+    # multi_margin_loss's Python kernel at the Autograd key decomposes it whatever the table
+    # says: set aside while decomposing, so the op reaches its rule whole
+    autograd = torch._C.DispatchKey.Autograd
+    aside = {}
+    for name in MARGIN_PRESERVED:
+        op = getattr(getattr(torch.ops.aten, name.split(".")[0]), name.split(".")[1])
+        if autograd in op.py_kernels:
+            aside[op] = op.py_kernels.pop(autograd)
+            op._dispatch_cache.clear()
+    try:
+        return program.run_decompositions(table)
+    finally:
+        for op, kernel in aside.items():
+            op.py_kernels[autograd] = kernel
+            op._dispatch_cache.clear()
 
 
 def convert(program: Any, name: str = "torch", module_root: str = "") -> TorchImport:
@@ -297,12 +313,20 @@ def _fold(imp: Importer, call: Call, env: Mapping[str, Any]) -> Const | tuple[Co
     return tuple(const(t) for t in out) if isinstance(out, (tuple, list)) else const(out)
 
 
+# ATen ops whose traced (meta) shape torch's own kernel does not give: a one-sample
+# reduction='none' margin loss is traced (1,) and computed 0-d. The planner gives the kernel's.
+KERNEL_SHAPE = frozenset({"aten.multilabel_margin_loss.default",
+                          "aten.multi_margin_loss.default"})
+
+
 def _check(imp: Importer, call: Call, value: Any) -> None:
-    """The planner's shape for a tensor result is the one torch traced."""
+    """The planner's shape for a tensor result is the one torch traced (or, for KERNEL_SHAPE
+    ops, holds as many elements)."""
     if isinstance(value, (str, Const)) and isinstance(call.out, Value):
         want = call.out.shape
         got = imp.type_of(value, call.name).shape
-        if got != want:
+        if got != want and not (str(call.target) in KERNEL_SHAPE
+                                and math.prod(got) == math.prod(want)):
             raise TorchImportError(f"node {call.name!r} ({call.target}): planner shape "
                                    f"{list(got)}, torch's {list(want)}")
 

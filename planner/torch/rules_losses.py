@@ -25,8 +25,9 @@ graph's loss, and autodiff differentiates through both.
 | smooth_l1_loss (beta)                  | huber(beta) / beta; l1 when beta is 0                |
 | kl_div                                 | t (log t - x) (0 where t = 0); log_target: e^t (t-x) |
 | soft_margin_loss                       | softplus(-y x)                                       |
-| margin_ranking_loss                    | relu(-y (x1 - x2) + margin)                          |
-| hinge_embedding_loss                   | relu(margin - x) where y != 1, plus x where y != -1  |
+| margin_ranking_loss                    | clamp_min(-y (x1 - x2) + margin, 0)                  |
+| hinge_embedding_loss                   | clamp_min(margin - x, 0) where y != 1, plus x where  |
+|                                        | y != -1                                              |
 | cosine_embedding_loss                  | 1 - cos where y == 1, relu(cos - margin) where y ==  |
 |                                        | -1, cos = x1.x2 / sqrt((|x1|^2 + 1e-12)(|x2|^2 +     |
 |                                        | 1e-12)) over dim 1                                   |
@@ -339,6 +340,12 @@ def soft_margin(n: NodeCtx) -> Value:
     return _reduce(n, n.emit1("Softplus", [margin]), _reduction(n, 2))
 
 
+def _clamp_min0(n: NodeCtx, v: Value) -> Value:
+    """torch's margin losses' `.clamp_min_(0)`: clamp's gradient, which passes at the margin
+    (planner/ops/kinks.py), where Relu's is 0."""
+    return n.emit1("Clip", [v], {"min": 0.0, "max": None})
+
+
 @rule("aten.margin_ranking_loss.default")
 def margin_ranking(n: NodeCtx) -> Value:
     x1, x2, y = n.tensor(0), n.tensor(1), n.tensor(2)
@@ -347,7 +354,7 @@ def margin_ranking(n: NodeCtx) -> Value:
     _same_shape(n, x1, y)
     _label(n, y)
     gap = n.emit1("Mul", [_float(n, y, x1), n.emit1("Sub", [x1, x2])])
-    per = n.emit1("Relu", [n.emit1("Sub", [n.const(margin, n.dtype(x1)), gap])])
+    per = _clamp_min0(n, n.emit1("Sub", [n.const(margin, n.dtype(x1)), gap]))
     return _reduce(n, per, reduction)
 
 
@@ -365,7 +372,7 @@ def hinge_embedding(n: NodeCtx) -> Value:
     y = _float(n, y, x)
     dtype = n.dtype(x)
     one, zero = n.const(1.0, dtype), n.const(0.0, dtype)
-    hinge = n.emit1("Relu", [n.emit1("Sub", [n.const(margin, dtype), x])])
+    hinge = _clamp_min0(n, n.emit1("Sub", [n.const(margin, dtype), x]))
     not_one = n.emit1("Sub", [y, one])        # nonzero where y != 1
     not_minus_one = n.emit1("Add", [y, one])  # nonzero where y != -1
     per = n.emit1("Add", [n.emit1("Where", [not_one, hinge, zero]),
@@ -393,7 +400,7 @@ def cosine_embedding(n: NodeCtx) -> Value:
                                  n.emit1("Add", [dot(x2, x2), tiny])])
     cos = n.emit1("Div", [dot(x1, x2), n.emit1("Sqrt", [magnitudes])])
     similar = n.emit1("Sub", [one, cos])
-    apart = n.emit1("Relu", [n.emit1("Sub", [cos, n.const(margin, dtype)])])
+    apart = _clamp_min0(n, n.emit1("Sub", [cos, n.const(margin, dtype)]))
     per = n.emit1("Add", [n.emit1("Where", [n.emit1("Sub", [y, one]), zero, similar]),
                           n.emit1("Where", [n.emit1("Add", [y, one]), zero, apart])])
     return _reduce(n, per, reduction)
