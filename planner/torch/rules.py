@@ -660,9 +660,20 @@ def matmul(n: NodeCtx) -> Value:
 
 @rule("aten.embedding.default")
 def embedding(n: NodeCtx) -> Value:
-    if n.arg(2, "padding_idx", -1) not in (-1, None):
-        raise Unsupported(f"{n.op} (padding_idx)")
-    return n.emit1("Embedding", [n.tensor(0), n.tensor(1)])
+    """A row gather; with padding_idx (nn.Embedding normalises a negative one first), the
+    positions reading that row pass no gradient (torch's embedding_backward skips them), so
+    its row's gradient is 0: a Where picking the detached rows there (the same values)."""
+    table, ids = n.tensor(0), n.tensor(1)
+    y = n.emit1("Embedding", [table, ids])
+    padding = n.arg(2, "padding_idx", -1)
+    if padding in (-1, None):
+        return y
+    rows = n.shape(table)[0]
+    if not isinstance(padding, int) or not 0 <= padding < rows:
+        raise n.fail(f"padding_idx {padding!r} for a table of {rows} rows")
+    mask = n.emit1("Equal", [ids, n.const(padding, n.dtype(ids))])
+    mask = n.emit1("Reshape", [mask], {"shape": [*n.shape(ids), 1]})
+    return n.emit1("Where", [mask, n.emit1("StopGradient", [y]), y])
 
 
 # ---- convolution and pooling -----------------------------------------------------------------

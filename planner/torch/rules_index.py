@@ -287,6 +287,39 @@ def index_put(n: NodeCtx) -> Value:
     return n.emit1("IndexScatter", [x, index, values], attrs)
 
 
+@rule("aten.index_add.default")
+def index_add(n: NodeCtx) -> Value:
+    """x.index_add(dim, index, source, alpha): kept whole at import, so that torch's kernel's
+    checks hold (its decomposition to index_put broadcasts a source of the wrong shape, where
+    torch raises): source is x's shape but along dim, where it has one slice per index
+    (index_func_meta_impl's rules), and an index out of [0, x.size(dim)) is refused as torch's
+    kernel refuses it."""
+    x, index, source = n.tensor(0), n.tensor(2, "index"), n.tensor(3, "source")
+    _float(n, x)
+    alpha = n.arg(4, "alpha", 1)
+    xs, ss, count = n.shape(x), n.shape(source), math.prod(n.shape(index))
+    where = _where(n, _lifted(n, x), int(n.arg(1, "dim")), "rows", False)
+    axis = where["axis"]
+    if len(n.shape(index)) > 1:
+        raise n.fail(f"index of shape {list(n.shape(index))} (torch takes a vector)")
+    if count != (ss[axis] if ss else 1):
+        raise n.fail(f"{count} indices for a source of size {ss[axis] if ss else 1} along dim "
+                     f"{axis} (torch raises: they must be equal)")
+    if [d for k, d in enumerate(xs) if k != axis] != [d for k, d in enumerate(ss) if k != axis]:
+        raise n.fail(f"source of shape {list(ss)} for self of shape {list(xs)}: they must match "
+                     f"except along dim {axis} (torch raises)")
+    if n.dtype(source) != n.dtype(x):
+        raise n.fail(f"source is {n.dtype(source)}, self {n.dtype(x)} (torch raises)")
+    scalar = not xs
+    x = _lifted(n, x)
+    index = _index(n, _lifted(n, index), x, where)
+    values = _lifted(n, source) if scalar or not ss else source
+    if alpha != 1:
+        values = n.emit1("Scale", [values], {"factor": float(alpha)})
+    y = n.emit1("IndexScatter", [x, index, values], {**where, "reduce": "sum"})
+    return n.emit1("Reshape", [y], {"shape": []}) if scalar else y
+
+
 BAG_MODES = {0: "sum", 1: "mean", 2: "max"}
 
 
@@ -321,7 +354,7 @@ def embedding_bag(n: NodeCtx) -> Value:
 
 # kept whole by the decomposition: take's (`x.reshape(-1)[index]`) turns a 0-d index into a
 # Python int, which torch.export cannot trace (GuardOnDataDependentSymNode)
-INDEX_PRESERVED = ("take.default",)
+INDEX_PRESERVED = ("take.default", "index_add.default")
 _FLAT = {"axis": 0, "mode": "rows", "wrap": True}
 
 
