@@ -166,7 +166,7 @@ KINKS: tuple[Kink, ...] = (
     Kink("minimum", "minimum", "grad / 2 to each on a tie (min_backward)", ("Min",),
          ((1.0, 2.0, 3.0), (1.0, 1.0, 3.0))),
     Kink("threshold", "nn.functional.threshold", "threshold_backward: grad where self > threshold",
-         ("Threshold",), ((0.0, 1.0, 2.0),), (("threshold", 1.0), ("value", -2.0))),
+         ("Where",), ((0.0, 1.0, 2.0),), (("threshold", 1.0), ("value", -2.0))),
     Kink("relu", "nn.functional.relu", "threshold_backward(grad, result, 0)", ("Relu",),
          ((-1.0, 0.0, 1.0),)),
     Kink("margin_ranking_loss", "nn.functional.margin_ranking_loss",
@@ -201,7 +201,7 @@ KINKS: tuple[Kink, ...] = (
          "output_differentiability: False", ("HermiteH",), ((0.5, 1.0), (3.0, 2.0))),
     Kink("multi_margin_loss", "nn.functional.multi_margin_loss",
          "multi_margin_loss_backward: where margin - x[y] + x[i] > 0 (not at 0)",
-         ("MultiMarginLoss",), ((1.0, 0.0, 0.0, 0.5, 0.25, 1.5),), (("reduction", "none"),),
+         ("Relu",), ((1.0, 0.0, 0.0, 0.5, 0.25, 1.5),), (("reduction", "none"),),
          ints=((0, 2),), shape=(2, 3)),
 )
 

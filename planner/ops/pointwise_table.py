@@ -334,8 +334,10 @@ def _digamma(m, x):
     series = m.log(z) - 0.5 / z - r * (1.0 / 12 - r * (1.0 / 120 - r * (1.0 / 252 - r * (
         1.0 / 240 - r * (1.0 / 132)))))
     psi = series - shift
-    # tan(pi x) = tan(pi r), r = x's fractional part: pi r rounds far less than pi x (torch's)
-    reflected = psi - math.pi / m.call("tan", math.pi * (x - m.call("trunc", x)))
+    # tan(pi x) = tan(pi r), r = x - the nearest integer (exact, |r| <= 1/2): near a pole r
+    # is small and pi r keeps its relative precision, where the fractional part (near 1 below
+    # a pole) leaves pi r next to pi, and tan of it 1e-1 relative off near the pole
+    reflected = psi - math.pi / m.call("tan", math.pi * (x - m.call("nearbyint", x)))
     pole = m.all(x <= 0, x == m.call("floor", x))
     return m.where(x == 0, -math.inf * m.call("copysign", 1.0, x),
                    m.where(pole, math.nan, m.where(x < 0, reflected, psi)))
@@ -351,7 +353,8 @@ def _trigamma(m, x):
     series = 1.0 / z + r * (0.5 + (1.0 / z) * (1.0 / 6 - r * (1.0 / 30 - r * (
         1.0 / 42 - r * (1.0 / 30)))))
     psi1 = series + shift
-    s = m.call("sin", math.pi * x)
+    # sin(pi x)^2 = sin(pi r)^2, r = x - the nearest integer (exact): digamma's reduction
+    s = m.call("sin", math.pi * (x - m.call("nearbyint", x)))
     reflected = (math.pi * math.pi) / (s * s) - psi1
     return m.where(x < 0, reflected, psi1)
 

@@ -561,7 +561,7 @@ struct PwtDigamma_f_f {
     const float t35 = t23 * t34;
     const float t36 = t26 - t35;
     const float t37 = t36 - t20;
-    const float t38 = std::trunc(x0);
+    const float t38 = std::nearbyint(x0);
     const float t39 = x0 - t38;
     const float t40 = 3.141592653589793f * t39;
     const float t41 = std::tan(t40);
@@ -634,15 +634,17 @@ struct PwtDigammaGrad_ff_f {
     const float t46 = t35 * t45;
     const float t47 = t36 + t46;
     const float t48 = t47 + t32;
-    const float t49 = 3.141592653589793f * x1;
-    const float t50 = std::sin(t49);
-    const float t51 = t50 * t50;
-    const float t52 = 9.869604401089358f / t51;
-    const float t53 = t52 - t48;
-    const bool t54 = x1 < 0.0f;
-    const float t55 = t54 ? t53 : t48;
-    const float t56 = x0 * t55;
-    return t56;
+    const float t49 = std::nearbyint(x1);
+    const float t50 = x1 - t49;
+    const float t51 = 3.141592653589793f * t50;
+    const float t52 = std::sin(t51);
+    const float t53 = t52 * t52;
+    const float t54 = 9.869604401089358f / t53;
+    const float t55 = t54 - t48;
+    const bool t56 = x1 < 0.0f;
+    const float t57 = t56 ? t55 : t48;
+    const float t58 = x0 * t57;
+    return t58;
   }
 };
 
@@ -1520,7 +1522,7 @@ struct PwtLgammaGrad_ff_f {
     const float t35 = t23 * t34;
     const float t36 = t26 - t35;
     const float t37 = t36 - t20;
-    const float t38 = std::trunc(x1);
+    const float t38 = std::nearbyint(x1);
     const float t39 = x1 - t38;
     const float t40 = 3.141592653589793f * t39;
     const float t41 = std::tan(t40);
