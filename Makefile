@@ -61,8 +61,10 @@ bench: $(VENV)/.installed-test
 	for b in bench/bench_*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
 
 # The whole OpInfo sweep (tests/importers/test_opinfo.py runs a fixed subset of it): every
-# float32 OpInfo of torch's op_db through the torch front end on two processes; rewrites
-# tests/importers/opinfo_expectations.json and docs/supported-ops.md and prints the table
+# float32 OpInfo of torch's op_db through the torch front end on two processes, on its sample
+# inputs and then on its held-out reference inputs; rewrites tests/importers/
+# opinfo_expectations.json, opinfo_reference_expectations.json and docs/supported-ops.md and
+# prints the tables
 # (bench/RESULTS.md). `git diff` then shows which OpInfos changed.
 opinfo: $(VENV)/.installed-test
-	$(PY) bench/opinfo_sweep.py --jobs 2 --write
+	$(PY) bench/opinfo_sweep.py --jobs 2 --inputs both --write

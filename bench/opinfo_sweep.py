@@ -1,13 +1,16 @@
 """PyTorch's OpInfo database through the torch front end (issue 46): every float32 OpInfo of
-op_db, up to 3 of its samples each, exported, imported and run forward and backward on the
-reference interpreter against torch in float64 (tests/importers/opinfo_cases.py); prints the
-issue's table, the families' clean/tried counts and the ATen ops refused most often.
+op_db, up to 3 of its samples each (and, issue 57, up to 8 of its held-out reference inputs),
+exported, imported and run forward and backward on the reference interpreter against torch in
+float64 (tests/importers/opinfo_cases.py); prints the issue's table, the families' clean/tried
+counts and the ATen ops refused most often, per input set.
 
-    python bench/opinfo_sweep.py [--jobs 2] [--write] [--top N] [NAME ...]
+    python bench/opinfo_sweep.py [--jobs 2] [--inputs sample|reference|both] [--write]
+                                 [--top N] [NAME ...]
 
---write rewrites tests/importers/opinfo_expectations.json (what tests/importers/test_opinfo.py
-expects of each OpInfo) and docs/supported-ops.md, whose per-family counts come from it:
-`make opinfo` runs this with --write on two processes.
+--write rewrites the input set's expectations file (tests/importers/opinfo_expectations.json,
+opinfo_reference_expectations.json: what tests/importers/test_opinfo.py expects of each
+OpInfo) and, for the sample inputs, docs/supported-ops.md, whose per-family counts come from
+it: `make opinfo` runs both sets with --write on two processes.
 """
 
 from __future__ import annotations
@@ -24,8 +27,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from tests.importers.opinfo_cases import (  # noqa: E402
-    EXPECTATIONS,
     Expected,
+    expectations_path,
     expectations_json,
     load_expectations,
     sweep,
@@ -40,8 +43,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--write", action="store_true",
                         help="rewrite the expectations file and docs/supported-ops.md")
     parser.add_argument("--top", type=int, default=25, help="how many refused ops to list")
+    parser.add_argument("--inputs", choices=("sample", "reference", "both"), default="sample",
+                        help="the OpInfos' sample inputs, their held-out reference inputs, "
+                             "or both in turn (default: sample)")
     parser.add_argument("names", nargs="*", help="only these OpInfos (default: all)")
     args = parser.parse_args(argv)
+    for inputs in (("sample", "reference") if args.inputs == "both" else (args.inputs,)):
+        print(f"## {inputs} inputs")
+        _sweep(args, inputs)
+    return 0
+
+
+def _sweep(args: argparse.Namespace, inputs: str) -> None:
     start = time.perf_counter()
     count = [0]
 
@@ -49,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
         count[0] += 1
         print(f"[{count[0]}] {o.name}: {o.status}", file=sys.stderr, flush=True)
 
-    outcomes = sweep(args.names or None, jobs=args.jobs, progress=progress)
+    outcomes = sweep(args.names or None, jobs=args.jobs, progress=progress, inputs=inputs)
     seconds = time.perf_counter() - start
     print(table(outcomes))
     refused = collections.Counter(
@@ -58,22 +71,25 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\nATen ops refused, by OpInfos they block (top {args.top}):")
     for op, n in refused.most_common(args.top):
         print(f"  {n:>4}  {op}")
-    old = load_expectations()
+    path = expectations_path(inputs)
+    old = load_expectations(path)
     changed = [o.name for o in outcomes if o.name in old and old[o.name].outcome != o.expectation]
-    print(f"\n{len(changed)} OpInfos differ from {EXPECTATIONS.name}"
+    print(f"\n{len(changed)} OpInfos differ from {path.name}"
           + (f": {', '.join(changed[:40])}" if changed else ""))
     if args.write:
         rows = dict(old) if args.names else {}  # a subset updates its rows only
         rows.update({o.name: Expected(o.family, o.expectation) for o in outcomes})
-        EXPECTATIONS.write_text(expectations_json(rows), encoding="utf-8")
-        from planner.importers.supported_ops import supported_ops_page
+        path.write_text(expectations_json(rows), encoding="utf-8")
+        print(f"wrote {path.relative_to(ROOT)}")
+        if inputs == "sample":
+            from planner.importers.supported_ops import supported_ops_page
 
-        (ROOT / "docs" / "supported-ops.md").write_text(supported_ops_page(), encoding="utf-8")
-        print(f"wrote {EXPECTATIONS.relative_to(ROOT)} and docs/supported-ops.md")
+            (ROOT / "docs" / "supported-ops.md").write_text(supported_ops_page(),
+                                                            encoding="utf-8")
+            print("wrote docs/supported-ops.md")
     load = os.getloadavg()
     print(f"({seconds:.0f} s on {args.jobs} processes; load average {load[0]:.2f} "
-          f"{load[1]:.2f} {load[2]:.2f})")
-    return 0
+          f"{load[1]:.2f} {load[2]:.2f})\n")
 
 
 if __name__ == "__main__":

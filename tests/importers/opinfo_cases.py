@@ -2,7 +2,10 @@
 common_methods_invocations) through the torch front end: the harness of
 tests/importers/test_opinfo.py and bench/opinfo_sweep.py.
 
-For each OpInfo (float32, CPU, its first SAMPLES sample inputs), every sample becomes a tiny
+For each OpInfo (float32, CPU, its first SAMPLES sample inputs; or, `inputs="reference"`, up to
+REFERENCE_SAMPLES of its held-out `reference_inputs`: those after the samples its
+reference_inputs_func repeats from sample_inputs, which hold exact zeros, ties and extremal
+values), every sample becomes a tiny
 nn.Module whose float tensor arguments are parameters (other tensors are buffers), calling the
 op and returning its tensor results. The module is exported by torch.export, converted by
 planner.torch.convert (the trainer's own import), and run on the numpy reference interpreter
@@ -21,6 +24,7 @@ the program) cannot share torch's stream, and `empty` leaves memory as it finds 
 shapes and dtypes are compared there.
 
 Outcome of an OpInfo, over its samples that torch can export:
+    none     (reference inputs only) the OpInfo has no held-out reference inputs;
     pass     every sample imports and matches forward and backward;
     export   torch.export fails on every sample (not this project's to fix);
     refused  a planner error, one line (the first failing sample's);
@@ -43,11 +47,19 @@ from typing import Any
 import numpy as np
 
 SAMPLES = 3
+REFERENCE_SAMPLES = 8  # held-out reference inputs per OpInfo, at most
+INPUTS = ("sample", "reference")
 # ATen ops whose values torch leaves undefined (uninitialized memory): compared like random ops.
 UNINITIALIZED = frozenset({"empty", "empty_like", "empty_strided", "new_empty",
                            "new_empty_strided", "empty_permuted"})
 EPS32 = float(np.finfo(np.float32).eps)
 EXPECTATIONS = Path(__file__).with_name("opinfo_expectations.json")
+REFERENCE_EXPECTATIONS = Path(__file__).with_name("opinfo_reference_expectations.json")
+
+
+def expectations_path(inputs: str = "sample") -> Path:
+    """The expectations file of an input set."""
+    return EXPECTATIONS if inputs == "sample" else REFERENCE_EXPECTATIONS
 MAX_LINE = 300  # an expectation line is cut here: a refusal names the op in its first words
 
 # Family of an OpInfo: the first row whose test holds (name prefixes, exact names, OpInfo
@@ -140,7 +152,7 @@ class Outcome:
     def expectation(self) -> str:
         """The stable line the expectations file holds: pass | export | the refusal line |
         `wrong: <which tensor>` | `crash: <exception>` (numbers of a mismatch left out)."""
-        if self.status in ("pass", "export"):
+        if self.status in ("pass", "export", "none"):
             return self.status
         line = self.detail.splitlines()[0] if self.detail else ""
         if self.status == "wrong":
@@ -278,13 +290,69 @@ def compare(what: str, ours: np.ndarray, t32: np.ndarray, t64: np.ndarray,
     return ""
 
 
-def _seeded(op: Any) -> Any:
+def _seeded(op: Any, inputs: str = "sample") -> Any:
     """The OpInfo's sample inputs (float32, CPU), from a seed of its name: the same values on
-    every run."""
+    every run; `inputs="reference"`: its held-out reference inputs (held_out)."""
     import torch
 
     torch.manual_seed(zlib.crc32(full_name(op).encode()))
+    if inputs == "reference":
+        return held_out(op)
     return op.sample_inputs("cpu", torch.float32, requires_grad=op.supports_autograd)
+
+
+def held_out(op: Any) -> Iterator[Any]:
+    """The OpInfo's reference inputs past those equal to its sample inputs: reference_inputs
+    funcs mostly repeat sample_inputs first (the same values from the same seed), then add
+    their own; none when the OpInfo has no reference_inputs_func."""
+    import torch
+
+    if op.reference_inputs_func is None:
+        return
+    seed = zlib.crc32(full_name(op).encode())
+    torch.manual_seed(seed)
+    # without requires_grad: some reference generators fail with it (an int64 tensor asked
+    # to require grad); the harness makes its own parameters of the float tensors
+    samples = iter(op.sample_inputs("cpu", torch.float32, requires_grad=False))
+    state = torch.get_rng_state()
+    prefix = True
+    torch.manual_seed(seed)
+    for ref in op.reference_inputs("cpu", torch.float32, requires_grad=False):
+        if prefix:
+            outer = torch.get_rng_state()
+            torch.set_rng_state(state)
+            same = next(samples, None)
+            state = torch.get_rng_state()
+            torch.set_rng_state(outer)
+            prefix = same is not None and _same_sample(ref, same)
+            if prefix:
+                continue
+        yield ref
+
+
+def _same_sample(a: Any, b: Any) -> bool:
+    leaves = [pytree_leaves((s.input, s.args, s.kwargs)) for s in (a, b)]
+    if len(leaves[0]) != len(leaves[1]):
+        return False
+    import torch
+
+    for u, v in zip(*leaves, strict=True):
+        if isinstance(u, torch.Tensor) != isinstance(v, torch.Tensor):
+            return False
+        if isinstance(u, torch.Tensor):
+            if u.shape != v.shape or u.dtype != v.dtype or u.layout != v.layout or \
+                    (u.layout == torch.strided and not torch.equal(u.detach(), v.detach())):
+                return False
+        elif not (u is v or (type(u) is type(v) and _equal(u, v))):
+            return False
+    return True
+
+
+def _equal(u: Any, v: Any) -> bool:
+    try:
+        return bool(u == v)
+    except Exception:
+        return False
 
 
 def _refusal(e: Exception) -> tuple[str, str]:
@@ -386,10 +454,14 @@ def check_sample(op: Any, sample: Any, seed: int = 0,
                   if by_pos.get(first[user[k]])
                   in cot else torch.zeros(outs[k].shape, dtype=outs[k].dtype)
                   for k in range(len(user))]
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        o32, g32, _ = _torch_run(op, sample, torch.float32, grads, cotangents)
-        o64, g64, _ = _torch_run(op, sample, torch.float64, grads, cotangents)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            o32, g32, _ = _torch_run(op, sample, torch.float32, grads, cotangents)
+            o64, g64, _ = _torch_run(op, sample, torch.float64, grads, cotangents)
+    except Exception as e:  # torch's own backward fails (a reference input's broadcast clamp)
+        raise _Skip(f"torch's own run: {type(e).__name__}: "
+                    f"{str(e).splitlines()[0] if str(e) else ''}") from None
     for k, n in zip(distinct, names, strict=True):
         mine = np.asarray(got[n])
         if random:
@@ -433,18 +505,24 @@ def check_call(fn: Any, x: Any, *args: Any, **kwargs: Any) -> tuple[str, str]:
         return "export", str(e)
 
 
-def check_opinfo(op: Any, samples: int = SAMPLES, runs: list[Run] | None = None) -> Outcome:
-    """The outcome of one OpInfo over its first `samples` samples (module docstring); its
-    passing samples are appended to `runs` when given (check_sample)."""
+def check_opinfo(op: Any, samples: int | None = None, runs: list[Run] | None = None,
+                 inputs: str = "sample") -> Outcome:
+    """The outcome of one OpInfo over its first `samples` samples of the input set `inputs`
+    (module docstring; SAMPLES sample inputs, REFERENCE_SAMPLES held-out reference inputs);
+    its passing samples are appended to `runs` when given (check_sample)."""
+    if samples is None:
+        samples = SAMPLES if inputs == "sample" else REFERENCE_SAMPLES
     name, family = full_name(op), family_of(full_name(op), type(op).__name__)
     tried = exported = 0
     first_skip = ""
     results: list[tuple[str, str]] = []
     try:
-        inputs = list(_first(_seeded(op), samples))
+        chosen = list(_first(_seeded(op, inputs), samples))
     except Exception as e:  # the OpInfo's own sample generator fails on this torch
-        return Outcome(name, family, "export", f"sample inputs: {type(e).__name__}: {e}")
-    for k, sample in enumerate(inputs):
+        return Outcome(name, family, "export", f"{inputs} inputs: {type(e).__name__}: {e}")
+    if not chosen and inputs == "reference":
+        return Outcome(name, family, "none", "no held-out reference inputs")
+    for k, sample in enumerate(chosen):
         tried += 1
         try:
             status, detail = check_sample(op, sample, seed=k, runs=runs)
@@ -470,9 +548,9 @@ def _first(it: Iterable[Any], n: int) -> Iterator[Any]:
         yield v
 
 
-def check_named(name: str, samples: int = SAMPLES) -> Outcome:
+def check_named(name: str, inputs: str = "sample") -> Outcome:
     """check_opinfo of the OpInfo named `name` (a pool worker's task)."""
-    return check_opinfo(by_name()[name], samples)
+    return check_opinfo(by_name()[name], inputs=inputs)
 
 
 # ---- the sweep and its table ------------------------------------------------------------------
@@ -481,10 +559,10 @@ TIMEOUT = 600.0  # seconds without a finished OpInfo before its worker is taken 
 
 
 def sweep(names: Sequence[str] | None = None, jobs: int = 1,
-          progress: Any = None) -> list[Outcome]:
-    """check_opinfo of every OpInfo (or those named), in name order, on `jobs` worker
-    processes (`python -m tests.importers.opinfo_cases`, an OpInfo a line in, an Outcome a
-    line out). An OpInfo whose worker dies (a signal inside torch) or goes TIMEOUT seconds
+          progress: Any = None, inputs: str = "sample") -> list[Outcome]:
+    """check_opinfo of every OpInfo (or those named) on the input set `inputs`, in name order,
+    on `jobs` worker processes (`python -m tests.importers.opinfo_cases INPUTS`, an OpInfo a
+    line in, an Outcome a line out). An OpInfo whose worker dies (a signal inside torch) or goes TIMEOUT seconds
     without an answer is a crash; a new worker takes the rest. `progress(outcome)` is called
     as each one finishes."""
     import threading
@@ -502,7 +580,7 @@ def sweep(names: Sequence[str] | None = None, jobs: int = 1,
             if progress is not None:
                 progress(o)
 
-    threads = [threading.Thread(target=_run_shard, args=(shard, families, record))
+    threads = [threading.Thread(target=_run_shard, args=(shard, families, record, inputs))
                for shard in shards]
     for t in threads:
         t.start()
@@ -511,7 +589,7 @@ def sweep(names: Sequence[str] | None = None, jobs: int = 1,
     return [done[n] for n in names]
 
 
-def _run_shard(names: list[str], families: dict[str, str], record: Any) -> None:
+def _run_shard(names: list[str], families: dict[str, str], record: Any, inputs: str) -> None:
     import subprocess
     import sys
     import threading
@@ -519,7 +597,7 @@ def _run_shard(names: list[str], families: dict[str, str], record: Any) -> None:
     root = Path(__file__).resolve().parents[2]
     pending = list(names)
     while pending:
-        proc = subprocess.Popen([sys.executable, "-m", "tests.importers.opinfo_cases"],
+        proc = subprocess.Popen([sys.executable, "-m", "tests.importers.opinfo_cases", inputs],
                                 cwd=root, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                 stderr=subprocess.DEVNULL, text=True)
         assert proc.stdin is not None and proc.stdout is not None
@@ -546,14 +624,18 @@ def _run_shard(names: list[str], families: dict[str, str], record: Any) -> None:
 
 
 def _worker() -> None:
-    """The worker: OpInfo names on stdin, one Outcome as JSON a line on stdout."""
+    """The worker: the input set as its argument, OpInfo names on stdin, one Outcome as JSON
+    a line on stdout."""
     import dataclasses
     import sys
 
+    inputs = sys.argv[1] if len(sys.argv) > 1 else "sample"
+    if inputs not in INPUTS:
+        raise SystemExit(f"inputs {inputs!r} is not one of {', '.join(INPUTS)}")
     out, sys.stdout = sys.stdout, sys.stderr  # what torch prints does not mix with the answers
     ops = by_name()
     for name in sys.stdin.read().split():
-        o = check_opinfo(ops[name])
+        o = check_opinfo(ops[name], inputs=inputs)
         out.write(json.dumps(dataclasses.asdict(o)) + "\n")
         out.flush()
 
@@ -604,8 +686,9 @@ def fast_subset(expected: dict[str, Expected], per_family: int = FAST_PER_FAMILY
 
 def table(outcomes: Sequence[Outcome]) -> str:
     """The issue's table: OpInfos exportable, imported on every sample, equal to torch forward
-    and backward, silently wrong, crashing; then clean/tried per family (tried: exportable)."""
-    tried = [o for o in outcomes if o.status != "export"]
+    and backward, silently wrong, crashing; then clean/tried per family (tried: exportable,
+    with held-out inputs for the reference set)."""
+    tried = [o for o in outcomes if o.status not in ("export", "none")]
     n = max(len(tried), 1)
 
     def row(what: str, k: int, names: Sequence[str] = ()) -> str:
@@ -616,6 +699,9 @@ def table(outcomes: Sequence[Outcome]) -> str:
     crash = [o.name for o in tried if o.status == "crash"]
     lines = ["| | OpInfos |", "| --- | --- |",
              f"| float32 OpInfos in op_db | {len(outcomes)} |",
+             *([f"| with held-out reference inputs | "
+                f"{sum(o.status != 'none' for o in outcomes)} |"]
+               if any(o.status == "none" for o in outcomes) else []),
              f"| exportable by torch.export | {len(tried)} |",
              row("import on every sample", sum(o.imported for o in tried)),
              row("forward and backward equal to torch on every sample",
