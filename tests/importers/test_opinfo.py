@@ -7,6 +7,10 @@ starts failing fails here, and so does a refusal that starts passing (update the
 
 A fixed, family-balanced subset (opinfo_cases.fast_subset) runs with the suite; the whole
 sweep is marked `opinfo_full`, which runs only when asked for (`-m opinfo_full`).
+
+The same holds for each OpInfo's held-out reference inputs (up to 8 of its `reference_inputs`
+past the ones equal to its sample inputs: exact zeros, ties, extremal values), whose outcomes
+tests/importers/opinfo_reference_expectations.json records ("none": no held-out inputs).
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ pytest.importorskip("torch")
 pytest.importorskip("expecttest")
 
 from tests.importers.opinfo_cases import (  # noqa: E402
+    REFERENCE_EXPECTATIONS,
     by_name,
     check_opinfo,
     fast_subset,
@@ -28,6 +33,9 @@ from tests.importers.opinfo_cases import (  # noqa: E402
 
 EXPECTED = load_expectations()
 FAST = fast_subset(EXPECTED)
+REFERENCE = load_expectations(REFERENCE_EXPECTATIONS)
+# 4 a family: each runs up to 8 held-out samples
+REFERENCE_FAST = fast_subset({n: e for n, e in REFERENCE.items() if e.outcome != "none"}, 4)
 
 
 @functools.cache
@@ -35,12 +43,13 @@ def _ops() -> dict:
     return by_name()
 
 
-def _check(name: str) -> None:
-    outcome = check_opinfo(_ops()[name])
-    want = EXPECTED[name].outcome
+def _check(name: str, inputs: str = "sample") -> None:
+    outcome = check_opinfo(_ops()[name], inputs=inputs)
+    want = (EXPECTED if inputs == "sample" else REFERENCE)[name].outcome
     assert outcome.expectation == want, (
-        f"{name}: expected {want!r}, got {outcome.status}: {outcome.detail!r} (if this is "
-        f"progress, rewrite the expectation: python bench/opinfo_sweep.py --write {name})")
+        f"{name} ({inputs} inputs): expected {want!r}, got {outcome.status}: "
+        f"{outcome.detail!r} (if this is progress, rewrite the expectation: python "
+        f"bench/opinfo_sweep.py --inputs {inputs} --write {name})")
 
 
 @pytest.mark.parametrize("name", FAST)
@@ -54,9 +63,20 @@ def test_opinfo_full_sweep(name):
     _check(name)
 
 
+@pytest.mark.parametrize("name", REFERENCE_FAST)
+def test_opinfo_reference_inputs_fast_subset(name):
+    _check(name, "reference")
+
+
+@pytest.mark.opinfo_full
+@pytest.mark.parametrize("name", sorted(set(REFERENCE) - set(REFERENCE_FAST)))
+def test_opinfo_reference_inputs_full_sweep(name):
+    _check(name, "reference")
+
+
 def test_expectations_name_every_float32_opinfo_of_op_db():
-    assert sorted(_ops()) == sorted(EXPECTED), (
-        "op_db's float32 OpInfos and the expectations file differ: run make opinfo")
+    assert sorted(_ops()) == sorted(EXPECTED) == sorted(REFERENCE), (
+        "op_db's float32 OpInfos and the expectations files differ: run make opinfo")
     assert len(FAST) >= 60 and len({EXPECTED[n].family for n in FAST}) == \
         len({e.family for e in EXPECTED.values()})
 
@@ -71,8 +91,14 @@ KNOWN_OFF = {
 }
 
 
-def test_every_refusal_is_one_line_and_nothing_else_is_silently_wrong_or_crashes():
-    lines = {n: e.outcome for n, e in EXPECTED.items()}
+# The same on the held-out reference inputs.
+KNOWN_OFF_REFERENCE = dict(KNOWN_OFF)
+
+
+@pytest.mark.parametrize("inputs", ["sample", "reference"])
+def test_every_refusal_is_one_line_and_nothing_else_is_silently_wrong_or_crashes(inputs):
+    rows = EXPECTED if inputs == "sample" else REFERENCE
+    lines = {n: e.outcome for n, e in rows.items()}
     assert all("\n" not in v and v for v in lines.values())
     bad = {n: v for n, v in lines.items() if v.startswith(("wrong:", "crash:"))}
-    assert bad == KNOWN_OFF
+    assert bad == (KNOWN_OFF if inputs == "sample" else KNOWN_OFF_REFERENCE)
