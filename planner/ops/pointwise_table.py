@@ -353,8 +353,10 @@ def _trigamma(m, x):
     series = 1.0 / z + r * (0.5 + (1.0 / z) * (1.0 / 6 - r * (1.0 / 30 - r * (
         1.0 / 42 - r * (1.0 / 30)))))
     psi1 = series + shift
-    # sin(pi x)^2 = sin(pi r)^2, r = x - the nearest integer (exact): digamma's reduction
-    s = m.call("sin", math.pi * (x - m.call("nearbyint", x)))
+    # sin(pi x)^2 = sin(pi r)^2, r = x - the nearest integer (exact): digamma's reduction.
+    # At a pole itself (r = 0) sin(pi x) unreduced, as torch's: a huge finite value, not inf
+    r = x - m.call("nearbyint", x)
+    s = m.call("sin", math.pi * m.where(r == 0, x, r))
     reflected = (math.pi * math.pi) / (s * s) - psi1
     return m.where(x < 0, reflected, psi1)
 

@@ -636,15 +636,17 @@ struct PwtDigammaGrad_ff_f {
     const float t48 = t47 + t32;
     const float t49 = std::nearbyint(x1);
     const float t50 = x1 - t49;
-    const float t51 = 3.141592653589793f * t50;
-    const float t52 = std::sin(t51);
-    const float t53 = t52 * t52;
-    const float t54 = 9.869604401089358f / t53;
-    const float t55 = t54 - t48;
-    const bool t56 = x1 < 0.0f;
-    const float t57 = t56 ? t55 : t48;
-    const float t58 = x0 * t57;
-    return t58;
+    const bool t51 = t50 == 0.0f;
+    const float t52 = t51 ? x1 : t50;
+    const float t53 = 3.141592653589793f * t52;
+    const float t54 = std::sin(t53);
+    const float t55 = t54 * t54;
+    const float t56 = 9.869604401089358f / t55;
+    const float t57 = t56 - t48;
+    const bool t58 = x1 < 0.0f;
+    const float t59 = t58 ? t57 : t48;
+    const float t60 = x0 * t59;
+    return t60;
   }
 };
 
