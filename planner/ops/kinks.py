@@ -64,9 +64,13 @@ def clamp_max_bound_takes(m, x, lo, hi):
     return m.any(x > hi, hi < lo)
 
 
+# torch's kernel writes 1/6 as the float 1.0f / 6.0f, in float64 too
+ONE_SIXTH_F32 = 0.1666666716337204
+
+
 def hardsigmoid_slope(m, x):
     """hardsigmoid_backward: 1/6 where -3 < x < 3, else 0 (at +-3 too; NaN gives 0)."""
-    return m.where(m.all(x > -3.0, x < 3.0), 1.0 / 6.0, 0.0)
+    return m.where(m.all(x > -3.0, x < 3.0), ONE_SIXTH_F32, 0.0)
 
 
 def hardswish_slope(m, x):

@@ -480,7 +480,7 @@ ROWS: tuple[Row, ...] = (
     Row("HardTanh", lambda m, xs, p: [_clamp(m, *xs)],
         "y = min(max(x, lo), hi): [x, lo, hi] (torch's hardtanh; its gradient is 0 at lo, hi).",
         arity=3, grads=(lambda m, xs, y: _mask(m, kinks.hardtanh_passes(m, *xs)), None, None),
-        flops=2),
+        flops=2, domain=("normal", "sym", "gt1")),
     Row("Clamp", lambda m, xs, p: [_clamp(m, *xs)],
         "y = min(max(x, lo), hi) of tensor bounds: [x, lo, hi] (torch.clamp).", arity=3,
         grads=(lambda m, xs, y: _mask(m, kinks.clamp_passes(m, *xs)),

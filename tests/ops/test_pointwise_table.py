@@ -20,10 +20,23 @@ torch = pytest.importorskip("torch")
 SPECIAL = [np.nan, np.inf, -np.inf, 0.0, -0.0, 0.5, -0.5, 1.0, -1.0, 2.5, -3.0, 1e-30, 40.0,
            -2.0, 0.3, 7.0]
 # rows whose torch function is not torch.<aten name>, or that torch decomposes
-TORCH = {row.name: getattr(torch, row.aten[0].split(".")[0]) for row in ROWS if row.aten}
+TORCH = {row.name: getattr(torch, row.aten[0].split(".")[0], None) for row in ROWS if row.aten}
+
+
+def _hardtanh(x, lo, hi):
+    """torch's hardtanh of tensor bounds (F.hardtanh takes numbers): clamp's values, and no
+    gradient for the bounds (a zero one where autograd is asked for it)."""
+    y = torch.clamp(x, lo.detach(), hi.detach())
+    return y + 0.0 * (lo + hi) if lo.requires_grad else y
+
+
 TORCH.update({"Square": torch.square, "Frac": torch.frac,
               "DivTrunc": lambda a, b: torch.div(a, b, rounding_mode="trunc"),
-              "DivFloor": lambda a, b: torch.div(a, b, rounding_mode="floor")})
+              "DivFloor": lambda a, b: torch.div(a, b, rounding_mode="floor"),
+              "Entr": torch.special.entr, "Xlog1py": torch.special.xlog1py,
+              "HardSigmoid": torch.nn.functional.hardsigmoid,
+              "HardSwish": torch.nn.functional.hardswish, "HardTanh": _hardtanh,
+              "Clamp": torch.clamp, "ClampMin": torch.clamp_min, "ClampMax": torch.clamp_max})
 
 
 def _grid(arity: int) -> list[np.ndarray]:

@@ -1035,7 +1035,7 @@ struct PwtHardSigmoidGrad_ff_f {
     const bool t0 = x1 > -3.0f;
     const bool t1 = x1 < 3.0f;
     const bool t2 = t0 && t1;
-    const float t3 = t2 ? 0.16666666666666666f : 0.0f;
+    const float t3 = t2 ? 0.1666666716337204f : 0.0f;
     const float t4 = x0 * t3;
     return t4;
   }
