@@ -1,5 +1,5 @@
-// Softmax and LogSoftmax along any axis: oneDNN's softmax (softmax_accurate, softmax_log), then a
-// pass that gives non-finite rows the reference's answer. x is seen as (outer, n, inner): one row
+// Softmax and LogSoftmax along any axis: oneDNN's softmax (softmax_accurate), then a pass that
+// gives non-finite rows the reference's answer; LogSoftmax its own loop (below). x is seen as (outer, n, inner): one row
 // of n elements (stride inner) per (outer, inner) pair.
 //
 // oneDNN handles -inf entries (masked attention scores get probability 0, log-probability -inf)
@@ -62,8 +62,60 @@ class Softmax : public DnnlKernel {
   int64_t outer_ = 1, inner_ = 1, len_ = 1;
 };
 
+// LogSoftmax as torch's CPU kernel computes it, y = (x - max) - log(sum exp(x - max)), the sum
+// in double: oneDNN's softmax_log is up to ~1e-5 off where y is near 0 (the classes that carry
+// the probability), which the gradient dy - exp(y) sum(dy) multiplies by sum(dy) (issue 57: 50x
+// torch's float32 error). A row holding NaN or +inf, or only -inf, is NaN (x - max is NaN
+// somewhere, as the reference's).
+class LogSoftmax : public Kernel {
+ public:
+  explicit LogSoftmax(const Node& n) : x_(n.in[0].id), y_(n.out[0].id) {
+    require_f32(n);
+    const AxisSplit a = axis_split(n.attrs, n.in[0].shape);
+    outer_ = a.outer;
+    len_ = a.extent;
+    inner_ = a.inner;
+  }
+  std::string impl() const override { return "max, sum of exp in double, log"; }
+  void run(const Run& r) override {
+    const float* x = r.at<float>(x_);
+    float* y = r.at<float>(y_);
+    const int64_t len = len_, inner = inner_, rows = outer_ * inner_;
+    const float inf = std::numeric_limits<float>::infinity();
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+#pragma omp parallel for
+    for (int64_t row = 0; row < rows; ++row) {
+      const int64_t base = (row / inner) * len * inner + row % inner;
+      const float* xr = x + base;
+      float* yr = y + base;
+      float top = -inf;
+      int bad = 0;
+#pragma omp simd reduction(max : top) reduction(| : bad)
+      for (int64_t j = 0; j < len; ++j) {
+        const float v = xr[j * inner];
+        bad |= v != v;
+        top = v > top ? v : top;
+      }
+      if (bad || top == inf || top == -inf) {
+        for (int64_t j = 0; j < len; ++j) yr[j * inner] = nan;
+        continue;
+      }
+      double sum = 0.0;
+#pragma omp simd reduction(+ : sum)
+      for (int64_t j = 0; j < len; ++j) sum += static_cast<double>(std::exp(xr[j * inner] - top));
+      const float lse = static_cast<float>(std::log(sum));
+#pragma omp simd
+      for (int64_t j = 0; j < len; ++j) yr[j * inner] = (xr[j * inner] - top) - lse;
+    }
+  }
+
+ private:
+  int x_, y_;
+  int64_t outer_ = 1, inner_ = 1, len_ = 1;
+};
+
 KernelPtr softmax(const Node& n) { return std::make_unique<Softmax>(n, false); }
-KernelPtr log_softmax(const Node& n) { return std::make_unique<Softmax>(n, true); }
+KernelPtr log_softmax(const Node& n) { return std::make_unique<LogSoftmax>(n); }
 
 }  // namespace
 
