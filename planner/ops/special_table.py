@@ -185,6 +185,10 @@ ROWS = tuple(dataclasses.replace(row, blocks=(256,)) for row in ROWS)
 for _row in ROWS:
     register_row(_row)
 
+# rows whose output torch marks non-differentiable: no gradient flows through them
+NONDIFFERENTIABLE = frozenset(row.name for row in ROWS if row.grads is None and row.differentiable
+                              and row.name not in ("FrexpExponent",))
+
 # the ops these rows define (theirs and their gradient ops'): kernels calling special_math.h
 OPS = frozenset(name for row in ROWS for name in (
     row.name, *(row.grad_name(k) for k, d in enumerate(row.grads or ()) if d not in (None, 1))))

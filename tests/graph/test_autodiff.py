@@ -397,8 +397,11 @@ def _pointwise_cases() -> dict[str, list[tuple]]:
             [k for k, d in enumerate(r.grads) if d is not None]
 
     return {r.name: [([(d, (3, 4)) for d in (r.domain or ("normal",) * r.arity)], {}, None,
-                      wrt(r))] for r in (*ROWS, *SPECIAL_ROWS) if r.differentiable}
+                      wrt(r))] for r in (*ROWS, *SPECIAL_ROWS)
+            if r.differentiable and r.name not in NONDIFFERENTIABLE}
 
+
+from planner.ops.special_table import NONDIFFERENTIABLE  # noqa: E402
 
 OP_CASES.update({op: cases for op, cases in _pointwise_cases().items() if op not in OP_CASES})
 
@@ -417,8 +420,11 @@ def test_every_differentiable_op_has_a_gradient_case():
     # (an op none of whose inputs is differentiable, StopGradient, has no derivative to check)
     from tests.ops.test_linalg import CASES
 
+    # (nor do the special functions torch marks non-differentiable: no gradient flows through
+    # them, which tests/importers/test_kinks.py checks against torch)
     differentiable = {name for name, op in REGISTRY.items() if op.gradient is not None
-                      and not (op.arity and set(range(op.arity)) <= set(op.nondiff_inputs))}
+                      and not (op.arity and set(range(op.arity)) <= set(op.nondiff_inputs))
+                      and name not in NONDIFFERENTIABLE}
     assert CHECKED_IN_TEST_LINALG <= {c[0] for c in CASES} | {"MatrixSvd"}  # (svd: its own)
     covered = set(OP_CASES) | CHECKED_IN_TEST_LINALG
     assert differentiable <= covered, sorted(differentiable - covered)
