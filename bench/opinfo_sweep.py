@@ -28,8 +28,8 @@ sys.path.insert(0, str(ROOT))
 
 from tests.importers.opinfo_cases import (  # noqa: E402
     Expected,
-    expectations_path,
     expectations_json,
+    expectations_path,
     load_expectations,
     sweep,
     table,

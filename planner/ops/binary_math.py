@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from planner.ops import kinks
 from planner.ops.base import (
     Attrs,
     GradBuilder,
@@ -46,7 +47,6 @@ from planner.ops.base import (
     register,
     require_float,
 )
-from planner.ops import kinks
 from planner.ops.elementwise import F32_BINARY, binary_infer, broadcast_shapes
 from planner.ops.reduce import sum_to_shape
 

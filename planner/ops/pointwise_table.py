@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from planner.dtypes import LOW_FLOATS
+from planner.ops import kinks
 from planner.ops.base import (
     Attrs,
     GradBuilder,
@@ -54,7 +55,6 @@ from planner.ops.base import (
     elementwise_flops,
     register,
 )
-from planner.ops import kinks
 from planner.ops.elementwise import broadcast_shapes
 from planner.ops.reduce import sum_to_shape
 from planner.ops.special_reference import SPECIAL_FUNCTIONS
@@ -468,7 +468,8 @@ ROWS: tuple[Row, ...] = (
     Row("Entr", _u(_entr), "y = -x log x (0 at 0, -inf below 0).",
         grads=(lambda m, xs, y: kinks.entr_slope(m, xs[0]),), flops=3,
         aten=("special_entr.default",), domain=("positive",), blocks=RARE),
-    Row("HardSigmoid", _u(lambda m, x: _relu6_of_shift(m, x) / 6.0), "y = min(max(x + 3, 0), 6) / 6 (torch's hardsigmoid).",
+    Row("HardSigmoid", _u(lambda m, x: _relu6_of_shift(m, x) / 6.0),
+        "y = min(max(x + 3, 0), 6) / 6 (torch's hardsigmoid).",
         grads=(lambda m, xs, y: kinks.hardsigmoid_slope(m, xs[0]),), flops=3,
         aten=("hardsigmoid.default",)),
     Row("HardSwish", _u(lambda m, x: x * _relu6_of_shift(m, x) / 6.0),

@@ -9,12 +9,10 @@ import pytest
 
 pytest.importorskip("torch")
 
+from planner.ops.kinks import KINKS  # noqa: E402
 from tests.codegen.merged_graph import executor_mismatches  # noqa: E402
 from tests.codegen.test_opinfo_executor import _runnable  # noqa: E402
 from tests.importers.kink_cases import check_kink  # noqa: E402
-
-from planner.ops.kinks import KINKS  # noqa: E402
-
 
 # entries the CPU runtime has no kernels for, with why (the interpreter's test holds them)
 NOT_ON_CPU = {"float_power": "float64 Pow: the CPU executor computes in float32"}

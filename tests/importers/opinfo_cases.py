@@ -562,9 +562,9 @@ def sweep(names: Sequence[str] | None = None, jobs: int = 1,
           progress: Any = None, inputs: str = "sample") -> list[Outcome]:
     """check_opinfo of every OpInfo (or those named) on the input set `inputs`, in name order,
     on `jobs` worker processes (`python -m tests.importers.opinfo_cases INPUTS`, an OpInfo a
-    line in, an Outcome a line out). An OpInfo whose worker dies (a signal inside torch) or goes TIMEOUT seconds
-    without an answer is a crash; a new worker takes the rest. `progress(outcome)` is called
-    as each one finishes."""
+    line in, an Outcome a line out). An OpInfo whose worker dies (a signal inside torch) or
+    goes TIMEOUT seconds without an answer is a crash; a new worker takes the rest.
+    `progress(outcome)` is called as each one finishes."""
     import threading
 
     ops = by_name()
