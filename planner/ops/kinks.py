@@ -100,8 +100,10 @@ def atan2_reciprocal(m, a, b):
 
 
 def pow_base_slope(m, a, b):
-    """pow_backward_self: b a^(b - 1), 0 where b == 0 (x^0 at x = 0)."""
-    return m.where(b == 0, 0.0, b * m.pow(a, b - 1.0))
+    """pow_backward_self: b a^(b - 1), 0 where b == 0 (x^0 at x = 0); NaN for a < 0 and b not
+    an integer, as a^b (in float32, b - 1 can round to an integer there)."""
+    odd = m.all(a < 0, m.not_(b == m.call("floor", b)))
+    return m.where(b == 0, 0.0, m.where(odd, NAN, b * m.pow(a, b - 1.0)))
 
 
 def pow_exponent_slope(m, a, b, y):

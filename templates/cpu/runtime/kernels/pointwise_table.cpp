@@ -1901,13 +1901,19 @@ struct PwtPolygamma4Grad_ff_f {
 struct PwtPowGradA_ffff_f {
   explicit PwtPowGradA_ffff_f(const Node&) {}
   float operator()(float x0, float x1, float x2, float x3) const {
-    const bool t0 = x2 == 0.0f;
-    const float t1 = x2 - 1.0f;
-    const float t2 = std::pow(x1, t1);
-    const float t3 = x2 * t2;
-    const float t4 = t0 ? 0.0f : t3;
-    const float t5 = x0 * t4;
-    return t5;
+    const bool t0 = x1 < 0.0f;
+    const float t1 = std::floor(x2);
+    const bool t2 = x2 == t1;
+    const bool t3 = !t2;
+    const bool t4 = t0 && t3;
+    const bool t5 = x2 == 0.0f;
+    const float t6 = x2 - 1.0f;
+    const float t7 = std::pow(x1, t6);
+    const float t8 = x2 * t7;
+    const float t9 = t4 ? std::numeric_limits<float>::quiet_NaN() : t8;
+    const float t10 = t5 ? 0.0f : t9;
+    const float t11 = x0 * t10;
+    return t11;
   }
 };
 
