@@ -304,29 +304,21 @@ def _seeded(op: Any, inputs: str = "sample") -> Any:
 def held_out(op: Any) -> Iterator[Any]:
     """The OpInfo's reference inputs past those equal to its sample inputs: reference_inputs
     funcs mostly repeat sample_inputs first (the same values from the same seed), then add
-    their own; none when the OpInfo has no reference_inputs_func."""
+    their own; none when the OpInfo has no reference_inputs_func. Without requires_grad: some
+    reference generators fail with it (an int64 tensor asked to require grad); the harness
+    makes its own parameters of the float tensors."""
     import torch
 
     if op.reference_inputs_func is None:
         return
     seed = zlib.crc32(full_name(op).encode())
     torch.manual_seed(seed)
-    # without requires_grad: some reference generators fail with it (an int64 tensor asked
-    # to require grad); the harness makes its own parameters of the float tensors
-    samples = iter(op.sample_inputs("cpu", torch.float32, requires_grad=False))
-    state = torch.get_rng_state()
-    prefix = True
+    samples = list(op.sample_inputs("cpu", torch.float32, requires_grad=False))
     torch.manual_seed(seed)
-    for ref in op.reference_inputs("cpu", torch.float32, requires_grad=False):
-        if prefix:
-            outer = torch.get_rng_state()
-            torch.set_rng_state(state)
-            same = next(samples, None)
-            state = torch.get_rng_state()
-            torch.set_rng_state(outer)
-            prefix = same is not None and _same_sample(ref, same)
-            if prefix:
-                continue
+    for k, ref in enumerate(op.reference_inputs("cpu", torch.float32, requires_grad=False)):
+        if k < len(samples) and _same_sample(ref, samples[k]):
+            continue
+        samples = []  # past the repeated prefix
         yield ref
 
 

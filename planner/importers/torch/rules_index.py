@@ -319,6 +319,31 @@ def index_add(n: NodeCtx) -> Value:
     return n.emit1("Reshape", [y], {"shape": []}) if scalar else y
 
 
+@rule("aten.index_fill.int_Tensor", "aten.index_fill.int_Scalar")
+def index_fill(n: NodeCtx) -> Value:
+    """x.index_fill(dim, index, value): kept whole at import, so that a 0-d tensor value's
+    gradient is torch's, the sum of dy over the places filled, each once (derivatives.yaml:
+    over the unique indices; the decomposition to index_put counts a repeated index each
+    time): a Where of the mask of filled places, value broadcast, x elsewhere."""
+    x, index, value = n.tensor(0), n.tensor(2, "index"), n.arg(3, "value")
+    _float(n, x)
+    scalar = not n.shape(x)
+    x = _lifted(n, x)
+    where = _where(n, x, int(n.arg(1, "dim")), "rows", True)
+    index = _index(n, _lifted(n, index), x, where)
+    if not isinstance(value, (str, Const)):  # a number: no gradient to give
+        y = n.emit1("IndexScatter", [x, index], {**where, "value": float(value)})
+    else:
+        if n.shape(value):
+            raise n.fail(f"value of shape {list(n.shape(value))} (torch takes a 0-d tensor)")
+        shape, dtype = list(n.shape(x)), n.dtype(x)
+        zeros = n.emit1("Fill", [], {"shape": shape, "value": 0.0, "dtype": dtype})
+        filled = n.emit1("IndexScatter", [zeros, index], {**where, "value": 1.0})
+        value = n.emit1("Expand", [as_dtype(n, value, dtype)], {"shape": shape})
+        y = n.emit1("Where", [filled, value, x])
+    return n.emit1("Reshape", [y], {"shape": []}) if scalar else y
+
+
 BAG_MODES = {0: "sum", 1: "mean", 2: "max"}
 
 
@@ -353,7 +378,8 @@ def embedding_bag(n: NodeCtx) -> Value:
 
 # kept whole by the decomposition: take's (`x.reshape(-1)[index]`) turns a 0-d index into a
 # Python int, which torch.export cannot trace (GuardOnDataDependentSymNode)
-INDEX_PRESERVED = ("take.default", "index_add.default")
+INDEX_PRESERVED = ("take.default", "index_add.default", "index_fill.int_Tensor",
+                   "index_fill.int_Scalar")
 _FLAT = {"axis": 0, "mode": "rows", "wrap": True}
 
 
