@@ -199,6 +199,8 @@ KINKS: tuple[Kink, ...] = (
          ("Xlog1py",), ((0.0, 0.0, 1.0, 0.0), (2.0, 0.5, 3.0, -1.0))),
     Kink("entr", "special.entr", "-(1 + log(self)): +inf at 0", ("Entr",),
          ((0.0, 0.5, 1.0, -1.0),)),
+    Kink("nextafter", "nextafter", "self: grad where self != other (0 at a tie: y is other)",
+         ("NextAfter", "Where"), ((1.0, 2.0, 0.0, 3.0), (2.0, 1.0, 0.0, 3.0))),
     Kink("bessel_j0", "special.bessel_j0", "output_differentiability: False", ("BesselJ0",),
          ((0.5, 1.0),)),
     Kink("airy_ai", "special.airy_ai", "output_differentiability: False", ("AiryAi",),

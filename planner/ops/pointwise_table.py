@@ -541,7 +541,7 @@ ROWS: tuple[Row, ...] = (
         aten=("fmin.default",), blocks=RARE),
     Row("NextAfter", _b(lambda m, a, b: m.call("nextafter", a, b)),
         "y = the float after a in the direction of b.", arity=2, grads=(1, None),
-        aten=("nextafter.default",), blocks=RARE),
+        blocks=RARE),  # torch's nextafter: planner/importers/torch/rules_pointwise.py
     Row("CopySign", _b(lambda m, a, b: m.call("copysign", a, b)),
         "y = |a| with the sign of b.", arity=2,
         grads=(lambda m, xs, y: m.where(xs[0] == 0, 0.0, y / xs[0]), None), uses_y=True,

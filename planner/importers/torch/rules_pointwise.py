@@ -213,6 +213,20 @@ def pow_tensor(n: NodeCtx) -> Value:
     return _float_binary(n, "Pow", _operands(n, 2))
 
 
+@rule("aten.nextafter.default")
+def nextafter(n: NodeCtx) -> Value:
+    """NextAfter, whose gradient for a is torch's: dy, but 0 where a == b (y is b there,
+    constant in a: planner/ops/kinks.py), by a Where picking the detached result at ties
+    (the same values)."""
+    values = _operands(n, 2)
+    dtype = n.out_dtype or promoted(n, values)
+    if _kind(dtype) != 2:
+        raise _refuse(n, "NextAfter", dtype, FLOATS)
+    a, b = (as_dtype(n, v, dtype) for v in values)
+    y = n.emit1("NextAfter", [a, b])
+    return n.emit1("Where", [n.emit1("Equal", [a, b]), n.emit1("StopGradient", [y]), y])
+
+
 @rule("aten.minimum.default", "aten.maximum.default")
 def extremum(n: NodeCtx) -> Value:
     op = "Min" if n.op == "aten.minimum.default" else "Max"
