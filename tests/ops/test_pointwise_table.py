@@ -33,7 +33,8 @@ def _hardtanh(x, lo, hi):
 TORCH.update({"Square": torch.square, "Frac": torch.frac,
               "DivTrunc": lambda a, b: torch.div(a, b, rounding_mode="trunc"),
               "DivFloor": lambda a, b: torch.div(a, b, rounding_mode="floor"),
-              "Entr": torch.special.entr, "NextAfter": torch.nextafter, "Xlog1py": torch.special.xlog1py,
+              "Entr": torch.special.entr, "NextAfter": torch.nextafter,
+              "Xlog1py": torch.special.xlog1py,
               "HardSigmoid": torch.nn.functional.hardsigmoid,
               "HardSwish": torch.nn.functional.hardswish, "HardTanh": _hardtanh,
               "Clamp": torch.clamp, "ClampMin": torch.clamp_min, "ClampMax": torch.clamp_max})
