@@ -28,7 +28,7 @@ from planner.graph.sharded_scaling import with_unscaled_shards, without_loss_sca
 from planner.graph.validate import check_graph
 from planner.ir.graph import Graph, Node, Tensor
 from planner.ops import get_op
-from planner.ops.collective import BUCKET_ALIGNMENT, COLLECTIVE_OPS, SHARDED_UPDATES, shard_floats
+from planner.ops.collective import COLLECTIVE_OPS, DEFAULT_ALIGNMENT, SHARDED_UPDATES, shard_floats
 
 _UPDATES = frozenset(op for op, _ in UPDATE_OPS.values())
 # fp16-mixed's loss scaling reads the gradients first (planner/ops/loss_scale.py): it gets the
@@ -201,15 +201,16 @@ def sharded_gradients(graph: Graph, bucket_list: list[list[str]], flag: str) -> 
 
 
 def with_sharded_updates(graph: Graph, bucket_list: list[list[str]], ranks: int,
-                         ranks_per_host: int = 1, backend: str = "cpu") -> Graph:
+                         ranks_per_host: int = 1, alignment: int = DEFAULT_ALIGNMENT) -> Graph:
     """`graph` with ZeRO-1's sharded updates: per bucket, a ReduceScatter node right after
     its last gradient's writer, and one ShardedUpdate in place of its parameters' updates
     (where the last of them was), holding shards of the optimizer state
-    (`shard/<k>/<slot>`) in place of the per-parameter slots; the buckets aligned as
-    `backend`'s arena aligns them (BUCKET_ALIGNMENT, named in the ops' `alignment` attr where
-    it is not the CPU's); clip_grad_norm over the gradient shards (with_clipped_shards) and
-    fp16-mixed's loss scaling over them (planner.graph.sharded_scaling). UserError where a
-    gradient has a reader besides its update or a bucket mixes updates.
+    (`shard/<k>/<slot>`) in place of the per-parameter slots; the buckets aligned as the
+    arena aligns them (`alignment` bytes: the backend's bucket_alignment, named in the ops'
+    `alignment` attr where it is not DEFAULT_ALIGNMENT); clip_grad_norm over the gradient
+    shards (with_clipped_shards) and fp16-mixed's loss scaling over them
+    (planner.graph.sharded_scaling). UserError where a gradient has a reader besides its
+    update or a bucket mixes updates.
 
     >>> from planner.graph.autodiff import make_training_graph
     >>> from planner.graph.optimizer import Optimizer
@@ -221,7 +222,7 @@ def with_sharded_updates(graph: Graph, bucket_list: list[list[str]], ranks: int,
     ['reducescatter/0', 'reducescatter/1', 'shardedupdate/1', 'shardedupdate/0']
     >>> z.tensor_map["shard/1/m"].shape   # fc1: 24 + 8 floats (the bias at 32) over 2 ranks
     (32,)
-    >>> gpu = with_sharded_updates(g, buckets(g, 64), ranks=2, backend="cuda")
+    >>> gpu = with_sharded_updates(g, buckets(g, 64), ranks=2, alignment=256)  # a GPU arena
     >>> gpu.tensor_map["shard/1/m"].shape  # the bias at 64 (256 bytes): 88 over 2, rounded up
     (64,)
     """
@@ -230,8 +231,7 @@ def with_sharded_updates(graph: Graph, bucket_list: list[list[str]], ranks: int,
     attrs: dict[str, int] = {"ranks": ranks}
     if ranks_per_host > 1:
         attrs["ranks_per_host"] = ranks_per_host
-    alignment = BUCKET_ALIGNMENT[backend]
-    if alignment != BUCKET_ALIGNMENT["cpu"]:  # named only when used: CPU plans read as before
+    if alignment != DEFAULT_ALIGNMENT:  # named only when used: CPU plans read as before
         attrs["alignment"] = alignment
     reserved = ("reducescatter/", "shardedupdate/", "shard/")
     taken = sorted(t.name for t in graph.tensors if t.name.startswith(reserved)) + sorted(

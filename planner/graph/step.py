@@ -36,7 +36,8 @@ from planner.graph.for_cores import for_cores
 from planner.graph.sharded_parameters import with_sharded_parameters
 from planner.graph.validate import check_graph
 from planner.ir.graph import Graph
-from planner.ir.record import Backend, Record
+from planner.ir.record import Record
+from planner.ops.collective import DEFAULT_ALIGNMENT
 
 
 class Collectives(Record):
@@ -47,8 +48,9 @@ class Collectives(Record):
     ranks_per_host: int = Field(default=1, ge=1)
     rewrite: Literal["all-reduce", "sharded-updates", "sharded-parameters"] = "all-reduce"
     bucket_bytes: int = Field(default=0, ge=0)
-    # The arena whose alignment ZeRO-1's buckets follow (planner.graph.data_parallel).
-    backend: Backend = "cpu"
+    # The bytes ZeRO-1's buckets are aligned to: the arena's (the backend's bucket_alignment,
+    # planner.target.backends; planner.graph.data_parallel).
+    alignment: int = Field(default=DEFAULT_ALIGNMENT, ge=4)
 
 
 class StepChoices(Record):
@@ -80,7 +82,7 @@ def collectives(graph: Graph, choice: Collectives) -> Graph:
         return with_sharded_parameters(graph, bucket_list, choice.ranks, choice.ranks_per_host)
     if choice.rewrite == "sharded-updates":
         return with_sharded_updates(graph, bucket_list, choice.ranks, choice.ranks_per_host,
-                                    choice.backend)
+                                    choice.alignment)
     return with_all_reduce(graph, bucket_list, choice.ranks, choice.ranks_per_host)
 
 

@@ -428,4 +428,5 @@ def chosen_collectives(graph: Graph, target: Target, options: DataParallelOption
                             f"{target.backend!r} has no ShardedUnscaleGrads kernel)")
         rewrite = "sharded-updates"
     return Collectives(ranks=options.ranks, ranks_per_host=options.ranks_per_host,
-                       rewrite=rewrite, bucket_bytes=limit, backend=target.backend)
+                       rewrite=rewrite, bucket_bytes=limit,
+                       alignment=traits(target).bucket_alignment)
