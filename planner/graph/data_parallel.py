@@ -157,7 +157,8 @@ def with_clipped_shards(graph: Graph, clip: Node | None, attrs: dict[str, int]) 
     """`graph` (sharded) with `clip` (without_clip's) back as a ShardedClipGradNorm over every
     reduce-scatter's gradient shard, right after the last of them: the global norm of the
     averaged gradients from every rank's shards (planner.ops.collective), each update reading
-    its shard clipped (`<shard>/clipped`), as clip_grad_norm_ after DDP's backward."""
+    its shard clipped (`<shard>/clipped`), as clip_grad_norm_ after DDP's backward. Not
+    checked: its caller checks the sharded graph once, whole."""
     if clip is None:
         return graph
     shards = [n.outputs[0] for n in graph.nodes if n.op == "ReduceScatter"]
@@ -173,8 +174,8 @@ def with_clipped_shards(graph: Graph, clip: Node | None, attrs: dict[str, int]) 
     tm = graph.tensor_map
     tensors = (*graph.tensors, *(Tensor(name=c, shape=tm[s].shape, role="grad")
                                  for s, c in clipped.items()))
-    return check_graph(in_dependency_order(graph.model_copy(
-        update={"tensors": tensors, "nodes": tuple(nodes)})))
+    return in_dependency_order(graph.model_copy(
+        update={"tensors": tensors, "nodes": tuple(nodes)}))
 
 
 def sharded_gradients(graph: Graph, bucket_list: list[list[str]], flag: str) -> list[list[Node]]:
@@ -276,9 +277,10 @@ def with_sharded_updates(graph: Graph, bucket_list: list[list[str]], ranks: int,
             nodes.append(n)
         nodes += [scatter[scatter_after[o]] for o in n.outputs if o in scatter_after]
     tensors = tuple(t for t in graph.tensors if t.name not in gone) + tuple(added)
-    return with_unscaled_shards(with_clipped_shards(check_graph(in_dependency_order(
-        graph.model_copy(update={"tensors": tensors, "nodes": tuple(nodes)}))), clip, attrs),
-        scaling, attrs)
+    # Checked once, with its clip and loss scaling back (each puts its ops in unchecked).
+    return check_graph(with_unscaled_shards(with_clipped_shards(in_dependency_order(
+        graph.model_copy(update={"tensors": tensors, "nodes": tuple(nodes)})), clip, attrs),
+        scaling, attrs))
 
 
 def compute_graph(graph: Graph) -> Graph:

@@ -1,6 +1,6 @@
 """The step graph: the rewrites that depend on the machine a step runs on, as passes over what
-planning chose for it (`StepChoices`), each checked as the front end's are
-(planner.frontend.prepare).
+planning chose for it (`StepChoices`), each checking the graph it rewrites once (the front
+end's passes are checked by planner.frontend.prepare).
 
     step_graph(graph, choices):
         graph = for_cores(graph, choices.cores)         # a CPU step's cores (for_cores.py)
@@ -97,7 +97,8 @@ STEP_PASSES: tuple[tuple[str, StepPass], ...] = (
 
 def step_graph(graph: Graph, choices: StepChoices) -> Graph:
     """`graph` as a step under `choices` runs it (module docstring)."""
+    # Each pass checks the graph it rewrites (once), and returns its input when it has
+    # nothing to do: checked again here, every rewritten graph would be validated twice.
     for _, step_pass in STEP_PASSES:
-        rewritten = step_pass(graph, choices)
-        graph = graph if rewritten is graph else check_graph(rewritten)
+        graph = step_pass(graph, choices)
     return graph
