@@ -91,6 +91,13 @@ class GraphBuilder:
         """Change a tensor's role (an importer learning that an input holds labels)."""
         self._tensors[name] = self._tensors[name].model_copy(update={"role": role})
 
+    def set_updates(self, name: str, persistent: str) -> None:
+        """Make tensor `name` the next value of persistent tensor `persistent` (an importer
+        writing a buffer's value after the step over it): its role and `updates` (ir.Tensor)."""
+        role = self._tensors[persistent].role
+        self._tensors[name] = self._tensors[name].model_copy(update={"role": role,
+                                                                     "updates": persistent})
+
     def producer(self, tensor: str) -> Node | None:
         """The node writing `tensor`, or None for a tensor from outside the step."""
         return next((n for n in reversed(self._nodes) if tensor in n.outputs), None)

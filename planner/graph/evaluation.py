@@ -54,8 +54,10 @@ def evaluation_graph(training: Graph) -> Graph:
         forward.append(node)
     # The step's outputs evaluation computes (not a BatchNorm's new running statistics, kept
     # with --keep), and the nodes they need.
+    stats = {o for n in forward if n.op == "BatchNorm" for o in n.inputs[3:5]}
     outputs = tuple(dict.fromkeys(same.get(o, o) for o in training.outputs
-                                  if same.get(o, o) in have))
+                                  if same.get(o, o) in have
+                                  and not (o != same.get(o, o) and same.get(o, o) in stats)))
     needed = set(outputs)
     kept: list[Node] = []
     for n in reversed(forward):
@@ -74,4 +76,9 @@ def _inference_mode(node: Node, same: dict[str, str]) -> Node:
     update: dict = {"inputs": tuple(same.get(i, i) for i in node.inputs)}
     if node.op == "BatchNorm" and node.attrs.get("training", True):
         update |= {"attrs": {**node.attrs, "training": False}, "outputs": node.outputs[:1]}
+        # A later call of the same BatchNorm, which training chains through this one's new
+        # running statistics, reads the running statistics themselves, as in eval().
+        if len(node.outputs) >= 3:
+            same[node.outputs[1]] = same.get(node.inputs[3], node.inputs[3])
+            same[node.outputs[2]] = same.get(node.inputs[4], node.inputs[4])
     return node.model_copy(update=update)

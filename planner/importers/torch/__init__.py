@@ -1,0 +1,1 @@
+"""The PyTorch importer: torch.export programs to planner Graphs."""
