@@ -478,7 +478,8 @@ def _copy_write_backs(b: GraphBuilder, graph: Graph) -> None:
     pass: a gradient rule may read a buffer's old value (`x * self.scale` reads `scale`)."""
     for n in graph.nodes:
         if node_phase(graph, n) == "update":
-            b.op_n(n.op, n.inputs, n.attrs, name=n.name, outputs=n.outputs)
+            for o in b.op_n(n.op, n.inputs, n.attrs, name=n.name, outputs=n.outputs):
+                b.set_updates(o, graph.tensor(o).updates)  # kept: a buffer nothing reads
 
 
 def _unscale(b: GraphBuilder, grads: dict[str, str | None]) -> str:

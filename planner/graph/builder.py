@@ -140,9 +140,11 @@ class GraphBuilder:
 
     def build(self, outputs: Sequence[str] = (), kind: str = "inference",
               loss: str | None = None) -> Graph:
-        """The Graph: only tensors some node or output uses are kept, in definition order.
-        `loss`: the output to train on when no loss op writes it (Graph.loss)."""
+        """The Graph: only tensors some node or output uses are kept, in definition order
+        (and those a kept tensor `updates`: a buffer written and never read). `loss`: the
+        output to train on when no loss op writes it (Graph.loss)."""
         used = {i for n in self._nodes for i in (*n.inputs, *n.outputs)} | set(outputs)
+        used |= {self._tensors[u].updates for u in used if self._tensors[u].updates}
         return Graph(name=self.name, kind=kind,
                      tensors=tuple(t for t in self._tensors.values() if t.name in used),
                      nodes=tuple(self._nodes), outputs=tuple(outputs), loss=loss)

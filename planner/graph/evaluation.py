@@ -54,10 +54,10 @@ def evaluation_graph(training: Graph) -> Graph:
         forward.append(node)
     # The step's outputs evaluation computes (not a BatchNorm's new running statistics, kept
     # with --keep), and the nodes they need.
-    stats = {o for n in forward if n.op == "BatchNorm" for o in n.inputs[3:5]}
+    statistics = {o for n in training.nodes if n.op == "BatchNorm"
+                  and n.attrs.get("training", True) for o in n.outputs[1:3]}
     outputs = tuple(dict.fromkeys(same.get(o, o) for o in training.outputs
-                                  if same.get(o, o) in have
-                                  and not (o != same.get(o, o) and same.get(o, o) in stats)))
+                                  if o not in statistics and same.get(o, o) in have))
     needed = set(outputs)
     kept: list[Node] = []
     for n in reversed(forward):

@@ -120,7 +120,7 @@ class TorchImport:
     def params(self) -> dict[str, np.ndarray]:
         """Every param and state tensor's value, by name (state_dict names for the module's)."""
         return {t.name: self.consts[t.name].value().astype(t.dtype, copy=False)
-                for t in self.graph.by_role("param", "state")}
+                for t in self.graph.by_role("param", "state") if t.updates is None}
 
 
 def decompose(program: Any) -> Any:

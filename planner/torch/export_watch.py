@@ -11,9 +11,10 @@ which `torch.autograd.Function`s the trace went through, so that both become one
   instead of the user's gradient. It is refused, naming the function and the module.
 
 - `torch.inference_mode()`, which torch.export does not record (its region would be traced
-  as if gradients were on), is traced as `torch.no_grad()` when the user's code enters it:
-  both mean "no gradient" for the values the region computes, and torch.export records
-  no_grad (planner/importers/torch/grad_mode.py).
+  as if gradients were on), is traced as `torch.no_grad()` (`inference_mode(False)` as
+  `enable_grad()`) while the module runs, however the user's code holds it (a `with`, a
+  decorator, a reference kept in an attribute): both mean "no gradient" for the values the
+  region computes, and torch.export records no_grad (planner/importers/torch/grad_mode.py).
 - Python's `random` and `time` called by the user's code while tracing (teacher forcing by
   `random.random() < ratio`, a time-seeded choice): torch.export runs the Python once, so the
   value drawn at trace time is baked into every step. Each call is a warning naming its line.
@@ -119,12 +120,13 @@ def watching(wrapped: Any, model: Any, prefix: str = "") -> Iterator[Watch]:
                 for fn in fns if hasattr(module, fn)]
     for module, fn, original in replaced:
         setattr(module, fn, _noting(watch, f"{module.__name__}.{fn}", original))
-    inference_mode = torch.inference_mode
-    torch.inference_mode = _as_no_grad(inference_mode)
+    mode = torch.autograd.grad_mode.inference_mode
+    enter, leave = mode.__enter__, mode.__exit__
+    mode.__enter__, mode.__exit__ = _as_no_grad(watch, enter, leave)
     try:
         yield watch
     finally:
-        torch.inference_mode = inference_mode
+        mode.__enter__, mode.__exit__ = enter, leave
         for module, fn, original in replaced:
             setattr(module, fn, original)
         function.apply = real
@@ -143,17 +145,23 @@ def _noting(watch: Watch, name: str, original: Any) -> Any:
     return call
 
 
-def _as_no_grad(inference_mode: Any) -> Any:
-    """torch.inference_mode as the user's code gets it while tracing: no_grad (enable_grad
-    for inference_mode(False)); torch's own callers get the real one."""
+def _as_no_grad(watch: Watch, enter: Any, leave: Any) -> tuple[Any, Any]:
+    """inference_mode's __enter__ and __exit__ while the watched module runs: no_grad's
+    (enable_grad's for inference_mode(False)); the real ones otherwise."""
     import torch
 
-    def traced(mode: bool = True) -> Any:
-        if not _users(sys._getframe(1).f_code.co_filename):
-            return inference_mode(mode)
-        return torch.no_grad() if mode else torch.enable_grad()
+    def entered(self: Any) -> None:
+        if not watch.running:
+            return enter(self)
+        self._planner_traced_as = torch.no_grad() if self.mode else torch.enable_grad()
+        self._planner_traced_as.__enter__()
+        return None
 
-    return traced
+    def left(self: Any, *exc: Any) -> Any:
+        traced = self.__dict__.pop("_planner_traced_as", None)
+        return leave(self, *exc) if traced is None else traced.__exit__(*exc)
+
+    return entered, left
 
 
 def _users(filename: str) -> bool:

@@ -50,12 +50,16 @@ def export(module: Any, inputs: Sequence[Any], loss: Callable | None, labels: An
             self.model = model
 
         def forward(self, *args: Any) -> Any:
+            buffers = [(m, dict(m._buffers)) for m in self.model.modules()]
             if loss is None:
-                return self.model(*args)
-            # The module's outputs after the loss: the step returns the loss (the first
-            # output), evaluate() both (the evaluation graph keeps the training graph's).
-            out = self.model(*args[:-1])
-            return loss(out, args[-1]), out
+                out = self.model(*args)
+            else:
+                # The module's outputs after the loss: the step returns the loss (the first
+                # output), evaluate() both (the evaluation graph keeps the training graph's).
+                out = self.model(*args[:-1])
+                out = loss(out, args[-1]), out
+            reassigned(buffers)
+            return out
 
     wrapped = WithLoss(module)
     # The wrapper's own flag only: .train() would set every submodule's (an eval() teacher).
@@ -74,6 +78,23 @@ def export(module: Any, inputs: Sequence[Any], loss: Callable | None, labels: An
     for line in frozen_calls(watch, name):
         warnings.warn(line, UserWarning, stacklevel=3)
     return program
+
+
+def reassigned(buffers: Sequence[tuple[Any, dict[str, Any]]]) -> None:
+    """Buffers the forward reassigned (`self.center = self.center * m + c * (1 - m)`, DINO's
+    centre), which torch.export would drop: each written into the buffer it replaced, after
+    everything the step computes, so torch.export records the buffer's new value as it records
+    `self.buf.copy_(...)`. `buffers`: (module, its buffers before the forward) of every module."""
+    import torch
+
+    for module, before in buffers:
+        for name, old in before.items():
+            new = module._buffers.get(name)
+            if old is None or new is None or new is old:
+                continue
+            module._buffers[name] = old
+            with torch.no_grad():
+                old.copy_(new)
 
 
 def separate(args: Sequence[Any]) -> tuple[Any, ...]:

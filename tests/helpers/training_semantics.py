@@ -176,17 +176,18 @@ def _seeded(make: Callable[[], nn.Module], seed: int = 0) -> Callable[[], nn.Mod
     return made
 
 
-def _data(*shapes: Sequence[int], classes: int | None = None, seed: int = 1,
+def _data(*shapes: Sequence[int], classes: int | None = None,
+          target: Sequence[int] | None = None, seed: int = 1,
           steps: int = STEPS) -> Callable[[], list]:
     """Per step, float inputs of `shapes` and labels: class indices (`classes`) or a float
-    target shaped as the last shape."""
+    target of shape `target`."""
     def made() -> list:
         g = torch.Generator().manual_seed(seed)
         out = []
         for _ in range(steps):
             inputs = tuple(torch.randn(*s, generator=g) for s in shapes)
             labels = (torch.randint(0, classes, (BATCH,), generator=g) if classes
-                      else torch.randn(*shapes[-1], generator=g))
+                      else torch.randn(*target, generator=g))
             out.append((inputs, labels))
         return out
     return made
@@ -480,9 +481,9 @@ CASES: tuple[Case, ...] = (
                                                               classes=3), pseudo_loss),
     Case("eval_submodule", _seeded(_eval_norm), MLP_DATA, ce,
          unchanged=("norm.running_mean", "norm.running_var", "norm.num_batches_tracked")),
-    Case("reassigned_buffer", _seeded(Centered), _data((BATCH, 5), (BATCH, 3)),
+    Case("reassigned_buffer", _seeded(Centered), _data((BATCH, 5), target=(BATCH, 3)),
          lambda out, y: F.mse_loss(out, y)),
-    Case("in_place_buffer", _seeded(InPlace), _data((BATCH, 5), (BATCH, 3)),
+    Case("in_place_buffer", _seeded(InPlace), _data((BATCH, 5), target=(BATCH, 3)),
          lambda out, y: F.mse_loss(out, y)),
     Case("batchnorm_twice", _seeded(Siamese), _data((BATCH, 5), (BATCH, 5), classes=3), ce),
     Case("tied_weights", _seeded(Tied), _tokens, ce),
