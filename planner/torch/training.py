@@ -153,7 +153,8 @@ class Trainer:
         feeds = {t.name: _numpy(v, t.dtype) for t, v in zip(self._feeds, inputs, strict=True)}
         out = self.executor.evaluate(feeds)
         loss = self.graph.outputs[0]
-        return float(np.asarray(out[loss])), [out[o] for o in self.graph.outputs[1:] if o in out]
+        return float(np.asarray(out[loss])), [out[o] for o in self.imported.outputs[1:]
+                                              if o in out]
 
     def params(self, copy: bool = True) -> dict[str, np.ndarray]:
         """Parameters and buffers keyed like `module.state_dict()`: copies, or (copy=False)

@@ -64,6 +64,8 @@ class Run:
     losses: list[float]
     outputs: list[list[np.ndarray]]  # per step, the module's outputs (flattened)
     state: dict[str, np.ndarray]
+    # The module in eval() after the steps, on the first batch: its loss and outputs.
+    evaluated: tuple[float, list[np.ndarray]] | None = None
 
 
 def _flat(out: Any) -> list[Any]:
@@ -96,10 +98,15 @@ def torch_run(case: Case, dtype: torch.dtype, steps: int = STEPS) -> Run:
             with torch.no_grad():
                 case.between(model.state_dict(keep_vars=True))
         previous = _flat(out)
-        losses.append(float(value))
+        losses.append(float(value.detach()))
         outputs.append([o.detach().numpy().copy() for o in previous])
-    return Run(losses, outputs, {k: v.detach().numpy().copy()
-                                 for k, v in model.state_dict().items()})
+    state = {k: v.detach().numpy().copy() for k, v in model.state_dict().items()}
+    evaluated = copy.deepcopy(model).eval()  # eval() may still write buffers: on a copy
+    inputs, labels = case.batches()[0]
+    with torch.no_grad():
+        out = evaluated(*[_cast(v, dtype) for v in inputs])
+        value = case.loss(out, _cast(labels, dtype))
+    return Run(losses, outputs, state, (float(value), [o.numpy() for o in _flat(out)]))
 
 
 def planner_trainer(case: Case, model: nn.Module | None = None, **kwargs: Any) -> Any:
@@ -127,7 +134,9 @@ def planner_steps(case: Case, t: Any, steps: int = STEPS) -> Run:
             case.between(t.params(copy=False))
         losses.append(loss)
         outputs.append(previous)
-    return Run(losses, outputs, t.params())
+    state = t.params()
+    inputs, labels = case.batches()[0]
+    return Run(losses, outputs, state, t.evaluate(*inputs, labels))
 
 
 def mismatches(ours: Run, f32: Run, f64: Run) -> list[str]:
@@ -152,6 +161,12 @@ def mismatches(ours: Run, f32: Run, f64: Run) -> list[str]:
             continue
         for j, (x, y, z) in enumerate(zip(a, b, c, strict=True)):
             compare(f"output {j} of step {k}", x, y, z)
+    if ours.evaluated is not None and f64.evaluated is not None:
+        compare("evaluate's loss", np.array(ours.evaluated[0]), np.array(f32.evaluated[0]),
+                np.array(f64.evaluated[0]))
+        for j, (x, y, z) in enumerate(zip(*(r.evaluated[1] for r in (ours, f32, f64)),
+                                          strict=True)):
+            compare(f"evaluate's output {j}", x, y, z)
     if set(ours.state) != set(f64.state):
         bad.append(f"state keys {sorted(set(ours.state) ^ set(f64.state))} differ")
     for key in sorted(set(ours.state) & set(f64.state)):
@@ -248,6 +263,21 @@ class Distill(nn.Module):
         with self.grad_off():
             target = self.teacher(x)
         return self.student(x), target.clone()  # clone: an inference tensor may not be saved
+
+
+class GradBackOn(nn.Module):
+    """torch.enable_grad() inside torch.no_grad(): the inner region trains, the outer not."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.student, self.teacher = MLP(hidden=4), MLP(hidden=8)
+
+    def forward(self, x: Any) -> Any:
+        with torch.no_grad():
+            target = self.teacher(x)
+            with torch.enable_grad():
+                logits = self.student(x)
+        return logits, target
 
 
 def distill_loss(out: Any, y: Any) -> Any:
@@ -477,6 +507,8 @@ CASES: tuple[Case, ...] = (
     Case("set_grad_enabled_teacher",
          _seeded(lambda: Distill(lambda: torch.set_grad_enabled(False))), MLP_DATA,
          distill_loss, unchanged=FROZEN_TEACHER),
+    Case("enable_grad_inside_no_grad", _seeded(GradBackOn), MLP_DATA, distill_loss,
+         unchanged=FROZEN_TEACHER),
     Case("no_grad_pseudo_label", _seeded(PseudoLabel), _data((BATCH, 5), (BATCH, 5),
                                                               classes=3), pseudo_loss),
     Case("eval_submodule", _seeded(_eval_norm), MLP_DATA, ce,

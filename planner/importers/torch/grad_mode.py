@@ -10,10 +10,15 @@ decomposition to core ATen (convert.py) inlines the region and the record is los
 changes no value and no PyTorch gradient (the region's results have none), so the program,
 changed in place, computes what it did.
 
-A region that turns gradients back on inside (`torch.enable_grad()` within no_grad) returns
-values that do carry a gradient in PyTorch: refused, naming the region's first node.
-(`torch.inference_mode()` is not recorded by torch.export at all: the trainer traces it as
-no_grad, planner/torch/export_watch.py.)
+A region's result may also be one of its inputs changed in place (`self.buf.add_(...)`,
+`w.mul_(0.5)` under no_grad): a buffer, a frozen parameter or a user input carries no
+gradient, and detaching it changes nothing; a trained parameter changed in forward is refused
+where the program writes it (convert.py); an activation changed in place under no_grad
+(`y.clamp_(0, 1)`) keeps PyTorch's gradient of the value before the change, which the
+planner's graph, reading the changed value, cannot: refused, naming the node.
+(`torch.enable_grad()` inside no_grad is traced by torch.export as a region of its own, with
+gradients on; `torch.inference_mode()` is not recorded by torch.export at all: the trainer
+traces it as no_grad, planner/torch/export_watch.py.)
 """
 
 from __future__ import annotations
@@ -33,36 +38,52 @@ def _grad_off_region(node: Any) -> bool:
             and bool(node.args) and node.args[0] is False)
 
 
-def _turns_grad_on(program: Any, region: Any) -> bool:
-    """Does the region's submodule hold a wrap_with_set_grad_enabled(True, ...) call?"""
-    import torch
-
+def _changed_inputs(program: Any, region: Any) -> dict[int, Any]:
+    """{result index: the region's input that result is, changed in place}: results the
+    region's submodule returns from an in-place op (`aten.mul_`) on one of its inputs."""
     sub = getattr(program.graph_module, getattr(region.args[1], "target", ""), None)
     graph = getattr(sub, "graph", None)
-    return graph is not None and any(
-        n.op == "call_function" and n.target is torch.ops.higher_order.wrap_with_set_grad_enabled
-        and n.args and n.args[0] is True for n in graph.nodes)
+    if graph is None:
+        return {}
+    placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+    out: dict[int, Any] = {}
+    returned = next((n for n in graph.nodes if n.op == "output"), None)
+    results = returned.args[0] if returned is not None and returned.args else ()
+    for k, node in enumerate(results if isinstance(results, (tuple, list)) else ()):
+        while (getattr(node, "op", "") == "call_function" and node.args
+               and getattr(getattr(node.target, "_schema", None), "is_mutable", False)):
+            node = node.args[0]
+        if getattr(node, "op", "") == "placeholder" and node in placeholders:
+            out[k] = region.args[2 + placeholders.index(node)]
+    return out
 
 
 def detach_grad_off(program: Any) -> int:
     """Insert `aten.detach` after every float result of a grad-off region of `program` (an
-    ExportedProgram) that the program reads; returns how many. Outputs of the program keep
-    their names (the graph signature names them). TorchImportError for a region that turns
-    gradients back on inside."""
+    ExportedProgram) that the program reads, but of the inputs the region changed in place;
+    returns how many. Outputs of the program keep their names (the graph signature names
+    them). TorchImportError for an activation changed in place under no_grad (module
+    docstring)."""
     import torch
 
     graph = program.graph_module.graph
     count = 0
     for region in [n for n in graph.nodes if _grad_off_region(n)]:
-        if _turns_grad_on(program, region):
-            raise TorchImportError(f"node {region.name!r}: torch.enable_grad() inside a "
-                                   f"torch.no_grad() region, whose results then carry a "
-                                   f"gradient; compute them outside the no_grad region")
+        changed = _changed_inputs(program, region)
         for node in list(region.users):
             val = node.meta.get("val")
             if (node.target is not operator.getitem or not isinstance(val, torch.Tensor)
                     or not val.is_floating_point()):
                 continue
+            if node.args[1] in changed:
+                source = changed[node.args[1]]
+                if getattr(source, "op", "") == "call_function":
+                    raise TorchImportError(
+                        f"node {source.name!r}: changed in place under torch.no_grad(), "
+                        f"where PyTorch keeps the gradient of its value before the change; "
+                        f"compute the changed value out of place (y = y.clamp(...)) or "
+                        f"detach it")
+                continue  # a buffer, a parameter or an input itself: no detach needed
             readers = [u for u in node.users if u.op != "output"]
             if not readers:
                 continue
