@@ -106,7 +106,7 @@ def torch_run(case: Case, dtype: torch.dtype, steps: int = STEPS) -> Run:
     with torch.no_grad():
         out = evaluated(*[_cast(v, dtype) for v in inputs])
         value = case.loss(out, _cast(labels, dtype))
-    return Run(losses, outputs, state, (float(value), [o.numpy() for o in _flat(out)]))
+    return Run(losses, outputs, state, (float(value), [o.detach().numpy() for o in _flat(out)]))
 
 
 def planner_trainer(case: Case, model: nn.Module | None = None, **kwargs: Any) -> Any:
