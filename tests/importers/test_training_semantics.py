@@ -161,3 +161,18 @@ def test_no_grad_region_is_detached_and_frozen_parameters_are_state():
                      if any(i.startswith("teacher.") for i in n.inputs)}
     assert teacher_reads and any(n.op == "StopGradient" for n in graph.nodes)
     assert isinstance(MLP(), nn.Module)
+
+
+def _doc_example(title: str) -> str:
+    from pathlib import Path
+
+    page = (Path(__file__).resolve().parents[2] / "docs" / "pytorch.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", page, flags=re.S)
+    found = [b for b in blocks if b.startswith(f"# example: {title}\n")]
+    assert len(found) == 1, title
+    return found[0]
+
+
+@pytest.mark.parametrize("title", ["fine-tuning", "distillation"])
+def test_docs_examples_run(title):
+    exec(compile(_doc_example(title), f"docs/pytorch.md ({title})", "exec"), {})
