@@ -17,7 +17,8 @@
    then recorded (planner/torch/record.py); a .pt2 file arrives as such a record already
    (planner/torch/retrace.py), and from here both go the same way.
 2. The graph signature names every placeholder: a PARAMETER becomes a param tensor under its
-   state_dict name (a state tensor when it has requires_grad=False), a BUFFER a state tensor (BatchNorm's running statistics), a lifted constant
+   state_dict name (a state tensor when it has requires_grad=False), a BUFFER a state tensor
+   (BatchNorm's running statistics), a lifted constant
    a state tensor holding its value, a USER_INPUT an input.
 3. Every call_function node goes through its rule (rules.py), or, when it reads only
    constants (a mask built in forward by arange, tril, comparisons), torch evaluates it now
@@ -172,7 +173,8 @@ def convert(program: Any, name: str = "torch", module_root: str = "") -> TorchIm
     counters = _counters(program)
     _convert_nodes(imp, program.calls, env, metas,
                    skip={c for calls, _ in counters.values() for c in calls})
-    user_outputs = _outputs(program, env, imp, counters, buffers)
+    user_outputs = _outputs(program, env, imp, counters, buffers,
+                            f"{module_root}." if module_root else "")
     graph_outputs = list(dict.fromkeys(user_outputs))
     graph = check_graph(imp.builder.build(outputs=graph_outputs,
                                           loss=_traced_loss(imp, graph_outputs)))
@@ -331,7 +333,10 @@ def _check(imp: Importer, call: Call, value: Any) -> None:
 
 
 def _outputs(program: Program, env: dict[str, Any], imp: Importer,
-             counters: Mapping[str, Any], state: set[str]) -> list[str]:
+             counters: Mapping[str, Any], state: set[str], root: str = "") -> list[str]:
+    """The graph's outputs (the program's user outputs, in order) and the buffers' values
+    after the step written back (module docstring, 4.); refusals name the module's own
+    state_dict keys (less `root`, the trainer's wrapper's attribute)."""
     placeholders = {i.target: i.name for i in program.inputs if i.target}
     outputs: list[str] = []
     written: list[tuple[str, str, Any, Any]] = []  # (buffer, node, new value, old value)
@@ -346,7 +351,8 @@ def _outputs(program: Program, env: dict[str, Any], imp: Importer,
             if spec.target in counters or fresh_draw(imp, env.get(spec.name)):
                 continue
             if spec.kind == "parameter_mutation" and spec.target not in state:
-                raise TorchImportError(f"parameter {spec.target!r}: overwritten in forward by "
+                raise TorchImportError(f"parameter {spec.target.removeprefix(root)!r}: "
+                                       f"overwritten in forward by "
                                        f"node {spec.name!r}, which is not a fresh random draw "
                                        "(the planner updates trained parameters by the "
                                        "optimizer only); update it outside forward, or set "
@@ -357,26 +363,26 @@ def _outputs(program: Program, env: dict[str, Any], imp: Importer,
         else:
             raise TorchImportError(f"output {spec.name!r}: unsupported kind {spec.kind}")
     for buffer, node, new, old in written:  # after every reader of the old values
-        _write_back(imp, buffer, node, new, old)
+        _write_back(imp, buffer, node, new, old, buffer.removeprefix(root))
     return outputs
 
 
-def _write_back(imp: Importer, buffer: str, node: str, new: Any, old: Any) -> None:
+def _write_back(imp: Importer, buffer: str, node: str, new: Any, old: Any, shown: str) -> None:
     """The buffer's value after the step (`new`, computed by node `node`) written over it: a
     Cast to its own dtype whose output `<buffer>.next` carries `updates=<buffer>` (module
     docstring, 4.). TorchImportError, naming the buffer, when that cannot be."""
     if not isinstance(old, Const):
-        raise TorchImportError(f"buffer {buffer!r}: mutated by node {node!r}, but it is not "
+        raise TorchImportError(f"buffer {shown!r}: mutated by node {node!r}, but it is not "
                                "a tensor of the module's state; register it with "
                                "register_buffer")
     if not isinstance(new, (str, Const)):
-        raise TorchImportError(f"buffer {buffer!r}: mutated by node {node!r}, whose value "
+        raise TorchImportError(f"buffer {shown!r}: mutated by node {node!r}, whose value "
                                "is not a tensor the planner computes; compute the new value "
                                "with torch ops the planner imports")
     target, value = imp.as_tensor(old), imp.as_tensor(new)
     have, want = imp.builder.type(value), imp.builder.type(target)
     if (have.shape, have.dtype) != (want.shape, want.dtype):
-        raise TorchImportError(f"buffer {buffer!r}: mutated by node {node!r} to "
+        raise TorchImportError(f"buffer {shown!r}: mutated by node {node!r} to "
                                f"{have.dtype} {list(have.shape)}, not its own {want.dtype} "
                                f"{list(want.shape)}; keep the buffer's shape and dtype")
     out = imp.fresh(f"{target}.next")

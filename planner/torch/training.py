@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from planner.torch.context import TorchImportError
 from planner.torch.convert import TorchImport, convert
 from planner.torch.export_watch import custom_gradients, export_failed, frozen_calls, watching
 
@@ -58,9 +59,10 @@ def export(module: Any, inputs: Sequence[Any], loss: Callable | None, labels: An
                 # output), evaluate() both (the evaluation graph keeps the training graph's).
                 out = self.model(*args[:-1])
                 out = loss(out, args[-1]), out
-            reassigned(buffers)
+            refusals.extend(reassigned(buffers))
             return out
 
+    refusals: list[str] = []  # buffers reassigned to another shape or dtype
     wrapped = WithLoss(module)
     # The wrapper's own flag only: .train() would set every submodule's (an eval() teacher).
     wrapped.training = module.training
@@ -75,26 +77,37 @@ def export(module: Any, inputs: Sequence[Any], loss: Callable | None, labels: An
     refusal = custom_gradients(watch, name)
     if refusal is not None:
         raise refusal
+    if refusals:
+        raise TorchImportError(f"{name}: {refusals[0]}")
     for line in frozen_calls(watch, name):
         warnings.warn(line, UserWarning, stacklevel=3)
     return program
 
 
-def reassigned(buffers: Sequence[tuple[Any, dict[str, Any]]]) -> None:
+def reassigned(buffers: Sequence[tuple[Any, dict[str, Any]]]) -> list[str]:
     """Buffers the forward reassigned (`self.center = self.center * m + c * (1 - m)`, DINO's
     centre), which torch.export would drop: each written into the buffer it replaced, after
     everything the step computes, so torch.export records the buffer's new value as it records
-    `self.buf.copy_(...)`. `buffers`: (module, its buffers before the forward) of every module."""
+    `self.buf.copy_(...)`. `buffers`: (module, its buffers before the forward) of every module.
+    Returns the refusals of buffers reassigned to another shape or dtype (a state the step
+    could not keep in the buffer's bytes)."""
     import torch
 
+    refusals = []
     for module, before in buffers:
         for name, old in before.items():
             new = module._buffers.get(name)
             if old is None or new is None or new is old:
                 continue
             module._buffers[name] = old
+            if (new.shape, new.dtype) != (old.shape, old.dtype):
+                refusals.append(f"buffer {name!r} of {type(module).__name__}: reassigned in "
+                                f"forward to {new.dtype} {list(new.shape)}, not its own "
+                                f"{old.dtype} {list(old.shape)}; keep its shape and dtype")
+                continue
             with torch.no_grad():
                 old.copy_(new)
+    return refusals
 
 
 def separate(args: Sequence[Any]) -> tuple[Any, ...]:

@@ -30,8 +30,8 @@ from planner.torch.training import PREFIX, export  # noqa: E402
 from tests.helpers.training_semantics import (  # noqa: E402
     BY_NAME,
     CASES,
-    Case,
     MLP,
+    Case,
     mismatches,
     planner_steps,
     planner_trainer,
@@ -147,6 +147,26 @@ def test_what_cannot_be_honoured_is_refused_in_one_line(module, says):
     with pytest.raises(TorchImportError, match=says) as e:
         convert(program)
     assert "\n" not in str(e.value)
+
+
+class Regrown(nn.Module):
+    """A buffer reassigned to another shape: no step can keep it in the buffer's bytes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(3, 3)
+        self.register_buffer("seen", torch.zeros(3))
+
+    def forward(self, x):
+        self.seen = torch.cat([self.seen, x.detach().mean(0)])
+        return self.lin(x)
+
+
+def test_a_buffer_reassigned_to_another_shape_is_refused_in_one_line():
+    with pytest.raises(TorchImportError, match=r"^Regrown: buffer 'seen' of Regrown: "
+                                               r"reassigned in forward to torch\.float32 \[6\]"):
+        export(Regrown(), (torch.randn(2, 3),), torch.nn.functional.mse_loss,
+               torch.randn(2, 3))
 
 
 def test_no_grad_region_is_detached_and_frozen_parameters_are_state():
