@@ -250,6 +250,20 @@ class FineTune(nn.Module):
         return self.head(torch.relu(self.backbone(x)))
 
 
+class FineTuneNorm(nn.Module):
+    """A frozen backbone with a BatchNorm left in train(): its affine parameters stay, its
+    running statistics still move (PyTorch's fine-tuning default)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.backbone = nn.Sequential(nn.Linear(5, 6), nn.BatchNorm1d(6), nn.ReLU())
+        self.head = nn.Linear(6, 3)
+        self.backbone.requires_grad_(False)
+
+    def forward(self, x: Any) -> Any:
+        return self.head(self.backbone(x))
+
+
 class Distill(nn.Module):
     """A student and a teacher called under torch.no_grad() (the teacher's parameters still
     require grad: the region alone keeps them out of the gradient)."""
@@ -500,6 +514,9 @@ CASES: tuple[Case, ...] = (
     Case("frozen_submodule", _seeded(FineTune), MLP_DATA, ce,
          unchanged=("backbone.0.weight", "backbone.0.bias", "backbone.2.weight",
                     "backbone.2.bias")),
+    Case("frozen_backbone_with_batchnorm", _seeded(FineTuneNorm), MLP_DATA, ce,
+         unchanged=("backbone.0.weight", "backbone.0.bias", "backbone.1.weight",
+                    "backbone.1.bias")),
     Case("no_grad_teacher", _seeded(Distill), MLP_DATA, distill_loss,
          unchanged=FROZEN_TEACHER),
     Case("inference_mode_teacher", _seeded(lambda: Distill(torch.inference_mode)), MLP_DATA,
