@@ -24,8 +24,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from planner.torch import TorchImportError  # noqa: E402
-from planner.torch.convert import convert  # noqa: E402
+from planner.torch import TorchImportError, convert  # noqa: E402
 from planner.torch.training import PREFIX, export  # noqa: E402
 from tests.helpers.training_semantics import (  # noqa: E402
     BY_NAME,

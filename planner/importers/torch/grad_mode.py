@@ -26,7 +26,7 @@ from __future__ import annotations
 import operator
 from typing import Any
 
-from planner.torch.context import TorchImportError
+from planner.importers.torch.context import TorchImportError
 
 
 def _grad_off_region(node: Any) -> bool:
