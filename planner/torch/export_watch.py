@@ -28,6 +28,7 @@ forward's derivative) and pass, as do calls from torch, the planner and Python's
 from __future__ import annotations
 
 import contextlib
+import functools
 import random
 import sys
 import sysconfig
@@ -164,8 +165,10 @@ def _as_no_grad(watch: Watch, enter: Any, leave: Any) -> tuple[Any, Any]:
     return entered, left
 
 
+@functools.lru_cache(maxsize=4096)
 def _users(filename: str) -> bool:
-    """Is `filename` the user's code: not torch's, the planner's or Python's own library?"""
+    """Is `filename` the user's code: not torch's, the planner's or Python's own library?
+    (Cached: torch's own tracing reads the clock thousands of times.)"""
     import torch
 
     if filename.startswith("<"):
