@@ -415,7 +415,7 @@ CHECKED_IN_TEST_LINALG = {"Cholesky", "MatrixInverse", "MatrixQr", "MatrixSlogde
 
 def test_every_differentiable_op_has_a_gradient_case():
     # (an op none of whose inputs is differentiable, StopGradient, has no derivative to check)
-    from tests.ops.test_linalg import CASES
+    from tests.helpers.linalg_cases import CASES
 
     differentiable = {name for name, op in REGISTRY.items() if op.gradient is not None
                       and not (op.arity and set(range(op.arity)) <= set(op.nondiff_inputs))}
