@@ -27,9 +27,8 @@ from planner.errors import UserError
 
 def add_memory_commands(sub: Any, measure_plans: Any = None) -> None:
     from planner.cli.curve import add_pareto_flags
-    from planner.cli.flags import field_flag
+    from planner.cli.data_parallel import add_data_parallel_flags
     from planner.cli.graph_flags import add_graph_flags
-    from planner.schedule.parallel import DataParallelOptions
 
     f = sub.add_parser(
         "fit", help="the largest batch (or ResNet depth) whose plan fits a memory budget",
@@ -43,16 +42,8 @@ def add_memory_commands(sub: Any, measure_plans: Any = None) -> None:
     f.add_argument("--costs", help="cost table JSON (default: the analytical model)")
     f.add_argument("--multiple", type=int, default=1,
                    help="search batches in multiples of this (default 1)")
-    field_flag(f, "--data-parallel", DataParallelOptions, "ranks", type=int, default=1,
-               metavar="N",
-                   help="fit one rank's batch of a plan for N processes (planner plan "
-                        "--data-parallel)")
-    f.add_argument("--shard-optimizer", action="store_true",
-                   help="--data-parallel: each process holds 1/N of the optimizer state "
-                        "(ZeRO-1)")
-    f.add_argument("--shard-parameters", action="store_true",
-                   help="--data-parallel: each process holds 1/N of the parameters, "
-                        "gradients and optimizer state (ZeRO-3, CPU targets)")
+    add_data_parallel_flags(f, "fit one rank's batch of a plan for N processes (planner plan "
+                               "--data-parallel)", layout=False)
     f.add_argument("--global-batch", type=int, metavar="G",
                    help="fit the micro-batch of a plan that accumulates G / micro-batch of "
                         "them per optimizer step (--accumulate): the largest divisor of G "

@@ -22,11 +22,11 @@ from planner.errors import UserError
 
 
 def add_plan_commands(sub: Any, measurers: Callable[[], Any] | None = None) -> None:
+    from planner.cli.data_parallel import add_data_parallel_flags
     from planner.cli.decisions import add_decision_flags
     from planner.cli.flags import field_flag
     from planner.cli.graph_flags import add_graph_flags
     from planner.schedule import ScheduleOptions
-    from planner.schedule.parallel import DataParallelOptions
 
     p = sub.add_parser("plan", help="schedule a graph on a target and write the plan")
     p.add_argument("graph", metavar="GRAPH")
@@ -54,32 +54,11 @@ def add_plan_commands(sub: Any, measurers: Callable[[], Any] | None = None) -> N
                    help="device memory budget, e.g. 11GiB: recompute, offload and convolution "
                         "workspaces are chosen to fit it (default: no budget)")
     add_decision_flags(p)
-    field_flag(p, "--data-parallel", DataParallelOptions, "ranks", type=int, default=1,
-               metavar="N",
-                   help="N processes each train on a shard of the batch; the plan averages "
-                        "the gradients over them (planner.schedule.parallel)")
-    field_flag(p, "--ranks-per-host", DataParallelOptions, "ranks_per_host", type=int,
-               default=1, metavar="L",
-                   help="--data-parallel: L of the N processes share one host (torchrun "
-                        "--nproc-per-node L); each plans for and runs on its 1/L of the cores "
-                        "(planner.target.shares)")
+    add_data_parallel_flags(p, "N processes each train on a shard of the batch; the plan "
+                               "averages the gradients over them (planner.schedule.parallel)")
     p.add_argument("--no-variants", action="store_true",
                    help="leave out the schedules for fewer free cores (docs/executor.md: what "
                         "the executor runs when other processes hold some of the cores)")
-    p.add_argument("--interconnect", metavar="FILE",
-                   help="--data-parallel: the link between ranks, measured (planner profile "
-                        "--all-reduce N -o FILE); default: the target's estimate")
-    field_flag(p, "--bucket-bytes", DataParallelOptions, "bucket_bytes", type=int,
-               metavar="BYTES",
-                   help="--data-parallel: gradient bucket size (default: from the cost model)")
-    p.add_argument("--shard-optimizer", action="store_true",
-                   help="--data-parallel: ZeRO-1: reduce-scatter the gradients, each process "
-                        "updates its 1/N of the parameters holding 1/N of the optimizer "
-                        "state, then all-gathers them")
-    p.add_argument("--shard-parameters", action="store_true",
-                   help="--data-parallel: ZeRO-3: each process holds 1/N of the parameters, "
-                        "gradients and optimizer state; parameter buckets are all-gathered "
-                        "before their readers and freed after (CPU targets)")
     p.add_argument("--no-evaluation", action="store_true",
                    help="a training plan without its evaluation schedule (evaluate() is then "
                         "refused; docs/training.md)")
