@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import get_args
 
 from planner.ir.record import Backend
+from tests.helpers.backend_tables import found_tables
 
 ROOT = Path(__file__).resolve().parent.parent
 BACKEND_NAMES = {"cpu", "cuda"}
@@ -108,31 +109,8 @@ def test_every_backend_table_has_exactly_the_backends():
         assert set(getattr(importlib.import_module(module), name)) == backends, (module, name)
 
 
-def tables(source: str) -> list[str]:
-    """Names bound at module level to a dict literal whose keys are all backend names."""
-    out = []
-    for node in ast.parse(source).body:
-        target = node.target if isinstance(node, ast.AnnAssign) else (
-            node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1
-            else None)
-        value = node.value if isinstance(node, (ast.Assign, ast.AnnAssign)) else None
-        if (isinstance(target, ast.Name) and isinstance(value, ast.Dict) and value.keys
-                and all(k is not None and _is_backend_literal(k) for k in value.keys)):
-            out.append(target.id)
-    return out
-
-
 def test_the_tables_are_every_table_keyed_by_backend():
-    found = []
-    for package in ("planner", "codegen"):
-        for f in sorted((ROOT / package).rglob("*.py")):
-            rel = f.relative_to(ROOT)
-            if rel.as_posix().startswith(ALLOWED):
-                continue
-            parts = rel.with_suffix("").parts
-            module = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-            found += [(module, name) for name in tables(f.read_text(encoding="utf-8"))]
     # planner.pipeline's table lives in its backends module
     named = {("planner.pipeline.backends" if m == "planner.pipeline" else m, n)
              for m, n in TABLES}
-    assert set(found) == named
+    assert found_tables() == named
