@@ -21,7 +21,7 @@ folders (a folder's modules are its layer's), and of the few files directly unde
                planner/verify/ (the independent checker), planner/report/ (diff, memory
                reports, replay, plots, traces, placement words, a ZeRO-3 plan's gathers) and
                planner/runtime/ (what a generated package and its executor call at run time)
-    driver     the pipeline and what runs it: pipeline.py (with limits.py, beside.py,
+    driver     the pipeline and what runs it: planner/pipeline/ (with limits.py, beside.py,
                collection.py), fit.py and curve.py (searches over whole plans), and
                report/explain.py, the one module of report/ that re-plans a plan to say why
     codegen    codegen/ (its profiling plans the placements it times through the driver)
