@@ -119,22 +119,31 @@ def add_plan_commands(sub: Any, measurers: Callable[[], Any] | None = None) -> N
 def _costs(args: argparse.Namespace, graph: Any, target: Any, options: Any) -> Any:
     """The cost table `--costs` names (module planner.costs.host_costs for 'measured'), or
     None for the analytical model."""
+    return priced_table(args.costs, graph, target, options, args.measurers,
+                        evaluation=not args.no_evaluation)
+
+
+def priced_table(costs: str | None, graph: Any, target: Any, options: Any,
+                 measurers: Callable[[], Any] | None, evaluation: bool = True) -> Any:
+    """What prices a plan of `graph` by the flag `--costs` (`costs`; None: the default, measured
+    on the host): a cost table, or None for the analytical model. `plan` and `fit` both price
+    through it, so their plans of one graph are priced alike."""
     from planner.costs import load_table
     from planner.costs.host_costs import COST_SOURCES, default_costs, host_table
 
-    costs = args.costs or default_costs(target)
+    costs = costs or default_costs(target)
     if costs not in COST_SOURCES:
         return load_table(costs)
     if costs == "analytical":
         return None
-    measurers = args.measurers() if args.measurers is not None else None
-    if measurers is None or measurers.signatures is None:
+    made = measurers() if measurers is not None else None
+    if made is None or made.signatures is None:
         raise UserError("--costs measured: this planner has no executors to measure with "
                         "(codegen is not installed)")
     from planner.pipeline import priced_graphs
 
-    priced = host_table(priced_graphs(graph, target, options, not args.no_evaluation), target,
-                        measurers.signatures, progress=sys.stderr, corun=measurers.step_corun)
+    priced = host_table(priced_graphs(graph, target, options, evaluation), target,
+                        made.signatures, progress=sys.stderr, corun=made.step_corun)
     if priced.measured:
         print(f"measured {len(priced.measured)} signature(s) on this host, "
               f"{len(priced.kept)} kept from earlier plans", file=sys.stderr)
