@@ -83,7 +83,7 @@ def run_pareto(args: argparse.Namespace) -> int:
     # Offload only to a slower tier: a CPU's host store is the RAM the budget frees.
     options = PlanOptions(memory=MemoryOptions(
         offload=not args.no_offload and traits(target).slower_tier, **memory_decisions(args)))
-    table = priced_table(args.costs, graph, target, options, args.measurers, evaluation=False)
+    table = priced_table(args.costs, graph, target, options, args.measurers)
     result = budget_curve(graph, target, table, options, args.points)
     curve = result.curve
     if args.output:
