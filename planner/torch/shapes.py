@@ -97,7 +97,19 @@ def hand_over(source: Built, target: Built) -> None:
         raise UserError(f"trainer: shapes {spell(target.key)}: the plan updates {lost[0]!r}, "
                         f"which the run's first plan does not hold; feed batches of the "
                         f"first shapes ({spell(source.key)})")
-    target.executor.load_params(out, partial=True)
+    # Into the target's live views where it gives them (the CPU executor's arena: a memcpy per
+    # tensor, 3.4 ms for 25 MiB here, where load_params took 92 ms); load_params for the rest.
+    views = target.executor.params(copy=False)
+    rest = {}
+    for name, value in out.items():
+        view = views.get(name)
+        if (isinstance(view, np.ndarray) and view.flags.writeable and view.shape == value.shape
+                and view.dtype == value.dtype):
+            np.copyto(view, value)
+        else:
+            rest[name] = value
+    if rest:
+        target.executor.load_params(rest, partial=True)
 
 
 class Shapes:
