@@ -234,12 +234,16 @@ def trainer(module: Any, example_inputs: Sequence[Any], loss: Callable | None,
     Raises TorchImportError (an op the planner lacks, in one line naming the node), UserError
     or ValueError for bad settings.
     """
+    from planner.frontend.options import GraphOptions
     from planner.graph import Optimizer
+    from planner.pipeline import PlanOptions
 
     settings = Optimizer.parse(optimizer, lr=lr, **optimizer_settings)
-    recipe = Recipe(module=module, loss=loss, optimizer=settings, target=target,
+    recipe = Recipe(module=module, loss=loss, target=target,
+                    graph_options=GraphOptions(optimizer=settings, accumulate=accumulate),
+                    plan_options=PlanOptions(), evaluation=True,
                     out_dir=Path(out_dir) if out_dir is not None else None,
-                    accumulate=accumulate, costs=costs, adaptive=adaptive,
+                    costs=costs, adaptive=adaptive,
                     modes=tuple(bool(m.training) for m in module.modules()),
                     with_labels=loss is not None)
     examples = (*example_inputs, labels) if loss is not None else tuple(example_inputs)
@@ -273,10 +277,11 @@ class Recipe:
 
     module: Any
     loss: Callable | None
-    optimizer: Any
     target: str
+    graph_options: Any  # GraphOptions: what `prepare` makes of the import (the optimizer)
+    plan_options: Any  # PlanOptions the plan is made with
+    evaluation: bool  # whether the plan holds its evaluation schedule
     out_dir: Path | None
-    accumulate: int
     costs: Any
     adaptive: bool
     # Each submodule's train()/eval() flag when the trainer was made: every shape's export's
@@ -317,7 +322,6 @@ def _build_shape(recipe: Recipe, examples: Sequence[Any]) -> Built:
     from codegen.load import load
     from codegen.render import render
     from planner.files import cache_root, folder_lock
-    from planner.frontend.options import GraphOptions
     from planner.frontend.prepare import prepare
     from planner.graph import init_params
     from planner.pipeline import plan
@@ -336,8 +340,7 @@ def _build_shape(recipe: Recipe, examples: Sequence[Any]) -> Built:
         _set_modes(module, now)
     chosen = load_target(recipe.target)
     _check_runs_here(chosen)
-    prepared = prepare(imported.graph, GraphOptions(optimizer=recipe.optimizer,
-                                                    accumulate=recipe.accumulate))
+    prepared = prepare(imported.graph, recipe.graph_options)
     folder = recipe.out_dir if recipe.out_dir is not None else cache_root() / "trainers"
     by_name = {t.name: t for t in prepared.tensors}
     table = _cost_table(recipe.costs, prepared, chosen, recipe.out_dir, {  # in-step steps on them
@@ -345,7 +348,8 @@ def _build_shape(recipe: Recipe, examples: Sequence[Any]) -> Built:
         for name, v in zip(imported.inputs, examples, strict=False) if name in by_name})
     with warnings.catch_warnings():  # an op the table lacks is priced analytically
         warnings.simplefilter("ignore")
-        planned = plan(prepared, chosen, table)
+        planned = plan(prepared, chosen, table, recipe.plan_options,
+                       evaluation=recipe.evaluation)
     graph = planned.graph  # as the step's cores rewrote it: the graph the executor runs
     name = "torch_" + hashlib.sha256(planned.to_json().encode()).hexdigest()[:16]
     with folder_lock(folder / name):  # two processes of one plan take turns to write it
