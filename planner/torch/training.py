@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from planner.torch.convert import TorchImport, convert
+from planner.importers.torch.convert import TorchImport, convert
 from planner.torch.export_watch import custom_gradients, export_failed, watching
 from planner.torch.shapes import DEFAULT_LIMIT, Built, Shapes
 
@@ -321,9 +321,9 @@ def _build_shape(recipe: Recipe, examples: Sequence[Any]) -> Built:
     from codegen.build import build
     from codegen.load import load
     from codegen.render import render
-    from planner.files import cache_root, folder_lock
     from planner.frontend.prepare import prepare
     from planner.graph import init_params
+    from planner.io.write import cache_root, folder_lock
     from planner.pipeline import plan
     from planner.target.presets import load_target
 
@@ -421,7 +421,7 @@ def _cost_table(costs: Any, graph: Any, target: Any, folder: Path | None,
         table = host_measured(graph, target, progress=sys.stderr, feeds=examples)
     elif isinstance(costs, str) and costs == "in-step":
         from codegen.profiling import profile_in_step
-        from planner.files import atomic_write
+        from planner.io.write import atomic_write
 
         if folder is None:  # no out_dir: the profile's builds in a folder of this run's own
             folder = Path(tempfile.mkdtemp(prefix="planner-"))
