@@ -225,3 +225,43 @@ def test_a_clean_run_prints_only_progress_on_stderr(tmp_path):
     assert noise == []
     # The last batch (8 of 40 rows at 16) is planned once, in the first epoch only.
     assert sum("new input shapes [8, 6], [8]" in line for line in lines) == 1
+
+
+def test_state_the_step_updates_is_never_dropped_in_a_hand_over(tmp_path):
+    """Two plans whose updated parameters differ in shape (an MLP of hidden 4 and of 5): the
+    hand-over refuses in one line naming the tensor, rather than leave it behind; plans that
+    agree hand every persistent tensor over bit for bit."""
+    from codegen.build import build
+    from codegen.load import load
+    from codegen.render import render
+    from planner.errors import UserError
+    from planner.frontend.options import GraphOptions
+    from planner.frontend.prepare import prepare
+    from planner.graph import Optimizer, init_params
+    from planner.pipeline import plan
+    from planner.target.presets import load_target
+    from planner.torch.shapes import Built, hand_over
+
+    target = load_target("host")
+
+    def built(batch, hidden, name, seed):
+        g = prepare(f"zoo:mlp?batch={batch}&hidden={hidden}&in_features=3&classes=2",
+                    GraphOptions(optimizer=Optimizer(kind="adam")))
+        p = plan(g, target)
+        ex = load(build(render(p, tmp_path / name)).dir).Executor()
+        ex.load_params(init_params(p.graph, seed=seed))
+        feeds = tuple(t for t in p.graph.tensors if t.role in ("input", "label"))
+        return Built(key=tuple(tuple(t.shape) for t in feeds), imported=None, graph=p.graph,
+                     plan=p, package=None, executor=ex, target=target, table=None,
+                     feeds=feeds)
+
+    a, b, other = built(8, 4, "mlp_a", 1), built(3, 4, "mlp_b", 2), built(8, 5, "mlp_c", 3)
+    before = b.executor.params()
+    assert not np.array_equal(before["fc1/weight"], a.executor.params()["fc1/weight"])
+    hand_over(a, b)
+    held_a, held_b = a.executor.params(), b.executor.params()
+    assert held_a.keys() == held_b.keys()
+    assert all(np.array_equal(held_a[k], held_b[k]) for k in held_a)
+    with pytest.raises(UserError, match=r"the run's tensor 'fc1/weight' \(\[3, 4\] float32\) "
+                                        r"is state the step updates.*\[3, 5\]"):
+        hand_over(a, other)
