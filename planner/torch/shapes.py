@@ -78,6 +78,8 @@ def hand_over(source: Built, target: Built) -> None:
     if source is target:
         return
     held = source.executor.params(copy=False)
+    if not all(isinstance(v, np.ndarray) for v in held.values()):
+        held = source.executor.params()  # device memory (a CUDA executor's): host copies
     theirs = {t.name: t for t in target.graph.tensors if t.role in PERSISTENT}
     state = written(source.graph) | written(target.graph)
     out: dict[str, Any] = {}
