@@ -247,6 +247,13 @@ def trainer(module: Any, example_inputs: Sequence[Any], loss: Callable | None,
                     modes=tuple(bool(m.training) for m in module.modules()),
                     with_labels=loss is not None)
     examples = (*example_inputs, labels) if loss is not None else tuple(example_inputs)
+    # Tracing and planning take seconds (18 s for six encoder layers on a busy 2-core VM):
+    # a line says what the wait is, as each later step of other shapes does.
+    from planner.torch.shapes import spell
+
+    print(f"trainer: {type(module).__name__}: tracing (torch.export) and planning for inputs "
+          f"{spell(tuple(tuple(int(d) for d in v.shape) for v in examples))} on {target}",
+          file=sys.stderr, flush=True)
     first = _build_shape(recipe, examples)
     imported, graph = first.imported, first.graph
     state = module.state_dict()

@@ -171,6 +171,7 @@ def test_a_transformer_fed_three_sequence_lengths_trains_as_in_pytorch(tmp_path)
 
 # What a clean run may print on stderr: progress, each line saying what it waits for.
 PROGRESS = (
+    r"trainer: \w+: tracing \(torch.export\) and planning for inputs \[.*\] on \S+",
     r"trainer: new input shapes \[.*\] \(planned for \[.*\]\): planning and building them "
     r"once, kept for later steps",
     r"trainer: dropping the executor of shapes .*",
@@ -223,6 +224,7 @@ def test_a_clean_run_prints_only_progress_on_stderr(tmp_path):
     lines = run.stderr.splitlines()
     noise = [line for line in lines if not any(re.fullmatch(p, line) for p in PROGRESS)]
     assert noise == []
+    assert sum("tracing (torch.export) and planning" in line for line in lines) == 1
     # The last batch (8 of 40 rows at 16) is planned once, in the first epoch only.
     assert sum("new input shapes [8, 6], [8]" in line for line in lines) == 1
 
