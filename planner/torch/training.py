@@ -10,6 +10,10 @@ labels)`, in the module's own train()/eval() mode), imported (convert.py), made 
 graph for the optimizer, planned for `target`, rendered, built (cached by content) and loaded.
 The executor starts from the module's own parameters and buffers. `params()` is keyed like
 `module.state_dict()`; `num_batches_tracked` counts the steps taken, as PyTorch's does.
+A batch of other shapes (a DataLoader's last, smaller batch; another sequence length) gets a
+plan and executor of its own on first use, the run's state handed between them
+(planner/torch/shapes.py). Built packages are kept per host by plan content
+($PLANNER_CACHE/trainers), as the kernel library is.
 """
 
 from __future__ import annotations
