@@ -6,10 +6,18 @@
     t.load_into(model)            # the module's parameters now are the executor's
 
 The module and its loss are traced together by torch.export (as `loss(module(*inputs),
-labels)`, in the module's own train()/eval() mode), imported (convert.py), made a training
-graph for the optimizer, planned for `target`, rendered, built (cached by content) and loaded.
-The executor starts from the module's own parameters and buffers. `params()` is keyed like
-`module.state_dict()`; `num_batches_tracked` counts the steps taken, as PyTorch's does.
+labels)`, each submodule in its own train()/eval() mode, as the user left it), imported
+(convert.py), made a training graph for the optimizer, planned for `target`, rendered, built
+(cached by content) and loaded. The executor starts from the module's own parameters and
+buffers. `params()` is keyed like `module.state_dict()`; `num_batches_tracked` counts the
+steps taken, as PyTorch's does.
+
+What PyTorch's training means, the step means (docs/pytorch.md, "What trains"): parameters
+with requires_grad=False are constants of the step (read, written back by `load_into`, never
+trained), values computed under no_grad / inference_mode / set_grad_enabled(False) carry no
+gradient, buffers the forward changes (BatchNorm's statistics, once per call; a reassigned or
+in-place updated buffer) change every step. `trainer()` changes nothing of the module: not its
+modes, not requires_grad, not its parameters or buffers (until `load_into`).
 A batch of other shapes (a DataLoader's last, smaller batch; another sequence length) gets a
 plan and executor of its own on first use, the run's state handed between them
 (planner/torch/shapes.py). Built packages are kept per host by plan content
@@ -29,8 +37,9 @@ from typing import Any
 
 import numpy as np
 
+from planner.importers.torch.context import TorchImportError
 from planner.importers.torch.convert import TorchImport, convert
-from planner.torch.export_watch import custom_gradients, export_failed, watching
+from planner.torch.export_watch import custom_gradients, export_failed, frozen_calls, watching
 from planner.torch.shapes import DEFAULT_LIMIT, Built, Shapes
 
 PREFIX = "model."  # the wrapped module's attribute: its state_dict keys gain this prefix
@@ -49,17 +58,22 @@ def export(module: Any, inputs: Sequence[Any], loss: Callable | None, labels: An
             self.model = model
 
         def forward(self, *args: Any) -> Any:
+            buffers = [(m, dict(m._buffers)) for m in self.model.modules()]
             if loss is None:
-                return self.model(*args)
-            # The module's outputs after the loss: the step returns the loss (the first
-            # output), evaluate() both (the evaluation graph keeps the training graph's).
-            out = self.model(*args[:-1])
-            return loss(out, args[-1]), out
+                out = self.model(*args)
+            else:
+                # The module's outputs after the loss: the step returns the loss (the first
+                # output), evaluate() both (the evaluation graph keeps the training graph's).
+                out = self.model(*args[:-1])
+                out = loss(out, args[-1]), out
+            refusals.extend(reassigned(buffers))
+            return out
 
-    wrapped = WithLoss(module).train(module.training)
-    if loss is not None and any(labels is x for x in inputs):
-        labels = labels.clone()  # an autoencoder's target: export would merge the two inputs
-    args = (*inputs, labels) if loss is not None else tuple(inputs)
+    refusals: list[str] = []  # buffers reassigned to another shape or dtype
+    wrapped = WithLoss(module)
+    # The wrapper's own flag only: .train() would set every submodule's (an eval() teacher).
+    wrapped.training = module.training
+    args = separate((*inputs, labels) if loss is not None else tuple(inputs))
     name = type(module).__name__
     with warnings.catch_warnings(), watching(wrapped, module, PREFIX) as watch:
         warnings.simplefilter("ignore")
@@ -70,7 +84,46 @@ def export(module: Any, inputs: Sequence[Any], loss: Callable | None, labels: An
     refusal = custom_gradients(watch, name)
     if refusal is not None:
         raise refusal
+    if refusals:
+        raise TorchImportError(f"{name}: {refusals[0]}")
+    for line in frozen_calls(watch, name):
+        warnings.warn(line, UserWarning, stacklevel=3)
     return program
+
+
+def reassigned(buffers: Sequence[tuple[Any, dict[str, Any]]]) -> list[str]:
+    """Buffers the forward reassigned (`self.center = self.center * m + c * (1 - m)`, DINO's
+    centre), which torch.export would drop: each written into the buffer it replaced, after
+    everything the step computes, so torch.export records the buffer's new value as it records
+    `self.buf.copy_(...)`. `buffers`: (module, its buffers before the forward) of every module.
+    Returns the refusals of buffers reassigned to another shape or dtype (a state the step
+    could not keep in the buffer's bytes)."""
+    import torch
+
+    refusals = []
+    for module, before in buffers:
+        for name, old in before.items():
+            new = module._buffers.get(name)
+            if old is None or new is None or new is old:
+                continue
+            module._buffers[name] = old
+            if (new.shape, new.dtype) != (old.shape, old.dtype):
+                refusals.append(f"buffer {name!r} of {type(module).__name__}: reassigned in "
+                                f"forward to {new.dtype} {list(new.shape)}, not its own "
+                                f"{old.dtype} {list(old.shape)}; keep its shape and dtype")
+                continue
+            with torch.no_grad():
+                old.copy_(new)
+    return refusals
+
+
+def separate(args: Sequence[Any]) -> tuple[Any, ...]:
+    """The example tensors, each a tensor of its own: torch.export makes one input of a tensor
+    passed twice (`(x, h0, h0)`, an autoencoder's target), where each step feeds two."""
+    out: list[Any] = []
+    for a in args:
+        out.append(a.clone() if hasattr(a, "clone") and any(a is b for b in out) else a)
+    return tuple(out)
 
 
 class Trainer:
@@ -99,25 +152,33 @@ class Trainer:
                              f"then the labels), got {len(inputs)}")
         return [_numpy(v, t.dtype) for t, v in zip(self._feeds, inputs, strict=True)]
 
-    def _run(self, arrays: list[np.ndarray], call: Callable[[Any, dict], Any]) -> tuple[Any, Any]:
+    def _run(self, arrays: list[np.ndarray],
+             call: Callable[[Any, dict], Any]) -> tuple[Any, TorchImport, Any]:
         """`call(executor, feeds)` on the executor for these arrays' shapes (a new shape is
-        planned and built first); (its result, the shape's graph)."""
+        planned and built first); (its result, the shape's import and graph)."""
         if self.shapes is None:  # a Trainer made by hand around one executor
             feeds = {t.name: a for t, a in zip(self._feeds, arrays, strict=True)}
-            return call(self.executor, feeds), self.graph
+            return call(self.executor, feeds), self.imported, self.graph
         built = self.shapes.get(arrays)
         feeds = {t.name: a for t, a in zip(built.feeds, arrays, strict=True)}
-        return self.shapes.run(built, lambda ex: call(ex, feeds)), built.graph
+        return self.shapes.run(built, lambda ex: call(ex, feeds)), built.imported, built.graph
 
-    def step(self, *inputs: Any) -> float:
+    def step(self, *inputs: Any, outputs: bool = False) -> Any:
         """One training step on the module's inputs followed by the labels (torch tensors or
-        numpy arrays); returns the loss. With `accumulate=K`, one micro-batch: every K-th
-        step updates the parameters. A batch of other shapes than the example's (a smaller
-        last batch, another sequence length) runs on a plan of its own, made on first use:
-        its loss is the mean over the rows it has, as PyTorch's."""
-        out, graph = self._run(self._arrays(inputs, "step"), lambda ex, f: ex.step(f))
+        numpy arrays); returns the loss, or with `outputs=True` (loss, [the module's outputs
+        as numpy arrays, flattened in its order]): a recurrent module's new hidden state for
+        truncated BPTT, computed by this step's forward, before its update. With
+        `accumulate=K`, one micro-batch: every K-th step updates the parameters. A batch of
+        other shapes than the example's (a smaller last batch, another sequence length) runs
+        on a plan of its own, made on first use: its loss is the mean over the rows it has,
+        as PyTorch's."""
+        out, imported, graph = self._run(self._arrays(inputs, "step"), lambda ex, f: ex.step(f))
         self.steps += 1
-        return float(np.asarray(out[graph.outputs[0]]))
+        value = float(np.asarray(out[graph.outputs[0]]))
+        if not outputs:
+            return value
+        # Copies: the executor's next step writes over its output bytes.
+        return value, [np.array(out[o]) for o in imported.outputs[1:]]
 
     def evaluate(self, *inputs: Any) -> tuple[float, list[np.ndarray]]:
         """The module in eval() mode on the parameters as trained, from the same build
@@ -125,9 +186,10 @@ class Trainer:
         updated): the module's inputs followed by the labels, as `step` (of any batch size
         `step` takes); returns the loss and the module's outputs (numpy arrays, in the
         module's order)."""
-        out, graph = self._run(self._arrays(inputs, "evaluate"), lambda ex, f: ex.evaluate(f))
+        out, imported, graph = self._run(self._arrays(inputs, "evaluate"),
+                                         lambda ex, f: ex.evaluate(f))
         loss = graph.outputs[0]
-        return float(np.asarray(out[loss])), [out[o] for o in graph.outputs[1:] if o in out]
+        return float(np.asarray(out[loss])), [out[o] for o in imported.outputs[1:] if o in out]
 
     def trace(self, path: str | Path, with_prediction: bool = False) -> Path:
         """Write the last step this trainer ran (of the shapes it ran on) as Chrome trace JSON
