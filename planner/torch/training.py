@@ -71,7 +71,7 @@ class Trainer:
 
     def __init__(self, imported: TorchImport, graph: Any, executor: Any, module_keys: Sequence[str],
                  start: Mapping[str, Any], aliases: Mapping[str, str] | None = None,
-                 plan: Any = None) -> None:
+                 plan: Any = None, optimizer: Any = None) -> None:
         self.imported = imported
         self.graph = graph
         self.plan = plan  # the Plan it runs (its summary: predicted step, what priced it)
@@ -83,6 +83,10 @@ class Trainer:
         feeds = [t for t in graph.tensors if t.role in ("input", "label")]
         by_name = {t.name: t for t in feeds}
         self._feeds = [by_name[n] for n in imported.inputs if n in by_name]
+        # A torch.optim instance the trainer was given: its groups' lr and weight_decay (a
+        # scheduler's) are read before each step; the values last written, per group.
+        self.optimizer = optimizer
+        self._written: list[tuple[float, float]] = []
 
     def step(self, *inputs: Any) -> float:
         """One training step on the module's inputs followed by the labels (torch tensors or
@@ -92,9 +96,29 @@ class Trainer:
             raise ValueError(f"step takes {len(self._feeds)} arrays (the module's inputs, then "
                              f"the labels), got {len(inputs)}")
         feeds = {t.name: _numpy(v, t.dtype) for t, v in zip(self._feeds, inputs, strict=True)}
+        if self.optimizer is not None:
+            self._read_groups()
         out = self.executor.step(feeds)
         self.steps += 1
+        if self.optimizer is not None:
+            # This step was the optimizer's: a scheduler stepped next is in the right order
+            # (torch's lr_scheduler warns otherwise, reading this flag of its wrapper).
+            self.optimizer._opt_called = True
         return float(np.asarray(out[self.graph.outputs[0]]))
+
+    def _read_groups(self) -> None:
+        """The torch optimizer's groups' lr and weight_decay into the executor, where they
+        changed (a scheduler's step, or the user's write to param_groups)."""
+        from planner.torch.optimizers import group_hyperparameters
+
+        now = group_hyperparameters(self.optimizer)
+        if self._written and len(now) != len(self._written):
+            raise ValueError(f"the optimizer has {len(now)} param groups; the trainer was planned "
+                             f"with {len(self._written)} (add_param_group needs a new trainer)")
+        for k, (lr, wd) in enumerate(now):
+            if k >= len(self._written) or self._written[k] != (lr, wd):
+                self.executor.set_hyperparameters({"lr": lr, "weight_decay": wd}, group=k)
+        self._written = now
 
     def evaluate(self, *inputs: Any) -> tuple[float, list[np.ndarray]]:
         """The module in eval() mode on the parameters as trained, from the same build
@@ -188,11 +212,11 @@ def trainer(module: Any, example_inputs: Sequence[Any], loss: Callable | None,
     from codegen.render import render
     from planner.frontend.options import GraphOptions
     from planner.frontend.prepare import prepare
-    from planner.graph import Optimizer, init_params
+    from planner.graph import init_params
     from planner.pipeline import plan
     from planner.target.presets import load_target
 
-    settings = Optimizer.parse(optimizer, lr=lr, **optimizer_settings)
+    settings = _optimizer(module, optimizer, lr, optimizer_settings)
     imported = convert(export(module, example_inputs, loss, labels),
                        name=type(module).__name__, module_root=PREFIX.rstrip("."))
     chosen = load_target(target)
@@ -226,7 +250,36 @@ def trainer(module: Any, example_inputs: Sequence[Any], loss: Callable | None,
                if PREFIX + k not in held and storage(v) in first}
     start = {k: v.detach().cpu().numpy().copy() for k, v in state.items()
              if PREFIX + k not in held and k not in aliases}
-    return Trainer(imported, graph, executor, list(state), start, aliases, planned)
+    torch_optimizer = None if isinstance(optimizer, str) else optimizer
+    return Trainer(imported, graph, executor, list(state), start, aliases, planned,
+                   torch_optimizer)
+
+
+def _optimizer(module: Any, optimizer: Any, lr: float | None,
+               settings: Mapping[str, Any]) -> Any:
+    """The planner's Optimizer of trainer's `optimizer` (a name with torch.optim's keyword
+    names, or a torch.optim instance on the module's parameters: planner/torch/optimizers.py);
+    UserError in one line for what it cannot honour."""
+    from planner.errors import UserError
+    from planner.torch.optimizers import from_settings, from_torch
+
+    try:
+        if isinstance(optimizer, str):
+            return from_settings(optimizer, lr=lr, **settings)
+        import torch
+
+        if not isinstance(optimizer, torch.optim.Optimizer):
+            raise ValueError(f"optimizer: expected 'sgd', 'momentum', 'adam', 'adamw' or a "
+                             f"torch.optim.SGD, Adam or AdamW instance, got "
+                             f"{type(optimizer).__name__}")
+        given = {"lr": lr, **settings}
+        extra = sorted(k for k, v in given.items() if v is not None)
+        if extra:
+            raise ValueError(f"trainer setting {extra[0]}: the optimizer instance holds its "
+                             f"settings; give it to torch.optim.{type(optimizer).__name__}(...)")
+        return from_torch(optimizer, module, PREFIX)
+    except ValueError as e:
+        raise UserError(str(e)) from None
 
 
 def _check_runs_here(target: Any) -> None:
