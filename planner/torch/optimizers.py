@@ -54,7 +54,7 @@ TORCH_NAMES = {
 }
 PLANNER_EXTRAS = ("clip_grad_norm", "groups", "schedule")
 # The planner's old spellings, named in the refusal of each.
-_OLD = {"beta1": "beta1 and beta2 are betas=(beta1, beta2)",
+OLD_NAMES = {"beta1": "beta1 and beta2 are betas=(beta1, beta2)",
         "beta2": "beta1 and beta2 are betas=(beta1, beta2)", "epsilon": "epsilon is eps="}
 # The settings besides lr and weight_decay each family reads per group (the planner's are
 # one per optimizer); foreach, fused and capturable choose torch's loop, not its update.
@@ -74,7 +74,7 @@ def from_settings(kind: str, lr: float | None = None, **settings: Any) -> Any:
     known = TORCH_NAMES[kind]
     for name in settings:
         if name not in known and name not in PLANNER_EXTRAS:
-            hint = f"; {_OLD[name]}" if name in _OLD else ""
+            hint = f"; {OLD_NAMES[name]}" if name in OLD_NAMES else ""
             raise ValueError(f"optimizer setting {name}: not one of torch.optim's names for "
                              f"{kind} ({', '.join(known)}; planner's: "
                              f"{', '.join(PLANNER_EXTRAS)}){hint}")

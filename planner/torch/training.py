@@ -176,9 +176,10 @@ def _numpy(v: Any, dtype: str) -> np.ndarray:
 
 def trainer(module: Any, example_inputs: Sequence[Any], loss: Callable | None,
             labels: Any = None, *,
-            optimizer: str = "sgd", lr: float | None = None, target: str = "host",
+            optimizer: Any = "sgd", lr: float | None = None, target: str = "host",
             out_dir: str | Path | None = None, accumulate: int = 1,
-            costs: Any = None, adaptive: bool = False, **optimizer_settings: Any) -> Trainer:
+            costs: Any = None, adaptive: bool = False, data_parallel: bool | int = False,
+            **settings: Any) -> Trainer:
     """Plan, build and load a training executor for `module`.
 
     example_inputs: the module's inputs for one step (their shapes are the executor's);
@@ -187,9 +188,13 @@ def trainer(module: Any, example_inputs: Sequence[Any], loss: Callable | None,
     labels: an example of the loss's target. The loss may be any float scalar computed from
     the module's outputs (`F.mse_loss(recon, x) + beta * kl` of a VAE returning (recon, mu,
     logvar)); with loss=None (and no labels) the module returns its own loss, first.
-    optimizer: sgd | momentum | adam with `lr` and
-    further settings (momentum, weight_decay, beta1, beta2, epsilon, nesterov) as
-    planner.graph.Optimizer; target: `host` or a CPU target preset; out_dir: where the
+    optimizer: a torch.optim.SGD, Adam or AdamW built on the module's parameters (its param
+    groups and every hyperparameter read; a scheduler on it drives the step's lr, read before
+    each step: planner/torch/optimizers.py), or sgd | momentum | adam | adamw with `lr` and
+    torch.optim's keyword names (momentum, dampening, nesterov, betas, eps, weight_decay,
+    amsgrad, maximize; `sgd` with momentum > 0 is momentum SGD) and the planner's
+    clip_grad_norm, groups and schedule (or lr_schedule); target: `host` or a CPU target
+    preset; out_dir: where the
     executor's sources go (default: a fresh temporary folder); accumulate: micro-batches per
     optimizer step (the example inputs are one micro-batch; each `step` takes one and every
     `accumulate`-th updates the parameters with the mean of their gradients, as PyTorch's
@@ -202,7 +207,14 @@ def trainer(module: Any, example_inputs: Sequence[Any], loss: Callable | None,
     profile_in_step), the table kept as costs.json in out_dir; adaptive: let the executor
     switch to the plan's variants for fewer cores when the machine is busy (False, the
     default: the main schedule always, so two runs, or a run and its resumption, compute the
-    same bits; docs/training.md).
+    same bits; docs/training.md); data_parallel: under torchrun, True (or the world size)
+    plans for the ranks of torch.distributed's default group (ranks_per_host from torchrun's
+    LOCAL_WORLD_SIZE), rank 0's plan used by every rank and its parameters broadcast, as DDP;
+    the example inputs are this rank's shard. Every other setting of `planner plan`, by its
+    flag's name (planner/frontend/settings.py): precision, memory_budget, keep_tensor,
+    recompute, offload, region_budget, decisions, strategy, intra, inter, grid, min_team_us,
+    ranks_per_host, bucket_bytes, interconnect, shard_optimizer, shard_parameters,
+    no_variants, no_evaluation, keep, loss_scale_*, no_loss_scaling.
 
     Raises TorchImportError (an op the planner lacks, in one line naming the node), UserError
     or ValueError for bad settings.
@@ -210,27 +222,45 @@ def trainer(module: Any, example_inputs: Sequence[Any], loss: Callable | None,
     from codegen.build import build
     from codegen.load import load
     from codegen.render import render
-    from planner.frontend.options import GraphOptions
+    from planner.errors import UserError
     from planner.frontend.prepare import prepare
+    from planner.frontend.settings import graph_options, plan_options, settings_of, spelled
     from planner.graph import init_params
     from planner.pipeline import plan
     from planner.target.presets import load_target
 
-    settings = _optimizer(module, optimizer, lr, optimizer_settings)
+    chosen_settings, optimizer_settings = _split(settings)
+    ranks = _ranks(data_parallel, chosen_settings)
+    plan_settings = settings_of({"target": target, "accumulate": accumulate,
+                                 "data_parallel": ranks, **chosen_settings}, "python")
+    record = _optimizer(module, optimizer, lr, optimizer_settings)
+    try:
+        options = plan_options(plan_settings)
+        graph_settings = graph_options(plan_settings, optimizer=record)
+    except UserError as e:
+        raise UserError(spelled(str(e), "python")) from None
+    if ranks > 1:
+        _broadcast_state(module)
     imported = convert(export(module, example_inputs, loss, labels),
                        name=type(module).__name__, module_root=PREFIX.rstrip("."))
     chosen = load_target(target)
     _check_runs_here(chosen)
-    prepared = prepare(imported.graph, GraphOptions(optimizer=settings, accumulate=accumulate))
+    prepared = prepare(imported.graph, graph_settings)
     folder = Path(out_dir) if out_dir is not None else Path(tempfile.mkdtemp(prefix="planner-"))
     examples = (*example_inputs, labels) if loss is not None else tuple(example_inputs)
     by_name = {t.name: t for t in prepared.tensors}
-    table = _cost_table(costs, prepared, chosen, folder, {  # an in-step profile steps on them
-        name: _numpy(v, by_name[name].dtype)
-        for name, v in zip(imported.inputs, examples, strict=False) if name in by_name})
-    with warnings.catch_warnings():  # an op the table lacks is priced analytically
-        warnings.simplefilter("ignore")
-        planned = plan(prepared, chosen, table)
+    def planned_here() -> Any:
+        table = _cost_table(costs, prepared, chosen, folder, {  # an in-step profile steps on
+            name: _numpy(v, by_name[name].dtype)                # them
+            for name, v in zip(imported.inputs, examples, strict=False) if name in by_name})
+        with warnings.catch_warnings():  # an op the table lacks is priced analytically
+            warnings.simplefilter("ignore")
+            return plan(prepared, chosen, table, options,
+                        evaluation=not plan_settings.no_evaluation)
+
+    # Ranks measure their own costs: one plan, rank 0's, for all (the executor refuses ranks
+    # that run different plans).
+    planned = planned_here() if ranks == 1 else _rank0_plan(planned_here)
     graph = planned.graph  # as the step's cores rewrote it: the graph the executor runs
     name = "torch_" + hashlib.sha256(planned.to_json().encode()).hexdigest()[:16]
     module_py = load(build(render(planned, folder / name)).dir)
@@ -253,6 +283,83 @@ def trainer(module: Any, example_inputs: Sequence[Any], loss: Callable | None,
     torch_optimizer = None if isinstance(optimizer, str) else optimizer
     return Trainer(imported, graph, executor, list(state), start, aliases, planned,
                    torch_optimizer)
+
+
+# The plan settings that are the optimizer's: the trainer reads them from `optimizer` (a name
+# with torch.optim's keywords, or an instance).
+OPTIMIZER_SETTINGS = ("train", "lr", "weight_decay", "lr_schedule")
+
+
+def _split(settings: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """trainer's further keywords as (plan settings by flag name, optimizer settings)."""
+    from planner.frontend.settings import PlanSettings
+
+    plan_settings = {k: v for k, v in settings.items()
+                     if k in PlanSettings.model_fields and k not in OPTIMIZER_SETTINGS}
+    rest = {k: v for k, v in settings.items() if k not in plan_settings}
+    from planner.torch.optimizers import OLD_NAMES, PLANNER_EXTRAS, TORCH_NAMES
+
+    known = {n for names in TORCH_NAMES.values() for n in names} | set(PLANNER_EXTRAS)
+    for name in rest:
+        if name not in known | set(OPTIMIZER_SETTINGS) | set(OLD_NAMES):
+            from planner.errors import UserError
+
+            raise UserError(f"trainer setting {name}: neither an optimizer setting (torch.optim's "
+                            f"{', '.join(sorted(known))}) nor a plan setting (planner plan's "
+                            f"flags by name: {', '.join(sorted(PlanSettings.model_fields))})")
+    if "lr_schedule" in rest:  # the flag's name for the optimizer's schedule
+        from planner.ops.lr_schedule import LRSchedule
+
+        value = rest.pop("lr_schedule")
+        rest["schedule"] = LRSchedule.parse(value) if isinstance(value, str) else value
+    return plan_settings, rest
+
+
+def _ranks(data_parallel: bool | int, settings: dict[str, Any]) -> int:
+    """The data-parallel ranks of trainer's `data_parallel` (1 without), from
+    torch.distributed's default group; fills ranks_per_host from torchrun's LOCAL_WORLD_SIZE
+    when not given. UserError in one line when there is no group to train in."""
+    import os
+
+    from planner.errors import UserError
+
+    if data_parallel is False or (data_parallel == 1 and data_parallel is not True):
+        return 1
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        raise UserError("data_parallel: trains the ranks of torch.distributed's default "
+                        "process group, and none is initialized; run under torchrun and call "
+                        "torch.distributed.init_process_group('gloo') first")
+    world = dist.get_world_size()
+    if data_parallel is not True and data_parallel != world:
+        raise UserError(f"data_parallel {data_parallel}: the process group has {world} ranks; "
+                        f"give True (its size) or {world}")
+    settings.setdefault("ranks_per_host", int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+    return world
+
+
+def _broadcast_state(module: Any) -> None:
+    """Rank 0's parameters and buffers into every rank's module, as DDP starts."""
+    import torch
+    import torch.distributed as dist
+
+    with torch.no_grad():
+        for value in module.state_dict().values():
+            dist.broadcast(value, 0)
+
+
+def _rank0_plan(make: Callable[[], Any]) -> Any:
+    """Rank 0's plan (made by `make` there), on every rank of the default group."""
+    import json
+
+    import torch.distributed as dist
+
+    from planner.plan import Plan
+
+    box = [make().to_json() if dist.get_rank() == 0 else None]
+    dist.broadcast_object_list(box, 0)
+    return Plan.from_data(json.loads(box[0]))
 
 
 def _optimizer(module: Any, optimizer: Any, lr: float | None,

@@ -67,19 +67,18 @@ CONFIGS = {
                                                     lr=0.1, momentum=0.5),
                           lambda o: torch.optim.lr_scheduler.CosineAnnealingLR(o, T_max=4)),
 }
-# The configuration without the setting under test, which the comparison must tell apart.
+# The configuration without the setting under test (optimizer, scheduler), which the
+# comparison must tell apart.
 NEIGHBOURS = {
-    "sgd-weight-decay": lambda m: torch.optim.SGD(m.parameters(), lr=0.1),
-    "sgd-nesterov": lambda m: torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.8,
-                                              weight_decay=0.01),
-    "sgd-dampening-maximize": lambda m: torch.optim.SGD(m.parameters(), lr=0.05, momentum=0.8,
-                                                        maximize=True),
-    "adam-steplr": lambda m: torch.optim.Adam(m.parameters(), lr=0.02, betas=(0.8, 0.99),
-                                              eps=1e-6, weight_decay=0.01),
-    "adamw-amsgrad-groups": lambda m: torch.optim.AdamW(_groups(m, lr=0.02, weight_decay=0.1),
-                                                        lr=0.0),
-    "sgd-cosine-groups": lambda m: torch.optim.SGD(_groups(m, lr=0.2, weight_decay=0.02),
-                                                   lr=0.1, momentum=0.5),
+    "sgd-weight-decay": (lambda m: torch.optim.SGD(m.parameters(), lr=0.1), None),
+    "sgd-nesterov": (lambda m: torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.8,
+                                               weight_decay=0.01), None),
+    "sgd-dampening-maximize": (lambda m: torch.optim.SGD(m.parameters(), lr=0.05, momentum=0.8,
+                                                         maximize=True), None),
+    "adam-steplr": (CONFIGS["adam-steplr"][0], None),
+    "adamw-amsgrad-groups": (lambda m: torch.optim.AdamW(_groups(m, lr=0.02, weight_decay=0.1),
+                                                         lr=0.0), None),
+    "sgd-cosine-groups": (CONFIGS["sgd-cosine-groups"][0], None),
 }
 
 
@@ -94,7 +93,7 @@ def torch_run(model, make, schedule, batches, dtype) -> Step:
         opt.step()
         if sched:
             sched.step()
-    return Step(float(value), {k: v.detach().numpy().copy()
+    return Step(value.item(), {k: v.detach().numpy().copy()
                                for k, v in model.state_dict().items()})
 
 
@@ -117,7 +116,7 @@ def test_trains_as_torch_optim(name, tmp_path):
     model, batches = _model(), _batches()
     f32 = torch_run(model, make, schedule, batches, torch.float32)
     f64 = torch_run(model, make, schedule, batches, torch.float64)
-    other = torch_run(model, NEIGHBOURS[name], schedule, batches, torch.float64)
+    other = torch_run(model, *NEIGHBOURS[name], batches, torch.float64)
     assert mismatches(other, f32, f64), f"{name}: the setting under test changes nothing"
     got = ours(model, make(model), schedule, batches, tmp_path)
     assert mismatches(got, f32, f64) == []
