@@ -150,9 +150,31 @@ def from_torch(optimizer: Any, module: Any, prefix: str) -> Any:
     return _record(Optimizer, kind, fields)
 
 
-def group_hyperparameters(optimizer: Any) -> list[tuple[float, float]]:
+def compiled(optimizer: Any) -> list[dict[str, Any]]:
+    """The settings of each param group that the plan compiles in (all but lr and
+    weight_decay), as they are now."""
+    family = "sgd" if "momentum" in optimizer.defaults else "adam"
+    return [{key: _value(g.get(key)) for key in _GROUP_KEYS[family]}
+            for g in optimizer.param_groups]
+
+
+def group_hyperparameters(optimizer: Any, planned: list[dict[str, Any]]
+                          ) -> list[tuple[float, float]]:
     """(lr, weight_decay) of each of a torch.optim instance's param groups, now: what a
-    scheduler last set (read before each step)."""
+    scheduler last set (read before each step). ValueError in one line where a setting the
+    plan compiled in has changed since (`planned`, `compiled` then): OneCycleLR's
+    cycle_momentum writes betas or momentum each step."""
+    now = compiled(optimizer)
+    if len(now) != len(planned):
+        raise ValueError(f"the optimizer has {len(now)} param groups; the trainer was planned "
+                         f"with {len(planned)} (add_param_group needs a new trainer)")
+    for k, (was, is_) in enumerate(zip(planned, now, strict=True)):
+        for key in was:
+            if was[key] != is_[key]:
+                raise ValueError(f"optimizer param_groups[{k}] {key} changed from {was[key]!r} "
+                                 f"to {is_[key]!r}: the plan compiled it in, only lr and "
+                                 f"weight_decay change between steps (OneCycleLR: pass "
+                                 f"cycle_momentum=False)")
     return [(_number(f"param_groups[{k}] lr", g["lr"]),
              _number(f"param_groups[{k}] weight_decay", g["weight_decay"]))
             for k, g in enumerate(optimizer.param_groups)]

@@ -87,6 +87,10 @@ class Trainer:
         # scheduler's) are read before each step; the values last written, per group.
         self.optimizer = optimizer
         self._written: list[tuple[float, float]] = []
+        if optimizer is not None:
+            from planner.torch.optimizers import compiled
+
+            self._compiled = compiled(optimizer)
 
     def step(self, *inputs: Any) -> float:
         """One training step on the module's inputs followed by the labels (torch tensors or
@@ -111,10 +115,7 @@ class Trainer:
         changed (a scheduler's step, or the user's write to param_groups)."""
         from planner.torch.optimizers import group_hyperparameters
 
-        now = group_hyperparameters(self.optimizer)
-        if self._written and len(now) != len(self._written):
-            raise ValueError(f"the optimizer has {len(now)} param groups; the trainer was planned "
-                             f"with {len(self._written)} (add_param_group needs a new trainer)")
+        now = group_hyperparameters(self.optimizer, self._compiled)
         for k, (lr, wd) in enumerate(now):
             if k >= len(self._written) or self._written[k] != (lr, wd):
                 self.executor.set_hyperparameters({"lr": lr, "weight_decay": wd}, group=k)

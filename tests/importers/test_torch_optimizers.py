@@ -171,3 +171,20 @@ def test_pytorch_names_and_their_errors():
     assert "nesterov" in _refusal("sgd", lr=0.1, nesterov=True)  # momentum 0, as torch refuses
     assert "amsgrad: not one of torch.optim's names for sgd" in _refusal("sgd", amsgrad=True)
     assert "expected one of sgd" in _refusal("rmsprop")
+
+
+@pytest.mark.slow
+def test_a_scheduler_writing_compiled_settings_is_refused(tmp_path):
+    # OneCycleLR cycles Adam's betas by default: the plan compiled them in (the same build as
+    # adam-steplr's, cached by content)
+    model, batches = _model(), _batches()
+    opt = CONFIGS["adam-steplr"][0](model)
+    x, y = batches[0]
+    t = trainer(model, (x,), loss=F.mse_loss, labels=y, optimizer=opt, costs="analytical",
+                out_dir=tmp_path)
+    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=0.05, total_steps=10)
+    t.step(x, y)
+    sched.step()
+    with pytest.raises(ValueError, match=r"param_groups\[0\] betas changed from .* "
+                                         r"cycle_momentum=False"):
+        t.step(x, y)
