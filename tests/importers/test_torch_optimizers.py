@@ -187,3 +187,30 @@ def test_a_scheduler_writing_compiled_settings_is_refused(tmp_path):
     with pytest.raises(ValueError, match=r"param_groups\[0\] betas changed from .* "
                                          r"cycle_momentum=False"):
         t.step(x, y)
+
+
+@pytest.mark.slow
+def test_data_parallel_under_torchrun(tmp_path):
+    # Two ranks (torchrun's environment), ZeRO-1, AdamW with a StepLR: every rank ends with
+    # the same bits, PyTorch's on the global batch within float32 noise.
+    from tests.codegen.dp_harness import launch_ranks
+
+    batches = [(torch.randn(8, 6, generator=g), torch.randn(8, 3, generator=g))
+               for g in [torch.Generator().manual_seed(2)] for _ in range(STEPS)]
+    np.savez(tmp_path / "data.npz", x=torch.stack([x for x, _ in batches]).numpy(),
+             y=torch.stack([y for _, y in batches]).numpy())
+    outs = [tmp_path / f"rank{r}.npz" for r in range(2)]
+    runs = launch_ranks(["-", "-"], tmp_path / "data.npz", outs, timeout_s=300,
+                        local=[{"LOCAL_RANK": str(r), "LOCAL_WORLD_SIZE": "2"} for r in range(2)],
+                        worker="tests.importers.dp_trainer_worker")
+    for run in runs:
+        assert run.returncode == 0, run.stdout[-3000:]
+    got = [dict(np.load(o)) for o in outs]
+    assert all(np.array_equal(got[0][k], got[1][k]) for k in got[0])
+    torch.manual_seed(100)  # rank 0's module, which the trainer broadcast
+    model = MLP()
+    make = lambda m: torch.optim.AdamW(m.parameters(), lr=0.02, weight_decay=0.05)  # noqa: E731
+    sched = lambda o: torch.optim.lr_scheduler.StepLR(o, step_size=2, gamma=0.5)  # noqa: E731
+    f32 = torch_run(model, make, sched, batches, torch.float32)
+    f64 = torch_run(model, make, sched, batches, torch.float64)
+    assert mismatches(Step(f32.loss, got[0]), f32, f64) == []
