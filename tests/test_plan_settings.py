@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import inspect
 
+import numpy as np
+
 import pytest
 
 from planner.cli.main import build_parser
@@ -109,3 +111,26 @@ def test_trainer_refuses_before_tracing():
             trainer(model, (x,), loss=torch.nn.functional.mse_loss, labels=torch.randn(4, 2),
                     **settings)
         assert message in str(e.value) and "\n" not in str(e.value)
+
+
+@pytest.mark.slow
+def test_the_trainer_plans_with_the_flags_options(tmp_path):
+    # trainer(precision=, memory_budget=, strategy=, no_variants=) plans with the options
+    # `planner plan` makes of the same flags, and trains in bf16-mixed
+    torch = pytest.importorskip("torch")
+    from planner.torch.training import trainer
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.Tanh(), torch.nn.Linear(8, 3))
+    x, y = torch.randn(4, 6), torch.randn(4, 3)
+    t = trainer(model, (x,), loss=torch.nn.functional.mse_loss, labels=y, optimizer="adam",
+                costs="analytical", out_dir=tmp_path, precision="bf16-mixed",
+                memory_budget="64MiB", no_variants=True)
+    flags = _plan_parser().parse_args(["g", "--target", "host", "-o", "p", "--train", "adam",
+                                       "--precision", "bf16-mixed", "--memory-budget", "64MiB",
+                                       "--no-variants"])
+    options = plan_options(from_flags(flags))
+    assert t.plan.provenance.options == options.model_dump(mode="json", exclude={"data_parallel"})
+    assert {n.op for n in t.graph.nodes} >= {"Cast"}  # the bf16 policy's casts
+    losses = [t.step(x, y) for _ in range(3)]
+    assert all(np.isfinite(losses)) and losses[-1] < losses[0]
