@@ -7,7 +7,6 @@ from __future__ import annotations
 import inspect
 
 import numpy as np
-
 import pytest
 
 from planner.cli.main import build_parser

@@ -34,8 +34,6 @@ import argparse
 import math
 from typing import Any
 
-from planner.errors import UserError
-
 OPTIMIZERS = ("sgd", "momentum", "adam", "adamw")
 
 

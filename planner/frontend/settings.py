@@ -22,7 +22,8 @@ Example:
     ...                  recompute="layer1", region_budget={"layer2": "64KiB"})
     >>> graph_options(s).precision, plan_options(s).memory.budget_bytes
     ('bf16-mixed', 1048576)
-    >>> [p.name for p in plan_options(s).memory.pins], plan_options(s).memory.region_budgets[0].bytes
+    >>> memory = plan_options(s).memory
+    >>> [p.name for p in memory.pins], memory.region_budgets[0].bytes
     (['layer1'], 65536)
     >>> try:
     ...     settings_of({"accumulate": 0}, "python")

@@ -52,7 +52,8 @@ Layout of a training graph (node order is a topological order, deterministic for
                          named `grad/<tensor>/sum`
     update/...           after every backward node, so every reader of a param's old value runs
                          before it is overwritten: `update/step/increment` (the step count of
-                         Adam or dampened momentum, once, first) then one node per param in graph order, `update/<param>/<op>`,
+                         Adam or dampened momentum, once, first) then one node per param in
+                         graph order, `update/<param>/<op>`,
                          and last `update/rng/step/increment` when the graph has Dropout
 
     tensor                   role              updates
