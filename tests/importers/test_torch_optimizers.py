@@ -45,40 +45,59 @@ def _batches():
             for _ in range(STEPS)]
 
 
-# name -> (optimizer of a module, scheduler of that optimizer or None)
 def _groups(m, **second):
     return [{"params": m.fc1.parameters()}, {"params": m.fc2.parameters(), **second}]
 
 
+def _sgd(**settings):
+    return lambda m: torch.optim.SGD(m.parameters(), **settings)
+
+
+def _adamw_groups(**settings):  # fc1 in the first group (the optimizer's own lr), fc2 its own
+    return lambda m: torch.optim.AdamW(_groups(m, lr=0.02, weight_decay=0.1), **settings)
+
+
+def _sgd_groups(**settings):
+    return lambda m: torch.optim.SGD(_groups(m, lr=0.2, weight_decay=0.02), **settings)
+
+
+def _cosine(o):
+    return torch.optim.lr_scheduler.CosineAnnealingLR(o, T_max=4)
+
+
+def _steplr(o):
+    return torch.optim.lr_scheduler.StepLR(o, step_size=2, gamma=0.3)
+
+
+NESTEROV = dict(lr=0.1, momentum=0.8, nesterov=True, weight_decay=0.01)
+DAMPED = dict(lr=0.05, momentum=0.8, dampening=0.3, maximize=True)
+ADAM = dict(lr=0.02, betas=(0.8, 0.99), eps=1e-6, weight_decay=0.01)
+# Each build is one configuration of several settings (builds are what costs time);
+# name -> (torch's optimizer of a module, its scheduler or None, the trainer's `optimizer`
+# settings: None for the torch instance itself, else the string form's keywords), then the
+# configurations with one setting under test left out, each of which the comparison must tell
+# apart from it.
 CONFIGS = {
-    "sgd-weight-decay": (lambda m: torch.optim.SGD(m.parameters(), lr=0.1, weight_decay=0.05),
-                         None),
-    "sgd-nesterov": (lambda m: torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.8,
-                                               nesterov=True, weight_decay=0.01), None),
-    "sgd-dampening-maximize": (lambda m: torch.optim.SGD(m.parameters(), lr=0.05, momentum=0.8,
-                                                         dampening=0.3, maximize=True), None),
-    "adam-steplr": (lambda m: torch.optim.Adam(m.parameters(), lr=0.02, betas=(0.8, 0.99),
-                                               eps=1e-6, weight_decay=0.01),
-                    lambda o: torch.optim.lr_scheduler.StepLR(o, step_size=2, gamma=0.3)),
-    # lr=0 for fc1 (the first group: the optimizer's own lr), 0.02 and decay for fc2
-    "adamw-amsgrad-groups": (lambda m: torch.optim.AdamW(_groups(m, lr=0.02, weight_decay=0.1),
-                                                         lr=0.0, amsgrad=True), None),
-    "sgd-cosine-groups": (lambda m: torch.optim.SGD(_groups(m, lr=0.2, weight_decay=0.02),
-                                                    lr=0.1, momentum=0.5),
-                          lambda o: torch.optim.lr_scheduler.CosineAnnealingLR(o, T_max=4)),
+    # the string form, with PyTorch's names: "sgd" with momentum is momentum SGD
+    "sgd-nesterov-string": (_sgd(**NESTEROV), None, {"optimizer": "sgd", **NESTEROV}),
+    "sgd-dampening-maximize-groups-cosine": (_sgd_groups(**DAMPED), _cosine, None),
+    "adam-steplr": (lambda m: torch.optim.Adam(m.parameters(), **ADAM), _steplr, None),
+    # lr=0 for fc1 (the first group), 0.02 and decay 0.1 for fc2
+    "adamw-amsgrad-lr0-groups": (_adamw_groups(lr=0.0, amsgrad=True), None, None),
 }
-# The configuration without the setting under test (optimizer, scheduler), which the
-# comparison must tell apart.
 NEIGHBOURS = {
-    "sgd-weight-decay": (lambda m: torch.optim.SGD(m.parameters(), lr=0.1), None),
-    "sgd-nesterov": (lambda m: torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.8,
-                                               weight_decay=0.01), None),
-    "sgd-dampening-maximize": (lambda m: torch.optim.SGD(m.parameters(), lr=0.05, momentum=0.8,
-                                                         maximize=True), None),
-    "adam-steplr": (CONFIGS["adam-steplr"][0], None),
-    "adamw-amsgrad-groups": (lambda m: torch.optim.AdamW(_groups(m, lr=0.02, weight_decay=0.1),
-                                                         lr=0.0), None),
-    "sgd-cosine-groups": (CONFIGS["sgd-cosine-groups"][0], None),
+    "sgd-nesterov-string": [(_sgd(**{**NESTEROV, "nesterov": False}), None),
+                            (_sgd(**{**NESTEROV, "weight_decay": 0.0}), None),
+                            (_sgd(lr=0.1, weight_decay=0.01), None)],
+    "sgd-dampening-maximize-groups-cosine": [
+        (_sgd_groups(**{**DAMPED, "dampening": 0.0}), _cosine),
+        (_sgd_groups(**{**DAMPED, "maximize": False}), _cosine),
+        (_sgd(**DAMPED), _cosine), (_sgd_groups(**DAMPED), None)],
+    "adam-steplr": [(lambda m: torch.optim.Adam(m.parameters(), **ADAM), None),
+                    (lambda m: torch.optim.Adam(m.parameters(), lr=0.02, weight_decay=0.01),
+                     _steplr)],
+    "adamw-amsgrad-lr0-groups": [(_adamw_groups(lr=0.0), None),
+                                 (_adamw_groups(lr=0.02, amsgrad=True), None)],
 }
 
 
@@ -112,31 +131,41 @@ def ours(model, optimizer, schedule, batches, tmp_path, **settings) -> Step:
 @pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(CONFIGS))
 def test_trains_as_torch_optim(name, tmp_path):
-    make, schedule = CONFIGS[name]
+    make, schedule, string_form = CONFIGS[name]
     model, batches = _model(), _batches()
     f32 = torch_run(model, make, schedule, batches, torch.float32)
     f64 = torch_run(model, make, schedule, batches, torch.float64)
-    other = torch_run(model, *NEIGHBOURS[name], batches, torch.float64)
-    assert mismatches(other, f32, f64), f"{name}: the setting under test changes nothing"
-    got = ours(model, make(model), schedule, batches, tmp_path)
+    for k, neighbour in enumerate(NEIGHBOURS[name]):
+        other = torch_run(model, *neighbour, batches, torch.float64)
+        assert mismatches(other, f32, f64), f"{name}: neighbour {k} is no different"
+    if string_form is None:
+        got = ours(model, make(model), schedule, batches, tmp_path)
+    else:
+        got = ours(model, string_form["optimizer"], None, batches, tmp_path,
+                   **{k: v for k, v in string_form.items() if k != "optimizer"})
     assert mismatches(got, f32, f64) == []
-    if name == "adamw-amsgrad-groups":  # lr 0: fc1 exactly as it started
+    if name == "adamw-amsgrad-lr0-groups":  # lr 0: fc1 exactly as it started
         for key in ("fc1.weight", "fc1.bias"):
             np.testing.assert_array_equal(got.state[key], model.state_dict()[key].numpy())
 
 
-@pytest.mark.slow
-def test_the_string_form_is_torch_optim(tmp_path):
-    # optimizer="sgd", momentum=0.9 is torch.optim.SGD(momentum=0.9): momentum SGD
-    model, batches = _model(), _batches()
-    make = lambda m: torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9)  # noqa: E731
-    f32 = torch_run(model, make, None, batches, torch.float32)
-    f64 = torch_run(model, make, None, batches, torch.float64)
-    plain = torch_run(model, lambda m: torch.optim.SGD(m.parameters(), lr=0.1), None, batches,
-                      torch.float64)
-    assert mismatches(plain, f32, f64)
-    got = ours(model, "sgd", None, batches, tmp_path, lr=0.1, momentum=0.9)
-    assert mismatches(got, f32, f64) == []
+def test_the_string_form_is_the_instance():
+    # optimizer="sgd", momentum=0.9 is torch.optim.SGD(momentum=0.9): momentum SGD, the same
+    # record (and so the same plan) as the instance's, which the runs above check
+    from planner.torch.optimizers import from_settings, from_torch
+
+    m = _model()
+    for kind, settings, instance in [
+            ("sgd", dict(lr=0.1, momentum=0.9), torch.optim.SGD(m.parameters(), lr=0.1,
+                                                                 momentum=0.9)),
+            ("sgd", dict(lr=0.1), torch.optim.SGD(m.parameters(), lr=0.1)),
+            ("adamw", dict(lr=0.01, betas=(0.8, 0.9), eps=1e-6, amsgrad=True, maximize=True),
+             torch.optim.AdamW(m.parameters(), lr=0.01, betas=(0.8, 0.9), eps=1e-6,
+                               amsgrad=True, maximize=True)),
+            ("adamw", dict(lr=0.001, weight_decay=0.0),
+             torch.optim.Adam(m.parameters(), decoupled_weight_decay=True))]:
+        assert from_settings(kind, **settings) == from_torch(instance, m, "model.")
+    assert from_settings("sgd", lr=0.1, momentum=0.9).update_op == "ApplyMomentum"
 
 
 def _refusal(optimizer, model=None, **settings) -> str:
