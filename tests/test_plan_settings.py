@@ -1,4 +1,4 @@
-"""One record behind `planner plan` and planner.torch.trainer (planner/frontend/settings.py):
+"""One record behind `planner plan` and planner.torch.trainer (planner/cli/settings.py):
 every flag has its Python twin by the same name, the same settings give the same options from
 either side, and a bad setting is one line naming it as its caller spells it."""
 
@@ -10,8 +10,7 @@ import numpy as np
 import pytest
 
 from planner.cli.main import build_parser
-from planner.errors import UserError
-from planner.frontend.settings import (
+from planner.cli.settings import (
     CLI_ONLY,
     PYTHON_NAMES,
     PlanSettings,
@@ -21,6 +20,7 @@ from planner.frontend.settings import (
     settings_of,
     spelled,
 )
+from planner.errors import UserError
 
 
 def _plan_parser():

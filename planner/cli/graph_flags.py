@@ -93,8 +93,8 @@ def positive_int(text: str) -> int:
 
 def graph_options(args: argparse.Namespace) -> Any:
     """The GraphOptions the flags ask for; UserError naming the flag when they contradict
-    (planner.frontend.settings.graph_options: the trainer's too)."""
-    from planner.frontend.settings import graph_options as from_settings
+    (planner.cli.settings.graph_options: the trainer's too)."""
+    from planner.cli.settings import graph_options as from_settings
 
     return from_settings(args)
 

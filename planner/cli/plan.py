@@ -149,9 +149,9 @@ def run_plan(args: argparse.Namespace) -> int:
 
 
 def _run_plan(args: argparse.Namespace) -> int:
+    from planner.cli.settings import from_flags, graph_options, plan_options
     from planner.files import write_text
     from planner.frontend.prepare import prepare
-    from planner.frontend.settings import from_flags, graph_options, plan_options
     from planner.pipeline import plan
     from planner.target.presets import load_target
 

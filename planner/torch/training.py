@@ -212,7 +212,7 @@ def trainer(module: Any, example_inputs: Sequence[Any], loss: Callable | None,
     plans for the ranks of torch.distributed's default group (ranks_per_host from torchrun's
     LOCAL_WORLD_SIZE), rank 0's plan used by every rank and its parameters broadcast, as DDP;
     the example inputs are this rank's shard. Every other setting of `planner plan`, by its
-    flag's name (planner/frontend/settings.py): precision, memory_budget, keep_tensor,
+    flag's name (planner/cli/settings.py): precision, memory_budget, keep_tensor,
     recompute, offload, region_budget, decisions, strategy, intra, inter, grid, min_team_us,
     ranks_per_host, bucket_bytes, interconnect, shard_optimizer, shard_parameters,
     no_variants, no_evaluation, keep, loss_scale_*, no_loss_scaling.
@@ -223,9 +223,9 @@ def trainer(module: Any, example_inputs: Sequence[Any], loss: Callable | None,
     from codegen.build import build
     from codegen.load import load
     from codegen.render import render
+    from planner.cli.settings import graph_options, plan_options, settings_of, spelled
     from planner.errors import UserError
     from planner.frontend.prepare import prepare
-    from planner.frontend.settings import graph_options, plan_options, settings_of, spelled
     from planner.graph import init_params
     from planner.pipeline import plan
     from planner.target.presets import load_target
@@ -293,7 +293,7 @@ OPTIMIZER_SETTINGS = ("train", "lr", "weight_decay", "lr_schedule")
 
 def _split(settings: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     """trainer's further keywords as (plan settings by flag name, optimizer settings)."""
-    from planner.frontend.settings import PlanSettings
+    from planner.cli.settings import PlanSettings
 
     plan_settings = {k: v for k, v in settings.items()
                      if k in PlanSettings.model_fields and k not in OPTIMIZER_SETTINGS}
