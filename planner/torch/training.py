@@ -86,6 +86,7 @@ class Trainer:
         # A torch.optim instance the trainer was given: its groups' lr and weight_decay (a
         # scheduler's) are read before each step; the values last written, per group.
         self.optimizer = optimizer
+        self._sharded = any(n.op == "AllGather" for n in graph.nodes)
         self._written: list[tuple[float, float]] = []
         if optimizer is not None:
             from planner.torch.optimizers import compiled
@@ -136,8 +137,13 @@ class Trainer:
 
     def params(self, copy: bool = True) -> dict[str, np.ndarray]:
         """Parameters and buffers keyed like `module.state_dict()`: copies, or (copy=False)
-        live views of the executor's memory, which the next step updates."""
-        held = self.executor.params(copy=copy)
+        live views of the executor's memory, which the next step updates. Of a plan that
+        shards the parameters (shard_parameters), copies of the whole ones, gathered from
+        every rank: each rank calls it together, as `step`."""
+        if self._sharded:  # ZeRO-3: each rank holds shards; every rank gathers them together
+            held = self.executor.state_dict()["model"]
+        else:
+            held = self.executor.params(copy=copy)
         out: dict[str, np.ndarray] = {}
         for key in self._keys:
             name = PREFIX + self._aliases.get(key, key)
@@ -267,7 +273,14 @@ def trainer(module: Any, example_inputs: Sequence[Any], loss: Callable | None,
     module_py = load(build(render(planned, folder / name)).dir)
     executor = module_py.Executor(adaptive=adaptive)
     state = module.state_dict()
-    executor.load_params({**init_params(graph), **imported.params()})
+    start_params = {**init_params(graph), **imported.params()}
+    if plan_settings.shard_parameters:  # ZeRO-3: this rank's shards of them
+        import torch.distributed as dist
+
+        from planner.runtime.sharded import shard_params
+
+        start_params = shard_params(executor.plan, start_params, dist.get_rank())
+    executor.load_params(start_params)
     held = {t.name for t in graph.by_role("param", "state")}
     # Tied weights (one tensor under two keys) are one placeholder in the export.
     def storage(v: Any) -> tuple:
@@ -295,6 +308,11 @@ def _split(settings: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]
     """trainer's further keywords as (plan settings by flag name, optimizer settings)."""
     from planner.cli.settings import PlanSettings
 
+    if "train" in settings:
+        from planner.errors import UserError
+
+        raise UserError("train: the trainer's twin of --train is optimizer= (a name or a "
+                        "torch.optim instance)")
     plan_settings = {k: v for k, v in settings.items()
                      if k in PlanSettings.model_fields and k not in OPTIMIZER_SETTINGS}
     rest = {k: v for k, v in settings.items() if k not in plan_settings}

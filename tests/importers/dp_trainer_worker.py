@@ -2,7 +2,7 @@
 torchrun starts it (RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR/PORT in the environment):
 `python -m tests.importers.dp_trainer_worker - DATA OUT`. Its module starts from a seed of its
 own rank (the trainer broadcasts rank 0's), trains its shard of each global batch through
-trainer(data_parallel=True, shard_optimizer=True) with an AdamW and a StepLR, and writes its
+trainer(data_parallel=True, shard_parameters=True) with an AdamW and a StepLR, and writes its
 parameters to OUT (npz)."""
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ def main(data: str, out: str) -> None:
     sched = torch.optim.lr_scheduler.StepLR(opt, step_size=2, gamma=0.5)
     t = trainer(model, (xs[0, shard],), loss=torch.nn.functional.mse_loss, labels=ys[0, shard],
                 optimizer=opt, costs="analytical", out_dir=f"{out}.build",
-                data_parallel=True, shard_optimizer=True)
+                data_parallel=True, shard_parameters=True)
     for x, y in zip(xs, ys, strict=True):
         t.step(x[shard], y[shard])
         sched.step()

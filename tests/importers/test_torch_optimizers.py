@@ -220,7 +220,7 @@ def test_a_scheduler_writing_compiled_settings_is_refused(tmp_path):
 
 @pytest.mark.slow
 def test_data_parallel_under_torchrun(tmp_path):
-    # Two ranks (torchrun's environment), ZeRO-1, AdamW with a StepLR: every rank ends with
+    # Two ranks (torchrun's environment), ZeRO-3, AdamW with a StepLR: every rank ends with
     # the same bits, PyTorch's on the global batch within float32 noise.
     from tests.codegen.dp_harness import launch_ranks
 
