@@ -17,7 +17,8 @@ Layers, lowest first (a module may import its own layer or a lower one):
     command   planner/cli/ (every command) and the entry points where planner and codegen
               meet: planner/cli/main.py (wires codegen's commands and measurers in) and
               planner/torch/ (its trainer plans, builds and loads a module's executor from
-              Python; the package re-exports it); the other command modules may not import
+              Python, reading `planner plan`'s settings: training.py, settings.py; the
+              package re-exports it); the other command modules may not import
               codegen
 
 Every import counts, at module level or inside a function: an import deferred into a
@@ -37,7 +38,8 @@ FOLDERS = {"planner.costs": "costs", "planner.schedule": "schedule", "planner.me
 PLAN = {"planner.plan", "planner.evaluation"}
 # planner/report/ is of the plan layer, but for explain (DRIVER).
 REPORT = "planner.report"
-ENTRY_POINTS = {"planner.cli.main", "planner.torch", "planner.torch.training"}
+ENTRY_POINTS = {"planner.cli.main", "planner.torch", "planner.torch.training",
+                "planner.torch.settings"}
 DRIVER = {"planner.pipeline", "planner.fit", "planner.curve", "planner.report.explain"}
 
 

@@ -29,7 +29,8 @@ def _plan_parser():
 
 
 def test_every_plan_flag_has_a_python_twin():
-    from planner.torch.training import OPTIMIZER_SETTINGS, _split, trainer
+    from planner.torch.settings import OPTIMIZER_SETTINGS, split
+    from planner.torch.training import trainer
 
     named = set(inspect.signature(trainer).parameters)
     for action in _plan_parser()._actions:
@@ -40,7 +41,7 @@ def test_every_plan_flag_has_a_python_twin():
         if twin in named:
             continue
         # a further keyword of trainer(): a plan setting, or the optimizer's (torch names)
-        plan, rest = _split({twin: None})
+        plan, rest = split({twin: None})
         assert twin in plan or (twin in OPTIMIZER_SETTINGS and rest), action.option_strings
     assert set(CLI_ONLY) <= {a.dest for a in _plan_parser()._actions}
 

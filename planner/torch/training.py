@@ -235,19 +235,26 @@ def trainer(module: Any, example_inputs: Sequence[Any], loss: Callable | None,
     from planner.graph import init_params
     from planner.pipeline import plan
     from planner.target.presets import load_target
+    from planner.torch.settings import (
+        broadcast_state,
+        optimizer_of,
+        rank0_plan,
+        ranks_of,
+        split,
+    )
 
-    chosen_settings, optimizer_settings = _split(settings)
-    ranks = _ranks(data_parallel, chosen_settings)
+    chosen_settings, optimizer_settings = split(settings)
+    ranks = ranks_of(data_parallel, chosen_settings)
     plan_settings = settings_of({"target": target, "accumulate": accumulate,
                                  "data_parallel": ranks, **chosen_settings}, "python")
-    record = _optimizer(module, optimizer, lr, optimizer_settings)
+    record = optimizer_of(module, optimizer, lr, optimizer_settings, PREFIX)
     try:
         options = plan_options(plan_settings)
         graph_settings = graph_options(plan_settings, optimizer=record)
     except UserError as e:
         raise UserError(spelled(str(e), "python")) from None
     if ranks > 1:
-        _broadcast_state(module)
+        broadcast_state(module)
     imported = convert(export(module, example_inputs, loss, labels),
                        name=type(module).__name__, module_root=PREFIX.rstrip("."))
     chosen = load_target(target)
@@ -267,7 +274,7 @@ def trainer(module: Any, example_inputs: Sequence[Any], loss: Callable | None,
 
     # Ranks measure their own costs: one plan, rank 0's, for all (the executor refuses ranks
     # that run different plans).
-    planned = planned_here() if ranks == 1 else _rank0_plan(planned_here)
+    planned = planned_here() if ranks == 1 else rank0_plan(planned_here)
     graph = planned.graph  # as the step's cores rewrote it: the graph the executor runs
     name = "torch_" + hashlib.sha256(planned.to_json().encode()).hexdigest()[:16]
     module_py = load(build(render(planned, folder / name)).dir)
@@ -297,115 +304,6 @@ def trainer(module: Any, example_inputs: Sequence[Any], loss: Callable | None,
     torch_optimizer = None if isinstance(optimizer, str) else optimizer
     return Trainer(imported, graph, executor, list(state), start, aliases, planned,
                    torch_optimizer)
-
-
-# The plan settings that are the optimizer's: the trainer reads them from `optimizer` (a name
-# with torch.optim's keywords, or an instance).
-OPTIMIZER_SETTINGS = ("train", "lr", "weight_decay", "lr_schedule")
-
-
-def _split(settings: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """trainer's further keywords as (plan settings by flag name, optimizer settings)."""
-    from planner.cli.settings import PlanSettings
-
-    if "train" in settings:
-        from planner.errors import UserError
-
-        raise UserError("train: the trainer's twin of --train is optimizer= (a name or a "
-                        "torch.optim instance)")
-    plan_settings = {k: v for k, v in settings.items()
-                     if k in PlanSettings.model_fields and k not in OPTIMIZER_SETTINGS}
-    rest = {k: v for k, v in settings.items() if k not in plan_settings}
-    from planner.torch.optimizers import OLD_NAMES, PLANNER_EXTRAS, TORCH_NAMES
-
-    known = {n for names in TORCH_NAMES.values() for n in names} | set(PLANNER_EXTRAS)
-    for name in rest:
-        if name not in known | set(OPTIMIZER_SETTINGS) | set(OLD_NAMES):
-            from planner.errors import UserError
-
-            raise UserError(f"trainer setting {name}: neither an optimizer setting (torch.optim's "
-                            f"{', '.join(sorted(known))}) nor a plan setting (planner plan's "
-                            f"flags by name: {', '.join(sorted(PlanSettings.model_fields))})")
-    if "lr_schedule" in rest:  # the flag's name for the optimizer's schedule
-        from planner.ops.lr_schedule import LRSchedule
-
-        value = rest.pop("lr_schedule")
-        rest["schedule"] = LRSchedule.parse(value) if isinstance(value, str) else value
-    return plan_settings, rest
-
-
-def _ranks(data_parallel: bool | int, settings: dict[str, Any]) -> int:
-    """The data-parallel ranks of trainer's `data_parallel` (1 without), from
-    torch.distributed's default group; fills ranks_per_host from torchrun's LOCAL_WORLD_SIZE
-    when not given. UserError in one line when there is no group to train in."""
-    import os
-
-    from planner.errors import UserError
-
-    if data_parallel is False or (data_parallel == 1 and data_parallel is not True):
-        return 1
-    import torch.distributed as dist
-
-    if not (dist.is_available() and dist.is_initialized()):
-        raise UserError("data_parallel: trains the ranks of torch.distributed's default "
-                        "process group, and none is initialized; run under torchrun and call "
-                        "torch.distributed.init_process_group('gloo') first")
-    world = dist.get_world_size()
-    if data_parallel is not True and data_parallel != world:
-        raise UserError(f"data_parallel {data_parallel}: the process group has {world} ranks; "
-                        f"give True (its size) or {world}")
-    settings.setdefault("ranks_per_host", int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
-    return world
-
-
-def _broadcast_state(module: Any) -> None:
-    """Rank 0's parameters and buffers into every rank's module, as DDP starts."""
-    import torch
-    import torch.distributed as dist
-
-    with torch.no_grad():
-        for value in module.state_dict().values():
-            dist.broadcast(value, 0)
-
-
-def _rank0_plan(make: Callable[[], Any]) -> Any:
-    """Rank 0's plan (made by `make` there), on every rank of the default group."""
-    import json
-
-    import torch.distributed as dist
-
-    from planner.plan import Plan
-
-    box = [make().to_json() if dist.get_rank() == 0 else None]
-    dist.broadcast_object_list(box, 0)
-    return Plan.from_data(json.loads(box[0]))
-
-
-def _optimizer(module: Any, optimizer: Any, lr: float | None,
-               settings: Mapping[str, Any]) -> Any:
-    """The planner's Optimizer of trainer's `optimizer` (a name with torch.optim's keyword
-    names, or a torch.optim instance on the module's parameters: planner/torch/optimizers.py);
-    UserError in one line for what it cannot honour."""
-    from planner.errors import UserError
-    from planner.torch.optimizers import from_settings, from_torch
-
-    try:
-        if isinstance(optimizer, str):
-            return from_settings(optimizer, lr=lr, **settings)
-        import torch
-
-        if not isinstance(optimizer, torch.optim.Optimizer):
-            raise ValueError(f"optimizer: expected 'sgd', 'momentum', 'adam', 'adamw' or a "
-                             f"torch.optim.SGD, Adam or AdamW instance, got "
-                             f"{type(optimizer).__name__}")
-        given = {"lr": lr, **settings}
-        extra = sorted(k for k, v in given.items() if v is not None)
-        if extra:
-            raise ValueError(f"trainer setting {extra[0]}: the optimizer instance holds its "
-                             f"settings; give it to torch.optim.{type(optimizer).__name__}(...)")
-        return from_torch(optimizer, module, PREFIX)
-    except ValueError as e:
-        raise UserError(str(e)) from None
 
 
 def _check_runs_here(target: Any) -> None:
