@@ -150,7 +150,7 @@ def run_plan(args: argparse.Namespace) -> int:
 
 def _run_plan(args: argparse.Namespace) -> int:
     from planner.cli.settings import from_flags, graph_options, plan_options
-    from planner.files import write_text
+    from planner.io.write import write_text
     from planner.frontend.prepare import prepare
     from planner.pipeline import plan
     from planner.target.presets import load_target
@@ -176,7 +176,7 @@ def _run_plan(args: argparse.Namespace) -> int:
 
 
 def _read_json(path: str) -> dict[str, Any]:
-    from planner.frontend.json_input import read_json
+    from planner.io.read import read_json
     from planner.plan import plan_data_problem
 
     data = read_json(path, "plan")
@@ -203,13 +203,13 @@ def technique_curves_of(plan) -> dict | None:
 
 
 def run_show(args: argparse.Namespace) -> int:
-    from planner.files import write_text
+    from planner.io.write import write_text
     from planner.plan import load_plan
     from planner.report.diff import decisions_line
     from planner.report.memory import format_memory, memory_report, memory_svg
     from planner.report.plots import plot_format, timeline_plot
     from planner.report.sharding import format_sharding, sharding_report
-    from planner.schedule.trace import plan_trace
+    from planner.report.trace import plan_trace
 
     fmt = plot_format(args.timeline) if args.timeline else ""
     plan = load_plan(args.plan)
@@ -313,7 +313,7 @@ def _embedded_graph_problems(text: str) -> tuple[list[str], list[str]] | None:
 
 
 def run_verify(args: argparse.Namespace) -> int:
-    from planner.frontend.json_input import read_json
+    from planner.io.read import read_json
     from planner.verify import verify_plan_text
 
     try:

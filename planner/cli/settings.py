@@ -44,7 +44,7 @@ from planner.errors import UserError
 from planner.frontend.options import MAX_ACCUMULATE, GraphOptions
 from planner.graph.precision import Precision
 from planner.ops.lr_schedule import LRSchedule
-from planner.records import Record
+from planner.ir.record import Record
 
 Spelling = Literal["flags", "python"]
 # Flags whose Python twin has another name (the trainer's own argument).
@@ -215,7 +215,7 @@ def read_link(path: str | None) -> Any:
     """The Interconnect record in file `path` (planner profile --all-reduce), or None."""
     if path is None:
         return None
-    from planner.frontend.json_input import read_json
+    from planner.io.read import read_json
     from planner.target.interconnect import Interconnect
 
     try:

@@ -44,7 +44,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from planner.dtypes import float32_value
-from planner.graph.ir import Record
+from planner.ir.graph import Record
 from planner.ops.lr_schedule import LRSchedule
 from planner.ops.optim import UPDATE_PARTS
 
