@@ -150,8 +150,8 @@ def run_plan(args: argparse.Namespace) -> int:
 
 def _run_plan(args: argparse.Namespace) -> int:
     from planner.cli.settings import from_flags, graph_options, plan_options
-    from planner.io.write import write_text
     from planner.frontend.prepare import prepare
+    from planner.io.write import write_text
     from planner.pipeline import plan
     from planner.target.presets import load_target
 

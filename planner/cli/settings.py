@@ -43,8 +43,8 @@ from pydantic import Field, ValidationError, field_validator
 from planner.errors import UserError
 from planner.frontend.options import MAX_ACCUMULATE, GraphOptions
 from planner.graph.precision import Precision
-from planner.ops.lr_schedule import LRSchedule
 from planner.ir.record import Record
+from planner.ops.lr_schedule import LRSchedule
 
 Spelling = Literal["flags", "python"]
 # Flags whose Python twin has another name (the trainer's own argument).
