@@ -157,23 +157,6 @@ def priced_table(costs: str | None, graph: Any, target: Any, options: Any,
     return priced.table
 
 
-def _link(path: str | None):
-    """The Interconnect record in file `path` (planner profile --all-reduce), or None."""
-    if path is None:
-        return None
-    from pydantic import ValidationError
-
-    from planner.io.read import read_json
-    from planner.target.interconnect import Interconnect
-
-    try:
-        return Interconnect.model_validate(read_json(path, "interconnect"))
-    except ValidationError as e:
-        first = e.errors()[0]
-        raise UserError(f"--interconnect {path}: {'.'.join(map(str, first['loc']))}: "
-                        f"{first['msg']}") from None
-
-
 def run_plan(args: argparse.Namespace) -> int:
     from planner.collection import collector_off
 
@@ -242,39 +225,16 @@ def _spec_value(v: Any) -> str:
 
 
 def _run_plan(args: argparse.Namespace) -> int:
-    from pydantic import ValidationError
-
-    from planner.cli.decisions import memory_decisions
-    from planner.cli.flags import flag_message
-    from planner.cli.graph_flags import graph_options
+    from planner.cli.settings import from_flags, graph_options, plan_options
     from planner.frontend.prepare import prepare
     from planner.io.write import write_text
-    from planner.memory.options import MemoryOptions, parse_budget
-    from planner.pipeline import PlanOptions, plan
-    from planner.schedule import ScheduleOptions
-    from planner.schedule.parallel import DataParallelOptions
+    from planner.pipeline import plan
     from planner.target.presets import load_target
 
-    graph = prepare(args.graph, graph_options(args))
-    target = load_target(args.target)
-    budget = (parse_budget(args.memory_budget, "--memory-budget")
-              if args.memory_budget is not None else None)
-    try:
-        options = PlanOptions(
-            schedule=ScheduleOptions(strategy=args.strategy, intra=args.intra,
-                                     inter=args.inter, grid=args.grid,
-                                     min_team_seconds=args.min_team_us * 1e-6),
-            memory=MemoryOptions(budget_bytes=budget, **memory_decisions(args)),
-            data_parallel=DataParallelOptions(ranks=args.data_parallel,
-                                              bucket_bytes=args.bucket_bytes,
-                                              ranks_per_host=args.ranks_per_host,
-                                              shard_optimizer=args.shard_optimizer,
-                                              shard_parameters=args.shard_parameters,
-                                              link=_link(args.interconnect)),
-            variants=not args.no_variants)
-    except ValidationError as e:
-        raise UserError(flag_message(e) or e.errors()[0]["msg"].removeprefix("Value error, ")
-                        ) from None
+    settings = from_flags(args)  # the record trainer() fills from its keywords too
+    graph = prepare(args.graph, graph_options(settings))
+    target = load_target(settings.target)
+    options = plan_options(settings)
     table = _costs(args, graph, target, options)
     import warnings
 

@@ -132,7 +132,8 @@ class Trainer:
 
     def __init__(self, imported: TorchImport, graph: Any, executor: Any, module_keys: Sequence[str],
                  start: Mapping[str, Any], aliases: Mapping[str, str] | None = None,
-                 plan: Any = None, shapes: Shapes | None = None) -> None:
+                 plan: Any = None, shapes: Shapes | None = None,
+                 optimizer: Any = None) -> None:
         self.imported = imported
         self.graph = graph
         self.plan = plan  # the Plan it runs (its summary: predicted step, what priced it)
@@ -145,6 +146,15 @@ class Trainer:
         by_name = {t.name: t for t in feeds}
         self._feeds = [by_name[n] for n in imported.inputs if n in by_name]
         self.shapes = shapes
+        # A torch.optim instance the trainer was given: its groups' lr and weight_decay (a
+        # scheduler's) are read before each step; the values last written, per group.
+        self.optimizer = optimizer
+        self._sharded = any(n.op == "AllGather" for n in graph.nodes)
+        self._written: list[tuple[float, float]] = []
+        if optimizer is not None:
+            from planner.torch.optimizers import compiled
+
+            self._compiled = compiled(optimizer)
 
     def _arrays(self, inputs: Sequence[Any], what: str) -> list[np.ndarray]:
         if len(inputs) != len(self._feeds):
@@ -172,13 +182,31 @@ class Trainer:
         other shapes than the example's (a smaller last batch, another sequence length) runs
         on a plan of its own, made on first use: its loss is the mean over the rows it has,
         as PyTorch's."""
-        out, imported, graph = self._run(self._arrays(inputs, "step"), lambda ex, f: ex.step(f))
+        arrays = self._arrays(inputs, "step")
+        if self.optimizer is not None:
+            self._read_groups()
+        out, imported, graph = self._run(arrays, lambda ex, f: ex.step(f))
         self.steps += 1
+        if self.optimizer is not None:
+            # This step was the optimizer's: a scheduler stepped next is in the right order
+            # (torch's lr_scheduler warns otherwise, reading this flag of its wrapper).
+            self.optimizer._opt_called = True
         value = float(np.asarray(out[graph.outputs[0]]))
         if not outputs:
             return value
         # Copies: the executor's next step writes over its output bytes.
         return value, [np.array(out[o]) for o in imported.outputs[1:]]
+
+    def _read_groups(self) -> None:
+        """The torch optimizer's groups' lr and weight_decay into the executor, where they
+        changed (a scheduler's step, or the user's write to param_groups)."""
+        from planner.torch.optimizers import group_hyperparameters
+
+        now = group_hyperparameters(self.optimizer, self._compiled)
+        for k, (lr, wd) in enumerate(now):
+            if k >= len(self._written) or self._written[k] != (lr, wd):
+                self.executor.set_hyperparameters({"lr": lr, "weight_decay": wd}, group=k)
+        self._written = now
 
     def evaluate(self, *inputs: Any) -> tuple[float, list[np.ndarray]]:
         """The module in eval() mode on the parameters as trained, from the same build
@@ -219,8 +247,13 @@ class Trainer:
 
     def params(self, copy: bool = True) -> dict[str, np.ndarray]:
         """Parameters and buffers keyed like `module.state_dict()`: copies, or (copy=False)
-        live views of the executor's memory, which the next step updates."""
-        held = self.executor.params(copy=copy)
+        live views of the executor's memory, which the next step updates. Of a plan that
+        shards the parameters (shard_parameters), copies of the whole ones, gathered from
+        every rank: each rank calls it together, as `step`."""
+        if self._sharded:  # ZeRO-3: each rank holds shards; every rank gathers them together
+            held = self.executor.state_dict()["model"]
+        else:
+            held = self.executor.params(copy=copy)
         out: dict[str, np.ndarray] = {}
         for key in self._keys:
             name = PREFIX + self._aliases.get(key, key)
@@ -260,10 +293,11 @@ def _numpy(v: Any, dtype: str) -> np.ndarray:
 
 def trainer(module: Any, example_inputs: Sequence[Any], loss: Callable | None,
             labels: Any = None, *,
-            optimizer: str = "sgd", lr: float | None = None, target: str = "host",
+            optimizer: Any = "sgd", lr: float | None = None, target: str = "host",
             out_dir: str | Path | None = None, accumulate: int = 1,
             costs: Any = None, adaptive: bool = False, shapes: Sequence[Any] = (),
-            shape_cache: int = DEFAULT_LIMIT, **optimizer_settings: Any) -> Trainer:
+            shape_cache: int = DEFAULT_LIMIT, data_parallel: bool | int = False,
+            **settings: Any) -> Trainer:
     """Plan, build and load a training executor for `module`.
 
     example_inputs: the module's inputs for one step (their shapes are the executor's);
@@ -272,12 +306,15 @@ def trainer(module: Any, example_inputs: Sequence[Any], loss: Callable | None,
     labels: an example of the loss's target. The loss may be any float scalar computed from
     the module's outputs (`F.mse_loss(recon, x) + beta * kl` of a VAE returning (recon, mu,
     logvar)); with loss=None (and no labels) the module returns its own loss, first.
-    optimizer: sgd | momentum | adam with `lr` and
-    further settings (momentum, weight_decay, beta1, beta2, epsilon, nesterov) as
-    planner.graph.Optimizer; target: `host` or a CPU target preset; out_dir: where the
-    executors' sources go (default: the cache folder, $PLANNER_CACHE or ~/.cache/planner,
-    under trainers/, one folder per plan by its content: a later run of the same plan
-    compiles nothing); accumulate: micro-batches per
+    optimizer: a torch.optim.SGD, Adam or AdamW built on the module's parameters (its param
+    groups and every hyperparameter read; a scheduler on it drives the step's lr, read before
+    each step: planner/torch/optimizers.py), or sgd | momentum | adam | adamw with `lr` and
+    torch.optim's keyword names (momentum, dampening, nesterov, betas, eps, weight_decay,
+    amsgrad, maximize; `sgd` with momentum > 0 is momentum SGD) and the planner's
+    clip_grad_norm, groups and schedule (or lr_schedule); target: `host` or a CPU target
+    preset; out_dir: where the executors' sources go (default: the cache folder,
+    $PLANNER_CACHE or ~/.cache/planner, under trainers/, one folder per plan by its content: a
+    later run of the same plan compiles nothing); accumulate: micro-batches per
     optimizer step (the example inputs are one micro-batch; each `step` takes one and every
     `accumulate`-th updates the parameters with the mean of their gradients, as PyTorch's
     `(loss / K).backward()` K times then `optimizer.step()`); costs: what the plan is priced
@@ -296,22 +333,41 @@ def trainer(module: Any, example_inputs: Sequence[Any], loss: Callable | None,
     then (a line on stderr says so), so the last smaller batch of a DataLoader and other
     sequence lengths train in the same run; shape_cache: executors kept besides the first
     shapes' (least recently used dropped first).
+    data_parallel: under torchrun, True (or the world size)
+    plans for the ranks of torch.distributed's default group (ranks_per_host from torchrun's
+    LOCAL_WORLD_SIZE), rank 0's plan used by every rank and its parameters broadcast, as DDP;
+    the example inputs are this rank's shard. Every other setting of `planner plan`, by its
+    flag's name (planner/cli/settings.py): precision, memory_budget, keep_tensor,
+    recompute, offload, region_budget, decisions, strategy, intra, inter, grid, min_team_us,
+    ranks_per_host, bucket_bytes, interconnect, shard_optimizer, shard_parameters,
+    no_variants, no_evaluation, keep, loss_scale_*, no_loss_scaling.
 
     Raises TorchImportError (an op the planner lacks, in one line naming the node), UserError
     or ValueError for bad settings.
     """
-    from planner.frontend.options import GraphOptions
-    from planner.graph import Optimizer
-    from planner.pipeline import PlanOptions
+    from planner.cli.settings import graph_options, plan_options, settings_of, spelled
+    from planner.errors import UserError
+    from planner.torch.settings import broadcast_state, optimizer_of, ranks_of, split
 
-    settings = Optimizer.parse(optimizer, lr=lr, **optimizer_settings)
-    recipe = Recipe(module=module, loss=loss, target=target,
-                    graph_options=GraphOptions(optimizer=settings, accumulate=accumulate),
-                    plan_options=PlanOptions(), evaluation=True,
+    chosen_settings, optimizer_settings = split(settings)
+    ranks = ranks_of(data_parallel, chosen_settings)
+    plan_settings = settings_of({"target": target, "accumulate": accumulate,
+                                 "data_parallel": ranks, **chosen_settings}, "python")
+    record = optimizer_of(module, optimizer, lr, optimizer_settings, PREFIX)
+    try:
+        options = plan_options(plan_settings)
+        graph_settings = graph_options(plan_settings, optimizer=record)
+    except UserError as e:
+        raise UserError(spelled(str(e), "python")) from None
+    if ranks > 1:
+        broadcast_state(module)
+    recipe = Recipe(module=module, loss=loss, target=target, graph_options=graph_settings,
+                    plan_options=options, evaluation=not plan_settings.no_evaluation,
                     out_dir=Path(out_dir) if out_dir is not None else None,
                     costs=costs, adaptive=adaptive,
                     modes=tuple(bool(m.training) for m in module.modules()),
-                    with_labels=loss is not None)
+                    with_labels=loss is not None, ranks=ranks,
+                    shard_parameters=bool(plan_settings.shard_parameters))
     examples = (*example_inputs, labels) if loss is not None else tuple(example_inputs)
     # Tracing and planning take seconds (18 s for six encoder layers on a busy 2-core VM):
     # a line says what the wait is, as each later step of other shapes does.
@@ -337,7 +393,9 @@ def trainer(module: Any, example_inputs: Sequence[Any], loss: Callable | None,
     start = {k: v.detach().cpu().numpy().copy() for k, v in state.items()
              if PREFIX + k not in held and k not in aliases}
     run = Shapes(first, lambda arrays: _build_shape(recipe, arrays), limit=shape_cache)
-    t = Trainer(imported, graph, first.executor, list(state), start, aliases, first.plan, run)
+    torch_optimizer = None if isinstance(optimizer, str) else optimizer
+    t = Trainer(imported, graph, first.executor, list(state), start, aliases, first.plan, run,
+                torch_optimizer)
     for declared in shapes:
         run.add(t._arrays(_declared(declared, examples), "shapes"))
     return t
@@ -361,6 +419,10 @@ class Recipe:
     # (a module trained with a frozen, eval() BatchNorm inside keeps it so).
     modes: tuple[bool, ...]
     with_labels: bool
+    # Data-parallel ranks under torchrun (1 without): rank 0's plan runs on every rank (ranks
+    # measure their own costs, and the executor refuses ranks that run different plans).
+    ranks: int = 1
+    shard_parameters: bool = False  # ZeRO-3: each rank loads its shards of the parameters
 
 
 def _declared(declared: Any, examples: Sequence[Any]) -> tuple[Any, ...]:
@@ -399,6 +461,7 @@ def _build_shape(recipe: Recipe, examples: Sequence[Any]) -> Built:
     from planner.io.write import cache_root, folder_lock
     from planner.pipeline import plan
     from planner.target.presets import load_target
+    from planner.torch.settings import rank0_plan
 
     module = recipe.module
     examples = tuple(_torch(v) for v in examples)
@@ -419,16 +482,27 @@ def _build_shape(recipe: Recipe, examples: Sequence[Any]) -> Built:
     table = _cost_table(recipe.costs, prepared, chosen, recipe.out_dir, {  # in-step steps on them
         name: _numpy(v, by_name[name].dtype)
         for name, v in zip(imported.inputs, examples, strict=False) if name in by_name})
-    with warnings.catch_warnings():  # an op the table lacks is priced analytically
-        warnings.simplefilter("ignore")
-        planned = plan(prepared, chosen, table, recipe.plan_options,
-                       evaluation=recipe.evaluation)
+
+    def planned_here() -> Any:
+        with warnings.catch_warnings():  # an op the table lacks is priced analytically
+            warnings.simplefilter("ignore")
+            return plan(prepared, chosen, table, recipe.plan_options,
+                        evaluation=recipe.evaluation)
+
+    planned = planned_here() if recipe.ranks == 1 else rank0_plan(planned_here)
     graph = planned.graph  # as the step's cores rewrote it: the graph the executor runs
     name = "torch_" + hashlib.sha256(planned.to_json().encode()).hexdigest()[:16]
     with folder_lock(folder / name):  # two processes of one plan take turns to write it
         package = load(build(render(planned, folder / name), progress=_say).dir)
     executor = package.Executor(adaptive=recipe.adaptive)
-    executor.load_params({**init_params(graph), **imported.params()})
+    start_params = {**init_params(graph), **imported.params()}
+    if recipe.shard_parameters:  # ZeRO-3: this rank's shards of them
+        import torch.distributed as dist
+
+        from planner.runtime.sharded import shard_params
+
+        start_params = shard_params(executor.plan, start_params, dist.get_rank())
+    executor.load_params(start_params)
     feeds = {t.name: t for t in graph.tensors if t.role in ("input", "label")}
     from planner.torch.shapes import key_of
 
