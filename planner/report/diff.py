@@ -49,6 +49,27 @@ PROVENANCE_FIELDS = ("graph_sha256", "target_sha256", "costs_sha256", "options",
 SHOWN = 10
 
 
+def _op_changes(ops_a: dict[str, Any], ops_b: dict[str, Any]
+                ) -> tuple[dict[str, list[dict[str, Any]]], list[str]]:
+    """Of the ops both plans have: per op type, each op's changed fields; and the ops whose
+    execution order changed."""
+    both = sorted(ops_a.keys() & ops_b.keys())
+    by_type: dict[str, list[dict[str, Any]]] = {}
+    for name in both:
+        changed = _changed(ops_a[name], ops_b[name], OP_FIELDS)
+        if changed:
+            by_type.setdefault(ops_a[name]["op"], []).append({"name": name, **changed})
+    return by_type, [n for n in both if ops_a[n].get("order") != ops_b[n].get("order")]
+
+
+def _edge_changes(a: dict[str, Any], b: dict[str, Any]) -> dict[str, list[list[str]]]:
+    """The happens-before edges b adds to a's, and those it removes."""
+    edges_a = {(e["before"], e["after"]) for e in a.get("happens_before") or ()}
+    edges_b = {(e["before"], e["after"]) for e in b.get("happens_before") or ()}
+    return {"added": [list(e) for e in sorted(edges_b - edges_a)],
+            "removed": [list(e) for e in sorted(edges_a - edges_b)]}
+
+
 def diff_plans(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     """Every difference between two plans' JSON data (module docstring).
 
@@ -66,21 +87,12 @@ def diff_plans(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
                       if not _same(ma.get(f), mb.get(f))}
     ops_a = _by_name(a.get("ops"), "name")
     ops_b = _by_name(b.get("ops"), "name")
-    by_type: dict[str, list[dict[str, Any]]] = {}
-    for name in sorted(ops_a.keys() & ops_b.keys()):
-        changed = _changed(ops_a[name], ops_b[name], OP_FIELDS)
-        if changed:
-            by_type.setdefault(ops_a[name]["op"], []).append({"name": name, **changed})
-    order_changed = [n for n in sorted(ops_a.keys() & ops_b.keys())
-                     if ops_a[n].get("order") != ops_b[n].get("order")]
+    by_type, order_changed = _op_changes(ops_a, ops_b)
     mem_a, mem_b = a.get("memory") or {}, b.get("memory") or {}
     tensors = _records(a.get("tensors"), b.get("tensors"), "name", TENSOR_FIELDS)
     memory_ops = _records(mem_a.get("ops"), mem_b.get("ops"), "name", MEMORY_OP_FIELDS)
     convs = _records(mem_a.get("convs"), mem_b.get("convs"), "node", CONV_FIELDS)
-    edges_a = {(e["before"], e["after"]) for e in a.get("happens_before") or ()}
-    edges_b = {(e["before"], e["after"]) for e in b.get("happens_before") or ()}
-    edges = {"added": [list(e) for e in sorted(edges_b - edges_a)],
-             "removed": [list(e) for e in sorted(edges_a - edges_b)]}
+    edges = _edge_changes(a, b)
     ta, tb = a.get("target") or {}, b.get("target") or {}
     pa, pb = a.get("provenance") or {}, b.get("provenance") or {}
     provenance = _changed(pa, pb, PROVENANCE_FIELDS)
