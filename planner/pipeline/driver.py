@@ -40,136 +40,24 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from contextlib import ExitStack
-from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
 
+import planner.pipeline.stages as stages
 from planner.beside import beside
 from planner.collection import collector_off
 from planner.costs import CostModel, CostTable
-from planner.errors import PlanError
 from planner.evaluation import plan_evaluation
-from planner.graph.data_parallel import compute_graph
 from planner.ir.graph import Graph
 from planner.memory.decision import MemoryDecision
 from planner.memory.options import MemoryOptions
-from planner.pipeline.assembly import assemble, on_host_plan
-from planner.pipeline.backends import BACKENDS, memory_of
-from planner.pipeline.choices import step_graph
+from planner.pipeline.assembly import assemble
 from planner.pipeline.options import PlanOptions
-from planner.pipeline.placing import co_running_if_faster, place
-from planner.plan import Evaluation, Plan
-from planner.schedule.parallel import DataParallelOptions, comm_lane, interconnect
-from planner.schedule.ranks import share_target
+from planner.pipeline.record import Planning, planning
+from planner.plan import Plan
+from planner.schedule.parallel import DataParallelOptions
 from planner.schedule.record import Schedule
 from planner.target.records import Target
-
-
-@dataclass(frozen=True)
-class Planning:
-    """One plan in the making: its inputs, and what each stage of STAGES decided so far."""
-
-    graph: Graph
-    # The machine the plan names; `share`, what one rank plans for (ranks that share a host:
-    # its share of the cores and memory, planner.schedule.ranks; else the target itself).
-    target: Target
-    share: Target
-    costs: CostTable | None
-    options: PlanOptions
-    # A training plan carries its evaluation schedule (planner/evaluation.py).
-    evaluation: bool = True
-    # The independent checker runs (tests that corrupt plans on purpose skip it).
-    check: bool = True
-    model: CostModel | None = None
-    schedule: Schedule | None = None
-    # The one-lane schedule the schedule is compared with (BackendPlanner.one_lane), if any.
-    one_lane: Schedule | None = None
-    memory: MemoryDecision | None = None
-    # A training plan's evaluation schedule, planned beside the step's (`_evaluation`).
-    evaluation_plan: Evaluation | None = None
-    plan: Plan | None = None
-
-    def but(self, **changes: Any) -> Planning:
-        return replace(self, **changes)
-
-    def on_host(self, plan: Plan) -> Plan:
-        """`plan` (of this record's share) on the host's CPUs."""
-        return on_host_plan(plan, self.target, self.share,
-                            self.options.data_parallel.ranks_per_host)
-
-
-def planning(graph: Graph, target: Target, costs: CostTable | None = None,
-             options: PlanOptions | None = None, evaluation: bool = True,
-             check: bool = True) -> Planning:
-    """The record STAGES start from: nothing decided yet."""
-    options = options or PlanOptions()
-    # A GPU rank has its device to itself: nothing to share.
-    share = (share_target(target, options.data_parallel.ranks_per_host)
-             if options.data_parallel.ranks > 1 and BACKENDS[target.backend].ranks_share_host
-             else target)
-    return Planning(graph, target, share, costs, options, evaluation, check)
-
-
-def _step(p: Planning) -> Planning:
-    return p.but(graph=step_graph(p.graph, p.target, p.options.data_parallel, p.costs))
-
-
-def _fits(p: Planning) -> Planning:
-    """Nothing to plan, a node far too large for the memory, pins naming no tensor: refused
-    before any decision (ValueError)."""
-    from planner.limits import check_graph_fits
-    from planner.memory.pins import check_pins_name_tensors
-
-    check_graph_fits(p.graph, p.share, memory_of(p.share))
-    check_pins_name_tensors(p.graph.tensor_map, p.options.memory.pins)
-    return p
-
-
-def _price(p: Planning) -> Planning:
-    # A model the record already holds for the same share and table (the step's, for its
-    # evaluation plan) keeps its curves: a signature is priced once per plan.
-    if p.model is not None and p.model.target is p.share and p.model.table is p.costs:
-        return p
-    return p.but(model=CostModel(p.share, p.costs))
-
-
-def _schedule(p: Planning) -> Planning:
-    """The compute lanes' schedule, then the gradients' collectives on the comm lane; and the
-    one-lane schedule it is compared with."""
-    assert p.model is not None
-    backend = BACKENDS[p.share.backend]
-    link = p.options.data_parallel.link or interconnect(p.share)
-    compute = compute_graph(p.graph)
-    schedule = comm_lane(p.graph, backend.schedule(compute, p.model, p.options.schedule), link)
-    one_lane = backend.one_lane(schedule, p.options)
-    return p.but(schedule=schedule, one_lane=None if one_lane is None else
-                 comm_lane(p.graph, backend.schedule(compute, p.model, one_lane), link))
-
-
-def _place_memory(p: Planning) -> Planning:
-    """Memory planning of the schedule (and of the one-lane one: the faster plan is kept).
-    Raises InfeasibleBudget when no plan fits options.memory.budget_bytes."""
-    assert p.model is not None and p.schedule is not None
-    if p.one_lane is None:
-        return p.but(memory=place(p.graph, p.model, p.schedule, p.options.memory))
-    schedule, memory = co_running_if_faster(p.graph, p.model, p.schedule, p.one_lane,
-                                            p.options)
-    return p.but(schedule=schedule, one_lane=None, memory=memory)
-
-
-def _assemble(p: Planning) -> Planning:
-    """The Plan record, on the host's CPUs where it was planned on a share of them, its arena
-    held to the memory where the backend's is."""
-    from planner.limits import check_arena_fits
-
-    assert p.model is not None and p.schedule is not None and p.memory is not None
-    out = p.on_host(assemble(p.graph, p.model, p.options, p.schedule, p.memory,
-                             host=p.target))
-    if p.evaluation_plan is not None:
-        out = out.model_copy(update={"evaluation": p.evaluation_plan})
-    if out.summary.memory is not None and BACKENDS[out.backend].arena_limited:
-        check_arena_fits(out.summary.memory.arena_bytes, p.graph, p.share)
-    return p.but(plan=out)
 
 
 def _evaluation(p: Planning) -> Planning:
@@ -186,34 +74,19 @@ def _evaluation(p: Planning) -> Planning:
     return p.but(evaluation_plan=evaluation)
 
 
-def _verify(p: Planning) -> Planning:
-    """The independent checker (planner.verify): PlanError when it rejects the plan (a
-    planner bug: the message names the rule and the op)."""
-    if not p.check:
-        return p
-    from planner.verify import verify_plan
-
-    assert p.plan is not None
-    problems = verify_plan(p.plan)
-    if problems:
-        raise PlanError(f"the planner made a plan that does not verify: {problems[0]}"
-                        + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""))
-    return p
-
-
 Stage = Callable[[Planning], Planning]
 
 # The back half, in order: each a pure function of the record (the front half is
 # planner.frontend.prepare's PASSES). Drivers that need part of it run those stages by name.
 STAGES: tuple[tuple[str, Stage], ...] = (
-    ("step graph", _step),
-    ("fits", _fits),
-    ("price", _price),
+    ("step graph", stages.step),
+    ("fits", stages.fits),
+    ("price", stages.price),
     ("evaluation", _evaluation),
-    ("schedule", _schedule),
-    ("place memory", _place_memory),
-    ("assemble", _assemble),
-    ("verify", _verify),
+    ("schedule", stages.schedule),
+    ("place memory", stages.place_memory),
+    ("assemble", stages.assemble_plan),
+    ("verify", stages.verify),
 )
 # Stages that may run beside the ones after them (planner.beside: in a forked child, where a
 # core is free and the graph large enough to pay for the fork): name -> the field of the record
