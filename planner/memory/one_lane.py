@@ -21,7 +21,7 @@ Example:
     >>> from planner.schedule.record import ScheduledOp
     >>> ops = [ScheduledOp(name=n, op="Relu", cpus=c, threads=len(c), start=0.0, end=1.0)
     ...        for n, c in [("a", (0,)), ("b", (1,))]]
-    >>> [(o.cpus, o.start, o.end) for o in one_lane_ops(ops, ((2, 0.5), (1, 0.25)), ((0,), (1,)))]
+    >>> [(o.cpus, o.start, o.end) for o in one_lane_ops(ops, ((2, 0.5), (1, 0.25)), ((0,), (0, 1)))]
     [((0, 1), 0.0, 0.5), ((0,), 0.5, 0.75)]
 """
 
