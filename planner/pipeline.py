@@ -557,13 +557,14 @@ def assemble(graph: Graph, model: CostModel, options: PlanOptions, schedule: Sch
     happens = tuple(named[k] for k in sorted(named, key=lambda e: (rank[e[1]], rank[e[0]])))
     if any(n.op == "AllGather" for n in graph.nodes):  # ZeRO-3: each gather's distance as run
         ops = tuple(planned_prefetch(graph, ops, happens))
-    # One lane per core count, in execution order: a one-process plan's (a data-parallel
-    # plan's comm lane orders the collectives every rank issues).
+    # One lane per core count, in execution order: a one-process plan's without collectives
+    # (a comm lane, a data-parallel step's or a ZeRO-3 evaluation's gathers, orders the
+    # collectives every rank issues).
     make_rows = BACKENDS[schedule.backend].variants
     optimized = schedule.strategy == "optimized"
     rows = (make_rows(graph, ops, memory.inserted, memory.tensors, model)
             if make_rows is not None and (options.variants or optimized)
-            and options.data_parallel.ranks == 1 else ())
+            and options.data_parallel.ranks == 1 and all(op.cpus for op in ops) else ())
     step = max((op.end for op in ops), default=0.0)
     # The planner's own choice is never slower than the one-lane schedule of the same cores
     # (planner.memory.one_lane); a strategy the user named is kept as named.
