@@ -51,13 +51,16 @@ Layout of a training graph (node order is a topological order, deterministic for
                          `grad/<forward node>/<op>`; sums of several contributions are AddN nodes
                          named `grad/<tensor>/sum`
     update/...           after every backward node, so every reader of a param's old value runs
-                         before it is overwritten: `update/step/increment` (Adam's step count, once,
-                         first) then one node per param in graph order, `update/<param>/<op>`,
+                         before it is overwritten: `update/step/increment` (the step count of
+                         Adam or dampened momentum, once, first) then one node per param in
+                         graph order, `update/<param>/<op>`,
                          and last `update/rng/step/increment` when the graph has Dropout
 
     tensor                   role              updates
-    optim/<param>/<slot>     optimizer-state   -            (init zeros; slot: velocity | m | v)
-    optim/step               optimizer-state   -            (float32 scalar, Adam only)
+    optim/<param>/<slot>     optimizer-state   -            (init zeros; slot: velocity | m | v
+                                                             | v_max)
+    optim/step               optimizer-state   -            (float32 scalar, Adam and
+                                                             dampened momentum only)
     optim/group/<k>/lr       state             -            (float32 scalar, init constant: per
     optim/group/<k>/weight_decay                             parameter group k, read by the
                                                              updates; planner/graph/optimizer.py)
@@ -188,6 +191,8 @@ def make_training_graph(graph: Graph, optimizer: Optimizer, precision: str = "fp
     if not any(grads.values()):
         raise AutodiffError(f"graph {graph.name!r}: the loss {loss!r} depends on no param "
                             f"(params: {params[:5]}{' ...' if len(params) > 5 else ''})")
+    if optimizer.maximize:
+        _negate(b, grads)
     summed = _accumulate(b, graph, grads, accumulate) if accumulate > 1 else {}
     found_inf = _unscale(b, grads) if scaled else None
     if optimizer.clip_grad_norm is not None:
@@ -514,6 +519,16 @@ def _accumulate(b: GraphBuilder, graph: Graph, grads: dict[str, str | None],
     return marks
 
 
+def _negate(b: GraphBuilder, grads: dict[str, str | None]) -> None:
+    """torch.optim's maximize: each param's gradient negated where backward ends, before
+    accumulation, unscaling, clipping and the update (each commutes with the sign exactly);
+    `grads` now names the negated ones."""
+    for p, g in grads.items():
+        if g:
+            with b.scope("grad"):
+                grads[p] = b.op("Neg", [g], name=f"{p}/maximize", role="grad")
+
+
 def _count(b: GraphBuilder, counter: str) -> dict[str, str]:
     """A step counter's Increment, last; returns {new value: counter}."""
     b.op_n("Increment", [counter], {"by": 1.0}, name=f"update/{counter}/increment",
@@ -560,7 +575,7 @@ def _emit_updates(b: GraphBuilder, graph: Graph, grads: Mapping[str, str | None]
                    name=f"{nxt.removeprefix('update/')}/skip_on_overflow", outputs=[nxt])
         return [f"{n}/unchecked" for n in nexts]
 
-    if optimizer.update_op == "ApplyAdam":
+    if optimizer.counts_steps:
         step = b.add_tensor(Tensor(name="optim/step", shape=(), dtype="float32",
                                    role="optimizer-state", init="zeros"))
         with b.scope("update"):

@@ -108,10 +108,16 @@ def watching(wrapped: Any, model: Any, prefix: str = "") -> Iterator[Watch]:
 
     function = torch.autograd.Function
     real = function.__dict__["apply"]
+    # Torch's own Functions first applied during the trace keep this wrapper for good (a
+    # decorator, supports_tensorlist, binds `cls.apply` once): it reaches the watch, and so
+    # the user's module, only while the trace runs, else the module (and an executor whose
+    # views the module's parameters became) would live to the interpreter's exit.
+    active = [watch]
 
     def apply(cls: Any, *args: Any, **kwargs: Any) -> Any:
-        if not str(getattr(cls, "__module__", "")).startswith("torch."):
-            watch.functions.append((cls.__qualname__, watch.where().removeprefix("in ")))
+        if active and not str(getattr(cls, "__module__", "")).startswith("torch."):
+            now = active[0]
+            now.functions.append((cls.__qualname__, now.where().removeprefix("in ")))
         return real.__func__(cls, *args, **kwargs)
 
     hooks = [nn_module.register_module_forward_pre_hook(pre),
@@ -127,6 +133,7 @@ def watching(wrapped: Any, model: Any, prefix: str = "") -> Iterator[Watch]:
     try:
         yield watch
     finally:
+        active.clear()
         mode.__enter__, mode.__exit__ = enter, leave
         for module, fn, original in replaced:
             setattr(module, fn, original)

@@ -55,6 +55,7 @@ never code; the graph's validation refuses control characters in them.
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -132,7 +133,11 @@ def decompose(program: Any) -> Any:
     for name in PRESERVED:
         op, overload = name.split(".")
         table.pop(getattr(getattr(torch.ops.aten, op), overload), None)
-    return program.run_decompositions(table)
+    with warnings.catch_warnings():
+        # torch's own deprecation inside its deepcopy of the module call graph (torch 2.9:
+        # `isinstance(treespec, LeafSpec)` from copyreg): nothing the user can act on.
+        warnings.filterwarnings("ignore", message=r".*\bLeafSpec\b", category=FutureWarning)
+        return program.run_decompositions(table)
 
 
 def convert(program: Any, name: str = "torch", module_root: str = "") -> TorchImport:
