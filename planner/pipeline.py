@@ -64,8 +64,8 @@ from planner.memory.cpu_budget import cpu_budget_solve
 from planner.memory.cpu_memory import cpu_memory
 from planner.memory.decision import MemoryDecision
 from planner.memory.gpu import gpu_memory, technique_curves
-from planner.memory.options import MemoryOptions
 from planner.memory.one_lane import faster_one_lane, one_lane_ops
+from planner.memory.options import MemoryOptions
 from planner.memory.variants import Rows, one_lane_rows, variants_of
 from planner.plan import (
     Evaluation,
