@@ -66,7 +66,15 @@ from planner.importers.onnx.errors import Unsupported
 from planner.importers.onnx.fold import FOLD_OUTPUT_LIMIT
 from planner.importers.onnx.values import Const
 from planner.torch.context import RULES, UNAVAILABLE, NodeCtx, TorchImportError, _in
-from planner.torch.record import Call, Program, Tensor, Value, from_exported
+from planner.torch.record import (
+    Call,
+    Program,
+    Tensor,
+    Value,
+    from_exported,
+    from_numpy,
+    to_numpy,
+)
 from planner.torch.rules_index import INDEX_PRESERVED
 from planner.torch.rules_losses import LOSS_PRESERVED
 from planner.torch.rules_random import RANDOM_PRESERVED, fresh_draw
@@ -276,8 +284,9 @@ def _fold(imp: Importer, call: Call, env: Mapping[str, Any]) -> Const | tuple[Co
 
     def tensor(v: Any) -> Any:
         if isinstance(v, Ref):
-            # np.array, not np.ascontiguousarray, which makes a 0-d value 1-d
-            return torch.from_numpy(np.array(env[v.name].value(), order="C"))
+            # np.array, not np.ascontiguousarray, which makes a 0-d value 1-d; bfloat16
+            # through its bits (torch.from_numpy takes no ml_dtypes array)
+            return from_numpy(np.array(env[v.name].value(), order="C"))
         if isinstance(v, (tuple, list)):
             return type(v)(tensor(i) for i in v)
         return v
@@ -285,7 +294,7 @@ def _fold(imp: Importer, call: Call, env: Mapping[str, Any]) -> Const | tuple[Co
     def const(t: Any) -> Const:
         if not isinstance(t, torch.Tensor):
             raise Unsupported(f"{call.target} (of constants, giving {type(t).__name__})")
-        return Const.of(imp.fresh(call.name), t.detach().cpu().numpy(), origin="constant")
+        return Const.of(imp.fresh(call.name), to_numpy(t), origin="constant")
 
     op = resolve(call.target)
     with torch.no_grad():

@@ -251,3 +251,13 @@ def to_numpy(t: Any) -> np.ndarray:
     if t.dtype == torch.bfloat16:
         return t.view(torch.int16).numpy().view("bfloat16")
     return t.numpy()
+
+
+def from_numpy(array: np.ndarray) -> Any:
+    """A torch tensor sharing a numpy array's memory (bfloat16, ml_dtypes', through its bits:
+    torch.from_numpy takes no ml_dtypes array)."""
+    import torch
+
+    if array.dtype == np.dtype("bfloat16"):
+        return torch.from_numpy(array.view(np.int16)).view(torch.bfloat16)
+    return torch.from_numpy(array)

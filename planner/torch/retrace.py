@@ -23,7 +23,7 @@ import numpy as np
 from planner.errors import UserError
 from planner.torch.archive import SavedArchive
 from planner.torch.convert import decompose
-from planner.torch.record import Program, from_exported
+from planner.torch.record import Program, from_exported, from_numpy
 from planner.torch.saved import Enum, Node, Ref
 from planner.torch.targets import resolve
 
@@ -87,11 +87,7 @@ def _dtype(name: str) -> Any:
 
 
 def _tensor(array: np.ndarray) -> Any:
-    import torch
-
-    if array.dtype == np.dtype("bfloat16"):
-        return torch.from_numpy(array.view(np.int16).copy()).view(torch.bfloat16)
-    return torch.from_numpy(array.copy())
+    return from_numpy(array.copy())
 
 
 def _module_base() -> type:
