@@ -59,6 +59,7 @@ import planner.torch.rules_search  # noqa: F401
 import planner.torch.rules_sort  # noqa: F401
 import planner.torch.rules_special  # noqa: F401  (special functions; its PRESERVED below)
 import planner.torch.rules_views  # noqa: F401
+from planner.dtypes import DTYPE_BYTES
 from planner.graph.ir import Graph
 from planner.graph.validate import check_graph
 from planner.importers.onnx.context import Importer
@@ -151,6 +152,10 @@ def convert(program: Any, name: str = "torch", module_root: str = "") -> TorchIm
         if spec.kind == "user_input":
             if spec.value is None:
                 raise TorchImportError(f"input {spec.name!r}: no tensor metadata")
+            if spec.value.dtype not in DTYPE_BYTES:  # complex, uint16, float8, ...
+                raise TorchImportError(
+                    f"input {spec.name!r}: a {spec.value.dtype} tensor; the planner's tensors "
+                    f"are {', '.join(DTYPE_BYTES)} (give the input in one of these)")
             env[spec.name] = imp.builder.input(spec.name, spec.value.shape, spec.value.dtype)
             inputs.append(spec.name)
         else:
