@@ -40,7 +40,7 @@ def _own_dtypes(fn, params, inputs=()):
     module = _Params(fn, params)
     imported = convert(torch.export.export(module, tuple(inputs)))
     (out,) = imported.graph.outputs
-    wrt = [t.name for t in imported.graph.by_role("param")]
+    wrt = [f"ps.{k}" for k in range(len(params))]  # the module's order
     graph, names = gradients(imported.graph, wrt=wrt, of=[out])
     ones = np.ones(graph.tensor(out).shape, graph.tensor(out).dtype)
     feeds = {f"grad/{out}": ones} | {n: to_numpy(v) for n, v in zip(imported.inputs, inputs,
