@@ -788,8 +788,12 @@ def dropout(n: NodeCtx) -> Value:
 
 
 def _dropout(n: NodeCtx, x: str | Const, p: float) -> str:
-    if p >= 1:
-        raise Unsupported(f"{n.op} (p = 1)")
+    if not 0 <= p <= 1:
+        raise n.fail(f"dropout probability {p} is not in [0, 1] (torch refuses it too)")
+    if p == 1:
+        # torch's x * mask * scale with an all-zero mask and scale 0: zeros, NaN where x is not
+        # finite; the gradient dy * 0 is zero
+        return n.emit1("Mul", [x, n.const(0.0, n.dtype(x))])
     return n.emit1("Dropout", [x], {"rate": p, "seed": n.next_dropout_seed()})
 
 
