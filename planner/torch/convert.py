@@ -31,8 +31,9 @@
    leaves out and `counters` reports, for the trainer to count steps into. A buffer or a
    parameter overwritten by a fresh draw (`self.noise.normal_()`, `w.uniform_()` under
    no_grad: a value of random ops alone, never the old one) is drawn anew inside every step,
-   where the forward reads it, and its stored value is left as it was. Anything else is
-   refused.
+   where the forward reads it, and its stored value is left as it was; so is an input so
+   overwritten (`x.cauchy_()` on a forward argument), with a warning that the caller's tensor
+   keeps its value. Anything else is refused.
 
 Names from the program (node names, state_dict keys) are data: they name tensors and nodes,
 never code; the graph's validation refuses control characters in them.
@@ -41,6 +42,7 @@ never code; the graph's validation refuses control characters in them.
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -320,6 +322,7 @@ def _check(imp: Importer, call: Call, value: Any) -> None:
 def _outputs(program: Program, env: dict[str, Any], imp: Importer,
              counters: Mapping[str, str]) -> list[str]:
     placeholders = {i.target: i.name for i in program.inputs if i.target}
+    calls = {c.name: c for c in program.calls}
     outputs: list[str] = []
     for spec in program.outputs:
         if spec.kind == "user_output":
@@ -340,9 +343,31 @@ def _outputs(program: Program, env: dict[str, Any], imp: Importer,
                 raise TorchImportError(f"buffer {spec.target!r}: mutated by node "
                                        f"{spec.name!r}, which the planner does not update in "
                                        "place")
+        elif spec.kind == "user_input_mutation":
+            call = calls.get(spec.name)
+            if call is not None and call.target == "getitem" and isinstance(call.args[0], Ref):
+                call = calls.get(call.args[0].name, call)  # an output of a multi-output op
+            _input_written(imp, spec, env.get(spec.name), call)
         else:
             raise TorchImportError(f"output {spec.name!r}: unsupported kind {spec.kind}")
     return list(dict.fromkeys(outputs))
+
+
+def _input_written(imp: Importer, spec: Any, new: Any, call: Call | None) -> None:
+    """An input the forward writes in place (`x.normal_()`, `F.batch_norm` on running
+    statistics the caller passes). A step never writes its inputs back, so the write is lost
+    to the caller: a fresh random draw is still the planner's own draw (what the forward reads
+    after it), said in a warning; any other write is refused."""
+    what = f"node {spec.name!r}" if call is None else \
+        f"node {call.name!r}{_in(call.place or call.module)} ({call.target})"
+    if fresh_draw(imp, new):
+        warnings.warn(f"input {spec.target!r}: overwritten in forward by {what}, a fresh random "
+                      "draw: the planner draws it inside the step, where the forward reads "
+                      "it; the tensor the caller passes keeps its value", stacklevel=3)
+        return
+    raise TorchImportError(f"input {spec.target!r}: written in place by {what}, which the "
+                           "planner cannot honour (a step never writes its inputs back): "
+                           "write to a clone, or hold the tensor in a module buffer")
 
 
 def _traced_loss(imp: Importer, outputs: list[str]) -> str | None:

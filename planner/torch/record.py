@@ -77,8 +77,8 @@ class Input:
 
 @dataclass(frozen=True)
 class Output:
-    """kind is user_output, buffer_mutation or parameter_mutation (target: the buffer or
-    parameter); name the value written."""
+    """kind is user_output, buffer_mutation, parameter_mutation or user_input_mutation
+    (target: the buffer, the parameter or the input's placeholder); name the value written."""
 
     kind: str
     name: str
@@ -177,7 +177,8 @@ def from_exported(program: Any, root: str = "") -> Program:
     for spec in sig.output_specs:
         kind = {OutputKind.USER_OUTPUT: "user_output",
                 OutputKind.BUFFER_MUTATION: "buffer_mutation",
-                OutputKind.PARAMETER_MUTATION: "parameter_mutation"}.get(spec.kind)
+                OutputKind.PARAMETER_MUTATION: "parameter_mutation",
+                OutputKind.USER_INPUT_MUTATION: "user_input_mutation"}.get(spec.kind)
         arg = getattr(spec.arg, "name", None)
         if spec.kind == OutputKind.TOKEN and arg in tokens:
             continue
