@@ -68,7 +68,7 @@ from planner.importers.onnx.context import Importer
 from planner.importers.onnx.errors import Unsupported
 from planner.importers.onnx.fold import FOLD_OUTPUT_LIMIT
 from planner.importers.onnx.values import Const
-from planner.torch.context import RULES, UNAVAILABLE, NodeCtx, TorchImportError, _in
+from planner.torch.context import RULES, NodeCtx, TorchImportError, _in, _Unavailable
 from planner.torch.record import (
     Call,
     Program,
@@ -327,6 +327,8 @@ def _outputs(program: Program, env: dict[str, Any], imp: Importer,
     for spec in program.outputs:
         if spec.kind == "user_output":
             value = env.get(spec.name)
+            if isinstance(value, _Unavailable) and value.why:
+                raise TorchImportError(f"output {spec.name!r}: {value.why}")
             if not isinstance(value, (str, Const)):
                 raise TorchImportError(f"output {spec.name!r}: not a tensor the planner "
                                        "computes")
@@ -389,7 +391,7 @@ def _traced_loss(imp: Importer, outputs: list[str]) -> str | None:
 def _planner_updates(imp: Importer, new: Any, old: Any) -> bool:
     """Is `new` the planner's own next value of buffer `old` (a training BatchNorm's running
     statistic output 1 or 2 reading it as input 3 or 4), or `old` itself (no change)?"""
-    if new is old and new is not None and new is not UNAVAILABLE:
+    if new is old and new is not None and not isinstance(new, _Unavailable):
         return True
     if not isinstance(new, str) or not isinstance(old, Const):
         return False
