@@ -238,8 +238,7 @@ def svd(n: NodeCtx) -> Value:
     x = n.tensor(0)
     require_floats(n, x)
     _, values, _ = n.emit("MatrixSvd", [x], n_out=3)
-    why = ("their signs are LAPACK's choice, which the planner's MatrixSvd does not follow; "
-           "the singular values import (torch.linalg.svdvals)")
+    why = "their signs are LAPACK's choice (torch.linalg.svdvals imports)"
     return (n.unavailable("U (the left singular vectors)", why), values,
             n.unavailable("Vh (the right singular vectors, transposed)", why))
 
