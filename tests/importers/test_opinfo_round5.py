@@ -15,9 +15,9 @@ F = torch.nn.functional
 
 from planner.graph.autodiff import gradients  # noqa: E402
 from planner.graph.interpret import run  # noqa: E402
-from planner.torch.context import TorchImportError  # noqa: E402
-from planner.torch.convert import convert  # noqa: E402
-from planner.torch.record import to_numpy  # noqa: E402
+from planner.importers.torch.context import TorchImportError  # noqa: E402
+from planner.importers.torch.convert import convert  # noqa: E402
+from planner.importers.torch.record import to_numpy  # noqa: E402
 from tests.importers.opinfo_cases import check_call  # noqa: E402
 
 
