@@ -193,6 +193,7 @@ def make_training_graph(graph: Graph, optimizer: Optimizer, precision: str = "fp
     if optimizer.clip_grad_norm is not None:
         _clip(b, grads, optimizer.clip_grad_norm)
     updated = _emit_updates(b, graph, grads, optimizer, found_inf)
+    _copy_write_backs(b, graph)
     if scaling is not None and found_inf is not None:
         updated.update(_update_loss_scale(b, scaling, found_inf))
     if DROPOUT_STEP in graph.tensor_map:
@@ -239,6 +240,7 @@ def gradients(graph: Graph, wrt: Sequence[str] | None = None,
         seeds = {y: b.input(f"grad/{y}", graph.tensor(y).shape, graph.tensor(y).dtype)
                  for y in of}
     grads = _differentiate(b, graph, wrt, seeds)
+    _copy_write_backs(b, graph)
     outputs = list(dict.fromkeys([*graph.outputs, *(g for g in grads.values() if g)]))
     return rewritten(b.build(outputs=outputs, kind="training"), Differentiated(graph, {}),
                      GRADIENT_PASSES), grads
@@ -458,14 +460,26 @@ def _draws_without_step(graph: Graph, node: Node) -> bool:
 
 def _copy_forward(graph: Graph) -> GraphBuilder:
     """A GraphBuilder holding the forward graph: external tensors first, in graph order, then
-    every node under its own name (shapes re-inferred on the way)."""
+    every node under its own name (shapes re-inferred on the way), but the forward graph's
+    write-backs (`_copy_write_backs`)."""
     b = GraphBuilder(graph.name)
     for t in graph.tensors:
         if t.updates is None and t.role not in ("activation", "grad"):
             b.add_tensor(t)
     for n in graph.nodes:
-        b.op_n(n.op, n.inputs, n.attrs, name=n.name, outputs=n.outputs)
+        if node_phase(graph, n) != "update":
+            b.op_n(n.op, n.inputs, n.attrs, name=n.name, outputs=n.outputs)
     return b
+
+
+def _copy_write_backs(b: GraphBuilder, graph: Graph) -> None:
+    """The forward graph's nodes that write nothing but next values of persistent tensors (an
+    imported buffer's value after the step, planner/importers/torch/convert.py), after the backward
+    pass: a gradient rule may read a buffer's old value (`x * self.scale` reads `scale`)."""
+    for n in graph.nodes:
+        if node_phase(graph, n) == "update":
+            for o in b.op_n(n.op, n.inputs, n.attrs, name=n.name, outputs=n.outputs):
+                b.set_updates(o, graph.tensor(o).updates)  # kept: a buffer nothing reads
 
 
 def _unscale(b: GraphBuilder, grads: dict[str, str | None]) -> str:
@@ -591,13 +605,18 @@ def _hyperparameters(b: GraphBuilder, optimizer: Optimizer) -> list[list[str]]:
 
 
 def _running_stat_updates(graph: Graph) -> dict[str, str]:
-    """{new running statistic: running_mean / running_var} for training-mode BatchNorms."""
+    """{new running statistic: running_mean / running_var} for training-mode BatchNorms, but
+    of statistics the forward graph already writes back (a BatchNorm called k times: the last
+    call's statistics, chained through the k calls, are written back,
+    planner/importers/torch/convert.py)."""
+    written = {t.updates for t in graph.tensors if t.updates is not None}
     marks: dict[str, str] = {}
     for n in graph.nodes:
         if n.op != "BatchNorm" or not n.attrs.get("training") or len(n.outputs) < 3:
             continue
         for out, old in ((n.outputs[1], n.inputs[3]), (n.outputs[2], n.inputs[4])):
-            if graph.tensor(old).role == "state" and graph.tensor(out).updates is None:
+            if graph.tensor(old).role == "state" and graph.tensor(out).updates is None \
+                    and old not in written:
                 marks[out] = old
     return marks
 
