@@ -64,3 +64,30 @@ def test_detect_at_load_keeps_the_quiet_peak(cache, monkeypatch):
     assert busy.cpu.memory_bandwidth == quiet.cpu.memory_bandwidth == 2.2e10
     assert any("torch float32 GEMM 150.0 GFLOP/s" in n and "load 0.05 (quiet)" in n
                for n in busy.notes)
+
+
+@pytest.mark.parametrize("flags", [frozenset({"avx2", "fma"}),
+                                   frozenset({"avx512f", "avx512_bf16"})])
+def test_bfloat16_is_measured_only_where_the_isa_computes_it(monkeypatch, flags):
+    calls = []
+
+    def fake(n, budget_s, threads=None, dtype="float32"):
+        calls.append(dtype)
+        return 1e11 if dtype == "float32" else 3e11
+
+    monkeypatch.setattr(detect_module, "tuned_gemm", lambda: "torch")
+    monkeypatch.setattr(detect_module, "tuned_gemm_flops", fake)
+    monkeypatch.setattr(detect_module, "stream_bandwidth", lambda *a, **k: 1e10)
+    m = detect_module._measure(2, 2400.0, 0.01, flags)
+    native = "avx512_bf16" in flags
+    assert calls.count("bfloat16") == int(native)
+    assert m.gemm_bf16_flops == (3e11 if native else 0.0)
+    assert m.load is not None and m.gemm == "torch"
+
+
+def test_torch_bfloat16_gemm_runs():
+    pytest.importorskip("torch")
+    from planner.target.measure import tuned_gemm_flops
+
+    assert tuned_gemm_flops(32, 0.0, threads=1, dtype="bfloat16") > 0
+    assert tuned_gemm_flops(32, 0.0, threads=1) > 0
