@@ -4,12 +4,16 @@ every ordering edge once, the summary, provenance and the variants for fewer fre
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from pydantic import TypeAdapter
 
 from planner import __version__
 from planner.costs import CostModel, CostTable, graph_signatures
 from planner.ir.graph import Graph
 from planner.memory.decision import MemoryDecision
+from planner.memory.one_lane import faster_one_lane, one_lane_ops
+from planner.memory.variants import Rows, variants_of
 from planner.pipeline.backends import BACKENDS
 from planner.pipeline.options import PlanOptions
 from planner.plan import MemoryPlan, OpPlan, Plan, PlanProvenance, Summary, digest
@@ -18,7 +22,7 @@ from planner.schedule.parallel import planned_prefetch
 from planner.schedule.ranks import share_cpus
 from planner.schedule.record import Edge, Schedule, lane_numbers
 from planner.schedule.streams import STREAMS, is_compute
-from planner.target.records import Target
+from planner.target.records import Target, affinity_cpus
 
 OP_PLANS = TypeAdapter(tuple[OpPlan, ...])
 
@@ -47,6 +51,7 @@ def assemble(graph: Graph, model: CostModel, options: PlanOptions, schedule: Sch
     happens = tuple(named[k] for k in sorted(named, key=lambda e: (rank[e[1]], rank[e[0]])))
     if any(n.op == "AllGather" for n in graph.nodes):  # ZeRO-3: each gather's distance as run
         ops = tuple(planned_prefetch(graph, ops, happens))
+    ops, rows, one = _one_lane(graph, model, options, schedule, memory, ops)
     step = max((op.end for op in ops), default=0.0)
     bound = schedule.bound
     busy = {op.name: op.end - op.start for op in ops if op.name in rank}
@@ -56,9 +61,10 @@ def assemble(graph: Graph, model: CostModel, options: PlanOptions, schedule: Sch
         ratio=step / bound.seconds if bound.seconds else 1.0,
         critical_path_seconds=bound.critical_path, area_bound_seconds=bound.area,
         allotment_bound_seconds=bound.allotment, cut_bound_seconds=bound.cut,
-        utilization=(_stream_busy(ops, busy) / step if step else 0.0) if retimed
-        else schedule.utilization,
-        mean_corun=(sum(busy.values()) / step if step else 0.0) if retimed
+        utilization=(_core_busy(ops, model.target.cores, step) if one is not None
+                     else (_stream_busy(ops, busy) / step if step else 0.0) if retimed
+                     else schedule.utilization),
+        mean_corun=(sum(busy.values()) / step if step else 0.0) if retimed or one is not None
         else schedule.mean_corun,
         ops=len(ops), analytical_signatures=schedule.analytical_signatures,
         memory=memory.summary,
@@ -70,17 +76,37 @@ def assemble(graph: Graph, model: CostModel, options: PlanOptions, schedule: Sch
         # Data parallelism is named only when used: one-process plans read as they did.
         options=options.model_dump(mode="json", exclude=None if options.data_parallel.ranks > 1
                                    else {"data_parallel"}), tool=f"planner {__version__}")
-    # The schedule for fewer free cores: a one-process plan's (a data-parallel plan's comm
-    # lane orders the collectives every rank issues).
-    make_variants = BACKENDS[schedule.backend].variants
-    variants = (make_variants(graph, ops, memory.inserted, memory.tensors, model)
-                if make_variants is not None and options.variants
-                and options.data_parallel.ranks == 1 else ())
+    # The schedules for fewer free cores.
+    variants = variants_of(rows) if rows and options.variants else ()
     return Plan(graph=graph, kind=graph.kind, backend=schedule.backend,
                 target=BACKENDS[schedule.backend].resources(target, ops), ops=ops,
                 happens_before=happens, tensors=memory.tensors,
                 memory=MemoryPlan(ops=memory.inserted, convs=memory.convs), summary=summary,
                 provenance=provenance, variants=variants)
+
+
+def _one_lane(graph: Graph, model: CostModel, options: PlanOptions, schedule: Schedule,
+              memory: MemoryDecision, ops: tuple[OpPlan, ...]
+              ) -> tuple[tuple[OpPlan, ...], Rows, Sequence[tuple[int, float]] | None]:
+    """(ops, the one-lane rows, the one-lane schedule chosen or None): `ops` on one lane of
+    all the cores where that is faster and the planner chose the strategy."""
+    # One lane per core count, in execution order: a one-process plan's without collectives
+    # (a comm lane, a data-parallel step's or a ZeRO-3 evaluation's gathers, orders the
+    # collectives every rank issues).
+    make_rows = BACKENDS[schedule.backend].variants
+    optimized = schedule.strategy == "optimized"
+    rows = (make_rows(graph, ops, memory.inserted, memory.tensors, model)
+            if make_rows is not None and (options.variants or optimized)
+            and options.data_parallel.ranks == 1 and all(op.cpus for op in ops) else ())
+    # The planner's own choice is never slower than the one-lane schedule of the same cores
+    # (planner.memory.one_lane); a strategy the user named is kept as named.
+    step = max((op.end for op in ops), default=0.0)
+    one = faster_one_lane(step, rows, model.target.cores) if optimized else None
+    if one is not None:
+        cores = model.target.cores
+        ops = one_lane_ops(ops, one, [affinity_cpus(model.target, t, "compact")
+                                      for t in range(1, cores + 1)])
+    return ops, rows, one
 
 
 def on_host_plan(plan: Plan, target: Target, share: Target, ranks_per_host: int) -> Plan:
@@ -106,6 +132,11 @@ def _on_host(ops: tuple[OpPlan, ...], ids: tuple[int, ...]) -> tuple[OpPlan, ...
     # CPUs: CPU i becomes ids[i] (ascending, so lanes and orders stay as they were).
     return tuple(op.model_copy(update={"cpus": tuple(ids[c] for c in op.cpus)})
                  if op.cpus else op for op in ops)
+
+
+def _core_busy(ops: tuple[OpPlan, ...], cores: int, step: float) -> float:
+    # A one-lane CPU step: busy core-seconds / (cores x step).
+    return sum((op.end - op.start) * op.threads for op in ops) / (cores * step) if step else 0.0
 
 
 def _stream_busy(ops: tuple[OpPlan, ...], busy: dict[str, float]) -> float:

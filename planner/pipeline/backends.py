@@ -17,7 +17,7 @@ from planner.memory.cpu_memory import cpu_memory
 from planner.memory.decision import MemoryDecision
 from planner.memory.gpu import gpu_memory, technique_curves
 from planner.memory.options import MemoryOptions
-from planner.memory.variants import ScheduleVariant, schedule_variants
+from planner.memory.variants import Rows, one_lane_rows
 from planner.pipeline.options import PlanOptions
 from planner.plan import OpPlan, PlanTarget
 from planner.schedule.cpu import cpu_schedule
@@ -55,9 +55,11 @@ class BackendPlanner:
     # one-stream plan does (co-running streams are kept only where they meet it too), so fit
     # plans one stream, the same answer without a second memory plan per trial.
     fit_schedule: ScheduleOptions
-    # The plan's variants for fewer free cores (planner.memory.variants), or None: a GPU's
-    # streams are not shared with other processes' threads.
-    variants: Callable[..., tuple[ScheduleVariant, ...]] | None = None
+    # Every op's thread count and seconds on one lane per core count (planner.memory.variants:
+    # the plan's variants for fewer free cores, and the one-lane schedule of all its cores
+    # that the main one is compared with, planner.memory.one_lane), or None: a GPU's streams
+    # are not shared with other processes' threads.
+    variants: Callable[..., Rows] | None = None
     # Whether its executor runs gradient accumulation (a step that skips the optimizer step's
     # ops until a step's last micro-batch: planner/ir/accumulation.py).
     accumulates: bool = False
@@ -103,7 +105,7 @@ BACKENDS: dict[Backend, BackendPlanner] = {
                           lambda t: t.host_memory_bytes, arena_limited=True,
                           one_lane=_cpu_one_lane, ranks_share_host=True,
                           memory_orders=lambda s: True, fit_schedule=ScheduleOptions(),
-                          variants=schedule_variants, accumulates=True,
+                          variants=one_lane_rows, accumulates=True,
                           budget_solve=cpu_budget_solve, lists_priced=True),
     "cuda": BackendPlanner(stream_schedule, gpu_memory, _gpu_resources,
                            lambda t: t.gpus[0].memory_bytes, arena_limited=False,

@@ -26,7 +26,7 @@ from planner.importers.pt2.archive import SavedArchive
 from planner.importers.pt2.saved import Enum, Node, Ref
 from planner.importers.pt2.targets import resolve
 from planner.importers.torch.convert import decompose
-from planner.importers.torch.record import Program, from_exported
+from planner.importers.torch.record import Program, from_exported, from_numpy
 
 _STATE = {"parameter": "p", "buffer": "b", "tensor_constant": "c"}
 
@@ -88,11 +88,7 @@ def _dtype(name: str) -> Any:
 
 
 def _tensor(array: np.ndarray) -> Any:
-    import torch
-
-    if array.dtype == np.dtype("bfloat16"):
-        return torch.from_numpy(array.view(np.int16).copy()).view(torch.bfloat16)
-    return torch.from_numpy(array.copy())
+    return from_numpy(array.copy())
 
 
 def _module_base() -> type:
