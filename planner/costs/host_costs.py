@@ -75,7 +75,7 @@ from pydantic import Field, ValidationError
 from planner.costs.conv_layouts import profiled_signatures
 from planner.costs.records import CostEntry, CostTable, CpuSample
 from planner.costs.signature import OpSignature, unique_signatures
-from planner.files import atomic_write, cache_root, folder_lock
+from planner.files import atomic_write, cache_root, check_target, folder_lock_if_writable
 from planner.graph.ir import Graph, canonical_json
 from planner.records import Record
 from planner.target.backends import traits
@@ -325,7 +325,12 @@ def host_table(graphs: Sequence[Graph], target: Target, measure: Measure,
                         f"('host'); give a cost table measured there, or 'analytical'")
     wanted = unique_signatures([s for g in graphs for s in profiled_signatures(g)])
     path = store_path(target)
-    with folder_lock(path.parent / path.stem):  # two plans on one host take turns
+    # A store path that is not a file (a folder in its place) would take the measurements
+    # and then refuse them: refused before anything is measured.
+    check_target(path)
+    # Two plans on one host take turns; a read-only cache is read unlocked (its lock file
+    # cannot be made), and plans from what it holds.
+    with folder_lock_if_writable(path.parent / path.stem):
         store = read_store(target)
         now = load if load is not None else _load_to_decide(store, wanted)
         missing = store.to_measure(wanted, now)
@@ -339,7 +344,13 @@ def host_table(graphs: Sequence[Graph], target: Target, measure: Measure,
             figures = corun(graphs[0], target, store.for_signatures(wanted), progress)
             store = store.fitted(figures, _during(clock, load, now))
         if missing or fit:
-            atomic_write(path, canonical_json(store.model_dump(mode="json", exclude_none=True)))
+            try:
+                atomic_write(path, canonical_json(store.model_dump(mode="json",
+                                                                   exclude_none=True)))
+            except OSError as e:  # a full disk, a read-only cache: this plan still uses them
+                if progress is not None:
+                    print(f"planner: warning: {e}; the measurements price this plan but are "
+                          "not kept", file=progress)
     fresh = {s.key for s in missing}
     return HostPricing(table=store.for_signatures(wanted),
                        measured=tuple(sorted(fresh)),

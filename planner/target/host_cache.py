@@ -34,7 +34,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from planner.errors import UserError
-from planner.files import atomic_write, cache_root, folder_lock
+from planner.files import atomic_write, cache_root, folder_lock_if_writable
 from planner.graph.ir import canonical_json
 from planner.records import Record
 from planner.target.records import LogicalCPU
@@ -84,19 +84,15 @@ def kept_measurement(key: str, measure: Callable[[], HostMeasurement],
     cannot be read, or `refresh`. Processes detecting at once take turns: one measures, the
     others read what it kept."""
     path = entry_path(key)
-    try:
-        lock = folder_lock(path)
-        lock.__enter__()
-    except OSError:  # no cache folder can be made: this run's numbers, measured each time
-        return measure().rounded()
-    with contextlib.ExitStack() as held:
-        held.push(lock)
+    # A read-only cache (no lock file can be made) still reads what it holds: the host's
+    # digest stays the kept one; only a host it lacks is measured anew each run.
+    with folder_lock_if_writable(path):
         if not refresh:
             kept = _read(path)
             if kept is not None:
                 return kept
         measured = measure().rounded()
-        with contextlib.suppress(OSError):  # a read-only cache: as above
+        with contextlib.suppress(OSError):  # a read-only cache: this run's numbers
             atomic_write(path, measured.model_dump_json(indent=2) + "\n")
         return measured
 

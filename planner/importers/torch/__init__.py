@@ -1,0 +1,1 @@
+"""The PyTorch (ATen) importer: torch.export programs to planner Graphs."""
