@@ -71,6 +71,7 @@ from planner.importers.torch.fold_guard import (
     check_operands,
     predicted_elements,
 )
+from planner.importers.torch.quiet_log import quiet_torch_logs
 from planner.torch.context import RULES, UNAVAILABLE, NodeCtx, TorchImportError, _in
 from planner.torch.record import Call, Program, Tensor, Value, from_exported
 from planner.torch.rules_index import INDEX_PRESERVED
@@ -120,7 +121,8 @@ def decompose(program: Any) -> Any:
     for name in PRESERVED:
         op, overload = name.split(".")
         table.pop(getattr(getattr(torch.ops.aten, op), overload), None)
-    return program.run_decompositions(table)
+    with quiet_torch_logs():  # a failure is the caller's one line
+        return program.run_decompositions(table)
 
 
 def convert(program: Any, name: str = "torch", module_root: str = "") -> TorchImport:

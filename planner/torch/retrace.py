@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from planner.errors import UserError
+from planner.importers.torch.quiet_log import quiet_torch_logs
 from planner.torch.archive import SavedArchive
 from planner.torch.convert import decompose
 from planner.torch.record import Program, from_exported
@@ -60,7 +61,7 @@ def retrace(saved: SavedArchive, where: str) -> Program:
                             f"be allocated to trace the program ({type(e).__name__})") from None
     replay = _Replay(saved, ops, where)
     try:
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), quiet_torch_logs():  # its failure: one line below
             warnings.simplefilter("ignore")  # torch's notes on tensor attributes and the like
             exported = decompose(torch.export.export(replay, tuple(examples), strict=False))
     except _Refused as e:

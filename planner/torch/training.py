@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from planner.importers.torch.quiet_log import quiet_torch_logs
 from planner.torch.convert import TorchImport, convert
 from planner.torch.export_watch import custom_gradients, export_failed, watching
 
@@ -54,7 +55,8 @@ def export(module: Any, inputs: Sequence[Any], loss: Callable | None, labels: An
         labels = labels.clone()  # an autoencoder's target: export would merge the two inputs
     args = (*inputs, labels) if loss is not None else tuple(inputs)
     name = type(module).__name__
-    with warnings.catch_warnings(), watching(wrapped, module, PREFIX) as watch:
+    with warnings.catch_warnings(), watching(wrapped, module, PREFIX) as watch, \
+            quiet_torch_logs():  # the failure is said below, in one line
         warnings.simplefilter("ignore")
         try:
             program = torch.export.export(wrapped, args)
