@@ -114,9 +114,12 @@ def predicted_elements(op: Any, args: Any, kwargs: Mapping[str, Any],
     values: a boolean mask's selection)."""
     import torch
 
+    kwargs = {k: meta(v) for k, v in kwargs.items()}
+    if any(a.name == "device" for a in op._schema.arguments):  # a factory: made on meta too
+        kwargs["device"] = torch.device("meta")
     try:
         with torch.no_grad():
-            out = op(*meta(args), **{k: meta(v) for k, v in kwargs.items()})
+            out = op(*meta(args), **kwargs)
     except Exception:  # noqa: BLE001 - no meta kernel, a data-dependent shape, a bad argument
         return None
     outs = out if isinstance(out, (tuple, list)) else (out,)
