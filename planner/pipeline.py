@@ -65,6 +65,7 @@ from planner.memory.decision import MemoryDecision
 from planner.memory.gpu import gpu_memory, technique_curves
 from planner.memory.options import MemoryOptions
 from planner.memory.variants import ScheduleVariant, schedule_variants
+from planner.ops.collective import COLLECTIVE_OPS
 from planner.plan import (
     Evaluation,
     MemoryPlan,
@@ -578,11 +579,14 @@ def assemble(graph: Graph, model: CostModel, options: PlanOptions, schedule: Sch
         options=options.model_dump(mode="json", exclude=None if options.data_parallel.ranks > 1
                                    else {"data_parallel"}), tool=f"planner {__version__}")
     # The schedule for fewer free cores: a one-process plan's (a data-parallel plan's comm
-    # lane orders the collectives every rank issues).
+    # lane orders the collectives every rank issues). Decided by the graph, not the options:
+    # a graph with collectives planned under one-process options (the host's contention fit
+    # once did so with the step graph it was given) gets none either.
     make_variants = BACKENDS[schedule.backend].variants
     variants = (make_variants(graph, ops, memory.inserted, memory.tensors, model)
                 if make_variants is not None and options.variants
-                and options.data_parallel.ranks == 1 else ())
+                and options.data_parallel.ranks == 1
+                and not any(n.op in COLLECTIVE_OPS for n in graph.nodes) else ())
     return Plan(graph=graph, kind=graph.kind, backend=schedule.backend,
                 target=BACKENDS[schedule.backend].resources(target, ops), ops=ops,
                 happens_before=happens, tensors=memory.tensors,

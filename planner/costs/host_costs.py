@@ -77,6 +77,7 @@ from planner.costs.records import CostEntry, CostTable, CpuSample
 from planner.costs.signature import OpSignature, unique_signatures
 from planner.files import atomic_write, cache_root, check_target, folder_lock_if_writable
 from planner.graph.ir import Graph, canonical_json
+from planner.ops.collective import COLLECTIVE_OPS
 from planner.records import Record
 from planner.target.backends import traits
 from planner.target.records import Target
@@ -334,7 +335,10 @@ def host_table(graphs: Sequence[Graph], target: Target, measure: Measure,
         store = read_store(target)
         now = load if load is not None else _load_to_decide(store, wanted)
         missing = store.to_measure(wanted, now)
-        fit = corun is not None and store.to_fit(now)
+        # Fitted from a one-process step: a data-parallel step's collectives need its
+        # process group (the next one-process plan of this host fits the figures).
+        fit = corun is not None and store.to_fit(now) and not any(
+            n.op in COLLECTIVE_OPS for n in graphs[0].nodes)
         if missing:
             clock = CpuClock()
             measured = measure(missing, target, progress)
