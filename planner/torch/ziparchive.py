@@ -121,7 +121,7 @@ def read_zip_bytes(data: bytes, where: str, kind: str = "zip archive") -> dict[s
     declared = sum(e.usize for e in entries)
     if declared > TOTAL_LIMIT * max(len(data), 1):
         raise refuse(f"its members declare {declared} bytes in all, more than {TOTAL_LIMIT} "
-                     f"times the file's {len(data)}")
+                     f"times the file's {len(data)} (a zip bomb?)")
     return {entry.name: _inflate(data[start:start + entry.csize], entry, refuse)
             for entry, start in zip(entries, starts, strict=True)}
 
