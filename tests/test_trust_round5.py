@@ -17,7 +17,7 @@ import pytest
 from planner.cli.main import main
 from planner.costs.records import CostEntry, CostTable, CpuSample
 from planner.errors import NotWritten, UserError
-from planner.files import atomic_write
+from planner.io.write import atomic_write
 
 
 def refused(capsys, argv: list[str]) -> str:
@@ -66,7 +66,7 @@ def test_a_file_where_the_folder_should_be_is_named(tmp_path):
 
 def test_the_fake_tensor_log_is_quiet_before_the_one_line_error(capfd):
     torch = pytest.importorskip("torch")
-    from planner.torch.context import TorchImportError
+    from planner.importers.torch.context import TorchImportError
     from planner.torch.training import export
 
     with pytest.raises(TorchImportError, match="a and b must have same reduction dim"):
@@ -229,7 +229,7 @@ def test_an_arange_larger_than_declared_is_not_folded():
 @pytest.fixture(scope="module")
 def multinomial():
     torch = pytest.importorskip("torch")
-    from planner.torch.convert import convert
+    from planner.importers.torch.convert import convert
 
     class M(torch.nn.Module):
         def forward(self, p):

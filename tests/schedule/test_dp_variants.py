@@ -16,11 +16,11 @@ from hypothesis import strategies as st
 
 from planner.costs.host_costs import BUSY, CORUN_FIT, HostCosts, host_table, store_path
 from planner.costs.records import CostEntry, CostTable, CpuSample
-from planner.files import atomic_write
 from planner.frontend.options import GraphOptions
 from planner.frontend.prepare import prepare
-from planner.graph.ir import canonical_json
 from planner.graph.optimizer import Optimizer
+from planner.io.write import atomic_write
+from planner.ir.graph import canonical_json
 from planner.ops.collective import COLLECTIVE_OPS
 from planner.pipeline import PlanOptions, plan, priced_graphs
 from planner.schedule.parallel import DataParallelOptions

@@ -14,8 +14,8 @@
    and one_hot (rules_onehot.py: its decomposition asserts, which no op does),
    so a linear layer is one GEMM with its weight transposed in place and the loss is the
    planner's loss op, whose gradient make_training_graph knows. The decomposed program is
-   then recorded (planner/torch/record.py); a .pt2 file arrives as such a record already
-   (planner/torch/retrace.py), and from here both go the same way.
+   then recorded (planner/importers/torch/record.py); a .pt2 file arrives as such a record already
+   (planner/importers/pt2/retrace.py), and from here both go the same way.
 2. The graph signature names every placeholder: a PARAMETER becomes a param tensor under its
    state_dict name, a BUFFER a state tensor (BatchNorm's running statistics), a lifted constant
    a state tensor holding its value, a USER_INPUT an input.
@@ -47,24 +47,25 @@ from typing import Any
 
 import numpy as np
 
-import planner.torch.rules  # noqa: F401  (registering the rules)
-import planner.torch.rules_index  # noqa: F401
-import planner.torch.rules_linalg  # noqa: F401
-import planner.torch.rules_onehot  # noqa: F401  (F.one_hot; its PRESERVED below)
-import planner.torch.rules_pointwise  # noqa: F401
-import planner.torch.rules_pool  # noqa: F401  (pools; its PRESERVED below)
-import planner.torch.rules_products  # noqa: F401
-import planner.torch.rules_reduce  # noqa: F401  (the reductions; its PRESERVED below)
-import planner.torch.rules_search  # noqa: F401
-import planner.torch.rules_sort  # noqa: F401
-import planner.torch.rules_special  # noqa: F401  (special functions; its PRESERVED below)
-import planner.torch.rules_views  # noqa: F401
-from planner.graph.ir import Graph
+import planner.importers.torch.rules  # noqa: F401  (registering the rules)
+import planner.importers.torch.rules_index  # noqa: F401
+import planner.importers.torch.rules_linalg  # noqa: F401
+import planner.importers.torch.rules_onehot  # noqa: F401  (F.one_hot; its PRESERVED below)
+import planner.importers.torch.rules_pointwise  # noqa: F401
+import planner.importers.torch.rules_pool  # noqa: F401  (pools; its PRESERVED below)
+import planner.importers.torch.rules_products  # noqa: F401
+import planner.importers.torch.rules_reduce  # noqa: F401  (the reductions; its PRESERVED below)
+import planner.importers.torch.rules_search  # noqa: F401
+import planner.importers.torch.rules_sort  # noqa: F401
+import planner.importers.torch.rules_special  # noqa: F401  (special functions; its PRESERVED below)
+import planner.importers.torch.rules_views  # noqa: F401
 from planner.graph.validate import check_graph
+from planner.importers.kit import Const, Unsupported
 from planner.importers.onnx.context import Importer
-from planner.importers.onnx.errors import Unsupported
 from planner.importers.onnx.fold import FOLD_OUTPUT_LIMIT
-from planner.importers.onnx.values import Const
+from planner.importers.pt2.saved import Ref
+from planner.importers.pt2.targets import resolve
+from planner.importers.torch.context import RULES, UNAVAILABLE, NodeCtx, TorchImportError, _in
 from planner.importers.torch.fold_guard import (
     FoldRefused,
     allowed_to_fold,
@@ -72,14 +73,12 @@ from planner.importers.torch.fold_guard import (
     predicted_elements,
 )
 from planner.importers.torch.quiet_log import quiet_torch_logs
-from planner.torch.context import RULES, UNAVAILABLE, NodeCtx, TorchImportError, _in
-from planner.torch.record import Call, Program, Tensor, Value, from_exported
-from planner.torch.rules_index import INDEX_PRESERVED
-from planner.torch.rules_losses import LOSS_PRESERVED
-from planner.torch.rules_random import RANDOM_PRESERVED, fresh_draw
-from planner.torch.rules_views import UNINITIALIZED
-from planner.torch.saved import Ref
-from planner.torch.targets import resolve
+from planner.importers.torch.record import Call, Program, Tensor, Value, from_exported
+from planner.importers.torch.rules_index import INDEX_PRESERVED
+from planner.importers.torch.rules_losses import LOSS_PRESERVED
+from planner.importers.torch.rules_random import RANDOM_PRESERVED, fresh_draw
+from planner.importers.torch.rules_views import UNINITIALIZED
+from planner.ir.graph import Graph
 
 PRESERVED = ("linear.default", *LOSS_PRESERVED, *INDEX_PRESERVED, *RANDOM_PRESERVED,
              "dropout.default", "_safe_softmax.default",
@@ -91,9 +90,10 @@ PRESERVED = ("linear.default", *LOSS_PRESERVED, *INDEX_PRESERVED, *RANDOM_PRESER
              "isfinite.default",
              # detach() decomposes to alias, which passes the gradient on: a StopGradient
              "detach.default",
-             *planner.torch.rules_reduce.PRESERVED, *planner.torch.rules_pool.PRESERVED,
-             *planner.torch.rules_onehot.ONEHOT_PRESERVED,
-             *planner.torch.rules_special.PRESERVED)
+             *planner.importers.torch.rules_reduce.PRESERVED,
+             *planner.importers.torch.rules_pool.PRESERVED,
+             *planner.importers.torch.rules_onehot.ONEHOT_PRESERVED,
+             *planner.importers.torch.rules_special.PRESERVED)
 
 
 @dataclass(frozen=True)
@@ -127,10 +127,10 @@ def decompose(program: Any) -> Any:
 
 def convert(program: Any, name: str = "torch", module_root: str = "") -> TorchImport:
     """Import a program: an ExportedProgram traced in this process (decomposed, then recorded,
-    planner/torch/record.py) or a record already made (a .pt2 file's, planner/torch/retrace.py).
-    Raises TorchImportError, naming the node, its ATen op and its module path (from the node's
-    nn_module_stack), less `module_root`: the path of the user's module inside the exported
-    one (the trainer's wrapper holds it as `model`)."""
+    planner/importers/torch/record.py) or a record already made (a .pt2 file's,
+    planner/importers/pt2/retrace.py). Raises TorchImportError, naming the node, its ATen op and its
+    module path (from the node's nn_module_stack), less `module_root`: the path of the user's module
+    inside the exported one (the trainer's wrapper holds it as `model`)."""
     if not isinstance(program, Program):
         try:
             program = decompose(program)

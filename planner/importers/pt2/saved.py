@@ -8,7 +8,7 @@ higher-order op, a parameter or user-input mutation). Strings of the file (node,
 argument names, `guards_code`, `forward_arg_names`, `in_spec`, metadata) stay strings: none is
 evaluated, imported or turned into code. A node's target is `torch.ops.aten.<op>.<overload>`
 or `torch.ops.prims.<op>.<overload>` naming an operator in torch's own registry and in the
-planner's allow-list (planner/torch/targets.py); it is resolved by that lookup, never by
+planner's allow-list (planner/importers/pt2/targets.py); it is resolved by that lookup, never by
 importing a path.
 
 >>> try:

@@ -3,7 +3,7 @@ unbind, Tensor.unfold, resize) and aten.copy, which decompositions write to fill
 
 Views the planner has as ops (a Slice, a Split) become those; a view reading elements twice
 or out of order (Tensor.unfold's overlapping windows) is a gather of the positions it reads,
-known at import (planner/torch/rules_index.py), whose gradient adds up the reads.
+known at import (planner/importers/torch/rules_index.py), whose gradient adds up the reads.
 aten.copy(self, src) is src broadcast to self's shape in self's dtype: torch.export writes it
 where a decomposition fills a slice of a tensor (F.pad's circular mode, torch.diff with
 prepend, linalg.matrix_power(x, 0)), and only src's values (and gradient) reach the result.
@@ -15,10 +15,10 @@ from __future__ import annotations
 import numpy as np
 
 from planner.dtypes import DTYPE_BYTES
-from planner.importers.onnx.values import Const
-from planner.torch.context import NodeCtx, Value, rule
-from planner.torch.rules_index import flat_positions, gather_positions
-from planner.torch.rules_pointwise import as_dtype
+from planner.importers.kit import Const
+from planner.importers.torch.context import NodeCtx, Value, rule
+from planner.importers.torch.rules_index import flat_positions, gather_positions
+from planner.importers.torch.rules_pointwise import as_dtype
 
 
 def _axis(n: NodeCtx, dim: object, rank: int) -> int:

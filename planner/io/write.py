@@ -159,7 +159,7 @@ def write_text(path: str, text: str | bytes, force: bool = False) -> bool:
     """Write `text` to `path`, refusing to replace a different existing file unless `force`.
 
     Returns False when the file already holds exactly this text (nothing written, so build
-    tools watching timestamps see no change). The write is atomic (planner.files): a failure
+    tools watching timestamps see no change). The write is atomic (planner.io.write): a failure
     leaves the old file whole. A target that is not a regular file (a FIFO, /dev/full, a
     folder) is refused before anything is read from it.
     """

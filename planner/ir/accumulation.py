@@ -38,7 +38,7 @@ Example:
 
 from __future__ import annotations
 
-from planner.graph.ir import Graph, Tensor
+from planner.ir.graph import Graph, Tensor
 
 # The micro-batches taken so far (int64 scalar, role state): AccumulateGrad starts a sum when
 # it is a multiple of K, and the executor runs the optimizer step when it is one short of one.

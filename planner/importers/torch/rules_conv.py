@@ -25,8 +25,8 @@ convolutions, priced and planned as they are (algorithms, workspaces).
 
 from __future__ import annotations
 
-from planner.importers.onnx.values import Const
-from planner.torch.context import NodeCtx, Value
+from planner.importers.kit import Const
+from planner.importers.torch.context import NodeCtx, Value
 
 
 def conv3d(n: NodeCtx, x: str | Const, w: str | Const, bias: object, strides: list[int],

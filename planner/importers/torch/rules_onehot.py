@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from planner.torch.context import NodeCtx, Value, rule
-from planner.torch.rules_index import gather_rows_checked
+from planner.importers.torch.context import NodeCtx, Value, rule
+from planner.importers.torch.rules_index import gather_rows_checked
 
 ONEHOT_PRESERVED = ("one_hot.default",)
 

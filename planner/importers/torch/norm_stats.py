@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import math
 
-from planner.importers.onnx.values import Const
-from planner.torch.context import NodeCtx
-from planner.torch.rules_sort import ReadLater
+from planner.importers.kit import Const
+from planner.importers.torch.context import NodeCtx
+from planner.importers.torch.rules_sort import ReadLater
 
 
 def _shape_of(n: NodeCtx, k: int) -> list[int]:

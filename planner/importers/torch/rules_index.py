@@ -15,13 +15,12 @@ import math
 
 import numpy as np
 
-from planner.importers.onnx.errors import Unsupported
-from planner.importers.onnx.values import Const
+from planner.importers.kit import Const, Unsupported
+from planner.importers.torch.context import UNAVAILABLE, NodeCtx, Value, rule
+from planner.importers.torch.rules_pointwise import as_dtype
+from planner.importers.torch.strided import VIEW_LIMIT, logical_index
 from planner.ops.base import OpError
 from planner.ops.index import check_range
-from planner.torch.context import UNAVAILABLE, NodeCtx, Value, rule
-from planner.torch.rules_pointwise import as_dtype
-from planner.torch.strided import VIEW_LIMIT, logical_index
 
 # scatter.reduce's names for scatter_reduce's
 SCATTER_REDUCE = {"add": "sum", "multiply": "prod"}
@@ -431,7 +430,7 @@ def slice_scatter(n: NodeCtx) -> Value:
 def strided_positions(n: NodeCtx, k: int, size: list[int], stride: list[int],
                       offset: object) -> np.ndarray:
     """The flat positions in tensor argument k that its strided view (size, stride,
-    storage_offset) reads (planner/torch/strided.py), or refused."""
+    storage_offset) reads (planner/importers/torch/strided.py), or refused."""
     x = n.tensor(k)
     source = n.traced(k, "self")
     if source is None or not hasattr(source, "strides"):

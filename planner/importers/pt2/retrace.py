@@ -1,5 +1,6 @@
-"""A .pt2 file's validated program (planner/torch/saved.py) to the record the rules convert
-(planner/torch/record.py), through the same decomposition as a module traced in this process.
+"""A .pt2 file's validated program (planner/importers/pt2/saved.py) to the record the rules convert
+(planner/importers/torch/record.py), through the same decomposition as a module traced in this
+process.
 
 A saved program is usually not decomposed: torch.export writes its training IR (`aten.linear`,
 `aten.conv2d`, `aten.batch_norm` updating its buffers in place, `aten._weight_norm`). Rather
@@ -8,8 +9,8 @@ of its own (`_Replay`) and exports that module in this process, exactly as the t
 a user's module, then decomposes it (convert.decompose) and records it. What torch traces is
 the planner's code: its parameters, buffers, constants and scopes carry the planner's names
 (`p0`, `b1`, `c2`, `scopes.3`), every target is an operator object found by registry lookup
-(planner/torch/targets.py), every argument a plain value or a tensor; no name, string or path
-of the file reaches torch.fx's code generation, sympy or an unpickler. The record then gets the
+(planner/importers/pt2/targets.py), every argument a plain value or a tensor; no name, string or
+path of the file reaches torch.fx's code generation, sympy or an unpickler. The record then gets the
 file's names back as data: user inputs, state_dict names, module paths.
 """
 
@@ -21,12 +22,12 @@ from typing import Any
 import numpy as np
 
 from planner.errors import UserError
+from planner.importers.pt2.archive import SavedArchive
+from planner.importers.pt2.saved import Enum, Node, Ref
+from planner.importers.pt2.targets import resolve
+from planner.importers.torch.convert import decompose
 from planner.importers.torch.quiet_log import quiet_torch_logs
-from planner.torch.archive import SavedArchive
-from planner.torch.convert import decompose
-from planner.torch.record import Program, from_exported
-from planner.torch.saved import Enum, Node, Ref
-from planner.torch.targets import resolve
+from planner.importers.torch.record import Program, from_exported
 
 _STATE = {"parameter": "p", "buffer": "b", "tensor_constant": "c"}
 
@@ -46,7 +47,7 @@ def retrace(saved: SavedArchive, where: str) -> Program:
         op = resolve(node.target)
         if op is None:
             raise UserError(f"{where}: node {node.name!r} target {node.target!r} is not an "
-                            "operator the planner imports (planner/torch/targets.py)")
+                            "operator the planner imports (planner/importers/pt2/targets.py)")
         ops[node.name] = op
     users = [s for s in program.inputs if s.kind == "user_input"]
     examples = []

@@ -34,9 +34,8 @@ import math
 
 import numpy as np
 
-from planner.importers.onnx.errors import Unsupported
-from planner.importers.onnx.values import Const
-from planner.torch.context import UNAVAILABLE, NodeCtx, Value, rule
+from planner.importers.kit import Const, Unsupported
+from planner.importers.torch.context import UNAVAILABLE, NodeCtx, Value, rule
 
 
 def _input(n: NodeCtx) -> tuple[str | Const, tuple[int, ...]]:

@@ -23,16 +23,15 @@ import math
 
 from planner.dtypes import INTEGER_DTYPES
 from planner.importers.gather import gather_rows
-from planner.importers.onnx.errors import Unsupported
-from planner.importers.onnx.values import Const
-from planner.torch.context import UNAVAILABLE, NodeCtx, Value, rule
-from planner.torch.norm_stats import group_norm_stats, layer_norm_stats
-from planner.torch.rules_conv import conv3d, conv_transpose2d
-from planner.torch.rules_index import gather_positions, strided_positions
-from planner.torch.rules_pointwise import bool_product, cast, clamp_numbers
-from planner.torch.rules_products import scaled_sum
-from planner.torch.rules_views import padded_by_index
-from planner.torch.strided import VIEW_LIMIT, logical_index, view_ops
+from planner.importers.kit import Const, Unsupported
+from planner.importers.torch.context import UNAVAILABLE, NodeCtx, Value, rule
+from planner.importers.torch.norm_stats import group_norm_stats, layer_norm_stats
+from planner.importers.torch.rules_conv import conv3d, conv_transpose2d
+from planner.importers.torch.rules_index import gather_positions, strided_positions
+from planner.importers.torch.rules_pointwise import bool_product, cast, clamp_numbers
+from planner.importers.torch.rules_products import scaled_sum
+from planner.importers.torch.rules_views import padded_by_index
+from planner.importers.torch.strided import VIEW_LIMIT, logical_index, view_ops
 
 
 def _reshape_to(n: NodeCtx, x: str | Const, shape: tuple[int, ...]) -> Value:
@@ -152,8 +151,8 @@ def slice_(n: NodeCtx) -> Value:
 @rule("aten.as_strided.default", "aten.as_strided_copy.default")
 def as_strided(n: NodeCtx) -> Value:
     """A strided view of known strides: the Reshape / Slice / Transpose chain reading the same
-    elements (planner/torch/strided.py), else (an overlapping or reordering view) a gather of
-    the elements it reads, whose gradient adds up where the view reads an element twice."""
+    elements (planner/importers/torch/strided.py), else (an overlapping or reordering view) a gather
+    of the elements it reads, whose gradient adds up where the view reads an element twice."""
     x = n.tensor(0)
     source = n.traced(0, "self")
     if source is None or not hasattr(source, "strides"):
@@ -320,7 +319,7 @@ def pad(n: NodeCtx) -> Value:
         return x
     mode = "constant" if "constant" in n.op else "reflect" if "reflection" in n.op else "edge"
     if any(p < 0 for p in flat):
-        # negative padding crops (planner/torch/rules_views.py)
+        # negative padding crops (planner/importers/torch/rules_views.py)
         return padded_by_index(n, x, before, after, mode, float(n.arg(2, "value", 0.0)))
     value = float(n.arg(2, "value", 0.0)) if mode == "constant" else 0.0
     return n.emit1("Pad", [x], {"pads": before + after, "mode": mode, "value": value})
@@ -482,7 +481,7 @@ def rsqrt(n: NodeCtx) -> Value:
 def where(n: NodeCtx) -> Value:
     """The branches promoted to one dtype as torch.where does (heaviside's int64 0 / 1 beside
     a float tensor)."""
-    from planner.torch.rules_pointwise import as_dtype, promoted
+    from planner.importers.torch.rules_pointwise import as_dtype, promoted
 
     a, b = n.tensor(1), n.tensor(2)
     dtype = n.out_dtype or promoted(n, [a, b])

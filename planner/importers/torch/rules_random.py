@@ -30,7 +30,8 @@ draws are a function of (seed, step, rank). They match torch's distributions, no
 |                                       | below u sum(p) (the inverse CDF), at most C - 1   |
 
 The in-place forms draw into the tensor they are called on: a buffer or a parameter so
-overwritten (`self.noise.exponential_()`) is drawn anew each step (planner/torch/convert.py).
+overwritten (`self.noise.exponential_()`) is drawn anew each step
+(planner/importers/torch/convert.py).
 
 A float result other than float32 is refused (the kernels draw float32).
 """
@@ -42,10 +43,9 @@ from typing import Any
 
 import numpy as np
 
-from planner.importers.onnx.errors import Unsupported
-from planner.importers.onnx.values import Const
+from planner.importers.kit import Const, Unsupported
+from planner.importers.torch.context import NodeCtx, Value, rule
 from planner.ops.random import RANDOM_OPS
-from planner.torch.context import NodeCtx, Value, rule
 
 # Kept whole by convert.decompose (torch decomposes bernoulli(p) into rand, lt and a cast).
 RANDOM_PRESERVED = ("bernoulli.default",)

@@ -45,9 +45,8 @@ from __future__ import annotations
 
 import math
 
-from planner.importers.onnx.errors import Unsupported
-from planner.importers.onnx.values import Const
-from planner.torch.context import NodeCtx, Value, rule
+from planner.importers.kit import Const, Unsupported
+from planner.importers.torch.context import NodeCtx, Value, rule
 
 # at::Reduction
 NONE, MEAN, SUM = 0, 1, 2

@@ -28,9 +28,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from planner.importers.onnx.errors import Unsupported
-from planner.importers.onnx.values import Const
-from planner.torch.context import NodeCtx, Value, rule
+from planner.importers.kit import Const, Unsupported
+from planner.importers.torch.context import NodeCtx, Value, rule
 
 
 def _float(n: NodeCtx, *xs: str | Const) -> None:

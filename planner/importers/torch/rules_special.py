@@ -5,12 +5,12 @@ are the I0 / I1 rows without a gradient (torch's are not differentiable)."""
 
 from __future__ import annotations
 
-from planner.importers.onnx.errors import Unsupported
+from planner.importers.kit import Unsupported
+from planner.importers.torch.context import NodeCtx, Value, rule
+from planner.importers.torch.rules_pointwise import _kind, _row_rule, as_dtype
 from planner.ops.special_table import POLYGAMMA_ORDERS, ROWS
-from planner.torch.context import NodeCtx, Value, rule
-from planner.torch.rules_pointwise import _kind, _row_rule, as_dtype
 
-# kept whole by torch.export's decomposition (planner.torch.convert)
+# kept whole by torch.export's decomposition (planner.importers.torch.convert)
 PRESERVED = ("special_log_ndtr.default",)
 
 for _row in ROWS:

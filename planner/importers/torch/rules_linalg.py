@@ -17,18 +17,17 @@ MatrixSolve, MatrixSlogdet, Cholesky, MatrixSvd and MatrixQr:
 
 The `_ex` forms' info is the ops' own (attr info); LU and pivots are not computed (an error
 only when read). torch's error checks of these ops, which torch.export threads on an effect
-token, are dropped when the program is recorded (planner/torch/record.py): a singular matrix
-gives inf or NaN, where torch raises.
+token, are dropped when the program is recorded (planner/importers/torch/record.py): a singular
+matrix gives inf or NaN, where torch raises.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from planner.importers.onnx.errors import Unsupported
-from planner.importers.onnx.values import Const
-from planner.torch.context import UNAVAILABLE, NodeCtx, Value, rule
-from planner.torch.rules_products import require_floats, reshape_to
+from planner.importers.kit import Const, Unsupported
+from planner.importers.torch.context import UNAVAILABLE, NodeCtx, Value, rule
+from planner.importers.torch.rules_products import require_floats, reshape_to
 
 
 def _batched(n: NodeCtx, a: str | Const, b: str | Const) -> tuple[str | Const, str | Const]:

@@ -1,6 +1,7 @@
-"""A .pt2 archive (torch.export.save) read as data: members from planner/torch/ziparchive.py,
-the program from planner/torch/saved.py, weights and constants as raw little-endian bytes of
-their declared dtype, sizes, strides and storage offset. torch never sees the file.
+"""A .pt2 archive (torch.export.save) read as data: members from
+planner/importers/pt2/ziparchive.py, the program from planner/importers/pt2/saved.py, weights and
+constants as raw little-endian bytes of their declared dtype, sizes, strides and storage offset.
+torch never sees the file.
 
 | member (under the archive's one root folder)            | read as                          |
 | ------------------------------------------------------- | -------------------------------- |
@@ -31,8 +32,8 @@ from typing import Any
 import numpy as np
 
 from planner.errors import UserError
-from planner.torch.saved import Meta, SavedProgram, parse_program, tensor_meta
-from planner.torch.ziparchive import read_zip
+from planner.importers.pt2.saved import Meta, SavedProgram, parse_program, tensor_meta
+from planner.importers.pt2.ziparchive import read_zip
 
 _PLAIN = {"archive_format": b"pt2", "byteorder": b"little", "archive_version": None,
           ".data/version": None, ".data/serialization_id": None}

@@ -16,26 +16,21 @@ for a node with several outputs (`getitem` picks one). An output no planner op s
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from planner.graph.builder import GraphBuildError
+from planner.importers.kit import Const, ImportFailed, Rules, Unsupported
 from planner.importers.onnx.context import Importer
-from planner.importers.onnx.errors import Unsupported
-from planner.importers.onnx.values import Const
 
 
-class TorchImportError(ValueError):
+class TorchImportError(ImportFailed):
     """The ExportedProgram cannot be imported; one line naming the node, op or tensor.
 
     >>> str(TorchImportError.unsupported_ops({"aten.foo.default": "foo_1"},
     ...                                      {"aten.foo.default": "layers.3.attn"}))
     "unsupported ATen ops: aten.foo.default (node 'foo_1' in layers.3.attn)"
     """
-
-    def __init__(self, message: str, unsupported: dict[str, str] | None = None) -> None:
-        super().__init__(message.replace("\r", "\\r").replace("\n", "\\n"))
-        self.unsupported = dict(unsupported or {})
 
     @classmethod
     def unsupported_ops(cls, ops: dict[str, str],
@@ -49,7 +44,8 @@ class TorchImportError(ValueError):
 
 def _in(module: str) -> str:
     """" in layers.3.attn" for a module path; a place that starts with a preposition
-    (`from logsumexp at model.py:8`, `at model.py:12`: planner/torch/origin.py) as it is."""
+    (`from logsumexp at model.py:8`, `at model.py:12`: planner/importers/torch/origin.py) as
+    it is."""
     if not module:
         return ""
     return f" {module}" if module.startswith(("from ", "at ")) else f" in {module}"
@@ -66,21 +62,9 @@ UNAVAILABLE = _Unavailable()
 
 Value = str | Const | tuple | _Unavailable
 
-Rule = Callable[["NodeCtx"], Any]
-
 # str(aten overload), e.g. "aten.convolution.default" -> rule; filled by rules.py.
-RULES: dict[str, Rule] = {}
-
-
-def rule(*targets: str) -> Callable[[Rule], Rule]:
-    def register(fn: Rule) -> Rule:
-        for t in targets:
-            if t in RULES:
-                raise ValueError(f"two ATen conversion rules for {t}")
-            RULES[t] = fn
-        return fn
-
-    return register
+RULES = Rules("ATen")
+rule = RULES.rule
 
 
 class NodeCtx:
@@ -93,7 +77,7 @@ class NodeCtx:
                  dropouts: list[int], dtype: str | None = None, node: Any = None,
                  module: str = "", values: dict[str, Any] | None = None) -> None:
         self.imp = imp
-        self.node = node  # the call's record (planner/torch/record.py Call)
+        self.node = node  # the call's record (planner/importers/torch/record.py Call)
         self._values = values or {}  # value name -> its record Value (shape, dtype, strides)
         self.module = module  # the module path of the node (`layers.3.attn`), for messages
         self.label = label
@@ -123,7 +107,7 @@ class NodeCtx:
     def traced(self, k: int, name: str = "") -> Any:
         """The traced Value (shape, dtype, strides, storage offset) of tensor argument k, as
         the program declares it; None where unknown."""
-        from planner.torch.saved import Ref
+        from planner.importers.pt2.saved import Ref
 
         if self.node is None:
             return None

@@ -32,9 +32,8 @@ import math
 import numpy as np
 
 from planner.importers.gather import gather_rows
-from planner.importers.onnx.errors import Unsupported
-from planner.importers.onnx.values import Const
-from planner.torch.context import UNAVAILABLE, NodeCtx, Value, rule
+from planner.importers.kit import Const, Unsupported
+from planner.importers.torch.context import UNAVAILABLE, NodeCtx, Value, rule
 
 
 def _axis(n: NodeCtx, axis: object, rank: int) -> int:
@@ -165,7 +164,7 @@ def linear_cross_entropy(n: NodeCtx) -> Value:
     layer and the cross-entropy it computes chunk by chunk, as one graph (its chunking is a
     memory saving the planner's own memory plan decides). Its other outputs are the gradients
     it precomputes for its own backward, which the planner's autodiff computes instead."""
-    from planner.torch.rules_losses import MEAN, NONE, SUM, _cross_entropy
+    from planner.importers.torch.rules_losses import MEAN, NONE, SUM, _cross_entropy
 
     x, w, target = n.tensor(0), n.tensor(1), n.tensor(2)
     logits = dense(n, x, w, n.arg(3, "linear_bias"))

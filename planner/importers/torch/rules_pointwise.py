@@ -15,10 +15,10 @@ op, the node, its module path and the dtype.
 
 from __future__ import annotations
 
-from planner.importers.onnx.values import Const
+from planner.importers.kit import Const
+from planner.importers.torch.context import NodeCtx, Value, rule
 from planner.ops.integer import INTEGER_FORMS, INTEGERS
 from planner.ops.pointwise_table import ROWS, Row
-from planner.torch.context import NodeCtx, Value, rule
 
 # torch.result_type's order within a kind: a wider type wins; bfloat16 with float16 is float32
 _FLOAT_RANK = {"float16": 1, "bfloat16": 1, "float32": 2, "float64": 3}

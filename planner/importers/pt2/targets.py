@@ -11,7 +11,7 @@ in-place form (`add_`) of an allowed one, or a factory of index constants that r
 tensor (CONSTANT_FACTORIES: DLRM's `torch.tril_indices` in forward), which only torch
 evaluates at import. What the decomposition then gives must itself have a
 rule, or the import refuses it naming the op. prims operators are allowed only where a rule
-converts them. RULES is read as its importers filled it: planner/torch/convert.py imports
+converts them. RULES is read as its importers filled it: planner/importers/torch/convert.py imports
 every rule module, and the callers here import it first.
 
 >>> allowed("aten.relu.default"), allowed("aten.linear.default"), allowed("aten.nope.default")
@@ -23,7 +23,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from planner.torch.context import RULES
+from planner.importers.torch.context import RULES
 
 
 @functools.cache

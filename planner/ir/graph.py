@@ -23,7 +23,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from planner.dtypes import DType, num_bytes, num_elements
-from planner.records import Record, canonical_json  # noqa: F401 - re-exported
+from planner.ir.record import Record, canonical_json  # noqa: F401 - re-exported
 
 # Where a tensor's bytes come from and how long they persist:
 #   input, label      fed by the caller each step

@@ -23,14 +23,13 @@ without its batch axis gets one for the op, dropped after.
 
 from __future__ import annotations
 
-from planner.importers.onnx.errors import Unsupported
-from planner.importers.onnx.values import Const
+from planner.importers.kit import Const, Unsupported
+from planner.importers.torch.context import NodeCtx, Value, rule
+from planner.importers.torch.rules import _pair, _reshape_to
+from planner.importers.torch.rules_sort import ReadLater
 from planner.ops import get_op
 from planner.ops.base import OpError
 from planner.ops.pool_nd import axis_windows
-from planner.torch.context import NodeCtx, Value, rule
-from planner.torch.rules import _pair, _reshape_to
-from planner.torch.rules_sort import ReadLater
 
 PRESERVED = ("max_unpool2d.default", "max_unpool3d.default")
 

@@ -1,6 +1,6 @@
 """The program the ATen rules convert: a neutral, validated record of a decomposed torch.export
 program, made the same way for a module traced in this process (`from_exported`) and for a
-.pt2 file read as data (planner/torch/retrace.py), so both go through the same rules.
+.pt2 file read as data (planner/importers/pt2/retrace.py), so both go through the same rules.
 
 A record holds no torch object: calls with a target string (`aten.convolution.default`,
 `getitem`), arguments in which every tensor is a `Ref` to an earlier value, each output's
@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from planner.torch.saved import Ref
+from planner.importers.pt2.saved import Ref
 
 
 @dataclass(frozen=True)
@@ -46,7 +46,7 @@ class Call:
     out: Any
     module: str = ""
     users: int = 0
-    place: str = ""  # where messages place it (planner/torch/origin.py); in-process only
+    place: str = ""  # where messages place it (planner/importers/torch/origin.py); in-process only
 
     def reads(self) -> list[str]:
         """The values the call reads, in argument order."""
@@ -137,7 +137,7 @@ def from_exported(program: Any, root: str = "") -> Program:
     the `root` prefix (the trainer's wrapper holds the user's module as `model`)."""
     from torch.export.graph_signature import InputKind, OutputKind
 
-    from planner.torch.origin import location, module_path
+    from planner.importers.torch.origin import location, module_path
 
     sig = program.graph_signature
     kinds = {InputKind.USER_INPUT: "user_input", InputKind.PARAMETER: "parameter",
@@ -153,7 +153,7 @@ def from_exported(program: Any, root: str = "") -> Program:
                 continue
             kind = kinds.get(spec.kind) if spec is not None else None
             if kind is None:
-                from planner.torch.context import TorchImportError
+                from planner.importers.torch.context import TorchImportError
                 raise TorchImportError(f"input {node.name!r}: unsupported kind "
                                        f"{getattr(getattr(spec, 'kind', None), 'name', None)}")
             inputs.append(Input(node.name, kind, spec.target or "", _value(node, node.meta.get(
@@ -182,7 +182,7 @@ def from_exported(program: Any, root: str = "") -> Program:
         if spec.kind == OutputKind.TOKEN and arg in tokens:
             continue
         if kind is None or arg is None:
-            from planner.torch.context import TorchImportError
+            from planner.importers.torch.context import TorchImportError
             raise TorchImportError(f"output {arg!r}: unsupported kind {spec.kind.name}")
         outputs.append(Output(kind, arg, spec.target or ""))
     tensors = {**{k: _tensor(v) for k, v in (getattr(program, "constants", {}) or {}).items()
@@ -209,7 +209,7 @@ def _passes_token(node: Any, tokens: set[str]) -> bool:
         return False
     op = str(node.args[1])
     if op not in CHECK_EFFECTS:
-        from planner.torch.context import TorchImportError
+        from planner.importers.torch.context import TorchImportError
 
         raise TorchImportError(f"node {node.name!r} ({op}): an op with a side effect torch "
                                f"orders by an effect token; the planner accepts only the error "
@@ -225,7 +225,7 @@ def _value(node: Any, val: Any) -> Value | None:
         strides = tuple(int(s) for s in val.stride())
         offset = int(val.storage_offset())
     except (TypeError, RuntimeError) as e:  # a symbol (dynamic shapes), or data-dependent
-        from planner.torch.context import TorchImportError
+        from planner.importers.torch.context import TorchImportError
 
         if "DataDependent" in type(e).__name__:  # nonzero, masked_select, unique, ...
             raise TorchImportError(

@@ -30,10 +30,9 @@ import math
 from dataclasses import dataclass
 
 from planner.dtypes import INTEGER_DTYPES
-from planner.importers.onnx.errors import Unsupported
-from planner.importers.onnx.values import Const
-from planner.torch.context import UNAVAILABLE, NodeCtx, Value, rule
-from planner.torch.rules_pointwise import as_dtype
+from planner.importers.kit import Const, Unsupported
+from planner.importers.torch.context import UNAVAILABLE, NodeCtx, Value, rule
+from planner.importers.torch.rules_pointwise import as_dtype
 
 PRESERVED = ("all.default", "all.dim", "all.dims", "logsumexp.default", "nansum.default",
              "nanmean.default")
@@ -140,8 +139,9 @@ def reduction(n: NodeCtx) -> Value:
     y = n.emit1(row.op, [x], {"axes": axes, "keepdims": _keep(n, row.keepdim)})
     if not row.values_and_indices:
         return y
-    # max.dim's indices, where a node reads them: a TopK of one (planner/torch/rules_sort.py)
-    from planner.torch.rules_sort import ReadLater, max_with_index
+    # max.dim's indices, where a node reads them: a TopK of one
+    # (planner/importers/torch/rules_sort.py)
+    from planner.importers.torch.rules_sort import ReadLater, max_with_index
 
     return ReadLater((y, UNAVAILABLE), {1: lambda: max_with_index(n)[1]})
 
