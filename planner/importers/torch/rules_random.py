@@ -296,19 +296,14 @@ def _check_probabilities(n: NodeCtx, p: np.ndarray, axis: int) -> None:
         raise n.fail("probabilities of a row sum to 0 (torch refuses them)")
 
 
-# 2^24: a category index the float32 table below holds exactly
-_EXACT_CATEGORIES = 1 << 24
-
-
 def _refused_unless_valid(n: NodeCtx, p: Value, drawn: str, shape: tuple[int, ...]) -> str:
     """The draws, through a look-up that fails the step where a row of p is not a
     distribution (an element inf, NaN or negative, or a sum of 0), as torch.multinomial
-    raises: the row's draws are moved past the table of categories, which the Embedding
-    kernel (and the reference) refuse with an error naming the look-up
-    `<node>/invalid_probabilities`. Valid rows look up their own index: the draws unchanged."""
+    raises: the row's draws are moved past a table of one row per category, which the
+    Embedding kernel (and the reference) refuse with an error naming the look-up
+    `<node>/invalid_probabilities`. The table is zeros (a Fill of the step): a valid row's
+    look-up adds 0 to its draws."""
     categories, axis = shape[-1], len(shape) - 1
-    if categories > _EXACT_CATEGORIES:
-        raise Unsupported(f"{n.op} (more than 2^24 categories)")
     zero = n.const(0.0, "float32")
     ordinary = [n.emit1("Cast", [n.emit1(op, pair)], {"to": "float32"})
                 for op, pair in (("LessOrEqual", [zero, p]),  # false for NaN and p < 0
@@ -321,8 +316,9 @@ def _refused_unless_valid(n: NodeCtx, p: Value, drawn: str, shape: tuple[int, ..
     past = n.emit1("Cast", [n.emit1("Mul", [bad, n.const(float(categories), "float32")])],
                    {"to": "int64"})  # 0 for a valid row, `categories` for one that is not
     ids = n.emit1("Add", [drawn, past])
-    table = n.const(np.arange(categories, dtype=np.float32).reshape(categories, 1), "float32")
-    (looked,) = n.imp.builder.op_n("Embedding", [n.imp.as_tensor(table), ids],
+    table = n.emit1("Fill", [], {"shape": [categories, 1], "value": 0.0, "dtype": "float32"})
+    (looked,) = n.imp.builder.op_n("Embedding", [table, ids],
                                    name=f"{n.label}/invalid_probabilities")
-    flat = n.emit1("Reshape", [looked], {"shape": list(n.shape(drawn))})
-    return n.emit1("Cast", [flat], {"to": "int64"})
+    zeros = n.emit1("Cast", [n.emit1("Reshape", [looked], {"shape": list(n.shape(drawn))})],
+                    {"to": "int64"})
+    return n.emit1("Add", [drawn, zeros])
