@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from planner.dtypes import INTEGER_DTYPES
 from planner.importers.gather import gather_rows
 from planner.importers.kit import Const, Unsupported
@@ -28,7 +30,7 @@ from planner.importers.torch.context import UNAVAILABLE, NodeCtx, Value, rule
 from planner.importers.torch.norm_stats import group_norm_stats, layer_norm_stats
 from planner.importers.torch.rules_conv import conv3d, conv_transpose2d
 from planner.importers.torch.rules_index import gather_positions, strided_positions
-from planner.importers.torch.rules_pointwise import bool_product, cast, clamp_numbers
+from planner.importers.torch.rules_pointwise import as_dtype, bool_product, cast, clamp_numbers
 from planner.importers.torch.rules_products import scaled_sum
 from planner.importers.torch.rules_views import padded_by_index
 from planner.importers.torch.strided import VIEW_LIMIT, logical_index, view_ops
@@ -327,7 +329,14 @@ def pad(n: NodeCtx) -> Value:
 
 @rule("aten.cat.default")
 def cat(n: NodeCtx) -> Value:
-    parts = [v for v in n.arg(0, "tensors") if 0 not in n.shape(v)]
+    """torch.cat: parts of other dtypes are cast to the node's, torch.result_type of them all
+    (float32 with float64 is float64); empty parts add nothing (torch skips a 1-D empty one
+    whatever the others' rank), and when every part is empty so is the result."""
+    tensors = n.arg(0, "tensors")
+    dtype = n.out_dtype or n.dtype(tensors[0])
+    parts = [as_dtype(n, v, dtype) for v in tensors if 0 not in n.shape(v)]
+    if not parts:
+        return n.const(np.zeros(n.out_shape, dtype), dtype)
     if len(parts) == 1:
         return parts[0]
     axis = _axis(n, n.arg(1, "dim", 0), len(n.out_shape))
@@ -336,11 +345,14 @@ def cat(n: NodeCtx) -> Value:
 
 @rule("aten.stack.default")
 def stack(n: NodeCtx) -> Value:
+    """torch.stack: each part gets a new axis of one, then a Concat (promoting as cat)."""
     axis = _axis(n, n.arg(1, "dim", 0), len(n.out_shape))
+    dtype = n.out_dtype or n.dtype(n.arg(0, "tensors")[0])
     parts = []
     for v in n.arg(0, "tensors"):
         shape = list(n.shape(v))
-        parts.append(_reshape_to(n, v, tuple(shape[:axis] + [1] + shape[axis:])))
+        parts.append(_reshape_to(n, as_dtype(n, v, dtype), tuple(shape[:axis] + [1] +
+                                                                shape[axis:])))
     return parts[0] if len(parts) == 1 else n.emit1("Concat", parts, {"axis": axis})
 
 
@@ -774,8 +786,12 @@ def dropout(n: NodeCtx) -> Value:
 
 
 def _dropout(n: NodeCtx, x: str | Const, p: float) -> str:
-    if p >= 1:
-        raise Unsupported(f"{n.op} (p = 1)")
+    if not 0 <= p <= 1:
+        raise n.fail(f"dropout probability {p} is not in [0, 1] (torch refuses it too)")
+    if p == 1:
+        # torch's x * mask * scale with an all-zero mask and scale 0: zeros, NaN where x is not
+        # finite; the gradient dy * 0 is zero
+        return n.emit1("Mul", [x, n.const(0.0, n.dtype(x))])
     return n.emit1("Dropout", [x], {"rate": p, "seed": n.next_dropout_seed()})
 
 
