@@ -358,7 +358,12 @@ def host_table(graphs: Sequence[Graph], target: Target, measure: Measure,
                           "not kept", file=progress)
     fresh = {s.key for s in missing}
     table = store.for_signatures(wanted)
-    keep_priced(table)
+    try:
+        keep_priced(table)
+    except OSError as e:  # a read-only cache plans all the same (explain lacks the table)
+        if progress is not None:
+            print(f"planner: warning: {e}; `planner explain` will not find this plan's "
+                  "cost table", file=progress)
     return HostPricing(table=table,
                        measured=tuple(sorted(fresh)),
                        kept=tuple(sorted(s.key for s in wanted if s.key not in fresh)))
