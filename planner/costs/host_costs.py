@@ -76,9 +76,10 @@ from planner.costs.conv_layouts import profiled_signatures
 from planner.costs.records import CostEntry, CostTable, CpuSample
 from planner.costs.signature import OpSignature, unique_signatures
 from planner.errors import UserError
-from planner.io.write import atomic_write, cache_root, folder_lock
+from planner.io.write import atomic_write, cache_root, check_target, folder_lock_if_writable
 from planner.ir.graph import Graph, canonical_json
 from planner.ir.record import Record
+from planner.ops.collective import COLLECTIVE_OPS
 from planner.target.backends import traits
 from planner.target.load import (  # noqa: F401 (the store's names)
     BUSY,
@@ -256,11 +257,19 @@ def host_table(graphs: Sequence[Graph], target: Target, measure: Measure,
                         f"('host'); give a cost table measured there, or 'analytical'")
     wanted = unique_signatures([s for g in graphs for s in profiled_signatures(g)])
     path = store_path(target)
-    with folder_lock(path.parent / path.stem):  # two plans on one host take turns
+    # A store path that is not a file (a folder in its place) would take the measurements
+    # and then refuse them: refused before anything is measured.
+    check_target(path)
+    # Two plans on one host take turns; a read-only cache is read unlocked (its lock file
+    # cannot be made), and plans from what it holds.
+    with folder_lock_if_writable(path.parent / path.stem):
         store = read_store(target)
         now = load if load is not None else _load_to_decide(store, wanted)
         missing = store.to_measure(wanted, now)
-        fit = corun is not None and store.to_fit(now)
+        # Fitted from a one-process step: a data-parallel step's collectives need its
+        # process group (the next one-process plan of this host fits the figures).
+        fit = corun is not None and store.to_fit(now) and not any(
+            n.op in COLLECTIVE_OPS for n in graphs[0].nodes)
         if missing:
             clock = CpuClock()
             measured = measure(missing, target, progress)
@@ -270,10 +279,21 @@ def host_table(graphs: Sequence[Graph], target: Target, measure: Measure,
             figures = corun(graphs[0], target, store.for_signatures(wanted), progress)
             store = store.fitted(figures, _during(clock, load, now))
         if missing or fit:
-            atomic_write(path, canonical_json(store.model_dump(mode="json", exclude_none=True)))
+            try:
+                atomic_write(path, canonical_json(store.model_dump(mode="json",
+                                                                   exclude_none=True)))
+            except OSError as e:  # a full disk, a read-only cache: this plan still uses them
+                if progress is not None:
+                    print(f"planner: warning: {e}; the measurements price this plan but are "
+                          "not kept", file=progress)
     fresh = {s.key for s in missing}
     table = store.for_signatures(wanted)
-    keep_priced(table)
+    try:
+        keep_priced(table)
+    except OSError as e:  # a read-only cache plans all the same (explain lacks the table)
+        if progress is not None:
+            print(f"planner: warning: {e}; `planner explain` will not find this plan's "
+                  "cost table", file=progress)
     return HostPricing(table=table,
                        measured=tuple(sorted(fresh)),
                        kept=tuple(sorted(s.key for s in wanted if s.key not in fresh)))

@@ -14,6 +14,7 @@ from planner.ir.graph import Graph
 from planner.memory.decision import MemoryDecision
 from planner.memory.one_lane import faster_one_lane, one_lane_ops
 from planner.memory.variants import Rows, variants_of
+from planner.ops.collective import COLLECTIVE_OPS
 from planner.pipeline.backends import BACKENDS
 from planner.pipeline.options import PlanOptions
 from planner.plan import MemoryPlan, OpPlan, Plan, PlanProvenance, Summary, digest
@@ -92,12 +93,15 @@ def _one_lane(graph: Graph, model: CostModel, options: PlanOptions, schedule: Sc
     all the cores where that is faster and the planner chose the strategy."""
     # One lane per core count, in execution order: a one-process plan's without collectives
     # (a comm lane, a data-parallel step's or a ZeRO-3 evaluation's gathers, orders the
-    # collectives every rank issues).
+    # collectives every rank issues). Decided by the graph too, not the options alone: a
+    # graph with collectives planned under one-process options (the host's contention fit
+    # once did so with the step graph it was given) gets none either.
     make_rows = BACKENDS[schedule.backend].variants
     optimized = schedule.strategy == "optimized"
     rows = (make_rows(graph, ops, memory.inserted, memory.tensors, model)
             if make_rows is not None and (options.variants or optimized)
-            and options.data_parallel.ranks == 1 and all(op.cpus for op in ops) else ())
+            and options.data_parallel.ranks == 1 and all(op.cpus for op in ops)
+            and not any(n.op in COLLECTIVE_OPS for n in graph.nodes) else ())
     # The planner's own choice is never slower than the one-lane schedule of the same cores
     # (planner.memory.one_lane); a strategy the user named is kept as named.
     step = max((op.end for op in ops), default=0.0)

@@ -44,7 +44,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from planner.errors import UserError
-from planner.io.write import atomic_write, cache_root, folder_lock
+from planner.io.write import atomic_write, cache_root, folder_lock_if_writable
 from planner.ir.graph import canonical_json
 from planner.ir.record import Record
 from planner.target.load import BUSY
@@ -135,13 +135,9 @@ def kept_measurement(key: str, measure: Callable[[], HostMeasurement],
     is kept of the old and the new is `keep`'s (rounded). Processes detecting at once take
     turns: one measures, the others read what it kept."""
     path = entry_path(key)
-    try:
-        lock = folder_lock(path)
-        lock.__enter__()
-    except OSError:  # no cache folder can be made: this run's numbers, measured each time
-        return measure().rounded()
-    with contextlib.ExitStack() as held:
-        held.push(lock)
+    # A read-only cache (no lock file can be made) still reads what it holds: the host's
+    # digest stays the kept one; only a host it lacks is measured anew each run.
+    with folder_lock_if_writable(path):
         try:
             kept = _read(path)
         except UserError:
@@ -152,7 +148,7 @@ def kept_measurement(key: str, measure: Callable[[], HostMeasurement],
             return kept
         measured = keep(kept, measure().rounded())
         if measured is not kept:
-            with contextlib.suppress(OSError):  # a read-only cache: as above
+            with contextlib.suppress(OSError):  # a read-only cache: this run's numbers
                 atomic_write(path, measured.model_dump_json(indent=2) + "\n")
         return measured
 

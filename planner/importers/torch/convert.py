@@ -84,7 +84,14 @@ from planner.importers.onnx.fold import FOLD_OUTPUT_LIMIT
 from planner.importers.pt2.saved import Ref
 from planner.importers.pt2.targets import resolve
 from planner.importers.torch.context import RULES, NodeCtx, TorchImportError, _in, _Unavailable
+from planner.importers.torch.fold_guard import (
+    FoldRefused,
+    allowed_to_fold,
+    check_operands,
+    predicted_elements,
+)
 from planner.importers.torch.grad_mode import detach_grad_off
+from planner.importers.torch.quiet_log import quiet_torch_logs
 from planner.importers.torch.record import (
     Call,
     Program,
@@ -144,7 +151,7 @@ def decompose(program: Any) -> Any:
     for name in PRESERVED:
         op, overload = name.split(".")
         table.pop(getattr(getattr(torch.ops.aten, op), overload), None)
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), quiet_torch_logs():  # a failure: the caller's one line
         # torch's own deprecation inside its deepcopy of the module call graph (torch 2.9:
         # `isinstance(treespec, LeafSpec)` from copyreg): nothing the user can act on.
         warnings.filterwarnings("ignore", message=r".*\bLeafSpec\b", category=FutureWarning)
@@ -304,8 +311,9 @@ def _foldable(call: Call, env: Mapping[str, Any]) -> bool:
     """Is the call a computation on constants alone (a causal mask built in forward from
     arange, tril, comparisons), which torch itself evaluates now? Not on float parameters or
     buffers (they stay tensors the planner trains or updates), not a random op or an `empty`
-    (whose rule gives zeros, not the memory torch finds), and not an
-    output past FOLD_OUTPUT_LIMIT elements."""
+    (whose rule gives zeros, not the memory torch finds), only an operator whose kernel reads
+    no value as an address unchecked (planner/importers/torch/fold_guard.py), and not an
+    output past FOLD_OUTPUT_LIMIT elements, as declared and as the operands make it."""
     import torch
 
     reads = [env.get(r) for r in call.reads()]
@@ -313,11 +321,23 @@ def _foldable(call: Call, env: Mapping[str, Any]) -> bool:
         return False
     op = resolve(call.target)
     if op is None or torch.Tag.nondeterministic_seeded in op.tags or \
-            call.target in UNINITIALIZED:  # torch's values would be whatever memory held
+            call.target in UNINITIALIZED or not allowed_to_fold(call.target):
         return False
     vals = call.out if isinstance(call.out, tuple) else (call.out,)
-    return all(isinstance(v, Value) for v in vals) and \
-        sum(math.prod(v.shape) for v in vals) <= FOLD_OUTPUT_LIMIT
+    if not all(isinstance(v, Value) for v in vals) or \
+            sum(math.prod(v.shape) for v in vals) > FOLD_OUTPUT_LIMIT:
+        return False
+
+    def meta(v: Any) -> Any:
+        if isinstance(v, Ref):
+            c = env[v.name]
+            return torch.empty(c.shape, dtype=getattr(torch, c.dtype), device="meta")
+        if isinstance(v, (tuple, list)):
+            return type(v)(meta(i) for i in v)
+        return v
+
+    elements = predicted_elements(op, call.args, call.kwargs, meta)
+    return elements is not None and elements <= FOLD_OUTPUT_LIMIT
 
 
 def _fold(imp: Importer, call: Call, env: Mapping[str, Any]) -> Const | tuple[Const, ...]:
@@ -337,6 +357,15 @@ def _fold(imp: Importer, call: Call, env: Mapping[str, Any]) -> Const | tuple[Co
             raise Unsupported(f"{call.target} (of constants, giving {type(t).__name__})")
         return Const.of(imp.fresh(call.name), to_numpy(t), origin="constant")
 
+    try:  # the file's values the kernel would trust, checked first
+        check_operands(call.target, call.args, call.kwargs,
+                       lambda v: np.asarray(env[v.name].value()) if isinstance(v, Ref)
+                       else None)
+    except FoldRefused as e:
+        raise TorchImportError(f"node {call.name!r}{_in(call.place or call.module)} "
+                               f"({call.target}): its constant operands hold {e}; refused "
+                               "rather than evaluated (a corrupt or edited model file?)") \
+            from None
     op = resolve(call.target)
     with torch.no_grad():
         out = op(*tensor(call.args), **{k: tensor(v) for k, v in call.kwargs.items()})

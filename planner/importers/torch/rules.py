@@ -714,9 +714,8 @@ def convolution(n: NodeCtx) -> Value:
 
 def _affine(n: NodeCtx, v: object, shape: tuple[int, ...], fill: float, like: str) -> str | Const:
     """An optional scale/shift: absent (affine=False) is a constant of ones / zeros."""
-    import numpy as np
-
-    return v if v is not None else n.const(np.full(shape, fill), n.dtype(like))  # type: ignore
+    return v if v is not None else filled(n, shape, fill, n.dtype(like),  # type: ignore
+                                          f"{n.label}/const")
 
 
 @rule("aten._native_batch_norm_legit_functional.default",
@@ -824,7 +823,6 @@ def attention(n: NodeCtx) -> Value:
 @rule("aten.full.default", "aten.zeros.default", "aten.ones.default", "aten.scalar_tensor.default",
       "aten.full_like.default", "aten.zeros_like.default", "aten.ones_like.default")
 def full(n: NodeCtx) -> Value:
-    import numpy as np
 
     name = n.op.split(".")[1]
     value = {"zeros": 0, "ones": 1, "zeros_like": 0, "ones_like": 1}.get(name)
@@ -834,5 +832,26 @@ def full(n: NodeCtx) -> Value:
     if dtype is None and name.endswith("_like"):
         dtype = n.dtype(n.tensor(0))
     dtype = _dtype_name(dtype) if dtype is not None else "float32"
-    return Const.of(n.imp.fresh(n.label), np.full(n.out_shape, value, dtype=dtype),
-                    origin="constant")
+    return filled(n, tuple(n.out_shape or ()), value, dtype)
+
+
+def filled(n: NodeCtx, shape: tuple[int, ...], value: object, dtype: str,
+           name: str | None = None) -> Value:
+    """A tensor of `shape` holding `value`: a constant made now up to FOLD_OUTPUT_LIMIT
+    elements (the cap on every constant an import materialises: a 9 KB file may declare
+    zeros of 2^29 elements), a Fill op the step computes past it. `name`: the constant's
+    (else the node's)."""
+    import numpy as np
+
+    from planner.importers.onnx.fold import FOLD_OUTPUT_LIMIT
+
+    count = math.prod(shape)
+    if count <= FOLD_OUTPUT_LIMIT:
+        return Const.of(n.imp.fresh(name or n.label), np.full(shape, value, dtype=dtype),
+                        origin="constant")
+    exact = isinstance(value, (bool, int, float)) and float(value) == value
+    if dtype not in ("float32", "int64") or not exact:
+        raise n.fail(f"a constant {dtype} tensor of {count} elements, more than the "
+                     f"{FOLD_OUTPUT_LIMIT} an import makes, and not one the step can fill "
+                     "(float32 or int64 of one exact value)")
+    return n.emit1("Fill", [], {"shape": list(shape), "value": float(value), "dtype": dtype})
