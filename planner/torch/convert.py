@@ -99,6 +99,9 @@ class TorchImport:
     consts: Mapping[str, Const]
     inputs: tuple[str, ...]
     counters: Mapping[str, int] = field(default_factory=dict)
+    # The tensor behind each of the program's outputs, in its order (the graph's outputs list
+    # each once): torch.compile's graphs may return one tensor twice.
+    returned: tuple[str, ...] = ()
 
     def params(self) -> dict[str, np.ndarray]:
         """Every param and state tensor's value, by name (state_dict names for the module's)."""
@@ -151,12 +154,13 @@ def convert(program: Any, name: str = "torch", module_root: str = "") -> TorchIm
                                     "initializer")
     counters = _counters(program)
     _convert_nodes(imp, program.calls, env, metas, skip=set(counters.values()))
-    graph_outputs = _outputs(program, env, imp, counters)
+    returned = _outputs(program, env, imp, counters)
+    graph_outputs = list(dict.fromkeys(returned))
     graph = check_graph(imp.builder.build(outputs=graph_outputs,
                                           loss=_traced_loss(imp, graph_outputs)))
     return TorchImport(graph, {t.name: imp.consts[t.name] for t in graph.tensors
                                if t.name in imp.consts}, tuple(inputs),
-                       {buf: 1 for buf in counters})
+                       {buf: 1 for buf in counters}, tuple(returned))
 
 
 def _meta(call: Call) -> tuple[tuple[int, ...], str]:
@@ -328,7 +332,7 @@ def _outputs(program: Program, env: dict[str, Any], imp: Importer,
                                        "place")
         else:
             raise TorchImportError(f"output {spec.name!r}: unsupported kind {spec.kind}")
-    return list(dict.fromkeys(outputs))
+    return outputs
 
 
 def _traced_loss(imp: Importer, outputs: list[str]) -> str | None:

@@ -177,7 +177,10 @@ def from_exported(program: Any, root: str = "") -> Program:
     for spec in sig.output_specs:
         kind = {OutputKind.USER_OUTPUT: "user_output",
                 OutputKind.BUFFER_MUTATION: "buffer_mutation",
-                OutputKind.PARAMETER_MUTATION: "parameter_mutation"}.get(spec.kind)
+                OutputKind.PARAMETER_MUTATION: "parameter_mutation",
+                # an input written in place (torch.compile's graphs take buffers as inputs):
+                # convert refuses it; planner.torch.backend reads it as an output
+                OutputKind.USER_INPUT_MUTATION: "user_input_mutation"}.get(spec.kind)
         arg = getattr(spec.arg, "name", None)
         if spec.kind == OutputKind.TOKEN and arg in tokens:
             continue
