@@ -26,8 +26,10 @@ where (PlannerFallback), or raises with options fallback=False.
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import warnings
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -45,6 +47,17 @@ class PlannerFallback(UserWarning):
 # Loaded executor packages by plan digest: a plan planned twice (a second module of the same
 # shapes, a recompile) is built and loaded once per process.
 _PACKAGES: dict[str, Any] = {}
+# Every planned call, so that its executors are dropped before the interpreter's teardown
+# (Dynamo's code cache and a last loss's autograd graph hold them to the end; nanobind reports
+# executors alive then).
+_RUNS: weakref.WeakSet = weakref.WeakSet()
+
+
+@atexit.register
+def _release() -> None:
+    for run in list(_RUNS):
+        run.release()
+    _PACKAGES.clear()
 
 
 class Piece:
@@ -146,6 +159,10 @@ def _in_place(t: Any) -> Any:
 class _Inference:
     def __init__(self, piece: Any, feeds: _Feeds, ex: Any) -> None:
         self.piece, self.feeds, self.ex = piece, feeds, ex
+        _RUNS.add(self)
+
+    def release(self) -> None:
+        self.ex = None
 
     def __call__(self, args: Sequence[Any]) -> tuple:
         import torch
@@ -164,6 +181,10 @@ class _Training:
         self.differentiable = differentiable
         position = {n: k for k, n in enumerate(piece.inputs) if n}
         self.read = tuple(position[t] for t in split.forward_inputs_read)
+        _RUNS.add(self)
+
+    def release(self) -> None:
+        self.forward = self.backward = None
 
     def __call__(self, args: Sequence[Any]) -> tuple:
         import torch
