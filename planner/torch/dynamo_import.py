@@ -59,7 +59,10 @@ def import_piece(gm: Any, args: Sequence[Any], name: str) -> PieceImport:
             full = list(fixed)
             for k, t in zip(tensor_at, tensors, strict=True):
                 full[k] = t
-            out = self.gm(*full)
+            # Run node by node with each node's meta kept: the traced calls then carry the
+            # user's module path and source line (Dynamo's), which messages name.
+            with torch.fx.traceback.preserve_node_meta():
+                out = torch.fx.Interpreter(self.gm).run(*full)
             return tuple(out) if isinstance(out, (tuple, list)) else (out,)
 
     examples = tuple(args[k].detach() for k in tensor_at)

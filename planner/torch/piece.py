@@ -93,8 +93,11 @@ class Piece:
             if not self.options.fallback:
                 raise
             message = " ".join(str(e).split())
-            warnings.warn(f"planner: graph {self.name} runs eagerly: {message}",
-                          PlannerFallback, stacklevel=3)
+            # One line: the message names the op and the user's line; no source line of
+            # Dynamo's frames under it (warn's usual second line).
+            warnings.warn_explicit(f"graph {self.name} runs eagerly: {message}",
+                                   PlannerFallback, filename="<planner>", lineno=0,
+                                   module="planner.torch.piece")
             return None
 
 
