@@ -181,3 +181,114 @@ def test_unknown_option_is_named():
 
 def test_registered_with_dynamo():
     assert "planner" in torch._dynamo.list_backends(exclude_tags=())
+
+
+class Block(nn.Module):
+    """torchvision's BasicBlock: two 3x3 conv-BN, a projected shortcut when the shape changes."""
+
+    def __init__(self, cin: int, cout: int, stride: int) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(cout)
+        self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(cout)
+        self.down = None if stride == 1 and cin == cout else nn.Sequential(
+            nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
+
+    def forward(self, x):
+        out = F.relu(self.bn1(self.conv1(x)))
+        out = self.bn2(self.conv2(out))
+        return F.relu(out + (x if self.down is None else self.down(x)))
+
+
+class TinyResNet(nn.Module):
+    """ResNet-18's layout (stem, max pool, stages of BasicBlocks, average pool, fc) at test size."""
+
+    def __init__(self, classes: int = 5) -> None:
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, 8, 3, 1, 1, bias=False), nn.BatchNorm2d(8),
+                                  nn.ReLU(), nn.MaxPool2d(3, 2, 1))
+        self.layer1 = nn.Sequential(Block(8, 8, 1), Block(8, 8, 1))
+        self.layer2 = nn.Sequential(Block(8, 16, 2), Block(16, 16, 1))
+        self.fc = nn.Linear(16, classes)
+
+    def forward(self, x):
+        h = self.layer2(self.layer1(self.stem(x)))
+        return self.fc(torch.flatten(F.adaptive_avg_pool2d(h, 1), 1))
+
+
+class TinyEncoder(nn.Module):
+    def __init__(self, classes: int = 5) -> None:
+        super().__init__()
+        self.embed = nn.Linear(6, 16)
+        self.encoder = nn.TransformerEncoder(
+            nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, batch_first=True), 2,
+            enable_nested_tensor=False)
+        self.fc = nn.Linear(16, classes)
+
+    def forward(self, x):
+        return self.fc(self.encoder(self.embed(x)).mean(1))
+
+
+def stock_loop(model, train_set, val_set, epochs: int = 2):
+    """A stock PyTorch loop: AdamW, clip_grad_norm_, a StepLR schedule, DataLoaders whose last
+    batch is smaller, model.eval() and no_grad for validation. Returns (train losses,
+    validation losses)."""
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.01)
+    sched = torch.optim.lr_scheduler.StepLR(opt, step_size=2, gamma=0.5)
+    train = torch.utils.data.DataLoader(train_set, batch_size=4, shuffle=False)
+    val = torch.utils.data.DataLoader(val_set, batch_size=4)
+    losses, val_losses = [], []
+    for _ in range(epochs):
+        model.train()
+        for x, y in train:
+            loss = F.cross_entropy(model(x), y)
+            opt.zero_grad()
+            loss.backward()
+            nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            sched.step()
+            losses.append(loss.item())
+        model.eval()
+        with torch.no_grad():
+            val_losses.append(sum(F.cross_entropy(model(x), y, reduction="sum").item()
+                                  for x, y in val))
+    return losses, val_losses
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("make,shape", [(TinyResNet, (3, 8, 8)), (TinyEncoder, (5, 6))],
+                         ids=["resnet", "encoder"])
+def test_stock_loop_equals_eager(make, shape):
+    """The acceptance loop with only `model = torch.compile(model, backend="planner")` added:
+    ten training samples in batches of 4, 4, 2, six validation samples in 4, 2, two epochs.
+    AdamW divides each gradient by its own running magnitude, so a weight whose gradient is
+    near zero moves by up to lr whatever its rounding; the losses and the outputs are what
+    float32 noise leaves alike, and the weights within lr's noise of eager's."""
+    torch.manual_seed(3)
+    g = torch.Generator().manual_seed(4)
+    data = torch.utils.data.TensorDataset(torch.randn(16, *shape, generator=g),
+                                          torch.randint(0, 5, (16,), generator=g))
+    train_set = torch.utils.data.Subset(data, range(10))
+    val_set = torch.utils.data.Subset(data, range(10, 16))
+    model = make()
+    ref = copy.deepcopy(model)
+    with warnings.catch_warnings():
+        # the encoder's eval-mode fast path (aten._transformer_encoder_layer_fwd) runs eagerly
+        warnings.simplefilter("ignore", PlannerFallback)
+        got = stock_loop(compiled(model), train_set, val_set)
+    want = stock_loop(ref, train_set, val_set)
+    assert got[0] == pytest.approx(want[0], rel=1e-5)
+    assert got[1] == pytest.approx(want[1], rel=1e-5)
+    state, state_ref = model.state_dict(), ref.state_dict()
+    for k, want_k in state_ref.items():
+        got_k = state[k]
+        if k.endswith("self_attn.in_proj_bias"):
+            # The key bias adds one constant to each query's scores, which softmax cancels:
+            # its gradient is rounding noise in eager too, and AdamW moves each of its
+            # elements by up to lr (3e-3, then 1.5e-3, 7.5e-4) a step whatever that noise is.
+            d = want_k.numel() // 3
+            assert float((got_k[d:2 * d] - want_k[d:2 * d]).abs().max()) <= 0.015, k
+            got_k = torch.cat([got_k[:d], got_k[2 * d:]])
+            want_k = torch.cat([want_k[:d], want_k[2 * d:]])
+        assert_close(got_k, want_k, k, rtol=1e-4)
