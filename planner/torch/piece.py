@@ -243,7 +243,7 @@ def _function() -> Any:
                 s = split.seeds.get(o)
                 if s is not None and g is not None:  # an output returned twice: both summed
                     seeds[s] = g if s not in seeds else seeds[s] + g
-            for o, s in split.seeds.items():
+            for s in split.seeds.values():
                 if s not in seeds and s in split.backward.tensor_map:
                     shape = split.backward.tensor(s).shape
                     seeds[s] = torch.zeros(shape, dtype=torch.float32)
