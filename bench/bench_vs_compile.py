@@ -16,8 +16,9 @@ beside neighbour processes; this bench on the quiet machine, each run in a proce
 Each round runs every model's engines one after another (ours, eager, compile, backend; the
 next round in the reverse order), each in a fresh process (bench/step_process.py) that builds
 (or, for compile and backend, compiles) it, warms it up and times --steps steps; the table
-gives medians over rounds of each run's median step, and the 1-minute load average before, after each round and after. Our executor runs its plan's main schedule, priced by an
-in-step profile of the module (planner.torch's `costs="in-step"`) taken in the first round and
+gives medians over rounds of each run's median step, and the 1-minute load average before,
+after each round and after. Our executor runs its plan's main schedule, priced by an in-step
+profile of the module (planner.torch's `costs="in-step"`) taken in the first round and
 kept for the others, or with `--costs measured` by planner.torch's default (each signature
 measured once per host and kept in $PLANNER_CACHE). Models: bench/cpu_modules.py (SGD, lr 0.01,
 2 threads on the 2-core hosts); `fresh` names its FRESH seven (tests/importers/fresh_models.py
