@@ -292,3 +292,26 @@ def test_stock_loop_equals_eager(make, shape):
             got_k = torch.cat([got_k[:d], got_k[2 * d:]])
             want_k = torch.cat([want_k[:d], want_k[2 * d:]])
         assert_close(got_k, want_k, k, rtol=1e-4)
+
+
+def test_dropout_draws_anew_each_call_and_its_gradient_uses_the_forward_mask():
+    """The planner's own draws (not torch's bits): about half the elements dropped at p=0.5,
+    another mask on the next call, and the gradient the kept elements' 1/(1-p) exactly (the
+    backward call redraws the forward call's mask)."""
+    def f(x):
+        return F.dropout(x, 0.5, training=True) * 3.0
+
+    torch._dynamo.reset()
+    fn = torch.compile(f, backend="planner", options=OPTIONS)
+    masks = []
+    for _ in range(2):
+        x = (torch.rand(64, 64) + 0.5).requires_grad_(True)
+        y = fn(x)
+        y.sum().backward()
+        kept = y != 0
+        masks.append(kept)
+        # 4096 Bernoulli(0.5) draws: the kept fraction within 5 standard deviations (0.039)
+        assert abs(float(kept.float().mean()) - 0.5) < 0.04
+        assert torch.equal(y.detach(), torch.where(kept, x.detach() * 6.0, 0.0))
+        assert torch.equal(x.grad, kept.float() * 6.0)
+    assert not torch.equal(masks[0], masks[1])

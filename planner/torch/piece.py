@@ -19,8 +19,11 @@ non-contiguous one is made contiguous first), so the module's parameters stay to
 executors' outputs come back as arrays torch wraps without a copy. New values of arguments the
 graph writes (BatchNorm's running statistics, num_batches_tracked) are copied back into them.
 
-A call the planner refuses (an op it lacks, an op without a gradient rule, a random op in a
-graph that needs gradients) runs gm itself, eagerly, after one warning line naming the op and
+Dropout and random ops draw from the planner's generator (planner/ops/random.py), keyed by a
+count of calls over the process (RNG_STEP), so each call draws anew and a backward call redraws
+its forward call's Dropout mask; the bits are not torch's.
+
+A call the planner refuses (an op it lacks, an op without a gradient rule) runs gm itself, eagerly, after one warning line naming the op and
 where (PlannerFallback), or raises with options fallback=False.
 """
 
@@ -28,6 +31,7 @@ from __future__ import annotations
 
 import atexit
 import hashlib
+import itertools
 import warnings
 import weakref
 from collections.abc import Sequence
@@ -120,14 +124,13 @@ def _plan(gm: Any, args: Sequence[Any], needs: tuple[bool, ...] | None, name: st
             raise TorchImportError(f"a {a.device.type} tensor: the planner's torch.compile "
                                    "backend runs CPU tensors")
     piece = import_piece(gm, args, name)
-    feeds = _Feeds(piece.inputs)
+    graph = _with_draw_count(piece.graph)
+    feeds = _Feeds(piece.inputs, RNG_STEP in graph.tensor_map)
     if needs is None:
-        return _Inference(piece, feeds, _executor(piece.graph, piece.consts, options,
+        return _Inference(piece, feeds, _executor(graph, piece.consts, options,
                                                   feeds.examples(args)))
-    _refuse_random(piece.graph)
     from planner.graph.vjp import split_vjp
 
-    graph = piece.graph
     wrt = [piece.inputs[k] for k, need in enumerate(needs) if need and piece.inputs[k]]
     reached = _reached(graph, set(wrt))
     of = [o for o in dict.fromkeys(piece.outputs) if o in reached]
@@ -138,18 +141,49 @@ def _plan(gm: Any, args: Sequence[Any], needs: tuple[bool, ...] | None, name: st
     return _Training(piece, feeds, split, forward, backward, needs, frozenset(of))
 
 
+# The int64 scalar input a piece's Dropout and random nodes read as their step (their draws'
+# stream, planner/ops/dropout.py): one count over every call of every piece in the process, so
+# no two calls draw alike (each piece numbers its random nodes' seeds from 1), and a backward
+# call recomputes its forward call's Dropout mask from the count that call was given.
+RNG_STEP = "dynamo/rng_step"
+_DRAWS = itertools.count()
+
+
+def _with_draw_count(graph: Any) -> Any:
+    """`graph` with RNG_STEP as the step input of every Dropout and random node that has none
+    (as planner.graph.autodiff.add_dropout_step gives a training graph its rng/step)."""
+    from planner.graph.autodiff import _draws_without_step
+    from planner.graph.ir import Graph, Tensor
+    from planner.graph.validate import check_graph
+
+    nodes = [n.model_copy(update={"inputs": (*n.inputs, RNG_STEP)})
+             if _draws_without_step(graph, n) else n for n in graph.nodes]
+    if nodes == list(graph.nodes):
+        return graph
+    count = Tensor(name=RNG_STEP, shape=(), dtype="int64", role="input")
+    return check_graph(Graph(**{**{f: getattr(graph, f) for f in Graph.model_fields},
+                                "nodes": tuple(nodes), "tensors": (*graph.tensors, count)}))
+
+
 @dataclass(frozen=True)
 class _Feeds:
-    """The graph's input tensor of each argument."""
+    """The graph's input tensor of each argument, and whether it reads RNG_STEP."""
 
     inputs: tuple[str | None, ...]
+    draws: bool = False
 
     def of(self, args: Sequence[Any]) -> dict[str, Any]:
-        return {n: _in_place(a) for n, a in zip(self.inputs, args, strict=True) if n}
+        feeds = {n: _in_place(a) for n, a in zip(self.inputs, args, strict=True) if n}
+        if self.draws:
+            feeds[RNG_STEP] = np.array(next(_DRAWS), dtype=np.int64)
+        return feeds
 
     def examples(self, args: Sequence[Any]) -> dict[str, np.ndarray]:
-        return {n: a.detach().cpu().numpy() for n, a in zip(self.inputs, args, strict=True)
-                if n}
+        feeds = {n: a.detach().cpu().numpy() for n, a in zip(self.inputs, args, strict=True)
+                 if n}
+        if self.draws:
+            feeds[RNG_STEP] = np.array(0, dtype=np.int64)
+        return feeds
 
 
 def _in_place(t: Any) -> Any:
@@ -183,7 +217,7 @@ class _Training:
         self.needs = needs
         self.differentiable = differentiable
         position = {n: k for k, n in enumerate(piece.inputs) if n}
-        self.read = tuple(position[t] for t in split.forward_inputs_read)
+        self.read = tuple(position[t] for t in split.forward_inputs_read if t in position)
         _RUNS.add(self)
 
     def release(self) -> None:
@@ -220,12 +254,15 @@ def _function() -> Any:
     class Step(torch.autograd.Function):
         @staticmethod
         def forward(ctx: Any, run: _Training, *args: Any) -> Any:
-            out = run.forward.forward(run.feeds.of(args))
+            given = run.feeds.of(args)
+            out = run.forward.forward(given)
             piece = run.piece
             outs = [torch.from_numpy(np.asarray(out[o])) for o in piece.outputs]
             mutations = [torch.from_numpy(np.asarray(out[t])) for _, t in piece.mutations]
             ctx.run = run
             ctx.activations = {t: out[t] for t in run.split.saved}
+            if RNG_STEP in given:  # the backward's Dropout gradients redraw this call's masks
+                ctx.activations[RNG_STEP] = given[RNG_STEP]
             ctx.save_for_backward(*(args[k] for k in run.read))
             ctx.mark_non_differentiable(*[t for o, t in zip(piece.outputs, outs, strict=True)
                                           if o not in run.differentiable], *mutations)
@@ -282,18 +319,6 @@ def _reached(graph: Any, wrt: set[str]) -> set[str]:
         if any(i in reached for k, i in enumerate(n.inputs) if k not in skip):
             reached.update(o for o in n.outputs if is_float(graph.tensor(o).dtype))
     return reached
-
-
-def _refuse_random(graph: Any) -> None:
-    """A random op in a graph that needs gradients: its backward call would draw anew."""
-    from planner.ops.random import RANDOM_OPS
-
-    for n in graph.nodes:
-        if n.op in RANDOM_OPS or (n.op == "Dropout" and float(n.attrs.get("ratio", 0)) > 0):
-            raise TorchImportError(f"node {n.name!r} ({n.op}): a random draw in a graph that "
-                                   "needs gradients (the backward call would not see the "
-                                   "forward's draw); run it in eval() or outside the compiled "
-                                   "module")
 
 
 def _executor(graph: Any, consts: dict[str, np.ndarray], options: BackendOptions,
