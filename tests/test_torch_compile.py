@@ -315,3 +315,18 @@ def test_dropout_draws_anew_each_call_and_its_gradient_uses_the_forward_mask():
         assert torch.equal(y.detach(), torch.where(kept, x.detach() * 6.0, 0.0))
         assert torch.equal(x.grad, kept.float() * 6.0)
     assert not torch.equal(masks[0], masks[1])
+
+
+def test_a_loss_inside_the_compiled_function():
+    """The loss compiled with the model (its labels a graph input the backward reads)."""
+    torch.manual_seed(5)
+    model = nn.Sequential(nn.Linear(6, 8), nn.Tanh(), nn.Linear(8, 3))
+    ref = copy.deepcopy(model)
+    x, y = torch.randn(5, 6), torch.randint(0, 3, (5,))
+    torch._dynamo.reset()
+    loss = torch.compile(lambda: F.cross_entropy(model(x), y), backend="planner",
+                         options=OPTIONS)()
+    loss.backward()
+    F.cross_entropy(ref(x), y).backward()
+    for (k, p), q in zip(model.named_parameters(), ref.parameters(), strict=True):
+        assert_close(p.grad, q.grad, k)

@@ -37,6 +37,10 @@ from planner.graph.ir import Graph, Tensor
 from planner.graph.validate import check_graph
 
 
+# The roles a caller feeds (a loss's labels are "label").
+FEEDS = ("input", "label")
+
+
 @dataclass(frozen=True)
 class VjpSplit:
     """The two graphs, and how their tensors meet: `saved` (forward activations the backward
@@ -63,7 +67,7 @@ def split_vjp(graph: Graph, wrt: Sequence[str], of: Sequence[str]) -> VjpSplit:
     forward_nodes = [n for n in joint.nodes if n.name in forward_names]
     backward_nodes = [n for n in joint.nodes if n.name not in forward_names]
     made_forward = {o for n in forward_nodes for o in n.outputs}
-    inputs = {t.name for t in joint.tensors if t.role == "input"} - set(seeds.values())
+    inputs = {t.name for t in joint.tensors if t.role in FEEDS} - set(seeds.values())
     read = dict.fromkeys(i for n in backward_nodes for i in n.inputs)
     saved = tuple(t for t in read if t in made_forward and t not in inputs)
     inputs_read = tuple(t for t in read if t in inputs)

@@ -40,6 +40,7 @@ from typing import Any
 
 import numpy as np
 
+from planner.graph.vjp import FEEDS
 from planner.torch.backend_options import BackendOptions
 from planner.torch.context import TorchImportError
 
@@ -285,7 +286,7 @@ def _function() -> Any:
                     shape = split.backward.tensor(s).shape
                     seeds[s] = torch.zeros(shape, dtype=torch.float32)
             feeds.update({s: _in_place(g.to(torch.float32)) for s, g in seeds.items()})
-            wanted = {t.name for t in split.backward.tensors if t.role == "input"}
+            wanted = {t.name for t in split.backward.tensors if t.role in FEEDS}
             out = run.backward.forward({n: v for n, v in feeds.items() if n in wanted}) \
                 if run.backward is not None else {}
             grads: list[Any] = [None]
