@@ -102,7 +102,7 @@ def main() -> None:
         print(f"{label}: {len(got[0])} steps ({len(train)} batches an epoch, the last of "
               f"{n_train - (len(train) - 1) * shape[0]}); train loss max rel diff "
               f"{loss_rel:.2e}, validation {val_rel:.2e}, largest weight diff {weight:.2e}")
-        print(f"  epoch seconds: eager " + " ".join(f"{s:.1f}" for s in want[2])
+        print("  epoch seconds: eager " + " ".join(f"{s:.1f}" for s in want[2])
               + "; backend " + " ".join(f"{s:.1f}" for s in got[2])
               + f"; load average {os.getloadavg()[0]:.2f}")
         for line in fallbacks:

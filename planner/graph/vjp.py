@@ -36,7 +36,6 @@ from planner.graph.autodiff import gradients
 from planner.graph.ir import Graph, Tensor
 from planner.graph.validate import check_graph
 
-
 # The roles a caller feeds (a loss's labels are "label").
 FEEDS = ("input", "label")
 

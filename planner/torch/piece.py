@@ -23,8 +23,9 @@ Dropout and random ops draw from the planner's generator (planner/ops/random.py)
 count of calls over the process (RNG_STEP), so each call draws anew and a backward call redraws
 its forward call's Dropout mask; the bits are not torch's.
 
-A call the planner refuses (an op it lacks, an op without a gradient rule) runs gm itself, eagerly, after one warning line naming the op and
-where (PlannerFallback), or raises with options fallback=False.
+A call the planner refuses (an op it lacks, an op without a gradient rule) runs gm itself,
+eagerly, after one warning line naming the op and where (PlannerFallback), or raises with
+options fallback=False.
 """
 
 from __future__ import annotations
