@@ -107,6 +107,23 @@ def main() -> None:
               + f"; load average {os.getloadavg()[0]:.2f}")
         for line in fallbacks:
             print(f"  fallback: {line}")
+        print("  " + _bytes_per_step())
+
+
+def _bytes_per_step() -> str:
+    """What a training call of the largest batch moves: the saved activations copied out of the
+    forward executor (its outputs are copies) and the tensors fed in place (DLPack, no copy)."""
+    from planner.torch.piece import _RUNS, _Training
+
+    runs = [r for r in list(_RUNS) if isinstance(r, _Training) and r.forward is not None]
+    if not runs:
+        return "no training call planned"
+    run = max(runs, key=lambda r: sum(t.nbytes for t in r.split.forward.tensors
+                                       if t.role == "input"))
+    saved = sum(run.split.forward.tensor(t).nbytes for t in run.split.saved)
+    fed = sum(t.nbytes for t in run.split.forward.tensors if t.role == "input")
+    return (f"a training call: {saved / 2**20:.1f} MiB of saved activations copied out of the "
+            f"forward executor, {fed / 2**20:.1f} MiB of inputs and parameters read in place")
 
 
 if __name__ == "__main__":
