@@ -274,8 +274,7 @@ def test_stock_loop_equals_eager(make, shape):
     model = make()
     ref = copy.deepcopy(model)
     with warnings.catch_warnings():
-        # the encoder's eval-mode fast path (aten._transformer_encoder_layer_fwd) runs eagerly
-        warnings.simplefilter("ignore", PlannerFallback)
+        warnings.simplefilter("error", PlannerFallback)  # every piece planned
         got = stock_loop(compiled(model), train_set, val_set)
     want = stock_loop(ref, train_set, val_set)
     assert got[0] == pytest.approx(want[0], rel=1e-5)
@@ -330,3 +329,18 @@ def test_a_loss_inside_the_compiled_function():
     F.cross_entropy(ref(x), y).backward()
     for (k, p), q in zip(model.named_parameters(), ref.parameters(), strict=True):
         assert_close(p.grad, q.grad, k)
+
+
+def test_the_encoder_layers_eval_fast_path_is_planned(norm_first=True, activation="gelu"):
+    """In eval() under no_grad, nn.TransformerEncoderLayer calls the fused
+    aten._transformer_encoder_layer_fwd (planner/torch/fastpath.py spells it out); the
+    post-norm ReLU layer's is in the stock loop's validation (test_stock_loop_equals_eager)."""
+    torch.manual_seed(6)
+    layer = nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, batch_first=True,
+                                       norm_first=norm_first, activation=activation)
+    model = nn.TransformerEncoder(layer, 2, enable_nested_tensor=False).eval()
+    x = torch.randn(3, 5, 16)
+    with torch.no_grad():
+        got = compiled(model, fallback=False)(x)
+        want = model(x)
+    assert_close(got, want, "encoder output")

@@ -109,14 +109,16 @@ class TorchImport:
                 for t in self.graph.by_role("param", "state")}
 
 
-def decompose(program: Any) -> Any:
-    """The program in core ATen, with PRESERVED ops kept whole."""
+def decompose(program: Any, extra: Mapping[Any, Any] | None = None) -> Any:
+    """The program in core ATen, with PRESERVED ops kept whole, and the ops of `extra` (op ->
+    a function of torch ops) decomposed as it says."""
     import torch
 
     table = torch.export.default_decompositions()
     for name in PRESERVED:
         op, overload = name.split(".")
         table.pop(getattr(getattr(torch.ops.aten, op), overload), None)
+    table.update(extra or {})
     return program.run_decompositions(table)
 
 

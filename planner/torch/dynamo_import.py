@@ -77,10 +77,11 @@ def import_piece(gm: Any, args: Sequence[Any], name: str) -> PieceImport:
     outputs = program.graph_signature.output_specs
     n_user = sum(1 for s in outputs if s.kind.name == "USER_OUTPUT")
     from planner.torch.convert import decompose
+    from planner.torch.fastpath import decompositions
     from planner.torch.record import from_exported
 
     try:
-        record = from_exported(decompose(program))
+        record = from_exported(decompose(program, decompositions()))
     except TorchImportError:
         raise
     except Exception as e:  # a program torch itself cannot decompose
