@@ -212,7 +212,7 @@ def case(kind: str, target):
         tokens, labels = torch.from_numpy(feeds["tokens"]), torch.from_numpy(feeds["labels"])
         return graph, None, torch_model(kind), (tokens, labels), None, None
     if kind == "vit":
-        from planner.torch.convert import convert
+        from planner.importers.torch.convert import convert
         from planner.torch.training import export
 
         module, inputs, labels = vit_module()

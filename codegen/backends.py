@@ -29,7 +29,7 @@ from functools import cached_property
 from pathlib import Path
 
 from codegen.errors import UnsupportedError
-from planner.records import Backend
+from planner.ir.record import Backend
 
 TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
 COMMON = TEMPLATES / "common"

@@ -40,7 +40,7 @@ from codegen.artifacts import file_record, intact
 from codegen.backends import COMMON, RUNTIMES, TEMPLATES
 from codegen.errors import BuildError
 from codegen.render import RenderedTree
-from planner.files import atomic_write, open_lock
+from planner.io.write import atomic_write, open_lock
 
 # The oldest GPU architecture nvcc 13 builds for (Turing, compute capability 7.5).
 OLDEST_CUDA_ARCH = (7, 5)
@@ -99,8 +99,8 @@ class BuildResult:
 
 
 def cache_root() -> Path:
-    """Where runtimes are built: $PLANNER_CACHE, else ~/.cache/planner (planner.files)."""
-    from planner.files import cache_root as planner_cache
+    """Where runtimes are built: $PLANNER_CACHE, else ~/.cache/planner (planner.io.write)."""
+    from planner.io.write import cache_root as planner_cache
 
     return planner_cache()
 

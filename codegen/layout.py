@@ -32,8 +32,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from planner.errors import PlanError
-from planner.graph.ir import Graph
 from planner.graph.views import view_aliases
+from planner.ir.graph import Graph
 from planner.ops.collective import collective_buckets
 
 Offset = int  # bytes from the arena's start

@@ -41,7 +41,7 @@ def ops_table() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from planner.files import write_generated_page
+    from planner.io.write import write_generated_page
 
     return write_generated_page(argv, "write the supported-ops table", ops_table())
 

@@ -11,7 +11,7 @@
 A new plan is rendered and compiled in a sibling temporary folder, which replaces DIR only once
 the build succeeded: a failed build leaves the previous package whole. Builds into one folder
 hold a lock (`.DIR.lock` beside it), so concurrent ones take turns. Nothing in DIR is read
-but through planner.files.holds (regular files of the expected size only).
+but through planner.io.write.holds (regular files of the expected size only).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from pathlib import Path
 from codegen.build import RUNTIME_BUILDS, BuildResult, Progress, build
 from codegen.render import RenderedTree, module_name, render, shadows
 from planner.errors import UserError
-from planner.files import folder_lock, holds
+from planner.io.write import folder_lock, holds
 from planner.plan import Plan
 
 

@@ -43,12 +43,12 @@ from planner.costs.model import MissingCostWarning
 from planner.costs.profile import ProfileOptions
 from planner.costs.records import CostTable
 from planner.costs.signature import OpSignature, unique_signatures
-from planner.graph.ir import Graph, Node, Tensor
 from planner.graph.validate import check_graph
+from planner.ir.graph import Graph, Node, Tensor
+from planner.ir.record import CpuId
 from planner.ops.base import OpError
 from planner.pipeline import planning, run
 from planner.plan import Plan, digest
-from planner.records import CpuId
 from planner.schedule.record import Bound, Edge, Schedule, ScheduledOp
 from planner.target.backends import traits
 from planner.target.records import AFFINITIES, Target, affinity_cpus

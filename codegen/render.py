@@ -41,12 +41,12 @@ from codegen.backends import COMMON, runtime_for
 from codegen.errors import UnsupportedError
 from codegen.layout import ArenaLayout, arena_layout, own_layout
 from planner.errors import PlanError
-from planner.graph.accumulation import MICRO_STEP, micro_batches, optimizer_step_nodes
-from planner.graph.ir import Graph, Node
+from planner.ir.accumulation import MICRO_STEP, micro_batches, optimizer_step_nodes
+from planner.ir.graph import Graph, Node
+from planner.ir.record import Backend
 from planner.ops import get_op
 from planner.ops.base import TensorType
 from planner.plan import Plan
-from planner.records import Backend
 
 DTYPE_CODES = {"float32": "F32", "float64": "F64", "float16": "F16", "int64": "I64",
                "int32": "I32", "bool": "BOOL", "bfloat16": "BF16", "int16": "I16", "int8": "I8",
@@ -227,7 +227,7 @@ def refuse_unverified(plan: Plan) -> None:
 
 def write_if_changed(path: Path, text: str) -> bool:
     """Write `text` unless the file already holds it (keeps its mtime for Ninja)."""
-    from planner.files import atomic_write, holds
+    from planner.io.write import atomic_write, holds
 
     if holds(path, text):
         return False
@@ -374,7 +374,7 @@ def encode_attrs(graph: Graph, node: Node, planned: dict[str, Any] | None = None
     for it (`planned`, see plan_attrs). An absent optional attr (None: Clip's missing bound,
     CausalMask's -inf) is left out; kernels test `has(key)`.
 
-    >>> from planner.graph.ir import Node
+    >>> from planner.ir.graph import Node
     >>> encode_attrs(None, Node(name="r", op="LeakyRelu", attrs={"alpha": 0.2}))
     'alpha=0.2'
     """

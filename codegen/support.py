@@ -18,7 +18,7 @@ import re
 
 from codegen.backends import Runtime
 from codegen.errors import UnsupportedError
-from planner.graph.ir import Graph
+from planner.ir.graph import Graph
 
 
 def check(graph: Graph, backend: Runtime, capability: str = "") -> None:

@@ -45,9 +45,9 @@ from codegen.load import load
 from codegen.render import render
 from planner.graph.autodiff import make_training_graph
 from planner.graph.interpret import init_params
-from planner.graph.ir import Graph
 from planner.graph.optimizer import Optimizer
 from planner.graph.precision import PRECISIONS
+from planner.ir.graph import Graph
 from planner.pipeline import plan as make_plan
 from planner.target.detect import detect
 from planner.zoo import build

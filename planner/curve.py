@@ -37,10 +37,10 @@ from pydantic import Field
 
 from planner.costs import CostTable
 from planner.errors import InfeasibleBudget
-from planner.graph.ir import Graph
+from planner.ir.graph import Graph
+from planner.ir.record import Bytes, Record, Seconds, canonical_json
 from planner.pipeline import PlanOptions, plan
 from planner.plan import Plan, digest
-from planner.records import Bytes, Record, Seconds, canonical_json
 from planner.target.records import Target
 
 

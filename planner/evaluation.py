@@ -33,7 +33,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from planner.graph.evaluation import evaluation_graph
-from planner.graph.ir import Graph
+from planner.ir.graph import Graph
 from planner.plan import Binding, Evaluation, Plan
 
 # The roles an evaluation reads from the training plan's arena.

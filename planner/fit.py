@@ -13,7 +13,7 @@ rank holds 1/ranks of the optimizer state, with `shard_parameters` (ZeRO-3) 1/ra
 parameters and gradients too, so a larger batch may fit.
 
 With `global_batch` G the value is the micro-batch B of a plan that accumulates G / B of them
-per optimizer step (GraphOptions.accumulate, planner/graph/accumulation.py): the largest
+per optimizer step (GraphOptions.accumulate, planner/ir/accumulation.py): the largest
 divisor of G that fits, so that a global batch beyond the budget still trains, on the memory
 of one micro-batch (and one gradient sum per parameter).
 
@@ -44,8 +44,8 @@ from planner.costs import CostTable
 from planner.errors import InfeasibleBudget
 from planner.frontend.options import MAX_ACCUMULATE, GraphOptions
 from planner.frontend.prepare import prepare
-from planner.graph.ir import Graph, Record
 from planner.graph.optimizer import Optimizer
+from planner.ir.graph import Graph, Record
 from planner.memory.options import MemoryOptions
 from planner.pipeline import BACKENDS, DECISIONS, Planning, PlanOptions, memory_of, planning, run
 from planner.schedule.parallel import DataParallelOptions

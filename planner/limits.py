@@ -25,7 +25,7 @@ Example:
 
 from __future__ import annotations
 
-from planner.graph.ir import Graph
+from planner.ir.graph import Graph
 from planner.target.records import Target
 
 

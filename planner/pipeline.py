@@ -53,12 +53,13 @@ from planner.costs import CostModel, CostTable, graph_signatures
 from planner.costs.conv_layouts import chosen_layouts
 from planner.errors import InfeasibleBudget, PlanError
 from planner.evaluation import plan_evaluation
-from planner.graph.accumulation import micro_batches
 from planner.graph.data_parallel import compute_graph
 from planner.graph.evaluation import evaluation_graph
-from planner.graph.ir import Graph
 from planner.graph.step import StepChoices
 from planner.graph.step import step_graph as step_passes
+from planner.ir.accumulation import micro_batches
+from planner.ir.graph import Graph
+from planner.ir.record import Backend, Record
 from planner.memory.cpu_budget import cpu_budget_solve
 from planner.memory.cpu_memory import cpu_memory
 from planner.memory.decision import MemoryDecision
@@ -75,7 +76,6 @@ from planner.plan import (
     Summary,
     digest,
 )
-from planner.records import Backend, Record
 from planner.schedule.cpu import cpu_schedule
 from planner.schedule.gpu_share import busy_seconds
 from planner.schedule.options import ScheduleOptions
@@ -142,7 +142,7 @@ class BackendPlanner:
     # streams are not shared with other processes' threads.
     variants: Callable[..., tuple[ScheduleVariant, ...]] | None = None
     # Whether its executor runs gradient accumulation (a step that skips the optimizer step's
-    # ops until a step's last micro-batch: planner/graph/accumulation.py).
+    # ops until a step's last micro-batch: planner/ir/accumulation.py).
     accumulates: bool = False
     # The budget search whose decisions `explain` replays with and without one of them
     # (planner.memory.cpu_budget), or None: a GPU plan's greedy is explained by its curves.

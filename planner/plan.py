@@ -55,7 +55,8 @@ from typing import Any, Literal
 from pydantic import Field, ValidationError
 
 from planner.errors import PlanError, UserError
-from planner.graph.ir import Graph
+from planner.ir.graph import Graph
+from planner.ir.record import Backend, Record, Seconds, Stream, canonical_json, canonical_part
 from planner.memory.decision import (  # noqa: F401 - the plan's memory records, re-exported
     TRANSFER_OPS,
     ConvChoice,
@@ -64,7 +65,6 @@ from planner.memory.decision import (  # noqa: F401 - the plan's memory records,
     TensorPlan,
 )
 from planner.memory.variants import ScheduleVariant
-from planner.records import Backend, Record, Seconds, Stream, canonical_json, canonical_part
 from planner.schedule.record import Edge, ScheduledOp, cpu_ranges  # noqa: F401 - re-exported
 
 SCHEMA = "planner.plan/3"
@@ -191,9 +191,9 @@ class Plan(Record):
     @classmethod
     def from_json(cls, text: str) -> Plan:
         """The plan of a file's text; PlanError for another schema, ValidationError else
-        (UserError for text that is not JSON: planner.frontend.json_input.parse_json, every
+        (UserError for text that is not JSON: planner.io.read.parse_json, every
         command's reader)."""
-        from planner.frontend.json_input import parse_json
+        from planner.io.read import parse_json
 
         return cls.from_data(parse_json(text, "plan"))
 
@@ -244,7 +244,7 @@ def digest(text: str) -> str:
 
 def load_plan(path: str) -> Plan:
     """Read a plan file; UserError naming the file and the bad field."""
-    from planner.frontend.json_input import read_json
+    from planner.io.read import read_json
 
     data = read_json(path, "plan")
     try:
@@ -252,7 +252,7 @@ def load_plan(path: str) -> Plan:
     except PlanError as e:
         raise UserError(f"{path}: {e}") from None
     except ValidationError as e:
-        from planner.frontend.json_input import describe_validation_error
+        from planner.io.read import describe_validation_error
 
         raise UserError(f"{path}: not a valid plan: {describe_validation_error(e)}") from None
     actual = digest(plan.graph.to_json())
@@ -271,7 +271,7 @@ def plan_data_problem(data: Any) -> str:
     except PlanError as e:
         return str(e)
     except ValidationError as e:
-        from planner.frontend.json_input import describe_validation_error
+        from planner.io.read import describe_validation_error
 
         return f"not a valid plan: {describe_validation_error(e)}"
     return ""

@@ -171,3 +171,20 @@ def test_the_device_scripts_parse_and_the_commands_fit():
     readme = (ROOT / "bench" / "device" / "README.md").read_text()
     for command in ("bash bench/device/call1.sh", "bash bench/device/call2.sh"):
         assert f"`{command}`" in readme and len(command) < 2000
+
+
+def test_the_first_call_fits_its_window_and_names_real_tests():
+    """Call 1 is the one command of the 15-minute window: it stops by itself within 8 minutes
+    (its deadline caps every stage's timeout), and each line of features.txt names a test that
+    exists (a wrong name would cost the window its test stage)."""
+    text = (ROOT / "bench" / "device" / "call1.sh").read_text()
+    deadline = int(text.split("DEADLINE=${DEADLINE:-")[1].split("}")[0])
+    assert deadline <= 480
+    assert text.count('timeout "$(left ') >= 4  # tests, checks and both bench stages
+    for line in (ROOT / "bench" / "device" / "features.txt").read_text().splitlines():
+        if not line.strip() or line.startswith("#"):
+            continue
+        path, _, test = line.partition("::")
+        source = (ROOT / path).read_text()
+        if test:
+            assert f"def {test.split('[')[0]}(" in source, line

@@ -11,7 +11,7 @@ import pytest
 
 from planner.cli import main
 from planner.errors import UserError
-from planner.files import atomic_write, holds, write_text
+from planner.io.write import atomic_write, holds, write_text
 
 
 def test_a_fifo_or_device_target_is_refused_without_reading_it(tmp_path, capsys):

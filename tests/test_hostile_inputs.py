@@ -178,7 +178,7 @@ def test_verify_refuses_what_every_other_command_refuses(tmp_path, capsys):
 
 def test_text_that_cannot_be_utf8_is_refused_before_anything_is_written(tmp_path):
     from planner.errors import UserError
-    from planner.files import atomic_write
+    from planner.io.write import atomic_write
 
     with pytest.raises(UserError, match="'\\\\udc80' at character 1 is a lone surrogate"):
         atomic_write(tmp_path / "out.json", "a\udc80")

@@ -1,27 +1,36 @@
 """The import graph of planner/ and codegen/ points down the pipeline, and has no cycle.
 
-Layers, lowest first (a module may import its own layer or a lower one):
+Layers, lowest first; a module may import its own layer or a lower one. A layer is made of
+folders (a folder's modules are its layer's), and of the few files directly under planner/:
 
-    base      records, errors, files; graph/, ops/, target/, zoo/, importers/, frontend/; within
-              it, ir < ops < passes < importers < frontend (BASE_ORDER)
-    costs     planner/costs/
-    schedule  planner/schedule/
-    memory    planner/memory/
-    plan      the Plan record and what reads finished plans: plan.py, planner/verify/ (the
-              independent checker), planner/report/ (diff, memory reports, replay, plots,
-              placement words, a ZeRO-3 plan's gathers), evaluation.py (a training plan's
-              evaluation record)
-    driver    the pipeline and what runs it: pipeline.py, fit.py and curve.py (searches over
-              whole plans), report/explain.py (re-plans a plan to say why)
-    codegen   codegen/ (its profiling plans the placements it times through the driver)
-    command   planner/cli/ (every command) and the entry points where planner and codegen
-              meet: planner/cli/main.py (wires codegen's commands and measurers in) and
-              planner/torch/ (its trainer plans, builds and loads a module's executor from
-              Python; the package re-exports it); the other command modules may not import
-              codegen
+    ir         planner/ir/ (the Graph records, Record and canonical JSON, gradient
+               accumulation), errors.py, dtypes.py, and planner/__init__.py (its version; the
+               names it re-exports from its own folders do not count)
+    ops        planner/ops/ (one definition per op: shape rules, costs' vocabulary)
+    graph      planner/graph/ (the builder, the validity rules, the passes, autodiff, the
+               numpy reference interpreter)
+    io         planner/io/ (reading the user's files into checked records, writing them safely)
+    target     planner/target/ (presets, detection, the host cache)
+    importers  planner/importers/ (the importer kit, ONNX, ATen, the .pt2 reader) and
+               planner/zoo/ (the built-in models' builders)
+    frontend   planner/frontend/ (a GRAPH argument loaded, the passes under GraphOptions)
+    costs      planner/costs/
+    schedule   planner/schedule/
+    memory     planner/memory/
+    plan       the Plan record and what reads finished plans: plan.py, evaluation.py,
+               planner/verify/ (the independent checker), planner/report/ (diff, memory
+               reports, replay, plots, traces, placement words, a ZeRO-3 plan's gathers) and
+               planner/runtime/ (what a generated package and its executor call at run time)
+    driver     the pipeline and what runs it: pipeline.py (with limits.py, beside.py,
+               collection.py), fit.py and curve.py (searches over whole plans), and
+               report/explain.py, the one module of report/ that re-plans a plan to say why
+    codegen    codegen/ (its profiling plans the placements it times through the driver)
+    command    planner/cli/ (every command) and planner/torch/ (the trainer: plans, builds and
+               loads a module's executor from Python); of these only planner/torch/ and
+               cli/main.py (wiring codegen's commands and measurers in) may import codegen
 
-Every import counts, at module level or inside a function: an import deferred into a
-function is still a dependency.
+No two folders import each other (both ways), whatever their layers. Every import counts, at
+module level or inside a function: an import deferred into a function is still a dependency.
 """
 
 from __future__ import annotations
@@ -32,13 +41,28 @@ from pathlib import Path
 import networkx as nx
 
 ROOT = Path(__file__).resolve().parent.parent
-LAYERS = ("base", "costs", "schedule", "memory", "plan", "driver", "codegen", "command")
-FOLDERS = {"planner.costs": "costs", "planner.schedule": "schedule", "planner.memory": "memory"}
-PLAN = {"planner.plan", "planner.evaluation"}
-# planner/report/ is of the plan layer, but for explain (DRIVER).
-REPORT = "planner.report"
-ENTRY_POINTS = {"planner.cli.main", "planner.torch", "planner.torch.training"}
-DRIVER = {"planner.pipeline", "planner.fit", "planner.curve", "planner.report.explain"}
+# Layer -> the folders (packages) and files it is made of, lowest layer first. A module is of
+# the layer of the longest name here that it is, or is under.
+LAYERS: dict[str, tuple[str, ...]] = {
+    "ir": ("planner", "planner.ir", "planner.errors", "planner.dtypes"),
+    "ops": ("planner.ops",),
+    "graph": ("planner.graph",),
+    "io": ("planner.io",),
+    "target": ("planner.target",),
+    "importers": ("planner.importers", "planner.zoo"),
+    "frontend": ("planner.frontend",),
+    "costs": ("planner.costs",),
+    "schedule": ("planner.schedule",),
+    "memory": ("planner.memory",),
+    "plan": ("planner.plan", "planner.evaluation", "planner.verify", "planner.report",
+             "planner.runtime"),
+    "driver": ("planner.pipeline", "planner.limits", "planner.beside", "planner.collection",
+               "planner.fit", "planner.curve", "planner.report.explain"),
+    "codegen": ("codegen",),
+    "command": ("planner.cli", "planner.torch"),
+}
+# The command modules where planner and codegen meet.
+WIRES_CODEGEN = ("planner.torch", "planner.cli.main")
 
 
 def modules() -> dict[str, Path]:
@@ -51,20 +75,25 @@ def modules() -> dict[str, Path]:
     return out
 
 
+def unit(module: str) -> str:
+    """The folder or file of LAYERS that `module` is, or is under (the longest)."""
+    names = [n for names in LAYERS.values() for n in names
+             if module == n or module.startswith(n + ".")]
+    if not names:
+        raise AssertionError(f"{module}: in no layer of tests/test_layers.py; add its folder")
+    return max(names, key=len)
+
+
 def layer(module: str) -> str:
     """The layer of a module (module docstring)."""
-    if module.startswith("codegen"):
-        return "codegen"
-    if module in ENTRY_POINTS or module == "planner.cli" or module.startswith("planner.cli."):
-        return "command"
-    if module in DRIVER:
-        return "driver"
-    if module in PLAN or module.startswith(("planner.verify", REPORT)):
-        return "plan"
-    for folder, name in FOLDERS.items():
-        if module == folder or module.startswith(folder + "."):
-            return name
-    return "base"
+    return next(name for name, units in LAYERS.items() if unit(module) in units)
+
+
+def folder(module: str) -> str:
+    """The top folder of planner/ that holds `module` (planner.importers for
+    planner.importers.torch.rules; codegen for codegen/), or the module itself for a file
+    directly under planner/."""
+    return "codegen" if module.startswith("codegen") else ".".join(module.split(".")[:2])
 
 
 def imports(module: str, path: Path, known: dict[str, Path]) -> set[str]:
@@ -100,15 +129,18 @@ def import_graph() -> nx.DiGraph:
 
 
 def upward(g: nx.DiGraph) -> list[str]:
-    """Imports of a higher layer, and command modules other than the entry points importing
-    codegen."""
+    """Imports of a higher layer, and planner modules other than the two that wire codegen in
+    importing codegen."""
     rank = {name: k for k, name in enumerate(LAYERS)}
     bad = []
     for a, b in sorted(g.edges):
+        if b.startswith(a + "."):
+            continue  # a package re-exporting its own modules (planner's lazy `prepare`)
         if rank[layer(b)] > rank[layer(a)]:
             bad.append(f"{a} ({layer(a)}) imports {b} ({layer(b)})")
-        elif a.startswith("planner") and b.startswith("codegen") and a not in ENTRY_POINTS:
-            bad.append(f"{a} imports {b}: only the entry points wire codegen in")
+        elif (a.startswith("planner") and b.startswith("codegen")
+              and not any(a == w or a.startswith(w + ".") for w in WIRES_CODEGEN)):
+            bad.append(f"{a} imports {b}: only {' and '.join(WIRES_CODEGEN)} wire codegen in")
     return bad
 
 
@@ -134,13 +166,15 @@ def test_the_checks_see_function_level_and_upward_imports(tmp_path):
     assert upward(g) == ["planner.schedule.a (schedule) imports codegen.render (codegen)",
                          "planner.schedule.a (schedule) imports planner.pipeline (driver)"]
     assert upward(nx.DiGraph([("planner.cli.fit", "codegen.build")])) == [
-        "planner.cli.fit imports codegen.build: only the entry points wire codegen in"]
+        "planner.cli.fit imports codegen.build: only planner.torch and planner.cli.main wire "
+        "codegen in"]
     assert layer("planner.memory.gpu") == "memory" and layer("planner.report.memory") == "plan"
 
 
-# What the independent checker may read of the graph layer: the IR and its validity rules, not
-# the builders of what it checks (the evaluation graph, autodiff, the data-parallel rewrite).
-VERIFY_READS_OF_GRAPH = {"planner.graph.ir", "planner.graph.validate"}
+# What the independent checker may read of planner/graph/: its validity rules (the IR is
+# planner/ir/), not the builders of what it checks (the evaluation graph, autodiff, the
+# data-parallel rewrite).
+VERIFY_READS_OF_GRAPH = {"planner.graph.validate"}
 
 
 def stage_imports(g: nx.DiGraph) -> list[str]:
@@ -166,47 +200,24 @@ def test_the_checker_and_codegen_import_no_stage_they_read():
         "planner.verify.pins imports planner.memory.pins, a stage it checks"]
 
 
-# The base layer in order, lowest first: the IR and its vocabulary, the ops (with the builder and
-# the validity rules, which read the ops' shape rules), the graph passes, the importers (ONNX,
-# torch.export, the zoo's builders), the front end (prepare, its options, loading a model, the
-# user's JSON). A module of the base layer not named here is not ordered within it.
-BASE_ORDER = ("ir", "ops", "passes", "importers", "frontend")
-BASE_IR = {"planner.graph.ir", "planner.graph.accumulation", "planner.records", "planner.errors",
-           "planner.dtypes"}
-BASE_OPS = {"planner.graph.builder", "planner.graph.validate"}
+def both_ways(g: nx.DiGraph) -> list[str]:
+    """Pairs of folders (or files directly under planner/) each importing the other."""
+    edges = {(folder(a), folder(b)) for a, b in g.edges} - {(f, f) for f in map(folder, g)}
+    return [f"{a} and {b} import each other" for a, b in sorted(edges) if a < b and (b, a) in edges]
 
 
-def base_level(module: str) -> str | None:
-    """Where a base-layer module stands in BASE_ORDER (None: not ordered)."""
-    if module == "planner.frontend" or module.startswith("planner.frontend."):
-        return "frontend"
-    if module.startswith(("planner.importers", "planner.torch", "planner.zoo")):
-        return "importers"
-    if module in BASE_IR:
-        return "ir"
-    if module in BASE_OPS or module == "planner.ops" or module.startswith("planner.ops."):
-        return "ops"
-    if module == "planner.graph" or module.startswith("planner.graph."):
-        return "passes"
-    return None
+def test_no_two_folders_import_each_other():
+    assert both_ways(import_graph()) == []
+    assert both_ways(nx.DiGraph([("planner.ops.conv", "planner.graph.builder"),
+                                 ("planner.graph.autodiff", "planner.ops.base"),
+                                 ("planner.importers.torch.rules", "planner.importers.kit")])) == [
+        "planner.graph and planner.ops import each other"]
 
 
-def base_upward(g: nx.DiGraph) -> list[str]:
-    rank = {name: k for k, name in enumerate(BASE_ORDER)}
-    bad = []
-    for a, b in sorted(g.edges):
-        if layer(a) != "base" or layer(b) != "base":
-            continue
-        la, lb = base_level(a), base_level(b)
-        if la is not None and lb is not None and rank[lb] > rank[la]:
-            bad.append(f"{a} ({la}) imports {b} ({lb})")
-    return bad
-
-
-def test_the_base_layer_points_down_too():
-    assert base_upward(import_graph()) == []
-    assert base_upward(nx.DiGraph([("planner.ops.conv", "planner.graph.autodiff"),
-                                   ("planner.graph.autodiff", "planner.frontend.prepare"),
-                                   ("planner.frontend.prepare", "planner.importers.onnx")])) == [
-        "planner.graph.autodiff (passes) imports planner.frontend.prepare (frontend)",
-        "planner.ops.conv (ops) imports planner.graph.autodiff (passes)"]
+def test_every_module_is_in_a_layer_by_its_folder():
+    assert [m for m in modules() if not any(
+        m == n or m.startswith(n + ".") for names in LAYERS.values() for n in names)] == []
+    assert [layer(m) for m in ("planner.ir.graph", "planner.graph.builder", "planner.io.read",
+                               "planner.importers.torch.rules", "planner.report.trace",
+                               "planner.report.explain", "planner.torch.training")] == [
+        "ir", "graph", "io", "importers", "plan", "driver", "command"]

@@ -14,8 +14,8 @@ from planner.beside import PROCESSES_ENV
 from planner.frontend.options import GraphOptions
 from planner.frontend.prepare import prepare
 from planner.graph.optimizer import Optimizer
+from planner.ir.record import canonical_json, canonical_part
 from planner.plan import Plan
-from planner.records import canonical_json, canonical_part
 from planner.target import preset
 
 

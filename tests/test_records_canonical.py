@@ -9,7 +9,7 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from planner.records import canonical_json
+from planner.ir.record import canonical_json
 
 
 def record_list(value) -> bool:

@@ -17,8 +17,8 @@ from planner.fit import _micro_batches, divisors
 from planner.frontend.options import GraphOptions
 from planner.frontend.prepare import prepare
 from planner.graph.interpret import init_params, random_feeds, train_step
-from planner.graph.ir import Graph
 from planner.graph.optimizer import Optimizer
+from planner.ir.graph import Graph
 from planner.target import preset
 
 LENET = "zoo:lenet?batch=4&image=16"

@@ -10,8 +10,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from planner.graph.ir import Graph
 from planner.graph.optimizer import Optimizer
+from planner.ir.graph import Graph
 from planner.ops import get_op
 from planner.ops.dropout import dropout_mask, step_seed
 

@@ -54,8 +54,8 @@ echo "== what travels"
 "$PY" bench/device/carry_check.py --tree . || fail "the tree is too large to travel"
 cat <<'TXT'
 prepare: OK. On the GPU machine (the device tool's run; compile-checked here, not run on a GPU):
-  call 1: command "bash bench/device/call1.sh"  carry [".whl"]  timeout_s 600
+  call 1: command "bash bench/device/call1.sh"  carry [".whl"]  timeout_s 500
   then:   mkdir -p .rt && cp FILES_AT/rt.tgz .rt/   (FILES_AT: where call 1's files came back)
-  call 2: command "bash bench/device/call2.sh"  carry [".whl", ".rt"]  timeout_s 600
+  call 2: command "bash bench/device/call2.sh"  carry [".whl", ".rt"]  timeout_s 450   (only if call 1 left the time)
 Read the results as bench/device/README.md says; numbers go to bench/RESULTS.md.
 TXT

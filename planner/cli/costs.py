@@ -110,7 +110,7 @@ def _profile_link(args: argparse.Namespace) -> int:
     import json
 
     from planner.costs.link import profile_link
-    from planner.files import write_text
+    from planner.io.write import write_text
 
     if args.graph is not None:
         raise UserError("planner profile --all-reduce measures the process group: no GRAPH")
@@ -175,7 +175,7 @@ def _resumed(output: str, target):
 
 
 def _save(path: str, table) -> None:
-    from planner.files import write_text
+    from planner.io.write import write_text
 
     write_text(path, table.to_json(), force=True)
 
@@ -271,8 +271,8 @@ def run_update(args: argparse.Namespace) -> int:
 
     from planner.costs.feedback import fold_stats
     from planner.costs.records import CostTable, load_table
-    from planner.files import write_text
-    from planner.frontend.json_input import read_json
+    from planner.io.read import read_json
+    from planner.io.write import write_text
     from planner.plan import load_plan
 
     plan = load_plan(args.plan)

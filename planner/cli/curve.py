@@ -61,8 +61,8 @@ def run_pareto(args: argparse.Namespace) -> int:
     from planner.cli.graph_flags import graph_options
     from planner.costs import load_table
     from planner.curve import MAX_POINTS, budget_curve, enough_memory, format_curve
-    from planner.files import write_text
     from planner.frontend.prepare import prepare
+    from planner.io.write import write_text
     from planner.memory.options import MemoryOptions
     from planner.pipeline import PlanOptions
     from planner.report.plots import curve_plot, plot_format

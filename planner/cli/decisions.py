@@ -43,7 +43,7 @@ def memory_decisions(args: argparse.Namespace) -> dict[str, Any]:
     pins: list[tuple[str, str]] = []
     regions: list[tuple[str, str]] = []
     if args.decisions:
-        from planner.frontend.json_input import read_json
+        from planner.io.read import read_json
 
         data = read_json(args.decisions, "decisions")
         if not isinstance(data, dict):

@@ -96,9 +96,9 @@ def add_graph_command(sub: Any) -> None:
 
 def run_graph(args: argparse.Namespace) -> int:
     from planner.cli.graph_flags import graph_options
-    from planner.files import write_text
     from planner.frontend.prepare import prepare
     from planner.graph.summary import summarize
+    from planner.io.write import write_text
 
     graph = prepare(args.graph, graph_options(args))
     if args.output:

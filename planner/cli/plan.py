@@ -147,7 +147,7 @@ def _link(path: str | None):
         return None
     from pydantic import ValidationError
 
-    from planner.frontend.json_input import read_json
+    from planner.io.read import read_json
     from planner.target.interconnect import Interconnect
 
     try:
@@ -171,8 +171,8 @@ def _run_plan(args: argparse.Namespace) -> int:
     from planner.cli.decisions import memory_decisions
     from planner.cli.flags import flag_message
     from planner.cli.graph_flags import graph_options
-    from planner.files import write_text
     from planner.frontend.prepare import prepare
+    from planner.io.write import write_text
     from planner.memory.options import MemoryOptions, parse_budget
     from planner.pipeline import PlanOptions, plan
     from planner.schedule import ScheduleOptions
@@ -216,7 +216,7 @@ def _run_plan(args: argparse.Namespace) -> int:
 
 
 def _read_json(path: str) -> dict[str, Any]:
-    from planner.frontend.json_input import read_json
+    from planner.io.read import read_json
     from planner.plan import plan_data_problem
 
     data = read_json(path, "plan")
@@ -243,13 +243,13 @@ def technique_curves_of(plan) -> dict | None:
 
 
 def run_show(args: argparse.Namespace) -> int:
-    from planner.files import write_text
+    from planner.io.write import write_text
     from planner.plan import load_plan
     from planner.report.diff import decisions_line
     from planner.report.memory import format_memory, memory_report, memory_svg
     from planner.report.plots import plot_format, timeline_plot
     from planner.report.sharding import format_sharding, sharding_report
-    from planner.schedule.trace import plan_trace
+    from planner.report.trace import plan_trace
 
     fmt = plot_format(args.timeline) if args.timeline else ""
     plan = load_plan(args.plan)
@@ -353,7 +353,7 @@ def _embedded_graph_problems(text: str) -> tuple[list[str], list[str]] | None:
 
 
 def run_verify(args: argparse.Namespace) -> int:
-    from planner.frontend.json_input import read_json
+    from planner.io.read import read_json
     from planner.verify import verify_plan_text
 
     try:

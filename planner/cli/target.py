@@ -48,7 +48,7 @@ def add_target_commands(subparsers: Any) -> None:
 def run_detect(args: argparse.Namespace) -> int:
     target = detect(measure=not args.no_measure, refresh=True)
     if args.output:
-        from planner.files import write_text
+        from planner.io.write import write_text
 
         write_text(args.output, target.to_json(), force=args.force)
     print(target.to_json() if args.json else describe(target), end="" if args.json else "\n")

@@ -35,7 +35,7 @@ import numpy as np
 from pydantic import Field
 
 from planner.costs.signature import OpSignature
-from planner.graph.ir import Record
+from planner.ir.graph import Record
 from planner.ops import get_op
 from planner.target.records import GPU, Target
 

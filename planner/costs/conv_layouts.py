@@ -41,8 +41,8 @@ from __future__ import annotations
 
 from planner.costs.records import CostTable
 from planner.costs.signature import OpSignature, graph_signatures, unique_signatures
-from planner.graph.ir import Graph
 from planner.graph.step import with_layouts
+from planner.ir.graph import Graph
 
 CONVOLUTIONS = frozenset({"Conv2D", "Conv2DBackpropInput", "Conv2DBackpropFilter",
                           "ConvTranspose2D"})

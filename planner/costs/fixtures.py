@@ -40,7 +40,7 @@ from pydantic import Field
 
 from planner.costs.records import CostEntry, CostTable, CpuSample, Provenance
 from planner.costs.signature import OpSignature, signature_of
-from planner.graph.ir import Record
+from planner.ir.graph import Record
 from planner.ops import TensorType
 
 TARGET = "knl-7250"

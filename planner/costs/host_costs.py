@@ -75,9 +75,9 @@ from pydantic import Field, ValidationError
 from planner.costs.conv_layouts import profiled_signatures
 from planner.costs.records import CostEntry, CostTable, CpuSample
 from planner.costs.signature import OpSignature, unique_signatures
-from planner.files import atomic_write, cache_root, folder_lock
-from planner.graph.ir import Graph, canonical_json
-from planner.records import Record
+from planner.io.write import atomic_write, cache_root, folder_lock
+from planner.ir.graph import Graph, canonical_json
+from planner.ir.record import Record
 from planner.target.backends import traits
 from planner.target.records import Target
 

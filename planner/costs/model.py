@@ -50,7 +50,7 @@ from planner.costs.analytical import (
 )
 from planner.costs.records import CostTable
 from planner.costs.signature import OpSignature
-from planner.graph.ir import Record
+from planner.ir.graph import Record
 from planner.target.records import AFFINITIES, Affinity, Target
 
 Source = Literal["measured", "interpolated", "extrapolated", "analytical"]

@@ -43,7 +43,7 @@ from pydantic import Field
 from planner import __version__
 from planner.costs.records import CostEntry, CostTable, CpuSample, Provenance, merge
 from planner.costs.signature import OpSignature, unique_signatures
-from planner.graph.ir import Record
+from planner.ir.graph import Record
 from planner.target.records import AFFINITIES, Affinity, CpuId, Target, affinity_cpus
 
 # time_op(signature, threads, cpus) -> seconds of one run on exactly those logical CPUs.

@@ -37,7 +37,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 
 from planner.costs.signature import OpSignature
 from planner.errors import UserError
-from planner.graph.ir import Record, canonical_json
+from planner.ir.graph import Record, canonical_json
 from planner.target.records import Affinity
 
 Seconds = float
@@ -183,7 +183,7 @@ class CostTable(Record):
 
     @classmethod
     def from_json(cls, text: str) -> CostTable:
-        from planner.frontend.json_input import parse_json  # every command's reader
+        from planner.io.read import parse_json  # every command's reader
 
         return cls.model_validate(parse_json(text, "cost table"))
 
@@ -228,19 +228,19 @@ def _union(old: tuple[Any, ...], new: tuple[Any, ...],
 
 def save_table(table: CostTable, path: str | Path) -> None:
     """Write the canonical JSON (the whole file replaced, atomically)."""
-    from planner.files import atomic_write
+    from planner.io.write import atomic_write
 
     atomic_write(path, table.to_json())
 
 
 def load_table(path: str | Path) -> CostTable:
     """Read a cost table; UserError naming the file and the bad field."""
-    from planner.frontend.json_input import read_json
+    from planner.io.read import read_json
 
     data = read_json(path, "cost table")
     try:
         return CostTable.model_validate(data)
     except ValidationError as e:
-        from planner.frontend.json_input import describe_validation_error
+        from planner.io.read import describe_validation_error
 
         raise UserError(f"{path}: not a valid cost table: {describe_validation_error(e)}") from None

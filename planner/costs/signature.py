@@ -31,7 +31,7 @@ from typing import Any, Literal
 
 from pydantic import Field, model_serializer, model_validator
 
-from planner.graph.ir import AttrValue, Graph, Node, Record
+from planner.ir.graph import AttrValue, Graph, Node, Record
 from planner.ops import OpError, TensorType, get_op
 from planner.target.records import GPU
 

@@ -14,8 +14,8 @@ import json
 from pathlib import Path
 
 from planner.errors import UserError
-from planner.frontend.json_input import graph_from_data, parse_json_bytes
 from planner.graph import Graph, check_graph
+from planner.io.read import graph_from_data, parse_json_bytes
 
 
 def load_graph(spec: str, train_dropout: bool = False) -> Graph:
@@ -37,8 +37,8 @@ def load_graph(spec: str, train_dropout: bool = False) -> Graph:
         raise UserError(f"{spec}: is not a regular file")  # a FIFO would block the read
     suffix = path.suffix.lower()
     try:
-        if suffix == ".pt2":  # its reader opens the file itself, once (planner/torch/archive.py)
-            from planner.torch.program import load_pt2
+        if suffix == ".pt2":  # its reader opens the file itself, once (importers/pt2/archive.py)
+            from planner.importers.pt2.program import load_pt2
 
             return check_graph(load_pt2(path, name=path.stem))
         data = path.read_bytes()

@@ -13,7 +13,7 @@ these options only (what depends on the cores is a planning decision, planner.pi
     keep           --keep NAMES          tensors kept to the step's end and returned by it
     train_dropout  --train-dropout       an ONNX file's flagless Dropouts train too
     accumulate     --accumulate K        micro-batches per optimizer step (gradient
-                                         accumulation, planner/graph/accumulation.py)
+                                         accumulation, planner/ir/accumulation.py)
 
 Data parallelism is not here: its gradient buckets are sized from the target's interconnect,
 so its rewrite is planned (planner.pipeline.step_graph, PlanOptions.data_parallel).
@@ -36,7 +36,7 @@ from pydantic import Field, model_validator
 
 from planner.graph.optimizer import LossScaling, Optimizer
 from planner.graph.precision import Precision
-from planner.records import Record
+from planner.ir.record import Record
 
 MAX_ACCUMULATE = 2**31 - 1
 

@@ -36,9 +36,9 @@ from planner.errors import UserError
 from planner.frontend.options import GraphOptions
 from planner.graph.autodiff import make_training_graph
 from planner.graph.inference import inference_rewrites
-from planner.graph.ir import Graph
 from planner.graph.loss import with_loss as attached
 from planner.graph.validate import check_graph
+from planner.ir.graph import Graph
 
 Pass = Callable[[Graph, GraphOptions], Graph]
 

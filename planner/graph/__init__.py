@@ -4,11 +4,11 @@ from planner.dtypes import DTYPE_BYTES
 from planner.graph.autodiff import make_training_graph
 from planner.graph.builder import GraphBuilder, GraphBuildError
 from planner.graph.interpret import init_params, random_feeds, run, train_step
-from planner.graph.ir import Graph, Node, Tensor, canonical_json
 from planner.graph.loss import LOSS_KINDS, LossError, attach_loss
 from planner.graph.optimizer import Optimizer
 from planner.graph.summary import summarize
 from planner.graph.validate import GraphError, check_graph, normalize_attrs, to_networkx
+from planner.ir.graph import Graph, Node, Tensor, canonical_json
 
 __all__ = [
     "DTYPE_BYTES", "LOSS_KINDS", "Graph", "GraphBuildError", "GraphBuilder", "GraphError",

@@ -64,7 +64,7 @@ Layout of a training graph (node order is a topological order, deterministic for
     rng/step                 state             -            (int64 scalar, zeros; Dropout only)
     optim/<param>/grad_sum   state             -            (--accumulate K: each gradient's
     optim/micro_step                                         sum and the micro-batch count;
-                                                             planner/graph/accumulation.py)
+                                                             planner/ir/accumulation.py)
     update/<param>           param             <param>
     update/<param>/<slot>    optimizer-state   optim/<param>/<slot>
     update/step              optimizer-state   optim/step
@@ -116,11 +116,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from planner.dtypes import is_float
-from planner.graph.accumulation import MICRO_STEP, grad_sum_tensor, micro_step_tensor
 from planner.graph.builder import GraphBuilder
 from planner.graph.fold_bias import fold_bias_adds
 from planner.graph.fold_conv_bias import fold_conv_biases
-from planner.graph.ir import Graph, Node, Tensor
 from planner.graph.lstm_grads import fold_lstm_dh_sums
 from planner.graph.optimizer import LossScaling, Optimizer, hyperparameter_tensor
 from planner.graph.precision import apply_precision
@@ -129,6 +127,8 @@ from planner.graph.softmax_fusion import fuse_softmax
 from planner.graph.transpose_fold import fold_transposes
 from planner.graph.validate import GraphError, check_graph, check_loss, normalize_attrs
 from planner.graph.weight_grads import batch_weight_gradients
+from planner.ir.accumulation import MICRO_STEP, grad_sum_tensor, micro_step_tensor
+from planner.ir.graph import Graph, Node, Tensor
 from planner.ops import TensorType, get_op
 from planner.ops.random import RANDOM_OPS
 
@@ -168,7 +168,7 @@ def make_training_graph(graph: Graph, optimizer: Optimizer, precision: str = "fp
     depend on is left alone, as torch.optim skips parameters whose grad is None); `precision`,
     one of planner.graph.precision.PRECISIONS; `loss_scaling`, fp16-mixed's dynamic loss
     scaling (LossScaling() when None; ignored by the other policies);
-    `accumulate`, the micro-batches per optimizer step (planner/graph/accumulation.py).
+    `accumulate`, the micro-batches per optimizer step (planner/ir/accumulation.py).
     Returns: the training graph laid out as in the module docstring; its outputs are the
     forward graph's outputs.
     Raises: AutodiffError (no loss, no param reaches the loss, an op without a gradient rule
@@ -483,7 +483,7 @@ def _unscale(b: GraphBuilder, grads: dict[str, str | None]) -> str:
 def _accumulate(b: GraphBuilder, graph: Graph, grads: dict[str, str | None],
                 k: int) -> dict[str, str]:
     """Each param's gradient summed over the optimizer step's micro-batches
-    (planner/graph/accumulation.py); `grads` now names the sums' new values. Returns
+    (planner/ir/accumulation.py); `grads` now names the sums' new values. Returns
     {new value: sum}."""
     b.add_tensor(micro_step_tensor())
     marks: dict[str, str] = {}

@@ -20,7 +20,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from planner.graph.ir import Graph, Node, Tensor
+from planner.ir.graph import Graph, Node, Tensor
 from planner.ops import OpError, TensorType, get_op
 
 

@@ -23,10 +23,10 @@ from __future__ import annotations
 
 from planner.errors import UserError
 from planner.graph.deps import in_dependency_order
-from planner.graph.ir import Graph, Node, Tensor
 from planner.graph.optimizer import UPDATE_OPS
 from planner.graph.sharded_scaling import with_unscaled_shards, without_loss_scaling
 from planner.graph.validate import check_graph
+from planner.ir.graph import Graph, Node, Tensor
 from planner.ops import get_op
 from planner.ops.collective import BUCKET_ALIGNMENT, COLLECTIVE_OPS, SHARDED_UPDATES, shard_floats
 
@@ -54,7 +54,7 @@ def reduced_gradients(graph: Graph) -> list[str]:
     """The gradients the optimizer updates read (or, with loss scaling, its UnscaleGrads),
     in the order backward writes them. With gradient accumulation those are the sums' new
     values (AccumulateGrad's outputs), so the collectives read them and run once per
-    optimizer step, on its last micro-batch (planner.graph.accumulation: every reader of a
+    optimizer step, on its last micro-batch (planner.ir.accumulation: every reader of a
     sum's new value is an optimizer-step node), as PyTorch's `no_sync()` does."""
     readers = _gradient_readers(graph)
     sums = _sums(graph)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Sequence
 
-from planner.graph.ir import Graph
+from planner.ir.graph import Graph
 
 
 def predecessors(graph: Graph) -> tuple[tuple[int, ...], ...]:

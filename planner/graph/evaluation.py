@@ -26,8 +26,8 @@ Example:
 from __future__ import annotations
 
 from planner.graph.autodiff import node_phase
-from planner.graph.ir import Graph, Node
 from planner.graph.validate import GraphError, check_graph
+from planner.ir.graph import Graph, Node
 
 
 def evaluation_graph(training: Graph) -> Graph:

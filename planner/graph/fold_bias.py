@@ -27,7 +27,7 @@ Example:
 
 from __future__ import annotations
 
-from planner.graph.ir import Graph, Node
+from planner.ir.graph import Graph, Node
 
 
 def fold_bias_adds(graph: Graph) -> Graph:

@@ -34,7 +34,7 @@ Example:
 
 from __future__ import annotations
 
-from planner.graph.ir import Graph, Node
+from planner.ir.graph import Graph, Node
 
 
 def fold_conv_biases(graph: Graph) -> Graph:

@@ -37,8 +37,8 @@ on one core, the chunks where a core is left to overlap them:
 
 from __future__ import annotations
 
-from planner.graph.ir import Graph, Node, Tensor
 from planner.graph.validate import check_graph
+from planner.ir.graph import Graph, Node, Tensor
 
 
 def for_cores(graph: Graph, cores: int | None) -> Graph:

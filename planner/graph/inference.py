@@ -21,8 +21,8 @@ from __future__ import annotations
 
 from planner.graph.fold_bias import fold_bias_adds
 from planner.graph.fold_conv_bias import fold_conv_biases
-from planner.graph.ir import Graph
 from planner.graph.softmax_fusion import fuse_softmax
+from planner.ir.graph import Graph
 
 
 def inference_rewrites(graph: Graph) -> Graph:

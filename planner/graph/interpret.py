@@ -18,8 +18,8 @@ from collections.abc import Mapping
 import numpy as np
 
 from planner.dtypes import LOW_FLOATS
-from planner.graph.accumulation import MICRO_STEP, micro_batches, optimizer_step_nodes
-from planner.graph.ir import Graph, Tensor
+from planner.ir.accumulation import MICRO_STEP, micro_batches, optimizer_step_nodes
+from planner.ir.graph import Graph, Tensor
 from planner.ops import get_op
 
 
@@ -33,7 +33,7 @@ def run(graph: Graph, feeds: Mapping[str, np.ndarray], params: Mapping[str, np.n
 
     feeds: inputs and labels; params: params, state and optimizer-state tensors. With gradient
     accumulation a step is one micro-batch: the optimizer step's nodes run on the last one
-    only (planner.graph.accumulation), and the persistent tensors they would update keep
+    only (planner.ir.accumulation), and the persistent tensors they would update keep
     their values.
     """
     env: dict[str, np.ndarray] = {}

@@ -47,8 +47,8 @@ import warnings
 
 from planner.dtypes import is_float
 from planner.graph.builder import GraphBuilder
-from planner.graph.ir import Graph
 from planner.graph.validate import check_graph
+from planner.ir.graph import Graph
 
 LOSS_KINDS: tuple[str, ...] = ("cross-entropy", "mse")
 

@@ -24,7 +24,7 @@ Example:
 
 from __future__ import annotations
 
-from planner.graph.ir import Graph, Node
+from planner.ir.graph import Graph, Node
 
 
 def fold_lstm_dh_sums(graph: Graph) -> Graph:

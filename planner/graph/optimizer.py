@@ -37,7 +37,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from planner.dtypes import float32_value
-from planner.graph.ir import Record
+from planner.ir.graph import Record
 from planner.ops.lr_schedule import LRSchedule
 
 OptimizerKind = Literal["sgd", "momentum", "adam", "adamw"]

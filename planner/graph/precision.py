@@ -70,8 +70,8 @@ from __future__ import annotations
 from typing import Literal
 
 from planner.dtypes import LOW_FLOATS
-from planner.graph.ir import Graph, Node, Tensor
 from planner.graph.validate import GraphError
+from planner.ir.graph import Graph, Node, Tensor
 
 Precision = Literal["fp32", "tf32", "bf16-mixed", "fp16-mixed"]
 PRECISIONS: tuple[str, ...] = ("fp32", "tf32", "bf16-mixed", "fp16-mixed")

@@ -49,9 +49,9 @@ from planner.graph.data_parallel import (
     without_clip,
 )
 from planner.graph.deps import in_dependency_order
-from planner.graph.ir import Graph, Node, Tensor
 from planner.graph.sharded_scaling import with_unscaled_shards, without_loss_scaling
 from planner.graph.validate import check_graph
+from planner.ir.graph import Graph, Node, Tensor
 from planner.ops.collective import SHARDED_UPDATES, shard_floats
 
 

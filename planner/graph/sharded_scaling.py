@@ -45,8 +45,8 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from planner.graph.deps import in_dependency_order
-from planner.graph.ir import Graph, Node, Tensor
 from planner.graph.validate import check_graph
+from planner.ir.graph import Graph, Node, Tensor
 from planner.ops.collective import SHARDED_UPDATES
 
 _UNSCALE = "UnscaleGrads"

@@ -30,7 +30,7 @@ Example:
 
 from __future__ import annotations
 
-from planner.graph.ir import Graph, Node
+from planner.ir.graph import Graph, Node
 from planner.ops.shape import slice_geometry
 
 

@@ -37,7 +37,7 @@ Example:
 
 from __future__ import annotations
 
-from planner.graph.ir import Graph, Node
+from planner.ir.graph import Graph, Node
 
 
 def fuse_softmax(graph: Graph) -> Graph:

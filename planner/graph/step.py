@@ -33,10 +33,10 @@ from pydantic import Field
 
 from planner.graph.data_parallel import buckets, with_all_reduce, with_sharded_updates
 from planner.graph.for_cores import for_cores
-from planner.graph.ir import Graph
 from planner.graph.sharded_parameters import with_sharded_parameters
 from planner.graph.validate import check_graph
-from planner.records import Backend, Record
+from planner.ir.graph import Graph
+from planner.ir.record import Backend, Record
 
 
 class Collectives(Record):

@@ -17,7 +17,7 @@ from collections import Counter
 from typing import Any
 
 from planner.graph.autodiff import PHASES, node_phase
-from planner.graph.ir import Graph, Node
+from planner.ir.graph import Graph, Node
 from planner.ops import TensorType, get_op
 
 

@@ -56,7 +56,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from planner.graph.ir import Graph, Node, Tensor
+from planner.ir.graph import Graph, Node, Tensor
 
 _OPERANDS = ("perm_a", "perm_b")
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
-from planner.graph.accumulation import accumulation_problem
-from planner.graph.ir import EXTERNAL_ROLES, Graph, Node
+from planner.ir.accumulation import accumulation_problem
+from planner.ir.graph import EXTERNAL_ROLES, Graph, Node
 from planner.ops import OpError, TensorType, get_op
 
 if TYPE_CHECKING:  # networkx is imported where it is used: most commands never need it
@@ -40,7 +40,7 @@ def check_graph(graph: Graph) -> Graph:
     (a use before definition is reported as a cycle when there is one); each tensor produced
     once; inferred output shape and dtype equal to the declared tensor; graph outputs defined;
     a marked loss (Graph.loss) is a float scalar output; with gradient accumulation, the
-    optimizer step reads summed gradients only (planner.graph.accumulation).
+    optimizer step reads summed gradients only (planner.ir.accumulation).
     """
     _check_names(graph)
     tensors = graph.tensor_map
@@ -231,7 +231,7 @@ def to_networkx(graph: Graph) -> nx.DiGraph:
 
     Edge attribute `tensors` lists those tensors; node attribute `op` is the op type.
 
-    >>> from planner.graph.ir import Graph, Node, Tensor
+    >>> from planner.ir.graph import Graph, Node, Tensor
     >>> g = Graph(tensors=(Tensor(name="x", shape=(1,), role="input"), Tensor(name="y", shape=(1,)),
     ...     Tensor(name="z", shape=(1,))), nodes=(Node(name="a", op="Relu", inputs=("x",),
     ...     outputs=("y",)), Node(name="b", op="Relu", inputs=("y",), outputs=("z",))))

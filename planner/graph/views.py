@@ -10,7 +10,7 @@ Example:
 
 from __future__ import annotations
 
-from planner.graph.ir import Graph
+from planner.ir.graph import Graph
 
 # Roles whose tensors persist across steps (one buffer each, live the whole step).
 PERSISTENT_ROLES = frozenset({"param", "state", "optimizer-state"})

@@ -66,7 +66,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from planner.graph.ir import Graph, Node, Tensor
+from planner.ir.graph import Graph, Node, Tensor
 from planner.ops.matmul import PERMS
 
 

@@ -1,5 +1,5 @@
 """docs/supported-ops.md, generated from the two front ends' rule tables: the ATen ops the
-torch.export importer converts (planner/torch/rules.py), the ONNX ops the ONNX importer
+torch.export importer converts (planner/importers/torch/rules.py), the ONNX ops the ONNX importer
 converts or folds (planner/importers/onnx), and what is left. `python -m
 planner.importers.supported_ops -o docs/supported-ops.md` writes it;
 tests/importers/test_supported_ops_page.py checks that the file is current.
@@ -56,10 +56,11 @@ def onnx_table() -> list[str]:
 
 
 def aten_table() -> list[str]:
-    """The ATen ops with a rule: the overload, the rule (a function of planner/torch/rules.py)
-    and whether the importer keeps it whole instead of decomposing it (convert.PRESERVED)."""
-    from planner.torch.context import RULES
-    from planner.torch.convert import PRESERVED
+    """The ATen ops with a rule: the overload, the rule (a function of
+    planner/importers/torch/rules.py) and whether the importer keeps it whole instead of
+    decomposing it (convert.PRESERVED)."""
+    from planner.importers.torch.context import RULES
+    from planner.importers.torch.convert import PRESERVED
 
     lines = ["| ATen op | rule | kept whole |", "| --- | --- | --- |"]
     return lines + [f"| {op} | {RULES[op].__name__} | "
@@ -110,11 +111,11 @@ def supported_ops_page() -> str:
              "refused with one line naming the op, the node and its module path",
              "(`layers.3.attn`).", "",
              "The loss is whatever float scalar the traced program returns first: PyTorch's",
-             "losses with their options (planner/torch/rules_losses.py; a `reduction='none'`",
-             "loss reduced by the module's own arithmetic included), or a loss of several",
-             "terms such as a VAE's `F.mse_loss(recon, x) + beta * kl`, which the import marks",
-             "as the graph's loss (`Graph.loss`); with `loss=None` the module returns its own.",
-             "",
+             "losses with their options (planner/importers/torch/rules_losses.py; a",
+             "`reduction='none'` loss reduced by the module's own arithmetic included), or a loss",
+             "of several terms such as a VAE's `F.mse_loss(recon, x) + beta * kl`, which the",
+             "import marks as the graph's loss (`Graph.loss`); with `loss=None` the module",
+             "returns its own.", "",
              "Random ops (rand, randn, bernoulli, normal, uniform_, randint, randperm) draw",
              "from the planner's counter-based generator keyed by (seed, step, rank), as",
              "Dropout does: torch's distributions, not torch's bits (docs/pytorch.md).",
@@ -140,7 +141,7 @@ def supported_ops_page() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from planner.files import write_generated_page
+    from planner.io.write import write_generated_page
 
     return write_generated_page(argv, "write docs/supported-ops.md", supported_ops_page())
 

@@ -51,7 +51,7 @@ import numpy as np
 from planner.costs import CostModel
 from planner.costs.records import CostTable
 from planner.graph.autodiff import node_phase
-from planner.graph.ir import Graph
+from planner.ir.graph import Graph
 from planner.memory.arena import CPU_FIRST
 from planner.memory.budget.search import Move, State
 from planner.memory.budget.solver import (

@@ -36,7 +36,7 @@ import numpy as np
 from planner.costs import CostModel
 from planner.costs.records import CostTable
 from planner.errors import InfeasibleBudget, UserError
-from planner.graph.ir import Graph
+from planner.ir.graph import Graph
 from planner.memory.arena import CPU_FIRST
 from planner.memory.assemble import decision
 from planner.memory.decision import MemoryDecision, MemorySummary

@@ -27,7 +27,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from planner.records import Bytes, Record, Seconds
+from planner.ir.record import Bytes, Record, Seconds
 from planner.schedule.record import Edge, ScheduledOp
 
 

@@ -55,7 +55,7 @@ import numpy as np
 
 from planner.costs import CostModel
 from planner.errors import InfeasibleBudget
-from planner.graph.ir import Graph
+from planner.ir.graph import Graph
 from planner.memory.budget.search import State
 from planner.memory.budget.solver import ExtraBuffers, Solved, decide, decide_memory, solve
 from planner.memory.decision import MemoryDecision

@@ -40,8 +40,8 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from planner.graph.ir import Graph
 from planner.graph.views import PERSISTENT_ROLES, view_aliases  # noqa: F401 (memory's names)
+from planner.ir.graph import Graph
 
 Bytes = int
 Seconds = float

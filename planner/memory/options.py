@@ -15,7 +15,7 @@ from typing import Literal
 from pydantic import Field, field_validator, model_serializer
 
 from planner.errors import UserError
-from planner.graph.ir import Record
+from planner.ir.graph import Record
 from planner.memory.arena import HEURISTICS
 
 _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,

@@ -6,7 +6,7 @@ its sample: the exact figure for this machine and library), else the op's analyt
 Example (a measured sample replaces the rule at its thread count only):
     >>> from planner.costs.records import CostEntry, CostTable, CpuSample
     >>> from planner.costs.signature import node_signature
-    >>> from planner.graph.ir import Node
+    >>> from planner.ir.graph import Node
     >>> x, w = TensorType((2, 8, 6, 6)), TensorType((8, 8, 3, 3))
     >>> node = Node(name="c", op="Conv2D", inputs=["x", "w"], outputs=["y"],
     ...             attrs={"strides": [1, 1], "pads": [1, 1, 1, 1]})
@@ -26,7 +26,7 @@ from collections.abc import Callable
 
 from planner.costs.records import CostTable
 from planner.costs.signature import node_signature
-from planner.graph.ir import Node
+from planner.ir.graph import Node
 from planner.ops import get_op
 from planner.ops.base import TensorType
 

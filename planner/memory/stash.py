@@ -54,7 +54,7 @@ from typing import Literal
 
 import numpy as np
 
-from planner.graph.ir import Graph, Node
+from planner.ir.graph import Graph, Node
 from planner.memory.liveness import PERSISTENT_ROLES, in_place_aliases
 from planner.ops import get_op
 from planner.schedule.streams import ComputeSteps

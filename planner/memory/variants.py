@@ -41,11 +41,11 @@ from pydantic import Field
 
 from planner.costs.model import CostModel, MissingCostWarning
 from planner.costs.signature import OpSignature, graph_signatures
-from planner.graph.ir import Graph
+from planner.ir.graph import Graph
+from planner.ir.record import Record, Seconds
 from planner.memory.decision import MemoryOp, TensorPlan
 from planner.memory.scratch import scratch_by_threads
 from planner.ops.base import TensorType
-from planner.records import Record, Seconds
 from planner.schedule.record import ScheduledOp
 
 

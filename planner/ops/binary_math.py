@@ -49,7 +49,7 @@ from planner.ops.elementwise import F32_BINARY, binary_infer, broadcast_shapes
 from planner.ops.reduce import sum_to_shape
 
 if TYPE_CHECKING:
-    from planner.graph.ir import Node
+    from planner.ir.graph import Node
 
 
 def _binary(name: str, fn: Callable[[np.ndarray, np.ndarray], np.ndarray], gradient,

@@ -26,7 +26,7 @@ from planner.dtypes import DTYPE_BYTES, LOW_FLOATS, is_float
 from planner.ops.base import Attr, Attrs, GradBuilder, OpDef, OpError, TensorType, register
 
 if TYPE_CHECKING:
-    from planner.graph.ir import Node
+    from planner.ir.graph import Node
 
 
 def _cast_infer(ins: list[TensorType], a: Attrs) -> list[TensorType]:

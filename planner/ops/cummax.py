@@ -39,7 +39,7 @@ from planner.ops.base import (
 )
 
 if TYPE_CHECKING:
-    from planner.graph.ir import Node
+    from planner.ir.graph import Node
 
 
 def _infer(ins: list[TensorType], a: Attrs) -> list[TensorType]:

@@ -41,7 +41,7 @@ from planner.ops.base import (
 )
 
 if TYPE_CHECKING:
-    from planner.graph.ir import Node
+    from planner.ir.graph import Node
 
 MODES = ("DCR", "CRD")
 _ATTRS = {"blocksize": Attr("int", required=True), "mode": Attr("str", "DCR")}

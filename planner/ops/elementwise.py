@@ -38,7 +38,7 @@ from planner.ops.base import (
 from planner.ops.reduce import sum_to_shape
 
 if TYPE_CHECKING:
-    from planner.graph.ir import Node
+    from planner.ir.graph import Node
 
 
 def broadcast_shapes(op: str, a: Sequence[int], b: Sequence[int]) -> tuple[int, ...]:

@@ -35,7 +35,7 @@ from planner.ops.base import (
 )
 
 if TYPE_CHECKING:
-    from planner.graph.ir import Node
+    from planner.ir.graph import Node
 
 
 def _require_ids(op: str, ids: TensorType) -> None:

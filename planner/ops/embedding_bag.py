@@ -50,7 +50,7 @@ from planner.ops.base import (
 )
 
 if TYPE_CHECKING:
-    from planner.graph.ir import Node
+    from planner.ir.graph import Node
 
 MODES = ("sum", "mean", "max")
 ATTRS = {"mode": Attr("str", "sum"), "include_last_offset": Attr("bool", False),

@@ -44,7 +44,7 @@ from planner.ops.base import (
 )
 
 if TYPE_CHECKING:
-    from planner.graph.ir import Node
+    from planner.ir.graph import Node
 
 APPROXIMATIONS = ("none", "tanh")
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)

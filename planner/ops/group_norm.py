@@ -46,7 +46,7 @@ from planner.ops.base import (
 )
 
 if TYPE_CHECKING:
-    from planner.graph.ir import Node
+    from planner.ir.graph import Node
 
 GN_ATTRS = {"groups": Attr("int", required=True), "epsilon": Attr("float", 1e-5)}
 

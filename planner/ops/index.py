@@ -1,7 +1,7 @@
 """The index family: reading (IndexGather) and writing (IndexScatter) the elements of a float
 tensor that an int64 index names along one axis. Every ATen index op is one of the two
-(planner/torch/rules_index.py): torch.gather, index_select, take and `x[idx]` read; scatter,
-scatter_add, scatter_reduce, index_put, index_add, index_copy and index_fill write.
+(planner/importers/torch/rules_index.py): torch.gather, index_select, take and `x[idx]` read;
+scatter, scatter_add, scatter_reduce, index_put, index_add, index_copy and index_fill write.
 
     IndexGather  [x, index]              -> y
     IndexScatter [x, index, src]         -> out (x's shape)
@@ -67,7 +67,7 @@ from planner.ops.base import (
 )
 
 if TYPE_CHECKING:
-    from planner.graph.ir import Node
+    from planner.ir.graph import Node
 
 MODES = ("elements", "rows")
 

@@ -50,7 +50,7 @@ from planner.ops.base import (
 )
 
 if TYPE_CHECKING:
-    from planner.graph.ir import Node
+    from planner.ir.graph import Node
 
 LN_ATTRS = {"axis": Attr("int", -1), "epsilon": Attr("float", 1e-5)}
 

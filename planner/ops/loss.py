@@ -51,7 +51,7 @@ from planner.ops.base import (
 )
 
 if TYPE_CHECKING:
-    from planner.graph.ir import Node
+    from planner.ir.graph import Node
 
 
 def _check_dloss(op: str, dloss: TensorType, like: TensorType) -> None:

@@ -47,8 +47,8 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import Field, ValidationError, model_validator
 
+from planner.ir.record import Record
 from planner.ops.base import Attr, Attrs, OpDef, OpError, TensorType, register
-from planner.records import Record
 
 ScheduleKind = Literal["constant", "warmup", "cosine", "warmup-cosine", "step", "one-cycle"]
 

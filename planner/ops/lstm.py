@@ -51,7 +51,7 @@ from planner.ops.base import (
 )
 
 if TYPE_CHECKING:
-    from planner.graph.ir import Node
+    from planner.ir.graph import Node
 
 ATTRS = {"order": Attr("str", "ifgo")}
 

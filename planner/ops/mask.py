@@ -42,7 +42,7 @@ from planner.ops.elementwise import broadcast_shapes
 from planner.ops.reduce import sum_to_shape
 
 if TYPE_CHECKING:
-    from planner.graph.ir import Node
+    from planner.ir.graph import Node
 
 COND_DTYPES = ("bool", "float32", "float64", "int64", "int32")
 

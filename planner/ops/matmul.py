@@ -74,7 +74,7 @@ from planner.ops.elementwise import broadcast_shapes
 from planner.ops.reduce import sum_to_shape
 
 if TYPE_CHECKING:
-    from planner.graph.ir import Node
+    from planner.ir.graph import Node
 
 
 # ---- MatMul -----------------------------------------------------------------------------------

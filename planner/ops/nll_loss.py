@@ -1,6 +1,6 @@
 """NLLLoss: the negative log-likelihood of class ids under log-probabilities, with every option
 of PyTorch's F.nll_loss and F.cross_entropy's class-index form (which is NLLLoss of a
-LogSoftmax: planner/torch/rules_losses.py), and its gradient op.
+LogSoftmax: planner/importers/torch/rules_losses.py), and its gradient op.
 
     NLLLoss [x (N, C, d1, ...), labels (N, d1, ...) int64 (, weight (C,))]
         classes on `axis` (default 1); at each position n with label y (w = weight, or ones)
@@ -51,7 +51,7 @@ from planner.ops.base import (
 )
 
 if TYPE_CHECKING:
-    from planner.graph.ir import Node
+    from planner.ir.graph import Node
 
 REDUCTIONS = ("none", "mean", "sum")
 

@@ -3,7 +3,7 @@
 micro-batches (AccumulateGrad).
 
 An update op reads a persistent tensor and writes its next value; autodiff marks that output with
-`updates=<persistent tensor>` (planner/graph/ir.py), so executors write it over the old bytes.
+`updates=<persistent tensor>` (planner/ir/graph.py), so executors write it over the old bytes.
 The learning rate `lr` and weight decay `wd` are the update's last two inputs, float32 scalars
 the step reads (a parameter group's, planner/graph/optimizer.py), so a schedule changes them
 between steps without a new plan. The formulas are PyTorch's (torch.optim.SGD with and without
@@ -287,5 +287,5 @@ register(OpDef(
     cost_class="elementwise",
     doc="AccumulateGrad [sum, grad, micro_step] -> grad / K on the first of K micro-batches "
         "(micro_step % K == 0), else sum + grad / K: gradient accumulation "
-        "(planner/graph/accumulation.py), written over the sum's bytes.",
+        "(planner/ir/accumulation.py), written over the sum's bytes.",
 ))

@@ -38,7 +38,7 @@ from planner.ops.base import (
 )
 
 if TYPE_CHECKING:
-    from planner.graph.ir import Node
+    from planner.ir.graph import Node
 
 MODES = ("constant", "reflect", "edge")
 

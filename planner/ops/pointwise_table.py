@@ -15,7 +15,7 @@ From that one row come
   - its CPU kernel: codegen/pointwise_cpp.py renders the formula as a C++ functor into
     templates/cpu/runtime/kernels/pointwise_table.cpp (pointwise_family.h's loop),
   - its CUDA kernel: codegen/tvm_kernels.py generates it from the same formula,
-  - the torch front end's rule (planner/torch/rules_pointwise.py, from `aten`).
+  - the torch front end's rule (planner/importers/torch/rules_pointwise.py, from `aten`).
 
 The formulas follow PyTorch's CPU kernels where they choose (remainder's sign, floor division,
 lerp's two branches, logaddexp of equal infinities, xlogy at x = 0); the reference derived from
@@ -59,7 +59,7 @@ from planner.ops.reduce import sum_to_shape
 from planner.ops.special_reference import SPECIAL_FUNCTIONS
 
 if TYPE_CHECKING:
-    from planner.graph.ir import Node
+    from planner.ir.graph import Node
 
 FLOATS = ("float32", "float64", "bfloat16", "float16")
 INTS = ("int64", "int32")

@@ -57,7 +57,7 @@ from planner.ops.base import (
 )
 
 if TYPE_CHECKING:
-    from planner.graph.ir import Node
+    from planner.ir.graph import Node
 
 WINDOW_ATTRS: dict[str, Attr] = {
     "output_size": Attr("ints", []),  # adaptive when given

@@ -66,7 +66,7 @@ from planner.ops.base import (
 from planner.ops.dropout import _MASK64, GOLDEN_GAMMA, splitmix64, step_seed
 
 if TYPE_CHECKING:
-    from planner.graph.ir import Node
+    from planner.ir.graph import Node
 
 # The rank's offset of the counter: another odd Weyl constant (2**64 / the plastic number), so
 # ranks' streams start far apart in the generator's 2**64 counters.

@@ -34,7 +34,7 @@ from planner.ops.base import (
 )
 
 if TYPE_CHECKING:
-    from planner.graph.ir import Node
+    from planner.ir.graph import Node
 
 
 def reduce_axes(op: str, axes: Sequence[int], rank: int) -> tuple[int, ...]:

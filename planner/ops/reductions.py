@@ -71,7 +71,7 @@ from planner.ops.base import (
 from planner.ops.reduce import reduce_axes, reduced_shape
 
 if TYPE_CHECKING:
-    from planner.graph.ir import Node
+    from planner.ir.graph import Node
 
 Fold = Callable[[np.ndarray, tuple[int, ...], Attrs], np.ndarray]
 Slope = Callable[[np.ndarray, np.ndarray, np.ndarray, tuple[int, ...], Attrs], np.ndarray]

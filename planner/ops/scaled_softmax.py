@@ -54,7 +54,7 @@ from planner.ops.base import (
 )
 
 if TYPE_CHECKING:
-    from planner.graph.ir import Node
+    from planner.ir.graph import Node
 
 ATTRS = {"scale": Attr("float", 1.0), "causal": Attr("bool", False)}
 

@@ -48,7 +48,7 @@ from planner.ops.base import (
 )
 
 if TYPE_CHECKING:
-    from planner.graph.ir import Node
+    from planner.ir.graph import Node
 
 # One gradient tensor name, or None, per node output (incoming) or input (returned).
 Grads = list[str | None]

@@ -45,7 +45,7 @@ from planner.ops.base import (
 )
 
 if TYPE_CHECKING:
-    from planner.graph.ir import Node
+    from planner.ir.graph import Node
 
 
 def _with_extent(shape: tuple[int, ...], axis: int, extent: int) -> tuple[int, ...]:

@@ -46,7 +46,7 @@ from planner.ops.base import (
 )
 
 if TYPE_CHECKING:
-    from planner.graph.ir import Node
+    from planner.ir.graph import Node
 
 # Selu's constants (Klambauer et al. 2017), as ONNX and PyTorch spell them.
 SELU_ALPHA = 1.6732632423543772

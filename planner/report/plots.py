@@ -95,7 +95,7 @@ def timeline_plot(plan: dict[str, Any], fmt: str) -> bytes:
     """A plan's step as a Gantt chart: a row per logical CPU or stream (each labelled, the
     comm lane last), time in ms, ops coloured by type (the busiest TIMELINE_TYPES types
     named in the legend, the rest grey)."""
-    from planner.schedule.trace import track_of
+    from planner.report.trace import track_of
 
     ops = plan["ops"]
     streams = list(plan.get("target", {}).get("streams", []))

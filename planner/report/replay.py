@@ -31,7 +31,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from planner.graph.interpret import as_float32
-from planner.graph.ir import Graph
+from planner.ir.graph import Graph
 from planner.ops import get_op
 from planner.plan import Plan, TensorPlan
 

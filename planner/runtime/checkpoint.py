@@ -22,13 +22,13 @@ from typing import Any
 
 import numpy as np
 
-from planner.graph.accumulation import MICRO_STEP
-from planner.graph.ir import Graph
 from planner.graph.optimizer import (
     HYPERPARAMETERS,
     hyperparameter_tensor,
     parse_hyperparameter_tensor,
 )
+from planner.ir.accumulation import MICRO_STEP
+from planner.ir.graph import Graph
 from planner.runtime.hyperparameters import hyperparameter_value
 from planner.runtime.sharded_checkpoint import (
     Layout,

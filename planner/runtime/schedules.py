@@ -22,8 +22,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from planner.graph.ir import Tensor
 from planner.graph.optimizer import parse_hyperparameter_tensor
+from planner.ir.graph import Tensor
 from planner.ops.lr_schedule import LRSchedule
 
 

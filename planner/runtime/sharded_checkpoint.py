@@ -22,8 +22,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from planner.graph.ir import Graph
 from planner.graph.optimizer import parse_hyperparameter_tensor
+from planner.ir.graph import Graph
 from planner.ops.collective import (
     SHARDED_UPDATES,
     flat_bucket,

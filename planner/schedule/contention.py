@@ -40,7 +40,7 @@ from dataclasses import dataclass
 
 from planner.costs.analytical import op_work
 from planner.costs.signature import graph_signatures
-from planner.graph.ir import Graph
+from planner.ir.graph import Graph
 from planner.schedule.placement import Placement
 from planner.schedule.simulate import EPSILON, SimResult, sim_result, unblocking
 from planner.target.records import CPU

@@ -28,7 +28,7 @@ from typing import TypeVar
 import numpy as np
 
 from planner.costs import CostModel, MissingCostWarning, OpSignature, graph_signatures
-from planner.graph.ir import Graph
+from planner.ir.graph import Graph
 from planner.target.records import AFFINITIES, Affinity
 
 Seconds = float

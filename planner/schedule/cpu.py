@@ -32,7 +32,7 @@ import numpy as np
 
 from planner.costs import CostModel
 from planner.graph.deps import predecessors
-from planner.graph.ir import Graph
+from planner.ir.graph import Graph
 from planner.schedule.bound import bottom_levels, capacity, lower_bound, top_levels
 from planner.schedule.contention import Contention, simulate_contended
 from planner.schedule.costs import OpCosts, op_costs

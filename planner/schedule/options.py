@@ -24,7 +24,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from planner.graph.ir import Record
+from planner.ir.graph import Record
 
 Strategy = Literal["uniform", "paper", "optimized"]
 STRATEGIES: tuple[Strategy, ...] = ("uniform", "paper", "optimized")

@@ -55,10 +55,10 @@ from pydantic import Field, model_validator
 from planner.errors import UserError
 from planner.graph.data_parallel import reduced_gradients
 from planner.graph.deps import predecessors
-from planner.graph.ir import Graph, Node
 from planner.graph.step import Collectives, collectives
+from planner.ir.graph import Graph, Node
+from planner.ir.record import Record
 from planner.ops.collective import COLLECTIVE_OPS
-from planner.records import Record
 from planner.schedule.record import Edge, Schedule, ScheduledOp
 from planner.target.backends import traits
 from planner.target.interconnect import Interconnect, interconnect, ring_link

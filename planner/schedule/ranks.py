@@ -11,7 +11,7 @@ engine's):
 from __future__ import annotations
 
 from planner.errors import UserError
-from planner.records import CpuId
+from planner.ir.record import CpuId
 from planner.target.records import CPU, LogicalCPU, Target
 from planner.target.shares import rank_cpus
 

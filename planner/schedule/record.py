@@ -28,8 +28,8 @@ from collections.abc import Sequence
 
 from pydantic import Field, model_validator
 
+from planner.ir.record import Backend, CpuId, Record, Seconds, Stream
 from planner.ops.collective import COLLECTIVE_OPS
-from planner.records import Backend, CpuId, Record, Seconds, Stream
 from planner.target.backends import BACKEND_TRAITS
 from planner.target.records import Affinity
 

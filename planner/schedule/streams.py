@@ -42,7 +42,7 @@ from planner.costs.analytical import op_work
 from planner.costs.convalgo import ConvAlgo, conv_algorithms, kernel_scratch
 from planner.graph.autodiff import node_phase
 from planner.graph.deps import predecessors
-from planner.graph.ir import Graph, Node
+from planner.ir.graph import Graph, Node
 from planner.ops import get_op
 from planner.schedule.gpu_share import (
     busy_seconds,

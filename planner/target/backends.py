@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
-from planner.records import Backend
+from planner.ir.record import Backend
 
 
 class Targeted(Protocol):

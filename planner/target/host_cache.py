@@ -34,9 +34,9 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from planner.errors import UserError
-from planner.files import atomic_write, cache_root, folder_lock
-from planner.graph.ir import canonical_json
-from planner.records import Record
+from planner.io.write import atomic_write, cache_root, folder_lock
+from planner.ir.graph import canonical_json
+from planner.ir.record import Record
 from planner.target.records import LogicalCPU
 
 

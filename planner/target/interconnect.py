@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from planner.records import Record
+from planner.ir.record import Record
 from planner.target.backends import traits
 from planner.target.records import Target
 

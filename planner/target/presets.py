@@ -203,13 +203,13 @@ def load_target(spec: str) -> Target:
     if not path.is_file():
         raise UserError(f"unknown target {spec!r}: neither a file, 'host', 'gpu' nor a preset; "
                         f"known presets: {', '.join(sorted(PRESETS))}")
-    from planner.frontend.json_input import read_json
+    from planner.io.read import read_json
 
     data = read_json(path, "target")
     try:
         target = Target.model_validate(data)
     except ValidationError as e:
-        from planner.frontend.json_input import describe_validation_error
+        from planner.io.read import describe_validation_error
 
         raise UserError(f"{spec}: not a valid target: {describe_validation_error(e)}") from None
     problem = implausible(target)

@@ -28,7 +28,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
-from planner.records import Backend, CpuId, Record, canonical_json
+from planner.ir.record import Backend, CpuId, Record, canonical_json
 from planner.target.backends import BACKEND_TRAITS
 
 # How the threads of one op are placed on cores (seed 002, Section III-C):
@@ -281,7 +281,7 @@ class Target(Record):
 
     @classmethod
     def from_json(cls, text: str) -> Target:
-        from planner.frontend.json_input import parse_json  # every command's reader
+        from planner.io.read import parse_json  # every command's reader
 
         return cls.model_validate(parse_json(text, "target"))
 

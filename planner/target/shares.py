@@ -34,7 +34,7 @@ from collections.abc import Sequence
 from pydantic import Field
 
 from planner.errors import UserError
-from planner.records import CpuId, Record
+from planner.ir.record import CpuId, Record
 
 # The smallest share whose last core the comm engine gets to itself (module docstring).
 COMM_CORE_FROM = 4

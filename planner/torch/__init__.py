@@ -24,14 +24,14 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from planner.torch.context import TorchImportError
-from planner.torch.program import load_pt2, require_torch
+from planner.importers.pt2.program import load_pt2, require_torch
+from planner.importers.torch.context import TorchImportError
 
 __all__ = ["TorchImportError", "convert", "load_pt2", "require_torch", "trainer"]
 
 
 def convert(program: Any, name: str = "torch", module_root: str = "") -> Any:
-    from planner.torch.convert import convert as _convert
+    from planner.importers.torch.convert import convert as _convert
 
     return _convert(program, name, module_root)
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from planner.torch.context import TorchImportError
+from planner.importers.torch.context import TorchImportError
 
 # The torch functions whose failure under export has a known way round: what to do.
 ADVICE = {

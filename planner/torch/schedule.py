@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from planner.torch.program import require_torch
+from planner.importers.pt2.program import require_torch
 
 
 def ExecutorOptimizer(ex: Any) -> Any:  # noqa: N802 - a class made when torch is imported

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from planner.torch.convert import TorchImport, convert
+from planner.importers.torch.convert import TorchImport, convert
 from planner.torch.export_watch import custom_gradients, export_failed, watching
 
 PREFIX = "model."  # the wrapped module's attribute: its state_dict keys gain this prefix
@@ -270,7 +270,7 @@ def _cost_table(costs: Any, graph: Any, target: Any, folder: Path,
         table = host_measured(graph, target, progress=sys.stderr, feeds=examples)
     elif isinstance(costs, str) and costs == "in-step":
         from codegen.profiling import profile_in_step
-        from planner.files import atomic_write
+        from planner.io.write import atomic_write
 
         table = profile_in_step(graph, target, folder / "profile", feeds=examples)
         atomic_write(folder / "costs.json", table.to_json())

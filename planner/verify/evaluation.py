@@ -26,7 +26,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from planner.graph.ir import Graph, Node
+from planner.ir.graph import Graph, Node
 
 Verify = Callable[..., list[str]]
 

@@ -59,8 +59,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from planner.graph.ir import Graph
 from planner.graph.validate import check_graph
+from planner.ir.graph import Graph
 from planner.ops.collective import COLLECTIVE_OPS
 from planner.verify.order import StatedOrder, collective_problems, ordering_problems
 from planner.verify.overflow import overflow_flag_problems

@@ -42,7 +42,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from planner.graph.ir import Graph
+from planner.ir.graph import Graph
 from planner.ops.collective import COLLECTIVE_OPS
 
 # (before, after, why): `after` {why} `before`, e.g. "reads tensor 'x' written by".
@@ -197,7 +197,7 @@ def collective_problems(graph: Graph, hb: StatedOrder) -> list[str]:
     gloo aborts when the two buckets' sizes differ, and sums one rank's bucket with another's
     silently when they are equal.
 
-    >>> from planner.graph.ir import Graph
+    >>> from planner.ir.graph import Graph
     >>> g = Graph.model_validate({"name": "g", "tensors": [], "nodes": [
     ...     {"name": n, "op": "AllReduce", "inputs": [], "outputs": []} for n in "ab"]})
     >>> ops = [{"name": "a", "order": 0, "lane": 0}, {"name": "b", "order": 1, "lane": 1}]

@@ -11,7 +11,7 @@ that reads the flag must read one that every rank holds alike.
               written by a SkipOnOverflow reading the flag, or by a ShardedUpdate that reads it
 
 Example:
-    >>> from planner.graph.ir import Graph
+    >>> from planner.ir.graph import Graph
     >>> t = [{"name": n, "shape": [2] if n in "gru" else [], "role": "grad"} for n in "grufsc"]
     >>> g = Graph.model_validate({"tensors": t, "nodes": [
     ...     {"name": "rs", "op": "ReduceScatter", "inputs": ["g"], "outputs": ["r"]},
@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from planner.graph.ir import Graph, Node
+from planner.ir.graph import Graph, Node
 
 
 def _flag(n: Node) -> str | None:

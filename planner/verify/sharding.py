@@ -26,7 +26,7 @@ a collective op).
 
 from __future__ import annotations
 
-from planner.graph.ir import Graph, Node
+from planner.ir.graph import Graph, Node
 from planner.verify.order import StatedOrder
 
 

@@ -64,7 +64,7 @@ struct OpSpec {
   // convolution's workspace): a plan tensor with this op's lifetime, or -1 / 0 for none.
   int64_t scratch_offset;
   int64_t scratch_bytes;
-  // Gradient accumulation (planner/graph/accumulation.py): it belongs to the optimizer step,
+  // Gradient accumulation (planner/ir/accumulation.py): it belongs to the optimizer step,
   // which runs on the last of Schedule::micro_batches micro-batches only.
   bool optimizer_step_only;
 };

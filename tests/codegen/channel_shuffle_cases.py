@@ -96,7 +96,7 @@ def onnx_case():
 
 def torch_export_case():
     from planner.graph import init_params
-    from planner.torch.convert import convert
+    from planner.importers.torch.convert import convert
     from planner.torch.training import export
 
     model, x, labels = shuffle_case()

@@ -33,7 +33,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from planner.graph.interpret import run, widened
-from planner.graph.ir import Graph
+from planner.ir.graph import Graph
 from planner.ops import get_op
 from tests.codegen.helpers import step_with_values
 

@@ -12,7 +12,7 @@ from codegen.build import build
 from codegen.load import load
 from codegen.render import render
 from planner.graph.interpret import init_params, random_feeds
-from planner.graph.ir import Graph
+from planner.ir.graph import Graph
 from planner.ops import get_op
 from planner.pipeline import PlanOptions, plan
 from planner.plan import Plan

@@ -5,7 +5,7 @@ the generated executor: tests/codegen/test_onnx_conformance.py, node_executor.py
 from __future__ import annotations
 
 from planner.graph import check_graph
-from planner.graph.ir import Graph
+from planner.ir.graph import Graph
 
 
 def prefixed(prefix: str, g: Graph) -> Graph:

@@ -11,10 +11,10 @@ import numpy as np
 
 from planner.frontend.options import GraphOptions
 from planner.frontend.prepare import prepare
-from planner.graph.accumulation import MICRO_STEP, optimizer_step_nodes
 from planner.graph.interpret import random_feeds, train_step, widened
-from planner.graph.ir import Graph
 from planner.graph.optimizer import Optimizer, ParamGroup
+from planner.ir.accumulation import MICRO_STEP, optimizer_step_nodes
+from planner.ir.graph import Graph
 from tests.codegen.helpers import build_module, rel_error, start_state
 
 K = 4

@@ -11,8 +11,8 @@ import pytest
 
 from planner.frontend.options import GraphOptions
 from planner.frontend.prepare import prepare
-from planner.graph.accumulation import MICRO_STEP
 from planner.graph.optimizer import Optimizer, ParamGroup
+from planner.ir.accumulation import MICRO_STEP
 from tests.codegen.helpers import build_module
 
 BAD = [("fast", "must be a number, got 'fast'"), (float("nan"), "must be finite and >= 0"),

@@ -12,8 +12,8 @@ import pytest
 from planner.frontend.prepare import GraphOptions, prepare
 from planner.graph.evaluation import evaluation_graph
 from planner.graph.interpret import random_feeds, run
-from planner.graph.ir import Graph
 from planner.graph.optimizer import Optimizer
+from planner.ir.graph import Graph
 from tests.codegen.helpers import build_module, rel_error
 from tests.graph.evaluation_cases import bn_dropout_net
 

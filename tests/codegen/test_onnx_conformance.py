@@ -19,8 +19,8 @@ from codegen import support
 from codegen.backends import RUNTIMES
 from codegen.errors import UnsupportedError
 from planner.graph import check_graph
-from planner.graph.ir import Graph
 from planner.importers import OnnxImportError, import_onnx
+from planner.ir.graph import Graph
 from tests.codegen.helpers import build_module
 from tests.codegen.merged_graph import merge
 from tests.importers.pytorch_cases import CASE_DIRS, load_tensor

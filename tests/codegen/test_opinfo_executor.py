@@ -43,7 +43,8 @@ def test_fast_subset_passing_samples_on_the_cpu_executor(tmp_path):
 
 
 # The small-matrix ops and the diagonals, matrix-vector products and distances made of others
-# (planner/ops/linalg.py, planner/torch/rules_linalg.py, rules_products.py): not all in the
+# (planner/ops/linalg.py, planner/importers/torch/rules_linalg.py, rules_products.py): not all in
+# the
 # fast subset.
 LINALG = ("linalg.inv", "linalg.solve", "linalg.det", "linalg.slogdet", "logdet", "cholesky",
           "linalg.cholesky", "cholesky_solve", "cholesky_inverse", "linalg.solve_triangular",

@@ -1,8 +1,9 @@
 """The OpInfos that the search, histogram, median, mode, pool, transposed-convolution and norm
-statistics rules and the per-sample weights' gradient made pass (planner/torch/rules_search.py,
-rules_sort.py, rules_pool.py, rules_conv.py, norm_stats.py, planner/ops/embedding_bag.py), their
-passing samples through the generated CPU executor as tests/codegen/test_opinfo_executor.py
-runs the fast subset's: one build, each output and gradient held to torch's float64 value."""
+statistics rules and the per-sample weights' gradient made pass
+(planner/importers/torch/rules_search.py, rules_sort.py, rules_pool.py, rules_conv.py,
+norm_stats.py, planner/ops/embedding_bag.py), their passing samples through the generated CPU
+executor as tests/codegen/test_opinfo_executor.py runs the fast subset's: one build, each output and
+gradient held to torch's float64 value."""
 
 from __future__ import annotations
 

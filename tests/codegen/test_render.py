@@ -13,8 +13,8 @@ from codegen.layout import arena_layout, own_layout
 from codegen.render import c_string, encode_attrs, module_name, render, render_files
 from planner.errors import PlanError
 from planner.graph.autodiff import make_training_graph
-from planner.graph.ir import Graph, Node, Tensor
 from planner.graph.optimizer import Optimizer
+from planner.ir.graph import Graph, Node, Tensor
 from planner.zoo import build
 from tests.codegen.helpers import host_plan
 

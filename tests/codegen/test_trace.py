@@ -13,7 +13,7 @@ import pytest
 from planner.cli import main
 from planner.graph import Graph
 from planner.graph.interpret import random_feeds
-from planner.schedule.trace import (
+from planner.report.trace import (
     ARENA_COUNTER,
     MEASURED,
     PREDICTED,

@@ -22,8 +22,8 @@ from planner.costs.records import CostEntry, CostTable, CpuSample
 from planner.costs.signature import OpSignature
 from planner.errors import UserError
 from planner.graph.autodiff import make_training_graph
-from planner.graph.ir import Graph, Node, Tensor
 from planner.graph.optimizer import Optimizer
+from planner.ir.graph import Graph, Node, Tensor
 from planner.pipeline import plan
 from planner.target import preset
 from planner.target.detect import detect
@@ -264,7 +264,7 @@ def test_stores_kept_before_the_measurements_recorded_their_own_load_are_not_tru
 
     from planner import __version__
     from planner.costs.host_costs import STORE_VERSION, host_key
-    from planner.graph.ir import canonical_json
+    from planner.ir.graph import canonical_json
 
     host = detect()
     data = host.model_dump(mode="json", exclude={"notes", "provenance"})

@@ -1,4 +1,4 @@
-"""Gradient accumulation (planner/graph/accumulation.py) in the reference interpreter: K
+"""Gradient accumulation (planner/ir/accumulation.py) in the reference interpreter: K
 micro-batches of B rows give the optimizer step of one batch of K * B rows, computed in
 float64 so that only the order of the sums differs (a few float64 ulps), with every
 optimizer, clip_grad_norm_ and parameter groups; the optimizer step runs on the last
@@ -12,10 +12,10 @@ import pytest
 from planner.errors import PlanError
 from planner.frontend.options import GraphOptions
 from planner.frontend.prepare import prepare
-from planner.graph.accumulation import MICRO_STEP, micro_batches, optimizer_step_nodes
 from planner.graph.interpret import init_params, random_feeds, train_step, widened
 from planner.graph.optimizer import Optimizer, ParamGroup
 from planner.graph.validate import GraphError, check_graph
+from planner.ir.accumulation import MICRO_STEP, micro_batches, optimizer_step_nodes
 from planner.memory.options import MemoryOptions, Pin
 from planner.pipeline import PlanOptions, plan
 from planner.schedule.parallel import DataParallelOptions

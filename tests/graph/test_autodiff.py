@@ -18,9 +18,9 @@ from planner.graph.autodiff import (
 from planner.graph.fold_bias import fold_bias_adds
 from planner.graph.fold_conv_bias import fold_conv_biases
 from planner.graph.interpret import init_params, random_feeds, run, train_step
-from planner.graph.ir import Graph, Node, Tensor
 from planner.graph.optimizer import Optimizer
 from planner.graph.summary import summarize
+from planner.ir.graph import Graph, Node, Tensor
 from planner.ops import REGISTRY, get_op
 from tests.zoo.small_configs import SMALL_TRAINING
 

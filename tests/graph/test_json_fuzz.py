@@ -7,8 +7,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from planner.errors import UserError
-from planner.frontend.json_input import graph_from_json
 from planner.graph import GraphBuilder
+from planner.io.read import graph_from_json
 
 
 def base_document() -> dict:

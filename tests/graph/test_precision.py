@@ -39,7 +39,7 @@ def test_tf32_marks_the_math_and_changes_nothing_else():
     """tf32 is a math mode of the GPU's kernels: the graph's tensors and ops are fp32's, its
     `math` says tf32 and survives the JSON round trip; an fp32 graph has no math field at all
     (so every fp32 graph, plan and hash is what it was before the field existed)."""
-    from planner.graph.ir import Graph
+    from planner.ir.graph import Graph
 
     fp32, tf32 = training("lenet", "fp32"), training("lenet", "tf32")
     assert fp32.math is None and tf32.math == "tf32"

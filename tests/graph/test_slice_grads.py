@@ -10,8 +10,8 @@ import pytest
 from planner.graph import GraphBuilder, check_graph
 from planner.graph.autodiff import gradients
 from planner.graph.interpret import init_params, random_feeds, run
-from planner.graph.ir import Graph
 from planner.graph.slice_grads import join_slice_gradients
+from planner.ir.graph import Graph
 
 SHAPE = (3, 6, 2)
 

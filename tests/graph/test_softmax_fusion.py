@@ -109,7 +109,7 @@ def test_fires_on_torch_exports_scaled_dot_product_attention():
     """planner.torch writes F.scaled_dot_product_attention(is_causal=True) as Scale ->
     CausalMask -> Softmax; a mask as masked_fill on a boolean buffer (Where) is not fused."""
     torch = pytest.importorskip("torch")
-    from planner.torch.convert import convert
+    from planner.importers.torch.convert import convert
     from planner.torch.training import export
 
     class Attention(torch.nn.Module):

@@ -13,9 +13,9 @@ from planner.graph import GraphBuilder, check_graph
 from planner.graph.autodiff import make_training_graph
 from planner.graph.for_cores import for_cores
 from planner.graph.interpret import random_feeds, run
-from planner.graph.ir import Graph
 from planner.graph.optimizer import Optimizer
 from planner.graph.weight_grads import batch_weight_gradients
+from planner.ir.graph import Graph
 from planner.target.presets import load_target
 from planner.zoo import build
 

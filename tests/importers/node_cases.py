@@ -24,10 +24,10 @@ import numpy as np
 import onnx
 import onnx.numpy_helper
 
-from planner.files import atomic_write, cache_root, folder_lock
 from planner.graph import Graph, check_graph
 from planner.graph.interpret import run
 from planner.importers import OnnxImportError, import_onnx
+from planner.io.write import atomic_write, cache_root, folder_lock
 
 FLOAT32 = onnx.TensorProto.FLOAT
 OTHER_FLOATS = {onnx.TensorProto.DOUBLE, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16,

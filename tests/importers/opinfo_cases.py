@@ -5,10 +5,10 @@ tests/importers/test_opinfo.py and bench/opinfo_sweep.py.
 For each OpInfo (float32, CPU, its first SAMPLES sample inputs), every sample becomes a tiny
 nn.Module whose float tensor arguments are parameters (other tensors are buffers), calling the
 op and returning its tensor results. The module is exported by torch.export, converted by
-planner.torch.convert (the trainer's own import), and run on the numpy reference interpreter
-forward and backward: the vector-Jacobian product of fixed random cotangents, with respect to
-every parameter (planner.graph.autodiff.gradients). Both are compared with the same module
-in float64 in torch (the exact answer to float32 precision).
+planner.importers.torch.convert (the trainer's own import), and run on the numpy reference
+interpreter forward and backward: the vector-Jacobian product of fixed random cotangents, with
+respect to every parameter (planner.graph.autodiff.gradients). Both are compared with the same
+module in float64 in torch (the exact answer to float32 precision).
 
 Tolerance: a float32 implementation differs from float64 by rounding; torch's own float32 run
 of the same module shows how large that is (`noise` = max |t32 - t64| of the tensor). The
@@ -178,8 +178,8 @@ def _planner_errors() -> tuple[type, ...]:
     from planner.graph.builder import GraphBuildError
     from planner.graph.validate import GraphError
     from planner.importers.onnx.errors import OnnxImportError
+    from planner.importers.torch.context import TorchImportError
     from planner.ops.base import OpError
-    from planner.torch.context import TorchImportError
 
     return (TorchImportError, AutodiffError, GraphBuildError, GraphError, OpError,
             OnnxImportError, UserError, PlanError)
@@ -315,7 +315,7 @@ def check_sample(op: Any, sample: Any, seed: int = 0,
 
     from planner.graph.autodiff import gradients
     from planner.graph.interpret import run
-    from planner.torch.convert import convert
+    from planner.importers.torch.convert import convert
 
     grads = bool(op.supports_autograd)
     leaves = pytree_leaves((sample.input, sample.args, sample.kwargs))

@@ -124,7 +124,7 @@ def test_conv_transpose1d_output_padding_up_to_the_dilation():
                                                        dilation=4), x, w) == ("pass", "")
 
 
-# ---- search and histograms (planner/torch/rules_search.py) ------------------------------------
+# ---- search and histograms (planner/importers/torch/rules_search.py) ----------------------------
 
 _SEQ = torch.tensor([-2.0, -0.5, -0.5, 0.0, 1.25, 3.0])
 

@@ -18,8 +18,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from planner.errors import UserError  # noqa: E402
+from planner.importers.torch.convert import convert  # noqa: E402
 from planner.torch import load_pt2  # noqa: E402
-from planner.torch.convert import convert  # noqa: E402
 from tests.importers.test_pt2_archive_hostile import _zip  # noqa: E402
 from tests.importers.torch_models import MODELS, model_case  # noqa: E402
 

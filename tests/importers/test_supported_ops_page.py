@@ -5,7 +5,7 @@ importers' rule tables (regenerate with
 from pathlib import Path
 
 from planner.importers.supported_ops import supported_ops_page
-from planner.torch.context import RULES
+from planner.importers.torch.context import RULES
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "supported-ops.md"
 

@@ -12,7 +12,7 @@ torch = pytest.importorskip("torch")
 
 from planner.graph import run  # noqa: E402
 from planner.graph.autodiff import gradients  # noqa: E402
-from planner.torch.convert import convert  # noqa: E402
+from planner.importers.torch.convert import convert  # noqa: E402
 
 
 class Detached(torch.nn.Module):

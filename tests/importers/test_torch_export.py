@@ -22,8 +22,8 @@ torch = pytest.importorskip("torch")
 from torch import nn  # noqa: E402
 from torch.nn import functional as F  # noqa: E402
 
+from planner.importers.torch.convert import convert  # noqa: E402
 from planner.torch import TorchImportError, load_pt2  # noqa: E402
-from planner.torch.convert import convert  # noqa: E402
 from planner.torch.training import export, trainer  # noqa: E402
 from tests.importers.torch_step import Step, mismatches  # noqa: E402
 from tests.importers.torch_training_check import (  # noqa: E402

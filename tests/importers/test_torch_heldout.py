@@ -15,9 +15,9 @@ torch = pytest.importorskip("torch")
 from torch.nn import functional as F  # noqa: E402
 
 from planner.graph import run  # noqa: E402
+from planner.importers.torch.convert import convert  # noqa: E402
 from planner.ops.base import get_op  # noqa: E402
 from planner.torch import TorchImportError  # noqa: E402
-from planner.torch.convert import convert  # noqa: E402
 from planner.torch.training import export  # noqa: E402
 from tests.importers.torch_heldout import MODELS  # noqa: E402
 from tests.importers.torch_training_check import STEPS, trains_like_pytorch  # noqa: E402

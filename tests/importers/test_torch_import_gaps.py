@@ -18,7 +18,7 @@ from planner.graph import Graph, Optimizer, init_params, make_training_graph, ru
 from planner.graph.autodiff import AutodiffError, find_loss, gradients  # noqa: E402
 from planner.graph.interpret import train_step  # noqa: E402
 from planner.graph.validate import GraphError, check_graph  # noqa: E402
-from planner.torch.convert import convert, decompose  # noqa: E402
+from planner.importers.torch.convert import convert, decompose  # noqa: E402
 from planner.torch.training import export  # noqa: E402
 from tests.importers.torch_step import Step, mismatches, planner_step, torch_step  # noqa: E402
 from tests.importers.torch_step import export as onnx_export  # noqa: E402

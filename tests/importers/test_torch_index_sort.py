@@ -19,9 +19,9 @@ from torch.nn import functional as F  # noqa: E402
 
 from planner.graph.autodiff import gradients  # noqa: E402
 from planner.graph.interpret import run  # noqa: E402
+from planner.importers.torch.convert import convert  # noqa: E402
 from planner.ops import OpError  # noqa: E402
 from planner.torch import TorchImportError  # noqa: E402
-from planner.torch.convert import convert  # noqa: E402
 
 U32 = 2.0 ** -24
 

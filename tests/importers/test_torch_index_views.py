@@ -1,6 +1,6 @@
 """Index ops by constant position maps, copy-views, strided and windowed views and pads with
-negative widths through the torch front end (planner/torch/rules_index.py, rules_views.py):
-each case is one call on float parameters, exported and imported (tests/importers/
+negative widths through the torch front end (planner/importers/torch/rules_index.py,
+rules_views.py): each case is one call on float parameters, exported and imported (tests/importers/
 opinfo_cases.py: float tensors are parameters, others buffers); its outputs and parameter
 gradients (a vector-Jacobian product of random cotangents) on the numpy reference are held to
 torch's in float64 (10 x torch's float32 noise plus 16 ulps of the tensor's scale), then every
@@ -17,8 +17,8 @@ import pytest
 torch = pytest.importorskip("torch")
 from torch.nn import functional as F  # noqa: E402
 
+from planner.importers.torch.convert import convert  # noqa: E402
 from planner.torch import TorchImportError  # noqa: E402
-from planner.torch.convert import convert  # noqa: E402
 from tests.importers.opinfo_cases import check_sample  # noqa: E402
 
 g = torch.Generator().manual_seed(46)
@@ -266,8 +266,8 @@ def test_an_uninitialized_tensor_is_zeros_not_what_memory_held():
     fills = [n for n in first.graph.nodes if n.op == "Fill"]
     assert [n.attrs["value"] for n in fills] == [0.0]
     # (it reads no tensor, which would otherwise have torch evaluate it at import)
-    from planner.torch.convert import _foldable, decompose
-    from planner.torch.record import from_exported
+    from planner.importers.torch.convert import _foldable, decompose
+    from planner.importers.torch.record import from_exported
 
     program = from_exported(decompose(torch.export.export(Circular(), (x,))))
     (empty,) = [c for c in program.calls if c.target == "aten.empty.memory_format"]

@@ -16,8 +16,8 @@ torch = pytest.importorskip("torch")
 from torch.nn import functional as F  # noqa: E402
 
 from planner.graph import run  # noqa: E402
+from planner.importers.torch.convert import convert  # noqa: E402
 from planner.ops.base import OpError  # noqa: E402
-from planner.torch.convert import convert  # noqa: E402
 from tests.importers.torch_op_check import Case, assert_cpu_executor_matches  # noqa: E402
 
 G = torch.Generator().manual_seed(3)

@@ -1,5 +1,5 @@
-"""torch.linalg through the torch front end (planner/torch/rules_linalg.py): the error checks
-torch.export threads on an effect token (inv, solve, cholesky) are dropped alike by the
+"""torch.linalg through the torch front end (planner/importers/torch/rules_linalg.py): the error
+checks torch.export threads on an effect token (inv, solve, cholesky) are dropped alike by the
 in-process exporter and the .pt2 reader, any other effect is refused in one line, and the
 imported step equals torch's forward and gradients in float64."""
 
@@ -12,8 +12,8 @@ torch = pytest.importorskip("torch")
 
 from planner.graph.autodiff import gradients  # noqa: E402
 from planner.graph.interpret import run  # noqa: E402
-from planner.torch.context import TorchImportError  # noqa: E402
-from planner.torch.convert import convert  # noqa: E402
+from planner.importers.torch.context import TorchImportError  # noqa: E402
+from planner.importers.torch.convert import convert  # noqa: E402
 from tests.importers.test_pt2_reader import _same_as_in_process  # noqa: E402
 
 

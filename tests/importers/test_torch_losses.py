@@ -20,7 +20,7 @@ from torch.nn import functional as F  # noqa: E402
 
 from planner.graph import run  # noqa: E402
 from planner.graph.autodiff import gradients  # noqa: E402
-from planner.torch.convert import convert  # noqa: E402
+from planner.importers.torch.convert import convert  # noqa: E402
 
 N, C = 6, 5
 

@@ -1,4 +1,4 @@
-"""F.one_hot through planner.torch (planner/torch/rules_onehot.py): kept whole instead of
+"""F.one_hot through planner.torch (planner/importers/torch/rules_onehot.py): kept whole instead of
 torch.export's decomposition, whose `_assert_async` range checks no planner op takes. Values
 equal torch's; a class index out of [0, num_classes) is refused as PyTorch refuses it (on the
 reference interpreter and when the CPU executor's step runs); a Switch-style mixture of
@@ -15,8 +15,8 @@ from torch import nn  # noqa: E402
 from torch.nn import functional as F  # noqa: E402
 
 from planner.graph import run  # noqa: E402
+from planner.importers.torch.convert import convert  # noqa: E402
 from planner.ops.base import OpError  # noqa: E402
-from planner.torch.convert import convert  # noqa: E402
 from planner.torch.training import export  # noqa: E402
 from tests.importers.test_fresh_models import _equal  # noqa: E402
 

@@ -15,9 +15,9 @@ from torch import nn  # noqa: E402
 
 from planner.graph import run  # noqa: E402
 from planner.graph.autodiff import gradients  # noqa: E402
+from planner.importers.torch.context import TorchImportError  # noqa: E402
+from planner.importers.torch.convert import convert  # noqa: E402
 from planner.ops.pointwise_table import ROWS  # noqa: E402
-from planner.torch.context import TorchImportError  # noqa: E402
-from planner.torch.convert import convert  # noqa: E402
 
 SHAPE = (3, 4)
 # float32's evaluation of a few roundings against float64 (norm-relative over the elements)

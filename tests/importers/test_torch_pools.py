@@ -1,5 +1,5 @@
-"""Pools (planner/ops/pool_nd.py, planner/torch/rules_pool.py) through the torch front end:
-1-D, 2-D and 3-D max pools with their indices, 3-D average pools, adaptive pools of output
+"""Pools (planner/ops/pool_nd.py, planner/importers/torch/rules_pool.py) through the torch front
+end: 1-D, 2-D and 3-D max pools with their indices, 3-D average pools, adaptive pools of output
 sizes that do not divide the input, max_unpool; forward and gradient against PyTorch in
 float64 on the numpy reference, then every case at once on the CPU executor."""
 

@@ -19,8 +19,8 @@ from torch.nn import functional as F  # noqa: E402
 
 from planner.graph import Optimizer, init_params, make_training_graph, run  # noqa: E402
 from planner.graph.interpret import train_step  # noqa: E402
+from planner.importers.torch.convert import convert  # noqa: E402
 from planner.ops import get_op  # noqa: E402
-from planner.torch.convert import convert  # noqa: E402
 from tests.importers.torch_step import Step, mismatches  # noqa: E402
 
 LR = 0.1
@@ -152,7 +152,7 @@ def test_a_float64_draw_is_refused_naming_the_op():
         def forward(self, x):
             return x + torch.rand(3, dtype=torch.float64)
 
-    from planner.torch.context import TorchImportError
+    from planner.importers.torch.context import TorchImportError
 
     with pytest.raises(TorchImportError, match="aten.rand.default"):
         convert(_export(Double(), (torch.zeros(3, dtype=torch.float64),)))

@@ -1,6 +1,6 @@
 """The in-place draws (exponential_, cauchy_, geometric_, log_normal_, normal_, uniform_) on a
 buffer or a parameter, randint_like, rrelu in training and the uninitialized factories through
-the torch front end (planner/torch/rules_random.py).
+the torch front end (planner/importers/torch/rules_random.py).
 
 Statistics at fixed seeds on the reference interpreter, bounds as tests/ops/test_random.py's (a
 correct generator fails with probability below 1e-4): Kolmogorov-Smirnov D < 1.95 / sqrt(n)
@@ -23,8 +23,8 @@ from torch.nn import functional as F  # noqa: E402
 
 from planner.graph import run  # noqa: E402
 from planner.graph.autodiff import gradients  # noqa: E402
-from planner.torch.context import TorchImportError  # noqa: E402
-from planner.torch.convert import convert  # noqa: E402
+from planner.importers.torch.context import TorchImportError  # noqa: E402
+from planner.importers.torch.convert import convert  # noqa: E402
 
 N = 40_000
 KS = 1.95 / math.sqrt(N)

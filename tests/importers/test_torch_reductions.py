@@ -1,5 +1,5 @@
-"""The reductions (planner/ops/reductions.py, planner/torch/rules_reduce.py) and cumprod through
-the torch front end, forward and gradient against PyTorch in float64 on the numpy reference;
+"""The reductions (planner/ops/reductions.py, planner/importers/torch/rules_reduce.py) and cumprod
+through the torch front end, forward and gradient against PyTorch in float64 on the numpy reference;
 then every case at once on the CPU executor (one graph, one build)."""
 
 from __future__ import annotations

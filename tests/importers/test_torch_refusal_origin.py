@@ -15,9 +15,9 @@ torch = pytest.importorskip("torch")
 from torch import nn  # noqa: E402
 
 import planner.torch  # noqa: E402
-from planner.torch.context import RULES, TorchImportError  # noqa: E402
-from planner.torch.convert import convert, decompose  # noqa: E402
-from planner.torch.origin import location  # noqa: E402
+from planner.importers.torch.context import RULES, TorchImportError  # noqa: E402
+from planner.importers.torch.convert import convert, decompose  # noqa: E402
+from planner.importers.torch.origin import location  # noqa: E402
 from planner.torch.training import export  # noqa: E402
 
 F = nn.functional

@@ -18,8 +18,8 @@ from torch import nn
 
 from planner.graph.autodiff import gradients
 from planner.graph.interpret import run
-from planner.graph.ir import Graph
-from planner.torch.convert import convert
+from planner.importers.torch.convert import convert
+from planner.ir.graph import Graph
 
 
 class OpModule(nn.Module):

@@ -196,7 +196,7 @@ def test_an_asymmetric_pad_convolutions_padded_copy_is_planned_with_its_workspac
     """The CUDA kernel copies the image into an explicitly padded buffer (cuDNN takes symmetric
     pads only): OpDef.gpu_scratch, planned in the convolution's workspace area, so that the
     kernel gets no block outside the arena at load. 2 x 3 x (7+1) x (7+1) floats = 1536 bytes."""
-    from planner.graph.ir import Graph, Node, Tensor
+    from planner.ir.graph import Graph, Node, Tensor
 
     def conv_graph(pads):
         side = 7 + pads[0] + pads[2] - 1  # a 2 x 2 kernel, stride 1

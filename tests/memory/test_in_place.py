@@ -17,8 +17,8 @@ import pytest
 
 from planner.graph.autodiff import LOSS_SCALE, Optimizer, make_training_graph
 from planner.graph.interpret import init_params, random_feeds, train_step
-from planner.graph.ir import Node, Tensor
 from planner.graph.validate import check_graph
+from planner.ir.graph import Node, Tensor
 from planner.memory import MemoryOptions
 from planner.memory.liveness import in_place_aliases, view_aliases
 from planner.ops import base

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from planner.graph.builder import GraphBuilder
-from planner.graph.ir import Graph
+from planner.ir.graph import Graph
 from planner.memory.liveness import (
     OpTimes,
     graph_buffers,

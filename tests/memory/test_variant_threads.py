@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from planner.costs.records import CostEntry, CostTable, CpuSample
 from planner.costs.signature import node_signature
-from planner.graph.ir import Node
+from planner.ir.graph import Node
 from planner.memory.scratch import kernel_scratch, scratch_by_threads
 from planner.memory.variants import _fastest, core_counts
 from planner.ops import get_op

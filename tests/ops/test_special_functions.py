@@ -344,14 +344,14 @@ class _Apply(torch.nn.Module):
 
 
 def _ops_of(f) -> list[str]:
-    from planner.torch.convert import convert
+    from planner.importers.torch.convert import convert
 
     imported = convert(torch.export.export(_Apply(f), ()))
     return [node.op for node in imported.graph.nodes]
 
 
 def test_polygamma_orders_pick_their_rows_and_higher_ones_are_refused():
-    from planner.torch.context import TorchImportError
+    from planner.importers.torch.context import TorchImportError
 
     assert "Digamma" in _ops_of(lambda p: torch.polygamma(0, p))
     assert "Polygamma3" in _ops_of(lambda p: torch.special.polygamma(3, p))

@@ -318,7 +318,7 @@ def test_the_state_dict_layout_of_a_sharded_plan_names_whole_parameters(zero3):
     """state_dict reads a ZeRO-3 plan by bucket: each bucket's parameters as its all-gathers
     write them (not the shard, which the update op's first input is), its state shards by
     torch's slot names; the unsharded layout is never asked for it."""
-    from planner.graph.ir import Graph
+    from planner.ir.graph import Graph
     from planner.runtime.checkpoint import TORCH_SLOTS
     from planner.runtime.sharded import sharded_buckets
     from planner.runtime.sharded_checkpoint import held_shards, sharded_layout

@@ -12,8 +12,8 @@ from typing import Any
 
 from planner.errors import InfeasibleBudget
 from planner.graph.autodiff import make_training_graph
-from planner.graph.ir import Graph
 from planner.graph.optimizer import Optimizer
+from planner.ir.graph import Graph
 from planner.memory.options import MemoryOptions
 from planner.pipeline import PlanOptions, plan
 from planner.plan import Plan

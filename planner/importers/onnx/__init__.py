@@ -38,11 +38,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from planner.graph.ir import Graph
+from planner.importers.kit import Const
 from planner.importers.onnx.convert import convert
 from planner.importers.onnx.errors import OnnxImportError
 from planner.importers.onnx.read import Source
-from planner.importers.onnx.values import Const
+from planner.ir.graph import Graph
 
 __all__ = ["OnnxImport", "OnnxImportError", "import_onnx", "load_onnx"]
 

@@ -18,17 +18,18 @@ binds output k to an existing value (Identity), `n.fold(k, array)` to a computed
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
 import onnx
 
 from planner.graph.builder import GraphBuilder, GraphBuildError
-from planner.graph.ir import Tensor
-from planner.importers.onnx.errors import OnnxImportError, Unsupported
+from planner.importers.kit import Const, Rules, Unsupported
+from planner.importers.onnx.errors import OnnxImportError
 from planner.importers.onnx.fold import FOLD_INPUT_LIMIT, FOLD_OUTPUT_LIMIT
-from planner.importers.onnx.values import Const, read_attributes
+from planner.importers.onnx.values import read_attributes
+from planner.ir.graph import Tensor
 from planner.ops import OpError, TensorType, get_op
 
 
@@ -43,21 +44,9 @@ POISONED = _Poisoned()
 
 Value = str | Const | _Poisoned
 
-Rule = Callable[["NodeCtx"], None]
-
 # ONNX op type -> conversion rule; filled by the rules_* modules with @rule.
-RULES: dict[str, Rule] = {}
-
-
-def rule(*op_types: str) -> Callable[[Rule], Rule]:
-    def register(fn: Rule) -> Rule:
-        for op in op_types:
-            if op in RULES:
-                raise ValueError(f"two ONNX conversion rules for {op}")
-            RULES[op] = fn
-        return fn
-
-    return register
+RULES = Rules("ONNX")
+rule = RULES.rule
 
 
 class Importer:

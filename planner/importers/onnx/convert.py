@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import onnx
 
-from planner.graph.ir import Graph
+from planner.importers.kit import Const, Unsupported
 from planner.importers.onnx import (  # noqa: F401  (registering the rules)
     rules_composite,
     rules_const,
@@ -36,7 +36,7 @@ from planner.importers.onnx import (  # noqa: F401  (registering the rules)
     rules_transformer,
 )
 from planner.importers.onnx.context import POISONED, RULES, Importer, NodeCtx
-from planner.importers.onnx.errors import OnnxImportError, Unsupported
+from planner.importers.onnx.errors import OnnxImportError
 from planner.importers.onnx.fold import FOLDABLE, can_fold, fold_node
 from planner.importers.onnx.read import (
     DEFAULT_DOMAINS,
@@ -46,7 +46,8 @@ from planner.importers.onnx.read import (
     opset_version,
     read_model,
 )
-from planner.importers.onnx.values import Const
+from planner.importers.onnx.values import const_from_proto
+from planner.ir.graph import Graph
 
 
 @dataclass(frozen=True)
@@ -79,7 +80,7 @@ def convert(source: Source, name: str | None = None,
                 origin = "constant"  # a scalar of the computation (GELU's sqrt(2)), not trained
             else:
                 unnamed.append(t.name)
-        imp.values[t.name] = Const.from_proto(t, origin=origin)
+        imp.values[t.name] = const_from_proto(t, origin=origin)
     for input_name, t in inputs.items():
         if input_name in imp.values:
             raise OnnxImportError(f"{label}: graph input {input_name!r} is declared twice")

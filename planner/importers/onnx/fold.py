@@ -16,7 +16,7 @@ can grow past its inputs (Expand, Tile, ...) is not folded when its output shape
 Example:
     >>> import numpy as np
     >>> from onnx import helper
-    >>> from planner.importers.onnx.values import Const
+    >>> from planner.importers.kit import Const
     >>> node = helper.make_node("Div", ["a", "b"], ["q"])
     >>> a, b = Const.of("a", np.array(7)), Const.of("b", np.array(2))
     >>> [c.value() for c in fold_node(node, [a, b], opset=17, label="div")]
@@ -31,8 +31,8 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from planner.importers.kit import Const
 from planner.importers.onnx.errors import OnnxImportError
-from planner.importers.onnx.values import Const
 
 # ONNX ops folded when all their inputs are known: shape arithmetic, comparisons, selection and
 # data movement. Not: random ops, ops with special import rules (Constant, ConstantOfShape,

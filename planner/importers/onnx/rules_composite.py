@@ -20,10 +20,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from planner.importers.kit import Const, Unsupported
 from planner.importers.onnx.context import NodeCtx, Value, rule
-from planner.importers.onnx.errors import OnnxImportError, Unsupported
+from planner.importers.onnx.errors import OnnxImportError
 from planner.importers.onnx.rules_shape import reduce_attrs, reshape_to
-from planner.importers.onnx.values import Const
 from planner.importers.reduce_max import pool_max
 
 

@@ -15,17 +15,18 @@ import onnx
 from onnx import helper
 
 from planner.dtypes import is_float
+from planner.importers.kit import Const, Unsupported
 from planner.importers.onnx.context import NodeCtx, rule
-from planner.importers.onnx.errors import OnnxImportError, Unsupported
+from planner.importers.onnx.errors import OnnxImportError
 from planner.importers.onnx.fold import FOLD_OUTPUT_LIMIT
-from planner.importers.onnx.values import Const, planner_dtype
+from planner.importers.onnx.values import const_from_proto, const_full, planner_dtype
 
 
 @rule("Constant")
 def constant(n: NodeCtx) -> None:
     out = n.output(0) or n.label
     if isinstance(n.attrs.get("value"), onnx.TensorProto):
-        n.bind(0, Const.from_proto(n.attrs["value"], origin="constant", name=out))
+        n.bind(0, const_from_proto(n.attrs["value"], origin="constant", name=out))
         return
     scalars = {"value_float": np.float32, "value_floats": np.float32,
                "value_int": np.int64, "value_ints": np.int64}
@@ -42,13 +43,13 @@ def constant_of_shape(n: NodeCtx) -> None:
     fill = n.attr("value")
     scalar = np.zeros(1, dtype=np.float32)
     if isinstance(fill, onnx.TensorProto):
-        scalar = Const.from_proto(fill, "constant", f"{n.label}:value").value().reshape(-1)[:1]
+        scalar = const_from_proto(fill, "constant", f"{n.label}:value").value().reshape(-1)[:1]
     source = n.value(0)
     # onnx's light_* models stand in for every weight with ConstantOfShape(shape initializer):
     # such a float value is a weight (an initializer), not a foldable constant.
     placeholder = (isinstance(source, Const) and source.origin == "initializer"
                    and scalar.dtype.kind == "f")
-    n.bind(0, Const.full(n.output(0) or n.label, shape, scalar,
+    n.bind(0, const_full(n.output(0) or n.label, shape, scalar,
                          "initializer" if placeholder else "folded"))
 
 

@@ -18,8 +18,9 @@ over the class axis.
 
 from __future__ import annotations
 
+from planner.importers.kit import Unsupported
 from planner.importers.onnx.context import NodeCtx, Value, rule
-from planner.importers.onnx.errors import OnnxImportError, Unsupported
+from planner.importers.onnx.errors import OnnxImportError
 
 
 @rule("SoftmaxCrossEntropyLoss")

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import math
 
+from planner.importers.kit import Const, Unsupported
 from planner.importers.onnx.context import NodeCtx, Value, rule
-from planner.importers.onnx.errors import OnnxImportError, Unsupported
-from planner.importers.onnx.values import Const
+from planner.importers.onnx.errors import OnnxImportError
 
 # ONNX op -> planner op, for ops that map one to one with no attributes.
 UNARY = {"Relu": "Relu", "Tanh": "Tanh", "Sigmoid": "Sigmoid", "Neg": "Neg", "Exp": "Exp",

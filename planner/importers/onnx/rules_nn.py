@@ -12,8 +12,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from planner.importers.kit import Unsupported
 from planner.importers.onnx.context import NodeCtx, Value, rule
-from planner.importers.onnx.errors import OnnxImportError, Unsupported
+from planner.importers.onnx.errors import OnnxImportError
 
 
 def spatial_dims(n: NodeCtx, rank: int) -> int:

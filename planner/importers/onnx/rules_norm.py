@@ -19,8 +19,9 @@ reference takes the biased one.
 
 from __future__ import annotations
 
+from planner.importers.kit import Unsupported
 from planner.importers.onnx.context import NodeCtx, rule
-from planner.importers.onnx.errors import OnnxImportError, Unsupported
+from planner.importers.onnx.errors import OnnxImportError
 
 
 @rule("BatchNormalization")

@@ -23,9 +23,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from planner.importers.kit import Const, Unsupported
 from planner.importers.onnx.context import NodeCtx, Value, rule
-from planner.importers.onnx.errors import OnnxImportError, Unsupported
-from planner.importers.onnx.values import Const
+from planner.importers.onnx.errors import OnnxImportError
 
 GATES = {"LSTM": 4, "GRU": 3}
 

@@ -23,9 +23,9 @@ from collections.abc import Sequence
 import numpy as np
 
 from planner.importers.gather import gather_rows
+from planner.importers.kit import Const, Unsupported
 from planner.importers.onnx.context import NodeCtx, Value, rule
-from planner.importers.onnx.errors import OnnxImportError, Unsupported
-from planner.importers.onnx.values import Const
+from planner.importers.onnx.errors import OnnxImportError
 
 
 def _prod(dims: Sequence[int]) -> int:

@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from planner.importers.kit import Const, Unsupported
 from planner.importers.onnx.context import NodeCtx, rule
-from planner.importers.onnx.errors import OnnxImportError, Unsupported
-from planner.importers.onnx.values import Const
+from planner.importers.onnx.errors import OnnxImportError
 
 
 @rule("LayerNormalization")

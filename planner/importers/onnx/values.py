@@ -1,33 +1,25 @@
-"""Values known at import time, ONNX element types, and ONNX attributes as Python values.
-
-A `Const` is a tensor whose value the importer knows without running the model: an
-initializer, a `Constant` node, a `ConstantOfShape` placeholder, or the folded result of a
-shape computation (`Shape`, `Gather`, `Concat`, ... on static shapes). Its value is loaded
-lazily, so importing a model with 100M parameters reads only their shapes.
+"""ONNX element types, stored ONNX tensors as `Const`s (planner.importers.kit: a value known
+at import time, loaded lazily so importing a model with 100M parameters reads only their
+shapes), and ONNX attributes as Python values.
 
 Example:
+    >>> from onnx import numpy_helper
     >>> import numpy as np
-    >>> c = Const.of("k", np.arange(3), origin="constant")
-    >>> c.shape, c.dtype, c.foldable
-    ((3,), 'int64', True)
+    >>> c = const_from_proto(numpy_helper.from_array(np.arange(3), "k"), origin="constant")
+    >>> c.shape, c.dtype, c.foldable, c.value().tolist()
+    ((3,), 'int64', True, [0, 1, 2])
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from planner.dtypes import DTYPE_BYTES
+from planner.importers.kit import Const, Origin
 from planner.importers.onnx.errors import OnnxImportError
-
-# Where a Const comes from: a graph initializer (or a ConstantOfShape placeholder standing in
-# for one, as in onnx's light_* models), a Constant node, or a folded computation.
-Origin = Literal["initializer", "constant", "folded"]
 
 # ONNX element type -> planner dtype, for the types a planner tensor may have.
 PLANNER_DTYPES: dict[int, str] = {
@@ -57,67 +49,40 @@ def planner_dtype(elem_type: int, what: str) -> str:
     return PLANNER_DTYPES[elem_type]
 
 
-@dataclass(frozen=True)
-class Const:
-    """A tensor value known at import time. `name` is the ONNX value it was first bound to;
-    `load()` returns the numpy array (computed on demand, not cached)."""
+def const_from_proto(proto: onnx.TensorProto, origin: Origin = "initializer",
+                     name: str | None = None) -> Const:
+    """The Const of a stored tensor (an initializer, a Constant's value); its value, read on
+    demand, is checked against the declared dims."""
+    name = proto.name if name is None else name
+    try:
+        dtype = helper.tensor_dtype_to_np_dtype(proto.data_type).name
+    except (KeyError, ValueError):
+        raise OnnxImportError(f"tensor {name!r} has unknown element type "
+                              f"{proto.data_type}") from None
+    shape = tuple(int(d) for d in proto.dims)
+    if any(d < 0 for d in shape):
+        raise OnnxImportError(f"tensor {name!r} has negative dims {list(shape)}")
 
-    name: str
-    shape: tuple[int, ...]
-    dtype: str
-    origin: Origin
-    load: Callable[[], np.ndarray] = field(repr=False, compare=False)
-
-    @classmethod
-    def of(cls, name: str, value: Any, origin: Origin = "folded") -> Const:
-        array = np.asarray(value)
-        return cls(name, tuple(array.shape), array.dtype.name, origin, lambda: array)
-
-    @classmethod
-    def from_proto(cls, proto: onnx.TensorProto, origin: Origin = "initializer",
-                   name: str | None = None) -> Const:
-        """The Const of a stored tensor (an initializer, a Constant's value)."""
-        name = proto.name if name is None else name
+    def load() -> np.ndarray:
         try:
-            dtype = helper.tensor_dtype_to_np_dtype(proto.data_type).name
-        except (KeyError, ValueError):
-            raise OnnxImportError(f"tensor {name!r} has unknown element type "
-                                  f"{proto.data_type}") from None
-        shape = tuple(int(d) for d in proto.dims)
-        if any(d < 0 for d in shape):
-            raise OnnxImportError(f"tensor {name!r} has negative dims {list(shape)}")
-        return cls(name, shape, dtype, origin, lambda: numpy_helper.to_array(proto))
-
-    @classmethod
-    def full(cls, name: str, shape: tuple[int, ...], fill: np.ndarray,
-             origin: Origin) -> Const:
-        """A tensor of `shape` holding one value everywhere (ConstantOfShape)."""
-        if any(d < 0 for d in shape):
-            raise OnnxImportError(f"tensor {name!r}: shape {list(shape)} has a negative dim")
-        scalar = np.asarray(fill).reshape(())
-        return cls(name, shape, scalar.dtype.name, origin,
-                   lambda: np.full(shape, scalar, dtype=scalar.dtype))
-
-    @property
-    def foldable(self) -> bool:
-        """May shape computations consume this value at import time? Not for float
-        initializers: they are the model's weights, which stay params (trainable, and shared
-        by every op that reads them) instead of being copied into reshaped constants."""
-        return not (self.origin == "initializer" and self.dtype.startswith("float"))
-
-    @property
-    def is_planner_dtype(self) -> bool:
-        return self.dtype in DTYPE_BYTES
-
-    def value(self) -> np.ndarray:
-        try:
-            array = np.asarray(self.load())
+            array = np.asarray(numpy_helper.to_array(proto))
         except Exception as e:  # numpy_helper on data that does not fit the dims, a bad type
-            raise OnnxImportError(f"tensor {self.name!r}: cannot read its value ({e})") from None
-        if tuple(array.shape) != self.shape:
-            raise OnnxImportError(f"tensor {self.name!r}: stored value has shape "
-                                  f"{list(array.shape)}, declared {list(self.shape)}")
+            raise OnnxImportError(f"tensor {name!r}: cannot read its value ({e})") from None
+        if tuple(array.shape) != shape:
+            raise OnnxImportError(f"tensor {name!r}: stored value has shape "
+                                  f"{list(array.shape)}, declared {list(shape)}")
         return array
+
+    return Const(name, shape, dtype, origin, load)
+
+
+def const_full(name: str, shape: tuple[int, ...], fill: np.ndarray, origin: Origin) -> Const:
+    """A tensor of `shape` holding one value everywhere (ConstantOfShape)."""
+    if any(d < 0 for d in shape):
+        raise OnnxImportError(f"tensor {name!r}: shape {list(shape)} has a negative dim")
+    scalar = np.asarray(fill).reshape(())
+    return Const(name, shape, scalar.dtype.name, origin,
+                 lambda: np.full(shape, scalar, dtype=scalar.dtype))
 
 
 def read_attributes(node: onnx.NodeProto) -> dict[str, Any]:

@@ -23,7 +23,7 @@ import numpy as np
 
 from planner.costs.convalgo import ConvAlgo, fastest_within
 from planner.errors import InfeasibleBudget
-from planner.graph.ir import Graph
+from planner.ir.graph import Graph
 from planner.memory.arena import aligned
 from planner.memory.assemble import tensor_plans
 from planner.memory.budget.search import State, cheapest_stop

@@ -106,7 +106,7 @@ class Increment : public Kernel {
   double by_;
 };
 
-// The sum of a gradient over K micro-batches (planner/graph/accumulation.py), written over
+// The sum of a gradient over K micro-batches (planner/ir/accumulation.py), written over
 // the sum's bytes. Division by K, not a product with 1/K: the reference's rounding.
 class AccumulateGrad : public Kernel {
  public:

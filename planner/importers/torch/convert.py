@@ -1,0 +1,367 @@
+"""An ExportedProgram (torch.export) to a planner Graph: the driver of the ATen rules.
+
+    convert(program) -> TorchImport(graph, consts, inputs, counters)
+
+1. `run_decompositions` to core ATen, keeping the ops the planner has as one op
+   (PRESERVED: F.linear, the losses (rules_losses.py), dropout, scaled_dot_product_attention,
+   PReLU and Softplus, whose decompositions compare, which no planner op does, reflect and
+   replicate padding, which decompose to gathers (the planner's Pad has those modes), and
+   torch.roll, which decomposes to gathers too (it becomes two Slices and a Concat), lerp,
+   logaddexp, xlogy and isfinite, one row each of the pointwise table
+   (planner/ops/pointwise_table.py), the reductions rules_reduce.py keeps whole (all,
+   logsumexp, nansum, nanmean), max_unpool (rules_pool.py: its decomposition writes through
+   index_put), take (rules_index.py: its decomposition reads a 0-d index as a Python int)
+   and one_hot (rules_onehot.py: its decomposition asserts, which no op does),
+   so a linear layer is one GEMM with its weight transposed in place and the loss is the
+   planner's loss op, whose gradient make_training_graph knows. The decomposed program is
+   then recorded (planner/importers/torch/record.py); a .pt2 file arrives as such a record already
+   (planner/importers/pt2/retrace.py), and from here both go the same way.
+2. The graph signature names every placeholder: a PARAMETER becomes a param tensor under its
+   state_dict name, a BUFFER a state tensor (BatchNorm's running statistics), a lifted constant
+   a state tensor holding its value, a USER_INPUT an input.
+3. Every call_function node goes through its rule (rules.py), or, when it reads only
+   constants (a mask built in forward by arange, tril, comparisons), torch evaluates it now
+   and the result is a constant; the planner's shape for each result is checked against the
+   node's own FakeTensor shape.
+4. Outputs: USER_OUTPUTs are the graph's outputs; the first, when it is a float scalar no
+   loss op writes (a loss of several terms traced with the model), is marked as the graph's
+   loss. A BUFFER_MUTATION must be what the planner
+   updates itself (the new running statistics of a training BatchNorm reading that buffer), or
+   an integer counter incremented by a constant (`num_batches_tracked += 1`), which the graph
+   leaves out and `counters` reports, for the trainer to count steps into. A buffer or a
+   parameter overwritten by a fresh draw (`self.noise.normal_()`, `w.uniform_()` under
+   no_grad: a value of random ops alone, never the old one) is drawn anew inside every step,
+   where the forward reads it, and its stored value is left as it was. Anything else is
+   refused.
+
+Names from the program (node names, state_dict keys) are data: they name tensors and nodes,
+never code; the graph's validation refuses control characters in them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+import planner.importers.torch.rules  # noqa: F401  (registering the rules)
+import planner.importers.torch.rules_index  # noqa: F401
+import planner.importers.torch.rules_linalg  # noqa: F401
+import planner.importers.torch.rules_onehot  # noqa: F401  (F.one_hot; its PRESERVED below)
+import planner.importers.torch.rules_pointwise  # noqa: F401
+import planner.importers.torch.rules_pool  # noqa: F401  (pools; its PRESERVED below)
+import planner.importers.torch.rules_products  # noqa: F401
+import planner.importers.torch.rules_reduce  # noqa: F401  (the reductions; its PRESERVED below)
+import planner.importers.torch.rules_search  # noqa: F401
+import planner.importers.torch.rules_sort  # noqa: F401
+import planner.importers.torch.rules_special  # noqa: F401  (special functions; its PRESERVED below)
+import planner.importers.torch.rules_views  # noqa: F401
+from planner.graph.validate import check_graph
+from planner.importers.kit import Const, Unsupported
+from planner.importers.onnx.context import Importer
+from planner.importers.onnx.fold import FOLD_OUTPUT_LIMIT
+from planner.importers.pt2.saved import Ref
+from planner.importers.pt2.targets import resolve
+from planner.importers.torch.context import RULES, UNAVAILABLE, NodeCtx, TorchImportError, _in
+from planner.importers.torch.record import Call, Program, Tensor, Value, from_exported
+from planner.importers.torch.rules_index import INDEX_PRESERVED
+from planner.importers.torch.rules_losses import LOSS_PRESERVED
+from planner.importers.torch.rules_random import RANDOM_PRESERVED, fresh_draw
+from planner.importers.torch.rules_views import UNINITIALIZED
+from planner.ir.graph import Graph
+
+PRESERVED = ("linear.default", *LOSS_PRESERVED, *INDEX_PRESERVED, *RANDOM_PRESERVED,
+             "dropout.default", "_safe_softmax.default",
+             "scaled_dot_product_attention.default", "prelu.default", "softplus.default",
+             "reflection_pad1d.default", "reflection_pad2d.default",
+             "replication_pad1d.default", "replication_pad2d.default", "roll.default",
+             # the pointwise table's rows (their decompositions compare and select)
+             "lerp.Scalar", "lerp.Tensor", "logaddexp.default", "xlogy.Tensor",
+             "isfinite.default",
+             # detach() decomposes to alias, which passes the gradient on: a StopGradient
+             "detach.default",
+             *planner.importers.torch.rules_reduce.PRESERVED,
+             *planner.importers.torch.rules_pool.PRESERVED,
+             *planner.importers.torch.rules_onehot.ONEHOT_PRESERVED,
+             *planner.importers.torch.rules_special.PRESERVED)
+
+
+@dataclass(frozen=True)
+class TorchImport:
+    """An imported program: its forward graph, the value behind each param and state tensor,
+    the graph's input tensors in the program's argument order, and the integer buffers the
+    program increments by a constant each call (state_dict name -> increment)."""
+
+    graph: Graph
+    consts: Mapping[str, Const]
+    inputs: tuple[str, ...]
+    counters: Mapping[str, int] = field(default_factory=dict)
+    # The tensor behind each of the program's outputs, in its order (the graph's outputs list
+    # each once): torch.compile's graphs may return one tensor twice.
+    returned: tuple[str, ...] = ()
+
+    def params(self) -> dict[str, np.ndarray]:
+        """Every param and state tensor's value, by name (state_dict names for the module's)."""
+        return {t.name: self.consts[t.name].value().astype(t.dtype, copy=False)
+                for t in self.graph.by_role("param", "state")}
+
+
+def decompose(program: Any, extra: Mapping[Any, Any] | None = None) -> Any:
+    """The program in core ATen, with PRESERVED ops kept whole, and the ops of `extra` (op ->
+    a function of torch ops) decomposed as it says."""
+    import torch
+
+    table = torch.export.default_decompositions()
+    for name in PRESERVED:
+        op, overload = name.split(".")
+        table.pop(getattr(getattr(torch.ops.aten, op), overload), None)
+    table.update(extra or {})
+    return program.run_decompositions(table)
+
+
+def convert(program: Any, name: str = "torch", module_root: str = "") -> TorchImport:
+    """Import a program: an ExportedProgram traced in this process (decomposed, then recorded,
+    planner/importers/torch/record.py) or a record already made (a .pt2 file's,
+    planner/importers/pt2/retrace.py). Raises TorchImportError, naming the node, its ATen op and its
+    module path (from the node's nn_module_stack), less `module_root`: the path of the user's module
+    inside the exported one (the trainer's wrapper holds it as `model`)."""
+    if not isinstance(program, Program):
+        try:
+            program = decompose(program)
+        except Exception as e:  # a program torch itself cannot decompose
+            raise TorchImportError(f"cannot decompose the program: {type(e).__name__}: "
+                                   f"{str(e).splitlines()[0] if str(e) else ''}") from None
+        program = from_exported(program, module_root)
+    buffers = {i.target for i in program.inputs if i.kind == "buffer"}
+    reserved = {c.name for c in program.calls} | {i.name for i in program.inputs} | \
+        {i.target for i in program.inputs if i.target}
+    imp = Importer(graph_name=name, opset=0, reserved=reserved, state_names=set(buffers),
+                   init_hints={}, used=set())
+    env: dict[str, Any] = {}
+    metas: dict[str, Any] = {}
+    inputs: list[str] = []
+    for spec in program.inputs:
+        metas[spec.name] = spec.value
+        if spec.kind == "user_input":
+            if spec.value is None:
+                raise TorchImportError(f"input {spec.name!r}: no tensor metadata")
+            env[spec.name] = imp.builder.input(spec.name, spec.value.shape, spec.value.dtype)
+            inputs.append(spec.name)
+        else:
+            env[spec.name] = _const(spec.target, program.tensors,
+                                    "constant" if spec.kind == "tensor_constant" else
+                                    "initializer")
+    counters = _counters(program)
+    _convert_nodes(imp, program.calls, env, metas, skip=set(counters.values()))
+    returned = _outputs(program, env, imp, counters)
+    graph_outputs = list(dict.fromkeys(returned))
+    graph = check_graph(imp.builder.build(outputs=graph_outputs,
+                                          loss=_traced_loss(imp, graph_outputs)))
+    return TorchImport(graph, {t.name: imp.consts[t.name] for t in graph.tensors
+                               if t.name in imp.consts}, tuple(inputs),
+                       {buf: 1 for buf in counters}, tuple(returned))
+
+
+def _meta(call: Call) -> tuple[tuple[int, ...], str]:
+    if not isinstance(call.out, Value):
+        raise TorchImportError(f"node {call.name!r}: no tensor metadata")
+    return call.out.shape, call.out.dtype
+
+
+def _const(target: str, tensors: Mapping[str, Tensor], origin: str) -> Const:
+    t = tensors.get(target)
+    if t is None:
+        raise TorchImportError(f"tensor {target!r}: not in the program's state")
+    return Const(target, t.shape, t.dtype, origin, t.load)  # type: ignore[arg-type]
+
+
+def _counters(program: Program) -> dict[str, str]:
+    """Integer buffers mutated as `buffer + constant` (BatchNorm's num_batches_tracked): buffer
+    name -> the call computing the new value, which the graph leaves out."""
+    placeholders = {i.name: i.target for i in program.inputs}
+    by_name = {c.name: c for c in program.calls}
+    out: dict[str, str] = {}
+    for spec in program.outputs:
+        if spec.kind != "buffer_mutation":
+            continue
+        call = by_name.get(spec.name)
+        if (call is not None and call.target == "aten.add.Tensor" and len(call.args) >= 2
+                and isinstance(call.args[0], Ref)
+                and placeholders.get(call.args[0].name) == spec.target
+                and call.args[1] == 1 and call.users == 1
+                and isinstance(call.out, Value) and call.out.dtype in ("int64", "int32")):
+            out[spec.target] = call.name
+    return out
+
+
+def _args(v: Any, env: Mapping[str, Any]) -> Any:
+    """Arguments with every Ref replaced by what its value became."""
+    if isinstance(v, Ref):
+        return env[v.name]
+    if isinstance(v, (tuple, list)):
+        return type(v)(_args(i, env) for i in v)
+    if isinstance(v, dict):  # keyword arguments (segment_reduce's lengths, pinv's atol/rtol)
+        return {k: _args(i, env) for k, i in v.items()}
+    return v
+
+
+def _convert_nodes(imp: Importer, calls: tuple[Call, ...], env: dict[str, Any],
+                   metas: dict[str, Any], skip: set[str]) -> None:
+    """Convert every call; collect every unsupported op, then raise once."""
+    unsupported: dict[str, str] = {}
+    modules: dict[str, str] = {}
+    first_error: TorchImportError | None = None
+    dropouts = [0]
+    poisoned: set[str] = set()
+    for call in calls:
+        metas[call.name] = call.out
+        if call.name in skip:
+            continue
+        op = call.target
+        if any(r in poisoned for r in call.reads()):
+            poisoned.add(call.name)
+            continue
+        try:
+            if op == "getitem":
+                value = env[call.args[0].name][call.args[1]]
+            elif _foldable(call, env):
+                value = _fold(imp, call, env)
+            else:
+                if op not in RULES:
+                    raise Unsupported(op)
+                shape, dtype = _meta(call) if isinstance(call.out, Value) else (None, None)
+                ctx = NodeCtx(imp, call.name, op, _args(call.args, env),
+                              _args(dict(call.kwargs), env), shape, dropouts, dtype,
+                              call, call.place or call.module, metas)
+                value = RULES[op](ctx)
+            _check(imp, call, value)
+            env[call.name] = value
+        except Unsupported as e:
+            if e.what not in unsupported:
+                unsupported[e.what], modules[e.what] = call.name, call.place or call.module
+            poisoned.add(call.name)
+        except TorchImportError as e:
+            first_error = first_error or e
+            poisoned.add(call.name)
+        except Exception as e:  # a corrupt program: still one line naming the node
+            first_error = first_error or TorchImportError(
+                f"node {call.name!r}{_in(call.place or call.module)} ({op}): cannot convert: "
+                f"{type(e).__name__}: {e}")
+            poisoned.add(call.name)
+    if unsupported:
+        raise TorchImportError.unsupported_ops(unsupported, modules)
+    if first_error is not None:
+        raise first_error
+
+
+def _foldable(call: Call, env: Mapping[str, Any]) -> bool:
+    """Is the call a computation on constants alone (a causal mask built in forward from
+    arange, tril, comparisons), which torch itself evaluates now? Not on float parameters or
+    buffers (they stay tensors the planner trains or updates), not a random op or an `empty`
+    (whose rule gives zeros, not the memory torch finds), and not an
+    output past FOLD_OUTPUT_LIMIT elements."""
+    import torch
+
+    reads = [env.get(r) for r in call.reads()]
+    if not all(isinstance(v, Const) and v.foldable for v in reads):
+        return False
+    op = resolve(call.target)
+    if op is None or torch.Tag.nondeterministic_seeded in op.tags or \
+            call.target in UNINITIALIZED:  # torch's values would be whatever memory held
+        return False
+    vals = call.out if isinstance(call.out, tuple) else (call.out,)
+    return all(isinstance(v, Value) for v in vals) and \
+        sum(math.prod(v.shape) for v in vals) <= FOLD_OUTPUT_LIMIT
+
+
+def _fold(imp: Importer, call: Call, env: Mapping[str, Any]) -> Const | tuple[Const, ...]:
+    import torch
+
+    def tensor(v: Any) -> Any:
+        if isinstance(v, Ref):
+            # np.array, not np.ascontiguousarray, which makes a 0-d value 1-d
+            return torch.from_numpy(np.array(env[v.name].value(), order="C"))
+        if isinstance(v, (tuple, list)):
+            return type(v)(tensor(i) for i in v)
+        return v
+
+    def const(t: Any) -> Const:
+        if not isinstance(t, torch.Tensor):
+            raise Unsupported(f"{call.target} (of constants, giving {type(t).__name__})")
+        return Const.of(imp.fresh(call.name), t.detach().cpu().numpy(), origin="constant")
+
+    op = resolve(call.target)
+    with torch.no_grad():
+        out = op(*tensor(call.args), **{k: tensor(v) for k, v in call.kwargs.items()})
+    return tuple(const(t) for t in out) if isinstance(out, (tuple, list)) else const(out)
+
+
+def _check(imp: Importer, call: Call, value: Any) -> None:
+    """The planner's shape for a tensor result is the one torch traced."""
+    if isinstance(value, (str, Const)) and isinstance(call.out, Value):
+        want = call.out.shape
+        got = imp.type_of(value, call.name).shape
+        if got != want:
+            raise TorchImportError(f"node {call.name!r} ({call.target}): planner shape "
+                                   f"{list(got)}, torch's {list(want)}")
+
+
+def _outputs(program: Program, env: dict[str, Any], imp: Importer,
+             counters: Mapping[str, str]) -> list[str]:
+    placeholders = {i.target: i.name for i in program.inputs if i.target}
+    outputs: list[str] = []
+    for spec in program.outputs:
+        if spec.kind == "user_output":
+            value = env.get(spec.name)
+            if not isinstance(value, (str, Const)):
+                raise TorchImportError(f"output {spec.name!r}: not a tensor the planner "
+                                       "computes")
+            outputs.append(imp.as_tensor(value))
+        elif spec.kind in ("buffer_mutation", "parameter_mutation"):
+            if spec.target in counters or fresh_draw(imp, env.get(spec.name)):
+                continue
+            if spec.kind == "parameter_mutation":
+                raise TorchImportError(f"parameter {spec.target!r}: overwritten in forward by "
+                                       f"node {spec.name!r}, which is not a fresh random draw "
+                                       "(the planner updates parameters by the optimizer only)")
+            if not _planner_updates(imp, env.get(spec.name),
+                                    env.get(placeholders.get(spec.target))):
+                raise TorchImportError(f"buffer {spec.target!r}: mutated by node "
+                                       f"{spec.name!r}, which the planner does not update in "
+                                       "place")
+        else:
+            raise TorchImportError(f"output {spec.name!r}: unsupported kind {spec.kind}")
+    return outputs
+
+
+def _traced_loss(imp: Importer, outputs: list[str]) -> str | None:
+    """The first output, when it is a float scalar no loss op writes (a loss of several terms,
+    `F.mse_loss(o, y) + beta * kl`, traced with the model, or a module returning its own loss
+    first): marked as the graph's loss (Graph.loss), which autodiff seeds."""
+    from planner.graph.autodiff import LOSS_OPS
+
+    if not outputs:
+        return None
+    first = imp.builder.type(outputs[0])
+    node = imp.builder.producer(outputs[0])
+    if first.shape != () or not first.dtype.startswith(("float", "bfloat")) or \
+            (node is not None and node.op in LOSS_OPS):
+        return None
+    return outputs[0]
+
+
+def _planner_updates(imp: Importer, new: Any, old: Any) -> bool:
+    """Is `new` the planner's own next value of buffer `old` (a training BatchNorm's running
+    statistic output 1 or 2 reading it as input 3 or 4), or `old` itself (no change)?"""
+    if new is old and new is not None and new is not UNAVAILABLE:
+        return True
+    if not isinstance(new, str) or not isinstance(old, Const):
+        return False
+    node = imp.builder.producer(new)
+    if node is None or node.op != "BatchNorm" or not node.attrs.get("training"):
+        return False
+    k = node.outputs.index(new)
+    return k in (1, 2) and node.inputs[k + 2] == old.name

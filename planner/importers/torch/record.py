@@ -1,0 +1,256 @@
+"""The program the ATen rules convert: a neutral, validated record of a decomposed torch.export
+program, made the same way for a module traced in this process (`from_exported`) and for a
+.pt2 file read as data (planner/importers/pt2/retrace.py), so both go through the same rules.
+
+A record holds no torch object: calls with a target string (`aten.convolution.default`,
+`getitem`), arguments in which every tensor is a `Ref` to an earlier value, each output's
+declared shape, dtype and strides, and the module path that wrote it; the signature's inputs
+(user inputs, parameters, buffers, constants by state_dict name) and outputs (user outputs,
+buffer mutations); and each state tensor as a loader of its numpy value.
+
+>>> Value((2, 3), "float32", (3, 1), 0).shape
+(2, 3)
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from planner.importers.pt2.saved import Ref
+
+
+@dataclass(frozen=True)
+class Value:
+    """A tensor's declared shape, dtype (`float32`), strides and storage offset."""
+
+    shape: tuple[int, ...]
+    dtype: str
+    strides: tuple[int, ...] = ()
+    offset: int = 0
+
+
+@dataclass(frozen=True)
+class Call:
+    """One call: `out` is its Value, a tuple (a Value or None per output) or None (no tensor);
+    `users` how many calls or outputs read it."""
+
+    name: str
+    target: str
+    args: tuple[Any, ...]
+    kwargs: Mapping[str, Any]
+    out: Any
+    module: str = ""
+    users: int = 0
+    place: str = ""  # where messages place it (planner/importers/torch/origin.py); in-process only
+
+    def reads(self) -> list[str]:
+        """The values the call reads, in argument order."""
+        found: list[str] = []
+
+        def walk(v: Any) -> None:
+            if isinstance(v, Ref):
+                found.append(v.name)
+            elif isinstance(v, (tuple, list)):
+                for item in v:
+                    walk(item)
+
+        walk(self.args)
+        walk(tuple(self.kwargs.values()))
+        return found
+
+
+@dataclass(frozen=True)
+class Input:
+    """A placeholder: kind is user_input, parameter, buffer or tensor_constant; target its
+    state_dict name (empty for a user input)."""
+
+    name: str
+    kind: str
+    target: str
+    value: Value
+
+
+@dataclass(frozen=True)
+class Output:
+    """kind is user_output, buffer_mutation or parameter_mutation (target: the buffer or
+    parameter); name the value written."""
+
+    kind: str
+    name: str
+    target: str = ""
+
+
+@dataclass(frozen=True)
+class Tensor:
+    shape: tuple[int, ...]
+    dtype: str
+    load: Callable[[], np.ndarray]
+
+
+@dataclass(frozen=True)
+class Program:
+    inputs: tuple[Input, ...]
+    calls: tuple[Call, ...]
+    outputs: tuple[Output, ...]
+    tensors: Mapping[str, Tensor] = field(default_factory=dict)
+
+    def renamed(self, values: Mapping[str, str], targets: Mapping[str, str],
+                modules: Callable[[str], str]) -> Program:
+        """The program with values, state_dict names and module paths renamed; a call whose
+        name a renamed value takes gets a fresh one (`relu` -> `relu_1`)."""
+        taken = set(values.values())
+        names = dict(values)
+        for c in self.calls:
+            name, k = c.name, 0
+            while name in taken:
+                k += 1
+                name = f"{c.name}_{k}"
+            taken.add(name)
+            names[c.name] = name
+
+        def ref(v: Any) -> Any:
+            if isinstance(v, Ref):
+                return Ref(names.get(v.name, v.name))
+            if isinstance(v, (tuple, list)):
+                return type(v)(ref(i) for i in v)
+            return v
+
+        return Program(
+            tuple(replace(i, name=names.get(i.name, i.name),
+                          target=targets.get(i.target, i.target)) for i in self.inputs),
+            tuple(replace(c, name=names[c.name], args=ref(c.args),
+                          kwargs={k: ref(v) for k, v in c.kwargs.items()},
+                          module=modules(c.module), place="") for c in self.calls),
+            tuple(replace(o, name=names.get(o.name, o.name), target=targets.get(o.target,
+                                                                                o.target))
+                  for o in self.outputs),
+            {targets.get(k, k): t for k, t in self.tensors.items()})
+
+
+def from_exported(program: Any, root: str = "") -> Program:
+    """The record of a decomposed ExportedProgram traced in this process; module paths less
+    the `root` prefix (the trainer's wrapper holds the user's module as `model`)."""
+    from torch.export.graph_signature import InputKind, OutputKind
+
+    from planner.importers.torch.origin import location, module_path
+
+    sig = program.graph_signature
+    kinds = {InputKind.USER_INPUT: "user_input", InputKind.PARAMETER: "parameter",
+             InputKind.BUFFER: "buffer", InputKind.CONSTANT_TENSOR: "tensor_constant"}
+    specs = {s.arg.name: s for s in sig.input_specs if hasattr(s.arg, "name")}
+    inputs, calls = [], []
+    tokens: set[str] = set()  # effect tokens and the calls that only pass one on
+    for node in program.graph_module.graph.nodes:
+        if node.op == "placeholder":
+            spec = specs.get(node.name)
+            if spec is not None and spec.kind == InputKind.TOKEN:
+                tokens.add(node.name)
+                continue
+            kind = kinds.get(spec.kind) if spec is not None else None
+            if kind is None:
+                from planner.importers.torch.context import TorchImportError
+                raise TorchImportError(f"input {node.name!r}: unsupported kind "
+                                       f"{getattr(getattr(spec, 'kind', None), 'name', None)}")
+            inputs.append(Input(node.name, kind, spec.target or "", _value(node, node.meta.get(
+                "val"))))
+        elif node.op == "call_function" and _passes_token(node, tokens):
+            tokens.add(node.name)
+        elif node.op == "call_function":
+            import torch.fx
+
+            target = "getitem" if node.target is operator.getitem else str(node.target)
+            val = node.meta.get("val")
+            out = tuple(_value(node, v) for v in val) if isinstance(val, (tuple, list)) else \
+                _value(node, val)
+            calls.append(Call(node.name, target,
+                              torch.fx.node.map_arg(tuple(node.args), lambda a: Ref(a.name)),
+                              dict(torch.fx.node.map_arg(dict(node.kwargs),
+                                                         lambda a: Ref(a.name))),
+                              out, module_path(node, root), len(node.users),
+                              location(node, root)))
+    outputs = []
+    for spec in sig.output_specs:
+        kind = {OutputKind.USER_OUTPUT: "user_output",
+                OutputKind.BUFFER_MUTATION: "buffer_mutation",
+                OutputKind.PARAMETER_MUTATION: "parameter_mutation",
+                # an input written in place (torch.compile's graphs take buffers as inputs):
+                # convert refuses it; planner.torch.backend reads it as an output
+                OutputKind.USER_INPUT_MUTATION: "user_input_mutation"}.get(spec.kind)
+        arg = getattr(spec.arg, "name", None)
+        if spec.kind == OutputKind.TOKEN and arg in tokens:
+            continue
+        if kind is None or arg is None:
+            from planner.importers.torch.context import TorchImportError
+            raise TorchImportError(f"output {arg!r}: unsupported kind {spec.kind.name}")
+        outputs.append(Output(kind, arg, spec.target or ""))
+    tensors = {**{k: _tensor(v) for k, v in (getattr(program, "constants", {}) or {}).items()
+                  if hasattr(v, "shape")},
+               **{k: _tensor(v) for k, v in program.state_dict.items()}}
+    return Program(tuple(inputs), tuple(calls), tuple(outputs), tensors)
+
+
+# Ops torch.export threads on an effect token whose only effect is raising an error
+# (torch.linalg's singular-matrix and not-positive-definite checks): the record drops them with
+# their tokens, so the executors compute what the op gives there (inf or NaN) instead of
+# raising. Any other effect is refused.
+CHECK_EFFECTS = frozenset({"aten._linalg_check_errors.default"})
+
+
+def _passes_token(node: Any, tokens: set[str]) -> bool:
+    """Is the call an error check run on an effect token (`with_effects(token, check, ...)`), or
+    the getitem of the token it returns? Another op with an effect is refused in one line."""
+    import torch
+
+    if node.target is operator.getitem:
+        return getattr(node.args[0], "name", None) in tokens
+    if node.target is not torch.ops.higher_order.with_effects:
+        return False
+    op = str(node.args[1])
+    if op not in CHECK_EFFECTS:
+        from planner.importers.torch.context import TorchImportError
+
+        raise TorchImportError(f"node {node.name!r} ({op}): an op with a side effect torch "
+                               f"orders by an effect token; the planner accepts only the error "
+                               f"checks {sorted(CHECK_EFFECTS)}")
+    return True
+
+
+def _value(node: Any, val: Any) -> Value | None:
+    if val is None or not hasattr(val, "shape"):
+        return None
+    try:
+        shape = tuple(int(d) for d in val.shape)
+        strides = tuple(int(s) for s in val.stride())
+        offset = int(val.storage_offset())
+    except (TypeError, RuntimeError) as e:  # a symbol (dynamic shapes), or data-dependent
+        from planner.importers.torch.context import TorchImportError
+
+        if "DataDependent" in type(e).__name__:  # nonzero, masked_select, unique, ...
+            raise TorchImportError(
+                f"node {node.name!r} ({getattr(node, 'target', '')}): its output shape "
+                f"depends on the data ({[str(d) for d in val.shape]}); the planner plans "
+                f"static shapes: compute it outside the traced module, or use a fixed-size "
+                f"form (torch.where with a mask, nonzero_static)") from None
+        raise TorchImportError(f"node {node.name!r}: symbolic shape {list(val.shape)}; export "
+                               "with static shapes") from None
+    return Value(shape, str(val.dtype).removeprefix("torch."), strides, offset)
+
+
+def _tensor(t: Any) -> Tensor:
+    return Tensor(tuple(int(d) for d in t.shape), str(t.dtype).removeprefix("torch."),
+                  lambda: to_numpy(t))
+
+
+def to_numpy(t: Any) -> np.ndarray:
+    """A torch tensor's value as numpy (bfloat16 through its bits: numpy's is ml_dtypes')."""
+    import torch
+
+    t = t.detach().cpu().contiguous()
+    if t.dtype == torch.bfloat16:
+        return t.view(torch.int16).numpy().view("bfloat16")
+    return t.numpy()

@@ -1,0 +1,315 @@
+"""torch.linalg's solvers and factorizations on planner/ops/linalg.py's MatrixInverse,
+MatrixSolve, MatrixSlogdet, Cholesky, MatrixSvd and MatrixQr:
+
+    linalg_inv(_ex), _linalg_solve_ex   MatrixInverse, MatrixSolve (a vector B, left=False and
+                                        broadcast batches reshaped, transposed, expanded)
+    _linalg_det, _linalg_slogdet        MatrixSlogdet (det = sign * exp(log|det|))
+    cholesky, linalg_cholesky_ex        Cholesky (upper: its transpose)
+    cholesky_solve, cholesky_inverse    MatrixSolve, MatrixInverse of L L^T (U^T U)
+    linalg_solve_triangular,            MatrixSolve of A's triangle (a Where with constant
+    triangular_solve                    masks, so that A's gradient stays in that triangle)
+    lu_unpack, linalg_lu_solve          with pivots known at import: P a constant, L and U
+                                        A's triangles, X two triangular solves and a GEMM by P
+    _linalg_svd                         MatrixSvd's singular values (svdvals, the nuclear and
+                                        2-norms, cond, matrix_rank); U and Vh are not offered
+    linalg_pinv                         MatrixSvd, Vh^T diag(1 / S above the tolerance) U^T
+    linalg_qr                           MatrixQr (tall or square; modes reduced and r)
+
+The `_ex` forms' info is the ops' own (attr info); LU and pivots are not computed (an error
+only when read). torch's error checks of these ops, which torch.export threads on an effect
+token, are dropped when the program is recorded (planner/importers/torch/record.py): a singular
+matrix gives inf or NaN, where torch raises.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from planner.importers.kit import Const, Unsupported
+from planner.importers.torch.context import UNAVAILABLE, NodeCtx, Value, rule
+from planner.importers.torch.rules_products import require_floats, reshape_to
+
+
+def _batched(n: NodeCtx, a: str | Const, b: str | Const) -> tuple[str | Const, str | Const]:
+    """A (..., n, n) and B (..., n, k) with their batch axes broadcast to one shape."""
+    sa, sb = n.shape(a), n.shape(b)
+    try:
+        batch = tuple(np.broadcast_shapes(sa[:-2], sb[:-2]))
+    except ValueError:
+        raise n.fail(f"batch shapes {list(sa[:-2])} and {list(sb[:-2])} do not broadcast") \
+            from None
+    out = []
+    for v, s in ((a, sa), (b, sb)):
+        if s[:-2] != batch:
+            v = reshape_to(n, v, (1,) * (len(batch) + 2 - len(s)) + s)
+            v = n.emit1("Expand", [v], {"shape": [*batch, *s[-2:]]})
+        out.append(v)
+    return out[0], out[1]
+
+
+def _mt(n: NodeCtx, x: str | Const) -> str:
+    """The matrices of x transposed."""
+    rank = len(n.shape(x))
+    return n.emit1("Transpose", [x], {"perm": [*range(rank - 2), rank - 1, rank - 2]})
+
+
+def solve(n: NodeCtx, a: str | Const, b: str | Const, left: bool = True,
+          info: list[str] | None = None) -> str:
+    """X with A X = B (left) or X A = B; B a matrix or, as torch.linalg.solve reads it, a
+    vector (rank 1, or A's batch shape + [n]). `info`, when given, gets the solve's info
+    output (torch's `_ex` forms)."""
+    require_floats(n, a, b)
+    sa, sb = n.shape(a), n.shape(b)
+    vector = len(sb) == 1 or (len(sb) == len(sa) - 1 and sb == sa[:-1])
+    if vector:
+        b = reshape_to(n, b, (*sb, 1) if left else (*sb[:-1], 1, sb[-1]))
+    a, b = _batched(n, a, b)
+    outs = n.emit("MatrixSolve", [a, b if left else _mt(n, b)],
+                  {"transpose": not left, **({"info": True} if info is not None else {})},
+                  n_out=1 + (info is not None))
+    if info is not None:
+        info.append(outs[1])
+    x = outs[0] if left else _mt(n, outs[0])
+    if not vector:
+        return x
+    sx = n.shape(x)
+    return reshape_to(n, x, sx[:-1] if left else (*sx[:-2], sx[-1]))
+
+
+@rule("aten._linalg_solve_ex.default")
+def linalg_solve(n: NodeCtx) -> Value:
+    """(X, LU, pivots, info): the LU factors are not computed (an error only when read)."""
+    info: list[str] = []
+    x = solve(n, n.tensor(0), n.tensor(1), bool(n.arg(2, "left", True)), info)
+    return x, UNAVAILABLE, UNAVAILABLE, info[0]
+
+
+@rule("aten.linalg_inv_ex.default", "aten.linalg_inv.default")
+def inverse(n: NodeCtx) -> Value:
+    x = n.tensor(0)
+    require_floats(n, x)
+    if n.op == "aten.linalg_inv.default":
+        return n.emit1("MatrixInverse", [x])
+    return tuple(n.emit("MatrixInverse", [x], {"info": True}, n_out=2))
+
+
+@rule("aten._linalg_slogdet.default", "aten._linalg_det.default")
+def slogdet(n: NodeCtx) -> Value:
+    """det = sign * exp(log|det|): torch's gradient of det at a non-singular matrix, the same
+    det A^-T."""
+    x = n.tensor(0)
+    require_floats(n, x)
+    sign, logabs = n.emit("MatrixSlogdet", [x], n_out=2)
+    if n.op == "aten._linalg_slogdet.default":
+        return sign, logabs, UNAVAILABLE, UNAVAILABLE
+    return n.emit1("Mul", [sign, n.emit1("Exp", [logabs])]), UNAVAILABLE, UNAVAILABLE
+
+
+@rule("aten.linalg_cholesky_ex.default", "aten.cholesky.default")
+def cholesky(n: NodeCtx) -> Value:
+    x = n.tensor(0)
+    require_floats(n, x)
+    ex = n.op == "aten.linalg_cholesky_ex.default"
+    outs = n.emit("Cholesky", [x], {"info": True} if ex else {}, n_out=1 + ex)
+    y = _mt(n, outs[0]) if n.arg(1, "upper", False) else outs[0]
+    return (y, outs[1]) if ex else y
+
+
+def _gram(n: NodeCtx, factor: str | Const, upper: bool) -> str:
+    """A = L L^T of a Cholesky factor (U^T U of an upper one)."""
+    require_floats(n, factor)
+    return n.emit1("MatMul", [factor, factor], {"transpose_a": upper, "transpose_b": not upper})
+
+
+@rule("aten.cholesky_solve.default")
+def cholesky_solve(n: NodeCtx) -> Value:
+    b, factor = n.tensor(0), n.tensor(1)
+    return solve(n, _gram(n, factor, bool(n.arg(2, "upper", False))), b)
+
+
+@rule("aten.cholesky_inverse.default")
+def cholesky_inverse(n: NodeCtx) -> Value:
+    return n.emit1("MatrixInverse", [_gram(n, n.tensor(0), bool(n.arg(1, "upper", False)))])
+
+
+def _triangle(n: NodeCtx, a: str | Const, upper: bool, unit: bool) -> str:
+    """A's upper or lower triangle, the rest zeros (unit: ones on the diagonal instead of A's):
+    what a triangular solve reads of A, so that A's gradient stays in that triangle."""
+    size = n.shape(a)[-1]
+    keep = np.triu(np.ones((size, size), bool), int(unit)) if upper else \
+        np.tril(np.ones((size, size), bool), -int(unit))
+    fill = np.eye(size) if unit else np.zeros((size, size))
+    return n.emit1("Where", [n.const(keep, "bool"), a, n.const(fill, n.dtype(a))])
+
+
+@rule("aten.linalg_solve_triangular.default")
+def solve_triangular(n: NodeCtx) -> Value:
+    a, b = n.tensor(0), n.tensor(1)
+    require_floats(n, a, b)
+    tri = _triangle(n, a, bool(n.kwargs.get("upper", n.arg(2, "upper"))),
+                    bool(n.kwargs.get("unitriangular", False)))
+    return solve(n, tri, b, bool(n.kwargs.get("left", True)))
+
+
+@rule("aten.triangular_solve.default")
+def triangular_solve(n: NodeCtx) -> Value:
+    """(X, A's clone) with op(A) X = B, op(A) = A or A^T, A upper or lower (unit) triangular."""
+    b, a = n.tensor(0), n.tensor(1)
+    require_floats(n, a, b)
+    tri = _triangle(n, a, bool(n.arg(2, "upper", True)), bool(n.arg(4, "unitriangular", False)))
+    tri = _mt(n, tri) if n.arg(3, "transpose", False) else tri
+    return solve(n, tri, b), a
+
+
+# ---- LU factors with known pivots ------------------------------------------------------------
+
+def _permutations(n: NodeCtx, pivots: str | Const, rows: int) -> np.ndarray:
+    """P of A = P L U from LAPACK's 1-based pivots (row k swapped with row pivots[k] - 1, in
+    order), per batch: pivots known at import (a buffer, a constant), else refused."""
+    if not isinstance(pivots, Const):
+        raise Unsupported(f"{n.op} (pivots computed in the step)")
+    piv = np.asarray(pivots.value(), dtype=np.int64)
+    out = np.empty((*piv.shape[:-1], rows, rows))
+    for idx in np.ndindex(piv.shape[:-1]):
+        order = np.arange(rows)
+        for k, p in enumerate(piv[idx]):
+            if not 1 <= p <= rows:
+                raise n.fail(f"pivot {int(p)} out of range [1, {rows}]")
+            order[[k, p - 1]] = order[[p - 1, k]]
+        out[idx] = np.eye(rows)[order].T
+    return out
+
+
+def _factors(n: NodeCtx, lu: str | Const) -> tuple[str, str]:
+    """L (unit lower, (..., m, k)) and U (upper, (..., k, n)) packed in LU, k = min(m, n)."""
+    rows, cols = n.shape(lu)[-2:]
+    k = min(rows, cols)
+    parts = []
+    for shape, axis, lower in (((rows, k), -1, True), ((k, cols), -2, False)):
+        part = lu if shape == (rows, cols) else \
+            n.emit1("Slice", [lu], {"starts": [0], "ends": [k], "axes": [axis]})
+        keep = np.tril(np.ones(shape, bool), -1) if lower else np.triu(np.ones(shape, bool))
+        fill = np.eye(*shape) if lower else np.zeros(shape)
+        parts.append(n.emit1("Where", [n.const(keep, "bool"), part,
+                                       n.const(fill, n.dtype(lu))]))
+    return parts[0], parts[1]
+
+
+@rule("aten.lu_unpack.default")
+def lu_unpack(n: NodeCtx) -> Value:
+    lu, pivots = n.tensor(0), n.tensor(1)
+    require_floats(n, lu)
+    if not (n.arg(2, "unpack_data", True) and n.arg(3, "unpack_pivots", True)):
+        raise Unsupported(f"{n.op} (unpack_data or unpack_pivots False)")
+    low, up = _factors(n, lu)
+    return n.const(_permutations(n, pivots, n.shape(lu)[-2]), n.dtype(lu)), low, up
+
+
+@rule("aten.linalg_lu_solve.default")
+def lu_solve(n: NodeCtx) -> Value:
+    """X from A = P L U: two triangular solves and a permutation (a GEMM by the constant P),
+    as torch's: A X = B, A^T X = B (adjoint), X A = B or X A^T = B (left False) by
+    transposing."""
+    lu, pivots, b = n.tensor(0), n.tensor(1), n.tensor(2)
+    require_floats(n, lu, b)
+    left, adjoint = bool(n.kwargs.get("left", True)), bool(n.kwargs.get("adjoint", False))
+    if n.shape(lu)[-1] != n.shape(lu)[-2]:
+        raise n.fail(f"LU of shape {list(n.shape(lu))} is not square")
+    p = n.const(_permutations(n, pivots, n.shape(lu)[-1]), n.dtype(lu))
+    low, up = _factors(n, lu)
+    # X A = B is A^T X^T = B^T: a left solve of B^T with the adjoint flipped
+    rhs, transpose = (b, adjoint) if left else (_mt(n, b), not adjoint)
+    if not transpose:  # X = U \ (L \ (P^T B))
+        x = solve(n, low, n.emit1("MatMul", [p, rhs], {"transpose_a": True,
+                                                       "transpose_b": False}))
+        x = solve(n, up, x)
+    else:  # A^T = U^T L^T P^T: X = P (L^T \ (U^T \ B))
+        x = solve(n, _mt(n, low), solve(n, _mt(n, up), rhs))
+        x = n.emit1("MatMul", [p, x])
+    return x if left else _mt(n, x)
+
+
+@rule("aten._linalg_svd.default")
+def svd(n: NodeCtx) -> Value:
+    """(U, S, Vh): S only. The singular vectors' signs are LAPACK's choice, which the planner's
+    MatrixSvd does not follow, so they are not offered (an error when read): svdvals, the
+    nuclear and 2-norms, cond and matrix_rank import."""
+    x = n.tensor(0)
+    require_floats(n, x)
+    _, values, _ = n.emit("MatrixSvd", [x], n_out=3)
+    return UNAVAILABLE, values, UNAVAILABLE
+
+
+def _scalar(n: NodeCtx, v: object, name: str) -> float | None:
+    """A tolerance given as a number or a constant tensor (None when absent)."""
+    if v is None or isinstance(v, (int, float)):
+        return v if v is None else float(v)
+    if isinstance(v, Const) and v.value().size == 1:
+        return float(v.value().reshape(()))
+    raise Unsupported(f"{n.op} ({name} computed in the step)")
+
+
+@rule("aten.linalg_pinv.atol_rtol_tensor", "aten.linalg_pinv.atol_rtol_float")
+def pinv(n: NodeCtx) -> Value:
+    """torch's linalg_pinv: Vh^T diag(S+) U^T with S+ = 1 / S where S > max(atol, rtol S_max),
+    else 0 (rtol: eps * max(m, n) when neither is given, 0 when only atol is), with torch's
+    gradient (pinv_backward, through _pinv_differential), not the SVD's."""
+    x = n.tensor(0)
+    require_floats(n, x)
+    if n.kwargs.get("hermitian", n.arg(3, "hermitian", False)):
+        raise Unsupported(f"{n.op} (hermitian: an eigendecomposition)")
+    atol = _scalar(n, n.kwargs.get("atol", n.arg(1, "atol")), "atol")
+    rtol = _scalar(n, n.kwargs.get("rtol", n.arg(2, "rtol")), "rtol")
+    *batch, m, cols = n.shape(x)
+    if rtol is None:
+        rtol = float(np.finfo(n.dtype(x)).eps) * max(m, cols) if atol is None else 0.0
+    k = min(m, cols)
+    u, s, vh = n.emit("MatrixSvd", [x], n_out=3)
+    tol = n.emit1("Scale", [n.emit1("Slice", [s], {"starts": [0], "ends": [1], "axes": [-1]})],
+                  {"factor": rtol})
+    if atol:
+        tol = n.emit1("Max", [tol, n.const(atol, n.dtype(x))])
+    kept = n.emit1("Greater", [s, tol])
+    inverse = n.emit1("Where", [kept, n.emit1("Reciprocal", [s]), n.const(0.0, n.dtype(x))])
+    scaled = n.emit1("Mul", [_mt(n, vh), reshape_to(n, inverse, (*batch, 1, k))])
+    p = n.emit1("StopGradient", [n.emit1("MatMul", [scaled, u], {"transpose_a": False,
+                                                                  "transpose_b": True})])
+    return n.emit1("Add", [p, _pinv_differential(n, x, p)])
+
+
+def _pinv_differential(n: NodeCtx, x: str | Const, p: str) -> str:
+    """L(A) - L(A) held (0, exactly), whose gradient is pinv's, torch's pinv_backward: L is
+    the differential of P = pinv(A) at the held A0 and P,
+
+        L(A) = -P A P + P P^T A^T (I - A0 P) + (I - P A0) A^T P^T P,
+
+    linear in A. Through the SVD the gradient would divide by gaps between singular values,
+    undefined where A is rank-deficient, where pinv's own derivative (constant rank) is not."""
+    def mm(a: str | Const, b: str | Const, ta: bool = False, tb: bool = False) -> str:
+        return n.emit1("MatMul", [a, b], {"transpose_a": ta, "transpose_b": tb})
+
+    held = n.emit1("StopGradient", [x])
+    pp = mm(p, p, tb=True)      # P P^T       (n x n)
+    ap = mm(held, p)            # A0 P        (m x m)
+    ptp = mm(p, p, ta=True)     # P^T P       (m x m)
+    pa = mm(p, held)            # P A0        (n x n)
+    xt = _mt(n, x)
+    terms = [n.emit1("Neg", [mm(mm(p, x), p)]), mm(pp, xt),
+             n.emit1("Neg", [mm(mm(pp, xt), ap)]), mm(xt, ptp),
+             n.emit1("Neg", [mm(mm(pa, xt), ptp)])]
+    total = n.emit1("AddN", terms)
+    return n.emit1("Sub", [total, n.emit1("StopGradient", [total])])
+
+
+@rule("aten.linalg_qr.default")
+def qr(n: NodeCtx) -> Value:
+    """The reduced QR of tall or square matrices (mode 'reduced'); mode 'r' gives R alone."""
+    x = n.tensor(0)
+    require_floats(n, x)
+    mode = n.arg(1, "mode", "reduced")
+    rows, cols = n.shape(x)[-2:]
+    if mode not in ("reduced", "r") or rows < cols:
+        raise Unsupported(f"{n.op} (mode {mode!r} of a {rows} x {cols} matrix)" if mode not in
+                          ("reduced", "r") else f"{n.op} (a wide {rows} x {cols} matrix)")
+    q, r = n.emit("MatrixQr", [x], n_out=2)
+    return (UNAVAILABLE if mode == "r" else q), r
