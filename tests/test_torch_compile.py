@@ -22,7 +22,7 @@ nn = torch.nn
 F = torch.nn.functional
 
 import planner.torch  # noqa: E402,F401  (registers the backend)
-from planner.torch.context import TorchImportError  # noqa: E402
+from planner.importers.torch.context import TorchImportError  # noqa: E402
 from planner.torch.piece import PlannerFallback  # noqa: E402
 
 OPTIONS = {"costs": "analytical"}
@@ -333,7 +333,7 @@ def test_a_loss_inside_the_compiled_function():
 
 def test_the_encoder_layers_eval_fast_path_is_planned(norm_first=True, activation="gelu"):
     """In eval() under no_grad, nn.TransformerEncoderLayer calls the fused
-    aten._transformer_encoder_layer_fwd (planner/torch/fastpath.py spells it out); the
+    aten._transformer_encoder_layer_fwd (planner/importers/torch/fastpath.py spells it out); the
     post-norm ReLU layer's is in the stock loop's validation (test_stock_loop_equals_eager)."""
     torch.manual_seed(6)
     layer = nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, batch_first=True,

@@ -33,8 +33,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from planner.graph.autodiff import gradients
-from planner.graph.ir import Graph, Tensor
 from planner.graph.validate import check_graph
+from planner.ir.graph import Graph, Tensor
 
 # The roles a caller feeds (a loss's labels are "label").
 FEEDS = ("input", "label")

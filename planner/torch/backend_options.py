@@ -25,7 +25,7 @@ from typing import Any, Literal
 
 from pydantic import ConfigDict, Field
 
-from planner.records import Record
+from planner.ir.record import Record
 
 
 class BackendOptions(Record):

@@ -11,7 +11,7 @@ inlined), so every tensor is an input of the planner's graph and stays torch's: 
 `state_dict` and hooks see the module's own tensors, which each call feeds in place. The graph
 module is traced by torch.export with every tensor a user input (the non-tensor arguments,
 Dynamo's symbolic sizes of the call, fixed), decomposed and converted by the ATen front end
-(convert.py); what it writes into an argument (BatchNorm's running statistics,
+(planner/importers/torch/convert.py); what it writes into an argument (BatchNorm's running statistics,
 `num_batches_tracked += 1`) torch.export reports as a USER_INPUT_MUTATION, which becomes one
 more output of the planner's graph, copied back into the argument after the call.
 """
@@ -25,8 +25,8 @@ from typing import Any
 
 import numpy as np
 
-from planner.graph.ir import Graph
-from planner.torch.context import TorchImportError
+from planner.importers.torch.context import TorchImportError
+from planner.ir.graph import Graph
 
 
 @dataclass(frozen=True)
@@ -44,8 +44,8 @@ def import_piece(gm: Any, args: Sequence[Any], name: str) -> PieceImport:
     module path), an output that is not a tensor, or torch.export's own failure."""
     import torch
 
-    from planner.torch.convert import convert
-    from planner.torch.record import Output
+    from planner.importers.torch.convert import convert
+    from planner.importers.torch.record import Output
 
     tensor_at = [k for k, a in enumerate(args) if isinstance(a, torch.Tensor)]
     fixed = list(args)
@@ -76,9 +76,9 @@ def import_piece(gm: Any, args: Sequence[Any], name: str) -> PieceImport:
                                    f"{first[:300]}") from None
     outputs = program.graph_signature.output_specs
     n_user = sum(1 for s in outputs if s.kind.name == "USER_OUTPUT")
-    from planner.torch.convert import decompose
-    from planner.torch.fastpath import decompositions
-    from planner.torch.record import from_exported
+    from planner.importers.torch.convert import decompose
+    from planner.importers.torch.fastpath import decompositions
+    from planner.importers.torch.record import from_exported
 
     try:
         record = from_exported(decompose(program, decompositions()))

@@ -42,8 +42,8 @@ from typing import Any
 import numpy as np
 
 from planner.graph.vjp import FEEDS
+from planner.importers.torch.context import TorchImportError
 from planner.torch.backend_options import BackendOptions
-from planner.torch.context import TorchImportError
 
 
 class PlannerFallback(UserWarning):
@@ -155,8 +155,8 @@ def _with_draw_count(graph: Any) -> Any:
     """`graph` with RNG_STEP as the step input of every Dropout and random node that has none
     (as planner.graph.autodiff.add_dropout_step gives a training graph its rng/step)."""
     from planner.graph.autodiff import _draws_without_step
-    from planner.graph.ir import Graph, Tensor
     from planner.graph.validate import check_graph
+    from planner.ir.graph import Graph, Tensor
 
     nodes = [n.model_copy(update={"inputs": (*n.inputs, RNG_STEP)})
              if _draws_without_step(graph, n) else n for n in graph.nodes]
