@@ -11,9 +11,9 @@ inlined), so every tensor is an input of the planner's graph and stays torch's: 
 `state_dict` and hooks see the module's own tensors, which each call feeds in place. The graph
 module is traced by torch.export with every tensor a user input (the non-tensor arguments,
 Dynamo's symbolic sizes of the call, fixed), decomposed and converted by the ATen front end
-(planner/importers/torch/convert.py); what it writes into an argument (BatchNorm's running statistics,
-`num_batches_tracked += 1`) torch.export reports as a USER_INPUT_MUTATION, which becomes one
-more output of the planner's graph, copied back into the argument after the call.
+(planner/importers/torch/convert.py); what it writes into an argument (BatchNorm's running
+statistics, `num_batches_tracked += 1`) torch.export reports as a USER_INPUT_MUTATION, which
+becomes one more output of the planner's graph, copied back into the argument after the call.
 """
 
 from __future__ import annotations
