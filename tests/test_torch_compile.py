@@ -179,8 +179,20 @@ def test_unknown_option_is_named():
         compiled(nn.Linear(2, 2), bogus=1)(torch.randn(1, 2))
 
 
-def test_registered_with_dynamo():
-    assert "planner" in torch._dynamo.list_backends(exclude_tags=())
+def test_registered_with_dynamo_and_by_the_entry_point():
+    """Registered on import of planner.torch; the entry point Dynamo reads when it is not (an
+    installed package's metadata, written from pyproject.toml) names the same function."""
+    import importlib
+    import tomllib
+    from pathlib import Path
+
+    from planner.torch.backend import planner_backend
+
+    assert torch._dynamo.lookup_backend("planner") is planner_backend
+    pyproject = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
+    target = pyproject["project"]["entry-points"]["torch_dynamo_backends"]["planner"]
+    module, name = target.split(":")
+    assert getattr(importlib.import_module(module), name) is planner_backend
 
 
 class Block(nn.Module):
