@@ -8,12 +8,16 @@ from the same weights on the same data; prints how far apart they end and each e
 
 Models: bench/cpu_modules.py's ResNet-18 (torchvision's layout, half its channels) and
 nn.TransformerEncoder, at their bench batch of 8; the training set is `--batches` batches and
-half of one more (the smaller last batch), the validation set one batch and a half. Both loops
-run in this process one after the other (eager first): the times say what the first epoch's
+half of one more (the smaller last batch), the validation set one batch and a half. The loops
+run in this process one after the other (eager, eager without oneDNN, the backend): the times say what the first epoch's
 planning and building cost beside the second epoch's steps, not a race (bench_vs_compile.py
 times each engine in a process of its own). The weights are compared as the tests do
 (tests/test_torch_compile.py: AdamW moves a weight whose gradient is rounding noise by up to lr
-a step, so the largest difference is given beside the losses').
+a step, so the largest difference is given beside the losses'). What float32 noise alone does
+to the loop is shown by a third run: eager with oneDNN off (PyTorch's own convolution and GEMM
+kernels, which sum in another order): on ResNet-18, AdamW's first steps (each weight moved by
+about lr times the sign of its gradient) turn rounding into percent-level loss differences
+within a few steps, for that run as for the backend's.
 """
 
 from __future__ import annotations
@@ -69,7 +73,7 @@ def main() -> None:
     from cpu_modules import MODULES
 
     import planner.torch  # noqa: F401  (the backend, where the entry point is not installed)
-    from planner.torch.piece import PlannerFallback
+    from planner.torch.piece import _RUNS, PlannerFallback
 
     torch.set_num_threads(os.cpu_count() or 1)
     print(f"{os.cpu_count()} logical CPUs; load average {os.getloadavg()[0]:.2f} before")
@@ -87,7 +91,13 @@ def main() -> None:
             torch.utils.data.Subset(data, range(n_train, n_train + n_val)), batch_size=shape[0])
         model = make().train()
         ref = copy.deepcopy(model)
+        other = copy.deepcopy(model)
+        before = set(_RUNS)
         want = loop(ref, train, val, args.epochs)
+        # The noise yardstick: eager again with PyTorch's own (not oneDNN's) kernels, whose
+        # float32 sums round otherwise.
+        with torch.backends.mkldnn.flags(enabled=False):
+            yardstick = loop(other, train, val, args.epochs)
         costs = None if args.costs == "measured" else "analytical"
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", PlannerFallback)
@@ -105,17 +115,21 @@ def main() -> None:
         print("  epoch seconds: eager " + " ".join(f"{s:.1f}" for s in want[2])
               + "; backend " + " ".join(f"{s:.1f}" for s in got[2])
               + f"; load average {os.getloadavg()[0]:.2f}")
+        print("  train losses, eager:           " + " ".join(f"{v:.6f}" for v in want[0]))
+        print("  train losses, backend:         " + " ".join(f"{v:.6f}" for v in got[0]))
+        print("  train losses, eager no oneDNN: " + " ".join(f"{v:.6f}" for v in yardstick[0]))
         for line in fallbacks:
             print(f"  fallback: {line}")
-        print("  " + _bytes_per_step())
+        print("  " + _bytes_per_step(before))
 
 
-def _bytes_per_step() -> str:
+def _bytes_per_step(before: set) -> str:
     """What a training call of the largest batch moves: the saved activations copied out of the
     forward executor (its outputs are copies) and the tensors fed in place (DLPack, no copy)."""
     from planner.torch.piece import _RUNS, _Training
 
-    runs = [r for r in list(_RUNS) if isinstance(r, _Training) and r.forward is not None]
+    runs = [r for r in list(_RUNS) if isinstance(r, _Training) and r.forward is not None
+            and r not in before]
     if not runs:
         return "no training call planned"
     run = max(runs, key=lambda r: sum(t.nbytes for t in r.split.forward.tensors
