@@ -9,15 +9,15 @@ from the same weights on the same data; prints how far apart they end and each e
 Models: bench/cpu_modules.py's ResNet-18 (torchvision's layout, half its channels) and
 nn.TransformerEncoder, at their bench batch of 8; the training set is `--batches` batches and
 half of one more (the smaller last batch), the validation set one batch and a half. The loops
-run in this process one after the other (eager, eager without oneDNN, the backend): the times say what the first epoch's
-planning and building cost beside the second epoch's steps, not a race (bench_vs_compile.py
-times each engine in a process of its own). The weights are compared as the tests do
-(tests/test_torch_compile.py: AdamW moves a weight whose gradient is rounding noise by up to lr
-a step, so the largest difference is given beside the losses'). What float32 noise alone does
-to the loop is shown by a third run: eager with oneDNN off (PyTorch's own convolution and GEMM
-kernels, which sum in another order): on ResNet-18, AdamW's first steps (each weight moved by
-about lr times the sign of its gradient) turn rounding into percent-level loss differences
-within a few steps, for that run as for the backend's.
+run in this process one after the other (eager, eager without oneDNN, the backend): the times
+say what the first epoch's planning and building cost beside the second epoch's steps, not a
+race (bench_vs_compile.py times each engine in a process of its own). The weights are compared
+as the tests do (tests/test_torch_compile.py: AdamW moves a weight whose gradient is rounding
+noise by up to lr a step, so the largest difference is given beside the losses'). What float32
+noise alone does to the loop is shown by a third run: eager with oneDNN off (PyTorch's own
+convolution and GEMM kernels, which sum in another order): on ResNet-18, AdamW's first steps
+(each weight moved by about lr times the sign of its gradient) turn rounding into percent-level
+loss differences within a few steps, for that run as for the backend's.
 """
 
 from __future__ import annotations
@@ -106,12 +106,14 @@ def main() -> None:
         fallbacks = sorted({str(w.message) for w in caught if w.category is PlannerFallback})
         loss_rel = max(abs(a - b) / abs(b) for a, b in zip(got[0], want[0], strict=True))
         val_rel = max(abs(a - b) / abs(b) for a, b in zip(got[1], want[1], strict=True))
+        noise = max(abs(a - b) / abs(b) for a, b in zip(yardstick[0], want[0], strict=True))
         state, state_ref = model.state_dict(), ref.state_dict()
         weight = max(float((state[k].double() - v.double()).abs().max())
                      for k, v in state_ref.items() if v.is_floating_point())
         print(f"{label}: {len(got[0])} steps ({len(train)} batches an epoch, the last of "
               f"{n_train - (len(train) - 1) * shape[0]}); train loss max rel diff "
-              f"{loss_rel:.2e}, validation {val_rel:.2e}, largest weight diff {weight:.2e}")
+              f"{loss_rel:.2e} (eager without oneDNN: {noise:.2e}), validation {val_rel:.2e}, "
+              f"largest weight or buffer diff {weight:.2e}")
         print("  epoch seconds: eager " + " ".join(f"{s:.1f}" for s in want[2])
               + "; backend " + " ".join(f"{s:.1f}" for s in got[2])
               + f"; load average {os.getloadavg()[0]:.2f}")
