@@ -53,6 +53,9 @@ class PlannerFallback(UserWarning):
 # Loaded executor packages by plan digest: a plan planned twice (a second module of the same
 # shapes, a recompile) is built and loaded once per process.
 _PACKAGES: dict[str, Any] = {}
+# Loaded executors by content (_content_key): an executor holds no state a call leaves behind
+# (every tensor of the piece is fed; its constants are loaded once), so pieces share one.
+_EXECUTORS: dict[str, Any] = {}
 # Every planned call, so that its executors are dropped before the interpreter's teardown
 # (Dynamo's code cache and a last loss's autograd graph hold them to the end; nanobind reports
 # executors alive then).
@@ -63,6 +66,7 @@ _RUNS: weakref.WeakSet = weakref.WeakSet()
 def _release() -> None:
     for run in list(_RUNS):
         run.release()
+    _EXECUTORS.clear()
     _PACKAGES.clear()
 
 
@@ -339,6 +343,9 @@ def _executor(graph: Any, consts: dict[str, np.ndarray], options: BackendOptions
     from planner.target.presets import load_target
     from planner.torch.training import _check_runs_here, _cost_table
 
+    key = _content_key(graph, consts, options)
+    if key in _EXECUTORS:
+        return _EXECUTORS[key]
     target = load_target(options.target)
     _check_runs_here(target)
     prepared = prepare(graph, GraphOptions())
@@ -359,4 +366,18 @@ def _executor(graph: Any, consts: dict[str, np.ndarray], options: BackendOptions
     held = planned.graph.by_role("param", "state")
     start = init_params(planned.graph)
     ex.load_params({t.name: consts.get(t.name, start.get(t.name)) for t in held})
+    _EXECUTORS[key] = ex
     return ex
+
+
+def _content_key(graph: Any, consts: dict[str, np.ndarray], options: BackendOptions) -> str:
+    """What decides an executor: the graph (under any piece's name), its constants' values and
+    the options. Dynamo's re-trace of a piece for dynamic shapes is one more piece, whose call
+    of an earlier shape then imports to the same graph: planned, built and loaded once."""
+    h = hashlib.sha256(graph.model_copy(update={"name": "piece"}).to_json().encode())
+    h.update(repr(options).encode())
+    for name in sorted(consts):
+        value = np.ascontiguousarray(consts[name])
+        h.update(f"{name}:{value.dtype}:{value.shape}".encode())
+        h.update(value.tobytes())
+    return h.hexdigest()
