@@ -244,9 +244,12 @@ def digest(text: str) -> str:
 
 def load_plan(path: str) -> Plan:
     """Read a plan file; UserError naming the file and the bad field."""
-    from planner.io.read import read_json
+    from planner.io.read import not_expected, read_json
 
     data = read_json(path, "plan")
+    wrong = not_expected(path, data, "plan")
+    if wrong is not None:
+        raise wrong
     try:
         plan = Plan.from_data(data)
     except PlanError as e:

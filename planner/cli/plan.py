@@ -83,6 +83,13 @@ def add_plan_commands(sub: Any, measurers: Callable[[], Any] | None = None) -> N
     p.add_argument("--no-evaluation", action="store_true",
                    help="a training plan without its evaluation schedule (evaluate() is then "
                         "refused; docs/training.md)")
+    p.add_argument("--batch-sizes", metavar="B,B,...",
+                   help="one plan per batch size of a zoo GRAPH (the training batch and the "
+                        "smaller last one, an evaluation batch), each written beside FILE with "
+                        ".batchB before its suffix (m.plan.json: m.plan.batch4.json); "
+                        "`planner diff` of two says what the shape changes. "
+                        "In Python, trainer(..., shapes=[...]) plans them, and a trainer "
+                        "plans any batch it is fed on first use")
     p.add_argument("-o", "--output", required=True, metavar="FILE")
     p.add_argument("--force", action="store_true", help="overwrite an existing different FILE")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
@@ -119,86 +126,115 @@ def add_plan_commands(sub: Any, measurers: Callable[[], Any] | None = None) -> N
 def _costs(args: argparse.Namespace, graph: Any, target: Any, options: Any) -> Any:
     """The cost table `--costs` names (module planner.costs.host_costs for 'measured'), or
     None for the analytical model."""
+    return priced_table(args.costs, graph, target, options, args.measurers,
+                        evaluation=not args.no_evaluation)
+
+
+def priced_table(costs: str | None, graph: Any, target: Any, options: Any,
+                 measurers: Callable[[], Any] | None, evaluation: bool = True) -> Any:
+    """What prices a plan of `graph` by the flag `--costs` (`costs`; None: the default, measured
+    on the host): a cost table, or None for the analytical model. `plan` and `fit` both price
+    through it, so their plans of one graph are priced alike."""
     from planner.costs import load_table
     from planner.costs.host_costs import COST_SOURCES, default_costs, host_table
 
-    costs = args.costs or default_costs(target)
+    costs = costs or default_costs(target)
     if costs not in COST_SOURCES:
         return load_table(costs)
     if costs == "analytical":
         return None
-    measurers = args.measurers() if args.measurers is not None else None
-    if measurers is None or measurers.signatures is None:
+    made = measurers() if measurers is not None else None
+    if made is None or made.signatures is None:
         raise UserError("--costs measured: this planner has no executors to measure with "
                         "(codegen is not installed)")
     from planner.pipeline import priced_graphs
 
-    priced = host_table(priced_graphs(graph, target, options, not args.no_evaluation), target,
-                        measurers.signatures, progress=sys.stderr, corun=measurers.step_corun)
+    priced = host_table(priced_graphs(graph, target, options, evaluation), target,
+                        made.signatures, progress=sys.stderr, corun=made.step_corun)
     if priced.measured:
         print(f"measured {len(priced.measured)} signature(s) on this host, "
               f"{len(priced.kept)} kept from earlier plans", file=sys.stderr)
     return priced.table
 
 
-def _link(path: str | None):
-    """The Interconnect record in file `path` (planner profile --all-reduce), or None."""
-    if path is None:
-        return None
-    from pydantic import ValidationError
-
-    from planner.io.read import read_json
-    from planner.target.interconnect import Interconnect
-
-    try:
-        return Interconnect.model_validate(read_json(path, "interconnect"))
-    except ValidationError as e:
-        first = e.errors()[0]
-        raise UserError(f"--interconnect {path}: {'.'.join(map(str, first['loc']))}: "
-                        f"{first['msg']}") from None
-
-
 def run_plan(args: argparse.Namespace) -> int:
     from planner.collection import collector_off
 
     with collector_off():  # the whole command: graph, plan and its JSON
+        if args.batch_sizes is not None:
+            return _run_batches(args)
         return _run_plan(args)
 
 
-def _run_plan(args: argparse.Namespace) -> int:
-    from pydantic import ValidationError
+def batch_sizes(text: str) -> list[int]:
+    """`--batch-sizes 32,4`: the sizes, each >= 1, in the order given, once each.
 
-    from planner.cli.decisions import memory_decisions
-    from planner.cli.flags import flag_message
-    from planner.cli.graph_flags import graph_options
+    >>> batch_sizes("32, 4,32")
+    [32, 4]
+    """
+    try:
+        sizes = [int(v) for v in text.split(",")]
+    except ValueError:
+        raise UserError(f"--batch-sizes {text!r}: give batch sizes as integers, e.g. "
+                        f"--batch-sizes 32,4") from None
+    if not sizes or min(sizes) < 1:
+        raise UserError(f"--batch-sizes {text!r}: each batch size is 1 or more")
+    return list(dict.fromkeys(sizes))
+
+
+def batch_output(path: str, batch: int) -> str:
+    """Where the plan of batch `batch` goes: FILE's name with `.batchB` before its suffix.
+
+    >>> batch_output("out/mlp.plan.json", 4), batch_output("mlp", 32)
+    ('out/mlp.plan.batch4.json', 'mlp.batch32')
+    """
+    from pathlib import PurePath
+
+    p = PurePath(path)
+    return str(p.with_name(f"{p.stem}.batch{batch}{p.suffix}"))
+
+
+def _run_batches(args: argparse.Namespace) -> int:
+    """`plan --batch-sizes`: a zoo GRAPH planned at each batch size (its `batch` parameter)."""
+    from planner.zoo import PREFIX, ZooError, parse_spec
+
+    sizes = batch_sizes(args.batch_sizes)
+    if not args.graph.startswith(PREFIX):
+        raise UserError(f"--batch-sizes plans a zoo spec at each batch; {args.graph!r} has its "
+                        f"shapes fixed by its file: export it once per batch size, or train "
+                        f"it from PyTorch with planner.torch.trainer, which plans each batch "
+                        f"size it is fed")
+    try:
+        name, params = parse_spec(args.graph)
+    except ZooError as e:
+        raise UserError(str(e)) from None
+    for b in sizes:
+        query = "&".join(f"{k}={_spec_value(v)}" for k, v in {**params, "batch": b}.items())
+        each = argparse.Namespace(**{**vars(args), "graph": f"{PREFIX}{name}?{query}",
+                                     "output": batch_output(args.output, b)})
+        _run_plan(each)
+    return 0
+
+
+def _spec_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return str(v).lower()
+    if isinstance(v, list):
+        return ",".join(map(str, v))
+    return str(v)
+
+
+def _run_plan(args: argparse.Namespace) -> int:
+    from planner.cli.settings import from_flags, graph_options, plan_options
     from planner.frontend.prepare import prepare
     from planner.io.write import write_text
-    from planner.memory.options import MemoryOptions, parse_budget
-    from planner.pipeline import PlanOptions, plan
-    from planner.schedule import ScheduleOptions
-    from planner.schedule.parallel import DataParallelOptions
+    from planner.pipeline import plan
     from planner.target.presets import load_target
 
-    graph = prepare(args.graph, graph_options(args))
-    target = load_target(args.target)
-    budget = (parse_budget(args.memory_budget, "--memory-budget")
-              if args.memory_budget is not None else None)
-    try:
-        options = PlanOptions(
-            schedule=ScheduleOptions(strategy=args.strategy, intra=args.intra,
-                                     inter=args.inter, grid=args.grid,
-                                     min_team_seconds=args.min_team_us * 1e-6),
-            memory=MemoryOptions(budget_bytes=budget, **memory_decisions(args)),
-            data_parallel=DataParallelOptions(ranks=args.data_parallel,
-                                              bucket_bytes=args.bucket_bytes,
-                                              ranks_per_host=args.ranks_per_host,
-                                              shard_optimizer=args.shard_optimizer,
-                                              shard_parameters=args.shard_parameters,
-                                              link=_link(args.interconnect)),
-            variants=not args.no_variants)
-    except ValidationError as e:
-        raise UserError(flag_message(e) or e.errors()[0]["msg"].removeprefix("Value error, ")
-                        ) from None
+    settings = from_flags(args)  # the record trainer() fills from its keywords too
+    graph = prepare(args.graph, graph_options(settings))
+    target = load_target(settings.target)
+    options = plan_options(settings)
     table = _costs(args, graph, target, options)
     import warnings
 

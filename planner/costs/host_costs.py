@@ -75,6 +75,7 @@ from pydantic import Field, ValidationError
 from planner.costs.conv_layouts import profiled_signatures
 from planner.costs.records import CostEntry, CostTable, CpuSample
 from planner.costs.signature import OpSignature, unique_signatures
+from planner.errors import UserError
 from planner.io.write import atomic_write, cache_root, folder_lock
 from planner.ir.graph import Graph, canonical_json
 from planner.ir.record import Record
@@ -341,9 +342,41 @@ def host_table(graphs: Sequence[Graph], target: Target, measure: Measure,
         if missing or fit:
             atomic_write(path, canonical_json(store.model_dump(mode="json", exclude_none=True)))
     fresh = {s.key for s in missing}
-    return HostPricing(table=store.for_signatures(wanted),
+    table = store.for_signatures(wanted)
+    keep_priced(table)
+    return HostPricing(table=table,
                        measured=tuple(sorted(fresh)),
                        kept=tuple(sorted(s.key for s in wanted if s.key not in fresh)))
+
+
+def priced_path(sha256: str) -> Path:
+    """Where the table a plan was priced by is kept, by its digest (the plan's
+    provenance.costs_sha256): the store's entries change as kernels are measured again, so
+    `planner explain` reads the table the plan recorded, not the store as it is now."""
+    return cache_root() / "costs" / "priced" / f"{sha256}.json"
+
+
+def keep_priced(table: CostTable) -> None:
+    """Keep `table` by its digest (priced_path), once: what prices a host plan."""
+    text = table.to_json()
+    path = priced_path(hashlib.sha256(text.encode()).hexdigest())
+    if not path.is_file():
+        atomic_write(path, text)
+
+
+def read_priced(sha256: str) -> CostTable | None:
+    """The table of digest `sha256` kept by keep_priced, if this host holds it intact."""
+    if not (len(sha256) == 64 and all(c in "0123456789abcdef" for c in sha256)):
+        return None  # a digest from a plan file names no other path
+    try:
+        text = priced_path(sha256).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
+    if hashlib.sha256(text.encode()).hexdigest() != sha256:
+        return None
+    with contextlib.suppress(ValueError, ValidationError, UserError):
+        return CostTable.from_json(text)
+    return None
 
 
 # How long `_load_to_decide` watches the machine: long enough for the kernel's counters (clock

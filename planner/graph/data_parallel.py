@@ -186,6 +186,11 @@ def sharded_gradients(graph: Graph, bucket_list: list[list[str]], flag: str) -> 
         if g in others or g not in update_of:
             raise UserError(f"graph {graph.name!r}: {flag} needs the optimizer "
                             f"update to be gradient {g!r}'s only reader")
+    for u in update_of.values():
+        if u.attrs.get("dampening") or u.attrs.get("amsgrad"):
+            what = "SGD's dampening" if u.attrs.get("dampening") else "Adam's amsgrad"
+            raise UserError(f"graph {graph.name!r}: {flag}: {what} (node {u.name!r}) is not "
+                            f"built for a sharded update; train without it or without {flag}")
     out = []
     for k, b in enumerate(bucket_list):
         ups = [update_of[g] for g in b]

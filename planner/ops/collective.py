@@ -315,7 +315,9 @@ def _infer_sharded(ins: list[TensorType], a: Attrs) -> list[TensorType]:
 
 
 def _update_attrs(a: Attrs) -> Attrs:
-    return {name: a[name] for name in get_op(a["update"]).attrs}
+    # the update's optional attrs (dampening, amsgrad) are absent: a sharded update refuses
+    # them (planner/graph/data_parallel.py)
+    return {name: a[name] for name in get_op(a["update"]).attrs if name in a}
 
 
 def _reference_sharded(xs: list[np.ndarray], a: Attrs) -> list[np.ndarray]:

@@ -99,7 +99,7 @@ def import_piece(gm: Any, args: Sequence[Any], name: str) -> PieceImport:
         Output("user_output", o.name) if o.kind == "user_input_mutation" else o
         for o in record.outputs))
     imported = convert(record, name=name)
-    returned = imported.returned
+    returned = imported.outputs
     if len(returned) != len(record.outputs):
         raise TorchImportError(f"the graph returns {len(record.outputs)} values, the planner's "
                                f"{len(returned)}")

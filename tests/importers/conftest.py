@@ -47,8 +47,10 @@ def export_once_per_module():
     made: dict[tuple, object] = {}
 
     def export(module, inputs, loss, labels):
-        # What the program is a function of: structure, mode, values, inputs, the loss.
+        # What the program is a function of: structure, modes, values, which parameters
+        # are frozen, inputs, the loss.
         key = (repr(module), _structure(module), tensor_digest(module.state_dict().values()),
+               tuple(p.requires_grad for p in module.parameters()),
                tensor_digest(inputs), loss,
                None if labels is None else tensor_digest([labels]))
         if key not in made:

@@ -139,8 +139,10 @@ def _Replay(saved: SavedArchive, ops: dict[str, Any], where: str) -> Any:  # noq
                 attr = f"{_STATE[spec.kind]}{k}"
                 t = _tensor(array)
                 if spec.kind == "parameter":
+                    # Frozen as saved: requires_grad=False makes it a constant of the step.
+                    frozen = meta is not None and not meta.requires_grad
                     self.register_parameter(attr, torch.nn.Parameter(
-                        t, requires_grad=t.is_floating_point()))
+                        t, requires_grad=t.is_floating_point() and not frozen))
                 elif spec.kind == "buffer":
                     self.register_buffer(attr, t, persistent=spec.persistent)
                 else:

@@ -17,7 +17,8 @@
    then recorded (planner/importers/torch/record.py); a .pt2 file arrives as such a record already
    (planner/importers/pt2/retrace.py), and from here both go the same way.
 2. The graph signature names every placeholder: a PARAMETER becomes a param tensor under its
-   state_dict name, a BUFFER a state tensor (BatchNorm's running statistics), a lifted constant
+   state_dict name (a state tensor when it has requires_grad=False), a BUFFER a state tensor
+   (BatchNorm's running statistics), a lifted constant
    a state tensor holding its value, a USER_INPUT an input.
 3. Every call_function node goes through its rule (rules.py), or, when it reads only
    constants (a mask built in forward by arange, tril, comparisons), torch evaluates it now
@@ -25,14 +26,27 @@
    node's own FakeTensor shape.
 4. Outputs: USER_OUTPUTs are the graph's outputs; the first, when it is a float scalar no
    loss op writes (a loss of several terms traced with the model), is marked as the graph's
-   loss. A BUFFER_MUTATION must be what the planner
-   updates itself (the new running statistics of a training BatchNorm reading that buffer), or
-   an integer counter incremented by a constant (`num_batches_tracked += 1`), which the graph
-   leaves out and `counters` reports, for the trainer to count steps into. A buffer or a
-   parameter overwritten by a fresh draw (`self.noise.normal_()`, `w.uniform_()` under
-   no_grad: a value of random ops alone, never the old one) is drawn anew inside every step,
-   where the forward reads it, and its stored value is left as it was. Anything else is
-   refused.
+   loss. A BUFFER_MUTATION is the buffer's value after the step, as PyTorch leaves it: the
+   new running statistics of a training BatchNorm reading that buffer are updated in place by
+   the planner itself; an integer counter incremented by constants (`num_batches_tracked += 1`,
+   once per BatchNorm call) is left out of the graph and `counters` reports its increment per
+   step, for the trainer to count steps into; any other new value (a reassigned buffer
+   `self.center = self.center * m + c * (1 - m)`, `self.buf.add_(...)`, `copy_`, a BatchNorm
+   called k times, whose running statistics chain through its k calls) is written over the
+   buffer by a Cast to its own dtype at the end of the forward graph (`<buffer>.next`, role
+   state, `updates` the buffer), which training runs after the backward pass
+   (planner/graph/autodiff.py) and evaluation leaves out. A frozen parameter (requires_grad
+   False: a state tensor, see 2.) written in forward (an EMA teacher updated under no_grad) is
+   written back as a buffer is. A buffer or a parameter overwritten by a fresh draw
+   (`self.noise.normal_()`, `w.uniform_()` under no_grad: a value of random ops alone, never
+   the old one) is drawn anew inside every step, where the forward reads it, and its stored
+   value is left as it was. A trained parameter written in forward is refused.
+
+Gradients as PyTorch has them: values torch.export traced with gradients off (no_grad,
+inference_mode, set_grad_enabled(False) regions) get a detach before decomposition
+(planner/importers/torch/grad_mode.py), and a parameter with requires_grad=False becomes a
+state tensor (a constant of the step: no gradient, no update, no optimizer state, still
+loaded from the module and written back).
 
 Names from the program (node names, state_dict keys) are data: they name tensors and nodes,
 never code; the graph's validation refuses control characters in them.
@@ -41,6 +55,7 @@ never code; the graph's validation refuses control characters in them.
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -66,6 +81,7 @@ from planner.importers.onnx.fold import FOLD_OUTPUT_LIMIT
 from planner.importers.pt2.saved import Ref
 from planner.importers.pt2.targets import resolve
 from planner.importers.torch.context import RULES, UNAVAILABLE, NodeCtx, TorchImportError, _in
+from planner.importers.torch.grad_mode import detach_grad_off
 from planner.importers.torch.record import Call, Program, Tensor, Value, from_exported
 from planner.importers.torch.rules_index import INDEX_PRESERVED
 from planner.importers.torch.rules_losses import LOSS_PRESERVED
@@ -92,21 +108,21 @@ PRESERVED = ("linear.default", *LOSS_PRESERVED, *INDEX_PRESERVED, *RANDOM_PRESER
 @dataclass(frozen=True)
 class TorchImport:
     """An imported program: its forward graph, the value behind each param and state tensor,
-    the graph's input tensors in the program's argument order, and the integer buffers the
-    program increments by a constant each call (state_dict name -> increment)."""
+    the graph's input tensors in the program's argument order, the integer buffers the
+    program increments by a constant each call (state_dict name -> increment) and the tensor
+    of each user output."""
 
     graph: Graph
     consts: Mapping[str, Const]
     inputs: tuple[str, ...]
     counters: Mapping[str, int] = field(default_factory=dict)
-    # The tensor behind each of the program's outputs, in its order (the graph's outputs list
-    # each once): torch.compile's graphs may return one tensor twice.
-    returned: tuple[str, ...] = ()
+    # The tensor of each of the program's outputs, in its order (one tensor may be two outputs).
+    outputs: tuple[str, ...] = ()
 
     def params(self) -> dict[str, np.ndarray]:
         """Every param and state tensor's value, by name (state_dict names for the module's)."""
         return {t.name: self.consts[t.name].value().astype(t.dtype, copy=False)
-                for t in self.graph.by_role("param", "state")}
+                for t in self.graph.by_role("param", "state") if t.updates is None}
 
 
 def decompose(program: Any, extra: Mapping[Any, Any] | None = None) -> Any:
@@ -119,7 +135,11 @@ def decompose(program: Any, extra: Mapping[Any, Any] | None = None) -> Any:
         op, overload = name.split(".")
         table.pop(getattr(getattr(torch.ops.aten, op), overload), None)
     table.update(extra or {})
-    return program.run_decompositions(table)
+    with warnings.catch_warnings():
+        # torch's own deprecation inside its deepcopy of the module call graph (torch 2.9:
+        # `isinstance(treespec, LeafSpec)` from copyreg): nothing the user can act on.
+        warnings.filterwarnings("ignore", message=r".*\bLeafSpec\b", category=FutureWarning)
+        return program.run_decompositions(table)
 
 
 def convert(program: Any, name: str = "torch", module_root: str = "") -> TorchImport:
@@ -129,13 +149,16 @@ def convert(program: Any, name: str = "torch", module_root: str = "") -> TorchIm
     module path (from the node's nn_module_stack), less `module_root`: the path of the user's module
     inside the exported one (the trainer's wrapper holds it as `model`)."""
     if not isinstance(program, Program):
+        detach_grad_off(program)  # before the decomposition inlines no_grad regions
         try:
             program = decompose(program)
         except Exception as e:  # a program torch itself cannot decompose
             raise TorchImportError(f"cannot decompose the program: {type(e).__name__}: "
                                    f"{str(e).splitlines()[0] if str(e) else ''}") from None
         program = from_exported(program, module_root)
-    buffers = {i.target for i in program.inputs if i.kind == "buffer"}
+    # Buffers and frozen parameters are state: read, never trained.
+    buffers = {i.target for i in program.inputs
+               if i.kind == "buffer" or (i.kind == "parameter" and not i.trainable)}
     reserved = {c.name for c in program.calls} | {i.name for i in program.inputs} | \
         {i.target for i in program.inputs if i.target}
     imp = Importer(graph_name=name, opset=0, reserved=reserved, state_names=set(buffers),
@@ -155,14 +178,16 @@ def convert(program: Any, name: str = "torch", module_root: str = "") -> TorchIm
                                     "constant" if spec.kind == "tensor_constant" else
                                     "initializer")
     counters = _counters(program)
-    _convert_nodes(imp, program.calls, env, metas, skip=set(counters.values()))
-    returned = _outputs(program, env, imp, counters)
-    graph_outputs = list(dict.fromkeys(returned))
+    _convert_nodes(imp, program.calls, env, metas,
+                   skip={c for calls, _ in counters.values() for c in calls})
+    user_outputs = _outputs(program, env, imp, counters, buffers,
+                            f"{module_root}." if module_root else "")
+    graph_outputs = list(dict.fromkeys(user_outputs))
     graph = check_graph(imp.builder.build(outputs=graph_outputs,
                                           loss=_traced_loss(imp, graph_outputs)))
     return TorchImport(graph, {t.name: imp.consts[t.name] for t in graph.tensors
                                if t.name in imp.consts}, tuple(inputs),
-                       {buf: 1 for buf in counters}, tuple(returned))
+                       {buf: step for buf, (_, step) in counters.items()}, tuple(user_outputs))
 
 
 def _meta(call: Call) -> tuple[tuple[int, ...], str]:
@@ -178,22 +203,27 @@ def _const(target: str, tensors: Mapping[str, Tensor], origin: str) -> Const:
     return Const(target, t.shape, t.dtype, origin, t.load)  # type: ignore[arg-type]
 
 
-def _counters(program: Program) -> dict[str, str]:
-    """Integer buffers mutated as `buffer + constant` (BatchNorm's num_batches_tracked): buffer
-    name -> the call computing the new value, which the graph leaves out."""
+def _counters(program: Program) -> dict[str, tuple[list[str], int]]:
+    """Integer buffers mutated as `buffer + constant + ...` (BatchNorm's num_batches_tracked,
+    once per call of the BatchNorm): buffer name -> (the calls of the chain, which the graph
+    leaves out; the increment per step)."""
     placeholders = {i.name: i.target for i in program.inputs}
     by_name = {c.name: c for c in program.calls}
-    out: dict[str, str] = {}
+    out: dict[str, tuple[list[str], int]] = {}
     for spec in program.outputs:
         if spec.kind != "buffer_mutation":
             continue
-        call = by_name.get(spec.name)
-        if (call is not None and call.target == "aten.add.Tensor" and len(call.args) >= 2
-                and isinstance(call.args[0], Ref)
-                and placeholders.get(call.args[0].name) == spec.target
-                and call.args[1] == 1 and call.users == 1
-                and isinstance(call.out, Value) and call.out.dtype in ("int64", "int32")):
-            out[spec.target] = call.name
+        chain, step, call = [], 0, by_name.get(spec.name)
+        while (call is not None and call.target == "aten.add.Tensor" and len(call.args) >= 2
+               and isinstance(call.args[0], Ref) and isinstance(call.args[1], int)
+               and not isinstance(call.args[1], bool) and call.users == 1
+               and isinstance(call.out, Value) and call.out.dtype in ("int64", "int32")):
+            chain.append(call.name)
+            step += call.args[1]
+            if placeholders.get(call.args[0].name) == spec.target:
+                out[spec.target] = (chain, step)
+                break
+            call = by_name.get(call.args[0].name)
     return out
 
 
@@ -310,9 +340,13 @@ def _check(imp: Importer, call: Call, value: Any) -> None:
 
 
 def _outputs(program: Program, env: dict[str, Any], imp: Importer,
-             counters: Mapping[str, str]) -> list[str]:
+             counters: Mapping[str, Any], state: set[str], root: str = "") -> list[str]:
+    """The graph's outputs (the program's user outputs, in order) and the buffers' values
+    after the step written back (module docstring, 4.); refusals name the module's own
+    state_dict keys (less `root`, the trainer's wrapper's attribute)."""
     placeholders = {i.target: i.name for i in program.inputs if i.target}
     outputs: list[str] = []
+    written: list[tuple[str, str, Any, Any]] = []  # (buffer, node, new value, old value)
     for spec in program.outputs:
         if spec.kind == "user_output":
             value = env.get(spec.name)
@@ -323,18 +357,45 @@ def _outputs(program: Program, env: dict[str, Any], imp: Importer,
         elif spec.kind in ("buffer_mutation", "parameter_mutation"):
             if spec.target in counters or fresh_draw(imp, env.get(spec.name)):
                 continue
-            if spec.kind == "parameter_mutation":
-                raise TorchImportError(f"parameter {spec.target!r}: overwritten in forward by "
+            if spec.kind == "parameter_mutation" and spec.target not in state:
+                raise TorchImportError(f"parameter {spec.target.removeprefix(root)!r}: "
+                                       f"overwritten in forward by "
                                        f"node {spec.name!r}, which is not a fresh random draw "
-                                       "(the planner updates parameters by the optimizer only)")
-            if not _planner_updates(imp, env.get(spec.name),
-                                    env.get(placeholders.get(spec.target))):
-                raise TorchImportError(f"buffer {spec.target!r}: mutated by node "
-                                       f"{spec.name!r}, which the planner does not update in "
-                                       "place")
+                                       "(the planner updates trained parameters by the "
+                                       "optimizer only); update it outside forward, or set "
+                                       "its requires_grad=False to write it as a buffer")
+            new, old = env.get(spec.name), env.get(placeholders.get(spec.target))
+            if not _planner_updates(imp, new, old):
+                written.append((spec.target, spec.name, new, old))
         else:
             raise TorchImportError(f"output {spec.name!r}: unsupported kind {spec.kind}")
+    for buffer, node, new, old in written:  # after every reader of the old values
+        _write_back(imp, buffer, node, new, old, buffer.removeprefix(root))
     return outputs
+
+
+def _write_back(imp: Importer, buffer: str, node: str, new: Any, old: Any, shown: str) -> None:
+    """The buffer's value after the step (`new`, computed by node `node`) written over it: a
+    Cast to its own dtype whose output `<buffer>.next` carries `updates=<buffer>` (module
+    docstring, 4.). TorchImportError, naming the buffer, when that cannot be."""
+    if not isinstance(old, Const):
+        raise TorchImportError(f"buffer {shown!r}: mutated by node {node!r}, but it is not "
+                               "a tensor of the module's state; register it with "
+                               "register_buffer")
+    if not isinstance(new, (str, Const)):
+        raise TorchImportError(f"buffer {shown!r}: mutated by node {node!r}, whose value "
+                               "is not a tensor the planner computes; compute the new value "
+                               "with torch ops the planner imports")
+    target, value = imp.as_tensor(old), imp.as_tensor(new)
+    have, want = imp.builder.type(value), imp.builder.type(target)
+    if (have.shape, have.dtype) != (want.shape, want.dtype):
+        raise TorchImportError(f"buffer {shown!r}: mutated by node {node!r} to "
+                               f"{have.dtype} {list(have.shape)}, not its own {want.dtype} "
+                               f"{list(want.shape)}; keep the buffer's shape and dtype")
+    out = imp.fresh(f"{target}.next")
+    imp.builder.op_n("Cast", [value], {"to": want.dtype}, name=out, outputs=[out],
+                     role="state")
+    imp.builder.set_updates(out, target)
 
 
 def _traced_loss(imp: Importer, outputs: list[str]) -> str | None:

@@ -67,12 +67,14 @@ class Call:
 @dataclass(frozen=True)
 class Input:
     """A placeholder: kind is user_input, parameter, buffer or tensor_constant; target its
-    state_dict name (empty for a user input)."""
+    state_dict name (empty for a user input); `trainable` False for a parameter with
+    requires_grad=False (frozen: a constant of the step, which the planner does not train)."""
 
     name: str
     kind: str
     target: str
     value: Value
+    trainable: bool = True
 
 
 @dataclass(frozen=True)
@@ -156,8 +158,9 @@ def from_exported(program: Any, root: str = "") -> Program:
                 from planner.importers.torch.context import TorchImportError
                 raise TorchImportError(f"input {node.name!r}: unsupported kind "
                                        f"{getattr(getattr(spec, 'kind', None), 'name', None)}")
+            held = program.state_dict.get(spec.target or "")
             inputs.append(Input(node.name, kind, spec.target or "", _value(node, node.meta.get(
-                "val"))))
+                "val")), trainable=bool(getattr(held, "requires_grad", True))))
         elif node.op == "call_function" and _passes_token(node, tokens):
             tokens.add(node.name)
         elif node.op == "call_function":
