@@ -62,7 +62,7 @@ def import_piece(gm: Any, args: Sequence[Any], name: str) -> PieceImport:
             # Run node by node with each node's meta kept: the traced calls then carry the
             # user's module path and source line (Dynamo's), which messages name.
             with torch.fx.traceback.preserve_node_meta():
-                out = torch.fx.Interpreter(self.gm).run(*full)
+                out = _GradRegions(self.gm).run(*full)
             return tuple(out) if isinstance(out, (tuple, list)) else (out,)
 
     examples = tuple(args[k].detach() for k in tensor_at)
@@ -78,7 +78,10 @@ def import_piece(gm: Any, args: Sequence[Any], name: str) -> PieceImport:
     n_user = sum(1 for s in outputs if s.kind.name == "USER_OUTPUT")
     from planner.importers.torch.convert import decompose
     from planner.importers.torch.fastpath import decompositions
+    from planner.importers.torch.grad_mode import detach_grad_off
     from planner.importers.torch.record import from_exported
+
+    detach_grad_off(program)  # no_grad regions inside the graph: their results detached
 
     try:
         record = from_exported(decompose(program, decompositions()))
@@ -114,3 +117,53 @@ def import_piece(gm: Any, args: Sequence[Any], name: str) -> PieceImport:
     return PieceImport(imported.graph, imported.params(), tuple(inputs),
                        tuple(returned[n_mut:]),
                        tuple(zip(mutated, returned[:n_mut], strict=True)))  # type: ignore[arg-type]
+
+
+def _grad_mode_calls() -> dict[Any, str]:
+    import torch
+
+    return {torch._C._set_grad_enabled: "set",
+            torch.autograd.grad_mode._enter_inference_mode: "enter_inference",
+            torch.autograd.grad_mode._exit_inference_mode: "exit_inference"}
+
+
+def _interpreter() -> type:
+    import torch
+
+    class GradRegions(torch.fx.Interpreter):
+        """Runs Dynamo's graph with its grad-mode switches (`torch.no_grad()`,
+        `set_grad_enabled`, `enable_grad` inside them, `inference_mode`) read, not run: every
+        float result computed where gradients are off is detached, which the trace records
+        as `aten.detach` (a StopGradient: no gradient flows through it, as eager's none
+        does); values changed in place there are inputs' mutations like any other."""
+
+        def __init__(self, gm: Any) -> None:
+            super().__init__(gm)
+            self.grad = True
+            self.saved: list[bool] = []
+            self.calls = _grad_mode_calls()
+
+        def run_node(self, n: Any) -> Any:
+            kind = self.calls.get(n.target) if n.op == "call_function" else None
+            if kind == "set":
+                self.grad = bool(n.args[0])
+                return None
+            if kind == "enter_inference":
+                self.saved.append(self.grad)
+                self.grad = not bool(n.args[0]) if n.args else False
+                return None
+            if kind == "exit_inference":
+                self.grad = self.saved.pop() if self.saved else True
+                return None
+            out = super().run_node(n)
+            if not self.grad and n.op in ("call_function", "call_method", "call_module"):
+                out = torch.utils._pytree.tree_map(
+                    lambda t: t.detach() if isinstance(t, torch.Tensor)
+                    and t.is_floating_point() else t, out)
+            return out
+
+    return GradRegions
+
+
+def _GradRegions(gm: Any) -> Any:  # noqa: N802  (a class, made when torch is imported)
+    return _interpreter()(gm)
