@@ -64,8 +64,10 @@ from planner.memory.cpu_budget import cpu_budget_solve
 from planner.memory.cpu_memory import cpu_memory
 from planner.memory.decision import MemoryDecision
 from planner.memory.gpu import gpu_memory, technique_curves
+from planner.memory.one_lane import faster_one_lane, one_lane_ops
 from planner.memory.options import MemoryOptions
-from planner.memory.variants import ScheduleVariant, schedule_variants
+from planner.memory.variants import Rows, one_lane_rows, variants_of
+from planner.ops.collective import COLLECTIVE_OPS
 from planner.plan import (
     Evaluation,
     MemoryPlan,
@@ -96,7 +98,7 @@ from planner.schedule.streams import (
     stream_schedule,
 )
 from planner.target.backends import traits
-from planner.target.records import Target
+from planner.target.records import Target, affinity_cpus
 
 
 class PlanOptions(Record):
@@ -138,9 +140,11 @@ class BackendPlanner:
     # one-stream plan does (co-running streams are kept only where they meet it too), so fit
     # plans one stream, the same answer without a second memory plan per trial.
     fit_schedule: ScheduleOptions
-    # The plan's variants for fewer free cores (planner.memory.variants), or None: a GPU's
-    # streams are not shared with other processes' threads.
-    variants: Callable[..., tuple[ScheduleVariant, ...]] | None = None
+    # Every op's thread count and seconds on one lane per core count (planner.memory.variants:
+    # the plan's variants for fewer free cores, and the one-lane schedule of all its cores
+    # that the main one is compared with, planner.memory.one_lane), or None: a GPU's streams
+    # are not shared with other processes' threads.
+    variants: Callable[..., Rows] | None = None
     # Whether its executor runs gradient accumulation (a step that skips the optimizer step's
     # ops until a step's last micro-batch: planner/ir/accumulation.py).
     accumulates: bool = False
@@ -186,7 +190,7 @@ BACKENDS: dict[Backend, BackendPlanner] = {
                           lambda t: t.host_memory_bytes, arena_limited=True,
                           one_lane=_cpu_one_lane, ranks_share_host=True,
                           memory_orders=lambda s: True, fit_schedule=ScheduleOptions(),
-                          variants=schedule_variants, accumulates=True,
+                          variants=one_lane_rows, accumulates=True,
                           budget_solve=cpu_budget_solve, lists_priced=True),
     "cuda": BackendPlanner(stream_schedule, gpu_memory, _gpu_resources,
                            lambda t: t.gpus[0].memory_bytes, arena_limited=False,
@@ -554,7 +558,26 @@ def assemble(graph: Graph, model: CostModel, options: PlanOptions, schedule: Sch
     happens = tuple(named[k] for k in sorted(named, key=lambda e: (rank[e[1]], rank[e[0]])))
     if any(n.op == "AllGather" for n in graph.nodes):  # ZeRO-3: each gather's distance as run
         ops = tuple(planned_prefetch(graph, ops, happens))
+    # One lane per core count, in execution order: a one-process plan's without collectives
+    # (a comm lane, a data-parallel step's or a ZeRO-3 evaluation's gathers, orders the
+    # collectives every rank issues). Decided by the graph too, not the options alone: a
+    # graph with collectives planned under one-process options (the host's contention fit
+    # once did so with the step graph it was given) gets none either.
+    make_rows = BACKENDS[schedule.backend].variants
+    optimized = schedule.strategy == "optimized"
+    rows = (make_rows(graph, ops, memory.inserted, memory.tensors, model)
+            if make_rows is not None and (options.variants or optimized)
+            and options.data_parallel.ranks == 1 and all(op.cpus for op in ops)
+            and not any(n.op in COLLECTIVE_OPS for n in graph.nodes) else ())
     step = max((op.end for op in ops), default=0.0)
+    # The planner's own choice is never slower than the one-lane schedule of the same cores
+    # (planner.memory.one_lane); a strategy the user named is kept as named.
+    one = faster_one_lane(step, rows, model.target.cores) if optimized else None
+    if one is not None:
+        cores = model.target.cores
+        ops = one_lane_ops(ops, one, [affinity_cpus(model.target, t, "compact")
+                                      for t in range(1, cores + 1)])
+        step = max((op.end for op in ops), default=0.0)
     bound = schedule.bound
     busy = {op.name: op.end - op.start for op in ops if op.name in rank}
     retimed = bool(memory.ops)
@@ -563,9 +586,10 @@ def assemble(graph: Graph, model: CostModel, options: PlanOptions, schedule: Sch
         ratio=step / bound.seconds if bound.seconds else 1.0,
         critical_path_seconds=bound.critical_path, area_bound_seconds=bound.area,
         allotment_bound_seconds=bound.allotment, cut_bound_seconds=bound.cut,
-        utilization=(_stream_busy(ops, busy) / step if step else 0.0) if retimed
-        else schedule.utilization,
-        mean_corun=(sum(busy.values()) / step if step else 0.0) if retimed
+        utilization=(_core_busy(ops, model.target.cores, step) if one is not None
+                     else (_stream_busy(ops, busy) / step if step else 0.0) if retimed
+                     else schedule.utilization),
+        mean_corun=(sum(busy.values()) / step if step else 0.0) if retimed or one is not None
         else schedule.mean_corun,
         ops=len(ops), analytical_signatures=schedule.analytical_signatures,
         memory=memory.summary,
@@ -577,12 +601,8 @@ def assemble(graph: Graph, model: CostModel, options: PlanOptions, schedule: Sch
         # Data parallelism is named only when used: one-process plans read as they did.
         options=options.model_dump(mode="json", exclude=None if options.data_parallel.ranks > 1
                                    else {"data_parallel"}), tool=f"planner {__version__}")
-    # The schedule for fewer free cores: a one-process plan's (a data-parallel plan's comm
-    # lane orders the collectives every rank issues).
-    make_variants = BACKENDS[schedule.backend].variants
-    variants = (make_variants(graph, ops, memory.inserted, memory.tensors, model)
-                if make_variants is not None and options.variants
-                and options.data_parallel.ranks == 1 else ())
+    # The schedules for fewer free cores.
+    variants = variants_of(rows) if rows and options.variants else ()
     return Plan(graph=graph, kind=graph.kind, backend=schedule.backend,
                 target=BACKENDS[schedule.backend].resources(target, ops), ops=ops,
                 happens_before=happens, tensors=memory.tensors,
@@ -605,6 +625,11 @@ def _on_host(ops: tuple[OpPlan, ...], ids: tuple[int, ...]) -> tuple[OpPlan, ...
     # CPUs: CPU i becomes ids[i] (ascending, so lanes and orders stay as they were).
     return tuple(op.model_copy(update={"cpus": tuple(ids[c] for c in op.cpus)})
                  if op.cpus else op for op in ops)
+
+
+def _core_busy(ops: tuple[OpPlan, ...], cores: int, step: float) -> float:
+    # A one-lane CPU step: busy core-seconds / (cores x step).
+    return sum((op.end - op.start) * op.threads for op in ops) / (cores * step) if step else 0.0
 
 
 def _stream_busy(ops: tuple[OpPlan, ...], busy: dict[str, float]) -> float:

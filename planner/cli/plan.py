@@ -107,6 +107,10 @@ def add_plan_commands(sub: Any, measurers: Callable[[], Any] | None = None) -> N
     s.add_argument("--memory", metavar="SVG",
                    help="write memory over the step's ops: naive, liveness, + offload, "
                         "+ recompute (seed 001's Fig. 10)")
+    s.add_argument("--target", metavar="TARGET",
+                   help="the machine the plan was made for, to set its step against the "
+                        "machine's peaks (default: the preset or 'host' the plan names, when "
+                        "it is still the one planned for)")
     s.add_argument("--force", action="store_true")
     s.set_defaults(run=run_show)
 
@@ -297,13 +301,21 @@ def run_show(args: argparse.Namespace) -> int:
                    force=args.force)
     if args.memory:
         write_text(args.memory, memory_svg(plan, technique_curves_of(plan)), force=args.force)
+    roof, why_not = _roofline(plan, args.target)
     if args.json:
         zero3 = sharding_report(data)
         print(json.dumps({"summary": data["summary"], "by_type": by_type(data),
-                          "memory": memory_report(data)} | ({"zero3": zero3} if zero3 else {}),
+                          "memory": memory_report(data)} | ({"zero3": zero3} if zero3 else {})
+                         | ({"roofline": roof.model_dump(mode="json")} if roof else {}),
                          indent=2, sort_keys=True))
     else:
         print(format_summary(data))
+        if roof is not None:
+            from planner.report.roofline import format_roofline
+
+            print(format_roofline(roof))
+        elif why_not:
+            print(f"against the machine: {why_not}")
         memory = format_memory(data)
         if memory:
             print(memory)
@@ -315,6 +327,26 @@ def run_show(args: argparse.Namespace) -> int:
             if path:
                 print(f"wrote {path}")
     return 0
+
+
+def _roofline(plan: Any, target_spec: str | None) -> tuple[Any, str]:
+    """A CPU plan's roofline (planner.report.roofline) on the target `--target` names, or on
+    the preset or host the plan names when that is still the machine it was planned for; else
+    None and why (empty for a GPU plan)."""
+    from planner.report.roofline import roofline
+    from planner.target.presets import PRESETS, load_target
+
+    if plan.backend != "cpu":
+        return None, ""
+    name = plan.target.name
+    if target_spec is None and name not in PRESETS and name != "host":
+        return None, (f"target {name!r} is neither a preset nor this host: give it with "
+                      f"--target FILE")
+    target = load_target(target_spec or name)
+    if target_spec is None and target.digest() != plan.provenance.target_sha256:
+        return None, (f"target {name!r} is not the one the plan was made for (its peaks "
+                      f"were measured again since): give that one with --target FILE")
+    return roofline(plan, target), ""
 
 
 def by_type(plan: dict[str, Any]) -> dict[str, dict[str, Any]]:

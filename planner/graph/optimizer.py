@@ -240,7 +240,9 @@ class LossScaling(Record):
     enabled: bool = True
     growth_factor: float = Field(default=2.0, gt=1)
     backoff_factor: float = Field(default=0.5, gt=0, lt=1)
-    growth_interval: int = Field(default=2000, ge=1)
+    # At most 2^24: the clean-step count is a float32 (planner/ops/loss_scale.py), which
+    # counts every integer up to 2^24 and no further (a longer interval would never end).
+    growth_interval: int = Field(default=2000, ge=1, le=2**24)
 
     def update_attrs(self) -> dict[str, Any]:
         """Attributes of the UpdateLossScale op."""

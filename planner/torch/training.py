@@ -39,6 +39,7 @@ import numpy as np
 
 from planner.importers.torch.context import TorchImportError
 from planner.importers.torch.convert import TorchImport, convert
+from planner.importers.torch.quiet_log import quiet_torch_logs
 from planner.torch.export_watch import custom_gradients, export_failed, frozen_calls, watching
 from planner.torch.shapes import DEFAULT_LIMIT, Built, Shapes
 
@@ -75,7 +76,8 @@ def export(module: Any, inputs: Sequence[Any], loss: Callable | None, labels: An
     wrapped.training = module.training
     args = separate((*inputs, labels) if loss is not None else tuple(inputs))
     name = type(module).__name__
-    with warnings.catch_warnings(), watching(wrapped, module, PREFIX) as watch:
+    with warnings.catch_warnings(), watching(wrapped, module, PREFIX) as watch, \
+            quiet_torch_logs():  # the failure is said below, in one line
         warnings.simplefilter("ignore")
         try:
             program = torch.export.export(wrapped, args)

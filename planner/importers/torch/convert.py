@@ -40,7 +40,9 @@
    written back as a buffer is. A buffer or a parameter overwritten by a fresh draw
    (`self.noise.normal_()`, `w.uniform_()` under no_grad: a value of random ops alone, never
    the old one) is drawn anew inside every step, where the forward reads it, and its stored
-   value is left as it was. A trained parameter written in forward is refused.
+   value is left as it was; so is an input so overwritten (`x.cauchy_()` on a forward
+   argument), with a warning that the caller's tensor keeps its value. A trained parameter
+   written in forward, or any other write to an input, is refused.
 
 Gradients as PyTorch has them: values torch.export traced with gradients off (no_grad,
 inference_mode, set_grad_enabled(False) regions) get a detach before decomposition
@@ -74,15 +76,31 @@ import planner.importers.torch.rules_search  # noqa: F401
 import planner.importers.torch.rules_sort  # noqa: F401
 import planner.importers.torch.rules_special  # noqa: F401  (special functions; its PRESERVED below)
 import planner.importers.torch.rules_views  # noqa: F401
+from planner.dtypes import DTYPE_BYTES
 from planner.graph.validate import check_graph
 from planner.importers.kit import Const, Unsupported
 from planner.importers.onnx.context import Importer
 from planner.importers.onnx.fold import FOLD_OUTPUT_LIMIT
 from planner.importers.pt2.saved import Ref
 from planner.importers.pt2.targets import resolve
-from planner.importers.torch.context import RULES, UNAVAILABLE, NodeCtx, TorchImportError, _in
+from planner.importers.torch.context import RULES, NodeCtx, TorchImportError, _in, _Unavailable
+from planner.importers.torch.fold_guard import (
+    FoldRefused,
+    allowed_to_fold,
+    check_operands,
+    predicted_elements,
+)
 from planner.importers.torch.grad_mode import detach_grad_off
-from planner.importers.torch.record import Call, Program, Tensor, Value, from_exported
+from planner.importers.torch.quiet_log import quiet_torch_logs
+from planner.importers.torch.record import (
+    Call,
+    Program,
+    Tensor,
+    Value,
+    from_exported,
+    from_numpy,
+    to_numpy,
+)
 from planner.importers.torch.rules_index import INDEX_PRESERVED
 from planner.importers.torch.rules_losses import LOSS_PRESERVED
 from planner.importers.torch.rules_random import RANDOM_PRESERVED, fresh_draw
@@ -134,8 +152,12 @@ def decompose(program: Any, extra: Mapping[Any, Any] | None = None) -> Any:
     for name in PRESERVED:
         op, overload = name.split(".")
         table.pop(getattr(getattr(torch.ops.aten, op), overload), None)
+<<<<<<< HEAD
     table.update(extra or {})
     with warnings.catch_warnings():
+=======
+    with warnings.catch_warnings(), quiet_torch_logs():  # a failure: the caller's one line
+>>>>>>> main
         # torch's own deprecation inside its deepcopy of the module call graph (torch 2.9:
         # `isinstance(treespec, LeafSpec)` from copyreg): nothing the user can act on.
         warnings.filterwarnings("ignore", message=r".*\bLeafSpec\b", category=FutureWarning)
@@ -171,6 +193,10 @@ def convert(program: Any, name: str = "torch", module_root: str = "") -> TorchIm
         if spec.kind == "user_input":
             if spec.value is None:
                 raise TorchImportError(f"input {spec.name!r}: no tensor metadata")
+            if spec.value.dtype not in DTYPE_BYTES:  # complex, uint16, float8, ...
+                raise TorchImportError(
+                    f"input {spec.name!r}: a {spec.value.dtype} tensor; the planner's tensors "
+                    f"are {', '.join(DTYPE_BYTES)} (give the input in one of these)")
             env[spec.name] = imp.builder.input(spec.name, spec.value.shape, spec.value.dtype)
             inputs.append(spec.name)
         else:
@@ -291,8 +317,9 @@ def _foldable(call: Call, env: Mapping[str, Any]) -> bool:
     """Is the call a computation on constants alone (a causal mask built in forward from
     arange, tril, comparisons), which torch itself evaluates now? Not on float parameters or
     buffers (they stay tensors the planner trains or updates), not a random op or an `empty`
-    (whose rule gives zeros, not the memory torch finds), and not an
-    output past FOLD_OUTPUT_LIMIT elements."""
+    (whose rule gives zeros, not the memory torch finds), only an operator whose kernel reads
+    no value as an address unchecked (planner/importers/torch/fold_guard.py), and not an
+    output past FOLD_OUTPUT_LIMIT elements, as declared and as the operands make it."""
     import torch
 
     reads = [env.get(r) for r in call.reads()]
@@ -300,11 +327,23 @@ def _foldable(call: Call, env: Mapping[str, Any]) -> bool:
         return False
     op = resolve(call.target)
     if op is None or torch.Tag.nondeterministic_seeded in op.tags or \
-            call.target in UNINITIALIZED:  # torch's values would be whatever memory held
+            call.target in UNINITIALIZED or not allowed_to_fold(call.target):
         return False
     vals = call.out if isinstance(call.out, tuple) else (call.out,)
-    return all(isinstance(v, Value) for v in vals) and \
-        sum(math.prod(v.shape) for v in vals) <= FOLD_OUTPUT_LIMIT
+    if not all(isinstance(v, Value) for v in vals) or \
+            sum(math.prod(v.shape) for v in vals) > FOLD_OUTPUT_LIMIT:
+        return False
+
+    def meta(v: Any) -> Any:
+        if isinstance(v, Ref):
+            c = env[v.name]
+            return torch.empty(c.shape, dtype=getattr(torch, c.dtype), device="meta")
+        if isinstance(v, (tuple, list)):
+            return type(v)(meta(i) for i in v)
+        return v
+
+    elements = predicted_elements(op, call.args, call.kwargs, meta)
+    return elements is not None and elements <= FOLD_OUTPUT_LIMIT
 
 
 def _fold(imp: Importer, call: Call, env: Mapping[str, Any]) -> Const | tuple[Const, ...]:
@@ -312,8 +351,9 @@ def _fold(imp: Importer, call: Call, env: Mapping[str, Any]) -> Const | tuple[Co
 
     def tensor(v: Any) -> Any:
         if isinstance(v, Ref):
-            # np.array, not np.ascontiguousarray, which makes a 0-d value 1-d
-            return torch.from_numpy(np.array(env[v.name].value(), order="C"))
+            # np.array, not np.ascontiguousarray, which makes a 0-d value 1-d; bfloat16
+            # through its bits (torch.from_numpy takes no ml_dtypes array)
+            return from_numpy(np.array(env[v.name].value(), order="C"))
         if isinstance(v, (tuple, list)):
             return type(v)(tensor(i) for i in v)
         return v
@@ -321,8 +361,17 @@ def _fold(imp: Importer, call: Call, env: Mapping[str, Any]) -> Const | tuple[Co
     def const(t: Any) -> Const:
         if not isinstance(t, torch.Tensor):
             raise Unsupported(f"{call.target} (of constants, giving {type(t).__name__})")
-        return Const.of(imp.fresh(call.name), t.detach().cpu().numpy(), origin="constant")
+        return Const.of(imp.fresh(call.name), to_numpy(t), origin="constant")
 
+    try:  # the file's values the kernel would trust, checked first
+        check_operands(call.target, call.args, call.kwargs,
+                       lambda v: np.asarray(env[v.name].value()) if isinstance(v, Ref)
+                       else None)
+    except FoldRefused as e:
+        raise TorchImportError(f"node {call.name!r}{_in(call.place or call.module)} "
+                               f"({call.target}): its constant operands hold {e}; refused "
+                               "rather than evaluated (a corrupt or edited model file?)") \
+            from None
     op = resolve(call.target)
     with torch.no_grad():
         out = op(*tensor(call.args), **{k: tensor(v) for k, v in call.kwargs.items()})
@@ -345,11 +394,14 @@ def _outputs(program: Program, env: dict[str, Any], imp: Importer,
     after the step written back (module docstring, 4.); refusals name the module's own
     state_dict keys (less `root`, the trainer's wrapper's attribute)."""
     placeholders = {i.target: i.name for i in program.inputs if i.target}
+    calls = {c.name: c for c in program.calls}
     outputs: list[str] = []
     written: list[tuple[str, str, Any, Any]] = []  # (buffer, node, new value, old value)
     for spec in program.outputs:
         if spec.kind == "user_output":
             value = env.get(spec.name)
+            if isinstance(value, _Unavailable) and value.why:
+                raise TorchImportError(f"output {spec.name!r}: {value.why}")
             if not isinstance(value, (str, Const)):
                 raise TorchImportError(f"output {spec.name!r}: not a tensor the planner "
                                        "computes")
@@ -367,6 +419,11 @@ def _outputs(program: Program, env: dict[str, Any], imp: Importer,
             new, old = env.get(spec.name), env.get(placeholders.get(spec.target))
             if not _planner_updates(imp, new, old):
                 written.append((spec.target, spec.name, new, old))
+        elif spec.kind == "user_input_mutation":
+            call = calls.get(spec.name)
+            if call is not None and call.target == "getitem" and isinstance(call.args[0], Ref):
+                call = calls.get(call.args[0].name, call)  # an output of a multi-output op
+            _input_written(imp, spec, env.get(spec.name), call)
         else:
             raise TorchImportError(f"output {spec.name!r}: unsupported kind {spec.kind}")
     for buffer, node, new, old in written:  # after every reader of the old values
@@ -398,6 +455,23 @@ def _write_back(imp: Importer, buffer: str, node: str, new: Any, old: Any, shown
     imp.builder.set_updates(out, target)
 
 
+def _input_written(imp: Importer, spec: Any, new: Any, call: Call | None) -> None:
+    """An input the forward writes in place (`x.normal_()`, `F.batch_norm` on running
+    statistics the caller passes). A step never writes its inputs back, so the write is lost
+    to the caller: a fresh random draw is still the planner's own draw (what the forward reads
+    after it), said in a warning; any other write is refused."""
+    what = f"node {spec.name!r}" if call is None else \
+        f"node {call.name!r}{_in(call.place or call.module)} ({call.target})"
+    if fresh_draw(imp, new):
+        warnings.warn(f"input {spec.target!r}: overwritten in forward by {what}, a fresh random "
+                      "draw: the planner draws it inside the step, where the forward reads "
+                      "it; the tensor the caller passes keeps its value", stacklevel=3)
+        return
+    raise TorchImportError(f"input {spec.target!r}: written in place by {what}, which the "
+                           "planner cannot honour (a step never writes its inputs back): "
+                           "write to a clone, or hold the tensor in a module buffer")
+
+
 def _traced_loss(imp: Importer, outputs: list[str]) -> str | None:
     """The first output, when it is a float scalar no loss op writes (a loss of several terms,
     `F.mse_loss(o, y) + beta * kl`, traced with the model, or a module returning its own loss
@@ -417,7 +491,7 @@ def _traced_loss(imp: Importer, outputs: list[str]) -> str | None:
 def _planner_updates(imp: Importer, new: Any, old: Any) -> bool:
     """Is `new` the planner's own next value of buffer `old` (a training BatchNorm's running
     statistic output 1 or 2 reading it as input 3 or 4), or `old` itself (no change)?"""
-    if new is old and new is not None and new is not UNAVAILABLE:
+    if new is old and new is not None and not isinstance(new, _Unavailable):
         return True
     if not isinstance(new, str) or not isinstance(old, Const):
         return False

@@ -79,8 +79,8 @@ class Input:
 
 @dataclass(frozen=True)
 class Output:
-    """kind is user_output, buffer_mutation or parameter_mutation (target: the buffer or
-    parameter); name the value written."""
+    """kind is user_output, buffer_mutation, parameter_mutation or user_input_mutation
+    (target: the buffer, the parameter or the input's placeholder); name the value written."""
 
     kind: str
     name: str
@@ -181,8 +181,6 @@ def from_exported(program: Any, root: str = "") -> Program:
         kind = {OutputKind.USER_OUTPUT: "user_output",
                 OutputKind.BUFFER_MUTATION: "buffer_mutation",
                 OutputKind.PARAMETER_MUTATION: "parameter_mutation",
-                # an input written in place (torch.compile's graphs take buffers as inputs):
-                # convert refuses it; planner.torch.backend reads it as an output
                 OutputKind.USER_INPUT_MUTATION: "user_input_mutation"}.get(spec.kind)
         arg = getattr(spec.arg, "name", None)
         if spec.kind == OutputKind.TOKEN and arg in tokens:
@@ -257,3 +255,13 @@ def to_numpy(t: Any) -> np.ndarray:
     if t.dtype == torch.bfloat16:
         return t.view(torch.int16).numpy().view("bfloat16")
     return t.numpy()
+
+
+def from_numpy(array: np.ndarray) -> Any:
+    """A torch tensor sharing a numpy array's memory (bfloat16, ml_dtypes', through its bits:
+    torch.from_numpy takes no ml_dtypes array)."""
+    import torch
+
+    if array.dtype == np.dtype("bfloat16"):
+        return torch.from_numpy(array.view(np.int16)).view(torch.bfloat16)
+    return torch.from_numpy(array)
