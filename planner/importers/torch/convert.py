@@ -152,12 +152,8 @@ def decompose(program: Any, extra: Mapping[Any, Any] | None = None) -> Any:
     for name in PRESERVED:
         op, overload = name.split(".")
         table.pop(getattr(getattr(torch.ops.aten, op), overload), None)
-<<<<<<< HEAD
     table.update(extra or {})
-    with warnings.catch_warnings():
-=======
     with warnings.catch_warnings(), quiet_torch_logs():  # a failure: the caller's one line
->>>>>>> main
         # torch's own deprecation inside its deepcopy of the module call graph (torch 2.9:
         # `isinstance(treespec, LeafSpec)` from copyreg): nothing the user can act on.
         warnings.filterwarnings("ignore", message=r".*\bLeafSpec\b", category=FutureWarning)
