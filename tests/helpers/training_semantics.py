@@ -78,9 +78,12 @@ def _cast(v: Any, dtype: torch.dtype) -> Any:
     return v.to(dtype) if isinstance(v, torch.Tensor) and v.is_floating_point() else v
 
 
-def torch_run(case: Case, dtype: torch.dtype, steps: int = STEPS) -> Run:
-    """PyTorch's own steps of a fresh module in `dtype`."""
+def torch_run(case: Case, dtype: torch.dtype, steps: int = STEPS,
+              wrap: Callable[[nn.Module], Any] | None = None) -> Run:
+    """PyTorch's own steps of a fresh module in `dtype`; with `wrap`, the module is called
+    through wrap(module), the evaluation's copy too (torch.compile with a backend)."""
     model = copy.deepcopy(case.make()).to(dtype)
+    call = model if wrap is None else wrap(model)
     opt = case.torch_optimizer(list(model.parameters()))
     losses, outputs = [], []
     previous: list[Any] = []
@@ -90,7 +93,7 @@ def torch_run(case: Case, dtype: torch.dtype, steps: int = STEPS) -> Run:
             if previous:
                 inputs[i] = previous[o].detach()
         opt.zero_grad()
-        out = model(*inputs)
+        out = call(*inputs)
         value = case.loss(out, _cast(labels, dtype))
         value.backward()
         opt.step()
@@ -104,7 +107,7 @@ def torch_run(case: Case, dtype: torch.dtype, steps: int = STEPS) -> Run:
     evaluated = copy.deepcopy(model).eval()  # eval() may still write buffers: on a copy
     inputs, labels = case.batches()[0]
     with torch.no_grad():
-        out = evaluated(*[_cast(v, dtype) for v in inputs])
+        out = (evaluated if wrap is None else wrap(evaluated))(*[_cast(v, dtype) for v in inputs])
         value = case.loss(out, _cast(labels, dtype))
     return Run(losses, outputs, state, (float(value), [o.detach().numpy() for o in _flat(out)]))
 

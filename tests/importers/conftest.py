@@ -10,15 +10,22 @@ import importlib
 import pytest
 
 
+# Markers whose tests run only when `-m` names them: the whole OpInfo sweep (make opinfo), the
+# whole training-semantics matrix through torch.compile(backend="planner").
+OPT_IN = {"opinfo_full": "the whole OpInfo sweep", "compile_full": "the whole matrix through "
+          "torch.compile(backend='planner')"}
+
+
 def pytest_collection_modifyitems(config, items):
-    """The whole OpInfo sweep runs only when asked for by `-m opinfo_full` (make opinfo)."""
+    """Tests marked with an OPT_IN marker run only when asked for by `-m <marker>`."""
     expr = config.getoption("markexpr") or ""
-    if "opinfo_full" in expr and "not opinfo_full" not in expr:
-        return
-    skip = pytest.mark.skip(reason="the whole OpInfo sweep: run with -m opinfo_full")
-    for item in items:
-        if "opinfo_full" in item.keywords:
-            item.add_marker(skip)
+    for marker, what in OPT_IN.items():
+        if marker in expr and f"not {marker}" not in expr:
+            continue
+        skip = pytest.mark.skip(reason=f"{what}: run with -m {marker}")
+        for item in items:
+            if marker in item.keywords:
+                item.add_marker(skip)
 
 
 def _structure(module) -> tuple:

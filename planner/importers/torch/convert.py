@@ -143,14 +143,16 @@ class TorchImport:
                 for t in self.graph.by_role("param", "state") if t.updates is None}
 
 
-def decompose(program: Any) -> Any:
-    """The program in core ATen, with PRESERVED ops kept whole."""
+def decompose(program: Any, extra: Mapping[Any, Any] | None = None) -> Any:
+    """The program in core ATen, with PRESERVED ops kept whole, and the ops of `extra` (op ->
+    a function of torch ops) decomposed as it says."""
     import torch
 
     table = torch.export.default_decompositions()
     for name in PRESERVED:
         op, overload = name.split(".")
         table.pop(getattr(getattr(torch.ops.aten, op), overload), None)
+    table.update(extra or {})
     with warnings.catch_warnings(), quiet_torch_logs():  # a failure: the caller's one line
         # torch's own deprecation inside its deepcopy of the module call graph (torch 2.9:
         # `isinstance(treespec, LeafSpec)` from copyreg): nothing the user can act on.
