@@ -126,7 +126,7 @@ def _plan(gm: Any, args: Sequence[Any], needs: tuple[bool, ...] | None, name: st
     from planner.torch.dynamo_import import import_piece
 
     for a in args:
-        if isinstance(a, torch.Tensor) and a.device.type != "cpu":
+        if isinstance(a, torch.Tensor) and a.device != torch.device("cpu"):
             raise TorchImportError(f"a {a.device.type} tensor: the planner's torch.compile "
                                    "backend runs CPU tensors")
     piece = import_piece(gm, args, name)

@@ -9,7 +9,6 @@ import importlib
 
 import pytest
 
-
 # Markers whose tests run only when `-m` names them: the whole OpInfo sweep (make opinfo), the
 # whole training-semantics matrix through torch.compile(backend="planner").
 OPT_IN = {"opinfo_full": "the whole OpInfo sweep", "compile_full": "the whole matrix through "
