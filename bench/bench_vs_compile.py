@@ -1,5 +1,6 @@
-"""nn.Modules trained by planner.torch's executor, by PyTorch eager and under torch.compile, each
-engine in a process of its own (issue 36: ahead of torch.compile on real modules).
+"""nn.Modules trained by planner.torch's executor, by PyTorch eager, under torch.compile (Inductor)
+and under torch.compile(backend="planner"), each engine in a process of its own (issue 36:
+ahead of torch.compile on real modules; issue 59: the backend beside them).
 
     python bench/bench_vs_compile.py [--models mobilenet_v2,resnet18,transformer_encoder]
                                      [--rounds 3] [--steps 15] [--costs in-step|measured]
@@ -12,12 +13,12 @@ wakes sleeping workers: on a 2-core VM PyTorch's eager mobilenet_v2 step went fr
 and ours from 27 to 35 (bench/RESULTS.md). bench/bench_neighbours.py measures the engines
 beside neighbour processes; this bench on the quiet machine, each run in a process of its own.
 
-Each round runs every model's engines one after another (ours, eager, compile), each in a
-fresh process (bench/step_process.py) that builds (or, for compile, compiles) it, warms it up
-and times --steps steps;
-the table gives medians over rounds of each run's median step, and the 1-minute load average
-before, after each round and after. Our executor runs its plan's main schedule, priced by an
-in-step profile of the module (planner.torch's `costs="in-step"`) taken in the first round and
+Each round runs every model's engines one after another (ours, eager, compile, backend; the
+next round in the reverse order), each in a fresh process (bench/step_process.py) that builds
+(or, for compile and backend, compiles) it, warms it up and times --steps steps; the table
+gives medians over rounds of each run's median step, and the 1-minute load average before,
+after each round and after. Our executor runs its plan's main schedule, priced by an in-step
+profile of the module (planner.torch's `costs="in-step"`) taken in the first round and
 kept for the others, or with `--costs measured` by planner.torch's default (each signature
 measured once per host and kept in $PLANNER_CACHE). Models: bench/cpu_modules.py (SGD, lr 0.01,
 2 threads on the 2-core hosts); `fresh` names its FRESH seven (tests/importers/fresh_models.py
@@ -39,25 +40,50 @@ sys.path.insert(0, str(HERE))
 
 from step_process import StepProcess  # noqa: E402
 
-ENGINES = ("ours", "eager", "compile")
+ENGINES = ("ours", "eager", "compile", "backend")
 
 
 def engine_step(label: str, engine: str, folder: Path, costs: str = "in-step"):
-    """One engine of one module, warmed up (bench_neighbours.module_engine: ours is the
-    executor pinned to its plan's main schedule, priced by `costs`), for a StepProcess."""
-    from bench_neighbours import module_engine
+    """One engine of one module, warmed up, for a StepProcess, with a report of its first
+    step's seconds (building or compiling included: for ours the trainer's planning, building
+    and first step; for compile Inductor's compile and first step; for backend
+    torch.compile(backend="planner")'s, priced by the planner's default measured costs).
+    Ours is bench_neighbours.module_engine's executor pinned to its plan's main schedule,
+    priced by `costs`; eager, compile and backend are the user's own loop (SGD, zero_grad,
+    backward, step: cpu_modules.eager_step), the last two with `torch.compile(loss_fn)` and
+    `torch.compile(loss_fn, backend="planner")`."""
+    import time
 
-    step, _ = module_engine(label, folder, {"ours": "ours main"}.get(engine, engine), costs)
+    start = time.perf_counter()
+    if engine == "ours":
+        from bench_neighbours import module_engine
+
+        step, _ = module_engine(label, folder, "ours main", costs)
+        step()
+    else:  # the module's own loop, after one step (torch.compile's compile in it)
+        import torch
+        from bench_neighbours import SGD
+        from cpu_modules import eager_step, example
+
+        import planner.torch  # noqa: F401  (the backend, where the entry point is not installed)
+
+        module, inputs, y, loss = example(label)
+        torch.set_num_threads(os.cpu_count() or 1)
+        step = eager_step(module, inputs, y, loss, SGD.lr, compiled=engine != "eager",
+                          backend="planner" if engine == "backend" else "inductor", warm=1)
+    first = time.perf_counter() - start
     for _ in range(3):
         step()
-    return step
+    return step, lambda: f"{first:.3f}"
 
 
-def measure(label: str, engine: str, steps: int, folder: Path, costs: str = "in-step") -> float:
-    """The median step (seconds) of `steps` steps in a fresh process."""
+def measure(label: str, engine: str, steps: int, folder: Path,
+            costs: str = "in-step") -> tuple[float, float]:
+    """(median step, first step) in seconds, of `steps` steps in a fresh process."""
     run = StepProcess(engine_step, label, engine, folder, costs, what=f"{label} {engine}")
     try:
-        return statistics.median(run.step() for _ in range(steps))
+        first = float(run.report())
+        return statistics.median(run.step() for _ in range(steps)), first
     finally:
         run.close()
 
@@ -81,28 +107,39 @@ def main() -> None:
                      f"{', '.join(FRESH)} or fresh)")
     load_before = os.getloadavg()[0]
     runs: dict[tuple[str, str], list[float]] = {}
+    firsts: dict[tuple[str, str], list[float]] = {}
     with tempfile.TemporaryDirectory(prefix="bench-vs-compile-") as work:
         for r in range(args.rounds):
             for label in models:
-                for engine in ENGINES:
-                    runs.setdefault((label, engine), []).append(
-                        measure(label, engine, args.steps, Path(work) / label, args.costs))
+                # alternating: each round's engines in the other order
+                for engine in ENGINES if r % 2 == 0 else ENGINES[::-1]:
+                    step, first = measure(label, engine, args.steps, Path(work) / label,
+                                          args.costs)
+                    runs.setdefault((label, engine), []).append(step)
+                    firsts.setdefault((label, engine), []).append(first)
                 print(f"round {r + 1}/{args.rounds}: {label} done, load average "
                       f"{os.getloadavg()[0]:.2f}", file=sys.stderr, flush=True)
     ms = {k: statistics.median(v) * 1e3 for k, v in runs.items()}
     print(f"{os.cpu_count()} logical CPUs; load average {load_before:.2f} before, "
           f"{os.getloadavg()[0]:.2f} after; medians of {args.rounds} rounds of {args.steps} "
-          f"steps, each engine in its own process; ours priced by {args.costs} costs")
+          f"steps, each engine in its own process; ours priced by {args.costs} costs; "
+          f"backend: torch.compile(backend='planner'), measured costs")
     print(f"{'module':22s} {'ours ms':>8s} {'eager ms':>9s} {'compile ms':>11s} "
-          f"{'eager/ours':>11s} {'compile/ours':>13s}")
+          f"{'backend ms':>11s} {'eager/ours':>11s} {'compile/ours':>13s} "
+          f"{'compile/backend':>16s}")
     for label in models:
-        ours, eager, compiled = (ms[label, e] for e in ENGINES)
-        print(f"{label:22s} {ours:8.1f} {eager:9.1f} {compiled:11.1f} {eager / ours:11.2f} "
-              f"{compiled / ours:13.2f}")
+        ours, eager, compiled, backend = (ms[label, e] for e in ENGINES)
+        print(f"{label:22s} {ours:8.1f} {eager:9.1f} {compiled:11.1f} {backend:11.1f} "
+              f"{eager / ours:11.2f} {compiled / ours:13.2f} {compiled / backend:16.2f}")
+    print("first step, s (building or compiling included; median of rounds; the first round "
+          "also measures kernels and builds the runtime where nothing is cached):")
+    print(f"{'module':22s} " + " ".join(f"{e:>9s}" for e in ENGINES))
+    for label in models:
+        print(f"{label:22s} " + " ".join(
+            f"{statistics.median(firsts[label, e]):9.2f}" for e in ENGINES))
     print("each run's median step, ms, in round order:")
     for (label, engine), times in runs.items():
         print(f"  {label:22s} {engine:8s} " + " ".join(f"{t * 1e3:6.1f}" for t in times))
-
 
 if __name__ == "__main__":
     main()

@@ -149,20 +149,21 @@ def example(name: str, seed: int = 0) -> tuple[nn.Module, tuple, torch.Tensor, C
 
 
 def eager_step(module: nn.Module, inputs: tuple, y: torch.Tensor, loss_fn: Callable, lr: float,
-               compiled: bool = False):
+               compiled: bool = False, backend: str = "inductor", warm: int = 2):
     """One SGD step of `module` on (inputs, y) as PyTorch runs it (torch.compile of the
-    forward and loss with `compiled`), warmed up."""
+    forward and loss with `compiled`, by `backend`: Inductor, or "planner", planner.torch's),
+    after `warm` steps."""
     opt = torch.optim.SGD(module.parameters(), lr=lr)
     def loss():
         return loss_fn(module(*inputs), y)
 
-    fn = torch.compile(loss) if compiled else loss
+    fn = torch.compile(loss, backend=backend) if compiled else loss
 
     def step() -> None:
         opt.zero_grad(set_to_none=True)
         fn().backward()
         opt.step()
 
-    for _ in range(2):
+    for _ in range(warm):
         step()
     return step

@@ -72,6 +72,10 @@ class Runtime:
     # only in their Pointwise signatures (its generated kernels; none for an op without one),
     # where `dtypes` alone would admit every such node (the CPU's kernels take more).
     integer_checked_ops: frozenset[str] = frozenset()
+    # For a runtime whose kernels declare no dtypes: the ops whose kernels are generated from
+    # their Pointwise signatures alone, so a node of another arity (an ApplyMomentum with
+    # dampening's step count, an ApplyAdam with amsgrad's v_max) has no kernel there.
+    arity_checked_ops: frozenset[str] = frozenset()
     kernels: Path = field(init=False)
 
     def __post_init__(self) -> None:
@@ -103,6 +107,8 @@ class Runtime:
         """
         dtypes = {*ins, *outs}
         if not self.kernel_dtypes:
+            if op in self.arity_checked_ops and not self._generated_arity(op, ins, outs):
+                return False
             if not dtypes - {"float32", "float64"} - self.low_dtypes:
                 return True
             if op not in self.integer_checked_ops:
@@ -114,6 +120,15 @@ class Runtime:
                 pointwise.signatures
         have = frozenset("float32" if d in self.low_dtypes else d for d in dtypes)
         return any(s == ANY or s == have for s in self.kernel_dtypes.get(op, UNDECLARED))
+
+    @staticmethod
+    def _generated_arity(op: str, ins: Sequence[str], outs: Sequence[str]) -> bool:
+        from planner.ops import get_op
+
+        pointwise = get_op(op).pointwise
+        return pointwise is not None and any(
+            len(s.split("->")[0].split(",")) == len(ins)
+            and len(s.split("->")[1].split(",")) == len(outs) for s in pointwise.signatures)
 
     @cached_property
     def ops(self) -> frozenset[str]:
@@ -164,7 +179,8 @@ RUNTIMES: dict[Backend, Runtime] = {
                     # the CPU's integer kernels (templates/cpu/runtime/kernels/integer.cpp)
                     integer_checked_ops=frozenset({
                         "Add", "Sub", "Mul", "Neg", "Abs", "Max", "Min", "Where", "ReduceSum",
-                        "ReduceProd", "ReduceMax", "ReduceMin", "CumSum"})),
+                        "ReduceProd", "ReduceMax", "ReduceMin", "CumSum"}),
+                    arity_checked_ops=frozenset({"SGD", "ApplyMomentum", "ApplyAdam"})),
 }
 
 

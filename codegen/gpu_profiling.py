@@ -121,7 +121,7 @@ class GpuProfiler:
             self.progress.flush()
 
     def __call__(self, batch: Sequence[OpSignature]) -> dict[str, GpuMeasurement | str]:
-        runnable = set(RUNTIMES["cuda"].registered)
+        runnable = set(RUNTIMES[self.target.backend].registered)
         out: dict[str, GpuMeasurement | str] = {
             s.key: f"the CUDA runtime has no kernel for {s.op}" for s in batch
             if s.op not in runnable}

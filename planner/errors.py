@@ -10,6 +10,12 @@ class UserError(Exception):
     """
 
 
+class NotWritten(OSError, UserError):
+    """A file the planner could not write (a full disk, a read-only folder, a file where its
+    folder should be): the message names the path. Still an OSError, so callers that carry
+    on without writing (a read-only cache) catch it as before."""
+
+
 class InfeasibleBudget(ValueError):
     """No plan fits the memory budget; `smallest_bytes` is the smallest budget that would fit
     (or a lower bound on it, where the message says "at least")."""

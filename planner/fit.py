@@ -49,6 +49,7 @@ from planner.ir.graph import Graph, Record
 from planner.memory.options import MemoryOptions
 from planner.pipeline import BACKENDS, DECISIONS, Planning, PlanOptions, memory_of, planning, run
 from planner.schedule.parallel import DataParallelOptions
+from planner.target.backends import traits
 from planner.target.records import Target
 from planner.zoo import ZooError, build, parse_spec
 from planner.zoo.resnet import BASIC
@@ -116,11 +117,15 @@ def fit(spec: str, target: Target, budget_bytes: int, vary: Vary = "batch",
         options: MemoryOptions | None = None, precision: str = "fp32",
         data_parallel: DataParallelOptions | None = None,
         graph_options: GraphOptions | None = None,
-        global_batch: int | None = None) -> FitResult:
+        global_batch: int | None = None,
+        price: Callable[[Graph], CostTable | None] | None = None) -> FitResult:
     """Search as in the module docstring. `spec` is a zoo spec (`zoo:resnet?batch=16`); its
     other parameters stay fixed. Each value's graph is planner.frontend.prepare's under
     `graph_options` (default: a training graph with `optimizer` under `precision`), with
-    `global_batch` accumulating it. Raises ValueError for a spec that cannot vary `vary`, or a
+    `global_batch` accumulating it. `price`: the cost table of each trial's graph (measured on
+    the host, `planner fit`'s default), else `table` prices them all. Offload only where it
+    goes to a slower tier (traits' slower_tier: not a CPU's host store, the same RAM), unless
+    `options` say otherwise. Raises ValueError for a spec that cannot vary `vary`, or a
     global batch the target or the options cannot accumulate."""
     name, params = parse_spec(spec)
     if vary == "depth" and name != "resnet":
@@ -135,7 +140,8 @@ def fit(spec: str, target: Target, budget_bytes: int, vary: Vary = "batch",
     if budget_bytes > memory_of(target):
         raise ValueError(f"budget {budget_bytes} bytes is more than the {memory_of(target)} "
                          f"bytes of memory of target {target.name!r}")
-    options = (options or MemoryOptions()).model_copy(update={"budget_bytes": budget_bytes})
+    options = (options or MemoryOptions(offload=traits(target).slower_tier)).model_copy(
+        update={"budget_bytes": budget_bytes})
     graph_options = graph_options or GraphOptions(optimizer=Optimizer(kind=optimizer),
                                                   precision=precision)
     micro = _micro_batches(global_batch, vary, multiple, target, graph_options, data_parallel)
@@ -157,8 +163,10 @@ def fit(spec: str, target: Target, budget_bytes: int, vary: Vary = "batch",
         value = value_of(k)
         each = graph_options.model_copy(update={"accumulate": accumulate(value)})
         try:
-            p = run(fit_planning(prepare(build(name, **{**params, vary: value}), each),
-                                 target, table, options, data_parallel), ("step graph",))
+            graph = prepare(build(name, **{**params, vary: value}), each)
+            priced = price(graph) if price is not None else table
+            p = run(fit_planning(graph, target, priced, options, data_parallel),
+                    ("step graph",))
         except ZooError:  # past the zoo's limits (depth, sizes): too big to consider
             trials[k] = Trial(value=value, fits=False, accumulate=accumulate(value))
             return False

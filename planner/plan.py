@@ -228,7 +228,7 @@ class Evaluation(Record):
     @cached_property
     def json_text(self) -> str:
         """Its text in the training plan's file (its value there, canonical_part at depth 1),
-        made once: where it is planned beside the step's (planner.pipeline._evaluation, in a
+        made once: where it is planned beside the step's (planner.pipeline.driver._evaluation, in a
         forked child with time to spare), the text comes back with the record, and writing
         the training plan takes it as it is (a quarter of inception_v3's to_json)."""
         return canonical_part(self.model_dump(mode="json", by_alias=True), 1)
@@ -244,9 +244,12 @@ def digest(text: str) -> str:
 
 def load_plan(path: str) -> Plan:
     """Read a plan file; UserError naming the file and the bad field."""
-    from planner.io.read import read_json
+    from planner.io.read import not_expected, read_json
 
     data = read_json(path, "plan")
+    wrong = not_expected(path, data, "plan")
+    if wrong is not None:
+        raise wrong
     try:
         plan = Plan.from_data(data)
     except PlanError as e:

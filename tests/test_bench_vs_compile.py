@@ -1,5 +1,6 @@
 """bench/bench_vs_compile.py runs end to end at its tiniest (the encoder, one round of one step,
-each engine in a process of its own), and a bad model name is a one-line error."""
+each engine in a process of its own: ours, eager, Inductor and torch.compile(backend="planner")),
+and a bad model name is a one-line error."""
 
 from __future__ import annotations
 
@@ -21,11 +22,16 @@ def test_tiny_run():
     assert run.returncode == 0, run.stderr[-2000:]
     row = next(line.split() for line in run.stdout.splitlines()
                if line.startswith("transformer_encoder"))
-    ours, eager, compiled, eager_ratio, compile_ratio = map(float, row[1:])
-    assert min(ours, eager, compiled) > 0
+    ours, eager, compiled, backend, eager_ratio, compile_ratio, backend_ratio = \
+        map(float, row[1:])
+    assert min(ours, eager, compiled, backend) > 0
     # The table's times are rounded to 0.1 ms (steps of ~10 ms: 1% each), its ratios to 0.01.
     assert eager_ratio == pytest.approx(eager / ours, rel=0.025, abs=0.01)
     assert compile_ratio == pytest.approx(compiled / ours, rel=0.025, abs=0.01)
+    assert backend_ratio == pytest.approx(compiled / backend, rel=0.025, abs=0.01)
+    firsts = [line.split() for line in run.stdout.splitlines()
+              if line.startswith("transformer_encoder")][1]
+    assert len(firsts) == 5 and min(map(float, firsts[1:])) > 0  # each engine's first step
 
 
 def test_an_unknown_model_is_a_one_line_error():

@@ -11,11 +11,11 @@ import threading
 import pytest
 
 from planner import beside as beside_module
-from planner import pipeline
 from planner.beside import PROCESSES_ENV, beside, can_fork
 from planner.frontend.options import GraphOptions
 from planner.frontend.prepare import prepare
 from planner.graph.optimizer import Optimizer
+from planner.pipeline import driver as pipeline
 from planner.target import preset
 
 needs_fork = pytest.mark.skipif(not can_fork(), reason="no fork here (one CPU, or threads)")

@@ -189,7 +189,7 @@ def test_nan_learning_rate_blames_the_flag(capsys):
     with pytest.raises(SystemExit) as exit_:
         main(["graph", "zoo:mlp?batch=2", "--train", "sgd", "--lr", "nan"])
     assert exit_.value.code == 2
-    assert "argument --lr: 'nan' must be a finite number > 0" in capsys.readouterr().err
+    assert "argument --lr: 'nan' must be a finite number >= 0" in capsys.readouterr().err
 
 
 def test_names_with_terminal_escapes_are_escaped_on_output(tmp_path, capsys):

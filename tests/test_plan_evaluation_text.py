@@ -9,12 +9,12 @@ import pickle
 
 import pytest
 
-from planner import pipeline
 from planner.beside import PROCESSES_ENV
 from planner.frontend.options import GraphOptions
 from planner.frontend.prepare import prepare
 from planner.graph.optimizer import Optimizer
 from planner.ir.record import canonical_json, canonical_part
+from planner.pipeline import driver as pipeline
 from planner.plan import Plan
 from planner.target import preset
 

@@ -34,8 +34,9 @@ def add_pareto_flags(f: Any, measure_plans: Any = None) -> None:
                    help="--pareto: build and run N of the curve's plans (CPU target) and print "
                         "measured step and arena beside the prediction")
     f.add_argument("--no-offload", action="store_true",
-                   help="--pareto: recompute only (on a CPU the host store is the process's "
-                        "memory too: only recompute lowers its peak)")
+                   help="--pareto: recompute only (the default on a CPU target: its host "
+                        "store is the process's memory too, so only recompute lowers its "
+                        "peak)")
     f.add_argument("--steps", type=int, default=10, help="--measure: timed steps per plan")
     f.add_argument("--force", action="store_true", help="overwrite existing different files")
     from planner.cli.decisions import add_decision_flags
@@ -59,7 +60,7 @@ def chosen(n: int, count: int) -> list[int]:
 def run_pareto(args: argparse.Namespace) -> int:
     from planner.cli.decisions import memory_decisions
     from planner.cli.graph_flags import graph_options
-    from planner.costs import load_table
+    from planner.cli.plan import priced_table
     from planner.curve import MAX_POINTS, budget_curve, enough_memory, format_curve
     from planner.frontend.prepare import prepare
     from planner.io.write import write_text
@@ -79,9 +80,10 @@ def run_pareto(args: argparse.Namespace) -> int:
         raise UserError(f"--measure runs the CPU executor; target {target.name!r} is "
                         f"{target.backend}")
     graph = prepare(args.graph, graph_options(args))
-    table = load_table(args.costs) if args.costs else None
-    options = PlanOptions(memory=MemoryOptions(offload=not args.no_offload,
-                                               **memory_decisions(args)))
+    # Offload only to a slower tier: a CPU's host store is the RAM the budget frees.
+    options = PlanOptions(memory=MemoryOptions(
+        offload=not args.no_offload and traits(target).slower_tier, **memory_decisions(args)))
+    table = priced_table(args.costs, graph, target, options, args.measurers)
     result = budget_curve(graph, target, table, options, args.points)
     curve = result.curve
     if args.output:

@@ -21,7 +21,9 @@ def add_explain_command(sub: Any) -> None:
     e.add_argument("--target", help="preset name or target JSON file (default: the preset "
                                     "the plan names, or this host's kept measurement for a "
                                     "plan made with --target host)")
-    e.add_argument("--costs", help="the cost table the plan was made with")
+    e.add_argument("--costs", help="the cost table the plan was made with (default: the one "
+                                    "this host kept when it priced the plan by measured "
+                                    "costs, found by the plan's costs_sha256)")
     e.add_argument("--json", action="store_true")
     e.set_defaults(run=run_explain)
 
@@ -39,7 +41,7 @@ def run_explain(args: argparse.Namespace) -> int:
     if args.target is None and name not in PRESETS and name != "host":
         raise UserError(f"{args.plan}: target {name!r} is no preset; give it with --target FILE")
     target = load_target(name)
-    table = load_table(args.costs) if args.costs else None
+    table = load_table(args.costs) if args.costs else _kept_table(args.plan, plan)
     try:
         derived = rederive(plan, target, table)
     except UserError as e:
@@ -47,3 +49,20 @@ def run_explain(args: argparse.Namespace) -> int:
     out = explain(derived, args.name)
     print(json.dumps(out, indent=2, sort_keys=True) if args.json else format_explain(out))
     return 0
+
+
+def _kept_table(path: str, plan: Any) -> Any:
+    """The cost table a plan priced by measured costs on this host was made with (the host
+    keeps each by its digest: planner.costs.host_costs.keep_priced); None for an analytical
+    plan; UserError in one line when this host does not hold it."""
+    from planner.costs.host_costs import priced_path, read_priced
+
+    sha = plan.provenance.costs_sha256
+    if not sha:
+        return None
+    table = read_priced(sha)
+    if table is None:
+        raise UserError(f"{path}: the plan was priced by a cost table (costs_sha256 {sha[:12]}) "
+                        f"this host does not keep ({priced_path(sha).parent} holds those of "
+                        f"plans priced here by measured costs); give it with --costs FILE")
+    return table

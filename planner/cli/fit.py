@@ -25,11 +25,10 @@ from typing import Any
 from planner.errors import UserError
 
 
-def add_memory_commands(sub: Any, measure_plans: Any = None) -> None:
+def add_memory_commands(sub: Any, measure_plans: Any = None, measurers: Any = None) -> None:
     from planner.cli.curve import add_pareto_flags
-    from planner.cli.flags import field_flag
+    from planner.cli.data_parallel import add_data_parallel_flags
     from planner.cli.graph_flags import add_graph_flags
-    from planner.schedule.parallel import DataParallelOptions
 
     f = sub.add_parser(
         "fit", help="the largest batch (or ResNet depth) whose plan fits a memory budget",
@@ -40,33 +39,29 @@ def add_memory_commands(sub: Any, measure_plans: Any = None) -> None:
     f.add_argument("--budget", help="device bytes, e.g. 11GiB or 12e9 (needed but with --pareto)")
     f.add_argument("--vary", choices=["batch", "depth"], default="batch")
     add_graph_flags(f, train="momentum")
-    f.add_argument("--costs", help="cost table JSON (default: the analytical model)")
+    f.add_argument("--costs", metavar="C",
+                   help="what prices the plans, as `planner plan --costs`: 'measured', "
+                        "'analytical' or a cost table JSON; default: measured for --target "
+                        "host, the model for other targets")
     f.add_argument("--multiple", type=int, default=1,
                    help="search batches in multiples of this (default 1)")
-    field_flag(f, "--data-parallel", DataParallelOptions, "ranks", type=int, default=1,
-               metavar="N",
-                   help="fit one rank's batch of a plan for N processes (planner plan "
-                        "--data-parallel)")
-    f.add_argument("--shard-optimizer", action="store_true",
-                   help="--data-parallel: each process holds 1/N of the optimizer state "
-                        "(ZeRO-1)")
-    f.add_argument("--shard-parameters", action="store_true",
-                   help="--data-parallel: each process holds 1/N of the parameters, "
-                        "gradients and optimizer state (ZeRO-3, CPU targets)")
+    add_data_parallel_flags(f, "fit one rank's batch of a plan for N processes (planner plan "
+                               "--data-parallel)", layout=False)
     f.add_argument("--global-batch", type=int, metavar="G",
                    help="fit the micro-batch of a plan that accumulates G / micro-batch of "
                         "them per optimizer step (--accumulate): the largest divisor of G "
                         "that fits, so a batch beyond the budget still trains (CPU targets)")
     f.add_argument("--json", action="store_true")
     add_pareto_flags(f, measure_plans)
-    f.set_defaults(run=run_fit)
+    f.set_defaults(run=run_fit, measurers=measurers)
 
 
 def run_fit(args: argparse.Namespace) -> int:
     from planner.cli.graph_flags import graph_options
-    from planner.costs import load_table
+    from planner.cli.plan import priced_table
     from planner.fit import fit
     from planner.memory.options import parse_budget
+    from planner.pipeline import PlanOptions
     from planner.target.presets import load_target
 
     if args.pareto:
@@ -98,12 +93,15 @@ def run_fit(args: argparse.Namespace) -> int:
     except ValidationError as e:
         raise UserError(flag_message(e) or e.errors()[0]["msg"].removeprefix("Value error, ")
                         ) from None
-    table = load_table(args.costs) if args.costs else None
+    def price(g: Any) -> Any:  # each trial's graph priced as `planner plan` prices it
+        return priced_table(args.costs, g, target,
+                            PlanOptions(data_parallel=dp), args.measurers, evaluation=False)
+
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
             result = fit(args.graph, target, budget, args.vary, multiple=args.multiple,
-                         table=table, data_parallel=dp if dp.ranks > 1 else None,
+                         price=price, data_parallel=dp if dp.ranks > 1 else None,
                          graph_options=graph, global_batch=args.global_batch)
         except ValueError as e:
             raise UserError(f"--global-batch {args.global_batch}: {e}"

@@ -34,8 +34,6 @@ import argparse
 import math
 from typing import Any
 
-from planner.errors import UserError
-
 OPTIMIZERS = ("sgd", "momentum", "adam", "adamw")
 
 
@@ -46,7 +44,7 @@ def add_graph_flags(p: argparse.ArgumentParser, train: str | None = None) -> Non
     p.add_argument("--train", choices=OPTIMIZERS, default=train,
                    help="the training graph (forward, backward, updates) with this optimizer"
                         + (f" (default: {train})" if train else ""))
-    p.add_argument("--lr", type=positive_number, default=None,
+    p.add_argument("--lr", type=non_negative_number, default=None,
                    help="the optimizer's first learning rate (default: per optimizer; a scalar "
                         "the step reads: the executor's set_hyperparameters changes it, "
                         "docs/training.md)")
@@ -94,35 +92,11 @@ def positive_int(text: str) -> int:
 
 
 def graph_options(args: argparse.Namespace) -> Any:
-    """The GraphOptions the flags ask for; UserError naming the flag when they contradict."""
-    from pydantic import ValidationError
+    """The GraphOptions the flags ask for; UserError naming the flag when they contradict
+    (planner.cli.settings.graph_options: the trainer's too)."""
+    from planner.cli.settings import graph_options as from_settings
 
-    from planner.cli.precision import loss_scaling
-    from planner.frontend.options import GraphOptions
-    from planner.graph.optimizer import Optimizer
-
-    if args.train is None and (args.lr is not None or args.weight_decay is not None
-                               or args.lr_schedule is not None):
-        raise UserError("--lr, --weight-decay and --lr-schedule need --train")
-    scaling = loss_scaling(args)
-    try:
-        return GraphOptions(
-            optimizer=(Optimizer.parse(args.train, lr=args.lr, weight_decay=args.weight_decay,
-                                       schedule=args.lr_schedule)
-                       if args.train else None),
-            precision=args.precision, loss_scaling=scaling, loss=args.loss,
-            keep=tuple(args.keep or ()), train_dropout=args.train_dropout,
-            accumulate=args.accumulate)
-    except ValidationError as e:
-        first = e.errors()[0]
-        flag = FIELD_FLAGS.get(first["loc"][0]) if first["loc"] else None
-        said = first["msg"].removeprefix("Value error, ")
-        raise UserError(f"{flag} {first['input']}: {said[:1].lower()}{said[1:]}" if flag
-                        else said) from None
-
-
-# GraphOptions' fields a flag sets directly: a refused value names its flag.
-FIELD_FLAGS = {"accumulate": "--accumulate", "lr": "--lr", "weight_decay": "--weight-decay"}
+    return from_settings(args)
 
 
 def positive_number(text: str) -> float:

@@ -49,7 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_target_commands(sub)
     add_plan_commands(sub, executor_measurers)
     add_build_commands(sub)
-    add_memory_commands(sub, measure_plans)
+    add_memory_commands(sub, measure_plans, executor_measurers)
     add_explain_command(sub)
     add_cost_commands(sub, executor_measurers)
     return parser

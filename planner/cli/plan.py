@@ -22,11 +22,11 @@ from planner.errors import UserError
 
 
 def add_plan_commands(sub: Any, measurers: Callable[[], Any] | None = None) -> None:
+    from planner.cli.data_parallel import add_data_parallel_flags
     from planner.cli.decisions import add_decision_flags
     from planner.cli.flags import field_flag
     from planner.cli.graph_flags import add_graph_flags
     from planner.schedule import ScheduleOptions
-    from planner.schedule.parallel import DataParallelOptions
 
     p = sub.add_parser("plan", help="schedule a graph on a target and write the plan")
     p.add_argument("graph", metavar="GRAPH")
@@ -54,35 +54,21 @@ def add_plan_commands(sub: Any, measurers: Callable[[], Any] | None = None) -> N
                    help="device memory budget, e.g. 11GiB: recompute, offload and convolution "
                         "workspaces are chosen to fit it (default: no budget)")
     add_decision_flags(p)
-    field_flag(p, "--data-parallel", DataParallelOptions, "ranks", type=int, default=1,
-               metavar="N",
-                   help="N processes each train on a shard of the batch; the plan averages "
-                        "the gradients over them (planner.schedule.parallel)")
-    field_flag(p, "--ranks-per-host", DataParallelOptions, "ranks_per_host", type=int,
-               default=1, metavar="L",
-                   help="--data-parallel: L of the N processes share one host (torchrun "
-                        "--nproc-per-node L); each plans for and runs on its 1/L of the cores "
-                        "(planner.target.shares)")
+    add_data_parallel_flags(p, "N processes each train on a shard of the batch; the plan "
+                               "averages the gradients over them (planner.schedule.parallel)")
     p.add_argument("--no-variants", action="store_true",
                    help="leave out the schedules for fewer free cores (docs/executor.md: what "
                         "the executor runs when other processes hold some of the cores)")
-    p.add_argument("--interconnect", metavar="FILE",
-                   help="--data-parallel: the link between ranks, measured (planner profile "
-                        "--all-reduce N -o FILE); default: the target's estimate")
-    field_flag(p, "--bucket-bytes", DataParallelOptions, "bucket_bytes", type=int,
-               metavar="BYTES",
-                   help="--data-parallel: gradient bucket size (default: from the cost model)")
-    p.add_argument("--shard-optimizer", action="store_true",
-                   help="--data-parallel: ZeRO-1: reduce-scatter the gradients, each process "
-                        "updates its 1/N of the parameters holding 1/N of the optimizer "
-                        "state, then all-gathers them")
-    p.add_argument("--shard-parameters", action="store_true",
-                   help="--data-parallel: ZeRO-3: each process holds 1/N of the parameters, "
-                        "gradients and optimizer state; parameter buckets are all-gathered "
-                        "before their readers and freed after (CPU targets)")
     p.add_argument("--no-evaluation", action="store_true",
                    help="a training plan without its evaluation schedule (evaluate() is then "
                         "refused; docs/training.md)")
+    p.add_argument("--batch-sizes", metavar="B,B,...",
+                   help="one plan per batch size of a zoo GRAPH (the training batch and the "
+                        "smaller last one, an evaluation batch), each written beside FILE with "
+                        ".batchB before its suffix (m.plan.json: m.plan.batch4.json); "
+                        "`planner diff` of two says what the shape changes. "
+                        "In Python, trainer(..., shapes=[...]) plans them, and a trainer "
+                        "plans any batch it is fed on first use")
     p.add_argument("-o", "--output", required=True, metavar="FILE")
     p.add_argument("--force", action="store_true", help="overwrite an existing different FILE")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
@@ -100,6 +86,10 @@ def add_plan_commands(sub: Any, measurers: Callable[[], Any] | None = None) -> N
     s.add_argument("--memory", metavar="SVG",
                    help="write memory over the step's ops: naive, liveness, + offload, "
                         "+ recompute (seed 001's Fig. 10)")
+    s.add_argument("--target", metavar="TARGET",
+                   help="the machine the plan was made for, to set its step against the "
+                        "machine's peaks (default: the preset or 'host' the plan names, when "
+                        "it is still the one planned for)")
     s.add_argument("--force", action="store_true")
     s.set_defaults(run=run_show)
 
@@ -119,86 +109,115 @@ def add_plan_commands(sub: Any, measurers: Callable[[], Any] | None = None) -> N
 def _costs(args: argparse.Namespace, graph: Any, target: Any, options: Any) -> Any:
     """The cost table `--costs` names (module planner.costs.host_costs for 'measured'), or
     None for the analytical model."""
+    return priced_table(args.costs, graph, target, options, args.measurers,
+                        evaluation=not args.no_evaluation)
+
+
+def priced_table(costs: str | None, graph: Any, target: Any, options: Any,
+                 measurers: Callable[[], Any] | None, evaluation: bool = True) -> Any:
+    """What prices a plan of `graph` by the flag `--costs` (`costs`; None: the default, measured
+    on the host): a cost table, or None for the analytical model. `plan` and `fit` both price
+    through it, so their plans of one graph are priced alike."""
     from planner.costs import load_table
     from planner.costs.host_costs import COST_SOURCES, default_costs, host_table
 
-    costs = args.costs or default_costs(target)
+    costs = costs or default_costs(target)
     if costs not in COST_SOURCES:
         return load_table(costs)
     if costs == "analytical":
         return None
-    measurers = args.measurers() if args.measurers is not None else None
-    if measurers is None or measurers.signatures is None:
+    made = measurers() if measurers is not None else None
+    if made is None or made.signatures is None:
         raise UserError("--costs measured: this planner has no executors to measure with "
                         "(codegen is not installed)")
     from planner.pipeline import priced_graphs
 
-    priced = host_table(priced_graphs(graph, target, options, not args.no_evaluation), target,
-                        measurers.signatures, progress=sys.stderr, corun=measurers.step_corun)
+    priced = host_table(priced_graphs(graph, target, options, evaluation), target,
+                        made.signatures, progress=sys.stderr, corun=made.step_corun)
     if priced.measured:
         print(f"measured {len(priced.measured)} signature(s) on this host, "
               f"{len(priced.kept)} kept from earlier plans", file=sys.stderr)
     return priced.table
 
 
-def _link(path: str | None):
-    """The Interconnect record in file `path` (planner profile --all-reduce), or None."""
-    if path is None:
-        return None
-    from pydantic import ValidationError
-
-    from planner.io.read import read_json
-    from planner.target.interconnect import Interconnect
-
-    try:
-        return Interconnect.model_validate(read_json(path, "interconnect"))
-    except ValidationError as e:
-        first = e.errors()[0]
-        raise UserError(f"--interconnect {path}: {'.'.join(map(str, first['loc']))}: "
-                        f"{first['msg']}") from None
-
-
 def run_plan(args: argparse.Namespace) -> int:
     from planner.collection import collector_off
 
     with collector_off():  # the whole command: graph, plan and its JSON
+        if args.batch_sizes is not None:
+            return _run_batches(args)
         return _run_plan(args)
 
 
-def _run_plan(args: argparse.Namespace) -> int:
-    from pydantic import ValidationError
+def batch_sizes(text: str) -> list[int]:
+    """`--batch-sizes 32,4`: the sizes, each >= 1, in the order given, once each.
 
-    from planner.cli.decisions import memory_decisions
-    from planner.cli.flags import flag_message
-    from planner.cli.graph_flags import graph_options
+    >>> batch_sizes("32, 4,32")
+    [32, 4]
+    """
+    try:
+        sizes = [int(v) for v in text.split(",")]
+    except ValueError:
+        raise UserError(f"--batch-sizes {text!r}: give batch sizes as integers, e.g. "
+                        f"--batch-sizes 32,4") from None
+    if not sizes or min(sizes) < 1:
+        raise UserError(f"--batch-sizes {text!r}: each batch size is 1 or more")
+    return list(dict.fromkeys(sizes))
+
+
+def batch_output(path: str, batch: int) -> str:
+    """Where the plan of batch `batch` goes: FILE's name with `.batchB` before its suffix.
+
+    >>> batch_output("out/mlp.plan.json", 4), batch_output("mlp", 32)
+    ('out/mlp.plan.batch4.json', 'mlp.batch32')
+    """
+    from pathlib import PurePath
+
+    p = PurePath(path)
+    return str(p.with_name(f"{p.stem}.batch{batch}{p.suffix}"))
+
+
+def _run_batches(args: argparse.Namespace) -> int:
+    """`plan --batch-sizes`: a zoo GRAPH planned at each batch size (its `batch` parameter)."""
+    from planner.zoo import PREFIX, ZooError, parse_spec
+
+    sizes = batch_sizes(args.batch_sizes)
+    if not args.graph.startswith(PREFIX):
+        raise UserError(f"--batch-sizes plans a zoo spec at each batch; {args.graph!r} has its "
+                        f"shapes fixed by its file: export it once per batch size, or train "
+                        f"it from PyTorch with planner.torch.trainer, which plans each batch "
+                        f"size it is fed")
+    try:
+        name, params = parse_spec(args.graph)
+    except ZooError as e:
+        raise UserError(str(e)) from None
+    for b in sizes:
+        query = "&".join(f"{k}={_spec_value(v)}" for k, v in {**params, "batch": b}.items())
+        each = argparse.Namespace(**{**vars(args), "graph": f"{PREFIX}{name}?{query}",
+                                     "output": batch_output(args.output, b)})
+        _run_plan(each)
+    return 0
+
+
+def _spec_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return str(v).lower()
+    if isinstance(v, list):
+        return ",".join(map(str, v))
+    return str(v)
+
+
+def _run_plan(args: argparse.Namespace) -> int:
+    from planner.cli.settings import from_flags, graph_options, plan_options
     from planner.frontend.prepare import prepare
     from planner.io.write import write_text
-    from planner.memory.options import MemoryOptions, parse_budget
-    from planner.pipeline import PlanOptions, plan
-    from planner.schedule import ScheduleOptions
-    from planner.schedule.parallel import DataParallelOptions
+    from planner.pipeline import plan
     from planner.target.presets import load_target
 
-    graph = prepare(args.graph, graph_options(args))
-    target = load_target(args.target)
-    budget = (parse_budget(args.memory_budget, "--memory-budget")
-              if args.memory_budget is not None else None)
-    try:
-        options = PlanOptions(
-            schedule=ScheduleOptions(strategy=args.strategy, intra=args.intra,
-                                     inter=args.inter, grid=args.grid,
-                                     min_team_seconds=args.min_team_us * 1e-6),
-            memory=MemoryOptions(budget_bytes=budget, **memory_decisions(args)),
-            data_parallel=DataParallelOptions(ranks=args.data_parallel,
-                                              bucket_bytes=args.bucket_bytes,
-                                              ranks_per_host=args.ranks_per_host,
-                                              shard_optimizer=args.shard_optimizer,
-                                              shard_parameters=args.shard_parameters,
-                                              link=_link(args.interconnect)),
-            variants=not args.no_variants)
-    except ValidationError as e:
-        raise UserError(flag_message(e) or e.errors()[0]["msg"].removeprefix("Value error, ")
-                        ) from None
+    settings = from_flags(args)  # the record trainer() fills from its keywords too
+    graph = prepare(args.graph, graph_options(settings))
+    target = load_target(settings.target)
+    options = plan_options(settings)
     table = _costs(args, graph, target, options)
     import warnings
 
@@ -261,13 +280,21 @@ def run_show(args: argparse.Namespace) -> int:
                    force=args.force)
     if args.memory:
         write_text(args.memory, memory_svg(plan, technique_curves_of(plan)), force=args.force)
+    roof, why_not = _roofline(plan, args.target)
     if args.json:
         zero3 = sharding_report(data)
         print(json.dumps({"summary": data["summary"], "by_type": by_type(data),
-                          "memory": memory_report(data)} | ({"zero3": zero3} if zero3 else {}),
+                          "memory": memory_report(data)} | ({"zero3": zero3} if zero3 else {})
+                         | ({"roofline": roof.model_dump(mode="json")} if roof else {}),
                          indent=2, sort_keys=True))
     else:
         print(format_summary(data))
+        if roof is not None:
+            from planner.report.roofline import format_roofline
+
+            print(format_roofline(roof))
+        elif why_not:
+            print(f"against the machine: {why_not}")
         memory = format_memory(data)
         if memory:
             print(memory)
@@ -279,6 +306,27 @@ def run_show(args: argparse.Namespace) -> int:
             if path:
                 print(f"wrote {path}")
     return 0
+
+
+def _roofline(plan: Any, target_spec: str | None) -> tuple[Any, str]:
+    """A CPU plan's roofline (planner.report.roofline) on the target `--target` names, or on
+    the preset or host the plan names when that is still the machine it was planned for; else
+    None and why (empty for a GPU plan)."""
+    from planner.report.roofline import roofline
+    from planner.target.backends import traits
+    from planner.target.presets import PRESETS, load_target
+
+    if not traits(plan).host_cores:  # a GPU plan's kernels have no CPU roofline
+        return None, ""
+    name = plan.target.name
+    if target_spec is None and name not in PRESETS and name != "host":
+        return None, (f"target {name!r} is neither a preset nor this host: give it with "
+                      f"--target FILE")
+    target = load_target(target_spec or name)
+    if target_spec is None and target.digest() != plan.provenance.target_sha256:
+        return None, (f"target {name!r} is not the one the plan was made for (its peaks "
+                      f"were measured again since): give that one with --target FILE")
+    return roofline(plan, target), ""
 
 
 def by_type(plan: dict[str, Any]) -> dict[str, dict[str, Any]]:

@@ -75,10 +75,20 @@ from pydantic import Field, ValidationError
 from planner.costs.conv_layouts import profiled_signatures
 from planner.costs.records import CostEntry, CostTable, CpuSample
 from planner.costs.signature import OpSignature, unique_signatures
-from planner.io.write import atomic_write, cache_root, folder_lock
+from planner.errors import UserError
+from planner.io.write import atomic_write, cache_root, check_target, folder_lock_if_writable
 from planner.ir.graph import Graph, canonical_json
 from planner.ir.record import Record
+from planner.ops.collective import COLLECTIVE_OPS
 from planner.target.backends import traits
+from planner.target.load import (  # noqa: F401 (the store's names)
+    BUSY,
+    CpuClock,
+    CpuTimes,
+    cpu_times,
+    load_now,
+    others_share,
+)
 from planner.target.records import Target
 
 # Which fit of the contention figures a store's are from: 1 fitted sigma to the co-running
@@ -87,9 +97,6 @@ from planner.target.records import Target
 # co-running step, each executor in a process of its own (codegen.profiling.step_contention).
 CORUN_FIT = 2
 
-# Above this load (the other processes' runnable threads per logical CPU) a measurement is
-# taken on a busy machine: kept until the machine is quiet, then measured again.
-BUSY = 0.25
 
 # (signatures, target, progress) -> a cost table of them measured on this machine.
 Measure = Callable[[Sequence[OpSignature], Target, "TextIO | None"], CostTable]
@@ -210,81 +217,6 @@ def store_path(target: Target) -> Path:
     return cache_root() / "costs" / f"{host_key(target)}.json"
 
 
-def load_now() -> float:
-    """The other processes' runnable threads per logical CPU, from the 1-minute load average
-    less this process's one runnable thread: whether the machine is quiet enough to measure
-    again (module docstring); a lagging figure, so a measurement records its own (CpuClock)."""
-    cpus = os.cpu_count() or 1
-    return round(max(0.0, os.getloadavg()[0] - 1.0) / cpus, 3)
-
-
-class CpuTimes(Record):
-    """Seconds of CPU time since boot: every CPU's busy time (`machine`, steal included) and
-    this process's own (`own`: its threads' and its finished children's, the builds')."""
-
-    machine: float
-    own: float
-
-
-def cpu_times(stat: str | None = None) -> CpuTimes | None:
-    """The counters now, from /proc/stat's first line (`stat`: its text, for a test); None
-    where there is none (not Linux).
-
-    Example (user nice system idle iowait irq softirq steal, in clock ticks):
-        >>> t = cpu_times("cpu  300 0 100 5000 7 0 0 100 0 0\\n")
-        >>> t.machine == 500 / os.sysconf("SC_CLK_TCK")
-        True
-    """
-    if stat is None:
-        try:
-            with open("/proc/stat", encoding="ascii") as f:
-                stat = f.readline()
-        except OSError:
-            return None
-    fields = stat.split()
-    if len(fields) < 9 or not stat.startswith("cpu "):  # the all-CPU line, not "cpu0"
-        return None
-    user, nice, system, _idle, _iowait, irq, softirq, steal = map(int, fields[1:9])
-    t = os.times()
-    return CpuTimes(machine=(user + nice + system + irq + softirq + steal)
-                    / os.sysconf("SC_CLK_TCK"),
-                    own=t.user + t.system + t.children_user + t.children_system)
-
-
-def others_share(before: CpuTimes, after: CpuTimes, seconds: float, cpus: int) -> float:
-    """The other processes' share of the machine between two readings `seconds` apart: their
-    CPU time (the machine's busy time less ours) per logical CPU and second, as a load.
-
-    Example (a neighbour held one of two CPUs for the 2 s, we used 1.5 CPU-seconds):
-        >>> a, b = CpuTimes(machine=10.0, own=1.0), CpuTimes(machine=13.5, own=2.5)
-        >>> others_share(a, b, 2.0, 2)
-        0.5
-    """
-    if seconds <= 0:
-        return 0.0
-    others = (after.machine - before.machine) - (after.own - before.own)
-    return round(max(0.0, others) / (seconds * max(1, cpus)), 3)
-
-
-class CpuClock:
-    """The other processes' share of the machine over a stretch of this one's work:
-
-        clock = CpuClock()
-        ...  # measure
-        load = clock.share()   # None where the counters are missing
-    """
-
-    def __init__(self) -> None:
-        self._start, self._t0 = cpu_times(), time.monotonic()
-
-    def share(self) -> float | None:
-        end = cpu_times()
-        if self._start is None or end is None:
-            return None
-        return others_share(self._start, end, time.monotonic() - self._t0,
-                            os.cpu_count() or 1)
-
-
 def read_store(target: Target) -> HostCosts:
     """The host's kept costs; an empty store when there are none or the file is not one
     (it is measured again and replaced)."""
@@ -325,11 +257,19 @@ def host_table(graphs: Sequence[Graph], target: Target, measure: Measure,
                         f"('host'); give a cost table measured there, or 'analytical'")
     wanted = unique_signatures([s for g in graphs for s in profiled_signatures(g)])
     path = store_path(target)
-    with folder_lock(path.parent / path.stem):  # two plans on one host take turns
+    # A store path that is not a file (a folder in its place) would take the measurements
+    # and then refuse them: refused before anything is measured.
+    check_target(path)
+    # Two plans on one host take turns; a read-only cache is read unlocked (its lock file
+    # cannot be made), and plans from what it holds.
+    with folder_lock_if_writable(path.parent / path.stem):
         store = read_store(target)
         now = load if load is not None else _load_to_decide(store, wanted)
         missing = store.to_measure(wanted, now)
-        fit = corun is not None and store.to_fit(now)
+        # Fitted from a one-process step: a data-parallel step's collectives need its
+        # process group (the next one-process plan of this host fits the figures).
+        fit = corun is not None and store.to_fit(now) and not any(
+            n.op in COLLECTIVE_OPS for n in graphs[0].nodes)
         if missing:
             clock = CpuClock()
             measured = measure(missing, target, progress)
@@ -339,11 +279,54 @@ def host_table(graphs: Sequence[Graph], target: Target, measure: Measure,
             figures = corun(graphs[0], target, store.for_signatures(wanted), progress)
             store = store.fitted(figures, _during(clock, load, now))
         if missing or fit:
-            atomic_write(path, canonical_json(store.model_dump(mode="json", exclude_none=True)))
+            try:
+                atomic_write(path, canonical_json(store.model_dump(mode="json",
+                                                                   exclude_none=True)))
+            except OSError as e:  # a full disk, a read-only cache: this plan still uses them
+                if progress is not None:
+                    print(f"planner: warning: {e}; the measurements price this plan but are "
+                          "not kept", file=progress)
     fresh = {s.key for s in missing}
-    return HostPricing(table=store.for_signatures(wanted),
+    table = store.for_signatures(wanted)
+    try:
+        keep_priced(table)
+    except OSError as e:  # a read-only cache plans all the same (explain lacks the table)
+        if progress is not None:
+            print(f"planner: warning: {e}; `planner explain` will not find this plan's "
+                  "cost table", file=progress)
+    return HostPricing(table=table,
                        measured=tuple(sorted(fresh)),
                        kept=tuple(sorted(s.key for s in wanted if s.key not in fresh)))
+
+
+def priced_path(sha256: str) -> Path:
+    """Where the table a plan was priced by is kept, by its digest (the plan's
+    provenance.costs_sha256): the store's entries change as kernels are measured again, so
+    `planner explain` reads the table the plan recorded, not the store as it is now."""
+    return cache_root() / "costs" / "priced" / f"{sha256}.json"
+
+
+def keep_priced(table: CostTable) -> None:
+    """Keep `table` by its digest (priced_path), once: what prices a host plan."""
+    text = table.to_json()
+    path = priced_path(hashlib.sha256(text.encode()).hexdigest())
+    if not path.is_file():
+        atomic_write(path, text)
+
+
+def read_priced(sha256: str) -> CostTable | None:
+    """The table of digest `sha256` kept by keep_priced, if this host holds it intact."""
+    if not (len(sha256) == 64 and all(c in "0123456789abcdef" for c in sha256)):
+        return None  # a digest from a plan file names no other path
+    try:
+        text = priced_path(sha256).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
+    if hashlib.sha256(text.encode()).hexdigest() != sha256:
+        return None
+    with contextlib.suppress(ValueError, ValidationError, UserError):
+        return CostTable.from_json(text)
+    return None
 
 
 # How long `_load_to_decide` watches the machine: long enough for the kernel's counters (clock

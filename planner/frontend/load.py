@@ -41,7 +41,10 @@ def load_graph(spec: str, train_dropout: bool = False) -> Graph:
             from planner.importers.pt2.program import load_pt2
 
             return check_graph(load_pt2(path, name=path.stem))
-        data = path.read_bytes()
+        try:
+            data = path.read_bytes()
+        except OSError as e:  # EIO (/proc/self/mem), EACCES: name the file
+            raise UserError(f"{spec}: cannot read ({e.strerror})") from None
         if suffix == ".onnx" or (suffix != ".json" and not _looks_like_json(data)):
             from planner.importers import load_onnx
 

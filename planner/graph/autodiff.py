@@ -51,13 +51,16 @@ Layout of a training graph (node order is a topological order, deterministic for
                          `grad/<forward node>/<op>`; sums of several contributions are AddN nodes
                          named `grad/<tensor>/sum`
     update/...           after every backward node, so every reader of a param's old value runs
-                         before it is overwritten: `update/step/increment` (Adam's step count, once,
-                         first) then one node per param in graph order, `update/<param>/<op>`,
+                         before it is overwritten: `update/step/increment` (the step count of
+                         Adam or dampened momentum, once, first) then one node per param in
+                         graph order, `update/<param>/<op>`,
                          and last `update/rng/step/increment` when the graph has Dropout
 
     tensor                   role              updates
-    optim/<param>/<slot>     optimizer-state   -            (init zeros; slot: velocity | m | v)
-    optim/step               optimizer-state   -            (float32 scalar, Adam only)
+    optim/<param>/<slot>     optimizer-state   -            (init zeros; slot: velocity | m | v
+                                                             | v_max)
+    optim/step               optimizer-state   -            (float32 scalar, Adam and
+                                                             dampened momentum only)
     optim/group/<k>/lr       state             -            (float32 scalar, init constant: per
     optim/group/<k>/weight_decay                             parameter group k, read by the
                                                              updates; planner/graph/optimizer.py)
@@ -188,11 +191,14 @@ def make_training_graph(graph: Graph, optimizer: Optimizer, precision: str = "fp
     if not any(grads.values()):
         raise AutodiffError(f"graph {graph.name!r}: the loss {loss!r} depends on no param "
                             f"(params: {params[:5]}{' ...' if len(params) > 5 else ''})")
+    if optimizer.maximize:
+        _negate(b, grads)
     summed = _accumulate(b, graph, grads, accumulate) if accumulate > 1 else {}
     found_inf = _unscale(b, grads) if scaled else None
     if optimizer.clip_grad_norm is not None:
         _clip(b, grads, optimizer.clip_grad_norm)
     updated = _emit_updates(b, graph, grads, optimizer, found_inf)
+    _copy_write_backs(b, graph)
     if scaling is not None and found_inf is not None:
         updated.update(_update_loss_scale(b, scaling, found_inf))
     if DROPOUT_STEP in graph.tensor_map:
@@ -239,6 +245,7 @@ def gradients(graph: Graph, wrt: Sequence[str] | None = None,
         seeds = {y: b.input(f"grad/{y}", graph.tensor(y).shape, graph.tensor(y).dtype)
                  for y in of}
     grads = _differentiate(b, graph, wrt, seeds)
+    _copy_write_backs(b, graph)
     outputs = list(dict.fromkeys([*graph.outputs, *(g for g in grads.values() if g)]))
     return rewritten(b.build(outputs=outputs, kind="training"), Differentiated(graph, {}),
                      GRADIENT_PASSES), grads
@@ -458,14 +465,26 @@ def _draws_without_step(graph: Graph, node: Node) -> bool:
 
 def _copy_forward(graph: Graph) -> GraphBuilder:
     """A GraphBuilder holding the forward graph: external tensors first, in graph order, then
-    every node under its own name (shapes re-inferred on the way)."""
+    every node under its own name (shapes re-inferred on the way), but the forward graph's
+    write-backs (`_copy_write_backs`)."""
     b = GraphBuilder(graph.name)
     for t in graph.tensors:
         if t.updates is None and t.role not in ("activation", "grad"):
             b.add_tensor(t)
     for n in graph.nodes:
-        b.op_n(n.op, n.inputs, n.attrs, name=n.name, outputs=n.outputs)
+        if node_phase(graph, n) != "update":
+            b.op_n(n.op, n.inputs, n.attrs, name=n.name, outputs=n.outputs)
     return b
+
+
+def _copy_write_backs(b: GraphBuilder, graph: Graph) -> None:
+    """The forward graph's nodes that write nothing but next values of persistent tensors (an
+    imported buffer's value after the step, planner/importers/torch/convert.py), after the backward
+    pass: a gradient rule may read a buffer's old value (`x * self.scale` reads `scale`)."""
+    for n in graph.nodes:
+        if node_phase(graph, n) == "update":
+            for o in b.op_n(n.op, n.inputs, n.attrs, name=n.name, outputs=n.outputs):
+                b.set_updates(o, graph.tensor(o).updates)  # kept: a buffer nothing reads
 
 
 def _unscale(b: GraphBuilder, grads: dict[str, str | None]) -> str:
@@ -498,6 +517,16 @@ def _accumulate(b: GraphBuilder, graph: Graph, grads: dict[str, str | None],
         grads[p.name] = nxt
         marks[nxt] = total
     return marks
+
+
+def _negate(b: GraphBuilder, grads: dict[str, str | None]) -> None:
+    """torch.optim's maximize: each param's gradient negated where backward ends, before
+    accumulation, unscaling, clipping and the update (each commutes with the sign exactly);
+    `grads` now names the negated ones."""
+    for p, g in grads.items():
+        if g:
+            with b.scope("grad"):
+                grads[p] = b.op("Neg", [g], name=f"{p}/maximize", role="grad")
 
 
 def _count(b: GraphBuilder, counter: str) -> dict[str, str]:
@@ -546,7 +575,7 @@ def _emit_updates(b: GraphBuilder, graph: Graph, grads: Mapping[str, str | None]
                    name=f"{nxt.removeprefix('update/')}/skip_on_overflow", outputs=[nxt])
         return [f"{n}/unchecked" for n in nexts]
 
-    if optimizer.update_op == "ApplyAdam":
+    if optimizer.counts_steps:
         step = b.add_tensor(Tensor(name="optim/step", shape=(), dtype="float32",
                                    role="optimizer-state", init="zeros"))
         with b.scope("update"):
@@ -591,13 +620,18 @@ def _hyperparameters(b: GraphBuilder, optimizer: Optimizer) -> list[list[str]]:
 
 
 def _running_stat_updates(graph: Graph) -> dict[str, str]:
-    """{new running statistic: running_mean / running_var} for training-mode BatchNorms."""
+    """{new running statistic: running_mean / running_var} for training-mode BatchNorms, but
+    of statistics the forward graph already writes back (a BatchNorm called k times: the last
+    call's statistics, chained through the k calls, are written back,
+    planner/importers/torch/convert.py)."""
+    written = {t.updates for t in graph.tensors if t.updates is not None}
     marks: dict[str, str] = {}
     for n in graph.nodes:
         if n.op != "BatchNorm" or not n.attrs.get("training") or len(n.outputs) < 3:
             continue
         for out, old in ((n.outputs[1], n.inputs[3]), (n.outputs[2], n.inputs[4])):
-            if graph.tensor(old).role == "state" and graph.tensor(out).updates is None:
+            if graph.tensor(old).role == "state" and graph.tensor(out).updates is None \
+                    and old not in written:
                 marks[out] = old
     return marks
 

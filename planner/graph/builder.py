@@ -91,6 +91,13 @@ class GraphBuilder:
         """Change a tensor's role (an importer learning that an input holds labels)."""
         self._tensors[name] = self._tensors[name].model_copy(update={"role": role})
 
+    def set_updates(self, name: str, persistent: str) -> None:
+        """Make tensor `name` the next value of persistent tensor `persistent` (an importer
+        writing a buffer's value after the step over it): its role and `updates` (ir.Tensor)."""
+        role = self._tensors[persistent].role
+        self._tensors[name] = self._tensors[name].model_copy(update={"role": role,
+                                                                     "updates": persistent})
+
     def producer(self, tensor: str) -> Node | None:
         """The node writing `tensor`, or None for a tensor from outside the step."""
         return next((n for n in reversed(self._nodes) if tensor in n.outputs), None)
@@ -133,9 +140,11 @@ class GraphBuilder:
 
     def build(self, outputs: Sequence[str] = (), kind: str = "inference",
               loss: str | None = None) -> Graph:
-        """The Graph: only tensors some node or output uses are kept, in definition order.
-        `loss`: the output to train on when no loss op writes it (Graph.loss)."""
+        """The Graph: only tensors some node or output uses are kept, in definition order
+        (and those a kept tensor `updates`: a buffer written and never read). `loss`: the
+        output to train on when no loss op writes it (Graph.loss)."""
         used = {i for n in self._nodes for i in (*n.inputs, *n.outputs)} | set(outputs)
+        used |= {self._tensors[u].updates for u in used if self._tensors[u].updates}
         return Graph(name=self.name, kind=kind,
                      tensors=tuple(t for t in self._tensors.values() if t.name in used),
                      nodes=tuple(self._nodes), outputs=tuple(outputs), loss=loss)

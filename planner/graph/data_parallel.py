@@ -28,7 +28,7 @@ from planner.graph.sharded_scaling import with_unscaled_shards, without_loss_sca
 from planner.graph.validate import check_graph
 from planner.ir.graph import Graph, Node, Tensor
 from planner.ops import get_op
-from planner.ops.collective import BUCKET_ALIGNMENT, COLLECTIVE_OPS, SHARDED_UPDATES, shard_floats
+from planner.ops.collective import COLLECTIVE_OPS, DEFAULT_ALIGNMENT, SHARDED_UPDATES, shard_floats
 
 _UPDATES = frozenset(op for op, _ in UPDATE_OPS.values())
 # fp16-mixed's loss scaling reads the gradients first (planner/ops/loss_scale.py): it gets the
@@ -157,7 +157,8 @@ def with_clipped_shards(graph: Graph, clip: Node | None, attrs: dict[str, int]) 
     """`graph` (sharded) with `clip` (without_clip's) back as a ShardedClipGradNorm over every
     reduce-scatter's gradient shard, right after the last of them: the global norm of the
     averaged gradients from every rank's shards (planner.ops.collective), each update reading
-    its shard clipped (`<shard>/clipped`), as clip_grad_norm_ after DDP's backward."""
+    its shard clipped (`<shard>/clipped`), as clip_grad_norm_ after DDP's backward. Not
+    checked: its caller checks the sharded graph once, whole."""
     if clip is None:
         return graph
     shards = [n.outputs[0] for n in graph.nodes if n.op == "ReduceScatter"]
@@ -173,8 +174,8 @@ def with_clipped_shards(graph: Graph, clip: Node | None, attrs: dict[str, int]) 
     tm = graph.tensor_map
     tensors = (*graph.tensors, *(Tensor(name=c, shape=tm[s].shape, role="grad")
                                  for s, c in clipped.items()))
-    return check_graph(in_dependency_order(graph.model_copy(
-        update={"tensors": tensors, "nodes": tuple(nodes)})))
+    return in_dependency_order(graph.model_copy(
+        update={"tensors": tensors, "nodes": tuple(nodes)}))
 
 
 def sharded_gradients(graph: Graph, bucket_list: list[list[str]], flag: str) -> list[list[Node]]:
@@ -186,6 +187,11 @@ def sharded_gradients(graph: Graph, bucket_list: list[list[str]], flag: str) -> 
         if g in others or g not in update_of:
             raise UserError(f"graph {graph.name!r}: {flag} needs the optimizer "
                             f"update to be gradient {g!r}'s only reader")
+    for u in update_of.values():
+        if u.attrs.get("dampening") or u.attrs.get("amsgrad"):
+            what = "SGD's dampening" if u.attrs.get("dampening") else "Adam's amsgrad"
+            raise UserError(f"graph {graph.name!r}: {flag}: {what} (node {u.name!r}) is not "
+                            f"built for a sharded update; train without it or without {flag}")
     out = []
     for k, b in enumerate(bucket_list):
         ups = [update_of[g] for g in b]
@@ -201,15 +207,16 @@ def sharded_gradients(graph: Graph, bucket_list: list[list[str]], flag: str) -> 
 
 
 def with_sharded_updates(graph: Graph, bucket_list: list[list[str]], ranks: int,
-                         ranks_per_host: int = 1, backend: str = "cpu") -> Graph:
+                         ranks_per_host: int = 1, alignment: int = DEFAULT_ALIGNMENT) -> Graph:
     """`graph` with ZeRO-1's sharded updates: per bucket, a ReduceScatter node right after
     its last gradient's writer, and one ShardedUpdate in place of its parameters' updates
     (where the last of them was), holding shards of the optimizer state
-    (`shard/<k>/<slot>`) in place of the per-parameter slots; the buckets aligned as
-    `backend`'s arena aligns them (BUCKET_ALIGNMENT, named in the ops' `alignment` attr where
-    it is not the CPU's); clip_grad_norm over the gradient shards (with_clipped_shards) and
-    fp16-mixed's loss scaling over them (planner.graph.sharded_scaling). UserError where a
-    gradient has a reader besides its update or a bucket mixes updates.
+    (`shard/<k>/<slot>`) in place of the per-parameter slots; the buckets aligned as the
+    arena aligns them (`alignment` bytes: the backend's bucket_alignment, named in the ops'
+    `alignment` attr where it is not DEFAULT_ALIGNMENT); clip_grad_norm over the gradient
+    shards (with_clipped_shards) and fp16-mixed's loss scaling over them
+    (planner.graph.sharded_scaling). UserError where a gradient has a reader besides its
+    update or a bucket mixes updates.
 
     >>> from planner.graph.autodiff import make_training_graph
     >>> from planner.graph.optimizer import Optimizer
@@ -221,7 +228,7 @@ def with_sharded_updates(graph: Graph, bucket_list: list[list[str]], ranks: int,
     ['reducescatter/0', 'reducescatter/1', 'shardedupdate/1', 'shardedupdate/0']
     >>> z.tensor_map["shard/1/m"].shape   # fc1: 24 + 8 floats (the bias at 32) over 2 ranks
     (32,)
-    >>> gpu = with_sharded_updates(g, buckets(g, 64), ranks=2, backend="cuda")
+    >>> gpu = with_sharded_updates(g, buckets(g, 64), ranks=2, alignment=256)  # a GPU arena
     >>> gpu.tensor_map["shard/1/m"].shape  # the bias at 64 (256 bytes): 88 over 2, rounded up
     (64,)
     """
@@ -230,8 +237,7 @@ def with_sharded_updates(graph: Graph, bucket_list: list[list[str]], ranks: int,
     attrs: dict[str, int] = {"ranks": ranks}
     if ranks_per_host > 1:
         attrs["ranks_per_host"] = ranks_per_host
-    alignment = BUCKET_ALIGNMENT[backend]
-    if alignment != BUCKET_ALIGNMENT["cpu"]:  # named only when used: CPU plans read as before
+    if alignment != DEFAULT_ALIGNMENT:  # named only when used: CPU plans read as before
         attrs["alignment"] = alignment
     reserved = ("reducescatter/", "shardedupdate/", "shard/")
     taken = sorted(t.name for t in graph.tensors if t.name.startswith(reserved)) + sorted(
@@ -276,9 +282,10 @@ def with_sharded_updates(graph: Graph, bucket_list: list[list[str]], ranks: int,
             nodes.append(n)
         nodes += [scatter[scatter_after[o]] for o in n.outputs if o in scatter_after]
     tensors = tuple(t for t in graph.tensors if t.name not in gone) + tuple(added)
-    return with_unscaled_shards(with_clipped_shards(check_graph(in_dependency_order(
-        graph.model_copy(update={"tensors": tensors, "nodes": tuple(nodes)}))), clip, attrs),
-        scaling, attrs)
+    # Checked once, with its clip and loss scaling back (each puts its ops in unchecked).
+    return check_graph(with_unscaled_shards(with_clipped_shards(in_dependency_order(
+        graph.model_copy(update={"tensors": tensors, "nodes": tuple(nodes)})), clip, attrs),
+        scaling, attrs))
 
 
 def compute_graph(graph: Graph) -> Graph:

@@ -54,8 +54,10 @@ def evaluation_graph(training: Graph) -> Graph:
         forward.append(node)
     # The step's outputs evaluation computes (not a BatchNorm's new running statistics, kept
     # with --keep), and the nodes they need.
+    statistics = {o for n in training.nodes if n.op == "BatchNorm"
+                  and n.attrs.get("training", True) for o in n.outputs[1:3]}
     outputs = tuple(dict.fromkeys(same.get(o, o) for o in training.outputs
-                                  if same.get(o, o) in have))
+                                  if o not in statistics and same.get(o, o) in have))
     needed = set(outputs)
     kept: list[Node] = []
     for n in reversed(forward):
@@ -74,4 +76,9 @@ def _inference_mode(node: Node, same: dict[str, str]) -> Node:
     update: dict = {"inputs": tuple(same.get(i, i) for i in node.inputs)}
     if node.op == "BatchNorm" and node.attrs.get("training", True):
         update |= {"attrs": {**node.attrs, "training": False}, "outputs": node.outputs[:1]}
+        # A later call of the same BatchNorm, which training chains through this one's new
+        # running statistics, reads the running statistics themselves, as in eval().
+        if len(node.outputs) >= 3:
+            same[node.outputs[1]] = same.get(node.inputs[3], node.inputs[3])
+            same[node.outputs[2]] = same.get(node.inputs[4], node.inputs[4])
     return node.model_copy(update=update)

@@ -3,10 +3,17 @@
 | kind     | update op            | state per param          | PyTorch equivalent               |
 | -------- | -------------------- | ------------------------ | -------------------------------- |
 | sgd      | SGD                  | none                     | SGD(lr, weight_decay)            |
-| momentum | ApplyMomentum        | velocity                 | SGD(lr, momentum, weight_decay,  |
-|          |                      |                          | nesterov)                        |
-| adam     | ApplyAdam            | m, v (+ one shared step) | Adam(lr, betas, eps, wd)         |
-| adamw    | ApplyAdam, decoupled | m, v (+ one shared step) | AdamW(lr, betas, eps, wd=0.01)   |
+| momentum | ApplyMomentum        | velocity                 | SGD(lr, momentum, dampening,     |
+|          |                      | (+ one shared step with  | weight_decay, nesterov)          |
+|          |                      | dampening)               |                                  |
+| adam     | ApplyAdam            | m, v (amsgrad: + v_max)  | Adam(lr, betas, eps, wd,         |
+|          |                      | (+ one shared step)      | amsgrad)                         |
+| adamw    | ApplyAdam, decoupled | m, v (amsgrad: + v_max)  | AdamW(lr, betas, eps, wd=0.01,   |
+|          |                      | (+ one shared step)      | amsgrad)                         |
+
+`maximize` (every kind) negates each gradient before the update, as torch.optim does.
+`from_torch` reads the same from PyTorch's spelling (betas, eps; `sgd` with momentum > 0 is
+the momentum kind), refusing what has no equivalent in one line.
 
 Parameter groups: `groups` lists groups after the first (index 0, the optimizer's own lr and
 weight decay, as PyTorch's first entry of `param_groups`); a parameter joins the first group
@@ -39,6 +46,7 @@ from pydantic import Field, field_validator, model_validator
 from planner.dtypes import float32_value
 from planner.ir.graph import Record
 from planner.ops.lr_schedule import LRSchedule
+from planner.ops.optim import UPDATE_PARTS
 
 OptimizerKind = Literal["sgd", "momentum", "adam", "adamw"]
 
@@ -90,7 +98,7 @@ class ParamGroup(Record):
     (the optimizer's otherwise), as an entry of PyTorch's `param_groups`."""
 
     params: str = Field(min_length=1)
-    lr: float | None = Field(default=None, gt=0)
+    lr: float | None = Field(default=None, ge=0)
     weight_decay: float | None = Field(default=None, ge=0)
 
     @field_validator("lr", "weight_decay")
@@ -114,15 +122,19 @@ class Optimizer(Record):
     DEFAULT_WEIGHT_DECAY) when left out."""
 
     kind: OptimizerKind
-    lr: float = Field(gt=0)  # filled from DEFAULT_LR when left out
+    lr: float = Field(ge=0)  # filled from DEFAULT_LR when left out; 0 as torch.optim allows
     weight_decay: float = Field(ge=0)  # filled from DEFAULT_WEIGHT_DECAY when left out
-    # momentum only
+    # momentum only (torch.optim.SGD's; nesterov needs dampening 0, as there)
     momentum: float = Field(default=0.9, ge=0)
     nesterov: bool = False
+    dampening: float = Field(default=0.0, ge=0, le=1)
     # adam and adamw only
     beta1: float = Field(default=0.9, ge=0, lt=1)
     beta2: float = Field(default=0.999, ge=0, lt=1)
     epsilon: float = Field(default=1e-8, gt=0)
+    amsgrad: bool = False
+    # every kind: the gradient negated before the update (torch.optim's maximize)
+    maximize: bool = False
     # parameter groups after the first (module docstring)
     groups: tuple[ParamGroup, ...] = ()
     # torch.nn.utils.clip_grad_norm_(params, max_norm) before the update, None: no clipping
@@ -133,7 +145,7 @@ class Optimizer(Record):
     schedule: LRSchedule | None = None
 
     # The step reads them as float32 scalars (docs/training.md).
-    @field_validator("lr", "weight_decay", "momentum", "epsilon", "clip_grad_norm")
+    @field_validator("lr", "weight_decay", "momentum", "dampening", "epsilon", "clip_grad_norm")
     @classmethod
     def _float32(cls, v: float | None) -> float | None:
         return v if v is None else float32_value(v)
@@ -147,6 +159,19 @@ class Optimizer(Record):
             if data.get("weight_decay") is None:
                 data = {**data, "weight_decay": DEFAULT_WEIGHT_DECAY[data["kind"]]}
         return data
+
+    @model_validator(mode="after")
+    def _meaningful(self) -> Optimizer:
+        # A setting another kind would read is refused, never silently dropped.
+        if self.kind != "momentum" and (self.nesterov or self.dampening):
+            raise ValueError(f"nesterov and dampening are settings of SGD with momentum > 0 "
+                             f"(kind 'momentum'), not of {self.kind!r}")
+        if self.kind not in ("adam", "adamw") and self.amsgrad:
+            raise ValueError(f"amsgrad is a setting of adam and adamw, not of {self.kind!r}")
+        if self.nesterov and (self.momentum <= 0 or self.dampening != 0):
+            raise ValueError("nesterov momentum requires a momentum > 0 and zero dampening "
+                             "(as torch.optim.SGD)")
+        return self
 
     @classmethod
     def parse(cls, kind: str, **settings: Any) -> Optimizer:
@@ -163,17 +188,25 @@ class Optimizer(Record):
     @property
     def slots(self) -> tuple[str, ...]:
         """Per-parameter optimizer-state slots, in the update op's input order after grad."""
-        return UPDATE_OPS[self.kind][1]
+        return UPDATE_PARTS[self.update_op](self.update_attrs())[0]
+
+    @property
+    def counts_steps(self) -> bool:
+        """Whether the update reads the shared step count (Adam's bias correction, SGD's
+        undampened first step)."""
+        return bool(UPDATE_PARTS[self.update_op](self.update_attrs())[1])
 
     def update_attrs(self) -> dict[str, Any]:
-        """Attributes of this optimizer's update op, every one spelled out (the learning rate
-        and weight decay are inputs, not attributes)."""
+        """Attributes of this optimizer's update op, every one spelled out but the optional
+        ones at their defaults (dampening 0, amsgrad off: graphs made before them stay
+        byte-identical); the learning rate and weight decay are inputs, not attributes."""
         if self.kind == "sgd":
             return {}
         if self.kind == "momentum":
-            return {"momentum": self.momentum, "nesterov": self.nesterov}
+            damped = {"dampening": self.dampening} if self.dampening else {}
+            return {"momentum": self.momentum, "nesterov": self.nesterov, **damped}
         return {"beta1": self.beta1, "beta2": self.beta2, "decoupled": self.kind == "adamw",
-                "epsilon": self.epsilon}
+                "epsilon": self.epsilon, **({"amsgrad": True} if self.amsgrad else {})}
 
     def group_of(self, param: str) -> int:
         """The index of the parameter group `param` belongs to (module docstring)."""
@@ -207,7 +240,9 @@ class LossScaling(Record):
     enabled: bool = True
     growth_factor: float = Field(default=2.0, gt=1)
     backoff_factor: float = Field(default=0.5, gt=0, lt=1)
-    growth_interval: int = Field(default=2000, ge=1)
+    # At most 2^24: the clean-step count is a float32 (planner/ops/loss_scale.py), which
+    # counts every integer up to 2^24 and no further (a longer interval would never end).
+    growth_interval: int = Field(default=2000, ge=1, le=2**24)
 
     def update_attrs(self) -> dict[str, Any]:
         """Attributes of the UpdateLossScale op."""

@@ -155,7 +155,8 @@ def with_sharded_parameters(graph: Graph, bucket_list: list[list[str]], ranks: i
                          if names else n)
         nodes += [scatter_after[o] for o in n.outputs if o in scatter_after]
     tensors = tuple(t for t in graph.tensors if t.name not in gone) + tuple(added)
-    return with_unscaled_shards(with_clipped_shards(check_graph(in_dependency_order(
-        graph.model_copy(update={"tensors": tensors, "nodes": tuple(nodes)}))), clip, attrs),
-        scaling, attrs)
+    # Checked once, with its clip and loss scaling back (each puts its ops in unchecked).
+    return check_graph(with_unscaled_shards(with_clipped_shards(in_dependency_order(
+        graph.model_copy(update={"tensors": tensors, "nodes": tuple(nodes)})), clip, attrs),
+        scaling, attrs))
 

@@ -45,7 +45,6 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from planner.graph.deps import in_dependency_order
-from planner.graph.validate import check_graph
 from planner.ir.graph import Graph, Node, Tensor
 from planner.ops.collective import SHARDED_UPDATES
 
@@ -93,7 +92,8 @@ def without_loss_scaling(graph: Graph) -> tuple[Graph, ScalingNodes | None]:
 def with_unscaled_shards(graph: Graph, scaling: ScalingNodes | None,
                          attrs: dict[str, int]) -> Graph:
     """`graph` (sharded, its collectives' `attrs`) with `scaling` (without_loss_scaling's) put
-    back over the gradient shards (module docstring)."""
+    back over the gradient shards (module docstring). Not checked: its caller checks the
+    sharded graph once, whole."""
     if scaling is None:
         return graph
     tm = graph.tensor_map
@@ -136,5 +136,5 @@ def with_unscaled_shards(graph: Graph, scaling: ScalingNodes | None,
                  for o, u in unchecked.items()),
                *(t for t in scaling.tensors if t.name == found or scaling.update is not None
                  and t.name in scaling.update.outputs))
-    return check_graph(in_dependency_order(graph.model_copy(
-        update={"tensors": tensors, "nodes": tuple(nodes)})))
+    return in_dependency_order(graph.model_copy(
+        update={"tensors": tensors, "nodes": tuple(nodes)}))

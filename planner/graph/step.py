@@ -1,6 +1,6 @@
 """The step graph: the rewrites that depend on the machine a step runs on, as passes over what
-planning chose for it (`StepChoices`), each checked as the front end's are
-(planner.frontend.prepare).
+planning chose for it (`StepChoices`), each checking the graph it rewrites once (the front
+end's passes are checked by planner.frontend.prepare).
 
     step_graph(graph, choices):
         graph = for_cores(graph, choices.cores)         # a CPU step's cores (for_cores.py)
@@ -36,7 +36,8 @@ from planner.graph.for_cores import for_cores
 from planner.graph.sharded_parameters import with_sharded_parameters
 from planner.graph.validate import check_graph
 from planner.ir.graph import Graph
-from planner.ir.record import Backend, Record
+from planner.ir.record import Record
+from planner.ops.collective import DEFAULT_ALIGNMENT
 
 
 class Collectives(Record):
@@ -47,8 +48,9 @@ class Collectives(Record):
     ranks_per_host: int = Field(default=1, ge=1)
     rewrite: Literal["all-reduce", "sharded-updates", "sharded-parameters"] = "all-reduce"
     bucket_bytes: int = Field(default=0, ge=0)
-    # The arena whose alignment ZeRO-1's buckets follow (planner.graph.data_parallel).
-    backend: Backend = "cpu"
+    # The bytes ZeRO-1's buckets are aligned to: the arena's (the backend's bucket_alignment,
+    # planner.target.backends; planner.graph.data_parallel).
+    alignment: int = Field(default=DEFAULT_ALIGNMENT, ge=4)
 
 
 class StepChoices(Record):
@@ -80,7 +82,7 @@ def collectives(graph: Graph, choice: Collectives) -> Graph:
         return with_sharded_parameters(graph, bucket_list, choice.ranks, choice.ranks_per_host)
     if choice.rewrite == "sharded-updates":
         return with_sharded_updates(graph, bucket_list, choice.ranks, choice.ranks_per_host,
-                                    choice.backend)
+                                    choice.alignment)
     return with_all_reduce(graph, bucket_list, choice.ranks, choice.ranks_per_host)
 
 
@@ -95,7 +97,8 @@ STEP_PASSES: tuple[tuple[str, StepPass], ...] = (
 
 def step_graph(graph: Graph, choices: StepChoices) -> Graph:
     """`graph` as a step under `choices` runs it (module docstring)."""
+    # Each pass checks the graph it rewrites (once), and returns its input when it has
+    # nothing to do: checked again here, every rewritten graph would be validated twice.
     for _, step_pass in STEP_PASSES:
-        rewritten = step_pass(graph, choices)
-        graph = graph if rewritten is graph else check_graph(rewritten)
+        graph = step_pass(graph, choices)
     return graph

@@ -72,8 +72,9 @@ class Const:
     def foldable(self) -> bool:
         """May shape computations consume this value at import time? Not for float
         initializers: they are the model's weights, which stay params (trainable, and shared
-        by every op that reads them) instead of being copied into reshaped constants."""
-        return not (self.origin == "initializer" and self.dtype.startswith("float"))
+        by every op that reads them) instead of being copied into reshaped constants
+        (bfloat16 is a float type too)."""
+        return not (self.origin == "initializer" and self.dtype.startswith(("float", "bfloat")))
 
     @property
     def is_planner_dtype(self) -> bool:

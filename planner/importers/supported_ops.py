@@ -32,8 +32,7 @@ LEFT = (
     "its loss function returns first)",
     "3-D convolution and pooling; adaptive average pooling to anything but 1x1; "
     "`max_pool` indices and `max.dim` indices",
-    "`scaled_dot_product_attention` with a boolean mask or grouped-query heads; Dropout "
-    "with p = 1",
+    "`scaled_dot_product_attention` with a boolean mask or grouped-query heads",
     "arithmetic (add, mul, floor division, fmod, ...) on computed integer tensors, and "
     "bitwise ops on integer tensors (comparisons, logic and casts of them are supported); "
     "float64 tensors on the executors (the reference interpreter runs them)",

@@ -21,8 +21,57 @@ def graph_from_json(text: str, source: str = "graph JSON") -> Graph:
     return graph_from_data(parse_json(text, source), source)
 
 
+# The planner's own files, told apart by their top-level fields (the first that holds wins),
+# so that one given where another is expected is named in one line, not as a list of
+# missing fields.
+FILE_KINDS = (
+    ("plan", ("schema", "ops", "graph", "provenance")),
+    ("curve", ("points", "graph_sha256", "target_sha256")),
+    ("cost table", ("entries", "target")),
+    ("target", ("host_memory_bytes", "logical_cpus")),
+    ("graph", ("nodes", "tensors")),
+)
+# What to give instead, per kind found where a graph is expected.
+INSTEAD = {
+    "plan": "a plan embeds the step graph it was planned from, already made for training "
+            "and the target's cores: give the GRAPH it was made from (the zoo spec, ONNX, "
+            ".pt2 or graph JSON file)",
+    "curve": "`planner fit --pareto` wrote it: give the GRAPH it was made from",
+    "cost table": "give it with --costs, and the model as GRAPH",
+    "target": "give it with --target, and the model as GRAPH",
+}
+
+
+def file_kind(data: object) -> str | None:
+    """Which of the planner's files `data` (parsed JSON) is, by its fields (FILE_KINDS).
+
+    >>> file_kind({"schema": "planner.plan/3", "ops": [], "graph": {}, "provenance": {}})
+    'plan'
+    >>> file_kind({"nodes": [], "tensors": []}), file_kind([1])
+    ('graph', None)
+    """
+    if not isinstance(data, dict):
+        return None
+    return next((kind for kind, fields in FILE_KINDS if all(f in data for f in fields)), None)
+
+
+def not_expected(source: str, data: object, expected: str) -> UserError | None:
+    """The one-line refusal of a planner file of another kind given as a `expected`; None
+    when `data` is no other planner file (its own validation then speaks)."""
+    kind = file_kind(data)
+    if kind is None or kind == expected:
+        return None
+    advice = INSTEAD.get(kind, "") if expected == "graph" else {
+        "graph": "make one with `planner plan GRAPH --target T -o PLAN`"}.get(kind, "")
+    return UserError(f"{source}: is a {kind} file, not a {expected}"
+                     f"{'; ' + advice if advice else ''}")
+
+
 def graph_from_data(data: object, source: str) -> Graph:
     """Normalise and validate parsed graph JSON; errors name `source` and the field."""
+    wrong = not_expected(source, data, "graph")
+    if wrong is not None:
+        raise wrong
     try:
         graph = Graph.model_validate(data)
     except ValidationError as e:

@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from planner.errors import UserError
+from planner.errors import NotWritten, UserError
 
 
 def cache_root() -> Path:
@@ -35,11 +35,15 @@ def cache_root() -> Path:
 
 def atomic_write(path: str | Path, text: str | bytes) -> None:
     """Write `text` to `path` through a temporary file renamed over it (same folder, so the
-    rename is atomic); the temporary file is removed when anything fails."""
+    rename is atomic); the temporary file is removed when anything fails, and an OSError
+    (a full disk, a read-only folder) becomes NotWritten naming `path`."""
     p = Path(path)
     data = _utf8(path, text) if isinstance(text, str) else text
-    p.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=f".{p.name}.", suffix=".tmp")
+    try:
+        p.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=f".{p.name}.", suffix=".tmp")
+    except OSError as e:  # a read-only folder, a file where the folder should be
+        raise NotWritten(f"{path}: not written ({e.strerror or e})") from None
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
@@ -50,9 +54,11 @@ def atomic_write(path: str | Path, text: str | bytes) -> None:
         else:
             os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, p)
-    except BaseException:
+    except BaseException as e:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
+        if isinstance(e, OSError):  # ENOSPC, EDQUOT, EIO: the message names the file
+            raise NotWritten(f"{path}: not written ({e.strerror or e})") from None
         raise
 
 
@@ -114,6 +120,22 @@ def folder_lock(folder: str | Path) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+@contextlib.contextmanager
+def folder_lock_if_writable(folder: str | Path) -> Iterator[bool]:
+    """folder_lock's block, yielding True; where no lock file can be made (a read-only cache,
+    its folder not creatable) the block runs unlocked, yielding False: a reader needs no lock
+    to read what is kept, only a writer does (and cannot write there anyway)."""
+    with contextlib.ExitStack() as stack:
+        try:
+            stack.enter_context(folder_lock(folder))
+            locked = True
+        except UserError:
+            raise
+        except OSError:
+            locked = False
+        yield locked
 
 
 def open_lock(path: Path) -> Any:

@@ -258,79 +258,32 @@ def _skyline(blocks: Sequence[Block], alignment: int, key: np.ndarray, rule: str
     below the bound: the most, over the columns, of height + those blocks' bytes (LOAD at
     first; only rises raise it). None as soon as the bound or the arena reaches `limit`.
 
-    A block may leave a sliver of the segment that no unplaced block fits in (it will rise,
-    wasting bytes). `rule` "fill": a block that leaves none comes first. `rule` "tight": the
-    waste counts only where it raises the bound; a block whose slivers raise it least comes
-    first (then by `key`). Slivers in slack columns cost nothing, so the greedy keeps its
-    freedom there and spends its care on the columns near the peak, where the scratch areas of
-    co-running ops otherwise leave holes between long-lived activations (ResNet-50 and
-    Inception-v3 training on a co-running CPU schedule: 1.029 and 1.036 x LOAD by the other
-    heuristics, 1.015 and 1.020 with this rule)."""
-    n = len(blocks)
+    `rule` ("", "fill", "tight"): which block a segment takes first (_pick)."""
     sizes = [aligned(b.size, alignment) for b in blocks]
-    times = distinct([b.start for b in blocks] + [b.end for b in blocks])
-    s_col = np.searchsorted(times, [b.start for b in blocks])
-    e_col = np.searchsorted(times, [b.end for b in blocks])
-    offsets = [0] * n
-    # Blocks by start column; `ptr[c]` is the first with start column >= c.
-    by_start = np.lexsort((np.arange(n), s_col))
-    order = by_start[s_col[by_start] < e_col[by_start]]  # empty lifetimes stay at 0
+    s_col, e_col, columns = _columns(blocks)
+    offsets = [0] * len(blocks)
+    order = _start_order(s_col, e_col)  # empty lifetimes stay at 0
     o_start, o_end, o_key = s_col[order], e_col[order], key[order]
     size_of = np.array(sizes, dtype=np.int64)
     o_size = size_of[order]
-    ptr = np.searchsorted(o_start, np.arange(len(times) + 1)).tolist()
+    ptr = np.searchsorted(o_start, np.arange(columns + 2)).tolist()  # first at column >= c
     order_at, start_at, end_at = order.tolist(), o_start.tolist(), o_end.tolist()
-    # Segments partition [0, columns): keyed by first column, each with its end and height.
-    columns = len(times) - 1
     # End columns of the unplaced blocks; a placed one's is past every segment's end, so one
     # comparison finds a segment's candidates (this scan is the loop's most frequent step).
     open_end = o_end.copy()
-    # Per column, the bytes of the unplaced blocks live there; `bound` (docstring) stops a
-    # run that cannot win long before its arena would.
-    pending = np.zeros(columns + 1, dtype=np.int64)
-    np.add.at(pending, o_start, o_size)
-    np.subtract.at(pending, o_end, o_size)
-    pending = np.cumsum(pending)[:-1]
+    # The unplaced blocks' bytes per column: `bound` (docstring) stops a run that cannot win.
+    pending = _live_bytes(o_start, o_end, o_size, columns)
     bound = int(pending.max(initial=0))
-    end = {0: columns}
-    prev: dict[int, int | None] = {0: None}
-    height = {0: 0}
-    heap = [(0, 0)]
+    segs = _Segments(columns)
     arena = int(size_of[s_col >= e_col].max(initial=0))
     if limit is not None and max(arena, bound) >= limit:
         return None
     left = len(order)
     while left:
-        h, a = heapq.heappop(heap)
-        if height.get(a) != h:
-            continue  # a stale entry: the segment rose or merged since
-        b = end[a]
-        lo, hi = ptr[a], ptr[b]
-        pick = -1
-        if lo < hi:
-            cand = (open_end[lo:hi] <= b).nonzero()[0]  # from lo
-            if len(cand) == 1:
-                pick = lo + int(cand[0])
-            elif len(cand):
-                cand += lo
-                k = o_key[cand]
-                if rule and (rule == "fill" or h + int(o_size[cand].max())
-                             + int(pending[a:b].max()) > bound):
-                    # (Tight: else no sliver can raise the bound, the columns have slack.)
-                    starts, ends = o_start[cand], o_end[cand]
-                    # A sliver left of (right of) the block takes another block iff one ends
-                    # (starts) within it.
-                    first_end, last_start = int(ends.min()), int(starts.max())
-                    left_ok = (starts == a) | (starts >= first_end)
-                    right_ok = (ends == b) | (ends <= last_start)
-                    if rule == "fill":
-                        tidy = left_ok & right_ok
-                        k = np.where(tidy, k, k - np.inf) if tidy.any() else k
-                    elif not (left_ok & right_ok).all():
-                        k = np.where(_sliver_cost(a, b, h, starts, ends, o_size[cand], left_ok,
-                                                  right_ok, first_end, last_start, height, prev,
-                                                  columns, pending, bound), -np.inf, k)
-                pick = int(cand[k.argmax()])
+        h, a = segs.lowest()
+        b = segs.end[a]
+        pick = _pick(a, b, h, ptr[a], ptr[b], open_end, o_key, o_size, o_start, o_end, rule,
+                     pending, bound, segs)
         if pick >= 0:
             i = order_at[pick]
             open_end[pick] = columns + 1
@@ -342,32 +295,92 @@ def _skyline(blocks: Sequence[Block], alignment: int, key: np.ndarray, rule: str
                 return None
             s, e = start_at[pick], end_at[pick]
             pending[s:e] -= sizes[i]
-            pieces = [(a, s, h)] if s > a else []
-            pieces.append((s, e, top))
-            if e < b:
-                pieces.append((e, b, h))
-            after = b if b < columns else None
-            before = prev[a]
-            for x, y, z in pieces:
-                end[x], height[x], prev[x] = y, z, before
-                before = x
-                heapq.heappush(heap, (z, x))
-            if after is not None:
-                prev[after] = before
+            segs.split(a, b, s, e, h, top)
             continue
-        # Nothing fits: rise to the lower neighbour and merge with it (and with both when
-        # they are equally high).
-        before = prev[a]
-        after = b if b < columns else None
-        if before is None:
-            rise = height[after]
-        elif after is None:
-            rise = height[before]
-        else:
-            rise = min(height[before], height[after])
+        # Nothing fits: rise to the lower neighbour (the bytes left are the waste).
+        rise = segs.rise_height(a, b)
         bound = max(bound, rise + int(pending[a:b].max()))
         if limit is not None and bound >= limit:
             return None
+        segs.rise(a, b, rise)
+    return offsets, arena
+
+
+def _columns(blocks: Sequence[Block]) -> tuple[np.ndarray, np.ndarray, int]:
+    """Each block's start and end column on the blocks' distinct times, and how many columns
+    (spans between consecutive times) there are."""
+    times = distinct([b.start for b in blocks] + [b.end for b in blocks])
+    return (np.searchsorted(times, [b.start for b in blocks]),
+            np.searchsorted(times, [b.end for b in blocks]), len(times) - 1)
+
+
+def _start_order(s_col: np.ndarray, e_col: np.ndarray) -> np.ndarray:
+    """The blocks of a non-empty lifetime by start column (then index)."""
+    by_start = np.lexsort((np.arange(len(s_col)), s_col))
+    return by_start[s_col[by_start] < e_col[by_start]]
+
+
+def _live_bytes(starts: np.ndarray, ends: np.ndarray, sizes: np.ndarray,
+                columns: int) -> np.ndarray:
+    """Per column, the bytes of the blocks live there (start column <= c < end column)."""
+    live = np.zeros(columns + 1, dtype=np.int64)
+    np.add.at(live, starts, sizes)
+    np.subtract.at(live, ends, sizes)
+    return np.cumsum(live)[:-1]
+
+
+class _Segments:
+    """The skyline's segments: they partition [0, columns), each keyed by its first column,
+    with its end, height and the segment before it; a heap of (height, first column) finds
+    the lowest (the earliest on ties), stale entries skipped."""
+
+    def __init__(self, columns: int) -> None:
+        self.columns = columns
+        self.end = {0: columns}
+        self.prev: dict[int, int | None] = {0: None}
+        self.height = {0: 0}
+        self.heap = [(0, 0)]
+
+    def lowest(self) -> tuple[int, int]:
+        """(height, first column) of the lowest segment."""
+        while True:
+            h, a = heapq.heappop(self.heap)
+            if self.height.get(a) == h:
+                return h, a
+            # a stale entry: the segment rose or merged since
+
+    def split(self, a: int, b: int, s: int, e: int, h: int, top: int) -> None:
+        """Segment [a, b) at height h with a block over columns [s, e) up to `top`: the block's
+        columns at `top`, the rest of the segment either side of it at h."""
+        columns, end, height, prev = self.columns, self.end, self.height, self.prev
+        pieces = [(a, s, h)] if s > a else []
+        pieces.append((s, e, top))
+        if e < b:
+            pieces.append((e, b, h))
+        after = b if b < columns else None
+        before = prev[a]
+        for x, y, z in pieces:
+            end[x], height[x], prev[x] = y, z, before
+            before = x
+            heapq.heappush(self.heap, (z, x))
+        if after is not None:
+            prev[after] = before
+
+    def rise_height(self, a: int, b: int) -> int:
+        """The height segment [a, b) rises to: its lower neighbour's."""
+        before = self.prev[a]
+        after = b if b < self.columns else None
+        if before is None:
+            return self.height[after]
+        if after is None:
+            return self.height[before]
+        return min(self.height[before], self.height[after])
+
+    def rise(self, a: int, b: int, rise: int) -> None:
+        """Segment [a, b) risen to `rise`, merged with its neighbours as high (one or both)."""
+        end, height, prev = self.end, self.height, self.prev
+        before = prev[a]
+        after = b if b < self.columns else None
         height[a] = rise
         start = a
         if before is not None and height[before] == rise:
@@ -378,12 +391,54 @@ def _skyline(blocks: Sequence[Block], alignment: int, key: np.ndarray, rule: str
             end[start] = end[after]
             nxt = end[after]
             del end[after], height[after], prev[after]
-            if nxt < columns:
+            if nxt < self.columns:
                 prev[nxt] = start
         elif after is not None:
             prev[after] = start
-        heapq.heappush(heap, (rise, start))
-    return offsets, arena
+        heapq.heappush(self.heap, (rise, start))
+
+
+def _pick(a: int, b: int, h: int, lo: int, hi: int, open_end: np.ndarray, o_key: np.ndarray,
+          o_size: np.ndarray, o_start: np.ndarray, o_end: np.ndarray, rule: str,
+          pending: np.ndarray, bound: int, segs: _Segments) -> int:
+    """The unplaced block (its position in start order) segment [a, b) at height h takes: of
+    those starting in it (positions lo..hi) and ending within it, the largest key; -1 for
+    none.
+
+    A block may leave a sliver of the segment that no unplaced block fits in (it will rise,
+    wasting bytes). `rule` "fill": a block that leaves none comes first. `rule` "tight": the
+    waste counts only where it raises the bound; a block whose slivers raise it least comes
+    first (then by `key`). Slivers in slack columns cost nothing, so the greedy keeps its
+    freedom there and spends its care on the columns near the peak, where the scratch areas of
+    co-running ops otherwise leave holes between long-lived activations (ResNet-50 and
+    Inception-v3 training on a co-running CPU schedule: 1.029 and 1.036 x LOAD by the other
+    heuristics, 1.015 and 1.020 with this rule)."""
+    if lo >= hi:
+        return -1
+    cand = (open_end[lo:hi] <= b).nonzero()[0]  # from lo
+    if len(cand) == 1:
+        return lo + int(cand[0])
+    if not len(cand):
+        return -1
+    cand += lo
+    k = o_key[cand]
+    if rule and (rule == "fill" or h + int(o_size[cand].max()) + int(pending[a:b].max())
+                 > bound):
+        # (Tight: else no sliver can raise the bound, the columns have slack.)
+        starts, ends = o_start[cand], o_end[cand]
+        # A sliver left of (right of) the block takes another block iff one ends (starts)
+        # within it.
+        first_end, last_start = int(ends.min()), int(starts.max())
+        left_ok = (starts == a) | (starts >= first_end)
+        right_ok = (ends == b) | (ends <= last_start)
+        if rule == "fill":
+            tidy = left_ok & right_ok
+            k = np.where(tidy, k, k - np.inf) if tidy.any() else k
+        elif not (left_ok & right_ok).all():
+            k = np.where(_sliver_cost(a, b, h, starts, ends, o_size[cand], left_ok, right_ok,
+                                      first_end, last_start, segs.height, segs.prev,
+                                      segs.columns, pending, bound), -np.inf, k)
+    return int(cand[k.argmax()])
 
 
 def _sliver_cost(a: int, b: int, h: Bytes, starts: np.ndarray, ends: np.ndarray,

@@ -8,9 +8,10 @@ ever builds a Plan. It holds
     inserted   the ops memory planning added: recomputes, offloads, prefetches
     convs      per convolution, its algorithm and workspace (GPU plans)
     edges      the ordering edges that sharing bytes (and the inserted ops) need
-    ops        the step's ops when memory planning re-timed them or added ops (GPU under a
-               budget: copies on their streams, waits for late prefetches); () keeps the
-               schedule's ops and times
+    ops        the step's ops when memory planning re-timed them or added ops (a GPU plan
+               under a budget: copies on their streams, waits for late prefetches; a CPU plan
+               under a budget: the budget search's serial order, planner.memory.cpu_budget);
+               () keeps the schedule's ops and times
     summary    LOAD, arena, the per-op bound, what offload and recompute cost
 
 Example:

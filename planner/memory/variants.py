@@ -75,6 +75,30 @@ def schedule_variants(graph: Graph, ops: Sequence[ScheduledOp], inserted: Sequen
                       ) -> tuple[ScheduleVariant, ...]:
     """The variants of a CPU plan whose ops are `ops` in execution order (graph nodes and
     memory planning's `inserted` ops), its buffers `tensors`, priced by `model`."""
+    return variants_of(one_lane_rows(graph, ops, inserted, tensors, model))
+
+
+# Per core count k (smallest first): k, and every op's (threads, seconds) on at most k
+# threads, in execution order.
+Rows = tuple[tuple[int, tuple[tuple[int, float], ...]], ...]
+
+
+def variants_of(rows: Rows) -> tuple[ScheduleVariant, ...]:
+    """The variants of `one_lane_rows`' rows: a larger count that gives the same thread
+    counts is the same schedule, kept once under the fewest cores it needs."""
+    out: list[ScheduleVariant] = []
+    for k, row in rows:
+        threads, seconds = zip(*row, strict=True) if row else ((), ())
+        if not out or out[-1].threads != threads:
+            out.append(ScheduleVariant(name=f"cores-{k}", cores=k, step_seconds=sum(seconds),
+                                       threads=threads))
+    return tuple(reversed(out))
+
+
+def one_lane_rows(graph: Graph, ops: Sequence[ScheduledOp], inserted: Sequence[MemoryOp],
+                  tensors: Sequence[TensorPlan], model: CostModel) -> Rows:
+    """Per core count of `core_counts` (smallest first), every op's thread count and seconds
+    on one lane in execution order (the variants before duplicates are dropped)."""
     signatures = graph_signatures(graph)
     kernel_of = {m.name: m.node for m in inserted if m.kind == "recompute"}
     area = {t.writer: t.bytes for t in tensors if not t.tensor and t.writer}
@@ -114,17 +138,9 @@ def schedule_variants(graph: Graph, ops: Sequence[ScheduledOp], inserted: Sequen
         column = _fastest(curves.of(signature), counts[::-1], fits)
         alike[id(signature), budget] = column
         columns.append(column)
-    out: list[ScheduleVariant] = []
-    # Smallest count first: a larger count that gives the same thread counts is the same
-    # schedule, kept once under the fewest cores it needs.
     # Per count, every op's (threads, seconds) in execution order (zip: a transpose in C).
     rows = zip(*columns, strict=True) if columns else [()] * len(counts)
-    for k, row in zip(reversed(counts), rows, strict=True):
-        threads, seconds = zip(*row, strict=True) if row else ((), ())
-        if not out or out[-1].threads != threads:
-            out.append(ScheduleVariant(name=f"cores-{k}", cores=k, step_seconds=sum(seconds),
-                                       threads=threads))
-    return tuple(reversed(out))
+    return tuple(zip(reversed(counts), rows, strict=True))
 
 
 class _Curves:

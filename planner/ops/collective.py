@@ -82,10 +82,10 @@ from planner.ops.base import (
 )
 from planner.ops.optim import HYPER_INPUTS
 
-# The bytes between a sharded bucket's members and shards per backend: its arena's alignment
-# (planner.memory.options on the CPU; planner.memory.gpu's DEVICE_ALIGNMENT on a GPU). Plans
-# name it in the collectives' `alignment` attr where it is not the CPU's (their shapes follow).
-BUCKET_ALIGNMENT = {"cpu": 64, "cuda": 256}
+# The bytes between a sharded bucket's members and shards where the `alignment` attr is absent
+# (a CPU arena's). A backend's is its trait (planner.target.backends: bucket_alignment); plans
+# name it in the collectives' `alignment` attr where it is not this one (their shapes follow).
+DEFAULT_ALIGNMENT = 64
 # The optimizer updates a ShardedUpdate runs and their state slots, in input order.
 SHARDED_UPDATES: dict[str, tuple[str, ...]] = {
     "SGD": (), "ApplyMomentum": ("velocity",), "ApplyAdam": ("m", "v")}
@@ -155,13 +155,14 @@ def collective_buckets(nodes: Sequence[Any], floats: Callable[[str], int]
 
 
 def _alignment(a: Attrs) -> int:
-    return a.get("alignment", BUCKET_ALIGNMENT["cpu"])
+    return a.get("alignment", DEFAULT_ALIGNMENT)
 
 
 def _check_ranks(op: str, a: Attrs) -> None:
-    if _alignment(a) not in BUCKET_ALIGNMENT.values():
-        raise OpError(f"{op}: alignment is one of {sorted(BUCKET_ALIGNMENT.values())} bytes "
-                      f"(an arena's), got {a['alignment']}")
+    alignment = _alignment(a)
+    if not isinstance(alignment, int) or alignment < 4 or alignment & (alignment - 1):
+        raise OpError(f"{op}: alignment is an arena's, a power of two of at least 4 bytes, "
+                      f"got {alignment}")
     if a["ranks"] < 1:
         raise OpError(f"{op}: ranks must be >= 1, got {a['ranks']}")
     if not 1 <= a["ranks_per_host"] <= a["ranks"] or a["ranks"] % a["ranks_per_host"]:
@@ -253,7 +254,7 @@ register(OpDef(
     name="ReduceScatter",
     cost_class="data-movement",
     arity=None,
-    # alignment: bytes between the bucket's members and shards (BUCKET_ALIGNMENT)
+    # alignment: bytes between the bucket's members and shards (DEFAULT_ALIGNMENT)
     # in_place 0: the gradients are copied into the op's scratch area, laid out as the
     # bucket (with accumulation the sums' new values, state the layout does not move)
     attrs={"ranks": Attr("int", required=True), "ranks_per_host": Attr("int", default=1),
@@ -315,7 +316,9 @@ def _infer_sharded(ins: list[TensorType], a: Attrs) -> list[TensorType]:
 
 
 def _update_attrs(a: Attrs) -> Attrs:
-    return {name: a[name] for name in get_op(a["update"]).attrs}
+    # the update's optional attrs (dampening, amsgrad) are absent: a sharded update refuses
+    # them (planner/graph/data_parallel.py)
+    return {name: a[name] for name in get_op(a["update"]).attrs if name in a}
 
 
 def _reference_sharded(xs: list[np.ndarray], a: Attrs) -> list[np.ndarray]:

@@ -22,7 +22,7 @@ check. In C:
 A fresh mask every training step: the optional second input `step` (an int64 scalar, the
 training graph's `rng/step` counter, planner/graph/autodiff.py) moves the seed to
 
-    seed_t = seed + step * 2**32   (mod 2**64)
+    seed_t = seed + step * 2**32 + step_key(step >> 32)   (mod 2**64)
 
 so step 0, or no step input, gives the mask above, and nodes whose seeds differ (below 2**32)
 never share a mask at any step. DropoutGrad reads the same step as its Dropout. The random ops
@@ -94,15 +94,29 @@ def dropout_mask(seed: int, n: int, rate: float) -> np.ndarray:
 
 
 STEP_STRIDE = 1 << 32  # seed_t = seed + step * STEP_STRIDE: per-node seeds stay apart
+MIX_ZERO = 0xE220A8397B1DCDAF  # splitmix64(0)
+
+
+def step_key(high: int) -> int:
+    """What a step's high 32 bits add to its seed: splitmix64(high) - splitmix64(0), 0 for
+    steps below 2**32 (their seeds as they always were) and distinct for every high half
+    (splitmix64 is a bijection), so step 2**32 + k does not repeat step k's draws.
+
+    >>> step_key(0), step_key(1) != 0
+    (0, True)
+    """
+    return (int(splitmix64(high)) - MIX_ZERO) & _MASK64
 
 
 def step_seed(seed: int, step: int) -> int:
-    """The seed of the mask at training step `step` (mod 2**64).
+    """The seed of the mask at training step `step` (mod 2**64): seed + step * 2**32 plus
+    step_key of its high half (the low half's multiple alone would repeat every 2**32 steps).
 
-    >>> step_seed(7, 0), step_seed(7, 1) == 7 + 2**32
-    (7, True)
+    >>> step_seed(7, 0), step_seed(7, 1) == 7 + 2**32, step_seed(7, 2**32) != step_seed(7, 0)
+    (7, True, True)
     """
-    return (seed + step * STEP_STRIDE) & _MASK64
+    step &= _MASK64
+    return (seed + step * STEP_STRIDE + step_key(step >> 32)) & _MASK64
 
 
 def _apply_mask(xs: list[np.ndarray], a: Attrs) -> list[np.ndarray]:
@@ -149,8 +163,13 @@ def _mask_pointwise(m, xs, p):
     """The scalar formula: the step is read from its tensor (element 0) inside the kernel."""
     x = xs[0]
     step = m.cast(xs[1], "uint64") if len(xs) > 1 else m.u64(0)
-    z = ((p["seed"] + (step << m.u64(32))) * m.u64(GOLDEN_GAMMA) + m.cast(m.index, "uint64")
-         + m.u64(GOLDEN_GAMMA))
+    # step_key(step >> 32): splitmix64 of the high half, less splitmix64(0)
+    k = (step >> m.u64(32)) + m.u64(GOLDEN_GAMMA)
+    k = (k ^ (k >> m.u64(30))) * m.u64(0xBF58476D1CE4E5B9)
+    k = (k ^ (k >> m.u64(27))) * m.u64(0x94D049BB133111EB)
+    key = (k ^ (k >> m.u64(31))) - m.u64(MIX_ZERO)
+    z = ((p["seed"] + (step << m.u64(32)) + key) * m.u64(GOLDEN_GAMMA)
+         + m.cast(m.index, "uint64") + m.u64(GOLDEN_GAMMA))
     z = (z ^ (z >> m.u64(30))) * m.u64(0xBF58476D1CE4E5B9)
     z = (z ^ (z >> m.u64(27))) * m.u64(0x94D049BB133111EB)
     z = z ^ (z >> m.u64(31))

@@ -44,7 +44,8 @@ def _infer(ins: list[TensorType], a: Attrs) -> list[TensorType]:
 
 def _reference(xs: list[np.ndarray], a: Attrs) -> list[np.ndarray]:
     x, axis = xs[0], a["axis"]
-    shifted = x - np.max(x, axis=axis, keepdims=True)
+    # initial=-inf: an empty axis has no maximum (and its log-softmax no element), as torch's
+    shifted = x - np.max(x, axis=axis, keepdims=True, initial=-np.inf)
     return [shifted - np.log(np.sum(np.exp(shifted), axis=axis, keepdims=True))]
 
 
@@ -52,8 +53,10 @@ def _gradient(g: GradBuilder, node: Node, grads: list[str | None]) -> list[str |
     dy = grads[0]
     if dy is None or not g.needs(node.inputs[0]):
         return [None]
-    axis = norm_axis("LogSoftmax", node.attrs["axis"], len(g.type(dy).shape))
-    total = g.emit("ReduceSum", [dy], {"axes": [axis], "keepdims": True})[0]
+    rank = len(g.type(dy).shape)
+    axis = norm_axis("LogSoftmax", node.attrs["axis"], rank)
+    # a 0-d x is its own axis of one element: the sum over it is dy (torch's gradient is 0)
+    total = g.emit("ReduceSum", [dy], {"axes": [axis], "keepdims": True})[0] if rank else dy
     softmax = g.emit("Exp", [node.outputs[0]])[0]
     return [g.emit("Sub", [dy, g.emit("Mul", [softmax, total])[0]])[0]]
 

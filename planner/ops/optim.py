@@ -10,13 +10,19 @@ between steps without a new plan. The formulas are PyTorch's (torch.optim.SGD wi
 momentum, torch.optim.Adam and AdamW), each computed in the parameter's dtype:
 
     SGD             g = grad + wd * p;  p' = p - lr * g
-    ApplyMomentum   g = grad + wd * p;  v' = m * v + g;  p' = p - lr * (g + m * v' if nesterov
-                    else v')      (v starts at zero, so the first step gives v' = g, as PyTorch)
+    ApplyMomentum   g = grad + wd * p;  v' = m * v + (1 - d) * g (v' = g on the first step,
+                    t = 1);  p' = p - lr * (g + m * v' if nesterov else v')
     ApplyAdam       g = grad + wd * p (decoupled: g = grad, p = p * (1 - lr * wd), AdamW's);
                     m' = b1 * m + (1 - b1) * g;  v' = b2 * v + (1 - b2) * g^2
+                    (amsgrad: v_max' = max(v_max, v'), read in place of v' below)
                     p' = p - lr / (1 - b1^t) * m' / (sqrt(v') / sqrt(1 - b2^t) + eps)
 
-where t is the step count *after* this step's Increment (1 on the first step).
+where t is the step count *after* this step's Increment (1 on the first step). Without
+dampening (d = 0) ApplyMomentum needs no step count: v starts at zero, so the first step's
+v' = g, as PyTorch's buffer cloned from the gradient; with dampening the step count is an
+input after the velocity (torch.optim.SGD does not dampen the first step). `maximize` is no
+attribute: the training graph negates the gradient before the update, as torch.optim does
+first (planner/graph/autodiff.py).
 
 Example:
     >>> import numpy as np
@@ -59,20 +65,45 @@ def _check_scalars(op: str, ins: list[TensorType], names: tuple[str, ...]) -> No
                           f"({t.dtype})")
 
 
-def _infer_update(op: str, slots: tuple[str, ...], n_out: int, scalars: tuple[str, ...] = ()):
-    """Shape rule of an update: param, grad and every slot alike, then the float32 scalars
-    `scalars` and the hyperparameters; `n_out` outputs like param."""
+def _infer_update(op: str, parts):
+    """Shape rule of an update whose `parts(attrs)` gives (slots, scalars): param, grad and
+    every slot alike, then the float32 scalars and the hyperparameters; an output like param
+    for the param and each slot."""
 
     def infer(ins: list[TensorType], a: Attrs) -> list[TensorType]:
+        slots, scalars = parts(a)
+        want = 2 + len(slots) + len(scalars) + len(HYPER_INPUTS)
+        if len(ins) != want:
+            raise OpError(f"{op}: takes {want} inputs with these attributes (param, grad, "
+                          f"{', '.join((*slots, *scalars, *HYPER_INPUTS))}), got {len(ins)}")
         param = ins[0]
         require_float(op, param, "param")
         tensors = 2 + len(slots)
         for t, what in zip(ins[1:tensors], ("grad", *slots), strict=True):
             _check_like(op, param, t, what)
         _check_scalars(op, ins[tensors:], (*scalars, *HYPER_INPUTS))
-        return [param] * n_out
+        return [param] * (1 + len(slots))
 
     return infer
+
+
+def momentum_parts(a: Attrs) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """ApplyMomentum's state slots and scalar inputs before lr and weight decay: the step
+    count only with dampening (module docstring).
+
+    >>> momentum_parts({"dampening": 0.5})
+    (('velocity',), ('step',))
+    """
+    return ("velocity",), ("step",) if a.get("dampening") else ()
+
+
+def adam_parts(a: Attrs) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """ApplyAdam's state slots (amsgrad: the running maximum of v too) and its step count.
+
+    >>> adam_parts({"amsgrad": True})
+    (('m', 'v', 'v_max'), ('step',))
+    """
+    return ("m", "v", "v_max") if a.get("amsgrad") else ("m", "v"), ("step",)
 
 
 def _decayed(p: np.ndarray, g: np.ndarray, weight_decay: np.ndarray) -> np.ndarray:
@@ -114,6 +145,11 @@ def _adam_pw(m, xs, a):
     return [p - step_size * (m_next / denom), m_next, v_next]
 
 
+# The state slots and scalar inputs of each update op, given its attributes.
+UPDATE_PARTS = {"SGD": lambda a: ((), ()), "ApplyMomentum": momentum_parts,
+                "ApplyAdam": adam_parts}
+
+
 # ---- SGD --------------------------------------------------------------------------------------
 
 def _sgd(xs: list[np.ndarray], a: Attrs) -> list[np.ndarray]:
@@ -123,7 +159,7 @@ def _sgd(xs: list[np.ndarray], a: Attrs) -> list[np.ndarray]:
 
 register(OpDef(
     name="SGD", arity=4,
-    infer=_infer_update("SGD", (), 1),
+    infer=_infer_update("SGD", UPDATE_PARTS["SGD"]),
     # per element: multiply-add for the step, one more for weight decay
     flops=lambda ins, outs, a: ins[0].size * 4,
     reference=_sgd,
@@ -137,18 +173,26 @@ register(OpDef(
 # ---- Momentum ---------------------------------------------------------------------------------
 
 def _momentum(xs: list[np.ndarray], a: Attrs) -> list[np.ndarray]:
-    p, g, v, lr, wd = xs
-    lr, m = p.dtype.type(lr), p.dtype.type(a["momentum"])
+    p, g, v, *steps, lr, wd = xs
+    f = p.dtype.type
+    lr, m, d = f(lr), f(a["momentum"]), f(a.get("dampening") or 0.0)
     g = _decayed(p, g, wd)
-    v_next = m * v + g
+    if d != 0 and float(steps[0]) == 1:  # torch.optim.SGD's first buffer: the gradient itself
+        v_next = g.copy()
+    elif d != 0:
+        v_next = m * v + (f(1) - d) * g
+    else:
+        v_next = m * v + g
     step = g + m * v_next if a["nesterov"] else v_next
     return [p - lr * step, v_next]
 
 
 register(OpDef(
-    name="ApplyMomentum", arity=5,
-    attrs={"momentum": Attr("float", 0.9), "nesterov": Attr("bool", False)},
-    infer=_infer_update("ApplyMomentum", ("velocity",), 2),
+    name="ApplyMomentum", arity=None, min_inputs=5,
+    attrs={"momentum": Attr("float", 0.9), "nesterov": Attr("bool", False),
+           # optional: absent (0) leaves graphs made before it byte-identical
+           "dampening": Attr("float", optional=True)},
+    infer=_infer_update("ApplyMomentum", momentum_parts),
     # per element: velocity and param multiply-adds, weight decay, Nesterov's look-ahead
     flops=lambda ins, outs, a: ins[0].size * (6 + (2 if a["nesterov"] else 0)),
     reference=_momentum,
@@ -157,16 +201,21 @@ register(OpDef(
         signatures=("float32,float32,float32,float32,float32->float32,float32",),
         params=(("momentum", "float32", 0.9), ("nesterov", "float32", 0.0)),
         scalar_inputs=(3, 4)),
-    doc="ApplyMomentum [param, grad, velocity, lr, weight_decay] -> [param_next, "
-        "velocity_next], PyTorch's v = momentum * v + g; param -= lr * v (or g + momentum * v "
-        "with nesterov).",
+    # The CUDA kernel is generated from this formula: without dampening only (the step
+    # count's input is not in its signature, so codegen.backends refuses a dampened node).
+    doc="ApplyMomentum [param, grad, velocity, (step if dampening), lr, weight_decay] -> "
+        "[param_next, velocity_next], PyTorch's v = momentum * v + (1 - dampening) * g (v = g "
+        "on step 1); param -= lr * v (or g + momentum * v with nesterov).",
 ))
 
 
 # ---- Adam -------------------------------------------------------------------------------------
 
 def _adam(xs: list[np.ndarray], a: Attrs) -> list[np.ndarray]:
-    p, g, m, v, step, lr, wd = xs
+    if a.get("amsgrad"):
+        p, g, m, v, v_max, step, lr, wd = xs
+    else:
+        p, g, m, v, step, lr, wd = xs
     f = p.dtype.type
     lr, b1, b2, eps = f(lr), f(a["beta1"]), f(a["beta2"]), f(a["epsilon"])
     t = f(step)
@@ -177,18 +226,23 @@ def _adam(xs: list[np.ndarray], a: Attrs) -> list[np.ndarray]:
     m_next = b1 * m + (f(1) - b1) * g
     v_next = b2 * v + (f(1) - b2) * g * g
     step_size = lr / (f(1) - b1 ** t)
+    if a.get("amsgrad"):
+        v_max_next = np.maximum(v_max, v_next)
+        denom = np.sqrt(v_max_next) / np.sqrt(f(1) - b2 ** t) + eps
+        return [p - step_size * (m_next / denom), m_next, v_next, v_max_next]
     denom = np.sqrt(v_next) / np.sqrt(f(1) - b2 ** t) + eps
     return [p - step_size * (m_next / denom), m_next, v_next]
 
 
 register(OpDef(
-    name="ApplyAdam", arity=7,
+    name="ApplyAdam", arity=None, min_inputs=7,
     attrs={"beta1": Attr("float", 0.9), "beta2": Attr("float", 0.999),
-           "epsilon": Attr("float", 1e-8), "decoupled": Attr("bool", False)},
-    infer=_infer_update("ApplyAdam", ("m", "v"), 3, scalars=("step",)),
+           "epsilon": Attr("float", 1e-8), "decoupled": Attr("bool", False),
+           "amsgrad": Attr("bool", optional=True)},
+    infer=_infer_update("ApplyAdam", adam_parts),
     # per element: 3 for m, 4 for v, sqrt, scale and epsilon (3), divide and update (3),
-    # 2 for weight decay
-    flops=lambda ins, outs, a: ins[0].size * 15,
+    # 2 for weight decay; amsgrad: the maximum and its read
+    flops=lambda ins, outs, a: ins[0].size * (17 if a.get("amsgrad") else 15),
     reference=_adam,
     pointwise=Pointwise(
         _adam_pw,
@@ -197,9 +251,12 @@ register(OpDef(
         params=(("beta1", "float32", 0.9), ("beta2", "float32", 0.999),
                 ("epsilon", "float32", 1e-8), ("decoupled", "float32", 0.0)),
         scalar_inputs=(4, 5, 6)),
-    doc="ApplyAdam [param, grad, m, v, step, lr, weight_decay] -> [param_next, m_next, "
-        "v_next], torch.optim.Adam (AdamW with `decoupled`) with bias correction by the step "
-        "count t (already incremented for this step).",
+    # The CUDA kernel is generated from this formula: without amsgrad only (v_max is not in
+    # its signature, so codegen.backends refuses an amsgrad node).
+    doc="ApplyAdam [param, grad, m, v, (v_max if amsgrad), step, lr, weight_decay] -> "
+        "[param_next, m_next, v_next, (v_max_next)], torch.optim.Adam (AdamW with "
+        "`decoupled`; amsgrad: the running maximum of v in the denominator) with bias "
+        "correction by the step count t (already incremented for this step).",
 ))
 
 

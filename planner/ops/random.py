@@ -1,7 +1,7 @@
 """Random ops inside the training step, all drawn from Dropout's counter-based generator
 (planner/ops/dropout.py), so that a step is a pure function of (seed, step, rank):
 
-    draw(seed, step, rank, i) = splitmix64((seed + step * 2**32) * GOLDEN_GAMMA
+    draw(seed, step, rank, i) = splitmix64(step_seed(seed, step) * GOLDEN_GAMMA
                                            + rank * RANK_GAMMA + i)          (uint64, wrapping)
 
 `seed` is the op's own (the torch front end numbers random ops and Dropouts 1, 2, ... in graph

@@ -49,6 +49,27 @@ PROVENANCE_FIELDS = ("graph_sha256", "target_sha256", "costs_sha256", "options",
 SHOWN = 10
 
 
+def _op_changes(ops_a: dict[str, Any], ops_b: dict[str, Any]
+                ) -> tuple[dict[str, list[dict[str, Any]]], list[str]]:
+    """Of the ops both plans have: per op type, each op's changed fields; and the ops whose
+    execution order changed."""
+    both = sorted(ops_a.keys() & ops_b.keys())
+    by_type: dict[str, list[dict[str, Any]]] = {}
+    for name in both:
+        changed = _changed(ops_a[name], ops_b[name], OP_FIELDS)
+        if changed:
+            by_type.setdefault(ops_a[name]["op"], []).append({"name": name, **changed})
+    return by_type, [n for n in both if ops_a[n].get("order") != ops_b[n].get("order")]
+
+
+def _edge_changes(a: dict[str, Any], b: dict[str, Any]) -> dict[str, list[list[str]]]:
+    """The happens-before edges b adds to a's, and those it removes."""
+    edges_a = {(e["before"], e["after"]) for e in a.get("happens_before") or ()}
+    edges_b = {(e["before"], e["after"]) for e in b.get("happens_before") or ()}
+    return {"added": [list(e) for e in sorted(edges_b - edges_a)],
+            "removed": [list(e) for e in sorted(edges_a - edges_b)]}
+
+
 def diff_plans(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     """Every difference between two plans' JSON data (module docstring).
 
@@ -66,21 +87,12 @@ def diff_plans(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
                       if not _same(ma.get(f), mb.get(f))}
     ops_a = _by_name(a.get("ops"), "name")
     ops_b = _by_name(b.get("ops"), "name")
-    by_type: dict[str, list[dict[str, Any]]] = {}
-    for name in sorted(ops_a.keys() & ops_b.keys()):
-        changed = _changed(ops_a[name], ops_b[name], OP_FIELDS)
-        if changed:
-            by_type.setdefault(ops_a[name]["op"], []).append({"name": name, **changed})
-    order_changed = [n for n in sorted(ops_a.keys() & ops_b.keys())
-                     if ops_a[n].get("order") != ops_b[n].get("order")]
+    by_type, order_changed = _op_changes(ops_a, ops_b)
     mem_a, mem_b = a.get("memory") or {}, b.get("memory") or {}
     tensors = _records(a.get("tensors"), b.get("tensors"), "name", TENSOR_FIELDS)
     memory_ops = _records(mem_a.get("ops"), mem_b.get("ops"), "name", MEMORY_OP_FIELDS)
     convs = _records(mem_a.get("convs"), mem_b.get("convs"), "node", CONV_FIELDS)
-    edges_a = {(e["before"], e["after"]) for e in a.get("happens_before") or ()}
-    edges_b = {(e["before"], e["after"]) for e in b.get("happens_before") or ()}
-    edges = {"added": [list(e) for e in sorted(edges_b - edges_a)],
-             "removed": [list(e) for e in sorted(edges_a - edges_b)]}
+    edges = _edge_changes(a, b)
     ta, tb = a.get("target") or {}, b.get("target") or {}
     pa, pb = a.get("provenance") or {}, b.get("provenance") or {}
     provenance = _changed(pa, pb, PROVENANCE_FIELDS)
@@ -88,6 +100,7 @@ def diff_plans(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     header = {f: [a.get(f), b.get(f)] for f in HEADER_FIELDS if a.get(f) != b.get(f)}
     target_changed = ta != tb
     graph_changed = a.get("graph") != b.get("graph")
+    graph = graph_changes(a.get("graph") or {}, b.get("graph") or {}) if graph_changed else {}
     only_a = sorted(ops_a.keys() - ops_b.keys())
     only_b = sorted(ops_b.keys() - ops_a.keys())
     from planner.report.placement import placements
@@ -105,11 +118,62 @@ def diff_plans(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
         or header)
     return {"different": different, "backends": backends, "header": header,
             "targets": [ta.get("name"), tb.get("name")], "target_changed": target_changed,
-            "graph_changed": graph_changed, "provenance": provenance,
+            "graph_changed": graph_changed, "graph": graph, "provenance": provenance,
             "summary": summary, "memory_summary": memory_summary, "by_type": by_type,
             "order_changed": len(order_changed), "only_a": only_a, "only_b": only_b,
             "tensors": tensors, "memory_ops": memory_ops, "convs": convs, "edges": edges,
             "placement": placement, "budget": budget}
+
+
+FEEDS = ("input", "label")
+
+
+def graph_changes(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+    """How two embedded graphs differ, as a reviewer reads it: the feeds whose shapes changed
+    (two plans of one model for two batch sizes or sequence lengths), how many other tensors
+    changed shape with them, the nodes of one graph only and those whose attributes changed
+    (a reshape's target shape).
+
+    >>> t = lambda n, s, r="activation": {"name": n, "shape": s, "role": r}
+    >>> g = lambda b: {"tensors": [t("x", [b, 3], "input"), t("h", [b, 4])],
+    ...                "nodes": [{"name": "fc", "op": "MatMul", "attrs": {}}]}
+    >>> graph_changes(g(32), g(4))["feeds"], graph_changes(g(32), g(4))["reshaped"]
+    ([['x', [32, 3], [4, 3]]], 1)
+    """
+    ta, tb = _by_name(a.get("tensors"), "name"), _by_name(b.get("tensors"), "name")
+    na, nb = _by_name(a.get("nodes"), "name"), _by_name(b.get("nodes"), "name")
+    both = sorted(ta.keys() & tb.keys())
+    moved = [n for n in both if list(ta[n].get("shape") or []) != list(tb[n].get("shape") or [])]
+    feeds = [[n, list(ta[n]["shape"]), list(tb[n]["shape"])] for n in moved
+             if ta[n].get("role") in FEEDS]
+    return {"feeds": feeds, "reshaped": len(moved) - len(feeds),
+            "tensors_only_a": sorted(ta.keys() - tb.keys()),
+            "tensors_only_b": sorted(tb.keys() - ta.keys()),
+            "nodes_only_a": sorted(na.keys() - nb.keys()),
+            "nodes_only_b": sorted(nb.keys() - na.keys()),
+            "attrs_changed": [n for n in sorted(na.keys() & nb.keys())
+                              if na[n].get("attrs") != nb[n].get("attrs")
+                              or na[n].get("op") != nb[n].get("op")]}
+
+
+def format_graph_changes(g: dict[str, Any]) -> list[str]:
+    """The lines of graph_changes' dict under `graph:` in the text form."""
+    lines = []
+    if g.get("feeds"):
+        lines.append("  feeds: " + "; ".join(f"{n} {x} -> {y}" for n, x, y in g["feeds"]))
+    if g.get("reshaped"):
+        lines.append(f"  {g['reshaped']} other tensor(s) change shape with them")
+    for key, what in (("nodes_only_a", "nodes only in A"), ("nodes_only_b", "nodes only in B"),
+                      ("attrs_changed", "nodes with other attributes"),
+                      ("tensors_only_a", "tensors only in A"),
+                      ("tensors_only_b", "tensors only in B")):
+        names = g.get(key) or []
+        if names:
+            more = f" and {len(names) - SHOWN} more" if len(names) > SHOWN else ""
+            lines.append(f"  {what}: {', '.join(names[:SHOWN])}{more}")
+    if g and not lines:
+        lines.append("  the same nodes and shapes (other values: initializers, dtypes, roles)")
+    return lines
 
 
 def _same(x: Any, y: Any) -> bool:
@@ -163,6 +227,7 @@ def format_diff(d: dict[str, Any]) -> str:
         lines.append(f"{f}: {x} -> {y}")
     if d["graph_changed"]:
         lines.append("graph: the embedded graphs differ")
+        lines += format_graph_changes(d.get("graph") or {})
     for f, (x, y) in d["provenance"].items():
         if f != "graph_sha256" or not d["graph_changed"]:
             lines.append(f"provenance {f}: {_short(x)} -> {_short(y)}")

@@ -35,8 +35,9 @@ from typing import Any
 
 import numpy as np
 
+from planner.dtypes import DTYPE_BYTES
+
 KiB = 1024
-_SIZE = {"float32": 4, "float16": 2, "bfloat16": 2, "int64": 8, "int32": 4}
 
 
 def sharding_report(plan: dict[str, Any]) -> dict[str, Any]:
@@ -52,7 +53,11 @@ def sharding_report(plan: dict[str, Any]) -> dict[str, Any]:
 
     def nbytes(name: str) -> int:
         t = tensors[name]
-        return int(np.prod(t["shape"], dtype=np.int64)) * _SIZE.get(t.get("dtype", "float32"), 4)
+        dtype = t.get("dtype", "float32")
+        if dtype not in DTYPE_BYTES:
+            raise ValueError(f"plan tensor {name!r}: dtype {dtype!r} is not one of "
+                             f"{sorted(DTYPE_BYTES)} (a plan this planner did not write?)")
+        return int(np.prod(t["shape"], dtype=np.int64)) * DTYPE_BYTES[dtype]
 
     shards = {n["inputs"][0] for n in gathers}
     params = {s: sum(nbytes(o) for o in n["outputs"]) for n in gathers for s in n["inputs"]}

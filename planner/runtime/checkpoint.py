@@ -29,6 +29,7 @@ from planner.graph.optimizer import (
 )
 from planner.ir.accumulation import MICRO_STEP
 from planner.ir.graph import Graph
+from planner.ops.optim import UPDATE_PARTS
 from planner.runtime.hyperparameters import hyperparameter_value
 from planner.runtime.sharded_checkpoint import (
     Layout,
@@ -39,8 +40,8 @@ from planner.runtime.sharded_checkpoint import (
 )
 
 # PyTorch's names of the update ops' state slots.
-TORCH_SLOTS = {"velocity": "momentum_buffer", "m": "exp_avg", "v": "exp_avg_sq"}
-UPDATES = {"SGD": 0, "ApplyMomentum": 1, "ApplyAdam": 2}
+TORCH_SLOTS = {"velocity": "momentum_buffer", "m": "exp_avg", "v": "exp_avg_sq",
+               "v_max": "max_exp_avg_sq"}
 
 
 def _layout(graph: Graph) -> tuple[list[str], dict[str, tuple[int, str]], dict[int, list[int]],
@@ -53,16 +54,18 @@ def _layout(graph: Graph) -> tuple[list[str], dict[str, tuple[int, str]], dict[i
     groups: dict[int, list[int]] = {}
     step = None
     for n in graph.nodes:
-        if n.op not in UPDATES:
+        if n.op not in UPDATE_PARTS:
             continue
         k = len(params)
         params.append(n.inputs[0])
-        for j in range(UPDATES[n.op]):
+        held, scalars = UPDATE_PARTS[n.op](n.attrs)
+        for j in range(len(held)):
             slot = n.inputs[2 + j].rsplit("/", 1)[-1]
             slots[n.inputs[2 + j]] = (k, TORCH_SLOTS[slot])
-        if n.op == "ApplyAdam":  # it reads this step's count: the held one, incremented
-            count = graph.producer.get(n.inputs[4])
-            step = count.inputs[0] if count is not None else n.inputs[4]
+        if scalars:  # it reads this step's count: the held one, incremented
+            at = n.inputs[2 + len(held)]
+            count = graph.producer.get(at)
+            step = count.inputs[0] if count is not None else at
         parsed = parse_hyperparameter_tensor(n.inputs[-2])
         groups.setdefault(parsed[0] if parsed else 0, []).append(k)
     return params, slots, groups, step

@@ -208,53 +208,21 @@ class Hulls:
         position[order] = np.arange(n)
         # Longest paths over the picks, the costliest part of a step: prepared once.
         growing = _strictly_growing(durations)
-        walk = _Walk.of(preds, growing, position.tolist())
+        longest = _Longest(_Walk.of(preds, growing, position.tolist()), growing, n)
         flow = np.zeros(n)
-        flow[_longest_path(durations[order, 0].tolist(), walk)] = 1.0
+        flow[_longest_path(durations[order, 0].tolist(), longest.walk)] = 1.0
         mu = 0.0
         # (f = 0, mu = 1) is the area term; the first step, (critical path, mu = 0), the path.
         best = float(work.min(axis=1).sum())
         since = 0
+        picks = _Picks(bands, n)
         picked = np.zeros(n)
         steps = 0
-        x, value_at, work_at = np.empty(n), np.empty(n), np.empty(n)
-        # The picks often repeat the last step's (on ResNet-1001, 95% of the steps): so does
-        # their longest path, the step's costliest part, kept rather than searched again:
-        # the picks, the path's distances (_distances) and the path once traced.
-        last_x, (dist, via, end), path = np.empty(0), ([0.0], [-1], 0), None
-        # With positive durations (growing), the path's length summed along it (dist[end]) and
-        # as x[path].sum() differ by rounding only, less than this fraction of it.
-        slack = n * 2.0**-50
-        # Per band, its slice of the vectors, and buffers its products are written into (the
-        # same values as fresh arrays, without an allocation per step).
-        slices = []
-        start = 0
-        for nodes, band_durations, band_work, _ in bands:
-            band = slice(start, start + len(nodes))
-            start = band.stop
-            slices.append((band, np.empty_like(band_durations), np.empty_like(band_durations)))
-            if band_durations.shape[1] == 1:  # picked at every step
-                x[band], work_at[band] = band_durations[:, 0], band_work[:, 0]
         for step in range(iterations):
-            # Per node, the hull vertex minimising flow x duration + mu x work (the first, on
-            # ties), band by band: the same picks and sums as over the padded matrices.
-            for (_, band_durations, band_work, row_starts), (band, value, scaled) in zip(
-                    bands, slices, strict=True):
-                np.multiply(flow[band, None], band_durations, out=value)
-                np.multiply(band_work, mu, out=scaled)
-                value += scaled
-                if band_durations.shape[1] == 1:  # its only vertex: x, work_at set above
-                    value_at[band] = value[:, 0]
-                    continue
-                # Flat positions of the picks: take() on them is cheaper than 2-D indexing.
-                pick = value.argmin(axis=1)
-                pick += row_starts
-                band_durations.take(pick, out=x[band])
-                value.take(pick, out=value_at[band])
-                band_work.take(pick, out=work_at[band])
-            picked += x
+            picks.pick(flow, mu)
+            picked += picks.x
             steps += 1
-            found = float(value_at.take(position).sum())  # summed in node order
+            found = float(picks.value_at.take(position).sum())  # summed in node order
             if found > best * (1 + PLATEAU_GAIN):
                 best, since = found, 0
             else:
@@ -263,22 +231,84 @@ class Hulls:
                     break
             if step + 1 == iterations:  # no flow after the last step
                 break
-            if not np.array_equal(x, last_x):
-                last_x, (dist, via, end), path = x.copy(), _distances(x.tolist(), walk), None
             gamma = 2.0 / (step + 3.0)
             flow *= 1.0 - gamma
             mu *= 1.0 - gamma
-            total_work = float(work_at.take(position).sum())
-            if growing and dist[end] < total_work * (1.0 - slack):  # no path needed
-                mu += gamma
-                continue
-            if path is None:  # an index array, once: a list would be converted at each use
-                path = np.array(_trace(via, end))
-            if float(x[path].sum()) >= total_work:
+            # Toward the path (flow) or the area term (mu), whichever the picks make longer.
+            total_work = float(picks.work_at.take(position).sum())
+            path = longest.path_over(picks.x, total_work)
+            if path is not None and float(picks.x[path].sum()) >= total_work:
                 flow[path] += gamma
             else:
                 mu += gamma
         return best, (picked / steps).take(position).tolist()
+
+
+class _Picks:
+    """Per node, the hull vertex a Frank-Wolfe step picks (its duration `x`, its value and
+    its work), as vectors in band order written in place at each step."""
+
+    def __init__(self, bands: list[tuple[np.ndarray, ...]], n: int) -> None:
+        self.bands = bands
+        self.x, self.value_at, self.work_at = np.empty(n), np.empty(n), np.empty(n)
+        # Per band, its slice of the vectors, and buffers its products are written into (the
+        # same values as fresh arrays, without an allocation per step).
+        self.slices = []
+        start = 0
+        for nodes, band_durations, band_work, _ in bands:
+            band = slice(start, start + len(nodes))
+            start = band.stop
+            self.slices.append((band, np.empty_like(band_durations),
+                                np.empty_like(band_durations)))
+            if band_durations.shape[1] == 1:  # picked at every step
+                self.x[band], self.work_at[band] = band_durations[:, 0], band_work[:, 0]
+
+    def pick(self, flow: np.ndarray, mu: float) -> None:
+        """Per node, the hull vertex minimising flow x duration + mu x work (the first, on
+        ties), band by band: the same picks and sums as over the padded matrices."""
+        x, value_at, work_at = self.x, self.value_at, self.work_at
+        for (_, band_durations, band_work, row_starts), (band, value, scaled) in zip(
+                self.bands, self.slices, strict=True):
+            np.multiply(flow[band, None], band_durations, out=value)
+            np.multiply(band_work, mu, out=scaled)
+            value += scaled
+            if band_durations.shape[1] == 1:  # its only vertex: x, work_at set in __init__
+                value_at[band] = value[:, 0]
+                continue
+            # Flat positions of the picks: take() on them is cheaper than 2-D indexing.
+            pick = value.argmin(axis=1)
+            pick += row_starts
+            band_durations.take(pick, out=x[band])
+            value.take(pick, out=value_at[band])
+            band_work.take(pick, out=work_at[band])
+
+
+class _Longest:
+    """The longest path over a step's picks. The picks often repeat the last step's (on
+    ResNet-1001, 95% of the steps): so does their longest path, the step's costliest part,
+    kept rather than searched again: the picks, the path's distances (_distances) and the
+    path once traced."""
+
+    def __init__(self, walk: _Walk, growing: bool, n: int) -> None:
+        self.walk, self.growing = walk, growing
+        self.last_x: np.ndarray = np.empty(0)
+        self.dist, self.via, self.end = [0.0], [-1], 0
+        self.path: np.ndarray | None = None
+        # With positive durations (growing), the path's length summed along it (dist[end])
+        # and as x[path].sum() differ by rounding only, less than this fraction of it.
+        self.slack = n * 2.0**-50
+
+    def path_over(self, x: np.ndarray, total_work: float) -> np.ndarray | None:
+        """The longest path's nodes at durations x; None where it is surely shorter than
+        `total_work` (no path needed)."""
+        if not np.array_equal(x, self.last_x):
+            self.last_x = x.copy()
+            (self.dist, self.via, self.end), self.path = _distances(x.tolist(), self.walk), None
+        if self.growing and self.dist[self.end] < total_work * (1.0 - self.slack):
+            return None
+        if self.path is None:  # an index array, once: a list would be converted at each use
+            self.path = np.array(_trace(self.via, self.end))
+        return self.path
 
 
 # A band costs a few numpy calls per Frank-Wolfe step: as much time as this many matrix cells.

@@ -1,5 +1,5 @@
 """The event loop every strategy shares: time advances from op end to op end, and at each
-moment a strategy's `decide` starts ops from the ready list on free cores.
+moment a strategy's policy (`Policy.decide`) starts ops from the ready list on free cores.
 
     now ──► decide(now, ready, machine) starts some ops ──► jump to the next op end ──► ...
 
@@ -20,8 +20,9 @@ Example:
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from functools import lru_cache
+from typing import Protocol
 
 from planner.schedule.cores import pick_cores
 from planner.schedule.placement import Placement
@@ -161,7 +162,12 @@ class Machine:
         return [p for _, _, p in self.running if not p.smt and len(p.cores) == self.cores]
 
 
-Decide = Callable[[float, list[int], Machine], list[Placement]]
+class Policy(Protocol):
+    """A strategy as the engine sees it: which ready ops start now, on which cores."""
+
+    def decide(self, now: float, ready: list[int], machine: Machine) -> list[Placement]:
+        """Start some of `ready` (node indices, ascending) on `machine`; the placements."""
+        ...
 
 
 @lru_cache(maxsize=4)
@@ -179,13 +185,14 @@ def _dependents(preds: Sequence[Sequence[int]]
 
 
 def list_schedule(preds: Sequence[Sequence[int]], machine: Machine,
-                  decide: Decide) -> list[Placement]:
-    """Run `decide` at time 0 and after every op end until every node is placed.
+                  policy: Policy) -> list[Placement]:
+    """Ask `policy.decide` at time 0 and after every op end until every node is placed.
 
     `decide` gets the ready node indices ascending and must start at least one op when the
     machine is idle; ValueError otherwise (a strategy bug, named).
     """
     n = len(preds)
+    decide = policy.decide
     # The search list-schedules one graph's dependencies ten times or more: their counts and
     # successors are found once (preds of tuples, the schedulers' own, are hashable).
     try:

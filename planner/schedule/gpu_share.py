@@ -131,18 +131,13 @@ def simulate_streams(seconds: Sequence[float], preds: Sequence[Sequence[int]],
     (no SMs); `demand` is bytes/s alone. Ops are numbered in a topological order."""
     n = len(seconds)
     waiting = [len(set(p)) for p in preds]
-    after: list[list[int]] = [[] for _ in range(n)]
-    for j, ps in enumerate(preds):
-        for p in set(ps):
-            after[p].append(j)
+    after = _successors(preds)
     left = [float(s) for s in seconds]
-    issued = [0.0] * n
     start: list[float | None] = [None] * n
     end = [0.0] * n
     mu = [min(1.0, d / bandwidth) if bandwidth > 0 else 0.0 for d in demand]
     running: list[int] = []  # in issue order
     now = 0.0
-
     # Ops whose predecessors ended but the host has not issued yet: (issue time, op).
     held: list[tuple[float, int]] = []
 
@@ -151,7 +146,6 @@ def simulate_streams(seconds: Sequence[float], preds: Sequence[Sequence[int]],
             if issue is not None and issue[j] > now + EPSILON:
                 heapq.heappush(held, (issue[j], j))
                 continue
-            issued[j] = now
             running.append(j)
 
     release(j for j in range(n) if waiting[j] == 0)
@@ -160,40 +154,21 @@ def simulate_streams(seconds: Sequence[float], preds: Sequence[Sequence[int]],
         if not running:
             now = max(now, held[0][0])
         while held and held[0][0] <= now + EPSILON:
-            _, j = heapq.heappop(held)
-            issued[j] = now
-            running.append(j)
-        free = 1.0
-        pace: dict[int, float] = {}
-        for j in running:
-            if occ[j] <= 0:
-                pace[j] = 1.0
-                continue
-            got = min(occ[j], max(free, 0.0))
-            free -= got
-            pace[j] = got / occ[j]
-        asked = sum(demand[j] * pace[j] for j in running)
-        over = max(0.0, asked / bandwidth - 1.0) if bandwidth > 0 else 0.0
-        for j in running:
-            if pace[j] > EPSILON:
-                pace[j] /= 1.0 + mu[j] * over
-                if start[j] is None:
-                    start[j] = now
-            else:
-                pace[j] = 0.0
+            running.append(heapq.heappop(held)[1])
+        pace = _paces(running, occ, demand, mu, bandwidth)
         moving = [j for j in running if pace[j] > 0]
+        for j in moving:
+            if start[j] is None:
+                start[j] = now
         dt = min(left[j] / pace[j] for j in moving)
         if held and held[0][0] - now < dt:
             # The host issues an op first: advance to it, nobody finishes.
-            dt = held[0][0] - now
-            for j in moving:
-                left[j] = max(0.0, left[j] - dt * pace[j])
+            _advance(left, moving, pace, held[0][0] - now)
             now = held[0][0]
             continue
         now += dt
         finished = [j for j in moving if left[j] / pace[j] <= dt * (1 + 1e-9) + EPSILON]
-        for j in moving:
-            left[j] = max(0.0, left[j] - dt * pace[j])
+        _advance(left, moving, pace, dt)
         ready: list[int] = []
         for j in finished:
             running.remove(j)
@@ -207,6 +182,45 @@ def simulate_streams(seconds: Sequence[float], preds: Sequence[Sequence[int]],
     if done != n:
         raise ValueError("the ops' waits form a cycle")
     return StreamRun(start=[s if s is not None else 0.0 for s in start], end=end)
+
+
+def _successors(preds: Sequence[Sequence[int]]) -> list[list[int]]:
+    """Per op, the ops that wait for it (each once)."""
+    after: list[list[int]] = [[] for _ in preds]
+    for j, ps in enumerate(preds):
+        for p in set(ps):
+            after[p].append(j)
+    return after
+
+
+def _advance(left: list[float], moving: list[int], pace: dict[int, float], dt: float) -> None:
+    """Each moving op's seconds left (alone) after `dt` at its pace."""
+    for j in moving:
+        left[j] = max(0.0, left[j] - dt * pace[j])
+
+
+def _paces(running: list[int], occ: Sequence[float], demand: Sequence[float],
+           mu: Sequence[float], bandwidth: float) -> dict[int, float]:
+    """Per running op (issue order), the fraction of its alone speed it runs at now: SMs go
+    in issue order, and the ops that ask more bandwidth than there is slow down by their
+    share of the excess; 0 for an op that got no SMs (a copy, occ 0, always runs)."""
+    free = 1.0
+    pace: dict[int, float] = {}
+    for j in running:
+        if occ[j] <= 0:
+            pace[j] = 1.0
+            continue
+        got = min(occ[j], max(free, 0.0))
+        free -= got
+        pace[j] = got / occ[j]
+    asked = sum(demand[j] * pace[j] for j in running)
+    over = max(0.0, asked / bandwidth - 1.0) if bandwidth > 0 else 0.0
+    for j in running:
+        if pace[j] > EPSILON:
+            pace[j] /= 1.0 + mu[j] * over
+        else:
+            pace[j] = 0.0
+    return pace
 
 
 def busy_seconds(intervals: Iterable[tuple[float, float]]) -> float:

@@ -80,45 +80,75 @@ def list_moldable(costs: OpCosts, preds: Sequence[Sequence[int]], priority: Sequ
     """One list schedule (see the module docstring). `group_min` None: no grouping; `widen`:
     which ops may take more threads than allotted when cores would idle otherwise (WIDEN);
     `groupable`: may_group(costs, group_min), where the caller has it."""
-    fill = widen == "fill"
-    times = costs.time_lists
-    best = costs.best_prefix
-    affinity = costs.affinity
-    keys = costs.keys
-    if group_min is not None and groupable is None:
-        groupable = may_group(costs, group_min)
-    # Rank of each node in priority order (highest first, ties by index): ready lists sort by
-    # it without a Python key function per comparison (they can hold thousands of ops).
-    rank = [0] * len(priority)
-    for r, i in enumerate(sorted(range(len(priority)), key=lambda i: (-priority[i], i))):
-        rank[i] = r
-    by_rank = rank.__getitem__
+    policy = Moldable(costs, priority, allot, smt, smt_slowdown, group_min, widen, groupable)
+    return list_schedule(preds, Machine(groups, smt=smt), policy)
 
-    def loop_time(members: list[int], k: int) -> float:
-        # One parallel loop over independent ops, one op per thread at a time.
-        return math.ceil(len(members) / k) * times[members[0]][0]
 
-    def decide(now: float, ready: list[int], machine: Machine) -> list[Placement]:
+class Moldable:
+    """list_moldable's policy: at each decision the engine asks for, `group` starts the ready
+    ops that run faster as one parallel loop, `place` starts the rest by priority on their
+    allotments (or reserves a later moment for one), and `corun` fills a wide op's second
+    hardware threads. Holds only what the decisions read; the machine is the engine's."""
+
+    def __init__(self, costs: OpCosts, priority: Sequence[float], allot: Sequence[int],
+                 smt: bool, smt_slowdown: float, group_min: int | None, widen: Widen,
+                 groupable: Sequence[bool] | None) -> None:
+        self.costs, self.allot, self.widen = costs, allot, widen
+        self.smt, self.smt_slowdown, self.group_min = smt, smt_slowdown, group_min
+        self.fill = widen == "fill"
+        self.times, self.best, self.affinity = costs.time_lists, costs.best_prefix, costs.affinity
+        if group_min is not None and groupable is None:
+            groupable = may_group(costs, group_min)
+        self.groupable = groupable
+        # Rank of each node in priority order (highest first, ties by index): ready lists sort
+        # by it without a Python key function per comparison (they can hold thousands of ops).
+        rank = [0] * len(priority)
+        for r, i in enumerate(sorted(range(len(priority)), key=lambda i: (-priority[i], i))):
+            rank[i] = r
+        self.by_rank = rank.__getitem__
+
+    def decide(self, now: float, ready: list[int], machine: Machine) -> list[Placement]:
+        """The placements started now (the engine's question)."""
         started: list[Placement] = []
-        queue = sorted(ready, key=by_rank)
+        queue = sorted(ready, key=self.by_rank)
         # A group needs group_min ready ops (most decisions see three or four).
-        if groupable is not None and len(queue) >= group_min:
-            by_key: dict[str, list[int]] = {}
-            for i in queue:
-                if groupable[i]:
-                    by_key.setdefault(keys[i], []).append(i)
-            for members in by_key.values():
-                free = machine.free_count
-                if len(members) >= group_min and free >= 1:
-                    k = min(len(members), free)
-                    grouped = loop_time(members, k)
-                    alone = sum(costs.fastest_seconds[i] for i in members)
-                    if grouped < alone:
-                        started.append(machine.start(tuple(sorted(members)), k, "compact",
-                                                     grouped, now,
-                                                     group=f"group{now:.9e}/{members[0]}"))
-                        taken = set(members)
-                        queue = [i for i in queue if i not in taken]
+        if self.groupable is not None and len(queue) >= self.group_min:
+            queue = self.group(now, queue, machine, started)
+        self.place(now, queue, machine, started)
+        if self.smt and machine.smt_mask and queue:
+            self.corun(now, queue, machine, started)
+        return started
+
+    def group(self, now: float, queue: list[int], machine: Machine,
+              started: list[Placement]) -> list[int]:
+        """Start >= group_min ready ops of one signature as one parallel loop, one op per
+        thread, where that beats their fastest times one after another; the queue left."""
+        by_key: dict[str, list[int]] = {}
+        for i in queue:
+            if self.groupable[i]:
+                by_key.setdefault(self.costs.keys[i], []).append(i)
+        for members in by_key.values():
+            free = machine.free_count
+            if len(members) >= self.group_min and free >= 1:
+                k = min(len(members), free)
+                # One parallel loop over independent ops, one op per thread at a time.
+                grouped = math.ceil(len(members) / k) * self.times[members[0]][0]
+                alone = sum(self.costs.fastest_seconds[i] for i in members)
+                if grouped < alone:
+                    started.append(machine.start(tuple(sorted(members)), k, "compact",
+                                                 grouped, now,
+                                                 group=f"group{now:.9e}/{members[0]}"))
+                    taken = set(members)
+                    queue = [i for i in queue if i not in taken]
+        return queue
+
+    def place(self, now: float, queue: list[int], machine: Machine,
+              started: list[Placement]) -> None:
+        """Start queued ops by priority on the best count <= min(allotment, free cores)
+        (widened where cores would idle), unless waiting for running ops' cores finishes one
+        sooner: then that moment is reserved and later ops only backfill before it. Started
+        ops leave `queue`."""
+        times, allot, best, fill = self.times, self.allot, self.best, self.fill
         reserved: float | None = None
         # Allotments still in the queue (integers: any order sums the same).
         queued = sum(map(allot.__getitem__, queue)) if fill else 0
@@ -128,66 +158,75 @@ def list_moldable(costs: OpCosts, preds: Sequence[Sequence[int]], priority: Sequ
             free = machine.free_count
             if free == 0:
                 break
-            t, a, fastest = times[i], allot[i], best[i]
+            t, a = times[i], allot[i]
             # Conditionals, not min() and max(): the same values, and this loop runs ~30,000
             # times per plan, where the builtins' calls showed.
             limit = a if a <= free else free
-            k = fastest[limit - 1]
-            if widen and reserved is None and free > limit and (fill or len(queue) == 1):
-                # No op becomes ready before the first running one ends: free cores that the
-                # other ready ops' allotments leave, and that this op can finish on before
-                # then, would idle; it takes them.
-                others = queued - a if fill else 0
-                if free - others > limit:
-                    wide = fastest[free - others - 1]
-                    # Running placements are sorted by end: the first without SMT ends first.
-                    if now + t[wide - 1] <= next((e for e, _, p in running if not p.smt),
-                                                 math.inf):
-                        k = wide
+            k = best[i][limit - 1]
+            if self.widen and reserved is None and free > limit and (fill or len(queue) == 1):
+                k = self.widened(i, k, now, free - (queued - a if fill else 0), limit, running)
             finish = now + t[k - 1]
-            if reserved is not None:
-                if finish <= reserved:
-                    started.append(machine.start((i,), k, affinity[i][k - 1], t[k - 1], now))
-                    queue.remove(i)
-                    queued -= a
-                continue
-            wait_best, wait_at = finish, None
-            free_then = free
-            # At each end of a running non-SMT placement, the cores free then (a loop here:
-            # a generator of these cost a tenth of the list schedule).
-            for end, _, p in running:
-                if p.smt:
+            if reserved is None:
+                wait_at = self.wait(i, now, finish, free, running)
+                if wait_at is not None and running:
+                    reserved = wait_at
                     continue
-                free_then += len(p.cores)
-                at = end if end >= now else now
-                kw = fastest[(a if a <= free_then else free_then) - 1]
-                if at + t[kw - 1] < wait_best * (1 - 1e-9):
-                    wait_best, wait_at = at + t[kw - 1], at
-                if free_then >= a:
-                    break
-            if wait_at is None or not running:
-                started.append(machine.start((i,), k, affinity[i][k - 1], t[k - 1], now))
-                queue.remove(i)
-                queued -= a
-            else:
-                reserved = wait_at
-        if smt and machine.smt_mask and queue:
-            for w in machine.wide():
-                left = w.end - now
-                for i in sorted(queue, key=lambda j: (times[j][0], j)):
-                    slots = machine.smt_slots(w.cores)
-                    if slots == 0:
-                        break
-                    k = best[i][slots - 1]
-                    t_alone = times[i][k - 1]
-                    if smt_slowdown * t_alone <= left:
-                        started.append(machine.start((i,), k, affinity[i][k - 1],
-                                                     t_alone, now, smt=True,
-                                                     until=now + smt_slowdown * t_alone))
-                        queue.remove(i)
-        return started
+            elif finish > reserved:
+                continue
+            started.append(machine.start((i,), k, self.affinity[i][k - 1], t[k - 1], now))
+            queue.remove(i)
+            queued -= a
 
-    return list_schedule(preds, Machine(groups, smt=smt), decide)
+    def widened(self, i: int, k: int, now: float, room: int, limit: int,
+                running: list) -> int:
+        """Node i's count on `room` cores (those the other ready ops' allotments leave) where
+        it finishes on them before the first running op ends, else k: no op becomes ready
+        before then, so those cores would idle."""
+        if room > limit:
+            wide = self.best[i][room - 1]
+            # Running placements are sorted by end: the first without SMT ends first.
+            if now + self.times[i][wide - 1] <= next((e for e, _, p in running if not p.smt),
+                                                     math.inf):
+                return wide
+        return k
+
+    def wait(self, i: int, now: float, finish: float, free: int, running: list) -> float | None:
+        """The moment a running op's end frees cores that finish node i sooner than `finish`
+        (the best such, ends in order), or None."""
+        t, fastest, a = self.times[i], self.best[i], self.allot[i]
+        wait_best, wait_at = finish, None
+        free_then = free
+        # At each end of a running non-SMT placement, the cores free then (a loop here:
+        # a generator of these cost a tenth of the list schedule).
+        for end, _, p in running:
+            if p.smt:
+                continue
+            free_then += len(p.cores)
+            at = end if end >= now else now
+            kw = fastest[(a if a <= free_then else free_then) - 1]
+            if at + t[kw - 1] < wait_best * (1 - 1e-9):
+                wait_best, wait_at = at + t[kw - 1], at
+            if free_then >= a:
+                break
+        return wait_at
+
+    def corun(self, now: float, queue: list[int], machine: Machine,
+              started: list[Placement]) -> None:
+        """Start queued ops (shortest serial time first) on a wide op's free second hardware
+        threads where they end before it, slowed by smt_slowdown."""
+        times, best, slow = self.times, self.best, self.smt_slowdown
+        for w in machine.wide():
+            left = w.end - now
+            for i in sorted(queue, key=lambda j: (times[j][0], j)):
+                slots = machine.smt_slots(w.cores)
+                if slots == 0:
+                    break
+                k = best[i][slots - 1]
+                t_alone = times[i][k - 1]
+                if slow * t_alone <= left:
+                    started.append(machine.start((i,), k, self.affinity[i][k - 1], t_alone,
+                                                 now, smt=True, until=now + slow * t_alone))
+                    queue.remove(i)
 
 
 def may_group(costs: OpCosts, group_min: int) -> list[bool]:

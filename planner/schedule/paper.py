@@ -57,111 +57,142 @@ def paper(costs: OpCosts, preds: Sequence[Sequence[int]], op_types: Sequence[str
           groups: tuple[tuple[int, ...], ...], smt: bool,
           options: ScheduleOptions) -> list[Placement]:
     """Placements of Strategies 1-4 (see the module docstring)."""
-    n = len(preds)
-    k2 = (type_threads(costs, op_types) if options.per_type_threads
-          else [costs.best_threads(i) for i in range(n)])
-    times = costs.time_lists
-    # Per node, its candidates and their least threads and least time (most ops fit nowhere,
-    # and these let the scan skip them without looking at every candidate); per curve and
-    # Strategy 2 count, as alike nodes share both.
-    made: dict[tuple[int, int], tuple[list[int], int, float]] = {}
-    cands, low_k, low_t = [], [], []
-    for i in range(n):
-        key = (id(costs.times[i]), k2[i])
-        if key not in made:
-            c = candidate_threads(costs, i, k2[i], options.candidates, options.max_thread_change)
-            made[key] = c, min(c), min(times[i][k - 1] for k in c)
-        c, least_k, least_t = made[key]
-        cands.append(c)
-        low_k.append(least_k)
-        low_t.append(least_t)
-    serial = [t[0] for t in times]
-    at_k2 = [times[i][k2[i] - 1] for i in range(n)]
-    f = options.smt_slowdown
+    return list_schedule(preds, Machine(groups, smt=smt), Strategies(costs, op_types, options))
 
-    def affinity(i: int, k: int) -> str:
-        return costs.affinity[i][k - 1]
 
-    # Ranks of the two orders decide sorts ready ops by (precomputed: the queue can be long).
-    cost_rank = _ranks(sorted(range(n), key=lambda j: (-at_k2[j], j)))
-    serial_rank = _ranks(sorted(range(n), key=lambda j: (serial[j], j)))
-    # The same as arrays: the ready queue is often long (hundreds of ResNet-1001's weight
-    # updates wait), so each scan first keeps, in numpy, the ops that could fit at all.
-    low_k_of, low_t_of = np.array(low_k), np.array(low_t, dtype=np.float64)
-    cost_rank_of = np.array(cost_rank)
+class Strategies:
+    """paper's policy: at each decision the engine asks for, `fit` starts ready ops on the idle
+    cores (Strategy 3), `heaviest` picks the op that runs when none fits, and `hyperthreads`
+    fills a wide op's second hardware threads (Strategy 4)."""
 
-    def decide(now: float, ready: list[int], machine: Machine) -> list[Placement]:
+    def __init__(self, costs: OpCosts, op_types: Sequence[str], options: ScheduleOptions) -> None:
+        n = len(costs.times)
+        self.n, self.options, self.affinity = n, options, costs.affinity
+        self.k2 = k2 = (type_threads(costs, op_types) if options.per_type_threads
+                        else [costs.best_threads(i) for i in range(n)])
+        self.times = times = costs.time_lists
+        # Per node, its candidates and their least threads and least time (most ops fit
+        # nowhere, and these let the scan skip them without looking at every candidate); per
+        # curve and Strategy 2 count, as alike nodes share both.
+        made: dict[tuple[int, int], tuple[list[int], int, float]] = {}
+        self.cands, self.low_k, self.low_t = [], [], []
+        for i in range(n):
+            key = (id(costs.times[i]), k2[i])
+            if key not in made:
+                c = candidate_threads(costs, i, k2[i], options.candidates,
+                                      options.max_thread_change)
+                made[key] = c, min(c), min(times[i][k - 1] for k in c)
+            c, least_k, least_t = made[key]
+            self.cands.append(c)
+            self.low_k.append(least_k)
+            self.low_t.append(least_t)
+        serial = [t[0] for t in times]
+        at_k2 = [times[i][k2[i] - 1] for i in range(n)]
+        # Ranks of the two orders decide sorts ready ops by (precomputed: the queue can be
+        # long).
+        self.cost_rank = _ranks(sorted(range(n), key=lambda j: (-at_k2[j], j)))
+        self.serial_rank = _ranks(sorted(range(n), key=lambda j: (serial[j], j)))
+        # The same as arrays: the ready queue is often long (hundreds of ResNet-1001's weight
+        # updates wait), so each scan first keeps, in numpy, the ops that could fit at all.
+        self.low_k_of = np.array(self.low_k)
+        self.low_t_of = np.array(self.low_t, dtype=np.float64)
+        self.cost_rank_of = np.array(self.cost_rank)
+
+    def decide(self, now: float, ready: list[int], machine: Machine) -> list[Placement]:
+        """The placements started now (the engine's question)."""
+        options, k2 = self.options, self.k2
         started: list[Placement] = []
         queue = list(ready)
         # A short queue (most decisions see a few ops) is scanned in Python: numpy's calls
         # cost more than they save there.
-        long = len(queue) > LONG_QUEUE
-        at = np.fromiter(queue, dtype=np.intp, count=len(queue)) if long else None
+        at = (np.fromiter(queue, dtype=np.intp, count=len(queue)) if len(queue) > LONG_QUEUE
+              else None)
         taken: set[int] = set()
         by_cost: np.ndarray | None = None
         progress = True
         while len(taken) < len(queue) and machine.free_mask and progress:
             progress = False
             if options.corun and machine.running:
-                horizon = machine.horizon(now)
-                free = machine.free_count
-                # Free cores only shrink during the scan: an op that fails this test at its
-                # start fails it at its turn too.
-                could = (at[(low_k_of[at] <= free) & (low_t_of[at] <= horizon)].tolist()
-                         if at is not None else
-                         [i for i in queue if low_k[i] <= free and low_t[i] <= horizon])
-                for i in could:
-                    if i in taken or low_k[i] > free or low_t[i] > horizon:
-                        continue
-                    fit = [k for k in cands[i] if k <= free and times[i][k - 1] <= horizon]
-                    if fit:
-                        k = fit[0]
-                        started.append(machine.start((i,), k, affinity(i, k),
-                                                     times[i][k - 1], now))
-                        taken.add(i)
-                        free = machine.free_count
-                        progress = True
+                progress = self.fit(now, queue, at, taken, machine, started)
             if progress or len(taken) == len(queue):
                 continue
             # Nothing fits: the most expensive ready op runs with Strategy 2's count.
-            # The untaken op of the least cost rank (ranks are distinct), taken ones masked.
-            if at is None:
-                i = min((j for j in queue if j not in taken), key=cost_rank.__getitem__)
-            else:
-                if by_cost is None:
-                    by_cost = cost_rank_of[at]
-                while True:
-                    first = int(by_cost.argmin())
-                    i = queue[first]
-                    if i not in taken:
-                        break
-                    by_cost[first] = n
+            i, by_cost = self.heaviest(queue, at, taken, by_cost)
             idle = not machine.running
             if (idle or options.corun) and k2[i] <= machine.free_count or idle:
                 k = min(k2[i], machine.free_count)
-                started.append(machine.start((i,), k, affinity(i, k), times[i][k - 1], now))
+                started.append(self.start(machine, i, k, now))
                 taken.add(i)
                 progress = options.corun
-        wide = machine.wide() if options.hyperthreads and machine.smt_mask else []
-        if wide and len(taken) < len(queue):
-            by_serial = sorted(queue, key=serial_rank.__getitem__)
-            for w in wide:
-                left = w.end - now
-                # Its free sibling slots, counted again only when an op takes some.
-                slots = machine.smt_slots(w.cores)
-                for i in by_serial:
-                    if i in taken:
-                        continue
-                    k = min(k2[i], slots)
-                    if k >= 1 and f * times[i][k - 1] <= left:
-                        t = times[i][k - 1]
-                        started.append(machine.start((i,), k, affinity(i, k), t, now,
-                                                     smt=True, until=now + f * t))
-                        taken.add(i)
-                        slots = machine.smt_slots(w.cores)
+        if options.hyperthreads and machine.smt_mask and len(taken) < len(queue):
+            self.hyperthreads(now, queue, taken, machine, started)
         return started
 
-    return list_schedule(preds, Machine(groups, smt=smt), decide)
+    def start(self, machine: Machine, i: int, k: int, now: float, smt: bool = False,
+              until: float | None = None) -> Placement:
+        return machine.start((i,), k, self.affinity[i][k - 1], self.times[i][k - 1], now,
+                             smt=smt, until=until)
+
+    def fit(self, now: float, queue: list[int], at: np.ndarray | None, taken: set[int],
+            machine: Machine, started: list[Placement]) -> bool:
+        """Strategy 3: each untaken op (queue order) starts on its fewest candidate threads
+        that fit the free cores and end before the running ops; whether any started."""
+        low_k, low_t, cands, times = self.low_k, self.low_t, self.cands, self.times
+        horizon = machine.horizon(now)
+        free = machine.free_count
+        # Free cores only shrink during the scan: an op that fails this test at its start
+        # fails it at its turn too.
+        could = (at[(self.low_k_of[at] <= free) & (self.low_t_of[at] <= horizon)].tolist()
+                 if at is not None else
+                 [i for i in queue if low_k[i] <= free and low_t[i] <= horizon])
+        progress = False
+        for i in could:
+            if i in taken or low_k[i] > free or low_t[i] > horizon:
+                continue
+            fit = [k for k in cands[i] if k <= free and times[i][k - 1] <= horizon]
+            if fit:
+                started.append(self.start(machine, i, fit[0], now))
+                taken.add(i)
+                free = machine.free_count
+                progress = True
+        return progress
+
+    def heaviest(self, queue: list[int], at: np.ndarray | None, taken: set[int],
+                 by_cost: np.ndarray | None) -> tuple[int, np.ndarray | None]:
+        """The untaken op of the least cost rank (ranks are distinct); a long queue's ranks
+        as an array (`by_cost`, made at the first call, taken ops masked), returned for the
+        next call."""
+        if at is None:
+            return min((j for j in queue if j not in taken), key=self.cost_rank.__getitem__), None
+        if by_cost is None:
+            by_cost = self.cost_rank_of[at]
+        while True:
+            first = int(by_cost.argmin())
+            i = queue[first]
+            if i not in taken:
+                return i, by_cost
+            by_cost[first] = self.n
+
+    def hyperthreads(self, now: float, queue: list[int], taken: set[int], machine: Machine,
+                     started: list[Placement]) -> None:
+        """Strategy 4: while an op holds every core, the untaken ops of shortest serial time
+        run on its free second hardware threads if they end before it (slowed by SMT)."""
+        f, k2, times = self.options.smt_slowdown, self.k2, self.times
+        wide = machine.wide()
+        by_serial = sorted(queue, key=self.serial_rank.__getitem__) if wide else []
+        for w in wide:
+            left = w.end - now
+            # Its free sibling slots, counted again only when an op takes some.
+            slots = machine.smt_slots(w.cores)
+            for i in by_serial:
+                if i in taken:
+                    continue
+                k = min(k2[i], slots)
+                if k >= 1 and f * times[i][k - 1] <= left:
+                    t = times[i][k - 1]
+                    started.append(self.start(machine, i, k, now, smt=True, until=now + f * t))
+                    taken.add(i)
+                    slots = machine.smt_slots(w.cores)
 
 
 def _ranks(order: list[int]) -> list[int]:

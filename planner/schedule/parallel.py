@@ -177,26 +177,49 @@ def comm_lane(graph: Graph, schedule: Schedule, link: Interconnect) -> Schedule:
     ar = [n for n in graph.nodes if n.op in COLLECTIVE_OPS]
     if not ar:
         return schedule
-    reduced = {r for n in ar if n.op != "AllGather" for r in n.outputs}
-    # the readers of averaged gradients and what depends on them (after loss scaling's
-    # UnscaleGrads, the updates), in graph order
-    late: set[str] = set()
-    for n in graph.nodes:
-        if n.op not in COLLECTIVE_OPS and set(n.inputs) & reduced:
-            late.add(n.name)
-            reduced |= set(n.outputs)
-    rank = {op.name: k + (len(schedule.ops) if op.name in late else 0)
-            for k, op in enumerate(schedule.ops)}
     names = [n.name for n in graph.nodes]
     deps = {names[i]: tuple(names[p] for p in ps) for i, ps in enumerate(predecessors(graph))}
     seconds = {n.name: collective_seconds(n.op, _bucket_bytes(graph, n), n.attrs["ranks"],
                                           link) for n in ar}
-    # ZeRO-3: a lane of all-gathers that readers wait for runs its collectives in the order
-    # they are ready (a reduce-scatter once its bucket's last gradient is predicted written),
-    # not in the order their inputs' writers started: a reduce-scatter behind a long
-    # weight-gradient GEMM would otherwise hold up the gathers of the layers before it. And
-    # a reduce-scatter, which only the updates after backward wait for, yields to a gather
-    # ready before it would end: it goes in the order as if ready at its own end.
+    rank = _late_updates_rank(graph, schedule, ar)
+    _rank_reductions(schedule, ar, deps, seconds, rank)
+    issue_after, prefetch = _gather_ranks(graph, schedule, rank, seconds)
+    ops, edges = _retimed(graph, schedule, rank, deps, seconds, issue_after, prefetch)
+    # Execution order is start order (as cpu_schedule's), so memory planning's reuse edges
+    # point forward; every edge does already (a successor starts when its predecessor ends).
+    ops.sort(key=lambda op: (op.start, op.end, rank[op.name]))
+    step = max(op.end for op in ops)
+    busy = sum(op.end - op.start for op in ops if op.cpus)
+    return schedule.model_copy(update={
+        "ops": tuple(ops), "edges": tuple(edges),
+        "utilization": schedule.utilization * schedule.step_seconds / step if step else 0.0,
+        "mean_corun": busy / step if step else 0.0})
+
+
+def _late_updates_rank(graph: Graph, schedule: Schedule, ar: list[Node]) -> dict[str, float]:
+    """The compute ops' ranks: their schedule order, but the readers of averaged gradients and
+    what depends on them (after loss scaling's UnscaleGrads, the updates) after the rest."""
+    reduced = {r for n in ar if n.op != "AllGather" for r in n.outputs}
+    late: set[str] = set()
+    for n in graph.nodes:  # in graph order
+        if n.op not in COLLECTIVE_OPS and set(n.inputs) & reduced:
+            late.add(n.name)
+            reduced |= set(n.outputs)
+    return {op.name: k + (len(schedule.ops) if op.name in late else 0)
+            for k, op in enumerate(schedule.ops)}
+
+
+def _rank_reductions(schedule: Schedule, ar: list[Node], deps: dict[str, tuple[str, ...]],
+                     seconds: dict[str, float], rank: dict[str, float]) -> None:
+    """Rank each all-reduce, reduce-scatter and sharded update (in `rank`) right after the
+    last op it depends on.
+
+    ZeRO-3: a lane of all-gathers that readers wait for runs its collectives in the order
+    they are ready (a reduce-scatter once its bucket's last gradient is predicted written),
+    not in the order their inputs' writers started: a reduce-scatter behind a long
+    weight-gradient GEMM would otherwise hold up the gathers of the layers before it. And
+    a reduce-scatter, which only the updates after backward wait for, yields to a gather
+    ready before it would end: it goes in the order as if ready at its own end."""
     gathering = any(n.op == "AllGather" for n in ar)
     when = _ready_rank(schedule, rank) if gathering else None
     ends = {op.name: op.end for op in schedule.ops}
@@ -206,7 +229,14 @@ def comm_lane(graph: Graph, schedule: Schedule, link: Interconnect) -> Schedule:
             if when is not None:
                 rank[n.name] = max(rank[n.name], when(seconds[n.name] + max(
                     (ends[d] for d in deps[n.name] if d in ends), default=0.0)))
-    issue_after, prefetch = _gather_ranks(graph, schedule, rank, seconds)
+
+
+def _retimed(graph: Graph, schedule: Schedule, rank: dict[str, float],
+             deps: dict[str, tuple[str, ...]], seconds: dict[str, float],
+             issue_after: dict[str, tuple[str, ...]], prefetch: dict[str, int]
+             ) -> tuple[list[ScheduledOp], list[Edge]]:
+    """Every op in rank order, started when the last op ordered before it on its places
+    (its CPUs, its stream, or the comm lane) and its dependencies end; and those edges."""
     order = sorted(rank, key=rank.__getitem__)  # topological: data edges point forward
     at = {op.name: op for op in schedule.ops}
     edges: list[Edge] = []
@@ -218,7 +248,6 @@ def comm_lane(graph: Graph, schedule: Schedule, link: Interconnect) -> Schedule:
     ops: list[ScheduledOp] = []
     for name in order:
         before = set(deps[name]) | set(issue_after.get(name, ()))
-        # Its CPUs (CPU), its stream (GPU), or the comm lane.
         places: tuple[int | str, ...] = ((at[name].cpus or (at[name].stream,)) if name in at
                                          else (COMM_LANE,))
         group = at[name].group if name in at else ""
@@ -246,15 +275,7 @@ def comm_lane(graph: Graph, schedule: Schedule, link: Interconnect) -> Schedule:
                 last_on[c] = op
         end[name] = op.end
         ops.append(op)
-    # Execution order is start order (as cpu_schedule's), so memory planning's reuse edges
-    # point forward; every edge does already (a successor starts when its predecessor ends).
-    ops.sort(key=lambda op: (op.start, op.end, rank[op.name]))
-    step = max(end.values())
-    busy = sum(op.end - op.start for op in ops if op.cpus)
-    return schedule.model_copy(update={
-        "ops": tuple(ops), "edges": tuple(edges),
-        "utilization": schedule.utilization * schedule.step_seconds / step if step else 0.0,
-        "mean_corun": busy / step if step else 0.0})
+    return ops, edges
 
 
 def _ready_rank(schedule: Schedule, rank: dict[str, float]) -> Callable[[float], float]:
@@ -407,4 +428,5 @@ def chosen_collectives(graph: Graph, target: Target, options: DataParallelOption
                             f"{target.backend!r} has no ShardedUnscaleGrads kernel)")
         rewrite = "sharded-updates"
     return Collectives(ranks=options.ranks, ranks_per_host=options.ranks_per_host,
-                       rewrite=rewrite, bucket_bytes=limit, backend=target.backend)
+                       rewrite=rewrite, bucket_bytes=limit,
+                       alignment=traits(target).bucket_alignment)

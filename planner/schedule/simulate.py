@@ -330,16 +330,13 @@ def exclusive_cores_loop(placements: Sequence[Placement], blocked: list[int],
     on_cores: list[int] = []
     ran: list[float] = []
     widths: list[int] = []
-    heap: list[tuple[float, int]] = []
-    counts: list[int] = []
-    running = 0
+    # The first ops start at 0 (a heap pops the same order however it was built: no ties).
+    heap = [(seconds[i], i) for i in range(n) if blocked[i] == 0]
+    heapq.heapify(heap)
+    running = len(heap)
+    counts = list(range(1, running + 1))
     now = 0.0
     done = 0
-    for i in range(n):
-        if blocked[i] == 0:
-            heapq.heappush(heap, (seconds[i], i))
-            running += 1
-            counts.append(running)
     pop, push = heapq.heappop, heapq.heappush
     while heap:
         end, i = pop(heap)
@@ -374,10 +371,18 @@ def exclusive_cores_loop(placements: Sequence[Placement], blocked: list[int],
             push(heap, (now + seconds[j], j))
             running += 1
             counts.append(running)
+    return sim_result(starts, ends, _core_totals(on_cores, ran, widths, cores), counts, cores,
+                      blocked, done == n)
+
+
+def _core_totals(on_cores: list[int], ran: list[float], widths: list[int],
+                 cores: int) -> list[float]:
+    """Per core, the busy seconds of the ops that held it: op k ran `ran[k]` on the next
+    `widths[k]` entries of `on_cores`."""
     total = np.zeros(cores)
     # ufunc.at adds unbuffered, element by element in index order: per core, the same sums.
     np.add.at(total, np.array(on_cores, dtype=np.intp), np.repeat(ran, widths))
-    return sim_result(starts, ends, total.tolist(), counts, cores, blocked, done == n)
+    return total.tolist()
 
 
 def sim_result(starts, ends, busy, counts, cores: int, blocked: list[int],

@@ -40,6 +40,7 @@ import numpy as np
 from planner.costs import CostModel, MissingCostWarning, graph_signatures
 from planner.costs.analytical import op_work
 from planner.costs.convalgo import ConvAlgo, conv_algorithms, kernel_scratch
+from planner.costs.signature import OpSignature
 from planner.graph.autodiff import node_phase
 from planner.graph.deps import predecessors
 from planner.ir.graph import Graph, Node
@@ -200,27 +201,7 @@ def compute_steps(graph: Graph, model: CostModel, order: list[str] | None = None
             continue
         sig = sigs[node.name]
         if sig.key not in cache:
-            work = op_work(sig)
-            launch = None
-            if get_op(node.op).convolution:
-                al = tuple(conv_algorithms(sig, device, model.table))
-                t, missing, extra, block = al[0].seconds, al[0].source != "measured", 0, 0
-            else:
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore", MissingCostWarning)
-                    p = model.gpu_time(sig, gpu=gpu)
-                al, t, missing, extra = (), p.seconds, p.source == "analytical", \
-                    kernel_scratch(sig)
-                block = p.threads_per_block
-                if p.blocks:
-                    launch = (p.threads_per_block, p.blocks)
-            if node.op == "MatMul":  # cuBLAS's workspace, planned like cuDNN's
-                extra += device.cublas_workspace_bytes or 0
-            outputs = sum(graph.tensor(o).size for o in node.outputs if o)
-            inputs = max((graph.tensor(i).size for i in node.inputs if i), default=0)
-            cache[sig.key] = (al, t, missing, extra, block,
-                              occupancy(work.flops, outputs, inputs, device.sm_count, launch),
-                              float(work.bytes))
+            cache[sig.key] = _kernel(graph, node, sig, model, gpu)
         al, t, missing, extra, block, share, nbytes = cache[sig.key]
         algos.append(al)
         seconds.append(t)
@@ -239,6 +220,32 @@ def compute_steps(graph: Graph, model: CostModel, order: list[str] | None = None
                         stream=tuple(lane[streams[n.name]] for n in nodes) if streams else (),
                         joins=tuple((index[a], index[b]) for a, b in joins),
                         bandwidth=device.memory_bandwidth)
+
+
+def _kernel(graph: Graph, node: Node, sig: OpSignature, model: CostModel, gpu: int
+            ) -> tuple[tuple[ConvAlgo, ...], float, bool, int, int, float, float]:
+    """One signature's kernel on the GPU: (its convolution algorithms, seconds, whether
+    priced analytically, scratch bytes, threads per block, SM share, bytes moved)."""
+    device = model.target.gpus[gpu]
+    work = op_work(sig)
+    launch = None
+    if get_op(node.op).convolution:
+        al = tuple(conv_algorithms(sig, device, model.table))
+        t, missing, extra, block = al[0].seconds, al[0].source != "measured", 0, 0
+    else:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", MissingCostWarning)
+            p = model.gpu_time(sig, gpu=gpu)
+        al, t, missing, extra = (), p.seconds, p.source == "analytical", kernel_scratch(sig)
+        block = p.threads_per_block
+        if p.blocks:
+            launch = (p.threads_per_block, p.blocks)
+    if node.op == "MatMul":  # cuBLAS's workspace, planned like cuDNN's
+        extra += device.cublas_workspace_bytes or 0
+    outputs = sum(graph.tensor(o).size for o in node.outputs if o)
+    inputs = max((graph.tensor(i).size for i in node.inputs if i), default=0)
+    return (al, t, missing, extra, block,
+            occupancy(work.flops, outputs, inputs, device.sm_count, launch), float(work.bytes))
 
 
 def stream_schedule(graph: Graph, model: CostModel, options: ScheduleOptions | None = None

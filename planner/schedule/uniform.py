@@ -41,25 +41,36 @@ def uniform(costs: OpCosts, preds: Sequence[Sequence[int]],
     if intra * inter > len(cores):
         raise ValueError(f"intra {intra} x inter {inter} exceeds {len(cores)} cores")
     lanes = [tuple(sorted(cores[j * intra:(j + 1) * intra])) for j in range(inter)]
+    return list_schedule(preds, Machine(groups, smt=False),
+                         Lanes(costs, lanes, intra, min_team_seconds))
 
-    def decide(now: float, ready: list[int], machine: Machine) -> list[Placement]:
+
+class Lanes:
+    """uniform's policy: each free lane runs the first ready op (graph order)."""
+
+    def __init__(self, costs: OpCosts, lanes: list[tuple[int, ...]], intra: int,
+                 min_team_seconds: float) -> None:
+        self.costs, self.lanes, self.intra = costs, lanes, intra
+        self.min_team_seconds = min_team_seconds
+
+    def decide(self, now: float, ready: list[int], machine: Machine) -> list[Placement]:
+        """The ready ops started now, one on each free lane."""
+        costs, intra = self.costs, self.intra
         started = []
         taken = 0  # FIFO: ready is in graph order; the first `taken` of it start now
-        for lane in lanes:
+        for lane in self.lanes:
             if taken == len(ready):
                 break
             if machine.all_free(lane):
                 i = ready[taken]
                 taken += 1
                 one = costs.time(i, 1)
-                alone = intra > 1 and min_team_seconds > 0 and (
-                    one < min_team_seconds or one <= costs.time(i, intra))
+                alone = intra > 1 and self.min_team_seconds > 0 and (
+                    one < self.min_team_seconds or one <= costs.time(i, intra))
                 k = 1 if alone else intra
                 started.append(machine.start((i,), k, "compact", costs.time(i, k), now,
                                              cores=lane[:k]))
         return started
-
-    return list_schedule(preds, Machine(groups, smt=False), decide)
 
 
 def uniform_floor(costs: OpCosts, preds: Sequence[Sequence[int]], intra: int,

@@ -57,15 +57,25 @@ class BackendTraits:
     # Whether its executor unscales gradient shards and skips sharded updates on overflow
     # (ShardedUnscaleGrads, ShardedUpdate's skip_on_overflow: fp16-mixed with sharding).
     unscales_shards: bool
+    # The bytes between a sharded bucket's members and shards: its arena's alignment
+    # (planner.memory.options' default on the CPU; planner.memory.gpu's DEVICE_ALIGNMENT on a
+    # GPU). The collectives name it in their `alignment` attr (planner.ops.collective).
+    bucket_alignment: int
+    # Whether an offloaded tensor leaves the memory the budget counts for a slower tier (a
+    # GPU's host RAM). A CPU's host store is the same RAM as its arena: offloading there frees
+    # no memory of the process, so `planner fit` does not offload on it.
+    slower_tier: bool
 
 
 BACKEND_TRAITS: dict[Backend, BackendTraits] = {
     "cpu": BackendTraits("cpu", placed_by="cpus", host_cores=True, timed_on_host=True,
                          conv_layouts=True, gpu_links=False, shards_parameters=True,
-                         clips_shards=True, unscales_shards=True),
+                         clips_shards=True, unscales_shards=True, bucket_alignment=64,
+                         slower_tier=False),
     "cuda": BackendTraits("cuda", placed_by="stream", host_cores=False, timed_on_host=False,
                           conv_layouts=False, gpu_links=True, shards_parameters=False,
-                          clips_shards=False, unscales_shards=False),
+                          clips_shards=False, unscales_shards=False, bucket_alignment=256,
+                          slower_tier=True),
 }
 
 

@@ -35,7 +35,13 @@ from pathlib import Path
 from planner import __version__
 from planner.target.cgroup import cpu_quota
 from planner.target.host_cache import HostMeasurement, kept_measurement, machine_key
-from planner.target.measure import can_limit_blas_threads, gemm_flops, stream_bandwidth
+from planner.target.load import BUSY, CpuClock, load_now
+from planner.target.measure import (
+    can_limit_blas_threads,
+    stream_bandwidth,
+    tuned_gemm,
+    tuned_gemm_flops,
+)
 from planner.target.records import (
     CPU,
     GPU,
@@ -472,17 +478,18 @@ def detect(measure: bool = True, sys_root: Path = Path("/sys"), proc_root: Path 
     if measure:
         key = machine_key(topo.model, topo.flags, topo.logical_cpus, topo.cache_group_level,
                           topo.cache_group_bytes, quota)
-        m = kept_measurement(key, lambda: _measure(cores, topo.mhz, budget_s), refresh)
+        m = kept_measurement(key, lambda: _measure(cores, topo.mhz, budget_s, topo.flags),
+                             refresh, quiet=lambda: load_now() <= BUSY)
         mhz, core_bw = m.mhz, m.core_bandwidth
         all_bw = m.memory_bandwidth
         flops = max(m.gemm_flops_all_cores, cores * m.gemm_flops_one_core)
         estimate = estimated_peak_flops(cores, mhz, topo.flags)
-        notes.append(f"peaks measured: numpy float32 GEMM "
+        notes.append(f"peaks measured: {m.gemm} float32 GEMM "
                      f"{m.gemm_flops_all_cores / 1e9:.1f} GFLOP/s on all cores, "
                      f"{m.gemm_flops_one_core / 1e9:.1f} on one (datasheet-style estimate "
                      f"{estimate / 1e9:.1f}); streaming c = a + b on 1 and {cores} threads; "
-                     f"kept, rounded to 2 significant figures (planner target detect "
-                     f"measures again)")
+                     f"{_load_note(m)}; kept, rounded to 2 significant figures (planner "
+                     f"target detect measures again)")
     else:
         estimate = estimated_peak_flops(cores, mhz, topo.flags)
         core_bw, all_bw, flops = 10e9, 10e9 * min(cores, 4), estimate
@@ -491,7 +498,11 @@ def detect(measure: bool = True, sys_root: Path = Path("/sys"), proc_root: Path 
     gpus, gpu_notes = detect_gpus(memory, nvidia_smi)
     notes.extend(gpu_notes)
     math_peaks = cpu_math_peaks(cores, mhz, topo.flags, flops)
-    if math_peaks:
+    if math_peaks and measure and m.gemm_bf16_flops:
+        math_peaks = {"bfloat16": m.gemm_bf16_flops}
+        notes.append(f"bfloat16 peak {m.gemm_bf16_flops / 1e9:.1f} GFLOP/s measured "
+                     f"({m.gemm} GEMM on all cores)")
+    elif math_peaks:
         notes.append(f"bfloat16 peak {math_peaks['bfloat16'] / 1e9:.1f} GFLOP/s from the ISA "
                      f"flags ({'amx_bf16' if 'amx_bf16' in topo.flags else 'avx512_bf16'}), "
                      "at the float32 peak's fraction of its estimate")
@@ -505,18 +516,37 @@ def detect(measure: bool = True, sys_root: Path = Path("/sys"), proc_root: Path 
                                               method="measured" if measure else "estimated"))
 
 
-def _measure(cores: int, mhz: float, budget_s: float) -> HostMeasurement:
-    """This machine's bandwidths and GEMM FLOP/s, now (planner.target.measure)."""
+def _measure(cores: int, mhz: float, budget_s: float,
+             flags: frozenset[str] = frozenset()) -> HostMeasurement:
+    """This machine's bandwidths and GEMM FLOP/s, now (planner.target.measure), with the
+    other processes' share of the machine meanwhile (planner.target.load)."""
+    clock = CpuClock()
     per_thread = max(8 * MiB, min(64 * MiB, (512 * MiB) // cores))
     core_bw = stream_bandwidth(1, per_thread, budget_s)
     # Other processes only ever slow a measurement down, and they hurt the all-core run
     # most: take the better of all cores together and cores x one core.
     all_bw = max(stream_bandwidth(cores, per_thread, budget_s), core_bw)
-    all_flops = gemm_flops(1024, budget_s)
-    one_flops = gemm_flops(1024, budget_s, threads=1) if can_limit_blas_threads() else 0.0
+    gemm = tuned_gemm()
+    all_flops = tuned_gemm_flops(1024, budget_s, threads=cores)
+    one_flops = (tuned_gemm_flops(1024, budget_s, threads=1)
+                 if gemm == "torch" or can_limit_blas_threads() else 0.0)
+    # bfloat16 only where the ISA computes it (without, oneDNN converts: slower than float32).
+    native_bf16 = gemm == "torch" and bool({"avx512_bf16", "amx_bf16"} & flags)
+    bf16 = tuned_gemm_flops(1024, budget_s, threads=cores, dtype="bfloat16") \
+        if native_bf16 else 0.0
+    load = clock.share()
     return HostMeasurement(core_bandwidth=core_bw, memory_bandwidth=all_bw,
                            gemm_flops_all_cores=all_flops, gemm_flops_one_core=one_flops,
-                           mhz=mhz, date=_now())
+                           mhz=mhz, date=_now(), load=load_now() if load is None else load,
+                           gemm=gemm, gemm_bf16_flops=bf16)
+
+
+def _load_note(m: HostMeasurement) -> str:
+    if m.load is None:
+        return "measured at an unrecorded load (kept until a quiet machine measures again)"
+    state = ("busy: kept until a quiet machine measures again" if m.busy
+             else "quiet")
+    return f"measured at load {m.load:.2f} ({state})"
 
 
 def _now() -> str:

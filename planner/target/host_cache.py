@@ -12,6 +12,16 @@ process pinned to fewer CPUs is another machine). `planner target detect` measur
 replaces the entry; every other command (`--target host`) reads it, measuring only when there
 is none (or it cannot be read).
 
+A figure measured under load is never kept as truth (the cost store's rule,
+planner.costs.host_costs): each measurement records the other processes' share of the machine
+while it ran (`load`, planner.costs.host_costs.CpuClock), and `keep` decides what is kept: a
+quiet measurement (load <= BUSY) replaces whatever was kept; a busy one replaces only another
+busy one (each figure the larger of the two: other processes only ever slow a measurement down)
+and never a quiet one. An entry kept from a busy machine (or from before loads were recorded) is
+measured again by the first detection that finds the machine quiet. `planner target detect` at
+load 8 once recorded a float32 peak of 54 GFLOP/s on a host whose ResNet-50 step ran at 202
+(issue 60).
+
 The values kept are rounded to two significant figures (12.3 GB/s -> 12 GB/s, 146 GFLOP/s ->
 150 GFLOP/s): run-to-run noise is a few percent, and a plan made from a re-measured entry
 changes only where the machine really did. The clock (cpu MHz of /proc/cpuinfo, which
@@ -34,9 +44,10 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from planner.errors import UserError
-from planner.io.write import atomic_write, cache_root, folder_lock
+from planner.io.write import atomic_write, cache_root, folder_lock_if_writable
 from planner.ir.graph import canonical_json
 from planner.ir.record import Record
+from planner.target.load import BUSY
 from planner.target.records import LogicalCPU
 
 
@@ -49,10 +60,48 @@ class HostMeasurement(Record):
     gemm_flops_one_core: float
     mhz: float
     date: str
+    # The other processes' share of the machine while it was measured (runnable threads per
+    # logical CPU); None: not recorded (an entry from before loads were), taken as busy.
+    load: float | None = None
+    # What ran the GEMMs: "torch" (torch.matmul: oneDNN/MKL, tuned kernels) or "numpy" (the
+    # BLAS numpy links, where torch is not installed).
+    gemm: str = "numpy"
+    # bfloat16 GEMM FLOP/s on all cores, where the ISA computes bfloat16 natively
+    # (avx512_bf16, amx_bf16) and torch is there to run it; 0: not measured.
+    gemm_bf16_flops: float = 0.0
 
     def rounded(self) -> HostMeasurement:
         return self.model_copy(update={k: two_figures(v) for k, v in self.__dict__.items()
-                                       if isinstance(v, float)})
+                                       if isinstance(v, float) and k != "load"})
+
+    @property
+    def busy(self) -> bool:
+        return self.load is None or self.load > BUSY
+
+
+# Rates kept: the larger of two busy measurements.
+RATES = ("core_bandwidth", "memory_bandwidth", "gemm_flops_all_cores", "gemm_flops_one_core",
+         "gemm_bf16_flops")
+
+
+def keep(kept: HostMeasurement | None, new: HostMeasurement) -> HostMeasurement:
+    """What is kept of `kept` once `new` is measured (module docstring): a quiet measurement
+    replaces it, a busy one never replaces a quiet one, and of two busy ones each rate is the
+    larger.
+
+    >>> quiet = HostMeasurement(core_bandwidth=2e10, memory_bandwidth=2e10, mhz=2400.0,
+    ...     gemm_flops_all_cores=1.5e11, gemm_flops_one_core=8e10, date="d", load=0.0)
+    >>> busy = quiet.model_copy(update={"gemm_flops_all_cores": 5.4e10, "load": 3.5})
+    >>> keep(quiet, busy).gemm_flops_all_cores, keep(busy, quiet).gemm_flops_all_cores
+    (150000000000.0, 150000000000.0)
+    >>> keep(busy, busy.model_copy(update={"gemm_flops_all_cores": 6e10})).gemm_flops_all_cores
+    60000000000.0
+    """
+    if kept is None or not new.busy or kept.busy and new.gemm != kept.gemm:
+        return new
+    if not kept.busy:
+        return kept
+    return new.model_copy(update={f: max(getattr(kept, f), getattr(new, f)) for f in RATES})
 
 
 def two_figures(x: float) -> float:
@@ -79,25 +128,28 @@ def entry_path(key: str) -> Path:
 
 
 def kept_measurement(key: str, measure: Callable[[], HostMeasurement],
-                     refresh: bool = False) -> HostMeasurement:
-    """The machine's kept measurement; measured (and kept, rounded) when there is none, it
-    cannot be read, or `refresh`. Processes detecting at once take turns: one measures, the
-    others read what it kept."""
+                     refresh: bool = False, quiet: Callable[[], bool] = lambda: False
+                     ) -> HostMeasurement:
+    """The machine's kept measurement; measured when there is none, it cannot be read, with
+    `refresh`, or when it was measured busy and `quiet()` says the machine is quiet now; what
+    is kept of the old and the new is `keep`'s (rounded). Processes detecting at once take
+    turns: one measures, the others read what it kept."""
     path = entry_path(key)
-    try:
-        lock = folder_lock(path)
-        lock.__enter__()
-    except OSError:  # no cache folder can be made: this run's numbers, measured each time
-        return measure().rounded()
-    with contextlib.ExitStack() as held:
-        held.push(lock)
-        if not refresh:
+    # A read-only cache (no lock file can be made) still reads what it holds: the host's
+    # digest stays the kept one; only a host it lacks is measured anew each run.
+    with folder_lock_if_writable(path):
+        try:
             kept = _read(path)
-            if kept is not None:
-                return kept
-        measured = measure().rounded()
-        with contextlib.suppress(OSError):  # a read-only cache: as above
-            atomic_write(path, measured.model_dump_json(indent=2) + "\n")
+        except UserError:
+            if not refresh:
+                raise
+            kept = None  # measuring again replaces an entry that is not one
+        if kept is not None and not refresh and not (kept.busy and quiet()):
+            return kept
+        measured = keep(kept, measure().rounded())
+        if measured is not kept:
+            with contextlib.suppress(OSError):  # a read-only cache: this run's numbers
+                atomic_write(path, measured.model_dump_json(indent=2) + "\n")
         return measured
 
 
@@ -107,8 +159,8 @@ def kept_measurement(key: str, measure: Callable[[], HostMeasurement],
 # with. gemm_flops_one_core and mhz are 0 where they could not be measured.
 PLAUSIBLE = {"core_bandwidth": (1e6, 1e14), "memory_bandwidth": (1e6, 1e14),
              "gemm_flops_all_cores": (1e6, 1e17), "gemm_flops_one_core": (1e6, 1e17),
-             "mhz": (1.0, 1e5)}
-UNMEASURED_ZERO = ("gemm_flops_one_core", "mhz")
+             "gemm_bf16_flops": (1e6, 1e17), "mhz": (1.0, 1e5)}
+UNMEASURED_ZERO = ("gemm_flops_one_core", "gemm_bf16_flops", "mhz")
 
 
 def _read(path: Path) -> HostMeasurement | None:

@@ -1,8 +1,11 @@
 """Quick host measurements for detection: streaming bandwidth and GEMM FLOP/s, about a second each.
 
-Both use numpy: `np.add(a, b, out=c)` streams three arrays (two read, one written) and releases
-the GIL, so one Python thread per core streams in parallel; `a @ b` on float32 runs the BLAS
-numpy links, multi-threaded on its own. They measure what kernels reach, not datasheet peaks.
+Bandwidth: `np.add(a, b, out=c)` streams three arrays (two read, one written) and releases the
+GIL, so one Python thread per core streams in parallel. FLOP/s: a square GEMM through a tuned
+kernel, torch.matmul (oneDNN/MKL, what the planner's own kernels are built on) where torch is
+installed, else the BLAS numpy links (OpenBLAS: on the 2-core EPYC VM it reached a fraction of
+what ResNet-50's step itself ran at, issue 60). They measure what kernels reach, not datasheet
+peaks.
 """
 
 from __future__ import annotations
@@ -67,6 +70,45 @@ def gemm_flops(n: int = 1024, budget_s: float = 0.5, threads: int | None = None)
             a @ b
             dt = time.perf_counter() - t0
             best, spent, rounds = min(best, dt), spent + dt, rounds + 1
+    return 2.0 * n**3 / best
+
+
+def tuned_gemm() -> str:
+    """What `tuned_gemm_flops` runs: "torch" where torch imports, else "numpy"."""
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        return "numpy"
+    return "torch"
+
+
+def tuned_gemm_flops(n: int = 1024, budget_s: float = 0.5, threads: int | None = None,
+                     dtype: str = "float32") -> float:
+    """FLOP/s of an n x n x n matmul in `dtype` (float32, bfloat16) through torch.matmul on
+    `threads` threads (None: torch's default), best of the rounds that fit `budget_s`; through
+    numpy's BLAS (float32 only) where torch is not installed."""
+    if tuned_gemm() == "numpy":
+        if dtype != "float32":
+            raise ValueError(f"numpy's BLAS has no {dtype} GEMM")
+        return gemm_flops(n, budget_s, threads)
+    import torch
+
+    was = torch.get_num_threads()
+    try:
+        if threads is not None:
+            torch.set_num_threads(threads)
+        g = torch.Generator().manual_seed(0)
+        a = torch.randn(n, n, generator=g).to(getattr(torch, dtype))
+        b = torch.randn(n, n, generator=g).to(getattr(torch, dtype))
+        a @ b  # warm up: the team started, the kernel chosen, pages touched
+        best, spent, rounds = float("inf"), 0.0, 0
+        while rounds < 2 or spent < budget_s:
+            t0 = time.perf_counter()
+            a @ b
+            dt = time.perf_counter() - t0
+            best, spent, rounds = min(best, dt), spent + dt, rounds + 1
+    finally:
+        torch.set_num_threads(was)
     return 2.0 * n**3 / best
 
 

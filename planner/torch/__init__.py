@@ -15,10 +15,13 @@
   first call's import would bind over this function).
 
 torch is imported only when one of these runs; without it they raise a UserError saying so.
+`torch.compile(model, backend="planner")` (backend.py) is registered here when torch is
+already imported, and otherwise by the package's entry point, which Dynamo reads itself.
 """
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from planner.importers.pt2.program import load_pt2, require_torch
@@ -38,3 +41,9 @@ def trainer(*args: Any, **kwargs: Any) -> Any:
     from planner.torch.training import trainer as _trainer
 
     return _trainer(*args, **kwargs)
+
+
+if "torch._dynamo" in sys.modules or "torch" in sys.modules:
+    from planner.torch.backend import register as _register
+
+    _register()

@@ -10,14 +10,29 @@ which `torch.autograd.Function`s the trace went through, so that both become one
   drops its custom backward, so the planner would train with the derivative of the forward
   instead of the user's gradient. It is refused, naming the function and the module.
 
-Both watch the Python the trace runs (non-strict export): module forward hooks keep the stack
-of running modules, and `Function.apply` is wrapped for the duration. Functions defined inside
-torch itself are not the user's (their backward is the forward's derivative) and pass.
+- `torch.inference_mode()`, which torch.export does not record (its region would be traced
+  as if gradients were on), is traced as `torch.no_grad()` (`inference_mode(False)` as
+  `enable_grad()`) while the module runs, however the user's code holds it (a `with`, a
+  decorator, a reference kept in an attribute): both mean "no gradient" for the values the
+  region computes, and torch.export records no_grad (planner/importers/torch/grad_mode.py).
+- Python's `random` and `time` called by the user's code while tracing (teacher forcing by
+  `random.random() < ratio`, a time-seeded choice): torch.export runs the Python once, so the
+  value drawn at trace time is baked into every step. Each call is a warning naming its line.
+
+All watch the Python the trace runs (non-strict export): module forward hooks keep the stack
+of running modules, and `Function.apply` and the random and time functions are wrapped for the
+duration. Functions defined inside torch itself are not the user's (their backward is the
+forward's derivative) and pass, as do calls from torch, the planner and Python's own library.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
+import random
+import sys
+import sysconfig
+import time
 import traceback
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -42,6 +57,12 @@ CALL_WRAPPERS = frozenset({"_call_impl", "_wrapped_call_impl", "module_call_wrap
                            "__call__", "forward", "inner", "call_module"})
 GENERIC = ("make that code traceable by torch.export (static shapes, no Python control flow "
            "on tensor values)")
+# Python functions whose value torch.export freezes at trace time: watched while tracing.
+FROZEN = {random: ("random", "uniform", "randint", "randrange", "choice", "choices", "sample",
+                   "shuffle", "gauss", "normalvariate", "betavariate", "expovariate",
+                   "getrandbits"),
+          time: ("time", "time_ns", "perf_counter", "perf_counter_ns", "monotonic",
+                 "monotonic_ns", "process_time")}
 
 
 @dataclass
@@ -54,6 +75,7 @@ class Watch:
     running: list[str] = field(default_factory=list)
     model_done: bool = False
     functions: list[tuple[str, str]] = field(default_factory=list)
+    frozen: list[tuple[str, str]] = field(default_factory=list)  # (function, file:line)
 
     def where(self) -> str:
         """The innermost running module's path, `the loss` after the module returned."""
@@ -86,21 +108,89 @@ def watching(wrapped: Any, model: Any, prefix: str = "") -> Iterator[Watch]:
 
     function = torch.autograd.Function
     real = function.__dict__["apply"]
+    # Torch's own Functions first applied during the trace keep this wrapper for good (a
+    # decorator, supports_tensorlist, binds `cls.apply` once): it reaches the watch, and so
+    # the user's module, only while the trace runs, else the module (and an executor whose
+    # views the module's parameters became) would live to the interpreter's exit.
+    active = [watch]
 
     def apply(cls: Any, *args: Any, **kwargs: Any) -> Any:
-        if not str(getattr(cls, "__module__", "")).startswith("torch."):
-            watch.functions.append((cls.__qualname__, watch.where().removeprefix("in ")))
+        if active and not str(getattr(cls, "__module__", "")).startswith("torch."):
+            now = active[0]
+            now.functions.append((cls.__qualname__, now.where().removeprefix("in ")))
         return real.__func__(cls, *args, **kwargs)
 
     hooks = [nn_module.register_module_forward_pre_hook(pre),
              nn_module.register_module_forward_hook(post)]
     function.apply = classmethod(apply)
+    replaced = [(module, fn, getattr(module, fn)) for module, fns in FROZEN.items()
+                for fn in fns if hasattr(module, fn)]
+    for module, fn, original in replaced:
+        setattr(module, fn, _noting(watch, f"{module.__name__}.{fn}", original))
+    mode = torch.autograd.grad_mode.inference_mode
+    enter, leave = mode.__enter__, mode.__exit__
+    mode.__enter__, mode.__exit__ = _as_no_grad(watch, enter, leave)
     try:
         yield watch
     finally:
+        active.clear()
+        mode.__enter__, mode.__exit__ = enter, leave
+        for module, fn, original in replaced:
+            setattr(module, fn, original)
         function.apply = real
         for h in hooks:
             h.remove()
+
+
+def _noting(watch: Watch, name: str, original: Any) -> Any:
+    """`original`, noting in `watch` each call from the user's code (file and line)."""
+    def call(*args: Any, **kwargs: Any) -> Any:
+        frame = sys._getframe(1)
+        if _users(frame.f_code.co_filename):
+            watch.frozen.append((name, f"{frame.f_code.co_filename}:{frame.f_lineno}"))
+        return original(*args, **kwargs)
+
+    return call
+
+
+def _as_no_grad(watch: Watch, enter: Any, leave: Any) -> tuple[Any, Any]:
+    """inference_mode's __enter__ and __exit__ while the watched module runs: no_grad's
+    (enable_grad's for inference_mode(False)); the real ones otherwise."""
+    import torch
+
+    def entered(self: Any) -> None:
+        if not watch.running:
+            return enter(self)
+        self._planner_traced_as = torch.no_grad() if self.mode else torch.enable_grad()
+        self._planner_traced_as.__enter__()
+        return None
+
+    def left(self: Any, *exc: Any) -> Any:
+        traced = self.__dict__.pop("_planner_traced_as", None)
+        return leave(self, *exc) if traced is None else traced.__exit__(*exc)
+
+    return entered, left
+
+
+@functools.lru_cache(maxsize=4096)
+def _users(filename: str) -> bool:
+    """Is `filename` the user's code: not torch's, the planner's or Python's own library?
+    (Cached: torch's own tracing reads the clock thousands of times.)"""
+    import torch
+
+    if filename.startswith("<"):
+        return False
+    skip = (Path(torch.__file__).parent, Path(__file__).resolve().parents[1],
+            Path(sysconfig.get_paths()["stdlib"]))
+    return not any(_under(filename, folder) for folder in skip)
+
+
+def frozen_calls(watch: Watch, module: str) -> list[str]:
+    """One warning line per place the user's code called a watched random or time function."""
+    return [f"{module}: forward calls {fn} at {where}: torch.export ran it once, so every step "
+            f"uses the value it had when traced; draw it with torch ops (torch.rand, "
+            f"torch.randint) or pass it in as an input"
+            for fn, where in dict.fromkeys(watch.frozen)]
 
 
 def custom_gradients(watch: Watch, module: str) -> TorchImportError | None:

@@ -6,25 +6,42 @@
     t.load_into(model)            # the module's parameters now are the executor's
 
 The module and its loss are traced together by torch.export (as `loss(module(*inputs),
-labels)`, in the module's own train()/eval() mode), imported (convert.py), made a training
-graph for the optimizer, planned for `target`, rendered, built (cached by content) and loaded.
-The executor starts from the module's own parameters and buffers. `params()` is keyed like
-`module.state_dict()`; `num_batches_tracked` counts the steps taken, as PyTorch's does.
+labels)`, each submodule in its own train()/eval() mode, as the user left it), imported
+(convert.py), made a training graph for the optimizer, planned for `target`, rendered, built
+(cached by content) and loaded. The executor starts from the module's own parameters and
+buffers. `params()` is keyed like `module.state_dict()`; `num_batches_tracked` counts the
+steps taken, as PyTorch's does.
+
+What PyTorch's training means, the step means (docs/pytorch.md, "What trains"): parameters
+with requires_grad=False are constants of the step (read, written back by `load_into`, never
+trained), values computed under no_grad / inference_mode / set_grad_enabled(False) carry no
+gradient, buffers the forward changes (BatchNorm's statistics, once per call; a reassigned or
+in-place updated buffer) change every step. `trainer()` changes nothing of the module: not its
+modes, not requires_grad, not its parameters or buffers (until `load_into`).
+A batch of other shapes (a DataLoader's last, smaller batch; another sequence length) gets a
+plan and executor of its own on first use, the run's state handed between them
+(planner/torch/shapes.py). Built packages are kept per host by plan content
+($PLANNER_CACHE/trainers), as the kernel library is.
 """
 
 from __future__ import annotations
 
 import hashlib
+import sys
 import tempfile
 import warnings
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from planner.importers.torch.context import TorchImportError
 from planner.importers.torch.convert import TorchImport, convert
-from planner.torch.export_watch import custom_gradients, export_failed, watching
+from planner.importers.torch.quiet_log import quiet_torch_logs
+from planner.torch.export_watch import custom_gradients, export_failed, frozen_calls, watching
+from planner.torch.shapes import DEFAULT_LIMIT, Built, Shapes
 
 PREFIX = "model."  # the wrapped module's attribute: its state_dict keys gain this prefix
 
@@ -42,19 +59,25 @@ def export(module: Any, inputs: Sequence[Any], loss: Callable | None, labels: An
             self.model = model
 
         def forward(self, *args: Any) -> Any:
+            buffers = [(m, dict(m._buffers)) for m in self.model.modules()]
             if loss is None:
-                return self.model(*args)
-            # The module's outputs after the loss: the step returns the loss (the first
-            # output), evaluate() both (the evaluation graph keeps the training graph's).
-            out = self.model(*args[:-1])
-            return loss(out, args[-1]), out
+                out = self.model(*args)
+            else:
+                # The module's outputs after the loss: the step returns the loss (the first
+                # output), evaluate() both (the evaluation graph keeps the training graph's).
+                out = self.model(*args[:-1])
+                out = loss(out, args[-1]), out
+            refusals.extend(reassigned(buffers))
+            return out
 
-    wrapped = WithLoss(module).train(module.training)
-    if loss is not None and any(labels is x for x in inputs):
-        labels = labels.clone()  # an autoencoder's target: export would merge the two inputs
-    args = (*inputs, labels) if loss is not None else tuple(inputs)
+    refusals: list[str] = []  # buffers reassigned to another shape or dtype
+    wrapped = WithLoss(module)
+    # The wrapper's own flag only: .train() would set every submodule's (an eval() teacher).
+    wrapped.training = module.training
+    args = separate((*inputs, labels) if loss is not None else tuple(inputs))
     name = type(module).__name__
-    with warnings.catch_warnings(), watching(wrapped, module, PREFIX) as watch:
+    with warnings.catch_warnings(), watching(wrapped, module, PREFIX) as watch, \
+            quiet_torch_logs():  # the failure is said below, in one line
         warnings.simplefilter("ignore")
         try:
             program = torch.export.export(wrapped, args)
@@ -63,19 +86,60 @@ def export(module: Any, inputs: Sequence[Any], loss: Callable | None, labels: An
     refusal = custom_gradients(watch, name)
     if refusal is not None:
         raise refusal
+    if refusals:
+        raise TorchImportError(f"{name}: {refusals[0]}")
+    for line in frozen_calls(watch, name):
+        warnings.warn(line, UserWarning, stacklevel=3)
     return program
 
 
+def reassigned(buffers: Sequence[tuple[Any, dict[str, Any]]]) -> list[str]:
+    """Buffers the forward reassigned (`self.center = self.center * m + c * (1 - m)`, DINO's
+    centre), which torch.export would drop: each written into the buffer it replaced, after
+    everything the step computes, so torch.export records the buffer's new value as it records
+    `self.buf.copy_(...)`. `buffers`: (module, its buffers before the forward) of every module.
+    Returns the refusals of buffers reassigned to another shape or dtype (a state the step
+    could not keep in the buffer's bytes)."""
+    import torch
+
+    refusals = []
+    for module, before in buffers:
+        for name, old in before.items():
+            new = module._buffers.get(name)
+            if old is None or new is None or new is old:
+                continue
+            module._buffers[name] = old
+            if (new.shape, new.dtype) != (old.shape, old.dtype):
+                refusals.append(f"buffer {name!r} of {type(module).__name__}: reassigned in "
+                                f"forward to {new.dtype} {list(new.shape)}, not its own "
+                                f"{old.dtype} {list(old.shape)}; keep its shape and dtype")
+                continue
+            with torch.no_grad():
+                old.copy_(new)
+    return refusals
+
+
+def separate(args: Sequence[Any]) -> tuple[Any, ...]:
+    """The example tensors, each a tensor of its own: torch.export makes one input of a tensor
+    passed twice (`(x, h0, h0)`, an autoencoder's target), where each step feeds two."""
+    out: list[Any] = []
+    for a in args:
+        out.append(a.clone() if hasattr(a, "clone") and any(a is b for b in out) else a)
+    return tuple(out)
+
+
 class Trainer:
-    """A built training executor for one module (see `trainer`)."""
+    """A built training executor for one module (see `trainer`), and one per further input
+    shape the run brings (planner/torch/shapes.py)."""
 
     def __init__(self, imported: TorchImport, graph: Any, executor: Any, module_keys: Sequence[str],
                  start: Mapping[str, Any], aliases: Mapping[str, str] | None = None,
-                 plan: Any = None) -> None:
+                 plan: Any = None, shapes: Shapes | None = None,
+                 optimizer: Any = None) -> None:
         self.imported = imported
         self.graph = graph
         self.plan = plan  # the Plan it runs (its summary: predicted step, what priced it)
-        self.executor = executor
+        self.executor = executor  # the first shapes' executor: it holds the run between calls
         self.steps = 0
         self._keys = list(module_keys)
         self._start = dict(start)  # what the executor does not hold: counters, unread buffers
@@ -83,36 +147,115 @@ class Trainer:
         feeds = [t for t in graph.tensors if t.role in ("input", "label")]
         by_name = {t.name: t for t in feeds}
         self._feeds = [by_name[n] for n in imported.inputs if n in by_name]
+        self.shapes = shapes
+        # A torch.optim instance the trainer was given: its groups' lr and weight_decay (a
+        # scheduler's) are read before each step; the values last written, per group.
+        self.optimizer = optimizer
+        self._sharded = any(n.op == "AllGather" for n in graph.nodes)
+        self._written: list[tuple[float, float]] = []
+        if optimizer is not None:
+            from planner.torch.optimizers import compiled
 
-    def step(self, *inputs: Any) -> float:
-        """One training step on the module's inputs followed by the labels (torch tensors or
-        numpy arrays); returns the loss. With `accumulate=K`, one micro-batch: every K-th
-        step updates the parameters."""
+            self._compiled = compiled(optimizer)
+
+    def _arrays(self, inputs: Sequence[Any], what: str) -> list[np.ndarray]:
         if len(inputs) != len(self._feeds):
-            raise ValueError(f"step takes {len(self._feeds)} arrays (the module's inputs, then "
-                             f"the labels), got {len(inputs)}")
-        feeds = {t.name: _numpy(v, t.dtype) for t, v in zip(self._feeds, inputs, strict=True)}
-        out = self.executor.step(feeds)
+            raise ValueError(f"{what} takes {len(self._feeds)} arrays (the module's inputs, "
+                             f"then the labels), got {len(inputs)}")
+        return [_numpy(v, t.dtype) for t, v in zip(self._feeds, inputs, strict=True)]
+
+    def _run(self, arrays: list[np.ndarray],
+             call: Callable[[Any, dict], Any]) -> tuple[Any, TorchImport, Any]:
+        """`call(executor, feeds)` on the executor for these arrays' shapes (a new shape is
+        planned and built first); (its result, the shape's import and graph)."""
+        if self.shapes is None:  # a Trainer made by hand around one executor
+            feeds = {t.name: a for t, a in zip(self._feeds, arrays, strict=True)}
+            return call(self.executor, feeds), self.imported, self.graph
+        built = self.shapes.get(arrays)
+        feeds = {t.name: a for t, a in zip(built.feeds, arrays, strict=True)}
+        return self.shapes.run(built, lambda ex: call(ex, feeds)), built.imported, built.graph
+
+    def step(self, *inputs: Any, outputs: bool = False) -> Any:
+        """One training step on the module's inputs followed by the labels (torch tensors or
+        numpy arrays); returns the loss, or with `outputs=True` (loss, [the module's outputs
+        as numpy arrays, flattened in its order]): a recurrent module's new hidden state for
+        truncated BPTT, computed by this step's forward, before its update. With
+        `accumulate=K`, one micro-batch: every K-th step updates the parameters. A batch of
+        other shapes than the example's (a smaller last batch, another sequence length) runs
+        on a plan of its own, made on first use: its loss is the mean over the rows it has,
+        as PyTorch's."""
+        arrays = self._arrays(inputs, "step")
+        if self.optimizer is not None:
+            self._read_groups()
+        out, imported, graph = self._run(arrays, lambda ex, f: ex.step(f))
         self.steps += 1
-        return float(np.asarray(out[self.graph.outputs[0]]))
+        if self.optimizer is not None:
+            # This step was the optimizer's: a scheduler stepped next is in the right order
+            # (torch's lr_scheduler warns otherwise, reading this flag of its wrapper).
+            self.optimizer._opt_called = True
+        value = float(np.asarray(out[graph.outputs[0]]))
+        if not outputs:
+            return value
+        # Copies: the executor's next step writes over its output bytes.
+        return value, [np.array(out[o]) for o in imported.outputs[1:]]
+
+    def _read_groups(self) -> None:
+        """The torch optimizer's groups' lr and weight_decay into the executor, where they
+        changed (a scheduler's step, or the user's write to param_groups)."""
+        from planner.torch.optimizers import group_hyperparameters
+
+        now = group_hyperparameters(self.optimizer, self._compiled)
+        for k, (lr, wd) in enumerate(now):
+            if k >= len(self._written) or self._written[k] != (lr, wd):
+                self.executor.set_hyperparameters({"lr": lr, "weight_decay": wd}, group=k)
+        self._written = now
 
     def evaluate(self, *inputs: Any) -> tuple[float, list[np.ndarray]]:
         """The module in eval() mode on the parameters as trained, from the same build
         (Executor.evaluate: BatchNorm on its running statistics, Dropout the identity, nothing
-        updated): the module's inputs followed by the labels, as `step`; returns the loss
-        and the module's outputs (numpy arrays, in the module's order)."""
-        if len(inputs) != len(self._feeds):
-            raise ValueError(f"evaluate takes {len(self._feeds)} arrays (the module's inputs, "
-                             f"then the labels), got {len(inputs)}")
-        feeds = {t.name: _numpy(v, t.dtype) for t, v in zip(self._feeds, inputs, strict=True)}
-        out = self.executor.evaluate(feeds)
-        loss = self.graph.outputs[0]
-        return float(np.asarray(out[loss])), [out[o] for o in self.graph.outputs[1:] if o in out]
+        updated): the module's inputs followed by the labels, as `step` (of any batch size
+        `step` takes); returns the loss and the module's outputs (numpy arrays, in the
+        module's order)."""
+        out, imported, graph = self._run(self._arrays(inputs, "evaluate"),
+                                         lambda ex, f: ex.evaluate(f))
+        loss = graph.outputs[0]
+        return float(np.asarray(out[loss])), [out[o] for o in imported.outputs[1:] if o in out]
+
+    def trace(self, path: str | Path, with_prediction: bool = False) -> Path:
+        """Write the last step this trainer ran (of the shapes it ran on) as Chrome trace JSON
+        at `path` (Perfetto opens it; the tracks of `planner show PLAN --trace`), with the
+        plan's prediction beside it when `with_prediction`; returns the path."""
+        built = self.shapes.last if self.shapes is not None else None
+        if built is None:
+            raise ValueError("trace: this Trainer was made around an executor, not by "
+                             "trainer(); call the package's trace(executor, path)")
+        if self.steps == 0:
+            raise ValueError("trace: no step has run yet; call step() first")
+        built.package.trace(built.executor, str(path), with_prediction=with_prediction)
+        return Path(path)
+
+    def explain(self, name: str | None = None, as_dict: bool = False) -> Any:
+        """Why the plan decided what it did (`planner explain`): for op or tensor `name`, or
+        every recompute and offload decision; the text (or, `as_dict`, the record). Re-plans
+        the first shapes' graph with the target and the cost table the plan was priced with."""
+        from planner.report.explain import explain, format_explain, rederive
+
+        if self.shapes is None:
+            raise ValueError("explain: this Trainer was made around an executor, not by "
+                             "trainer(); run `planner explain` on its plan")
+        built = self.shapes.primary
+        out = explain(rederive(built.plan, built.target, built.table), name)
+        return out if as_dict else format_explain(out)
 
     def params(self, copy: bool = True) -> dict[str, np.ndarray]:
         """Parameters and buffers keyed like `module.state_dict()`: copies, or (copy=False)
-        live views of the executor's memory, which the next step updates."""
-        held = self.executor.params(copy=copy)
+        live views of the executor's memory, which the next step updates. Of a plan that
+        shards the parameters (shard_parameters), copies of the whole ones, gathered from
+        every rank: each rank calls it together, as `step`."""
+        if self._sharded:  # ZeRO-3: each rank holds shards; every rank gathers them together
+            held = self.executor.state_dict()["model"]
+        else:
+            held = self.executor.params(copy=copy)
         out: dict[str, np.ndarray] = {}
         for key in self._keys:
             name = PREFIX + self._aliases.get(key, key)
@@ -152,9 +295,11 @@ def _numpy(v: Any, dtype: str) -> np.ndarray:
 
 def trainer(module: Any, example_inputs: Sequence[Any], loss: Callable | None,
             labels: Any = None, *,
-            optimizer: str = "sgd", lr: float | None = None, target: str = "host",
+            optimizer: Any = "sgd", lr: float | None = None, target: str = "host",
             out_dir: str | Path | None = None, accumulate: int = 1,
-            costs: Any = None, adaptive: bool = False, **optimizer_settings: Any) -> Trainer:
+            costs: Any = None, adaptive: bool = False, shapes: Sequence[Any] = (),
+            shape_cache: int = DEFAULT_LIMIT, data_parallel: bool | int = False,
+            **settings: Any) -> Trainer:
     """Plan, build and load a training executor for `module`.
 
     example_inputs: the module's inputs for one step (their shapes are the executor's);
@@ -163,10 +308,15 @@ def trainer(module: Any, example_inputs: Sequence[Any], loss: Callable | None,
     labels: an example of the loss's target. The loss may be any float scalar computed from
     the module's outputs (`F.mse_loss(recon, x) + beta * kl` of a VAE returning (recon, mu,
     logvar)); with loss=None (and no labels) the module returns its own loss, first.
-    optimizer: sgd | momentum | adam with `lr` and
-    further settings (momentum, weight_decay, beta1, beta2, epsilon, nesterov) as
-    planner.graph.Optimizer; target: `host` or a CPU target preset; out_dir: where the
-    executor's sources go (default: a fresh temporary folder); accumulate: micro-batches per
+    optimizer: a torch.optim.SGD, Adam or AdamW built on the module's parameters (its param
+    groups and every hyperparameter read; a scheduler on it drives the step's lr, read before
+    each step: planner/torch/optimizers.py), or sgd | momentum | adam | adamw with `lr` and
+    torch.optim's keyword names (momentum, dampening, nesterov, betas, eps, weight_decay,
+    amsgrad, maximize; `sgd` with momentum > 0 is momentum SGD) and the planner's
+    clip_grad_norm, groups and schedule (or lr_schedule); target: `host` or a CPU target
+    preset; out_dir: where the executors' sources go (default: the cache folder,
+    $PLANNER_CACHE or ~/.cache/planner, under trainers/, one folder per plan by its content: a
+    later run of the same plan compiles nothing); accumulate: micro-batches per
     optimizer step (the example inputs are one micro-batch; each `step` takes one and every
     `accumulate`-th updates the parameters with the mean of their gradients, as PyTorch's
     `(loss / K).backward()` K times then `optimizer.step()`); costs: what the plan is priced
@@ -179,54 +329,206 @@ def trainer(module: Any, example_inputs: Sequence[Any], loss: Callable | None,
     switch to the plan's variants for fewer cores when the machine is busy (False, the
     default: the main schedule always, so two runs, or a run and its resumption, compute the
     same bits; docs/training.md).
+    shapes: further batches to plan now rather than on first use, each a batch size (the
+    example inputs' first axis cut or repeated to it) or a tuple of example arrays like
+    `(*example_inputs, labels)`; a `step` or `evaluate` of shapes not yet planned plans them
+    then (a line on stderr says so), so the last smaller batch of a DataLoader and other
+    sequence lengths train in the same run; shape_cache: executors kept besides the first
+    shapes' (least recently used dropped first).
+    data_parallel: under torchrun, True (or the world size)
+    plans for the ranks of torch.distributed's default group (ranks_per_host from torchrun's
+    LOCAL_WORLD_SIZE), rank 0's plan used by every rank and its parameters broadcast, as DDP;
+    the example inputs are this rank's shard. Every other setting of `planner plan`, by its
+    flag's name (planner/cli/settings.py): precision, memory_budget, keep_tensor,
+    recompute, offload, region_budget, decisions, strategy, intra, inter, grid, min_team_us,
+    ranks_per_host, bucket_bytes, interconnect, shard_optimizer, shard_parameters,
+    no_variants, no_evaluation, keep, loss_scale_*, no_loss_scaling.
 
     Raises TorchImportError (an op the planner lacks, in one line naming the node), UserError
     or ValueError for bad settings.
     """
-    from codegen.build import build
-    from codegen.load import load
-    from codegen.render import render
-    from planner.frontend.options import GraphOptions
-    from planner.frontend.prepare import prepare
-    from planner.graph import Optimizer, init_params
-    from planner.pipeline import plan
-    from planner.target.presets import load_target
+    from planner.cli.settings import graph_options, plan_options, settings_of, spelled
+    from planner.errors import UserError
+    from planner.torch.settings import broadcast_state, optimizer_of, ranks_of, split
 
-    settings = Optimizer.parse(optimizer, lr=lr, **optimizer_settings)
-    imported = convert(export(module, example_inputs, loss, labels),
-                       name=type(module).__name__, module_root=PREFIX.rstrip("."))
-    chosen = load_target(target)
-    _check_runs_here(chosen)
-    prepared = prepare(imported.graph, GraphOptions(optimizer=settings, accumulate=accumulate))
-    folder = Path(out_dir) if out_dir is not None else Path(tempfile.mkdtemp(prefix="planner-"))
+    chosen_settings, optimizer_settings = split(settings)
+    ranks = ranks_of(data_parallel, chosen_settings)
+    plan_settings = settings_of({"target": target, "accumulate": accumulate,
+                                 "data_parallel": ranks, **chosen_settings}, "python")
+    record = optimizer_of(module, optimizer, lr, optimizer_settings, PREFIX)
+    try:
+        options = plan_options(plan_settings)
+        graph_settings = graph_options(plan_settings, optimizer=record)
+    except UserError as e:
+        raise UserError(spelled(str(e), "python")) from None
+    if ranks > 1:
+        broadcast_state(module)
+    recipe = Recipe(module=module, loss=loss, target=target, graph_options=graph_settings,
+                    plan_options=options, evaluation=not plan_settings.no_evaluation,
+                    out_dir=Path(out_dir) if out_dir is not None else None,
+                    costs=costs, adaptive=adaptive,
+                    modes=tuple(bool(m.training) for m in module.modules()),
+                    with_labels=loss is not None, ranks=ranks,
+                    shard_parameters=bool(plan_settings.shard_parameters))
     examples = (*example_inputs, labels) if loss is not None else tuple(example_inputs)
-    by_name = {t.name: t for t in prepared.tensors}
-    table = _cost_table(costs, prepared, chosen, folder, {  # an in-step profile steps on them
-        name: _numpy(v, by_name[name].dtype)
-        for name, v in zip(imported.inputs, examples, strict=False) if name in by_name})
-    with warnings.catch_warnings():  # an op the table lacks is priced analytically
-        warnings.simplefilter("ignore")
-        planned = plan(prepared, chosen, table)
-    graph = planned.graph  # as the step's cores rewrote it: the graph the executor runs
-    name = "torch_" + hashlib.sha256(planned.to_json().encode()).hexdigest()[:16]
-    module_py = load(build(render(planned, folder / name)).dir)
-    executor = module_py.Executor(adaptive=adaptive)
+    # Tracing and planning take seconds (18 s for six encoder layers on a busy 2-core VM):
+    # a line says what the wait is, as each later step of other shapes does.
+    from planner.torch.shapes import spell
+
+    print(f"trainer: {type(module).__name__}: tracing (torch.export) and planning for inputs "
+          f"{spell(tuple(tuple(int(d) for d in v.shape) for v in examples))} on {target}",
+          file=sys.stderr, flush=True)
+    first = _build_shape(recipe, examples)
+    imported, graph = first.imported, first.graph
     state = module.state_dict()
-    executor.load_params({**init_params(graph), **imported.params()})
     held = {t.name for t in graph.by_role("param", "state")}
     # Tied weights (one tensor under two keys) are one placeholder in the export.
     def storage(v: Any) -> tuple:
         return v.data_ptr(), tuple(v.shape), tuple(v.stride()), v.dtype
 
-    first: dict[tuple, str] = {}
+    first_key: dict[tuple, str] = {}
     for k, v in state.items():
         if PREFIX + k in held:
-            first.setdefault(storage(v), k)
-    aliases = {k: first[storage(v)] for k, v in state.items()
-               if PREFIX + k not in held and storage(v) in first}
+            first_key.setdefault(storage(v), k)
+    aliases = {k: first_key[storage(v)] for k, v in state.items()
+               if PREFIX + k not in held and storage(v) in first_key}
     start = {k: v.detach().cpu().numpy().copy() for k, v in state.items()
              if PREFIX + k not in held and k not in aliases}
-    return Trainer(imported, graph, executor, list(state), start, aliases, planned)
+    run = Shapes(first, lambda arrays: _build_shape(recipe, arrays), limit=shape_cache)
+    torch_optimizer = None if isinstance(optimizer, str) else optimizer
+    t = Trainer(imported, graph, first.executor, list(state), start, aliases, first.plan, run,
+                torch_optimizer)
+    for declared in shapes:
+        run.add(t._arrays(_declared(declared, examples), "shapes"))
+    return t
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """What `trainer` was given, less the example batch: how to plan and build the module for
+    any input shapes (planner/torch/shapes.py)."""
+
+    module: Any
+    loss: Callable | None
+    target: str
+    graph_options: Any  # GraphOptions: what `prepare` makes of the import (the optimizer)
+    plan_options: Any  # PlanOptions the plan is made with
+    evaluation: bool  # whether the plan holds its evaluation schedule
+    out_dir: Path | None
+    costs: Any
+    adaptive: bool
+    # Each submodule's train()/eval() flag when the trainer was made: every shape's export's
+    # (a module trained with a frozen, eval() BatchNorm inside keeps it so).
+    modes: tuple[bool, ...]
+    with_labels: bool
+    # Data-parallel ranks under torchrun (1 without): rank 0's plan runs on every rank (ranks
+    # measure their own costs, and the executor refuses ranks that run different plans).
+    ranks: int = 1
+    shard_parameters: bool = False  # ZeRO-3: each rank loads its shards of the parameters
+
+
+def _declared(declared: Any, examples: Sequence[Any]) -> tuple[Any, ...]:
+    """The example batch of a `shapes=` entry: a batch size (each example cut or repeated
+    along its first axis to it) or the arrays themselves."""
+    if isinstance(declared, bool) or not isinstance(declared, (int, tuple, list)):
+        raise ValueError(f"shapes: each entry is a batch size or a tuple of example arrays, "
+                         f"not {type(declared).__name__}")
+    if not isinstance(declared, int):
+        return tuple(declared)
+    if declared < 1:
+        raise ValueError(f"shapes: a batch size is 1 or more, not {declared}")
+    out = []
+    for v in examples:
+        a = v.detach().cpu().numpy() if hasattr(v, "detach") else np.asarray(v)
+        if a.ndim == 0:
+            raise ValueError("shapes: a batch size needs example arrays with a batch axis")
+        out.append(np.resize(a, (declared, *a.shape[1:])))
+    return tuple(out)
+
+
+def _torch(a: Any) -> Any:
+    import torch
+
+    return a if hasattr(a, "detach") else torch.from_numpy(np.ascontiguousarray(a))
+
+
+def _build_shape(recipe: Recipe, examples: Sequence[Any]) -> Built:
+    """Export, import, plan, build and load the module for the shapes of `examples` (the
+    module's inputs, then the labels); the executor starts from the module's own values."""
+    from codegen.build import build
+    from codegen.load import load
+    from codegen.render import render
+    from planner.frontend.prepare import prepare
+    from planner.graph import init_params
+    from planner.io.write import cache_root, folder_lock
+    from planner.pipeline import plan
+    from planner.target.presets import load_target
+    from planner.torch.settings import rank0_plan
+
+    module = recipe.module
+    examples = tuple(_torch(v) for v in examples)
+    inputs = examples[:-1] if recipe.with_labels else examples
+    labels = examples[-1] if recipe.with_labels else None
+    now = [m.training for m in module.modules()]
+    _set_modes(module, recipe.modes)  # each shape traced in the modes the trainer was made in
+    try:
+        imported = convert(export(module, inputs, recipe.loss, labels),
+                           name=type(module).__name__, module_root=PREFIX.rstrip("."))
+    finally:
+        _set_modes(module, now)
+    chosen = load_target(recipe.target)
+    _check_runs_here(chosen)
+    prepared = prepare(imported.graph, recipe.graph_options)
+    folder = recipe.out_dir if recipe.out_dir is not None else cache_root() / "trainers"
+    by_name = {t.name: t for t in prepared.tensors}
+    table = _cost_table(recipe.costs, prepared, chosen, recipe.out_dir, {  # in-step steps on them
+        name: _numpy(v, by_name[name].dtype)
+        for name, v in zip(imported.inputs, examples, strict=False) if name in by_name})
+
+    def planned_here() -> Any:
+        with warnings.catch_warnings():  # an op the table lacks is priced analytically
+            warnings.simplefilter("ignore")
+            return plan(prepared, chosen, table, recipe.plan_options,
+                        evaluation=recipe.evaluation)
+
+    planned = planned_here() if recipe.ranks == 1 else rank0_plan(planned_here)
+    graph = planned.graph  # as the step's cores rewrote it: the graph the executor runs
+    name = "torch_" + hashlib.sha256(planned.to_json().encode()).hexdigest()[:16]
+    with folder_lock(folder / name):  # two processes of one plan take turns to write it
+        package = load(build(render(planned, folder / name), progress=_say).dir)
+    executor = package.Executor(adaptive=recipe.adaptive)
+    start_params = {**init_params(graph), **imported.params()}
+    if recipe.shard_parameters:  # ZeRO-3: this rank's shards of them
+        import torch.distributed as dist
+
+        from planner.runtime.sharded import shard_params
+
+        start_params = shard_params(executor.plan, start_params, dist.get_rank())
+    executor.load_params(start_params)
+    feeds = {t.name: t for t in graph.tensors if t.role in ("input", "label")}
+    from planner.torch.shapes import key_of
+
+    arrays = [_numpy(v, feeds[n].dtype) for n, v in zip(imported.inputs, examples, strict=False)
+              if n in feeds]
+    return Built(key=key_of(arrays), imported=imported, graph=graph, plan=planned,
+                 package=package, executor=executor, target=chosen, table=table,
+                 feeds=tuple(feeds[n] for n in imported.inputs if n in feeds))
+
+
+def _set_modes(module: Any, modes: Sequence[bool]) -> None:
+    subs = list(module.modules())
+    if len(subs) != len(modes):
+        raise ValueError(f"trainer: {type(module).__name__} has {len(subs)} submodules now, "
+                         f"{len(modes)} when the trainer was made; a new input shape is traced "
+                         f"from the module as it was: make a new trainer")
+    for m, flag in zip(subs, modes, strict=True):
+        m.training = flag
+
+
+def _say(line: str) -> None:
+    """A build's progress on stderr, but for a cached build's "up to date"."""
+    if not line.endswith(": up to date"):
+        print(line, file=sys.stderr, flush=True)
 
 
 def _check_runs_here(target: Any) -> None:
@@ -246,7 +548,7 @@ def _check_runs_here(target: Any) -> None:
                         f"use target='host' or a CPU target preset")
 
 
-def _cost_table(costs: Any, graph: Any, target: Any, folder: Path,
+def _cost_table(costs: Any, graph: Any, target: Any, folder: Path | None,
                 examples: Mapping[str, np.ndarray]) -> Any:
     """The cost table `trainer`'s plan is priced with (its `costs` argument; "in-step" steps
     on the example batch `examples`); UserError for a table of another target or a value that
@@ -263,8 +565,6 @@ def _cost_table(costs: Any, graph: Any, target: Any, folder: Path,
     elif isinstance(costs, str) and costs == "analytical":
         table = None
     elif isinstance(costs, str) and costs == "measured":
-        import sys
-
         from codegen.profiling import host_measured
 
         table = host_measured(graph, target, progress=sys.stderr, feeds=examples)
@@ -272,6 +572,8 @@ def _cost_table(costs: Any, graph: Any, target: Any, folder: Path,
         from codegen.profiling import profile_in_step
         from planner.io.write import atomic_write
 
+        if folder is None:  # no out_dir: the profile's builds in a folder of this run's own
+            folder = Path(tempfile.mkdtemp(prefix="planner-"))
         table = profile_in_step(graph, target, folder / "profile", feeds=examples)
         atomic_write(folder / "costs.json", table.to_json())
     elif isinstance(costs, (str, Path)):

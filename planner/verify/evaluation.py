@@ -79,6 +79,7 @@ def _forward_in_inference_mode(training: Graph) -> Graph:
     tensor = training.tensor_map
     passed: dict[str, str] = {}        # a Dropout's output -> the tensor it passes on
     made: dict[str, Node] = {}         # a computable tensor -> its inference-mode producer
+    statistics: dict[str, str] = {}    # a BatchNorm's new running statistic -> the old one
     known = {t.name for t in training.tensors if t.name not in training.producer}
 
     def at(t: str) -> str:
@@ -100,9 +101,13 @@ def _forward_in_inference_mode(training: Graph) -> Graph:
         if n.op == "BatchNorm" and n.attrs.get("training", True):
             infer = infer.model_copy(update={"attrs": {**n.attrs, "training": False},
                                              "outputs": n.outputs[:1]})
+            # A later call of the same BatchNorm reads the running statistics themselves.
+            if len(n.outputs) >= 3:
+                statistics.update({n.outputs[1]: inputs[3], n.outputs[2]: inputs[4]})
+                passed.update({n.outputs[1]: inputs[3], n.outputs[2]: inputs[4]})
         made.update({o: infer for o in infer.outputs})
-    outputs = tuple(dict.fromkeys(at(o) for o in training.outputs
-                                  if at(o) in made or at(o) in known))
+    outputs = tuple(dict.fromkeys(at(o) for o in training.outputs if o not in statistics
+                                  and (at(o) in made or at(o) in known)))
     wanted, stack = set(), [o for o in outputs if o in made]
     while stack:  # the producers the outputs need, back to the graph's sources
         node = made[stack.pop()]

@@ -19,6 +19,7 @@
 #include <nanobind/stl/vector.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -190,6 +191,53 @@ nb::dict run_step(Ex& ex, nb::dict feeds, const std::vector<std::string>& extra)
   return out;
 }
 
+// Values load_params refuses that the shape and dtype checks let through: state that would
+// make every later step wrong without an error. fp16-mixed's loss scale (UnscaleGrads' last
+// input: optimizer state, so it may be left out, but zero or left at zero it turns every
+// gradient into 0 * inf = NaN) must be loaded, finite and positive; an int64 step counter (an
+// Increment's: the random ops' rng/step, the micro-batch count) must lie in [0, 2^62], so no
+// run wraps it negative.
+constexpr int64_t kMaxStepCount = int64_t{1} << 62;
+
+template <class Ex>
+void check_state_values(const Ex& ex, const std::vector<std::pair<int, Array>>& given,
+                        bool partial) {
+  const Schedule& s = ex.schedule();
+  auto value_of = [&](int id) -> const Array* {
+    for (const auto& [k, a] : given)
+      if (k == id) return &a;
+    return nullptr;
+  };
+  for (int k = 0; k < s.num_ops; ++k) {
+    const OpSpec& op = s.ops[k];
+    const std::string type = op.op;
+    if ((type == "UnscaleGrads" || type == "ShardedUnscaleGrads") && op.num_inputs > 0) {
+      const int id = s.args[op.first_input + op.num_inputs - 1];
+      const std::string name = s.tensors[id].name;
+      if (const Array* a = value_of(id)) {
+        const float v = *static_cast<const float*>(a->data());
+        if (!(std::isfinite(v) && v > 0.f))
+          throw nb::value_error(("load_params: '" + name + "' (the fp16 loss scale) is " +
+                                 std::to_string(v) + "; it must be finite and positive "
+                                 "(init_params gives 2^16)").c_str());
+      } else if (!partial && !ex.is_loaded(id)) {
+        throw nb::value_error(("load_params: missing '" + name + "' (the fp16 loss scale; "
+                               "at zero every gradient is NaN): pass it (init_params gives "
+                               "2^16)").c_str());
+      }
+    } else if (type == "Increment" && op.num_inputs > 0) {
+      const int id = s.args[op.first_input];
+      const Array* a = value_of(id);
+      if (a == nullptr || s.tensors[id].dtype != I64) continue;
+      const int64_t v = *static_cast<const int64_t*>(a->data());
+      if (v < 0 || v > kMaxStepCount)
+        throw nb::value_error(("load_params: '" + std::string(s.tensors[id].name) + "' (a " +
+                               "step count) is " + std::to_string(v) + "; it must lie in [0, "
+                               "2^62]").c_str());
+    }
+  }
+}
+
 template <class Ex, class Io>
 void define_executor(nb::class_<Ex>& cls) {
   cls.def_prop_ro("concurrent", &Ex::concurrent)
@@ -216,6 +264,7 @@ void define_executor(nb::class_<Ex>& cls) {
                given.push_back(id);
              }
              const std::vector<std::string> absent = ex.missing(given);
+             check_state_values(ex, checked, partial);
              if (!partial && !absent.empty())
                throw nb::value_error(("load_params: missing " + name_list(absent) +
                                       "; pass every parameter and state tensor, or "

@@ -46,6 +46,7 @@ class ExecutorCore {
     return (t.role == PARAM || t.role == STATE) && t.updates < 0;
   }
   void mark_loaded(int id) { written_[id] = 1; }
+  bool is_loaded(int id) const { return written_[id] != 0; }
   // Names of required tensors not loaded yet, in schedule order.
   std::vector<std::string> missing(const std::vector<int>& also_given = {}) const;
   // Throws naming them (step and step_async call it before running anything).

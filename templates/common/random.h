@@ -1,6 +1,6 @@
 // The counter-based generator of the random ops and Dropout (planner/ops/random.py), one
 // definition for both backends:
-//   draw(seed, step, rank, i) = splitmix64((seed + step * 2^32) * kGoldenGamma
+//   draw(seed, step, rank, i) = splitmix64((seed + step * 2^32 + key(step >> 32)) * kGoldenGamma
 //                                          + rank * kRankGamma + i)        (uint64, wrapping)
 // and the value each op makes of a draw. Every value is exact integer arithmetic or a single
 // rounding all implementations share, except the normal's log and cos (the platform's libm).
@@ -25,9 +25,16 @@ PLANNER_HOST_DEVICE inline uint64_t rng_mix(uint64_t state) {
   return z ^ (z >> 31);
 }
 
+// What a step's high 32 bits add to the seed (planner/ops/dropout.py step_key): 0 below
+// 2^32, distinct for every high half, so step 2^32 + k does not repeat step k's draws.
+PLANNER_HOST_DEVICE inline uint64_t rng_step_key(uint64_t high) {
+  return rng_mix(high) - rng_mix(0);
+}
+
 // The counter of draw 0; draw i is rng_mix(base + i).
 PLANNER_HOST_DEVICE inline uint64_t rng_base(uint64_t seed, uint64_t step, uint64_t rank) {
-  return (seed + (step << 32)) * kRngGoldenGamma + rank * kRngRankGamma;
+  return (seed + (step << 32) + rng_step_key(step >> 32)) * kRngGoldenGamma +
+         rank * kRngRankGamma;
 }
 
 enum class RandomKind { kUniform, kNormal, kBernoulli, kInt, kPerm };

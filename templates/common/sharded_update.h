@@ -19,8 +19,8 @@ namespace planner {
 // The optimizer's hyperparameters besides the learning rate and weight decay (a parameter
 // group's scalars, read each step where the backend runs the update).
 struct UpdateHyper {
-  float momentum = 0.9f, beta1 = 0.9f, beta2 = 0.999f, epsilon = 1e-8f;
-  bool nesterov = false, decoupled = false;
+  float momentum = 0.9f, dampening = 0.f, beta1 = 0.9f, beta2 = 0.999f, epsilon = 1e-8f;
+  bool nesterov = false, decoupled = false, amsgrad = false;
 };
 
 // The hyperparameters node n's op takes (the rest keep their defaults). N: a backend's Node.
@@ -33,6 +33,8 @@ UpdateHyper update_hyper(const N& n) {
   if (n.attrs.has("beta1")) a.beta1 = static_cast<float>(n.attrs.f("beta1"));
   if (n.attrs.has("beta2")) a.beta2 = static_cast<float>(n.attrs.f("beta2"));
   if (n.attrs.has("epsilon")) a.epsilon = static_cast<float>(n.attrs.f("epsilon"));
+  if (n.attrs.has("dampening")) a.dampening = static_cast<float>(n.attrs.f("dampening"));
+  if (n.attrs.has("amsgrad")) a.amsgrad = n.attrs.b("amsgrad");
   return a;
 }
 
@@ -49,6 +51,18 @@ PLANNER_HOST_DEVICE inline void momentum_element(float p, float g, float v, floa
   const float vn = momentum * v + gi;
   vo = vn;
   po = p - lr * (nesterov ? gi + momentum * vn : vn);
+}
+
+// With dampening d (torch.optim.SGD's): v' = g' on the first step (first), else
+// m v + (1 - d) g'; p' = p - lr v' (torch refuses nesterov with dampening).
+PLANNER_HOST_DEVICE inline void dampened_momentum_element(float p, float g, float v, float& po,
+                                                          float& vo, float lr, float wd,
+                                                          float momentum, float dampening,
+                                                          bool first) {
+  const float gi = wd != 0.f ? g + wd * p : g;
+  const float vn = first ? gi : momentum * v + (1.f - dampening) * gi;
+  vo = vn;
+  po = p - lr * vn;
 }
 
 // torch.optim.Adam's per-step scalars with bias correction by the step count t (this step's,
@@ -69,6 +83,21 @@ PLANNER_HOST_DEVICE inline void adam_element(float p, float g, float m, float v,
   const float denom = sqrtf(vn) / s.root + a.epsilon;
   mo = mn;
   vo = vn;
+  po = p * s.shrink - s.step_size * (mn / denom);
+}
+
+// amsgrad: the running maximum of v' (v_max') in the denominator.
+PLANNER_HOST_DEVICE inline void amsgrad_element(float p, float g, float m, float v, float vmax,
+                                                float& po, float& mo, float& vo, float& vmaxo,
+                                                const UpdateHyper& a, const AdamStep& s) {
+  const float gi = s.wd != 0.f ? g + s.wd * p : g;
+  const float mn = a.beta1 * m + (1.f - a.beta1) * gi;
+  const float vn = a.beta2 * v + (1.f - a.beta2) * gi * gi;
+  const float vm = (vmax > vn || vmax != vmax) ? vmax : vn;  // NaN kept, as torch.maximum
+  const float denom = sqrtf(vm) / s.root + a.epsilon;
+  mo = mn;
+  vo = vn;
+  vmaxo = vm;
   po = p * s.shrink - s.step_size * (mn / denom);
 }
 

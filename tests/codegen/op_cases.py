@@ -417,11 +417,18 @@ CASES: dict[str, list[tuple]] = {
     # the last two inputs: the learning rate and weight decay
     "SGD": [([((3, 4), N), ((3, 4), N), ((), const(0.1)), ((), const(0.01))], {})],
     "ApplyMomentum": [([((3, 4), N), ((3, 4), N), ((3, 4), N), ((), const(0.1)),
-                        ((), const(0.0))], {})],
+                        ((), const(0.0))], {}),
+                      # dampening: the first step (t = 1) takes the gradient, later ones damp it
+                      *[([((3, 4), N), ((3, 4), N), ((3, 4), N), ((), const(t)),
+                          ((), const(0.1)), ((), const(0.01))],
+                         {"momentum": 0.8, "dampening": 0.3}) for t in (1.0, 3.0)]],
     "ApplyAdam": [([((3, 4), N), ((3, 4), N), ((3, 4), N), ((3, 4), U), ((), P),
                     ((), const(0.1)), ((), const(0.01))], {}),
                   ([((3, 4), N), ((3, 4), N), ((3, 4), N), ((3, 4), U), ((), P),
-                    ((), const(0.1)), ((), const(0.01))], {"decoupled": True})],
+                    ((), const(0.1)), ((), const(0.01))], {"decoupled": True}),
+                  # amsgrad: v_max (some above v', some below) beside m and v
+                  ([((3, 4), N), ((3, 4), N), ((3, 4), N), ((3, 4), U), ((3, 4), U), ((), P),
+                    ((), const(0.1)), ((), const(0.01))], {"amsgrad": True})],
     "Increment": [([((), N)], {})],
     # each kind of recorded learning-rate schedule, in and past its warm-up or first phase
     "ScheduledLR": [([((), P), ((), ("count", t))], attrs) for t, attrs in (

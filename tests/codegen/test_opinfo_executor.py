@@ -14,26 +14,13 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("expecttest")
 
-from codegen import support  # noqa: E402
-from codegen.backends import RUNTIMES  # noqa: E402
-from codegen.errors import UnsupportedError  # noqa: E402
-from tests.codegen.merged_graph import executor_mismatches  # noqa: E402
+from tests.helpers.opinfo_executor import check_on_cpu  # noqa: E402
 from tests.importers.opinfo_cases import (  # noqa: E402
-    by_name,
-    check_opinfo,
     fast_subset,
     load_expectations,
 )
 
 MIN_RUNS = 40  # the fast subset's passing samples the CPU runtime has ops for, at least
-
-
-def _runnable(graph) -> bool:
-    try:
-        support.check(graph, RUNTIMES["cpu"])
-    except UnsupportedError:
-        return False
-    return True
 
 
 def test_fast_subset_passing_samples_on_the_cpu_executor(tmp_path):
@@ -59,15 +46,3 @@ LINALG = ("linalg.inv", "linalg.solve", "linalg.det", "linalg.slogdet", "logdet"
 def test_linalg_passing_samples_on_the_cpu_executor(tmp_path):
     check_on_cpu(LINALG, tmp_path, 3 * len(LINALG) // 2)
 
-
-def check_on_cpu(names, tmp_path, min_runs: int) -> None:
-    """Every passing sample of the OpInfos `names` that the CPU runtime runs, merged into one
-    graph, built and run once, each output and gradient held to torch's float64 value."""
-    ops = by_name()
-    runs = []
-    for name in names:
-        mine: list = []
-        check_opinfo(ops[name], runs=mine)
-        runs += [(f"{name} sample {k}", r) for k, r in enumerate(mine) if _runnable(r.graph)]
-    assert len(runs) >= min_runs, f"only {len(runs)} samples the CPU executor can run"
-    assert executor_mismatches("opinfo_executor", runs, tmp_path) == []

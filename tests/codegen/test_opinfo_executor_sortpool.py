@@ -12,7 +12,7 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("expecttest")
 
-from tests.codegen.test_opinfo_executor import check_on_cpu  # noqa: E402
+from tests.helpers.opinfo_executor import check_on_cpu  # noqa: E402
 
 NAMES = ("nanmedian", "masked.median", "native_layer_norm", "native_group_norm",
          "nn.functional.avg_pool2d", "nn.functional.avg_pool3d",

@@ -23,7 +23,7 @@ import pytest
 from planner.graph.interpret import random_feeds
 from planner.target.detect import detect
 from tests.codegen.helpers import start_state
-from tests.codegen.test_schedule_variants import lenet_built
+from tests.helpers.variants import lenet_built
 
 pytestmark = pytest.mark.skipif(detect().cores < 2, reason="variants need two cores to differ")
 

@@ -11,33 +11,17 @@ import warnings
 import numpy as np
 import pytest
 
-from codegen.build import build
-from codegen.load import load
-from codegen.render import render
-from planner.graph.autodiff import make_training_graph
 from planner.graph.interpret import random_feeds, train_step, widened
-from planner.graph.optimizer import Optimizer
 from planner.pipeline import PlanOptions, plan
 from planner.schedule import ScheduleOptions
 from planner.target.detect import detect
 from planner.verify import verify_plan
 from planner.verify.variants import variant_problems
-from planner.zoo import build as zoo
 from tests.codegen.helpers import rel_error, start_state
 from tests.codegen.zoo_cases import allowed
+from tests.helpers.variants import lenet_built
 
 pytestmark = pytest.mark.skipif(detect().cores < 2, reason="variants need two cores to differ")
-
-
-def lenet_built(folder, intra: int, inter: int):
-    """(training graph, plan, loaded module) of a small LeNet whose main schedule is the
-    uniform grid intra x inter."""
-    graph = make_training_graph(zoo("lenet", batch=4, image=12), Optimizer(kind="sgd", lr=0.05))
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        p = plan(graph, detect(), options=PlanOptions(
-            schedule=ScheduleOptions(strategy="uniform", intra=intra, inter=inter)))
-    return graph, p, load(build(render(p, folder)).dir)
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,7 @@ from tests.codegen.dp_harness import (
     launch_ranks,
     write_data,
 )
-from tests.codegen.test_sharded_parameters import _gathered
+from tests.helpers.sharded import gathered
 
 K = 2
 # (optimizer, ZeRO stage, clip_grad_norm)
@@ -39,5 +39,5 @@ def test_sharded_ranks_accumulating_match_one_process_on_the_global_batch(tmp_pa
                         [os.pathsep.join(str(o[r]) for o in outs) for r in range(ranks)])
     assert all(r.returncode == 0 for r in runs), [r.stdout[-1500:] for r in runs]
     for (kind, zero, clip), pkg, files in zip(RUNS, pkgs, outs, strict=True):
-        whole = _gathered(pkg, files, tmp_path, f"{kind}{zero}") if zero == 3 else files
+        whole = gathered(pkg, files, tmp_path, f"{kind}{zero}") if zero == 3 else files
         check_numbers(kind, ranks, runs, whole, params, x, labels, clip=clip, accumulate=K)

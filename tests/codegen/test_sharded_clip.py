@@ -20,7 +20,7 @@ from tests.codegen.dp_harness import (
     torch_reference,
     write_data,
 )
-from tests.codegen.test_sharded_parameters import _gathered
+from tests.helpers.sharded import gathered
 
 MAX_NORM = 0.5
 # (optimizer, ZeRO stage)
@@ -41,7 +41,7 @@ def test_sharded_clipping_takes_the_global_norm_of_the_averaged_gradients(tmp_pa
                         [os.pathsep.join(str(o[r]) for o in outs) for r in range(ranks)])
     assert all(r.returncode == 0 for r in runs), [r.stdout[-1500:] for r in runs]
     for (kind, zero), pkg, files in zip(RUNS, pkgs, outs, strict=True):
-        whole = _gathered(pkg, files, tmp_path, f"{kind}{zero}") if zero == 3 else files
+        whole = gathered(pkg, files, tmp_path, f"{kind}{zero}") if zero == 3 else files
         check_numbers(kind, ranks, runs, whole, params, x, labels, clip=MAX_NORM)
         for f in files:  # every rank summed its squares with the others (one float)
             facts = json.loads(open(f"{f}.json").read())

@@ -26,7 +26,7 @@ from tests.codegen.dp_harness import (
     torch_reference,
     write_data,
 )
-from tests.codegen.test_sharded_parameters import _gathered
+from tests.helpers.sharded import gathered
 
 MAX_NORM = 0.5
 STEPS = 8         # fp16-mixed's: few enough that float16's error, grown by e^(steps lr) over
@@ -127,7 +127,7 @@ def _fp16_runs(tmp_path, ranks: int, runs_, k: int = 1) -> None:
         for f in files if zero else []:  # every rank summed its flag with the others'
             facts = json.loads(open(f"{f}.json").read())
             assert any(n == 1 for _, n in facts["summed"]), facts["summed"]
-        whole = _gathered(pkg, files, tmp_path, f"{kind}{zero}_{k}") if zero == 3 else files
+        whole = gathered(pkg, files, tmp_path, f"{kind}{zero}_{k}") if zero == 3 else files
         final[kind, zero] = dict(np.load(whole[0]))
     for (kind, zero, clip), pkg in zip(runs_, pkgs, strict=True):
         if kind == "sgd":
@@ -184,7 +184,7 @@ def test_bf16_mixed_shards_match_pytorch_to_bfloat16s_accuracy(tmp_path):
     want, gmax = torch_reference("sgd", params, x, labels)
     for zero, pkg, files in zip(zeros, pkgs, outs, strict=True):
         _same_on_every_rank(files)
-        whole = _gathered(pkg, files, tmp_path, f"bf16_{zero}") if zero == 3 else files
+        whole = gathered(pkg, files, tmp_path, f"bf16_{zero}") if zero == 3 else files
         mine = dict(np.load(whole[0]))
         tol = _sgd_tolerance(_low_writers(pkg, "bfloat16"), 2.0 ** -8, RANKS * SHARD, steps,
                              gmax)

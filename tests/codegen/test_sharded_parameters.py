@@ -13,7 +13,6 @@ import shutil
 import numpy as np
 import pytest
 
-from planner.runtime.sharded import gather_params
 from tests.codegen.dp_harness import (
     RANKS,
     build_package,
@@ -22,21 +21,7 @@ from tests.codegen.dp_harness import (
     launch_ranks,
     write_data,
 )
-
-
-def _gathered(package, outs, tmp_path, tag):
-    """Every rank's shards put back together (the same whole parameters for each rank's
-    slot, as check_numbers compares them), written as npz files."""
-    plan = (package / "plan.json").read_text()
-    shards = [dict(np.load(o)) for o in outs]
-    whole = gather_params(plan, shards)
-    paths = []
-    for r, own in enumerate(shards):
-        rest = {k: v for k, v in own.items() if not k.startswith("shard/")}
-        path = tmp_path / f"{tag}_whole{r}.npz"
-        np.savez(path, **rest, **whole)
-        paths.append(path)
-    return paths
+from tests.helpers.sharded import gathered
 
 
 def _replicated_bytes(package) -> tuple[int, int]:
@@ -74,7 +59,7 @@ def test_sharded_parameter_ranks_match_one_process_on_the_global_batch(tmp_path,
                         [os.pathsep.join(str(outs[o][r]) for o in order) for r in range(ranks)])
     assert all(r.returncode == 0 for r in runs), [r.stdout[-1500:] for r in runs]
     for kind in kinds:
-        whole = _gathered(zero3[kind], outs[kind, True], tmp_path, kind)
+        whole = gathered(zero3[kind], outs[kind, True], tmp_path, kind)
         check_numbers(kind, ranks, runs, whole, params, x, labels)
         # each rank's evaluate() of its rows, from the same build (its all-gathers on the
         # group), equals PyTorch's forward with the gathered parameters

@@ -284,8 +284,8 @@ static Index blockIdx, threadIdx;
 #include "tvm_pointwise.cuh"
 int main() {
   const int64_t n = 1000;
-  static float x[n], y[n], z[n];
-  int64_t step = 5;
+  static float x[n], y[n], z[n], w[n];
+  int64_t step = 5, late = (int64_t{1} << 32) + 5;  // late: past the low half of the step
   for (int64_t i = 0; i < n; ++i) x[i] = 1.0f;
   for (unsigned b = 0; b < (n + 255) / 256; ++b)
     for (unsigned t = 0; t < 256; ++t) {
@@ -293,8 +293,9 @@ int main() {
       threadIdx.x = t;
       tvm_Dropout_f_f_r0_b256_kernel(x, y, n, 0.3, 12345ull);
       tvm_Dropout_fl_f_r0_b256_kernel(x, &step, z, n, 0.6, 99ull);
+      tvm_Dropout_fl_f_r0_b256_kernel(x, &late, w, n, 0.6, 99ull);
     }
-  for (int64_t i = 0; i < n; ++i) std::printf("%.9g %.9g\n", y[i], z[i]);
+  for (int64_t i = 0; i < n; ++i) std::printf("%.9g %.9g %.9g\n", y[i], z[i], w[i]);
 }
 """
 
@@ -318,5 +319,10 @@ def test_dropout_cuda_source_on_the_host(tmp_path):
     y = get_op("Dropout").reference([ones], {"rate": 0.3, "seed": 12345})[0]
     z = get_op("DropoutGrad").reference([ones, np.array(5, np.int64)],
                                         {"rate": 0.6, "seed": 99})[0]
+    w = get_op("DropoutGrad").reference([ones, np.array(2**32 + 5, np.int64)],
+                                        {"rate": 0.6, "seed": 99})[0]
     np.testing.assert_array_equal(out[:, 0].astype(np.float32), y)
     np.testing.assert_array_equal(out[:, 1].astype(np.float32), z)
+    # step 2^32 + 5 draws its own mask (the step's high half keys the seed), as the reference
+    np.testing.assert_array_equal(out[:, 2].astype(np.float32), w)
+    assert not np.array_equal(w, z)

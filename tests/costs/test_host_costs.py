@@ -5,6 +5,7 @@ repeats kept, and the plan saying which of its signatures were measured."""
 
 from __future__ import annotations
 
+import json
 import warnings
 
 import pytest
@@ -170,6 +171,27 @@ def test_the_cli_plans_the_host_from_kept_costs_and_says_so(tmp_path, monkeypatc
     assert open(a).read() == open(b).read()
     assert cli.main(["show", b]) == 0
     assert "signature(s) priced by measured times" in capsys.readouterr().out
+    # explain finds the table the plan was priced by, kept by its digest (issue 58).
+    assert cli.main(["explain", b, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["step_seconds"] > 0
+    # fit --pareto prices as plan does: the same table, and on a CPU nothing offloaded to
+    # the host store (the RAM it would free), every point within the unconstrained plan.
+    assert cli.main(["fit", spec, "--train", "sgd", "--target", "host", "--pareto",
+                     "--points", "3", "--json"]) == 0
+    curve = json.loads(capsys.readouterr().out)["curve"]
+    made = json.loads(open(b).read())
+    assert curve["costs_sha256"] == made["provenance"]["costs_sha256"]
+    points = curve["points"]
+    assert all(p["host_bytes"] == 0 and p["offload"] == [] for p in points)
+    assert all(p["peak_bytes"] <= made["summary"]["memory"]["peak_bytes"] for p in points)
+    steps = [p["step_seconds"] for p in sorted(points, key=lambda p: p["budget_bytes"])]
+    assert steps == sorted(steps, reverse=True)
+    # A plan whose table this host does not keep is refused in one line naming the way out.
+    priced = tmp_path / "costs" / "priced" / f"{made['provenance']['costs_sha256']}.json"
+    priced.unlink()
+    assert cli.main(["explain", b]) != 0
+    err = capsys.readouterr().err.strip()
+    assert "does not keep" in err and "--costs FILE" in err and "\n" not in err
     analytical = str(tmp_path / "m.json")
     assert cli.main(["plan", spec, "--train", "sgd", "--target", "host", "--costs",
                      "analytical", "-o", analytical]) == 0

@@ -418,7 +418,7 @@ CHECKED_IN_TEST_LINALG = {"Cholesky", "MatrixInverse", "MatrixQr", "MatrixSlogde
 
 def test_every_differentiable_op_has_a_gradient_case():
     # (an op none of whose inputs is differentiable, StopGradient, has no derivative to check)
-    from tests.ops.test_linalg import CASES
+    from tests.helpers.linalg_cases import CASES
 
     # (nor do the special functions torch marks non-differentiable: no gradient flows through
     # them, which tests/importers/test_kinks.py checks against torch)

@@ -9,16 +9,22 @@ import importlib
 
 import pytest
 
+# Markers whose tests run only when `-m` names them: the whole OpInfo sweep (make opinfo), the
+# whole training-semantics matrix through torch.compile(backend="planner").
+OPT_IN = {"opinfo_full": "the whole OpInfo sweep", "compile_full": "the whole matrix through "
+          "torch.compile(backend='planner')"}
+
 
 def pytest_collection_modifyitems(config, items):
-    """The whole OpInfo sweep runs only when asked for by `-m opinfo_full` (make opinfo)."""
+    """Tests marked with an OPT_IN marker run only when asked for by `-m <marker>`."""
     expr = config.getoption("markexpr") or ""
-    if "opinfo_full" in expr and "not opinfo_full" not in expr:
-        return
-    skip = pytest.mark.skip(reason="the whole OpInfo sweep: run with -m opinfo_full")
-    for item in items:
-        if "opinfo_full" in item.keywords:
-            item.add_marker(skip)
+    for marker, what in OPT_IN.items():
+        if marker in expr and f"not {marker}" not in expr:
+            continue
+        skip = pytest.mark.skip(reason=f"{what}: run with -m {marker}")
+        for item in items:
+            if marker in item.keywords:
+                item.add_marker(skip)
 
 
 def _structure(module) -> tuple:
@@ -47,8 +53,10 @@ def export_once_per_module():
     made: dict[tuple, object] = {}
 
     def export(module, inputs, loss, labels):
-        # What the program is a function of: structure, mode, values, inputs, the loss.
+        # What the program is a function of: structure, modes, values, which parameters
+        # are frozen, inputs, the loss.
         key = (repr(module), _structure(module), tensor_digest(module.state_dict().values()),
+               tuple(p.requires_grad for p in module.parameters()),
                tensor_digest(inputs), loss,
                None if labels is None else tensor_digest([labels]))
         if key not in made:

@@ -15,8 +15,6 @@ each block).
 
 from __future__ import annotations
 
-import copy
-
 import numpy as np
 import pytest
 
@@ -26,12 +24,11 @@ from torch.nn import functional as F  # noqa: E402
 
 from planner.ops.base import get_op  # noqa: E402
 from planner.torch.training import trainer  # noqa: E402
+from tests.helpers.fresh_models import LR, equal_to_torch  # noqa: E402
 from tests.importers import fresh_models  # noqa: E402
 from tests.importers.fresh_models import MODELS  # noqa: E402
-from tests.importers.torch_step import Step, mismatches  # noqa: E402
 
 STEPS = 3
-LR = {"sgd": 0.05, "adam": 0.01}
 
 
 def _batches(name: str, steps: int = STEPS, seed: int = 1) -> list[tuple]:
@@ -51,39 +48,10 @@ def _model(name: str, **kw):
 _MAKE = {"stochastic_depth": fresh_models.StochasticDepthResNet}
 
 
-def _cast(v, dtype):
-    return v.to(dtype) if v.is_floating_point() else v
-
-
-def torch_run(model, loss, batches, optimizer: str, dtype) -> Step:
-    """PyTorch's own steps of a copy of `model` in `dtype`: the losses and the state_dict()."""
-    model = copy.deepcopy(model).to(dtype)
-    opt = (torch.optim.SGD(model.parameters(), lr=LR["sgd"]) if optimizer == "sgd"
-           else torch.optim.Adam(model.parameters(), lr=LR["adam"]))
-    losses = []
-    for *inputs, labels in batches:
-        opt.zero_grad()
-        value = loss(model(*(_cast(x, dtype) for x in inputs)), _cast(labels, dtype))
-        value.backward()
-        opt.step()
-        losses.append(value.item())
-    return Step(losses, {k: v.detach().numpy().copy() for k, v in model.state_dict().items()})
-
-
 def _trainer(model, name: str, batches, optimizer: str, out_dir, loss=None):
     *inputs, labels = batches[0]
     return trainer(model, tuple(inputs), loss=loss or MODELS[name].loss, labels=labels,
                    optimizer=optimizer, lr=LR[optimizer], out_dir=out_dir, costs="analytical")
-
-
-def _equal(ours_losses, ours_state, model, loss, batches, optimizer):
-    f32 = torch_run(model, loss, batches, optimizer, torch.float32)
-    f64 = torch_run(model, loss, batches, optimizer, torch.float64)
-    assert set(ours_state) == set(model.state_dict())
-    for k, (a, b) in enumerate(zip(ours_losses, f32.loss, strict=True)):
-        assert abs(a - b) <= 1e-4 * abs(b), f"step {k}: loss {a} vs torch {b}"
-    last = Step(ours_losses[-1], ours_state)
-    assert mismatches(last, Step(f32.loss[-1], f32.state), Step(f64.loss[-1], f64.state)) == []
 
 
 @pytest.mark.parametrize(("name", "optimizer"), [
@@ -94,7 +62,7 @@ def test_trains_like_pytorch(name, optimizer, tmp_path):
     batches = _batches(name)
     t = _trainer(model, name, batches, optimizer, tmp_path)
     losses = [t.step(*b) for b in batches]
-    _equal(losses, t.params(), model, MODELS[name].loss, batches, optimizer)
+    equal_to_torch(losses, t.params(), model, MODELS[name].loss, batches, optimizer)
 
 
 # ---- random models: the planner's draws reproduced, determinism, statistics ----------------
@@ -134,7 +102,7 @@ def test_mae_trains_like_pytorch_on_the_planners_noise(tmp_path):
         for (x, _), z, (_, mask) in zip(batches, noise, steps, strict=True):
             np.testing.assert_array_equal(mask, model(x, z)[1].numpy())
     fed = [(x, z, y) for (x, y), z in zip(batches, noise, strict=True)]
-    _equal([loss for loss, _ in steps], t.params(), model, MODELS["mae"].loss, fed, "sgd")
+    equal_to_torch([loss for loss, _ in steps], t.params(), model, MODELS["mae"].loss, fed, "sgd")
 
 
 def test_mae_masking_is_deterministic_with_the_ratio(tmp_path):
@@ -169,7 +137,7 @@ def test_stochastic_depth_that_keeps_every_branch_trains_like_pytorch(tmp_path):
     t = _trainer(model, "stochastic_depth", batches, "sgd", tmp_path)
     assert sum(n.op == "Bernoulli" for n in t.graph.nodes) == 3
     losses = [t.step(*b) for b in batches]
-    _equal(losses, t.params(), model, F.cross_entropy, batches, "sgd")
+    equal_to_torch(losses, t.params(), model, F.cross_entropy, batches, "sgd")
 
 
 def test_stochastic_depth_in_eval_mode_trains_like_pytorch(tmp_path):
@@ -180,7 +148,7 @@ def test_stochastic_depth_in_eval_mode_trains_like_pytorch(tmp_path):
     t = _trainer(model, "stochastic_depth", batches, "sgd", tmp_path)
     assert not any(n.op == "Bernoulli" for n in t.graph.nodes)
     losses = [t.step(*b) for b in batches]
-    _equal(losses, t.params(), model, F.cross_entropy, batches, "sgd")
+    equal_to_torch(losses, t.params(), model, F.cross_entropy, batches, "sgd")
 
 
 def test_stochastic_depth_trains_like_pytorch_on_the_planners_masks(tmp_path, monkeypatch):
@@ -200,7 +168,7 @@ def test_stochastic_depth_trains_like_pytorch_on_the_planners_masks(tmp_path, mo
 
     monkeypatch.setattr(fresh_models, "stochastic_depth", drawn)
     queue.extend(masks * 2)  # for torch_run's float32 run, then its float64 one
-    _equal(losses, t.params(), model, F.cross_entropy, batches, "sgd")
+    equal_to_torch(losses, t.params(), model, F.cross_entropy, batches, "sgd")
     assert queue == []
 
 
@@ -260,4 +228,4 @@ def test_dlrm_with_tril_indices_in_forward_trains_like_pytorch(tmp_path):
     t = trainer(model, tuple(inputs), loss=MODELS["dlrm"].loss, labels=labels, optimizer="sgd",
                 lr=LR["sgd"], out_dir=tmp_path, costs="analytical")
     losses = [t.step(*b) for b in batches]
-    _equal(losses, t.params(), model, MODELS["dlrm"].loss, batches, "sgd")
+    equal_to_torch(losses, t.params(), model, MODELS["dlrm"].loss, batches, "sgd")

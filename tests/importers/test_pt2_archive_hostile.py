@@ -6,7 +6,6 @@ shows that too, so the crafted file is known to be live."""
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import pickle
@@ -24,16 +23,7 @@ torch = pytest.importorskip("torch")
 
 from planner.errors import UserError  # noqa: E402
 from planner.torch import load_pt2  # noqa: E402
-
-
-class _Mkdir:
-    """Unpickled, creates the marker directory: the stand-in for any code a pickle could run."""
-
-    def __init__(self, marker: Path) -> None:
-        self.marker = str(marker)
-
-    def __reduce__(self):
-        return (os.mkdir, (self.marker,))
+from tests.helpers.pt2_archives import Mkdir, zip_members  # noqa: E402
 
 
 class _Model(torch.nn.Module):
@@ -187,7 +177,7 @@ def _rewrite(src: Path, dst: Path, change: Callable[[dict[str, bytes]], str]) ->
 def _craft(real: Path, tmp_path: Path, kind: str) -> tuple[Path, str, Path]:
     marker = tmp_path / "ran"
     craft, _ = KINDS[kind]
-    payload = pickle.dumps(_Mkdir(marker))
+    payload = pickle.dumps(Mkdir(marker))
     change = ((lambda m: craft(m, marker)) if kind in CODE_STRINGS
               else (lambda m: craft(m, payload)))
     path = tmp_path / "crafted.pt2"
@@ -298,14 +288,6 @@ def test_a_real_archive_still_loads(real):
     assert graph.tensor("shift").shape == (3,)
 
 
-def _zip(members: dict[str, bytes]) -> bytes:
-    buf = io.BytesIO()
-    with zipfile.ZipFile(buf, "w") as out:
-        for name, data in members.items():
-            out.writestr(name, data)
-    return buf.getvalue()
-
-
 def _hidden_record(archive: bytes, name: str, data: bytes) -> bytes:
     """`archive` with a second local record for `name` (holding `data`) placed before the
     central directory, and the central entry re-pointed at it: a reader of local headers and
@@ -332,14 +314,14 @@ def test_concat_differential_is_refused(real, variant, tmp_path):
     """Two readers that would read different members (the issue's "concat" file): refused,
     whichever member a reader would pick, and the pickle never runs."""
     marker = tmp_path / "ran"
-    payload = pickle.dumps(_Mkdir(marker))
+    payload = pickle.dumps(Mkdir(marker))
     honest = real.read_bytes()
     with zipfile.ZipFile(real) as archive:
         root = archive.namelist()[0].split("/", 1)[0]
-    evil = _zip({f"{root}/data/weights/model.pt": payload})
+    evil = zip_members({f"{root}/data/weights/model.pt": payload})
     data = {"appended archive": lambda: honest + evil,
             "prepended archive": lambda: evil + honest,
-            "hidden record": lambda: _hidden_record(_zip(_read_all(real)),
+            "hidden record": lambda: _hidden_record(zip_members(_read_all(real)),
                                                     f"{root}/data/weights/weight_0",
                                                     payload)}[variant]()
     path = tmp_path / "concat.pt2"

@@ -19,7 +19,7 @@ torch = pytest.importorskip("torch")
 
 from planner.errors import UserError  # noqa: E402
 from planner.torch import load_pt2  # noqa: E402
-from tests.importers.test_pt2_archive_hostile import _Mkdir, _zip  # noqa: E402
+from tests.helpers.pt2_archives import Mkdir, zip_members  # noqa: E402
 
 CASES = 40  # per fuzzer: a few seconds each in CI
 
@@ -45,7 +45,7 @@ def base(tmp_path_factory):
     with zipfile.ZipFile(path) as archive:
         members = {n: archive.read(n) for n in archive.namelist()}
     root = next(iter(members)).split("/", 1)[0]
-    members[f"{root}/data/sample_inputs/model.pt"] = pickle.dumps(_Mkdir(marker))
+    members[f"{root}/data/sample_inputs/model.pt"] = pickle.dumps(Mkdir(marker))
     program = json.loads(members[f"{root}/models/model.json"])
     program["guards_code"] = [f"__import__('os').mkdir({str(marker)!r})"]
     members[f"{root}/models/model.json"] = json.dumps(program).encode()
@@ -83,7 +83,7 @@ def _mutate_bytes(data: bytes, rng: random.Random) -> tuple[bytes, str]:
 
 def test_zip_level_mutations(base, tmp_path):
     members, marker, _ = base
-    honest = _zip(members)
+    honest = zip_members(members)
     rng = random.Random(49)
     # the signatures of every record are where a zip reader's decisions are: hit them often
     heads = [i for i in range(len(honest) - 4) if honest[i:i + 2] == b"PK"]
@@ -138,5 +138,5 @@ def test_schema_level_mutations(base, tmp_path):
     for _ in range(CASES):
         program = json.loads(members[name])
         what = _mutate_program(program, rng)
-        _load(_zip({**members, name: json.dumps(program).encode()}), tmp_path / "s.pt2",
+        _load(zip_members({**members, name: json.dumps(program).encode()}), tmp_path / "s.pt2",
               marker, what)

@@ -18,9 +18,9 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from planner.errors import UserError  # noqa: E402
-from planner.importers.torch.convert import convert  # noqa: E402
 from planner.torch import load_pt2  # noqa: E402
-from tests.importers.test_pt2_archive_hostile import _zip  # noqa: E402
+from tests.helpers.pt2_archives import zip_members  # noqa: E402
+from tests.helpers.pt2_reader import same_as_in_process  # noqa: E402
 from tests.importers.torch_models import MODELS, model_case  # noqa: E402
 
 
@@ -39,47 +39,18 @@ class _Held(torch.nn.Module):
         return self.old(self.fc(y.float()))
 
 
-def _same_as_in_process(module, x, tmp_path, decomposed=False):
-    program = torch.export.export(module, x if isinstance(x, tuple) else (x,))
-    saved = program.run_decompositions() if decomposed else program
-    path = tmp_path / "m.pt2"
-    torch.export.save(saved, str(path))
-    got = load_pt2(path, name="m")
-    want = convert(saved, name="m").graph
-    assert _canonical(got) == _canonical(want)
-
-
-def _canonical(graph):
-    """The graph up to its activations' names and the order of independent nodes: fx numbers
-    a repeated op's nodes (`convolution_1`) from a counter earlier traces in the process move,
-    and a parametrization's weight may be computed before or after an independent branch.
-    What is kept: every input, param and state tensor exactly, every node's op and attributes
-    with the shapes, dtypes and roles (or names, for non-activations) of what it reads and
-    writes, and the outputs' shapes."""
-    by_name = {t.name: t for t in graph.tensors}
-
-    def key(name):
-        t = by_name[name]
-        return (t.name if t.role != "activation" else "", t.shape, t.dtype, t.role)
-
-    kept = tuple(t for t in graph.tensors if t.role != "activation")
-    nodes = sorted(repr((n.op, sorted(n.attrs.items()), [key(i) for i in n.inputs],
-                         [key(o) for o in n.outputs])) for n in graph.nodes)
-    return kept, tuple(nodes), tuple(key(o) for o in graph.outputs), graph.kind
-
-
 @pytest.mark.parametrize("train", [True, False])
 @pytest.mark.parametrize("decomposed", [False, True])
 def test_held_out_classes_import_as_the_in_process_path(train, decomposed, tmp_path):
     torch.manual_seed(0)
     module = _Held().train(train)
-    _same_as_in_process(module, torch.randn(2, 3, 8, 8), tmp_path, decomposed)
+    same_as_in_process(module, torch.randn(2, 3, 8, 8), tmp_path, decomposed)
 
 
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_zoo_archives_import_as_the_in_process_path(name, tmp_path):
     model, x, _ = model_case(name)
-    _same_as_in_process(model.train(), torch.from_numpy(x), tmp_path)
+    same_as_in_process(model.train(), torch.from_numpy(x), tmp_path)
 
 
 @pytest.mark.parametrize("label", ["lstm", "dcgan", "wide_deep"])
@@ -89,11 +60,11 @@ def test_bench_zoo_twins_import_as_the_in_process_path(label, tmp_path):
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
     from zoo_modules import _MAKERS
 
-    from tests.test_bench_zoo_modules import SIZES
+    from tests.helpers.zoo_sizes import SIZES
 
     model, inputs, _, _, _ = _MAKERS[label](**SIZES[label])
     inputs = tuple(inputs) if isinstance(inputs, (tuple, list)) else (inputs,)
-    _same_as_in_process(model.train(), inputs, tmp_path)
+    same_as_in_process(model.train(), inputs, tmp_path)
 
 
 def test_planner_graph_and_plan_read_an_archive(tmp_path):
@@ -132,7 +103,7 @@ def _members(data: bytes) -> dict[str, bytes]:
 
 
 def test_appended_and_prepended_bytes_are_refused(honest, tmp_path):
-    legacy = _zip({"h/data/weights/model.pt": b"pickle"})
+    legacy = zip_members({"h/data/weights/model.pt": b"pickle"})
     _refused(tmp_path, honest + legacy, "start|before the central directory|belong to no")
     _refused(tmp_path, b"\0" * 16 + honest, "zip64 end record|starts at byte|belong to no")
     _refused(tmp_path, honest + b"\0", "bytes after the end record")
@@ -160,7 +131,7 @@ def test_duplicate_member_is_refused(honest, tmp_path):
 def test_paths_outside_the_archive_are_refused(honest, name, tmp_path):
     members = _members(honest)
     members[name] = b""
-    _refused(tmp_path, _zip(members), "not a plain relative file path")
+    _refused(tmp_path, zip_members(members), "not a plain relative file path")
 
 
 def test_symlink_member_is_refused(honest, tmp_path):
@@ -178,7 +149,7 @@ def test_symlink_member_is_refused(honest, tmp_path):
 
 
 def test_encrypted_member_is_refused(honest, tmp_path):
-    data = bytearray(_zip(_members(honest)))
+    data = bytearray(zip_members(_members(honest)))
     at = data.find(b"PK\x01\x02")
     data[at + 8] |= 1  # the central entry's encryption flag
     _refused(tmp_path, bytes(data), "encrypted")
@@ -217,13 +188,13 @@ def test_fifo_is_refused_without_blocking(tmp_path):
 def test_big_endian_archive_is_refused(honest, tmp_path):
     members = _members(honest)
     members["h/byteorder"] = b"big"
-    _refused(tmp_path, _zip(members), "member 'h/byteorder' holds b'big'")
+    _refused(tmp_path, zip_members(members), "member 'h/byteorder' holds b'big'")
 
 
 def test_payload_shorter_than_its_declared_view_is_refused(honest, tmp_path):
     members = _members(honest)
     members["h/data/weights/weight_0"] = members["h/data/weights/weight_0"][:8]
-    _refused(tmp_path, _zip(members), r"past its 2 elements")
+    _refused(tmp_path, zip_members(members), r"past its 2 elements")
 
 
 def test_input_too_large_to_trace_is_refused(tmp_path):
@@ -239,4 +210,4 @@ def test_input_too_large_to_trace_is_refused(tmp_path):
     user = program["graph_module"]["signature"]["input_specs"][-1]["user_input"]
     values[user["arg"]["as_tensor"]["name"]]["sizes"] = [{"as_int": 1 << 39}, {"as_int": 1 << 30}]
     members[name] = json.dumps(program).encode()
-    _refused(tmp_path, _zip(members), "input 'input' of shape .* cannot be allocated")
+    _refused(tmp_path, zip_members(members), "input 'input' of shape .* cannot be allocated")

@@ -14,7 +14,7 @@ from planner.graph.autodiff import gradients  # noqa: E402
 from planner.graph.interpret import run  # noqa: E402
 from planner.importers.torch.context import TorchImportError  # noqa: E402
 from planner.importers.torch.convert import convert  # noqa: E402
-from tests.importers.test_pt2_reader import _same_as_in_process  # noqa: E402
+from tests.helpers.pt2_reader import same_as_in_process  # noqa: E402
 
 
 class Solver(torch.nn.Module):
@@ -32,7 +32,7 @@ class Solver(torch.nn.Module):
 
 
 def test_checks_on_tokens_import_alike_from_a_pt2_file(tmp_path):
-    _same_as_in_process(Solver(), torch.randn(3, 2), tmp_path)
+    same_as_in_process(Solver(), torch.randn(3, 2), tmp_path)
 
 
 def test_checks_on_tokens_are_dropped_and_the_step_is_torchs():

@@ -19,7 +19,7 @@ from planner.graph import Optimizer, init_params, make_training_graph  # noqa: E
 from planner.graph.interpret import train_step  # noqa: E402
 from planner.importers.torch.convert import convert  # noqa: E402
 from planner.torch.training import export, trainer  # noqa: E402
-from tests.importers.test_torch_random import Residual  # noqa: E402
+from tests.helpers.random_modules import Residual  # noqa: E402
 from tests.importers.torch_training_check import trains_like_pytorch  # noqa: E402
 
 WEIGHT = torch.tensor([0.5, 2.0, 1.0, 0.25, 3.0])

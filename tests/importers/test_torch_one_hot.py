@@ -18,7 +18,7 @@ from planner.graph import run  # noqa: E402
 from planner.importers.torch.convert import convert  # noqa: E402
 from planner.ops.base import OpError  # noqa: E402
 from planner.torch.training import export  # noqa: E402
-from tests.importers.test_fresh_models import _equal  # noqa: E402
+from tests.helpers.fresh_models import equal_to_torch  # noqa: E402
 
 
 class OneHot(nn.Module):
@@ -81,7 +81,7 @@ def test_a_switch_moe_with_one_hot_trains_like_pytorch(tmp_path):
     t = trainer(model, (batches[0][0],), loss=_switch_loss, labels=batches[0][1],
                 optimizer="sgd", lr=0.05, out_dir=tmp_path, costs="analytical")
     losses = [t.step(*b) for b in batches]
-    _equal(losses, t.params(), model, _switch_loss, batches, "sgd")
+    equal_to_torch(losses, t.params(), model, _switch_loss, batches, "sgd")
     # a computed class out of range stops the step naming the node, as torch's one_hot raises
     t = trainer(_Argmax(OneHot(2)), (torch.randn(3, 3),), loss=F.mse_loss, labels=torch.randn(3, 2),
                 optimizer="sgd", lr=0.05, out_dir=tmp_path / "argmax", costs="analytical")

@@ -21,6 +21,7 @@ from planner.graph import Optimizer, init_params, make_training_graph, run  # no
 from planner.graph.interpret import train_step  # noqa: E402
 from planner.importers.torch.convert import convert  # noqa: E402
 from planner.ops import get_op  # noqa: E402
+from tests.helpers.random_modules import Residual  # noqa: E402
 from tests.importers.torch_step import Step, mismatches  # noqa: E402
 
 LR = 0.1
@@ -73,34 +74,6 @@ def test_masked_autoencoder_noise_imports():
 
     imported = convert(_export(Noise(), (torch.zeros(4, 16),)))
     assert "RandomUniform" in {n.op for n in imported.graph.nodes}
-
-
-def stochastic_depth(x, p: float, training: bool):
-    """torchvision.ops.stochastic_depth, mode="row"."""
-    if not training or p == 0.0:
-        return x
-    survival = 1.0 - p
-    noise = torch.empty([x.shape[0]] + [1] * (x.ndim - 1), dtype=x.dtype)
-    noise = noise.bernoulli_(survival)
-    if survival > 0.0:
-        noise.div_(survival)
-    return x * noise
-
-
-class Residual(nn.Module):
-    def __init__(self, p: float = 0.5, mask=None) -> None:
-        super().__init__()
-        self.conv = nn.Conv2d(3, 3, 3, padding=1)
-        self.head = nn.Linear(3 * 4 * 4, 5)
-        self.p, self.mask = p, mask
-
-    def forward(self, x):
-        branch = torch.relu(self.conv(x))
-        if self.mask is None:
-            branch = stochastic_depth(branch, self.p, self.training)
-        else:  # the planner's keep mask, for the comparison
-            branch = branch * self.mask.to(x.dtype) / (1.0 - self.p)
-        return self.head((x + branch).flatten(1))
 
 
 def test_stochastic_depth_trains_as_pytorch_given_the_same_mask():

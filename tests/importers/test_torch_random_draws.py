@@ -100,9 +100,13 @@ def test_a_draw_is_fresh_each_step_and_reads_no_old_value():
 
 
 class Shifted(nn.Module):
+    """A trained parameter written in forward: the planner updates those by the optimizer only
+    (a frozen one written in forward is state, as a buffer: tests/importers/
+    test_training_semantics.py's EMA target network)."""
+
     def __init__(self):
         super().__init__()
-        self.w = nn.Parameter(torch.zeros(4), requires_grad=False)
+        self.w = nn.Parameter(torch.zeros(4))
 
     def forward(self, x):
         with torch.no_grad():
@@ -110,7 +114,7 @@ class Shifted(nn.Module):
         return x * self.w
 
 
-def test_a_parameter_overwritten_with_its_own_value_is_refused_in_one_line():
+def test_a_trained_parameter_overwritten_in_forward_is_refused_in_one_line():
     with pytest.raises(TorchImportError, match=r"^parameter 'w': overwritten in forward by node "
                        r"'add'.*not a fresh random draw"):
         convert(_export(Shifted(), (torch.ones(4),)))

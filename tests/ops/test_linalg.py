@@ -12,26 +12,7 @@ from tests.ops.opcheck import check_gradient, checked_reference, reference, torc
 
 torch = pytest.importorskip("torch")
 
-
-def _x(shape, seed=0):
-    return np.random.default_rng(seed).standard_normal(shape)
-
-
-def _spd(shape, seed=0):
-    x = _x(shape, seed)
-    return x @ np.swapaxes(x, -1, -2) + shape[-1] * np.eye(shape[-1])
-
-
-CASES = [  # op, inputs, attrs, torch's function of the same inputs
-    ("MatrixInverse", [_x((2, 3, 4, 4))], {}, torch.linalg.inv),
-    ("MatrixSolve", [_x((3, 4, 4)), _x((3, 4, 2), 1)], {}, torch.linalg.solve),
-    ("MatrixSolve", [_x((5, 5)), _x((5, 3), 1)], {"transpose": True},
-     lambda a, b: torch.linalg.solve(a.mT, b)),
-    ("MatrixSlogdet", [_x((3, 4, 4))], {}, torch.linalg.slogdet),
-    ("Cholesky", [_spd((2, 4, 4))], {}, torch.linalg.cholesky),
-    ("MatrixQr", [_x((2, 5, 3))], {}, torch.linalg.qr),
-    ("MatrixQr", [_x((4, 4), 2)], {}, torch.linalg.qr),
-]
+from tests.helpers.linalg_cases import CASES, normal, positive_definite  # noqa: E402
 
 
 @pytest.mark.parametrize("shape", [(2, 5, 3), (3, 4), (4, 4)])
@@ -39,7 +20,7 @@ def test_svd_reference_and_its_singular_values_gradient_are_torchs(shape):
     """The thin SVD reconstructs A with orthonormal U, Vh and torch's singular values; the
     gradient of S (the only one MatrixSvd has) is torch.linalg.svdvals' and finite
     differences'."""
-    x = _x(shape)
+    x = normal(shape)
     u, s, vh = checked_reference("MatrixSvd", [x])
     np.testing.assert_allclose(u @ (s[..., None] * vh), x, atol=1e-12)
     k = min(shape[-2:])
@@ -58,7 +39,7 @@ def test_svd_gradient_through_its_vectors(shape):
     """svd_backward through U and Vh against finite differences (the kernels' signs are a
     smooth choice away from ties), and through torch.linalg.pinv, which does not depend on
     the signs, against torch autograd."""
-    x = _x(shape, 3)
+    x = normal(shape, 3)
     check_gradient("MatrixSvd", [x], tol=1e-5)
     from planner.graph import GraphBuilder
     from planner.graph.autodiff import gradients
@@ -75,7 +56,7 @@ def test_svd_gradient_through_its_vectors(shape):
                             b.op_n("Reshape", [sinv], {"shape": [*shape[:-2], 1, k]})[0]])[0]
     pinv = b.op_n("MatMul", [scaled, u], {"transpose_a": False, "transpose_b": True})[0]
     graph, names = gradients(b.build(outputs=[pinv]), wrt=[a], of=[pinv])
-    dy = _x(shape[:-2] + shape[::-1][:2], 4)
+    dy = normal(shape[:-2] + shape[::-1][:2], 4)
     got = run(graph, {a: x, f"grad/{pinv}": dy}, {})
     (want,) = torch_gradients(torch.linalg.pinv, [x], [dy], [0])
     np.testing.assert_allclose(got[pinv], np.linalg.pinv(x), rtol=1e-9, atol=1e-10)
@@ -125,7 +106,7 @@ def test_a_singular_matrix_gives_infinities_not_an_error():
 
 def test_float32_is_rounded_once_from_float64():
     """The kernels factor in float64: the float32 reference is the float64 one rounded."""
-    a = _x((3, 6, 6)).astype(np.float32)
+    a = normal((3, 6, 6)).astype(np.float32)
     (y,) = get_op("MatrixInverse").reference([a], {})
     assert y.dtype == np.float32
     np.testing.assert_array_equal(y, np.linalg.inv(a.astype(np.float64)).astype(np.float32))
@@ -158,7 +139,7 @@ def test_info_is_torchs():
     np.testing.assert_array_equal(info, torch.linalg.inv_ex(torch.tensor(a)).info.numpy())
     info = reference("MatrixSolve", [a, np.ones((3, 3, 1))], {"info": True})[1]
     np.testing.assert_array_equal(info, torch.linalg.inv_ex(torch.tensor(a)).info.numpy())
-    spd = _spd((3, 4, 4))
+    spd = positive_definite((3, 4, 4))
     spd[1, 1:, 1:] *= -1
     spd[2, 3, 3] = -100.0
     info = reference("Cholesky", [spd], {"info": True})[1]

@@ -28,7 +28,8 @@ def test_detect_measures_once_keeps_rounded_values_and_refresh_measures_again(
         assert v == two_figures(v) > 0
     assert first.cpu.memory_bandwidth == kept.memory_bandwidth
     # A value no machine measures, written into the entry, is what the next detect reads.
-    entry.write_text(kept.model_copy(update={"memory_bandwidth": 1.234e9}).model_dump_json())
+    entry.write_text(kept.model_copy(update={"memory_bandwidth": 1.234e9, "load": 0.0})
+                     .model_dump_json())
     assert detect(budget_s=0.01).cpu.memory_bandwidth == 1.2e9
     fresh = detect(budget_s=0.01, refresh=True)
     assert fresh.cpu.memory_bandwidth > 1e8

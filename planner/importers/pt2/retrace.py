@@ -26,7 +26,8 @@ from planner.importers.pt2.archive import SavedArchive
 from planner.importers.pt2.saved import Enum, Node, Ref
 from planner.importers.pt2.targets import resolve
 from planner.importers.torch.convert import decompose
-from planner.importers.torch.record import Program, from_exported
+from planner.importers.torch.quiet_log import quiet_torch_logs
+from planner.importers.torch.record import Program, from_exported, from_numpy
 
 _STATE = {"parameter": "p", "buffer": "b", "tensor_constant": "c"}
 
@@ -61,7 +62,7 @@ def retrace(saved: SavedArchive, where: str) -> Program:
                             f"be allocated to trace the program ({type(e).__name__})") from None
     replay = _Replay(saved, ops, where)
     try:
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), quiet_torch_logs():  # its failure: one line below
             warnings.simplefilter("ignore")  # torch's notes on tensor attributes and the like
             exported = decompose(torch.export.export(replay, tuple(examples), strict=False))
     except _Refused as e:
@@ -88,11 +89,7 @@ def _dtype(name: str) -> Any:
 
 
 def _tensor(array: np.ndarray) -> Any:
-    import torch
-
-    if array.dtype == np.dtype("bfloat16"):
-        return torch.from_numpy(array.view(np.int16).copy()).view(torch.bfloat16)
-    return torch.from_numpy(array.copy())
+    return from_numpy(array.copy())
 
 
 def _module_base() -> type:
@@ -139,8 +136,10 @@ def _Replay(saved: SavedArchive, ops: dict[str, Any], where: str) -> Any:  # noq
                 attr = f"{_STATE[spec.kind]}{k}"
                 t = _tensor(array)
                 if spec.kind == "parameter":
+                    # Frozen as saved: requires_grad=False makes it a constant of the step.
+                    frozen = meta is not None and not meta.requires_grad
                     self.register_parameter(attr, torch.nn.Parameter(
-                        t, requires_grad=t.is_floating_point()))
+                        t, requires_grad=t.is_floating_point() and not frozen))
                 elif spec.kind == "buffer":
                     self.register_buffer(attr, t, persistent=spec.persistent)
                 else:

@@ -60,12 +60,14 @@ class Enum:
 
 @dataclass(frozen=True)
 class Meta:
-    """A tensor's declared dtype, sizes, strides and storage offset (all plain integers)."""
+    """A tensor's declared dtype, sizes, strides and storage offset (all plain integers), and
+    whether it requires grad (a parameter's False: frozen)."""
 
     dtype: str
     shape: tuple[int, ...]
     strides: tuple[int, ...]
     offset: int
+    requires_grad: bool = True
 
 
 @dataclass(frozen=True)
@@ -161,7 +163,7 @@ def tensor_meta(doc: Any, where: str, what: str) -> Meta:
             any(not 0 <= d < MAX_DIM for d in shape + strides + (offset,)):
         raise _field(where, what, f"has sizes {list(shape)}, strides {list(strides)} and "
                      f"offset {offset}: not a tensor the planner reads")
-    return Meta(dtype, shape, strides, offset)
+    return Meta(dtype, shape, strides, offset, meta["requires_grad"])
 
 
 # ---- the schema's records ---------------------------------------------------------------------

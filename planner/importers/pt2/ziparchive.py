@@ -13,8 +13,11 @@ and each member's local header agrees with its central entry (name, flags, metho
 sizes). Refused too: duplicate names, names that are absolute, climb out (`..`), hold a
 backslash or a control character; directories and symlinks; encryption; methods other than
 stored and deflate; a member whose data does not match its CRC or size; and compressed members
-declaring more than RATIO_LIMIT times their compressed bytes (a zip bomb is refused before any
-of it is inflated; inflation stops at the declared size).
+declaring more than RATIO_LIMIT times their compressed bytes, or all members together more
+than TOTAL_LIMIT times the file's size (a zip bomb is refused before any of it is inflated;
+inflation stops at the declared size). The tiling is checked before any member is inflated:
+members sharing bytes (Fifield's overlapping zip bomb) are refused at the cost of reading the
+headers.
 
 The file is opened with O_NONBLOCK and checked to be a regular file before it is read, so a FIFO
 or a device is refused without blocking.
@@ -42,6 +45,7 @@ from pathlib import Path
 from planner.errors import UserError
 
 RATIO_LIMIT = 100  # declared size / compressed size of a deflated member, at most
+TOTAL_LIMIT = 100  # all members' declared sizes / the file's size, at most
 _LOCAL, _CENTRAL, _END = 0x04034B50, 0x02014B50, 0x06054B50
 _END64, _LOCATOR64, _DESCRIPTOR = 0x06064B50, 0x07064B50, 0x08074B50
 _STORED, _DEFLATED = 0, 8
@@ -100,16 +104,26 @@ def read_zip_bytes(data: bytes, where: str, kind: str = "zip archive") -> dict[s
         return UserError(f"{where}: not a {kind} the planner reads ({why})")
 
     entries, directory = _central(data, refuse)
-    members: dict[str, bytes] = {}
+    names: set[str] = set()
+    starts: list[int] = []
     ends: list[tuple[int, int, str]] = []
     for entry in entries:
-        if entry.name in members:
+        if entry.name in names:
             raise refuse(f"member {entry.name!r} is listed twice")
+        names.add(entry.name)
         start, end = _local(data, entry, refuse)
-        members[entry.name] = _inflate(data[start:start + entry.csize], entry, refuse)
+        starts.append(start)
         ends.append((entry.offset, end, entry.name))
+    # Every member's bytes its own before any is inflated: members that share bytes (one
+    # deflate stream quoting the next member's as stored blocks) would each inflate to the
+    # file's size again, n members to n times it.
     _tiles(ends, directory, refuse)
-    return members
+    declared = sum(e.usize for e in entries)
+    if declared > TOTAL_LIMIT * max(len(data), 1):
+        raise refuse(f"its members declare {declared} bytes in all, more than {TOTAL_LIMIT} "
+                     f"times the file's {len(data)} (a zip bomb?)")
+    return {entry.name: _inflate(data[start:start + entry.csize], entry, refuse)
+            for entry, start in zip(entries, starts, strict=True)}
 
 
 def _u(fmt: str, data: bytes, at: int, refuse) -> tuple[int, ...]:
@@ -122,9 +136,13 @@ def _end(data: bytes, refuse) -> tuple[int, int, int, int]:
     """(entries, directory size, directory offset, where the end records start)."""
     at = len(data) - 22
     if at < 0 or _u("<I", data, at, refuse)[0] != _END:
-        if data.rfind(struct.pack("<I", _END)) >= 0:
+        found = data.rfind(struct.pack("<I", _END))
+        if found > len(data) - 22:
+            raise refuse(f"truncated: its end record is cut off after {len(data) - found} of "
+                         "its 22 bytes")
+        if found >= 0:
             raise refuse("bytes after the end record")
-        raise refuse("no end-of-central-directory record")
+        raise refuse("no end-of-central-directory record: truncated, or not a zip archive")
     (_, disk, cd_disk, here, count, size, offset, comment) = _u("<IHHHHIIH", data, at, refuse)
     if comment or disk or cd_disk or here != count:
         raise refuse("a multi-disk archive or an archive comment")

@@ -52,7 +52,11 @@ def _in(module: str) -> str:
 
 
 class _Unavailable:
-    """An output of a multi-output ATen op that no planner op computes."""
+    """An output of a multi-output ATen op that no planner op computes; `why`, when a rule
+    says (NodeCtx.unavailable), names it, its node and the reason, for the error of a reader."""
+
+    def __init__(self, why: str = "") -> None:
+        self.why = why
 
     def __repr__(self) -> str:
         return "UNAVAILABLE"
@@ -99,6 +103,8 @@ class NodeCtx:
         """Argument k, which must be a tensor value."""
         v = self.arg(k, name)
         if isinstance(v, _Unavailable):
+            if v.why:
+                raise self.fail(f"reads {v.why}")
             raise Unsupported(f"{self.op} (reads an output the planner does not compute)")
         if not isinstance(v, (str, Const)):
             raise self.fail(f"argument {k} is not a tensor")
@@ -127,6 +133,12 @@ class NodeCtx:
         if not isinstance(v, (list, tuple)) or not all(isinstance(i, int) for i in v):
             raise self.fail(f"argument {k} must be a list of ints, got {type(v).__name__}")
         return [int(i) for i in v]
+
+    def unavailable(self, output: str, why: str) -> _Unavailable:
+        """The node's `output` (`U (the left singular vectors)`), which no planner op computes
+        because `why`: an error naming both where a node or the program's output reads it."""
+        return _Unavailable(f"{output} of node {self.label!r}{_in(self.module)} ({self.op}), "
+                            f"which the planner does not compute: {why}")
 
     def fail(self, what: str) -> TorchImportError:
         return TorchImportError(f"node {self.label!r}{_in(self.module)} ({self.op}): {what}")

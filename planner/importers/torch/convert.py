@@ -17,7 +17,8 @@
    then recorded (planner/importers/torch/record.py); a .pt2 file arrives as such a record already
    (planner/importers/pt2/retrace.py), and from here both go the same way.
 2. The graph signature names every placeholder: a PARAMETER becomes a param tensor under its
-   state_dict name, a BUFFER a state tensor (BatchNorm's running statistics), a lifted constant
+   state_dict name (a state tensor when it has requires_grad=False), a BUFFER a state tensor
+   (BatchNorm's running statistics), a lifted constant
    a state tensor holding its value, a USER_INPUT an input.
 3. Every call_function node goes through its rule (rules.py), or, when it reads only
    constants (a mask built in forward by arange, tril, comparisons), torch evaluates it now
@@ -25,14 +26,29 @@
    node's own FakeTensor shape.
 4. Outputs: USER_OUTPUTs are the graph's outputs; the first, when it is a float scalar no
    loss op writes (a loss of several terms traced with the model), is marked as the graph's
-   loss. A BUFFER_MUTATION must be what the planner
-   updates itself (the new running statistics of a training BatchNorm reading that buffer), or
-   an integer counter incremented by a constant (`num_batches_tracked += 1`), which the graph
-   leaves out and `counters` reports, for the trainer to count steps into. A buffer or a
-   parameter overwritten by a fresh draw (`self.noise.normal_()`, `w.uniform_()` under
-   no_grad: a value of random ops alone, never the old one) is drawn anew inside every step,
-   where the forward reads it, and its stored value is left as it was. Anything else is
-   refused.
+   loss. A BUFFER_MUTATION is the buffer's value after the step, as PyTorch leaves it: the
+   new running statistics of a training BatchNorm reading that buffer are updated in place by
+   the planner itself; an integer counter incremented by constants (`num_batches_tracked += 1`,
+   once per BatchNorm call) is left out of the graph and `counters` reports its increment per
+   step, for the trainer to count steps into; any other new value (a reassigned buffer
+   `self.center = self.center * m + c * (1 - m)`, `self.buf.add_(...)`, `copy_`, a BatchNorm
+   called k times, whose running statistics chain through its k calls) is written over the
+   buffer by a Cast to its own dtype at the end of the forward graph (`<buffer>.next`, role
+   state, `updates` the buffer), which training runs after the backward pass
+   (planner/graph/autodiff.py) and evaluation leaves out. A frozen parameter (requires_grad
+   False: a state tensor, see 2.) written in forward (an EMA teacher updated under no_grad) is
+   written back as a buffer is. A buffer or a parameter overwritten by a fresh draw
+   (`self.noise.normal_()`, `w.uniform_()` under no_grad: a value of random ops alone, never
+   the old one) is drawn anew inside every step, where the forward reads it, and its stored
+   value is left as it was; so is an input so overwritten (`x.cauchy_()` on a forward
+   argument), with a warning that the caller's tensor keeps its value. A trained parameter
+   written in forward, or any other write to an input, is refused.
+
+Gradients as PyTorch has them: values torch.export traced with gradients off (no_grad,
+inference_mode, set_grad_enabled(False) regions) get a detach before decomposition
+(planner/importers/torch/grad_mode.py), and a parameter with requires_grad=False becomes a
+state tensor (a constant of the step: no gradient, no update, no optimizer state, still
+loaded from the module and written back).
 
 Names from the program (node names, state_dict keys) are data: they name tensors and nodes,
 never code; the graph's validation refuses control characters in them.
@@ -41,6 +57,7 @@ never code; the graph's validation refuses control characters in them.
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -60,14 +77,31 @@ import planner.importers.torch.rules_search  # noqa: F401
 import planner.importers.torch.rules_sort  # noqa: F401
 import planner.importers.torch.rules_special  # noqa: F401  (special functions; its PRESERVED below)
 import planner.importers.torch.rules_views  # noqa: F401
+from planner.dtypes import DTYPE_BYTES
 from planner.graph.validate import check_graph
 from planner.importers.kit import Const, Unsupported
 from planner.importers.onnx.context import Importer
 from planner.importers.onnx.fold import FOLD_OUTPUT_LIMIT
 from planner.importers.pt2.saved import Ref
 from planner.importers.pt2.targets import resolve
-from planner.importers.torch.context import RULES, UNAVAILABLE, NodeCtx, TorchImportError, _in
-from planner.importers.torch.record import Call, Program, Tensor, Value, from_exported
+from planner.importers.torch.context import RULES, NodeCtx, TorchImportError, _in, _Unavailable
+from planner.importers.torch.fold_guard import (
+    FoldRefused,
+    allowed_to_fold,
+    check_operands,
+    predicted_elements,
+)
+from planner.importers.torch.grad_mode import detach_grad_off
+from planner.importers.torch.quiet_log import quiet_torch_logs
+from planner.importers.torch.record import (
+    Call,
+    Program,
+    Tensor,
+    Value,
+    from_exported,
+    from_numpy,
+    to_numpy,
+)
 from planner.importers.torch.rules_index import INDEX_PRESERVED
 from planner.importers.torch.rules_losses import LOSS_PRESERVED
 from planner.importers.torch.rules_margin import MARGIN_PRESERVED
@@ -99,28 +133,33 @@ PRESERVED = ("linear.default", *LOSS_PRESERVED, *MARGIN_PRESERVED, *INDEX_PRESER
 @dataclass(frozen=True)
 class TorchImport:
     """An imported program: its forward graph, the value behind each param and state tensor,
-    the graph's input tensors in the program's argument order, and the integer buffers the
-    program increments by a constant each call (state_dict name -> increment)."""
+    the graph's input tensors in the program's argument order, the integer buffers the
+    program increments by a constant each call (state_dict name -> increment) and the tensor
+    of each user output."""
 
     graph: Graph
     consts: Mapping[str, Const]
     inputs: tuple[str, ...]
     counters: Mapping[str, int] = field(default_factory=dict)
+    # The tensor of each of the program's outputs, in its order (one tensor may be two outputs).
+    outputs: tuple[str, ...] = ()
 
     def params(self) -> dict[str, np.ndarray]:
         """Every param and state tensor's value, by name (state_dict names for the module's)."""
         return {t.name: self.consts[t.name].value().astype(t.dtype, copy=False)
-                for t in self.graph.by_role("param", "state")}
+                for t in self.graph.by_role("param", "state") if t.updates is None}
 
 
-def decompose(program: Any) -> Any:
-    """The program in core ATen, with PRESERVED ops kept whole."""
+def decompose(program: Any, extra: Mapping[Any, Any] | None = None) -> Any:
+    """The program in core ATen, with PRESERVED ops kept whole, and the ops of `extra` (op ->
+    a function of torch ops) decomposed as it says."""
     import torch
 
     table = torch.export.default_decompositions()
     for name in PRESERVED:
         op, overload = name.split(".")
         table.pop(getattr(getattr(torch.ops.aten, op), overload), None)
+    table.update(extra or {})
     # multi_margin_loss's Python kernel at the Autograd key decomposes it whatever the table
     # says: set aside while decomposing, so the op reaches its rule whole
     autograd = torch._C.DispatchKey.Autograd
@@ -131,7 +170,11 @@ def decompose(program: Any) -> Any:
             aside[op] = op.py_kernels.pop(autograd)
             op._dispatch_cache.clear()
     try:
-        return program.run_decompositions(table)
+        with warnings.catch_warnings(), quiet_torch_logs():  # a failure: the caller's one line
+            # torch's own deprecation inside its deepcopy of the module call graph (torch 2.9:
+            # `isinstance(treespec, LeafSpec)` from copyreg): nothing the user can act on.
+            warnings.filterwarnings("ignore", message=r".*\bLeafSpec\b", category=FutureWarning)
+            return program.run_decompositions(table)
     finally:
         for op, kernel in aside.items():
             op.py_kernels[autograd] = kernel
@@ -145,13 +188,16 @@ def convert(program: Any, name: str = "torch", module_root: str = "") -> TorchIm
     module path (from the node's nn_module_stack), less `module_root`: the path of the user's module
     inside the exported one (the trainer's wrapper holds it as `model`)."""
     if not isinstance(program, Program):
+        detach_grad_off(program)  # before the decomposition inlines no_grad regions
         try:
             program = decompose(program)
         except Exception as e:  # a program torch itself cannot decompose
             raise TorchImportError(f"cannot decompose the program: {type(e).__name__}: "
                                    f"{str(e).splitlines()[0] if str(e) else ''}") from None
         program = from_exported(program, module_root)
-    buffers = {i.target for i in program.inputs if i.kind == "buffer"}
+    # Buffers and frozen parameters are state: read, never trained.
+    buffers = {i.target for i in program.inputs
+               if i.kind == "buffer" or (i.kind == "parameter" and not i.trainable)}
     reserved = {c.name for c in program.calls} | {i.name for i in program.inputs} | \
         {i.target for i in program.inputs if i.target}
     imp = Importer(graph_name=name, opset=0, reserved=reserved, state_names=set(buffers),
@@ -164,6 +210,10 @@ def convert(program: Any, name: str = "torch", module_root: str = "") -> TorchIm
         if spec.kind == "user_input":
             if spec.value is None:
                 raise TorchImportError(f"input {spec.name!r}: no tensor metadata")
+            if spec.value.dtype not in DTYPE_BYTES:  # complex, uint16, float8, ...
+                raise TorchImportError(
+                    f"input {spec.name!r}: a {spec.value.dtype} tensor; the planner's tensors "
+                    f"are {', '.join(DTYPE_BYTES)} (give the input in one of these)")
             env[spec.name] = imp.builder.input(spec.name, spec.value.shape, spec.value.dtype)
             inputs.append(spec.name)
         else:
@@ -171,13 +221,16 @@ def convert(program: Any, name: str = "torch", module_root: str = "") -> TorchIm
                                     "constant" if spec.kind == "tensor_constant" else
                                     "initializer")
     counters = _counters(program)
-    _convert_nodes(imp, program.calls, env, metas, skip=set(counters.values()))
-    graph_outputs = _outputs(program, env, imp, counters)
+    _convert_nodes(imp, program.calls, env, metas,
+                   skip={c for calls, _ in counters.values() for c in calls})
+    user_outputs = _outputs(program, env, imp, counters, buffers,
+                            f"{module_root}." if module_root else "")
+    graph_outputs = list(dict.fromkeys(user_outputs))
     graph = check_graph(imp.builder.build(outputs=graph_outputs,
                                           loss=_traced_loss(imp, graph_outputs)))
     return TorchImport(graph, {t.name: imp.consts[t.name] for t in graph.tensors
                                if t.name in imp.consts}, tuple(inputs),
-                       {buf: 1 for buf in counters})
+                       {buf: step for buf, (_, step) in counters.items()}, tuple(user_outputs))
 
 
 def _meta(call: Call) -> tuple[tuple[int, ...], str]:
@@ -193,22 +246,27 @@ def _const(target: str, tensors: Mapping[str, Tensor], origin: str) -> Const:
     return Const(target, t.shape, t.dtype, origin, t.load)  # type: ignore[arg-type]
 
 
-def _counters(program: Program) -> dict[str, str]:
-    """Integer buffers mutated as `buffer + constant` (BatchNorm's num_batches_tracked): buffer
-    name -> the call computing the new value, which the graph leaves out."""
+def _counters(program: Program) -> dict[str, tuple[list[str], int]]:
+    """Integer buffers mutated as `buffer + constant + ...` (BatchNorm's num_batches_tracked,
+    once per call of the BatchNorm): buffer name -> (the calls of the chain, which the graph
+    leaves out; the increment per step)."""
     placeholders = {i.name: i.target for i in program.inputs}
     by_name = {c.name: c for c in program.calls}
-    out: dict[str, str] = {}
+    out: dict[str, tuple[list[str], int]] = {}
     for spec in program.outputs:
         if spec.kind != "buffer_mutation":
             continue
-        call = by_name.get(spec.name)
-        if (call is not None and call.target == "aten.add.Tensor" and len(call.args) >= 2
-                and isinstance(call.args[0], Ref)
-                and placeholders.get(call.args[0].name) == spec.target
-                and call.args[1] == 1 and call.users == 1
-                and isinstance(call.out, Value) and call.out.dtype in ("int64", "int32")):
-            out[spec.target] = call.name
+        chain, step, call = [], 0, by_name.get(spec.name)
+        while (call is not None and call.target == "aten.add.Tensor" and len(call.args) >= 2
+               and isinstance(call.args[0], Ref) and isinstance(call.args[1], int)
+               and not isinstance(call.args[1], bool) and call.users == 1
+               and isinstance(call.out, Value) and call.out.dtype in ("int64", "int32")):
+            chain.append(call.name)
+            step += call.args[1]
+            if placeholders.get(call.args[0].name) == spec.target:
+                out[spec.target] = (chain, step)
+                break
+            call = by_name.get(call.args[0].name)
     return out
 
 
@@ -276,8 +334,9 @@ def _foldable(call: Call, env: Mapping[str, Any]) -> bool:
     """Is the call a computation on constants alone (a causal mask built in forward from
     arange, tril, comparisons), which torch itself evaluates now? Not on float parameters or
     buffers (they stay tensors the planner trains or updates), not a random op or an `empty`
-    (whose rule gives zeros, not the memory torch finds), and not an
-    output past FOLD_OUTPUT_LIMIT elements."""
+    (whose rule gives zeros, not the memory torch finds), only an operator whose kernel reads
+    no value as an address unchecked (planner/importers/torch/fold_guard.py), and not an
+    output past FOLD_OUTPUT_LIMIT elements, as declared and as the operands make it."""
     import torch
 
     reads = [env.get(r) for r in call.reads()]
@@ -285,11 +344,23 @@ def _foldable(call: Call, env: Mapping[str, Any]) -> bool:
         return False
     op = resolve(call.target)
     if op is None or torch.Tag.nondeterministic_seeded in op.tags or \
-            call.target in UNINITIALIZED:  # torch's values would be whatever memory held
+            call.target in UNINITIALIZED or not allowed_to_fold(call.target):
         return False
     vals = call.out if isinstance(call.out, tuple) else (call.out,)
-    return all(isinstance(v, Value) for v in vals) and \
-        sum(math.prod(v.shape) for v in vals) <= FOLD_OUTPUT_LIMIT
+    if not all(isinstance(v, Value) for v in vals) or \
+            sum(math.prod(v.shape) for v in vals) > FOLD_OUTPUT_LIMIT:
+        return False
+
+    def meta(v: Any) -> Any:
+        if isinstance(v, Ref):
+            c = env[v.name]
+            return torch.empty(c.shape, dtype=getattr(torch, c.dtype), device="meta")
+        if isinstance(v, (tuple, list)):
+            return type(v)(meta(i) for i in v)
+        return v
+
+    elements = predicted_elements(op, call.args, call.kwargs, meta)
+    return elements is not None and elements <= FOLD_OUTPUT_LIMIT
 
 
 def _fold(imp: Importer, call: Call, env: Mapping[str, Any]) -> Const | tuple[Const, ...]:
@@ -297,8 +368,9 @@ def _fold(imp: Importer, call: Call, env: Mapping[str, Any]) -> Const | tuple[Co
 
     def tensor(v: Any) -> Any:
         if isinstance(v, Ref):
-            # np.array, not np.ascontiguousarray, which makes a 0-d value 1-d
-            return torch.from_numpy(np.array(env[v.name].value(), order="C"))
+            # np.array, not np.ascontiguousarray, which makes a 0-d value 1-d; bfloat16
+            # through its bits (torch.from_numpy takes no ml_dtypes array)
+            return from_numpy(np.array(env[v.name].value(), order="C"))
         if isinstance(v, (tuple, list)):
             return type(v)(tensor(i) for i in v)
         return v
@@ -306,8 +378,17 @@ def _fold(imp: Importer, call: Call, env: Mapping[str, Any]) -> Const | tuple[Co
     def const(t: Any) -> Const:
         if not isinstance(t, torch.Tensor):
             raise Unsupported(f"{call.target} (of constants, giving {type(t).__name__})")
-        return Const.of(imp.fresh(call.name), t.detach().cpu().numpy(), origin="constant")
+        return Const.of(imp.fresh(call.name), to_numpy(t), origin="constant")
 
+    try:  # the file's values the kernel would trust, checked first
+        check_operands(call.target, call.args, call.kwargs,
+                       lambda v: np.asarray(env[v.name].value()) if isinstance(v, Ref)
+                       else None)
+    except FoldRefused as e:
+        raise TorchImportError(f"node {call.name!r}{_in(call.place or call.module)} "
+                               f"({call.target}): its constant operands hold {e}; refused "
+                               "rather than evaluated (a corrupt or edited model file?)") \
+            from None
     op = resolve(call.target)
     with torch.no_grad():
         out = op(*tensor(call.args), **{k: tensor(v) for k, v in call.kwargs.items()})
@@ -333,12 +414,19 @@ def _check(imp: Importer, call: Call, value: Any) -> None:
 
 
 def _outputs(program: Program, env: dict[str, Any], imp: Importer,
-             counters: Mapping[str, str]) -> list[str]:
+             counters: Mapping[str, Any], state: set[str], root: str = "") -> list[str]:
+    """The graph's outputs (the program's user outputs, in order) and the buffers' values
+    after the step written back (module docstring, 4.); refusals name the module's own
+    state_dict keys (less `root`, the trainer's wrapper's attribute)."""
     placeholders = {i.target: i.name for i in program.inputs if i.target}
+    calls = {c.name: c for c in program.calls}
     outputs: list[str] = []
+    written: list[tuple[str, str, Any, Any]] = []  # (buffer, node, new value, old value)
     for spec in program.outputs:
         if spec.kind == "user_output":
             value = env.get(spec.name)
+            if isinstance(value, _Unavailable) and value.why:
+                raise TorchImportError(f"output {spec.name!r}: {value.why}")
             if not isinstance(value, (str, Const)):
                 raise TorchImportError(f"output {spec.name!r}: not a tensor the planner "
                                        "computes")
@@ -346,18 +434,67 @@ def _outputs(program: Program, env: dict[str, Any], imp: Importer,
         elif spec.kind in ("buffer_mutation", "parameter_mutation"):
             if spec.target in counters or fresh_draw(imp, env.get(spec.name)):
                 continue
-            if spec.kind == "parameter_mutation":
-                raise TorchImportError(f"parameter {spec.target!r}: overwritten in forward by "
+            if spec.kind == "parameter_mutation" and spec.target not in state:
+                raise TorchImportError(f"parameter {spec.target.removeprefix(root)!r}: "
+                                       f"overwritten in forward by "
                                        f"node {spec.name!r}, which is not a fresh random draw "
-                                       "(the planner updates parameters by the optimizer only)")
-            if not _planner_updates(imp, env.get(spec.name),
-                                    env.get(placeholders.get(spec.target))):
-                raise TorchImportError(f"buffer {spec.target!r}: mutated by node "
-                                       f"{spec.name!r}, which the planner does not update in "
-                                       "place")
+                                       "(the planner updates trained parameters by the "
+                                       "optimizer only); update it outside forward, or set "
+                                       "its requires_grad=False to write it as a buffer")
+            new, old = env.get(spec.name), env.get(placeholders.get(spec.target))
+            if not _planner_updates(imp, new, old):
+                written.append((spec.target, spec.name, new, old))
+        elif spec.kind == "user_input_mutation":
+            call = calls.get(spec.name)
+            if call is not None and call.target == "getitem" and isinstance(call.args[0], Ref):
+                call = calls.get(call.args[0].name, call)  # an output of a multi-output op
+            _input_written(imp, spec, env.get(spec.name), call)
         else:
             raise TorchImportError(f"output {spec.name!r}: unsupported kind {spec.kind}")
-    return list(dict.fromkeys(outputs))
+    for buffer, node, new, old in written:  # after every reader of the old values
+        _write_back(imp, buffer, node, new, old, buffer.removeprefix(root))
+    return outputs
+
+
+def _write_back(imp: Importer, buffer: str, node: str, new: Any, old: Any, shown: str) -> None:
+    """The buffer's value after the step (`new`, computed by node `node`) written over it: a
+    Cast to its own dtype whose output `<buffer>.next` carries `updates=<buffer>` (module
+    docstring, 4.). TorchImportError, naming the buffer, when that cannot be."""
+    if not isinstance(old, Const):
+        raise TorchImportError(f"buffer {shown!r}: mutated by node {node!r}, but it is not "
+                               "a tensor of the module's state; register it with "
+                               "register_buffer")
+    if not isinstance(new, (str, Const)):
+        raise TorchImportError(f"buffer {shown!r}: mutated by node {node!r}, whose value "
+                               "is not a tensor the planner computes; compute the new value "
+                               "with torch ops the planner imports")
+    target, value = imp.as_tensor(old), imp.as_tensor(new)
+    have, want = imp.builder.type(value), imp.builder.type(target)
+    if (have.shape, have.dtype) != (want.shape, want.dtype):
+        raise TorchImportError(f"buffer {shown!r}: mutated by node {node!r} to "
+                               f"{have.dtype} {list(have.shape)}, not its own {want.dtype} "
+                               f"{list(want.shape)}; keep the buffer's shape and dtype")
+    out = imp.fresh(f"{target}.next")
+    imp.builder.op_n("Cast", [value], {"to": want.dtype}, name=out, outputs=[out],
+                     role="state")
+    imp.builder.set_updates(out, target)
+
+
+def _input_written(imp: Importer, spec: Any, new: Any, call: Call | None) -> None:
+    """An input the forward writes in place (`x.normal_()`, `F.batch_norm` on running
+    statistics the caller passes). A step never writes its inputs back, so the write is lost
+    to the caller: a fresh random draw is still the planner's own draw (what the forward reads
+    after it), said in a warning; any other write is refused."""
+    what = f"node {spec.name!r}" if call is None else \
+        f"node {call.name!r}{_in(call.place or call.module)} ({call.target})"
+    if fresh_draw(imp, new):
+        warnings.warn(f"input {spec.target!r}: overwritten in forward by {what}, a fresh random "
+                      "draw: the planner draws it inside the step, where the forward reads "
+                      "it; the tensor the caller passes keeps its value", stacklevel=3)
+        return
+    raise TorchImportError(f"input {spec.target!r}: written in place by {what}, which the "
+                           "planner cannot honour (a step never writes its inputs back): "
+                           "write to a clone, or hold the tensor in a module buffer")
 
 
 def _traced_loss(imp: Importer, outputs: list[str]) -> str | None:
@@ -379,7 +516,7 @@ def _traced_loss(imp: Importer, outputs: list[str]) -> str | None:
 def _planner_updates(imp: Importer, new: Any, old: Any) -> bool:
     """Is `new` the planner's own next value of buffer `old` (a training BatchNorm's running
     statistic output 1 or 2 reading it as input 3 or 4), or `old` itself (no change)?"""
-    if new is old and new is not None and new is not UNAVAILABLE:
+    if new is old and new is not None and not isinstance(new, _Unavailable):
         return True
     if not isinstance(new, str) or not isinstance(old, Const):
         return False

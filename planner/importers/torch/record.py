@@ -67,18 +67,20 @@ class Call:
 @dataclass(frozen=True)
 class Input:
     """A placeholder: kind is user_input, parameter, buffer or tensor_constant; target its
-    state_dict name (empty for a user input)."""
+    state_dict name (empty for a user input); `trainable` False for a parameter with
+    requires_grad=False (frozen: a constant of the step, which the planner does not train)."""
 
     name: str
     kind: str
     target: str
     value: Value
+    trainable: bool = True
 
 
 @dataclass(frozen=True)
 class Output:
-    """kind is user_output, buffer_mutation or parameter_mutation (target: the buffer or
-    parameter); name the value written."""
+    """kind is user_output, buffer_mutation, parameter_mutation or user_input_mutation
+    (target: the buffer, the parameter or the input's placeholder); name the value written."""
 
     kind: str
     name: str
@@ -156,8 +158,9 @@ def from_exported(program: Any, root: str = "") -> Program:
                 from planner.importers.torch.context import TorchImportError
                 raise TorchImportError(f"input {node.name!r}: unsupported kind "
                                        f"{getattr(getattr(spec, 'kind', None), 'name', None)}")
+            held = program.state_dict.get(spec.target or "")
             inputs.append(Input(node.name, kind, spec.target or "", _value(node, node.meta.get(
-                "val"))))
+                "val")), trainable=bool(getattr(held, "requires_grad", True))))
         elif node.op == "call_function" and _passes_token(node, tokens):
             tokens.add(node.name)
         elif node.op == "call_function":
@@ -177,7 +180,8 @@ def from_exported(program: Any, root: str = "") -> Program:
     for spec in sig.output_specs:
         kind = {OutputKind.USER_OUTPUT: "user_output",
                 OutputKind.BUFFER_MUTATION: "buffer_mutation",
-                OutputKind.PARAMETER_MUTATION: "parameter_mutation"}.get(spec.kind)
+                OutputKind.PARAMETER_MUTATION: "parameter_mutation",
+                OutputKind.USER_INPUT_MUTATION: "user_input_mutation"}.get(spec.kind)
         arg = getattr(spec.arg, "name", None)
         if spec.kind == OutputKind.TOKEN and arg in tokens:
             continue
@@ -251,3 +255,13 @@ def to_numpy(t: Any) -> np.ndarray:
     if t.dtype == torch.bfloat16:
         return t.view(torch.int16).numpy().view("bfloat16")
     return t.numpy()
+
+
+def from_numpy(array: np.ndarray) -> Any:
+    """A torch tensor sharing a numpy array's memory (bfloat16, ml_dtypes', through its bits:
+    torch.from_numpy takes no ml_dtypes array)."""
+    import torch
+
+    if array.dtype == np.dtype("bfloat16"):
+        return torch.from_numpy(array.view(np.int16)).view(torch.bfloat16)
+    return torch.from_numpy(array)

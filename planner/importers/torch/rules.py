@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from planner.dtypes import INTEGER_DTYPES
 from planner.importers.gather import gather_rows
 from planner.importers.kit import Const, Unsupported
@@ -28,7 +30,7 @@ from planner.importers.torch.context import UNAVAILABLE, NodeCtx, Value, rule
 from planner.importers.torch.norm_stats import group_norm_stats, layer_norm_stats
 from planner.importers.torch.rules_conv import conv3d, conv_transpose2d
 from planner.importers.torch.rules_index import gather_positions, strided_positions
-from planner.importers.torch.rules_pointwise import bool_product, cast, clamp_numbers
+from planner.importers.torch.rules_pointwise import as_dtype, bool_product, cast, clamp_numbers
 from planner.importers.torch.rules_products import scaled_sum
 from planner.importers.torch.rules_views import padded_by_index
 from planner.importers.torch.strided import VIEW_LIMIT, logical_index, view_ops
@@ -327,7 +329,14 @@ def pad(n: NodeCtx) -> Value:
 
 @rule("aten.cat.default")
 def cat(n: NodeCtx) -> Value:
-    parts = [v for v in n.arg(0, "tensors") if 0 not in n.shape(v)]
+    """torch.cat: parts of other dtypes are cast to the node's, torch.result_type of them all
+    (float32 with float64 is float64); empty parts add nothing (torch skips a 1-D empty one
+    whatever the others' rank), and when every part is empty so is the result."""
+    tensors = n.arg(0, "tensors")
+    dtype = n.out_dtype or n.dtype(tensors[0])
+    parts = [as_dtype(n, v, dtype) for v in tensors if 0 not in n.shape(v)]
+    if not parts:
+        return n.const(np.zeros(n.out_shape, dtype), dtype)
     if len(parts) == 1:
         return parts[0]
     axis = _axis(n, n.arg(1, "dim", 0), len(n.out_shape))
@@ -336,11 +345,14 @@ def cat(n: NodeCtx) -> Value:
 
 @rule("aten.stack.default")
 def stack(n: NodeCtx) -> Value:
+    """torch.stack: each part gets a new axis of one, then a Concat (promoting as cat)."""
     axis = _axis(n, n.arg(1, "dim", 0), len(n.out_shape))
+    dtype = n.out_dtype or n.dtype(n.arg(0, "tensors")[0])
     parts = []
     for v in n.arg(0, "tensors"):
         shape = list(n.shape(v))
-        parts.append(_reshape_to(n, v, tuple(shape[:axis] + [1] + shape[axis:])))
+        parts.append(_reshape_to(n, as_dtype(n, v, dtype), tuple(shape[:axis] + [1] +
+                                                                shape[axis:])))
     return parts[0] if len(parts) == 1 else n.emit1("Concat", parts, {"axis": axis})
 
 
@@ -723,9 +735,8 @@ def convolution(n: NodeCtx) -> Value:
 
 def _affine(n: NodeCtx, v: object, shape: tuple[int, ...], fill: float, like: str) -> str | Const:
     """An optional scale/shift: absent (affine=False) is a constant of ones / zeros."""
-    import numpy as np
-
-    return v if v is not None else n.const(np.full(shape, fill), n.dtype(like))  # type: ignore
+    return v if v is not None else filled(n, shape, fill, n.dtype(like),  # type: ignore
+                                          f"{n.label}/const")
 
 
 @rule("aten._native_batch_norm_legit_functional.default",
@@ -796,8 +807,12 @@ def dropout(n: NodeCtx) -> Value:
 
 
 def _dropout(n: NodeCtx, x: str | Const, p: float) -> str:
-    if p >= 1:
-        raise Unsupported(f"{n.op} (p = 1)")
+    if not 0 <= p <= 1:
+        raise n.fail(f"dropout probability {p} is not in [0, 1] (torch refuses it too)")
+    if p == 1:
+        # torch's x * mask * scale with an all-zero mask and scale 0: zeros, NaN where x is not
+        # finite; the gradient dy * 0 is zero
+        return n.emit1("Mul", [x, n.const(0.0, n.dtype(x))])
     return n.emit1("Dropout", [x], {"rate": p, "seed": n.next_dropout_seed()})
 
 
@@ -829,7 +844,6 @@ def attention(n: NodeCtx) -> Value:
 @rule("aten.full.default", "aten.zeros.default", "aten.ones.default", "aten.scalar_tensor.default",
       "aten.full_like.default", "aten.zeros_like.default", "aten.ones_like.default")
 def full(n: NodeCtx) -> Value:
-    import numpy as np
 
     name = n.op.split(".")[1]
     value = {"zeros": 0, "ones": 1, "zeros_like": 0, "ones_like": 1}.get(name)
@@ -839,5 +853,26 @@ def full(n: NodeCtx) -> Value:
     if dtype is None and name.endswith("_like"):
         dtype = n.dtype(n.tensor(0))
     dtype = _dtype_name(dtype) if dtype is not None else "float32"
-    return Const.of(n.imp.fresh(n.label), np.full(n.out_shape, value, dtype=dtype),
-                    origin="constant")
+    return filled(n, tuple(n.out_shape or ()), value, dtype)
+
+
+def filled(n: NodeCtx, shape: tuple[int, ...], value: object, dtype: str,
+           name: str | None = None) -> Value:
+    """A tensor of `shape` holding `value`: a constant made now up to FOLD_OUTPUT_LIMIT
+    elements (the cap on every constant an import materialises: a 9 KB file may declare
+    zeros of 2^29 elements), a Fill op the step computes past it. `name`: the constant's
+    (else the node's)."""
+    import numpy as np
+
+    from planner.importers.onnx.fold import FOLD_OUTPUT_LIMIT
+
+    count = math.prod(shape)
+    if count <= FOLD_OUTPUT_LIMIT:
+        return Const.of(n.imp.fresh(name or n.label), np.full(shape, value, dtype=dtype),
+                        origin="constant")
+    exact = isinstance(value, (bool, int, float)) and float(value) == value
+    if dtype not in ("float32", "int64") or not exact:
+        raise n.fail(f"a constant {dtype} tensor of {count} elements, more than the "
+                     f"{FOLD_OUTPUT_LIMIT} an import makes, and not one the step can fill "
+                     "(float32 or int64 of one exact value)")
+    return n.emit1("Fill", [], {"shape": list(shape), "value": float(value), "dtype": dtype})

@@ -542,7 +542,12 @@ def segment_reduce(n: NodeCtx) -> Value:
     if lengths is not None:
         lengths = _constant(n, lengths, "lengths")
     elif offsets is not None:
-        lengths = np.diff(_constant(n, offsets, "offsets"), axis=-1)
+        offsets = np.asarray(_constant(n, offsets, "offsets"), dtype=np.int64)
+        # torch reads segment k at [offsets[k], offsets[k + 1]): they must start at 0 (the
+        # lengths below must then add up to the dim, so no segment ends past it)
+        if offsets.ndim == 0 or offsets.shape[-1] == 0 or (offsets[..., 0] != 0).any():
+            raise n.fail(f"offsets of shape {list(offsets.shape)} do not start at 0")
+        lengths = np.diff(offsets, axis=-1)
     else:
         raise n.fail("neither lengths nor offsets given")
     lengths = np.asarray(lengths, dtype=np.int64)

@@ -237,7 +237,9 @@ def svd(n: NodeCtx) -> Value:
     x = n.tensor(0)
     require_floats(n, x)
     _, values, _ = n.emit("MatrixSvd", [x], n_out=3)
-    return UNAVAILABLE, values, UNAVAILABLE
+    why = "their signs are LAPACK's choice (torch.linalg.svdvals imports)"
+    return (n.unavailable("U (the left singular vectors)", why), values,
+            n.unavailable("Vh (the right singular vectors, transposed)", why))
 
 
 def _scalar(n: NodeCtx, v: object, name: str) -> float | None:

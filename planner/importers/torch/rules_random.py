@@ -266,13 +266,16 @@ def multinomial(n: NodeCtx) -> Value:
     if samples < 1 or (not replace and samples > shape[-1]):
         raise n.fail(f"num_samples {samples} must be in [1, {shape[-1]}] without replacement")
     axis = len(shape) - 1
+    if isinstance(p, Const) and p.foldable:  # known now: refused now, as torch would
+        _check_probabilities(n, np.asarray(p.value(), np.float64), axis)
     if not replace:
         u = _draw(n, "RandomUniform", [], {"shape": list(shape)})
         race = n.emit1("Max", [n.emit1("Neg", [n.emit1("Log1p", [n.emit1("Neg", [u])])]),
                                n.const(2.0**-30, "float32")])  # u = 0 would give log 0
         keys = n.emit1("Sub", [n.emit1("Log", [p]), n.emit1("Log", [race])])
-        return n.emit("TopK", [keys], {"k": samples, "axis": axis, "largest": True},
-                      n_out=2)[1]
+        drawn = n.emit("TopK", [keys], {"k": samples, "axis": axis, "largest": True},
+                       n_out=2)[1]
+        return _refused_unless_valid(n, p, drawn, shape)
     rows = shape[:-1]
     cdf = n.emit1("CumSum", [p], {"axis": axis})
     total = n.emit1("Slice", [cdf], {"starts": [shape[-1] - 1], "ends": [shape[-1]],
@@ -283,4 +286,39 @@ def multinomial(n: NodeCtx) -> Value:
     below = n.emit1("Cast", [n.emit1("LessOrEqual", [lines, target])], {"to": "float32"})
     count = n.emit1("ReduceSum", [below], {"axes": [axis + 1], "keepdims": False})
     count = n.emit1("Min", [count, n.const(float(shape[-1] - 1), "float32")])
-    return n.emit1("Cast", [count], {"to": "int64"})
+    return _refused_unless_valid(n, p, n.emit1("Cast", [count], {"to": "int64"}), shape)
+
+
+def _check_probabilities(n: NodeCtx, p: np.ndarray, axis: int) -> None:
+    if not np.isfinite(p).all() or (p < 0).any():
+        raise n.fail("probabilities hold inf, NaN or a negative value (torch refuses them)")
+    if (p.sum(axis=axis) <= 0).any():
+        raise n.fail("probabilities of a row sum to 0 (torch refuses them)")
+
+
+def _refused_unless_valid(n: NodeCtx, p: Value, drawn: str, shape: tuple[int, ...]) -> str:
+    """The draws, through a look-up that fails the step where a row of p is not a
+    distribution (an element inf, NaN or negative, or a sum of 0), as torch.multinomial
+    raises: the row's draws are moved past a table of one row per category, which the
+    Embedding kernel (and the reference) refuse with an error naming the look-up
+    `<node>/invalid_probabilities`. The table is zeros (a Fill of the step): a valid row's
+    look-up adds 0 to its draws."""
+    categories, axis = shape[-1], len(shape) - 1
+    zero = n.const(0.0, "float32")
+    ordinary = [n.emit1("Cast", [n.emit1(op, pair)], {"to": "float32"})
+                for op, pair in (("LessOrEqual", [zero, p]),  # false for NaN and p < 0
+                                 ("LessOrEqual", [p, n.const(np.finfo(np.float32).max,
+                                                             "float32")]))]  # false for inf
+    each = n.emit1("ReduceMin", [n.emit1("Mul", ordinary)], {"axes": [axis], "keepdims": True})
+    total = n.emit1("ReduceSum", [p], {"axes": [axis], "keepdims": True})
+    positive = n.emit1("Cast", [n.emit1("Less", [zero, total])], {"to": "float32"})
+    bad = n.emit1("Sub", [n.const(1.0, "float32"), n.emit1("Mul", [each, positive])])
+    past = n.emit1("Cast", [n.emit1("Mul", [bad, n.const(float(categories), "float32")])],
+                   {"to": "int64"})  # 0 for a valid row, `categories` for one that is not
+    ids = n.emit1("Add", [drawn, past])
+    table = n.emit1("Fill", [], {"shape": [categories, 1], "value": 0.0, "dtype": "float32"})
+    (looked,) = n.imp.builder.op_n("Embedding", [table, ids],
+                                   name=f"{n.label}/invalid_probabilities")
+    zeros = n.emit1("Cast", [n.emit1("Reshape", [looked], {"shape": list(n.shape(drawn))})],
+                    {"to": "int64"})
+    return n.emit1("Add", [drawn, zeros])

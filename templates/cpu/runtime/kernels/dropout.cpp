@@ -2,7 +2,8 @@
 // from (seed, flat index) so the forward and backward agree without storing it:
 //   u = splitmix64(seed * 0x9E3779B97F4A7C15 + i)  (uint64 wrap-around)
 //   keep iff (u >> 11) * 2^-53 >= rate;  y = x * keep / (1 - rate)
-// With a step input (the training graph's int64 rng/step), the seed is seed + step * 2^32, read
+// With a step input (the training graph's int64 rng/step), the seed is seed + step * 2^32 (plus
+// rng_step_key of its high half, common/random.h), read
 // each run, so every step draws a fresh mask; data-parallel rank k draws the generator's rank-k
 // stream (common/random.h), so ranks drop independent elements of their own micro-batches.
 //

@@ -34,8 +34,14 @@ class UnscaleGrads : public Kernel {
  protected:
   // Writes every g / scale; whether any g is an inf or NaN.
   bool unscale(const Run& r) const {
+    // A scale of zero (left unloaded: optimizer state starts at zero) or not finite would
+    // make every gradient 0 * inf = NaN, which the overflow check below does not see.
+    const float scale = *r.at<float>(scale_);
+    if (!(std::isfinite(scale) && scale > 0.f))
+      throw std::runtime_error("the fp16 loss scale is " + std::to_string(scale) +
+                               "; load 'optim/loss_scale' (init_params gives 2^16)");
     // GradScaler: the reciprocal in double, rounded to float once.
-    const float inv = static_cast<float>(1.0 / static_cast<double>(*r.at<float>(scale_)));
+    const float inv = static_cast<float>(1.0 / static_cast<double>(scale));
     int bad = 0;
     for (size_t k = 0; k < in_.size(); ++k) {
       // y may be g (memory planning writes gk / scale over gk: OpDef.in_place): each

@@ -1,9 +1,10 @@
 // Training-step ops as plain loops, each computing in float32 as the numpy reference does:
 //   SGD [p, g, lr, wd]               p' = p - lr (g + wd p)
 //   ApplyMomentum [p, g, v, lr, wd]  g' = g + wd p; v' = m v + g'; p' = p - lr (nesterov ?
-//                                    g' + m v' : v')
+//                                    g' + m v' : v'); with dampening d [p, g, v, t, lr, wd]:
+//                                    v' = g' at t = 1, else m v + (1 - d) g'
 //   ApplyAdam [p, g, m, v, t, lr, wd]  torch.optim.Adam (AdamW: decoupled) with bias correction
-//                                    by t
+//                                    by t; amsgrad [p, g, m, v, vmax, t, lr, wd] -> [.., vmax']
 // lr and wd are float32 scalars in the arena (a parameter group's), read each step.
 //   Increment [x]              x + by (float32 or int64)
 //   Fill [] / Zeros []         constant tensors
@@ -13,6 +14,8 @@
 #include <omp.h>
 
 #include <cmath>
+#include <stdexcept>
+#include <string>
 
 #include "../loops.h"
 #include "lr_schedule.h"
@@ -39,44 +42,69 @@ class Sgd : public Kernel {
   UpdateAttrs a_;
 };
 
+// The inputs an update node must have: the op's (planner/ops/optim.py) for its attributes.
+void require_inputs(const Node& n, size_t want, const char* op) {
+  if (n.in.size() != want || n.out.size() < 2)
+    throw std::runtime_error(std::string(op) + ": wrong number of inputs for its attributes");
+}
+
 class Momentum : public Kernel {
  public:
   explicit Momentum(const Node& n)
-      : size_(n.in[0].size()), p_(n.in[0].id), g_(n.in[1].id), v_(n.in[2].id),
-        lr_(n.in[3].id), wd_(n.in[4].id), p_out_(n.out[0].id), v_out_(n.out[1].id),
-        a_(update_attrs(n)) {
+      : a_(update_attrs(n)), dampened_(a_.dampening != 0.f), size_(n.in[0].size()),
+        p_(n.in[0].id), g_(n.in[1].id), v_(n.in[2].id), t_(dampened_ ? n.in[3].id : -1),
+        lr_(n.in[dampened_ ? 4 : 3].id), wd_(n.in[dampened_ ? 5 : 4].id), p_out_(n.out[0].id),
+        v_out_(n.out[1].id) {
     require_f32(n);
+    require_inputs(n, dampened_ ? 6 : 5, "ApplyMomentum");
   }
   void run(const Run& r) override {
-    momentum_update(r.at<float>(p_), r.at<float>(g_), r.at<float>(v_), r.at<float>(p_out_),
-                    r.at<float>(v_out_), size_,
-                    with_hyperparameters(a_, r.at<float>(lr_), r.at<float>(wd_)));
+    const UpdateAttrs a = with_hyperparameters(a_, r.at<float>(lr_), r.at<float>(wd_));
+    if (dampened_)
+      dampened_momentum_update(r.at<float>(p_), r.at<float>(g_), r.at<float>(v_),
+                               *r.at<float>(t_), r.at<float>(p_out_), r.at<float>(v_out_),
+                               size_, a);
+    else
+      momentum_update(r.at<float>(p_), r.at<float>(g_), r.at<float>(v_), r.at<float>(p_out_),
+                      r.at<float>(v_out_), size_, a);
   }
 
  private:
-  int64_t size_;
-  int p_, g_, v_, lr_, wd_, p_out_, v_out_;
   UpdateAttrs a_;
+  bool dampened_;
+  int64_t size_;
+  int p_, g_, v_, t_, lr_, wd_, p_out_, v_out_;
 };
 
 class Adam : public Kernel {
  public:
   explicit Adam(const Node& n)
-      : size_(n.in[0].size()), p_(n.in[0].id), g_(n.in[1].id), m_(n.in[2].id), v_(n.in[3].id),
-        t_(n.in[4].id), lr_(n.in[5].id), wd_(n.in[6].id), p_out_(n.out[0].id),
-        m_out_(n.out[1].id), v_out_(n.out[2].id), a_(update_attrs(n)) {
+      : a_(update_attrs(n)), k_(a_.amsgrad ? 1 : 0), size_(n.in[0].size()), p_(n.in[0].id),
+        g_(n.in[1].id), m_(n.in[2].id), v_(n.in[3].id), vmax_(k_ ? n.in[4].id : -1),
+        t_(n.in[4 + k_].id), lr_(n.in[5 + k_].id), wd_(n.in[6 + k_].id), p_out_(n.out[0].id),
+        m_out_(n.out[1].id), v_out_(n.out[2].id), vmax_out_(k_ ? n.out[3].id : -1) {
     require_f32(n);
+    require_inputs(n, 7 + k_, "ApplyAdam");
+    if (n.out.size() != static_cast<size_t>(3 + k_))
+      throw std::runtime_error("ApplyAdam: wrong number of outputs for its attributes");
   }
   void run(const Run& r) override {
-    adam_update(r.at<float>(p_), r.at<float>(g_), r.at<float>(m_), r.at<float>(v_),
-                *r.at<float>(t_), r.at<float>(p_out_), r.at<float>(m_out_), r.at<float>(v_out_),
-                size_, with_hyperparameters(a_, r.at<float>(lr_), r.at<float>(wd_)));
+    const UpdateAttrs a = with_hyperparameters(a_, r.at<float>(lr_), r.at<float>(wd_));
+    if (k_)
+      amsgrad_update(r.at<float>(p_), r.at<float>(g_), r.at<float>(m_), r.at<float>(v_),
+                     r.at<float>(vmax_), *r.at<float>(t_), r.at<float>(p_out_),
+                     r.at<float>(m_out_), r.at<float>(v_out_), r.at<float>(vmax_out_), size_, a);
+    else
+      adam_update(r.at<float>(p_), r.at<float>(g_), r.at<float>(m_), r.at<float>(v_),
+                  *r.at<float>(t_), r.at<float>(p_out_), r.at<float>(m_out_),
+                  r.at<float>(v_out_), size_, a);
   }
 
  private:
-  int64_t size_;
-  int p_, g_, m_, v_, t_, lr_, wd_, p_out_, m_out_, v_out_;
   UpdateAttrs a_;
+  int k_;
+  int64_t size_;
+  int p_, g_, m_, v_, vmax_, t_, lr_, wd_, p_out_, m_out_, v_out_, vmax_out_;
 };
 
 // Adam's float32 step count or the int64 dropout step.

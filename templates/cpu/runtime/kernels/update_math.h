@@ -47,6 +47,27 @@ inline void momentum_update(const float* p, const float* g, const float* v, floa
                                                    nesterov);
 }
 
+// dampening (a.dampening != 0): t, this step's count, from 1 (the first is not dampened)
+inline void dampened_momentum_update(const float* p, const float* g, const float* v, float t,
+                                     float* po, float* vo, int64_t n, const UpdateAttrs& a) {
+  const float lr = a.lr, m = a.momentum, d = a.dampening, wd = a.weight_decay;
+  const bool first = t == 1.f;
+#pragma omp parallel for if(n >= kGrain)
+  for (int64_t i = 0; i < n; ++i) dampened_momentum_element(p[i], g[i], v[i], po[i], vo[i], lr,
+                                                            wd, m, d, first);
+}
+
+// amsgrad: vmax, the running maximum of v, read and written beside m and v
+inline void amsgrad_update(const float* p, const float* g, const float* m, const float* v,
+                           const float* vmax, float t, float* po, float* mo, float* vo,
+                           float* vmaxo, int64_t n, const UpdateAttrs& a) {
+  const UpdateHyper hyper = a;
+  const AdamStep s = adam_step(hyper, a.lr, a.weight_decay, t);
+#pragma omp parallel for simd if(n >= kGrain)
+  for (int64_t i = 0; i < n; ++i) amsgrad_element(p[i], g[i], m[i], v[i], vmax[i], po[i], mo[i],
+                                                  vo[i], vmaxo[i], hyper, s);
+}
+
 // t: this step's count, from 1 (Adam's bias correction)
 inline void adam_update(const float* p, const float* g, const float* m, const float* v, float t,
                         float* po, float* mo, float* vo, int64_t n, const UpdateAttrs& a) {

@@ -1,0 +1,69 @@
+"""What `torch.compile(model, backend="planner", options={...})` takes: the planner's options.
+
+    options={"costs": "analytical", "strategy": "uniform", "memory_budget": 2**30,
+             "target": "host", "fallback": False}
+
+- costs: what plans are priced with, as `trainer`'s `costs` (None, the default: times
+  measured on this host and kept per host; "analytical"; "in-step"; a cost table or its path);
+- target: "host" (default) or a CPU target preset;
+- strategy: the CPU scheduler's (planner.schedule.options: optimized, paper, uniform);
+- memory_budget: bytes one planned call may use (None: no limit);
+- precision: "fp32" only (a bf16 plan of a piece would change what autograd sees: refused);
+- fallback: True (default): a graph the planner refuses runs eagerly, named in one warning
+  line; False: the refusal is raised (`fullgraph=True` only forbids graph breaks in Dynamo);
+- adaptive: the executors' schedules for fewer free cores (trainer's `adaptive`);
+- out_dir: where executors' sources go (default: one temporary folder per process).
+
+An unknown key, or a value of the wrong kind, is a ValueError naming it at torch.compile's
+first call, never later in the loop.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import ConfigDict, Field
+
+from planner.ir.record import Record
+
+
+class BackendOptions(Record):
+    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
+
+    costs: Any = None
+    target: str = "host"
+    strategy: Literal["optimized", "paper", "uniform"] = "optimized"
+    memory_budget: int | None = Field(default=None, gt=0)
+    precision: Literal["fp32"] = "fp32"
+    fallback: bool = True
+    adaptive: bool = False
+    out_dir: str | None = None
+
+    @classmethod
+    def parse(cls, options: dict[str, Any] | None) -> BackendOptions:
+        """The options given to torch.compile, checked; ValueError in one line naming a key."""
+        from pydantic import ValidationError
+
+        try:
+            return cls(**(options or {}))
+        except ValidationError as e:
+            err = e.errors()[0]
+            key = ".".join(str(p) for p in err.get("loc", ())) or "options"
+            raise ValueError(f"torch.compile(backend='planner'): options[{key!r}]: "
+                             f"{err.get('msg', 'invalid')} (the options: costs, target, "
+                             f"strategy, memory_budget, precision, fallback, adaptive, "
+                             f"out_dir)") from None
+
+    def folder(self) -> Path:
+        import tempfile
+
+        global _FOLDER
+        if self.out_dir is not None:
+            return Path(self.out_dir)
+        if _FOLDER is None:
+            _FOLDER = Path(tempfile.mkdtemp(prefix="planner-compile-"))
+        return _FOLDER
+
+
+_FOLDER: Path | None = None

@@ -1,0 +1,169 @@
+"""One graph torch.compile's Dynamo hands a backend, imported as a planner Graph.
+
+    piece = import_piece(gm, args, name="planner_0")
+    piece.graph          # inputs: the graph's tensor arguments, in their order
+    piece.inputs         # per argument: its input tensor (None: not a tensor, or not read)
+    piece.outputs        # per output of gm: the tensor behind it
+    piece.mutations      # (argument index, tensor of its new value): written back by the caller
+
+Dynamo's graph takes parameters and buffers as arguments beside the user's tensors (modules
+inlined), so every tensor is an input of the planner's graph and stays torch's: the optimizer,
+`state_dict` and hooks see the module's own tensors, which each call feeds in place. The graph
+module is traced by torch.export with every tensor a user input (the non-tensor arguments,
+Dynamo's symbolic sizes of the call, fixed), decomposed and converted by the ATen front end
+(planner/importers/torch/convert.py); what it writes into an argument (BatchNorm's running
+statistics, `num_batches_tracked += 1`) torch.export reports as a USER_INPUT_MUTATION, which
+becomes one more output of the planner's graph, copied back into the argument after the call.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from planner.importers.torch.context import TorchImportError
+from planner.ir.graph import Graph
+
+
+@dataclass(frozen=True)
+class PieceImport:
+    graph: Graph
+    consts: dict[str, np.ndarray]  # each state tensor's value (constants of the program)
+    inputs: tuple[str | None, ...]
+    outputs: tuple[str, ...]
+    mutations: tuple[tuple[int, str], ...]
+
+
+def import_piece(gm: Any, args: Sequence[Any], name: str) -> PieceImport:
+    """Trace `gm` on `args` (torch tensors as they are, other values fixed) and convert it.
+    TorchImportError in one line: an op the planner lacks (naming the node, its op and its
+    module path), an output that is not a tensor, or torch.export's own failure."""
+    import torch
+
+    from planner.importers.torch.convert import convert
+    from planner.importers.torch.record import Output
+
+    tensor_at = [k for k, a in enumerate(args) if isinstance(a, torch.Tensor)]
+    fixed = list(args)
+
+    class Piece(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.gm = gm
+
+        def forward(self, *tensors: Any) -> Any:
+            full = list(fixed)
+            for k, t in zip(tensor_at, tensors, strict=True):
+                full[k] = t
+            # Run node by node with each node's meta kept: the traced calls then carry the
+            # user's module path and source line (Dynamo's), which messages name.
+            with torch.fx.traceback.preserve_node_meta():
+                out = _GradRegions(self.gm).run(*full)
+            return tuple(out) if isinstance(out, (tuple, list)) else (out,)
+
+    examples = tuple(args[k].detach() for k in tensor_at)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            program = torch.export.export(Piece(), examples, strict=False)
+        except Exception as e:  # torch's own failure, in one line
+            first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+            raise TorchImportError(f"torch.export of the graph: {type(e).__name__}: "
+                                   f"{first[:300]}") from None
+    outputs = program.graph_signature.output_specs
+    n_user = sum(1 for s in outputs if s.kind.name == "USER_OUTPUT")
+    from planner.importers.torch.convert import decompose
+    from planner.importers.torch.fastpath import decompositions
+    from planner.importers.torch.grad_mode import detach_grad_off
+    from planner.importers.torch.record import from_exported
+
+    detach_grad_off(program)  # no_grad regions inside the graph: their results detached
+
+    try:
+        record = from_exported(decompose(program, decompositions()))
+    except TorchImportError:
+        raise
+    except Exception as e:  # a program torch itself cannot decompose
+        raise TorchImportError(f"cannot decompose the graph: {type(e).__name__}: "
+                               f"{str(e).splitlines()[0] if str(e) else ''}") from None
+    user_inputs = [i.name for i in record.inputs if i.kind == "user_input"]
+    if len(user_inputs) != len(tensor_at):
+        raise TorchImportError(f"the traced graph takes {len(user_inputs)} tensors, the call "
+                               f"{len(tensor_at)}")
+    position = {n: tensor_at[k] for k, n in enumerate(user_inputs)}
+    mutated = [position.get(o.target) for o in record.outputs if o.kind == "user_input_mutation"]
+    if None in mutated:
+        raise TorchImportError("the graph writes into a tensor that is not one of its inputs")
+    record = replace(record, outputs=tuple(
+        Output("user_output", o.name) if o.kind == "user_input_mutation" else o
+        for o in record.outputs))
+    imported = convert(record, name=name)
+    returned = imported.outputs
+    if len(returned) != len(record.outputs):
+        raise TorchImportError(f"the graph returns {len(record.outputs)} values, the planner's "
+                               f"{len(returned)}")
+    # torch.export lists the inputs' new values first, then the user's outputs.
+    n_mut = len(mutated)
+    if n_user != len(returned) - n_mut:
+        raise TorchImportError("the graph returns a value that is not a tensor")
+    inputs: list[str | None] = [None] * len(args)
+    present = {t.name for t in imported.graph.tensors}
+    for name_, k in position.items():
+        inputs[k] = name_ if name_ in present else None
+    return PieceImport(imported.graph, imported.params(), tuple(inputs),
+                       tuple(returned[n_mut:]),
+                       tuple(zip(mutated, returned[:n_mut], strict=True)))  # type: ignore[arg-type]
+
+
+def _grad_mode_calls() -> dict[Any, str]:
+    import torch
+
+    return {torch._C._set_grad_enabled: "set",
+            torch.autograd.grad_mode._enter_inference_mode: "enter_inference",
+            torch.autograd.grad_mode._exit_inference_mode: "exit_inference"}
+
+
+def _interpreter() -> type:
+    import torch
+
+    class GradRegions(torch.fx.Interpreter):
+        """Runs Dynamo's graph with its grad-mode switches (`torch.no_grad()`,
+        `set_grad_enabled`, `enable_grad` inside them, `inference_mode`) read, not run: every
+        float result computed where gradients are off is detached, which the trace records
+        as `aten.detach` (a StopGradient: no gradient flows through it, as eager's none
+        does); values changed in place there are inputs' mutations like any other."""
+
+        def __init__(self, gm: Any) -> None:
+            super().__init__(gm)
+            self.grad = True
+            self.saved: list[bool] = []
+            self.calls = _grad_mode_calls()
+
+        def run_node(self, n: Any) -> Any:
+            kind = self.calls.get(n.target) if n.op == "call_function" else None
+            if kind == "set":
+                self.grad = bool(n.args[0])
+                return None
+            if kind == "enter_inference":
+                self.saved.append(self.grad)
+                self.grad = not bool(n.args[0]) if n.args else False
+                return None
+            if kind == "exit_inference":
+                self.grad = self.saved.pop() if self.saved else True
+                return None
+            out = super().run_node(n)
+            if not self.grad and n.op in ("call_function", "call_method", "call_module"):
+                out = torch.utils._pytree.tree_map(
+                    lambda t: t.detach() if isinstance(t, torch.Tensor)
+                    and t.is_floating_point() else t, out)
+            return out
+
+    return GradRegions
+
+
+def _GradRegions(gm: Any) -> Any:  # noqa: N802  (a class, made when torch is imported)
+    return _interpreter()(gm)

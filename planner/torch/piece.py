@@ -1,0 +1,383 @@
+"""One Dynamo graph behind torch.compile(backend="planner"): planned per call signature, run by
+generated executors, differentiated by the planner's own gradient rules.
+
+    piece = Piece(gm, "planner_0", options)
+    outs = piece(*args)          # what gm(*args) returns; autograd flows through it
+
+Each distinct call (tensor shapes and dtypes, which tensors need gradients, the non-tensor
+arguments: Dynamo's guards already split most of these, and a call with a new batch size under
+automatic dynamic shapes is one more) is imported (dynamo_import.py) and planned once:
+
+- without gradients (torch.no_grad, eval loops, frozen models): one inference plan of the graph;
+- with gradients: the graph's vector-Jacobian product cut in two (planner.graph.vjp): the
+  forward plan returns the outputs and the activations the backward reads, the backward plan
+  takes those and the outputs' incoming gradients and returns the gradients of the tensors that
+  need one, which autograd then accumulates into `.grad` as for any op (an autograd.Function).
+
+Every tensor argument (parameters and buffers included) is fed in place (DLPack; a
+non-contiguous one is made contiguous first), so the module's parameters stay torch's; the
+executors' outputs come back as arrays torch wraps without a copy. New values of arguments the
+graph writes (BatchNorm's running statistics, num_batches_tracked) are copied back into them.
+
+Dropout and random ops draw from the planner's generator (planner/ops/random.py), keyed by a
+count of calls over the process (RNG_STEP), so each call draws anew and a backward call redraws
+its forward call's Dropout mask; the bits are not torch's.
+
+A call the planner refuses (an op it lacks, an op without a gradient rule) runs gm itself,
+eagerly, after one warning line naming the op and where (PlannerFallback), or raises with
+options fallback=False.
+"""
+
+from __future__ import annotations
+
+import atexit
+import hashlib
+import itertools
+import warnings
+import weakref
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from planner.graph.vjp import FEEDS
+from planner.importers.torch.context import TorchImportError
+from planner.torch.backend_options import BackendOptions
+
+
+class PlannerFallback(UserWarning):
+    """A graph torch.compile(backend="planner") runs eagerly: the planner refused it."""
+
+
+# Loaded executor packages by plan digest: a plan planned twice (a second module of the same
+# shapes, a recompile) is built and loaded once per process.
+_PACKAGES: dict[str, Any] = {}
+# Loaded executors by content (_content_key): an executor holds no state a call leaves behind
+# (every tensor of the piece is fed; its constants are loaded once), so pieces share one.
+_EXECUTORS: dict[str, Any] = {}
+# Every planned call, so that its executors are dropped before the interpreter's teardown
+# (Dynamo's code cache and a last loss's autograd graph hold them to the end; nanobind reports
+# executors alive then).
+_RUNS: weakref.WeakSet = weakref.WeakSet()
+
+
+@atexit.register
+def _release() -> None:
+    for run in list(_RUNS):
+        run.release()
+    _EXECUTORS.clear()
+    _PACKAGES.clear()
+
+
+class Piece:
+    """A callable standing for gm (module docstring)."""
+
+    def __init__(self, gm: Any, name: str, options: BackendOptions) -> None:
+        self.gm = gm
+        self.name = name
+        self.options = options
+        self.runs: dict[tuple, Any] = {}  # call signature -> _Inference | _Training | None
+
+    def __call__(self, *args: Any) -> Any:
+        import torch
+
+        training = torch.is_grad_enabled()
+        needs = tuple(isinstance(a, torch.Tensor) and training and a.requires_grad
+                      and a.is_floating_point() for a in args)
+        key = (tuple(_signature(a) for a in args), needs if any(needs) else ())
+        if key not in self.runs:
+            self.runs[key] = self._planned(args, needs if any(needs) else None)
+        run = self.runs[key]
+        if run is None:
+            return self.gm(*args)
+        return run(args)
+
+    def _planned(self, args: Sequence[Any], needs: tuple[bool, ...] | None) -> Any:
+        from planner.errors import PlanError, UserError
+        from planner.graph.autodiff import AutodiffError
+
+        try:
+            return _plan(self.gm, args, needs, self.name, self.options)
+        except (TorchImportError, AutodiffError, UserError, PlanError, ValueError) as e:
+            if not self.options.fallback:
+                raise
+            message = " ".join(str(e).split())
+            # One line: the message names the op and the user's line; no source line of
+            # Dynamo's frames under it (warn's usual second line).
+            warnings.warn_explicit(f"graph {self.name} runs eagerly: {message}",
+                                   PlannerFallback, filename="<planner>", lineno=0,
+                                   module="planner.torch.piece")
+            return None
+
+
+def _signature(a: Any) -> Any:
+    import torch
+
+    if isinstance(a, torch.Tensor):
+        return ("tensor", tuple(a.shape), str(a.dtype), a.device.type)
+    return ("value", repr(a))
+
+
+def _plan(gm: Any, args: Sequence[Any], needs: tuple[bool, ...] | None, name: str,
+          options: BackendOptions) -> Any:
+    import torch
+
+    from planner.torch.dynamo_import import import_piece
+
+    for a in args:
+        if isinstance(a, torch.Tensor) and a.device != torch.device("cpu"):
+            raise TorchImportError(f"a {a.device.type} tensor: the planner's torch.compile "
+                                   "backend runs CPU tensors")
+    piece = import_piece(gm, args, name)
+    graph = _with_draw_count(piece.graph)
+    feeds = _Feeds(piece.inputs, RNG_STEP in graph.tensor_map)
+    if needs is None:
+        return _Inference(piece, feeds, _executor(graph, piece.consts, options,
+                                                  feeds.examples(args)))
+    from planner.graph.vjp import split_vjp
+
+    wrt = [piece.inputs[k] for k, need in enumerate(needs) if need and piece.inputs[k]]
+    reached = _reached(graph, set(wrt))
+    of = [o for o in dict.fromkeys(piece.outputs) if o in reached]
+    split = split_vjp(graph, wrt, of)
+    forward = _executor(split.forward, piece.consts, options, feeds.examples(args))
+    backward = _executor(split.backward, piece.consts, options, None) \
+        if split.backward.nodes else None
+    return _Training(piece, feeds, split, forward, backward, needs, frozenset(of))
+
+
+# The int64 scalar input a piece's Dropout and random nodes read as their step (their draws'
+# stream, planner/ops/dropout.py): one count over every call of every piece in the process, so
+# no two calls draw alike (each piece numbers its random nodes' seeds from 1), and a backward
+# call recomputes its forward call's Dropout mask from the count that call was given.
+RNG_STEP = "dynamo/rng_step"
+_DRAWS = itertools.count()
+
+
+def _with_draw_count(graph: Any) -> Any:
+    """`graph` with RNG_STEP as the step input of every Dropout and random node that has none
+    (as planner.graph.autodiff.add_dropout_step gives a training graph its rng/step)."""
+    from planner.graph.autodiff import _draws_without_step
+    from planner.graph.validate import check_graph
+    from planner.ir.graph import Graph, Tensor
+
+    nodes = [n.model_copy(update={"inputs": (*n.inputs, RNG_STEP)})
+             if _draws_without_step(graph, n) else n for n in graph.nodes]
+    if nodes == list(graph.nodes):
+        return graph
+    count = Tensor(name=RNG_STEP, shape=(), dtype="int64", role="input")
+    return check_graph(Graph(**{**{f: getattr(graph, f) for f in Graph.model_fields},
+                                "nodes": tuple(nodes), "tensors": (*graph.tensors, count)}))
+
+
+@dataclass(frozen=True)
+class _Feeds:
+    """The graph's input tensor of each argument, and whether it reads RNG_STEP."""
+
+    inputs: tuple[str | None, ...]
+    draws: bool = False
+
+    def of(self, args: Sequence[Any]) -> dict[str, Any]:
+        feeds = {n: _in_place(a) for n, a in zip(self.inputs, args, strict=True) if n}
+        if self.draws:
+            feeds[RNG_STEP] = np.array(next(_DRAWS), dtype=np.int64)
+        return feeds
+
+    def examples(self, args: Sequence[Any]) -> dict[str, np.ndarray]:
+        feeds = {n: a.detach().cpu().numpy() for n, a in zip(self.inputs, args, strict=True)
+                 if n}
+        if self.draws:
+            feeds[RNG_STEP] = np.array(0, dtype=np.int64)
+        return feeds
+
+
+def _in_place(t: Any) -> Any:
+    """The tensor as the executor reads it in place: no autograd (DLPack refuses a tensor that
+    requires grad), contiguous (a copy only when it is not)."""
+    t = t.detach()
+    return t if t.is_contiguous() else t.contiguous()
+
+
+class _Inference:
+    def __init__(self, piece: Any, feeds: _Feeds, ex: Any) -> None:
+        self.piece, self.feeds, self.ex = piece, feeds, ex
+        _RUNS.add(self)
+
+    def release(self) -> None:
+        self.ex = None
+
+    def __call__(self, args: Sequence[Any]) -> tuple:
+        import torch
+
+        out = self.ex.forward(self.feeds.of(args))
+        _write_back(args, self.piece.mutations, out)
+        return tuple(torch.from_numpy(np.asarray(out[o])) for o in self.piece.outputs)
+
+
+class _Training:
+    def __init__(self, piece: Any, feeds: _Feeds, split: Any, forward: Any, backward: Any,
+                 needs: tuple[bool, ...], differentiable: frozenset[str]) -> None:
+        self.piece, self.feeds, self.split = piece, feeds, split
+        self.forward, self.backward = forward, backward
+        self.needs = needs
+        self.differentiable = differentiable
+        position = {n: k for k, n in enumerate(piece.inputs) if n}
+        self.read = tuple(position[t] for t in split.forward_inputs_read if t in position)
+        _RUNS.add(self)
+
+    def release(self) -> None:
+        self.forward = self.backward = None
+
+    def __call__(self, args: Sequence[Any]) -> tuple:
+        import torch
+
+        n_out = len(self.piece.outputs)
+        result = _Step.apply(self, *args)
+        outs, mutations = result[:n_out], result[n_out:]
+        with torch.no_grad():
+            for (k, _), value in zip(self.piece.mutations, mutations, strict=True):
+                args[k].copy_(value)
+        return tuple(outs)
+
+
+class _Step:
+    """autograd.Function over the forward and backward executors (made on first use: torch is
+    imported only when a graph is planned)."""
+
+    _fn: Any = None
+
+    @classmethod
+    def apply(cls, run: _Training, *args: Any) -> Any:
+        if cls._fn is None:
+            cls._fn = _function()
+        return cls._fn.apply(run, *args)
+
+
+def _function() -> Any:
+    import torch
+
+    class Step(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx: Any, run: _Training, *args: Any) -> Any:
+            given = run.feeds.of(args)
+            out = run.forward.forward(given)
+            piece = run.piece
+            outs = [torch.from_numpy(np.asarray(out[o])) for o in piece.outputs]
+            mutations = [torch.from_numpy(np.asarray(out[t])) for _, t in piece.mutations]
+            ctx.run = run
+            ctx.activations = {t: out[t] for t in run.split.saved}
+            if RNG_STEP in given:  # the backward's Dropout gradients redraw this call's masks
+                ctx.activations[RNG_STEP] = given[RNG_STEP]
+            ctx.save_for_backward(*(args[k] for k in run.read))
+            ctx.mark_non_differentiable(*[t for o, t in zip(piece.outputs, outs, strict=True)
+                                          if o not in run.differentiable], *mutations)
+            return (*outs, *mutations)
+
+        @staticmethod
+        def backward(ctx: Any, *grad_outs: Any) -> Any:
+            run: _Training = ctx.run
+            piece, split = run.piece, run.split
+            feeds: dict[str, Any] = dict(ctx.activations)
+            for k, t in zip(run.read, ctx.saved_tensors, strict=True):
+                feeds[piece.inputs[k]] = _in_place(t)
+            seeds: dict[str, Any] = {}
+            for o, g in zip(piece.outputs, grad_outs, strict=False):
+                s = split.seeds.get(o)
+                if s is not None and g is not None:  # an output returned twice: both summed
+                    seeds[s] = g if s not in seeds else seeds[s] + g
+            for s in split.seeds.values():
+                if s not in seeds and s in split.backward.tensor_map:
+                    shape = split.backward.tensor(s).shape
+                    seeds[s] = torch.zeros(shape, dtype=torch.float32)
+            feeds.update({s: _in_place(g.to(torch.float32)) for s, g in seeds.items()})
+            wanted = {t.name for t in split.backward.tensors if t.role in FEEDS}
+            out = run.backward.forward({n: v for n, v in feeds.items() if n in wanted}) \
+                if run.backward is not None else {}
+            grads: list[Any] = [None]
+            for k, a in enumerate(ctx.run.needs):
+                g = split.grads.get(piece.inputs[k]) if a else None
+                value = out.get(g) if g in out else feeds.get(g) if g else None
+                grads.append(value if value is None or isinstance(value, torch.Tensor)
+                             else torch.from_numpy(np.asarray(value)))
+            return tuple(grads)
+
+    return Step
+
+
+def _write_back(args: Sequence[Any], mutations: Sequence[tuple[int, str]], out: Any) -> None:
+    import torch
+
+    with torch.no_grad():
+        for k, t in mutations:
+            args[k].copy_(torch.from_numpy(np.asarray(out[t])))
+
+
+def _reached(graph: Any, wrt: set[str]) -> set[str]:
+    """Float tensors computed from a `wrt` tensor through differentiable inputs: the outputs
+    that get a gradient (the others are marked non-differentiable, as eager leaves them)."""
+    from planner.dtypes import is_float
+    from planner.ops import get_op
+
+    reached = set(wrt)
+    for n in graph.nodes:
+        skip = get_op(n.op).nondiff_inputs
+        if any(i in reached for k, i in enumerate(n.inputs) if k not in skip):
+            reached.update(o for o in n.outputs if is_float(graph.tensor(o).dtype))
+    return reached
+
+
+def _executor(graph: Any, consts: dict[str, np.ndarray], options: BackendOptions,
+              examples: dict[str, np.ndarray] | None) -> Any:
+    """Plan `graph` for the options' target (the front end's passes, the pipeline's stages,
+    priced as the options say), build it (cached by content) and load it with its constants."""
+    from codegen.build import build
+    from codegen.load import load
+    from codegen.render import render
+    from planner.frontend.options import GraphOptions
+    from planner.frontend.prepare import prepare
+    from planner.graph import init_params
+    from planner.memory.options import MemoryOptions
+    from planner.pipeline import PlanOptions, plan
+    from planner.schedule.options import ScheduleOptions
+    from planner.target.presets import load_target
+    from planner.torch.training import _check_runs_here, _cost_table
+
+    key = _content_key(graph, consts, options)
+    if key in _EXECUTORS:
+        return _EXECUTORS[key]
+    target = load_target(options.target)
+    _check_runs_here(target)
+    prepared = prepare(graph, GraphOptions())
+    folder = options.folder()
+    by_name = {t.name: t for t in prepared.tensors}
+    table = _cost_table(options.costs, prepared, target, folder,
+                        {k: v.astype(by_name[k].dtype, copy=False)
+                         for k, v in (examples or {}).items() if k in by_name})
+    settings = PlanOptions(schedule=ScheduleOptions(strategy=options.strategy),
+                           memory=MemoryOptions(budget_bytes=options.memory_budget))
+    with warnings.catch_warnings():  # an op the table lacks is priced analytically
+        warnings.simplefilter("ignore")
+        planned = plan(prepared, target, table, settings)
+    name = "dynamo_" + hashlib.sha256(planned.to_json().encode()).hexdigest()[:16]
+    if name not in _PACKAGES:
+        _PACKAGES[name] = load(build(render(planned, folder / name)).dir)
+    ex = _PACKAGES[name].Executor(adaptive=options.adaptive)
+    held = planned.graph.by_role("param", "state")
+    start = init_params(planned.graph)
+    ex.load_params({t.name: consts.get(t.name, start.get(t.name)) for t in held})
+    _EXECUTORS[key] = ex
+    return ex
+
+
+def _content_key(graph: Any, consts: dict[str, np.ndarray], options: BackendOptions) -> str:
+    """What decides an executor: the graph (under any piece's name), its constants' values and
+    the options. Dynamo's re-trace of a piece for dynamic shapes is one more piece, whose call
+    of an earlier shape then imports to the same graph: planned, built and loaded once."""
+    h = hashlib.sha256(graph.model_copy(update={"name": "piece"}).to_json().encode())
+    h.update(repr(options).encode())
+    for name in sorted(consts):
+        value = np.ascontiguousarray(consts[name])
+        h.update(f"{name}:{value.dtype}:{value.shape}".encode())
+        h.update(value.tobytes())
+    return h.hexdigest()

@@ -1,0 +1,180 @@
+"""The input shapes of one training run: an executor per shape, one run state between them.
+
+A trainer is planned for its example inputs' shapes. A batch of other shapes (the last,
+smaller batch of a DataLoader with drop_last=False, an evaluation batch of another size, a
+sequence of another length) is another graph: the module is exported again on that batch,
+planned, built and kept here, least recently used first out beyond `limit` (the first
+shape, the primary, is never dropped).
+
+Why an executor per shape with the run state handed over, rather than views of one set of
+buffers: each plan places its parameters and optimizer state at its own arena offsets
+(weight packs, the update ops' in-place writes), so sharing bytes would need every executor
+to take its persistent tensors from outside its arena. Handing over is a copy of the run
+state (parameters, buffers, optimizer slots, step counts, hyperparameters), the bytes an
+optimizer update already reads and writes once per step, so a step on another shape costs
+at most about one more update's memory traffic (docs/architecture.md). The primary holds
+the run between calls: a step on another shape copies the primary's state in, steps, and
+copies it back, so live views of the primary (`Trainer.load_into`, `params(copy=False)`)
+and the hyperparameters a scheduler sets on `Trainer.executor` are always the run's.
+
+What is handed over: every persistent tensor (param, state, optimizer-state) the two plans
+hold under one name and shape. A tensor the step writes (some tensor `updates` it) that
+the other plan lacks, or holds with another shape, would lose the run's state: refused in one
+line. One the step never writes and whose shape follows the batch (a constant built for a
+sequence length) stays the shape's own, from its own export.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from planner.errors import UserError
+
+PERSISTENT = ("param", "state", "optimizer-state")
+# Executors kept besides the primary's, least recently used dropped first.
+DEFAULT_LIMIT = 4
+
+ShapeKey = tuple[tuple[int, ...], ...]
+
+
+@dataclass(frozen=True)
+class Built:
+    """One planned and built shape: its import, the graph its executor runs, the plan, the
+    loaded package (its `trace`) and executor, and what the plan was priced with (`explain`)."""
+
+    key: ShapeKey
+    imported: Any
+    graph: Any
+    plan: Any
+    package: Any
+    executor: Any
+    target: Any
+    table: Any
+    feeds: tuple[Any, ...]
+
+
+def key_of(arrays: Sequence[np.ndarray]) -> ShapeKey:
+    return tuple(tuple(int(d) for d in a.shape) for a in arrays)
+
+
+def spell(key: ShapeKey) -> str:
+    """`[7, 20], [7]`: a shape key as a line says it."""
+    return ", ".join("[" + ", ".join(map(str, s)) + "]" for s in key)
+
+
+def written(graph: Any) -> set[str]:
+    """The persistent tensors the step writes: those some tensor of the graph `updates`."""
+    return {t.updates for t in graph.tensors if t.updates is not None}
+
+
+def hand_over(source: Built, target: Built) -> None:
+    """Copy the run state held by `source`'s executor into `target`'s (module docstring)."""
+    if source is target:
+        return
+    held = source.executor.params(copy=False)
+    if not all(isinstance(v, np.ndarray) for v in held.values()):
+        held = source.executor.params()  # device memory (a CUDA executor's): host copies
+    theirs = {t.name: t for t in target.graph.tensors if t.role in PERSISTENT}
+    state = written(source.graph) | written(target.graph)
+    out: dict[str, Any] = {}
+    for name, value in held.items():
+        t = theirs.get(name)
+        if t is not None and tuple(t.shape) == tuple(value.shape):
+            out[name] = value
+        elif name in state:
+            where = ("has no such tensor" if t is None
+                     else f"holds it as {list(t.shape)} {t.dtype}")
+            raise UserError(f"trainer: shapes {spell(target.key)}: the run's tensor {name!r} "
+                            f"({list(value.shape)} {value.dtype.name}) is state the step "
+                            f"updates, and the plan for these shapes {where}; feed batches "
+                            f"of the first shapes ({spell(source.key)})")
+    lost = sorted(n for n in state if n in theirs and n not in out and n not in held)
+    if lost:
+        raise UserError(f"trainer: shapes {spell(target.key)}: the plan updates {lost[0]!r}, "
+                        f"which the run's first plan does not hold; feed batches of the "
+                        f"first shapes ({spell(source.key)})")
+    # Into the target's live views where it gives them (the CPU executor's arena: a memcpy per
+    # tensor, 3.4 ms for 25 MiB here, where load_params took 92 ms); load_params for the rest.
+    views = target.executor.params(copy=False)
+    rest = {}
+    for name, value in out.items():
+        view = views.get(name)
+        if (isinstance(view, np.ndarray) and view.flags.writeable and view.shape == value.shape
+                and view.dtype == value.dtype):
+            np.copyto(view, value)
+        else:
+            rest[name] = value
+    if rest:
+        target.executor.load_params(rest, partial=True)
+
+
+class Shapes:
+    """The run's executors by input shapes: the primary, and up to `limit` others (LRU)."""
+
+    def __init__(self, primary: Built, build: Callable[[Sequence[np.ndarray]], Built],
+                 limit: int = DEFAULT_LIMIT, progress: Any = None) -> None:
+        if not isinstance(limit, int) or limit < 0:
+            raise UserError(f"trainer: shape_cache must be an int >= 0 (executors kept "
+                            f"besides the first shape's), not {limit!r}")
+        self.primary = primary
+        self.limit = limit
+        self._build = build
+        self._others: OrderedDict[ShapeKey, Built] = OrderedDict()
+        self._progress = progress if progress is not None else sys.stderr
+        self.planned = 1  # shapes planned and built so far in this run (a new one counts)
+        self.last = primary
+
+    def kept(self) -> list[ShapeKey]:
+        return [self.primary.key, *self._others]
+
+    def get(self, arrays: Sequence[np.ndarray]) -> Built:
+        """The executor for these feeds' shapes, planned and built on first use."""
+        key = key_of(arrays)
+        if key == self.primary.key:
+            return self.primary
+        if key in self._others:
+            self._others.move_to_end(key)
+            return self._others[key]
+        self._check_ranks(arrays)
+        print(f"trainer: new input shapes {spell(key)} (planned for {spell(self.primary.key)}"
+              f"): planning and building them once, kept for later steps",
+              file=self._progress, flush=True)
+        built = self._build(arrays)
+        self.planned += 1
+        if self.limit == 0:
+            return built
+        self._others[key] = built
+        while len(self._others) > self.limit:
+            old, _ = self._others.popitem(last=False)
+            print(f"trainer: dropping the executor of shapes {spell(old)} (shape_cache="
+                  f"{self.limit} kept besides the first)", file=self._progress, flush=True)
+        return built
+
+    def add(self, arrays: Sequence[np.ndarray]) -> Built:
+        """Plan and build the shapes of `arrays` now (declared up front)."""
+        return self.get(arrays)
+
+    def _check_ranks(self, arrays: Sequence[np.ndarray]) -> None:
+        for t, a in zip(self.primary.feeds, arrays, strict=True):
+            if a.ndim != len(t.shape):
+                raise ValueError(f"feed {t.name!r} has shape {list(a.shape)}, rank {a.ndim}; "
+                                 f"the trainer's is rank {len(t.shape)} ({list(t.shape)}): a "
+                                 f"new batch size or length keeps the rank")
+
+    def run(self, built: Built, call: Callable[[Any], Any]) -> Any:
+        """`call(executor)` on `built`'s executor with the run's state, which the primary
+        holds again afterwards."""
+        self.last = built
+        if built is self.primary:
+            return call(built.executor)
+        hand_over(self.primary, built)
+        try:
+            return call(built.executor)
+        finally:
+            hand_over(built, self.primary)

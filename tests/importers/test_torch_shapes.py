@@ -1,0 +1,269 @@
+"""planner.torch's trainer on the shapes a run brings (planner/torch/shapes.py): the last,
+smaller batch of a DataLoader with drop_last=False, an evaluation batch of another size, and
+a transformer fed three sequence lengths train through one trainer, each new shape planned
+and built once, and the run's parameters end where PyTorch's own loop leaves them.
+
+Tolerance: tests/importers/torch_step.py's `mismatches`: PyTorch in float64 is the exact
+answer to float32 precision, PyTorch's float32 run shows the rounding of this model and
+tensor, and ours (other summation orders) may be off by 10x that plus 16 ulps of the
+tensor's scale. Every shape's loss is the mean over the rows it has, as PyTorch's."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+F = torch.nn.functional
+nn = torch.nn
+
+from planner.torch import trainer  # noqa: E402
+from tests.importers.torch_step import Step, mismatches  # noqa: E402
+
+
+def mlp():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 3))
+
+
+def loader(rows=100, batch=32):
+    """A DataLoader with the default drop_last=False: batches 32, 32, 32 and 4."""
+    g = torch.Generator().manual_seed(1)
+    data = torch.utils.data.TensorDataset(torch.randn(rows, 6, generator=g),
+                                          torch.randint(0, 3, (rows,), generator=g))
+    return torch.utils.data.DataLoader(data, batch_size=batch, shuffle=False)
+
+
+def torch_loop(model, loss, batches, optimizer, lr, dtype, accumulate=1):
+    """PyTorch's own loop over `batches` with a copy of `model` in `dtype`: each micro-batch's
+    `(loss / K).backward()`, `optimizer.step()` every K-th."""
+    model = copy.deepcopy(model).to(dtype)
+    opt = (torch.optim.Adam(model.parameters(), lr=lr) if optimizer == "adam"
+           else torch.optim.SGD(model.parameters(), lr=lr))
+    value = 0.0
+    for k, (x, y) in enumerate(batches, 1):
+        out = loss(model(x.to(dtype) if x.is_floating_point() else x), y)
+        (out / accumulate).backward()
+        value = float(out.detach())
+        if k % accumulate == 0:
+            opt.step()
+            opt.zero_grad()
+    return Step(value, {k: v.detach().numpy().copy() for k, v in model.state_dict().items()})
+
+
+def matches_torch(t, model, loss, batches, optimizer, lr, last_loss, accumulate=1):
+    f32 = torch_loop(model, loss, batches, optimizer, lr, torch.float32, accumulate)
+    f64 = torch_loop(model, loss, batches, optimizer, lr, torch.float64, accumulate)
+    return mismatches(Step(last_loss, t.params()), f32, f64)
+
+
+def test_the_last_smaller_batch_of_an_epoch_trains_as_in_pytorch(tmp_path, capsys):
+    # Adam with accumulation over 3 micro-batches: the epoch's 4 batches put the small one at
+    # another place of the accumulation each epoch, and its gradient is its own mean / 3.
+    model = mlp()
+    data = loader()
+    x0, y0 = next(iter(data))
+    t = trainer(model, (x0,), loss=F.cross_entropy, labels=y0, optimizer="adam", lr=0.01,
+                accumulate=3, out_dir=tmp_path)
+    capsys.readouterr()
+    seen = []
+    for epoch in range(2):
+        last = 0.0
+        for x, y in data:
+            last = t.step(x, y)
+            seen.append((x, y))
+        assert matches_torch(t, model, F.cross_entropy, seen, "adam", 0.01, last, 3) == []
+        if epoch == 0:
+            err = capsys.readouterr().err
+            assert err.count("new input shapes [4, 6], [4]") == 1
+    assert t.shapes.planned == 2 and t.shapes.kept() == [((32, 6), (32,)), ((4, 6), (4,))]
+    assert "new input shapes" not in capsys.readouterr().err  # the second epoch: nothing new
+    assert t.steps == 8
+    # An evaluation batch of a third size, on the parameters as trained, changes nothing.
+    before = {k: v.copy() for k, v in t.params().items()}
+    x, y = next(iter(loader(rows=10, batch=10)))
+    loss, (logits,) = t.evaluate(x, y)
+    assert all(np.array_equal(v, before[k]) for k, v in t.params().items())
+    trained = copy.deepcopy(model)
+    t.load_into(trained, copy=True)
+    with torch.no_grad():
+        want = trained.eval()(x)
+    scale = float(want.abs().max())
+    np.testing.assert_allclose(logits, want.numpy(), rtol=0, atol=1e-5 * scale)
+    assert loss == pytest.approx(float(F.cross_entropy(want, y)), rel=1e-5)
+
+
+def test_declared_shapes_are_planned_up_front_and_the_cache_is_bounded(tmp_path, capsys):
+    model = mlp()
+    g = torch.Generator().manual_seed(2)
+    x, y = torch.randn(8, 6, generator=g), torch.randint(0, 3, (8,), generator=g)
+    t = trainer(model, (x,), loss=F.cross_entropy, labels=y, optimizer="sgd", lr=0.1,
+                out_dir=tmp_path, shapes=[4], shape_cache=1)
+    assert t.shapes.planned == 2 and "new input shapes [4, 6], [4]" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="no step has run yet"):
+        t.trace(tmp_path / "none.json")
+    batches = [(x, y), (x[:4], y[:4]), (x[:5], y[:5]), (x[:4], y[:4]), (x, y)]
+    last = [t.step(*b) for b in batches][-1]
+    err = capsys.readouterr().err
+    # [5] is new; keeping one shape besides the first drops [4], which is planned again.
+    assert "new input shapes [5, 6], [5]" in err
+    assert "dropping the executor of shapes [4, 6], [4]" in err
+    assert t.shapes.planned == 4 and t.shapes.kept() == [((8, 6), (8,)), ((4, 6), (4,))]
+    assert matches_torch(t, model, F.cross_entropy, batches, "sgd", 0.1, last) == []
+    with pytest.raises(ValueError, match="rank 1; the trainer's is rank 2"):
+        t.step(x[0], y[:1])
+    # The measured trace of the last step (the first shapes'), every op of its plan in it.
+    events = json.loads(t.trace(tmp_path / "step.json").read_text())["traceEvents"]
+    assert {o.name for o in t.plan.ops} <= {e["name"] for e in events if e.get("ph") == "X"}
+    t.step(x[:5], y[:5])  # the trace follows the shapes that ran last
+    small = json.loads(t.trace(tmp_path / "small.json").read_text())["traceEvents"]
+    assert t.shapes.last.key == ((5, 6), (5,)) and t.shapes.last.plan is not t.plan
+    assert {o.name for o in t.shapes.last.plan.ops} <= {
+        e["name"] for e in small if e.get("ph") == "X"}
+    # explain re-plans the first shapes' graph from what priced it.
+    said = t.explain(as_dict=True)
+    assert said["step_seconds"] == pytest.approx(t.plan.summary.step_seconds)
+    assert "step" in t.explain()
+    op = t.plan.ops[0]
+    assert t.explain(op.name, as_dict=True)["op"]["threads"] == op.threads
+
+
+class TinyLM(nn.Module):
+    """Token and learned position embeddings, one encoder layer (no dropout), a vocabulary
+    head: the sequence length flows from the input into every shape but the weights'."""
+
+    def __init__(self, vocab=11, d=8, longest=8):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, d)
+        self.position = nn.Parameter(torch.randn(longest, d) * 0.1)
+        self.block = nn.TransformerEncoderLayer(d, 2, 16, dropout=0.0, batch_first=True)
+        self.head = nn.Linear(d, vocab)
+
+    def forward(self, tokens):
+        h = self.embed(tokens) + self.position[: tokens.shape[1]]
+        return self.head(self.block(h))
+
+
+def lm_loss(logits, targets):
+    return F.cross_entropy(logits.flatten(0, 1), targets.flatten())
+
+
+@pytest.mark.slow
+def test_a_transformer_fed_three_sequence_lengths_trains_as_in_pytorch(tmp_path):
+    torch.manual_seed(0)
+    model = TinyLM()
+    g = torch.Generator().manual_seed(3)
+
+    def batch(length):
+        tokens = torch.randint(0, 11, (2, length + 1), generator=g)
+        return tokens[:, :-1], tokens[:, 1:]
+
+    batches = [batch(n) for n in (8, 5, 3, 8, 3, 5)]
+    t = trainer(model, (batches[0][0],), loss=lm_loss, labels=batches[0][1],
+                optimizer="adam", lr=0.01, out_dir=tmp_path)
+    last = [t.step(*b) for b in batches][-1]
+    assert t.shapes.planned == 3
+    assert matches_torch(t, model, lm_loss, batches, "adam", 0.01, last) == []
+
+
+# What a clean run may print on stderr: progress, each line saying what it waits for.
+PROGRESS = (
+    r"trainer: \w+: tracing \(torch.export\) and planning for inputs \[.*\] on \S+",
+    r"trainer: new input shapes \[.*\] \(planned for \[.*\]\): planning and building them "
+    r"once, kept for later steps",
+    r"trainer: dropping the executor of shapes .*",
+    r"measuring costs on this host: signatures \d+-\d+ of \d+ \(batch \d+ of \d+; kept for "
+    r"later plans\)",
+    r"in-step profile: \d+ ops.*: building and running",
+    r"building the CPU runtime \(kernel library, once per target\) in .*",
+    r"torch_[0-9a-f]{16}: compiling the schedule",
+    r"  (configure|compile): \d+\.\d s",
+)
+
+SCRIPT = """
+import torch, torch.nn as nn, torch.nn.functional as F
+from torch.utils.data import DataLoader, TensorDataset
+from planner.torch import trainer
+torch.manual_seed(0)
+model = nn.Sequential(nn.Linear(6, 8), nn.BatchNorm1d(8), nn.ReLU(), nn.Linear(8, 3))
+data = DataLoader(TensorDataset(torch.randn(40, 6), torch.randint(0, 3, (40,))), batch_size=16)
+x0, y0 = next(iter(data))
+t = trainer(model, (x0,), loss=F.cross_entropy, labels=y0, optimizer="adam", lr=0.01)
+for epoch in range(2):
+    for x, y in data:
+        t.step(x, y)
+t.load_into(model)              # the module's tensors: views of the executor, to the end
+print(t.evaluate(x0, y0)[0] > 0, t.trace(__import__("tempfile").mktemp(suffix=".json")).exists())
+print(t.plan.provenance.costs_sha256 != "", t.explain(as_dict=True)["step_seconds"] > 0)
+"""
+
+
+@pytest.mark.slow
+def test_a_clean_run_prints_only_progress_on_stderr(tmp_path):
+    """A trainer script kept to the interpreter's exit (its module's parameters views of the
+    executor): no nanobind leak report, no third-party warning, only progress lines; priced
+    the default way (measured on this host)."""
+    import os
+    import re
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    env = {k: v for k, v in os.environ.items() if k != "PLANNER_COSTS"}
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[2])
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT)
+    run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                         env=env, cwd=tmp_path, timeout=600)
+    assert run.returncode == 0, run.stderr
+    # Priced by measured costs (a table, not the model), and explain answers on that plan.
+    assert run.stdout.split() == ["True"] * 4
+    lines = run.stderr.splitlines()
+    noise = [line for line in lines if not any(re.fullmatch(p, line) for p in PROGRESS)]
+    assert noise == []
+    assert sum("tracing (torch.export) and planning" in line for line in lines) == 1
+    # The last batch (8 of 40 rows at 16) is planned once, in the first epoch only.
+    assert sum("new input shapes [8, 6], [8]" in line for line in lines) == 1
+
+
+def test_state_the_step_updates_is_never_dropped_in_a_hand_over(tmp_path):
+    """Two plans whose updated parameters differ in shape (an MLP of hidden 4 and of 5): the
+    hand-over refuses in one line naming the tensor, rather than leave it behind; plans that
+    agree hand every persistent tensor over bit for bit."""
+    from codegen.build import build
+    from codegen.load import load
+    from codegen.render import render
+    from planner.errors import UserError
+    from planner.frontend.options import GraphOptions
+    from planner.frontend.prepare import prepare
+    from planner.graph import Optimizer, init_params
+    from planner.pipeline import plan
+    from planner.target.presets import load_target
+    from planner.torch.shapes import Built, hand_over
+
+    target = load_target("host")
+
+    def built(batch, hidden, name, seed):
+        g = prepare(f"zoo:mlp?batch={batch}&hidden={hidden}&in_features=3&classes=2",
+                    GraphOptions(optimizer=Optimizer(kind="adam")))
+        p = plan(g, target)
+        ex = load(build(render(p, tmp_path / name)).dir).Executor()
+        ex.load_params(init_params(p.graph, seed=seed))
+        feeds = tuple(t for t in p.graph.tensors if t.role in ("input", "label"))
+        return Built(key=tuple(tuple(t.shape) for t in feeds), imported=None, graph=p.graph,
+                     plan=p, package=None, executor=ex, target=target, table=None,
+                     feeds=feeds)
+
+    a, b, other = built(8, 4, "mlp_a", 1), built(3, 4, "mlp_b", 2), built(8, 5, "mlp_c", 3)
+    before = b.executor.params()
+    assert not np.array_equal(before["fc1/weight"], a.executor.params()["fc1/weight"])
+    hand_over(a, b)
+    held_a, held_b = a.executor.params(), b.executor.params()
+    assert held_a.keys() == held_b.keys()
+    assert all(np.array_equal(held_a[k], held_b[k]) for k in held_a)
+    with pytest.raises(UserError, match=r"the run's tensor 'fc1/weight' \(\[3, 4\] float32\) "
+                                        r"is state the step updates.*\[3, 5\]"):
+        hand_over(a, other)

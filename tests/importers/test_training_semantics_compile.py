@@ -1,0 +1,43 @@
+"""The training-semantics matrix (tests/helpers/training_semantics.py) through
+torch.compile(model, backend="planner"): the case's own PyTorch loop (its torch.optim, the
+between-steps update, the outputs fed back) with only the module compiled, held to PyTorch
+float32 with float64 as the noise floor, as the trainer is (tests/importers/
+test_training_semantics.py). Each case plans and builds a forward and a backward executor (and
+an inference one for the evaluation), so CI runs the cases the backend's own tests
+(tests/test_torch_compile.py) do not already cover in kind; `-m compile_full` runs all.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import planner.torch  # noqa: E402,F401  (registers the backend)
+from planner.torch.piece import PlannerFallback  # noqa: E402
+from tests.helpers.training_semantics import CASES, Case, mismatches, torch_run  # noqa: E402
+
+CI = ("no_grad_teacher", "in_place_buffer", "tied_weights", "ema_target_network")
+
+
+def planned(model):
+    torch._dynamo.reset()
+    return torch.compile(model, backend="planner", options={"costs": "analytical"})
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", [c if c.name in CI else
+                                  pytest.param(c, marks=pytest.mark.compile_full)
+                                  for c in CASES], ids=[c.name for c in CASES])
+def test_trains_as_pytorch_through_the_backend(case: Case):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PlannerFallback)  # every piece planned, none eager
+        ours = torch_run(case, torch.float32, wrap=planned)
+    f32, f64 = torch_run(case, torch.float32), torch_run(case, torch.float64)
+    assert mismatches(ours, f32, f64) == []
+    start = case.make().state_dict()
+    for key in case.unchanged:  # frozen: not a bit moved
+        np.testing.assert_array_equal(ours.state[key], start[key].numpy(), err_msg=key)
