@@ -48,32 +48,7 @@ def import_piece(gm: Any, args: Sequence[Any], name: str) -> PieceImport:
     from planner.importers.torch.record import Output
 
     tensor_at = [k for k, a in enumerate(args) if isinstance(a, torch.Tensor)]
-    fixed = list(args)
-
-    class Piece(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.gm = gm
-
-        def forward(self, *tensors: Any) -> Any:
-            full = list(fixed)
-            for k, t in zip(tensor_at, tensors, strict=True):
-                full[k] = t
-            # Run node by node with each node's meta kept: the traced calls then carry the
-            # user's module path and source line (Dynamo's), which messages name.
-            with torch.fx.traceback.preserve_node_meta():
-                out = _GradRegions(self.gm).run(*full)
-            return tuple(out) if isinstance(out, (tuple, list)) else (out,)
-
-    examples = tuple(args[k].detach() for k in tensor_at)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        try:
-            program = torch.export.export(Piece(), examples, strict=False)
-        except Exception as e:  # torch's own failure, in one line
-            first = str(e).strip().splitlines()[0] if str(e).strip() else ""
-            raise TorchImportError(f"torch.export of the graph: {type(e).__name__}: "
-                                   f"{first[:300]}") from None
+    program = _exported(gm, args, tensor_at)
     outputs = program.graph_signature.output_specs
     n_user = sum(1 for s in outputs if s.kind.name == "USER_OUTPUT")
     from planner.importers.torch.convert import decompose
@@ -117,6 +92,40 @@ def import_piece(gm: Any, args: Sequence[Any], name: str) -> PieceImport:
     return PieceImport(imported.graph, imported.params(), tuple(inputs),
                        tuple(returned[n_mut:]),
                        tuple(zip(mutated, returned[:n_mut], strict=True)))  # type: ignore[arg-type]
+
+
+def _exported(gm: Any, args: Sequence[Any], tensor_at: Sequence[int]) -> Any:
+    """torch.export of `gm` on `args`, its tensors (at `tensor_at`) the program's inputs and
+    every other argument fixed; TorchImportError in one line where torch.export fails."""
+    import torch
+
+    fixed = list(args)
+
+    class Piece(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.gm = gm
+
+        def forward(self, *tensors: Any) -> Any:
+            full = list(fixed)
+            for k, t in zip(tensor_at, tensors, strict=True):
+                full[k] = t
+            # Run node by node with each node's meta kept: the traced calls then carry the
+            # user's module path and source line (Dynamo's), which messages name.
+            with torch.fx.traceback.preserve_node_meta():
+                out = _GradRegions(self.gm).run(*full)
+            return tuple(out) if isinstance(out, (tuple, list)) else (out,)
+
+    examples = tuple(args[k].detach() for k in tensor_at)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            program = torch.export.export(Piece(), examples, strict=False)
+        except Exception as e:  # torch's own failure, in one line
+            first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+            raise TorchImportError(f"torch.export of the graph: {type(e).__name__}: "
+                                   f"{first[:300]}") from None
+    return program
 
 
 def _grad_mode_calls() -> dict[Any, str]:

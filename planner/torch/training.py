@@ -41,7 +41,7 @@ from planner.importers.torch.context import TorchImportError
 from planner.importers.torch.convert import TorchImport, convert
 from planner.importers.torch.quiet_log import quiet_torch_logs
 from planner.torch.export_watch import custom_gradients, export_failed, frozen_calls, watching
-from planner.torch.shapes import DEFAULT_LIMIT, Built, Shapes
+from planner.torch.shapes import DEFAULT_LIMIT, Built, Shapes, key_of
 
 PREFIX = "model."  # the wrapped module's attribute: its state_dict keys gain this prefix
 
@@ -347,6 +347,36 @@ def trainer(module: Any, example_inputs: Sequence[Any], loss: Callable | None,
     Raises TorchImportError (an op the planner lacks, in one line naming the node), UserError
     or ValueError for bad settings.
     """
+    recipe = _recipe(module, loss, optimizer, lr, target, out_dir, accumulate, costs, adaptive,
+                     data_parallel, settings)
+    examples = (*example_inputs, labels) if loss is not None else tuple(example_inputs)
+    # Tracing and planning take seconds (18 s for six encoder layers on a busy 2-core VM):
+    # a line says what the wait is, as each later step of other shapes does.
+    from planner.torch.shapes import spell
+
+    print(f"trainer: {type(module).__name__}: tracing (torch.export) and planning for inputs "
+          f"{spell(tuple(tuple(int(d) for d in v.shape) for v in examples))} on {target}",
+          file=sys.stderr, flush=True)
+    first = _build_shape(recipe, examples)
+    imported, graph = first.imported, first.graph
+    state = module.state_dict()
+    aliases, start = _not_held(state, graph)
+    run = Shapes(first, lambda arrays: _build_shape(recipe, arrays), limit=shape_cache)
+    torch_optimizer = None if isinstance(optimizer, str) else optimizer
+    t = Trainer(imported, graph, first.executor, list(state), start, aliases, first.plan, run,
+                torch_optimizer)
+    for declared in shapes:
+        run.add(t._arrays(_declared(declared, examples), "shapes"))
+    return t
+
+
+def _recipe(module: Any, loss: Callable | None, optimizer: Any, lr: float | None, target: str,
+            out_dir: str | Path | None, accumulate: int, costs: Any, adaptive: bool,
+            data_parallel: bool | int, settings: Mapping[str, Any]) -> Recipe:
+    """trainer's settings read as one Recipe: the plan settings by `planner plan`'s flag names
+    (planner/cli/settings.py), the optimizer's by torch.optim's, the data-parallel ranks (rank
+    0's parameters broadcast to every rank, as DDP starts). UserError naming a bad setting as
+    the caller spells it."""
     from planner.cli.settings import graph_options, plan_options, settings_of, spelled
     from planner.errors import UserError
     from planner.torch.settings import broadcast_state, optimizer_of, ranks_of, split
@@ -363,26 +393,21 @@ def trainer(module: Any, example_inputs: Sequence[Any], loss: Callable | None,
         raise UserError(spelled(str(e), "python")) from None
     if ranks > 1:
         broadcast_state(module)
-    recipe = Recipe(module=module, loss=loss, target=target, graph_options=graph_settings,
-                    plan_options=options, evaluation=not plan_settings.no_evaluation,
-                    out_dir=Path(out_dir) if out_dir is not None else None,
-                    costs=costs, adaptive=adaptive,
-                    modes=tuple(bool(m.training) for m in module.modules()),
-                    with_labels=loss is not None, ranks=ranks,
-                    shard_parameters=bool(plan_settings.shard_parameters))
-    examples = (*example_inputs, labels) if loss is not None else tuple(example_inputs)
-    # Tracing and planning take seconds (18 s for six encoder layers on a busy 2-core VM):
-    # a line says what the wait is, as each later step of other shapes does.
-    from planner.torch.shapes import spell
+    return Recipe(module=module, loss=loss, target=target, graph_options=graph_settings,
+                  plan_options=options, evaluation=not plan_settings.no_evaluation,
+                  out_dir=Path(out_dir) if out_dir is not None else None,
+                  costs=costs, adaptive=adaptive,
+                  modes=tuple(bool(m.training) for m in module.modules()),
+                  with_labels=loss is not None, ranks=ranks,
+                  shard_parameters=bool(plan_settings.shard_parameters))
 
-    print(f"trainer: {type(module).__name__}: tracing (torch.export) and planning for inputs "
-          f"{spell(tuple(tuple(int(d) for d in v.shape) for v in examples))} on {target}",
-          file=sys.stderr, flush=True)
-    first = _build_shape(recipe, examples)
-    imported, graph = first.imported, first.graph
-    state = module.state_dict()
+
+def _not_held(state: Mapping[str, Any], graph: Any) -> tuple[dict[str, str], dict[str, Any]]:
+    """Of the module's state_dict entries the executor does not hold: (aliases: a tied
+    weight's second key -> the key exported, since tied weights are one placeholder in the
+    export; start: the values of the others, counters and buffers no op reads)."""
     held = {t.name for t in graph.by_role("param", "state")}
-    # Tied weights (one tensor under two keys) are one placeholder in the export.
+
     def storage(v: Any) -> tuple:
         return v.data_ptr(), tuple(v.shape), tuple(v.stride()), v.dtype
 
@@ -394,13 +419,7 @@ def trainer(module: Any, example_inputs: Sequence[Any], loss: Callable | None,
                if PREFIX + k not in held and storage(v) in first_key}
     start = {k: v.detach().cpu().numpy().copy() for k, v in state.items()
              if PREFIX + k not in held and k not in aliases}
-    run = Shapes(first, lambda arrays: _build_shape(recipe, arrays), limit=shape_cache)
-    torch_optimizer = None if isinstance(optimizer, str) else optimizer
-    t = Trainer(imported, graph, first.executor, list(state), start, aliases, first.plan, run,
-                torch_optimizer)
-    for declared in shapes:
-        run.add(t._arrays(_declared(declared, examples), "shapes"))
-    return t
+    return aliases, start
 
 
 @dataclass(frozen=True)
@@ -465,17 +484,8 @@ def _build_shape(recipe: Recipe, examples: Sequence[Any]) -> Built:
     from planner.target.presets import load_target
     from planner.torch.settings import rank0_plan
 
-    module = recipe.module
     examples = tuple(_torch(v) for v in examples)
-    inputs = examples[:-1] if recipe.with_labels else examples
-    labels = examples[-1] if recipe.with_labels else None
-    now = [m.training for m in module.modules()]
-    _set_modes(module, recipe.modes)  # each shape traced in the modes the trainer was made in
-    try:
-        imported = convert(export(module, inputs, recipe.loss, labels),
-                           name=type(module).__name__, module_root=PREFIX.rstrip("."))
-    finally:
-        _set_modes(module, now)
+    imported = _imported(recipe, examples)
     chosen = load_target(recipe.target)
     _check_runs_here(chosen)
     prepared = prepare(imported.graph, recipe.graph_options)
@@ -506,13 +516,26 @@ def _build_shape(recipe: Recipe, examples: Sequence[Any]) -> Built:
         start_params = shard_params(executor.plan, start_params, dist.get_rank())
     executor.load_params(start_params)
     feeds = {t.name: t for t in graph.tensors if t.role in ("input", "label")}
-    from planner.torch.shapes import key_of
-
     arrays = [_numpy(v, feeds[n].dtype) for n, v in zip(imported.inputs, examples, strict=False)
               if n in feeds]
     return Built(key=key_of(arrays), imported=imported, graph=graph, plan=planned,
                  package=package, executor=executor, target=chosen, table=table,
                  feeds=tuple(feeds[n] for n in imported.inputs if n in feeds))
+
+
+def _imported(recipe: Recipe, examples: Sequence[Any]) -> TorchImport:
+    """The module traced (with its loss) on `examples` and imported, each submodule in the
+    train()/eval() mode it had when the trainer was made, then as it is now again."""
+    module = recipe.module
+    inputs = examples[:-1] if recipe.with_labels else examples
+    labels = examples[-1] if recipe.with_labels else None
+    now = [m.training for m in module.modules()]
+    _set_modes(module, recipe.modes)
+    try:
+        return convert(export(module, inputs, recipe.loss, labels),
+                       name=type(module).__name__, module_root=PREFIX.rstrip("."))
+    finally:
+        _set_modes(module, now)
 
 
 def _set_modes(module: Any, modes: Sequence[bool]) -> None:

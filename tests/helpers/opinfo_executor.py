@@ -10,7 +10,7 @@ from tests.codegen.merged_graph import executor_mismatches
 from tests.importers.opinfo_cases import by_name, check_opinfo
 
 
-def _runnable(graph) -> bool:
+def runnable(graph) -> bool:
     try:
         support.check(graph, RUNTIMES["cpu"])
     except UnsupportedError:
@@ -26,6 +26,6 @@ def check_on_cpu(names, tmp_path, min_runs: int) -> None:
     for name in names:
         mine: list = []
         check_opinfo(ops[name], runs=mine)
-        runs += [(f"{name} sample {k}", r) for k, r in enumerate(mine) if _runnable(r.graph)]
+        runs += [(f"{name} sample {k}", r) for k, r in enumerate(mine) if runnable(r.graph)]
     assert len(runs) >= min_runs, f"only {len(runs)} samples the CPU executor can run"
     assert executor_mismatches("opinfo_executor", runs, tmp_path) == []

@@ -1,5 +1,5 @@
 """Every convention of planner/ops/kinks.py at its breakpoints, on the reference interpreter,
-against torch.autograd (tests/importers/kink_cases.py); the compiled CPU executor runs the same
+against torch.autograd (tests/helpers/kink_cases.py); the compiled CPU executor runs the same
 cases in one build: tests/codegen/test_kinks_executor.py."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ pytest.importorskip("torch")
 
 from planner.ops import REGISTRY  # noqa: E402
 from planner.ops.kinks import KINKS  # noqa: E402
-from tests.importers.kink_cases import check_kink  # noqa: E402
+from tests.helpers.kink_cases import check_kink  # noqa: E402
 
 
 @pytest.mark.parametrize("kink", KINKS, ids=[k.name for k in KINKS])
