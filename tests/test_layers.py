@@ -218,6 +218,18 @@ def test_no_two_folders_import_each_other():
         "planner.graph and planner.ops import each other"]
 
 
+def test_no_two_importers_import_each_other():
+    """Inside planner/importers/ too: the .pt2 reader builds on the ATen importer (its rules,
+    records, decomposition) and the ATen importer on the ONNX one's context, never back."""
+    def sub(module: str) -> str:
+        return ".".join(module.split(".")[:3])
+
+    edges = {(sub(a), sub(b)) for a, b in import_graph().edges
+             if a.startswith("planner.importers.") and b.startswith("planner.importers.")
+             and sub(a) != sub(b)}
+    assert sorted((a, b) for a, b in edges if (b, a) in edges) == []
+
+
 def test_every_module_is_in_a_layer_by_its_folder():
     assert [m for m in modules() if not any(
         m == n or m.startswith(n + ".") for names in LAYERS.values() for n in names)] == []

@@ -9,7 +9,7 @@ of its own (`_Replay`) and exports that module in this process, exactly as the t
 a user's module, then decomposes it (convert.decompose) and records it. What torch traces is
 the planner's code: its parameters, buffers, constants and scopes carry the planner's names
 (`p0`, `b1`, `c2`, `scopes.3`), every target is an operator object found by registry lookup
-(planner/importers/pt2/targets.py), every argument a plain value or a tensor; no name, string or
+(planner/importers/torch/targets.py), every argument a plain value or a tensor; no name, string or
 path of the file reaches torch.fx's code generation, sympy or an unpickler. The record then gets the
 file's names back as data: user inputs, state_dict names, module paths.
 """
@@ -23,11 +23,11 @@ import numpy as np
 
 from planner.errors import UserError
 from planner.importers.pt2.archive import SavedArchive
-from planner.importers.pt2.saved import Enum, Node, Ref
-from planner.importers.pt2.targets import resolve
+from planner.importers.pt2.saved import Enum, Node
 from planner.importers.torch.convert import decompose
 from planner.importers.torch.quiet_log import quiet_torch_logs
-from planner.importers.torch.record import Program, from_exported, from_numpy
+from planner.importers.torch.record import Program, Ref, from_exported, from_numpy
+from planner.importers.torch.targets import resolve
 
 _STATE = {"parameter": "p", "buffer": "b", "tensor_constant": "c"}
 
@@ -47,7 +47,7 @@ def retrace(saved: SavedArchive, where: str) -> Program:
         op = resolve(node.target)
         if op is None:
             raise UserError(f"{where}: node {node.name!r} target {node.target!r} is not an "
-                            "operator the planner imports (planner/importers/pt2/targets.py)")
+                            "operator the planner imports (planner/importers/torch/targets.py)")
         ops[node.name] = op
     users = [s for s in program.inputs if s.kind == "user_input"]
     examples = []

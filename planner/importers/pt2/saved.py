@@ -8,7 +8,7 @@ higher-order op, a parameter or user-input mutation). Strings of the file (node,
 argument names, `guards_code`, `forward_arg_names`, `in_spec`, metadata) stay strings: none is
 evaluated, imported or turned into code. A node's target is `torch.ops.aten.<op>.<overload>`
 or `torch.ops.prims.<op>.<overload>` naming an operator in torch's own registry and in the
-planner's allow-list (planner/importers/pt2/targets.py); it is resolved by that lookup, never by
+planner's allow-list (planner/importers/torch/targets.py); it is resolved by that lookup, never by
 importing a path.
 
 >>> try:
@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from planner.errors import UserError
+from planner.importers.torch.ref import Ref
 
 SCHEMA_MAJOR = 8  # torch.export's serialized program schema (torch 2.13 writes 8.20)
 
@@ -41,13 +42,6 @@ _TARGET = re.compile(r"torch\.ops\.(aten|prims)\.([a-z][a-z0-9_]*|_[a-z][a-z0-9_
                      r"\.([a-zA-Z][a-zA-Z0-9_]*)")
 _MODULE = re.compile(r"[A-Za-z0-9_.]*")
 MAX_RANK, MAX_DIM = 16, 1 << 40
-
-
-@dataclass(frozen=True)
-class Ref:
-    """A tensor value of the program, by its name in the file."""
-
-    name: str
 
 
 @dataclass(frozen=True)

@@ -113,7 +113,7 @@ class NodeCtx:
     def traced(self, k: int, name: str = "") -> Any:
         """The traced Value (shape, dtype, strides, storage offset) of tensor argument k, as
         the program declares it; None where unknown."""
-        from planner.importers.pt2.saved import Ref
+        from planner.importers.torch.ref import Ref
 
         if self.node is None:
             return None

@@ -82,8 +82,6 @@ from planner.graph.validate import check_graph
 from planner.importers.kit import Const, Unsupported
 from planner.importers.onnx.context import Importer
 from planner.importers.onnx.fold import FOLD_OUTPUT_LIMIT
-from planner.importers.pt2.saved import Ref
-from planner.importers.pt2.targets import resolve
 from planner.importers.torch.context import RULES, NodeCtx, TorchImportError, _in, _Unavailable
 from planner.importers.torch.fold_guard import (
     FoldRefused,
@@ -96,6 +94,7 @@ from planner.importers.torch.quiet_log import quiet_torch_logs
 from planner.importers.torch.record import (
     Call,
     Program,
+    Ref,
     Tensor,
     Value,
     from_exported,
@@ -107,6 +106,7 @@ from planner.importers.torch.rules_losses import LOSS_PRESERVED
 from planner.importers.torch.rules_margin import MARGIN_PRESERVED
 from planner.importers.torch.rules_random import RANDOM_PRESERVED, fresh_draw
 from planner.importers.torch.rules_views import UNINITIALIZED
+from planner.importers.torch.targets import resolve
 from planner.ir.graph import Graph
 
 PRESERVED = ("linear.default", *LOSS_PRESERVED, *MARGIN_PRESERVED, *INDEX_PRESERVED,

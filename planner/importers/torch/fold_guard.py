@@ -88,7 +88,7 @@ def allowed_to_fold(target: str) -> bool:
 def _tagged(target: str) -> bool:
     import torch
 
-    from planner.importers.pt2.targets import resolve
+    from planner.importers.torch.targets import resolve
 
     op = resolve(target)
     return op is not None and (torch.Tag.pointwise in op.tags or

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from planner.importers.pt2.saved import Ref
+from planner.importers.torch.ref import Ref
 
 
 @dataclass(frozen=True)
