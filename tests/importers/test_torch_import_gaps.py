@@ -30,7 +30,7 @@ def test_trainer_can_be_called_again():
     """The package's `trainer` stays the function after its module is imported (a second
     call once raised "'module' object is not callable")."""
     for _ in range(3):
-        with pytest.raises(ValueError, match="unknown optimizer 'nope'"):
+        with pytest.raises(ValueError, match="optimizer 'nope': expected one of"):
             planner.torch.trainer(nn.Linear(2, 2), (torch.randn(1, 2),), loss=F.mse_loss,
                                   labels=torch.randn(1, 2), optimizer="nope")
     assert callable(planner.torch.trainer)

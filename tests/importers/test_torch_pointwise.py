@@ -84,7 +84,10 @@ def _check(f, values, seed=0):
 
 
 def _torch_fn(row):
-    return getattr(torch, row.aten[0].split(".")[0])
+    # The ATen op as torch's Python API spells it, else the ATen op itself (hardsigmoid and
+    # special_entr live in torch.nn.functional and torch.special under other names).
+    name = row.aten[0].split(".")[0]
+    return getattr(torch, name, None) or getattr(torch.ops.aten, name)
 
 
 ROW_CASES = [r for r in ROWS if r.aten and r.out == "same"]

@@ -1,5 +1,5 @@
 """Refusals name what the user wrote (issue 46, deliverable 6; issue 49, deliverable 4): the
-function a refused ATen op was decomposed from (`hardsigmoid`, `logit`), a place for ops of the
+function a refused ATen op was decomposed from (`mish`, `logit`), a place for ops of the
 top-level forward (file and line) and of the loss; a torch.autograd.Function of the user's is
 refused (torch.export would drop its backward); torch.export's own failures are one line
 naming the module path, the op and what to do."""
@@ -23,18 +23,18 @@ from planner.torch.training import export  # noqa: E402
 F = nn.functional
 
 
-class HardSigmoid(nn.Module):
-    # (a function torch decomposes: add, clamp, div; logsumexp, once the example, is now
-    # imported whole)
+class Mish(nn.Module):
+    # (a function torch decomposes: softplus, tanh, mul; logsumexp and hardsigmoid, once the
+    # example, are now imported whole)
     def forward(self, x):
-        return F.hardsigmoid(x)
+        return F.mish(x)
 
 
 class Model(nn.Module):
     def __init__(self) -> None:
         super().__init__()
         self.p = nn.Parameter(torch.randn(3, 4))
-        self.inner = HardSigmoid()
+        self.inner = Mish()
 
     def forward(self, y):
         h = torch.logit(y.float())[:, None]  # LOGIT_LINE (one_hot, once the example, is kept whole)
@@ -55,31 +55,31 @@ def test_a_decomposed_op_names_the_function_and_the_place():
     nodes = _nodes(Model(), (torch.tensor([0, 1, 3]),))
     inner = [n for n in nodes.values() if n.meta.get("nn_module_stack", {})
              and list(n.meta["nn_module_stack"].values())[-1][0] == "model.inner"]
-    assert inner and {location(n, "model") for n in inner} == {"inner, from hardsigmoid"}
+    assert inner and {location(n, "model") for n in inner} == {"inner, from mish"}
     (gt,) = [n for n in nodes.values() if str(n.target) == "aten.gt.Scalar"]
     here = f"test_torch_refusal_origin.py:{_line('LOGIT_LINE')}"
     assert location(gt, "model") == f"from logit at {here}"
-    (mul,) = [n for n in nodes.values() if str(n.target) == "aten.mul.Tensor"]
+    (mul,) = [n for n in nodes.values() if str(n.target) == "aten.mul.Tensor" and n not in inner]
     assert location(mul, "model") == f"at test_torch_refusal_origin.py:{_line('(h * self.p)')}"
 
 
 def test_an_op_of_the_loss_is_placed_in_the_loss():
     nodes = _nodes(nn.Linear(4, 3), (torch.randn(2, 4),),
-                   lambda out, y: F.hardsigmoid(out).mean() + F.mse_loss(out, y),
+                   lambda out, y: F.mish(out).mean() + F.mse_loss(out, y),
                    torch.randn(2, 3))
     places = {location(n, "model") for n in nodes.values()}
-    assert "the loss, from hardsigmoid" in places
+    assert "the loss, from mish" in places
 
 
 def test_the_refusal_line_carries_the_origin(monkeypatch):
-    # clamp has a rule; without it the import refuses the clamp inside F.hardsigmoid (the
+    # softplus has a rule; without it the import refuses the softplus inside F.mish (the
     # first op of its decomposition without a rule: nothing after it is converted).
-    monkeypatch.delitem(RULES, "aten.clamp.default")
-    model = nn.Sequential(nn.Linear(4, 4), HardSigmoid())
+    monkeypatch.delitem(RULES, "aten.softplus.default")
+    model = nn.Sequential(nn.Linear(4, 4), Mish())
     with pytest.raises(TorchImportError) as e:
         convert(export(model, (torch.randn(3, 4),), None, None), module_root="model")
-    assert str(e.value) == ("unsupported ATen ops: aten.clamp.default (node 'clamp' in 1, from "
-                            "hardsigmoid)")
+    assert str(e.value) == ("unsupported ATen ops: aten.softplus.default (node 'softplus' in 1, "
+                            "from mish)")
 
 
 class Doubled(torch.autograd.Function):

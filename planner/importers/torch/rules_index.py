@@ -331,9 +331,12 @@ def index_fill(n: NodeCtx) -> Value:
     x = _lifted(n, x)
     where = _where(n, x, int(n.arg(1, "dim")), "rows", True)
     index = _index(n, _lifted(n, index), x, where)
-    if not isinstance(value, (str, Const)):  # a number: no gradient to give
+    if not isinstance(value, (str, Const)) and math.isfinite(float(value)):
+        # a number: no gradient to give (an attribute holds finite numbers only)
         y = n.emit1("IndexScatter", [x, index], {**where, "value": float(value)})
     else:
+        if not isinstance(value, (str, Const)):  # inf or nan: a constant tensor of it
+            value = n.const(np.array(float(value)), n.dtype(x))
         if n.shape(value):
             raise n.fail(f"value of shape {list(n.shape(value))} (torch takes a 0-d tensor)")
         shape, dtype = list(n.shape(x)), n.dtype(x)
