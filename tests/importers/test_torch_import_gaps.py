@@ -14,6 +14,7 @@ from torch import nn  # noqa: E402
 from torch.nn import functional as F  # noqa: E402
 
 import planner.torch  # noqa: E402
+from planner.errors import UserError  # noqa: E402
 from planner.graph import Graph, Optimizer, init_params, make_training_graph, run  # noqa: E402
 from planner.graph.autodiff import AutodiffError, find_loss, gradients  # noqa: E402
 from planner.graph.interpret import train_step  # noqa: E402
@@ -30,7 +31,7 @@ def test_trainer_can_be_called_again():
     """The package's `trainer` stays the function after its module is imported (a second
     call once raised "'module' object is not callable")."""
     for _ in range(3):
-        with pytest.raises(ValueError, match="optimizer 'nope': expected one of"):
+        with pytest.raises(UserError, match="optimizer 'nope': expected one of"):
             planner.torch.trainer(nn.Linear(2, 2), (torch.randn(1, 2),), loss=F.mse_loss,
                                   labels=torch.randn(1, 2), optimizer="nope")
     assert callable(planner.torch.trainer)
