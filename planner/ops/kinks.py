@@ -171,6 +171,28 @@ KINKS: tuple[Kink, ...] = (
          ((1.0, 2.0, 3.0), (1.0, 1.0, 3.0))),
     Kink("minimum", "minimum", "grad / 2 to each on a tie (min_backward)", ("Min",),
          ((1.0, 2.0, 3.0), (1.0, 1.0, 3.0))),
+    Kink("max_dim", "max", "value_selecting_reduction_backward: grad to the returned index "
+         "(the first of a tie, the first NaN)", ("TopK",),
+         ((1.0, 3.0, 3.0, 0.0, 2.0, 2.0, 2.0, 2.0, NAN, 1.0, NAN, 0.0),), (("dim", 1),),
+         shape=(3, 4)),
+    Kink("min_dim", "min", "value_selecting_reduction_backward: grad to the returned index "
+         "(the first of a tie, the first NaN)", ("TopK",),
+         ((1.0, 0.0, 3.0, 0.0, 2.0, 2.0, 2.0, 2.0, NAN, 1.0, NAN, 0.0),), (("dim", 1),),
+         shape=(3, 4)),
+    Kink("amax", "amax", "scale_grad_by_count: grad / k to each of k tied maxima", ("ReduceMax",),
+         ((1.0, 3.0, 3.0, 0.0, 2.0, 2.0, 2.0, 2.0),), (("dim", 1),), shape=(2, 4)),
+    Kink("max_all", "max", "evenly_distribute_backward: grad / k to each of k maxima (the NaNs "
+         "where there are any)", ("ReduceMax",), ((1.0, 3.0, NAN, 3.0, NAN),)),
+    Kink("min_all", "min", "evenly_distribute_backward: grad / k to each of k minima",
+         ("ReduceMin",), ((1.0, 0.0, 3.0, 0.0, 2.0),)),
+    Kink("median_all", "median", "evenly_distribute_backward: grad / k to each element equal "
+         "to the median", ("TopK",), ((2.0, 1.0, 2.0, 3.0, 2.0),)),
+    Kink("median_all_inf", "median", "evenly_distribute_backward, at a median of -inf",
+         ("TopK",), ((-INF, 1.0, -INF, 3.0, -INF),)),
+    Kink("nanmedian_all", "nanmedian", "evenly_distribute_backward: the NaNs where all are NaN",
+         ("TopK",), ((NAN, NAN, NAN),)),
+    Kink("nanmedian_all_ties", "nanmedian", "evenly_distribute_backward, NaNs left out",
+         ("TopK",), ((NAN, 1.0, 1.0, 5.0, NAN),)),
     Kink("threshold", "nn.functional.threshold", "threshold_backward: grad where self > threshold",
          ("Where",), ((0.0, 1.0, 2.0),), (("threshold", 1.0), ("value", -2.0))),
     Kink("relu", "nn.functional.relu", "threshold_backward(grad, result, 0)", ("Relu",),

@@ -7,10 +7,12 @@ accepts dim 0 or -1 (and keepdim) and reduces nothing, so y is x's one element (
 norm of a scalar is |x|); negative dims count from the end; a dim given twice is refused.
 
     sum, mean                     ReduceSum, ReduceMean
-    amax, amin, max, min          ReduceMax, ReduceMin, of floats and integers (torch.max(x,
-                                  dim)'s values: its indices are not computed; its gradient is
-                                  shared among tied maxima as amax's, where torch's goes to the
-                                  index it returned)
+    amax, amin, max, min          ReduceMax, ReduceMin, of floats and integers (the gradient
+                                  shared among tied maxima, as torch's amax; max() of floats
+                                  shares it among the NaNs where there are any: rules_sort's
+                                  evenly_distributed); a float
+                                  torch.max(x, dim) is a TopK of one (rules_sort.py), whose
+                                  values' gradient goes to the index it returns, as torch's
     prod, nansum, nanmean,        ReduceProd (of integers too: bool and int32 in int64, as
     logsumexp                     sum), ReduceNanSum, ReduceNanMean, ReduceLogSumExp
     any, all                      ReduceAny, ReduceAll (bool)
@@ -136,13 +138,24 @@ def reduction(n: NodeCtx) -> Value:
             row.op in INTEGER_TOO and n.dtype(x) in INTEGER_DTYPES):
         raise Unsupported(f"{n.op} (of {n.dtype(x)} tensors)")
     axes = reduced_axes(n, _dims(n, row.dim), len(n.shape(x)))
+    from planner.importers.torch.rules_sort import ReadLater, max_with_index
+
+    floats = n.dtype(x).startswith(("float", "bfloat"))
+    if n.op in ("aten.max.default", "aten.min.default") and floats and n.shape(x):
+        # torch's max() shares its gradient among the maxima, NaNs included (amax's gives NaN)
+        from planner.importers.torch.rules_sort import evenly_distributed
+
+        flat = n.emit1("Reshape", [x], {"shape": [math.prod(n.shape(x))]})
+        return evenly_distributed(n, flat, n.emit1(row.op, [flat], {"axes": [0],
+                                                                    "keepdims": False}))
+    if row.values_and_indices and floats:
+        # torch's max.dim backward gives dvalues to the returned index alone (a tie is no
+        # share): values and indices of one TopK (planner/importers/torch/rules_sort.py)
+        return max_with_index(n)
     y = n.emit1(row.op, [x], {"axes": axes, "keepdims": _keep(n, row.keepdim)})
     if not row.values_and_indices:
         return y
-    # max.dim's indices, where a node reads them: a TopK of one
-    # (planner/importers/torch/rules_sort.py)
-    from planner.importers.torch.rules_sort import ReadLater, max_with_index
-
+    # an integer max.dim: exact values, no gradient; its indices refused where a node reads them
     return ReadLater((y, UNAVAILABLE), {1: lambda: max_with_index(n)[1]})
 
 

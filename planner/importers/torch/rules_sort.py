@@ -21,6 +21,10 @@ dvalues back to the chosen positions:
                       a gather by a computed position (0 where all are NaN: NaN, as torch);
                       the indices gathered as float32 (exact below 2^24)
 
+Without a dim, max() / min() / median() / nanmedian() share their gradient evenly among the
+elements equal to the value (the NaNs where it is NaN), as torch's evenly_distribute_backward;
+with a dim, the values' gradient goes to the returned index alone.
+
 Ties: TopK orders equal values by lower index, so sort is stable (stable=True's answer, and a
 valid one for stable=False), argmax / argmin give the first occurrence (as torch documents),
 and kthvalue / median the position the stable order puts k-th (torch's kthvalue selects in
@@ -131,7 +135,7 @@ def kthvalue(n: NodeCtx) -> Value:
             v = n.emit1("Slice", [v], {"starts": [k - 1], "ends": [k], "axes": [axis]})
         picked.append(v)
     if n.op == "aten.median.default":
-        return _to_out(n, picked[0], n.out_shape)
+        return _to_out(n, evenly_distributed(n, x, picked[0]), n.out_shape)
     keep = bool(n.arg(3 if n.op == "aten.kthvalue.default" else 2, "keepdim", False))
     out = tuple(1 if j == axis else d for j, d in enumerate(lines)) if keep else \
         tuple(d for j, d in enumerate(lines) if j != axis)
@@ -146,6 +150,29 @@ def cummax(n: NodeCtx) -> Value:
     values, indices = n.emit("CumMax", [x], {"axis": axis, "minimum": "cummin" in n.op},
                              n_out=2)
     return _to_out(n, values, shape), _to_out(n, indices, shape)
+
+
+def evenly_distributed(n: NodeCtx, x: str | Const, value: str) -> str:
+    """The 0-d `value` (one element of the 1-d x) with torch's evenly_distribute_backward: dy / k
+    to each of the k elements equal to it, or to the k NaNs where it is NaN. Forward it is the
+    value exactly: a max over the equal elements (-inf elsewhere), a min where the value is
+    -inf (the max would count every -inf), a sum of the NaNs where it is NaN. Each branch's
+    gradient is finite where it is not chosen, so Where passes 0 from it, never 0 * NaN."""
+    dtype = n.dtype(x)
+    value = n.emit1("Reshape", [n.emit1("StopGradient", [value])], {"shape": []})
+    every = {"axes": [0], "keepdims": False}
+    inf, zero = n.const(math.inf, dtype), n.const(0.0, dtype)
+    hit = n.emit1("Equal", [x, value])
+    up = n.emit1("ReduceMax", [n.emit1("Where", [hit, x, n.emit1("Neg", [inf])])], every)
+    down = n.emit1("ReduceMin", [n.emit1("Where", [hit, x, inf])], every)
+    nans = n.emit1("IsNaN", [x])
+    count = n.emit1("ReduceSum", [n.emit1("Cast", [nans], {"to": dtype})], every)
+    share = n.emit1("Reciprocal", [n.emit1("Max", [count, n.const(1.0, dtype)])])
+    nan = n.emit1("Mul", [n.emit1("ReduceSum", [n.emit1("Where", [nans, x, zero])], every),
+                          share])
+    lowest = n.emit1("Equal", [value, n.emit1("Neg", [inf])])
+    return n.emit1("Where", [n.emit1("IsNaN", [value]), nan,
+                             n.emit1("Where", [lowest, down, up])])
 
 
 class ReadLater(tuple):
@@ -209,7 +236,7 @@ def nanmedian(n: NodeCtx) -> Value:
     at = n.emit1("IndexGather", [n.emit1("Cast", [indices], {"to": "float32"}), position], where)
     at = n.emit1("Cast", [at], {"to": "int64"})
     if dim is None:
-        return _to_out(n, picked, n.out_shape)
+        return _to_out(n, evenly_distributed(n, x, picked), n.out_shape)
     keep = bool(n.arg(2, "keepdim", False))
     out = tuple(1 if j == axis else d for j, d in enumerate(lines)) if keep else \
         tuple(d for j, d in enumerate(lines) if j != axis)
