@@ -1,6 +1,7 @@
 // Element-wise math as plain OpenMP loops, where oneDNN has no algorithm or where its answer for
 // NaN or +-inf differs from the numpy reference: Relu and ReluGrad (oneDNN's relu maps NaN to 0,
-// hiding a diverged run), LeakyReluGrad, Exp (oneDNN's gives inf for NaN), EluGrad, Sign, Selu,
+// hiding a diverged run), LeakyReluGrad, Exp (oneDNN's gives inf for NaN), Log (oneDNN's is
+// ~10x torch's float32 error), EluGrad, Sign, Selu,
 // SeluGrad, Clip, ClipGrad, Erf, CausalMask. Each functor is the reference's formula element by
 // element, in float. Relu and ReluGrad also take bfloat16 / float16 tensors (widened()).
 #include <cmath>
@@ -56,6 +57,9 @@ KernelPtr leaky_relu_grad(const Node& n) {
 }
 
 KernelPtr exp_(const Node& n) { return map1(n, [](float x) { return std::exp(x); }); }
+// libm's logf (under 1 ulp, as torch's): oneDNN's eltwise_log is ~10x torch's float32 error,
+// which kl_div's t log t and its target gradient carried whole.
+KernelPtr log_(const Node& n) { return map1(n, [](float x) { return std::log(x); }); }
 
 KernelPtr elu_grad(const Node& n) {
   const float a = static_cast<float>(n.attrs.f("alpha"));
@@ -150,6 +154,7 @@ PLANNER_REGISTER_KERNELS(math) {
   r["ReluGrad"] = relu_grad;
   r["LeakyReluGrad"] = leaky_relu_grad;
   r["Exp"] = exp_;
+  r["Log"] = log_;
   r["EluGrad"] = elu_grad;
   r["Sign"] = sign;
   r["Selu"] = selu;

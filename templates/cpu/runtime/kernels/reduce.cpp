@@ -9,7 +9,8 @@
 // 8 elements (the gradient of a tensor broadcast over the batch: a bias or a position table,
 // (B, T, C) -> (T, C); a mean over time, (B, T, C) -> (B, C)) is a plain loop too: oneDNN 3.2
 // ran those through its reference path (1.7 ms for (8, 64, 128) summed over B, 5% of a small
-// GPT's step; 1.4 ms for a BiLSTM's (8, 32, 256) mean over T).
+// GPT's step; 1.4 ms for a BiLSTM's (8, 32, 256) mean over T). One with a shorter trailing run
+// (a whole tensor, the last axis) is a loop in double too (SumLines: oneDNN's adds in float).
 #include <omp.h>
 
 #include <algorithm>
@@ -57,6 +58,57 @@ class SumRows : public Kernel {
   double scale_;
 };
 
+// y[o, j] = scale * sum over m of x[o, m, j] with fewer than 8 columns j (a whole tensor summed,
+// a sum along the last axis): each line in double. oneDNN's reduction adds in float, an error
+// that grows with the count (a loss summed over 16,000 elements: 18x torch's float32 error,
+// whose sum is a cascade). Lines run in parallel; fewer lines than kPieces are each cut into
+// kPieces fixed pieces summed in parallel and added in order, so the result is the same for
+// any thread count.
+class SumLines : public Kernel {
+ public:
+  static constexpr int64_t kPieces = 64;
+  SumLines(int x, int y, int64_t outer, int64_t mid, int64_t inner, double scale)
+      : x_(x), y_(y), outer_(outer), mid_(mid), inner_(inner), scale_(scale) {}
+  void run(const Run& r) override {
+    const float* x = r.at<float>(x_);
+    float* y = r.at<float>(y_);
+    const int64_t lines = outer_ * inner_, mid = mid_, inner = inner_;
+    const double scale = scale_;
+    auto piece = [x, mid, inner](int64_t line, int64_t m0, int64_t m1) {
+      const float* p = x + (line / inner) * mid * inner + line % inner;
+      double acc = 0.0;
+      if (inner == 1) {
+#pragma omp simd reduction(+ : acc)
+        for (int64_t m = m0; m < m1; ++m) acc += p[m];
+      } else {
+        for (int64_t m = m0; m < m1; ++m) acc += p[m * inner];
+      }
+      return acc;
+    };
+    if (lines >= kPieces || lines * mid <= (int64_t{1} << 15)) {
+#pragma omp parallel for schedule(static) if (lines * mid > (int64_t{1} << 15))
+      for (int64_t line = 0; line < lines; ++line)
+        y[line] = static_cast<float>(piece(line, 0, mid) * scale);
+      return;
+    }
+    const int64_t step = (mid + kPieces - 1) / kPieces;
+    for (int64_t line = 0; line < lines; ++line) {
+      double part[kPieces];
+#pragma omp parallel for schedule(static)
+      for (int64_t k = 0; k < kPieces; ++k)
+        part[k] = piece(line, std::min(mid, k * step), std::min(mid, (k + 1) * step));
+      double sum = 0.0;
+      for (int64_t k = 0; k < kPieces; ++k) sum += part[k];
+      y[line] = static_cast<float>(sum * scale);
+    }
+  }
+
+ private:
+  int x_, y_;
+  int64_t outer_, mid_, inner_;
+  double scale_;
+};
+
 // The axes [first, last) when the reduced axes (ignoring those of size 1) are one run of
 // consecutive axes; {0, 0} when they are not.
 std::pair<size_t, size_t> reduced_run(const Shape& src, const std::vector<bool>& reduced) {
@@ -95,9 +147,10 @@ KernelPtr reduction(const Node& n, dnnl::algorithm a, const std::vector<bool>& r
     auto [first, last] = reduced_run(src, reduced);
     int64_t outer = 1, mid = 1, inner = 1;
     for (size_t k = 0; k < src.size(); ++k) (k < first ? outer : k < last ? mid : inner) *= src[k];
+    const double scale = mean ? 1.0 / static_cast<double>(mid) : 1.0;
     if (last > 0 && inner >= 8)
-      return std::make_unique<SumRows>(x.id, y.id, outer, mid, inner,
-                                       mean ? 1.0 / static_cast<double>(mid) : 1.0);
+      return std::make_unique<SumRows>(x.id, y.id, outer, mid, inner, scale);
+    if (last > 0) return std::make_unique<SumLines>(x.id, y.id, outer, mid, inner, scale);
   }
   auto x_md = view_md(src, x.dtype);
   auto y_md = view_md(dst, y.dtype);
