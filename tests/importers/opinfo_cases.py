@@ -259,6 +259,53 @@ def _torch_run(op: Any, sample: Any, dtype: Any, grads: bool, cotangents: Sequen
             for o in outs], g, diff
 
 
+def _autograd_known_wrong(op: Any) -> bool:
+    """Does torch's own suite mark the OpInfo's backward wrong (an expectedFailure of
+    TestBwdGradients.test_fn_grad, gradcheck's analytical-against-numerical check, on the CPU)?
+    as_strided_scatter's passes dy to self where src overwrites it: there the finite difference
+    is the reference too (eager autograd's CopySlices, of the in-place code export turns into
+    it, gives that one)."""
+    import unittest
+
+    return any(getattr(d, "cls_name", None) == "TestBwdGradients"
+               and getattr(d, "test_name", None) == "test_fn_grad"
+               and getattr(d, "active_if", False) and getattr(d, "device_type", None) in
+               (None, "cpu") and unittest.expectedFailure in getattr(d, "decorators", ())
+               for d in getattr(op, "decorators", ()))
+
+
+def _finite_difference(op: Any, sample: Any, param: str, cotangents: Sequence[Any],
+                       limit: int = 4096) -> np.ndarray | None:
+    """The vector-Jacobian product for `param` by central differences of torch's float64
+    forward (None past `limit` elements): the reference where torch's backward is known
+    wrong."""
+    import torch
+
+    m, _ = _module(op, sample, torch.float64, False)
+    p = getattr(m, param)
+    if p.numel() > limit:
+        return None
+    cs = [c.to(torch.float64) for c in cotangents]
+
+    def value() -> float:
+        with torch.no_grad():
+            return float(sum((o.to(torch.float64) * c).sum() for o, c in zip(m(), cs,
+                                                                             strict=True)
+                             if o.is_floating_point()))
+
+    flat = p.data.view(-1)
+    out = np.zeros(p.numel())
+    for i in range(p.numel()):
+        x = float(flat[i])
+        h = 1e-6 * max(1.0, abs(x))
+        flat[i] = x + h
+        up = value()
+        flat[i] = x - h
+        out[i] = (up - value()) / (2 * h)
+        flat[i] = x
+    return out.reshape(tuple(p.shape))
+
+
 def compare(what: str, ours: np.ndarray, t32: np.ndarray, t64: np.ndarray,
             ulps: float = 16) -> str:
     """'' when `ours` is within the tolerance of the module docstring (its floor `ulps`
@@ -471,6 +518,10 @@ def check_sample(op: Any, sample: Any, seed: int = 0,
             if mine is None:
                 continue
             bad = compare(f"gradient of {p}", np.asarray(mine), g32[p], g64[p])
+            if bad and _autograd_known_wrong(op):
+                fd = _finite_difference(op, sample, p, cotangents)
+                bad = bad if fd is None else compare(
+                    f"gradient of {p}", np.asarray(mine), fd.astype(np.float32), fd)
             if bad:
                 return "wrong", bad
     if runs is not None and not random:

@@ -82,13 +82,10 @@ def test_expectations_name_every_float32_opinfo_of_op_db():
 
 
 # Silently wrong or crashing OpInfos known and not yet fixed, with why: the acceptance
-# is none. A new one, or one fixed, fails the test below (then edit this table).
-KNOWN_OFF = {
-    # torch's gradient is off, ours is right: torch passes dy to self where src overwrites it
-    # (the OpInfo marks TestBwdGradients.test_fn_grad an expected failure);
-    # tests/importers/test_torch_index_views.py holds ours to zero there
-    "as_strided_scatter": "wrong: sample 0: gradient of p0",
-}
+# is none. A new one, or one fixed, fails the test below (then edit this table). (Where torch's
+# own suite marks torch's backward wrong, as_strided_scatter's, the harness takes the finite
+# difference as the reference too: opinfo_cases._autograd_known_wrong.)
+KNOWN_OFF: dict[str, str] = {}
 
 
 # The same on the held-out reference inputs: their extremal values (sample 7 of each: +-inf,

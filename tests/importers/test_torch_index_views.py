@@ -137,7 +137,8 @@ def test_matches_torch_forward_and_backward(name):
 
 def test_the_gradient_of_as_strided_scatter_is_zero_where_src_overwrites():
     """torch's own is the full dy there (its OpInfo marks that gradient an expected failure):
-    ours is the finite difference's, so the OpInfo is listed as off in test_opinfo.py."""
+    ours is the finite difference's, which the OpInfo harness takes as the reference there
+    (tests/importers/opinfo_cases._autograd_known_wrong)."""
     from planner.graph.autodiff import gradients
     from planner.graph.interpret import run
 
