@@ -1460,26 +1460,21 @@ PLANNER_HOST_DEVICE inline T polygamma(int n, T x) {
 }
 
 // The polynomials' degree n comes as a float: torch truncates it toward zero and takes a NaN or
-// infinite one as -1 (the polynomial is 0 then); beyond this degree the recurrences' loops are
-// refused as NaN rather than run for ever.
+// infinite one as -1 (the polynomial is 0 then), and one of 2^63 or more as the lowest int64
+// (x86's conversion of a float out of range: 0 again); beyond this degree the recurrences'
+// loops are refused as NaN rather than run for ever.
 constexpr double kPolynomialDegreeLimit = 65536.0;
 
-// P_k(x) of a float degree; at x = +-inf the limit, +-inf by the leading coefficient's sign
-// (positive, or (-1)^k for Laguerre's: `alternating`) and k's parity, where torch's recurrence
-// meets inf - inf.
+// P_k(x) of a float degree by torch's forms; at x = +-inf too, where its recurrence gives
+// +-inf up to degree 2 and meets inf - inf (NaN) above.
 template <typename F>
-PLANNER_HOST_DEVICE inline float polynomial(F f, float x, float n, bool alternating,
+PLANNER_HOST_DEVICE inline float polynomial(F f, float x, float n,
                                             double limit = kPolynomialDegreeLimit) {
   const double k = std::trunc(static_cast<double>(n));
-  if (!std::isfinite(k) || k < 0) return 0.0f;
+  if (!std::isfinite(k) || k < 0 || k >= 9223372036854775808.0) return 0.0f;
   if (k > limit) return NAN;
   const int64_t degree = static_cast<int64_t>(k);
   if (degree == 0) return 1.0f;  // the forms below take degrees from 1
-  if (std::isinf(x)) {
-    const bool odd = degree % 2 == 1;
-    const bool negative = (x < 0 && odd) != (alternating && odd);
-    return negative ? -INFINITY : INFINITY;
-  }
   return static_cast<float>(f(static_cast<double>(x), degree));
 }
 
@@ -1550,30 +1545,38 @@ PLANNER_HOST_DEVICE inline float planner_polygammaf(float n, float x) {
 
 // P(v, k) of each: the shifted Chebyshev polynomials are the plain ones at 2x - 1 (torch's
 // shifted functions are theirs with x + x - 1 written out)
-#define PLANNER_SPECIAL_POLYNOMIAL(name, fn, at, ...)                                     \
+#define PLANNER_SPECIAL_POLYNOMIAL(name, fn, at, limit)                                   \
   PLANNER_HOST_DEVICE inline float name(float x, float n) {                               \
     return planner::special::polynomial(                                                  \
         [](double v, int64_t k) { return planner::special::fn<double>(at, k); }, x, n,     \
-        __VA_ARGS__);                                                                     \
+        limit);                                                                           \
   }
+#define PLANNER_ANY_DEGREE planner::special::kPolynomialDegreeLimit
 
-PLANNER_SPECIAL_POLYNOMIAL(planner_chebyshev_tf, chebyshev_polynomial_t_forward, v, false)
-PLANNER_SPECIAL_POLYNOMIAL(planner_chebyshev_uf, chebyshev_polynomial_u_forward, v, false)
-PLANNER_SPECIAL_POLYNOMIAL(planner_chebyshev_vf, chebyshev_polynomial_v_forward, v, false)
-PLANNER_SPECIAL_POLYNOMIAL(planner_chebyshev_wf, chebyshev_polynomial_w_forward, v, false)
+PLANNER_SPECIAL_POLYNOMIAL(planner_chebyshev_tf, chebyshev_polynomial_t_forward, v,
+                           PLANNER_ANY_DEGREE)
+PLANNER_SPECIAL_POLYNOMIAL(planner_chebyshev_uf, chebyshev_polynomial_u_forward, v,
+                           PLANNER_ANY_DEGREE)
+PLANNER_SPECIAL_POLYNOMIAL(planner_chebyshev_vf, chebyshev_polynomial_v_forward, v,
+                           PLANNER_ANY_DEGREE)
+PLANNER_SPECIAL_POLYNOMIAL(planner_chebyshev_wf, chebyshev_polynomial_w_forward, v,
+                           PLANNER_ANY_DEGREE)
 PLANNER_SPECIAL_POLYNOMIAL(planner_shifted_chebyshev_tf, chebyshev_polynomial_t_forward,
-                           v + v - 1.0, false)
+                           v + v - 1.0, PLANNER_ANY_DEGREE)
 PLANNER_SPECIAL_POLYNOMIAL(planner_shifted_chebyshev_uf, chebyshev_polynomial_u_forward,
-                           v + v - 1.0, false)
+                           v + v - 1.0, PLANNER_ANY_DEGREE)
 PLANNER_SPECIAL_POLYNOMIAL(planner_shifted_chebyshev_vf, chebyshev_polynomial_v_forward,
-                           v + v - 1.0, false)
+                           v + v - 1.0, PLANNER_ANY_DEGREE)
 PLANNER_SPECIAL_POLYNOMIAL(planner_shifted_chebyshev_wf, chebyshev_polynomial_w_forward,
-                           v + v - 1.0, false)
-PLANNER_SPECIAL_POLYNOMIAL(planner_hermite_hf, hermite_polynomial_h_forward, v, false,
+                           v + v - 1.0, PLANNER_ANY_DEGREE)
+PLANNER_SPECIAL_POLYNOMIAL(planner_hermite_hf, hermite_polynomial_h_forward, v,
                            planner::special::kHermiteLimit)
-PLANNER_SPECIAL_POLYNOMIAL(planner_hermite_hef, hermite_polynomial_he_forward, v, false,
+PLANNER_SPECIAL_POLYNOMIAL(planner_hermite_hef, hermite_polynomial_he_forward, v,
                            planner::special::kHermiteLimit)
-PLANNER_SPECIAL_POLYNOMIAL(planner_laguerre_lf, laguerre_polynomial_l_forward, v, true)
-PLANNER_SPECIAL_POLYNOMIAL(planner_legendre_pf, legendre_polynomial_p_forward, v, false)
+PLANNER_SPECIAL_POLYNOMIAL(planner_laguerre_lf, laguerre_polynomial_l_forward, v,
+                           PLANNER_ANY_DEGREE)
+PLANNER_SPECIAL_POLYNOMIAL(planner_legendre_pf, legendre_polynomial_p_forward, v,
+                           PLANNER_ANY_DEGREE)
 
+#undef PLANNER_ANY_DEGREE
 #undef PLANNER_SPECIAL_POLYNOMIAL

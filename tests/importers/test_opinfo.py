@@ -88,26 +88,10 @@ def test_expectations_name_every_float32_opinfo_of_op_db():
 KNOWN_OFF: dict[str, str] = {}
 
 
-# The same on the held-out reference inputs: their extremal values (sample 7 of each: +-inf,
-# NaN) where ours differ from torch's on purpose (docs/pytorch.md: a polynomial at x = +-inf
-# is its limit, torch's recurrence gives NaN), zeta at its extremal arguments, and kaiser's
-# window 4e-6 off (i0 of a large argument). Known and not yet fixed: issue 57's acceptance
-# is none.
+# The same on the held-out reference inputs: kaiser's window 4e-6 off (i0 of a large argument).
+# Known and not yet fixed: issue 57's acceptance is none.
 KNOWN_OFF_REFERENCE = {
-    "special.chebyshev_polynomial_t": "wrong: sample 7: output 0",
-    "special.chebyshev_polynomial_u": "wrong: sample 7: output 0",
-    "special.chebyshev_polynomial_v": "wrong: sample 7: output 0",
-    "special.chebyshev_polynomial_w": "wrong: sample 7: output 0",
-    "special.hermite_polynomial_h": "wrong: sample 7: output 0",
-    "special.hermite_polynomial_he": "wrong: sample 7: output 0",
-    "special.laguerre_polynomial_l": "wrong: sample 7: output 0",
-    "special.legendre_polynomial_p": "wrong: sample 7: output 0",
-    "special.shifted_chebyshev_polynomial_t": "wrong: sample 7: output 0",
-    "special.shifted_chebyshev_polynomial_u": "wrong: sample 7: output 0",
-    "special.shifted_chebyshev_polynomial_v": "wrong: sample 7: output 0",
-    "special.shifted_chebyshev_polynomial_w": "wrong: sample 7: output 0",
     "signal.windows.kaiser": "wrong: sample 7: output 0",
-    "special.zeta": "wrong: sample 7: output 0",
 }
 
 

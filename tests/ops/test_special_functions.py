@@ -74,8 +74,6 @@ GAMMA = {"Igamma", "Igammac"}
 def _compared(row, xs: list[np.ndarray], want: np.ndarray) -> np.ndarray:
     """Where the reference is held to torch's float64 value (the others: see the tests below)."""
     keep = np.ones(want.shape, bool)
-    if row in POLYNOMIALS:  # at x = +-inf torch's recurrence meets inf - inf
-        keep &= np.isfinite(xs[0])
     if row.name.startswith("Polygamma"):
         # torch's values at the poles come from sin(pi x) rounding away from 0 (finite, huge);
         # at +inf its zeta(n + 1, inf) is NaN, and for n = 1 at -inf its reflection is NaN
@@ -102,17 +100,32 @@ def test_reference_is_torchs(row):
 
 
 def test_polynomials_at_infinity_and_beyond_their_degrees():
-    """The limit at +-inf (the leading coefficient's sign and the degree's parity); 0 below
-    degree 0 and for a NaN degree (torch's Hermite rule); NaN above degree 128 for Hermite's
-    (torch's float32 limit) and above 65536 for the others (a loop bound)."""
-    x = np.array([np.inf, -np.inf, np.inf, -np.inf, np.inf, 0.3, 0.3, 0.3, 0.3])
-    n = np.array([3.0, 3.0, 2.0, 2.0, 0.0, -1.0, np.nan, 129.0, 70000.0])
+    """torch's recurrence at +-inf: +-inf up to degree 2, NaN above (inf - inf); 0 below
+    degree 0, for a NaN degree (torch's Hermite rule) and from 2^63 (torch's int64 conversion);
+    NaN above degree 128 for Hermite's (torch's float32 limit) and above 65536 for the others
+    (a loop bound)."""
+    x = np.array([np.inf, -np.inf, np.inf, -np.inf, np.inf, 0.3, 0.3, 0.3, 0.3, 0.3])
+    n = np.array([3.0, 3.0, 2.0, 2.0, 0.0, -1.0, np.nan, 129.0, 70000.0, 1e20])
     ref = {r.name: get_op(r.name).reference([x, n], {})[0] for r in POLYNOMIALS}
-    np.testing.assert_array_equal(ref["ChebyshevT"][:5], [np.inf, -np.inf, np.inf, np.inf, 1])
-    np.testing.assert_array_equal(ref["LaguerreL"][:5], [-np.inf, np.inf, np.inf, np.inf, 1])
     for name, y in ref.items():
-        assert y[5] == 0 and y[6] == 0 and np.isnan(y[8]), name
+        np.testing.assert_array_equal(y[:5], [np.nan, np.nan, np.inf, np.inf, 1], err_msg=name)
+        assert y[5] == 0 and y[6] == 0 and np.isnan(y[8]) and y[9] == 0, name
         assert np.isnan(y[7]) == name.startswith("Hermite"), name
+
+
+@pytest.mark.parametrize("row", POLYNOMIALS + [r for r in ROWS if r.name == "Zeta"],
+                         ids=lambda r: r.name)
+def test_overflow_and_huge_arguments_as_torchs(row):
+    """OpInfo's extremal reference inputs: degrees and arguments of 501 to 1e20 (recurrences
+    that overflow and meet inf - inf, a degree past int64), exactly torch's NaN, inf and 0
+    (but for the degree 4.9884e6, past the loop bound: NaN, where torch loops 5e6 times)."""
+    big = np.array([-1e20, -4.9884e6, -1.3438e4, -1001.2, -501.0, 501.0, 1001.2, 1.3438e4,
+                    4.9884e6, 1e20])
+    second = big[big != 4.9884e6] if row in POLYNOMIALS else big
+    xs = [np.repeat(big, second.size), np.tile(second, big.size)]
+    ours = get_op(row.name).reference(xs, {})[0]
+    want = _torch_fn(row)(*[torch.tensor(x) for x in xs]).numpy()
+    _assert_same(ours, want, 1e-9, row.name)
 
 
 def test_polygamma_poles_and_limits():
