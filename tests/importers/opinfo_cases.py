@@ -13,6 +13,11 @@ interpreter forward and backward: the vector-Jacobian product of fixed random co
 respect to every parameter (planner.graph.autodiff.gradients). Both are compared with the same
 module in float64 in torch (the exact answer to float32 precision).
 
+A factory's float result without a dtype (a window, linspace) takes torch's default dtype,
+float64 in the float64 run. Where torch's own suite marks torch's backward wrong (an
+expectedFailure of TestBwdGradients.test_fn_grad: as_strided_scatter's), a gradient may match
+the finite difference of torch's float64 forward instead.
+
 Tolerance: a float32 implementation differs from float64 by rounding; torch's own float32 run
 of the same module shows how large that is (`noise` = max |t32 - t64| of the tensor). The
 planner computes in other orders, so its rounding differs but is of the same size: it may be
@@ -243,7 +248,14 @@ def _torch_run(op: Any, sample: Any, dtype: Any, grads: bool, cotangents: Sequen
     import torch
 
     m, params = _module(op, sample, dtype, grads)
-    outs = m()
+    # a factory's float result (a window, linspace without a dtype) takes the default dtype:
+    # float64 in the float64 run, whose values are then the exact answer too
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(dtype if dtype in (torch.float32, torch.float64) else default)
+    try:
+        outs = m()
+    finally:
+        torch.set_default_dtype(default)
     diff = [o.requires_grad for o in outs]
     g: dict[str, np.ndarray] = {}
     if grads and cotangents is not None and any(diff):

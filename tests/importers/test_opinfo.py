@@ -88,11 +88,8 @@ def test_expectations_name_every_float32_opinfo_of_op_db():
 KNOWN_OFF: dict[str, str] = {}
 
 
-# The same on the held-out reference inputs: kaiser's window 4e-6 off (i0 of a large argument).
-# Known and not yet fixed: issue 57's acceptance is none.
-KNOWN_OFF_REFERENCE = {
-    "signal.windows.kaiser": "wrong: sample 7: output 0",
-}
+# The same on the held-out reference inputs.
+KNOWN_OFF_REFERENCE: dict[str, str] = {}
 
 
 @pytest.mark.parametrize("inputs", ["sample", "reference"])
