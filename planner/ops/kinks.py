@@ -172,11 +172,11 @@ KINKS: tuple[Kink, ...] = (
     Kink("minimum", "minimum", "grad / 2 to each on a tie (min_backward)", ("Min",),
          ((1.0, 2.0, 3.0), (1.0, 1.0, 3.0))),
     Kink("max_dim", "max", "value_selecting_reduction_backward: grad to the returned index "
-         "(the first of a tie, the first NaN)", ("TopK",),
+         "(the first of a tie, the first NaN)", ("IndexGather",),
          ((1.0, 3.0, 3.0, 0.0, 2.0, 2.0, 2.0, 2.0, NAN, 1.0, NAN, 0.0),), (("dim", 1),),
          shape=(3, 4)),
     Kink("min_dim", "min", "value_selecting_reduction_backward: grad to the returned index "
-         "(the first of a tie, the first NaN)", ("TopK",),
+         "(the first of a tie, the first NaN)", ("IndexGather",),
          ((1.0, 0.0, 3.0, 0.0, 2.0, 2.0, 2.0, 2.0, NAN, 1.0, NAN, 0.0),), (("dim", 1),),
          shape=(3, 4)),
     Kink("amax", "amax", "scale_grad_by_count: grad / k to each of k tied maxima", ("ReduceMax",),

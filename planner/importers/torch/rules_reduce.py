@@ -11,8 +11,9 @@ norm of a scalar is |x|); negative dims count from the end; a dim given twice is
                                   shared among tied maxima, as torch's amax; max() of floats
                                   shares it among the NaNs where there are any: rules_sort's
                                   evenly_distributed); a float
-                                  torch.max(x, dim) is a TopK of one (rules_sort.py), whose
-                                  values' gradient goes to the index it returns, as torch's
+                                  torch.max(x, dim) is the values gathered at the first max
+                                  (rules_sort.max_with_index), whose gradient goes to the
+                                  index it returns, as torch's
     prod, nansum, nanmean,        ReduceProd (of integers too: bool and int32 in int64, as
     logsumexp                     sum), ReduceNanSum, ReduceNanMean, ReduceLogSumExp
     any, all                      ReduceAny, ReduceAll (bool)
@@ -150,7 +151,7 @@ def reduction(n: NodeCtx) -> Value:
                                                                     "keepdims": False}))
     if row.values_and_indices and floats:
         # torch's max.dim backward gives dvalues to the returned index alone (a tie is no
-        # share): values and indices of one TopK (planner/importers/torch/rules_sort.py)
+        # share): the values gathered at it (planner/importers/torch/rules_sort.py)
         return max_with_index(n)
     y = n.emit1(row.op, [x], {"axes": axes, "keepdims": _keep(n, row.keepdim)})
     if not row.values_and_indices:

@@ -3,8 +3,9 @@ dvalues back to the chosen positions:
 
     sort, argsort     TopK with k = the whole axis (largest = descending)
     argmax, argmin    TopK with k = 1 (argmin: of -x, so that NaN is chosen, as torch's is);
-                      no dim: over the flattened tensor; max.dim / min.dim whose indices
-                      are read likewise (values and indices)
+                      no dim: over the flattened tensor
+    max.dim, min.dim  the first position of the max (min) or of a NaN, the values gathered
+                      there (max_with_index: no TopK, which the CUDA executor lacks)
     argsort of an argsort's indices: those cast to float32 (exact below 2^24), sorted
     kthvalue, median  TopK of the k smallest, then its last (median: torch's lower median,
                       k = (n + 1) // 2); median without dim: of the flattened tensor
@@ -196,22 +197,37 @@ class ReadLater(tuple):
 
 
 def max_with_index(n: NodeCtx) -> Value:
-    """max.dim / min.dim (x, dim, keepdim) -> (values, indices): TopK of one (min: of -x,
-    negated back), whose gradient goes to the index chosen, as torch's."""
+    """max.dim / min.dim (x, dim, keepdim) -> (values, indices): the first position holding the
+    max (min), or the first NaN, as torch's; the values gathered there, so that their gradient
+    goes to that index alone (torch's value_selecting_reduction_backward). ReduceMax, Equal and
+    IndexGather, which both executors run (the positions as float32: exact below 2^24)."""
     x, shape = _input(n)
     dim = n.arg(1, "dim") if n.op.endswith(".dim") else None
     x, lines, axis = _lines(n, x, shape, dim)
     minimum = n.op.startswith("aten.min")
-    if lines[axis] == 0:
+    size = lines[axis]
+    if size == 0:
         raise n.fail("a max over an empty dim")
-    values, indices = _topk(n, n.emit1("Neg", [x]) if minimum else x, 1, axis, True)
-    if minimum:
-        values = n.emit1("Neg", [values])
+    if size > 2 ** 24:
+        raise n.fail(f"a max over {size} elements (the planner's positions are exact below "
+                     "2^24)")
+    best = n.emit1("ReduceMin" if minimum else "ReduceMax", [n.emit1("StopGradient", [x])],
+                   {"axes": [axis], "keepdims": True})  # NaN where the line holds one
+    hit = n.emit1("Or", [n.emit1("Equal", [x, best]), n.emit1("IsNaN", [x])])
+    where = [1] * len(lines)
+    where[axis] = size
+    positions = n.const(np.arange(size, dtype=np.float32).reshape(where), "float32")
+    first = n.emit1("ReduceMin", [n.emit1("Where", [hit, positions,
+                                                    n.const(float(size), "float32")])],
+                    {"axes": [axis], "keepdims": True})
+    index = n.emit1("Cast", [first], {"to": "int64"})
+    values = n.emit1("IndexGather", [x, index], {"axis": axis, "mode": "elements",
+                                                 "wrap": False})
     keep = bool(n.arg(2, "keepdim", False))
     out = tuple(1 if j == axis else d for j, d in enumerate(lines)) if keep else \
         tuple(d for j, d in enumerate(lines) if j != axis)
     out = out if shape and dim is not None else ()
-    return _to_out(n, values, out), _to_out(n, indices, out)
+    return _to_out(n, values, out), _to_out(n, index, out)
 
 
 @rule("aten.nanmedian.default", "aten.nanmedian.dim")
