@@ -393,7 +393,13 @@ def _recipe(module: Any, loss: Callable | None, optimizer: Any, lr: float | None
         raise UserError(spelled(str(e), "python")) from None
     if ranks > 1:
         broadcast_state(module)
-    return Recipe(module=module, loss=loss, target=target, graph_options=graph_settings,
+    from planner.target.presets import load_target
+
+    # Read once, before any executor: a data-parallel executor confines this process to its
+    # rank's share of the cores, and 'host' read after that would be a host of that share.
+    chosen = load_target(target)
+    _check_runs_here(chosen)
+    return Recipe(module=module, loss=loss, target=chosen, graph_options=graph_settings,
                   plan_options=options, evaluation=not plan_settings.no_evaluation,
                   out_dir=Path(out_dir) if out_dir is not None else None,
                   costs=costs, adaptive=adaptive,
@@ -429,7 +435,7 @@ class Recipe:
 
     module: Any
     loss: Callable | None
-    target: str
+    target: Any  # the Target every shape is planned for, read when the trainer was made
     graph_options: Any  # GraphOptions: what `prepare` makes of the import (the optimizer)
     plan_options: Any  # PlanOptions the plan is made with
     evaluation: bool  # whether the plan holds its evaluation schedule
@@ -481,13 +487,11 @@ def _build_shape(recipe: Recipe, examples: Sequence[Any]) -> Built:
     from planner.graph import init_params
     from planner.io.write import cache_root, folder_lock
     from planner.pipeline import plan
-    from planner.target.presets import load_target
     from planner.torch.settings import rank0_plan
 
     examples = tuple(_torch(v) for v in examples)
     imported = _imported(recipe, examples)
-    chosen = load_target(recipe.target)
-    _check_runs_here(chosen)
+    chosen = recipe.target
     prepared = prepare(imported.graph, recipe.graph_options)
     folder = recipe.out_dir if recipe.out_dir is not None else cache_root() / "trainers"
     by_name = {t.name: t for t in prepared.tensors}
