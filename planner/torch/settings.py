@@ -5,7 +5,7 @@ parameters and plan on every rank, as DDP starts."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 # The plan settings that are the optimizer's: the trainer reads them from `optimizer` (a name
@@ -88,6 +88,49 @@ def rank0_plan(make: Callable[[], Any]) -> Any:
     box = [make().to_json() if dist.get_rank() == 0 else None]
     dist.broadcast_object_list(box, 0)
     return Plan.from_data(json.loads(box[0]))
+
+
+def same_shapes(shapes: Sequence[Sequence[int]], expected: Sequence[int], what: str) -> None:
+    """UserError in one line, on every rank of the default group, unless every rank feeds
+    `what` (step, evaluate) batches of the same shapes: each rank runs the plan of its batch's
+    shapes, whose collectives meet only the same plan's on the other ranks (different ones would
+    wait on each other). `shapes`: this rank's feeds' shapes; `expected`: each feed's number of
+    axes (the plan's). One all-gather of a few integers per step."""
+    import torch
+    import torch.distributed as dist
+
+    from planner.errors import UserError
+    from planner.torch.shapes import spell
+
+    fits = len(shapes) == len(expected) and all(
+        len(s) == n for s, n in zip(shapes, expected, strict=False))
+    # [fits, step or evaluate, each feed's sizes]: the same length on every rank.
+    mine = [int(fits), ("step", "evaluate").index(what)] + (
+        [int(d) for s in shapes for d in s] if fits else [0] * sum(expected))
+    world = dist.get_world_size()
+    got = torch.zeros(world * len(mine), dtype=torch.int64)
+    # (torch 2.13 renamed all_gather_into_tensor, and warns on the old name)
+    (getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor)(
+        got, torch.tensor(mine, dtype=torch.int64))
+    rows = got.view(world, len(mine)).tolist()
+    if all(row == rows[0] for row in rows):
+        return
+
+    def said(row: list[int]) -> str:
+        if not row[0]:
+            return "feeds of another number of axes"
+        at, out = 2, []
+        for n in expected:
+            out.append(tuple(row[at:at + n]))
+            at += n
+        return ("evaluate " if row[1] else "") + spell(tuple(out))
+
+    ranks = "; ".join(f"rank {r}: {said(row)}" for r, row in enumerate(rows))
+    raise UserError(f"data_parallel: the ranks' batches differ ({ranks}); every rank runs one "
+                    f"plan whose collectives meet the other ranks' only for batches of one "
+                    f"shape: feed every rank the same batch size at each step (a "
+                    f"DistributedSampler pads the ranks' shares to equal sizes, so a DataLoader "
+                    f"with drop_last=False ends every rank on the same smaller batch)")
 
 
 def optimizer_of(module: Any, optimizer: Any, lr: float | None,

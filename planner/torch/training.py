@@ -135,7 +135,7 @@ class Trainer:
     def __init__(self, imported: TorchImport, graph: Any, executor: Any, module_keys: Sequence[str],
                  start: Mapping[str, Any], aliases: Mapping[str, str] | None = None,
                  plan: Any = None, shapes: Shapes | None = None,
-                 optimizer: Any = None) -> None:
+                 optimizer: Any = None, ranks: int = 1) -> None:
         self.imported = imported
         self.graph = graph
         self.plan = plan  # the Plan it runs (its summary: predicted step, what priced it)
@@ -148,6 +148,7 @@ class Trainer:
         by_name = {t.name: t for t in feeds}
         self._feeds = [by_name[n] for n in imported.inputs if n in by_name]
         self.shapes = shapes
+        self.ranks = ranks  # data-parallel ranks under torchrun (1 without)
         # A torch.optim instance the trainer was given: its groups' lr and weight_decay (a
         # scheduler's) are read before each step; the values last written, per group.
         self.optimizer = optimizer
@@ -164,10 +165,16 @@ class Trainer:
                              f"then the labels), got {len(inputs)}")
         return [_numpy(v, t.dtype) for t, v in zip(self._feeds, inputs, strict=True)]
 
-    def _run(self, arrays: list[np.ndarray],
-             call: Callable[[Any, dict], Any]) -> tuple[Any, TorchImport, Any]:
+    def _run(self, arrays: list[np.ndarray], call: Callable[[Any, dict], Any],
+             what: str) -> tuple[Any, TorchImport, Any]:
         """`call(executor, feeds)` on the executor for these arrays' shapes (a new shape is
-        planned and built first); (its result, the shape's import and graph)."""
+        planned and built first); (its result, the shape's import and graph). Data parallel:
+        every rank's `what` (step, evaluate) must be of the same shapes, checked first on every
+        rank (planner/torch/settings.py, same_shapes)."""
+        if self.ranks > 1:
+            from planner.torch.settings import same_shapes
+
+            same_shapes(key_of(arrays), [len(t.shape) for t in self._feeds], what)
         if self.shapes is None:  # a Trainer made by hand around one executor
             feeds = {t.name: a for t, a in zip(self._feeds, arrays, strict=True)}
             return call(self.executor, feeds), self.imported, self.graph
@@ -187,7 +194,7 @@ class Trainer:
         arrays = self._arrays(inputs, "step")
         if self.optimizer is not None:
             self._read_groups()
-        out, imported, graph = self._run(arrays, lambda ex, f: ex.step(f))
+        out, imported, graph = self._run(arrays, lambda ex, f: ex.step(f), "step")
         self.steps += 1
         if self.optimizer is not None:
             # This step was the optimizer's: a scheduler stepped next is in the right order
@@ -217,7 +224,7 @@ class Trainer:
         `step` takes); returns the loss and the module's outputs (numpy arrays, in the
         module's order)."""
         out, imported, graph = self._run(self._arrays(inputs, "evaluate"),
-                                         lambda ex, f: ex.evaluate(f))
+                                         lambda ex, f: ex.evaluate(f), "evaluate")
         loss = graph.outputs[0]
         return float(np.asarray(out[loss])), [out[o] for o in imported.outputs[1:] if o in out]
 
@@ -364,7 +371,7 @@ def trainer(module: Any, example_inputs: Sequence[Any], loss: Callable | None,
     run = Shapes(first, lambda arrays: _build_shape(recipe, arrays), limit=shape_cache)
     torch_optimizer = None if isinstance(optimizer, str) else optimizer
     t = Trainer(imported, graph, first.executor, list(state), start, aliases, first.plan, run,
-                torch_optimizer)
+                torch_optimizer, ranks=recipe.ranks)
     for declared in shapes:
         run.add(t._arrays(_declared(declared, examples), "shapes"))
     return t

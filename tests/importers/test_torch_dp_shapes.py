@@ -1,0 +1,50 @@
+"""Data parallel under torchrun with the last, smaller batch of an epoch: two ranks (gloo, CPU)
+each train through trainer(data_parallel=True, shard_parameters=True) from a DistributedSampler
+and a DataLoader with drop_last=False, so every rank's epoch ends on a batch of 2 rows; the
+trainer plans that shape once (rank 0's plan on both ranks), hands the ranks' shards over, and
+ends where torch's DistributedDataParallel does (each rank's mean, gradients averaged over the
+ranks). Batches of different sizes on the ranks are refused on every rank in one line naming
+them, never a hang, and change nothing.
+
+Tolerance: tests/importers/torch_step.py's `mismatches`, DDP in float64 the exact answer and
+DDP in float32 its rounding (10x that plus 16 ulps of each tensor's scale)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytest.importorskip("torch")
+
+from tests.importers.torch_step import Step, mismatches  # noqa: E402
+
+
+def test_the_last_smaller_batch_trains_on_every_rank_as_ddp(tmp_path):
+    from tests.codegen.dp_harness import launch_ranks
+
+    rng = np.random.default_rng(0)  # 36 rows: 18 a rank, batches of 8, 8 and 2
+    np.savez(tmp_path / "data.npz", x=rng.standard_normal((36, 6)).astype(np.float32),
+             y=rng.integers(0, 3, 36))
+    outs = [tmp_path / f"rank{r}.npz" for r in range(2)]
+    runs = launch_ranks(["epoch-zero3"] * 2, tmp_path / "data.npz", outs, timeout_s=120,
+                        local=[{"LOCAL_RANK": str(r), "LOCAL_WORLD_SIZE": "2"} for r in range(2)],
+                        worker="tests.importers.dp_shapes_worker")
+    for run in runs:
+        assert run.returncode == 0, run.stdout[-3000:]
+        assert run.stdout.count("new input shapes [2, 6], [2]") == 1, run.stdout[-3000:]
+    got = [dict(np.load(o)) for o in outs]
+    ours = [{k[5:]: v for k, v in g.items() if k.startswith("ours:")} for g in got]
+    assert ours[0] and all(np.array_equal(ours[0][k], ours[1][k]) for k in ours[0])
+    for rank, g in enumerate(got):
+        assert list(g["kept"]) == [8, 2] and int(g["planned"][0]) == 2  # the second epoch: none
+        side = {p: {k[len(p) + 1:]: v for k, v in g.items() if k.startswith(p + ":")}
+                for p in ("f32", "f64", "after")}
+        loss, loss32, loss64 = (float(v) for v in g["losses"])  # this rank's last batch's
+        assert mismatches(Step(loss, ours[rank]), Step(loss32, side["f32"]),
+                          Step(loss64, side["f64"])) == [], rank
+        said = list(g["said"])
+        assert said[0].startswith("UserError: data_parallel: the ranks' batches differ (rank 0: "
+                                  "[8, 6], [8]; rank 1: [2, 6], [2]); "), said[0]
+        assert "rank 0: [4, 6], [4]; rank 1: [3, 6], [3]" in said[1], said[1]
+        assert "DistributedSampler pads" in said[1] and "\n" not in said[1]
+        assert all(np.array_equal(side["after"][k], v) for k, v in ours[rank].items())
