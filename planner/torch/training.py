@@ -402,8 +402,8 @@ def _recipe(module: Any, loss: Callable | None, optimizer: Any, lr: float | None
         broadcast_state(module)
     from planner.target.presets import load_target
 
-    # Read once, before any executor: a data-parallel executor confines this process to its
-    # rank's share of the cores, and 'host' read after that would be a host of that share.
+    # Read once: every shape of the run is planned for one target (each read of 'host'
+    # detects this host again).
     chosen = load_target(target)
     _check_runs_here(chosen)
     return Recipe(module=module, loss=loss, target=chosen, graph_options=graph_settings,
