@@ -7,7 +7,8 @@ executor `planner build` made of the CLI's plan, loaded as its docs say (the mod
 state_dict under the export's `model.` prefix, this rank's shards of it), then
 trainer(data_parallel=True, shard_parameters=True, precision="bf16-mixed", memory_budget=
 DATA's budget) with the same optimizer. OUT (npz) gets both runs' whole parameters (gathered
-from the ranks) and the trainer's plan JSON."""
+from the ranks) and the trainer's plan JSON. The ranks' trainers share one build folder beside
+OUT (one plan: the first to take its lock builds it)."""
 
 from __future__ import annotations
 
@@ -56,7 +57,8 @@ def main(package: str, data: str, out: str) -> None:
     shard = slice(dist.get_rank() * rows, (dist.get_rank() + 1) * rows)
     cli = cli_run(package, xs, ys, shard)
     t = trainer(module(), (xs[0, shard],), loss=F.cross_entropy, labels=ys[0, shard],
-                optimizer="adamw", lr=0.01, costs="analytical", out_dir=f"{out}.build",
+                optimizer="adamw", lr=0.01, costs="analytical",
+                out_dir=os.path.join(os.path.dirname(out), "trainer"),  # one build, both ranks
                 data_parallel=True, shard_parameters=True, precision="bf16-mixed",
                 memory_budget=int(held["budget"]))
     for x, y in zip(xs, ys, strict=True):
