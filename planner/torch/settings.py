@@ -95,7 +95,7 @@ def same_shapes(shapes: Sequence[Sequence[int]], expected: Sequence[int], what: 
     `what` (step, evaluate) batches of the same shapes: each rank runs the plan of its batch's
     shapes, whose collectives meet only the same plan's on the other ranks (different ones would
     wait on each other). `shapes`: this rank's feeds' shapes; `expected`: each feed's number of
-    axes (the plan's). One all-gather of a few integers per step."""
+    axes (the plan's). One all-reduce of a few integers per step."""
     import torch
     import torch.distributed as dist
 
@@ -107,14 +107,20 @@ def same_shapes(shapes: Sequence[Sequence[int]], expected: Sequence[int], what: 
     # [fits, step or evaluate, each feed's sizes]: the same length on every rank.
     mine = [int(fits), ("step", "evaluate").index(what)] + (
         [int(d) for s in shapes for d in s] if fits else [0] * sum(expected))
+    # One all-reduce (the largest of each entry and of its negation): every rank's equal
+    # where the largest is minus the largest negation, the smallest.
+    both = torch.tensor(mine + [-v for v in mine], dtype=torch.int64)
+    dist.all_reduce(both, op=dist.ReduceOp.MAX)
+    top = both.tolist()
+    if top[:len(mine)] == [-v for v in top[len(mine):]]:
+        return
+    # They differ: every rank's, to say which (every rank takes this path).
     world = dist.get_world_size()
     got = torch.zeros(world * len(mine), dtype=torch.int64)
     # (torch 2.13 renamed all_gather_into_tensor, and warns on the old name)
     (getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor)(
         got, torch.tensor(mine, dtype=torch.int64))
     rows = got.view(world, len(mine)).tolist()
-    if all(row == rows[0] for row in rows):
-        return
 
     def said(row: list[int]) -> str:
         if not row[0]:
