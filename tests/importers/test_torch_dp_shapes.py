@@ -48,3 +48,27 @@ def test_the_last_smaller_batch_trains_on_every_rank_as_ddp(tmp_path):
         assert "rank 0: [4, 6], [4]; rank 1: [3, 6], [3]" in said[1], said[1]
         assert "DistributedSampler pads" in said[1] and "\n" not in said[1]
         assert all(np.array_equal(side["after"][k], v) for k, v in ours[rank].items())
+
+
+def test_shard_layouts_of_two_batch_sizes_agree_and_other_buckets_do_not():
+    # What decides whether ZeRO-3's shards may move between two shapes' plans: the buckets
+    # (members, shapes, order) of the plans for 8 and 2 rows a rank are one layout; buckets of
+    # another size lay the same parameters out otherwise, and hand_over refuses that.
+    import warnings
+
+    from planner.pipeline import PlanOptions, plan
+    from planner.schedule.parallel import DataParallelOptions
+    from planner.target.detect import detect
+    from planner.torch.shapes import shard_layout
+    from tests.codegen.dp_harness import mlp_graph
+
+    def layout(batch, bucket_bytes=None):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return shard_layout(plan(mlp_graph("adam", batch), detect(), options=PlanOptions(
+                data_parallel=DataParallelOptions(ranks=2, shard_parameters=True,
+                                                  bucket_bytes=bucket_bytes))).graph)
+
+    eight = layout(8)
+    assert len({k[1] for k in eight}) >= 2 and eight == layout(2)
+    assert layout(8, bucket_bytes=4) != eight
