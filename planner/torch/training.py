@@ -504,7 +504,8 @@ def _build_shape(recipe: Recipe, examples: Sequence[Any]) -> Built:
     by_name = {t.name: t for t in prepared.tensors}
     table = _cost_table(recipe.costs, prepared, chosen, recipe.out_dir, {  # in-step steps on them
         name: _numpy(v, by_name[name].dtype)
-        for name, v in zip(imported.inputs, examples, strict=False) if name in by_name})
+        for name, v in zip(imported.inputs, examples, strict=False) if name in by_name},
+        options=recipe.plan_options, evaluation=recipe.evaluation)
 
     def planned_here() -> Any:
         with warnings.catch_warnings():  # an op the table lacks is priced analytically
@@ -583,10 +584,12 @@ def _check_runs_here(target: Any) -> None:
 
 
 def _cost_table(costs: Any, graph: Any, target: Any, folder: Path | None,
-                examples: Mapping[str, np.ndarray]) -> Any:
+                examples: Mapping[str, np.ndarray], options: Any = None,
+                evaluation: bool = True) -> Any:
     """The cost table `trainer`'s plan is priced with (its `costs` argument; "in-step" steps
-    on the example batch `examples`); UserError for a table of another target or a value that
-    names none."""
+    on the example batch `examples`; "measured": the graphs a plan with `options` and
+    `evaluation` prices); UserError for a table of another target or a value that names
+    none."""
     from planner.costs import CostTable, load_table
     from planner.errors import UserError
 
@@ -601,7 +604,10 @@ def _cost_table(costs: Any, graph: Any, target: Any, folder: Path | None,
     elif isinstance(costs, str) and costs == "measured":
         from codegen.profiling import host_measured
 
-        table = host_measured(graph, target, progress=sys.stderr, feeds=examples)
+        # The graphs the plan prices with `options` (a data-parallel step's sharded updates),
+        # as `planner plan --costs measured` measures them: one table, one plan.
+        table = host_measured(graph, target, progress=sys.stderr, feeds=examples,
+                              options=options, evaluation=evaluation)
     elif isinstance(costs, str) and costs == "in-step":
         from codegen.profiling import profile_in_step
         from planner.io.write import atomic_write

@@ -4,7 +4,8 @@ both): a module exported with its loss and planned by the CLI with --data-parall
 CPU, torchrun's environment), ends on the same bits as trainer(data_parallel=True,
 shard_parameters=True, precision="bf16-mixed", memory_budget=...) on the same ranks; the two
 plans are one plan. The budget lies below the plan's unconstrained arena, so a budget the
-trainer dropped plans another layout."""
+trainer dropped plans another layout; the prices are each side's default (with measured costs,
+the trainer measures the signatures the CLI does: a data-parallel step's sharded updates)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-ROOT_ARGS = ["--target", "host", "--costs", "analytical", "--train", "adamw", "--lr", "0.01"]
+# No --costs (and no costs= in the worker): both price as their default does, $PLANNER_COSTS
+# (tests/conftest.py: analytical; PLANNER_COSTS=measured runs this on the host's measured costs).
+ROOT_ARGS = ["--target", "host", "--train", "adamw", "--lr", "0.01"]
 BUDGET = 28800  # bytes: the unconstrained plan's arena is 29312, liveness's bound 28736
 
 
