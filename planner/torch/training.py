@@ -345,7 +345,9 @@ def trainer(module: Any, example_inputs: Sequence[Any], loss: Callable | None,
     data_parallel: under torchrun, True (or the world size)
     plans for the ranks of torch.distributed's default group (ranks_per_host from torchrun's
     LOCAL_WORLD_SIZE), rank 0's plan used by every rank and its parameters broadcast, as DDP;
-    the example inputs are this rank's shard. Every other setting of `planner plan`, by its
+    the example inputs are this rank's shard; every rank feeds batches of one shape at each
+    step (a DistributedSampler's last smaller batch is planned on every rank alike), checked
+    before each step with one all-reduce and refused in one line naming the ranks' shapes. Every other setting of `planner plan`, by its
     flag's name (planner/cli/settings.py): precision, memory_budget, keep_tensor,
     recompute, offload, region_budget, decisions, strategy, intra, inter, grid, min_team_us,
     ranks_per_host, bucket_bytes, interconnect, shard_optimizer, shard_parameters,
