@@ -90,48 +90,39 @@ def rank0_plan(make: Callable[[], Any]) -> Any:
     return Plan.from_data(json.loads(box[0]))
 
 
-def same_shapes(shapes: Sequence[Sequence[int]], expected: Sequence[int], what: str) -> None:
-    """UserError in one line, on every rank of the default group, unless every rank feeds
-    `what` (step, evaluate) batches of the same shapes: each rank runs the plan of its batch's
-    shapes, whose collectives meet only the same plan's on the other ranks (different ones would
-    wait on each other). `shapes`: this rank's feeds' shapes; `expected`: each feed's number of
-    axes (the plan's). One all-reduce of a few integers per step."""
+# What a rank is about to do with a batch, as same_shapes says it.
+ACTIONS = ("step", "evaluate", "plan")
+
+
+def same_shapes(shapes: Sequence[Sequence[int]], what: str) -> None:
+    """UserError in one line, on every rank of the default group, unless every rank is about
+    to `what` (step, evaluate, plan: a trainer's example or declared shapes) batches of the
+    same shapes: each rank runs the plan of its batch's shapes, made on rank 0, whose
+    collectives meet only the same plan's on the other ranks. `shapes`: this rank's feeds'
+    shapes. One all-reduce of three integers (the action and a digest of the shapes, the same
+    length whatever the shapes) where the ranks agree."""
+    import hashlib
+
     import torch
     import torch.distributed as dist
 
     from planner.errors import UserError
     from planner.torch.shapes import spell
 
-    fits = len(shapes) == len(expected) and all(
-        len(s) == n for s, n in zip(shapes, expected, strict=False))
-    # [fits, step or evaluate, each feed's sizes]: the same length on every rank.
-    mine = [int(fits), ("step", "evaluate").index(what)] + (
-        [int(d) for s in shapes for d in s] if fits else [0] * sum(expected))
-    # One all-reduce (the largest of each entry and of its negation): every rank's equal
-    # where the largest is minus the largest negation, the smallest.
+    key = tuple(tuple(int(d) for d in s) for s in shapes)
+    digest = hashlib.sha256(repr(key).encode()).digest()
+    mine = [ACTIONS.index(what), *(int.from_bytes(digest[k:k + 7], "little") for k in (0, 7))]
+    # The largest of each entry and of its negation: every rank's equal where the largest is
+    # minus the largest negation, the smallest.
     both = torch.tensor(mine + [-v for v in mine], dtype=torch.int64)
     dist.all_reduce(both, op=dist.ReduceOp.MAX)
     top = both.tolist()
     if top[:len(mine)] == [-v for v in top[len(mine):]]:
         return
     # They differ: every rank's, to say which (every rank takes this path).
-    world = dist.get_world_size()
-    got = torch.zeros(world * len(mine), dtype=torch.int64)
-    # (torch 2.13 renamed all_gather_into_tensor, and warns on the old name)
-    (getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor)(
-        got, torch.tensor(mine, dtype=torch.int64))
-    rows = got.view(world, len(mine)).tolist()
-
-    def said(row: list[int]) -> str:
-        if not row[0]:
-            return "feeds of another number of axes"
-        at, out = 2, []
-        for n in expected:
-            out.append(tuple(row[at:at + n]))
-            at += n
-        return ("evaluate " if row[1] else "") + spell(tuple(out))
-
-    ranks = "; ".join(f"rank {r}: {said(row)}" for r, row in enumerate(rows))
+    every: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(every, (what, key))
+    ranks = "; ".join(f"rank {r}: {action} {spell(k)}" for r, (action, k) in enumerate(every))
     raise UserError(f"data_parallel: the ranks' batches differ ({ranks}); every rank runs one "
                     f"plan whose collectives meet the other ranks' only for batches of one "
                     f"shape: feed every rank the same batch size at each step (a "

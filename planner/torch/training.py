@@ -174,7 +174,7 @@ class Trainer:
         if self.ranks > 1:
             from planner.torch.settings import same_shapes
 
-            same_shapes(key_of(arrays), [len(t.shape) for t in self._feeds], what)
+            same_shapes(key_of(arrays), what)
         if self.shapes is None:  # a Trainer made by hand around one executor
             feeds = {t.name: a for t, a in zip(self._feeds, arrays, strict=True)}
             return call(self.executor, feeds), self.imported, self.graph
@@ -347,7 +347,8 @@ def trainer(module: Any, example_inputs: Sequence[Any], loss: Callable | None,
     LOCAL_WORLD_SIZE), rank 0's plan used by every rank and its parameters broadcast, as DDP;
     the example inputs are this rank's shard; every rank feeds batches of one shape at each
     step (a DistributedSampler's last smaller batch is planned on every rank alike), checked
-    before each step with one all-reduce and refused in one line naming the ranks' shapes. Every other setting of `planner plan`, by its
+    before each step with one all-reduce and refused in one line naming the ranks' shapes.
+    Every other setting of `planner plan`, by its
     flag's name (planner/cli/settings.py): precision, memory_budget, keep_tensor,
     recompute, offload, region_budget, decisions, strategy, intra, inter, grid, min_team_us,
     ranks_per_host, bucket_bytes, interconnect, shard_optimizer, shard_parameters,
@@ -499,6 +500,10 @@ def _build_shape(recipe: Recipe, examples: Sequence[Any]) -> Built:
     from planner.torch.settings import rank0_plan
 
     examples = tuple(_torch(v) for v in examples)
+    if recipe.ranks > 1:  # rank 0's plan runs on every rank: of every rank's shapes
+        from planner.torch.settings import same_shapes
+
+        same_shapes([tuple(v.shape) for v in examples], "plan")
     imported = _imported(recipe, examples)
     chosen = recipe.target
     prepared = prepare(imported.graph, recipe.graph_options)

@@ -44,8 +44,8 @@ def test_the_last_smaller_batch_trains_on_every_rank_as_ddp(tmp_path):
                           Step(loss64, side["f64"])) == [], rank
         said = list(g["said"])
         assert said[0].startswith("UserError: data_parallel: the ranks' batches differ (rank 0: "
-                                  "[8, 6], [8]; rank 1: [2, 6], [2]); "), said[0]
-        assert "rank 0: [4, 6], [4]; rank 1: [3, 6], [3]" in said[1], said[1]
+                                  "step [8, 6], [8]; rank 1: step [2, 6], [2]); "), said[0]
+        assert "rank 0: step [4, 6], [4]; rank 1: step [3, 6], [3]" in said[1], said[1]
         assert "DistributedSampler pads" in said[1] and "\n" not in said[1]
         assert all(np.array_equal(side["after"][k], v) for k, v in ours[rank].items())
 
