@@ -7,8 +7,9 @@ the rows in DATA end each rank's epoch on a smaller batch; the rank trains two e
 trainer(data_parallel=True) (`-zero3`: shard_parameters=True too), and the same epochs
 through torch's DistributedDataParallel on the module as the trainer started it (rank 0's), in
 float32 and float64; OUT (npz) gets each run's parameters and last loss, and the trainer's
-shapes planned; then each rank steps batches of other sizes than the other rank's, and OUT
-gets what each step raised and the parameters after them."""
+shapes planned; then each rank steps batches of other sizes than the other rank's, and makes
+a trainer of an example batch of another size than the other rank's: OUT gets what each of
+those raised and the parameters after them."""
 
 from __future__ import annotations
 
@@ -80,6 +81,13 @@ def epochs(data: str, out: str, zero3: bool) -> None:
         except Exception as e:  # noqa: BLE001 - the test reads what each rank said
             said.append(f"{type(e).__name__}: {e}")
     after = t.params()
+    try:  # a trainer made from example batches of other sizes on the ranks
+        rows = BATCH - dist.get_rank()
+        trainer(model(), (x[:rows],), loss=F.cross_entropy, labels=y[:rows], optimizer="adam",
+                costs="analytical", out_dir=f"{out}.build", data_parallel=True)
+        said.append("no error")
+    except Exception as e:  # noqa: BLE001
+        said.append(f"{type(e).__name__}: {e}")
     np.savez(out, **{f"ours:{k}": v for k, v in ours.items()},
              **{f"after:{k}": v for k, v in after.items()}, said=np.array(said),
              **{f"f32:{k}": v for k, v in f32.items()}, **{f"f64:{k}": v for k, v in f64.items()},

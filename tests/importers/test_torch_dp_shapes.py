@@ -3,8 +3,8 @@ each train through trainer(data_parallel=True, shard_parameters=True) from a Dis
 and a DataLoader with drop_last=False, so every rank's epoch ends on a batch of 2 rows; the
 trainer plans that shape once (rank 0's plan on both ranks), hands the ranks' shards over, and
 ends where torch's DistributedDataParallel does (each rank's mean, gradients averaged over the
-ranks). Batches of different sizes on the ranks are refused on every rank in one line naming
-them, never a hang, and change nothing.
+ranks). Batches of different sizes on the ranks (at a step, or as a new trainer's example)
+are refused on every rank in one line naming them, never a hang, and change nothing.
 
 Tolerance: tests/importers/torch_step.py's `mismatches`, DDP in float64 the exact answer and
 DDP in float32 its rounding (10x that plus 16 ulps of each tensor's scale)."""
@@ -47,6 +47,7 @@ def test_the_last_smaller_batch_trains_on_every_rank_as_ddp(tmp_path):
                                   "step [8, 6], [8]; rank 1: step [2, 6], [2]); "), said[0]
         assert "rank 0: step [4, 6], [4]; rank 1: step [3, 6], [3]" in said[1], said[1]
         assert "DistributedSampler pads" in said[1] and "\n" not in said[1]
+        assert "rank 0: plan [8, 6], [8]; rank 1: plan [7, 6], [7]" in said[2], said[2]
         assert all(np.array_equal(side["after"][k], v) for k, v in ours[rank].items())
 
 
