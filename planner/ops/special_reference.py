@@ -62,7 +62,8 @@ RECURRENCES: dict[str, Recurrence] = {
     "w": _chebyshev(lambda x: x + x + 1.0),
     "h": (lambda x: (1.0, x + x), lambda x, j, p, q: (x + x) * q - 2 * j * p),
     "he": (lambda x: (1.0, x), lambda x, j, p, q: x * q - j * p),
-    "l": (lambda x: (1.0, 1.0 - x), lambda x, j, p, q: (((j + j) + (1.0 - x)) * q - j * p) / (j + 1)),
+    "l": (lambda x: (1.0, 1.0 - x),
+          lambda x, j, p, q: (((j + j) + (1.0 - x)) * q - j * p) / (j + 1)),
     "p": (lambda x: (1.0, x), lambda x, j, p, q: ((j + j + 1) * x * q - j * p) / (j + 1)),
 }
 
