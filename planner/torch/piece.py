@@ -64,10 +64,13 @@ _RUNS: weakref.WeakSet = weakref.WeakSet()
 
 @atexit.register
 def _release() -> None:
+    import gc
+
     for run in list(_RUNS):
         run.release()
     _EXECUTORS.clear()
     _PACKAGES.clear()
+    gc.collect()  # an arena's views in reference cycles (torch tensors a held graph re-pointed)
 
 
 class Piece:
@@ -129,6 +132,13 @@ def _plan(gm: Any, args: Sequence[Any], needs: tuple[bool, ...] | None, name: st
         if isinstance(a, torch.Tensor) and a.device != torch.device("cpu"):
             raise TorchImportError(f"a {a.device.type} tensor: the planner's torch.compile "
                                    "backend runs CPU tensors")
+    from planner.torch.held import held_run, held_tensors
+
+    if held_tensors(gm):  # a compiled optimizer step: the state it updates held by the graph
+        if needs is not None:
+            raise TorchImportError("a graph holding the tensors it reads (Dynamo's get_attr), "
+                                   "called with gradients: differentiating it is not planned")
+        return held_run(gm, args, name, options)
     piece = import_piece(gm, args, name)
     graph = _with_draw_count(piece.graph)
     feeds = _Feeds(piece.inputs, RNG_STEP in graph.tensor_map)
@@ -328,9 +338,10 @@ def _reached(graph: Any, wrt: set[str]) -> set[str]:
 
 
 def _executor(graph: Any, consts: dict[str, np.ndarray], options: BackendOptions,
-              examples: dict[str, np.ndarray] | None) -> Any:
+              examples: dict[str, np.ndarray] | None, shared: bool = True) -> Any:
     """Plan `graph` for the options' target (the front end's passes, the pipeline's stages,
-    priced as the options say), build it (cached by content) and load it with its constants."""
+    priced as the options say), build it (cached by content unless not `shared`: an executor
+    whose state is torch's tensors, planner/torch/held.py) and load it with its constants."""
     from codegen.build import build
     from codegen.load import load
     from codegen.render import render
@@ -344,7 +355,7 @@ def _executor(graph: Any, consts: dict[str, np.ndarray], options: BackendOptions
     from planner.torch.training import _check_runs_here, _cost_table
 
     key = _content_key(graph, consts, options)
-    if key in _EXECUTORS:
+    if shared and key in _EXECUTORS:
         return _EXECUTORS[key]
     target = load_target(options.target)
     _check_runs_here(target)
@@ -363,10 +374,11 @@ def _executor(graph: Any, consts: dict[str, np.ndarray], options: BackendOptions
     if name not in _PACKAGES:
         _PACKAGES[name] = load(build(render(planned, folder / name)).dir)
     ex = _PACKAGES[name].Executor(adaptive=options.adaptive)
-    held = planned.graph.by_role("param", "state")
+    held = [t for t in planned.graph.by_role("param", "state") if t.updates is None]
     start = init_params(planned.graph)
     ex.load_params({t.name: consts.get(t.name, start.get(t.name)) for t in held})
-    _EXECUTORS[key] = ex
+    if shared:
+        _EXECUTORS[key] = ex
     return ex
 
 
