@@ -52,7 +52,7 @@ def import_piece(gm: Any, args: Sequence[Any], name: str) -> PieceImport:
     outputs = program.graph_signature.output_specs
     n_user = sum(1 for s in outputs if s.kind.name == "USER_OUTPUT")
     from planner.importers.torch.convert import decompose
-    from planner.importers.torch import fastpath, fma
+    from planner.importers.torch import fastpath, fma, foreach
     from planner.importers.torch.grad_mode import detach_grad_off
     from planner.importers.torch.record import from_exported
 
@@ -60,7 +60,8 @@ def import_piece(gm: Any, args: Sequence[Any], name: str) -> PieceImport:
 
     try:
         record = from_exported(decompose(program, {**fastpath.decompositions(),
-                                                       **fma.decompositions()}))
+                                                       **fma.decompositions(),
+                                                       **foreach.decompositions()}))
     except TorchImportError:
         raise
     except Exception as e:  # a program torch itself cannot decompose

@@ -8,7 +8,8 @@ in-place updates (`p.add_(buf, alpha=-lr)`, `addcdiv_(a, b, value=-step_size)`),
 torch.export would trace as a data-dependent scalar the planner cannot read. This pass makes it
 a 0-d float32 tensor instead (eager computes with a Python float met by float32 tensors in
 float32, so the values are eager's up to the order of roundings), and spells each update
-taking it as a scalar argument in tensor ops: `a.add_(b, alpha=s)` as `a.add_(b * s)`,
+taking it as a scalar argument in tensor ops: `a.add_(b, alpha=s)` as `a.add_(b * s)` (and
+`_foreach_add_(a, b, alpha=s)` as `_foreach_add_(a, _foreach_mul(b, s))`),
 `a.addcdiv_(b, c, value=s)` as `a.add_(b / c * s)` (two more roundings: float32 noise). The
 value then is an input the plan reads at every call: a new lr needs no new plan.
 """
@@ -24,7 +25,10 @@ from typing import Any
 _SCALED = {"add": ("alpha", None), "add_": ("alpha", None), "sub": ("alpha", None),
            "sub_": ("alpha", None), "addcdiv": ("value", operator.truediv),
            "addcdiv_": ("value", operator.truediv), "addcmul": ("value", operator.mul),
-           "addcmul_": ("value", operator.mul)}
+           "addcmul_": ("value", operator.mul),
+           # foreach=True's: `torch._foreach_add_(params, bufs, alpha=-lr)` (SGD)
+           "_foreach_add": ("alpha", None), "_foreach_add_": ("alpha", None),
+           "_foreach_sub": ("alpha", None), "_foreach_sub_": ("alpha", None)}
 
 
 def tensor_scalars(gm: Any) -> Any:
@@ -75,7 +79,8 @@ def _rewritten(graph: Any, n: Any, made: set[Any]) -> Any:
     kwargs = {k: v for k, v in n.kwargs.items() if k != key}
     with graph.inserting_before(n):
         part = rest[0] if term is None else graph.call_function(term, (rest[0], rest[1]))
-        part = graph.call_function(operator.mul, (part, scale))
+        part = graph.call_function(torch._foreach_mul if name.startswith("_foreach")
+                                   else operator.mul, (part, scale))
         plain = name if term is None else "add_" if name.endswith("_") else "add"
         if n.op == "call_method":
             new = graph.call_method(plain, (first, part), kwargs)
@@ -84,7 +89,6 @@ def _rewritten(graph: Any, n: Any, made: set[Any]) -> Any:
     n.replace_all_uses_with(new)
     graph.erase_node(n)
     return new
-
 
 
 def item_only(gm: Any) -> set[int]:
