@@ -126,7 +126,10 @@ def held_run(gm: Any, args: Sequence[Any], name: str, options: Any) -> Held:
     args = _floats(args, floats)
     piece = import_piece(as_buffers(gm), args, name)
     graph = _with_draw_count(piece.graph)
-    state = {t.name for t in graph.by_role("param", "state") if t.updates is None}
+    # The graph's state: the held tensors (`gm.<attr>`) and the importer's constants (a lerp's
+    # weight as a tensor), which stay the executor's.
+    state = {t.name for t in graph.by_role("param", "state")
+             if t.updates is None and t.name.startswith(PREFIX)}
     unknown = sorted(n for n in state if n.removeprefix(PREFIX) not in held)
     if unknown:
         raise TorchImportError(f"state tensor {unknown[0]!r}: not a tensor the graph holds")
