@@ -62,14 +62,14 @@ class Held:
                  floats: set[int]) -> None:
         import torch
 
-        from planner.torch.piece import _RUNS
+        from planner.torch.piece import _RUNS, as_torch
 
         _RUNS.add(self)
         self.piece, self.feeds, self.ex = piece, feeds, ex
         self.tensors = tensors  # planner state name -> torch's tensor
         self.floats = floats  # the arguments fed as float32 (scalars.item_only)
         views = ex.params(copy=False)
-        self.views = {n: torch.from_numpy(np.asarray(views[n])) for n in tensors}
+        self.views = {n: as_torch(views[n]) for n in tensors}
         for n, v in self.views.items():
             t = tensors[n]
             if (tuple(v.shape), v.dtype) != (tuple(t.shape), t.dtype) or not v.is_contiguous():
@@ -89,13 +89,15 @@ class Held:
     def __call__(self, args: Sequence[Any]) -> tuple:
         import torch
 
+        from planner.torch.piece import as_torch
+
         self._own()
         args = _floats(args, self.floats)
         out = self.ex.forward(self.feeds.of(args))
         with torch.no_grad():
             for k, t in self.piece.mutations:
-                args[k].copy_(torch.from_numpy(np.asarray(out[t])))
-        return tuple(torch.from_numpy(np.asarray(out[o])) for o in self.piece.outputs)
+                args[k].copy_(as_torch(out[t]))
+        return tuple(as_torch(out[o]) for o in self.piece.outputs)
 
     def _own(self) -> None:
         """Point every held tensor at this executor's arena, its value first loaded there,

@@ -88,7 +88,10 @@ class Piece:
         training = torch.is_grad_enabled()
         needs = tuple(isinstance(a, torch.Tensor) and training and a.requires_grad
                       and a.is_floating_point() for a in args)
-        key = (tuple(_signature(a) for a in args), needs if any(needs) else ())
+        # Dynamo guards on autocast's state (one graph per state); a piece keys on it too, since
+        # the graph the planner imports carries that state's casts.
+        autocast = (torch.is_autocast_enabled("cpu"), str(torch.get_autocast_dtype("cpu")))
+        key = (tuple(_signature(a) for a in args), needs if any(needs) else (), autocast)
         if key not in self.runs:
             self.runs[key] = self._planned(args, needs if any(needs) else None)
         run = self.runs[key]
@@ -222,7 +225,7 @@ class _Inference:
 
         out = self.ex.forward(self.feeds.of(args))
         _write_back(args, self.piece.mutations, out)
-        return tuple(torch.from_numpy(np.asarray(out[o])) for o in self.piece.outputs)
+        return tuple(as_torch(out[o]) for o in self.piece.outputs)
 
 
 class _Training:
@@ -273,10 +276,11 @@ def _function() -> Any:
             given = run.feeds.of(args)
             out = run.forward.forward(given)
             piece = run.piece
-            outs = [torch.from_numpy(np.asarray(out[o])) for o in piece.outputs]
-            mutations = [torch.from_numpy(np.asarray(out[t])) for _, t in piece.mutations]
+            outs = [as_torch(out[o]) for o in piece.outputs]
+            mutations = [as_torch(out[t]) for _, t in piece.mutations]
             ctx.run = run
-            ctx.activations = {t: out[t] for t in run.split.saved}
+            # As torch tensors: a bfloat16 activation (autocast) crosses back only so.
+            ctx.activations = {t: as_torch(out[t]) for t in run.split.saved}
             if RNG_STEP in given:  # the backward's Dropout gradients redraw this call's masks
                 ctx.activations[RNG_STEP] = given[RNG_STEP]
             ctx.save_for_backward(*(args[k] for k in run.read))
@@ -300,7 +304,9 @@ def _function() -> Any:
                 if s not in seeds and s in split.backward.tensor_map:
                     shape = split.backward.tensor(s).shape
                     seeds[s] = torch.zeros(shape, dtype=torch.float32)
-            feeds.update({s: _in_place(g.to(torch.float32)) for s, g in seeds.items()})
+            # Each incoming gradient in its output's dtype (bfloat16 under autocast).
+            feeds.update({s: _in_place(g.to(_torch_dtype(split.backward.tensor(s).dtype)))
+                          for s, g in seeds.items() if s in split.backward.tensor_map})
             wanted = {t.name for t in split.backward.tensors if t.role in FEEDS}
             out = run.backward.forward({n: v for n, v in feeds.items() if n in wanted}) \
                 if run.backward is not None else {}
@@ -309,10 +315,27 @@ def _function() -> Any:
                 g = split.grads.get(piece.inputs[k]) if a else None
                 value = out.get(g) if g in out else feeds.get(g) if g else None
                 grads.append(value if value is None or isinstance(value, torch.Tensor)
-                             else torch.from_numpy(np.asarray(value)))
+                             else as_torch(value))
             return tuple(grads)
 
     return Step
+
+
+def _torch_dtype(dtype: str) -> Any:
+    import torch
+
+    return getattr(torch, dtype)
+
+
+def as_torch(value: Any) -> Any:
+    """An executor's array as a torch tensor sharing its memory; a bfloat16 one (ml_dtypes',
+    which torch.from_numpy does not take: autocast's results) by its bits."""
+    import torch
+
+    a = np.asarray(value)
+    if a.dtype.name == "bfloat16":
+        return torch.from_numpy(a.view(np.uint16)).view(torch.bfloat16)
+    return torch.from_numpy(a)
 
 
 def _write_back(args: Sequence[Any], mutations: Sequence[tuple[int, str]], out: Any) -> None:
@@ -320,7 +343,7 @@ def _write_back(args: Sequence[Any], mutations: Sequence[tuple[int, str]], out: 
 
     with torch.no_grad():
         for k, t in mutations:
-            args[k].copy_(torch.from_numpy(np.asarray(out[t])))
+            args[k].copy_(as_torch(out[t]))
 
 
 def _reached(graph: Any, wrt: set[str]) -> set[str]:

@@ -35,7 +35,7 @@ STEPS = 3  # a constant lr, then the lr an input twice (the second reuses the pl
 
 def assert_close(got, want, what: str) -> None:
     scale = max(float(want.detach().abs().max()), 1e-3)
-    err = float((got.double() - want.double()).abs().max())
+    err = float((got.detach().double() - want.detach().double()).abs().max())
     assert err <= RTOL * scale, f"{what}: |diff| {err:.3g} > {RTOL} x {scale:.3g}"
 
 
