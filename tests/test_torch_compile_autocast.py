@@ -66,6 +66,24 @@ def test_autocast_bfloat16_is_planned_as_eager_computes_it():
     assert compare(model, x, y) == []
 
 
+class Inside(nn.Module):
+    """autocast entered inside the compiled forward (Dynamo's graph enters and exits it)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b = nn.Linear(12, 16), nn.Linear(16, 4)
+
+    def forward(self, x):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return self.b(torch.relu(self.a(x)))
+
+
+def test_autocast_entered_inside_the_forward_is_planned_too():
+    torch.manual_seed(1)
+    x, y = torch.randn(8, 12), torch.randn(8, 4)
+    assert compare(Inside(), x, y) == []
+
+
 def test_an_op_without_a_bfloat16_kernel_runs_eagerly_named_in_one_line():
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(12, 16), nn.LogSoftmax(-1))

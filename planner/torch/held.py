@@ -124,6 +124,14 @@ def held_run(gm: Any, args: Sequence[Any], name: str, options: Any) -> Held:
     from planner.torch.scalars import item_only
 
     held = held_tensors(gm)
+    for attr, t in held.items():
+        # Re-pointing a tensor that shares a larger storage (a view, a flat buffer's slice)
+        # would part it from the rest of that storage.
+        if t.untyped_storage().nbytes() != t.numel() * t.element_size() or t.dim() and \
+                not t.is_contiguous():
+            raise TorchImportError(f"held tensor {attr!r}: shares its storage with other "
+                                   "tensors (a view or a slice of a flat buffer); the planner "
+                                   "updates a tensor that owns its storage")
     floats = item_only(gm)
     args = _floats(args, floats)
     piece = import_piece(as_buffers(gm), args, name)
