@@ -51,8 +51,8 @@ def import_piece(gm: Any, args: Sequence[Any], name: str) -> PieceImport:
     program = _exported(gm, args, tensor_at)
     outputs = program.graph_signature.output_specs
     n_user = sum(1 for s in outputs if s.kind.name == "USER_OUTPUT")
-    from planner.importers.torch.convert import decompose
     from planner.importers.torch import fastpath, fma, foreach
+    from planner.importers.torch.convert import decompose
     from planner.importers.torch.grad_mode import detach_grad_off
     from planner.importers.torch.record import from_exported
 

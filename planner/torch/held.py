@@ -26,8 +26,6 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-import numpy as np
-
 from planner.importers.torch.context import TorchImportError
 
 # The name the export wrapper gives Dynamo's graph module (dynamo_import._exported): a held
@@ -60,8 +58,6 @@ class Held:
 
     def __init__(self, piece: Any, feeds: Any, ex: Any, tensors: dict[str, Any],
                  floats: set[int]) -> None:
-        import torch
-
         from planner.torch.piece import _RUNS, as_torch
 
         _RUNS.add(self)
@@ -119,8 +115,7 @@ def held_run(gm: Any, args: Sequence[Any], name: str, options: Any) -> Held:
     own (the state lives in it) and make the run; TorchImportError in one line where a held
     tensor is not a state tensor the plan keeps as torch does."""
     from planner.torch.dynamo_import import import_piece
-    from planner.torch.piece import _executor, _Feeds, _with_draw_count, RNG_STEP
-
+    from planner.torch.piece import RNG_STEP, _executor, _Feeds, _with_draw_count
     from planner.torch.scalars import item_only
 
     held = held_tensors(gm)

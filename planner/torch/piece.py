@@ -137,10 +137,9 @@ def _plan(gm: Any, args: Sequence[Any], needs: tuple[bool, ...] | None, name: st
                                    "backend runs CPU tensors")
     from planner.torch.held import held_run, held_tensors
 
-    if held_tensors(gm):  # a compiled optimizer step: the state it updates held by the graph
-        if needs is not None:
-            raise TorchImportError("a graph holding the tensors it reads (Dynamo's get_attr), "
-                                   "called with gradients: differentiating it is not planned")
+    # A compiled optimizer step: the tensors it updates held by the graph (a differentiated
+    # graph holding tensors, a model's global constant, say, keeps them as constants below).
+    if held_tensors(gm) and needs is None:
         return held_run(gm, args, name, options)
     piece = import_piece(gm, args, name)
     graph = _with_draw_count(piece.graph)
@@ -221,8 +220,6 @@ class _Inference:
         self.ex = None
 
     def __call__(self, args: Sequence[Any]) -> tuple:
-        import torch
-
         out = self.ex.forward(self.feeds.of(args))
         _write_back(args, self.piece.mutations, out)
         return tuple(as_torch(out[o]) for o in self.piece.outputs)
