@@ -58,7 +58,7 @@ class Held:
 
     def __init__(self, piece: Any, feeds: Any, ex: Any, tensors: dict[str, Any],
                  floats: set[int]) -> None:
-        from planner.torch.piece import _RUNS, as_torch
+        from planner.torch.executors import _RUNS, as_torch
 
         _RUNS.add(self)
         self.piece, self.feeds, self.ex = piece, feeds, ex
@@ -85,7 +85,7 @@ class Held:
     def __call__(self, args: Sequence[Any]) -> tuple:
         import torch
 
-        from planner.torch.piece import as_torch
+        from planner.torch.executors import as_torch
 
         self._own()
         args = _floats(args, self.floats)
@@ -115,7 +115,7 @@ def held_run(gm: Any, args: Sequence[Any], name: str, options: Any) -> Held:
     own (the state lives in it) and make the run; TorchImportError in one line where a held
     tensor is not a state tensor the plan keeps as torch does."""
     from planner.torch.dynamo_import import import_piece
-    from planner.torch.piece import RNG_STEP, _executor, _Feeds, _with_draw_count
+    from planner.torch.executors import RNG_STEP, _executor, _Feeds, _with_draw_count
     from planner.torch.scalars import item_only
 
     held = held_tensors(gm)
