@@ -138,6 +138,13 @@ def held_run(gm: Any, args: Sequence[Any], name: str, options: Any) -> Held:
     unknown = sorted(n for n in state if n.removeprefix(PREFIX) not in held)
     if unknown:
         raise TorchImportError(f"state tensor {unknown[0]!r}: not a tensor the graph holds")
+    # A held tensor the graph reads but the plan does not keep was folded into a constant at
+    # import: its later values would go unseen.
+    read = sorted(n.target for n in gm.graph.nodes if n.op == "get_attr" and n.users
+                  and n.target in held and PREFIX + n.target not in state)
+    if read:
+        raise TorchImportError(f"held tensor {read[0]!r}: read by the graph but folded into a "
+                               "constant of the plan, which would not see its later values")
     feeds = _Feeds(piece.inputs, RNG_STEP in graph.tensor_map)
     ex = _executor(graph, piece.consts, options, feeds.examples(args), shared=False)
     # The constants were the held tensors' values, sharing their memory (perhaps another
