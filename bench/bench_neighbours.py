@@ -139,22 +139,34 @@ def module_engine(label: str, folder: Path, engine: str, costs: str):
     import torch
     from cpu_modules import eager_step, example
 
+    if engine not in ("ours", "ours main"):
+        module, inputs, y, loss = example(label)
+        torch.set_num_threads(os.cpu_count() or 1)
+        return eager_step(module, inputs, y, loss, SGD.lr, compiled=engine == "compile"), None
+    t, inputs, y = module_trainer(label, folder, costs)
+    if engine == "ours":
+        t.executor.set_variant(None)  # adaptive: switches by load
+    return (lambda: t.step(*inputs, y)), t.executor
+
+
+def module_trainer(label: str, folder: Path, costs: str):
+    """planner.torch's trainer of an nn.Module (bench/cpu_modules.py), SGD, priced by `costs`
+    (in-step: one profile in `folder`, taken by the first trainer there and read by the
+    others; analytical; or measured, the trainer's default), with the batch it steps on:
+    (trainer, inputs, labels)."""
+    import torch
+    from cpu_modules import example
+
     from planner.torch import trainer
 
     module, inputs, y, loss = example(label)
     torch.set_num_threads(os.cpu_count() or 1)
-    if engine not in ("ours", "ours main"):
-        return eager_step(module, inputs, y, loss, SGD.lr, compiled=engine == "compile"), None
-    # Both executors priced by one profile: the first to build takes it (trainer keeps it as
-    # costs.json), the second reads it.
-    priced = costs  # analytical, or measured (the trainer's default)
+    priced = costs
     if costs == "in-step":
         priced = folder / "costs.json" if (folder / "costs.json").exists() else "in-step"
     t = trainer(module, inputs, loss=loss, labels=y, optimizer="sgd", lr=SGD.lr,
                 out_dir=folder, costs=priced)
-    if engine == "ours":
-        t.executor.set_variant(None)  # adaptive: switches by load
-    return (lambda: t.step(*inputs, y)), t.executor
+    return t, inputs, y
 
 
 def zoo_engine(label: str, folder: Path, engine: str, costs: str):

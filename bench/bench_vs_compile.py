@@ -49,7 +49,7 @@ def engine_step(label: str, engine: str, folder: Path, costs: str = "in-step"):
     step's seconds (building or compiling included: for ours the trainer's planning, building
     and first step; for compile Inductor's compile and first step; for backend
     torch.compile(backend="planner")'s, priced by the planner's default measured costs).
-    Ours is bench_neighbours.module_engine's executor pinned to its plan's main schedule,
+    Ours is bench_neighbours.module_trainer's executor on its plan's main schedule,
     priced by `costs`; eager, compile and backend are the user's own loop (SGD, zero_grad,
     backward, step: cpu_modules.eager_step), the last two with `torch.compile(loss_fn)` and
     `torch.compile(loss_fn, backend="planner")`; backend+step compiles `opt.step` by the
@@ -57,11 +57,14 @@ def engine_step(label: str, engine: str, folder: Path, costs: str = "in-step"):
     import time
 
     start = time.perf_counter()
+    work = ""
     if engine == "ours":
-        from bench_neighbours import module_engine
+        from bench_neighbours import module_trainer
 
-        step, _ = module_engine(label, folder, "ours main", costs)
+        t, inputs, y = module_trainer(label, folder, costs)  # its plan's main schedule
+        step = lambda: t.step(*inputs, y)  # noqa: E731
         step()
+        work = step_work(t.plan)
     else:  # the module's own loop, after one step (torch.compile's compile in it)
         import torch
         from bench_neighbours import SGD
@@ -77,16 +80,28 @@ def engine_step(label: str, engine: str, folder: Path, costs: str = "in-step"):
     first = time.perf_counter() - start
     for _ in range(3):
         step()
-    return step, lambda: f"{first:.3f}"
+    return step, lambda: f"{first:.3f} {work}"
+
+
+def step_work(plan) -> str:
+    """'FLOPs compute-seconds' of a step's plan on this host (planner.report.roofline): the
+    step's FLOPs, and the seconds they take at the host's peak of each op's math type. Every
+    engine of a module computes the same step, so one plan prices the work of all four."""
+    from planner.report.roofline import roofline
+    from planner.target.presets import load_target
+
+    r = roofline(plan, load_target("host"))
+    return f"{r.flops:.6g} {r.compute_seconds:.6g}"
 
 
 def measure(label: str, engine: str, steps: int, folder: Path,
-            costs: str = "in-step") -> tuple[float, float]:
-    """(median step, first step) in seconds, of `steps` steps in a fresh process."""
+            costs: str = "in-step") -> tuple[float, float, list[float]]:
+    """(median step, first step) in seconds, of `steps` steps in a fresh process, and for ours
+    the step's [FLOPs, compute seconds at peak] (step_work)."""
     run = StepProcess(engine_step, label, engine, folder, costs, what=f"{label} {engine}")
     try:
-        first = float(run.report())
-        return statistics.median(run.step() for _ in range(steps)), first
+        first, *work = (float(v) for v in run.report().split())
+        return statistics.median(run.step() for _ in range(steps)), first, work
     finally:
         run.close()
 
@@ -111,13 +126,16 @@ def main() -> None:
     load_before = os.getloadavg()[0]
     runs: dict[tuple[str, str], list[float]] = {}
     firsts: dict[tuple[str, str], list[float]] = {}
+    works: dict[str, list[float]] = {}
     with tempfile.TemporaryDirectory(prefix="bench-vs-compile-") as work:
         for r in range(args.rounds):
             for label in models:
                 # alternating: each round's engines in the other order
                 for engine in ENGINES if r % 2 == 0 else ENGINES[::-1]:
-                    step, first = measure(label, engine, args.steps, Path(work) / label,
-                                          args.costs)
+                    step, first, flops = measure(label, engine, args.steps,
+                                                 Path(work) / label, args.costs)
+                    if flops:
+                        works[label] = flops
                     runs.setdefault((label, engine), []).append(step)
                     firsts.setdefault((label, engine), []).append(first)
                 print(f"round {r + 1}/{args.rounds}: {label} done, load average "
@@ -135,6 +153,14 @@ def main() -> None:
         print(f"{label:22s} {ours:8.1f} {eager:9.1f} {compiled:11.1f} {backend:11.1f} "
               f"{with_step:9.1f} {eager / ours:11.2f} {compiled / ours:13.2f} "
               f"{compiled / backend:16.2f}")
+    print("achieved GFLOP/s (the step's FLOPs / its median step) and share of the host's peak "
+          "(the FLOPs' seconds at the peak of each op's math type / the step):")
+    print(f"{'module':22s} {'GFLOP':>7s} " + " ".join(f"{e:>14s}" for e in ENGINES))
+    for label in models:
+        flops, at_peak = works[label]
+        print(f"{label:22s} {flops / 1e9:7.4g} " + " ".join(
+            f"{flops / ms[label, e] / 1e6:7.1f} {at_peak * 1e3 / ms[label, e]:6.1%}"
+            for e in ENGINES))
     print("first step, s (building or compiling included; median of rounds; the first round "
           "also measures kernels and builds the runtime where nothing is cached):")
     print(f"{'module':22s} " + " ".join(f"{e:>9s}" for e in ENGINES))

@@ -30,7 +30,7 @@ import statistics
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 import numpy as np
 
@@ -505,20 +505,24 @@ def measure_signatures(signatures: Sequence[OpSignature], target: Target,
 
 
 def host_measured(graph: Graph, target: Target, progress: TextIO | None = None,
-                  feeds: Mapping[str, np.ndarray] | None = None) -> CostTable:
+                  feeds: Mapping[str, np.ndarray] | None = None, options: Any = None,
+                  evaluation: bool = True) -> CostTable:
     """The table a plan of `graph` on this host is priced by when nobody names one (`--costs
-    measured`, planner.torch's default): the kept measurements of its step's and its
-    evaluation's signatures, those the host's store lacks measured first
-    (planner.costs.host_costs.host_table, with measure_signatures), and the host's contention
-    figures, fitted from this step's co-running lanes if none were yet (step_contention;
-    `feeds` as profile_in_step's)."""
+    measured`, planner.torch's default): the kept measurements of the signatures of the
+    graphs `plan(graph, target, ..., options, evaluation=)` prices (planner.pipeline.
+    priced_graphs: a data-parallel plan's rewritten step, with its sharded updates), those
+    the host's store lacks measured first (planner.costs.host_costs.host_table, with
+    measure_signatures), and the host's contention figures, fitted from this step's
+    co-running lanes if none were yet (step_contention; `feeds` as profile_in_step's). The
+    CLI's `--costs measured` prices the same graphs (planner/cli/plan.py, priced_table)."""
     from planner.costs.host_costs import host_table
     from planner.pipeline import priced_graphs
 
     def corun(step: Graph, target: Target, table: CostTable, progress: TextIO | None):
         return step_contention(step, target, table, progress, feeds=feeds)
 
-    return host_table(priced_graphs(graph, target), target, measure_signatures,
+    return host_table(priced_graphs(graph, target, options, evaluation), target,
+                      measure_signatures,
                       progress=progress, corun=corun).table
 
 

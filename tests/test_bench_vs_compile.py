@@ -29,8 +29,15 @@ def test_tiny_run():
     assert eager_ratio == pytest.approx(eager / ours, rel=0.025, abs=0.01)
     assert compile_ratio == pytest.approx(compiled / ours, rel=0.025, abs=0.01)
     assert backend_ratio == pytest.approx(compiled / backend, rel=0.025, abs=0.01)
-    firsts = [line.split() for line in run.stdout.splitlines()
-              if line.startswith("transformer_encoder")][1]
+    rows = [line.split() for line in run.stdout.splitlines()
+            if line.startswith("transformer_encoder")]
+    # each engine's achieved GFLOP/s: the plan's step FLOPs over that engine's step
+    gflop, *figures = rows[1][1:]
+    achieved = [float(v) for v in figures[0::2]]
+    assert float(gflop) > 0 and all(v.endswith("%") for v in figures[1::2])
+    for rate, ms in zip(achieved, (ours, eager, compiled, backend), strict=True):
+        assert rate == pytest.approx(float(gflop) / ms * 1e3, rel=0.05, abs=0.1)
+    firsts = rows[2]
     assert len(firsts) == 5 and min(map(float, firsts[1:])) > 0  # each engine's first step
 
 

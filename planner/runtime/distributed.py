@@ -54,6 +54,7 @@ from typing import Any
 
 from planner.errors import UserError
 from planner.ops.collective import COLLECTIVE_OPS
+from planner.target.granted import narrowing
 from planner.target.shares import RankCpus, placement, rank_cpus
 
 
@@ -108,7 +109,9 @@ def settle(ex: Any, plan: dict[str, Any], rank: int) -> RankCpus | None:
     if not hasattr(os, "sched_setaffinity") or not mine <= os.sched_getaffinity(0):
         return None
     # Every thread there is now (the process group's among them; threads made later inherit
-    # their maker's), then the executor's teams and comm lane within it.
+    # their maker's), then the executor's teams and comm lane within it. The mask granted
+    # before is remembered: this host, detected later in this process, is the whole host.
+    narrowing()
     for tid in os.listdir("/proc/self/task"):
         with contextlib.suppress(OSError):  # a thread that ended meanwhile
             os.sched_setaffinity(int(tid), mine)

@@ -34,6 +34,7 @@ from pathlib import Path
 
 from planner import __version__
 from planner.target.cgroup import cpu_quota
+from planner.target.granted import granted as granted_cpus
 from planner.target.host_cache import HostMeasurement, kept_measurement, machine_key
 from planner.target.load import BUSY, CpuClock, load_now
 from planner.target.measure import (
@@ -461,7 +462,8 @@ def detect(measure: bool = True, sys_root: Path = Path("/sys"), proc_root: Path 
     quota is said in the notes and keys the kept measurement, and is not applied to the
     topology (a quota is time, not a set of cores; docs/front-end.md).
     """
-    allowed = set(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+    # The mask the launcher granted, not one a data-parallel rank of this process narrowed.
+    allowed = granted_cpus()
     topo = read_topology(sys_root, _read(proc_root / "cpuinfo"), allowed)
     quota, quota_note = cpu_quota(proc_root, cgroup_root)
     notes = list(topo.notes)

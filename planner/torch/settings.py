@@ -5,7 +5,7 @@ parameters and plan on every rank, as DDP starts."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 # The plan settings that are the optimizer's: the trainer reads them from `optimizer` (a name
@@ -88,6 +88,46 @@ def rank0_plan(make: Callable[[], Any]) -> Any:
     box = [make().to_json() if dist.get_rank() == 0 else None]
     dist.broadcast_object_list(box, 0)
     return Plan.from_data(json.loads(box[0]))
+
+
+# What a rank is about to do with a batch, as same_shapes says it.
+ACTIONS = ("step", "evaluate", "plan")
+
+
+def same_shapes(shapes: Sequence[Sequence[int]], what: str) -> None:
+    """UserError in one line, on every rank of the default group, unless every rank is about
+    to `what` (step, evaluate, plan: a trainer's example or declared shapes) batches of the
+    same shapes: each rank runs the plan of its batch's shapes, made on rank 0, whose
+    collectives meet only the same plan's on the other ranks. `shapes`: this rank's feeds'
+    shapes. One all-reduce of three integers (the action and a digest of the shapes, the same
+    length whatever the shapes) where the ranks agree."""
+    import hashlib
+
+    import torch
+    import torch.distributed as dist
+
+    from planner.errors import UserError
+    from planner.torch.shapes import spell
+
+    key = tuple(tuple(int(d) for d in s) for s in shapes)
+    digest = hashlib.sha256(repr(key).encode()).digest()
+    mine = [ACTIONS.index(what), *(int.from_bytes(digest[k:k + 7], "little") for k in (0, 7))]
+    # The largest of each entry and of its negation: every rank's equal where the largest is
+    # minus the largest negation, the smallest.
+    both = torch.tensor(mine + [-v for v in mine], dtype=torch.int64)
+    dist.all_reduce(both, op=dist.ReduceOp.MAX)
+    top = both.tolist()
+    if top[:len(mine)] == [-v for v in top[len(mine):]]:
+        return
+    # They differ: every rank's, to say which (every rank takes this path).
+    every: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(every, (what, key))
+    ranks = "; ".join(f"rank {r}: {action} {spell(k)}" for r, (action, k) in enumerate(every))
+    raise UserError(f"data_parallel: the ranks' batches differ ({ranks}); every rank runs one "
+                    f"plan whose collectives meet the other ranks' only for batches of one "
+                    f"shape: feed every rank the same batch size at each step (a "
+                    f"DistributedSampler pads the ranks' shares to equal sizes, so a DataLoader "
+                    f"with drop_last=False ends every rank on the same smaller batch)")
 
 
 def optimizer_of(module: Any, optimizer: Any, lr: float | None,

@@ -21,7 +21,10 @@ What is handed over: every persistent tensor (param, state, optimizer-state) the
 hold under one name and shape. A tensor the step writes (some tensor `updates` it) that
 the other plan lacks, or holds with another shape, would lose the run's state: refused in one
 line. One the step never writes and whose shape follows the batch (a constant built for a
-sequence length) stays the shape's own, from its own export.
+sequence length) stays the shape's own, from its own export. A data-parallel plan that shards
+(ZeRO-1's optimizer state, ZeRO-3's parameters too) holds buckets of several tensors' floats
+under one name (`shard/0/param`): handed over only where both plans lay every bucket out alike
+(the same members, shapes and order), else refused in one line.
 """
 
 from __future__ import annotations
@@ -73,6 +76,27 @@ def written(graph: Any) -> set[str]:
     return {t.updates for t in graph.tensors if t.updates is not None}
 
 
+def shard_layout(graph: Any) -> dict[tuple[str, str], tuple]:
+    """What each shard tensor of a sharded data-parallel graph holds, by (op, shard): an
+    AllGather's members (names and shapes, in bucket order), a ShardedUpdate's parameters;
+    {} for a graph that shards nothing (planner/ops/collective.py)."""
+    from planner.ops.collective import gathered_shapes
+
+    tensors = {t.name: t for t in graph.tensors}
+    out: dict[tuple[str, str], tuple] = {}
+    for n in graph.nodes:
+        if n.op == "AllGather":
+            names = [o.removeprefix("regathered/").removeprefix("gathered/") for o in n.outputs]
+            out[(n.op, n.inputs[0])] = tuple(zip(names, gathered_shapes(n.attrs), strict=True))
+        elif n.op == "ShardedUpdate":
+            members = tuple((i, tuple(tensors[i].shape)) for i in n.inputs
+                            if i in tensors and tensors[i].role == "param")
+            for i in n.inputs:
+                if i.startswith("shard/"):
+                    out[(n.op, i)] = members
+    return out
+
+
 def hand_over(source: Built, target: Built) -> None:
     """Copy the run state held by `source`'s executor into `target`'s (module docstring)."""
     if source is target:
@@ -94,6 +118,15 @@ def hand_over(source: Built, target: Built) -> None:
                             f"({list(value.shape)} {value.dtype.name}) is state the step "
                             f"updates, and the plan for these shapes {where}; feed batches "
                             f"of the first shapes ({spell(source.key)})")
+    if any(name.startswith("shard/") for name in out):
+        mine, other = shard_layout(source.graph), shard_layout(target.graph)
+        if mine != other:
+            where = next(k[1] for k in sorted(set(mine) | set(other))
+                         if mine.get(k) != other.get(k))
+            raise UserError(f"trainer: shapes {spell(target.key)}: the plan for these shapes "
+                            f"lays the shards out otherwise than the first plan ({where!r} holds "
+                            f"other tensors), so the run's sharded state cannot move between "
+                            f"them; give bucket_bytes= so every shape's buckets are alike")
     lost = sorted(n for n in state if n in theirs and n not in out and n not in held)
     if lost:
         raise UserError(f"trainer: shapes {spell(target.key)}: the plan updates {lost[0]!r}, "

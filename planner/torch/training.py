@@ -135,7 +135,7 @@ class Trainer:
     def __init__(self, imported: TorchImport, graph: Any, executor: Any, module_keys: Sequence[str],
                  start: Mapping[str, Any], aliases: Mapping[str, str] | None = None,
                  plan: Any = None, shapes: Shapes | None = None,
-                 optimizer: Any = None) -> None:
+                 optimizer: Any = None, ranks: int = 1) -> None:
         self.imported = imported
         self.graph = graph
         self.plan = plan  # the Plan it runs (its summary: predicted step, what priced it)
@@ -148,6 +148,7 @@ class Trainer:
         by_name = {t.name: t for t in feeds}
         self._feeds = [by_name[n] for n in imported.inputs if n in by_name]
         self.shapes = shapes
+        self.ranks = ranks  # data-parallel ranks under torchrun (1 without)
         # A torch.optim instance the trainer was given: its groups' lr and weight_decay (a
         # scheduler's) are read before each step; the values last written, per group.
         self.optimizer = optimizer
@@ -164,10 +165,16 @@ class Trainer:
                              f"then the labels), got {len(inputs)}")
         return [_numpy(v, t.dtype) for t, v in zip(self._feeds, inputs, strict=True)]
 
-    def _run(self, arrays: list[np.ndarray],
-             call: Callable[[Any, dict], Any]) -> tuple[Any, TorchImport, Any]:
+    def _run(self, arrays: list[np.ndarray], call: Callable[[Any, dict], Any],
+             what: str) -> tuple[Any, TorchImport, Any]:
         """`call(executor, feeds)` on the executor for these arrays' shapes (a new shape is
-        planned and built first); (its result, the shape's import and graph)."""
+        planned and built first); (its result, the shape's import and graph). Data parallel:
+        every rank's `what` (step, evaluate) must be of the same shapes, checked first on every
+        rank (planner/torch/settings.py, same_shapes)."""
+        if self.ranks > 1:
+            from planner.torch.settings import same_shapes
+
+            same_shapes(key_of(arrays), what)
         if self.shapes is None:  # a Trainer made by hand around one executor
             feeds = {t.name: a for t, a in zip(self._feeds, arrays, strict=True)}
             return call(self.executor, feeds), self.imported, self.graph
@@ -187,7 +194,7 @@ class Trainer:
         arrays = self._arrays(inputs, "step")
         if self.optimizer is not None:
             self._read_groups()
-        out, imported, graph = self._run(arrays, lambda ex, f: ex.step(f))
+        out, imported, graph = self._run(arrays, lambda ex, f: ex.step(f), "step")
         self.steps += 1
         if self.optimizer is not None:
             # This step was the optimizer's: a scheduler stepped next is in the right order
@@ -217,7 +224,7 @@ class Trainer:
         `step` takes); returns the loss and the module's outputs (numpy arrays, in the
         module's order)."""
         out, imported, graph = self._run(self._arrays(inputs, "evaluate"),
-                                         lambda ex, f: ex.evaluate(f))
+                                         lambda ex, f: ex.evaluate(f), "evaluate")
         loss = graph.outputs[0]
         return float(np.asarray(out[loss])), [out[o] for o in imported.outputs[1:] if o in out]
 
@@ -338,7 +345,10 @@ def trainer(module: Any, example_inputs: Sequence[Any], loss: Callable | None,
     data_parallel: under torchrun, True (or the world size)
     plans for the ranks of torch.distributed's default group (ranks_per_host from torchrun's
     LOCAL_WORLD_SIZE), rank 0's plan used by every rank and its parameters broadcast, as DDP;
-    the example inputs are this rank's shard. Every other setting of `planner plan`, by its
+    the example inputs are this rank's shard; every rank feeds batches of one shape at each
+    step (a DistributedSampler's last smaller batch is planned on every rank alike), checked
+    before each step with one all-reduce and refused in one line naming the ranks' shapes.
+    Every other setting of `planner plan`, by its
     flag's name (planner/cli/settings.py): precision, memory_budget, keep_tensor,
     recompute, offload, region_budget, decisions, strategy, intra, inter, grid, min_team_us,
     ranks_per_host, bucket_bytes, interconnect, shard_optimizer, shard_parameters,
@@ -364,7 +374,7 @@ def trainer(module: Any, example_inputs: Sequence[Any], loss: Callable | None,
     run = Shapes(first, lambda arrays: _build_shape(recipe, arrays), limit=shape_cache)
     torch_optimizer = None if isinstance(optimizer, str) else optimizer
     t = Trainer(imported, graph, first.executor, list(state), start, aliases, first.plan, run,
-                torch_optimizer)
+                torch_optimizer, ranks=recipe.ranks)
     for declared in shapes:
         run.add(t._arrays(_declared(declared, examples), "shapes"))
     return t
@@ -393,7 +403,13 @@ def _recipe(module: Any, loss: Callable | None, optimizer: Any, lr: float | None
         raise UserError(spelled(str(e), "python")) from None
     if ranks > 1:
         broadcast_state(module)
-    return Recipe(module=module, loss=loss, target=target, graph_options=graph_settings,
+    from planner.target.presets import load_target
+
+    # Read once: every shape of the run is planned for one target (each read of 'host'
+    # detects this host again).
+    chosen = load_target(target)
+    _check_runs_here(chosen)
+    return Recipe(module=module, loss=loss, target=chosen, graph_options=graph_settings,
                   plan_options=options, evaluation=not plan_settings.no_evaluation,
                   out_dir=Path(out_dir) if out_dir is not None else None,
                   costs=costs, adaptive=adaptive,
@@ -429,7 +445,7 @@ class Recipe:
 
     module: Any
     loss: Callable | None
-    target: str
+    target: Any  # the Target every shape is planned for, read when the trainer was made
     graph_options: Any  # GraphOptions: what `prepare` makes of the import (the optimizer)
     plan_options: Any  # PlanOptions the plan is made with
     evaluation: bool  # whether the plan holds its evaluation schedule
@@ -481,19 +497,22 @@ def _build_shape(recipe: Recipe, examples: Sequence[Any]) -> Built:
     from planner.graph import init_params
     from planner.io.write import cache_root, folder_lock
     from planner.pipeline import plan
-    from planner.target.presets import load_target
     from planner.torch.settings import rank0_plan
 
     examples = tuple(_torch(v) for v in examples)
+    if recipe.ranks > 1:  # rank 0's plan runs on every rank: of every rank's shapes
+        from planner.torch.settings import same_shapes
+
+        same_shapes([tuple(v.shape) for v in examples], "plan")
     imported = _imported(recipe, examples)
-    chosen = load_target(recipe.target)
-    _check_runs_here(chosen)
+    chosen = recipe.target
     prepared = prepare(imported.graph, recipe.graph_options)
     folder = recipe.out_dir if recipe.out_dir is not None else cache_root() / "trainers"
     by_name = {t.name: t for t in prepared.tensors}
     table = _cost_table(recipe.costs, prepared, chosen, recipe.out_dir, {  # in-step steps on them
         name: _numpy(v, by_name[name].dtype)
-        for name, v in zip(imported.inputs, examples, strict=False) if name in by_name})
+        for name, v in zip(imported.inputs, examples, strict=False) if name in by_name},
+        options=recipe.plan_options, evaluation=recipe.evaluation)
 
     def planned_here() -> Any:
         with warnings.catch_warnings():  # an op the table lacks is priced analytically
@@ -572,10 +591,12 @@ def _check_runs_here(target: Any) -> None:
 
 
 def _cost_table(costs: Any, graph: Any, target: Any, folder: Path | None,
-                examples: Mapping[str, np.ndarray]) -> Any:
+                examples: Mapping[str, np.ndarray], options: Any = None,
+                evaluation: bool = True) -> Any:
     """The cost table `trainer`'s plan is priced with (its `costs` argument; "in-step" steps
-    on the example batch `examples`); UserError for a table of another target or a value that
-    names none."""
+    on the example batch `examples`; "measured": the graphs a plan with `options` and
+    `evaluation` prices); UserError for a table of another target or a value that names
+    none."""
     from planner.costs import CostTable, load_table
     from planner.errors import UserError
 
@@ -590,7 +611,10 @@ def _cost_table(costs: Any, graph: Any, target: Any, folder: Path | None,
     elif isinstance(costs, str) and costs == "measured":
         from codegen.profiling import host_measured
 
-        table = host_measured(graph, target, progress=sys.stderr, feeds=examples)
+        # The graphs the plan prices with `options` (a data-parallel step's sharded updates),
+        # as `planner plan --costs measured` measures them: one table, one plan.
+        table = host_measured(graph, target, progress=sys.stderr, feeds=examples,
+                              options=options, evaluation=evaluation)
     elif isinstance(costs, str) and costs == "in-step":
         from codegen.profiling import profile_in_step
         from planner.io.write import atomic_write
