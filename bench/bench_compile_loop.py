@@ -5,6 +5,11 @@ from the same weights on the same data; prints how far apart they end and each e
 
     python bench/bench_compile_loop.py [--models resnet18,transformer_encoder] [--epochs 2]
                                        [--batches 4] [--costs measured|analytical]
+                                       [--step eager|planner]
+
+`--step planner` compiles the optimizer step too (PyTorch's compiled-optimizer pattern,
+`torch.compile(opt.step, backend="planner")`): the backend's loop then plans AdamW's update
+as well (planner/torch/held.py).
 
 Models: bench/cpu_modules.py's ResNet-18 (torchvision's layout, half its channels) and
 nn.TransformerEncoder, at their bench batch of 8; the training set is `--batches` batches and
@@ -35,13 +40,16 @@ sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
 
-def loop(model, train, val, epochs: int):
-    """tests/test_torch_compile.stock_loop, timed per epoch: (losses, val losses, seconds)."""
+def loop(model, train, val, epochs: int, step_options: dict | None = None):
+    """tests/test_torch_compile.stock_loop, timed per epoch: (losses, val losses, seconds);
+    with `step_options`, the optimizer step compiled by the backend with those options."""
     import torch
     import torch.nn.functional as F
 
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
     sched = torch.optim.lr_scheduler.StepLR(opt, step_size=2, gamma=0.5)
+    step = opt.step if step_options is None else \
+        torch.compile(opt.step, backend="planner", options=step_options)
     losses, val_losses, seconds = [], [], []
     for _ in range(epochs):
         start = time.perf_counter()
@@ -51,7 +59,7 @@ def loop(model, train, val, epochs: int):
             opt.zero_grad()
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            opt.step()
+            step()
             sched.step()
             losses.append(loss.item())
         model.eval()
@@ -68,6 +76,8 @@ def main() -> None:
     ap.add_argument("--epochs", type=int, default=2)
     ap.add_argument("--batches", type=int, default=4)
     ap.add_argument("--costs", choices=("measured", "analytical"), default="measured")
+    ap.add_argument("--step", choices=("eager", "planner"), default="eager",
+                    help="the backend loop's optimizer step: torch.optim's, or compiled too")
     args = ap.parse_args()
     import torch
     from cpu_modules import MODULES
@@ -102,7 +112,8 @@ def main() -> None:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", PlannerFallback)
             got = loop(torch.compile(model, backend="planner", options={"costs": costs}),
-                       train, val, args.epochs)
+                       train, val, args.epochs,
+                       {"costs": costs} if args.step == "planner" else None)
         fallbacks = sorted({str(w.message) for w in caught if w.category is PlannerFallback})
         loss_rel = max(abs(a - b) / abs(b) for a, b in zip(got[0], want[0], strict=True))
         val_rel = max(abs(a - b) / abs(b) for a, b in zip(got[1], want[1], strict=True))
@@ -115,7 +126,7 @@ def main() -> None:
               f"{loss_rel:.2e} (eager without oneDNN: {noise:.2e}), validation {val_rel:.2e}, "
               f"largest weight or buffer diff {weight:.2e}")
         print("  epoch seconds: eager " + " ".join(f"{s:.1f}" for s in want[2])
-              + "; backend " + " ".join(f"{s:.1f}" for s in got[2])
+              + f"; backend (step {args.step}) " + " ".join(f"{s:.1f}" for s in got[2])
               + f"; load average {os.getloadavg()[0]:.2f}")
         print("  train losses, eager:           " + " ".join(f"{v:.6f}" for v in want[0]))
         print("  train losses, backend:         " + " ".join(f"{v:.6f}" for v in got[0]))

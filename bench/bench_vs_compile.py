@@ -13,7 +13,8 @@ wakes sleeping workers: on a 2-core VM PyTorch's eager mobilenet_v2 step went fr
 and ours from 27 to 35 (bench/RESULTS.md). bench/bench_neighbours.py measures the engines
 beside neighbour processes; this bench on the quiet machine, each run in a process of its own.
 
-Each round runs every model's engines one after another (ours, eager, compile, backend; the
+Each round runs every model's engines one after another (ours, eager, compile, backend,
+backend+step: the optimizer step compiled by the backend too; the
 next round in the reverse order), each in a fresh process (bench/step_process.py) that builds
 (or, for compile and backend, compiles) it, warms it up and times --steps steps; the table
 gives medians over rounds of each run's median step, and the 1-minute load average before,
@@ -40,7 +41,7 @@ sys.path.insert(0, str(HERE))
 
 from step_process import StepProcess  # noqa: E402
 
-ENGINES = ("ours", "eager", "compile", "backend")
+ENGINES = ("ours", "eager", "compile", "backend", "backend+step")
 
 
 def engine_step(label: str, engine: str, folder: Path, costs: str = "in-step"):
@@ -51,7 +52,8 @@ def engine_step(label: str, engine: str, folder: Path, costs: str = "in-step"):
     Ours is bench_neighbours.module_trainer's executor on its plan's main schedule,
     priced by `costs`; eager, compile and backend are the user's own loop (SGD, zero_grad,
     backward, step: cpu_modules.eager_step), the last two with `torch.compile(loss_fn)` and
-    `torch.compile(loss_fn, backend="planner")`."""
+    `torch.compile(loss_fn, backend="planner")`; backend+step compiles `opt.step` by the
+    backend too (PyTorch's compiled-optimizer pattern)."""
     import time
 
     start = time.perf_counter()
@@ -73,7 +75,8 @@ def engine_step(label: str, engine: str, folder: Path, costs: str = "in-step"):
         module, inputs, y, loss = example(label)
         torch.set_num_threads(os.cpu_count() or 1)
         step = eager_step(module, inputs, y, loss, SGD.lr, compiled=engine != "eager",
-                          backend="planner" if engine == "backend" else "inductor", warm=1)
+                          backend="planner" if engine.startswith("backend") else "inductor",
+                          warm=1, compiled_step=engine == "backend+step")
     first = time.perf_counter() - start
     for _ in range(3):
         step()
@@ -143,12 +146,13 @@ def main() -> None:
           f"steps, each engine in its own process; ours priced by {args.costs} costs; "
           f"backend: torch.compile(backend='planner'), measured costs")
     print(f"{'module':22s} {'ours ms':>8s} {'eager ms':>9s} {'compile ms':>11s} "
-          f"{'backend ms':>11s} {'eager/ours':>11s} {'compile/ours':>13s} "
+          f"{'backend ms':>11s} {'+step ms':>9s} {'eager/ours':>11s} {'compile/ours':>13s} "
           f"{'compile/backend':>16s}")
     for label in models:
-        ours, eager, compiled, backend = (ms[label, e] for e in ENGINES)
+        ours, eager, compiled, backend, with_step = (ms[label, e] for e in ENGINES)
         print(f"{label:22s} {ours:8.1f} {eager:9.1f} {compiled:11.1f} {backend:11.1f} "
-              f"{eager / ours:11.2f} {compiled / ours:13.2f} {compiled / backend:16.2f}")
+              f"{with_step:9.1f} {eager / ours:11.2f} {compiled / ours:13.2f} "
+              f"{compiled / backend:16.2f}")
     print("achieved GFLOP/s (the step's FLOPs / its median step) and share of the host's peak "
           "(the FLOPs' seconds at the peak of each op's math type / the step):")
     print(f"{'module':22s} {'GFLOP':>7s} " + " ".join(f"{e:>14s}" for e in ENGINES))

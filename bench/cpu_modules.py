@@ -149,11 +149,13 @@ def example(name: str, seed: int = 0) -> tuple[nn.Module, tuple, torch.Tensor, C
 
 
 def eager_step(module: nn.Module, inputs: tuple, y: torch.Tensor, loss_fn: Callable, lr: float,
-               compiled: bool = False, backend: str = "inductor", warm: int = 2):
+               compiled: bool = False, backend: str = "inductor", warm: int = 2,
+               compiled_step: bool = False):
     """One SGD step of `module` on (inputs, y) as PyTorch runs it (torch.compile of the
-    forward and loss with `compiled`, by `backend`: Inductor, or "planner", planner.torch's),
-    after `warm` steps."""
+    forward and loss with `compiled`, by `backend`: Inductor, or "planner", planner.torch's;
+    with `compiled_step`, of `opt.step` too, by the same backend), after `warm` steps."""
     opt = torch.optim.SGD(module.parameters(), lr=lr)
+    update = torch.compile(opt.step, backend=backend) if compiled_step else opt.step
     def loss():
         return loss_fn(module(*inputs), y)
 
@@ -162,7 +164,7 @@ def eager_step(module: nn.Module, inputs: tuple, y: torch.Tensor, loss_fn: Calla
     def step() -> None:
         opt.zero_grad(set_to_none=True)
         fn().backward()
-        opt.step()
+        update()
 
     for _ in range(warm):
         step()

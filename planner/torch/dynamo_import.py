@@ -51,15 +51,17 @@ def import_piece(gm: Any, args: Sequence[Any], name: str) -> PieceImport:
     program = _exported(gm, args, tensor_at)
     outputs = program.graph_signature.output_specs
     n_user = sum(1 for s in outputs if s.kind.name == "USER_OUTPUT")
+    from planner.importers.torch import fastpath, fma, foreach
     from planner.importers.torch.convert import decompose
-    from planner.importers.torch.fastpath import decompositions
     from planner.importers.torch.grad_mode import detach_grad_off
     from planner.importers.torch.record import from_exported
 
     detach_grad_off(program)  # no_grad regions inside the graph: their results detached
 
     try:
-        record = from_exported(decompose(program, decompositions()))
+        record = from_exported(decompose(program, {**fastpath.decompositions(),
+                                                       **fma.decompositions(),
+                                                       **foreach.decompositions()}))
     except TorchImportError:
         raise
     except Exception as e:  # a program torch itself cannot decompose
@@ -78,8 +80,10 @@ def import_piece(gm: Any, args: Sequence[Any], name: str) -> PieceImport:
         for o in record.outputs))
     imported = convert(record, name=name)
     returned = imported.outputs
-    if len(returned) != len(record.outputs):
-        raise TorchImportError(f"the graph returns {len(record.outputs)} values, the planner's "
+    # A held tensor's new value (buffer_mutation) is the planner's in-place update, no output.
+    given = [o for o in record.outputs if o.kind == "user_output"]
+    if len(returned) != len(given):
+        raise TorchImportError(f"the graph returns {len(given)} values, the planner's "
                                f"{len(returned)}")
     # torch.export lists the inputs' new values first, then the user's outputs.
     n_mut = len(mutated)

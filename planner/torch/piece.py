@@ -30,44 +30,26 @@ options fallback=False.
 
 from __future__ import annotations
 
-import atexit
-import hashlib
-import itertools
 import warnings
-import weakref
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
-
-import numpy as np
 
 from planner.graph.vjp import FEEDS
 from planner.importers.torch.context import TorchImportError
 from planner.torch.backend_options import BackendOptions
+from planner.torch.executors import (
+    _RUNS,
+    RNG_STEP,
+    _executor,
+    _Feeds,
+    _in_place,
+    _with_draw_count,
+    as_torch,
+)
 
 
 class PlannerFallback(UserWarning):
     """A graph torch.compile(backend="planner") runs eagerly: the planner refused it."""
-
-
-# Loaded executor packages by plan digest: a plan planned twice (a second module of the same
-# shapes, a recompile) is built and loaded once per process.
-_PACKAGES: dict[str, Any] = {}
-# Loaded executors by content (_content_key): an executor holds no state a call leaves behind
-# (every tensor of the piece is fed; its constants are loaded once), so pieces share one.
-_EXECUTORS: dict[str, Any] = {}
-# Every planned call, so that its executors are dropped before the interpreter's teardown
-# (Dynamo's code cache and a last loss's autograd graph hold them to the end; nanobind reports
-# executors alive then).
-_RUNS: weakref.WeakSet = weakref.WeakSet()
-
-
-@atexit.register
-def _release() -> None:
-    for run in list(_RUNS):
-        run.release()
-    _EXECUTORS.clear()
-    _PACKAGES.clear()
 
 
 class Piece:
@@ -85,7 +67,10 @@ class Piece:
         training = torch.is_grad_enabled()
         needs = tuple(isinstance(a, torch.Tensor) and training and a.requires_grad
                       and a.is_floating_point() for a in args)
-        key = (tuple(_signature(a) for a in args), needs if any(needs) else ())
+        # Dynamo guards on autocast's state (one graph per state); a piece keys on it too, since
+        # the graph the planner imports carries that state's casts.
+        autocast = (torch.is_autocast_enabled("cpu"), str(torch.get_autocast_dtype("cpu")))
+        key = (tuple(_signature(a) for a in args), needs if any(needs) else (), autocast)
         if key not in self.runs:
             self.runs[key] = self._planned(args, needs if any(needs) else None)
         run = self.runs[key]
@@ -129,6 +114,12 @@ def _plan(gm: Any, args: Sequence[Any], needs: tuple[bool, ...] | None, name: st
         if isinstance(a, torch.Tensor) and a.device != torch.device("cpu"):
             raise TorchImportError(f"a {a.device.type} tensor: the planner's torch.compile "
                                    "backend runs CPU tensors")
+    from planner.torch.held import held_run, held_tensors
+
+    # A compiled optimizer step: the tensors it updates held by the graph (a differentiated
+    # graph holding tensors, a model's global constant, say, keeps them as constants below).
+    if held_tensors(gm) and needs is None:
+        return held_run(gm, args, name, options)
     piece = import_piece(gm, args, name)
     graph = _with_draw_count(piece.graph)
     feeds = _Feeds(piece.inputs, RNG_STEP in graph.tensor_map)
@@ -147,58 +138,6 @@ def _plan(gm: Any, args: Sequence[Any], needs: tuple[bool, ...] | None, name: st
     return _Training(piece, feeds, split, forward, backward, needs, frozenset(of))
 
 
-# The int64 scalar input a piece's Dropout and random nodes read as their step (their draws'
-# stream, planner/ops/dropout.py): one count over every call of every piece in the process, so
-# no two calls draw alike (each piece numbers its random nodes' seeds from 1), and a backward
-# call recomputes its forward call's Dropout mask from the count that call was given.
-RNG_STEP = "dynamo/rng_step"
-_DRAWS = itertools.count()
-
-
-def _with_draw_count(graph: Any) -> Any:
-    """`graph` with RNG_STEP as the step input of every Dropout and random node that has none
-    (as planner.graph.autodiff.add_dropout_step gives a training graph its rng/step)."""
-    from planner.graph.autodiff import _draws_without_step
-    from planner.graph.validate import check_graph
-    from planner.ir.graph import Graph, Tensor
-
-    nodes = [n.model_copy(update={"inputs": (*n.inputs, RNG_STEP)})
-             if _draws_without_step(graph, n) else n for n in graph.nodes]
-    if nodes == list(graph.nodes):
-        return graph
-    count = Tensor(name=RNG_STEP, shape=(), dtype="int64", role="input")
-    return check_graph(Graph(**{**{f: getattr(graph, f) for f in Graph.model_fields},
-                                "nodes": tuple(nodes), "tensors": (*graph.tensors, count)}))
-
-
-@dataclass(frozen=True)
-class _Feeds:
-    """The graph's input tensor of each argument, and whether it reads RNG_STEP."""
-
-    inputs: tuple[str | None, ...]
-    draws: bool = False
-
-    def of(self, args: Sequence[Any]) -> dict[str, Any]:
-        feeds = {n: _in_place(a) for n, a in zip(self.inputs, args, strict=True) if n}
-        if self.draws:
-            feeds[RNG_STEP] = np.array(next(_DRAWS), dtype=np.int64)
-        return feeds
-
-    def examples(self, args: Sequence[Any]) -> dict[str, np.ndarray]:
-        feeds = {n: a.detach().cpu().numpy() for n, a in zip(self.inputs, args, strict=True)
-                 if n}
-        if self.draws:
-            feeds[RNG_STEP] = np.array(0, dtype=np.int64)
-        return feeds
-
-
-def _in_place(t: Any) -> Any:
-    """The tensor as the executor reads it in place: no autograd (DLPack refuses a tensor that
-    requires grad), contiguous (a copy only when it is not)."""
-    t = t.detach()
-    return t if t.is_contiguous() else t.contiguous()
-
-
 class _Inference:
     def __init__(self, piece: Any, feeds: _Feeds, ex: Any) -> None:
         self.piece, self.feeds, self.ex = piece, feeds, ex
@@ -208,11 +147,9 @@ class _Inference:
         self.ex = None
 
     def __call__(self, args: Sequence[Any]) -> tuple:
-        import torch
-
         out = self.ex.forward(self.feeds.of(args))
         _write_back(args, self.piece.mutations, out)
-        return tuple(torch.from_numpy(np.asarray(out[o])) for o in self.piece.outputs)
+        return tuple(as_torch(out[o]) for o in self.piece.outputs)
 
 
 class _Training:
@@ -263,10 +200,11 @@ def _function() -> Any:
             given = run.feeds.of(args)
             out = run.forward.forward(given)
             piece = run.piece
-            outs = [torch.from_numpy(np.asarray(out[o])) for o in piece.outputs]
-            mutations = [torch.from_numpy(np.asarray(out[t])) for _, t in piece.mutations]
+            outs = [as_torch(out[o]) for o in piece.outputs]
+            mutations = [as_torch(out[t]) for _, t in piece.mutations]
             ctx.run = run
-            ctx.activations = {t: out[t] for t in run.split.saved}
+            # As torch tensors: a bfloat16 activation (autocast) crosses back only so.
+            ctx.activations = {t: as_torch(out[t]) for t in run.split.saved}
             if RNG_STEP in given:  # the backward's Dropout gradients redraw this call's masks
                 ctx.activations[RNG_STEP] = given[RNG_STEP]
             ctx.save_for_backward(*(args[k] for k in run.read))
@@ -290,7 +228,9 @@ def _function() -> Any:
                 if s not in seeds and s in split.backward.tensor_map:
                     shape = split.backward.tensor(s).shape
                     seeds[s] = torch.zeros(shape, dtype=torch.float32)
-            feeds.update({s: _in_place(g.to(torch.float32)) for s, g in seeds.items()})
+            # Each incoming gradient in its output's dtype (bfloat16 under autocast).
+            feeds.update({s: _in_place(g.to(_torch_dtype(split.backward.tensor(s).dtype)))
+                          for s, g in seeds.items() if s in split.backward.tensor_map})
             wanted = {t.name for t in split.backward.tensors if t.role in FEEDS}
             out = run.backward.forward({n: v for n, v in feeds.items() if n in wanted}) \
                 if run.backward is not None else {}
@@ -299,10 +239,16 @@ def _function() -> Any:
                 g = split.grads.get(piece.inputs[k]) if a else None
                 value = out.get(g) if g in out else feeds.get(g) if g else None
                 grads.append(value if value is None or isinstance(value, torch.Tensor)
-                             else torch.from_numpy(np.asarray(value)))
+                             else as_torch(value))
             return tuple(grads)
 
     return Step
+
+
+def _torch_dtype(dtype: str) -> Any:
+    import torch
+
+    return getattr(torch, dtype)
 
 
 def _write_back(args: Sequence[Any], mutations: Sequence[tuple[int, str]], out: Any) -> None:
@@ -310,7 +256,7 @@ def _write_back(args: Sequence[Any], mutations: Sequence[tuple[int, str]], out: 
 
     with torch.no_grad():
         for k, t in mutations:
-            args[k].copy_(torch.from_numpy(np.asarray(out[t])))
+            args[k].copy_(as_torch(out[t]))
 
 
 def _reached(graph: Any, wrt: set[str]) -> set[str]:
@@ -326,58 +272,3 @@ def _reached(graph: Any, wrt: set[str]) -> set[str]:
             reached.update(o for o in n.outputs if is_float(graph.tensor(o).dtype))
     return reached
 
-
-def _executor(graph: Any, consts: dict[str, np.ndarray], options: BackendOptions,
-              examples: dict[str, np.ndarray] | None) -> Any:
-    """Plan `graph` for the options' target (the front end's passes, the pipeline's stages,
-    priced as the options say), build it (cached by content) and load it with its constants."""
-    from codegen.build import build
-    from codegen.load import load
-    from codegen.render import render
-    from planner.frontend.options import GraphOptions
-    from planner.frontend.prepare import prepare
-    from planner.graph import init_params
-    from planner.memory.options import MemoryOptions
-    from planner.pipeline import PlanOptions, plan
-    from planner.schedule.options import ScheduleOptions
-    from planner.target.presets import load_target
-    from planner.torch.training import _check_runs_here, _cost_table
-
-    key = _content_key(graph, consts, options)
-    if key in _EXECUTORS:
-        return _EXECUTORS[key]
-    target = load_target(options.target)
-    _check_runs_here(target)
-    prepared = prepare(graph, GraphOptions())
-    folder = options.folder()
-    by_name = {t.name: t for t in prepared.tensors}
-    table = _cost_table(options.costs, prepared, target, folder,
-                        {k: v.astype(by_name[k].dtype, copy=False)
-                         for k, v in (examples or {}).items() if k in by_name})
-    settings = PlanOptions(schedule=ScheduleOptions(strategy=options.strategy),
-                           memory=MemoryOptions(budget_bytes=options.memory_budget))
-    with warnings.catch_warnings():  # an op the table lacks is priced analytically
-        warnings.simplefilter("ignore")
-        planned = plan(prepared, target, table, settings)
-    name = "dynamo_" + hashlib.sha256(planned.to_json().encode()).hexdigest()[:16]
-    if name not in _PACKAGES:
-        _PACKAGES[name] = load(build(render(planned, folder / name)).dir)
-    ex = _PACKAGES[name].Executor(adaptive=options.adaptive)
-    held = planned.graph.by_role("param", "state")
-    start = init_params(planned.graph)
-    ex.load_params({t.name: consts.get(t.name, start.get(t.name)) for t in held})
-    _EXECUTORS[key] = ex
-    return ex
-
-
-def _content_key(graph: Any, consts: dict[str, np.ndarray], options: BackendOptions) -> str:
-    """What decides an executor: the graph (under any piece's name), its constants' values and
-    the options. Dynamo's re-trace of a piece for dynamic shapes is one more piece, whose call
-    of an earlier shape then imports to the same graph: planned, built and loaded once."""
-    h = hashlib.sha256(graph.model_copy(update={"name": "piece"}).to_json().encode())
-    h.update(repr(options).encode())
-    for name in sorted(consts):
-        value = np.ascontiguousarray(consts[name])
-        h.update(f"{name}:{value.dtype}:{value.shape}".encode())
-        h.update(value.tobytes())
-    return h.hexdigest()

@@ -794,9 +794,18 @@ def layer_norm(n: NodeCtx) -> Value:
     shape = tuple(n.ints(1, "normalized_shape"))
     w = _affine(n, n.arg(2, "weight"), shape, 1.0, x)
     b = n.arg(3, "bias")
+    low = n.dtype(x)
+    # Mixed types (autocast: a bfloat16 or float16 input, the module's float32 affine): torch
+    # normalizes in float32 and rounds the output once to the input's type, as these casts do.
+    mixed = low in ("bfloat16", "float16") and n.dtype(w) == "float32"
+    if mixed:
+        x = n.emit1("Cast", [x], {"to": "float32"})
     inputs = [x, w] if b is None else [x, w, b]
     attrs = {"axis": len(n.shape(x)) - len(shape), "epsilon": float(n.arg(4, "eps"))}
-    return layer_norm_stats(n, n.emit("LayerNorm", inputs, attrs, n_out=3), attrs["epsilon"])
+    outs = n.emit("LayerNorm", inputs, attrs, n_out=3)
+    if mixed:
+        outs = [n.emit1("Cast", [outs[0]], {"to": low}), *outs[1:]]
+    return layer_norm_stats(n, outs, attrs["epsilon"])
 
 
 @rule("aten.native_dropout.default", "aten.dropout.default")

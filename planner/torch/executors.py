@@ -1,0 +1,168 @@
+"""What every planned Dynamo graph shares: its executors (planned, built, loaded, cached),
+how a call's tensors are fed to them and how their arrays come back to torch.
+
+    ex = _executor(graph, consts, options, examples)    # planned for options.target, loaded
+    feeds = _Feeds(inputs, draws).of(args)              # torch's tensors, read in place
+    as_torch(out["y"])                                  # an executor's array, no copy
+
+Used by planner/torch/piece.py (a model's graphs) and planner/torch/held.py (a graph holding
+the tensors it updates: a compiled optimizer step).
+"""
+
+from __future__ import annotations
+
+import atexit
+import hashlib
+import itertools
+import warnings
+import weakref
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from planner.torch.backend_options import BackendOptions
+
+# Loaded executor packages by plan digest: a plan planned twice (a second module of the same
+# shapes, a recompile) is built and loaded once per process.
+_PACKAGES: dict[str, Any] = {}
+# Loaded executors by content (_content_key): an executor holds no state a call leaves behind
+# (every tensor of the piece is fed; its constants are loaded once), so pieces share one.
+_EXECUTORS: dict[str, Any] = {}
+# Every planned call, so that its executors are dropped before the interpreter's teardown
+# (Dynamo's code cache and a last loss's autograd graph hold them to the end; nanobind reports
+# executors alive then).
+_RUNS: weakref.WeakSet = weakref.WeakSet()
+
+
+@atexit.register
+def _release() -> None:
+    import gc
+
+    for run in list(_RUNS):
+        run.release()
+    _EXECUTORS.clear()
+    _PACKAGES.clear()
+    gc.collect()  # an arena's views in reference cycles (torch tensors a held graph re-pointed)
+
+
+# The int64 scalar input a piece's Dropout and random nodes read as their step (their draws'
+# stream, planner/ops/dropout.py): one count over every call of every piece in the process, so
+# no two calls draw alike (each piece numbers its random nodes' seeds from 1), and a backward
+# call recomputes its forward call's Dropout mask from the count that call was given.
+RNG_STEP = "dynamo/rng_step"
+_DRAWS = itertools.count()
+
+
+def _with_draw_count(graph: Any) -> Any:
+    """`graph` with RNG_STEP as the step input of every Dropout and random node that has none
+    (as planner.graph.autodiff.add_dropout_step gives a training graph its rng/step)."""
+    from planner.graph.autodiff import _draws_without_step
+    from planner.graph.validate import check_graph
+    from planner.ir.graph import Graph, Tensor
+
+    nodes = [n.model_copy(update={"inputs": (*n.inputs, RNG_STEP)})
+             if _draws_without_step(graph, n) else n for n in graph.nodes]
+    if nodes == list(graph.nodes):
+        return graph
+    count = Tensor(name=RNG_STEP, shape=(), dtype="int64", role="input")
+    return check_graph(Graph(**{**{f: getattr(graph, f) for f in Graph.model_fields},
+                                "nodes": tuple(nodes), "tensors": (*graph.tensors, count)}))
+
+
+@dataclass(frozen=True)
+class _Feeds:
+    """The graph's input tensor of each argument, and whether it reads RNG_STEP."""
+
+    inputs: tuple[str | None, ...]
+    draws: bool = False
+
+    def of(self, args: Sequence[Any]) -> dict[str, Any]:
+        feeds = {n: _in_place(a) for n, a in zip(self.inputs, args, strict=True) if n}
+        if self.draws:
+            feeds[RNG_STEP] = np.array(next(_DRAWS), dtype=np.int64)
+        return feeds
+
+    def examples(self, args: Sequence[Any]) -> dict[str, np.ndarray]:
+        feeds = {n: a.detach().cpu().numpy() for n, a in zip(self.inputs, args, strict=True)
+                 if n}
+        if self.draws:
+            feeds[RNG_STEP] = np.array(0, dtype=np.int64)
+        return feeds
+
+
+def _in_place(t: Any) -> Any:
+    """The tensor as the executor reads it in place: no autograd (DLPack refuses a tensor that
+    requires grad), contiguous (a copy only when it is not)."""
+    t = t.detach()
+    return t if t.is_contiguous() else t.contiguous()
+
+
+def as_torch(value: Any) -> Any:
+    """An executor's array as a torch tensor sharing its memory; a bfloat16 one (ml_dtypes',
+    which torch.from_numpy does not take: autocast's results) by its bits."""
+    import torch
+
+    a = np.asarray(value)
+    if a.dtype.name == "bfloat16":
+        return torch.from_numpy(a.view(np.uint16)).view(torch.bfloat16)
+    return torch.from_numpy(a)
+
+
+def _executor(graph: Any, consts: dict[str, np.ndarray], options: BackendOptions,
+              examples: dict[str, np.ndarray] | None, shared: bool = True) -> Any:
+    """Plan `graph` for the options' target (the front end's passes, the pipeline's stages,
+    priced as the options say), build it (cached by content unless not `shared`: an executor
+    whose state is torch's tensors, planner/torch/held.py) and load it with its constants."""
+    from codegen.build import build
+    from codegen.load import load
+    from codegen.render import render
+    from planner.frontend.options import GraphOptions
+    from planner.frontend.prepare import prepare
+    from planner.graph import init_params
+    from planner.memory.options import MemoryOptions
+    from planner.pipeline import PlanOptions, plan
+    from planner.schedule.options import ScheduleOptions
+    from planner.target.presets import load_target
+    from planner.torch.training import _check_runs_here, _cost_table
+
+    key = _content_key(graph, consts, options)
+    if shared and key in _EXECUTORS:
+        return _EXECUTORS[key]
+    target = load_target(options.target)
+    _check_runs_here(target)
+    prepared = prepare(graph, GraphOptions())
+    folder = options.folder()
+    by_name = {t.name: t for t in prepared.tensors}
+    table = _cost_table(options.costs, prepared, target, folder,
+                        {k: v.astype(by_name[k].dtype, copy=False)
+                         for k, v in (examples or {}).items() if k in by_name})
+    settings = PlanOptions(schedule=ScheduleOptions(strategy=options.strategy),
+                           memory=MemoryOptions(budget_bytes=options.memory_budget))
+    with warnings.catch_warnings():  # an op the table lacks is priced analytically
+        warnings.simplefilter("ignore")
+        planned = plan(prepared, target, table, settings)
+    name = "dynamo_" + hashlib.sha256(planned.to_json().encode()).hexdigest()[:16]
+    if name not in _PACKAGES:
+        _PACKAGES[name] = load(build(render(planned, folder / name)).dir)
+    ex = _PACKAGES[name].Executor(adaptive=options.adaptive)
+    held = [t for t in planned.graph.by_role("param", "state") if t.updates is None]
+    start = init_params(planned.graph)
+    ex.load_params({t.name: consts.get(t.name, start.get(t.name)) for t in held})
+    if shared:
+        _EXECUTORS[key] = ex
+    return ex
+
+
+def _content_key(graph: Any, consts: dict[str, np.ndarray], options: BackendOptions) -> str:
+    """What decides an executor: the graph (under any piece's name), its constants' values and
+    the options. Dynamo's re-trace of a piece for dynamic shapes is one more piece, whose call
+    of an earlier shape then imports to the same graph: planned, built and loaded once."""
+    h = hashlib.sha256(graph.model_copy(update={"name": "piece"}).to_json().encode())
+    h.update(repr(options).encode())
+    for name in sorted(consts):
+        value = np.ascontiguousarray(consts[name])
+        h.update(f"{name}:{value.dtype}:{value.shape}".encode())
+        h.update(value.tobytes())
+    return h.hexdigest()
