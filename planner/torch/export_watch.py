@@ -256,7 +256,9 @@ def _packed(e: BaseException) -> bool:
 
 
 def _under(filename: str, folder: Path) -> bool:
+    """Is `filename` in `folder`, both resolved (a virtual environment reached by a link names
+    its files by the link or by their place)?"""
     try:
-        return Path(filename).resolve().is_relative_to(folder)
+        return Path(filename).resolve().is_relative_to(folder.resolve())
     except (OSError, ValueError):
         return False
