@@ -10,7 +10,7 @@ PY := $(VENV)/bin/python
 PLANNER := $(VENV)/bin/planner
 DEMO_EXTRAS ?= demo
 
-.PHONY: demo test lint bench opinfo
+.PHONY: demo test test-all lint bench opinfo
 
 $(VENV)/.created:
 	python3 -m venv $(VENV)
@@ -53,6 +53,11 @@ test: $(VENV)/.installed-test
 		echo "ONEDNN_MAX_CPU_ISA=AVX2 $(PYTEST) $(KERNEL_TESTS)"; \
 		ONEDNN_MAX_CPU_ISA=AVX2 $(PYTEST) $(KERNEL_TESTS) -m "not slow"; \
 	else echo "AVX2 pass skipped: this CPU's best instruction set is AVX2, the pass above ran it"; fi
+
+# What CI runs, then the slow tier (tests marked `slow`: more models, more ranks, the
+# sanitizer and sm_80 builds, the generated kernels' freshness; tests/conftest.py).
+test-all: test
+	$(PYTEST) -m slow
 
 lint: $(VENV)/.installed-test
 	$(VENV)/bin/ruff check planner codegen tests examples bench

@@ -1,8 +1,32 @@
 """The suite's plans of this machine are priced by the analytical model unless a test asks for
 measured costs itself (tests/costs/test_host_costs.py, tests/importers/test_torch_costs.py):
 measuring every kernel a test plans on the host (the default, planner.costs.host_costs) would
-make the suite profile the machine first; the numbers the tests check do not depend on it."""
+make the suite profile the machine first; the numbers the tests check do not depend on it.
+
+Tiers: `make test` (CI: a fresh clone in under 20 minutes on 2 cores) runs every test but those
+of an opt-in marker; `make test-all` adds the `slow` tier (the larger cases: more models, more
+ranks, sanitizer and second-architecture builds, the generated files' freshness); the whole
+OpInfo sweep and the whole matrix through torch.compile have targets of their own."""
 
 import os
 
+import pytest
+
 os.environ.setdefault("PLANNER_COSTS", "analytical")
+
+# Markers whose tests run only when `-m` names them.
+OPT_IN = {"slow": "a larger case (the slow tier)", "opinfo_full": "the whole OpInfo sweep",
+          "compile_full": "the whole matrix through torch.compile(backend='planner')"}
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked with an OPT_IN marker run only when asked for by `-m <marker>`."""
+    expr = config.getoption("markexpr") or ""
+    for marker, what in OPT_IN.items():
+        if marker in expr and f"not {marker}" not in expr:
+            continue
+        skip = pytest.mark.skip(reason=f"{what}: run with -m {marker} (make test-all)"
+                                if marker == "slow" else f"{what}: run with -m {marker}")
+        for item in items:
+            if marker in item.keywords:
+                item.add_marker(skip)

@@ -17,6 +17,7 @@ pytest.importorskip("threadpoolctl")
 BENCH = Path(__file__).resolve().parents[1] / "bench" / "bench_neighbours.py"
 
 
+@pytest.mark.slow
 def test_tiny_run(tmp_path):
     out = tmp_path / "rows.json"
     run = subprocess.run([sys.executable, str(BENCH), "--models", "lstm",

@@ -22,9 +22,9 @@ def test_tiny_run():
     assert run.returncode == 0, run.stderr[-2000:]
     row = next(line.split() for line in run.stdout.splitlines()
                if line.startswith("transformer_encoder"))
-    ours, eager, compiled, backend, eager_ratio, compile_ratio, backend_ratio = \
+    ours, eager, compiled, backend, with_step, eager_ratio, compile_ratio, backend_ratio = \
         map(float, row[1:])
-    assert min(ours, eager, compiled, backend) > 0
+    assert min(ours, eager, compiled, backend, with_step) > 0
     # The table's times are rounded to 0.1 ms (steps of ~10 ms: 1% each), its ratios to 0.01.
     assert eager_ratio == pytest.approx(eager / ours, rel=0.025, abs=0.01)
     assert compile_ratio == pytest.approx(compiled / ours, rel=0.025, abs=0.01)
@@ -35,10 +35,10 @@ def test_tiny_run():
     gflop, *figures = rows[1][1:]
     achieved = [float(v) for v in figures[0::2]]
     assert float(gflop) > 0 and all(v.endswith("%") for v in figures[1::2])
-    for rate, ms in zip(achieved, (ours, eager, compiled, backend), strict=True):
+    for rate, ms in zip(achieved, (ours, eager, compiled, backend, with_step), strict=True):
         assert rate == pytest.approx(float(gflop) / ms * 1e3, rel=0.05, abs=0.1)
     firsts = rows[2]
-    assert len(firsts) == 5 and min(map(float, firsts[1:])) > 0  # each engine's first step
+    assert len(firsts) == 6 and min(map(float, firsts[1:])) > 0  # each engine's first step
 
 
 def test_an_unknown_model_is_a_one_line_error():

@@ -18,6 +18,7 @@ BENCH = Path(__file__).resolve().parents[1] / "bench" / "bench_wait_policy.py"
 PACKAGE_SPINS = CPU_LOAD_ENVIRONMENT["GOMP_SPINCOUNT"]
 
 
+@pytest.mark.slow  # the executor's run below is in every run
 def test_tiny_run():
     run = subprocess.run([sys.executable, str(BENCH), "--models", "wide_deep", "--rounds", "1",
                           "--steps", "1"], capture_output=True, text=True, timeout=600)

@@ -67,7 +67,7 @@ def packages(tmp_path_factory) -> dict[str, Path]:
             "adam": build_package("adam", folder)}
 
 
-@pytest.mark.parametrize("kind,ranks", [("adam", 2), ("sgd", 4)])
+@pytest.mark.parametrize("kind,ranks", [("adam", 2), pytest.param("sgd", 4, marks=pytest.mark.slow)])
 def test_ranks_match_one_process_on_the_global_batch(packages, tmp_path, kind, ranks):
     # (SGD on 2 ranks: the test below.)
     package = packages[kind] if ranks == RANKS else build_package(kind, tmp_path, ranks)
@@ -232,7 +232,7 @@ def test_fp16_loss_scaling_skips_an_overflow_on_one_rank_on_every_rank(tmp_path)
     assert not np.array_equal(got[0]["fc1/weight"], params["fc1/weight"])
 
 
-@pytest.mark.parametrize("ranks", [RANKS, 4])
+@pytest.mark.parametrize("ranks", [RANKS, pytest.param(4, marks=pytest.mark.slow)])
 def test_sharded_optimizer_ranks_match_one_process_on_the_global_batch(tmp_path, ranks):
     """--shard-optimizer (ZeRO-1) on 2 and 4 ranks, 20 SGD then 20 Adam steps (two plans, one
     process group): each rank reduce-scatters every gradient bucket, updates its shard of the

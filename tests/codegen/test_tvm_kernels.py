@@ -240,6 +240,7 @@ def test_formula_matches_reference(spec: tk.Spec):
         _check(op, got, ref_xs, attrs, sum_mag if op == "PReluGrad" else None)
 
 
+@pytest.mark.slow  # two minutes of TVM lowering; make test-all
 def test_generated_files_are_up_to_date():
     for path, text in tk.generate_files().items():
         assert path.read_text(encoding="utf-8") == text, \

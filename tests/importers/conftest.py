@@ -9,23 +9,6 @@ import importlib
 
 import pytest
 
-# Markers whose tests run only when `-m` names them: the whole OpInfo sweep (make opinfo), the
-# whole training-semantics matrix through torch.compile(backend="planner").
-OPT_IN = {"opinfo_full": "the whole OpInfo sweep", "compile_full": "the whole matrix through "
-          "torch.compile(backend='planner')"}
-
-
-def pytest_collection_modifyitems(config, items):
-    """Tests marked with an OPT_IN marker run only when asked for by `-m <marker>`."""
-    expr = config.getoption("markexpr") or ""
-    for marker, what in OPT_IN.items():
-        if marker in expr and f"not {marker}" not in expr:
-            continue
-        skip = pytest.mark.skip(reason=f"{what}: run with -m {marker}")
-        for item in items:
-            if marker in item.keywords:
-                item.add_marker(skip)
-
 
 def _structure(module) -> tuple:
     """What a module's program depends on besides its tensors: each submodule's class and mode
