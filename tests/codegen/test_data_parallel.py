@@ -67,7 +67,8 @@ def packages(tmp_path_factory) -> dict[str, Path]:
             "adam": build_package("adam", folder)}
 
 
-@pytest.mark.parametrize("kind,ranks", [("adam", 2), pytest.param("sgd", 4, marks=pytest.mark.slow)])
+@pytest.mark.parametrize("kind,ranks",
+                         [("adam", 2), pytest.param("sgd", 4, marks=pytest.mark.slow)])
 def test_ranks_match_one_process_on_the_global_batch(packages, tmp_path, kind, ranks):
     # (SGD on 2 ranks: the test below.)
     package = packages[kind] if ranks == RANKS else build_package(kind, tmp_path, ranks)
