@@ -55,9 +55,9 @@ test: $(VENV)/.installed-test
 	else echo "AVX2 pass skipped: this CPU's best instruction set is AVX2, the pass above ran it"; fi
 
 # What CI runs, then the slow tier (tests marked `slow`: more models, more ranks, the
-# sanitizer and sm_80 builds, the generated kernels' freshness; tests/conftest.py).
+# sanitizer build, the generated kernels' freshness) and the CUDA runtime builds (`nvcc`).
 test-all: test
-	$(PYTEST) -m slow
+	$(PYTEST) -m "slow or nvcc"
 
 lint: $(VENV)/.installed-test
 	$(VENV)/bin/ruff check planner codegen tests examples bench

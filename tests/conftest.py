@@ -5,7 +5,8 @@ make the suite profile the machine first; the numbers the tests check do not dep
 
 Tiers: `make test` (CI: a fresh clone in under 20 minutes on 2 cores) runs every test but those
 of an opt-in marker; `make test-all` adds the `slow` tier (the larger cases: more models, more
-ranks, sanitizer and second-architecture builds, the generated files' freshness); the whole
+ranks, sanitizer builds, the generated files' freshness) and the `nvcc` one (the CUDA runtime
+built and executors compiled against it; CI compiles the kernel sources to PTX only); the whole
 OpInfo sweep and the whole matrix through torch.compile have targets of their own."""
 
 import os
@@ -15,7 +16,9 @@ import pytest
 os.environ.setdefault("PLANNER_COSTS", "analytical")
 
 # Markers whose tests run only when `-m` names them.
-OPT_IN = {"slow": "a larger case (the slow tier)", "opinfo_full": "the whole OpInfo sweep",
+OPT_IN = {"slow": "a larger case (the slow tier)",
+          "nvcc": "a build of the CUDA runtime (minutes of nvcc; the slow tier)",
+          "opinfo_full": "the whole OpInfo sweep",
           "compile_full": "the whole matrix through torch.compile(backend='planner')"}
 
 
@@ -25,8 +28,8 @@ def pytest_collection_modifyitems(config, items):
     for marker, what in OPT_IN.items():
         if marker in expr and f"not {marker}" not in expr:
             continue
-        skip = pytest.mark.skip(reason=f"{what}: run with -m {marker} (make test-all)"
-                                if marker == "slow" else f"{what}: run with -m {marker}")
+        skip = pytest.mark.skip(reason=f"{what}: run with -m {marker}"
+                                + (" (make test-all)" if marker in ("slow", "nvcc") else ""))
         for item in items:
             if marker in item.keywords:
                 item.add_marker(skip)

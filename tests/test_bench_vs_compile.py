@@ -15,6 +15,7 @@ pytest.importorskip("torch")
 BENCH = Path(__file__).resolve().parents[1] / "bench" / "bench_vs_compile.py"
 
 
+@pytest.mark.slow  # a minute: five engines, each in a process of its own
 def test_tiny_run():
     run = subprocess.run([sys.executable, str(BENCH), "--models", "transformer_encoder",
                           "--rounds", "1", "--steps", "1"],

@@ -18,7 +18,7 @@ BENCH = Path(__file__).resolve().parents[1] / "bench" / "bench_wait_policy.py"
 PACKAGE_SPINS = CPU_LOAD_ENVIRONMENT["GOMP_SPINCOUNT"]
 
 
-@pytest.mark.slow  # the executor's run below is in every run
+@pytest.mark.slow
 def test_tiny_run():
     run = subprocess.run([sys.executable, str(BENCH), "--models", "wide_deep", "--rounds", "1",
                           "--steps", "1"], capture_output=True, text=True, timeout=600)
@@ -30,6 +30,7 @@ def test_tiny_run():
     assert ratio == pytest.approx(passive / unset, rel=0.06, abs=0.01)
 
 
+@pytest.mark.slow
 def test_tiny_executor_run():
     run = subprocess.run([sys.executable, str(BENCH), "--engine", "executor", "--models",
                           "wide_deep", "--spins", f"0,{PACKAGE_SPINS}", "--rounds", "1",

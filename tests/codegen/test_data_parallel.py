@@ -169,7 +169,7 @@ def test_a_killed_rank_fails_the_others_within_the_timeout(packages, tmp_path):
     assert "allreduce/" in line, line  # the step's error names the all-reduce op
 
 
-@pytest.mark.parametrize("nodes", [1, 2])
+@pytest.mark.parametrize("nodes", [pytest.param(1, marks=pytest.mark.slow), 2])
 def test_train_digits_ddp_example_runs_under_torchrun(tmp_path, nodes):
     # One node of 2 processes (each on its own core), or 2 nodes of one process each
     # rendezvousing over loopback (two torchrun launchers, as on two hosts).

@@ -1,6 +1,7 @@
 """The CUDA executor's tests. Building needs nvcc and the `cuda` extra (cuDNN and cuBLAS
 wheels): without them the tests marked `nvcc` or `gpu` are skipped. Running needs an NVIDIA
-GPU: the tests marked `gpu` are skipped without one (CI has none: it generates and compiles).
+GPU: the tests marked `gpu` are skipped without one (CI has none: it generates, and compiles the
+kernel sources to PTX; the `nvcc` builds are in `make test-all`).
 Tests with neither mark (planning, rendering, coverage of the ops) always run."""
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""The CUDA executor is generated and compiled without a GPU (what CI checks): the runtime
+"""The CUDA executor is generated and compiled without a GPU (`make test-all`: the `nvcc` tier;
+CI compiles the kernel sources to PTX, tests/codegen/test_tvm_kernels.py): the runtime
 builds with nvcc for the target architecture, registers exactly the ops codegen thinks it
 runs, and the executors of real training plans build and import."""
 
