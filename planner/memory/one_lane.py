@@ -30,6 +30,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TypeVar
 
+from planner.memory.decision import MemoryOp, MemorySummary
 from planner.schedule.record import ScheduledOp
 
 Op = TypeVar("Op", bound=ScheduledOp)
@@ -60,3 +61,16 @@ def faster_one_lane(step: float, rows: Sequence[tuple[int, Sequence[tuple[int, f
         if k == cores and sum(s for _, s in row) < step:
             return row
     return None
+
+
+def one_lane_memory(summary: MemorySummary, ops: Sequence[ScheduledOp],
+                    inserted: Sequence[MemoryOp]) -> MemorySummary:
+    """Memory planning's summary with the timings of the one-lane schedule `ops`: its recompute
+    ops' seconds, and its stall, the transfers' seconds (on one lane they run between the
+    compute ops, not beside them). What the verifier re-derives from the plan's ops."""
+    kind = {m.name: m.kind for m in inserted}
+    span = {op.name: op.end - op.start for op in ops}
+    return summary.model_copy(update={
+        "recompute_seconds": sum(s for n, s in span.items() if kind.get(n) == "recompute"),
+        "stall_seconds": sum(s for n, s in span.items()
+                             if kind.get(n) in ("offload", "prefetch"))})

@@ -12,7 +12,7 @@ from planner import __version__
 from planner.costs import CostModel, CostTable, graph_signatures
 from planner.ir.graph import Graph
 from planner.memory.decision import MemoryDecision
-from planner.memory.one_lane import faster_one_lane, one_lane_ops
+from planner.memory.one_lane import faster_one_lane, one_lane_memory, one_lane_ops
 from planner.memory.variants import Rows, variants_of
 from planner.ops.collective import COLLECTIVE_OPS
 from planner.pipeline.backends import BACKENDS
@@ -68,7 +68,8 @@ def assemble(graph: Graph, model: CostModel, options: PlanOptions, schedule: Sch
         mean_corun=(sum(busy.values()) / step if step else 0.0) if retimed or one is not None
         else schedule.mean_corun,
         ops=len(ops), analytical_signatures=schedule.analytical_signatures,
-        memory=memory.summary,
+        memory=memory.summary if one is None
+        else one_lane_memory(memory.summary, ops, memory.inserted),
         **_priced(graph, model.table, BACKENDS[schedule.backend].lists_priced))
     table = model.table
     provenance = PlanProvenance(

@@ -85,3 +85,22 @@ def test_a_named_strategy_is_kept_as_named():
     p = _plan(training("lstm", **SMALL["lstm"]), target, _costs("contended", target),
               strategy="uniform")
     assert {op.threads for op in p.ops} == {2}
+
+
+def test_a_one_lane_budget_plan_summarises_its_own_timings(monkeypatch):
+    """Where the one-lane schedule replaces a plan with offloads and recomputes (memory planning
+    re-timed the ops it added), the memory summary's stall and recompute seconds are the one
+    lane's, as verify re-derives them from the ops (a 2-core host's budget plan once failed
+    its self-check: stall 4.6e-5 s against the one lane's 6.6e-5 s)."""
+    import planner.pipeline.assembly as assembly
+    from planner.verify import verify_plan
+    from tests.verify.plans import make
+
+    main = make("budget", two_cores())
+    assert main.memory.ops  # offloads or recomputes to re-time
+    # the one-lane schedule of all the cores, whichever is faster
+    monkeypatch.setattr(assembly, "faster_one_lane", lambda step, rows, cores: next(
+        (row for k, row in rows if k == cores), None))
+    p = make("budget", two_cores())
+    assert {op.lane for op in p.ops} == {0} and p.memory.ops
+    assert verify_plan(p) == []
