@@ -23,7 +23,7 @@ from tests.importers.opinfo_cases import (  # noqa: E402
 MIN_RUNS = 40  # the fast subset's passing samples the CPU runtime has ops for, at least
 
 
-@pytest.mark.slow  # three minutes of compiling one merged graph; the linalg one runs in CI
+@pytest.mark.slow  # three minutes of compiling one merged graph
 def test_fast_subset_passing_samples_on_the_cpu_executor(tmp_path):
     expected = load_expectations()
     check_on_cpu([n for n in fast_subset(expected) if expected[n].outcome == "pass"],
@@ -44,6 +44,7 @@ LINALG = ("linalg.inv", "linalg.solve", "linalg.det", "linalg.slogdet", "logdet"
           "linalg.qr", "qr")
 
 
+@pytest.mark.slow  # a minute of compiling one merged graph
 def test_linalg_passing_samples_on_the_cpu_executor(tmp_path):
     check_on_cpu(LINALG, tmp_path, 3 * len(LINALG) // 2)
 

@@ -22,5 +22,6 @@ NAMES = ("nanmedian", "masked.median", "native_layer_norm", "native_group_norm",
          "logcumsumexp", "mode", "nn.functional.embedding_bag", "histogramdd")
 
 
+@pytest.mark.slow  # half a minute of compiling one merged graph
 def test_their_passing_samples_on_the_cpu_executor(tmp_path):
     check_on_cpu(NAMES, tmp_path, 30)
