@@ -83,6 +83,21 @@ def schedule_variants(graph: Graph, ops: Sequence[ScheduledOp], inserted: Sequen
 Rows = tuple[tuple[int, tuple[tuple[int, float], ...]], ...]
 
 
+def main_bits_rows(rows: Rows, ops: Sequence[ScheduledOp]) -> Rows:
+    """`rows` with every THREAD_BOUND op of the main schedule `ops` (execution order, as
+    `rows`) on its main thread count at every core count: its time there, stretched by
+    threads / cores where the count exceeds the cores (an oversubscribed team). The
+    one-lane main schedule is chosen from the rows before this (any thread count is the main
+    schedule's own there); the variants from the rows after it."""
+    kept = {i: (op.threads, op.end - op.start) for i, op in enumerate(ops)
+            if op.op in THREAD_BOUND and op.threads > 1}
+    if not kept:
+        return rows
+    return tuple((k, tuple((kept[i][0], kept[i][1] * max(1.0, kept[i][0] / k)) if i in kept
+                           else cell for i, cell in enumerate(row)))
+                 for k, row in rows)
+
+
 def variants_of(rows: Rows) -> tuple[ScheduleVariant, ...]:
     """The variants of `one_lane_rows`' rows: a larger count that gives the same thread
     counts is the same schedule, kept once under the fewest cores it needs."""
@@ -141,6 +156,16 @@ def one_lane_rows(graph: Graph, ops: Sequence[ScheduledOp], inserted: Sequence[M
     # Per count, every op's (threads, seconds) in execution order (zip: a transpose in C).
     rows = zip(*columns, strict=True) if columns else [()] * len(counts)
     return tuple(zip(reversed(counts), rows, strict=True))
+
+
+# Ops whose oneDNN primitive splits a reduction by its thread count (another count rounds
+# differently: docs/executor.md, "Busy machines" lists the harness's findings): a variant
+# runs them with the main schedule's thread count, so every variant computes the main
+# schedule's bits; on fewer cores than that count the team is oversubscribed, and priced so
+# (its time on its threads, stretched by threads / cores).
+THREAD_BOUND = frozenset({
+    "Conv2DBackpropFilter", "MatMul", "LayerNormGrad",
+})
 
 
 class _Curves:

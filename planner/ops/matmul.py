@@ -50,6 +50,7 @@ Example:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -298,6 +299,22 @@ def _bias_add_grad_infer(ins: list[TensorType], a: Attrs) -> list[TensorType]:
     return [TensorType((dy.shape[axis],), "float32" if dy.dtype in LOW_FLOATS else dy.dtype)]
 
 
+def bias_grad_parts(dy: TensorType, a: Attrs) -> int:
+    """How many parts the CPU kernel splits dy's rows into (reduce.cpp's bias_grad_parts): a
+    fixed count from dy's size, never the thread count, so every thread count sums in the same
+    order (the plan's variants compute the main schedule's bits). Rows: dy's outer rows when
+    the channels are its last axis, else its (outer, channel) rows.
+
+    >>> bias_grad_parts(TensorType((512, 384)), {"axis": -1}), bias_grad_parts(
+    ...     TensorType((8, 64)), {"axis": -1}), bias_grad_parts(TensorType((1, 64, 32, 32)), {})
+    (12, 1, 4)
+    """
+    axis = norm_axis("BiasAddGrad", a.get("axis", 1), dy.rank)
+    outer, inner = math.prod(dy.shape[:axis]), math.prod(dy.shape[axis + 1:])
+    rows = outer if inner == 1 else outer * dy.shape[axis]
+    return max(1, min(16, rows, dy.size // 16384))
+
+
 def _bias_add_grad_reference(xs: list[np.ndarray], a: Attrs) -> list[np.ndarray]:
     dy = xs[0]
     axis = norm_axis("BiasAddGrad", a["axis"], dy.ndim)
@@ -317,10 +334,11 @@ register(OpDef(
 
 register(OpDef(
     name="BiasAddGrad",
-    # Per-thread float64 partial sums of every channel: the output's length, the channels
-    # along `axis` (a transformer's last axis, not axis 1: sized on axis 1, a GPT's MLP bias
-    # gradient got a block beside the arena).
-    scratch=widening_scratch(lambda ins, outs, a, threads: 8 * outs[0].size * threads + 4096),
+    # Float64 partial sums of every channel, one row per part of dy (bias_grad_parts): the
+    # output's length, the channels along `axis` (a transformer's last axis, not axis 1: sized
+    # on axis 1, a GPT's MLP bias gradient got a block beside the arena).
+    scratch=widening_scratch(
+        lambda ins, outs, a, threads: 8 * outs[0].size * bias_grad_parts(ins[0], a) + 4096),
     cost_class="reduction", arity=1, attrs={"axis": Attr("int", 1)},
     infer=_bias_add_grad_infer,
     # one addition per dy element

@@ -13,7 +13,7 @@ from planner.costs import CostModel, CostTable, graph_signatures
 from planner.ir.graph import Graph
 from planner.memory.decision import MemoryDecision
 from planner.memory.one_lane import faster_one_lane, one_lane_memory, one_lane_ops
-from planner.memory.variants import Rows, variants_of
+from planner.memory.variants import Rows, main_bits_rows, variants_of
 from planner.ops.collective import COLLECTIVE_OPS
 from planner.pipeline.backends import BACKENDS
 from planner.pipeline.options import PlanOptions
@@ -78,8 +78,9 @@ def assemble(graph: Graph, model: CostModel, options: PlanOptions, schedule: Sch
         # Data parallelism is named only when used: one-process plans read as they did.
         options=options.model_dump(mode="json", exclude=None if options.data_parallel.ranks > 1
                                    else {"data_parallel"}), tool=f"planner {__version__}")
-    # The schedules for fewer free cores.
-    variants = variants_of(rows) if rows and options.variants else ()
+    # The schedules for fewer free cores, each computing the main schedule's bits.
+    variants = variants_of(main_bits_rows(rows, ops)) \
+        if rows and options.variants else ()
     return Plan(graph=graph, kind=graph.kind, backend=schedule.backend,
                 target=BACKENDS[schedule.backend].resources(target, ops), ops=ops,
                 happens_before=happens, tensors=memory.tensors,

@@ -57,9 +57,12 @@ def variant_problems(plan: dict[str, Any]) -> list[str]:
         previous = k
         if len(threads) != len(ops):
             problems.append(f"variant {name!r}: {len(threads)} thread counts for {len(ops)} ops")
-        problems += [f"variant {name!r}: op {op['name']!r} on {t} threads, outside 1..{k}"
+        # An op may keep the main schedule's thread count (planner.memory.variants'
+        # THREAD_BOUND: its bits depend on it), oversubscribing the variant's cores.
+        problems += [f"variant {name!r}: op {op['name']!r} on {t} threads, outside 1..{k} "
+                     f"and not its main schedule's {op.get('threads')}"
                      for op, t in zip(sorted(ops, key=lambda o: o["order"]), threads,
-                                      strict=False) if not 1 <= t <= k]
+                                      strict=False) if not (1 <= t <= k or t == op.get("threads"))]
     order = {op["name"]: op.get("order", 0) for op in ops}
     problems += [f"variants run op {e['after']!r} before {e['before']!r}, which must end "
                  f"before it starts (execution order breaks a happens-before edge)"

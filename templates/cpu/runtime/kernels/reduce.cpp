@@ -197,37 +197,44 @@ void add_rows(const float* x, double* mine, int64_t first, int64_t last, int64_t
   }
 }
 
-// db[c] = sum of dy over the [outer, C, inner] view's outer and inner axes. Each thread sums
-// its share of the rows (channels last: add_rows; else one (outer, c) pair each) into its own
-// partials in the scratch area, in double; the partials are then added in thread order, so a
-// plan's result is deterministic.
+// db[c] = sum of dy over the [outer, C, inner] view's outer and inner axes. Its rows (outer
+// rows of C channels last, else (outer, c) rows of `inner`) are split into a fixed number of parts chosen from dy's size (bias_grad_parts, the same in
+// planner/ops/matmul.py's scratch rule), never from the thread count: each part's sums go to
+// its own double partials in the scratch area (the team shares the parts out), and the parts
+// are added in part order, so every thread count gives the same bits (a plan's variants
+// included: docs/executor.md, "Busy machines").
+int64_t bias_grad_parts(int64_t elements, int64_t rows) {
+  constexpr int64_t kPartElements = 16384, kMaxParts = 16;
+  return std::max<int64_t>(1, std::min({kMaxParts, rows, elements / kPartElements}));
+}
+
 class BiasAddGrad : public Kernel {
  public:
-  explicit BiasAddGrad(const Node& n)
-      : x_(n.in[0].id), y_(n.out[0].id), team_(std::max(1, n.threads)) {
+  explicit BiasAddGrad(const Node& n) : x_(n.in[0].id), y_(n.out[0].id) {
     require_f32(n);
     const AxisSplit a = axis_split(n.attrs, n.in[0].shape);  // the channels along the axis
     outer_ = a.outer;
     channels_ = a.extent;
     inner_ = a.inner;
+    units_ = inner_ == 1 ? outer_ : outer_ * channels_;
+    parts_ = bias_grad_parts(outer_ * channels_ * inner_, units_);
   }
-  size_t scratch_bytes() const override { return sizeof(double) * team_ * channels_; }
+  size_t scratch_bytes() const override { return sizeof(double) * parts_ * channels_; }
   void run(const Run& r) override {
     const float* x = r.at<float>(x_);
     float* y = r.at<float>(y_);
     double* partial = reinterpret_cast<double*>(r.scratch);
-    const int64_t c = channels_, inner = inner_, rows = outer_ * channels_;
-    const int team = std::min(team_, std::max(1, r.threads));
-    std::fill(partial, partial + static_cast<int64_t>(team) * c, 0.0);
-#pragma omp parallel num_threads(team)
-    {
-      double* mine = partial + static_cast<int64_t>(omp_get_thread_num()) * c;
+    const int64_t c = channels_, inner = inner_, units = units_, parts = parts_;
+    const int team = static_cast<int>(std::min<int64_t>(parts, std::max(1, r.threads)));
+    std::fill(partial, partial + parts * c, 0.0);
+#pragma omp parallel for schedule(static) num_threads(team)
+    for (int64_t part = 0; part < parts; ++part) {
+      double* mine = partial + part * c;
+      const int64_t first = units * part / parts, last = units * (part + 1) / parts;
       if (inner == 1) {  // channels last ((..., C), a transformer's bias)
-        const int t = omp_get_thread_num(), n = omp_get_num_threads();
-        add_rows(x, mine, outer_ * t / n, outer_ * (t + 1) / n, c);
+        add_rows(x, mine, first, last, c);
       } else {
-#pragma omp for schedule(static)
-        for (int64_t row = 0; row < rows; ++row) {
+        for (int64_t row = first; row < last; ++row) {
           const float* p = x + row * inner;
           double sum = 0.0;
           for (int64_t i = 0; i < inner; ++i) sum += p[i];
@@ -237,14 +244,14 @@ class BiasAddGrad : public Kernel {
     }
     for (int64_t k = 0; k < c; ++k) {
       double sum = 0.0;
-      for (int t = 0; t < team; ++t) sum += partial[static_cast<int64_t>(t) * c + k];
+      for (int64_t part = 0; part < parts; ++part) sum += partial[part * c + k];
       y[k] = static_cast<float>(sum);
     }
   }
 
  private:
-  int x_, y_, team_;
-  int64_t outer_ = 1, inner_ = 1, channels_ = 1;
+  int x_, y_;
+  int64_t outer_ = 1, inner_ = 1, channels_ = 1, units_ = 1, parts_ = 1;
 };
 
 KernelPtr bias_add_grad_f32(const Node& n) { return std::make_unique<BiasAddGrad>(n); }
