@@ -15,6 +15,26 @@ namespace planner {
 // 8% of its step). PyTorch's at::parallel_for uses the same grain.
 constexpr int64_t kGrain = 32768;
 
+// The sum of f(i) over i in [0, n) in double, the same bits on any thread count (a plan's
+// variants compute the main schedule's bits: docs/executor.md, "Busy machines"): kSumParts
+// contiguous parts (n when fewer), each summed in index order, the team sharing the parts
+// out, then the parts added in order. An OpenMP reduction splits by the team instead.
+constexpr int64_t kSumParts = 16;
+template <class F>
+double sum_in_parts(int64_t n, F f, bool parallel = true) {
+  const int64_t parts = std::max<int64_t>(1, std::min(kSumParts, n));
+  double part[kSumParts] = {};
+#pragma omp parallel for schedule(static) if(parallel && parts > 1)
+  for (int64_t k = 0; k < parts; ++k) {
+    double s = 0;
+    for (int64_t i = n * k / parts, end = n * (k + 1) / parts; i < end; ++i) s += f(i);
+    part[k] = s;
+  }
+  double total = 0;
+  for (int64_t k = 0; k < parts; ++k) total += part[k];
+  return total;
+}
+
 // Copies `bytes` from one tensor to another; nothing when they share bytes (an alias).
 class Copy : public Kernel {
  public:

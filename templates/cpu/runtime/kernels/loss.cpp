@@ -91,15 +91,10 @@ class SoftmaxCrossEntropy : public DnnlKernel {
     const float nan = std::numeric_limits<float>::quiet_NaN();
     const double eps = e_.label_smoothing, keep = 1.0 - eps;
     if (!e_.grad) {
-      double total = 0;
-#pragma omp parallel for reduction(+ : total)
-      for (int64_t i = 0; i < rows; ++i) {
-        if (lab[i] == e_.ignore_index) continue;
+      const double total = sum_in_parts(rows, [&](int64_t i) -> double {
+        if (lab[i] == e_.ignore_index) return 0.0;
         const float* z = x + i * cols;
-        if (nan_row(z, cols)) {
-          total += nan;
-          continue;
-        }
+        if (nan_row(z, cols)) return nan;
         float m = z[0];
 #pragma omp simd reduction(max : m)
         for (int64_t c = 1; c < cols; ++c) m = select(z[c] > m, z[c], m);
@@ -111,8 +106,8 @@ class SoftmaxCrossEntropy : public DnnlKernel {
         }
         const double lse = std::log(s);
         const double nll = lse - static_cast<double>(z[lab[i]] - m);
-        total += eps == 0 ? nll : keep * nll + eps * (lse - sum_z / static_cast<double>(cols));
-      }
+        return eps == 0 ? nll : keep * nll + eps * (lse - sum_z / static_cast<double>(cols));
+      });
       // The mean of no labels (all ignored) is NaN, as in PyTorch.
       *r.at<float>(e_.out) = static_cast<float>(total / static_cast<double>(count));
       return;
@@ -149,10 +144,8 @@ class SoftmaxCrossEntropy : public DnnlKernel {
     const double eps = e_.label_smoothing, keep = 1.0 - eps;
     auto base = [&](int64_t p) { return (p / inner) * classes * inner + p % inner; };
     if (!e_.grad) {
-      double total = 0;
-#pragma omp parallel for reduction(+ : total)
-      for (int64_t p = 0; p < positions; ++p) {
-        if (lab[p] == e_.ignore_index) continue;
+      const double total = sum_in_parts(positions, [&](int64_t p) -> double {
+        if (lab[p] == e_.ignore_index) return 0.0;
         const float* z = x + base(p);
         float m = z[0];
         for (int64_t c = 1; c < classes; ++c) m = std::max(m, z[c * inner]);
@@ -164,8 +157,8 @@ class SoftmaxCrossEntropy : public DnnlKernel {
         }
         const double lse = std::log(s);
         const double nll = lse - static_cast<double>(z[lab[p] * inner] - m);
-        total += eps == 0 ? nll : keep * nll + eps * (lse - sum_z / static_cast<double>(classes));
-      }
+        return eps == 0 ? nll : keep * nll + eps * (lse - sum_z / static_cast<double>(classes));
+      });
       *r.at<float>(e_.out) = static_cast<float>(total / static_cast<double>(count));
       return;
     }
@@ -209,13 +202,12 @@ class PairLoss : public Kernel {
     const float* t = r.at<float>(t_);
     const int64_t size = size_;
     if (!grad_) {
-      double total = 0;
-#pragma omp parallel for reduction(+ : total)
-      for (int64_t i = 0; i < size; ++i) {
+      const char kind = kind_;
+      const double total = sum_in_parts(size, [&](int64_t i) {
         double z = x[i], y = t[i];
-        total += kind_ == 'b' ? std::max(z, 0.0) - z * y + std::log1p(std::exp(-std::fabs(z)))
-                              : (z - y) * (z - y);
-      }
+        return kind == 'b' ? std::max(z, 0.0) - z * y + std::log1p(std::exp(-std::fabs(z)))
+                           : (z - y) * (z - y);
+      });
       *r.at<float>(out_) = static_cast<float>(total / static_cast<double>(std::max<int64_t>(size, 1)));
       return;
     }

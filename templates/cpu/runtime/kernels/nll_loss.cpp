@@ -37,9 +37,7 @@ class NLLLoss : public Kernel {
       if (lab[p] != e_.ignore_index) denominator += w ? w[lab[p]] : 1.0;
     if (!e_.grad) {
       float* out = r.at<float>(e_.out);
-      double total = 0;
-#pragma omp parallel for reduction(+ : total) if(positions * cols >= kGrain)
-      for (int64_t p = 0; p < positions; ++p) {
+      const double total = sum_in_parts(positions, [&](int64_t p) {
         const float* xp = x + (p / inner) * cols * inner + p % inner;
         double l = 0;
         if (lab[p] != e_.ignore_index) {
@@ -52,8 +50,8 @@ class NLLLoss : public Kernel {
           }
         }
         if (e_.reduction == LossReduction::kNone) out[p] = static_cast<float>(l);
-        total += l;
-      }
+        return l;
+      }, positions * cols >= kGrain);
       if (e_.reduction == LossReduction::kSum) *out = static_cast<float>(total);
       // The mean of no labels (all ignored) is NaN, as in PyTorch.
       if (e_.reduction == LossReduction::kMean) *out = static_cast<float>(total / denominator);
