@@ -11,7 +11,8 @@
 - precision: "fp32" only (a bf16 plan of a piece would change what autograd sees: refused);
 - fallback: True (default): a graph the planner refuses runs eagerly, named in one warning
   line; False: the refusal is raised (`fullgraph=True` only forbids graph breaks in Dynamo);
-- adaptive: the executors' schedules for fewer free cores (trainer's `adaptive`);
+- adaptive: True (default): the executors switch to the plan's schedules for fewer free cores
+  by load, each computing the same bits (trainer's `adaptive`); False: the main schedule always;
 - out_dir: where executors' sources go (default: one temporary folder per process).
 
 An unknown key, or a value of the wrong kind, is a ValueError naming it at torch.compile's
@@ -37,7 +38,7 @@ class BackendOptions(Record):
     memory_budget: int | None = Field(default=None, gt=0)
     precision: Literal["fp32"] = "fp32"
     fallback: bool = True
-    adaptive: bool = False
+    adaptive: bool = True
     out_dir: str | None = None
 
     @classmethod

@@ -304,7 +304,7 @@ def trainer(module: Any, example_inputs: Sequence[Any], loss: Callable | None,
             labels: Any = None, *,
             optimizer: Any = "sgd", lr: float | None = None, target: str = "host",
             out_dir: str | Path | None = None, accumulate: int = 1,
-            costs: Any = None, adaptive: bool = False, shapes: Sequence[Any] = (),
+            costs: Any = None, adaptive: bool = True, shapes: Sequence[Any] = (),
             shape_cache: int = DEFAULT_LIMIT, data_parallel: bool | int = False,
             **settings: Any) -> Trainer:
     """Plan, build and load a training executor for `module`.
@@ -333,9 +333,10 @@ def trainer(module: Any, example_inputs: Sequence[Any], loss: Callable | None,
     cost table or the path of one (`planner profile` on this target), or "in-step": every op
     measured inside this step first (a few builds and steps, codegen.profiling.
     profile_in_step), the table kept as costs.json in out_dir; adaptive: let the executor
-    switch to the plan's variants for fewer cores when the machine is busy (False, the
-    default: the main schedule always, so two runs, or a run and its resumption, compute the
-    same bits; docs/training.md).
+    switch to the plan's variants for fewer cores when the machine is busy (True, the
+    default: every variant computes the main schedule's bits, so two runs, or a run and its
+    resumption, compute the same bits whatever the load; False: the main schedule always;
+    docs/training.md).
     shapes: further batches to plan now rather than on first use, each a batch size (the
     example inputs' first axis cut or repeated to it) or a tuple of example arrays like
     `(*example_inputs, labels)`; a `step` or `evaluate` of shapes not yet planned plans them

@@ -128,12 +128,13 @@ NB_MODULE(planner_cpu_rt, m) {
   nb::class_<Executor> cls(m, "Executor", nb::is_weak_referenceable());
   cls      .def(nb::init<const std::string&, bool, int, double, bool>(), "schedule_path"_a,
            "concurrent"_a = true, "jitter_us"_a = 0, "watchdog_seconds"_a = 600.0,
-           "adaptive"_a = false,
+           "adaptive"_a = true,
            "Load a schedule. concurrent: run ops on the plan's lanes (False: one at a time in "
            "plan order); jitter_us: lanes sleep up to that long before each op (tests); a "
            "step with no progress for watchdog_seconds raises, naming the ops not finished; "
-           "adaptive: switch to the plan's variants for fewer cores by load (False, the "
-           "default: the main schedule always, so runs give the same bits).");
+           "adaptive: switch to the plan's variants for fewer cores by load (the default; every "
+           "variant computes the main schedule's bits, so runs give the same bits whatever "
+           "the load; False: the main schedule always).");
   planner::define_executor<Executor, planner::Io>(cls);
   planner::define_collective(cls, nb::device::cpu::value, [](const Executor&) { return 0; });
   cls.def("evaluate", &planner::evaluate, "feeds"_a,
@@ -172,8 +173,8 @@ NB_MODULE(planner_cpu_rt, m) {
       },
       "name"_a.none(),
       "Run the named schedule ('main' or a variant from variants()) from the next step on; "
-      "None: choose by the cores granted and the step times measured (adaptive=True's rule; "
-      "results then depend on the load).");
+      "None: choose by the cores granted and the step times measured (adaptive=True's rule, "
+      "the default; every schedule computes the same bits).");
   cls.def(
       "variants",
       [](const Executor& ex) {

@@ -19,8 +19,10 @@
 //    faster than it ran when it was chosen by kSlow (and kNoise): the others' times, measured
 //    under the contention that has gone, are stale.
 // A user may pin one (pin(i)); pin(-1) returns to the rule. The executor pins the main
-// schedule unless built adaptive (executor.h): a variant runs other thread counts, so its
-// reductions round in another order, and results would depend on the machine's load.
+// schedule when built with adaptive=false (executor.h). Every variant computes the main
+// schedule's bits (planner/memory/variants.py: reductions split by the data, not the team;
+// oneDNN ops whose split follows the team keep the main thread count), so the choice changes
+// the step's time only.
 #pragma once
 #include <algorithm>
 #include <cstdint>

@@ -72,8 +72,8 @@ Executor::Executor(const std::string& schedule_path, bool concurrent, int jitter
     scratch_[k] = scratch_area(s.ops[k], *kernels_[k], &overflow_[k]);
   for (int v = 0; v < s.num_variants; ++v) variants_.push_back(nullptr);
   if (!adaptive)
-    choice_.pin(0, "the main schedule whatever the load: the same bits every run "
-                   "(adaptive=True, or set_variant(None), switches by load)");
+    choice_.pin(0, "the main schedule whatever the load (adaptive=False; "
+                   "set_variant(None) switches by load)");
 }
 
 char* Executor::scratch_area(const OpSpec& op, const Kernel& kernel,

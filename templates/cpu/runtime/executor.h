@@ -24,12 +24,13 @@ class Executor : public ExecutorCore {
  public:
   // Loads the schedule library at `path` (a shared library exporting planner_schedule).
   // jitter_us > 0 makes every lane sleep up to that long before each op (tests: adversarial
-  // interleavings); a step that makes no progress for watchdog_seconds throws. adaptive:
-  // choose between the main schedule and its variants by the cores granted and the step times
-  // measured (choice.h); false (the default) runs the main schedule whatever the load, so
-  // every run computes the same bits (a variant's other thread counts reduce in another order).
+  // interleavings); a step that makes no progress for watchdog_seconds throws. adaptive (the
+  // default): choose between the main schedule and its variants by the cores granted and the
+  // step times measured (choice.h); every variant computes the main schedule's bits
+  // (planner/memory/variants.py), so a switch changes the time, not the numbers. false runs
+  // the main schedule whatever the load.
   explicit Executor(const std::string& schedule_path, bool concurrent = true,
-                    int jitter_us = 0, double watchdog_seconds = 600.0, bool adaptive = false);
+                    int jitter_us = 0, double watchdog_seconds = 600.0, bool adaptive = true);
   ~Executor() override;
 
   char* data(int id) const { return ptr_[id]; }
