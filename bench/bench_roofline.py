@@ -45,8 +45,8 @@ FAMILIES = ("convs", "GEMMs", "pointwise")
 
 def _made(label: str, folder: Path, costs: str):
     """(plan, executor, step) of one model's main schedule, priced by `costs`."""
-    from bench_neighbours import MODELS, module_trainer
     from bench_cpu_strategies import SGD
+    from bench_neighbours import MODELS, module_trainer
 
     if label not in MODELS:
         t, inputs, y = module_trainer(label, folder, costs)
