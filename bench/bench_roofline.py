@@ -4,6 +4,7 @@ planner.report.roofline fed the measured times.
 
     PYTHONPATH=. python bench/bench_roofline.py [--models resnet-50,mobilenet_v2,...]
                                                 [--rounds 5] [--steps 10] [--costs measured]
+                                                [--variants]
 
 Per model (bench_neighbours.py's zoo graphs and bench/cpu_modules.py's nn.Modules, SGD), in a
 process of its own (bench/step_process.py's reason: one libgomp per process): the plan the
@@ -20,6 +21,10 @@ over the timed steps) give the per-family figures. Printed per model:
     %sheet       the same against the datasheet-style estimate (cores x clock x SIMD x 2 x 2)
     roof ms      the roofline bound: max(FLOPs at peak, bytes at the measured bandwidth)
     convs/GEMMs/pointwise   each family's share of the peak of the threads its ops ran on
+
+With --variants, each schedule the plan carries (its main one, then the one-lane variants for
+fewer cores, planner/memory/variants.py) is also timed, forced with `set_variant`, the order
+alternating round by round: issue 60's check that no variant beats the main schedule.
 
 The machine's load average is printed before and after each model: a number taken at a load
 above ~1 per core measures the other jobs too.
@@ -72,10 +77,35 @@ def _made(label: str, folder: Path, costs: str):
     return p, ex, lambda: ex.step(feeds)
 
 
-def measure_one(label: str, folder: str, costs: str, rounds: int, steps: int) -> dict:
-    """The measured step and roofline figures of one model (run in a child process)."""
+def _median_step(step, steps: int) -> float:
     import time
 
+    times = []
+    for _ in range(steps):
+        start = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def schedules_measured(ex, step, rounds: int, steps: int) -> dict[str, float]:
+    """Each schedule the executor holds (its main one and the variants for fewer cores: issue
+    60's "never slower than its own alternatives") -> the median over rounds of its median
+    step, the schedules' order alternating round by round; the executor is left on main."""
+    names = [v["name"] for v in ex.variants()]
+    runs: dict[str, list[float]] = {n: [] for n in names}
+    for k in range(rounds):
+        for name in names if k % 2 == 0 else names[::-1]:
+            ex.set_variant(name)
+            step()  # the first step after a switch: the new teams start
+            runs[name].append(_median_step(step, steps))
+    ex.set_variant("main")
+    return {n: statistics.median(v) for n, v in runs.items()}
+
+
+def measure_one(label: str, folder: str, costs: str, rounds: int, steps: int,
+                variants: bool = False) -> dict:
+    """The measured step and roofline figures of one model (run in a child process)."""
     from planner.report.roofline import roofline
     from planner.target.detect import detect
 
@@ -84,14 +114,7 @@ def measure_one(label: str, folder: str, costs: str, rounds: int, steps: int) ->
     for _ in range(2):
         step()
     ex.reset_stats()
-    medians = []
-    for _ in range(rounds):
-        times = []
-        for _ in range(steps):
-            start = time.perf_counter()
-            step()
-            times.append(time.perf_counter() - start)
-        medians.append(statistics.median(times))
+    medians = [_median_step(step, steps) for _ in range(rounds)]
     ops = {o["name"]: o["seconds"] for o in ex.stats()["ops"]}
     target = detect()
     seconds = statistics.median(medians)
@@ -102,7 +125,8 @@ def measure_one(label: str, folder: str, costs: str, rounds: int, steps: int) ->
             "peak": r.peak_flops, "sheet": sheet, "share": r.peak_share,
             "sheet_share": r.flops / sheet / seconds if seconds else 0.0,
             "bound": r.bound_seconds,
-            "families": {f.family: f.peak_share for f in r.families}}
+            "families": {f.family: f.peak_share for f in r.families},
+            "schedules": schedules_measured(ex, step, rounds, steps) if variants else {}}
 
 
 def _child(conn, *args) -> None:
@@ -121,6 +145,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--costs", choices=("measured", "in-step"), default="measured")
+    ap.add_argument("--variants", action="store_true",
+                    help="also time each schedule variant against the main schedule")
     args = ap.parse_args()
     ctx = mp.get_context("spawn")
     print(f"{'model':20s} {'GFLOP':>7s} {'ms':>8s} {'pred ms':>8s} {'GFLOP/s':>8s} "
@@ -132,7 +158,7 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as d:
             parent, child = ctx.Pipe()
             proc = ctx.Process(target=_child, args=(child, label, d, args.costs, args.rounds,
-                                                    args.steps))
+                                                    args.steps, args.variants))
             proc.start()
             r = parent.recv()
             proc.join()
@@ -142,6 +168,11 @@ def main() -> None:
               f"{r['predicted'] * 1e3:8.2f} {r['flops'] / r['seconds'] / 1e9:8.1f} "
               f"{r['share']:6.1%} {r['sheet_share']:6.1%} {r['bound'] * 1e3:8.2f} {fam}   "
               f"{before} / {load()}", flush=True)
+        if r["schedules"]:
+            main_ms = r["schedules"]["main"]
+            print("    measured schedules (ms, / main): " + ", ".join(
+                f"{n} {v * 1e3:.2f} ({v / main_ms:.2f})" for n, v in r["schedules"].items()),
+                flush=True)
     print(f"host float32 peak {peak / 1e9:.1f} GFLOP/s kept (measured, `planner target "
           f"detect`), datasheet-style estimate {sheet / 1e9:.1f}")
 
