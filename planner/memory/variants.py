@@ -21,6 +21,11 @@ that order keeps every ordering the main schedule guarantees; the arena's offset
 lifetimes hold unchanged. An op's thread count is one whose kernel scratch fits the area the
 plan gave that op (planner.memory.scratch), so no variant needs memory the plan did not plan.
 
+Every variant computes the main schedule's bits: the executor's own reductions split by the
+data, not the team, and the ops whose oneDNN primitive splits by its team (THREAD_BOUND) keep
+the main schedule's thread count in every variant (main_bits_rows), so a switch changes the
+step's time, never its numbers (docs/executor.md, "Which ops' bits depend on the thread count").
+
 It is memory planning's last step (and lives here) because a variant is bound by the memory
 decision: the ops memory planning added, the execution order its reuse needs, each op's scratch
 area. The executor picks one at run time from what it measures (docs/executor.md); `planner verify`
