@@ -1,10 +1,10 @@
-"""What the variants' same-bits rule costs (issue 60, item 5): the step time of a few zoo models'
-main schedule (two cores, `adaptive=False`), of the one-core variant (the calling thread
-granted one core, the executor switched by its rule) and of the main schedule held on that one
-core (`main-one-core`: what a busy machine ran without the variants), in this checkout and in another one
-(`--before`: a checkout of the code before), in alternating rounds, medians printed with the
-load average beside them. Plans are priced analytically ($PLANNER_COSTS=analytical), so both
-checkouts plan from the same figures.
+"""What the variants' same-bits rule costs (issue 60, item 5): the step time of a few zoo
+models' main schedule (two cores, `adaptive=False`), of the one-core variant (the calling
+thread granted one core, the executor switched by its rule) and of the main schedule held with
+that mask (`main-one-core`: the executor pins its lanes to the plan's CPUs, so it still runs on
+them), in this checkout and in another one (`--before`: a checkout of the code before), in
+alternating rounds, medians printed with the load average beside them. Plans are priced
+analytically ($PLANNER_COSTS=analytical), so both checkouts plan from the same figures.
 
     python bench/variant_bits_cost.py --before ../other-checkout --rounds 5
 

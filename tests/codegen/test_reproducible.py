@@ -26,6 +26,7 @@ from planner.memory.variants import THREAD_BOUND
 from planner.target.detect import detect
 from planner.verify import verify_plan
 from tests.codegen.helpers import start_state
+from tests.helpers import thread_bits
 from tests.helpers.variants import lenet_built
 
 pytestmark = pytest.mark.skipif(detect().cores < 2, reason="variants need two cores to differ")
@@ -165,3 +166,11 @@ def test_two_processes_give_the_same_bits_one_of_them_under_load(built, tmp_path
                         str(start), str(narrow), str(out)], check=True, cwd=root, timeout=300)
         outs.append(dict(np.load(out)))
     assert_same_bits(outs[1], outs[0])
+
+
+def test_every_variant_of_a_transformer_gives_the_main_schedules_bits(tmp_path):
+    # LayerNorm, attention's softmax and batched MatMuls, bias gradients over (tokens, C):
+    # every op on two threads, each variant forced (tests/helpers/thread_bits.py).
+    case = thread_bits.built("gpt", tmp_path)
+    differ = thread_bits.parameters_differ(case)
+    assert "cores-1" in differ and all(names == [] for names in differ.values()), differ

@@ -102,7 +102,8 @@ def test_an_unknown_schedule_name_is_refused_naming_the_known_ones(built):
     with pytest.raises(ValueError, match="no schedule named 'fast'.*main, cores-"):
         ex.set_variant("fast")
     held = module.Executor(adaptive=False)
-    assert held.stats()["schedule"]["pinned"] and "adaptive=False" in held.stats()["schedule"]["reason"]
+    sched = held.stats()["schedule"]
+    assert sched["pinned"] and "adaptive=False" in sched["reason"]
     held.set_variant(None)
     assert not held.stats()["schedule"]["pinned"]
 
