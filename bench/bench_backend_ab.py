@@ -1,0 +1,89 @@
+"""torch.compile(backend="planner")'s training step under two checkouts of planner (A/B: a
+change against the code before it), each run in a process of its own, rounds alternating.
+
+    python bench/bench_backend_ab.py --trees OLD NEW [--models transformer_encoder,resnet18]
+                                     [--rounds 4] [--steps 12]
+
+Each process imports planner from one tree (PYTHONPATH), trains one bench/cpu_modules.py module
+through the user's loop compiled by the backend (cpu_modules.eager_step: SGD, the model and
+loss compiled, backward, step), warms it up, times --steps steps and reports its median step,
+its peak RSS and the RSS after the steps. Rounds alternate the trees' order (A B, B A, ...), so
+a drift in the machine's load falls on both; the table gives the medians over rounds of each
+run's median, and the 1-minute load average before and after.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+
+def child(model: str, steps: int) -> None:
+    import resource
+    import time
+
+    import torch
+
+    sys.path.insert(0, str(HERE))
+    import planner.torch  # noqa: F401  (registers the backend)
+    from cpu_modules import eager_step, example
+
+    torch.set_num_threads(os.cpu_count() or 1)
+    module, inputs, y, loss_fn = example(model)
+    step = eager_step(module, inputs, y, loss_fn, 0.01, compiled=True, backend="planner")
+    times = []
+    for _ in range(steps):
+        start = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - start)
+    rss = int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    print(json.dumps({"ms": 1e3 * statistics.median(times),
+                      "peak_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                      "rss_mib": rss / 2**20}))
+
+
+def run(tree: Path, model: str, steps: int) -> dict:
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    out = subprocess.run([sys.executable, str(tree / "bench" / Path(__file__).name), "--child",
+                          model, "--steps", str(steps)], env=env, cwd=tree, check=True,
+                         capture_output=True, text=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--trees", nargs=2, type=Path, metavar=("A", "B"))
+    ap.add_argument("--models", default="transformer_encoder,resnet18")
+    ap.add_argument("--rounds", type=int, default=4)
+    ap.add_argument("--steps", type=int, default=12)
+    ap.add_argument("--child")
+    args = ap.parse_args()
+    if args.child:
+        child(args.child, args.steps)
+        return
+    trees = [t.resolve() for t in args.trees]
+    print(f"load before: {os.getloadavg()[0]:.2f}")
+    for model in args.models.split(","):
+        runs: dict[int, list[dict]] = {0: [], 1: []}
+        for r in range(args.rounds):
+            for k in ((0, 1) if r % 2 == 0 else (1, 0)):
+                runs[k].append(run(trees[k], model, args.steps))
+                print(f"  {model} round {r} {'AB'[k]}: {runs[k][-1]} "
+                      f"load {os.getloadavg()[0]:.2f}", flush=True)
+        for k in (0, 1):
+            med = {f: statistics.median(x[f] for x in runs[k]) for f in runs[k][0]}
+            print(f"{model:22s} {'AB'[k]} step {med['ms']:7.1f} ms  peak RSS "
+                  f"{med['peak_mib']:7.0f} MiB  RSS after {med['rss_mib']:7.0f} MiB  "
+                  f"(steps ms: {', '.join(format(x['ms'], '.1f') for x in runs[k])})")
+    print(f"load after: {os.getloadavg()[0]:.2f}")
+
+
+if __name__ == "__main__":
+    main()
