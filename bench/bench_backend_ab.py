@@ -32,8 +32,9 @@ def child(model: str, steps: int) -> None:
     import torch
 
     sys.path.insert(0, str(HERE))
-    import planner.torch  # noqa: F401  (registers the backend)
     from cpu_modules import eager_step, example
+
+    import planner.torch  # noqa: F401  (registers the backend)
 
     torch.set_num_threads(os.cpu_count() or 1)
     module, inputs, y, loss_fn = example(model)
