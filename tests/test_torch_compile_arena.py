@@ -153,3 +153,26 @@ def test_a_saved_output_changed_in_place_raises_as_eager():
         out.mul_(2)
         with pytest.raises(RuntimeError, match="modified by an inplace operation"):
             out.sum().backward()
+
+
+@pytest.mark.slow
+def test_a_call_never_backwarded_alive_at_the_end_leaks_no_executor(tmp_path):
+    """Its saved activations, views of a leased arena, are given memory of their own at exit:
+    nanobind reports no executor alive at the interpreter's end."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = tmp_path / "kept.py"
+    script.write_text(
+        "import torch\nimport planner.torch\n"
+        "m = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.LayerNorm(8), "
+        "torch.nn.GELU(), torch.nn.Linear(8, 2))\n"
+        "c = torch.compile(m, backend='planner', options={'costs': 'analytical'})\n"
+        "x = torch.randn(3, 4)\nc(x).sum().backward()\nkept = c(x)\n")
+    root = str(Path(__file__).resolve().parents[1])
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": root}, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "leaked" not in done.stderr, done.stderr[-2000:]

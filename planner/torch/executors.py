@@ -41,12 +41,16 @@ _POOLS: dict[str, ExecutorPool] = {}
 # (Dynamo's code cache and a last loss's autograd graph hold them to the end; nanobind reports
 # executors alive then).
 _RUNS: weakref.WeakSet = weakref.WeakSet()
+# Every lease whose arrays are still kept (a call never backwarded, alive at the end).
+_LEASES: weakref.WeakSet = weakref.WeakSet()
 
 
 @atexit.register
 def _release() -> None:
     import gc
 
+    for lease in list(_LEASES):
+        lease.release()
     for run in list(_RUNS):
         run.release()
     _EXECUTORS.clear()
@@ -233,6 +237,7 @@ class Lease:
         self.pool, self.ex = pool, ex
         self._holds = 1
         self._lock = threading.RLock()
+        self._tensors: list[weakref.ref] = []  # what kept() gave, for release()
 
     def kept(self, value: Any) -> Any:
         """`value` (an array of this call, a view of the executor's arena or a copy) as a torch
@@ -249,11 +254,22 @@ class Lease:
         end = weakref.finalize(held, self._end)
         end.atexit = False  # the interpreter's end frees the executors itself
         t = torch.from_numpy(held)
-        return t.view(torch.bfloat16) if bf16 else t
+        t = t.view(torch.bfloat16) if bf16 else t
+        self._tensors.append(weakref.ref(t))
+        _LEASES.add(self)
+        return t
 
     def close(self) -> None:
         """The call's own hold ended (its arrays are kept, or the call failed)."""
         self._end()
+
+    def release(self) -> None:
+        """Before the interpreter's teardown: the tensors kept() gave, still alive (saved by a
+        call never backwarded), given memory of their own, so none keeps the executor alive."""
+        for ref in self._tensors:
+            t = ref()
+            if t is not None:
+                t.data = t.detach().clone()
 
     def _end(self) -> None:
         with self._lock:
