@@ -4,7 +4,8 @@ change against the code before it), each run in a process of its own, rounds alt
     python bench/bench_backend_ab.py --trees OLD NEW [--models transformer_encoder,resnet18]
                                      [--rounds 4] [--steps 12]
 
-Each process imports planner from one tree (PYTHONPATH), trains one bench/cpu_modules.py module
+Each process imports planner from one tree (PYTHONPATH; this script and bench/cpu_modules.py
+from this checkout), trains one bench/cpu_modules.py module
 through the user's loop compiled by the backend (cpu_modules.eager_step: SGD, the model and
 loss compiled, backward, step), warms it up, times --steps steps and reports its median step,
 its peak RSS and the RSS after the steps. Rounds alternate the trees' order (A B, B A, ...), so
@@ -52,9 +53,10 @@ def child(model: str, steps: int) -> None:
 
 def run(tree: Path, model: str, steps: int) -> dict:
     env = {**os.environ, "PYTHONPATH": str(tree)}
-    out = subprocess.run([sys.executable, str(tree / "bench" / Path(__file__).name), "--child",
-                          model, "--steps", str(steps)], env=env, cwd=tree, check=True,
-                         capture_output=True, text=True).stdout
+    # This script and bench/cpu_modules.py from here (a tree before this script has none),
+    # planner from the tree.
+    out = subprocess.run([sys.executable, __file__, "--child", model, "--steps", str(steps)],
+                         env=env, cwd=tree, check=True, capture_output=True, text=True).stdout
     return json.loads(out.strip().splitlines()[-1])
 
 
