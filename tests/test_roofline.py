@@ -66,3 +66,16 @@ def test_show_prints_the_share_of_peak(tmp_path, mlp_plan):
     out = subprocess.run([sys.executable, "-m", "planner.cli", "show", str(path)],
                          capture_output=True, text=True, check=True).stdout
     assert "of peak" in out and "roofline" in out
+
+
+def test_measured_times_replace_the_predicted_ones(mlp_plan):
+    # A run's op seconds (an executor's stats()) and step: each op taking twice its predicted
+    # time halves every achieved rate; the FLOPs and the bound stay the graph's.
+    p, target = mlp_plan
+    predicted = roofline(p, target)
+    slower = {op.name: 2 * (op.end - op.start) for op in p.ops}
+    r = roofline(p, target, measured=slower, step_seconds=2 * p.summary.step_seconds)
+    assert r.flops == predicted.flops and r.bound_seconds == predicted.bound_seconds
+    assert r.achieved_flops == pytest.approx(predicted.achieved_flops / 2, rel=1e-12)
+    for f, g in zip(r.families, predicted.families, strict=True):
+        assert f.peak_share == pytest.approx(g.peak_share / 2, rel=1e-12)

@@ -20,6 +20,7 @@ added (recomputes, copies) count as their node's work where they recompute one, 
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Mapping
 
 from planner.costs.analytical import op_work
 from planner.costs.signature import graph_signatures
@@ -69,9 +70,12 @@ def family_of(op: str) -> str:
         return OTHER
 
 
-def roofline(plan: Plan, target: Target) -> Roofline:
+def roofline(plan: Plan, target: Target, measured: Mapping[str, float] | None = None,
+             step_seconds: float | None = None) -> Roofline:
     """The step of CPU plan `plan` on `target` (the machine it was planned for) against its
-    peaks. ValueError for a plan without CPU ops or a target without a CPU."""
+    peaks: the plan's predicted times, or with `measured` (op name -> seconds, an executor's
+    `stats()`) and `step_seconds` the times a run of it took. ValueError for a plan without
+    CPU ops or a target without a CPU."""
     if target.cpu is None or not traits(plan).host_cores:
         raise ValueError(f"plan of {plan.graph.name!r}: the roofline is a CPU plan's "
                          f"(backend {plan.backend!r}, target {target.name!r})")
@@ -83,7 +87,7 @@ def roofline(plan: Plan, target: Target) -> Roofline:
     for op in plan.ops:
         node = recomputed.get(op.name, op.name)
         signature = signatures.get(node)
-        seconds = op.end - op.start
+        seconds = op.end - op.start if measured is None else measured[op.name]
         if signature is None:  # a copy memory planning added: time, no work
             a = acc[OTHER]
             a[0], a[2] = a[0] + 1, a[2] + seconds
@@ -103,7 +107,7 @@ def roofline(plan: Plan, target: Target) -> Roofline:
                       achieved_flops=a[1] / a[2] if a[2] else 0.0,
                       peak_share=a[1] / a[3] if a[3] else 0.0)
         for f in (*FAMILIES.values(), OTHER) if (a := acc.get(f)) is not None)
-    step = plan.summary.step_seconds
+    step = plan.summary.step_seconds if step_seconds is None else step_seconds
     memory = nbytes / cpu.memory_bandwidth
     return Roofline(step_seconds=step, flops=flops, bytes=nbytes, peak_flops=cpu.peak_flops,
                     memory_bandwidth=cpu.memory_bandwidth, compute_seconds=compute,
