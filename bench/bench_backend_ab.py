@@ -5,12 +5,13 @@ change against the code before it), each run in a process of its own, rounds alt
                                      [--rounds 4] [--steps 12]
 
 Each process imports planner from one tree (PYTHONPATH; this script and bench/cpu_modules.py
-from this checkout), trains one bench/cpu_modules.py module
-through the user's loop compiled by the backend (cpu_modules.eager_step: SGD, the model and
-loss compiled, backward, step), warms it up, times --steps steps and reports its median step,
-its peak RSS and the RSS after the steps. Rounds alternate the trees' order (A B, B A, ...), so
-a drift in the machine's load falls on both; the table gives the medians over rounds of each
-run's median, and the 1-minute load average before and after.
+from this checkout), trains one bench/cpu_modules.py module through the user's loop compiled
+by the backend (cpu_modules.eager_step: SGD, the model and loss compiled, backward, step),
+warms it up, times --steps steps and reports its median step, the peak RSS over the timed
+steps (VmHWM, reset after the warm-up: planning's own peak is not the steps'), the RSS after
+them, and how many graphs fell back to eager. Rounds alternate the trees' order (A B, B A,
+...), so a drift in the machine's load falls on both; the table gives the medians over rounds
+of each run's median, and the 1-minute load average before and after.
 """
 
 from __future__ import annotations
@@ -27,8 +28,8 @@ HERE = Path(__file__).resolve().parent
 
 
 def child(model: str, steps: int) -> None:
-    import resource
     import time
+    import warnings
 
     import torch
 
@@ -36,19 +37,25 @@ def child(model: str, steps: int) -> None:
     from cpu_modules import eager_step, example
 
     import planner.torch  # noqa: F401  (registers the backend)
+    from planner.torch.piece import PlannerFallback
 
     torch.set_num_threads(os.cpu_count() or 1)
     module, inputs, y, loss_fn = example(model)
-    step = eager_step(module, inputs, y, loss_fn, 0.01, compiled=True, backend="planner")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", PlannerFallback)
+        step = eager_step(module, inputs, y, loss_fn, 0.01, compiled=True, backend="planner")
+    # The steps' own high-water mark, not planning's: Linux resets VmHWM on "5".
+    Path("/proc/self/clear_refs").write_text("5")
     times = []
     for _ in range(steps):
         start = time.perf_counter()
         step()
         times.append(time.perf_counter() - start)
-    rss = int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    status = dict(line.split(":", 1) for line in Path("/proc/self/status").read_text().splitlines())
     print(json.dumps({"ms": 1e3 * statistics.median(times),
-                      "peak_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-                      "rss_mib": rss / 2**20}))
+                      "step_peak_mib": int(status["VmHWM"].split()[0]) / 1024,
+                      "rss_mib": int(status["VmRSS"].split()[0]) / 1024,
+                      "fallbacks": sum(issubclass(w.category, PlannerFallback) for w in caught)}))
 
 
 def run(tree: Path, model: str, steps: int) -> dict:
@@ -82,8 +89,8 @@ def main() -> None:
                       f"load {os.getloadavg()[0]:.2f}", flush=True)
         for k in (0, 1):
             med = {f: statistics.median(x[f] for x in runs[k]) for f in runs[k][0]}
-            print(f"{model:22s} {'AB'[k]} step {med['ms']:7.1f} ms  peak RSS "
-                  f"{med['peak_mib']:7.0f} MiB  RSS after {med['rss_mib']:7.0f} MiB  "
+            print(f"{model:22s} {'AB'[k]} step {med['ms']:7.1f} ms  steps' peak RSS "
+                  f"{med['step_peak_mib']:7.1f} MiB  RSS after {med['rss_mib']:7.1f} MiB  "
                   f"(steps ms: {', '.join(format(x['ms'], '.1f') for x in runs[k])})")
     print(f"load after: {os.getloadavg()[0]:.2f}")
 
