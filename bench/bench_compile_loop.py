@@ -137,8 +137,9 @@ def main() -> None:
 
 
 def _bytes_per_step(before: set) -> str:
-    """What a training call of the largest batch moves: the saved activations copied out of the
-    forward executor (its outputs are copies) and the tensors fed in place (DLPack, no copy)."""
+    """What a training call of the largest batch moves: the saved activations left in the
+    forward executor's arena (views; those that are the user's outputs are copies) and the
+    tensors fed in place (DLPack, no copy)."""
     from planner.torch.piece import _RUNS, _Training
 
     runs = [r for r in list(_RUNS) if isinstance(r, _Training) and r.forward is not None
@@ -147,10 +148,13 @@ def _bytes_per_step(before: set) -> str:
         return "no training call planned"
     run = max(runs, key=lambda r: sum(t.nbytes for t in r.split.forward.tensors
                                        if t.role == "input"))
-    saved = sum(run.split.forward.tensor(t).nbytes for t in run.split.saved)
+    kept = sum(run.split.forward.tensor(t).nbytes for t in run.views)
+    copied = sum(run.split.forward.tensor(t).nbytes for t in run.split.saved
+                 if t not in run.views)
     fed = sum(t.nbytes for t in run.split.forward.tensors if t.role == "input")
-    return (f"a training call: {saved / 2**20:.1f} MiB of saved activations copied out of the "
-            f"forward executor, {fed / 2**20:.1f} MiB of inputs and parameters read in place")
+    return (f"a training call: {kept / 2**20:.1f} MiB of saved activations read in the "
+            f"forward executor's arena, {copied / 2**20:.1f} MiB saved as the outputs' copies, "
+            f"{fed / 2**20:.1f} MiB of inputs and parameters read in place")
 
 
 if __name__ == "__main__":

@@ -4,6 +4,9 @@ how a call's tensors are fed to them and how their arrays come back to torch.
     ex = _executor(graph, consts, options, examples)    # planned for options.target, loaded
     feeds = _Feeds(inputs, draws).of(args)              # torch's tensors, read in place
     as_torch(out["y"])                                  # an executor's array, no copy
+    lease = _pool(graph, ...).lease()                   # an executor for one call in flight
+    h = lease.kept(lease.ex.forward(feeds, [], ["h"])["h"])  # a view of its arena; lease held
+    lease.close()                                       # back to the pool once h is freed
 
 Used by planner/torch/piece.py (a model's graphs) and planner/torch/held.py (a graph holding
 the tensors it updates: a compiled optimizer step).
@@ -14,9 +17,10 @@ from __future__ import annotations
 import atexit
 import hashlib
 import itertools
+import threading
 import warnings
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,19 +34,27 @@ _PACKAGES: dict[str, Any] = {}
 # Loaded executors by content (_content_key): an executor holds no state a call leaves behind
 # (every tensor of the piece is fed; its constants are loaded once), so pieces share one.
 _EXECUTORS: dict[str, Any] = {}
+# Lease pools of forward plans by content (_content_key): their executors' arenas hold a call's
+# saved activations until its backward (ExecutorPool), so they are never _EXECUTORS' shared ones.
+_POOLS: dict[str, ExecutorPool] = {}
 # Every planned call, so that its executors are dropped before the interpreter's teardown
 # (Dynamo's code cache and a last loss's autograd graph hold them to the end; nanobind reports
 # executors alive then).
 _RUNS: weakref.WeakSet = weakref.WeakSet()
+# Every lease whose arrays are still kept (a call never backwarded, alive at the end).
+_LEASES: weakref.WeakSet = weakref.WeakSet()
 
 
 @atexit.register
 def _release() -> None:
     import gc
 
+    for lease in list(_LEASES):
+        lease.release()
     for run in list(_RUNS):
         run.release()
     _EXECUTORS.clear()
+    _POOLS.clear()
     _PACKAGES.clear()
     gc.collect()  # an arena's views in reference cycles (torch tensors a held graph re-pointed)
 
@@ -115,6 +127,30 @@ def _executor(graph: Any, consts: dict[str, np.ndarray], options: BackendOptions
     """Plan `graph` for the options' target (the front end's passes, the pipeline's stages,
     priced as the options say), build it (cached by content unless not `shared`: an executor
     whose state is torch's tensors, planner/torch/held.py) and load it with its constants."""
+    key = _content_key(graph, consts, options)
+    if shared and key in _EXECUTORS:
+        return _EXECUTORS[key]
+    ex = _maker(graph, consts, options, examples)()
+    if shared:
+        _EXECUTORS[key] = ex
+    return ex
+
+
+def _pool(graph: Any, consts: dict[str, np.ndarray], options: BackendOptions,
+          examples: dict[str, np.ndarray] | None) -> ExecutorPool:
+    """The lease pool of `graph`'s executors (ExecutorPool), planned and built as _executor
+    plans and builds, cached by content apart from _executor's: a pooled executor is run only
+    by the call that leased it."""
+    key = _content_key(graph, consts, options)
+    if key not in _POOLS:
+        _POOLS[key] = ExecutorPool(_maker(graph, consts, options, examples))
+    return _POOLS[key]
+
+
+def _maker(graph: Any, consts: dict[str, np.ndarray], options: BackendOptions,
+           examples: dict[str, np.ndarray] | None) -> Callable[[], Any]:
+    """A maker of new executors of `graph`, planned and built once (_executor): each has its
+    own arena and the same constants."""
     from codegen.build import build
     from codegen.load import load
     from codegen.render import render
@@ -127,9 +163,6 @@ def _executor(graph: Any, consts: dict[str, np.ndarray], options: BackendOptions
     from planner.target.presets import load_target
     from planner.torch.training import _check_runs_here, _cost_table
 
-    key = _content_key(graph, consts, options)
-    if shared and key in _EXECUTORS:
-        return _EXECUTORS[key]
     target = load_target(options.target)
     _check_runs_here(target)
     prepared = prepare(graph, GraphOptions())
@@ -146,13 +179,104 @@ def _executor(graph: Any, consts: dict[str, np.ndarray], options: BackendOptions
     name = "dynamo_" + hashlib.sha256(planned.to_json().encode()).hexdigest()[:16]
     if name not in _PACKAGES:
         _PACKAGES[name] = load(build(render(planned, folder / name)).dir)
-    ex = _PACKAGES[name].Executor(adaptive=options.adaptive)
+    package = _PACKAGES[name]
     held = [t for t in planned.graph.by_role("param", "state") if t.updates is None]
     start = init_params(planned.graph)
-    ex.load_params({t.name: consts.get(t.name, start.get(t.name)) for t in held})
-    if shared:
-        _EXECUTORS[key] = ex
-    return ex
+    values = {t.name: consts.get(t.name, start.get(t.name)) for t in held}
+
+    def make() -> Any:
+        ex = package.Executor(adaptive=options.adaptive)
+        ex.load_params(values)
+        return ex
+
+    return make
+
+
+class ExecutorPool:
+    """Executors of one forward plan, each leased by one call whose results the backward reads
+    in place from its arena (arena views, no copy): a leased executor is not run again until
+    every view of its call is gone (Lease), so several calls in flight before their backwards
+    (a model called twice a step, checkpointing) lease one each and the pool grows to their
+    number. Thread-safe; a lease may be returned from any thread (by the garbage collector)."""
+
+    def __init__(self, make: Callable[[], Any]) -> None:
+        self._make = make
+        self._idle: list[Any] = []
+        # Reentrant: a view freed by a collection inside lease() returns its lease here.
+        self._lock = threading.RLock()
+        self.size = 0  # executors made
+
+    def lease(self) -> Lease:
+        with self._lock:
+            if self._idle:
+                return Lease(self, self._idle.pop())
+            self.size += 1
+        try:
+            ex = self._make()
+        except BaseException:
+            with self._lock:
+                self.size -= 1
+            raise
+        return Lease(self, ex)
+
+    def idle(self) -> tuple[Any, ...]:
+        """The executors not leased now."""
+        with self._lock:
+            return tuple(self._idle)
+
+    def _give_back(self, ex: Any) -> None:
+        with self._lock:
+            self._idle.append(ex)
+
+
+class Lease:
+    """One call's hold on a pooled executor: the call's own (ended by close()) and one per
+    array it keeps (kept()); the executor goes back to the pool when all have ended."""
+
+    def __init__(self, pool: ExecutorPool, ex: Any) -> None:
+        self.pool, self.ex = pool, ex
+        self._holds = 1
+        self._lock = threading.RLock()
+        self._tensors: list[weakref.ref] = []  # what kept() gave, for release()
+
+    def kept(self, value: Any) -> Any:
+        """`value` (an array of this call, a view of the executor's arena or a copy) as a torch
+        tensor sharing its memory, holding the lease while any tensor over that memory lives
+        (torch.from_numpy keeps the array it is given alive through the storage; the array
+        held is the one handed to torch, not a view numpy may base elsewhere)."""
+        import torch
+
+        a = np.asarray(value)
+        bf16 = a.dtype.name == "bfloat16"
+        held = a.view(np.uint16) if bf16 else a
+        with self._lock:
+            self._holds += 1
+        end = weakref.finalize(held, self._end)
+        end.atexit = False  # the interpreter's end frees the executors itself
+        t = torch.from_numpy(held)
+        t = t.view(torch.bfloat16) if bf16 else t
+        self._tensors.append(weakref.ref(t))
+        _LEASES.add(self)
+        return t
+
+    def close(self) -> None:
+        """The call's own hold ended (its arrays are kept, or the call failed)."""
+        self._end()
+
+    def release(self) -> None:
+        """Before the interpreter's teardown: the tensors kept() gave, still alive (saved by a
+        call never backwarded), given memory of their own, so none keeps the executor alive."""
+        for ref in self._tensors:
+            t = ref()
+            if t is not None:
+                t.data = t.detach().clone()
+
+    def _end(self) -> None:
+        with self._lock:
+            self._holds -= 1
+            done = self._holds == 0
+        if done:
+            self.pool._give_back(self.ex)
 
 
 def _content_key(graph: Any, consts: dict[str, np.ndarray], options: BackendOptions) -> str:

@@ -16,8 +16,10 @@ automatic dynamic shapes is one more) is imported (dynamo_import.py) and planned
 
 Every tensor argument (parameters and buffers included) is fed in place (DLPack; a
 non-contiguous one is made contiguous first), so the module's parameters stay torch's; the
-executors' outputs come back as arrays torch wraps without a copy. New values of arguments the
-graph writes (BatchNorm's running statistics, num_batches_tracked) are copied back into them.
+executors' outputs come back as copies torch wraps; the activations the backward reads stay in
+the forward executor's arena until autograd frees them (planner/torch/executors.py's
+ExecutorPool: an executor leased per call in flight). New values of arguments the graph writes
+(BatchNorm's running statistics, num_batches_tracked) are copied back into them.
 
 Dropout and random ops draw from the planner's generator (planner/ops/random.py), keyed by a
 count of calls over the process (RNG_STEP), so each call draws anew and a backward call redraws
@@ -43,6 +45,7 @@ from planner.torch.executors import (
     _executor,
     _Feeds,
     _in_place,
+    _pool,
     _with_draw_count,
     as_torch,
 )
@@ -132,7 +135,7 @@ def _plan(gm: Any, args: Sequence[Any], needs: tuple[bool, ...] | None, name: st
     reached = _reached(graph, set(wrt))
     of = [o for o in dict.fromkeys(piece.outputs) if o in reached]
     split = split_vjp(graph, wrt, of)
-    forward = _executor(split.forward, piece.consts, options, feeds.examples(args))
+    forward = _pool(split.forward, piece.consts, options, feeds.examples(args))
     backward = _executor(split.backward, piece.consts, options, None) \
         if split.backward.nodes else None
     return _Training(piece, feeds, split, forward, backward, needs, frozenset(of))
@@ -161,6 +164,11 @@ class _Training:
         self.differentiable = differentiable
         position = {n: k for k, n in enumerate(piece.inputs) if n}
         self.read = tuple(position[t] for t in split.forward_inputs_read if t in position)
+        # The saved activations the forward call returns as views of its leased arena: not
+        # the user's (outputs and written-back arguments are copies, so a loss kept in a list
+        # pins no arena; a saved output is saved as the output tensor itself).
+        shown = {*piece.outputs, *(t for _, t in piece.mutations)}
+        self.views = tuple(t for t in split.saved if t not in shown)
         _RUNS.add(self)
 
     def release(self) -> None:
@@ -198,16 +206,25 @@ def _function() -> Any:
         @staticmethod
         def forward(ctx: Any, run: _Training, *args: Any) -> Any:
             given = run.feeds.of(args)
-            out = run.forward.forward(given)
             piece = run.piece
-            outs = [as_torch(out[o]) for o in piece.outputs]
-            mutations = [as_torch(out[t]) for _, t in piece.mutations]
+            lease = run.forward.lease()
+            try:
+                out = lease.ex.forward(given, [], list(run.views))
+                outs = [as_torch(out[o]) for o in piece.outputs]
+                mutations = [as_torch(out[t]) for _, t in piece.mutations]
+                shown = dict(zip(piece.outputs, outs, strict=True))
+                shown.update((t, m) for (_, t), m in zip(piece.mutations, mutations,
+                                                          strict=True))
+                # Every tensor the backward reads is saved for it (so autograd frees it after
+                # the backward, or with a graph never backwarded, and its version counter
+                # catches an in-place change of a saved output); an arena view holds the
+                # lease until it is freed.
+                saved = [shown[t] if t in shown else lease.kept(out[t]) for t in run.split.saved]
+            finally:
+                lease.close()
             ctx.run = run
-            # As torch tensors: a bfloat16 activation (autocast) crosses back only so.
-            ctx.activations = {t: as_torch(out[t]) for t in run.split.saved}
-            if RNG_STEP in given:  # the backward's Dropout gradients redraw this call's masks
-                ctx.activations[RNG_STEP] = given[RNG_STEP]
-            ctx.save_for_backward(*(args[k] for k in run.read))
+            ctx.draws = given.get(RNG_STEP)  # the backward's Dropout redraws this call's masks
+            ctx.save_for_backward(*(args[k] for k in run.read), *saved)
             ctx.mark_non_differentiable(*[t for o, t in zip(piece.outputs, outs, strict=True)
                                           if o not in run.differentiable], *mutations)
             return (*outs, *mutations)
@@ -216,9 +233,13 @@ def _function() -> Any:
         def backward(ctx: Any, *grad_outs: Any) -> Any:
             run: _Training = ctx.run
             piece, split = run.piece, run.split
-            feeds: dict[str, Any] = dict(ctx.activations)
-            for k, t in zip(run.read, ctx.saved_tensors, strict=True):
+            values = ctx.saved_tensors
+            feeds: dict[str, Any] = {}
+            for k, t in zip(run.read, values, strict=False):
                 feeds[piece.inputs[k]] = _in_place(t)
+            feeds.update(zip(split.saved, map(_in_place, values[len(run.read):]), strict=True))
+            if ctx.draws is not None:
+                feeds[RNG_STEP] = ctx.draws
             seeds: dict[str, Any] = {}
             for o, g in zip(piece.outputs, grad_outs, strict=False):
                 s = split.seeds.get(o)

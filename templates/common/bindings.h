@@ -10,6 +10,7 @@
 //     static void unbind(Executor&, int id);               // after the step: its arena slot
 //     static void load(Executor&, int id, const Array& a); // a checked host array in
 //     static nb::object fetch(Executor&, int id, bool copy, nb::handle owner);  // one out
+//     static bool in_arena(const Executor&, int id);  // its bytes lie in the executor's arena
 //     static void op_stats(const Executor&, int k, nb::dict& d);   // backend's per-op fields
 //     static void stats(const Executor&, nb::dict& d);             // and overall ones
 //   };
@@ -162,19 +163,54 @@ std::vector<int> prepare(Ex& ex, nb::dict feeds, const std::vector<std::string>&
   return wanted;
 }
 
+// The step's results by name: copies, except the ids in `views` whose bytes lie in the
+// executor's arena, returned as views of it owned by `self` (valid until the executor runs
+// again: the plan keeps what it returns to the step's end). A view asked of a result bound
+// elsewhere (a feed read in place, unbound after the call) is copied.
 template <class Ex, class Io>
-nb::dict results(Ex& ex, const std::vector<int>& wanted) {
+nb::dict results(Ex& ex, const std::vector<int>& wanted, const std::vector<int>& views = {},
+                 nb::handle self = nb::handle()) {
   nb::dict out;
-  for (int id : wanted) out[ex.tensor(id).name] = Io::fetch(ex, id, true, nb::handle());
+  for (int id : wanted) {
+    const bool view = self.is_valid() &&
+                      std::find(views.begin(), views.end(), id) != views.end() &&
+                      Io::in_arena(ex, id);
+    out[ex.tensor(id).name] = Io::fetch(ex, id, !view, view ? self : nb::handle());
+  }
   return out;
 }
 
+// The ids of `names`, each one of the step's results (`wanted`); ValueError otherwise.
+template <class Ex>
+std::vector<int> view_ids(const Ex& ex, const std::vector<std::string>& names,
+                          const std::vector<int>& wanted) {
+  std::vector<int> ids;
+  for (const std::string& name : names) {
+    int id = ex.tensor_index(name);
+    if (id < 0 || std::find(wanted.begin(), wanted.end(), id) == wanted.end())
+      throw nb::value_error(("views: '" + name + "' is not an output of plan '" +
+                             std::string(ex.schedule().name) + "' nor named in outputs")
+                                .c_str());
+    ids.push_back(id);
+  }
+  return ids;
+}
+
 template <class Ex, class Io>
-nb::dict run_step(Ex& ex, nb::dict feeds, const std::vector<std::string>& extra) {
+nb::dict run_step(nb::handle self, nb::dict feeds, const std::vector<std::string>& extra,
+                  const std::vector<std::string>& view_names) {
+  Ex& ex = nb::cast<Ex&>(self);
   auto lock = hold(ex);  // two threads stepping one executor take turns
   refuse_in_flight(ex);
   std::vector<int> bound;
   std::vector<int> wanted = prepare<Ex, Io>(ex, feeds, extra, false, &bound);
+  std::vector<int> views;
+  try {
+    views = view_ids(ex, view_names, wanted);
+  } catch (...) {
+    for (int id : bound) Io::unbind(ex, id);
+    throw;
+  }
   {
     nb::gil_scoped_release release;
     try {
@@ -186,7 +222,7 @@ nb::dict run_step(Ex& ex, nb::dict feeds, const std::vector<std::string>& extra)
     }
   }
   // Copy the results out first: an output may be a view of a feed read in place.
-  nb::dict out = results<Ex, Io>(ex, wanted);
+  nb::dict out = results<Ex, Io>(ex, wanted, views, self);
   for (int id : bound) Io::unbind(ex, id);  // never keep caller memory past the call
   return out;
 }
@@ -320,11 +356,15 @@ void define_executor(nb::class_<Ex>& cls) {
            },
            "checkpoint"_a, "Load a state_dict(): every tensor checked, then all written.")
       .def("step",
-           [](Ex& ex, nb::dict feeds, std::vector<std::string> outputs) {
-             return run_step<Ex, Io>(ex, feeds, outputs);
+           [](nb::handle self, nb::dict feeds, std::vector<std::string> outputs,
+              std::vector<std::string> views) {
+             return run_step<Ex, Io>(self, feeds, outputs, views);
            },
            "feeds"_a, "outputs"_a = std::vector<std::string>(),
-           "Run one step; returns the graph's outputs (the loss, ...) and `outputs` by name.")
+           "views"_a = std::vector<std::string>(),
+           "Run one step; returns the graph's outputs (the loss, ...) and `outputs` by name: "
+           "copies, except those named in `views` whose bytes lie in the arena, returned as "
+           "live views of it (valid until the executor runs again).")
       .def("step_async",
            [](Ex& ex, nb::dict feeds, std::vector<std::string> outputs) {
              auto lock = hold(ex);
@@ -362,13 +402,16 @@ void define_executor(nb::class_<Ex>& cls) {
            },
            "Wait until no step is in flight: the outputs of the one that was, else None.")
       .def("forward",
-           [](Ex& ex, nb::dict feeds, std::vector<std::string> outputs) {
-             if (std::string(ex.schedule().kind) != "inference")
+           [](nb::handle self, nb::dict feeds, std::vector<std::string> outputs,
+              std::vector<std::string> views) {
+             if (std::string(nb::cast<Ex&>(self).schedule().kind) != "inference")
                throw nb::value_error("forward() runs inference plans; this is a training plan: "
                                      "use step()");
-             return run_step<Ex, Io>(ex, feeds, outputs);
+             return run_step<Ex, Io>(self, feeds, outputs, views);
            },
-           "feeds"_a, "outputs"_a = std::vector<std::string>())
+           "feeds"_a, "outputs"_a = std::vector<std::string>(),
+           "views"_a = std::vector<std::string>(),
+           "Run an inference plan once; its results as step() returns them.")
       .def("stats",
            [](const Ex& ex) {
              auto lock = hold(ex);

@@ -46,6 +46,23 @@ def test_params_round_trip_and_views(ex, mlp_graph):
     np.testing.assert_array_equal(view, ex.params()["fc1/weight"])
 
 
+def test_results_named_in_views_are_live_views_of_the_arena(ex, mlp_graph):
+    feeds = random_feeds(mlp_graph, seed=1)
+    out = ex.step(feeds, outputs=["relu1", "x"], views=["relu1", "x"])
+    copy = ex.step(feeds, outputs=["relu1"])["relu1"]  # the same feeds: the same values
+    stats = ex.stats()
+    start = out["relu1"].__array_interface__["data"][0]
+    assert stats["arena_address"] <= start < stats["arena_address"] + stats["arena_bytes"]
+    np.testing.assert_array_equal(out["relu1"], copy)
+    # A feed read in place is unbound after the step: asked as a view, it comes back a copy.
+    np.testing.assert_array_equal(out["x"], feeds["x"])
+    assert not np.shares_memory(out["x"], feeds["x"])
+    ex.step(random_feeds(mlp_graph, seed=2))
+    assert not np.array_equal(out["relu1"], copy)  # live: the next step wrote over it
+    with pytest.raises(ValueError, match="views: 'relu2' is not an output"):
+        ex.step(feeds, views=["relu2"])
+
+
 def test_non_contiguous_feeds_are_copied_in(ex, mlp_graph):
     feeds = random_feeds(mlp_graph, seed=1)
     state = ex.params()

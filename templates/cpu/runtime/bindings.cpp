@@ -44,6 +44,9 @@ struct Io {
   static nb::object fetch(Executor& ex, int id, bool copy, nb::handle owner) {
     return to_numpy(ex.tensor(id), ex.data(id), copy, owner);
   }
+  static bool in_arena(const Executor& ex, int id) {
+    return ex.holds(ex.data(id), ex.tensor(id).nbytes);
+  }
   static void op_stats(const Executor& ex, int k, nb::dict& d) {
     d["start"] = ex.last_span(k).first;
     d["end"] = ex.last_span(k).second;

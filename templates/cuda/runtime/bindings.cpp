@@ -85,6 +85,14 @@ struct Io {
     // a numpy view of the copy (bfloat16 as ml_dtypes.bfloat16: numpy has no DLPack bfloat16)
     return to_numpy(t, buf, false, own);
   }
+  // Feeds are copied into the arena, so only a tensor the plan keeps elsewhere (the host
+  // store of an offloaded one) lies outside it.
+  static bool in_arena(const CudaExecutor& ex, int id) {
+    const char* p = ex.device_data(id);
+    const int64_t bytes = ex.tensor(id).nbytes;
+    return p != nullptr && bytes > 0 && ex.arena_base() <= p &&
+           p + bytes <= ex.arena_base() + ex.arena_bytes();
+  }
   static void op_stats(const CudaExecutor& ex, int k, nb::dict& d) {
     std::string detail = ex.detail(k);
     if (!detail.empty()) d["algorithm"] = detail;

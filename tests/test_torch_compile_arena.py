@@ -1,0 +1,174 @@
+"""torch.compile(backend="planner")'s saved activations stay in the forward executor's arena
+until the backward reads them (planner/torch/executors.py's ExecutorPool): no copy per step, one
+executor leased per call in flight, returned when autograd frees the call's activations.
+
+Each case holds the compiled model to eager on the same weights and batches (float32: a
+forward or gradient differs from eager's by sums rounded in another order, a few ulps of the
+largest value times the terms summed, here tens: 1e-5 of the largest |value| leaves room for
+that and is far below a real error, a stale or overwritten activation shows at percents), and
+reads the pool's state: executors made, idle, and where the saved activations' bytes lie.
+Priced analytically to keep planning to seconds.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+torch = pytest.importorskip("torch")
+nn = torch.nn
+F = torch.nn.functional
+
+import planner.torch  # noqa: E402,F401  (registers the backend)
+from planner.torch import executors  # noqa: E402
+
+RTOL = 1e-5
+
+
+class Mlp(nn.Module):
+    """Linear, LayerNorm, GELU, Linear: activations the backward reads that are no output."""
+
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(7, width)
+        self.norm = nn.LayerNorm(width)
+        self.fc2 = nn.Linear(width, 3)
+
+    def forward(self, x):
+        return self.fc2(F.gelu(self.norm(self.fc1(x))))
+
+
+def made(width: int):
+    """A model, its compiled copy (same weights) and the one pool the compiled copy's first
+    call plans (a width no other test plans, so the pool is new)."""
+    torch._dynamo.reset()
+    torch.manual_seed(width)
+    model = Mlp(width)
+    ref = copy.deepcopy(model)
+    before = set(executors._POOLS)
+    compiled = torch.compile(model, backend="planner", options={"costs": "analytical"})
+    return model, ref, compiled, before
+
+
+def new_pool(before: set[str]) -> executors.ExecutorPool:
+    pools = [p for k, p in executors._POOLS.items() if k not in before]
+    assert len(pools) == 1, f"{len(pools)} new pools"
+    return pools[0]
+
+
+def assert_close(got, want, what: str) -> None:
+    scale = max(float(want.abs().max()), 1e-3)
+    err = float((got.double() - want.double()).abs().max())
+    assert err <= RTOL * scale, f"{what}: |diff| {err:.3g} > {RTOL} x {scale:.3g}"
+
+
+def inside(ptr: int, ex) -> bool:
+    stats = ex.stats()
+    return stats["arena_address"] <= ptr < stats["arena_address"] + stats["arena_bytes"]
+
+
+def test_a_loop_keeps_one_executor_and_reads_activations_in_its_arena():
+    model, ref, compiled, before = made(19)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1)
+    torch.manual_seed(1)
+    for step in range(4):
+        x, y = torch.randn(5, 7), torch.randint(0, 3, (5,))
+        out = compiled(x)
+        loss = F.cross_entropy(out, y)
+        pool = new_pool(before)
+        assert (pool.size, len(pool.idle())) == (1, 0), f"step {step}: the call holds its lease"
+        # The saved activations that are not outputs: views of the leased arena.
+        node = out.grad_fn
+        assert type(node).__name__ == "StepBackward", type(node).__name__
+        shown = {t.data_ptr() for t in (x, out, *model.parameters())}
+        views = [t.data_ptr() for t in node.saved_tensors if t.data_ptr() not in shown]
+        assert views, "no saved activation"
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        ref_loss = F.cross_entropy(ref(x), y)
+        ref_opt.zero_grad()
+        ref_loss.backward()
+        ref_opt.step()
+        assert_close(loss.detach(), ref_loss.detach(), f"step {step} loss")
+        (ex,) = pool.idle()  # the backward freed the views: the lease is back
+        assert pool.size == 1
+        assert all(inside(p, ex) for p in views), "a saved activation was copied"
+    for (name, p), q in zip(model.named_parameters(), ref.parameters(), strict=True):
+        assert_close(p.detach(), q.detach(), name)
+
+
+def test_two_calls_in_flight_lease_two_executors_and_equal_eager_one_dropped_returns():
+    model, ref, compiled, before = made(23)
+    torch.manual_seed(2)
+    x1, x2 = torch.randn(4, 7), torch.randn(4, 7)
+    for _ in range(2):  # the second round reuses both executors
+        for p in (*model.parameters(), *ref.parameters()):
+            p.grad = None
+        a, b = compiled(x1), compiled(x2)
+        pool = new_pool(before)
+        assert (pool.size, len(pool.idle())) == (2, 0)
+        # b's forward ran after a's: a's activations must still be its own.
+        (a.square().sum() + (2 * b).sum()).backward()
+        (ref(x1).square().sum() + (2 * ref(x2)).sum()).backward()
+        assert (pool.size, len(pool.idle())) == (2, 2)
+        for (name, p), q in zip(model.named_parameters(), ref.parameters(), strict=True):
+            assert_close(p.grad, q.grad, name)
+    # A call never backwarded holds its lease until its outputs are dropped.
+    out = compiled(x1)
+    assert (pool.size, len(pool.idle())) == (2, 1)
+    del out
+    assert (pool.size, len(pool.idle())) == (2, 2)
+
+
+def test_retain_graph_backwards_twice_as_eager():
+    model, ref, compiled, before = made(29)
+    x = torch.randn(3, 7)
+    out, want = compiled(x).sum(), ref(x).sum()
+    out.backward(retain_graph=True)
+    want.backward(retain_graph=True)
+    compiled(torch.randn(3, 7)).sum().backward()  # another call meanwhile: another executor
+    model.zero_grad()
+    ref.zero_grad()
+    out.backward()
+    want.backward()
+    assert new_pool(before).size == 2
+    for (name, p), q in zip(model.named_parameters(), ref.parameters(), strict=True):
+        assert_close(p.grad, q.grad, name)
+
+
+def test_a_saved_output_changed_in_place_raises_as_eager():
+    torch._dynamo.reset()
+    model = nn.Sequential(nn.Linear(7, 11), nn.ReLU())  # ReLU's gradient reads its output
+    compiled = torch.compile(model, backend="planner", options={"costs": "analytical"})
+    x = torch.randn(2, 7)
+    for run in (model, compiled):
+        out = run(x)
+        out.mul_(2)
+        with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+            out.sum().backward()
+
+
+@pytest.mark.slow
+def test_a_call_never_backwarded_alive_at_the_end_leaks_no_executor(tmp_path):
+    """Its saved activations, views of a leased arena, are given memory of their own at exit:
+    nanobind reports no executor alive at the interpreter's end."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = tmp_path / "kept.py"
+    script.write_text(
+        "import torch\nimport planner.torch\n"
+        "m = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.LayerNorm(8), "
+        "torch.nn.GELU(), torch.nn.Linear(8, 2))\n"
+        "c = torch.compile(m, backend='planner', options={'costs': 'analytical'})\n"
+        "x = torch.randn(3, 4)\nc(x).sum().backward()\nkept = c(x)\n")
+    root = str(Path(__file__).resolve().parents[1])
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": root}, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "leaked" not in done.stderr, done.stderr[-2000:]
