@@ -14,7 +14,8 @@ gradient is the transpose: a matrix product, then col2im (one strided add per ke
 A Conv2D may carry a convolution layer's bias and activation, folded in from the BiasAdd (axis 1)
 and Relu that followed it (planner/graph/fold_conv_bias.py): an optional third input, a bias of
 shape (O,) added to every output channel, and `activation` ("none" or "relu"; absent = none)
-applied after it, y = act(conv(x, w) + bias), float32 only. The kernels do both in the op
+applied after it, y = act(conv(x, w) + bias), float32 only (planner/ops/fused_activation.py,
+shared with MatMul). The kernels do both in the op
 (oneDNN's convolution bias and one Relu pass over y; a bias and activation pass after cuDNN's
 convolution), so a layer is one op and one tensor instead of three. Folding happens after
 autodiff: the gradients of the BiasAdd and Relu (a BiasAddGrad of dy, a ReluGrad reading y,
@@ -52,6 +53,13 @@ from planner.ops.base import (
     require_rank,
 )
 from planner.ops.conv_scratch import conv_scratch
+from planner.ops.fused_activation import (
+    ACTIVATION_ATTR,
+    activation_flops,
+    activation_grad,
+    apply_activation,
+    check_activation,
+)
 
 # ---- window geometry (shared with pool.py) ---------------------------------------------------
 
@@ -273,17 +281,7 @@ def conv2d_reference(xs: list[np.ndarray], attrs: Attrs) -> list[np.ndarray]:
     y = conv2d(x, w, *_conv_args(attrs, w.shape[2:]))
     if len(xs) == 3:
         y = y + xs[2].reshape(1, -1, 1, 1)
-    if _activation(attrs) == "relu":
-        y = get_op("Relu").reference([y], {})[0]   # Relu's own rule, NaN kept
-    return [y]
-
-
-# Conv2D's `activation` values: applied to conv(x, w) + bias as y is written.
-ACTIVATIONS = ("none", "relu")
-
-
-def _activation(attrs: Attrs) -> str:
-    return attrs.get("activation") or "none"
+    return [apply_activation(y, attrs)]
 
 
 def _conv2d_infer(ins: list[TensorType], a: Attrs) -> list[TensorType]:
@@ -293,12 +291,7 @@ def _conv2d_infer(ins: list[TensorType], a: Attrs) -> list[TensorType]:
     if len(ins) == 3 and (ins[2].shape != (y.shape[1],) or ins[2].dtype != y.dtype):
         raise OpError(f"Conv2D: bias must be {y.dtype} of shape [{y.shape[1]}] (the output "
                       f"channels), got {ins[2].dtype} {list(ins[2].shape)}")
-    if _activation(a) not in ACTIVATIONS:
-        raise OpError(f"Conv2D: activation must be one of {list(ACTIVATIONS)}, got "
-                      f"{a['activation']!r}")
-    if _activation(a) != "none" and y.dtype != "float32":
-        # The fold makes float32 ones alone; the kernels apply it to float32 y.
-        raise OpError(f"Conv2D: an activation needs float32 tensors, y is {y.dtype}")
+    check_activation("Conv2D", a, y)
     return [y]
 
 
@@ -307,7 +300,7 @@ def _conv2d_flops(ins: list[TensorType], outs: list[TensorType], a: Attrs) -> in
     activation (BiasAdd's and Relu's counts, which they replace)."""
     y = outs[0]
     return (_conv_flops(y, ins[1].shape) + (y.size if len(ins) == 3 else 0)
-            + (y.size if _activation(a) != "none" else 0))
+            + activation_flops(y, a))
 
 
 def _conv_attrs(attrs: Attrs) -> Attrs:
@@ -323,11 +316,7 @@ def conv2d_gradient(g: GradBuilder, node, grad_outputs: list[str | None]) -> lis
     # A Conv2D carrying its layer's folded bias and Relu (a graph written after
     # fold_conv_bias.py, as `planner graph -o` writes one): their gradients first, the Relu's
     # from y as Relu's own rule takes it, then the bias's over the channels.
-    if _activation(node.attrs) == "relu":
-        (dy,) = g.emit("ReluGrad", [dy, node.outputs[0]])
-    elif _activation(node.attrs) != "none":
-        raise OpError(f"Conv2D {node.name!r}: no gradient for a folded activation "
-                      f"{_activation(node.attrs)!r}")
+    dy = activation_grad(g, "Conv2D", node.name, node.attrs, dy, node.outputs[0])
     dbias = [g.emit("BiasAddGrad", [dy], {"axis": 1})[0] if g.needs(b) else None for b in bias]
     attrs = _conv_attrs(get_op("Conv2D").normalize_attrs(node.attrs))
     dx = dw = None
@@ -373,7 +362,7 @@ register(OpDef(
     cost_class="conv",
     convolution=True,
     recompute="expensive", arity=None, min_inputs=2,
-    attrs={**CONV_ATTRS, **LAYOUT_ATTR, "activation": Attr("str", optional=True)},
+    attrs={**CONV_ATTRS, **LAYOUT_ATTR, **ACTIVATION_ATTR},
     infer=_conv2d_infer,
     flops=_conv2d_flops,
     reference=conv2d_reference,

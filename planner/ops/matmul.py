@@ -31,6 +31,13 @@ so the kernels add it as they write y instead of in a second pass (perm_y keeps 
 last, so the bias runs along y's last axis too). Its gradient is BiasAddGrad of dy over the
 last axis, as the BiasAdd's was.
 
+An optional `activation` ("none" or "relu"; absent = none) is applied after the bias,
+y = act(op(a) @ op(b) + bias), float32 only: a linear layer's Relu folded in by the same pass
+(planner/graph/fold_bias.py), one definition with Conv2D's (planner/ops/fused_activation.py).
+The kernels apply it as the product is written (one Relu pass over y right after oneDNN's
+matmul, NaN kept; a bias-and-Relu pass after cuBLAS). Its gradient is the Relu's, ReluGrad of
+dy and y, before the product's and the bias's.
+
 Example:
     >>> import numpy as np
     >>> from planner.ops import TensorType, get_op
@@ -72,6 +79,13 @@ from planner.ops.base import (
     widening_scratch,
 )
 from planner.ops.elementwise import broadcast_shapes
+from planner.ops.fused_activation import (
+    ACTIVATION_ATTR,
+    activation_flops,
+    activation_grad,
+    apply_activation,
+    check_activation,
+)
 from planner.ops.reduce import sum_to_shape
 
 if TYPE_CHECKING:
@@ -134,12 +148,14 @@ def _matmul_infer(ins: list[TensorType], a: Attrs) -> list[TensorType]:
         raise OpError(f"MatMul: bias must be {x.dtype} of shape [{n}] (y's last axis), got "
                       f"{ins[2].dtype} {list(ins[2].shape)}")
     y = TensorType((*batch, m, n), x.dtype)
+    check_activation("MatMul", a, y)
     return [_permuted(y, _perm(a, "perm_y", y.rank))]
 
 
 def _matmul_flops(ins: list[TensorType], outs: list[TensorType], a: Attrs) -> int:
     _, k = _matrix(_permuted(ins[0], a.get("perm_a")), a["transpose_a"])
-    return 2 * outs[0].size * k + (outs[0].size if len(ins) == 3 else 0)
+    return (2 * outs[0].size * k + (outs[0].size if len(ins) == 3 else 0)
+            + activation_flops(outs[0], a))
 
 
 def _view(x: np.ndarray, perm: Sequence[int] | None, transpose: bool) -> np.ndarray:
@@ -152,6 +168,7 @@ def _matmul_reference(xs: list[np.ndarray], a: Attrs) -> list[np.ndarray]:
                   _view(xs[1], a.get("perm_b"), a["transpose_b"]))
     if len(xs) == 3:
         y = y + xs[2]
+    y = apply_activation(y, a)
     return [y if a.get("perm_y") is None else np.ascontiguousarray(np.transpose(y, a["perm_y"]))]
 
 
@@ -159,6 +176,8 @@ def _matmul_grad(g: GradBuilder, node: Node, grads: list[str | None]) -> list[st
     a, b = node.inputs[:2]
     dy = grads[0]
     at = node.attrs
+    if dy is not None:  # the folded Relu's gradient first: dy of the product plus bias
+        dy = activation_grad(g, "MatMul", node.name, at, dy, node.outputs[0])
     ta, tb = at["transpose_a"], at["transpose_b"]
     pa, pb = at.get("perm_a"), at.get("perm_b")
     # dY, the product's gradient, is dy read through perm_y's inverse.
@@ -241,13 +260,13 @@ register(OpDef(
     cost_class="gemm",
     recompute="expensive", arity=None, min_inputs=2,
     attrs={"transpose_a": Attr("bool", False), "transpose_b": Attr("bool", False),
-           **{p: Attr("ints", optional=True) for p in PERMS}},
+           **{p: Attr("ints", optional=True) for p in PERMS}, **ACTIVATION_ATTR},
     infer=_matmul_infer,
     flops=_matmul_flops,
     reference=_matmul_reference,
     gradient=_matmul_grad,
-    doc="y = op(a) @ op(b) (+ bias over the last axis) over the last two axes; batch axes "
-        "broadcast as numpy.matmul; optional perm_a / perm_b / perm_y read and write permuted "
+    doc="y = act(op(a) @ op(b) (+ bias over the last axis)) over the last two axes; batch "
+        "axes broadcast as numpy.matmul; activation none | relu (a folded Relu); optional perm_a / perm_b / perm_y read and write permuted "
         "views (folded Transposes).",
 ))
 

@@ -1,0 +1,67 @@
+"""A layer's activation folded into the op that computes its pre-activation: Conv2D's and
+MatMul's `activation` attr, one definition for both.
+
+A convolution or linear layer followed by a Relu is two full passes over the layer's output;
+planner/graph/fold_conv_bias.py and planner/graph/fold_bias.py fold the Relu into the Conv2D or
+MatMul, which then writes y = act(product + bias) under the Relu's output name. `activation` is
+"none" (absent means none) or "relu", float32 only: the folds make float32 ones alone (a low
+type's Relu would act before y's one rounding instead of after it, a different mixed-precision
+step), and the kernels apply it to a float32 y. The Relu is Relu's own rule, NaN kept (the CPU
+kernels' pass `v < 0 ? 0 : v`, not oneDNN's Relu post-op, whose max(v, 0) gives 0 for a NaN).
+
+Costs: one comparison per output element, the count of the Relu it replaces. Gradient: the
+Relu's, ReluGrad(dy, y) from the op's own output, before the bias's and the product's; a fold
+made after autodiff (as both are) finds that ReluGrad already in the graph.
+
+Example:
+    >>> import numpy as np
+    >>> apply_activation(np.array([-1.0, np.nan, 2.0]), {"activation": "relu"})
+    array([ 0., nan,  2.])
+    >>> activation_flops(TensorType((4, 8)), {"activation": "relu"})
+    32
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from planner.ops.base import Attr, Attrs, GradBuilder, OpError, TensorType, get_op
+
+# The `activation` values: applied to the product plus bias as y is written.
+ACTIVATIONS = ("none", "relu")
+
+# The attr as both ops declare it.
+ACTIVATION_ATTR = {"activation": Attr("str", optional=True)}
+
+
+def activation(attrs: Attrs) -> str:
+    return attrs.get("activation") or "none"
+
+
+def check_activation(op: str, attrs: Attrs, y: TensorType) -> None:
+    """Refuse an unknown activation, or one over a y that is not float32."""
+    if activation(attrs) not in ACTIVATIONS:
+        raise OpError(f"{op}: activation must be one of {list(ACTIVATIONS)}, got "
+                      f"{attrs['activation']!r}")
+    if activation(attrs) != "none" and y.dtype != "float32":
+        raise OpError(f"{op}: an activation needs float32 tensors, y is {y.dtype}")
+
+
+def activation_flops(y: TensorType, attrs: Attrs) -> int:
+    """The Relu's count, one per output element; 0 without an activation."""
+    return y.size if activation(attrs) != "none" else 0
+
+
+def apply_activation(y: np.ndarray, attrs: Attrs) -> np.ndarray:
+    """The numpy reference: Relu's own rule over the product plus bias."""
+    return get_op("Relu").reference([y], {})[0] if activation(attrs) == "relu" else y
+
+
+def activation_grad(g: GradBuilder, op: str, name: str, attrs: Attrs, dy: str, y: str) -> str:
+    """dy of the pre-activation, from dy of y (the op's output): the Relu's gradient."""
+    if activation(attrs) == "relu":
+        return g.emit("ReluGrad", [dy, y])[0]
+    if activation(attrs) != "none":
+        raise OpError(f"{op} {name!r}: no gradient for a folded activation "
+                      f"{activation(attrs)!r}")
+    return dy
