@@ -18,7 +18,8 @@ read neither intermediate tensor. Mixed precision's bfloat16 / float16 convoluti
 they are, as fold_bias.py leaves its GEMMs: folded, the bias and the Relu would act before y's
 one rounding instead of after it, a different step than the one the policy was measured with.
 The folded Relu keeps NaN as Relu does (not oneDNN's Relu post-op, which gives 0 for it:
-templates/cpu/runtime/kernels/conv.cpp).
+templates/cpu/runtime/kernels/conv.cpp). The rewrite is fold_bias.py's too
+(planner/graph/fold_epilogue.py).
 
 Example:
     >>> from planner.graph.builder import GraphBuilder
@@ -34,66 +35,10 @@ Example:
 
 from __future__ import annotations
 
-from planner.ir.graph import Graph, Node
+from planner.graph.fold_epilogue import fold_epilogues
+from planner.ir.graph import Graph
 
 
 def fold_conv_biases(graph: Graph) -> Graph:
     """The graph with each foldable chain (see the module docstring) inside its Conv2D."""
-    chains = [c for n in graph.nodes if (c := _chain(graph, n)) is not None]
-    if not chains:
-        return graph
-    last = {c[-1].name: c for c in chains}
-    gone = {n.name for c in chains for n in c[:-1]}
-    gone_tensors = {n.outputs[0] for c in chains for n in c[:-1]}
-    nodes = []
-    for n in graph.nodes:
-        if n.name in last:
-            nodes.append(_folded(last[n.name]))
-        elif n.name not in gone:
-            nodes.append(n)
-    return graph.model_copy(update={"nodes": tuple(nodes),
-                                    "tensors": tuple(t for t in graph.tensors
-                                                     if t.name not in gone_tensors)})
-
-
-def _folded(chain: list[Node]) -> Node:
-    conv, rest = chain[0], chain[1:]
-    bias = tuple(n.inputs[1] for n in rest if n.op == "BiasAdd")
-    attrs = dict(conv.attrs)
-    if rest[-1].op == "Relu":
-        attrs["activation"] = "relu"
-    # written over: the Conv2D node now lands where the chain's last op was
-    return conv.model_copy(update={"inputs": (*conv.inputs, *bias), "attrs": attrs,
-                                   "outputs": rest[-1].outputs})
-
-
-def _chain(graph: Graph, conv: Node) -> list[Node] | None:
-    """[conv, BiasAdd?, Relu?] when `conv` starts a foldable chain, else None."""
-    if (conv.op != "Conv2D" or len(conv.inputs) != 2
-            or (conv.attrs.get("activation") or "none") != "none"):
-        return None
-    chain = [conv]
-    nxt = _sole_reader(graph, conv)
-    if nxt is not None and nxt.op == "BiasAdd" and _channel_bias(graph, nxt):
-        chain.append(nxt)
-        nxt = _sole_reader(graph, nxt)
-    if nxt is not None and nxt.op == "Relu":
-        chain.append(nxt)
-    if len(chain) == 1 or any(graph.tensor(t).dtype != "float32"
-                              for n in chain for t in (*n.inputs, *n.outputs)):
-        return None
-    return chain
-
-
-def _sole_reader(graph: Graph, node: Node) -> Node | None:
-    """The one node reading `node`'s one output, when that output is no graph output."""
-    if len(node.outputs) != 1 or node.outputs[0] in graph.outputs:
-        return None
-    readers = graph.consumers[node.outputs[0]]
-    return readers[0] if len(readers) == 1 and readers[0].inputs[0] == node.outputs[0] \
-        and node.outputs[0] not in readers[0].inputs[1:] else None
-
-
-def _channel_bias(graph: Graph, add: Node) -> bool:
-    """Whether BiasAdd `add` adds its bias over the channel axis of its NCHW input."""
-    return add.attrs.get("axis", 1) % len(graph.tensor(add.inputs[0]).shape) == 1
+    return fold_epilogues(graph, "Conv2D", lambda rank: 1)

@@ -123,6 +123,45 @@ def test_biased_matmul_shape_rule():
         mm.check_arity(1)
 
 
+# ---- a folded Relu (planner/graph/fold_bias.py, planner/ops/fused_activation.py) --------------
+
+@pytest.mark.parametrize("sa,sb", [PRODUCTS[0], PRODUCTS[2], PRODUCTS[4]])
+@pytest.mark.parametrize("bias", [False, True])
+def test_activated_matmul_is_the_unfused_composition(sa, sb, bias):
+    """MatMul with an activation is MatMul, BiasAdd (last axis), Relu, to the bit; a NaN
+    product stays NaN."""
+    a, b = _operands(sa, sb, False, True, np.float32, seed=5)
+    a[..., 0, 0] = np.nan
+    c = np.random.default_rng(6).standard_normal(sb[-1]).astype(np.float32)
+    attrs = _attrs(False, True)
+    (y,) = reference("MatMul", [a, b], attrs)
+    if bias:
+        (y,) = reference("BiasAdd", [y, c], {"axis": -1})
+    (y,) = reference("Relu", [y], {})
+    (fused,) = reference("MatMul", [a, b, c] if bias else [a, b], {**attrs, "activation": "relu"})
+    assert fused.dtype == np.float32 and np.isnan(fused[..., 0, :]).all()
+    assert (fused[~np.isnan(fused)] >= 0).all()
+    np.testing.assert_array_equal(fused, y)
+
+
+def test_activated_matmul_flops_and_checks():
+    mm = get_op("MatMul")
+    ins = [TensorType((2, 3, 4)), TensorType((4, 5)), TensorType((5,))]
+    relu = {**_attrs(False, False), "activation": "relu"}
+    (y,) = mm.infer(ins, relu)
+    assert mm.flops(ins, [y], relu) == mm.flops(ins, [y], _attrs(False, False)) \
+        + get_op("Relu").flops([y], [y], {})
+    assert mm.bytes_moved(ins, [y], relu) == mm.bytes_moved(ins, [y], _attrs(False, False))
+    with pytest.raises(OpError, match=r"MatMul: activation must be one of \['none', 'relu'\], "
+                                      r"got 'gelu'"):
+        mm.infer(ins, {**relu, "activation": "gelu"})
+    low = [TensorType(t.shape, "bfloat16") for t in ins]
+    with pytest.raises(OpError, match="MatMul: an activation needs float32 tensors, y is "
+                                      "bfloat16"):
+        mm.infer(low, relu)
+    assert mm.infer(low, {**relu, "activation": "none"})[0].dtype == "bfloat16"
+
+
 @pytest.mark.parametrize("tb", [False, True])
 def test_shared_weight_gradient_is_one_gemm(tb):
     a, b = _operands((2, 3, 4), (4, 5), False, tb, np.float64)

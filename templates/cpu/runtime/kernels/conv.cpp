@@ -6,11 +6,9 @@
 //
 // A Conv2D carrying a folded bias and Relu (planner/graph/fold_conv_bias.py) gives the bias to
 // the primitive as its bias argument (added to each output block as the kernel writes it), and
-// applies the Relu in one pass over y after it, as the Relu kernel does (v < 0 ? 0 : v). Not
-// oneDNN's Relu post-op: its JIT form is max(v, 0), which turns a NaN output into 0; after a
-// NaN weight that would hide the NaN from the loss and from every gradient (ReluGrad passes
-// nothing through a 0), so a diverged run would go on silently. The activation is float32's
-// alone (planner/ops/conv.py).
+// applies the Relu in one pass over y after it, as the Relu kernel does (v < 0 ? 0 : v; not
+// oneDNN's Relu post-op, which turns NaN into 0: fused_relu.h, shared with MatMul). The
+// activation is float32's alone (planner/ops/fused_activation.py).
 //
 // Each primitive is created on `any` layouts, so oneDNN picks the blocked layouts its fast
 // kernels want (on plain NCHW it falls back to slow GEMM-based paths: ResNet-18's backward
@@ -29,6 +27,7 @@
 // exactly, the product accumulates in float32 as the native kernel's does, and the result is
 // rounded once to the low type. Same numbers up to summation order; slower.
 #include "../dnnl_kernel.h"
+#include "../fused_relu.h"
 #include "conv.h"
 
 namespace planner {
@@ -41,7 +40,6 @@ using prop = dnnl::prop_kind;
 struct DnnlConvGeometry {
   memory::dims strides, dilation, pad_l, pad_r;
   int64_t groups;
-  ConvActivation activation;
   bool channels_last;  // the image and output in nhwc, not `any` (the `layout` attr)
 };
 
@@ -55,7 +53,6 @@ DnnlConvGeometry dnnl_conv_geometry(const Node& n) {
                           {c.pads[0], c.pads[1]},
                           {c.pads[2], c.pads[3]},
                           c.groups,
-                          c.activation,
                           layout == "nhwc"};
 }
 
@@ -160,26 +157,6 @@ dnnl::convolution_forward::primitive_desc forward_pd(const Node& n, const DnnlCo
       user_scratchpad());
 }
 
-// A Conv2D's primitives, then its folded Relu over the float32 y (the header comment).
-class ConvRelu : public Kernel {
- public:
-  ConvRelu(KernelPtr conv, int y, int64_t size) : conv_(std::move(conv)), y_(y), size_(size) {}
-  size_t scratch_bytes() const override { return conv_->scratch_bytes(); }
-  std::string impl() const override { return conv_->impl() + " + relu"; }
-  void run(const Run& r) override {
-    conv_->run(r);
-    float* y = r.at<float>(y_);
-#pragma omp parallel for num_threads(r.threads) schedule(static)
-    for (int64_t i = 0; i < size_; ++i)
-      if (y[i] < 0.f) y[i] = 0.f;  // NaN compares false: kept, as Relu keeps it
-  }
-
- private:
-  KernelPtr conv_;
-  int y_;
-  int64_t size_;
-};
-
 // [x, w] or [x, w, bias] -> y
 KernelPtr conv2d(const Node& n) {
   DnnlConvGeometry g = dnnl_conv_geometry(n);
@@ -197,9 +174,7 @@ KernelPtr conv2d(const Node& n) {
   auto pd = on_compute_type(n, [&](dt c) { return forward_pd(n, g, x_md, w_md, y_md, c, bias); });
   KernelPtr conv =
       on_chosen_layouts<dnnl::convolution_forward>(n, pd, inputs, {DNNL_ARG_DST, y.id, y_md});
-  if (g.activation != kActRelu) return conv;
-  if (y.dtype != F32) throw std::runtime_error("Conv2D: a folded activation needs float32 y");
-  return std::make_unique<ConvRelu>(std::move(conv), y.id, y.size());
+  return with_fused_activation(std::move(conv), n, "Conv2D");
 }
 
 // [dy, w] -> dx of shape input_shape.

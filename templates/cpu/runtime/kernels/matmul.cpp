@@ -14,13 +14,16 @@
 // kernel's numbers up to summation order (conv.cpp does the same for convolutions).
 // An optional third input, a (N,) bias (a BiasAdd over the last axis folded in by
 // planner/graph/fold_bias.py), is the primitive's bias argument: added as each output tile is
-// written, instead of a second pass over y.
+// written, instead of a second pass over y. A folded Relu (`activation: relu`, a linear
+// layer's, fold_bias.py too) is one pass over the float32 y right after the product, while y is
+// still in cache, not a separate op (fused_relu.h: NaN kept, so not oneDNN's Relu post-op).
 // A B that another MatMul of the schedule reads too (an LSTM's weight, read by every time
 // step) is multiplied from a copy in oneDNN's own blocked layout, packed once per step
 // (weight_packs.h) instead of by the primitive at every call.
 #include <algorithm>
 
 #include "../dnnl_kernel.h"
+#include "../fused_relu.h"
 #include "../weight_packs.h"
 
 namespace planner {
@@ -119,7 +122,7 @@ KernelPtr packed_weights_matmul(const Node& n, const memory::desc& a_md,
   return k;
 }
 
-KernelPtr matmul(const Node& n) {
+KernelPtr matmul_product(const Node& n) {
   const TensorRef &a = n.in[0], &b = n.in[1], &y = n.out[0];
   const bool ta = n.attrs.b("transpose_a"), tb = n.attrs.b("transpose_b");
   std::vector<int> pa = permutation(n.attrs, "perm_a", a.shape.size());
@@ -192,6 +195,11 @@ KernelPtr matmul(const Node& n) {
   k->add(dnnl::matmul(pd), pd, args);
   reorder(y32, {0, -1, y_tmp}, y_md, {0, y.id});
   return k;
+}
+
+// y = act(op(a) @ op(b) + bias): the GEMM, then its folded activation.
+KernelPtr matmul(const Node& n) {
+  return with_fused_activation(matmul_product(n), n, "MatMul");
 }
 
 }  // namespace

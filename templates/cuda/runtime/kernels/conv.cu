@@ -29,7 +29,8 @@
 //
 // A Conv2D carrying a folded bias and Relu (planner/graph/fold_conv_bias.py) adds them in one
 // pass over y after the convolution, in float32 before y's one rounding: one pass instead of
-// BiasAdd's and Relu's two. The Relu keeps NaN, as the Relu kernel and the reference do.
+// BiasAdd's and Relu's two (bias_activation.cuh, shared with MatMul). The Relu keeps NaN, as
+// the Relu kernel and the reference do.
 // (cudnnConvolutionBiasActivationForward would save that pass too, but takes IMPLICIT_PRECOMP_GEMM
 // alone for some of its modes, where the plan chose the algorithm per convolution.)
 //
@@ -40,6 +41,7 @@
 #include <string>
 #include <vector>
 
+#include "../bias_activation.cuh"
 #include "../cudnn_kernel.h"
 #include "../low_float.cuh"
 #include "conv.h"
@@ -174,20 +176,6 @@ __global__ void crop_planes(const T* __restrict__ xp, T* __restrict__ x, int64_t
     const int w = static_cast<int>(i % W), h = static_cast<int>(i / W % H);
     const int64_t p = i / (int64_t{W} * H);
     x[i] = xp[(p * Hp + h + top) * Wp + w + left];
-  }
-}
-
-// y = act(y + bias[channel]) over an NCHW y of `plane` = H*W elements per channel; `bias` may
-// be null (an activation alone). The Relu is `v < 0 ? 0 : v`, which keeps NaN.
-template <class T>
-__global__ void bias_activation(T* __restrict__ y, const T* __restrict__ bias, int64_t total,
-                                int64_t plane, int64_t channels, int relu) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total;
-       i += int64_t{gridDim.x} * blockDim.x) {
-    float v = widen(y[i]);
-    if (bias) v += widen(bias[i / plane % channels]);
-    if (relu && v < 0.f) v = 0.f;
-    y[i] = narrow<T>(v);
   }
 }
 
@@ -356,15 +344,8 @@ class CudnnConv : public Kernel {
 
   // A Conv2D's folded bias and Relu, over the output cuDNN wrote.
   void bias_and_activation(const Run& r) const {
-    const unsigned threads = 256;
-    with_float(dtype_, [&](auto t) {
-      using T = decltype(t);
-      bias_activation<T><<<blocks_for(out_total_, threads), threads, 0, r.stream>>>(
-          reinterpret_cast<T*>(r.ptr[ids_.output]),
-          bias_ >= 0 ? reinterpret_cast<const T*>(r.ptr[bias_]) : nullptr, out_total_,
-          out_plane_, out_channels_, relu_ ? 1 : 0);
-    });
-    PLANNER_LAUNCHED("bias_activation");
+    launch_bias_activation(dtype_, r.ptr[ids_.output], bias_ >= 0 ? r.ptr[bias_] : nullptr,
+                           out_total_, out_plane_, out_channels_, relu_, r.stream);
   }
 
   // The padded data gradient in the temporaries, cropped into the op's dx.

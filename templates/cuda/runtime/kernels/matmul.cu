@@ -24,14 +24,18 @@
 // share one), set on the stream's handle before each call, as the handle is shared by the
 // stream's MatMuls; a plan without one runs cuBLAS's workspace-free paths.
 // An optional third input, a (N,) bias (a BiasAdd over the last axis folded in by
-// planner/graph/fold_bias.py), is added by one pass over y after the GEMMs, on the same stream
-// (a low-type y is widened, the bias added in float32 and rounded once, as BiasAdd's kernel).
+// planner/graph/fold_bias.py), and a folded Relu (`activation: relu`, float32's alone) are one
+// pass over y after the GEMMs, on the same stream (bias_activation.cuh, the Conv2D's pass: a
+// low-type y is widened, the bias added in float32 and rounded once, as BiasAdd's kernel; the
+// Relu keeps NaN, as the Relu kernel does).
 #include <algorithm>
 #include <string>
 #include <vector>
 
+#include "../bias_activation.cuh"
 #include "../cudnn_kernel.h"
 #include "../low_float.cuh"
+#include "fused_activation.h"
 
 namespace planner {
 namespace {
@@ -90,22 +94,17 @@ Operand cublas_operand(const View& v, const char* what) {
   throw std::runtime_error(std::string("MatMul: ") + what + "'s matrix has no unit-stride axis");
 }
 
-// y[i] += bias[i % n] over all `total` elements of a row-major (..., n) y.
-template <class T>
-__global__ void add_row_bias(T* y, const T* bias, int64_t total, int64_t n) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total;
-       i += int64_t{gridDim.x} * blockDim.x)
-    y[i] = narrow<T>(widen(y[i]) + widen(bias[i % n]));
-}
-
 class MatMul : public Kernel {
  public:
   explicit MatMul(const Node& n)
       : a_(n.in[0].id), b_(n.in[1].id), bias_(n.in.size() == 3 ? n.in[2].id : -1),
-        y_(n.out[0].id), workspace_(static_cast<size_t>(std::max<int64_t>(n.planned_scratch, 0))) {
+        y_(n.out[0].id), relu_(fused_activation(n.attrs, "MatMul") == kActRelu),
+        workspace_(static_cast<size_t>(std::max<int64_t>(n.planned_scratch, 0))) {
     std::vector<TensorRef> all = n.in;
     all.insert(all.end(), n.out.begin(), n.out.end());
     const int dtype = one_float_type(all, "MatMul");
+    if (relu_ && dtype != F32)
+      throw std::runtime_error("MatMul: a folded activation needs float32 y");
     type_ = cuda_type(dtype);
     dtype_ = dtype;
     if (dtype == F32 && n.tf32) compute_ = CUBLAS_COMPUTE_32F_FAST_TF32;
@@ -213,17 +212,9 @@ class MatMul : public Kernel {
           a + o.a * esize_, type_, lda_, stride_a_, &zero, y + o.y * esize_, type_, ldy_,
           stride_y_, static_cast<int>(batch_), compute_, CUBLAS_GEMM_DEFAULT));
     }
-    if (bias_ >= 0) {
-      const int64_t total = y_bytes_ / esize_;
-      const int threads = 256;
-      const int blocks = static_cast<int>(std::min<int64_t>((total + threads - 1) / threads, 65535));
-      with_float(dtype_, [&](auto tag) {
-        using T = decltype(tag);
-        add_row_bias<T><<<blocks, threads, 0, r.stream>>>(
-            reinterpret_cast<T*>(y), reinterpret_cast<const T*>(r.ptr[bias_]), total, n_);
-      });
-      PLANNER_CUDA(cudaGetLastError());
-    }
+    if (bias_ >= 0 || relu_)  // along y's last axis, which perm_y keeps last
+      launch_bias_activation(dtype_, y, bias_ >= 0 ? r.ptr[bias_] : nullptr, y_bytes_ / esize_,
+                             1, n_, relu_, r.stream);
   }
 
  private:
@@ -231,6 +222,7 @@ class MatMul : public Kernel {
     int64_t a, b, y;  // elements
   };
   int a_, b_, bias_, y_;
+  bool relu_;  // the folded activation
   size_t workspace_;
   int dtype_ = F32;
   cudaDataType_t type_ = CUDA_R_32F;

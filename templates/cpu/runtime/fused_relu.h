@@ -1,0 +1,44 @@
+// A Conv2D's or MatMul's folded Relu (fused_activation.h): the op's own kernel, then one pass
+// over its float32 y as the Relu kernel makes (v < 0 ? 0 : v), while y is still in cache. Not
+// oneDNN's Relu post-op: its JIT form is max(v, 0), which turns a NaN output into 0; after a
+// NaN weight that would hide the NaN from the loss and from every gradient (ReluGrad passes
+// nothing through a 0), so a diverged run would go on silently.
+#pragma once
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+#include "fused_activation.h"
+#include "kernel.h"
+
+namespace planner {
+
+class FusedRelu : public Kernel {
+ public:
+  FusedRelu(KernelPtr op, int y, int64_t size) : op_(std::move(op)), y_(y), size_(size) {}
+  size_t scratch_bytes() const override { return op_->scratch_bytes(); }
+  std::string impl() const override { return op_->impl() + " + relu"; }
+  void run(const Run& r) override {
+    op_->run(r);
+    float* y = r.at<float>(y_);
+#pragma omp parallel for num_threads(r.threads) schedule(static)
+    for (int64_t i = 0; i < size_; ++i)
+      if (y[i] < 0.f) y[i] = 0.f;  // NaN compares false: kept, as Relu keeps it
+  }
+
+ private:
+  KernelPtr op_;
+  int y_;
+  int64_t size_;
+};
+
+// Op n's kernel `op` with n's folded activation after it (none: `op` itself).
+inline KernelPtr with_fused_activation(KernelPtr op, const Node& n, const std::string& name) {
+  if (fused_activation(n.attrs, name) == kActNone) return op;
+  const TensorRef& y = n.out[0];
+  if (y.dtype != F32) throw std::runtime_error(name + ": a folded activation needs float32 y");
+  return std::make_unique<FusedRelu>(std::move(op), y.id, y.size());
+}
+
+}  // namespace planner
