@@ -26,8 +26,8 @@ tuple TRAINING_PASSES):
                      strides of those GEMMs (planner/graph/transpose_fold.py); after
                      mark_in_place, which would give a reshaped forward tensor its old record
     apply_precision  the precision policy's casts (planner/graph/precision.py; fp32: none)
-    fold_bias_adds   a BiasAdd over the last axis of a MatMul's output becomes the MatMul's
-                     bias input (planner/graph/fold_bias.py)
+    fold_bias_adds   a MatMul's BiasAdd over the last axis and Relu become its bias input and
+                     activation (planner/graph/fold_bias.py)
     fold_conv_biases a Conv2D's BiasAdd over the channels and Relu become its bias input and
                      activation (planner/graph/fold_conv_bias.py)
 

@@ -1,7 +1,8 @@
 """The rewrites an inference graph gets before it is planned, as a training graph gets its own
 from make_training_graph (planner/graph/autodiff.py): attention's softmax chains fused into
-ScaledSoftmax (softmax_fusion.py), then a GEMM's BiasAdd over the last axis folded into the
-GEMM (fold_bias.py), and a convolution's BiasAdd and Relu into the Conv2D (fold_conv_bias.py).
+ScaledSoftmax (softmax_fusion.py), then a GEMM's BiasAdd over the last axis and Relu folded
+into the MatMul (fold_bias.py), and a convolution's BiasAdd and Relu into the Conv2D
+(fold_conv_bias.py).
 Every command that plans, profiles, writes or checks an inference graph (`planner graph`,
 `plan`, `profile`, `verify --graph`) calls this one function, so all of them see the graph the
 plan's digest names. Training graphs pass through unchanged (autodiff has

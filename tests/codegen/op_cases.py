@@ -152,7 +152,14 @@ CASES: dict[str, list[tuple]] = {
                ([((3, 4), N), ((4, 5), N), ((5,), N)], {}),
                ([((2, 3, 4), N), ((5, 4), N), ((5,), N)], {"transpose_b": True}),
                ([((2, 3, 5, 5), N), ((2, 5, 3, 4), N), ((4,), N)],
-                {"perm_b": [0, 2, 1, 3], "perm_y": [0, 2, 1, 3]})],
+                {"perm_b": [0, 2, 1, 3], "perm_y": [0, 2, 1, 3]}),
+               # a folded Relu (fold_bias.py): alone, a linear layer's over a batch's rows, and
+               # under a permuted product
+               ([((3, 4), N), ((4, 5), N)], {"activation": "relu"}),
+               ([((2, 3, 4), N), ((5, 4), N), ((5,), N)],
+                {"transpose_b": True, "activation": "relu"}),
+               ([((2, 3, 5, 5), N), ((2, 5, 3, 4), N), ((4,), N)],
+                {"perm_b": [0, 2, 1, 3], "perm_y": [0, 2, 1, 3], "activation": "relu"})],
     # H = 4 and H = 19 (a vector loop's ragged end); acts of the gradient in (0, 1)
     "LSTMCell": [([((3, 16), N), ((3, 4), N)], {}),
                  ([((2, 76), N), ((2, 19), N), ((2, 76), N)], {"order": "iofg"})],

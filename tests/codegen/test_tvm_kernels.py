@@ -263,8 +263,10 @@ def test_cuda_sources_compile(tmp_path):
     nv = Path(cudnn.__path__[0]).parent
     includes = [RUNTIME, ROOT / "templates" / "common", nv / "cudnn" / "include",
                 nv / "cu13" / "include"]
-    # and the pointwise table's registrations and the casts of masks and ids beside them
-    for src in ("pointwise.cu", "reduce.cu", "pointwise_table.cu", "cast.cu"):
+    # and the pointwise table's registrations and the casts of masks and ids beside them; the
+    # GEMM's and the convolution's folded bias-and-Relu pass (bias_activation.cuh)
+    for src in ("pointwise.cu", "reduce.cu", "pointwise_table.cu", "cast.cu", "matmul.cu",
+                "conv.cu"):
         # PTX only (no ptxas): the C++ and the generated kernels are checked in a few seconds
         cmd = [nvcc, "-std=c++17", "-arch=sm_90", "-ptx", "-Xcompiler", "-Wall",
                *[f"-I{p}" for p in includes], str(RUNTIME / "kernels" / src),
