@@ -266,8 +266,8 @@ register(OpDef(
     reference=_matmul_reference,
     gradient=_matmul_grad,
     doc="y = act(op(a) @ op(b) (+ bias over the last axis)) over the last two axes; batch "
-        "axes broadcast as numpy.matmul; activation none | relu (a folded Relu); optional perm_a / perm_b / perm_y read and write permuted "
-        "views (folded Transposes).",
+        "axes broadcast as numpy.matmul; activation none | relu (a folded Relu); optional "
+        "perm_a / perm_b / perm_y read and write permuted views (folded Transposes).",
 ))
 
 
