@@ -175,8 +175,8 @@ def test_a_call_never_backwarded_alive_at_the_end_leaks_no_executor(tmp_path):
 
 
 def test_lanes_or_pytorchs_team_give_the_same_bits():
-    # BackendOptions.lanes: the default runs each executor's ops one at a time on the calling
-    # thread's OpenMP team, lanes=True on the plan's lanes; each op keeps its planned thread
+    # BackendOptions.lanes: the default runs the plan's lanes, lanes=False each executor's ops
+    # one at a time on the calling thread's OpenMP team; each op keeps its planned thread
     # count, so three SGD steps agree bit for bit.
     runs = []
     for lanes in (False, True):

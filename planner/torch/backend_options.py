@@ -11,13 +11,15 @@
 - precision: "fp32" only (a bf16 plan of a piece would change what autograd sees: refused);
 - fallback: True (default): a graph the planner refuses runs eagerly, named in one warning
   line; False: the refusal is raised (`fullgraph=True` only forbids graph breaks in Dynamo);
-- lanes: False (default): each executor runs its ops one at a time in plan order on the
-  calling thread's OpenMP team (PyTorch's), each with its planned thread count; True: on the
-  plan's lanes, co-running, each lane with an OpenMP team of its own. In PyTorch's process
-  extra teams cost more than co-running gains: with more OpenMP threads than CPUs, libgomp cuts
-  every team's spinning short and each parallel region wakes sleeping threads (mobilenet_v2's
-  convolutions 14-18 ms a forward call on lanes, 3.7-4.3 ms on PyTorch's team, 2-core VM:
-  bench/RESULTS.md). The same bits either way;
+- lanes: True (default): each executor runs its plan's lanes, co-running, each lane with an
+  OpenMP team of its own and the executor's wait policy; False: its ops one at a time in plan
+  order on the calling thread's OpenMP team (PyTorch's), each with its planned thread count.
+  On a quiet machine False avoids what extra teams cost in PyTorch's process (with more OpenMP
+  threads than CPUs libgomp cuts every team's spinning short: mobilenet_v2's forward
+  convolutions 14-18 ms a call on lanes, 3.7-4.3 ms on PyTorch's team, 2-core VM); beside
+  other busy processes PyTorch's team waits for a descheduled thread at every parallel region
+  (the same step once took 0.75 s a forward call at load 2): bench/RESULTS.md. The same bits
+  either way;
 - adaptive: with lanes, True (default): the executors switch to the plan's schedules for fewer
   free cores by load, each computing the same bits (trainer's `adaptive`); False: the main
   schedule always;
@@ -46,7 +48,7 @@ class BackendOptions(Record):
     memory_budget: int | None = Field(default=None, gt=0)
     precision: Literal["fp32"] = "fp32"
     fallback: bool = True
-    lanes: bool = False
+    lanes: bool = True
     adaptive: bool = True
     out_dir: str | None = None
 
