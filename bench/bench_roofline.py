@@ -10,7 +10,8 @@ Per model (bench_neighbours.py's zoo graphs and bench/cpu_modules.py's nn.Module
 process of its own (bench/step_process.py's reason: one libgomp per process): the plan the
 trainer makes by default (`--costs measured`: each signature measured on this host and kept) or
 from an in-step profile, built, warmed up, then `--rounds` rounds of `--steps` steps; the step
-is the median of the rounds' medians, and each op's measured seconds (the executor's `stats()`
+(the executor's default, adaptive: --variants prints which schedule it ran) is the median of
+the rounds' medians, and each op's measured seconds (the executor's `stats()`
 over the timed steps) give the per-family figures. Printed per model:
 
     GFLOP        the step's FLOPs (the op registry's rules, planner.costs.analytical.op_work)
@@ -97,9 +98,10 @@ def schedules_measured(ex, step, rounds: int, steps: int) -> dict[str, float]:
     for k in range(rounds):
         for name in names if k % 2 == 0 else names[::-1]:
             ex.set_variant(name)
-            step()  # the first step after a switch: the new teams start
+            for _ in range(2):  # the first steps after a switch: the new teams start
+                step()
             runs[name].append(_median_step(step, steps))
-    ex.set_variant("main")
+    ex.set_variant(None)
     return {n: statistics.median(v) for n, v in runs.items()}
 
 
@@ -115,7 +117,8 @@ def measure_one(label: str, folder: str, costs: str, rounds: int, steps: int,
         step()
     ex.reset_stats()
     medians = [_median_step(step, steps) for _ in range(rounds)]
-    ops = {o["name"]: o["seconds"] for o in ex.stats()["ops"]}
+    stats = ex.stats()
+    ops = {o["name"]: o["seconds"] for o in stats["ops"]}
     target = detect()
     seconds = statistics.median(medians)
     r = roofline(p, target, measured=ops, step_seconds=seconds)
@@ -126,6 +129,7 @@ def measure_one(label: str, folder: str, costs: str, rounds: int, steps: int,
             "sheet_share": r.flops / sheet / seconds if seconds else 0.0,
             "bound": r.bound_seconds,
             "families": {f.family: f.peak_share for f in r.families},
+            "ran": stats["schedule"]["running"],
             "schedules": schedules_measured(ex, step, rounds, steps) if variants else {}}
 
 
@@ -170,9 +174,10 @@ def main() -> None:
               f"{before} / {load()}", flush=True)
         if r["schedules"]:
             main_ms = r["schedules"]["main"]
-            print("    measured schedules (ms, / main): " + ", ".join(
-                f"{n} {v * 1e3:.2f} ({v / main_ms:.2f})" for n, v in r["schedules"].items()),
-                flush=True)
+            forced = ", ".join(f"{n} {v * 1e3:.2f} ({v / main_ms:.2f})"
+                               for n, v in r["schedules"].items())
+            print(f"    the default ran {r['ran']}; each schedule forced (ms, / main): {forced}",
+                  flush=True)
     print(f"host float32 peak {peak / 1e9:.1f} GFLOP/s kept (measured, `planner target "
           f"detect`), datasheet-style estimate {sheet / 1e9:.1f}")
 

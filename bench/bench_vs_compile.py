@@ -114,7 +114,12 @@ def main() -> None:
     ap.add_argument("--costs", choices=("in-step", "measured"), default="in-step",
                     help="what our plans are priced with: an in-step profile of the module, or "
                          "planner.torch's default (measured per signature, kept per host)")
+    ap.add_argument("--engines", default=",".join(ENGINES),
+                    help=f"which engines to run (of {', '.join(ENGINES)})")
     args = ap.parse_args()
+    engines = tuple(e for e in ENGINES if e in args.engines.split(","))
+    if not engines or set(args.engines.split(",")) - set(ENGINES):
+        sys.exit(f"--engines: a comma-separated subset of {', '.join(ENGINES)}")
     from cpu_modules import FRESH, MODULES
 
     models = [m for label in args.models.split(",")
@@ -131,7 +136,7 @@ def main() -> None:
         for r in range(args.rounds):
             for label in models:
                 # alternating: each round's engines in the other order
-                for engine in ENGINES if r % 2 == 0 else ENGINES[::-1]:
+                for engine in engines if r % 2 == 0 else engines[::-1]:
                     step, first, flops = measure(label, engine, args.steps,
                                                  Path(work) / label, args.costs)
                     if flops:
@@ -145,28 +150,28 @@ def main() -> None:
           f"{os.getloadavg()[0]:.2f} after; medians of {args.rounds} rounds of {args.steps} "
           f"steps, each engine in its own process; ours priced by {args.costs} costs; "
           f"backend: torch.compile(backend='planner'), measured costs")
-    print(f"{'module':22s} {'ours ms':>8s} {'eager ms':>9s} {'compile ms':>11s} "
-          f"{'backend ms':>11s} {'+step ms':>9s} {'eager/ours':>11s} {'compile/ours':>13s} "
-          f"{'compile/backend':>16s}")
+    ratios = [(a, b) for a, b in (("eager", "ours"), ("compile", "ours"), ("compile", "backend"))
+              if a in engines and b in engines]
+    print(f"{'module':22s} " + " ".join(f"{e + ' ms':>13s}" for e in engines) + " " +
+          " ".join(f"{a + '/' + b:>16s}" for a, b in ratios))
     for label in models:
-        ours, eager, compiled, backend, with_step = (ms[label, e] for e in ENGINES)
-        print(f"{label:22s} {ours:8.1f} {eager:9.1f} {compiled:11.1f} {backend:11.1f} "
-              f"{with_step:9.1f} {eager / ours:11.2f} {compiled / ours:13.2f} "
-              f"{compiled / backend:16.2f}")
-    print("achieved GFLOP/s (the step's FLOPs / its median step) and share of the host's peak "
-          "(the FLOPs' seconds at the peak of each op's math type / the step):")
-    print(f"{'module':22s} {'GFLOP':>7s} " + " ".join(f"{e:>14s}" for e in ENGINES))
-    for label in models:
-        flops, at_peak = works[label]
-        print(f"{label:22s} {flops / 1e9:7.4g} " + " ".join(
-            f"{flops / ms[label, e] / 1e6:7.1f} {at_peak * 1e3 / ms[label, e]:6.1%}"
-            for e in ENGINES))
+        print(f"{label:22s} " + " ".join(f"{ms[label, e]:13.1f}" for e in engines) + " " +
+              " ".join(f"{ms[label, a] / ms[label, b]:16.2f}" for a, b in ratios))
+    if works:  # the step's FLOPs come from ours' plan
+        print("achieved GFLOP/s (the step's FLOPs / its median step) and share of the host's "
+              "peak (the FLOPs' seconds at the peak of each op's math type / the step):")
+        print(f"{'module':22s} {'GFLOP':>7s} " + " ".join(f"{e:>14s}" for e in engines))
+        for label in models:
+            flops, at_peak = works[label]
+            print(f"{label:22s} {flops / 1e9:7.4g} " + " ".join(
+                f"{flops / ms[label, e] / 1e6:7.1f} {at_peak * 1e3 / ms[label, e]:6.1%}"
+                for e in engines))
     print("first step, s (building or compiling included; median of rounds; the first round "
           "also measures kernels and builds the runtime where nothing is cached):")
-    print(f"{'module':22s} " + " ".join(f"{e:>9s}" for e in ENGINES))
+    print(f"{'module':22s} " + " ".join(f"{e:>12s}" for e in engines))
     for label in models:
         print(f"{label:22s} " + " ".join(
-            f"{statistics.median(firsts[label, e]):9.2f}" for e in ENGINES))
+            f"{statistics.median(firsts[label, e]):12.2f}" for e in engines))
     print("each run's median step, ms, in round order:")
     for (label, engine), times in runs.items():
         print(f"  {label:22s} {engine:8s} " + " ".join(f"{t * 1e3:6.1f}" for t in times))

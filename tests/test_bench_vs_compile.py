@@ -49,3 +49,11 @@ def test_an_unknown_model_is_a_one_line_error():
     assert run.stderr.strip().splitlines() == [
         "--models: unknown model 'nope' (one of mobilenet_v2, resnet18, transformer_encoder, moe, "
         "gnn, dlrm, mae, stochastic_depth, focal, gpt or fresh)"]
+
+
+def test_an_unknown_engine_is_a_one_line_error():
+    run = subprocess.run([sys.executable, str(BENCH), "--engines", "eager,nope"],
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode != 0
+    assert run.stderr.strip().splitlines() == [
+        "--engines: a comma-separated subset of ours, eager, compile, backend, backend+step"]

@@ -172,3 +172,29 @@ def test_a_call_never_backwarded_alive_at_the_end_leaks_no_executor(tmp_path):
                           env={**os.environ, "PYTHONPATH": root}, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "leaked" not in done.stderr, done.stderr[-2000:]
+
+
+def test_lanes_or_pytorchs_team_give_the_same_bits():
+    # BackendOptions.lanes: the default runs the plan's lanes, lanes=False each executor's ops
+    # one at a time on the calling thread's OpenMP team; each op keeps its planned thread
+    # count, so three SGD steps agree bit for bit.
+    runs = []
+    for lanes in (False, True):
+        torch._dynamo.reset()
+        torch.manual_seed(5)
+        model = Mlp(29)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        compiled = torch.compile(model, backend="planner",
+                                 options={"costs": "analytical", "lanes": lanes})
+        g = torch.Generator().manual_seed(6)
+        losses = []
+        for _ in range(3):
+            opt.zero_grad()
+            loss = compiled(torch.randn(16, 7, generator=g)).square().mean()
+            loss.backward()
+            opt.step()
+            losses.append(loss.detach().clone())
+        runs.append((losses, [p.detach().clone() for p in model.parameters()]))
+    (l0, p0), (l1, p1) = runs
+    assert all(torch.equal(a, b) for a, b in zip(l0, l1, strict=True))
+    assert all(torch.equal(a, b) for a, b in zip(p0, p1, strict=True))

@@ -11,8 +11,18 @@
 - precision: "fp32" only (a bf16 plan of a piece would change what autograd sees: refused);
 - fallback: True (default): a graph the planner refuses runs eagerly, named in one warning
   line; False: the refusal is raised (`fullgraph=True` only forbids graph breaks in Dynamo);
-- adaptive: True (default): the executors switch to the plan's schedules for fewer free cores
-  by load, each computing the same bits (trainer's `adaptive`); False: the main schedule always;
+- lanes: True (default): each executor runs its plan's lanes, co-running, each lane with an
+  OpenMP team of its own and the executor's wait policy; False: its ops one at a time in plan
+  order on the calling thread's OpenMP team (PyTorch's), each with its planned thread count.
+  On a quiet machine False avoids what extra teams cost in PyTorch's process (with more OpenMP
+  threads than CPUs libgomp cuts every team's spinning short: mobilenet_v2's forward
+  convolutions 14-18 ms a call on lanes, 3.7-4.3 ms on PyTorch's team, 2-core VM); beside
+  other busy processes PyTorch's team waits for a descheduled thread at every parallel region
+  (the same step once took 0.75 s a forward call at load 2): bench/RESULTS.md. The same bits
+  either way;
+- adaptive: with lanes, True (default): the executors switch to the plan's schedules for fewer
+  free cores by load, each computing the same bits (trainer's `adaptive`); False: the main
+  schedule always;
 - out_dir: where executors' sources go (default: one temporary folder per process).
 
 An unknown key, or a value of the wrong kind, is a ValueError naming it at torch.compile's
@@ -38,6 +48,7 @@ class BackendOptions(Record):
     memory_budget: int | None = Field(default=None, gt=0)
     precision: Literal["fp32"] = "fp32"
     fallback: bool = True
+    lanes: bool = True
     adaptive: bool = True
     out_dir: str | None = None
 
@@ -53,7 +64,7 @@ class BackendOptions(Record):
             key = ".".join(str(p) for p in err.get("loc", ())) or "options"
             raise ValueError(f"torch.compile(backend='planner'): options[{key!r}]: "
                              f"{err.get('msg', 'invalid')} (the options: costs, target, "
-                             f"strategy, memory_budget, precision, fallback, adaptive, "
+                             f"strategy, memory_budget, precision, fallback, lanes, adaptive, "
                              f"out_dir)") from None
 
     def folder(self) -> Path:

@@ -185,7 +185,9 @@ def _maker(graph: Any, consts: dict[str, np.ndarray], options: BackendOptions,
     values = {t.name: consts.get(t.name, start.get(t.name)) for t in held}
 
     def make() -> Any:
-        ex = package.Executor(adaptive=options.adaptive)
+        # BackendOptions.lanes: the plan's lanes, or one op at a time on PyTorch's team.
+        ex = package.Executor(concurrent=options.lanes,
+                              adaptive=options.lanes and options.adaptive)
         ex.load_params(values)
         return ex
 

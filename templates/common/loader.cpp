@@ -65,6 +65,8 @@ void LoadedSchedule::index(const std::string& path, int backend) {
       throw std::runtime_error(std::string("tensor '") + s.tensors[i].name + "' aliases '" +
                                s.tensors[r].name + "' but does not sit inside its bytes");
   }
+  sharing_.assign(s.num_tensors, {});
+  for (int i = 0; i < s.num_tensors; ++i) sharing_[root_[i]].push_back(i);
 }
 
 int LoadedSchedule::tensor_index(const std::string& name) const {

@@ -33,6 +33,8 @@ class LoadedSchedule {
   int tensor_index(const std::string& name) const;  // -1 when absent
   // The tensor whose bytes tensor `id` shares (itself when it owns them).
   int root(int id) const { return root_[id]; }
+  // The tensors whose root is `root` (itself included): what bind() re-points together.
+  const std::vector<int>& sharing(int root) const { return sharing_[root]; }
 
  private:
   void validate(const std::string& path, int backend) const;
@@ -43,6 +45,7 @@ class LoadedSchedule {
   const Schedule* s_ = nullptr;
   std::unordered_map<std::string, int> index_;
   std::vector<int> root_;
+  std::vector<std::vector<int>> sharing_;
 };
 
 // One 64-byte-aligned, zeroed block for the whole step, allocated at load.

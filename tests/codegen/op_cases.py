@@ -483,6 +483,12 @@ POISON = (np.nan, np.inf, -np.inf)
 
 # Inputs not poisoned, and why:
 CASES.update(table_cases())  # the pointwise table's rows (tests/codegen/pointwise_cases.py)
+# Single-element inputs beside inputs of y's size (relu6's bounds): the kernel's blocked loop with
+# filled scalars (pointwise_family.h), under and over the one-thread grain.
+CASES["HardTanh"] += [([((3, 5, 7), N), ((), "sym"), ((), "gt1")], {}),
+                      ([((2, 8, 48, 48), N), ((), "sym"), ((1,), "gt1")], {})]
+CASES["HardTanhGradA"] += [([((2, 8, 48, 48), N), ((2, 8, 48, 48), N), ((), "sym"),
+                             ((), "gt1")], {})]
 CASES.update(INTEGER_CASES)  # planner/ops/integer.py's (tests/codegen/integer_cases.py)
 
 # ops whose result is defined by the float format itself (the next float32 after a): held to the

@@ -95,6 +95,7 @@ def test_clipping_takes_the_norm_of_the_averaged_gradients(tmp_path):
     check_numbers("sgd", RANKS, runs, outs, params, x, labels, clip=0.5)
 
 
+@pytest.mark.slow  # CI's 20 minutes: make test-all runs it
 def test_ranks_sharing_a_host_run_on_disjoint_cpus(packages, tmp_path):
     # Two ranks of one host (torchrun's LOCAL_RANK / LOCAL_WORLD_SIZE, numbered against
     # their global ranks, so the placement follows LOCAL_RANK): every thread of each rank,
@@ -141,6 +142,7 @@ def _check_summed_in_place(package: Path, outs: list[Path]) -> None:
         assert {o["impl"] for o in stats["ops"] if o["op"] == "AllReduce"} == {"in place"}
 
 
+@pytest.mark.slow  # CI's 20 minutes: make test-all runs it
 def test_ranks_with_different_plans_are_refused_on_every_rank(packages, tmp_path):
     data = write_data(tmp_path)[0]
     runs = launch_ranks([packages["sgd"], packages["adam"]], data,
@@ -159,6 +161,7 @@ def test_a_group_of_the_wrong_size_is_refused(packages, tmp_path):
             "the process group has 1") in r.stdout
 
 
+@pytest.mark.slow  # CI's 20 minutes: make test-all runs it
 def test_a_killed_rank_fails_the_others_within_the_timeout(packages, tmp_path):
     data = write_data(tmp_path)[0]
     runs = launch_ranks([packages["sgd"]] * RANKS, data, [tmp_path / "a.npz", tmp_path / "b.npz"],
@@ -169,7 +172,8 @@ def test_a_killed_rank_fails_the_others_within_the_timeout(packages, tmp_path):
     assert "allreduce/" in line, line  # the step's error names the all-reduce op
 
 
-@pytest.mark.parametrize("nodes", [pytest.param(1, marks=pytest.mark.slow), 2])
+@pytest.mark.slow  # CI's 20 minutes: make test-all runs it
+@pytest.mark.parametrize("nodes", [1, 2])
 def test_train_digits_ddp_example_runs_under_torchrun(tmp_path, nodes):
     # One node of 2 processes (each on its own core), or 2 nodes of one process each
     # rendezvousing over loopback (two torchrun launchers, as on two hosts).
@@ -255,6 +259,7 @@ def test_sharded_optimizer_ranks_match_one_process_on_the_global_batch(tmp_path,
     assert all(not np.array_equal(m[0], other) for other in m[1:])
 
 
+@pytest.mark.slow  # CI's 20 minutes: make test-all runs it
 def test_ranks_ending_without_destroying_the_group_exit_cleanly(packages, tmp_path):
     """Issue 32: a script that ends with a step in flight and without
     dist.destroy_process_group() aborted ("terminate called without an active exception",
@@ -266,6 +271,7 @@ def test_ranks_ending_without_destroying_the_group_exit_cleanly(packages, tmp_pa
         assert r.returncode == 0 and "terminate" not in r.stdout, r.stdout[-2000:]
 
 
+@pytest.mark.slow  # CI's 20 minutes: make test-all runs it
 @pytest.mark.parametrize("local_ranks", [("0", "0"), ("0", "7")])
 def test_a_rank_without_its_own_place_is_refused_on_every_rank(packages, tmp_path,
                                                                local_ranks):
@@ -328,7 +334,7 @@ def test_bf16_mixed_ranks_match_one_process_on_the_global_batch(tmp_path):
     assert worst <= tol, (worst, tol)
 
 
-@pytest.mark.parametrize("kind", ["sgd", "adam"])
+@pytest.mark.parametrize("kind", ["sgd", pytest.param("adam", marks=pytest.mark.slow)])
 def test_accumulating_ranks_match_one_process_on_the_global_batch(tmp_path, kind):
     # 2 ranks x 2 micro-batches of 8 rows: each optimizer step equals PyTorch's on 32 rows.
     # The all-reduce reads the gradient sums once per optimizer step (no_sync() in DDP): a

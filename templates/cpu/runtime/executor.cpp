@@ -199,10 +199,10 @@ char* Executor::home(int id) const {
 }
 
 void Executor::bind(int id, char* p) {
-  const Schedule& s = schedule();
   char* target = p ? p : home(id);
-  for (int i = 0; i < s.num_tensors; ++i)
-    if (loaded_.root(i) == id) ptr_[i] = target;
+  // A feed's views with it (a plan's step feeds hundreds: a scan of every tensor per feed took
+  // about 5% of a mobilenet_v2 forward call)
+  for (int i : loaded_.sharing(id)) ptr_[i] = target;
 }
 
 bool Executor::holds(const void* p, int64_t bytes) const {

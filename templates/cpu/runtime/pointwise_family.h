@@ -8,6 +8,7 @@
 // with a step of 0 or 1 along the row (loops.h's Broadcast). Both loops run on the calling
 // thread below kGrain elements and split over the team above it, as map1 / map2 do.
 #pragma once
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstring>
@@ -30,6 +31,8 @@ class PointwiseFamily : public Kernel {
     for (size_t k = 0; k < kArity; ++k) {
       ids_[k] = n.in[k].id;
       flat_ = flat_ && n.in[k].size() == size_;
+      scalar_[k] = n.in[k].size() == 1 && size_ != 1;
+      scalars_ = scalars_ && (n.in[k].size() == size_ || scalar_[k]);
     }
   }
   void run(const Run& r) override { run_with(r, std::index_sequence_for<X...>{}); }
@@ -46,6 +49,10 @@ class PointwiseFamily : public Kernel {
       for (int64_t i = 0; i < size; ++i) y[i] = f(std::get<K>(xs)[i]...);
       return;
     }
+    if (scalars_) {  // hardtanh's bounds, a scalar factor: every other input of y's size
+      run_scalars(y, xs, f, std::index_sequence<K...>{});
+      return;
+    }
     const int64_t rows = geometry_.rows(), inner = geometry_.inner();
     const std::array<int64_t, kArity> steps{geometry_.step(K)...};
 #pragma omp parallel for firstprivate(f) if(size >= kGrain)
@@ -56,12 +63,42 @@ class PointwiseFamily : public Kernel {
     }
   }
 
+  // Inputs of y's size and single-element ones: blocks of y, each scalar input read from a
+  // block-long array of its value, filled once per thread, so each block is one flat loop the
+  // compiler vectorizes. The row walk's per-row offsets (an integer division per axis and
+  // input) over NCHW rows of a few elements cost mobilenet_v2's relu6 (HardTanh [x, 0, 6]) and
+  // its gradient more than the arithmetic. Every element is f of the same values: the same
+  // bits as the row walk.
+  template <size_t... K>
+  void run_scalars(Y* y, const std::tuple<const X*...>& xs, const F f,
+                   std::index_sequence<K...>) const {
+    constexpr int64_t kBlock = 256;
+    const int64_t size = size_;
+    const std::array<bool, kArity> scalar = scalar_;
+#pragma omp parallel firstprivate(f) if(size >= kGrain)
+    {
+      std::tuple<std::array<X, kBlock>...> filled;
+      ((std::get<K>(scalar) ? std::get<K>(filled).fill(std::get<K>(xs)[0]) : void()), ...);
+#pragma omp for schedule(static)
+      for (int64_t b = 0; b < size; b += kBlock) {
+        const int64_t n = std::min(kBlock, size - b);
+        const std::tuple<const X*...> at{std::get<K>(scalar) ? std::get<K>(filled).data()
+                                                            : std::get<K>(xs) + b...};
+        Y* out = y + b;
+#pragma omp simd
+        for (int64_t j = 0; j < n; ++j) out[j] = f(std::get<K>(at)[j]...);
+      }
+    }
+  }
+
   F f_;
   int y_;
   int64_t size_;
   Broadcast geometry_;
   std::array<int, kArity> ids_{};
+  std::array<bool, kArity> scalar_{};
   bool flat_ = true;
+  bool scalars_ = true;
 };
 
 // The kernel of `op` for the node's dtypes: `kinds` lists, per signature the op was generated
