@@ -88,11 +88,11 @@ def test_shrunk_bytes_dropped_reader_and_dropped_alias_fail():
 def test_a_wrong_writer_and_op_type_fail():
     data = plan_data()
     buffer(data, "relu1")["writer"] = "conv2"   # the fused conv1 writes relu1
-    op(data, "relu3")["op"] = "Tanh"
+    op(data, "pool2")["op"] = "Tanh"
     found = "\n".join(problems(data))
     assert "buffer 'relu1' of tensor 'relu1' names writer 'conv2', but the graph's is " \
            "'conv1'" in found
-    assert "op 'relu3' runs 'Tanh', but the graph's node is a Relu" in found
+    assert "op 'pool2' runs 'Tanh', but the graph's node is a MaxPool" in found
 
 
 def test_an_edited_graph_with_its_digest_recomputed_fails_on_shape_rules(tmp_path, capsys):
