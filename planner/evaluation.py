@@ -25,7 +25,7 @@ Example:
     ...             GraphOptions(optimizer=Optimizer(kind="sgd")))
     >>> e = plan(g, preset("xeon-8180")).evaluation
     >>> [op.name for op in e.plan.ops], [b.training for b in e.bound]
-    (['fc1', 'relu1', 'fc2', 'loss'], ['fc1/bias', 'fc1/weight', 'fc2/bias', 'fc2/weight'])
+    (['fc1', 'fc2', 'loss'], ['fc1/bias', 'fc1/weight', 'fc2/bias', 'fc2/weight'])
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ Example:
     ...             GraphOptions(optimizer=Optimizer(kind="sgd")))
     >>> e = evaluation_graph(g)
     >>> e.kind, e.outputs, [n.op for n in e.nodes]
-    ('inference', ('logits', 'loss'), ['MatMul', 'Relu', 'MatMul', 'SoftmaxCrossEntropy'])
+    ('inference', ('logits', 'loss'), ['MatMul', 'MatMul', 'SoftmaxCrossEntropy'])
 """
 
 from __future__ import annotations
