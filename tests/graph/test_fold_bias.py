@@ -11,6 +11,7 @@ from planner.graph.autodiff import gradients
 from planner.graph.fold_bias import fold_bias_adds
 from planner.graph.interpret import init_params, random_feeds, run
 from planner.zoo import build
+from tests.helpers.folds import assert_same_values
 
 GPT = dict(batch=2, seq=8, dim=16, heads=2, layers=1, vocab=32)
 
@@ -28,11 +29,7 @@ def test_gpt_forward_folds_every_linear_bias_and_keeps_values():
     assert ("BiasAdd", 2) not in _ops(folded)
     assert _ops(folded).count(("MatMul", 3)) == biases
     assert len(folded.nodes) == len(forward.nodes) - biases
-    feeds, params = random_feeds(forward, seed=1), init_params(forward, seed=2)
-    before = run(forward, feeds, params)
-    after = run(folded, feeds, params)
-    for name, value in after.items():
-        assert np.array_equal(value, before[name]), name
+    assert_same_values(forward, folded)
     assert fold_bias_adds(folded) == folded
 
 
@@ -47,11 +44,7 @@ def test_training_graph_folds_after_autodiff(monkeypatch):
     assert _ops(folded).count(("MatMul", 3)) == 4 and ("BiasAdd", 2) not in _ops(folded)
     assert _ops(folded).count(("BiasAddGrad", 1)) == _ops(plain).count(("BiasAddGrad", 1)) == 4
     check_graph(folded)
-    feeds, params = random_feeds(plain, seed=3), init_params(plain, seed=4)
-    before, after = run(plain, feeds, params), run(folded, feeds, params)
-    assert set(after) < set(before)
-    for name, value in after.items():
-        assert np.array_equal(value, before[name]), name
+    assert_same_values(plain, folded, seeds=(3, 4), fewer=True)
 
 
 def _linear(axis=-1, bias_shape=(2,), dtype="float32", read_twice=False, output=False):
@@ -149,11 +142,7 @@ def test_what_folds_with_a_relu(case, inputs, activation, last):
     assert "fc" not in folded.tensor_map and "BiasAdd" not in [n.op for n in folded.nodes]
     order = [n.name for n in folded.nodes]
     assert order.index("fc") < order.index("out")
-    feeds, params = random_feeds(g, seed=1), init_params(g, seed=2)
-    before, after = run(g, feeds, params), run(folded, feeds, params)
-    assert set(after) <= set(before)
-    for name, value in after.items():
-        np.testing.assert_array_equal(value, before[name], err_msg=name)
+    assert_same_values(g, folded)
     assert fold_bias_adds(folded) == folded
 
 
@@ -212,8 +201,4 @@ def test_mlp_training_graph_folds_each_hidden_relu(monkeypatch):
     relu_grads = [n for n in folded.nodes if n.op == "ReluGrad"]
     assert {folded.producer[n.inputs[1]].op for n in relu_grads} == {"MatMul"}
     check_graph(folded)
-    feeds, params = random_feeds(plain, seed=3), init_params(plain, seed=4)
-    before, after = run(plain, feeds, params), run(folded, feeds, params)
-    assert set(after) < set(before)
-    for name, value in after.items():
-        np.testing.assert_array_equal(value, before[name], err_msg=name)
+    assert_same_values(plain, folded, seeds=(3, 4), fewer=True)

@@ -11,6 +11,7 @@ from planner.graph.autodiff import gradients
 from planner.graph.fold_conv_bias import fold_conv_biases
 from planner.graph.interpret import init_params, random_feeds, run
 from planner.zoo import build
+from tests.helpers.folds import assert_same_values
 
 LENET = dict(batch=4, image=12)
 
@@ -63,11 +64,7 @@ def test_what_folds(case, inputs, activation, last):
     # the folded Conv2D sits where the chain's last op was: before the reader of its output
     order = [n.name for n in folded.nodes]
     assert order.index("conv") < order.index("out")
-    feeds, params = random_feeds(g, seed=1), init_params(g, seed=2)
-    before, after = run(g, feeds, params), run(folded, feeds, params)
-    assert set(after) <= set(before)
-    for name, value in after.items():
-        np.testing.assert_array_equal(value, before[name], err_msg=name)
+    assert_same_values(g, folded)
     assert fold_conv_biases(folded) == folded
 
 
@@ -105,10 +102,7 @@ def test_lenet_forward_folds_every_layer_and_keeps_values():
     assert _ops(folded).count(("Conv2D", 3, "relu")) == 2
     assert [n.op for n in folded.nodes].count("BiasAdd") == \
         [n.op for n in forward.nodes].count("BiasAdd") - 2
-    feeds, params = random_feeds(forward, seed=1), init_params(forward, seed=2)
-    before, after = run(forward, feeds, params), run(folded, feeds, params)
-    for name, value in after.items():
-        np.testing.assert_array_equal(value, before[name], err_msg=name)
+    assert_same_values(forward, folded)
 
 
 def test_training_graph_folds_after_autodiff(monkeypatch):
@@ -125,11 +119,7 @@ def test_training_graph_folds_after_autodiff(monkeypatch):
     for op in ("BiasAddGrad", "ReluGrad", "Conv2DBackpropFilter"):
         assert [n.op for n in folded.nodes].count(op) == [n.op for n in plain.nodes].count(op)
     check_graph(folded)
-    feeds, params = random_feeds(plain, seed=3), init_params(plain, seed=4)
-    before, after = run(plain, feeds, params), run(folded, feeds, params)
-    assert set(after) < set(before)
-    for name, value in after.items():
-        np.testing.assert_array_equal(value, before[name], err_msg=name)
+    assert_same_values(plain, folded, seeds=(3, 4), fewer=True)
 
 
 def test_inference_plans_are_folded_and_verify_against_their_graph(tmp_path, capsys):
