@@ -61,7 +61,7 @@ timeout "$(left 60)" "$PY" bench/bench_gpu.py --models resnet50,gpt --precision 
 rc=${PIPESTATUS[0]}; [ $rc = 0 ] || failed+=" bf16"
 echo "bf16 rc=$rc at ${SECONDS}s" | tee -a "$OUT/bench.txt"
 C=${PLANNER_CACHE:-$HOME/.cache/planner}
-[ -z "${DRY:-}" ] && (cd "$(dirname "$C")" && tar czf "$OUT/rt.tgz" "$(basename "$C")"/cuda-sm*-runtime-*/module.txt \
+[ -z "${DRY:-}" ] && (cd "$(dirname "$C")" && tar czf "$OUT/rt.tgz" "$(basename "$C")"/cuda-sm*-runtime-*/module.json \
   "$(basename "$C")"/cuda-sm*-runtime-*/build/*.so) && ls -l "$OUT/rt.tgz"
 echo "call 1 done at ${SECONDS}s${failed:+; failed:$failed}"
 [ -z "${DRY:-}" ] || [ -z "$failed" ]

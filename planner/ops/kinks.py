@@ -44,8 +44,13 @@ INF = math.inf
 
 def hardtanh_passes(m, x, lo, hi):
     """hardtanh_backward: dy where not (x <= lo or x >= hi): 0 at both corners (relu6 at 0 and
-    6), NaN passes."""
-    return m.not_(m.any(x <= lo, x >= hi))
+    6), NaN passes.
+
+    Spelled with isnan rather than as not(x <= lo or x >= hi): TVM's simplifier, which writes
+    the CUDA kernel, rewrites that negation as lo < x < hi, which is false for a NaN."""
+    below = m.any(x > lo, m.any(m.isnan(x), m.isnan(lo)))
+    above = m.any(x < hi, m.any(m.isnan(x), m.isnan(hi)))
+    return m.all(below, above)
 
 
 def clamp_passes(m, x, lo, hi):

@@ -22,7 +22,7 @@ from tests.codegen.op_cases import CASES, VARIANTS, check_variant, run_variants
 
 @pytest.fixture(scope="module")
 def executed(tmp_path_factory):
-    return run_variants(tmp_path_factory.mktemp("ops") / "op_kernels", "cpu")
+    return run_variants(tmp_path_factory.mktemp("ops") / "op_kernels", "cpu", VARIANTS)
 
 
 def test_the_cases_cover_every_cpu_op():

@@ -1087,13 +1087,20 @@ struct PwtHardTanh_fff_f {
 struct PwtHardTanhGradA_ffff_f {
   explicit PwtHardTanhGradA_ffff_f(const Node&) {}
   float operator()(float x0, float x1, float x2, float x3) const {
-    const bool t0 = x1 <= x2;
-    const bool t1 = x1 >= x3;
-    const bool t2 = t0 || t1;
-    const bool t3 = !t2;
-    const float t4 = t3 ? 1.0f : 0.0f;
-    const float t5 = x0 * t4;
-    return t5;
+    const bool t0 = x1 > x2;
+    const bool t1 = std::isnan(x1);
+    const bool t2 = std::isnan(x2);
+    const bool t3 = t1 || t2;
+    const bool t4 = t0 || t3;
+    const bool t5 = x1 < x3;
+    const bool t6 = std::isnan(x1);
+    const bool t7 = std::isnan(x3);
+    const bool t8 = t6 || t7;
+    const bool t9 = t5 || t8;
+    const bool t10 = t4 && t9;
+    const float t11 = t10 ? 1.0f : 0.0f;
+    const float t12 = x0 * t11;
+    return t12;
   }
 };
 

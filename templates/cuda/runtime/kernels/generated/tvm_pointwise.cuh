@@ -18962,7 +18962,7 @@ extern "C" __global__ void __launch_bounds__(128) tvm_HardTanhGradA_ffff_f_r1_b1
     ld3_local_ptr[0] = in3_ptr[(((((int64_t)blockIdx.x) * (int64_t)128) + ((int64_t)threadIdx.x)) * s3_0)];
   }
   if (((((int64_t)blockIdx.x) * (int64_t)128) + ((int64_t)threadIdx.x)) < n) {
-    out_ptr[((((int64_t)blockIdx.x) * (int64_t)128) + ((int64_t)threadIdx.x))] = (ld0_local_ptr[0] * (((ld2_local_ptr[0] < ld1_local_ptr[0]) && (ld1_local_ptr[0] < ld3_local_ptr[0])) ? 0x1p+0f/*1.000000e+00*/ : 0x0p+0f/*0.000000e+00*/));
+    out_ptr[((((int64_t)blockIdx.x) * (int64_t)128) + ((int64_t)threadIdx.x))] = (ld0_local_ptr[0] * (((((ld2_local_ptr[0] < ld1_local_ptr[0]) || (ld1_local_ptr[0] != ld1_local_ptr[0])) || (ld2_local_ptr[0] != ld2_local_ptr[0])) && (((ld1_local_ptr[0] < ld3_local_ptr[0]) || (ld1_local_ptr[0] != ld1_local_ptr[0])) || (ld3_local_ptr[0] != ld3_local_ptr[0]))) ? 0x1p+0f/*1.000000e+00*/ : 0x0p+0f/*0.000000e+00*/));
   }
 }
 
@@ -18985,7 +18985,7 @@ extern "C" __global__ void __launch_bounds__(256) tvm_HardTanhGradA_ffff_f_r1_b2
     ld3_local_ptr[0] = in3_ptr[(((((int64_t)blockIdx.x) * (int64_t)256) + ((int64_t)threadIdx.x)) * s3_0)];
   }
   if (((((int64_t)blockIdx.x) * (int64_t)256) + ((int64_t)threadIdx.x)) < n) {
-    out_ptr[((((int64_t)blockIdx.x) * (int64_t)256) + ((int64_t)threadIdx.x))] = (ld0_local_ptr[0] * (((ld2_local_ptr[0] < ld1_local_ptr[0]) && (ld1_local_ptr[0] < ld3_local_ptr[0])) ? 0x1p+0f/*1.000000e+00*/ : 0x0p+0f/*0.000000e+00*/));
+    out_ptr[((((int64_t)blockIdx.x) * (int64_t)256) + ((int64_t)threadIdx.x))] = (ld0_local_ptr[0] * (((((ld2_local_ptr[0] < ld1_local_ptr[0]) || (ld1_local_ptr[0] != ld1_local_ptr[0])) || (ld2_local_ptr[0] != ld2_local_ptr[0])) && (((ld1_local_ptr[0] < ld3_local_ptr[0]) || (ld1_local_ptr[0] != ld1_local_ptr[0])) || (ld3_local_ptr[0] != ld3_local_ptr[0]))) ? 0x1p+0f/*1.000000e+00*/ : 0x0p+0f/*0.000000e+00*/));
   }
 }
 
@@ -19008,7 +19008,7 @@ extern "C" __global__ void __launch_bounds__(512) tvm_HardTanhGradA_ffff_f_r1_b5
     ld3_local_ptr[0] = in3_ptr[(((((int64_t)blockIdx.x) * (int64_t)512) + ((int64_t)threadIdx.x)) * s3_0)];
   }
   if (((((int64_t)blockIdx.x) * (int64_t)512) + ((int64_t)threadIdx.x)) < n) {
-    out_ptr[((((int64_t)blockIdx.x) * (int64_t)512) + ((int64_t)threadIdx.x))] = (ld0_local_ptr[0] * (((ld2_local_ptr[0] < ld1_local_ptr[0]) && (ld1_local_ptr[0] < ld3_local_ptr[0])) ? 0x1p+0f/*1.000000e+00*/ : 0x0p+0f/*0.000000e+00*/));
+    out_ptr[((((int64_t)blockIdx.x) * (int64_t)512) + ((int64_t)threadIdx.x))] = (ld0_local_ptr[0] * (((((ld2_local_ptr[0] < ld1_local_ptr[0]) || (ld1_local_ptr[0] != ld1_local_ptr[0])) || (ld2_local_ptr[0] != ld2_local_ptr[0])) && (((ld1_local_ptr[0] < ld3_local_ptr[0]) || (ld1_local_ptr[0] != ld1_local_ptr[0])) || (ld3_local_ptr[0] != ld3_local_ptr[0]))) ? 0x1p+0f/*1.000000e+00*/ : 0x0p+0f/*0.000000e+00*/));
   }
 }
 
@@ -19033,7 +19033,7 @@ extern "C" __global__ void __launch_bounds__(128) tvm_HardTanhGradA_ffff_f_r2_b1
     ld3_local_ptr[0] = in3_ptr[(((((((int)blockIdx.x) * 128) + ((int)threadIdx.x)) % d1) * s3_1) + ((((((int)blockIdx.x) * 128) + ((int)threadIdx.x)) / d1) * s3_0))];
   }
   if (((((int)blockIdx.x) * 128) + ((int)threadIdx.x)) < n) {
-    out_ptr[((((int)blockIdx.x) * 128) + ((int)threadIdx.x))] = (ld0_local_ptr[0] * (((ld2_local_ptr[0] < ld1_local_ptr[0]) && (ld1_local_ptr[0] < ld3_local_ptr[0])) ? 0x1p+0f/*1.000000e+00*/ : 0x0p+0f/*0.000000e+00*/));
+    out_ptr[((((int)blockIdx.x) * 128) + ((int)threadIdx.x))] = (ld0_local_ptr[0] * (((((ld2_local_ptr[0] < ld1_local_ptr[0]) || (ld1_local_ptr[0] != ld1_local_ptr[0])) || (ld2_local_ptr[0] != ld2_local_ptr[0])) && (((ld1_local_ptr[0] < ld3_local_ptr[0]) || (ld1_local_ptr[0] != ld1_local_ptr[0])) || (ld3_local_ptr[0] != ld3_local_ptr[0]))) ? 0x1p+0f/*1.000000e+00*/ : 0x0p+0f/*0.000000e+00*/));
   }
 }
 
@@ -19058,7 +19058,7 @@ extern "C" __global__ void __launch_bounds__(256) tvm_HardTanhGradA_ffff_f_r2_b2
     ld3_local_ptr[0] = in3_ptr[(((((((int)blockIdx.x) * 256) + ((int)threadIdx.x)) % d1) * s3_1) + ((((((int)blockIdx.x) * 256) + ((int)threadIdx.x)) / d1) * s3_0))];
   }
   if (((((int)blockIdx.x) * 256) + ((int)threadIdx.x)) < n) {
-    out_ptr[((((int)blockIdx.x) * 256) + ((int)threadIdx.x))] = (ld0_local_ptr[0] * (((ld2_local_ptr[0] < ld1_local_ptr[0]) && (ld1_local_ptr[0] < ld3_local_ptr[0])) ? 0x1p+0f/*1.000000e+00*/ : 0x0p+0f/*0.000000e+00*/));
+    out_ptr[((((int)blockIdx.x) * 256) + ((int)threadIdx.x))] = (ld0_local_ptr[0] * (((((ld2_local_ptr[0] < ld1_local_ptr[0]) || (ld1_local_ptr[0] != ld1_local_ptr[0])) || (ld2_local_ptr[0] != ld2_local_ptr[0])) && (((ld1_local_ptr[0] < ld3_local_ptr[0]) || (ld1_local_ptr[0] != ld1_local_ptr[0])) || (ld3_local_ptr[0] != ld3_local_ptr[0]))) ? 0x1p+0f/*1.000000e+00*/ : 0x0p+0f/*0.000000e+00*/));
   }
 }
 
@@ -19083,7 +19083,7 @@ extern "C" __global__ void __launch_bounds__(512) tvm_HardTanhGradA_ffff_f_r2_b5
     ld3_local_ptr[0] = in3_ptr[(((((((int)blockIdx.x) * 512) + ((int)threadIdx.x)) % d1) * s3_1) + ((((((int)blockIdx.x) * 512) + ((int)threadIdx.x)) / d1) * s3_0))];
   }
   if (((((int)blockIdx.x) * 512) + ((int)threadIdx.x)) < n) {
-    out_ptr[((((int)blockIdx.x) * 512) + ((int)threadIdx.x))] = (ld0_local_ptr[0] * (((ld2_local_ptr[0] < ld1_local_ptr[0]) && (ld1_local_ptr[0] < ld3_local_ptr[0])) ? 0x1p+0f/*1.000000e+00*/ : 0x0p+0f/*0.000000e+00*/));
+    out_ptr[((((int)blockIdx.x) * 512) + ((int)threadIdx.x))] = (ld0_local_ptr[0] * (((((ld2_local_ptr[0] < ld1_local_ptr[0]) || (ld1_local_ptr[0] != ld1_local_ptr[0])) || (ld2_local_ptr[0] != ld2_local_ptr[0])) && (((ld1_local_ptr[0] < ld3_local_ptr[0]) || (ld1_local_ptr[0] != ld1_local_ptr[0])) || (ld3_local_ptr[0] != ld3_local_ptr[0]))) ? 0x1p+0f/*1.000000e+00*/ : 0x0p+0f/*0.000000e+00*/));
   }
 }
 
@@ -19109,7 +19109,7 @@ extern "C" __global__ void __launch_bounds__(128) tvm_HardTanhGradA_ffff_f_r3_b1
     ld3_local_ptr[0] = in3_ptr[((((((((int)blockIdx.x) * 128) + ((int)threadIdx.x)) % d2) * s3_2) + (((((((int)blockIdx.x) * 128) + ((int)threadIdx.x)) / d2) % d1) * s3_1)) + ((((((int)blockIdx.x) * 128) + ((int)threadIdx.x)) / (d2 * d1)) * s3_0))];
   }
   if (((((int)blockIdx.x) * 128) + ((int)threadIdx.x)) < n) {
-    out_ptr[((((int)blockIdx.x) * 128) + ((int)threadIdx.x))] = (ld0_local_ptr[0] * (((ld2_local_ptr[0] < ld1_local_ptr[0]) && (ld1_local_ptr[0] < ld3_local_ptr[0])) ? 0x1p+0f/*1.000000e+00*/ : 0x0p+0f/*0.000000e+00*/));
+    out_ptr[((((int)blockIdx.x) * 128) + ((int)threadIdx.x))] = (ld0_local_ptr[0] * (((((ld2_local_ptr[0] < ld1_local_ptr[0]) || (ld1_local_ptr[0] != ld1_local_ptr[0])) || (ld2_local_ptr[0] != ld2_local_ptr[0])) && (((ld1_local_ptr[0] < ld3_local_ptr[0]) || (ld1_local_ptr[0] != ld1_local_ptr[0])) || (ld3_local_ptr[0] != ld3_local_ptr[0]))) ? 0x1p+0f/*1.000000e+00*/ : 0x0p+0f/*0.000000e+00*/));
   }
 }
 
@@ -19135,7 +19135,7 @@ extern "C" __global__ void __launch_bounds__(256) tvm_HardTanhGradA_ffff_f_r3_b2
     ld3_local_ptr[0] = in3_ptr[((((((((int)blockIdx.x) * 256) + ((int)threadIdx.x)) % d2) * s3_2) + (((((((int)blockIdx.x) * 256) + ((int)threadIdx.x)) / d2) % d1) * s3_1)) + ((((((int)blockIdx.x) * 256) + ((int)threadIdx.x)) / (d2 * d1)) * s3_0))];
   }
   if (((((int)blockIdx.x) * 256) + ((int)threadIdx.x)) < n) {
-    out_ptr[((((int)blockIdx.x) * 256) + ((int)threadIdx.x))] = (ld0_local_ptr[0] * (((ld2_local_ptr[0] < ld1_local_ptr[0]) && (ld1_local_ptr[0] < ld3_local_ptr[0])) ? 0x1p+0f/*1.000000e+00*/ : 0x0p+0f/*0.000000e+00*/));
+    out_ptr[((((int)blockIdx.x) * 256) + ((int)threadIdx.x))] = (ld0_local_ptr[0] * (((((ld2_local_ptr[0] < ld1_local_ptr[0]) || (ld1_local_ptr[0] != ld1_local_ptr[0])) || (ld2_local_ptr[0] != ld2_local_ptr[0])) && (((ld1_local_ptr[0] < ld3_local_ptr[0]) || (ld1_local_ptr[0] != ld1_local_ptr[0])) || (ld3_local_ptr[0] != ld3_local_ptr[0]))) ? 0x1p+0f/*1.000000e+00*/ : 0x0p+0f/*0.000000e+00*/));
   }
 }
 
@@ -19161,7 +19161,7 @@ extern "C" __global__ void __launch_bounds__(512) tvm_HardTanhGradA_ffff_f_r3_b5
     ld3_local_ptr[0] = in3_ptr[((((((((int)blockIdx.x) * 512) + ((int)threadIdx.x)) % d2) * s3_2) + (((((((int)blockIdx.x) * 512) + ((int)threadIdx.x)) / d2) % d1) * s3_1)) + ((((((int)blockIdx.x) * 512) + ((int)threadIdx.x)) / (d2 * d1)) * s3_0))];
   }
   if (((((int)blockIdx.x) * 512) + ((int)threadIdx.x)) < n) {
-    out_ptr[((((int)blockIdx.x) * 512) + ((int)threadIdx.x))] = (ld0_local_ptr[0] * (((ld2_local_ptr[0] < ld1_local_ptr[0]) && (ld1_local_ptr[0] < ld3_local_ptr[0])) ? 0x1p+0f/*1.000000e+00*/ : 0x0p+0f/*0.000000e+00*/));
+    out_ptr[((((int)blockIdx.x) * 512) + ((int)threadIdx.x))] = (ld0_local_ptr[0] * (((((ld2_local_ptr[0] < ld1_local_ptr[0]) || (ld1_local_ptr[0] != ld1_local_ptr[0])) || (ld2_local_ptr[0] != ld2_local_ptr[0])) && (((ld1_local_ptr[0] < ld3_local_ptr[0]) || (ld1_local_ptr[0] != ld1_local_ptr[0])) || (ld3_local_ptr[0] != ld3_local_ptr[0]))) ? 0x1p+0f/*1.000000e+00*/ : 0x0p+0f/*0.000000e+00*/));
   }
 }
 
@@ -19189,7 +19189,7 @@ extern "C" __global__ void __launch_bounds__(128) tvm_HardTanhGradA_ffff_f_r4_b1
     ld3_local_ptr[0] = in3_ptr[(((((((((int)blockIdx.x) * 128) + ((int)threadIdx.x)) % d3) * s3_3) + (((((((int)blockIdx.x) * 128) + ((int)threadIdx.x)) / d3) % d2) * s3_2)) + (((((((int)blockIdx.x) * 128) + ((int)threadIdx.x)) / (d3 * d2)) % d1) * s3_1)) + ((((((int)blockIdx.x) * 128) + ((int)threadIdx.x)) / ((d3 * d2) * d1)) * s3_0))];
   }
   if (((((int)blockIdx.x) * 128) + ((int)threadIdx.x)) < n) {
-    out_ptr[((((int)blockIdx.x) * 128) + ((int)threadIdx.x))] = (ld0_local_ptr[0] * (((ld2_local_ptr[0] < ld1_local_ptr[0]) && (ld1_local_ptr[0] < ld3_local_ptr[0])) ? 0x1p+0f/*1.000000e+00*/ : 0x0p+0f/*0.000000e+00*/));
+    out_ptr[((((int)blockIdx.x) * 128) + ((int)threadIdx.x))] = (ld0_local_ptr[0] * (((((ld2_local_ptr[0] < ld1_local_ptr[0]) || (ld1_local_ptr[0] != ld1_local_ptr[0])) || (ld2_local_ptr[0] != ld2_local_ptr[0])) && (((ld1_local_ptr[0] < ld3_local_ptr[0]) || (ld1_local_ptr[0] != ld1_local_ptr[0])) || (ld3_local_ptr[0] != ld3_local_ptr[0]))) ? 0x1p+0f/*1.000000e+00*/ : 0x0p+0f/*0.000000e+00*/));
   }
 }
 
@@ -19217,7 +19217,7 @@ extern "C" __global__ void __launch_bounds__(256) tvm_HardTanhGradA_ffff_f_r4_b2
     ld3_local_ptr[0] = in3_ptr[(((((((((int)blockIdx.x) * 256) + ((int)threadIdx.x)) % d3) * s3_3) + (((((((int)blockIdx.x) * 256) + ((int)threadIdx.x)) / d3) % d2) * s3_2)) + (((((((int)blockIdx.x) * 256) + ((int)threadIdx.x)) / (d3 * d2)) % d1) * s3_1)) + ((((((int)blockIdx.x) * 256) + ((int)threadIdx.x)) / ((d3 * d2) * d1)) * s3_0))];
   }
   if (((((int)blockIdx.x) * 256) + ((int)threadIdx.x)) < n) {
-    out_ptr[((((int)blockIdx.x) * 256) + ((int)threadIdx.x))] = (ld0_local_ptr[0] * (((ld2_local_ptr[0] < ld1_local_ptr[0]) && (ld1_local_ptr[0] < ld3_local_ptr[0])) ? 0x1p+0f/*1.000000e+00*/ : 0x0p+0f/*0.000000e+00*/));
+    out_ptr[((((int)blockIdx.x) * 256) + ((int)threadIdx.x))] = (ld0_local_ptr[0] * (((((ld2_local_ptr[0] < ld1_local_ptr[0]) || (ld1_local_ptr[0] != ld1_local_ptr[0])) || (ld2_local_ptr[0] != ld2_local_ptr[0])) && (((ld1_local_ptr[0] < ld3_local_ptr[0]) || (ld1_local_ptr[0] != ld1_local_ptr[0])) || (ld3_local_ptr[0] != ld3_local_ptr[0]))) ? 0x1p+0f/*1.000000e+00*/ : 0x0p+0f/*0.000000e+00*/));
   }
 }
 
@@ -19245,7 +19245,7 @@ extern "C" __global__ void __launch_bounds__(512) tvm_HardTanhGradA_ffff_f_r4_b5
     ld3_local_ptr[0] = in3_ptr[(((((((((int)blockIdx.x) * 512) + ((int)threadIdx.x)) % d3) * s3_3) + (((((((int)blockIdx.x) * 512) + ((int)threadIdx.x)) / d3) % d2) * s3_2)) + (((((((int)blockIdx.x) * 512) + ((int)threadIdx.x)) / (d3 * d2)) % d1) * s3_1)) + ((((((int)blockIdx.x) * 512) + ((int)threadIdx.x)) / ((d3 * d2) * d1)) * s3_0))];
   }
   if (((((int)blockIdx.x) * 512) + ((int)threadIdx.x)) < n) {
-    out_ptr[((((int)blockIdx.x) * 512) + ((int)threadIdx.x))] = (ld0_local_ptr[0] * (((ld2_local_ptr[0] < ld1_local_ptr[0]) && (ld1_local_ptr[0] < ld3_local_ptr[0])) ? 0x1p+0f/*1.000000e+00*/ : 0x0p+0f/*0.000000e+00*/));
+    out_ptr[((((int)blockIdx.x) * 512) + ((int)threadIdx.x))] = (ld0_local_ptr[0] * (((((ld2_local_ptr[0] < ld1_local_ptr[0]) || (ld1_local_ptr[0] != ld1_local_ptr[0])) || (ld2_local_ptr[0] != ld2_local_ptr[0])) && (((ld1_local_ptr[0] < ld3_local_ptr[0]) || (ld1_local_ptr[0] != ld1_local_ptr[0])) || (ld3_local_ptr[0] != ld3_local_ptr[0]))) ? 0x1p+0f/*1.000000e+00*/ : 0x0p+0f/*0.000000e+00*/));
   }
 }
 
@@ -19281,7 +19281,7 @@ extern "C" __global__ void __launch_bounds__(128) tvm_HardTanhGradA_ffff_f_r8_b1
     ld3_local_ptr[0] = in3_ptr[(((((((((((((int)blockIdx.x) * 128) + ((int)threadIdx.x)) % d7) * s3_7) + (((((((int)blockIdx.x) * 128) + ((int)threadIdx.x)) / d7) % d6) * s3_6)) + (((((((int)blockIdx.x) * 128) + ((int)threadIdx.x)) / (d7 * d6)) % d5) * s3_5)) + (((((((int)blockIdx.x) * 128) + ((int)threadIdx.x)) / ((d7 * d6) * d5)) % d4) * s3_4)) + (((((((int)blockIdx.x) * 128) + ((int)threadIdx.x)) / (((d7 * d6) * d5) * d4)) % d3) * s3_3)) + (((((((int)blockIdx.x) * 128) + ((int)threadIdx.x)) / ((((d7 * d6) * d5) * d4) * d3)) % d2) * s3_2)) + (((((((int)blockIdx.x) * 128) + ((int)threadIdx.x)) / (((((d7 * d6) * d5) * d4) * d3) * d2)) % d1) * s3_1)) + ((((((int)blockIdx.x) * 128) + ((int)threadIdx.x)) / ((((((d7 * d6) * d5) * d4) * d3) * d2) * d1)) * s3_0))];
   }
   if (((((int)blockIdx.x) * 128) + ((int)threadIdx.x)) < n) {
-    out_ptr[((((int)blockIdx.x) * 128) + ((int)threadIdx.x))] = (ld0_local_ptr[0] * (((ld2_local_ptr[0] < ld1_local_ptr[0]) && (ld1_local_ptr[0] < ld3_local_ptr[0])) ? 0x1p+0f/*1.000000e+00*/ : 0x0p+0f/*0.000000e+00*/));
+    out_ptr[((((int)blockIdx.x) * 128) + ((int)threadIdx.x))] = (ld0_local_ptr[0] * (((((ld2_local_ptr[0] < ld1_local_ptr[0]) || (ld1_local_ptr[0] != ld1_local_ptr[0])) || (ld2_local_ptr[0] != ld2_local_ptr[0])) && (((ld1_local_ptr[0] < ld3_local_ptr[0]) || (ld1_local_ptr[0] != ld1_local_ptr[0])) || (ld3_local_ptr[0] != ld3_local_ptr[0]))) ? 0x1p+0f/*1.000000e+00*/ : 0x0p+0f/*0.000000e+00*/));
   }
 }
 
@@ -19317,7 +19317,7 @@ extern "C" __global__ void __launch_bounds__(256) tvm_HardTanhGradA_ffff_f_r8_b2
     ld3_local_ptr[0] = in3_ptr[(((((((((((((int)blockIdx.x) * 256) + ((int)threadIdx.x)) % d7) * s3_7) + (((((((int)blockIdx.x) * 256) + ((int)threadIdx.x)) / d7) % d6) * s3_6)) + (((((((int)blockIdx.x) * 256) + ((int)threadIdx.x)) / (d7 * d6)) % d5) * s3_5)) + (((((((int)blockIdx.x) * 256) + ((int)threadIdx.x)) / ((d7 * d6) * d5)) % d4) * s3_4)) + (((((((int)blockIdx.x) * 256) + ((int)threadIdx.x)) / (((d7 * d6) * d5) * d4)) % d3) * s3_3)) + (((((((int)blockIdx.x) * 256) + ((int)threadIdx.x)) / ((((d7 * d6) * d5) * d4) * d3)) % d2) * s3_2)) + (((((((int)blockIdx.x) * 256) + ((int)threadIdx.x)) / (((((d7 * d6) * d5) * d4) * d3) * d2)) % d1) * s3_1)) + ((((((int)blockIdx.x) * 256) + ((int)threadIdx.x)) / ((((((d7 * d6) * d5) * d4) * d3) * d2) * d1)) * s3_0))];
   }
   if (((((int)blockIdx.x) * 256) + ((int)threadIdx.x)) < n) {
-    out_ptr[((((int)blockIdx.x) * 256) + ((int)threadIdx.x))] = (ld0_local_ptr[0] * (((ld2_local_ptr[0] < ld1_local_ptr[0]) && (ld1_local_ptr[0] < ld3_local_ptr[0])) ? 0x1p+0f/*1.000000e+00*/ : 0x0p+0f/*0.000000e+00*/));
+    out_ptr[((((int)blockIdx.x) * 256) + ((int)threadIdx.x))] = (ld0_local_ptr[0] * (((((ld2_local_ptr[0] < ld1_local_ptr[0]) || (ld1_local_ptr[0] != ld1_local_ptr[0])) || (ld2_local_ptr[0] != ld2_local_ptr[0])) && (((ld1_local_ptr[0] < ld3_local_ptr[0]) || (ld1_local_ptr[0] != ld1_local_ptr[0])) || (ld3_local_ptr[0] != ld3_local_ptr[0]))) ? 0x1p+0f/*1.000000e+00*/ : 0x0p+0f/*0.000000e+00*/));
   }
 }
 
@@ -19353,7 +19353,7 @@ extern "C" __global__ void __launch_bounds__(512) tvm_HardTanhGradA_ffff_f_r8_b5
     ld3_local_ptr[0] = in3_ptr[(((((((((((((int)blockIdx.x) * 512) + ((int)threadIdx.x)) % d7) * s3_7) + (((((((int)blockIdx.x) * 512) + ((int)threadIdx.x)) / d7) % d6) * s3_6)) + (((((((int)blockIdx.x) * 512) + ((int)threadIdx.x)) / (d7 * d6)) % d5) * s3_5)) + (((((((int)blockIdx.x) * 512) + ((int)threadIdx.x)) / ((d7 * d6) * d5)) % d4) * s3_4)) + (((((((int)blockIdx.x) * 512) + ((int)threadIdx.x)) / (((d7 * d6) * d5) * d4)) % d3) * s3_3)) + (((((((int)blockIdx.x) * 512) + ((int)threadIdx.x)) / ((((d7 * d6) * d5) * d4) * d3)) % d2) * s3_2)) + (((((((int)blockIdx.x) * 512) + ((int)threadIdx.x)) / (((((d7 * d6) * d5) * d4) * d3) * d2)) % d1) * s3_1)) + ((((((int)blockIdx.x) * 512) + ((int)threadIdx.x)) / ((((((d7 * d6) * d5) * d4) * d3) * d2) * d1)) * s3_0))];
   }
   if (((((int)blockIdx.x) * 512) + ((int)threadIdx.x)) < n) {
-    out_ptr[((((int)blockIdx.x) * 512) + ((int)threadIdx.x))] = (ld0_local_ptr[0] * (((ld2_local_ptr[0] < ld1_local_ptr[0]) && (ld1_local_ptr[0] < ld3_local_ptr[0])) ? 0x1p+0f/*1.000000e+00*/ : 0x0p+0f/*0.000000e+00*/));
+    out_ptr[((((int)blockIdx.x) * 512) + ((int)threadIdx.x))] = (ld0_local_ptr[0] * (((((ld2_local_ptr[0] < ld1_local_ptr[0]) || (ld1_local_ptr[0] != ld1_local_ptr[0])) || (ld2_local_ptr[0] != ld2_local_ptr[0])) && (((ld1_local_ptr[0] < ld3_local_ptr[0]) || (ld1_local_ptr[0] != ld1_local_ptr[0])) || (ld3_local_ptr[0] != ld3_local_ptr[0]))) ? 0x1p+0f/*1.000000e+00*/ : 0x0p+0f/*0.000000e+00*/));
   }
 }
 
