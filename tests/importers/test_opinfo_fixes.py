@@ -28,6 +28,14 @@ def test_bilinear_align_corners_ignores_a_non_integer_scale_as_torch_does(scale)
                                               align_corners=True), x) == ("pass", "")
 
 
+@pytest.mark.parametrize("size", [(1, 2), (1, 1), (3, 1)])
+def test_bilinear_to_a_length_of_1_reads_the_middle_as_torch_does(size):
+    # PyTorch samples an output of length 1 at (in - 1) / 2 (half_pixel); pytorch_half_pixel
+    # reads x[0] there (it was imported so: forward wrong by up to half the axis' range).
+    x = torch.randn(1, 2, 4, 5, generator=torch.Generator().manual_seed(2))
+    assert check_call(lambda t: F.interpolate(t, size=size, mode="bilinear"), x) == ("pass", "")
+
+
 @pytest.mark.parametrize("fn", [
     lambda t: torch.linalg.norm(t, dim=1),
     lambda t: torch.linalg.vector_norm(t, dim=1, keepdim=True),

@@ -586,7 +586,9 @@ def safe_softmax(n: NodeCtx) -> Value:
       "aten.upsample_nearest2d.default", "aten.upsample_bilinear2d.default")
 def upsample(n: NodeCtx) -> Value:
     """nn.Upsample / F.interpolate on (N, C, H, W): the planner's Resize. PyTorch's nearest is
-    ONNX's asymmetric floor; bilinear without align_corners is pytorch_half_pixel. A given
+    ONNX's asymmetric floor; bilinear without align_corners is half_pixel (with the planner's
+    clamp of a negative coordinate to 0; not pytorch_half_pixel, whose output of length 1 reads
+    x[0] where PyTorch reads (in - 1) / 2). A given
     scale factor is used as given (PyTorch samples with 1 / scale, not in / out), except with
     align_corners, where PyTorch ignores it."""
     x = n.tensor(0)
@@ -605,7 +607,7 @@ def upsample(n: NodeCtx) -> Value:
     return n.emit1("Resize", [x], {
         "sizes": sizes, "scales": [float(s) for s in scales] if scales else [],
         "mode": "linear" if bilinear else "nearest",
-        "coordinate_mode": ("align_corners" if align else "pytorch_half_pixel") if bilinear
+        "coordinate_mode": ("align_corners" if align else "half_pixel") if bilinear
         else "asymmetric",
         "nearest_mode": "floor"})
 
