@@ -1,6 +1,9 @@
 // Resize's per-axis taps (planner/ops/resize.py): output coordinate o of an axis of input
-// length L reads L[i0] * (1 - w1) + L[i1] * w1. Both backends compute them with these
-// functions, in double, from the node's attributes; the numpy reference is the oracle.
+// length L reads, linear, x[i0] * (1 - w1) + x[i1] * w1 (every product computed, zero weights
+// included: PyTorch's inf * 0 = NaN); nearest, x[i0] alone (i1 == i0, w1 == 0 never multiplied).
+// Both backends compute them with these functions, in the reference's arithmetic (PyTorch's
+// float32 for its mappings, ONNX's double for the others), from the node's attributes; the
+// numpy reference is the oracle.
 #pragma once
 
 #include <cmath>
@@ -17,51 +20,76 @@ enum ResizeCoord { kHalfPixel = 0, kPytorchHalfPixel = 1, kAlignCorners = 2, kAs
 enum ResizeRound { kPreferFloor = 0, kPreferCeil = 1, kFloor = 2, kCeil = 3 };
 
 struct ResizeAxis {
-  int64_t length = 1;  // input length
-  double scale = 1;    // output length / input length, or the model's scale
+  int64_t length = 1;    // input length
+  int64_t out = 1;       // output length
+  float ratio = 1;       // ratio_h / ratio_w: a PyTorch mapping's float32 sampling ratio
+  double scale = 1;      // scale_h / scale_w: an ONNX-only mapping's scale
+  bool pytorch = false;  // nearest asymmetric floor, linear half_pixel or align_corners
   bool linear = false;
   int coord = kHalfPixel;
   int round = kPreferFloor;
 
-  // Output coordinate o's taps: input indices i0, i1 (clamped to the axis) and i1's weight.
+  // Output coordinate o's taps: input indices i0, i1 (clamped to the axis) and i1's weight,
+  // in the reference's arithmetic: PyTorch's float32 for its mappings, ONNX's double else.
   PLANNER_HOST_DEVICE void taps(int64_t o, int64_t* i0, int64_t* i1, double* w1) const {
-    const double resized = static_cast<double>(length) * scale;
     double x;
-    if (coord == kAlignCorners)
-      x = resized == 1 ? 0.0 : static_cast<double>(o) * static_cast<double>(length - 1) /
-                                   (resized - 1);
-    else if (coord == kAsymmetric)
-      x = static_cast<double>(o) / scale;
-    else if (coord == kPytorchHalfPixel && resized <= 1)
-      x = 0.0;
-    else
-      x = (static_cast<double>(o) + 0.5) / scale - 0.5;
-    const double base = floor(x);
+    if (pytorch) {
+      if (out == length) {  // PyTorch copies an unresized axis (x[o] * 1 + x[o] * 0)
+        *i0 = *i1 = o;
+        *w1 = 0;
+        return;
+      }
+      // r * o, or r * (o + 0.5) - 0.5 rounded once (PyTorch's fused multiply-add)
+      x = coord == kAlignCorners || coord == kAsymmetric
+              ? ratio * static_cast<float>(o)
+              : fmaf(ratio, static_cast<float>(o) + 0.5f, -0.5f);
+    } else {
+      const double resized = static_cast<double>(length) * scale;
+      if (coord == kAlignCorners)
+        x = resized == 1 ? 0.0 : static_cast<double>(o) * static_cast<double>(length - 1) /
+                                     (resized - 1);
+      else if (coord == kAsymmetric)
+        x = static_cast<double>(o) / scale;
+      else if (coord == kPytorchHalfPixel && resized <= 1)
+        x = 0.0;
+      else
+        x = (static_cast<double>(o) + 0.5) / scale - 0.5;
+    }
     if (!linear) {
+      const double base = floor(x);
       double r;
       if (round == kFloor) r = base;
       else if (round == kCeil) r = ceil(x);
-      else if (x == base + 0.5) r = round == kPreferFloor ? base : base + 1;
-      else r = floor(x + 0.5);
+      else if (x - base == 0.5) r = round == kPreferFloor ? base : base + 1;  // a tie
+      else r = x - base < 0.5 ? base : base + 1;
       *i0 = *i1 = clamp(static_cast<int64_t>(r));
       *w1 = 0;
       return;
     }
-    *i0 = clamp(static_cast<int64_t>(base));
-    *i1 = clamp(static_cast<int64_t>(base) + 1);
-    *w1 = x - base;
+    // PyTorch's (and ONNX Runtime's) clamps: x raised to 0 (x = -0.25 reads x[0] * 1 +
+    // x[1] * 0), i0 lowered to L - 1, the weight kept in [0, 1]
+    if (x < 0) x = 0;
+    const int64_t base = static_cast<int64_t>(floor(x));
+    *i0 = base < length - 1 ? base : length - 1;
+    *i1 = *i0 + 1 < length ? *i0 + 1 : length - 1;
+    const double w = x - static_cast<double>(*i0);
+    *w1 = w < 0 ? 0 : (w > 1 ? 1 : w);
   }
   PLANNER_HOST_DEVICE int64_t clamp(int64_t i) const {
     return i < 0 ? 0 : (i >= length ? length - 1 : i);
   }
 };
 
-// The axes of a Resize / ResizeGrad node: H (0) and W (1) of input lengths in_h, in_w.
-// `mode`, `coordinate_mode`, `nearest_mode` and `scales` are the node's attributes.
+// An axis of a Resize / ResizeGrad node, of input length `length` and output length `out`.
+// `mode`, `coordinate_mode`, `nearest_mode`, `ratio` (ratio_h or ratio_w) and `scale` (scale_h
+// or scale_w) are the node's attributes.
 inline ResizeAxis resize_axis(const std::string& mode, const std::string& coord,
-                              const std::string& round, double scale, int64_t length) {
+                              const std::string& round, double ratio, double scale,
+                              int64_t length, int64_t out) {
   ResizeAxis a;
   a.length = length;
+  a.out = out;
+  a.ratio = static_cast<float>(ratio);  // exact: the planner wrote a float32
   a.scale = scale;
   a.linear = mode == "linear";
   if (coord == "half_pixel") a.coord = kHalfPixel;
@@ -75,6 +103,9 @@ inline ResizeAxis resize_axis(const std::string& mode, const std::string& coord,
   else if (round == "ceil") a.round = kCeil;
   else throw std::runtime_error("Resize: unknown nearest_mode " + round);
   if (mode != "linear" && mode != "nearest") throw std::runtime_error("Resize: unknown mode " + mode);
+  // planner/ops/resize.py's pytorch_mapping
+  a.pytorch = a.linear ? a.coord == kHalfPixel || a.coord == kAlignCorners
+                       : a.coord == kAsymmetric && a.round == kFloor;
   return a;
 }
 

@@ -54,6 +54,66 @@ def test_gradient_matches_finite_differences_and_torch(attrs, theirs, size):
     assert apply_rule("Resize", [x], a)[2] == ["ResizeGrad"]
 
 
+def _each_poisoned(shape):
+    """A batch of normal (1, H, W) images, one per position k and case: NaN, +inf or -inf at k,
+    or +inf at k beside -inf at k + 1 (inf - inf)."""
+    h, w = shape
+    n = h * w
+    base = np.random.default_rng(3).standard_normal((4 * n, 1, h, w)).astype(np.float32)
+    flat = base.reshape(4, n, n)
+    for k in range(n):
+        flat[0, k, k], flat[1, k, k], flat[2, k, k] = np.nan, np.inf, -np.inf
+        flat[3, k, k], flat[3, k, (k + 1) % n] = np.inf, -np.inf
+    return base
+
+
+def _same_values(ours, want):
+    """NaN exactly where `want` has NaN, the same infinities, finite values to a few ulps."""
+    assert ours.shape == want.shape
+    nan = np.isnan(want)
+    assert np.array_equal(np.isnan(ours), nan), np.argwhere(np.isnan(ours) != nan)[:4].tolist()
+    assert np.array_equal(ours[np.isinf(want)], want[np.isinf(want)])
+    finite = np.isfinite(want)
+    np.testing.assert_allclose(ours[finite], want[finite], rtol=1e-5, atol=1e-6)
+
+
+# (input H, W; output H, W or the scale factor): up, down, both, an axis unresized, to a length
+# of 1, and lengths where PyTorch's float32 coordinate is not the exact one (3 -> 19, 14 -> 18,
+# 7 -> 29: the exact coordinate is an integer its float32 one falls short of)
+RESAMPLES = [((4, 5), (8, 10)), ((6, 9), (4, 5)), ((4, 5), (7, 3)), ((4, 5), (4, 9)),
+             ((3, 5), (1, 2)), ((3, 14), (19, 18)), ((7, 14), (29, 12)), ((4, 5), 1.7)]
+
+
+# (an align_corners scale is not one: PyTorch ignores it, and the importer drops it)
+NONFINITE_CASES = [(attrs, theirs, shape, out) for attrs, theirs in MODES
+                   for shape, out in RESAMPLES
+                   if not (isinstance(out, float) and theirs.get("align_corners"))]
+
+
+@pytest.mark.parametrize("attrs,theirs,shape,out", NONFINITE_CASES, ids=[
+    f"{t['mode']}{'-corners' if t.get('align_corners') else ''}-{s}-{o}"
+    for _, t, s, o in NONFINITE_CASES])
+def test_nan_and_infinities_go_where_pytorch_puts_them(attrs, theirs, shape, out):
+    # Nearest reads one tap (an infinity stays one); linear multiplies every tap by its weight,
+    # zero included (inf * 0 = NaN), forward and backward: PyTorch's F.interpolate.
+    if isinstance(out, float):
+        size = tuple(int(d * out) for d in shape)
+        a, kw = {**attrs, "sizes": list(size), "scales": [out, out]}, {"scale_factor": out}
+    else:
+        size = out
+        a, kw = {**attrs, "sizes": list(size)}, {"size": size}
+    x = _each_poisoned(shape)
+    with np.errstate(all="ignore"):
+        ours = reference("Resize", [x], a)[0]
+    _same_values(ours, F.interpolate(torch.tensor(x), **kw, **theirs).numpy())
+    dy = _each_poisoned(size)
+    tx = torch.zeros((len(dy), 1) + shape, requires_grad=True)
+    F.interpolate(tx, **kw, **theirs).backward(torch.tensor(dy))
+    with np.errstate(all="ignore"):
+        dx = reference("ResizeGrad", [dy], {**a, "input_sizes": list(shape)})[0]
+    _same_values(dx, tx.grad.numpy())
+
+
 @pytest.mark.parametrize("coordinate_mode", ["half_pixel", "pytorch_half_pixel",
                                              "align_corners", "asymmetric"])
 @pytest.mark.parametrize("nearest_mode", ["round_prefer_floor", "round_prefer_ceil", "floor",

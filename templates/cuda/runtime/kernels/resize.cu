@@ -9,6 +9,10 @@
 // - ResizeGrad is a gather, not the CPU's scatter: each dx element finds the output rows and
 //   columns whose taps read it (a monotone mapping: one scan of each axis), so there are no
 //   atomics and dx is the same bits every step.
+// - Non-finite values as PyTorch and the reference: nearest reads (and gathers) its one tap
+//   only; linear adds every tap's product on its own, zero weights included, in the reference's
+//   order (a row of dy onto a column sum, the rows' i0 terms, then their i1 terms), never one
+//   combined weight per cell nor a skipped zero weight: inf * 0 must stay NaN.
 #include <cstdint>
 #include <string>
 
@@ -17,16 +21,6 @@
 
 namespace planner {
 namespace {
-
-// The weight with which output coordinate o reads input index i on one axis (0 when it does
-// not), as the CPU kernel's float weights.
-__device__ __forceinline__ float tap_weight(const ResizeAxis& a, int64_t o, int64_t i) {
-  int64_t i0, i1;
-  double w1;
-  a.taps(o, &i0, &i1, &w1);
-  const float w = static_cast<float>(w1);
-  return (i0 == i ? 1.f - w : 0.f) + (i1 == i ? w : 0.f);
-}
 
 __global__ void resize_forward(const float* __restrict__ x, float* __restrict__ y,
                                int64_t planes, int64_t oh, int64_t ow, ResizeAxis h,
@@ -39,8 +33,12 @@ __global__ void resize_forward(const float* __restrict__ x, float* __restrict__ 
     double wh, ww;
     h.taps(a, &h0, &h1, &wh);
     w.taps(b, &w0, &w1i, &ww);
-    const float fh = static_cast<float>(wh), fw = static_cast<float>(ww);
     const float* xp = x + p * ih * iw;
+    if (!h.linear) {  // the one tap: x * 1 + x * 0 would turn an infinity into NaN
+      y[k] = xp[h0 * iw + w0];
+      continue;
+    }
+    const float fh = static_cast<float>(wh), fw = static_cast<float>(ww);
     const float top = xp[h0 * iw + w0] * (1.f - fw) + xp[h0 * iw + w1i] * fw;
     const float bottom = xp[h1 * iw + w0] * (1.f - fw) + xp[h1 * iw + w1i] * fw;
     y[k] = top * (1.f - fh) + bottom * fh;
@@ -75,10 +73,32 @@ __global__ void resize_backward(const float* __restrict__ dy, float* __restrict_
     reading(w, ow, j, &blo, &bhi);
     const float* dyp = dy + p * oh * ow;
     float acc = 0.f;
-    for (int64_t a = alo; a < ahi; ++a) {
-      const float fh = tap_weight(h, a, i);
-      if (fh == 0.f) continue;
-      for (int64_t b = blo; b < bhi; ++b) acc += dyp[a * ow + b] * fh * tap_weight(w, b, j);
+    // pass 0 adds the rows reading i as their i0, pass 1 those reading it as their i1
+    for (int pass = 0; pass < (h.linear ? 2 : 1); ++pass) {
+      for (int64_t a = alo; a < ahi; ++a) {
+        int64_t h0, h1;
+        double wh;
+        h.taps(a, &h0, &h1, &wh);
+        if ((pass == 0 ? h0 : h1) != i) continue;
+        const float* g = dyp + a * ow;
+        float col = 0.f;  // dy's row a onto input column j, as the reference's column sum
+        for (int64_t b = blo; b < bhi; ++b) {
+          int64_t w0, w1i;
+          double ww;
+          w.taps(b, &w0, &w1i, &ww);
+          if (w0 == j) col += w.linear ? g[b] * (1.f - static_cast<float>(ww)) : g[b];
+        }
+        if (w.linear) {
+          for (int64_t b = blo; b < bhi; ++b) {
+            int64_t w0, w1i;
+            double ww;
+            w.taps(b, &w0, &w1i, &ww);
+            if (w1i == j) col += g[b] * static_cast<float>(ww);
+          }
+        }
+        const float fh = static_cast<float>(wh);
+        acc += h.linear ? col * (pass == 0 ? 1.f - fh : fh) : col;
+      }
     }
     dx[k] = acc;
   }
@@ -99,8 +119,10 @@ class Resize : public Kernel {
     ow_ = big[3];
     const std::string mode = n.attrs.s("mode"), coord = n.attrs.s("coordinate_mode"),
                       round = n.attrs.s("nearest_mode");
-    h_ = resize_axis(mode, coord, round, n.attrs.f("scale_h"), small[2]);
-    w_ = resize_axis(mode, coord, round, n.attrs.f("scale_w"), small[3]);
+    h_ = resize_axis(mode, coord, round, n.attrs.f("ratio_h"), n.attrs.f("scale_h"), small[2],
+                     oh_);
+    w_ = resize_axis(mode, coord, round, n.attrs.f("ratio_w"), n.attrs.f("scale_w"), small[3],
+                     ow_);
     const int64_t total = grad_ ? planes_ * small[2] * small[3] : planes_ * oh_ * ow_;
     blocks_ = blocks_for(total, threads_);
     empty_ = total == 0;
