@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from planner.torch.lane_choice import MARGIN, MEASURED, PROBE_FIRST, LaneChoice
+from planner.torch.lane_choice import ABANDON, MARGIN, MEASURED, PROBE_FIRST, LaneChoice
 
 torch = pytest.importorskip("torch")
 
@@ -48,6 +48,13 @@ def test_within_the_margin_the_running_way_stays():
     c = LaneChoice()
     _run(c, {"lanes": 1.0, "team": MARGIN * 1.05}, 2 * (MEASURED + 1))
     assert c.running == "lanes" and c.switches == 0
+
+
+def test_a_hopeless_way_is_dropped_after_one_call():
+    c = LaneChoice()
+    ways = _run(c, {"lanes": 1.0, "team": ABANDON * 1.5}, MEASURED + 1 + 1 + 5)
+    assert ways == ["lanes"] * (MEASURED + 1) + ["team"] + ["lanes"] * 5
+    assert c.reason.startswith("lanes:")
 
 
 def _train(lanes, steps: int = 10):

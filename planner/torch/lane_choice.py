@@ -18,7 +18,10 @@ The rule, per plan (its executors share one LaneChoice):
   on the lanes, then MEASURED on the team; the faster median wins;
 - every `probe_every` calls (PROBE_FIRST, doubling to PROBE_LAST while probes lose) the other
   way runs a warm-up and MEASURED calls again; it takes over when its median beats the running
-  way's recent median by MARGIN.
+  way's recent median by MARGIN;
+- a call of the way being measured that takes ABANDON times what it is measured against ends
+  that measurement at once, lost: beside busy processes one call on PyTorch's team took 2 s
+  where the lanes took 0.05, and a probe must not spend seconds to learn that again.
 
     >>> c = LaneChoice()
     >>> ways = []
@@ -40,6 +43,7 @@ from typing import Any
 
 MEASURED = 3
 MARGIN = 0.9
+ABANDON = 3.0
 PROBE_FIRST, PROBE_LAST = 32, 1024
 WAYS = ("lanes", "team")
 
@@ -82,6 +86,11 @@ class LaneChoice:
         with self._lock:
             if way != (self._trying or self._current):
                 return  # a call that overlapped a switch: counted for neither
+            base = self._base()
+            if base is not None and seconds > ABANDON * base:
+                self._times[way] = [seconds]  # hopeless: no more calls spent on it
+                self._settle()
+                return
             if self._warm:
                 self._warm = False
                 return
@@ -96,12 +105,19 @@ class LaneChoice:
                 return
             self._settle()
 
+    def _base(self) -> float | None:
+        """What a probe is measured against: the running way's recent calls, or in the first
+        round the lanes' measured ones (None while there are none)."""
+        if self._trying is None:
+            return None
+        against = self._recent or self._times[_other(self._trying)]
+        return statistics.median(against) if against else None
+
     def _settle(self) -> None:
         probe = self._trying
         took = statistics.median(self._times[probe])
-        # Against the running way's recent calls, or in the first round its measured ones.
         first_round = not self._recent
-        base = statistics.median(self._recent or self._times[_other(probe)])
+        base = self._base()
         won = took < base * MARGIN
         self._trying = None
         self._warm = not won  # back to the running way: its first call is cold again
