@@ -253,7 +253,8 @@ class Lease:
         import torch
 
         a = np.asarray(value)
-        bf16 = a.dtype.name == "bfloat16"
+        # (kind first: a call keeps hundreds of arrays, and dtype.name is slow)
+        bf16 = a.dtype.kind == "V" and a.dtype.name == "bfloat16"
         held = a.view(np.uint16) if bf16 else a
         with self._lock:
             self._holds += 1
@@ -261,8 +262,9 @@ class Lease:
         end.atexit = False  # the interpreter's end frees the executors itself
         t = torch.from_numpy(held)
         t = t.view(torch.bfloat16) if bf16 else t
+        if not self._tensors:
+            _LEASES.add(self)
         self._tensors.append(weakref.ref(t))
-        _LEASES.add(self)
         return t
 
     def close(self) -> None:
