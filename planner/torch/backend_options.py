@@ -11,15 +11,16 @@
 - precision: "fp32" only (a bf16 plan of a piece would change what autograd sees: refused);
 - fallback: True (default): a graph the planner refuses runs eagerly, named in one warning
   line; False: the refusal is raised (`fullgraph=True` only forbids graph breaks in Dynamo);
-- lanes: True (default): each executor runs its plan's lanes, co-running, each lane with an
-  OpenMP team of its own and the executor's wait policy; False: its ops one at a time in plan
-  order on the calling thread's OpenMP team (PyTorch's), each with its planned thread count.
-  On a quiet machine False avoids what extra teams cost in PyTorch's process (with more OpenMP
-  threads than CPUs libgomp cuts every team's spinning short: mobilenet_v2's forward
-  convolutions 14-18 ms a call on lanes, 3.7-4.3 ms on PyTorch's team, 2-core VM); beside
-  other busy processes PyTorch's team waits for a descheduled thread at every parallel region
-  (the same step once took 0.75 s a forward call at load 2): bench/RESULTS.md. The same bits
-  either way;
+- lanes: "measured" (default): each plan's calls run the way this process measures faster,
+  measured again now and then (planner/torch/lane_choice.py); True: on the plan's lanes,
+  co-running, each lane with an OpenMP team of its own and the executor's wait policy; False:
+  its ops one at a time in plan order on the calling thread's OpenMP team (PyTorch's), each
+  with its planned thread count. Why it is measured: on a quiet machine the team avoids what
+  extra teams cost in PyTorch's process (with more OpenMP threads than CPUs libgomp cuts every
+  team's spinning short: mobilenet_v2's forward convolutions 14-18 ms a call on lanes,
+  3.7-4.3 ms on PyTorch's team, 2-core VM); beside other busy processes PyTorch's team waits
+  for a descheduled thread at every parallel region (a transformer encoder's forward call
+  150 ms on the team, 12-18 ms on lanes at load 3): bench/RESULTS.md. The same bits any way;
 - adaptive: with lanes, True (default): the executors switch to the plan's schedules for fewer
   free cores by load, each computing the same bits (trainer's `adaptive`); False: the main
   schedule always;
@@ -48,7 +49,7 @@ class BackendOptions(Record):
     memory_budget: int | None = Field(default=None, gt=0)
     precision: Literal["fp32"] = "fp32"
     fallback: bool = True
-    lanes: bool = True
+    lanes: bool | Literal["measured"] = "measured"
     adaptive: bool = True
     out_dir: str | None = None
 

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from planner.torch.backend_options import BackendOptions
+from planner.torch.lane_choice import ChosenWay, LaneChoice
 
 # Loaded executor packages by plan digest: a plan planned twice (a second module of the same
 # shapes, a recompile) is built and loaded once per process.
@@ -184,12 +185,15 @@ def _maker(graph: Any, consts: dict[str, np.ndarray], options: BackendOptions,
     start = init_params(planned.graph)
     values = {t.name: consts.get(t.name, start.get(t.name)) for t in held}
 
+    # BackendOptions.lanes: the plan's lanes, one op at a time on PyTorch's team, or whichever
+    # this plan's calls measure faster (one choice for all its executors).
+    lanes = options.lanes is not False
+    choice = LaneChoice() if options.lanes == "measured" else None
+
     def make() -> Any:
-        # BackendOptions.lanes: the plan's lanes, or one op at a time on PyTorch's team.
-        ex = package.Executor(concurrent=options.lanes,
-                              adaptive=options.lanes and options.adaptive)
+        ex = package.Executor(concurrent=lanes, adaptive=lanes and options.adaptive)
         ex.load_params(values)
-        return ex
+        return ChosenWay(ex, choice) if choice is not None else ex
 
     return make
 
@@ -249,7 +253,8 @@ class Lease:
         import torch
 
         a = np.asarray(value)
-        bf16 = a.dtype.name == "bfloat16"
+        # (kind first: a call keeps hundreds of arrays, and dtype.name is slow)
+        bf16 = a.dtype.kind == "V" and a.dtype.name == "bfloat16"
         held = a.view(np.uint16) if bf16 else a
         with self._lock:
             self._holds += 1
@@ -257,8 +262,9 @@ class Lease:
         end.atexit = False  # the interpreter's end frees the executors itself
         t = torch.from_numpy(held)
         t = t.view(torch.bfloat16) if bf16 else t
+        if not self._tensors:
+            _LEASES.add(self)
         self._tensors.append(weakref.ref(t))
-        _LEASES.add(self)
         return t
 
     def close(self) -> None:

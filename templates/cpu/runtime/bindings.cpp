@@ -166,6 +166,16 @@ NB_MODULE(planner_cpu_rt, m) {
       "the OS puts them (False: on a machine other busy processes share, a pinned thread "
       "waits for its one CPU); between steps.");
   cls.def(
+      "set_concurrent",
+      [](Executor& ex, bool on) {
+        auto lock = planner::hold(ex);  // not while a step runs
+        ex.set_concurrent(on);
+      },
+      "on"_a,
+      "Run the next steps on the plan's lanes (True) or one op at a time in plan order on the "
+      "calling thread's OpenMP team (False: the lanes' teams are let go); the same kernels and "
+      "bits either way. For an executor built with concurrent=True; between steps.");
+  cls.def(
       "set_variant",
       [](Executor& ex, std::optional<std::string> name) {
         auto lock = planner::hold(ex);  // not while a step runs

@@ -234,11 +234,23 @@ bool Executor::micro_batch_only() const {
   return taken % s.micro_batches != s.micro_batches - 1;
 }
 
+void Executor::set_concurrent(bool on) {
+  if (!lanes_) {
+    if (on)
+      throw std::invalid_argument("set_concurrent(True): this executor was built to run ops "
+                                  "one at a time (concurrent=False); it has no lanes");
+    return;
+  }
+  if (!on && on_lanes_ && last_lanes_ != nullptr) last_lanes_->release_teams();
+  if (!on) last_lanes_ = nullptr;
+  on_lanes_ = on;
+}
+
 void Executor::run_step() {
   pass_ += 1;
   step_began_ = std::chrono::steady_clock::now();
   micro_batch_only_ = micro_batch_only();
-  if (lanes_) {
+  if (lanes_ && on_lanes_) {
     try {
       int chosen = choice_.before_step(granted_cores());
       Lanes& lanes = chosen == 0 ? *lanes_ : variant_lanes(chosen - 1);

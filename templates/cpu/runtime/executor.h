@@ -37,7 +37,14 @@ class Executor : public ExecutorCore {
   // Point an input's bytes at caller memory for the next step (nullptr: back to its arena slot).
   void bind(int id, char* p);
 
-  bool concurrent() const { return static_cast<bool>(lanes_); }
+  // Whether the next step runs on the plan's lanes (an executor built concurrent, not switched
+  // off by set_concurrent).
+  bool concurrent() const { return lanes_ && on_lanes_; }
+  // Between steps, for an executor built concurrent: run on its lanes (true) or one op at a
+  // time in plan order on the calling thread's OpenMP team (false: the lanes' teams are let
+  // go, so their threads no longer count against the process's OpenMP threads; the kernels
+  // are the same, and so are the bits).
+  void set_concurrent(bool on);
   int lanes() const { return schedule().num_lanes; }
   // Per op: the scratch bytes its kernel needs, and whether the plan's area held them (else it
   // got a block of its own at load: the plan under-estimated the library's scratchpad).
@@ -120,6 +127,7 @@ class Executor : public ExecutorCore {
   int quota_ = 1 << 30;
   int jitter_us_;
   std::unique_ptr<Lanes> lanes_;  // its threads stop before the rest is destroyed
+  bool on_lanes_ = true;          // set_concurrent
   Lanes* last_lanes_ = nullptr;   // the lanes of the last step's schedule (main or a variant)
   std::unique_ptr<Evaluation> evaluation_;  // made by the first evaluation()
   // This step is a micro-batch before its optimizer step's last: the optimizer_step_only

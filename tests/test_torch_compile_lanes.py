@@ -1,0 +1,104 @@
+"""torch.compile(backend="planner")'s ways of running a planned call (BackendOptions.lanes): the
+same bits on the plan's lanes, on PyTorch's team and switching between them as measured (the
+default), and the rule that chooses (planner/torch/lane_choice.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from planner.torch.lane_choice import ABANDON, MARGIN, MEASURED, PROBE_FIRST, LaneChoice
+
+torch = pytest.importorskip("torch")
+
+
+def _run(choice: LaneChoice, times: dict[str, float], calls: int) -> list[str]:
+    ways = []
+    for _ in range(calls):
+        way = choice.way()
+        ways.append(way)
+        choice.record(way, times[way])
+    return ways
+
+
+def test_a_losing_probe_returns_and_waits_twice_as_long():
+    c = LaneChoice()
+    first = _run(c, {"lanes": 1.0, "team": 2.0}, 2 * (MEASURED + 1))
+    assert first == ["lanes"] * (MEASURED + 1) + ["team"] * (MEASURED + 1)
+    assert c.running == "lanes" and c.switches == 0
+    # the team is probed after PROBE_FIRST calls, loses, and is next probed after twice that
+    ways = _run(c, {"lanes": 1.0, "team": 2.0}, 3 * PROBE_FIRST + 2 * (MEASURED + 1))
+    probes = [k for k, w in enumerate(ways) if w == "team"]
+    assert len(probes) == 2 * (MEASURED + 1), probes
+    assert probes[0] == PROBE_FIRST - 1
+    assert probes[MEASURED + 1] - probes[MEASURED] == 2 * PROBE_FIRST
+    assert c.switches == 0 and c.reason.startswith("lanes:")
+
+
+def test_a_probe_faster_by_the_margin_takes_over():
+    c = LaneChoice()
+    _run(c, {"lanes": 1.0, "team": 2.0}, 2 * (MEASURED + 1))
+    # the machine changes: the team becomes faster than the lanes by more than the margin
+    times = {"lanes": 1.0, "team": MARGIN * 0.9}
+    _run(c, times, PROBE_FIRST + MEASURED + 1)
+    assert c.running == "team" and c.switches == 1
+    assert c.reason.startswith("team:")
+
+
+def test_within_the_margin_the_running_way_stays():
+    c = LaneChoice()
+    _run(c, {"lanes": 1.0, "team": MARGIN * 1.05}, 2 * (MEASURED + 1))
+    assert c.running == "lanes" and c.switches == 0
+
+
+def test_a_hopeless_way_is_dropped_after_one_call():
+    c = LaneChoice()
+    ways = _run(c, {"lanes": 1.0, "team": ABANDON * 1.5}, MEASURED + 1 + 1 + 5)
+    assert ways == ["lanes"] * (MEASURED + 1) + ["team"] + ["lanes"] * 5
+    assert c.reason.startswith("lanes:")
+
+
+def _train(lanes, steps: int = 10):
+    """A small convnet's SGD steps through the backend (eager where `lanes` is None); its
+    losses and parameters after."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8), torch.nn.ReLU6(),
+        torch.nn.Conv2d(8, 8, 3, padding=1, groups=8), torch.nn.ReLU(),
+        torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(8, 5))
+    x, y = torch.randn(4, 3, 8, 8), torch.randint(0, 5, (4,))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    fn = model if lanes is None else torch.compile(model, backend="planner",
+                                                   options={"lanes": lanes})
+    losses = []
+    for _ in range(steps):
+        opt.zero_grad()
+        loss = torch.nn.functional.cross_entropy(fn(x), y)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses, [p.detach().clone() for p in model.parameters()]
+
+
+def test_every_way_gives_the_same_bits():
+    # lanes, PyTorch's team, and the measured default, whose first calls run both (its first
+    # round: MEASURED + 1 calls a way), so a training run switching ways midway
+    steps = 2 * (MEASURED + 1) + 2
+    runs = {lanes: _train(lanes, steps) for lanes in (True, False, "measured")}
+    ref_losses, ref_params = runs[True]
+    for lanes, (losses, params) in runs.items():
+        assert losses == ref_losses, lanes
+        for a, b in zip(params, ref_params, strict=True):
+            assert torch.equal(a, b), lanes
+    # and these bits are eager's within float32 noise
+    assert ref_losses == pytest.approx(_train(None, steps)[0], rel=1e-4)
+
+
+def test_set_concurrent_on_a_one_at_a_time_executor_is_refused():
+    from planner.torch import executors
+
+    _train(False, 1)
+    ex = next(e for p in executors._POOLS.values() for e in p.idle()
+              if not e.concurrent)
+    ex.set_concurrent(False)  # already so: nothing to do
+    with pytest.raises(ValueError, match="concurrent=False"):
+        ex.set_concurrent(True)
