@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from planner.torch.backend_options import BackendOptions
-from planner.torch.lane_choice import ChosenWay, LaneChoice
+from planner.torch.lane_choice import ChosenWay, StepWay
 
 # Loaded executor packages by plan digest: a plan planned twice (a second module of the same
 # shapes, a recompile) is built and loaded once per process.
@@ -38,6 +38,8 @@ _EXECUTORS: dict[str, Any] = {}
 # Lease pools of forward plans by content (_content_key): their executors' arenas hold a call's
 # saved activations until its backward (ExecutorPool), so they are never _EXECUTORS' shared ones.
 _POOLS: dict[str, ExecutorPool] = {}
+# The way every lanes="measured" plan of the process runs (planner/torch/lane_choice.py).
+STEP_WAY = StepWay()
 # Every planned call, so that its executors are dropped before the interpreter's teardown
 # (Dynamo's code cache and a last loss's autograd graph hold them to the end; nanobind reports
 # executors alive then).
@@ -186,14 +188,14 @@ def _maker(graph: Any, consts: dict[str, np.ndarray], options: BackendOptions,
     values = {t.name: consts.get(t.name, start.get(t.name)) for t in held}
 
     # BackendOptions.lanes: the plan's lanes, one op at a time on PyTorch's team, or whichever
-    # this plan's calls measure faster (one choice for all its executors).
+    # the process's steps measure faster (one way for every measured plan: STEP_WAY).
     lanes = options.lanes is not False
-    choice = LaneChoice() if options.lanes == "measured" else None
+    measured = options.lanes == "measured"
 
     def make() -> Any:
         ex = package.Executor(concurrent=lanes, adaptive=lanes and options.adaptive)
         ex.load_params(values)
-        return ChosenWay(ex, choice) if choice is not None else ex
+        return ChosenWay(ex, STEP_WAY, name) if measured else ex
 
     return make
 

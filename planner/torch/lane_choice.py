@@ -13,15 +13,16 @@ load, both of which the process sees and the planner does not. Both ways run the
 in the same order per lane, so the bits are the same and a switch changes the time only
 (tests/test_torch_compile_lanes.py).
 
-The rule, per plan (its executors share one LaneChoice):
-- the first call on each way is a warm-up (its pages and caches are cold), then MEASURED calls
-  on the lanes, then MEASURED on the team; the faster median wins;
-- every `probe_every` calls (PROBE_FIRST, doubling to PROBE_LAST while probes lose) the other
-  way runs a warm-up and MEASURED calls again; it takes over when its median beats the running
+The rule (LaneChoice, over samples; StepWay makes a sample of a whole step, one way for all of
+a process's measured plans at once):
+- the first step on each way is a warm-up (its pages and caches are cold), then MEASURED steps
+  on the lanes, then MEASURED on the team; the faster median wins by MARGIN, else the lanes;
+- every `probe_every` steps (PROBE_FIRST, doubling to PROBE_LAST while probes lose) the other
+  way runs a warm-up and MEASURED steps again; it takes over when its median beats the running
   way's recent median by MARGIN;
-- a call of the way being measured that takes ABANDON times what it is measured against ends
-  that measurement at once, lost: beside busy processes one call on PyTorch's team took 2 s
-  where the lanes took 0.05, and a probe must not spend seconds to learn that again.
+- a step of the way being measured that takes ABANDON times what it is measured against ends
+  that measurement at once, lost: beside busy processes one forward call on PyTorch's team
+  took 2 s where the lanes took 0.05, and a probe must not spend seconds to learn that again.
 
     >>> c = LaneChoice()
     >>> ways = []
@@ -30,7 +31,7 @@ The rule, per plan (its executors share one LaneChoice):
     >>> ways
     ['lanes', 'lanes', 'lanes', 'lanes', 'team', 'team', 'team', 'team', 'team']
     >>> c.reason
-    'team: 2.00 s a call against 5.00 s on lanes'
+    'team: 2000.0 ms a step against 5000.0 ms on lanes'
 """
 
 from __future__ import annotations
@@ -125,34 +126,86 @@ class LaneChoice:
             self.switches += probe != self._current
             self._current = probe
             self._probe_every = PROBE_FIRST
-            self.reason = f"{probe}: {took:.2f} s a call against {base:.2f} s on {_other(probe)}"
+            self.reason = f"{probe}: {_ms(took)} a step against {_ms(base)} on {_other(probe)}"
         else:
             self._probe_every = (PROBE_FIRST if first_round
                                  else min(2 * self._probe_every, PROBE_LAST))
-            self.reason = (f"{self._current}: {base:.2f} s a call against {took:.2f} s on "
-                           f"{probe}")
+            self.reason = f"{self._current}: {_ms(base)} a step against {_ms(took)} on {probe}"
         self._recent.clear()
         self._since_probe = 0
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.1f} ms"
 
 
 def _other(way: str) -> str:
     return "team" if way == "lanes" else "lanes"
 
 
-class ChosenWay:
-    """An executor (built concurrent) whose forward calls run the way `choice` gives, timed for
-    it; everything else is the executor's."""
+class StepWay:
+    """One way for every measured plan of the process, chosen by LaneChoice from whole steps.
 
-    def __init__(self, ex: Any, choice: LaneChoice) -> None:
-        self.ex, self.choice = ex, choice
+    Why one for all: the ways interact. A plan left on its lanes keeps their OpenMP teams
+    alive, and those slow PyTorch's team for every other plan; chosen plan by plan, a forward
+    on the team beside a backward on lanes measured both ways as equal (ResNet-18, quiet),
+    where all on the team is 1.5x faster than all on lanes. So a sample is a step: the seconds
+    of every planned call between two calls of the pacing plan (the first one called; another
+    takes over if it is not called for PACE_LOST calls), and the way changes only there.
+
+    >>> w = StepWay()
+    >>> for _ in range(2 * (MEASURED + 1) + 1):  # forward 1 s, backward 2 s; the team 2x faster
+    ...     for plan, seconds in (("fwd", 1.0), ("bwd", 2.0)):
+    ...         way = w.way(plan)
+    ...         w.record(way, seconds / (2 if way == "team" else 1))
+    >>> w.choice.reason
+    'team: 1500.0 ms a step against 3000.0 ms on lanes'
+    """
+
+    PACE_LOST = 64
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.choice = LaneChoice()
+        self._pacing: Any = None
+        self._since_pace = 0
+        self._way: str | None = None  # the way of the step being summed
+        self._seconds = 0.0
+
+    def way(self, plan: Any) -> str:
+        """The way a call of `plan` runs now."""
+        with self._lock:
+            self._since_pace += 1
+            if self._pacing is None or self._since_pace > self.PACE_LOST:
+                self._pacing, self._way = plan, None  # a step half summed is dropped
+            if plan == self._pacing:
+                self._since_pace = 0
+                if self._way is not None:
+                    self.choice.record(self._way, self._seconds)
+                self._way, self._seconds = self.choice.way(), 0.0
+            return self._way
+
+    def record(self, way: str, seconds: float) -> None:
+        """A call's time on `way` (what way() gave for it)."""
+        with self._lock:
+            if way == self._way:
+                self._seconds += seconds
+
+
+class ChosenWay:
+    """An executor (built concurrent) whose forward calls run the way `ways` gives for `plan`,
+    timed for it; everything else is the executor's."""
+
+    def __init__(self, ex: Any, ways: StepWay, plan: Any) -> None:
+        self.ex, self.ways, self.plan = ex, ways, plan
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
-        way = self.choice.way()
+        way = self.ways.way(self.plan)
         if self.ex.concurrent != (way == "lanes"):
             self.ex.set_concurrent(way == "lanes")
         start = time.perf_counter()
         out = self.ex.forward(*args, **kwargs)
-        self.choice.record(way, time.perf_counter() - start)
+        self.ways.record(way, time.perf_counter() - start)
         return out
 
     def __getattr__(self, name: str) -> Any:
