@@ -44,10 +44,13 @@ def test_a_probe_faster_by_the_margin_takes_over():
     assert c.reason.startswith("team:")
 
 
-def test_within_the_margin_the_running_way_stays():
+def test_the_first_round_goes_to_the_faster_and_a_probe_must_win_by_the_margin():
     c = LaneChoice()
-    _run(c, {"lanes": 1.0, "team": MARGIN * 1.05}, 2 * (MEASURED + 1))
-    assert c.running == "lanes" and c.switches == 0
+    _run(c, {"lanes": 1.0, "team": 0.99}, 2 * (MEASURED + 1))
+    assert c.running == "team" and c.switches == 1
+    # the lanes become faster, but within the margin: the team stays
+    _run(c, {"lanes": 0.99 * MARGIN * 1.05, "team": 0.99}, PROBE_FIRST + MEASURED + 1)
+    assert c.running == "team" and c.switches == 1 and c.reason.startswith("team:")
 
 
 def test_a_hopeless_way_is_dropped_after_one_call():

@@ -16,7 +16,9 @@ in the same order per lane, so the bits are the same and a switch changes the ti
 The rule (LaneChoice, over samples; StepWay makes a sample of a whole step, one way for all of
 a process's measured plans at once):
 - the first step on each way is a warm-up (its pages and caches are cold), then MEASURED steps
-  on the lanes, then MEASURED on the team; the faster median wins by MARGIN, else the lanes;
+  on the lanes, then MEASURED on the team (the lanes first: under load the team's first steps
+  can take seconds, and only a way measured against another can be dropped early); the faster
+  median wins;
 - every `probe_every` steps (PROBE_FIRST, doubling to PROBE_LAST while probes lose) the other
   way runs a warm-up and MEASURED steps again; it takes over when its median beats the running
   way's recent median by MARGIN;
@@ -119,7 +121,9 @@ class LaneChoice:
         took = statistics.median(self._times[probe])
         first_round = not self._recent
         base = self._base()
-        won = took < base * MARGIN
+        # The first round is a fresh comparison: the faster wins (a tie PyTorch's team: it is
+        # what the rest of the process runs on). A later probe must win by the margin.
+        won = took < base * (1.0 if first_round else MARGIN)
         self._trying = None
         self._warm = not won  # back to the running way: its first call is cold again
         if won:
