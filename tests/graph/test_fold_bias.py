@@ -11,7 +11,7 @@ from planner.graph.autodiff import gradients
 from planner.graph.fold_bias import fold_bias_adds
 from planner.graph.interpret import init_params, random_feeds, run
 from planner.zoo import build
-from tests.helpers.folds import assert_same_values
+from tests.helpers.folds import assert_folds_into, assert_same_values
 
 GPT = dict(batch=2, seq=8, dim=16, heads=2, layers=1, vocab=32)
 
@@ -134,16 +134,7 @@ def _layer(bias=True, relu=True, dtype="float32", read_mm=False, read_add=False,
     (dict(output_add=True), ("x", "w", "bias"), None, "add"),
 ])
 def test_what_folds_with_a_relu(case, inputs, activation, last):
-    g = _layer(**case)
-    folded = check_graph(fold_bias_adds(g))
-    fc = folded.producer[last]
-    assert (fc.name, fc.op, fc.inputs, fc.attrs.get("activation")) == \
-        ("fc", "MatMul", inputs, activation)
-    assert "fc" not in folded.tensor_map and "BiasAdd" not in [n.op for n in folded.nodes]
-    order = [n.name for n in folded.nodes]
-    assert order.index("fc") < order.index("out")
-    assert_same_values(g, folded)
-    assert fold_bias_adds(folded) == folded
+    assert_folds_into(_layer(**case), fold_bias_adds, "fc", "MatMul", inputs, activation, last)
 
 
 @pytest.mark.parametrize("case", [

@@ -11,7 +11,7 @@ from planner.graph.autodiff import gradients
 from planner.graph.fold_conv_bias import fold_conv_biases
 from planner.graph.interpret import init_params, random_feeds, run
 from planner.zoo import build
-from tests.helpers.folds import assert_same_values
+from tests.helpers.folds import assert_folds_into, assert_same_values
 
 LENET = dict(batch=4, image=12)
 
@@ -55,17 +55,8 @@ def _layer(bias=True, relu=True, axis=1, dtype="float32", read_conv=False, read_
     (dict(output_add=True), ("x", "w", "bias"), None, "add"),
 ])
 def test_what_folds(case, inputs, activation, last):
-    g = _layer(**case)
-    folded = check_graph(fold_conv_biases(g))
-    conv = folded.producer[last]
-    assert (conv.name, conv.op, conv.inputs, conv.attrs.get("activation")) == \
-        ("conv", "Conv2D", inputs, activation)
-    assert "conv" not in folded.tensor_map and "BiasAdd" not in [n.op for n in folded.nodes]
-    # the folded Conv2D sits where the chain's last op was: before the reader of its output
-    order = [n.name for n in folded.nodes]
-    assert order.index("conv") < order.index("out")
-    assert_same_values(g, folded)
-    assert fold_conv_biases(folded) == folded
+    assert_folds_into(_layer(**case), fold_conv_biases, "conv", "Conv2D", inputs, activation,
+                      last)
 
 
 @pytest.mark.parametrize("case", [
