@@ -6,7 +6,15 @@ from __future__ import annotations
 
 import pytest
 
-from planner.torch.lane_choice import ABANDON, MARGIN, MEASURED, PROBE_FIRST, LaneChoice
+from planner.torch.lane_choice import (
+    ABANDON,
+    MARGIN,
+    MEASURED,
+    PROBE_FIRST,
+    ChosenWay,
+    LaneChoice,
+    StepWay,
+)
 
 torch = pytest.importorskip("torch")
 
@@ -60,6 +68,17 @@ def test_a_hopeless_way_is_dropped_after_one_call():
     assert c.reason.startswith("lanes:")
 
 
+def test_a_new_pacing_plan_starts_the_choice_afresh():
+    w = StepWay()
+    for _ in range(2 * (MEASURED + 1) + 1):  # the team wins on plan "a"'s steps
+        way = w.way("a")
+        w.record(way, 1.0 if way == "lanes" else 0.5)
+    assert w.choice.running == "team"
+    for _ in range(StepWay.PACE_LOST + 2):  # "a" is no longer called: "b" paces
+        w.way("b")
+    assert w.choice.running == "lanes" and w.choice.switches == 0
+
+
 def _train(lanes, steps: int = 10):
     """A small convnet's SGD steps through the backend (eager where `lanes` is None); its
     losses and parameters after."""
@@ -82,11 +101,17 @@ def _train(lanes, steps: int = 10):
     return losses, [p.detach().clone() for p in model.parameters()]
 
 
-def test_every_way_gives_the_same_bits():
-    # lanes, PyTorch's team, and the measured default, whose first calls run both (its first
-    # round: MEASURED + 1 calls a way), so a training run switching ways midway
+def test_every_way_gives_the_same_bits(monkeypatch):
+    # lanes, PyTorch's team, and the measured default, whose first steps run both (its first
+    # round: MEASURED + 1 steps a way; a fresh choice, not the one earlier tests of this
+    # process settled), so a training run switching ways midway
+    from planner.torch import executors
+
+    fresh = StepWay()
+    monkeypatch.setattr(executors, "STEP_WAY", fresh)
     steps = 2 * (MEASURED + 1) + 2
     runs = {lanes: _train(lanes, steps) for lanes in (True, False, "measured")}
+    assert fresh.steps["lanes"] >= MEASURED + 1 and fresh.steps["team"] >= 1, fresh.steps
     ref_losses, ref_params = runs[True]
     for lanes, (losses, params) in runs.items():
         assert losses == ref_losses, lanes
@@ -101,7 +126,7 @@ def test_set_concurrent_on_a_one_at_a_time_executor_is_refused():
 
     _train(False, 1)
     ex = next(e for p in executors._POOLS.values() for e in p.idle()
-              if not e.concurrent)
+              if not isinstance(e, ChosenWay) and not e.concurrent)
     ex.set_concurrent(False)  # already so: nothing to do
     with pytest.raises(ValueError, match="concurrent=False"):
         ex.set_concurrent(True)

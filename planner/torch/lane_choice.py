@@ -52,8 +52,8 @@ WAYS = ("lanes", "team")
 
 
 class LaneChoice:
-    """The way (LANES or TEAM) the next call of one plan runs, from its calls' measured times
-    (module docstring). Thread-safe: calls of a plan's pooled executors may overlap."""
+    """The way ("lanes" or "team") the next sample runs, from the samples' measured times
+    (module docstring; StepWay's samples are steps). Thread-safe."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -155,7 +155,8 @@ class StepWay:
     on the team beside a backward on lanes measured both ways as equal (ResNet-18, quiet),
     where all on the team is 1.5x faster than all on lanes. So a sample is a step: the seconds
     of every planned call between two calls of the pacing plan (the first one called; another
-    takes over if it is not called for PACE_LOST calls), and the way changes only there.
+    takes over if it is not called for PACE_LOST calls, and the choice starts afresh: its steps
+    are not the old ones'), and the way changes only there.
 
     >>> w = StepWay()
     >>> for _ in range(2 * (MEASURED + 1) + 1):  # forward 1 s, backward 2 s; the team 2x faster
@@ -164,6 +165,8 @@ class StepWay:
     ...         w.record(way, seconds / (2 if way == "team" else 1))
     >>> w.choice.reason
     'team: 1500.0 ms a step against 3000.0 ms on lanes'
+    >>> w.steps
+    {'lanes': 4, 'team': 5}
     """
 
     PACE_LOST = 64
@@ -175,18 +178,22 @@ class StepWay:
         self._since_pace = 0
         self._way: str | None = None  # the way of the step being summed
         self._seconds = 0.0
+        self.steps = {w: 0 for w in WAYS}  # steps begun on each way
 
     def way(self, plan: Any) -> str:
         """The way a call of `plan` runs now."""
         with self._lock:
             self._since_pace += 1
             if self._pacing is None or self._since_pace > self.PACE_LOST:
+                if self._pacing is not None:  # another plan's steps: other times
+                    self.choice = LaneChoice()
                 self._pacing, self._way = plan, None  # a step half summed is dropped
             if plan == self._pacing:
                 self._since_pace = 0
                 if self._way is not None:
                     self.choice.record(self._way, self._seconds)
                 self._way, self._seconds = self.choice.way(), 0.0
+                self.steps[self._way] += 1
             return self._way
 
     def record(self, way: str, seconds: float) -> None:
