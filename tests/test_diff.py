@@ -37,6 +37,17 @@ def test_identical_plans(tmp_path, capsys, plans):
         assert diff(tmp_path, capsys, data, copy.deepcopy(data)) == (0, "no differences\n")
 
 
+def test_provenance_options_of_another_shape_are_no_budget(tmp_path, capsys, plans):
+    # provenance.options is free-form in the schema: a hostile file's number where the memory
+    # options were once made diff fail with an internal error (found by test_hostile_inputs)
+    a = plans["cpu"]
+    for odd in ({"memory": 1.0}, {"memory": [1]}, {"memory": {"budget_bytes": 7}}):
+        b = copy.deepcopy(a)
+        b["provenance"]["options"] = odd
+        code, out = diff(tmp_path, capsys, a, b)
+        assert code == 1 and "provenance" in out, out
+
+
 def test_rounding_noise_in_summary_numbers_is_no_change(tmp_path, capsys, plans):
     b = copy.deepcopy(plans["cpu"])
     for field in ("step_seconds", "lower_bound_seconds", "ratio", "utilization", "mean_corun"):

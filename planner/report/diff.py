@@ -109,8 +109,7 @@ def diff_plans(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     pl_a, pl_b = placements(a), placements(b)
     placement = {t: [pl_a.get(t, "kept"), pl_b.get(t, "kept")]
                  for t in sorted(pl_a.keys() | pl_b.keys()) if pl_a.get(t) != pl_b.get(t)}
-    budget = [((pa.get("options") or {}).get("memory") or {}).get("budget_bytes"),
-              ((pb.get("options") or {}).get("memory") or {}).get("budget_bytes")]
+    budget = [_budget_bytes(pa), _budget_bytes(pb)]
     different = bool(
         summary or memory_summary or by_type or order_changed or only_a or only_b
         or any(_any(s) for s in (tensors, memory_ops, convs, edges))
@@ -123,6 +122,14 @@ def diff_plans(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
             "order_changed": len(order_changed), "only_a": only_a, "only_b": only_b,
             "tensors": tensors, "memory_ops": memory_ops, "convs": convs, "edges": edges,
             "placement": placement, "budget": budget}
+
+
+def _budget_bytes(provenance: dict[str, Any]) -> Any:
+    """The memory budget a plan was made with, from its provenance.options (a free-form record
+    the plan's schema does not type: anything else there reads as no budget)."""
+    options = provenance.get("options")
+    memory = options.get("memory") if isinstance(options, dict) else None
+    return memory.get("budget_bytes") if isinstance(memory, dict) else None
 
 
 FEEDS = ("input", "label")
