@@ -72,6 +72,9 @@ def drift(model: str, precision: str, backend: str, folder: Path) -> dict:
             ops.append({"node": n.name, "op": n.op, "tensor": name, "dtype": t.dtype,
                         "kernel": excess(got[name], w, low, u),  # on the executor's inputs
                         "step": excess(got[name], want[name], low, u)})  # end to end
+    algos = {d["name"]: d["algorithm"] for d in ex.stats()["ops"] if d.get("algorithm")}
+    for o in ops:
+        o["algorithm"] = algos.get(o["node"], "")
     params = {k: np.asarray(v) for k, v in ex.params().items()}
     new_state = dict(state)
     for t in graph.tensors:
@@ -100,7 +103,10 @@ def main() -> None:
           f"{len(bad)} of {len(r['ops'])} op outputs outside the kernel bound")
     print("  outside the kernel bound (on the executor's own inputs):")
     for o in sorted(bad, key=lambda o: -o["kernel"])[:a.top]:
-        print(f"    {o['kernel']:10.2f}x  {o['op']:<24} {o['node']} -> {o['tensor']} ({o['dtype']})")
+        print(f"    {o['kernel']:10.2f}x  {o['op']:<24} {o['node']} ({o['dtype']}) "
+              f"{o['algorithm']}")
+    convs = sorted({(o["op"], o["algorithm"]) for o in r["ops"] if o["algorithm"]})
+    print("  convolution algorithms: " + ", ".join(f"{op} {a}" for op, a in convs))
     print("  farthest from the end-to-end reference (amplified drift):")
     for o in sorted(r["ops"], key=lambda o: -o["step"])[:a.top]:
         print(f"    {o['step']:10.2f}x  kernel {o['kernel']:6.2f}x  {o['op']:<24} {o['node']} "

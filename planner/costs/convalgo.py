@@ -175,16 +175,36 @@ def default_algorithms(sig: OpSignature, gpu: GPU) -> list[ConvAlgo]:
     return algos
 
 
+# cuDNN's gradient algorithms that sum partial products with atomic adds into the output
+# (BWD_DATA_ALGO_0; BWD_FILTER_ALGO_0 and ALGO_3: "non-deterministic" in cuDNN's docs). In a
+# low type the output is the low type: each atomic add rounds again, so a gradient is off by
+# many ulps, not the one rounding of float32 accumulation (bench/device/op_drift.py on an H200:
+# bfloat16 filter gradients 79x and data gradients 35x outside the one-rounding bound). Low-type
+# gradients never run them; float32 keeps them (their order noise is float32's).
+ATOMIC_GRADIENT_FAMILIES = {"Conv2DBackpropInput": frozenset({"IMPLICIT_GEMM"}),
+                            "ConvTranspose2D": frozenset({"IMPLICIT_GEMM"}),
+                            "Conv2DBackpropFilter": frozenset({"IMPLICIT_GEMM", "ALGO_3"})}
+
+
+def rounds_once(sig: OpSignature, family: str) -> bool:
+    """Whether `family` gives each output of `sig` one rounding to its type (see
+    ATOMIC_GRADIENT_FAMILIES)."""
+    low = any(d in ("bfloat16", "float16") for d in sig.dtypes)
+    return not (low and family in ATOMIC_GRADIENT_FAMILIES.get(sig.op, ()))
+
+
 def conv_algorithms(sig: OpSignature, gpu: GPU, table: CostTable | None = None
                     ) -> list[ConvAlgo]:
     """Candidates for a conv-family signature, by ascending workspace (then time): the cost
-    table's measured GPU algorithms if it has any, else the family defaults."""
+    table's measured GPU algorithms if it has any, else the family defaults; those that would
+    round a low-type output more than once left out."""
     entry = table.entry(sig) if table is not None else None
     if entry is not None and entry.gpu_algorithms:
         algos = [ConvAlgo(a.algorithm, a.seconds, a.workspace_bytes, "measured")
                  for a in entry.gpu_algorithms]
     else:
         algos = default_algorithms(sig, gpu)
+    algos = [a for a in algos if rounds_once(sig, a.algorithm)] or algos
     # The kernel's own scratch (OpDef.gpu_scratch) shares the workspace area: it is planned
     # with it, so that the kernel gets no block outside the arena at load.
     extra = kernel_scratch(sig)

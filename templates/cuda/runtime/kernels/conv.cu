@@ -361,6 +361,19 @@ class CudnnConv : public Kernel {
     PLANNER_LAUNCHED("crop_planes");
   }
 
+  // Whether `algo` rounds each output once: a low-type gradient never runs the algorithms
+  // that add partial sums atomically into the output (BWD_DATA_ALGO_0, BWD_FILTER_ALGO_0 and
+  // ALGO_3), each add a rounding to bfloat16 / float16 (planner/costs/convalgo.py
+  // ATOMIC_GRADIENT_FAMILIES: the planner offers them to float32 only).
+  bool rounds_once(int algo) const {
+    if (!is_low_float(dtype_)) return true;
+    if (dir_ == Dir::Data) return algo != CUDNN_CONVOLUTION_BWD_DATA_ALGO_0;
+    if (dir_ == Dir::Filter)
+      return algo != CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0 &&
+             algo != CUDNN_CONVOLUTION_BWD_FILTER_ALGO_3;
+    return true;
+  }
+
   // The workspace `algo` needs here, or cuDNN's status when it does not support it.
   cudnnStatus_t query(cudnnHandle_t h, int algo, size_t* bytes) const {
     *bytes = 0;
@@ -386,7 +399,8 @@ class CudnnConv : public Kernel {
     int count = 0, got = 0;
     auto keep = [&](auto& perf) {
       for (int i = 0; i < got; ++i)
-        if (perf[i].status == CUDNN_STATUS_SUCCESS && math_allows(math_, perf[i].mathType))
+        if (perf[i].status == CUDNN_STATUS_SUCCESS && math_allows(math_, perf[i].mathType) &&
+            rounds_once(static_cast<int>(perf[i].algo)))
           out.push_back(static_cast<int>(perf[i].algo));
     };
     if (dir_ == Dir::Forward) {
@@ -432,7 +446,8 @@ class CudnnConv : public Kernel {
                                  "IMPLICIT_GEMM, IMPLICIT_PRECOMP_GEMM, GEMM, WINOGRAD, "
                                  "WINOGRAD_NONFUSED, FFT, FFT_TILING; ALGO_3 for a "
                                  "filter gradient)");
-      if (query(n.cudnn, mapped->value, &bytes) == CUDNN_STATUS_SUCCESS &&
+      if (rounds_once(mapped->value) &&
+          query(n.cudnn, mapped->value, &bytes) == CUDNN_STATUS_SUCCESS &&
           bytes + temp_bytes_ <= budget) {
         algo_ = mapped->value;
         workspace_ = bytes;
@@ -447,7 +462,7 @@ class CudnnConv : public Kernel {
       }
     }
     algo_ = 0;  // FWD_IMPLICIT_GEMM, BWD_DATA_ALGO_0, BWD_FILTER_ALGO_0
-    if (query(n.cudnn, algo_, &bytes) == CUDNN_STATUS_SUCCESS) {
+    if (rounds_once(algo_) && query(n.cudnn, algo_, &bytes) == CUDNN_STATUS_SUCCESS) {
       workspace_ = bytes;
       return;
     }
