@@ -185,3 +185,42 @@ def test_a_ranks_share_of_the_cpu_keeps_the_ratio_of_its_peaks():
     assert half.peak_flops_for("bfloat16") == pytest.approx(16 * half.peak_flops, rel=1e-12)
     assert half.peak_flops == pytest.approx(xeon.cpu.peak_flops * 13 / 28, rel=1e-12)
     assert "math_peak_flops" not in share_target(xeon, 2).to_json()
+
+
+
+def test_low_type_gradients_never_get_an_atomic_add_algorithm():
+    """cuDNN's BWD_DATA_ALGO_0 and BWD_FILTER_ALGO_0 / ALGO_3 add partial sums atomically into
+    the output: in bfloat16 each add rounds again (bench/device/op_drift.py measured filter
+    gradients 79x outside the one-rounding bound on an H200). A low-type gradient's candidates
+    leave them out, measured or modelled; float32 keeps them; a bf16-mixed plan for the GPU
+    gives no gradient one."""
+    from planner.costs import graph_signatures
+    from planner.costs.convalgo import ATOMIC_GRADIENT_FAMILIES, conv_algorithms
+    from planner.costs.records import ConvAlgoSample, CostEntry, CostTable
+    from planner.graph.autodiff import make_training_graph
+    from planner.graph.optimizer import Optimizer
+    from planner.pipeline import plan
+    from planner.zoo import build
+
+    forward = build("resnet", depth=18, batch=8, image=32, classes=10)
+    every = {"IMPLICIT_GEMM", "ALGO_3", "IMPLICIT_PRECOMP_GEMM"}
+    for precision, low in (("fp32", False), ("bf16-mixed", True), ("fp16-mixed", True)):
+        graph = make_training_graph(forward, Optimizer(kind="sgd"), precision=precision)
+        grads = list({s.key: s for s in graph_signatures(graph).values()
+                      if s.op in ("Conv2DBackpropFilter", "Conv2DBackpropInput")}.values())
+        assert {s.op for s in grads} == {"Conv2DBackpropFilter", "Conv2DBackpropInput"}
+        for sig in grads:
+            measured = CostTable(target="gpu", entries=(CostEntry(signature=sig, gpu_algorithms=tuple(
+                ConvAlgoSample(algorithm=a, seconds=1e-5 * (i + 1), workspace_bytes=0)
+                for i, a in enumerate(sorted(every)))),))
+            for table in (None, measured):
+                names = {a.algorithm for a in conv_algorithms(sig, H100.gpus[0], table)}
+                atomic = names & ATOMIC_GRADIENT_FAMILIES[sig.op]
+                assert bool(atomic) != low, (sig.key, table is None, names)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            p = plan(graph, H100)
+        ops = {n.name: n.op for n in graph.nodes}
+        chosen = [(ops[c.node], c.algorithm) for c in p.memory.convs]
+        atomic = [c for c in chosen if c[1] in ATOMIC_GRADIENT_FAMILIES.get(c[0], ())]
+        assert not (low and atomic), chosen
