@@ -79,11 +79,13 @@ def test_a_loop_keeps_one_executor_and_reads_activations_in_its_arena():
         loss = F.cross_entropy(out, y)
         pool = new_pool(before)
         assert (pool.size, len(pool.idle())) == (1, 0), f"step {step}: the call holds its lease"
-        # The saved activations that are not outputs: views of the leased arena.
+        # The saved activations that are not outputs: views of the leased arena, held by one
+        # saved anchor (the only saved tensor that is not the user's).
         node = out.grad_fn
         assert type(node).__name__ == "StepBackward", type(node).__name__
         shown = {t.data_ptr() for t in (x, out, *model.parameters())}
-        views = [t.data_ptr() for t in node.saved_tensors if t.data_ptr() not in shown]
+        assert [t.numel() for t in node.saved_tensors if t.data_ptr() not in shown] == [0]
+        views = [a.__array_interface__["data"][0] for a in node.arena.values()]
         assert views, "no saved activation"
         opt.zero_grad()
         loss.backward()
@@ -96,6 +98,7 @@ def test_a_loop_keeps_one_executor_and_reads_activations_in_its_arena():
         (ex,) = pool.idle()  # the backward freed the views: the lease is back
         assert pool.size == 1
         assert all(inside(p, ex) for p in views), "a saved activation was copied"
+        assert node.arena == {}, "the freed anchor let go of the arena's arrays"
     for (name, p), q in zip(model.named_parameters(), ref.parameters(), strict=True):
         assert_close(p.detach(), q.detach(), name)
 

@@ -246,6 +246,7 @@ class Lease:
         self._holds = 1
         self._lock = threading.RLock()
         self._tensors: list[weakref.ref] = []  # what kept() gave, for release()
+        self._arrays: list[dict[str, Any]] = []  # what anchor() holds, for release()
 
     def kept(self, value: Any) -> Any:
         """`value` (an array of this call, a view of the executor's arena or a copy) as a torch
@@ -269,6 +270,20 @@ class Lease:
         self._tensors.append(weakref.ref(t))
         return t
 
+    def anchor(self, arrays: dict[str, Any]) -> Any:
+        """One torch tensor (empty) holding the lease for `arrays`, this call's results kept
+        as they are (views of the arena, or copies) for a later call to read: while the
+        tensor lives, the arena is this call's. A backward's saved activations are hundreds
+        of arrays; one hold for all of them, not a tensor and a finalizer each. The arrays are
+        let go when the anchor is freed (autograd frees it after the backward), and at the
+        interpreter's end (release())."""
+        self._arrays.append(arrays)
+        held = np.empty(0, np.uint8)
+        anchor = self.kept(held)
+        end = weakref.finalize(held, arrays.clear)  # no reference to the arena past the lease
+        end.atexit = False
+        return anchor
+
     def close(self) -> None:
         """The call's own hold ended (its arrays are kept, or the call failed)."""
         self._end()
@@ -280,6 +295,8 @@ class Lease:
             t = ref()
             if t is not None:
                 t.data = t.detach().clone()
+        for arrays in self._arrays:
+            arrays.clear()
 
     def _end(self) -> None:
         with self._lock:

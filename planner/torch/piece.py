@@ -215,16 +215,19 @@ def _function() -> Any:
                 shown = dict(zip(piece.outputs, outs, strict=True))
                 shown.update((t, m) for (_, t), m in zip(piece.mutations, mutations,
                                                           strict=True))
-                # Every tensor the backward reads is saved for it (so autograd frees it after
-                # the backward, or with a graph never backwarded, and its version counter
-                # catches an in-place change of a saved output); an arena view holds the
-                # lease until it is freed.
-                saved = [shown[t] if t in shown else lease.kept(out[t]) for t in run.split.saved]
+                # What the backward reads of the user's is saved for it (autograd frees it
+                # after the backward, or with a graph never backwarded, and its version counter
+                # catches an in-place change of a saved output). The activations only the
+                # backward sees stay the executor's arrays, held by one saved anchor: the
+                # arena is this call's until autograd frees the anchor with the others.
+                saved = [shown[t] for t in run.split.saved if t in shown]
+                ctx.arena = {t: _feedable(out[t]) for t in run.split.saved if t not in shown}
+                anchor = lease.anchor(ctx.arena)
             finally:
                 lease.close()
             ctx.run = run
             ctx.draws = given.get(RNG_STEP)  # the backward's Dropout redraws this call's masks
-            ctx.save_for_backward(*(args[k] for k in run.read), *saved)
+            ctx.save_for_backward(*(args[k] for k in run.read), *saved, anchor)
             ctx.mark_non_differentiable(*[t for o, t in zip(piece.outputs, outs, strict=True)
                                           if o not in run.differentiable], *mutations)
             return (*outs, *mutations)
@@ -233,11 +236,15 @@ def _function() -> Any:
         def backward(ctx: Any, *grad_outs: Any) -> Any:
             run: _Training = ctx.run
             piece, split = run.piece, run.split
+            # (unpacked first: a second backward of a freed graph raises here, as eager does,
+            # before the arena's arrays, no longer this call's, are read)
             values = ctx.saved_tensors
             feeds: dict[str, Any] = {}
             for k, t in zip(run.read, values, strict=False):
                 feeds[piece.inputs[k]] = _in_place(t)
-            feeds.update(zip(split.saved, map(_in_place, values[len(run.read):]), strict=True))
+            shown = iter(values[len(run.read):-1])
+            feeds.update((t, ctx.arena[t] if t in ctx.arena else _in_place(next(shown)))
+                         for t in split.saved)
             if ctx.draws is not None:
                 feeds[RNG_STEP] = ctx.draws
             seeds: dict[str, Any] = {}
@@ -264,6 +271,12 @@ def _function() -> Any:
             return tuple(grads)
 
     return Step
+
+
+def _feedable(a: Any) -> Any:
+    """An executor's array as an executor takes it back: as it is, but a bfloat16 one
+    (ml_dtypes', which has no DLPack form) as a torch tensor over its bits."""
+    return as_torch(a) if a.dtype.kind == "V" else a
 
 
 def _torch_dtype(dtype: str) -> Any:
