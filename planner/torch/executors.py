@@ -120,7 +120,8 @@ def as_torch(value: Any) -> Any:
     import torch
 
     a = np.asarray(value)
-    if a.dtype.name == "bfloat16":
+    # (kind first: a call converts hundreds of arrays, and dtype.name is slow)
+    if a.dtype.kind == "V" and a.dtype.name == "bfloat16":
         return torch.from_numpy(a.view(np.uint16)).view(torch.bfloat16)
     return torch.from_numpy(a)
 

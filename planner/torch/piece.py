@@ -102,8 +102,8 @@ class Piece:
 def _signature(a: Any) -> Any:
     import torch
 
-    if isinstance(a, torch.Tensor):
-        return ("tensor", tuple(a.shape), str(a.dtype), a.device.type)
+    if isinstance(a, torch.Tensor):  # (hashable as they are: a call keys hundreds of arguments)
+        return ("tensor", a.shape, a.dtype, a.device.type)
     return ("value", repr(a))
 
 
