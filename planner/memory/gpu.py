@@ -179,12 +179,22 @@ def gpu_solve(graph: Graph, model: CostModel, options: MemoryOptions | None = No
 def kernel_scratch(steps) -> ExtraBuffers:
     """The CUDA kernels' own scratch (OpDef.gpu_scratch) as buffers live during their op, laid
     out with the tensors: not optional, so the budget search and the smallest feasible budget
-    count them (placed after the layout, a state that fits could leave them no room)."""
+    count them (placed after the layout, a state that fits could leave them no room). A
+    convolution whose every algorithm needs a workspace (a low-type gradient:
+    planner.costs.convalgo) has its least one reserved the same way; the workspace it is given
+    later takes that place when it fits there (planner.memory.budget.solver)."""
     def extra(m: Material) -> list[Buffer]:
-        return [Buffer(f"{m.ops[i].name}@workspace", "", steps.scratch[m.ops[i].step],
-                       m.ops[i].key, m.ops[i].key + 1, i, i, i, (i,), "workspace")
-                for i in scratch_ops(m, steps)]
+        own = [(i, steps.scratch[m.ops[i].step]) for i in scratch_ops(m, steps)]
+        least = [(i, n) for i, n in least_workspace_ops(m, steps) if n]
+        return [Buffer(f"{m.ops[i].name}@workspace", "", n, m.ops[i].key, m.ops[i].key + 1,
+                       i, i, i, (i,), "workspace") for i, n in sorted(own + least)]
     return extra
+
+
+def least_workspace_ops(m: Material, steps) -> list[tuple[int, int]]:
+    """(op, bytes): each convolution's least workspace over its algorithms."""
+    return [(i, min(a.workspace_bytes for a in steps.algos[o.step]))
+            for i, o in enumerate(m.ops) if o.kind == "node" and steps.algos[o.step]]
 
 
 def scratch_ops(m: Material, steps) -> list[int]:

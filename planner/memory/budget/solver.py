@@ -17,7 +17,7 @@ device alignment, the library handles, the CUDA kernels' scratch) and planner.me
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -201,17 +201,23 @@ def give_workspaces(placed: Placed, state: State, options: MemoryOptions
     choice: dict[int, ConvAlgo] = {}
     convs = [i for i, o in enumerate(m.ops) if o.kind == "node" and steps.algos[o.step]]
     needy = sorted(convs)  # the kernels' own scratch is laid out already (kernel_scratch)
+    # A convolution's least workspace, reserved in the layout (planner.memory.gpu.kernel_scratch)
+    reserved = {b.first: k for k, b in enumerate(buffers) if b.kind == "workspace"
+                and b.first in set(convs)}
     free = FreeBytes(m.buffers, placed.offsets, options.alignment)
     for i, (gap_lo, gap_hi, top) in zip(needy, free.sweep([m.ops[i].key for i in needy]),
                                         strict=True):
         o = m.ops[i]
         algos = list(steps.algos[o.step])
         room = int((gap_hi - gap_lo).max(initial=0))
-        limit = max(room, budget - top) if options.workspaces else 0
+        held = buffers[reserved[i]].bytes if i in reserved else 0
+        limit = max(room, budget - top, held) if options.workspaces else held
         algo = fastest_within(algos, limit)
         choice[i] = algo
         nbytes = algo.workspace_bytes
-        if nbytes == 0:
+        if nbytes == 0 or nbytes <= held:
+            if i in reserved:  # its reserved place, as large as what the algorithm needs
+                buffers[reserved[i]] = replace(buffers[reserved[i]], bytes=nbytes)
             continue
         size = aligned(nbytes, options.alignment)
         # The smallest gap that holds it (the lowest among equals), else above the live ones.
@@ -219,9 +225,14 @@ def give_workspaces(placed: Placed, state: State, options: MemoryOptions
         fitting = np.nonzero(width >= size)[0]
         offset = int(gap_lo[fitting[np.lexsort((gap_lo[fitting], width[fitting]))[0]]]) \
             if len(fitting) else top
-        buffers.append(Buffer(f"{o.name}@workspace", "", nbytes, o.key,
-                              o.key + 1, i, i, i, (i,), "workspace"))
-        offsets.append(offset)
+        if i in reserved:  # outgrew its reserved place: that place is left empty
+            buffers[reserved[i]] = Buffer(f"{o.name}@workspace", "", nbytes, o.key, o.key + 1,
+                                          i, i, i, (i,), "workspace")
+            offsets[reserved[i]] = offset
+        else:
+            buffers.append(Buffer(f"{o.name}@workspace", "", nbytes, o.key,
+                                  o.key + 1, i, i, i, (i,), "workspace"))
+            offsets.append(offset)
         arena = max(arena, offset + size)
     if arena > budget:
         raise InfeasibleBudget(
@@ -229,6 +240,14 @@ def give_workspaces(placed: Placed, state: State, options: MemoryOptions
             f"{steps.graph.name!r}: its convolutions' workspaces need {arena} bytes "
             f"({format_bytes(arena)})", arena)
     return buffers, offsets, arena, choice
+
+
+def least_workspaces(m: Material, state: State) -> dict[str, int]:
+    """Per convolution node, the least workspace any of its algorithms needs: no plan runs it
+    with less (a low-type gradient has no zero-workspace algorithm: planner.costs.convalgo)."""
+    steps = state.stash.steps
+    return {o.name: min(a.workspace_bytes for a in steps.algos[o.step])
+            for o in m.ops if o.kind == "node" and steps.algos[o.step]}
 
 
 def _unbounded_workspaces(placed: Placed, state: State, options: MemoryOptions
@@ -240,7 +259,8 @@ def _unbounded_workspaces(placed: Placed, state: State, options: MemoryOptions
     choice = {i: fastest_within(list(steps.algos[o.step]), None if options.workspaces else 0)
               for i, o in enumerate(m.ops) if o.kind == "node" and steps.algos[o.step]}
     need = {i: a.workspace_bytes for i, a in choice.items()}
-    buffers = list(m.buffers) + [
+    # (the least workspaces reserved in the layout are replaced by the ones chosen)
+    buffers = [b for b in m.buffers if not (b.kind == "workspace" and b.first in choice)] + [
         Buffer(f"{m.ops[i].name}@workspace", "", nbytes, m.ops[i].key,
                m.ops[i].key + 1, i, i, i, (i,), "workspace")
         for i, nbytes in sorted(need.items()) if nbytes]
@@ -317,7 +337,7 @@ def decide_memory(graph: Graph, solved: Solved) -> MemoryDecision:
         naive_bytes=naive_bytes([b for b in buffers if b.kind not in (
             "workspace", "recompute", "scratch", "prefetch", "host")]),
         load_bytes=load, arena_bytes=arena, fragmentation=arena / load - 1 if load else 0.0,
-        peak_bytes=arena, per_op_bound_bytes=per_op_bound(graph),
+        peak_bytes=arena, per_op_bound_bytes=per_op_bound(graph, least_workspaces(m, state)),
         resident_bytes=state.stash.persistent_bytes, liveness_load_bytes=liveness_load,
         budget_bytes=solved.budget, host_bytes=placed.host, allocator=placed.heuristic,
         recompute_ops=len(recompute), recompute_seconds=float(sum(seconds[i] for i in recompute)),
