@@ -201,3 +201,37 @@ def test_lanes_or_pytorchs_team_give_the_same_bits():
     (l0, p0), (l1, p1) = runs
     assert all(torch.equal(a, b) for a, b in zip(l0, l1, strict=True))
     assert all(torch.equal(a, b) for a, b in zip(p0, p1, strict=True))
+
+
+@pytest.mark.parametrize("hooks", ["checkpoint", "saved_tensors_hooks"])
+def test_saved_tensor_hooks_see_every_saved_activation(hooks):
+    """Under the user's saved-tensor hooks (torch.utils.checkpoint without reentrancy, which
+    drops what is saved and recomputes it; or hooks of their own), every activation the
+    backward reads is saved through them, as eager saves it: an arena anchor would be dropped
+    by the hook and the arena read after its lease ended."""
+    from torch.utils.checkpoint import checkpoint
+
+    model, ref, compiled, _ = made(31)
+    x = torch.randn(6, 7)
+    packed = []
+
+    def pack(t):
+        packed.append(t.numel())
+        return t
+
+    for run, grads in ((compiled, {}), (ref, {})):
+        if hooks == "checkpoint":
+            out = checkpoint(run, x, use_reentrant=False)
+        else:
+            with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+                out = run(x)
+        out.square().sum().backward()
+        grads.update((n, p.grad) for n, p in (model if run is compiled else ref).named_parameters())
+        if run is compiled:
+            got = grads
+        else:
+            want = grads
+    for name in want:
+        assert_close(got[name], want[name], name)
+    if hooks == "saved_tensors_hooks":
+        assert 0 not in packed  # no empty anchor among what the hook saw

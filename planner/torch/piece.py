@@ -220,14 +220,21 @@ def _function() -> Any:
                 # catches an in-place change of a saved output). The activations only the
                 # backward sees stay the executor's arrays, held by one saved anchor: the
                 # arena is this call's until autograd frees the anchor with the others.
-                saved = [shown[t] for t in run.split.saved if t in shown]
-                ctx.arena = {t: _feedable(out[t]) for t in run.split.saved if t not in shown}
-                anchor = lease.anchor(ctx.arena)
+                # Under the user's saved-tensor hooks (non-reentrant checkpointing drops what
+                # is saved and recomputes it) every activation goes through them, as eager's.
+                if _saved_tensor_hooks():
+                    saved = [shown[t] if t in shown else lease.kept(out[t])
+                             for t in run.split.saved]
+                    ctx.arena = None
+                else:
+                    saved = [shown[t] for t in run.split.saved if t in shown]
+                    ctx.arena = {t: _feedable(out[t]) for t in run.split.saved if t not in shown}
+                    saved.append(lease.anchor(ctx.arena))
             finally:
                 lease.close()
             ctx.run = run
             ctx.draws = given.get(RNG_STEP)  # the backward's Dropout redraws this call's masks
-            ctx.save_for_backward(*(args[k] for k in run.read), *saved, anchor)
+            ctx.save_for_backward(*(args[k] for k in run.read), *saved)
             ctx.mark_non_differentiable(*[t for o, t in zip(piece.outputs, outs, strict=True)
                                           if o not in run.differentiable], *mutations)
             return (*outs, *mutations)
@@ -242,9 +249,13 @@ def _function() -> Any:
             feeds: dict[str, Any] = {}
             for k, t in zip(run.read, values, strict=False):
                 feeds[piece.inputs[k]] = _in_place(t)
-            shown = iter(values[len(run.read):-1])
-            feeds.update((t, ctx.arena[t] if t in ctx.arena else _in_place(next(shown)))
-                         for t in split.saved)
+            if ctx.arena is None:  # every activation saved as a tensor
+                feeds.update(zip(split.saved, map(_in_place, values[len(run.read):]),
+                                 strict=True))
+            else:
+                shown = iter(values[len(run.read):-1])  # (the last: the arena's anchor)
+                feeds.update((t, ctx.arena[t] if t in ctx.arena else _in_place(next(shown)))
+                             for t in split.saved)
             if ctx.draws is not None:
                 feeds[RNG_STEP] = ctx.draws
             seeds: dict[str, Any] = {}
@@ -271,6 +282,15 @@ def _function() -> Any:
             return tuple(grads)
 
     return Step
+
+
+def _saved_tensor_hooks() -> bool:
+    """Whether saved-tensor hooks are in force (torch.autograd.graph.saved_tensors_hooks;
+    a torch without the query counts as hooked: every activation saved as a tensor)."""
+    import torch
+
+    top = getattr(torch._C._autograd, "_top_saved_tensors_default_hooks", None)
+    return top is None or top(False) is not None
 
 
 def _feedable(a: Any) -> Any:
