@@ -20,8 +20,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 import tempfile
+from pathlib import Path
 
 import numpy as np
 

@@ -149,7 +149,8 @@ def run_case(case: str, target, tmp: Path, steps: int, dry: bool, fp32_loss: dic
         row["unbudgeted_arena_mib"] = free.summary.memory.arena_bytes / 2**20
         same = same_algorithms(free, p)
         row["algos_differ"] = 0 if same is None else sum(
-            a.algorithm != b.algorithm for a, b in zip(free.memory.convs, same.memory.convs))
+            a.algorithm != b.algorithm for a, b in zip(free.memory.convs, same.memory.convs,
+                                                   strict=True))
     if not build_it:
         return row
     t0 = time.perf_counter()

@@ -204,7 +204,9 @@ def conv_algorithms(sig: OpSignature, gpu: GPU, table: CostTable | None = None
                  for a in entry.gpu_algorithms]
     else:
         algos = default_algorithms(sig, gpu)
-    algos = [a for a in algos if rounds_once(sig, a.algorithm)] or algos
+    once = [a for a in algos if rounds_once(sig, a.algorithm)]
+    # (a measured table of atomic algorithms alone: the modelled families that round once)
+    algos = once or [a for a in default_algorithms(sig, gpu) if rounds_once(sig, a.algorithm)]
     # The kernel's own scratch (OpDef.gpu_scratch) shares the workspace area: it is planned
     # with it, so that the kernel gets no block outside the arena at load.
     extra = kernel_scratch(sig)

@@ -57,7 +57,14 @@ from planner.costs import CostModel
 from planner.errors import InfeasibleBudget
 from planner.ir.graph import Graph
 from planner.memory.budget.search import State
-from planner.memory.budget.solver import ExtraBuffers, Solved, decide, decide_memory, solve
+from planner.memory.budget.solver import (
+    ExtraBuffers,
+    Solved,
+    decide,
+    decide_memory,
+    least_workspace_ops,
+    solve,
+)
 from planner.memory.decision import MemoryDecision
 from planner.memory.liveness import Buffer
 from planner.memory.materialize import Material
@@ -190,11 +197,6 @@ def kernel_scratch(steps) -> ExtraBuffers:
                        i, i, i, (i,), "workspace") for i, n in sorted(own + least)]
     return extra
 
-
-def least_workspace_ops(m: Material, steps) -> list[tuple[int, int]]:
-    """(op, bytes): each convolution's least workspace over its algorithms."""
-    return [(i, min(a.workspace_bytes for a in steps.algos[o.step]))
-            for i, o in enumerate(m.ops) if o.kind == "node" and steps.algos[o.step]]
 
 
 def scratch_ops(m: Material, steps) -> list[int]:

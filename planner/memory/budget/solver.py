@@ -242,12 +242,11 @@ def give_workspaces(placed: Placed, state: State, options: MemoryOptions
     return buffers, offsets, arena, choice
 
 
-def least_workspaces(m: Material, state: State) -> dict[str, int]:
-    """Per convolution node, the least workspace any of its algorithms needs: no plan runs it
+def least_workspace_ops(m: Material, steps) -> list[tuple[int, int]]:
+    """(op, bytes): each convolution's least workspace over its algorithms; no plan runs it
     with less (a low-type gradient has no zero-workspace algorithm: planner.costs.convalgo)."""
-    steps = state.stash.steps
-    return {o.name: min(a.workspace_bytes for a in steps.algos[o.step])
-            for o in m.ops if o.kind == "node" and steps.algos[o.step]}
+    return [(i, min(a.workspace_bytes for a in steps.algos[o.step]))
+            for i, o in enumerate(m.ops) if o.kind == "node" and steps.algos[o.step]]
 
 
 def _unbounded_workspaces(placed: Placed, state: State, options: MemoryOptions
@@ -337,7 +336,8 @@ def decide_memory(graph: Graph, solved: Solved) -> MemoryDecision:
         naive_bytes=naive_bytes([b for b in buffers if b.kind not in (
             "workspace", "recompute", "scratch", "prefetch", "host")]),
         load_bytes=load, arena_bytes=arena, fragmentation=arena / load - 1 if load else 0.0,
-        peak_bytes=arena, per_op_bound_bytes=per_op_bound(graph, least_workspaces(m, state)),
+        peak_bytes=arena, per_op_bound_bytes=per_op_bound(graph, {
+            m.ops[i].name: n for i, n in least_workspace_ops(m, state.stash.steps)}),
         resident_bytes=state.stash.persistent_bytes, liveness_load_bytes=liveness_load,
         budget_bytes=solved.budget, host_bytes=placed.host, allocator=placed.heuristic,
         recompute_ops=len(recompute), recompute_seconds=float(sum(seconds[i] for i in recompute)),
