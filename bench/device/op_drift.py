@@ -31,8 +31,7 @@ from planner.graph.interpret import as_float32, random_feeds, run  # noqa: E402
 from planner.ops import get_op  # noqa: E402
 from tests.codegen.helpers import build_module, start_state  # noqa: E402
 from tests.codegen.mixed_cases import UNIT, mixed_graph, update_errors  # noqa: E402
-
-SUM = 2.0 ** -16
+from tests.codegen.mixed_kernel_cases import SUM  # noqa: E402
 
 
 def excess(got: np.ndarray, want: np.ndarray, low: bool, u: float) -> float:
@@ -41,7 +40,8 @@ def excess(got: np.ndarray, want: np.ndarray, low: bool, u: float) -> float:
     if g.size == 0:
         return 0.0
     fin = np.isfinite(w)
-    if not np.array_equal(np.isfinite(g), fin) or not np.array_equal(g[~fin], w[~fin]):
+    if not (np.array_equal(np.isfinite(g), fin)
+            and np.array_equal(g[~fin], w[~fin], equal_nan=True)):
         return float("inf")
     g, w = g[fin], w[fin]
     if g.size == 0:
