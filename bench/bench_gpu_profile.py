@@ -8,6 +8,7 @@ does) and on the host's clock (feeds copied in each step).
 
     python bench/bench_gpu_profile.py [--models resnet50,inception_v3] [--costs-dir DIR]
                                       [--steps 20] [--rounds 3] [--json]
+                                      [--precision {fp32,bf16-mixed,fp16-mixed}]
 
 --dry-run (no GPU needed) plans each model for the h100-80gb preset with the analytical model,
 builds that plan and counts the signatures a profile would measure.
@@ -93,10 +94,11 @@ def measure(steppers: dict, steps: int, rounds: int) -> dict[str, tuple[float, f
 
 
 def bench_model(label: str, target, costs_dir: Path, steps: int, rounds: int,
-                profile_steps: int) -> dict:
+                profile_steps: int, precision: str = "fp32") -> dict:
     name, size = MODELS[label]
-    graph = prepare(zoo(name, **size), GraphOptions(optimizer=SGD))
-    table, profile_s = profiled(label, graph, target, costs_dir, profile_steps)
+    graph = prepare(zoo(name, **size), GraphOptions(optimizer=SGD, precision=precision))
+    table_name = label if precision == "fp32" else f"{label}-{precision}"
+    table, profile_s = profiled(table_name, graph, target, costs_dir, profile_steps)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         plans = {"analytical": plan(graph, target), "profiled": plan(graph, target, table)}
@@ -113,16 +115,16 @@ def bench_model(label: str, target, costs_dir: Path, steps: int, rounds: int,
                    "analytical_signatures": p.summary.analytical_signatures,
                    "algorithms": dict(Counter(c.algorithm for c in p.memory.convs)),
                    "blocks": dict(Counter(str(op.block) for op in p.ops if op.block))}
-    return {"model": label, "size": size, "ops": len(graph.nodes),
+    return {"model": label, "size": size, "precision": precision, "ops": len(graph.nodes),
             "signatures": len(table.entries), "profile_s": profile_s, "plans": rows}
 
 
-def dry_run(labels: list[str], target) -> str:
+def dry_run(labels: list[str], target, precision: str) -> str:
     """What a run would profile and build, for `target` (a preset: no GPU asked)."""
-    lines = [f"dry run for target {target.name}: nothing is measured"]
+    lines = [f"dry run for target {target.name}, {precision}: nothing is measured"]
     for label in labels:
         name, size = MODELS[label]
-        graph = prepare(zoo(name, **size), GraphOptions(optimizer=SGD))
+        graph = prepare(zoo(name, **size), GraphOptions(optimizer=SGD, precision=precision))
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             p = plan(graph, target)
@@ -137,7 +139,7 @@ def dry_run(labels: list[str], target) -> str:
 
 def report(rows: list[dict], device: str, load: tuple[str, str]) -> str:
     lines = [f"GPU {device}; load average before {load[0]}, after {load[1]}",
-             f"{'model':<14}{'plan':<12}{'predicted ms':>13}{'GPU ms':>10}{'host ms':>10}"
+             f"{'model':<22}{'plan':<12}{'predicted ms':>13}{'GPU ms':>10}{'host ms':>10}"
              f"{'error %':>9}  choices"]
     for r in rows:
         for k, p in r["plans"].items():
@@ -145,10 +147,10 @@ def report(rows: list[dict], device: str, load: tuple[str, str]) -> str:
             if p["blocks"]:
                 choices += "; block " + ", ".join(f"{b} x{n}" for b, n in
                                                   sorted(p["blocks"].items()))
-            lines.append(f"{r['model']:<14}{k:<12}{p['predicted_ms']:>13.2f}"
+            lines.append(f"{r['model'] + ' ' + r['precision']:<22}{k:<12}{p['predicted_ms']:>13.2f}"
                          f"{p['gpu_ms']:>10.2f}{p['host_ms']:>10.2f}{p['error_pct']:>+9.1f}  "
                          f"{choices}")
-        lines.append(f"{'':<14}({r['ops']} ops, {r['signatures']} signatures profiled in "
+        lines.append(f"{'':<22}({r['ops']} ops, {r['signatures']} signatures profiled in "
                      f"{r['profile_s']:.0f} s)")
     return "\n".join(lines)
 
@@ -162,6 +164,7 @@ def main() -> None:
     parser.add_argument("--profile-steps", type=int, default=5,
                         help="executor steps per profiling batch (each op's median)")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--precision", default="fp32", choices=["fp32", "bf16-mixed", "fp16-mixed"])
     parser.add_argument("--dry-run", action="store_true",
                         help="plan and build for the h100-80gb preset; measure nothing")
     args = parser.parse_args()
@@ -170,7 +173,7 @@ def main() -> None:
     if unknown:
         raise SystemExit(f"unknown model(s) {', '.join(unknown)}; known: {', '.join(MODELS)}")
     if args.dry_run:
-        print(dry_run(labels, load_target("h100-80gb")))
+        print(dry_run(labels, load_target("h100-80gb"), args.precision))
         return
     target = load_target("gpu")  # this machine's GPU; one line and exit 2 without one
     args.costs_dir.mkdir(parents=True, exist_ok=True)
@@ -178,7 +181,7 @@ def main() -> None:
     rows = []
     for label in labels:
         rows.append(bench_model(label, target, args.costs_dir, args.steps, args.rounds,
-                                args.profile_steps))
+                                args.profile_steps, args.precision))
         print(report(rows[-1:], target.gpus[0].name, ("", "")), file=sys.stderr, flush=True)
     after = os.getloadavg()
     load = (" ".join(f"{x:.2f}" for x in before), " ".join(f"{x:.2f}" for x in after))

@@ -59,6 +59,7 @@ CASES = {  # most informative first: a call cut short keeps these
     "r18_budget": ("resnet", dict(batch=64, depth=18), "fp32", 0.62),  # x the free arena
     "lstm": ("lstm", dict(batch=20), "fp32", None),
     "r18_bf16": ("resnet", dict(batch=64, depth=18), "bf16-mixed", None),
+    "r18_bf16_budget": ("resnet", dict(batch=64, depth=18), "bf16-mixed", 0.62),
     "r18_recompute": ("resnet", dict(batch=64, depth=18), "fp32", (0.75, dict(offload=False))),
     "r18_fp16": ("resnet", dict(batch=64, depth=18), "fp16-mixed", None),
     "gpt": ("gpt", dict(batch=8, seq=256, dim=512, heads=8, layers=4, vocab=8192), "fp32", None),
