@@ -10,7 +10,9 @@
 #             17.3 of 49.4 ms); the table is checkpointed
 # Back in $OUT: env.txt window_checks.txt window_checks.json bench.txt gpu_profile.txt
 #   resnet50-bf16-mixed.gpu.costs.json
-# Usage: bash bench/device/call_next.sh [--dry-run]
+# Usage: [CASES=a,b] [RUNS="model:precision ..."] [PROFILE=0] bash bench/device/call_next.sh [--dry-run]
+#   (the second call of the window: CASES=r18_bf16,r18_bf16_budget,r18_fp16
+#    RUNS="resnet50:bf16-mixed" PROFILE=0, the low-type workspace model checked)
 if [ "${1:-}" = --dry-run ]; then export DRY=1; OUT=${OUT:-$(mktemp -d)}; fi
 export OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
@@ -27,20 +29,21 @@ uptime >>"$OUT/env.txt"
 echo "== checks at ${SECONDS}s"
 W=${DRY:+--dry-run}
 timeout "$(left 200)" "$PY" bench/device/window_checks.py $W --out "$OUT/window_checks.json" \
-  --cases r18_budget,r18_bf16_budget,r18_recompute >"$OUT/window_checks.txt" 2>&1
+  --cases "${CASES:-r18_budget,r18_bf16_budget,r18_recompute}" >"$OUT/window_checks.txt" 2>&1
 rc=$?; [ $rc = 0 ] || failed+=" checks"
 echo "window_checks rc=$rc at ${SECONDS}s"; grep -v '^  File\|^    ' "$OUT/window_checks.txt" | tail -24
 
 echo "== bench at ${SECONDS}s" | tee "$OUT/bench.txt"
 if [ -n "${DRY:-}" ]; then B="--dry-run"; else B="--steps 5 --rounds 3"; fi
-for run in "gpt fp32" "gpt bf16-mixed"; do
-  set -- $run
+for run in ${RUNS:-gpt:fp32 gpt:bf16-mixed}; do
+  set -- ${run/:/ }
   timeout "$(left 60)" "$PY" bench/bench_gpu.py --models "$1" --precision "$2" --no-compile $B \
     2>&1 | tee -a "$OUT/bench.txt" | grep -v "one stream, per op type"
   rc=${PIPESTATUS[0]}; [ $rc = 0 ] || failed+=" $1-$2"
   echo "$1 $2 rc=$rc at ${SECONDS}s" | tee -a "$OUT/bench.txt"
 done
 
+[ "${PROFILE:-1}" = 0 ] && { echo "call done at ${SECONDS}s${failed:+; failed:$failed}"; [ -z "$failed" ]; exit; }
 echo "== profile at ${SECONDS}s"
 if [ -n "${DRY:-}" ]; then P="--dry-run"; else P="--steps 5 --rounds 3"; fi
 timeout "$(left 600)" "$PY" bench/bench_gpu_profile.py --models resnet50 --precision bf16-mixed \

@@ -17,6 +17,15 @@ N x O x OH x OW with a kh x kw kernel and g groups):
     FFT                    8 Ph (Pw/2 + 1) (N C + O C + N O), P = H + kh - 1 <= 256
                                                                           stride 1, no dilation
 
+In bfloat16 / float16 cuDNN offers fewer families, with other workspaces (measured on an H200,
+bench/results/2026-11-27-h200-resnet50-bf16.gpu.costs.json, and bounded there by
+tests/costs/test_precision_costs.py): IMPLICIT_PRECOMP_GEMM runs on the tensor cores over NHWC
+copies of its operands (workspace: the image with channels padded to 8, the output, the filter;
+a filter gradient adds split-K partial sums in float32, at most one 128 x 128 tile per SM);
+GEMM's im2col is of the low type (for a gradient it is the same algorithm as
+IMPLICIT_PRECOMP_GEMM, so it is not offered twice); IMPLICIT_GEMM and GEMM stay on the CUDA cores (float32's
+rate); WINOGRAD_NONFUSED transforms in float32 as above; fused WINOGRAD and FFT are not offered.
+
 Default times are rooflines over each family's own arithmetic (Winograd F(2x2,3x3) does
 1/2.25 and F(4x4,3x3) 1/4 of the direct multiplies; FFT does complex products per frequency
 plus the transforms) at a per-family fraction of the GPU's peak, plus a launch: modelled, not
@@ -133,13 +142,26 @@ def _transposed_hw(hw, k, a) -> tuple[int, int]:
             (hw[1] - 1) * sw - l - r + dw * (k[1] - 1) + opw + 1)
 
 
-# The families that are GEMMs on the tensor cores in bfloat16/float16; the transform-based
-# ones (Winograd, FFT) are priced at float32's rate, the conservative choice.
-TENSOR_CORE_FAMILIES = frozenset({"IMPLICIT_GEMM", "IMPLICIT_PRECOMP_GEMM", "GEMM"})
+# The families cuDNN runs on the tensor cores, per math type; the others are priced at float32's
+# rate (WINOGRAD_NONFUSED's transforms the conservative choice). In bfloat16/float16 only its NHWC
+# path: measured on an H200, IMPLICIT_GEMM and GEMM ran at CUDA-core rates, 4-6x slower. TF32's
+# GEMM families are modelled, not measured yet.
+TENSOR_CORE_FAMILIES = {"tf32": frozenset({"IMPLICIT_GEMM", "IMPLICIT_PRECOMP_GEMM", "GEMM"}),
+                        "bfloat16": frozenset({"IMPLICIT_PRECOMP_GEMM"}),
+                        "float16": frozenset({"IMPLICIT_PRECOMP_GEMM"})}
+# cuDNN's NHWC path in a low type reaches a smaller fraction of the tensor cores' peak than the
+# CUDA-core families of float32's (the conversions, small tiles): fitted to the median of the
+# H200's ResNet-50 bf16 table, which it predicts within a factor 2 (tests/costs).
+LOW_TYPE_EFFICIENCY = {"IMPLICIT_PRECOMP_GEMM": 0.12, "WINOGRAD_NONFUSED": 0.25}
+# A split-K filter gradient's float32 partial sums: at most one 128 x 128 tile per SM.
+SPLIT_K_TILE_BYTES = 128 * 128 * 4
+# Beyond the NHWC copies cuDNN aligns each and keeps a few indices (up to 400 bytes measured).
+NHWC_SLACK_BYTES = 4096
 
 
 def _peak(family: str, sig: OpSignature, gpu: GPU) -> float:
-    return gpu.peak_flops_for(sig.math if family in TENSOR_CORE_FAMILIES else "float32")
+    return gpu.peak_flops_for(
+        sig.math if family in TENSOR_CORE_FAMILIES.get(sig.math, ()) else "float32")
 
 
 def default_algorithms(sig: OpSignature, gpu: GPU) -> list[ConvAlgo]:
@@ -149,24 +171,37 @@ def default_algorithms(sig: OpSignature, gpu: GPU) -> list[ConvAlgo]:
     bw = gpu.memory_bandwidth
 
     def run(family: str, work: float, workspace: int, traffic: float = 0.0) -> ConvAlgo:
-        seconds = GPU_LAUNCH_SECONDS + max(work / (_peak(family, sig, gpu) * EFFICIENCY[family]),
+        efficiency = (LOW_TYPE_EFFICIENCY if p.itemsize < 4 else EFFICIENCY).get(
+            family, EFFICIENCY[family])
+        seconds = GPU_LAUNCH_SECONDS + max(work / (_peak(family, sig, gpu) * efficiency),
                                            (p.io_bytes + traffic) / bw)
         return ConvAlgo(family, seconds, int(workspace), "default")
 
     cg = p.c // p.groups
-    algos = [run("IMPLICIT_GEMM", flops, 0),
-             run("IMPLICIT_PRECOMP_GEMM", flops, 8 * p.kh * p.kw * p.oh * p.ow)]
-    im2col = 4 * p.n * cg * p.kh * p.kw * p.oh * p.ow * p.groups
-    algos.append(run("GEMM", flops, im2col, traffic=2 * im2col))
+    low = p.itemsize < 4
+    algos = [run("IMPLICIT_GEMM", flops, 0)]
+    if low:  # the NHWC copies (module docstring), written once and read once
+        c8 = -(-p.c // 8) * 8
+        nhwc = p.itemsize * (p.n * c8 * p.h * p.w + p.n * p.o * p.oh * p.ow
+                             + p.o * (c8 // p.groups) * p.kh * p.kw) + NHWC_SLACK_BYTES
+        if sig.op == "Conv2DBackpropFilter":
+            nhwc += gpu.sm_count * SPLIT_K_TILE_BYTES
+        algos.append(run("IMPLICIT_PRECOMP_GEMM", flops, nhwc, traffic=2 * nhwc))
+    else:
+        algos.append(run("IMPLICIT_PRECOMP_GEMM", flops, 8 * p.kh * p.kw * p.oh * p.ow))
+    im2col = (2 if low else 4) * p.n * cg * p.kh * p.kw * p.oh * p.ow * p.groups
+    if not (low and sig.op != "Conv2D"):  # a low-type gradient's GEMM is ALGO_1: the one above
+        algos.append(run("GEMM", flops, im2col, traffic=2 * im2col))
     unit = p.stride == (1, 1) and p.dilation == (1, 1)
     if unit and (p.kh, p.kw) == (3, 3) and p.groups == 1:
-        algos.append(run("WINOGRAD", flops / 2.25, 0))
+        if not low:
+            algos.append(run("WINOGRAD", flops / 2.25, 0))
         tiles = p.n * math.ceil(p.oh / 4) * math.ceil(p.ow / 4)
         ws = 4 * 36 * (p.c * tiles + p.o * p.c + p.o * tiles)
         transforms = 36 * 8 * (p.c * tiles + p.o * tiles)
         algos.append(run("WINOGRAD_NONFUSED", flops / 4 + transforms, ws, traffic=2 * ws))
     ph, pw = p.h + p.kh - 1, p.w + p.kw - 1
-    if unit and p.kh * p.kw > 1 and max(ph, pw) <= FFT_MAX:
+    if unit and p.kh * p.kw > 1 and max(ph, pw) <= FFT_MAX and not low:
         freq = ph * (pw // 2 + 1)
         planes = p.n * p.c + p.o * cg + p.n * p.o
         ws = 8 * freq * planes
