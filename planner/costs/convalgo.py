@@ -23,8 +23,9 @@ tests/costs/test_precision_costs.py): IMPLICIT_PRECOMP_GEMM runs on the tensor c
 copies of its operands (workspace: the image with channels padded to 8, the output, the filter;
 a filter gradient adds split-K partial sums in float32, at most one 128 x 128 tile per SM);
 GEMM's im2col is of the low type (for a gradient it is the same algorithm as
-IMPLICIT_PRECOMP_GEMM, so it is not offered twice); IMPLICIT_GEMM and GEMM stay on the CUDA cores (float32's
-rate); WINOGRAD_NONFUSED transforms in float32 as above; fused WINOGRAD and FFT are not offered.
+IMPLICIT_PRECOMP_GEMM, so it is not offered twice); IMPLICIT_GEMM and GEMM stay on the CUDA
+cores (float32's rate); WINOGRAD_NONFUSED transforms in float32 as above; fused WINOGRAD and FFT
+are not offered.
 
 Default times are rooflines over each family's own arithmetic (Winograd F(2x2,3x3) does
 1/2.25 and F(4x4,3x3) 1/4 of the direct multiplies; FFT does complex products per frequency

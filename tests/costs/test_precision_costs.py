@@ -108,10 +108,11 @@ H200_BF16_TABLE = (Path(__file__).resolve().parents[2] / "bench" / "results"
 
 def test_low_type_workspaces_bound_what_cudnn_asked_on_an_h200():
     """The modelled families of a bfloat16 convolution are ones cuDNN offers, the fastest the one
-    cuDNN ran fastest, each with at least the workspace cuDNN asked for it (ResNet-50's 68 convolution signatures, every direction,
-    measured by `bench/bench_gpu_profile.py --precision bf16-mixed` on an H200): a plan from
-    the model leaves no convolution a block of its own outside the arena (the H200's
-    window_checks found 1.1 GB of those when it modelled float32's workspaces)."""
+    cuDNN ran fastest, each with at least the workspace cuDNN asked for it (ResNet-50's 68
+    convolution signatures, every direction, measured by `bench/bench_gpu_profile.py
+    --precision bf16-mixed` on an H200): a plan from the model leaves no convolution a block of
+    its own outside the arena (the H200's window_checks found 1.1 GB of those when it modelled
+    float32's workspaces)."""
     from planner.costs.records import load_table
 
     gpu = preset("h200-141gb").gpus[0]
