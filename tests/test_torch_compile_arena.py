@@ -51,10 +51,15 @@ def made(width: int):
     return model, ref, compiled, before
 
 
-def new_pool(before: set[str]) -> executors.ExecutorPool:
+def new_pools(before: set[str]) -> tuple[executors.ExecutorPool, executors.ExecutorPool]:
+    """The forward and the backward pool the compiled copy planned (in that order)."""
     pools = [p for k, p in executors._POOLS.items() if k not in before]
-    assert len(pools) == 1, f"{len(pools)} new pools"
-    return pools[0]
+    assert len(pools) == 2, f"{len(pools)} new pools"
+    return pools[0], pools[1]
+
+
+def new_pool(before: set[str]) -> executors.ExecutorPool:
+    return new_pools(before)[0]
 
 
 def assert_close(got, want, what: str) -> None:
@@ -99,6 +104,13 @@ def test_a_loop_keeps_one_executor_and_reads_activations_in_its_arena():
         assert pool.size == 1
         assert all(inside(p, ex) for p in views), "a saved activation was copied"
         assert node.arena == {}, "the freed anchor let go of the arena's arrays"
+        # The gradients: views of the backward executor's arena, leased while they live
+        # (zero_grad's set_to_none frees them before the next backward: one executor).
+        backward = new_pools(before)[1]
+        assert (backward.size, len(backward.idle())) == (1, 0)
+        leased = backward._idle[0] if backward._idle else next(
+            lease.ex for lease in executors._LEASES if lease.pool is backward)
+        assert all(inside(p.grad.data_ptr(), leased) for p in model.parameters())
     for (name, p), q in zip(model.named_parameters(), ref.parameters(), strict=True):
         assert_close(p.detach(), q.detach(), name)
 
@@ -124,6 +136,27 @@ def test_two_calls_in_flight_lease_two_executors_and_equal_eager_one_dropped_ret
     assert (pool.size, len(pool.idle())) == (2, 1)
     del out
     assert (pool.size, len(pool.idle())) == (2, 2)
+
+
+def test_gradient_accumulation_adds_into_the_kept_gradients_as_eager():
+    """Gradients kept across backwards (accumulation; zero_grad(set_to_none=False)) pin their
+    executor's arena: the next backward runs on a second one and autograd adds its views into
+    the kept `.grad`s; no third is ever made."""
+    model, ref, compiled, before = made(31)
+    torch.manual_seed(4)
+    for _ in range(2):
+        for _ in range(3):  # three micro-batches into the same .grads
+            x = torch.randn(4, 7)
+            compiled(x).square().mean().backward()
+            ref(x).square().mean().backward()
+        backward = new_pools(before)[1]
+        assert (backward.size, len(backward.idle())) == (2, 1)
+        for (name, p), q in zip(model.named_parameters(), ref.parameters(), strict=True):
+            assert_close(p.grad, q.grad, name)
+        model.zero_grad(set_to_none=False)  # in place: the first executor stays pinned
+        ref.zero_grad(set_to_none=False)
+    model.zero_grad()  # set_to_none: every executor free again
+    assert (backward.size, len(backward.idle())) == (2, 2)
 
 
 def test_retain_graph_backwards_twice_as_eager():

@@ -248,6 +248,7 @@ class Lease:
         self._lock = threading.RLock()
         self._tensors: list[weakref.ref] = []  # what kept() gave, for release()
         self._arrays: list[dict[str, Any]] = []  # what anchor() holds, for release()
+        self._leaves: list[weakref.ref] = []  # whose .grad may be what kept() gave
 
     def kept(self, value: Any) -> Any:
         """`value` (an array of this call, a view of the executor's arena or a copy) as a torch
@@ -285,17 +286,28 @@ class Lease:
         end.atexit = False
         return anchor
 
+    def gradients_of(self, leaves: list[weakref.ref]) -> None:
+        """The tensors whose `.grad` autograd may make of the tensors kept() gave (it takes a
+        gradient as it is where it can: the tensor kept() made is then gone, its memory not),
+        for release()."""
+        self._leaves.extend(leaves)
+
     def close(self) -> None:
         """The call's own hold ended (its arrays are kept, or the call failed)."""
         self._end()
 
     def release(self) -> None:
         """Before the interpreter's teardown: the tensors kept() gave, still alive (saved by a
-        call never backwarded), given memory of their own, so none keeps the executor alive."""
+        call never backwarded, a gradient kept as `.grad`), given memory of their own, so
+        none keeps the executor alive."""
         for ref in self._tensors:
             t = ref()
             if t is not None:
                 t.data = t.detach().clone()
+        for ref in self._leaves:
+            leaf = ref()
+            if leaf is not None and leaf.grad is not None:
+                leaf.grad = leaf.grad.detach().clone()
         for arrays in self._arrays:
             arrays.clear()
 
