@@ -13,18 +13,8 @@
 # Usage: [CASES=a,b] [RUNS="model:precision ..."] [PROFILE=0] bash bench/device/call_next.sh [--dry-run]
 #   (the second call of the window: CASES=r18_bf16,r18_bf16_budget,r18_fp16
 #    RUNS="resnet50:bf16-mixed" PROFILE=0, the low-type workspace model checked)
-if [ "${1:-}" = --dry-run ]; then export DRY=1; OUT=${OUT:-$(mktemp -d)}; fi
-export OUT=${OUT:-/tmp/out}
-mkdir -p "$OUT"
 DEADLINE=${DEADLINE:-520}
-failed=""
-left() { [ -n "${DRY:-}" ] && { echo 1800; return; }; local l=$((DEADLINE - SECONDS)); [ "$l" -lt "$1" ] && echo "$((l > 5 ? l : 5))" || echo "$1"; }
-{ timeout 90 bash -c '. bench/device/setup.sh' && . bench/device/setup.sh; } >"$OUT/env.txt" 2>&1
-ok=$?
-tail -5 "$OUT/env.txt"
-[ $ok = 0 ] || exit 1
-nvidia-smi --query-gpu=name,driver_version --format=csv,noheader >>"$OUT/env.txt" 2>&1
-uptime >>"$OUT/env.txt"
+. bench/device/window.sh "$@" || exit 1
 
 echo "== checks at ${SECONDS}s"
 W=${DRY:+--dry-run}

@@ -13,18 +13,8 @@
 # Back in $OUT (8 files): env.txt kernels.log drift.txt drift.json window_checks.txt bench.txt
 #   gpu_profile.txt resnet50.gpu.costs.json
 # Usage: bash bench/device/call_open.sh [--dry-run]
-if [ "${1:-}" = --dry-run ]; then export DRY=1; OUT=${OUT:-$(mktemp -d)}; fi
-export OUT=${OUT:-/tmp/out}
-mkdir -p "$OUT"
 DEADLINE=${DEADLINE:-500}
-failed=""
-left() { [ -n "${DRY:-}" ] && { echo 1800; return; }; local l=$((DEADLINE - SECONDS)); [ "$l" -lt "$1" ] && echo "$((l > 5 ? l : 5))" || echo "$1"; }
-{ timeout 90 bash -c '. bench/device/setup.sh' && . bench/device/setup.sh; } >"$OUT/env.txt" 2>&1
-ok=$?
-tail -5 "$OUT/env.txt"
-[ $ok = 0 ] || exit 1
-nvidia-smi --query-gpu=name,driver_version --format=csv,noheader >>"$OUT/env.txt" 2>&1
-uptime >>"$OUT/env.txt"
+. bench/device/window.sh "$@" || exit 1
 
 echo "== kernels at ${SECONDS}s"
 K=(-p no:cacheprovider -o addopts= -m gpu tests/cuda/test_cuda_kernels.py)
