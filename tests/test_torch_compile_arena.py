@@ -108,8 +108,7 @@ def test_a_loop_keeps_one_executor_and_reads_activations_in_its_arena():
         # (zero_grad's set_to_none frees them before the next backward: one executor).
         backward = new_pools(before)[1]
         assert (backward.size, len(backward.idle())) == (1, 0)
-        leased = backward._idle[0] if backward._idle else next(
-            lease.ex for lease in executors._LEASES if lease.pool is backward)
+        leased = next(lease.ex for lease in executors._LEASES if lease.pool is backward)
         assert all(inside(p.grad.data_ptr(), leased) for p in model.parameters())
     for (name, p), q in zip(model.named_parameters(), ref.parameters(), strict=True):
         assert_close(p.detach(), q.detach(), name)

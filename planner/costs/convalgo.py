@@ -170,16 +170,15 @@ def default_algorithms(sig: OpSignature, gpu: GPU) -> list[ConvAlgo]:
     p = problem(sig)
     flops = 2.0 * p.macs
     bw = gpu.memory_bandwidth
+    low = p.itemsize < 4  # a bfloat16 / float16 convolution (module docstring)
 
     def run(family: str, work: float, workspace: int, traffic: float = 0.0) -> ConvAlgo:
-        efficiency = (LOW_TYPE_EFFICIENCY if p.itemsize < 4 else EFFICIENCY).get(
-            family, EFFICIENCY[family])
+        efficiency = (LOW_TYPE_EFFICIENCY if low else EFFICIENCY).get(family, EFFICIENCY[family])
         seconds = GPU_LAUNCH_SECONDS + max(work / (_peak(family, sig, gpu) * efficiency),
                                            (p.io_bytes + traffic) / bw)
         return ConvAlgo(family, seconds, int(workspace), "default")
 
     cg = p.c // p.groups
-    low = p.itemsize < 4
     algos = [run("IMPLICIT_GEMM", flops, 0)]
     if low:  # the NHWC copies (module docstring), written once and read once
         c8 = -(-p.c // 8) * 8

@@ -198,7 +198,6 @@ def kernel_scratch(steps) -> ExtraBuffers:
     return extra
 
 
-
 def scratch_ops(m: Material, steps) -> list[int]:
     """The graph-node ops whose CUDA kernel needs scratch of its own (OpDef.gpu_scratch)."""
     return [i for i, o in enumerate(m.ops)

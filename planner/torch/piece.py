@@ -175,8 +175,8 @@ class _Training:
         # The gradients the backward call returns, as views of its leased arena too: copying
         # them out cost a ResNet-18's backward 6.3 of its 32.6 ms (page faults on the fresh
         # memory, each step). Autograd makes them the `.grad`s or adds them into those.
-        self.grad_views = tuple(dict.fromkeys(
-            g for g in split.grads.values() if g in set(split.backward.outputs)))
+        returned = set(split.backward.outputs)
+        self.grad_views = tuple(dict.fromkeys(g for g in split.grads.values() if g in returned))
         _RUNS.add(self)
 
     def release(self) -> None:

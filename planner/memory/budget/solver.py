@@ -202,8 +202,9 @@ def give_workspaces(placed: Placed, state: State, options: MemoryOptions
     convs = [i for i, o in enumerate(m.ops) if o.kind == "node" and steps.algos[o.step]]
     needy = sorted(convs)  # the kernels' own scratch is laid out already (kernel_scratch)
     # A convolution's least workspace, reserved in the layout (planner.memory.gpu.kernel_scratch)
-    reserved = {b.first: k for k, b in enumerate(buffers) if b.kind == "workspace"
-                and b.first in set(convs)}
+    conv_ops = frozenset(convs)
+    reserved = {b.first: k for k, b in enumerate(buffers)
+                if b.kind == "workspace" and b.first in conv_ops}
     free = FreeBytes(m.buffers, placed.offsets, options.alignment)
     for i, (gap_lo, gap_hi, top) in zip(needy, free.sweep([m.ops[i].key for i in needy]),
                                         strict=True):
