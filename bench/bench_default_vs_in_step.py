@@ -115,9 +115,9 @@ def main() -> None:
             print(f"per signature, {name} / in-step 1 at {threads} thread(s): median "
                   f"{statistics.median(r):.2f}, quartiles {_q(r)}, {len(r)} signatures")
     for name, t in (("default", store), ("in-step 1", first), ("in-step 2", second)):
-        print(f"{name} contention {t.contention}, co-run slowdown {t.corun_slowdown}")
-    swapped = first.model_copy(update={"contention": store.contention,
-                                       "corun_slowdown": store.corun_slowdown})
+        print(f"{name} contention {t.contention}, co-run slowdown {t.corun_slowdown}, "
+              f"hand-off {t.handoff_seconds}")
+    swapped = first.model_copy(update=store.host_figures())
     p = plan(plans["in-step 1"].graph, _host(), swapped)
     print(f"in-step 1's times with the default's contention: {_shape(p)}, outside the noise "
           f"{len(outside_noise(p, repeats))}")

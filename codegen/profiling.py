@@ -379,21 +379,20 @@ def profile_in_step(graph: Graph, target: Target, work_dir: str | Path,
             table = fold_stats(table, p, stats, date=date)
     figures = step_contention(graph, target, table, progress, steps, feeds) if corun else None
     if figures is not None:
-        table = CostTable(target=table.target, entries=table.entries,
-                          provenance=table.provenance, contention=figures[0],
-                          corun_slowdown=figures[1])
+        table = table.model_copy(update=figures)
     return table
 
 
 def step_contention(graph: Graph, target: Target, table: CostTable,
                     progress: TextIO | None = None, steps: int = 40,
                     feeds: Mapping[str, np.ndarray] | None = None
-                    ) -> tuple[float, float] | None:
-    """(contention, corun_slowdown) of this host fitted from `graph`'s own step: its uniform
-    plan of one one-thread lane against its uniform plan of one-thread lanes on every core,
-    priced by `table`, each run in a process of its own (codegen.isolated: in one process
-    their libgomps spoil each other), their `steps` steps taken in turns (`_fit_contention`);
-    None on a target of one core. What planner.costs.host_costs keeps beside the signatures'
+                    ) -> dict[str, float] | None:
+    """This host's co-running figures (records.HOST_FIGURES by name: contention,
+    corun_slowdown, handoff_seconds) fitted from `graph`'s own step: its uniform plan of one
+    one-thread lane against its uniform plan of one-thread lanes on every core, priced by
+    `table`, each run in a process of its own (codegen.isolated: in one process their libgomps
+    spoil each other), their `steps` steps taken in turns (`_fit_contention`); None on a
+    target of one core. What planner.costs.host_costs keeps beside the signatures'
     times: a graph of signatures co-runs ops that share no data, and fitted from it the
     slowdown of co-running came out 0.2-0.5 where a step's own lanes, handing their outputs
     across cores, gave 1.4-2.2 (bench/results/2026-11-25-default-vs-in-step.md). `feeds` as
@@ -415,7 +414,8 @@ def step_contention(graph: Graph, target: Target, table: CostTable,
         runs = steps_in_turns(packages, state, feeds, steps)
         return _fit_contention(target, plans[0], plans[1], _without_layouts(table),
                                [_seconds(_over_steps([s for _, s in run])) for run in runs],
-                               [statistics.median(t for t, _ in run) for run in runs])
+                               [statistics.median(t for t, _ in run) for run in runs],
+                               handoff_latency(plans[1], [s for _, s in runs[1]]))
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -554,16 +554,34 @@ def _without_layouts(table: CostTable) -> CostTable:
                                                      if "layout" not in e.signature.attrs)})
 
 
+def handoff_latency(plan: Plan, per_step: Sequence[dict]) -> float:
+    """The median of the cross-lane waits (`waits_between_ops`) of `plan`'s measured steps
+    (stats() per step), rounded to the nanosecond; 0 where none handed over.
+
+    >>> from planner.target.presets import preset
+    >>> graph = copies_graph(OpSignature(op="Relu", shapes=((4,),), dtypes=("float32",)), 2)
+    >>> p = placements_plan(graph, preset("xeon-8180"), [(1, (0,)), (1, (1,))])
+    >>> steps = [{"ops": [{"name": "copy0", "start": 0.0, "end": 1e-5},
+    ...                   {"name": "copy1", "start": 1e-5 + w, "end": 5e-5}]}
+    ...          for w in (2e-5, 3e-5, 9e-5)]
+    >>> handoff_latency(p, steps)
+    3e-05
+    """
+    waits = [w for stats in per_step for w in waits_between_ops(plan, stats)[1]]
+    return round(max(0.0, statistics.median(waits)), 9) if waits else 0.0
+
+
 def _fit_contention(target: Target, lone: Plan, corun: Plan, costs: CostTable,
-                    alone_corun: Sequence[dict[str, float]], steps: Sequence[float]
-                    ) -> tuple[float, float]:
-    """(kappa, sigma) from the one-lane plan `lone` and the co-running plan `corun`, both
-    priced by `costs`: their ops' measured seconds `alone_corun` and their measured `steps`.
+                    alone_corun: Sequence[dict[str, float]], steps: Sequence[float],
+                    handoff: float = 0.0) -> dict[str, float]:
+    """The co-running figures from the one-lane plan `lone` and the co-running plan `corun`,
+    both priced by `costs`: their ops' measured seconds `alone_corun`, their measured `steps`
+    and the co-running step's median hand-off `handoff` (`handoff_latency`).
 
     kappa from the co-running plan's ops (planner.schedule.contention.fit_contention: planned
     intervals, cores, bandwidth demands and memory-boundness at their times alone, and the
     times they took co-running). sigma from the step (step_slowdown): the one at which the
-    simulator prices the co-running plan's step as measured, in the simulator's terms
+    simulator, its hand-offs priced at `handoff`, prices the co-running plan's step as measured, in the simulator's terms
     (measured x the one-lane plan's predicted / measured step: what the store's times miss
     of any step, the load among it, is not charged to co-running). Of the plans' own graph:
     planning rewrites the graph it is given for the cores (planner.graph.for_cores: an LSTM's
@@ -589,13 +607,15 @@ def _fit_contention(target: Target, lone: Plan, corun: Plan, costs: CostTable,
     options = ScheduleOptions(strategy="uniform", intra=1, inter=target.cores)
 
     def predict(sigma: float) -> float:
-        figures = costs.model_copy(update={"contention": kappa, "corun_slowdown": sigma})
+        figures = costs.model_copy(update={"contention": kappa, "corun_slowdown": sigma,
+                                           "handoff_seconds": handoff})
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", MissingCostWarning)
             return cpu_schedule(graph, CostModel(target, figures), options).step_seconds
 
     goal = steps[1] * lone.summary.step_seconds / steps[0] if steps[0] > 0 else 0.0
-    return kappa, step_slowdown(predict, goal)
+    return {"contention": kappa, "corun_slowdown": step_slowdown(predict, goal),
+            "handoff_seconds": handoff}
 
 
 def waits_between_ops(plan: Plan, stats: dict) -> tuple[list[float], list[float]]:

@@ -94,15 +94,16 @@ from planner.target.records import Target
 # Which fit of the contention figures a store's are from: 1 fitted sigma to the co-running
 # ops' stretches, each plan's executor in one process (co-running came out nearly free: kappa
 # 0.02, sigma 0, and LSTM's two-lane plans ran 12-20% slower than priced); 2 fits sigma to the
-# co-running step, each executor in a process of its own (codegen.profiling.step_contention).
-CORUN_FIT = 2
+# co-running step, each executor in a process of its own (codegen.profiling.step_contention);
+# 3 adds the lanes' hand-off latency and fits sigma with it priced (sigma no longer carries it).
+CORUN_FIT = 3
 
 
 # (signatures, target, progress) -> a cost table of them measured on this machine.
 Measure = Callable[[Sequence[OpSignature], Target, "TextIO | None"], CostTable]
-# (a step's graph, target, its cost table, progress) -> the host's (contention,
-# corun_slowdown) fitted from that step's co-running lanes, or None (one core).
-Corun = Callable[[Graph, Target, CostTable, "TextIO | None"], "tuple[float, float] | None"]
+# (a step's graph, target, its cost table, progress) -> the host's co-running figures
+# (records.HOST_FIGURES by name) fitted from that step's co-running lanes, or None (one core).
+Corun = Callable[[Graph, Target, CostTable, "TextIO | None"], "dict[str, float] | None"]
 
 
 class HostCosts(Record):
@@ -126,13 +127,12 @@ class HostCosts(Record):
         return self.corun_load is None or self.corun_fit != CORUN_FIT or (
             load <= BUSY < self.corun_load)
 
-    def fitted(self, figures: tuple[float, float] | None, load: float) -> HostCosts:
-        """The store with the contention figures `figures` (None: none to fit) fitted at
-        `load`."""
+    def fitted(self, figures: dict[str, float] | None, load: float) -> HostCosts:
+        """The store with the co-running figures `figures` (HOST_FIGURES by name; None: none
+        to fit) fitted at `load`."""
         if figures is None:
             return self.model_copy(update={"corun_load": load, "corun_fit": CORUN_FIT})
-        table = self.table.model_copy(update={"contention": figures[0],
-                                              "corun_slowdown": figures[1]})
+        table = self.table.model_copy(update=dict(figures))
         return self.model_copy(update={"table": table, "corun_load": load,
                                        "corun_fit": CORUN_FIT})
 
@@ -159,13 +159,10 @@ class HostCosts(Record):
                 entries[key], loads[key] = new, load
             elif (load > BUSY) == (was > BUSY):
                 entries[key], loads[key] = _best(old, new), min(was, load)
-        contention = measured.contention if measured.contention is not None \
-            else self.table.contention
-        slowdown = measured.corun_slowdown if measured.corun_slowdown is not None \
-            else self.table.corun_slowdown
+        figures = {k: v if v is not None else self.table.host_figures()[k]
+                   for k, v in measured.host_figures().items()}
         table = CostTable(target=self.table.target, entries=tuple(entries.values()),
-                          provenance=self.table.provenance + measured.provenance,
-                          contention=contention, corun_slowdown=slowdown)
+                          provenance=self.table.provenance + measured.provenance, **figures)
         return HostCosts(table=table, loads=loads, timeless=tuple(sorted(timeless)),
                          corun_load=self.corun_load, corun_fit=self.corun_fit)
 
@@ -174,8 +171,7 @@ class HostCosts(Record):
         keys = {s.key for s in signatures}
         return CostTable(target=self.table.target,
                          entries=tuple(e for e in self.table.entries if e.key in keys),
-                         contention=self.table.contention,
-                         corun_slowdown=self.table.corun_slowdown)
+                         **self.table.host_figures())
 
 
 def _best(old: CostEntry, new: CostEntry) -> CostEntry:

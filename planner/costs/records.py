@@ -129,6 +129,11 @@ class Provenance(Record):
     source: str = ""
 
 
+# The figures of the host's co-running a table carries beside its entries, fitted together
+# from one co-running step (codegen.profiling.step_contention) and kept together.
+HOST_FIGURES = ("contention", "corun_slowdown", "handoff_seconds")
+
+
 class CostTable(Record):
     """Measured costs on one target. Look entries up with `entry(signature)`."""
 
@@ -144,6 +149,14 @@ class CostTable(Record):
     # simulator's sigma, fitted so that it prices the co-running step as it ran
     # (codegen.profiling.step_contention). None: not measured.
     corun_slowdown: float | None = Field(default=None, ge=0)
+    # How long an op starts after its last wait ended on another lane (that lane's thread
+    # sleeps and is woken): the simulator's hand-off, the median of a co-running step's
+    # (codegen.profiling.step_contention). None: not measured, hand-offs priced at 0.
+    handoff_seconds: float | None = Field(default=None, ge=0)
+
+    def host_figures(self) -> dict[str, float | None]:
+        """The host's co-running figures (HOST_FIGURES) by field name."""
+        return {name: getattr(self, name) for name in HOST_FIGURES}
 
     @field_validator("entries")
     @classmethod
@@ -211,12 +224,10 @@ def merge(base: CostTable, update: CostTable) -> CostTable:
             gpu_launches=_union(old.gpu_launches, new.gpu_launches,
                                 lambda s: (s.threads_per_block, s.blocks)),
             gpu_seconds=old.gpu_seconds if new.gpu_seconds is None else new.gpu_seconds)
+    figures = {k: v if v is not None else base.host_figures()[k]
+               for k, v in update.host_figures().items()}
     return CostTable(target=base.target, entries=tuple(entries.values()),
-                     provenance=base.provenance + update.provenance,
-                     contention=base.contention if update.contention is None
-                     else update.contention,
-                     corun_slowdown=base.corun_slowdown if update.corun_slowdown is None
-                     else update.corun_slowdown)
+                     provenance=base.provenance + update.provenance, **figures)
 
 
 def _union(old: tuple[Any, ...], new: tuple[Any, ...],

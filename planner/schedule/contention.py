@@ -35,6 +35,7 @@ Example:
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -42,7 +43,7 @@ from planner.costs.analytical import op_work
 from planner.costs.signature import graph_signatures
 from planner.ir.graph import Graph
 from planner.schedule.placement import Placement
-from planner.schedule.simulate import EPSILON, SimResult, sim_result, unblocking
+from planner.schedule.simulate import EPSILON, HandOffs, SimResult, sim_result, unblocking
 from planner.target.records import CPU
 
 
@@ -78,13 +79,16 @@ class Contention:
 
 
 def simulate_contended(placements: Sequence[Placement], preds: Sequence[Sequence[int]],
-                       cores: int, contention: Contention) -> SimResult:
-    """`simulate` with co-running ops sharing bandwidth and cores (module docstring); no
-    placement may use SMT."""
+                       cores: int, contention: Contention, handoff: float = 0.0) -> SimResult:
+    """`simulate` with co-running ops sharing bandwidth and cores (module docstring), and
+    `handoff` seconds on every wait across lanes (planner.schedule.simulate); no placement
+    may use SMT. An op handed over waits, unblocked and not running, until its start."""
     if any(p.smt for p in placements):
         raise ValueError("the contended simulator does not model SMT placements")
     n = len(placements)
     blocked, unblocks = unblocking(placements, preds, cores)
+    hand = HandOffs(placements, handoff)
+    waiting: list[tuple[float, int]] = []  # (start, placement), handed over, not started
     demand, mu = contention.demands(placements)
     kappa, bandwidth = contention.kappa, contention.memory
     left = [p.seconds for p in placements]
@@ -103,12 +107,22 @@ def simulate_contended(placements: Sequence[Placement], preds: Sequence[Sequence
     start([i for i in range(n) if blocked[i] == 0])
     width = [len(p.cores) for p in placements]
     sigma = contention.sigma
-    while running:
+    while running or waiting:
         over = kappa * max(0.0, sum(demand[j] for j in running) / bandwidth - 1.0)
         busy_cores = sum(width[j] for j in running)
         pace = {j: 1.0 / (1.0 + mu[j] * over + sigma * neighbours(busy_cores, width[j], cores))
                 for j in running}
-        dt = min(left[j] / pace[j] for j in running)
+        dt = min((left[j] / pace[j] for j in running), default=float("inf"))
+        if waiting and waiting[0][0] < now + dt:  # a handed-over op starts first
+            dt = waiting[0][0] - now
+            for j in running:
+                left[j] = max(0.0, left[j] - dt * pace[j])
+            now = waiting[0][0]
+            due = []
+            while waiting and waiting[0][0] <= now:
+                due.append(heapq.heappop(waiting)[1])
+            start(due)
+            continue
         now += dt
         limit = dt * (1.0 + EPSILON) + EPSILON * max(abs(now), 1.0)
         finished = [j for j in running if left[j] / pace[j] <= limit]
@@ -123,10 +137,14 @@ def simulate_contended(placements: Sequence[Placement], preds: Sequence[Sequence
             done += 1
             counts.append(len(running))
             for k in unblocks[j]:
+                hand.let_go(j, k, now)
                 blocked[k] -= 1
                 if blocked[k] == 0:
                     newly.append(k)
-        start(newly)
+        later = [k for k in newly if hand.start(k, now) > now]
+        for k in later:
+            heapq.heappush(waiting, (hand.start(k, now), k))
+        start([k for k in newly if k not in later] if later else newly)
     return sim_result(starts, ends, busy, counts, cores, blocked, done == n)
 
 

@@ -65,11 +65,12 @@ def cpu_schedule(graph: Graph, model: CostModel, options: ScheduleOptions | None
                                                options.smt_slowdown))
     sims: dict[int, tuple[list[Placement], SimResult]] = {}
     contention = measured_contention(graph, model)
+    handoff = measured_handoff(model)
     placements = schedule(graph, target, costs, preds, options, sims, bound.durations,
-                          contention=contention)
+                          contention=contention, handoff=handoff)
     ran = sims.get(id(placements))
     sim = ran[1] if ran is not None and ran[0] is placements else run_placements(
-        placements, preds, target.cores, options.smt_slowdown, contention)
+        placements, preds, target.cores, options.smt_slowdown, contention, handoff)
     return record(graph, target, options, costs, preds, placements, sim, bound)
 
 
@@ -85,20 +86,31 @@ def measured_contention(graph: Graph, model: CostModel) -> Contention | None:
     return Contention.of(graph, model.target.cpu, kappa or 0.0, sigma or 0.0)
 
 
+def measured_handoff(model: CostModel) -> float:
+    """The seconds an op waits when handed over from another lane, as measured on this machine
+    (CostTable.handoff_seconds); 0 where none was (planner.schedule.simulate)."""
+    table = model.table
+    if table is None or model.target.cpu is None:
+        return 0.0
+    return table.handoff_seconds or 0.0
+
+
 def run_placements(placements: Sequence[Placement], preds: Sequence[Sequence[int]], cores: int,
-                   smt_slowdown: float, contention: Contention | None = None) -> SimResult:
+                   smt_slowdown: float, contention: Contention | None = None,
+                   handoff: float = 0.0) -> SimResult:
     """The simulator for these placements: the contended one when `contention` is given and no
-    placement uses SMT (the contended model does not combine with SMT interference yet)."""
+    placement uses SMT (the contended model does not combine with SMT interference yet); each
+    hand-off across lanes `handoff` seconds."""
     if contention is not None and not any(p.smt for p in placements):
-        return simulate_contended(placements, preds, cores, contention)
-    return simulate(placements, preds, cores, smt_slowdown)
+        return simulate_contended(placements, preds, cores, contention, handoff)
+    return simulate(placements, preds, cores, smt_slowdown, handoff)
 
 
 def schedule(graph: Graph, target: Target, costs: OpCosts, preds: Sequence[Sequence[int]],
              options: ScheduleOptions,
              sims: dict[int, tuple[list[Placement], SimResult]] | None = None,
              durations: Sequence[float] = (), baselines: bool = True,
-             contention: Contention | None = None) -> list[Placement]:
+             contention: Contention | None = None, handoff: float = 0.0) -> list[Placement]:
     """Placements in execution order under the options' strategy.
 
     `sims`, when given, receives the simulation of every candidate schedule tried, by the id of
@@ -121,7 +133,7 @@ def schedule(graph: Graph, target: Target, costs: OpCosts, preds: Sequence[Seque
         for done in same_starts:
             if done[1] == ps:
                 return done
-        sim = run_placements(ps, preds, cores, options.smt_slowdown, contention)
+        sim = run_placements(ps, preds, cores, options.smt_slowdown, contention, handoff)
         sims[id(ps)] = (ps, sim)
         same_starts.append((sim.step_seconds, ps))
         return same_starts[-1]

@@ -27,6 +27,16 @@ area lower bound's capacity (bound.py).
     ht    0-1        |= relu (2) =|                   1.9x slower
                0     t1           t2        t3  conv ends at t3 = t_conv + 0.47 (t2 - t1)
 
+Hand-offs. An op whose wait ends on another lane (another executor thread: the lane of its
+first core's hardware thread, planner.schedule.record.lane_numbers) starts `handoff` seconds
+after that op ends: the waiting lane's thread sleeps and has to be woken (a futex wake, 20-50 us
+on a virtual machine, measured per host: codegen.profiling.step_contention). An op let go by
+its own lane's previous op starts at once. handoff = 0 gives the same floats as without.
+
+    lane 0  |== a ==|              a -> b hands over, a -> c does not
+    lane 1           ....|== b ==|
+    lane 0          |== c ==|       b starts `handoff` after a ends, c at once
+
 Reports: per placement start and end, step time, per-core busy fraction, and seed 002 Fig. 4's
 statistic: ops running just after each start or finish event, averaged over events.
 
@@ -156,37 +166,90 @@ def sure_floor(floor: float, placements: int) -> float:
 
 
 def simulate(placements: Sequence[Placement], preds: Sequence[Sequence[int]], cores: int,
-             smt_slowdown: float) -> SimResult:
-    """Run placements (in execution order) with node dependencies `preds` (by node index).
+             smt_slowdown: float, handoff: float = 0.0) -> SimResult:
+    """Run placements (in execution order) with node dependencies `preds` (by node index),
+    `handoff` seconds on every wait across lanes (module docstring).
 
     Raises ValueError when the placements cannot all run (a node placed twice or never, or an
     order that waits on itself).
+
+    >>> from planner.schedule.placement import Placement
+    >>> ps = [Placement((0,), (0,), "compact", 1.0, 0.0),
+    ...       Placement((1,), (1,), "compact", 1.0, 1.0),
+    ...       Placement((2,), (0,), "compact", 1.0, 1.0)]
+    >>> simulate(ps, ((), (0,), (0,)), cores=2, smt_slowdown=1.9, handoff=0.25).starts
+    (0.0, 1.25, 1.0)
     """
     blocked, unblocks = unblocking(placements, preds, cores)
+    hand = HandOffs(placements, handoff)
     if not any(p.smt for p in placements):
-        return exclusive_cores_loop(placements, blocked, unblocks, cores)
-    return shared_cores_loop(placements, blocked, unblocks, cores, smt_slowdown)
+        return exclusive_cores_loop(placements, blocked, unblocks, cores, hand)
+    return shared_cores_loop(placements, blocked, unblocks, cores, smt_slowdown, hand)
+
+
+class HandOffs:
+    """When each placement may start: the latest end of what it waits for, `seconds` later
+    where that ran on another lane (module docstring). With seconds = 0, the end itself: the
+    event that unblocks an op is its latest wait's end, so it starts then, as without."""
+
+    def __init__(self, placements: Sequence[Placement], seconds: float = 0.0) -> None:
+        self.seconds = seconds
+        self.lane = [(p.smt, min(p.cores)) if p.cores else (p.smt, -1) for p in placements] \
+            if seconds > 0 else []
+        self.ready = [0.0] * len(placements) if seconds > 0 else []
+
+    def let_go(self, i: int, j: int, now: float) -> None:
+        """`i`, a wait of `j`, ended `now`."""
+        if self.seconds > 0:
+            at = now + self.seconds if self.lane[i] != self.lane[j] else now
+            if at > self.ready[j]:
+                self.ready[j] = at
+
+    def start(self, j: int, now: float) -> float:
+        """When `j`, unblocked `now` (its last wait ended), starts."""
+        return self.ready[j] if self.seconds > 0 else now
 
 
 def shared_cores_loop(placements: Sequence[Placement], blocked: list[int],
-                      unblocks: list[list[int]], cores: int, f: float) -> SimResult:
+                      unblocks: list[list[int]], cores: int, f: float,
+                      hand: HandOffs | None = None) -> SimResult:
     """The event loop with SMT interference (module docstring): start what is unblocked, then
     finish the earliest projected ends (those within EPSILON together) and start what they
-    unblock, until nothing runs."""
+    unblock, until nothing runs. An op handed over from another lane starts later (`hand`):
+    it waits, unblocked, until then; ends due first are finished first."""
+    hand = hand or HandOffs(placements)
     sim = SharedCores(placements, cores, f)
     for i in range(len(placements)):
         if blocked[i] == 0:
             sim.start(i)
-    while (finished := sim.next_ends()):
+    waiting: list[tuple[float, int]] = []  # (start, placement), handed over, not started
+    while True:
+        end = sim.next_end()
+        if waiting and waiting[0][0] < end:
+            sim.now = max(sim.now, waiting[0][0])
+            due = []
+            while waiting and waiting[0][0] <= sim.now:
+                due.append(heapq.heappop(waiting)[1])
+            for j in sorted(due):
+                sim.start(j)
+            continue
+        finished = sim.next_ends()
+        if not finished:
+            break
         newly: list[int] = []
         for i in sorted(finished):
             sim.finish(i)
             for j in unblocks[i]:
+                hand.let_go(i, j, sim.now)
                 blocked[j] -= 1
                 if blocked[j] == 0:
                     newly.append(j)
         for j in sorted(newly):
-            sim.start(j)
+            at = hand.start(j, sim.now)
+            if at > sim.now:
+                heapq.heappush(waiting, (at, j))
+            else:
+                sim.start(j)
     return sim_result(sim.starts, sim.ends, sim.busy, sim.counts, cores, blocked,
                       sim.done == len(placements))
 
@@ -220,6 +283,13 @@ class SharedCores:
         self.running = 0
         self.now = 0.0
         self.done = 0
+
+    def next_end(self) -> float:
+        """The earliest projected end (inf when nothing runs), stale projections dropped."""
+        heap, version = self.heap, self.version
+        while heap and heap[0][2] != version[heap[0][1]]:
+            heapq.heappop(heap)
+        return heap[0][0] if heap else float("inf")
 
     def next_ends(self) -> list[int]:
         """The placements whose projected end is the earliest (within EPSILON of it), `now`
@@ -315,11 +385,15 @@ class SharedCores:
 
 
 def exclusive_cores_loop(placements: Sequence[Placement], blocked: list[int],
-                         unblocks: list[list[int]], cores: int) -> SimResult:
+                         unblocks: list[list[int]], cores: int,
+                         hand: HandOffs | None = None) -> SimResult:
     """`simulate` when no placement uses a second hardware thread: no thread ever shares its
-    core, so each op runs at its own pace from the event that unblocks it. The same events in
-    the same order (ends within EPSILON finish together, at the first of them), so the same
-    floats; most candidates of the optimized search take this path, several times faster."""
+    core, so each op runs at its own pace from the event that unblocks it (or the hand-off's
+    end, `hand`). The same events in the same order (ends within EPSILON finish together, at
+    the first of them), so the same floats; most candidates of the optimized search take this
+    path, several times faster."""
+    hand = hand or HandOffs(placements)
+    handing = hand.seconds > 0
     n = len(placements)
     seconds = [p.seconds for p in placements]
     cores_of = [p.cores for p in placements]
@@ -360,6 +434,8 @@ def exclusive_cores_loop(placements: Sequence[Placement], blocked: list[int],
             running -= 1
             counts.append(running)
             for j in unblocks[i]:
+                if handing:
+                    hand.let_go(i, j, now)
                 blocked[j] -= 1
                 if blocked[j] == 0:
                     newly.append(j)
@@ -367,8 +443,9 @@ def exclusive_cores_loop(placements: Sequence[Placement], blocked: list[int],
         if len(newly) > 1:
             newly.sort()
         for j in newly:
-            starts[j] = now
-            push(heap, (now + seconds[j], j))
+            at = hand.ready[j] if handing else now
+            starts[j] = at
+            push(heap, (at + seconds[j], j))
             running += 1
             counts.append(running)
     return sim_result(starts, ends, _core_totals(on_cores, ran, widths, cores), counts, cores,

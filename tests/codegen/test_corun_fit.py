@@ -28,9 +28,11 @@ def plans():
         return [_uniform_plan(GRAPH, TARGET, COSTS, lanes, None) for lanes in ((1, 1), (1, 2))]
 
 
-def simulated_step(graph, sigma: float) -> float:
-    """The two-lane step as the simulator runs it with a co-running slowdown `sigma`."""
-    figures = COSTS.model_copy(update={"contention": 0.0, "corun_slowdown": sigma})
+def simulated_step(graph, sigma: float, handoff: float = 0.0) -> float:
+    """The two-lane step as the simulator runs it with a co-running slowdown `sigma` and each
+    hand-off across lanes `handoff` seconds."""
+    figures = COSTS.model_copy(update={"contention": 0.0, "corun_slowdown": sigma,
+                                       "handoff_seconds": handoff})
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return cpu_schedule(graph, CostModel(TARGET, figures), ScheduleOptions(
@@ -39,19 +41,24 @@ def simulated_step(graph, sigma: float) -> float:
 
 @pytest.mark.parametrize("sigma", [0.0, 0.15, 0.4])
 @pytest.mark.parametrize("missed", [1.0, 1.3])
-def test_the_fit_recovers_the_slowdown_that_made_the_co_running_step(sigma, missed):
+@pytest.mark.parametrize("handoff", [0.0, 2e-5])
+def test_the_fit_recovers_the_slowdown_that_made_the_co_running_step(sigma, missed, handoff):
     lone, corun = plans()
     assert {len({o.lane for o in p.ops}) for p in (lone, corun)} == {1, 2}
     # The machine: every op as planned alone, in both plans (no op stretched: kappa 0), the
-    # co-running step `sigma` slower than the contention-free simulator's, and both steps
-    # `missed` slower than the store's times say (the load, the step's own overhead).
+    # co-running step `sigma` slower than the contention-free simulator's and its hand-offs
+    # `handoff` each (measured apart: handoff_latency), and both steps `missed` slower than
+    # the store's times say (the load, the step's own overhead).
     alone = {o.name: (o.end - o.start) * missed for o in lone.ops}
-    steps = (lone.summary.step_seconds * missed, simulated_step(corun.graph, sigma) * missed)
-    kappa, got = _fit_contention(TARGET, lone, corun, COSTS, (alone, alone), steps)
-    assert kappa == 0.0
-    assert got == pytest.approx(sigma, abs=1e-5)
+    steps = (lone.summary.step_seconds * missed,
+             simulated_step(corun.graph, sigma, handoff) * missed)
+    got = _fit_contention(TARGET, lone, corun, COSTS, (alone, alone), steps, handoff)
+    assert got["contention"] == 0.0 and got["handoff_seconds"] == handoff
+    # The hand-offs are not charged to co-running: sigma is the one that made the step.
+    assert got["corun_slowdown"] == pytest.approx(sigma, abs=1e-5)
     # Priced with the fitted figures, the co-running step is predicted as measured.
-    assert simulated_step(corun.graph, got) == pytest.approx(steps[1] / missed, rel=1e-5)
+    assert simulated_step(corun.graph, got["corun_slowdown"], handoff) == pytest.approx(
+        steps[1] / missed, rel=1e-5)
 
 
 def test_co_running_ops_stretched_alike_give_kappa_and_the_step_the_rest():
@@ -59,9 +66,9 @@ def test_co_running_ops_stretched_alike_give_kappa_and_the_step_the_rest():
     alone = {o.name: o.end - o.start for o in lone.ops}
     stretched = {k: 1.2 * v for k, v in alone.items()}
     steps = (lone.summary.step_seconds, simulated_step(corun.graph, 0.3))
-    kappa, sigma = _fit_contention(TARGET, lone, corun, COSTS, (alone, stretched), steps)
-    assert kappa >= 0.0 and sigma >= 0.0
-    figures = COSTS.model_copy(update={"contention": kappa, "corun_slowdown": sigma})
+    figures = _fit_contention(TARGET, lone, corun, COSTS, (alone, stretched), steps)
+    assert figures["contention"] >= 0.0 and figures["corun_slowdown"] >= 0.0
+    figures = COSTS.model_copy(update=figures)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         step = cpu_schedule(corun.graph, CostModel(TARGET, figures), ScheduleOptions(

@@ -51,20 +51,24 @@ def test_a_busy_measurement_is_measured_again_when_quiet_and_then_replaced():
         (1, 3e-6, 2), (2, 2e-6, 1)]
 
 
+def figures(kappa: float, sigma: float, handoff: float) -> dict[str, float]:
+    return {"contention": kappa, "corun_slowdown": sigma, "handoff_seconds": handoff}
+
+
 def test_the_contention_figures_are_fitted_once_and_again_only_from_busy_to_quiet():
     fresh = HostCosts(table=CostTable(target="host"))
     assert fresh.to_fit(load=BUSY + 1) and fresh.to_fit(load=0.0)
-    busy = fresh.fitted((0.1, 1.5), load=BUSY + 1)
-    assert (busy.table.contention, busy.table.corun_slowdown) == (0.1, 1.5)
+    busy = fresh.fitted(figures(0.1, 1.5, 3e-5), load=BUSY + 1)
+    assert busy.table.host_figures() == figures(0.1, 1.5, 3e-5)
     assert not busy.to_fit(load=BUSY + 1) and busy.to_fit(load=0.0)
-    quiet = busy.fitted((0.2, 1.2), load=0.0)
+    quiet = busy.fitted(figures(0.2, 1.2, 2e-5), load=0.0)
     assert not quiet.to_fit(load=0.0) and not quiet.to_fit(load=BUSY + 1)
     # Kept through later measurements of signatures (they fit none of their own), and in
     # the table a plan is priced by.
     kept = quiet.keep(table(1e-6), load=0.0)
     assert kept.corun_load == 0.0
     priced = kept.for_signatures([SIG])
-    assert (priced.contention, priced.corun_slowdown) == (0.2, 1.2)
+    assert priced.host_figures() == figures(0.2, 1.2, 2e-5)
     # One core: nothing to fit, and not tried again.
     assert not fresh.fitted(None, load=0.0).to_fit(load=0.0)
 
@@ -75,7 +79,7 @@ def test_figures_of_another_fit_are_fitted_again():
     kept = HostCosts.model_validate({"table": {"target": "host", "contention": 0.02,
                                                "corun_slowdown": 0.0}, "corun_load": 0.0})
     assert kept.to_fit(load=0.0) and kept.to_fit(load=BUSY + 1)
-    refit = kept.fitted((0.02, 0.4), load=0.0)
+    refit = kept.fitted(figures(0.02, 0.4, 2e-5), load=0.0)
     assert refit.corun_fit == CORUN_FIT and not refit.to_fit(load=0.0)
     assert refit.keep(table(1e-6), load=0.0).corun_fit == CORUN_FIT
 

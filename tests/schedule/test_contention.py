@@ -34,6 +34,17 @@ def test_without_contention_it_is_the_simulator(seed):
 
 
 @pytest.mark.parametrize("seed", range(5))
+def test_hand_offs_are_timed_as_the_simulator_times_them(seed):
+    placements, preds = random_dag(40, seed)
+    free = Contention(node_bytes=(1e9,) * 40, memory=1e9, per_core=1e9, kappa=0.0)
+    a = simulate_contended(placements, preds, 4, free, handoff=0.05)
+    b = simulate(placements, preds, 4, 1.9, handoff=0.05)
+    assert a.starts == pytest.approx(b.starts) and a.ends == pytest.approx(b.ends)
+    without = simulate(placements, preds, 4, 1.9)
+    assert b.step_seconds >= without.step_seconds and b.starts != without.starts
+
+
+@pytest.mark.parametrize("seed", range(5))
 def test_contention_only_ever_delays_and_never_slows_compute_bound_ops(seed):
     placements, preds = random_dag(40, seed)
     free = simulate(placements, preds, 4, 1.9)

@@ -11,6 +11,8 @@ from planner.costs.fixtures import TABLE_III, table_ii
 from planner.schedule.options import SMT_SLOWDOWN
 from planner.schedule.placement import Placement
 from planner.schedule.simulate import (
+    HandOffs,
+    execution_waits,
     exclusive_cores_loop,
     shared_cores_loop,
     simulate,
@@ -100,6 +102,45 @@ def test_fast_path_without_smt_is_the_event_loop(ops, rnd):
     slow = shared_cores_loop(placements, list(blocked), unblocks, 6, SMT_SLOWDOWN)
     assert fast == slow
     assert simulate(placements, preds, 6, SMT_SLOWDOWN) == fast
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.sets(st.integers(0, 5), min_size=1), st.sampled_from(
+    [0.5, 1.0, 1.0 + 1e-13, 2.0, 3.25])), min_size=1, max_size=12), st.randoms(),
+    st.sampled_from([0.0, 0.125, 0.7]))
+def test_an_op_handed_over_from_another_lane_starts_the_hand_off_after(ops, rnd, handoff):
+    # The runtime wakes a lane's sleeping thread when its op's last wait ends on another lane
+    # (lanes.cpp); on its own lane the op follows at once. Both loops time it alike.
+    placements = [Placement((i,), tuple(sorted(cores)), "compact", seconds, 0.0)
+                  for i, (cores, seconds) in enumerate(ops)]
+    preds = tuple(tuple(sorted(rnd.sample(range(i), rnd.randint(0, min(i, 2)))))
+                  for i in range(len(ops)))
+    blocked, unblocks = unblocking(placements, preds)
+    fast = exclusive_cores_loop(placements, list(blocked), unblocks, 6,
+                                HandOffs(placements, handoff))
+    slow = shared_cores_loop(placements, list(blocked), unblocks, 6, SMT_SLOWDOWN,
+                             HandOffs(placements, handoff))
+    assert (fast.starts, fast.ends, fast.core_busy) == (slow.starts, slow.ends, slow.core_busy)
+    lane = [min(p.cores) for p in placements]
+    for j, waits in enumerate(execution_waits(placements, preds)):
+        assert fast.starts[j] == max((fast.ends[i] + (handoff if lane[i] != lane[j] else 0.0)
+                                      for i in waits), default=0.0)
+    without = simulate(placements, preds, 6, SMT_SLOWDOWN)
+    assert fast.step_seconds >= without.step_seconds
+    if handoff == 0.0 or len(set(lane)) == 1:
+        assert fast == without
+
+
+def test_hand_offs_delay_an_smt_schedule_too():
+    # a on core 0, b (its sibling thread) after it on another lane, c after a on a's lane.
+    ps = [Placement((0,), (0,), "compact", 1.0, 0.0),
+          Placement((1,), (0,), "compact", 1.0, 1.0, smt=True),
+          Placement((2,), (0,), "compact", 1.0, 1.0)]
+    r = simulate(ps, ((), (0,), (0,)), cores=1, smt_slowdown=2.0, handoff=0.5)
+    # c runs alone 1-1.5 s, then beside b, both at half pace, to its end at 2.5 s; b alone
+    # from there.
+    assert r.starts == (0.0, 1.5, 1.0)
+    assert r.ends[2] == pytest.approx(2.5) and r.ends[1] == pytest.approx(3.0)
 
 
 def test_near_equal_ends_finish_in_one_event_on_both_paths():
