@@ -24,8 +24,10 @@ over the timed steps) give the per-family figures. Printed per model:
     convs/GEMMs/pointwise   each family's share of the peak of the threads its ops ran on
 
 With --variants, each schedule the plan carries (its main one, then the one-lane variants for
-fewer cores, planner/memory/variants.py) is also timed, forced with `set_variant`, the order
-alternating round by round: issue 60's check that no variant beats the main schedule.
+fewer cores, planner/memory/variants.py) is also timed, forced with `set_variant`, and the
+executor's default (the adaptive rule) beside them, the order alternating round by round:
+issue 60's check that no variant beats the main schedule, and that the default runs the
+fastest measured.
 
 The machine's load average is printed before and after each model: a number taken at a load
 above ~1 per core measures the other jobs too.
@@ -89,20 +91,26 @@ def _median_step(step, steps: int) -> float:
     return statistics.median(times)
 
 
-def schedules_measured(ex, step, rounds: int, steps: int) -> dict[str, float]:
+def schedules_measured(ex, step, rounds: int, steps: int) -> tuple[dict[str, float], list[str]]:
     """Each schedule the executor holds (its main one and the variants for fewer cores: issue
-    60's "never slower than its own alternatives") -> the median over rounds of its median
-    step, the schedules' order alternating round by round; the executor is left on main."""
-    names = [v["name"] for v in ex.variants()]
+    60's "never slower than its own alternatives"), and the executor's default (adaptive: the
+    rule of templates/cpu/runtime/choice.h, its trial of every schedule behind it) -> the
+    median over rounds of its median step, the order alternating round by round; and which
+    schedule the default ran at the end of each of its rounds. The executor is left on the
+    rule."""
+    names = [v["name"] for v in ex.variants()] + ["default"]
     runs: dict[str, list[float]] = {n: [] for n in names}
+    ran: list[str] = []
     for k in range(rounds):
         for name in names if k % 2 == 0 else names[::-1]:
-            ex.set_variant(name)
+            ex.set_variant(None if name == "default" else name)
             for _ in range(2):  # the first steps after a switch: the new teams start
                 step()
             runs[name].append(_median_step(step, steps))
+            if name == "default":
+                ran.append(ex.stats()["schedule"]["running"])
     ex.set_variant(None)
-    return {n: statistics.median(v) for n, v in runs.items()}
+    return {n: statistics.median(v) for n, v in runs.items()}, ran
 
 
 def measure_one(label: str, folder: str, costs: str, rounds: int, steps: int,
@@ -130,7 +138,7 @@ def measure_one(label: str, folder: str, costs: str, rounds: int, steps: int,
             "bound": r.bound_seconds,
             "families": {f.family: f.peak_share for f in r.families},
             "ran": stats["schedule"]["running"],
-            "schedules": schedules_measured(ex, step, rounds, steps) if variants else {}}
+            "schedules": schedules_measured(ex, step, rounds, steps) if variants else ({}, [])}
 
 
 def _child(conn, *args) -> None:
@@ -172,12 +180,14 @@ def main() -> None:
               f"{r['predicted'] * 1e3:8.2f} {r['flops'] / r['seconds'] / 1e9:8.1f} "
               f"{r['share']:6.1%} {r['sheet_share']:6.1%} {r['bound'] * 1e3:8.2f} {fam}   "
               f"{before} / {load()}", flush=True)
-        if r["schedules"]:
-            main_ms = r["schedules"]["main"]
+        schedules, default_ran = r["schedules"]
+        if schedules:
+            main_ms = schedules["main"]
             forced = ", ".join(f"{n} {v * 1e3:.2f} ({v / main_ms:.2f})"
-                               for n, v in r["schedules"].items())
-            print(f"    the default ran {r['ran']}; each schedule forced (ms, / main): {forced}",
-                  flush=True)
+                               for n, v in schedules.items())
+            print(f"    the default ran {r['ran']}; each schedule forced and the default, "
+                  f"alternating (ms, / main): {forced}; the default's rounds ended on "
+                  f"{', '.join(default_ran)}", flush=True)
     print(f"host float32 peak {peak / 1e9:.1f} GFLOP/s kept (measured, `planner target "
           f"detect`), datasheet-style estimate {sheet / 1e9:.1f}")
 

@@ -1,9 +1,10 @@
 """The executor's schedule choice (templates/cpu/runtime/choice.h) driven step by step with
 step times of a scripted machine: quiet, then contended (the main schedule's pinned teams
-slowed tenfold, the one-core variant 2.7x), then quiet again. It moves to the variant within a
-few steps of the contention, and back to the main schedule within a few steps of the quiet
-(not at the next periodic probe, 64 steps on); it never runs a schedule that needs more cores
-than granted; steady conditions cause no switching. The header is compiled on its own into a
+slowed tenfold, the one-core variant 2.7x), then quiet again. Early in a run it measures every
+schedule once and keeps the fastest measured (the plan's prediction may misprice the machine);
+it moves to the variant within a few steps of the contention, and back to the main schedule
+within a few steps of the quiet (not at the next periodic probe, 64 steps on); it never runs a
+schedule that needs more cores than granted; steady conditions cause no switching. The header is compiled on its own into a
 small driver (it has no oneDNN and no threads), so the rule is tested as the executor runs it.
 """
 
@@ -61,7 +62,10 @@ def test_contention_moves_to_the_variant_and_quiet_moves_back(choose):
     # off to 128 steps, so only the quiet rule brings it back in time)
     ran = choose([QUIET] * 20 + [BUSY] * 100 + [QUIET] * 30)
     chosen = [i for i, _ in ran]
-    assert set(chosen[:20]) == {0}  # quiet: the main schedule, nothing tried
+    # Quiet: the main schedule; eight steps in, the variant measured once (a cold step and
+    # three measured), slower: back to the main schedule.
+    assert chosen[:20] == [0] * 8 + [1] * 4 + [0] * 8, chosen[:20]
+    assert "measuring every schedule once" in ran[7][1]
     # Busy: the variant within a few steps, for good within ten (the main schedule's moving
     # average lags the contention's first steps, so one comparison may still favour it).
     assert chosen.index(1, 20) - 20 <= 8
@@ -84,3 +88,22 @@ def test_steady_conditions_do_not_switch(choose):
     # On the variant, with a probe of the main schedule now and then (64 steps, then 128:
     # backing off while probes lose), each 4 steps long.
     assert settled.count(0) <= 2 * 4 and settled[-1] == 1
+
+
+MISPRICED = (2, 0.0125, 0.011)  # main predicted 10 ms, runs 12.5; the variant 15, runs 11
+
+
+def test_a_schedule_mispriced_by_the_plan_gives_way_to_the_measured_fastest(choose):
+    ran = choose([MISPRICED] * 300)
+    chosen = [i for i, _ in ran]
+    assert chosen[:8] == [0] * 8 and chosen[8:12] == [1] * 4
+    # On the variant from then on, but for the periodic probes of the main schedule (at 64
+    # steps, then 128: each loses, four steps long).
+    settled = chosen[12:]
+    assert settled.count(0) <= 3 * 4 and settled[-1] == 1, chosen
+
+
+def test_a_sub_millisecond_step_tries_nothing(choose):
+    # Its jitter is as large as any difference between schedules.
+    ran = choose([(2, 0.0002, 0.0001)] * 40)
+    assert [i for i, _ in ran] == [0] * 40
