@@ -581,7 +581,8 @@ def _fit_contention(target: Target, lone: Plan, corun: Plan, costs: CostTable,
     kappa from the co-running plan's ops (planner.schedule.contention.fit_contention: planned
     intervals, cores, bandwidth demands and memory-boundness at their times alone, and the
     times they took co-running). sigma from the step (step_slowdown): the one at which the
-    simulator, its hand-offs priced at `handoff`, prices the co-running plan's step as measured, in the simulator's terms
+    simulator, its hand-offs priced at `handoff`, prices the co-running plan's step as
+    measured, in the simulator's terms
     (measured x the one-lane plan's predicted / measured step: what the store's times miss
     of any step, the load among it, is not charged to co-running). Of the plans' own graph:
     planning rewrites the graph it is given for the cores (planner.graph.for_cores: an LSTM's

@@ -4,8 +4,9 @@ slowed tenfold, the one-core variant 2.7x), then quiet again. Early in a run it 
 schedule once and keeps the fastest measured (the plan's prediction may misprice the machine);
 it moves to the variant within a few steps of the contention, and back to the main schedule
 within a few steps of the quiet (not at the next periodic probe, 64 steps on); it never runs a
-schedule that needs more cores than granted; steady conditions cause no switching. The header is compiled on its own into a
-small driver (it has no oneDNN and no threads), so the rule is tested as the executor runs it.
+schedule that needs more cores than granted; steady conditions cause no switching. The header
+is compiled on its own into a small driver (it has no oneDNN and no threads), so the rule is
+tested as the executor runs it.
 """
 
 from __future__ import annotations

@@ -12,8 +12,8 @@ from planner.schedule.options import SMT_SLOWDOWN
 from planner.schedule.placement import Placement
 from planner.schedule.simulate import (
     HandOffs,
-    execution_waits,
     exclusive_cores_loop,
+    execution_waits,
     shared_cores_loop,
     simulate,
     unblocking,
