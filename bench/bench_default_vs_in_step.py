@@ -106,7 +106,9 @@ def main() -> None:
           f"decisions per plan")
     print(f"default outside the in-step noise: {len(outside_noise(plans['default'], repeats))}; "
           f"in-step 2 unlike in-step 1: {len(outside_noise(plans['in-step 2'], repeats[:1]))}")
-    store = host_costs.read_store(_host()).table
+    from codegen.build import runtime_key
+
+    store = host_costs.read_store(_host(), runtime_key()).table
     first = _table(made["in-step 1"][2])
     second = _table(made["in-step 2"][2])
     for threads in (1, 2):

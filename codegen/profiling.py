@@ -34,7 +34,7 @@ from typing import Any, TextIO
 
 import numpy as np
 
-from codegen.build import build
+from codegen.build import build, runtime_key
 from codegen.load import load
 from codegen.render import module_name, render
 from planner.costs.conv_layouts import channels_last
@@ -522,8 +522,8 @@ def host_measured(graph: Graph, target: Target, progress: TextIO | None = None,
         return step_contention(step, target, table, progress, feeds=feeds)
 
     return host_table(priced_graphs(graph, target, options, evaluation), target,
-                      measure_signatures,
-                      progress=progress, corun=corun).table
+                      measure_signatures, progress=progress, corun=corun,
+                      kernels=runtime_key()).table
 
 
 def _measured_batch(group: tuple[OpSignature, ...], target: Target, folder: Path, steps: int,

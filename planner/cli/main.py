@@ -64,6 +64,7 @@ def measure_plans(plans: list, steps: int) -> list[dict[str, float]]:
 
 def executor_measurers():
     """The Measurers `planner profile` runs kernels with: the generated executors."""
+    from codegen.build import runtime_key
     from codegen.gpu_profiling import GpuProfiler
     from codegen.profiling import (
         KernelTimer,
@@ -74,7 +75,8 @@ def executor_measurers():
     from planner.costs.profile import Measurers
 
     return Measurers(kernel_timer=KernelTimer, in_step=profile_in_step, gpu=GpuProfiler,
-                     signatures=measure_signatures, step_corun=step_contention)
+                     signatures=measure_signatures, step_corun=step_contention,
+                     kernels=runtime_key)
 
 
 # ---- planner graph --------------------------------------------------------------------------

@@ -133,7 +133,8 @@ def priced_table(costs: str | None, graph: Any, target: Any, options: Any,
     from planner.pipeline import priced_graphs
 
     priced = host_table(priced_graphs(graph, target, options, evaluation), target,
-                        made.signatures, progress=sys.stderr, corun=made.step_corun)
+                        made.signatures, progress=sys.stderr, corun=made.step_corun,
+                        kernels=made.kernels() if made.kernels is not None else "")
     if priced.measured:
         print(f"measured {len(priced.measured)} signature(s) on this host, "
               f"{len(priced.kept)} kept from earlier plans", file=sys.stderr)

@@ -197,26 +197,30 @@ def _best(old: CostEntry, new: CostEntry) -> CostEntry:
 STORE_VERSION = 2
 
 
-def host_key(target: Target) -> str:
+def host_key(target: Target, kernels: str = "") -> str:
     """Digest of what the kept times depend on: the detected target (less its notes and
-    provenance: the day it was detected), the planner's version (its kernels) and the
-    store's (STORE_VERSION)."""
+    provenance: the day it was detected), the planner's version, the store's (STORE_VERSION)
+    and the kernel library that measures them (`kernels`: codegen.build.runtime_key, the
+    runtime's sources, flags and compiler). A kernel changed is timed anew: kept times of the
+    old one priced mobilenet_v2's depthwise weight gradients at their im2col GEMMs' 1.4 ms
+    after a direct kernel ran them in 0.02 (issue 60)."""
     from planner import __version__
 
     data = target.model_dump(mode="json", exclude={"notes", "provenance"})
+    kept_by = {"kernels": kernels} if kernels else {}
     return hashlib.sha256(canonical_json({"target": data, "planner": __version__,
-                                          "store": STORE_VERSION})
+                                          "store": STORE_VERSION, **kept_by})
                           .encode()).hexdigest()[:32]
 
 
-def store_path(target: Target) -> Path:
-    return cache_root() / "costs" / f"{host_key(target)}.json"
+def store_path(target: Target, kernels: str = "") -> Path:
+    return cache_root() / "costs" / f"{host_key(target, kernels)}.json"
 
 
-def read_store(target: Target) -> HostCosts:
-    """The host's kept costs; an empty store when there are none or the file is not one
-    (it is measured again and replaced)."""
-    path = store_path(target)
+def read_store(target: Target, kernels: str = "") -> HostCosts:
+    """The host's kept costs (of the kernel library `kernels`: host_key); an empty store
+    when there are none or the file is not one (it is measured again and replaced)."""
+    path = store_path(target, kernels)
     empty = HostCosts(table=CostTable(target=target.name))
     with contextlib.suppress(OSError, ValueError, ValidationError):
         if path.is_file():
@@ -237,7 +241,7 @@ class HostPricing(Record):
 
 def host_table(graphs: Sequence[Graph], target: Target, measure: Measure,
                progress: TextIO | None = None, load: float | None = None,
-               corun: Corun | None = None) -> HostPricing:
+               corun: Corun | None = None, kernels: str = "") -> HostPricing:
     """The cost table a plan of `graphs` (the step's graph and its evaluation graph:
     planner.pipeline.priced_graphs) on this host is priced by: their signatures' kept
     measurements, those not kept (or kept from a busy machine, when it is quiet now) measured
@@ -245,21 +249,22 @@ def host_table(graphs: Sequence[Graph], target: Target, measure: Measure,
     the step's (graphs[0]) co-running lanes the first time (or again when a busy machine's
     fit meets a quiet one) and kept for every later plan. `load`: the load to decide and keep
     by (a test's); None: whether to measure again by `load_now`, each measurement kept with
-    the other processes' share over it (CpuClock)."""
+    the other processes' share over it (CpuClock). `kernels`: the digest of the kernel
+    library `measure` runs (host_key), whose store is read and kept."""
     if target.name != "host" or not traits(target).timed_on_host:
         from planner.errors import UserError
 
         raise UserError(f"measured costs: target {target.name!r} is not this machine's CPUs "
                         f"('host'); give a cost table measured there, or 'analytical'")
     wanted = unique_signatures([s for g in graphs for s in profiled_signatures(g)])
-    path = store_path(target)
+    path = store_path(target, kernels)
     # A store path that is not a file (a folder in its place) would take the measurements
     # and then refuse them: refused before anything is measured.
     check_target(path)
     # Two plans on one host take turns; a read-only cache is read unlocked (its lock file
     # cannot be made), and plans from what it holds.
     with folder_lock_if_writable(path.parent / path.stem):
-        store = read_store(target)
+        store = read_store(target, kernels)
         now = load if load is not None else _load_to_decide(store, wanted)
         missing = store.to_measure(wanted, now)
         # Fitted from a one-process step: a data-parallel step's collectives need its

@@ -64,15 +64,18 @@ class Measurers:
         driver's batches (codegen.gpu_profiling.GpuProfiler)
     signatures(signatures, target, progress) -> a table of those signatures measured on this
         host, what planner.costs.host_costs keeps (codegen.profiling.measure_signatures)
-    step_corun(graph, target, table, progress) -> this host's contention figures fitted from
+    step_corun(graph, target, table, progress) -> this host's co-running figures fitted from
         the step's co-running lanes, kept beside them (codegen.profiling.step_contention)
+    kernels() -> the digest of the kernel library these run (codegen.build.runtime_key): the
+        host's store keeps one set of times per library
     """
 
     kernel_timer: Callable[..., TimeOp]
     in_step: Callable[..., CostTable]
     gpu: Callable[..., Callable] | None = None
     signatures: Callable[..., CostTable] | None = None
-    step_corun: Callable[..., tuple[float, float] | None] | None = None
+    step_corun: Callable[..., dict[str, float] | None] | None = None
+    kernels: Callable[[], str] | None = None
 
 
 class ProfileOptions(Record):

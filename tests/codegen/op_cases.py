@@ -236,7 +236,12 @@ CASES: dict[str, list[tuple]] = {
     "Conv2DBackpropInput": [([((2, 4, 2, 5), N), ((4, 3, 3, 2), N)],
                              {**CONV, "input_shape": list(X4)})],
     "Conv2DBackpropFilter": [([(X4, N), ((2, 4, 2, 5), N)],
-                              {**CONV, "filter_shape": [4, 3, 3, 2]})],
+                              {**CONV, "filter_shape": [4, 3, 3, 2]}),
+                             # depthwise on 2x2 maps: the runtime's direct kernel where oneDNN
+                             # falls back to GEMMs (conv.cpp, DepthwiseFilterGrad)
+                             ([((2, 48, 2, 2), N), ((2, 48, 2, 2), N)],
+                              {"pads": [1, 1, 1, 1], "groups": 48,
+                               "filter_shape": [48, 1, 3, 3]})],
     # output padding; groups with dilation; dcgan's 4x4 stride-2 upsampling on channel counts
     # for which oneDNN chooses blocked layouts (reordered in and out)
     "ConvTranspose2D": [([((1, 4, 3, 3), N), ((4, 3, 3, 3), N)],

@@ -18,6 +18,7 @@ from planner.costs.host_costs import (
     default_costs,
     host_table,
     read_store,
+    store_path,
 )
 from planner.costs.records import CostEntry, CostTable, CpuSample
 from planner.costs.signature import OpSignature
@@ -162,12 +163,15 @@ def test_the_cli_plans_the_host_from_kept_costs_and_says_so(tmp_path, monkeypatc
     first = capsys.readouterr()
     assert "measuring costs on this host: signatures 1-" in first.err
     # The host's contention figures fitted from the step's own co-running lanes, once.
+    from codegen.build import runtime_key
+
     host = detect()
-    store = read_store(host)
+    store = read_store(host, runtime_key())  # the store of the kernels that measured
     assert store.corun_load is not None
     if host.cores >= 2 and host.cpu is not None:
         assert f"{host.cores} lane(s) of 1 thread(s)" in first.err
         assert store.table.corun_slowdown is not None
+        assert store.table.handoff_seconds is not None
     assert cli.main(["plan", spec, "--train", "sgd", "--target", "host", "-o", b]) == 0
     second = capsys.readouterr()
     assert "measuring" not in second.err            # every signature kept: none measured
@@ -322,3 +326,23 @@ def test_a_batch_runs_each_signature_on_the_team_that_just_wrote_its_operands():
         assert [o.name for o in ops] == [n.name for n in g.nodes]
         assert {(o.threads, o.cpus) for o in ops} == {(k, ops[0].cpus)}
         assert all(a.end <= b.start + 1e-12 for a, b in zip(ops, ops[1:], strict=False))
+
+
+def test_times_of_another_kernel_library_are_measured_anew(monkeypatch, tmp_path):
+    # A changed kernel (another runtime digest) keeps its own times: the old library's never
+    # price it, and going back finds them kept.
+    monkeypatch.setattr("planner.costs.host_costs.cache_root", lambda: tmp_path)
+    asked: list[str] = []
+
+    def measure(signatures, target, progress=None):
+        asked.append("measured")
+        return CostTable(target=target.name, entries=tuple(
+            CostEntry(signature=s, cpu=(CpuSample(threads=1, affinity="compact",
+                                                  seconds=1e-6),)) for s in signatures))
+
+    host = detect()
+    graph = mlp(classes=4)
+    assert host_table([graph], host, measure, load=0.0, kernels="old").measured
+    assert host_table([graph], host, measure, load=0.0, kernels="new").measured
+    assert host_table([graph], host, measure, load=0.0, kernels="old").measured == ()
+    assert len(asked) == 2 and store_path(host, "old") != store_path(host, "new")

@@ -84,7 +84,7 @@ def test_no_variants_in_a_data_parallel_plan_whatever_the_store(setting, store, 
     def fit(fit_graph, target, costs, progress=None):
         # what codegen.profiling.step_contention plans before it builds and runs
         _uniform_plan(fit_graph, target, costs, (1, target.cores), None)
-        return (0.1, 1.5)
+        return {"contention": 0.1, "corun_slowdown": 1.5, "handoff_seconds": 3e-5}
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
