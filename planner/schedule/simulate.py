@@ -443,7 +443,7 @@ def exclusive_cores_loop(placements: Sequence[Placement], blocked: list[int],
         if len(newly) > 1:
             newly.sort()
         for j in newly:
-            at = hand.ready[j] if handing else now
+            at = hand.start(j, now) if handing else now
             starts[j] = at
             push(heap, (at + seconds[j], j))
             running += 1
