@@ -72,6 +72,7 @@ from planner.memory.pins import apply_pins, meet_regions
 from planner.memory.scratch import kernel_scratch
 from planner.memory.stash import analyze
 from planner.ops.base import TensorType
+from planner.schedule.cpu import measured_handoff
 from planner.schedule.record import Schedule, ScheduledOp
 from planner.schedule.streams import ComputeSteps, stream_order
 
@@ -131,7 +132,12 @@ def cpu_budget_solve(graph: Graph, schedule: Schedule, model: CostModel,
                                                                "threads": 1})
         return out
 
-    m.edges = lane_edges(m, where_of(m), {c.id: c.core for c in model.target.logical_cpus})
+    where = where_of(m)
+    m.edges = lane_edges(m, where, {c.id: c.core for c in model.target.logical_cpus})
+    # Timed as the lanes run them: an op handed over from another lane waits to be woken.
+    for spec, at in zip(m.ops, where, strict=True):
+        spec.lane = min(at["cpus"])
+    m.handoff = measured_handoff(model)
     placed = timed_layout(placed, options) or placed
     if moves is not None:  # nothing to refuse: the replay is a what-if
         options = options.model_copy(update={"budget_bytes": None})

@@ -68,6 +68,7 @@ class OpSpec:
     tensor: str = ""        # the tensor it copies (offload, prefetch)
     reads: list[str] = field(default_factory=list)    # buffer names, in input order
     writes: list[str] = field(default_factory=list)   # buffer names, in output order
+    lane: int = -1          # the CPU executor lane that runs it (its first CPU); -1: unknown
 
 
 @dataclass
@@ -79,6 +80,9 @@ class Material:
     edges: list[tuple[int, int]]
     deps: list[list[int]]
     keys: int
+    # Seconds an op starts after its last wait ended on another lane (OpSpec.lane; the host's
+    # measured hand-off, planner.schedule.simulate); 0 where none is priced.
+    handoff: float = 0.0
 
 
 def materialize(state: State) -> Material:

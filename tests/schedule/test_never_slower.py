@@ -123,3 +123,37 @@ def test_a_priced_hand_off_makes_one_lane_the_main_schedule_where_it_outweighs_c
     assert len({op.lane for op in free.ops}) == 2
     assert {op.lane for op in handed.ops} == {0}
     assert handed.summary.step_seconds > free.summary.step_seconds
+
+
+def test_a_budget_plan_times_its_hand_offs_as_the_schedule_does():
+    # Memory planning under a budget re-times the ops it orders (planner/memory/budget/
+    # solver.py): an op whose happens-before predecessor ran on another lane starts the
+    # hand-off after it there too, so the plan compared with its one lane is priced alike.
+    from planner.errors import InfeasibleBudget
+    from tests.verify.plans import lenet, options
+
+    target, graph = two_cores(), lenet(4.0)
+    costs = CostTable(target=target.name, handoff_seconds=2e-4)
+
+    def budget_plan(budget: int) -> Plan:
+        # two one-thread lanes, as named (the planner's own choice would be one lane here)
+        named = options("budget", budget).model_copy(update={"schedule": ScheduleOptions(
+            strategy="uniform", intra=1, inter=2)})
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return plan(graph, target, costs, options=named)
+
+    try:
+        budget_plan(64)
+        raise AssertionError("a 64-byte budget was met")
+    except InfeasibleBudget as e:
+        p = budget_plan(e.smallest_bytes)
+    assert p.memory.ops  # recomputes or offloads: memory planning re-timed the step
+    by_name = {op.name: op for op in p.ops}
+    crossed = 0
+    for edge in p.happens_before:
+        before, after = by_name[edge.before], by_name[edge.after]
+        handed = before.lane != after.lane
+        crossed += handed
+        assert after.start >= before.end + (2e-4 if handed else 0.0) - 1e-12
+    assert crossed, "no hand-off to time: the test plans one lane"
