@@ -203,7 +203,7 @@ def host_key(target: Target, kernels: str = "") -> str:
     and the kernel library that measures them (`kernels`: codegen.build.runtime_key, the
     runtime's sources, flags and compiler). A kernel changed is timed anew: kept times of the
     old one priced mobilenet_v2's depthwise weight gradients at their im2col GEMMs' 1.4 ms
-    after a direct kernel ran them in 0.02 (issue 60)."""
+    after a direct kernel ran them in 0.16 (issue 60)."""
     from planner import __version__
 
     data = target.model_dump(mode="json", exclude={"notes", "provenance"})
