@@ -159,10 +159,9 @@ class HostCosts(Record):
                 entries[key], loads[key] = new, load
             elif (load > BUSY) == (was > BUSY):
                 entries[key], loads[key] = _best(old, new), min(was, load)
-        figures = {k: v if v is not None else self.table.host_figures()[k]
-                   for k, v in measured.host_figures().items()}
         table = CostTable(target=self.table.target, entries=tuple(entries.values()),
-                          provenance=self.table.provenance + measured.provenance, **figures)
+                          provenance=self.table.provenance + measured.provenance,
+                          **measured.host_figures_over(self.table))
         return HostCosts(table=table, loads=loads, timeless=tuple(sorted(timeless)),
                          corun_load=self.corun_load, corun_fit=self.corun_fit)
 

@@ -158,6 +158,11 @@ class CostTable(Record):
         """The host's co-running figures (HOST_FIGURES) by field name."""
         return {name: getattr(self, name) for name in HOST_FIGURES}
 
+    def host_figures_over(self, base: CostTable) -> dict[str, float | None]:
+        """This table's co-running figures, each one it lacks (None) taken from `base`'s."""
+        under = base.host_figures()
+        return {k: under[k] if v is None else v for k, v in self.host_figures().items()}
+
     @field_validator("entries")
     @classmethod
     def _entries_sorted_unique(cls, v: tuple[CostEntry, ...]) -> tuple[CostEntry, ...]:
@@ -224,10 +229,9 @@ def merge(base: CostTable, update: CostTable) -> CostTable:
             gpu_launches=_union(old.gpu_launches, new.gpu_launches,
                                 lambda s: (s.threads_per_block, s.blocks)),
             gpu_seconds=old.gpu_seconds if new.gpu_seconds is None else new.gpu_seconds)
-    figures = {k: v if v is not None else base.host_figures()[k]
-               for k, v in update.host_figures().items()}
     return CostTable(target=base.target, entries=tuple(entries.values()),
-                     provenance=base.provenance + update.provenance, **figures)
+                     provenance=base.provenance + update.provenance,
+                     **update.host_figures_over(base))
 
 
 def _union(old: tuple[Any, ...], new: tuple[Any, ...],

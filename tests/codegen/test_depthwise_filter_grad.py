@@ -1,9 +1,12 @@
 """The runtime's direct depthwise weight gradient (templates/cpu/runtime/kernels/conv.cpp,
 DepthwiseFilterGrad): where oneDNN has no depthwise kernel for a geometry and falls back to
 one im2col GEMM per group (mobilenet_v2's 480 channels of 2x2 maps: 1.1 ms a call), the
-executor runs its own loop. Held to the float64 reference within float32's summation bound, and
-to the same bits on one thread and on two (the team splits channels, each summed in one fixed
-order)."""
+executor runs its own loop. Which one runs depends on oneDNN's kernels for this CPU's
+instruction set (an AVX-512 CPU may have a depthwise kernel where AVX2 takes GEMMs; `make test`
+runs this file again capped at AVX2 there): on every one, no such gradient is left on the GEMM
+fallback, the result is held to the float64 reference within float32's summation bound, and the
+direct loop to the same bits on one thread and on two (the team splits channels, each summed in
+one fixed order)."""
 
 from __future__ import annotations
 
@@ -39,13 +42,15 @@ def test_direct_depthwise_weight_gradient(tmp_path, x_shape, dy_shape, geometry)
     graph = copies_graph(sig, 1)
     feeds = random_feeds(graph, seed=3)
     target = two_cores()
-    got = {}
+    got, impls = {}, set()
     for threads in (1, 2):
         plan = placements_plan(graph, target, [(threads, tuple(range(threads)))])
         ex = warmed_executor(plan, tmp_path / f"t{threads}", {}, feeds)
         got[threads] = np.asarray(ex.forward(feeds)["out0_0"])
-        assert {r["name"]: r["impl"] for r in ex.stats()["ops"]}["copy0"] == "direct:depthwise"
-    assert np.array_equal(got[1].view(np.uint32), got[2].view(np.uint32))
+        impls.add({r["name"]: r["impl"] for r in ex.stats()["ops"]}["copy0"])
+    assert not any("gemm" in impl for impl in impls), impls
+    if impls == {"direct:depthwise"}:
+        assert np.array_equal(got[1].view(np.uint32), got[2].view(np.uint32))
     op = get_op("Conv2DBackpropFilter")
     a = op.normalize_attrs(attrs)
     x, dy = (feeds[k].astype(np.float64) for k in ("in0", "in1"))

@@ -261,10 +261,11 @@ class DepthwiseFilterGrad : public Kernel {
   Shape x_shape_, dy_shape_, w_shape_;
 };
 
+// x, dy and dw all float32 (the loop reads and writes nothing else), one filter per channel.
 bool depthwise_float32(const Node& n, int64_t groups) {
   const Shape &x = n.in[0].shape, &w = n.out[0].shape;
-  return !low_precision(n) && n.in[0].dtype == F32 && groups > 1 && x[1] == groups &&
-         w[0] == groups && w[1] == 1;
+  return n.in[0].dtype == F32 && n.in[1].dtype == F32 && n.out[0].dtype == F32 && groups > 1 &&
+         x[1] == groups && w[0] == groups && w[1] == 1;
 }
 
 // [x, dy] -> dw of shape filter_shape. oneDNN 3.2's bf16 weight-gradient kernels (jit_bf16 on
