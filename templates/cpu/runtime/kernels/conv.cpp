@@ -18,8 +18,9 @@
 // faster on it, its weight gradient 1.5x slower). Operands whose chosen layout is not the plain
 // one are reordered into temporaries in the scratch area before the primitive, results back
 // after it (as PyTorch's eager oneDNN path does); the arena keeps plain tensors, so every other
-// kernel is unchanged. A float32 depthwise weight gradient for which oneDNN would run im2col
-// GEMMs runs a direct loop instead (DepthwiseFilterGrad).
+// kernel is unchanged. A float32 weight gradient for which oneDNN would run its im2col GEMM
+// fallback runs the runtime's own kernel instead (filter_grads.h: a direct loop per channel
+// for a depthwise one, the whole batch's columns and one matmul otherwise).
 //
 // bfloat16 / float16 operands (mixed precision): the primitive reads and writes the low type and
 // accumulates in float32. On a CPU where oneDNN has no implementation for the low type (bf16
@@ -33,6 +34,7 @@
 #include "../dnnl_kernel.h"
 #include "../fused_relu.h"
 #include "conv.h"
+#include "filter_grads.h"
 
 namespace planner {
 namespace {
@@ -199,75 +201,6 @@ KernelPtr conv2d_backprop_input(const Node& n) {
       {DNNL_ARG_DIFF_SRC, dx.id, x_md});
 }
 
-// A depthwise weight gradient (groups = C = O, one 1-channel filter per channel) in float32
-// where oneDNN has no depthwise kernel for the geometry and falls back to im2col GEMMs, one per
-// group: mobilenet_v2's 480 channels of 2x2 maps took 1.1 ms a call on the 2-core EPYC (a third
-// of its depthwise work, ~100x the arithmetic). Direct instead: the team splits the channels;
-// each tap sums dy x x over the batch and the output positions whose input lies inside the
-// image (the padding contributes nothing), in that fixed order, so every thread count gives
-// the same bits.
-class DepthwiseFilterGrad : public Kernel {
- public:
-  explicit DepthwiseFilterGrad(const Node& n)
-      : x_(n.in[0].id), dy_(n.in[1].id), dw_(n.out[0].id), g_(conv_geometry(n.attrs)),
-        x_shape_(n.in[0].shape), dy_shape_(n.in[1].shape), w_shape_(n.out[0].shape) {}
-  std::string impl() const override { return "direct:depthwise"; }
-  void run(const Run& r) override {
-    const float* x = reinterpret_cast<const float*>(r.ptr[x_]);
-    const float* dy = reinterpret_cast<const float*>(r.ptr[dy_]);
-    float* dw = r.at<float>(dw_);
-    const int64_t batch = x_shape_[0], channels = x_shape_[1], h = x_shape_[2], w = x_shape_[3];
-    const int64_t oh = dy_shape_[2], ow = dy_shape_[3], kh = w_shape_[2], kw = w_shape_[3];
-    const ConvGeometry g = g_;
-#pragma omp parallel for schedule(static)
-    for (int64_t c = 0; c < channels; ++c) {
-      for (int64_t i = 0; i < kh; ++i) {
-        const int64_t row_tap = i * g.dilations[0] - g.pads[0];
-        const int64_t y0 = first_inside(row_tap, g.strides[0]);
-        const int64_t y1 = end_inside(row_tap, g.strides[0], h, oh);
-        for (int64_t j = 0; j < kw; ++j) {
-          const int64_t col_tap = j * g.dilations[1] - g.pads[1];
-          const int64_t x0 = first_inside(col_tap, g.strides[1]);
-          const int64_t x1 = end_inside(col_tap, g.strides[1], w, ow);
-          float sum = 0.0f;
-          for (int64_t b = 0; b < batch; ++b) {
-            const float* image = x + (b * channels + c) * h * w;
-            const float* grad = dy + (b * channels + c) * oh * ow;
-            for (int64_t oy = y0; oy < y1; ++oy) {
-              const float* in_row = image + (oy * g.strides[0] + row_tap) * w + col_tap;
-              const float* dy_row = grad + oy * ow;
-              for (int64_t ox = x0; ox < x1; ++ox) sum += dy_row[ox] * in_row[ox * g.strides[1]];
-            }
-          }
-          dw[(c * kh + i) * kw + j] = sum;
-        }
-      }
-    }
-  }
-
-  // The first output position o (o * stride + tap >= 0) and one past the last (o * stride +
-  // tap < size, o < outputs) whose input lies inside the image.
-  static int64_t first_inside(int64_t tap, int64_t stride) {
-    return tap >= 0 ? 0 : (-tap + stride - 1) / stride;
-  }
-  static int64_t end_inside(int64_t tap, int64_t stride, int64_t size, int64_t outputs) {
-    const int64_t room = size - tap;  // o * stride < room
-    return room <= 0 ? 0 : std::min(outputs, (room + stride - 1) / stride);
-  }
-
- private:
-  int x_, dy_, dw_;
-  ConvGeometry g_;
-  Shape x_shape_, dy_shape_, w_shape_;
-};
-
-// x, dy and dw all float32 (the loop reads and writes nothing else), one filter per channel.
-bool depthwise_float32(const Node& n, int64_t groups) {
-  const Shape &x = n.in[0].shape, &w = n.out[0].shape;
-  return n.in[0].dtype == F32 && n.in[1].dtype == F32 && n.out[0].dtype == F32 && groups > 1 &&
-         x[1] == groups && w[0] == groups && w[1] == 1;
-}
-
 // [x, dy] -> dw of shape filter_shape. oneDNN 3.2's bf16 weight-gradient kernels (jit_bf16 on
 // AVX512_CORE_BF16, brgconv on AMX) accumulate each kernel tap in scratchpad buffers they
 // never initialise for a tap that sees only padding (a 3x3 stride-2 convolution of a 1x1 map:
@@ -286,9 +219,10 @@ KernelPtr conv2d_backprop_filter(const Node& n) {
         n.engine, alg::convolution_direct, image_md(x_md, c, g), any_md(w_md, c),
         image_md(y_md, c, g), g.strides, g.dilation, g.pad_l, g.pad_r, hint, user_scratchpad());
   });
-  if (depthwise_float32(n, g.groups) &&
-      std::string(pd.impl_info_str()).find("gemm") != std::string::npos)
-    return std::make_unique<DepthwiseFilterGrad>(n);
+  if (std::string(pd.impl_info_str()).find("gemm") != std::string::npos) {
+    if (depthwise_float32(n, g.groups)) return depthwise_filter_grad(n);
+    if (KernelPtr own = im2col_filter_grad(n, pd.scratchpad_desc().get_size())) return own;
+  }
   return on_chosen_layouts<dnnl::convolution_backward_weights>(
       n, pd, {{DNNL_ARG_SRC, x.id, x_md}, {DNNL_ARG_DIFF_DST, dy.id, y_md}},
       {DNNL_ARG_DIFF_WEIGHTS, dw.id, w_md}, low_precision(n));
