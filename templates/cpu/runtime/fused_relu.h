@@ -2,7 +2,9 @@
 // over its float32 y as the Relu kernel makes (v < 0 ? 0 : v), while y is still in cache. Not
 // oneDNN's Relu post-op: its JIT form is max(v, 0), which turns a NaN output into 0; after a
 // NaN weight that would hide the NaN from the loss and from every gradient (ReluGrad passes
-// nothing through a 0), so a diverged run would go on silently.
+// nothing through a 0), so a diverged run would go on silently. Every element is stored, the
+// kept ones unchanged: GCC may not invent a store, so `if (v < 0) v = 0` stays a branch per
+// element (212 us over a 512x512 y on the 2-core EPYC, 85 us as a select).
 #pragma once
 #include <memory>
 #include <stdexcept>
@@ -24,7 +26,7 @@ class FusedRelu : public Kernel {
     float* y = r.at<float>(y_);
 #pragma omp parallel for num_threads(r.threads) schedule(static)
     for (int64_t i = 0; i < size_; ++i)
-      if (y[i] < 0.f) y[i] = 0.f;  // NaN compares false: kept, as Relu keeps it
+      y[i] = y[i] < 0.f ? 0.f : y[i];  // NaN compares false: kept, as Relu keeps it
   }
 
  private:
