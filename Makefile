@@ -38,10 +38,9 @@ demo: $(VENV)/.installed-demo
 # whose best instruction set is AVX2 already (no AVX-512, AVX-VNNI or AMX) oneDNN dispatches
 # the same kernels with or without the cap, so the pass would repeat the first one.
 KERNEL_TESTS := tests/codegen/test_op_kernels.py tests/codegen/test_mixed_kernels.py \
-	tests/codegen/test_im2col_filter_grad.py \
 	tests/codegen/test_scaled_softmax_kernel.py tests/codegen/test_onnx_conformance.py \
 	tests/codegen/test_onnx_node_conformance.py tests/codegen/test_weight_packs.py \
-	tests/codegen/test_kernel_dtypes.py tests/codegen/test_depthwise_filter_grad.py
+	tests/codegen/test_kernel_dtypes.py tests/codegen/test_filter_grads.py
 
 # Two workers, a test file each at a time (module fixtures build once): most tests plan in
 # one Python thread, so two cores finish the suite in ~60% of one worker's time.

@@ -238,7 +238,7 @@ CASES: dict[str, list[tuple]] = {
     "Conv2DBackpropFilter": [([(X4, N), ((2, 4, 2, 5), N)],
                               {**CONV, "filter_shape": [4, 3, 3, 2]}),
                              # depthwise on 2x2 maps: the runtime's direct kernel where oneDNN
-                             # falls back to GEMMs (conv.cpp, DepthwiseFilterGrad)
+                             # falls back to GEMMs (kernels/filter_grads.cpp)
                              ([((2, 48, 2, 2), N), ((2, 48, 2, 2), N)],
                               {"pads": [1, 1, 1, 1], "groups": 48,
                                "filter_shape": [48, 1, 3, 3]})],
