@@ -37,7 +37,7 @@ import numpy as np
 from codegen.build import build, runtime_key
 from codegen.load import load
 from codegen.render import module_name, render
-from planner.costs.conv_layouts import channels_last
+from planner.costs.conv_layouts import alternatives
 from planner.costs.gpu_profile import batches, signature_bytes
 from planner.costs.model import MissingCostWarning
 from planner.costs.profile import ProfileOptions
@@ -357,7 +357,7 @@ def profile_in_step(graph: Graph, target: Target, work_dir: str | Path,
     bandwidth and the rest of the machine they share (`step_contention`).
 
     layouts=False measures the graph's convolutions on their own layouts only (a graph of
-    signatures that lists the channels-last ones itself: `measure_signatures`). `feeds`: the
+    signatures that lists the alternative layouts itself: `measure_signatures`). `feeds`: the
     step's inputs where random ones would not do (a trainer's example batch: bags' offsets,
     edge lists), the rest drawn by random_feeds. `statistic`: of each op's seconds over the
     steps, the one kept (`median_stats`).
@@ -368,10 +368,10 @@ def profile_in_step(graph: Graph, target: Target, work_dir: str | Path,
     options = options or ProfileOptions()
     table = table or CostTable(target=target.name)
     state, feeds = init_params(graph, seed=0), {**random_feeds(graph, seed=1), **(feeds or {})}
-    # The convolutions on channels-last layouts too, so that planning can choose
+    # The convolutions on their alternative layouts too, so that planning can choose
     # (planner/costs/conv_layouts.py).
-    last = channels_last(graph) if layouts else graph
-    graphs = {"": graph, "_nhwc": last} if last is not graph else {"": graph}
+    other = alternatives(graph) if layouts else graph
+    graphs = {"": graph, "_alternative": other} if other is not graph else {"": graph}
     for kind, g in graphs.items():
         for k in in_step_counts(target, options):
             p, stats = _uniform_stats(g, target, table, (k, 1), Path(work_dir), state, feeds,
@@ -444,14 +444,14 @@ def _uniform_executor(graph: Graph, target: Target, costs: CostTable, lanes: tup
 def _uniform_plan(graph: Graph, target: Target, costs: CostTable, lanes: tuple[int, int],
                   progress: TextIO | None, kind: str = "") -> Plan:
     """The uniform plan of `graph` with `lanes` (threads per op, lanes), priced by `costs`
-    (less its channels-last measurements: the plan measures the layouts it is given, not
+    (less its measurements on chosen layouts: the plan measures the layouts it is given, not
     those the table would choose for it)."""
     from planner.pipeline import PlanOptions, plan
     from planner.schedule import ScheduleOptions
 
     intra, inter = lanes
     if progress is not None:
-        print(f"in-step profile: {len(graph.nodes)} ops{' (convolutions nhwc)' if kind else ''}"
+        print(f"in-step profile: {len(graph.nodes)} ops{' (convolutions on their alternative layouts)' if kind else ''}"
               f", {inter} lane(s) of {intra} thread(s): building and running",
               file=progress, flush=True)
     with warnings.catch_warnings():

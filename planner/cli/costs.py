@@ -230,7 +230,7 @@ def _measure_kernels(args: argparse.Namespace, measure, graph, target, options, 
     from planner.costs.conv_layouts import profiled_signatures
     from planner.costs.profile import profile
 
-    # The convolutions on channels-last layouts too: planning chooses between the two
+    # The convolutions on their alternative layouts too: planning chooses between the two
     # (planner/costs/conv_layouts.py).
     signatures = profiled_signatures(graph)
     with tempfile.TemporaryDirectory(prefix="planner-profile-") as work:

@@ -3,12 +3,20 @@
 oneDNN on x86 has two families of convolution kernels: the direct JIT kernels on blocked layouts
 (what it picks when asked for `any`) and the brgemm kernels on channels-last (nhwc) ones. Which
 is faster depends on the op, its direction and the CPU: on an AVX2 EPYC, DCGAN's stride-2 4x4
-forward convolutions ran 2.2x faster channels-last, their weight gradients 1.5x slower. So the
-profile measures both (every conv op of `channels_last(graph)` beside the graph's own), and
-`conv_layouts` gives each conv node the layout its measurements favour, as the `layout` attr
-(planner/ops/conv.py) that the CPU kernel reads. The arena's tensors stay NCHW either way: the
-kernel reorders in and out, so no other op sees the choice, and the numbers are the same
-convolution's (up to summation order).
+forward convolutions ran 2.2x faster channels-last, their weight gradients 1.5x slower. And
+both run image by image: on a network's last stage (output maps of a few pixels) each image
+streams the whole weight tensor for a handful of positions, where one matmul over the batch's
+im2col columns (the runtime's `columns` kernel) reads it once (a 256x256x3x3 forward on 2x2
+maps at batch 8: 978 -> 519 us on the 2-core EPYC; on 4x4 maps it lost, 485 -> 789).
+
+So each convolution has one alternative to its own layout (`alternative`): `columns` for a
+float32 one-group forward convolution whose output maps have at most COLUMNS_AREA pixels,
+channels-last for every other. The profile measures both (every conv op of
+`alternatives(graph)` beside the graph's own), and `conv_layouts` gives each conv node the
+layout its measurements favour, as the `layout` attr (planner/ops/conv.py) that the CPU kernel
+reads. The arena's tensors stay NCHW either way: the kernel reorders in and out (or copies the
+columns), so no other op sees the choice, and the numbers are the same convolution's (up to
+summation order).
 
 Measured or nothing: a node is given nhwc only where the table holds measured CPU times of both
 its signatures at some thread counts and nhwc's sum over the counts both have is lower; a node
@@ -16,7 +24,8 @@ priced analytically keeps oneDNN's own choice. The chosen attr is part of the pl
 graph (so a plan diff shows a layout that moved); `recorded_layouts` and `with_layouts` let
 `planner verify --graph` carry a plan's choices onto the graph it derives.
 
-Example: a table whose nhwc forward is faster gives the forward nhwc, the others keep theirs:
+Example: a table whose nhwc forward is faster gives the forward nhwc, the others keep theirs
+(a 6x6 output map: channels-last is its alternative):
 
     >>> from planner.costs.records import CostEntry, CostTable, CpuSample
     >>> from planner.costs.signature import OpSignature, graph_signatures, unique_signatures
@@ -29,7 +38,7 @@ Example: a table whose nhwc forward is faster gives the forward nhwc, the others
     ...     return CostEntry(signature=sig, cpu=(CpuSample(threads=1, affinity="compact",
     ...                                                    seconds=seconds),))
     >>> (plain,) = graph_signatures(g).values()
-    >>> (last,) = graph_signatures(channels_last(g)).values()
+    >>> (last,) = graph_signatures(alternatives(g)).values()
     >>> table = CostTable(target="t", entries=(timed(plain, 2.0), timed(last, 1.0)))
     >>> [n.attrs.get("layout") for n in conv_layouts(g, table).nodes]
     ['nhwc']
@@ -42,11 +51,15 @@ from __future__ import annotations
 from planner.costs.records import CostTable
 from planner.costs.signature import OpSignature, graph_signatures, unique_signatures
 from planner.graph.step import with_layouts
-from planner.ir.graph import Graph
+from planner.ir.graph import Graph, Node
 
 CONVOLUTIONS = frozenset({"Conv2D", "Conv2DBackpropInput", "Conv2DBackpropFilter",
                           "ConvTranspose2D"})
 CHANNELS_LAST = "nhwc"
+COLUMNS = "columns"
+# The largest output map (pixels) whose forward convolution the profile also measures on the
+# columns kernel: 2x2 maps ran it ~1.9x faster on the 2-core EPYC, 4x4 ones 1.6x slower.
+COLUMNS_AREA = 4
 
 
 def channels_last(graph: Graph) -> Graph:
@@ -56,33 +69,52 @@ def channels_last(graph: Graph) -> Graph:
                                 if n.op in CONVOLUTIONS})
 
 
+def alternative(graph: Graph, node: Node) -> str:
+    """The layout a profile measures convolution `node` on beside its own (module docstring):
+    `columns` for a float32 one-group forward convolution on maps of at most COLUMNS_AREA
+    pixels, else channels-last."""
+    if node.op == "Conv2D" and node.attrs.get("groups", 1) == 1:
+        x, y = graph.tensor(node.inputs[0]), graph.tensor(node.outputs[0])
+        if x.dtype == y.dtype == "float32" and y.shape[2] * y.shape[3] <= COLUMNS_AREA:
+            return COLUMNS
+    return CHANNELS_LAST
+
+
+def alternatives(graph: Graph) -> Graph:
+    """`graph` with every convolution node on its `alternative` layout: what a profile measures
+    beside the graph itself, so that `conv_layouts` can choose."""
+    return with_layouts(graph, {n.name: alternative(graph, n) for n in graph.nodes
+                                if n.op in CONVOLUTIONS})
+
+
 def profiled_signatures(graph: Graph) -> list[OpSignature]:
     """What a CPU profile of `graph` measures, each once: its ops' signatures and its
-    convolutions' channels-last ones."""
+    convolutions' alternative ones."""
     return unique_signatures([*graph_signatures(graph).values(),
-                              *graph_signatures(channels_last(graph)).values()])
+                              *graph_signatures(alternatives(graph)).values()])
 
 
 def conv_layouts(graph: Graph, table: CostTable | None) -> Graph:
-    """`graph` with `layout: nhwc` on each convolution whose measured channels-last times beat
+    """`graph` with its alternative layout on each convolution whose measured times on it beat
     its own (module docstring); `graph` itself when none does."""
     return with_layouts(graph, chosen_layouts(graph, table))
 
 
 def chosen_layouts(graph: Graph, table: CostTable | None) -> dict[str, str]:
-    """Convolution node name -> `nhwc` where its measured channels-last times beat its own
-    (the step graph's layouts: planner.graph.step)."""
+    """Convolution node name -> its alternative layout where the measured times on it beat its
+    own (the step graph's layouts: planner.graph.step)."""
     convs = [n for n in graph.nodes if n.op in CONVOLUTIONS and "layout" not in n.attrs]
     if table is None or not convs:
         return {}
     own = graph_signatures(graph)
-    last = graph_signatures(channels_last(graph))
+    other = alternatives(graph)
+    theirs = graph_signatures(other)
     chosen = {}
     for n in convs:
-        a, b = _compact_seconds(table, own[n.name]), _compact_seconds(table, last[n.name])
+        a, b = _compact_seconds(table, own[n.name]), _compact_seconds(table, theirs[n.name])
         both = sorted(a.keys() & b.keys())
         if both and sum(b[k] for k in both) < sum(a[k] for k in both):
-            chosen[n.name] = CHANNELS_LAST
+            chosen[n.name] = other.node_map[n.name].attrs["layout"]
     return chosen
 
 

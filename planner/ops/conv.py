@@ -170,16 +170,21 @@ CONV_ATTRS: dict[str, Attr] = {
 
 # Every convolution op's CPU kernel layout, a planning decision (planner/costs/conv_layouts.py):
 # absent, oneDNN picks the layouts of the image and output (`any`: blocked on x86); "nhwc" asks
-# for channels-last ones, which oneDNN's brgemm kernels take. Either way the tensors in the
-# arena stay NCHW and the kernel reorders; the numbers are the same convolution's. Not part
-# of the geometry: a gradient rule copies CONV_ATTRS, never a layout chosen for its forward.
-LAYOUTS = ("any", "nhwc")
+# for channels-last ones, which oneDNN's brgemm kernels take; "columns" (a forward
+# convolution's alone) runs it as one matmul over the whole batch's im2col columns. Either way
+# the tensors in the arena stay NCHW; the numbers are the same convolution's (up to summation
+# order). Not part of the geometry: a gradient rule copies CONV_ATTRS, never a layout chosen
+# for its forward.
+LAYOUTS = ("any", "nhwc", "columns")
 LAYOUT_ATTR = {"layout": Attr("str", optional=True)}
 
 
 def _check_layout(op: str, attrs: Attrs) -> None:
-    if attrs.get("layout", "any") not in LAYOUTS:
+    layout = attrs.get("layout", "any")
+    if layout not in LAYOUTS:
         raise OpError(f"{op}: layout must be one of {list(LAYOUTS)}, got {attrs['layout']!r}")
+    if layout == "columns" and op != "Conv2D":
+        raise OpError(f"{op}: layout 'columns' is a forward convolution's (Conv2D) alone")
 
 
 def _groups(op: str, attrs: Attrs) -> int:

@@ -1,9 +1,11 @@
-"""Convolutions on channels-last kernels (planner/costs/conv_layouts.py): the same numbers as
-the reference, chosen from measured times only, carried through `planner verify --graph`.
+"""Convolutions on their alternative kernels (planner/costs/conv_layouts.py: channels-last, or
+the columns kernel for a forward convolution on maps of a few pixels): the same numbers as the
+reference, chosen from measured times only, carried through `planner verify --graph`.
 
-The CPU kernel reorders NCHW tensors into nhwc for oneDNN's brgemm kernels and back, so a step
-with every convolution channels-last must give what the reference interpreter gives, to the
-float32 tolerance of tests/codegen/gradients.py (the summation order is another kernel's).
+The CPU kernel reorders NCHW tensors into nhwc for oneDNN's brgemm kernels and back (or copies
+the batch's columns for one matmul), so a step with every convolution on its alternative must
+give what the reference interpreter gives, to the float32 tolerance of
+tests/codegen/gradients.py (the summation order is another kernel's).
 """
 
 from __future__ import annotations
@@ -13,7 +15,14 @@ import re
 
 import pytest
 
-from planner.costs.conv_layouts import CONVOLUTIONS, channels_last, conv_layouts
+from planner.costs.conv_layouts import (
+    COLUMNS,
+    CONVOLUTIONS,
+    alternative,
+    alternatives,
+    channels_last,
+    conv_layouts,
+)
 from planner.costs.records import CostEntry, CostTable, CpuSample
 from planner.costs.signature import graph_signatures
 from planner.graph import Graph
@@ -35,23 +44,34 @@ def _training(model: str) -> Graph:
     return make_training_graph(build(model, **MODELS[model]), SGD)
 
 
-# dcgan: strided 4x4 convolutions and transposed ones (every conv op); resnet: 3x3 and 1x1
-# ones with BatchNorm between them.
-@pytest.mark.parametrize("model", ["dcgan", "resnet"])
-def test_channels_last_step_matches_reference(model, tmp_path_factory):
-    graph = channels_last(_training(model))
-    assert {n.attrs.get("layout") for n in graph.nodes if n.op in CONVOLUTIONS} == {"nhwc"}
-    module = build_module(graph, tmp_path_factory.mktemp("layouts") / f"nhwc_{model}")
+# dcgan, every convolution channels-last: strided 4x4 convolutions and transposed ones (every
+# conv op); resnet, every convolution on its alternative: 3x3 and 1x1 ones with BatchNorm
+# between them, channels-last on the early stages and the columns kernel on the last two
+# (maps of 2x2 and 1x1 pixels).
+@pytest.mark.parametrize(("model", "layouts", "want"), [
+    ("dcgan", channels_last, {"nhwc"}), ("resnet", alternatives, {"nhwc", COLUMNS})])
+def test_alternative_step_matches_reference(model, layouts, want, tmp_path_factory):
+    graph = layouts(_training(model))
+    assert {n.attrs.get("layout") for n in graph.nodes if n.op in CONVOLUTIONS} == want
+    module = build_module(graph, tmp_path_factory.mktemp("layouts") / f"alternative_{model}")
     planned = Graph.model_validate(json.loads(module.plan)["graph"])
-    assert {n.attrs.get("layout") for n in planned.nodes if n.op in CONVOLUTIONS} == {"nhwc"}
-    check_gradients(planned, module, start_state(planned), random_feeds(planned, seed=2))
+    assert {n.attrs.get("layout") for n in planned.nodes if n.op in CONVOLUTIONS} == want
+    feeds = random_feeds(planned, seed=2)
+    check_gradients(planned, module, start_state(planned), feeds)
+    if COLUMNS in want:
+        ex = module.Executor()
+        ex.load_params(start_state(planned))
+        ex.step(feeds)
+        impls = {r["name"]: r.get("impl", "") for r in ex.stats()["ops"]}
+        assert {impls[n.name] for n in planned.nodes
+                if n.attrs.get("layout") == COLUMNS} == {"direct:columns + sgemm"}
 
 
 def _table(graph: Graph, seconds) -> CostTable:
-    """Every convolution's signature in both layouts, at 1 and 2 threads: seconds(node, layout)
-    at one thread, half of it at two."""
+    """Every convolution's signature on its own layout and its alternative, at 1 and 2
+    threads: seconds(node, layout) at one thread, half of it at two."""
     entries = {}
-    for layout, g in (("any", graph), ("nhwc", channels_last(graph))):
+    for layout, g in (("any", graph), ("alternative", alternatives(graph))):
         for name, sig in graph_signatures(g).items():
             if g.node_map[name].op in CONVOLUTIONS:
                 t = seconds(g.node_map[name], layout)
@@ -64,13 +84,14 @@ def _table(graph: Graph, seconds) -> CostTable:
 def test_the_layout_measured_faster_is_chosen():
     graph = _training("dcgan")
     # Channels-last faster for the forward convolutions alone.
-    table = _table(graph, lambda n, layout: 1.0 if layout == "nhwc" and n.op == "Conv2D" else 2.0)
+    table = _table(graph, lambda n, layout: 1.0 if layout != "any" and n.op == "Conv2D" else 2.0)
     chosen = conv_layouts(graph, table)
     for n in chosen.nodes:
         if n.op in CONVOLUTIONS:
-            assert n.attrs.get("layout") == ("nhwc" if n.op == "Conv2D" else None), n.name
+            want = alternative(graph, graph.node_map[n.name]) if n.op == "Conv2D" else None
+            assert n.attrs.get("layout") == want, n.name
     # Slower everywhere, or not measured: oneDNN's own pick stays (and the graph is the same).
-    assert conv_layouts(graph, _table(graph, lambda n, layout: 1.0 + (layout == "nhwc"))) == graph
+    assert conv_layouts(graph, _table(graph, lambda n, layout: 1.0 + (layout != "any"))) == graph
     assert conv_layouts(graph, CostTable(target="host")) == graph
 
 
@@ -78,7 +99,7 @@ def test_a_plan_records_its_layouts_and_verify_carries_them(tmp_path):
     from planner.cli.main import main
 
     graph = _training("dcgan")
-    table = _table(graph, lambda n, layout: 1.0 if layout == "nhwc" and n.op == "Conv2D" else 2.0)
+    table = _table(graph, lambda n, layout: 1.0 if layout != "any" and n.op == "Conv2D" else 2.0)
     p = plan(graph, detect(), table)
     forward = {n.name for n in p.graph.nodes if n.op == "Conv2D"}
     assert forward and {n.name for n in p.graph.nodes if n.attrs.get("layout")} == forward

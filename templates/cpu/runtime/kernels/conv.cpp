@@ -14,8 +14,10 @@
 // kernels want (on plain NCHW it falls back to slow GEMM-based paths: ResNet-18's backward
 // convolutions ran 2x PyTorch's); where the plan's `layout` attr says nhwc, the image and output
 // are channels-last instead, the layout oneDNN's brgemm kernels take (chosen per op from the
-// profile, planner/graph/conv_layouts.py: on an AVX2 EPYC a stride-2 4x4 forward ran 2.2x
-// faster on it, its weight gradient 1.5x slower). Operands whose chosen layout is not the plain
+// profile, planner/costs/conv_layouts.py: on an AVX2 EPYC a stride-2 4x4 forward ran 2.2x
+// faster on it, its weight gradient 1.5x slower); where it says columns, a float32 forward runs
+// as one matmul over the batch's columns (conv_columns.h; oneDNN's kernel where that does not
+// apply or would need more scratch than oneDNN's). Operands whose chosen layout is not the plain
 // one are reordered into temporaries in the scratch area before the primitive, results back
 // after it (as PyTorch's eager oneDNN path does); the arena keeps plain tensors, so every other
 // kernel is unchanged. A float32 weight gradient for which oneDNN would run its im2col GEMM
@@ -34,6 +36,7 @@
 #include "../dnnl_kernel.h"
 #include "../fused_relu.h"
 #include "conv.h"
+#include "conv_columns.h"
 #include "filter_grads.h"
 
 namespace planner {
@@ -52,8 +55,8 @@ struct DnnlConvGeometry {
 DnnlConvGeometry dnnl_conv_geometry(const Node& n) {
   const ConvGeometry c = conv_geometry(n.attrs);
   const std::string layout = n.attrs.has("layout") ? n.attrs.s("layout") : "any";
-  if (layout != "any" && layout != "nhwc")
-    throw std::runtime_error("convolution layout must be any or nhwc, got " + layout);
+  if (layout != "any" && layout != "nhwc" && layout != "columns")
+    throw std::runtime_error("convolution layout must be any, nhwc or columns, got " + layout);
   return DnnlConvGeometry{{c.strides[0], c.strides[1]},
                           dnnl_dilation({c.dilations[0], c.dilations[1]}),
                           {c.pads[0], c.pads[1]},
@@ -180,6 +183,8 @@ KernelPtr conv2d(const Node& n) {
   auto pd = on_compute_type(n, [&](dt c) { return forward_pd(n, g, x_md, w_md, y_md, c, bias); });
   KernelPtr conv =
       on_chosen_layouts<dnnl::convolution_forward>(n, pd, inputs, {DNNL_ARG_DST, y.id, y_md});
+  if (n.attrs.has("layout") && n.attrs.s("layout") == "columns")
+    if (KernelPtr own = columns_conv2d(n, conv->scratch_bytes())) return own;
   return with_fused_activation(std::move(conv), n, "Conv2D");
 }
 

@@ -1,30 +1,14 @@
 // The direct float32 weight gradients of filter_grads.h. Both walk the taps of a
-// convolution the same way: for tap offset `tap` (kernel index x dilation - leading pad) the
-// output positions whose input lies inside the image are [first_inside, end_inside); the
-// padding contributes nothing, so they skip it.
+// convolution as the columns kernels do (conv_columns.h: first_inside, end_inside).
 #include "filter_grads.h"
 
 #include <algorithm>
 #include <cstring>
 
-#include "conv.h"
+#include "conv_columns.h"
 
 namespace planner {
 namespace {
-
-// The first output position o (o * stride + tap >= 0) and one past the last (o * stride +
-// tap < size, o < outputs) whose input lies inside the image.
-int64_t first_inside(int64_t tap, int64_t stride) {
-  return tap >= 0 ? 0 : (-tap + stride - 1) / stride;
-}
-int64_t end_inside(int64_t tap, int64_t stride, int64_t size, int64_t outputs) {
-  const int64_t room = size - tap;  // o * stride < room
-  return room <= 0 ? 0 : std::min(outputs, (room + stride - 1) / stride);
-}
-
-bool all_float32(const Node& n) {
-  return n.in[0].dtype == F32 && n.in[1].dtype == F32 && n.out[0].dtype == F32;
-}
 
 // mobilenet_v2's 480 channels of 2x2 maps took 1.1 ms a call on the GEMMs, one per group, on
 // the 2-core EPYC (a third of its depthwise work, ~100x the arithmetic). Direct instead: the
@@ -87,11 +71,10 @@ class DepthwiseFilterGrad : public Kernel {
 class Im2colFilterGrad : public DnnlKernel {
  public:
   explicit Im2colFilterGrad(const Node& n)
-      : x_(n.in[0].id), dy_(n.in[1].id), g_(conv_geometry(n.attrs)),
-        x_shape_(n.in[0].shape), dy_shape_(n.in[1].shape), w_shape_(n.out[0].shape) {
-    const int64_t positions = dy_shape_[0] * dy_shape_[2] * dy_shape_[3];
-    const int64_t taps = w_shape_[1] * w_shape_[2] * w_shape_[3];
-    const int64_t outs = w_shape_[0];
+      : x_(n.in[0].id), dy_(n.in[1].id),
+        geometry_{n.in[0].shape, n.in[1].shape, n.out[0].shape, conv_geometry(n.attrs)} {
+    const int64_t positions = geometry_.positions(), taps = geometry_.taps();
+    const int64_t outs = geometry_.w[0];
     columns_ = temp(static_cast<size_t>(taps * positions) * sizeof(float));
     regrouped_ = temp(static_cast<size_t>(outs * positions) * sizeof(float));
     const memory::desc a({outs, positions}, dt::f32, tag::ab);
@@ -104,43 +87,16 @@ class Im2colFilterGrad : public DnnlKernel {
   }
   std::string impl() const override { return "direct:im2col + " + DnnlKernel::impl(); }
   void run(const Run& r) override {
-    copy_columns(r.at<float>(x_), reinterpret_cast<float*>(r.scratch + columns_));
+    geometry_.copy(r.at<float>(x_), reinterpret_cast<float*>(r.scratch + columns_));
     regroup(r.at<float>(dy_), reinterpret_cast<float*>(r.scratch + regrouped_));
     run_all(r);
   }
 
  private:
-  // columns[(c, i, j)][(b, oy, ox)] = x[b, c, oy * stride + i * dilation - pad, ...], or 0.
-  void copy_columns(const float* x, float* columns) const {
-    const int64_t batch = x_shape_[0], channels = x_shape_[1], h = x_shape_[2], w = x_shape_[3];
-    const int64_t oh = dy_shape_[2], ow = dy_shape_[3], kh = w_shape_[2], kw = w_shape_[3];
-    const int64_t positions = batch * oh * ow;
-    const ConvGeometry g = g_;
-#pragma omp parallel for schedule(static)
-    for (int64_t row = 0; row < channels * kh * kw; ++row) {
-      const int64_t c = row / (kh * kw), i = row / kw % kh, j = row % kw;
-      const int64_t row_tap = i * g.dilations[0] - g.pads[0];
-      const int64_t col_tap = j * g.dilations[1] - g.pads[1];
-      const int64_t y0 = std::min(oh, first_inside(row_tap, g.strides[0]));
-      const int64_t y1 = std::max(y0, end_inside(row_tap, g.strides[0], h, oh));
-      const int64_t x0 = std::min(ow, first_inside(col_tap, g.strides[1]));
-      const int64_t x1 = std::max(x0, end_inside(col_tap, g.strides[1], w, ow));
-      float* out = columns + row * positions;
-      std::fill(out, out + positions, 0.0f);
-      for (int64_t b = 0; b < batch; ++b) {
-        const float* image = x + (b * channels + c) * h * w;
-        for (int64_t oy = y0; oy < y1; ++oy) {
-          const float* in_row = image + (oy * g.strides[0] + row_tap) * w + col_tap;
-          float* out_row = out + (b * oh + oy) * ow;
-          for (int64_t ox = x0; ox < x1; ++ox) out_row[ox] = in_row[ox * g.strides[1]];
-        }
-      }
-    }
-  }
-
   // regrouped[o][(b, p)] = dy[b, o, p].
   void regroup(const float* dy, float* regrouped) const {
-    const int64_t batch = dy_shape_[0], outs = dy_shape_[1], area = dy_shape_[2] * dy_shape_[3];
+    const Shape& dy_shape = geometry_.y;
+    const int64_t batch = dy_shape[0], outs = dy_shape[1], area = dy_shape[2] * dy_shape[3];
 #pragma omp parallel for schedule(static)
     for (int64_t o = 0; o < outs; ++o)
       for (int64_t b = 0; b < batch; ++b)
@@ -149,8 +105,7 @@ class Im2colFilterGrad : public DnnlKernel {
   }
 
   int x_, dy_;
-  ConvGeometry g_;
-  Shape x_shape_, dy_shape_, w_shape_;
+  Columns geometry_;
   int64_t columns_ = 0, regrouped_ = 0;
 };
 
@@ -158,7 +113,7 @@ class Im2colFilterGrad : public DnnlKernel {
 
 bool depthwise_float32(const Node& n, int64_t groups) {
   const Shape &x = n.in[0].shape, &w = n.out[0].shape;
-  return all_float32(n) && groups > 1 && x[1] == groups && w[0] == groups && w[1] == 1;
+  return float32_only(n) && groups > 1 && x[1] == groups && w[0] == groups && w[1] == 1;
 }
 
 KernelPtr depthwise_filter_grad(const Node& n) {
@@ -166,7 +121,7 @@ KernelPtr depthwise_filter_grad(const Node& n) {
 }
 
 KernelPtr im2col_filter_grad(const Node& n, size_t gemm_scratchpad) {
-  if (!all_float32(n) || conv_geometry(n.attrs).groups != 1) return nullptr;
+  if (!columns_apply(n)) return nullptr;
   auto k = std::make_unique<Im2colFilterGrad>(n);
   if (k->scratch_bytes() > gemm_scratchpad) return nullptr;
   return k;

@@ -1,0 +1,102 @@
+"""The columns convolution (templates/cpu/runtime/kernels/conv_columns.cpp) against oneDNN's own
+kernel for the same forward convolution, op by op on this host: ResNet-18's (width 0.5, 64 px,
+batch 8) and ResNet-50's (width 0.25, 64 px, batch 4) last-stage convolutions on 2x2 maps, and a
+few on larger maps (where the columns' copies start to cost what the batching gains: why
+the profile measures them on maps of at most planner.costs.conv_layouts.COLUMNS_AREA pixels).
+
+    PYTHONPATH=. python bench/bench_conv_columns.py [--rounds 5] [--steps 20] [--cases 4x4,8x8]
+
+Each case is one Conv2D built twice (layout `any`: oneDNN's pick; `columns`), each on one
+thread and on two; the rounds alternate the builds, and each reads the op's time in the
+executor's own stats over --steps steps (the median), so load from other jobs falls on both.
+Printed: per case and thread count the medians over rounds (us) and columns / oneDNN.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from codegen.profiling import copies_graph, placements_plan, warmed_executor  # noqa: E402
+from planner.costs.signature import OpSignature  # noqa: E402
+from planner.graph.interpret import random_feeds  # noqa: E402
+from planner.target.detect import detect  # noqa: E402
+
+# name: (x shape, w shape, geometry)
+CASES = {
+    "resnet18 3x3 256 2x2": ((8, 256, 2, 2), (256, 256, 3, 3), {"pads": [1, 1, 1, 1]}),
+    "resnet18 3x3/2 128->256 4x4": ((8, 128, 4, 4), (256, 128, 3, 3),
+                                    {"pads": [1, 1, 1, 1], "strides": [2, 2]}),
+    "resnet18 1x1/2 128->256": ((8, 128, 4, 4), (256, 128, 1, 1), {"strides": [2, 2]}),
+    "resnet50 3x3 128 2x2": ((4, 128, 2, 2), (128, 128, 3, 3), {"pads": [1, 1, 1, 1]}),
+    "resnet50 1x1 128->512 2x2": ((4, 128, 2, 2), (512, 128, 1, 1), {}),
+    "resnet50 1x1 512->128 2x2": ((4, 512, 2, 2), (128, 512, 1, 1), {}),
+    "resnet18 3x3 128 4x4": ((8, 128, 4, 4), (128, 128, 3, 3), {"pads": [1, 1, 1, 1]}),
+    "resnet50 3x3 64 4x4": ((4, 64, 4, 4), (64, 64, 3, 3), {"pads": [1, 1, 1, 1]}),
+    "resnet50 1x1 64->256 4x4": ((4, 64, 4, 4), (256, 64, 1, 1), {}),
+    "resnet18 3x3 64 8x8": ((8, 64, 8, 8), (64, 64, 3, 3), {"pads": [1, 1, 1, 1]}),
+    "resnet18 3x3 32 16x16": ((8, 32, 16, 16), (32, 32, 3, 3), {"pads": [1, 1, 1, 1]}),
+}
+
+
+def executor(case, layout, threads, folder):
+    x, w, geometry = case
+    attrs = {"strides": [1, 1], "pads": [0, 0, 0, 0], "dilations": [1, 1], "groups": 1,
+             **geometry, "layout": layout}
+    sig = OpSignature(op="Conv2D", shapes=(x, w), dtypes=("float32", "float32"), attrs=attrs)
+    graph = copies_graph(sig, 1)
+    feeds = random_feeds(graph, seed=0)
+    plan = placements_plan(graph, detect(), [(threads, tuple(range(threads)))])
+    return warmed_executor(plan, folder, {}, feeds), feeds
+
+
+def op_seconds(ex, feeds, steps):
+    times = []
+    for _ in range(steps):
+        ex.forward(feeds)
+        (op,) = ex.stats()["ops"]
+        times.append(op["end"] - op["start"])
+    return statistics.median(times)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--cases", default="", help="only the cases whose names hold one of these "
+                    "comma-separated words")
+    args = ap.parse_args()
+    words = [w for w in args.cases.split(",") if w]
+    cases = {k: v for k, v in CASES.items() if not words or any(w in k for w in words)}
+    counts = [t for t in (1, 2) if t <= (os.cpu_count() or 1)]
+    work = Path(tempfile.mkdtemp(prefix="bench-columns-"))
+    built = {}
+    for name, case in cases.items():
+        for layout in ("any", "columns"):
+            for t in counts:
+                built[name, layout, t] = executor(case, layout, t,
+                                                  work / f"{len(built)}")
+        print(f"built {name}", file=sys.stderr)
+    seconds = {key: [] for key in built}
+    for r in range(args.rounds):
+        keys = list(built) if r % 2 == 0 else list(reversed(built))
+        for key in keys:
+            seconds[key].append(op_seconds(*built[key], args.steps))
+    print(f"load average {os.getloadavg()[0]:.2f}; {args.rounds} rounds x {args.steps} steps;"
+          " medians, us")
+    print(f"{'case':32s} {'threads':>7s} {'oneDNN':>9s} {'columns':>9s} {'ratio':>7s}")
+    for name in cases:
+        for t in counts:
+            a = statistics.median(seconds[name, "any", t]) * 1e6
+            c = statistics.median(seconds[name, "columns", t]) * 1e6
+            print(f"{name:32s} {t:7d} {a:9.1f} {c:9.1f} {c / a:7.2f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,48 @@
+// Convolutions as one matmul over the whole batch's columns (im2col): what the runtime runs
+// where oneDNN 3.2's kernels work image by image on maps too small to keep their registers
+// busy. A float32 one-group convolution only; the plan asks for it per op (the `columns`
+// layout a forward convolution gets where the profile measured it faster,
+// planner/costs/conv_layouts.py), and a weight gradient oneDNN would put on its GEMM fallback
+// takes it itself (filter_grads.h).
+#pragma once
+#include <algorithm>
+
+#include "../dnnl_kernel.h"
+#include "conv.h"
+
+namespace planner {
+
+// A tap at offset `tap` (kernel index x dilation - leading pad) along an axis of `size` pixels:
+// the first output position o whose input o * stride + tap lies inside the image, and one past
+// the last (o < outputs); the padding contributes nothing, so the kernels skip it.
+inline int64_t first_inside(int64_t tap, int64_t stride) {
+  return tap >= 0 ? 0 : (-tap + stride - 1) / stride;
+}
+inline int64_t end_inside(int64_t tap, int64_t stride, int64_t size, int64_t outputs) {
+  const int64_t room = size - tap;  // o * stride < room
+  return room <= 0 ? 0 : std::min(outputs, (room + stride - 1) / stride);
+}
+
+// The geometry of a convolution seen through its columns: image x (N, C, H, W), output
+// (N, O, OH, OW), weights (O, C, kh, kw).
+struct Columns {
+  Shape x, y, w;
+  ConvGeometry g;
+  int64_t positions() const { return y[0] * y[2] * y[3]; }  // N x OH x OW
+  int64_t taps() const { return w[1] * w[2] * w[3]; }       // C x kh x kw
+  // columns[(c, i, j)][(b, oy, ox)] = x[b, c, oy * stride + i * dilation - pad, ...], or 0
+  // where the tap reads padding: taps() rows of positions() floats, the team splitting rows.
+  void copy(const float* x, float* columns) const;
+};
+
+// Whether every tensor of node `n` is float32 (what the runtime's own convolution kernels
+// compute in), and whether the columns kernels can run it (that, and one group).
+bool float32_only(const Node& n);
+bool columns_apply(const Node& n);
+
+// A Conv2D (x, w[, bias] -> y) as y' (O x positions) = w (O x taps) columns; null where it
+// does not apply or its scratch would exceed `budget` bytes (what oneDNN's kernel for the op
+// takes at this thread count: the plan's scratch rule bounds that).
+KernelPtr columns_conv2d(const Node& n, size_t budget);
+
+}  // namespace planner

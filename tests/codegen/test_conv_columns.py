@@ -1,0 +1,62 @@
+"""The runtime's columns convolution (templates/cpu/runtime/kernels/conv_columns.cpp): a forward
+convolution whose plan says `layout: columns` (planner/costs/conv_layouts.py gives it to a
+one-group float32 Conv2D on maps of a few pixels where the profile measured it faster) runs as
+one matmul over the whole batch's im2col columns, the weights read once instead of once per
+image. Held to the float64 reference within float32's summation bound, and to the same bits
+on one thread and two: the matmul's rows are split in fixed blocks, each one single-threaded
+GEMM, so a schedule variant that runs the op on another thread count changes nothing."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from codegen.profiling import copies_graph, placements_plan, warmed_executor
+from planner.costs.signature import OpSignature
+from planner.graph.interpret import random_feeds
+from planner.ops import get_op
+from tests.targets import two_cores
+
+U32 = 2.0 ** -24  # float32's unit roundoff
+
+# (x shape, w shape, bias, geometry): ResNet-18's last stage at 64 px (2x2 maps, 256 channels:
+# four row blocks); a strided one onto 2x2 maps with a bias and 72 outputs (a short last
+# block); a 1x1 on 2x2 maps; taps reading only padding (3x3 on a 1x1 map); a strided, dilated,
+# unevenly padded one.
+CASES = [
+    ((8, 256, 2, 2), (256, 256, 3, 3), False, {"pads": [1, 1, 1, 1]}),
+    ((4, 40, 4, 4), (72, 40, 3, 3), True, {"pads": [1, 1, 1, 1], "strides": [2, 2]}),
+    ((4, 64, 2, 2), (128, 64, 1, 1), True, {}),
+    ((2, 24, 1, 1), (16, 24, 3, 3), False, {"pads": [1, 1, 1, 1]}),
+    ((2, 12, 5, 4), (8, 12, 3, 3), False,
+     {"pads": [2, 1, 0, 1], "strides": [2, 2], "dilations": [2, 1]}),
+]
+
+
+@pytest.mark.parametrize(("x_shape", "w_shape", "bias", "geometry"), CASES)
+def test_columns_forward_matches_the_reference(tmp_path, x_shape, w_shape, bias, geometry):
+    attrs = {"strides": [1, 1], "pads": [0, 0, 0, 0], "dilations": [1, 1], "groups": 1,
+             **geometry, "layout": "columns"}
+    shapes = (x_shape, w_shape) + (((w_shape[0],),) if bias else ())
+    sig = OpSignature(op="Conv2D", shapes=shapes, dtypes=("float32",) * len(shapes),
+                      attrs=attrs)
+    graph = copies_graph(sig, 1)
+    feeds = random_feeds(graph, seed=4)
+    target = two_cores()
+    got, impls = {}, set()
+    for threads in (1, 2):
+        plan = placements_plan(graph, target, [(threads, tuple(range(threads)))])
+        ex = warmed_executor(plan, tmp_path / f"t{threads}", {}, feeds)
+        got[threads] = np.asarray(ex.forward(feeds)["out0_0"])
+        impls.add({r["name"]: r["impl"] for r in ex.stats()["ops"]}["copy0"])
+    assert impls == {"direct:columns + sgemm"}
+    assert np.array_equal(got[1].view(np.uint32), got[2].view(np.uint32))
+    op = get_op("Conv2D")
+    a = op.normalize_attrs(attrs)
+    ins = [feeds[f"in{k}"].astype(np.float64) for k in range(len(shapes))]
+    want = op.reference(ins, a)[0]
+    # Each output sums k = C x kh x kw rounded products and the bias:
+    # |error| <= (k + 2) u (sum |w x| + |bias|).
+    k = w_shape[1] * w_shape[2] * w_shape[3]
+    bound = (k + 2) * U32 * op.reference([np.abs(v) for v in ins], a)[0] + 1e-30
+    assert np.all(np.abs(got[1] - want) <= bound)
