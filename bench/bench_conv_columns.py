@@ -1,13 +1,13 @@
-"""The columns convolution (templates/cpu/runtime/kernels/conv_columns.cpp) against oneDNN's own
-kernel for the same forward convolution, op by op on this host: ResNet-18's (width 0.5, 64 px,
+"""The columns convolutions (templates/cpu/runtime/kernels/conv_columns.cpp) against oneDNN's own
+kernels for the same forward and data-gradient convolutions, op by op on this host: ResNet-18's (width 0.5, 64 px,
 batch 8) and ResNet-50's (width 0.25, 64 px, batch 4) last-stage convolutions on 2x2 maps, and a
 few on larger maps (where the columns' copies start to cost what the batching gains: why
 the profile measures them on maps of at most planner.costs.conv_layouts.COLUMNS_AREA pixels).
 
     PYTHONPATH=. python bench/bench_conv_columns.py [--rounds 5] [--steps 20] [--cases 4x4,8x8]
 
-Each case is one Conv2D built twice (layout `any`: oneDNN's pick; `columns`), each on one
-thread and on two; the rounds alternate the builds, and each reads the op's time in the
+Each case is one Conv2D and its Conv2DBackpropInput, each built twice (layout `any`: oneDNN's
+pick; `columns`), each on one thread and on two; the rounds alternate the builds, and each reads the op's time in the
 executor's own stats over --steps steps (the median), so load from other jobs falls on both.
 Printed: per case and thread count the medians over rounds (us) and columns / oneDNN.
 """
@@ -21,13 +21,17 @@ import sys
 import tempfile
 from pathlib import Path
 
+import numpy as np
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from codegen.profiling import copies_graph, placements_plan, warmed_executor  # noqa: E402
 from planner.costs.signature import OpSignature  # noqa: E402
 from planner.graph.interpret import random_feeds  # noqa: E402
+from planner.ops import get_op  # noqa: E402
 from planner.target.detect import detect  # noqa: E402
 
+OPS = ("Conv2D", "Conv2DBackpropInput")
 # name: (x shape, w shape, geometry)
 CASES = {
     "resnet18 3x3 256 2x2": ((8, 256, 2, 2), (256, 256, 3, 3), {"pads": [1, 1, 1, 1]}),
@@ -45,11 +49,16 @@ CASES = {
 }
 
 
-def executor(case, layout, threads, folder):
+def executor(case, op, layout, threads, folder):
     x, w, geometry = case
     attrs = {"strides": [1, 1], "pads": [0, 0, 0, 0], "dilations": [1, 1], "groups": 1,
              **geometry, "layout": layout}
-    sig = OpSignature(op="Conv2D", shapes=(x, w), dtypes=("float32", "float32"), attrs=attrs)
+    shapes = (x, w)
+    if op == "Conv2DBackpropInput":
+        forward = get_op("Conv2D")
+        y = forward.reference([np.zeros(x), np.zeros(w)], forward.normalize_attrs(attrs))[0]
+        shapes, attrs = (y.shape, w), {**attrs, "input_shape": list(x)}
+    sig = OpSignature(op=op, shapes=shapes, dtypes=("float32", "float32"), attrs=attrs)
     graph = copies_graph(sig, 1)
     feeds = random_feeds(graph, seed=0)
     plan = placements_plan(graph, detect(), [(threads, tuple(range(threads)))])
@@ -78,10 +87,11 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="bench-columns-"))
     built = {}
     for name, case in cases.items():
-        for layout in ("any", "columns"):
-            for t in counts:
-                built[name, layout, t] = executor(case, layout, t,
-                                                  work / f"{len(built)}")
+        for op in OPS:
+            for layout in ("any", "columns"):
+                for t in counts:
+                    built[name, op, layout, t] = executor(case, op, layout, t,
+                                                          work / f"{len(built)}")
         print(f"built {name}", file=sys.stderr)
     seconds = {key: [] for key in built}
     for r in range(args.rounds):
@@ -90,12 +100,14 @@ def main() -> None:
             seconds[key].append(op_seconds(*built[key], args.steps))
     print(f"load average {os.getloadavg()[0]:.2f}; {args.rounds} rounds x {args.steps} steps;"
           " medians, us")
-    print(f"{'case':32s} {'threads':>7s} {'oneDNN':>9s} {'columns':>9s} {'ratio':>7s}")
+    print(f"{'case':32s} {'op':>19s} {'threads':>7s} {'oneDNN':>9s} {'columns':>9s} "
+          f"{'ratio':>7s}")
     for name in cases:
-        for t in counts:
-            a = statistics.median(seconds[name, "any", t]) * 1e6
-            c = statistics.median(seconds[name, "columns", t]) * 1e6
-            print(f"{name:32s} {t:7d} {a:9.1f} {c:9.1f} {c / a:7.2f}")
+        for op in OPS:
+            for t in counts:
+                a = statistics.median(seconds[name, op, "any", t]) * 1e6
+                c = statistics.median(seconds[name, op, "columns", t]) * 1e6
+                print(f"{name:32s} {op:>19s} {t:7d} {a:9.1f} {c:9.1f} {c / a:7.2f}")
 
 
 if __name__ == "__main__":

@@ -10,8 +10,8 @@ im2col columns (the runtime's `columns` kernel) reads it once (a 256x256x3x3 for
 maps at batch 8: 978 -> 519 us on the 2-core EPYC; on 4x4 maps it lost, 485 -> 789).
 
 So each convolution has one alternative to its own layout (`alternative`): `columns` for a
-float32 one-group forward convolution whose output maps have at most COLUMNS_AREA pixels,
-channels-last for every other. The profile measures both (every conv op of
+float32 one-group forward or data-gradient convolution whose (forward) output maps have at most
+COLUMNS_AREA pixels, channels-last for every other. The profile measures both (every conv op of
 `alternatives(graph)` beside the graph's own), and `conv_layouts` gives each conv node the
 layout its measurements favour, as the `layout` attr (planner/ops/conv.py) that the CPU kernel
 reads. The arena's tensors stay NCHW either way: the kernel reorders in and out (or copies the
@@ -52,6 +52,7 @@ from planner.costs.records import CostTable
 from planner.costs.signature import OpSignature, graph_signatures, unique_signatures
 from planner.graph.step import with_layouts
 from planner.ir.graph import Graph, Node
+from planner.ops.conv import COLUMNS_OPS
 
 CONVOLUTIONS = frozenset({"Conv2D", "Conv2DBackpropInput", "Conv2DBackpropFilter",
                           "ConvTranspose2D"})
@@ -71,11 +72,14 @@ def channels_last(graph: Graph) -> Graph:
 
 def alternative(graph: Graph, node: Node) -> str:
     """The layout a profile measures convolution `node` on beside its own (module docstring):
-    `columns` for a float32 one-group forward convolution on maps of at most COLUMNS_AREA
-    pixels, else channels-last."""
-    if node.op == "Conv2D" and node.attrs.get("groups", 1) == 1:
-        x, y = graph.tensor(node.inputs[0]), graph.tensor(node.outputs[0])
-        if x.dtype == y.dtype == "float32" and y.shape[2] * y.shape[3] <= COLUMNS_AREA:
+    `columns` for a float32 one-group forward or data-gradient convolution whose output maps
+    (the forward's) have at most COLUMNS_AREA pixels, else channels-last."""
+    if node.op in COLUMNS_OPS and node.attrs.get("groups", 1) == 1:
+        tensors = [graph.tensor(t) for t in (*node.inputs, *node.outputs)]
+        # The forward's output: Conv2D's y, the data gradient's dy (its first input).
+        y = tensors[-1] if node.op == "Conv2D" else tensors[0]
+        if (all(t.dtype == "float32" for t in tensors)
+                and y.shape[2] * y.shape[3] <= COLUMNS_AREA):
             return COLUMNS
     return CHANNELS_LAST
 

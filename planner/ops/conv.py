@@ -170,12 +170,13 @@ CONV_ATTRS: dict[str, Attr] = {
 
 # Every convolution op's CPU kernel layout, a planning decision (planner/costs/conv_layouts.py):
 # absent, oneDNN picks the layouts of the image and output (`any`: blocked on x86); "nhwc" asks
-# for channels-last ones, which oneDNN's brgemm kernels take; "columns" (a forward
-# convolution's alone) runs it as one matmul over the whole batch's im2col columns. Either way
+# for channels-last ones, which oneDNN's brgemm kernels take; "columns" (a forward or
+# data-gradient convolution's) runs it as one matmul over the whole batch's im2col columns. Either way
 # the tensors in the arena stay NCHW; the numbers are the same convolution's (up to summation
 # order). Not part of the geometry: a gradient rule copies CONV_ATTRS, never a layout chosen
 # for its forward.
 LAYOUTS = ("any", "nhwc", "columns")
+COLUMNS_OPS = ("Conv2D", "Conv2DBackpropInput")
 LAYOUT_ATTR = {"layout": Attr("str", optional=True)}
 
 
@@ -183,8 +184,8 @@ def _check_layout(op: str, attrs: Attrs) -> None:
     layout = attrs.get("layout", "any")
     if layout not in LAYOUTS:
         raise OpError(f"{op}: layout must be one of {list(LAYOUTS)}, got {attrs['layout']!r}")
-    if layout == "columns" and op != "Conv2D":
-        raise OpError(f"{op}: layout 'columns' is a forward convolution's (Conv2D) alone")
+    if layout == "columns" and op not in COLUMNS_OPS:
+        raise OpError(f"{op}: layout 'columns' is for {' and '.join(COLUMNS_OPS)} only")
 
 
 def _groups(op: str, attrs: Attrs) -> int:

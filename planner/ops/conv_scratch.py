@@ -178,11 +178,23 @@ class ConvScratch:
             return (ins if side == "in" else outs)[k]
 
         x, w, y = of("x"), of("w"), of("y")
+        columns = (columns_bytes(x.shape, w.shape, y.shape)
+                   if attrs.get("layout") == "columns" else 0)
         temps, bookings = _geometry(
             self.op, (tuple(x.shape), x.dtype), (tuple(w.shape), w.dtype),
             (tuple(y.shape), y.dtype), int(attrs.get("groups", 1)),
             tuple(attrs.get("pads") or (0, 0, 0, 0)), tuple(attrs.get("dilations") or (1, 1)))
-        return lambda threads: temps + bookings.at(max(1, threads))
+        return lambda threads: max(columns, temps + bookings.at(max(1, threads)))
+
+
+def columns_bytes(x: tuple[int, ...], w: tuple[int, ...], y: tuple[int, ...]) -> int:
+    """The scratch of the runtime's columns kernels (templates/cpu/runtime/kernels/
+    conv_columns.cpp; the `columns` layout): the batch's columns (N OH OW x C kh kw floats) and
+    the output's or dy's regrouped copy (N OH OW x O), each 64-byte aligned. A convolution on
+    that layout gets the larger of this and oneDNN's bound: where the columns kernel does not
+    apply (a type it does not compute in) oneDNN runs the op."""
+    positions = y[0] * y[2] * y[3]
+    return sum(-(-positions * n * F32 // 64) * 64 for n in (w[1] * w[2] * w[3], w[0]))
 
 
 @lru_cache(maxsize=4096)

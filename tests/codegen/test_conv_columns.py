@@ -1,10 +1,11 @@
-"""The runtime's columns convolution (templates/cpu/runtime/kernels/conv_columns.cpp): a forward
-convolution whose plan says `layout: columns` (planner/costs/conv_layouts.py gives it to a
-one-group float32 Conv2D on maps of a few pixels where the profile measured it faster) runs as
-one matmul over the whole batch's im2col columns, the weights read once instead of once per
-image. Held to the float64 reference within float32's summation bound, and to the same bits
-on one thread and two: the matmul's rows are split in fixed blocks, each one single-threaded
-GEMM, so a schedule variant that runs the op on another thread count changes nothing."""
+"""The runtime's columns convolutions (templates/cpu/runtime/kernels/conv_columns.cpp): a forward
+or data-gradient convolution whose plan says `layout: columns` (planner/costs/conv_layouts.py
+gives it to a one-group float32 one on maps of a few pixels where the profile measured it
+faster) runs as one matmul over the whole batch's im2col columns, the weights read once
+instead of once per image. Held to the float64 reference within float32's summation bound,
+and to the same bits on one thread and two: the matmul is split in fixed blocks, each one
+single-threaded GEMM, and the data gradient's columns summed back per channel in one fixed
+order, so a schedule variant that runs the op on another thread count changes nothing."""
 
 from __future__ import annotations
 
@@ -33,13 +34,8 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize(("x_shape", "w_shape", "bias", "geometry"), CASES)
-def test_columns_forward_matches_the_reference(tmp_path, x_shape, w_shape, bias, geometry):
-    attrs = {"strides": [1, 1], "pads": [0, 0, 0, 0], "dilations": [1, 1], "groups": 1,
-             **geometry, "layout": "columns"}
-    shapes = (x_shape, w_shape) + (((w_shape[0],),) if bias else ())
-    sig = OpSignature(op="Conv2D", shapes=shapes, dtypes=("float32",) * len(shapes),
-                      attrs=attrs)
+def _run(tmp_path, sig):
+    """The op of `sig` on one thread and on two: its feeds, outputs and kernels' names."""
     graph = copies_graph(sig, 1)
     feeds = random_feeds(graph, seed=4)
     target = two_cores()
@@ -48,9 +44,27 @@ def test_columns_forward_matches_the_reference(tmp_path, x_shape, w_shape, bias,
         plan = placements_plan(graph, target, [(threads, tuple(range(threads)))])
         ex = warmed_executor(plan, tmp_path / f"t{threads}", {}, feeds)
         got[threads] = np.asarray(ex.forward(feeds)["out0_0"])
-        impls.add({r["name"]: r["impl"] for r in ex.stats()["ops"]}["copy0"])
+        stats = ex.stats()
+        impls.add({r["name"]: r["impl"] for r in stats["ops"]}["copy0"])
+        # Its scratch is the plan's (planner/ops/conv_scratch.py's columns_bytes).
+        assert stats["unplanned_scratch_bytes"] == 0
     assert impls == {"direct:columns + sgemm"}
     assert np.array_equal(got[1].view(np.uint32), got[2].view(np.uint32))
+    return feeds, got[1]
+
+
+def _attrs(geometry):
+    return {"strides": [1, 1], "pads": [0, 0, 0, 0], "dilations": [1, 1], "groups": 1,
+            **geometry, "layout": "columns"}
+
+
+@pytest.mark.parametrize(("x_shape", "w_shape", "bias", "geometry"), CASES)
+def test_columns_forward_matches_the_reference(tmp_path, x_shape, w_shape, bias, geometry):
+    attrs = _attrs(geometry)
+    shapes = (x_shape, w_shape) + (((w_shape[0],),) if bias else ())
+    sig = OpSignature(op="Conv2D", shapes=shapes, dtypes=("float32",) * len(shapes),
+                      attrs=attrs)
+    feeds, got = _run(tmp_path, sig)
     op = get_op("Conv2D")
     a = op.normalize_attrs(attrs)
     ins = [feeds[f"in{k}"].astype(np.float64) for k in range(len(shapes))]
@@ -59,4 +73,25 @@ def test_columns_forward_matches_the_reference(tmp_path, x_shape, w_shape, bias,
     # |error| <= (k + 2) u (sum |w x| + |bias|).
     k = w_shape[1] * w_shape[2] * w_shape[3]
     bound = (k + 2) * U32 * op.reference([np.abs(v) for v in ins], a)[0] + 1e-30
-    assert np.all(np.abs(got[1] - want) <= bound)
+    assert np.all(np.abs(got - want) <= bound)
+
+
+@pytest.mark.parametrize(("x_shape", "w_shape", "bias", "geometry"), CASES)
+def test_columns_data_gradient_matches_the_reference(tmp_path, x_shape, w_shape, bias,
+                                                     geometry):
+    forward = get_op("Conv2D").normalize_attrs(_attrs(geometry))
+    dy_shape = get_op("Conv2D").reference(
+        [np.zeros(x_shape), np.zeros(w_shape)], forward)[0].shape
+    attrs = {**_attrs(geometry), "input_shape": list(x_shape)}
+    sig = OpSignature(op="Conv2DBackpropInput", shapes=(dy_shape, w_shape),
+                      dtypes=("float32", "float32"), attrs=attrs)
+    feeds, got = _run(tmp_path, sig)
+    op = get_op("Conv2DBackpropInput")
+    a = op.normalize_attrs(attrs)
+    dy, w = (feeds[k].astype(np.float64) for k in ("in0", "in1"))
+    want = op.reference([dy, w], a)[0]
+    # Each dx element sums O products per (tap, position) that reads it, at most
+    # k = O x kh x kw of them: |error| <= (k + 1) u sum |dy w|.
+    k = w_shape[0] * w_shape[2] * w_shape[3]
+    bound = (k + 1) * U32 * op.reference([np.abs(dy), np.abs(w)], a)[0] + 1e-30
+    assert np.all(np.abs(got - want) <= bound)

@@ -15,9 +15,9 @@
 // convolutions ran 2x PyTorch's); where the plan's `layout` attr says nhwc, the image and output
 // are channels-last instead, the layout oneDNN's brgemm kernels take (chosen per op from the
 // profile, planner/costs/conv_layouts.py: on an AVX2 EPYC a stride-2 4x4 forward ran 2.2x
-// faster on it, its weight gradient 1.5x slower); where it says columns, a float32 forward runs
-// as one matmul over the batch's columns (conv_columns.h; oneDNN's kernel where that does not
-// apply or would need more scratch than oneDNN's). Operands whose chosen layout is not the plain
+// faster on it, its weight gradient 1.5x slower); where it says columns, a float32 forward or
+// data gradient runs as one matmul over the batch's columns (conv_columns.h; oneDNN's kernel
+// where that does not apply: another type). Operands whose chosen layout is not the plain
 // one are reordered into temporaries in the scratch area before the primitive, results back
 // after it (as PyTorch's eager oneDNN path does); the arena keeps plain tensors, so every other
 // kernel is unchanged. A float32 weight gradient for which oneDNN would run its im2col GEMM
@@ -166,8 +166,13 @@ dnnl::convolution_forward::primitive_desc forward_pd(const Node& n, const DnnlCo
       user_scratchpad());
 }
 
+bool on_columns(const Node& n) {
+  return n.attrs.has("layout") && n.attrs.s("layout") == "columns" && columns_apply(n);
+}
+
 // [x, w] or [x, w, bias] -> y
 KernelPtr conv2d(const Node& n) {
+  if (on_columns(n)) return columns_conv2d(n);
   DnnlConvGeometry g = dnnl_conv_geometry(n);
   const TensorRef &x = n.in[0], &w = n.in[1], &y = n.out[0];
   auto x_md = plain_md(x.shape, x.dtype);
@@ -183,13 +188,12 @@ KernelPtr conv2d(const Node& n) {
   auto pd = on_compute_type(n, [&](dt c) { return forward_pd(n, g, x_md, w_md, y_md, c, bias); });
   KernelPtr conv =
       on_chosen_layouts<dnnl::convolution_forward>(n, pd, inputs, {DNNL_ARG_DST, y.id, y_md});
-  if (n.attrs.has("layout") && n.attrs.s("layout") == "columns")
-    if (KernelPtr own = columns_conv2d(n, conv->scratch_bytes())) return own;
   return with_fused_activation(std::move(conv), n, "Conv2D");
 }
 
 // [dy, w] -> dx of shape input_shape.
 KernelPtr conv2d_backprop_input(const Node& n) {
+  if (on_columns(n)) return columns_conv2d_backprop_input(n);
   DnnlConvGeometry g = dnnl_conv_geometry(n);
   const TensorRef &dy = n.in[0], &w = n.in[1], &dx = n.out[0];
   auto x_md = plain_md(dx.shape, dx.dtype);

@@ -1,7 +1,7 @@
 // Convolutions as one matmul over the whole batch's columns (im2col): what the runtime runs
 // where oneDNN 3.2's kernels work image by image on maps too small to keep their registers
 // busy. A float32 one-group convolution only; the plan asks for it per op (the `columns`
-// layout a forward convolution gets where the profile measured it faster,
+// layout a forward or data-gradient convolution gets where the profile measured it faster,
 // planner/costs/conv_layouts.py), and a weight gradient oneDNN would put on its GEMM fallback
 // takes it itself (filter_grads.h).
 #pragma once
@@ -31,7 +31,8 @@ struct Columns {
   int64_t positions() const { return y[0] * y[2] * y[3]; }  // N x OH x OW
   int64_t taps() const { return w[1] * w[2] * w[3]; }       // C x kh x kw
   // columns[(c, i, j)][(b, oy, ox)] = x[b, c, oy * stride + i * dilation - pad, ...], or 0
-  // where the tap reads padding: taps() rows of positions() floats, the team splitting rows.
+  // where the tap reads padding: taps() rows of positions() floats, split over the team of
+  // the parallel region it is called in (an orphaned `omp for`).
   void copy(const float* x, float* columns) const;
 };
 
@@ -40,9 +41,11 @@ struct Columns {
 bool float32_only(const Node& n);
 bool columns_apply(const Node& n);
 
-// A Conv2D (x, w[, bias] -> y) as y' (O x positions) = w (O x taps) columns; null where it
-// does not apply or its scratch would exceed `budget` bytes (what oneDNN's kernel for the op
-// takes at this thread count: the plan's scratch rule bounds that).
-KernelPtr columns_conv2d(const Node& n, size_t budget);
+// A Conv2D (x, w[, bias] -> y) as y' (O x positions) = w (O x taps) columns, for a node
+// columns_apply holds for; its scratch is planner/ops/conv_scratch.py's columns_bytes.
+KernelPtr columns_conv2d(const Node& n);
+// A Conv2DBackpropInput (dy, w -> dx) as dx's columns (positions x taps) = dy' w, summed back
+// into dx; as above.
+KernelPtr columns_conv2d_backprop_input(const Node& n);
 
 }  // namespace planner

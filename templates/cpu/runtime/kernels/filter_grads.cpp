@@ -87,17 +87,24 @@ class Im2colFilterGrad : public DnnlKernel {
   }
   std::string impl() const override { return "direct:im2col + " + DnnlKernel::impl(); }
   void run(const Run& r) override {
-    geometry_.copy(r.at<float>(x_), reinterpret_cast<float*>(r.scratch + columns_));
-    regroup(r.at<float>(dy_), reinterpret_cast<float*>(r.scratch + regrouped_));
+    const float* x = r.at<float>(x_);
+    const float* dy = r.at<float>(dy_);
+    float* columns = reinterpret_cast<float*>(r.scratch + columns_);
+    float* regrouped = reinterpret_cast<float*>(r.scratch + regrouped_);
+#pragma omp parallel
+    {
+      geometry_.copy(x, columns);
+      regroup(dy, regrouped);
+    }
     run_all(r);
   }
 
  private:
-  // regrouped[o][(b, p)] = dy[b, o, p].
+  // (In the team's parallel region.) regrouped[o][(b, p)] = dy[b, o, p].
   void regroup(const float* dy, float* regrouped) const {
     const Shape& dy_shape = geometry_.y;
     const int64_t batch = dy_shape[0], outs = dy_shape[1], area = dy_shape[2] * dy_shape[3];
-#pragma omp parallel for schedule(static)
+#pragma omp for schedule(static)
     for (int64_t o = 0; o < outs; ++o)
       for (int64_t b = 0; b < batch; ++b)
         std::memcpy(regrouped + (o * batch + b) * area, dy + (b * outs + o) * area,
