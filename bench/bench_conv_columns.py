@@ -1,15 +1,17 @@
 """The columns convolutions (templates/cpu/runtime/kernels/conv_columns.cpp) against oneDNN's own
-kernels for the same forward and data-gradient convolutions, op by op on this host: ResNet-18's (width 0.5, 64 px,
-batch 8) and ResNet-50's (width 0.25, 64 px, batch 4) last-stage convolutions on 2x2 maps, and a
-few on larger maps (where the columns' copies start to cost what the batching gains: why
-the profile measures them on maps of at most planner.costs.conv_layouts.COLUMNS_AREA pixels).
+kernels for the same forward and data-gradient convolutions, op by op on this host:
+ResNet-18's (width 0.5, 64 px, batch 8) and ResNet-50's (width 0.25, 64 px, batch 4)
+last-stage convolutions on 2x2 maps, and a few on larger maps (where the columns' copies start
+to cost what the batching gains: why the profile measures them on maps of at most
+planner.costs.conv_layouts.COLUMNS_AREA pixels).
 
-    PYTHONPATH=. python bench/bench_conv_columns.py [--rounds 5] [--steps 20] [--cases 4x4,8x8]
+    PYTHONPATH=. python bench/bench_conv_columns.py [--rounds 5] [--steps 20] [--cases 2x2]
 
 Each case is one Conv2D and its Conv2DBackpropInput, each built twice (layout `any`: oneDNN's
-pick; `columns`), each on one thread and on two; the rounds alternate the builds, and each reads the op's time in the
-executor's own stats over --steps steps (the median), so load from other jobs falls on both.
-Printed: per case and thread count the medians over rounds (us) and columns / oneDNN.
+pick; `columns`), each on one thread and on two; the rounds alternate the builds, and each
+reads the op's time in the executor's own stats over --steps steps (the median), so load from
+other jobs falls on both. Printed: per case, op and thread count the medians over rounds (us)
+and columns / oneDNN.
 """
 
 from __future__ import annotations

@@ -451,9 +451,9 @@ def _uniform_plan(graph: Graph, target: Target, costs: CostTable, lanes: tuple[i
 
     intra, inter = lanes
     if progress is not None:
-        print(f"in-step profile: {len(graph.nodes)} ops{' (convolutions on their alternative layouts)' if kind else ''}"
-              f", {inter} lane(s) of {intra} thread(s): building and running",
-              file=progress, flush=True)
+        what = " (convolutions on their alternative layouts)" if kind else ""
+        print(f"in-step profile: {len(graph.nodes)} ops{what}, {inter} lane(s) of {intra} "
+              "thread(s): building and running", file=progress, flush=True)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", MissingCostWarning)
         return plan(graph, target, _without_layouts(costs), PlanOptions(
