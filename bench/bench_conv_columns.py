@@ -1,5 +1,5 @@
 """The columns convolutions (templates/cpu/runtime/kernels/conv_columns.cpp) against oneDNN's own
-kernels for the same forward and data-gradient convolutions, op by op on this host:
+kernels for the same forward, data- and weight-gradient convolutions, op by op on this host:
 ResNet-18's (width 0.5, 64 px, batch 8) and ResNet-50's (width 0.25, 64 px, batch 4)
 last-stage convolutions on 2x2 maps, and a few on larger maps (where the columns' copies start
 to cost what the batching gains: why the profile measures them on maps of at most
@@ -7,7 +7,7 @@ planner.costs.conv_layouts.COLUMNS_AREA pixels).
 
     PYTHONPATH=. python bench/bench_conv_columns.py [--rounds 5] [--steps 20] [--cases 2x2]
 
-Each case is one Conv2D and its Conv2DBackpropInput, each built twice (layout `any`: oneDNN's
+Each case is one Conv2D and its two gradients, each built twice (layout `any`: oneDNN's
 pick; `columns`), each on one thread and on two; the rounds alternate the builds, and each
 reads the op's time in the executor's own stats over --steps steps (the median), so load from
 other jobs falls on both. Printed: per case, op and thread count the medians over rounds (us)
@@ -33,7 +33,7 @@ from planner.graph.interpret import random_feeds  # noqa: E402
 from planner.ops import get_op  # noqa: E402
 from planner.target.detect import detect  # noqa: E402
 
-OPS = ("Conv2D", "Conv2DBackpropInput")
+OPS = ("Conv2D", "Conv2DBackpropInput", "Conv2DBackpropFilter")
 # name: (x shape, w shape, geometry)
 CASES = {
     "resnet18 3x3 256 2x2": ((8, 256, 2, 2), (256, 256, 3, 3), {"pads": [1, 1, 1, 1]}),
@@ -55,11 +55,12 @@ def executor(case, op, layout, threads, folder):
     x, w, geometry = case
     attrs = {"strides": [1, 1], "pads": [0, 0, 0, 0], "dilations": [1, 1], "groups": 1,
              **geometry, "layout": layout}
-    shapes = (x, w)
-    if op == "Conv2DBackpropInput":
-        forward = get_op("Conv2D")
-        y = forward.reference([np.zeros(x), np.zeros(w)], forward.normalize_attrs(attrs))[0]
-        shapes, attrs = (y.shape, w), {**attrs, "input_shape": list(x)}
+    forward = get_op("Conv2D")
+    y = forward.reference([np.zeros(x), np.zeros(w)], forward.normalize_attrs(attrs))[0].shape
+    shapes, attrs = {
+        "Conv2D": ((x, w), attrs),
+        "Conv2DBackpropInput": ((y, w), {**attrs, "input_shape": list(x)}),
+        "Conv2DBackpropFilter": ((x, y), {**attrs, "filter_shape": list(w)})}[op]
     sig = OpSignature(op=op, shapes=shapes, dtypes=("float32", "float32"), attrs=attrs)
     graph = copies_graph(sig, 1)
     feeds = random_feeds(graph, seed=0)

@@ -10,8 +10,8 @@ im2col columns (the runtime's `columns` kernel) reads it once (a 256x256x3x3 for
 maps at batch 8: 978 -> 519 us on the 2-core EPYC; on 4x4 maps it lost, 485 -> 789).
 
 So each convolution has one alternative to its own layout (`alternative`): `columns` for a
-float32 one-group forward or data-gradient convolution whose (forward) output maps have at most
-COLUMNS_AREA pixels, channels-last for every other. The profile measures both (every conv op of
+float32 one-group convolution (forward, data or weight gradient) whose forward output maps have
+at most COLUMNS_AREA pixels, channels-last for every other. The profile measures both (every conv op of
 `alternatives(graph)` beside the graph's own), and `conv_layouts` gives each conv node the
 layout its measurements favour, as the `layout` attr (planner/ops/conv.py) that the CPU kernel
 reads. The arena's tensors stay NCHW either way: the kernel reorders in and out (or copies the
@@ -61,6 +61,10 @@ COLUMNS = "columns"
 # The largest output map (pixels) whose forward convolution the profile also measures on the
 # columns kernel: 2x2 maps ran it ~1.9x faster on the 2-core EPYC, 4x4 ones 1.6x slower.
 COLUMNS_AREA = 4
+# Where each op has the forward convolution's output y (the weight gradient's dy: its second
+# input).
+_FORWARD_OUTPUT = {"Conv2D": lambda n: n.outputs[0], "Conv2DBackpropInput": lambda n: n.inputs[0],
+                   "Conv2DBackpropFilter": lambda n: n.inputs[1]}
 
 
 def channels_last(graph: Graph) -> Graph:
@@ -72,12 +76,11 @@ def channels_last(graph: Graph) -> Graph:
 
 def alternative(graph: Graph, node: Node) -> str:
     """The layout a profile measures convolution `node` on beside its own (module docstring):
-    `columns` for a float32 one-group forward or data-gradient convolution whose output maps
-    (the forward's) have at most COLUMNS_AREA pixels, else channels-last."""
+    `columns` for a float32 one-group convolution whose output maps (the forward's) have at
+    most COLUMNS_AREA pixels, else channels-last."""
     if node.op in COLUMNS_OPS and node.attrs.get("groups", 1) == 1:
         tensors = [graph.tensor(t) for t in (*node.inputs, *node.outputs)]
-        # The forward's output: Conv2D's y, the data gradient's dy (its first input).
-        y = tensors[-1] if node.op == "Conv2D" else tensors[0]
+        y = graph.tensor(_FORWARD_OUTPUT[node.op](node))
         if (all(t.dtype == "float32" for t in tensors)
                 and y.shape[2] * y.shape[3] <= COLUMNS_AREA):
             return COLUMNS

@@ -170,13 +170,13 @@ CONV_ATTRS: dict[str, Attr] = {
 
 # Every convolution op's CPU kernel layout, a planning decision (planner/costs/conv_layouts.py):
 # absent, oneDNN picks the layouts of the image and output (`any`: blocked on x86); "nhwc" asks
-# for channels-last ones, which oneDNN's brgemm kernels take; "columns" (a forward or
-# data-gradient convolution's) runs it as one matmul over the whole batch's im2col columns.
+# for channels-last ones, which oneDNN's brgemm kernels take; "columns" (not a transposed
+# convolution's) runs it as one matmul over the whole batch's im2col columns.
 # Either way the tensors in the arena stay NCHW; the numbers are the same convolution's (up to
 # summation order). Not part of the geometry: a gradient rule copies CONV_ATTRS, never a layout
 # chosen for its forward.
 LAYOUTS = ("any", "nhwc", "columns")
-COLUMNS_OPS = ("Conv2D", "Conv2DBackpropInput")
+COLUMNS_OPS = ("Conv2D", "Conv2DBackpropInput", "Conv2DBackpropFilter")
 LAYOUT_ATTR = {"layout": Attr("str", optional=True)}
 
 

@@ -210,7 +210,8 @@ KernelPtr conv2d_backprop_input(const Node& n) {
       {DNNL_ARG_DIFF_SRC, dx.id, x_md});
 }
 
-// [x, dy] -> dw of shape filter_shape. oneDNN 3.2's bf16 weight-gradient kernels (jit_bf16 on
+// [x, dy] -> dw of shape filter_shape; on the columns layout the whole batch's columns and one
+// matmul (filter_grads.h), as where oneDNN would take its GEMM fallback. oneDNN 3.2's bf16 weight-gradient kernels (jit_bf16 on
 // AVX512_CORE_BF16, brgconv on AMX) accumulate each kernel tap in scratchpad buffers they
 // never initialise for a tap that sees only padding (a 3x3 stride-2 convolution of a 1x1 map:
 // ResNet's last stage at small images); with a user scratchpad holding other kernels' bytes
@@ -228,13 +229,21 @@ KernelPtr conv2d_backprop_filter(const Node& n) {
         n.engine, alg::convolution_direct, image_md(x_md, c, g), any_md(w_md, c),
         image_md(y_md, c, g), g.strides, g.dilation, g.pad_l, g.pad_r, hint, user_scratchpad());
   });
-  if (std::string(pd.impl_info_str()).find("gemm") != std::string::npos) {
-    if (depthwise_float32(n, g.groups)) return depthwise_filter_grad(n);
+  const bool gemm = std::string(pd.impl_info_str()).find("gemm") != std::string::npos;
+  if (gemm && depthwise_float32(n, g.groups)) return depthwise_filter_grad(n);
+  if (gemm)
     if (KernelPtr own = im2col_filter_grad(n, pd.scratchpad_desc().get_size())) return own;
-  }
-  return on_chosen_layouts<dnnl::convolution_backward_weights>(
+  KernelPtr conv = on_chosen_layouts<dnnl::convolution_backward_weights>(
       n, pd, {{DNNL_ARG_SRC, x.id, x_md}, {DNNL_ARG_DIFF_DST, dy.id, y_md}},
       {DNNL_ARG_DIFF_WEIGHTS, dw.id, w_md}, low_precision(n));
+  // The columns layout: the plan reserved the larger of the columns' bytes and oneDNN's
+  // kernel's (planner/ops/conv_scratch.py); the matmul's own scratchpad must fit in that too.
+  if (on_columns(n)) {
+    const Columns c{x.shape, dy.shape, dw.shape, conv_geometry(n.attrs)};
+    if (KernelPtr own = im2col_filter_grad(n, std::max(c.bytes(), conv->scratch_bytes())))
+      return own;
+  }
+  return conv;
 }
 
 // [x (N,C,H,W), w (C, O/G, kh, kw)] -> y. oneDNN's deconvolution weights are [O, C, kh, kw]

@@ -48,8 +48,6 @@ bool columns_apply(const Node& n) {
 
 namespace {
 
-size_t align(size_t bytes) { return (bytes + 63) / 64 * 64; }
-
 void throw_if_failed(int status) {
   if (status != dnnl_success)
     throw std::runtime_error("oneDNN sgemm failed with status " + std::to_string(status));
@@ -72,15 +70,13 @@ class ColumnsConv2D : public Kernel {
       : x_(n.in[0].id), w_(n.in[1].id), bias_(n.in.size() == 3 ? n.in[2].id : -1),
         y_(n.out[0].id),
         geometry_{n.in[0].shape, n.out[0].shape, n.in[1].shape, conv_geometry(n.attrs)} {
-    products_ = align(static_cast<size_t>(geometry_.taps() * geometry_.positions()) * 4);
-    bytes_ = products_ + align(static_cast<size_t>(geometry_.w[0] * geometry_.positions()) * 4);
   }
-  size_t scratch_bytes() const override { return bytes_; }
+  size_t scratch_bytes() const override { return geometry_.bytes(); }
   std::string impl() const override { return "direct:columns + sgemm"; }
 
   void run(const Run& r) override {
     float* columns = reinterpret_cast<float*>(r.scratch);
-    float* products = reinterpret_cast<float*>(r.scratch + products_);
+    float* products = reinterpret_cast<float*>(r.scratch + geometry_.columns_bytes());
     const float *x = r.at<float>(x_), *w = r.at<float>(w_);
     const float* bias = bias_ >= 0 ? r.at<float>(bias_) : nullptr;
     float* y = r.at<float>(y_);
@@ -121,7 +117,6 @@ class ColumnsConv2D : public Kernel {
 
   int x_, w_, bias_, y_;
   Columns geometry_;
-  size_t products_ = 0, bytes_ = 0;
 };
 
 // The data gradient the same way: dx's columns (positions x taps) = dy' (positions x O) w,
@@ -137,17 +132,13 @@ class ColumnsConv2DBackpropInput : public Kernel {
 
   explicit ColumnsConv2DBackpropInput(const Node& n)
       : dy_(n.in[0].id), w_(n.in[1].id), dx_(n.out[0].id),
-        geometry_{n.out[0].shape, n.in[0].shape, n.in[1].shape, conv_geometry(n.attrs)} {
-    const size_t p = static_cast<size_t>(geometry_.positions());
-    columns_ = align(p * static_cast<size_t>(geometry_.w[0]) * 4);
-    bytes_ = columns_ + align(p * static_cast<size_t>(geometry_.taps()) * 4);
-  }
-  size_t scratch_bytes() const override { return bytes_; }
+        geometry_{n.out[0].shape, n.in[0].shape, n.in[1].shape, conv_geometry(n.attrs)} {}
+  size_t scratch_bytes() const override { return geometry_.bytes(); }
   std::string impl() const override { return "direct:columns + sgemm"; }
 
   void run(const Run& r) override {
-    float* regrouped = reinterpret_cast<float*>(r.scratch);
-    float* columns = reinterpret_cast<float*>(r.scratch + columns_);
+    float* columns = reinterpret_cast<float*>(r.scratch);
+    float* regrouped = reinterpret_cast<float*>(r.scratch + geometry_.columns_bytes());
     const float *dy = r.at<float>(dy_), *w = r.at<float>(w_);
     float* dx = r.at<float>(dx_);
     std::atomic<int> failed{dnnl_success};
@@ -221,7 +212,6 @@ class ColumnsConv2DBackpropInput : public Kernel {
 
   int dy_, w_, dx_;
   Columns geometry_;
-  size_t columns_ = 0, bytes_ = 0;
 };
 
 }  // namespace

@@ -30,6 +30,12 @@ struct Columns {
   ConvGeometry g;
   int64_t positions() const { return y[0] * y[2] * y[3]; }  // N x OH x OW
   int64_t taps() const { return w[1] * w[2] * w[3]; }       // C x kh x kw
+  // The columns (positions x taps floats) and a regrouped copy of the output or dy
+  // (positions x O), each 64-byte aligned: every columns kernel's scratch but the matmul's
+  // own (planner/ops/conv_scratch.py's columns_bytes).
+  size_t columns_bytes() const { return align64(positions() * taps() * 4); }
+  size_t bytes() const { return columns_bytes() + align64(positions() * w[0] * 4); }
+  static size_t align64(int64_t bytes) { return static_cast<size_t>((bytes + 63) / 64 * 64); }
   // columns[(c, i, j)][(b, oy, ox)] = x[b, c, oy * stride + i * dilation - pad, ...], or 0
   // where the tap reads padding: taps() rows of positions() floats, split over the team of
   // the parallel region it is called in (an orphaned `omp for`).
