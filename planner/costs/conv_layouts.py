@@ -11,18 +11,19 @@ maps at batch 8: 978 -> 519 us on the 2-core EPYC; on 4x4 maps it lost, 485 -> 7
 
 So each convolution has one alternative to its own layout (`alternative`): `columns` for a
 float32 one-group convolution (forward, data or weight gradient) whose forward output maps have
-at most COLUMNS_AREA pixels, channels-last for every other. The profile measures both (every conv op of
-`alternatives(graph)` beside the graph's own), and `conv_layouts` gives each conv node the
-layout its measurements favour, as the `layout` attr (planner/ops/conv.py) that the CPU kernel
-reads. The arena's tensors stay NCHW either way: the kernel reorders in and out (or copies the
-columns), so no other op sees the choice, and the numbers are the same convolution's (up to
-summation order).
+at most COLUMNS_AREA pixels, channels-last for every other. The profile measures both (every
+conv op of `alternatives(graph)` beside the graph's own), and `conv_layouts` gives each conv
+node the layout its measurements favour, as the `layout` attr (planner/ops/conv.py) that the
+CPU kernel reads. The arena's tensors stay NCHW either way: the kernel reorders in and out (or
+copies the columns), so no other op sees the choice, and the numbers are the same
+convolution's (up to summation order).
 
-Measured or nothing: a node is given nhwc only where the table holds measured CPU times of both
-its signatures at some thread counts and nhwc's sum over the counts both have is lower; a node
-priced analytically keeps oneDNN's own choice. The chosen attr is part of the plan's embedded
-graph (so a plan diff shows a layout that moved); `recorded_layouts` and `with_layouts` let
-`planner verify --graph` carry a plan's choices onto the graph it derives.
+Measured or nothing: a node is given its alternative only where the table holds measured CPU
+times of both its signatures at some thread counts and the alternative's sum over the counts
+both have is lower; a node priced analytically keeps oneDNN's own choice. The chosen attr is
+part of the plan's embedded graph (so a plan diff shows a layout that moved);
+`recorded_layouts` and `with_layouts` let `planner verify --graph` carry a plan's choices onto
+the graph it derives.
 
 Example: a table whose nhwc forward is faster gives the forward nhwc, the others keep theirs
 (a 6x6 output map: channels-last is its alternative):

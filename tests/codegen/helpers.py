@@ -136,3 +136,31 @@ def step_with_values(module, graph: Graph, state, feeds, **options) -> dict[str,
 
 __all__ = ["build_module", "gpu_plan", "host_plan", "node_errors", "random_feeds", "rel_error",
            "start_state", "step_with_values"]
+
+
+def op_on_threads(sig, folder: Path, seed: int, threads=(1, 2)):
+    """One op of signature `sig` (codegen.profiling.copies_graph) built and run on each thread
+    count of `threads`: its feeds, and per count its output `out0_0` and its stats() row (the
+    kernel's `impl`, its scratch) with the executor's `unplanned_scratch_bytes` added."""
+    from codegen.profiling import copies_graph, placements_plan, warmed_executor
+    from tests.targets import two_cores
+
+    graph = copies_graph(sig, 1)
+    feeds = random_feeds(graph, seed=seed)
+    got, rows = {}, {}
+    for t in threads:
+        p = placements_plan(graph, two_cores(), [(t, tuple(range(t)))])
+        ex = warmed_executor(p, folder / f"t{t}", {}, feeds)
+        got[t] = np.asarray(ex.forward(feeds)["out0_0"])
+        stats = ex.stats()
+        row = next(r for r in stats["ops"] if r["name"] == "copy0")
+        rows[t] = {**row, "unplanned_scratch_bytes": stats["unplanned_scratch_bytes"]}
+    return feeds, got, rows
+
+
+def summation_bound(op: str, attrs: dict, inputs: list[np.ndarray], terms: int) -> np.ndarray:
+    """Per output element, float32's bound on an op that sums `terms` rounded products (and
+    addends) of its inputs: (terms + 1) u times the reference on the inputs' magnitudes (the
+    sum of |products|). `inputs` float64, `attrs` normalized."""
+    u = 2.0 ** -24  # float32's unit roundoff
+    return (terms + 1) * u * get_op(op).reference([np.abs(v) for v in inputs], attrs)[0] + 1e-30

@@ -16,13 +16,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from codegen.profiling import copies_graph, placements_plan, warmed_executor
 from planner.costs.signature import OpSignature
-from planner.graph.interpret import random_feeds
 from planner.ops import get_op
-from tests.targets import two_cores
-
-U32 = 2.0 ** -24  # float32's unit roundoff
+from tests.codegen.helpers import op_on_threads, summation_bound
 
 # (x shape, dy shape, filter shape, geometry) with groups; strides, dilations and uneven padding
 CASES = [
@@ -45,15 +41,8 @@ def test_weight_gradient_off_the_gemm_fallback(tmp_path, x_shape, dy_shape, w_sh
              "filter_shape": list(w_shape)}
     sig = OpSignature(op="Conv2DBackpropFilter", shapes=(x_shape, dy_shape),
                       dtypes=("float32", "float32"), attrs=attrs)
-    graph = copies_graph(sig, 1)
-    feeds = random_feeds(graph, seed=3)
-    target = two_cores()
-    got, impls = {}, set()
-    for threads in (1, 2):
-        plan = placements_plan(graph, target, [(threads, tuple(range(threads)))])
-        ex = warmed_executor(plan, tmp_path / f"t{threads}", {}, feeds)
-        got[threads] = np.asarray(ex.forward(feeds)["out0_0"])
-        impls.add({r["name"]: r["impl"] for r in ex.stats()["ops"]}["copy0"])
+    feeds, got, rows = op_on_threads(sig, tmp_path, seed=3)
+    impls = {row["impl"] for row in rows.values()}
     assert not any("x64:gemm" in impl for impl in impls), impls
     if impls == {"direct:depthwise"}:
         assert np.array_equal(got[1].view(np.uint32), got[2].view(np.uint32))
@@ -61,8 +50,7 @@ def test_weight_gradient_off_the_gemm_fallback(tmp_path, x_shape, dy_shape, w_sh
     a = op.normalize_attrs(attrs)
     x, dy = (feeds[k].astype(np.float64) for k in ("in0", "in1"))
     want = op.reference([x, dy], a)[0]
-    # Each tap sums at most k = N x OH x OW rounded products: |error| <= (k + 1) u sum |dy x|.
-    k = dy_shape[0] * dy_shape[2] * dy_shape[3]
-    bound = (k + 1) * U32 * op.reference([np.abs(x), np.abs(dy)], a)[0] + 1e-30
+    # Each tap sums at most N x OH x OW rounded products.
+    bound = summation_bound(op.name, a, [x, dy], dy_shape[0] * dy_shape[2] * dy_shape[3])
     for threads, value in got.items():
         assert np.all(np.abs(value - want) <= bound), (threads, impls)

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <utility>
 
 #include "../fused_relu.h"
 
@@ -53,6 +54,17 @@ void throw_if_failed(int status) {
     throw std::runtime_error("oneDNN sgemm failed with status " + std::to_string(status));
 }
 
+// What the columns kernels share: their geometry and scratch (Columns::bytes).
+class ColumnsKernel : public Kernel {
+ public:
+  explicit ColumnsKernel(Columns geometry) : geometry_(std::move(geometry)) {}
+  size_t scratch_bytes() const override { return geometry_.bytes(); }
+  std::string impl() const override { return "direct:columns + sgemm"; }
+
+ protected:
+  Columns geometry_;
+};
+
 // oneDNN's direct kernels run a convolution image by image, a few output pixels per register
 // block: on ResNet's last stage (2x2 maps) each image streams the whole weight tensor for four
 // positions (a 256x256x3x3 forward at batch 8 took ~1 ms on two threads of the 2-core EPYC).
@@ -62,17 +74,14 @@ void throw_if_failed(int status) {
 // thread, so every thread count computes the same bits, as oneDNN's forward kernels do (a
 // schedule variant may run a Conv2D on another count). Each block then writes its rows of y
 // (plus the bias) while they are in cache.
-class ColumnsConv2D : public Kernel {
+class ColumnsConv2D : public ColumnsKernel {
  public:
   static constexpr int64_t kRows = 64;
 
   explicit ColumnsConv2D(const Node& n)
-      : x_(n.in[0].id), w_(n.in[1].id), bias_(n.in.size() == 3 ? n.in[2].id : -1),
-        y_(n.out[0].id),
-        geometry_{n.in[0].shape, n.out[0].shape, n.in[1].shape, conv_geometry(n.attrs)} {
-  }
-  size_t scratch_bytes() const override { return geometry_.bytes(); }
-  std::string impl() const override { return "direct:columns + sgemm"; }
+      : ColumnsKernel({n.in[0].shape, n.out[0].shape, n.in[1].shape, conv_geometry(n.attrs)}),
+        x_(n.in[0].id), w_(n.in[1].id), bias_(n.in.size() == 3 ? n.in[2].id : -1),
+        y_(n.out[0].id) {}
 
   void run(const Run& r) override {
     float* columns = reinterpret_cast<float*>(r.scratch);
@@ -116,7 +125,6 @@ class ColumnsConv2D : public Kernel {
   }
 
   int x_, w_, bias_, y_;
-  Columns geometry_;
 };
 
 // The data gradient the same way: dx's columns (positions x taps) = dy' (positions x O) w,
@@ -126,15 +134,13 @@ class ColumnsConv2D : public Kernel {
 // batch's dy is read once against the weights, where oneDNN's data gradient streams the
 // weights again for every image (on 2x2 maps, ResNet-18's 256x256x3x3 one took 0.62-0.68 ms
 // on two threads of the 2-core EPYC against its forward's 0.42 on the columns).
-class ColumnsConv2DBackpropInput : public Kernel {
+class ColumnsConv2DBackpropInput : public ColumnsKernel {
  public:
   static constexpr int64_t kTaps = 256;
 
   explicit ColumnsConv2DBackpropInput(const Node& n)
-      : dy_(n.in[0].id), w_(n.in[1].id), dx_(n.out[0].id),
-        geometry_{n.out[0].shape, n.in[0].shape, n.in[1].shape, conv_geometry(n.attrs)} {}
-  size_t scratch_bytes() const override { return geometry_.bytes(); }
-  std::string impl() const override { return "direct:columns + sgemm"; }
+      : ColumnsKernel({n.out[0].shape, n.in[0].shape, n.in[1].shape, conv_geometry(n.attrs)}),
+        dy_(n.in[0].id), w_(n.in[1].id), dx_(n.out[0].id) {}
 
   void run(const Run& r) override {
     float* columns = reinterpret_cast<float*>(r.scratch);
@@ -211,7 +217,6 @@ class ColumnsConv2DBackpropInput : public Kernel {
   }
 
   int dy_, w_, dx_;
-  Columns geometry_;
 };
 
 }  // namespace
