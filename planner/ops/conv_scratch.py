@@ -192,9 +192,8 @@ def columns_bytes(x: tuple[int, ...], w: tuple[int, ...], y: tuple[int, ...]) ->
     conv_columns.cpp; the `columns` layout): the batch's columns (N OH OW x C kh kw floats) and
     the output's or dy's regrouped copy (N OH OW x O), each 64-byte aligned. A convolution on
     that layout gets the larger of this and oneDNN's bound: where the columns kernel does not
-    apply (a type it does not compute in) oneDNN runs the op, and a weight gradient's columns
-    kernel (a oneDNN matmul, filter_grads.cpp) runs only where its matmul's scratchpad fits in
-    the same reservation."""
+    apply (a type it does not compute in) oneDNN runs the op. (Its matmuls are oneDNN's sgemm,
+    which keeps its packing buffers to itself, as its GEMM-based primitives do.)"""
     positions = y[0] * y[2] * y[3]
     return sum(-(-positions * n * F32 // 64) * 64 for n in (w[1] * w[2] * w[3], w[0]))
 

@@ -22,7 +22,7 @@
 // after it (as PyTorch's eager oneDNN path does); the arena keeps plain tensors, so every other
 // kernel is unchanged. A float32 weight gradient for which oneDNN would run its im2col GEMM
 // fallback runs the runtime's own kernel instead (filter_grads.h: a direct loop per channel
-// for a depthwise one, the whole batch's columns and one matmul otherwise).
+// for a depthwise one; conv_columns.h: the whole batch's columns and one matmul otherwise).
 //
 // bfloat16 / float16 operands (mixed precision): the primitive reads and writes the low type and
 // accumulates in float32. On a CPU where oneDNN has no implementation for the low type (bf16
@@ -211,13 +211,14 @@ KernelPtr conv2d_backprop_input(const Node& n) {
 }
 
 // [x, dy] -> dw of shape filter_shape; on the columns layout the whole batch's columns and one
-// matmul (filter_grads.h), as where oneDNN would take its GEMM fallback. oneDNN 3.2's bf16 weight-gradient kernels (jit_bf16 on
+// matmul (conv_columns.h), as where oneDNN would take its GEMM fallback. oneDNN 3.2's bf16 weight-gradient kernels (jit_bf16 on
 // AVX512_CORE_BF16, brgconv on AMX) accumulate each kernel tap in scratchpad buffers they
 // never initialise for a tap that sees only padding (a 3x3 stride-2 convolution of a 1x1 map:
 // ResNet's last stage at small images); with a user scratchpad holding other kernels' bytes
 // those taps came out as garbage (5e28 where the gradient is 0). Zeroing the scratchpad first,
 // as a fresh allocation would be, gives the zeros; float32 kernels write every tap.
 KernelPtr conv2d_backprop_filter(const Node& n) {
+  if (on_columns(n)) return columns_conv2d_backprop_filter(n, SIZE_MAX);  // the plan's rule
   DnnlConvGeometry g = dnnl_conv_geometry(n);
   const TensorRef &x = n.in[0], &dy = n.in[1], &dw = n.out[0];
   auto x_md = plain_md(x.shape, x.dtype);
@@ -229,21 +230,14 @@ KernelPtr conv2d_backprop_filter(const Node& n) {
         n.engine, alg::convolution_direct, image_md(x_md, c, g), any_md(w_md, c),
         image_md(y_md, c, g), g.strides, g.dilation, g.pad_l, g.pad_r, hint, user_scratchpad());
   });
-  const bool gemm = std::string(pd.impl_info_str()).find("gemm") != std::string::npos;
-  if (gemm && depthwise_float32(n, g.groups)) return depthwise_filter_grad(n);
-  if (gemm)
-    if (KernelPtr own = im2col_filter_grad(n, pd.scratchpad_desc().get_size())) return own;
-  KernelPtr conv = on_chosen_layouts<dnnl::convolution_backward_weights>(
-      n, pd, {{DNNL_ARG_SRC, x.id, x_md}, {DNNL_ARG_DIFF_DST, dy.id, y_md}},
-      {DNNL_ARG_DIFF_WEIGHTS, dw.id, w_md}, low_precision(n));
-  // The columns layout: the plan reserved the larger of the columns' bytes and oneDNN's
-  // kernel's (planner/ops/conv_scratch.py); the matmul's own scratchpad must fit in that too.
-  if (on_columns(n)) {
-    const Columns c{x.shape, dy.shape, dw.shape, conv_geometry(n.attrs)};
-    if (KernelPtr own = im2col_filter_grad(n, std::max(c.bytes(), conv->scratch_bytes())))
+  if (std::string(pd.impl_info_str()).find("gemm") != std::string::npos) {
+    if (depthwise_float32(n, g.groups)) return depthwise_filter_grad(n);
+    if (KernelPtr own = columns_conv2d_backprop_filter(n, pd.scratchpad_desc().get_size()))
       return own;
   }
-  return conv;
+  return on_chosen_layouts<dnnl::convolution_backward_weights>(
+      n, pd, {{DNNL_ARG_SRC, x.id, x_md}, {DNNL_ARG_DIFF_DST, dy.id, y_md}},
+      {DNNL_ARG_DIFF_WEIGHTS, dw.id, w_md}, low_precision(n));
 }
 
 // [x (N,C,H,W), w (C, O/G, kh, kw)] -> y. oneDNN's deconvolution weights are [O, C, kh, kw]

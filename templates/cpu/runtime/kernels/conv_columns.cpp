@@ -219,6 +219,63 @@ class ColumnsConv2DBackpropInput : public ColumnsKernel {
   int dy_, w_, dx_;
 };
 
+// The weight gradient: dw (O x taps) = dy' (O x positions) columns^T, the batch's columns and
+// dy regrouped by channel copied once, dw's rows split into fixed blocks of kRows, each a
+// single-threaded sgemm reading the columns as its transposed operand (the layout oneDNN's f32
+// GEMM runs fastest), so every thread count computes the same bits. ResNet-18's 256x256x3x3
+// layer on 2x2 maps at batch 8 took 1.2-1.8 ms a call on oneDNN 3.2's GEMM fallback (one
+// 4-deep GEMM per image, the 2.4 MB gradient read and written per image), a stride-2 one onto
+// 2x2 maps 1.1 ms on its direct kernel; 0.4-0.9 ms here.
+class ColumnsConv2DBackpropFilter : public ColumnsKernel {
+ public:
+  static constexpr int64_t kRows = 64;
+
+  explicit ColumnsConv2DBackpropFilter(const Node& n)
+      : ColumnsKernel({n.in[0].shape, n.in[1].shape, n.out[0].shape, conv_geometry(n.attrs)}),
+        x_(n.in[0].id), dy_(n.in[1].id), dw_(n.out[0].id) {}
+
+  void run(const Run& r) override {
+    float* columns = reinterpret_cast<float*>(r.scratch);
+    float* regrouped = reinterpret_cast<float*>(r.scratch + geometry_.columns_bytes());
+    const float *x = r.at<float>(x_), *dy = r.at<float>(dy_);
+    float* dw = r.at<float>(dw_);
+    std::atomic<int> failed{dnnl_success};
+#pragma omp parallel  // one region, as the forward's
+    {
+      geometry_.copy(x, columns);
+      regroup(dy, regrouped);
+      multiply(regrouped, columns, dw, &failed);
+    }
+    throw_if_failed(failed);
+  }
+
+ private:
+  // (In the team's parallel region, as the one below.) regrouped[o][(b, q)] = dy[b, o, q].
+  void regroup(const float* dy, float* regrouped) const {
+    const int64_t batch = geometry_.y[0], outs = geometry_.y[1];
+    const int64_t area = geometry_.y[2] * geometry_.y[3];
+#pragma omp for schedule(static)
+    for (int64_t o = 0; o < outs; ++o)
+      for (int64_t b = 0; b < batch; ++b)
+        std::copy(dy + (b * outs + o) * area, dy + (b * outs + o + 1) * area,
+                  regrouped + (o * batch + b) * area);
+  }
+
+  void multiply(const float* regrouped, const float* columns, float* dw,
+                std::atomic<int>* failed) const {
+    const int64_t outs = geometry_.w[0], taps = geometry_.taps(), p = geometry_.positions();
+#pragma omp for schedule(static)
+    for (int64_t k = 0; k < (outs + kRows - 1) / kRows; ++k) {
+      const int64_t first = k * kRows, rows = std::min(kRows, outs - first);
+      const dnnl_status_t st = dnnl_sgemm('N', 'T', rows, taps, p, 1.0f, regrouped + first * p,
+                                          p, columns, p, 0.0f, dw + first * taps, taps);
+      if (st != dnnl_success) *failed = st;
+    }
+  }
+
+  int x_, dy_, dw_;
+};
+
 }  // namespace
 
 KernelPtr columns_conv2d(const Node& n) {
@@ -227,6 +284,13 @@ KernelPtr columns_conv2d(const Node& n) {
 
 KernelPtr columns_conv2d_backprop_input(const Node& n) {
   return std::make_unique<ColumnsConv2DBackpropInput>(n);
+}
+
+KernelPtr columns_conv2d_backprop_filter(const Node& n, size_t budget) {
+  if (!columns_apply(n)) return nullptr;
+  auto k = std::make_unique<ColumnsConv2DBackpropFilter>(n);
+  if (k->scratch_bytes() > budget) return nullptr;
+  return k;
 }
 
 }  // namespace planner

@@ -1,9 +1,9 @@
 // Convolutions as one matmul over the whole batch's columns (im2col): what the runtime runs
 // where oneDNN 3.2's kernels work image by image on maps too small to keep their registers
 // busy. A float32 one-group convolution only; the plan asks for it per op (the `columns`
-// layout a forward or data-gradient convolution gets where the profile measured it faster,
+// layout a convolution gets where the profile measured it faster,
 // planner/costs/conv_layouts.py), and a weight gradient oneDNN would put on its GEMM fallback
-// takes it itself (filter_grads.h).
+// takes it unasked (conv.cpp). Every thread count computes the same bits.
 #pragma once
 #include <algorithm>
 
@@ -53,5 +53,9 @@ KernelPtr columns_conv2d(const Node& n);
 // A Conv2DBackpropInput (dy, w -> dx) as dx's columns (positions x taps) = dy' w, summed back
 // into dx; as above.
 KernelPtr columns_conv2d_backprop_input(const Node& n);
+// A Conv2DBackpropFilter (x, dy -> dw) as dw = dy' columns^T; null where columns_apply does
+// not hold or its scratch would exceed `budget` bytes (where oneDNN's GEMM fallback is
+// replaced, what that booked: the plan reserved that much).
+KernelPtr columns_conv2d_backprop_filter(const Node& n, size_t budget);
 
 }  // namespace planner
