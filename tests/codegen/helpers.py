@@ -138,24 +138,31 @@ __all__ = ["build_module", "gpu_plan", "host_plan", "node_errors", "random_feeds
            "start_state", "step_with_values"]
 
 
-def op_on_threads(sig, folder: Path, seed: int, threads=(1, 2)):
-    """One op of signature `sig` (codegen.profiling.copies_graph) built and run on each thread
-    count of `threads`: its feeds, and per count its output `out0_0` and its stats() row (the
-    kernel's `impl`, its scratch) with the executor's `unplanned_scratch_bytes` added."""
-    from codegen.profiling import copies_graph, placements_plan, warmed_executor
+def ops_on_threads(sigs, folder: Path, seed: int, threads=(1, 2)):
+    """One op of each signature of `sigs` in one graph (codegen.profiling.signatures_graph),
+    built and run on each thread count of `threads`, every op on that count: per signature k
+    its feeds (`in{i}`), and per count its output and its stats() row (the kernel's `impl`,
+    its scratch) with the executor's `unplanned_scratch_bytes` added: (feeds[k], got[t][k],
+    rows[t][k])."""
+    from codegen.profiling import placements_plan, signatures_graph, warmed_executor
     from tests.targets import two_cores
 
-    graph = copies_graph(sig, 1)
+    graph = signatures_graph([(sig, 1) for sig in sigs])
     feeds = random_feeds(graph, seed=seed)
     got, rows = {}, {}
     for t in threads:
-        p = placements_plan(graph, two_cores(), [(t, tuple(range(t)))])
+        p = placements_plan(graph, two_cores(), [(t, tuple(range(t)))] * len(graph.nodes))
         ex = warmed_executor(p, folder / f"t{t}", {}, feeds)
-        got[t] = np.asarray(ex.forward(feeds)["out0_0"])
+        out = ex.forward(feeds)
         stats = ex.stats()
-        row = next(r for r in stats["ops"] if r["name"] == "copy0")
-        rows[t] = {**row, "unplanned_scratch_bytes": stats["unplanned_scratch_bytes"]}
-    return feeds, got, rows
+        by_name = {r["name"]: r for r in stats["ops"]}
+        got[t] = [np.asarray(out[f"s{k}_out0_0"]) for k in range(len(sigs))]
+        rows[t] = [{**by_name[f"s{k}_copy0"],
+                    "unplanned_scratch_bytes": stats["unplanned_scratch_bytes"]}
+                   for k in range(len(sigs))]
+    per_sig = [{name[len(f"s{k}_"):]: v for name, v in feeds.items()
+                if name.startswith(f"s{k}_")} for k in range(len(sigs))]
+    return per_sig, got, rows
 
 
 def summation_bound(op: str, attrs: dict, inputs: list[np.ndarray], terms: int) -> np.ndarray:

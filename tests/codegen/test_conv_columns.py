@@ -15,7 +15,7 @@ import pytest
 
 from planner.costs.signature import OpSignature
 from planner.ops import get_op
-from tests.codegen.helpers import op_on_threads, summation_bound
+from tests.codegen.helpers import ops_on_threads, summation_bound
 
 # (x shape, w shape, bias, geometry): ResNet-18's last stage at 64 px (2x2 maps, 256 channels:
 # four row blocks); a strided one onto 2x2 maps with a bias and 72 outputs (a short last
@@ -32,15 +32,12 @@ CASES = [
 OPS = ("Conv2D", "Conv2DBackpropInput", "Conv2DBackpropFilter")
 
 
-@pytest.mark.parametrize("op", OPS)
-@pytest.mark.parametrize(("x_shape", "w_shape", "bias", "geometry"), CASES)
-def test_columns_kernel_matches_the_reference(tmp_path, op, x_shape, w_shape, bias, geometry):
-    attrs = {"strides": [1, 1], "pads": [0, 0, 0, 0], "dilations": [1, 1], "groups": 1,
-             **geometry, "layout": "columns"}
+def _signature(op, x_shape, w_shape, bias, attrs):
+    """The op's signature of this convolution, and the count of rounded terms each of its
+    output elements sums."""
     conv = get_op("Conv2D")
     y_shape = conv.reference([np.zeros(x_shape), np.zeros(w_shape)],
                              conv.normalize_attrs(attrs))[0].shape
-    # Its operands, and the count of rounded terms each output element sums.
     o, c, kh, kw = w_shape
     shapes, attrs, terms = {
         "Conv2D": ((x_shape, w_shape) + (((o,),) if bias else ()), attrs,
@@ -50,16 +47,27 @@ def test_columns_kernel_matches_the_reference(tmp_path, op, x_shape, w_shape, bi
         "Conv2DBackpropFilter": ((x_shape, y_shape), {**attrs, "filter_shape": list(w_shape)},
                                  y_shape[0] * y_shape[2] * y_shape[3]),
     }[op]
-    sig = OpSignature(op=op, shapes=shapes, dtypes=("float32",) * len(shapes), attrs=attrs)
-    feeds, got, rows = op_on_threads(sig, tmp_path, seed=4)
-    for row in rows.values():
-        assert row["impl"] == "direct:columns + sgemm"
-        # Its scratch is the plan's (planner/ops/conv_scratch.py's columns_bytes).
-        assert row["unplanned_scratch_bytes"] == 0
-    assert np.array_equal(got[1].view(np.uint32), got[2].view(np.uint32))
-    a = get_op(op).normalize_attrs(attrs)
-    ins = [feeds[f"in{k}"].astype(np.float64) for k in range(len(shapes))]
-    want = get_op(op).reference(ins, a)[0]
-    bound = summation_bound(op, a, ins, terms)
-    for value in got.values():
-        assert np.all(np.abs(value - want) <= bound)
+    return OpSignature(op=op, shapes=shapes, dtypes=("float32",) * len(shapes),
+                       attrs=attrs), terms
+
+
+# The three ops of a case in one graph: one build per thread count.
+@pytest.mark.parametrize(("x_shape", "w_shape", "bias", "geometry"), CASES)
+def test_columns_kernels_match_the_reference(tmp_path, x_shape, w_shape, bias, geometry):
+    attrs = {"strides": [1, 1], "pads": [0, 0, 0, 0], "dilations": [1, 1], "groups": 1,
+             **geometry, "layout": "columns"}
+    sigs, terms = zip(*(_signature(op, x_shape, w_shape, bias, attrs) for op in OPS),
+                      strict=True)
+    feeds, got, rows = ops_on_threads(sigs, tmp_path, seed=4)
+    for t in rows:
+        for row in rows[t]:
+            assert row["impl"] == "direct:columns + sgemm", row
+            # Its scratch is the plan's (planner/ops/conv_scratch.py's columns_bytes).
+            assert row["unplanned_scratch_bytes"] == 0
+    for k, sig in enumerate(sigs):
+        assert np.array_equal(got[1][k].view(np.uint32), got[2][k].view(np.uint32)), sig.op
+        a = get_op(sig.op).normalize_attrs(sig.attrs)
+        ins = [feeds[k][f"in{i}"].astype(np.float64) for i in range(len(sig.shapes))]
+        want = get_op(sig.op).reference(ins, a)[0]
+        bound = summation_bound(sig.op, a, ins, terms[k])
+        assert np.all(np.abs(got[1][k] - want) <= bound), sig.op

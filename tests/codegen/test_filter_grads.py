@@ -19,7 +19,7 @@ import pytest
 
 from planner.costs.signature import OpSignature
 from planner.ops import get_op
-from tests.codegen.helpers import op_on_threads, summation_bound
+from tests.codegen.helpers import ops_on_threads, summation_bound
 
 # (x shape, dy shape, filter shape, geometry) with groups; strides, dilations and uneven padding
 CASES = [
@@ -42,8 +42,9 @@ def test_weight_gradient_off_the_gemm_fallback(tmp_path, x_shape, dy_shape, w_sh
              "filter_shape": list(w_shape)}
     sig = OpSignature(op="Conv2DBackpropFilter", shapes=(x_shape, dy_shape),
                       dtypes=("float32", "float32"), attrs=attrs)
-    feeds, got, rows = op_on_threads(sig, tmp_path, seed=3)
-    impls = {row["impl"] for row in rows.values()}
+    (feeds,), got, rows = ops_on_threads([sig], tmp_path, seed=3)
+    got = {t: v for t, (v,) in got.items()}
+    impls = {row["impl"] for (row,) in rows.values()}
     assert not any("x64:gemm" in impl for impl in impls), impls
     if all(impl.startswith("direct:") for impl in impls):
         assert np.array_equal(got[1].view(np.uint32), got[2].view(np.uint32))
