@@ -19,8 +19,8 @@ from tests.codegen.helpers import ops_on_threads, summation_bound
 
 # (x shape, w shape, bias, geometry): ResNet-18's last stage at 64 px (2x2 maps, 256 channels:
 # four row blocks); a strided one onto 2x2 maps with a bias (and a folded Relu) and 72 outputs
-# (a short last block); a 1x1 on 2x2 maps with them; taps reading only padding (3x3 on a 1x1 map); a strided,
-# dilated, unevenly padded one.
+# (a short last block); a 1x1 on 2x2 maps with them; taps reading only padding (3x3 on a 1x1
+# map); a strided, dilated, unevenly padded one.
 CASES = [
     ((8, 256, 2, 2), (256, 256, 3, 3), False, {"pads": [1, 1, 1, 1]}),
     ((4, 40, 4, 4), (72, 40, 3, 3), True, {"pads": [1, 1, 1, 1], "strides": [2, 2]}),
