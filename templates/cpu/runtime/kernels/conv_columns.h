@@ -31,8 +31,8 @@ struct Columns {
   int64_t positions() const { return y[0] * y[2] * y[3]; }  // N x OH x OW
   int64_t taps() const { return w[1] * w[2] * w[3]; }       // C x kh x kw
   // The columns (positions x taps floats) and a regrouped copy of the output or dy
-  // (positions x O), each 64-byte aligned: every columns kernel's scratch but the matmul's
-  // own (planner/ops/conv_scratch.py's columns_bytes).
+  // (positions x O), each 64-byte aligned: every columns kernel's scratch (their sgemm keeps
+  // its packing buffers to itself; planner/ops/conv_scratch.py's columns_bytes).
   size_t columns_bytes() const { return align64(positions() * taps() * 4); }
   size_t bytes() const { return columns_bytes() + align64(positions() * w[0] * 4); }
   static size_t align64(int64_t bytes) { return static_cast<size_t>((bytes + 63) / 64 * 64); }
