@@ -6,8 +6,9 @@ is faster depends on the op, its direction and the CPU: on an AVX2 EPYC, DCGAN's
 forward convolutions ran 2.2x faster channels-last, their weight gradients 1.5x slower. And
 both run image by image: on a network's last stage (output maps of a few pixels) each image
 streams the whole weight tensor for a handful of positions, where one matmul over the batch's
-im2col columns (the runtime's `columns` kernel) reads it once (a 256x256x3x3 forward on 2x2
-maps at batch 8: 978 -> 519 us on the 2-core EPYC; on 4x4 maps it lost, 485 -> 789).
+im2col columns (the runtime's `columns` kernels) reads it once (a 256x256x3x3 forward on 2x2
+maps at batch 8: 1324 -> 702 us on one thread of the 2-core EPYC; on 8x8 and larger maps the
+columns lose).
 
 So each convolution has one alternative to its own layout (`alternative`): `columns` for a
 float32 one-group convolution (forward, data or weight gradient) whose forward output maps have
@@ -54,18 +55,16 @@ from planner.costs.signature import OpSignature, graph_signatures, unique_signat
 from planner.graph.step import with_layouts
 from planner.ir.graph import Graph, Node
 from planner.ops.conv import COLUMNS_OPS
+from planner.ops.conv_scratch import ROLES
 
 CONVOLUTIONS = frozenset({"Conv2D", "Conv2DBackpropInput", "Conv2DBackpropFilter",
                           "ConvTranspose2D"})
 CHANNELS_LAST = "nhwc"
 COLUMNS = "columns"
-# The largest output map (pixels) whose forward convolution the profile also measures on the
-# columns kernel: 2x2 maps ran it ~1.9x faster on the 2-core EPYC, 4x4 ones 1.6x slower.
+# The largest forward output map (pixels) whose convolutions the profile measures on the
+# columns kernels: on the 2-core EPYC 2x2 maps ran them up to ~2x faster, 4x4 ones either way,
+# 8x8 and 16x16 ones 1.3-3.5x slower (bench/bench_conv_columns.py).
 COLUMNS_AREA = 4
-# Where each op has the forward convolution's output y (the weight gradient's dy: its second
-# input).
-_FORWARD_OUTPUT = {"Conv2D": lambda n: n.outputs[0], "Conv2DBackpropInput": lambda n: n.inputs[0],
-                   "Conv2DBackpropFilter": lambda n: n.inputs[1]}
 
 
 def channels_last(graph: Graph) -> Graph:
@@ -81,7 +80,8 @@ def alternative(graph: Graph, node: Node) -> str:
     most COLUMNS_AREA pixels, else channels-last."""
     if node.op in COLUMNS_OPS and node.attrs.get("groups", 1) == 1:
         tensors = [graph.tensor(t) for t in (*node.inputs, *node.outputs)]
-        y = graph.tensor(_FORWARD_OUTPUT[node.op](node))
+        side, k = ROLES[node.op]["y"]  # where the op has the forward's output (or dy)
+        y = graph.tensor((node.inputs if side == "in" else node.outputs)[k])
         if (all(t.dtype == "float32" for t in tensors)
                 and y.shape[2] * y.shape[3] <= COLUMNS_AREA):
             return COLUMNS
