@@ -15,8 +15,8 @@
 // convolutions ran 2x PyTorch's); where the plan's `layout` attr says nhwc, the image and output
 // are channels-last instead, the layout oneDNN's brgemm kernels take (chosen per op from the
 // profile, planner/costs/conv_layouts.py: on an AVX2 EPYC a stride-2 4x4 forward ran 2.2x
-// faster on it, its weight gradient 1.5x slower); where it says columns, a float32 forward or
-// data gradient runs as one matmul over the batch's columns (conv_columns.h; oneDNN's kernel
+// faster on it, its weight gradient 1.5x slower); where it says columns, a float32 one-group
+// convolution runs as one matmul over the batch's columns (conv_columns.h; oneDNN's kernel
 // where that does not apply: another type). Operands whose chosen layout is not the plain
 // one are reordered into temporaries in the scratch area before the primitive, results back
 // after it (as PyTorch's eager oneDNN path does); the arena keeps plain tensors, so every other
@@ -211,12 +211,13 @@ KernelPtr conv2d_backprop_input(const Node& n) {
 }
 
 // [x, dy] -> dw of shape filter_shape; on the columns layout the whole batch's columns and one
-// matmul (conv_columns.h), as where oneDNN would take its GEMM fallback. oneDNN 3.2's bf16 weight-gradient kernels (jit_bf16 on
-// AVX512_CORE_BF16, brgconv on AMX) accumulate each kernel tap in scratchpad buffers they
-// never initialise for a tap that sees only padding (a 3x3 stride-2 convolution of a 1x1 map:
-// ResNet's last stage at small images); with a user scratchpad holding other kernels' bytes
-// those taps came out as garbage (5e28 where the gradient is 0). Zeroing the scratchpad first,
-// as a fresh allocation would be, gives the zeros; float32 kernels write every tap.
+// matmul (conv_columns.h), as where oneDNN would take its GEMM fallback. oneDNN 3.2's bf16
+// weight-gradient kernels (jit_bf16 on AVX512_CORE_BF16, brgconv on AMX) accumulate each kernel
+// tap in scratchpad buffers they never initialise for a tap that sees only padding (a 3x3
+// stride-2 convolution of a 1x1 map: ResNet's last stage at small images); with a user
+// scratchpad holding other kernels' bytes those taps came out as garbage (5e28 where the
+// gradient is 0). Zeroing the scratchpad first, as a fresh allocation would be, gives the
+// zeros; float32 kernels write every tap.
 KernelPtr conv2d_backprop_filter(const Node& n) {
   if (on_columns(n)) return columns_conv2d_backprop_filter(n, SIZE_MAX);  // the plan's rule
   DnnlConvGeometry g = dnnl_conv_geometry(n);
