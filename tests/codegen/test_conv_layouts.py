@@ -124,3 +124,13 @@ def test_an_unknown_layout_names_the_node():
         for n in graph.nodes)})
     with pytest.raises(GraphError, match=re.escape(conv.name) + ".*layout"):
         check_graph(bad)
+
+
+def test_columns_on_a_transposed_convolution_names_the_node():
+    graph = _training("dcgan")
+    deconv = next(n for n in graph.nodes if n.op == "ConvTranspose2D")
+    bad = graph.model_copy(update={"nodes": tuple(
+        n.model_copy(update={"attrs": {**n.attrs, "layout": "columns"}}) if n is deconv else n
+        for n in graph.nodes)})
+    with pytest.raises(GraphError, match=re.escape(deconv.name) + ".*'columns'"):
+        check_graph(bad)
