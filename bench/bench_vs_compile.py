@@ -4,6 +4,7 @@ ahead of torch.compile on real modules; issue 59: the backend beside them).
 
     python bench/bench_vs_compile.py [--models mobilenet_v2,resnet18,transformer_encoder]
                                      [--rounds 3] [--steps 15] [--costs in-step|measured]
+                                     [--loop-work]
     python bench/bench_vs_compile.py --models fresh   # the seven of issue 46
 
 Why a process each: in one process the executor and PyTorch share one libgomp (torch's, loaded
@@ -44,7 +45,8 @@ from step_process import StepProcess  # noqa: E402
 ENGINES = ("ours", "eager", "compile", "backend", "backend+step")
 
 
-def engine_step(label: str, engine: str, folder: Path, costs: str = "in-step"):
+def engine_step(label: str, engine: str, folder: Path, costs: str = "in-step",
+                loop_work: bool = False):
     """One engine of one module, warmed up, for a StepProcess, with a report of its first
     step's seconds (building or compiling included: for ours the trainer's planning, building
     and first step; for compile Inductor's compile and first step; for backend
@@ -53,7 +55,10 @@ def engine_step(label: str, engine: str, folder: Path, costs: str = "in-step"):
     priced by `costs`; eager, compile and backend are the user's own loop (SGD, zero_grad,
     backward, step: cpu_modules.eager_step), the last two with `torch.compile(loss_fn)` and
     `torch.compile(loss_fn, backend="planner")`; backend+step compiles `opt.step` by the
-    backend too (PyTorch's compiled-optimizer pattern)."""
+    backend too (PyTorch's compiled-optimizer pattern). With `loop_work` every engine's step
+    begins with a PyTorch op of a user's loop: the batch scaled (a DataLoader's normalisation),
+    which PyTorch runs on its OpenMP team where the batch exceeds its grain size (32768
+    elements: the nn.Module table's batches)."""
     import time
 
     start = time.perf_counter()
@@ -77,6 +82,14 @@ def engine_step(label: str, engine: str, folder: Path, costs: str = "in-step"):
         step = eager_step(module, inputs, y, loss, SGD.lr, compiled=engine != "eager",
                           backend="planner" if engine.startswith("backend") else "inductor",
                           warm=1, compiled_step=engine == "backend+step")
+    if loop_work:
+        import torch
+
+        batch, planned = inputs[0], step
+
+        def step():
+            torch.mul(batch, 2)  # the user's loop: the next batch prepared by PyTorch
+            planned()
     first = time.perf_counter() - start
     # The backend's first calls measure its two ways of running (planner/torch/lane_choice.py:
     # a warm-up and MEASURED calls each): its steady state starts after them.
@@ -98,11 +111,12 @@ def step_work(plan) -> str:
     return f"{r.flops:.6g} {r.compute_seconds:.6g}"
 
 
-def measure(label: str, engine: str, steps: int, folder: Path,
-            costs: str = "in-step") -> tuple[float, float, list[float]]:
+def measure(label: str, engine: str, steps: int, folder: Path, costs: str = "in-step",
+            loop_work: bool = False) -> tuple[float, float, list[float]]:
     """(median step, first step) in seconds, of `steps` steps in a fresh process, and for ours
     the step's [FLOPs, compute seconds at peak] (step_work)."""
-    run = StepProcess(engine_step, label, engine, folder, costs, what=f"{label} {engine}")
+    run = StepProcess(engine_step, label, engine, folder, costs, loop_work,
+                      what=f"{label} {engine}")
     try:
         first, *work = (float(v) for v in run.report().split())
         return statistics.median(run.step() for _ in range(steps)), first, work
@@ -118,6 +132,9 @@ def main() -> None:
     ap.add_argument("--costs", choices=("in-step", "measured"), default="in-step",
                     help="what our plans are priced with: an in-step profile of the module, or "
                          "planner.torch's default (measured per signature, kept per host)")
+    ap.add_argument("--loop-work", action="store_true",
+                    help="every engine's step begins with a PyTorch op of a user's loop (the "
+                         "batch scaled), timed with it")
     ap.add_argument("--engines", default=",".join(ENGINES),
                     help=f"which engines to run (of {', '.join(ENGINES)})")
     args = ap.parse_args()
@@ -142,7 +159,8 @@ def main() -> None:
                 # alternating: each round's engines in the other order
                 for engine in engines if r % 2 == 0 else engines[::-1]:
                     step, first, flops = measure(label, engine, args.steps,
-                                                 Path(work) / label, args.costs)
+                                                 Path(work) / label, args.costs,
+                                                 args.loop_work)
                     if flops:
                         works[label] = flops
                     runs.setdefault((label, engine), []).append(step)
@@ -153,6 +171,7 @@ def main() -> None:
     print(f"{os.cpu_count()} logical CPUs; load average {load_before:.2f} before, "
           f"{os.getloadavg()[0]:.2f} after; medians of {args.rounds} rounds of {args.steps} "
           f"steps, each engine in its own process; ours priced by {args.costs} costs; "
+          f"{'a PyTorch op of the loop before each step; ' if args.loop_work else ''}"
           f"backend: torch.compile(backend='planner'), measured costs")
     ratios = [(a, b) for a, b in (("eager", "ours"), ("compile", "ours"), ("compile", "backend"))
               if a in engines and b in engines]
