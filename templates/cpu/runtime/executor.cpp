@@ -12,6 +12,23 @@
 
 namespace planner {
 
+// Lets the calling thread's OpenMP workers go before a step on lanes whose teams do not share
+// a CPU with another lane. In PyTorch's process (the torch front end) the caller's team is
+// PyTorch's, and the two share one libgomp (PyTorch's, loaded first, before the executor's
+// load environment could set its spinning: codegen/backends.py). That costs a step twice:
+// after each PyTorch op of the user's loop PyTorch's idle worker spins for milliseconds on a
+// CPU the step's ops need, and while its threads are counted libgomp holds more threads than
+// CPUs and cuts every team's spinning to ~1 us, so each parallel region of the step wakes its
+// workers from sleep. resnet18's 2-thread, one-lane step took 29.8 ms after a 256x256 torch
+// matmul and 11.3 with the caller's team let go (2-core Xeon VM; bench/RESULTS.md). PyTorch
+// starts a new team at its next parallel op. Where lanes share CPUs, the lanes' own workers
+// then spin libgomp's default milliseconds on the CPU another lane's thread waits for (a
+// transformer encoder's main schedule 7.7 -> 10.3 ms): the caller's team is left as it is.
+// Inside a parallel region (an executor called from an OpenMP thread) nothing is let go.
+static void release_callers_team(const Lanes& lanes) {
+  if (!lanes.shares_cpus() && omp_get_level() == 0) omp_pause_resource_all(omp_pause_soft);
+}
+
 Executor::Executor(const std::string& schedule_path, bool concurrent, int jitter_us,
                    double watchdog_seconds, bool adaptive)
     : ExecutorCore(schedule_path, CPU),
@@ -257,6 +274,7 @@ void Executor::run_step() {
       if (last_lanes_ != nullptr && last_lanes_ != &lanes) last_lanes_->release_teams();
       last_lanes_ = &lanes;
       step_began_ = std::chrono::steady_clock::now();
+      release_callers_team(lanes);  // timed: the choice compares what a step costs
       lanes.step(watchdog_seconds_);
       // The choice compares steps of one kind: with accumulation, the micro-batches'.
       if (micro_batch_only_ || schedule().micro_batches < 2)

@@ -23,6 +23,16 @@ Lanes::Lanes(const Schedule& s, OpFn create, OpFn run, int jitter_us)
   lane_cv_ = std::vector<std::condition_variable>(s.num_lanes);
   waiting_on_.assign(s.num_lanes, -1);
   for (int k = 0; k < s.num_ops; ++k) ops_[s.ops[k].lane].push_back(k);
+  std::vector<int> lane_of_cpu;
+  for (int k = 0; k < s.num_ops; ++k)
+    for (int c = 0; c < s.ops[k].num_cpus; ++c) {
+      const int cpu = s.cpus[s.ops[k].first_cpu + c];
+      if (cpu < 0) continue;
+      if (cpu >= static_cast<int>(lane_of_cpu.size())) lane_of_cpu.resize(cpu + 1, -1);
+      int& owner = lane_of_cpu[cpu];
+      if (owner >= 0 && owner != s.ops[k].lane) shares_cpus_ = true;
+      owner = s.ops[k].lane;
+    }
   done_.assign(s.num_ops, -1);
   for (int lane = 0; lane < s.num_lanes; ++lane)
     threads_.emplace_back([this, lane] { lane_main(lane); });

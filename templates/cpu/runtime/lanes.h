@@ -78,6 +78,9 @@ class Lanes {
   // sleep at each op (mobilenet_v2's main schedule 23 -> 37 ms after a spell on the variants,
   // bench/RESULTS.md). The next step of these lanes starts new teams (and pins them again).
   void release_teams();
+  // Whether two lanes run ops on one CPU: a lane's team borrows a CPU where another lane's
+  // thread runs its own ops (executor.cpp's release_callers_team says why it matters).
+  bool shares_cpus() const { return shares_cpus_; }
 
  private:
   void lane_main(int lane);
@@ -98,6 +101,7 @@ class Lanes {
   std::vector<int> loose_;                 // CPUs of lanes without CPUs (empty: the OS's)
   std::vector<char> loose_pinned_;         // per lane: its own thread is on loose_
   bool pinning_ = true;
+  bool shares_cpus_ = false;
   cpu_set_t process_mask_;                 // the process's affinity at load (unpinned teams)
   std::vector<std::vector<int>> mapped_;   // per lane: an op's CPUs through cpu_map_
   int64_t release_ = 0;                    // release_teams() calls so far
