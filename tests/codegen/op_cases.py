@@ -382,7 +382,12 @@ CASES: dict[str, list[tuple]] = {
                     ([((2, 5, 3), N), ((2, 4), ids(5))], {"axis": 1, "wrap": True}),
                     ([((3, 4, 2), N), ((3, 6, 2), ids(4))], {"axis": 1, "mode": "elements"}),
                     ([((3, 4, 5), N), ((2, 4, 3), ids(5))], {"axis": 2, "mode": "elements"}),
-                    ([((64, 700), N), ((300,), ids(64))], {"axis": 0})],
+                    ([((64, 700), N), ((300,), ids(64))], {"axis": 0}),
+                    # elements past the grain: a GNN's gather of messages, and an index
+                    # narrower than x after the axis (each line's own x offset)
+                    ([((512, 64), N), ((4096, 64), ids(512))], {"axis": 0, "mode": "elements"}),
+                    ([((40, 30, 20), N), ((40, 60, 15), ids(30))],
+                     {"axis": 1, "mode": "elements"})],
     "IndexScatter": [([((6, 3), N), ((5,), ids(6)), ((5, 3), N)], {"axis": 0}),
                      ([((6, 3), N), ((8,), ids(6)), ((8, 3), N)], {"axis": 0, "reduce": "sum"}),
                      ([((3, 7), N), ((9,), ids(7)), ((3, 9), N)],
@@ -399,7 +404,13 @@ CASES: dict[str, list[tuple]] = {
                      ([((64, 700), N), ((300,), ids(64)), ((300, 700), N)],
                       {"axis": 0, "reduce": "sum"}),
                      ([((256, 200), N), ((256, 180), ids(200)), ((256, 180), N)],
-                      {"axis": 1, "mode": "elements", "reduce": "mean"})],
+                      {"axis": 1, "mode": "elements", "reduce": "mean"}),
+                     ([((512, 64), N), ((4096, 64), ids(512)), ((4096, 64), N)],
+                      {"axis": 0, "mode": "elements", "reduce": "sum"}),
+                     ([((40, 30, 20), N), ((40, 60, 15), ids(30)), ((40, 60, 15), N)],
+                      {"axis": 1, "mode": "elements", "reduce": "amax", "include_self": False}),
+                     ([((40, 30, 20), N), ((40, 60, 15), ids(30)), ((40, 60, 15), N)],
+                      {"axis": 1, "mode": "elements"})],
     # [x, index, src, out, dy]: out the amax / amin IndexScatter's (_derived), ties by rounding
     "IndexScatterGrad": [([((6, 3), N), ((8,), ids(6)), ((8, 3), N), ((6, 3), N), ((6, 3), N)],
                           {"axis": 0}),

@@ -6,6 +6,12 @@
 //   index row (rows mode): a place is only ever written by one thread, in index order, so
 //   "none" keeps the last write and the reductions combine in index order (numpy's ufunc.at
 //   order), whatever the thread count.
+// - In elements mode a line is one column of the index: the gather and the scatter walk a
+//   block of neighbouring lines (ColumnBlocks) index row by index row, each row's columns in
+//   one pass, so the index and the gathered side are read along their rows. Line by line they
+//   were read a row apart, one cache line per element: a GNN's (4096, 64) scatter_add took
+//   1.35 ms, its gradient's gather 1.52 (2-core Xeon). A place still belongs to one line, so to
+//   one thread, and gets its writes in index order: the same bits as line by line.
 // - "mean" counts the values reaching each place of a line in the thread's part of the
 //   scratch (n counters, zero between lines).
 #include <omp.h>
@@ -29,6 +35,27 @@ void check_index(const int64_t* index, int64_t count, const IndexGeometry& g) {
 }
 
 int64_t index_count(const IndexGeometry& g) { return g.rows ? g.m : g.lines * g.m; }
+
+// Elements mode's lines in blocks of neighbouring columns (lines of one index row's outer
+// coordinates): block t is lines o * li + [c0, c1), its x offsets (IndexGeometry::base) in
+// `base`. Blocks are sized for the team; the bits do not depend on them (the header).
+struct ColumnBlocks {
+  static constexpr int64_t kMax = 64;
+  int64_t per_outer, width, count;
+  ColumnBlocks(const IndexGeometry& g, int team)
+      : per_outer(0), width(std::clamp<int64_t>((g.li + team - 1) / team, 1, kMax)), count(0) {
+    per_outer = (g.li + width - 1) / width;
+    count = g.lo * per_outer;
+  }
+  // Block t: its outer coordinate, first and end column; fills base[0, c1 - c0).
+  void at(const IndexGeometry& g, int64_t t, int64_t& o, int64_t& c0, int64_t& c1,
+          int64_t* base) const {
+    o = t / per_outer;
+    c0 = (t % per_outer) * width;
+    c1 = std::min(g.li, c0 + width);
+    for (int64_t c = c0; c < c1; ++c) base[c - c0] = g.base(o * g.li + c);
+  }
+};
 
 class IndexGather : public Kernel {
  public:
@@ -56,10 +83,16 @@ class IndexGather : public Kernel {
       return;
     }
     const int64_t li = g.li;
+    const ColumnBlocks blocks(g, std::max(1, r.threads));
 #pragma omp parallel for if(g.lines * m >= kGrain)
-    for (int64_t line = 0; line < g.lines; ++line) {
-      const int64_t base = g.base(line), s = (line / li) * m * li + line % li;
-      for (int64_t j = 0; j < m; ++j) y[s + j * li] = x[base + g.take(idx[s + j * li]) * inner];
+    for (int64_t t = 0; t < blocks.count; ++t) {
+      int64_t o, c0, c1, base[ColumnBlocks::kMax];
+      blocks.at(g, t, o, c0, c1, base);
+      for (int64_t j = 0; j < m; ++j) {
+        const int64_t s = (o * m + j) * li;
+        for (int64_t c = c0; c < c1; ++c)
+          y[s + c] = x[base[c - c0] + g.take(idx[s + c]) * inner];
+      }
     }
   }
 
@@ -184,11 +217,34 @@ class IndexScatter : public Kernel {
       return;
     }
     const int64_t li = g.li, m = g.m, n = g.n;
+    if constexpr (R == IndexReduce::kMean) {  // counts per place of one line: line by line
 #pragma omp parallel for num_threads(team) if(work >= kGrain)
-    for (int64_t line = 0; line < g.lines; ++line) {
-      const int64_t s = (line / li) * m * li + line % li;
-      const Line l{g.base(line), s, li, s, li, 1};
-      scatter_line<R>(g, l, idx, src, value, self, out, counts + omp_get_thread_num() * n);
+      for (int64_t line = 0; line < g.lines; ++line) {
+        const int64_t s = (line / li) * m * li + line % li;
+        const Line l{g.base(line), s, li, s, li, 1};
+        scatter_line<R>(g, l, idx, src, value, self, out, counts + omp_get_thread_num() * n);
+      }
+    } else {
+      const ColumnBlocks blocks(g, team);
+      const int64_t inner = g.inner;
+#pragma omp parallel for num_threads(team) if(work >= kGrain)
+      for (int64_t t = 0; t < blocks.count; ++t) {
+        int64_t o, c0, c1, base[ColumnBlocks::kMax];
+        blocks.at(g, t, o, c0, c1, base);
+        auto place = [&](int64_t s, int64_t c) {
+          return out + base[c - c0] + g.take(idx[s + c]) * inner;
+        };
+        if (R != IndexReduce::kNone && !self)
+          for (int64_t j = 0; j < m; ++j)
+            for (int64_t c = c0; c < c1; ++c) *place((o * m + j) * li, c) = identity<R>();
+        for (int64_t j = 0; j < m; ++j) {
+          const int64_t s = (o * m + j) * li;
+          for (int64_t c = c0; c < c1; ++c) {
+            float* p = place(s, c);
+            *p = combine<R>(*p, src ? src[s + c] : value);
+          }
+        }
+      }
     }
   }
 
