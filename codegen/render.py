@@ -42,7 +42,7 @@ from codegen.errors import UnsupportedError
 from codegen.layout import ArenaLayout, arena_layout, own_layout
 from planner.errors import PlanError
 from planner.ir.accumulation import MICRO_STEP, micro_batches, optimizer_step_nodes
-from planner.ir.graph import Graph, Node
+from planner.ir.graph import Graph, Node, channel_block
 from planner.ir.record import Backend
 from planner.ops import get_op
 from planner.ops.base import TensorType
@@ -252,6 +252,7 @@ def _tensor_rows(graph: Graph, layout: ArenaLayout, index: dict[str, int],
             "updates": index[t.updates] if t.updates else -1,
             "alias_of": index[layout.alias_of[t.name]] if t.name in layout.alias_of else -1,
             "store": "ARENA",
+            "block": channel_block(t.layout) if t.layout else 0,
         })
     for c in layout.copies:
         t = graph.tensor(c.tensor)

@@ -438,7 +438,8 @@ def run_verify(args: argparse.Namespace) -> int:
 
 def _recorded_choices(graph, data: Any):
     """The step graph's choices (planner.graph.step) that the plan `data` records: its CPUs'
-    cores, the convolution layouts on nodes of the same name (planner.costs.conv_layouts) and,
+    cores, the convolution layouts on nodes of the same name (planner.costs.conv_layouts), the
+    channel block of its blocked images (planner.graph.blocked) and,
     for a data-parallel plan, its collectives as planning chooses them for its options on its
     target (a preset: a plan names its target, not its whole description). ValueError for
     what cannot be re-derived; data that is no plan gives none (verify_plan_text reports it)."""
@@ -457,13 +458,27 @@ def _recorded_choices(graph, data: Any):
         return StepChoices(cores=_step_cores(data))
     layouts = {n.name: recorded[n.name] for n in graph.nodes
                if n.op in CONVOLUTIONS and isinstance(recorded.get(n.name), str)}
+    block = _recorded_block(data)
     if parallel.ranks == 1:
-        return StepChoices(cores=_step_cores(data), layouts=layouts)
+        return StepChoices(cores=_step_cores(data), layouts=layouts, channel_block=block)
     if name not in PRESETS:
         raise ValueError(f"a data-parallel plan's buckets are sized for its target; {name!r} "
                          f"is no preset: verify the plan without --graph")
-    return StepChoices(cores=_step_cores(data), layouts=layouts,
+    return StepChoices(cores=_step_cores(data), layouts=layouts, channel_block=block,
                        collectives=chosen_collectives(graph, preset(name), parallel))
+
+
+def _recorded_block(data: Any) -> int:
+    """The channel block of the images a plan's graph keeps blocked (planner.graph.blocked);
+    0 where it keeps none, or names a layout that is none."""
+    from planner.ir.graph import channel_block
+
+    tensors = data["graph"].get("tensors") if isinstance(data["graph"], dict) else None
+    layouts = {t.get("layout") for t in tensors or () if isinstance(t, dict)}
+    for layout in sorted(layouts - {None}, key=str):
+        if layout in ("nChw8c", "nChw16c"):
+            return channel_block(layout)
+    return 0
 
 
 def _step_cores(data: Any) -> int | None:

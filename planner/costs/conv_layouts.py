@@ -108,9 +108,13 @@ def conv_layouts(graph: Graph, table: CostTable | None) -> Graph:
     return with_layouts(graph, chosen_layouts(graph, table))
 
 
-def chosen_layouts(graph: Graph, table: CostTable | None) -> dict[str, str]:
+def chosen_layouts(graph: Graph, table: CostTable | None,
+                   channels_last: bool = True) -> dict[str, str]:
     """Convolution node name -> its alternative layout where the measured times on it beat its
-    own (the step graph's layouts: planner.graph.step)."""
+    own (the step graph's layouts: planner.graph.step). Without `channels_last` (a step that
+    keeps images blocked, planner.graph.blocked) a convolution keeps oneDNN's blocked kernel
+    over channels-last: both were measured with their reorders, which the blocked kernel then
+    no longer runs, and the other kernel would add (blocked to nhwc and back)."""
     convs = [n for n in graph.nodes if n.op in CONVOLUTIONS and "layout" not in n.attrs]
     if table is None or not convs:
         return {}
@@ -121,8 +125,11 @@ def chosen_layouts(graph: Graph, table: CostTable | None) -> dict[str, str]:
     for n in convs:
         a, b = _compact_seconds(table, own[n.name]), _compact_seconds(table, theirs[n.name])
         both = sorted(a.keys() & b.keys())
+        layout = other.node_map[n.name].attrs["layout"]
+        if layout == CHANNELS_LAST and not channels_last:
+            continue
         if both and sum(b[k] for k in both) < sum(a[k] for k in both):
-            chosen[n.name] = other.node_map[n.name].attrs["layout"]
+            chosen[n.name] = layout
     return chosen
 
 

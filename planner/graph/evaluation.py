@@ -66,7 +66,10 @@ def evaluation_graph(training: Graph) -> Graph:
             kept.append(n)
     nodes = tuple(reversed(kept))
     used = set(outputs).union(*(set(n.inputs) | set(n.outputs) for n in nodes))
-    tensors = tuple(t for t in training.tensors if t.name in used)
+    # Plain images: the blocked ones were kept so between the training step's kernels
+    # (planner.graph.blocked), which inference mode changes (BatchNorm's).
+    tensors = tuple(t.model_copy(update={"layout": None}) if t.layout else t
+                    for t in training.tensors if t.name in used)
     return check_graph(Graph(name=training.name, kind="inference", tensors=tensors, nodes=nodes,
                              outputs=outputs, math=training.math,
                              loss=training.loss if training.loss in outputs else None))

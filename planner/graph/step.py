@@ -8,9 +8,12 @@ end's passes are checked by planner.frontend.prepare).
         graph = collectives(graph, choices.collectives) # the ranks' gradient buckets: all-reduces,
                                                         # ZeRO-1's sharded updates or ZeRO-3's
                                                         # gathers (planner.graph.data_parallel)
+        graph = with_blocked(graph, choices.channel_block)  # activations kept channel-blocked
+                                                            # between the kernels that take
+                                                            # them so (blocked.py)
 
 The choices are planning's (planner.pipeline.step_choices: the target's cores, the layouts the
-costs measured faster, the buckets the link's model sizes); `planner verify --graph` makes the
+costs measured faster, the buckets the link's model sizes, the CPU's channel block); `planner verify --graph` makes the
 same graph from the choices a plan records. The passes are pure: no target, no cost table.
 
 Example:
@@ -31,6 +34,7 @@ from typing import Literal
 
 from pydantic import Field
 
+from planner.graph.blocked import with_blocked
 from planner.graph.data_parallel import buckets, with_all_reduce, with_sharded_updates
 from planner.graph.for_cores import for_cores
 from planner.graph.sharded_parameters import with_sharded_parameters
@@ -61,6 +65,8 @@ class StepChoices(Record):
     # Convolution node name -> kernel layout (planner.costs.conv_layouts chooses them).
     layouts: dict[str, str] = {}
     collectives: Collectives = Collectives()
+    # The channels per block of the images kept blocked (planner.graph.blocked); 0: none.
+    channel_block: int = Field(default=0, ge=0)
 
 
 def with_layouts(graph: Graph, layouts: Mapping[str, str]) -> Graph:
@@ -92,6 +98,7 @@ STEP_PASSES: tuple[tuple[str, StepPass], ...] = (
     ("for cores", lambda g, c: for_cores(g, c.cores)),
     ("conv layouts", lambda g, c: with_layouts(g, c.layouts)),
     ("collectives", lambda g, c: collectives(g, c.collectives)),
+    ("blocked images", lambda g, c: with_blocked(g, c.channel_block)),
 )
 
 

@@ -39,6 +39,15 @@ Role = Literal["input", "label", "param", "state", "optimizer-state", "activatio
 # constant (every element the tensor's `value`: a hyperparameter's first value).
 Init = Literal["zeros", "ones", "he", "glorot", "normal", "embedding", "loss-scale", "constant"]
 
+# A channel-blocked image layout (Tensor.layout): nChw<B>c, B channels innermost.
+BlockedLayout = Literal["nChw8c", "nChw16c"]
+
+
+def channel_block(layout: str) -> int:
+    """The channels per block of a blocked layout: 16 for nChw16c."""
+    return int(layout[4:-1])
+
+
 EXTERNAL_ROLES: frozenset[str] = frozenset({"input", "label", "param", "state", "optimizer-state"})
 
 # A JSON attribute value: scalars and (nested) lists of them.
@@ -65,6 +74,11 @@ class Tensor(Record):
     updates: str | None = None
     # The value of every element of an init "constant" tensor (and only of one).
     value: float | None = None
+    # How a step graph keeps its bytes (planner.graph.blocked): a float32 (N, C, H, W) image
+    # in oneDNN's channel-blocked layout, C / B blocks of B channels (N, C/B, H, W, B),
+    # nChw16c or nChw8c. None (absent from the JSON): plain NCHW, every tensor's layout
+    # before the field existed.
+    layout: BlockedLayout | None = Field(default=None, exclude_if=lambda v: v is None)
 
     @model_validator(mode="after")
     def _value_with_constant(self) -> Tensor:
@@ -72,6 +86,12 @@ class Tensor(Record):
             raise ValueError(f"tensor {self.name!r}: init 'constant' and `value` go together")
         if self.value is not None and not math.isfinite(self.value):
             raise ValueError(f"tensor {self.name!r}: value must be finite, got {self.value}")
+        if self.layout is not None and (len(self.shape) != 4 or self.dtype != "float32"
+                                        or self.shape[1] % channel_block(self.layout)):
+            raise ValueError(f"tensor {self.name!r}: layout {self.layout} is a float32 (N, C, "
+                             f"H, W) image's with C a multiple of "
+                             f"{channel_block(self.layout)}; got {self.dtype} "
+                             f"{list(self.shape)}")
         return self
 
     @field_validator("shape")

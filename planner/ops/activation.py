@@ -30,6 +30,7 @@ import numpy as np
 
 from planner.dtypes import LOW_FLOATS
 from planner.ops.base import (
+    BY_POSITION,
     Attr,
     Attrs,
     GradBuilder,
@@ -105,10 +106,13 @@ def _rule(grad_op: str, second: str, attr_names: tuple[str, ...] = ()):
 def _define(name: str, reference: Reference, flops: int, grad_op: str, second: str,
             grad_reference: Reference, grad_flops: int, attrs: dict[str, Attr],
             doc: str, cost_class: str = "elementwise", pointwise=None,
-            grad_pointwise=None, low: bool = False, scratch=None) -> None:
+            grad_pointwise=None, low: bool = False, scratch=None,
+            by_position: bool = False) -> None:
     """Register a forward activation and its gradient op; `low`: their kernels also run in
     the low float types (planner.graph.precision.FOLLOW_OPS); `scratch`: both ops' rule
-    (default: widening_scratch, the CPU runtime's float32 loop on widened copies)."""
+    (default: widening_scratch, the CPU runtime's float32 loop on widened copies);
+    `by_position`: both kernels visit elements by position (OpDef.channel_blocked)."""
+    blocked = BY_POSITION if by_position else None
     scratch = scratch or widening_scratch()
     unary, binary = "float32->float32", "float32,float32->float32"
     if low:
@@ -123,6 +127,7 @@ def _define(name: str, reference: Reference, flops: int, grad_op: str, second: s
         gradient=_rule(grad_op, second, tuple(attrs)),
         doc=doc,
         pointwise=pointwise and Pointwise(pointwise, signatures=unary, params=_params(attrs)),
+        channel_blocked=blocked,
     ))
     register(OpDef(
         name=grad_op, arity=2, attrs=attrs, cost_class=cost_class,
@@ -132,6 +137,7 @@ def _define(name: str, reference: Reference, flops: int, grad_op: str, second: s
         doc=f"Gradient of {name}: [dy, {second}] -> dx.",
         pointwise=grad_pointwise and Pointwise(
             grad_pointwise, signatures=binary, params=_params(attrs)),
+        channel_blocked=blocked,
     ))
 
 
@@ -184,22 +190,22 @@ _define("Relu", lambda xs, a: [np.maximum(xs[0], 0)], 1,
         "y = max(x, 0).",
         pointwise=lambda m, xs, p: [m.where(xs[0] < 0, 0.0, xs[0])],
         grad_pointwise=lambda m, xs, p: [m.where(xs[1] > 0, xs[0], 0.0)], low=True,
-        scratch=relu_scratch)
+        scratch=relu_scratch, by_position=True)
 _define("LeakyRelu", _leaky_relu, 2,
         "LeakyReluGrad", "x", _leaky_relu_grad, 2, {"alpha": Attr("float", 0.01)},
         "y = x if x > 0 else alpha * x.",
         pointwise=lambda m, xs, p: [m.where(xs[0] > 0, xs[0], xs[0] * p["alpha"])],
-        grad_pointwise=lambda m, xs, p: [m.where(xs[1] > 0, xs[0], xs[0] * p["alpha"])])
+        grad_pointwise=lambda m, xs, p: [m.where(xs[1] > 0, xs[0], xs[0] * p["alpha"])], by_position=True)
 _define("Tanh", lambda xs, a: [np.tanh(xs[0])], 1,
         "TanhGrad", "y", lambda xs, a: [xs[0] * (1 - xs[1] * xs[1])], 3, {},
         "y = tanh(x).",
         pointwise=lambda m, xs, p: [m.tanh(xs[0])],
-        grad_pointwise=lambda m, xs, p: [xs[0] * (1.0 - xs[1] * xs[1])])
+        grad_pointwise=lambda m, xs, p: [xs[0] * (1.0 - xs[1] * xs[1])], by_position=True)
 _define("Sigmoid", lambda xs, a: [_sigmoid(xs[0])], 4,
         "SigmoidGrad", "y", lambda xs, a: [xs[0] * xs[1] * (1 - xs[1])], 3, {},
         "y = 1 / (1 + exp(-x)).",
         pointwise=_sigmoid_pw,
-        grad_pointwise=lambda m, xs, p: [xs[0] * xs[1] * (1.0 - xs[1])])
+        grad_pointwise=lambda m, xs, p: [xs[0] * xs[1] * (1.0 - xs[1])], by_position=True)
 _define("Softmax", _softmax_ref, 5,
         "SoftmaxGrad", "y", _softmax_grad, 4, {"axis": Attr("int", -1)},
         "y = exp(x) / sum(exp(x)) along axis.", cost_class="reduction")

@@ -51,6 +51,11 @@ class OpError(ValueError):
     graph validation prefixes the node name."""
 
 
+# OpDef.channel_blocked of an op computed element by element at the same position of every
+# operand (no broadcasting, no use of the element's index).
+BY_POSITION = "by position"
+
+
 @dataclass(frozen=True)
 class TensorType:
     """Shape and dtype of a value flowing along an edge."""
@@ -221,6 +226,14 @@ class OpDef:
     gpu_scratch: Callable[[list[TensorType], list[TensorType], Attrs], int] | None = None
     # Its scalar formula, when it is computed element by element (generated GPU kernels).
     pointwise: Pointwise | None = None
+    # Which of its float32 image operands its CPU kernel also reads or writes channel-blocked
+    # (Tensor.layout; planner.graph.blocked keeps activations so between such ops): given the
+    # node's attrs, groups of (side, index) operands ("in", 0: input 0), each group blocked or
+    # plain as one, independently of the others; BY_POSITION: every operand, all in one layout
+    # (a kernel visiting elements by position, for which operands of one shape line up
+    # whatever their common layout).
+    channel_blocked: (Callable[[Attrs], tuple[tuple[tuple[str, int], ...], ...]] | str
+                      | None) = None
 
     def normalize_attrs(self, attrs: Attrs) -> Attrs:
         """Attrs with defaults filled in and kinds checked; OpError names a bad field."""

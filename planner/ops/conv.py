@@ -52,7 +52,7 @@ from planner.ops.base import (
     require_float,
     require_rank,
 )
-from planner.ops.conv_scratch import conv_scratch
+from planner.ops.conv_scratch import ROLES, conv_scratch
 from planner.ops.fused_activation import (
     ACTIVATION_ATTR,
     activation_flops,
@@ -172,12 +172,27 @@ CONV_ATTRS: dict[str, Attr] = {
 # absent, oneDNN picks the layouts of the image and output (`any`: blocked on x86); "nhwc" asks
 # for channels-last ones, which oneDNN's brgemm kernels take; "columns" (not a transposed
 # convolution's) runs it as one matmul over the whole batch's im2col columns.
-# Either way the tensors in the arena stay NCHW; the numbers are the same convolution's (up to
+# Either way the tensors in the arena stay as the step graph keeps them (NCHW, or blocked
+# between oneDNN's own kernels: blocked_images); the numbers are the same convolution's (up to
 # summation order). Not part of the geometry: a gradient rule copies CONV_ATTRS, never a layout
 # chosen for its forward.
 LAYOUTS = ("any", "nhwc", "columns")
 COLUMNS_OPS = ("Conv2D", "Conv2DBackpropInput", "Conv2DBackpropFilter")
 LAYOUT_ATTR = {"layout": Attr("str", optional=True)}
+
+
+def blocked_images(op: str):
+    """OpDef.channel_blocked of convolution `op`: its image and output (ROLES' x and y), each
+    on its own, where oneDNN's own kernel runs it on its blocked layouts (`any`, one group):
+    kernels/conv.cpp then gives a blocked tensor to the primitive as it is, where it would
+    reorder a plain one."""
+    roles = ROLES[op]
+
+    def rule(attrs: Attrs) -> tuple[tuple[tuple[str, int], ...], ...]:
+        if attrs.get("layout", "any") != "any" or attrs.get("groups", 1) != 1:
+            return ()
+        return ((roles["x"],), (roles["y"],))
+    return rule
 
 
 def _check_layout(op: str, attrs: Attrs) -> None:
@@ -364,6 +379,7 @@ def _conv_flops(y: TensorType, w_shape: tuple[int, ...]) -> int:
 register(OpDef(
     name="Conv2D",
     scratch=conv_scratch("Conv2D"),
+    channel_blocked=blocked_images("Conv2D"),
     gpu_scratch=padded_image_bytes(0),
     cost_class="conv",
     convolution=True,
@@ -389,6 +405,7 @@ def _backprop_input_infer(ins: list[TensorType], a: Attrs) -> list[TensorType]:
 register(OpDef(
     name="Conv2DBackpropInput",
     scratch=conv_scratch("Conv2DBackpropInput"),
+    channel_blocked=blocked_images("Conv2DBackpropInput"),
     gpu_scratch=padded_image_bytes(-1),
     cost_class="conv",
     convolution=True, arity=2,
@@ -412,6 +429,7 @@ def _backprop_filter_infer(ins: list[TensorType], a: Attrs) -> list[TensorType]:
 register(OpDef(
     name="Conv2DBackpropFilter",
     scratch=conv_scratch("Conv2DBackpropFilter"),
+    channel_blocked=blocked_images("Conv2DBackpropFilter"),
     gpu_scratch=padded_image_bytes(0),
     cost_class="conv",
     convolution=True, arity=2,
@@ -490,6 +508,7 @@ def conv_transpose2d_gradient(g: GradBuilder, node, grad_outputs: list[str | Non
 register(OpDef(
     name="ConvTranspose2D",
     scratch=conv_scratch("ConvTranspose2D"),
+    channel_blocked=blocked_images("ConvTranspose2D"),
     gpu_scratch=padded_image_bytes(-1),
     cost_class="conv",
     convolution=True,

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from planner.ops.base import (
+    BY_POSITION,
     Attr,
     Attrs,
     GradBuilder,
@@ -123,7 +124,8 @@ I64_BINARY = "int64,int64->int64"
 
 
 def _binary(name: str, fn: Callable[[np.ndarray, np.ndarray], np.ndarray], gradient,
-            doc: str, float_only: bool = False, pointwise: Pointwise | None = None) -> OpDef:
+            doc: str, float_only: bool = False, pointwise: Pointwise | None = None,
+            by_position: bool = False) -> OpDef:
     return register(OpDef(
         name=name, arity=2, cost_class="elementwise",
         infer=binary_infer(name, float_only),
@@ -132,6 +134,7 @@ def _binary(name: str, fn: Callable[[np.ndarray, np.ndarray], np.ndarray], gradi
         gradient=gradient,
         doc=doc,
         pointwise=pointwise,
+        channel_blocked=BY_POSITION if by_position else None,
     ))
 
 
@@ -143,11 +146,11 @@ def _arith(formula, int64: bool = True, low: bool = False) -> Pointwise:
 
 # Add runs in the low types (residual adds; BiasAdd is Add's kernel): precision.FOLLOW_OPS
 _binary("Add", np.add, _add_grad, "y = a + b, numpy broadcasting.",
-        pointwise=_arith(lambda m, xs, p: [xs[0] + xs[1]], low=True))
+        pointwise=_arith(lambda m, xs, p: [xs[0] + xs[1]], low=True), by_position=True)
 _binary("Sub", np.subtract, _sub_grad, "y = a - b, numpy broadcasting.",
-        pointwise=_arith(lambda m, xs, p: [xs[0] - xs[1]]))
+        pointwise=_arith(lambda m, xs, p: [xs[0] - xs[1]]), by_position=True)
 _binary("Mul", np.multiply, _mul_grad, "y = a * b, numpy broadcasting.",
-        pointwise=_arith(lambda m, xs, p: [xs[0] * xs[1]]))
+        pointwise=_arith(lambda m, xs, p: [xs[0] * xs[1]]), by_position=True)
 _binary("Div", np.divide, _div_grad, "y = a / b, numpy broadcasting (float only).",
         float_only=True, pointwise=_arith(lambda m, xs, p: [xs[0] / xs[1]], int64=False))
 
@@ -193,6 +196,7 @@ register(OpDef(
     pointwise=Pointwise(_addn_pointwise,
                         signatures=("float32->float32", *low_signatures("float32->float32")),
                         arities=(2, 3, 4)),
+    channel_blocked=BY_POSITION,
     doc="y = x1 + ... + xn, all of one shape and dtype (summing gradient contributions).",
 ))
 

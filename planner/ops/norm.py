@@ -158,6 +158,9 @@ register(OpDef(
     reference=batchnorm_reference,
     gradient=batchnorm_gradient,
     nondiff_inputs=(3, 4),
+    # Training's float32 loops also run on a blocked x and y, held alike
+    # (kernels/batch_norm.cpp).
+    channel_blocked=lambda a: ((("in", 0), ("out", 0)),) if a["training"] else (),
     doc="[x, scale, bias, running_mean, running_var] -> training: [y, running_mean_new, "
         "running_var_new, saved_mean, saved_invstd]; inference: [y].",
 ))
@@ -198,6 +201,7 @@ register(OpDef(
     # Per element: training 9 (dbias 1, xhat 2, dscale 2, dx 4); inference 6.
     flops=lambda ins, outs, a: ins[1].size * (9 if a["training"] else 6),
     reference=batchnorm_grad_reference,
+    channel_blocked=lambda a: ((("in", 0), ("in", 1), ("out", 0)),) if a["training"] else (),
     doc="[dy, x, scale, saved_mean, saved_invstd] -> [dx, dscale, dbias]; with training=False "
         "the last two inputs are running_mean and running_var.",
 ))

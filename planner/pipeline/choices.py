@@ -34,7 +34,8 @@ def step_choices(graph: Graph, target: Target, data_parallel: DataParallelOption
                  costs: CostTable | None = None) -> StepChoices:
     """What the step graph's passes read: the target's CPU cores (planner.graph.for_cores), on
     a backend whose convolution layouts are chosen the layouts `costs` measured faster
-    (planner.costs.conv_layouts; without costs none: a profile measures both) and, with ranks,
+    (planner.costs.conv_layouts; without costs none: a profile measures both) and its CPU's
+    channel block (planner.graph.blocked) and, with ranks,
     the gradient buckets' collectives (planner.schedule.parallel). PlanError for gradient
     accumulation on a backend whose executor does not run it."""
     data_parallel = data_parallel or DataParallelOptions()
@@ -43,10 +44,13 @@ def step_choices(graph: Graph, target: Target, data_parallel: DataParallelOption
             raise PlanError(f"graph {graph.name!r} accumulates gradients over "
                             f"{micro_batches(graph)} micro-batches; the {target.backend} "
                             f"executor does not run that yet: plan it for a CPU target")
+    cpu_kernels = traits(target).conv_layouts
+    block = (target.cpu.vector_floats or 0) if cpu_kernels and target.cpu else 0
     return StepChoices(cores=target.step_cores,
-                       layouts=chosen_layouts(graph, costs) if traits(target).conv_layouts
-                       else {},
-                       collectives=chosen_collectives(graph, target, data_parallel))
+                       layouts=chosen_layouts(graph, costs, channels_last=not block)
+                       if cpu_kernels else {},
+                       collectives=chosen_collectives(graph, target, data_parallel),
+                       channel_block=block)
 
 
 def priced_graphs(graph: Graph, target: Target, options: PlanOptions | None = None,

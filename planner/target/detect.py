@@ -418,6 +418,24 @@ def estimated_peak_flops(cores: int, mhz: float, flags: frozenset[str]) -> float
     return cores * (mhz or 2000.0) * 1e6 * lanes * fma * 2
 
 
+def vector_floats(flags: frozenset[str], max_isa: str | None = None) -> int | None:
+    """float32 lanes of the widest vectors oneDNN runs on a CPU of `flags`, under its
+    ONEDNN_MAX_CPU_ISA cap `max_isa`: 16 with AVX-512, 8 with AVX2, None below (the channel
+    block of its blocked layouts, planner.graph.blocked).
+
+    >>> avx512 = frozenset({"avx2", "fma", "avx512f"})
+    >>> vector_floats(avx512), vector_floats(avx512, "AVX2"), vector_floats(frozenset({"sse4_1"}))
+    (16, 8, None)
+    """
+    cap = (max_isa or "ALL").upper()
+    wide = cap in ("ALL", "DEFAULT") or cap.startswith(("AVX512", "AVX10"))
+    if "avx512f" in flags and wide:
+        return 16
+    if "avx2" in flags and (wide or cap.startswith("AVX2")):
+        return 8
+    return None
+
+
 # bfloat16 FLOP/cycle per core of an AMX tile unit (TDPBF16PS: 16 x 16 x 32 products in 16
 # cycles; Intel quotes 1024 BF16 operations per cycle for 4th Gen Xeon).
 AMX_BF16_PER_CYCLE = 1024
@@ -510,7 +528,8 @@ def detect(measure: bool = True, sys_root: Path = Path("/sys"), proc_root: Path 
                      "at the float32 peak's fraction of its estimate")
     cpu = CPU(model=topo.model, peak_flops=flops, math_peak_flops=math_peaks,
               memory_bandwidth=all_bw, core_bandwidth=core_bw,
-              cache_group_level=topo.cache_group_level, cache_group_bytes=topo.cache_group_bytes)
+              cache_group_level=topo.cache_group_level, cache_group_bytes=topo.cache_group_bytes,
+              vector_floats=vector_floats(topo.flags, os.environ.get("ONEDNN_MAX_CPU_ISA")))
     return Target(name="host", description=f"detected: {topo.model}", host_memory_bytes=memory,
                   cpu=cpu, logical_cpus=topo.logical_cpus, gpus=tuple(gpus), notes=tuple(notes),
                   provenance=TargetProvenance(tool=f"planner {__version__}",

@@ -88,7 +88,10 @@ class CPU(Processor):
     hosts, which is what kernels can reach); math_peak_flops: bfloat16's from AMX or
     AVX512_BF16 (Processor). memory_bandwidth: bytes/s streamed by all cores;
     core_bandwidth: bytes/s one core streams alone (bandwidth saturates at about
-    memory_bandwidth / core_bandwidth cores).
+    memory_bandwidth / core_bandwidth cores). vector_floats: float32 lanes of the widest
+    vectors its kernel library runs (16 with AVX-512, 8 with AVX2): the channel block of
+    oneDNN's blocked layouts there (planner.graph.blocked); unset (a preset), no activation is
+    kept blocked.
     """
 
     model: str
@@ -97,6 +100,9 @@ class CPU(Processor):
     # The cache level whose sharing defines cache groups (2 for a KNL tile's L2) and its size.
     cache_group_level: int = Field(ge=0)
     cache_group_bytes: int = Field(ge=0)
+    # Left out of the JSON when unset, so targets written before it read and write back
+    # unchanged.
+    vector_floats: Literal[8, 16] | None = Field(default=None, exclude_if=lambda v: v is None)
 
 
 # A kernel stream's cuDNN and cuBLAS handles with their first-use allocations where the target

@@ -117,7 +117,8 @@ def _forward_in_inference_mode(training: Graph) -> Graph:
     nodes = tuple({n.name: n for n in made.values() if n.name in wanted}.values())
     used = set(outputs).union(*(set(n.inputs) | set(n.outputs) for n in nodes))
     return Graph(name=training.name, kind="inference", math=training.math, outputs=outputs,
-                 tensors=tuple(t for t in training.tensors if t.name in used), nodes=nodes,
+                 tensors=tuple(t.model_copy(update={"layout": None}) if t.layout else t
+                               for t in training.tensors if t.name in used), nodes=nodes,
                  loss=training.loss if training.loss in outputs else None)
 
 

@@ -15,7 +15,7 @@ std::string name_list(const std::vector<std::string>& names) {
 
 TensorRef tensor_ref(const Schedule& s, int id) {
   const TensorSpec& t = s.tensors[id];
-  return TensorRef{id, Shape(t.shape, t.shape + t.rank), t.dtype};
+  return TensorRef{id, Shape(t.shape, t.shape + t.rank), t.dtype, t.block};
 }
 
 void op_tensors(const Schedule& s, const OpSpec& op, std::vector<TensorRef>* in,

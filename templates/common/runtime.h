@@ -44,6 +44,9 @@ struct TensorRef {
   int id;        // index into the schedule's tensors
   Shape shape;
   int dtype;
+  // Channels per block of an (N, C, H, W) image the step keeps channel-blocked: (N, C/B, H, W,
+  // B), oneDNN's nChw16c / nChw8c (planner/graph/blocked.py); 0: plain.
+  int block = 0;
   int64_t size() const { return numel(shape); }
 };
 

@@ -42,10 +42,21 @@ struct Io {
     copy_in(ex.data(id), a, dtype_bytes(ex.tensor(id).dtype));
   }
   static nb::object fetch(Executor& ex, int id, bool copy, nb::handle owner) {
-    return to_numpy(ex.tensor(id), ex.data(id), copy, owner);
+    const TensorSpec& t = ex.tensor(id);
+    if (!t.block) return to_numpy(t, ex.data(id), copy, owner);
+    // An image the step keeps channel-blocked (planner/graph/blocked.py) comes back as every
+    // other, plain NCHW: always a copy (in_arena says no view).
+    std::vector<float> plain(static_cast<size_t>(t.nbytes) / sizeof(float));
+    const float* held = reinterpret_cast<const float*>(ex.data(id));
+    const int64_t C = t.shape[1], B = t.block, HW = t.shape[2] * t.shape[3];
+    for (int64_t n = 0; n < t.shape[0]; ++n)
+      for (int64_t c = 0; c < C; ++c)
+        for (int64_t p = 0; p < HW; ++p)
+          plain[(n * C + c) * HW + p] = held[((n * (C / B) + c / B) * HW + p) * B + c % B];
+    return to_numpy(t, reinterpret_cast<char*>(plain.data()), true, nb::handle());
   }
   static bool in_arena(const Executor& ex, int id) {
-    return ex.holds(ex.data(id), ex.tensor(id).nbytes);
+    return !ex.tensor(id).block && ex.holds(ex.data(id), ex.tensor(id).nbytes);
   }
   static void op_stats(const Executor& ex, int k, nb::dict& d) {
     d["start"] = ex.last_span(k).first;

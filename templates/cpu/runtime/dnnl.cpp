@@ -29,6 +29,12 @@ memory::desc view_md(const Shape& dims, int dtype) {
 
 memory::desc plain_md(const Shape& shape, int dtype) { return view_md(shape, dtype); }
 
+memory::desc held_md(const TensorRef& t) {
+  if (!t.block) return plain_md(t.shape, t.dtype);
+  return memory::desc(memory::dims(t.shape.begin(), t.shape.end()), dnnl_type(t.dtype),
+                      t.block == 16 ? tag::aBcd16b : tag::aBcd8b);
+}
+
 dnnl::primitive_attr user_scratchpad() {
   dnnl::primitive_attr a;
   a.set_scratchpad_mode(dnnl::scratchpad_mode::user);

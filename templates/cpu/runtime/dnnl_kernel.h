@@ -14,6 +14,8 @@ using dt = dnnl::memory::data_type;
 memory::data_type dnnl_type(int dtype);
 // Row-major descriptor of `shape` (a scalar becomes {1}).
 memory::desc plain_md(const Shape& shape, int dtype);
+// A tensor's descriptor as the arena holds it: plain, or channel-blocked (TensorRef::block).
+memory::desc held_md(const TensorRef& t);
 // Row-major descriptor of a tensor viewed with `dims` (same element count).
 memory::desc view_md(const Shape& dims, int dtype);
 // Attributes every primitive gets: user-managed scratchpad.

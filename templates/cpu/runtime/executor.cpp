@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstring>
+#include <iterator>
 #include <stdexcept>
 #include <string>
 
@@ -177,10 +179,48 @@ int Executor::granted_cores() {
 
 void Executor::create(int k) { kernels_[k] = make_kernel(schedule().ops[k]); }
 
+namespace {
+
+// The ops whose CPU kernels take channel-blocked images (TensorRef::block): the planner's
+// OpDef.channel_blocked, between which planner/graph/blocked.py keeps a tensor blocked
+// (tests/codegen/test_blocked_images.py compares the two), and the transfers, which copy bytes.
+// The by-position ones visit elements by position, so their operands must be alike.
+const char* const kByPosition[] = {"Relu", "ReluGrad", "LeakyRelu", "LeakyReluGrad", "Tanh",
+                                   "TanhGrad", "Sigmoid", "SigmoidGrad", "Add", "Sub", "Mul",
+                                   "AddN", "Offload", "Prefetch"};
+const char* const kOwnLayouts[] = {"Conv2D", "Conv2DBackpropInput", "Conv2DBackpropFilter",
+                                   "ConvTranspose2D", "BatchNorm", "BatchNormGrad"};
+
+bool listed(const char* op, const char* const* first, const char* const* last) {
+  return std::any_of(first, last, [op](const char* o) { return std::strcmp(o, op) == 0; });
+}
+
+// Refuses a plan (a hostile one: the planner keeps no other) giving `op` a blocked operand its
+// kernel would read as plain.
+void check_blocked(const Schedule& s, const OpSpec& op, const std::vector<TensorRef>& in,
+                   const std::vector<TensorRef>& out) {
+  std::vector<TensorRef> all(in);
+  all.insert(all.end(), out.begin(), out.end());
+  const bool any = std::any_of(all.begin(), all.end(), [](const TensorRef& t) { return t.block; });
+  if (!any || listed(op.op, std::begin(kOwnLayouts), std::end(kOwnLayouts))) return;
+  const bool alike = std::all_of(all.begin(), all.end(), [&](const TensorRef& t) {
+    return t.block == all[0].block && t.shape == all[0].shape;
+  });
+  if (!listed(op.op, std::begin(kByPosition), std::end(kByPosition)) || !alike)
+    for (const TensorRef& t : all)
+      if (t.block)
+        throw std::runtime_error(std::string("tensor '") + s.tensors[t.id].name +
+                                 "' is channel-blocked, which this op's kernel does not read " +
+                                 "(or its other operands are not alike)");
+}
+
+}  // namespace
+
 KernelPtr Executor::make_kernel(const OpSpec& op) {
   std::vector<TensorRef> in, out;
   op_tensors(schedule(), op, &in, &out);
   try {
+    check_blocked(schedule(), op, in, out);
     Node node{&op, in, out, Attrs(op.attrs), engine_, kernel_threads(op), &packs_};
     return registry().at(op.op)(node);
   } catch (const std::exception& e) {

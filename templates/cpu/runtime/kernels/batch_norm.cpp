@@ -14,6 +14,11 @@
 // running-statistics update (PyTorch's: unbiased variance, new = (1 - momentum) old + momentum
 // batch) and saved_invstd are small loops after the statistics; oneDNN's BatchNormGrad gets the
 // variance back from saved_invstd.
+//
+// An image the step keeps channel-blocked (TensorRef::block: (N, C/B, H, W, B), between
+// oneDNN's convolutions, planner/graph/blocked.py) takes the same loops a block of B channels
+// at a time, the B channels in the vector lanes: each channel's sums are added in the plain
+// loops' order (`block_sums`), so the bits are the plain layout's.
 #include <cmath>
 #include <vector>
 
@@ -31,9 +36,13 @@ constexpr int64_t kLoopRun = 16;
 
 struct ChannelRuns {
   int64_t n, c, rest;  // x as (n, c, rest): channel k's runs start at (i * c + k) * rest
-  explicit ChannelRuns(const Shape& x) : n(x[0]), c(x[1]), rest(1) {
+  int64_t block = 0;   // blocked: (n, c / block, rest, block) (header comment)
+  explicit ChannelRuns(const Shape& x, int64_t channel_block = 0)
+      : n(x[0]), c(x[1]), rest(1), block(channel_block) {
     for (size_t k = 2; k < x.size(); ++k) rest *= x[k];
   }
+  // Blocked: where image i's block b starts; its element k of lane j is at + k * block + j.
+  int64_t block_at(int64_t i, int64_t b) const { return (i * (c / block) + b) * rest * block; }
   Shape as4d() const { return {n, c, rest, 1}; }
   int64_t per_channel() const { return n * rest; }
   int64_t at(int64_t i, int64_t channel) const { return (i * c + channel) * rest; }
@@ -57,6 +66,60 @@ double channel_sum(const ChannelRuns& g, int64_t c, F f) {
   }
   for (double v : lanes) rest += v;
   return rest;
+}
+
+// channel_sum of the `g.block` channels of block b of a blocked image at once: out[j] is channel
+// b * block + j's sum of f(e, j) over its elements e, each channel's terms added in
+// channel_sum's order (lane partial k % kLoopRun of its run's element k, the remainders, then
+// the partials in turn): the plain layout's bits.
+template <class F>
+void block_sums(const ChannelRuns& g, int64_t b, F f, double* out) {
+  constexpr int64_t kMaxBlock = 16;
+  double lanes[kLoopRun][kMaxBlock] = {};
+  double rest[kMaxBlock] = {};
+  const int64_t whole = g.rest / kLoopRun * kLoopRun, B = g.block;
+  for (int64_t i = 0; i < g.n; ++i) {
+    const int64_t at = g.block_at(i, b);
+    for (int64_t k = 0; k < whole; ++k) {
+      double* partial = lanes[k % kLoopRun];
+#pragma omp simd
+      for (int64_t j = 0; j < B; ++j) partial[j] += f(at + k * B + j, j);
+    }
+    for (int64_t k = whole; k < g.rest; ++k)
+#pragma omp simd
+      for (int64_t j = 0; j < B; ++j) rest[j] += f(at + k * B + j, j);
+  }
+  for (int64_t j = 0; j < B; ++j) {
+    double sum = rest[j];
+    for (int64_t p = 0; p < kLoopRun; ++p) sum += lanes[p][j];
+    out[j] = sum;
+  }
+}
+
+// `each(e, j)` for every element e of block b of a blocked image (j: its lane).
+template <class F>
+void block_elements(const ChannelRuns& g, int64_t b, F each) {
+  for (int64_t i = 0; i < g.n; ++i) {
+    const int64_t at = g.block_at(i, b);
+    for (int64_t k = 0; k < g.rest; ++k)
+#pragma omp simd
+      for (int64_t j = 0; j < g.block; ++j) each(at + k * g.block + j, j);
+  }
+}
+
+// x's (or dy's, dx's) descriptor for oneDNN's batch norm: (N, C, rest, 1), or the blocked image
+// as it lies (oneDNN's batch norm reads nChw16c / nChw8c).
+memory::desc image_md(const TensorRef& t) {
+  return t.block ? held_md(t) : view_md(ChannelRuns(t.shape).as4d(), t.dtype);
+}
+
+// Refuses images held unlike (one blocked, one plain), and blocked ones where `blocked_ok` is
+// false (the inference gradient's plain loop).
+void check_alike(std::initializer_list<const TensorRef*> images, bool blocked_ok = true) {
+  for (const TensorRef* t : images)
+    if (t->block != (*images.begin())->block || (t->block && !blocked_ok))
+      throw std::runtime_error("a batch norm's images must be held alike (all blocked or "
+                               "plain; plain in an inference-mode gradient)");
 }
 
 bool loops_fit(const Node& n, const ChannelRuns& g) {
@@ -87,7 +150,7 @@ struct RunningUpdate {
 class BatchNormLoops : public Kernel {
  public:
   BatchNormLoops(const Node& n, const BatchNormAttrs& a)
-      : g_(n.in[0].shape), update_(a, g_.per_channel()) {
+      : g_(n.in[0].shape, n.in[0].block), update_(a, g_.per_channel()) {
     for (const TensorRef& t : n.in) in_.push_back(t.id);
     for (const TensorRef& t : n.out) out_.push_back(t.id);
   }
@@ -101,6 +164,32 @@ class BatchNormLoops : public Kernel {
     const ChannelRuns g = g_;
     const RunningUpdate update = update_;
     const double m = static_cast<double>(g.per_channel());
+    if (g.block) {
+#pragma omp parallel for schedule(static) firstprivate(g, update)
+      for (int64_t b = 0; b < g.c / g.block; ++b) {
+        double sums[16], squares[16];
+        float mean_f[16], k[16], shift[16];
+        block_sums(g, b, [x](int64_t e, int64_t) -> double { return x[e]; }, sums);
+        for (int64_t j = 0; j < g.block; ++j) sums[j] /= m;
+        block_sums(g, b, [x, &sums](int64_t e, int64_t j) {
+          const double d = x[e] - sums[j];
+          return d * d;
+        }, squares);
+        for (int64_t j = 0; j < g.block; ++j) {
+          const int64_t c = b * g.block + j;
+          mean_f[j] = static_cast<float>(sums[j]);
+          update(c, mean_f[j], static_cast<float>(squares[j] / m), rm, rv, rm_out, rv_out,
+                 invstd);
+          mean_out[c] = mean_f[j];
+          k[j] = invstd[c] * scale[c];
+          shift[j] = bias[c];
+        }
+        block_elements(g, b, [&](int64_t e, int64_t j) {
+          y[e] = (x[e] - mean_f[j]) * k[j] + shift[j];
+        });
+      }
+      return;
+    }
 #pragma omp parallel for schedule(static) firstprivate(g, update)
     for (int64_t c = 0; c < g.c; ++c) {
       const double mean = channel_sum(g, c, [x](int64_t e) -> double { return x[e]; }) / m;
@@ -131,7 +220,7 @@ class BatchNormLoops : public Kernel {
 // dscale / m) with xhat = (x - mean) * invstd.
 class BatchNormGradLoops : public Kernel {
  public:
-  explicit BatchNormGradLoops(const Node& n) : g_(n.in[1].shape) {
+  explicit BatchNormGradLoops(const Node& n) : g_(n.in[1].shape, n.in[1].block) {
     for (const TensorRef& t : n.in) in_.push_back(t.id);
     for (const TensorRef& t : n.out) out_.push_back(t.id);
   }
@@ -143,6 +232,31 @@ class BatchNormGradLoops : public Kernel {
           *dbias = r.at<float>(out_[2]);
     const ChannelRuns g = g_;
     const double m = static_cast<double>(g.per_channel());
+    if (g.block) {
+#pragma omp parallel for schedule(static) firstprivate(g)
+      for (int64_t b = 0; b < g.c / g.block; ++b) {
+        const float* mu = mean + b * g.block;
+        const float* inv = invstd + b * g.block;
+        double db[16], ds[16];
+        float k[16], dy_mean[16], xhat_k[16];
+        block_sums(g, b, [dy](int64_t e, int64_t) -> double { return dy[e]; }, db);
+        block_sums(g, b, [dy, x, mu, inv](int64_t e, int64_t j) {
+          return static_cast<double>(dy[e]) * ((x[e] - mu[j]) * inv[j]);
+        }, ds);
+        for (int64_t j = 0; j < g.block; ++j) {
+          const int64_t c = b * g.block + j;
+          dbias[c] = static_cast<float>(db[j]);
+          dscale[c] = static_cast<float>(ds[j]);
+          k[j] = scale[c] * inv[j];
+          dy_mean[j] = static_cast<float>(db[j] / m);
+          xhat_k[j] = static_cast<float>(ds[j] / m);
+        }
+        block_elements(g, b, [&](int64_t e, int64_t j) {
+          dx[e] = k[j] * (dy[e] - dy_mean[j] - (x[e] - mu[j]) * inv[j] * xhat_k[j]);
+        });
+      }
+      return;
+    }
 #pragma omp parallel for schedule(static) firstprivate(g)
     for (int64_t c = 0; c < g.c; ++c) {
       const float mu = mean[c], inv = invstd[c];
@@ -175,7 +289,7 @@ class BatchNormTraining : public DnnlKernel {
       : channels_(n.in[0].shape[1]), update_(a, ChannelRuns(n.in[0].shape).per_channel()),
         rm_(n.in[3].id), rv_(n.in[4].id),
         rm_out_(n.out[1].id), rv_out_(n.out[2].id), mean_(n.out[3].id), invstd_(n.out[4].id) {
-    auto md = view_md(ChannelRuns(n.in[0].shape).as4d(), n.in[0].dtype);
+    auto md = image_md(n.in[0]);
     dnnl::batch_normalization_forward::primitive_desc pd(
         n.engine, prop::forward_training, md, md, update_.eps,
         flags::use_scale | flags::use_shift, user_scratchpad());
@@ -201,7 +315,7 @@ class BatchNormTraining : public DnnlKernel {
 };
 
 KernelPtr batch_norm_inference(const Node& n, const BatchNormAttrs& a) {
-  auto md = view_md(ChannelRuns(n.in[0].shape).as4d(), n.in[0].dtype);
+  auto md = image_md(n.in[0]);
   dnnl::batch_normalization_forward::primitive_desc pd(
       n.engine, prop::forward_inference, md, md, static_cast<float>(a.epsilon),
       flags::use_global_stats | flags::use_scale | flags::use_shift, user_scratchpad());
@@ -215,11 +329,15 @@ KernelPtr batch_norm_inference(const Node& n, const BatchNormAttrs& a) {
 KernelPtr batch_norm_any(const Node& n) {
   const BatchNormAttrs a = batch_norm_attrs(n.attrs);  // common/norm.h
   if (!a.training) return batch_norm_inference(n, a);
-  if (loops_fit(n, ChannelRuns(n.in[0].shape))) return std::make_unique<BatchNormLoops>(n, a);
+  if (loops_fit(n, ChannelRuns(n.in[0].shape, n.in[0].block)))
+    return std::make_unique<BatchNormLoops>(n, a);
   return std::make_unique<BatchNormTraining>(n, a);
 }
 
-KernelPtr batch_norm(const Node& n) { return native_or_widened(n, batch_norm_any); }
+KernelPtr batch_norm(const Node& n) {
+  check_alike({&n.in[0], &n.out[0]});
+  return native_or_widened(n, batch_norm_any);
+}
 
 // [dy, x, scale, saved_mean, saved_invstd] -> [dx, dscale, dbias].
 class BatchNormGradTraining : public DnnlKernel {
@@ -227,7 +345,7 @@ class BatchNormGradTraining : public DnnlKernel {
   explicit BatchNormGradTraining(const Node& n)
       : channels_(n.in[1].shape[1]), eps_(static_cast<float>(batch_norm_attrs(n.attrs).epsilon)),
         invstd_(n.in[4].id) {
-    auto md = view_md(ChannelRuns(n.in[1].shape).as4d(), n.in[1].dtype);
+    auto md = image_md(n.in[1]);
     auto f = flags::use_scale | flags::use_shift;
     dnnl::batch_normalization_forward::primitive_desc hint(n.engine, prop::forward_training, md,
                                                            md, eps_, f, user_scratchpad());
@@ -301,7 +419,9 @@ KernelPtr batch_norm_grad_training(const Node& n) {
 }
 
 KernelPtr batch_norm_grad(const Node& n) {
-  if (batch_norm_attrs(n.attrs).training) return native_or_widened(n, batch_norm_grad_training);
+  const bool training = batch_norm_attrs(n.attrs).training;
+  check_alike({&n.in[0], &n.in[1], &n.out[0]}, training);
+  if (training) return native_or_widened(n, batch_norm_grad_training);
   return widened(n, batch_norm_grad_inference);
 }
 

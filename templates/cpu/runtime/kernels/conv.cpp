@@ -17,10 +17,12 @@
 // profile, planner/costs/conv_layouts.py: on an AVX2 EPYC a stride-2 4x4 forward ran 2.2x
 // faster on it, its weight gradient 1.5x slower); where it says columns, a float32 one-group
 // convolution runs as one matmul over the batch's columns (conv_columns.h; oneDNN's kernel
-// where that does not apply: another type). Operands whose chosen layout is not the plain
-// one are reordered into temporaries in the scratch area before the primitive, results back
-// after it (as PyTorch's eager oneDNN path does); the arena keeps plain tensors, so every other
-// kernel is unchanged. A float32 weight gradient for which oneDNN would run its im2col GEMM
+// where that does not apply: another type). An image or output the step keeps channel-blocked
+// (TensorRef::block, planner/graph/blocked.py) is given to the primitive in that layout, so
+// oneDNN runs its blocked kernel on it as it lies (where oneDNN has none for the block under
+// this process's ISA, on `any` as a plain one). Operands whose chosen layout is not the one the
+// arena holds are reordered into temporaries in the scratch area before the primitive,
+// results back after it (as PyTorch's eager oneDNN path does). A float32 weight gradient for which oneDNN would run its im2col GEMM
 // fallback runs the runtime's own kernel instead (filter_grads.h: a direct loop per channel
 // for a depthwise one; conv_columns.h: the whole batch's columns and one matmul otherwise).
 //
@@ -50,6 +52,7 @@ struct DnnlConvGeometry {
   memory::dims strides, dilation, pad_l, pad_r;
   int64_t groups;
   bool channels_last;  // the image and output in nhwc, not `any` (the `layout` attr)
+  bool take_blocked = true;  // a blocked image or output given as it lies (header comment)
 };
 
 DnnlConvGeometry dnnl_conv_geometry(const Node& n) {
@@ -78,8 +81,14 @@ memory::desc any_md(const memory::desc& plain, dt compute) {
                       tag::any);
 }
 
-// An image or output (N, C, H, W): channels-last where the geometry asks, else `any_md`.
-memory::desc image_md(const memory::desc& plain, dt compute, const DnnlConvGeometry& g) {
+// An image or output (N, C, H, W) as the arena holds it (`held`: held_md): a channel-blocked
+// one as it is where the geometry takes it; else channels-last where the geometry asks, else
+// `any_md`.
+memory::desc image_md(const memory::desc& held, const TensorRef& t, dt compute,
+                      const DnnlConvGeometry& g) {
+  if (t.block && g.take_blocked && (compute == dt::undef || compute == held.get_data_type()))
+    return held;
+  const memory::desc plain = view_md(t.shape, t.dtype);
   if (!g.channels_last) return any_md(plain, compute);
   return memory::desc(plain.get_dims(), compute == dt::undef ? plain.get_data_type() : compute,
                       tag::nhwc);
@@ -104,7 +113,21 @@ auto on_compute_type(const Node& n, Make make) -> decltype(make(dt::undef)) {
   }
 }
 
-// One operand: its primitive argument, its tensor and the tensor's plain layout.
+// `make()` on the geometry `g` (which it reads), which gives a blocked image to the primitive as
+// it lies; where oneDNN has no implementation on that layout (its kernels under this process's
+// ISA block by another width), `make()` again on `any`, which reorders it.
+template <class Make>
+auto blocked_or_any(DnnlConvGeometry& g, Make make) -> decltype(make()) {
+  try {
+    return make();
+  } catch (const dnnl::error& e) {
+    if (e.status != dnnl_unimplemented || !g.take_blocked) throw;
+    g.take_blocked = false;
+    return make();
+  }
+}
+
+// One operand: its primitive argument, its tensor and the layout the arena holds it in.
 struct Operand {
   int arg;
   int tensor;
@@ -151,18 +174,20 @@ KernelPtr on_chosen_layouts(const Node& n, const PD& pd, const std::vector<Opera
 
 // The forward primitive; with `bias` (a folded bias's plain descriptor) it adds it. The
 // backward ops' hints pass none: oneDNN asks a hint for its geometry and layouts only.
+// `x` and `y`: the image's and output's tensors, `x_md` and `y_md` their held layouts.
 dnnl::convolution_forward::primitive_desc forward_pd(const Node& n, const DnnlConvGeometry& g,
-                                                     const memory::desc& x, const memory::desc& w,
-                                                     const memory::desc& y, dt c,
-                                                     const memory::desc* bias = nullptr) {
+                                                     const TensorRef& x, const memory::desc& x_md,
+                                                     const memory::desc& w,
+                                                     const TensorRef& y, const memory::desc& y_md,
+                                                     dt c, const memory::desc* bias = nullptr) {
   if (bias)
     return dnnl::convolution_forward::primitive_desc(
-        n.engine, prop::forward_training, alg::convolution_direct, image_md(x, c, g),
-        any_md(w, c), any_md(*bias, c), image_md(y, c, g), g.strides, g.dilation, g.pad_l,
-        g.pad_r, user_scratchpad());
+        n.engine, prop::forward_training, alg::convolution_direct, image_md(x_md, x, c, g),
+        any_md(w, c), any_md(*bias, c), image_md(y_md, y, c, g), g.strides, g.dilation,
+        g.pad_l, g.pad_r, user_scratchpad());
   return dnnl::convolution_forward::primitive_desc(
-      n.engine, prop::forward_training, alg::convolution_direct, image_md(x, c, g),
-      any_md(w, c), image_md(y, c, g), g.strides, g.dilation, g.pad_l, g.pad_r,
+      n.engine, prop::forward_training, alg::convolution_direct, image_md(x_md, x, c, g),
+      any_md(w, c), image_md(y_md, y, c, g), g.strides, g.dilation, g.pad_l, g.pad_r,
       user_scratchpad());
 }
 
@@ -175,9 +200,9 @@ KernelPtr conv2d(const Node& n) {
   if (on_columns(n)) return columns_conv2d(n);
   DnnlConvGeometry g = dnnl_conv_geometry(n);
   const TensorRef &x = n.in[0], &w = n.in[1], &y = n.out[0];
-  auto x_md = plain_md(x.shape, x.dtype);
+  auto x_md = held_md(x);
   auto w_md = weights_md(w.shape, g.groups, w.dtype);
-  auto y_md = plain_md(y.shape, y.dtype);
+  auto y_md = held_md(y);
   std::vector<Operand> inputs = {{DNNL_ARG_SRC, x.id, x_md}, {DNNL_ARG_WEIGHTS, w.id, w_md}};
   memory::desc bias_md;
   if (n.in.size() == 3) {
@@ -185,7 +210,9 @@ KernelPtr conv2d(const Node& n) {
     inputs.push_back({DNNL_ARG_BIAS, n.in[2].id, bias_md});
   }
   const memory::desc* bias = n.in.size() == 3 ? &bias_md : nullptr;
-  auto pd = on_compute_type(n, [&](dt c) { return forward_pd(n, g, x_md, w_md, y_md, c, bias); });
+  auto pd = blocked_or_any(g, [&] {
+    return on_compute_type(n, [&](dt c) { return forward_pd(n, g, x, x_md, w_md, y, y_md, c, bias); });
+  });
   KernelPtr conv =
       on_chosen_layouts<dnnl::convolution_forward>(n, pd, inputs, {DNNL_ARG_DST, y.id, y_md});
   return with_fused_activation(std::move(conv), n, "Conv2D");
@@ -196,14 +223,17 @@ KernelPtr conv2d_backprop_input(const Node& n) {
   if (on_columns(n)) return columns_conv2d_backprop_input(n);
   DnnlConvGeometry g = dnnl_conv_geometry(n);
   const TensorRef &dy = n.in[0], &w = n.in[1], &dx = n.out[0];
-  auto x_md = plain_md(dx.shape, dx.dtype);
+  auto x_md = held_md(dx);
   auto w_md = weights_md(w.shape, g.groups, w.dtype);
-  auto y_md = plain_md(dy.shape, dy.dtype);
-  auto pd = on_compute_type(n, [&](dt c) {
-    auto hint = forward_pd(n, g, x_md, w_md, y_md, c);
-    return dnnl::convolution_backward_data::primitive_desc(
-        n.engine, alg::convolution_direct, image_md(x_md, c, g), any_md(w_md, c),
-        image_md(y_md, c, g), g.strides, g.dilation, g.pad_l, g.pad_r, hint, user_scratchpad());
+  auto y_md = held_md(dy);
+  auto pd = blocked_or_any(g, [&] {
+    return on_compute_type(n, [&](dt c) {
+      auto hint = forward_pd(n, g, dx, x_md, w_md, dy, y_md, c);
+      return dnnl::convolution_backward_data::primitive_desc(
+          n.engine, alg::convolution_direct, image_md(x_md, dx, c, g), any_md(w_md, c),
+          image_md(y_md, dy, c, g), g.strides, g.dilation, g.pad_l, g.pad_r, hint,
+          user_scratchpad());
+    });
   });
   return on_chosen_layouts<dnnl::convolution_backward_data>(
       n, pd, {{DNNL_ARG_DIFF_DST, dy.id, y_md}, {DNNL_ARG_WEIGHTS, w.id, w_md}},
@@ -222,16 +252,21 @@ KernelPtr conv2d_backprop_filter(const Node& n) {
   if (on_columns(n)) return columns_conv2d_backprop_filter(n, SIZE_MAX);  // the plan's rule
   DnnlConvGeometry g = dnnl_conv_geometry(n);
   const TensorRef &x = n.in[0], &dy = n.in[1], &dw = n.out[0];
-  auto x_md = plain_md(x.shape, x.dtype);
+  auto x_md = held_md(x);
   auto w_md = weights_md(dw.shape, g.groups, dw.dtype);
-  auto y_md = plain_md(dy.shape, dy.dtype);
-  auto pd = on_compute_type(n, [&](dt c) {
-    auto hint = forward_pd(n, g, x_md, w_md, y_md, c);
-    return dnnl::convolution_backward_weights::primitive_desc(
-        n.engine, alg::convolution_direct, image_md(x_md, c, g), any_md(w_md, c),
-        image_md(y_md, c, g), g.strides, g.dilation, g.pad_l, g.pad_r, hint, user_scratchpad());
+  auto y_md = held_md(dy);
+  auto pd = blocked_or_any(g, [&] {
+    return on_compute_type(n, [&](dt c) {
+      auto hint = forward_pd(n, g, x, x_md, w_md, dy, y_md, c);
+      return dnnl::convolution_backward_weights::primitive_desc(
+          n.engine, alg::convolution_direct, image_md(x_md, x, c, g), any_md(w_md, c),
+          image_md(y_md, dy, c, g), g.strides, g.dilation, g.pad_l, g.pad_r, hint,
+          user_scratchpad());
+    });
   });
-  if (std::string(pd.impl_info_str()).find("gemm") != std::string::npos) {
+  // The runtime's own weight-gradient kernels read plain images.
+  if (std::string(pd.impl_info_str()).find("gemm") != std::string::npos && !x.block &&
+      !dy.block) {
     if (depthwise_float32(n, g.groups)) return depthwise_filter_grad(n);
     if (KernelPtr own = columns_conv2d_backprop_filter(n, pd.scratchpad_desc().get_size()))
       return own;
@@ -259,13 +294,15 @@ KernelPtr conv_transpose2d(const Node& n) {
     w_md = memory::desc({g.groups, s[1], s[0] / g.groups, s[2], s[3]}, dnnl_type(w.dtype),
                         tag::giohw);
   }
-  auto x_md = plain_md(x.shape, x.dtype);
-  auto y_md = plain_md(y.shape, y.dtype);
-  auto pd = on_compute_type(n, [&](dt c) {
-    return dnnl::deconvolution_forward::primitive_desc(
-        n.engine, prop::forward_training, alg::deconvolution_direct, image_md(x_md, c, g),
-        any_md(w_md, c), image_md(y_md, c, g), g.strides, g.dilation, g.pad_l, g.pad_r,
-        user_scratchpad());
+  auto x_md = held_md(x);
+  auto y_md = held_md(y);
+  auto pd = blocked_or_any(g, [&] {
+    return on_compute_type(n, [&](dt c) {
+      return dnnl::deconvolution_forward::primitive_desc(
+          n.engine, prop::forward_training, alg::deconvolution_direct, image_md(x_md, x, c, g),
+          any_md(w_md, c), image_md(y_md, y, c, g), g.strides, g.dilation, g.pad_l, g.pad_r,
+          user_scratchpad());
+    });
   });
   return on_chosen_layouts<dnnl::deconvolution_forward>(
       n, pd, {{DNNL_ARG_SRC, x.id, x_md}, {DNNL_ARG_WEIGHTS, w.id, w_md}},
