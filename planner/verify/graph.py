@@ -28,6 +28,9 @@ and everything the plan derives from it is derived again here and compared:
     sharding     ZeRO-3's gathered copies, shards and their updates (planner.verify.sharding)
     overflow     fp16-mixed's overflow flag every skip and scale update reads is reduced over
                  the ranks, and guards every parameter's next value (planner.verify.overflow)
+    blocked      the images the graph keeps channel-blocked (Tensor.layout) are, on a CPU plan,
+                 those planner.graph.blocked's rule keeps at their one block, derived again
+                 from the graph's ops: every kernel touching one reads it so
     aliases      the buffer the graph's node writes an in-place update into aliases a buffer
                  of the tensor it updates (a recompute's copy goes to scratch)
                  (planner.verify.memory: an alias is one the graph says, update, view or
@@ -59,8 +62,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from planner.graph.blocked import blocked_tensors
 from planner.graph.validate import check_graph
-from planner.ir.graph import Graph
+from planner.ir.graph import Graph, channel_block
 from planner.ops.collective import COLLECTIVE_OPS
 from planner.verify.order import StatedOrder, collective_problems, ordering_problems
 from planner.verify.overflow import overflow_flag_problems
@@ -83,7 +87,7 @@ def verify_graph_data(plan: dict[str, Any], hb: StatedOrder | None = None,
     problems += collective_problems(graph, hb)
     problems += sharding_problems(graph, hb)
     for rule in (buffer_bytes, buffer_writers, buffer_readers, update_aliases, bucket_members,
-                 overflow_flag_problems):
+                 overflow_flag_problems, blocked_images):
         problems += rule(graph, plan)
     return problems
 
@@ -114,6 +118,25 @@ def embedded_graph(plan: dict[str, Any], graphs: dict[int, Graph] | None = None
         return None, [f"embedded graph: tensor {big[0].name!r} holds {big[0].nbytes} bytes, "
                       f"more than 2^62"]
     return graph, []
+
+
+def blocked_images(graph: Graph, plan: dict[str, Any]) -> list[str]:
+    """The images the graph keeps blocked are the blocked rule's at their block (module
+    docstring)."""
+    layouts = sorted({t.layout for t in graph.tensors if t.layout})
+    if not layouts:
+        return []
+    if plan.get("backend") != "cpu" or len(layouts) > 1:
+        return [f"the graph keeps images in {', '.join(layouts)}: a cpu plan's images are "
+                f"plain or in one blocked layout"]
+    kept = blocked_tensors(graph, channel_block(layouts[0]))
+    odd = [t.name for t in graph.tensors if (t.layout is not None) != (t.name in kept)]
+    if not odd:
+        return []
+    return [f"tensor {odd[0]!r} is {'blocked' if odd[0] not in kept else 'plain'} in the "
+            f"graph, but the blocked rule (planner.graph.blocked) keeps it "
+            f"{'plain' if odd[0] not in kept else layouts[0]}"
+            + (f" ({len(odd)} such tensors)" if len(odd) > 1 else "")]
 
 
 def op_types(graph: Graph, plan: dict[str, Any]) -> list[str]:

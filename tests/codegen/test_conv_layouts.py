@@ -100,9 +100,13 @@ def test_a_plan_records_its_layouts_and_verify_carries_them(tmp_path):
 
     graph = _training("dcgan")
     table = _table(graph, lambda n, layout: 1.0 if layout != "any" and n.op == "Conv2D" else 2.0)
-    p = plan(graph, detect(), table)
-    forward = {n.name for n in p.graph.nodes if n.op == "Conv2D"}
-    assert forward and {n.name for n in p.graph.nodes if n.attrs.get("layout")} == forward
+    target = detect()
+    p = plan(graph, target, table)
+    # A host whose step keeps images blocked keeps oneDNN's blocked kernel over channels-last
+    # (planner.costs.conv_layouts.chosen_layouts): there only the columns are taken.
+    forward = {n.name for n in p.graph.nodes if n.op == "Conv2D"
+               and (not target.cpu.vector_floats or alternative(graph, n) == "columns")}
+    assert {n.name for n in p.graph.nodes if n.attrs.get("layout")} == forward
     path = tmp_path / "dcgan.plan.json"
     path.write_text(p.to_json())
     graph_path = tmp_path / "dcgan.graph.json"

@@ -1,0 +1,127 @@
+"""Images kept channel-blocked between oneDNN's convolutions, BatchNorm and by-position ops
+(planner/graph/blocked.py): a training step on them gives the reference's values, every
+blocked tensor read back plain, at either block (16: AVX-512's nChw16c; 8: AVX2's, which
+oneDNN's kernels on an AVX-512 CPU do not take, so the convolutions there reorder it:
+kernels/conv.cpp's fallback) on any x86-64 CPU; BatchNorm's blocked loops give the plain
+loops' bits; the runtime knows the ops the planner keeps them between; and `planner verify`
+refuses a graph that claims a layout the rule would not keep."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from codegen.build import build
+from codegen.load import load
+from codegen.render import render
+from planner.graph.autodiff import make_training_graph
+from planner.graph.interpret import random_feeds, train_step, widened
+from planner.graph.optimizer import Optimizer
+from planner.ops.base import BY_POSITION, REGISTRY
+from planner.pipeline import plan
+from planner.target.detect import detect
+from planner.verify.graph import verify_graph_data
+from planner.zoo import build as zoo
+from tests.codegen.helpers import node_errors, rel_error, start_state, step_with_values
+from tests.codegen.zoo_cases import TOL, allowed
+
+# Channels 16 to 128 (width 0.25): every stage's images a multiple of both blocks.
+RESNET = dict(batch=2, image=16, depth=18, width=0.25, classes=5)
+RUNTIME = Path(__file__).resolve().parents[2] / "templates" / "cpu" / "runtime"
+
+
+def host_with_block(block: int | None):
+    """This host with its CPU's channel block set to `block` (None: no images kept blocked)."""
+    host = detect()
+    return host.model_copy(update={"cpu": host.cpu.model_copy(update={"vector_floats": block})})
+
+
+def blocked_plan(block: int):
+    """The resnet's training plan for this host with its CPU's channel block set to `block`."""
+    graph = make_training_graph(zoo("resnet", **RESNET), Optimizer(kind="sgd", lr=0.1,
+                                                                    momentum=0.9))
+    return plan(graph, host_with_block(block))
+
+
+@pytest.mark.parametrize("block", [8, 16])
+def test_a_step_on_blocked_images_gives_the_reference_values(block, tmp_path):
+    p = blocked_plan(block)
+    graph = p.graph
+    blocked = [t for t in graph.tensors if t.layout]
+    images = [t for t in graph.tensors if len(t.shape) == 4 and t.role == "activation"]
+    assert {t.layout for t in blocked} == {f"nChw{block}c"}
+    assert len(blocked) > len(images) // 2, "most of the step's images kept blocked"
+    module = load(build(render(p, tmp_path / f"blocked{block}", layout="own")).dir)
+    state = start_state(graph)
+    feeds = random_feeds(graph, seed=2)
+    # Every tensor read back (the blocked ones as plain NCHW), every node against its
+    # reference on the executor's own inputs.
+    values = step_with_values(module, graph, state, feeds)
+    worst = sorted(node_errors(graph, values))[-3:]
+    assert worst[-1][0] < TOL, f"ops off the reference: {worst}"
+    outputs, new_state = train_step(graph, feeds, state)
+    exact_out, exact_state = train_step(widened(graph), feeds, state)
+    assert rel_error(values["loss"], exact_out["loss"]) < allowed(
+        outputs["loss"], exact_out["loss"], TOL)
+    for t in graph.tensors:
+        if t.updates and t.role == "param":
+            assert rel_error(values[t.name], exact_state[t.updates]) < allowed(
+                new_state[t.updates], exact_state[t.updates], TOL), t.name
+
+
+def test_the_blocked_loops_give_the_plain_loops_bits(tmp_path):
+    """BatchNorm and its gradient on a blocked image add each channel's terms in the plain
+    loops' order (kernels/batch_norm.cpp block_sums): the same bits, read back plain."""
+    from planner.graph.builder import GraphBuilder
+
+    b = GraphBuilder("bn_blocked")
+    x = b.input("x", (3, 32, 5, 7))  # rest 35: two 16-lane partials and a remainder
+    w = b.param("w", (32, 32, 1, 1), init="he")
+    scale, bias = b.param("scale", (32,), init="ones"), b.param("bias", (32,), init="zeros")
+    mean = b.param("mean", (32,), init="zeros", role="state")
+    var = b.param("var", (32,), init="ones", role="state")
+    h = b.op("Conv2D", [x, w])
+    y, *_ = b.op_n("BatchNorm", [h, scale, bias, mean, var], {"epsilon": 1e-5}, name="bn")
+    z = b.op("Relu", [y])
+    v = b.op("Conv2D", [z, w])
+    graph = b.build([v])
+    results = []
+    for block in (None, 16):
+        p = plan(graph, host_with_block(block))
+        assert {t.name for t in p.graph.tensors if t.layout} == ({h, y, z} if block else set())
+        module = load(build(render(p, tmp_path / f"block{block}", layout="own")).dir)
+        ex = module.Executor()
+        ex.load_params(start_state(graph))
+        feeds = random_feeds(graph, seed=3)
+        results.append(ex.forward(feeds, [y, z]))
+    plain, blocked_run = results
+    for name in (y, z):
+        np.testing.assert_array_equal(blocked_run[name], plain[name])
+
+
+def test_the_runtime_takes_blocked_images_where_the_planner_keeps_them():
+    """executor.cpp's lists are the ops whose OpDef.channel_blocked the planner reads."""
+    source = (RUNTIME / "executor.cpp").read_text()
+
+    def listed(name: str) -> set[str]:
+        body = re.search(name + r"\[\] = \{(.*?)\};", source, re.S).group(1)
+        return set(re.findall(r'"([A-Za-z0-9]+)"', body))
+
+    by_position = {n for n, d in REGISTRY.items() if d.channel_blocked == BY_POSITION}
+    own = {n for n, d in REGISTRY.items() if callable(d.channel_blocked)}
+    assert listed("kByPosition") - {"Offload", "Prefetch"} == by_position
+    assert listed("kOwnLayouts") == own
+
+
+def test_verify_refuses_a_layout_the_rule_would_not_keep():
+    data = blocked_plan(16).model_dump(mode="json", by_alias=True)
+    assert verify_graph_data(data) == []
+    plain = next(t for t in data["graph"]["tensors"]
+                 if not t.get("layout") and len(t["shape"]) == 4 and t["shape"][1] % 16 == 0
+                 and t["role"] == "activation")
+    plain["layout"] = "nChw16c"
+    problems = verify_graph_data(data)
+    assert problems and plain["name"] in problems[0] and "blocked rule" in problems[0]
