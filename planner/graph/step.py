@@ -13,8 +13,9 @@ end's passes are checked by planner.frontend.prepare).
                                                             # them so (blocked.py)
 
 The choices are planning's (planner.pipeline.step_choices: the target's cores, the layouts the
-costs measured faster, the buckets the link's model sizes, the CPU's channel block); `planner verify --graph` makes the
-same graph from the choices a plan records. The passes are pure: no target, no cost table.
+costs measured faster, the buckets the link's model sizes, the CPU's channel block);
+`planner verify --graph` makes the same graph from the choices a plan records. The passes are
+pure: no target, no cost table.
 
 Example:
     >>> from planner.frontend.prepare import prepare

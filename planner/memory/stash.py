@@ -53,6 +53,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 import numpy as np
+from networkx.utils import UnionFind
 
 from planner.ir.graph import Graph, Node
 from planner.memory.liveness import PERSISTENT_ROLES, in_place_aliases
@@ -266,26 +267,13 @@ def analyze(steps: ComputeSteps, strategy: str = "cost-aware") -> Stash:
 
 
 def _components(members: set[str], uses: dict[str, TensorUse], nodes) -> list[set[str]]:
-    parent = {t: t for t in members}
-
-    def find(t: str) -> str:
-        while parent[t] != t:
-            parent[t] = parent[parent[t]]
-            t = parent[t]
-        return t
-
+    joined = UnionFind(sorted(members))
     for t in members:
-        for i in nodes[uses[t].writer].inputs:
+        # Inputs, and outputs of one node, which are recomputed together.
+        for i in (*nodes[uses[t].writer].inputs, *nodes[uses[t].writer].outputs):
             if i in members:
-                parent[find(i)] = find(t)
-        # Outputs of one node are recomputed together.
-        for o in nodes[uses[t].writer].outputs:
-            if o in members:
-                parent[find(o)] = find(t)
-    groups: dict[str, set[str]] = {}
-    for t in members:
-        groups.setdefault(find(t), set()).add(t)
-    return sorted(groups.values(), key=lambda g: min(uses[t].writer for t in g))
+                joined.union(i, t)
+    return sorted(joined.to_sets(), key=lambda g: min(uses[t].writer for t in g))
 
 
 def _segment(sid: int, members: list[str], stashed: frozenset[str],

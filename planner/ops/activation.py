@@ -195,7 +195,8 @@ _define("LeakyRelu", _leaky_relu, 2,
         "LeakyReluGrad", "x", _leaky_relu_grad, 2, {"alpha": Attr("float", 0.01)},
         "y = x if x > 0 else alpha * x.",
         pointwise=lambda m, xs, p: [m.where(xs[0] > 0, xs[0], xs[0] * p["alpha"])],
-        grad_pointwise=lambda m, xs, p: [m.where(xs[1] > 0, xs[0], xs[0] * p["alpha"])], by_position=True)
+        grad_pointwise=lambda m, xs, p: [m.where(xs[1] > 0, xs[0], xs[0] * p["alpha"])],
+        by_position=True)
 _define("Tanh", lambda xs, a: [np.tanh(xs[0])], 1,
         "TanhGrad", "y", lambda xs, a: [xs[0] * (1 - xs[1] * xs[1])], 3, {},
         "y = tanh(x).",

@@ -28,9 +28,10 @@ and everything the plan derives from it is derived again here and compared:
     sharding     ZeRO-3's gathered copies, shards and their updates (planner.verify.sharding)
     overflow     fp16-mixed's overflow flag every skip and scale update reads is reduced over
                  the ranks, and guards every parameter's next value (planner.verify.overflow)
-    blocked      the images the graph keeps channel-blocked (Tensor.layout) are, on a CPU plan,
-                 those planner.graph.blocked's rule keeps at their one block, derived again
-                 from the graph's ops: every kernel touching one reads it so
+    blocked      an image the graph keeps channel-blocked (Tensor.layout) is a CPU plan's, in
+                 its one blocked layout, no output of the step, and read and written only at
+                 operands the op's definition says its kernel takes so (OpDef.channel_blocked;
+                 operands it takes alike all in one layout)
     aliases      the buffer the graph's node writes an in-place update into aliases a buffer
                  of the tensor it updates (a recompute's copy goes to scratch)
                  (planner.verify.memory: an alias is one the graph says, update, view or
@@ -62,9 +63,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from planner.graph.blocked import blocked_tensors
 from planner.graph.validate import check_graph
-from planner.ir.graph import Graph, channel_block
+from planner.ir.graph import Graph
+from planner.ops.base import BY_POSITION, get_op
 from planner.ops.collective import COLLECTIVE_OPS
 from planner.verify.order import StatedOrder, collective_problems, ordering_problems
 from planner.verify.overflow import overflow_flag_problems
@@ -121,22 +122,37 @@ def embedded_graph(plan: dict[str, Any], graphs: dict[int, Graph] | None = None
 
 
 def blocked_images(graph: Graph, plan: dict[str, Any]) -> list[str]:
-    """The images the graph keeps blocked are the blocked rule's at their block (module
-    docstring)."""
-    layouts = sorted({t.layout for t in graph.tensors if t.layout})
-    if not layouts:
+    """Every image the graph keeps channel-blocked is read and written only by kernels that take
+    it so (module docstring), from the ops' own definitions (OpDef.channel_blocked)."""
+    blocked = {t.name: t.layout for t in graph.tensors if t.layout}
+    if not blocked:
         return []
-    if plan.get("backend") != "cpu" or len(layouts) > 1:
-        return [f"the graph keeps images in {', '.join(layouts)}: a cpu plan's images are "
-                f"plain or in one blocked layout"]
-    kept = blocked_tensors(graph, channel_block(layouts[0]))
-    odd = [t.name for t in graph.tensors if (t.layout is not None) != (t.name in kept)]
-    if not odd:
-        return []
-    return [f"tensor {odd[0]!r} is {'blocked' if odd[0] not in kept else 'plain'} in the "
-            f"graph, but the blocked rule (planner.graph.blocked) keeps it "
-            f"{'plain' if odd[0] not in kept else layouts[0]}"
-            + (f" ({len(odd)} such tensors)" if len(odd) > 1 else "")]
+    if plan.get("backend") != "cpu" or len(set(blocked.values())) > 1:
+        return [f"the graph keeps images in {', '.join(sorted(set(blocked.values())))}: a cpu "
+                f"plan's images are plain or in one blocked layout"]
+    returned = [t for t in graph.outputs if t in blocked]
+    if returned:
+        return [f"tensor {returned[0]!r} is an output of the step but kept blocked"]
+    for n in graph.nodes:
+        operands = {("in", k): t for k, t in enumerate(n.inputs)}
+        operands |= {("out", k): t for k, t in enumerate(n.outputs)}
+        if not any(t in blocked for t in operands.values()):
+            continue
+        rule = get_op(n.op).channel_blocked
+        if rule == BY_POSITION:
+            alike = [tuple(operands)]
+            if len({graph.tensor(t).shape for t in operands.values()}) > 1:
+                alike = []
+        else:
+            alike = list(rule(n.attrs)) if callable(rule) else []
+        taken = {slot for slots in alike for slot in slots}
+        odd = [t for slot, t in operands.items() if t in blocked and slot not in taken]
+        odd += [operands[slots[0]] for slots in alike
+                if len({blocked.get(operands[s]) for s in slots}) > 1]
+        if odd:
+            return [f"op {n.name!r} ({n.op}) reads or writes tensor {odd[0]!r} in a layout its "
+                    f"kernel does not take there (OpDef.channel_blocked)"]
+    return []
 
 
 def op_types(graph: Graph, plan: dict[str, Any]) -> list[str]:

@@ -4,7 +4,7 @@ blocked tensor read back plain, at either block (16: AVX-512's nChw16c; 8: AVX2'
 oneDNN's kernels on an AVX-512 CPU do not take, so the convolutions there reorder it:
 kernels/conv.cpp's fallback) on any x86-64 CPU; BatchNorm's blocked loops give the plain
 loops' bits; the runtime knows the ops the planner keeps them between; and `planner verify`
-refuses a graph that claims a layout the rule would not keep."""
+refuses a graph that keeps an image blocked where a kernel reads it plain."""
 
 from __future__ import annotations
 
@@ -116,7 +116,7 @@ def test_the_runtime_takes_blocked_images_where_the_planner_keeps_them():
     assert listed("kOwnLayouts") == own
 
 
-def test_verify_refuses_a_layout_the_rule_would_not_keep():
+def test_verify_refuses_a_blocked_image_a_kernel_reads_plain():
     data = blocked_plan(16).model_dump(mode="json", by_alias=True)
     assert verify_graph_data(data) == []
     plain = next(t for t in data["graph"]["tensors"]
@@ -124,4 +124,4 @@ def test_verify_refuses_a_layout_the_rule_would_not_keep():
                  and t["role"] == "activation")
     plain["layout"] = "nChw16c"
     problems = verify_graph_data(data)
-    assert problems and plain["name"] in problems[0] and "blocked rule" in problems[0]
+    assert problems and plain["name"] in problems[0] and "does not take" in problems[0]

@@ -191,6 +191,21 @@ dnnl::convolution_forward::primitive_desc forward_pd(const Node& n, const DnnlCo
       user_scratchpad());
 }
 
+// A backward primitive's descriptor (`PD`: data or weights) on the image `x` and output `y`
+// (their tensors and held layouts) and the weights `w` on `any`, hinted by the forward's.
+template <class PD>
+PD backward_pd(const Node& n, DnnlConvGeometry& g, const TensorRef& x, const memory::desc& x_md,
+               const memory::desc& w_md, const TensorRef& y, const memory::desc& y_md) {
+  return blocked_or_any(g, [&] {
+    return on_compute_type(n, [&](dt c) {
+      auto hint = forward_pd(n, g, x, x_md, w_md, y, y_md, c);
+      return PD(n.engine, alg::convolution_direct, image_md(x_md, x, c, g), any_md(w_md, c),
+                image_md(y_md, y, c, g), g.strides, g.dilation, g.pad_l, g.pad_r, hint,
+                user_scratchpad());
+    });
+  });
+}
+
 bool on_columns(const Node& n) {
   return n.attrs.has("layout") && n.attrs.s("layout") == "columns" && columns_apply(n);
 }
@@ -211,7 +226,8 @@ KernelPtr conv2d(const Node& n) {
   }
   const memory::desc* bias = n.in.size() == 3 ? &bias_md : nullptr;
   auto pd = blocked_or_any(g, [&] {
-    return on_compute_type(n, [&](dt c) { return forward_pd(n, g, x, x_md, w_md, y, y_md, c, bias); });
+    return on_compute_type(
+        n, [&](dt c) { return forward_pd(n, g, x, x_md, w_md, y, y_md, c, bias); });
   });
   KernelPtr conv =
       on_chosen_layouts<dnnl::convolution_forward>(n, pd, inputs, {DNNL_ARG_DST, y.id, y_md});
@@ -226,15 +242,8 @@ KernelPtr conv2d_backprop_input(const Node& n) {
   auto x_md = held_md(dx);
   auto w_md = weights_md(w.shape, g.groups, w.dtype);
   auto y_md = held_md(dy);
-  auto pd = blocked_or_any(g, [&] {
-    return on_compute_type(n, [&](dt c) {
-      auto hint = forward_pd(n, g, dx, x_md, w_md, dy, y_md, c);
-      return dnnl::convolution_backward_data::primitive_desc(
-          n.engine, alg::convolution_direct, image_md(x_md, dx, c, g), any_md(w_md, c),
-          image_md(y_md, dy, c, g), g.strides, g.dilation, g.pad_l, g.pad_r, hint,
-          user_scratchpad());
-    });
-  });
+  auto pd = backward_pd<dnnl::convolution_backward_data::primitive_desc>(n, g, dx, x_md, w_md,
+                                                                         dy, y_md);
   return on_chosen_layouts<dnnl::convolution_backward_data>(
       n, pd, {{DNNL_ARG_DIFF_DST, dy.id, y_md}, {DNNL_ARG_WEIGHTS, w.id, w_md}},
       {DNNL_ARG_DIFF_SRC, dx.id, x_md});
@@ -255,15 +264,8 @@ KernelPtr conv2d_backprop_filter(const Node& n) {
   auto x_md = held_md(x);
   auto w_md = weights_md(dw.shape, g.groups, dw.dtype);
   auto y_md = held_md(dy);
-  auto pd = blocked_or_any(g, [&] {
-    return on_compute_type(n, [&](dt c) {
-      auto hint = forward_pd(n, g, x, x_md, w_md, dy, y_md, c);
-      return dnnl::convolution_backward_weights::primitive_desc(
-          n.engine, alg::convolution_direct, image_md(x_md, x, c, g), any_md(w_md, c),
-          image_md(y_md, dy, c, g), g.strides, g.dilation, g.pad_l, g.pad_r, hint,
-          user_scratchpad());
-    });
-  });
+  auto pd = backward_pd<dnnl::convolution_backward_weights::primitive_desc>(n, g, x, x_md,
+                                                                            w_md, dy, y_md);
   // The runtime's own weight-gradient kernels read plain images.
   if (std::string(pd.impl_info_str()).find("gemm") != std::string::npos && !x.block &&
       !dy.block) {
