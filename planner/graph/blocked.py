@@ -16,11 +16,11 @@ Relu, Add, ...; every operand of one shape) share one layout, as do those a kern
   - is a float32 (N, C, H, W) activation or gradient with C a multiple of the block, not an
     output of the graph (what the caller gets back is plain), and
   - is read and written only by ops that take it blocked at that operand (OpDef.channel_blocked:
-    a convolution's image and output on oneDNN's own kernel, BatchNorm's in training, or a
-    by-position op).
+    a one-group convolution's image and output, on oneDNN's own kernel or the columns kernels,
+    BatchNorm's in training, or a by-position op).
 
-Anything else (a max pool, a view, a convolution on the columns kernels, a parameter's gradient)
-keeps a tensor plain, and its whole group with it: a tensor is blocked only where every kernel
+Anything else (a max pool, a view, a grouped or channels-last convolution, a parameter's
+gradient) keeps a tensor plain, and its whole group with it: a tensor is blocked only where every kernel
 that touches it knows. The block is the target's (CPU.vector_floats); a GPU's step or a target
 that names none keeps every tensor plain.
 

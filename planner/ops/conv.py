@@ -173,7 +173,7 @@ CONV_ATTRS: dict[str, Attr] = {
 # for channels-last ones, which oneDNN's brgemm kernels take; "columns" (not a transposed
 # convolution's) runs it as one matmul over the whole batch's im2col columns.
 # Either way the tensors in the arena stay as the step graph keeps them (NCHW, or blocked
-# between oneDNN's own kernels: blocked_images); the numbers are the same convolution's (up to
+# between the kernels that take it so: blocked_images); the numbers are the same convolution's (up to
 # summation order). Not part of the geometry: a gradient rule copies CONV_ATTRS, never a layout
 # chosen for its forward.
 LAYOUTS = ("any", "nhwc", "columns")
@@ -183,13 +183,13 @@ LAYOUT_ATTR = {"layout": Attr("str", optional=True)}
 
 def blocked_images(op: str):
     """OpDef.channel_blocked of convolution `op`: its image and output (ROLES' x and y), each
-    on its own, where oneDNN's own kernel runs it on its blocked layouts (`any`, one group):
-    kernels/conv.cpp then gives a blocked tensor to the primitive as it is, where it would
-    reorder a plain one."""
+    on its own, for one group on oneDNN's own kernel (`any`: kernels/conv.cpp gives a blocked
+    tensor to the primitive as it is, where it would reorder a plain one) or on the columns
+    (conv_columns.h reads and writes either layout), not channels-last."""
     roles = ROLES[op]
 
     def rule(attrs: Attrs) -> tuple[tuple[tuple[str, int], ...], ...]:
-        if attrs.get("layout", "any") != "any" or attrs.get("groups", 1) != 1:
+        if attrs.get("layout", "any") == "nhwc" or attrs.get("groups", 1) != 1:
             return ()
         return ((roles["x"],), (roles["y"],))
     return rule

@@ -20,10 +20,11 @@
 // where that does not apply: another type). An image or output the step keeps channel-blocked
 // (TensorRef::block, planner/graph/blocked.py) is given to the primitive in that layout, so
 // oneDNN runs its blocked kernel on it as it lies (where oneDNN has none for the block under
-// this process's ISA, on `any` as a plain one). Operands whose chosen layout is not the one the
-// arena holds are reordered into temporaries in the scratch area before the primitive,
-// results back after it (as PyTorch's eager oneDNN path does). A float32 weight gradient for which oneDNN would run its im2col GEMM
-// fallback runs the runtime's own kernel instead (filter_grads.h: a direct loop per channel
+// this process's ISA, on `any` as a plain one; the columns kernels read and write either).
+// Operands whose chosen layout is not the one the arena holds are reordered into temporaries
+// in the scratch area before the primitive, results back after it (as PyTorch's eager oneDNN
+// path does). A float32 weight gradient for which oneDNN would run its im2col GEMM fallback
+// runs the runtime's own kernel instead (filter_grads.h: a direct loop per channel
 // for a depthwise one; conv_columns.h: the whole batch's columns and one matmul otherwise).
 //
 // bfloat16 / float16 operands (mixed precision): the primitive reads and writes the low type and

@@ -25,12 +25,13 @@ void Columns::copy(const float* image, float* columns) const {
     const int64_t x1 = std::max(x0, end_inside(col_tap, geo.strides[1], w_, ow));
     float* out = columns + row * n_positions;
     std::fill(out, out + n_positions, 0.0f);
+    const int64_t step = xs.step(), across = geo.strides[1] * step;
     for (int64_t b = 0; b < batch; ++b) {
-      const float* plane = image + (b * channels + c) * h * w_;
+      const float* plane = image + xs.at(b, c);
       for (int64_t oy = y0; oy < y1; ++oy) {
-        const float* in_row = plane + (oy * geo.strides[0] + row_tap) * w_ + col_tap;
+        const float* in_row = plane + ((oy * geo.strides[0] + row_tap) * w_ + col_tap) * step;
         float* out_row = out + (b * oh + oy) * ow;
-        for (int64_t ox = x0; ox < x1; ++ox) out_row[ox] = in_row[ox * geo.strides[1]];
+        for (int64_t ox = x0; ox < x1; ++ox) out_row[ox] = in_row[ox * across];
       }
     }
   }
@@ -79,7 +80,8 @@ class ColumnsConv2D : public ColumnsKernel {
   static constexpr int64_t kRows = 64;
 
   explicit ColumnsConv2D(const Node& n)
-      : ColumnsKernel({n.in[0].shape, n.out[0].shape, n.in[1].shape, conv_geometry(n.attrs)}),
+      : ColumnsKernel({n.in[0].shape, n.out[0].shape, n.in[1].shape, conv_geometry(n.attrs),
+                       {n.in[0].shape, n.in[0].block}, {n.out[0].shape, n.out[0].block}}),
         x_(n.in[0].id), w_(n.in[1].id), bias_(n.in.size() == 3 ? n.in[2].id : -1),
         y_(n.out[0].id) {}
 
@@ -107,6 +109,8 @@ class ColumnsConv2D : public ColumnsKernel {
                 float* y, std::atomic<int>* failed) const {
     const int64_t outs = geometry_.w[0], taps = geometry_.taps(), p = geometry_.positions();
     const int64_t batch = geometry_.y[0], area = geometry_.y[2] * geometry_.y[3];
+    const Planes ys = geometry_.ys;
+    const int64_t step = ys.step();
 #pragma omp for schedule(static)
     for (int64_t k = 0; k < (outs + kRows - 1) / kRows; ++k) {
       const int64_t first = k * kRows, rows = std::min(kRows, outs - first);
@@ -117,8 +121,8 @@ class ColumnsConv2D : public ColumnsKernel {
         const float add = bias ? bias[o] : 0.0f;
         const float* from = products + o * p;
         for (int64_t b = 0; b < batch; ++b) {
-          float* to = y + (b * outs + o) * area;
-          for (int64_t q = 0; q < area; ++q) to[q] = from[b * area + q] + add;
+          float* to = y + ys.at(b, o);
+          for (int64_t q = 0; q < area; ++q) to[q * step] = from[b * area + q] + add;
         }
       }
     }
@@ -139,7 +143,8 @@ class ColumnsConv2DBackpropInput : public ColumnsKernel {
   static constexpr int64_t kTaps = 256;
 
   explicit ColumnsConv2DBackpropInput(const Node& n)
-      : ColumnsKernel({n.out[0].shape, n.in[0].shape, n.in[1].shape, conv_geometry(n.attrs)}),
+      : ColumnsKernel({n.out[0].shape, n.in[0].shape, n.in[1].shape, conv_geometry(n.attrs),
+                       {n.out[0].shape, n.out[0].block}, {n.in[0].shape, n.in[0].block}}),
         dy_(n.in[0].id), w_(n.in[1].id), dx_(n.out[0].id) {}
 
   void run(const Run& r) override {
@@ -161,10 +166,12 @@ class ColumnsConv2DBackpropInput : public ColumnsKernel {
   // (In the team's parallel region, as the two below.) regrouped[(b, q)][o] = dy[b, o, q].
   void regroup(const float* dy, float* regrouped) const {
     const int64_t outs = geometry_.w[0], area = geometry_.y[2] * geometry_.y[3];
+    const Planes ys = geometry_.ys;
 #pragma omp for schedule(static)
     for (int64_t row = 0; row < geometry_.positions(); ++row) {
       const int64_t b = row / area, q = row % area;
-      for (int64_t o = 0; o < outs; ++o) regrouped[row * outs + o] = dy[(b * outs + o) * area + q];
+      for (int64_t o = 0; o < outs; ++o)
+        regrouped[row * outs + o] = dy[ys.at(b, o) + q * ys.step()];
     }
   }
 
@@ -188,11 +195,13 @@ class ColumnsConv2DBackpropInput : public ColumnsKernel {
     const int64_t batch = x[0], channels = x[1], h = x[2], wd = x[3];
     const int64_t oh = y[2], ow = y[3], kh = w[2], kw = w[3], taps = geometry_.taps();
     const ConvGeometry g = geometry_.g;
+    const Planes xs = geometry_.xs;
+    const int64_t step = xs.step(), across = g.strides[1] * step;
 #pragma omp for schedule(static)
     for (int64_t c = 0; c < channels; ++c) {
       for (int64_t b = 0; b < batch; ++b) {
-        float* plane = dx + (b * channels + c) * h * wd;
-        std::fill(plane, plane + h * wd, 0.0f);
+        float* plane = dx + xs.at(b, c);
+        for (int64_t q = 0; q < h * wd; ++q) plane[q * step] = 0.0f;
       }
       for (int64_t i = 0; i < kh; ++i) {
         const int64_t row_tap = i * g.dilations[0] - g.pads[0];
@@ -204,11 +213,11 @@ class ColumnsConv2DBackpropInput : public ColumnsKernel {
           const int64_t x1 = std::max(x0, end_inside(col_tap, g.strides[1], wd, ow));
           const float* from = columns + (c * kh + i) * kw + j;
           for (int64_t b = 0; b < batch; ++b) {
-            float* plane = dx + (b * channels + c) * h * wd;
+            float* plane = dx + xs.at(b, c);
             for (int64_t oy = y0; oy < y1; ++oy) {
-              float* in_row = plane + (oy * g.strides[0] + row_tap) * wd + col_tap;
+              float* in_row = plane + ((oy * g.strides[0] + row_tap) * wd + col_tap) * step;
               const float* at = from + ((b * oh + oy) * ow) * taps;
-              for (int64_t ox = x0; ox < x1; ++ox) in_row[ox * g.strides[1]] += at[ox * taps];
+              for (int64_t ox = x0; ox < x1; ++ox) in_row[ox * across] += at[ox * taps];
             }
           }
         }
@@ -231,7 +240,8 @@ class ColumnsConv2DBackpropFilter : public ColumnsKernel {
   static constexpr int64_t kRows = 64;
 
   explicit ColumnsConv2DBackpropFilter(const Node& n)
-      : ColumnsKernel({n.in[0].shape, n.in[1].shape, n.out[0].shape, conv_geometry(n.attrs)}),
+      : ColumnsKernel({n.in[0].shape, n.in[1].shape, n.out[0].shape, conv_geometry(n.attrs),
+                       {n.in[0].shape, n.in[0].block}, {n.in[1].shape, n.in[1].block}}),
         x_(n.in[0].id), dy_(n.in[1].id), dw_(n.out[0].id) {}
 
   void run(const Run& r) override {
@@ -254,11 +264,12 @@ class ColumnsConv2DBackpropFilter : public ColumnsKernel {
   void regroup(const float* dy, float* regrouped) const {
     const int64_t batch = geometry_.y[0], outs = geometry_.y[1];
     const int64_t area = geometry_.y[2] * geometry_.y[3];
+    const Planes ys = geometry_.ys;
 #pragma omp for schedule(static)
     for (int64_t o = 0; o < outs; ++o)
       for (int64_t b = 0; b < batch; ++b)
-        std::copy(dy + (b * outs + o) * area, dy + (b * outs + o + 1) * area,
-                  regrouped + (o * batch + b) * area);
+        for (int64_t q = 0; q < area; ++q)
+          regrouped[(o * batch + b) * area + q] = dy[ys.at(b, o) + q * ys.step()];
   }
 
   void multiply(const float* regrouped, const float* columns, float* dw,

@@ -23,11 +23,26 @@ inline int64_t end_inside(int64_t tap, int64_t stride, int64_t size, int64_t out
   return room <= 0 ? 0 : std::min(outputs, (room + stride - 1) / stride);
 }
 
+// Where an image's plane (b, c) starts and the step between its pixels: plain NCHW (step 1),
+// or channel-blocked (TensorRef::block B: (N, C/B, H, W, B), step B). The kernels visit the
+// same elements in the same order either way: the same bits.
+struct Planes {
+  int64_t channels, area, block;  // block 0: plain
+  Planes(const Shape& image, int image_block)
+      : channels(image[1]), area(image[2] * image[3]), block(image_block) {}
+  int64_t at(int64_t b, int64_t c) const {
+    return block ? ((b * (channels / block) + c / block) * area) * block + c % block
+                 : (b * channels + c) * area;
+  }
+  int64_t step() const { return block ? block : 1; }
+};
+
 // The geometry of a convolution seen through its columns: image x (N, C, H, W), output
-// (N, O, OH, OW), weights (O, C, kh, kw).
+// (N, O, OH, OW), weights (O, C, kh, kw), and how the image and output lie.
 struct Columns {
   Shape x, y, w;
   ConvGeometry g;
+  Planes xs, ys;
   int64_t positions() const { return y[0] * y[2] * y[3]; }  // N x OH x OW
   int64_t taps() const { return w[1] * w[2] * w[3]; }       // C x kh x kw
   // The columns (positions x taps floats) and a regrouped copy of the output or dy
