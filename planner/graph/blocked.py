@@ -20,9 +20,9 @@ Relu, Add, ...; every operand of one shape) share one layout, as do those a kern
     BatchNorm's in training, or a by-position op).
 
 Anything else (a max pool, a view, a grouped or channels-last convolution, a parameter's
-gradient) keeps a tensor plain, and its whole group with it: a tensor is blocked only where every kernel
-that touches it knows. The block is the target's (CPU.vector_floats); a GPU's step or a target
-that names none keeps every tensor plain.
+gradient) keeps a tensor plain, and its whole group with it: a tensor is blocked only where
+every kernel that touches it knows. The block is the target's (CPU.vector_floats); a GPU's step
+or a target that names none keeps every tensor plain.
 
 Example: conv -> relu -> conv keeps the relu's input and output blocked; the image fed in and the
 output returned stay plain:
