@@ -173,8 +173,8 @@ CONV_ATTRS: dict[str, Attr] = {
 # for channels-last ones, which oneDNN's brgemm kernels take; "columns" (not a transposed
 # convolution's) runs it as one matmul over the whole batch's im2col columns.
 # Either way the tensors in the arena stay as the step graph keeps them (NCHW, or blocked
-# between the kernels that take it so: blocked_images); the numbers are the same convolution's (up to
-# summation order). Not part of the geometry: a gradient rule copies CONV_ATTRS, never a layout
+# between the kernels that take it so: blocked_images); the numbers are the same
+# convolution's (up to summation order). Not part of the geometry: a gradient rule copies CONV_ATTRS, never a layout
 # chosen for its forward.
 LAYOUTS = ("any", "nhwc", "columns")
 COLUMNS_OPS = ("Conv2D", "Conv2DBackpropInput", "Conv2DBackpropFilter")

@@ -3,8 +3,9 @@
 blocked tensor read back plain, at either block (16: AVX-512's nChw16c; 8: AVX2's, which
 oneDNN's kernels on an AVX-512 CPU do not take, so the convolutions there reorder it:
 kernels/conv.cpp's fallback) on any x86-64 CPU; BatchNorm's blocked loops and the columns
-convolutions give the plain step's bits; the runtime knows the ops the planner keeps them between; and `planner verify`
-refuses a graph that keeps an image blocked where a kernel reads it plain."""
+convolutions give the plain step's bits; the runtime knows the ops the planner keeps them
+between; and `planner verify` refuses a graph that keeps an image blocked where a kernel reads
+it plain."""
 
 from __future__ import annotations
 
