@@ -174,8 +174,8 @@ CONV_ATTRS: dict[str, Attr] = {
 # convolution's) runs it as one matmul over the whole batch's im2col columns.
 # Either way the tensors in the arena stay as the step graph keeps them (NCHW, or blocked
 # between the kernels that take it so: blocked_images); the numbers are the same
-# convolution's (up to summation order). Not part of the geometry: a gradient rule copies CONV_ATTRS, never a layout
-# chosen for its forward.
+# convolution's (up to summation order). Not part of the geometry: a gradient rule copies
+# CONV_ATTRS, never a layout chosen for its forward.
 LAYOUTS = ("any", "nhwc", "columns")
 COLUMNS_OPS = ("Conv2D", "Conv2DBackpropInput", "Conv2DBackpropFilter")
 LAYOUT_ATTR = {"layout": Attr("str", optional=True)}
