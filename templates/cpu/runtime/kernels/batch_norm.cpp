@@ -20,6 +20,7 @@
 // at a time, the B channels in the vector lanes: each channel's sums are added in the plain
 // loops' order (`block_sums`), so the bits are the plain layout's.
 #include <cmath>
+#include <type_traits>
 #include <vector>
 
 #include "../dnnl_kernel.h"
@@ -72,12 +73,11 @@ double channel_sum(const ChannelRuns& g, int64_t c, F f) {
 // b * block + j's sum of f(e, j) over its elements e, each channel's terms added in
 // channel_sum's order (lane partial k % kLoopRun of its run's element k, the remainders, then
 // the partials in turn): the plain layout's bits.
-template <class F>
+template <int64_t B, class F>
 void block_sums(const ChannelRuns& g, int64_t b, F f, double* out) {
-  constexpr int64_t kMaxBlock = 16;
-  double lanes[kLoopRun][kMaxBlock] = {};
-  double rest[kMaxBlock] = {};
-  const int64_t whole = g.rest / kLoopRun * kLoopRun, B = g.block;
+  double lanes[kLoopRun][B] = {};
+  double rest[B] = {};
+  const int64_t whole = g.rest / kLoopRun * kLoopRun;
   for (int64_t i = 0; i < g.n; ++i) {
     const int64_t at = g.block_at(i, b);
     for (int64_t k = 0; k < whole; ++k) {
@@ -97,14 +97,22 @@ void block_sums(const ChannelRuns& g, int64_t b, F f, double* out) {
 }
 
 // `each(e, j)` for every element e of block b of a blocked image (j: its lane).
-template <class F>
+template <int64_t B, class F>
 void block_elements(const ChannelRuns& g, int64_t b, F each) {
   for (int64_t i = 0; i < g.n; ++i) {
     const int64_t at = g.block_at(i, b);
     for (int64_t k = 0; k < g.rest; ++k)
 #pragma omp simd
-      for (int64_t j = 0; j < g.block; ++j) each(at + k * g.block + j, j);
+      for (int64_t j = 0; j < B; ++j) each(at + k * B + j, j);
   }
+}
+
+// f(std::integral_constant<int64_t, B>{}) for a blocked image's block B (16 or 8): the blocked
+// loops with their vector width known to the compiler.
+template <class F>
+void on_block(int64_t block, F f) {
+  if (block == 16) return f(std::integral_constant<int64_t, 16>{});
+  f(std::integral_constant<int64_t, 8>{});
 }
 
 // x's (or dy's, dx's) descriptor for oneDNN's batch norm: (N, C, rest, 1), or the blocked image
@@ -165,29 +173,32 @@ class BatchNormLoops : public Kernel {
     const RunningUpdate update = update_;
     const double m = static_cast<double>(g.per_channel());
     if (g.block) {
-#pragma omp parallel for schedule(static) firstprivate(g, update)
-      for (int64_t b = 0; b < g.c / g.block; ++b) {
-        double sums[16], squares[16];
-        float mean_f[16], k[16], shift[16];
-        block_sums(g, b, [x](int64_t e, int64_t) -> double { return x[e]; }, sums);
-        for (int64_t j = 0; j < g.block; ++j) sums[j] /= m;
-        block_sums(g, b, [x, &sums](int64_t e, int64_t j) {
-          const double d = x[e] - sums[j];
-          return d * d;
-        }, squares);
-        for (int64_t j = 0; j < g.block; ++j) {
-          const int64_t c = b * g.block + j;
-          mean_f[j] = static_cast<float>(sums[j]);
-          update(c, mean_f[j], static_cast<float>(squares[j] / m), rm, rv, rm_out, rv_out,
-                 invstd);
-          mean_out[c] = mean_f[j];
-          k[j] = invstd[c] * scale[c];
-          shift[j] = bias[c];
+      on_block(g.block, [&](auto width) {
+        constexpr int64_t B = decltype(width)::value;
+#pragma omp parallel for schedule(static)
+        for (int64_t b = 0; b < g.c / B; ++b) {
+          double sums[B], squares[B];
+          float mean_f[B], k[B], shift[B];
+          block_sums<B>(g, b, [x](int64_t e, int64_t) -> double { return x[e]; }, sums);
+          for (int64_t j = 0; j < B; ++j) sums[j] /= m;
+          block_sums<B>(g, b, [x, &sums](int64_t e, int64_t j) {
+            const double d = x[e] - sums[j];
+            return d * d;
+          }, squares);
+          for (int64_t j = 0; j < B; ++j) {
+            const int64_t c = b * B + j;
+            mean_f[j] = static_cast<float>(sums[j]);
+            update(c, mean_f[j], static_cast<float>(squares[j] / m), rm, rv, rm_out, rv_out,
+                   invstd);
+            mean_out[c] = mean_f[j];
+            k[j] = invstd[c] * scale[c];
+            shift[j] = bias[c];
+          }
+          block_elements<B>(g, b, [&](int64_t e, int64_t j) {
+            y[e] = (x[e] - mean_f[j]) * k[j] + shift[j];
+          });
         }
-        block_elements(g, b, [&](int64_t e, int64_t j) {
-          y[e] = (x[e] - mean_f[j]) * k[j] + shift[j];
-        });
-      }
+      });
       return;
     }
 #pragma omp parallel for schedule(static) firstprivate(g, update)
@@ -233,28 +244,31 @@ class BatchNormGradLoops : public Kernel {
     const ChannelRuns g = g_;
     const double m = static_cast<double>(g.per_channel());
     if (g.block) {
-#pragma omp parallel for schedule(static) firstprivate(g)
-      for (int64_t b = 0; b < g.c / g.block; ++b) {
-        const float* mu = mean + b * g.block;
-        const float* inv = invstd + b * g.block;
-        double db[16], ds[16];
-        float k[16], dy_mean[16], xhat_k[16];
-        block_sums(g, b, [dy](int64_t e, int64_t) -> double { return dy[e]; }, db);
-        block_sums(g, b, [dy, x, mu, inv](int64_t e, int64_t j) {
-          return static_cast<double>(dy[e]) * ((x[e] - mu[j]) * inv[j]);
-        }, ds);
-        for (int64_t j = 0; j < g.block; ++j) {
-          const int64_t c = b * g.block + j;
-          dbias[c] = static_cast<float>(db[j]);
-          dscale[c] = static_cast<float>(ds[j]);
-          k[j] = scale[c] * inv[j];
-          dy_mean[j] = static_cast<float>(db[j] / m);
-          xhat_k[j] = static_cast<float>(ds[j] / m);
+      on_block(g.block, [&](auto width) {
+        constexpr int64_t B = decltype(width)::value;
+#pragma omp parallel for schedule(static)
+        for (int64_t b = 0; b < g.c / B; ++b) {
+          const float* mu = mean + b * B;
+          const float* inv = invstd + b * B;
+          double db[B], ds[B];
+          float k[B], dy_mean[B], xhat_k[B];
+          block_sums<B>(g, b, [dy](int64_t e, int64_t) -> double { return dy[e]; }, db);
+          block_sums<B>(g, b, [dy, x, mu, inv](int64_t e, int64_t j) {
+            return static_cast<double>(dy[e]) * ((x[e] - mu[j]) * inv[j]);
+          }, ds);
+          for (int64_t j = 0; j < B; ++j) {
+            const int64_t c = b * B + j;
+            dbias[c] = static_cast<float>(db[j]);
+            dscale[c] = static_cast<float>(ds[j]);
+            k[j] = scale[c] * inv[j];
+            dy_mean[j] = static_cast<float>(db[j] / m);
+            xhat_k[j] = static_cast<float>(ds[j] / m);
+          }
+          block_elements<B>(g, b, [&](int64_t e, int64_t j) {
+            dx[e] = k[j] * (dy[e] - dy_mean[j] - (x[e] - mu[j]) * inv[j] * xhat_k[j]);
+          });
         }
-        block_elements(g, b, [&](int64_t e, int64_t j) {
-          dx[e] = k[j] * (dy[e] - dy_mean[j] - (x[e] - mu[j]) * inv[j] * xhat_k[j]);
-        });
-      }
+      });
       return;
     }
 #pragma omp parallel for schedule(static) firstprivate(g)
