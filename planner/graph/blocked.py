@@ -10,17 +10,17 @@ blocked image as well), Relu, the residual Add, their gradients. So the step gra
 those tensors blocked (Tensor.layout) and the reorders go.
 
 Which tensors: the operands of an op that works by position (OpDef.channel_blocked BY_POSITION:
-Relu, Add, ...; every operand of one shape) share one layout, as do those a kernel takes alike
+Relu, Add, ...; every operand but scalar bounds of one shape) share one layout, as do those a kernel takes alike
 (BatchNorm's x and y), so they form a group. A group is kept blocked when each of its tensors
 
   - is a float32 (N, C, H, W) activation or gradient with C a multiple of the block, not an
     output of the graph (what the caller gets back is plain), and
   - is read and written only by ops that take it blocked at that operand (OpDef.channel_blocked:
-    a one-group convolution's image and output, on oneDNN's own kernel or the columns kernels,
-    BatchNorm's in training, or a by-position op).
+    a convolution's image and output, on oneDNN's own kernel or the columns kernels, BatchNorm's
+    in training, or a by-position op).
 
-Anything else (a max pool, a view, a grouped or channels-last convolution, a parameter's
-gradient) keeps a tensor plain, and its whole group with it: a tensor is blocked only where
+Anything else (a max pool, a view, a channels-last convolution, a parameter's gradient) keeps a
+tensor plain, and its whole group with it: a tensor is blocked only where
 every kernel that touches it knows. The block is the target's (CPU.vector_floats); a GPU's step
 or a target that names none keeps every tensor plain.
 
@@ -72,9 +72,13 @@ def blocked_tensors(graph: Graph, block: int) -> frozenset[str]:
         operands = [*(("in", k, t) for k, t in enumerate(n.inputs)),
                     *(("out", k, t) for k, t in enumerate(n.outputs))]
         rule = get_op(n.op).channel_blocked
-        if rule == BY_POSITION and len({graph.tensor(t).shape for _, _, t in operands}) == 1:
-            groups.union(*(t for _, _, t in operands))
-            continue
+        if rule == BY_POSITION:
+            # A scalar operand (a bound) is read the same at every element, whatever the
+            # layout; the others line up position by position when their shapes agree.
+            images = [t for _, _, t in operands if graph.tensor(t).size > 1]
+            if len({graph.tensor(t).shape for t in images}) <= 1:
+                groups.union(*images)
+                continue
         alike = rule(n.attrs) if callable(rule) else ()
         for slots in alike:
             groups.union(*((n.inputs if side == "in" else n.outputs)[k] for side, k in slots))

@@ -52,7 +52,7 @@ class OpError(ValueError):
 
 
 # OpDef.channel_blocked of an op computed element by element at the same position of every
-# operand (no broadcasting, no use of the element's index).
+# operand (no broadcasting but of scalar bounds, no use of the element's index).
 BY_POSITION = "by position"
 
 

@@ -183,13 +183,13 @@ LAYOUT_ATTR = {"layout": Attr("str", optional=True)}
 
 def blocked_images(op: str):
     """OpDef.channel_blocked of convolution `op`: its image and output (ROLES' x and y), each
-    on its own, for one group on oneDNN's own kernel (`any`: kernels/conv.cpp gives a blocked
-    tensor to the primitive as it is, where it would reorder a plain one) or on the columns
-    (conv_columns.h reads and writes either layout), not channels-last."""
+    on its own, on oneDNN's own kernel (`any`: kernels/conv.cpp gives a blocked tensor to the
+    primitive as it is, where it would reorder a plain one; depthwise and grouped ones too) or
+    on the columns (conv_columns.h reads and writes either layout), not channels-last."""
     roles = ROLES[op]
 
     def rule(attrs: Attrs) -> tuple[tuple[tuple[str, int], ...], ...]:
-        if attrs.get("layout", "any") == "nhwc" or attrs.get("groups", 1) != 1:
+        if attrs.get("layout", "any") == "nhwc":
             return ()
         return ((roles["x"],), (roles["y"],))
     return rule

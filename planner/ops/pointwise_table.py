@@ -46,6 +46,7 @@ import numpy as np
 from planner.dtypes import LOW_FLOATS
 from planner.ops import kinks
 from planner.ops.base import (
+    BY_POSITION,
     Attrs,
     GradBuilder,
     OpDef,
@@ -177,6 +178,9 @@ class Row:
     flops     per output element, a transcendental function counting one
     aten      the ATen overloads ("log1p.default") the torch front end maps to it
     blocks    the CUDA kernels' threads-per-block variants (Pointwise.blocks; None: all)
+    by_position
+              the op and its gradients take channel-blocked images (OpDef.channel_blocked
+              BY_POSITION: a formula of the values at one element, its bounds scalars)
     domain    per input, where its tests sample it: "normal", "positive" (0.5, 2), "unit"
               (0.05, 0.95), "sym" (-0.9, 0.9), "gt1" (1.1, 3), "bool", "int"
     """
@@ -194,6 +198,7 @@ class Row:
     domain: tuple[str, ...] = ()
     blocks: tuple[int, ...] | None = None
     differentiable: bool = True
+    by_position: bool = False
 
     @property
     def dtypes(self) -> tuple[str, ...]:
@@ -481,7 +486,7 @@ ROWS: tuple[Row, ...] = (
     Row("HardTanh", lambda m, xs, p: [_clamp(m, *xs)],
         "y = min(max(x, lo), hi): [x, lo, hi] (torch's hardtanh; its gradient is 0 at lo, hi).",
         arity=3, grads=(lambda m, xs, y: _mask(m, kinks.hardtanh_passes(m, *xs)), None, None),
-        flops=2, domain=("normal", "sym", "gt1")),
+        flops=2, domain=("normal", "sym", "gt1"), by_position=True),
     Row("Clamp", lambda m, xs, p: [_clamp(m, *xs)],
         "y = min(max(x, lo), hi) of tensor bounds: [x, lo, hi] (torch.clamp).", arity=3,
         grads=(lambda m, xs, y: _mask(m, kinks.clamp_passes(m, *xs)),
@@ -686,6 +691,7 @@ def register_row(row: Row) -> None:
         pointwise=Pointwise(row.formula, signatures=row.signatures(), broadcast=row.arity > 1,
                             blocks=row.blocks),
         doc=row.doc,
+        channel_blocked=BY_POSITION if row.by_position else None,
     ))
     TABLE[row.name] = row
     register_grads(row)
@@ -710,6 +716,7 @@ def register_grads(row: Row) -> None:
             pointwise=Pointwise(formula, signatures=(",".join(["float32"] * n_in)
                                                      + "->float32",),
                                 broadcast=row.arity > 1, blocks=row.blocks),
+            channel_blocked=BY_POSITION if row.by_position else None,
             doc=f"Gradient of {row.name} with respect to its input {k}: "
                 f"[dy, {', '.join(f'x{j}' for j in range(row.arity))}"
                 f"{', y' if row.uses_y else ''}] -> dy * d{row.name}/dx{k}.",

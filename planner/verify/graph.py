@@ -139,10 +139,10 @@ def blocked_images(graph: Graph, plan: dict[str, Any]) -> list[str]:
         if not any(t in blocked for t in operands.values()):
             continue
         rule = get_op(n.op).channel_blocked
-        if rule == BY_POSITION:
-            alike = [tuple(operands)]
-            if len({graph.tensor(t).shape for t in operands.values()}) > 1:
-                alike = []
+        if rule == BY_POSITION:  # every operand alike but scalar bounds
+            images = tuple(s for s, t in operands.items() if graph.tensor(t).size > 1)
+            alike = [images] if len({graph.tensor(operands[s]).shape for s in images}) <= 1 \
+                else []
         else:
             alike = list(rule(n.attrs)) if callable(rule) else []
         taken = {slot for slots in alike for slot in slots}

@@ -40,21 +40,46 @@ def host_with_block(block: int | None):
     return host.model_copy(update={"cpu": host.cpu.model_copy(update={"vector_floats": block})})
 
 
-def blocked_plan(block: int):
-    """The resnet's training plan for this host with its CPU's channel block set to `block`."""
-    graph = make_training_graph(zoo("resnet", **RESNET), Optimizer(kind="sgd", lr=0.1,
-                                                                    momentum=0.9))
+def mobile_block():
+    """A MobileNet-v2 block: 1x1 expansion, depthwise 3x3, ReLU6 (HardTanh with scalar bounds),
+    1x1 projection, the residual Add; BatchNorm after each convolution."""
+    from planner.graph.builder import GraphBuilder
+    from planner.ir.graph import Tensor
+    from planner.zoo.layers import batch_norm, conv2d, head
+
+    b = GraphBuilder("mobile_block")
+    bounds = [b.add_tensor(Tensor(name=n, shape=(), role="state", init="constant", value=v))
+              for n, v in (("lo", 0.0), ("hi", 6.0))]
+    x = b.input("x", (2, 16, 6, 6))
+    h = b.op("HardTanh", [batch_norm(b, conv2d(b, x, 32, 1, name="expand"), name="bn1"),
+                          *bounds], name="relu6a")
+    w = b.param("depthwise/weight", (32, 1, 3, 3))
+    h = b.op("Conv2D", [h, w], {"groups": 32, "pads": [1, 1, 1, 1]}, name="depthwise")
+    h = b.op("HardTanh", [batch_norm(b, h, name="bn2"), *bounds], name="relu6b")
+    h = batch_norm(b, conv2d(b, h, 16, 1, name="project"), name="bn3")
+    h = b.op("Add", [h, x], name="residual")
+    return b.build(head(b, b.op("Flatten", [conv2d(b, h, 16, 1, name="last")], {"axis": 1},
+                                name="flatten"), 5, True))
+
+
+def blocked_plan(block: int, model: str = "resnet"):
+    """A training plan for this host with its CPU's channel block set to `block`: the resnet's,
+    or the mobile block's."""
+    forward = zoo("resnet", **RESNET) if model == "resnet" else mobile_block()
+    graph = make_training_graph(forward, Optimizer(kind="sgd", lr=0.1, momentum=0.9))
     return plan(graph, host_with_block(block))
 
 
-@pytest.mark.parametrize("block", [8, 16])
-def test_a_step_on_blocked_images_gives_the_reference_values(block, tmp_path):
-    p = blocked_plan(block)
+@pytest.mark.parametrize("block, model", [(8, "resnet"), (16, "resnet"), (16, "mobile")])
+def test_a_step_on_blocked_images_gives_the_reference_values(block, model, tmp_path):
+    p = blocked_plan(block, model)
     graph = p.graph
     blocked = [t for t in graph.tensors if t.layout]
     images = [t for t in graph.tensors if len(t.shape) == 4 and t.role == "activation"]
     assert {t.layout for t in blocked} == {f"nChw{block}c"}
     assert len(blocked) > len(images) // 2, "most of the step's images kept blocked"
+    if model == "mobile":
+        assert graph.tensor("depthwise").layout and graph.tensor("relu6b").layout
     module = load(build(render(p, tmp_path / f"blocked{block}", layout="own")).dir)
     state = start_state(graph)
     feeds = random_feeds(graph, seed=2)

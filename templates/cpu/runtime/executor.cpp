@@ -184,10 +184,11 @@ namespace {
 // The ops whose CPU kernels take channel-blocked images (TensorRef::block): the planner's
 // OpDef.channel_blocked, between which planner/graph/blocked.py keeps a tensor blocked
 // (tests/codegen/test_blocked_images.py compares the two), and the transfers, which copy bytes.
-// The by-position ones visit elements by position, so their operands must be alike.
+// The by-position ones visit elements by position, so their operands must be alike (but scalar
+// bounds, read the same at every element).
 const char* const kByPosition[] = {"Relu", "ReluGrad", "LeakyRelu", "LeakyReluGrad", "Tanh",
                                    "TanhGrad", "Sigmoid", "SigmoidGrad", "Add", "Sub", "Mul",
-                                   "AddN", "Offload", "Prefetch"};
+                                   "AddN", "HardTanh", "HardTanhGradA", "Offload", "Prefetch"};
 const char* const kOwnLayouts[] = {"Conv2D", "Conv2DBackpropInput", "Conv2DBackpropFilter",
                                    "ConvTranspose2D", "BatchNorm", "BatchNormGrad"};
 
@@ -199,8 +200,10 @@ bool listed(const char* op, const char* const* first, const char* const* last) {
 // kernel would read as plain.
 void check_blocked(const Schedule& s, const OpSpec& op, const std::vector<TensorRef>& in,
                    const std::vector<TensorRef>& out) {
-  std::vector<TensorRef> all(in);
-  all.insert(all.end(), out.begin(), out.end());
+  std::vector<TensorRef> all;
+  for (const auto* side : {&in, &out})
+    for (const TensorRef& t : *side)
+      if (t.size() > 1) all.push_back(t);
   const bool any = std::any_of(all.begin(), all.end(), [](const TensorRef& t) { return t.block; });
   if (!any || listed(op.op, std::begin(kOwnLayouts), std::end(kOwnLayouts))) return;
   const bool alike = std::all_of(all.begin(), all.end(), [&](const TensorRef& t) {
