@@ -50,7 +50,7 @@ def mobile_block():
     b = GraphBuilder("mobile_block")
     bounds = [b.add_tensor(Tensor(name=n, shape=(), role="state", init="constant", value=v))
               for n, v in (("lo", 0.0), ("hi", 6.0))]
-    x = b.input("x", (2, 16, 6, 6))
+    x = b.input("x", (4, 16, 2, 2))  # 2x2 maps: the depthwise weight gradient on its own kernel
     h = b.op("HardTanh", [batch_norm(b, conv2d(b, x, 32, 1, name="expand"), name="bn1"),
                           *bounds], name="relu6a")
     w = b.param("depthwise/weight", (32, 1, 3, 3))

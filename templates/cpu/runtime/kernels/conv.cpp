@@ -115,17 +115,20 @@ auto on_compute_type(const Node& n, Make make) -> decltype(make(dt::undef)) {
 }
 
 // `make()` on the geometry `g` (which it reads), which gives a blocked image to the primitive as
-// it lies; where oneDNN has no implementation on that layout (its kernels under this process's
-// ISA block by another width), `make()` again on `any`, which reorders it.
+// it lies; where oneDNN has no kernel of its own on that layout (its kernels under this
+// process's ISA block by another width; a depthwise weight gradient on 2x2 maps got its
+// reference implementation, ~20x slower), `make()` again on `any`, which reorders it.
 template <class Make>
 auto blocked_or_any(DnnlConvGeometry& g, Make make) -> decltype(make()) {
+  if (!g.take_blocked) return make();
   try {
-    return make();
+    auto pd = make();
+    if (std::string(pd.impl_info_str()).rfind("ref", 0) != 0) return pd;
   } catch (const dnnl::error& e) {
-    if (e.status != dnnl_unimplemented || !g.take_blocked) throw;
-    g.take_blocked = false;
-    return make();
+    if (e.status != dnnl_unimplemented) throw;
   }
+  g.take_blocked = false;
+  return make();
 }
 
 // One operand: its primitive argument, its tensor and the layout the arena holds it in.
@@ -267,9 +270,8 @@ KernelPtr conv2d_backprop_filter(const Node& n) {
   auto y_md = held_md(dy);
   auto pd = backward_pd<dnnl::convolution_backward_weights::primitive_desc>(n, g, x, x_md,
                                                                             w_md, dy, y_md);
-  // The runtime's own weight-gradient kernels read plain images.
-  if (std::string(pd.impl_info_str()).find("gemm") != std::string::npos && !x.block &&
-      !dy.block) {
+  // (The runtime's own kernels read plain and blocked images alike.)
+  if (std::string(pd.impl_info_str()).find("gemm") != std::string::npos) {
     if (depthwise_float32(n, g.groups)) return depthwise_filter_grad(n);
     if (KernelPtr own = columns_conv2d_backprop_filter(n, pd.scratchpad_desc().get_size()))
       return own;

@@ -17,7 +17,8 @@ class DepthwiseFilterGrad : public Kernel {
  public:
   explicit DepthwiseFilterGrad(const Node& n)
       : x_(n.in[0].id), dy_(n.in[1].id), dw_(n.out[0].id), g_(conv_geometry(n.attrs)),
-        x_shape_(n.in[0].shape), dy_shape_(n.in[1].shape), w_shape_(n.out[0].shape) {}
+        x_shape_(n.in[0].shape), dy_shape_(n.in[1].shape), w_shape_(n.out[0].shape),
+        xs_(n.in[0].shape, n.in[0].block), ys_(n.in[1].shape, n.in[1].block) {}
   std::string impl() const override { return "direct:depthwise"; }
   void run(const Run& r) override {
     const float* x = reinterpret_cast<const float*>(r.ptr[x_]);
@@ -26,6 +27,8 @@ class DepthwiseFilterGrad : public Kernel {
     const int64_t batch = x_shape_[0], channels = x_shape_[1], h = x_shape_[2], w = x_shape_[3];
     const int64_t oh = dy_shape_[2], ow = dy_shape_[3], kh = w_shape_[2], kw = w_shape_[3];
     const ConvGeometry g = g_;
+    const Planes xs = xs_, ys = ys_;  // plain or channel-blocked: the same walk
+    const int64_t x_step = xs.step(), y_step = ys.step(), across = g.strides[1] * x_step;
 #pragma omp parallel for schedule(static)
     for (int64_t c = 0; c < channels; ++c) {
       for (int64_t i = 0; i < kh; ++i) {
@@ -38,12 +41,13 @@ class DepthwiseFilterGrad : public Kernel {
           const int64_t x1 = end_inside(col_tap, g.strides[1], w, ow);
           float sum = 0.0f;
           for (int64_t b = 0; b < batch; ++b) {
-            const float* image = x + (b * channels + c) * h * w;
-            const float* grad = dy + (b * channels + c) * oh * ow;
+            const float* image = x + xs.at(b, c);
+            const float* grad = dy + ys.at(b, c);
             for (int64_t oy = y0; oy < y1; ++oy) {
-              const float* in_row = image + (oy * g.strides[0] + row_tap) * w + col_tap;
-              const float* dy_row = grad + oy * ow;
-              for (int64_t ox = x0; ox < x1; ++ox) sum += dy_row[ox] * in_row[ox * g.strides[1]];
+              const float* in_row = image + ((oy * g.strides[0] + row_tap) * w + col_tap) * x_step;
+              const float* dy_row = grad + oy * ow * y_step;
+              for (int64_t ox = x0; ox < x1; ++ox)
+                sum += dy_row[ox * y_step] * in_row[ox * across];
             }
           }
           dw[(c * kh + i) * kw + j] = sum;
@@ -56,6 +60,7 @@ class DepthwiseFilterGrad : public Kernel {
   int x_, dy_, dw_;
   ConvGeometry g_;
   Shape x_shape_, dy_shape_, w_shape_;
+  Planes xs_, ys_;
 };
 
 }  // namespace
