@@ -11,7 +11,8 @@ those tensors blocked (Tensor.layout) and the reorders go.
 
 Which tensors: the operands of an op that works by position (OpDef.channel_blocked BY_POSITION:
 Relu, Add, ...; every operand but scalar bounds of one shape) share one layout, as do those a
-kernel takes alike (BatchNorm's x and y), so they form a group. A group is kept blocked when each of its tensors
+kernel takes alike (BatchNorm's x and y), so they form a group. A group is kept blocked when
+each of its tensors
 
   - is a float32 (N, C, H, W) activation or gradient with C a multiple of the block, not an
     output of the graph (what the caller gets back is plain), and
