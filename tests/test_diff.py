@@ -157,3 +157,18 @@ def test_changed_launch_configuration(tmp_path, capsys, plans):
     code, out = diff(tmp_path, capsys, a, b)
     assert code == 1
     assert op["name"] in out and "block" in out
+
+
+def test_images_kept_blocked_on_one_host_only(tmp_path, capsys):
+    """Two hosts of one model, one keeping its images channel-blocked (planner.graph.blocked):
+    the diff names the tensors held in another layout."""
+    from planner.target.detect import detect
+
+    graph = make_training_graph(from_spec("zoo:resnet?batch=2&image=16&depth=18&width=0.25"
+                                          "&classes=5"), Optimizer(kind="sgd"))
+    host = detect(measure=False)
+    a, b = (json.loads(plan(graph, host.model_copy(update={"cpu": host.cpu.model_copy(
+        update={"vector_floats": block})})).to_json()) for block in (None, 16))
+    code, out = diff(tmp_path, capsys, a, b)
+    assert code == 1
+    assert "tensor(s) held in another layout" in out and "(plain -> nChw16c)" in out

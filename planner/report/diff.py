@@ -138,14 +138,19 @@ FEEDS = ("input", "label")
 def graph_changes(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     """How two embedded graphs differ, as a reviewer reads it: the feeds whose shapes changed
     (two plans of one model for two batch sizes or sequence lengths), how many other tensors
-    changed shape with them, the nodes of one graph only and those whose attributes changed
-    (a reshape's target shape).
+    changed shape with them, the tensors held in another layout (images kept channel-blocked
+    on one host and not on another: planner.graph.blocked), the nodes of one graph only and
+    those whose attributes changed (a reshape's target shape, a convolution's kernel layout).
 
     >>> t = lambda n, s, r="activation": {"name": n, "shape": s, "role": r}
     >>> g = lambda b: {"tensors": [t("x", [b, 3], "input"), t("h", [b, 4])],
     ...                "nodes": [{"name": "fc", "op": "MatMul", "attrs": {}}]}
     >>> graph_changes(g(32), g(4))["feeds"], graph_changes(g(32), g(4))["reshaped"]
     ([['x', [32, 3], [4, 3]]], 1)
+    >>> blocked = g(4)
+    >>> blocked["tensors"][1]["layout"] = "nChw16c"
+    >>> graph_changes(g(4), blocked)["relaid"]
+    [['h', 'plain', 'nChw16c']]
     """
     ta, tb = _by_name(a.get("tensors"), "name"), _by_name(b.get("tensors"), "name")
     na, nb = _by_name(a.get("nodes"), "name"), _by_name(b.get("nodes"), "name")
@@ -153,7 +158,9 @@ def graph_changes(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     moved = [n for n in both if list(ta[n].get("shape") or []) != list(tb[n].get("shape") or [])]
     feeds = [[n, list(ta[n]["shape"]), list(tb[n]["shape"])] for n in moved
              if ta[n].get("role") in FEEDS]
-    return {"feeds": feeds, "reshaped": len(moved) - len(feeds),
+    relaid = [[n, ta[n].get("layout") or "plain", tb[n].get("layout") or "plain"] for n in both
+              if ta[n].get("layout") != tb[n].get("layout")]
+    return {"feeds": feeds, "reshaped": len(moved) - len(feeds), "relaid": relaid,
             "tensors_only_a": sorted(ta.keys() - tb.keys()),
             "tensors_only_b": sorted(tb.keys() - ta.keys()),
             "nodes_only_a": sorted(na.keys() - nb.keys()),
@@ -170,6 +177,11 @@ def format_graph_changes(g: dict[str, Any]) -> list[str]:
         lines.append("  feeds: " + "; ".join(f"{n} {x} -> {y}" for n, x, y in g["feeds"]))
     if g.get("reshaped"):
         lines.append(f"  {g['reshaped']} other tensor(s) change shape with them")
+    if g.get("relaid"):
+        relaid = g["relaid"]
+        more = f" and {len(relaid) - SHOWN} more" if len(relaid) > SHOWN else ""
+        lines.append(f"  {len(relaid)} tensor(s) held in another layout: "
+                     + ", ".join(f"{n} ({x} -> {y})" for n, x, y in relaid[:SHOWN]) + more)
     for key, what in (("nodes_only_a", "nodes only in A"), ("nodes_only_b", "nodes only in B"),
                       ("attrs_changed", "nodes with other attributes"),
                       ("tensors_only_a", "tensors only in A"),
