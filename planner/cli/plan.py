@@ -471,14 +471,14 @@ def _recorded_choices(graph, data: Any):
 def _recorded_block(data: Any) -> int:
     """The channel block of the images a plan's graph keeps blocked (planner.graph.blocked);
     0 where it keeps none, or names a layout that is none."""
-    from planner.ir.graph import channel_block
+    from typing import get_args
+
+    from planner.ir.graph import BlockedLayout, channel_block
 
     tensors = data["graph"].get("tensors") if isinstance(data["graph"], dict) else None
     layouts = {t.get("layout") for t in tensors or () if isinstance(t, dict)}
-    for layout in sorted(layouts - {None}, key=str):
-        if layout in ("nChw8c", "nChw16c"):
-            return channel_block(layout)
-    return 0
+    known = sorted(layouts & set(get_args(BlockedLayout)))
+    return channel_block(known[0]) if known else 0
 
 
 def _step_cores(data: Any) -> int | None:

@@ -87,10 +87,12 @@ class Tensor(Record):
         if self.value is not None and not math.isfinite(self.value):
             raise ValueError(f"tensor {self.name!r}: value must be finite, got {self.value}")
         if self.layout is not None and (len(self.shape) != 4 or self.dtype != "float32"
-                                        or self.shape[1] % channel_block(self.layout)):
+                                        or self.shape[1] % channel_block(self.layout)
+                                        or self.role not in ("activation", "grad")):
+            # What crosses to the caller (feeds, parameters, state) is plain.
             raise ValueError(f"tensor {self.name!r}: layout {self.layout} is a float32 (N, C, "
-                             f"H, W) image's with C a multiple of "
-                             f"{channel_block(self.layout)}; got {self.dtype} "
+                             f"H, W) activation's or gradient's with C a multiple of "
+                             f"{channel_block(self.layout)}; got {self.role} {self.dtype} "
                              f"{list(self.shape)}")
         return self
 

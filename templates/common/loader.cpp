@@ -145,10 +145,11 @@ void LoadedSchedule::validate(const std::string& path, int backend) const {
     if (t.alias_of >= 0 && s.tensors[t.alias_of].store != t.store)
       throw std::runtime_error(label + ": aliases a tensor in another store");
     if (t.block != 0 && (backend != CPU || (t.block != 8 && t.block != 16) || t.rank != 4 ||
-                         t.dtype != F32 || t.shape[1] % t.block != 0))
+                         t.dtype != F32 || t.shape[1] % t.block != 0 ||
+                         (t.role != ACTIVATION && t.role != GRAD)))
       throw std::runtime_error(label + ": a channel block of " + std::to_string(t.block) +
-                               " is a float32 (N, C, H, W) image's on the cpu backend, C a " +
-                               "multiple of 8 or 16");
+                               " is a float32 (N, C, H, W) activation's or gradient's on the " +
+                               "cpu backend, C a multiple of 8 or 16");
   }
   int args = 0;
   for (int k = 0; k < s.num_ops; ++k) {

@@ -154,3 +154,12 @@ def test_verify_refuses_a_blocked_image_a_kernel_reads_plain():
     plain["layout"] = "nChw16c"
     problems = verify_graph_data(data)
     assert problems and plain["name"] in problems[0] and "does not take" in problems[0]
+    # What crosses to the caller (a feed a convolution would take blocked, a parameter) is
+    # plain: the graph's own validation refuses a layout there.
+    from pydantic import ValidationError
+
+    from planner.ir.graph import Tensor
+
+    for role in ("input", "param", "state"):
+        with pytest.raises(ValidationError, match="activation's or gradient's"):
+            Tensor(name="x", shape=(2, 16, 4, 4), role=role, layout="nChw16c")
