@@ -439,9 +439,10 @@ def run_verify(args: argparse.Namespace) -> int:
 def _recorded_choices(graph, data: Any):
     """The step graph's choices (planner.graph.step) that the plan `data` records: its CPUs'
     cores, the convolution layouts on nodes of the same name (planner.costs.conv_layouts), the
-    channel block of its blocked images (planner.graph.blocked) and,
-    for a data-parallel plan, its collectives as planning chooses them for its options on its
-    target (a preset: a plan names its target, not its whole description). ValueError for
+    channel block of its blocked images (planner.graph.blocked), a CPU plan's BatchNorm Relus
+    (planner.graph.fold_norm_relu) and, for a data-parallel plan, its collectives as planning
+    chooses them for its options on its target (a preset: a plan names its target, not its
+    whole description). ValueError for
     what cannot be re-derived; data that is no plan gives none (verify_plan_text reports it)."""
     from planner.costs.conv_layouts import CONVOLUTIONS
     from planner.graph.step import StepChoices
@@ -459,12 +460,16 @@ def _recorded_choices(graph, data: Any):
     layouts = {n.name: recorded[n.name] for n in graph.nodes
                if n.op in CONVOLUTIONS and isinstance(recorded.get(n.name), str)}
     block = _recorded_block(data)
+    # A CPU plan's BatchNorm takes its Relu (planner.graph.fold_norm_relu), as planning chose.
+    cpu = _step_cores(data) is not None
     if parallel.ranks == 1:
-        return StepChoices(cores=_step_cores(data), layouts=layouts, channel_block=block)
+        return StepChoices(cores=_step_cores(data), layouts=layouts, channel_block=block,
+                           norm_activations=cpu)
     if name not in PRESETS:
         raise ValueError(f"a data-parallel plan's buckets are sized for its target; {name!r} "
                          f"is no preset: verify the plan without --graph")
     return StepChoices(cores=_step_cores(data), layouts=layouts, channel_block=block,
+                       norm_activations=cpu,
                        collectives=chosen_collectives(graph, preset(name), parallel))
 
 

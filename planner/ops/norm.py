@@ -20,6 +20,11 @@ op). Like TensorFlow's FusedBatchNormGrad `is_training`, training=False is the g
 inference form: its last two inputs are then running_mean and running_var, and `epsilon` gives
 the invstd. That is how frozen-statistics BatchNorm gets a gradient without more ops.
 
+Both take the layer's Relu folded in (`activation`: "relu", float32 only; planner/ops/
+fused_activation.py; made by planner/graph/fold_norm_relu.py on CPU steps): BatchNorm writes
+y = relu(normalised x) (NaN kept, Relu's rule), and BatchNormGrad takes a sixth input, the
+Relu's output r, and reads dy where r > 0, 0 elsewhere (ReluGrad's rule) in place of dy.
+
 LRN follows ONNX: for channel c the window is [c - (size-1)//2, c + size//2], clipped to the
 channels, and y = x / (bias + alpha/size * sum_window x^2)^beta. torch.nn.LocalResponseNorm
 agrees for odd sizes (the usual ones); for even sizes it puts the extra channel before c.
@@ -50,6 +55,14 @@ from planner.ops.base import (
     register,
     reorder_scratch,
     require_float,
+)
+from planner.ops.fused_activation import (
+    ACTIVATION_ATTR,
+    activation,
+    activation_flops,
+    activation_grad,
+    apply_activation,
+    check_activation,
 )
 
 # ---- BatchNorm -------------------------------------------------------------------------------
@@ -91,6 +104,7 @@ def _batchnorm_infer(ins: list[TensorType], a: Attrs) -> list[TensorType]:
     x = ins[0]
     c = _channels("BatchNorm", x)
     _check_per_channel("BatchNorm", x, dict(zip(BN_INPUTS, ins[1:], strict=True)))
+    check_activation("BatchNorm", a, x)
     if not a["training"]:
         return [x]
     if _per_channel(x) < 2:
@@ -114,14 +128,15 @@ def batchnorm_reference(xs: list[np.ndarray], a: Attrs) -> list[np.ndarray]:
     eps, momentum = a["epsilon"], a["momentum"]
     if not a["training"]:
         k = scale / np.sqrt(running_var + eps)
-        return [(x - _bcast(running_mean, x)) * _bcast(k, x) + _bcast(bias, x)]
+        return [apply_activation((x - _bcast(running_mean, x)) * _bcast(k, x) + _bcast(bias, x),
+                                 a)]
     axes = _stat_axes(x)
     m = x.size // x.shape[1]
     mean = x.mean(axis=axes)
     xc = x - _bcast(mean, x)
     var = (xc * xc).mean(axis=axes)
     invstd = 1.0 / np.sqrt(var + eps)
-    y = xc * _bcast(invstd * scale, x) + _bcast(bias, x)
+    y = apply_activation(xc * _bcast(invstd * scale, x) + _bcast(bias, x), a)
     new_mean = (1 - momentum) * running_mean + momentum * mean
     new_var = (1 - momentum) * running_var + momentum * var * (m / (m - 1))
     return [y, new_mean, new_var, mean, invstd]
@@ -139,6 +154,7 @@ def batchnorm_gradient(g: GradBuilder, node, grad_outputs: list[str | None]
     if dy is None or not any(wanted):
         return [None] * 5
     attrs = get_op("BatchNorm").normalize_attrs(node.attrs)
+    dy = activation_grad(g, "BatchNorm", node.name, attrs, dy, node.outputs[0])
     stats = list(node.outputs[3:5]) if attrs["training"] else [running_mean, running_var]
     grads = g.emit("BatchNormGrad", [dy, x, scale, *stats],
                    {"epsilon": attrs["epsilon"], "training": attrs["training"]})
@@ -150,11 +166,12 @@ register(OpDef(
     scratch=reorder_scratch(1),
     cost_class="reduction", arity=5,
     attrs={"epsilon": Attr("float", 1e-5), "momentum": Attr("float", 0.1),
-           "training": Attr("bool", True)},
+           "training": Attr("bool", True), **ACTIVATION_ATTR},
     infer=_batchnorm_infer,
     # Per element: training 6 (mean 1, centred square and sum 3, scale and shift 2);
-    # inference 2 (x * k + b with k, b folded per channel).
-    flops=lambda ins, outs, a: ins[0].size * (6 if a["training"] else 2),
+    # inference 2 (x * k + b with k, b folded per channel); a folded Relu's 1.
+    flops=lambda ins, outs, a: (ins[0].size * (6 if a["training"] else 2)
+                                + activation_flops(ins[0], a)),
     reference=batchnorm_reference,
     gradient=batchnorm_gradient,
     nondiff_inputs=(3, 4),
@@ -162,23 +179,32 @@ register(OpDef(
     # (kernels/batch_norm.cpp).
     channel_blocked=lambda a: ((("in", 0), ("out", 0)),) if a["training"] else (),
     doc="[x, scale, bias, running_mean, running_var] -> training: [y, running_mean_new, "
-        "running_var_new, saved_mean, saved_invstd]; inference: [y].",
+        "running_var_new, saved_mean, saved_invstd]; inference: [y]; activation none | relu "
+        "(a folded Relu).",
 ))
 
 
 def _batchnorm_grad_infer(ins: list[TensorType], a: Attrs) -> list[TensorType]:
-    dy, x, scale, mean, last = ins
+    relu = activation(a) != "none"
+    if len(ins) != 5 + relu:
+        raise OpError(f"BatchNormGrad takes {5 + relu} inputs with activation "
+                      f"{activation(a)!r}, got {len(ins)}")
+    dy, x, scale, mean, last = ins[:5]
     _channels("BatchNormGrad", x)
-    if dy.shape != x.shape or dy.dtype != x.dtype:
-        raise OpError(f"BatchNormGrad: dy is {dy.dtype}{list(dy.shape)} but x is "
-                      f"{x.dtype}{list(x.shape)}")
+    check_activation("BatchNormGrad", a, x)
+    for what, t in (("dy", dy), *((("the Relu's output", ins[5]),) if relu else ())):
+        if t.shape != x.shape or t.dtype != x.dtype:
+            raise OpError(f"BatchNormGrad: {what} is {t.dtype}{list(t.shape)} but x is "
+                          f"{x.dtype}{list(x.shape)}")
     stats = ("saved_mean", "saved_invstd") if a["training"] else BN_INPUTS[2:]
     _check_per_channel("BatchNormGrad", x, {"scale": scale, stats[0]: mean, stats[1]: last})
     return [x, scale, scale]
 
 
 def batchnorm_grad_reference(xs: list[np.ndarray], a: Attrs) -> list[np.ndarray]:
-    dy, x, scale, mean, last = xs
+    dy, x, scale, mean, last = xs[:5]
+    if activation(a) != "none":
+        dy = get_op("ReluGrad").reference([dy, xs[5]], {})[0]
     invstd = last if a["training"] else 1.0 / np.sqrt(last + a["epsilon"])
     axes = _stat_axes(x)
     xhat = (x - _bcast(mean, x)) * _bcast(invstd, x)
@@ -195,15 +221,20 @@ def batchnorm_grad_reference(xs: list[np.ndarray], a: Attrs) -> list[np.ndarray]
 register(OpDef(
     name="BatchNormGrad",
     scratch=reorder_scratch(1),
-    cost_class="reduction", arity=5,
-    attrs={"epsilon": Attr("float", 1e-5), "training": Attr("bool", True)},
+    cost_class="reduction", arity=None, min_inputs=5,
+    attrs={"epsilon": Attr("float", 1e-5), "training": Attr("bool", True), **ACTIVATION_ATTR},
     infer=_batchnorm_grad_infer,
-    # Per element: training 9 (dbias 1, xhat 2, dscale 2, dx 4); inference 6.
-    flops=lambda ins, outs, a: ins[1].size * (9 if a["training"] else 6),
+    # Per element: training 9 (dbias 1, xhat 2, dscale 2, dx 4); inference 6; a folded
+    # ReluGrad's 1.
+    flops=lambda ins, outs, a: (ins[1].size * (9 if a["training"] else 6)
+                                + activation_flops(ins[1], a)),
     reference=batchnorm_grad_reference,
-    channel_blocked=lambda a: ((("in", 0), ("in", 1), ("out", 0)),) if a["training"] else (),
-    doc="[dy, x, scale, saved_mean, saved_invstd] -> [dx, dscale, dbias]; with training=False "
-        "the last two inputs are running_mean and running_var.",
+    channel_blocked=lambda a: (((("in", 0), ("in", 1), ("out", 0))
+                                + ((("in", 5),) if activation(a) != "none" else ())),)
+    if a["training"] else (),
+    doc="[dy, x, scale, saved_mean, saved_invstd] (+ the folded Relu's output r with "
+        "activation relu) -> [dx, dscale, dbias]; with training=False the last two of the five "
+        "are running_mean and running_var.",
 ))
 
 

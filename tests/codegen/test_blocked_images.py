@@ -125,8 +125,9 @@ def test_a_step_on_blocked_images_gives_the_plain_steps_bits(tmp_path):
         kept = {t.name for t in p.graph.tensors if t.layout}
         assert len(kept) > 10 if block else not kept
         module = load(build(render(p, tmp_path / f"block{block}", layout="own")).dir)
-        runs.append(step_with_values(module, graph, state, feeds))
+        runs.append(step_with_values(module, p.graph, state, feeds))
     plain, blocked_run = runs
+    assert plain.keys() == blocked_run.keys()
     for name, value in plain.items():
         np.testing.assert_array_equal(blocked_run[name], value, err_msg=name)
 

@@ -15,6 +15,12 @@
 // batch) and saved_invstd are small loops after the statistics; oneDNN's BatchNormGrad gets the
 // variance back from saved_invstd.
 //
+// A folded Relu (`activation: relu`, planner/graph/fold_norm_relu.py) is applied as y is
+// written (Relu's rule, NaN kept: `v < 0 ? 0 : v`), and a folded ReluGrad reads the Relu's
+// output r beside dy in every pass (ReluGrad's rule, r > 0 ? dy : 0): the same bits as the two
+// ops apart. The loops take both; other forms of the forward take the Relu as one pass after
+// (fused_relu.h), and the gradient's other forms refuse it (the fold makes none).
+//
 // An image the step keeps channel-blocked (TensorRef::block: (N, C/B, H, W, B), between
 // oneDNN's convolutions, planner/graph/blocked.py) takes the same loops a block of B channels
 // at a time, the B channels in the vector lanes: each channel's sums are added in the plain
@@ -24,6 +30,7 @@
 #include <vector>
 
 #include "../dnnl_kernel.h"
+#include "../fused_relu.h"
 #include "norm.h"
 
 namespace planner {
@@ -137,6 +144,12 @@ bool loops_fit(const Node& n, const ChannelRuns& g) {
   return g.rest >= 2;
 }
 
+// Relu's rule as a folded Relu writes y (NaN compares false: kept).
+inline float relu(float v) { return v < 0.f ? 0.f : v; }
+
+// ReluGrad's rule as a folded ReluGrad reads dy: dy where the Relu's output r is positive.
+inline float relu_grad(float dy, float r) { return r > 0.f ? dy : 0.f; }
+
 // PyTorch's running update and the saved invstd from channel c's batch mean and (biased)
 // variance.
 struct RunningUpdate {
@@ -158,11 +171,20 @@ struct RunningUpdate {
 class BatchNormLoops : public Kernel {
  public:
   BatchNormLoops(const Node& n, const BatchNormAttrs& a)
-      : g_(n.in[0].shape, n.in[0].block), update_(a, g_.per_channel()) {
+      : g_(n.in[0].shape, n.in[0].block), update_(a, g_.per_channel()),
+        relu_(fused_activation(n.attrs, "BatchNorm") == kActRelu) {
     for (const TensorRef& t : n.in) in_.push_back(t.id);
     for (const TensorRef& t : n.out) out_.push_back(t.id);
   }
   void run(const Run& r) override {
+    if (relu_) return normalise(r, [](float v) { return relu(v); });
+    normalise(r, [](float v) { return v; });
+  }
+
+ private:
+  // The loops, y written as act(normalised x).
+  template <class Act>
+  void normalise(const Run& r, Act act) const {
     const float *x = r.at<float>(in_[0]), *scale = r.at<float>(in_[1]),
                 *bias = r.at<float>(in_[2]), *rm = r.at<float>(in_[3]),
                 *rv = r.at<float>(in_[4]);
@@ -195,7 +217,7 @@ class BatchNormLoops : public Kernel {
             shift[j] = bias[c];
           }
           block_elements<B>(g, b, [&](int64_t e, int64_t j) {
-            y[e] = (x[e] - mean_f[j]) * k[j] + shift[j];
+            y[e] = act((x[e] - mean_f[j]) * k[j] + shift[j]);
           });
         }
       });
@@ -215,14 +237,14 @@ class BatchNormLoops : public Kernel {
       for (int64_t i = 0; i < g.n; ++i) {
         const int64_t at = g.at(i, c);
 #pragma omp simd
-        for (int64_t e = 0; e < g.rest; ++e) y[at + e] = (x[at + e] - mean_f) * k + b;
+        for (int64_t e = 0; e < g.rest; ++e) y[at + e] = act((x[at + e] - mean_f) * k + b);
       }
     }
   }
 
- private:
   ChannelRuns g_;
   RunningUpdate update_;
+  bool relu_;
   std::vector<int> in_, out_;
 };
 
@@ -236,9 +258,20 @@ class BatchNormGradLoops : public Kernel {
     for (const TensorRef& t : n.out) out_.push_back(t.id);
   }
   void run(const Run& r) override {
-    const float *dy = r.at<float>(in_[0]), *x = r.at<float>(in_[1]),
-                *scale = r.at<float>(in_[2]), *mean = r.at<float>(in_[3]),
-                *invstd = r.at<float>(in_[4]);
+    const float* dy = r.at<float>(in_[0]);
+    if (in_.size() == 6) {  // a folded ReluGrad: dy where the Relu's output is positive
+      const float* relu_out = r.at<float>(in_[5]);
+      return gradient(r, [dy, relu_out](int64_t e) { return relu_grad(dy[e], relu_out[e]); });
+    }
+    gradient(r, [dy](int64_t e) { return dy[e]; });
+  }
+
+ private:
+  // The loops, dy's element e read as dy(e).
+  template <class Dy>
+  void gradient(const Run& r, Dy dy) const {
+    const float *x = r.at<float>(in_[1]), *scale = r.at<float>(in_[2]),
+                *mean = r.at<float>(in_[3]), *invstd = r.at<float>(in_[4]);
     float *dx = r.at<float>(out_[0]), *dscale = r.at<float>(out_[1]),
           *dbias = r.at<float>(out_[2]);
     const ChannelRuns g = g_;
@@ -252,9 +285,9 @@ class BatchNormGradLoops : public Kernel {
           const float* inv = invstd + b * B;
           double db[B], ds[B];
           float k[B], dy_mean[B], xhat_k[B];
-          block_sums<B>(g, b, [dy](int64_t e, int64_t) -> double { return dy[e]; }, db);
+          block_sums<B>(g, b, [dy](int64_t e, int64_t) -> double { return dy(e); }, db);
           block_sums<B>(g, b, [dy, x, mu, inv](int64_t e, int64_t j) {
-            return static_cast<double>(dy[e]) * ((x[e] - mu[j]) * inv[j]);
+            return static_cast<double>(dy(e)) * ((x[e] - mu[j]) * inv[j]);
           }, ds);
           for (int64_t j = 0; j < B; ++j) {
             const int64_t c = b * B + j;
@@ -265,7 +298,7 @@ class BatchNormGradLoops : public Kernel {
             xhat_k[j] = static_cast<float>(ds[j] / m);
           }
           block_elements<B>(g, b, [&](int64_t e, int64_t j) {
-            dx[e] = k[j] * (dy[e] - dy_mean[j] - (x[e] - mu[j]) * inv[j] * xhat_k[j]);
+            dx[e] = k[j] * (dy(e) - dy_mean[j] - (x[e] - mu[j]) * inv[j] * xhat_k[j]);
           });
         }
       });
@@ -274,9 +307,9 @@ class BatchNormGradLoops : public Kernel {
 #pragma omp parallel for schedule(static) firstprivate(g)
     for (int64_t c = 0; c < g.c; ++c) {
       const float mu = mean[c], inv = invstd[c];
-      const double db = channel_sum(g, c, [dy](int64_t e) -> double { return dy[e]; });
+      const double db = channel_sum(g, c, [dy](int64_t e) -> double { return dy(e); });
       const double ds = channel_sum(g, c, [dy, x, mu, inv](int64_t e) {
-        return static_cast<double>(dy[e]) * ((x[e] - mu) * inv);
+        return static_cast<double>(dy(e)) * ((x[e] - mu) * inv);
       });
       dbias[c] = static_cast<float>(db);
       dscale[c] = static_cast<float>(ds);
@@ -286,12 +319,11 @@ class BatchNormGradLoops : public Kernel {
         const int64_t at = g.at(i, c);
 #pragma omp simd
         for (int64_t e = 0; e < g.rest; ++e)
-          dx[at + e] = k * (dy[at + e] - dy_mean - (x[at + e] - mu) * inv * xhat_k);
+          dx[at + e] = k * (dy(at + e) - dy_mean - (x[at + e] - mu) * inv * xhat_k);
       }
     }
   }
 
- private:
   ChannelRuns g_;
   std::vector<int> in_, out_;
 };
@@ -342,10 +374,11 @@ KernelPtr batch_norm_inference(const Node& n, const BatchNormAttrs& a) {
 
 KernelPtr batch_norm_any(const Node& n) {
   const BatchNormAttrs a = batch_norm_attrs(n.attrs);  // common/norm.h
-  if (!a.training) return batch_norm_inference(n, a);
-  if (loops_fit(n, ChannelRuns(n.in[0].shape, n.in[0].block)))
+  // The loops apply a folded Relu as they write y; oneDNN's forms get it as one pass after.
+  if (a.training && loops_fit(n, ChannelRuns(n.in[0].shape, n.in[0].block)))
     return std::make_unique<BatchNormLoops>(n, a);
-  return std::make_unique<BatchNormTraining>(n, a);
+  if (!a.training) return with_fused_activation(batch_norm_inference(n, a), n, "BatchNorm");
+  return with_fused_activation(std::make_unique<BatchNormTraining>(n, a), n, "BatchNorm");
 }
 
 KernelPtr batch_norm(const Node& n) {
@@ -434,6 +467,13 @@ KernelPtr batch_norm_grad_training(const Node& n) {
 
 KernelPtr batch_norm_grad(const Node& n) {
   const bool training = batch_norm_attrs(n.attrs).training;
+  const bool relu = fused_activation(n.attrs, "BatchNormGrad") == kActRelu;
+  if (n.in.size() != (relu ? 6u : 5u))
+    throw std::runtime_error("BatchNormGrad takes 6 inputs with a folded Relu, 5 without");
+  if (relu && !(training && loops_fit(n, ChannelRuns(n.in[1].shape))))
+    throw std::runtime_error("BatchNormGrad: a folded Relu needs the float32 training loops "
+                             "(an image of two or more elements per channel)");
+  if (relu) check_alike({&n.in[0], &n.in[1], &n.in[5], &n.out[0]});
   check_alike({&n.in[0], &n.in[1], &n.out[0]}, training);
   if (training) return native_or_widened(n, batch_norm_grad_training);
   return widened(n, batch_norm_grad_inference);
