@@ -27,6 +27,8 @@ CASES = [
     ((8, 480, 2, 2), (8, 480, 2, 2), (480, 1, 3, 3), {"pads": [1, 1, 1, 1], "groups": 480}),
     ((2, 32, 5, 4), (2, 32, 2, 2), (32, 1, 3, 3),
      {"pads": [2, 1, 0, 1], "strides": [2, 2], "dilations": [2, 1], "groups": 32}),
+    # 20 channels: a last group of 4 lanes
+    ((3, 20, 3, 3), (3, 20, 3, 3), (20, 1, 3, 3), {"pads": [1, 1, 1, 1], "groups": 20}),
     # one group: ResNet-18's last stage at 64 px; taps that read only padding (3x3 on a 1x1
     # map); a strided, dilated one
     ((8, 256, 2, 2), (8, 256, 2, 2), (256, 256, 3, 3), {"pads": [1, 1, 1, 1]}),
