@@ -120,16 +120,17 @@ def test_a_step_on_blocked_images_gives_the_plain_steps_bits(tmp_path):
                                  if n.op.startswith("Conv2D")})
     state, feeds = start_state(graph), random_feeds(graph, seed=3)
     runs = []
-    for block in (None, 16):
+    for block in (None, 8, 16):
         p = plan(graph, host_with_block(block))
         kept = {t.name for t in p.graph.tensors if t.layout}
         assert len(kept) > 10 if block else not kept
         module = load(build(render(p, tmp_path / f"block{block}", layout="own")).dir)
         runs.append(step_with_values(module, p.graph, state, feeds))
-    plain, blocked_run = runs
-    assert plain.keys() == blocked_run.keys()
-    for name, value in plain.items():
-        np.testing.assert_array_equal(blocked_run[name], value, err_msg=name)
+    plain, *blocked_runs = runs
+    for blocked_run in blocked_runs:
+        assert plain.keys() == blocked_run.keys()
+        for name, value in plain.items():
+            np.testing.assert_array_equal(blocked_run[name], value, err_msg=name)
 
 
 def test_the_runtime_takes_blocked_images_where_the_planner_keeps_them():

@@ -22,9 +22,11 @@
 // (fused_relu.h), and the gradient's other forms refuse it (the fold makes none).
 //
 // An image the step keeps channel-blocked (TensorRef::block: (N, C/B, H, W, B), between
-// oneDNN's convolutions, planner/graph/blocked.py) takes the same loops a block of B channels
-// at a time, the B channels in the vector lanes: each channel's sums are added in the plain
-// loops' order (`block_sums`), so the bits are the plain layout's.
+// oneDNN's convolutions, planner/graph/blocked.py) takes the same loops with channels in the
+// vector lanes: the sums kTaskLanes channels a task, each channel's terms added in the plain
+// loops' order (`block_sums`), so the bits are the plain layout's; then the elementwise pass an
+// image's block a task. (A whole block a task left one thread idle on ResNet's 16-channel
+// first stage and a third of the team on 48 channels.)
 #include <cmath>
 #include <type_traits>
 #include <vector>
@@ -76,42 +78,44 @@ double channel_sum(const ChannelRuns& g, int64_t c, F f) {
   return rest;
 }
 
-// channel_sum of the `g.block` channels of block b of a blocked image at once: out[j] is channel
-// b * block + j's sum of f(e, j) over its elements e, each channel's terms added in
+// Channels per task of the blocked loops' sums: half an AVX-512 block, so that one block of
+// 16 channels (ResNet's first stage at width 0.25) still splits over two threads.
+constexpr int64_t kTaskLanes = 8;
+
+// channel_sum of lanes [j0, j0 + L) of block b of a blocked image at once: out[j] is channel
+// b * B + j0 + j's sum of f(e, j0 + j) over its elements e, each channel's terms added in
 // channel_sum's order (lane partial k % kLoopRun of its run's element k, the remainders, then
 // the partials in turn): the plain layout's bits.
-template <int64_t B, class F>
-void block_sums(const ChannelRuns& g, int64_t b, F f, double* out) {
-  double lanes[kLoopRun][B] = {};
-  double rest[B] = {};
+template <int64_t B, int64_t L, class F>
+void block_sums(const ChannelRuns& g, int64_t b, int64_t j0, F f, double* out) {
+  double lanes[kLoopRun][L] = {};
+  double rest[L] = {};
   const int64_t whole = g.rest / kLoopRun * kLoopRun;
   for (int64_t i = 0; i < g.n; ++i) {
-    const int64_t at = g.block_at(i, b);
+    const int64_t at = g.block_at(i, b) + j0;
     for (int64_t k = 0; k < whole; ++k) {
       double* partial = lanes[k % kLoopRun];
 #pragma omp simd
-      for (int64_t j = 0; j < B; ++j) partial[j] += f(at + k * B + j, j);
+      for (int64_t j = 0; j < L; ++j) partial[j] += f(at + k * B + j, j0 + j);
     }
     for (int64_t k = whole; k < g.rest; ++k)
 #pragma omp simd
-      for (int64_t j = 0; j < B; ++j) rest[j] += f(at + k * B + j, j);
+      for (int64_t j = 0; j < L; ++j) rest[j] += f(at + k * B + j, j0 + j);
   }
-  for (int64_t j = 0; j < B; ++j) {
+  for (int64_t j = 0; j < L; ++j) {
     double sum = rest[j];
     for (int64_t p = 0; p < kLoopRun; ++p) sum += lanes[p][j];
     out[j] = sum;
   }
 }
 
-// `each(e, j)` for every element e of block b of a blocked image (j: its lane).
+// `each(e, j)` for every element e of image i's block b of a blocked image (j: its lane).
 template <int64_t B, class F>
-void block_elements(const ChannelRuns& g, int64_t b, F each) {
-  for (int64_t i = 0; i < g.n; ++i) {
-    const int64_t at = g.block_at(i, b);
-    for (int64_t k = 0; k < g.rest; ++k)
+void block_elements(const ChannelRuns& g, int64_t i, int64_t b, F each) {
+  const int64_t at = g.block_at(i, b);
+  for (int64_t k = 0; k < g.rest; ++k)
 #pragma omp simd
-      for (int64_t j = 0; j < B; ++j) each(at + k * B + j, j);
-  }
+    for (int64_t j = 0; j < B; ++j) each(at + k * B + j, j);
 }
 
 // f(std::integral_constant<int64_t, B>{}) for a blocked image's block B (16 or 8): the blocked
@@ -195,30 +199,46 @@ class BatchNormLoops : public Kernel {
     const RunningUpdate update = update_;
     const double m = static_cast<double>(g.per_channel());
     if (g.block) {
+      // The statistics kTaskLanes channels a task, then y an image's block a task: the
+      // team splits even one block, and each channel's sums keep their order.
       on_block(g.block, [&](auto width) {
-        constexpr int64_t B = decltype(width)::value;
-#pragma omp parallel for schedule(static)
-        for (int64_t b = 0; b < g.c / B; ++b) {
-          double sums[B], squares[B];
-          float mean_f[B], k[B], shift[B];
-          block_sums<B>(g, b, [x](int64_t e, int64_t) -> double { return x[e]; }, sums);
-          for (int64_t j = 0; j < B; ++j) sums[j] /= m;
-          block_sums<B>(g, b, [x, &sums](int64_t e, int64_t j) {
-            const double d = x[e] - sums[j];
-            return d * d;
-          }, squares);
-          for (int64_t j = 0; j < B; ++j) {
-            const int64_t c = b * B + j;
-            mean_f[j] = static_cast<float>(sums[j]);
-            update(c, mean_f[j], static_cast<float>(squares[j] / m), rm, rv, rm_out, rv_out,
-                   invstd);
-            mean_out[c] = mean_f[j];
-            k[j] = invstd[c] * scale[c];
-            shift[j] = bias[c];
+        constexpr int64_t B = decltype(width)::value, L = kTaskLanes;
+        const int64_t blocks = g.c / B;
+#pragma omp parallel
+        {
+#pragma omp for schedule(static)
+          for (int64_t t = 0; t < g.c / L; ++t) {
+            const int64_t b = t * L / B, j0 = t * L % B;
+            double sums[L], squares[L];
+            block_sums<B, L>(g, b, j0, [x](int64_t e, int64_t) -> double { return x[e]; },
+                             sums);
+            for (int64_t j = 0; j < L; ++j) sums[j] /= m;
+            block_sums<B, L>(g, b, j0, [x, &sums, j0](int64_t e, int64_t j) {
+              const double d = x[e] - sums[j - j0];
+              return d * d;
+            }, squares);
+            for (int64_t j = 0; j < L; ++j) {
+              const int64_t c = b * B + j0 + j;
+              const float mean_f = static_cast<float>(sums[j]);
+              update(c, mean_f, static_cast<float>(squares[j] / m), rm, rv, rm_out, rv_out,
+                     invstd);
+              mean_out[c] = mean_f;
+            }
           }
-          block_elements<B>(g, b, [&](int64_t e, int64_t j) {
-            y[e] = act((x[e] - mean_f[j]) * k[j] + shift[j]);
-          });
+#pragma omp for schedule(static)
+          for (int64_t u = 0; u < g.n * blocks; ++u) {
+            const int64_t b = u % blocks;
+            float mean_f[B], k[B], shift[B];
+            for (int64_t j = 0; j < B; ++j) {
+              const int64_t c = b * B + j;
+              mean_f[j] = mean_out[c];
+              k[j] = invstd[c] * scale[c];
+              shift[j] = bias[c];
+            }
+            block_elements<B>(g, u / blocks, b, [&](int64_t e, int64_t j) {
+              y[e] = act((x[e] - mean_f[j]) * k[j] + shift[j]);
+            });
+          }
         }
       });
       return;
@@ -257,6 +277,10 @@ class BatchNormGradLoops : public Kernel {
     for (const TensorRef& t : n.in) in_.push_back(t.id);
     for (const TensorRef& t : n.out) out_.push_back(t.id);
   }
+  // The blocked loops' per-channel terms of dx (dy's mean, dscale / m).
+  size_t scratch_bytes() const override {
+    return g_.block ? 2 * static_cast<size_t>(g_.c) * sizeof(float) : 0;
+  }
   void run(const Run& r) override {
     const float* dy = r.at<float>(in_[0]);
     if (in_.size() == 6) {  // a folded ReluGrad: dy where the Relu's output is positive
@@ -277,29 +301,47 @@ class BatchNormGradLoops : public Kernel {
     const ChannelRuns g = g_;
     const double m = static_cast<double>(g.per_channel());
     if (g.block) {
+      // As the forward: the sums kTaskLanes channels a task, then dx an image's block a task;
+      // the per-channel terms of dx in the scratch area between the two.
+      float* dy_mean = reinterpret_cast<float*>(r.scratch);
+      float* xhat_k = dy_mean + g.c;
       on_block(g.block, [&](auto width) {
-        constexpr int64_t B = decltype(width)::value;
-#pragma omp parallel for schedule(static)
-        for (int64_t b = 0; b < g.c / B; ++b) {
-          const float* mu = mean + b * B;
-          const float* inv = invstd + b * B;
-          double db[B], ds[B];
-          float k[B], dy_mean[B], xhat_k[B];
-          block_sums<B>(g, b, [dy](int64_t e, int64_t) -> double { return dy(e); }, db);
-          block_sums<B>(g, b, [dy, x, mu, inv](int64_t e, int64_t j) {
-            return static_cast<double>(dy(e)) * ((x[e] - mu[j]) * inv[j]);
-          }, ds);
-          for (int64_t j = 0; j < B; ++j) {
-            const int64_t c = b * B + j;
-            dbias[c] = static_cast<float>(db[j]);
-            dscale[c] = static_cast<float>(ds[j]);
-            k[j] = scale[c] * inv[j];
-            dy_mean[j] = static_cast<float>(db[j] / m);
-            xhat_k[j] = static_cast<float>(ds[j] / m);
+        constexpr int64_t B = decltype(width)::value, L = kTaskLanes;
+        const int64_t blocks = g.c / B;
+#pragma omp parallel
+        {
+#pragma omp for schedule(static)
+          for (int64_t t = 0; t < g.c / L; ++t) {
+            const int64_t b = t * L / B, j0 = t * L % B;
+            const float* mu = mean + b * B;
+            const float* inv = invstd + b * B;
+            double db[L], ds[L];
+            block_sums<B, L>(g, b, j0, [dy](int64_t e, int64_t) -> double { return dy(e); },
+                             db);
+            block_sums<B, L>(g, b, j0, [dy, x, mu, inv](int64_t e, int64_t j) {
+              return static_cast<double>(dy(e)) * ((x[e] - mu[j]) * inv[j]);
+            }, ds);
+            for (int64_t j = 0; j < L; ++j) {
+              const int64_t c = b * B + j0 + j;
+              dbias[c] = static_cast<float>(db[j]);
+              dscale[c] = static_cast<float>(ds[j]);
+              dy_mean[c] = static_cast<float>(db[j] / m);
+              xhat_k[c] = static_cast<float>(ds[j] / m);
+            }
           }
-          block_elements<B>(g, b, [&](int64_t e, int64_t j) {
-            dx[e] = k[j] * (dy(e) - dy_mean[j] - (x[e] - mu[j]) * inv[j] * xhat_k[j]);
-          });
+#pragma omp for schedule(static)
+          for (int64_t u = 0; u < g.n * blocks; ++u) {
+            const int64_t b = u % blocks;
+            const float* mu = mean + b * B;
+            const float* inv = invstd + b * B;
+            const float* dym = dy_mean + b * B;
+            const float* xk = xhat_k + b * B;
+            float k[B];
+            for (int64_t j = 0; j < B; ++j) k[j] = scale[b * B + j] * inv[j];
+            block_elements<B>(g, u / blocks, b, [&](int64_t e, int64_t j) {
+              dx[e] = k[j] * (dy(e) - dym[j] - (x[e] - mu[j]) * inv[j] * xk[j]);
+            });
+          }
         }
       });
       return;
