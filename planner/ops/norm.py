@@ -60,6 +60,7 @@ from planner.ops.base import (
 )
 from planner.ops.fused_activation import (
     ACTIVATION_ATTR,
+    activation,
     activation_flops,
     activation_grad,
     apply_activation,
