@@ -20,12 +20,10 @@ op). Like TensorFlow's FusedBatchNormGrad `is_training`, training=False is the g
 inference form: its last two inputs are then running_mean and running_var, and `epsilon` gives
 the invstd. That is how frozen-statistics BatchNorm gets a gradient without more ops.
 
-Both take the layer's activation folded in (`activation`, float32 in training only; made by
-planner/graph/fold_norm_relu.py on CPU steps): BatchNorm's "relu" writes y = relu(normalised x)
-(NaN kept, Relu's rule: planner/ops/fused_activation.py); BatchNormGrad's applies the
-activation's gradient op to dy first, its inputs after dy appended to BatchNormGrad's five
-(NORM_GRAD_FOLDS): "relu" ReluGrad(dy, r) of the Relu's output r, "hardtanh"
-HardTanhGradA(dy, x, lo, hi) of the HardTanh's input x and scalar bounds (ReLU6).
+Both take the layer's Relu folded in (`activation`: "relu", float32 only; planner/ops/
+fused_activation.py; made by planner/graph/fold_norm_relu.py on CPU steps): BatchNorm writes
+y = relu(normalised x) (NaN kept, Relu's rule), and BatchNormGrad takes a sixth input, the
+Relu's output r, and reads dy where r > 0, 0 elsewhere (ReluGrad's rule) in place of dy.
 
 LRN follows ONNX: for channel c the window is [c - (size-1)//2, c + size//2], clipped to the
 channels, and y = x / (bias + alpha/size * sum_window x^2)^beta. torch.nn.LocalResponseNorm
@@ -186,45 +184,18 @@ register(OpDef(
 ))
 
 
-# BatchNormGrad's `activation` -> the gradient op of the activation folded into it
-# (planner/graph/fold_norm_relu.py), whose rule it applies to dy first, and that op's inputs
-# after dy, which BatchNormGrad takes after its own five: the Relu's output r; the HardTanh's
-# input x (an image) and its scalar bounds.
-NORM_GRAD_FOLDS: dict[str, tuple[str, tuple[str, ...]]] = {
-    "relu": ("ReluGrad", ("the Relu's output",)),
-    "hardtanh": ("HardTanhGradA", ("the HardTanh's input", "its lower bound", "its upper bound")),
-}
-
-
-def _grad_fold(a: Attrs) -> tuple[str, tuple[str, ...]] | None:
-    """(gradient op, its extra inputs' descriptions) of BatchNormGrad's folded activation, None
-    without one; OpError for an unknown one."""
-    act = a.get("activation") or "none"
-    if act != "none" and act not in NORM_GRAD_FOLDS:
-        raise OpError(f"BatchNormGrad: activation must be one of "
-                      f"{['none', *NORM_GRAD_FOLDS]}, got {act!r}")
-    return NORM_GRAD_FOLDS.get(act)
-
-
 def _batchnorm_grad_infer(ins: list[TensorType], a: Attrs) -> list[TensorType]:
-    fold = _grad_fold(a)
-    extra = fold[1] if fold else ()
-    if len(ins) != 5 + len(extra):
-        raise OpError(f"BatchNormGrad takes {5 + len(extra)} inputs with activation "
-                      f"{a.get('activation') or 'none'!r}, got {len(ins)}")
+    relu = activation(a) != "none"
+    if len(ins) != 5 + relu:
+        raise OpError(f"BatchNormGrad takes {5 + relu} inputs with activation "
+                      f"{activation(a)!r}, got {len(ins)}")
     dy, x, scale, mean, last = ins[:5]
     _channels("BatchNormGrad", x)
-    if fold and (x.dtype != "float32" or not a["training"]):
-        raise OpError("BatchNormGrad: a folded activation needs float32 tensors in training")
-    images = [("dy", dy)] + ([(extra[0], ins[5])] if extra else [])
-    for what, t in images:
+    check_activation("BatchNormGrad", a, x)
+    for what, t in (("dy", dy), *((("the Relu's output", ins[5]),) if relu else ())):
         if t.shape != x.shape or t.dtype != x.dtype:
             raise OpError(f"BatchNormGrad: {what} is {t.dtype}{list(t.shape)} but x is "
                           f"{x.dtype}{list(x.shape)}")
-    for what, t in zip(extra[1:], ins[6:], strict=True):
-        if t.shape != () or t.dtype != "float32":
-            raise OpError(f"BatchNormGrad: {what} must be a float32 scalar, got "
-                          f"{t.dtype}{list(t.shape)}")
     stats = ("saved_mean", "saved_invstd") if a["training"] else BN_INPUTS[2:]
     _check_per_channel("BatchNormGrad", x, {"scale": scale, stats[0]: mean, stats[1]: last})
     return [x, scale, scale]
@@ -232,8 +203,8 @@ def _batchnorm_grad_infer(ins: list[TensorType], a: Attrs) -> list[TensorType]:
 
 def batchnorm_grad_reference(xs: list[np.ndarray], a: Attrs) -> list[np.ndarray]:
     dy, x, scale, mean, last = xs[:5]
-    if (fold := _grad_fold(a)) is not None:
-        dy = get_op(fold[0]).reference([dy, *xs[5:]], {})[0]
+    if activation(a) != "none":
+        dy = get_op("ReluGrad").reference([dy, xs[5]], {})[0]
     invstd = last if a["training"] else 1.0 / np.sqrt(last + a["epsilon"])
     axes = _stat_axes(x)
     xhat = (x - _bcast(mean, x)) * _bcast(invstd, x)
@@ -247,32 +218,23 @@ def batchnorm_grad_reference(xs: list[np.ndarray], a: Attrs) -> list[np.ndarray]
     return [dx, dscale, dbias]
 
 
-def _batchnorm_grad_flops(ins: list[TensorType], outs: list[TensorType], a: Attrs) -> int:
-    """Per element: training 9 (dbias 1, xhat 2, dscale 2, dx 4); inference 6; a folded
-    activation's gradient its own op's count."""
-    count = ins[1].size * (9 if a["training"] else 6)
-    if (fold := _grad_fold(a)) is not None:
-        op = get_op(fold[0])
-        count += op.flops(ins[:1] + ins[5:], outs[:1], op.normalize_attrs({}))
-    return count
-
-
 register(OpDef(
     name="BatchNormGrad",
     scratch=reorder_scratch(1),
     cost_class="reduction", arity=None, min_inputs=5,
-    attrs={"epsilon": Attr("float", 1e-5), "training": Attr("bool", True),
-           "activation": Attr("str", optional=True)},
+    attrs={"epsilon": Attr("float", 1e-5), "training": Attr("bool", True), **ACTIVATION_ATTR},
     infer=_batchnorm_grad_infer,
-    flops=_batchnorm_grad_flops,
+    # Per element: training 9 (dbias 1, xhat 2, dscale 2, dx 4); inference 6; a folded
+    # ReluGrad's 1.
+    flops=lambda ins, outs, a: (ins[1].size * (9 if a["training"] else 6)
+                                + activation_flops(ins[1], a)),
     reference=batchnorm_grad_reference,
-    # Training's float32 loops also run on a blocked dy, x, dx and a folded activation's image.
     channel_blocked=lambda a: (((("in", 0), ("in", 1), ("out", 0))
-                                + ((("in", 5),) if _grad_fold(a) else ())),)
+                                + ((("in", 5),) if activation(a) != "none" else ())),)
     if a["training"] else (),
-    doc="[dy, x, scale, saved_mean, saved_invstd] (+ with activation relu the Relu's output; "
-        "hardtanh: the HardTanh's input, lower and upper bound) -> [dx, dscale, dbias]; with "
-        "training=False the last two of the five are running_mean and running_var.",
+    doc="[dy, x, scale, saved_mean, saved_invstd] (+ the folded Relu's output r with "
+        "activation relu) -> [dx, dscale, dbias]; with training=False the last two of the five "
+        "are running_mean and running_var.",
 ))
 
 

@@ -167,34 +167,3 @@ def test_training_plans_verify_against_their_graph(tmp_path, capsys):
                if n["op"] == "BatchNormGrad") == 9
     assert cli.main(["verify", out, "--graph", graph]) == 0
     capsys.readouterr()
-
-
-def _relu6_layer(bounds_shape=()) -> Graph:
-    """x -> Conv2D -> BatchNorm -> ReLU6 (HardTanh with state bounds 0 and 6) -> the head."""
-    from planner.ir.graph import Tensor
-
-    b = GraphBuilder("relu6")
-    lo, hi = (b.add_tensor(Tensor(name=n, shape=bounds_shape, role="state", init="constant",
-                                  value=v)) for n, v in (("lo", 0.0), ("hi", 6.0)))
-    y = batch_norm(b, conv2d(b, b.input("x", (2, 3, 4, 4)), 4, 3, name="conv"), name="bn")
-    h = b.op("HardTanh", [y, lo, hi], name="relu6")
-    return make_training_graph(
-        b.build(head(b, b.op("Flatten", [h], {"axis": 1}, name="flat"), 3, True)), SGD)
-
-
-def test_a_relu6_gradient_folds_and_its_forward_stays():
-    """ReLU6's gradient (HardTanhGradA of the HardTanh's input and bounds) folds into the
-    BatchNormGrad; the HardTanh stays, since its gradient reads its input, the BatchNorm's y."""
-    plain = _relu6_layer()
-    folded = check_graph(fold_norm_relus(plain))
-    assert _folded_ops(folded) == [("BatchNorm", 5, None), ("BatchNormGrad", 8, "hardtanh")]
-    grad = next(n for n in folded.nodes if n.op == "BatchNormGrad")
-    assert grad.inputs[5:] == ("bn:0", "lo", "hi")
-    ops = [n.op for n in folded.nodes]
-    assert "HardTanh" in ops and "HardTanhGradA" not in ops
-    assert_same_values(plain, folded, seeds=(3, 4), fewer=True)
-
-
-def test_a_relu6_of_tensor_bounds_stays_apart():
-    g = _relu6_layer(bounds_shape=(1,))
-    assert fold_norm_relus(g) == g

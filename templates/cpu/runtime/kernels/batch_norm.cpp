@@ -17,9 +17,8 @@
 //
 // A folded Relu (`activation: relu`, planner/graph/fold_norm_relu.py) is applied as y is
 // written (Relu's rule, NaN kept: `v < 0 ? 0 : v`), and a folded ReluGrad reads the Relu's
-// output r beside dy in every pass (ReluGrad's rule, r > 0 ? dy : 0), a folded HardTanhGradA
-// (ReLU6's gradient) the HardTanh's input and bounds (its rule): the same bits as the ops
-// apart. The loops take them all; other forms of the forward take the Relu as one pass after
+// output r beside dy in every pass (ReluGrad's rule, r > 0 ? dy : 0): the same bits as the two
+// ops apart. The loops take both; other forms of the forward take the Relu as one pass after
 // (fused_relu.h), and the gradient's other forms refuse it (the fold makes none).
 //
 // An image the step keeps channel-blocked (TensorRef::block: (N, C/B, H, W, B), between
@@ -29,8 +28,6 @@
 // image's block a task. (A whole block a task left one thread idle on ResNet's 16-channel
 // first stage and a third of the team on 48 channels.)
 #include <cmath>
-#include <stdexcept>
-#include <string>
 #include <type_traits>
 #include <vector>
 
@@ -157,34 +154,6 @@ inline float relu(float v) { return v < 0.f ? 0.f : v; }
 // ReluGrad's rule as a folded ReluGrad reads dy: dy where the Relu's output r is positive.
 inline float relu_grad(float dy, float r) { return r > 0.f ? dy : 0.f; }
 
-// HardTanhGradA's rule (the pointwise table's generated kernel, planner/ops/kinks.py
-// hardtanh_passes) as a folded one reads dy: dy times 1 where x is inside (lo, hi) or a NaN is
-// involved, times 0 elsewhere (so an infinite dy outside gives NaN, as the op apart does).
-inline float hardtanh_grad(float dy, float x, float lo, float hi) {
-  const bool below = x > lo || std::isnan(x) || std::isnan(lo);
-  const bool above = x < hi || std::isnan(x) || std::isnan(hi);
-  return dy * (below && above ? 1.0f : 0.0f);
-}
-
-// BatchNormGrad's folded activation (planner/ops/norm.py NORM_GRAD_FOLDS) and the inputs it
-// takes after its own five.
-enum NormGradActivation : int { kNormGradNone = 0, kNormGradRelu = 1, kNormGradHardTanh = 3 };
-
-NormGradActivation norm_grad_activation(const Node& n) {
-  const std::string act = n.attrs.has("activation") ? n.attrs.s("activation") : "none";
-  NormGradActivation a = kNormGradNone;
-  if (act == "relu") a = kNormGradRelu;
-  else if (act == "hardtanh") a = kNormGradHardTanh;
-  else if (act != "none") throw std::runtime_error("BatchNormGrad: unknown activation " + act);
-  if (n.in.size() != 5u + a)
-    throw std::runtime_error("BatchNormGrad takes " + std::to_string(5 + a) +
-                             " inputs with activation " + act);
-  for (size_t k = 6; k < n.in.size(); ++k)
-    if (n.in[k].dtype != F32 || n.in[k].size() != 1)
-      throw std::runtime_error("BatchNormGrad: a folded HardTanh's bounds are float32 scalars");
-  return a;
-}
-
 // PyTorch's running update and the saved invstd from channel c's batch mean and (biased)
 // variance.
 struct RunningUpdate {
@@ -304,8 +273,7 @@ class BatchNormLoops : public Kernel {
 // dscale / m) with xhat = (x - mean) * invstd.
 class BatchNormGradLoops : public Kernel {
  public:
-  explicit BatchNormGradLoops(const Node& n)
-      : g_(n.in[1].shape, n.in[1].block), act_(norm_grad_activation(n)) {
+  explicit BatchNormGradLoops(const Node& n) : g_(n.in[1].shape, n.in[1].block) {
     for (const TensorRef& t : n.in) in_.push_back(t.id);
     for (const TensorRef& t : n.out) out_.push_back(t.id);
   }
@@ -315,20 +283,15 @@ class BatchNormGradLoops : public Kernel {
   }
   void run(const Run& r) override {
     const float* dy = r.at<float>(in_[0]);
-    if (act_ == kNormGradRelu) {  // dy where the Relu's output is positive
+    if (in_.size() == 6) {  // a folded ReluGrad: dy where the Relu's output is positive
       const float* relu_out = r.at<float>(in_[5]);
       return gradient(r, [dy, relu_out](int64_t e) { return relu_grad(dy[e], relu_out[e]); });
-    }
-    if (act_ == kNormGradHardTanh) {  // dy where the HardTanh's input lies inside its bounds
-      const float* x = r.at<float>(in_[5]);
-      const float lo = *r.at<float>(in_[6]), hi = *r.at<float>(in_[7]);
-      return gradient(r, [dy, x, lo, hi](int64_t e) { return hardtanh_grad(dy[e], x[e], lo, hi); });
     }
     gradient(r, [dy](int64_t e) { return dy[e]; });
   }
 
  private:
-  // The loops, dy's element e read as dy(e) (a folded activation's gradient applied).
+  // The loops, dy's element e read as dy(e).
   template <class Dy>
   void gradient(const Run& r, Dy dy) const {
     const float *x = r.at<float>(in_[1]), *scale = r.at<float>(in_[2]),
@@ -404,7 +367,6 @@ class BatchNormGradLoops : public Kernel {
   }
 
   ChannelRuns g_;
-  NormGradActivation act_;
   std::vector<int> in_, out_;
 };
 
@@ -547,15 +509,13 @@ KernelPtr batch_norm_grad_training(const Node& n) {
 
 KernelPtr batch_norm_grad(const Node& n) {
   const bool training = batch_norm_attrs(n.attrs).training;
-  const bool folded = norm_grad_activation(n) != kNormGradNone;
-  if (folded && !(training && loops_fit(n, ChannelRuns(n.in[1].shape))))
-    throw std::runtime_error("BatchNormGrad: a folded activation needs the float32 training "
-                             "loops (an image of two or more elements per channel)");
-  if (folded) {
-    check_alike({&n.in[0], &n.in[1], &n.in[5], &n.out[0]});
-    if (n.in[5].shape != n.in[1].shape)
-      throw std::runtime_error("BatchNormGrad: a folded activation's image must be x's shape");
-  }
+  const bool relu = fused_activation(n.attrs, "BatchNormGrad") == kActRelu;
+  if (n.in.size() != (relu ? 6u : 5u))
+    throw std::runtime_error("BatchNormGrad takes 6 inputs with a folded Relu, 5 without");
+  if (relu && !(training && loops_fit(n, ChannelRuns(n.in[1].shape))))
+    throw std::runtime_error("BatchNormGrad: a folded Relu needs the float32 training loops "
+                             "(an image of two or more elements per channel)");
+  if (relu) check_alike({&n.in[0], &n.in[1], &n.in[5], &n.out[0]});
   check_alike({&n.in[0], &n.in[1], &n.out[0]}, training);
   if (training) return native_or_widened(n, batch_norm_grad_training);
   return widened(n, batch_norm_grad_inference);

@@ -23,6 +23,7 @@
 
 #include "../cudnn_kernel.h"
 #include "../low_float.cuh"
+#include "fused_activation.h"
 #include "norm.h"
 
 namespace planner {
@@ -78,12 +79,11 @@ void require_per_channel(const Node& n, size_t first, size_t last, int64_t c) {
 
 // ---- BatchNorm -------------------------------------------------------------------------------
 
-// An activation folded into a batch norm is the CPU step's (planner/graph/fold_norm_relu.py): a
-// plan giving one to cuDNN's batch norm is refused rather than run without it.
-void refuse_folded_activation(const Node& n, const std::string& op) {
-  if (n.attrs.has("activation") && n.attrs.s("activation") != "none")
-    throw std::runtime_error(op + ": a folded activation is the CPU runtime's; re-plan for "
-                             "this GPU");
+// A Relu folded into a batch norm is the CPU step's (planner/graph/fold_norm_relu.py): a plan
+// giving one to cuDNN's batch norm is refused rather than run without it.
+void refuse_folded_relu(const Node& n, const std::string& op) {
+  if (fused_activation(n.attrs, op) != kActNone)
+    throw std::runtime_error(op + ": a folded Relu is the CPU runtime's; re-plan for this GPU");
 }
 
 class BatchNorm : public Kernel {
@@ -91,7 +91,7 @@ class BatchNorm : public Kernel {
   explicit BatchNorm(const Node& n) {
     const int type = data_type(n, {0}, {0}, "BatchNorm");
     const Nci d = channels_of(n.in[0].shape, "BatchNorm");
-    refuse_folded_activation(n, "BatchNorm");
+    refuse_folded_relu(n, "BatchNorm");
     require_per_channel(n, 1, 4, d.c);
     const BatchNormAttrs a = batch_norm_attrs(n.attrs);  // common/norm.h
     training_ = a.training;
@@ -194,7 +194,7 @@ class BatchNormGrad : public Kernel {
   explicit BatchNormGrad(const Node& n) {
     type_ = data_type(n, {0, 1}, {0}, "BatchNormGrad");
     d_ = channels_of(n.in[1].shape, "BatchNormGrad");
-    refuse_folded_activation(n, "BatchNormGrad");
+    refuse_folded_relu(n, "BatchNormGrad");
     if (n.in[0].shape != n.in[1].shape || n.out[0].shape != n.in[1].shape)
       throw std::runtime_error("BatchNormGrad: dy, x and dx must have one shape");
     require_per_channel(n, 2, 4, d_.c);
