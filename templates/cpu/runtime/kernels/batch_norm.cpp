@@ -126,6 +126,26 @@ void on_block(int64_t block, F f) {
   f(std::integral_constant<int64_t, 8>{});
 }
 
+// The blocked loops' two phases, in one parallel region: `stats(width, b, j0)` for each task of
+// kTaskLanes channels (lanes j0.. of block b: the team splits even one block, each channel's
+// sums in their order), then `elements(width, i, b)` for each image's block; `width` is the
+// block as a compile-time constant (on_block).
+template <class Stats, class Elements>
+void blocked_phases(const ChannelRuns& g, Stats stats, Elements elements) {
+  on_block(g.block, [&](auto width) {
+    constexpr int64_t B = decltype(width)::value;
+    const int64_t blocks = g.c / B;
+#pragma omp parallel
+    {
+#pragma omp for schedule(static)
+      for (int64_t t = 0; t < g.c / kTaskLanes; ++t)
+        stats(width, t * kTaskLanes / B, t * kTaskLanes % B);
+#pragma omp for schedule(static)
+      for (int64_t u = 0; u < g.n * blocks; ++u) elements(width, u / blocks, u % blocks);
+    }
+  });
+}
+
 // x's (or dy's, dx's) descriptor for oneDNN's batch norm: (N, C, rest, 1), or the blocked image
 // as it lies (oneDNN's batch norm reads nChw16c / nChw8c).
 memory::desc image_md(const TensorRef& t) {
@@ -199,47 +219,34 @@ class BatchNormLoops : public Kernel {
     const RunningUpdate update = update_;
     const double m = static_cast<double>(g.per_channel());
     if (g.block) {
-      // The statistics kTaskLanes channels a task, then y an image's block a task: the
-      // team splits even one block, and each channel's sums keep their order.
-      on_block(g.block, [&](auto width) {
+      // The statistics kTaskLanes channels a task, then y an image's block a task.
+      blocked_phases(g, [&](auto width, int64_t b, int64_t j0) {
         constexpr int64_t B = decltype(width)::value, L = kTaskLanes;
-        const int64_t blocks = g.c / B;
-#pragma omp parallel
-        {
-#pragma omp for schedule(static)
-          for (int64_t t = 0; t < g.c / L; ++t) {
-            const int64_t b = t * L / B, j0 = t * L % B;
-            double sums[L], squares[L];
-            block_sums<B, L>(g, b, j0, [x](int64_t e, int64_t) -> double { return x[e]; },
-                             sums);
-            for (int64_t j = 0; j < L; ++j) sums[j] /= m;
-            block_sums<B, L>(g, b, j0, [x, &sums, j0](int64_t e, int64_t j) {
-              const double d = x[e] - sums[j - j0];
-              return d * d;
-            }, squares);
-            for (int64_t j = 0; j < L; ++j) {
-              const int64_t c = b * B + j0 + j;
-              const float mean_f = static_cast<float>(sums[j]);
-              update(c, mean_f, static_cast<float>(squares[j] / m), rm, rv, rm_out, rv_out,
-                     invstd);
-              mean_out[c] = mean_f;
-            }
-          }
-#pragma omp for schedule(static)
-          for (int64_t u = 0; u < g.n * blocks; ++u) {
-            const int64_t b = u % blocks;
-            float mean_f[B], k[B], shift[B];
-            for (int64_t j = 0; j < B; ++j) {
-              const int64_t c = b * B + j;
-              mean_f[j] = mean_out[c];
-              k[j] = invstd[c] * scale[c];
-              shift[j] = bias[c];
-            }
-            block_elements<B>(g, u / blocks, b, [&](int64_t e, int64_t j) {
-              y[e] = act((x[e] - mean_f[j]) * k[j] + shift[j]);
-            });
-          }
+        double sums[L], squares[L];
+        block_sums<B, L>(g, b, j0, [x](int64_t e, int64_t) -> double { return x[e]; }, sums);
+        for (int64_t j = 0; j < L; ++j) sums[j] /= m;
+        block_sums<B, L>(g, b, j0, [x, &sums, j0](int64_t e, int64_t j) {
+          const double d = x[e] - sums[j - j0];
+          return d * d;
+        }, squares);
+        for (int64_t j = 0; j < L; ++j) {
+          const int64_t c = b * B + j0 + j;
+          const float mean_f = static_cast<float>(sums[j]);
+          update(c, mean_f, static_cast<float>(squares[j] / m), rm, rv, rm_out, rv_out, invstd);
+          mean_out[c] = mean_f;
         }
+      }, [&](auto width, int64_t i, int64_t b) {
+        constexpr int64_t B = decltype(width)::value;
+        float mean_f[B], k[B], shift[B];
+        for (int64_t j = 0; j < B; ++j) {
+          const int64_t c = b * B + j;
+          mean_f[j] = mean_out[c];
+          k[j] = invstd[c] * scale[c];
+          shift[j] = bias[c];
+        }
+        block_elements<B>(g, i, b, [&](int64_t e, int64_t j) {
+          y[e] = act((x[e] - mean_f[j]) * k[j] + shift[j]);
+        });
       });
       return;
     }
@@ -305,44 +312,31 @@ class BatchNormGradLoops : public Kernel {
       // the per-channel terms of dx in the scratch area between the two.
       float* dy_mean = reinterpret_cast<float*>(r.scratch);
       float* xhat_k = dy_mean + g.c;
-      on_block(g.block, [&](auto width) {
+      blocked_phases(g, [&](auto width, int64_t b, int64_t j0) {
         constexpr int64_t B = decltype(width)::value, L = kTaskLanes;
-        const int64_t blocks = g.c / B;
-#pragma omp parallel
-        {
-#pragma omp for schedule(static)
-          for (int64_t t = 0; t < g.c / L; ++t) {
-            const int64_t b = t * L / B, j0 = t * L % B;
-            const float* mu = mean + b * B;
-            const float* inv = invstd + b * B;
-            double db[L], ds[L];
-            block_sums<B, L>(g, b, j0, [dy](int64_t e, int64_t) -> double { return dy(e); },
-                             db);
-            block_sums<B, L>(g, b, j0, [dy, x, mu, inv](int64_t e, int64_t j) {
-              return static_cast<double>(dy(e)) * ((x[e] - mu[j]) * inv[j]);
-            }, ds);
-            for (int64_t j = 0; j < L; ++j) {
-              const int64_t c = b * B + j0 + j;
-              dbias[c] = static_cast<float>(db[j]);
-              dscale[c] = static_cast<float>(ds[j]);
-              dy_mean[c] = static_cast<float>(db[j] / m);
-              xhat_k[c] = static_cast<float>(ds[j] / m);
-            }
-          }
-#pragma omp for schedule(static)
-          for (int64_t u = 0; u < g.n * blocks; ++u) {
-            const int64_t b = u % blocks;
-            const float* mu = mean + b * B;
-            const float* inv = invstd + b * B;
-            const float* dym = dy_mean + b * B;
-            const float* xk = xhat_k + b * B;
-            float k[B];
-            for (int64_t j = 0; j < B; ++j) k[j] = scale[b * B + j] * inv[j];
-            block_elements<B>(g, u / blocks, b, [&](int64_t e, int64_t j) {
-              dx[e] = k[j] * (dy(e) - dym[j] - (x[e] - mu[j]) * inv[j] * xk[j]);
-            });
-          }
+        const float* mu = mean + b * B;
+        const float* inv = invstd + b * B;
+        double db[L], ds[L];
+        block_sums<B, L>(g, b, j0, [dy](int64_t e, int64_t) -> double { return dy(e); }, db);
+        block_sums<B, L>(g, b, j0, [dy, x, mu, inv](int64_t e, int64_t j) {
+          return static_cast<double>(dy(e)) * ((x[e] - mu[j]) * inv[j]);
+        }, ds);
+        for (int64_t j = 0; j < L; ++j) {
+          const int64_t c = b * B + j0 + j;
+          dbias[c] = static_cast<float>(db[j]);
+          dscale[c] = static_cast<float>(ds[j]);
+          dy_mean[c] = static_cast<float>(db[j] / m);
+          xhat_k[c] = static_cast<float>(ds[j] / m);
         }
+      }, [&](auto width, int64_t i, int64_t b) {
+        constexpr int64_t B = decltype(width)::value;
+        const float *mu = mean + b * B, *inv = invstd + b * B;
+        const float *dym = dy_mean + b * B, *xk = xhat_k + b * B;
+        float k[B];
+        for (int64_t j = 0; j < B; ++j) k[j] = scale[b * B + j] * inv[j];
+        block_elements<B>(g, i, b, [&](int64_t e, int64_t j) {
+          dx[e] = k[j] * (dy(e) - dym[j] - (x[e] - mu[j]) * inv[j] * xk[j]);
+        });
       });
       return;
     }
