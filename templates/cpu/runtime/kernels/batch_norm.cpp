@@ -28,6 +28,8 @@
 // image's block a task. (A whole block a task left one thread idle on ResNet's 16-channel
 // first stage and a third of the team on 48 channels.)
 #include <cmath>
+#include <string>
+#include <tuple>
 #include <type_traits>
 #include <vector>
 
@@ -152,13 +154,34 @@ memory::desc image_md(const TensorRef& t) {
   return t.block ? held_md(t) : view_md(ChannelRuns(t.shape).as4d(), t.dtype);
 }
 
-// Refuses images held unlike (one blocked, one plain), and blocked ones where `blocked_ok` is
-// false (the inference gradient's plain loop).
+// Refuses images of other shapes (the loops walk them all by the first's), images held unlike
+// (one blocked, one plain), and blocked ones where `blocked_ok` is false (the inference
+// gradient's plain loop).
 void check_alike(std::initializer_list<const TensorRef*> images, bool blocked_ok = true) {
-  for (const TensorRef* t : images)
+  for (const TensorRef* t : images) {
+    if (t->shape != (*images.begin())->shape || t->shape.size() < 2)
+      throw std::runtime_error("a batch norm's images must be of one shape (N, C, ...)");
     if (t->block != (*images.begin())->block || (t->block && !blocked_ok))
       throw std::runtime_error("a batch norm's images must be held alike (all blocked or "
                                "plain; plain in an inference-mode gradient)");
+  }
+}
+
+// Refuses operand counts other than `ins` and `outs`, and per-channel operands (`channel_ins`,
+// `channel_outs`) of other than x's C elements: the loops index them by channel.
+void check_operands(const Node& n, const std::string& op, size_t ins, size_t outs,
+                    std::initializer_list<size_t> channel_ins,
+                    std::initializer_list<size_t> channel_outs, size_t x) {
+  if (n.in.size() != ins || n.out.size() != outs)
+    throw std::runtime_error(op + " takes " + std::to_string(ins) + " inputs and " +
+                             std::to_string(outs) + " outputs here");
+  const Shape& image = n.in[x].shape;
+  if (image.size() < 2) throw std::runtime_error(op + ": x must be (N, C, ...)");
+  for (const auto& [side, slots, what] :
+       {std::tuple(&n.in, channel_ins, "input "), std::tuple(&n.out, channel_outs, "output ")})
+    for (size_t k : slots)
+      if ((*side)[k].size() != image[1])
+        throw std::runtime_error(op + ": " + what + std::to_string(k) + " must hold C values");
 }
 
 bool loops_fit(const Node& n, const ChannelRuns& g) {
@@ -418,6 +441,11 @@ KernelPtr batch_norm_any(const Node& n) {
 }
 
 KernelPtr batch_norm(const Node& n) {
+  const bool training = batch_norm_attrs(n.attrs).training;
+  if (training)
+    check_operands(n, "BatchNorm", 5, 5, {1, 2, 3, 4}, {1, 2, 3, 4}, 0);
+  else
+    check_operands(n, "BatchNorm", 5, 1, {1, 2, 3, 4}, {}, 0);
   check_alike({&n.in[0], &n.out[0]});
   return native_or_widened(n, batch_norm_any);
 }
@@ -504,8 +532,8 @@ KernelPtr batch_norm_grad_training(const Node& n) {
 KernelPtr batch_norm_grad(const Node& n) {
   const bool training = batch_norm_attrs(n.attrs).training;
   const bool relu = fused_activation(n.attrs, "BatchNormGrad") == kActRelu;
-  if (n.in.size() != (relu ? 6u : 5u))
-    throw std::runtime_error("BatchNormGrad takes 6 inputs with a folded Relu, 5 without");
+  // (The folded Relu's output, input 5, is an image: checked with the others below.)
+  check_operands(n, "BatchNormGrad", relu ? 6 : 5, 3, {2, 3, 4}, {1, 2}, 1);
   if (relu && !(training && loops_fit(n, ChannelRuns(n.in[1].shape))))
     throw std::runtime_error("BatchNormGrad: a folded Relu needs the float32 training loops "
                              "(an image of two or more elements per channel)");
