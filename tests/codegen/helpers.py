@@ -64,6 +64,21 @@ def build_module(graph: Graph, folder: Path, backend: str = "cpu", layout: str =
     return load(build(tree).dir)
 
 
+def planned_graph(module) -> Graph:
+    """The graph a built module's plan runs: the step graph (planner.pipeline.step_graph's
+    rewrites for its target: folds, layouts), whose tensors the executor holds."""
+    import json
+
+    return Graph.model_validate(json.loads(module.plan)["graph"])
+
+
+def host_with_block(block: int | None):
+    """This host with its CPU's channel block set to `block` (None: no images kept blocked;
+    planner.graph.blocked)."""
+    host = detect()
+    return host.model_copy(update={"cpu": host.cpu.model_copy(update={"vector_floats": block})})
+
+
 def start_state(graph: Graph, seed: int = 1) -> dict[str, np.ndarray]:
     """init_params, with zero/one-initialised params moved off their constants: a zero BN bias
     makes its gradient a near-cancelling sum whose float32 value is rounding noise (numpy's
@@ -134,8 +149,8 @@ def step_with_values(module, graph: Graph, state, feeds, **options) -> dict[str,
     return values
 
 
-__all__ = ["build_module", "gpu_plan", "host_plan", "node_errors", "random_feeds", "rel_error",
-           "start_state", "step_with_values"]
+__all__ = ["build_module", "gpu_plan", "host_plan", "host_with_block", "node_errors",
+           "planned_graph", "random_feeds", "rel_error", "start_state", "step_with_values"]
 
 
 def ops_on_threads(sigs, folder: Path, seed: int, threads=(1, 2)):

@@ -23,21 +23,20 @@ from planner.graph.interpret import random_feeds, train_step, widened
 from planner.graph.optimizer import Optimizer
 from planner.ops.base import BY_POSITION, REGISTRY
 from planner.pipeline import plan
-from planner.target.detect import detect
 from planner.verify.graph import verify_graph_data
 from planner.zoo import build as zoo
-from tests.codegen.helpers import node_errors, rel_error, start_state, step_with_values
+from tests.codegen.helpers import (
+    host_with_block,
+    node_errors,
+    rel_error,
+    start_state,
+    step_with_values,
+)
 from tests.codegen.zoo_cases import TOL, allowed
 
 # Channels 16 to 128 (width 0.25): every stage's images a multiple of both blocks.
 RESNET = dict(batch=2, image=16, depth=18, width=0.25, classes=5)
 RUNTIME = Path(__file__).resolve().parents[2] / "templates" / "cpu" / "runtime"
-
-
-def host_with_block(block: int | None):
-    """This host with its CPU's channel block set to `block` (None: no images kept blocked)."""
-    host = detect()
-    return host.model_copy(update={"cpu": host.cpu.model_copy(update={"vector_floats": block})})
 
 
 def mobile_block():

@@ -9,17 +9,14 @@ tests/codegen/gradients.py (why teacher-forced: a ReLU input within rounding of 
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
-from planner.graph import Graph
 from planner.graph.autodiff import make_training_graph
 from planner.graph.interpret import random_feeds
 from planner.graph.optimizer import Optimizer
 from planner.zoo import build
 from tests.codegen.gradients import check_gradients
-from tests.codegen.helpers import build_module, start_state
+from tests.codegen.helpers import build_module, planned_graph, start_state
 from tests.codegen.zoo_cases import MODELS, SLOW
 
 # test_zoo_models' sizes, but densenet's batch: at batch 2 its last block normalizes 1x1 maps
@@ -36,5 +33,5 @@ def test_zoo_model_gradients_match_reference(model, tmp_path_factory):
     module = build_module(graph, tmp_path_factory.mktemp("grads") / f"grads_{model}")
     # The graph as planned for this host (planner.pipeline.step_graph's rewrites for its
     # cores), which is what the executor runs: every node of it is checked.
-    graph = Graph.model_validate(json.loads(module.plan)["graph"])
+    graph = planned_graph(module)
     check_gradients(graph, module, start_state(graph), random_feeds(graph, seed=2))

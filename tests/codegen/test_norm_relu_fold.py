@@ -15,8 +15,7 @@ from planner.graph.autodiff import make_training_graph
 from planner.graph.interpret import random_feeds
 from planner.graph.optimizer import Optimizer
 from planner.pipeline import plan
-from tests.codegen.helpers import start_state, step_with_values
-from tests.codegen.test_blocked_images import host_with_block
+from tests.codegen.helpers import host_with_block, start_state, step_with_values
 
 
 def _net():
