@@ -24,6 +24,11 @@ runtime's loops take those, and oneDNN's batch norm has no NaN-keeping Relu
 convolutions' and GEMMs' folds leave them. The evaluation graph made from a folded step keeps
 the BatchNorm's activation, in inference mode (planner/graph/evaluation.py).
 
+A ReLU6's gradient (HardTanhGradA of the HardTanh's input and bounds) stays apart: folded the
+same way, its NaN-aware mask evaluated in each of BatchNormGrad's three passes took
+mobilenet_v2's step 0.63 ms more than the 0.55 ms its own pass took
+(bench/results/2026-11-27-norm-folds.md).
+
 Example:
     >>> from planner.graph.builder import GraphBuilder
     >>> from planner.graph.autodiff import make_training_graph
