@@ -1,5 +1,5 @@
 // A Conv2D's or MatMul's folded Relu (fused_activation.h): the op's own kernel, then one pass
-// over its float32 y as the Relu kernel makes (v < 0 ? 0 : v), while y is still in cache. Not
+// over its float32 y as the Relu kernel makes (relu_value), while y is still in cache. Not
 // oneDNN's Relu post-op: its JIT form is max(v, 0), which turns a NaN output into 0; after a
 // NaN weight that would hide the NaN from the loss and from every gradient (ReluGrad passes
 // nothing through a 0), so a diverged run would go on silently. Every element is stored, the
@@ -16,6 +16,11 @@
 
 namespace planner {
 
+// Relu's rule on one float32, the Relu kernel's (kernels/math.cpp) and every folded Relu's:
+// np.maximum(v, 0) as the reference computes it, NaN kept, -0 to +0 (a kernel of its own kept
+// -0, a bit the Relu op apart would not give).
+inline float relu_value(float v) { return v > 0.f || v != v ? v : 0.f; }
+
 class FusedRelu : public Kernel {
  public:
   FusedRelu(KernelPtr op, int y, int64_t size) : op_(std::move(op)), y_(y), size_(size) {}
@@ -26,7 +31,7 @@ class FusedRelu : public Kernel {
     float* y = r.at<float>(y_);
 #pragma omp parallel for num_threads(r.threads) schedule(static)
     for (int64_t i = 0; i < size_; ++i)
-      y[i] = y[i] < 0.f ? 0.f : y[i];  // NaN compares false: kept, as Relu keeps it
+      y[i] = relu_value(y[i]);
   }
 
  private:

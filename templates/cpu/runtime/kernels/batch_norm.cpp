@@ -16,7 +16,7 @@
 // variance back from saved_invstd.
 //
 // A folded Relu (`activation: relu`, planner/graph/fold_norm_relu.py) is applied as y is
-// written (Relu's rule, NaN kept: `v < 0 ? 0 : v`), and a folded ReluGrad reads the Relu's
+// written (Relu's rule, fused_relu.h relu_value), and a folded ReluGrad reads the Relu's
 // output r beside dy in every pass (ReluGrad's rule, r > 0 ? dy : 0): the same bits as the two
 // ops apart. The loops take both; other forms of the forward take the Relu as one pass after
 // (fused_relu.h), and the gradient's other forms refuse it (the fold makes none).
@@ -191,9 +191,6 @@ bool loops_fit(const Node& n, const ChannelRuns& g) {
   return g.rest >= 2;
 }
 
-// Relu's rule as a folded Relu writes y (NaN compares false: kept).
-inline float relu(float v) { return v < 0.f ? 0.f : v; }
-
 // ReluGrad's rule as a folded ReluGrad reads dy: dy where the Relu's output r is positive.
 inline float relu_grad(float dy, float r) { return r > 0.f ? dy : 0.f; }
 
@@ -224,7 +221,8 @@ class BatchNormLoops : public Kernel {
     for (const TensorRef& t : n.out) out_.push_back(t.id);
   }
   void run(const Run& r) override {
-    if (relu_) return normalise(r, [](float v) { return relu(v); });
+    // fused_relu.h: the Relu kernel's rule (a lambda: the loops inline it).
+    if (relu_) return normalise(r, [](float v) { return relu_value(v); });
     normalise(r, [](float v) { return v; });
   }
 

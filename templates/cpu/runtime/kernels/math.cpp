@@ -8,14 +8,16 @@
 #include <limits>
 
 #include "../dnnl_kernel.h"
+#include "../fused_relu.h"
 #include "../loops.h"
 
 namespace planner {
 namespace {
 
 KernelPtr relu_f32(const Node& n) {
-  // np.maximum(x, 0): NaN stays NaN.
-  return map1(n, [](float x) { return x > 0.f || x != x ? x : 0.f; });
+  // np.maximum(x, 0): NaN stays NaN (fused_relu.h). A lambda, not the function's address: the
+  // loop inlines it.
+  return map1(n, [](float x) { return relu_value(x); });
 }
 
 KernelPtr relu_grad_f32(const Node& n) {
