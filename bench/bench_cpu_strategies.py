@@ -14,7 +14,8 @@ Per model (zoo training graphs, SGD, sizes that run in minutes on a small machin
    measured`: what a plan of this host is priced by when nobody names a table (each signature
    measured once per host and kept in $PLANNER_CACHE: codegen.profiling.host_measured).
 2. Plan with the profiled costs: uniform (every op on all cores, one at a time), every uniform
-   grid configuration (intra x inter; the best measured one is reported), paper and optimized.
+   grid configuration (intra x inter; the best measured one is reported), paper, optimized,
+   and optimized without co-run groups (`no co-run groups`).
 3. Build each plan's executor; measure steps in alternating rounds (every variant once per
    round, `steps` steps each), report the median over rounds of each round's median. Every
    contender (each executor, PyTorch eager, torch.compile) runs in a process of its own
@@ -131,6 +132,8 @@ def variants(graph, target, table) -> dict[str, object]:
             out[f"grid {intra}x{inter}"] = planned(strategy="uniform", intra=intra, inter=inter)
     out["paper"] = planned(strategy="paper")
     out["optimized"] = planned(strategy="optimized")
+    # The same search without co-run groups: what they buy, measured in the same rounds.
+    out["no co-run groups"] = planned(strategy="optimized", corun_groups=False)
     return out
 
 

@@ -354,6 +354,10 @@ def format_summary(plan: dict[str, Any]) -> str:
              f", cut {s.get('cut_bound_seconds', 0.0) * 1e3:.3f})"
              f"; ratio {s['ratio']:.3f}",
              f"  utilization {s['utilization']:.1%}; mean co-running ops {s['mean_corun']:.2f}"]
+    grouped = Counter(op["group"] for op in plan["ops"] if op.get("group"))
+    if grouped:
+        lines.append(f"  {len(grouped)} parallel-loop group(s) of {sum(grouped.values())} ops, "
+                     f"each one loop, one op per thread (docs/executor.md)")
     if s.get("measured_signatures") is not None:
         modelled = s.get("modelled_signatures") or []
         lines.append(f"  {len(s['measured_signatures'])} signature(s) priced by measured times, "

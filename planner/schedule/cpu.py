@@ -148,25 +148,28 @@ def schedule(graph: Graph, target: Target, costs: OpCosts, preds: Sequence[Seque
     if options.strategy == "paper":
         return in_order(paper(costs, preds, op_types, groups, smt, options))
     return optimized(costs, preds, op_types, groups, smt, cores, options, timed, durations,
-                     baselines)
+                     baselines, contention.sigma if contention is not None else 0.0)
 
 
 def optimized(costs: OpCosts, preds: Sequence[Sequence[int]], op_types: Sequence[str],
               groups: tuple[tuple[int, ...], ...], smt: bool, cores: int,
               options: ScheduleOptions, timed,
-              durations: Sequence[float] = (), baselines: bool = True) -> list[Placement]:
+              durations: Sequence[float] = (), baselines: bool = True,
+              corun_slowdown: float = 0.0) -> list[Placement]:
     """The best simulated schedule of the search described in planner.schedule.optimized, as
     named phases; every candidate is kept in one list, in the order tried (ties: the first).
 
     `durations`: the allotment relaxation's per-node durations (bound.py); none, no
-    relaxation-guided candidates."""
-    search = Search(costs, preds, groups, options, timed, durations)
-    allot, use_smt, widen = search.first_allotment(smt and options.smt)
-    allot, best_step = search.widen_late_ops(allot, use_smt, widen)
-    allot = search.move_heaviest(allot, use_smt, best_step)
-    search.blend_priorities(allot, use_smt)
-    search.jitter_priorities(allot, use_smt, widen)
-    own = min(search.results, key=lambda r: r[0])
+    relaxation-guided candidates. `corun_slowdown`: the host's co-running slowdown sigma,
+    which co-run groups' ops pay while they have company."""
+    plain = Search(costs, preds, groups, options, timed, durations)
+    own = plain.best(smt and options.smt)
+    if options.corun_groups:
+        # The search again with co-run groups, carried through where its first allotments
+        # beat the plain search's (ties keep the plain schedule).
+        grouped = Search(costs, preds, groups, options, timed, durations, corun_slowdown)
+        own = min((own, grouped.best(smt and options.smt, beat=plain.first_step)),
+                  key=lambda r: r[0])
     fallbacks = (baseline_runs(costs, preds, op_types, groups, smt, cores, options, timed,
                                own[0]) if baselines else [])
     if not fallbacks:
@@ -209,8 +212,11 @@ class Search:
 
     def __init__(self, costs: OpCosts, preds: Sequence[Sequence[int]],
                  groups: tuple[tuple[int, ...], ...], options: ScheduleOptions, timed,
-                 durations: Sequence[float]) -> None:
+                 durations: Sequence[float], corun: float | None = None) -> None:
         self.costs, self.preds, self.groups, self.options = costs, preds, groups, options
+        # The co-running slowdown of co-run groups where its list schedules form them.
+        self.sigma = corun
+        self.first_step = math.inf
         self.timed, self.durations = timed, durations
         self.n = len(preds)
         self.relaxed = len(durations) == self.n
@@ -243,7 +249,8 @@ class Search:
             prio = [b * j for b, j in zip(prio, jitter, strict=True)]
         out = self.timed(list_moldable(self.costs, self.preds, prio, allot, self.groups,
                                        use_smt, self.options.smt_slowdown, self.group_min,
-                                       widen=widen, groupable=self.groupable))
+                                       widen=widen, groupable=self.groupable,
+                                       corun=self.sigma))
         if jitter is None:
             self._ran[key] = out
         self.results.append(out)
@@ -251,8 +258,9 @@ class Search:
 
     def first_allotment(self, try_smt: bool) -> tuple[list[int], bool, Widen]:
         """Every candidate allotment (each stretch over the critical path, each scale of the
-        relaxation); the best, then widened at its last ready op instead of any, then on SMT
-        siblings. Returns (allotment, SMT or not, widening) of the best."""
+        relaxation); the best (its step: `first_step`), then widened at its last ready op
+        instead of any, then on SMT siblings. Returns (allotment, SMT or not, widening) of
+        the best."""
         costs, options = self.costs, self.options
         allots = [allot_all(costs, stretch, self.critical)
                   for stretch in sorted({*options.stretches, options.stretch})]
@@ -261,6 +269,7 @@ class Search:
                        for scale in options.relaxed_scales]
         steps = [self.run(allot, False)[0] for allot in allots]
         best_at = min(range(len(steps)), key=lambda r: steps[r])
+        self.first_step = steps[best_at]
         allot, use_smt, widen, best = allots[best_at], False, "fill", steps[best_at]
         last = self.run(allot, False, widen="last")[0]
         if last < best:
@@ -268,6 +277,17 @@ class Search:
         if try_smt:
             use_smt = self.run(allot, True, widen=widen)[0] < best
         return allot, use_smt, widen
+
+    def best(self, try_smt: bool, beat: float = math.inf) -> Run:
+        """The best run of every phase in order; only the first allotments' where their best
+        does not `beat` that step (another search's: the rest would not be worth its time)."""
+        allot, use_smt, widen = self.first_allotment(try_smt)
+        if self.first_step < beat:
+            allot, best_step = self.widen_late_ops(allot, use_smt, widen)
+            allot = self.move_heaviest(allot, use_smt, best_step)
+            self.blend_priorities(allot, use_smt)
+            self.jitter_priorities(allot, use_smt, widen)
+        return min(self.results, key=lambda r: r[0])
 
     def widen_late_ops(self, allot: list[int], use_smt: bool, widen: Widen
                        ) -> tuple[list[int], float]:

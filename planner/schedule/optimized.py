@@ -23,6 +23,13 @@ One list schedule (`list_moldable`, phase 2):
                until the first running op ends (no op can become ready before then)
     grouping   >= group_min ready ops of one signature run as one parallel loop, one op per
                thread (seed 003's 26 embedding lookups)
+    co-run     ready ops that gain little from a second thread run side by side as one
+               parallel loop over the free cores, one op per thread at a time (a co-run group:
+               seed 002's co-running, on one lane), where that ends before they would one after
+               another on their fastest counts. Each op's one-thread time is slowed by the
+               host's measured co-running slowdown (sigma, planner.schedule.contention) while
+               it has company. One lane and one team: a co-running op waits for no other
+               lane's thread to be woken (a hand-off, 20-50 us on a virtual machine)
     smt        ready ops that fit on a wide op's second hardware threads and end before it
                (slowed by SMT_SLOWDOWN)
 
@@ -32,7 +39,9 @@ best, refines it by giving ops the best schedule ran late their fastest count
 half again; `allot_moves` schedules at most, kept where the step shortens: a long op that
 holds every core can leave room for an independent one to run beside it instead of later),
 tries priorities blended with the relaxation's durations, perturbs its priorities
-(`search_rounds`, seeded: plans stay byte-identical), and keeps the best simulated plan. The
+(`search_rounds`, seeded: plans stay byte-identical), and keeps the best simulated plan; all
+of it once without co-run groups and, where its first allotments simulate faster with them,
+once with (`corun_groups`). The
 whole-machine uniform lanes and the paper schedule are its baselines: the result never loses
 to them in the simulator, and is the best of them unless the search's own plan is predicted
 faster by `min_gain` (a measured cost table's noise: a predicted win within it is no win).
@@ -75,25 +84,28 @@ WIDEN: tuple[Widen, ...] = ("", "last", "fill")
 def list_moldable(costs: OpCosts, preds: Sequence[Sequence[int]], priority: Sequence[float],
                   allot: Sequence[int], groups: tuple[tuple[int, ...], ...], smt: bool,
                   smt_slowdown: float, group_min: int | None,
-                  widen: Widen = "fill", groupable: Sequence[bool] | None = None
-                  ) -> list[Placement]:
+                  widen: Widen = "fill", groupable: Sequence[bool] | None = None,
+                  corun: float | None = None) -> list[Placement]:
     """One list schedule (see the module docstring). `group_min` None: no grouping; `widen`:
     which ops may take more threads than allotted when cores would idle otherwise (WIDEN);
-    `groupable`: may_group(costs, group_min), where the caller has it."""
-    policy = Moldable(costs, priority, allot, smt, smt_slowdown, group_min, widen, groupable)
+    `groupable`: may_group(costs, group_min), where the caller has it; `corun`: the
+    co-running slowdown sigma of co-run groups (None: none)."""
+    policy = Moldable(costs, priority, allot, smt, smt_slowdown, group_min, widen, groupable,
+                      corun)
     return list_schedule(preds, Machine(groups, smt=smt), policy)
 
 
 class Moldable:
     """list_moldable's policy: at each decision the engine asks for, `group` starts the ready
-    ops that run faster as one parallel loop, `place` starts the rest by priority on their
+    ops that run faster as one parallel loop, `corun_group` the highest-priority one with the
+    ready ops it runs beside faster than after, `place` starts the rest by priority on their
     allotments (or reserves a later moment for one), and `corun` fills a wide op's second
     hardware threads. Holds only what the decisions read; the machine is the engine's."""
 
     def __init__(self, costs: OpCosts, priority: Sequence[float], allot: Sequence[int],
                  smt: bool, smt_slowdown: float, group_min: int | None, widen: Widen,
-                 groupable: Sequence[bool] | None) -> None:
-        self.costs, self.allot, self.widen = costs, allot, widen
+                 groupable: Sequence[bool] | None, corun: float | None = None) -> None:
+        self.costs, self.allot, self.widen, self.corun_slowdown = costs, allot, widen, corun
         self.smt, self.smt_slowdown, self.group_min = smt, smt_slowdown, group_min
         self.fill = widen == "fill"
         self.times, self.best, self.affinity = costs.time_lists, costs.best_prefix, costs.affinity
@@ -114,6 +126,8 @@ class Moldable:
         # A group needs group_min ready ops (most decisions see three or four).
         if self.groupable is not None and len(queue) >= self.group_min:
             queue = self.group(now, queue, machine, started)
+        if self.corun_slowdown is not None and len(queue) >= 2 and machine.free_count >= 2:
+            queue = self.corun_group(now, queue, machine, started)
         self.place(now, queue, machine, started)
         if self.smt and machine.smt_mask and queue:
             self.corun(now, queue, machine, started)
@@ -141,6 +155,35 @@ class Moldable:
                     taken = set(members)
                     queue = [i for i in queue if i not in taken]
         return queue
+
+    def corun_group(self, now: float, queue: list[int], machine: Machine,
+                    started: list[Placement]) -> list[int]:
+        """Start the first queued op with the queued ops it runs beside faster than after, as
+        one co-run group on the free cores (module docstring); the queue left. An op joins
+        where it shortens the group against the same ops one after another at their fastest
+        counts on those cores; the first op is always in (the group never delays it for
+        lower priorities' sake beyond what the comparison accepts)."""
+        free = machine.free_count
+        times, best, slow = self.times, self.best, 1.0 + self.corun_slowdown
+        members = [queue[0]]
+        alone = times[queue[0]][best[queue[0]][free - 1] - 1]
+        gain, most = 0.0, 2 * free
+        for i in queue[1:CORUN_CANDIDATES]:
+            if len(members) == most:
+                break
+            trial = sorted((*members, i))
+            with_i = alone + times[i][best[i][free - 1] - 1]
+            saved = with_i - loop_seconds([times[v][0] for v in trial], free, slow)
+            if saved > gain:
+                members, alone, gain = trial, with_i, saved
+        if len(members) < 2:
+            return queue
+        k = min(len(members), free)
+        seconds = loop_seconds([times[v][0] for v in members], k, slow)
+        started.append(machine.start(tuple(members), k, "compact", seconds, now,
+                                     group=f"corun{now:.9e}/{members[0]}"))
+        taken = set(members)
+        return [i for i in queue if i not in taken]
 
     def place(self, now: float, queue: list[int], machine: Machine,
               started: list[Placement]) -> None:
@@ -227,6 +270,34 @@ class Moldable:
                     started.append(machine.start((i,), k, self.affinity[i][k - 1], t_alone,
                                                  now, smt=True, until=now + slow * t_alone))
                     queue.remove(i)
+
+
+# Queued ops (by priority) a co-run group looks at: the ready list can hold thousands.
+CORUN_CANDIDATES = 16
+
+
+def loop_seconds(seconds: Sequence[float], threads: int, slowdown: float) -> float:
+    """The end of a parallel loop over ops of these one-thread `seconds`, in this order, each
+    taken by the first free thread (OpenMP's dynamic schedule, chunks of one), every op
+    `slowdown` x slower while another runs beside it.
+
+    >>> loop_seconds([3.0, 1.0, 1.0], 2, 1.0)   # thread 2 takes the second and the third op
+    3.0
+    >>> loop_seconds([2.0, 2.0], 2, 1.5), loop_seconds([2.0], 2, 1.5)
+    (3.0, 2.0)
+    """
+    running: list[float] = []  # work left of each op running now
+    now, waiting = 0.0, list(reversed(seconds))
+    while waiting or running:
+        while waiting and len(running) < threads:
+            running.append(waiting.pop())
+        pace = 1.0 / slowdown if len(running) > 1 else 1.0
+        dt = min(running) / pace
+        now += dt
+        running = [r - dt * pace for r in running]
+        # Ends within float noise of the first finish in the same event.
+        running = [r for r in running if r > 1e-12 * max(dt * pace, 1e-300)]
+    return now
 
 
 def may_group(costs: OpCosts, group_min: int) -> list[bool]:

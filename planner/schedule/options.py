@@ -93,6 +93,10 @@ class ScheduleOptions(Record):
     # Group at least this many independent ready ops of one signature into one parallel loop.
     group_min: int = Field(default=4, ge=2)
     grouping: bool = True
+    # Co-run groups: ready ops that gain little from more threads run side by side as one
+    # parallel loop, one op per thread (planner.schedule.optimized); the search runs again
+    # with them where its first allotments simulate faster so, and keeps the faster of both.
+    corun_groups: bool = True
     # SMT co-running of small ops beside a wide op, as Strategy 4 but only when it shortens.
     smt: bool = True
     # The search's own schedule replaces the best baseline (whole-machine uniform lanes, paper)

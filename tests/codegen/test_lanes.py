@@ -106,6 +106,57 @@ def test_parallel_loop_groups_give_the_sequential_results(tmp_path):
         assert np.array_equal(got[k], want[k]), k
 
 
+def flat_costs(graph, target, corun_slowdown: float):
+    """A cost table where no op of `graph` runs faster on more threads (each signature's time
+    on one thread and on every count alike, 10-40 us by its position), measured co-running
+    `corun_slowdown` slower and handing over across lanes in 40 us (the 2-core VM's figure):
+    every independent pair is worth a co-run group."""
+    from planner.costs.records import CostEntry, CostTable, CpuSample
+    from planner.costs.signature import graph_signatures
+
+    unique = {s.key: s for s in graph_signatures(graph).values()}
+    return CostTable(target=target.name, corun_slowdown=corun_slowdown, handoff_seconds=4e-5,
+                     entries=tuple(
+        CostEntry(signature=s, cpu=tuple(
+            CpuSample(threads=k, affinity="compact", seconds=(1 + i % 4) * 1e-5)
+            for k in range(1, target.cores + 1)))
+        for i, s in enumerate(sorted(unique.values(), key=lambda s: s.key))))
+
+
+@pytest.mark.skipif(detect().cores < 2, reason="co-run groups need two cores")
+def test_co_run_groups_of_different_ops_give_the_sequential_results(tmp_path):
+    # Ready ops that gain nothing from a second thread run side by side as one loop on one
+    # lane (a convolution's data and weight gradients, an update beside the next layer's
+    # gradient): each member on one thread, any mix of kernels (oneDNN's, the runtime's own),
+    # the same bits as one op at a time.
+    import warnings
+
+    name = "resnet"
+    graph = make_training_graph(zoo(name, **MODELS[name]), Optimizer(kind="sgd", lr=0.05))
+    target = detect()
+    options = PlanOptions(schedule=ScheduleOptions(min_gain=0.0))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        step_graph = plan(graph, target, options=options).graph
+        p = plan(graph, target, flat_costs(step_graph, target, 0.2), options=options)
+    assert verify_plan(p) == []
+    members: dict[str, set[str]] = {}
+    for o in p.ops:
+        if o.group.startswith("corun"):
+            members.setdefault(o.group, set()).add(o.op)
+    assert any(len(ops) > 1 for ops in members.values()), "no group of different ops"
+    assert {o.lane for o in p.ops} == {0}, "co-run groups keep the step on one lane"
+    module = load(build(render(p, tmp_path / name)).dir)
+    state, feeds = start_state(graph), random_feeds(graph, seed=3)
+    _, want_losses, want = steps(module, state, feeds, concurrent=False)
+    for options in ({}, {"jitter_us": 300}):
+        ex, losses, got = steps(module, state, feeds, watchdog_seconds=60.0, **options)
+        assert [float(x) for x in losses] == [float(x) for x in want_losses]
+        for k in want:
+            assert np.array_equal(got[k], want[k]), (options, k)
+    assert_timeline_keeps_the_order(p, ex.stats())
+
+
 @pytest.fixture(scope="module")
 def relu_teams(tmp_path_factory):
     """(graph, plan, built module): one lane of 8 Relus alternating one thread and two."""

@@ -104,3 +104,75 @@ def test_leaving_out_nodes_that_may_not_group_changes_no_schedule(nodes, group_m
     every = list_moldable(c, preds, prio, allot, GROUPS, False, 1.9, group_min,
                           groupable=[True] * len(nodes))
     assert list_moldable(c, preds, prio, allot, GROUPS, False, 1.9, group_min) == every
+
+
+TWO_CORES = ((0, 1),)
+
+
+def test_ops_a_second_thread_does_not_speed_up_co_run_as_one_group():
+    # Two independent ops, no faster on two threads: without groups each takes a core of its
+    # own (two lanes, each hand-off a thread woken); as a co-run group, each 1.3x slower for
+    # its company (sigma 0.3), one loop of 1.3 s on both cores of one lane.
+    c = curves([1.0, 1.0], [1.0, 1.0])
+    apart = list_moldable(c, ((), ()), [2.0, 1.0], [2, 2], TWO_CORES, False, 1.9, None)
+    assert [(p.nodes, p.cores) for p in apart] == [((0,), (0,)), ((1,), (1,))]
+    ps = list_moldable(c, ((), ()), [2.0, 1.0], [2, 2], TWO_CORES, False, 1.9, None,
+                       corun=0.3)
+    assert len(ps) == 1 and ps[0].nodes == (0, 1) and ps[0].threads == 2
+    assert ps[0].group.startswith("corun") and ps[0].seconds == pytest.approx(1.3)
+
+
+def test_ops_that_scale_run_one_after_another_on_every_core():
+    # Twice as fast on two threads: 1.0 + 1.0 s apart beats 2.0 x 1.3 s side by side.
+    c = curves([2.0, 1.0], [2.0, 1.0])
+    ps = list_moldable(c, ((), ()), [2.0, 1.0], [2, 2], TWO_CORES, False, 1.9, None,
+                       corun=0.3)
+    assert [p.nodes for p in ps] == [(0,), (1,)] and not any(p.group for p in ps)
+
+
+def test_a_co_run_group_takes_only_the_ops_that_shorten_it():
+    # The first op (highest priority) is always in; a short op joins (it fits beside it), a
+    # long op that scales would stretch the loop past running it apart on both cores.
+    c = curves([1.0, 1.0], [0.4, 0.4], [8.0, 4.0])
+    ps = list_moldable(c, ((), (), ()), [3.0, 2.0, 1.0], [2, 2, 2], TWO_CORES, False, 1.9,
+                       None, corun=0.2)
+    assert ps[0].nodes == (0, 1) and ps[0].group and ps[1].nodes == (2,)
+
+
+def test_loop_seconds_is_the_dynamic_schedule_paced_by_company():
+    from planner.schedule.optimized import loop_seconds
+
+    # threads take ops in order as they free up; two running: both at 1 / 1.5 of their pace
+    assert loop_seconds([1.0, 1.0, 1.0], 2, 1.0) == pytest.approx(2.0)
+    assert loop_seconds([1.0, 3.0], 2, 1.5) == pytest.approx(1.5 + 2.0)
+    assert loop_seconds([2.0, 1.0, 1.0], 2, 1.0) == pytest.approx(2.0)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.floats(0.1, 4.0), st.floats(1.0, 2.0)), min_size=2, max_size=12),
+       st.floats(0.0, 1.0), st.randoms())
+def test_co_run_groups_hold_ready_independent_ops_and_never_lose_to_none(nodes, sigma, rnd):
+    # Random DAGs of ops with speedups 1-2x on two cores: every group's members are
+    # independent of each other, and the search keeps groups only where they simulate faster.
+    times = tuple(np.array([t, t / s]) for t, s in nodes)
+    c = OpCosts(times=times, affinity=(("compact",) * 2,) * len(nodes),
+                keys=tuple(f"k{i}" for i in range(len(nodes))), analytical=())
+    preds = tuple(tuple(sorted(rnd.sample(range(i), rnd.randint(0, min(i, 2)))))
+                  for i in range(len(nodes)))
+    ps = list_moldable(c, preds, [float(-i) for i in range(len(nodes))], [2] * len(nodes),
+                       TWO_CORES, False, 1.9, None, corun=sigma)
+    for p in ps:
+        if p.group:
+            assert not any(a in preds[b] for a in p.nodes for b in p.nodes)
+
+    def timed(ps):
+        ps = in_order(ps)
+        return simulate(ps, preds, 2, 1.9).step_seconds, ps
+
+    def step(on: bool) -> float:
+        opts = ScheduleOptions(corun_groups=on, search_rounds=0)
+        ps = optimized(c, preds, ["A"] * len(nodes), TWO_CORES, False, 2, opts, timed,
+                       baselines=False, corun_slowdown=sigma)
+        return simulate(ps, preds, 2, 1.9).step_seconds
+
+    assert step(True) <= step(False) * (1 + 1e-9)

@@ -274,8 +274,9 @@ void Lanes::lane_main(int lane) {
         }
         finish(k, error);
       } else {
-        // Members are independent (the scheduler groups ready ops of one signature): one
-        // loop over them, each member on one thread of the group's team.
+        // Members are independent (the scheduler groups ops ready together: of one
+        // signature, or a co-run group of any): one loop over them, each member on one
+        // thread of the group's team, taken in plan order as threads free up.
         const int members = static_cast<int>(end - i);
         std::vector<std::exception_ptr> errors(members);
 #pragma omp parallel for num_threads(s_.ops[k].threads) schedule(dynamic, 1)
