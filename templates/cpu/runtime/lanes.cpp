@@ -279,12 +279,19 @@ void Lanes::lane_main(int lane) {
         // thread of the group's team, taken in plan order as threads free up.
         const int members = static_cast<int>(end - i);
         std::vector<std::exception_ptr> errors(members);
+        // Each member in a team of its own (one thread): a barrier its kernel reaches
+        // outside a parallel region of its own binds to the innermost enclosing team, and
+        // in the group's that waits for a thread that runs another member, forever
+        // (oneDNN's plain-layout batch norm, run as one thread: its omp barrier).
 #pragma omp parallel for num_threads(s_.ops[k].threads) schedule(dynamic, 1)
         for (int m = 0; m < members; ++m) {
-          try {
-            run_(mine[i + m]);
-          } catch (...) {
-            errors[m] = std::current_exception();
+#pragma omp parallel num_threads(1)
+          {
+            try {
+              run_(mine[i + m]);
+            } catch (...) {
+              errors[m] = std::current_exception();
+            }
           }
         }
         for (int m = 0; m < members; ++m) finish(mine[i + m], errors[m]);
