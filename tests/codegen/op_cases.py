@@ -351,7 +351,9 @@ CASES: dict[str, list[tuple]] = {
                     ([((4, 5), N), ((4, 5), N)], {"axis": 0, "reverse": True})],
     "TopK": [([((3, 8), N)], {"k": 3}),
              ([((2, 6, 3), N)], {"k": 2, "axis": 1, "largest": False}),
-             ([((2, 5), N)], {"k": 5})],
+             ([((2, 5), N)], {"k": 5}),
+             # most of each line (a whole sort, not a heap), along a strided axis
+             ([((2, 7, 3), N)], {"k": 5, "axis": 1})],
     # indices: distinct positions per line (_derived), as TopK gives
     "TopKGrad": [([((3, 3), N), ((3, 3), ids(8))], {"axis": -1, "size": 8}),
                  ([((2, 2, 3), N), ((2, 2, 3), ids(6))], {"axis": 1, "size": 6})],

@@ -13,6 +13,7 @@
 // Updates run in place: the plan gives p' the bytes of p (and v' of v, ...).
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 #include <string>
@@ -188,23 +189,27 @@ class Constant : public Kernel {
   Constant(const Node& n, double value) : size_(n.out[0].size()), dtype_(n.out[0].dtype),
                                           y_(n.out[0].id), value_(value) {}
   void run(const Run& r) override {
+    // One fill per dtype (a switch per element ran 6 GB/s: MAE's 512 KB of zeros, 85 us).
     char* y = r.ptr[y_];
-    for (int64_t i = 0; i < size_; ++i) {
-      switch (dtype_) {
-        case F32: reinterpret_cast<float*>(y)[i] = static_cast<float>(value_); break;
-        case F64: reinterpret_cast<double*>(y)[i] = value_; break;
-        case I64: reinterpret_cast<int64_t*>(y)[i] = static_cast<int64_t>(value_); break;
-        case I32: reinterpret_cast<int32_t*>(y)[i] = static_cast<int32_t>(value_); break;
-        case I16: reinterpret_cast<int16_t*>(y)[i] = static_cast<int16_t>(value_); break;
-        case I8: reinterpret_cast<int8_t*>(y)[i] = static_cast<int8_t>(value_); break;
-        case U8: reinterpret_cast<uint8_t*>(y)[i] = static_cast<uint8_t>(value_); break;
-        case BOOL: reinterpret_cast<bool*>(y)[i] = value_ != 0; break;
-        default: throw std::runtime_error("constant of an unsupported dtype");
-      }
+    switch (dtype_) {
+      case F32: fill_with<float>(y, static_cast<float>(value_)); break;
+      case F64: fill_with<double>(y, value_); break;
+      case I64: fill_with<int64_t>(y, static_cast<int64_t>(value_)); break;
+      case I32: fill_with<int32_t>(y, static_cast<int32_t>(value_)); break;
+      case I16: fill_with<int16_t>(y, static_cast<int16_t>(value_)); break;
+      case I8: fill_with<int8_t>(y, static_cast<int8_t>(value_)); break;
+      case U8: fill_with<uint8_t>(y, static_cast<uint8_t>(value_)); break;
+      case BOOL: fill_with<bool>(y, value_ != 0); break;
+      default: throw std::runtime_error("constant of an unsupported dtype");
     }
   }
 
  private:
+  template <typename T>
+  void fill_with(char* y, T value) const {
+    std::fill_n(reinterpret_cast<T*>(y), size_, value);
+  }
+
   int64_t size_;
   int dtype_, y_;
   double value_;

@@ -60,7 +60,13 @@ class TopK : public Kernel {
           return a < b;
         };
         for (int64_t j = 0; j < n; ++j) order[j] = j;
-        std::partial_sort(order, order + k, order + n, before);
+        // `before` is a strict total order (ties by index): every sort gives the same k. A
+        // heap (partial_sort) pays for few of many; most of a line (MAE's shuffles sort all
+        // 64) sorts faster whole: 100 -> ~40 us for 32 lines of 64 on the 2-core Xeon.
+        if (2 * k >= n)
+          std::sort(order, order + n, before);
+        else
+          std::partial_sort(order, order + k, order + n, before);
         float* vl = v + o * k * inner + in;
         int64_t* il = idx + o * k * inner + in;
         for (int64_t j = 0; j < k; ++j) {
