@@ -149,6 +149,17 @@ def test_show_as_textconv_names_memory_decisions(tmp_path, capsys, plans):
     assert len({t for t in texts}) == 3
 
 
+def test_show_counts_the_parallel_loop_groups(tmp_path, capsys, plans):
+    data = copy.deepcopy(plans["cpu"])
+    for op in data["ops"][:3]:
+        op["group"] = "g"
+    path = tmp_path / "p.plan.json"
+    path.write_text(json.dumps(data))
+    capsys.readouterr()
+    assert cli.main(["show", str(path)]) == 0
+    assert "1 parallel-loop group(s) of 3 ops" in capsys.readouterr().out
+
+
 def test_changed_launch_configuration(tmp_path, capsys, plans):
     a = plans["gpu"]
     b = copy.deepcopy(a)

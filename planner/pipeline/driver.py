@@ -158,13 +158,18 @@ def plan(graph: Graph, target: Target, costs: CostTable | None = None,
 
 def _evaluation_plan(graph: Graph, p: Planning) -> Plan:
     # An evaluation graph's plan: its own small arena, without the step's budget (the one a
-    # user sets), with the same scheduler switches and alignment; no variants (an evaluation
-    # runs its ops one at a time, in plan order). A data-parallel step's evaluation has no
-    # collective but ZeRO-3's all-gathers (its graph's, on the step's process group): each
-    # rank evaluates its own shard (the metrics are the caller's to reduce).
+    # user sets), with the same scheduler switches and alignment; no variants and no
+    # parallel-loop groups (an evaluation runs its ops one at a time, in plan order: a group's
+    # members would each run on one thread, one after another). A data-parallel step's
+    # evaluation has no collective but ZeRO-3's all-gathers (its graph's, on the step's
+    # process group): each rank evaluates its own shard (the metrics are the caller's to
+    # reduce).
+    schedule = p.options.schedule
+    if p.share.backend == "cpu":  # a GPU's streams have no groups (and refuse CPU switches)
+        schedule = schedule.model_copy(update={"grouping": False, "corun_groups": False})
     options = p.options.model_copy(update={"memory": MemoryOptions(
         alignment=p.options.memory.alignment), "variants": False,
-        "data_parallel": DataParallelOptions()})
+        "data_parallel": DataParallelOptions(), "schedule": schedule})
     e = run(p.but(graph=graph, options=options, schedule=None, memory=None, plan=None),
             DECISIONS)
     assert e.model is not None and e.schedule is not None and e.memory is not None

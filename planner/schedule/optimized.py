@@ -161,8 +161,8 @@ class Moldable:
         """Start the first queued op with the queued ops it runs beside faster than after, as
         one co-run group on the free cores (module docstring); the queue left. An op joins
         where it shortens the group against the same ops one after another at their fastest
-        counts on those cores; the first op is always in (the group never delays it for
-        lower priorities' sake beyond what the comparison accepts)."""
+        counts on those cores; the first op, the one the list schedule would start next, is
+        always in."""
         free = machine.free_count
         times, best, slow = self.times, self.best, 1.0 + self.corun_slowdown
         members = [queue[0]]

@@ -142,10 +142,12 @@ def test_co_run_groups_of_different_ops_give_the_sequential_results(tmp_path):
     assert verify_plan(p) == []
     members: dict[str, set[str]] = {}
     for o in p.ops:
-        if o.group.startswith("corun"):
+        if o.group:
             members.setdefault(o.group, set()).add(o.op)
     assert any(len(ops) > 1 for ops in members.values()), "no group of different ops"
     assert {o.lane for o in p.ops} == {0}, "co-run groups keep the step on one lane"
+    # The evaluation runs one op at a time: a group there would put each member on one thread
+    assert p.evaluation is not None and not any(o.group for o in p.evaluation.plan.ops)
     module = load(build(render(p, tmp_path / name)).dir)
     state, feeds = start_state(graph), random_feeds(graph, seed=3)
     _, want_losses, want = steps(module, state, feeds, concurrent=False)
