@@ -57,6 +57,7 @@ from planner.pipeline.record import Planning, planning
 from planner.plan import Plan
 from planner.schedule.parallel import DataParallelOptions
 from planner.schedule.record import Schedule
+from planner.target.backends import traits
 from planner.target.records import Target
 
 
@@ -165,7 +166,7 @@ def _evaluation_plan(graph: Graph, p: Planning) -> Plan:
     # process group): each rank evaluates its own shard (the metrics are the caller's to
     # reduce).
     schedule = p.options.schedule
-    if p.share.backend == "cpu":  # a GPU's streams have no groups (and refuse CPU switches)
+    if traits(p.share).host_cores:  # a GPU's streams have no groups (and refuse CPU switches)
         schedule = schedule.model_copy(update={"grouping": False, "corun_groups": False})
     options = p.options.model_copy(update={"memory": MemoryOptions(
         alignment=p.options.memory.alignment), "variants": False,
