@@ -12,7 +12,10 @@ namespace planner {
 // Loops over fewer elements than this run on the calling thread alone (`if(n >= kGrain)`):
 // waking a team's sleeping worker costs 10-40 us, more than splitting a small loop saves (a
 // 128-float SGD took 40 us on 2 threads, 0.8 on one: resnet-50's 161 parameter updates were
-// 8% of its step). PyTorch's at::parallel_for uses the same grain.
+// 8% of its step). PyTorch's at::parallel_for uses the same grain. On a `parallel for simd`
+// the clause is `if(parallel: n >= kGrain)`: a bare `if` applies to the simd construct too
+// (OpenMP 5.0), and GCC then ran every loop under the grain scalar, branches and all (a folded
+// Relu over 16K floats: 68 us against 2 us vectorised).
 constexpr int64_t kGrain = 32768;
 
 // The sum of f(i) over i in [0, n) in double, the same bits on any thread count (a plan's

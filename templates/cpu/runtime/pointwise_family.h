@@ -45,7 +45,7 @@ class PointwiseFamily : public Kernel {
     const F f = f_;  // a private copy: a member read through `this` would block vectorizing
     const int64_t size = size_;
     if (flat_) {
-#pragma omp parallel for simd firstprivate(f) if(size >= kGrain)
+#pragma omp parallel for simd firstprivate(f) if(parallel: size >= kGrain)
       for (int64_t i = 0; i < size; ++i) y[i] = f(std::get<K>(xs)[i]...);
       return;
     }

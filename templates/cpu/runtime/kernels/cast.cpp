@@ -24,7 +24,7 @@ class Convert : public Kernel {
     const In* x = r.at<In>(x_);
     Out* y = r.at<Out>(y_);
     const int64_t size = size_;
-#pragma omp parallel for simd if(size >= kGrain)
+#pragma omp parallel for simd if(parallel: size >= kGrain)
     for (int64_t i = 0; i < size; ++i) {
       if constexpr (std::is_same_v<Out, bool>) y[i] = x[i] != In{0};
       // a float to a storage integer through int64, wrapping as PyTorch's x86 kernels do

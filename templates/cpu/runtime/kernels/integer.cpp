@@ -146,7 +146,7 @@ class IntUnary : public Kernel {
     const T* x = r.at<T>(x_);
     T* y = r.at<T>(y_);
     const int64_t size = size_;
-#pragma omp parallel for simd if(size >= kGrain)
+#pragma omp parallel for simd if(parallel: size >= kGrain)
     for (int64_t i = 0; i < size; ++i) y[i] = int_apply<O, T>(x[i], T(0));
   }
 

@@ -34,7 +34,7 @@ inline UpdateAttrs with_hyperparameters(UpdateAttrs a, const float* lr, const fl
 
 inline void sgd_update(const float* p, const float* g, float* o, int64_t n, const UpdateAttrs& a) {
   const float lr = a.lr, wd = a.weight_decay;
-#pragma omp parallel for simd if(n >= kGrain)
+#pragma omp parallel for simd if(parallel: n >= kGrain)
   for (int64_t i = 0; i < n; ++i) o[i] = sgd_element(p[i], g[i], lr, wd);
 }
 
@@ -63,7 +63,7 @@ inline void amsgrad_update(const float* p, const float* g, const float* m, const
                            float* vmaxo, int64_t n, const UpdateAttrs& a) {
   const UpdateHyper hyper = a;
   const AdamStep s = adam_step(hyper, a.lr, a.weight_decay, t);
-#pragma omp parallel for simd if(n >= kGrain)
+#pragma omp parallel for simd if(parallel: n >= kGrain)
   for (int64_t i = 0; i < n; ++i) amsgrad_element(p[i], g[i], m[i], v[i], vmax[i], po[i], mo[i],
                                                   vo[i], vmaxo[i], hyper, s);
 }
@@ -75,7 +75,7 @@ inline void adam_update(const float* p, const float* g, const float* m, const fl
   const AdamStep s = adam_step(hyper, a.lr, a.weight_decay, t);
   // simd: the shared scalars are read through OpenMP's data block, which the stores could
   // alias as far as the compiler knows; every element is independent.
-#pragma omp parallel for simd if(n >= kGrain)
+#pragma omp parallel for simd if(parallel: n >= kGrain)
   for (int64_t i = 0; i < n; ++i) adam_element(p[i], g[i], m[i], v[i], po[i], mo[i], vo[i],
                                                hyper, s);
 }
