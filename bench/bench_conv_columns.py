@@ -48,6 +48,10 @@ CASES = {
     "resnet50 1x1 64->256 4x4": ((4, 64, 4, 4), (256, 64, 1, 1), {}),
     "resnet18 3x3 64 8x8": ((8, 64, 8, 8), (64, 64, 3, 3), {"pads": [1, 1, 1, 1]}),
     "resnet18 3x3 32 16x16": ((8, 32, 16, 16), (32, 32, 3, 3), {"pads": [1, 1, 1, 1]}),
+    # DCGAN's (batch 32) discriminator's last stride-2 convolution, both halves of its batch:
+    # 4x4 maps of 512 channels, a weight tensor (8 MB) read again for every image
+    "dcgan 4x4/2 256->512 4x4": ((64, 256, 8, 8), (512, 256, 4, 4),
+                                 {"pads": [1, 1, 1, 1], "strides": [2, 2]}),
 }
 
 

@@ -464,16 +464,17 @@ def _recorded_choices(graph, data: Any):
     layouts = {n.name: recorded[n.name] for n in graph.nodes
                if n.op in CONVOLUTIONS and isinstance(recorded.get(n.name), str)}
     block = _recorded_block(data)
-    # A CPU plan's BatchNorm takes its Relu (planner.graph.fold_norm_relu), as planning chose.
+    # A CPU plan folds Relus into its BatchNorms and sums (planner.graph.fold_norm_relu,
+    # fold_sum_relu), as planning chose.
     cpu = _step_cores(data) is not None
     if parallel.ranks == 1:
         return StepChoices(cores=_step_cores(data), layouts=layouts, channel_block=block,
-                           norm_activations=cpu)
+                           relu_folds=cpu)
     if name not in PRESETS:
         raise ValueError(f"a data-parallel plan's buckets are sized for its target; {name!r} "
                          f"is no preset: verify the plan without --graph")
     return StepChoices(cores=_step_cores(data), layouts=layouts, channel_block=block,
-                       norm_activations=cpu,
+                       relu_folds=cpu,
                        collectives=chosen_collectives(graph, preset(name), parallel))
 
 

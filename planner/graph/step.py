@@ -8,16 +8,19 @@ end's passes are checked by planner.frontend.prepare).
         graph = collectives(graph, choices.collectives) # the ranks' gradient buckets: all-reduces,
                                                         # ZeRO-1's sharded updates or ZeRO-3's
                                                         # gathers (planner.graph.data_parallel)
-        graph = fold_norm_relus(graph) if choices.norm_activations else graph
+        graph = fold_norm_relus(graph) if choices.relu_folds else graph
                                                         # a BatchNorm's Relu and its gradient
                                                         # in its loops (fold_norm_relu.py)
+        graph = fold_sum_relus(graph) if choices.relu_folds else graph
+                                                        # a residual sum's Relu and its
+                                                        # gradient in the sums (fold_sum_relu.py)
         graph = with_blocked(graph, choices.channel_block)  # activations kept channel-blocked
                                                             # between the kernels that take
                                                             # them so (blocked.py)
 
 The choices are planning's (planner.pipeline.step_choices: the target's cores, the layouts the
 costs measured faster, the buckets the link's model sizes, the CPU's channel block, whether the
-backend's BatchNorm takes a folded Relu);
+backend's BatchNorm and sums take a folded Relu);
 `planner verify --graph` makes the same graph from the choices a plan records. The passes are
 pure: no target, no cost table.
 
@@ -42,6 +45,7 @@ from pydantic import Field
 from planner.graph.blocked import with_blocked
 from planner.graph.data_parallel import buckets, with_all_reduce, with_sharded_updates
 from planner.graph.fold_norm_relu import fold_norm_relus
+from planner.graph.fold_sum_relu import fold_sum_relus
 from planner.graph.for_cores import for_cores
 from planner.graph.sharded_parameters import with_sharded_parameters
 from planner.graph.validate import check_graph
@@ -73,9 +77,10 @@ class StepChoices(Record):
     collectives: Collectives = Collectives()
     # The channels per block of the images kept blocked (planner.graph.blocked); 0: none.
     channel_block: int = Field(default=0, ge=0)
-    # Whether a BatchNorm's Relu and its gradient fold into the normalisation's ops (the CPU
-    # runtime's loops take them: planner.graph.fold_norm_relu).
-    norm_activations: bool = False
+    # Whether Relus and their gradients fold into the ops before them that the CPU runtime's
+    # loops take so: a BatchNorm's (planner.graph.fold_norm_relu), a residual sum's
+    # (planner.graph.fold_sum_relu).
+    relu_folds: bool = False
 
 
 def with_layouts(graph: Graph, layouts: Mapping[str, str]) -> Graph:
@@ -107,7 +112,8 @@ STEP_PASSES: tuple[tuple[str, StepPass], ...] = (
     ("for cores", lambda g, c: for_cores(g, c.cores)),
     ("conv layouts", lambda g, c: with_layouts(g, c.layouts)),
     ("collectives", lambda g, c: collectives(g, c.collectives)),
-    ("norm activations", lambda g, c: fold_norm_relus(g) if c.norm_activations else g),
+    ("norm activations", lambda g, c: fold_norm_relus(g) if c.relu_folds else g),
+    ("sum activations", lambda g, c: fold_sum_relus(g) if c.relu_folds else g),
     ("blocked images", lambda g, c: with_blocked(g, c.channel_block)),
 )
 

@@ -4,8 +4,13 @@ Binary ops broadcast as numpy does (shapes aligned on the right, a dimension of 
 both inputs have the same dtype, which the output keeps. Their gradients flow to each input
 through `sum_to_shape`, which sums away the broadcast axes.
 
+A residual sum's Relu folds into the sum (planner/graph/fold_sum_relu.py, CPU steps): Add with
+`activation: relu` is relu(a + b) over two float32 inputs of the output's shape; AddN with
+`activation: relu` reads the folded ReluGrad's r as its last input and gives ReluGrad's rule
+over the sum of the others, r > 0 ? x1 + ... + xn : 0.
+
 FLOPs: one per output element for every binary op, Neg and Scale; n-1 per element for AddN;
-none for Expand (a copy).
+a folded Relu or ReluGrad one more; none for Expand (a copy).
 
 Example:
     >>> from planner.ops import TensorType, get_op
@@ -30,11 +35,20 @@ from planner.ops.base import (
     Pointwise,
     TensorType,
     elementwise_flops,
+    get_op,
     low_signatures,
     register,
     require_float,
     same_as_input,
     zero_flops,
+)
+from planner.ops.fused_activation import (
+    ACTIVATION_ATTR,
+    activation,
+    activation_flops,
+    activation_grad,
+    apply_activation,
+    check_activation,
 )
 from planner.ops.reduce import sum_to_shape
 
@@ -88,6 +102,8 @@ def _sum_to(g: GradBuilder, grad: str, x: str) -> str:
 def _add_grad(g: GradBuilder, node: Node, grads: list[str | None]) -> list[str | None]:
     a, b = node.inputs
     dy = grads[0]
+    if dy is not None and (g.needs(a) or g.needs(b)):
+        dy = activation_grad(g, "Add", node.name, node.attrs, dy, node.outputs[0])
     return [_sum_to(g, dy, a) if _wants(g, dy, a) else None,
             _sum_to(g, dy, b) if _wants(g, dy, b) else None]
 
@@ -138,15 +154,36 @@ def _binary(name: str, fn: Callable[[np.ndarray, np.ndarray], np.ndarray], gradi
     ))
 
 
+def _add_infer(ins: list[TensorType], a: Attrs) -> list[TensorType]:
+    (y,) = binary_infer("Add", False)(ins, a)
+    check_activation("Add", a, y)
+    if activation(a) != "none" and any(t.shape != y.shape for t in ins):
+        raise OpError(f"Add: a folded Relu needs both inputs of the output's shape "
+                      f"{list(y.shape)}, got {list(ins[0].shape)} and {list(ins[1].shape)}")
+    return [y]
+
+
 def _arith(formula, int64: bool = True, low: bool = False) -> Pointwise:
     return Pointwise(formula, broadcast=True,
                      signatures=((F32_BINARY, I64_BINARY) if int64 else (F32_BINARY,))
                      + (low_signatures(F32_BINARY) if low else ()))
 
 
-# Add runs in the low types (residual adds; BiasAdd is Add's kernel): precision.FOLLOW_OPS
-_binary("Add", np.add, _add_grad, "y = a + b, numpy broadcasting.",
-        pointwise=_arith(lambda m, xs, p: [xs[0] + xs[1]], low=True), by_position=True)
+# Add runs in the low types (residual adds; BiasAdd is Add's kernel): precision.FOLLOW_OPS.
+# Its folded Relu (module docstring) is the CPU runtime's alone: the generated kernels of
+# `pointwise` refuse it.
+register(OpDef(
+    name="Add", arity=2, cost_class="elementwise",
+    attrs=dict(ACTIVATION_ATTR),
+    infer=_add_infer,
+    flops=lambda ins, outs, a: outs[0].size + activation_flops(outs[0], a),
+    reference=lambda xs, a: [apply_activation(np.add(xs[0], xs[1]), a)],
+    gradient=_add_grad,
+    doc="y = a + b, numpy broadcasting; activation none | relu (a folded Relu: y = relu(a + "
+        "b), float32 inputs of y's shape).",
+    pointwise=_arith(lambda m, xs, p: [xs[0] + xs[1]], low=True),
+    channel_blocked=BY_POSITION,
+))
 _binary("Sub", np.subtract, _sub_grad, "y = a - b, numpy broadcasting.",
         pointwise=_arith(lambda m, xs, p: [xs[0] - xs[1]]), by_position=True)
 _binary("Mul", np.multiply, _mul_grad, "y = a * b, numpy broadcasting.",
@@ -163,14 +200,25 @@ def _addn_infer(ins: list[TensorType], a: Attrs) -> list[TensorType]:
         if t != first:
             raise OpError(f"AddN: input {k} is {t.dtype} {list(t.shape)}, input 0 is "
                           f"{first.dtype} {list(first.shape)}; all inputs must match")
+    check_activation("AddN", a, first)
+    if activation(a) != "none" and len(ins) < 2:
+        raise OpError("AddN: a folded ReluGrad reads the Relu's output r after the terms: "
+                      "at least 2 inputs")
     return [first]
 
 
 def _addn_reference(xs: list[np.ndarray], a: Attrs) -> list[np.ndarray]:
-    out = xs[0].copy()
-    for x in xs[1:]:
+    folded = activation(a) != "none"
+    terms = xs[:-1] if folded else xs
+    out = terms[0].copy()
+    for x in terms[1:]:
         out += x
-    return [out]
+    return [get_op("ReluGrad").reference([out, xs[-1]], {})[0] if folded else out]
+
+
+def _addn_flops(ins: list[TensorType], outs: list[TensorType], a: Attrs) -> int:
+    terms = len(ins) - (activation(a) != "none")
+    return (terms - 1) * outs[0].size + activation_flops(outs[0], a)
 
 
 def _addn_pointwise(m, xs, p):
@@ -182,22 +230,28 @@ def _addn_pointwise(m, xs, p):
 
 def _addn_grad(g: GradBuilder, node: Node, grads: list[str | None]) -> list[str | None]:
     dy = grads[0]
+    if activation(node.attrs) != "none":  # the fold runs after autodiff: nothing asks
+        raise OpError(f"AddN {node.name!r}: no gradient rule for a folded ReluGrad")
     return [dy if dy is not None and g.needs(x) else None for x in node.inputs]
 
 
 register(OpDef(
     name="AddN",
     cost_class="elementwise", arity=None, min_inputs=1,
+    attrs=dict(ACTIVATION_ATTR),
     infer=_addn_infer,
-    flops=lambda ins, outs, a: (len(ins) - 1) * outs[0].size,
+    flops=_addn_flops,
     reference=_addn_reference,
     gradient=_addn_grad,
-    # summed in input order, as the reference; more inputs chain kernels over the output
+    # summed in input order, as the reference; more inputs chain kernels over the output. A
+    # folded ReluGrad is the CPU runtime's alone: the generated kernels refuse it.
     pointwise=Pointwise(_addn_pointwise,
                         signatures=("float32->float32", *low_signatures("float32->float32")),
                         arities=(2, 3, 4)),
     channel_blocked=BY_POSITION,
-    doc="y = x1 + ... + xn, all of one shape and dtype (summing gradient contributions).",
+    doc="y = x1 + ... + xn, all of one shape and dtype (summing gradient contributions); "
+        "activation none | relu (a folded ReluGrad: the Relu's output r after the terms, y = "
+        "r > 0 ? x1 + ... + xn : 0, float32).",
 ))
 
 

@@ -36,7 +36,7 @@ def step_choices(graph: Graph, target: Target, data_parallel: DataParallelOption
     a backend whose convolution layouts are chosen the layouts `costs` measured faster
     (planner.costs.conv_layouts; without costs none: a profile measures both), its CPU's
     channel block (planner.graph.blocked) and its BatchNorm's folded Relu
-    (planner.graph.fold_norm_relu) and, with ranks,
+    (planner.graph.fold_norm_relu) and sums (fold_sum_relu) and, with ranks,
     the gradient buckets' collectives (planner.schedule.parallel). PlanError for gradient
     accumulation on a backend whose executor does not run it."""
     data_parallel = data_parallel or DataParallelOptions()
@@ -51,7 +51,7 @@ def step_choices(graph: Graph, target: Target, data_parallel: DataParallelOption
                        layouts=chosen_layouts(graph, costs, channels_last=not block)
                        if cpu_kernels else {},
                        collectives=chosen_collectives(graph, target, data_parallel),
-                       channel_block=block, norm_activations=cpu_kernels)
+                       channel_block=block, relu_folds=cpu_kernels)
 
 
 def priced_graphs(graph: Graph, target: Target, options: PlanOptions | None = None,

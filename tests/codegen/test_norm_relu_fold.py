@@ -36,9 +36,10 @@ def _net():
 
 
 def _apart(graph):
-    """`graph` with the BatchNorms' outputs and the ReluGrads' outputs made graph outputs: the
-    fold leaves every pair apart."""
-    kept = [n.outputs[0] for n in graph.nodes if n.op in ("BatchNorm", "ReluGrad")]
+    """`graph` with the BatchNorms', sums' and ReluGrads' outputs made graph outputs: the folds
+    (fold_norm_relu.py, fold_sum_relu.py) leave every pair apart."""
+    kept = [n.outputs[0] for n in graph.nodes
+            if n.op in ("BatchNorm", "ReluGrad", "Add", "AddN")]
     return graph.model_copy(update={"outputs": (*graph.outputs, *kept)})
 
 

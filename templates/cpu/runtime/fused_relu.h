@@ -21,6 +21,10 @@ namespace planner {
 // -0, a bit the Relu op apart would not give).
 inline float relu_value(float v) { return v > 0.f || v != v ? v : 0.f; }
 
+// ReluGrad's rule on one float32, the ReluGrad kernel's and every folded ReluGrad's (a
+// BatchNorm's, a sum's): np.where(r > 0, dy, 0) from the Relu's output r.
+inline float relu_grad_value(float dy, float r) { return r > 0.f ? dy : 0.f; }
+
 class FusedRelu : public Kernel {
  public:
   FusedRelu(KernelPtr op, int y, int64_t size) : op_(std::move(op)), y_(y), size_(size) {}

@@ -191,9 +191,6 @@ bool loops_fit(const Node& n, const ChannelRuns& g) {
   return g.rest >= 2;
 }
 
-// ReluGrad's rule as a folded ReluGrad reads dy: dy where the Relu's output r is positive.
-inline float relu_grad(float dy, float r) { return r > 0.f ? dy : 0.f; }
-
 // PyTorch's running update and the saved invstd from channel c's batch mean and (biased)
 // variance.
 struct RunningUpdate {
@@ -313,7 +310,9 @@ class BatchNormGradLoops : public Kernel {
     const float* dy = r.at<float>(in_[0]);
     if (in_.size() == 6) {  // a folded ReluGrad: dy where the Relu's output is positive
       const float* relu_out = r.at<float>(in_[5]);
-      return gradient(r, [dy, relu_out](int64_t e) { return relu_grad(dy[e], relu_out[e]); });
+      return gradient(r, [dy, relu_out](int64_t e) {
+        return relu_grad_value(dy[e], relu_out[e]);
+      });
     }
     gradient(r, [dy](int64_t e) { return dy[e]; });
   }

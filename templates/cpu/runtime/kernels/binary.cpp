@@ -1,13 +1,15 @@
 // Broadcasting binary ops (Add, Sub, Mul, Div), BiasAdd and AddN: oneDNN binary and sum
-// primitives (a float32 AddN of 2 to 4 inputs: a plain loop). oneDNN broadcasts only the second
-// source, so an op whose first input is the broadcast one swaps its inputs when it commutes, and
-// otherwise runs a plain loop.
+// primitives (a float32 AddN of 2 to 4 inputs, and an Add or AddN with a folded Relu or
+// ReluGrad: a plain loop). oneDNN broadcasts only the second source, so an op whose first input
+// is the broadcast one swaps its inputs when it commutes, and otherwise runs a plain loop.
 #include <omp.h>
 
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "../dnnl_kernel.h"
+#include "../fused_relu.h"
 #include "../loops.h"
 #include "integer.h"
 
@@ -156,51 +158,105 @@ KernelPtr binary(const Node& n, dnnl::algorithm alg, char op, bool commutes) {
   return std::make_unique<BroadcastLoop<float>>(n, op);
 }
 
-// AddN of 2 to 4 float32 tensors: y = x1 + x2 + ... in input order (the reference's rounding),
-// element by element, so y may share bytes with any input. oneDNN's sum took 41 us for two
-// (8, 64, 128) gradients in a 1-thread step, this loop 18 us (PyTorch's add: 7 us, cache hot).
-class AddNLoop : public Kernel {
+// What a sum loop applies to each sum as it writes it: nothing, a folded Relu (an Add's,
+// fused_relu.h relu_value) or a folded ReluGrad (an AddN's: relu_grad_value with the Relu's
+// output r, the node's last input; planner/graph/fold_sum_relu.py).
+enum class SumEnd { kNone, kRelu, kReluGrad };
+
+// Float32 tensors of one size summed element by element, y = x1 + x2 + ... in input order (the
+// reference's rounding), then `SumEnd`'s rule: y may share bytes with any input. The AddN of 2
+// to 4 unfolded gradients (oneDNN's sum took 41 us for two (8, 64, 128) gradients in a 1-thread
+// step, this loop 18 us; PyTorch's add: 7 us, cache hot) and every folded sum.
+class SumLoop : public Kernel {
  public:
-  explicit AddNLoop(const Node& n) : y_(n.out[0].id), size_(n.out[0].size()) {
-    for (const TensorRef& t : n.in) xs_.push_back(t.id);
+  SumLoop(const Node& n, SumEnd end) : end_(end), y_(n.out[0].id), size_(n.out[0].size()) {
+    const size_t terms = n.in.size() - (end == SumEnd::kReluGrad);
+    for (size_t k = 0; k < terms; ++k) xs_.push_back(n.in[k].id);
+    if (end == SumEnd::kReluGrad) r_ = n.in.back().id;
+  }
+  std::string impl() const override {
+    return end_ == SumEnd::kNone ? "direct:sum" : end_ == SumEnd::kRelu ? "direct:sum + relu"
+                                                                       : "direct:sum + relu grad";
   }
   void run(const Run& r) override {
-    const float* a = r.at<float>(xs_[0]);
-    const float* b = r.at<float>(xs_[1]);
-    const float* c = xs_.size() > 2 ? r.at<float>(xs_[2]) : nullptr;
-    const float* d = xs_.size() > 3 ? r.at<float>(xs_[3]) : nullptr;
-    float* y = r.at<float>(y_);
-    const int64_t size = size_;
-    if (d != nullptr) {
-#pragma omp parallel for simd schedule(static) if(size >= kGrain)
-      for (int64_t i = 0; i < size; ++i) y[i] = a[i] + b[i] + c[i] + d[i];
-    } else if (c != nullptr) {
-#pragma omp parallel for simd schedule(static) if(size >= kGrain)
-      for (int64_t i = 0; i < size; ++i) y[i] = a[i] + b[i] + c[i];
-    } else {
-#pragma omp parallel for simd schedule(static) if(size >= kGrain)
-      for (int64_t i = 0; i < size; ++i) y[i] = a[i] + b[i];
+    if (end_ == SumEnd::kRelu) return sums(r, [](float s, int64_t) { return relu_value(s); });
+    if (end_ == SumEnd::kReluGrad) {
+      const float* out = r.at<float>(r_);
+      return sums(r, [out](float s, int64_t i) { return relu_grad_value(s, out[i]); });
     }
+    sums(r, [](float s, int64_t) { return s; });
   }
 
  private:
+  // y[i] = end(the terms' sum at i, i): up to four terms in one vectorised loop each, more
+  // through a running sum in y (the same order, so the same bits).
+  template <class End>
+  void sums(const Run& r, End end) const {
+    std::vector<const float*> x;
+    for (int id : xs_) x.push_back(r.at<float>(id));
+    float* y = r.at<float>(y_);
+    const int64_t size = size_;
+    const float *a = x[0], *b = x.size() > 1 ? x[1] : nullptr, *c = x.size() > 2 ? x[2] : nullptr,
+                *d = x.size() > 3 ? x[3] : nullptr;
+    switch (x.size()) {
+      case 1:
+#pragma omp parallel for simd schedule(static) if(parallel: size >= kGrain)
+        for (int64_t i = 0; i < size; ++i) y[i] = end(a[i], i);
+        return;
+      case 2:
+#pragma omp parallel for simd schedule(static) if(parallel: size >= kGrain)
+        for (int64_t i = 0; i < size; ++i) y[i] = end(a[i] + b[i], i);
+        return;
+      case 3:
+#pragma omp parallel for simd schedule(static) if(parallel: size >= kGrain)
+        for (int64_t i = 0; i < size; ++i) y[i] = end(a[i] + b[i] + c[i], i);
+        return;
+      case 4:
+#pragma omp parallel for simd schedule(static) if(parallel: size >= kGrain)
+        for (int64_t i = 0; i < size; ++i) y[i] = end(a[i] + b[i] + c[i] + d[i], i);
+        return;
+      default: {
+        const size_t terms = x.size();
+#pragma omp parallel for schedule(static) if(size >= kGrain)
+        for (int64_t i = 0; i < size; ++i) {
+          float s = a[i];
+          for (size_t k = 1; k < terms; ++k) s += x[k][i];
+          y[i] = end(s, i);
+        }
+      }
+    }
+  }
+
+  SumEnd end_;
   std::vector<int> xs_;
-  int y_;
+  int y_, r_ = -1;
   int64_t size_;
 };
 
-// 2 to 4 inputs, every one float32 and of the output's size (nothing broadcast).
+// Every tensor float32 and of the output's size (nothing broadcast).
 bool same_size_f32(const Node& n) {
-  bool ok = n.out[0].dtype == F32 && n.in.size() > 1 && n.in.size() <= 4;
+  bool ok = n.out[0].dtype == F32;
   for (const TensorRef& t : n.in) ok = ok && t.dtype == F32 && t.size() == n.out[0].size();
   return ok;
+}
+
+// An Add's or AddN's folded activation: the sum loop's, on float32 operands of one size (what
+// the fold makes; a hostile plan's other operands are refused, not summed without it).
+KernelPtr folded_sum(const Node& n, const std::string& op, SumEnd end) {
+  if (!same_size_f32(n))
+    throw std::runtime_error(op + ": a folded " + (end == SumEnd::kRelu ? "Relu" : "ReluGrad") +
+                             " needs float32 operands of the output's size");
+  return std::make_unique<SumLoop>(n, end);
 }
 
 KernelPtr add_any(const Node& n) { return binary(n, dnnl::algorithm::binary_add, '+', true); }
 // bfloat16 / float16 operands: oneDNN's low-type binary, or float32 on widened copies. (AddN's
 // loop for two float32 tensors of one size measured no faster in a 1-thread step than oneDNN's
 // binary: 14-21 us either way for (8, 64, 128) under load 5.)
-KernelPtr add(const Node& n) { return native_or_widened(n, add_any); }
+KernelPtr add(const Node& n) {
+  if (fused_activation(n.attrs, "Add") != kActNone) return folded_sum(n, "Add", SumEnd::kRelu);
+  return native_or_widened(n, add_any);
+}
 KernelPtr sub(const Node& n) { return binary(n, dnnl::algorithm::binary_sub, '-', false); }
 KernelPtr mul(const Node& n) { return binary(n, dnnl::algorithm::binary_mul, '*', true); }
 KernelPtr div(const Node& n) { return binary(n, dnnl::algorithm::binary_div, '/', false); }
@@ -240,7 +296,12 @@ KernelPtr add_n_any(const Node& n) {
 }
 
 KernelPtr add_n(const Node& n) {
-  if (same_size_f32(n)) return std::make_unique<AddNLoop>(n);
+  if (fused_activation(n.attrs, "AddN") != kActNone) {
+    if (n.in.size() < 2) throw std::runtime_error("AddN: a folded ReluGrad needs a term and r");
+    return folded_sum(n, "AddN", SumEnd::kReluGrad);
+  }
+  if (same_size_f32(n) && n.in.size() > 1 && n.in.size() <= 4)
+    return std::make_unique<SumLoop>(n, SumEnd::kNone);
   return native_or_widened(n, add_n_any);
 }
 KernelPtr bias_add(const Node& n) { return native_or_widened(n, bias_add_any); }

@@ -21,8 +21,7 @@ KernelPtr relu_f32(const Node& n) {
 }
 
 KernelPtr relu_grad_f32(const Node& n) {
-  // np.where(y > 0, dy, 0)
-  return map2(n, [](float dy, float y) { return y > 0.f ? dy : 0.f; });
+  return map2(n, [](float dy, float y) { return relu_grad_value(dy, y); });
 }
 
 // bfloat16 / float16 (mixed precision's activations) where every operand has the one low type:

@@ -129,9 +129,18 @@ Geometry Geometry::broadcast(const Shape& out, const std::vector<Shape>& ins) {
   return g;
 }
 
+// A folded activation (an Add's Relu, an AddN's ReluGrad: CPU steps' folds, planner/graph/
+// fold_sum_relu.py) is no part of a generated kernel's formula: refused, not run without it.
+static void refuse_folded_activation(const Node& n, const char* op) {
+  if (n.attrs.has("activation") && n.attrs.s("activation") != "none")
+    throw std::runtime_error(std::string(op) + ": the CUDA runtime runs no folded activation "
+                             "in a generated kernel (a CPU step's fold)");
+}
+
 GeneratedLaunch::GeneratedLaunch(const Node& n, const char* op, const std::vector<TensorRef>& in,
                                  const std::vector<TensorRef>& out, const Geometry& geometry,
                                  bool broadcast) {
+  refuse_folded_activation(n, op);
   std::string sig;
   for (const TensorRef& t : in) sig += code_of(t.dtype);
   sig += '_';
@@ -312,6 +321,7 @@ KernelPtr bias_add(const Node& n) {
 class AddN : public Kernel {
  public:
   explicit AddN(const Node& n) {
+    refuse_folded_activation(n, "AddN");
     const TensorRef& y = n.out[0];
     if (n.in.size() == 1) {
       copy_ = std::make_unique<Copy>(n.in[0].id, y.id, y.size() * dtype_bytes(y.dtype));
