@@ -69,6 +69,8 @@ ADAPT_STEPS = 12
 MODELS = {
     "lstm": ("lstm", dict(batch=16, seq=20, hidden=128, layers=2, vocab=1000)),
     "resnet-50": ("resnet", dict(depth=50, batch=4, image=64, width=0.25, classes=100)),
+    # the strategies table's ResNet-50 (bench_cpu_strategies.py), issue 60's roofline line
+    "resnet-50-b32": ("resnet", dict(depth=50, batch=32, image=64, width=0.25, classes=100)),
     "gpt": ("gpt", dict(batch=8, seq=64, dim=128, heads=4, layers=2, vocab=512)),
 }
 LOADER_BATCH = 16

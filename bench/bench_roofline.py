@@ -47,7 +47,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
-DEFAULT = "resnet-50,mobilenet_v2,resnet18,transformer_encoder,lstm,gpt"
+DEFAULT = "resnet-50-b32,resnet-50,mobilenet_v2,resnet18,transformer_encoder,lstm,gpt"
 FAMILIES = ("convs", "GEMMs", "pointwise")
 
 
