@@ -22,7 +22,7 @@ Float32 throughout (mixed precision's low-type images are left apart, as the oth
 leave them). A pair that does not fold stays as it was. The evaluation graph made from a folded
 step keeps the Add's activation (planner/graph/evaluation.py: it is the forward's own op).
 
-Example:
+Example (c0's Relu is the convolution's own; r1's gradient reads the head's alone, no AddN):
     >>> from planner.graph.builder import GraphBuilder
     >>> from planner.graph.autodiff import make_training_graph
     >>> from planner.graph.optimizer import Optimizer
@@ -36,7 +36,7 @@ Example:
     >>> folded = fold_sum_relus(g)
     >>> [(n.op, n.attrs.get("activation")) for n in folded.nodes
     ...  if n.op in ("Add", "AddN", "Relu", "ReluGrad")]
-    [('Relu', None), ('Add', 'relu'), ('AddN', 'relu'), ('ReluGrad', None)]
+    [('Add', 'relu'), ('ReluGrad', None), ('AddN', 'relu')]
 """
 
 from __future__ import annotations

@@ -25,7 +25,10 @@ from planner.verify import verify_plan_data
 from tests.offloading import offloading_plan
 
 PLANS = Path(__file__).resolve().parent.parent.parent / "examples" / "plans"
-BEFORE, AFTER = "layer1/block2/relu", "layer2/block1/downsample/conv"
+# The residual sum writing layer1's output (its Relu folded into it: the tensor keeps the
+# Relu's name) and a reader of that output on another lane.
+BEFORE, TENSOR, AFTER = ("layer1/block2/add", "layer1/block2/relu",
+                         "layer2/block1/downsample/conv")
 
 
 def load(name: str) -> dict:
@@ -60,7 +63,7 @@ def test_a_racing_plan_is_refused_by_verify_and_build(resnet_plan, tmp_path, cap
     assert BEFORE in ops[AFTER]["deps"]  # kept: verify must not trust it
     racing = without_edges(data, {(BEFORE, AFTER)})
     found = [p for p in problems(racing) if BEFORE in p and AFTER in p]
-    assert found == [f"op {AFTER!r} reads tensor {BEFORE!r} written by op {BEFORE!r}, but "
+    assert found == [f"op {AFTER!r} reads tensor {TENSOR!r} written by op {BEFORE!r}, but "
                      f"nothing the executor enforces orders them: no lane or chain of "
                      f"happens-before edges leads from {BEFORE!r} to {AFTER!r}"]
     path = tmp_path / "racing.plan.json"
