@@ -12,8 +12,8 @@ from codegen.load import load
 from codegen.render import render
 from planner.frontend.options import GraphOptions
 from planner.frontend.prepare import prepare
-from planner.graph.interpret import random_feeds
 from planner.graph import step
+from planner.graph.interpret import random_feeds
 from planner.graph.optimizer import Optimizer
 from planner.pipeline import plan
 from tests.codegen.helpers import host_with_block, start_state, step_with_values
