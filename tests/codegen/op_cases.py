@@ -92,7 +92,9 @@ CASES: dict[str, list[tuple]] = {
     "ScaledSoftmaxGrad": [([((2, 5, 4), N), ((2, 5, 4), U)], {"scale": 0.35, "causal": True}),
                           ([((3, 8), N), ((3, 8), U)], {"scale": 1.5})],
     "LogSoftmax": [([((3, 8), N)], {}), ([((2, 5, 3), N)], {"axis": 1})],
-    "Add": [([((3, 8), N), ((8,), N)], {}), ([((3, 1), N), ((3, 8), N)], {})],
+    "Add": [([((3, 8), N), ((8,), N)], {}), ([((3, 1), N), ((3, 8), N)], {}),
+            # a residual sum's folded Relu (planner/graph/fold_sum_relu.py; CPU only)
+            ([((5, 131), N), ((5, 131), N)], {"activation": "relu"})],
     "Sub": [([((3, 8), N), ((3, 1), N)], {})],
     # (a per-sample factor, constant over each sample's trailing axes: the run loop)
     "Mul": [([((2, 3, 8), N), ((3, 1), N)], {}), ([((4, 2, 3, 5), N), ((4, 1, 1, 1), N)], {}),
@@ -100,7 +102,12 @@ CASES: dict[str, list[tuple]] = {
     "Div": [([((3, 8), N), ((3, 8), N)], {}), ([((4, 6, 5), N), ((4, 6, 1), P)], {})],
     "AddN": [([((3, 8), N), ((3, 8), N), ((3, 8), N)], {}),
              ([((5, 131), N), ((5, 131), N)], {}),
-             ([((2, 9), N)] * 4, {}), ([((2, 9), N)] * 5, {})],  # 4 in the loop, 5 oneDNN's
+             ([((2, 9), N)] * 4, {}), ([((2, 9), N)] * 5, {}),  # 4 in the loop, 5 oneDNN's
+             # a folded ReluGrad, the Relu's output r last (CPU only): one term, four in the
+             # vector loops, six through the running sum
+             ([((5, 131), N)] * 2, {"activation": "relu"}),
+             ([((2, 9), N)] * 5, {"activation": "relu"}),
+             ([((2, 9), N)] * 7, {"activation": "relu"})],
     "BiasAdd": [([(X4, N), ((3,), N)], {})],
     # channels last: (75, 131) rows over blocks of 32 rows and strips of 128 columns, ragged
     "BiasAddGrad": [([(X4, N)], {}), ([((2, 3, 8), N)], {"axis": -1}),
