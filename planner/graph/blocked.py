@@ -5,9 +5,9 @@ AVX2 (C / B blocks of B channels, the B channels innermost). On a plain NCHW ten
 convolution reorders its image in and its output back, and its gradients do the same for x, dy
 and dx: in ResNet-50's step (width 0.25, 64 px, batch 4, `ONEDNN_VERBOSE=profile_exec`) on a
 2-core AVX-512 Xeon, such reorders took 3.3 ms, as much as the convolutions themselves (3.4).
-Between two convolutions sit only ops that do not care: BatchNorm (whose CPU loops read a
-blocked image as well), Relu, the residual Add, their gradients. So the step graph keeps
-those tensors blocked (Tensor.layout) and the reorders go.
+Between two convolutions sit only ops that do not care: BatchNorm and the max pool (whose CPU
+loops read a blocked image as well), Relu, the residual Add, their gradients. So the step graph
+keeps those tensors blocked (Tensor.layout) and the reorders go.
 
 Which tensors: the operands of an op that works by position (OpDef.channel_blocked BY_POSITION:
 Relu, Add, ...; every operand but scalar bounds of one shape) share one layout, as do those a
@@ -18,11 +18,11 @@ each of its tensors
     output of the graph (what the caller gets back is plain), and
   - is read and written only by ops that take it blocked at that operand (OpDef.channel_blocked:
     a convolution's image and output, on oneDNN's own kernel or the columns kernels, BatchNorm's
-    in training, or a by-position op).
+    in training, a max pool's, or a by-position op).
 
-Anything else (a max pool, a view, a channels-last convolution, a parameter's gradient) keeps a
-tensor plain, and its whole group with it: a tensor is blocked only where
-every kernel that touches it knows. The block is the target's (CPU.vector_floats); a GPU's step
+Anything else (an average pool, a view, a channels-last convolution, a parameter's gradient)
+keeps a tensor plain, and its whole group with it: a tensor is blocked only where every kernel
+that touches it knows. The block is the target's (CPU.vector_floats); a GPU's step
 or a target that names none keeps every tensor plain.
 
 Example: conv -> relu -> conv keeps the relu's input and output blocked; the image fed in and the

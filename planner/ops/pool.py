@@ -160,6 +160,8 @@ register(OpDef(
     flops=lambda ins, outs, a: outs[0].size * _window_flops(a, 0),
     reference=maxpool_reference,
     gradient=maxpool_gradient,
+    # The CPU loops also run on a blocked x and y, held alike (kernels/max_pool.cpp).
+    channel_blocked=lambda a: ((("in", 0), ("out", 0)),),
     doc="Max over each window; padding never wins.",
 ))
 
@@ -170,6 +172,7 @@ register(OpDef(
     infer=_maxpool_grad_infer,
     flops=lambda ins, outs, a: ins[0].size * _window_flops(a, 1),
     reference=maxpool_grad_reference,
+    channel_blocked=lambda a: ((("in", 0), ("in", 1), ("out", 0)),),
     doc="[dy, x] -> dx: dy routed to the first maximum of each window (oneDNN, PyTorch).",
 ))
 

@@ -4,7 +4,12 @@
 // the window gives NaN, and the gradient goes to the first maximum in row-major tap order (the
 // first NaN if any).
 //
-// Two loop orders, chosen at load by the output width:
+// Three loop orders, chosen at load by the layout and the output width:
+//   blocked           an image the step keeps channel-blocked (TensorRef::block: (N, C/B, H, W,
+//                     B), planner/graph/blocked.py) is channels-last already, B channels at a
+//                     time: the channels loops run on it in place, each (sample, block) as an
+//                     image of B channels, no transposes (ResNet's stem pool: its gradient took
+//                     1.2 ms a step at batch 32 on the rows loops, whose stride-2 taps gather);
 //   rows (ow >= 16)   NCHW planes, output row by row with the column innermost: per kernel tap,
 //                     the columns whose tap is inside the input form one contiguous range found
 //                     at load, so the inner loop has no bounds checks and vectorizes (stride 1)
@@ -13,11 +18,14 @@
 //                     transposed to NHWC in the scratch area, the window loop runs with the
 //                     channel innermost (contiguous, vectorized), and the result is transposed
 //                     back; a 7-wide row would leave the vector units idle.
+// Every order visits one output's taps in the same row-major order and adds a dx element's
+// contributions in output order, so all three give the same bits.
 #include <omp.h>
 
 #include <algorithm>
 #include <cstring>
 #include <limits>
+#include <stdexcept>
 
 #include "../dnnl_kernel.h"
 #include "../loops.h"
@@ -29,13 +37,21 @@ namespace {
 constexpr int64_t kWideRow = 16;
 constexpr int64_t kChannelBlock = 64;  // channels per task in the channels-last backward
 constexpr float kLowest = -std::numeric_limits<float>::infinity();
+constexpr const char* kAlike =
+    "a max pool's images must be held alike (all blocked or all plain)";
 
 struct MaxPoolGeometry {
   int64_t n, c, ih, iw, oh, ow, kh, kw, sh, sw, dh, dw, pt, pl;
   // per tap column kw: the output columns [lo, hi) whose tap is inside the input
   std::vector<int64_t> col_lo, col_hi;
 
-  MaxPoolGeometry(const Node& node, const Shape& x, const Shape& y) {
+  int64_t block;  // channels per block of a blocked x and y, 0: plain
+
+  MaxPoolGeometry(const Node& node, const TensorRef& x_ref, const TensorRef& y_ref)
+      : block(x_ref.block) {
+    const Shape &x = x_ref.shape, &y = y_ref.shape;
+    if (y_ref.block != block || (block && x_ref.shape[1] % block))
+      throw std::runtime_error(kAlike);
     const PoolWindow w = pool_window(node.attrs, x, y);  // common/pool.h
     n = x[0], c = x[1], ih = x[2], iw = x[3], oh = y[2], ow = y[3];
     kh = w.kernel[0], kw = w.kernel[1], sh = w.stride[0], sw = w.stride[1];
@@ -48,7 +64,12 @@ struct MaxPoolGeometry {
       col_hi.push_back(hi);
     }
   }
-  bool channels_last() const { return ow < kWideRow; }
+  // The transposed channels-last loops (plain small maps); a blocked image needs none.
+  bool channels_last() const { return !block && ow < kWideRow; }
+  bool rows() const { return !block && ow >= kWideRow; }
+  // The channels loops' images: (samples, area, channels) as they lie in memory.
+  int64_t samples() const { return block ? n * (c / block) : n; }
+  int64_t lanes() const { return block ? block : c; }
   int64_t in_area() const { return ih * iw; }
   int64_t out_area() const { return oh * ow; }
   // Input row of tap row t for output row r, or -1 outside the input.
@@ -94,7 +115,7 @@ void to_channels_first(const float* src, float* dst, int64_t n, int64_t c, int64
 class MaxPool : public Kernel {
  public:
   explicit MaxPool(const Node& n)
-      : x_(n.in[0].id), y_(n.out[0].id), g_(n, n.in[0].shape, n.out[0].shape) {
+      : x_(n.in[0].id), y_(n.out[0].id), g_(n, n.in[0], n.out[0]) {
     require_f32(n);
   }
   size_t scratch_bytes() const override {
@@ -104,15 +125,13 @@ class MaxPool : public Kernel {
   void run(const Run& r) override {
     const float* x = r.at<float>(x_);
     float* y = r.at<float>(y_);
-    if (g_.channels_last()) {
-      float* xt = reinterpret_cast<float*>(r.scratch);
-      float* yt = xt + g_.n * g_.c * g_.in_area();
-      to_channels_last(x, xt, g_.n, g_.c, g_.in_area());
-      channels(xt, yt);
-      to_channels_first(yt, y, g_.n, g_.c, g_.out_area());
-    } else {
-      rows(x, y);
-    }
+    if (g_.rows()) return rows(x, y);
+    if (!g_.channels_last()) return channels(x, y);
+    float* xt = reinterpret_cast<float*>(r.scratch);
+    float* yt = xt + g_.n * g_.c * g_.in_area();
+    to_channels_last(x, xt, g_.n, g_.c, g_.in_area());
+    channels(xt, yt);
+    to_channels_first(yt, y, g_.n, g_.c, g_.out_area());
   }
 
  private:
@@ -139,9 +158,9 @@ class MaxPool : public Kernel {
   }
   void channels(const float* xt, float* yt) const {
     const MaxPoolGeometry& g = g_;
-    const int64_t c = g.c;
+    const int64_t c = g.lanes();
 #pragma omp parallel for collapse(2)
-    for (int64_t b = 0; b < g.n; ++b) {
+    for (int64_t b = 0; b < g.samples(); ++b) {
       for (int64_t o = 0; o < g.out_area(); ++o) {
         const int64_t orow = o / g.ow, q = o % g.ow;
         float* out = yt + (b * g.out_area() + o) * c;
@@ -172,8 +191,9 @@ class MaxPoolGrad : public Kernel {
  public:
   explicit MaxPoolGrad(const Node& n)
       : dy_(n.in[0].id), x_(n.in[1].id), dx_(n.out[0].id), team_(std::max(1, n.threads)),
-        g_(n, n.in[1].shape, n.in[0].shape) {
+        g_(n, n.in[1], n.in[0]) {
     require_f32(n);
+    if (n.out[0].block != g_.block) throw std::runtime_error(kAlike);
     if (g_.in_area() >= (int64_t{1} << 31)) throw std::runtime_error("MaxPoolGrad: plane too large");
   }
   // rows: per thread, the best value and its offset for one output row; channels: x, dy and
@@ -181,7 +201,7 @@ class MaxPoolGrad : public Kernel {
   // Per-thread buffers start on their own cache line: threads writing neighbouring slices of
   // one line would share it back and forth on every tap (2 threads ran slower than 1).
   int64_t per_thread() const {
-    return g_.channels_last() ? kChannelBlock : (g_.ow + 15) / 16 * 16;
+    return g_.rows() ? (g_.ow + 15) / 16 * 16 : kChannelBlock;
   }
   size_t scratch_bytes() const override {
     const size_t per_thread = this->per_thread();
@@ -198,7 +218,8 @@ class MaxPoolGrad : public Kernel {
     const int64_t per_thread = this->per_thread();
     int32_t* at = reinterpret_cast<int32_t*>(r.scratch);
     float* best = reinterpret_cast<float*>(at + team * per_thread);
-    if (!g_.channels_last()) return rows(dy, x, dx, team, at, best);
+    if (g_.rows()) return rows(dy, x, dx, team, at, best);
+    if (!g_.channels_last()) return channels(dy, x, dx, team, at, best);
     const MaxPoolGeometry& g = g_;
     float* xt = best + team * per_thread;
     float* dxt = xt + g.n * g.c * g.in_area();
@@ -252,14 +273,14 @@ class MaxPoolGrad : public Kernel {
   void channels(const float* dyt, const float* xt, float* dxt, int team, int32_t* at_all,
                 float* best_all) const {
     const MaxPoolGeometry& g = g_;
-    const int64_t c = g.c, blocks = (c + kChannelBlock - 1) / kChannelBlock;
+    const int64_t c = g.lanes(), blocks = (c + kChannelBlock - 1) / kChannelBlock;
 #pragma omp parallel num_threads(team)
     {
       const int t = omp_get_thread_num();
       int32_t* at = at_all + static_cast<int64_t>(t) * kChannelBlock;
       float* best = best_all + static_cast<int64_t>(t) * kChannelBlock;
 #pragma omp for schedule(static)
-      for (int64_t task = 0; task < g.n * blocks; ++task) {
+      for (int64_t task = 0; task < g.samples() * blocks; ++task) {
         const int64_t b = task / blocks, k0 = (task % blocks) * kChannelBlock;
         const int64_t width = std::min(kChannelBlock, c - k0);
         const float* xs = xt + b * g.in_area() * c + k0;
