@@ -27,6 +27,7 @@
 // loops' order (`block_sums`), so the bits are the plain layout's; then the elementwise pass an
 // image's block a task. (A whole block a task left one thread idle on ResNet's 16-channel
 // first stage and a third of the team on 48 channels.)
+#include <array>
 #include <cmath>
 #include <string>
 #include <tuple>
@@ -60,23 +61,33 @@ struct ChannelRuns {
   int64_t at(int64_t i, int64_t channel) const { return (i * c + channel) * rest; }
 };
 
-// The sum over channel c's elements e of f(e), in double: kLoopRun lane partials carried
-// across the channel's runs and added once at the end (a vector reduction per run cost more
-// than the run on 4x4 feature maps), the runs' remainders in one more partial. A fixed order:
-// the same bits on any thread count.
-template <class F>
-double channel_sum(const ChannelRuns& g, int64_t c, F f) {
-  double lanes[kLoopRun] = {};
-  double rest = 0;
+// The sums over channel c's elements e of f(e) for each functor f, in double: per sum,
+// kLoopRun lane partials carried across the channel's runs and added once at the end (a vector
+// reduction per run cost more than the run on 4x4 feature maps), the runs' remainders in one
+// more partial. A fixed order: the same bits on any thread count, whatever other sums ride in
+// the same sweep (BatchNormGrad's two share one read of dy and x). The functors are separate
+// (not one returning an array): the loops vectorize so.
+template <class... F>
+std::array<double, sizeof...(F)> channel_sums(const ChannelRuns& g, int64_t c, F... f) {
+  constexpr size_t S = sizeof...(F);
+  double lanes[S][kLoopRun] = {};
+  std::array<double, S> rest = {};
   const int64_t whole = g.rest / kLoopRun * kLoopRun;
   for (int64_t i = 0; i < g.n; ++i) {
     const int64_t at = g.at(i, c);
     for (int64_t k = 0; k < whole; k += kLoopRun)
 #pragma omp simd
-      for (int64_t j = 0; j < kLoopRun; ++j) lanes[j] += f(at + k + j);
-    for (int64_t k = whole; k < g.rest; ++k) rest += f(at + k);
+      for (int64_t j = 0; j < kLoopRun; ++j) {
+        size_t q = 0;
+        ((lanes[q++][j] += f(at + k + j)), ...);
+      }
+    for (int64_t k = whole; k < g.rest; ++k) {
+      size_t q = 0;
+      ((rest[q++] += f(at + k)), ...);
+    }
   }
-  for (double v : lanes) rest += v;
+  for (size_t q = 0; q < S; ++q)
+    for (double v : lanes[q]) rest[q] += v;
   return rest;
 }
 
@@ -84,31 +95,40 @@ double channel_sum(const ChannelRuns& g, int64_t c, F f) {
 // 16 channels (ResNet's first stage at width 0.25) still splits over two threads.
 constexpr int64_t kTaskLanes = 8;
 
-// channel_sum of lanes [j0, j0 + L) of block b of a blocked image at once: out[j] is channel
-// b * B + j0 + j's sum of f(e, j0 + j) over its elements e, each channel's terms added in
-// channel_sum's order (lane partial k % kLoopRun of its run's element k, the remainders, then
-// the partials in turn): the plain layout's bits.
-template <int64_t B, int64_t L, class F>
-void block_sums(const ChannelRuns& g, int64_t b, int64_t j0, F f, double* out) {
-  double lanes[kLoopRun][L] = {};
-  double rest[L] = {};
+// channel_sums of lanes [j0, j0 + L) of block b of a blocked image at once: out[q][j] is channel
+// b * B + j0 + j's sum of the q-th functor's f(e, j0 + j) over its elements e, each channel's
+// terms added in channel_sums' order (lane partial k % kLoopRun of its run's element k, the
+// remainders, then the partials in turn): the plain layout's bits.
+template <int64_t B, int64_t L, class... F>
+void block_sums(const ChannelRuns& g, int64_t b, int64_t j0, double (&out)[sizeof...(F)][L],
+                F... f) {
+  constexpr size_t S = sizeof...(F);
+  double lanes[kLoopRun][S][L] = {};
+  double rest[S][L] = {};
   const int64_t whole = g.rest / kLoopRun * kLoopRun;
   for (int64_t i = 0; i < g.n; ++i) {
     const int64_t at = g.block_at(i, b) + j0;
     for (int64_t k = 0; k < whole; ++k) {
-      double* partial = lanes[k % kLoopRun];
+      double(&partial)[S][L] = lanes[k % kLoopRun];
 #pragma omp simd
-      for (int64_t j = 0; j < L; ++j) partial[j] += f(at + k * B + j, j0 + j);
+      for (int64_t j = 0; j < L; ++j) {
+        size_t q = 0;
+        ((partial[q++][j] += f(at + k * B + j, j0 + j)), ...);
+      }
     }
     for (int64_t k = whole; k < g.rest; ++k)
 #pragma omp simd
-      for (int64_t j = 0; j < L; ++j) rest[j] += f(at + k * B + j, j0 + j);
+      for (int64_t j = 0; j < L; ++j) {
+        size_t q = 0;
+        ((rest[q++][j] += f(at + k * B + j, j0 + j)), ...);
+      }
   }
-  for (int64_t j = 0; j < L; ++j) {
-    double sum = rest[j];
-    for (int64_t p = 0; p < kLoopRun; ++p) sum += lanes[p][j];
-    out[j] = sum;
-  }
+  for (size_t q = 0; q < S; ++q)
+    for (int64_t j = 0; j < L; ++j) {
+      double sum = rest[q][j];
+      for (int64_t p = 0; p < kLoopRun; ++p) sum += lanes[p][q][j];
+      out[q][j] = sum;
+    }
 }
 
 // `each(e, j)` for every element e of image i's block b of a blocked image (j: its lane).
@@ -240,17 +260,18 @@ class BatchNormLoops : public Kernel {
       // The statistics kTaskLanes channels a task, then y an image's block a task.
       blocked_phases(g, [&](auto width, int64_t b, int64_t j0) {
         constexpr int64_t B = decltype(width)::value, L = kTaskLanes;
-        double sums[L], squares[L];
-        block_sums<B, L>(g, b, j0, [x](int64_t e, int64_t) -> double { return x[e]; }, sums);
-        for (int64_t j = 0; j < L; ++j) sums[j] /= m;
-        block_sums<B, L>(g, b, j0, [x, &sums, j0](int64_t e, int64_t j) {
-          const double d = x[e] - sums[j - j0];
+        double sums[1][L], squares[1][L];
+        block_sums<B, L>(g, b, j0, sums, [x](int64_t e, int64_t) -> double { return x[e]; });
+        for (int64_t j = 0; j < L; ++j) sums[0][j] /= m;
+        block_sums<B, L>(g, b, j0, squares, [x, &sums, j0](int64_t e, int64_t j) {
+          const double d = x[e] - sums[0][j - j0];
           return d * d;
-        }, squares);
+        });
         for (int64_t j = 0; j < L; ++j) {
           const int64_t c = b * B + j0 + j;
-          const float mean_f = static_cast<float>(sums[j]);
-          update(c, mean_f, static_cast<float>(squares[j] / m), rm, rv, rm_out, rv_out, invstd);
+          const float mean_f = static_cast<float>(sums[0][j]);
+          update(c, mean_f, static_cast<float>(squares[0][j] / m), rm, rv, rm_out, rv_out,
+                 invstd);
           mean_out[c] = mean_f;
         }
       }, [&](auto width, int64_t i, int64_t b) {
@@ -270,11 +291,11 @@ class BatchNormLoops : public Kernel {
     }
 #pragma omp parallel for schedule(static) firstprivate(g, update)
     for (int64_t c = 0; c < g.c; ++c) {
-      const double mean = channel_sum(g, c, [x](int64_t e) -> double { return x[e]; }) / m;
-      const double squares = channel_sum(g, c, [x, mean](int64_t e) {
+      const double mean = channel_sums(g, c, [x](int64_t e) -> double { return x[e]; })[0] / m;
+      const double squares = channel_sums(g, c, [x, mean](int64_t e) {
         const double d = x[e] - mean;
         return d * d;
-      });
+      })[0];
       const float mean_f = static_cast<float>(mean);
       update(c, mean_f, static_cast<float>(squares / m), rm, rv, rm_out, rv_out, invstd);
       mean_out[c] = mean_f;
@@ -336,11 +357,14 @@ class BatchNormGradLoops : public Kernel {
         constexpr int64_t B = decltype(width)::value, L = kTaskLanes;
         const float* mu = mean + b * B;
         const float* inv = invstd + b * B;
-        double db[L], ds[L];
-        block_sums<B, L>(g, b, j0, [dy](int64_t e, int64_t) -> double { return dy(e); }, db);
-        block_sums<B, L>(g, b, j0, [dy, x, mu, inv](int64_t e, int64_t j) {
-          return static_cast<double>(dy(e)) * ((x[e] - mu[j]) * inv[j]);
-        }, ds);
+        double sums[2][L];  // dbias, dscale
+        block_sums<B, L>(
+            g, b, j0, sums, [dy](int64_t e, int64_t) -> double { return dy(e); },
+            [dy, x, mu, inv](int64_t e, int64_t j) {
+              return static_cast<double>(dy(e)) * ((x[e] - mu[j]) * inv[j]);
+            });
+        const double(&db)[L] = sums[0];
+        const double(&ds)[L] = sums[1];
         for (int64_t j = 0; j < L; ++j) {
           const int64_t c = b * B + j0 + j;
           dbias[c] = static_cast<float>(db[j]);
@@ -363,10 +387,9 @@ class BatchNormGradLoops : public Kernel {
 #pragma omp parallel for schedule(static) firstprivate(g)
     for (int64_t c = 0; c < g.c; ++c) {
       const float mu = mean[c], inv = invstd[c];
-      const double db = channel_sum(g, c, [dy](int64_t e) -> double { return dy(e); });
-      const double ds = channel_sum(g, c, [dy, x, mu, inv](int64_t e) {
-        return static_cast<double>(dy(e)) * ((x[e] - mu) * inv);
-      });
+      const auto [db, ds] = channel_sums(
+          g, c, [dy](int64_t e) -> double { return dy(e); },
+          [dy, x, mu, inv](int64_t e) { return static_cast<double>(dy(e)) * ((x[e] - mu) * inv); });
       dbias[c] = static_cast<float>(db);
       dscale[c] = static_cast<float>(ds);
       const float k = scale[c] * inv, dy_mean = static_cast<float>(db / m),
