@@ -18,9 +18,10 @@ each of its tensors
     output of the graph (what the caller gets back is plain), and
   - is read and written only by ops that take it blocked at that operand (OpDef.channel_blocked:
     a convolution's image and output, on oneDNN's own kernel or the columns kernels, BatchNorm's
-    in training, a max pool's, or a by-position op).
+    in training, a max pool's, the global average pool's input and its gradient's output, or a
+    by-position op).
 
-Anything else (an average pool, a view, a channels-last convolution, a parameter's gradient)
+Anything else (an average pool over smaller windows, a view, a channels-last convolution, a parameter's gradient)
 keeps a tensor plain, and its whole group with it: a tensor is blocked only where every kernel
 that touches it knows. The block is the target's (CPU.vector_floats); a GPU's step
 or a target that names none keeps every tensor plain.

@@ -237,6 +237,17 @@ register(OpDef(
     doc="Mean over each window (kh*kw adds and one divide per output).",
 ))
 
+def _whole_image_blocked(a: Attrs) -> tuple[tuple[tuple[str, int], ...], ...]:
+    """OpDef.channel_blocked of AvgPoolGrad: GlobalAvgPool's gradient (one window over the whole
+    unpadded image) runs on oneDNN's pooling with dx blocked or plain, each alone, and dy
+    (N, C, 1, 1) too: a 1x1 map's bytes are the same in either layout (kernels/pool.cpp).
+    Other windows keep both plain."""
+    shape = list(a.get("input_shape", ()))
+    whole = (len(shape) == 4 and list(a["kernel"]) == shape[2:]
+             and not any(a.get("pads", ())))
+    return ((("out", 0),), (("in", 0),)) if whole else ()
+
+
 register(OpDef(
     name="AvgPoolGrad",
     scratch=reorder_scratch(2),
@@ -245,6 +256,7 @@ register(OpDef(
     infer=_avgpool_grad_infer,
     flops=lambda ins, outs, a: ins[0].size * _window_flops(a, 1),
     reference=avgpool_grad_reference,
+    channel_blocked=_whole_image_blocked,
     doc="[dy] -> dx of shape input_shape: each dy spread evenly over its window's divisor.",
 ))
 
@@ -280,5 +292,8 @@ register(OpDef(
     flops=lambda ins, outs, a: ins[0].size + outs[0].size,
     reference=lambda xs, a: [xs[0].mean(axis=(2, 3), keepdims=True)],
     gradient=global_avgpool_gradient,
+    # The CPU kernel reads a blocked x as well (kernels/reduce.cpp); y is (N, C, 1, 1), the
+    # same bytes in either layout.
+    channel_blocked=lambda a: ((("in", 0),), (("out", 0),)),
     doc="(N,C,H,W) -> (N,C,1,1) mean over H and W (one add per input, one divide per output).",
 ))

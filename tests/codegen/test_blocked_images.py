@@ -34,8 +34,9 @@ from tests.codegen.helpers import (
 )
 from tests.codegen.zoo_cases import TOL, allowed
 
-# Channels 16 to 128 (width 0.25): every stage's images a multiple of both blocks.
-RESNET = dict(batch=2, image=16, depth=18, width=0.25, classes=5)
+# Channels 16 to 128 (width 0.25): every stage's images a multiple of both blocks; 64 px: the
+# last stage 2x2, which the global pool reduces.
+RESNET = dict(batch=2, image=64, depth=18, width=0.25, classes=5)
 RUNTIME = Path(__file__).resolve().parents[2] / "templates" / "cpu" / "runtime"
 
 
@@ -79,6 +80,11 @@ def test_a_step_on_blocked_images_gives_the_reference_values(block, model, tmp_p
     assert len(blocked) > len(images) // 2, "most of the step's images kept blocked"
     if model == "mobile":
         assert graph.tensor("depthwise").layout and graph.tensor("relu6b").layout
+    else:  # the last stage too: the global pool reads it blocked, its gradient writes it so
+        (pool,) = (n for n in graph.nodes if n.op == "GlobalAvgPool")
+        (spread,) = (n for n in graph.nodes if n.op == "AvgPoolGrad")
+        assert graph.tensor(pool.inputs[0]).layout and graph.tensor(spread.outputs[0]).layout
+        assert graph.tensor(pool.inputs[0]).shape[2:] != (1, 1), "a map the pool reduces"
     module = load(build(render(p, tmp_path / f"blocked{block}", layout="own")).dir)
     state = start_state(graph)
     feeds = random_feeds(graph, seed=2)
@@ -134,6 +140,32 @@ def test_a_step_on_blocked_images_gives_the_plain_steps_bits(width, tmp_path):
         assert plain.keys() == blocked_run.keys()
         for name, value in plain.items():
             np.testing.assert_array_equal(blocked_run[name], value, err_msg=name)
+
+
+def test_pools_keep_images_blocked_where_their_kernels_read_them_so():
+    """The max pool's images and the global pool's input stay blocked; an average pool over
+    smaller windows (oneDNN's plain kernel) keeps its image plain, and so its whole group."""
+    from planner.graph.blocked import blocked_tensors
+    from planner.graph.builder import GraphBuilder
+    from planner.zoo.layers import avg_pool, conv2d, head, max_pool
+
+    def step(pool):
+        b = GraphBuilder("pools")
+        x = b.input("x", (2, 16, 8, 8))
+        h = pool(b, b.op("Relu", [conv2d(b, x, 32, 3, pad=1, name="c1")], name="r1"))
+        h = b.op("GlobalAvgPool", [b.op("Relu", [conv2d(b, h, 32, 1, name="c2")], name="r2")],
+                 name="gap")
+        graph = make_training_graph(
+            b.build(head(b, b.op("Flatten", [h], {"axis": 1}, name="flatten"), 5, True)),
+            Optimizer(kind="sgd", lr=0.1))
+        return graph, blocked_tensors(graph, 16)
+
+    graph, kept = step(lambda b, h: max_pool(b, h, 3, 2, 1, name="pool"))
+    grads = {n.op: n.outputs[0] for n in graph.nodes}
+    assert {"r1", "pool", "r2", grads["MaxPoolGrad"], grads["AvgPoolGrad"]} <= kept
+    assert "gap" not in kept, "a (N, C, 1, 1) output feeding a view stays plain"
+    graph, kept = step(lambda b, h: avg_pool(b, h, 2, 2, name="pool"))
+    assert "r2" in kept and not {"r1", "pool"} & kept
 
 
 def test_the_runtime_takes_blocked_images_where_the_planner_keeps_them():

@@ -191,7 +191,7 @@ const char* const kByPosition[] = {"Relu", "ReluGrad", "LeakyRelu", "LeakyReluGr
                                    "AddN", "HardTanh", "HardTanhGradA", "Offload", "Prefetch"};
 const char* const kOwnLayouts[] = {"Conv2D", "Conv2DBackpropInput", "Conv2DBackpropFilter",
                                    "ConvTranspose2D", "BatchNorm", "BatchNormGrad",
-                                   "MaxPool", "MaxPoolGrad"};
+                                   "MaxPool", "MaxPoolGrad", "GlobalAvgPool", "AvgPoolGrad"};
 
 bool listed(const char* op, const char* const* first, const char* const* last) {
   return std::any_of(first, last, [op](const char* o) { return std::strcmp(o, op) == 0; });

@@ -55,8 +55,15 @@ KernelPtr avg_pool(const Node& n) { return native_or_widened(n, avg_pool_any); }
 KernelPtr avg_pool_grad_any(const Node& n) {
   const TensorRef &dy = n.in[0], &dx = n.out[0];
   Window w = window(n, dx.shape, dy.shape);
-  auto x_md = plain_md(dx.shape, dx.dtype);
-  auto y_md = plain_md(dy.shape, dy.dtype);
+  // GlobalAvgPool's gradient may write a channel-blocked dx (planner/ops/pool.py); its dy, a
+  // 1x1 map, holds the same bytes in either layout, so it is described in dx's, which oneDNN's
+  // blocked pooling kernels take.
+  TensorRef dy_held = dy;
+  if (dx.block && dy.shape.size() == 4 && dy.shape[2] * dy.shape[3] == 1 &&
+      dy.shape[1] % dx.block == 0)
+    dy_held.block = dx.block;
+  auto x_md = held_md(dx);
+  auto y_md = held_md(dy_held);
   auto fwd = forward_pd(n, prop::forward_training, w, x_md, y_md);
   dnnl::pooling_backward::primitive_desc bwd(n.engine, w.average, x_md, y_md, w.strides, w.kernel,
                                              w.dilation, w.pad_l, w.pad_r, fwd, user_scratchpad());

@@ -259,6 +259,15 @@ KernelPtr bias_add_grad_f32(const Node& n) { return std::make_unique<BiasAddGrad
 KernelPtr bias_add_grad(const Node& n) { return widened(n, bias_add_grad_f32); }
 
 KernelPtr global_avg_pool_any(const Node& n) {
+  const TensorRef& x = n.in[0];
+  if (x.block && x.dtype == F32 && n.out[0].dtype == F32 && x.shape.size() == 4) {
+    // A channel-blocked x, (N, C/B, H*W, B): each image's block's rows summed, B channels at
+    // once, into y's (N, C) means, which a 1x1 map holds the same in either layout.
+    const Shape& s = x.shape;
+    const int64_t area = s[2] * s[3];
+    return std::make_unique<SumRows>(x.id, n.out[0].id, s[0] * (s[1] / x.block), area, x.block,
+                                     1.0 / static_cast<double>(area));
+  }
   return reduction(n, dnnl::algorithm::reduction_mean, {false, false, true, true});
 }
 // A bfloat16 / float16 x (mixed precision) with its float32 mean: oneDNN's mixed reduction, or
