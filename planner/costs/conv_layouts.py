@@ -17,7 +17,9 @@ conv op of `alternatives(graph)` beside the graph's own), and `conv_layouts` giv
 node the layout its measurements favour, as the `layout` attr (planner/ops/conv.py) that the
 CPU kernel reads. The arena's tensors stay NCHW either way: the kernel reorders in and out (or
 copies the columns), so no other op sees the choice, and the numbers are the same
-convolution's (up to summation order).
+convolution's (up to summation order). That is a step on a target without a channel block:
+where the step keeps images blocked (planner.graph.blocked) oneDNN's kernel runs without those
+reorders, which its measurements hold, and every convolution keeps it (`chosen_layouts`).
 
 Measured or nothing: a node is given its alternative only where the table holds measured CPU
 times of both its signatures at some thread counts and the alternative's sum over the counts
@@ -109,14 +111,16 @@ def conv_layouts(graph: Graph, table: CostTable | None) -> Graph:
 
 
 def chosen_layouts(graph: Graph, table: CostTable | None,
-                   channels_last: bool = True) -> dict[str, str]:
+                   blocked: bool = False) -> dict[str, str]:
     """Convolution node name -> its alternative layout where the measured times on it beat its
-    own (the step graph's layouts: planner.graph.step). Without `channels_last` (a step that
-    keeps images blocked, planner.graph.blocked) a convolution keeps oneDNN's blocked kernel
-    over channels-last: both were measured with their reorders, which the blocked kernel then
-    no longer runs, and the other kernel would add (blocked to nhwc and back)."""
+    own (the step graph's layouts: planner.graph.step). In a step that keeps images blocked
+    (`blocked`, planner.graph.blocked) every convolution keeps oneDNN's blocked kernel: its
+    times were measured on plain operands, with the reorders in and out that it no longer runs
+    there, so they say nothing about the step's (the columns kernels, chosen so for ResNet-50's
+    2x2 maps at batch 32, made its last stage's convolutions 6.8-7.0 ms a step against 5.3-5.6
+    on oneDNN's: bench/RESULTS.md), and channels-last would add reorders of its own."""
     convs = [n for n in graph.nodes if n.op in CONVOLUTIONS and "layout" not in n.attrs]
-    if table is None or not convs:
+    if table is None or not convs or blocked:
         return {}
     own = graph_signatures(graph)
     other = alternatives(graph)
@@ -126,8 +130,6 @@ def chosen_layouts(graph: Graph, table: CostTable | None,
         a, b = _compact_seconds(table, own[n.name]), _compact_seconds(table, theirs[n.name])
         both = sorted(a.keys() & b.keys())
         layout = other.node_map[n.name].attrs["layout"]
-        if layout == CHANNELS_LAST and not channels_last:
-            continue
         if both and sum(b[k] for k in both) < sum(a[k] for k in both):
             chosen[n.name] = layout
     return chosen

@@ -34,7 +34,7 @@ def step_choices(graph: Graph, target: Target, data_parallel: DataParallelOption
                  costs: CostTable | None = None) -> StepChoices:
     """What the step graph's passes read: the target's CPU cores (planner.graph.for_cores), on
     a backend whose convolution layouts are chosen the layouts `costs` measured faster
-    (planner.costs.conv_layouts; without costs none: a profile measures both), its CPU's
+    (planner.costs.conv_layouts; without costs, or where images stay blocked, none), its CPU's
     channel block (planner.graph.blocked) and its BatchNorm's folded Relu
     (planner.graph.fold_norm_relu) and sums (fold_sum_relu) and, with ranks,
     the gradient buckets' collectives (planner.schedule.parallel). PlanError for gradient
@@ -48,7 +48,7 @@ def step_choices(graph: Graph, target: Target, data_parallel: DataParallelOption
     cpu_kernels = traits(target).conv_layouts
     block = (target.cpu.vector_floats or 0) if cpu_kernels and target.cpu else 0
     return StepChoices(cores=target.step_cores,
-                       layouts=chosen_layouts(graph, costs, channels_last=not block)
+                       layouts=chosen_layouts(graph, costs, blocked=bool(block))
                        if cpu_kernels else {},
                        collectives=chosen_collectives(graph, target, data_parallel),
                        channel_block=block, relu_folds=cpu_kernels)
