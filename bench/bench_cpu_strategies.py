@@ -89,6 +89,7 @@ def profiled_costs(label: str, graph, target, method: str = "in-step") -> CostTa
     from codegen.profiling import KernelTimer, profile_in_step
     from planner.costs.conv_layouts import profiled_signatures
     from planner.costs.profile import ProfileOptions, profile
+    from planner.target.backends import channel_block
 
     if method == "measured":
         from codegen.profiling import host_measured
@@ -100,6 +101,7 @@ def profiled_costs(label: str, graph, target, method: str = "in-step") -> CostTa
     path = folder / f"{label}.{target.cores}cores.{runtime_key()[:12]}{suffix}.json"
     table = load_table(path) if path.exists() else CostTable(target=target.name)
     options = ProfileOptions(interval=max(1, target.cores // 8), repeats=1)
+    blocked = bool(channel_block(target))
     if method == "in-step":
         # A table kept from another version of the graph (another rewrite) lacks some of its
         # signatures (the convolutions' channels-last ones among them): profiled anew. What
@@ -107,14 +109,14 @@ def profiled_costs(label: str, graph, target, method: str = "in-step") -> CostTa
         # for_cores), the one to check against: the graph itself made the LSTM's profile anew
         # on every run, and its plans moved with each.
         step = step_graph(graph, target)
-        if not path.exists() or any(s not in table for s in profiled_signatures(step)):
+        if not path.exists() or any(s not in table for s in profiled_signatures(step, blocked)):
             with tempfile.TemporaryDirectory(prefix="planner-profile-") as work:
                 table = profile_in_step(graph, target, work, options, steps=5,
                                         progress=sys.stderr)
             path.write_text(table.to_json())
         return table
     with tempfile.TemporaryDirectory(prefix="planner-profile-") as work:
-        run = profile(profiled_signatures(graph), target,
+        run = profile(profiled_signatures(graph, blocked), target,
                       KernelTimer(target, work, options, steps=3), options, table=table,
                       checkpoint=lambda t: path.write_text(t.to_json()))
     path.write_text(run.table.to_json())

@@ -38,6 +38,7 @@ from planner.frontend.prepare import prepare  # noqa: E402
 from planner.graph.interpret import init_params, random_feeds  # noqa: E402
 from planner.pipeline import PlanOptions, plan, priced_graphs  # noqa: E402
 from planner.schedule import ScheduleOptions  # noqa: E402
+from planner.target.backends import channel_block  # noqa: E402
 from planner.target.detect import detect  # noqa: E402
 from planner.zoo import build as zoo  # noqa: E402
 
@@ -53,7 +54,8 @@ VARIANTS = {"uniform": dict(strategy="uniform"),
 def check(label: str, steps: int, kappa: float, sigma: float) -> list[str]:
     graph = prepare(zoo(zoo_name(label), **MODELS[label]), GraphOptions(optimizer=SGD))
     target = detect()
-    signatures = [s for g in priced_graphs(graph, target) for s in profiled_signatures(g)]
+    blocked = bool(channel_block(target))
+    signatures = [s for g in priced_graphs(graph, target) for s in profiled_signatures(g, blocked)]
     clock, t0 = CpuClock(), time.perf_counter()
     table = measure_signatures(signatures, target)
     lines = [f"{label}: {len(table.entries)} signatures measured in "

@@ -50,7 +50,7 @@ from planner.ops.base import OpError
 from planner.pipeline import planning, run
 from planner.plan import Plan, digest
 from planner.schedule.record import Bound, Edge, Schedule, ScheduledOp
-from planner.target.backends import traits
+from planner.target.backends import channel_block, traits
 from planner.target.records import AFFINITIES, Target, affinity_cpus
 
 
@@ -369,8 +369,8 @@ def profile_in_step(graph: Graph, target: Target, work_dir: str | Path,
     table = table or CostTable(target=target.name)
     state, feeds = init_params(graph, seed=0), {**random_feeds(graph, seed=1), **(feeds or {})}
     # The convolutions on their alternative layouts too, so that planning can choose
-    # (planner/costs/conv_layouts.py).
-    other = alternatives(graph) if layouts else graph
+    # (planner/costs/conv_layouts.py; it does not in a step that keeps images blocked).
+    other = alternatives(graph) if layouts and not channel_block(target) else graph
     graphs = {"": graph, "_alternative": other} if other is not graph else {"": graph}
     for kind, g in graphs.items():
         for k in in_step_counts(target, options):

@@ -229,10 +229,11 @@ def _measure_kernels(args: argparse.Namespace, measure, graph, target, options, 
     after every signature; 130 when interrupted (a second run resumes)."""
     from planner.costs.conv_layouts import profiled_signatures
     from planner.costs.profile import profile
+    from planner.target.backends import channel_block
 
-    # The convolutions on their alternative layouts too: planning chooses between the two
-    # (planner/costs/conv_layouts.py).
-    signatures = profiled_signatures(graph)
+    # The convolutions on their alternative layouts too, where planning chooses between the
+    # two (planner/costs/conv_layouts.py: not in a step that keeps images blocked).
+    signatures = profiled_signatures(graph, bool(channel_block(target)))
     with tempfile.TemporaryDirectory(prefix="planner-profile-") as work:
         timer = measure.kernel_timer(target, work, options, steps=max(1, args.repeats),
                                      signatures=[s for s in signatures if s not in table])

@@ -97,11 +97,12 @@ def alternatives(graph: Graph) -> Graph:
                                 if n.op in CONVOLUTIONS})
 
 
-def profiled_signatures(graph: Graph) -> list[OpSignature]:
-    """What a CPU profile of `graph` measures, each once: its ops' signatures and its
-    convolutions' alternative ones."""
+def profiled_signatures(graph: Graph, blocked: bool = False) -> list[OpSignature]:
+    """What a CPU profile of `graph` measures, each once: its ops' signatures and, unless the
+    step keeps images blocked (where `chosen_layouts` takes none), its convolutions'
+    alternative ones."""
     return unique_signatures([*graph_signatures(graph).values(),
-                              *graph_signatures(alternatives(graph)).values()])
+                              *(() if blocked else graph_signatures(alternatives(graph)).values())])
 
 
 def conv_layouts(graph: Graph, table: CostTable | None) -> Graph:

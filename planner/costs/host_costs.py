@@ -80,7 +80,7 @@ from planner.io.write import atomic_write, cache_root, check_target, folder_lock
 from planner.ir.graph import Graph, canonical_json
 from planner.ir.record import Record
 from planner.ops.collective import COLLECTIVE_OPS
-from planner.target.backends import traits
+from planner.target.backends import channel_block, traits
 from planner.target.load import (  # noqa: F401 (the store's names)
     BUSY,
     CpuClock,
@@ -255,7 +255,8 @@ def host_table(graphs: Sequence[Graph], target: Target, measure: Measure,
 
         raise UserError(f"measured costs: target {target.name!r} is not this machine's CPUs "
                         f"('host'); give a cost table measured there, or 'analytical'")
-    wanted = unique_signatures([s for g in graphs for s in profiled_signatures(g)])
+    blocked = bool(channel_block(target))
+    wanted = unique_signatures([s for g in graphs for s in profiled_signatures(g, blocked)])
     path = store_path(target, kernels)
     # A store path that is not a file (a folder in its place) would take the measurements
     # and then refuse them: refused before anything is measured.

@@ -21,10 +21,10 @@ each of its tensors
     in training, a max pool's, the global average pool's input and its gradient's output, or a
     by-position op).
 
-Anything else (an average pool over smaller windows, a view, a channels-last convolution, a parameter's gradient)
-keeps a tensor plain, and its whole group with it: a tensor is blocked only where every kernel
-that touches it knows. The block is the target's (CPU.vector_floats); a GPU's step
-or a target that names none keeps every tensor plain.
+Anything else (an average pool over smaller windows, a view, a channels-last convolution, a
+parameter's gradient) keeps a tensor plain, and its whole group with it: a tensor is blocked
+only where every kernel that touches it knows. The block is the target's (CPU.vector_floats);
+a GPU's step or a target that names none keeps every tensor plain.
 
 Example: conv -> relu -> conv keeps the relu's input and output blocked; the image fed in and the
 output returned stay plain:

@@ -16,7 +16,7 @@ from planner.ir.graph import Graph
 from planner.pipeline.backends import BACKENDS
 from planner.pipeline.options import PlanOptions
 from planner.schedule.parallel import DataParallelOptions, chosen_collectives
-from planner.target.backends import traits
+from planner.target.backends import channel_block, traits
 from planner.target.records import Target
 
 
@@ -46,7 +46,7 @@ def step_choices(graph: Graph, target: Target, data_parallel: DataParallelOption
                             f"{micro_batches(graph)} micro-batches; the {target.backend} "
                             f"executor does not run that yet: plan it for a CPU target")
     cpu_kernels = traits(target).conv_layouts
-    block = (target.cpu.vector_floats or 0) if cpu_kernels and target.cpu else 0
+    block = channel_block(target)
     return StepChoices(cores=target.step_cores,
                        layouts=chosen_layouts(graph, costs, blocked=bool(block))
                        if cpu_kernels else {},

@@ -82,3 +82,10 @@ BACKEND_TRAITS: dict[Backend, BackendTraits] = {
 def traits(target: Targeted) -> BackendTraits:
     """The traits of the backend that runs `target`'s plans."""
     return BACKEND_TRAITS[target.backend]
+
+
+def channel_block(target) -> int:
+    """Channels per block of the images a step on `target` keeps blocked (planner.graph.
+    blocked): its CPU's vector floats on a backend whose kernels choose their layouts, else 0
+    (every image plain). `target`: a planner.target.records.Target."""
+    return (target.cpu.vector_floats or 0) if traits(target).conv_layouts and target.cpu else 0
