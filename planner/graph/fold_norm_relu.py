@@ -6,18 +6,21 @@ In a convolutional network nearly every BatchNorm is read by a Relu alone (ResNe
 an activation that the normalisation's loops had in cache a moment before (ResNet-50 at width
 0.25, 64 px, batch 4 on a 2-core AVX-512 VM: 49 Relu 0.25 ms, 49 ReluGrad 0.39 ms a step, each a
 parallel region of its own). The CPU runtime's BatchNorm loops write relu(y) instead
-(kernels/batch_norm.cpp), and its BatchNormGrad loops read the Relu's output r beside dy, taking
-dy where r > 0 and 0 elsewhere: ReluGrad's rule, evaluated where its output would have been
-read, so the step computes the same bits as with the two ops apart.
+(kernels/batch_norm.cpp), and its BatchNormGrad loops normalise x again as the forward did
+(the saved statistics, scale and the BatchNorm's bias) and take dy where that Relu's output r
+would be positive, 0 elsewhere: ReluGrad's rule on the same bits of r, so the step computes
+the same bits as with the two ops apart, without reading r (one image of three in each of
+the gradient's two passes).
 
 `fold_norm_relus` rewrites, in a graph after autodiff:
   - BatchNorm (training, float32) -> Relu, where BatchNorm's y is read by that Relu alone (as
     its input) and is no graph output: the BatchNorm takes `activation: relu` and writes the
     Relu's output under its name (in its own place in the node order); y and the Relu go;
   - ReluGrad(dy, r) -> BatchNormGrad (training, float32), where the ReluGrad's output is read by
-    that BatchNormGrad alone (as its dy) and is no graph output: the BatchNormGrad takes
-    `activation: relu` and r as its sixth input, in its own place; the ReluGrad and its output
-    go.
+    that BatchNormGrad alone (as its dy) and is no graph output, and r is the Relu's output of
+    that BatchNorm's y (the BatchNorm whose saved mean the gradient reads): the BatchNormGrad
+    takes `activation: relu` and the BatchNorm's bias as its sixth input, in its own place;
+    the ReluGrad and its output go.
 Both need per-channel runs of at least two elements (an image, not BatchNorm1d's (N, C)): the
 runtime's loops take those, and oneDNN's batch norm has no NaN-keeping Relu
 (planner/ops/fused_activation.py). Mixed precision's low-type images are left apart, as the
@@ -74,10 +77,11 @@ def fold_norm_relus(graph: Graph) -> Graph:
                 "attrs": {**n.attrs, "activation": "relu"},
                 "outputs": (relu.outputs[0], *n.outputs[1:])}))
         elif n.name in backward:
-            dy, r = backward[n.name].inputs
+            dy = backward[n.name].inputs[0]
+            bias = graph.producer[n.inputs[3]].inputs[2]
             nodes.append(n.model_copy(update={
                 "attrs": {**n.attrs, "activation": "relu"},
-                "inputs": (dy, *n.inputs[1:], r)}))
+                "inputs": (dy, *n.inputs[1:], bias)}))
         else:
             nodes.append(n)
     return check_graph(graph.model_copy(update={
@@ -99,6 +103,12 @@ def _norm_grad_after(graph: Graph, relu_grad: Node) -> Node | None:
     bn_grad = _sole_reader(graph, relu_grad.outputs[0], "BatchNormGrad")
     if bn_grad is None or not _foldable(graph, bn_grad, bn_grad.inputs[1]) \
             or any(graph.tensor(t).dtype != "float32" for t in relu_grad.inputs):
+        return None
+    # The mask is evaluated again from the BatchNorm's own y: r must be the Relu of that y.
+    bn, relu = graph.producer.get(bn_grad.inputs[3]), graph.producer.get(relu_grad.inputs[1])
+    if bn is None or bn.op != "BatchNorm" or bn.outputs[3] != bn_grad.inputs[3] \
+            or relu is None or relu.op != "Relu" or relu.inputs[0] != bn.outputs[0] \
+            or (bn.attrs.get("activation") or "none") != "none":
         return None
     return bn_grad
 

@@ -23,7 +23,9 @@ the invstd. That is how frozen-statistics BatchNorm gets a gradient without more
 Both take the layer's Relu folded in (`activation`: "relu", float32 only; planner/ops/
 fused_activation.py; made by planner/graph/fold_norm_relu.py on CPU steps): BatchNorm writes
 y = relu(normalised x) (NaN kept, Relu's rule), and BatchNormGrad takes a sixth input, the
-Relu's output r, and reads dy where r > 0, 0 elsewhere (ReluGrad's rule) in place of dy.
+BatchNorm's bias, normalises x again as the forward did (saved mean and invstd, scale, bias)
+and reads dy where that Relu's output is positive, 0 elsewhere (ReluGrad's rule) in place of
+dy: one image less to read than the Relu's output would be.
 
 LRN follows ONNX: for channel c the window is [c - (size-1)//2, c + size//2], clipped to the
 channels, and y = x / (bias + alpha/size * sum_window x^2)^beta. torch.nn.LocalResponseNorm
@@ -123,6 +125,13 @@ def _bcast(v: np.ndarray, x: np.ndarray) -> np.ndarray:
     return v.reshape(1, -1, *([1] * (x.ndim - 2)))
 
 
+def _normalised(x: np.ndarray, mean: np.ndarray, invstd: np.ndarray, scale: np.ndarray,
+                bias: np.ndarray) -> np.ndarray:
+    """Training BatchNorm's y before its activation, from its batch statistics (BatchNormGrad's
+    folded Relu evaluates it again)."""
+    return (x - _bcast(mean, x)) * _bcast(invstd * scale, x) + _bcast(bias, x)
+
+
 def batchnorm_reference(xs: list[np.ndarray], a: Attrs) -> list[np.ndarray]:
     x, scale, bias, running_mean, running_var = xs
     eps, momentum = a["epsilon"], a["momentum"]
@@ -133,10 +142,9 @@ def batchnorm_reference(xs: list[np.ndarray], a: Attrs) -> list[np.ndarray]:
     axes = _stat_axes(x)
     m = x.size // x.shape[1]
     mean = x.mean(axis=axes)
-    xc = x - _bcast(mean, x)
-    var = (xc * xc).mean(axis=axes)
+    var = ((x - _bcast(mean, x)) ** 2).mean(axis=axes)
     invstd = 1.0 / np.sqrt(var + eps)
-    y = apply_activation(xc * _bcast(invstd * scale, x) + _bcast(bias, x), a)
+    y = apply_activation(_normalised(x, mean, invstd, scale, bias), a)
     new_mean = (1 - momentum) * running_mean + momentum * mean
     new_var = (1 - momentum) * running_var + momentum * var * (m / (m - 1))
     return [y, new_mean, new_var, mean, invstd]
@@ -192,20 +200,23 @@ def _batchnorm_grad_infer(ins: list[TensorType], a: Attrs) -> list[TensorType]:
     dy, x, scale, mean, last = ins[:5]
     _channels("BatchNormGrad", x)
     check_activation("BatchNormGrad", a, x)
-    for what, t in (("dy", dy), *((("the Relu's output", ins[5]),) if relu else ())):
-        if t.shape != x.shape or t.dtype != x.dtype:
-            raise OpError(f"BatchNormGrad: {what} is {t.dtype}{list(t.shape)} but x is "
-                          f"{x.dtype}{list(x.shape)}")
+    if dy.shape != x.shape or dy.dtype != x.dtype:
+        raise OpError(f"BatchNormGrad: dy is {dy.dtype}{list(dy.shape)} but x is "
+                      f"{x.dtype}{list(x.shape)}")
+    if relu and not a["training"]:
+        raise OpError("BatchNormGrad: a folded Relu is for training (batch statistics) only")
     stats = ("saved_mean", "saved_invstd") if a["training"] else BN_INPUTS[2:]
-    _check_per_channel("BatchNormGrad", x, {"scale": scale, stats[0]: mean, stats[1]: last})
+    _check_per_channel("BatchNormGrad", x, {"scale": scale, stats[0]: mean, stats[1]: last,
+                                            **({"bias": ins[5]} if relu else {})})
     return [x, scale, scale]
 
 
 def batchnorm_grad_reference(xs: list[np.ndarray], a: Attrs) -> list[np.ndarray]:
     dy, x, scale, mean, last = xs[:5]
-    if activation(a) != "none":
-        dy = get_op("ReluGrad").reference([dy, xs[5]], {})[0]
     invstd = last if a["training"] else 1.0 / np.sqrt(last + a["epsilon"])
+    if activation(a) != "none":  # the forward's Relu output again, from its bias (input 5)
+        r = apply_activation(_normalised(x, mean, invstd, scale, xs[5]), a)
+        dy = get_op("ReluGrad").reference([dy, r], {})[0]
     axes = _stat_axes(x)
     xhat = (x - _bcast(mean, x)) * _bcast(invstd, x)
     dbias = dy.sum(axis=axes)
@@ -229,12 +240,10 @@ register(OpDef(
     flops=lambda ins, outs, a: (ins[1].size * (9 if a["training"] else 6)
                                 + activation_flops(ins[1], a)),
     reference=batchnorm_grad_reference,
-    channel_blocked=lambda a: (((("in", 0), ("in", 1), ("out", 0))
-                                + ((("in", 5),) if activation(a) != "none" else ())),)
-    if a["training"] else (),
-    doc="[dy, x, scale, saved_mean, saved_invstd] (+ the folded Relu's output r with "
-        "activation relu) -> [dx, dscale, dbias]; with training=False the last two of the five "
-        "are running_mean and running_var.",
+    channel_blocked=lambda a: ((("in", 0), ("in", 1), ("out", 0)),) if a["training"] else (),
+    doc="[dy, x, scale, saved_mean, saved_invstd] (+ the BatchNorm's bias with activation "
+        "relu: dy where the forward's Relu output is positive) -> [dx, dscale, dbias]; with "
+        "training=False the last two of the five are running_mean and running_var.",
 ))
 
 

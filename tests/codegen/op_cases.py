@@ -267,7 +267,10 @@ CASES: dict[str, list[tuple]] = {
                   ([(X4, N), ((3,), N), ((3,), N), ((3,), N), ((3,), P)], {"training": False})],
     "BatchNormGrad": [([(X4, N), (X4, N), ((3,), N), ((3,), N), ((3,), P)], {}),
                       ([((4, 3, 2, 3), N), ((4, 3, 2, 3), N), ((3,), N), ((3,), N), ((3,), P)],
-                       {})],
+                       {}),
+                      # A folded ReluGrad: the mask from x again, the sixth input the bias.
+                      ([(X4, N), (X4, N), ((3,), N), ((3,), N), ((3,), P), ((3,), N)],
+                       {"activation": "relu"})],
     # Even sizes: ONNX's window reaches one channel further after c than before.
     "LRN": [([((1, 5, 2, 2), N)], {"size": 3, "alpha": 0.5, "bias": 2.0}),
             ([((2, 6, 3), N)], {"size": 4, "alpha": 0.5, "beta": 0.6, "bias": 2.0}),

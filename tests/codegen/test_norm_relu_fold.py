@@ -71,10 +71,9 @@ def test_the_runtime_refuses_a_folded_gradient_its_loops_do_not_run(tmp_path):
     from planner.ir.graph import Graph
 
     b = GraphBuilder("bn1d_grad")
-    dy, x, r = (b.input(n, (6, 4)) for n in ("dy", "x", "r"))
-    stats = [b.input(n, (4,)) for n in ("scale", "mean", "invstd")]
-    outs = b.op("BatchNormGrad", [dy, x, *stats, r], {"activation": "relu"},
-                        name="bn_grad")
+    dy, x = (b.input(n, (6, 4)) for n in ("dy", "x"))
+    stats = [b.input(n, (4,)) for n in ("scale", "mean", "invstd", "bias")]
+    outs = b.op("BatchNormGrad", [dy, x, *stats], {"activation": "relu"}, name="bn_grad")
     graph = b.build(outputs=outs)
     assert isinstance(graph, Graph)
     p = plan(graph, host_with_block(None))

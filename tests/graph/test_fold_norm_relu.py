@@ -57,10 +57,12 @@ def test_a_layer_folds_forward_and_backward_and_keeps_the_bits():
     assert "Relu" not in ops and "ReluGrad" not in ops
     norm = folded.producer["relu"]
     assert norm.name == "bn" and "bn:0" not in folded.tensor_map
-    # BatchNormGrad reads the Relu's output, its gradient's dy the Relu's dy
+    # BatchNormGrad reads the BatchNorm's bias (to evaluate the Relu's output again), its dy
+    # the Relu's dy; not the Relu's output
     grad = next(n for n in folded.nodes if n.op == "BatchNormGrad")
     relu_grad = next(n for n in plain.nodes if n.op == "ReluGrad")
-    assert grad.inputs[0] == relu_grad.inputs[0] and grad.inputs[5] == "relu"
+    assert grad.inputs[0] == relu_grad.inputs[0] and grad.inputs[5] == norm.inputs[2]
+    assert "relu" not in grad.inputs
     assert relu_grad.outputs[0] not in folded.tensor_map
     assert_same_values(plain, folded, seeds=(3, 4), fewer=True)
     assert fold_norm_relus(folded) == folded

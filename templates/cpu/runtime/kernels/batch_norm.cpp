@@ -16,10 +16,12 @@
 // variance back from saved_invstd.
 //
 // A folded Relu (`activation: relu`, planner/graph/fold_norm_relu.py) is applied as y is
-// written (Relu's rule, fused_relu.h relu_value), and a folded ReluGrad reads the Relu's
-// output r beside dy in every pass (ReluGrad's rule, r > 0 ? dy : 0): the same bits as the two
-// ops apart. The loops take both; other forms of the forward take the Relu as one pass after
-// (fused_relu.h), and the gradient's other forms refuse it (the fold makes none).
+// written (Relu's rule, fused_relu.h relu_value), and a folded ReluGrad evaluates the Relu's
+// output r again from x in every pass (`normalised`, the forward's own arithmetic on the saved
+// mean and invstd, scale and the BatchNorm's bias, its sixth input) and applies ReluGrad's rule
+// (r > 0 ? dy : 0): the same bits as the two ops apart, one image fewer to read. The loops
+// take both; other forms of the forward take the Relu as one pass after (fused_relu.h), and
+// the gradient's other forms refuse it (the fold makes none).
 //
 // An image the step keeps channel-blocked (TensorRef::block: (N, C/B, H, W, B), between
 // oneDNN's convolutions, planner/graph/blocked.py) takes the same loops with channels in the
@@ -211,6 +213,14 @@ bool loops_fit(const Node& n, const ChannelRuns& g) {
   return g.rest >= 2;
 }
 
+// y before its activation: (x - mean) * k + shift with k = invstd * scale, one fused
+// multiply-add, in the forward and wherever a folded ReluGrad needs its Relu's output again:
+// written once so that both round alike (a contraction left to the compiler could differ
+// between two loops).
+inline float normalised(float x, float mean, float k, float shift) {
+  return std::fma(x - mean, k, shift);
+}
+
 // PyTorch's running update and the saved invstd from channel c's batch mean and (biased)
 // variance.
 struct RunningUpdate {
@@ -284,7 +294,7 @@ class BatchNormLoops : public Kernel {
           shift[j] = bias[c];
         }
         block_elements<B>(g, i, b, [&](int64_t e, int64_t j) {
-          y[e] = act((x[e] - mean_f[j]) * k[j] + shift[j]);
+          y[e] = act(normalised(x[e], mean_f[j], k[j], shift[j]));
         });
       });
       return;
@@ -303,7 +313,7 @@ class BatchNormLoops : public Kernel {
       for (int64_t i = 0; i < g.n; ++i) {
         const int64_t at = g.at(i, c);
 #pragma omp simd
-        for (int64_t e = 0; e < g.rest; ++e) y[at + e] = act((x[at + e] - mean_f) * k + b);
+        for (int64_t e = 0; e < g.rest; ++e) y[at + e] = act(normalised(x[at + e], mean_f, k, b));
       }
     }
   }
@@ -330,16 +340,21 @@ class BatchNormGradLoops : public Kernel {
   void run(const Run& r) override {
     const float* dy = r.at<float>(in_[0]);
     if (in_.size() == 6) {  // a folded ReluGrad: dy where the Relu's output is positive
-      const float* relu_out = r.at<float>(in_[5]);
-      return gradient(r, [dy, relu_out](int64_t e) {
-        return relu_grad_value(dy[e], relu_out[e]);
+      const float *x = r.at<float>(in_[1]), *scale = r.at<float>(in_[2]),
+                  *mean = r.at<float>(in_[3]), *invstd = r.at<float>(in_[4]),
+                  *bias = r.at<float>(in_[5]);
+      // relu_value(v) > 0 exactly where v > 0 (NaN and -0 give neither), so ReluGrad's rule
+      // on v is its rule on the Relu's output; asked of relu_value's output, the NaN test in
+      // it kept GCC from vectorizing the loops.
+      return gradient(r, [=](int64_t e, int64_t c) {
+        return relu_grad_value(dy[e], normalised(x[e], mean[c], invstd[c] * scale[c], bias[c]));
       });
     }
-    gradient(r, [dy](int64_t e) { return dy[e]; });
+    gradient(r, [dy](int64_t e, int64_t) { return dy[e]; });
   }
 
  private:
-  // The loops, dy's element e read as dy(e).
+  // The loops, dy's element e of channel c read as dy(e, c).
   template <class Dy>
   void gradient(const Run& r, Dy dy) const {
     const float *x = r.at<float>(in_[1]), *scale = r.at<float>(in_[2]),
@@ -359,9 +374,9 @@ class BatchNormGradLoops : public Kernel {
         const float* inv = invstd + b * B;
         double sums[2][L];  // dbias, dscale
         block_sums<B, L>(
-            g, b, j0, sums, [dy](int64_t e, int64_t) -> double { return dy(e); },
-            [dy, x, mu, inv](int64_t e, int64_t j) {
-              return static_cast<double>(dy(e)) * ((x[e] - mu[j]) * inv[j]);
+            g, b, j0, sums, [dy, b](int64_t e, int64_t j) -> double { return dy(e, b * B + j); },
+            [dy, x, mu, inv, b](int64_t e, int64_t j) {
+              return static_cast<double>(dy(e, b * B + j)) * ((x[e] - mu[j]) * inv[j]);
             });
         const double(&db)[L] = sums[0];
         const double(&ds)[L] = sums[1];
@@ -379,7 +394,7 @@ class BatchNormGradLoops : public Kernel {
         float k[B];
         for (int64_t j = 0; j < B; ++j) k[j] = scale[b * B + j] * inv[j];
         block_elements<B>(g, i, b, [&](int64_t e, int64_t j) {
-          dx[e] = k[j] * (dy(e) - dym[j] - (x[e] - mu[j]) * inv[j] * xk[j]);
+          dx[e] = k[j] * (dy(e, b * B + j) - dym[j] - (x[e] - mu[j]) * inv[j] * xk[j]);
         });
       });
       return;
@@ -388,8 +403,10 @@ class BatchNormGradLoops : public Kernel {
     for (int64_t c = 0; c < g.c; ++c) {
       const float mu = mean[c], inv = invstd[c];
       const auto [db, ds] = channel_sums(
-          g, c, [dy](int64_t e) -> double { return dy(e); },
-          [dy, x, mu, inv](int64_t e) { return static_cast<double>(dy(e)) * ((x[e] - mu) * inv); });
+          g, c, [dy, c](int64_t e) -> double { return dy(e, c); },
+          [dy, x, mu, inv, c](int64_t e) {
+            return static_cast<double>(dy(e, c)) * ((x[e] - mu) * inv);
+          });
       dbias[c] = static_cast<float>(db);
       dscale[c] = static_cast<float>(ds);
       const float k = scale[c] * inv, dy_mean = static_cast<float>(db / m),
@@ -398,7 +415,7 @@ class BatchNormGradLoops : public Kernel {
         const int64_t at = g.at(i, c);
 #pragma omp simd
         for (int64_t e = 0; e < g.rest; ++e)
-          dx[at + e] = k * (dy(at + e) - dy_mean - (x[at + e] - mu) * inv * xhat_k);
+          dx[at + e] = k * (dy(at + e, c) - dy_mean - (x[at + e] - mu) * inv * xhat_k);
       }
     }
   }
@@ -552,12 +569,14 @@ KernelPtr batch_norm_grad_training(const Node& n) {
 KernelPtr batch_norm_grad(const Node& n) {
   const bool training = batch_norm_attrs(n.attrs).training;
   const bool relu = fused_activation(n.attrs, "BatchNormGrad") == kActRelu;
-  // (The folded Relu's output, input 5, is an image: checked with the others below.)
-  check_operands(n, "BatchNormGrad", relu ? 6 : 5, 3, {2, 3, 4}, {1, 2}, 1);
+  // (A folded Relu's sixth input is the BatchNorm's bias, per channel like 2, 3 and 4.)
+  if (relu)
+    check_operands(n, "BatchNormGrad", 6, 3, {2, 3, 4, 5}, {1, 2}, 1);
+  else
+    check_operands(n, "BatchNormGrad", 5, 3, {2, 3, 4}, {1, 2}, 1);
   if (relu && !(training && loops_fit(n, ChannelRuns(n.in[1].shape))))
     throw std::runtime_error("BatchNormGrad: a folded Relu needs the float32 training loops "
                              "(an image of two or more elements per channel)");
-  if (relu) check_alike({&n.in[0], &n.in[1], &n.in[5], &n.out[0]});
   check_alike({&n.in[0], &n.in[1], &n.out[0]}, training);
   if (training) return native_or_widened(n, batch_norm_grad_training);
   return widened(n, batch_norm_grad_inference);
