@@ -5,15 +5,15 @@ end's passes are checked by planner.frontend.prepare).
     step_graph(graph, choices):
         graph = for_cores(graph, choices.cores)         # a CPU step's cores (for_cores.py)
         graph = with_layouts(graph, choices.layouts)    # each convolution's kernel layout
-        graph = collectives(graph, choices.collectives) # the ranks' gradient buckets: all-reduces,
-                                                        # ZeRO-1's sharded updates or ZeRO-3's
-                                                        # gathers (planner.graph.data_parallel)
         graph = fold_norm_relus(graph) if choices.relu_folds else graph
                                                         # a BatchNorm's Relu and its gradient
                                                         # in its loops (fold_norm_relu.py)
         graph = fold_sum_relus(graph) if choices.relu_folds else graph
                                                         # a residual sum's Relu and its
                                                         # gradient in the sums (fold_sum_relu.py)
+        graph = collectives(graph, choices.collectives) # the ranks' gradient buckets: all-reduces,
+                                                        # ZeRO-1's sharded updates or ZeRO-3's
+                                                        # gathers (planner.graph.data_parallel)
         graph = with_blocked(graph, choices.channel_block)  # activations kept channel-blocked
                                                             # between the kernels that take
                                                             # them so (blocked.py)
@@ -111,9 +111,12 @@ StepPass = Callable[[Graph, StepChoices], Graph]
 STEP_PASSES: tuple[tuple[str, StepPass], ...] = (
     ("for cores", lambda g, c: for_cores(g, c.cores)),
     ("conv layouts", lambda g, c: with_layouts(g, c.layouts)),
-    ("collectives", lambda g, c: collectives(g, c.collectives)),
+    # Before the collectives: a folded BatchNormGrad reads the BatchNorm's bias, which ZeRO-3's
+    # rewrite then gives it from the backward's gather, as it does the scale (after it, the
+    # fold would read the forward's gathered copy and hold it through the backward).
     ("norm activations", lambda g, c: fold_norm_relus(g) if c.relu_folds else g),
     ("sum activations", lambda g, c: fold_sum_relus(g) if c.relu_folds else g),
+    ("collectives", lambda g, c: collectives(g, c.collectives)),
     ("blocked images", lambda g, c: with_blocked(g, c.channel_block)),
 )
 
