@@ -330,8 +330,10 @@ def _gather_ranks(graph: Graph, schedule: Schedule, rank: dict[str, float],
         if at != previous:
             bound, previous = previous, at
         low = max(bound, last.get(g.inputs[0], -1) + 1)
-        # behind compute[low - 1] at the earliest (the step's start: -1, ending at 0)
-        behind = list(range(low - 1, at))
+        # behind compute[low - 1] at the earliest (the step's start: -1, ending at 0); where
+        # the bound falls after the reader (its bucket's earlier copy read later still: both
+        # copies are held whatever the issue), right behind the op before the reader
+        behind = list(range(min(low, at) - 1, at))
         i = behind[issue_point(seconds[g.name], compute[at].start if at < len(compute)
                                else step, [compute[j].end if j >= 0 else 0.0
                                            for j in behind])]

@@ -377,3 +377,28 @@ def test_a_group_member_a_collective_delays_holds_its_cpus_until_it_ends(tmp_pat
                      "adamw", "--target", TARGET, "--data-parallel", "16",
                      "--shard-parameters", "--no-evaluation", "-o", str(out)]) == 0
     assert verify_plan_data(json.loads(out.read_text())) == []
+
+
+def test_a_gather_whose_earlier_copy_is_read_after_its_reader_is_still_placed(monkeypatch):
+    """A bucket's forward copy read in the backward after that bucket's backward gather's first
+    reader (the BatchNorm fold once made one, run after the collectives: its gradient read the
+    forward's gathered bias): no op lies between the memory bound and the reader, and the
+    gather is issued right behind the op before the reader rather than failing the plan."""
+    import planner.graph.step as step
+    from planner.frontend.options import GraphOptions
+    from planner.frontend.prepare import prepare
+    from planner.verify import verify_plan
+
+    order = dict(step.STEP_PASSES)
+    names = ["for cores", "conv layouts", "collectives", "norm activations", "sum activations",
+             "blocked images"]
+    monkeypatch.setattr(step, "STEP_PASSES", tuple((n, order[n]) for n in names))
+    graph = prepare(SWEEP["resnet-18"], GraphOptions(optimizer=Optimizer(kind="sgd")))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        p = plan(graph, preset(TARGET), options=PlanOptions(data_parallel=DataParallelOptions(
+            ranks=2, shard_parameters=True)))
+    bias_reads = [n for n in p.graph.nodes if n.op == "BatchNormGrad" and len(n.inputs) == 6
+                  and p.graph.producer[n.inputs[5]].op == "AllGather"]
+    assert bias_reads, "the fold read a gathered bias"
+    assert verify_plan(p) == []
