@@ -142,7 +142,8 @@ def batchnorm_reference(xs: list[np.ndarray], a: Attrs) -> list[np.ndarray]:
     axes = _stat_axes(x)
     m = x.size // x.shape[1]
     mean = x.mean(axis=axes)
-    var = ((x - _bcast(mean, x)) ** 2).mean(axis=axes)
+    xc = x - _bcast(mean, x)
+    var = (xc * xc).mean(axis=axes)
     invstd = 1.0 / np.sqrt(var + eps)
     y = apply_activation(_normalised(x, mean, invstd, scale, bias), a)
     new_mean = (1 - momentum) * running_mean + momentum * mean

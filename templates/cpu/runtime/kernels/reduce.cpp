@@ -14,6 +14,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <stdexcept>
 #include <utility>
 
 #include "../dnnl_kernel.h"
@@ -260,7 +261,10 @@ KernelPtr bias_add_grad(const Node& n) { return widened(n, bias_add_grad_f32); }
 
 KernelPtr global_avg_pool_any(const Node& n) {
   const TensorRef& x = n.in[0];
-  if (x.block && x.dtype == F32 && n.out[0].dtype == F32 && x.shape.size() == 4) {
+  if (x.block && !(x.dtype == F32 && n.out[0].dtype == F32 && x.shape.size() == 4))
+    // (The planner blocks float32 images alone; oneDNN's reduction below reads x plain.)
+    throw std::runtime_error("GlobalAvgPool: a channel-blocked x must be a float32 image");
+  if (x.block) {
     // A channel-blocked x, (N, C/B, H*W, B): each image's block's rows summed, B channels at
     // once, into y's (N, C) means, which a 1x1 map holds the same in either layout.
     const Shape& s = x.shape;
