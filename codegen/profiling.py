@@ -42,7 +42,7 @@ from planner.costs.gpu_profile import batches, signature_bytes
 from planner.costs.model import MissingCostWarning
 from planner.costs.profile import ProfileOptions
 from planner.costs.records import CostTable
-from planner.costs.signature import OpSignature, unique_signatures
+from planner.costs.signature import PLAIN, OpSignature, unique_signatures
 from planner.graph.validate import check_graph
 from planner.ir.graph import Graph, Node, Tensor
 from planner.ir.record import CpuId
@@ -65,8 +65,11 @@ def copies_graph(sig: OpSignature, copies: int) -> Graph:
 
 def signatures_graph(runs: list[tuple[OpSignature, int]], written: bool = False) -> Graph:
     """copies_graph of several signatures in one graph: for run k, its inputs and copies
-    named `s{k}_in{i}`, `s{k}_copy{j}` (its nodes in the order given). written=True: every
-    float32 operand written in the graph just before its signature's copies (WRITTEN)."""
+    named `s{k}_in{i}`, `s{k}_copy{j}` (its nodes in the order given: `_before(sig)` nodes
+    that make its operands, its copies, `_after(sig, copies)` that read blocked outputs).
+    written=True: every float32 operand written in the graph just before its signature's
+    copies (WRITTEN). An operand the signature has blocked (OpSignature.layouts) is written
+    so and read so either way (BLOCKED), and the step's blocked pass then keeps it blocked."""
     tensors: list[Tensor] = []
     nodes: list[Node] = []
     outputs: list[str] = []
@@ -98,21 +101,50 @@ CAST_IN_GRAPH = frozenset({"bfloat16"})
 # in the graph as always.
 WRITTEN = "float32"
 
+# An operand a step keeps channel-blocked crosses no graph boundary (what is fed and returned
+# is plain: planner.graph.blocked), so where a signature has one blocked, it is written (even
+# with written=False) by a depthwise 1x1 convolution from its plain feed, `{prefix}block{i}`,
+# and each copy's blocked output is read by another, `{prefix}unblock{k}_{j}`, into the graph's
+# plain output: convolutions take either layout at their image and output, as the step's
+# producers of blocked images are. Neither is timed. The step's blocked pass then keeps the
+# operands blocked exactly where the signature says (`_measured_batch` checks the keys).
+BLOCKED = "Conv2D"
+
+
+def _before(sig: OpSignature, written: bool = False) -> int:
+    """How many nodes of `_copies` come before the signature's copies (casts and writes)."""
+    return sum(d in CAST_IN_GRAPH or (written and d == WRITTEN) or _blocked(sig, i)
+               for i, d in enumerate(sig.dtypes))
+
+
+def _after(sig: OpSignature, copies: int) -> int:
+    """How many nodes of `_copies` come after its copies (readers of blocked outputs)."""
+    return copies * sum(_blocked(sig, i) for i in range(len(sig.shapes), len(sig.layouts)))
+
+
+def _blocked(sig: OpSignature, operand: int) -> bool:
+    """Whether operand `operand` of the signature (inputs then outputs) is blocked."""
+    return bool(sig.layouts) and sig.layouts[operand] != PLAIN
+
 
 def _copies(sig: OpSignature, copies: int, prefix: str, written: bool = False
             ) -> tuple[tuple[Tensor, ...], tuple[Node, ...], tuple[str, ...]]:
     """The tensors and nodes of `copies` runs of the signature (the in-graph casts and writes
-    first), and the copies' outputs (the graph's)."""
+    first, the readers of blocked outputs last), and the graph's outputs."""
     from planner.ops import get_op
     from planner.ops.base import TensorType
 
+    n_in = len(sig.shapes)
     inputs = tuple(Tensor(name=f"{prefix}in{i}", shape=s, dtype=d,
-                          role="activation" if d in CAST_IN_GRAPH or (written and d == WRITTEN)
-                          else "input")
+                          role="activation" if (d in CAST_IN_GRAPH or (written and d == WRITTEN)
+                                                or _blocked(sig, i)) else "input")
                    for i, (s, d) in enumerate(zip(sig.shapes, sig.dtypes, strict=True)))
     op = get_op(sig.op)
     attrs = op.normalize_attrs(dict(sig.attrs))
     outs = op.infer([TensorType(t.shape, t.dtype) for t in inputs], attrs)
+    if sig.layouts and len(sig.layouts) != n_in + len(outs):
+        raise ValueError(f"{sig.key}: {len(sig.layouts)} layouts for {n_in} inputs and "
+                         f"{len(outs)} outputs")
     tensors, nodes = [], []
     for i, t in enumerate(inputs):
         if t.role == "input":
@@ -120,19 +152,43 @@ def _copies(sig: OpSignature, copies: int, prefix: str, written: bool = False
             continue
         fed = Tensor(name=f"{prefix}fed{i}", shape=t.shape, dtype="float32", role="input")
         tensors += [fed, t]
-        nodes.append(Node(name=f"{prefix}cast{i}", op="Cast", attrs={"to": t.dtype},
-                          inputs=(fed.name,), outputs=(t.name,)) if t.dtype in CAST_IN_GRAPH
-                     else Node(name=f"{prefix}write{i}", op="Neg", inputs=(fed.name,),
-                               outputs=(t.name,)))
+        if _blocked(sig, i):
+            mix = _depthwise(f"{prefix}mix{i}", t.shape[1])
+            tensors.append(mix)
+            nodes.append(Node(name=f"{prefix}block{i}", op=BLOCKED,
+                              attrs={"groups": t.shape[1]}, inputs=(fed.name, mix.name),
+                              outputs=(t.name,)))
+        elif t.dtype in CAST_IN_GRAPH:
+            nodes.append(Node(name=f"{prefix}cast{i}", op="Cast", attrs={"to": t.dtype},
+                              inputs=(fed.name,), outputs=(t.name,)))
+        else:
+            nodes.append(Node(name=f"{prefix}write{i}", op="Neg", inputs=(fed.name,),
+                              outputs=(t.name,)))
     outputs: list[str] = []
+    readers: list[Node] = []
     for k in range(copies):
         names = tuple(f"{prefix}out{k}_{j}" for j in range(len(outs)))
         tensors += [Tensor(name=n, shape=t.shape, dtype=t.dtype) for n, t in zip(names, outs,
                                                                                    strict=True)]
         nodes.append(Node(name=f"{prefix}copy{k}", op=sig.op, attrs=dict(sig.attrs),
                           inputs=tuple(t.name for t in inputs), outputs=names))
-        outputs += names
-    return tuple(tensors), tuple(nodes), tuple(outputs)
+        for j, (name, t) in enumerate(zip(names, outs, strict=True)):
+            if not _blocked(sig, n_in + j):
+                outputs.append(name)
+                continue
+            mix = _depthwise(f"{prefix}mix_out{k}_{j}", t.shape[1])
+            plain = Tensor(name=f"{prefix}plain{k}_{j}", shape=t.shape, dtype=t.dtype)
+            tensors += [mix, plain]
+            readers.append(Node(name=f"{prefix}unblock{k}_{j}", op=BLOCKED,
+                                attrs={"groups": t.shape[1]}, inputs=(name, mix.name),
+                                outputs=(plain.name,)))
+            outputs.append(plain.name)
+    return tuple(tensors), tuple(nodes + readers), tuple(outputs)
+
+
+def _depthwise(name: str, channels: int) -> Tensor:
+    """A fed (C, 1, 1, 1) weight of a depthwise 1x1 convolution (BLOCKED)."""
+    return Tensor(name=name, shape=(channels, 1, 1, 1), dtype="float32", role="input")
 
 
 def placements_plan(graph: Graph, target: Target,
@@ -233,7 +289,8 @@ class KernelTimer:
         # per placement: each reads operands as hot as when it had the executor to itself,
         # whatever the batch's other signatures evicted.
         graph = signatures_graph([(s, 1 + len(placements)) for s in batch])
-        where = [p for s in batch for p in [placements[0]] * (_casts(s) + 1) + placements]
+        where = [p for s in batch for p in [placements[0]] * (_before(s) + 1) + placements
+                 + [placements[0]] * _after(s, 1 + len(placements))]
         plan = placements_plan(graph, self.target, where)
         name = f"{batch[0].op}_{digest('|'.join(s.key for s in batch))[:12]}"
         feeds = _feeds(graph)
@@ -243,11 +300,6 @@ class KernelTimer:
         return {s.key: {cpus: seconds[f"s{k}_copy{j}"]
                         for j, (_, cpus) in enumerate(placements, start=1)}
                 for k, s in enumerate(batch)}
-
-
-def _casts(sig: OpSignature) -> int:
-    """How many of the signature's operands are fed as float32 and cast in the graph."""
-    return sum(d in CAST_IN_GRAPH for d in sig.dtypes)
 
 
 def _held_bytes(sig: OpSignature, copies: int) -> int | None:
@@ -536,6 +588,12 @@ def _measured_batch(group: tuple[OpSignature, ...], target: Target, folder: Path
                                    corun=False, statistic=min)
         # The group's signatures only: not the in-graph writes and casts of their operands.
         keys = {s.key for s in group} | set(table.index)
+        # Each as asked: a signature with blocked operands that the harness's step ran on
+        # other layouts has no time under its key (a plain one's operands cross no blocked
+        # kernel: fed, or written by a Neg from a feed).
+        lost = [s.key for s in group if s.layouts and s.key not in measured.index]
+        if lost:
+            raise ValueError(f"the profile's step ran {lost[0]} on other operand layouts")
         return measured.model_copy(update={"entries": tuple(e for e in measured.entries
                                                             if e.key in keys)})
     except Exception as e:  # noqa: BLE001 - any kernel's failure is that kernel's alone

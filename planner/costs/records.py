@@ -186,7 +186,14 @@ class CostTable(Record):
         return {e.key: e for e in self.entries}
 
     def entry(self, signature: OpSignature) -> CostEntry | None:
-        return self.index.get(signature.key)
+        """The signature's entry; for one on blocked operands (OpSignature.layouts) that the
+        table lacks, its plain twin's: the same kernel measured on plain operands, with the
+        reorders in and out a plain step runs (a preset's table, a store kept before
+        signatures carried layouts). `in` asks for the signature itself."""
+        found = self.index.get(signature.key)
+        if found is None and signature.layouts:
+            found = self.index.get(signature.plain.key)
+        return found
 
     def __contains__(self, signature: object) -> bool:
         return isinstance(signature, OpSignature) and signature.key in self.index

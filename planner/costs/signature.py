@@ -19,6 +19,20 @@ executors do, and gets the float32 signatures:
 
     >>> s.model_copy(update={"math_mode": "tf32"}).key.endswith("} math=tf32")
     True
+
+A CPU step that keeps images channel-blocked (planner.graph.blocked) runs its convolutions,
+BatchNorms, pools and pointwise ops on blocked operands: no reorders in and out of a
+convolution, other loops than on plain ones. Their signatures carry each operand's layout
+(`layouts`, inputs then outputs, "plain" for a plain one), which ends the key
+(` layouts=nChw16c,plain->nChw16c`), and the profile measures them so (codegen.profiling.
+signatures_graph). A table without such an entry prices it by its plain twin's (`plain`,
+CostTable.entry): the same kernel, with the reorders a plain step runs. Where every operand is
+plain the field is absent, and keys and tables stay as they were:
+
+    >>> b = s.model_copy(update={"op": "Relu", "shapes": ((8, 16, 4, 4),), "dtypes": ("float32",),
+    ...                          "attrs": {}, "layouts": ("nChw16c", "nChw16c")})
+    >>> b.key, b.plain.key
+    ('Relu(float32[8,16,4,4]) layouts=nChw16c->nChw16c', 'Relu(float32[8,16,4,4])')
 """
 
 from __future__ import annotations
@@ -35,6 +49,9 @@ from planner.ir.graph import AttrValue, Graph, Node, Record
 from planner.ops import OpError, TensorType, get_op
 from planner.target.records import GPU
 
+# An operand's layout in OpSignature.layouts where the step keeps it as it is (NCHW).
+PLAIN = "plain"
+
 
 class OpSignature(Record):
     """Op type, per-input shape and dtype, attrs, and the math mode its kernel runs under
@@ -46,6 +63,9 @@ class OpSignature(Record):
     attrs: dict[str, AttrValue] = Field(default_factory=dict)
     # "tf32": a float32 convolution or GEMM run on TF32 tensor cores; None: float32 math.
     math_mode: Literal["tf32"] | None = None
+    # Each operand's layout, inputs then outputs (PLAIN or a Tensor.layout), where a step keeps
+    # some channel-blocked; () where every one is plain (module docstring).
+    layouts: tuple[Literal["plain", "nChw8c", "nChw16c"], ...] = ()
 
     @model_validator(mode="after")
     def _one_dtype_per_input(self) -> OpSignature:
@@ -55,6 +75,11 @@ class OpSignature(Record):
         if self.math_mode is not None and self.math != self.math_mode:
             raise ValueError(f"signature of {self.op}({', '.join(self.dtypes)}): math_mode "
                              f"{self.math_mode!r} is for float32 convolutions and GEMMs only")
+        if self.layouts and (len(self.layouts) <= len(self.shapes)
+                             or all(x == PLAIN for x in self.layouts)):
+            raise ValueError(f"signature of {self.op}: layouts {list(self.layouts)} name every "
+                             f"input and output ({len(self.shapes)} inputs), one blocked at "
+                             f"least (all plain: none)")
         return self
 
     @model_serializer(mode="wrap")
@@ -63,6 +88,8 @@ class OpSignature(Record):
         data = handler(self)
         if isinstance(data, dict) and data.get("math_mode") is None:
             data.pop("math_mode", None)
+        if isinstance(data, dict) and not data.get("layouts"):
+            data.pop("layouts", None)
         return data
 
     @cached_property  # written once per signature: a plan's costs and variants both ask
@@ -72,8 +99,19 @@ class OpSignature(Record):
         ins = ", ".join(f"{d}[{','.join(map(str, s))}]" for s, d in zip(self.shapes, self.dtypes,
                                                                          strict=True))
         attrs = json.dumps(self.attrs, sort_keys=True, separators=(",", ":"))
+        n = len(self.shapes)
+        layouts = (f" layouts={','.join(self.layouts[:n])}->{','.join(self.layouts[n:])}"
+                   if self.layouts else "")
         return (f"{self.op}({ins})" + (f" {attrs}" if self.attrs else "")
-                + (f" math={self.math_mode}" if self.math_mode else ""))
+                + (f" math={self.math_mode}" if self.math_mode else "") + layouts)
+
+    @property
+    def plain(self) -> OpSignature:
+        """This signature with every operand plain: itself where all are."""
+        if not self.layouts:
+            return self
+        return OpSignature(op=self.op, shapes=self.shapes, dtypes=self.dtypes, attrs=self.attrs,
+                           math_mode=self.math_mode)
 
     @property
     def math(self) -> str:
@@ -89,10 +127,11 @@ class OpSignature(Record):
 
 def signature_of(op: str, input_types: Sequence[TensorType],
                  attrs: dict[str, AttrValue] | None = None,
-                 math: str | None = None) -> OpSignature:
+                 math: str | None = None, layouts: Sequence[str] = ()) -> OpSignature:
     """The signature of `op` applied to inputs of these types, attrs normalised by the registry,
     under the math mode `math` its kernel runs with (kept only where it changes the kernel's
-    compute type: a float32 convolution or GEMM under "tf32").
+    compute type: a float32 convolution or GEMM under "tf32"), on operands of `layouts` (inputs
+    then outputs; kept only where one is blocked).
 
     An op the registry does not know (or attrs it rejects) keeps its attrs as given: the
     signature still keys a cost, and the cost model's analytical fallback says what it lacks.
@@ -107,17 +146,18 @@ def signature_of(op: str, input_types: Sequence[TensorType],
     dtypes = tuple(t.dtype for t in input_types)
     return OpSignature(op=op, shapes=tuple(tuple(t.shape) for t in input_types),
                        dtypes=dtypes, attrs=full,
-                       math_mode="tf32" if compute_type(op, dtypes, math) == "tf32" else None)
+                       math_mode="tf32" if compute_type(op, dtypes, math) == "tf32" else None,
+                       layouts=tuple(layouts) if any(x != PLAIN for x in layouts) else ())
 
 
 def node_signature(node: Node, input_types: Sequence[TensorType],
-                   math: str | None = None) -> OpSignature:
+                   math: str | None = None, layouts: Sequence[str] = ()) -> OpSignature:
     """The signature of a graph node given its inputs' types (and the graph's math mode where
-    its device runs it)."""
+    its device runs it, its operands' layouts where its step keeps some blocked)."""
     if len(input_types) != len(node.inputs):
         raise ValueError(f"node {node.name!r}: {len(node.inputs)} inputs but "
                          f"{len(input_types)} types given")
-    return signature_of(node.op, input_types, node.attrs, math)
+    return signature_of(node.op, input_types, node.attrs, math, layouts)
 
 
 def kernel_math(graph: Graph, gpu: GPU | None) -> str | None:
@@ -154,6 +194,7 @@ def _forget(graph_id: int, ref: weakref.ref[Graph]) -> None:
 
 def _build_signatures(graph: Graph, math: str | None) -> dict[str, OpSignature]:
     types = {t.name: TensorType(t.shape, t.dtype) for t in graph.tensors}
+    blocked = {t.name: t.layout for t in graph.tensors if t.layout is not None}
     # Nodes alike (op, input types, attributes) share one signature: a deep graph repeats a
     # few hundred, and building one (attributes normalized, a validated record) is the cost.
     # Attribute values are JSON data, so equal reprs mean equal attributes.
@@ -161,10 +202,12 @@ def _build_signatures(graph: Graph, math: str | None) -> dict[str, OpSignature]:
     out = {}
     for n in graph.nodes:
         inputs = [types[i] for i in n.inputs]
-        alike = (n.op, tuple(inputs), repr(n.attrs))
+        layouts = (tuple(blocked.get(t, PLAIN) for t in (*n.inputs, *n.outputs))
+                   if blocked else ())
+        alike = (n.op, tuple(inputs), repr(n.attrs), layouts)
         sig = made.get(alike)
         if sig is None:
-            sig = made[alike] = node_signature(n, inputs, math)
+            sig = made[alike] = node_signature(n, inputs, math, layouts)
         out[n.name] = sig
     return out
 

@@ -50,6 +50,7 @@ import numpy as np
 
 from planner.costs import CostModel
 from planner.costs.records import CostTable
+from planner.costs.signature import graph_signatures
 from planner.graph.autodiff import node_phase
 from planner.ir.graph import Graph
 from planner.memory.arena import CPU_FIRST
@@ -235,6 +236,7 @@ def op_scratch(steps: ComputeSteps, m: Material, placed_on: dict[str, ScheduledO
     """`<op>@scratch` for every node and recompute of `m` whose CPU kernel needs scratch at
     its node's planned thread count, live while it runs (as driver.scratch_buffers)."""
     graph = steps.graph
+    signatures = graph_signatures(graph)
     out = []
     for i, o in enumerate(m.ops):
         if o.kind not in ("node", "recompute"):
@@ -242,7 +244,8 @@ def op_scratch(steps: ComputeSteps, m: Material, placed_on: dict[str, ScheduledO
         node = steps.nodes[o.step]
         ins = [TensorType(graph.tensor(t).shape, graph.tensor(t).dtype) for t in node.inputs]
         outs = [TensorType(graph.tensor(t).shape, graph.tensor(t).dtype) for t in node.outputs]
-        nbytes = kernel_scratch(node, ins, outs, placed_on[node.name].threads, table)
+        nbytes = kernel_scratch(node, ins, outs, placed_on[node.name].threads, table,
+                                signatures.get(node.name))
         if nbytes > 0:
             out.append(Buffer(f"{o.name}@scratch", "", nbytes, o.key, o.key + 1, i, i, i, (i,),
                               "scratch"))

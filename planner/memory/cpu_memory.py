@@ -35,6 +35,7 @@ import numpy as np
 
 from planner.costs import CostModel
 from planner.costs.records import CostTable
+from planner.costs.signature import graph_signatures
 from planner.errors import InfeasibleBudget, UserError
 from planner.ir.graph import Graph
 from planner.memory.arena import CPU_FIRST
@@ -121,10 +122,11 @@ def scratch_buffers(graph: Graph, ops: list[ScheduledOp], table: CostTable | Non
             types[name] = TensorType(t.shape, t.dtype)
         return types[name]
 
+    signatures = graph_signatures(graph)
     for i, op in enumerate(ops):
         node = graph.node_map[op.name]
         nbytes = kernel_scratch(node, [of(t) for t in node.inputs], [of(t) for t in node.outputs],
-                                op.threads, table)
+                                op.threads, table, signatures[op.name])
         if nbytes > 0:
             out.append(Buffer(f"{op.name}@scratch", "", nbytes, op.start, op.end, i, i, i, (i,),
                               "scratch"))

@@ -25,27 +25,30 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from planner.costs.records import CostTable
-from planner.costs.signature import node_signature
+from planner.costs.signature import OpSignature, node_signature
 from planner.ir.graph import Node
 from planner.ops import get_op
 from planner.ops.base import TensorType
 
 
 def kernel_scratch(node: Node, ins: list[TensorType], outs: list[TensorType], threads: int,
-                   table: CostTable | None) -> int:
+                   table: CostTable | None, signature: OpSignature | None = None) -> int:
     """Bytes of `node`'s scratch area when its kernel runs with `threads` threads."""
-    return scratch_by_threads(node, ins, outs, table)(threads)
+    return scratch_by_threads(node, ins, outs, table, signature)(threads)
 
 
 def scratch_by_threads(node: Node, ins: list[TensorType], outs: list[TensorType],
-                       table: CostTable | None) -> Callable[[int], int]:
+                       table: CostTable | None, signature: OpSignature | None = None
+                       ) -> Callable[[int], int]:
     """kernel_scratch of `node` as a function of its thread count: the op's rule and the
     table's samples of its signature looked up once, for callers that ask at many thread
-    counts (a plan's schedule variants: planner.memory.variants)."""
+    counts (a plan's schedule variants: planner.memory.variants). `signature`: the node's as
+    its graph has it (graph_signatures: its operands' layouts in a blocked step), else the
+    plain one of `ins`."""
     rule = get_op(node.op).scratch
     if rule is None:
         return lambda threads: 0
-    measured = _measured(node, ins, table)
+    measured = _measured(signature or node_signature(node, ins), table)
     # A rule may work out what no thread count changes once (its `by_threads`: the
     # convolutions', planner.ops.conv_scratch.ConvScratch; oneDNN's, ops.base.ReorderScratch).
     by_threads = getattr(rule, "by_threads", None)
@@ -62,12 +65,12 @@ def scratch_by_threads(node: Node, ins: list[TensorType], outs: list[TensorType]
     return at
 
 
-def _measured(node: Node, ins: list[TensorType], table: CostTable | None) -> dict[int, int]:
-    """Per thread count, the largest scratch measured for the node's signature (either
-    affinity: the kernel is created the same way); thread counts without one are absent."""
+def _measured(signature: OpSignature, table: CostTable | None) -> dict[int, int]:
+    """Per thread count, the largest scratch measured for the signature (either affinity:
+    the kernel is created the same way); thread counts without one are absent."""
     if table is None or not table.entries:
         return {}
-    entry = table.entry(node_signature(node, ins))
+    entry = table.entry(signature)
     out: dict[int, int] = {}
     for s in entry.cpu if entry is not None else ():
         if s.scratch_bytes is not None:

@@ -147,7 +147,8 @@ def one_lane_rows(graph: Graph, ops: Sequence[ScheduledOp], inserted: Sequence[M
         if id(signature) not in scratch:
             ins = [types[i] for i in node.inputs]
             outs = [types[o] for o in node.outputs]
-            scratch[id(signature)] = (scratch_by_threads(node, ins, outs, model.table), {})
+            scratch[id(signature)] = (scratch_by_threads(node, ins, outs, model.table,
+                                                         signature), {})
         rule, known = scratch[id(signature)]
 
         def fits(t: int, rule=rule, known=known, budget=budget) -> bool:

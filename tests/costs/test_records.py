@@ -103,3 +103,16 @@ def test_loading_a_bad_file_names_the_file_and_field(tmp_path):
         load_table(bad)
     with pytest.raises(UserError, match="cannot read"):
         load_table(tmp_path / "missing.json")
+
+
+def test_a_blocked_signature_the_table_lacks_is_priced_by_its_plain_twin():
+    """A table measured before signatures carried layouts (or a preset's) still prices a
+    blocked step's kernels: by the same kernel's plain time (CostTable.entry); `in` asks for
+    the signature itself, so a host's store measures the blocked one."""
+    x = OpSignature(op="Relu", shapes=((2, 16, 4, 4),), dtypes=("float32",))
+    blocked = x.model_copy(update={"layouts": ("nChw16c", "nChw16c")})
+    assert blocked.key != x.key and blocked.plain == x
+    t = table(CostEntry(signature=x, cpu=(sample(1, 2e-6),)))
+    assert t.entry(blocked) is t.entry(x) and blocked not in t and x in t
+    both = merge(t, table(CostEntry(signature=blocked, cpu=(sample(1, 1e-6),))))
+    assert both.entry(blocked).cpu[0].seconds == 1e-6 and both.entry(x).cpu[0].seconds == 2e-6

@@ -46,3 +46,34 @@ def test_graph_signatures_repeat_for_identical_nodes():
     relu1, relu2, tanh = sigs.values()
     assert relu1 == relu2 and relu1.shapes == ((4, 8),) and tanh.op == "Tanh"
     assert [s.op for s in unique_signatures(list(sigs.values()))] == ["Relu", "Tanh"]
+
+
+def test_a_blocked_step_gives_each_node_its_operands_layouts():
+    """A step that keeps images blocked (planner.graph.blocked) runs other kernels: each
+    node's signature names its operands' layouts, inputs then outputs; the JSON of a plain
+    one is as before, and a blocked one's plain twin is the signature of the plain step."""
+    from planner.graph.blocked import with_blocked
+
+    b = GraphBuilder("c")
+    x = b.input("x", (2, 16, 6, 6))
+    h = b.op("Conv2D", [x, b.param("w1", (16, 16, 3, 3), init="he")], {"pads": [1, 1, 1, 1]})
+    y = b.op("Conv2D", [b.op("Relu", [h]), b.param("w2", (16, 16, 3, 3), init="he")])
+    g = b.build([y])
+    plain, blocked = graph_signatures(g), graph_signatures(with_blocked(g, 16))
+    assert [s.layouts for s in blocked.values()] == [
+        ("plain", "plain", "nChw16c"), ("nChw16c", "nChw16c"), ("nChw16c", "plain", "plain")]
+    assert [s.plain for s in blocked.values()] == list(plain.values())
+    assert all(s.layouts == () and "layouts" not in s.model_dump() for s in plain.values())
+    relu = blocked[g.nodes[1].name]
+    assert relu.key.endswith(" layouts=nChw16c->nChw16c") and relu.key != relu.plain.key
+    assert OpSignature.model_validate(relu.model_dump()) == relu
+
+
+def test_layouts_name_every_operand_and_one_blocked():
+    relu = OpSignature(op="Relu", shapes=((2, 16, 1, 1),), dtypes=("float32",))
+    with pytest.raises(ValidationError, match="name every input and output"):
+        OpSignature.model_validate({**relu.model_dump(), "layouts": ["nChw16c"]})
+    with pytest.raises(ValidationError, match="name every input and output"):
+        OpSignature.model_validate({**relu.model_dump(), "layouts": ["plain", "plain"]})
+    with pytest.raises(ValidationError):
+        OpSignature.model_validate({**relu.model_dump(), "layouts": ["nChw4c", "plain"]})
