@@ -33,8 +33,9 @@ ROOT = Path(__file__).resolve().parent.parent
 def steps_in_turns(packages: Sequence[Path], state: Mapping[str, np.ndarray] | None,
                    feeds: Mapping[str, np.ndarray], steps: int
                    ) -> list[list[tuple[float, dict]]]:
-    """Per package (a built executor's folder): `steps` of (seconds, stats()) of its executor,
-    warmed up by one step, each in a process of its own, stepped in turns."""
+    """Per package (a built executor's folder): `steps` of (seconds, stats()) of its executor
+    (its main schedule), warmed up by one step, each in a process of its own, stepped in
+    turns."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [env.get("PYTHONPATH")])])
     children = []
@@ -86,6 +87,10 @@ def _serve() -> None:
     sys.stdout = sys.stderr
     package, state, feeds = pickle.load(read)
     ex = load(package).Executor()
+    # The plan's own schedule: the adaptive rule tries its variants from the 8th step on, and
+    # a contention fit's one-lane plan switched to its two-core variant, a co-running step
+    # (stepped in 37.6 ms where its one lane took 51.5), read as its one-lane step.
+    ex.set_variant("main")
     if state is not None:
         ex.load_params(state)
     ex.step(feeds)

@@ -317,8 +317,11 @@ def _held_bytes(sig: OpSignature, copies: int) -> int | None:
 def warmed_executor(plan: Plan, folder: str | Path, state: dict | None,
                     feeds: dict[str, np.ndarray]):
     """`plan`'s executor, built under `folder` and loaded, with `state` as its parameters (None:
-    a graph without any), after one warm-up step: first-touch pages, caches, thread pools."""
+    a graph without any), after one warm-up step: first-touch pages, caches, thread pools. It
+    runs the plan's main schedule (`set_variant(None)` hands the choice back to the adaptive
+    rule): what it measures folds under the main schedule's thread counts."""
     ex = load(build(render(plan, folder)).dir).Executor()
+    ex.set_variant("main")
     if state is not None:
         ex.load_params(state)
     ex.step(feeds)

@@ -3,7 +3,8 @@
 A plan of the machine it runs on (`--target host`, `planner.torch.trainer`) is priced by
 measured times by default. They are kept in the cache folder ($PLANNER_CACHE, default
 ~/.cache/planner) under `costs/<host>.json`, keyed by signature (op, input shapes and dtypes,
-attrs: the layout among them; the thread count and placement are the samples'), where <host>
+attrs: a convolution's kernel layout among them, and the operands' layouts where the step keeps
+images blocked; the thread count and placement are the samples'), where <host>
 is a digest of the detected target (CPU model, logical CPUs, measured peaks), the planner's
 version (its kernels) and the store's (`STORE_VERSION`: a store of another is measured anew).
 A plan asks for its graph's signatures (`profiled_signatures` of the graph as its step runs,
@@ -32,14 +33,20 @@ taken only when the plan has busy entries to decide on), it measures those signa
 and a quiet measurement replaces a busy one. Repeated measurements under the same conditions
 keep the best (fastest) time of each sample: noise only ever slows a kernel.
 
-The host's contention figures (the table's `contention` and `corun_slowdown`: how much
-co-running ops slow each other) are kept beside the signatures, fitted by the caller's `corun`
-from the step of the first plan that asks (its own lanes co-running, handing data across
-cores, as a step's do; a graph of signatures co-runs ops that share nothing and fits too small
-a slowdown), with the load they were fitted under: fitted again, as a signature is measured
-again, when a busy machine's fit meets a quiet machine.
+The contention figures (the table's `contention` and `corun_slowdown`: how much co-running
+ops slow each other, and the lanes' hand-off) are kept beside the signatures per step (by the
+digest of its graph: `step_key`), fitted by the caller's `corun` from that step the first
+time it is priced (its own lanes co-running, handing data across cores, as a step's do; a
+graph of signatures co-runs ops that share nothing and fits too small a slowdown), with the
+load they were fitted under: fitted again, as a signature is measured again, when a busy
+machine's fit meets a quiet machine. Per step, because they are the step's: one host's
+figures, fitted from whichever model was planned first, priced ResNet-50's step (width 0.25,
+64 px, batch 32) at sigma 0.73 where its own step fits 0.13-0.14; its optimized plan then ran
+no co-run group and stepped 4.5% slower than under its own figures (26.44 against 25.30 ms:
+bench/RESULTS.md). A step that is not fitted (a data-parallel one: its collectives need the
+process group) is priced by the figures fitted last.
 
-The plan is priced by the store's entries for its signatures only (and the host's contention
+The plan is priced by the store's entries for its signatures only (and its step's contention
 figures), so it depends on what was measured for it, not on what else the store holds.
 
 Example (a store, a quiet measurement of one signature, then a busy one of the same):
@@ -73,7 +80,7 @@ from typing import TextIO
 from pydantic import Field, ValidationError
 
 from planner.costs.conv_layouts import profiled_signatures
-from planner.costs.records import CostEntry, CostTable, CpuSample
+from planner.costs.records import HOST_FIGURES, CostEntry, CostTable, CpuSample
 from planner.costs.signature import OpSignature, unique_signatures
 from planner.errors import UserError
 from planner.io.write import atomic_write, cache_root, check_target, folder_lock_if_writable
@@ -115,26 +122,28 @@ class HostCosts(Record):
     # Signatures measured that gave no time (a view's kernel does nothing): the model prices
     # them, and they are not measured again.
     timeless: tuple[str, ...] = ()
-    # The load the table's contention figures were fitted under (from a step's co-running
-    # lanes: host_table's `corun`); None while none was.
+    # The load the table's contention figures (the ones fitted last, from a step's
+    # co-running lanes: host_table's `corun`) were fitted under; None while none was.
     corun_load: float | None = None
-    # The fit (CORUN_FIT) that gave them: another's are fitted again.
+    # The fit (CORUN_FIT) that gave them.
     corun_fit: int = 0
+    # Per step (`step_key`), the figures fitted from it.
+    fits: dict[str, StepFit] = Field(default_factory=dict)
 
-    def to_fit(self, load: float) -> bool:
-        """Whether to fit the contention figures now (at `load`): never fitted, fitted by
-        another fit, or fitted on a busy machine while this one is quiet."""
-        return self.corun_load is None or self.corun_fit != CORUN_FIT or (
-            load <= BUSY < self.corun_load)
+    def to_fit(self, step: str, load: float) -> bool:
+        """Whether to fit the contention figures of step `step` now (at `load`): never
+        fitted, fitted by another fit, or fitted on a busy machine while this one is quiet."""
+        fit = self.fits.get(step)
+        return fit is None or fit.fit != CORUN_FIT or load <= BUSY < fit.load
 
-    def fitted(self, figures: dict[str, float] | None, load: float) -> HostCosts:
+    def fitted(self, step: str, figures: dict[str, float] | None, load: float) -> HostCosts:
         """The store with the co-running figures `figures` (HOST_FIGURES by name; None: none
-        to fit) fitted at `load`."""
-        if figures is None:
-            return self.model_copy(update={"corun_load": load, "corun_fit": CORUN_FIT})
-        table = self.table.model_copy(update=dict(figures))
+        to fit, one core) of step `step` fitted at `load`, which are also the ones fitted
+        last."""
+        fits = {**self.fits, step: StepFit(figures=figures or {}, load=load)}
+        table = self.table.model_copy(update=dict(figures)) if figures else self.table
         return self.model_copy(update={"table": table, "corun_load": load,
-                                       "corun_fit": CORUN_FIT})
+                                       "corun_fit": CORUN_FIT, "fits": fits})
 
     def to_measure(self, signatures: Sequence[OpSignature], load: float) -> list[OpSignature]:
         """Of `signatures`, those to measure now: never measured, or measured on a busy
@@ -162,15 +171,34 @@ class HostCosts(Record):
         table = CostTable(target=self.table.target, entries=tuple(entries.values()),
                           provenance=self.table.provenance + measured.provenance,
                           **measured.host_figures_over(self.table))
-        return HostCosts(table=table, loads=loads, timeless=tuple(sorted(timeless)),
-                         corun_load=self.corun_load, corun_fit=self.corun_fit)
+        return self.model_copy(update={"table": table, "loads": loads,
+                                       "timeless": tuple(sorted(timeless))})
 
-    def for_signatures(self, signatures: Sequence[OpSignature]) -> CostTable:
-        """The table of `signatures`' entries (what a plan of them is priced by)."""
+    def for_signatures(self, signatures: Sequence[OpSignature],
+                       step: str | None = None) -> CostTable:
+        """The table of `signatures`' entries (what a plan of them is priced by), with step
+        `step`'s contention figures (the ones fitted last where it has none)."""
         keys = {s.key for s in signatures}
+        fit = self.fits.get(step) if step is not None else None
+        figures = ({**dict.fromkeys(HOST_FIGURES), **fit.figures} if fit is not None
+                   else self.table.host_figures())
         return CostTable(target=self.table.target,
                          entries=tuple(e for e in self.table.entries if e.key in keys),
-                         **self.table.host_figures())
+                         **figures)
+
+
+class StepFit(Record):
+    """One step's contention figures (HOST_FIGURES by name; none on one core), the load they
+    were fitted under and the fit (CORUN_FIT) that gave them."""
+
+    figures: dict[str, float] = Field(default_factory=dict)
+    load: float
+    fit: int = CORUN_FIT
+
+
+def step_key(graph: Graph) -> str:
+    """The digest a step's contention figures are kept by: its graph's."""
+    return hashlib.sha256(graph.to_json().encode()).hexdigest()[:32]
 
 
 def _best(old: CostEntry, new: CostEntry) -> CostEntry:
@@ -244,12 +272,12 @@ def host_table(graphs: Sequence[Graph], target: Target, measure: Measure,
     """The cost table a plan of `graphs` (the step's graph and its evaluation graph:
     planner.pipeline.priced_graphs) on this host is priced by: their signatures' kept
     measurements, those not kept (or kept from a busy machine, when it is quiet now) measured
-    by `measure` first and kept. With `corun`, the host's contention figures are fitted from
-    the step's (graphs[0]) co-running lanes the first time (or again when a busy machine's
-    fit meets a quiet one) and kept for every later plan. `load`: the load to decide and keep
-    by (a test's); None: whether to measure again by `load_now`, each measurement kept with
-    the other processes' share over it (CpuClock). `kernels`: the digest of the kernel
-    library `measure` runs (host_key), whose store is read and kept."""
+    by `measure` first and kept. With `corun`, the step's (graphs[0]) contention figures are
+    fitted from its co-running lanes the first time it is priced (or again when a busy
+    machine's fit meets a quiet one) and kept for every later plan of it. `load`: the load
+    to decide and keep by (a test's); None: whether to measure again by `load_now`, each
+    measurement kept with the other processes' share over it (CpuClock). `kernels`: the
+    digest of the kernel library `measure` runs (host_key), whose store is read and kept."""
     if target.name != "host" or not traits(target).timed_on_host:
         from planner.errors import UserError
 
@@ -265,11 +293,12 @@ def host_table(graphs: Sequence[Graph], target: Target, measure: Measure,
     # cannot be made), and plans from what it holds.
     with folder_lock_if_writable(path.parent / path.stem):
         store = read_store(target, kernels)
-        now = load if load is not None else _load_to_decide(store, wanted)
+        step = step_key(graphs[0])
+        now = load if load is not None else _load_to_decide(store, wanted, step)
         missing = store.to_measure(wanted, now)
         # Fitted from a one-process step: a data-parallel step's collectives need its
-        # process group (the next one-process plan of this host fits the figures).
-        fit = corun is not None and store.to_fit(now) and not any(
+        # process group (it is priced by the figures fitted last).
+        fit = corun is not None and store.to_fit(step, now) and not any(
             n.op in COLLECTIVE_OPS for n in graphs[0].nodes)
         if missing:
             clock = CpuClock()
@@ -277,8 +306,8 @@ def host_table(graphs: Sequence[Graph], target: Target, measure: Measure,
             store = store.keep(measured, _during(clock, load, now), missing)
         if fit:
             clock = CpuClock()
-            figures = corun(graphs[0], target, store.for_signatures(wanted), progress)
-            store = store.fitted(figures, _during(clock, load, now))
+            figures = corun(graphs[0], target, store.for_signatures(wanted, step), progress)
+            store = store.fitted(step, figures, _during(clock, load, now))
         if missing or fit:
             try:
                 atomic_write(path, canonical_json(store.model_dump(mode="json",
@@ -288,7 +317,7 @@ def host_table(graphs: Sequence[Graph], target: Target, measure: Measure,
                     print(f"planner: warning: {e}; the measurements price this plan but are "
                           "not kept", file=progress)
     fresh = {s.key for s in missing}
-    table = store.for_signatures(wanted)
+    table = store.for_signatures(wanted, step)
     try:
         keep_priced(table)
     except OSError as e:  # a read-only cache plans all the same (explain lacks the table)
@@ -335,12 +364,13 @@ def read_priced(sha256: str) -> CostTable | None:
 GLANCE_SECONDS = 0.2
 
 
-def _load_to_decide(store: HostCosts, wanted: Sequence[OpSignature]) -> float:
+def _load_to_decide(store: HostCosts, wanted: Sequence[OpSignature], step: str) -> float:
     """The load by which to decide whether to measure busy entries (or a busy fit) again: the
     other processes' share over a short glance (CpuClock), only where the store holds such
-    entries for `wanted` (a plan with nothing to decide does not wait); the load average
-    where the counters are missing."""
-    busy = (store.corun_load or 0.0) > BUSY or any(
+    entries for `wanted` or such a fit of `step` (a plan with nothing to decide does not
+    wait); the load average where the counters are missing."""
+    fit = store.fits.get(step)
+    busy = (fit is not None and fit.load > BUSY) or any(
         store.loads.get(s.key, 0.0) > BUSY for s in wanted if s in store.table)
     if not busy:
         return load_now()

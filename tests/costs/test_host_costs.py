@@ -58,20 +58,36 @@ def figures(kappa: float, sigma: float, handoff: float) -> dict[str, float]:
 
 def test_the_contention_figures_are_fitted_once_and_again_only_from_busy_to_quiet():
     fresh = HostCosts(table=CostTable(target="host"))
-    assert fresh.to_fit(load=BUSY + 1) and fresh.to_fit(load=0.0)
-    busy = fresh.fitted(figures(0.1, 1.5, 3e-5), load=BUSY + 1)
+    assert fresh.to_fit("a", load=BUSY + 1) and fresh.to_fit("a", load=0.0)
+    busy = fresh.fitted("a", figures(0.1, 1.5, 3e-5), load=BUSY + 1)
     assert busy.table.host_figures() == figures(0.1, 1.5, 3e-5)
-    assert not busy.to_fit(load=BUSY + 1) and busy.to_fit(load=0.0)
-    quiet = busy.fitted(figures(0.2, 1.2, 2e-5), load=0.0)
-    assert not quiet.to_fit(load=0.0) and not quiet.to_fit(load=BUSY + 1)
+    assert not busy.to_fit("a", load=BUSY + 1) and busy.to_fit("a", load=0.0)
+    quiet = busy.fitted("a", figures(0.2, 1.2, 2e-5), load=0.0)
+    assert not quiet.to_fit("a", load=0.0) and not quiet.to_fit("a", load=BUSY + 1)
     # Kept through later measurements of signatures (they fit none of their own), and in
     # the table a plan is priced by.
     kept = quiet.keep(table(1e-6), load=0.0)
     assert kept.corun_load == 0.0
-    priced = kept.for_signatures([SIG])
+    priced = kept.for_signatures([SIG], "a")
     assert priced.host_figures() == figures(0.2, 1.2, 2e-5)
     # One core: nothing to fit, and not tried again.
-    assert not fresh.fitted(None, load=0.0).to_fit(load=0.0)
+    assert not fresh.fitted("a", None, load=0.0).to_fit("a", load=0.0)
+
+
+def test_each_step_is_priced_by_its_own_contention_figures():
+    """The figures are the step's (host_costs: another model's priced ResNet-50's step at a
+    sigma five times its own): a step fits its own the first time, keeps them beside the
+    others', and a step not fitted (a data-parallel one) is priced by the ones fitted last."""
+    a = HostCosts(table=CostTable(target="host")).fitted("a", figures(0.1, 0.7, 3e-5), 0.0)
+    assert a.to_fit("b", load=0.0) and not a.to_fit("a", load=0.0)
+    both = a.fitted("b", figures(0.05, 0.13, 5e-5), 0.0).keep(table(1e-6), load=0.0)
+    assert both.for_signatures([SIG], "a").host_figures() == figures(0.1, 0.7, 3e-5)
+    assert both.for_signatures([SIG], "b").host_figures() == figures(0.05, 0.13, 5e-5)
+    assert both.for_signatures([SIG], "c").host_figures() == figures(0.05, 0.13, 5e-5)
+    one_core = both.fitted("d", None, 0.0)
+    assert one_core.for_signatures([SIG], "d").host_figures() == dict.fromkeys(
+        figures(0, 0, 0))
+    assert HostCosts.model_validate_json(both.model_dump_json()) == both
 
 
 def test_figures_of_another_fit_are_fitted_again():
@@ -79,10 +95,13 @@ def test_figures_of_another_fit_are_fitted_again():
     # from the ops' stretches, priced co-running as free; fitted again, once.
     kept = HostCosts.model_validate({"table": {"target": "host", "contention": 0.02,
                                                "corun_slowdown": 0.0}, "corun_load": 0.0})
-    assert kept.to_fit(load=0.0) and kept.to_fit(load=BUSY + 1)
-    refit = kept.fitted(figures(0.02, 0.4, 2e-5), load=0.0)
-    assert refit.corun_fit == CORUN_FIT and not refit.to_fit(load=0.0)
+    assert kept.to_fit("a", load=0.0) and kept.to_fit("a", load=BUSY + 1)
+    refit = kept.fitted("a", figures(0.02, 0.4, 2e-5), load=0.0)
+    assert refit.corun_fit == CORUN_FIT and not refit.to_fit("a", load=0.0)
     assert refit.keep(table(1e-6), load=0.0).corun_fit == CORUN_FIT
+    stale = refit.model_copy(update={"fits": {"a": refit.fits["a"].model_copy(
+        update={"fit": CORUN_FIT - 1})}})
+    assert stale.to_fit("a", load=0.0)
 
 
 def test_signatures_measured_without_a_time_are_not_measured_again():
@@ -346,3 +365,57 @@ def test_times_of_another_kernel_library_are_measured_anew(monkeypatch, tmp_path
     assert host_table([graph], host, measure, load=0.0, kernels="new").measured
     assert host_table([graph], host, measure, load=0.0, kernels="old").measured == ()
     assert len(asked) == 2 and store_path(host, "old") != store_path(host, "new")
+
+
+def test_a_blocked_signature_is_measured_on_blocked_operands():
+    """A blocked step's signatures (OpSignature.layouts) are measured as the step runs them:
+    signatures_graph writes each blocked operand with a depthwise convolution and reads each
+    blocked output with another, so the step's blocked pass keeps exactly those operands
+    blocked, and the copies' signatures are the ones asked for (a mismatch would be a plain
+    kernel's time under a blocked key). Measured on this host, each comes back under its key."""
+    from codegen.profiling import measure_signatures, signatures_graph
+    from planner.costs.signature import graph_signatures, unique_signatures
+    from planner.graph.blocked import with_blocked
+    from planner.target.backends import channel_block
+
+    g = make_training_graph(build("resnet", depth=18, batch=2, image=32, width=0.25,
+                                  classes=16), Optimizer(kind="sgd"))
+    host = detect()
+    block = channel_block(host) or 16
+    asked = [s for s in unique_signatures(list(graph_signatures(with_blocked(g, block)).values()))
+             if s.layouts]
+    assert {"Conv2D", "Conv2DBackpropFilter", "BatchNorm", "BatchNormGrad", "MaxPool", "Add",
+            "Relu"} <= {s.op for s in asked}
+    harness = signatures_graph([(s, 2) for s in asked], written=True)
+    ran = graph_signatures(with_blocked(harness, block))
+    copies = {ran[n.name].key for n in harness.nodes if "_copy" in n.name}
+    assert copies == {s.key for s in asked}
+    if channel_block(host):
+        few = [s for s in asked if s.op in ("BatchNormGrad", "Relu")][:2]
+        measured = measure_signatures(few, host, steps=1)
+        assert all(measured.entry(s) is not None and s in measured for s in few)
+
+
+def test_the_harnesses_step_each_plan_on_its_main_schedule(tmp_path):
+    """What a harness measures folds under the plan's own thread counts: the executors it
+    steps (warmed_executor; steps_in_turns, the contention fit's) run the main schedule, not
+    a variant the adaptive rule would try from the 8th step on (a one-lane plan switched to
+    its two-core variant read as a one-lane step, and the fitted sigma moved 0.1 -> 0.9)."""
+    from codegen.build import build
+    from codegen.isolated import steps_in_turns
+    from codegen.profiling import _uniform_plan, warmed_executor
+    from planner.graph.interpret import init_params, random_feeds
+
+    g = mlp(3)
+    host = detect()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        lone = _uniform_plan(g, host, CostTable(target="host"), (1, 1), None)
+    state, feeds = init_params(g, seed=0), random_feeds(g, seed=1)
+    ex = warmed_executor(lone, tmp_path / "lone", state, feeds)
+    assert ex.stats()["schedule"]["pinned"] and ex.stats()["schedule"]["running"] == "main"
+    from codegen.render import render
+
+    package = build(render(lone, tmp_path / "lone")).dir
+    (run,) = steps_in_turns([package], state, feeds, 10)
+    assert all(s["schedule"]["pinned"] and s["schedule"]["running"] == "main" for _, s in run)
