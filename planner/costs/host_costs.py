@@ -41,10 +41,10 @@ graph of signatures co-runs ops that share nothing and fits too small a slowdown
 load they were fitted under: fitted again, as a signature is measured again, when a busy
 machine's fit meets a quiet machine. Per step, because they are the step's: one host's
 figures, fitted from whichever model was planned first, priced ResNet-50's step (width 0.25,
-64 px, batch 32) at sigma 0.73 where its own step fits 0.13-0.14; its optimized plan then ran
-no co-run group and stepped 4.5% slower than under its own figures (26.44 against 25.30 ms:
-bench/RESULTS.md). A step that is not fitted (a data-parallel one: its collectives need the
-process group) is priced by the figures fitted last.
+64 px, batch 32) at sigma 0.73 where its own step fits 0.1-0.25; its optimized plan then ran
+no co-run group and stepped 4.5% slower than under figures fitted from its own step (26.44
+against 25.30 ms: bench/RESULTS.md). A step that is not fitted (a data-parallel one: its
+collectives need the process group) is priced by the figures fitted last.
 
 The plan is priced by the store's entries for its signatures only (and its step's contention
 figures), so it depends on what was measured for it, not on what else the store holds.
@@ -102,8 +102,10 @@ from planner.target.records import Target
 # ops' stretches, each plan's executor in one process (co-running came out nearly free: kappa
 # 0.02, sigma 0, and LSTM's two-lane plans ran 12-20% slower than priced); 2 fits sigma to the
 # co-running step, each executor in a process of its own (codegen.profiling.step_contention);
-# 3 adds the lanes' hand-off latency and fits sigma with it priced (sigma no longer carries it).
-CORUN_FIT = 3
+# 3 adds the lanes' hand-off latency and fits sigma with it priced (sigma no longer carries it);
+# 4 fits from each plan's main schedule (the one-lane step's executor tried its two-core
+# variant from its 8th step on, and a co-running step was read as a one-lane one).
+CORUN_FIT = 4
 
 
 # (signatures, target, progress) -> a cost table of them measured on this machine.
