@@ -35,9 +35,10 @@ keep the best (fastest) time of each sample: noise only ever slows a kernel.
 
 The contention figures (the table's `contention` and `corun_slowdown`: how much co-running
 ops slow each other, and the lanes' hand-off) are kept beside the signatures per step (by the
-digest of its graph: `step_key`), fitted by the caller's `corun` from that step the first
-time it is priced (its own lanes co-running, handing data across cores, as a step's do; a
-graph of signatures co-runs ops that share nothing and fits too small a slowdown), with the
+digest of its graph's computation, names left out: `step_key`), fitted by the caller's
+`corun` from that step the first time it is priced (its own lanes co-running, handing data
+across cores, as a step's do; a graph of signatures co-runs ops that share nothing and fits
+too small a slowdown), with the
 load they were fitted under: fitted again, as a signature is measured again, when a busy
 machine's fit meets a quiet machine. Per step, because they are the step's: one host's
 figures, fitted from whichever model was planned first, priced ResNet-50's step (width 0.25,
@@ -199,8 +200,21 @@ class StepFit(Record):
 
 
 def step_key(graph: Graph) -> str:
-    """The digest a step's contention figures are kept by: its graph's."""
-    return hashlib.sha256(graph.to_json().encode()).hexdigest()[:32]
+    """The digest a step's contention figures are kept by: its graph's computation (ops,
+    attributes, tensors and edges) without its names, so that another module of the same
+    layers is the same step (its names are the module's attribute paths)."""
+    index = {t.name: k for k, t in enumerate(graph.tensors)}
+
+    def ref(name: str | None) -> int | None:
+        return None if name is None else index[name]
+
+    data = {"kind": graph.kind, "math": graph.math, "loss": ref(graph.loss),
+            "outputs": [index[t] for t in graph.outputs],
+            "tensors": [{**t.model_dump(mode="json", exclude={"name"}), "updates": ref(t.updates)}
+                        for t in graph.tensors],
+            "nodes": [{"op": n.op, "attrs": n.attrs, "inputs": [index[t] for t in n.inputs],
+                       "outputs": [index[t] for t in n.outputs]} for n in graph.nodes]}
+    return hashlib.sha256(canonical_json(data).encode()).hexdigest()[:32]
 
 
 def _best(old: CostEntry, new: CostEntry) -> CostEntry:

@@ -419,3 +419,27 @@ def test_the_harnesses_step_each_plan_on_its_main_schedule(tmp_path):
     package = build(render(lone, tmp_path / "lone")).dir
     (run,) = steps_in_turns([package], state, feeds, 10)
     assert all(s["schedule"]["pinned"] and s["schedule"]["running"] == "main" for _, s in run)
+
+
+def test_a_step_is_keyed_by_its_computation_not_its_names():
+    """Another module of the same layers (other attribute paths, another graph name) is the
+    same step to the contention figures; another size is another."""
+    from planner.costs.host_costs import step_key
+
+    g = mlp(3)
+    index = {t.name: f"t{k}" for k, t in enumerate(g.tensors)}
+
+    def renamed(name):
+        return None if name is None else index[name]
+
+    other = Graph(name="other", kind=g.kind, loss=renamed(g.loss),
+                  outputs=tuple(index[t] for t in g.outputs),
+                  tensors=tuple(t.model_copy(update={"name": index[t.name],
+                                                     "updates": renamed(t.updates)})
+                                for t in g.tensors),
+                  nodes=tuple(n.model_copy(update={"name": f"n{k}",
+                                                   "inputs": tuple(index[t] for t in n.inputs),
+                                                   "outputs": tuple(index[t] for t in n.outputs)})
+                              for k, n in enumerate(g.nodes)))
+    assert step_key(other) == step_key(g) and other.to_json() != g.to_json()
+    assert step_key(mlp(4)) != step_key(g)
