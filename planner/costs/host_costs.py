@@ -38,14 +38,14 @@ ops slow each other, and the lanes' hand-off) are kept beside the signatures per
 digest of its graph's computation, names left out: `step_key`), fitted by the caller's
 `corun` from that step the first time it is priced (its own lanes co-running, handing data
 across cores, as a step's do; a graph of signatures co-runs ops that share nothing and fits
-too small a slowdown), with the
-load they were fitted under: fitted again, as a signature is measured again, when a busy
-machine's fit meets a quiet machine. Per step, because they are the step's: one host's
-figures, fitted from whichever model was planned first, priced ResNet-50's step (width 0.25,
-64 px, batch 32) at sigma 0.73 where its own step fits 0.1-0.25; its optimized plan then ran
-no co-run group and stepped 4.5% slower than under figures fitted from its own step (26.44
-against 25.30 ms: bench/RESULTS.md). A step that is not fitted (a data-parallel one: its
-collectives need the process group) is priced by the figures fitted last.
+too small a slowdown), with the load they were fitted under: fitted again, as a signature is
+measured again, when a busy machine's fit meets a quiet machine. Per step, because they are
+the step's: one host's figures, fitted from whichever model was planned first, priced
+ResNet-50's step (width 0.25, 64 px, batch 32) at sigma 0.73 where its own step fits
+0.1-0.25; its optimized plan then ran no co-run group and stepped 4.5% slower than under
+figures fitted from its own step (26.44 against 25.30 ms: bench/RESULTS.md). A step that is
+not fitted (a data-parallel one: its collectives need the process group) is priced by the
+figures fitted last.
 
 The plan is priced by the store's entries for its signatures only (and its step's contention
 figures), so it depends on what was measured for it, not on what else the store holds.
