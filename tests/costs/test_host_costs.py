@@ -367,7 +367,7 @@ def test_times_of_another_kernel_library_are_measured_anew(monkeypatch, tmp_path
     assert len(asked) == 2 and store_path(host, "old") != store_path(host, "new")
 
 
-def test_a_blocked_signature_is_measured_on_blocked_operands():
+def test_a_blocked_signature_is_measured_on_blocked_operands(tmp_path):
     """A blocked step's signatures (OpSignature.layouts) are measured as the step runs them:
     signatures_graph writes each blocked operand with a depthwise convolution and reads each
     blocked output with another, so the step's blocked pass keeps exactly those operands
@@ -394,6 +394,13 @@ def test_a_blocked_signature_is_measured_on_blocked_operands():
         few = [s for s in asked if s.op in ("BatchNormGrad", "Relu")][:2]
         measured = measure_signatures(few, host, steps=1)
         assert all(measured.entry(s) is not None and s in measured for s in few)
+        # `planner profile` without --in-step: each kernel alone at each placement, the
+        # blocked operands' writers and readers placed around its copies.
+        from codegen.profiling import KernelTimer
+        from planner.target.records import affinity_cpus
+
+        timer = KernelTimer(host, tmp_path, steps=1, signatures=few)
+        assert all(timer(s, 1, affinity_cpus(host, 1, "compact")) > 0 for s in few)
 
 
 def test_the_harnesses_step_each_plan_on_its_main_schedule(tmp_path):
