@@ -601,8 +601,10 @@ def _measured_batch(group: tuple[OpSignature, ...], target: Target, folder: Path
                                                             if e.key in keys)})
     except Exception as e:  # noqa: BLE001 - any kernel's failure is that kernel's alone
         if len(group) == 1:
-            warnings.warn(f"{group[0].key}: not measured ({type(e).__name__}: {e}); the "
-                          f"analytical model prices it", MissingCostWarning, stacklevel=3)
+            fallback = ("its plain kernel's time where one is kept, else the analytical "
+                        "model" if group[0].layouts else "the analytical model")
+            warnings.warn(f"{group[0].key}: not measured ({type(e).__name__}: {e}); priced "
+                          f"by {fallback}", MissingCostWarning, stacklevel=3)
             return table
     for k, s in enumerate(group):
         table = _measured_batch((s,), target, folder / f"alone{k}", steps, table)

@@ -45,7 +45,7 @@ from typing import Any, Literal
 
 from pydantic import Field, model_serializer, model_validator
 
-from planner.ir.graph import AttrValue, Graph, Node, Record
+from planner.ir.graph import AttrValue, BlockedLayout, Graph, Node, Record
 from planner.ops import OpError, TensorType, get_op
 from planner.target.records import GPU
 
@@ -65,7 +65,7 @@ class OpSignature(Record):
     math_mode: Literal["tf32"] | None = None
     # Each operand's layout, inputs then outputs (PLAIN or a Tensor.layout), where a step keeps
     # some channel-blocked; () where every one is plain (module docstring).
-    layouts: tuple[Literal["plain", "nChw8c", "nChw16c"], ...] = ()
+    layouts: tuple[Literal["plain"] | BlockedLayout, ...] = ()
 
     @model_validator(mode="after")
     def _one_dtype_per_input(self) -> OpSignature:
