@@ -226,7 +226,7 @@ def bench_model(label: str, target, steps: int, rounds: int, compiled: bool,
     return {
         "model": label, "ops": len(graph.nodes), "params": MODELS[label], "costs": costs,
         "profile_seconds": round(profile_s, 1), "signatures": len(table.entries),
-        "kappa": table.contention, "sigma": table.corun_slowdown,
+        "kappa": table.contention, "sigma": table.corun_slowdown, "team": table.team_scale,
         "measured_ms": {k: v * 1e3 for k, v in measured.items()},
         "predicted_ms": {k: p.summary.step_seconds * 1e3 for k, p in plans.items()},
         "best_grid": best_grid, "kept": kept, "failed": failed,
@@ -245,8 +245,8 @@ def report(rows: list[dict], target, load: tuple[str, str]) -> str:
         base = m["uniform"]
         lines.append(f"\n{r['model']} ({r['ops']} ops, {r['signatures']} signatures profiled "
                      f"({r['costs']}) in {r['profile_seconds']} s; contention kappa "
-                     f"{r['kappa']}, sigma {r['sigma']}); best grid: {r['best_grid']}; "
-                     f"kept: {r['kept']}")
+                     f"{r['kappa']}, sigma {r['sigma']}, team scale {r.get('team')}); "
+                     f"best grid: {r['best_grid']}; kept: {r['kept']}")
         lines.append(f"  {'variant':<16}{'measured ms':>12}{'predicted ms':>14}"
                      f"{'pred/meas':>11}{'uniform/x':>11}")
         for name, ms in m.items():

@@ -118,7 +118,7 @@ def main() -> None:
                   f"{statistics.median(r):.2f}, quartiles {_q(r)}, {len(r)} signatures")
     for name, t in (("default", store), ("in-step 1", first), ("in-step 2", second)):
         print(f"{name} contention {t.contention}, co-run slowdown {t.corun_slowdown}, "
-              f"hand-off {t.handoff_seconds}")
+              f"hand-off {t.handoff_seconds}, team scale {t.team_scale}")
     swapped = first.model_copy(update=store.host_figures())
     p = plan(plans["in-step 1"].graph, _host(), swapped)
     print(f"in-step 1's times with the default's contention: {_shape(p)}, outside the noise "

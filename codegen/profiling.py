@@ -42,7 +42,7 @@ from planner.costs.gpu_profile import batches, signature_bytes
 from planner.costs.model import MissingCostWarning
 from planner.costs.profile import ProfileOptions
 from planner.costs.records import CostTable
-from planner.costs.signature import PLAIN, OpSignature, unique_signatures
+from planner.costs.signature import PLAIN, OpSignature, graph_signatures, unique_signatures
 from planner.graph.validate import check_graph
 from planner.ir.graph import Graph, Node, Tensor
 from planner.ir.record import CpuId
@@ -443,11 +443,12 @@ def step_contention(graph: Graph, target: Target, table: CostTable,
                     feeds: Mapping[str, np.ndarray] | None = None
                     ) -> dict[str, float] | None:
     """This host's co-running figures (records.HOST_FIGURES by name: contention,
-    corun_slowdown, handoff_seconds) fitted from `graph`'s own step: its uniform plan of one
-    one-thread lane against its uniform plan of one-thread lanes on every core, priced by
-    `table`, each run in a process of its own (codegen.isolated: in one process their libgomps
-    spoil each other), their `steps` steps taken in turns (`_fit_contention`); None on a
-    target of one core. What planner.costs.host_costs keeps beside the signatures'
+    corun_slowdown, handoff_seconds, team_scale) fitted from `graph`'s own step: its uniform
+    plan of one one-thread lane against its uniform plan of one-thread lanes on every core
+    (`_fit_contention`) and against its uniform plan of one lane of every core (`team_scale`),
+    priced by `table`, each run in a process of its own (codegen.isolated: in one process
+    their libgomps spoil each other), their `steps` steps taken in turns; None on a target of
+    one core. What planner.costs.host_costs keeps beside the signatures'
     times: a graph of signatures co-runs ops that share no data, and fitted from it the
     slowdown of co-running came out 0.2-0.5 where a step's own lanes, handing their outputs
     across cores, gave 1.4-2.2 (bench/results/2026-11-25-default-vs-in-step.md). `feeds` as
@@ -464,15 +465,67 @@ def step_contention(graph: Graph, target: Target, table: CostTable,
     work = Path(tempfile.mkdtemp(prefix="planner-corun-"))
     try:
         plans = [_uniform_plan(graph, target, table, lanes, progress)
-                 for lanes in ((1, 1), (1, target.cores))]
+                 for lanes in ((1, 1), (1, target.cores), (target.cores, 1))]
         packages = [build(render(p, work / f"lanes{k}")).dir for k, p in enumerate(plans)]
         runs = steps_in_turns(packages, state, feeds, steps)
-        return _fit_contention(target, plans[0], plans[1], _without_layouts(table),
-                               [_seconds(_over_steps([s for _, s in run])) for run in runs],
-                               [statistics.median(t for t, _ in run) for run in runs],
-                               handoff_latency(plans[1], [s for _, s in runs[1]]))
+        seconds = [_seconds(_over_steps([s for _, s in run])) for run in runs]
+        priced = _without_layouts(table)
+        return {**_fit_contention(target, plans[0], plans[1], priced, seconds[:2],
+                                  [statistics.median(t for t, _ in run) for run in runs[:2]],
+                                  handoff_latency(plans[1], [s for _, s in runs[1]])),
+                "team_scale": team_scale(target, plans[0], plans[2], priced, seconds[0],
+                                         seconds[2])}
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def team_scale(target: Target, lone: Plan, wide: Plan, costs: CostTable,
+               alone: Mapping[str, float], across: Mapping[str, float]) -> float:
+    """CostTable.team_scale: how much slower the step ran its ops on all the cores (the plan
+    `wide`, measured `across`) than `costs`' times say, over how much slower it ran them on one
+    thread (the plan `lone`, measured `alone`); each a ratio of sums over the ops `costs`
+    measured (not the analytical model's), at the plan's thread count. Why the ratio and not
+    each: what the store's times miss of every step alike (the step's weights and saved
+    activations cold, the load) moves no choice; what differs by thread count does. On the
+    2-core development VM the store's two-thread times of wide_deep's mid-size GEMMs and
+    weight updates sat 14% under the step's, its one-thread times right (the harness's
+    operands stay in both cores' caches from one repetition to the next): the default plan ran
+    its backward GEMMs on two threads one after the other where the step's own profile runs
+    them side by side, 3% slower; LSTM's sat 6.5% the other way. Priced with the scale, the
+    default plans of the strategies table ran 0.93-1.02x the in-step plans' (1.5-7.6% faster
+    than without it; bench/RESULTS.md).
+
+    >>> from planner.costs.records import CostEntry, CpuSample
+    >>> from planner.target.presets import preset
+    >>> sig = OpSignature(op="Relu", shapes=((1 << 16,),), dtypes=("float32",))
+    >>> graph = copies_graph(sig, 2)
+    >>> target = preset("xeon-8180")
+    >>> costs = CostTable(target=target.name, entries=(CostEntry(signature=sig, cpu=(
+    ...     CpuSample(threads=1, affinity="compact", seconds=4e-6),
+    ...     CpuSample(threads=target.cores, affinity="compact", seconds=1e-6))),))
+    >>> lone = placements_plan(graph, target, [(1, (0,)), (1, (0,))])
+    >>> wide = placements_plan(graph, target, [(target.cores, tuple(range(target.cores)))] * 2)
+    >>> team_scale(target, lone, wide, costs, {"copy0": 5e-6, "copy1": 5e-6},
+    ...            {"copy0": 1.5e-6, "copy1": 1.5e-6})   # 1.25x at one thread, 1.5x on all
+    1.2
+    """
+    from planner.costs import CostModel
+
+    model = CostModel(target, costs.model_copy(update={"team_scale": None}))
+
+    def over(plan: Plan, measured: Mapping[str, float], threads: int) -> float:
+        sigs = graph_signatures(plan.graph)
+        ran = priced = 0.0
+        for o in plan.ops:
+            if o.threads == threads and measured.get(o.name, 0.0) > 0:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", MissingCostWarning)
+                    p = model.time(sigs[o.name], threads, o.affinity)
+                if p.source != "analytical":
+                    ran, priced = ran + measured[o.name], priced + p.seconds
+        return ran / priced if priced > 0 else 1.0
+
+    return round(over(wide, across, target.cores) / over(lone, alone, 1), 6)
 
 
 def _uniform_stats(graph: Graph, target: Target, costs: CostTable, lanes: tuple[int, int],

@@ -34,7 +34,8 @@ and a quiet measurement replaces a busy one. Repeated measurements under the sam
 keep the best (fastest) time of each sample: noise only ever slows a kernel.
 
 The contention figures (the table's `contention` and `corun_slowdown`: how much co-running
-ops slow each other, and the lanes' hand-off) are kept beside the signatures per step (by the
+ops slow each other; the lanes' hand-off; `team_scale`: how far the step's ops on all the
+cores run from the store's times, over one thread's) are kept beside the signatures per step (by the
 digest of its graph's computation, names left out: `step_key`), fitted by the caller's
 `corun` from that step the first time it is priced (its own lanes co-running, handing data
 across cores, as a step's do; a graph of signatures co-runs ops that share nothing and fits
@@ -105,8 +106,9 @@ from planner.target.records import Target
 # co-running step, each executor in a process of its own (codegen.profiling.step_contention);
 # 3 adds the lanes' hand-off latency and fits sigma with it priced (sigma no longer carries it);
 # 4 fits from each plan's main schedule (the one-lane step's executor tried its two-core
-# variant from its 8th step on, and a co-running step was read as a one-lane one).
-CORUN_FIT = 4
+# variant from its 8th step on, and a co-running step was read as a one-lane one); 5 adds the
+# step's team scale (its ops on all the cores against the store's times, over one thread's).
+CORUN_FIT = 5
 
 
 # (signatures, target, progress) -> a cost table of them measured on this machine.

@@ -210,6 +210,7 @@ class CostModel:
                 other = next(a for a in AFFINITIES if a != affinity)
                 points, note = entry.cpu_points(other), f"no {affinity} samples: {other} used"
             seconds, source = interpolate(points, threads, self.interpolation)
+            seconds *= self.table.team_factor(threads, self.max_threads)
             return Prediction(seconds=seconds, source=source, threads=threads,
                               affinity=affinity, note=note)
         work = op_work(signature)

@@ -131,7 +131,7 @@ class Provenance(Record):
 
 # The figures of the host's co-running a table carries beside its entries, fitted together
 # from one co-running step (codegen.profiling.step_contention) and kept together.
-HOST_FIGURES = ("contention", "corun_slowdown", "handoff_seconds")
+HOST_FIGURES = ("contention", "corun_slowdown", "handoff_seconds", "team_scale")
 
 
 class CostTable(Record):
@@ -153,6 +153,28 @@ class CostTable(Record):
     # sleeps and is woken): the simulator's hand-off, the median of a co-running step's
     # (codegen.profiling.step_contention). None: not measured, hand-offs priced at 0.
     handoff_seconds: float | None = Field(default=None, ge=0)
+    # How much slower a step runs its ops on a team of all the cores than the entries' times
+    # say, over the same for one thread (codegen.profiling.team_scale): the one-op harness
+    # keeps a mid-size op's operands in the caches of every core it measures on, so its
+    # multi-thread times can sit under (or over) a step's by a share its one-thread times do
+    # not. A measured time on k threads is priced x (1 + (team_scale - 1)(k - 1) / (cores -
+    # 1)) (`team_factor`). None: not measured, the times as they are.
+    team_scale: float | None = Field(default=None, gt=0)
+
+    def team_factor(self, threads: int, cores: int) -> float:
+        """What a measured time on `threads` of `cores` is priced at, over the entry's
+        (team_scale, linear in the thread count from 1 at one thread).
+
+        >>> CostTable(target="host", team_scale=1.2).team_factor(2, 2)
+        1.2
+        >>> CostTable(target="host", team_scale=1.2).team_factor(3, 5)
+        1.1
+        >>> CostTable(target="host").team_factor(2, 2)
+        1.0
+        """
+        if self.team_scale is None or cores <= 1 or threads <= 1:
+            return 1.0
+        return 1.0 + (self.team_scale - 1.0) * (threads - 1) / (cores - 1)
 
     def host_figures(self) -> dict[str, float | None]:
         """The host's co-running figures (HOST_FIGURES) by field name."""

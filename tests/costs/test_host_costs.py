@@ -52,8 +52,10 @@ def test_a_busy_measurement_is_measured_again_when_quiet_and_then_replaced():
         (1, 3e-6, 2), (2, 2e-6, 1)]
 
 
-def figures(kappa: float, sigma: float, handoff: float) -> dict[str, float]:
-    return {"contention": kappa, "corun_slowdown": sigma, "handoff_seconds": handoff}
+def figures(kappa: float, sigma: float, handoff: float, team: float = 1.1
+            ) -> dict[str, float]:
+    return {"contention": kappa, "corun_slowdown": sigma, "handoff_seconds": handoff,
+            "team_scale": team}
 
 
 def test_the_contention_figures_are_fitted_once_and_again_only_from_busy_to_quiet():
