@@ -11,14 +11,16 @@ priced by when nobody names a table; the store in $PLANNER_CACHE, so an empty fo
 first plan's store) and by its in-step profile (kept in bench/.costs/ per runtime), each built.
 Printed per model: per op type, the default's seconds over the in-step profile's at one and
 two threads, summed over the step's nodes; each table's contention figures; each plan's co-run
-groups, one-thread ops and predicted step; and the two executors' steps, whole runs in turns
-(bench/paired_steps.py `alone`: `--rounds` runs of `--steps` steps each, the main schedule),
-the median of each side's run medians and their ratio, with the load average.
+groups, one-thread ops and predicted step; the ops whose thread count or group the two plans
+choose apart, with both tables' times (`decisions_apart`); and the two executors' steps, whole
+runs in turns (bench/paired_steps.py `alone`: `--rounds` runs of `--steps` steps each, the main
+schedule), the median of each side's run medians and their ratio, with the load average.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import statistics
 import sys
@@ -64,13 +66,42 @@ def by_op_type(step, tables) -> list[str]:
             for op, (a, b, c, d) in sorted(sums.items(), key=lambda kv: -kv[1][1])]
 
 
+def decisions_apart(plans, step, tables, most: int = 12) -> list[str]:
+    """The ops whose thread count or co-run group differ between the two plans, with each
+    table's times at one and two threads (us): where the default's choices part from the
+    in-step plan's, and which table's times made them. The `most` of them whose choices the
+    in-step times price furthest apart first."""
+    sigs = graph_signatures(step)
+    ops = [{o.name: o for o in p.ops} for p in plans]
+
+    def at(table, name: str, threads: int) -> float:
+        entry = table.entry(sigs[name]) if name in sigs else None
+        return dict(entry.cpu_points("compact")).get(threads, math.nan) if entry else math.nan
+
+    rows = []
+    for name, a in ops[0].items():
+        b = ops[1].get(name)
+        if b is None or (a.threads, bool(a.group)) == (b.threads, bool(b.group)):
+            continue
+        gap = abs(at(tables[1], name, a.threads) - at(tables[1], name, b.threads))
+        times = "  ".join(f"{at(t, name, k) * 1e6:7.1f}" for t in tables for k in (1, 2))
+        rows.append((-gap if gap == gap else 0.0, name,
+                     f"  {name[:40]:40s} {a.op[:20]:20s} t{a.threads}{'G' if a.group else ' '}"
+                     f"  t{b.threads}{'G' if b.group else ' '}  {times}"))
+    if not rows:
+        return ["  the plans' thread counts and co-run groups agree on every op"]
+    head = (f"  {'op (where the plans differ)':40s} {'type':20s} default in-step  store t1"
+            "       t2  in-step t1      t2 (us; G: in a co-run group)")
+    return [head, *(line for _, _, line in sorted(rows)[:most])]
+
+
 def compare(label: str, work: Path, rounds: int, steps: int) -> None:
     graph = prepare(zoo(zoo_name(label), **MODELS[label]), GraphOptions(optimizer=SGD))
     target = detect()
     tables = {c: profiled_costs(label, graph, target, c) for c in COSTS}
     print(f"{label}: default / in-step, per op type:")
     print("\n".join(by_op_type(step_graph(graph, target), list(tables.values()))))
-    packages = {}
+    packages, plans = {}, []
     for costs, table in tables.items():
         figures = ", ".join(f"{k} {v}" for k, v in table.host_figures().items())
         with warnings.catch_warnings():
@@ -78,9 +109,11 @@ def compare(label: str, work: Path, rounds: int, steps: int) -> None:
             p = plan(graph, target, table, PlanOptions(schedule=ScheduleOptions(
                 strategy="optimized")))
         packages[costs] = build(render(p, work / label / costs)).dir
+        plans.append(p)
         print(f"  {costs:8s} plan: {len({o.group for o in p.ops if o.group})} co-run groups, "
               f"{sum(o.threads == 1 for o in p.ops)} of {len(p.ops)} ops on one thread, "
               f"predicted {p.summary.step_seconds * 1e3:.2f} ms; {figures}")
+    print("\n".join(decisions_apart(plans, plans[0].graph, list(tables.values()))))
     runs = alone(packages["measured"], packages["in-step"], rounds, steps, "main")
     a, b = (statistics.median(runs[k]) for k in "AB")
     print(f"  measured steps: default {a * 1e3:.2f} ms, in-step {b * 1e3:.2f} ms, default / "
