@@ -491,9 +491,10 @@ def team_scale(target: Target, lone: Plan, wide: Plan, costs: CostTable,
     weight updates sat 14% under the step's, its one-thread times right (the harness's
     operands stay in both cores' caches from one repetition to the next): the default plan ran
     its backward GEMMs on two threads one after the other where the step's own profile runs
-    them side by side, 3% slower; LSTM's sat 6.5% the other way. Priced with the scale, the
-    default plans of the strategies table ran 0.93-1.02x the in-step plans' (1.5-7.6% faster
-    than without it; bench/RESULTS.md).
+    them side by side, 3-10% slower; LSTM's sat 6.5% the other way. Priced with the scale,
+    the default plans of the strategies table ran 0.96-1.03x the in-step plans', from a kept
+    store or an empty one (wide_deep 1.05 before), mobilenet_v2's 1.004 against 1.110 without
+    it (bench/RESULTS.md).
 
     >>> from planner.costs.records import CostEntry, CpuSample
     >>> from planner.target.presets import preset
