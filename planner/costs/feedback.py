@@ -7,7 +7,9 @@ its signature and placement (threads, and the affinity its CPUs form) get the me
 seconds, less the co-running slowdown the plan's simulator charged it (`_alone_share`: the
 table holds times alone); ops of one signature and placement are averaged, weighted by their
 calls. Each sample also keeps the scratch bytes its kernel asked for (stats' scratch_bytes,
-the largest over those ops), by which plans then size the op's scratch area. Samples the
+the largest over those ops), by which plans then size the op's scratch area. A table with a
+team scale (CostTable.team_scale) keeps each multi-thread time over its team factor, so that
+it prices as the step ran. Samples the
 table already has for that signature and placement are replaced (the latest run wins, as in
 planner.costs.records.merge).
 
@@ -44,6 +46,7 @@ def fold_stats(table: CostTable, plan, stats: dict[str, Any], date: str | None =
         raise UserError("only CPU plans' measured times fold into a cost table so far")
     ops = {o.name: o for o in plan.ops}
     sigs = graph_signatures(plan.graph)
+    cores = len(set(plan.target.core_of))
     acc: dict[tuple[str, int, str], list[float]] = {}
     scratch: dict[tuple[str, int, str], int] = {}
     for row in stats.get("ops", []):
@@ -60,7 +63,11 @@ def fold_stats(table: CostTable, plan, stats: dict[str, Any], date: str | None =
         if isinstance(need, int) and not isinstance(need, bool) and need >= 0:
             scratch[key] = max(scratch.get(key, 0), need)
         total = acc.setdefault(key, [0.0, 0.0])
-        total[0] += seconds * _alone_share(table, sigs[op.name], op, affinity) * calls
+        # In the table's terms: a table with a team scale prices its multi-thread samples x
+        # team_factor, so the sample that prices as the step ran is the time over it.
+        factor = table.team_factor(op.threads, cores)
+        total[0] += seconds * _alone_share(table, sigs[op.name], op, affinity, factor) \
+            / factor * calls
         total[1] += calls
     by_sig = {s.key: s for s in sigs.values()}
     entries: dict[str, list[CpuSample]] = {}
@@ -77,21 +84,23 @@ def fold_stats(table: CostTable, plan, stats: dict[str, Any], date: str | None =
     return merge(table, update)
 
 
-def _alone_share(table: CostTable, signature, op, affinity: str) -> float:
+def _alone_share(table: CostTable, signature, op, affinity: str, factor: float = 1.0
+                 ) -> float:
     """The share of `op`'s measured time that it would have taken alone, as the plan's
     simulator saw it: its time alone in `table` over its planned span (longer where the
     simulator charged co-running ops for the memory and cores they share, or an SMT sibling).
     The table holds times alone and the simulator adds the sharing, so a co-running op's
     measured time, which carries its slowdown already, is scaled back by what the simulator
     charged; else re-planning would charge it twice (DCGAN's re-planned step predicted 1.27x
-    what it measured). 1 where the plan charged nothing or the table has no such sample."""
+    what it measured). 1 where the plan charged nothing or the table has no such sample.
+    `factor`: what the table priced the sample at over its seconds (CostTable.team_factor)."""
     span = op.end - op.start
     entry = table.entry(signature)
     if op.group or span <= 0 or entry is None:
         return 1.0
     for sample in entry.cpu:
         if sample.threads == op.threads and sample.affinity == affinity:
-            return min(1.0, sample.seconds / span)
+            return min(1.0, sample.seconds * factor / span)
     return 1.0
 
 

@@ -117,6 +117,38 @@ def test_folded_co_running_times_are_times_alone_again():
         assert sample.seconds == pytest.approx(1e-4, rel=1e-9), o.name
 
 
+@pytest.mark.parametrize("scale", [0.8, 1.25])
+def test_a_team_scaled_table_keeps_the_steps_times_as_it_prices_them(scale):
+    # One lane of every core, each op measured exactly as planned: folded into a table with a
+    # team scale, the entries price each op as it ran, neither scaled twice nor left under.
+    from planner.costs import CostModel
+    from planner.graph.autodiff import Optimizer, make_training_graph
+    from planner.pipeline import PlanOptions, plan
+    from planner.schedule import ScheduleOptions
+    from planner.target import preset
+    from planner.zoo import build
+
+    target = preset("xeon-8180")
+    g = make_training_graph(build("mlp", batch=64, hidden=[64, 64], in_features=32,
+                                  classes=4), Optimizer(kind="sgd"))
+    options = PlanOptions(schedule=ScheduleOptions(strategy="uniform", intra=target.cores,
+                                                   inter=1))
+    first = plan(g, target, None, options)
+    base = fold_stats(CostTable(target=target.name), first,
+                      {"ops": [{"name": o.name, "calls": 1, "seconds": 1e-4}
+                               for o in first.ops]})
+    scaled = base.model_copy(update={"team_scale": scale})
+    p = plan(g, target, scaled, options)
+    ran = {o.name: 3e-4 for o in p.ops}
+    folded = fold_stats(scaled, p, {"ops": [{"name": k, "calls": 1, "seconds": v}
+                                            for k, v in ran.items()]})
+    model, sigs = CostModel(target, folded), graph_signatures(p.graph)
+    for o in p.ops:
+        assert model.time(sigs[o.name], o.threads, "compact").seconds == pytest.approx(
+            ran[o.name], rel=1e-9), o.name
+    assert any(o.threads > 1 for o in p.ops)
+
+
 def test_in_step_profile_measures_every_op_at_every_thread_count(tmp_path, capsys):
     from planner.frontend.load import load_graph
     from planner.graph.autodiff import Optimizer, make_training_graph
