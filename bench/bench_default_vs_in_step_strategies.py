@@ -85,7 +85,7 @@ def decisions_apart(plans, step, tables, most: int = 12) -> list[str]:
             continue
         gap = abs(at(tables[1], name, a.threads) - at(tables[1], name, b.threads))
         times = "  ".join(f"{at(t, name, k) * 1e6:7.1f}" for t in tables for k in (1, 2))
-        rows.append((-gap if gap == gap else 0.0, name,
+        rows.append((0.0 if math.isnan(gap) else -gap, name,
                      f"  {name[:40]:40s} {a.op[:20]:20s} t{a.threads}{'G' if a.group else ' '}"
                      f"  t{b.threads}{'G' if b.group else ' '}  {times}"))
     if not rows:
