@@ -116,7 +116,9 @@ def test_a_step_on_blocked_images_gives_the_plain_steps_bits(width, tmp_path):
     from planner.zoo.layers import batch_norm, conv2d, head, max_pool, relu
 
     b = GraphBuilder("blocked_bits")
-    x = b.input("x", (3, 16, 5, width))  # 35 or 85 pixels: 16-lane partials and a remainder
+    # 35 or 85 pixels: 8 partials and a remainder; 11 images: BatchNorm's sums in two
+    # chunks of images, the second short
+    x = b.input("x", (11, 16, 5, width))
     h = relu(b, batch_norm(b, conv2d(b, x, 32, 3, pad=1, name="c1"), name="bn1"), name="r1")
     h = max_pool(b, h, 3, 1, 1, name="pool")  # overlapping windows: dx adds up to 9 terms
     z = relu(b, batch_norm(b, conv2d(b, h, 32, 3, pad=1, name="c2"), name="bn2"), name="r2")

@@ -25,15 +25,17 @@
 //
 // An image the step keeps channel-blocked (TensorRef::block: (N, C/B, H, W, B), between
 // oneDNN's convolutions, planner/graph/blocked.py) takes the same loops with channels in the
-// vector lanes: the sums kTaskLanes channels a task, each channel's terms added in the plain
-// loops' order (`block_sums`), so the bits are the plain layout's; then the elementwise pass an
-// image's block a task. (A whole block a task left one thread idle on ResNet's 16-channel
-// first stage and a third of the team on 48 channels.)
+// vector lanes: the sums kTaskLanes channels and a chunk of images a task, each channel's terms
+// added in the plain loops' order (`block_sums`, `channel_sums`), so the bits are the plain
+// layout's; then the elementwise pass an image's block a task. (A whole block a task left one
+// thread idle on ResNet's 16-channel first stage and a third of the team on 48 channels.)
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <string>
 #include <tuple>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "../dnnl_kernel.h"
@@ -46,8 +48,16 @@ namespace {
 using prop = dnnl::prop_kind;
 using flags = dnnl::normalization_flags;
 
-// Lane partials of a channel sum (a vector of AVX-512 floats).
-constexpr int64_t kLoopRun = 16;
+// The order of a channel's sums (plain and blocked loops alike, so both give the same bits,
+// on any thread count): the images in chunks of kChunkImages; within a chunk, kLoopRun partials
+// (element k of each run into partial k % kLoopRun, the runs' remainders into one more) added in
+// turn to the remainders' one; the chunks' sums added in chunk order. The chunks let the team
+// split a blocked image by images where it has few channels (ResNet's 16-channel first stage:
+// the sums ran 3x the plain loops' time with one task per half block); 8 partials, not 16, keep
+// a blocked task's partials in registers (8 x 2 sums x 8 lanes of double): the sums' sweep ran
+// ~25% faster in a loop benchmark, plain and blocked (bench/RESULTS.md).
+constexpr int64_t kLoopRun = 8;
+constexpr int64_t kChunkImages = 8;
 
 struct ChannelRuns {
   int64_t n, c, rest;  // x as (n, c, rest): channel k's runs start at (i * c + k) * rest
@@ -61,63 +71,67 @@ struct ChannelRuns {
   Shape as4d() const { return {n, c, rest, 1}; }
   int64_t per_channel() const { return n * rest; }
   int64_t at(int64_t i, int64_t channel) const { return (i * c + channel) * rest; }
+  // Where channel k's first element (image 0's) lies, in either layout.
+  int64_t first(int64_t k) const { return block ? block_at(0, k / block) + k % block : at(0, k); }
+  int64_t chunks() const { return (n + kChunkImages - 1) / kChunkImages; }
+  int64_t chunk_end(int64_t i0) const { return std::min(n, i0 + kChunkImages); }
 };
 
-// The sums over channel c's elements e of f(e) for each functor f, in double: per sum,
-// kLoopRun lane partials carried across the channel's runs and added once at the end (a vector
-// reduction per run cost more than the run on 4x4 feature maps), the runs' remainders in one
-// more partial. A fixed order: the same bits on any thread count, whatever other sums ride in
-// the same sweep (BatchNormGrad's two share one read of dy and x). The functors are separate
-// (not one returning an array): the loops vectorize so.
+// The sums over channel c's elements e of f(e) for each functor f, in double, in the order
+// above. The functors are separate (not one returning an array): the loops vectorize so.
 template <class... F>
 std::array<double, sizeof...(F)> channel_sums(const ChannelRuns& g, int64_t c, F... f) {
   constexpr size_t S = sizeof...(F);
-  double lanes[S][kLoopRun] = {};
-  std::array<double, S> rest = {};
+  std::array<double, S> total = {};
   const int64_t whole = g.rest / kLoopRun * kLoopRun;
-  for (int64_t i = 0; i < g.n; ++i) {
-    const int64_t at = g.at(i, c);
-    for (int64_t k = 0; k < whole; k += kLoopRun)
+  for (int64_t i0 = 0; i0 < g.n; i0 += kChunkImages) {
+    double lanes[S][kLoopRun] = {};
+    std::array<double, S> rest = {};
+    for (int64_t i = i0; i < g.chunk_end(i0); ++i) {
+      const int64_t at = g.at(i, c);
+      for (int64_t k = 0; k < whole; k += kLoopRun)
 #pragma omp simd
-      for (int64_t j = 0; j < kLoopRun; ++j) {
+        for (int64_t j = 0; j < kLoopRun; ++j) {
+          size_t q = 0;
+          ((lanes[q++][j] += f(at + k + j)), ...);
+        }
+      for (int64_t k = whole; k < g.rest; ++k) {
         size_t q = 0;
-        ((lanes[q++][j] += f(at + k + j)), ...);
+        ((rest[q++] += f(at + k)), ...);
       }
-    for (int64_t k = whole; k < g.rest; ++k) {
-      size_t q = 0;
-      ((rest[q++] += f(at + k)), ...);
+    }
+    for (size_t q = 0; q < S; ++q) {
+      for (double v : lanes[q]) rest[q] += v;
+      total[q] += rest[q];
     }
   }
-  for (size_t q = 0; q < S; ++q)
-    for (double v : lanes[q]) rest[q] += v;
-  return rest;
+  return total;
 }
 
-// Channels per task of the blocked loops' sums: half an AVX-512 block, so that one block of
-// 16 channels (ResNet's first stage at width 0.25) still splits over two threads.
+// Channels per task of the blocked loops' sums: half an AVX-512 block (the partials of a whole
+// one did not fit the registers).
 constexpr int64_t kTaskLanes = 8;
 
-// channel_sums of lanes [j0, j0 + L) of block b of a blocked image at once: out[q][j] is channel
-// b * B + j0 + j's sum of the q-th functor's f(e, j0 + j) over its elements e, each channel's
-// terms added in channel_sums' order (lane partial k % kLoopRun of its run's element k, the
-// remainders, then the partials in turn): the plain layout's bits.
+// channel_sums' chunk from image i0 of lanes [j0, j0 + L) of block b of a blocked image at once:
+// out[q][j] is channel b * B + j0 + j's chunk sum of the q-th functor's f(e, j0 + j), its terms
+// in channel_sums' order.
 template <int64_t B, int64_t L, class... F>
-void block_sums(const ChannelRuns& g, int64_t b, int64_t j0, double (&out)[sizeof...(F)][L],
-                F... f) {
+void block_sums(const ChannelRuns& g, int64_t b, int64_t j0, int64_t i0,
+                double (&out)[sizeof...(F)][L], F... f) {
   constexpr size_t S = sizeof...(F);
   double lanes[kLoopRun][S][L] = {};
   double rest[S][L] = {};
   const int64_t whole = g.rest / kLoopRun * kLoopRun;
-  for (int64_t i = 0; i < g.n; ++i) {
+  for (int64_t i = i0; i < g.chunk_end(i0); ++i) {
     const int64_t at = g.block_at(i, b) + j0;
-    for (int64_t k = 0; k < whole; ++k) {
-      double(&partial)[S][L] = lanes[k % kLoopRun];
+    for (int64_t k0 = 0; k0 < whole; k0 += kLoopRun)
+#pragma GCC unroll 8
+      for (int64_t p = 0; p < kLoopRun; ++p)
 #pragma omp simd
-      for (int64_t j = 0; j < L; ++j) {
-        size_t q = 0;
-        ((partial[q++][j] += f(at + k * B + j, j0 + j)), ...);
-      }
-    }
+        for (int64_t j = 0; j < L; ++j) {
+          size_t q = 0;
+          ((lanes[p][q++][j] += f(at + (k0 + p) * B + j, j0 + j)), ...);
+        }
     for (int64_t k = whole; k < g.rest; ++k)
 #pragma omp simd
       for (int64_t j = 0; j < L; ++j) {
@@ -150,20 +164,40 @@ void on_block(int64_t block, F f) {
   f(std::integral_constant<int64_t, 8>{});
 }
 
-// The blocked loops' two phases, in one parallel region: `stats(width, b, j0)` for each task of
-// kTaskLanes channels (lanes j0.. of block b: the team splits even one block, each channel's
-// sums in their order), then `elements(width, i, b)` for each image's block; `width` is the
-// block as a compile-time constant (on_block).
-template <class Stats, class Elements>
-void blocked_phases(const ChannelRuns& g, Stats stats, Elements elements) {
+// The scratch bytes of blocked_phases' chunk sums of S sums.
+size_t chunk_sums_bytes(const ChannelRuns& g, size_t sums) {
+  return static_cast<size_t>(g.chunks()) * sums * static_cast<size_t>(g.c) * sizeof(double);
+}
+
+// The blocked loops' three phases, in one parallel region: `sums(width, b, j0, i0, out)` (a
+// block_sums call) for each task of kTaskLanes channels and one chunk of images, into `part`
+// (chunk_sums_bytes of scratch); each channel's chunks added in order and `finish(c, totals)`;
+// then `elements(width, i, b)` for each image's block. `width` is the block as a compile-time
+// constant (on_block).
+template <size_t S, class Sums, class Finish, class Elements>
+void blocked_phases(const ChannelRuns& g, double* part, Sums sums, Finish finish,
+                    Elements elements) {
   on_block(g.block, [&](auto width) {
-    constexpr int64_t B = decltype(width)::value;
-    const int64_t blocks = g.c / B;
+    constexpr int64_t B = decltype(width)::value, L = kTaskLanes;
+    const int64_t blocks = g.c / B, groups = g.c / L, chunks = g.chunks();
 #pragma omp parallel
     {
+      // Chunk-major: one thread takes both halves of a block's chunk, the second from cache.
 #pragma omp for schedule(static)
-      for (int64_t t = 0; t < g.c / kTaskLanes; ++t)
-        stats(width, t * kTaskLanes / B, t * kTaskLanes % B);
+      for (int64_t t = 0; t < chunks * groups; ++t) {
+        const int64_t r = t / groups, first = t % groups * L;
+        double out[S][L];
+        sums(width, first / B, first % B, r * kChunkImages, out);
+        for (size_t q = 0; q < S; ++q)
+          for (int64_t j = 0; j < L; ++j) part[(r * S + q) * g.c + first + j] = out[q][j];
+      }
+#pragma omp for schedule(static)
+      for (int64_t ch = 0; ch < g.c; ++ch) {
+        std::array<double, S> total = {};
+        for (int64_t r = 0; r < chunks; ++r)
+          for (size_t q = 0; q < S; ++q) total[q] += part[(r * S + q) * g.c + ch];
+        finish(ch, total);
+      }
 #pragma omp for schedule(static)
       for (int64_t u = 0; u < g.n * blocks; ++u) elements(width, u / blocks, u % blocks);
     }
@@ -221,6 +255,13 @@ inline float normalised(float x, float mean, float k, float shift) {
   return std::fma(x - mean, k, shift);
 }
 
+// (mean, biased variance) in float of m elements from the sums of d = x - x0 and of d * d
+// (BatchNormLoops' one sweep); the variance is kept >= 0 against the last rounding.
+inline std::pair<float, float> shifted_moments(double x0, double sum, double squares, double m) {
+  const double d = sum / m;
+  return {static_cast<float>(x0 + d), static_cast<float>(std::max(squares / m - d * d, 0.0))};
+}
+
 // PyTorch's running update and the saved invstd from channel c's batch mean and (biased)
 // variance.
 struct RunningUpdate {
@@ -237,8 +278,12 @@ struct RunningUpdate {
 };
 
 // [x, scale, bias, running_mean, running_var] -> [y, running_mean', running_var', saved_mean,
-// saved_invstd], float32: mean, then the centred sum of squares (two passes: no cancellation),
-// then y = (x - mean) * (invstd * scale) + bias.
+// saved_invstd], float32: the statistics in one sweep, then y = (x - mean) * (invstd * scale) +
+// bias. The sweep sums d = x - x0 and d * d in double, x0 the channel's first element
+// (`shifted_moments`): x0 being one of the m elements, (mean - x0)^2 <= m var, so the variance
+// E[d^2] - E[d]^2 loses at most ~m * 2^-53 of itself to cancellation, far under float32's
+// rounding for any m a step holds, where a second sweep over x (the centred squares) cost a
+// read of the whole image.
 class BatchNormLoops : public Kernel {
  public:
   BatchNormLoops(const Node& n, const BatchNormAttrs& a)
@@ -247,6 +292,8 @@ class BatchNormLoops : public Kernel {
     for (const TensorRef& t : n.in) in_.push_back(t.id);
     for (const TensorRef& t : n.out) out_.push_back(t.id);
   }
+  // The blocked loops' chunk sums.
+  size_t scratch_bytes() const override { return g_.block ? chunk_sums_bytes(g_, 2) : 0; }
   void run(const Run& r) override {
     // fused_relu.h: the Relu kernel's rule (a lambda: the loops inline it).
     if (relu_) return normalise(r, [](float v) { return relu_value(v); });
@@ -267,23 +314,25 @@ class BatchNormLoops : public Kernel {
     const RunningUpdate update = update_;
     const double m = static_cast<double>(g.per_channel());
     if (g.block) {
-      // The statistics kTaskLanes channels a task, then y an image's block a task.
-      blocked_phases(g, [&](auto width, int64_t b, int64_t j0) {
+      // The sums kTaskLanes channels and a chunk of images a task, the statistics a channel a
+      // task, then y an image's block a task.
+      blocked_phases<2>(g, reinterpret_cast<double*>(r.scratch),
+                        [&](auto width, int64_t b, int64_t j0, int64_t i0,
+                            double(&sums)[2][kTaskLanes]) {
         constexpr int64_t B = decltype(width)::value, L = kTaskLanes;
-        double sums[1][L], squares[1][L];
-        block_sums<B, L>(g, b, j0, sums, [x](int64_t e, int64_t) -> double { return x[e]; });
-        for (int64_t j = 0; j < L; ++j) sums[0][j] /= m;
-        block_sums<B, L>(g, b, j0, squares, [x, &sums, j0](int64_t e, int64_t j) {
-          const double d = x[e] - sums[0][j - j0];
-          return d * d;
-        });
-        for (int64_t j = 0; j < L; ++j) {
-          const int64_t c = b * B + j0 + j;
-          const float mean_f = static_cast<float>(sums[0][j]);
-          update(c, mean_f, static_cast<float>(squares[0][j] / m), rm, rv, rm_out, rv_out,
-                 invstd);
-          mean_out[c] = mean_f;
-        }
+        double x0[L];
+        for (int64_t j = 0; j < L; ++j) x0[j] = x[g.block_at(0, b) + j0 + j];
+        block_sums<B, L>(
+            g, b, j0, i0, sums,
+            [x, &x0, j0](int64_t e, int64_t j) { return x[e] - x0[j - j0]; },
+            [x, &x0, j0](int64_t e, int64_t j) {
+              const double d = x[e] - x0[j - j0];
+              return d * d;
+            });
+      }, [&](int64_t c, const std::array<double, 2>& sums) {
+        const auto [mean, var] = shifted_moments(x[g.first(c)], sums[0], sums[1], m);
+        update(c, mean, var, rm, rv, rm_out, rv_out, invstd);
+        mean_out[c] = mean;
       }, [&](auto width, int64_t i, int64_t b) {
         constexpr int64_t B = decltype(width)::value;
         float mean_f[B], k[B], shift[B];
@@ -301,13 +350,15 @@ class BatchNormLoops : public Kernel {
     }
 #pragma omp parallel for schedule(static) firstprivate(g, update)
     for (int64_t c = 0; c < g.c; ++c) {
-      const double mean = channel_sums(g, c, [x](int64_t e) -> double { return x[e]; })[0] / m;
-      const double squares = channel_sums(g, c, [x, mean](int64_t e) {
-        const double d = x[e] - mean;
-        return d * d;
-      })[0];
-      const float mean_f = static_cast<float>(mean);
-      update(c, mean_f, static_cast<float>(squares / m), rm, rv, rm_out, rv_out, invstd);
+      const double x0 = x[g.first(c)];
+      const auto [sum, squares] = channel_sums(
+          g, c, [x, x0](int64_t e) { return x[e] - x0; },
+          [x, x0](int64_t e) {
+            const double d = x[e] - x0;
+            return d * d;
+          });
+      const auto [mean_f, var] = shifted_moments(x0, sum, squares, m);
+      update(c, mean_f, var, rm, rv, rm_out, rv_out, invstd);
       mean_out[c] = mean_f;
       const float k = invstd[c] * scale[c], b = bias[c];
       for (int64_t i = 0; i < g.n; ++i) {
@@ -333,9 +384,10 @@ class BatchNormGradLoops : public Kernel {
     for (const TensorRef& t : n.in) in_.push_back(t.id);
     for (const TensorRef& t : n.out) out_.push_back(t.id);
   }
-  // The blocked loops' per-channel terms of dx (dy's mean, dscale / m).
+  // The blocked loops' chunk sums, then their per-channel terms of dx (dy's mean, dscale / m).
   size_t scratch_bytes() const override {
-    return g_.block ? 2 * static_cast<size_t>(g_.c) * sizeof(float) : 0;
+    return g_.block ? chunk_sums_bytes(g_, 2) + 2 * static_cast<size_t>(g_.c) * sizeof(float)
+                    : 0;
   }
   void run(const Run& r) override {
     const float* dy = r.at<float>(in_[0]);
@@ -364,29 +416,28 @@ class BatchNormGradLoops : public Kernel {
     const ChannelRuns g = g_;
     const double m = static_cast<double>(g.per_channel());
     if (g.block) {
-      // As the forward: the sums kTaskLanes channels a task, then dx an image's block a task;
-      // the per-channel terms of dx in the scratch area between the two.
-      float* dy_mean = reinterpret_cast<float*>(r.scratch);
+      // As the forward: the sums (dbias, dscale) kTaskLanes channels and a chunk of images a
+      // task, the per-channel terms of dx (in the scratch area after the chunk sums) a channel
+      // a task, then dx an image's block a task.
+      double* part = reinterpret_cast<double*>(r.scratch);
+      float* dy_mean = reinterpret_cast<float*>(r.scratch + chunk_sums_bytes(g, 2));
       float* xhat_k = dy_mean + g.c;
-      blocked_phases(g, [&](auto width, int64_t b, int64_t j0) {
+      blocked_phases<2>(g, part, [&](auto width, int64_t b, int64_t j0, int64_t i0,
+                                     double(&sums)[2][kTaskLanes]) {
         constexpr int64_t B = decltype(width)::value, L = kTaskLanes;
         const float* mu = mean + b * B;
         const float* inv = invstd + b * B;
-        double sums[2][L];  // dbias, dscale
         block_sums<B, L>(
-            g, b, j0, sums, [dy, b](int64_t e, int64_t j) -> double { return dy(e, b * B + j); },
+            g, b, j0, i0, sums,
+            [dy, b](int64_t e, int64_t j) -> double { return dy(e, b * B + j); },
             [dy, x, mu, inv, b](int64_t e, int64_t j) {
               return static_cast<double>(dy(e, b * B + j)) * ((x[e] - mu[j]) * inv[j]);
             });
-        const double(&db)[L] = sums[0];
-        const double(&ds)[L] = sums[1];
-        for (int64_t j = 0; j < L; ++j) {
-          const int64_t c = b * B + j0 + j;
-          dbias[c] = static_cast<float>(db[j]);
-          dscale[c] = static_cast<float>(ds[j]);
-          dy_mean[c] = static_cast<float>(db[j] / m);
-          xhat_k[c] = static_cast<float>(ds[j] / m);
-        }
+      }, [&](int64_t c, const std::array<double, 2>& sums) {
+        dbias[c] = static_cast<float>(sums[0]);
+        dscale[c] = static_cast<float>(sums[1]);
+        dy_mean[c] = static_cast<float>(sums[0] / m);
+        xhat_k[c] = static_cast<float>(sums[1] / m);
       }, [&](auto width, int64_t i, int64_t b) {
         constexpr int64_t B = decltype(width)::value;
         const float *mu = mean + b * B, *inv = invstd + b * B;
