@@ -464,8 +464,8 @@ def _recorded_choices(graph, data: Any):
     layouts = {n.name: recorded[n.name] for n in graph.nodes
                if n.op in CONVOLUTIONS and isinstance(recorded.get(n.name), str)}
     block = _recorded_block(data)
-    # A CPU plan folds Relus into its BatchNorms and sums (planner.graph.fold_norm_relu,
-    # fold_sum_relu), as planning chose.
+    # A CPU plan folds Relus into its BatchNorms and sums, and sums into BatchNorms
+    # (planner.graph.fold_norm_relu, fold_sum_relu, fold_norm_sum), as planning chose.
     cpu = _step_cores(data) is not None
     if parallel.ranks == 1:
         return StepChoices(cores=_step_cores(data), layouts=layouts, channel_block=block,

@@ -81,7 +81,7 @@ def blocked_tensors(graph: Graph, block: int) -> frozenset[str]:
             if len({graph.tensor(t).shape for t in images}) <= 1:
                 groups.union(*images)
                 continue
-        alike = rule(n.attrs) if callable(rule) else ()
+        alike = get_op(n.op).blocked_groups(n.attrs, len(n.inputs), len(n.outputs))
         for slots in alike:
             groups.union(*((n.inputs if side == "in" else n.outputs)[k] for side, k in slots))
         takes = {slot for slots in alike for slot in slots}

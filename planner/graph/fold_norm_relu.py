@@ -90,7 +90,7 @@ def fold_norm_relus(graph: Graph) -> Graph:
 
 def _relu_after(graph: Graph, bn: Node) -> Node | None:
     """The Relu reading training BatchNorm `bn`'s y alone, when the pair folds."""
-    if bn.op != "BatchNorm" or not _foldable(graph, bn, bn.inputs[0]):
+    if bn.op != "BatchNorm" or not loops_take(graph, bn, bn.inputs[0]):
         return None
     return _sole_reader(graph, bn.outputs[0], "Relu")
 
@@ -101,7 +101,7 @@ def _norm_grad_after(graph: Graph, relu_grad: Node) -> Node | None:
     if relu_grad.op != "ReluGrad":
         return None
     bn_grad = _sole_reader(graph, relu_grad.outputs[0], "BatchNormGrad")
-    if bn_grad is None or not _foldable(graph, bn_grad, bn_grad.inputs[1]) \
+    if bn_grad is None or not loops_take(graph, bn_grad, bn_grad.inputs[1]) \
             or any(graph.tensor(t).dtype != "float32" for t in relu_grad.inputs):
         return None
     # The mask is evaluated again from the BatchNorm's own y: r must be the Relu of that y.
@@ -113,7 +113,7 @@ def _norm_grad_after(graph: Graph, relu_grad: Node) -> Node | None:
     return bn_grad
 
 
-def _foldable(graph: Graph, norm: Node, image: str) -> bool:
+def loops_take(graph: Graph, norm: Node, image: str) -> bool:
     """Whether BatchNorm or BatchNormGrad `norm` over `image` takes a folded Relu: training,
     float32 throughout, no activation yet, runs of two or more elements per channel."""
     x = graph.tensor(image)

@@ -11,6 +11,9 @@ end's passes are checked by planner.frontend.prepare).
         graph = fold_sum_relus(graph) if choices.relu_folds else graph
                                                         # a residual sum's Relu and its
                                                         # gradient in the sums (fold_sum_relu.py)
+        graph = fold_norm_sums(graph) if choices.relu_folds else graph
+                                                        # a residual sum in the BatchNorm
+                                                        # before it (fold_norm_sum.py)
         graph = collectives(graph, choices.collectives) # the ranks' gradient buckets: all-reduces,
                                                         # ZeRO-1's sharded updates or ZeRO-3's
                                                         # gathers (planner.graph.data_parallel)
@@ -20,7 +23,7 @@ end's passes are checked by planner.frontend.prepare).
 
 The choices are planning's (planner.pipeline.step_choices: the target's cores, the layouts the
 costs measured faster, the buckets the link's model sizes, the CPU's channel block, whether the
-backend's BatchNorm and sums take a folded Relu);
+backend's BatchNorm and sums take a folded Relu and sum);
 `planner verify --graph` makes the same graph from the choices a plan records. The passes are
 pure: no target, no cost table.
 
@@ -45,6 +48,7 @@ from pydantic import Field
 from planner.graph.blocked import with_blocked
 from planner.graph.data_parallel import buckets, with_all_reduce, with_sharded_updates
 from planner.graph.fold_norm_relu import fold_norm_relus
+from planner.graph.fold_norm_sum import fold_norm_sums
 from planner.graph.fold_sum_relu import fold_sum_relus
 from planner.graph.for_cores import for_cores
 from planner.graph.sharded_parameters import with_sharded_parameters
@@ -79,7 +83,8 @@ class StepChoices(Record):
     channel_block: int = Field(default=0, ge=0)
     # Whether Relus and their gradients fold into the ops before them that the CPU runtime's
     # loops take so: a BatchNorm's (planner.graph.fold_norm_relu), a residual sum's
-    # (planner.graph.fold_sum_relu).
+    # (planner.graph.fold_sum_relu); and a residual sum into the BatchNorm before it
+    # (planner.graph.fold_norm_sum).
     relu_folds: bool = False
 
 
@@ -116,6 +121,7 @@ STEP_PASSES: tuple[tuple[str, StepPass], ...] = (
     # fold would read the forward's gathered copy and hold it through the backward).
     ("norm activations", lambda g, c: fold_norm_relus(g) if c.relu_folds else g),
     ("sum activations", lambda g, c: fold_sum_relus(g) if c.relu_folds else g),
+    ("norm sums", lambda g, c: fold_norm_sums(g) if c.relu_folds else g),
     ("collectives", lambda g, c: collectives(g, c.collectives)),
     ("blocked images", lambda g, c: with_blocked(g, c.channel_block)),
 )

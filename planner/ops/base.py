@@ -231,9 +231,20 @@ class OpDef:
     # node's attrs, groups of (side, index) operands ("in", 0: input 0), each group blocked or
     # plain as one, independently of the others; BY_POSITION: every operand, all in one layout
     # (a kernel visiting elements by position, for which operands of one shape line up
-    # whatever their common layout).
+    # whatever their common layout). An index past the node's operands names an optional one
+    # it lacks (BatchNorm's folded residual).
     channel_blocked: (Callable[[Attrs], tuple[tuple[tuple[str, int], ...], ...]] | str
                       | None) = None
+
+    def blocked_groups(self, attrs: Attrs, inputs: int, outputs: int
+                       ) -> tuple[tuple[tuple[str, int], ...], ...]:
+        """A callable channel_blocked's groups for a node of `inputs` and `outputs` operands,
+        without the optional slots it lacks; () for other rules."""
+        if not callable(self.channel_blocked):
+            return ()
+        count = {"in": inputs, "out": outputs}
+        return tuple(tuple(slot for slot in slots if slot[1] < count[slot[0]])
+                     for slots in self.channel_blocked(attrs))
 
     def normalize_attrs(self, attrs: Attrs) -> Attrs:
         """Attrs with defaults filled in and kinds checked; OpError names a bad field."""

@@ -27,6 +27,12 @@ BatchNorm's bias, normalises x again as the forward did (saved mean and invstd, 
 and reads dy where that Relu's output is positive, 0 elsewhere (ReluGrad's rule) in place of
 dy: one image less to read than the Relu's output would be.
 
+BatchNorm also takes a residual block's sum folded in (planner/graph/fold_norm_sum.py, CPU
+steps): a sixth input, the shortcut, of x's shape and type, added to the normalised x before the
+activation: y = act(normalised x + residual), the Add's bits (float addition commutes). No
+gradient rule reads it: the fold is made after autodiff (the Add's gradient is the identity to
+both of its inputs).
+
 LRN follows ONNX: for channel c the window is [c - (size-1)//2, c + size//2], clipped to the
 channels, and y = x / (bias + alpha/size * sum_window x^2)^beta. torch.nn.LocalResponseNorm
 agrees for odd sizes (the usual ones); for even sizes it puts the extra channel before c.
@@ -103,10 +109,15 @@ def _per_channel(x: TensorType) -> int:
 
 
 def _batchnorm_infer(ins: list[TensorType], a: Attrs) -> list[TensorType]:
+    if len(ins) not in (5, 6):
+        raise OpError(f"BatchNorm takes 5 inputs (6 with a folded residual), got {len(ins)}")
     x = ins[0]
     c = _channels("BatchNorm", x)
-    _check_per_channel("BatchNorm", x, dict(zip(BN_INPUTS, ins[1:], strict=True)))
+    _check_per_channel("BatchNorm", x, dict(zip(BN_INPUTS, ins[1:5], strict=True)))
     check_activation("BatchNorm", a, x)
+    if len(ins) == 6 and (ins[5].shape != x.shape or ins[5].dtype != x.dtype):
+        raise OpError(f"BatchNorm: the residual is {ins[5].dtype}{list(ins[5].shape)} but x is "
+                      f"{x.dtype}{list(x.shape)}")
     if not a["training"]:
         return [x]
     if _per_channel(x) < 2:
@@ -133,19 +144,20 @@ def _normalised(x: np.ndarray, mean: np.ndarray, invstd: np.ndarray, scale: np.n
 
 
 def batchnorm_reference(xs: list[np.ndarray], a: Attrs) -> list[np.ndarray]:
-    x, scale, bias, running_mean, running_var = xs
+    x, scale, bias, running_mean, running_var = xs[:5]
+    residual = xs[5] if len(xs) == 6 else 0.0
     eps, momentum = a["epsilon"], a["momentum"]
     if not a["training"]:
         k = scale / np.sqrt(running_var + eps)
-        return [apply_activation((x - _bcast(running_mean, x)) * _bcast(k, x) + _bcast(bias, x),
-                                 a)]
+        return [apply_activation((x - _bcast(running_mean, x)) * _bcast(k, x) + _bcast(bias, x)
+                                 + residual, a)]
     axes = _stat_axes(x)
     m = x.size // x.shape[1]
     mean = x.mean(axis=axes)
     xc = x - _bcast(mean, x)
     var = (xc * xc).mean(axis=axes)
     invstd = 1.0 / np.sqrt(var + eps)
-    y = apply_activation(_normalised(x, mean, invstd, scale, bias), a)
+    y = apply_activation(_normalised(x, mean, invstd, scale, bias) + residual, a)
     new_mean = (1 - momentum) * running_mean + momentum * mean
     new_var = (1 - momentum) * running_var + momentum * var * (m / (m - 1))
     return [y, new_mean, new_var, mean, invstd]
@@ -158,6 +170,9 @@ def batchnorm_gradient(g: GradBuilder, node, grad_outputs: list[str | None]
         if grad is not None:
             # Running and saved statistics only feed state updates and BatchNormGrad.
             raise OpError(f"BatchNorm: no gradient rule for its statistics output {name!r}")
+    if len(node.inputs) == 6:
+        raise OpError(f"BatchNorm {node.name!r}: no gradient rule for a folded residual (the "
+                      f"fold is a step pass after autodiff)")
     x, scale, bias, running_mean, running_var = node.inputs
     wanted = [g.needs(t) for t in (x, scale, bias)]
     if dy is None or not any(wanted):
@@ -173,21 +188,22 @@ def batchnorm_gradient(g: GradBuilder, node, grad_outputs: list[str | None]
 register(OpDef(
     name="BatchNorm",
     scratch=reorder_scratch(1),
-    cost_class="reduction", arity=5,
+    cost_class="reduction", arity=None, min_inputs=5,
     attrs={"epsilon": Attr("float", 1e-5), "momentum": Attr("float", 0.1),
            "training": Attr("bool", True), **ACTIVATION_ATTR},
     infer=_batchnorm_infer,
     # Per element: training 6 (mean 1, centred square and sum 3, scale and shift 2);
-    # inference 2 (x * k + b with k, b folded per channel); a folded Relu's 1.
-    flops=lambda ins, outs, a: (ins[0].size * (6 if a["training"] else 2)
+    # inference 2 (x * k + b with k, b folded per channel); a folded residual's 1 and Relu's 1.
+    flops=lambda ins, outs, a: (ins[0].size * ((6 if a["training"] else 2) + (len(ins) == 6))
                                 + activation_flops(ins[0], a)),
     reference=batchnorm_reference,
     gradient=batchnorm_gradient,
     nondiff_inputs=(3, 4),
-    # Training's float32 loops also run on a blocked x and y, held alike
-    # (kernels/batch_norm.cpp).
-    channel_blocked=lambda a: ((("in", 0), ("out", 0)),) if a["training"] else (),
-    doc="[x, scale, bias, running_mean, running_var] -> training: [y, running_mean_new, "
+    # Training's float32 loops also run on a blocked x, y and residual, held alike
+    # (kernels/batch_norm.cpp; a BatchNorm without the residual has no input 5).
+    channel_blocked=lambda a: ((("in", 0), ("in", 5), ("out", 0)),) if a["training"] else (),
+    doc="[x, scale, bias, running_mean, running_var] (+ a residual of x's shape, a folded sum: "
+        "y = act(normalised x + residual)) -> training: [y, running_mean_new, "
         "running_var_new, saved_mean, saved_invstd]; inference: [y]; activation none | relu "
         "(a folded Relu).",
 ))

@@ -144,7 +144,7 @@ def blocked_images(graph: Graph, plan: dict[str, Any]) -> list[str]:
             alike = [images] if len({graph.tensor(operands[s]).shape for s in images}) <= 1 \
                 else []
         else:
-            alike = list(rule(n.attrs)) if callable(rule) else []
+            alike = list(get_op(n.op).blocked_groups(n.attrs, len(n.inputs), len(n.outputs)))
         taken = {slot for slots in alike for slot in slots}
         odd = [t for slot, t in operands.items() if t in blocked and slot not in taken]
         odd += [operands[slots[0]] for slots in alike

@@ -25,9 +25,9 @@ from planner.verify import verify_plan_data
 from tests.offloading import offloading_plan
 
 PLANS = Path(__file__).resolve().parent.parent.parent / "examples" / "plans"
-# The residual sum writing layer1's output (its Relu folded into it: the tensor keeps the
-# Relu's name) and a reader of that output on another lane.
-BEFORE, TENSOR, AFTER = ("layer1/block2/add", "layer1/block2/relu",
+# The BatchNorm writing layer1's output (the residual sum and its Relu folded into it: the
+# tensor keeps the Relu's name) and a reader of that output on another lane.
+BEFORE, TENSOR, AFTER = ("layer1/block2/bn2", "layer1/block2/relu",
                          "layer2/block1/downsample/conv")
 
 

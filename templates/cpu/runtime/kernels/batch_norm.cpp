@@ -21,7 +21,9 @@
 // mean and invstd, scale and the BatchNorm's bias, its sixth input) and applies ReluGrad's rule
 // (r > 0 ? dy : 0): the same bits as the two ops apart, one image fewer to read. The loops
 // take both; other forms of the forward take the Relu as one pass after (fused_relu.h), and
-// the gradient's other forms refuse it (the fold makes none).
+// the gradient's other forms refuse it (the fold makes none). A folded residual sum (a sixth
+// input, planner/graph/fold_norm_sum.py) is added to the normalised x before the activation as
+// y is written: the Add's bits, without writing the normalised image and reading it back.
 //
 // An image the step keeps channel-blocked (TensorRef::block: (N, C/B, H, W, B), between
 // oneDNN's convolutions, planner/graph/blocked.py) takes the same loops with channels in the
@@ -295,13 +297,19 @@ class BatchNormLoops : public Kernel {
   // The blocked loops' chunk sums.
   size_t scratch_bytes() const override { return g_.block ? chunk_sums_bytes(g_, 2) : 0; }
   void run(const Run& r) override {
-    // fused_relu.h: the Relu kernel's rule (a lambda: the loops inline it).
-    if (relu_) return normalise(r, [](float v) { return relu_value(v); });
-    normalise(r, [](float v) { return v; });
+    // fused_relu.h: the Relu kernel's rule (a lambda: the loops inline it); a folded residual
+    // added first, as the Add would (float addition commutes: its bits).
+    if (in_.size() == 6) {
+      const float* s = r.at<float>(in_[5]);
+      if (relu_) return normalise(r, [s](float v, int64_t e) { return relu_value(v + s[e]); });
+      return normalise(r, [s](float v, int64_t e) { return v + s[e]; });
+    }
+    if (relu_) return normalise(r, [](float v, int64_t) { return relu_value(v); });
+    normalise(r, [](float v, int64_t) { return v; });
   }
 
  private:
-  // The loops, y written as act(normalised x).
+  // The loops, y's element e written as act(normalised x, e).
   template <class Act>
   void normalise(const Run& r, Act act) const {
     const float *x = r.at<float>(in_[0]), *scale = r.at<float>(in_[1]),
@@ -343,7 +351,7 @@ class BatchNormLoops : public Kernel {
           shift[j] = bias[c];
         }
         block_elements<B>(g, i, b, [&](int64_t e, int64_t j) {
-          y[e] = act(normalised(x[e], mean_f[j], k[j], shift[j]));
+          y[e] = act(normalised(x[e], mean_f[j], k[j], shift[j]), e);
         });
       });
       return;
@@ -364,7 +372,7 @@ class BatchNormLoops : public Kernel {
       for (int64_t i = 0; i < g.n; ++i) {
         const int64_t at = g.at(i, c);
 #pragma omp simd
-        for (int64_t e = 0; e < g.rest; ++e) y[at + e] = act(normalised(x[at + e], mean_f, k, b));
+        for (int64_t e = at; e < at + g.rest; ++e) y[e] = act(normalised(x[e], mean_f, k, b), e);
       }
     }
   }
@@ -519,22 +527,57 @@ KernelPtr batch_norm_inference(const Node& n, const BatchNormAttrs& a) {
   return k;
 }
 
+// The inference form's folded residual (the evaluation graph of a step that folded one):
+// oneDNN's y, then y + residual and the activation in one pass.
+class ResidualAfter : public Kernel {
+ public:
+  ResidualAfter(KernelPtr op, const Node& n)
+      : op_(std::move(op)), y_(n.out[0].id), s_(n.in[5].id), size_(n.out[0].size()),
+        relu_(fused_activation(n.attrs, "BatchNorm") == kActRelu) {}
+  size_t scratch_bytes() const override { return op_->scratch_bytes(); }
+  std::string impl() const override { return op_->impl() + " + residual"; }
+  void run(const Run& r) override {
+    op_->run(r);
+    float* y = r.at<float>(y_);
+    const float* s = r.at<float>(s_);
+    const bool relu = relu_;
+#pragma omp parallel for num_threads(r.threads) schedule(static)
+    for (int64_t i = 0; i < size_; ++i) y[i] = relu ? relu_value(y[i] + s[i]) : y[i] + s[i];
+  }
+
+ private:
+  KernelPtr op_;
+  int y_, s_;
+  int64_t size_;
+  bool relu_;
+};
+
 KernelPtr batch_norm_any(const Node& n) {
   const BatchNormAttrs a = batch_norm_attrs(n.attrs);  // common/norm.h
-  // The loops apply a folded Relu as they write y; oneDNN's forms get it as one pass after.
+  // The loops apply a folded residual and Relu as they write y; oneDNN's forms get the Relu as
+  // one pass after, and in inference the residual with it.
   if (a.training && loops_fit(n, ChannelRuns(n.in[0].shape, n.in[0].block)))
     return std::make_unique<BatchNormLoops>(n, a);
+  if (n.in.size() == 6 && (a.training || n.in[0].dtype != F32))
+    throw std::runtime_error("BatchNorm: a folded residual needs the float32 loops (runs of 2 "
+                             "or more elements per channel) or float32 inference");
+  if (!a.training && n.in.size() == 6)
+    return std::make_unique<ResidualAfter>(batch_norm_inference(n, a), n);
   if (!a.training) return with_fused_activation(batch_norm_inference(n, a), n, "BatchNorm");
   return with_fused_activation(std::make_unique<BatchNormTraining>(n, a), n, "BatchNorm");
 }
 
 KernelPtr batch_norm(const Node& n) {
   const bool training = batch_norm_attrs(n.attrs).training;
+  const size_t ins = n.in.size() == 6 ? 6 : 5;  // a folded residual: x's shape, input 5
   if (training)
-    check_operands(n, "BatchNorm", 5, 5, {1, 2, 3, 4}, {1, 2, 3, 4}, 0);
+    check_operands(n, "BatchNorm", ins, 5, {1, 2, 3, 4}, {1, 2, 3, 4}, 0);
   else
-    check_operands(n, "BatchNorm", 5, 1, {1, 2, 3, 4}, {}, 0);
-  check_alike({&n.in[0], &n.out[0]});
+    check_operands(n, "BatchNorm", ins, 1, {1, 2, 3, 4}, {}, 0);
+  if (ins == 6)
+    check_alike({&n.in[0], &n.out[0], &n.in[5]});
+  else
+    check_alike({&n.in[0], &n.out[0]});
   return native_or_widened(n, batch_norm_any);
 }
 

@@ -1,0 +1,104 @@
+"""A residual block's sum folded into the BatchNorm before it (planner/graph/fold_norm_sum.py,
+kernels/batch_norm.cpp): a ResNet training step computes the bits of the same step with the ops
+apart, on plain and channel-blocked images; evaluate() of the folded build (the BatchNorm's
+inference form with the sum) gives the reference's values; the runtime refuses a residual its
+loops do not run."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from codegen.build import build
+from codegen.load import load
+from codegen.render import render
+from planner.frontend.options import GraphOptions
+from planner.frontend.prepare import prepare
+from planner.graph import step
+from planner.graph.evaluation import evaluation_graph
+from planner.graph.interpret import random_feeds, run
+from planner.graph.optimizer import Optimizer
+from planner.ir.graph import Graph
+from planner.pipeline import PlanOptions, plan
+from planner.schedule import ScheduleOptions
+from tests.codegen.helpers import host_with_block, rel_error, start_state, step_with_values
+
+RESNET = "zoo:resnet?depth=18&batch=2&image=16&width=0.25&classes=5"
+
+
+def _residual_norms(graph: Graph) -> list[str]:
+    return [n.name for n in graph.nodes if n.op == "BatchNorm" and len(n.inputs) == 6]
+
+
+@pytest.mark.parametrize("block", [None, 16])
+def test_a_folded_resnet_step_gives_the_bits_of_the_ops_apart(block, tmp_path, monkeypatch):
+    graph = prepare(RESNET, GraphOptions(optimizer=Optimizer(kind="sgd", lr=0.1,
+                                                             momentum=0.9)))
+    state, feeds = start_state(graph), random_feeds(graph, seed=5)
+    runs, layouts = [], []
+    for name in ("folded", "apart"):
+        if name == "apart":  # the same step without the pass: every other choice alike
+            monkeypatch.setattr(step, "fold_norm_sums", lambda g: g)
+        # One lane of every core: each op's thread count its own (test_sum_relu_fold's reason).
+        p = plan(graph, host_with_block(block), options=PlanOptions(
+            schedule=ScheduleOptions(strategy="uniform")))
+        layouts.append({t.name: t.layout for t in p.graph.tensors})
+        folded = _residual_norms(p.graph)
+        # The last BatchNorm of each block on maps of 4x4 and 2x2 (layer3's and layer4's 1x1
+        # maps: one element per channel and image, not the loops') takes its sum, the main
+        # branch's in a downsampling block.
+        assert len(folded) == (4 if name == "folded" else 0), folded
+        assert all(p.graph.node_map[n].attrs["activation"] == "relu" for n in folded)
+        if block and name == "folded":  # the shortcuts blocked with the sums
+            assert all(p.graph.tensor(t).layout for n in folded
+                       for t in (*p.graph.node_map[n].inputs[::5], p.graph.node_map[n].outputs[0]))
+        module = load(build(render(p, tmp_path / f"{name}{block}", layout="own")).dir)
+        runs.append(step_with_values(module, p.graph, state, feeds))
+    folded_run, apart = runs
+    assert all(layouts[1][t] == layout for t, layout in layouts[0].items())
+    assert set(folded_run) < set(apart)
+    updated = {t.updates for t in graph.tensors if t.updates and t.role == "param"}
+    assert updated <= set(folded_run)
+    for name, value in folded_run.items():
+        np.testing.assert_array_equal(value, apart[name], err_msg=name)
+
+
+def test_evaluate_of_a_folded_step_gives_the_reference_values(tmp_path):
+    graph = prepare(RESNET, GraphOptions(optimizer=Optimizer(kind="sgd", lr=0.1)))
+    p = plan(graph, host_with_block(None))
+    assert _residual_norms(p.graph)
+    evaluation = evaluation_graph(p.graph)
+    assert _residual_norms(evaluation), "the inference form keeps the sum"
+    module = load(build(render(p, tmp_path / "eval", layout="own")).dir)
+    ex = module.Executor(init=True)
+    rng = np.random.default_rng(7)
+    # Running statistics off their start values, so inference mode is not near the identity.
+    stats = {t.name: (rng.standard_normal(t.shape) if t.name.endswith("running_mean")
+                      else rng.uniform(0.5, 2.0, t.shape)).astype(np.float32)
+             for t in graph.tensors if t.name.endswith(("running_mean", "running_var"))}
+    ex.load_params(stats, partial=True)
+    feeds = random_feeds(graph, seed=3)
+    got = ex.evaluate(feeds)
+    want = run(evaluation, feeds, ex.params(), keep="outputs")
+    assert set(got) == set(want)
+    for name in want:
+        # float32 convolutions' sums over at most 3x3x64 products, a few roundings each layer:
+        # 1e-4 of the largest value.
+        assert rel_error(got[name], want[name]) < 1e-4, name
+
+
+def test_the_runtime_refuses_a_residual_its_loops_do_not_run(tmp_path):
+    """A plan (a hostile one: the fold makes none) folding a sum into a BatchNorm1d, whose
+    (N, C) image has one element per channel and image, is refused at load rather than run
+    without the sum."""
+    from planner.graph.builder import GraphBuilder
+
+    b = GraphBuilder("bn1d_sum")
+    x, s = b.input("x", (6, 4)), b.input("s", (6, 4))
+    params = [b.input(n, (4,)) for n in ("scale", "bias", "mean", "var")]
+    outs = b.op_n("BatchNorm", [x, *params, s], {}, name="bn")
+    p = plan(b.build(outputs=outs), host_with_block(None))
+    module = load(build(render(p, tmp_path / "bn1d", layout="own")).dir)
+    with pytest.raises(Exception, match="folded residual needs the float32 loops"):
+        module.Executor()
+
