@@ -149,8 +149,36 @@ def step_with_values(module, graph: Graph, state, feeds, **options) -> dict[str,
     return values
 
 
-__all__ = ["build_module", "gpu_plan", "host_plan", "host_with_block", "node_errors",
-           "planned_graph", "random_feeds", "rel_error", "start_state", "step_with_values"]
+def assert_fold_keeps_bits(graph: Graph, plans: dict[str, Plan], state, feeds,
+                           folder: Path) -> dict[str, object]:
+    """Each of training graph `graph`'s `plans` ("folded", and "apart": the same step without
+    the fold) built and stepped from `state` on `feeds`: every tensor the folded step computes
+    has the bits it has in the apart one, which computes more (the fold's intermediate
+    tensors), and the folded step updates every parameter. The built modules by plan name."""
+    values, modules = {}, {}
+    for name, p in plans.items():
+        modules[name] = load(build(render(p, folder / name, layout="own")).dir)
+        values[name] = step_with_values(modules[name], p.graph, state, feeds)
+    folded, apart = values["folded"], values["apart"]
+    assert set(folded) < set(apart)
+    assert {t.updates for t in graph.tensors if t.updates and t.role == "param"} <= set(folded)
+    for name, value in folded.items():
+        np.testing.assert_array_equal(value, apart[name], err_msg=name)
+    return modules
+
+
+def uniform_plan(graph: Graph, block: int | None) -> Plan:
+    """`graph` planned for this host with channel block `block`, one lane of every core: each
+    op's thread count its own, not moved by a fold (an optimized schedule of fewer ops may move
+    a weight gradient to one thread, and oneDNN's sums of it follow the thread count: not a
+    fold's bits to compare)."""
+    return plan(graph, host_with_block(block),
+                options=PlanOptions(schedule=ScheduleOptions(strategy="uniform")))
+
+
+__all__ = ["assert_fold_keeps_bits", "build_module", "gpu_plan", "host_plan", "host_with_block",
+           "node_errors", "planned_graph", "random_feeds", "rel_error", "start_state",
+           "step_with_values", "uniform_plan"]
 
 
 def ops_on_threads(sigs, folder: Path, seed: int, threads=(1, 2)):

@@ -5,7 +5,6 @@ folded gradient its loops do not run."""
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 from codegen.build import build
@@ -14,14 +13,18 @@ from codegen.render import render
 from planner.graph.autodiff import make_training_graph
 from planner.graph.interpret import random_feeds
 from planner.graph.optimizer import Optimizer
-from planner.pipeline import PlanOptions, plan
-from planner.schedule import ScheduleOptions
-from tests.codegen.helpers import host_with_block, start_state, step_with_values
+from planner.pipeline import plan
+from tests.codegen.helpers import (
+    assert_fold_keeps_bits,
+    host_with_block,
+    start_state,
+    uniform_plan,
+)
 
 
 def _net():
     """Two convolution layers with BatchNorm and Relu, a residual Add, a head; 35-pixel maps
-    (two 16-lane partials and a remainder in the loops' sums)."""
+    (four runs of the 8 partials and a remainder in the loops' sums)."""
     from planner.graph.builder import GraphBuilder
     from planner.zoo.layers import batch_norm, conv2d, head, relu
 
@@ -47,25 +50,12 @@ def _apart(graph):
 @pytest.mark.parametrize("block", [None, 16])
 def test_a_folded_step_gives_the_bits_of_the_ops_apart(block, tmp_path):
     graph = _net()
-    state, feeds = start_state(graph), random_feeds(graph, seed=3)
-    runs = []
-    for name, g in (("folded", graph), ("apart", _apart(graph))):
-        # One lane of every core: each op's thread count its own, not moved by the fold (an
-        # optimized schedule of fewer ops may move a weight gradient to one thread, and
-        # oneDNN's sums of it follow the thread count).
-        p = plan(g, host_with_block(block), options=PlanOptions(
-            schedule=ScheduleOptions(strategy="uniform")))
+    plans = {"folded": uniform_plan(graph, block), "apart": uniform_plan(_apart(graph), block)}
+    for name, p in plans.items():
         folds = [n for n in p.graph.nodes if n.attrs.get("activation") == "relu"
                  and n.op.startswith("BatchNorm")]
         assert len(folds) == (4 if name == "folded" else 0), name
-        module = load(build(render(p, tmp_path / f"{name}{block}", layout="own")).dir)
-        runs.append(step_with_values(module, p.graph, state, feeds))
-    folded, apart = runs
-    assert set(folded) < set(apart)
-    updated = {t.updates for t in graph.tensors if t.updates and t.role == "param"}
-    assert updated <= set(folded)
-    for name, value in folded.items():
-        np.testing.assert_array_equal(value, apart[name], err_msg=name)
+    assert_fold_keeps_bits(graph, plans, start_state(graph), random_feeds(graph, seed=3), tmp_path)
 
 
 def test_the_runtime_refuses_a_folded_gradient_its_loops_do_not_run(tmp_path):

@@ -19,9 +19,14 @@ from planner.graph.evaluation import evaluation_graph
 from planner.graph.interpret import random_feeds, run
 from planner.graph.optimizer import Optimizer
 from planner.ir.graph import Graph
-from planner.pipeline import PlanOptions, plan
-from planner.schedule import ScheduleOptions
-from tests.codegen.helpers import host_with_block, rel_error, start_state, step_with_values
+from planner.pipeline import plan
+from tests.codegen.helpers import (
+    assert_fold_keeps_bits,
+    host_with_block,
+    rel_error,
+    start_state,
+    uniform_plan,
+)
 
 RESNET = "zoo:resnet?depth=18&batch=2&image=16&width=0.25&classes=5"
 
@@ -34,33 +39,23 @@ def _residual_norms(graph: Graph) -> list[str]:
 def test_a_folded_resnet_step_gives_the_bits_of_the_ops_apart(block, tmp_path, monkeypatch):
     graph = prepare(RESNET, GraphOptions(optimizer=Optimizer(kind="sgd", lr=0.1,
                                                              momentum=0.9)))
-    state, feeds = start_state(graph), random_feeds(graph, seed=5)
-    runs, layouts = [], []
-    for name in ("folded", "apart"):
-        if name == "apart":  # the same step without the pass: every other choice alike
-            monkeypatch.setattr(step, "fold_norm_sums", lambda g: g)
-        # One lane of every core: each op's thread count its own (test_sum_relu_fold's reason).
-        p = plan(graph, host_with_block(block), options=PlanOptions(
-            schedule=ScheduleOptions(strategy="uniform")))
-        layouts.append({t.name: t.layout for t in p.graph.tensors})
-        folded = _residual_norms(p.graph)
-        # The last BatchNorm of each block on maps of 4x4 and 2x2 (layer3's and layer4's 1x1
-        # maps: one element per channel and image, not the loops') takes its sum, the main
-        # branch's in a downsampling block.
-        assert len(folded) == (4 if name == "folded" else 0), folded
-        assert all(p.graph.node_map[n].attrs["activation"] == "relu" for n in folded)
-        if block and name == "folded":  # the shortcuts blocked with the sums
-            assert all(p.graph.tensor(t).layout for n in folded
-                       for t in (*p.graph.node_map[n].inputs[::5], p.graph.node_map[n].outputs[0]))
-        module = load(build(render(p, tmp_path / f"{name}{block}", layout="own")).dir)
-        runs.append(step_with_values(module, p.graph, state, feeds))
-    folded_run, apart = runs
+    folded = uniform_plan(graph, block)
+    # The same step without the pass: every other choice alike.
+    monkeypatch.setattr(step, "fold_norm_sums", lambda g: g)
+    plans = {"folded": folded, "apart": uniform_plan(graph, block)}
+    # The last BatchNorm of each block on maps of 4x4 and 2x2 (layer3's and layer4's 1x1 maps:
+    # one element per channel and image, not the loops') takes its sum, the main branch's in a
+    # downsampling block.
+    norms = _residual_norms(folded.graph)
+    assert len(norms) == 4 and not _residual_norms(plans["apart"].graph), norms
+    assert all(folded.graph.node_map[n].attrs["activation"] == "relu" for n in norms)
+    layouts = [{t.name: t.layout for t in p.graph.tensors} for p in plans.values()]
     assert all(layouts[1][t] == layout for t, layout in layouts[0].items())
-    assert set(folded_run) < set(apart)
-    updated = {t.updates for t in graph.tensors if t.updates and t.role == "param"}
-    assert updated <= set(folded_run)
-    for name, value in folded_run.items():
-        np.testing.assert_array_equal(value, apart[name], err_msg=name)
+    if block:  # the shortcuts blocked with the sums
+        assert all(folded.graph.tensor(t).layout for n in norms
+                   for t in (*folded.graph.node_map[n].inputs[::5],
+                             folded.graph.node_map[n].outputs[0]))
+    assert_fold_keeps_bits(graph, plans, start_state(graph), random_feeds(graph, seed=5), tmp_path)
 
 
 def test_evaluate_of_a_folded_step_gives_the_reference_values(tmp_path):
