@@ -12,13 +12,22 @@ would be positive, 0 elsewhere: ReluGrad's rule on the same bits of r, so the st
 the same bits as with the two ops apart, without reading r (one image of three in each of
 the gradient's two passes).
 
-`fold_norm_relus` rewrites, in a graph after autodiff:
+A LeakyRelu (DCGAN's discriminator: BatchNorm -> LeakyRelu(0.2)) folds the same way, as
+`activation: leaky_relu` with its `alpha`: LeakyRelu's rule as y is written, LeakyReluGrad's
+(dy where the normalised x is positive, dy * alpha elsewhere) in the gradient's passes. Its
+gradient reads the LeakyRelu's input, y itself, so the forward folds only where every such
+gradient folds too (nothing reads y after).
+
+`fold_norm_relus` rewrites, in a graph after autodiff (Relu below standing for LeakyRelu too,
+ReluGrad for LeakyReluGrad):
   - BatchNorm (training, float32) -> Relu, where BatchNorm's y is read by that Relu alone (as
-    its input) and is no graph output: the BatchNorm takes `activation: relu` and writes the
-    Relu's output under its name (in its own place in the node order); y and the Relu go;
+    its input; a LeakyRelu's gradients beside it, each folding below) and is no graph output:
+    the BatchNorm takes `activation: relu` and writes the Relu's output under its name (in its
+    own place in the node order); y and the Relu go;
   - ReluGrad(dy, r) -> BatchNormGrad (training, float32), where the ReluGrad's output is read by
     that BatchNormGrad alone (as its dy) and is no graph output, and r is the Relu's output of
-    that BatchNorm's y (the BatchNorm whose saved mean the gradient reads): the BatchNormGrad
+    that BatchNorm's y (a LeakyReluGrad's x: that y) (the BatchNorm whose saved mean the
+    gradient reads): the BatchNormGrad
     takes `activation: relu` and the BatchNorm's bias as its sixth input, in its own place;
     the ReluGrad and its output go.
 Both need per-channel runs of at least two elements (an image, not BatchNorm1d's (N, C)): the
@@ -54,6 +63,7 @@ import math
 
 from planner.graph.validate import check_graph
 from planner.ir.graph import Graph, Node
+from planner.ops import get_op
 
 
 def fold_norm_relus(graph: Graph) -> Graph:
@@ -74,43 +84,69 @@ def fold_norm_relus(graph: Graph) -> Graph:
         if n.name in forward:
             relu = forward[n.name]
             nodes.append(n.model_copy(update={
-                "attrs": {**n.attrs, "activation": "relu"},
+                "attrs": {**n.attrs, **_activation_attrs(relu)},
                 "outputs": (relu.outputs[0], *n.outputs[1:])}))
         elif n.name in backward:
-            dy = backward[n.name].inputs[0]
+            relu_grad = backward[n.name]
             bias = graph.producer[n.inputs[3]].inputs[2]
             nodes.append(n.model_copy(update={
-                "attrs": {**n.attrs, "activation": "relu"},
-                "inputs": (dy, *n.inputs[1:], bias)}))
+                "attrs": {**n.attrs, **_activation_attrs(relu_grad)},
+                "inputs": (relu_grad.inputs[0], *n.inputs[1:], bias)}))
         else:
             nodes.append(n)
     return check_graph(graph.model_copy(update={
         "nodes": tuple(nodes), "tensors": tuple(t for t in graph.tensors if t.name not in gone)}))
 
 
+def _activation_attrs(node: Node) -> dict:
+    """The activation attrs a folded Relu, LeakyRelu or either's gradient gives its norm."""
+    if node.op in ("LeakyRelu", "LeakyReluGrad"):
+        return {"activation": "leaky_relu",
+                "alpha": get_op(node.op).normalize_attrs(node.attrs)["alpha"]}
+    return {"activation": "relu"}
+
+
 def _relu_after(graph: Graph, bn: Node) -> Node | None:
-    """The Relu reading training BatchNorm `bn`'s y alone, when the pair folds."""
-    if bn.op != "BatchNorm" or not loops_take(graph, bn, bn.inputs[0]):
+    """The Relu or LeakyRelu reading training BatchNorm `bn`'s y, when the pair folds: a Relu
+    reading it alone; a LeakyRelu beside its gradients (LeakyReluGrad reads the LeakyRelu's
+    input, y itself), each of which folds into this BatchNorm's gradient, so that nothing reads
+    y once the folds are made."""
+    y = bn.outputs[0] if bn.op == "BatchNorm" else None
+    if y is None or not loops_take(graph, bn, bn.inputs[0]) or y in graph.outputs:
         return None
-    return _sole_reader(graph, bn.outputs[0], "Relu")
+    readers = graph.consumers[y]
+    acts = [r for r in readers if r.op in ("Relu", "LeakyRelu")]
+    if len(acts) != 1 or acts[0].inputs != (y,) \
+            or any(graph.tensor(t).dtype != "float32" for t in acts[0].outputs):
+        return None
+    (act,) = acts
+    rest = [r for r in readers if r is not act]
+    if act.op == "Relu":
+        return None if rest else act
+    return act if all(r.op == "LeakyReluGrad" and _norm_grad_after(graph, r) is not None
+                      for r in rest) else None
 
 
 def _norm_grad_after(graph: Graph, relu_grad: Node) -> Node | None:
-    """The training BatchNormGrad reading ReluGrad `relu_grad`'s output alone (as its dy), when
-    the pair folds."""
-    if relu_grad.op != "ReluGrad":
+    """The training BatchNormGrad reading ReluGrad's or LeakyReluGrad `relu_grad`'s output
+    alone (as its dy), when the pair folds."""
+    if relu_grad.op not in ("ReluGrad", "LeakyReluGrad"):
         return None
     bn_grad = _sole_reader(graph, relu_grad.outputs[0], "BatchNormGrad")
     if bn_grad is None or not loops_take(graph, bn_grad, bn_grad.inputs[1]) \
             or any(graph.tensor(t).dtype != "float32" for t in relu_grad.inputs):
         return None
-    # The mask is evaluated again from the BatchNorm's own y: r must be the Relu of that y.
-    bn, relu = graph.producer.get(bn_grad.inputs[3]), graph.producer.get(relu_grad.inputs[1])
+    # The mask is evaluated again from the BatchNorm's own y: r must be the Relu of that y, or
+    # the LeakyReluGrad's x that y itself.
+    bn = graph.producer.get(bn_grad.inputs[3])
     if bn is None or bn.op != "BatchNorm" or bn.outputs[3] != bn_grad.inputs[3] \
-            or relu is None or relu.op != "Relu" or relu.inputs[0] != bn.outputs[0] \
             or (bn.attrs.get("activation") or "none") != "none":
         return None
-    return bn_grad
+    if relu_grad.op == "LeakyReluGrad":
+        return bn_grad if relu_grad.inputs[1] == bn.outputs[0] else None
+    relu = graph.producer.get(relu_grad.inputs[1])
+    return bn_grad if relu is not None and relu.op == "Relu" \
+        and relu.inputs[0] == bn.outputs[0] else None
 
 
 def loops_take(graph: Graph, norm: Node, image: str) -> bool:

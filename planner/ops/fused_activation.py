@@ -27,34 +27,55 @@ import numpy as np
 
 from planner.ops.base import Attr, Attrs, GradBuilder, OpError, TensorType, get_op
 
-# The `activation` values: applied to the product plus bias as y is written.
-ACTIVATIONS = ("none", "relu")
+# The `activation` values: applied to the product plus bias as y is written. Most ops take
+# "none" and "relu" (RELU_ONLY); BatchNorm and its gradient also "leaky_relu", LeakyRelu's rule
+# with the op's `alpha` attr (SLOPE_ATTR; planner/graph/fold_norm_relu.py).
+ACTIVATIONS = ("none", "relu", "leaky_relu")
+RELU_ONLY = ("none", "relu")
 
-# The attr as both ops declare it.
+# The attr as the ops declare it, and the leaky slope's.
 ACTIVATION_ATTR = {"activation": Attr("str", optional=True)}
+SLOPE_ATTR = {"alpha": Attr("float", optional=True)}
 
 
 def activation(attrs: Attrs) -> str:
     return attrs.get("activation") or "none"
 
 
-def check_activation(op: str, attrs: Attrs, y: TensorType) -> None:
-    """Refuse an unknown activation, or one over a y that is not float32."""
-    if activation(attrs) not in ACTIVATIONS:
-        raise OpError(f"{op}: activation must be one of {list(ACTIVATIONS)}, got "
+def check_activation(op: str, attrs: Attrs, y: TensorType,
+                     kinds: tuple[str, ...] = RELU_ONLY) -> None:
+    """Refuse an activation not among `kinds` (the op's), leaky_relu without its slope, or an
+    activation over a y that is not float32."""
+    if activation(attrs) not in kinds:
+        raise OpError(f"{op}: activation must be one of {list(kinds)}, got "
                       f"{attrs['activation']!r}")
+    if activation(attrs) == "leaky_relu" and attrs.get("alpha") is None:
+        raise OpError(f"{op}: activation leaky_relu needs its slope, attr alpha")
     if activation(attrs) != "none" and y.dtype != "float32":
         raise OpError(f"{op}: an activation needs float32 tensors, y is {y.dtype}")
 
 
 def activation_flops(y: TensorType, attrs: Attrs) -> int:
-    """The Relu's count, one per output element; 0 without an activation."""
-    return y.size if activation(attrs) != "none" else 0
+    """The folded op's count: the Relu's one per output element, the LeakyRelu's two; 0
+    without an activation."""
+    return {"none": 0, "leaky_relu": 2}.get(activation(attrs), 1) * y.size
 
 
 def apply_activation(y: np.ndarray, attrs: Attrs) -> np.ndarray:
-    """The numpy reference: Relu's own rule over the product plus bias."""
+    """The numpy reference: Relu's or LeakyRelu's own rule over the product plus bias."""
+    if activation(attrs) == "leaky_relu":
+        return get_op("LeakyRelu").reference([y], {"alpha": attrs["alpha"]})[0]
     return get_op("Relu").reference([y], {})[0] if activation(attrs) == "relu" else y
+
+
+def apply_activation_grad(dy: np.ndarray, y: np.ndarray, attrs: Attrs) -> np.ndarray:
+    """The numpy reference of the folded activation's gradient, from y before the
+    activation: ReluGrad's rule on the Relu's output, LeakyReluGrad's on its input."""
+    if activation(attrs) == "leaky_relu":
+        return get_op("LeakyReluGrad").reference([dy, y], {"alpha": attrs["alpha"]})[0]
+    if activation(attrs) == "relu":
+        return get_op("ReluGrad").reference([dy, apply_activation(y, attrs)], {})[0]
+    return dy
 
 
 def activation_grad(g: GradBuilder, op: str, name: str, attrs: Attrs, dy: str, y: str) -> str:

@@ -25,7 +25,9 @@ fused_activation.py; made by planner/graph/fold_norm_relu.py on CPU steps): Batc
 y = relu(normalised x) (NaN kept, Relu's rule), and BatchNormGrad takes a sixth input, the
 BatchNorm's bias, normalises x again as the forward did (saved mean and invstd, scale, bias)
 and reads dy where that Relu's output is positive, 0 elsewhere (ReluGrad's rule) in place of
-dy: one image less to read than the Relu's output would be.
+dy: one image less to read than the Relu's output would be. A LeakyRelu folds the same way
+(`activation`: "leaky_relu" with its slope `alpha`): LeakyRelu's rule as y is written, and
+LeakyReluGrad's (dy where the normalised x is positive, dy * alpha elsewhere) in the gradient.
 
 BatchNorm also takes a residual block's sum folded in (planner/graph/fold_norm_sum.py, CPU
 steps): a sixth input, the shortcut, of x's shape and type, added to the normalised x before the
@@ -66,10 +68,13 @@ from planner.ops.base import (
 )
 from planner.ops.fused_activation import (
     ACTIVATION_ATTR,
+    ACTIVATIONS,
+    SLOPE_ATTR,
     activation,
     activation_flops,
     activation_grad,
     apply_activation,
+    apply_activation_grad,
     check_activation,
 )
 
@@ -114,7 +119,7 @@ def _batchnorm_infer(ins: list[TensorType], a: Attrs) -> list[TensorType]:
     x = ins[0]
     c = _channels("BatchNorm", x)
     _check_per_channel("BatchNorm", x, dict(zip(BN_INPUTS, ins[1:5], strict=True)))
-    check_activation("BatchNorm", a, x)
+    check_activation("BatchNorm", a, x, ACTIVATIONS)
     if len(ins) == 6 and (ins[5].shape != x.shape or ins[5].dtype != x.dtype):
         raise OpError(f"BatchNorm: the residual is {ins[5].dtype}{list(ins[5].shape)} but x is "
                       f"{x.dtype}{list(x.shape)}")
@@ -190,7 +195,7 @@ register(OpDef(
     scratch=reorder_scratch(1),
     cost_class="reduction", arity=None, min_inputs=5,
     attrs={"epsilon": Attr("float", 1e-5), "momentum": Attr("float", 0.1),
-           "training": Attr("bool", True), **ACTIVATION_ATTR},
+           "training": Attr("bool", True), **ACTIVATION_ATTR, **SLOPE_ATTR},
     infer=_batchnorm_infer,
     # Per element: training 6 (mean 1, centred square and sum 3, scale and shift 2);
     # inference 2 (x * k + b with k, b folded per channel); a folded residual's 1 and Relu's 1.
@@ -205,7 +210,7 @@ register(OpDef(
     doc="[x, scale, bias, running_mean, running_var] (+ a residual of x's shape, a folded sum: "
         "y = act(normalised x + residual)) -> training: [y, running_mean_new, "
         "running_var_new, saved_mean, saved_invstd]; inference: [y]; activation none | relu "
-        "(a folded Relu).",
+        "| leaky_relu with alpha (a folded Relu or LeakyRelu).",
 ))
 
 
@@ -216,12 +221,13 @@ def _batchnorm_grad_infer(ins: list[TensorType], a: Attrs) -> list[TensorType]:
                       f"{activation(a)!r}, got {len(ins)}")
     dy, x, scale, mean, last = ins[:5]
     _channels("BatchNormGrad", x)
-    check_activation("BatchNormGrad", a, x)
+    check_activation("BatchNormGrad", a, x, ACTIVATIONS)
     if dy.shape != x.shape or dy.dtype != x.dtype:
         raise OpError(f"BatchNormGrad: dy is {dy.dtype}{list(dy.shape)} but x is "
                       f"{x.dtype}{list(x.shape)}")
     if relu and not a["training"]:
-        raise OpError("BatchNormGrad: a folded Relu is for training (batch statistics) only")
+        raise OpError("BatchNormGrad: a folded activation is for training (batch statistics) "
+                      "only")
     stats = ("saved_mean", "saved_invstd") if a["training"] else BN_INPUTS[2:]
     _check_per_channel("BatchNormGrad", x, {"scale": scale, stats[0]: mean, stats[1]: last,
                                             **({"bias": ins[5]} if relu else {})})
@@ -231,9 +237,8 @@ def _batchnorm_grad_infer(ins: list[TensorType], a: Attrs) -> list[TensorType]:
 def batchnorm_grad_reference(xs: list[np.ndarray], a: Attrs) -> list[np.ndarray]:
     dy, x, scale, mean, last = xs[:5]
     invstd = last if a["training"] else 1.0 / np.sqrt(last + a["epsilon"])
-    if activation(a) != "none":  # the forward's Relu output again, from its bias (input 5)
-        r = apply_activation(_normalised(x, mean, invstd, scale, xs[5]), a)
-        dy = get_op("ReluGrad").reference([dy, r], {})[0]
+    if activation(a) != "none":  # the forward's y before its activation again, from its bias
+        dy = apply_activation_grad(dy, _normalised(x, mean, invstd, scale, xs[5]), a)
     axes = _stat_axes(x)
     xhat = (x - _bcast(mean, x)) * _bcast(invstd, x)
     dbias = dy.sum(axis=axes)
@@ -250,17 +255,19 @@ register(OpDef(
     name="BatchNormGrad",
     scratch=reorder_scratch(1),
     cost_class="reduction", arity=None, min_inputs=5,
-    attrs={"epsilon": Attr("float", 1e-5), "training": Attr("bool", True), **ACTIVATION_ATTR},
+    attrs={"epsilon": Attr("float", 1e-5), "training": Attr("bool", True), **ACTIVATION_ATTR,
+           **SLOPE_ATTR},
     infer=_batchnorm_grad_infer,
     # Per element: training 9 (dbias 1, xhat 2, dscale 2, dx 4); inference 6; a folded
-    # ReluGrad's 1.
+    # ReluGrad's 1, LeakyReluGrad's 2.
     flops=lambda ins, outs, a: (ins[1].size * (9 if a["training"] else 6)
                                 + activation_flops(ins[1], a)),
     reference=batchnorm_grad_reference,
     channel_blocked=lambda a: ((("in", 0), ("in", 1), ("out", 0)),) if a["training"] else (),
     doc="[dy, x, scale, saved_mean, saved_invstd] (+ the BatchNorm's bias with activation "
-        "relu: dy where the forward's Relu output is positive) -> [dx, dscale, dbias]; with "
-        "training=False the last two of the five are running_mean and running_var.",
+        "relu: dy where the forward's Relu output is positive; leaky_relu with alpha: dy * "
+        "alpha where it is not) -> [dx, dscale, dbias]; with training=False the last two of "
+        "the five are running_mean and running_var.",
 ))
 
 

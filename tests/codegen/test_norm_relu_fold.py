@@ -1,10 +1,12 @@
-"""A BatchNorm's Relu and its gradient folded into the CPU runtime's BatchNorm loops
-(planner/graph/fold_norm_relu.py, kernels/batch_norm.cpp): a training step computes the bits of
-the same step with the ops apart, on plain and channel-blocked images; the runtime refuses a
-folded gradient its loops do not run."""
+"""A BatchNorm's Relu or LeakyRelu and its gradient folded into the CPU runtime's BatchNorm
+loops (planner/graph/fold_norm_relu.py, kernels/batch_norm.cpp): a training step computes the
+bits of the same step with the ops apart, on plain and channel-blocked images; evaluate() of a
+folded LeakyRelu build gives the reference's values; the runtime refuses a folded gradient its
+loops do not run."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from codegen.build import build
@@ -17,21 +19,26 @@ from planner.pipeline import plan
 from tests.codegen.helpers import (
     assert_fold_keeps_bits,
     host_with_block,
+    rel_error,
     start_state,
     uniform_plan,
 )
 
 
-def _net():
-    """Two convolution layers with BatchNorm and Relu, a residual Add, a head; 35-pixel maps
-    (four runs of the 8 partials and a remainder in the loops' sums)."""
+def _net(leaky: bool = False):
+    """Two convolution layers with BatchNorm and Relu (LeakyRelu(0.2), DCGAN's), a residual
+    Add, a head; 35-pixel maps (four runs of the 8 partials and a remainder in the loops'
+    sums)."""
     from planner.graph.builder import GraphBuilder
     from planner.zoo.layers import batch_norm, conv2d, head, relu
 
+    def act(b, t, name):
+        return b.op("LeakyRelu", [t], {"alpha": 0.2}, name=name) if leaky else relu(b, t, name)
+
     b = GraphBuilder("norm_relu")
     x = b.input("x", (3, 16, 5, 7))
-    h = relu(b, batch_norm(b, conv2d(b, x, 32, 3, pad=1, name="c1"), name="bn1"), name="r1")
-    z = relu(b, batch_norm(b, conv2d(b, h, 32, 3, pad=1, name="c2"), name="bn2"), name="r2")
+    h = act(b, batch_norm(b, conv2d(b, x, 32, 3, pad=1, name="c1"), name="bn1"), "r1")
+    z = act(b, batch_norm(b, conv2d(b, h, 32, 3, pad=1, name="c2"), name="bn2"), "r2")
     z = relu(b, b.op("Add", [z, h], name="add"), name="r3")
     z = conv2d(b, z, 16, 1, name="c3")
     return make_training_graph(
@@ -40,21 +47,24 @@ def _net():
 
 
 def _apart(graph):
-    """`graph` with the BatchNorms', sums' and ReluGrads' outputs made graph outputs: the folds
-    (fold_norm_relu.py, fold_sum_relu.py) leave every pair apart."""
+    """`graph` with the BatchNorms', sums' and Relu gradients' outputs made graph outputs: the
+    folds (fold_norm_relu.py, fold_sum_relu.py) leave every pair apart."""
     kept = [n.outputs[0] for n in graph.nodes
-            if n.op in ("BatchNorm", "ReluGrad", "Add", "AddN")]
+            if n.op in ("BatchNorm", "ReluGrad", "LeakyReluGrad", "Add", "AddN")]
     return graph.model_copy(update={"outputs": (*graph.outputs, *kept)})
 
 
+@pytest.mark.parametrize("leaky", [False, True])
 @pytest.mark.parametrize("block", [None, 16])
-def test_a_folded_step_gives_the_bits_of_the_ops_apart(block, tmp_path):
-    graph = _net()
+def test_a_folded_step_gives_the_bits_of_the_ops_apart(block, leaky, tmp_path):
+    graph = _net(leaky)
     plans = {"folded": uniform_plan(graph, block), "apart": uniform_plan(_apart(graph), block)}
+    kind = "leaky_relu" if leaky else "relu"
     for name, p in plans.items():
-        folds = [n for n in p.graph.nodes if n.attrs.get("activation") == "relu"
+        folds = [n for n in p.graph.nodes if n.attrs.get("activation") == kind
                  and n.op.startswith("BatchNorm")]
         assert len(folds) == (4 if name == "folded" else 0), name
+        assert all(n.attrs.get("alpha") == (0.2 if leaky else None) for n in folds)
     assert_fold_keeps_bits(graph, plans, start_state(graph), random_feeds(graph, seed=3), tmp_path)
 
 
@@ -75,3 +85,43 @@ def test_the_runtime_refuses_a_folded_gradient_its_loops_do_not_run(tmp_path):
     module = load(build(render(p, tmp_path / "bn1d", layout="own")).dir)
     with pytest.raises(Exception, match="folded Relu needs the float32 training loops"):
         module.Executor()
+
+
+def test_evaluate_of_a_folded_leaky_step_gives_the_reference_values(tmp_path):
+    """The evaluation graph keeps the BatchNorms' LeakyRelu (inference mode: oneDNN's
+    normalisation, then the rule in a pass after, kernels/batch_norm.cpp ActivationAfter)."""
+    from planner.graph.evaluation import evaluation_graph
+    from planner.graph.interpret import run
+
+    graph = _net(leaky=True)
+    p = plan(graph, host_with_block(None))
+    evaluation = evaluation_graph(p.graph)
+    assert [n.attrs.get("activation") for n in evaluation.nodes if n.op == "BatchNorm"] == \
+        ["leaky_relu"] * 2
+    module = load(build(render(p, tmp_path / "eval", layout="own")).dir)
+    ex = module.Executor(init=True)
+    rng = np.random.default_rng(7)
+    # Running statistics off their start values, so inference mode is not near the identity.
+    ex.load_params({t.name: (rng.standard_normal(t.shape) if t.name.endswith("running_mean")
+                             else rng.uniform(0.5, 2.0, t.shape)).astype(np.float32)
+                    for t in graph.tensors
+                    if t.name.endswith(("running_mean", "running_var"))}, partial=True)
+    feeds = random_feeds(graph, seed=3)
+    got, want = ex.evaluate(feeds), run(evaluation, feeds, ex.params(), keep="outputs")
+    assert set(got) == set(want)
+    for name in want:
+        # float32 convolutions' sums of at most 3x3x32 products, a few roundings a layer.
+        assert rel_error(got[name], want[name]) < 1e-4, name
+
+
+def test_only_a_norm_takes_a_leaky_relu_and_with_its_slope():
+    from planner.ops import TensorType, get_op
+    from planner.ops.base import OpError
+
+    x, c = TensorType((2, 4, 3, 3)), TensorType((4,))
+    bn = get_op("BatchNorm")
+    with pytest.raises(OpError, match="needs its slope"):
+        bn.infer([x, c, c, c, c], bn.normalize_attrs({"activation": "leaky_relu"}))
+    add = get_op("Add")
+    with pytest.raises(OpError, match="must be one of"):
+        add.infer([x, x], add.normalize_attrs({"activation": "leaky_relu"}))

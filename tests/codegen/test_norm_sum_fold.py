@@ -94,6 +94,6 @@ def test_the_runtime_refuses_a_residual_its_loops_do_not_run(tmp_path):
     outs = b.op_n("BatchNorm", [x, *params, s], {}, name="bn")
     p = plan(b.build(outputs=outs), host_with_block(None))
     module = load(build(render(p, tmp_path / "bn1d", layout="own")).dir)
-    with pytest.raises(Exception, match="folded residual needs the float32 loops"):
+    with pytest.raises(Exception, match="folded residual or leaky_relu needs the float32 loops"):
         module.Executor()
 

@@ -98,6 +98,40 @@ def test_a_relu_gradient_read_twice_stays_apart():
     assert_same_values(plain, folded, fewer=True)
 
 
+def _leaky_layer(read_grad: bool = False) -> Graph:
+    """x -> Conv2D -> BatchNorm -> LeakyRelu(0.2) -> the head (DCGAN's discriminator layer);
+    with `read_grad` y also reaches the loss through a Tanh (y's gradient is then a sum the
+    LeakyReluGrad's output is only one term of)."""
+    b = GraphBuilder("leaky")
+    y = batch_norm(b, conv2d(b, b.input("x", (2, 3, 4, 4)), 4, 3, name="conv"), name="bn")
+    r = b.op("LeakyRelu", [y], {"alpha": 0.2}, name="lrelu")
+    if read_grad:
+        r = b.op("Add", [r, b.op("Tanh", [y], name="other")], name="sum")
+    return make_training_graph(
+        b.build(head(b, b.op("Flatten", [r], {"axis": 1}, name="flat"), 3, True)), SGD)
+
+
+def test_a_leaky_relu_folds_with_its_slope_and_keeps_the_bits():
+    plain = _leaky_layer()
+    folded = check_graph(fold_norm_relus(plain))
+    assert _folded_ops(folded) == [("BatchNorm", 5, "leaky_relu"),
+                                   ("BatchNormGrad", 6, "leaky_relu")]
+    assert {n.attrs["alpha"] for n in folded.nodes if n.op.startswith("BatchNorm")} == {0.2}
+    ops = [n.op for n in folded.nodes]
+    assert "LeakyRelu" not in ops and "LeakyReluGrad" not in ops
+    # y went with both readers (the LeakyRelu and its gradient, which reads y itself)
+    assert plain.node_map["bn"].outputs[0] not in folded.tensor_map
+    assert_same_values(plain, folded, seeds=(3, 4), fewer=True)
+    assert fold_norm_relus(folded) == folded
+
+
+def test_a_leaky_relu_whose_gradient_stays_keeps_its_forward_apart():
+    """y's gradient sums two terms, so the LeakyReluGrad's output is not the BatchNormGrad's dy:
+    that pair stays, the LeakyReluGrad still reads y, so the forward pair stays too."""
+    g = _leaky_layer(read_grad=True)
+    assert fold_norm_relus(g) == g
+
+
 def test_resnet18_folds_each_norm_a_relu_reads_alone():
     """ResNet-18: the stem's BatchNorm and each basic block's first one are read by a Relu alone
     (9); a block's second one by the residual Add, a downsample's by that Add too. At 16 px the

@@ -19,7 +19,7 @@ from planner.graph.optimizer import Optimizer
 from planner.ops import TensorType, get_op
 from planner.ops.base import OpError
 from planner.zoo.layers import batch_norm, conv2d, head, relu
-from tests.graph.fold_checks import assert_folded_computes_the_same
+from tests.helpers.folds import assert_same_values
 
 SGD = Optimizer(kind="sgd", lr=0.1, momentum=0.9)
 
@@ -66,7 +66,7 @@ def test_a_block_folds_its_sum_into_the_norm_in_the_sums_place():
 @pytest.mark.parametrize("relu_after", [True, False])
 def test_the_folded_step_computes_what_the_ops_apart_compute(relu_after):
     g = _step(_block(relu_after=relu_after))
-    assert_folded_computes_the_same(g, fold_norm_sums(g))
+    assert_same_values(g, fold_norm_sums(g), fewer=True)
 
 
 def test_pairs_that_do_not_fold_stay_apart():

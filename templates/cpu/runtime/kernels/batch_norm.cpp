@@ -21,7 +21,9 @@
 // mean and invstd, scale and the BatchNorm's bias, its sixth input) and applies ReluGrad's rule
 // (r > 0 ? dy : 0): the same bits as the two ops apart, one image fewer to read. The loops
 // take both; other forms of the forward take the Relu as one pass after (fused_relu.h), and
-// the gradient's other forms refuse it (the fold makes none). A folded residual sum (a sixth
+// the gradient's other forms refuse it (the fold makes none). A folded LeakyRelu
+// (`activation: leaky_relu`, attr alpha) is taken the same way with its rules (NormActivation).
+// A folded residual sum (a sixth
 // input, planner/graph/fold_norm_sum.py) is added to the normalised x before the activation as
 // y is written: the Add's bits, without writing the normalised image and reading it back.
 //
@@ -253,6 +255,37 @@ bool loops_fit(const Node& n, const ChannelRuns& g) {
   return g.rest >= 2;
 }
 
+// A BatchNorm's or BatchNormGrad's folded activation: fused_activation.h's none or relu, or
+// leaky_relu with its slope (attr alpha): LeakyRelu's rule as its oneDNN kernel computes it
+// (x > 0 ? x : x * alpha) and LeakyReluGrad's (math.cpp: x > 0 ? dy : dy * alpha), x the
+// normalised value before it.
+struct NormActivation {
+  enum Kind { kNone, kRelu, kLeaky } kind = kNone;
+  float alpha = 0.f;
+  NormActivation(const Attrs& attrs, const std::string& op) {
+    if (attrs.has("activation") && attrs.s("activation") == "leaky_relu") {
+      kind = kLeaky;
+      alpha = static_cast<float>(attrs.f("alpha"));
+    } else if (fused_activation(attrs, op) == kActRelu) {
+      kind = kRelu;
+    }
+  }
+  // `then(act)`, act(v) the activation's rule (a lambda: the loops inline it). The leaky
+  // product is taken whatever v's sign: as the select's arm, GCC left the loops scalar (a
+  // 3x slower BatchNorm in DCGAN's step).
+  template <class Then>
+  void with_rule(Then then) const {
+    const float a = alpha;
+    if (kind == kRelu) return then([](float v) { return relu_value(v); });
+    if (kind == kLeaky)
+      return then([a](float v) {
+        const float scaled = v * a;
+        return v > 0.f ? v : scaled;
+      });
+    then([](float v) { return v; });
+  }
+};
+
 // y before its activation: (x - mean) * k + shift with k = invstd * scale, one fused
 // multiply-add, in the forward and wherever a folded ReluGrad needs its Relu's output again:
 // written once so that both round alike (a contraction left to the compiler could differ
@@ -294,22 +327,20 @@ class BatchNormLoops : public Kernel {
  public:
   BatchNormLoops(const Node& n, const BatchNormAttrs& a)
       : g_(n.in[0].shape, n.in[0].block), update_(a, g_.per_channel()),
-        relu_(fused_activation(n.attrs, "BatchNorm") == kActRelu) {
+        act_(n.attrs, "BatchNorm") {
     for (const TensorRef& t : n.in) in_.push_back(t.id);
     for (const TensorRef& t : n.out) out_.push_back(t.id);
   }
   // The blocked loops' chunk sums.
   size_t scratch_bytes() const override { return g_.block ? chunk_sums_bytes(g_, 2) : 0; }
   void run(const Run& r) override {
-    // fused_relu.h: the Relu kernel's rule (a lambda: the loops inline it); a folded residual
-    // added first, as the Add would (float addition commutes: its bits).
-    if (in_.size() == 6) {
-      const float* s = r.at<float>(in_[5]);
-      if (relu_) return normalise(r, [s](float v, int64_t e) { return relu_value(v + s[e]); });
-      return normalise(r, [s](float v, int64_t e) { return v + s[e]; });
-    }
-    if (relu_) return normalise(r, [](float v, int64_t) { return relu_value(v); });
-    normalise(r, [](float v, int64_t) { return v; });
+    // The activation's rule (fused_relu.h's Relu, or LeakyRelu's) after a folded residual,
+    // added first as the Add would (float addition commutes: its bits).
+    const float* s = in_.size() == 6 ? r.at<float>(in_[5]) : nullptr;
+    act_.with_rule([&](auto act) {
+      if (s) return normalise(r, [s, act](float v, int64_t e) { return act(v + s[e]); });
+      normalise(r, [act](float v, int64_t) { return act(v); });
+    });
   }
 
  private:
@@ -383,7 +414,7 @@ class BatchNormLoops : public Kernel {
 
   ChannelRuns g_;
   RunningUpdate update_;
-  bool relu_;
+  NormActivation act_;
   std::vector<int> in_, out_;
 };
 
@@ -392,7 +423,8 @@ class BatchNormLoops : public Kernel {
 // dscale / m) with xhat = (x - mean) * invstd.
 class BatchNormGradLoops : public Kernel {
  public:
-  explicit BatchNormGradLoops(const Node& n) : g_(n.in[1].shape, n.in[1].block) {
+  explicit BatchNormGradLoops(const Node& n)
+      : g_(n.in[1].shape, n.in[1].block), act_(n.attrs, "BatchNormGrad") {
     for (const TensorRef& t : n.in) in_.push_back(t.id);
     for (const TensorRef& t : n.out) out_.push_back(t.id);
   }
@@ -403,10 +435,17 @@ class BatchNormGradLoops : public Kernel {
   }
   void run(const Run& r) override {
     const float* dy = r.at<float>(in_[0]);
-    if (in_.size() == 6) {  // a folded ReluGrad: dy where the Relu's output is positive
+    if (in_.size() == 6) {  // a folded ReluGrad (LeakyReluGrad): its rule on dy
       const float *x = r.at<float>(in_[1]), *scale = r.at<float>(in_[2]),
                   *mean = r.at<float>(in_[3]), *invstd = r.at<float>(in_[4]),
                   *bias = r.at<float>(in_[5]);
+      if (act_.kind == NormActivation::kLeaky) {
+        const float a = act_.alpha;
+        return gradient(r, [=](int64_t e, int64_t c) {
+          const float d = dy[e], scaled = d * a;  // (with_rule's reason)
+          return normalised(x[e], mean[c], invstd[c] * scale[c], bias[c]) > 0.f ? d : scaled;
+        });
+      }
       // relu_value(v) > 0 exactly where v > 0 (NaN and -0 give neither), so ReluGrad's rule
       // on v is its rule on the Relu's output; asked of relu_value's output, the NaN test in
       // it kept GCC from vectorizing the loops.
@@ -484,6 +523,7 @@ class BatchNormGradLoops : public Kernel {
   }
 
   ChannelRuns g_;
+  NormActivation act_;
   std::vector<int> in_, out_;
 };
 
@@ -531,29 +571,32 @@ KernelPtr batch_norm_inference(const Node& n, const BatchNormAttrs& a) {
   return k;
 }
 
-// The inference form's folded residual (the evaluation graph of a step that folded one):
-// oneDNN's y, then y + residual and the activation in one pass.
-class ResidualAfter : public Kernel {
+// The inference form's folded residual or LeakyRelu (the evaluation graph of a step that
+// folded one): oneDNN's y, then y + residual and the activation in one pass.
+class ActivationAfter : public Kernel {
  public:
-  ResidualAfter(KernelPtr op, const Node& n)
-      : op_(std::move(op)), y_(n.out[0].id), s_(n.in[5].id), size_(n.out[0].size()),
-        relu_(fused_activation(n.attrs, "BatchNorm") == kActRelu) {}
+  ActivationAfter(KernelPtr op, const Node& n)
+      : op_(std::move(op)), y_(n.out[0].id), s_(n.in.size() == 6 ? n.in[5].id : -1),
+        size_(n.out[0].size()), act_(n.attrs, "BatchNorm") {}
   size_t scratch_bytes() const override { return op_->scratch_bytes(); }
-  std::string impl() const override { return op_->impl() + " + residual"; }
+  std::string impl() const override { return op_->impl() + (s_ >= 0 ? " + residual" : "") +
+                                              " + activation"; }
   void run(const Run& r) override {
     op_->run(r);
     float* y = r.at<float>(y_);
-    const float* s = r.at<float>(s_);
-    const bool relu = relu_;
+    const float* s = s_ >= 0 ? r.at<float>(s_) : nullptr;
+    const int64_t size = size_;
+    act_.with_rule([&](auto act) {
 #pragma omp parallel for num_threads(r.threads) schedule(static)
-    for (int64_t i = 0; i < size_; ++i) y[i] = relu ? relu_value(y[i] + s[i]) : y[i] + s[i];
+      for (int64_t i = 0; i < size; ++i) y[i] = act(s ? y[i] + s[i] : y[i]);
+    });
   }
 
  private:
   KernelPtr op_;
   int y_, s_;
   int64_t size_;
-  bool relu_;
+  NormActivation act_;
 };
 
 KernelPtr batch_norm_any(const Node& n) {
@@ -562,11 +605,13 @@ KernelPtr batch_norm_any(const Node& n) {
   // one pass after, and in inference the residual with it.
   if (a.training && loops_fit(n, ChannelRuns(n.in[0].shape, n.in[0].block)))
     return std::make_unique<BatchNormLoops>(n, a);
-  if (n.in.size() == 6 && (a.training || n.in[0].dtype != F32))
-    throw std::runtime_error("BatchNorm: a folded residual needs the float32 loops (runs of 2 "
-                             "or more elements per channel) or float32 inference");
-  if (!a.training && n.in.size() == 6)
-    return std::make_unique<ResidualAfter>(batch_norm_inference(n, a), n);
+  const bool leaky = NormActivation(n.attrs, "BatchNorm").kind == NormActivation::kLeaky;
+  if ((n.in.size() == 6 || leaky) && (a.training || n.in[0].dtype != F32))
+    throw std::runtime_error("BatchNorm: a folded residual or leaky_relu needs the float32 "
+                             "loops (runs of 2 or more elements per channel) or float32 "
+                             "inference");
+  if (!a.training && (n.in.size() == 6 || leaky))
+    return std::make_unique<ActivationAfter>(batch_norm_inference(n, a), n);
   if (!a.training) return with_fused_activation(batch_norm_inference(n, a), n, "BatchNorm");
   return with_fused_activation(std::make_unique<BatchNormTraining>(n, a), n, "BatchNorm");
 }
@@ -666,7 +711,8 @@ KernelPtr batch_norm_grad_training(const Node& n) {
 
 KernelPtr batch_norm_grad(const Node& n) {
   const bool training = batch_norm_attrs(n.attrs).training;
-  const bool relu = fused_activation(n.attrs, "BatchNormGrad") == kActRelu;
+  // (a folded Relu or LeakyRelu alike)
+  const bool relu = NormActivation(n.attrs, "BatchNormGrad").kind != NormActivation::kNone;
   // (A folded Relu's sixth input is the BatchNorm's bias, per channel like 2, 3 and 4.)
   if (relu)
     check_operands(n, "BatchNormGrad", 6, 3, {2, 3, 4, 5}, {1, 2}, 1);
