@@ -92,6 +92,11 @@ class BatchNorm : public Kernel {
     const int type = data_type(n, {0}, {0}, "BatchNorm");
     const Nci d = channels_of(n.in[0].shape, "BatchNorm");
     refuse_folded_relu(n, "BatchNorm");
+    // A sixth input is a residual sum the CPU runtime's loops fold in (fold_norm_sum.py):
+    // refused, not left unread.
+    if (n.in.size() != 5)
+      throw std::runtime_error("BatchNorm takes 5 inputs here; a folded residual is the CPU "
+                               "runtime's: re-plan for this GPU");
     require_per_channel(n, 1, 4, d.c);
     const BatchNormAttrs a = batch_norm_attrs(n.attrs);  // common/norm.h
     training_ = a.training;
