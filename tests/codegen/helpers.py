@@ -167,6 +167,30 @@ def assert_fold_keeps_bits(graph: Graph, plans: dict[str, Plan], state, feeds,
     return modules
 
 
+def assert_evaluate_matches_reference(p: Plan, graph: Graph, folder: Path,
+                                      tolerance: float) -> None:
+    """evaluate() of plan `p` (of training graph `graph`), built, against the numpy reference
+    run of its evaluation graph on the executor's own parameters, within `tolerance` of each
+    output's largest value; running statistics first moved off their start values (zero mean,
+    unit variance would make BatchNorm's inference form nearly the identity)."""
+    from planner.graph.evaluation import evaluation_graph
+    from planner.graph.interpret import run
+
+    module = load(build(render(p, folder, layout="own")).dir)
+    ex = module.Executor(init=True)
+    rng = np.random.default_rng(7)
+    ex.load_params({t.name: (rng.standard_normal(t.shape) if t.name.endswith("running_mean")
+                             else rng.uniform(0.5, 2.0, t.shape)).astype(np.float32)
+                    for t in graph.tensors
+                    if t.name.endswith(("running_mean", "running_var"))}, partial=True)
+    feeds = random_feeds(graph, seed=3)
+    got = ex.evaluate(feeds)
+    want = run(evaluation_graph(p.graph), feeds, ex.params(), keep="outputs")
+    assert set(got) == set(want)
+    for name in want:
+        assert rel_error(got[name], want[name]) < tolerance, name
+
+
 def uniform_plan(graph: Graph, block: int | None) -> Plan:
     """`graph` planned for this host with channel block `block`, one lane of every core: each
     op's thread count its own, not moved by a fold (an optimized schedule of fewer ops may move
@@ -176,9 +200,9 @@ def uniform_plan(graph: Graph, block: int | None) -> Plan:
                 options=PlanOptions(schedule=ScheduleOptions(strategy="uniform")))
 
 
-__all__ = ["assert_fold_keeps_bits", "build_module", "gpu_plan", "host_plan", "host_with_block",
-           "node_errors", "planned_graph", "random_feeds", "rel_error", "start_state",
-           "step_with_values", "uniform_plan"]
+__all__ = ["assert_evaluate_matches_reference", "assert_fold_keeps_bits", "build_module",
+           "gpu_plan", "host_plan", "host_with_block", "node_errors", "planned_graph",
+           "random_feeds", "rel_error", "start_state", "step_with_values", "uniform_plan"]
 
 
 def ops_on_threads(sigs, folder: Path, seed: int, threads=(1, 2)):

@@ -6,7 +6,6 @@ loops do not run."""
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 from codegen.build import build
@@ -16,14 +15,14 @@ from planner.frontend.options import GraphOptions
 from planner.frontend.prepare import prepare
 from planner.graph import step
 from planner.graph.evaluation import evaluation_graph
-from planner.graph.interpret import random_feeds, run
+from planner.graph.interpret import random_feeds
 from planner.graph.optimizer import Optimizer
 from planner.ir.graph import Graph
 from planner.pipeline import plan
 from tests.codegen.helpers import (
+    assert_evaluate_matches_reference,
     assert_fold_keeps_bits,
     host_with_block,
-    rel_error,
     start_state,
     uniform_plan,
 )
@@ -62,24 +61,10 @@ def test_evaluate_of_a_folded_step_gives_the_reference_values(tmp_path):
     graph = prepare(RESNET, GraphOptions(optimizer=Optimizer(kind="sgd", lr=0.1)))
     p = plan(graph, host_with_block(None))
     assert _residual_norms(p.graph)
-    evaluation = evaluation_graph(p.graph)
-    assert _residual_norms(evaluation), "the inference form keeps the sum"
-    module = load(build(render(p, tmp_path / "eval", layout="own")).dir)
-    ex = module.Executor(init=True)
-    rng = np.random.default_rng(7)
-    # Running statistics off their start values, so inference mode is not near the identity.
-    stats = {t.name: (rng.standard_normal(t.shape) if t.name.endswith("running_mean")
-                      else rng.uniform(0.5, 2.0, t.shape)).astype(np.float32)
-             for t in graph.tensors if t.name.endswith(("running_mean", "running_var"))}
-    ex.load_params(stats, partial=True)
-    feeds = random_feeds(graph, seed=3)
-    got = ex.evaluate(feeds)
-    want = run(evaluation, feeds, ex.params(), keep="outputs")
-    assert set(got) == set(want)
-    for name in want:
-        # float32 convolutions' sums over at most 3x3x64 products, a few roundings each layer:
-        # 1e-4 of the largest value.
-        assert rel_error(got[name], want[name]) < 1e-4, name
+    assert _residual_norms(evaluation_graph(p.graph)), "the inference form keeps the sum"
+    # float32 convolutions' sums over at most 3x3x64 products, a few roundings each layer:
+    # 1e-4 of the largest value.
+    assert_evaluate_matches_reference(p, graph, tmp_path / "eval", 1e-4)
 
 
 def test_the_runtime_refuses_a_residual_its_loops_do_not_run(tmp_path):
