@@ -6,12 +6,16 @@ to cost what the batching gains: why the profile measures them on maps of at mos
 planner.costs.conv_layouts.COLUMNS_AREA pixels).
 
     PYTHONPATH=. python bench/bench_conv_columns.py [--rounds 5] [--steps 20] [--cases 2x2]
+    PYTHONPATH=. python bench/bench_conv_columns.py --cases "64->3"
 
 Each case is one Conv2D and its two gradients, each built twice (layout `any`: oneDNN's
 pick; `columns`), each on one thread and on two; the rounds alternate the builds, and each
 reads the op's time in the executor's own stats over --steps steps (the median), so load from
 other jobs falls on both. Printed: per case, op and thread count the medians over rounds (us)
-and columns / oneDNN.
+and columns / oneDNN. The image cases (IMAGE_CASES: a data gradient or transposed
+convolution onto an image of a few channels) compare oneDNN's with the image-by-image kernel
+(`image_columns`) the same way; on plain operands, where a step that keeps dy blocked gives
+oneDNN's kernel no reorder of it.
 """
 
 from __future__ import annotations
@@ -53,6 +57,18 @@ CASES = {
     "dcgan 4x4/2 256->512 4x4": ((64, 256, 8, 8), (512, 256, 4, 4),
                                  {"pads": [1, 1, 1, 1], "strides": [2, 2]}),
 }
+# The image-by-image data gradients (`image_columns`) against oneDNN's, onto images of a few
+# channels: DCGAN's (batch 32, 64 px) discriminator's first layer seen from its gradient (both
+# halves of its batch) and its generator's last transposed convolution. name: (op, input
+# shapes, geometry)
+IMAGE_CASES = {
+    "dcgan d-conv1 data gradient 64->3": (
+        "Conv2DBackpropInput", ((64, 64, 32, 32), (64, 3, 4, 4)),
+        {"pads": [1, 1, 1, 1], "strides": [2, 2], "input_shape": [64, 3, 64, 64]}),
+    "dcgan g-deconv5 64->3": (
+        "ConvTranspose2D", ((32, 64, 32, 32), (64, 3, 4, 4)),
+        {"pads": [1, 1, 1, 1], "strides": [2, 2]}),
+}
 
 
 def executor(case, op, layout, threads, folder):
@@ -65,7 +81,13 @@ def executor(case, op, layout, threads, folder):
         "Conv2D": ((x, w), attrs),
         "Conv2DBackpropInput": ((y, w), {**attrs, "input_shape": list(x)}),
         "Conv2DBackpropFilter": ((x, y), {**attrs, "filter_shape": list(w)})}[op]
-    sig = OpSignature(op=op, shapes=shapes, dtypes=("float32", "float32"), attrs=attrs)
+    return signature_executor(op, shapes, attrs, threads, folder)
+
+
+def signature_executor(op, shapes, attrs, threads, folder):
+    """One op of these input shapes and attrs on `threads` threads, built and warmed: (its
+    executor, its feeds)."""
+    sig = OpSignature(op=op, shapes=shapes, dtypes=("float32",) * len(shapes), attrs=attrs)
     graph = copies_graph(sig, 1)
     feeds = random_feeds(graph, seed=0)
     plan = placements_plan(graph, detect(), [(threads, tuple(range(threads)))])
@@ -89,7 +111,11 @@ def main() -> None:
                     "comma-separated words")
     args = ap.parse_args()
     words = [w for w in args.cases.split(",") if w]
-    cases = {k: v for k, v in CASES.items() if not words or any(w in k for w in words)}
+    def wanted(name: str) -> bool:
+        return not words or any(w in name for w in words)
+
+    cases = {k: v for k, v in CASES.items() if wanted(k)}
+    image_cases = {k: v for k, v in IMAGE_CASES.items() if wanted(k)}
     counts = [t for t in (1, 2) if t <= (os.cpu_count() or 1)]
     work = Path(tempfile.mkdtemp(prefix="bench-columns-"))
     built = {}
@@ -100,6 +126,12 @@ def main() -> None:
                     built[name, op, layout, t] = executor(case, op, layout, t,
                                                           work / f"{len(built)}")
         print(f"built {name}", file=sys.stderr)
+    for name, (op, shapes, geometry) in image_cases.items():
+        for layout in ("any", "image_columns"):
+            for t in counts:
+                built[name, op, layout, t] = signature_executor(
+                    op, shapes, {**geometry, "layout": layout}, t, work / f"{len(built)}")
+        print(f"built {name}", file=sys.stderr)
     seconds = {key: [] for key in built}
     for r in range(args.rounds):
         keys = list(built) if r % 2 == 0 else list(reversed(built))
@@ -107,14 +139,15 @@ def main() -> None:
             seconds[key].append(op_seconds(*built[key], args.steps))
     print(f"load average {os.getloadavg()[0]:.2f}; {args.rounds} rounds x {args.steps} steps;"
           " medians, us")
-    print(f"{'case':32s} {'op':>19s} {'threads':>7s} {'oneDNN':>9s} {'columns':>9s} "
+    print(f"{'case':34s} {'op':>19s} {'threads':>7s} {'oneDNN':>9s} {'columns':>9s} "
           f"{'ratio':>7s}")
-    for name in cases:
-        for op in OPS:
-            for t in counts:
-                a = statistics.median(seconds[name, op, "any", t]) * 1e6
-                c = statistics.median(seconds[name, op, "columns", t]) * 1e6
-                print(f"{name:32s} {op:>19s} {t:7d} {a:9.1f} {c:9.1f} {c / a:7.2f}")
+    rows = [(name, op, "columns") for name in cases for op in OPS]
+    rows += [(name, op, "image_columns") for name, (op, _, _) in image_cases.items()]
+    for name, op, layout in rows:
+        for t in counts:
+            a = statistics.median(seconds[name, op, "any", t]) * 1e6
+            c = statistics.median(seconds[name, op, layout, t]) * 1e6
+            print(f"{name:34s} {op:>19s} {t:7d} {a:9.1f} {c:9.1f} {c / a:7.2f}")
 
 
 if __name__ == "__main__":

@@ -424,8 +424,9 @@ def profile_in_step(graph: Graph, target: Target, work_dir: str | Path,
     table = table or CostTable(target=target.name)
     state, feeds = init_params(graph, seed=0), {**random_feeds(graph, seed=1), **(feeds or {})}
     # The convolutions on their alternative layouts too, so that planning can choose
-    # (planner/costs/conv_layouts.py; it does not in a step that keeps images blocked).
-    other = alternatives(graph) if layouts and not channel_block(target) else graph
+    # (planner/costs/conv_layouts.py; in a step that keeps images blocked, those few that have
+    # one there).
+    other = alternatives(graph, bool(channel_block(target))) if layouts else graph
     graphs = {"": graph, "_alternative": other} if other is not graph else {"": graph}
     for kind, g in graphs.items():
         for k in in_step_counts(target, options):

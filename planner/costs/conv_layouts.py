@@ -19,7 +19,16 @@ CPU kernel reads. The arena's tensors stay NCHW either way: the kernel reorders 
 copies the columns), so no other op sees the choice, and the numbers are the same
 convolution's (up to summation order). That is a step on a target without a channel block:
 where the step keeps images blocked (planner.graph.blocked) oneDNN's kernel runs without those
-reorders, which its measurements hold, and every convolution keeps it (`chosen_layouts`).
+reorders, which its measurements hold, and keeps them (`chosen_layouts`), but for one case.
+
+A data gradient or a transposed convolution onto an image of a few channels (a network's first
+layer seen from its gradient, as in a GAN's discriminator; a generator's last layer onto RGB)
+is one that oneDNN's blocked kernels run padded to a whole block of channels, at a fraction of
+their pace. Its alternative, on every step, is `image_columns`: the runtime's kernel that runs
+it image by image, one matmul and one col2im each, reading and writing the images as the step
+keeps them (blocked or plain), so its measurements in the step's own layouts weigh it fairly
+against oneDNN's (DCGAN's two at batch 32 on two threads of the 2-core Xeon: 9.66 -> 2.39
+and 4.82 -> 1.19 ms, `bench/bench_conv_columns.py --cases "64->3"`).
 
 Measured or nothing: a node is given its alternative only where the table holds measured CPU
 times of both its signatures at some thread counts and the alternative's sum over the counts
@@ -56,13 +65,20 @@ from planner.costs.records import CostTable
 from planner.costs.signature import OpSignature, graph_signatures, unique_signatures
 from planner.graph.step import with_layouts
 from planner.ir.graph import Graph, Node
-from planner.ops.conv import COLUMNS_OPS
+from planner.ops.conv import COLUMNS_OPS, IMAGE_COLUMNS_OPS
 from planner.ops.conv_scratch import ROLES
 
 CONVOLUTIONS = frozenset({"Conv2D", "Conv2DBackpropInput", "Conv2DBackpropFilter",
                           "ConvTranspose2D"})
 CHANNELS_LAST = "nhwc"
 COLUMNS = "columns"
+IMAGE_COLUMNS = "image_columns"
+# An image of fewer channels than this: oneDNN reads it flat as a first layer's input (its
+# forward and weight gradient run at their usual pace) but its blocked kernels write it padded
+# to a whole block (16 on AVX-512), so a data gradient or transposed convolution onto it does
+# the work of 16 channels: DCGAN's onto 3 (batch 32, 64 px) ran at 45 GFLOP/s on the 2-core
+# Xeon against ~280 for its other convolutions (planner/ops/conv_scratch.py reads 8 the same).
+FEW_CHANNELS = 8
 # The largest forward output map (pixels) whose convolutions the profile measures on the
 # columns kernels: on the 2-core EPYC 2x2 maps ran them up to ~2x faster, 4x4 ones either way,
 # 8x8 and 16x16 ones 1.3-3.5x slower (bench/bench_conv_columns.py).
@@ -76,33 +92,47 @@ def channels_last(graph: Graph) -> Graph:
                                 if n.op in CONVOLUTIONS})
 
 
-def alternative(graph: Graph, node: Node) -> str:
+def alternative(graph: Graph, node: Node, blocked: bool = False) -> str | None:
     """The layout a profile measures convolution `node` on beside its own (module docstring):
+    `image_columns` for a float32 one-group data gradient or transposed convolution whose image
+    has fewer than FEW_CHANNELS channels; else, in a step that does not keep images blocked,
     `columns` for a float32 one-group convolution whose output maps (the forward's) have at
-    most COLUMNS_AREA pixels, else channels-last."""
-    if node.op in COLUMNS_OPS and node.attrs.get("groups", 1) == 1:
-        tensors = [graph.tensor(t) for t in (*node.inputs, *node.outputs)]
-        side, k = ROLES[node.op]["y"]  # where the op has the forward's output (or dy)
-        y = graph.tensor((node.inputs if side == "in" else node.outputs)[k])
-        if (all(t.dtype == "float32" for t in tensors)
-                and y.shape[2] * y.shape[3] <= COLUMNS_AREA):
+    most COLUMNS_AREA pixels, channels-last for every other; else none."""
+    if node.op not in CONVOLUTIONS:
+        return None
+    one_group = node.attrs.get("groups", 1) == 1 and all(
+        graph.tensor(t).dtype == "float32" for t in (*node.inputs, *node.outputs))
+    if node.op in IMAGE_COLUMNS_OPS and one_group \
+            and _operand(graph, node, "x").shape[1] < FEW_CHANNELS:
+        return IMAGE_COLUMNS
+    if blocked:
+        return None
+    if node.op in COLUMNS_OPS and one_group:
+        y = _operand(graph, node, "y")   # the forward's output (or dy)
+        if y.shape[2] * y.shape[3] <= COLUMNS_AREA:
             return COLUMNS
     return CHANNELS_LAST
 
 
-def alternatives(graph: Graph) -> Graph:
-    """`graph` with every convolution node on its `alternative` layout: what a profile measures
-    beside the graph itself, so that `conv_layouts` can choose."""
-    return with_layouts(graph, {n.name: alternative(graph, n) for n in graph.nodes
-                                if n.op in CONVOLUTIONS})
+def _operand(graph: Graph, node: Node, role: str):
+    """Convolution `node`'s image x, weights w or output y (conv_scratch.ROLES)."""
+    side, k = ROLES[node.op][role]
+    return graph.tensor((node.inputs if side == "in" else node.outputs)[k])
+
+
+def alternatives(graph: Graph, blocked: bool = False) -> Graph:
+    """`graph` with every convolution node that has an `alternative` layout on it: what a
+    profile measures beside the graph itself, so that `conv_layouts` can choose."""
+    return with_layouts(graph, {n.name: layout for n in graph.nodes
+                                if (layout := alternative(graph, n, blocked)) is not None})
 
 
 def profiled_signatures(graph: Graph, blocked: bool = False) -> list[OpSignature]:
-    """What a CPU profile of `graph` measures, each once: its ops' signatures and, unless the
-    step keeps images blocked (where `chosen_layouts` takes none), its convolutions'
-    alternative ones."""
+    """What a CPU profile of `graph` measures, each once: its ops' signatures and its
+    convolutions' alternative ones (in a step that keeps images blocked, `blocked`, those
+    alone that have one there)."""
     return unique_signatures([*graph_signatures(graph).values(),
-                              *(() if blocked else graph_signatures(alternatives(graph)).values())])
+                              *graph_signatures(alternatives(graph, blocked)).values()])
 
 
 def conv_layouts(graph: Graph, table: CostTable | None) -> Graph:
@@ -114,23 +144,29 @@ def conv_layouts(graph: Graph, table: CostTable | None) -> Graph:
 def chosen_layouts(graph: Graph, table: CostTable | None,
                    blocked: bool = False) -> dict[str, str]:
     """Convolution node name -> its alternative layout where the measured times on it beat its
-    own (the step graph's layouts: planner.graph.step). In a step that keeps images blocked
-    (`blocked`, planner.graph.blocked) every convolution keeps oneDNN's blocked kernel: its
-    times were measured on plain operands, with the reorders in and out that it no longer runs
-    there, so they say nothing about the step's (the columns kernels, chosen so for ResNet-50's
-    2x2 maps at batch 32, made its last stage's convolutions 6.8-7.0 ms a step against 5.3-5.6
-    on oneDNN's: bench/RESULTS.md), and channels-last would add reorders of its own."""
+    own. In a step that keeps images blocked (`blocked`, planner.graph.blocked), `graph` is the
+    step's own graph, its tensors' layouts set, and both times must have been measured so (not
+    a plain twin's: CostTable.entry): only the image-columns alternative is weighed there (it
+    reads and writes the images as they lie); every other convolution keeps oneDNN's blocked
+    kernel (the columns kernels, chosen so from plain operands for ResNet-50's 2x2 maps at
+    batch 32, made its last stage's convolutions 6.8-7.0 ms a step against 5.3-5.6 on
+    oneDNN's blocked ones: bench/RESULTS.md), and channels-last would add reorders of its
+    own."""
     convs = [n for n in graph.nodes if n.op in CONVOLUTIONS and "layout" not in n.attrs]
-    if table is None or not convs or blocked:
+    if table is None or not convs:
         return {}
-    own = graph_signatures(graph)
-    other = alternatives(graph)
-    theirs = graph_signatures(other)
+    other = alternatives(graph, blocked)
+    if other is graph:
+        return {}
+    own, theirs = graph_signatures(graph), graph_signatures(other)
     chosen = {}
     for n in convs:
-        a, b = _compact_seconds(table, own[n.name]), _compact_seconds(table, theirs[n.name])
+        layout = other.node_map[n.name].attrs.get("layout")
+        if layout is None:
+            continue
+        a, b = (_compact_seconds(table, sig, exact=blocked)
+                for sig in (own[n.name], theirs[n.name]))
         both = sorted(a.keys() & b.keys())
-        layout = other.node_map[n.name].attrs["layout"]
         if both and sum(b[k] for k in both) < sum(a[k] for k in both):
             chosen[n.name] = layout
     return chosen
@@ -141,6 +177,11 @@ def recorded_layouts(graph: Graph) -> dict[str, str]:
     return {n.name: n.attrs["layout"] for n in graph.nodes if "layout" in n.attrs}
 
 
-def _compact_seconds(table: CostTable, signature: OpSignature) -> dict[int, float]:
+def _compact_seconds(table: CostTable, signature: OpSignature,
+                     exact: bool = False) -> dict[int, float]:
+    """The signature's measured compact times by thread count; `exact`: its own entry alone,
+    never its plain twin's (CostTable.entry), whose reorders the blocked step does not run."""
+    if exact and signature not in table:
+        return {}
     entry = table.entry(signature)
     return dict(entry.cpu_points("compact")) if entry is not None else {}

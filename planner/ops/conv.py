@@ -171,13 +171,15 @@ CONV_ATTRS: dict[str, Attr] = {
 # Every convolution op's CPU kernel layout, a planning decision (planner/costs/conv_layouts.py):
 # absent, oneDNN picks the layouts of the image and output (`any`: blocked on x86); "nhwc" asks
 # for channels-last ones, which oneDNN's brgemm kernels take; "columns" (not a transposed
-# convolution's) runs it as one matmul over the whole batch's im2col columns.
+# convolution's) runs it as one matmul over the whole batch's im2col columns; "image_columns" (a
+# data gradient's or a transposed convolution's) image by image, one matmul and col2im each.
 # Either way the tensors in the arena stay as the step graph keeps them (NCHW, or blocked
 # between the kernels that take it so: blocked_images); the numbers are the same
 # convolution's (up to summation order). Not part of the geometry: a gradient rule copies
 # CONV_ATTRS, never a layout chosen for its forward.
-LAYOUTS = ("any", "nhwc", "columns")
+LAYOUTS = ("any", "nhwc", "columns", "image_columns")
 COLUMNS_OPS = ("Conv2D", "Conv2DBackpropInput", "Conv2DBackpropFilter")
+IMAGE_COLUMNS_OPS = ("Conv2DBackpropInput", "ConvTranspose2D")
 LAYOUT_ATTR = {"layout": Attr("str", optional=True)}
 
 
@@ -200,7 +202,10 @@ def _check_layout(op: str, attrs: Attrs) -> None:
     if layout not in LAYOUTS:
         raise OpError(f"{op}: layout must be one of {list(LAYOUTS)}, got {attrs['layout']!r}")
     if layout == "columns" and op not in COLUMNS_OPS:
-        raise OpError(f"{op}: layout 'columns' is for {' and '.join(COLUMNS_OPS)} only")
+        raise OpError(f"{op}: layout 'columns' is for {', '.join(COLUMNS_OPS)} only")
+    if layout == "image_columns" and op not in IMAGE_COLUMNS_OPS:
+        raise OpError(f"{op}: layout 'image_columns' is for {' and '.join(IMAGE_COLUMNS_OPS)} "
+                      f"only")
 
 
 def _groups(op: str, attrs: Attrs) -> int:

@@ -180,11 +180,14 @@ class ConvScratch:
         x, w, y = of("x"), of("w"), of("y")
         columns = (columns_bytes(x.shape, w.shape, y.shape)
                    if attrs.get("layout") == "columns" else 0)
+        per_image = (image_columns_bytes(w.shape, y.shape)
+                     if attrs.get("layout") == "image_columns" else 0)
         temps, bookings = _geometry(
             self.op, (tuple(x.shape), x.dtype), (tuple(w.shape), w.dtype),
             (tuple(y.shape), y.dtype), int(attrs.get("groups", 1)),
             tuple(attrs.get("pads") or (0, 0, 0, 0)), tuple(attrs.get("dilations") or (1, 1)))
-        return lambda threads: max(columns, temps + bookings.at(max(1, threads)))
+        return lambda threads: max(columns, max(1, threads) * per_image,
+                                   temps + bookings.at(max(1, threads)))
 
 
 def columns_bytes(x: tuple[int, ...], w: tuple[int, ...], y: tuple[int, ...]) -> int:
@@ -217,3 +220,16 @@ def _geometry(op: str, x: tuple[tuple[int, ...], str], w: tuple[tuple[int, ...],
     direct = op == "Conv2DBackpropFilter" and direct_kernels_apply(
         x[0], wshape, {"groups": groups, "pads": pads, "dilations": dilations})
     return temps, Bookings.of(x[0], wshape, y[0], groups, op == "Conv2DBackpropFilter", direct)
+
+
+def image_columns_bytes(w: tuple[int, ...], y: tuple[int, ...]) -> int:
+    """The scratch of the runtime's image-by-image data gradient (the `image_columns` layout,
+    templates/cpu/runtime/kernels/conv_columns.cpp) per thread of its team: one image's columns
+    (C kh kw x OH OW floats) and a regrouped copy of its dy (O x OH OW, where the step keeps dy
+    channel-blocked), each 64-byte aligned; oneDNN's bound where the kernel does not apply.
+
+    >>> image_columns_bytes((64, 3, 4, 4), (64, 64, 32, 32))   # DCGAN's first layer, per thread
+    458752
+    """
+    area = y[2] * y[3]
+    return sum(-(-area * n * F32 // 64) * 64 for n in (w[1] * w[2] * w[3], w[0]))

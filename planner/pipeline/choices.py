@@ -6,7 +6,7 @@ planner.graph.step under those choices.
 from __future__ import annotations
 
 from planner.costs import CostTable
-from planner.costs.conv_layouts import chosen_layouts
+from planner.costs.conv_layouts import alternatives, chosen_layouts
 from planner.errors import PlanError
 from planner.graph.evaluation import evaluation_graph
 from planner.graph.step import StepChoices
@@ -34,7 +34,8 @@ def step_choices(graph: Graph, target: Target, data_parallel: DataParallelOption
                  costs: CostTable | None = None) -> StepChoices:
     """What the step graph's passes read: the target's CPU cores (planner.graph.for_cores), on
     a backend whose convolution layouts are chosen the layouts `costs` measured faster
-    (planner.costs.conv_layouts; without costs, or where images stay blocked, none), its CPU's
+    (planner.costs.conv_layouts; without costs none; where images stay blocked, weighed on
+    the step's own graph, and only a few-channel data gradient's), its CPU's
     channel block (planner.graph.blocked) and its BatchNorm's folded Relu
     (planner.graph.fold_norm_relu) and sums (fold_sum_relu) and, with ranks,
     the gradient buckets' collectives (planner.schedule.parallel). PlanError for gradient
@@ -47,11 +48,16 @@ def step_choices(graph: Graph, target: Target, data_parallel: DataParallelOption
                             f"executor does not run that yet: plan it for a CPU target")
     cpu_kernels = traits(target).conv_layouts
     block = channel_block(target)
-    return StepChoices(cores=target.step_cores,
-                       layouts=chosen_layouts(graph, costs, blocked=bool(block))
-                       if cpu_kernels else {},
-                       collectives=chosen_collectives(graph, target, data_parallel),
-                       channel_block=block, relu_folds=cpu_kernels)
+    choices = StepChoices(cores=target.step_cores,
+                          collectives=chosen_collectives(graph, target, data_parallel),
+                          channel_block=block, relu_folds=cpu_kernels)
+    if not cpu_kernels or costs is None or alternatives(graph, bool(block)) is graph:
+        return choices
+    # Where the step keeps images blocked, the profile measured each convolution with its
+    # operands' layouts: the layouts are weighed on the step's own graph, whose tensors the
+    # one layout weighed there (image_columns) leaves as they are.
+    weighed = step_passes(graph, choices) if block else graph
+    return choices.model_copy(update={"layouts": chosen_layouts(weighed, costs, bool(block))})
 
 
 def priced_graphs(graph: Graph, target: Target, options: PlanOptions | None = None,

@@ -6,7 +6,8 @@ weights read once instead of once per image. Held to the float64 reference withi
 summation bound, in the scratch the plan reserved, and to the same bits on one thread and two
 (the matmul split in fixed blocks, each one single-threaded GEMM, the data gradient's columns
 summed back per channel in one fixed order), so a schedule variant that runs one on another
-thread count changes nothing."""
+thread count changes nothing. The image-by-image data gradient (`layout: image_columns`, for an
+image of a few channels) the same way, each image one thread's."""
 
 from __future__ import annotations
 
@@ -72,4 +73,40 @@ def test_columns_kernels_match_the_reference(tmp_path, x_shape, w_shape, bias, g
         ins = [feeds[k][f"in{i}"].astype(np.float64) for i in range(len(sig.shapes))]
         want = get_op(sig.op).reference(ins, a)[0]
         bound = summation_bound(sig.op, a, ins, terms[k])
+        assert np.all(np.abs(got[1][k] - want) <= bound), sig.op
+
+
+# (op, input shapes, geometry): data gradients onto images of a few channels, the `image_columns`
+# layout (planner/costs/conv_layouts.py): DCGAN's first layer's (4x4 stride 2 onto 3 channels),
+# a dilated, unevenly padded one onto 1 channel, and transposed convolutions onto 3 channels,
+# one with output_padding (its last row and column reached by fewer taps).
+IMAGE_CASES = [
+    ("Conv2DBackpropInput", ((3, 16, 8, 8), (16, 3, 4, 4)),
+     {"pads": [1, 1, 1, 1], "strides": [2, 2], "input_shape": [3, 3, 16, 16]}),
+    ("Conv2DBackpropInput", ((2, 8, 4, 5), (8, 1, 3, 3)),
+     {"pads": [2, 1, 0, 1], "strides": [2, 2], "dilations": [2, 1], "input_shape": [2, 1, 9, 9]}),
+    ("ConvTranspose2D", ((3, 16, 8, 8), (16, 3, 4, 4)), {"pads": [1, 1, 1, 1], "strides": [2, 2]}),
+    ("ConvTranspose2D", ((2, 12, 5, 6), (12, 2, 3, 3)),
+     {"pads": [1, 0, 1, 2], "strides": [2, 3], "output_padding": [1, 2]}),
+]
+
+
+# Every case in one graph: one build per thread count.
+def test_image_columns_kernels_match_the_reference(tmp_path):
+    sigs = [OpSignature(op=op, shapes=shapes, dtypes=("float32", "float32"),
+                        attrs={**geometry, "layout": "image_columns"})
+            for op, shapes, geometry in IMAGE_CASES]
+    feeds, got, rows = ops_on_threads(sigs, tmp_path, seed=5)
+    for t in rows:
+        for row in rows[t]:
+            assert row["impl"] == "direct:image columns + sgemm", row
+            # Its scratch is the plan's (conv_scratch.py's image_columns_bytes, per thread).
+            assert row["unplanned_scratch_bytes"] == 0
+    for k, sig in enumerate(sigs):
+        assert np.array_equal(got[1][k].view(np.uint32), got[2][k].view(np.uint32)), sig.op
+        a = get_op(sig.op).normalize_attrs(sig.attrs)
+        ins = [feeds[k][f"in{i}"].astype(np.float64) for i in range(2)]
+        want = get_op(sig.op).reference(ins, a)[0]
+        o, _, kh, kw = sig.shapes[1]   # dy's (x's) channels, each summed over the taps
+        bound = summation_bound(sig.op, a, ins, o * kh * kw)
         assert np.all(np.abs(got[1][k] - want) <= bound), sig.op

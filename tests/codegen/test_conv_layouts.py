@@ -18,6 +18,7 @@ import pytest
 from planner.costs.conv_layouts import (
     COLUMNS,
     CONVOLUTIONS,
+    IMAGE_COLUMNS,
     alternative,
     alternatives,
     channels_last,
@@ -67,11 +68,12 @@ def test_alternative_step_matches_reference(model, layouts, want, tmp_path_facto
         assert ran == {"direct:columns + sgemm"}
 
 
-def _table(graph: Graph, seconds) -> CostTable:
-    """Every convolution's signature on its own layout and its alternative, at 1 and 2
-    threads: seconds(node, layout) at one thread, half of it at two."""
+def _table(graph: Graph, seconds, blocked: bool = False) -> CostTable:
+    """Every convolution's signature on its own layout and its alternative (`blocked`: the
+    one a step that keeps images blocked weighs), at 1 and 2 threads: seconds(node, layout)
+    at one thread, half of it at two."""
     entries = {}
-    for layout, g in (("any", graph), ("alternative", alternatives(graph))):
+    for layout, g in (("any", graph), ("alternative", alternatives(graph, blocked))):
         for name, sig in graph_signatures(g).items():
             if g.node_map[name].op in CONVOLUTIONS:
                 t = seconds(g.node_map[name], layout)
@@ -133,3 +135,42 @@ def test_a_refused_layout_names_the_node(op, layout, says):
         for n in graph.nodes)})
     with pytest.raises(GraphError, match=re.escape(conv.name) + ".*" + says):
         check_graph(bad)
+
+
+def test_a_blocked_step_weighs_image_columns_in_its_own_layouts(tmp_path):
+    """Where the step keeps images blocked, the data gradients onto DCGAN's 3-channel images
+    (its discriminator's first layer's, its generator's last transposed convolution) measured
+    faster on image_columns, in the step's own tensor layouts, take it, and no other
+    convolution moves; the step keeps its blocked tensors, runs the kernel on a blocked dy, and
+    matches the reference."""
+    from codegen.build import build
+    from codegen.load import load
+    from codegen.render import render
+    from planner.pipeline.choices import step_graph
+
+    graph = _training("dcgan")
+    host = host_with_block(8)   # DCGAN's test width: 8-channel images, kept blocked by 8
+    step = step_graph(graph, host)
+    table = _table(step, lambda n, layout: 1.0 if layout != "any" else 2.0, blocked=True)
+    p = plan(graph, host, table)
+    chosen = {n.name: n.op for n in p.graph.nodes if n.attrs.get("layout")}
+    assert sorted(chosen.values()) == ["Conv2DBackpropInput", "ConvTranspose2D"]
+    assert all(p.graph.node_map[name].attrs["layout"] == IMAGE_COLUMNS for name in chosen)
+    assert {t.name: t.layout for t in p.graph.tensors} == {t.name: t.layout for t in step.tensors}
+    dy = {p.graph.node_map[name].inputs[0] for name in chosen}
+    assert any(p.graph.tensor(t).layout for t in dy)
+    # Measured slower, or on plain operands only (the pre-step graph's signatures): no change.
+    assert not any(n.attrs.get("layout") for n in plan(
+        graph, host, _table(step, lambda n, layout: 1.0 + (layout != "any"), blocked=True)
+    ).graph.nodes)
+    assert not any(n.attrs.get("layout") for n in plan(
+        graph, host, _table(graph, lambda n, layout: 1.0 if layout != "any" else 2.0)
+    ).graph.nodes)
+    module = load(build(render(p, tmp_path / "image_columns", layout="own")).dir)
+    feeds = random_feeds(p.graph, seed=2)
+    check_gradients(p.graph, module, start_state(p.graph), feeds)
+    ex = module.Executor()
+    ex.load_params(start_state(p.graph))
+    ex.step(feeds)
+    impls = {r["name"]: r.get("impl", "") for r in ex.stats()["ops"]}
+    assert {impls[name] for name in chosen} == {"direct:image columns + sgemm"}

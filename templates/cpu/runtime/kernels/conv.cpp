@@ -17,7 +17,9 @@
 // profile, planner/costs/conv_layouts.py: on an AVX2 EPYC a stride-2 4x4 forward ran 2.2x
 // faster on it, its weight gradient 1.5x slower); where it says columns, a float32 one-group
 // convolution runs as one matmul over the batch's columns (conv_columns.h; oneDNN's kernel
-// where that does not apply: another type). An image or output the step keeps channel-blocked
+// where that does not apply: another type); where it says image_columns, a data gradient or a
+// transposed convolution runs image by image, one matmul and col2im each (an image of a few
+// channels, which oneDNN's blocked kernels pad to a whole block). An image or output the step keeps channel-blocked
 // (TensorRef::block, planner/graph/blocked.py) is given to the primitive in that layout, so
 // oneDNN runs its blocked kernel on it as it lies (where oneDNN has none for the block under
 // this process's ISA, on `any` as a plain one; the columns kernels read and write either).
@@ -59,8 +61,9 @@ struct DnnlConvGeometry {
 DnnlConvGeometry dnnl_conv_geometry(const Node& n) {
   const ConvGeometry c = conv_geometry(n.attrs);
   const std::string layout = n.attrs.has("layout") ? n.attrs.s("layout") : "any";
-  if (layout != "any" && layout != "nhwc" && layout != "columns")
-    throw std::runtime_error("convolution layout must be any, nhwc or columns, got " + layout);
+  if (layout != "any" && layout != "nhwc" && layout != "columns" && layout != "image_columns")
+    throw std::runtime_error("convolution layout must be any, nhwc, columns or image_columns, "
+                             "got " + layout);
   return DnnlConvGeometry{{c.strides[0], c.strides[1]},
                           dnnl_dilation({c.dilations[0], c.dilations[1]}),
                           {c.pads[0], c.pads[1]},
@@ -210,9 +213,11 @@ PD backward_pd(const Node& n, DnnlConvGeometry& g, const TensorRef& x, const mem
   });
 }
 
-bool on_columns(const Node& n) {
-  return n.attrs.has("layout") && n.attrs.s("layout") == "columns" && columns_apply(n);
+bool on_layout(const Node& n, const char* layout) {
+  return n.attrs.has("layout") && n.attrs.s("layout") == layout && columns_apply(n);
 }
+bool on_columns(const Node& n) { return on_layout(n, "columns"); }
+bool on_image_columns(const Node& n) { return on_layout(n, "image_columns"); }
 
 // [x, w] or [x, w, bias] -> y
 KernelPtr conv2d(const Node& n) {
@@ -241,6 +246,7 @@ KernelPtr conv2d(const Node& n) {
 // [dy, w] -> dx of shape input_shape.
 KernelPtr conv2d_backprop_input(const Node& n) {
   if (on_columns(n)) return columns_conv2d_backprop_input(n);
+  if (on_image_columns(n)) return image_columns_data_gradient(n);
   DnnlConvGeometry g = dnnl_conv_geometry(n);
   const TensorRef &dy = n.in[0], &w = n.in[1], &dx = n.out[0];
   auto x_md = held_md(dx);
@@ -286,6 +292,7 @@ KernelPtr conv2d_backprop_filter(const Node& n) {
 // output_padding extends the bottom/right: it lowers oneDNN's right padding. On `any` layouts
 // like the convolutions: on the plain ones oneDNN ran it as a GEMM (conv:any+gemm:jit).
 KernelPtr conv_transpose2d(const Node& n) {
+  if (on_image_columns(n)) return image_columns_data_gradient(n);
   DnnlConvGeometry g = dnnl_conv_geometry(n);
   auto op = n.attrs.ints("output_padding");
   g.pad_r[0] -= op[0];

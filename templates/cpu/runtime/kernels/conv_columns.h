@@ -68,6 +68,11 @@ KernelPtr columns_conv2d(const Node& n);
 // A Conv2DBackpropInput (dy, w -> dx) as dx's columns (positions x taps) = dy' w, summed back
 // into dx; as above.
 KernelPtr columns_conv2d_backprop_input(const Node& n);
+// A Conv2DBackpropInput (dy, w -> dx) or a ConvTranspose2D (x, w -> y, the same sum with x as
+// dy) image by image: each image's columns (taps x area) = w' dy_b, summed back into its dx; for
+// a node columns_apply holds for, on the plan's `image_columns` layout (planner/ops/
+// conv_scratch.py's image_columns_bytes: each thread's columns and regrouped dy).
+KernelPtr image_columns_data_gradient(const Node& n);
 // A Conv2DBackpropFilter (x, dy -> dw) as dw = dy' columns^T; null where columns_apply does
 // not hold or its scratch would exceed `budget` bytes (where oneDNN's GEMM fallback is
 // replaced, what that booked: the plan reserved that much).
