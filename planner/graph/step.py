@@ -8,6 +8,9 @@ end's passes are checked by planner.frontend.prepare).
         graph = fold_norm_relus(graph) if choices.relu_folds else graph
                                                         # a BatchNorm's Relu and its gradient
                                                         # in its loops (fold_norm_relu.py)
+        graph = fold_conv_leakies(graph) if choices.relu_folds else graph
+                                                        # a convolution's LeakyRelu as
+                                                        # oneDNN's post-op (fold_conv_leaky.py)
         graph = fold_sum_relus(graph) if choices.relu_folds else graph
                                                         # a residual sum's Relu and its
                                                         # gradient in the sums (fold_sum_relu.py)
@@ -47,6 +50,7 @@ from pydantic import Field
 
 from planner.graph.blocked import with_blocked
 from planner.graph.data_parallel import buckets, with_all_reduce, with_sharded_updates
+from planner.graph.fold_conv_leaky import fold_conv_leakies
 from planner.graph.fold_norm_relu import fold_norm_relus
 from planner.graph.fold_norm_sum import fold_norm_sums
 from planner.graph.fold_sum_relu import fold_sum_relus
@@ -83,7 +87,8 @@ class StepChoices(Record):
     channel_block: int = Field(default=0, ge=0)
     # Whether Relus and their gradients fold into the ops before them that the CPU runtime's
     # loops take so: a BatchNorm's (planner.graph.fold_norm_relu), a residual sum's
-    # (planner.graph.fold_sum_relu); and a residual sum into the BatchNorm before it
+    # (planner.graph.fold_sum_relu); a convolution's LeakyRelu into it (oneDNN's post-op,
+    # planner.graph.fold_conv_leaky); and a residual sum into the BatchNorm before it
     # (planner.graph.fold_norm_sum).
     relu_folds: bool = False
 
@@ -120,6 +125,7 @@ STEP_PASSES: tuple[tuple[str, StepPass], ...] = (
     # rewrite then gives it from the backward's gather, as it does the scale (after it, the
     # fold would read the forward's gathered copy and hold it through the backward).
     ("norm activations", lambda g, c: fold_norm_relus(g) if c.relu_folds else g),
+    ("conv activations", lambda g, c: fold_conv_leakies(g) if c.relu_folds else g),
     ("sum activations", lambda g, c: fold_sum_relus(g) if c.relu_folds else g),
     ("norm sums", lambda g, c: fold_norm_sums(g) if c.relu_folds else g),
     ("collectives", lambda g, c: collectives(g, c.collectives)),

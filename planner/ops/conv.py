@@ -15,7 +15,8 @@ A Conv2D may carry a convolution layer's bias and activation, folded in from the
 and Relu that followed it (planner/graph/fold_conv_bias.py): an optional third input, a bias of
 shape (O,) added to every output channel, and `activation` ("none" or "relu"; absent = none)
 applied after it, y = act(conv(x, w) + bias), float32 only (planner/ops/fused_activation.py,
-shared with MatMul). The kernels do both in the op
+shared with MatMul); or "leaky_relu" with its `alpha`, a CPU step's folded LeakyRelu
+(planner/graph/fold_conv_leaky.py: oneDNN's eltwise post-op). The kernels do both in the op
 (oneDNN's convolution bias and one Relu pass over y; a bias and activation pass after cuDNN's
 convolution), so a layer is one op and one tensor instead of three. Folding happens after
 autodiff: the gradients of the BiasAdd and Relu (a BiasAddGrad of dy, a ReluGrad reading y,
@@ -55,6 +56,8 @@ from planner.ops.base import (
 from planner.ops.conv_scratch import ROLES, conv_scratch
 from planner.ops.fused_activation import (
     ACTIVATION_ATTR,
+    ACTIVATIONS,
+    SLOPE_ATTR,
     activation_flops,
     activation_grad,
     apply_activation,
@@ -317,7 +320,7 @@ def _conv2d_infer(ins: list[TensorType], a: Attrs) -> list[TensorType]:
     if len(ins) == 3 and (ins[2].shape != (y.shape[1],) or ins[2].dtype != y.dtype):
         raise OpError(f"Conv2D: bias must be {y.dtype} of shape [{y.shape[1]}] (the output "
                       f"channels), got {ins[2].dtype} {list(ins[2].shape)}")
-    check_activation("Conv2D", a, y)
+    check_activation("Conv2D", a, y, ACTIVATIONS)
     return [y]
 
 
@@ -389,13 +392,14 @@ register(OpDef(
     cost_class="conv",
     convolution=True,
     recompute="expensive", arity=None, min_inputs=2,
-    attrs={**CONV_ATTRS, **LAYOUT_ATTR, **ACTIVATION_ATTR},
+    attrs={**CONV_ATTRS, **LAYOUT_ATTR, **ACTIVATION_ATTR, **SLOPE_ATTR},
     infer=_conv2d_infer,
     flops=_conv2d_flops,
     reference=conv2d_reference,
     gradient=conv2d_gradient,
     doc="y = act(conv(x, w) + bias): [x (N,C,H,W), w (O,C/groups,kH,kW), optional bias (O,)] "
-        "-> (N,O,OH,OW); activation none | relu (a folded BiasAdd and Relu).",
+        "-> (N,O,OH,OW); activation none | relu (a folded BiasAdd and Relu) | leaky_relu "
+        "with its alpha (a CPU step's folded LeakyRelu).",
 ))
 
 

@@ -28,8 +28,9 @@ import numpy as np
 from planner.ops.base import Attr, Attrs, GradBuilder, OpError, TensorType, get_op
 
 # The `activation` values: applied to the product plus bias as y is written. Most ops take
-# "none" and "relu" (RELU_ONLY); BatchNorm and its gradient also "leaky_relu", LeakyRelu's rule
-# with the op's `alpha` attr (SLOPE_ATTR; planner/graph/fold_norm_relu.py).
+# "none" and "relu" (RELU_ONLY); BatchNorm and its gradient, and Conv2D, also "leaky_relu",
+# LeakyRelu's rule with the op's `alpha` attr (SLOPE_ATTR; planner/graph/fold_norm_relu.py,
+# planner/graph/fold_conv_leaky.py).
 ACTIVATIONS = ("none", "relu", "leaky_relu")
 RELU_ONLY = ("none", "relu")
 
@@ -79,9 +80,14 @@ def apply_activation_grad(dy: np.ndarray, y: np.ndarray, attrs: Attrs) -> np.nda
 
 
 def activation_grad(g: GradBuilder, op: str, name: str, attrs: Attrs, dy: str, y: str) -> str:
-    """dy of the pre-activation, from dy of y (the op's output): the Relu's gradient."""
+    """dy of the pre-activation, from dy of y (the op's output): the Relu's gradient, or the
+    LeakyRelu's of a positive slope, which reads y in place of its input (y > 0 exactly where
+    the input is: the same mask; a slope <= 0 would flip or lose it)."""
     if activation(attrs) == "relu":
         return g.emit("ReluGrad", [dy, y])[0]
+    alpha = attrs.get("alpha")
+    if activation(attrs) == "leaky_relu" and alpha is not None and alpha > 0:
+        return g.emit("LeakyReluGrad", [dy, y], {"alpha": alpha})[0]
     if activation(attrs) != "none":
         raise OpError(f"{op} {name!r}: no gradient for a folded activation "
                       f"{activation(attrs)!r}")

@@ -294,7 +294,10 @@ def test_fused_conv2d_checks_its_bias_and_activation():
     with pytest.raises(OpError, match=r"bias must be float32 of shape \[4\] \(the output "
                                       r"channels\), got float32 \[3\]"):
         _infer("Conv2D", [(1, 3, 5, 5), (4, 3, 3, 3), (3,)], {})
-    with pytest.raises(OpError, match=r"activation must be one of \['none', 'relu'\], got 'gelu'"):
+    with pytest.raises(OpError, match=r"activation must be one of \['none', 'relu', "
+                                      r"'leaky_relu'\], got 'gelu'"):
         _infer("Conv2D", [(1, 3, 5, 5), (4, 3, 3, 3)], {"activation": "gelu"})
+    with pytest.raises(OpError, match="leaky_relu needs its slope, attr alpha"):
+        _infer("Conv2D", [(1, 3, 5, 5), (4, 3, 3, 3)], {"activation": "leaky_relu"})
     with pytest.raises(OpError, match="Conv2D takes 2 or 3 inputs"):
         _infer("Conv2D", [(1, 3, 5, 5), (4, 3, 3, 3), (4,), (4,)], {})

@@ -22,8 +22,8 @@
 // (r > 0 ? dy : 0): the same bits as the two ops apart, one image fewer to read. The loops
 // take both; other forms of the forward take the Relu as one pass after (fused_relu.h), and
 // the gradient's other forms refuse it (the fold makes none). A folded LeakyRelu
-// (`activation: leaky_relu`, attr alpha) is taken the same way with its rules (NormActivation).
-// A folded residual sum (a sixth
+// (`activation: leaky_relu`, attr alpha) is taken the same way with its rules (fused_relu.h's
+// FoldedActivation, x the normalised value before it). A folded residual sum (a sixth
 // input, planner/graph/fold_norm_sum.py) is added to the normalised x before the activation as
 // y is written: the Add's bits, without writing the normalised image and reading it back.
 //
@@ -255,37 +255,6 @@ bool loops_fit(const Node& n, const ChannelRuns& g) {
   return g.rest >= 2;
 }
 
-// A BatchNorm's or BatchNormGrad's folded activation: fused_activation.h's none or relu, or
-// leaky_relu with its slope (attr alpha): LeakyRelu's rule as its oneDNN kernel computes it
-// (x > 0 ? x : x * alpha) and LeakyReluGrad's (math.cpp: x > 0 ? dy : dy * alpha), x the
-// normalised value before it.
-struct NormActivation {
-  enum Kind { kNone, kRelu, kLeaky } kind = kNone;
-  float alpha = 0.f;
-  NormActivation(const Attrs& attrs, const std::string& op) {
-    if (attrs.has("activation") && attrs.s("activation") == "leaky_relu") {
-      kind = kLeaky;
-      alpha = static_cast<float>(attrs.f("alpha"));
-    } else if (fused_activation(attrs, op) == kActRelu) {
-      kind = kRelu;
-    }
-  }
-  // `then(act)`, act(v) the activation's rule (a lambda: the loops inline it). The leaky
-  // product is taken whatever v's sign: as the select's arm, GCC left the loops scalar (a
-  // 3x slower BatchNorm in DCGAN's step).
-  template <class Then>
-  void with_rule(Then then) const {
-    const float a = alpha;
-    if (kind == kRelu) return then([](float v) { return relu_value(v); });
-    if (kind == kLeaky)
-      return then([a](float v) {
-        const float scaled = v * a;
-        return v > 0.f ? v : scaled;
-      });
-    then([](float v) { return v; });
-  }
-};
-
 // y before its activation: (x - mean) * k + shift with k = invstd * scale, one fused
 // multiply-add, in the forward and wherever a folded ReluGrad needs its Relu's output again:
 // written once so that both round alike (a contraction left to the compiler could differ
@@ -414,7 +383,7 @@ class BatchNormLoops : public Kernel {
 
   ChannelRuns g_;
   RunningUpdate update_;
-  NormActivation act_;
+  FoldedActivation act_;
   std::vector<int> in_, out_;
 };
 
@@ -439,7 +408,7 @@ class BatchNormGradLoops : public Kernel {
       const float *x = r.at<float>(in_[1]), *scale = r.at<float>(in_[2]),
                   *mean = r.at<float>(in_[3]), *invstd = r.at<float>(in_[4]),
                   *bias = r.at<float>(in_[5]);
-      if (act_.kind == NormActivation::kLeaky) {
+      if (act_.kind == FoldedActivation::kLeaky) {
         const float a = act_.alpha;
         return gradient(r, [=](int64_t e, int64_t c) {
           const float d = dy[e], scaled = d * a;  // (with_rule's reason)
@@ -523,7 +492,7 @@ class BatchNormGradLoops : public Kernel {
   }
 
   ChannelRuns g_;
-  NormActivation act_;
+  FoldedActivation act_;
   std::vector<int> in_, out_;
 };
 
@@ -596,7 +565,7 @@ class ActivationAfter : public Kernel {
   KernelPtr op_;
   int y_, s_;
   int64_t size_;
-  NormActivation act_;
+  FoldedActivation act_;
 };
 
 KernelPtr batch_norm_any(const Node& n) {
@@ -605,7 +574,7 @@ KernelPtr batch_norm_any(const Node& n) {
   // one pass after, and in inference the residual with it.
   if (a.training && loops_fit(n, ChannelRuns(n.in[0].shape, n.in[0].block)))
     return std::make_unique<BatchNormLoops>(n, a);
-  const bool leaky = NormActivation(n.attrs, "BatchNorm").kind == NormActivation::kLeaky;
+  const bool leaky = FoldedActivation(n.attrs, "BatchNorm").kind == FoldedActivation::kLeaky;
   if ((n.in.size() == 6 || leaky) && (a.training || n.in[0].dtype != F32))
     throw std::runtime_error("BatchNorm: a folded residual or leaky_relu needs the float32 "
                              "loops (runs of 2 or more elements per channel) or float32 "
@@ -712,7 +681,7 @@ KernelPtr batch_norm_grad_training(const Node& n) {
 KernelPtr batch_norm_grad(const Node& n) {
   const bool training = batch_norm_attrs(n.attrs).training;
   // (a folded Relu or LeakyRelu alike)
-  const bool relu = NormActivation(n.attrs, "BatchNormGrad").kind != NormActivation::kNone;
+  const bool relu = FoldedActivation(n.attrs, "BatchNormGrad").kind != FoldedActivation::kNone;
   // (A folded Relu's sixth input is the BatchNorm's bias, per channel like 2, 3 and 4.)
   if (relu)
     check_operands(n, "BatchNormGrad", 6, 3, {2, 3, 4, 5}, {1, 2}, 1);

@@ -254,7 +254,7 @@ KernelPtr add_any(const Node& n) { return binary(n, dnnl::algorithm::binary_add,
 // loop for two float32 tensors of one size measured no faster in a 1-thread step than oneDNN's
 // binary: 14-21 us either way for (8, 64, 128) under load 5.)
 KernelPtr add(const Node& n) {
-  if (fused_activation(n.attrs, "Add") != kActNone) return folded_sum(n, "Add", SumEnd::kRelu);
+  if (relu_activation(n.attrs, "Add") != kActNone) return folded_sum(n, "Add", SumEnd::kRelu);
   return native_or_widened(n, add_any);
 }
 KernelPtr sub(const Node& n) { return binary(n, dnnl::algorithm::binary_sub, '-', false); }
@@ -296,7 +296,7 @@ KernelPtr add_n_any(const Node& n) {
 }
 
 KernelPtr add_n(const Node& n) {
-  if (fused_activation(n.attrs, "AddN") != kActNone) {
+  if (relu_activation(n.attrs, "AddN") != kActNone) {
     if (n.in.size() < 2) throw std::runtime_error("AddN: a folded ReluGrad needs a term and r");
     return folded_sum(n, "AddN", SumEnd::kReluGrad);
   }

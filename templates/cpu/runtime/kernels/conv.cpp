@@ -7,8 +7,9 @@
 // A Conv2D carrying a folded bias and Relu (planner/graph/fold_conv_bias.py) gives the bias to
 // the primitive as its bias argument (added to each output block as the kernel writes it), and
 // applies the Relu in one pass over y after it, as the Relu kernel does (v < 0 ? 0 : v; not
-// oneDNN's Relu post-op, which turns NaN into 0: fused_relu.h, shared with MatMul). The
-// activation is float32's alone (planner/ops/fused_activation.py).
+// oneDNN's Relu post-op, which turns NaN into 0: fused_relu.h, shared with MatMul); a folded
+// LeakyRelu of positive slope is oneDNN's eltwise post-op (leaky_post_op). The activation is
+// float32's alone (planner/ops/fused_activation.py).
 //
 // Each primitive is created on `any` layouts, so oneDNN picks the blocked layouts its fast
 // kernels want (on plain NCHW it falls back to slow GEMM-based paths: ResNet-18's backward
@@ -179,6 +180,27 @@ KernelPtr on_chosen_layouts(const Node& n, const PD& pd, const std::vector<Opera
   return k;
 }
 
+// A Conv2D's folded LeakyRelu of positive slope (planner/graph/fold_conv_leaky.py): oneDNN's
+// eltwise post-op computes it as the LeakyRelu kernel does (s > 0 ? s : s * alpha on the sum
+// plus bias, NaN kept), with no pass over y. With slope 0 its JIT form is max(s, 0), which
+// turns a NaN into 0: that one, and a Relu, are a pass after the primitive (fused_relu.h).
+bool leaky_post_op(const Node& n) {
+  const FoldedActivation act(n.attrs, "Conv2D");
+  return act.kind == FoldedActivation::kLeaky && act.alpha > 0.f;
+}
+
+// The forward primitive's attributes: the user scratchpad, and that post-op where it applies
+// (none for the backward ops' hints, whose nodes carry no activation).
+dnnl::primitive_attr forward_attr(const Node& n) {
+  dnnl::primitive_attr attr = user_scratchpad();
+  if (leaky_post_op(n)) {
+    dnnl::post_ops ops;
+    ops.append_eltwise(alg::eltwise_relu, FoldedActivation(n.attrs, "Conv2D").alpha, 0.f);
+    attr.set_post_ops(ops);
+  }
+  return attr;
+}
+
 // The forward primitive; with `bias` (a folded bias's plain descriptor) it adds it. The
 // backward ops' hints pass none: oneDNN asks a hint for its geometry and layouts only.
 // `x` and `y`: the image's and output's tensors, `x_md` and `y_md` their held layouts.
@@ -191,11 +213,11 @@ dnnl::convolution_forward::primitive_desc forward_pd(const Node& n, const DnnlCo
     return dnnl::convolution_forward::primitive_desc(
         n.engine, prop::forward_training, alg::convolution_direct, image_md(x_md, x, c, g),
         any_md(w, c), any_md(*bias, c), image_md(y_md, y, c, g), g.strides, g.dilation,
-        g.pad_l, g.pad_r, user_scratchpad());
+        g.pad_l, g.pad_r, forward_attr(n));
   return dnnl::convolution_forward::primitive_desc(
       n.engine, prop::forward_training, alg::convolution_direct, image_md(x_md, x, c, g),
       any_md(w, c), image_md(y_md, y, c, g), g.strides, g.dilation, g.pad_l, g.pad_r,
-      user_scratchpad());
+      forward_attr(n));
 }
 
 // A backward primitive's descriptor (`PD`: data or weights) on the image `x` and output `y`
@@ -240,6 +262,7 @@ KernelPtr conv2d(const Node& n) {
   });
   KernelPtr conv =
       on_chosen_layouts<dnnl::convolution_forward>(n, pd, inputs, {DNNL_ARG_DST, y.id, y_md});
+  if (leaky_post_op(n)) return conv;
   return with_fused_activation(std::move(conv), n, "Conv2D");
 }
 

@@ -213,6 +213,9 @@ class CudnnConv : public Kernel {
     if (dir == Dir::Forward) {  // Conv2D: its folded bias and activation
       bias_ = n.in.size() == 3 ? n.in[2].id : -1;
       relu_ = g.activation == kActRelu;
+      if (g.activation == kActLeakyRelu)
+        throw std::runtime_error("Conv2D: the CUDA runtime runs no folded leaky_relu (a CPU "
+                                 "step's fold); plan the graph for this GPU target");
       if (bias_ >= 0 && n.in[2].shape != Shape{output[1]})
         throw std::runtime_error("Conv2D bias must have shape [" + std::to_string(output[1]) +
                                  "], got " + shape_text(n.in[2].shape));

@@ -98,7 +98,7 @@ class MatMul : public Kernel {
  public:
   explicit MatMul(const Node& n)
       : a_(n.in[0].id), b_(n.in[1].id), bias_(n.in.size() == 3 ? n.in[2].id : -1),
-        y_(n.out[0].id), relu_(fused_activation(n.attrs, "MatMul") == kActRelu),
+        y_(n.out[0].id), relu_(relu_activation(n.attrs, "MatMul") == kActRelu),
         workspace_(static_cast<size_t>(std::max<int64_t>(n.planned_scratch, 0))) {
     std::vector<TensorRef> all = n.in;
     all.insert(all.end(), n.out.begin(), n.out.end());
